@@ -1,0 +1,1 @@
+"""Typed configuration: Kafka's setting names, types, defaults and validation, one per scope."""

@@ -1,0 +1,1 @@
+"""The storage engine: segmented partition logs on disk, their indexes, checkpoints, cleaners."""

@@ -1,0 +1,756 @@
+"""The log of one partition: an ordered list of segments with offsets, epochs and producer state.
+
+``PartitionLog`` is what a broker holds per partition replica. It assigns offsets to
+appends from producers (``append_as_leader``), accepts already-offset batches from the
+leader (``append_as_follower``), serves reads by offset or timestamp, truncates for
+replication, rolls segments, applies retention and moves the log start offset.
+
+Offsets it tracks::
+
+    log_start_offset <= first record kept ... recovery_point <= log_end_offset
+    (high watermark lives in [log_start_offset, log_end_offset])
+
+* ``log_end_offset`` (LEO): the offset the next appended record gets.
+* ``recovery_point``: everything below it is fsynced; recovery after a crash re-checks only
+  the segments from there on.
+* ``high_watermark``: kept here (as Kafka's ``UnifiedLog`` does) so that it is
+  checkpointed with the log, but moved only by the replication layer.
+
+fsync never runs on the caller's thread unless asked: :meth:`flush` is meant to be run in a
+worker thread (see :mod:`highwater.storage.log_manager`), and only it and truncation take
+the log's flush lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from highwater.config.topic import LogConfig
+from highwater.errors import (
+    InvalidRecordError,
+    InvalidTimestampError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    UnexpectedAppendOffsetError,
+)
+from highwater.storage.leader_epoch import LeaderEpochCache
+from highwater.storage.producer_state import (
+    AppendOrigin,
+    DuplicateBatchError,
+    ProducerStateManager,
+)
+from highwater.storage.records.header import (
+    BATCH_HEADER_SIZE,
+    BatchHeader,
+    TimestampType,
+    check_batch,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+)
+from highwater.storage.retention import RetentionReason, SegmentSummary, deletable_segments
+from highwater.storage.segment import DELETED_SUFFIX, LogSegment, SegmentRead
+from highwater.storage.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What an append did: the offsets it assigned and the timestamps it kept."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    records_count: int
+    valid_bytes: int
+    duplicate: bool = False  # an idempotent retry: nothing written, offsets are the original
+
+
+@dataclass(frozen=True, slots=True)
+class FetchData:
+    """Whole batches read from the log, and the log's bounds at the time of the read."""
+
+    records: bytes
+    first_offset: int  # base offset of the first batch (may precede the requested offset)
+    next_offset: int  # where the next read continues
+    log_start_offset: int
+    log_end_offset: int
+
+    @classmethod
+    def empty(cls, offset: int, log_start_offset: int, log_end_offset: int) -> FetchData:
+        return cls(b"", offset, offset, log_start_offset, log_end_offset)
+
+
+@dataclass(slots=True)
+class PendingDeletion:
+    """Segments renamed ``.deleted``, to be removed from disk once ``due_ms`` has passed."""
+
+    due_ms: int
+    segments: list[LogSegment] = field(default_factory=list)
+
+
+class PartitionLog:
+    """One partition replica's log. Not thread-safe: one owner thread, except :meth:`flush`."""
+
+    def __init__(
+        self,
+        directory: Path,
+        topic_partition: TopicPartition,
+        config: LogConfig,
+        segments: list[LogSegment],
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        leader_epoch_cache: LeaderEpochCache,
+        producer_state: ProducerStateManager,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        assert segments, "a log always has an active segment"
+        self.directory = directory
+        self.topic_partition = topic_partition
+        self.config = config
+        self._segments = segments
+        self._base_offsets = [s.base_offset for s in segments]
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self.leader_epoch_cache = leader_epoch_cache
+        self.producer_state = producer_state
+        self.clock = clock
+        self.high_watermark = log_start_offset
+        self._log_end_offset = segments[-1].next_offset
+        self._flush_lock = threading.Lock()
+        self._last_flush_ms = clock()
+        self._roll_flush_offset = recovery_point
+        self._pending_deletions: list[PendingDeletion] = []
+        self._closed = False
+        self.high_watermark = min(max(self.high_watermark, log_start_offset), self._log_end_offset)
+
+    # -- offsets and segments ---------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._log_end_offset - self.recovery_point
+
+    def _segment_index_for(self, offset: int) -> int:
+        """Index of the segment whose base offset is the largest at or below ``offset``."""
+        return max(0, bisect.bisect_right(self._base_offsets, offset) - 1)
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped to [log start offset, log end offset]."""
+        self.high_watermark = min(max(offset, self.log_start_offset), self._log_end_offset)
+        return self.high_watermark
+
+    # -- appends ----------------------------------------------------------------------
+
+    def append_as_leader(
+        self,
+        data: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> AppendInfo:
+        """Validate client batches, assign offsets, stamp the leader epoch and append them.
+
+        The bytes are not re-encoded: each batch's header is stamped (base offset and
+        partition leader epoch lie outside the CRC) and written beside the untouched
+        record bytes. A duplicate retry of an idempotent producer's batch writes nothing
+        and returns the offsets the first attempt got.
+        """
+        view = memoryview(data)
+        config = self.config
+        batches = self._validate(view, config.max_message_bytes)
+        now = self.clock()
+        log_append_time = now if config.message_timestamp_type == "LogAppendTime" else -1
+        if log_append_time < 0:
+            self._check_timestamps(batches, now)
+        if config.compact:
+            self._check_keys(view, batches)
+        next_offset = self._log_end_offset
+        stamped: list[tuple[int, BatchHeader]] = []
+        for position, header in batches:
+            count = header.last_offset_delta + 1
+            if header.records_count != count:
+                raise InvalidRecordError(
+                    f"{self.topic_partition}: batch declares {header.records_count} records but "
+                    f"its offsets span {count}"
+                )
+            assigned = header._replace(base_offset=next_offset, partition_leader_epoch=leader_epoch)
+            if log_append_time >= 0:
+                assigned = assigned._replace(
+                    attributes=header.attributes | 0x08, max_timestamp=log_append_time
+                )
+            stamped.append((position, assigned))
+            next_offset = assigned.next_offset
+        try:
+            self.producer_state.check_appends((h for _, h in stamped), origin)
+        except DuplicateBatchError as duplicate:
+            if len(stamped) == 1:
+                return self._duplicate_info(duplicate)
+            raise
+        pieces = self._stamped_pieces(view, stamped, log_append_time)
+        total = sum(h.size for _, h in stamped)
+        info = self._write(pieces, stamped, total)
+        if leader_epoch >= 0:
+            latest = self.leader_epoch_cache.latest_epoch
+            if latest is None or leader_epoch > latest:
+                self.leader_epoch_cache.assign(leader_epoch, info.first_offset)
+        return AppendInfo(
+            first_offset=info.first_offset,
+            last_offset=info.last_offset,
+            max_timestamp=info.max_timestamp,
+            offset_of_max_timestamp=info.offset_of_max_timestamp,
+            log_append_time=log_append_time,
+            log_start_offset=self.log_start_offset,
+            records_count=info.records_count,
+            valid_bytes=info.valid_bytes,
+        )
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo | None:
+        """Append batches fetched from the leader, offsets and epochs as they are."""
+        view = memoryview(data)
+        if not len(view):
+            return None
+        batches = self._validate(view, max_batch_size=None)
+        expected = self._log_end_offset
+        for _, header in batches:
+            if header.base_offset < expected:
+                raise UnexpectedAppendOffsetError(
+                    f"{self.topic_partition}: batch at offset {header.base_offset} does not "
+                    f"continue the log, whose end offset is {expected}"
+                )
+            expected = header.next_offset
+        cache = self.leader_epoch_cache
+        for _, header in batches:
+            epoch = header.partition_leader_epoch
+            latest = cache.latest_epoch
+            if epoch >= 0 and (latest is None or epoch > latest):
+                cache.assign(epoch, header.base_offset)
+        return self._write([view], batches, len(view), origin=AppendOrigin.REPLICATION)
+
+    def _validate(
+        self, view: memoryview, max_batch_size: int | None
+    ) -> list[tuple[int, BatchHeader]]:
+        batches: list[tuple[int, BatchHeader]] = []
+        position, end = 0, len(view)
+        segment_bytes = self.config.segment_bytes
+        if end == 0:
+            raise InvalidRecordError(f"{self.topic_partition}: no record batch to append")
+        while position < end:
+            header = check_batch(view, position)
+            if max_batch_size is not None and header.size > max_batch_size:
+                raise RecordTooLargeError(
+                    f"{self.topic_partition}: batch of {header.size} bytes exceeds "
+                    f"max.message.bytes={max_batch_size}"
+                )
+            if header.size > segment_bytes:
+                raise RecordTooLargeError(
+                    f"{self.topic_partition}: batch of {header.size} bytes exceeds "
+                    f"segment.bytes={segment_bytes}"
+                )
+            batches.append((position, header))
+            position += header.size
+        return batches
+
+    def _check_timestamps(self, batches: list[tuple[int, BatchHeader]], now: int) -> None:
+        before, after = (
+            self.config.message_timestamp_before_max_ms,
+            self.config.message_timestamp_after_max_ms,
+        )
+        for _, header in batches:
+            if header.timestamp_type != TimestampType.CREATE_TIME:
+                raise InvalidTimestampError(
+                    f"{self.topic_partition}: a producer batch must carry CreateTime"
+                )
+            low = min(header.base_timestamp, header.max_timestamp)
+            if now - low > before or header.max_timestamp - now > after:
+                raise InvalidTimestampError(
+                    f"{self.topic_partition}: timestamps {low}..{header.max_timestamp} are "
+                    f"outside [now - {before}, now + {after}] (now {now})"
+                )
+
+    def _check_keys(self, view: memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
+        from highwater.storage.records.batch import RecordBatch
+
+        for position, header in batches:
+            batch = RecordBatch(view[position : position + header.size], verify_crc=False)
+            for offset, key, _ in batch.iter_keys():
+                if key is None:
+                    raise InvalidRecordError(
+                        f"{self.topic_partition}: compacted topic requires keys, the record at "
+                        f"offset delta {offset - header.base_offset} has none"
+                    )
+
+    def _stamped_pieces(
+        self,
+        view: memoryview,
+        stamped: list[tuple[int, BatchHeader]],
+        log_append_time: int,
+    ) -> list[bytes | bytearray | memoryview]:
+        pieces: list[bytes | bytearray | memoryview] = []
+        for position, header in stamped:
+            head = bytearray(view[position : position + BATCH_HEADER_SIZE])
+            set_base_offset(head, 0, header.base_offset)
+            set_partition_leader_epoch(head, 0, header.partition_leader_epoch)
+            body = view[position + BATCH_HEADER_SIZE : position + header.size]
+            if log_append_time >= 0:
+                whole = bytearray(head) + body
+                set_log_append_time(whole, 0, log_append_time)
+                pieces.append(whole)
+                continue
+            pieces.append(head)
+            pieces.append(body)
+        return pieces
+
+    def _duplicate_info(self, duplicate: DuplicateBatchError) -> AppendInfo:
+        metadata = duplicate.metadata
+        first = metadata.last_offset - metadata.offset_delta
+        return AppendInfo(
+            first_offset=first,
+            last_offset=metadata.last_offset,
+            max_timestamp=metadata.timestamp,
+            offset_of_max_timestamp=metadata.last_offset,
+            log_append_time=-1,
+            log_start_offset=self.log_start_offset,
+            records_count=metadata.offset_delta + 1,
+            valid_bytes=0,
+            duplicate=True,
+        )
+
+    def _write(
+        self,
+        pieces: list[bytes | bytearray | memoryview],
+        batches: list[tuple[int, BatchHeader]],
+        total: int,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> AppendInfo:
+        first, last = batches[0][1], batches[-1][1]
+        segment = self._maybe_roll(total, first, last)
+        # Positions of the batches within the concatenation of the pieces.
+        positioned: list[tuple[int, BatchHeader]] = []
+        position = 0
+        max_timestamp, offset_of_max = -1, first.base_offset
+        records = 0
+        for _, header in batches:
+            positioned.append((position, header))
+            position += header.size
+            records += header.records_count
+            if header.max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
+        segment.append_pieces(pieces, positioned, total)
+        self._log_end_offset = last.next_offset
+        update = self.producer_state.update
+        for _, header in positioned:
+            update(header, origin)
+        return AppendInfo(
+            first_offset=first.base_offset,
+            last_offset=last.last_offset,
+            max_timestamp=max_timestamp,
+            offset_of_max_timestamp=offset_of_max,
+            log_append_time=-1,
+            log_start_offset=self.log_start_offset,
+            records_count=records,
+            valid_bytes=total,
+        )
+
+    # -- rolling ----------------------------------------------------------------------
+
+    def _should_roll(
+        self, segment: LogSegment, incoming: int, first: BatchHeader, last: BatchHeader
+    ) -> bool:
+        if segment.size == 0:
+            return not segment.can_convert_to_relative_offset(last.last_offset)
+        config = self.config
+        if segment.size > config.segment_bytes - incoming:
+            return True
+        first_ts = segment.first_batch_timestamp
+        if (
+            first_ts is not None
+            and last.max_timestamp - first_ts > config.segment_ms - config.segment_jitter_ms
+        ):
+            return True
+        if segment.index_full:
+            return True
+        return not segment.can_convert_to_relative_offset(last.last_offset)
+
+    def _maybe_roll(self, incoming: int, first: BatchHeader, last: BatchHeader) -> LogSegment:
+        segment = self._segments[-1]
+        if self._should_roll(segment, incoming, first, last):
+            return self.roll(first.base_offset)
+        return segment
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Close the active segment to appends and start a new one at the log end offset."""
+        new_base = max(self._log_end_offset, expected_next_offset or 0)
+        active = self._segments[-1]
+        if active.size == 0 and active.base_offset == new_base:
+            return active
+        if active.size == 0:
+            # An empty active segment at the wrong base (a gap in a follower's offsets).
+            self._segments.pop()
+            self._base_offsets.pop()
+            active.delete_files()
+        else:
+            active.on_become_inactive()
+        segment = LogSegment(
+            self.directory,
+            new_base,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_size=self.config.segment_index_bytes,
+            active=True,
+            created_ms=self.clock(),
+        )
+        self._segments.append(segment)
+        self._base_offsets.append(new_base)
+        self.producer_state.take_snapshot()
+        self._roll_flush_offset = max(self._roll_flush_offset, new_base)
+        log.debug("%s: rolled new segment at offset %d", self.topic_partition, new_base)
+        return segment
+
+    # -- reads ------------------------------------------------------------------------
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FetchData:
+        """Whole batches from the one holding ``start_offset``, up to ``max_bytes``.
+
+        ``max_offset`` (exclusive) bounds what is returned: a consumer passes the high
+        watermark, a follower nothing. Reading at the log end (or at ``max_offset``)
+        returns no records; reading outside [log start offset, log end offset] raises
+        :class:`OffsetOutOfRangeError`.
+        """
+        end = self._log_end_offset
+        if start_offset < self.log_start_offset or start_offset > end:
+            raise OffsetOutOfRangeError(
+                f"{self.topic_partition}: offset {start_offset} is outside "
+                f"[{self.log_start_offset}, {end}]"
+            )
+        if start_offset == end or (max_offset is not None and start_offset >= max_offset):
+            return FetchData.empty(start_offset, self.log_start_offset, end)
+        segments = self._segments
+        for i in range(self._segment_index_for(start_offset), len(segments)):
+            result: SegmentRead | None = segments[i].read(
+                start_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch
+            )
+            if result is not None:
+                return FetchData(
+                    result.data, result.first_offset, result.next_offset, self.log_start_offset, end
+                )
+            if (
+                max_offset is not None
+                and i + 1 < len(segments)
+                and segments[i + 1].base_offset >= max_offset
+            ):
+                break
+        return FetchData.empty(start_offset, self.log_start_offset, end)
+
+    def iter_batches(
+        self, start_offset: int | None = None
+    ) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
+        """Batch headers from ``start_offset`` (default: the first): (segment, position, header)."""
+        start = self.log_start_offset if start_offset is None else start_offset
+        for segment in list(self._segments[self._segment_index_for(start) :]):
+            found = segment.translate_offset(start)
+            if found is None:
+                continue
+            yield from ((segment, p, h) for p, h in segment.iter_headers(found[0]))
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """The first record with a timestamp >= ``timestamp``: (timestamp, offset), or None."""
+        for segment in list(self._segments):
+            if segment.size == 0 or segment.max_timestamp < timestamp:
+                continue
+            if segment.next_offset <= self.log_start_offset:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    def latest_epoch_end_offset(self, requested_epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch: (largest epoch <= requested, the end offset of that epoch)."""
+        return self.leader_epoch_cache.end_offset_for(requested_epoch, self._log_end_offset)
+
+    # -- truncation and the log start offset -------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every record at or above ``offset`` (a replica that diverged from its leader).
+
+        Truncation falls on a batch boundary at or below ``offset``. Returns whether anything
+        was removed.
+        """
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"{self.topic_partition}: cannot truncate to {offset}")
+        if offset >= self._log_end_offset:
+            return False
+        if offset < self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        with self._flush_lock:
+            doomed: list[LogSegment] = []
+            while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+                doomed.append(self._segments.pop())
+                self._base_offsets.pop()
+            if doomed:
+                self._schedule_deletion(doomed)
+            active = self._segments[-1]
+            active.truncate_to(offset)
+            if doomed:
+                active.make_active()
+            self._log_end_offset = active.next_offset
+            emptied = self._log_end_offset < self.log_start_offset
+            self.recovery_point = min(self.recovery_point, self._log_end_offset)
+            self._roll_flush_offset = min(self._roll_flush_offset, self._log_end_offset)
+            self.high_watermark = min(self.high_watermark, self._log_end_offset)
+        if emptied:
+            # The batch holding ``offset`` also held the log start offset: nothing readable
+            # is left, so the log starts afresh at its start offset.
+            self.truncate_fully_and_start_at(self.log_start_offset)
+            return True
+        self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
+        self._reload_producer_state()
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and start an empty log at ``offset`` (a replica far behind)."""
+        with self._flush_lock:
+            self._schedule_deletion(list(self._segments))
+            segment = LogSegment(
+                self.directory,
+                offset,
+                index_interval_bytes=self.config.index_interval_bytes,
+                max_index_size=self.config.segment_index_bytes,
+                active=True,
+                created_ms=self.clock(),
+            )
+            self._segments = [segment]
+            self._base_offsets = [offset]
+            self._log_end_offset = offset
+            self.log_start_offset = offset
+            self.recovery_point = offset
+            self._roll_flush_offset = offset
+            self.high_watermark = offset
+        self.leader_epoch_cache.clear()
+        self.producer_state.truncate_and_reload(offset, offset)
+
+    def _reload_producer_state(self) -> None:
+        replay_from = self.producer_state.truncate_and_reload(
+            self.log_start_offset, self._log_end_offset
+        )
+        for _, _, header in self.iter_batches(max(replay_from, self.log_start_offset)):
+            self.producer_state.update(header, AppendOrigin.REPLICATION)
+
+    def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
+        """DeleteRecords: move the log start offset up to ``new_log_start_offset``.
+
+        It may not pass the high watermark. Segments wholly below it are deleted by the
+        next retention pass.
+        """
+        if new_log_start_offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"{self.topic_partition}: cannot move the log start offset to "
+                f"{new_log_start_offset}, above the high watermark {self.high_watermark}"
+            )
+        if new_log_start_offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = new_log_start_offset
+        self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
+        self.producer_state.truncate_head(new_log_start_offset)
+        return True
+
+    # -- retention --------------------------------------------------------------------
+
+    def delete_old_segments(self) -> int:
+        """Apply retention (time, size, log start offset); return the segments deleted."""
+        now = self.clock()
+        config = self.config
+        summaries = [
+            SegmentSummary(s.base_offset, s.size, s.largest_timestamp) for s in self._segments
+        ]
+        count, reason = deletable_segments(
+            summaries,
+            now_ms=now,
+            retention_ms=config.retention_ms,
+            retention_bytes=config.retention_bytes,
+            delete_policy=config.delete,
+            log_start_offset=self.log_start_offset,
+            log_end_offset=self._log_end_offset,
+            high_watermark=self.high_watermark,
+        )
+        if not count:
+            return 0
+        if count == len(self._segments):
+            # Every segment expired: roll a fresh active segment first so the log keeps one.
+            self.roll()
+        doomed = self._segments[:count]
+        del self._segments[:count]
+        del self._base_offsets[:count]
+        self._schedule_deletion(doomed)
+        new_start = max(self.log_start_offset, self._segments[0].base_offset)
+        if new_start > self.log_start_offset:
+            self.log_start_offset = new_start
+            self.leader_epoch_cache.truncate_from_start(new_start)
+            self.producer_state.truncate_head(new_start)
+        self.high_watermark = max(self.high_watermark, self.log_start_offset)
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        log.info(
+            "%s: deleted %d segment(s) by %s; log start offset is now %d",
+            self.topic_partition,
+            count,
+            (reason or RetentionReason.LOG_START_OFFSET).value,
+            self.log_start_offset,
+        )
+        return count
+
+    def _schedule_deletion(self, segments: list[LogSegment]) -> None:
+        for segment in segments:
+            segment.change_suffix("", DELETED_SUFFIX)
+        self._pending_deletions.append(
+            PendingDeletion(self.clock() + self.config.file_delete_delay_ms, segments)
+        )
+
+    def delete_pending_files(self, *, force: bool = False) -> int:
+        """Remove ``.deleted`` segments whose ``file.delete.delay.ms`` has passed."""
+        now = self.clock()
+        removed = 0
+        keep: list[PendingDeletion] = []
+        for pending in self._pending_deletions:
+            if force or pending.due_ms <= now:
+                with self._flush_lock:
+                    for segment in pending.segments:
+                        segment.delete_files()
+                        removed += 1
+            else:
+                keep.append(pending)
+        self._pending_deletions = keep
+        return removed
+
+    # -- compaction support -------------------------------------------------------------
+
+    def replace_segments(self, new_segment: LogSegment, old_segments: list[LogSegment]) -> None:
+        """Swap cleaned ``new_segment`` (files suffixed ``.cleaned``) in for ``old_segments``.
+
+        Crash-safe in Kafka's way: the new files become ``.swap`` (the commit point), the
+        old ones ``.deleted``, then the ``.swap`` suffix is dropped. Recovery finishes a
+        swap it finds half done and discards ``.cleaned`` files.
+        """
+        with self._flush_lock:
+            new_segment.flush()
+            new_segment.change_suffix(new_segment.suffix, ".swap")
+            _fsync_directory(self.directory)
+            old_bases = {s.base_offset for s in old_segments}
+            self._segments = [s for s in self._segments if s.base_offset not in old_bases]
+            self._schedule_deletion(old_segments)
+            new_segment.change_suffix(".swap", "")
+            _fsync_directory(self.directory)
+            bisect.insort(self._segments, new_segment, key=lambda s: s.base_offset)
+            self._base_offsets = [s.base_offset for s in self._segments]
+
+    # -- flushing ---------------------------------------------------------------------
+
+    def flush_target(self) -> int | None:
+        """The offset to flush up to now by ``flush.messages``, ``flush.ms`` or a roll, or None."""
+        config = self.config
+        end = self._log_end_offset
+        if end <= self.recovery_point:
+            return None
+        if self.unflushed_messages >= config.flush_messages:
+            return end
+        if self.clock() - self._last_flush_ms >= config.flush_ms:
+            return end
+        if self._roll_flush_offset > self.recovery_point:
+            return self._roll_flush_offset
+        return None
+
+    def flush(self, up_to: int | None = None) -> int:
+        """fsync every segment holding offsets below ``up_to`` (default: the log end offset).
+
+        Safe to call from a worker thread while the owner keeps appending; returns the new
+        recovery point.
+        """
+        with self._flush_lock:
+            target = self._log_end_offset if up_to is None else min(up_to, self._log_end_offset)
+            if target <= self.recovery_point:
+                return self.recovery_point
+            first = self._segment_index_for(self.recovery_point)
+            segments = [s for s in self._segments[first:] if s.base_offset < target]
+            for segment in segments:
+                segment.flush()
+            self.recovery_point = max(self.recovery_point, target)
+            self._last_flush_ms = self.clock()
+            return self.recovery_point
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush, write a producer-state snapshot at the log end, and close every file."""
+        if self._closed:
+            return
+        self.flush()
+        self.producer_state.take_snapshot()
+        with self._flush_lock:
+            for segment in self._segments:
+                segment.close()
+        self.delete_pending_files(force=True)
+        self._closed = True
+
+    def delete(self) -> None:
+        """Remove the whole partition directory (the topic was deleted)."""
+        with self._flush_lock:
+            for segment in self._segments:
+                segment.delete_files()
+        self.delete_pending_files(force=True)
+        for path in self.directory.iterdir():
+            path.unlink()
+        self.directory.rmdir()
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.topic_partition}, start={self.log_start_offset}, "
+            f"end={self._log_end_offset}, segments={len(self._segments)})"
+        )
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

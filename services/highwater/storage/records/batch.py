@@ -1,0 +1,737 @@
+"""RecordBatch v2: building batches (one-shot and incrementally) and reading them without copies.
+
+A batch is the 61-byte header of :mod:`.header` followed by its records, compressed
+together when the attributes name a codec. :class:`RecordBatch` is a validated view over
+the bytes of one batch wherever they lie (a produce request, a segment read, a fetch
+reply); it decodes records only when asked. :func:`build_batch` and
+:class:`RecordBatchBuilder` write batches that any Kafka client reads.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterable, Iterator, Sequence
+
+from highwater.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+
+from .compression import DEFAULT_MAX_DECOMPRESSED_SIZE, compress_buffer, decompress
+from .header import (
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER_SIZE,
+    CONTROL_FLAG,
+    CRC_OFFSET,
+    DELETE_HORIZON_FLAG,
+    HEADER_STRUCT,
+    LOG_OVERHEAD,
+    MAGIC,
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG,
+    BatchHeader,
+    Compression,
+    TimestampType,
+    check_batch,
+    crc32c,
+)
+from .record import MIN_RECORD_SIZE, Header, Record, SimpleRecordLike, read_record, write_record
+from .varint import (
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    INT64_MIN,
+    Buffer,
+    decode_varint,
+    skip_varint,
+)
+
+_UINT32 = struct.Struct(">I")
+_INT16_MIN, _INT16_MAX = -(1 << 15), (1 << 15) - 1
+# Smallest body of a record (its length prefix excluded).
+_MIN_BODY = MIN_RECORD_SIZE - 1
+
+DEFAULT_BATCH_SIZE = 16384  # the producer's batch.size
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _check_range(name: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise InvalidRecordError(f"{name} {value} is outside [{low}, {high}]")
+
+
+def _check_producer_state(
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    is_transactional: bool,
+    is_control: bool,
+) -> None:
+    """The rules Kafka's ``MemoryRecordsBuilder`` enforces on the producer fields."""
+    _check_range("producer id", producer_id, INT64_MIN, INT64_MAX)
+    _check_range("producer epoch", producer_epoch, _INT16_MIN, _INT16_MAX)
+    _check_range("base sequence", base_sequence, INT32_MIN, INT32_MAX)
+    if is_transactional and producer_id == NO_PRODUCER_ID:
+        raise InvalidRecordError("a transactional batch needs a producer id")
+    if producer_id != NO_PRODUCER_ID:
+        if producer_epoch == NO_PRODUCER_EPOCH:
+            raise InvalidRecordError(f"producer id {producer_id} without a producer epoch")
+        if base_sequence == NO_SEQUENCE and not is_control:
+            raise InvalidRecordError(f"producer id {producer_id} without a base sequence")
+
+
+def _attributes(
+    compression: Compression,
+    timestamp_type: TimestampType,
+    is_transactional: bool,
+    is_control: bool,
+    has_delete_horizon: bool,
+) -> int:
+    attributes = int(compression)
+    if timestamp_type == TimestampType.LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attributes |= TRANSACTIONAL_FLAG
+    if is_control:
+        attributes |= CONTROL_FLAG
+    if has_delete_horizon:
+        attributes |= DELETE_HORIZON_FLAG
+    return attributes
+
+
+def _finish_batch(
+    out: bytearray,
+    *,
+    records_count: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    base_offset: int,
+    partition_leader_epoch: int,
+    compression: Compression,
+    timestamp_type: TimestampType,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    is_transactional: bool,
+    is_control: bool,
+    has_delete_horizon: bool,
+) -> bytes:
+    """Compress the records in ``out[61:]``, write the header and the CRC; return the batch.
+
+    A batch without records is written uncompressed, as Kafka writes empty batches.
+    """
+    _check_range("base offset", base_offset, INT64_MIN, INT64_MAX)
+    _check_range("partition leader epoch", partition_leader_epoch, INT32_MIN, INT32_MAX)
+    _check_range("last offset delta", last_offset_delta, 0, INT32_MAX)
+    _check_range("records count", records_count, 0, INT32_MAX)
+    _check_range("max timestamp", max_timestamp, INT64_MIN, INT64_MAX)
+    _check_producer_state(producer_id, producer_epoch, base_sequence, is_transactional, is_control)
+    if records_count == 0:
+        compression = Compression.NONE
+    if compression != Compression.NONE:
+        body = memoryview(out)[BATCH_HEADER_SIZE:]
+        try:
+            compressed = compress_buffer(compression, body)
+        finally:
+            body.release()
+        del out[BATCH_HEADER_SIZE:]
+        out += compressed
+    if len(out) - LOG_OVERHEAD > INT32_MAX:
+        raise RecordTooLargeError(f"a batch of {len(out)} bytes does not fit a batch length")
+    HEADER_STRUCT.pack_into(
+        out,
+        0,
+        base_offset,
+        len(out) - LOG_OVERHEAD,
+        partition_leader_epoch,
+        MAGIC,
+        0,
+        _attributes(compression, timestamp_type, is_transactional, is_control, has_delete_horizon),
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        records_count,
+    )
+    with memoryview(out) as view:
+        crc = crc32c(view[ATTRIBUTES_OFFSET:])
+    _UINT32.pack_into(out, CRC_OFFSET, crc)
+    return bytes(out)
+
+
+def build_batch(
+    records: Iterable[SimpleRecordLike],
+    *,
+    base_offset: int = 0,
+    compression: Compression = Compression.NONE,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    delete_horizon_ms: int | None = None,
+    last_offset_delta: int | None = None,
+) -> bytes:
+    """Encode ``records`` as one batch.
+
+    Each record gives ``key``, ``value``, ``headers`` and ``timestamp`` (milliseconds;
+    ``None`` means now). Its offset delta is its ``offset_delta`` attribute if it has one
+    that is not ``None``; a :class:`Record` (read from another batch) keeps its offset, at
+    ``offset - base_offset``; any other record follows the previous one. Deltas must
+    increase. ``last_offset_delta`` defaults to the last record's delta; a larger value
+    keeps the offset range of a batch whose last records were removed, which is how the
+    log cleaner keeps an empty batch for a producer's state.
+
+    The base timestamp is the first record's timestamp, or ``delete_horizon_ms`` when one
+    is given (and the delete-horizon attribute is set): record timestamps are deltas from
+    it. The max timestamp is the largest record timestamp.
+
+    Raises :class:`InvalidRecordError` for values that do not fit their fields or break
+    Kafka's rules on producer fields (a transactional batch needs a producer id...).
+    """
+    out = bytearray(BATCH_HEADER_SIZE)
+    base_timestamp = delete_horizon_ms
+    if base_timestamp is not None:
+        _check_range("delete horizon", base_timestamp, INT64_MIN, INT64_MAX)
+    max_timestamp = NO_TIMESTAMP
+    count = 0
+    previous_delta = -1
+    now: int | None = None
+    for record in records:
+        timestamp = record.timestamp
+        if timestamp is None:
+            if now is None:
+                now = _now_ms()
+            timestamp = now
+        offset_delta: int | None = getattr(record, "offset_delta", None)
+        if offset_delta is None:
+            if isinstance(record, Record):
+                offset_delta = record.offset - base_offset
+            else:
+                offset_delta = previous_delta + 1
+        if offset_delta <= previous_delta:
+            raise InvalidRecordError(
+                f"offset delta {offset_delta} does not follow {previous_delta}: "
+                f"offsets must increase within a batch"
+            )
+        if not INT64_MIN <= timestamp <= INT64_MAX:
+            raise InvalidRecordError(f"timestamp {timestamp} does not fit in an int64")
+        if base_timestamp is None:
+            base_timestamp = timestamp
+        if count == 0 or timestamp > max_timestamp:
+            max_timestamp = timestamp
+        write_record(
+            out,
+            offset_delta,
+            timestamp - base_timestamp,
+            record.key,
+            record.value,
+            record.headers,
+        )
+        previous_delta = offset_delta
+        count += 1
+    if last_offset_delta is None:
+        last_offset_delta = max(previous_delta, 0)
+    elif last_offset_delta < previous_delta:
+        raise InvalidRecordError(
+            f"last offset delta {last_offset_delta} is below the last record's {previous_delta}"
+        )
+    return _finish_batch(
+        out,
+        records_count=count,
+        last_offset_delta=last_offset_delta,
+        base_timestamp=NO_TIMESTAMP if base_timestamp is None else base_timestamp,
+        max_timestamp=max_timestamp,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        compression=compression,
+        timestamp_type=timestamp_type,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+        is_control=is_control,
+        has_delete_horizon=delete_horizon_ms is not None,
+    )
+
+
+class RecordBatchBuilder:
+    """Accumulates records into one batch, the way a producer fills a ``batch.size`` buffer.
+
+    Each append encodes its record once, into the batch's buffer; compression, header and
+    CRC happen at :meth:`build`. The size limit applies to :attr:`estimated_size`, the
+    header plus the records before compression (an upper bound for compressible data).
+    """
+
+    __slots__ = (
+        "_base_offset",
+        "_base_sequence",
+        "_base_timestamp",
+        "_buf",
+        "_built",
+        "_compression",
+        "_count",
+        "_is_transactional",
+        "_max_bytes",
+        "_max_timestamp",
+        "_partition_leader_epoch",
+        "_producer_epoch",
+        "_producer_id",
+        "_timestamp_type",
+    )
+
+    def __init__(
+        self,
+        *,
+        max_bytes: int = DEFAULT_BATCH_SIZE,
+        compression: Compression = Compression.NONE,
+        timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+        base_offset: int = 0,
+        partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+        base_sequence: int = NO_SEQUENCE,
+        is_transactional: bool = False,
+    ) -> None:
+        self._max_bytes = max_bytes
+        self._compression = compression
+        self._timestamp_type = timestamp_type
+        self._base_offset = base_offset
+        self._partition_leader_epoch = partition_leader_epoch
+        self._producer_id = producer_id
+        self._producer_epoch = producer_epoch
+        self._base_sequence = base_sequence
+        self._is_transactional = is_transactional
+        self._buf = bytearray(BATCH_HEADER_SIZE)
+        self._count = 0
+        self._base_timestamp: int | None = None
+        self._max_timestamp = NO_TIMESTAMP
+        self._built: bytes | None = None
+
+    def append(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header] = (),
+        timestamp: int | None = None,
+    ) -> bool:
+        """Add a record; ``False`` (and nothing added) if it would make the batch exceed
+        ``max_bytes``. The first record is always accepted, whatever its size.
+
+        ``timestamp`` is in milliseconds, ``None`` meaning now.
+        """
+        if self._built is not None:
+            raise RuntimeError("the batch has been built; start a new one")
+        if timestamp is None:
+            timestamp = _now_ms()
+        elif not INT64_MIN <= timestamp <= INT64_MAX:
+            raise InvalidRecordError(f"timestamp {timestamp} does not fit in an int64")
+        base_timestamp = self._base_timestamp
+        first = base_timestamp is None
+        if base_timestamp is None:
+            base_timestamp = timestamp
+        buf = self._buf
+        start = len(buf)
+        try:
+            write_record(buf, self._count, timestamp - base_timestamp, key, value, headers)
+        except BaseException:
+            del buf[start:]
+            raise
+        if not first and len(buf) > self._max_bytes:
+            del buf[start:]
+            return False
+        if first:
+            self._base_timestamp = base_timestamp
+            self._max_timestamp = timestamp
+        elif timestamp > self._max_timestamp:
+            self._max_timestamp = timestamp
+        self._count += 1
+        return True
+
+    def set_producer_state(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        is_transactional: bool | None = None,
+    ) -> None:
+        """Set the idempotence fields, which a producer assigns when it drains the batch."""
+        if self._built is not None:
+            raise RuntimeError("the batch has been built")
+        self._producer_id = producer_id
+        self._producer_epoch = producer_epoch
+        self._base_sequence = base_sequence
+        if is_transactional is not None:
+            self._is_transactional = is_transactional
+
+    @property
+    def records_count(self) -> int:
+        return self._count
+
+    @property
+    def estimated_size(self) -> int:
+        """Header plus records as encoded so far, before compression."""
+        return len(self._buf) if self._built is None else len(self._built)
+
+    @property
+    def max_bytes(self) -> int:
+        return self._max_bytes
+
+    @property
+    def base_timestamp(self) -> int | None:
+        """The first record's timestamp; ``None`` before any append."""
+        return self._base_timestamp
+
+    @property
+    def max_timestamp(self) -> int:
+        return self._max_timestamp
+
+    @property
+    def is_built(self) -> bool:
+        return self._built is not None
+
+    def build(self) -> bytes:
+        """The finished batch. The builder is closed afterwards; calling again returns it."""
+        if self._built is None:
+            count = self._count
+            base_timestamp = self._base_timestamp
+            self._built = _finish_batch(
+                self._buf,
+                records_count=count,
+                last_offset_delta=max(count - 1, 0),
+                base_timestamp=NO_TIMESTAMP if base_timestamp is None else base_timestamp,
+                max_timestamp=self._max_timestamp,
+                base_offset=self._base_offset,
+                partition_leader_epoch=self._partition_leader_epoch,
+                compression=self._compression,
+                timestamp_type=self._timestamp_type,
+                producer_id=self._producer_id,
+                producer_epoch=self._producer_epoch,
+                base_sequence=self._base_sequence,
+                is_transactional=self._is_transactional,
+                is_control=False,
+                has_delete_horizon=False,
+            )
+            self._buf = bytearray()
+        return self._built
+
+
+class RecordBatch:
+    """A validated, read-only view over the bytes of one batch in ``buf`` at ``pos``.
+
+    Construction checks sizes, magic and (unless ``verify_crc`` is false) the CRC,
+    raising :class:`CorruptRecordError` or ``UnsupportedForMessageFormatError``.
+    Records are decoded, and decompressed, only by :meth:`records` and
+    :meth:`iter_keys`, which check the record framing as they go.
+
+    The view keeps a reference to ``buf``; do not mutate it while the view is in use.
+    """
+
+    __slots__ = ("_buf", "_pos", "header")
+
+    header: BatchHeader
+
+    def __init__(self, buf: Buffer, pos: int = 0, verify_crc: bool = True) -> None:
+        self.header = check_batch(buf, pos, verify_crc=verify_crc)
+        self._buf = buf
+        self._pos = pos
+
+    # --- where the bytes are --------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Bytes the batch takes, header included."""
+        return self.header.batch_length + LOG_OVERHEAD
+
+    @property
+    def position(self) -> int:
+        """Where the batch starts in the buffer it was read from."""
+        return self._pos
+
+    def view(self) -> memoryview:
+        """The batch's bytes, without a copy (what a broker appends or serves)."""
+        return memoryview(self._buf)[self._pos : self._pos + self.size]
+
+    def to_bytes(self) -> bytes:
+        """A copy of the batch's bytes."""
+        return bytes(self._buf[self._pos : self._pos + self.size])
+
+    # --- header fields --------------------------------------------------------------
+
+    @property
+    def base_offset(self) -> int:
+        return self.header.base_offset
+
+    @property
+    def last_offset_delta(self) -> int:
+        return self.header.last_offset_delta
+
+    @property
+    def last_offset(self) -> int:
+        return self.header.base_offset + self.header.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.header.base_offset + self.header.last_offset_delta + 1
+
+    @property
+    def records_count(self) -> int:
+        return self.header.records_count
+
+    @property
+    def partition_leader_epoch(self) -> int:
+        return self.header.partition_leader_epoch
+
+    @property
+    def magic(self) -> int:
+        return self.header.magic
+
+    @property
+    def crc(self) -> int:
+        return self.header.crc
+
+    @property
+    def attributes(self) -> int:
+        return self.header.attributes
+
+    @property
+    def compression(self) -> Compression:
+        return self.header.compression
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return self.header.timestamp_type
+
+    @property
+    def is_transactional(self) -> bool:
+        return self.header.is_transactional
+
+    @property
+    def is_control(self) -> bool:
+        return self.header.is_control
+
+    @property
+    def base_timestamp(self) -> int:
+        """The base of record timestamp deltas (the delete horizon when one is set)."""
+        return self.header.base_timestamp
+
+    @property
+    def max_timestamp(self) -> int:
+        return self.header.max_timestamp
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """When the cleaner may drop this batch's tombstones, if it has recorded that."""
+        return self.header.base_timestamp if self.header.has_delete_horizon else None
+
+    @property
+    def producer_id(self) -> int:
+        return self.header.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self.header.producer_epoch
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.header.producer_id >= 0
+
+    @property
+    def base_sequence(self) -> int:
+        return self.header.base_sequence
+
+    @property
+    def last_sequence(self) -> int:
+        return self.header.last_sequence
+
+    def __repr__(self) -> str:
+        h = self.header
+        return (
+            f"RecordBatch(base_offset={h.base_offset}, last_offset={self.last_offset}, "
+            f"records={h.records_count}, size={self.size}, compression={self.compression.name}, "
+            f"producer_id={h.producer_id}, base_sequence={h.base_sequence})"
+        )
+
+    # --- records --------------------------------------------------------------------
+
+    def _payload(self, max_decompressed_size: int) -> tuple[Buffer, int, int]:
+        """The records' bytes, decompressed if need be, as ``(buffer, start, end)``."""
+        h = self.header
+        start = self._pos + BATCH_HEADER_SIZE
+        end = self._pos + h.batch_length + LOG_OVERHEAD
+        codec = h.attributes & 0x07
+        if codec and h.records_count:
+            with memoryview(self._buf) as view:
+                data = decompress(
+                    Compression(codec), view[start:end], max_size=max_decompressed_size
+                )
+            return memoryview(data), 0, len(data)
+        buf = self._buf
+        return (buf if type(buf) is bytes else memoryview(buf)), start, end
+
+    def _check_count(self, start: int, end: int) -> None:
+        count = self.header.records_count
+        if count * MIN_RECORD_SIZE > end - start:
+            raise CorruptRecordError(
+                f"batch at offset {self.header.base_offset}: records_count {count} cannot fit "
+                f"in {end - start} bytes of records"
+            )
+
+    def _count_error(self, decoded: int) -> CorruptRecordError:
+        return CorruptRecordError(
+            f"batch at offset {self.header.base_offset}: records_count is "
+            f"{self.header.records_count} but the records end after {decoded}"
+        )
+
+    def _trailing_error(self, trailing: int) -> CorruptRecordError:
+        return CorruptRecordError(
+            f"batch at offset {self.header.base_offset}: {trailing} bytes follow the last of "
+            f"its {self.header.records_count} records"
+        )
+
+    def _delta_error(self, delta: int, previous: int) -> CorruptRecordError:
+        return CorruptRecordError(
+            f"batch at offset {self.header.base_offset}: offset delta {delta} after {previous} "
+            f"(last offset delta {self.header.last_offset_delta})"
+        )
+
+    def records(
+        self, *, max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE
+    ) -> Iterator[Record]:
+        """Decode the records, decompressing first if the batch is compressed.
+
+        Each record gets its absolute offset and timestamp (with LogAppendTime, every
+        record's timestamp is the batch's max timestamp). Raises
+        :class:`CorruptRecordError` as soon as the framing is wrong: a record that
+        overruns the batch, offset deltas that do not increase or exceed the last
+        offset delta, fewer records than ``records_count`` or bytes after the last one;
+        and :class:`RecordTooLargeError` if the payload decompresses to more than
+        ``max_decompressed_size`` bytes.
+        """
+        h = self.header
+        count = h.records_count
+        data, pos, end = self._payload(max_decompressed_size)
+        self._check_count(pos, end)
+        base_offset = h.base_offset
+        base_timestamp = h.base_timestamp
+        log_append_time = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else None
+        last_delta = h.last_offset_delta
+        previous = -1
+        for i in range(count):
+            if pos >= end:
+                raise self._count_error(i)
+            record, pos = read_record(data, pos, end, base_offset, base_timestamp, log_append_time)
+            delta = record.offset - base_offset
+            if delta <= previous or delta > last_delta:
+                raise self._delta_error(delta, previous)
+            previous = delta
+            yield record
+        # An empty compressed batch is not decompressed (as in Kafka): nothing to check.
+        if pos != end and (count or not h.attributes & 0x07):
+            raise self._trailing_error(end - pos)
+
+    def __iter__(self) -> Iterator[Record]:
+        return self.records()
+
+    def iter_keys(
+        self, *, max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE
+    ) -> Iterator[tuple[int, bytes | None, bool]]:
+        """Yield ``(offset, key, value_is_null)`` for each record, for the log cleaner.
+
+        Values and headers are skipped, not copied nor parsed; the framing that leads to
+        them (lengths, offset deltas) is checked as in :meth:`records`.
+        """
+        h = self.header
+        count = h.records_count
+        data, pos, end = self._payload(max_decompressed_size)
+        self._check_count(pos, end)
+        base_offset = h.base_offset
+        last_delta = h.last_offset_delta
+        previous = -1
+        for i in range(count):
+            if pos >= end:
+                raise self._count_error(i)
+            try:
+                # Varints are inlined for their one-byte form, the common case.
+                b = data[pos]
+                if b < 0x80:
+                    length = (b >> 1) ^ -(b & 1)
+                    p = pos + 1
+                else:
+                    length, p = decode_varint(data, pos)
+                record_end = p + length
+                if length < _MIN_BODY or record_end > end:
+                    raise CorruptRecordError(
+                        f"record at byte {pos}: length {length} is too small or overruns the batch"
+                    )
+                p += 1  # attributes
+                p = p + 1 if data[p] < 0x80 else skip_varint(data, p)  # timestamp delta
+                b = data[p]
+                if b < 0x80:
+                    delta = (b >> 1) ^ -(b & 1)
+                    p += 1
+                else:
+                    delta, p = decode_varint(data, p)
+                if delta <= previous or delta > last_delta:
+                    raise self._delta_error(delta, previous)
+                b = data[p]
+                if b < 0x80:
+                    key_length = (b >> 1) ^ -(b & 1)
+                    p += 1
+                else:
+                    key_length, p = decode_varint(data, p)
+                if key_length >= 0:
+                    key_end = p + key_length
+                    if key_end > record_end:
+                        raise CorruptRecordError(
+                            f"record at byte {pos}: key length {key_length} overruns the record"
+                        )
+                    key: bytes | None = bytes(data[p:key_end])
+                    p = key_end
+                elif key_length == -1:
+                    key = None
+                else:
+                    raise CorruptRecordError(
+                        f"record at byte {pos}: negative key length {key_length}"
+                    )
+                b = data[p]
+                if b < 0x80:
+                    value_length = (b >> 1) ^ -(b & 1)
+                    p += 1
+                else:
+                    value_length, p = decode_varint(data, p)
+                # The value, then at least one byte of header count, must fit.
+                if value_length < -1 or p + max(value_length, 0) >= record_end:
+                    raise CorruptRecordError(
+                        f"record at byte {pos}: value length {value_length} does not fit the record"
+                    )
+            except IndexError:
+                raise CorruptRecordError(f"record at byte {pos}: truncated") from None
+            previous = delta
+            pos = record_end
+            yield base_offset + delta, key, value_length == -1
+        if pos != end and (count or not h.attributes & 0x07):
+            raise self._trailing_error(end - pos)
+
+
+def iter_batches(buf: Buffer, verify_crc: bool = True) -> Iterator[RecordBatch]:
+    """Yield a :class:`RecordBatch` for each of the whole batches that ``buf`` holds.
+
+    Raises :class:`CorruptRecordError` at the first batch that is invalid or cut short.
+    """
+    pos, end = 0, len(buf)
+    while pos < end:
+        batch = RecordBatch(buf, pos, verify_crc)
+        yield batch
+        pos += batch.size

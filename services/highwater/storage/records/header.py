@@ -1,0 +1,259 @@
+"""The fixed 61-byte header of a Kafka RecordBatch v2: layout, parsing, validation and stamping.
+
+Layout (big-endian), as Kafka's ``DefaultRecordBatch`` defines it::
+
+    offset  size  field
+         0     8  base_offset
+         8     4  batch_length            bytes that follow this field
+        12     4  partition_leader_epoch
+        16     1  magic                   always 2
+        17     4  crc                     CRC-32C of bytes 21..end (uint32)
+        21     2  attributes              compression:3, timestamp_type:1, transactional:1,
+                                          control:1, has_delete_horizon:1
+        23     4  last_offset_delta
+        27     8  base_timestamp
+        35     8  max_timestamp
+        43     8  producer_id
+        51     2  producer_epoch
+        53     4  base_sequence
+        57     4  records_count
+        61        records...
+
+Base offset, batch length, partition leader epoch and magic lie outside the CRC, so a
+broker stamps offsets and the leader epoch without touching the checksum.
+"""
+
+from __future__ import annotations
+
+import enum
+import mmap
+import struct
+from typing import NamedTuple
+
+import crc32c as _crc32c
+
+from highwater.errors import CorruptRecordError, UnsupportedForMessageFormatError
+
+HEADER_STRUCT = struct.Struct(">qiibIhiqqqhii")
+BATCH_HEADER_SIZE = HEADER_STRUCT.size  # 61
+LOG_OVERHEAD = 12  # base_offset + batch_length: the part of the header batch_length excludes
+MAGIC = 2
+
+BASE_OFFSET_OFFSET = 0
+LENGTH_OFFSET = 8
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+MAX_TIMESTAMP_OFFSET = 35
+RECORDS_OFFSET = BATCH_HEADER_SIZE
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+NO_TIMESTAMP = -1
+
+ReadableBuffer = bytes | bytearray | memoryview | mmap.mmap
+"""Anything a batch can be read from: bytes, a view of them, or a memory-mapped file."""
+
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+_UINT32 = struct.Struct(">I")
+_INT16 = struct.Struct(">h")
+
+
+class Compression(enum.IntEnum):
+    """The compression codec in attribute bits 0-2."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+    @classmethod
+    def parse(cls, name: str) -> Compression:
+        try:
+            return cls[name.upper()]
+        except KeyError:
+            raise ValueError(f"unknown compression type {name!r}") from None
+
+
+class TimestampType(enum.IntEnum):
+    """Attribute bit 3: who set the timestamps of a batch."""
+
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+DELETE_HORIZON_FLAG = 0x40
+
+
+class BatchHeader(NamedTuple):
+    """The decoded header of one batch."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch takes in a log file."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & COMPRESSION_MASK)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return TimestampType((self.attributes & TIMESTAMP_TYPE_MASK) >> 3)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_FLAG)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_FLAG)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & DELETE_HORIZON_FLAG)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    @property
+    def last_sequence(self) -> int:
+        """The sequence of the last record, wrapping at 2**31 as Kafka's sequences do."""
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) % (1 << 31)
+
+
+def crc32c(data: bytes | bytearray | memoryview) -> int:
+    """CRC-32C (Castagnoli) of any buffer, without copying it; hardware accelerated.
+
+    The ``crc32c`` package is used rather than ``google-crc32c`` because it accepts
+    memoryview slices and mmaps directly (google-crc32c insists on ``bytes``, which
+    would cost a copy of every batch) and releases the GIL while it runs.
+    """
+    return int(_crc32c.crc32c(data))
+
+
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Decode the header at ``pos`` without checking anything but that 61 bytes are there."""
+    if len(buf) - pos < BATCH_HEADER_SIZE:
+        raise CorruptRecordError(
+            f"truncated batch header: {len(buf) - pos} bytes, need {BATCH_HEADER_SIZE}"
+        )
+    return BatchHeader._make(HEADER_STRUCT.unpack_from(buf, pos))
+
+
+def read_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """The whole size of the batch at ``pos``, from its length field alone."""
+    return int(_INT32.unpack_from(buf, pos + LENGTH_OFFSET)[0]) + LOG_OVERHEAD
+
+
+def check_batch(buf: ReadableBuffer, pos: int = 0, *, verify_crc: bool = True) -> BatchHeader:
+    """Validate the batch at ``pos`` (sizes, magic, CRC) and return its header.
+
+    ``buf`` may hold more bytes after the batch; the batch must lie entirely in it.
+    Raises :class:`CorruptRecordError` or :class:`UnsupportedForMessageFormatError`.
+    """
+    available = len(buf) - pos
+    if available < BATCH_HEADER_SIZE:
+        raise CorruptRecordError(
+            f"truncated batch: {available} bytes, a header needs {BATCH_HEADER_SIZE}"
+        )
+    header = BatchHeader._make(HEADER_STRUCT.unpack_from(buf, pos))
+    if header.magic != MAGIC:
+        raise UnsupportedForMessageFormatError(
+            f"batch at offset {header.base_offset}: magic {header.magic}, only magic 2 is supported"
+        )
+    if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(
+            f"batch at offset {header.base_offset}: length {header.batch_length} is smaller "
+            f"than a header"
+        )
+    if header.size > available:
+        raise CorruptRecordError(
+            f"batch at offset {header.base_offset}: truncated, length {header.batch_length} "
+            f"but only {available - LOG_OVERHEAD} bytes follow"
+        )
+    if header.last_offset_delta < 0 or header.records_count < 0:
+        raise CorruptRecordError(
+            f"batch at offset {header.base_offset}: negative last offset delta or record count"
+        )
+    if header.attributes & COMPRESSION_MASK > Compression.ZSTD:
+        raise CorruptRecordError(
+            f"batch at offset {header.base_offset}: unknown compression codec "
+            f"{header.attributes & COMPRESSION_MASK}"
+        )
+    if verify_crc:
+        view = memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + header.size]
+        actual = crc32c(view)
+        if actual != header.crc:
+            raise CorruptRecordError(
+                f"batch at offset {header.base_offset}: CRC mismatch, stored {header.crc:#010x}, "
+                f"computed {actual:#010x}"
+            )
+    return header
+
+
+def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
+    """Stamp the base offset of the batch at ``pos`` (outside the CRC)."""
+    _INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
+    """Stamp the partition leader epoch of the batch at ``pos`` (outside the CRC)."""
+    _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp: int) -> None:
+    """Mark the batch at ``pos`` as LogAppendTime with ``timestamp`` as its max, and re-sign it."""
+    size = read_size(buf, pos)
+    attributes = _INT16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)[0] | TIMESTAMP_TYPE_MASK
+    _INT16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes)
+    _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp)
+    view = memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size]
+    _UINT32.pack_into(buf, pos + CRC_OFFSET, crc32c(view))
+
+
+def iter_headers(
+    buf: bytes | bytearray | memoryview, *, verify_crc: bool = True
+) -> list[tuple[int, BatchHeader]]:
+    """Split a buffer of whole batches into (position, header) pairs, validating each."""
+    result = []
+    pos, end = 0, len(buf)
+    while pos < end:
+        header = check_batch(buf, pos, verify_crc=verify_crc)
+        result.append((pos, header))
+        pos += header.size
+    return result

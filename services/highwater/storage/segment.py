@@ -1,0 +1,573 @@
+"""One log segment: a ``.log`` file of record batches with its ``.index`` and ``.timeindex``.
+
+A segment is named by its base offset, zero-padded to 20 digits
+(``00000000000003257573.log``). The ``.log`` file is a plain concatenation of RecordBatch
+v2 batches exactly as they arrived (offsets and leader epoch stamped in); nothing else is
+in it. Appends go to the end; a segment is only ever cut from the end (truncation) or
+replaced whole (compaction, through ``.cleaned`` and ``.swap`` files).
+
+Reads translate an offset to a file position with the sparse offset index, then scan batch
+headers forward from there. Every header read is checked for structure; a position that
+does not hold a batch is reported as :class:`CorruptSegmentError` with file and byte.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from highwater.errors import CorruptRecordError, CorruptSegmentError, HighwaterError
+from highwater.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+from highwater.storage.records.header import (
+    BATCH_HEADER_SIZE,
+    HEADER_STRUCT,
+    LOG_OVERHEAD,
+    MAGIC,
+    BatchHeader,
+    check_batch,
+)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+INT32_MAX = 2**31 - 1
+
+_INT32 = struct.Struct(">i")
+_IOV_MAX = 1024
+
+
+def _write_fully(fd: int, pieces: list[bytes | bytearray | memoryview], total: int) -> None:
+    """writev ``pieces`` to ``fd``, continuing after short writes."""
+    views = [memoryview(p) for p in pieces]
+    remaining = total
+    while remaining:
+        written = os.writev(fd, views[:_IOV_MAX])
+        remaining -= written
+        while written and views:
+            if written >= len(views[0]):
+                written -= len(views[0])
+                views.pop(0)
+            else:
+                views[0] = views[0][written:]
+                written = 0
+
+
+def file_name(base_offset: int, suffix: str) -> str:
+    """``00000000000000000042.log`` for base offset 42 and suffix ``.log``."""
+    return f"{base_offset:020d}{suffix}"
+
+
+def base_offset_of(name: str) -> int | None:
+    """The base offset a segment file name encodes, or None when it is not one."""
+    stem = name.split(".", 1)[0]
+    if len(stem) == 20 and stem.isdigit():
+        return int(stem)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRead:
+    """Whole batches read from one segment, starting at the batch that holds ``first_offset``."""
+
+    data: bytes
+    position: int
+    first_offset: int  # base offset of the first batch returned
+    next_offset: int  # offset after the last batch returned
+
+
+class LogSegment:
+    """A segment's three files and the running state needed to append to it."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_size: int,
+        active: bool,
+        suffix: str = "",
+        created_ms: int | None = None,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.suffix = suffix
+        self.log_path = directory / file_name(base_offset, LOG_SUFFIX + suffix)
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        self.created_ms = created_ms
+        self.active = active
+        self.needs_index_rebuild = False
+        self._open_indexes(max_index_size, active)
+        self._bytes_since_last_index_entry = 0
+        self._max_timestamp = -1
+        self._offset_of_max_timestamp = base_offset
+        self._next_offset: int | None = None
+        self._first_batch_timestamp: int | None = None
+
+    def _open_indexes(self, max_index_size: int, active: bool) -> None:
+        paths = [
+            self.directory / file_name(self.base_offset, suffix + self.suffix)
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+        ]
+        try:
+            self.offset_index = OffsetIndex(
+                paths[0], self.base_offset, max_index_size, writable=active
+            )
+        except CorruptIndexError:
+            # A torn index file (size not a multiple of its entries): start it anew.
+            paths[0].unlink()
+            self.offset_index = OffsetIndex(
+                paths[0], self.base_offset, max_index_size, writable=active
+            )
+            self.needs_index_rebuild = True
+        try:
+            self.time_index = TimeIndex(paths[1], self.base_offset, max_index_size, writable=active)
+        except CorruptIndexError:
+            paths[1].unlink()
+            self.time_index = TimeIndex(paths[1], self.base_offset, max_index_size, writable=active)
+            self.needs_index_rebuild = True
+
+    # -- state ------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the last batch in the segment (its base offset when empty)."""
+        if self._next_offset is None:
+            self.load_tail_state()
+        assert self._next_offset is not None
+        return self._next_offset
+
+    @property
+    def max_timestamp(self) -> int:
+        if self._next_offset is None:
+            self.load_tail_state()
+        return self._max_timestamp
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        if self._next_offset is None:
+            self.load_tail_state()
+        return self._offset_of_max_timestamp
+
+    @property
+    def largest_timestamp(self) -> int:
+        """What retention compares: the largest record timestamp, else the file's mtime."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.fstat(self._fd).st_mtime * 1000)
+
+    @property
+    def first_batch_timestamp(self) -> int | None:
+        """The max timestamp of the first batch: what ``segment.ms`` rolls by (Kafka's rule)."""
+        if self._first_batch_timestamp is None and self._size >= BATCH_HEADER_SIZE:
+            header = self._header_at(0)
+            self._first_batch_timestamp = header.max_timestamp
+        return self._first_batch_timestamp
+
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= INT32_MAX
+
+    # -- appending --------------------------------------------------------------------
+
+    def append(
+        self, data: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]]
+    ) -> None:
+        """Append whole, validated batches (``batches`` gives each one's position in ``data``)."""
+        self.append_pieces([data], batches, len(data))
+
+    def append_pieces(
+        self,
+        pieces: list[bytes | bytearray | memoryview],
+        batches: list[tuple[int, BatchHeader]],
+        total: int,
+    ) -> None:
+        """Append batches given as consecutive pieces of bytes, written with one ``writev``.
+
+        ``batches`` gives each batch's position within the concatenation of the pieces,
+        ``total`` the pieces' combined length.
+        """
+        if not batches:
+            return
+        start = self._size
+        _write_fully(self._fd, pieces, total)
+        interval = self.index_interval_bytes
+        for relative_position, header in batches:
+            if header.max_timestamp > self._max_timestamp:
+                self._max_timestamp = header.max_timestamp
+                self._offset_of_max_timestamp = header.last_offset
+            if self._bytes_since_last_index_entry > interval:
+                self.offset_index.append(header.last_offset, start + relative_position)
+                self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+                self._bytes_since_last_index_entry = 0
+            self._bytes_since_last_index_entry += header.size
+        if self._first_batch_timestamp is None and start == 0:
+            self._first_batch_timestamp = batches[0][1].max_timestamp
+        self._size = start + total
+        self._next_offset = batches[-1][1].next_offset
+
+    # -- reading ----------------------------------------------------------------------
+
+    def _header_at(self, position: int) -> BatchHeader:
+        raw = os.pread(self._fd, BATCH_HEADER_SIZE, position)
+        if len(raw) < BATCH_HEADER_SIZE:
+            raise CorruptSegmentError(
+                str(self.log_path), position, f"truncated batch header ({len(raw)} bytes)"
+            )
+        header = BatchHeader._make(HEADER_STRUCT.unpack_from(raw))
+        if (
+            header.magic != MAGIC
+            or header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD
+            or position + header.size > self._size
+            or header.last_offset_delta < 0
+            or header.base_offset < self.base_offset
+        ):
+            raise CorruptSegmentError(
+                str(self.log_path),
+                position,
+                f"no valid batch header (magic {header.magic}, length {header.batch_length}, "
+                f"base offset {header.base_offset})",
+            )
+        return header
+
+    def iter_headers(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+        """Batch headers from ``position`` to the end, as (position, header)."""
+        while position < self._size:
+            header = self._header_at(position)
+            yield position, header
+            position += header.size
+
+    def translate_offset(
+        self, offset: int, starting_position: int = 0
+    ) -> tuple[int, BatchHeader] | None:
+        """The first batch whose last offset is >= ``offset``, as (position, header)."""
+        _, position = self.offset_index.lookup(offset)
+        try:
+            return self._scan_for(offset, max(position, starting_position))
+        except CorruptSegmentError:
+            if position == 0 or position <= starting_position:
+                raise
+            # The index led to a position that does not hold a batch: rebuild it, retry.
+            self.rebuild_indexes()
+            return self._scan_for(
+                offset, max(self.offset_index.lookup(offset)[1], starting_position)
+            )
+
+    def _scan_for(self, offset: int, position: int) -> tuple[int, BatchHeader] | None:
+        for pos, header in self.iter_headers(position):
+            if header.last_offset >= offset:
+                return pos, header
+        return None
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> SegmentRead | None:
+        """Whole batches from the one holding ``start_offset``, at most ``max_bytes`` of them.
+
+        Batches whose base offset is ``max_offset`` or more are left out (a consumer reads up
+        to the high watermark). With ``min_one_batch`` the first batch is returned even when
+        it is larger than ``max_bytes``, so that a consumer always makes progress.
+        """
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return None
+        position, first = found
+        if max_offset is not None and first.base_offset >= max_offset:
+            return None
+        want = max(max_bytes, first.size) if min_one_batch else max_bytes
+        want = min(want, self._size - position)
+        if want < first.size:
+            return None
+        data = os.pread(self._fd, want, position)
+        end, next_offset = 0, first.base_offset
+        while end + BATCH_HEADER_SIZE <= len(data):
+            header = BatchHeader._make(HEADER_STRUCT.unpack_from(data, end))
+            if header.magic != MAGIC or header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+                raise CorruptSegmentError(
+                    str(self.log_path), position + end, "no valid batch header"
+                )
+            if end + header.size > len(data):
+                break
+            if max_offset is not None and header.base_offset >= max_offset:
+                break
+            end += header.size
+            next_offset = header.next_offset
+        if end == 0:
+            return None
+        return SegmentRead(
+            data=data if end == len(data) else data[:end],
+            position=position,
+            first_offset=first.base_offset,
+            next_offset=next_offset,
+        )
+
+    def read_bytes(self, position: int, size: int) -> bytes:
+        return os.pread(self._fd, size, position)
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int
+    ) -> tuple[int, int] | None:
+        """The first record at or after ``timestamp`` with offset >= ``starting_offset``.
+
+        Returns (record timestamp, offset), or None when every record here is older.
+        """
+        from highwater.storage.records.batch import RecordBatch
+
+        if self.max_timestamp < timestamp:
+            return None
+        entry = self.time_index.lookup_before(timestamp)
+        position = self.offset_index.lookup(entry[1])[1] if entry else 0
+        start = self.translate_offset(starting_offset)
+        if start is None:
+            return None
+        position = max(position, start[0])
+        for pos, header in self.iter_headers(position):
+            if header.max_timestamp < timestamp:
+                continue
+            batch = RecordBatch(self.read_bytes(pos, header.size))
+            for record in batch.records():
+                if record.timestamp >= timestamp and record.offset >= starting_offset:
+                    return record.timestamp, record.offset
+        return None
+
+    # -- recovery ---------------------------------------------------------------------
+
+    def load_tail_state(self) -> None:
+        """Find next offset, largest timestamp and index bookkeeping from the index tail.
+
+        Used when a segment is opened without recovery (its contents are trusted): only the
+        batches after the last offset-index entry are read.
+        """
+        last_ts_entry = self.time_index.last_entry()
+        if last_ts_entry is not None:
+            self._max_timestamp, self._offset_of_max_timestamp = last_ts_entry
+        else:
+            self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
+        _, position = self.offset_index.last_entry()
+        if position >= self._size:
+            position = 0
+        next_offset = self.base_offset
+        since = 0
+        for _, header in self.iter_headers(position):
+            if header.max_timestamp > self._max_timestamp:
+                self._max_timestamp = header.max_timestamp
+                self._offset_of_max_timestamp = header.last_offset
+            since += header.size
+            next_offset = header.next_offset
+        self._bytes_since_last_index_entry = since
+        self._next_offset = next_offset
+
+    def recover(
+        self,
+        *,
+        max_batch_size: int,
+        on_batch: Callable[[BatchHeader], None] | None = None,
+        protect_below: int = 0,
+    ) -> int:
+        """Re-validate every batch, rebuild both indexes and cut a torn or corrupt tail.
+
+        Returns the number of bytes truncated. ``on_batch`` sees each valid batch in order.
+        When the first invalid batch holds offsets below ``protect_below`` (the recovery
+        point: data known to be flushed) nothing is cut and :class:`CorruptSegmentError`
+        names the file and byte instead.
+        """
+        self.offset_index.make_writable()
+        self.time_index.make_writable()
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._bytes_since_last_index_entry = 0
+        self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
+        self._first_batch_timestamp = None
+        valid = 0
+        next_offset = self.base_offset
+        size = self._size
+        if size:
+            with mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) as mm:
+                interval = self.index_interval_bytes
+                while valid < size:
+                    try:
+                        header = check_batch(mm, valid, verify_crc=True)
+                    except HighwaterError:
+                        break
+                    if (
+                        header.base_offset < next_offset
+                        or not self.can_convert_to_relative_offset(header.last_offset)
+                        or header.size > max_batch_size
+                    ):
+                        break
+                    if header.max_timestamp > self._max_timestamp:
+                        self._max_timestamp = header.max_timestamp
+                        self._offset_of_max_timestamp = header.last_offset
+                    if self._bytes_since_last_index_entry > interval:
+                        self.offset_index.append(header.last_offset, valid)
+                        self.time_index.maybe_append(
+                            self._max_timestamp, self._offset_of_max_timestamp
+                        )
+                        self._bytes_since_last_index_entry = 0
+                    self._bytes_since_last_index_entry += header.size
+                    if on_batch is not None:
+                        on_batch(header)
+                    next_offset = header.next_offset
+                    valid += header.size
+        truncated = size - valid
+        if truncated and next_offset < protect_below:
+            raise CorruptSegmentError(
+                str(self.log_path),
+                valid,
+                f"invalid batch at offset {next_offset}, below the recovery point "
+                f"{protect_below}: flushed data is damaged; the segment was left as it is",
+            )
+        if truncated:
+            os.ftruncate(self._fd, valid)
+            self._size = valid
+        self._next_offset = next_offset
+        self.needs_index_rebuild = False
+        if not self.active:
+            self.offset_index.trim()
+            self.time_index.trim()
+        return truncated
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes from the log (which must be valid up to its end)."""
+        truncated = self.recover(max_batch_size=INT32_MAX)
+        if truncated:
+            raise CorruptSegmentError(
+                str(self.log_path), self._size, "invalid batch found while rebuilding indexes"
+            )
+
+    def sanity_check(self) -> None:
+        """Check the indexes against the log; raise CorruptIndexError when they disagree."""
+        self.offset_index.sanity_check(self._size)
+        if self._next_offset is None:
+            self.load_tail_state()
+        self.time_index.sanity_check(self.next_offset)
+
+    def verify(self) -> Iterator[tuple[int, BatchHeader | None, str | None]]:
+        """Check every batch's structure and CRC: (position, header or None, problem or None)."""
+        position = 0
+        while position < self._size:
+            raw = os.pread(self._fd, BATCH_HEADER_SIZE, position)
+            if len(raw) < BATCH_HEADER_SIZE:
+                yield position, None, f"truncated batch header ({len(raw)} bytes)"
+                return
+            length = _INT32.unpack_from(raw, 8)[0]
+            size = length + LOG_OVERHEAD
+            data = os.pread(self._fd, max(size, BATCH_HEADER_SIZE), position)
+            try:
+                header = check_batch(data, 0, verify_crc=True)
+            except CorruptRecordError as error:
+                yield position, None, str(error)
+                return
+            except HighwaterError as error:
+                yield position, None, str(error)
+                return
+            yield position, header, None
+            position += header.size
+
+    # -- truncation and lifecycle -----------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is >= ``offset``; return the bytes removed.
+
+        Truncation happens at a batch boundary: a batch that straddles ``offset`` goes too.
+        """
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        position, header = found
+        removed = self._size - position
+        self.offset_index.truncate_to(header.base_offset)
+        self.time_index.truncate_to(header.base_offset)
+        os.ftruncate(self._fd, position)
+        self._size = position
+        if position == 0:
+            self._first_batch_timestamp = None
+        self._next_offset = None
+        self.load_tail_state()
+        return removed
+
+    def on_become_inactive(self) -> None:
+        """Called when the segment rolls: record the final largest timestamp, trim indexes."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(
+                self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True
+            )
+        self.offset_index.trim()
+        self.time_index.trim()
+        self.active = False
+
+    def make_active(self) -> None:
+        self.offset_index.make_writable()
+        self.time_index.make_writable()
+        self.active = True
+
+    @property
+    def index_full(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    def flush(self) -> None:
+        """fsync the log and both indexes. Safe to run in a worker thread."""
+        fd = self._fd
+        if fd >= 0:
+            os.fsync(fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        self.offset_index.trim()
+        self.time_index.trim()
+        self.offset_index.close()
+        self.time_index.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def files(self) -> list[Path]:
+        return [self.log_path, self.offset_index.path, self.time_index.path]
+
+    def change_suffix(self, old: str, new: str) -> None:
+        """Rename all three files from suffix ``old`` to ``new`` (``.deleted``, ``.swap``...)."""
+
+        def renamed(path: Path) -> Path:
+            name = path.name[: len(path.name) - len(old)] if old else path.name
+            return path.with_name(name + new)
+
+        target = renamed(self.log_path)
+        os.replace(self.log_path, target)
+        self.log_path = target
+        for index in (self.offset_index, self.time_index):
+            if index.path.exists():
+                index.rename(renamed(index.path))
+            else:
+                index.path = renamed(index.path)
+        self.suffix = new
+
+    def delete_files(self) -> None:
+        self.close()
+        for path in self.files():
+            path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path.name}, size={self._size})"

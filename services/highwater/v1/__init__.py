@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC stubs for highwater.v1."""
