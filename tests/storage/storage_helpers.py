@@ -61,7 +61,9 @@ def open_log(directory: Path, clock: FakeClock | None = None, **config: object) 
     )
 
 
-def read_all(log: PartitionLog, start: int | None = None, max_offset: int | None = None) -> list[Record]:
+def read_all(
+    log: PartitionLog, start: int | None = None, max_offset: int | None = None
+) -> list[Record]:
     """Every record from ``start`` (default: the log start offset) to the end, in order."""
     offset = log.log_start_offset if start is None else start
     result: list[Record] = []

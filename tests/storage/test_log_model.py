@@ -7,15 +7,14 @@ import tempfile
 from pathlib import Path
 
 import hypothesis.strategies as st
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from storage_helpers import FakeClock, make_batch, read_all
-
 from highwater.config.topic import LogConfig
 from highwater.errors import OffsetOutOfRangeError
 from highwater.storage.log import PartitionLog
 from highwater.storage.log_loader import load_partition_log
 from highwater.storage.records import Compression
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from storage_helpers import FakeClock, make_batch, read_all
 
 CONFIG = LogConfig.from_properties(
     {

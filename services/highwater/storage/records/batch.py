@@ -19,6 +19,7 @@ from .compression import DEFAULT_MAX_DECOMPRESSED_SIZE, compress_buffer, decompr
 from .header import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
+    COMPRESSION_MASK,
     CONTROL_FLAG,
     CRC_OFFSET,
     DELETE_HORIZON_FLAG,
@@ -122,6 +123,7 @@ def _finish_batch(
     is_transactional: bool,
     is_control: bool,
     has_delete_horizon: bool,
+    compression_level: int | None,
 ) -> bytes:
     """Compress the records in ``out[61:]``, write the header and the CRC; return the batch.
 
@@ -138,7 +140,7 @@ def _finish_batch(
     if compression != Compression.NONE:
         body = memoryview(out)[BATCH_HEADER_SIZE:]
         try:
-            compressed = compress_buffer(compression, body)
+            compressed = compress_buffer(compression, body, level=compression_level)
         finally:
             body.release()
         del out[BATCH_HEADER_SIZE:]
@@ -182,6 +184,7 @@ def build_batch(
     is_control: bool = False,
     delete_horizon_ms: int | None = None,
     last_offset_delta: int | None = None,
+    compression_level: int | None = None,
 ) -> bytes:
     """Encode ``records`` as one batch.
 
@@ -195,7 +198,8 @@ def build_batch(
 
     The base timestamp is the first record's timestamp, or ``delete_horizon_ms`` when one
     is given (and the delete-horizon attribute is set): record timestamps are deltas from
-    it. The max timestamp is the largest record timestamp.
+    it. The max timestamp is the largest record timestamp. ``compression_level`` overrides
+    the codec's default (Kafka's ``compression.<codec>.level``).
 
     Raises :class:`InvalidRecordError` for values that do not fit their fields or break
     Kafka's rules on producer fields (a transactional batch needs a producer id...).
@@ -263,6 +267,7 @@ def build_batch(
         is_transactional=is_transactional,
         is_control=is_control,
         has_delete_horizon=delete_horizon_ms is not None,
+        compression_level=compression_level,
     )
 
 
@@ -281,6 +286,7 @@ class RecordBatchBuilder:
         "_buf",
         "_built",
         "_compression",
+        "_compression_level",
         "_count",
         "_is_transactional",
         "_max_bytes",
@@ -303,9 +309,11 @@ class RecordBatchBuilder:
         producer_epoch: int = NO_PRODUCER_EPOCH,
         base_sequence: int = NO_SEQUENCE,
         is_transactional: bool = False,
+        compression_level: int | None = None,
     ) -> None:
         self._max_bytes = max_bytes
         self._compression = compression
+        self._compression_level = compression_level
         self._timestamp_type = timestamp_type
         self._base_offset = base_offset
         self._partition_leader_epoch = partition_leader_epoch
@@ -422,6 +430,7 @@ class RecordBatchBuilder:
                 is_transactional=self._is_transactional,
                 is_control=False,
                 has_delete_horizon=False,
+                compression_level=self._compression_level,
             )
             self._buf = bytearray()
         return self._built
@@ -570,7 +579,7 @@ class RecordBatch:
         h = self.header
         start = self._pos + BATCH_HEADER_SIZE
         end = self._pos + h.batch_length + LOG_OVERHEAD
-        codec = h.attributes & 0x07
+        codec = h.attributes & COMPRESSION_MASK
         if codec and h.records_count:
             with memoryview(self._buf) as view:
                 data = decompress(
@@ -638,7 +647,7 @@ class RecordBatch:
             previous = delta
             yield record
         # An empty compressed batch is not decompressed (as in Kafka): nothing to check.
-        if pos != end and (count or not h.attributes & 0x07):
+        if pos != end and (count or not h.attributes & COMPRESSION_MASK):
             raise self._trailing_error(end - pos)
 
     def __iter__(self) -> Iterator[Record]:
@@ -721,7 +730,7 @@ class RecordBatch:
             previous = delta
             pos = record_end
             yield base_offset + delta, key, value_length == -1
-        if pos != end and (count or not h.attributes & 0x07):
+        if pos != end and (count or not h.attributes & COMPRESSION_MASK):
             raise self._trailing_error(end - pos)
 
 

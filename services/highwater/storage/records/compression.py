@@ -9,7 +9,7 @@ read Highwater's batches and the other way round:
   int32 length followed by the raw snappy compression of up to 32 KiB of input. Decoding
   also accepts a payload of plain raw snappy, which some clients write.
 - ``LZ4``: the standard LZ4 frame format, with independent blocks (Kafka's reader does not
-  support linked blocks).
+  support linked blocks), fast mode.
 - ``ZSTD``: a standard zstd frame (``compression.zstd.level``, default 3).
 
 Decompression is bounded: ``max_size`` caps the output, and the decoders write into a
@@ -30,12 +30,13 @@ from .header import Compression
 
 Buffer = bytes | bytearray | memoryview
 
-# Kafka's defaults for compression.gzip.level and compression.zstd.level. LZ4 uses the
-# library's fast mode: Kafka's level 9 is the slow high-compression mode.
+# Kafka's defaults for compression.gzip.level and compression.zstd.level. For LZ4, Kafka's
+# default level means its fast compressor, which is level 0 of the frame API (cramjam's own
+# default, 4, is the slower high-compression mode).
 DEFAULT_LEVELS: dict[Compression, int | None] = {
     Compression.GZIP: 6,
     Compression.SNAPPY: None,
-    Compression.LZ4: None,
+    Compression.LZ4: 0,
     Compression.ZSTD: 3,
 }
 

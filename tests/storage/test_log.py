@@ -1,0 +1,357 @@
+"""PartitionLog behaviour: appends, rolls, reads, timestamps, truncation, epochs, flushing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from highwater.errors import (
+    CorruptRecordError,
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    RecordTooLargeError,
+    UnexpectedAppendOffsetError,
+    UnsupportedForMessageFormatError,
+)
+from highwater.storage.records import RecordBatch, TimestampType, build_batch
+from highwater.storage.records.header import check_batch
+from storage_helpers import BASE_TS, FakeClock, batches_of, make_batch, open_log, read_all
+
+
+def values(n: int, size: int = 20, tag: str = "v") -> list[bytes]:
+    return [f"{tag}{i}:".encode() + b"x" * size for i in range(n)]
+
+
+def test_append_assigns_consecutive_offsets_and_stamps_epoch(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    first = log.append_as_leader(make_batch(values(3)), leader_epoch=7)
+    second = log.append_as_leader(make_batch(values(2)), leader_epoch=7)
+    assert (first.first_offset, first.last_offset) == (0, 2)
+    assert (second.first_offset, second.last_offset) == (3, 4)
+    assert log.log_end_offset == 5
+    data = log.read(0, 1 << 20)
+    batches = batches_of(data.records)
+    assert [b.base_offset for b in batches] == [0, 3]
+    assert all(b.partition_leader_epoch == 7 for b in batches)
+    # The stamped batches still pass the CRC: offsets and epoch lie outside it.
+    for batch in batches:
+        check_batch(batch.to_bytes())
+    assert [r.offset for r in read_all(log)] == [0, 1, 2, 3, 4]
+    log.close()
+
+
+def test_rolls_on_segment_bytes_and_reads_across_segments(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", **{"segment.bytes": 1000})
+    for _ in range(30):
+        log.append_as_leader(make_batch(values(2, 100)), leader_epoch=0)
+    assert len(log.segments) > 5
+    assert all(s.size <= 1000 for s in log.segments)
+    assert [r.offset for r in read_all(log)] == list(range(60))
+    for offset in range(60):
+        fetched = log.read(offset, 1)
+        assert fetched.first_offset <= offset < fetched.next_offset
+    log.close()
+
+
+def test_rolls_on_segment_ms_by_record_time(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = open_log(tmp_path / "t-0", clock, **{"segment.ms": 60_000})
+    log.append_as_leader(make_batch(values(1), timestamp=clock.now), 0)
+    log.append_as_leader(make_batch(values(1), timestamp=clock.now + 30_000), 0)
+    assert len(log.segments) == 1
+    clock.advance(61_000)
+    log.append_as_leader(make_batch(values(1), timestamp=clock.now), 0)
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    log.close()
+
+
+def test_rolls_when_the_index_is_full(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", **{"segment.index.bytes": 32, "index.interval.bytes": 0})
+    for _ in range(12):
+        log.append_as_leader(make_batch(values(1)), 0)
+    assert len(log.segments) >= 2
+    assert [r.offset for r in read_all(log)] == list(range(12))
+    log.close()
+
+
+def test_sparse_index_entry_every_interval(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", **{"index.interval.bytes": 1000})
+    for _ in range(40):
+        log.append_as_leader(make_batch(values(1, 200)), 0)
+    index = log.active_segment.offset_index
+    # Batches of ~290 bytes: an entry after every fourth or so, never for every batch.
+    assert 5 <= index.entries <= 15
+    log.close()
+
+
+def test_follower_rolls_when_offsets_leave_the_relative_range(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append_as_follower(build_batch([_rec(b"a")], base_offset=0, partition_leader_epoch=1))
+    far = 2**31 + 10
+    log.append_as_follower(build_batch([_rec(b"b")], base_offset=far, partition_leader_epoch=1))
+    assert [s.base_offset for s in log.segments] == [0, far]
+    assert [(r.offset, r.value) for r in read_all(log)] == [(0, b"a"), (far, b"b")]
+    log.close()
+
+
+def _rec(value: bytes, key: bytes | None = None, ts: int = BASE_TS) -> object:
+    from highwater.storage.records import SimpleRecord
+
+    return SimpleRecord(key=key, value=value, timestamp=ts)
+
+
+def test_read_bounds(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    for _ in range(5):
+        log.append_as_leader(make_batch(values(2)), 0)
+    assert log.read(10, 100).records == b""  # at the log end: nothing, no error
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(11, 100)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(-1, 100)
+    # max_offset (the high watermark) hides batches at or past it.
+    assert [r.offset for r in read_all(log, 0, max_offset=6)] == [0, 1, 2, 3, 4, 5]
+    assert log.read(6, 100, max_offset=6).records == b""
+    # max_bytes returns whole batches, at least one.
+    one = log.read(0, 1)
+    assert len(batches_of(one.records)) == 1
+    assert log.read(0, 1, min_one_batch=False).records == b""
+    log.close()
+
+
+def test_offset_for_timestamp(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", **{"segment.bytes": 400})
+    stamps = [100, 300, 200, 500, 400, 900, 700]
+    for ts in stamps:
+        log.append_as_leader(make_batch([b"x" * 60], timestamp=BASE_TS + ts), 0)
+    assert len(log.segments) > 2
+    assert log.offset_for_timestamp(BASE_TS) == (BASE_TS + 100, 0)
+    assert log.offset_for_timestamp(BASE_TS + 150) == (BASE_TS + 300, 1)
+    assert log.offset_for_timestamp(BASE_TS + 450) == (BASE_TS + 500, 3)
+    assert log.offset_for_timestamp(BASE_TS + 600) == (BASE_TS + 900, 5)
+    assert log.offset_for_timestamp(BASE_TS + 901) is None
+    log.close()
+
+
+def test_log_append_time_stamps_the_batch(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = open_log(tmp_path / "t-0", clock, **{"message.timestamp.type": "LogAppendTime"})
+    info = log.append_as_leader(make_batch(values(3), timestamp=5), 0)
+    assert info.log_append_time == clock.now
+    (batch,) = batches_of(log.read(0, 1 << 20).records)
+    assert batch.timestamp_type == TimestampType.LOG_APPEND_TIME
+    assert batch.max_timestamp == clock.now
+    assert {r.timestamp for r in batch.records()} == {clock.now}
+    log.close()
+
+
+def test_create_time_outside_the_window_is_rejected(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = open_log(
+        tmp_path / "t-0",
+        clock,
+        **{"message.timestamp.before.max.ms": 1000, "message.timestamp.after.max.ms": 1000},
+    )
+    with pytest.raises(InvalidTimestampError):
+        log.append_as_leader(make_batch(values(1), timestamp=clock.now - 5000), 0)
+    with pytest.raises(InvalidTimestampError):
+        log.append_as_leader(make_batch(values(1), timestamp=clock.now + 5000), 0)
+    log.append_as_leader(make_batch(values(1), timestamp=clock.now - 500), 0)
+    assert log.log_end_offset == 1
+    log.close()
+
+
+def test_compacted_topic_requires_keys(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", **{"cleanup.policy": "compact"})
+    with pytest.raises(InvalidRecordError, match="requires keys"):
+        log.append_as_leader(make_batch([b"a", b"b"], keys=[b"k", None]), 0)
+    assert log.log_end_offset == 0
+    log.append_as_leader(make_batch([b"a"], keys=[b"k"]), 0)
+    assert log.log_end_offset == 1
+    log.close()
+
+
+def test_bad_batches_are_rejected_and_change_nothing(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", **{"max.message.bytes": 500})
+    log.append_as_leader(make_batch(values(2)), 0)
+    good = make_batch(values(2))
+    flipped = bytearray(good)
+    flipped[-3] ^= 0xFF
+    wrong_magic = bytearray(good)
+    wrong_magic[16] = 1
+    bad_count = bytearray(good)
+    bad_count[57:61] = (5).to_bytes(4, "big")  # records_count lies outside... and inside the CRC
+    cases: list[tuple[bytes, type[Exception]]] = [
+        (bytes(flipped), CorruptRecordError),
+        (bytes(wrong_magic), UnsupportedForMessageFormatError),
+        (good[:-5], CorruptRecordError),
+        (good + good[:30], CorruptRecordError),
+        (make_batch(values(5, 200)), RecordTooLargeError),
+        (b"", InvalidRecordError),
+        (bytes(bad_count), CorruptRecordError),
+        # A valid CRC but offsets that span more records than the batch holds.
+        (build_batch([_rec(b"a")], last_offset_delta=3), InvalidRecordError),
+    ]
+    for data, error in cases:
+        with pytest.raises(error):
+            log.append_as_leader(data, 0)
+    assert log.log_end_offset == 2
+    assert [r.offset for r in read_all(log)] == [0, 1]
+    log.close()
+
+
+def test_follower_append_keeps_offsets_and_rejects_going_back(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    batch = build_batch([_rec(b"a"), _rec(b"b")], base_offset=0, partition_leader_epoch=3)
+    log.append_as_follower(batch)
+    log.append_as_follower(build_batch([_rec(b"c")], base_offset=5, partition_leader_epoch=4))
+    assert log.log_end_offset == 6
+    assert log.leader_epoch_cache.entries == ((3, 0), (4, 5))
+    with pytest.raises(UnexpectedAppendOffsetError):
+        log.append_as_follower(build_batch([_rec(b"d")], base_offset=4, partition_leader_epoch=4))
+    assert log.log_end_offset == 6
+    assert log.append_as_follower(b"") is None
+    log.close()
+
+
+def test_leader_epochs_and_offsets_for_leader_epoch(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(make_batch(values(3)), leader_epoch=0)
+    log.append_as_leader(make_batch(values(2)), leader_epoch=2)
+    log.append_as_leader(make_batch(values(1)), leader_epoch=2)
+    assert log.leader_epoch_cache.entries == ((0, 0), (2, 3))
+    assert log.latest_epoch_end_offset(0) == (0, 3)
+    assert log.latest_epoch_end_offset(1) == (0, 3)
+    assert log.latest_epoch_end_offset(2) == (2, 6)
+    log.truncate_to(4)
+    assert log.log_end_offset == 3  # the batch holding offset 4 started at 3
+    assert log.leader_epoch_cache.entries == ((0, 0),)
+    log.close()
+
+
+def test_truncate_across_segments_lowers_recovery_point_and_high_watermark(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", **{"segment.bytes": 500, "file.delete.delay.ms": 0})
+    for _ in range(20):
+        log.append_as_leader(make_batch(values(2, 50)), 0)
+    log.flush()
+    log.update_high_watermark(40)
+    segments_before = len(log.segments)
+    log.truncate_to(11)
+    assert log.log_end_offset == 10
+    assert log.recovery_point == 10
+    assert log.high_watermark == 10
+    assert len(log.segments) < segments_before
+    assert [r.offset for r in read_all(log)] == list(range(10))
+    assert log.delete_pending_files() > 0
+    assert not list((tmp_path / "t-0").glob("*.deleted"))
+    # Appends continue from the new end.
+    info = log.append_as_leader(make_batch(values(1)), 0)
+    assert info.first_offset == 10
+    log.close()
+
+
+def test_truncate_below_log_start_starts_afresh(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    for _ in range(5):
+        log.append_as_leader(make_batch(values(2)), 0)
+    log.update_high_watermark(10)
+    log.maybe_increment_log_start_offset(6)
+    log.truncate_to(3)
+    assert (log.log_start_offset, log.log_end_offset) == (3, 3)
+    assert log.append_as_leader(make_batch(values(1)), 1).first_offset == 3
+    log.close()
+
+
+def test_idempotent_producer_duplicate_and_out_of_order(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    pid = 42
+
+    def idempotent(seq: int, n: int, epoch: int = 0) -> bytes:
+        return make_batch(values(n), producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+    first = log.append_as_leader(idempotent(0, 3), 0)
+    log.append_as_leader(idempotent(3, 2), 0)
+    retry = log.append_as_leader(idempotent(0, 3), 0)
+    assert retry.duplicate
+    assert (retry.first_offset, retry.last_offset) == (first.first_offset, first.last_offset)
+    assert log.log_end_offset == 5
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append_as_leader(idempotent(9, 1), 0)
+    log.append_as_leader(idempotent(0, 1, epoch=1), 0)  # a new epoch restarts at 0
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_as_leader(idempotent(5, 1, epoch=0), 0)
+    assert log.log_end_offset == 6
+    # Producer state survives a restart (snapshot at close).
+    log.close()
+    reopened = open_log(tmp_path / "t-0")
+    assert reopened.append_as_leader(idempotent(0, 1, epoch=1), 0).duplicate
+    assert reopened.append_as_leader(idempotent(1, 1, epoch=1), 0).first_offset == 6
+    reopened.close()
+
+
+def test_producer_state_rebuilt_from_log_without_snapshot(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(make_batch(values(2), producer_id=7, producer_epoch=0, base_sequence=0), 0)
+    log.flush()
+    # Simulate a crash: no close (so no snapshot at the log end).
+    for segment in log.segments:
+        segment.close()
+    for snapshot in (tmp_path / "t-0").glob("*.snapshot"):
+        snapshot.unlink()
+    from highwater.config.topic import LogConfig
+    from highwater.storage.log_loader import load_partition_log
+
+    reopened = load_partition_log(tmp_path / "t-0", LogConfig(), recovery_point=2)
+    again = make_batch(values(2), producer_id=7, producer_epoch=0, base_sequence=0)
+    assert reopened.append_as_leader(again, 0).duplicate
+    reopened.close()
+
+
+def test_flush_target_by_messages_time_and_roll(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = open_log(tmp_path / "t-0", clock, **{"flush.messages": 5, "segment.bytes": 400})
+    assert log.flush_target() is None
+    log.append_as_leader(make_batch(values(2)), 0)
+    assert log.flush_target() is None
+    log.append_as_leader(make_batch(values(3)), 0)
+    assert log.flush_target() == 5
+    assert log.flush() == 5
+    assert log.flush_target() is None
+    # A roll asks for the finished segment to be flushed.
+    log.roll()
+    log.append_as_leader(make_batch(values(1)), 0)
+    log.roll()
+    assert log.flush_target() == 6
+    log.close()
+    timed = open_log(tmp_path / "u-0", clock, **{"flush.ms": 1000})
+    timed.append_as_leader(make_batch(values(1)), 0)
+    assert timed.flush_target() is None
+    clock.advance(1000)
+    assert timed.flush_target() == 1
+    timed.close()
+
+
+def test_reopen_after_clean_close_keeps_everything(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", **{"segment.bytes": 600})
+    for _ in range(25):
+        log.append_as_leader(make_batch(values(3, 30)), 1)
+    expected = [(r.offset, r.value) for r in read_all(log)]
+    log.close()
+    reopened = open_log(tmp_path / "t-0", **{"segment.bytes": 600})
+    assert reopened.log_end_offset == 75
+    assert [(r.offset, r.value) for r in read_all(reopened)] == expected
+    assert reopened.append_as_leader(make_batch(values(1)), 1).first_offset == 75
+    reopened.close()
+
+
+def test_records_decode_with_their_values(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(make_batch([b"hello", None], keys=[b"k1", b"k2"]), 0)
+    records = read_all(log)
+    assert [(r.key, r.value) for r in records] == [(b"k1", b"hello"), (b"k2", None)]
+    batch = RecordBatch(log.read(0, 100).records)
+    assert batch.records_count == 2
+    log.close()
