@@ -1,0 +1,70 @@
+"""The ``highwater`` command: one binary for every role and operator tool, as a click group.
+
+Each subcommand lives in its own module under :mod:`highwater.cli` and is registered at
+the bottom of this file with one ``main.add_command(...)`` line.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from highwater import __version__
+from highwater.cli.dump_log import dump_log
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _StderrHandler(logging.Handler):
+    """Writes log records to the ``sys.stderr`` of the moment (click's test runner swaps it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            click.echo(self.format(record), err=True)
+        except Exception:
+            self.handleError(record)
+
+
+def configure_logging(level: str) -> None:
+    """Send log records at ``level`` and above to stderr; safe to call more than once."""
+    root = logging.getLogger()
+    root.setLevel(level.upper())
+    if not any(isinstance(handler, _StderrHandler) for handler in root.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        root.addHandler(handler)
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(
+    __version__, "-V", "--version", prog_name="highwater", message="%(prog)s %(version)s"
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="WARNING",
+    show_default=True,
+    envvar="HIGHWATER_LOG_LEVEL",
+    help="Least severe log messages to write to stderr (also $HIGHWATER_LOG_LEVEL).",
+)
+def main(log_level: str) -> None:
+    """Highwater: a distributed, replicated commit log, built on Kafka's design.
+
+    Topics are split into partitions; each partition is an append-only log of record
+    batches (Kafka's RecordBatch v2 format) kept in segment files and replicated from a
+    leader broker to followers, with a high watermark that consumers never read past.
+    A Raft (KRaft) quorum of controllers owns the cluster metadata and coordinators
+    run consumer groups. Every service speaks gRPC.
+
+    This one binary starts each role and carries the operator tools: run
+    `highwater COMMAND --help` for the details of a command.
+    """
+    configure_logging(log_level)
+
+
+# -- subcommands: one line per module under highwater/cli/ ---------------------------------
+main.add_command(dump_log)
