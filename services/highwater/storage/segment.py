@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from highwater.errors import CorruptRecordError, CorruptSegmentError, HighwaterError
+from highwater.errors import CorruptSegmentError, HighwaterError
 from highwater.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from highwater.storage.records.header import (
     BATCH_HEADER_SIZE,
@@ -473,9 +473,6 @@ class LogSegment:
             data = os.pread(self._fd, max(size, BATCH_HEADER_SIZE), position)
             try:
                 header = check_batch(data, 0, verify_crc=True)
-            except CorruptRecordError as error:
-                yield position, None, str(error)
-                return
             except HighwaterError as error:
                 yield position, None, str(error)
                 return
