@@ -73,11 +73,16 @@ def load_partition_log(
     if not segments:
         segments = [_new_segment(directory, log_start_offset, config, clock)]
 
-    if had_clean_shutdown:
+    try:
+        if had_clean_shutdown:
+            for segment in segments:
+                _ensure_indexes(segment, config)
+        else:
+            segments = _recover(directory, segments, recovery_point, config)
+    except BaseException:
         for segment in segments:
-            _ensure_indexes(segment, config)
-    else:
-        segments = _recover(directory, segments, recovery_point, config)
+            segment.close()
+        raise
 
     log_end_offset = segments[-1].next_offset
     log_start_offset = min(max(log_start_offset, segments[0].base_offset), log_end_offset)
@@ -168,7 +173,13 @@ def _complete_swap(directory: Path, base: int, config: LogConfig) -> None:
         active=False,
         suffix=SWAP_SUFFIX,
     )
-    swap.recover(max_batch_size=config.segment_bytes)
+    try:
+        # The swap segment was flushed before it was renamed: any invalid batch in it is
+        # damage, not a torn write, and the segments it replaces must stay.
+        swap.recover(max_batch_size=config.segment_bytes, protect_below=2**63 - 1)
+    except BaseException:
+        swap.close()
+        raise
     end = swap.next_offset
     for path in directory.glob(f"*{LOG_SUFFIX}"):
         other = base_offset_of(path.name)

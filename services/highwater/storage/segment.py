@@ -13,6 +13,7 @@ does not hold a batch is reported as :class:`CorruptSegmentError` with file and 
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import struct
@@ -31,6 +32,8 @@ from highwater.storage.records.header import (
     check_batch,
 )
 
+log = logging.getLogger(__name__)
+
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
@@ -41,7 +44,10 @@ SWAP_SUFFIX = ".swap"
 INT32_MAX = 2**31 - 1
 
 _INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+_PREFIX = struct.Struct(">qiib")  # base offset, batch length, partition leader epoch, magic
 _IOV_MAX = 1024
+_SCAN_CHUNK = 16 * 1024
 
 
 def _write_fully(fd: int, pieces: list[bytes | bytearray | memoryview], total: int) -> None:
@@ -119,6 +125,9 @@ class LogSegment:
             self.directory / file_name(self.base_offset, suffix + self.suffix)
             for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
         ]
+        if self._size and not (paths[0].exists() and paths[1].exists()):
+            # A lost index file would come back empty: rebuild rather than trust that.
+            self.needs_index_rebuild = True
         try:
             self.offset_index = OffsetIndex(
                 paths[0], self.base_offset, max_index_size, writable=active
@@ -253,23 +262,65 @@ class LogSegment:
     def translate_offset(
         self, offset: int, starting_position: int = 0
     ) -> tuple[int, BatchHeader] | None:
-        """The first batch whose last offset is >= ``offset``, as (position, header)."""
-        _, position = self.offset_index.lookup(offset)
-        try:
-            return self._scan_for(offset, max(position, starting_position))
-        except CorruptSegmentError:
-            if position == 0 or position <= starting_position:
-                raise
-            # The index led to a position that does not hold a batch: rebuild it, retry.
-            self.rebuild_indexes()
-            return self._scan_for(
-                offset, max(self.offset_index.lookup(offset)[1], starting_position)
-            )
+        """The first batch whose last offset is >= ``offset``, as (position, header).
 
-    def _scan_for(self, offset: int, position: int) -> tuple[int, BatchHeader] | None:
-        for pos, header in self.iter_headers(position):
-            if header.last_offset >= offset:
-                return pos, header
+        The index entry used is checked against the batch it points at; an index that
+        disagrees with the log is rebuilt from the log and the lookup retried.
+        """
+        indexed_offset, position = self.offset_index.lookup(offset)
+        if position > starting_position:
+            try:
+                found = self._scan_for(offset, position, expect_last_offset=indexed_offset)
+            except (CorruptSegmentError, CorruptIndexError) as problem:
+                log.warning("%s: rebuilding indexes: %s", self.log_path, problem)
+                self.rebuild_indexes()
+                position = max(self.offset_index.lookup(offset)[1], starting_position)
+                return self._scan_for(offset, position)
+            return found
+        return self._scan_for(offset, starting_position)
+
+    def _scan_for(
+        self, offset: int, position: int, *, expect_last_offset: int | None = None
+    ) -> tuple[int, BatchHeader] | None:
+        """Scan batch headers from ``position`` in chunks for the batch holding ``offset``."""
+        size = self._size
+        fd = self._fd
+        while position < size:
+            chunk = os.pread(fd, min(_SCAN_CHUNK, size - position), position)
+            end = len(chunk)
+            pos = 0
+            while pos + BATCH_HEADER_SIZE <= end:
+                base_offset, length, _, magic = _PREFIX.unpack_from(chunk, pos)
+                last_offset = base_offset + _INT32.unpack_from(chunk, pos + 23)[0]
+                batch_size = length + LOG_OVERHEAD
+                if (
+                    magic != MAGIC
+                    or length < BATCH_HEADER_SIZE - LOG_OVERHEAD
+                    or position + pos + batch_size > size
+                    or last_offset < base_offset
+                    or base_offset < self.base_offset
+                ):
+                    raise CorruptSegmentError(
+                        str(self.log_path),
+                        position + pos,
+                        f"no valid batch header (magic {magic}, length {length}, "
+                        f"base offset {base_offset})",
+                    )
+                if expect_last_offset is not None:
+                    if last_offset != expect_last_offset:
+                        raise CorruptIndexError(
+                            f"{self.offset_index.path}: entry for offset {expect_last_offset} "
+                            f"points at the batch ending at {last_offset}"
+                        )
+                    expect_last_offset = None
+                if last_offset >= offset:
+                    header = BatchHeader._make(HEADER_STRUCT.unpack_from(chunk, pos))
+                    return position + pos, header
+                pos += batch_size
+            if pos == 0:
+                # Less than a header left before the end of the file.
+                self._header_at(position)
+            position += pos
         return None
 
     def read(
@@ -297,23 +348,29 @@ class LogSegment:
         if want < first.size:
             return None
         data = os.pread(self._fd, want, position)
-        end, next_offset = 0, first.base_offset
-        while end + BATCH_HEADER_SIZE <= len(data):
-            header = BatchHeader._make(HEADER_STRUCT.unpack_from(data, end))
-            if header.magic != MAGIC or header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+        available = len(data)
+        end = first.size
+        last_position = 0
+        while end + BATCH_HEADER_SIZE <= available:
+            base_offset, length, _, magic = _PREFIX.unpack_from(data, end)
+            if magic != MAGIC or length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
                 raise CorruptSegmentError(
                     str(self.log_path), position + end, "no valid batch header"
                 )
-            if end + header.size > len(data):
+            batch_size = length + LOG_OVERHEAD
+            if end + batch_size > available:
                 break
-            if max_offset is not None and header.base_offset >= max_offset:
+            if max_offset is not None and base_offset >= max_offset:
                 break
-            end += header.size
-            next_offset = header.next_offset
-        if end == 0:
-            return None
+            last_position = end
+            end += batch_size
+        if last_position:
+            last_base = _INT64.unpack_from(data, last_position)[0]
+            next_offset = last_base + _INT32.unpack_from(data, last_position + 23)[0] + 1
+        else:
+            next_offset = first.next_offset
         return SegmentRead(
-            data=data if end == len(data) else data[:end],
+            data=data if end == available else data[:end],
             position=position,
             first_offset=first.base_offset,
             next_offset=next_offset,
@@ -334,7 +391,20 @@ class LogSegment:
         if self.max_timestamp < timestamp:
             return None
         entry = self.time_index.lookup_before(timestamp)
-        position = self.offset_index.lookup(entry[1])[1] if entry else 0
+        position = 0
+        if entry is not None:
+            found = self.translate_offset(entry[1])
+            if (
+                found is None
+                or found[1].last_offset != entry[1]
+                or found[1].max_timestamp != entry[0]
+            ):
+                log.warning(
+                    "%s: rebuilding indexes: time index disagrees with the log", self.log_path
+                )
+                self.rebuild_indexes()
+                return self.find_offset_by_timestamp(timestamp, starting_offset)
+            position = found[0]
         start = self.translate_offset(starting_offset)
         if start is None:
             return None
@@ -446,19 +516,55 @@ class LogSegment:
         return truncated
 
     def rebuild_indexes(self) -> None:
-        """Rebuild both indexes from the log (which must be valid up to its end)."""
-        truncated = self.recover(max_batch_size=INT32_MAX)
-        if truncated:
+        """Rebuild both indexes from the log (which must be valid up to its end).
+
+        The log is never cut here: an invalid batch raises :class:`CorruptSegmentError`
+        naming its byte and leaves the file as it is (only crash recovery cuts a torn tail).
+        """
+        try:
+            self.recover(max_batch_size=INT32_MAX, protect_below=2**63 - 1)
+        except CorruptSegmentError as error:
             raise CorruptSegmentError(
-                str(self.log_path), self._size, "invalid batch found while rebuilding indexes"
-            )
+                str(self.log_path),
+                error.position,
+                "invalid batch found while rebuilding indexes; the segment was left as it is",
+            ) from None
 
     def sanity_check(self) -> None:
-        """Check the indexes against the log; raise CorruptIndexError when they disagree."""
+        """Check the indexes against the log; raise CorruptIndexError when they disagree.
+
+        Both indexes must be ordered and inside the log, and the last entry of each must
+        match the batch it points at (so the segment's largest timestamp, which retention
+        uses, is right). Other entries are checked when a lookup uses them.
+        """
         self.offset_index.sanity_check(self._size)
+        if self.offset_index.entries:
+            indexed_offset, position = self.offset_index.last_entry()
+            header = self._header_at(position)
+            if header.last_offset != indexed_offset:
+                raise CorruptIndexError(
+                    f"{self.offset_index.path}: last entry ({indexed_offset}, {position}) points "
+                    f"at the batch ending at {header.last_offset}"
+                )
         if self._next_offset is None:
             self.load_tail_state()
         self.time_index.sanity_check(self.next_offset)
+        last = self.time_index.last_entry()
+        if last is not None:
+            found = (
+                self._scan_for(last[1], 0)
+                if not self.offset_index.entries
+                else (self.translate_offset(last[1]))
+            )
+            if (
+                found is None
+                or found[1].last_offset != last[1]
+                or found[1].max_timestamp != last[0]
+            ):
+                raise CorruptIndexError(
+                    f"{self.time_index.path}: last entry ({last[0]}, {last[1]}) does not match "
+                    f"the batch it points at"
+                )
 
     def verify(self) -> Iterator[tuple[int, BatchHeader | None, str | None]]:
         """Check every batch's structure and CRC: (position, header or None, problem or None)."""
