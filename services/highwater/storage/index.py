@@ -65,6 +65,9 @@ class SparseIndex:
         else:
             self._map(file_size)
             self._max_entries = self._entries
+        self._last: tuple[int, int] | None = (
+            self._entry(self._entries - 1) if self._entries else None
+        )
 
     def make_writable(self) -> None:
         """Preallocate the file again (the segment became the active one)."""
@@ -138,6 +141,7 @@ class SparseIndex:
         assert self._mmap is not None
         self.ENTRY.pack_into(self._mmap, self._entries * self._entry_size, a, b)
         self._entries += 1
+        self._last = (a, b)
 
     def _largest_at_most(self, key: int, key_field: int) -> int:
         """Slot of the last entry whose ``key_field`` is <= key, or -1."""
@@ -165,6 +169,7 @@ class SparseIndex:
             start, end = n * self._entry_size, self._entries * self._entry_size
             self._mmap[start:end] = bytes(end - start)
         self._entries = n
+        self._last = self._entry(n - 1) if n else None
 
     def reset(self) -> None:
         self.truncate_entries(0)
@@ -197,8 +202,8 @@ class OffsetIndex(SparseIndex):
 
     def append(self, offset: int, position: int) -> None:
         relative = offset - self.base_offset
-        if self._entries:
-            last_relative, last_position = self._entry(self._entries - 1)
+        if self._last is not None:
+            last_relative, last_position = self._last
             if relative <= last_relative or position <= last_position:
                 raise CorruptIndexError(
                     f"{self.path}: entry ({offset}, {position}) does not follow "
@@ -263,8 +268,8 @@ class TimeIndex(SparseIndex):
     def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> None:
         """Add an entry when ``timestamp`` is larger than the last one (and offset not smaller)."""
         relative = offset - self.base_offset
-        if self._entries:
-            last_ts, last_relative = self._entry(self._entries - 1)
+        if self._last is not None:
+            last_ts, last_relative = self._last
             if timestamp <= last_ts:
                 return
             if relative < last_relative:

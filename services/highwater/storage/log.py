@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from highwater.config.topic import LogConfig
 from highwater.errors import (
@@ -48,15 +49,15 @@ from highwater.storage.producer_state import (
 )
 from highwater.storage.records.header import (
     BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
     BatchHeader,
-    TimestampType,
     check_batch,
-    set_base_offset,
     set_log_append_time,
-    set_partition_leader_epoch,
+    stamped_header,
 )
 from highwater.storage.retention import RetentionReason, SegmentSummary, deletable_segments
-from highwater.storage.segment import DELETED_SUFFIX, LogSegment, SegmentRead
+from highwater.storage.segment import DELETED_SUFFIX, INT32_MAX, LogSegment, SegmentRead
 from highwater.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,7 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
+class AppendInfo(NamedTuple):
     """What an append did: the offsets it assigned and the timestamps it kept."""
 
     first_offset: int
@@ -133,6 +133,8 @@ class PartitionLog:
         self.clock = clock
         self.high_watermark = log_start_offset
         self._log_end_offset = segments[-1].next_offset
+        self._latest_epoch = -1
+        self._refresh_latest_epoch()
         self._flush_lock = threading.Lock()
         self._last_flush_ms = clock()
         self._roll_flush_offset = recovery_point
@@ -166,6 +168,10 @@ class PartitionLog:
         """Index of the segment whose base offset is the largest at or below ``offset``."""
         return max(0, bisect.bisect_right(self._base_offsets, offset) - 1)
 
+    def _refresh_latest_epoch(self) -> None:
+        latest = self.leader_epoch_cache.latest_epoch
+        self._latest_epoch = -1 if latest is None else latest
+
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to [log start offset, log end offset]."""
         self.high_watermark = min(max(offset, self.log_start_offset), self._log_end_offset)
@@ -198,43 +204,38 @@ class PartitionLog:
             self._check_keys(view, batches)
         next_offset = self._log_end_offset
         stamped: list[tuple[int, BatchHeader]] = []
+        tracked = False
         for position, header in batches:
-            count = header.last_offset_delta + 1
+            count = header[6] + 1  # last_offset_delta + 1
             if header.records_count != count:
                 raise InvalidRecordError(
                     f"{self.topic_partition}: batch declares {header.records_count} records but "
                     f"its offsets span {count}"
                 )
-            assigned = header._replace(base_offset=next_offset, partition_leader_epoch=leader_epoch)
             if log_append_time >= 0:
-                assigned = assigned._replace(
-                    attributes=header.attributes | 0x08, max_timestamp=log_append_time
+                assigned = header._replace(
+                    base_offset=next_offset,
+                    partition_leader_epoch=leader_epoch,
+                    attributes=header.attributes | TIMESTAMP_TYPE_MASK,
+                    max_timestamp=log_append_time,
                 )
+            else:
+                assigned = BatchHeader(next_offset, header[1], leader_epoch, *header[3:])
+            tracked = tracked or assigned.producer_id >= 0
             stamped.append((position, assigned))
-            next_offset = assigned.next_offset
-        try:
-            self.producer_state.check_appends((h for _, h in stamped), origin)
-        except DuplicateBatchError as duplicate:
-            if len(stamped) == 1:
-                return self._duplicate_info(duplicate)
-            raise
+            next_offset += count
+        if tracked:
+            try:
+                self.producer_state.check_appends([h for _, h in stamped], origin)
+            except DuplicateBatchError as duplicate:
+                if len(stamped) == 1:
+                    return self._duplicate_info(duplicate)
+                raise
+        if leader_epoch >= 0 and leader_epoch > self._latest_epoch:
+            self.leader_epoch_cache.assign(leader_epoch, self._log_end_offset)
+            self._latest_epoch = leader_epoch
         pieces = self._stamped_pieces(view, stamped, log_append_time)
-        total = sum(h.size for _, h in stamped)
-        info = self._write(pieces, stamped, total)
-        if leader_epoch >= 0:
-            latest = self.leader_epoch_cache.latest_epoch
-            if latest is None or leader_epoch > latest:
-                self.leader_epoch_cache.assign(leader_epoch, info.first_offset)
-        return AppendInfo(
-            first_offset=info.first_offset,
-            last_offset=info.last_offset,
-            max_timestamp=info.max_timestamp,
-            offset_of_max_timestamp=info.offset_of_max_timestamp,
-            log_append_time=log_append_time,
-            log_start_offset=self.log_start_offset,
-            records_count=info.records_count,
-            valid_bytes=info.valid_bytes,
-        )
+        return self._write(pieces, stamped, log_append_time)
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo | None:
         """Append batches fetched from the leader, offsets and epochs as they are."""
@@ -250,13 +251,12 @@ class PartitionLog:
                     f"continue the log, whose end offset is {expected}"
                 )
             expected = header.next_offset
-        cache = self.leader_epoch_cache
         for _, header in batches:
             epoch = header.partition_leader_epoch
-            latest = cache.latest_epoch
-            if epoch >= 0 and (latest is None or epoch > latest):
-                cache.assign(epoch, header.base_offset)
-        return self._write([view], batches, len(view), origin=AppendOrigin.REPLICATION)
+            if epoch >= 0 and epoch > self._latest_epoch:
+                self.leader_epoch_cache.assign(epoch, header.base_offset)
+                self._latest_epoch = epoch
+        return self._write([view], batches, -1)
 
     def _validate(
         self, view: memoryview, max_batch_size: int | None
@@ -268,18 +268,19 @@ class PartitionLog:
             raise InvalidRecordError(f"{self.topic_partition}: no record batch to append")
         while position < end:
             header = check_batch(view, position)
-            if max_batch_size is not None and header.size > max_batch_size:
+            size = header[1] + LOG_OVERHEAD
+            if max_batch_size is not None and size > max_batch_size:
                 raise RecordTooLargeError(
-                    f"{self.topic_partition}: batch of {header.size} bytes exceeds "
+                    f"{self.topic_partition}: batch of {size} bytes exceeds "
                     f"max.message.bytes={max_batch_size}"
                 )
-            if header.size > segment_bytes:
+            if size > segment_bytes:
                 raise RecordTooLargeError(
-                    f"{self.topic_partition}: batch of {header.size} bytes exceeds "
+                    f"{self.topic_partition}: batch of {size} bytes exceeds "
                     f"segment.bytes={segment_bytes}"
                 )
             batches.append((position, header))
-            position += header.size
+            position += size
         return batches
 
     def _check_timestamps(self, batches: list[tuple[int, BatchHeader]], now: int) -> None:
@@ -288,7 +289,7 @@ class PartitionLog:
             self.config.message_timestamp_after_max_ms,
         )
         for _, header in batches:
-            if header.timestamp_type != TimestampType.CREATE_TIME:
+            if header.attributes & TIMESTAMP_TYPE_MASK:
                 raise InvalidTimestampError(
                     f"{self.topic_partition}: a producer batch must carry CreateTime"
                 )
@@ -319,10 +320,8 @@ class PartitionLog:
     ) -> list[bytes | bytearray | memoryview]:
         pieces: list[bytes | bytearray | memoryview] = []
         for position, header in stamped:
-            head = bytearray(view[position : position + BATCH_HEADER_SIZE])
-            set_base_offset(head, 0, header.base_offset)
-            set_partition_leader_epoch(head, 0, header.partition_leader_epoch)
-            body = view[position + BATCH_HEADER_SIZE : position + header.size]
+            head = stamped_header(view, position, header.base_offset, header.partition_leader_epoch)
+            body = view[position + BATCH_HEADER_SIZE : position + header[1] + LOG_OVERHEAD]
             if log_append_time >= 0:
                 whole = bytearray(head) + body
                 set_log_append_time(whole, 0, log_append_time)
@@ -351,48 +350,52 @@ class PartitionLog:
         self,
         pieces: list[bytes | bytearray | memoryview],
         batches: list[tuple[int, BatchHeader]],
-        total: int,
-        *,
-        origin: AppendOrigin = AppendOrigin.CLIENT,
+        log_append_time: int,
     ) -> AppendInfo:
+        """Write validated batches (given as pieces of bytes) to the active segment."""
         first, last = batches[0][1], batches[-1][1]
-        segment = self._maybe_roll(total, first, last)
-        # Positions of the batches within the concatenation of the pieces.
-        positioned: list[tuple[int, BatchHeader]] = []
-        position = 0
+        total = 0
         max_timestamp, offset_of_max = -1, first.base_offset
         records = 0
+        positioned: list[tuple[int, BatchHeader]] = []
+        update = self.producer_state.update
         for _, header in batches:
-            positioned.append((position, header))
-            position += header.size
+            positioned.append((total, header))
+            total += header.batch_length + LOG_OVERHEAD
             records += header.records_count
             if header.max_timestamp > max_timestamp:
-                max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
+                max_timestamp, offset_of_max = header.max_timestamp, header.base_offset + header[6]
+        segment = self._segments[-1]
+        if self._should_roll(segment, total, last):
+            segment = self.roll(first.base_offset)
         segment.append_pieces(pieces, positioned, total)
-        self._log_end_offset = last.next_offset
-        update = self.producer_state.update
+        self._log_end_offset = last.base_offset + last[6] + 1
         for _, header in positioned:
-            update(header, origin)
+            if header.producer_id >= 0:
+                update(header, AppendOrigin.CLIENT)
         return AppendInfo(
-            first_offset=first.base_offset,
-            last_offset=last.last_offset,
-            max_timestamp=max_timestamp,
-            offset_of_max_timestamp=offset_of_max,
-            log_append_time=-1,
-            log_start_offset=self.log_start_offset,
-            records_count=records,
-            valid_bytes=total,
+            first.base_offset,
+            last.base_offset + last[6],
+            max_timestamp,
+            offset_of_max,
+            log_append_time,
+            self.log_start_offset,
+            records,
+            total,
         )
 
     # -- rolling ----------------------------------------------------------------------
 
-    def _should_roll(
-        self, segment: LogSegment, incoming: int, first: BatchHeader, last: BatchHeader
-    ) -> bool:
-        if segment.size == 0:
-            return not segment.can_convert_to_relative_offset(last.last_offset)
+    def _should_roll(self, segment: LogSegment, incoming: int, last: BatchHeader) -> bool:
+        """Kafka's roll rules, checked before an append of ``incoming`` bytes."""
+        relative = last[0] + last[6] - segment.base_offset
+        if not 0 <= relative <= INT32_MAX:
+            return True
+        size = segment.size
+        if size == 0:
+            return False
         config = self.config
-        if segment.size > config.segment_bytes - incoming:
+        if size > config.segment_bytes - incoming:
             return True
         first_ts = segment.first_batch_timestamp
         if (
@@ -400,15 +403,7 @@ class PartitionLog:
             and last.max_timestamp - first_ts > config.segment_ms - config.segment_jitter_ms
         ):
             return True
-        if segment.index_full:
-            return True
-        return not segment.can_convert_to_relative_offset(last.last_offset)
-
-    def _maybe_roll(self, incoming: int, first: BatchHeader, last: BatchHeader) -> LogSegment:
-        segment = self._segments[-1]
-        if self._should_roll(segment, incoming, first, last):
-            return self.roll(first.base_offset)
-        return segment
+        return segment.index_full
 
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Close the active segment to appends and start a new one at the log end offset."""
@@ -433,6 +428,7 @@ class PartitionLog:
         )
         self._segments.append(segment)
         self._base_offsets.append(new_base)
+        self.producer_state.advance_map_end_offset(self._log_end_offset)
         self.producer_state.take_snapshot()
         self._roll_flush_offset = max(self._roll_flush_offset, new_base)
         log.debug("%s: rolled new segment at offset %d", self.topic_partition, new_base)
@@ -544,6 +540,7 @@ class PartitionLog:
             self.truncate_fully_and_start_at(self.log_start_offset)
             return True
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
+        self._refresh_latest_epoch()
         self._reload_producer_state()
         return True
 
@@ -567,6 +564,7 @@ class PartitionLog:
             self._roll_flush_offset = offset
             self.high_watermark = offset
         self.leader_epoch_cache.clear()
+        self._refresh_latest_epoch()
         self.producer_state.truncate_and_reload(offset, offset)
 
     def _reload_producer_state(self) -> None:
@@ -574,7 +572,9 @@ class PartitionLog:
             self.log_start_offset, self._log_end_offset
         )
         for _, _, header in self.iter_batches(max(replay_from, self.log_start_offset)):
-            self.producer_state.update(header, AppendOrigin.REPLICATION)
+            if header.producer_id >= 0:
+                self.producer_state.update(header, AppendOrigin.REPLICATION)
+        self.producer_state.advance_map_end_offset(self._log_end_offset)
 
     def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
         """DeleteRecords: move the log start offset up to ``new_log_start_offset``.
@@ -723,6 +723,7 @@ class PartitionLog:
         if self._closed:
             return
         self.flush()
+        self.producer_state.advance_map_end_offset(self._log_end_offset)
         self.producer_state.take_snapshot()
         with self._flush_lock:
             for segment in self._segments:

@@ -35,6 +35,7 @@ from highwater.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
+    INT32_MAX,
     LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
@@ -112,7 +113,9 @@ def load_partition_log(
     )
     replay_from = producer_state.load(log_start_offset, log_end_offset)
     for _, _, header in partition_log.iter_batches(max(replay_from, log_start_offset)):
-        producer_state.update(header, AppendOrigin.REPLICATION)
+        if header.producer_id >= 0:
+            producer_state.update(header, AppendOrigin.REPLICATION)
+    producer_state.advance_map_end_offset(log_end_offset)
     partition_log.update_high_watermark(high_watermark)
     return partition_log
 
@@ -176,7 +179,7 @@ def _complete_swap(directory: Path, base: int, config: LogConfig) -> None:
     try:
         # The swap segment was flushed before it was renamed: any invalid batch in it is
         # damage, not a torn write, and the segments it replaces must stay.
-        swap.recover(max_batch_size=config.segment_bytes, protect_below=2**63 - 1)
+        swap.recover(max_batch_size=INT32_MAX, protect_below=2**63 - 1)
     except BaseException:
         swap.close()
         raise

@@ -26,6 +26,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from highwater.config.topic import LogConfig
 from highwater.errors import KafkaStorageError, StrayFileError
@@ -41,6 +42,9 @@ from highwater.storage.checkpoint import (
 from highwater.storage.log import PartitionLog, wall_clock_ms
 from highwater.storage.log_loader import load_partition_log
 from highwater.storage.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    from highwater.storage.cleaner import LogCleaner
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +119,7 @@ class LogManager:
         }
         self.cleaner_checkpoint = OffsetCheckpointFile(self.data_dir / CLEANER_OFFSET_CHECKPOINT)
         self.had_clean_shutdown = False
+        self._cleaner: LogCleaner | None = None
 
     # -- start and stop -----------------------------------------------------------------
 
@@ -358,4 +363,6 @@ class LogManager:
     async def _clean(self) -> None:
         from highwater.storage.cleaner import LogCleaner
 
-        await LogCleaner(self).clean_once_async()
+        if self._cleaner is None:
+            self._cleaner = LogCleaner(self)
+        await self._cleaner.clean_once_async()

@@ -493,6 +493,14 @@ class ProducerStateManager:
         self._map_end_offset = max(self._map_end_offset, new_log_start_offset)
         self.delete_snapshots_below(new_log_start_offset)
 
+    def advance_map_end_offset(self, offset: int) -> None:
+        """Record that the log now ends at ``offset`` through batches without a producer id.
+
+        The log calls :meth:`update` only for batches of idempotent producers, and this
+        before a snapshot, so that a snapshot is named after the log end it reflects.
+        """
+        self._map_end_offset = max(self._map_end_offset, offset)
+
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """The whole log was replaced (a follower far behind): drop all state and snapshots."""
         self._producers.clear()

@@ -52,18 +52,30 @@ _SCAN_CHUNK = 16 * 1024
 
 def _write_fully(fd: int, pieces: list[bytes | bytearray | memoryview], total: int) -> None:
     """writev ``pieces`` to ``fd``, continuing after short writes."""
-    views = [memoryview(p) for p in pieces]
-    remaining = total
+    if len(pieces) <= _IOV_MAX:
+        written = os.writev(fd, pieces)
+        if written == total:
+            return
+        views = [memoryview(p) for p in pieces]
+        remaining = total - written
+        _drop_written(views, written)
+    else:
+        views = [memoryview(p) for p in pieces]
+        remaining = total
     while remaining:
         written = os.writev(fd, views[:_IOV_MAX])
         remaining -= written
-        while written and views:
-            if written >= len(views[0]):
-                written -= len(views[0])
-                views.pop(0)
-            else:
-                views[0] = views[0][written:]
-                written = 0
+        _drop_written(views, written)
+
+
+def _drop_written(views: list[memoryview], written: int) -> None:
+    while written and views:
+        if written >= len(views[0]):
+            written -= len(views[0])
+            views.pop(0)
+        else:
+            views[0] = views[0][written:]
+            written = 0
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -214,19 +226,23 @@ class LogSegment:
         start = self._size
         _write_fully(self._fd, pieces, total)
         interval = self.index_interval_bytes
+        since = self._bytes_since_last_index_entry
         for relative_position, header in batches:
+            last_offset = header[0] + header[6]
             if header.max_timestamp > self._max_timestamp:
                 self._max_timestamp = header.max_timestamp
-                self._offset_of_max_timestamp = header.last_offset
-            if self._bytes_since_last_index_entry > interval:
-                self.offset_index.append(header.last_offset, start + relative_position)
+                self._offset_of_max_timestamp = last_offset
+            if since > interval:
+                self.offset_index.append(last_offset, start + relative_position)
                 self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
-                self._bytes_since_last_index_entry = 0
-            self._bytes_since_last_index_entry += header.size
+                since = 0
+            since += header[1] + LOG_OVERHEAD
+        self._bytes_since_last_index_entry = since
         if self._first_batch_timestamp is None and start == 0:
             self._first_batch_timestamp = batches[0][1].max_timestamp
         self._size = start + total
-        self._next_offset = batches[-1][1].next_offset
+        last = batches[-1][1]
+        self._next_offset = last[0] + last[6] + 1
 
     # -- reading ----------------------------------------------------------------------
 

@@ -61,6 +61,7 @@ _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")
+_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
 
 
 class Compression(enum.IntEnum):
@@ -192,35 +193,35 @@ def check_batch(buf: ReadableBuffer, pos: int = 0, *, verify_crc: bool = True) -
             f"truncated batch: {available} bytes, a header needs {BATCH_HEADER_SIZE}"
         )
     header = BatchHeader._make(HEADER_STRUCT.unpack_from(buf, pos))
-    if header.magic != MAGIC:
+    base_offset, batch_length, _, magic, crc, attributes, last_offset_delta = header[:7]
+    if magic != MAGIC:
         raise UnsupportedForMessageFormatError(
-            f"batch at offset {header.base_offset}: magic {header.magic}, only magic 2 is supported"
+            f"batch at offset {base_offset}: magic {magic}, only magic 2 is supported"
         )
-    if header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+    if batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
         raise CorruptRecordError(
-            f"batch at offset {header.base_offset}: length {header.batch_length} is smaller "
-            f"than a header"
+            f"batch at offset {base_offset}: length {batch_length} is smaller than a header"
         )
-    if header.size > available:
+    size = batch_length + LOG_OVERHEAD
+    if size > available:
         raise CorruptRecordError(
-            f"batch at offset {header.base_offset}: truncated, length {header.batch_length} "
+            f"batch at offset {base_offset}: truncated, length {batch_length} "
             f"but only {available - LOG_OVERHEAD} bytes follow"
         )
-    if header.last_offset_delta < 0 or header.records_count < 0:
+    if last_offset_delta < 0 or header[12] < 0:
         raise CorruptRecordError(
-            f"batch at offset {header.base_offset}: negative last offset delta or record count"
+            f"batch at offset {base_offset}: negative last offset delta or record count"
         )
-    if header.attributes & COMPRESSION_MASK > Compression.ZSTD:
+    if attributes & COMPRESSION_MASK > Compression.ZSTD:
         raise CorruptRecordError(
-            f"batch at offset {header.base_offset}: unknown compression codec "
-            f"{header.attributes & COMPRESSION_MASK}"
+            f"batch at offset {base_offset}: unknown compression codec "
+            f"{attributes & COMPRESSION_MASK}"
         )
     if verify_crc:
-        view = memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + header.size]
-        actual = crc32c(view)
-        if actual != header.crc:
+        actual = crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
+        if actual != crc:
             raise CorruptRecordError(
-                f"batch at offset {header.base_offset}: CRC mismatch, stored {header.crc:#010x}, "
+                f"batch at offset {base_offset}: CRC mismatch, stored {crc:#010x}, "
                 f"computed {actual:#010x}"
             )
     return header
@@ -234,6 +235,16 @@ def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> 
 def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
     """Stamp the partition leader epoch of the batch at ``pos`` (outside the CRC)."""
     _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def stamped_header(
+    buf: ReadableBuffer, pos: int, base_offset: int, partition_leader_epoch: int
+) -> bytes:
+    """A copy of the 61-byte header at ``pos`` with a new base offset and leader epoch."""
+    length = _INT32.unpack_from(buf, pos + LENGTH_OFFSET)[0]
+    return _OFFSET_LENGTH_EPOCH.pack(base_offset, length, partition_leader_epoch) + bytes(
+        memoryview(buf)[pos + MAGIC_OFFSET : pos + BATCH_HEADER_SIZE]
+    )
 
 
 def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp: int) -> None:
