@@ -1,4 +1,4 @@
-"""Generates the Python stubs for protos/highwater/v1 into services/highwater/v1 (or checks them)."""
+"""Generates the Python stubs for protos/highwater/v1 into services/highwater/v1, or checks them."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
 
 
 def _generate(out_root: Path) -> None:
-    protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / PACKAGE_DIR).glob("*.proto"))
+    protos = sorted(
+        str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / PACKAGE_DIR).glob("*.proto")
+    )
     if not protos:
         sys.exit("no .proto files under protos/highwater/v1")
     bin_dir = Path(sys.executable).parent
@@ -36,7 +38,9 @@ def _generate(out_root: Path) -> None:
     ]
     subprocess.run(cmd, check=True, cwd=ROOT, env=env)
     package = out_root / PACKAGE_DIR
-    (package / "__init__.py").write_text('"""Generated protobuf and gRPC stubs for highwater.v1."""\n')
+    (package / "__init__.py").write_text(
+        '"""Generated protobuf and gRPC stubs for highwater.v1."""\n'
+    )
 
 
 def _generated_files(directory: Path) -> set[str]:
@@ -45,7 +49,9 @@ def _generated_files(directory: Path) -> set[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help="fail if the committed stubs are stale")
+    parser.add_argument(
+        "--check", action="store_true", help="fail if the committed stubs are stale"
+    )
     args = parser.parse_args()
     target = OUT_ROOT / PACKAGE_DIR
     if not args.check:
@@ -60,7 +66,9 @@ def main() -> int:
         fresh, committed = _generated_files(fresh_dir), _generated_files(target)
         stale = sorted(fresh ^ committed)
         stale += sorted(
-            n for n in fresh & committed if not filecmp.cmp(fresh_dir / n, target / n, shallow=False)
+            n
+            for n in fresh & committed
+            if not filecmp.cmp(fresh_dir / n, target / n, shallow=False)
         )
         if stale:
             print("stale generated protobuf code (run `make protos`): " + ", ".join(stale))
