@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from highwater.config.topic import LogConfig
+from highwater.storage.log import PartitionLog
 from highwater.storage.log_manager import LogManager
 from highwater.storage.producer_state import ProducerStateManager, snapshot_file_name
 from highwater.storage.records import Compression, SimpleRecord, build_batch
@@ -44,7 +45,7 @@ PRODUCER_EPOCH = 0
 ROLL_KILL_MODES = (
     "old-segment-closed",  # the full segment is closed to appends, no new segment yet
     "new-segment-created",  # the new, empty segment exists; no producer snapshot yet
-    "snapshot-half-written",  # the producer snapshot's temporary file is half written
+    "snapshot-half-written",  # the roll's producer snapshot half written by the next flush
     "roll-finished",  # roll done, nothing appended to the new segment yet
 )
 
@@ -104,22 +105,33 @@ def _install_roll_kill(mode: str) -> None:
 
         LogSegment.on_become_inactive = on_become_inactive  # type: ignore[method-assign]
         return
-    take_snapshot = ProducerStateManager.take_snapshot
+    if mode == "new-segment-created":
+        prepare_snapshot = ProducerStateManager.prepare_snapshot
 
-    def patched(self: ProducerStateManager) -> Any:
-        if mode == "new-segment-created":
+        def prepare_then_die(self: ProducerStateManager) -> tuple[int, bytes]:
             _kill_self()
-        if mode == "snapshot-half-written":
+            return prepare_snapshot(self)
+
+        ProducerStateManager.prepare_snapshot = prepare_then_die  # type: ignore[method-assign]
+        return
+    if mode == "snapshot-half-written":
+        # The roll's producer snapshot is written by the next flush, in a worker thread.
+        def write_half(self: ProducerStateManager, offset: int, data: bytes) -> Any:
             assert self.directory is not None
-            tmp = self.directory / (snapshot_file_name(self.map_end_offset) + ".tmp")
+            tmp = self.directory / (snapshot_file_name(offset) + ".tmp")
             with open(tmp, "wb") as f:
-                f.write(b"\x00\x01half a snapshot")
+                f.write(data[: len(data) // 2])
             _kill_self()
-        result = take_snapshot(self)
-        _kill_self()
-        return result
 
-    ProducerStateManager.take_snapshot = patched  # type: ignore[method-assign]
+        ProducerStateManager.write_snapshot = write_half  # type: ignore[method-assign]
+        return
+    roll = PartitionLog.roll
+
+    def roll_then_die(self: PartitionLog, expected_next_offset: int | None = None) -> Any:
+        roll(self, expected_next_offset)
+        _kill_self()
+
+    PartitionLog.roll = roll_then_die  # type: ignore[method-assign]
 
 
 def _flushed_file_writer(path: Path) -> Callable[[int], None]:

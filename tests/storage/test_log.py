@@ -355,3 +355,55 @@ def test_records_decode_with_their_values(tmp_path: Path) -> None:
     batch = RecordBatch(log.read(0, 100).records)
     assert batch.records_count == 2
     log.close()
+
+
+def test_roll_snapshot_and_epoch_checkpoint_are_written_by_flush(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    log = open_log(directory, **{"segment.bytes": 400})
+    pid_batch = make_batch(values(1), producer_id=9, producer_epoch=0, base_sequence=0)
+    log.append_as_leader(pid_batch, leader_epoch=3)
+    log.roll()
+    # Nothing was fsynced on the appending thread: the roll's snapshot and the new epoch
+    # wait for the flush.
+    assert not list(directory.glob("*.snapshot"))
+    assert not (directory / "leader-epoch-checkpoint").exists()
+    log.flush()
+    assert [p.name for p in directory.glob("*.snapshot")] == ["00000000000000000001.snapshot"]
+    assert (directory / "leader-epoch-checkpoint").read_text().splitlines() == ["0", "1", "3 0"]
+    log.close()
+
+
+def test_crash_before_flush_rederives_leader_epochs_from_batches(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    log = open_log(directory)
+    log.append_as_leader(make_batch(values(2)), leader_epoch=1)
+    log.flush()
+    log.append_as_leader(make_batch(values(2)), leader_epoch=4)
+    # Crash: the epoch-4 entry was never checkpointed.
+    for segment in log.segments:
+        segment.close()
+    from highwater.config.topic import LogConfig
+    from highwater.storage.log_loader import load_partition_log
+
+    reopened = load_partition_log(directory, LogConfig(), recovery_point=2)
+    assert reopened.leader_epoch_cache.entries == ((1, 0), (4, 2))
+    assert reopened.latest_epoch_end_offset(1) == (1, 2)
+    reopened.close()
+
+
+async def test_manager_truncation_checkpoints_the_recovery_point(tmp_path: Path) -> None:
+    from highwater.storage.log_manager import LogManager
+    from highwater.storage.topic_partition import TopicPartition
+
+    manager = LogManager(tmp_path)
+    manager.startup()
+    tp = TopicPartition("t", 0)
+    log = manager.get_or_create_log(tp)
+    for _ in range(5):
+        log.append_as_leader(make_batch(values(2)), 0)
+    log.flush()
+    manager.checkpoint_recovery_points()
+    assert "t 0 10" in (tmp_path / "recovery-point-offset-checkpoint").read_text()
+    assert await manager.truncate_to(tp, 4)
+    assert "t 0 4" in (tmp_path / "recovery-point-offset-checkpoint").read_text()
+    manager.shutdown()

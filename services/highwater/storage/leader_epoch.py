@@ -49,10 +49,18 @@ class LeaderEpochCache:
     rewritten on every change; ``None`` keeps the cache in memory only (pure tests,
     simulations). Entries read from the file go through :meth:`assign`, so a file whose
     entries are out of order loads as Kafka would load it.
+
+    With ``write_through=False`` a change only marks the cache dirty and :meth:`flush`
+    writes the file: the partition log does that in its flush, off the event loop, and
+    recovery re-derives the epochs of unflushed batches from their headers.
     """
 
-    def __init__(self, checkpoint: LeaderEpochCheckpointFile | None) -> None:
+    def __init__(
+        self, checkpoint: LeaderEpochCheckpointFile | None, *, write_through: bool = True
+    ) -> None:
         self._checkpoint = checkpoint
+        self._write_through = write_through
+        self._dirty = False
         self._entries: list[EpochEntry] = []
         self._lock = threading.RLock()
         if checkpoint is not None:
@@ -209,5 +217,16 @@ class LeaderEpochCache:
         return True
 
     def _flush(self) -> None:
-        if self._checkpoint is not None:
+        if self._checkpoint is None:
+            return
+        if self._write_through:
             self._checkpoint.write(self._entries)
+        else:
+            self._dirty = True
+
+    def flush(self) -> None:
+        """Write the checkpoint file if the cache changed since it was last written."""
+        with self._lock:
+            if self._dirty and self._checkpoint is not None:
+                self._checkpoint.write(list(self._entries))
+                self._dirty = False

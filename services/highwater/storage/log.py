@@ -139,6 +139,7 @@ class PartitionLog:
         self._last_flush_ms = clock()
         self._roll_flush_offset = recovery_point
         self._pending_deletions: list[PendingDeletion] = []
+        self._pending_snapshots: list[tuple[int, bytes]] = []
         self._closed = False
         self.high_watermark = min(max(self.high_watermark, log_start_offset), self._log_end_offset)
 
@@ -428,8 +429,9 @@ class PartitionLog:
         )
         self._segments.append(segment)
         self._base_offsets.append(new_base)
+        # Producer state as of the new segment's base, written (and fsynced) by the next flush.
         self.producer_state.advance_map_end_offset(self._log_end_offset)
-        self.producer_state.take_snapshot()
+        self._pending_snapshots.append(self.producer_state.prepare_snapshot())
         self._roll_flush_offset = max(self._roll_flush_offset, new_base)
         log.debug("%s: rolled new segment at offset %d", self.topic_partition, new_base)
         return segment
@@ -531,6 +533,9 @@ class PartitionLog:
                 active.make_active()
             self._log_end_offset = active.next_offset
             emptied = self._log_end_offset < self.log_start_offset
+            self._pending_snapshots = [
+                p for p in self._pending_snapshots if p[0] <= self._log_end_offset
+            ]
             self.recovery_point = min(self.recovery_point, self._log_end_offset)
             self._roll_flush_offset = min(self._roll_flush_offset, self._log_end_offset)
             self.high_watermark = min(self.high_watermark, self._log_end_offset)
@@ -558,6 +563,7 @@ class PartitionLog:
             )
             self._segments = [segment]
             self._base_offsets = [offset]
+            self._pending_snapshots = []
             self._log_end_offset = offset
             self.log_start_offset = offset
             self.recovery_point = offset
@@ -712,6 +718,10 @@ class PartitionLog:
             segments = [s for s in self._segments[first:] if s.base_offset < target]
             for segment in segments:
                 segment.flush()
+            self.leader_epoch_cache.flush()
+            snapshots, self._pending_snapshots = self._pending_snapshots, []
+            for offset, data in snapshots:
+                self.producer_state.write_snapshot(offset, data)
             self.recovery_point = max(self.recovery_point, target)
             self._last_flush_ms = self.clock()
             return self.recovery_point

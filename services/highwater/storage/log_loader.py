@@ -31,6 +31,7 @@ from highwater.storage.index import CorruptIndexError
 from highwater.storage.leader_epoch import LeaderEpochCache
 from highwater.storage.log import PartitionLog, wall_clock_ms
 from highwater.storage.producer_state import AppendOrigin, ProducerStateManager
+from highwater.storage.records.header import BatchHeader
 from highwater.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -74,12 +75,15 @@ def load_partition_log(
     if not segments:
         segments = [_new_segment(directory, log_start_offset, config, clock)]
 
+    epoch_cache = LeaderEpochCache(
+        LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT), write_through=False
+    )
     try:
         if had_clean_shutdown:
             for segment in segments:
                 _ensure_indexes(segment, config)
         else:
-            segments = _recover(directory, segments, recovery_point, config)
+            segments = _recover(directory, segments, recovery_point, config, epoch_cache)
     except BaseException:
         for segment in segments:
             segment.close()
@@ -95,7 +99,6 @@ def load_partition_log(
     if had_clean_shutdown:
         recovery_point = log_end_offset
 
-    epoch_cache = LeaderEpochCache(LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT))
     epoch_cache.truncate_from_end(log_end_offset)
     epoch_cache.truncate_from_start(log_start_offset)
 
@@ -243,9 +246,24 @@ def _ensure_indexes(segment: LogSegment, config: LogConfig) -> None:
 
 
 def _recover(
-    directory: Path, segments: list[LogSegment], recovery_point: int, config: LogConfig
+    directory: Path,
+    segments: list[LogSegment],
+    recovery_point: int,
+    config: LogConfig,
+    epoch_cache: LeaderEpochCache,
 ) -> list[LogSegment]:
-    """Crash recovery: re-validate from the recovery point, cut the torn tail."""
+    """Crash recovery: re-validate from the recovery point, cut the torn tail.
+
+    The leader epochs of the re-validated batches are put back in the epoch cache: its
+    checkpoint is written with the log's flushes, so it may lag the unflushed tail.
+    """
+
+    def assign_epoch(header: BatchHeader) -> None:
+        epoch = header.partition_leader_epoch
+        latest = epoch_cache.latest_epoch
+        if epoch >= 0 and (latest is None or epoch > latest):
+            epoch_cache.assign(epoch, header.base_offset)
+
     first_unflushed = 0
     for i, segment in enumerate(segments):
         if segment.base_offset <= recovery_point:
@@ -254,9 +272,13 @@ def _recover(
         _ensure_indexes(segment, config)
     for i in range(first_unflushed, len(segments)):
         segment = segments[i]
+        if i == first_unflushed:
+            # Entries past what survives are re-derived from the batches below.
+            epoch_cache.truncate_from_end(segment.base_offset)
         truncated = segment.recover(
             max_batch_size=max(config.max_message_bytes, config.segment_bytes),
             protect_below=recovery_point,
+            on_batch=assign_epoch,
         )
         if not truncated:
             continue

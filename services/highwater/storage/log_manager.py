@@ -255,6 +255,19 @@ class LogManager:
         self._logs[tp] = partition_log
         return partition_log
 
+    async def truncate_to(self, tp: TopicPartition, offset: int) -> bool:
+        """Truncate a replica's log, then make its lowered recovery point durable.
+
+        The recovery-point checkpoint on disk must not stay above the truncation: records
+        appended after it would be trusted, unchecked, after a crash. The checkpoint is
+        written off the event loop, and the caller appends again only once this returns.
+        """
+        partition_log = self._logs[tp]
+        truncated = partition_log.truncate_to(offset)
+        if truncated:
+            await asyncio.to_thread(self.checkpoint_recovery_points)
+        return truncated
+
     def delete_log(self, tp: TopicPartition) -> bool:
         partition_log = self._logs.pop(tp, None)
         if partition_log is None:

@@ -509,6 +509,18 @@ class ProducerStateManager:
 
     # --- Snapshots -----------------------------------------------------------------------
 
+    def prepare_snapshot(self) -> tuple[int, bytes]:
+        """The snapshot of the state now, as (offset, file contents), to write later."""
+        return self._map_end_offset, encode_snapshot(self._map_end_offset, self._producers.values())
+
+    def write_snapshot(self, offset: int, data: bytes) -> Path | None:
+        """Write a snapshot made by :meth:`prepare_snapshot` (in a worker thread, say)."""
+        if self.directory is None:
+            return None
+        path = self.directory / snapshot_file_name(offset)
+        write_atomically(path, data)
+        return path
+
     def take_snapshot(self) -> Path | None:
         """Write the state at :attr:`map_end_offset` to its snapshot file, atomically.
 

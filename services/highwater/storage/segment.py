@@ -269,11 +269,29 @@ class LogSegment:
         return header
 
     def iter_headers(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
-        """Batch headers from ``position`` to the end, as (position, header)."""
-        while position < self._size:
-            header = self._header_at(position)
-            yield position, header
-            position += header.size
+        """Batch headers from ``position`` to the end, as (position, header).
+
+        The file is read in chunks, so a scan costs one read per chunk, not per batch.
+        """
+        size = self._size
+        while position < size:
+            chunk = os.pread(self._fd, min(_SCAN_CHUNK, size - position), position)
+            pos, end = 0, len(chunk)
+            while pos + BATCH_HEADER_SIZE <= end:
+                header = BatchHeader._make(HEADER_STRUCT.unpack_from(chunk, pos))
+                if (
+                    header[3] != MAGIC
+                    or header[1] < BATCH_HEADER_SIZE - LOG_OVERHEAD
+                    or position + pos + header[1] + LOG_OVERHEAD > size
+                    or header[6] < 0
+                    or header[0] < self.base_offset
+                ):
+                    self._header_at(position + pos)  # raises CorruptSegmentError, with detail
+                yield position + pos, header
+                pos += header[1] + LOG_OVERHEAD
+            if pos == 0:
+                self._header_at(position)  # less than a header left: raises
+            position += pos
 
     def translate_offset(
         self, offset: int, starting_position: int = 0
