@@ -78,12 +78,18 @@ def load_partition_log(
     epoch_cache = LeaderEpochCache(
         LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT), write_through=False
     )
+    # Recovery re-reads the unflushed tail anyway: it hands over the idempotent batches it
+    # saw there, so producer state is not rebuilt by reading those segments a second time.
+    recovered_from: int | None = None
+    producer_batches: list[BatchHeader] = []
     try:
         if had_clean_shutdown:
             for segment in segments:
                 _ensure_indexes(segment, config)
         else:
-            segments = _recover(directory, segments, recovery_point, config, epoch_cache)
+            segments, recovered_from, producer_batches = _recover(
+                directory, segments, recovery_point, config, epoch_cache
+            )
     except BaseException:
         for segment in segments:
             segment.close()
@@ -114,9 +120,16 @@ def load_partition_log(
         producer_state=producer_state,
         clock=clock,
     )
-    replay_from = producer_state.load(log_start_offset, log_end_offset)
-    for _, _, header in partition_log.iter_batches(max(replay_from, log_start_offset)):
-        if header.producer_id >= 0:
+    replay_from = max(producer_state.load(log_start_offset, log_end_offset), log_start_offset)
+    scan_until = log_end_offset if recovered_from is None else recovered_from
+    if replay_from < scan_until:
+        for _, _, header in partition_log.iter_batches(replay_from):
+            if header.base_offset >= scan_until:
+                break
+            if header.producer_id >= 0:
+                producer_state.update(header, AppendOrigin.REPLICATION)
+    for header in producer_batches:
+        if header.base_offset >= replay_from:
             producer_state.update(header, AppendOrigin.REPLICATION)
     producer_state.advance_map_end_offset(log_end_offset)
     partition_log.update_high_watermark(high_watermark)
@@ -251,18 +264,28 @@ def _recover(
     recovery_point: int,
     config: LogConfig,
     epoch_cache: LeaderEpochCache,
-) -> list[LogSegment]:
+) -> tuple[list[LogSegment], int, list[BatchHeader]]:
     """Crash recovery: re-validate from the recovery point, cut the torn tail.
 
     The leader epochs of the re-validated batches are put back in the epoch cache: its
     checkpoint is written with the log's flushes, so it may lag the unflushed tail.
+    Returns the segments kept, the base offset re-validation started at, and the headers
+    of the idempotent producers' batches it found from there on.
     """
+    producer_batches: list[BatchHeader] = []
 
-    def assign_epoch(header: BatchHeader) -> None:
-        epoch = header.partition_leader_epoch
-        latest = epoch_cache.latest_epoch
-        if epoch >= 0 and (latest is None or epoch > latest):
-            epoch_cache.assign(epoch, header.base_offset)
+    latest = -1
+
+    def on_recovered_batch(header: BatchHeader) -> None:
+        nonlocal latest
+        epoch = header[2]  # partition leader epoch
+        if epoch > latest:
+            cached = epoch_cache.latest_epoch
+            if cached is None or epoch > cached:
+                epoch_cache.assign(epoch, header.base_offset)
+            latest = epoch
+        if header[9] >= 0:  # producer id
+            producer_batches.append(header)
 
     first_unflushed = 0
     for i, segment in enumerate(segments):
@@ -278,7 +301,7 @@ def _recover(
         truncated = segment.recover(
             max_batch_size=max(config.max_message_bytes, config.segment_bytes),
             protect_below=recovery_point,
-            on_batch=assign_epoch,
+            on_batch=on_recovered_batch,
         )
         if not truncated:
             continue
@@ -296,4 +319,4 @@ def _recover(
         if not segment.active:
             segment.make_active()
         break
-    return segments
+    return segments, segments[first_unflushed].base_offset, producer_batches

@@ -506,31 +506,35 @@ class LogSegment:
         if size:
             with mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) as mm:
                 interval = self.index_interval_bytes
+                max_relative = self.base_offset + INT32_MAX
+                max_timestamp, offset_of_max = -1, self.base_offset
+                since = 0
                 while valid < size:
                     try:
                         header = check_batch(mm, valid, verify_crc=True)
                     except HighwaterError:
                         break
+                    base_offset, batch_size = header[0], header[1] + LOG_OVERHEAD
+                    last_offset = base_offset + header[6]
                     if (
-                        header.base_offset < next_offset
-                        or not self.can_convert_to_relative_offset(header.last_offset)
-                        or header.size > max_batch_size
+                        base_offset < next_offset
+                        or last_offset > max_relative
+                        or batch_size > max_batch_size
                     ):
                         break
-                    if header.max_timestamp > self._max_timestamp:
-                        self._max_timestamp = header.max_timestamp
-                        self._offset_of_max_timestamp = header.last_offset
-                    if self._bytes_since_last_index_entry > interval:
-                        self.offset_index.append(header.last_offset, valid)
-                        self.time_index.maybe_append(
-                            self._max_timestamp, self._offset_of_max_timestamp
-                        )
-                        self._bytes_since_last_index_entry = 0
-                    self._bytes_since_last_index_entry += header.size
+                    if header[8] > max_timestamp:
+                        max_timestamp, offset_of_max = header[8], last_offset
+                    if since > interval:
+                        self.offset_index.append(last_offset, valid)
+                        self.time_index.maybe_append(max_timestamp, offset_of_max)
+                        since = 0
+                    since += batch_size
                     if on_batch is not None:
                         on_batch(header)
-                    next_offset = header.next_offset
-                    valid += header.size
+                    next_offset = last_offset + 1
+                    valid += batch_size
+                self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, offset_of_max
+                self._bytes_since_last_index_entry = since
         truncated = size - valid
         if truncated and next_offset < protect_below:
             raise CorruptSegmentError(

@@ -1,0 +1,164 @@
+"""The Raft protocol's messages as plain values, what the pure core consumes and produces.
+
+They mirror ``protos/highwater/v1/raft.proto`` field for field; the gRPC edge converts.
+Every message names its ``source`` and ``destination`` node ids so that the core, a
+simulated network and the real transport route them the same way. Responses carry the
+error code of the request they answer (``ErrorCode`` values from ``common.proto``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from highwater.v1.common_pb2 import ErrorCode
+
+NO_LEADER = -1
+NONE = ErrorCode.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndEpoch:
+    """The end of a log prefix and the epoch of its last entry (also a snapshot's id)."""
+
+    offset: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    source: int
+    destination: int
+    cluster_id: str
+    candidate_epoch: int
+    last_offset_epoch: int
+    last_offset: int
+    pre_vote: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    source: int
+    destination: int
+    error: int
+    leader_id: int
+    leader_epoch: int
+    vote_granted: bool
+    pre_vote: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BeginQuorumEpochRequest:
+    source: int
+    destination: int
+    cluster_id: str
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BeginQuorumEpochResponse:
+    source: int
+    destination: int
+    error: int
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndQuorumEpochRequest:
+    source: int
+    destination: int
+    cluster_id: str
+    leader_epoch: int
+    preferred_successors: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EndQuorumEpochResponse:
+    source: int
+    destination: int
+    error: int
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    source: int  # the replica fetching: a voter or an observer
+    destination: int
+    cluster_id: str
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    max_wait_ms: int = 500
+    max_bytes: int = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponse:
+    source: int
+    destination: int
+    error: int
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int = -1
+    log_start_offset: int = 0
+    diverging_epoch: OffsetAndEpoch | None = None
+    snapshot_id: OffsetAndEpoch | None = None
+    records: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotRequest:
+    source: int
+    destination: int
+    cluster_id: str
+    current_leader_epoch: int
+    snapshot_id: OffsetAndEpoch
+    position: int
+    max_bytes: int = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotResponse:
+    source: int
+    destination: int
+    error: int
+    leader_id: int
+    leader_epoch: int
+    snapshot_id: OffsetAndEpoch | None = None
+    size: int = 0
+    position: int = 0
+    chunk: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaProgress:
+    """One replica's state as the leader sees it (DescribeQuorum)."""
+
+    replica_id: int
+    log_end_offset: int = -1
+    last_fetch_ms: int = -1
+    last_caught_up_ms: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumDescription:
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: tuple[ReplicaProgress, ...] = field(default_factory=tuple)
+    observers: tuple[ReplicaProgress, ...] = field(default_factory=tuple)
+
+
+RaftMessage = (
+    VoteRequest
+    | VoteResponse
+    | BeginQuorumEpochRequest
+    | BeginQuorumEpochResponse
+    | EndQuorumEpochRequest
+    | EndQuorumEpochResponse
+    | FetchRequest
+    | FetchResponse
+    | FetchSnapshotRequest
+    | FetchSnapshotResponse
+)
