@@ -491,11 +491,10 @@ class _CleaningPass:
         directory = self.log.directory
         for suffix in (".log", ".index", ".timeindex"):
             (directory / file_name(base, suffix + CLEANED_SUFFIX)).unlink(missing_ok=True)
-        cleaned = LogSegment(
+        cleaned = LogSegment.for_config(
             directory,
             base,
-            index_interval_bytes=config.index_interval_bytes,
-            max_index_size=config.segment_index_bytes,
+            config,
             active=True,
             suffix=CLEANED_SUFFIX,
         )

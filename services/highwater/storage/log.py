@@ -419,11 +419,10 @@ class PartitionLog:
             active.delete_files()
         else:
             active.on_become_inactive()
-        segment = LogSegment(
+        segment = LogSegment.for_config(
             self.directory,
             new_base,
-            index_interval_bytes=self.config.index_interval_bytes,
-            max_index_size=self.config.segment_index_bytes,
+            self.config,
             active=True,
             created_ms=self.clock(),
         )
@@ -553,11 +552,10 @@ class PartitionLog:
         """Drop every segment and start an empty log at ``offset`` (a replica far behind)."""
         with self._flush_lock:
             self._schedule_deletion(list(self._segments))
-            segment = LogSegment(
+            segment = LogSegment.for_config(
                 self.directory,
                 offset,
-                index_interval_bytes=self.config.index_interval_bytes,
-                max_index_size=self.config.segment_index_bytes,
+                self.config,
                 active=True,
                 created_ms=self.clock(),
             )

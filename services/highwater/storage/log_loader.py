@@ -184,11 +184,10 @@ def _complete_swap(directory: Path, base: int, config: LogConfig) -> None:
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             (directory / file_name(base, suffix + SWAP_SUFFIX)).unlink(missing_ok=True)
         return
-    swap = LogSegment(
+    swap = LogSegment.for_config(
         directory,
         base,
-        index_interval_bytes=config.index_interval_bytes,
-        max_index_size=config.segment_index_bytes,
+        config,
         active=False,
         suffix=SWAP_SUFFIX,
     )
@@ -216,11 +215,10 @@ def _complete_swap(directory: Path, base: int, config: LogConfig) -> None:
 def _new_segment(
     directory: Path, base: int, config: LogConfig, clock: Callable[[], int]
 ) -> LogSegment:
-    return LogSegment(
+    return LogSegment.for_config(
         directory,
         base,
-        index_interval_bytes=config.index_interval_bytes,
-        max_index_size=config.segment_index_bytes,
+        config,
         active=True,
         created_ms=clock(),
     )
@@ -235,11 +233,10 @@ def _open_segments(directory: Path, config: LogConfig) -> list[LogSegment]:
     segments = []
     for i, base in enumerate(bases):
         segments.append(
-            LogSegment(
+            LogSegment.for_config(
                 directory,
                 base,
-                index_interval_bytes=config.index_interval_bytes,
-                max_index_size=config.segment_index_bytes,
+                config,
                 active=i == len(bases) - 1,
             )
         )

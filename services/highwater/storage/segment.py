@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from highwater.config.topic import LogConfig
 from highwater.errors import CorruptSegmentError, HighwaterError
 from highwater.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from highwater.storage.records.header import (
@@ -131,6 +132,28 @@ class LogSegment:
         self._offset_of_max_timestamp = base_offset
         self._next_offset: int | None = None
         self._first_batch_timestamp: int | None = None
+
+    @classmethod
+    def for_config(
+        cls,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        *,
+        active: bool,
+        suffix: str = "",
+        created_ms: int | None = None,
+    ) -> LogSegment:
+        """Open (or create) a segment with the index settings of a topic's ``config``."""
+        return cls(
+            directory,
+            base_offset,
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_size=config.segment_index_bytes,
+            active=active,
+            suffix=suffix,
+            created_ms=created_ms,
+        )
 
     def _open_indexes(self, max_index_size: int, active: bool) -> None:
         paths = [
