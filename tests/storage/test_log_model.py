@@ -1,4 +1,5 @@
-"""Model-based test: any sequence of log operations agrees with a simple in-memory log."""
+"""Model-based test: any sequence of appends, reads, truncations, rolls, retention and compaction
+agrees with a simple in-memory log."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from pathlib import Path
 import hypothesis.strategies as st
 from highwater.config.topic import LogConfig
 from highwater.errors import OffsetOutOfRangeError
+from highwater.storage.cleaner import LogCleaner
 from highwater.storage.log import PartitionLog
 from highwater.storage.log_loader import load_partition_log
+from highwater.storage.log_manager import LogManager
 from highwater.storage.records import Compression
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -24,8 +27,11 @@ CONFIG = LogConfig.from_properties(
         "retention.bytes": -1,
         "retention.ms": 100_000,
         "file.delete.delay.ms": 0,
+        "cleanup.policy": "compact,delete",
+        "min.cleanable.dirty.ratio": 0.0,
     }
 )
+KEYS = [b"k0", b"k1", b"k2", b"k3", b"k4"]
 
 
 class LogModel(RuleBasedStateMachine):
@@ -37,6 +43,9 @@ class LogModel(RuleBasedStateMachine):
         self.clock = FakeClock()
         self.log = self._open(clean=True)
         self.records: dict[int, bytes] = {}
+        self.keys: dict[int, bytes] = {}
+        (self.root / "cleaner").mkdir()
+        self.cleaner = LogCleaner(LogManager(self.root / "cleaner", clock=self.clock))
         self.batches: list[tuple[int, int]] = []  # (base offset, last offset)
         self.log_start = 0
         self.leo = 0
@@ -60,20 +69,25 @@ class LogModel(RuleBasedStateMachine):
         size=st.integers(0, 120),
         compression=st.sampled_from([Compression.NONE, Compression.LZ4, Compression.GZIP]),
         age=st.integers(0, 5_000),
+        data=st.data(),
     )
-    def append(self, count: int, size: int, compression: Compression, age: int) -> None:
+    def append(
+        self, count: int, size: int, compression: Compression, age: int, data: st.DataObject
+    ) -> None:
         values = []
         for _ in range(count):
             self.counter += 1
             values.append(f"{self.counter}:".encode() + b"v" * size)
+        keys = [data.draw(st.sampled_from(KEYS)) for _ in values]
         info = self.log.append_as_leader(
-            make_batch(values, timestamp=self.clock.now - age, compression=compression),
+            make_batch(values, keys=keys, timestamp=self.clock.now - age, compression=compression),
             leader_epoch=1,
         )
         assert info.first_offset == self.leo
         assert info.last_offset == self.leo + count - 1
-        for i, value in enumerate(values):
+        for i, (key, value) in enumerate(zip(keys, values, strict=True)):
             self.records[self.leo + i] = value
+            self.keys[self.leo + i] = key
         self.batches.append((self.leo, self.leo + count - 1))
         self.leo += count
 
@@ -84,11 +98,16 @@ class LogModel(RuleBasedStateMachine):
         if offset == self.leo:
             assert fetched.records == b""
             return
-        assert fetched.first_offset <= offset < fetched.next_offset
+        assert offset < fetched.next_offset
+        # The first batch holds the offset, or starts after it when compaction removed it.
+        assert fetched.first_offset <= offset or not any(
+            offset <= o < fetched.first_offset for o in self.records
+        )
         got = read_all(self.log, offset)
         assert [(r.offset, r.value) for r in got] == [
             (o, self.records[o]) for o in sorted(self.records) if o >= offset
         ]
+        assert all(r.key == self.keys[r.offset] for r in got)
 
     @rule(data=st.data())
     def read_out_of_range(self, data: st.DataObject) -> None:
@@ -104,17 +123,23 @@ class LogModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def truncate(self, data: st.DataObject) -> None:
         target = data.draw(st.integers(self.log_start, self.leo))
-        self.batches_before_truncate = list(self.batches)
         self.log.truncate_to(target)
-        # Truncation falls on the boundary of the batch that holds the target.
-        keep = [b for b in self.batches if b[1] < target]
-        self.batches = keep
-        boundary = keep[-1][1] + 1 if keep else target
         if target < self.leo:
-            removed = [b for b in self.batches_before_truncate if b[1] >= target]
-            boundary = removed[0][0] if removed else target
-        self.leo = max(boundary, self.log_start) if target < self.leo else self.leo
-        self.records = {o: v for o, v in self.records.items() if o < self.leo}
+            # The batch holding the target goes whole: the new end is that batch's base
+            # offset. Batches never straddle a batch boundary, so every record before the
+            # first batch reaching the target survives; with compaction the end may sit
+            # anywhere in the gap before the next surviving record.
+            cut = min(
+                (b[0] for b in self.batches if b[1] >= target),
+                default=target,
+            )
+            survivors = {o: v for o, v in self.records.items() if o < cut}
+            end = self.log.log_end_offset
+            assert max(survivors, default=self.log_start - 1) < end <= max(target, self.log_start)
+            assert not any(cut <= o < end for o in self.records)
+            self.records = survivors
+            self.leo = end
+        self.batches = [b for b in self.batches if b[1] < self.leo]
         assert self.log.log_end_offset == self.leo
 
     @rule()
@@ -145,6 +170,24 @@ class LogModel(RuleBasedStateMachine):
         self.log_start = after
         self.records = {o: v for o, v in self.records.items() if o >= after}
         self.batches = [b for b in self.batches if b[1] >= after]
+
+    @rule()
+    def compact(self) -> None:
+        """A cleaning pass up to the high watermark: below where it stopped, each key keeps
+        only its latest record; everything else is untouched."""
+        self.log.update_high_watermark(self.leo)
+        stats = self.cleaner.clean_log(self.log)
+        end = stats.end_offset
+        latest: dict[bytes, int] = {}
+        for offset in sorted(self.records):
+            if offset < end:
+                latest[self.keys[offset]] = offset
+        self.records = {
+            o: v for o, v in self.records.items() if o >= end or latest[self.keys[o]] == o
+        }
+        got = read_all(self.log)
+        assert [(r.offset, r.value) for r in got] == sorted(self.records.items())
+        assert all(r.key == self.keys[r.offset] for r in got)
 
     @rule(clean=st.booleans())
     def reopen(self, clean: bool) -> None:

@@ -509,8 +509,10 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> bool:
         """Remove every record at or above ``offset`` (a replica that diverged from its leader).
 
-        Truncation falls on a batch boundary at or below ``offset``. Returns whether anything
-        was removed.
+        Truncation falls on a batch boundary at or below ``offset``: the new log end offset
+        is the base offset of the first batch removed, or ``offset`` itself when it lies in
+        a gap that compaction left (then a new active segment starts there, so that the log
+        end survives a restart). Returns whether anything was removed.
         """
         if offset < 0:
             raise OffsetOutOfRangeError(f"{self.topic_partition}: cannot truncate to {offset}")
@@ -527,10 +529,12 @@ class PartitionLog:
             if doomed:
                 self._schedule_deletion(doomed)
             active = self._segments[-1]
-            active.truncate_to(offset)
+            removed_at = active.truncate_to(offset)
+            if removed_at is None:
+                removed_at = doomed[-1].base_offset if doomed else offset
             if doomed:
                 active.make_active()
-            self._log_end_offset = active.next_offset
+            self._log_end_offset = max(active.next_offset, min(offset, removed_at))
             emptied = self._log_end_offset < self.log_start_offset
             self._pending_snapshots = [
                 p for p in self._pending_snapshots if p[0] <= self._log_end_offset
@@ -543,6 +547,8 @@ class PartitionLog:
             # is left, so the log starts afresh at its start offset.
             self.truncate_fully_and_start_at(self.log_start_offset)
             return True
+        if self._log_end_offset > self._segments[-1].next_offset:
+            self.roll()
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
         self._refresh_latest_epoch()
         self._reload_producer_state()

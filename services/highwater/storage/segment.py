@@ -648,16 +648,16 @@ class LogSegment:
 
     # -- truncation and lifecycle -----------------------------------------------------
 
-    def truncate_to(self, offset: int) -> int:
-        """Remove every batch whose last offset is >= ``offset``; return the bytes removed.
+    def truncate_to(self, offset: int) -> int | None:
+        """Remove every batch whose last offset is >= ``offset``.
 
         Truncation happens at a batch boundary: a batch that straddles ``offset`` goes too.
+        Returns the base offset of the first batch removed, or None when none was.
         """
         found = self.translate_offset(offset)
         if found is None:
-            return 0
+            return None
         position, header = found
-        removed = self._size - position
         self.offset_index.truncate_to(header.base_offset)
         self.time_index.truncate_to(header.base_offset)
         os.ftruncate(self._fd, position)
@@ -666,7 +666,7 @@ class LogSegment:
             self._first_batch_timestamp = None
         self._next_offset = None
         self.load_tail_state()
-        return removed
+        return int(header.base_offset)
 
     def on_become_inactive(self) -> None:
         """Called when the segment rolls: record the final largest timestamp, trim indexes."""
