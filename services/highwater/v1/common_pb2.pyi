@@ -80,8 +80,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     INVALID_RECORD: _ErrorCode.ValueType  # 87
     PRODUCER_FENCED: _ErrorCode.ValueType  # 90
     INCONSISTENT_VOTER_SET: _ErrorCode.ValueType  # 94
+    INVALID_UPDATE_VERSION: _ErrorCode.ValueType  # 95
     SNAPSHOT_NOT_FOUND: _ErrorCode.ValueType  # 98
     POSITION_OUT_OF_RANGE: _ErrorCode.ValueType  # 99
+    UNKNOWN_TOPIC_ID: _ErrorCode.ValueType  # 100
     DUPLICATE_BROKER_REGISTRATION: _ErrorCode.ValueType  # 101
     BROKER_ID_NOT_REGISTERED: _ErrorCode.ValueType  # 102
     INCONSISTENT_CLUSTER_ID: _ErrorCode.ValueType  # 104
@@ -152,8 +154,10 @@ ELECTION_NOT_NEEDED: ErrorCode.ValueType  # 84
 INVALID_RECORD: ErrorCode.ValueType  # 87
 PRODUCER_FENCED: ErrorCode.ValueType  # 90
 INCONSISTENT_VOTER_SET: ErrorCode.ValueType  # 94
+INVALID_UPDATE_VERSION: ErrorCode.ValueType  # 95
 SNAPSHOT_NOT_FOUND: ErrorCode.ValueType  # 98
 POSITION_OUT_OF_RANGE: ErrorCode.ValueType  # 99
+UNKNOWN_TOPIC_ID: ErrorCode.ValueType  # 100
 DUPLICATE_BROKER_REGISTRATION: ErrorCode.ValueType  # 101
 BROKER_ID_NOT_REGISTERED: ErrorCode.ValueType  # 102
 INCONSISTENT_CLUSTER_ID: ErrorCode.ValueType  # 104

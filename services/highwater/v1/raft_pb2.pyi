@@ -290,6 +290,8 @@ class RaftFetchResponse(_message.Message):
     SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
     REPLICA_ID_FIELD_NUMBER: _builtins.int
+    FETCH_OFFSET_FIELD_NUMBER: _builtins.int
+    LAST_FETCHED_EPOCH_FIELD_NUMBER: _builtins.int
     error: _common_pb2.ErrorCode.ValueType
     leader_id: _builtins.int
     leader_epoch: _builtins.int
@@ -298,6 +300,11 @@ class RaftFetchResponse(_message.Message):
     records: _builtins.bytes
     """RecordBatch v2 batches, partition leader epoch = Raft epoch"""
     replica_id: _builtins.int
+    fetch_offset: _builtins.int
+    """The request's fetch_offset and last_fetched_epoch, echoed: a follower applies an
+    answer (records, diverging epoch, snapshot id) only to the log position it was for.
+    """
+    last_fetched_epoch: _builtins.int
     @_builtins.property
     def diverging_epoch(self) -> Global___OffsetAndEpoch:
         """Set when the replica's log diverged: truncate to end_offset, the end of `epoch`."""
@@ -318,10 +325,12 @@ class RaftFetchResponse(_message.Message):
         snapshot_id: Global___OffsetAndEpoch | None = ...,
         records: _builtins.bytes = ...,
         replica_id: _builtins.int = ...,
+        fetch_offset: _builtins.int = ...,
+        last_fetched_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["diverging_epoch", b"diverging_epoch", "snapshot_id", b"snapshot_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["diverging_epoch", b"diverging_epoch", "error", b"error", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "log_start_offset", b"log_start_offset", "records", b"records", "replica_id", b"replica_id", "snapshot_id", b"snapshot_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["diverging_epoch", b"diverging_epoch", "error", b"error", "fetch_offset", b"fetch_offset", "high_watermark", b"high_watermark", "last_fetched_epoch", b"last_fetched_epoch", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "log_start_offset", b"log_start_offset", "records", b"records", "replica_id", b"replica_id", "snapshot_id", b"snapshot_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

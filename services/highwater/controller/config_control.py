@@ -1,0 +1,243 @@
+"""Dynamic configs (Kafka's ``ConfigurationControlManager``): incremental changes and descriptions.
+
+Topic configs are validated with ``LogConfig.DEFINITION`` and stored in their Kafka
+string form as ConfigRecords; broker configs with the broker definition the controller
+is given (without one, the controller refuses them). Changes are Kafka's incremental
+operations: SET, DELETE, and APPEND / SUBTRACT for list settings.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from highwater.config.definition import ConfigDef, ConfigKey, ConfigType
+from highwater.config.topic import LogConfig
+from highwater.controller.config import ControllerConfig
+from highwater.controller.messages import (
+    AlterConfigOp,
+    AlterConfigsRequest,
+    AlterConfigsResource,
+    AlterConfigsResourceResult,
+    AlterConfigsResponse,
+    ConfigSource,
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    DescribedConfig,
+)
+from highwater.controller.results import ControllerApiError, ControllerResult, error_of, refuse
+from highwater.errors import InvalidConfigError
+from highwater.metadata.image import (
+    ConfigResource,
+    MetadataDelta,
+    MetadataImage,
+)
+from highwater.metadata.records import (
+    ConfigRecord,
+    ConfigResourceType,
+    MetadataRecord,
+)
+from highwater.v1.common_pb2 import ErrorCode
+
+UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """The topic config overrides in Kafka string form; ``None`` values are left out.
+
+    Raises :class:`~highwater.errors.InvalidConfigError` naming the first bad key.
+    """
+    given = {key: value for key, value in configs.items() if value is not None}
+    definition = LogConfig.DEFINITION
+    parsed = definition.parse(given, with_defaults=False)
+    return definition.to_strings(parsed)
+
+
+class ConfigurationControl:
+    """Config decisions over a :class:`MetadataDelta` or image."""
+
+    def __init__(self, config: ControllerConfig) -> None:
+        self.config = config
+
+    def alter_configs(
+        self, image: MetadataImage, request: AlterConfigsRequest
+    ) -> ControllerResult[AlterConfigsResponse]:
+        """Incremental config changes (SET, DELETE, APPEND, SUBTRACT) of topics and
+        brokers, validated against their definitions; each resource on its own."""
+        delta = MetadataDelta(image)
+        records: list[MetadataRecord] = []
+        results: list[AlterConfigsResourceResult] = []
+        for resource in request.resources:
+            try:
+                resource_records = self._alter_resource(delta, resource)
+            except ControllerApiError as e:
+                results.append(
+                    AlterConfigsResourceResult(
+                        resource.resource_type, resource.resource_name, e.code, e.message
+                    )
+                )
+                continue
+            except InvalidConfigError as e:
+                code, message = error_of(e)
+                results.append(
+                    AlterConfigsResourceResult(
+                        resource.resource_type, resource.resource_name, code, message
+                    )
+                )
+                continue
+            results.append(
+                AlterConfigsResourceResult(resource.resource_type, resource.resource_name)
+            )
+            if not request.validate_only:
+                delta.replay_all(resource_records)
+                records.extend(resource_records)
+        return ControllerResult(records, AlterConfigsResponse(resources=tuple(results)))
+
+    def _definition(self, delta: MetadataDelta, resource_type: int, name: str) -> ConfigDef:
+        if resource_type == ConfigResourceType.TOPIC:
+            if delta.topic_id(name) is None:
+                raise refuse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No topic {name!r}")
+            return LogConfig.DEFINITION
+        if resource_type == ConfigResourceType.BROKER:
+            if name and not name.isdigit():
+                raise refuse(
+                    ErrorCode.INVALID_REQUEST,
+                    f"A broker config resource is a broker id or '' (the cluster), not {name!r}",
+                )
+            definition = self.config.broker_config_definition
+            if definition is None:
+                raise refuse(
+                    ErrorCode.INVALID_REQUEST, "Dynamic broker configs are not supported yet"
+                )
+            return definition
+        raise refuse(ErrorCode.INVALID_REQUEST, f"Unknown config resource type {resource_type}")
+
+    def _alter_resource(
+        self, delta: MetadataDelta, resource: AlterConfigsResource
+    ) -> list[MetadataRecord]:
+        definition = self._definition(delta, resource.resource_type, resource.resource_name)
+        target = ConfigResource(ConfigResourceType(resource.resource_type), resource.resource_name)
+        current = delta.config(target)
+        updated = dict(current)
+        names = Counter(change.name for change in resource.configs)
+        for change in resource.configs:
+            if names[change.name] > 1:
+                raise refuse(
+                    ErrorCode.INVALID_REQUEST, f"Configuration {change.name} is changed twice"
+                )
+            key = definition.key(change.name)
+            if change.op == AlterConfigOp.SET:
+                if change.value is None:
+                    raise refuse(ErrorCode.INVALID_REQUEST, f"SET of {change.name} needs a value")
+                updated[key.name] = key.to_string(key.parse(change.value))
+            elif change.op == AlterConfigOp.DELETE:
+                updated.pop(key.name, None)
+            elif change.op in (AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT):
+                updated[key.name] = self._list_change(
+                    key, updated.get(key.name), change.op, change.value
+                )
+            else:
+                raise refuse(ErrorCode.INVALID_REQUEST, f"Unknown config operation {change.op}")
+        return [
+            ConfigRecord(target.type, target.name, name, updated.get(name))
+            for name in sorted(set(current) | set(updated))
+            if current.get(name) != updated.get(name)
+        ]
+
+    @staticmethod
+    def _list_change(key: ConfigKey, current: str | None, op: int, value: str | None) -> str:
+        if key.type is not ConfigType.LIST:
+            raise InvalidConfigError(
+                f"Configuration {key.name} is not a list; APPEND and SUBTRACT apply to lists"
+            )
+        if value is None:
+            raise refuse(
+                ErrorCode.INVALID_REQUEST, f"APPEND or SUBTRACT of {key.name} needs a value"
+            )
+        if current is None:
+            current = key.describe().default or ""  # the default in its string form
+        base: tuple[str, ...] = key.parse(current)
+        given: tuple[str, ...] = key.parse(value) if value.strip() else ()
+        if op == AlterConfigOp.APPEND:
+            result = base + tuple(v for v in given if v not in base)
+        else:
+            result = tuple(v for v in base if v not in given)
+        return key.to_string(key.parse(result))
+
+    def describe_configs(
+        self, image: MetadataImage, request: DescribeConfigsRequest
+    ) -> ControllerResult[DescribeConfigsResponse]:
+        """Every config of each resource (or the named ones): its value and its source."""
+        delta = MetadataDelta(image)
+        results: list[DescribeConfigsResult] = []
+        for resource in request.resources:
+            try:
+                configs = self._describe_resource(delta, resource)
+            except ControllerApiError as e:
+                results.append(
+                    DescribeConfigsResult(
+                        resource.resource_type, resource.resource_name, e.code, e.message
+                    )
+                )
+                continue
+            results.append(
+                DescribeConfigsResult(
+                    resource.resource_type, resource.resource_name, configs=tuple(configs)
+                )
+            )
+        return ControllerResult([], DescribeConfigsResponse(results=tuple(results)))
+
+    def _describe_resource(
+        self, delta: MetadataDelta, resource: DescribeConfigsResource
+    ) -> list[DescribedConfig]:
+        wanted = set(resource.config_names)
+        target = ConfigResource(ConfigResourceType(resource.resource_type), resource.resource_name)
+        overrides = delta.config(target)
+        if resource.resource_type == ConfigResourceType.BROKER and (
+            self.config.broker_config_definition is None
+        ):
+            source = (
+                ConfigSource.DYNAMIC_BROKER_CONFIG
+                if resource.resource_name
+                else ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+            )
+            return [
+                DescribedConfig(name, value, source)
+                for name, value in sorted(overrides.items())
+                if not wanted or name in wanted
+            ]
+        definition = self._definition(delta, resource.resource_type, resource.resource_name)
+        dynamic = (
+            ConfigSource.DYNAMIC_TOPIC_CONFIG
+            if resource.resource_type == ConfigResourceType.TOPIC
+            else ConfigSource.DYNAMIC_BROKER_CONFIG
+        )
+        described = []
+        for key in definition:
+            if wanted and key.name not in wanted:
+                continue
+            value: str | None
+            if key.name in overrides:
+                value, source = overrides[key.name], dynamic
+            elif (
+                resource.resource_type == ConfigResourceType.TOPIC
+                and key.name == UNCLEAN_LEADER_ELECTION_ENABLE
+                and self.config.unclean_leader_election_enable != key.default
+            ):
+                value = key.to_string(self.config.unclean_leader_election_enable)
+                source = ConfigSource.STATIC_BROKER_CONFIG
+            else:
+                value = key.describe().default
+                source = ConfigSource.DEFAULT_CONFIG
+            described.append(
+                DescribedConfig(
+                    key.name,
+                    value,
+                    source,
+                    type=key.type.value,
+                    documentation=key.doc,
+                )
+            )
+        return described

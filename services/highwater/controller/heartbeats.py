@@ -1,0 +1,97 @@
+"""Broker sessions on the active controller: last contact, metadata progress, shutdown offsets.
+
+This is soft state, like Kafka's ``BrokerHeartbeatManager``: it lives only in the active
+controller's memory and is not in the metadata log. A controller that becomes active
+starts every registered broker's session afresh (:meth:`BrokerHeartbeatManager.reset`),
+so a failover gives every broker a full session timeout to find the new controller.
+Time is whatever ``now_ms`` the caller passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from highwater.metadata.image import BrokerRegistration
+
+
+@dataclass(slots=True)
+class BrokerSession:
+    """What the controller heard from one broker incarnation."""
+
+    broker_epoch: int
+    last_contact_ms: int
+    metadata_offset: int = -1
+    controlled_shutdown_offset: int | None = None
+    """The offset of the records that put the broker in controlled shutdown; it may stop
+    once every active broker has replayed them."""
+
+
+class BrokerHeartbeatManager:
+    """Sessions of registered brokers, and which have expired."""
+
+    def __init__(self, session_timeout_ms: int) -> None:
+        self.session_timeout_ms = session_timeout_ms
+        self._sessions: dict[int, BrokerSession] = {}
+
+    def session(self, broker_id: int) -> BrokerSession | None:
+        return self._sessions.get(broker_id)
+
+    def reset(self, brokers: Iterable[BrokerRegistration], now_ms: int) -> None:
+        """Forget everything; every registered broker was last heard from at ``now_ms``."""
+        self._sessions = {b.broker_id: BrokerSession(b.broker_epoch, now_ms) for b in brokers}
+
+    def register(self, broker_id: int, broker_epoch: int, now_ms: int) -> None:
+        """A new registration (or incarnation): a fresh session."""
+        self._sessions[broker_id] = BrokerSession(broker_epoch, now_ms)
+
+    def remove(self, broker_id: int) -> None:
+        self._sessions.pop(broker_id, None)
+
+    def touch(self, broker_id: int, broker_epoch: int, now_ms: int, metadata_offset: int) -> None:
+        """A heartbeat of the current incarnation arrived."""
+        session = self._sessions.get(broker_id)
+        if session is None or session.broker_epoch != broker_epoch:
+            session = BrokerSession(broker_epoch, now_ms)
+            self._sessions[broker_id] = session
+        session.last_contact_ms = max(session.last_contact_ms, now_ms)
+        session.metadata_offset = max(session.metadata_offset, metadata_offset)
+
+    def has_valid_session(self, broker_id: int, broker_epoch: int, now_ms: int) -> bool:
+        """Whether this incarnation was heard from within the session timeout."""
+        session = self._sessions.get(broker_id)
+        return (
+            session is not None
+            and session.broker_epoch == broker_epoch
+            and now_ms - session.last_contact_ms < self.session_timeout_ms
+        )
+
+    def expired(self, brokers: Mapping[int, BrokerRegistration], now_ms: int) -> list[int]:
+        """The unfenced brokers (active or shutting down) whose session expired, by id.
+
+        A broker this controller never heard from starts its session at ``now_ms``.
+        """
+        expired = []
+        for broker_id, broker in sorted(brokers.items()):
+            if broker.fenced:
+                continue
+            session = self._sessions.get(broker_id)
+            if session is None or session.broker_epoch != broker.broker_epoch:
+                self.register(broker_id, broker.broker_epoch, now_ms)
+                continue
+            if now_ms - session.last_contact_ms >= self.session_timeout_ms:
+                expired.append(broker_id)
+        return expired
+
+    def set_controlled_shutdown_offset(self, broker_id: int, offset: int) -> None:
+        session = self._sessions.get(broker_id)
+        if session is not None and session.controlled_shutdown_offset is None:
+            session.controlled_shutdown_offset = offset
+
+    def lowest_active_offset(self, active_brokers: Iterable[int]) -> int | None:
+        """The lowest metadata offset any of ``active_brokers`` reported (None: no broker)."""
+        offsets = [
+            session.metadata_offset if (session := self._sessions.get(b)) is not None else -1
+            for b in active_brokers
+        ]
+        return min(offsets) if offsets else None

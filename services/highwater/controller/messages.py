@@ -1,0 +1,395 @@
+"""The quorum controller's requests and responses as plain values: what its pure core handles.
+
+They mirror ``protos/highwater/v1/controller.proto`` field for field; the gRPC edge
+converts, and fills in the active controller's id and address on NOT_CONTROLLER, which
+the core does not know. Error codes are ``ErrorCode`` values from ``common.proto``
+(ints, as in :mod:`highwater.raft.messages`); per-item errors sit in the per-item results.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Final
+
+from highwater.metadata.records import BrokerEndpoint, ConfigResourceType
+from highwater.v1.common_pb2 import ErrorCode
+
+NONE: Final = ErrorCode.NONE
+
+INVALID_UPDATE_VERSION: Final = ErrorCode.INVALID_UPDATE_VERSION
+"""Kafka's INVALID_UPDATE_VERSION: an AlterPartition based on an old partition epoch."""
+
+
+class ElectionType(enum.IntEnum):
+    """Kafka's ``ElectionType``."""
+
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+class AlterConfigOp(enum.IntEnum):
+    """Kafka's ``AlterConfigOp.OpType``."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+class ConfigSource(enum.IntEnum):
+    """Kafka's ``DescribeConfigsResponse.ConfigSource``."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+def _no_configs() -> Mapping[str, str | None]:
+    return MappingProxyType({})
+
+
+# --- Broker lifecycle ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerRequest:
+    broker_id: int
+    incarnation_id: str
+    listeners: tuple[BrokerEndpoint, ...] = ()
+    rack: str | None = None
+    cluster_id: str = ""
+    previous_broker_epoch: int = -1
+    """The epoch of the broker's last clean shutdown, -1 if it did not shut down cleanly."""
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerResponse:
+    error: int = NONE
+    error_message: str = ""
+    broker_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerHeartbeatRequest:
+    broker_id: int
+    broker_epoch: int
+    current_metadata_offset: int
+    """The offset of the last metadata record the broker has applied (-1: none)."""
+    want_fence: bool = False
+    want_shutdown: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerHeartbeatResponse:
+    error: int = NONE
+    error_message: str = ""
+    is_caught_up: bool = False
+    is_fenced: bool = True
+    should_shut_down: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBrokerRequest:
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBrokerResponse:
+    error: int = NONE
+    error_message: str = ""
+
+
+# --- Partition leadership --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionItem:
+    topic_id: str
+    partition_id: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionRequest:
+    broker_id: int
+    broker_epoch: int
+    partitions: tuple[AlterPartitionItem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionResult:
+    """One partition's outcome; on success, its state after the change."""
+
+    topic_id: str
+    partition_id: int
+    error: int = NONE
+    error_message: str = ""
+    leader: int = -1
+    leader_epoch: int = -1
+    isr: tuple[int, ...] = ()
+    partition_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionResponse:
+    error: int = NONE
+    error_message: str = ""
+    partitions: tuple[AlterPartitionResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitions:
+    topic: str
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeadersRequest:
+    election_type: ElectionType
+    topic_partitions: tuple[TopicPartitions, ...] = ()
+    all_partitions: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResult:
+    topic: str
+    partition_id: int
+    error: int = NONE
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeadersResponse:
+    error: int = NONE
+    error_message: str = ""
+    partitions: tuple[PartitionResult, ...] = ()
+
+
+# --- Topics ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CreatableTopic:
+    """A topic to create: a partition count and replication factor (-1: the defaults), or
+    an explicit assignment (the replicas of partitions 0..n-1, preferred leader first)."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: tuple[tuple[int, ...], ...] = ()
+    configs: Mapping[str, str | None] = field(default_factory=_no_configs)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicsRequest:
+    topics: tuple[CreatableTopic, ...]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CreatableTopicResult:
+    name: str
+    topic_id: str = ""
+    error: int = NONE
+    error_message: str = ""
+    num_partitions: int = -1
+    replication_factor: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicsResponse:
+    error: int = NONE
+    error_message: str = ""
+    topics: tuple[CreatableTopicResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicsRequest:
+    names: tuple[str, ...] = ()
+    topic_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeletableTopicResult:
+    name: str
+    topic_id: str
+    error: int = NONE
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicsResponse:
+    error: int = NONE
+    error_message: str = ""
+    topics: tuple[DeletableTopicResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsTopic:
+    """Grow a topic to ``count`` partitions; ``assignments`` are the new partitions' replicas."""
+
+    name: str
+    count: int
+    assignments: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsRequest:
+    topics: tuple[CreatePartitionsTopic, ...]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsTopicResult:
+    name: str
+    error: int = NONE
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsResponse:
+    error: int = NONE
+    error_message: str = ""
+    topics: tuple[CreatePartitionsTopicResult, ...] = ()
+
+
+# --- Configs ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AlterableConfig:
+    name: str
+    op: AlterConfigOp = AlterConfigOp.SET
+    value: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResource:
+    resource_type: ConfigResourceType
+    resource_name: str
+    configs: tuple[AlterableConfig, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsRequest:
+    resources: tuple[AlterConfigsResource, ...]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResourceResult:
+    resource_type: ConfigResourceType
+    resource_name: str
+    error: int = NONE
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigsResponse:
+    error: int = NONE
+    error_message: str = ""
+    resources: tuple[AlterConfigsResourceResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeConfigsResource:
+    resource_type: ConfigResourceType
+    resource_name: str
+    config_names: tuple[str, ...] = ()
+    """The keys to describe; empty: every key."""
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeConfigsRequest:
+    resources: tuple[DescribeConfigsResource, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConfig:
+    name: str
+    value: str | None
+    source: ConfigSource
+    read_only: bool = False
+    sensitive: bool = False
+    type: str = ""
+    documentation: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeConfigsResult:
+    resource_type: ConfigResourceType
+    resource_name: str
+    error: int = NONE
+    error_message: str = ""
+    configs: tuple[DescribedConfig, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeConfigsResponse:
+    error: int = NONE
+    error_message: str = ""
+    results: tuple[DescribeConfigsResult, ...] = ()
+
+
+# --- Producer ids and coordinators -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AllocateProducerIdsRequest:
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class AllocateProducerIdsResponse:
+    error: int = NONE
+    error_message: str = ""
+    producer_id_start: int = -1
+    producer_id_len: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterCoordinatorRequest:
+    coordinator_id: int
+    incarnation_id: str
+    listeners: tuple[BrokerEndpoint, ...] = ()
+    rack: str | None = None
+    cluster_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterCoordinatorResponse:
+    error: int = NONE
+    error_message: str = ""
+    registration_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterCoordinatorRequest:
+    coordinator_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterCoordinatorResponse:
+    error: int = NONE
+    error_message: str = ""
+
+
+# --- Periodic work ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    """What :meth:`QuorumController.tick` decided, for logs and tests."""
+
+    fenced_brokers: tuple[int, ...] = ()
+    preferred_elections: int = 0
+    unclean_elections: int = 0

@@ -1,0 +1,238 @@
+"""The active controller's decisions (Kafka's ``QuorumController``): requests in, records out.
+
+:class:`QuorumController` is pure: no sockets, files, clocks or threads. Each request
+method validates the request against the current :class:`MetadataImage` (from the
+``image_supplier``: the image of every record written so far) and returns a
+:class:`ControllerResult`: the records to append to the metadata log, as one atomic
+batch, and the response to send once they are committed. A request, or each item of a
+multi-item request (a topic of CreateTopics, a partition of AlterPartition...), yields
+either all of its records or an error and none. Time comes in as ``now_ms``.
+
+The work is split as in Kafka: membership and liveness in
+:class:`~highwater.controller.cluster_control.ClusterControl`, topics, ISRs and
+elections in :class:`~highwater.controller.replication_control.ReplicationControl`,
+dynamic configs in :class:`~highwater.controller.config_control.ConfigurationControl`;
+producer-id blocks and the periodic :meth:`QuorumController.tick` here.
+
+The only state kept besides the image is soft: broker sessions
+(:class:`~highwater.controller.heartbeats.BrokerHeartbeatManager`), the seeded random
+source of replica placement and topic ids, and when leader imbalance was last checked.
+Call :meth:`QuorumController.activate` when this node becomes the active controller.
+
+Broker lifecycle (KIP-631): a broker registers (fenced), heartbeats, and is unfenced
+once its heartbeat shows it has replayed the log up to its own registration. A broker
+not heard from within ``broker.session.timeout.ms`` is fenced by :meth:`tick`, and in
+the same batch its leaderships move to other ISR members and it leaves every ISR where
+it is not the last member. A broker that asks to shut down (``want_shutdown``) enters
+controlled shutdown the same way, and is told ``should_shut_down`` once it leads
+nothing and every active broker has replayed the records that moved its leaderships.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from highwater.config.definition import LONG_MAX
+from highwater.controller.cluster_control import ClusterControl
+from highwater.controller.config import PRODUCER_ID_BLOCK_SIZE, ControllerConfig
+from highwater.controller.config_control import ConfigurationControl
+from highwater.controller.heartbeats import BrokerHeartbeatManager
+from highwater.controller.messages import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    RegisterBrokerRequest,
+    RegisterBrokerResponse,
+    RegisterCoordinatorRequest,
+    RegisterCoordinatorResponse,
+    TickResult,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
+    UnregisterCoordinatorRequest,
+    UnregisterCoordinatorResponse,
+)
+from highwater.controller.replication_control import ReplicationControl
+from highwater.controller.results import ControllerResult
+from highwater.metadata.image import MetadataDelta, MetadataImage
+from highwater.metadata.records import MetadataRecord, ProducerIdsRecord
+from highwater.v1.common_pb2 import ErrorCode
+
+
+class QuorumController:
+    """The quorum controller's logic: one method per request, plus :meth:`tick`.
+
+    ``image_supplier`` returns the image of every record written so far (the store's
+    ``latest_image``); the caller appends each result's records before calling again.
+    ``seed`` makes replica placement and topic ids deterministic.
+    """
+
+    def __init__(
+        self,
+        image_supplier: Callable[[], MetadataImage],
+        config: ControllerConfig | None = None,
+        *,
+        seed: int = 0,
+    ) -> None:
+        self._image = image_supplier
+        self.config = config if config is not None else ControllerConfig()
+        self.heartbeats = BrokerHeartbeatManager(self.config.broker_session_timeout_ms)
+        self.replication = ReplicationControl(self.config, random.Random(seed))
+        self.cluster = ClusterControl(self.config, self.heartbeats, self.replication)
+        self.configs = ConfigurationControl(self.config)
+        self._next_imbalance_check_ms: int | None = None
+
+    def activate(self, now_ms: int) -> None:
+        """This node became the active controller at ``now_ms``: fresh sessions for all."""
+        self.heartbeats.reset(self._image().brokers.values(), now_ms)
+        self._next_imbalance_check_ms = now_ms + self.config.leader_imbalance_check_interval_ms
+
+    # --- Brokers and coordinators ----------------------------------------------------
+
+    def register_broker(
+        self, request: RegisterBrokerRequest, now_ms: int
+    ) -> ControllerResult[RegisterBrokerResponse]:
+        """Register a broker (or a new incarnation): fenced, its record's offset as epoch."""
+        return self.cluster.register_broker(self._image(), request, now_ms)
+
+    def broker_heartbeat(
+        self, request: BrokerHeartbeatRequest, now_ms: int
+    ) -> ControllerResult[BrokerHeartbeatResponse]:
+        """Liveness; unfence a caught-up broker; fence or shut down a broker that asks."""
+        return self.cluster.broker_heartbeat(self._image(), request, now_ms)
+
+    def unregister_broker(
+        self, request: UnregisterBrokerRequest
+    ) -> ControllerResult[UnregisterBrokerResponse]:
+        """Remove a broker's registration, after moving its leaderships and ISR memberships."""
+        return self.cluster.unregister_broker(self._image(), request)
+
+    def register_coordinator(
+        self, request: RegisterCoordinatorRequest
+    ) -> ControllerResult[RegisterCoordinatorResponse]:
+        """Register a group coordinator and rebalance ``__consumer_offsets`` over coordinators."""
+        return self.cluster.register_coordinator(self._image(), request)
+
+    def unregister_coordinator(
+        self, request: UnregisterCoordinatorRequest
+    ) -> ControllerResult[UnregisterCoordinatorResponse]:
+        """Remove a coordinator; its ``__consumer_offsets`` partitions move to the others."""
+        return self.cluster.unregister_coordinator(self._image(), request)
+
+    # --- Topics and partitions -------------------------------------------------------
+
+    def create_topics(self, request: CreateTopicsRequest) -> ControllerResult[CreateTopicsResponse]:
+        """Create topics: names, counts, factors and configs validated; replicas placed."""
+        return self.replication.create_topics(self._image(), request)
+
+    def delete_topics(self, request: DeleteTopicsRequest) -> ControllerResult[DeleteTopicsResponse]:
+        """Delete topics by name or id, with their partitions and configs."""
+        return self.replication.delete_topics(self._image(), request)
+
+    def create_partitions(
+        self, request: CreatePartitionsRequest
+    ) -> ControllerResult[CreatePartitionsResponse]:
+        """Grow topics to new partition counts, placing the new partitions' replicas."""
+        return self.replication.create_partitions(self._image(), request)
+
+    def alter_partition(
+        self, request: AlterPartitionRequest
+    ) -> ControllerResult[AlterPartitionResponse]:
+        """ISR changes from partition leaders, guarded by leader and partition epochs."""
+        return self.replication.alter_partition(self._image(), request)
+
+    def elect_leaders(self, request: ElectLeadersRequest) -> ControllerResult[ElectLeadersResponse]:
+        """Preferred or unclean leader elections for the named partitions, or all."""
+        return self.replication.elect_leaders(self._image(), request)
+
+    # --- Configs ---------------------------------------------------------------------
+
+    def alter_configs(self, request: AlterConfigsRequest) -> ControllerResult[AlterConfigsResponse]:
+        """Incremental config changes of topics and brokers, validated by their definitions."""
+        return self.configs.alter_configs(self._image(), request)
+
+    def describe_configs(
+        self, request: DescribeConfigsRequest
+    ) -> ControllerResult[DescribeConfigsResponse]:
+        """The configs of topics and brokers with their values and sources (no records)."""
+        return self.configs.describe_configs(self._image(), request)
+
+    # --- Producer ids ----------------------------------------------------------------
+
+    def allocate_producer_ids(
+        self, request: AllocateProducerIdsRequest
+    ) -> ControllerResult[AllocateProducerIdsResponse]:
+        """The next block of :data:`PRODUCER_ID_BLOCK_SIZE` producer ids for a registered broker."""
+        image = self._image()
+        broker = image.broker(request.broker_id)
+        if broker is None or broker.broker_epoch != request.broker_epoch:
+            return ControllerResult(
+                [],
+                AllocateProducerIdsResponse(
+                    ErrorCode.STALE_BROKER_EPOCH,
+                    f"Broker {request.broker_id} of epoch {request.broker_epoch} is not registered",
+                ),
+            )
+        start = image.next_producer_id
+        if start > LONG_MAX - PRODUCER_ID_BLOCK_SIZE:
+            return ControllerResult(
+                [],
+                AllocateProducerIdsResponse(
+                    ErrorCode.UNKNOWN_SERVER_ERROR, "Exhausted all producer ids"
+                ),
+            )
+        record = ProducerIdsRecord(
+            request.broker_id, request.broker_epoch, start + PRODUCER_ID_BLOCK_SIZE
+        )
+        return ControllerResult(
+            [record],
+            AllocateProducerIdsResponse(
+                producer_id_start=start, producer_id_len=PRODUCER_ID_BLOCK_SIZE
+            ),
+        )
+
+    # --- Periodic work ---------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> ControllerResult[TickResult]:
+        """Periodic work: fence expired brokers (moving their leaderships in the same
+        batch), elect unclean leaders where topics now allow it, and, every
+        ``leader.imbalance.check.interval.seconds``, preferred leaders where a broker's
+        imbalance passes ``leader.imbalance.per.broker.percentage``."""
+        delta = MetadataDelta(self._image())
+        records: list[MetadataRecord] = []
+        fenced = self.cluster.fence_expired(delta, now_ms, records)
+        unclean = self.replication.unclean_elections(delta)
+        records.extend(unclean)
+        preferred: list[MetadataRecord] = []
+        if self.config.auto_leader_rebalance_enable:
+            interval = self.config.leader_imbalance_check_interval_ms
+            if self._next_imbalance_check_ms is None:
+                self._next_imbalance_check_ms = now_ms + interval
+            elif now_ms >= self._next_imbalance_check_ms and not records:
+                # Only on a quiet tick: the check reads the image, not this batch.
+                self._next_imbalance_check_ms = now_ms + interval
+                preferred = self.replication.rebalance_leaders(delta)
+                records.extend(preferred)
+        return ControllerResult(
+            records,
+            TickResult(
+                fenced_brokers=tuple(fenced),
+                preferred_elections=len(preferred),
+                unclean_elections=len(unclean),
+            ),
+        )

@@ -1,0 +1,672 @@
+"""Partitions and their leadership (Kafka's ``ReplicationControlManager``): topics, ISRs, elections.
+
+Creates, grows and deletes topics (validated names, counts, replication factors and
+configs; replicas placed by :mod:`~highwater.controller.placement`), applies the ISR
+changes partition leaders ask for (AlterPartition, guarded by leader epoch and partition
+epoch), and elects leaders: when a broker is fenced, shuts down or comes back, when an
+operator asks (ElectLeaders), when a topic allows unclean election, and when a broker's
+leader imbalance passes ``leader.imbalance.per.broker.percentage``. Every change of a
+partition goes through :class:`~highwater.controller.partition_change.PartitionChangeBuilder`.
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+from collections import Counter
+from collections.abc import Callable, Mapping
+
+from highwater.controller.config import ControllerConfig
+from highwater.controller.config_control import (
+    UNCLEAN_LEADER_ELECTION_ENABLE,
+    validate_topic_configs,
+)
+from highwater.controller.messages import (
+    INVALID_UPDATE_VERSION,
+    AlterPartitionItem,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    AlterPartitionResult,
+    CreatableTopic,
+    CreatableTopicResult,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
+    CreatePartitionsTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    ElectionType,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    PartitionResult,
+)
+from highwater.controller.partition_change import Election, PartitionChangeBuilder
+from highwater.controller.placement import (
+    InvalidReplicationFactorError,
+    PlacementBroker,
+    place_replicas,
+)
+from highwater.controller.results import ControllerApiError, ControllerResult, error_of, refuse
+from highwater.errors import InvalidConfigError, InvalidTopicError
+from highwater.metadata.image import (
+    ConfigResource,
+    MetadataDelta,
+    MetadataImage,
+    PartitionRegistration,
+    TopicIdPartition,
+)
+from highwater.metadata.records import (
+    NO_LEADER,
+    ConfigRecord,
+    ConfigResourceType,
+    MetadataRecord,
+    PartitionRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+from highwater.storage.topic_partition import validate_topic_name
+from highwater.v1.common_pb2 import ErrorCode
+
+METADATA_TOPIC = "__cluster_metadata"
+
+
+class ReplicationControl:
+    """Topic and partition decisions over a :class:`MetadataDelta` or image; no state but
+    the seeded random source of placement and topic ids."""
+
+    def __init__(self, config: ControllerConfig, rng: random.Random) -> None:
+        self.config = config
+        self._rng = rng
+
+    def _unclean_allowed(self, delta: MetadataDelta, topic_id: str) -> bool:
+        name = delta.topic_name(topic_id)
+        if name is not None:
+            value = delta.config(ConfigResource(ConfigResourceType.TOPIC, name)).get(
+                UNCLEAN_LEADER_ELECTION_ENABLE
+            )
+            if value is not None:
+                return value.lower() == "true"
+        value = delta.config(ConfigResource(ConfigResourceType.BROKER, "")).get(
+            UNCLEAN_LEADER_ELECTION_ENABLE
+        )
+        if value is not None:
+            return value.lower() == "true"
+        return self.config.unclean_leader_election_enable
+
+    def _unclean_lookup(self, delta: MetadataDelta) -> Callable[[str], bool]:
+        cache: dict[str, bool] = {}
+
+        def allowed(topic_id: str) -> bool:
+            if topic_id not in cache:
+                cache[topic_id] = self._unclean_allowed(delta, topic_id)
+            return cache[topic_id]
+
+        return allowed
+
+    def _change(
+        self,
+        delta: MetadataDelta,
+        key: TopicIdPartition,
+        partition: PartitionRegistration,
+        unclean_allowed: bool,
+        configure: Callable[[PartitionChangeBuilder], object],
+    ) -> PartitionChangeBuilder:
+        builder = PartitionChangeBuilder(
+            partition,
+            key.topic_id,
+            key.partition_id,
+            delta.is_active_broker,
+            unclean_allowed=unclean_allowed,
+        )
+        configure(builder)
+        return builder
+
+    def move_away_from(self, delta: MetadataDelta, broker_id: int) -> list[MetadataRecord]:
+        """Records that move leadership off ``broker_id`` (already made inactive in
+        ``delta``) and drop it from every ISR where it is not the last member."""
+        base = delta.image
+        candidates = set(base.partitions_with_isr_member(broker_id))
+        candidates.update(base.partitions_led_by(broker_id))
+        candidates.update(
+            key
+            for key, partition in delta.changed_partitions()
+            if broker_id in partition.isr or partition.leader == broker_id
+        )
+        unclean = self._unclean_lookup(delta)
+        records: list[MetadataRecord] = []
+        for key in sorted(candidates):
+            partition = delta.partition(key.topic_id, key.partition_id)
+            if partition is None or (
+                broker_id not in partition.isr and partition.leader != broker_id
+            ):
+                continue
+            builder = self._change(
+                delta,
+                key,
+                partition,
+                unclean(key.topic_id),
+                lambda b: b.remove_from_isr(broker_id),
+            )
+            record = builder.build()
+            if record is not None:
+                delta.replay(record)
+                records.append(record)
+        return records
+
+    def _leaderless(self, delta: MetadataDelta) -> list[TopicIdPartition]:
+        keys = set(delta.image.partitions_without_leader())
+        keys.update(key for key, p in delta.changed_partitions() if not p.has_leader)
+        return sorted(keys)
+
+    def elect_for_unfenced(self, delta: MetadataDelta, broker_id: int) -> list[MetadataRecord]:
+        """Leaders for the leaderless partitions that the newly active broker can lead."""
+        unclean = self._unclean_lookup(delta)
+        records: list[MetadataRecord] = []
+        for key in self._leaderless(delta):
+            partition = delta.partition(key.topic_id, key.partition_id)
+            if partition is None or partition.has_leader or broker_id not in partition.replicas:
+                continue
+            record = self._change(
+                delta, key, partition, unclean(key.topic_id), lambda b: None
+            ).build()
+            if record is not None:
+                delta.replay(record)
+                records.append(record)
+        return records
+
+    def unclean_elections(self, delta: MetadataDelta) -> list[MetadataRecord]:
+        """Unclean leaders for leaderless partitions whose topic allows it (its config
+        may have changed since the partition went offline)."""
+        unclean = self._unclean_lookup(delta)
+        records: list[MetadataRecord] = []
+        for key in self._leaderless(delta):
+            if not unclean(key.topic_id):
+                continue
+            partition = delta.partition(key.topic_id, key.partition_id)
+            if partition is None or partition.has_leader:
+                continue
+            record = self._change(delta, key, partition, True, lambda b: None).build()
+            if record is not None:
+                delta.replay(record)
+                records.append(record)
+        return records
+
+    def rebalance_leaders(self, delta: MetadataDelta) -> list[MetadataRecord]:
+        """Preferred elections for brokers whose leader imbalance ratio passes the limit."""
+        image = delta.image
+        preferred_counts: Counter[int] = Counter()
+        not_leading: dict[int, list[tuple[TopicIdPartition, PartitionRegistration]]] = {}
+        for key, partition in image.partitions():
+            preferred = partition.preferred_leader
+            preferred_counts[preferred] += 1
+            if partition.leader != preferred:
+                not_leading.setdefault(preferred, []).append((key, partition))
+        limit = self.config.leader_imbalance_per_broker_percentage / 100
+        records: list[MetadataRecord] = []
+        for broker_id in sorted(not_leading):
+            imbalanced = not_leading[broker_id]
+            if len(imbalanced) / preferred_counts[broker_id] <= limit:
+                continue
+            if not image.is_active_broker(broker_id):
+                continue
+            for key, partition in sorted(imbalanced, key=lambda item: item[0]):
+                if broker_id not in partition.isr:
+                    continue
+                record = self._change(
+                    delta, key, partition, False, lambda b: b.set_election(Election.PREFERRED)
+                ).build()
+                if record is not None:
+                    delta.replay(record)
+                    records.append(record)
+        return records
+
+    def alter_partition(
+        self, image: MetadataImage, request: AlterPartitionRequest
+    ) -> ControllerResult[AlterPartitionResponse]:
+        """ISR changes from partition leaders, each guarded by leader and partition epoch."""
+        broker = image.broker(request.broker_id)
+        if broker is None or broker.broker_epoch != request.broker_epoch:
+            return ControllerResult(
+                [],
+                AlterPartitionResponse(
+                    ErrorCode.STALE_BROKER_EPOCH,
+                    f"Broker {request.broker_id} of epoch {request.broker_epoch} is not registered",
+                ),
+            )
+        delta = MetadataDelta(image)
+        records: list[MetadataRecord] = []
+        results: list[AlterPartitionResult] = []
+        seen: set[tuple[str, int]] = set()
+        for item in request.partitions:
+            key = (item.topic_id, item.partition_id)
+            try:
+                if key in seen:
+                    raise refuse(ErrorCode.INVALID_REQUEST, "Partition named twice in one request")
+                seen.add(key)
+                record = self._alter_one(delta, request.broker_id, item)
+            except ControllerApiError as e:
+                results.append(
+                    AlterPartitionResult(item.topic_id, item.partition_id, e.code, e.message)
+                )
+                continue
+            if record is not None:
+                delta.replay(record)
+                records.append(record)
+            partition = delta.partition(item.topic_id, item.partition_id)
+            assert partition is not None
+            results.append(
+                AlterPartitionResult(
+                    item.topic_id,
+                    item.partition_id,
+                    leader=partition.leader,
+                    leader_epoch=partition.leader_epoch,
+                    isr=partition.isr,
+                    partition_epoch=partition.partition_epoch,
+                )
+            )
+        return ControllerResult(records, AlterPartitionResponse(partitions=tuple(results)))
+
+    def _alter_one(
+        self, delta: MetadataDelta, broker_id: int, item: AlterPartitionItem
+    ) -> MetadataRecord | None:
+        partition = delta.partition(item.topic_id, item.partition_id)
+        if partition is None:
+            raise refuse(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"No partition {item.partition_id} of topic id {item.topic_id}",
+            )
+        if (
+            item.leader_epoch > partition.leader_epoch
+            or item.partition_epoch > partition.partition_epoch
+        ):
+            # The requester knows a newer state than this controller: not the active one.
+            raise refuse(
+                ErrorCode.NOT_CONTROLLER,
+                "The request has a newer leader or partition epoch than this controller",
+            )
+        if item.leader_epoch < partition.leader_epoch:
+            raise refuse(
+                ErrorCode.FENCED_LEADER_EPOCH,
+                f"Leader epoch {item.leader_epoch} is older than {partition.leader_epoch}",
+            )
+        if broker_id != partition.leader:
+            raise refuse(
+                ErrorCode.INVALID_REQUEST,
+                f"Broker {broker_id} is not the leader of the partition ({partition.leader})",
+            )
+        if item.partition_epoch < partition.partition_epoch:
+            raise refuse(
+                INVALID_UPDATE_VERSION,
+                f"Partition epoch {item.partition_epoch} is older than {partition.partition_epoch}",
+            )
+        new_isr = item.new_isr
+        if len(set(new_isr)) != len(new_isr):
+            raise refuse(ErrorCode.INVALID_REQUEST, f"The new ISR {list(new_isr)} has duplicates")
+        if partition.leader not in new_isr:
+            raise refuse(
+                ErrorCode.INVALID_REQUEST,
+                f"The new ISR {list(new_isr)} does not include the leader {partition.leader}",
+            )
+        outside = [b for b in new_isr if b not in partition.replicas]
+        if outside:
+            raise refuse(
+                ErrorCode.INVALID_REQUEST,
+                f"The new ISR {list(new_isr)} names brokers that are not replicas: {outside}",
+            )
+        # Only members joining the ISR must be active; shrinking is always allowed.
+        ineligible = [
+            b for b in new_isr if b not in partition.isr and not delta.is_active_broker(b)
+        ]
+        if ineligible:
+            raise refuse(
+                ErrorCode.INELIGIBLE_REPLICA,
+                f"Brokers {ineligible} are fenced, shutting down or not registered and cannot "
+                "join the ISR",
+            )
+        key = TopicIdPartition(item.topic_id, item.partition_id)
+        return self._change(
+            delta, key, partition, False, lambda b: b.set_target_isr(new_isr)
+        ).build()
+
+    def elect_leaders(
+        self, image: MetadataImage, request: ElectLeadersRequest
+    ) -> ControllerResult[ElectLeadersResponse]:
+        """Preferred or unclean elections. An UNCLEAN request is the operator's choice and
+        runs whatever the topic's ``unclean.leader.election.enable``; it still prefers a
+        live ISR member."""
+        delta = MetadataDelta(image)
+        targets: list[tuple[str, int]] = []
+        if request.all_partitions:
+            for name, topic in sorted(image.topics.by_name.items()):
+                targets.extend((name, p) for p in range(len(topic.partitions)))
+        else:
+            for entry in request.topic_partitions:
+                targets.extend((entry.topic, p) for p in entry.partitions)
+        records: list[MetadataRecord] = []
+        results: list[PartitionResult] = []
+        for name, partition_id in targets:
+            try:
+                record = self._elect_one(delta, request.election_type, name, partition_id)
+            except ControllerApiError as e:
+                if not (request.all_partitions and e.code == ErrorCode.ELECTION_NOT_NEEDED):
+                    results.append(PartitionResult(name, partition_id, e.code, e.message))
+                continue
+            delta.replay(record)
+            records.append(record)
+            results.append(PartitionResult(name, partition_id))
+        return ControllerResult(records, ElectLeadersResponse(partitions=tuple(results)))
+
+    def _elect_one(
+        self, delta: MetadataDelta, election_type: ElectionType, name: str, partition_id: int
+    ) -> MetadataRecord:
+        topic_id = delta.topic_id(name)
+        partition = None if topic_id is None else delta.partition(topic_id, partition_id)
+        if topic_id is None or partition is None:
+            raise refuse(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No partition {partition_id} of {name!r}"
+            )
+        key = TopicIdPartition(topic_id, partition_id)
+        if election_type == ElectionType.PREFERRED:
+            preferred = partition.preferred_leader
+            if partition.leader == preferred:
+                raise refuse(ErrorCode.ELECTION_NOT_NEEDED, f"Broker {preferred} already leads it")
+            builder = self._change(
+                delta, key, partition, False, lambda b: b.set_election(Election.PREFERRED)
+            )
+            record = builder.build()
+            if record is None or record.leader != preferred:
+                raise refuse(
+                    ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                    f"The preferred leader {preferred} is not active or not in the ISR "
+                    f"{list(partition.isr)}",
+                )
+            return record
+        if partition.has_leader and delta.is_active_broker(partition.leader):
+            raise refuse(
+                ErrorCode.ELECTION_NOT_NEEDED, f"Broker {partition.leader} already leads it"
+            )
+        builder = self._change(
+            delta, key, partition, True, lambda b: b.set_election(Election.UNCLEAN)
+        )
+        record = builder.build()
+        if record is None or record.leader in (None, NO_LEADER):
+            raise refuse(
+                ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                f"No replica of {list(partition.replicas)} is active",
+            )
+        return record
+
+    def create_topics(
+        self, image: MetadataImage, request: CreateTopicsRequest
+    ) -> ControllerResult[CreateTopicsResponse]:
+        """Create topics: validated names, partition counts, replication factors and
+        configs; replicas placed rack-aware over the active brokers. Each topic
+        succeeds or fails on its own."""
+        delta = MetadataDelta(image)
+        counts = Counter(topic.name for topic in request.topics)
+        usable = [PlacementBroker(b.broker_id, b.rack) for b in image.active_brokers()]
+        normalized = {_collision_key(name): name for name in image.topics.by_name}
+        records: list[MetadataRecord] = []
+        results: list[CreatableTopicResult] = []
+        for topic in request.topics:
+            try:
+                if counts[topic.name] > 1:
+                    raise refuse(
+                        ErrorCode.INVALID_REQUEST, f"Topic {topic.name!r} is named more than once"
+                    )
+                topic_records, result = self._create_topic(delta, topic, usable, normalized)
+            except ControllerApiError as e:
+                results.append(
+                    CreatableTopicResult(topic.name, error=e.code, error_message=e.message)
+                )
+                continue
+            except (InvalidTopicError, InvalidConfigError, InvalidReplicationFactorError) as e:
+                code, message = error_of(e)
+                results.append(CreatableTopicResult(topic.name, error=code, error_message=message))
+                continue
+            results.append(result)
+            if not request.validate_only:
+                delta.replay_all(topic_records)
+                records.extend(topic_records)
+                normalized[_collision_key(topic.name)] = topic.name
+        return ControllerResult(records, CreateTopicsResponse(topics=tuple(results)))
+
+    def _create_topic(
+        self,
+        delta: MetadataDelta,
+        topic: CreatableTopic,
+        usable: list[PlacementBroker],
+        normalized: Mapping[str, str],
+    ) -> tuple[list[MetadataRecord], CreatableTopicResult]:
+        name = topic.name
+        validate_topic_name(name)
+        if name == METADATA_TOPIC:
+            raise refuse(
+                ErrorCode.INVALID_REQUEST, f"Creation of internal topic {name} is prohibited."
+            )
+        if delta.topic_id(name) is not None:
+            raise refuse(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        clash = normalized.get(_collision_key(name))
+        if clash is not None:
+            raise refuse(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"Topic '{name}' collides with existing topic: {clash} ('.' and '_' may collide "
+                "in metric names)",
+            )
+        configs = validate_topic_configs(topic.configs)
+        if topic.assignments:
+            if topic.num_partitions != -1 or topic.replication_factor != -1:
+                raise refuse(
+                    ErrorCode.INVALID_REQUEST,
+                    "Both num_partitions or replication_factor and assignments were set; "
+                    "give one or the other",
+                )
+            assignments = list(topic.assignments)
+            self._validate_assignments(delta, assignments, first_partition=0)
+        else:
+            num_partitions = (
+                self.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+            )
+            if num_partitions < 1:
+                raise refuse(
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"Number of partitions was set to an invalid non-positive value "
+                    f"({num_partitions})",
+                )
+            factor = (
+                self.config.default_replication_factor
+                if topic.replication_factor == -1
+                else topic.replication_factor
+            )
+            if factor < 1:
+                raise refuse(
+                    ErrorCode.INVALID_REPLICATION_FACTOR,
+                    "Replication factor must be larger than 0, or -1 to use the default value.",
+                )
+            assignments = place_replicas(usable, num_partitions, factor, self._rng)
+        topic_id = self._new_topic_id(delta)
+        records: list[MetadataRecord] = [TopicRecord(name=name, topic_id=topic_id)]
+        records.extend(
+            ConfigRecord(ConfigResourceType.TOPIC, name, key, value)
+            for key, value in sorted(configs.items())
+        )
+        for partition_id, replicas in enumerate(assignments):
+            records.append(self._new_partition(delta, topic_id, partition_id, tuple(replicas)))
+        return records, CreatableTopicResult(
+            name,
+            topic_id=topic_id,
+            num_partitions=len(assignments),
+            replication_factor=len(assignments[0]),
+        )
+
+    def _validate_assignments(
+        self, delta: MetadataDelta, assignments: list[tuple[int, ...]], *, first_partition: int
+    ) -> None:
+        width = len(assignments[0])
+        for index, replicas in enumerate(assignments):
+            partition_id = first_partition + index
+            if not replicas:
+                raise refuse(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"The manual partition assignment for partition {partition_id} is empty.",
+                )
+            if len(set(replicas)) != len(replicas):
+                raise refuse(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"The manual partition assignment for partition {partition_id} names a "
+                    f"broker twice: {list(replicas)}",
+                )
+            if len(replicas) != width:
+                raise refuse(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"All partitions should have the same number of replicas: partition "
+                    f"{partition_id} has {len(replicas)}, not {width}",
+                )
+            for broker_id in replicas:
+                if delta.broker(broker_id) is None:
+                    raise refuse(
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        f"The manual partition assignment includes broker {broker_id}, but no "
+                        "such broker is registered.",
+                    )
+            if not any(delta.is_active_broker(b) for b in replicas):
+                raise refuse(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"All brokers specified in the manual partition assignment for partition "
+                    f"{partition_id} are fenced or in controlled shutdown.",
+                )
+
+    def _new_partition(
+        self, delta: MetadataDelta, topic_id: str, partition_id: int, replicas: tuple[int, ...]
+    ) -> PartitionRecord:
+        isr = tuple(b for b in replicas if delta.is_active_broker(b))
+        return PartitionRecord(
+            topic_id=topic_id,
+            partition_id=partition_id,
+            replicas=replicas,
+            isr=isr,
+            leader=isr[0],
+            leader_epoch=0,
+            partition_epoch=0,
+        )
+
+    def _new_topic_id(self, delta: MetadataDelta) -> str:
+        while True:
+            raw = self._rng.getrandbits(128).to_bytes(16, "big")
+            topic_id = base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+            # Kafka never hands out ids that start with '-' (they read as CLI flags), nor
+            # the zero id.
+            if topic_id.startswith("-") or raw == bytes(16) or delta.has_topic_id(topic_id):
+                continue
+            return topic_id
+
+    def delete_topics(
+        self, image: MetadataImage, request: DeleteTopicsRequest
+    ) -> ControllerResult[DeleteTopicsResponse]:
+        """Delete topics by name or id: each gets a RemoveTopicRecord (which drops its
+        partitions and configs)."""
+        delta = MetadataDelta(image)
+        records: list[MetadataRecord] = []
+        results: list[DeletableTopicResult] = []
+        targets: list[tuple[str | None, str | None]] = [(name, None) for name in request.names]
+        targets += [(None, topic_id) for topic_id in request.topic_ids]
+        for given_name, given_id in targets:
+            topic_id = given_id if given_id is not None else delta.topic_id(given_name or "")
+            name = delta.topic_name(topic_id) if topic_id is not None else None
+            if topic_id is None or name is None:
+                results.append(
+                    DeletableTopicResult(
+                        given_name or "",
+                        given_id or "",
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        f"No topic {given_name if given_name is not None else given_id!r}",
+                    )
+                )
+                continue
+            record = RemoveTopicRecord(topic_id)
+            delta.replay(record)
+            records.append(record)
+            results.append(DeletableTopicResult(name, topic_id))
+        return ControllerResult(records, DeleteTopicsResponse(topics=tuple(results)))
+
+    def create_partitions(
+        self, image: MetadataImage, request: CreatePartitionsRequest
+    ) -> ControllerResult[CreatePartitionsResponse]:
+        """Grow topics to new partition counts (never shrink); new partitions are placed
+        like the topic's first ones, with the same replication factor."""
+        delta = MetadataDelta(image)
+        usable = [PlacementBroker(b.broker_id, b.rack) for b in image.active_brokers()]
+        counts = Counter(topic.name for topic in request.topics)
+        records: list[MetadataRecord] = []
+        results: list[CreatePartitionsTopicResult] = []
+        for topic in request.topics:
+            try:
+                if counts[topic.name] > 1:
+                    raise refuse(
+                        ErrorCode.INVALID_REQUEST, f"Topic {topic.name!r} is named more than once"
+                    )
+                topic_records = self._create_partitions(delta, topic, usable)
+            except ControllerApiError as e:
+                results.append(CreatePartitionsTopicResult(topic.name, e.code, e.message))
+                continue
+            except InvalidReplicationFactorError as e:
+                code, message = error_of(e)
+                results.append(CreatePartitionsTopicResult(topic.name, code, message))
+                continue
+            results.append(CreatePartitionsTopicResult(topic.name))
+            if not request.validate_only:
+                delta.replay_all(topic_records)
+                records.extend(topic_records)
+        return ControllerResult(records, CreatePartitionsResponse(topics=tuple(results)))
+
+    def _create_partitions(
+        self, delta: MetadataDelta, topic: CreatePartitionsTopic, usable: list[PlacementBroker]
+    ) -> list[MetadataRecord]:
+        topic_id = delta.topic_id(topic.name)
+        if topic_id is None:
+            raise refuse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No topic {topic.name!r}")
+        current = delta.partition_count(topic_id)
+        if topic.count < current:
+            raise refuse(
+                ErrorCode.INVALID_PARTITIONS,
+                f"The topic {topic.name} currently has {current} partition(s); {topic.count} "
+                "would not be an increase.",
+            )
+        if topic.count == current:
+            raise refuse(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
+        existing: list[tuple[int, ...]] = []
+        for partition_id in range(current):
+            partition = delta.partition(topic_id, partition_id)
+            assert partition is not None
+            existing.append(partition.replicas)
+        factor = len(existing[0]) if existing else self.config.default_replication_factor
+        new = topic.count - current
+        if topic.assignments:
+            assignments = list(topic.assignments)
+            if len(assignments) != new:
+                raise refuse(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Attempted to add {new} additional partition(s), but only "
+                    f"{len(assignments)} assignment(s) were specified.",
+                )
+            self._validate_assignments(delta, assignments, first_partition=current)
+            if len(assignments[0]) != factor:
+                raise refuse(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"The manual partition assignment has {len(assignments[0])} replica(s) per "
+                    f"partition, but the topic's partitions have {factor}.",
+                )
+        else:
+            assignments = place_replicas(usable, new, factor, self._rng, existing=existing)
+        return [
+            self._new_partition(delta, topic_id, current + index, tuple(replicas))
+            for index, replicas in enumerate(assignments)
+        ]
+
+
+def _collision_key(name: str) -> str:
+    """Kafka's topic-name collision rule: '.' and '_' are the same in metric names."""
+    return name.replace(".", "_")

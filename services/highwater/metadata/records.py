@@ -1,0 +1,400 @@
+"""The records of the metadata log as immutable values, and their bytes in the Raft log.
+
+One class per message of ``protos/highwater/v1/metadata.proto``, field for field (KIP-631
+and KIP-746 names). The quorum controller produces them, the Raft log stores each as one
+value (:func:`encode_record`), and every broker and controller decodes them
+(:func:`decode_record`) and replays them into a :class:`~highwater.metadata.image.MetadataImage`.
+
+Conventions, as in the proto: ``-1`` (:data:`NO_LEADER`) is "no leader"; in a
+:class:`PartitionChangeRecord` (and :class:`BrokerRegistrationChangeRecord`) a ``None``
+field is "unchanged"; a :class:`ConfigRecord` without a value deletes the key.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any, Final, TypeAlias
+
+from google.protobuf.message import DecodeError
+
+from highwater.errors import CorruptRecordError
+from highwater.v1 import metadata_pb2 as pb
+
+NO_LEADER: Final = -1
+"""The leader of a partition that has none (offline), and "no broker" in general."""
+
+DEFAULT_SECURITY_PROTOCOL: Final = "PLAINTEXT"
+
+
+class ConfigResourceType(enum.IntEnum):
+    """What a :class:`ConfigRecord` configures; the numbers are Kafka's ``ConfigResource.Type``."""
+
+    TOPIC = 2
+    BROKER = 4
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    """One listener of a broker or coordinator: where clients and peers connect."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: str = DEFAULT_SECURITY_PROTOCOL
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+# --- Brokers ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerRecord:
+    """A broker registered; its epoch is the offset of this record. New registrations are fenced."""
+
+    broker_id: int
+    incarnation_id: str
+    broker_epoch: int
+    listeners: tuple[BrokerEndpoint, ...] = ()
+    rack: str | None = None
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FenceBrokerRecord:
+    """The broker of this epoch is fenced: it leads nothing and is no ISR candidate."""
+
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnfenceBrokerRecord:
+    """The broker of this epoch has caught up with the metadata log and may lead."""
+
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistrationChangeRecord:
+    """A change of fencing or controlled-shutdown state; ``None`` is unchanged."""
+
+    broker_id: int
+    broker_epoch: int
+    fenced: bool | None = None
+    in_controlled_shutdown: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBrokerRecord:
+    """The broker's registration is removed."""
+
+    broker_id: int
+    broker_epoch: int
+
+
+# --- Topics and partitions -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    """A topic was created; its :class:`PartitionRecord` s follow."""
+
+    name: str
+    topic_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    """The full state of one partition, at creation and in snapshots."""
+
+    topic_id: str
+    partition_id: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChangeRecord:
+    """A change to one partition; ``None`` fields are unchanged.
+
+    Applying it bumps the partition epoch; a ``leader`` that is set (even to the same
+    broker) bumps the leader epoch.
+    """
+
+    topic_id: str
+    partition_id: int
+    isr: tuple[int, ...] | None = None
+    leader: int | None = None
+    replicas: tuple[int, ...] | None = None
+    removing_replicas: tuple[int, ...] | None = None
+    adding_replicas: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveTopicRecord:
+    """The topic, its partitions and its configs are deleted."""
+
+    topic_id: str
+
+
+# --- Configs, producer ids -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigRecord:
+    """One dynamic config key of a topic or broker set to ``value``, or deleted (``None``)."""
+
+    resource_type: ConfigResourceType
+    resource_name: str
+    name: str
+    value: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdsRecord:
+    """A block of producer ids went to a broker; the next block starts at ``next_producer_id``."""
+
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+
+
+# --- Coordinators ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterCoordinatorRecord:
+    """A group coordinator registered; its epoch is the offset of this record."""
+
+    coordinator_id: int
+    incarnation_id: str
+    registration_epoch: int
+    listeners: tuple[BrokerEndpoint, ...] = ()
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterCoordinatorRecord:
+    """The coordinator's registration is removed."""
+
+    coordinator_id: int
+    registration_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorAssignmentRecord:
+    """A ``__consumer_offsets`` partition is owned by a coordinator (``-1``: by none)."""
+
+    partition_id: int
+    coordinator_id: int
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class NoOpRecord:
+    """Changes nothing; written by the active controller to show it is alive (KIP-835)."""
+
+
+MetadataRecord: TypeAlias = (
+    RegisterBrokerRecord
+    | FenceBrokerRecord
+    | UnfenceBrokerRecord
+    | BrokerRegistrationChangeRecord
+    | UnregisterBrokerRecord
+    | TopicRecord
+    | PartitionRecord
+    | PartitionChangeRecord
+    | ConfigRecord
+    | ProducerIdsRecord
+    | RemoveTopicRecord
+    | RegisterCoordinatorRecord
+    | UnregisterCoordinatorRecord
+    | CoordinatorAssignmentRecord
+    | NoOpRecord
+)
+"""Any record of the metadata log."""
+
+# The oneof field of MetadataRecord that carries each record type.
+_ONEOF_FIELDS: Final[dict[type[Any], str]] = {
+    RegisterBrokerRecord: "register_broker",
+    FenceBrokerRecord: "fence_broker",
+    UnfenceBrokerRecord: "unfence_broker",
+    BrokerRegistrationChangeRecord: "broker_registration_change",
+    UnregisterBrokerRecord: "unregister_broker",
+    TopicRecord: "topic",
+    PartitionRecord: "partition",
+    PartitionChangeRecord: "partition_change",
+    ConfigRecord: "config",
+    ProducerIdsRecord: "producer_ids",
+    RemoveTopicRecord: "remove_topic",
+    RegisterCoordinatorRecord: "register_coordinator",
+    UnregisterCoordinatorRecord: "unregister_coordinator",
+    CoordinatorAssignmentRecord: "coordinator_assignment",
+    NoOpRecord: "no_op",
+}
+
+
+# --- Conversion ------------------------------------------------------------------------
+#
+# Each record class is converted field by field; how a field converts follows from its
+# protobuf descriptor, worked out once per class: a plain scalar, a proto3 `optional`
+# scalar (None when absent), a repeated int list (a tuple), a BrokerIdList (a tuple, or
+# None when absent), a list of BrokerEndpoint, or the ConfigResourceType enum.
+
+_Setter: TypeAlias = Callable[[Any, str, Any], None]
+_Getter: TypeAlias = Callable[[Any, str], Any]
+
+
+def _set_scalar(message: Any, name: str, value: Any) -> None:
+    if value is not None:
+        setattr(message, name, value)
+
+
+def _set_ints(message: Any, name: str, value: tuple[int, ...]) -> None:
+    getattr(message, name).extend(value)
+
+
+def _set_id_list(message: Any, name: str, value: tuple[int, ...] | None) -> None:
+    if value is not None:
+        holder = getattr(message, name)
+        holder.SetInParent()
+        holder.ids.extend(value)
+
+
+def _set_endpoints(message: Any, name: str, value: tuple[BrokerEndpoint, ...]) -> None:
+    target = getattr(message, name)
+    for endpoint in value:
+        target.add(
+            name=endpoint.name,
+            host=endpoint.host,
+            port=endpoint.port,
+            security_protocol=endpoint.security_protocol,
+        )
+
+
+def _get_scalar(message: Any, name: str) -> Any:
+    return getattr(message, name)
+
+
+def _get_optional(message: Any, name: str) -> Any:
+    return getattr(message, name) if message.HasField(name) else None
+
+
+def _get_ints(message: Any, name: str) -> tuple[int, ...]:
+    return tuple(getattr(message, name))
+
+
+def _get_id_list(message: Any, name: str) -> tuple[int, ...] | None:
+    return tuple(getattr(message, name).ids) if message.HasField(name) else None
+
+
+def _get_endpoints(message: Any, name: str) -> tuple[BrokerEndpoint, ...]:
+    return tuple(
+        BrokerEndpoint(e.name, e.host, e.port, e.security_protocol or DEFAULT_SECURITY_PROTOCOL)
+        for e in getattr(message, name)
+    )
+
+
+def _get_resource_type(message: Any, name: str) -> ConfigResourceType:
+    value = getattr(message, name)
+    try:
+        return ConfigResourceType(value)
+    except ValueError:
+        raise CorruptRecordError(f"ConfigRecord has an unknown resource type {value}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    oneof: str
+    names: tuple[str, ...]
+    setters: tuple[_Setter, ...]
+    getters: tuple[_Getter, ...]
+
+
+def _plan(record_type: type[Any], oneof: str) -> _Plan:
+    descriptor = pb.MetadataRecord.DESCRIPTOR.fields_by_name[oneof].message_type
+    assert descriptor is not None
+    names: list[str] = []
+    setters: list[_Setter] = []
+    getters: list[_Getter] = []
+    for f in fields(record_type):
+        fd = descriptor.fields_by_name[f.name]
+        setter: _Setter
+        getter: _Getter
+        if fd.message_type is not None and fd.message_type.name == "BrokerIdList":
+            setter, getter = _set_id_list, _get_id_list
+        elif fd.message_type is not None and fd.message_type.name == "BrokerEndpoint":
+            setter, getter = _set_endpoints, _get_endpoints
+        elif fd.is_repeated:
+            setter, getter = _set_ints, _get_ints
+        elif fd.enum_type is not None:
+            setter, getter = _set_scalar, _get_resource_type
+        elif fd.has_presence:
+            setter, getter = _set_scalar, _get_optional
+        else:
+            setter, getter = _set_scalar, _get_scalar
+        names.append(f.name)
+        setters.append(setter)
+        getters.append(getter)
+    if set(descriptor.fields_by_name) != set(names):
+        raise RuntimeError(f"{record_type.__name__} does not match metadata.proto")
+    return _Plan(oneof, tuple(names), tuple(setters), tuple(getters))
+
+
+_PLANS: Final[dict[type[Any], _Plan]] = {t: _plan(t, o) for t, o in _ONEOF_FIELDS.items()}
+_TYPES_BY_ONEOF: Final[dict[str, type[Any]]] = {o: t for t, o in _ONEOF_FIELDS.items()}
+
+
+def to_proto(record: MetadataRecord) -> pb.MetadataRecord:
+    """The ``MetadataRecord`` protobuf message of a record."""
+    plan = _PLANS[type(record)]
+    wrapper = pb.MetadataRecord()
+    message = getattr(wrapper, plan.oneof)
+    message.SetInParent()
+    for name, setter in zip(plan.names, plan.setters, strict=True):
+        setter(message, name, getattr(record, name))
+    return wrapper
+
+
+def from_proto(wrapper: pb.MetadataRecord) -> MetadataRecord:
+    """The record a ``MetadataRecord`` protobuf message carries.
+
+    Raises :class:`~highwater.errors.CorruptRecordError` if it carries none, or a value
+    no record may hold (an unknown config resource type).
+    """
+    oneof = wrapper.WhichOneof("record")
+    if oneof is None:
+        raise CorruptRecordError("metadata record carries no record")
+    record_type = _TYPES_BY_ONEOF[oneof]
+    plan = _PLANS[record_type]
+    message = getattr(wrapper, oneof)
+    values = [getter(message, name) for name, getter in zip(plan.names, plan.getters, strict=True)]
+    record: MetadataRecord = record_type(*values)
+    return record
+
+
+def encode_record(record: MetadataRecord) -> bytes:
+    """The bytes of one record as the Raft log stores it (a serialized ``MetadataRecord``)."""
+    return to_proto(record).SerializeToString(deterministic=True)
+
+
+def decode_record(data: bytes) -> MetadataRecord:
+    """The record stored as ``data``; :class:`~highwater.errors.CorruptRecordError` if none is."""
+    wrapper = pb.MetadataRecord()
+    try:
+        wrapper.ParseFromString(data)
+    except DecodeError as e:
+        raise CorruptRecordError(f"metadata record does not parse: {e}") from None
+    return from_proto(wrapper)
