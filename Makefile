@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv test lint protos protos-check bench clean
+.PHONY: venv test lint protos protos-check bench bench-deps clean
 
 venv: $(STAMP)
 
@@ -29,8 +29,15 @@ protos: venv
 protos-check: venv
 	$(BIN)/python scripts/gen_protos.py --check
 
-bench: venv
+bench: venv bench-deps
 	$(BIN)/python -m bench
+
+# The peers the benchmarks measure beside Highwater, from Debian's packages.
+bench-deps:
+	@command -v etcd >/dev/null 2>&1 || { \
+		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq etcd-server etcd-client; }
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

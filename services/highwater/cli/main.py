@@ -12,6 +12,7 @@ import click
 
 from highwater import __version__
 from highwater.cli.dump_log import dump_log
+from highwater.cli.quorum import quorum
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -68,3 +69,4 @@ def main(log_level: str) -> None:
 
 # -- subcommands: one line per module under highwater/cli/ ---------------------------------
 main.add_command(dump_log)
+main.add_command(quorum)

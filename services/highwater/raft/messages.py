@@ -105,6 +105,11 @@ class FetchResponse:
     diverging_epoch: OffsetAndEpoch | None = None
     snapshot_id: OffsetAndEpoch | None = None
     records: bytes = b""
+    # The position of the request this answers, echoed so that a follower can tell a
+    # late or duplicated answer to an older fetch from the answer to its latest one
+    # (-1: not echoed; the follower then relies on the transport's correlation).
+    fetch_offset: int = -1
+    last_fetched_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ What loading does, in order:
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,6 +52,10 @@ log = logging.getLogger(__name__)
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PARTITION_METADATA = "partition.metadata"
+QUORUM_STATE = "quorum-state"
+"""The Raft election state, kept in ``__cluster_metadata-0/`` beside the metadata log."""
+_RAFT_SNAPSHOT = re.compile(r"^\d{20}-\d{10}\.checkpoint(\.part)?$")
+"""Metadata snapshots (``<end offset>-<epoch>.checkpoint``), also kept beside that log."""
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 
 
@@ -150,7 +155,9 @@ def _settle_leftovers(directory: Path) -> set[int]:
         if name.endswith(".tmp") or name.endswith(CLEANED_SUFFIX) or name.endswith(DELETED_SUFFIX):
             path.unlink()
             continue
-        if name in (LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA):
+        if name in (LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, QUORUM_STATE):
+            continue
+        if _RAFT_SNAPSHOT.match(name):
             continue
         base = base_offset_of(name)
         if base is None or name[20:] not in _known_suffixes():

@@ -1,0 +1,218 @@
+"""``highwater quorum describe``: the metadata quorum's leader and progress (kafka-metadata-quorum).
+
+It asks the controllers named by ``--controllers`` for ``DescribeQuorum`` and prints the
+answer of the active controller (the Raft leader, the only one that tracks every
+replica's progress):
+
+* ``--status``: ClusterId, LeaderId, LeaderEpoch, HighWatermark, MaxFollowerLag,
+  MaxFollowerLagTimeMs, CurrentVoters, CurrentObservers;
+* ``--replication``: one row per replica with NodeId, LogEndOffset, Lag,
+  LastFetchTimestamp, LastCaughtUpTimestamp and Status (Leader, Follower, Observer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import click
+import grpc
+import grpc.aio
+
+from highwater.raft.messages import NO_LEADER
+from highwater.raft.service import parse_endpoint
+from highwater.v1 import raft_pb2 as pb
+from highwater.v1 import raft_pb2_grpc
+from highwater.v1.common_pb2 import ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    endpoint: str
+    response: pb.DescribeQuorumResponse | None
+    problem: str | None = None
+
+
+async def _ask(endpoint: str, timeout_s: float) -> _Answer:
+    try:
+        async with grpc.aio.insecure_channel(endpoint) as channel:
+            stub = raft_pb2_grpc.RaftStub(channel)
+            response = await stub.DescribeQuorum(pb.DescribeQuorumRequest(), timeout=timeout_s)
+            return _Answer(endpoint, response)
+    except grpc.aio.AioRpcError as e:
+        return _Answer(endpoint, None, f"{e.code().name}: {e.details()}")
+
+
+async def _ask_all(endpoints: list[str], timeout_s: float) -> list[_Answer]:
+    return list(await asyncio.gather(*(_ask(e, timeout_s) for e in endpoints)))
+
+
+def describe_leader(endpoints: list[str], timeout_s: float) -> pb.DescribeQuorumResponse:
+    """The active controller's ``DescribeQuorum`` answer; ``click.ClickException`` if none."""
+    answers = asyncio.run(_ask_all(endpoints, timeout_s))
+    for answer in answers:
+        if answer.response is not None and answer.response.error == ErrorCode.NONE:
+            return answer.response
+    reached = [a for a in answers if a.response is not None]
+    if not reached:
+        details = "; ".join(f"{a.endpoint}: {a.problem}" for a in answers)
+        raise click.ClickException(f"no controller could be reached ({details})")
+    known = [
+        a.response for a in reached if a.response is not None and a.response.leader_id != NO_LEADER
+    ]
+    if known:
+        latest = max(known, key=lambda r: r.leader_epoch)
+        raise click.ClickException(
+            f"none of {', '.join(endpoints)} is the active controller; the leader of epoch "
+            f"{latest.leader_epoch} is node {latest.leader_id}: add its address to --controllers"
+        )
+    raise click.ClickException(
+        "the quorum has no leader at the moment (an election is under way); try again"
+    )
+
+
+def _sorted(replicas: list[pb.ReplicaState]) -> list[pb.ReplicaState]:
+    return sorted(replicas, key=lambda r: r.replica_id)
+
+
+def _leader_state(response: pb.DescribeQuorumResponse) -> pb.ReplicaState | None:
+    for replica in response.current_voters:
+        if replica.replica_id == response.leader_id:
+            return replica
+    return None
+
+
+def _end_offset(replica: pb.ReplicaState) -> int:
+    """A replica's log end offset, 0 while the leader has not heard from it (-1 on the wire)."""
+    return max(0, replica.log_end_offset)
+
+
+def status_lines(response: pb.DescribeQuorumResponse) -> list[tuple[str, str]]:
+    """The ``--status`` fields, computed as kafka-metadata-quorum computes them.
+
+    MaxFollowerLag is the leader's log end offset less the most lagging voter's;
+    MaxFollowerLagTimeMs how much longer ago that voter was last caught up than the leader
+    (0 when no voter lags, -1 when it never caught up).
+    """
+    voters = _sorted(list(response.current_voters))
+    observers = _sorted(list(response.observers))
+    leader = _leader_state(response)
+    max_lag, max_lag_time = 0, 0
+    if leader is not None and voters:
+        laggard = min(voters, key=lambda r: (_end_offset(r), r.replica_id != leader.replica_id))
+        max_lag = max(0, _end_offset(leader) - _end_offset(laggard))
+        if max_lag == 0:
+            max_lag_time = 0
+        elif laggard.last_caught_up_timestamp < 0 or leader.last_caught_up_timestamp < 0:
+            max_lag_time = -1
+        else:
+            max_lag_time = max(
+                0, leader.last_caught_up_timestamp - laggard.last_caught_up_timestamp
+            )
+    return [
+        ("ClusterId", response.cluster_id),
+        ("LeaderId", str(response.leader_id)),
+        ("LeaderEpoch", str(response.leader_epoch)),
+        ("HighWatermark", str(response.high_watermark)),
+        ("MaxFollowerLag", str(max_lag)),
+        ("MaxFollowerLagTimeMs", str(max_lag_time)),
+        ("CurrentVoters", "[" + ",".join(str(r.replica_id) for r in voters) + "]"),
+        ("CurrentObservers", "[" + ",".join(str(r.replica_id) for r in observers) + "]"),
+    ]
+
+
+REPLICATION_COLUMNS = (
+    "NodeId",
+    "LogEndOffset",
+    "Lag",
+    "LastFetchTimestamp",
+    "LastCaughtUpTimestamp",
+    "Status",
+)
+
+
+def replication_rows(response: pb.DescribeQuorumResponse) -> list[tuple[str, ...]]:
+    """The ``--replication`` table: the leader first, then followers, then observers."""
+    leader = _leader_state(response)
+    leader_end = _end_offset(leader) if leader is not None else response.high_watermark
+    ordered: list[tuple[pb.ReplicaState, str]] = []
+    if leader is not None:
+        ordered.append((leader, "Leader"))
+    ordered += [
+        (r, "Follower")
+        for r in _sorted(list(response.current_voters))
+        if r.replica_id != response.leader_id
+    ]
+    ordered += [(r, "Observer") for r in _sorted(list(response.observers))]
+    return [
+        (
+            str(r.replica_id),
+            str(r.log_end_offset),
+            str(max(0, leader_end - _end_offset(r))),
+            str(r.last_fetch_timestamp),
+            str(r.last_caught_up_timestamp),
+            status,
+        )
+        for r, status in ordered
+    ]
+
+
+def _format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    )
+
+
+def _parse_controllers(_ctx: click.Context, _param: click.Parameter, value: str) -> list[str]:
+    endpoints = []
+    for part in value.split(","):
+        try:
+            host, port = parse_endpoint(part.strip())
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+        endpoints.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    return endpoints
+
+
+@click.group("quorum")
+def quorum() -> None:
+    """Inspect the metadata quorum (the Raft quorum of controllers)."""
+
+
+@quorum.command("describe")
+@click.option(
+    "--controllers",
+    "controllers",
+    required=True,
+    callback=_parse_controllers,
+    metavar="HOST:PORT[,HOST:PORT...]",
+    help="Controllers to ask; the active controller among them answers.",
+)
+@click.option("--status", "mode", flag_value="status", help="Print the quorum's status.")
+@click.option(
+    "--replication",
+    "mode",
+    flag_value="replication",
+    help="Print every replica's replication progress.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for each controller.",
+)
+def describe(controllers: list[str], mode: str | None, timeout: float) -> None:
+    """Describe the metadata quorum: --status or --replication."""
+    if mode is None:
+        raise click.UsageError("give one of --status or --replication")
+    response = describe_leader(controllers, timeout)
+    if mode == "status":
+        lines = status_lines(response)
+        width = max(len(name) for name, _ in lines) + 2
+        for name, value in lines:
+            click.echo(f"{name + ':':<{width}}{value}")
+        return
+    click.echo(_format_table(REPLICATION_COLUMNS, replication_rows(response)))

@@ -1,0 +1,1182 @@
+"""The Raft node: a pure, pull-based (KRaft) Raft core that takes events and returns effects.
+
+A :class:`RaftNode` has no sockets, files, clocks, sleeps or threads. The driver feeds it
+events — :meth:`~RaftNode.tick` as time passes, :meth:`~RaftNode.step` for each message
+received, :meth:`~RaftNode.propose` for new entries, :meth:`~RaftNode.on_flushed` after
+an fsync — and takes the effects with :meth:`~RaftNode.ready`, applying them in the
+order :class:`Ready` lists them: persist the election state, flush the log, send the
+messages, reload the state machine from a snapshot, apply committed entries.
+
+The protocol is Kafka's KRaft (KIP-595, KIP-630, KIP-996):
+
+* **Elections.** A voter whose leader went quiet (no fetch answered for
+  ``fetch_timeout_ms``), or that knows no leader for a randomized election timeout,
+  becomes *prospective* and asks for pre-votes without bumping its epoch. Voters refuse
+  a pre-vote while they still hear from a leader, so a replica that was cut off cannot
+  force an election when it comes back. With a majority of pre-votes it becomes
+  *candidate*: epoch + 1, a vote for itself, vote requests. A vote is granted when the
+  candidate's epoch is at least ours, we have not voted for another in it, and its log
+  (last epoch, end offset) is at least as up to date as ours; the vote is persisted
+  before the answer leaves. A lost election backs off exponentially, with jitter.
+* **Leadership.** The winner appends a control record in its new epoch (only an entry of
+  its own epoch can move the high watermark), then announces itself with
+  ``BeginQuorumEpoch`` until every voter has answered or fetched. A leader that does
+  not hear from a majority within ``fetch_timeout_ms`` resigns; :meth:`RaftNode.resign`
+  resigns gracefully, naming the most caught-up voters as preferred successors in
+  ``EndQuorumEpoch``.
+* **Replication.** Followers and observers pull: ``Fetch(fetch_offset=log end,
+  last_fetched_epoch)``. The leader validates the position against its log: a diverging
+  log is told where the common prefix ends (``diverging_epoch``) and truncates there in
+  one step; a position below the leader's log start is told to load the leader's
+  snapshot (``snapshot_id``, then ``FetchSnapshot`` in chunks). A fetch with nothing to
+  return is parked until data arrives, the high watermark moves or ``max_wait_ms``
+  passes. A voter fetches again only once what it appended is flushed, so its fetch
+  offset is durable progress. The high watermark is the largest offset a majority of
+  voters has reached (the leader counted at its flushed offset), once that offset is in
+  the leader's epoch; it never goes backwards.
+"""
+
+from __future__ import annotations
+
+import random as _random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from highwater.errors import HighwaterError
+from highwater.raft.log import RaftLog, encode_leader_change
+from highwater.raft.messages import (
+    NO_LEADER,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    OffsetAndEpoch,
+    QuorumDescription,
+    RaftMessage,
+    VoteRequest,
+    VoteResponse,
+)
+from highwater.raft.snapshot import (
+    PositionOutOfRangeError,
+    SnapshotNotFoundError,
+    SnapshotStore,
+)
+from highwater.raft.state import (
+    CandidateState,
+    ElectionState,
+    EpochState,
+    FollowerState,
+    IllegalTransitionError,
+    LeaderState,
+    ProspectiveState,
+    QuorumState,
+    ResignedState,
+    Role,
+    SnapshotFetch,
+    UnattachedState,
+)
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = [
+    "NotLeaderError",
+    "RaftConfig",
+    "RaftNode",
+    "Ready",
+    "RoleChange",
+]
+
+_NONE = ErrorCode.NONE
+_FENCED_LEADER_EPOCH = ErrorCode.FENCED_LEADER_EPOCH
+_NOT_LEADER_OR_FOLLOWER = ErrorCode.NOT_LEADER_OR_FOLLOWER
+_UNKNOWN_LEADER_EPOCH = ErrorCode.UNKNOWN_LEADER_EPOCH
+# The request tracker's key for an observer's search for the leader among the voters.
+_LEADER_DISCOVERY = -1
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    """The quorum's timing and sizes, with Kafka's defaults (``quorum.*`` settings)."""
+
+    election_timeout_ms: int = 1000
+    """``quorum.election.timeout.ms``: randomized in ``[t, 2t)``."""
+    election_backoff_max_ms: int = 1000
+    """``quorum.election.backoff.max.ms``: the cap of the exponential election backoff."""
+    fetch_timeout_ms: int = 2000
+    """``quorum.fetch.timeout.ms``: silence after which a follower looks for a new leader,
+    and a leader that heard from no majority resigns."""
+    fetch_max_wait_ms: int = 500
+    """How long the leader parks a fetch with nothing to return (the long poll)."""
+    fetch_max_bytes: int = 1024 * 1024
+    """The most a fetch returns (at least one batch). Kafka's KRaft asks for 8 MiB; 1 MiB
+    stays well inside gRPC's default 4 MiB message limit."""
+    snapshot_chunk_bytes: int = 1024 * 1024
+    """The most one ``FetchSnapshot`` answer carries."""
+    request_timeout_ms: int = 2000
+    """``quorum.request.timeout.ms``: when an unanswered request is sent again."""
+    retry_backoff_ms: int = 20
+    """``quorum.retry.backoff.ms``: the wait after a failed request, and the unit of the
+    election backoff."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "election_timeout_ms",
+            "fetch_timeout_ms",
+            "fetch_max_bytes",
+            "snapshot_chunk_bytes",
+            "request_timeout_ms",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        for name in ("election_backoff_max_ms", "fetch_max_wait_ms", "retry_backoff_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+        if self.request_timeout_ms <= self.fetch_max_wait_ms:
+            raise ValueError("request_timeout_ms must exceed fetch_max_wait_ms (the long poll)")
+
+
+class NotLeaderError(HighwaterError):
+    """A proposal to a replica that does not lead the quorum; names who does, if known."""
+
+    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    def __init__(self, leader_id: int | None, epoch: int) -> None:
+        where = f"the leader is {leader_id}" if leader_id is not None else "no leader is known"
+        super().__init__(f"not the leader of epoch {epoch}: {where}")
+        self.leader_id = leader_id
+        self.epoch = epoch
+
+
+@dataclass(frozen=True, slots=True)
+class RoleChange:
+    """The replica's role in the quorum changed: what the controller on top reacts to."""
+
+    role: Role
+    epoch: int
+    leader_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """The effects of the events since the last :meth:`RaftNode.ready`, in the order the
+    driver must apply them."""
+
+    election_state: ElectionState | None = None
+    """Persist (and fsync) first, before sending anything."""
+    must_flush: bool = False
+    """The log holds unflushed entries: fsync it, then call :meth:`RaftNode.on_flushed`."""
+    messages: list[RaftMessage] = field(default_factory=list)
+    """Send, after persisting the election state."""
+    load_snapshot: OffsetAndEpoch | None = None
+    """Reload the state machine from this snapshot (the store holds it), before applying
+    entries: the log now starts at its end offset."""
+    high_watermark: int | None = None
+    """The new commit point: apply the committed entries below it to the state machine."""
+    role: RoleChange | None = None
+    """The replica's role, epoch or known leader changed."""
+
+    @property
+    def is_empty(self) -> bool:
+        return (
+            self.election_state is None
+            and not self.must_flush
+            and not self.messages
+            and self.load_snapshot is None
+            and self.high_watermark is None
+            and self.role is None
+        )
+
+
+class RaftNode:
+    """One replica of the quorum: a voter when ``node_id`` is in ``voters``, else an observer.
+
+    ``election_state`` is what the driver last persisted (``None`` for a new replica);
+    ``random`` drives the randomized timeouts (seed it for reproducible runs); ``now_ms``
+    is the driver's clock at construction. A snapshot the store holds is announced in
+    the first :class:`Ready` (``load_snapshot``): the state machine starts from it.
+    """
+
+    def __init__(
+        self,
+        node_id: int,
+        voters: frozenset[int],
+        log: RaftLog,
+        snapshots: SnapshotStore,
+        *,
+        cluster_id: str,
+        election_state: ElectionState | None,
+        random: _random.Random,
+        config: RaftConfig | None = None,
+        now_ms: int = 0,
+    ) -> None:
+        if not voters:
+            raise ValueError("a quorum needs at least one voter")
+        self.node_id = node_id
+        self.voters = frozenset(voters)
+        self.cluster_id = cluster_id
+        self.config = config or RaftConfig()
+        self._log = log
+        self._snapshots = snapshots
+        self._random = random
+        self._now_ms = now_ms
+        self._quorum = QuorumState(
+            node_id,
+            self.voters,
+            election_timeout_ms=self.config.election_timeout_ms,
+            fetch_timeout_ms=self.config.fetch_timeout_ms,
+            request_timeout_ms=self.config.request_timeout_ms,
+            retry_backoff_ms=self.config.retry_backoff_ms,
+            rng=random,
+        )
+        self._is_only_voter = self.voters == {node_id}
+        self._outbox: list[RaftMessage] = []
+        self._high_watermark: int | None = None
+        self._reported_high_watermark: int | None = None
+        self._load_snapshot: OffsetAndEpoch | None = None
+        self._reported_role: RoleChange | None = None
+        self._reported_state: EpochState | None = None
+        # The leader's parked fetches: replica id -> (request, when to answer anyway).
+        self._parked: dict[int, tuple[FetchRequest, int]] = {}
+
+        latest = snapshots.latest()
+        if latest is not None:
+            if latest.offset > log.start_offset:
+                if self._log_holds(latest):
+                    log.delete_before(latest.offset)
+                else:
+                    # A snapshot received just before a crash, the log not yet reset to it.
+                    log.truncate_to_snapshot(latest)
+            self._load_snapshot = latest
+            self._high_watermark = latest.offset
+        self._quorum.initialize(
+            election_state, OffsetAndEpoch(log.end_offset, log.last_epoch), now_ms
+        )
+        if self._is_only_voter:
+            self._poll(now_ms)  # a single voter elects itself at once: nobody else can
+
+    # --- What the node knows -----------------------------------------------------------
+
+    @property
+    def role(self) -> Role:
+        return self._quorum.state.role
+
+    @property
+    def epoch(self) -> int:
+        return self._quorum.epoch
+
+    @property
+    def leader_id(self) -> int | None:
+        """The leader of the current epoch, if known (while leading: this node)."""
+        state = self._quorum.state
+        if isinstance(state, LeaderState):
+            return self.node_id
+        if isinstance(state, FollowerState):
+            return state.leader_id
+        return None
+
+    @property
+    def is_leader(self) -> bool:
+        return isinstance(self._quorum.state, LeaderState)
+
+    @property
+    def is_voter(self) -> bool:
+        return self._quorum.is_voter
+
+    @property
+    def high_watermark(self) -> int | None:
+        return self._high_watermark
+
+    @property
+    def state(self) -> EpochState:
+        """The current election state object (read-only use: tests, diagnostics)."""
+        return self._quorum.state
+
+    def describe(self) -> QuorumDescription:
+        """Leader, epoch, high watermark; on the leader, every replica's progress."""
+        state = self._quorum.state
+        if isinstance(state, LeaderState):
+            return QuorumDescription(
+                leader_id=self.node_id,
+                leader_epoch=state.epoch,
+                high_watermark=_or_unknown(state.high_watermark),
+                voters=state.voter_progress(),
+                observers=state.observer_progress(self._now_ms),
+            )
+        return QuorumDescription(
+            leader_id=_or_no_leader(self.leader_id),
+            leader_epoch=state.epoch,
+            high_watermark=_or_unknown(self._high_watermark),
+        )
+
+    # --- Events ------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        """Time passed: fire the timers that are due, send what is due."""
+        self._poll(self._advance(now_ms))
+
+    def step(self, message: RaftMessage, now_ms: int) -> None:
+        """Handle one message addressed to this node."""
+        if message.destination != self.node_id:
+            raise ValueError(f"message for {message.destination} delivered to {self.node_id}")
+        now_ms = self._advance(now_ms)
+        match message:
+            case VoteRequest():
+                self._handle_vote_request(message, now_ms)
+            case VoteResponse():
+                self._handle_vote_response(message, now_ms)
+            case BeginQuorumEpochRequest():
+                self._handle_begin_quorum_epoch_request(message, now_ms)
+            case BeginQuorumEpochResponse():
+                self._handle_begin_quorum_epoch_response(message, now_ms)
+            case EndQuorumEpochRequest():
+                self._handle_end_quorum_epoch_request(message, now_ms)
+            case EndQuorumEpochResponse():
+                self._handle_end_quorum_epoch_response(message, now_ms)
+            case FetchRequest():
+                self._handle_fetch_request(message, now_ms)
+            case FetchResponse():
+                self._handle_fetch_response(message, now_ms)
+            case FetchSnapshotRequest():
+                self._handle_fetch_snapshot_request(message, now_ms)
+            case FetchSnapshotResponse():
+                self._handle_fetch_snapshot_response(message, now_ms)
+            case _:
+                raise TypeError(f"not a Raft message: {message!r}")
+        self._poll(now_ms)
+
+    def propose(self, values: Sequence[bytes], now_ms: int) -> OffsetAndEpoch:
+        """Append ``values`` as one batch; the offset and epoch of the last one.
+
+        The entry is committed once the high watermark passes its offset (its epoch then
+        still names it). Raises :class:`NotLeaderError` unless this node leads.
+        """
+        now_ms = self._advance(now_ms)
+        state = self._quorum.state
+        if not isinstance(state, LeaderState):
+            raise NotLeaderError(self.leader_id, state.epoch)
+        if not values:
+            raise ValueError("nothing to propose")
+        appended = self._log.append_as_leader(values, state.epoch)
+        state.update_local_state(self._log.flushed_offset, self._log.end_offset, now_ms)
+        end_offset = self._log.end_offset
+        self._answer_parked(now_ms, lambda request, deadline_ms: request.fetch_offset < end_offset)
+        return appended
+
+    def on_flushed(self, offset: int, now_ms: int) -> None:
+        """The driver flushed the log up to ``offset`` (the log's ``flushed_offset`` says
+        what is durable): the leader counts it, a follower may fetch again."""
+        now_ms = self._advance(now_ms)
+        state = self._quorum.state
+        if isinstance(state, LeaderState) and state.update_local_state(
+            self._log.flushed_offset, self._log.end_offset, now_ms
+        ):
+            self._on_leader_high_watermark(state, now_ms)
+        self._poll(now_ms)
+
+    def resign(self, now_ms: int) -> None:
+        """Step down gracefully (before a shutdown): tell the voters, most caught-up first.
+
+        Does nothing unless this node leads, nor in a single-voter quorum (no successor).
+        """
+        now_ms = self._advance(now_ms)
+        state = self._quorum.state
+        if isinstance(state, LeaderState) and not self._is_only_voter:
+            self._resign(state, state.preferred_successors(), now_ms)
+            self._poll(now_ms)
+
+    def snapshot_written(self, snapshot_id: OffsetAndEpoch) -> None:
+        """The state machine stored a snapshot of the committed log up to ``snapshot_id``:
+        the log before it, and older snapshots, may go."""
+        committed = self._high_watermark if self._high_watermark is not None else 0
+        if snapshot_id.offset > committed:
+            raise ValueError(
+                f"snapshot {snapshot_id} is past the high watermark {self._high_watermark}"
+            )
+        log = self._log
+        if snapshot_id.offset > log.start_offset:
+            if not self._log_holds(snapshot_id):
+                raise ValueError(f"snapshot {snapshot_id}: the log has another epoch there")
+            log.delete_before(snapshot_id.offset)
+        self._snapshots.delete_before(snapshot_id)
+
+    def _log_holds(self, snapshot_id: OffsetAndEpoch) -> bool:
+        """Whether the log holds the prefix the snapshot replaces: the entry before the
+        snapshot's end offset is of the snapshot's epoch."""
+        log = self._log
+        if snapshot_id.offset > log.end_offset:
+            return False
+        ends = log.end_offset_for_epoch(snapshot_id.epoch)
+        before = log.end_offset_for_epoch(snapshot_id.epoch - 1)
+        return (
+            ends.epoch == snapshot_id.epoch
+            and ends.offset >= snapshot_id.offset
+            and before.offset < snapshot_id.offset
+        )
+
+    def ready(self) -> Ready:
+        """Take the effects accumulated so far (see :class:`Ready` for the order)."""
+        messages, self._outbox = self._outbox, []
+        high_watermark = None
+        if self._high_watermark is not None and (
+            self._reported_high_watermark is None
+            or self._high_watermark > self._reported_high_watermark
+        ):
+            high_watermark = self._reported_high_watermark = self._high_watermark
+        state = self._quorum.state
+        role_change = None
+        if self._reported_state is not state:
+            self._reported_state = state
+            role = RoleChange(state.role, state.epoch, self.leader_id)
+            if role != self._reported_role:
+                role_change = self._reported_role = role
+        load_snapshot, self._load_snapshot = self._load_snapshot, None
+        return Ready(
+            election_state=self._quorum.take_unpersisted(),
+            must_flush=self._log.flushed_offset < self._log.end_offset,
+            messages=messages,
+            load_snapshot=load_snapshot,
+            high_watermark=high_watermark,
+            role=role_change,
+        )
+
+    # --- Polling: what each state does as time passes -------------------------------------
+
+    def _advance(self, now_ms: int) -> int:
+        self._now_ms = max(self._now_ms, now_ms)
+        return self._now_ms
+
+    def _poll(self, now_ms: int) -> None:
+        state = self._quorum.state
+        if isinstance(state, LeaderState):
+            self._poll_leader(state, now_ms)
+        elif isinstance(state, FollowerState):
+            self._poll_follower(state, now_ms)
+        elif isinstance(state, CandidateState):
+            self._poll_candidate(state, now_ms)
+        elif isinstance(state, ProspectiveState):
+            self._poll_prospective(state, now_ms)
+        elif isinstance(state, UnattachedState):
+            self._poll_unattached(state, now_ms)
+        elif isinstance(state, ResignedState):
+            self._poll_resigned(state, now_ms)
+
+    def _poll_leader(self, state: LeaderState, now_ms: int) -> None:
+        if len(self.voters) > 1 and state.has_lost_quorum(now_ms):
+            self._resign(state, (), now_ms)
+            self._poll(now_ms)
+            return
+        for voter in state.unacknowledged_voters():
+            if state.requests.is_ready(voter, now_ms):
+                state.requests.on_sent(voter, now_ms)
+                self._send(
+                    BeginQuorumEpochRequest(
+                        source=self.node_id,
+                        destination=voter,
+                        cluster_id=self.cluster_id,
+                        leader_epoch=state.epoch,
+                    )
+                )
+        self._answer_parked(now_ms, lambda request, deadline_ms: deadline_ms <= now_ms)
+
+    def _poll_follower(self, state: FollowerState, now_ms: int) -> None:
+        if state.has_fetch_timed_out(now_ms):
+            if self._quorum.is_voter:
+                self._become_prospective(now_ms)
+            else:
+                self._become_unattached(state.epoch, now_ms)  # look for the leader anew
+                self._poll(now_ms)
+            return
+        if now_ms < state.next_fetch_ms:
+            return
+        snapshot_fetch = state.snapshot_fetch
+        if snapshot_fetch is not None:
+            if (
+                snapshot_fetch.requested_position is None
+                or snapshot_fetch.requested_until_ms <= now_ms
+            ):
+                snapshot_fetch.requested_position = snapshot_fetch.position
+                snapshot_fetch.requested_until_ms = now_ms + self.config.request_timeout_ms
+                self._send(
+                    FetchSnapshotRequest(
+                        source=self.node_id,
+                        destination=state.leader_id,
+                        cluster_id=self.cluster_id,
+                        current_leader_epoch=state.epoch,
+                        snapshot_id=snapshot_fetch.snapshot_id,
+                        position=snapshot_fetch.position,
+                        max_bytes=self.config.snapshot_chunk_bytes,
+                    )
+                )
+            return
+        if state.fetch_in_flight is not None and now_ms < state.fetch_in_flight_until_ms:
+            return
+        log = self._log
+        if self._quorum.is_voter and log.flushed_offset < log.end_offset:
+            return  # fetch again once what was appended is durable: progress we report
+        state.fetch_in_flight = OffsetAndEpoch(log.end_offset, log.last_epoch)
+        state.fetch_in_flight_until_ms = now_ms + self.config.request_timeout_ms
+        self._send(self._fetch_request(state.leader_id, state.epoch))
+
+    def _poll_candidate(self, state: CandidateState, now_ms: int) -> None:
+        if state.backoff_until_ms is not None:
+            if now_ms >= state.backoff_until_ms:
+                self._become_prospective(now_ms)
+            return
+        if now_ms >= state.election_deadline_ms:
+            state.backoff_until_ms = now_ms + self._election_backoff_ms(state.retries)
+            return
+        self._send_vote_requests(state, state.votes.unanswered(), pre_vote=False, now_ms=now_ms)
+
+    def _poll_prospective(self, state: ProspectiveState, now_ms: int) -> None:
+        if now_ms >= state.election_deadline_ms:
+            self._prospective_lost(state, now_ms)
+            return
+        self._send_vote_requests(state, state.pre_votes.unanswered(), pre_vote=True, now_ms=now_ms)
+
+    def _poll_unattached(self, state: UnattachedState, now_ms: int) -> None:
+        if self._quorum.is_voter:
+            deadline_ms = state.election_deadline_ms
+            if self._is_only_voter or (deadline_ms is not None and now_ms >= deadline_ms):
+                self._become_prospective(now_ms)
+            return
+        # An observer looks for the leader: any voter's answer names it.
+        if state.requests.is_ready(_LEADER_DISCOVERY, now_ms):
+            state.requests.on_sent(_LEADER_DISCOVERY, now_ms)
+            voter = self._random.choice(sorted(self.voters))
+            self._send(self._fetch_request(voter, state.epoch))
+
+    def _poll_resigned(self, state: ResignedState, now_ms: int) -> None:
+        if self._is_only_voter or now_ms >= state.election_deadline_ms:
+            self._become_prospective(now_ms)
+            return
+        for voter in sorted(state.unacknowledged):
+            if state.requests.is_ready(voter, now_ms):
+                state.requests.on_sent(voter, now_ms)
+                self._send(
+                    EndQuorumEpochRequest(
+                        source=self.node_id,
+                        destination=voter,
+                        cluster_id=self.cluster_id,
+                        leader_epoch=state.epoch,
+                        preferred_successors=state.preferred_successors,
+                    )
+                )
+
+    # --- Transitions (through QuorumState) and what follows them -------------------------
+
+    def _become_prospective(self, now_ms: int) -> None:
+        state = self._quorum.transition_to_prospective(now_ms)
+        self._after_transition(now_ms)
+        if state.pre_votes.is_granted:  # a single voter
+            self._become_candidate(now_ms)
+        else:
+            self._poll(now_ms)
+
+    def _become_candidate(self, now_ms: int) -> None:
+        state = self._quorum.transition_to_candidate(now_ms)
+        self._after_transition(now_ms)
+        if state.votes.is_granted:  # a single voter
+            self._become_leader(now_ms)
+        else:
+            self._poll(now_ms)
+
+    def _become_leader(self, now_ms: int) -> None:
+        log = self._log
+        state = self._quorum.transition_to_leader(log.end_offset, now_ms)
+        self._after_transition(now_ms)
+        log.append_as_leader(
+            [encode_leader_change(self.node_id, sorted(self.voters))], state.epoch, control=True
+        )
+        if state.update_local_state(log.flushed_offset, log.end_offset, now_ms):
+            self._on_leader_high_watermark(state, now_ms)
+        self._poll(now_ms)
+
+    def _become_follower(self, epoch: int, leader_id: int, now_ms: int) -> None:
+        self._quorum.transition_to_follower(epoch, leader_id, now_ms)
+        self._after_transition(now_ms)
+
+    def _become_unattached(self, epoch: int, now_ms: int) -> None:
+        self._quorum.transition_to_unattached(epoch, now_ms)
+        self._after_transition(now_ms)
+
+    def _resign(self, state: LeaderState, successors: Sequence[int], now_ms: int) -> None:
+        self._quorum.transition_to_resigned(successors, now_ms)
+        self._after_transition(now_ms)
+
+    def _prospective_lost(self, state: ProspectiveState, now_ms: int) -> None:
+        """No majority of pre-votes: back to the epoch's leader if one is known."""
+        leader_id = state.leader_id
+        if leader_id is not None and leader_id != self.node_id:
+            self._become_follower(state.epoch, leader_id, now_ms)
+        else:
+            self._become_unattached(state.epoch, now_ms)
+
+    def _after_transition(self, now_ms: int) -> None:
+        """A leader that stepped down answers its parked fetches (with an error naming
+        the new epoch and leader, if known)."""
+        if self._parked and not self.is_leader:
+            parked, self._parked = self._parked, {}
+            for request, _ in parked.values():
+                self._send_fetch_response(self._complete_fetch(request, now_ms)[0])
+
+    def _maybe_transition(self, leader_id: int | None, epoch: int, now_ms: int) -> None:
+        """Learn from a request or response naming ``epoch`` and its leader (Kafka's
+        ``maybeTransition``): follow a newer epoch, or the leader of ours if we knew none."""
+        state = self._quorum.state
+        if leader_id is not None and leader_id not in self.voters:
+            leader_id = None
+        if epoch < state.epoch:
+            return
+        if leader_id == self.node_id:
+            if epoch != state.epoch or state.leader_id != self.node_id:
+                raise IllegalTransitionError(
+                    f"told that this node leads epoch {epoch}, but it is {state}"
+                )
+            return
+        if (
+            epoch == state.epoch
+            and leader_id is not None
+            and state.leader_id is not None
+            and state.leader_id != leader_id
+        ):
+            raise IllegalTransitionError(
+                f"told that {leader_id} leads epoch {epoch}, but {state.leader_id} does"
+            )
+        if epoch > state.epoch:
+            if leader_id is not None:
+                self._become_follower(epoch, leader_id, now_ms)
+            else:
+                self._become_unattached(epoch, now_ms)
+        elif leader_id is not None and state.leader_id is None:
+            self._become_follower(epoch, leader_id, now_ms)
+
+    def _handle_common_response(self, error: int, leader_id: int, epoch: int, now_ms: int) -> bool:
+        """What every response teaches (Kafka's ``maybeHandleCommonResponse``); True if
+        the response needs no further handling."""
+        known_leader = None if leader_id == NO_LEADER else leader_id
+        if epoch < self._quorum.epoch or error == _UNKNOWN_LEADER_EPOCH:
+            return True
+        if epoch > self._quorum.epoch or error in (
+            _FENCED_LEADER_EPOCH,
+            _NOT_LEADER_OR_FOLLOWER,
+        ):
+            self._maybe_transition(known_leader, epoch, now_ms)
+            return True
+        if known_leader is not None and self._quorum.leader_id is None:
+            self._maybe_transition(known_leader, epoch, now_ms)
+            return True
+        return False
+
+    # --- Vote -------------------------------------------------------------------------
+
+    def _handle_vote_request(self, request: VoteRequest, now_ms: int) -> None:
+        def answer(error: int, granted: bool = False) -> None:
+            self._send(
+                VoteResponse(
+                    source=self.node_id,
+                    destination=request.source,
+                    error=error,
+                    leader_id=_or_no_leader(self._quorum.leader_id),
+                    leader_epoch=self._quorum.epoch,
+                    vote_granted=granted,
+                    pre_vote=request.pre_vote,
+                )
+            )
+
+        if request.cluster_id != self.cluster_id:
+            return answer(ErrorCode.INCONSISTENT_CLUSTER_ID)
+        # A candidate has bumped its epoch past its log's; a prospective has not.
+        if request.pre_vote:
+            illegal_epoch = request.last_offset_epoch > request.candidate_epoch
+        else:
+            illegal_epoch = request.last_offset_epoch >= request.candidate_epoch
+        if request.last_offset < 0 or request.last_offset_epoch < 0 or illegal_epoch:
+            return answer(ErrorCode.INVALID_REQUEST)
+        if request.candidate_epoch < self._quorum.epoch:
+            return answer(ErrorCode.FENCED_LEADER_EPOCH)
+        if not self._quorum.is_voter or request.source not in self.voters:
+            return answer(ErrorCode.INCONSISTENT_VOTER_SET)
+        if request.candidate_epoch > self._quorum.epoch:
+            self._become_unattached(request.candidate_epoch, now_ms)
+        state = self._quorum.state
+        log_up_to_date = (request.last_offset_epoch, request.last_offset) >= (
+            self._log.last_epoch,
+            self._log.end_offset,
+        )
+        granted = state.can_grant_vote(request.source, log_up_to_date, request.pre_vote, now_ms)
+        if granted and not request.pre_vote and state.voted_id is None:
+            # Persisted (Ready.election_state) before the answer is sent.
+            self._quorum.transition_to_unattached_voted(state.epoch, request.source, now_ms)
+            self._after_transition(now_ms)
+        return answer(_NONE, granted)
+
+    def _handle_vote_response(self, response: VoteResponse, now_ms: int) -> None:
+        state = self._quorum.state
+        if isinstance(state, CandidateState | ProspectiveState):
+            state.requests.on_response(response.source, now_ms, failed=response.error != _NONE)
+        if self._handle_common_response(
+            response.error, response.leader_id, response.leader_epoch, now_ms
+        ):
+            return
+        if response.error != _NONE or response.leader_epoch != state.epoch:
+            return
+        if isinstance(state, ProspectiveState) and response.pre_vote:
+            state.pre_votes.record(response.source, response.vote_granted)
+            if state.pre_votes.is_granted:
+                self._become_candidate(now_ms)
+            elif state.pre_votes.is_rejected:
+                self._prospective_lost(state, now_ms)
+        elif (
+            isinstance(state, CandidateState) and not response.pre_vote and not state.is_backing_off
+        ):
+            state.votes.record(response.source, response.vote_granted)
+            if state.votes.is_granted:
+                self._become_leader(now_ms)
+            elif state.votes.is_rejected:
+                # Lost: back off at once rather than wait for the election timeout.
+                state.backoff_until_ms = now_ms + self._election_backoff_ms(state.retries)
+
+    def _send_vote_requests(
+        self,
+        state: CandidateState | ProspectiveState,
+        voters: Sequence[int],
+        *,
+        pre_vote: bool,
+        now_ms: int,
+    ) -> None:
+        log = self._log
+        for voter in voters:
+            if state.requests.is_ready(voter, now_ms):
+                state.requests.on_sent(voter, now_ms)
+                self._send(
+                    VoteRequest(
+                        source=self.node_id,
+                        destination=voter,
+                        cluster_id=self.cluster_id,
+                        candidate_epoch=state.epoch,
+                        last_offset_epoch=log.last_epoch,
+                        last_offset=log.end_offset,
+                        pre_vote=pre_vote,
+                    )
+                )
+
+    def _election_backoff_ms(self, retries: int) -> int:
+        """Binary exponential backoff with jitter, capped (Kafka's election backoff)."""
+        factor = self._random.randrange(2 << min(20, max(retries, 1) - 1))
+        return min(self.config.retry_backoff_ms * factor, self.config.election_backoff_max_ms)
+
+    # --- BeginQuorumEpoch / EndQuorumEpoch -------------------------------------------------
+
+    def _handle_begin_quorum_epoch_request(
+        self, request: BeginQuorumEpochRequest, now_ms: int
+    ) -> None:
+        error = self._validate_voter_only_request(
+            request.cluster_id, request.source, request.leader_epoch
+        )
+        if error == _NONE:
+            self._maybe_transition(request.source, request.leader_epoch, now_ms)
+        self._send(
+            BeginQuorumEpochResponse(
+                source=self.node_id,
+                destination=request.source,
+                error=error,
+                leader_id=_or_no_leader(self._quorum.leader_id),
+                leader_epoch=self._quorum.epoch,
+            )
+        )
+
+    def _handle_begin_quorum_epoch_response(
+        self, response: BeginQuorumEpochResponse, now_ms: int
+    ) -> None:
+        state = self._quorum.state
+        if isinstance(state, LeaderState):
+            state.requests.on_response(response.source, now_ms, failed=response.error != _NONE)
+        if self._handle_common_response(
+            response.error, response.leader_id, response.leader_epoch, now_ms
+        ):
+            return
+        if (
+            isinstance(state, LeaderState)
+            and response.error == _NONE
+            and response.leader_epoch == state.epoch
+        ):
+            state.acknowledged.add(response.source)
+
+    def _handle_end_quorum_epoch_request(self, request: EndQuorumEpochRequest, now_ms: int) -> None:
+        error = self._validate_voter_only_request(
+            request.cluster_id, request.source, request.leader_epoch
+        )
+        if error == _NONE:
+            self._maybe_transition(request.source, request.leader_epoch, now_ms)
+            state = self._quorum.state
+            if (
+                isinstance(state, FollowerState)
+                and state.epoch == request.leader_epoch
+                and state.leader_id == request.source
+            ):
+                state.leader_ending(
+                    now_ms, self._end_epoch_backoff_ms(request.preferred_successors)
+                )
+        self._send(
+            EndQuorumEpochResponse(
+                source=self.node_id,
+                destination=request.source,
+                error=error,
+                leader_id=_or_no_leader(self._quorum.leader_id),
+                leader_epoch=self._quorum.epoch,
+            )
+        )
+
+    def _handle_end_quorum_epoch_response(
+        self, response: EndQuorumEpochResponse, now_ms: int
+    ) -> None:
+        state = self._quorum.state
+        if isinstance(state, ResignedState):
+            state.requests.on_response(response.source, now_ms, failed=response.error != _NONE)
+        if self._handle_common_response(
+            response.error, response.leader_id, response.leader_epoch, now_ms
+        ):
+            return
+        if (
+            isinstance(state, ResignedState)
+            and response.error == _NONE
+            and response.leader_epoch == state.epoch
+        ):
+            state.unacknowledged.discard(response.source)
+
+    def _end_epoch_backoff_ms(self, preferred_successors: Sequence[int]) -> int:
+        """How long a follower waits before its pre-vote after the leader resigned: the
+        first preferred successor at once, the next ones exponentially later (Kafka)."""
+        maximum = self.config.election_backoff_max_ms
+        if self.node_id not in preferred_successors:
+            return maximum
+        rank = list(preferred_successors).index(self.node_id)
+        if rank == 0:
+            return 0
+        return min(maximum, maximum >> (len(preferred_successors) - rank))
+
+    def _validate_voter_only_request(self, cluster_id: str, source: int, epoch: int) -> int:
+        if cluster_id != self.cluster_id:
+            return ErrorCode.INCONSISTENT_CLUSTER_ID
+        if epoch < self._quorum.epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if not self._quorum.is_voter or source not in self.voters:
+            return ErrorCode.INCONSISTENT_VOTER_SET
+        return _NONE
+
+    # --- Fetch: the leader's side ----------------------------------------------------------
+
+    def _validate_leader_only_request(self, epoch: int) -> int:
+        if epoch < self._quorum.epoch:
+            return _FENCED_LEADER_EPOCH
+        if epoch > self._quorum.epoch:
+            return _UNKNOWN_LEADER_EPOCH
+        if not self.is_leader:
+            return _NOT_LEADER_OR_FOLLOWER
+        return _NONE
+
+    def _handle_fetch_request(self, request: FetchRequest, now_ms: int) -> None:
+        self._parked.pop(request.source, None)  # a newer fetch supersedes a parked one
+        if request.cluster_id != self.cluster_id:
+            self._send(self._fetch_error(request, ErrorCode.INCONSISTENT_CLUSTER_ID))
+            return
+        if (
+            request.fetch_offset < 0
+            or request.last_fetched_epoch < 0
+            or request.last_fetched_epoch > request.current_leader_epoch
+            or request.max_wait_ms < 0
+        ):
+            self._send(self._fetch_error(request, ErrorCode.INVALID_REQUEST))
+            return
+        response, may_park = self._complete_fetch(request, now_ms)
+        if may_park and request.max_wait_ms > 0:
+            self._parked[request.source] = (request, now_ms + request.max_wait_ms)
+        else:
+            self._send_fetch_response(response)
+
+    def _complete_fetch(self, request: FetchRequest, now_ms: int) -> tuple[FetchResponse, bool]:
+        """The answer to ``request`` now, and whether it may be parked instead (nothing to
+        return yet)."""
+        error = self._validate_leader_only_request(request.current_leader_epoch)
+        state = self._quorum.state
+        if error != _NONE or not isinstance(state, LeaderState):
+            return self._fetch_error(request, error), False
+        state.record_contact(request.source, now_ms)  # a voter that follows us, in sync or not
+        log = self._log
+        latest_snapshot = self._snapshots.latest()
+        fetch_offset = request.fetch_offset
+        if fetch_offset < log.start_offset or (
+            fetch_offset == 0 and latest_snapshot is not None and latest_snapshot.offset > 0
+        ):
+            return self._snapshot_answer(request, state, latest_snapshot), False
+        end = log.end_offset_for_epoch(request.last_fetched_epoch)
+        if end.epoch != request.last_fetched_epoch or end.offset < fetch_offset:
+            if end.offset <= log.start_offset and log.start_offset > 0:
+                # The common prefix ends inside the snapshot: start from the snapshot.
+                return self._snapshot_answer(request, state, latest_snapshot), False
+            return self._fetch_answer(request, state, diverging_epoch=end), False
+        records = log.read(fetch_offset, min(request.max_bytes, self.config.fetch_max_bytes))
+        if state.update_replica_state(request.source, fetch_offset, log.end_offset, now_ms):
+            self._on_leader_high_watermark(state, now_ms, skip=request.source)
+        replica = state.replica_state(request.source)
+        news = records or (
+            replica is not None and replica.high_watermark_sent != state.high_watermark
+        )
+        # Park only an answer that tells nothing new: no records, a known high watermark.
+        return self._fetch_answer(request, state, records=records), not news
+
+    def _fetch_answer(
+        self,
+        request: FetchRequest,
+        state: LeaderState,
+        *,
+        records: bytes = b"",
+        diverging_epoch: OffsetAndEpoch | None = None,
+        snapshot_id: OffsetAndEpoch | None = None,
+    ) -> FetchResponse:
+        return FetchResponse(
+            source=self.node_id,
+            destination=request.source,
+            error=_NONE,
+            leader_id=self.node_id,
+            leader_epoch=state.epoch,
+            high_watermark=_or_unknown(state.high_watermark),
+            log_start_offset=self._log.start_offset,
+            diverging_epoch=diverging_epoch,
+            snapshot_id=snapshot_id,
+            records=records,
+            fetch_offset=request.fetch_offset,
+            last_fetched_epoch=request.last_fetched_epoch,
+        )
+
+    def _snapshot_answer(
+        self, request: FetchRequest, state: LeaderState, snapshot_id: OffsetAndEpoch | None
+    ) -> FetchResponse:
+        if snapshot_id is None:  # a log start without a snapshot: nothing to offer
+            return self._fetch_error(request, ErrorCode.OFFSET_OUT_OF_RANGE)
+        return self._fetch_answer(request, state, snapshot_id=snapshot_id)
+
+    def _fetch_error(self, request: FetchRequest, error: int) -> FetchResponse:
+        return FetchResponse(
+            source=self.node_id,
+            destination=request.source,
+            error=error,
+            leader_id=_or_no_leader(self._quorum.leader_id),
+            leader_epoch=self._quorum.epoch,
+            log_start_offset=self._log.start_offset,
+            fetch_offset=request.fetch_offset,
+            last_fetched_epoch=request.last_fetched_epoch,
+        )
+
+    def _send_fetch_response(self, response: FetchResponse) -> None:
+        state = self._quorum.state
+        if isinstance(state, LeaderState) and response.error == _NONE:
+            replica = state.replica_state(response.destination)
+            if replica is not None:
+                replica.high_watermark_sent = state.high_watermark
+        self._send(response)
+
+    def _on_leader_high_watermark(
+        self, state: LeaderState, now_ms: int, *, skip: int | None = None
+    ) -> None:
+        """The leader's high watermark moved: record it, tell the parked fetchers."""
+        if state.high_watermark is not None:
+            self._set_high_watermark(state.high_watermark)
+        self._answer_parked(now_ms, lambda request, deadline_ms: request.source != skip)
+
+    def _answer_parked(self, now_ms: int, due: Callable[[FetchRequest, int], bool]) -> None:
+        """Answer the parked fetches that are ``due`` (answering one may answer others)."""
+        while True:
+            due_ids = [r for r, (req, deadline) in self._parked.items() if due(req, deadline)]
+            if not due_ids:
+                return
+            request, _ = self._parked.pop(due_ids[0])
+            self._send_fetch_response(self._complete_fetch(request, now_ms)[0])
+
+    def _handle_fetch_snapshot_request(self, request: FetchSnapshotRequest, now_ms: int) -> None:
+        def answer(error: int, chunk: bytes = b"", size: int = 0) -> None:
+            self._send(
+                FetchSnapshotResponse(
+                    source=self.node_id,
+                    destination=request.source,
+                    error=error,
+                    leader_id=_or_no_leader(self._quorum.leader_id),
+                    leader_epoch=self._quorum.epoch,
+                    snapshot_id=request.snapshot_id,
+                    size=size,
+                    position=request.position,
+                    chunk=chunk,
+                )
+            )
+
+        if request.cluster_id != self.cluster_id:
+            return answer(ErrorCode.INCONSISTENT_CLUSTER_ID)
+        error = self._validate_leader_only_request(request.current_leader_epoch)
+        state = self._quorum.state
+        if error != _NONE or not isinstance(state, LeaderState):
+            return answer(error)
+        if request.position < 0 or request.max_bytes <= 0:
+            return answer(ErrorCode.INVALID_REQUEST)
+        state.record_contact(request.source, now_ms)
+        try:
+            chunk, size = self._snapshots.read_chunk(
+                request.snapshot_id,
+                request.position,
+                min(request.max_bytes, self.config.snapshot_chunk_bytes),
+            )
+        except SnapshotNotFoundError:
+            return answer(ErrorCode.SNAPSHOT_NOT_FOUND)
+        except PositionOutOfRangeError:
+            return answer(ErrorCode.POSITION_OUT_OF_RANGE)
+        return answer(_NONE, chunk, size)
+
+    # --- Fetch: the follower's side --------------------------------------------------------
+
+    def _fetch_request(self, destination: int, epoch: int) -> FetchRequest:
+        log = self._log
+        return FetchRequest(
+            source=self.node_id,
+            destination=destination,
+            cluster_id=self.cluster_id,
+            current_leader_epoch=epoch,
+            fetch_offset=log.end_offset,
+            last_fetched_epoch=log.last_epoch,
+            max_wait_ms=self.config.fetch_max_wait_ms,
+            max_bytes=self.config.fetch_max_bytes,
+        )
+
+    def _handle_fetch_response(self, response: FetchResponse, now_ms: int) -> None:
+        state = self._quorum.state
+        log = self._log
+        position = OffsetAndEpoch(log.end_offset, log.last_epoch)
+        echoed = OffsetAndEpoch(response.fetch_offset, response.last_fetched_epoch)
+        # An answer for the position we are at: the only one that may change the log.
+        current = (
+            echoed == position if response.fetch_offset >= 0 else _fetching_at(state, position)
+        )
+        if isinstance(state, UnattachedState):
+            state.requests.on_response(_LEADER_DISCOVERY, now_ms, failed=response.error != _NONE)
+        elif isinstance(state, FollowerState) and response.source == state.leader_id and current:
+            state.fetch_in_flight = None
+            if response.error != _NONE:
+                state.next_fetch_ms = now_ms + self.config.retry_backoff_ms
+        if self._handle_common_response(
+            response.error, response.leader_id, response.leader_epoch, now_ms
+        ):
+            return
+        if (
+            not isinstance(state, FollowerState)
+            or response.source != state.leader_id
+            or response.leader_epoch != state.epoch
+            or response.error != _NONE
+            or not current
+            or state.snapshot_fetch is not None
+        ):
+            return
+        state.heard_from_leader(now_ms)
+        if response.diverging_epoch is not None:
+            self._truncate_diverging(response.diverging_epoch)
+        elif response.snapshot_id is not None:
+            self._start_snapshot_fetch(state, response.snapshot_id)
+        else:
+            if response.records:
+                log.append_as_follower(response.records)
+            if response.high_watermark >= 0:
+                self._set_high_watermark(min(response.high_watermark, log.end_offset))
+
+    def _truncate_diverging(self, diverging: OffsetAndEpoch) -> None:
+        """Truncate where the common prefix with the leader's log ends: the entries past it
+        are not the leader's, so none of them is committed."""
+        log = self._log
+        local = log.end_offset_for_epoch(diverging.epoch)
+        offset = max(min(diverging.offset, local.offset), log.start_offset)
+        if self._high_watermark is not None and offset < self._high_watermark:
+            raise IllegalTransitionError(
+                f"the leader asks to truncate to {offset}, below the high watermark "
+                f"{self._high_watermark}"
+            )
+        log.truncate_to(offset)
+
+    def _start_snapshot_fetch(self, state: FollowerState, snapshot_id: OffsetAndEpoch) -> None:
+        if snapshot_id in self._snapshots.snapshots():
+            self._install_snapshot(snapshot_id)
+            return
+        self._snapshots.begin_receive(snapshot_id)
+        state.snapshot_fetch = SnapshotFetch(snapshot_id)
+
+    def _install_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
+        self._log.truncate_to_snapshot(snapshot_id)
+        self._snapshots.delete_before(snapshot_id)
+        self._load_snapshot = snapshot_id
+        self._set_high_watermark(snapshot_id.offset)
+
+    def _handle_fetch_snapshot_response(self, response: FetchSnapshotResponse, now_ms: int) -> None:
+        state = self._quorum.state
+        snapshot_fetch = state.snapshot_fetch if isinstance(state, FollowerState) else None
+        current = (
+            isinstance(state, FollowerState)
+            and snapshot_fetch is not None
+            and response.source == state.leader_id
+            and response.snapshot_id == snapshot_fetch.snapshot_id
+            and response.position == snapshot_fetch.position
+        )
+        if current and isinstance(state, FollowerState) and snapshot_fetch is not None:
+            snapshot_fetch.requested_position = None
+            if response.error in (ErrorCode.SNAPSHOT_NOT_FOUND, ErrorCode.POSITION_OUT_OF_RANGE):
+                # The leader has moved on to a newer snapshot: fetch to learn which.
+                state.snapshot_fetch = None
+                return
+            if response.error != _NONE:
+                state.next_fetch_ms = now_ms + self.config.retry_backoff_ms
+        if self._handle_common_response(
+            response.error, response.leader_id, response.leader_epoch, now_ms
+        ):
+            return
+        if (
+            not current
+            or not isinstance(state, FollowerState)
+            or snapshot_fetch is None
+            or response.error != _NONE
+            or response.leader_epoch != state.epoch
+        ):
+            return
+        state.heard_from_leader(now_ms)
+        if not response.chunk and response.position < response.size:
+            state.snapshot_fetch = None  # an empty chunk mid-snapshot: start over
+            return
+        self._snapshots.receive_chunk(response.position, response.chunk)
+        snapshot_fetch.position += len(response.chunk)
+        if snapshot_fetch.position >= response.size:
+            state.snapshot_fetch = None
+            self._install_snapshot(self._snapshots.finish_receive())
+
+    # --- Helpers ---------------------------------------------------------------------------
+
+    def _set_high_watermark(self, offset: int) -> None:
+        if self._high_watermark is None or offset > self._high_watermark:
+            self._high_watermark = offset
+
+    def _send(self, message: RaftMessage) -> None:
+        self._outbox.append(message)
+
+    def __repr__(self) -> str:
+        return (
+            f"RaftNode(id={self.node_id}, {self._quorum.state}, hw={self._high_watermark}, "
+            f"log={self._log!r})"
+        )
+
+
+def _fetching_at(state: EpochState, position: OffsetAndEpoch) -> bool:
+    """Without an echoed position: an answer counts if a fetch from here is in flight."""
+    return isinstance(state, FollowerState) and state.fetch_in_flight == position
+
+
+def _or_no_leader(leader_id: int | None) -> int:
+    return NO_LEADER if leader_id is None else leader_id
+
+
+def _or_unknown(offset: int | None) -> int:
+    return -1 if offset is None else offset

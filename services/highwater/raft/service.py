@@ -1,0 +1,1027 @@
+"""``RaftServer``: the asyncio driver of one metadata-quorum replica, and its gRPC edge.
+
+It owns a pure :class:`~highwater.raft.node.RaftNode` and does all of its I/O:
+
+* the metadata log (:class:`~highwater.raft.partition_raft_log.PartitionRaftLog`), the
+  snapshots (:class:`~highwater.raft.snapshot_files.FileSnapshotStore`) and the
+  ``quorum-state`` file (:class:`~highwater.raft.quorum_state_file.QuorumStateFile`);
+* a gRPC server for ``highwater.v1.Raft`` (and any other :class:`GrpcService` of the
+  process, such as the quorum controller's, on the same port): each Raft request is
+  converted to the core's message, stepped into the node, and answered with the response
+  the node emits for it (matched by the request's source and type; a long-poll fetch
+  waits until the node answers it), plus ``grpc.health.v1`` and server reflection;
+* an outbound transport: one ``grpc.aio`` channel per peer voter; the node's requests
+  are sent and their replies stepped back in (a timeout or an unreachable peer steps
+  nothing: the node's own timers retry);
+* the loop: the node is ticked every ``tick_interval_ms`` and after every event its
+  :class:`~highwater.raft.node.Ready` is applied in order — persist the election state
+  (fsync, in a worker thread), flush the log if asked (fsync in a worker thread, then
+  ``on_flushed``; appends made meanwhile go in the next flush: group commit), send the
+  messages, load a snapshot into the state machine, hand it the newly committed batches,
+  tell the role listeners.
+
+The controller on top talks to it through :meth:`RaftServer.append` (appends at once and
+returns the entry's offset and epoch with a future that resolves once it is committed and
+applied, or raises :class:`NotLeaderError`) or :meth:`RaftServer.propose` (the same,
+awaited), :meth:`describe`, and a :class:`StateMachine` it passes in, which also writes
+snapshots every ``metadata.log.max.record.bytes.between.snapshots`` bytes of applied
+batches.
+
+Time is the wall clock in milliseconds, as Kafka's raft client uses: DescribeQuorum
+reports fetch times as timestamps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import fcntl
+import hashlib
+import heapq
+import itertools
+import logging
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from highwater.config.topic import LogConfig
+from highwater.errors import HighwaterError, KafkaStorageError, UnexpectedAppendOffsetError
+from highwater.raft.codec import (
+    RESPONSE_FOR,
+    ProtoRequest,
+    ProtoResponse,
+    RaftRequest,
+    RaftResponse,
+    describe_quorum_to_proto,
+    is_request,
+    request_from_proto,
+    request_to_proto,
+    response_from_proto,
+    response_to_proto,
+)
+from highwater.raft.messages import (
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
+    FetchRequest,
+    FetchSnapshotRequest,
+    OffsetAndEpoch,
+    QuorumDescription,
+    RaftMessage,
+    VoteRequest,
+)
+from highwater.raft.node import NotLeaderError, RaftConfig, RaftNode, Ready, RoleChange
+from highwater.raft.partition_raft_log import (
+    PartitionRaftLog,
+    metadata_log_config,
+    metadata_log_dir,
+)
+from highwater.raft.quorum_state_file import (
+    NO_ID,
+    QUORUM_STATE_FILE,
+    QuorumStateData,
+    QuorumStateFile,
+)
+from highwater.raft.snapshot_files import CorruptSnapshotError, FileSnapshotStore
+from highwater.raft.state import ElectionState
+from highwater.storage.records import RecordBatch, iter_batches
+from highwater.v1 import raft_pb2, raft_pb2_grpc
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = [
+    "GrpcService",
+    "MetadataLogLayout",
+    "NotLeaderError",
+    "RaftServer",
+    "RaftServerSettings",
+    "RoleChange",
+    "RoleListener",
+    "SnapshotReader",
+    "StateMachine",
+    "default_cluster_id",
+    "parse_endpoint",
+    "parse_quorum_voters",
+]
+
+log = logging.getLogger(__name__)
+
+RAFT_SERVICE_NAME: Final = raft_pb2.DESCRIPTOR.services_by_name["Raft"].full_name
+LOCK_FILE: Final = ".lock"
+_APPLY_READ_BYTES: Final = 1 << 20
+
+
+# --- configuration -----------------------------------------------------------------------
+
+_ENDPOINT = re.compile(
+    r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+)):(?P<port>[0-9]+)"
+)
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as ``(host, port)``; ``ValueError`` if bad."""
+    match = _ENDPOINT.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    port = int(match["port"])
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{text!r}: port {port} is out of range")
+    return match["ipv6"] or match["host"], port
+
+
+def format_endpoint(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def parse_quorum_voters(text: str) -> dict[int, str]:
+    """Kafka's ``controller.quorum.voters``: ``1@host:port,2@host:port,...`` as id -> address."""
+    voters: dict[int, str] = {}
+    for part in text.split(","):
+        entry = part.strip()
+        node_id, at, endpoint = entry.partition("@")
+        if not at or not node_id.strip().isdigit():
+            raise ValueError(f"{entry!r} is not ID@HOST:PORT")
+        voter_id = int(node_id)
+        if voter_id > 2**31 - 1:
+            raise ValueError(f"{entry!r}: node id {voter_id} is out of range")
+        if voter_id in voters:
+            raise ValueError(f"node id {voter_id} appears twice")
+        host, port = parse_endpoint(endpoint)
+        if port == 0:
+            raise ValueError(f"{entry!r}: a voter needs a real port, not 0")
+        voters[voter_id] = format_endpoint(host, port)
+    return voters
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataLogLayout:
+    """Where a controller keeps the metadata log, its snapshots and ``quorum-state``:
+    all three in ``__cluster_metadata-0/``, as Kafka does."""
+
+    data_dir: Path
+
+    @property
+    def lock_path(self) -> Path:
+        """Held (flock) while a process owns the data directory, as the log manager does."""
+        return self.data_dir / LOCK_FILE
+
+    @property
+    def log_dir(self) -> Path:
+        return metadata_log_dir(self.data_dir)
+
+    @property
+    def raft_dir(self) -> Path:
+        return self.log_dir
+
+    @property
+    def quorum_state_path(self) -> Path:
+        return self.raft_dir / QUORUM_STATE_FILE
+
+    @property
+    def snapshot_dir(self) -> Path:
+        return self.raft_dir
+
+
+@dataclass(frozen=True, slots=True)
+class RaftServerSettings:
+    """The driver's settings; the protocol's own are in :class:`RaftConfig`."""
+
+    raft: RaftConfig = field(default_factory=RaftConfig)
+    log_config: LogConfig = field(default_factory=metadata_log_config)
+    tick_interval_ms: int = 10
+    metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
+    """Kafka's setting: applied batch bytes after which the state machine writes a snapshot."""
+    max_message_bytes: int = 64 * 1024 * 1024
+    """gRPC's cap on one message, both ways (a fetch carries up to ``fetch_max_bytes``)."""
+    shutdown_grace_ms: int = 1000
+    """How long :meth:`RaftServer.stop` lets a resignation and in-flight calls finish."""
+
+
+# --- the state machine on top --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotReader:
+    """A snapshot handed to :meth:`StateMachine.load_snapshot`: its id and its bytes."""
+
+    snapshot_id: OffsetAndEpoch
+    data: bytes
+
+    def read(self) -> bytes:
+        return self.data
+
+
+class StateMachine(Protocol):
+    """What the driver hands committed entries to (Kafka's ``RaftClient.Listener``)."""
+
+    def apply(self, batches: Sequence[RecordBatch], high_watermark: int) -> None:
+        """Committed data batches, in offset order (control batches are left out)."""
+        ...
+
+    def load_snapshot(self, reader: SnapshotReader) -> None:
+        """Replace the whole state with a snapshot's; batches after it follow."""
+        ...
+
+    def snapshot(self, snapshot_id: OffsetAndEpoch) -> bytes:
+        """The state as of ``snapshot_id.offset`` (everything applied so far), as bytes."""
+        ...
+
+
+RoleListener = Callable[[RoleChange], None]
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcService:
+    """Another gRPC service to serve on the Raft server's port (one process, one port):
+    ``register`` adds its servicer to the server; ``name`` (the full service name) is
+    listed by reflection and reported SERVING by health while the server runs."""
+
+    name: str
+    register: Callable[[grpc.aio.Server], None]
+
+
+# --- inbound calls: requests waiting for the node's answer ----------------------------------
+
+
+class _Superseded(Exception):
+    """A newer request of the same type from the same replica replaced this one."""
+
+
+_REQUEST_FOR: dict[type, type] = {response: request for request, response in RESPONSE_FOR.items()}
+_RequestKey = tuple[int, type]
+
+
+class _InboundCalls:
+    """Requests being served, keyed by (source, request type), waiting for their response."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[_RequestKey, asyncio.Future[RaftResponse]] = {}
+
+    def expect(self, request: RaftRequest) -> asyncio.Future[RaftResponse]:
+        key = (request.source, type(request))
+        previous = self._waiting.get(key)
+        if previous is not None and not previous.done():
+            previous.set_exception(_Superseded())
+        future: asyncio.Future[RaftResponse] = asyncio.get_running_loop().create_future()
+        self._waiting[key] = future
+        return future
+
+    def forget(self, request: RaftRequest, future: asyncio.Future[RaftResponse]) -> None:
+        key = (request.source, type(request))
+        if self._waiting.get(key) is future:
+            del self._waiting[key]
+
+    def complete(self, response: RaftResponse) -> bool:
+        key = (response.destination, _REQUEST_FOR[type(response)])
+        future = self._waiting.pop(key, None)
+        if future is None or future.done():
+            return False
+        future.set_result(response)
+        return True
+
+    def fail_all(self) -> None:
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(_Superseded())
+        self._waiting.clear()
+
+
+# --- outbound: the node's requests to its peers ----------------------------------------------
+
+
+def channel_options(max_message_bytes: int) -> list[tuple[str, Any]]:
+    """Channel options: message size caps, and reconnects quick enough for a restarted peer."""
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ]
+
+
+class _Transport:
+    """One channel per peer; sends a request and hands the reply to ``on_response``."""
+
+    def __init__(
+        self,
+        peers: Mapping[int, str],
+        *,
+        timeout_ms: int,
+        max_message_bytes: int,
+        on_response: Callable[[RaftResponse], None],
+    ) -> None:
+        self._peers = dict(peers)
+        self._timeout_s = timeout_ms / 1000
+        self._options = channel_options(max_message_bytes)
+        self._on_response = on_response
+        self._channels: dict[int, grpc.aio.Channel] = {}
+        self._stubs: dict[int, raft_pb2_grpc.RaftStub] = {}
+        self._in_flight: set[asyncio.Task[None]] = set()
+
+    def send(self, request: RaftRequest) -> None:
+        stub = self._stub(request.destination)
+        if stub is None:
+            log.warning("no address for node %d: dropping %r", request.destination, request)
+            return
+        task = asyncio.create_task(self._call(stub, request))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+
+    def _stub(self, node_id: int) -> raft_pb2_grpc.RaftStub | None:
+        stub = self._stubs.get(node_id)
+        if stub is None:
+            address = self._peers.get(node_id)
+            if address is None:
+                return None
+            channel = grpc.aio.insecure_channel(address, options=self._options)
+            self._channels[node_id] = channel
+            stub = self._stubs[node_id] = raft_pb2_grpc.RaftStub(channel)
+        return stub
+
+    async def _call(self, stub: raft_pb2_grpc.RaftStub, request: RaftRequest) -> None:
+        wire = request_to_proto(request)
+        method: Any
+        match request:
+            case VoteRequest():
+                method = stub.Vote
+            case BeginQuorumEpochRequest():
+                method = stub.BeginQuorumEpoch
+            case EndQuorumEpochRequest():
+                method = stub.EndQuorumEpoch
+            case FetchRequest():
+                method = stub.Fetch
+            case FetchSnapshotRequest():
+                method = stub.FetchSnapshot
+        timeout_s = self._timeout_s
+        if isinstance(request, FetchRequest):
+            timeout_s += request.max_wait_ms / 1000
+        try:
+            reply: ProtoResponse = await method(wire, timeout=timeout_s)
+        except grpc.aio.AioRpcError as e:
+            log.debug(
+                "%s to node %d failed: %s", type(request).__name__, request.destination, e.code()
+            )
+            return
+        self._on_response(response_from_proto(reply, request))
+
+    async def wait_idle(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) for the calls in flight to finish."""
+        if self._in_flight:
+            await asyncio.wait(set(self._in_flight), timeout=timeout_s)
+
+    async def close(self) -> None:
+        for task in list(self._in_flight):
+            task.cancel()
+        if self._in_flight:
+            await asyncio.wait(set(self._in_flight), timeout=1)
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+        self._stubs.clear()
+
+
+# --- the gRPC service ---------------------------------------------------------------------
+
+
+class RaftServicer(raft_pb2_grpc.RaftServicer):
+    """``highwater.v1.Raft``: steps each request into the node and returns its answer."""
+
+    def __init__(self, server: RaftServer) -> None:
+        self._server = server
+
+    async def Vote(
+        self, request: raft_pb2.VoteRequest, context: grpc.aio.ServicerContext
+    ) -> raft_pb2.VoteResponse:
+        return await self._server.serve(request, context)  # type: ignore[return-value]
+
+    async def BeginQuorumEpoch(
+        self, request: raft_pb2.BeginQuorumEpochRequest, context: grpc.aio.ServicerContext
+    ) -> raft_pb2.BeginQuorumEpochResponse:
+        return await self._server.serve(request, context)  # type: ignore[return-value]
+
+    async def EndQuorumEpoch(
+        self, request: raft_pb2.EndQuorumEpochRequest, context: grpc.aio.ServicerContext
+    ) -> raft_pb2.EndQuorumEpochResponse:
+        return await self._server.serve(request, context)  # type: ignore[return-value]
+
+    async def Fetch(
+        self, request: raft_pb2.RaftFetchRequest, context: grpc.aio.ServicerContext
+    ) -> raft_pb2.RaftFetchResponse:
+        return await self._server.serve(request, context)  # type: ignore[return-value]
+
+    async def FetchSnapshot(
+        self, request: raft_pb2.FetchSnapshotRequest, context: grpc.aio.ServicerContext
+    ) -> raft_pb2.FetchSnapshotResponse:
+        return await self._server.serve(request, context)  # type: ignore[return-value]
+
+    async def DescribeQuorum(
+        self, request: raft_pb2.DescribeQuorumRequest, context: grpc.aio.ServicerContext
+    ) -> raft_pb2.DescribeQuorumResponse:
+        return self._server.describe_quorum_response()
+
+
+# --- the server ----------------------------------------------------------------------------
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(order=True, slots=True)
+class _Proposal:
+    offset: int
+    sequence: int
+    epoch: int = field(compare=False)
+    future: asyncio.Future[int] = field(compare=False)
+
+
+class RaftServer:
+    """One replica of the metadata quorum, served over gRPC: a voter, or an observer when
+    ``node_id`` is not among ``voters``."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        listen: str,
+        voters: Mapping[int, str],
+        data_dir: Path,
+        state_machine: StateMachine,
+        cluster_id: str | None = None,
+        settings: RaftServerSettings | None = None,
+        role_listeners: Sequence[RoleListener] = (),
+        clock: Callable[[], int] = wall_clock_ms,
+        services: Sequence[GrpcService] = (),
+    ) -> None:
+        if not voters:
+            raise ValueError("the quorum needs at least one voter")
+        parse_endpoint(listen)
+        self.node_id = node_id
+        self.listen = listen
+        self.voters = dict(voters)
+        self.layout = MetadataLogLayout(data_dir)
+        self.settings = settings or RaftServerSettings()
+        self._requested_cluster_id = cluster_id
+        self._state_machine = state_machine
+        self._role_listeners = list(role_listeners)
+        self._services = tuple(services)
+        self._clock = clock
+        self._cluster_id: str | None = None
+        self._node: RaftNode | None = None
+        self._log: PartitionRaftLog | None = None
+        self._snapshots: FileSnapshotStore | None = None
+        self._state_file = QuorumStateFile(self.layout.quorum_state_path)
+        self._server: grpc.aio.Server | None = None
+        self._health: Any = None
+        self._transport: _Transport | None = None
+        self._inbound = _InboundCalls()
+        self._driver: asyncio.Task[None] | None = None
+        self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self._failure: BaseException | None = None
+        self._shutdown_task: asyncio.Task[None] | None = None
+        self._bound_port: int | None = None
+        self._lock_fd = -1
+        self._proposals: list[_Proposal] = []
+        self._sequence = itertools.count()
+        self._applied_offset = 0
+        self._applied_epoch = 0
+        self._high_watermark = 0
+        self._last_snapshot_offset = 0
+        self._bytes_since_snapshot = 0
+        self._role: RoleChange | None = None
+
+    # --- public API --------------------------------------------------------------------
+
+    @property
+    def cluster_id(self) -> str:
+        if self._cluster_id is None:
+            raise RuntimeError("the server has not started")
+        return self._cluster_id
+
+    @property
+    def port(self) -> int:
+        """The port the gRPC server listens on (the real one when ``listen`` said 0)."""
+        if self._bound_port is None:
+            raise RuntimeError("the server has not started")
+        return self._bound_port
+
+    @property
+    def role(self) -> RoleChange | None:
+        """The role, epoch and leader last reported by the node."""
+        return self._role
+
+    @property
+    def is_leader(self) -> bool:
+        return self._node is not None and self._node.is_leader
+
+    @property
+    def leader_id(self) -> int | None:
+        return None if self._node is None else self._node.leader_id
+
+    @property
+    def high_watermark(self) -> int:
+        """The commit point this replica knows (everything below it is applied, or being)."""
+        return self._high_watermark
+
+    @property
+    def applied_offset(self) -> int:
+        """The state machine has applied every committed entry below this offset."""
+        return self._applied_offset
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that stopped the driver, if one did."""
+        return self._failure
+
+    async def wait_stopped(self) -> None:
+        """Return once the server stopped (by :meth:`stop` or a fatal storage error)."""
+        await self._stopped.wait()
+
+    def describe(self) -> QuorumDescription:
+        return self._require_node().describe()
+
+    def append(
+        self,
+        values: Sequence[bytes],
+        *,
+        epoch: int | None = None,
+        base_offset: int | None = None,
+    ) -> tuple[OffsetAndEpoch, asyncio.Future[int]]:
+        """Append ``values`` as one batch now (Kafka's ``scheduleAtomicAppend``).
+
+        Returns the offset and epoch of the last value, and a future that resolves to that
+        offset once the batch is committed and handed to the state machine, or raises
+        :class:`NotLeaderError` if another leader's entry replaced it (or the server
+        stopped). Await it through :func:`asyncio.shield` if the waiter may be cancelled.
+
+        Raises :class:`NotLeaderError` at once unless this replica leads — in ``epoch``,
+        when one is given — and :class:`~highwater.errors.UnexpectedAppendOffsetError`
+        when ``base_offset`` is given and the log does not end there (nothing is
+        appended then).
+        """
+        node = self._require_node()
+        if self._stopping or (epoch is not None and node.epoch != epoch):
+            raise NotLeaderError(node.leader_id if not self._stopping else None, node.epoch)
+        if base_offset is not None and node.is_leader:
+            end_offset = self._require_log().end_offset
+            if end_offset != base_offset:
+                raise UnexpectedAppendOffsetError(
+                    f"the metadata log ends at offset {end_offset}, not at the required "
+                    f"base offset {base_offset}"
+                )
+        appended = node.propose(values, self._clock())
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        heapq.heappush(
+            self._proposals,
+            _Proposal(appended.offset, next(self._sequence), appended.epoch, future),
+        )
+        self._wakeup.set()
+        return appended, future
+
+    async def propose(self, values: Sequence[bytes]) -> int:
+        """Append ``values`` as one batch; the offset of the last once it is committed and
+        applied. Raises :class:`NotLeaderError` if this replica does not lead, or if the
+        entry was replaced by another leader's before it committed."""
+        _, committed = self.append(values)
+        return await committed
+
+    async def start(self) -> None:
+        """Open the log, the snapshots and ``quorum-state``, start serving and driving."""
+        layout = self.layout
+        layout.raft_dir.mkdir(parents=True, exist_ok=True)
+        self._acquire_lock()
+        try:
+            snapshots = await asyncio.to_thread(FileSnapshotStore, layout.snapshot_dir)
+            raft_log = await asyncio.to_thread(
+                PartitionRaftLog.open,
+                layout.log_dir,
+                snapshots=snapshots.snapshots(),
+                config=self.settings.log_config,
+            )
+        except BaseException:
+            self._release_lock()
+            raise
+        try:
+            election_state = await self._load_quorum_state()
+            self._snapshots, self._log = snapshots, raft_log
+            self._node = RaftNode(
+                self.node_id,
+                frozenset(self.voters),
+                raft_log,
+                snapshots,
+                cluster_id=self.cluster_id,
+                election_state=election_state,
+                random=random.Random(),
+                config=self.settings.raft,
+                now_ms=self._clock(),
+            )
+            # A snapshot, if there is one, is loaded by the first Ready (load_snapshot).
+            self._applied_offset = self._high_watermark = raft_log.start_offset
+            await self._start_grpc()
+        except BaseException:
+            await asyncio.to_thread(raft_log.close)
+            snapshots.close()
+            self._release_lock()
+            raise
+        self._transport = _Transport(
+            {voter: address for voter, address in self.voters.items() if voter != self.node_id},
+            timeout_ms=self.settings.raft.request_timeout_ms,
+            max_message_bytes=self.settings.max_message_bytes,
+            on_response=self._on_response,
+        )
+        self._driver = asyncio.create_task(self._drive(), name=f"raft-driver-{self.node_id}")
+        log.info(
+            "node %d serving the metadata quorum of cluster %s on port %d (voters %s)",
+            self.node_id,
+            self.cluster_id,
+            self.port,
+            self.voters,
+        )
+
+    async def stop(self) -> None:
+        """Resign if leading (EndQuorumEpoch to the voters), stop serving, close the files."""
+        if self._stopping:
+            await self._stopped.wait()
+            return
+        node = self._node
+        driver = self._driver
+        if node is not None and node.is_leader and driver is not None and not driver.done():
+            node.resign(self._clock())
+            self._idle.clear()
+            self._wakeup.set()
+            grace_s = self.settings.shutdown_grace_ms / 1000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), grace_s)
+            if self._transport is not None:
+                await self._transport.wait_idle(grace_s)
+        await self._shutdown()
+
+    # --- startup -------------------------------------------------------------------------
+
+    def _acquire_lock(self) -> None:
+        path = self.layout.lock_path
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise KafkaStorageError(
+                f"{self.layout.data_dir}: the data directory is in use by another process"
+            ) from None
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    async def _load_quorum_state(self) -> ElectionState | None:
+        stored = await asyncio.to_thread(self._state_file.read)
+        requested = self._requested_cluster_id
+        if stored is not None and requested is not None and stored.cluster_id != requested:
+            raise KafkaStorageError(
+                f"{self._state_file.path}: this data directory belongs to cluster "
+                f"{stored.cluster_id!r}, not {requested!r}"
+            )
+        if stored is not None:
+            self._cluster_id = stored.cluster_id
+            if stored.voters and set(stored.voters) != set(self.voters):
+                log.warning(
+                    "the voters changed from %s to %s since %s was written",
+                    sorted(stored.voters),
+                    sorted(self.voters),
+                    self._state_file.path,
+                )
+            return ElectionState(
+                stored.leader_epoch,
+                None if stored.voted_id == NO_ID else stored.voted_id,
+                None if stored.leader_id == NO_ID else stored.leader_id,
+            )
+        self._cluster_id = requested or default_cluster_id(self.voters)
+        await asyncio.to_thread(
+            self._state_file.write,
+            QuorumStateData(self._cluster_id, 0, voters=tuple(sorted(self.voters))),
+        )
+        return None
+
+    async def _start_grpc(self) -> None:
+        options = [
+            *channel_options(self.settings.max_message_bytes),
+            ("grpc.so_reuseport", 0),  # a second process on the same port must fail
+        ]
+        server = grpc.aio.server(options=options)
+        raft_pb2_grpc.add_RaftServicer_to_server(RaftServicer(self), server)
+        for service in self._services:
+            service.register(server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        names = (RAFT_SERVICE_NAME, *(service.name for service in self._services))
+        reflection.enable_server_reflection(
+            (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        try:
+            port = server.add_insecure_port(self.listen)
+        except RuntimeError as e:
+            raise OSError(f"cannot listen on {self.listen}: {e}") from e
+        if port == 0:
+            raise OSError(f"cannot listen on {self.listen}")
+        await server.start()
+        self._server, self._health, self._bound_port = server, health_servicer, port
+        serving = health_pb2.HealthCheckResponse.SERVING
+        await health_servicer.set("", serving)
+        for name in names:
+            await health_servicer.set(name, serving)
+
+    # --- the loop --------------------------------------------------------------------------
+
+    async def _drive(self) -> None:
+        node = self._require_node()
+        interval_s = self.settings.tick_interval_ms / 1000
+        try:
+            while not self._stopping:
+                self._wakeup.clear()
+                node.tick(self._clock())
+                ready = node.ready()
+                if not ready.is_empty:
+                    await self._handle_ready(node, ready)
+                    continue
+                self._idle.set()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), interval_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self._fail(e)
+
+    def _fail(self, error: BaseException) -> None:
+        """A storage error or a broken invariant: stop serving rather than go on wrong."""
+        if self._failure is not None or self._stopping:
+            return
+        log.error("node %d: stopping the Raft server after %r", self.node_id, error, exc_info=error)
+        self._failure = error
+        self._shutdown_task = asyncio.get_running_loop().create_task(self._shutdown())
+
+    async def _handle_ready(self, node: RaftNode, ready: Ready) -> None:
+        raft_log = self._require_log()
+        if ready.election_state is not None:
+            await asyncio.to_thread(
+                self._state_file.write, self._quorum_state(ready.election_state)
+            )
+        if ready.must_flush:
+            await asyncio.to_thread(raft_log.flush)
+            node.on_flushed(raft_log.flushed_offset, self._clock())
+        for message in ready.messages:
+            self._dispatch(message)
+        if ready.load_snapshot is not None:
+            await self._load_snapshot(ready.load_snapshot)
+        if ready.high_watermark is not None:
+            self._high_watermark = max(self._high_watermark, ready.high_watermark)
+        await self._apply_committed(node)
+        if ready.role is not None:
+            self._on_role_change(ready.role)
+
+    def _quorum_state(self, election: ElectionState) -> QuorumStateData:
+        return QuorumStateData(
+            cluster_id=self.cluster_id,
+            leader_epoch=election.epoch,
+            voted_id=NO_ID if election.voted_id is None else election.voted_id,
+            leader_id=NO_ID if election.leader_id is None else election.leader_id,
+            voters=tuple(sorted(self.voters)),
+        )
+
+    def _dispatch(self, message: RaftMessage) -> None:
+        if is_request(message):
+            assert self._transport is not None
+            self._transport.send(message)  # type: ignore[arg-type]
+        elif not self._inbound.complete(message):  # type: ignore[arg-type]
+            log.debug("node %d: nobody waits for %r any more", self.node_id, message)
+
+    async def _load_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
+        store = self._require_snapshots()
+        data = await asyncio.to_thread(store.read, snapshot_id)
+        self._state_machine.load_snapshot(SnapshotReader(snapshot_id, data))
+        self._applied_offset = snapshot_id.offset
+        self._applied_epoch = snapshot_id.epoch
+        self._high_watermark = max(self._high_watermark, snapshot_id.offset)
+        self._last_snapshot_offset = snapshot_id.offset
+        self._bytes_since_snapshot = 0
+        while self._proposals and self._proposals[0].offset < snapshot_id.offset:
+            _fail(heapq.heappop(self._proposals), NotLeaderError(self.leader_id, snapshot_id.epoch))
+
+    async def _apply_committed(self, node: RaftNode) -> None:
+        raft_log = self._require_log()
+        while True:
+            high_watermark = min(self._high_watermark, raft_log.end_offset)
+            if self._applied_offset >= high_watermark:
+                return
+            if self._applied_offset < raft_log.start_offset:
+                return  # the log was reset to a snapshot: the next Ready loads it first
+            data = raft_log.read(self._applied_offset, _APPLY_READ_BYTES)
+            committed: list[RecordBatch] = []
+            applied_bytes = 0
+            for batch in iter_batches(data):
+                if batch.next_offset <= self._applied_offset:
+                    continue
+                if batch.next_offset > high_watermark:
+                    break
+                self._resolve_proposals(batch)
+                if not batch.is_control:
+                    committed.append(batch)
+                applied_bytes += batch.size
+                self._applied_offset = batch.next_offset
+                self._applied_epoch = batch.partition_leader_epoch
+            if not applied_bytes:
+                return
+            if committed:
+                self._state_machine.apply(committed, high_watermark)
+            self._bytes_since_snapshot += applied_bytes
+            if (
+                self._bytes_since_snapshot
+                >= self.settings.metadata_log_max_record_bytes_between_snapshots
+            ):
+                await self._write_snapshot(node)
+            await asyncio.sleep(0)
+
+    def _resolve_proposals(self, batch: RecordBatch) -> None:
+        proposals = self._proposals
+        while proposals and proposals[0].offset < batch.next_offset:
+            proposal = heapq.heappop(proposals)
+            if (
+                proposal.offset >= batch.base_offset
+                and proposal.epoch == batch.partition_leader_epoch
+            ):
+                if not proposal.future.done():
+                    proposal.future.set_result(proposal.offset)
+            else:
+                _fail(proposal, NotLeaderError(self.leader_id, batch.partition_leader_epoch))
+
+    async def _write_snapshot(self, node: RaftNode) -> None:
+        snapshot_id = OffsetAndEpoch(self._applied_offset, self._applied_epoch)
+        if snapshot_id.offset <= self._last_snapshot_offset:
+            return
+        data = self._state_machine.snapshot(snapshot_id)
+        store = self._require_snapshots()
+        path = await asyncio.to_thread(store.write_file, snapshot_id, data)
+        store.add(snapshot_id, path)
+        node.snapshot_written(snapshot_id)
+        self._last_snapshot_offset = snapshot_id.offset
+        self._bytes_since_snapshot = 0
+        log.info("node %d: wrote snapshot %s", self.node_id, snapshot_id)
+
+    def _on_role_change(self, role: RoleChange) -> None:
+        self._role = role
+        log.info(
+            "node %d: %s in epoch %d (leader %s)",
+            self.node_id,
+            role.role.value,
+            role.epoch,
+            role.leader_id,
+        )
+        for listener in self._role_listeners:
+            try:
+                listener(role)
+            except Exception:
+                log.exception("node %d: a role listener failed", self.node_id)
+
+    # --- serving requests ------------------------------------------------------------------
+
+    async def serve(self, wire: ProtoRequest, context: grpc.aio.ServicerContext) -> ProtoResponse:
+        """Step a request into the node and wait for the node's answer to it."""
+        node = self._node
+        if node is None or self._stopping:
+            return await _abort(
+                context, grpc.StatusCode.UNAVAILABLE, "the Raft server is not running"
+            )
+        request = request_from_proto(wire, destination=self.node_id)
+        timeout_s = self.settings.raft.request_timeout_ms / 1000
+        if isinstance(request, FetchRequest):
+            timeout_s += request.max_wait_ms / 1000
+        future = self._inbound.expect(request)
+        try:
+            self._step(node, request)
+            response = await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            return await _abort(
+                context, grpc.StatusCode.DEADLINE_EXCEEDED, "the Raft node did not answer in time"
+            )
+        except _Superseded:
+            return await _abort(
+                context,
+                grpc.StatusCode.ABORTED,
+                "a newer request from the same replica replaced it",
+            )
+        finally:
+            self._inbound.forget(request, future)
+            if not future.done():
+                future.cancel()
+        return response_to_proto(response)
+
+    def describe_quorum_response(self) -> raft_pb2.DescribeQuorumResponse:
+        node = self._node
+        if node is None:
+            return raft_pb2.DescribeQuorumResponse(error=ErrorCode.BROKER_NOT_AVAILABLE)
+        error = ErrorCode.NONE if node.is_leader else ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return describe_quorum_to_proto(node.describe(), cluster_id=self.cluster_id, error=error)
+
+    def _on_response(self, response: RaftResponse) -> None:
+        node = self._node
+        if node is None or self._stopping:
+            return
+        with contextlib.suppress(Exception):  # _step stopped the server already
+            self._step(node, response)
+
+    def _step(self, node: RaftNode, message: RaftMessage) -> None:
+        """Step a message into the node; any failure but a bad snapshot transfer is fatal."""
+        try:
+            node.step(message, self._clock())
+        except CorruptSnapshotError as e:
+            # The snapshot received from the leader did not check: dropped, fetched again.
+            log.error("node %d: %s", self.node_id, e)
+        except Exception as e:
+            self._fail(e)
+            raise
+        finally:
+            self._wakeup.set()
+
+    # --- shutdown ---------------------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        if self._stopping:
+            await self._stopped.wait()
+            return
+        self._stopping = True
+        self._wakeup.set()
+        try:
+            if self._health is not None:
+                await self._health.enter_graceful_shutdown()
+            driver = self._driver
+            if driver is not None and driver is not asyncio.current_task() and not driver.done():
+                driver.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await driver
+            if self._server is not None:
+                await self._server.stop(self.settings.shutdown_grace_ms / 1000)
+            if self._transport is not None:
+                await self._transport.close()
+            self._inbound.fail_all()
+            epoch = self._node.epoch if self._node is not None else 0
+            for proposal in self._proposals:
+                _fail(proposal, NotLeaderError(None, epoch))
+            self._proposals.clear()
+            if self._log is not None:
+                await asyncio.to_thread(self._log.close)
+            if self._snapshots is not None:
+                self._snapshots.close()
+            self._release_lock()
+        finally:
+            self._stopped.set()
+            log.info("node %d: stopped", self.node_id)
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _require_node(self) -> RaftNode:
+        if self._node is None:
+            raise RuntimeError("the Raft server has not started")
+        return self._node
+
+    def _require_log(self) -> PartitionRaftLog:
+        if self._log is None:
+            raise RuntimeError("the Raft server has not started")
+        return self._log
+
+    def _require_snapshots(self) -> FileSnapshotStore:
+        if self._snapshots is None:
+            raise RuntimeError("the Raft server has not started")
+        return self._snapshots
+
+
+async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str) -> Any:
+    """End the call with a gRPC status (``abort`` raises; this never returns)."""
+    await context.abort(code, details)
+    raise AssertionError("unreachable: abort raises")
+
+
+def _fail(proposal: _Proposal, error: HighwaterError) -> None:
+    if not proposal.future.done():
+        proposal.future.set_exception(error)
+
+
+def default_cluster_id(voters: Mapping[int, str]) -> str:
+    """A cluster id every voter derives alike from the voter set, when none was given."""
+    text = ",".join(f"{voter}@{address}" for voter, address in sorted(voters.items()))
+    digest = hashlib.sha256(text.encode()).digest()[:16]
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
