@@ -370,8 +370,22 @@ def test_the_loader_applies_batches_in_order() -> None:
     assert loader.image.offset == 5 and loader.image.epoch == 1
     loader.load_batch(6, 2, records[6:])
     assert loader.image == replay(records, len(records) - 1, 2)
-    with pytest.raises(MetadataReplayError, match="does not follow"):
-        loader.load_batch(20, 2, [NoOpRecord()])
-    assert loader.load_batch(11, 2, []) is loader.image
+    end = loader.image.offset
+    for overlapping in (end, end - 3):
+        with pytest.raises(MetadataReplayError, match="does not follow"):
+            loader.load_batch(overlapping, 2, [NoOpRecord()])
+    assert loader.load_batch(end + 1, 2, []) is loader.image
     with pytest.raises(MetadataReplayError, match="older"):
         loader.load_snapshot(MetadataImage.empty())
+
+
+def test_the_loader_skips_the_offsets_of_control_batches() -> None:
+    # The Raft log interleaves control batches (a new leader's epoch-start marker) that
+    # take offsets but are not handed to the loader: data batches may leave gaps.
+    loader = MetadataLoader()
+    records = cluster_records()
+    loader.load_batch(1, 1, records[:6])  # offset 0: the first leader's marker
+    assert loader.image.offset == 6
+    loader.load_batch(9, 3, records[6:])  # offsets 7, 8: two more leaders' markers
+    assert loader.image.offset == 9 + len(records) - 6 - 1 and loader.image.epoch == 3
+    assert loader.image == replay(records, loader.image.offset, 3)

@@ -19,7 +19,7 @@ import grpc.aio
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from highwater.errors import KafkaStorageError
+from highwater.errors import KafkaStorageError, UnexpectedAppendOffsetError
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.node import NotLeaderError, RaftConfig, RoleChange
 from highwater.raft.partition_raft_log import metadata_log_config
@@ -198,6 +198,33 @@ async def test_single_voter_commits_and_recovers_its_state(tmp_path: Path) -> No
         await quorum.wait_applied(1, offsets[-1] + 1)
         assert quorum.machines[1].values[:5] == [f"v{i}" for i in range(5)]
         assert server.cluster_id == default_cluster_id(quorum.voters)
+    finally:
+        await quorum.stop(1)
+
+
+async def test_append_returns_its_offset_at_once_and_commits_later(tmp_path: Path) -> None:
+    quorum = Quorum(tmp_path, 1, RaftServerSettings(raft=FAST))
+    server = await quorum.start(1)
+    try:
+        await quorum.leader()
+        await server.propose([b"first"])
+        epoch = server.describe().leader_epoch
+        end = server.applied_offset
+        last, committed = server.append([b"a", b"b", b"c"], epoch=epoch, base_offset=end)
+        assert last == OffsetAndEpoch(end + 2, epoch)
+        assert not committed.done()
+        assert await committed == end + 2
+        assert quorum.machines[1].values[-3:] == ["a", "b", "c"]
+        assert server.applied_offset == end + 3
+
+        # Guards: nothing is appended when the epoch or the log end is not the expected one.
+        with pytest.raises(NotLeaderError):
+            server.append([b"x"], epoch=epoch + 1)
+        with pytest.raises(UnexpectedAppendOffsetError, match=f"ends at offset {end + 3}"):
+            server.append([b"x"], base_offset=end + 2)
+        last, committed = server.append([b"d"], epoch=epoch, base_offset=end + 3)
+        assert last.offset == end + 3 and await committed == end + 3
+        assert quorum.machines[1].values[-2:] == ["c", "d"]
     finally:
         await quorum.stop(1)
 

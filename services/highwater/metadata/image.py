@@ -1137,9 +1137,11 @@ class MetadataLoader:
     ) -> MetadataImage:
         """Apply the records at ``base_offset``, ``base_offset + 1``...; returns the new image.
 
-        Raises :class:`MetadataReplayError` if the batch does not continue the image.
+        The batch may start past ``image.offset + 1``: the Raft log interleaves control
+        batches (a leader's epoch-start marker) that take offsets but hold no metadata.
+        Raises :class:`MetadataReplayError` if the batch starts at or below the image.
         """
-        if base_offset != self.image.offset + 1:
+        if base_offset <= self.image.offset:
             raise MetadataReplayError(
                 f"batch at offset {base_offset} does not follow the image at {self.image.offset}"
             )

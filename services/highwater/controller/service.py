@@ -1,0 +1,750 @@
+"""The quorum controller as a service: the metadata state machine, a Raft-backed store, gRPC.
+
+Three pieces turn the pure :class:`~highwater.controller.quorum_controller.QuorumController`
+into a controller process:
+
+* :class:`MetadataStateMachine` is the :class:`~highwater.raft.service.StateMachine` of
+  ``__cluster_metadata``: it decodes each committed record and replays it through a
+  :class:`~highwater.metadata.image.MetadataLoader` (the committed image, the same on
+  every voter), and writes and loads snapshots (the image's
+  :func:`~highwater.metadata.snapshot.snapshot_values`, as RecordBatch v2 batches).
+* :class:`RaftMetadataStore` is the :class:`~highwater.controller.store.MetadataStore`
+  over a :class:`~highwater.raft.service.RaftServer`: the latest image is the committed
+  one plus the records this controller appended that are not committed yet (a
+  speculative image per append). An append goes to Raft at once
+  (:meth:`RaftServer.append`, guarded by the leader epoch and the expected base offset,
+  so the offsets the records were decided with — broker epochs are record offsets —
+  are the offsets they get). When a batch the store appended commits, the committed
+  image becomes the speculative image built for it, without decoding it again. Losing
+  leadership drops the speculative images.
+* :class:`ControllerServer` runs a ``RaftServer`` with the ``highwater.v1.Controller``
+  service on the same gRPC server and port (the Raft server takes extra services,
+  :class:`~highwater.raft.service.GrpcService`; health reports each SERVING). Every RPC,
+  every ``tick`` and the activation go through one queue, served strictly one at a time
+  in arrival order on the event loop: the request's controller method runs on the latest
+  image, its records are appended (the next request already sees them), and the answer
+  goes out once the records — or, for a request that wrote none, everything appended
+  before it — are committed. A replica that is not the active controller answers
+  NOT_CONTROLLER with the leader's id and address (from the voters).
+
+Activation (Kafka's ``claim``): when Raft reports this replica leader of an epoch, the
+controller appends a ``NoOpRecord`` and waits until it is committed and applied, so the
+committed image holds every record of earlier epochs; then it activates the controller
+(fresh broker sessions) and starts ticking every ``tick_interval_ms`` (session expiry,
+unclean and preferred leader elections).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import grpc
+import grpc.aio
+from google.protobuf.message import Message
+
+from highwater.controller import codec
+from highwater.controller.codec import CONTROLLER_SERVICE_NAME, ControllerRpc, InvalidRequestError
+from highwater.controller.config import ControllerConfig
+from highwater.controller.quorum_controller import QuorumController
+from highwater.controller.results import ControllerResult
+from highwater.controller.store import NotControllerError
+from highwater.errors import CorruptRecordError, UnexpectedAppendOffsetError
+from highwater.metadata.image import MetadataDelta, MetadataImage, MetadataLoader
+from highwater.metadata.records import MetadataRecord, NoOpRecord, decode_record, encode_record
+from highwater.metadata.snapshot import load_snapshot_values, snapshot_values
+from highwater.raft.messages import OffsetAndEpoch
+from highwater.raft.node import NotLeaderError, RoleChange
+from highwater.raft.service import (
+    GrpcService,
+    RaftServer,
+    RaftServerSettings,
+    SnapshotReader,
+)
+from highwater.raft.state import Role
+from highwater.storage.records import RecordBatch, SimpleRecord, build_batch, iter_batches
+from highwater.v1 import controller_pb2_grpc
+
+__all__ = [
+    "ControllerServer",
+    "ControllerSettings",
+    "MetadataStateMachine",
+    "RaftMetadataStore",
+    "decode_snapshot",
+    "encode_snapshot",
+]
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_BATCH_RECORDS: Final = 1000
+"""Records per RecordBatch in a snapshot file."""
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+# --- snapshots ---------------------------------------------------------------------------
+
+
+def encode_snapshot(image: MetadataImage) -> bytes:
+    """The snapshot of ``image``: its :func:`snapshot_values` as RecordBatch v2 batches."""
+    values = snapshot_values(image)
+    out = bytearray()
+    for start in range(0, len(values), SNAPSHOT_BATCH_RECORDS):
+        chunk = values[start : start + SNAPSHOT_BATCH_RECORDS]
+        out += build_batch(
+            [SimpleRecord(value=value, timestamp=0) for value in chunk],
+            base_offset=start,
+            partition_leader_epoch=max(image.epoch, 0),
+        )
+    return bytes(out)
+
+
+def decode_snapshot(data: bytes, snapshot_id: OffsetAndEpoch) -> MetadataImage:
+    """The image a snapshot holds: as of the entry before ``snapshot_id.offset`` (a
+    snapshot id names the end offset it covers)."""
+    return load_snapshot_values(
+        _values(iter_batches(data)), snapshot_id.offset - 1, snapshot_id.epoch
+    )
+
+
+def _values(batches: Iterable[RecordBatch]) -> list[bytes]:
+    """The record values of ``batches``, in order (a metadata record always has one)."""
+    values = []
+    for batch in batches:
+        for record in batch.records():
+            if record.value is None:
+                raise CorruptRecordError(f"metadata record at offset {record.offset} has no value")
+            values.append(record.value)
+    return values
+
+
+# --- the state machine -------------------------------------------------------------------
+
+
+class Speculation(Protocol):
+    """What the state machine asks the active controller's store about committed batches."""
+
+    def image_for_batch(self, batch: RecordBatch, parent: MetadataImage) -> MetadataImage | None:
+        """The image ``batch`` makes of ``parent``, if this store built it already."""
+        ...
+
+    def on_committed(self, image: MetadataImage) -> None:
+        """The committed image moved to ``image``."""
+        ...
+
+
+ImageListener = Callable[[MetadataImage], None]
+
+
+class MetadataStateMachine:
+    """Raft's state machine for ``__cluster_metadata``: committed batches in, images out.
+
+    ``image`` is the image of every committed record applied so far. Listeners added
+    with :meth:`add_listener` get each new image (after a batch list or a snapshot).
+    """
+
+    def __init__(self, image: MetadataImage | None = None) -> None:
+        self._loader = MetadataLoader(image)
+        self.speculation: Speculation | None = None
+        self._listeners: list[ImageListener] = []
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._loader.image
+
+    def add_listener(self, listener: ImageListener) -> None:
+        self._listeners.append(listener)
+
+    def apply(self, batches: Sequence[RecordBatch], high_watermark: int) -> None:
+        """Replay committed data batches (which may leave gaps: control batches take
+        offsets too); a batch this replica's store appended takes the image it built."""
+        loader = self._loader
+        speculation = self.speculation
+        for batch in batches:
+            known = (
+                speculation.image_for_batch(batch, loader.image)
+                if speculation is not None
+                else None
+            )
+            if known is not None:
+                loader.image = known
+                continue
+            records = [decode_record(value) for value in _values((batch,))]
+            loader.load_batch(batch.base_offset, batch.partition_leader_epoch, records)
+        self._published(loader.image)
+
+    def load_snapshot(self, reader: SnapshotReader) -> None:
+        """Replace the image by the snapshot's."""
+        image = decode_snapshot(reader.read(), reader.snapshot_id)
+        self._loader = MetadataLoader(image)
+        log.info("loaded the metadata snapshot %s", reader.snapshot_id)
+        self._published(image)
+
+    def snapshot(self, snapshot_id: OffsetAndEpoch) -> bytes:
+        """The committed image, as the records that recreate it."""
+        return encode_snapshot(self._loader.image)
+
+    def _published(self, image: MetadataImage) -> None:
+        if self.speculation is not None:
+            self.speculation.on_committed(image)
+        for listener in self._listeners:
+            try:
+                listener(image)
+            except Exception:
+                log.exception("a metadata image listener failed")
+
+
+# --- the store ---------------------------------------------------------------------------
+
+
+class RaftAppender(Protocol):
+    """The part of :class:`RaftServer` the store writes through."""
+
+    def append(
+        self,
+        values: Sequence[bytes],
+        *,
+        epoch: int | None = None,
+        base_offset: int | None = None,
+    ) -> tuple[OffsetAndEpoch, asyncio.Future[int]]: ...
+
+    @property
+    def leader_id(self) -> int | None: ...
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A batch this store appended that has not committed yet, and the image it makes."""
+
+    base_offset: int
+    last: OffsetAndEpoch
+    parent: MetadataImage
+    image: MetadataImage
+    committed: asyncio.Future[int]
+
+
+def _observe(future: asyncio.Future[Any]) -> None:
+    """Mark a future's failure as seen (its waiters, if any, handle it)."""
+    if not future.cancelled():
+        future.exception()
+
+
+class RaftMetadataStore:
+    """The :class:`~highwater.controller.store.MetadataStore` of the active controller,
+    over the Raft quorum (see the module docstring).
+
+    Writable only while activated for a leader epoch (:meth:`activate`); outside one,
+    ``append`` raises :class:`NotControllerError` and the latest image is the committed
+    one.
+    """
+
+    def __init__(self, raft: RaftAppender, machine: MetadataStateMachine) -> None:
+        self._raft = raft
+        self._machine = machine
+        self._epoch: int | None = None
+        self._pending: deque[_Pending] = deque()
+        machine.speculation = self
+
+    # --- leadership ------------------------------------------------------------------
+
+    @property
+    def active_epoch(self) -> int | None:
+        """The leader epoch this store appends in; ``None`` while not active."""
+        return self._epoch
+
+    @property
+    def is_active(self) -> bool:
+        return self._epoch is not None
+
+    def activate(self, epoch: int) -> None:
+        """Start appending in ``epoch``, on top of the committed image (which must hold
+        every entry of the log: the caller waited for an entry of ``epoch`` to commit)."""
+        self._pending.clear()
+        self._epoch = epoch
+
+    def deactivate(self) -> None:
+        """Leadership ended: drop the speculative images, back to the committed one."""
+        if self._pending:
+            log.info(
+                "dropping %d uncommitted metadata batches (offsets %d..%d)",
+                len(self._pending),
+                self._pending[0].base_offset,
+                self._pending[-1].last.offset,
+            )
+        self._epoch = None
+        self._pending.clear()
+
+    # --- MetadataStore -----------------------------------------------------------------
+
+    def latest_image(self) -> MetadataImage:
+        """The committed image plus every record appended since (while active)."""
+        return self._pending[-1].image if self._pending else self._machine.image
+
+    def committed_image(self) -> MetadataImage:
+        return self._machine.image
+
+    def committed_offset(self) -> int:
+        return self._machine.image.offset
+
+    @property
+    def pending_batches(self) -> int:
+        """Batches appended and not committed yet."""
+        return len(self._pending)
+
+    def append(self, records: Sequence[MetadataRecord]) -> int:
+        """Append ``records`` as one Raft batch right after the latest image; the offset
+        of the last one. Their image is the latest from now on.
+
+        Raises :class:`NotControllerError` when not active (or Raft refuses: not the
+        leader of the active epoch), ``UnexpectedAppendOffsetError`` if the log does not
+        end where the latest image does, and ``MetadataReplayError`` for records that do
+        not replay on the latest image — in each case nothing is appended.
+        """
+        epoch = self._epoch
+        if epoch is None:
+            raise NotControllerError(_or_unknown(self._raft.leader_id))
+        parent = self.latest_image()
+        if not records:
+            return parent.offset
+        delta = MetadataDelta(parent).replay_all(records)
+        values = [encode_record(record) for record in records]
+        try:
+            last, committed = self._raft.append(values, epoch=epoch, base_offset=parent.offset + 1)
+        except NotLeaderError as e:
+            raise NotControllerError(_or_unknown(e.leader_id)) from None
+        committed.add_done_callback(_observe)
+        image = delta.apply(last.offset, last.epoch)
+        self._pending.append(_Pending(parent.offset + 1, last, parent, image, committed))
+        return last.offset
+
+    def commit_waiter(self) -> asyncio.Future[int] | None:
+        """A future that resolves once everything appended so far is committed (raises
+        ``NotLeaderError`` if it never will be); ``None`` if it is already."""
+        return self._pending[-1].committed if self._pending else None
+
+    # --- Speculation (called by the state machine) --------------------------------------
+
+    def image_for_batch(self, batch: RecordBatch, parent: MetadataImage) -> MetadataImage | None:
+        """The image built at append time for ``batch``, if ``batch`` is the oldest
+        pending one (same offsets and epoch: by Raft's log matching, the same entry) and
+        ``parent`` is the very image it was built on."""
+        pending = self._pending
+        while pending and pending[0].last.offset < batch.base_offset:
+            pending.popleft()  # committed: it came before this batch
+        if not pending:
+            return None
+        head = pending[0]
+        if (
+            head.base_offset == batch.base_offset
+            and head.last.offset == batch.next_offset - 1
+            and head.last.epoch == batch.partition_leader_epoch
+            and head.parent is parent
+        ):
+            return head.image
+        return None
+
+    def on_committed(self, image: MetadataImage) -> None:
+        pending = self._pending
+        while pending and pending[0].last.offset <= image.offset:
+            pending.popleft()
+
+
+def _or_unknown(node_id: int | None) -> int:
+    return -1 if node_id is None else node_id
+
+
+# --- the controller server -----------------------------------------------------------------
+
+_Call = Callable[[QuorumController, Any, int], ControllerResult[Any]]
+
+_CALLS: Final[Mapping[str, _Call]] = {
+    "RegisterBroker": lambda c, r, now: c.register_broker(r, now),
+    "BrokerHeartbeat": lambda c, r, now: c.broker_heartbeat(r, now),
+    "UnregisterBroker": lambda c, r, now: c.unregister_broker(r),
+    "AlterPartition": lambda c, r, now: c.alter_partition(r),
+    "CreateTopics": lambda c, r, now: c.create_topics(r),
+    "DeleteTopics": lambda c, r, now: c.delete_topics(r),
+    "CreatePartitions": lambda c, r, now: c.create_partitions(r),
+    "ElectLeaders": lambda c, r, now: c.elect_leaders(r),
+    "AlterConfigs": lambda c, r, now: c.alter_configs(r),
+    "DescribeConfigs": lambda c, r, now: c.describe_configs(r),
+    "AllocateProducerIds": lambda c, r, now: c.allocate_producer_ids(r),
+    "RegisterCoordinator": lambda c, r, now: c.register_coordinator(r),
+    "UnregisterCoordinator": lambda c, r, now: c.unregister_coordinator(r),
+}
+"""How each RPC runs on the controller: ``(controller, request, now_ms) -> result``."""
+
+assert set(_CALLS) == set(codec.RPCS)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """The controller process's settings: the Raft driver's, the controller's, and its own."""
+
+    raft: RaftServerSettings = field(default_factory=RaftServerSettings)
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+    tick_interval_ms: int = 100
+    """How often the active controller runs :meth:`QuorumController.tick`."""
+    seed: int | None = None
+    """Seeds replica placement and topic ids; ``None``: a random seed."""
+
+
+@dataclass(frozen=True, slots=True)
+class _NotController:
+    controller_id: int | None
+
+
+@dataclass(slots=True)
+class _Request:
+    rpc: ControllerRpc[Any, Any]
+    request: Any
+    reply: asyncio.Future[tuple[Any, asyncio.Future[int] | None] | _NotController]
+
+
+@dataclass(frozen=True, slots=True)
+class _Activate:
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Tick:
+    pass
+
+
+_Job = _Request | _Activate | _Tick
+
+
+class ControllerServer:
+    """A voter of the metadata quorum serving ``highwater.v1.Controller`` (see the module
+    docstring): ``await start()``, ``await stop()``."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        listen: str,
+        voters: Mapping[int, str],
+        data_dir: Path,
+        cluster_id: str | None = None,
+        settings: ControllerSettings | None = None,
+        clock: Callable[[], int] = monotonic_ms,
+    ) -> None:
+        self.node_id = node_id
+        self.settings = settings or ControllerSettings()
+        self._clock = clock
+        self.machine = MetadataStateMachine()
+        self.raft = RaftServer(
+            node_id=node_id,
+            listen=listen,
+            voters=voters,
+            data_dir=data_dir,
+            state_machine=self.machine,
+            cluster_id=cluster_id,
+            settings=self.settings.raft,
+            role_listeners=[self._on_role_change],
+            services=[GrpcService(CONTROLLER_SERVICE_NAME, self._add_servicer)],
+        )
+        self.store = RaftMetadataStore(self.raft, self.machine)
+        self._controller: QuorumController | None = None
+        self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
+        self._worker: asyncio.Task[None] | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._tick_queued = False
+        self._leader_epoch: int | None = None
+        self._leadership_over: asyncio.Future[None] | None = None
+        self._stopping = False
+
+    # --- public API --------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self.raft.port
+
+    @property
+    def is_active(self) -> bool:
+        """Whether this replica is the active controller (leader, and activated)."""
+        return self.store.is_active
+
+    @property
+    def controller(self) -> QuorumController:
+        if self._controller is None:
+            raise RuntimeError("the controller server has not started")
+        return self._controller
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self.raft.failure
+
+    async def wait_stopped(self) -> None:
+        await self.raft.wait_stopped()
+
+    async def start(self) -> None:
+        """Start the Raft server (which serves the Controller service too) and the worker."""
+        await self.raft.start()
+        config = self.settings.controller
+        if not config.cluster_id:
+            config = dataclasses.replace(config, cluster_id=self.raft.cluster_id)
+        seed = self.settings.seed
+        if seed is None:
+            seed = random.SystemRandom().getrandbits(64)
+        self._controller = QuorumController(self.store.latest_image, config, seed=seed)
+        self._worker = asyncio.create_task(self._work(), name=f"controller-{self.node_id}")
+
+    async def stop(self) -> None:
+        """Stop serving: pending requests answer NOT_CONTROLLER; the Raft server stops
+        (a leader resigns first)."""
+        if self._stopping:
+            await self.raft.wait_stopped()
+            return
+        self._stopping = True
+        self._lose_leadership()
+        for task in (self._worker, self._ticker):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        while not self._jobs.empty():
+            job = self._jobs.get_nowait()
+            if isinstance(job, _Request) and not job.reply.done():
+                job.reply.set_result(_NotController(None))
+        await self.raft.stop()
+
+    async def wait_active(self, timeout_s: float = 30) -> None:
+        """Wait until this replica is the active controller (for tests and tools)."""
+        async with asyncio.timeout(timeout_s):
+            while not self.is_active:
+                await asyncio.sleep(0.01)
+
+    async def call(self, rpc: ControllerRpc[Any, Any], request: Any) -> Message:
+        """Serve one request as the gRPC servicer does; the proto response."""
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self._stopping:
+            return self._not_controller(rpc, None)
+        self._jobs.put_nowait(_Request(rpc, request, reply))
+        outcome = await reply
+        if isinstance(outcome, _NotController):
+            return self._not_controller(rpc, outcome.controller_id)
+        response, waiter = outcome
+        if waiter is not None:
+            try:
+                await asyncio.shield(waiter)
+            except NotLeaderError as e:
+                return self._not_controller(rpc, e.leader_id)
+        return rpc.response_to_proto(response)
+
+    # --- leadership --------------------------------------------------------------------
+
+    def _on_role_change(self, change: RoleChange) -> None:
+        """Raft's role listener (runs in the Raft driver: it only queues work)."""
+        if change.role is Role.LEADER and change.leader_id == self.node_id:
+            if self._leader_epoch == change.epoch or self._stopping:
+                return
+            self._lose_leadership()
+            self._leader_epoch = change.epoch
+            self._leadership_over = asyncio.get_running_loop().create_future()
+            self._jobs.put_nowait(_Activate(change.epoch))
+        else:
+            self._lose_leadership()
+
+    def _lose_leadership(self) -> None:
+        if self._leader_epoch is not None:
+            log.info("node %d: no longer the active controller", self.node_id)
+        self._leader_epoch = None
+        self.store.deactivate()
+        over = self._leadership_over
+        if over is not None and not over.done():
+            over.set_result(None)
+        self._leadership_over = None
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+
+    async def _activate(self, epoch: int) -> None:
+        """Claim ``epoch``: a NoOpRecord committed means the committed image holds every
+        earlier record; then the controller starts on it."""
+        over = self._leadership_over
+        if self._leader_epoch != epoch or over is None:
+            return
+        try:
+            _, committed = self.raft.append([encode_record(NoOpRecord())], epoch=epoch)
+        except NotLeaderError:
+            return
+        committed.add_done_callback(_observe)
+        waiting: set[asyncio.Future[Any]] = {committed, over}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if (
+            not committed.done()
+            or committed.cancelled()
+            or committed.exception() is not None
+            or self._leader_epoch != epoch
+        ):
+            return
+        self.store.activate(epoch)
+        self.controller.activate(self._clock())
+        self._ticker = asyncio.create_task(self._tick_timer(epoch))
+        log.info(
+            "node %d: the active controller of epoch %d, from offset %d",
+            self.node_id,
+            epoch,
+            self.store.committed_offset(),
+        )
+
+    def _restart_activation(self, reason: BaseException) -> None:
+        """The store's view and the log disagree (a bug, or a race with Raft): drop the
+        speculation and claim the epoch again."""
+        epoch = self._leader_epoch
+        log.error("node %d: the metadata store lost track of the log: %s", self.node_id, reason)
+        self.store.deactivate()
+        if epoch is not None:
+            self._jobs.put_nowait(_Activate(epoch))
+
+    # --- the worker: one job at a time ---------------------------------------------------
+
+    async def _work(self) -> None:
+        while True:
+            job = await self._jobs.get()
+            try:
+                if isinstance(job, _Request):
+                    self._serve(job)
+                elif isinstance(job, _Tick):
+                    self._tick_queued = False
+                    self._tick()
+                else:
+                    await self._activate(job.epoch)
+            except Exception:
+                log.exception("node %d: controller job %r failed", self.node_id, job)
+
+    def _serve(self, job: _Request) -> None:
+        if job.reply.done():
+            return  # the caller gave up
+        if not self.store.is_active:
+            job.reply.set_result(_NotController(self.raft.leader_id))
+            return
+        try:
+            result = _CALLS[job.rpc.name](self.controller, job.request, self._clock())
+            if result.records:
+                self.store.append(result.records)
+            job.reply.set_result((result.response, self.store.commit_waiter()))
+        except NotControllerError as e:
+            job.reply.set_result(_NotController(e.controller_id))
+        except UnexpectedAppendOffsetError as e:
+            self._restart_activation(e)
+            job.reply.set_result(_NotController(self.node_id))
+        except Exception as e:
+            job.reply.set_exception(e)
+
+    def _tick(self) -> None:
+        if not self.store.is_active:
+            return
+        result = self.controller.tick(self._clock())
+        if not result.records:
+            return
+        try:
+            self.store.append(result.records)
+        except NotControllerError:
+            return
+        except UnexpectedAppendOffsetError as e:
+            self._restart_activation(e)
+            return
+        outcome = result.response
+        log.info(
+            "node %d: tick wrote %d records (fenced brokers %s, %d preferred and %d unclean "
+            "elections)",
+            self.node_id,
+            len(result.records),
+            list(outcome.fenced_brokers),
+            outcome.preferred_elections,
+            outcome.unclean_elections,
+        )
+
+    async def _tick_timer(self, epoch: int) -> None:
+        interval_s = self.settings.tick_interval_ms / 1000
+        while self._leader_epoch == epoch:
+            await asyncio.sleep(interval_s)
+            if not self._tick_queued:
+                self._tick_queued = True
+                self._jobs.put_nowait(_Tick())
+
+    # --- gRPC --------------------------------------------------------------------------
+
+    def _not_controller(self, rpc: ControllerRpc[Any, Any], controller_id: int | None) -> Message:
+        if controller_id is None or controller_id < 0:
+            controller_id = self.raft.leader_id
+        address = self.raft.voters.get(controller_id) if controller_id is not None else None
+        return rpc.not_controller(controller_id, address)
+
+    def _add_servicer(self, server: grpc.aio.Server) -> None:
+        controller_pb2_grpc.add_ControllerServicer_to_server(ControllerServicer(self), server)
+
+    async def serve(
+        self, rpc: ControllerRpc[Any, Any], message: Message, context: grpc.aio.ServicerContext
+    ) -> Message:
+        """One gRPC call: decode, run, answer (INVALID_ARGUMENT for a malformed request)."""
+        try:
+            request = rpc.request_from_proto(message)
+        except InvalidRequestError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            raise AssertionError("unreachable: abort raises") from e
+        try:
+            return await self.call(rpc, request)
+        except Exception as e:
+            log.exception("node %d: %s failed", self.node_id, rpc.name)
+            await context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+            raise AssertionError("unreachable: abort raises") from e
+
+
+class ControllerServicer(controller_pb2_grpc.ControllerServicer):
+    """``highwater.v1.Controller``: every method goes through :meth:`ControllerServer.serve`."""
+
+    def __init__(self, server: ControllerServer) -> None:
+        self._server = server
+
+    async def RegisterBroker(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.REGISTER_BROKER, request, context)
+
+    async def BrokerHeartbeat(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.BROKER_HEARTBEAT, request, context)
+
+    async def UnregisterBroker(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.UNREGISTER_BROKER, request, context)
+
+    async def AlterPartition(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.ALTER_PARTITION, request, context)
+
+    async def CreateTopics(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.CREATE_TOPICS, request, context)
+
+    async def DeleteTopics(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.DELETE_TOPICS, request, context)
+
+    async def CreatePartitions(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.CREATE_PARTITIONS, request, context)
+
+    async def ElectLeaders(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.ELECT_LEADERS, request, context)
+
+    async def AlterConfigs(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.ALTER_CONFIGS, request, context)
+
+    async def DescribeConfigs(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.DESCRIBE_CONFIGS, request, context)
+
+    async def AllocateProducerIds(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.ALLOCATE_PRODUCER_IDS, request, context)
+
+    async def RegisterCoordinator(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.REGISTER_COORDINATOR, request, context)
+
+    async def UnregisterCoordinator(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.UNREGISTER_COORDINATOR, request, context)

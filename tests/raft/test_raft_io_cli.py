@@ -1,0 +1,262 @@
+"""``highwater controller`` and ``highwater quorum describe``: output, and clear errors."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from highwater.cli.main import main
+from highwater.cli.quorum import replication_rows, status_lines
+from highwater.v1 import raft_pb2
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --- bad input ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("voters", "message"),
+    [
+        ("1@localhost", "is not HOST:PORT"),
+        ("one@localhost:9093", "is not ID@HOST:PORT"),
+        ("1@localhost:9093,1@localhost:9094", "appears twice"),
+        ("1@localhost:70000", "out of range"),
+    ],
+)
+def test_controller_rejects_malformed_voters(tmp_path: Path, voters: str, message: str) -> None:
+    code, output = run(
+        "controller",
+        "--node-id",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--voters",
+        voters,
+        "--data-dir",
+        str(tmp_path),
+    )
+    assert code == 2
+    assert "--voters" in output and message in output
+
+
+def test_controller_must_be_a_voter(tmp_path: Path) -> None:
+    code, output = run(
+        "controller",
+        "--node-id",
+        "4",
+        "--listen",
+        "127.0.0.1:9093",
+        "--voters",
+        "1@127.0.0.1:9093",
+        "--data-dir",
+        str(tmp_path),
+    )
+    assert code == 2
+    assert "node 4 is not among the voters [1]" in output
+
+
+def test_controller_rejects_a_bad_listen_address(tmp_path: Path) -> None:
+    code, output = run(
+        "controller",
+        "--node-id",
+        "1",
+        "--listen",
+        "nowhere",
+        "--voters",
+        "1@127.0.0.1:9093",
+        "--data-dir",
+        str(tmp_path),
+    )
+    assert code == 2
+    assert "--listen" in output and "is not HOST:PORT" in output
+
+
+def test_controller_reports_a_corrupt_quorum_state(tmp_path: Path) -> None:
+    raft_dir = tmp_path / "__cluster_metadata-0"
+    raft_dir.mkdir()
+    (raft_dir / "quorum-state").write_text("not json")
+    port = free_port()
+    code, output = run(
+        "controller",
+        "--node-id",
+        "1",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--voters",
+        f"1@127.0.0.1:{port}",
+        "--data-dir",
+        str(tmp_path),
+    )
+    assert code == 1
+    assert "quorum state file" in output and "quorum-state" in output
+
+
+def test_describe_needs_a_mode_and_good_addresses() -> None:
+    code, output = run("quorum", "describe", "--controllers", "127.0.0.1:1")
+    assert code == 2 and "--status or --replication" in output
+    code, output = run("quorum", "describe", "--controllers", "localhost", "--status")
+    assert code == 2 and "is not HOST:PORT" in output
+
+
+def test_describe_reports_unreachable_controllers() -> None:
+    ports = [free_port(), free_port()]
+    controllers = ",".join(f"127.0.0.1:{p}" for p in ports)
+    code, output = run(
+        "quorum", "describe", "--controllers", controllers, "--status", "--timeout", "1"
+    )
+    assert code == 1
+    assert "no controller could be reached" in output
+    assert all(f"127.0.0.1:{p}" in output for p in ports)
+
+
+# --- output -------------------------------------------------------------------------------
+
+
+def _response() -> raft_pb2.DescribeQuorumResponse:
+    return raft_pb2.DescribeQuorumResponse(
+        cluster_id="abc",
+        leader_id=2,
+        leader_epoch=7,
+        high_watermark=95,
+        current_voters=[
+            raft_pb2.ReplicaState(
+                replica_id=3,
+                log_end_offset=90,
+                last_fetch_timestamp=1000,
+                last_caught_up_timestamp=400,
+            ),
+            raft_pb2.ReplicaState(
+                replica_id=2,
+                log_end_offset=100,
+                last_fetch_timestamp=1000,
+                last_caught_up_timestamp=1000,
+            ),
+            raft_pb2.ReplicaState(
+                replica_id=1,
+                log_end_offset=100,
+                last_fetch_timestamp=990,
+                last_caught_up_timestamp=990,
+            ),
+        ],
+        observers=[
+            raft_pb2.ReplicaState(
+                replica_id=100,
+                log_end_offset=-1,
+                last_fetch_timestamp=-1,
+                last_caught_up_timestamp=-1,
+            )
+        ],
+    )
+
+
+def test_status_fields() -> None:
+    assert dict(status_lines(_response())) == {
+        "ClusterId": "abc",
+        "LeaderId": "2",
+        "LeaderEpoch": "7",
+        "HighWatermark": "95",
+        "MaxFollowerLag": "10",
+        "MaxFollowerLagTimeMs": "600",
+        "CurrentVoters": "[1,2,3]",
+        "CurrentObservers": "[100]",
+    }
+
+
+def test_replication_rows() -> None:
+    assert replication_rows(_response()) == [
+        ("2", "100", "0", "1000", "1000", "Leader"),
+        ("1", "100", "0", "990", "990", "Follower"),
+        ("3", "90", "10", "1000", "400", "Follower"),
+        ("100", "-1", "100", "-1", "-1", "Observer"),
+    ]
+
+
+@pytest.fixture
+def single_controller(tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "highwater",
+            "controller",
+            "--node-id",
+            "1",
+            "--listen",
+            address,
+            "--voters",
+            f"1@{address}",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--cluster-id",
+            "test-cluster",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        yield address
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+def test_describe_a_running_controller(single_controller: str) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        code, output = run("quorum", "describe", "--controllers", single_controller, "--status")
+        if code == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert code == 0, output
+    fields = dict(line.split(":", 1) for line in output.splitlines())
+    assert fields["ClusterId"].strip() == "test-cluster"
+    assert fields["LeaderId"].strip() == "1"
+    assert fields["CurrentVoters"].strip() == "[1]"
+    assert list(fields) == [
+        "ClusterId",
+        "LeaderId",
+        "LeaderEpoch",
+        "HighWatermark",
+        "MaxFollowerLag",
+        "MaxFollowerLagTimeMs",
+        "CurrentVoters",
+        "CurrentObservers",
+    ]
+    code, output = run("quorum", "describe", "--controllers", single_controller, "--replication")
+    assert code == 0, output
+    header, row = output.splitlines()
+    assert header.split() == [
+        "NodeId",
+        "LogEndOffset",
+        "Lag",
+        "LastFetchTimestamp",
+        "LastCaughtUpTimestamp",
+        "Status",
+    ]
+    assert row.split()[0] == "1" and row.split()[-1] == "Leader"
