@@ -781,11 +781,18 @@ class RaftServer:
             await asyncio.to_thread(
                 self._state_file.write, self._quorum_state(ready.election_state)
             )
-        if ready.must_flush:
-            await asyncio.to_thread(raft_log.flush)
-            node.on_flushed(raft_log.flushed_offset, self._clock())
+        # The log's fsync runs while the messages go out: a leader ships entries to its
+        # followers before its own copy is durable (it counts itself toward the high
+        # watermark only up to its flushed offset), and a follower's core emits its next
+        # fetch only after ``on_flushed``, so nothing sent here claims unflushed entries.
+        flushing = (
+            asyncio.ensure_future(asyncio.to_thread(raft_log.flush)) if ready.must_flush else None
+        )
         for message in ready.messages:
             self._dispatch(message)
+        if flushing is not None:
+            await flushing
+            node.on_flushed(raft_log.flushed_offset, self._clock())
         if ready.load_snapshot is not None:
             await self._load_snapshot(ready.load_snapshot)
         if ready.high_watermark is not None:
