@@ -220,7 +220,43 @@ class EpochState:
         )
 
 
-class UnattachedState(EpochState):
+class _LeaderlessState(EpochState):
+    """What unattached and prospective replicas share: no leader to follow, perhaps a vote
+    cast in this epoch, and the same rule for granting votes."""
+
+    def __init__(
+        self,
+        epoch: int,
+        requests: RequestTracker,
+        *,
+        voted_id: int | None,
+        leader_id: int | None,
+    ) -> None:
+        super().__init__(epoch, requests)
+        self._voted_id = voted_id
+        self._leader_id = leader_id
+
+    @property
+    def voted_id(self) -> int | None:
+        return self._voted_id
+
+    @property
+    def leader_id(self) -> int | None:
+        return self._leader_id
+
+    def can_grant_vote(
+        self, candidate_id: int, log_up_to_date: bool, pre_vote: bool, now_ms: int
+    ) -> bool:
+        if pre_vote:
+            return log_up_to_date
+        if self._voted_id is not None:
+            return self._voted_id == candidate_id
+        if self._leader_id is not None:
+            return False
+        return log_up_to_date
+
+
+class UnattachedState(_LeaderlessState):
     """The epoch is known but no leader to follow; a voter may have voted in it.
 
     ``leader_id`` is only ever the local replica: a leader that resigned and lost the
@@ -238,33 +274,12 @@ class UnattachedState(EpochState):
         election_deadline_ms: int | None,
         leader_id: int | None = None,
     ) -> None:
-        super().__init__(epoch, requests)
-        self._voted_id = voted_id
-        self._leader_id = leader_id
+        super().__init__(epoch, requests, voted_id=voted_id, leader_id=leader_id)
         # None for observers: they never campaign.
         self.election_deadline_ms = election_deadline_ms
 
-    @property
-    def voted_id(self) -> int | None:
-        return self._voted_id
 
-    @property
-    def leader_id(self) -> int | None:
-        return self._leader_id
-
-    def can_grant_vote(
-        self, candidate_id: int, log_up_to_date: bool, pre_vote: bool, now_ms: int
-    ) -> bool:
-        if pre_vote:
-            return log_up_to_date
-        if self._voted_id is not None:
-            return self._voted_id == candidate_id
-        if self._leader_id is not None:
-            return False
-        return log_up_to_date
-
-
-class ProspectiveState(EpochState):
+class ProspectiveState(_LeaderlessState):
     """Asks the voters whether they would vote for it, before bumping the epoch (KIP-996)."""
 
     role = Role.PROSPECTIVE
@@ -281,32 +296,12 @@ class ProspectiveState(EpochState):
         election_deadline_ms: int,
         retries: int,
     ) -> None:
-        super().__init__(epoch, requests)
-        self._voted_id = voted_id
-        self._leader_id = leader_id
+        # ``leader_id`` is the epoch's last known leader: the one to go back to if the
+        # pre-vote fails.
+        super().__init__(epoch, requests, voted_id=voted_id, leader_id=leader_id)
         self.election_deadline_ms = election_deadline_ms
         self.retries = retries
         self.pre_votes = VoteTally(voters, local_id)
-
-    @property
-    def voted_id(self) -> int | None:
-        return self._voted_id
-
-    @property
-    def leader_id(self) -> int | None:
-        """The epoch's last known leader: the one to go back to if the pre-vote fails."""
-        return self._leader_id
-
-    def can_grant_vote(
-        self, candidate_id: int, log_up_to_date: bool, pre_vote: bool, now_ms: int
-    ) -> bool:
-        if pre_vote:
-            return log_up_to_date
-        if self._voted_id is not None:
-            return self._voted_id == candidate_id
-        if self._leader_id is not None:
-            return False
-        return log_up_to_date
 
 
 class CandidateState(EpochState):
