@@ -260,3 +260,52 @@ def test_describe_a_running_controller(single_controller: str) -> None:
         "Status",
     ]
     assert row.split()[0] == "1" and row.split()[-1] == "Leader"
+
+
+def test_describe_follows_a_follower_to_the_leader(tmp_path: Path) -> None:
+    """Any one voter's address is enough: a follower names the leader and its address."""
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    voters = ",".join(f"{i + 1}@{a}" for i, a in enumerate(addresses))
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "highwater",
+                "controller",
+                "--node-id",
+                str(i + 1),
+                "--listen",
+                address,
+                "--voters",
+                voters,
+                "--data-dir",
+                str(tmp_path / f"c{i + 1}"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i, address in enumerate(addresses)
+    ]
+    try:
+        deadline = time.monotonic() + 30
+        leader = ""
+        while time.monotonic() < deadline:
+            code, output = run(
+                "quorum", "describe", "--controllers", ",".join(addresses), "--status"
+            )
+            if code == 0:
+                leader = dict(line.split(":", 1) for line in output.splitlines())["LeaderId"]
+                break
+            time.sleep(0.2)
+        assert leader.strip() in {"1", "2", "3"}
+        follower = next(a for i, a in enumerate(addresses) if str(i + 1) != leader.strip())
+        code, output = run("quorum", "describe", "--controllers", follower, "--replication")
+        assert code == 0, output
+        rows = [line.split() for line in output.splitlines()[1:]]
+        assert {row[0] for row in rows} == {"1", "2", "3"}
+        assert [row[-1] for row in rows if row[0] == leader.strip()] == ["Leader"]
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait(10)

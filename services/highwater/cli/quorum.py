@@ -48,11 +48,26 @@ async def _ask_all(endpoints: list[str], timeout_s: float) -> list[_Answer]:
 
 
 def describe_leader(endpoints: list[str], timeout_s: float) -> pb.DescribeQuorumResponse:
-    """The active controller's ``DescribeQuorum`` answer; ``click.ClickException`` if none."""
+    """The active controller's ``DescribeQuorum`` answer; ``click.ClickException`` if none.
+
+    A follower that answers names the leader and every voter's address, so one reachable
+    controller is enough: the leader is asked next.
+    """
     answers = asyncio.run(_ask_all(endpoints, timeout_s))
     for answer in answers:
         if answer.response is not None and answer.response.error == ErrorCode.NONE:
             return answer.response
+    leader_addresses = {
+        node.address
+        for answer in answers
+        if answer.response is not None
+        for node in answer.response.nodes
+        if node.node_id == answer.response.leader_id and node.address not in endpoints
+    }
+    if leader_addresses:
+        for answer in asyncio.run(_ask_all(sorted(leader_addresses), timeout_s)):
+            if answer.response is not None and answer.response.error == ErrorCode.NONE:
+                return answer.response
     reached = [a for a in answers if a.response is not None]
     if not reached:
         details = "; ".join(f"{a.endpoint}: {a.problem}" for a in answers)

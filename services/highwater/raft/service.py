@@ -942,7 +942,12 @@ class RaftServer:
         if node is None:
             return raft_pb2.DescribeQuorumResponse(error=ErrorCode.BROKER_NOT_AVAILABLE)
         error = ErrorCode.NONE if node.is_leader else ErrorCode.NOT_LEADER_OR_FOLLOWER
-        return describe_quorum_to_proto(node.describe(), cluster_id=self.cluster_id, error=error)
+        response = describe_quorum_to_proto(
+            node.describe(), cluster_id=self.cluster_id, error=error
+        )
+        for node_id, address in sorted(self.voters.items()):
+            response.nodes.add(node_id=node_id, address=address)
+        return response
 
     def _on_response(self, response: RaftResponse) -> None:
         node = self._node

@@ -458,6 +458,33 @@ class ReplicaState(_message.Message):
 Global___ReplicaState: _TypeAlias = ReplicaState  # noqa: Y015
 
 @_typing.final
+class QuorumNode(_message.Message):
+    """A voter and where it listens (Kafka's DescribeQuorum ``Nodes``), so that a tool that
+    reached a follower can go on to the leader.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.int
+    address: _builtins.str
+    """HOST:PORT"""
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.int = ...,
+        address: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QuorumNode: _TypeAlias = QuorumNode  # noqa: Y015
+
+@_typing.final
 class DescribeQuorumResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -468,6 +495,7 @@ class DescribeQuorumResponse(_message.Message):
     HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
     CURRENT_VOTERS_FIELD_NUMBER: _builtins.int
     OBSERVERS_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
     error: _common_pb2.ErrorCode.ValueType
     cluster_id: _builtins.str
     leader_id: _builtins.int
@@ -477,6 +505,8 @@ class DescribeQuorumResponse(_message.Message):
     def current_voters(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaState]: ...
     @_builtins.property
     def observers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaState]: ...
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___QuorumNode]: ...
     def __init__(
         self,
         *,
@@ -487,10 +517,11 @@ class DescribeQuorumResponse(_message.Message):
         high_watermark: _builtins.int = ...,
         current_voters: _abc.Iterable[Global___ReplicaState] | None = ...,
         observers: _abc.Iterable[Global___ReplicaState] | None = ...,
+        nodes: _abc.Iterable[Global___QuorumNode] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "current_voters", b"current_voters", "error", b"error", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "observers", b"observers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "current_voters", b"current_voters", "error", b"error", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "nodes", b"nodes", "observers", b"observers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
