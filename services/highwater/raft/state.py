@@ -33,6 +33,7 @@ leader they fetched from goes quiet).
 
 from __future__ import annotations
 
+import abc
 import enum
 import random
 from collections.abc import Iterable
@@ -187,7 +188,7 @@ class ReplicaState:
 # --- The states ------------------------------------------------------------------------
 
 
-class EpochState:
+class EpochState(abc.ABC):
     """What every state has: an epoch, the requests it sends, the election to persist."""
 
     role: ClassVar[Role]
@@ -207,11 +208,11 @@ class EpochState:
     def election(self) -> ElectionState:
         return ElectionState(self.epoch, self.voted_id, self.leader_id)
 
+    @abc.abstractmethod
     def can_grant_vote(
         self, candidate_id: int, log_up_to_date: bool, pre_vote: bool, now_ms: int
     ) -> bool:
         """Whether this state lets the replica grant a (pre-)vote in its own epoch."""
-        raise NotImplementedError
 
     def __repr__(self) -> str:
         return (
