@@ -9,7 +9,7 @@ that received it, and a response with the request it answers (which also gives b
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from highwater.raft.messages import (
     NO_LEADER,
@@ -89,6 +89,13 @@ def _offset_and_epoch_to_proto(value: OffsetAndEpoch) -> pb.OffsetAndEpoch:
 
 def _offset_and_epoch_from_proto(value: pb.OffsetAndEpoch) -> OffsetAndEpoch:
     return OffsetAndEpoch(offset=value.offset, epoch=value.epoch)
+
+
+def _optional_offset_and_epoch(message: Any, field: str) -> OffsetAndEpoch | None:
+    """An ``OffsetAndEpoch`` field of ``message``, or None when it is not set."""
+    if not message.HasField(field):
+        return None
+    return _offset_and_epoch_from_proto(getattr(message, field))
 
 
 # -- requests -------------------------------------------------------------------------------
@@ -297,16 +304,8 @@ def response_from_proto(response: ProtoResponse, request: RaftRequest) -> RaftRe
                 leader_epoch=response.leader_epoch,
                 high_watermark=response.high_watermark,
                 log_start_offset=response.log_start_offset,
-                diverging_epoch=(
-                    _offset_and_epoch_from_proto(response.diverging_epoch)
-                    if response.HasField("diverging_epoch")
-                    else None
-                ),
-                snapshot_id=(
-                    _offset_and_epoch_from_proto(response.snapshot_id)
-                    if response.HasField("snapshot_id")
-                    else None
-                ),
+                diverging_epoch=_optional_offset_and_epoch(response, "diverging_epoch"),
+                snapshot_id=_optional_offset_and_epoch(response, "snapshot_id"),
                 records=response.records,
                 fetch_offset=response.fetch_offset,
                 last_fetched_epoch=response.last_fetched_epoch,
@@ -318,11 +317,7 @@ def response_from_proto(response: ProtoResponse, request: RaftRequest) -> RaftRe
                 error=response.error,
                 leader_id=response.leader_id,
                 leader_epoch=response.leader_epoch,
-                snapshot_id=(
-                    _offset_and_epoch_from_proto(response.snapshot_id)
-                    if response.HasField("snapshot_id")
-                    else None
-                ),
+                snapshot_id=_optional_offset_and_epoch(response, "snapshot_id"),
                 size=response.size,
                 position=response.position,
                 chunk=response.unaligned_records,
