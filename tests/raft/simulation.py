@@ -341,6 +341,7 @@ SIM_CONFIG = RaftConfig(
     election_backoff_max_ms=100,
     fetch_timeout_ms=200,
     fetch_max_wait_ms=40,
+    high_watermark_linger_ms=1,
     request_timeout_ms=80,
     retry_backoff_ms=5,
 )

@@ -104,6 +104,9 @@ def test_records_flow_to_the_follower_and_the_high_watermark_back() -> None:
         "2->1 Fetch current_leader_epoch=1 fetch_offset=3 last_fetched_epoch=1",
     ]
     assert lead.node.high_watermark == 3
+    # A voter hears of the new high watermark after the linger, when no entries come first.
+    assert exchange(lead, follow) == []
+    lead.advance(lead.config.high_watermark_linger_ms)
     assert exchange(lead, follow) == [
         "1->2 FetchResponse leader_id=1 leader_epoch=1 high_watermark=3 fetch_offset=3"
         " last_fetched_epoch=1",
@@ -113,7 +116,8 @@ def test_records_flow_to_the_follower_and_the_high_watermark_back() -> None:
 
 def test_a_fetch_with_nothing_new_is_parked_until_data_arrives() -> None:
     lead = leader()
-    lead.step(fetch_request(2, 1, (1, 1)))  # moves the high watermark: answered at once
+    lead.step(fetch_request(2, 1, (1, 1)))  # moves the high watermark: answered soon
+    lead.advance(lead.config.high_watermark_linger_ms)
     lead.ready()
     lead.step(fetch_request(2, 1, (1, 1)))
     assert lead.sent() == []
@@ -137,20 +141,47 @@ def test_a_parked_fetch_is_answered_when_the_high_watermark_moves() -> None:
     lead.flush()
     lead.ready()
     lead.step(fetch_request(3, 1, (3, 1)))  # the high watermark moves to 3
-    assert (
-        lead.sent()
-        == [
-            "1->2 FetchResponse leader_id=1 leader_epoch=1 high_watermark=3 records=[2..2]"
-            " fetch_offset=2 last_fetched_epoch=1",
-            "1->3 FetchResponse leader_id=1 leader_epoch=1 high_watermark=3 fetch_offset=3"
-            " last_fetched_epoch=1",
-        ][1:]
-    )
+    assert lead.sent() == []  # the voter's answer lingers in case entries follow
+    lead.advance(lead.config.high_watermark_linger_ms - 1)
+    assert lead.sent() == []
+    lead.advance(1)
+    assert lead.sent() == [
+        "1->3 FetchResponse leader_id=1 leader_epoch=1 high_watermark=3 fetch_offset=3"
+        " last_fetched_epoch=1",
+    ]
+
+
+def test_a_new_high_watermark_rides_along_with_entries_appended_within_the_linger() -> None:
+    lead = leader()
+    lead.step(fetch_request(2, 1, (1, 1)))  # the high watermark moves to 1
+    lead.advance(lead.config.high_watermark_linger_ms - 1)
+    lead.node.propose([b"x"], lead.now_ms)
+    assert lead.sent() == [
+        "1->2 FetchResponse leader_id=1 leader_epoch=1 high_watermark=1 records=[1..1]"
+        " fetch_offset=1 last_fetched_epoch=1",
+    ]
+    lead.advance(1)
+    assert lead.sent() == []  # answered already: nothing left to send
+
+
+def test_an_observers_parked_fetch_hears_of_a_new_high_watermark_at_once() -> None:
+    lead = leader()
+    lead.step(fetch_request(4, 1, (1, 1)))  # observer 4: nothing to commit by it
+    lead.advance(lead.config.high_watermark_linger_ms)
+    lead.ready()
+    lead.step(fetch_request(4, 1, (1, 1)))
+    assert lead.sent() == []  # parked: nothing new
+    lead.step(fetch_request(2, 1, (1, 1)))  # voter 2 moves the high watermark to 1
+    assert lead.sent() == [
+        "1->4 FetchResponse leader_id=1 leader_epoch=1 high_watermark=1 fetch_offset=1"
+        " last_fetched_epoch=1",
+    ]
 
 
 def test_a_parked_fetch_is_answered_empty_after_its_max_wait() -> None:
     lead = leader()
     lead.step(fetch_request(2, 1, (1, 1), max_wait_ms=300))
+    lead.advance(lead.config.high_watermark_linger_ms)
     lead.ready()
     lead.step(fetch_request(2, 1, (1, 1), max_wait_ms=300))
     lead.advance(299)

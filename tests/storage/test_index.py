@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,31 @@ def test_time_index_final_entry_may_exceed_preallocation(tmp_path: Path) -> None
     index.maybe_append(3, 3, skip_full_check=True)
     assert index.last_entry() == (3, 3)
     index.close()
+
+
+def test_flush_syncs_an_index_only_when_it_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = OffsetIndex(tmp_path / "0.index", 0, 1024, writable=True)
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    index.flush()  # never flushed since opened: synced
+    assert len(synced) == 1
+    index.flush()  # unchanged: nothing to sync
+    assert len(synced) == 1
+    index.append(10, 4096)
+    index.flush()
+    assert len(synced) == 2
+    index.truncate_to(5)
+    index.flush()
+    assert len(synced) == 3
+    index.trim()  # a new size is a change too
+    index.flush()
+    assert len(synced) == 4
+    index.close()
+    reopened = OffsetIndex(tmp_path / "0.index", 0, 1024, writable=False)
+    assert reopened.entries == 0
+    reopened.flush()  # a file just opened may hold pages not yet on disk: synced
+    assert len(synced) == 5
+    reopened.close()

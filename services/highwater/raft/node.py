@@ -110,6 +110,10 @@ class RaftConfig:
     and a leader that heard from no majority resigns."""
     fetch_max_wait_ms: int = 500
     """How long the leader parks a fetch with nothing to return (the long poll)."""
+    high_watermark_linger_ms: int = 10
+    """How long the leader holds a voter's parked fetch after the high watermark moved,
+    so that the news rides along with the next entries instead of costing the follower a
+    round trip of its own (observers hear at once: they serve the committed log)."""
     fetch_max_bytes: int = 1024 * 1024
     """The most a fetch returns (at least one batch). Kafka's KRaft asks for 8 MiB; 1 MiB
     stays well inside gRPC's default 4 MiB message limit."""
@@ -131,7 +135,12 @@ class RaftConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        for name in ("election_backoff_max_ms", "fetch_max_wait_ms", "retry_backoff_ms"):
+        for name in (
+            "election_backoff_max_ms",
+            "fetch_max_wait_ms",
+            "high_watermark_linger_ms",
+            "retry_backoff_ms",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
         if self.request_timeout_ms <= self.fetch_max_wait_ms:
@@ -891,19 +900,21 @@ class RaftNode:
         ):
             self._send(self._fetch_error(request, ErrorCode.INVALID_REQUEST))
             return
-        response, may_park = self._complete_fetch(request, now_ms)
-        if may_park and request.max_wait_ms > 0:
-            self._parked[request.source] = (request, now_ms + request.max_wait_ms)
+        response, park_ms = self._complete_fetch(request, now_ms)
+        park_ms = min(park_ms, request.max_wait_ms)
+        if park_ms > 0:
+            self._parked[request.source] = (request, now_ms + park_ms)
         else:
             self._send_fetch_response(response)
 
-    def _complete_fetch(self, request: FetchRequest, now_ms: int) -> tuple[FetchResponse, bool]:
-        """The answer to ``request`` now, and whether it may be parked instead (nothing to
-        return yet)."""
+    def _complete_fetch(self, request: FetchRequest, now_ms: int) -> tuple[FetchResponse, int]:
+        """The answer to ``request`` now, and how long it may be parked instead: as long as
+        the long poll when it tells nothing new, the linger when it tells only a voter's
+        new high watermark, not at all otherwise."""
         error = self._validate_leader_only_request(request.current_leader_epoch)
         state = self._quorum.state
         if error != _NONE or not isinstance(state, LeaderState):
-            return self._fetch_error(request, error), False
+            return self._fetch_error(request, error), 0
         state.record_contact(request.source, now_ms)  # a voter that follows us, in sync or not
         log = self._log
         latest_snapshot = self._snapshots.latest()
@@ -911,22 +922,26 @@ class RaftNode:
         if fetch_offset < log.start_offset or (
             fetch_offset == 0 and latest_snapshot is not None and latest_snapshot.offset > 0
         ):
-            return self._snapshot_answer(request, state, latest_snapshot), False
+            return self._snapshot_answer(request, state, latest_snapshot), 0
         end = log.end_offset_for_epoch(request.last_fetched_epoch)
         if end.epoch != request.last_fetched_epoch or end.offset < fetch_offset:
             if end.offset <= log.start_offset and log.start_offset > 0:
                 # The common prefix ends inside the snapshot: start from the snapshot.
-                return self._snapshot_answer(request, state, latest_snapshot), False
-            return self._fetch_answer(request, state, diverging_epoch=end), False
+                return self._snapshot_answer(request, state, latest_snapshot), 0
+            return self._fetch_answer(request, state, diverging_epoch=end), 0
         records = log.read(fetch_offset, min(request.max_bytes, self.config.fetch_max_bytes))
         if state.update_replica_state(request.source, fetch_offset, log.end_offset, now_ms):
             self._on_leader_high_watermark(state, now_ms, skip=request.source)
+        answer = self._fetch_answer(request, state, records=records)
+        if records:
+            return answer, 0
         replica = state.replica_state(request.source)
-        news = records or (
-            replica is not None and replica.high_watermark_sent != state.high_watermark
-        )
-        # Park only an answer that tells nothing new: no records, a known high watermark.
-        return self._fetch_answer(request, state, records=records), not news
+        if replica is not None and replica.high_watermark_sent != state.high_watermark:
+            return answer, self._high_watermark_linger_ms(request.source)
+        return answer, request.max_wait_ms
+
+    def _high_watermark_linger_ms(self, replica_id: int) -> int:
+        return self.config.high_watermark_linger_ms if replica_id in self.voters else 0
 
     def _fetch_answer(
         self,
@@ -982,10 +997,18 @@ class RaftNode:
     def _on_leader_high_watermark(
         self, state: LeaderState, now_ms: int, *, skip: int | None = None
     ) -> None:
-        """The leader's high watermark moved: record it, tell the parked fetchers."""
+        """The leader's high watermark moved: record it, tell the parked fetchers (the
+        voters' after the linger, unless entries come first)."""
         if state.high_watermark is not None:
             self._set_high_watermark(state.high_watermark)
-        self._answer_parked(now_ms, lambda request, deadline_ms: request.source != skip)
+        for replica_id, (request, deadline_ms) in self._parked.items():
+            linger_until = now_ms + self._high_watermark_linger_ms(replica_id)
+            if linger_until < deadline_ms:
+                self._parked[replica_id] = (request, linger_until)
+        self._answer_parked(
+            now_ms,
+            lambda request, deadline_ms: request.source != skip and deadline_ms <= now_ms,
+        )
 
     def _answer_parked(self, now_ms: int, due: Callable[[FetchRequest, int], bool]) -> None:
         """Answer the parked fetches that are ``due`` (answering one may answer others)."""

@@ -15,10 +15,10 @@ It owns a pure :class:`~highwater.raft.node.RaftNode` and does all of its I/O:
   nothing: the node's own timers retry);
 * the loop: the node is ticked every ``tick_interval_ms`` and after every event its
   :class:`~highwater.raft.node.Ready` is applied in order — persist the election state
-  (fsync, in a worker thread), flush the log if asked (fsync in a worker thread, then
-  ``on_flushed``; appends made meanwhile go in the next flush: group commit), send the
-  messages, load a snapshot into the state machine, hand it the newly committed batches,
-  tell the role listeners.
+  (fsync, in a worker thread), send the messages, flush the log if asked (then
+  ``on_flushed``; appends made meanwhile go in the next flush: group commit), load a
+  snapshot into the state machine, hand it the newly committed batches, tell the role
+  listeners.
 
 The controller on top talks to it through :meth:`RaftServer.append` (appends at once and
 returns the entry's offset and epoch with a future that resolves once it is committed and
@@ -46,7 +46,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -486,6 +486,7 @@ class RaftServer:
         self._transport: _Transport | None = None
         self._inbound = _InboundCalls()
         self._driver: asyncio.Task[None] | None = None
+        self._flushing: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
         self._stopping = False
@@ -751,17 +752,25 @@ class RaftServer:
     async def _drive(self) -> None:
         node = self._require_node()
         interval_s = self.settings.tick_interval_ms / 1000
+        loop = asyncio.get_running_loop()
         try:
             while not self._stopping:
                 self._wakeup.clear()
                 node.tick(self._clock())
                 ready = node.ready()
+                if ready.must_flush and self._flushing is not None:
+                    # The flush in flight wakes the loop up when it ends; entries appended
+                    # meanwhile make the next Ready ask for another.
+                    ready = replace(ready, must_flush=False)
                 if not ready.is_empty:
                     await self._handle_ready(node, ready)
                     continue
                 self._idle.set()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), interval_s)
+                timer = loop.call_later(interval_s, self._wakeup.set)
+                try:
+                    await self._wakeup.wait()
+                finally:
+                    timer.cancel()
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -781,18 +790,23 @@ class RaftServer:
             await asyncio.to_thread(
                 self._state_file.write, self._quorum_state(ready.election_state)
             )
-        # The log's fsync runs while the messages go out: a leader ships entries to its
-        # followers before its own copy is durable (it counts itself toward the high
-        # watermark only up to its flushed offset), and a follower's core emits its next
-        # fetch only after ``on_flushed``, so nothing sent here claims unflushed entries.
-        flushing = (
-            asyncio.ensure_future(asyncio.to_thread(raft_log.flush)) if ready.must_flush else None
-        )
         for message in ready.messages:
             self._dispatch(message)
-        if flushing is not None:
-            await flushing
-            node.on_flushed(raft_log.flushed_offset, self._clock())
+        if ready.must_flush:
+            # Messages go out before the log is durable: a leader ships entries to its
+            # followers first (it counts itself toward the high watermark only up to its
+            # flushed offset), and a follower's core emits its next fetch only after
+            # ``on_flushed``, so nothing sent claims unflushed entries. A leader syncs in
+            # a worker thread while the loop goes on sending and taking proposals; a
+            # follower has nothing to do until its flush is done, and runs the fsync on
+            # the loop itself: a few kilobytes of the metadata log sync faster than the
+            # hand-off to a thread and back (docs/controller.md). Entries appended
+            # meanwhile go in the next flush.
+            if node.is_leader:
+                self._flushing = asyncio.create_task(self._flush_in_thread(node, raft_log))
+            else:
+                raft_log.flush()
+                node.on_flushed(raft_log.flushed_offset, self._clock())
         if ready.load_snapshot is not None:
             await self._load_snapshot(ready.load_snapshot)
         if ready.high_watermark is not None:
@@ -800,6 +814,18 @@ class RaftServer:
         await self._apply_committed(node)
         if ready.role is not None:
             self._on_role_change(ready.role)
+
+    async def _flush_in_thread(self, node: RaftNode, raft_log: PartitionRaftLog) -> None:
+        try:
+            await asyncio.to_thread(raft_log.flush)
+            if not self._stopping:
+                node.on_flushed(raft_log.flushed_offset, self._clock())
+        except Exception as e:
+            self._flushing = None
+            self._fail(e)
+            return
+        self._flushing = None
+        self._wakeup.set()
 
     def _quorum_state(self, election: ElectionState) -> QuorumStateData:
         return QuorumStateData(
@@ -918,9 +944,10 @@ class RaftServer:
         if isinstance(request, FetchRequest):
             timeout_s += request.max_wait_ms / 1000
         future = self._inbound.expect(request)
+        timer = asyncio.get_running_loop().call_later(timeout_s, _expire, future)
         try:
             self._step(node, request)
-            response = await asyncio.wait_for(asyncio.shield(future), timeout_s)
+            response = await future
         except TimeoutError:
             return await _abort(
                 context, grpc.StatusCode.DEADLINE_EXCEEDED, "the Raft node did not answer in time"
@@ -932,6 +959,7 @@ class RaftServer:
                 "a newer request from the same replica replaced it",
             )
         finally:
+            timer.cancel()
             self._inbound.forget(request, future)
             if not future.done():
                 future.cancel()
@@ -985,6 +1013,9 @@ class RaftServer:
                 driver.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await driver
+            flushing = self._flushing
+            if flushing is not None and flushing is not asyncio.current_task():
+                await asyncio.wait([flushing])  # a worker thread cannot be interrupted
             if self._server is not None:
                 await self._server.stop(self.settings.shutdown_grace_ms / 1000)
             if self._transport is not None:
@@ -1025,6 +1056,11 @@ async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, detai
     """End the call with a gRPC status (``abort`` raises; this never returns)."""
     await context.abort(code, details)
     raise AssertionError("unreachable: abort raises")
+
+
+def _expire(future: asyncio.Future[RaftResponse]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
 
 
 def _fail(proposal: _Proposal, error: HighwaterError) -> None:

@@ -60,6 +60,10 @@ class SparseIndex:
             )
         self._entries = file_size // entry_size if exists else 0
         self._mmap: mmap.mmap | None = None
+        self._dirty = True
+        """Changed since the last :meth:`flush` (or not flushed since opened: its pages
+        may still be only in the page cache). A sparse index changes only every
+        ``index.interval.bytes``, so most flushes of the log have nothing to sync here."""
         if writable:
             self.resize(self._max_entries * entry_size)
         else:
@@ -92,12 +96,19 @@ class SparseIndex:
         os.ftruncate(self._fd, new_size)
         self._map(new_size)
         self._max_entries = new_size // entry_size
+        self._dirty = True
 
     def trim(self) -> None:
         """Cut the preallocated tail so that the file holds exactly its entries."""
         self.resize(self._entries * self._entry_size)
 
     def flush(self) -> None:
+        """Write the mapped entries back and fsync, unless nothing changed since the last
+        flush. Safe in a worker thread while the owner appends: a change made meanwhile
+        marks the index dirty again for the next flush."""
+        if not self._dirty:
+            return
+        self._dirty = False
         if self._mmap is not None:
             self._mmap.flush()
         os.fsync(self._fd)
@@ -142,6 +153,7 @@ class SparseIndex:
         self.ENTRY.pack_into(self._mmap, self._entries * self._entry_size, a, b)
         self._entries += 1
         self._last = (a, b)
+        self._dirty = True
 
     def _largest_at_most(self, key: int, key_field: int) -> int:
         """Slot of the last entry whose ``key_field`` is <= key, or -1."""
@@ -168,6 +180,7 @@ class SparseIndex:
         if self._mmap is not None and n < self._entries:
             start, end = n * self._entry_size, self._entries * self._entry_size
             self._mmap[start:end] = bytes(end - start)
+            self._dirty = True
         self._entries = n
         self._last = self._entry(n - 1) if n else None
 
