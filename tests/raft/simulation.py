@@ -40,6 +40,7 @@ from highwater.raft.messages import (
     RaftMessage,
     VoteRequest,
     VoteResponse,
+    is_request,
 )
 from highwater.raft.node import NotLeaderError, RaftConfig, RaftNode, Ready
 from highwater.raft.snapshot import InMemorySnapshotStore
@@ -518,6 +519,8 @@ class Simulation:
             self._deliver(*payload)
         elif kind == "tick":
             self._tick(payload)
+        elif kind == "unreachable":
+            self._unreachable(*payload)
         elif kind == "flush":
             self._flush(*payload)
         elif kind == "start":
@@ -576,6 +579,15 @@ class Simulation:
         self._after(sim_node)
         self._schedule(self.now_ms + TICK_MS, "tick", payload)
 
+    def _unreachable(self, node_id: int, incarnation: int, peer_id: int) -> None:
+        sim_node = self.nodes[node_id]
+        if sim_node.node is None or sim_node.incarnation != incarnation:
+            return
+        if self.print_trace:
+            self._note(f"{node_id} cannot reach {peer_id}")
+        sim_node.node.peer_unreachable(peer_id, self.now_ms)
+        self._after(sim_node)
+
     def _flush(self, node_id: int, incarnation: int) -> None:
         sim_node = self.nodes[node_id]
         if sim_node.node is None or sim_node.incarnation != incarnation:
@@ -627,11 +639,18 @@ class Simulation:
 
     def _deliver(self, message: RaftMessage, incarnation: int) -> None:
         destination = self.nodes[message.destination]
-        if (
-            destination.node is None
-            or destination.incarnation != incarnation
-            or (message.source, message.destination) in self.blocked
-        ):
+        if (message.source, message.destination) in self.blocked:
+            return
+        if destination.node is None or destination.incarnation != incarnation:
+            if destination.node is None and is_request(message):
+                # A crashed process refuses the connection: the sender hears of it (a
+                # partition, above, is silent).
+                source = self.nodes[message.source]
+                self._schedule(
+                    self.now_ms + self.rng.randint(1, self.scenario.max_delay_ms),
+                    "unreachable",
+                    (message.source, source.incarnation, message.destination),
+                )
             return
         if self.print_trace:
             self._note(f"deliver {render(message)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from highwater.raft.messages import NO_LEADER, OffsetAndEpoch, VoteRequest
 from highwater.raft.node import NotLeaderError, RaftConfig
-from highwater.raft.state import ElectionState, IllegalTransitionError, Role
+from highwater.raft.state import ElectionState, FollowerState, IllegalTransitionError, Role
 from highwater.v1.common_pb2 import ErrorCode
 from simulation import (
     CLUSTER_ID,
@@ -261,6 +261,53 @@ def test_a_follower_that_never_heard_from_its_leader_grants_pre_votes() -> None:
     h = follower_of(2, 1)
     h.step(vote_request(3, 1, (0, 0), pre_vote=True))
     assert h.sent()[-1] == "1->3 VoteResponse leader_id=2 leader_epoch=1 vote_granted pre_vote"
+
+
+def test_a_follower_whose_leader_is_gone_stands_within_half_an_election_timeout() -> None:
+    h = follower_of(2, 1)
+    h.step(fetch_response(2, 1, (0, 0), high_watermark=0))
+    h.ready()
+    h.node.peer_unreachable(2, h.now_ms)  # the leader's process refused the connection
+    # It vouches for the leader no more: another follower's pre-vote is granted.
+    h.step(vote_request(3, 1, (0, 0), pre_vote=True))
+    assert h.sent() == ["1->3 VoteResponse leader_id=2 leader_epoch=1 vote_granted pre_vote"]
+    for _ in range(h.config.election_timeout_ms // 2):
+        if h.node.role is Role.PROSPECTIVE:
+            break
+        h.advance(1)
+    assert h.node.role is Role.PROSPECTIVE  # long before the 2,000 ms fetch timeout
+    assert h.sent() == [
+        "1->2 Vote candidate_epoch=1 last_offset_epoch=0 last_offset=0 pre_vote",
+        "1->3 Vote candidate_epoch=1 last_offset_epoch=0 last_offset=0 pre_vote",
+    ]
+
+
+def test_the_delay_after_a_lost_leader_is_drawn_once_until_the_leader_answers_again() -> None:
+    h = follower_of(2, 1)
+    h.step(fetch_response(2, 1, (0, 0), high_watermark=0))
+    h.node.peer_unreachable(2, h.now_ms)
+    state = h.node.state
+    assert isinstance(state, FollowerState)
+    deadline = state.fetch_deadline_ms
+    assert deadline <= h.now_ms + h.config.election_timeout_ms // 2
+    for _ in range(50):  # every failed retry reports again: the deadline stays
+        h.node.peer_unreachable(2, h.now_ms)
+    assert state.fetch_deadline_ms == deadline
+    h.step(fetch_response(2, 1, (0, 0), high_watermark=0))  # back after all
+    assert state.fetch_deadline_ms == h.now_ms + h.config.fetch_timeout_ms
+    h.step(vote_request(3, 1, (0, 0), pre_vote=True))
+    assert h.sent()[-1] == "1->3 VoteResponse leader_id=2 leader_epoch=1 pre_vote"
+
+
+def test_an_unreachable_peer_that_is_not_the_leader_changes_nothing() -> None:
+    h = follower_of(2, 1)
+    h.step(fetch_response(2, 1, (0, 0), high_watermark=0))
+    h.ready()
+    h.node.peer_unreachable(3, h.now_ms)
+    h.step(vote_request(3, 1, (0, 0), pre_vote=True))
+    assert h.sent() == ["1->3 VoteResponse leader_id=2 leader_epoch=1 pre_vote"]
+    h.advance(h.config.fetch_timeout_ms - 1)
+    assert h.node.role is Role.FOLLOWER
 
 
 def test_a_leader_refuses_votes_and_pre_votes_in_its_epoch() -> None:

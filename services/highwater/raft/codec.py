@@ -23,7 +23,6 @@ from highwater.raft.messages import (
     FetchSnapshotResponse,
     OffsetAndEpoch,
     QuorumDescription,
-    RaftMessage,
     ReplicaProgress,
     VoteRequest,
     VoteResponse,
@@ -59,13 +58,6 @@ ProtoResponse: TypeAlias = (
     | pb.FetchSnapshotResponse
 )
 
-REQUEST_TYPES: tuple[type, ...] = (
-    VoteRequest,
-    BeginQuorumEpochRequest,
-    EndQuorumEpochRequest,
-    FetchRequest,
-    FetchSnapshotRequest,
-)
 RESPONSE_FOR: dict[type, type] = {
     VoteRequest: VoteResponse,
     BeginQuorumEpochRequest: BeginQuorumEpochResponse,
@@ -74,10 +66,6 @@ RESPONSE_FOR: dict[type, type] = {
     FetchSnapshotRequest: FetchSnapshotResponse,
 }
 """The response type that answers each request type."""
-
-
-def is_request(message: RaftMessage) -> bool:
-    return isinstance(message, REQUEST_TYPES)
 
 
 # -- OffsetAndEpoch -------------------------------------------------------------------------

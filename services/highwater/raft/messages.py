@@ -167,3 +167,16 @@ RaftMessage = (
     | FetchSnapshotRequest
     | FetchSnapshotResponse
 )
+
+REQUEST_TYPES: tuple[type, ...] = (
+    VoteRequest,
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
+    FetchRequest,
+    FetchSnapshotRequest,
+)
+
+
+def is_request(message: RaftMessage) -> bool:
+    """Whether ``message`` asks for an answer (the rest are the answers)."""
+    return isinstance(message, REQUEST_TYPES)

@@ -385,6 +385,27 @@ class RaftNode:
             self._on_leader_high_watermark(state, now_ms)
         self._poll(now_ms)
 
+    def peer_unreachable(self, peer_id: int, now_ms: int) -> None:
+        """A request to ``peer_id`` failed at once: its process is gone (the connection was
+        refused or reset), not merely slow.
+
+        A voter that can no longer reach its leader does not wait out the fetch timeout:
+        it looks for a new leader after a randomized delay below half the election
+        timeout (so that the followers rarely stand at once), and grants pre-votes from
+        then on. Its own pre-vote still needs a majority that has lost the leader too, so
+        a replica cut off alone cannot disturb a healthy quorum.
+        """
+        now_ms = self._advance(now_ms)
+        state = self._quorum.state
+        if (
+            isinstance(state, FollowerState)
+            and state.leader_id == peer_id
+            and self._quorum.is_voter
+        ):
+            delay_ms = self._random.randrange(self.config.election_timeout_ms // 2 + 1)
+            state.leader_unreachable(now_ms, delay_ms)
+        self._poll(now_ms)
+
     def resign(self, now_ms: int) -> None:
         """Step down gracefully (before a shutdown): tell the voters, most caught-up first.
 

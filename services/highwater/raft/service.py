@@ -11,8 +11,9 @@ It owns a pure :class:`~highwater.raft.node.RaftNode` and does all of its I/O:
   the node emits for it (matched by the request's source and type; a long-poll fetch
   waits until the node answers it), plus ``grpc.health.v1`` and server reflection;
 * an outbound transport: one ``grpc.aio`` channel per peer voter; the node's requests
-  are sent and their replies stepped back in (a timeout or an unreachable peer steps
-  nothing: the node's own timers retry);
+  are sent and their replies stepped back in (a timeout steps nothing: the node's own
+  timers retry; a peer that refuses the connection is reported to the node, which stops
+  waiting for a leader that is gone);
 * the loop: the node is ticked every ``tick_interval_ms`` and after every event its
   :class:`~highwater.raft.node.Ready` is applied in order — persist the election state
   (fsync, in a worker thread), send the messages, flush the log if asked (then
@@ -64,7 +65,6 @@ from highwater.raft.codec import (
     RaftRequest,
     RaftResponse,
     describe_quorum_to_proto,
-    is_request,
     request_from_proto,
     request_to_proto,
     response_from_proto,
@@ -79,6 +79,7 @@ from highwater.raft.messages import (
     QuorumDescription,
     RaftMessage,
     VoteRequest,
+    is_request,
 )
 from highwater.raft.node import NotLeaderError, RaftConfig, RaftNode, Ready, RoleChange
 from highwater.raft.partition_raft_log import (
@@ -319,8 +320,10 @@ class _Transport:
         timeout_ms: int,
         max_message_bytes: int,
         on_response: Callable[[RaftResponse], None],
+        on_unreachable: Callable[[int], None],
     ) -> None:
         self._peers = dict(peers)
+        self._on_unreachable = on_unreachable
         self._timeout_s = timeout_ms / 1000
         self._options = channel_options(max_message_bytes)
         self._on_response = on_response
@@ -371,6 +374,9 @@ class _Transport:
             log.debug(
                 "%s to node %d failed: %s", type(request).__name__, request.destination, e.code()
             )
+            if e.code() == grpc.StatusCode.UNAVAILABLE:
+                # Refused or reset: the peer's process is gone (a slow peer times out).
+                self._on_unreachable(request.destination)
             return
         self._on_response(response_from_proto(reply, request))
 
@@ -642,6 +648,7 @@ class RaftServer:
             timeout_ms=self.settings.raft.request_timeout_ms,
             max_message_bytes=self.settings.max_message_bytes,
             on_response=self._on_response,
+            on_unreachable=self._on_unreachable,
         )
         self._driver = asyncio.create_task(self._drive(), name=f"raft-driver-{self.node_id}")
         log.info(
@@ -983,6 +990,16 @@ class RaftServer:
             return
         with contextlib.suppress(Exception):  # _step stopped the server already
             self._step(node, response)
+
+    def _on_unreachable(self, peer_id: int) -> None:
+        node = self._node
+        if node is None or self._stopping:
+            return
+        try:
+            node.peer_unreachable(peer_id, self._clock())
+        except Exception as e:
+            self._fail(e)
+        self._wakeup.set()
 
     def _step(self, node: RaftNode, message: RaftMessage) -> None:
         """Step a message into the node; any failure but a bad snapshot transfer is fatal."""

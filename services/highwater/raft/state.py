@@ -512,6 +512,8 @@ class FollowerState(EpochState):
         self.fetch_deadline_ms = now_ms + fetch_timeout_ms
         # When the leader last answered a fetch of ours; None before the first answer.
         self.heard_from_leader_ms: int | None = None
+        # A request to the leader failed at once (its process is gone): see leader_unreachable.
+        self.leader_lost = False
         # The (fetch offset, last fetched epoch) of the Fetch in flight, if one is.
         self.fetch_in_flight: OffsetAndEpoch | None = None
         self.fetch_in_flight_until_ms = 0
@@ -541,12 +543,23 @@ class FollowerState(EpochState):
 
     def heard_from_leader(self, now_ms: int) -> None:
         self.heard_from_leader_ms = now_ms
+        self.leader_lost = False
         self.fetch_deadline_ms = now_ms + self.fetch_timeout_ms
 
     def leader_ending(self, now_ms: int, timeout_ms: int) -> None:
         """The leader resigned: look for a new one after ``timeout_ms``."""
         self.heard_from_leader_ms = None
         self.fetch_deadline_ms = now_ms + timeout_ms
+
+    def leader_unreachable(self, now_ms: int, timeout_ms: int) -> None:
+        """The leader's process is gone: stop vouching for it, and look for a new one
+        after ``timeout_ms`` (never later than the fetch timeout would). Only the first
+        report counts until the leader answers again."""
+        if self.leader_lost:
+            return
+        self.leader_lost = True
+        self.heard_from_leader_ms = None
+        self.fetch_deadline_ms = min(self.fetch_deadline_ms, now_ms + timeout_ms)
 
     def has_fetch_timed_out(self, now_ms: int) -> bool:
         return now_ms >= self.fetch_deadline_ms
