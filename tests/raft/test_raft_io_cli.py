@@ -74,6 +74,43 @@ def test_controller_must_be_a_voter(tmp_path: Path) -> None:
     assert "node 4 is not among the voters [1]" in output
 
 
+def test_observer_must_not_be_a_voter(tmp_path: Path) -> None:
+    code, output = run(
+        "observer", "--node-id", "1", "--voters", "1@127.0.0.1:9093", "--data-dir", str(tmp_path)
+    )
+    assert code == 2
+    assert "node 1 is a voter: an observer needs an id of its own" in output
+
+
+@pytest.mark.parametrize("command", ["controller", "observer"])
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--metadata-log-max-record-bytes-between-snapshots", "0", "is not in the range x>=1"),
+        ("--cluster-id", " ", "must not be empty"),
+    ],
+)
+def test_replica_commands_reject_bad_settings(
+    tmp_path: Path, command: str, option: str, value: str, message: str
+) -> None:
+    code, output = run(
+        command,
+        "--node-id",
+        "1" if command == "controller" else "7",
+        "--listen",
+        "127.0.0.1:0",
+        "--voters",
+        "1@127.0.0.1:9093",
+        "--data-dir",
+        str(tmp_path),
+        option,
+        value,
+    )
+    assert code == 2
+    assert option in output and message in output
+    assert not (tmp_path / "__cluster_metadata-0").exists()  # nothing was started
+
+
 def test_controller_rejects_a_bad_listen_address(tmp_path: Path) -> None:
     code, output = run(
         "controller",

@@ -13,6 +13,7 @@ import click
 from highwater import __version__
 from highwater.cli.controller import controller
 from highwater.cli.dump_log import dump_log
+from highwater.cli.observer import observer
 from highwater.cli.quorum import quorum
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -71,4 +72,5 @@ def main(log_level: str) -> None:
 # -- subcommands: one line per module under highwater/cli/ ---------------------------------
 main.add_command(dump_log)
 main.add_command(controller)
+main.add_command(observer)
 main.add_command(quorum)

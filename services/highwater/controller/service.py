@@ -1,13 +1,10 @@
 """The quorum controller as a service: the metadata state machine, a Raft-backed store, gRPC.
 
-Three pieces turn the pure :class:`~highwater.controller.quorum_controller.QuorumController`
-into a controller process:
+Two pieces turn the pure :class:`~highwater.controller.quorum_controller.QuorumController`
+into a controller process, on top of the
+:class:`~highwater.metadata.state_machine.MetadataStateMachine` every replica of
+``__cluster_metadata`` runs (the committed image, the same on every voter):
 
-* :class:`MetadataStateMachine` is the :class:`~highwater.raft.service.StateMachine` of
-  ``__cluster_metadata``: it decodes each committed record and replays it through a
-  :class:`~highwater.metadata.image.MetadataLoader` (the committed image, the same on
-  every voter), and writes and loads snapshots (the image's
-  :func:`~highwater.metadata.snapshot.snapshot_values`, as RecordBatch v2 batches).
 * :class:`RaftMetadataStore` is the :class:`~highwater.controller.store.MetadataStore`
   over a :class:`~highwater.raft.service.RaftServer`: the latest image is the committed
   one plus the records this controller appended that are not committed yet (a
@@ -43,7 +40,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -58,151 +55,28 @@ from highwater.controller.config import ControllerConfig
 from highwater.controller.quorum_controller import QuorumController
 from highwater.controller.results import ControllerResult
 from highwater.controller.store import NotControllerError
-from highwater.errors import CorruptRecordError, UnexpectedAppendOffsetError
-from highwater.metadata.image import MetadataDelta, MetadataImage, MetadataLoader
-from highwater.metadata.records import MetadataRecord, NoOpRecord, decode_record, encode_record
-from highwater.metadata.snapshot import load_snapshot_values, snapshot_values
+from highwater.errors import UnexpectedAppendOffsetError
+from highwater.metadata.image import MetadataDelta, MetadataImage
+from highwater.metadata.records import MetadataRecord, NoOpRecord, encode_record
+from highwater.metadata.state_machine import MetadataStateMachine
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.node import NotLeaderError, RoleChange
-from highwater.raft.service import (
-    GrpcService,
-    RaftServer,
-    RaftServerSettings,
-    SnapshotReader,
-)
+from highwater.raft.service import GrpcService, RaftServer, RaftServerSettings
 from highwater.raft.state import Role
-from highwater.storage.records import RecordBatch, SimpleRecord, build_batch, iter_batches
+from highwater.storage.records import RecordBatch
 from highwater.v1 import controller_pb2_grpc
 
 __all__ = [
     "ControllerServer",
     "ControllerSettings",
-    "MetadataStateMachine",
     "RaftMetadataStore",
-    "decode_snapshot",
-    "encode_snapshot",
 ]
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_BATCH_RECORDS: Final = 1000
-"""Records per RecordBatch in a snapshot file."""
-
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
-
-
-# --- snapshots ---------------------------------------------------------------------------
-
-
-def encode_snapshot(image: MetadataImage) -> bytes:
-    """The snapshot of ``image``: its :func:`snapshot_values` as RecordBatch v2 batches."""
-    values = snapshot_values(image)
-    out = bytearray()
-    for start in range(0, len(values), SNAPSHOT_BATCH_RECORDS):
-        chunk = values[start : start + SNAPSHOT_BATCH_RECORDS]
-        out += build_batch(
-            [SimpleRecord(value=value, timestamp=0) for value in chunk],
-            base_offset=start,
-            partition_leader_epoch=max(image.epoch, 0),
-        )
-    return bytes(out)
-
-
-def decode_snapshot(data: bytes, snapshot_id: OffsetAndEpoch) -> MetadataImage:
-    """The image a snapshot holds: as of the entry before ``snapshot_id.offset`` (a
-    snapshot id names the end offset it covers)."""
-    return load_snapshot_values(
-        _values(iter_batches(data)), snapshot_id.offset - 1, snapshot_id.epoch
-    )
-
-
-def _values(batches: Iterable[RecordBatch]) -> list[bytes]:
-    """The record values of ``batches``, in order (a metadata record always has one)."""
-    values = []
-    for batch in batches:
-        for record in batch.records():
-            if record.value is None:
-                raise CorruptRecordError(f"metadata record at offset {record.offset} has no value")
-            values.append(record.value)
-    return values
-
-
-# --- the state machine -------------------------------------------------------------------
-
-
-class Speculation(Protocol):
-    """What the state machine asks the active controller's store about committed batches."""
-
-    def image_for_batch(self, batch: RecordBatch, parent: MetadataImage) -> MetadataImage | None:
-        """The image ``batch`` makes of ``parent``, if this store built it already."""
-        ...
-
-    def on_committed(self, image: MetadataImage) -> None:
-        """The committed image moved to ``image``."""
-        ...
-
-
-ImageListener = Callable[[MetadataImage], None]
-
-
-class MetadataStateMachine:
-    """Raft's state machine for ``__cluster_metadata``: committed batches in, images out.
-
-    ``image`` is the image of every committed record applied so far. Listeners added
-    with :meth:`add_listener` get each new image (after a batch list or a snapshot).
-    """
-
-    def __init__(self, image: MetadataImage | None = None) -> None:
-        self._loader = MetadataLoader(image)
-        self.speculation: Speculation | None = None
-        self._listeners: list[ImageListener] = []
-
-    @property
-    def image(self) -> MetadataImage:
-        return self._loader.image
-
-    def add_listener(self, listener: ImageListener) -> None:
-        self._listeners.append(listener)
-
-    def apply(self, batches: Sequence[RecordBatch], high_watermark: int) -> None:
-        """Replay committed data batches (which may leave gaps: control batches take
-        offsets too); a batch this replica's store appended takes the image it built."""
-        loader = self._loader
-        speculation = self.speculation
-        for batch in batches:
-            known = (
-                speculation.image_for_batch(batch, loader.image)
-                if speculation is not None
-                else None
-            )
-            if known is not None:
-                loader.image = known
-                continue
-            records = [decode_record(value) for value in _values((batch,))]
-            loader.load_batch(batch.base_offset, batch.partition_leader_epoch, records)
-        self._published(loader.image)
-
-    def load_snapshot(self, reader: SnapshotReader) -> None:
-        """Replace the image by the snapshot's."""
-        image = decode_snapshot(reader.read(), reader.snapshot_id)
-        self._loader = MetadataLoader(image)
-        log.info("loaded the metadata snapshot %s", reader.snapshot_id)
-        self._published(image)
-
-    def snapshot(self, snapshot_id: OffsetAndEpoch) -> bytes:
-        """The committed image, as the records that recreate it."""
-        return encode_snapshot(self._loader.image)
-
-    def _published(self, image: MetadataImage) -> None:
-        if self.speculation is not None:
-            self.speculation.on_committed(image)
-        for listener in self._listeners:
-            try:
-                listener(image)
-            except Exception:
-                log.exception("a metadata image listener failed")
 
 
 # --- the store ---------------------------------------------------------------------------

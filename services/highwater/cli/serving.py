@@ -1,0 +1,145 @@
+"""What the server commands share: their common options, and running until a signal.
+
+``highwater controller`` and ``highwater observer`` (and the broker and coordinator
+commands after them) run one long-lived server on uvloop — libuv's event loop costs less
+per gRPC message than asyncio's own — until SIGTERM or SIGINT asks for a graceful stop or
+the server stops by itself after a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import click
+import uvloop
+
+from highwater.errors import HighwaterError
+from highwater.raft.service import parse_endpoint, parse_quorum_voters
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+SNAPSHOT_BYTES_OPTION = "--metadata-log-max-record-bytes-between-snapshots"
+
+
+class Server(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def wait_stopped(self) -> None: ...
+
+    @property
+    def failure(self) -> BaseException | None: ...
+
+
+def _voters(_ctx: click.Context, _param: click.Parameter, value: str) -> dict[int, str]:
+    try:
+        return parse_quorum_voters(value)
+    except ValueError as e:
+        raise click.BadParameter(f"{e} (expected ID@HOST:PORT,ID@HOST:PORT,...)") from None
+
+
+def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        parse_endpoint(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    return value
+
+
+def _cluster_id(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise click.BadParameter("must not be empty")
+    return value
+
+
+def listen_option(*, required: bool, default: str | None = None, help: str) -> Callable[[F], F]:
+    return click.option(
+        "--listen",
+        required=required,
+        default=default,
+        show_default=default is not None,
+        callback=_listen,
+        metavar="HOST:PORT",
+        help=help,
+    )
+
+
+def metadata_replica_options(function: F) -> F:
+    """``--node-id``, ``--voters``, ``--data-dir``, ``--cluster-id`` and the snapshot
+    interval: what every replica of the metadata log is started with."""
+    options = [
+        click.option("--node-id", type=click.IntRange(min=0, max=2**31 - 1), required=True),
+        click.option(
+            "--voters",
+            required=True,
+            callback=_voters,
+            metavar="ID@HOST:PORT,...",
+            help="The quorum's voters (Kafka's controller.quorum.voters).",
+        ),
+        click.option(
+            "--data-dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            required=True,
+            help="Where the metadata log, its snapshots and quorum-state live.",
+        ),
+        click.option(
+            "--cluster-id",
+            default=None,
+            callback=_cluster_id,
+            help="The cluster's id; by default the one stored in --data-dir, else one "
+            "derived from --voters (the same on every replica).",
+        ),
+        click.option(
+            SNAPSHOT_BYTES_OPTION,
+            "snapshot_bytes",
+            type=click.IntRange(min=1),
+            default=20 * 1024 * 1024,
+            show_default=True,
+            metavar="BYTES",
+            help="Write a snapshot of the metadata image after this many bytes of "
+            "committed log (Kafka's setting of the same name).",
+        ),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def run_until_signalled(server: Server, what: str) -> None:
+    """Start ``server`` and serve until SIGTERM or SIGINT (then stop it gracefully) or
+    until it stops by itself; a failure to start or a failure that stopped it is a
+    :class:`click.ClickException` naming ``what`` stopped."""
+    try:
+        failure = uvloop.run(_serve(server))
+    except (HighwaterError, OSError) as e:
+        raise click.ClickException(str(e)) from None
+    if failure is not None:
+        raise click.ClickException(f"the {what} stopped: {failure}")
+
+
+async def _serve(server: Server) -> BaseException | None:
+    await server.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    tasks = [
+        asyncio.create_task(stop.wait()),
+        asyncio.create_task(server.wait_stopped()),
+    ]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await server.stop()
+    return server.failure

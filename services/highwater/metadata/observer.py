@@ -1,0 +1,103 @@
+"""``MetadataObserver``: a replica of ``__cluster_metadata`` that follows the quorum without voting.
+
+This is how brokers and group coordinators keep the cluster's metadata (KIP-500): a
+:class:`~highwater.raft.service.RaftServer` whose node id is not among the voters fetches
+the log from the leader (or, when it starts empty or the entries it needs were cleaned
+up, the leader's latest snapshot first, through FetchSnapshot), keeps it on disk like a
+voter does, and hands what is committed to a
+:class:`~highwater.metadata.state_machine.MetadataStateMachine`: :attr:`image` is the
+committed :class:`~highwater.metadata.image.MetadataImage`. The leader lists it among the
+observers of DescribeQuorum. It never votes and never counts toward the commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+
+from highwater.metadata.image import MetadataImage
+from highwater.metadata.state_machine import ImageListener, MetadataStateMachine
+from highwater.raft.service import RaftServer, RaftServerSettings
+
+__all__ = ["MetadataObserver"]
+
+
+class MetadataObserver:
+    """Follows the metadata quorum ``voters`` as observer ``node_id``, keeping the log and
+    its snapshots in ``data_dir``. ``listen`` serves DescribeQuorum and health (port 0:
+    any free port)."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        voters: Mapping[int, str],
+        data_dir: Path,
+        listen: str = "127.0.0.1:0",
+        cluster_id: str | None = None,
+        settings: RaftServerSettings | None = None,
+    ) -> None:
+        if node_id in voters:
+            raise ValueError(f"node {node_id} is a voter: an observer needs an id of its own")
+        self._machine = MetadataStateMachine()
+        self._machine.add_listener(self._on_image)
+        self._waiters: list[tuple[int, asyncio.Future[MetadataImage]]] = []
+        self.raft = RaftServer(
+            node_id=node_id,
+            listen=listen,
+            voters=voters,
+            data_dir=data_dir,
+            state_machine=self._machine,
+            cluster_id=cluster_id,
+            settings=settings,
+        )
+
+    @property
+    def node_id(self) -> int:
+        return self.raft.node_id
+
+    @property
+    def image(self) -> MetadataImage:
+        """Every committed record applied so far."""
+        return self._machine.image
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self.raft.failure
+
+    def add_listener(self, listener: ImageListener) -> None:
+        """Call ``listener`` with each new committed image."""
+        self._machine.add_listener(listener)
+
+    async def start(self) -> None:
+        await self.raft.start()
+
+    async def stop(self) -> None:
+        await self.raft.stop()
+        for _, waiter in self._waiters:
+            if not waiter.done():
+                waiter.cancel()
+        self._waiters.clear()
+
+    async def wait_stopped(self) -> None:
+        await self.raft.wait_stopped()
+
+    async def wait_for_offset(self, offset: int) -> MetadataImage:
+        """The first committed image that holds every record up to ``offset``."""
+        if self.image.offset >= offset:
+            return self.image
+        waiter: asyncio.Future[MetadataImage] = asyncio.get_running_loop().create_future()
+        self._waiters.append((offset, waiter))
+        return await waiter
+
+    def _on_image(self, image: MetadataImage) -> None:
+        waiting = []
+        for offset, waiter in self._waiters:
+            if waiter.done():
+                continue
+            if image.offset >= offset:
+                waiter.set_result(image)
+            else:
+                waiting.append((offset, waiter))
+        self._waiters = waiting
