@@ -294,12 +294,15 @@ def run(report: Report) -> None:
                             duration_s=duration,
                         )
                     )
+        report.progress("raft: no-op gRPC Controller service, the floor")
+        with grpc_floor_server(root / "grpc-floor.log") as address:
+            floor = asyncio.run(_throughput_on([address], duration))
         ours: dict[int, WorkloadResult] = {}
         with controller_quorum(root / "quorum") as processes:
             report.progress("raft: 3 highwater controllers on loopback")
             ours = asyncio.run(_throughput(processes, duration))
             failover = asyncio.run(_failover(processes, runs=max(3, int(20 * report.scale))))
-        _throughput_rows(section, ours, etcd)
+        _throughput_rows(section, ours, etcd, floor)
         _failover_rows(section, failover)
         with controller_quorum(root / "scale") as processes:
             partitions = max(1_000, int(100_000 * report.scale))
@@ -316,11 +319,40 @@ def run(report: Report) -> None:
         )
 
 
+@contextlib.contextmanager
+def grpc_floor_server(log_path: Path) -> Iterator[str]:
+    """A no-op Controller service (:mod:`bench.grpc_floor`) in its own process."""
+    address = f"127.0.0.1:{free_port()}"
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bench.grpc_floor", address.rsplit(":", 1)[1]],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        asyncio.run(_wait_serving(address))
+        yield address
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+
+
+async def _wait_serving(address: str, timeout_s: float = 30) -> None:
+    import grpc.aio
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        await asyncio.wait_for(channel.channel_ready(), timeout_s)
+
+
 async def _throughput(
     processes: list[ControllerProcess], duration: float
 ) -> dict[int, WorkloadResult]:
     await wait_for_leader(processes)
-    cluster = _Cluster([p.address for p in processes])
+    return await _throughput_on([p.address for p in processes], duration)
+
+
+async def _throughput_on(addresses: list[str], duration: float) -> dict[int, WorkloadResult]:
+    cluster = _Cluster(addresses)
     try:
         await cluster.setup()
         return {w: await _write_workload(cluster, w, duration) for w in WRITERS}
@@ -412,10 +444,13 @@ def _image_footprint(data_dir: Path) -> tuple[int, float]:
 
 
 def _throughput_rows(
-    section: SuiteSection, ours: dict[int, WorkloadResult], etcd: dict[int, WorkloadResult]
+    section: SuiteSection,
+    ours: dict[int, WorkloadResult],
+    etcd: dict[int, WorkloadResult],
+    floor: dict[int, WorkloadResult],
 ) -> None:
     for writers in WRITERS:
-        mine, peer = ours.get(writers), etcd.get(writers)
+        mine, peer, noop = ours.get(writers), etcd.get(writers), floor.get(writers)
         section.add(
             Row(
                 f"committed writes/s, {writers} writer(s), 3 voters",
@@ -431,6 +466,18 @@ def _throughput_rows(
                     else ""
                 ),
                 error="" if mine else "the workload did not run",
+            )
+        )
+        section.add(
+            Row(
+                f"the same client and requests, {writers} writer(s), against a no-op Python "
+                "gRPC Controller service (the ceiling of any Python controller here)",
+                noop.per_second if noop else None,
+                "ops/s",
+                peer_name="etcd 3 members, put 100 B",
+                peer_value=peer.per_second if peer else None,
+                extra=f"p50 {noop.p50_ms:.2f} ms, p99 {noop.p99_ms:.2f} ms" if noop else "",
+                error="" if noop else "the workload did not run",
             )
         )
 

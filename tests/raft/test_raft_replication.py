@@ -114,6 +114,34 @@ def test_records_flow_to_the_follower_and_the_high_watermark_back() -> None:
     assert follow.ready().high_watermark == 3
 
 
+def test_a_followers_next_fetch_can_be_taken_as_soon_as_its_flush_is_done() -> None:
+    lead, follow = leader(), follower()
+    lead.node.propose([b"a"], lead.now_ms)
+    lead.flush()
+    exchange(lead, follow)
+    exchange(follow, lead)
+    exchange(lead, follow)  # the records: the follower appends them
+    assert follow.node.ready_messages() == []  # nothing until they are durable
+    follow.log.mark_flushed(follow.log.end_offset)
+    follow.node.on_flushed(follow.log.end_offset, follow.now_ms)
+    assert [render(m) for m in follow.node.ready_messages()] == [
+        "2->1 Fetch current_leader_epoch=1 fetch_offset=2 last_fetched_epoch=1",
+    ]
+    assert follow.ready().messages == []  # taken already: not sent twice
+
+
+def test_messages_wait_for_an_unpersisted_election_state() -> None:
+    h = NodeHarness(1, (1, 2, 3))
+    h.ready()
+    h.advance(2000)
+    assert [render(m).split()[1] for m in h.node.ready_messages()] == ["Vote", "Vote"]  # pre-votes
+    h.step(vote_response(2, 0, True, pre_vote=True))  # a candidate: epoch 1, voted for itself
+    assert h.node.ready_messages() == []  # the vote requests wait for the election state
+    ready = h.node.ready()
+    assert ready.election_state is not None
+    assert [type(m).__name__ for m in ready.messages] == ["VoteRequest", "VoteRequest"]
+
+
 def test_a_fetch_with_nothing_new_is_parked_until_data_arrives() -> None:
     lead = leader()
     lead.step(fetch_request(2, 1, (1, 1)))  # moves the high watermark: answered soon

@@ -446,6 +446,16 @@ class RaftNode:
             and before.offset < snapshot_id.offset
         )
 
+    def ready_messages(self) -> list[RaftMessage]:
+        """Only the messages of the next :class:`Ready`, taken early — none while an
+        election state waits to be persisted (they go after it, with that Ready). Lets a
+        driver send at once what an event it just applied produced (a follower's next
+        fetch after ``on_flushed``) before it turns to slower work."""
+        if self._quorum.has_unpersisted:
+            return []
+        messages, self._outbox = self._outbox, []
+        return messages
+
     def ready(self) -> Ready:
         """Take the effects accumulated so far (see :class:`Ready` for the order)."""
         messages, self._outbox = self._outbox, []

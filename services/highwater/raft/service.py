@@ -814,6 +814,9 @@ class RaftServer:
             else:
                 raft_log.flush()
                 node.on_flushed(raft_log.flushed_offset, self._clock())
+                # The next fetch goes out before the state machine's work below.
+                for message in node.ready_messages():
+                    self._dispatch(message)
         if ready.load_snapshot is not None:
             await self._load_snapshot(ready.load_snapshot)
         if ready.high_watermark is not None:

@@ -664,6 +664,10 @@ class QuorumState:
     def majority(self) -> int:
         return len(self.voters) // 2 + 1
 
+    @property
+    def has_unpersisted(self) -> bool:
+        return self._unpersisted is not None
+
     def take_unpersisted(self) -> ElectionState | None:
         """The election state to persist before sending anything, once."""
         election, self._unpersisted = self._unpersisted, None

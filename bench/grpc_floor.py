@@ -1,0 +1,50 @@
+"""A Controller service that does nothing: the ceiling any Python controller can reach here.
+
+``python -m bench.grpc_floor PORT`` serves ``highwater.v1.Controller`` with every call
+answered at once by an empty response of the right type, on grpc.aio and uvloop like
+``highwater controller``. Driven by the same client with the same requests as the real
+quorum, it measures what the client, gRPC and the machine allow before any validation,
+Raft round trip or fsync: the floor of the quorum benchmarks' latency and the ceiling of
+their throughput.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import grpc
+import grpc.aio
+import uvloop
+from google.protobuf import message_factory
+from highwater.v1 import controller_pb2
+
+
+def _handlers() -> grpc.GenericRpcHandler:
+    service = controller_pb2.DESCRIPTOR.services_by_name["Controller"]
+    handlers = {}
+    for method in service.methods:
+        request_type = message_factory.GetMessageClass(method.input_type)
+        response_type = message_factory.GetMessageClass(method.output_type)
+
+        def answer(_request: Any, _context: Any, response_type: Any = response_type) -> Any:
+            return response_type()
+
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            answer,
+            request_deserializer=request_type.FromString,
+            response_serializer=response_type.SerializeToString,
+        )
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)
+
+
+async def serve(port: int) -> None:
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((_handlers(),))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    await server.wait_for_termination()
+
+
+if __name__ == "__main__":
+    uvloop.run(serve(int(sys.argv[1])))
