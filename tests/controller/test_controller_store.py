@@ -12,12 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 from highwater.controller import NotControllerError
-from highwater.controller.service import (
-    MetadataStateMachine,
-    RaftMetadataStore,
-    decode_snapshot,
-    encode_snapshot,
-)
+from highwater.controller.service import RaftMetadataStore
 from highwater.errors import UnexpectedAppendOffsetError
 from highwater.metadata import (
     ConfigRecord,
@@ -33,6 +28,7 @@ from highwater.metadata import (
     replay,
 )
 from highwater.metadata.snapshot import snapshot_values
+from highwater.metadata.state_machine import MetadataStateMachine, decode_snapshot, encode_snapshot
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.node import NotLeaderError
 from highwater.raft.service import SnapshotReader
