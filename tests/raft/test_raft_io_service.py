@@ -420,6 +420,44 @@ async def test_an_observer_long_polls_the_leader(quorum3: Quorum) -> None:
     assert 1000 in {o.replica_id for o in description.observers}
 
 
+async def test_fetches_on_one_stream_are_answered_in_order(quorum3: Quorum) -> None:
+    for node_id in quorum3.voters:
+        await quorum3.start(node_id)
+    leader = await quorum3.leader()
+    end = await quorum3.propose("first")
+    epoch = leader.describe().leader_epoch
+
+    def fetch(offset: int, max_wait_ms: int) -> raft_pb2.RaftFetchRequest:
+        return raft_pb2.RaftFetchRequest(
+            cluster_id=leader.cluster_id,
+            replica_id=1001,
+            current_leader_epoch=epoch,
+            fetch_offset=offset,
+            last_fetched_epoch=epoch if offset else 0,
+            max_wait_ms=max_wait_ms,
+            max_bytes=1 << 20,
+        )
+
+    async with grpc.aio.insecure_channel(quorum3.voters[leader.node_id]) as channel:
+        call = raft_pb2_grpc.RaftStub(channel).FetchStream()
+        await call.write(fetch(end + 1, 0))  # at the log end: the high watermark only
+        at_end = await asyncio.wait_for(call.read(), 10)
+        assert at_end.error == ErrorCode.NONE and not at_end.records
+        assert at_end.high_watermark == end + 1
+        await call.write(fetch(end + 1, 5000))  # a long poll on the stream
+        poll = asyncio.ensure_future(call.read())
+        await asyncio.sleep(0.3)
+        assert not poll.done(), "a fetch at the log end must wait on the stream too"
+        await quorum3.propose("second")
+        woken = await asyncio.wait_for(poll, 5)
+        assert woken.error == ErrorCode.NONE and woken.records
+        await call.write(fetch(end + 1, 0))  # the same stream carries on
+        again = await asyncio.wait_for(call.read(), 10)
+        assert again.records == woken.records
+        await call.done_writing()
+        assert await asyncio.wait_for(call.read(), 10) is grpc.aio.EOF
+
+
 async def test_a_replica_behind_the_log_start_loads_the_leaders_snapshot(
     tmp_path: Path,
 ) -> None:

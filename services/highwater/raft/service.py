@@ -13,7 +13,9 @@ It owns a pure :class:`~highwater.raft.node.RaftNode` and does all of its I/O:
 * an outbound transport: one ``grpc.aio`` channel per peer voter; the node's requests
   are sent and their replies stepped back in (a timeout steps nothing: the node's own
   timers retry; a peer that refuses the connection is reported to the node, which stops
-  waiting for a leader that is gone);
+  waiting for a leader that is gone). Fetches go over one ``FetchStream`` call per peer:
+  a message on an open stream costs a fraction of a unary call's set-up, and a fetch
+  round trip is on the path of every commit;
 * the loop: the node is ticked every ``tick_interval_ms`` and after every event its
   :class:`~highwater.raft.node.Ready` is applied in order — persist the election state
   (fsync, in a worker thread), send the messages, flush the log if asked (then
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import fcntl
 import hashlib
@@ -46,7 +49,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -332,12 +335,24 @@ class _Transport:
         self._on_response = on_response
         self._channels: dict[int, grpc.aio.Channel] = {}
         self._stubs: dict[int, raft_pb2_grpc.RaftStub] = {}
+        self._fetch_streams: dict[int, _FetchStream] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
 
     def send(self, request: RaftRequest) -> None:
         stub = self._stub(request.destination)
         if stub is None:
             log.warning("no address for node %d: dropping %r", request.destination, request)
+            return
+        if isinstance(request, FetchRequest):
+            stream = self._fetch_streams.get(request.destination)
+            if stream is None:
+                stream = self._fetch_streams[request.destination] = _FetchStream(
+                    stub,
+                    timeout_s=self._timeout_s,
+                    on_response=self._on_response,
+                    on_unreachable=self._on_unreachable,
+                )
+            stream.send(request)
             return
         task = asyncio.create_task(self._call(stub, request))
         self._in_flight.add(task)
@@ -389,6 +404,9 @@ class _Transport:
             await asyncio.wait(set(self._in_flight), timeout=timeout_s)
 
     async def close(self) -> None:
+        for stream in self._fetch_streams.values():
+            stream.close()
+        self._fetch_streams.clear()
         for task in list(self._in_flight):
             task.cancel()
         if self._in_flight:
@@ -397,6 +415,91 @@ class _Transport:
             await channel.close()
         self._channels.clear()
         self._stubs.clear()
+
+
+class _FetchStream:
+    """The fetches to one peer over one ``FetchStream`` call: a writer task writes them in
+    order, a reader task hands each response to the request it answers (the oldest
+    waiting). An error, the peer ending the call or an overdue answer breaks the stream:
+    the requests waiting are dropped (the node's timers fetch again) and the next fetch
+    opens a new call."""
+
+    def __init__(
+        self,
+        stub: raft_pb2_grpc.RaftStub,
+        *,
+        timeout_s: float,
+        on_response: Callable[[RaftResponse], None],
+        on_unreachable: Callable[[int], None],
+    ) -> None:
+        self._stub = stub
+        self._timeout_s = timeout_s
+        self._on_response = on_response
+        self._on_unreachable = on_unreachable
+        self._call: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._outbox: asyncio.Queue[FetchRequest] = asyncio.Queue()
+        self._waiting: collections.deque[tuple[FetchRequest, float]] = collections.deque()
+
+    def send(self, request: FetchRequest) -> None:
+        if self._call is None:
+            call = self._call = self._stub.FetchStream()
+            self._tasks = [
+                asyncio.create_task(self._write(call)),
+                asyncio.create_task(self._read(call)),
+            ]
+        self._outbox.put_nowait(request)
+
+    async def _write(self, call: Any) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                request = await self._outbox.get()
+                self._waiting.append((request, 0.0))
+                timeout_s = self._timeout_s + request.max_wait_ms / 1000
+                loop.call_later(timeout_s, self._check_answered, call, request)
+                await call.write(request_to_proto(request))
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError) as e:
+            self._break(call, e)
+
+    async def _read(self, call: Any) -> None:
+        try:
+            while True:
+                reply = await call.read()
+                if reply is grpc.aio.EOF or not self._waiting:
+                    self._break(call, None)
+                    return
+                request, _ = self._waiting.popleft()
+                self._on_response(response_from_proto(reply, request))
+        except grpc.aio.AioRpcError as e:
+            self._break(call, e)
+
+    def _check_answered(self, call: Any, request: FetchRequest) -> None:
+        if call is self._call and any(waiting is request for waiting, _ in self._waiting):
+            self._break(call, None)
+
+    def _break(self, call: Any, error: grpc.aio.AioRpcError | None) -> None:
+        if call is not self._call:
+            return
+        destination = self._waiting[0][0].destination if self._waiting else None
+        self._call = None
+        self._waiting.clear()
+        while not self._outbox.empty():
+            self._outbox.get_nowait()
+        call.cancel()
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        if (
+            error is not None
+            and error.code() == grpc.StatusCode.UNAVAILABLE
+            and destination is not None
+        ):
+            self._on_unreachable(destination)
+
+    def close(self) -> None:
+        if self._call is not None:
+            self._break(self._call, None)
 
 
 # --- the gRPC service ---------------------------------------------------------------------
@@ -427,6 +530,14 @@ class RaftServicer(raft_pb2_grpc.RaftServicer):
         self, request: raft_pb2.RaftFetchRequest, context: grpc.aio.ServicerContext
     ) -> raft_pb2.RaftFetchResponse:
         return await self._server.serve(request, context)  # type: ignore[return-value]
+
+    async def FetchStream(
+        self,
+        request_iterator: AsyncIterator[raft_pb2.RaftFetchRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[raft_pb2.RaftFetchResponse]:
+        async for request in request_iterator:
+            yield await self._server.serve(request, context)  # type: ignore[misc]
 
     async def FetchSnapshot(
         self, request: raft_pb2.FetchSnapshotRequest, context: grpc.aio.ServicerContext

@@ -42,6 +42,10 @@ class RaftStub:
     """A leader that resigns gracefully tells the voters, naming preferred successors."""
     Fetch: _grpc.UnaryUnaryMultiCallable[_raft_pb2.RaftFetchRequest, _raft_pb2.RaftFetchResponse]
     """Voters and observers pull the log (a long poll). Doubles as the leader's heartbeat."""
+    FetchStream: _grpc.StreamStreamMultiCallable[_raft_pb2.RaftFetchRequest, _raft_pb2.RaftFetchResponse]
+    """The same fetches over one long-lived stream, as replicas send them: each request is
+    answered by one response, in order. It spares each fetch the set-up of a call.
+    """
     FetchSnapshot: _grpc.UnaryUnaryMultiCallable[_raft_pb2.FetchSnapshotRequest, _raft_pb2.FetchSnapshotResponse]
     """A replica too far behind loads the leader's latest snapshot in chunks."""
     DescribeQuorum: _grpc.UnaryUnaryMultiCallable[_raft_pb2.DescribeQuorumRequest, _raft_pb2.DescribeQuorumResponse]
@@ -58,6 +62,10 @@ class RaftAsyncStub(RaftStub):
     """A leader that resigns gracefully tells the voters, naming preferred successors."""
     Fetch: _aio.UnaryUnaryMultiCallable[_raft_pb2.RaftFetchRequest, _raft_pb2.RaftFetchResponse]  # type: ignore[assignment]
     """Voters and observers pull the log (a long poll). Doubles as the leader's heartbeat."""
+    FetchStream: _aio.StreamStreamMultiCallable[_raft_pb2.RaftFetchRequest, _raft_pb2.RaftFetchResponse]  # type: ignore[assignment]
+    """The same fetches over one long-lived stream, as replicas send them: each request is
+    answered by one response, in order. It spares each fetch the set-up of a call.
+    """
     FetchSnapshot: _aio.UnaryUnaryMultiCallable[_raft_pb2.FetchSnapshotRequest, _raft_pb2.FetchSnapshotResponse]  # type: ignore[assignment]
     """A replica too far behind loads the leader's latest snapshot in chunks."""
     DescribeQuorum: _aio.UnaryUnaryMultiCallable[_raft_pb2.DescribeQuorumRequest, _raft_pb2.DescribeQuorumResponse]  # type: ignore[assignment]
@@ -95,6 +103,16 @@ class RaftServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_raft_pb2.RaftFetchResponse, _abc.Awaitable[_raft_pb2.RaftFetchResponse]]:
         """Voters and observers pull the log (a long poll). Doubles as the leader's heartbeat."""
+
+    @_abc_1.abstractmethod
+    def FetchStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_raft_pb2.RaftFetchRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_raft_pb2.RaftFetchResponse], _abc.AsyncIterator[_raft_pb2.RaftFetchResponse]]:
+        """The same fetches over one long-lived stream, as replicas send them: each request is
+        answered by one response, in order. It spares each fetch the set-up of a call.
+        """
 
     @_abc_1.abstractmethod
     def FetchSnapshot(
