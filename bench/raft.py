@@ -317,6 +317,15 @@ def run(report: Report) -> None:
             "on loopback with etcd's default fsync. Both driven by the same number of "
             f"concurrent asyncio clients in one Python process for {duration:.0f} s each."
         )
+        section.note(
+            "Floor rows: the same client, the same requests, against `bench/grpc_floor.py`, a "
+            "Controller service on grpc.aio and uvloop that answers every call at once with an "
+            "empty response: what the client, Python's gRPC and this machine allow before any "
+            "validation, Raft round trip or fsync. Where the floor is below etcd, no Python "
+            "controller can reach the target here; where it is just above, the margin is what "
+            "a commit has left for its leader-to-follower fetch round trip between processes "
+            "and its fsyncs."
+        )
 
 
 @contextlib.contextmanager
