@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv test lint protos protos-check bench bench-deps clean
+.PHONY: venv run test lint protos protos-check bench bench-deps clean
 
 venv: $(STAMP)
 
@@ -14,6 +14,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
+
+# The embedded server (a controller and a broker in one process) on 127.0.0.1:9092, data
+# under .run/; it produces and consumes a few records, then serves until Ctrl-C.
+RUN_DIR ?= .run
+LISTEN ?= 127.0.0.1:9092
+run: venv
+	$(BIN)/highwater server --listen $(LISTEN) --data-dir $(RUN_DIR) --demo
 
 test: venv protos-check
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -40,4 +47,4 @@ bench-deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq etcd-server etcd-client; }
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(RUN_DIR)

@@ -482,3 +482,40 @@ def test_unclean_restart_revalidates_from_the_recovery_point(
         assert _every_batch(reopened) == reads
     finally:
         manager.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("marker", "expected"),
+    [
+        (None, -1),  # no marker: an unclean shutdown
+        (b"", -1),  # an empty marker
+        (b'{"version": 0, "brokerEpoch": 42}', 42),
+        (b"not json", -1),  # unreadable: no epoch, not an error
+        (b'{"brokerEpoch": "x"}', -1),
+    ],
+)
+def test_the_clean_shutdown_marker_keeps_the_broker_epoch(
+    tmp_path: Path, marker: bytes | None, expected: int
+) -> None:
+    manager = LogManager(tmp_path)
+    manager.startup()
+    manager.shutdown(broker_epoch=7)
+    path = tmp_path / CLEAN_SHUTDOWN_FILE
+    if marker is None:
+        path.unlink()
+    else:
+        path.write_bytes(marker)
+    manager = LogManager(tmp_path)
+    manager.startup()
+    assert manager.previous_broker_epoch == expected
+    manager.shutdown()
+
+
+def test_a_clean_shutdown_round_trips_the_broker_epoch(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    manager.startup()
+    manager.shutdown(broker_epoch=1234)
+    reopened = LogManager(tmp_path)
+    reopened.startup()
+    assert reopened.previous_broker_epoch == 1234
+    reopened.shutdown()

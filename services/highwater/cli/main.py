@@ -15,6 +15,7 @@ from highwater.cli.controller import controller
 from highwater.cli.dump_log import dump_log
 from highwater.cli.observer import observer
 from highwater.cli.quorum import quorum
+from highwater.cli.server import server
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -74,3 +75,4 @@ main.add_command(dump_log)
 main.add_command(controller)
 main.add_command(observer)
 main.add_command(quorum)
+main.add_command(server)

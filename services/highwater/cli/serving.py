@@ -124,11 +124,11 @@ def run_until_signalled(server: Server, what: str) -> None:
 
 
 async def _serve(server: Server) -> BaseException | None:
-    await server.start()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in (signal.SIGTERM, signal.SIGINT):  # a signal during start-up counts too
         loop.add_signal_handler(signum, stop.set)
+    await server.start()
     tasks = [
         asyncio.create_task(stop.wait()),
         asyncio.create_task(server.wait_stopped()),

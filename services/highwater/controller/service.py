@@ -313,7 +313,10 @@ class ControllerServer:
         cluster_id: str | None = None,
         settings: ControllerSettings | None = None,
         clock: Callable[[], int] = monotonic_ms,
+        services: Sequence[GrpcService] = (),
     ) -> None:
+        """``services``: more gRPC services to serve on the same port (a co-located
+        broker's, in ``highwater server``)."""
         self.node_id = node_id
         self.settings = settings or ControllerSettings()
         self._clock = clock
@@ -327,7 +330,7 @@ class ControllerServer:
             cluster_id=cluster_id,
             settings=self.settings.raft,
             role_listeners=[self._on_role_change],
-            services=[GrpcService(CONTROLLER_SERVICE_NAME, self._add_servicer)],
+            services=[GrpcService(CONTROLLER_SERVICE_NAME, self._add_servicer), *services],
         )
         self.store = RaftMetadataStore(self.raft, self.machine)
         self._controller: QuorumController | None = None

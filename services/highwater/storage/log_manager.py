@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import logging
 import os
 from collections.abc import Callable
@@ -119,6 +120,8 @@ class LogManager:
         }
         self.cleaner_checkpoint = OffsetCheckpointFile(self.data_dir / CLEANER_OFFSET_CHECKPOINT)
         self.had_clean_shutdown = False
+        self.previous_broker_epoch = -1
+        """The broker epoch the clean-shutdown marker kept (-1: none, or not clean)."""
         self._cleaner: LogCleaner | None = None
 
     # -- start and stop -----------------------------------------------------------------
@@ -131,6 +134,9 @@ class LogManager:
             self._check_meta_properties(cluster_id, node_id)
             marker = self.data_dir / CLEAN_SHUTDOWN_FILE
             self.had_clean_shutdown = marker.exists()
+            self.previous_broker_epoch = (
+                _read_broker_epoch(marker) if self.had_clean_shutdown else -1
+            )
             offsets = {name: cp.read() for name, cp in self._checkpoints.items()}
             partition_dirs = self._partition_directories()
             for tp, directory in sorted(partition_dirs.items()):
@@ -160,12 +166,16 @@ class LogManager:
             self._release_lock()
             raise
 
-    def shutdown(self) -> None:
-        """Flush and close every log, write the checkpoints and the clean-shutdown marker."""
+    def shutdown(self, *, broker_epoch: int = -1) -> None:
+        """Flush and close every log, write the checkpoints and the clean-shutdown marker,
+        which keeps the broker's epoch (Kafka's ``.kafka_cleanshutdown``, KIP-966): the
+        restarted broker's registration names it, and the controller lets the new
+        incarnation in without waiting for the old session to expire."""
         for partition_log in self._logs.values():
             partition_log.close()
         self.checkpoint_all()
-        write_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE, b"")
+        marker = json.dumps({"version": 0, "brokerEpoch": broker_epoch}).encode()
+        write_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE, marker)
         self._logs.clear()
         self._release_lock()
 
@@ -379,3 +389,15 @@ class LogManager:
         if self._cleaner is None:
             self._cleaner = LogCleaner(self)
         await self._cleaner.clean_once_async()
+
+
+def _read_broker_epoch(marker: Path) -> int:
+    """The broker epoch in a clean-shutdown marker; -1 when it names none (an empty
+    marker, or one that does not parse: it only spares a wait, so it is not an error)."""
+    try:
+        content = json.loads(marker.read_bytes() or b"{}")
+        epoch = content.get("brokerEpoch", -1) if isinstance(content, dict) else -1
+    except (OSError, ValueError):
+        log.warning("%s: unreadable clean-shutdown marker; no previous broker epoch", marker)
+        return -1
+    return epoch if isinstance(epoch, int) and epoch >= 0 else -1

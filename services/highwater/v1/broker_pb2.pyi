@@ -138,7 +138,7 @@ class PlainRecords(_message.Message):
     PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
     BASE_SEQUENCE_FIELD_NUMBER: _builtins.int
     producer_id: _builtins.int
-    """An idempotent producer's id, epoch and first sequence (-1, -1, -1 without one)."""
+    """An idempotent producer's id, epoch and first sequence (absent without one)."""
     producer_epoch: _builtins.int
     base_sequence: _builtins.int
     @_builtins.property
@@ -147,15 +147,26 @@ class PlainRecords(_message.Message):
         self,
         *,
         records: _abc.Iterable[Global___Record] | None = ...,
-        producer_id: _builtins.int = ...,
-        producer_epoch: _builtins.int = ...,
-        base_sequence: _builtins.int = ...,
+        producer_id: _builtins.int | None = ...,
+        producer_epoch: _builtins.int | None = ...,
+        base_sequence: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_base_sequence", b"_base_sequence", "_producer_epoch", b"_producer_epoch", "_producer_id", b"_producer_id", "base_sequence", b"base_sequence", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_sequence", b"base_sequence", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_base_sequence", b"_base_sequence", "_producer_epoch", b"_producer_epoch", "_producer_id", b"_producer_id", "base_sequence", b"base_sequence", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__base_sequence: _TypeAlias = _typing.Literal["base_sequence"]  # noqa: Y015
+    _WhichOneofArgType__base_sequence: _TypeAlias = _typing.Literal["_base_sequence", b"_base_sequence"]  # noqa: Y015
+    _WhichOneofReturnType__producer_epoch: _TypeAlias = _typing.Literal["producer_epoch"]  # noqa: Y015
+    _WhichOneofArgType__producer_epoch: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch"]  # noqa: Y015
+    _WhichOneofReturnType__producer_id: _TypeAlias = _typing.Literal["producer_id"]  # noqa: Y015
+    _WhichOneofArgType__producer_id: _TypeAlias = _typing.Literal["_producer_id", b"_producer_id"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__base_sequence) -> _WhichOneofReturnType__base_sequence | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__producer_epoch) -> _WhichOneofReturnType__producer_epoch | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__producer_id) -> _WhichOneofReturnType__producer_id | None: ...
 
 Global___PlainRecords: _TypeAlias = PlainRecords  # noqa: Y015
 

@@ -1,0 +1,1 @@
+"""The broker: partitions served, produced to, fetched from and replicated by pull."""

@@ -1,0 +1,530 @@
+"""``BrokerServer``: a broker's lifecycle and its ``highwater.v1.Broker`` gRPC service.
+
+The broker keeps its partitions in a :class:`~highwater.storage.log_manager.LogManager`
+data directory and follows the cluster metadata through an image source — the
+:class:`~highwater.metadata.observer.MetadataObserver` a standalone broker runs, or, in
+``highwater server``, the co-located controller's own state machine; both offer
+``image`` and ``add_listener``. Each new image goes to the
+:class:`~highwater.broker.partitions.PartitionManager`.
+
+Lifecycle (KIP-631): ``start`` opens the data directory, registers with the active
+controller (an incarnation id per process) and heartbeats every
+``broker.heartbeat.interval.ms`` with the offset of the metadata it has applied; the
+controller unfences it once it has caught up. ``stop`` asks for a controlled shutdown
+(the controller moves leadership away first), then closes the logs.
+
+Requests: Produce (acks 0, 1 and all; plain records are encoded as one batch), Fetch (a
+long poll on ``max_wait_ms`` / ``min_bytes``, reads up to the high watermark),
+ListOffsets, Metadata, OffsetsForLeaderEpoch, DeleteRecords, InitProducerId (ids from
+blocks the controller allocates) and FindCoordinator (no coordinators yet:
+COORDINATOR_NOT_AVAILABLE). A failure of one partition is an error code in its reply;
+the other partitions of the request are served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol, TypeVar
+
+import grpc
+import grpc.aio
+
+from highwater.broker.partitions import PartitionError, PartitionManager
+from highwater.controller import messages as m
+from highwater.controller.client import ControllerClient
+from highwater.errors import HighwaterError
+from highwater.metadata.image import MetadataImage
+from highwater.metadata.records import BrokerEndpoint
+from highwater.raft.service import parse_endpoint
+from highwater.storage.log_manager import LogManager
+from highwater.storage.records import SimpleRecord, build_batch
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1 import broker_pb2_grpc
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = ["BROKER_SERVICE_NAME", "BrokerServer", "BrokerSettings", "ImageSource"]
+
+log = logging.getLogger(__name__)
+
+BROKER_SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["Broker"].full_name
+ACKS_ALL: Final = -1
+NO_PRODUCER: Final = -1
+
+T = TypeVar("T")
+
+
+class ImageSource(Protocol):
+    """Where the broker's metadata comes from: the committed image and its updates."""
+
+    @property
+    def image(self) -> MetadataImage: ...
+
+    def add_listener(self, listener: Callable[[MetadataImage], None]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    """The broker's own settings, with Kafka's names and defaults."""
+
+    heartbeat_interval_ms: int = 2000
+    """``broker.heartbeat.interval.ms``."""
+    fenced_heartbeat_interval_ms: int = 100
+    """How often a fenced broker heartbeats while it waits to be unfenced."""
+    rack: str | None = None
+    """``broker.rack``."""
+    controlled_shutdown_timeout_ms: int = 10_000
+    """How long ``stop`` waits for the controller to let the broker go."""
+
+
+class BrokerServer:
+    """One broker (see the module docstring): ``await start()``, ``await stop()``; serve
+    :meth:`add_servicer` on a gRPC server."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        advertised: str,
+        data_dir: Path,
+        controllers: Iterable[str],
+        metadata: ImageSource,
+        settings: BrokerSettings | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.advertised = advertised
+        self.settings = settings or BrokerSettings()
+        self.log_manager = LogManager(data_dir)
+        self.partitions = PartitionManager(node_id, self.log_manager)
+        self._metadata = metadata
+        self._controller = ControllerClient(list(controllers), timeout_s=30)
+        self._incarnation_id = str(uuid.uuid4())
+        self.broker_epoch = -1
+        self.is_fenced = True
+        self._changed = asyncio.Event()
+        self._heartbeats: asyncio.Task[None] | None = None
+        self._producer_ids: tuple[int, int] = (0, 0)  # next id, end (exclusive)
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def add_servicer(self, server: grpc.aio.Server) -> None:
+        """Serve ``highwater.v1.Broker`` (:data:`BROKER_SERVICE_NAME`) on ``server``."""
+        broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), server)
+
+    async def start(self) -> None:
+        """Open the data directory, follow the metadata, register and start heartbeating."""
+        await asyncio.to_thread(self.log_manager.startup, node_id=self.node_id)
+        self._metadata.add_listener(self._on_image)
+        self._on_image(self._metadata.image)
+        host, port = parse_endpoint(self.advertised)
+        reply = await self._controller.register_broker(
+            m.RegisterBrokerRequest(
+                broker_id=self.node_id,
+                incarnation_id=self._incarnation_id,
+                listeners=(BrokerEndpoint("PLAINTEXT", host, port),),
+                rack=self.settings.rack,
+                previous_broker_epoch=self.log_manager.previous_broker_epoch,
+            )
+        )
+        if reply.error != ErrorCode.NONE:
+            raise HighwaterError(f"broker {self.node_id} could not register: {reply}")
+        self.broker_epoch = reply.broker_epoch
+        self._heartbeats = asyncio.create_task(self._heartbeat_forever())
+        log.info("broker %d registered with epoch %d", self.node_id, self.broker_epoch)
+
+    async def wait_unfenced(self, timeout_s: float = 30) -> None:
+        async with asyncio.timeout(timeout_s):
+            while self.is_fenced:
+                await asyncio.sleep(0.02)
+
+    async def stop(self) -> None:
+        """Controlled shutdown (leadership moves away first), then close the logs."""
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeats
+            self._heartbeats = None
+            with contextlib.suppress(HighwaterError, asyncio.TimeoutError, grpc.aio.AioRpcError):
+                async with asyncio.timeout(self.settings.controlled_shutdown_timeout_ms / 1000):
+                    await self._controlled_shutdown()
+        await self._controller.close()
+        await asyncio.to_thread(self.log_manager.shutdown, broker_epoch=self.broker_epoch)
+
+    async def _controlled_shutdown(self) -> None:
+        while True:
+            reply = await self._controller.broker_heartbeat(
+                m.BrokerHeartbeatRequest(
+                    self.node_id, self.broker_epoch, self._metadata_offset(), want_shutdown=True
+                )
+            )
+            if reply.should_shut_down or reply.error != ErrorCode.NONE:
+                return
+            await asyncio.sleep(self.settings.fenced_heartbeat_interval_ms / 1000)
+
+    async def _heartbeat_forever(self) -> None:
+        while True:
+            try:
+                reply = await self._controller.broker_heartbeat(
+                    m.BrokerHeartbeatRequest(
+                        self.node_id, self.broker_epoch, self._metadata_offset()
+                    )
+                )
+                if reply.error == ErrorCode.NONE:
+                    self.is_fenced = reply.is_fenced
+            except HighwaterError as e:
+                log.warning("broker %d: heartbeat failed: %s", self.node_id, e)
+            interval_ms = (
+                self.settings.fenced_heartbeat_interval_ms
+                if self.is_fenced
+                else self.settings.heartbeat_interval_ms
+            )
+            await asyncio.sleep(interval_ms / 1000)
+
+    def _metadata_offset(self) -> int:
+        return self.partitions.image.offset
+
+    def _on_image(self, image: MetadataImage) -> None:
+        self.partitions.apply_image(image)
+        self._notify()
+
+    def _notify(self) -> None:
+        """Wake the long polls and acks=all waits: data or the high watermark moved."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _wait_change(self, timeout_s: float) -> None:
+        if timeout_s <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout_s)
+
+    # --- Produce ------------------------------------------------------------------------
+
+    async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+        acks = request.acks
+        response = pb.ProduceResponse()
+        waiting: list[tuple[pb.ProducePartitionResponse, int]] = []
+        for topic in request.topics:
+            topic_response = response.topics.add(topic=topic.topic)
+            for item in topic.partitions:
+                answer = topic_response.partitions.add(partition=item.partition, base_offset=-1)
+                answer.log_append_time_ms = -1
+                if acks not in (0, 1, ACKS_ALL):
+                    _fail(answer, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}")
+                    continue
+                try:
+                    partition = self.partitions.get(topic.topic, item.partition)
+                    data = _batch_bytes(item)
+                    info = partition.append(data, acks)
+                except HighwaterError as e:
+                    _fail(answer, getattr(e, "code", ErrorCode.UNKNOWN_SERVER_ERROR), str(e))
+                    continue
+                answer.base_offset = info.first_offset
+                answer.log_append_time_ms = info.log_append_time
+                answer.log_start_offset = info.log_start_offset
+                if acks == ACKS_ALL:
+                    waiting.append((answer, info.last_offset + 1))
+        self._notify()
+        if acks == 0:
+            return pb.ProduceResponse()
+        deadline = time.monotonic() + max(request.timeout_ms, 0) / 1000
+        while waiting:
+            waiting = [(a, end) for a, end in waiting if not self._replicated(a, request, end)]
+            if not waiting:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                for answer, _ in waiting:
+                    _fail(answer, ErrorCode.REQUEST_TIMED_OUT, "not replicated to the ISR in time")
+                break
+            await self._wait_change(remaining)
+        return response
+
+    def _replicated(self, answer: pb.ProducePartitionResponse, request: Any, end: int) -> bool:
+        for topic in request.topics:
+            for item in topic.partitions:
+                if item.partition != answer.partition:
+                    continue
+                try:
+                    partition = self.partitions.get(topic.topic, item.partition)
+                except PartitionError as e:
+                    _fail(answer, e.code, str(e))
+                    return True
+                return partition.high_watermark >= end
+        return True
+
+    # --- Fetch --------------------------------------------------------------------------
+
+    async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+        if request.replica_id >= 0:
+            return self._refuse_replica_fetch(request)
+        deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
+        while True:
+            response, total, failed = self._read(request)
+            remaining = deadline - time.monotonic()
+            if failed or total >= max(request.min_bytes, 1) or remaining <= 0:
+                return response
+            await self._wait_change(remaining)
+
+    def _read(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, bool]:
+        response = pb.FetchResponse()
+        budget = request.max_bytes if request.max_bytes > 0 else 50 * 1024 * 1024
+        total = 0
+        failed = False
+        for topic in request.topics:
+            topic_response = response.topics.add(topic=topic.topic)
+            for item in topic.partitions:
+                answer = topic_response.partitions.add(partition=item.partition)
+                answer.high_watermark = answer.log_start_offset = -1
+                try:
+                    partition = self.partitions.get(topic.topic, item.partition)
+                    max_bytes = min(item.partition_max_bytes or budget, max(budget - total, 1))
+                    data = partition.read(item.fetch_offset, max_bytes, item.current_leader_epoch)
+                except PartitionError as e:
+                    answer.error = e.code  # type: ignore[assignment]
+                    failed = True
+                    continue
+                answer.high_watermark = partition.high_watermark
+                answer.log_start_offset = data.log_start_offset
+                answer.records = data.records
+                total += len(data.records)
+        return response, total, failed
+
+    def _refuse_replica_fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+        response = pb.FetchResponse()
+        for topic in request.topics:
+            topic_response = response.topics.add(topic=topic.topic)
+            for item in topic.partitions:
+                topic_response.partitions.add(
+                    partition=item.partition,
+                    error=ErrorCode.REPLICA_NOT_AVAILABLE,
+                    high_watermark=-1,
+                    log_start_offset=-1,
+                )
+        return response
+
+    # --- offsets and metadata -------------------------------------------------------------
+
+    def list_offsets(self, request: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
+        response = pb.ListOffsetsResponse()
+        for topic in request.topics:
+            topic_response = response.topics.add(topic=topic.topic)
+            for item in topic.partitions:
+                answer = topic_response.partitions.add(
+                    partition=item.partition, timestamp=-1, offset=-1, leader_epoch=-1
+                )
+                try:
+                    partition = self.partitions.get(topic.topic, item.partition)
+                    timestamp, offset = partition.list_offset(
+                        item.timestamp, item.current_leader_epoch
+                    )
+                except PartitionError as e:
+                    answer.error = e.code  # type: ignore[assignment]
+                    continue
+                answer.timestamp, answer.offset = timestamp, offset
+                answer.leader_epoch = partition.leader_epoch
+        return response
+
+    def metadata(self, request: pb.MetadataRequest) -> pb.MetadataResponse:
+        image = self.partitions.image
+        response = pb.MetadataResponse(controller_id=-1)
+        for broker in sorted(image.cluster.brokers.values(), key=lambda b: b.broker_id):
+            if not broker.is_active or not broker.listeners:
+                continue
+            endpoint = broker.listeners[0]
+            response.brokers.add(
+                node_id=broker.broker_id,
+                host=endpoint.host,
+                port=endpoint.port,
+                rack=broker.rack or "",
+            )
+        names = list(request.topics) or sorted(image.topics.by_name)
+        for name in names:
+            topic = image.topic(name)
+            if topic is None:
+                response.topics.add(name=name, error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            described = response.topics.add(
+                name=name, topic_id=topic.topic_id, is_internal=name.startswith("__")
+            )
+            for index in range(len(topic.partitions)):
+                registration = topic.partition(index)
+                if registration is None:
+                    continue
+                described.partitions.add(
+                    error=(
+                        ErrorCode.NONE
+                        if registration.has_leader
+                        else ErrorCode.LEADER_NOT_AVAILABLE
+                    ),
+                    partition=index,
+                    leader_id=registration.leader,
+                    leader_epoch=registration.leader_epoch,
+                    replicas=registration.replicas,
+                    isr=registration.isr,
+                    offline_replicas=[
+                        r for r in registration.replicas if not image.is_active_broker(r)
+                    ],
+                )
+        return response
+
+    def offsets_for_leader_epoch(
+        self, request: pb.OffsetsForLeaderEpochRequest
+    ) -> pb.OffsetsForLeaderEpochResponse:
+        response = pb.OffsetsForLeaderEpochResponse()
+        for topic in request.topics:
+            topic_response = response.topics.add(topic=topic.topic)
+            for item in topic.partitions:
+                answer = topic_response.partitions.add(
+                    partition=item.partition, leader_epoch=-1, end_offset=-1
+                )
+                try:
+                    partition = self.partitions.get(topic.topic, item.partition)
+                    partition.check_leader(item.current_leader_epoch)
+                except PartitionError as e:
+                    answer.error = e.code  # type: ignore[assignment]
+                    continue
+                epoch, end = partition.log.latest_epoch_end_offset(item.leader_epoch)
+                answer.leader_epoch, answer.end_offset = epoch, end
+        return response
+
+    def delete_records(self, request: pb.DeleteRecordsRequest) -> pb.DeleteRecordsResponse:
+        response = pb.DeleteRecordsResponse()
+        for topic in request.topics:
+            topic_response = response.topics.add(topic=topic.topic)
+            for item in topic.partitions:
+                answer = topic_response.partitions.add(partition=item.partition, low_watermark=-1)
+                try:
+                    partition = self.partitions.get(topic.topic, item.partition)
+                    partition.check_leader(-1)
+                    offset = partition.high_watermark if item.offset == -1 else item.offset
+                    if not 0 <= offset <= partition.high_watermark:
+                        raise PartitionError(
+                            ErrorCode.OFFSET_OUT_OF_RANGE,
+                            f"{offset} is beyond the high watermark {partition.high_watermark}",
+                        )
+                    partition.log.maybe_increment_log_start_offset(offset)
+                except PartitionError as e:
+                    answer.error = e.code  # type: ignore[assignment]
+                    continue
+                answer.low_watermark = partition.log.log_start_offset
+        return response
+
+    async def init_producer_id(
+        self, request: pb.InitProducerIdRequest
+    ) -> pb.InitProducerIdResponse:
+        if request.producer_id >= 0:
+            # A known producer asking again: the same id with the next epoch.
+            epoch = max(request.producer_epoch, -1) + 1
+            if epoch > 32767:
+                return pb.InitProducerIdResponse(error=ErrorCode.PRODUCER_FENCED)
+            return pb.InitProducerIdResponse(producer_id=request.producer_id, producer_epoch=epoch)
+        next_id, end = self._producer_ids
+        if next_id >= end:
+            reply = await self._controller.allocate_producer_ids(
+                m.AllocateProducerIdsRequest(self.node_id, self.broker_epoch)
+            )
+            if reply.error != ErrorCode.NONE:
+                return pb.InitProducerIdResponse(error=reply.error)  # type: ignore[arg-type]
+            next_id, end = reply.producer_id_start, reply.producer_id_start + reply.producer_id_len
+        self._producer_ids = (next_id + 1, end)
+        return pb.InitProducerIdResponse(producer_id=next_id, producer_epoch=0)
+
+    def find_coordinator(self, request: pb.FindCoordinatorRequest) -> pb.FindCoordinatorResponse:
+        response = pb.FindCoordinatorResponse()
+        for key in request.keys:
+            response.coordinators.add(
+                key=key,
+                error=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                error_message="no group coordinator runs in this cluster yet",
+                node_id=-1,
+                port=-1,
+            )
+        return response
+
+
+def _fail(answer: Any, code: int, message: str) -> None:
+    answer.error = code
+    answer.error_message = message
+
+
+def _batch_bytes(item: pb.ProducePartition) -> bytes:
+    """The batches of a produce item: as sent, or its plain records encoded as one batch."""
+    if item.WhichOneof("data") == "record_batches":
+        return item.record_batches
+    plain = item.records
+    if not plain.records:
+        raise PartitionError(ErrorCode.INVALID_RECORD, "no records to produce")
+    now = time.time_ns() // 1_000_000
+    records = [
+        SimpleRecord(
+            key=record.key if record.HasField("key") else None,
+            value=record.value if record.HasField("value") else None,
+            headers=tuple(
+                (h.key, h.value if h.HasField("value") else None) for h in record.headers
+            ),
+            timestamp=record.timestamp_ms if record.HasField("timestamp_ms") else now,
+        )
+        for record in plain.records
+    ]
+    if plain.HasField("producer_id"):
+        return build_batch(
+            records,
+            producer_id=plain.producer_id,
+            producer_epoch=plain.producer_epoch,
+            base_sequence=plain.base_sequence,
+        )
+    return build_batch(records)
+
+
+class BrokerServicer(broker_pb2_grpc.BrokerServicer):
+    """``highwater.v1.Broker``: each call goes to the :class:`BrokerServer`."""
+
+    def __init__(self, broker: BrokerServer) -> None:
+        self._broker = broker
+
+    async def Produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ProduceResponse:
+        return await self._broker.produce(request)
+
+    async def Fetch(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FetchResponse:
+        return await self._broker.fetch(request)
+
+    async def ListOffsets(
+        self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListOffsetsResponse:
+        return self._broker.list_offsets(request)
+
+    async def Metadata(
+        self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MetadataResponse:
+        return self._broker.metadata(request)
+
+    async def OffsetsForLeaderEpoch(
+        self, request: pb.OffsetsForLeaderEpochRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OffsetsForLeaderEpochResponse:
+        return self._broker.offsets_for_leader_epoch(request)
+
+    async def DeleteRecords(
+        self, request: pb.DeleteRecordsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteRecordsResponse:
+        return self._broker.delete_records(request)
+
+    async def InitProducerId(
+        self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext
+    ) -> pb.InitProducerIdResponse:
+        return await self._broker.init_producer_id(request)
+
+    async def FindCoordinator(
+        self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FindCoordinatorResponse:
+        return self._broker.find_coordinator(request)

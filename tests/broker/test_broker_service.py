@@ -1,0 +1,315 @@
+"""The broker's data path in the embedded server: produce, fetch, offsets, metadata, bad input.
+
+Each test runs a real :class:`EmbeddedServer` (a single-voter controller and a broker on
+one loopback port) and talks to it over gRPC as any client would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc.aio
+import pytest
+from highwater.controller import messages as m
+from highwater.controller.client import ControllerClient
+from highwater.embedded import EmbeddedServer
+from highwater.storage.records import SimpleRecord, build_batch, iter_batches
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1 import broker_pb2_grpc
+from highwater.v1.common_pb2 import ErrorCode
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Cluster:
+    server: EmbeddedServer
+    broker: broker_pb2_grpc.BrokerStub
+    admin: ControllerClient
+
+    async def create_topic(self, name: str, partitions: int = 1, **configs: str) -> None:
+        reply = await self.admin.create_topics(
+            m.CreateTopicsRequest((m.CreatableTopic(name, partitions, 1, configs=dict(configs)),))
+        )
+        assert reply.topics[0].error == ErrorCode.NONE, reply
+        for _ in range(200):
+            described = await self.broker.Metadata(pb.MetadataRequest(topics=[name]))
+            found = described.topics[0].partitions
+            if (
+                len(found) == partitions
+                and all(p.leader_id == 1 for p in found)
+                # ...and the broker applied the image that made it leader.
+                and all(
+                    self.server.broker.partitions.get(name, p).is_leader for p in range(partitions)
+                )
+            ):
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"{name} got no leader")
+
+    async def produce(
+        self, topic: str, values: list[bytes], *, partition: int = 0, acks: int = -1
+    ) -> pb.ProducePartitionResponse:
+        request = pb.ProduceRequest(acks=acks, timeout_ms=5000)
+        plain = request.topics.add(topic=topic).partitions.add(partition=partition).records
+        for value in values:
+            plain.records.add(value=value)
+        reply = await self.broker.Produce(request)
+        return reply.topics[0].partitions[0] if reply.topics else pb.ProducePartitionResponse()
+
+    async def produce_bytes(
+        self, topic: str, data: bytes, *, partition: int = 0, acks: int = -1
+    ) -> pb.ProducePartitionResponse:
+        request = pb.ProduceRequest(acks=acks, timeout_ms=5000)
+        request.topics.add(topic=topic).partitions.add(partition=partition, record_batches=data)
+        return (await self.broker.Produce(request)).topics[0].partitions[0]
+
+    async def fetch(
+        self,
+        topic: str,
+        offset: int,
+        *,
+        partition: int = 0,
+        max_wait_ms: int = 0,
+        epoch: int = -1,
+    ) -> pb.FetchPartitionResponse:
+        request = pb.FetchRequest(
+            replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20
+        )
+        request.topics.add(topic=topic).partitions.add(
+            partition=partition,
+            current_leader_epoch=epoch,
+            fetch_offset=offset,
+            partition_max_bytes=1 << 20,
+        )
+        return (await self.broker.Fetch(request)).topics[0].partitions[0]
+
+    async def list_offset(self, topic: str, timestamp: int) -> pb.ListOffsetsPartitionResponse:
+        request = pb.ListOffsetsRequest(replica_id=-1)
+        request.topics.add(topic=topic).partitions.add(
+            partition=0, current_leader_epoch=-1, timestamp=timestamp
+        )
+        return (await self.broker.ListOffsets(request)).topics[0].partitions[0]
+
+
+def values_of(records: bytes) -> list[bytes | None]:
+    return [record.value for batch in iter_batches(records) for record in batch.records()]
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    address = f"127.0.0.1:{free_port()}"
+    server = EmbeddedServer(listen=address, data_dir=tmp_path)
+    await server.start()
+    await server.broker.wait_unfenced()
+    try:
+        async with (
+            grpc.aio.insecure_channel(address) as channel,
+            ControllerClient([address]) as admin,
+        ):
+            yield Cluster(server, broker_pb2_grpc.BrokerStub(channel), admin)
+    finally:
+        await server.stop()
+
+
+async def test_produced_records_are_fetched_back_up_to_the_high_watermark(
+    cluster: Cluster,
+) -> None:
+    await cluster.create_topic("orders")
+    first = await cluster.produce("orders", [b"a", b"b"], acks=1)
+    second = await cluster.produce("orders", [b"c"], acks=-1)
+    assert (first.error, first.base_offset) == (ErrorCode.NONE, 0)
+    assert (second.error, second.base_offset) == (ErrorCode.NONE, 2)
+    fetched = await cluster.fetch("orders", 0)
+    assert fetched.error == ErrorCode.NONE
+    assert fetched.high_watermark == 3
+    assert values_of(fetched.records) == [b"a", b"b", b"c"]
+    # From the middle: whole batches, starting with the one that holds the offset.
+    assert values_of((await cluster.fetch("orders", 2)).records) == [b"c"]
+    assert (await cluster.fetch("orders", 3)).records == b""
+
+
+async def test_acks_zero_gets_no_partition_answers_but_the_records_are_written(
+    cluster: Cluster,
+) -> None:
+    await cluster.create_topic("fire-and-forget")
+    request = pb.ProduceRequest(acks=0, timeout_ms=1000)
+    request.topics.add(topic="fire-and-forget").partitions.add(partition=0).records.records.add(
+        value=b"x"
+    )
+    assert list((await cluster.broker.Produce(request)).topics) == []
+    assert values_of((await cluster.fetch("fire-and-forget", 0)).records) == [b"x"]
+
+
+async def test_a_fetch_at_the_log_end_waits_for_the_next_produce(cluster: Cluster) -> None:
+    await cluster.create_topic("waits")
+    poll = asyncio.ensure_future(cluster.fetch("waits", 0, max_wait_ms=5000))
+    await asyncio.sleep(0.2)
+    assert not poll.done(), "a fetch with nothing to return must wait"
+    await cluster.produce("waits", [b"wake"])
+    woken = await asyncio.wait_for(poll, 5)
+    assert values_of(woken.records) == [b"wake"]
+    empty = await cluster.fetch("waits", 1, max_wait_ms=100)  # nothing comes: empty answer
+    assert empty.error == ErrorCode.NONE and empty.records == b""
+
+
+async def test_list_offsets_earliest_latest_by_time_and_max_timestamp(cluster: Cluster) -> None:
+    await cluster.create_topic("clock")
+    now = time.time_ns() // 1_000_000
+    for timestamp, value in ((now - 3_000, b"a"), (now - 1_000, b"b"), (now - 2_000, b"c")):
+        data = build_batch([SimpleRecord(value=value, timestamp=timestamp)])
+        assert (await cluster.produce_bytes("clock", data)).error == ErrorCode.NONE
+    earliest = await cluster.list_offset("clock", -2)
+    latest = await cluster.list_offset("clock", -1)
+    by_time = await cluster.list_offset("clock", now - 2_500)
+    newest = await cluster.list_offset("clock", -3)
+    assert (earliest.error, earliest.offset) == (ErrorCode.NONE, 0)
+    assert latest.offset == 3
+    assert (by_time.timestamp, by_time.offset) == (now - 1_000, 1)  # the first at or after
+    assert (newest.timestamp, newest.offset) == (now - 1_000, 1)
+    assert (await cluster.list_offset("clock", now + 60_000)).offset == -1  # none that late
+
+
+async def test_bad_input_gets_typed_errors_and_writes_nothing(cluster: Cluster) -> None:
+    await cluster.create_topic("strict", **{"min.insync.replicas": "2"})
+    await cluster.create_topic("plain")
+    # Unknown topic, one partition beyond the topic, bad acks: an error each.
+    assert (await cluster.produce("missing", [b"x"])).error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    beyond = await cluster.produce("plain", [b"x"], partition=7)
+    assert beyond.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert (await cluster.produce("plain", [b"x"], acks=2)).error == (
+        ErrorCode.INVALID_REQUIRED_ACKS
+    )
+    # acks=all below min.insync.replicas: refused before anything is appended.
+    refused = await cluster.produce("strict", [b"x"], acks=-1)
+    assert refused.error == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert (await cluster.produce("strict", [b"y"], acks=1)).base_offset == 0
+    # A batch whose CRC does not match its bytes.
+    batch = bytearray(build_batch([SimpleRecord(value=b"payload")]))
+    batch[-1] ^= 0xFF
+    assert (await cluster.produce_bytes("plain", bytes(batch))).error == ErrorCode.CORRUPT_MESSAGE
+    # Nothing of it was written.
+    plain = await cluster.fetch("plain", 0)
+    assert plain.high_watermark == 0 and plain.records == b""
+    # Fetching out of range or in a future epoch.
+    assert (await cluster.fetch("plain", 5)).error == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert (await cluster.fetch("plain", 0, epoch=99)).error == ErrorCode.UNKNOWN_LEADER_EPOCH
+    # One bad partition does not spoil the others in the same request.
+    request = pb.ProduceRequest(acks=1, timeout_ms=1000)
+    request.topics.add(topic="missing").partitions.add(partition=0).records.records.add(value=b"1")
+    request.topics.add(topic="plain").partitions.add(partition=0).records.records.add(value=b"2")
+    reply = await cluster.broker.Produce(request)
+    errors = {t.topic: t.partitions[0].error for t in reply.topics}
+    assert errors == {"missing": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "plain": ErrorCode.NONE}
+
+
+async def test_metadata_names_the_broker_and_the_partitions(cluster: Cluster) -> None:
+    await cluster.create_topic("described", partitions=3)
+    reply = await cluster.broker.Metadata(pb.MetadataRequest(topics=["described", "nope"]))
+    assert [(b.node_id, b.port) for b in reply.brokers] == [
+        (1, int(cluster.server.listen.rsplit(":", 1)[1]))
+    ]
+    described, missing = reply.topics
+    assert missing.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert [
+        (p.partition, p.leader_id, list(p.replicas), list(p.isr)) for p in described.partitions
+    ] == [
+        (0, 1, [1], [1]),
+        (1, 1, [1], [1]),
+        (2, 1, [1], [1]),
+    ]
+
+
+async def test_an_idempotent_retry_is_not_written_twice(cluster: Cluster) -> None:
+    await cluster.create_topic("once")
+    ids = await cluster.broker.InitProducerId(pb.InitProducerIdRequest(producer_id=-1))
+    assert ids.error == ErrorCode.NONE and ids.producer_id >= 0
+    data = build_batch(
+        [SimpleRecord(value=b"only-once")],
+        producer_id=ids.producer_id,
+        producer_epoch=ids.producer_epoch,
+        base_sequence=0,
+    )
+    first = await cluster.produce_bytes("once", data)
+    retry = await cluster.produce_bytes("once", data)  # the reply was lost: sent again
+    assert first.error == retry.error == ErrorCode.NONE
+    assert first.base_offset == retry.base_offset == 0
+    assert values_of((await cluster.fetch("once", 0)).records) == [b"only-once"]
+    another = await cluster.broker.InitProducerId(pb.InitProducerIdRequest(producer_id=-1))
+    assert another.producer_id != ids.producer_id
+
+
+async def test_records_survive_a_restart(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    for round_number in range(2):
+        server = EmbeddedServer(listen=address, data_dir=tmp_path)
+        await server.start()
+        await server.broker.wait_unfenced()
+        try:
+            async with (
+                grpc.aio.insecure_channel(address) as channel,
+                ControllerClient([address]) as admin,
+            ):
+                cluster = Cluster(server, broker_pb2_grpc.BrokerStub(channel), admin)
+                if round_number == 0:
+                    await cluster.create_topic("kept")
+                    await cluster.produce("kept", [b"before", b"restart"])
+                else:
+                    for _ in range(200):
+                        fetched = await cluster.fetch("kept", 0)
+                        if fetched.error == ErrorCode.NONE and fetched.records:
+                            break
+                        await asyncio.sleep(0.02)
+                    assert values_of(fetched.records) == [b"before", b"restart"]
+                    assert fetched.high_watermark == 2
+        finally:
+            await server.stop()
+
+
+def test_highwater_server_demo_runs_and_stops_on_sigterm(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "highwater",
+            "server",
+            "--listen",
+            address,
+            "--data-dir",
+            str(tmp_path),
+            "--demo",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            lines.append(line.rstrip())
+            if "serving on" in line:
+                break
+        assert any("consumed offset 2 key=demo-key" in line for line in lines), lines
+        process.terminate()
+        assert process.wait(20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
