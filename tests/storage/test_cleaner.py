@@ -879,3 +879,33 @@ def test_passes_with_a_small_offset_map_never_change_what_a_consumer_sees(
             read_all(log), log.high_watermark, drop_tombstones=False
         )
         log.close()
+
+
+def test_truncating_into_a_gap_compaction_left_moves_the_start_as_a_reopen_would(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    partition_log = open_log(tmp_path, clock)
+    (tmp_path / "cleaner").mkdir()
+    cleaner = LogCleaner(LogManager(tmp_path / "cleaner", clock=clock))
+    for value in (b"old", b"new"):
+        partition_log.append_as_leader(
+            build_batch([SimpleRecord(key=b"k", value=value, timestamp=clock.now)]),
+            leader_epoch=1,
+        )
+    partition_log.roll()
+    partition_log.update_high_watermark(2)
+    cleaner.clean_log(partition_log)  # offset 0 goes: only offset 1 holds a record
+    partition_log.truncate_to(1)  # ...and it goes too: nothing is left below the end
+    assert (partition_log.log_start_offset, partition_log.log_end_offset) == (1, 1)
+    recovery_point = partition_log.flush()
+    partition_log.close()
+    reopened = load_partition_log(
+        tmp_path / "topic-0",
+        compact_config(),
+        clock=clock,
+        had_clean_shutdown=False,
+        recovery_point=recovery_point,
+    )
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (1, 1)
+    reopened.close()

@@ -139,6 +139,11 @@ class LogModel(RuleBasedStateMachine):
             assert not any(cut <= o < end for o in self.records)
             self.records = survivors
             self.leo = end
+            # The start may move up over a gap compaction left, never past a record.
+            start = self.log.log_start_offset
+            assert self.log_start <= start <= end
+            assert not any(self.log_start <= o < start for o in survivors)
+            self.log_start = start
         self.batches = [b for b in self.batches if b[1] < self.leo]
         assert self.log.log_end_offset == self.leo
 

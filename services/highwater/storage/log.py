@@ -549,6 +549,10 @@ class PartitionLog:
             return True
         if self._log_end_offset > self._segments[-1].next_offset:
             self.roll()
+            # The new end lies in a gap compaction left; when the segment that held it is
+            # the only one and ends up empty, the roll replaces it, and the log now starts
+            # where no record was below anyway — as it will when opened again.
+            self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
         self._refresh_latest_epoch()
         self._reload_producer_state()
