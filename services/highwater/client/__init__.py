@@ -1,0 +1,1 @@
+"""The Highwater client library: producer, consumer and admin client over gRPC."""
