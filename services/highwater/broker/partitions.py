@@ -8,10 +8,11 @@ partition's leader epoch, or follower. The leader appends produced batches throu
 storage engine (which checks them, stamps offsets and the leader epoch, and detects an
 idempotent producer's duplicates) and serves reads up to the high watermark.
 
-The high watermark is the smallest log end offset in the ISR. Replication between brokers
-(follower fetchers and the leader's view of their progress) is not here yet: a leader
-whose ISR is itself alone moves the high watermark with every append; a leader with
-other ISR members keeps it where the log's checkpoint left it.
+A leader keeps a :class:`~highwater.broker.replication.LeaderReplicationState`: the
+followers' progress from their fetches, the high watermark over the (maximal) ISR, the ISR
+changes to propose to the controller, and when an acks=all produce is complete. A
+follower's log is filled by the broker's fetchers (:mod:`highwater.broker.service`), which
+truncate it by leader epoch, never by the high watermark.
 
 Everything here is synchronous and runs on the broker's event loop; waiting (long polls,
 acks) is the service's business (:mod:`highwater.broker.service`).
@@ -20,12 +21,20 @@ acks) is the service's business (:mod:`highwater.broker.service`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from highwater.broker.replication import (
+    AlterPartitionProposal,
+    EpochEndOffset,
+    LeaderReplicationState,
+    ProduceCompletion,
+    UnknownReplicaError,
+    find_diverging_epoch,
+)
 from highwater.errors import HighwaterError, OffsetOutOfRangeError
 from highwater.metadata.image import MetadataImage, PartitionRegistration
-from highwater.storage.log import AppendInfo, FetchData, PartitionLog
+from highwater.storage.log import AppendInfo, FetchData, PartitionLog, wall_clock_ms
 from highwater.storage.log_manager import LogManager
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1.common_pb2 import ErrorCode
@@ -34,6 +43,7 @@ __all__ = [
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
+    "FollowerRead",
     "Partition",
     "PartitionError",
     "PartitionManager",
@@ -55,14 +65,28 @@ class PartitionError(HighwaterError):
         self.code = code
 
 
+@dataclass(frozen=True, slots=True)
+class FollowerRead:
+    """A follower's fetch as the leader answers it: records, or where the logs diverge;
+    and an ISR change to propose, if the fetch brought the follower back in sync."""
+
+    data: FetchData | None
+    diverging: EpochEndOffset | None
+    proposal: AlterPartitionProposal | None
+
+
 @dataclass(slots=True)
 class Partition:
-    """One partition replica on this broker."""
+    """One partition replica on this broker: its log and the role the image gives it."""
 
     topic_partition: TopicPartition
+    topic_id: str
     log: PartitionLog
     registration: PartitionRegistration
     broker_id: int
+    clock: Callable[[], int] = wall_clock_ms
+    replica_lag_time_max_ms: int = 30_000
+    leader_state: LeaderReplicationState | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -80,6 +104,48 @@ class Partition:
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
 
+    def update(self, registration: PartitionRegistration) -> None:
+        """Take the role ``registration`` gives: a new leader epoch starts a new leader
+        state; a change within the epoch (an ISR change) is applied to it."""
+        self.registration = registration
+        if registration.leader != self.broker_id:
+            self.leader_state = None
+            return
+        now = self.clock()
+        state = self.leader_state
+        if state is None or state.leader_epoch != registration.leader_epoch:
+            log_end = self.log.log_end_offset
+            self.leader_state = LeaderReplicationState(
+                self.broker_id,
+                registration.replicas,
+                registration.isr,
+                registration.leader_epoch,
+                registration.partition_epoch,
+                log_end,
+                min(self.log.high_watermark, log_end),
+                now,
+                replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                min_insync_replicas=self.log.config.min_insync_replicas,
+            )
+        else:
+            state.apply_partition_change(
+                registration.isr,
+                registration.leader_epoch,
+                registration.partition_epoch,
+                now,
+                replicas=registration.replicas,
+            )
+        self._sync_high_watermark()
+
+    def _leader(self, current_leader_epoch: int) -> LeaderReplicationState:
+        self.check_leader(current_leader_epoch)
+        assert self.leader_state is not None
+        return self.leader_state
+
+    def _sync_high_watermark(self) -> None:
+        if self.leader_state is not None:
+            self.log.update_high_watermark(self.leader_state.high_watermark)
+
     def check_leader(self, current_leader_epoch: int) -> None:
         """Refuse a request for a leader this replica is not, or for another epoch."""
         if current_leader_epoch != NO_EPOCH:
@@ -95,7 +161,7 @@ class Partition:
                     f"{self.topic_partition}: leader epoch {current_leader_epoch} is newer "
                     f"than {self.leader_epoch}",
                 )
-        if not self.is_leader:
+        if not self.is_leader or self.leader_state is None:
             raise PartitionError(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
                 f"{self.topic_partition}: broker {self.broker_id} does not lead it "
@@ -105,22 +171,26 @@ class Partition:
     def append(self, data: bytes, required_acks: int) -> AppendInfo:
         """Append a producer's batches as leader. ``required_acks`` -1 (all) first checks
         ``min.insync.replicas`` against the ISR (NOT_ENOUGH_REPLICAS)."""
-        self.check_leader(NO_EPOCH)
-        isr = self.registration.isr
-        min_isr = self.log.config.min_insync_replicas
-        if required_acks == -1 and len(isr) < min_isr:
-            raise PartitionError(
-                ErrorCode.NOT_ENOUGH_REPLICAS,
-                f"{self.topic_partition}: the ISR {list(isr)} is smaller than "
-                f"min.insync.replicas={min_isr}",
-            )
+        state = self._leader(NO_EPOCH)
+        if required_acks == -1:
+            code = state.check_min_isr()
+            if code != ErrorCode.NONE:
+                raise PartitionError(
+                    code,
+                    f"{self.topic_partition}: the ISR {list(state.isr)} is smaller than "
+                    f"min.insync.replicas={state.effective_min_isr}",
+                )
         info = self.log.append_as_leader(data, self.leader_epoch)
-        self.maybe_advance_high_watermark()
+        state.on_append(self.log.log_end_offset, self.clock())
+        self._sync_high_watermark()
         return info
 
-    def maybe_advance_high_watermark(self) -> None:
-        if self.registration.isr == (self.broker_id,):
-            self.log.update_high_watermark(self.log.log_end_offset)
+    def produce_completion(self, required_offset: int) -> ProduceCompletion:
+        """Whether an acks=all produce that ended at ``required_offset`` is complete (and
+        with which error); NOT_LEADER_OR_FOLLOWER once this replica stopped leading."""
+        if self.leader_state is None:
+            return ProduceCompletion(True, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return self.leader_state.can_complete_produce(required_offset)
 
     def read(self, fetch_offset: int, max_bytes: int, current_leader_epoch: int) -> FetchData:
         """Whole batches from ``fetch_offset`` up to the high watermark (a consumer's read)."""
@@ -129,6 +199,43 @@ class Partition:
             return self.log.read(fetch_offset, max_bytes, max_offset=self.high_watermark)
         except OffsetOutOfRangeError as e:
             raise PartitionError(ErrorCode.OFFSET_OUT_OF_RANGE, str(e)) from None
+
+    def read_for_follower(
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        last_fetched_epoch: int,
+        max_bytes: int,
+        current_leader_epoch: int,
+    ) -> FollowerRead:
+        """A follower's fetch: its log end is ``fetch_offset``. Where its last epoch ends
+        before that in the leader's log, the answer is the diverging epoch (KIP-320);
+        otherwise records past the high watermark too, and the follower's progress counts
+        toward the high watermark and the ISR."""
+        state = self._leader(current_leader_epoch)
+        try:
+            diverging = find_diverging_epoch(
+                fetch_offset, last_fetched_epoch, self.log.latest_epoch_end_offset
+            )
+            if diverging is not None:
+                return FollowerRead(None, diverging, None)
+            log_end = self.log.log_end_offset
+            data = self.log.read(fetch_offset, max_bytes)
+            outcome = state.on_follower_fetch(
+                replica_id, fetch_offset, self.clock(), log_end, current_leader_epoch=None
+            )
+        except OffsetOutOfRangeError as e:
+            raise PartitionError(ErrorCode.OFFSET_OUT_OF_RANGE, str(e)) from None
+        except UnknownReplicaError as e:
+            raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, str(e)) from None
+        self._sync_high_watermark()
+        return FollowerRead(data, None, outcome.proposal)
+
+    def maybe_shrink_isr(self) -> AlterPartitionProposal | None:
+        """The ISR without the followers that fell behind, to propose; None if none did."""
+        if self.leader_state is None:
+            return None
+        return self.leader_state.maybe_shrink_isr(self.clock())
 
     def list_offset(self, timestamp: int, current_leader_epoch: int) -> tuple[int, int]:
         """ListOffsets for a consumer: (timestamp, offset); -1, -1 when no record matches."""
@@ -163,9 +270,18 @@ class PartitionManager:
     """This broker's partitions, kept in step with the metadata image (see the module
     docstring)."""
 
-    def __init__(self, broker_id: int, log_manager: LogManager) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        log_manager: LogManager,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        replica_lag_time_max_ms: int = 30_000,
+    ) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
+        self.clock = clock
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self._partitions: dict[TopicPartition, Partition] = {}
         self.image = MetadataImage()
 
@@ -204,14 +320,20 @@ class PartitionManager:
                 existing = self._partitions.get(tp)
                 if existing is not None:
                     if existing.registration != registration:
-                        existing.registration = registration
-                        existing.maybe_advance_high_watermark()
+                        existing.update(registration)
                     continue
                 if config is None:
                     config = image.log_config(topic.name, self.log_manager.default_config)
-                partition_log = self.log_manager.get_or_create_log(tp, config)
-                created = Partition(tp, partition_log, registration, self.broker_id)
-                created.maybe_advance_high_watermark()
+                created = Partition(
+                    tp,
+                    topic.topic_id,
+                    self.log_manager.get_or_create_log(tp, config),
+                    registration,
+                    self.broker_id,
+                    clock=self.clock,
+                    replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                )
+                created.update(registration)
                 self._partitions[tp] = created
                 log.info(
                     "broker %d: %s as %s in leader epoch %d",

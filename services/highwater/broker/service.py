@@ -36,7 +36,8 @@ from typing import Any, Final, Protocol, TypeVar
 import grpc
 import grpc.aio
 
-from highwater.broker.partitions import PartitionError, PartitionManager
+from highwater.broker.partitions import Partition, PartitionError, PartitionManager
+from highwater.broker.replication import AlterPartitionProposal, EpochEndOffset, truncation_offset
 from highwater.controller import messages as m
 from highwater.controller.client import ControllerClient
 from highwater.errors import HighwaterError
@@ -81,6 +82,18 @@ class BrokerSettings:
     """``broker.rack``."""
     controlled_shutdown_timeout_ms: int = 10_000
     """How long ``stop`` waits for the controller to let the broker go."""
+    replica_lag_time_max_ms: int = 30_000
+    """``replica.lag.time.max.ms``: a follower not caught up for this long leaves the ISR."""
+    replica_fetch_max_wait_ms: int = 500
+    """``replica.fetch.wait.max.ms``: a follower's long poll."""
+    replica_fetch_max_bytes: int = 1024 * 1024
+    """``replica.fetch.max.bytes``: per partition."""
+    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
+    """``replica.fetch.response.max.bytes``."""
+    replica_fetch_backoff_ms: int = 100
+    """``replica.fetch.backoff.ms``: the wait after a failed fetch."""
+    alter_partition_retry_backoff_ms: int = 100
+    """The wait before an ISR change the controller refused for now is sent again."""
 
 
 class BrokerServer:
@@ -101,7 +114,11 @@ class BrokerServer:
         self.advertised = advertised
         self.settings = settings or BrokerSettings()
         self.log_manager = LogManager(data_dir)
-        self.partitions = PartitionManager(node_id, self.log_manager)
+        self.partitions = PartitionManager(
+            node_id,
+            self.log_manager,
+            replica_lag_time_max_ms=self.settings.replica_lag_time_max_ms,
+        )
         self._metadata = metadata
         self._controller = ControllerClient(list(controllers), timeout_s=30)
         self._incarnation_id = str(uuid.uuid4())
@@ -110,6 +127,10 @@ class BrokerServer:
         self._changed = asyncio.Event()
         self._heartbeats: asyncio.Task[None] | None = None
         self._producer_ids: tuple[int, int] = (0, 0)  # next id, end (exclusive)
+        self._fetchers: dict[int, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._shrinker: asyncio.Task[None] | None = None
+        self._stopping = False
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -136,6 +157,8 @@ class BrokerServer:
             raise HighwaterError(f"broker {self.node_id} could not register: {reply}")
         self.broker_epoch = reply.broker_epoch
         self._heartbeats = asyncio.create_task(self._heartbeat_forever())
+        self._shrinker = asyncio.create_task(self._shrink_isr_forever())
+        self._ensure_fetchers()
         log.info("broker %d registered with epoch %d", self.node_id, self.broker_epoch)
 
     async def wait_unfenced(self, timeout_s: float = 30) -> None:
@@ -146,13 +169,23 @@ class BrokerServer:
     async def stop(self) -> None:
         """Controlled shutdown (leadership moves away first), then close the logs."""
         if self._heartbeats is not None:
+            with contextlib.suppress(HighwaterError, asyncio.TimeoutError, grpc.aio.AioRpcError):
+                async with asyncio.timeout(self.settings.controlled_shutdown_timeout_ms / 1000):
+                    await self._controlled_shutdown()
+        self._stopping = True
+        tasks = [*self._fetchers.values(), *self._tasks]
+        if self._shrinker is not None:
+            tasks.append(self._shrinker)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._heartbeats is not None:
             self._heartbeats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heartbeats
             self._heartbeats = None
-            with contextlib.suppress(HighwaterError, asyncio.TimeoutError, grpc.aio.AioRpcError):
-                async with asyncio.timeout(self.settings.controlled_shutdown_timeout_ms / 1000):
-                    await self._controlled_shutdown()
         await self._controller.close()
         await asyncio.to_thread(self.log_manager.shutdown, broker_epoch=self.broker_epoch)
 
@@ -191,6 +224,8 @@ class BrokerServer:
 
     def _on_image(self, image: MetadataImage) -> None:
         self.partitions.apply_image(image)
+        if self.broker_epoch >= 0 and not self._stopping:
+            self._ensure_fetchers()
         self._notify()
 
     def _notify(self) -> None:
@@ -209,7 +244,7 @@ class BrokerServer:
     async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
         acks = request.acks
         response = pb.ProduceResponse()
-        waiting: list[tuple[pb.ProducePartitionResponse, int]] = []
+        waiting: list[tuple[pb.ProducePartitionResponse, str, int]] = []
         for topic in request.topics:
             topic_response = response.topics.add(topic=topic.topic)
             for item in topic.partitions:
@@ -229,44 +264,44 @@ class BrokerServer:
                 answer.log_append_time_ms = info.log_append_time
                 answer.log_start_offset = info.log_start_offset
                 if acks == ACKS_ALL:
-                    waiting.append((answer, info.last_offset + 1))
+                    waiting.append((answer, topic.topic, info.last_offset + 1))
         self._notify()
         if acks == 0:
             return pb.ProduceResponse()
         deadline = time.monotonic() + max(request.timeout_ms, 0) / 1000
         while waiting:
-            waiting = [(a, end) for a, end in waiting if not self._replicated(a, request, end)]
+            waiting = [w for w in waiting if not self._replicated(*w)]
             if not waiting:
                 break
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                for answer, _ in waiting:
+                for answer, _, _ in waiting:
                     _fail(answer, ErrorCode.REQUEST_TIMED_OUT, "not replicated to the ISR in time")
                 break
             await self._wait_change(remaining)
         return response
 
-    def _replicated(self, answer: pb.ProducePartitionResponse, request: Any, end: int) -> bool:
-        for topic in request.topics:
-            for item in topic.partitions:
-                if item.partition != answer.partition:
-                    continue
-                try:
-                    partition = self.partitions.get(topic.topic, item.partition)
-                except PartitionError as e:
-                    _fail(answer, e.code, str(e))
-                    return True
-                return partition.high_watermark >= end
-        return True
+    def _replicated(self, answer: pb.ProducePartitionResponse, topic: str, end: int) -> bool:
+        """Whether an acks=all append that ended at ``end`` is done (setting its error)."""
+        try:
+            partition = self.partitions.get(topic, answer.partition)
+        except PartitionError as e:
+            _fail(answer, e.code, str(e))
+            return True
+        completed, error = partition.produce_completion(end)
+        if completed and error != ErrorCode.NONE:
+            _fail(
+                answer, error, f"{topic}-{answer.partition}: not replicated to min.insync.replicas"
+            )
+        return completed
 
     # --- Fetch --------------------------------------------------------------------------
 
     async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
-        if request.replica_id >= 0:
-            return self._refuse_replica_fetch(request)
         deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
+        read = self._read_for_follower if request.replica_id >= 0 else self._read
         while True:
-            response, total, failed = self._read(request)
+            response, total, failed = read(request)
             remaining = deadline - time.monotonic()
             if failed or total >= max(request.min_bytes, 1) or remaining <= 0:
                 return response
@@ -296,18 +331,234 @@ class BrokerServer:
                 total += len(data.records)
         return response, total, failed
 
-    def _refuse_replica_fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+    def _read_for_follower(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, bool]:
+        """A follower's fetch: records past the high watermark too, or the diverging epoch;
+        its progress moves the high watermark and may bring it back into the ISR."""
         response = pb.FetchResponse()
+        budget = request.max_bytes if request.max_bytes > 0 else 50 * 1024 * 1024
+        total = 0
+        failed = False
         for topic in request.topics:
             topic_response = response.topics.add(topic=topic.topic)
             for item in topic.partitions:
-                topic_response.partitions.add(
-                    partition=item.partition,
-                    error=ErrorCode.REPLICA_NOT_AVAILABLE,
-                    high_watermark=-1,
-                    log_start_offset=-1,
+                answer = topic_response.partitions.add(partition=item.partition)
+                answer.high_watermark = answer.log_start_offset = -1
+                try:
+                    partition = self.partitions.get(topic.topic, item.partition)
+                    max_bytes = min(item.partition_max_bytes or budget, max(budget - total, 1))
+                    read = partition.read_for_follower(
+                        request.replica_id,
+                        item.fetch_offset,
+                        item.last_fetched_epoch,
+                        max_bytes,
+                        item.current_leader_epoch,
+                    )
+                except PartitionError as e:
+                    answer.error = e.code  # type: ignore[assignment]
+                    failed = True
+                    continue
+                answer.high_watermark = partition.high_watermark
+                answer.log_start_offset = partition.log.log_start_offset
+                if read.proposal is not None:
+                    self._propose(partition, read.proposal)
+                if read.diverging is not None:
+                    answer.diverging_epoch.epoch = read.diverging.epoch
+                    answer.diverging_epoch.end_offset = read.diverging.end_offset
+                    failed = True  # answer at once: the follower truncates first
+                    continue
+                assert read.data is not None
+                answer.records = read.data.records
+                total += len(read.data.records)
+        self._notify()  # the high watermark may have moved: acks=all and consumers
+        return response, total, failed
+
+    # --- ISR changes ----------------------------------------------------------------------
+
+    def _propose(self, partition: Partition, proposal: AlterPartitionProposal) -> None:
+        """Send an ISR change to the controller; the committed change comes back through
+        the metadata (and is applied to the partition then)."""
+        task = asyncio.create_task(self._send_alter_partition(partition, proposal))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send_alter_partition(
+        self, partition: Partition, proposal: AlterPartitionProposal
+    ) -> None:
+        item = m.AlterPartitionItem(
+            partition.topic_id,
+            partition.topic_partition.partition,
+            proposal.leader_epoch,
+            proposal.partition_epoch,
+            tuple(proposal.new_isr),
+        )
+        try:
+            reply = await self._controller.alter_partition(
+                m.AlterPartitionRequest(self.node_id, self.broker_epoch, (item,))
+            )
+        except HighwaterError as e:
+            log.warning("broker %d: AlterPartition failed: %s", self.node_id, e)
+            error: int = ErrorCode.REQUEST_TIMED_OUT
+        else:
+            error = reply.error or (reply.partitions[0].error if reply.partitions else 0)
+        if error == ErrorCode.NONE or partition.leader_state is None:
+            return
+        again = partition.leader_state.on_alter_partition_error(proposal, error)
+        log.info(
+            "broker %d: %s: ISR change %s refused (error %d)",
+            self.node_id,
+            partition.topic_partition,
+            list(proposal.new_isr),
+            error,
+        )
+        if again is not None:
+            await asyncio.sleep(self.settings.alter_partition_retry_backoff_ms / 1000)
+            self._propose(partition, again)
+
+    async def _shrink_isr_forever(self) -> None:
+        """Kafka's ``isr-expiration`` task: every half ``replica.lag.time.max.ms``, drop
+        the followers that fell behind from the ISRs this broker leads."""
+        interval_s = self.settings.replica_lag_time_max_ms / 2000
+        while True:
+            await asyncio.sleep(interval_s)
+            for partition in self.partitions:
+                proposal = partition.maybe_shrink_isr()
+                if proposal is not None:
+                    self._propose(partition, proposal)
+
+    # --- follower fetchers ----------------------------------------------------------------
+
+    def _ensure_fetchers(self) -> None:
+        """One fetcher per leader this broker follows partitions of."""
+        leaders = {
+            p.registration.leader
+            for p in self.partitions
+            if not p.is_leader and p.registration.has_leader
+        }
+        for leader_id in leaders:
+            task = self._fetchers.get(leader_id)
+            if task is None or task.done():
+                self._fetchers[leader_id] = asyncio.create_task(self._fetch_from(leader_id))
+
+    async def _fetch_from(self, leader_id: int) -> None:
+        """Replicate the partitions ``leader_id`` leads into this broker's logs, by pull."""
+        channel: grpc.aio.Channel | None = None
+        address = ""
+        try:
+            while True:
+                followed = {
+                    (p.topic_partition.topic, p.topic_partition.partition): p
+                    for p in self.partitions
+                    if not p.is_leader and p.registration.leader == leader_id
+                }
+                if not followed or self._stopping:
+                    return
+                broker = self.partitions.image.broker(leader_id)
+                wanted = (
+                    f"{broker.listeners[0].host}:{broker.listeners[0].port}"
+                    if broker is not None and broker.listeners
+                    else ""
                 )
-        return response
+                if not wanted:
+                    await asyncio.sleep(self.settings.replica_fetch_backoff_ms / 1000)
+                    continue
+                if wanted != address or channel is None:
+                    if channel is not None:
+                        await channel.close()
+                    address, channel = wanted, grpc.aio.insecure_channel(wanted)
+                request = self._follower_fetch_request(followed.values())
+                try:
+                    reply = await broker_pb2_grpc.BrokerStub(channel).Fetch(
+                        request, timeout=self.settings.replica_fetch_max_wait_ms / 1000 + 30
+                    )
+                except grpc.aio.AioRpcError as e:
+                    log.debug("broker %d: fetch from %d failed: %s", self.node_id, leader_id, e)
+                    await asyncio.sleep(self.settings.replica_fetch_backoff_ms / 1000)
+                    continue
+                if not await self._apply_fetched(reply, followed):
+                    await asyncio.sleep(self.settings.replica_fetch_backoff_ms / 1000)
+        finally:
+            if channel is not None:
+                await channel.close()
+
+    def _follower_fetch_request(self, followed: Iterable[Partition]) -> pb.FetchRequest:
+        settings = self.settings
+        request = pb.FetchRequest(
+            replica_id=self.node_id,
+            replica_epoch=self.broker_epoch,
+            max_wait_ms=settings.replica_fetch_max_wait_ms,
+            min_bytes=1,
+            max_bytes=settings.replica_fetch_response_max_bytes,
+        )
+        topics: dict[str, pb.FetchTopic] = {}
+        for partition in followed:
+            tp = partition.topic_partition
+            topic = topics.get(tp.topic)
+            if topic is None:
+                topic = topics[tp.topic] = request.topics.add(topic=tp.topic)
+            latest = partition.log.leader_epoch_cache.latest_epoch
+            topic.partitions.add(
+                partition=tp.partition,
+                current_leader_epoch=partition.leader_epoch,
+                fetch_offset=partition.log.log_end_offset,
+                last_fetched_epoch=-1 if latest is None else latest,
+                log_start_offset=partition.log.log_start_offset,
+                partition_max_bytes=settings.replica_fetch_max_bytes,
+            )
+        return request
+
+    async def _apply_fetched(
+        self, reply: pb.FetchResponse, followed: dict[tuple[str, int], Partition]
+    ) -> bool:
+        """Append what the leader sent (or truncate where the logs diverged); False if no
+        partition made progress (then the fetcher backs off)."""
+        progress = False
+        for topic in reply.topics:
+            for answer in topic.partitions:
+                partition = followed.get((topic.topic, answer.partition))
+                if partition is None or partition.is_leader:
+                    continue
+                if answer.error != ErrorCode.NONE:
+                    log.debug(
+                        "broker %d: %s: %s from the leader",
+                        self.node_id,
+                        partition.topic_partition,
+                        ErrorCode.Name(answer.error),
+                    )
+                    continue
+                log_ = partition.log
+                if answer.HasField("diverging_epoch"):
+                    decision = truncation_offset(
+                        EpochEndOffset(
+                            answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset
+                        ),
+                        log_.log_end_offset,
+                        log_.latest_epoch_end_offset,
+                    )
+                    await self.log_manager.truncate_to(partition.topic_partition, decision.offset)
+                    log.info(
+                        "broker %d: %s truncated to %d (diverging epoch %d)",
+                        self.node_id,
+                        partition.topic_partition,
+                        decision.offset,
+                        answer.diverging_epoch.epoch,
+                    )
+                    progress = True
+                    continue
+                if answer.records:
+                    try:
+                        log_.append_as_follower(answer.records)
+                    except HighwaterError as e:
+                        log.error(
+                            "broker %d: %s: cannot append the fetched records: %s",
+                            self.node_id,
+                            partition.topic_partition,
+                            e,
+                        )
+                        continue
+                    progress = True
+                log_.update_high_watermark(min(answer.high_watermark, log_.log_end_offset))
+        self._notify()
+        return progress
 
     # --- offsets and metadata -------------------------------------------------------------
 

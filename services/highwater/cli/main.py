@@ -11,6 +11,7 @@ import logging
 import click
 
 from highwater import __version__
+from highwater.cli.broker import broker
 from highwater.cli.controller import controller
 from highwater.cli.dump_log import dump_log
 from highwater.cli.observer import observer
@@ -73,6 +74,7 @@ def main(log_level: str) -> None:
 # -- subcommands: one line per module under highwater/cli/ ---------------------------------
 main.add_command(dump_log)
 main.add_command(controller)
+main.add_command(broker)
 main.add_command(observer)
 main.add_command(quorum)
 main.add_command(server)

@@ -13,12 +13,12 @@ observers of DescribeQuorum. It never votes and never counts toward the commit.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.state_machine import ImageListener, MetadataStateMachine
-from highwater.raft.service import RaftServer, RaftServerSettings
+from highwater.raft.service import GrpcService, RaftServer, RaftServerSettings
 
 __all__ = ["MetadataObserver"]
 
@@ -37,7 +37,9 @@ class MetadataObserver:
         listen: str = "127.0.0.1:0",
         cluster_id: str | None = None,
         settings: RaftServerSettings | None = None,
+        services: Sequence[GrpcService] = (),
     ) -> None:
+        """``services``: more gRPC services to serve on ``listen`` (a broker's)."""
         if node_id in voters:
             raise ValueError(f"node {node_id} is a voter: an observer needs an id of its own")
         self._machine = MetadataStateMachine()
@@ -51,6 +53,7 @@ class MetadataObserver:
             state_machine=self._machine,
             cluster_id=cluster_id,
             settings=settings,
+            services=services,
         )
 
     @property

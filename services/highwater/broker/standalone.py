@@ -1,0 +1,122 @@
+"""``StandaloneBroker``: a broker process of its own (``highwater broker``).
+
+It follows the metadata quorum as an observer
+(:class:`~highwater.metadata.observer.MetadataObserver`, its metadata log under
+``<data dir>/metadata``) and serves ``highwater.v1.Broker`` on the observer's gRPC port,
+with its partition logs under ``<data dir>/logs``. The quorum's voters are learned from
+the controllers given (DescribeQuorum names every voter and its address), so a broker
+needs only their addresses, as Kafka's ``controller.quorum.bootstrap.servers`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+import grpc.aio
+
+from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer, BrokerSettings
+from highwater.errors import HighwaterError
+from highwater.metadata.observer import MetadataObserver
+from highwater.raft.service import GrpcService
+from highwater.v1 import raft_pb2, raft_pb2_grpc
+
+__all__ = ["QuorumUnreachableError", "StandaloneBroker", "discover_voters"]
+
+
+class QuorumUnreachableError(HighwaterError):
+    """None of the controllers given answered DescribeQuorum with the voters."""
+
+
+async def discover_voters(controllers: Sequence[str], timeout_s: float = 30) -> dict[int, str]:
+    """The quorum's voters (id -> address), from the first controller that names them."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    problems: list[str] = []
+    while True:
+        for address in controllers:
+            try:
+                async with grpc.aio.insecure_channel(address) as channel:
+                    reply = await raft_pb2_grpc.RaftStub(channel).DescribeQuorum(
+                        raft_pb2.DescribeQuorumRequest(), timeout=2
+                    )
+            except grpc.aio.AioRpcError as e:
+                problems.append(f"{address}: {e.code().name}")
+                continue
+            if reply.nodes:
+                return {node.node_id: node.address for node in reply.nodes}
+            problems.append(f"{address}: no voters named")
+        if asyncio.get_running_loop().time() >= deadline:
+            raise QuorumUnreachableError(
+                f"no controller named the quorum's voters ({'; '.join(problems[-3:])})"
+            )
+        await asyncio.sleep(0.2)
+
+
+class StandaloneBroker:
+    """A broker with its own metadata observer (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        listen: str,
+        controllers: Sequence[str],
+        data_dir: Path,
+        settings: BrokerSettings | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.listen = listen
+        self.controllers = list(controllers)
+        self.data_dir = Path(data_dir)
+        self.settings = settings
+        self.observer: MetadataObserver | None = None
+        self.broker: BrokerServer | None = None
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self.observer.failure if self.observer is not None else None
+
+    async def start(self) -> None:
+        voters = await discover_voters(self.controllers)
+        broker_service = GrpcService(
+            BROKER_SERVICE_NAME, lambda server: self._require_broker().add_servicer(server)
+        )
+        self.observer = MetadataObserver(
+            node_id=self.node_id,
+            voters=voters,
+            data_dir=self.data_dir / "metadata",
+            listen=self.listen,
+            services=[broker_service],
+        )
+        self.broker = BrokerServer(
+            node_id=self.node_id,
+            advertised=self.listen,
+            data_dir=self.data_dir / "logs",
+            controllers=self.controllers,
+            metadata=self.observer,
+            settings=self.settings,
+        )
+        await self.observer.start()
+        try:
+            await self.broker.start()
+        except BaseException:
+            await self.observer.stop()
+            raise
+
+    async def stop(self) -> None:
+        try:
+            if self.broker is not None:
+                await self.broker.stop()
+        finally:
+            if self.observer is not None:
+                await self.observer.stop()
+
+    async def wait_stopped(self) -> None:
+        if self.observer is not None:
+            await self.observer.wait_stopped()
+
+    def _require_broker(self) -> BrokerServer:
+        if self.broker is None:
+            raise RuntimeError("the broker has not started")
+        return self.broker

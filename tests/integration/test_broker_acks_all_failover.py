@@ -1,0 +1,238 @@
+"""Three ``highwater broker`` processes and a controller: records replicate by pull, and a
+leader killed with -9 loses nothing that was acknowledged with acks=all.
+
+The story: a topic with replication factor 3 and ``min.insync.replicas=2``; records are
+produced with acks=all to the partition leader, the followers fetch them, every replica
+holds them. The leader is killed with SIGKILL; the controller fences it once its session
+expires and elects a new leader from the ISR; every acknowledged record is read from the
+new leader, and acks=all writes go on with the two brokers left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import grpc.aio
+import pytest
+from highwater.controller import messages as m
+from highwater.controller.client import ControllerClient
+from highwater.storage.records import iter_batches
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1 import broker_pb2_grpc
+from highwater.v1.common_pb2 import ErrorCode
+from quorum_processes import Controller, free_ports
+
+pytestmark = pytest.mark.timeout(240)
+
+TOPIC = "replicated"
+BROKERS = (11, 12, 13)
+
+
+@dataclass
+class Broker:
+    node_id: int
+    port: int
+    controllers: str
+    data_dir: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in reap()
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "highwater",
+                "--log-level",
+                "INFO",
+                "broker",
+                "--node-id",
+                str(self.node_id),
+                "--listen",
+                self.address,
+                "--controllers",
+                self.controllers,
+                "--data-dir",
+                str(self.data_dir),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.reap()
+
+    def reap(self) -> None:
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait(10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+@dataclass
+class Cluster:
+    controller: Controller
+    brokers: dict[int, Broker]
+
+    def stop_all(self) -> None:
+        for broker in self.brokers.values():
+            broker.kill()
+        self.controller.kill()
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    ports = free_ports(1 + len(BROKERS))
+    controller = Controller(
+        1,
+        ports[0],
+        f"1@127.0.0.1:{ports[0]}",
+        tmp_path / "controller",
+        tmp_path / "controller.log",
+    )
+    brokers = {
+        node_id: Broker(
+            node_id,
+            port,
+            controller.address,
+            tmp_path / f"broker-{node_id}",
+            tmp_path / f"broker-{node_id}.log",
+        )
+        for node_id, port in zip(BROKERS, ports[1:], strict=True)
+    }
+    running = Cluster(controller, brokers)
+    controller.start()
+    for broker in brokers.values():
+        broker.start()
+    try:
+        yield running
+    finally:
+        running.stop_all()
+
+
+async def metadata(address: str) -> pb.MetadataResponse | None:
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            return await broker_pb2_grpc.BrokerStub(channel).Metadata(
+                pb.MetadataRequest(topics=[TOPIC]), timeout=2
+            )
+    except grpc.aio.AioRpcError:
+        return None
+
+
+async def partition_state(
+    cluster: Cluster, *, not_led_by: int | None = None, timeout_s: float = 60
+) -> pb.PartitionMetadata:
+    """Partition 0 as a live broker sees it, once it has a leader (other than one)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for broker in cluster.brokers.values():
+            if broker.process is None or broker.process.poll() is not None:
+                continue
+            reply = await metadata(broker.address)
+            if reply is None or not reply.topics or not reply.topics[0].partitions:
+                continue
+            state = reply.topics[0].partitions[0]
+            if state.error == ErrorCode.NONE and state.leader_id not in (-1, not_led_by):
+                return state
+        await asyncio.sleep(0.1)
+    raise AssertionError("the partition got no leader in time")
+
+
+async def produce(address: str, values: list[bytes]) -> pb.ProducePartitionResponse:
+    request = pb.ProduceRequest(acks=-1, timeout_ms=10_000)
+    plain = request.topics.add(topic=TOPIC).partitions.add(partition=0).records
+    for value in values:
+        plain.records.add(value=value)
+    async with grpc.aio.insecure_channel(address) as channel:
+        reply = await broker_pb2_grpc.BrokerStub(channel).Produce(request, timeout=15)
+    return reply.topics[0].partitions[0]
+
+
+async def read_all(address: str, *, replica_id: int = -1) -> tuple[list[bytes], int]:
+    """Every record up to the high watermark (a consumer), and the high watermark."""
+    values: list[bytes] = []
+    offset = 0
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        while True:
+            request = pb.FetchRequest(
+                replica_id=replica_id, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20
+            )
+            request.topics.add(topic=TOPIC).partitions.add(
+                partition=0,
+                current_leader_epoch=-1,
+                fetch_offset=offset,
+                partition_max_bytes=1 << 20,
+            )
+            answer = (await stub.Fetch(request, timeout=5)).topics[0].partitions[0]
+            assert answer.error == ErrorCode.NONE, answer
+            if not answer.records:
+                return values, answer.high_watermark
+            for batch in iter_batches(answer.records):
+                for record in batch.records():
+                    if record.offset >= offset and record.value is not None:
+                        values.append(record.value)
+                offset = batch.next_offset
+
+
+async def test_acks_all_records_replicate_and_survive_a_killed_leader(cluster: Cluster) -> None:
+    async with ControllerClient([cluster.controller.address], timeout_s=60) as admin:
+        async with asyncio.timeout(60):
+            while True:
+                reply = await admin.create_topics(
+                    m.CreateTopicsRequest(
+                        (m.CreatableTopic(TOPIC, 1, 3, configs={"min.insync.replicas": "2"}),)
+                    )
+                )
+                error = reply.topics[0].error
+                if error in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+                    break
+                await asyncio.sleep(0.2)  # brokers still registering
+    state = await partition_state(cluster)
+    assert sorted(state.replicas) == sorted(BROKERS)
+    leader = cluster.brokers[state.leader_id]
+
+    acknowledged: list[bytes] = []
+    for round_number in range(5):
+        values = [f"r{round_number}-{i}".encode() for i in range(20)]
+        answer = await produce(leader.address, values)
+        assert answer.error == ErrorCode.NONE, answer
+        acknowledged += values
+    seen, high_watermark = await read_all(leader.address)
+    assert seen == acknowledged and high_watermark == len(acknowledged)
+
+    leader.kill()
+    new_state = await partition_state(cluster, not_led_by=leader.node_id, timeout_s=90)
+    new_leader = cluster.brokers[new_state.leader_id]
+    assert leader.node_id not in new_state.isr
+    seen, _ = await read_all(new_leader.address)
+    assert seen[: len(acknowledged)] == acknowledged, "an acknowledged record was lost"
+
+    more = [b"after-failover-1", b"after-failover-2"]
+    answer = await produce(new_leader.address, more)
+    assert answer.error == ErrorCode.NONE, answer
+    seen, _ = await read_all(new_leader.address)
+    assert seen == acknowledged + more
