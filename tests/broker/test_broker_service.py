@@ -17,9 +17,11 @@ from pathlib import Path
 
 import grpc.aio
 import pytest
+from highwater.broker.service import BrokerSettings
 from highwater.controller import messages as m
 from highwater.controller.client import ControllerClient
 from highwater.embedded import EmbeddedServer
+from highwater.storage.log_manager import LogManagerSettings
 from highwater.storage.records import SimpleRecord, build_batch, iter_batches
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
@@ -312,3 +314,36 @@ def test_highwater_server_demo_runs_and_stops_on_sigterm(tmp_path: Path) -> None
             process.wait()
         if process.stdout is not None:
             process.stdout.close()
+
+
+async def test_retention_runs_in_the_background_per_topic_config(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    settings = BrokerSettings(log=LogManagerSettings(log_retention_check_interval_ms=50))
+    server = EmbeddedServer(listen=address, data_dir=tmp_path, broker_settings=settings)
+    await server.start()
+    await server.broker.wait_unfenced()
+    try:
+        async with (
+            grpc.aio.insecure_channel(address) as channel,
+            ControllerClient([address]) as admin,
+        ):
+            cluster = Cluster(server, broker_pb2_grpc.BrokerStub(channel), admin)
+            # Small segments, and at most ~1 KiB kept: old segments must go.
+            await cluster.create_topic(
+                "short-lived",
+                **{"segment.bytes": "512", "retention.bytes": "1024", "file.delete.delay.ms": "0"},
+            )
+            for number in range(40):
+                await cluster.produce("short-lived", [b"x" * 100 + str(number).encode()])
+            for _ in range(200):
+                earliest = await cluster.list_offset("short-lived", -2)
+                if earliest.offset > 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert earliest.offset > 0, "retention deleted no segment"
+            fetched = await cluster.fetch("short-lived", earliest.offset)
+            assert fetched.error == ErrorCode.NONE and fetched.records
+            gone = await cluster.fetch("short-lived", 0)
+            assert gone.error == ErrorCode.OFFSET_OUT_OF_RANGE
+    finally:
+        await server.stop()

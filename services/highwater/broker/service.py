@@ -10,8 +10,10 @@ data directory and follows the cluster metadata through an image source — the
 Lifecycle (KIP-631): ``start`` opens the data directory, registers with the active
 controller (an incarnation id per process) and heartbeats every
 ``broker.heartbeat.interval.ms`` with the offset of the metadata it has applied; the
-controller unfences it once it has caught up. ``stop`` asks for a controlled shutdown
-(the controller moves leadership away first), then closes the logs.
+controller unfences it once it has caught up. The data directory's upkeep runs in the
+background (retention, compaction, flushes and checkpoints per topic config:
+:meth:`LogManager.run_background`). ``stop`` asks for a controlled shutdown (the
+controller moves leadership away first), then closes the logs.
 
 Requests: Produce (acks 0, 1 and all; plain records are encoded as one batch), Fetch (a
 long poll on ``max_wait_ms`` / ``min_bytes``, reads up to the high watermark),
@@ -29,7 +31,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
 
@@ -44,7 +46,7 @@ from highwater.errors import HighwaterError
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import BrokerEndpoint
 from highwater.raft.service import parse_endpoint
-from highwater.storage.log_manager import LogManager
+from highwater.storage.log_manager import LogManager, LogManagerSettings
 from highwater.storage.records import SimpleRecord, build_batch
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
@@ -94,6 +96,8 @@ class BrokerSettings:
     """``replica.fetch.backoff.ms``: the wait after a failed fetch."""
     alter_partition_retry_backoff_ms: int = 100
     """The wait before an ISR change the controller refused for now is sent again."""
+    log: LogManagerSettings = field(default_factory=LogManagerSettings)
+    """Retention, compaction, flush and checkpoint intervals of the data directory."""
 
 
 class BrokerServer:
@@ -113,7 +117,7 @@ class BrokerServer:
         self.node_id = node_id
         self.advertised = advertised
         self.settings = settings or BrokerSettings()
-        self.log_manager = LogManager(data_dir)
+        self.log_manager = LogManager(data_dir, settings=self.settings.log)
         self.partitions = PartitionManager(
             node_id,
             self.log_manager,
@@ -130,6 +134,7 @@ class BrokerServer:
         self._fetchers: dict[int, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._shrinker: asyncio.Task[None] | None = None
+        self._upkeep: asyncio.Task[None] | None = None
         self._stopping = False
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -158,6 +163,7 @@ class BrokerServer:
         self.broker_epoch = reply.broker_epoch
         self._heartbeats = asyncio.create_task(self._heartbeat_forever())
         self._shrinker = asyncio.create_task(self._shrink_isr_forever())
+        self._upkeep = asyncio.create_task(self.log_manager.run_background())
         self._ensure_fetchers()
         log.info("broker %d registered with epoch %d", self.node_id, self.broker_epoch)
 
@@ -174,8 +180,7 @@ class BrokerServer:
                     await self._controlled_shutdown()
         self._stopping = True
         tasks = [*self._fetchers.values(), *self._tasks]
-        if self._shrinker is not None:
-            tasks.append(self._shrinker)
+        tasks += [t for t in (self._shrinker, self._upkeep) if t is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
