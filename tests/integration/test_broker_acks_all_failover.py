@@ -236,3 +236,50 @@ async def test_acks_all_records_replicate_and_survive_a_killed_leader(cluster: C
     assert answer.error == ErrorCode.NONE, answer
     seen, _ = await read_all(new_leader.address)
     assert seen == acknowledged + more
+
+
+async def create_topic(cluster: Cluster) -> None:
+    async with ControllerClient([cluster.controller.address], timeout_s=60) as admin:
+        async with asyncio.timeout(60):
+            while True:
+                reply = await admin.create_topics(
+                    m.CreateTopicsRequest(
+                        (m.CreatableTopic(TOPIC, 1, 3, configs={"min.insync.replicas": "2"}),)
+                    )
+                )
+                if reply.topics[0].error in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+                    return
+                await asyncio.sleep(0.2)  # brokers still registering
+
+
+async def test_a_controlled_shutdown_moves_leadership_first_and_a_restart_catches_up(
+    cluster: Cluster,
+) -> None:
+    await create_topic(cluster)
+    state = await partition_state(cluster)
+    leader = cluster.brokers[state.leader_id]
+    first = [f"before-{i}".encode() for i in range(30)]
+    assert (await produce(leader.address, first)).error == ErrorCode.NONE
+
+    assert leader.process is not None
+    started = time.monotonic()
+    leader.process.send_signal(signal.SIGTERM)
+    # Leadership moves while the broker shuts down: no session has to expire.
+    moved = await partition_state(cluster, not_led_by=leader.node_id, timeout_s=30)
+    assert time.monotonic() - started < 8, "leadership waited for the session timeout"
+    assert leader.process.wait(30) == 0
+    leader.reap()
+    new_leader = cluster.brokers[moved.leader_id]
+    second = [f"while-down-{i}".encode() for i in range(30)]
+    assert (await produce(new_leader.address, second)).error == ErrorCode.NONE
+
+    # The stopped broker comes back, catches up by fetching and rejoins the ISR.
+    leader.start()
+    async with asyncio.timeout(60):
+        while True:
+            current = await partition_state(cluster)
+            if leader.node_id in current.isr:
+                break
+            await asyncio.sleep(0.2)
+    seen, _ = await read_all(cluster.brokers[current.leader_id].address)
+    assert seen == first + second

@@ -137,6 +137,21 @@ class Partition:
             )
         self._sync_high_watermark()
 
+    def update_eligibility(self, image: MetadataImage) -> None:
+        """Followers that are fenced or shutting down may not join the ISR (the controller
+        would refuse them with INELIGIBLE_REPLICA): tell the leader state which."""
+        state = self.leader_state
+        if state is None:
+            return
+        ineligible = frozenset(
+            replica
+            for replica in self.registration.replicas
+            if replica != self.broker_id and not image.is_active_broker(replica)
+        )
+        if ineligible != state.ineligible_replicas:
+            state.update_ineligible_replicas(ineligible, self.clock())
+            self._sync_high_watermark()
+
     def _leader(self, current_leader_epoch: int) -> LeaderReplicationState:
         self.check_leader(current_leader_epoch)
         assert self.leader_state is not None
@@ -321,6 +336,7 @@ class PartitionManager:
                 if existing is not None:
                     if existing.registration != registration:
                         existing.update(registration)
+                    existing.update_eligibility(image)
                     continue
                 if config is None:
                     config = image.log_config(topic.name, self.log_manager.default_config)
@@ -334,6 +350,7 @@ class PartitionManager:
                     replica_lag_time_max_ms=self.replica_lag_time_max_ms,
                 )
                 created.update(registration)
+                created.update_eligibility(image)
                 self._partitions[tp] = created
                 log.info(
                     "broker %d: %s as %s in leader epoch %d",
