@@ -283,3 +283,34 @@ async def test_a_controlled_shutdown_moves_leadership_first_and_a_restart_catche
             await asyncio.sleep(0.2)
     seen, _ = await read_all(cluster.brokers[current.leader_id].address)
     assert seen == first + second
+
+
+async def test_a_restarted_follower_keeps_what_was_acknowledged_when_the_leader_then_dies(
+    cluster: Cluster,
+) -> None:
+    """The seed's first story: a follower restarts while its high watermark lags its log;
+    truncating to that high watermark would drop acknowledged records, and when the
+    leader then dies they would be gone. Truncation goes by leader epoch instead."""
+    await create_topic(cluster)
+    state = await partition_state(cluster)
+    leader = cluster.brokers[state.leader_id]
+    acknowledged = [f"acked-{i}".encode() for i in range(40)]
+    for chunk in range(0, len(acknowledged), 10):
+        answer = await produce(leader.address, acknowledged[chunk : chunk + 10])
+        assert answer.error == ErrorCode.NONE, answer
+    # Every follower restarts, hard, with whatever high watermark it had last.
+    for follower_id in [b for b in BROKERS if b != leader.node_id]:
+        follower = cluster.brokers[follower_id]
+        follower.kill()
+        follower.start()
+    async with asyncio.timeout(90):
+        # The old incarnations' sessions expire: the controller fences them and takes them
+        # out of the ISR; the new ones register, catch up by fetching, and are let back in.
+        while len((await partition_state(cluster)).isr) == len(BROKERS):
+            await asyncio.sleep(0.2)
+        while set((await partition_state(cluster)).isr) != set(BROKERS):
+            await asyncio.sleep(0.2)
+    leader.kill()
+    new_state = await partition_state(cluster, not_led_by=leader.node_id, timeout_s=90)
+    seen, _ = await read_all(cluster.brokers[new_state.leader_id].address)
+    assert seen[: len(acknowledged)] == acknowledged, "an acknowledged record was lost"

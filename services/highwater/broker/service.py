@@ -94,6 +94,8 @@ class BrokerSettings:
     """``replica.fetch.response.max.bytes``."""
     replica_fetch_backoff_ms: int = 100
     """``replica.fetch.backoff.ms``: the wait after a failed fetch."""
+    registration_retry_backoff_ms: int = 500
+    """The wait between registrations while a previous incarnation's session lasts."""
     alter_partition_retry_backoff_ms: int = 100
     """The wait before an ISR change the controller refused for now is sent again."""
     log: LogManagerSettings = field(default_factory=LogManagerSettings)
@@ -148,24 +150,42 @@ class BrokerServer:
         await asyncio.to_thread(self.log_manager.startup, node_id=self.node_id)
         self._metadata.add_listener(self._on_image)
         self._on_image(self._metadata.image)
-        host, port = parse_endpoint(self.advertised)
-        reply = await self._controller.register_broker(
-            m.RegisterBrokerRequest(
-                broker_id=self.node_id,
-                incarnation_id=self._incarnation_id,
-                listeners=(BrokerEndpoint("PLAINTEXT", host, port),),
-                rack=self.settings.rack,
-                previous_broker_epoch=self.log_manager.previous_broker_epoch,
-            )
-        )
-        if reply.error != ErrorCode.NONE:
-            raise HighwaterError(f"broker {self.node_id} could not register: {reply}")
-        self.broker_epoch = reply.broker_epoch
+        self.broker_epoch = await self._register()
         self._heartbeats = asyncio.create_task(self._heartbeat_forever())
         self._shrinker = asyncio.create_task(self._shrink_isr_forever())
         self._upkeep = asyncio.create_task(self.log_manager.run_background())
         self._ensure_fetchers()
         log.info("broker %d registered with epoch %d", self.node_id, self.broker_epoch)
+
+    async def _register(self) -> int:
+        """Register this incarnation; the broker epoch. A previous incarnation that did not
+        shut down cleanly holds the id until its session expires: wait for that, as
+        Kafka's brokers do."""
+        host, port = parse_endpoint(self.advertised)
+        request = m.RegisterBrokerRequest(
+            broker_id=self.node_id,
+            incarnation_id=self._incarnation_id,
+            listeners=(BrokerEndpoint("PLAINTEXT", host, port),),
+            rack=self.settings.rack,
+            previous_broker_epoch=self.log_manager.previous_broker_epoch,
+        )
+        waited = False
+        while True:
+            reply = await self._controller.register_broker(request)
+            if reply.error == ErrorCode.NONE:
+                return reply.broker_epoch
+            if reply.error != ErrorCode.DUPLICATE_BROKER_REGISTRATION:
+                raise HighwaterError(
+                    f"broker {self.node_id} could not register: {reply.error_message}"
+                )
+            if not waited:
+                log.info(
+                    "broker %d: the previous incarnation's session has not expired yet; "
+                    "registering again until it has",
+                    self.node_id,
+                )
+                waited = True
+            await asyncio.sleep(self.settings.registration_retry_backoff_ms / 1000)
 
     async def wait_unfenced(self, timeout_s: float = 30) -> None:
         async with asyncio.timeout(timeout_s):
