@@ -17,6 +17,7 @@ from highwater.cli.dump_log import dump_log
 from highwater.cli.observer import observer
 from highwater.cli.quorum import quorum
 from highwater.cli.server import server
+from highwater.cli.topics import topics
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -78,3 +79,4 @@ main.add_command(broker)
 main.add_command(observer)
 main.add_command(quorum)
 main.add_command(server)
+main.add_command(topics)
