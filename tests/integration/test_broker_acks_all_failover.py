@@ -23,8 +23,7 @@ from typing import IO
 
 import grpc.aio
 import pytest
-from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient
+from highwater.client.admin import AdminClient, AdminError, NewTopic, TopicExistsError
 from highwater.storage.records import iter_batches
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
@@ -199,18 +198,7 @@ async def read_all(address: str, *, replica_id: int = -1) -> tuple[list[bytes], 
 
 
 async def test_acks_all_records_replicate_and_survive_a_killed_leader(cluster: Cluster) -> None:
-    async with ControllerClient([cluster.controller.address], timeout_s=60) as admin:
-        async with asyncio.timeout(60):
-            while True:
-                reply = await admin.create_topics(
-                    m.CreateTopicsRequest(
-                        (m.CreatableTopic(TOPIC, 1, 3, configs={"min.insync.replicas": "2"}),)
-                    )
-                )
-                error = reply.topics[0].error
-                if error in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
-                    break
-                await asyncio.sleep(0.2)  # brokers still registering
+    await create_topic(cluster)
     state = await partition_state(cluster)
     assert sorted(state.replicas) == sorted(BROKERS)
     leader = cluster.brokers[state.leader_id]
@@ -239,17 +227,22 @@ async def test_acks_all_records_replicate_and_survive_a_killed_leader(cluster: C
 
 
 async def create_topic(cluster: Cluster) -> None:
-    async with ControllerClient([cluster.controller.address], timeout_s=60) as admin:
-        async with asyncio.timeout(60):
-            while True:
-                reply = await admin.create_topics(
-                    m.CreateTopicsRequest(
-                        (m.CreatableTopic(TOPIC, 1, 3, configs={"min.insync.replicas": "2"}),)
+    """Through a broker: it forwards the admin call to the active controller."""
+    address = next(iter(cluster.brokers.values())).address
+    async with asyncio.timeout(60):
+        while True:
+            try:
+                async with AdminClient(address, request_timeout_s=5) as admin:
+                    results = await admin.create_topics(
+                        [NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})]
                     )
-                )
-                if reply.topics[0].error in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
-                    return
-                await asyncio.sleep(0.2)  # brokers still registering
+            except AdminError:
+                await asyncio.sleep(0.2)  # the broker is still starting
+                continue
+            error = results[TOPIC].error
+            if error is None or isinstance(error, TopicExistsError):
+                return
+            await asyncio.sleep(0.2)  # brokers still registering
 
 
 async def test_a_controlled_shutdown_moves_leadership_first_and_a_restart_catches_up(

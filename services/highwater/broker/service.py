@@ -126,7 +126,7 @@ class BrokerServer:
             replica_lag_time_max_ms=self.settings.replica_lag_time_max_ms,
         )
         self._metadata = metadata
-        self._controller = ControllerClient(list(controllers), timeout_s=30)
+        self.controller = ControllerClient(list(controllers), timeout_s=30)
         self._incarnation_id = str(uuid.uuid4())
         self.broker_epoch = -1
         self.is_fenced = True
@@ -171,7 +171,7 @@ class BrokerServer:
         )
         waited = False
         while True:
-            reply = await self._controller.register_broker(request)
+            reply = await self.controller.register_broker(request)
             if reply.error == ErrorCode.NONE:
                 return reply.broker_epoch
             if reply.error != ErrorCode.DUPLICATE_BROKER_REGISTRATION:
@@ -211,12 +211,12 @@ class BrokerServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heartbeats
             self._heartbeats = None
-        await self._controller.close()
+        await self.controller.close()
         await asyncio.to_thread(self.log_manager.shutdown, broker_epoch=self.broker_epoch)
 
     async def _controlled_shutdown(self) -> None:
         while True:
-            reply = await self._controller.broker_heartbeat(
+            reply = await self.controller.broker_heartbeat(
                 m.BrokerHeartbeatRequest(
                     self.node_id, self.broker_epoch, self._metadata_offset(), want_shutdown=True
                 )
@@ -228,7 +228,7 @@ class BrokerServer:
     async def _heartbeat_forever(self) -> None:
         while True:
             try:
-                reply = await self._controller.broker_heartbeat(
+                reply = await self.controller.broker_heartbeat(
                     m.BrokerHeartbeatRequest(
                         self.node_id, self.broker_epoch, self._metadata_offset()
                     )
@@ -417,7 +417,7 @@ class BrokerServer:
             tuple(proposal.new_isr),
         )
         try:
-            reply = await self._controller.alter_partition(
+            reply = await self.controller.alter_partition(
                 m.AlterPartitionRequest(self.node_id, self.broker_epoch, (item,))
             )
         except HighwaterError as e:
@@ -703,7 +703,7 @@ class BrokerServer:
             return pb.InitProducerIdResponse(producer_id=request.producer_id, producer_epoch=epoch)
         next_id, end = self._producer_ids
         if next_id >= end:
-            reply = await self._controller.allocate_producer_ids(
+            reply = await self.controller.allocate_producer_ids(
                 m.AllocateProducerIdsRequest(self.node_id, self.broker_epoch)
             )
             if reply.error != ErrorCode.NONE:

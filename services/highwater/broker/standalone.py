@@ -3,7 +3,8 @@
 It follows the metadata quorum as an observer
 (:class:`~highwater.metadata.observer.MetadataObserver`, its metadata log under
 ``<data dir>/metadata``) and serves ``highwater.v1.Broker`` on the observer's gRPC port,
-with its partition logs under ``<data dir>/logs``. The quorum's voters are learned from
+with its partition logs under ``<data dir>/logs``, and forwards admin calls to the active
+controller (:mod:`highwater.broker.forwarding`). The quorum's voters are learned from
 the controllers given (DescribeQuorum names every voter and its address), so a broker
 needs only their addresses, as Kafka's ``controller.quorum.bootstrap.servers`` does.
 """
@@ -16,7 +17,9 @@ from pathlib import Path
 
 import grpc.aio
 
+from highwater.broker.forwarding import add_forwarding_servicer
 from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer, BrokerSettings
+from highwater.controller.codec import CONTROLLER_SERVICE_NAME
 from highwater.errors import HighwaterError
 from highwater.metadata.observer import MetadataObserver
 from highwater.raft.service import GrpcService
@@ -82,12 +85,16 @@ class StandaloneBroker:
         broker_service = GrpcService(
             BROKER_SERVICE_NAME, lambda server: self._require_broker().add_servicer(server)
         )
+        admin_service = GrpcService(
+            CONTROLLER_SERVICE_NAME,
+            lambda server: add_forwarding_servicer(server, self._require_broker().controller),
+        )
         self.observer = MetadataObserver(
             node_id=self.node_id,
             voters=voters,
             data_dir=self.data_dir / "metadata",
             listen=self.listen,
-            services=[broker_service],
+            services=[broker_service, admin_service],
         )
         self.broker = BrokerServer(
             node_id=self.node_id,
