@@ -1,0 +1,294 @@
+"""The client's view of the cluster: brokers, topic partitions and their leaders, from Metadata.
+
+A :class:`ClusterMetadata` starts from bootstrap addresses (``HOST:PORT``), asks any reachable
+broker for ``Metadata`` and keeps what it answered: the brokers (node id -> ``host:port``) and,
+per topic, the partition count and each partition's leader id and leader epoch. It opens one
+``grpc.aio`` channel per broker address and reuses it for every request to that broker.
+
+Requests that answer ``NOT_LEADER_OR_FOLLOWER``, ``FENCED_LEADER_EPOCH``,
+``UNKNOWN_TOPIC_OR_PARTITION`` or ``LEADER_NOT_AVAILABLE`` make the cached leader stale:
+:meth:`ClusterMetadata.handle_error` forgets it, and the next :meth:`ClusterMetadata.refresh`
+asks again (Kafka's ``Metadata.requestUpdate``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import grpc
+import grpc.aio
+
+from highwater.errors import HighwaterError
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1 import broker_pb2_grpc
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = [
+    "INVALIDATING_ERRORS",
+    "BrokerNotAvailableError",
+    "ClusterError",
+    "ClusterMetadata",
+    "LeaderNotAvailableError",
+    "PartitionInfo",
+    "TopicInfo",
+    "UnknownTopicOrPartitionError",
+    "parse_bootstrap_servers",
+]
+
+#: Partition error codes after which the client's leader for that partition is stale.
+INVALIDATING_ERRORS: frozenset[int] = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    }
+)
+
+
+class ClusterError(HighwaterError):
+    """Base of the errors the client raises about the cluster's metadata and brokers."""
+
+
+class BrokerNotAvailableError(ClusterError):
+    """No broker (bootstrap or known) answered a request."""
+
+    code = ErrorCode.BROKER_NOT_AVAILABLE
+
+
+class UnknownTopicOrPartitionError(ClusterError):
+    """The cluster does not have the topic, or the topic does not have the partition."""
+
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class LeaderNotAvailableError(ClusterError):
+    """The partition exists but has no leader the client can reach right now."""
+
+    code = ErrorCode.LEADER_NOT_AVAILABLE
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition as Metadata described it: its leader (-1: none) and leader epoch."""
+
+    partition: int
+    leader_id: int
+    leader_epoch: int
+    error: int = ErrorCode.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """One topic as Metadata described it: its partitions, by index."""
+
+    name: str
+    partitions: tuple[PartitionInfo, ...]
+
+    @property
+    def num_partitions(self) -> int:
+        """How many partitions the topic has."""
+        return len(self.partitions)
+
+    def available_partitions(self) -> list[int]:
+        """The partitions that have a leader."""
+        return [p.partition for p in self.partitions if p.leader_id >= 0]
+
+
+def parse_bootstrap_servers(servers: str | Sequence[str]) -> tuple[str, ...]:
+    """``"h1:p1,h2:p2"`` (or a list of ``HOST:PORT``) as a tuple of addresses, checked."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    result: list[str] = []
+    for item in items:
+        address = item.strip()
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bootstrap server {address!r} is not of the form HOST:PORT")
+        result.append(address)
+    if not result:
+        raise ValueError("no bootstrap servers given")
+    return tuple(result)
+
+
+class ClusterMetadata:
+    """Brokers, topics and partition leaders as the cluster last described them.
+
+    Not thread-safe: use it from one event loop. ``request_timeout_s`` bounds each
+    Metadata call.
+    """
+
+    def __init__(
+        self, bootstrap_servers: str | Sequence[str], *, request_timeout_s: float = 30.0
+    ) -> None:
+        """Remember the bootstrap addresses; no connection is made until the first request."""
+        self.bootstrap_servers = parse_bootstrap_servers(bootstrap_servers)
+        self.request_timeout_s = request_timeout_s
+        self.brokers: dict[int, str] = {}
+        self.cluster_id = ""
+        self._topics: dict[str, TopicInfo] = {}
+        self._unknown: set[str] = set()
+        self._stale: set[str] = set()
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, broker_pb2_grpc.BrokerStub] = {}
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    # --- channels -------------------------------------------------------------------------
+
+    def stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
+        """The Broker stub for ``address``, over the one channel kept for that address."""
+        if self._closed:
+            raise ClusterError("the cluster client is closed")
+        stub = self._stubs.get(address)
+        if stub is None:
+            channel = grpc.aio.insecure_channel(address)
+            self._channels[address] = channel
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            self._stubs[address] = stub
+        return stub
+
+    async def close(self) -> None:
+        """Close every channel; the object cannot be used afterwards."""
+        self._closed = True
+        channels = list(self._channels.values())
+        self._channels.clear()
+        self._stubs.clear()
+        for channel in channels:
+            await channel.close()
+
+    # --- metadata -------------------------------------------------------------------------
+
+    async def refresh(self, topics: Iterable[str] | None = None) -> pb.MetadataResponse:
+        """Ask a broker for Metadata of ``topics`` (all topics when None) and apply it.
+
+        Known brokers are tried first, then the bootstrap addresses; raises
+        :class:`BrokerNotAvailableError` when none answers.
+        """
+        names = sorted(set(topics)) if topics is not None else []
+        async with self._lock:
+            last: BaseException | None = None
+            candidates = list(dict.fromkeys([*self.brokers.values(), *self.bootstrap_servers]))
+            for address in candidates:
+                try:
+                    reply: pb.MetadataResponse = await self.stub(address).Metadata(
+                        pb.MetadataRequest(topics=names), timeout=self.request_timeout_s
+                    )
+                except grpc.aio.AioRpcError as e:
+                    last = e
+                    continue
+                self._apply(reply)
+                return reply
+        raise BrokerNotAvailableError(
+            f"no broker answered Metadata (tried {', '.join(candidates)}): {last}"
+        )
+
+    def _apply(self, reply: pb.MetadataResponse) -> None:
+        """Replace the cached brokers and the described topics with ``reply``'s."""
+        self.cluster_id = reply.cluster_id
+        self.brokers = {b.node_id: f"{b.host}:{b.port}" for b in reply.brokers}
+        for topic in reply.topics:
+            self._stale.discard(topic.name)
+            if topic.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                self._topics.pop(topic.name, None)
+                self._unknown.add(topic.name)
+                continue
+            self._unknown.discard(topic.name)
+            partitions = sorted(topic.partitions, key=lambda p: p.partition)
+            self._topics[topic.name] = TopicInfo(
+                topic.name,
+                tuple(
+                    PartitionInfo(
+                        p.partition,
+                        p.leader_id if p.error == ErrorCode.NONE else -1,
+                        p.leader_epoch,
+                        p.error,
+                    )
+                    for p in partitions
+                ),
+            )
+
+    def topic(self, name: str) -> TopicInfo | None:
+        """The cached description of ``name``; None if unknown or not fetched yet."""
+        return self._topics.get(name)
+
+    def is_unknown(self, name: str) -> bool:
+        """Whether the last Metadata answer said the topic does not exist."""
+        return name in self._unknown
+
+    def needs_refresh(self, name: str) -> bool:
+        """Whether ``name`` was never described, or a request found its leaders stale."""
+        return name in self._stale or (name not in self._topics and name not in self._unknown)
+
+    async def topic_info(self, name: str) -> TopicInfo:
+        """The description of ``name``, refreshing first when it is missing or stale.
+
+        Raises :class:`UnknownTopicOrPartitionError` when the cluster has no such topic.
+        """
+        if self.needs_refresh(name):
+            await self.refresh([name])
+        info = self._topics.get(name)
+        if info is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        return info
+
+    def partition(self, topic: str, partition: int) -> PartitionInfo:
+        """The cached description of one partition; typed errors when there is none."""
+        info = self._topics.get(topic)
+        if info is None:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} is not known")
+        if not 0 <= partition < info.num_partitions:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} has no partition {partition} (it has {info.num_partitions})"
+            )
+        return info.partitions[partition]
+
+    def leader_id(self, topic: str, partition: int) -> int:
+        """The node id of the partition's leader; :class:`LeaderNotAvailableError` if none."""
+        leader = self.partition(topic, partition).leader_id
+        if leader < 0:
+            raise LeaderNotAvailableError(f"{topic}-{partition} has no leader")
+        return leader
+
+    def leader_address(self, topic: str, partition: int) -> str:
+        """``host:port`` of the partition's leader, from the cached metadata."""
+        leader = self.leader_id(topic, partition)
+        address = self.brokers.get(leader)
+        if address is None:
+            raise LeaderNotAvailableError(
+                f"the leader {leader} of {topic}-{partition} is not among the live brokers"
+            )
+        return address
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The leader epoch Metadata gave for the partition."""
+        return self.partition(topic, partition).leader_epoch
+
+    def invalidate(self, topic: str, partition: int | None = None) -> None:
+        """Forget the leader of one partition (or of all of the topic's): refresh next."""
+        self._stale.add(topic)
+        info = self._topics.get(topic)
+        if info is None:
+            return
+        self._topics[topic] = TopicInfo(
+            topic,
+            tuple(
+                PartitionInfo(p.partition, -1, p.leader_epoch, ErrorCode.LEADER_NOT_AVAILABLE)
+                if partition is None or p.partition == partition
+                else p
+                for p in info.partitions
+            ),
+        )
+
+    def handle_error(self, topic: str, partition: int, code: int) -> bool:
+        """Invalidate the partition's leader if ``code`` says it is stale; True if it did."""
+        if code in INVALIDATING_ERRORS:
+            self.invalidate(topic, partition)
+            return True
+        return False
+
+    def stale_topics(self) -> set[str]:
+        """The topics whose leaders a request found stale since their last refresh."""
+        return set(self._stale)

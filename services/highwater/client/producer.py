@@ -1,0 +1,1287 @@
+"""The client library's producer: confluent-kafka's ``Producer`` API over Highwater's gRPC broker.
+
+:class:`AsyncProducer` runs on an asyncio event loop; :class:`Producer` is the blocking
+wrapper, which runs an :class:`AsyncProducer` on an event loop of its own in a background
+thread and serves delivery callbacks from :meth:`Producer.poll` and :meth:`Producer.flush`,
+as confluent-kafka does.
+
+How a record travels (Kafka's ``RecordAccumulator`` and ``Sender``):
+
+- :meth:`AsyncProducer.produce` picks the partition (:func:`choose_partition`: the named one,
+  else murmur2 of the key over all partitions, else the topic's sticky partition) and appends
+  the record to the partition's open batch, a :class:`RecordBatchBuilder` of at most
+  ``batch.size`` bytes (a single larger record gets a batch of its own). A topic whose
+  metadata is not known yet waits in a side queue until the sender has fetched it.
+- The sender task drains a batch once it is full or ``linger.ms`` passed since it was
+  opened (at once during :meth:`~AsyncProducer.flush`), and sends one ``Produce`` request per
+  leader broker, holding at most one batch per partition.
+- With ``enable.idempotence`` (the default) the producer gets a producer id and epoch from
+  ``InitProducerId`` once, and stamps each batch, when it is first drained, with the
+  partition's next sequence number. Up to ``max.in.flight.requests.per.connection`` batches
+  of a partition are in flight. A batch that fails with a retriable error (a stale leader,
+  a timeout, a lost reply) is put back in sequence order and resent with the same sequence,
+  one at a time until the partition has caught up; the broker answers a resent batch it
+  already holds with the original offset, so nothing is written twice.
+- A batch is delivered with an error when it fails for good: a non-retriable error code,
+  ``retries`` exhausted, or ``delivery.timeout.ms`` passed since it was opened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import random
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from concurrent.futures import Future as ConcurrentFuture
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeAlias, TypeVar
+
+import grpc
+import grpc.aio
+
+from highwater.client.cluster import (
+    ClusterError,
+    ClusterMetadata,
+    UnknownTopicOrPartitionError,
+    parse_bootstrap_servers,
+)
+from highwater.client.partitioner import StickyPartitioner, choose_partition
+from highwater.config.definition import (
+    INT_MAX,
+    ConfigDef,
+    ConfigKey,
+    ConfigType,
+    at_least,
+    between,
+    one_of,
+)
+from highwater.errors import HighwaterError, InvalidConfigError
+from highwater.storage.records import Compression, RecordBatchBuilder
+from highwater.storage.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = [
+    "PRODUCER_CONFIG_DEF",
+    "TIMESTAMP_CREATE_TIME",
+    "TIMESTAMP_LOG_APPEND_TIME",
+    "AsyncProducer",
+    "DeliveryCallback",
+    "DeliveryTimeoutError",
+    "Message",
+    "ProduceError",
+    "Producer",
+    "ProducerClosedError",
+    "ProducerConfig",
+    "ProducerError",
+    "RecordMetadata",
+]
+
+log = logging.getLogger(__name__)
+
+#: confluent-kafka's timestamp types, as :meth:`Message.timestamp` returns them.
+TIMESTAMP_CREATE_TIME: Final = 1
+TIMESTAMP_LOG_APPEND_TIME: Final = 2
+
+_SEQUENCE_MODULUS: Final = 1 << 31
+_PRODUCER_ID_OFFSET: Final = 43
+_PRODUCER_STATE = struct.Struct(">qhi")  # producer id, producer epoch, base sequence
+_UINT32 = struct.Struct(">I")
+
+# --- Configuration ----------------------------------------------------------------------
+
+PRODUCER_CONFIG_DEF: Final = ConfigDef(
+    [
+        ConfigKey(
+            "bootstrap.servers",
+            ConfigType.LIST,
+            doc="HOST:PORT pairs of brokers to fetch the cluster's metadata from.",
+        ),
+        ConfigKey("client.id", ConfigType.STRING, "", doc="A name for this producer in logs."),
+        ConfigKey(
+            "acks",
+            ConfigType.STRING,
+            "all",
+            one_of("all", "-1", "0", "1"),
+            "How many replicas must have a batch before it counts as written: 0 (no answer), "
+            "1 (the leader) or all (-1: every in-sync replica).",
+        ),
+        ConfigKey(
+            "linger.ms",
+            ConfigType.LONG,
+            5,
+            at_least(0),
+            "How long a batch waits for more records before it is sent.",
+        ),
+        ConfigKey(
+            "batch.size",
+            ConfigType.INT,
+            16384,
+            at_least(1),
+            "The most bytes of records (before compression) one batch holds; a single larger "
+            "record is sent alone.",
+        ),
+        ConfigKey(
+            "compression.type",
+            ConfigType.STRING,
+            "none",
+            one_of("none", "gzip", "snappy", "lz4", "zstd"),
+            "The codec batches are compressed with.",
+        ),
+        ConfigKey(
+            "enable.idempotence",
+            ConfigType.BOOLEAN,
+            True,
+            doc="Stamp batches with a producer id and sequence numbers, so retries never "
+            "duplicate or reorder records. Needs acks=all, retries > 0 and at most 5 "
+            "in-flight requests.",
+        ),
+        ConfigKey(
+            "max.in.flight.requests.per.connection",
+            ConfigType.INT,
+            5,
+            at_least(1),
+            "The most unanswered batches per partition.",
+        ),
+        ConfigKey(
+            "retries",
+            ConfigType.INT,
+            INT_MAX,
+            at_least(0),
+            "How many times a batch that failed with a retriable error is sent again "
+            "(delivery.timeout.ms bounds the time it may take).",
+        ),
+        ConfigKey(
+            "delivery.timeout.ms",
+            ConfigType.INT,
+            120000,
+            at_least(0),
+            "The most time between produce() and the record's delivery report, retries "
+            "included; at least linger.ms + request.timeout.ms.",
+        ),
+        ConfigKey(
+            "request.timeout.ms",
+            ConfigType.INT,
+            30000,
+            at_least(0),
+            "How long a request waits for its answer before it counts as failed.",
+        ),
+        ConfigKey(
+            "retry.backoff.ms",
+            ConfigType.LONG,
+            100,
+            at_least(0),
+            "The wait before a failed batch is sent again.",
+        ),
+        ConfigKey(
+            "partitioner.ignore.keys",
+            ConfigType.BOOLEAN,
+            False,
+            doc="Place keyed records with the sticky partitioner, as if they had no key.",
+        ),
+        ConfigKey(
+            "compression.level",
+            ConfigType.INT,
+            -1,
+            between(-1, 22),
+            "The codec's level; -1: the codec's default.",
+        ),
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig:
+    """A validated producer configuration, typed (durations in milliseconds)."""
+
+    bootstrap_servers: tuple[str, ...]
+    client_id: str
+    acks: int
+    linger_ms: int
+    batch_size: int
+    compression: Compression
+    compression_level: int | None
+    enable_idempotence: bool
+    max_in_flight: int
+    retries: int
+    delivery_timeout_ms: int
+    request_timeout_ms: int
+    retry_backoff_ms: int
+    ignore_keys: bool
+
+    @classmethod
+    def parse(cls, config: Mapping[str, Any]) -> ProducerConfig:
+        """Validate Kafka-named settings; :class:`InvalidConfigError` names the bad key.
+
+        As in Kafka: idempotence set explicitly conflicts with ``acks`` other than all,
+        ``retries=0`` or more than 5 in-flight requests (an error); left at its default,
+        it is quietly turned off by such settings. ``delivery.timeout.ms`` below
+        ``linger.ms + request.timeout.ms`` is an error when set, raised to it otherwise.
+        """
+        raw = dict(config)
+        acks = raw.get("acks")
+        if isinstance(acks, int) and not isinstance(acks, bool):
+            raw["acks"] = str(acks)
+        values = PRODUCER_CONFIG_DEF.parse(raw)
+        try:
+            servers = parse_bootstrap_servers(values["bootstrap.servers"])
+        except ValueError as e:
+            raise InvalidConfigError(
+                f"Invalid value {raw['bootstrap.servers']!r} for configuration "
+                f"bootstrap.servers: {e}"
+            ) from None
+        acks_value = -1 if values["acks"] == "all" else int(values["acks"])
+        idempotent: bool = values["enable.idempotence"]
+        explicit_idempotence = "enable.idempotence" in raw and idempotent
+        conflicts = []
+        if acks_value != -1:
+            conflicts.append(f"acks={values['acks']} (must be all)")
+        if values["retries"] == 0:
+            conflicts.append("retries=0 (must be > 0)")
+        if values["max.in.flight.requests.per.connection"] > 5:
+            conflicts.append("max.in.flight.requests.per.connection > 5")
+        if conflicts and explicit_idempotence:
+            raise InvalidConfigError(
+                "Invalid configuration enable.idempotence=true: it conflicts with "
+                + ", ".join(conflicts)
+            )
+        if conflicts:
+            idempotent = False
+        delivery_timeout: int = values["delivery.timeout.ms"]
+        floor = values["linger.ms"] + values["request.timeout.ms"]
+        if delivery_timeout < floor:
+            if "delivery.timeout.ms" in raw:
+                raise InvalidConfigError(
+                    f"Invalid value {delivery_timeout} for configuration delivery.timeout.ms: "
+                    f"it must be at least linger.ms + request.timeout.ms = {floor}"
+                )
+            delivery_timeout = floor
+        level: int = values["compression.level"]
+        return cls(
+            bootstrap_servers=servers,
+            client_id=values["client.id"],
+            acks=acks_value,
+            linger_ms=values["linger.ms"],
+            batch_size=values["batch.size"],
+            compression=Compression.parse(values["compression.type"]),
+            compression_level=None if level < 0 else level,
+            enable_idempotence=idempotent,
+            max_in_flight=values["max.in.flight.requests.per.connection"],
+            retries=values["retries"],
+            delivery_timeout_ms=delivery_timeout,
+            request_timeout_ms=values["request.timeout.ms"],
+            retry_backoff_ms=values["retry.backoff.ms"],
+            ignore_keys=values["partitioner.ignore.keys"],
+        )
+
+
+# --- Errors -----------------------------------------------------------------------------
+
+
+class ProducerError(HighwaterError):
+    """Base of the errors the producer delivers or raises."""
+
+
+class ProducerClosedError(ProducerError):
+    """The producer was closed before the record could be delivered, or is used after close."""
+
+
+class DeliveryTimeoutError(ProducerError):
+    """The record was not acknowledged within ``delivery.timeout.ms``."""
+
+    code = ErrorCode.REQUEST_TIMED_OUT
+
+
+class ProduceError(ProducerError):
+    """The broker refused the record's batch for good; ``code`` is the broker's error code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        """An error with the broker's ``code`` and message."""
+        super().__init__(message)
+        self.code = code
+
+
+#: Error codes after which a batch is sent again (with the same sequence number).
+_RETRIABLE: Final[frozenset[int]] = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.BROKER_NOT_AVAILABLE,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.CORRUPT_MESSAGE,
+    }
+)
+#: Answers that are retriable only when an earlier batch of the partition is still unanswered.
+_SEQUENCE_ERRORS: Final[frozenset[int]] = frozenset(
+    {ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID}
+)
+#: Whole-request gRPC failures after which the batches are sent again.
+_RETRIABLE_STATUS: Final[frozenset[grpc.StatusCode]] = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+    }
+)
+
+
+# --- Delivered records ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where a record was written: what an awaited :meth:`AsyncProducer.produce` returns.
+
+    ``offset`` is -1 with ``acks=0``; ``timestamp`` is the broker's append time when the
+    topic uses LogAppendTime, else the record's create time.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int = TIMESTAMP_CREATE_TIME
+
+
+HeaderValue: TypeAlias = str | bytes | None
+HeadersArg: TypeAlias = Mapping[str, HeaderValue] | Sequence[tuple[str, HeaderValue]] | None
+
+
+class Message:
+    """A produced record as a delivery callback sees it (confluent-kafka's ``Message``)."""
+
+    __slots__ = (
+        "_error",
+        "_headers",
+        "_key",
+        "_offset",
+        "_partition",
+        "_timestamp",
+        "_timestamp_type",
+        "_topic",
+        "_value",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        timestamp: int,
+        offset: int = -1,
+        error: BaseException | None = None,
+        timestamp_type: int = TIMESTAMP_CREATE_TIME,
+    ) -> None:
+        """A message of ``topic``; ``partition`` -1 until one was chosen."""
+        self._topic = topic
+        self._partition = partition
+        self._key = key
+        self._value = value
+        self._headers = headers
+        self._timestamp = timestamp
+        self._offset = offset
+        self._error = error
+        self._timestamp_type = timestamp_type
+
+    def topic(self) -> str:
+        """The topic the record was produced to."""
+        return self._topic
+
+    def partition(self) -> int:
+        """The partition (-1 if none could be chosen)."""
+        return self._partition
+
+    def offset(self) -> int:
+        """The record's offset (-1 before delivery, on error, or with ``acks=0``)."""
+        return self._offset
+
+    def key(self) -> bytes | None:
+        """The record's key, as bytes."""
+        return self._key
+
+    def value(self) -> bytes | None:
+        """The record's value, as bytes (None: a tombstone)."""
+        return self._value
+
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        """The record's headers, or None when it has none (as confluent-kafka returns them)."""
+        return list(self._headers) if self._headers else None
+
+    def timestamp(self) -> tuple[int, int]:
+        """``(timestamp type, milliseconds)``, confluent-kafka's form."""
+        return (self._timestamp_type, self._timestamp)
+
+    def error(self) -> BaseException | None:
+        """The delivery error, or None."""
+        return self._error
+
+    def __len__(self) -> int:
+        """The value's length in bytes (0 for a tombstone)."""
+        return 0 if self._value is None else len(self._value)
+
+    def __repr__(self) -> str:
+        """A short description: topic, partition, offset."""
+        return f"Message({self._topic}-{self._partition}@{self._offset})"
+
+
+DeliveryCallback: TypeAlias = Callable[[BaseException | None, Message], object]
+
+
+# --- Internal state ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One produced record, until its delivery report."""
+
+    message: Message
+    future: asyncio.Future[RecordMetadata]
+    on_delivery: DeliveryCallback | None
+    created: float
+    """When produce() was called (monotonic seconds); delivery.timeout.ms counts from it."""
+
+
+@dataclass(eq=False, slots=True)
+class _Batch:
+    """Records of one partition on their way: first open, then built and sent."""
+
+    topic: str
+    partition: int
+    builder: RecordBatchBuilder
+    created: float
+    records: list[_Pending] = field(default_factory=list)
+    closed: bool = False
+    data: bytes | None = None
+    base_sequence: int | None = None
+    attempts: int = 0
+
+    @property
+    def count(self) -> int:
+        """How many records the batch holds."""
+        return len(self.records)
+
+    def deadline(self, delivery_timeout_s: float) -> float:
+        """When the batch expires: delivery.timeout.ms after its first record."""
+        first = self.records[0].created if self.records else self.created
+        return first + delivery_timeout_s
+
+
+@dataclass(slots=True)
+class _PartitionQueue:
+    """One partition's queued and in-flight batches and its sequence numbers."""
+
+    topic: str
+    partition: int
+    batches: deque[_Batch] = field(default_factory=deque)
+    in_flight: list[_Batch] = field(default_factory=list)
+    next_sequence: int = 0
+    """The sequence the next newly drained batch gets."""
+    acked_sequence: int = 0
+    """The sequence after the last acknowledged batch: the one the broker expects next."""
+    retrying: bool = False
+    """A batch is being resent: send one at a time, nothing new, until caught up."""
+    backoff_until: float = 0.0
+
+    def open_batch(self) -> _Batch | None:
+        """The batch new records go into, if one is open."""
+        if self.batches and not self.batches[-1].closed:
+            return self.batches[-1]
+        return None
+
+    def requeue(self, batch: _Batch) -> None:
+        """Put a sent batch back, before the unsent ones, in sequence order."""
+        index = 0
+        while index < len(self.batches):
+            other = self.batches[index]
+            if other.base_sequence is None or (
+                batch.base_sequence is not None and other.base_sequence > batch.base_sequence
+            ):
+                break
+            index += 1
+        self.batches.insert(index, batch)
+
+    def has_sequenced_queued(self) -> bool:
+        """Whether a batch that was sent before waits in the queue."""
+        return any(b.base_sequence is not None for b in self.batches)
+
+
+def _to_bytes(value: str | bytes | bytearray | memoryview | None, what: str) -> bytes | None:
+    """A key, value or header value as bytes (str as UTF-8), like confluent-kafka."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"{what} must be str, bytes or None, not {type(value).__name__}")
+
+
+def _headers_list(headers: HeadersArg) -> list[tuple[str, bytes | None]]:
+    """Headers given as a dict or a list of pairs, as a list of (str, bytes | None)."""
+    if headers is None:
+        return []
+    items: Iterable[tuple[str, HeaderValue]] = (
+        headers.items() if isinstance(headers, Mapping) else headers
+    )
+    result: list[tuple[str, bytes | None]] = []
+    for key, value in items:
+        if not isinstance(key, str):
+            raise TypeError(f"header keys must be str, not {type(key).__name__}")
+        result.append((key, _to_bytes(value, f"header {key!r}")))
+    return result
+
+
+def _restamp(data: bytes, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    """The batch ``data`` with new producer fields and its CRC recomputed."""
+    buf = bytearray(data)
+    _PRODUCER_STATE.pack_into(buf, _PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence)
+    with memoryview(buf) as view:
+        _UINT32.pack_into(buf, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
+def _now_ms() -> int:
+    """Wall-clock milliseconds (record create times)."""
+    return time.time_ns() // 1_000_000
+
+
+def _consume_exception(future: asyncio.Future[RecordMetadata]) -> None:
+    """Mark a failed future's exception as seen: callbacks already reported it."""
+    if not future.cancelled():
+        future.exception()
+
+
+# --- The asyncio producer ---------------------------------------------------------------
+
+
+class AsyncProducer:
+    """A Kafka producer for asyncio (see the module docstring).
+
+    ``produce`` must be called on the event loop the producer runs on (the first call
+    starts the sender there). Delivery callbacks run on that loop.
+    """
+
+    def __init__(self, config: Mapping[str, Any], *, rng: random.Random | None = None) -> None:
+        """Validate ``config`` (Kafka's producer settings); nothing connects yet."""
+        self.config = ProducerConfig.parse(config)
+        cfg = self.config
+        self.cluster = ClusterMetadata(
+            cfg.bootstrap_servers, request_timeout_s=cfg.request_timeout_ms / 1000
+        )
+        self._sticky = StickyPartitioner(cfg.batch_size, rng=rng)
+        self._queues: dict[tuple[str, int], _PartitionQueue] = {}
+        self._waiting: dict[str, list[_Pending]] = {}
+        self._pending = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._wakeup = asyncio.Event()
+        self._sender: asyncio.Task[None] | None = None
+        self._requests: set[asyncio.Task[None]] = set()
+        self._flushing = 0
+        self._closed = False
+        self._producer_id = -1
+        self._producer_epoch = -1
+        self._delivered = 0
+        self._delivered_event = asyncio.Event()
+        self._last_refresh = float("-inf")
+        self._fatal: BaseException | None = None
+        # Test-only fault injection: the next successful partition answers are taken as
+        # these error codes instead (the broker did write the batch: a lost reply).
+        self._inject_errors: deque[int] = deque()
+
+    # --- public API -----------------------------------------------------------------------
+
+    @property
+    def producer_id(self) -> int:
+        """The id InitProducerId gave (-1 before it, or without idempotence)."""
+        return self._producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        """The epoch InitProducerId gave (-1 before it, or without idempotence)."""
+        return self._producer_epoch
+
+    def __len__(self) -> int:
+        """How many produced records have had no delivery report yet."""
+        return self._pending
+
+    def produce(
+        self,
+        topic: str,
+        value: str | bytes | None = None,
+        key: str | bytes | None = None,
+        partition: int | None = None,
+        headers: HeadersArg = None,
+        timestamp: int | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue a record; returns a future of its :class:`RecordMetadata`.
+
+        ``partition`` None (or -1) lets the partitioner choose; ``timestamp`` None (or 0)
+        means now. ``on_delivery(err, msg)`` is called once the record is written (``err``
+        None) or failed for good. Raises :class:`ProducerClosedError` after :meth:`close`
+        and TypeError for keys or values that are not str or bytes.
+        """
+        if self._closed:
+            raise ProducerClosedError("the producer is closed")
+        if not isinstance(topic, str) or not topic:
+            raise TypeError("topic must be a non-empty str")
+        loop = asyncio.get_running_loop()
+        message = Message(
+            topic,
+            -1 if partition is None or partition < 0 else partition,
+            _to_bytes(key, "key"),
+            _to_bytes(value, "value"),
+            _headers_list(headers),
+            timestamp if timestamp else _now_ms(),
+        )
+        future: asyncio.Future[RecordMetadata] = loop.create_future()
+        pending = _Pending(message, future, on_delivery, loop.time())
+        self._pending += 1
+        self._idle.clear()
+        self._ensure_sender()
+        if self._fatal is not None:
+            self._fail([pending], self._fatal)
+            return future
+        info = self.cluster.topic(topic)
+        if info is None or topic in self._waiting:
+            self._waiting.setdefault(topic, []).append(pending)
+            self._wakeup.set()
+        else:
+            self._place(pending, info.num_partitions, info.available_partitions())
+        return future
+
+    async def send(
+        self,
+        topic: str,
+        value: str | bytes | None = None,
+        key: str | bytes | None = None,
+        partition: int | None = None,
+        headers: HeadersArg = None,
+        timestamp: int | None = None,
+    ) -> RecordMetadata:
+        """Produce a record and wait for it to be written; raises its delivery error."""
+        return await self.produce(topic, value, key, partition, headers, timestamp)
+
+    async def flush(self, timeout: float | None = None) -> int:
+        """Send every queued record now and wait for all delivery reports (or ``timeout``
+        seconds); returns how many records are still undelivered (0: all done)."""
+        if self._pending == 0:
+            return 0
+        self._flushing += 1
+        self._wakeup.set()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), timeout)
+        finally:
+            self._flushing -= 1
+        return self._pending
+
+    async def poll(self, timeout: float = 0) -> int:
+        """Wait up to ``timeout`` seconds for a delivery; returns how many happened meanwhile.
+
+        Callbacks of this producer run on the event loop as deliveries happen, so ``poll``
+        is only a way to wait; it exists to match confluent-kafka's API.
+        """
+        before = self._delivered
+        self._delivered_event.clear()
+        if timeout > 0 and self._pending:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._delivered_event.wait(), timeout)
+        else:
+            await asyncio.sleep(0)
+        return self._delivered - before
+
+    async def close(self, timeout: float | None = None) -> int:
+        """Flush (up to ``timeout`` seconds), stop the sender and close the connections.
+
+        Records still undelivered then fail with :class:`ProducerClosedError`; returns
+        how many did.
+        """
+        if self._closed:
+            return 0
+        remaining = await self.flush(timeout)
+        self._closed = True
+        tasks = [t for t in (self._sender, *self._requests) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._sender = None
+        error = ProducerClosedError("the producer was closed before the record was delivered")
+        self._fail(self._take_all(), error)
+        await self.cluster.close()
+        return remaining
+
+    async def __aenter__(self) -> AsyncProducer:
+        """``async with AsyncProducer(...)``: closes (after flushing) on exit."""
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Close the producer."""
+        await self.close()
+
+    # --- accumulating -----------------------------------------------------------------------
+
+    def _ensure_sender(self) -> None:
+        """Start the sender task on the running loop, once."""
+        if self._sender is None:
+            self._sender = asyncio.get_running_loop().create_task(self._run())
+            self._sender.add_done_callback(self._on_sender_done)
+
+    def _on_sender_done(self, task: asyncio.Task[None]) -> None:
+        """If the sender died of a bug, fail every record instead of leaving them hanging."""
+        if task.cancelled() or task.exception() is None:
+            return
+        cause = task.exception()
+        log.error("the producer's sender failed", exc_info=cause)
+        self._fatal = ProducerError(f"the producer's sender failed: {cause!r}")
+        self._fail(self._take_all(), self._fatal)
+
+    def _take_all(self) -> list[_Pending]:
+        """Every record not delivered yet, taken out of the queues."""
+        records: list[_Pending] = [p for ps in self._waiting.values() for p in ps]
+        self._waiting.clear()
+        for q in self._queues.values():
+            for batch in [*q.in_flight, *q.batches]:
+                records.extend(batch.records)
+            q.in_flight.clear()
+            q.batches.clear()
+        return records
+
+    def _place(self, pending: _Pending, num_partitions: int, available: list[int]) -> None:
+        """Choose the record's partition and append it to that partition's open batch."""
+        message = pending.message
+        explicit = message._partition if message._partition >= 0 else None
+        try:
+            partition = choose_partition(
+                message._topic,
+                num_partitions,
+                message._key,
+                explicit,
+                available,
+                sticky=self._sticky,
+                ignore_keys=self.config.ignore_keys,
+            )
+        except HighwaterError as e:
+            self._fail([pending], e)
+            return
+        message._partition = partition
+        q = self._queues.get((message._topic, partition))
+        if q is None:
+            q = self._queues[(message._topic, partition)] = _PartitionQueue(
+                message._topic, partition
+            )
+        batch = q.open_batch()
+        size_before = 0 if batch is None else batch.builder.estimated_size
+        if batch is None or not self._append(batch, pending):
+            if batch is not None:
+                batch.closed = True
+            batch = self._new_batch(message._topic, partition)
+            q.batches.append(batch)
+            size_before = batch.builder.estimated_size
+            self._append(batch, pending)
+        size = batch.builder.estimated_size - size_before
+        if batch.builder.estimated_size >= self.config.batch_size:
+            batch.closed = True
+        if explicit is None and (message._key is None or self.config.ignore_keys):
+            self._sticky.on_produced(message._topic, partition, size)
+        if batch.closed or len(q.batches) == 1:
+            self._wakeup.set()
+
+    def _new_batch(self, topic: str, partition: int) -> _Batch:
+        """An empty open batch for ``topic``-``partition``."""
+        builder = RecordBatchBuilder(
+            max_bytes=self.config.batch_size,
+            compression=self.config.compression,
+            compression_level=self.config.compression_level,
+        )
+        return _Batch(topic, partition, builder, asyncio.get_running_loop().time())
+
+    @staticmethod
+    def _append(batch: _Batch, pending: _Pending) -> bool:
+        """Append the record to ``batch``; False if it does not fit."""
+        message = pending.message
+        if not batch.builder.append(
+            message._key, message._value, message._headers, message._timestamp
+        ):
+            return False
+        batch.records.append(pending)
+        return True
+
+    # --- delivering -------------------------------------------------------------------------
+
+    def _deliver(self, pending: _Pending, error: BaseException | None) -> None:
+        """Resolve one record's future and call its callback."""
+        self._pending -= 1
+        self._delivered += 1
+        self._delivered_event.set()
+        message = pending.message
+        message._error = error
+        future = pending.future
+        if not future.done():
+            if error is None:
+                future.set_result(
+                    RecordMetadata(
+                        message.topic(),
+                        message.partition(),
+                        message.offset(),
+                        message._timestamp,
+                        message._timestamp_type,
+                    )
+                )
+            else:
+                future.set_exception(error)
+                future.add_done_callback(_consume_exception)
+        if pending.on_delivery is not None:
+            try:
+                pending.on_delivery(error, message)
+            except Exception:
+                log.exception("a delivery callback of %s raised", message)
+        if self._pending == 0:
+            self._idle.set()
+
+    def _fail(self, records: Iterable[_Pending], error: BaseException) -> None:
+        """Deliver ``error`` to every record in ``records``."""
+        for pending in records:
+            pending.message._offset = -1
+            self._deliver(pending, error)
+
+    def _succeed(self, batch: _Batch, base_offset: int, log_append_time: int) -> None:
+        """Deliver a written batch's records with their offsets."""
+        for index, pending in enumerate(batch.records):
+            message = pending.message
+            message._offset = base_offset + index if base_offset >= 0 else -1
+            if log_append_time >= 0:
+                message._timestamp = log_append_time
+                message._timestamp_type = TIMESTAMP_LOG_APPEND_TIME
+            self._deliver(pending, None)
+
+    # --- the sender -------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        """The sender: fetch metadata, drain ready batches, send them; until cancelled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            self._wakeup.clear()
+            now = loop.time()
+            self._expire(now)
+            await self._update_metadata(now)
+            if self.config.enable_idempotence and self._producer_id < 0 and self._has_batches():
+                await self._init_producer_id()
+            now = loop.time()
+            wait = self._drain(now)
+            if wait is None or wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), wait)
+
+    def _has_batches(self) -> bool:
+        """Whether any partition has a queued batch."""
+        return any(q.batches for q in self._queues.values())
+
+    async def _init_producer_id(self) -> None:
+        """Get a producer id and epoch (InitProducerId), retrying after a back-off."""
+        candidates = list(
+            dict.fromkeys([*self.cluster.brokers.values(), *self.config.bootstrap_servers])
+        )
+        for address in candidates:
+            try:
+                reply: pb.InitProducerIdResponse = await self.cluster.stub(address).InitProducerId(
+                    pb.InitProducerIdRequest(producer_id=-1, producer_epoch=-1),
+                    timeout=self.config.request_timeout_ms / 1000,
+                )
+            except grpc.aio.AioRpcError as e:
+                log.warning("InitProducerId to %s failed: %s", address, e.code())
+                continue
+            if reply.error == ErrorCode.NONE:
+                self._producer_id = reply.producer_id
+                self._producer_epoch = reply.producer_epoch
+                return
+            log.warning("InitProducerId answered %s", ErrorCode.Name(reply.error))
+        await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+
+    async def _update_metadata(self, now: float) -> None:
+        """Refresh the topics records wait for and those with stale leaders; place records."""
+        stale = {t for t in self.cluster.stale_topics() if any(k[0] == t for k in self._queues)}
+        topics = set(self._waiting) | stale
+        if not topics:
+            return
+        backoff = self.config.retry_backoff_ms / 1000
+        if now - self._last_refresh < backoff:
+            self._wakeup_later(self._last_refresh + backoff - now)
+            return
+        self._last_refresh = now
+        try:
+            await self.cluster.refresh(topics)
+        except ClusterError as e:
+            log.warning("metadata refresh failed: %s", e)
+            self._wakeup_later(backoff)
+            return
+        for topic in list(self._waiting):
+            if self.cluster.is_unknown(topic):
+                self._fail(
+                    self._waiting.pop(topic),
+                    UnknownTopicOrPartitionError(f"topic {topic!r} does not exist"),
+                )
+                continue
+            info = self.cluster.topic(topic)
+            if info is None:
+                continue
+            for pending in self._waiting.pop(topic):
+                self._place(pending, info.num_partitions, info.available_partitions())
+
+    def _wakeup_later(self, delay: float) -> None:
+        """Wake the sender after ``delay`` seconds."""
+        asyncio.get_running_loop().call_later(max(delay, 0.0), self._wakeup.set)
+
+    def _expire(self, now: float) -> None:
+        """Fail records and queued batches older than ``delivery.timeout.ms``."""
+        timeout_s = self.config.delivery_timeout_ms / 1000
+        for topic, waiting in list(self._waiting.items()):
+            expired = [p for p in waiting if p.created + timeout_s <= now]
+            if expired:
+                self._waiting[topic] = [p for p in waiting if p.created + timeout_s > now]
+                self._fail(
+                    expired,
+                    DeliveryTimeoutError(
+                        f"no metadata for topic {topic!r} within delivery.timeout.ms"
+                    ),
+                )
+        for q in self._queues.values():
+            for batch in list(q.batches):
+                if batch.deadline(timeout_s) <= now:
+                    q.batches.remove(batch)
+                    self._give_up(
+                        q,
+                        batch,
+                        DeliveryTimeoutError(
+                            f"{batch.count} record(s) for {batch.topic}-{batch.partition} "
+                            f"expired: not written within delivery.timeout.ms "
+                            f"({self.config.delivery_timeout_ms} ms)"
+                        ),
+                    )
+
+    def _drain(self, now: float) -> float | None:
+        """Send every batch that is ready; returns the seconds until the next is (None: idle)."""
+        linger = self.config.linger_ms / 1000
+        flushing = self._flushing > 0 or self._closed
+        wait: float | None = None
+        requests: dict[str, list[_Batch]] = {}
+
+        def wake_in(delay: float) -> None:
+            nonlocal wait
+            wait = delay if wait is None else min(wait, delay)
+
+        for q in self._queues.values():
+            if not q.batches:
+                continue
+            if q.retrying and not q.has_sequenced_queued() and not q.in_flight:
+                q.retrying = False
+            if q.retrying and q.in_flight:
+                continue
+            if len(q.in_flight) >= self.config.max_in_flight:
+                continue
+            if now < q.backoff_until:
+                wake_in(q.backoff_until - now)
+                continue
+            head = q.batches[0]
+            ready_at = head.created + linger
+            if not (head.closed or flushing or ready_at <= now):
+                wake_in(ready_at - now)
+                continue
+            if self.config.enable_idempotence and self._producer_id < 0:
+                wake_in(self.config.retry_backoff_ms / 1000)
+                continue
+            try:
+                address = self.cluster.leader_address(q.topic, q.partition)
+            except ClusterError:
+                self.cluster.invalidate(q.topic, q.partition)
+                wake_in(self.config.retry_backoff_ms / 1000)
+                continue
+            q.batches.popleft()
+            head.closed = True
+            self._seal(q, head)
+            q.in_flight.append(head)
+            requests.setdefault(address, []).append(head)
+        for address, batches in requests.items():
+            task = asyncio.get_running_loop().create_task(self._send(address, batches))
+            self._requests.add(task)
+            task.add_done_callback(self._requests.discard)
+        if requests:
+            return 0.0
+        return wait
+
+    def _seal(self, q: _PartitionQueue, batch: _Batch) -> None:
+        """Build the batch's bytes, with the partition's next sequence when idempotent."""
+        if batch.data is not None:
+            return
+        if self.config.enable_idempotence:
+            batch.base_sequence = q.next_sequence
+            q.next_sequence = (q.next_sequence + batch.count) % _SEQUENCE_MODULUS
+            batch.builder.set_producer_state(
+                self._producer_id, self._producer_epoch, batch.base_sequence
+            )
+        batch.data = batch.builder.build()
+
+    async def _send(self, address: str, batches: list[_Batch]) -> None:
+        """Send one Produce request to ``address`` and handle each partition's answer."""
+        cfg = self.config
+        request = pb.ProduceRequest(acks=cfg.acks, timeout_ms=cfg.request_timeout_ms)
+        by_topic: dict[str, pb.ProduceTopic] = {}
+        for batch in batches:
+            batch.attempts += 1
+            topic = by_topic.get(batch.topic)
+            if topic is None:
+                topic = by_topic[batch.topic] = request.topics.add(topic=batch.topic)
+            topic.partitions.add(partition=batch.partition, record_batches=batch.data)
+        try:
+            reply: pb.ProduceResponse = await self.cluster.stub(address).Produce(
+                request, timeout=cfg.request_timeout_ms / 1000
+            )
+        except grpc.aio.AioRpcError as e:
+            code = e.code()
+            error = ProduceError(
+                ErrorCode.NETWORK_EXCEPTION, f"Produce to {address} failed: {code}: {e.details()}"
+            )
+            for batch in batches:
+                self.cluster.invalidate(batch.topic, batch.partition)
+                self._on_failure(batch, error, retriable=code in _RETRIABLE_STATUS)
+            self._wakeup.set()
+            return
+        except ClusterError as e:  # closed underneath us
+            for batch in batches:
+                self._on_failure(batch, e, retriable=False)
+            return
+        answers = {(t.topic, p.partition): p for t in reply.topics for p in t.partitions}
+        for batch in batches:
+            q = self._queues[(batch.topic, batch.partition)]
+            answer = answers.get((batch.topic, batch.partition))
+            if answer is None:
+                if cfg.acks == 0:
+                    self._done(q, batch)
+                    self._succeed(batch, -1, -1)
+                else:
+                    self._on_failure(
+                        batch,
+                        ProduceError(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer for the batch"),
+                        retriable=True,
+                    )
+                continue
+            code = answer.error
+            if code == ErrorCode.NONE and self._inject_errors:
+                code = self._inject_errors.popleft()
+            if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
+                self._done(q, batch)
+                self._succeed(batch, answer.base_offset, answer.log_append_time_ms)
+                continue
+            message = answer.error_message or ErrorCode.Name(code)
+            error = ProduceError(
+                code, f"{batch.topic}-{batch.partition}: {ErrorCode.Name(code)}: {message}"
+            )
+            self.cluster.handle_error(batch.topic, batch.partition, code)
+            retriable = code in _RETRIABLE or (
+                code in _SEQUENCE_ERRORS and (q.retrying or batch.base_sequence != q.acked_sequence)
+            )
+            self._on_failure(batch, error, retriable=retriable)
+        self._wakeup.set()
+
+    def _done(self, q: _PartitionQueue, batch: _Batch) -> None:
+        """Take an answered batch out of flight; advance the acknowledged sequence."""
+        if batch in q.in_flight:
+            q.in_flight.remove(batch)
+        if batch.base_sequence is not None:
+            end = (batch.base_sequence + batch.count) % _SEQUENCE_MODULUS
+            # A resent batch may be answered after later ones: never move backwards.
+            if (end - q.acked_sequence) % _SEQUENCE_MODULUS < _SEQUENCE_MODULUS // 2:
+                q.acked_sequence = end
+
+    def _on_failure(self, batch: _Batch, error: BaseException, *, retriable: bool) -> None:
+        """Resend a batch that failed with a retriable error, else deliver ``error``."""
+        q = self._queues[(batch.topic, batch.partition)]
+        if batch in q.in_flight:
+            q.in_flight.remove(batch)
+        if self._closed:
+            return
+        now = asyncio.get_running_loop().time()
+        expired = batch.deadline(self.config.delivery_timeout_ms / 1000) <= now
+        if retriable and batch.attempts <= self.config.retries and not expired:
+            log.info("retrying %s-%s: %s", batch.topic, batch.partition, error)
+            q.requeue(batch)
+            q.retrying = q.retrying or batch.base_sequence is not None
+            q.backoff_until = now + self.config.retry_backoff_ms / 1000
+            return
+        if retriable and expired:
+            error = DeliveryTimeoutError(f"delivery.timeout.ms passed; last error: {error}")
+        self._give_up(q, batch, error)
+
+    def _give_up(self, q: _PartitionQueue, batch: _Batch, error: BaseException) -> None:
+        """Deliver ``error`` to a batch's records; close the gap its sequences leave.
+
+        The later batches of the partition take the failed batch's sequence numbers (they
+        are restamped and, if in flight, resent), as Kafka's producer adjusts them.
+        """
+        if batch.base_sequence is not None:
+            failed, count = batch.base_sequence, batch.count
+            later = [
+                b
+                for b in (*q.in_flight, *q.batches)
+                if b.base_sequence is not None
+                and (b.base_sequence - failed) % _SEQUENCE_MODULUS < _SEQUENCE_MODULUS // 2
+                and b.base_sequence != failed
+            ]
+            for other in later:
+                assert other.base_sequence is not None and other.data is not None
+                other.base_sequence = (other.base_sequence - count) % _SEQUENCE_MODULUS
+                other.data = _restamp(
+                    other.data, self._producer_id, self._producer_epoch, other.base_sequence
+                )
+            q.next_sequence = (q.next_sequence - count) % _SEQUENCE_MODULUS
+            if later:
+                q.retrying = True
+        self._fail(batch.records, error)
+
+
+# --- The blocking producer --------------------------------------------------------------
+
+_T = TypeVar("_T")
+_FLUSH_DONE: Final = object()
+
+
+class Producer:
+    """A blocking producer, confluent-kafka's ``Producer``: safe to use from plain sync code.
+
+    An :class:`AsyncProducer` runs on an event loop in a daemon thread. Delivery callbacks
+    are queued and run in the caller's thread by :meth:`poll` and :meth:`flush`, as in
+    confluent-kafka; call ``poll(0)`` regularly, or ``flush()`` at the end.
+    """
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        """Validate ``config`` (raising :class:`InvalidConfigError`) and start the thread."""
+        ProducerConfig.parse(config)
+        self._callbacks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="highwater-producer", daemon=True
+        )
+        self._thread.start()
+        self._closed = False
+        self._producer: AsyncProducer = self._call(self._create(dict(config)))
+
+    @staticmethod
+    async def _create(config: dict[str, Any]) -> AsyncProducer:
+        """Build the async producer on the background loop (its events belong to it)."""
+        return AsyncProducer(config)
+
+    def _call(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
+        """Run ``coro`` on the background loop and wait for its result."""
+        future: ConcurrentFuture[_T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return future.result(timeout)
+
+    def __len__(self) -> int:
+        """How many records await their delivery report (callbacks not yet served included)."""
+        return len(self._producer) + self._callbacks.qsize()
+
+    def produce(
+        self,
+        topic: str,
+        value: str | bytes | None = None,
+        key: str | bytes | None = None,
+        partition: int | None = None,
+        headers: HeadersArg = None,
+        timestamp: int | None = None,
+        on_delivery: DeliveryCallback | None = None,
+        callback: DeliveryCallback | None = None,
+    ) -> None:
+        """Queue a record (see :meth:`AsyncProducer.produce`); ``callback`` is an alias of
+        ``on_delivery``. The callback runs in the thread that calls :meth:`poll`/:meth:`flush`.
+        """
+        if self._closed:
+            raise ProducerClosedError("the producer is closed")
+        report = on_delivery or callback
+
+        def forward(err: BaseException | None, msg: Message) -> None:
+            self._callbacks.put((report, err, msg))
+
+        async def enqueue() -> None:
+            self._producer.produce(
+                topic, value, key, partition, headers, timestamp, forward if report else None
+            )
+
+        self._call(enqueue())
+
+    def poll(self, timeout: float | None = 0) -> int:
+        """Serve queued delivery callbacks, waiting up to ``timeout`` seconds (None: until
+        one arrives) for the first; returns how many were served."""
+        served = 0
+        try:
+            item = self._callbacks.get(timeout=timeout) if timeout != 0 else None
+        except queue.Empty:
+            return 0
+        while True:
+            if item is not None and item is not _FLUSH_DONE:
+                callback, err, msg = item
+                callback(err, msg)
+                served += 1
+            try:
+                item = self._callbacks.get_nowait()
+            except queue.Empty:
+                return served
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Send everything queued and serve callbacks until every record is delivered or
+        ``timeout`` seconds passed; returns how many records are still undelivered."""
+        if self._closed:
+            return 0
+        future = asyncio.run_coroutine_threadsafe(self._producer.flush(timeout), self._loop)
+        future.add_done_callback(lambda _: self._callbacks.put(_FLUSH_DONE))
+        while True:
+            item = self._callbacks.get()
+            if item is _FLUSH_DONE:
+                break
+            callback, err, msg = item
+            callback(err, msg)
+        self.poll(0)
+        return future.result()
+
+    def close(self, timeout: float | None = None) -> int:
+        """Flush (up to ``timeout`` seconds), close the producer and stop the thread;
+        returns how many records failed undelivered."""
+        if self._closed:
+            return 0
+        remaining = self.flush(timeout)
+        self._closed = True
+        self._call(self._producer.close(0))
+        self.poll(0)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+        return remaining
+
+    def __enter__(self) -> Producer:
+        """``with Producer(...)``: closes (after flushing) on exit."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Close the producer."""
+        self.close()

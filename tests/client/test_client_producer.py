@@ -1,0 +1,575 @@
+"""The client Producer against a real in-process EmbeddedServer: batching, keys, compression,
+idempotence, delivery reports, errors, the blocking wrapper and configuration checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc.aio
+import pytest
+from highwater.client.cluster import (
+    ClusterMetadata,
+    UnknownTopicOrPartitionError,
+)
+from highwater.client.partitioner import UnknownPartitionError, partition_for_key
+from highwater.client.producer import (
+    AsyncProducer,
+    DeliveryTimeoutError,
+    Message,
+    Producer,
+    ProducerClosedError,
+    ProducerConfig,
+    RecordMetadata,
+)
+from highwater.controller import messages as m
+from highwater.controller.client import ControllerClient
+from highwater.embedded import EmbeddedServer
+from highwater.errors import HighwaterError, InvalidConfigError
+from highwater.storage.records import Compression, RecordBatch, iter_batches
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1 import broker_pb2_grpc
+from highwater.v1.common_pb2 import ErrorCode
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Cluster:
+    """A running EmbeddedServer with a raw broker stub and an admin client."""
+
+    address: str
+    server: EmbeddedServer
+    broker: broker_pb2_grpc.BrokerStub
+    admin: ControllerClient
+
+    async def create_topic(self, name: str, partitions: int = 1, **configs: str) -> None:
+        """Create a topic and wait until the broker leads all its partitions."""
+        reply = await self.admin.create_topics(
+            m.CreateTopicsRequest((m.CreatableTopic(name, partitions, 1, configs=dict(configs)),))
+        )
+        assert reply.topics[0].error == ErrorCode.NONE, reply
+        for _ in range(200):
+            described = await self.broker.Metadata(pb.MetadataRequest(topics=[name]))
+            found = described.topics[0].partitions
+            if (
+                len(found) == partitions
+                and all(p.leader_id == 1 for p in found)
+                and all(
+                    self.server.broker.partitions.get(name, p).is_leader for p in range(partitions)
+                )
+            ):
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"{name} got no leader")
+
+    async def batches(self, topic: str, partition: int = 0) -> list[RecordBatch]:
+        """Every batch of the partition, read with the broker's Fetch."""
+        request = pb.FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 24)
+        request.topics.add(topic=topic).partitions.add(
+            partition=partition,
+            current_leader_epoch=-1,
+            fetch_offset=0,
+            partition_max_bytes=1 << 24,
+        )
+        answer = (await self.broker.Fetch(request)).topics[0].partitions[0]
+        assert answer.error == ErrorCode.NONE, answer
+        return list(iter_batches(answer.records))
+
+    async def values(self, topic: str, partition: int = 0) -> list[bytes | None]:
+        """Every record value of the partition, in offset order."""
+        return [r.value for b in await self.batches(topic, partition) for r in b.records()]
+
+    def config(self, **overrides: object) -> dict[str, object]:
+        """A producer config for this server; ``linger_ms=0`` stands for ``linger.ms``."""
+        config: dict[str, object] = {"bootstrap.servers": self.address}
+        config.update({k.replace("_", "."): v for k, v in overrides.items()})
+        return config
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    """An EmbeddedServer on a free loopback port, stopped after the test."""
+    address = f"127.0.0.1:{free_port()}"
+    server = EmbeddedServer(listen=address, data_dir=tmp_path)
+    await server.start()
+    await server.broker.wait_unfenced()
+    try:
+        async with (
+            grpc.aio.insecure_channel(address) as channel,
+            ControllerClient([address]) as admin,
+        ):
+            yield Cluster(address, server, broker_pb2_grpc.BrokerStub(channel), admin)
+    finally:
+        await server.stop()
+
+
+# --- cluster metadata -----------------------------------------------------------------------
+
+
+async def test_cluster_metadata_knows_leaders_and_forgets_stale_ones(cluster: Cluster) -> None:
+    await cluster.create_topic("meta", partitions=3)
+    metadata = ClusterMetadata(cluster.address)
+    try:
+        info = await metadata.topic_info("meta")
+        assert info.num_partitions == 3
+        assert metadata.brokers == {1: cluster.address}
+        assert metadata.leader_address("meta", 2) == cluster.address
+        assert metadata.leader_epoch("meta", 0) >= 0
+        assert metadata.handle_error("meta", 1, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        assert not metadata.handle_error("meta", 1, ErrorCode.MESSAGE_TOO_LARGE)
+        assert metadata.needs_refresh("meta")
+        with pytest.raises(HighwaterError):
+            metadata.leader_address("meta", 1)
+        await metadata.refresh(["meta"])
+        assert metadata.leader_address("meta", 1) == cluster.address
+        with pytest.raises(UnknownTopicOrPartitionError):
+            await metadata.topic_info("nope")
+        # One channel per broker address, reused.
+        assert metadata.stub(cluster.address) is metadata.stub(cluster.address)
+    finally:
+        await metadata.close()
+
+
+# --- producing ------------------------------------------------------------------------------
+
+
+async def test_records_arrive_in_order_and_callbacks_get_offsets(cluster: Cluster) -> None:
+    await cluster.create_topic("orders")
+    reports: list[tuple[BaseException | None, int, bytes | None]] = []
+
+    def on_delivery(err: BaseException | None, msg: Message) -> None:
+        assert msg.topic() == "orders"
+        reports.append((err, msg.offset(), msg.value()))
+
+    async with AsyncProducer(cluster.config(linger_ms=0)) as producer:
+        futures = [
+            producer.produce("orders", f"v{i}".encode(), on_delivery=on_delivery) for i in range(50)
+        ]
+        assert await producer.flush(10) == 0
+        metadata = [f.result() for f in futures]
+    assert [md.offset for md in metadata] == list(range(50))
+    assert all(md.partition == 0 and md.topic == "orders" for md in metadata)
+    assert reports == [(None, i, f"v{i}".encode()) for i in range(50)]
+    assert await cluster.values("orders") == [f"v{i}".encode() for i in range(50)]
+
+
+async def test_send_returns_metadata_and_keeps_key_headers_timestamp(cluster: Cluster) -> None:
+    await cluster.create_topic("meta-data")
+    async with AsyncProducer(cluster.config()) as producer:
+        md = await producer.send(
+            "meta-data", "value", key="key", headers={"h": "x", "n": None}, timestamp=1234
+        )
+    assert md == RecordMetadata("meta-data", 0, 0, 1234)
+    [batch] = await cluster.batches("meta-data")
+    [record] = batch.records()
+    assert (record.key, record.value, record.timestamp) == (b"key", b"value", 1234)
+    assert list(record.headers) == [("h", b"x"), ("n", None)]
+
+
+async def test_keyed_records_go_to_the_murmur2_partition(cluster: Cluster) -> None:
+    await cluster.create_topic("keyed", partitions=4)
+    keys = [f"user-{i}".encode() for i in range(40)]
+    async with AsyncProducer(cluster.config()) as producer:
+        futures = [producer.produce("keyed", b"v", key=k) for k in keys]
+        await producer.flush(10)
+    for key, future in zip(keys, futures, strict=True):
+        assert future.result().partition == partition_for_key(key, 4)
+    for p in range(4):
+        stored = [r.key for b in await cluster.batches("keyed", p) for r in b.records()]
+        assert stored == [k for k in keys if partition_for_key(k, 4) == p]
+
+
+async def test_explicit_partition_is_used_and_a_bad_one_is_reported(cluster: Cluster) -> None:
+    await cluster.create_topic("explicit", partitions=2)
+    async with AsyncProducer(cluster.config()) as producer:
+        ok = producer.produce("explicit", b"x", partition=1)
+        bad = producer.produce("explicit", b"y", partition=7)
+        await producer.flush(10)
+    assert ok.result().partition == 1
+    with pytest.raises(UnknownPartitionError):
+        bad.result()
+
+
+async def test_records_produced_within_linger_share_a_batch(cluster: Cluster) -> None:
+    await cluster.create_topic("lingering")
+    # A long linger: nothing is sent before flush(), so all ten records share one batch.
+    async with AsyncProducer(cluster.config(linger_ms=60000)) as producer:
+        futures = [producer.produce("lingering", b"%d" % i) for i in range(10)]
+        await asyncio.sleep(0)
+        assert not any(f.done() for f in futures)
+        await producer.flush(10)
+    batches = await cluster.batches("lingering")
+    assert [b.records_count for b in batches] == [10]
+
+
+async def test_batches_never_exceed_batch_size_except_for_one_large_record(
+    cluster: Cluster,
+) -> None:
+    await cluster.create_topic("sized")
+    async with AsyncProducer(cluster.config(batch_size=1000, linger_ms=60000)) as producer:
+        for i in range(30):
+            producer.produce("sized", bytes([i]) * 100)
+        producer.produce("sized", b"L" * 5000)
+        producer.produce("sized", b"after")
+        await producer.flush(10)
+    batches = await cluster.batches("sized")
+    assert len(batches) > 3
+    large = [b for b in batches if b.size > 1000]
+    assert len(large) == 1 and large[0].records_count == 1
+    assert [r.value for r in large[0].records()] == [b"L" * 5000]
+    values = [r.value for b in batches for r in b.records()]
+    assert values == [bytes([i]) * 100 for i in range(30)] + [b"L" * 5000, b"after"]
+
+
+async def test_unkeyed_records_stick_to_one_partition_per_batch(cluster: Cluster) -> None:
+    await cluster.create_topic("sticky", partitions=3)
+    async with AsyncProducer(cluster.config(linger_ms=60000)) as producer:
+        futures = [producer.produce("sticky", b"v") for _ in range(20)]
+        await producer.flush(10)
+    assert len({f.result().partition for f in futures}) == 1
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd", "none"])
+async def test_compression_round_trips(cluster: Cluster, codec: str) -> None:
+    await cluster.create_topic("squeezed")
+    values = [(b"record %d " % i) * 20 for i in range(100)]
+    async with AsyncProducer(cluster.config(compression_type=codec, linger_ms=60000)) as producer:
+        for value in values:
+            producer.produce("squeezed", value)
+        assert await producer.flush(10) == 0
+    batches = await cluster.batches("squeezed")
+    assert {b.compression for b in batches} == {Compression.parse(codec)}
+    assert [r.value for b in batches for r in b.records()] == values
+
+
+async def test_acks_zero_and_one_deliver(cluster: Cluster) -> None:
+    await cluster.create_topic("acks")
+    async with AsyncProducer(cluster.config(acks=0)) as producer:
+        assert producer.config.enable_idempotence is False
+        assert (await producer.send("acks", b"a")).offset == -1
+    async with AsyncProducer(cluster.config(acks="1")) as producer:
+        assert (await producer.send("acks", b"b")).offset == 1
+    assert await cluster.values("acks") == [b"a", b"b"]
+
+
+# --- idempotence ----------------------------------------------------------------------------
+
+
+async def test_idempotent_batches_carry_producer_id_and_growing_sequences(
+    cluster: Cluster,
+) -> None:
+    await cluster.create_topic("idem")
+    async with AsyncProducer(cluster.config(batch_size=300, linger_ms=60000)) as producer:
+        for i in range(20):
+            producer.produce("idem", b"%02d" % i + b"." * 50)
+        await producer.flush(10)
+        pid, epoch = producer.producer_id, producer.producer_epoch
+    assert pid >= 0 and epoch >= 0
+    batches = await cluster.batches("idem")
+    assert len(batches) > 1
+    assert {(b.producer_id, b.producer_epoch) for b in batches} == {(pid, epoch)}
+    expected = 0
+    for batch in batches:
+        assert batch.base_sequence == expected
+        expected += batch.records_count
+    assert expected == 20
+
+
+async def test_a_batch_whose_reply_is_lost_is_resent_and_stored_once(cluster: Cluster) -> None:
+    await cluster.create_topic("lost-reply")
+    async with AsyncProducer(cluster.config(retry_backoff_ms=1)) as producer:
+        first = await producer.send("lost-reply", b"zero")
+        # The broker writes the batch, the producer never hears of it.
+        producer._inject_errors.append(ErrorCode.NETWORK_EXCEPTION)
+        resent = await producer.send("lost-reply", b"one")
+        last = await producer.send("lost-reply", b"two")
+    assert (first.offset, resent.offset, last.offset) == (0, 1, 2)
+    batches = await cluster.batches("lost-reply")
+    assert [r.value for b in batches for r in b.records()] == [b"zero", b"one", b"two"]
+    assert [b.base_sequence for b in batches] == [0, 1, 2]
+
+
+async def test_not_leader_refreshes_metadata_and_the_retry_is_deduplicated(
+    cluster: Cluster,
+) -> None:
+    await cluster.create_topic("moved")
+    async with AsyncProducer(cluster.config(retry_backoff_ms=1)) as producer:
+        await producer.send("moved", b"zero")
+        refreshes: list[set[str]] = []
+        refresh = producer.cluster.refresh
+
+        async def counting_refresh(topics: Iterable[str] | None = None) -> pb.MetadataResponse:
+            refreshes.append(set(topics or ()))
+            return await refresh(topics)
+
+        producer.cluster.refresh = counting_refresh  # type: ignore[method-assign]
+        # The batch is written, but the answer says the leader moved: refresh, resend.
+        producer._inject_errors.append(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        moved = await producer.send("moved", b"one")
+    assert moved.offset == 1
+    assert {"moved"} in refreshes
+    assert await cluster.values("moved") == [b"zero", b"one"]
+
+
+async def test_retries_among_many_in_flight_batches_keep_order_without_duplicates(
+    cluster: Cluster,
+) -> None:
+    await cluster.create_topic("flaky")
+    config = cluster.config(batch_size=120, linger_ms=0, retry_backoff_ms=1)
+    async with AsyncProducer(config) as producer:
+        await producer.send("flaky", b"start")
+        producer._inject_errors.extend(
+            [ErrorCode.NETWORK_EXCEPTION, ErrorCode.NOT_LEADER_OR_FOLLOWER] * 4
+        )
+        futures = [producer.produce("flaky", b"%04d" % i + b"." * 40) for i in range(100)]
+        assert await producer.flush(20) == 0
+    assert not producer._inject_errors
+    offsets = [f.result().offset for f in futures]
+    assert offsets == list(range(1, 101))
+    values = await cluster.values("flaky")
+    assert values == [b"start"] + [b"%04d" % i + b"." * 40 for i in range(100)]
+    sequences = [(b.base_sequence, b.records_count) for b in await cluster.batches("flaky")]
+    expected = 0
+    for base, count in sequences:
+        assert base == expected
+        expected += count
+
+
+async def test_a_refused_batch_gives_its_sequences_to_the_batches_in_flight_after_it(
+    cluster: Cluster,
+) -> None:
+    await cluster.create_topic("gap", 1, **{"max.message.bytes": "300"})
+    # batch.size=1: every record is a batch of its own, and up to five are in flight at once.
+    config = cluster.config(batch_size=1, linger_ms=0, retry_backoff_ms=1)
+    async with AsyncProducer(config) as producer:
+        await producer.send("gap", b"warm")
+        big = producer.produce("gap", b"x" * 1000)
+        small = [producer.produce("gap", b"%d" % i) for i in range(8)]
+        assert await producer.flush(10) == 0
+    with pytest.raises(HighwaterError) as raised:
+        big.result()
+    assert raised.value.code == ErrorCode.MESSAGE_TOO_LARGE
+    assert [f.result().offset for f in small] == list(range(1, 9))
+    assert await cluster.values("gap") == [b"warm"] + [b"%d" % i for i in range(8)]
+    batches = await cluster.batches("gap")
+    assert [b.base_sequence for b in batches] == list(range(9))
+
+
+async def test_the_same_built_batch_sent_twice_is_stored_once(cluster: Cluster) -> None:
+    await cluster.create_topic("twice")
+    async with AsyncProducer(cluster.config()) as producer:
+        producer.produce("twice", b"a")
+        producer.produce("twice", b"b")
+        await producer.flush(10)
+        [batch] = await cluster.batches("twice")
+        # Send the producer's batch again, as a retry after a lost reply would.
+        request = pb.ProduceRequest(acks=-1, timeout_ms=5000)
+        request.topics.add(topic="twice").partitions.add(
+            partition=0, record_batches=batch.to_bytes()
+        )
+        reply = await producer.cluster.stub(cluster.address).Produce(request)
+        answer = reply.topics[0].partitions[0]
+        assert (answer.error, answer.base_offset) == (ErrorCode.NONE, 0)
+        after = await producer.send("twice", b"c")
+    assert after.offset == 2
+    assert await cluster.values("twice") == [b"a", b"b", b"c"]
+
+
+async def test_many_in_flight_batches_keep_their_order(cluster: Cluster) -> None:
+    await cluster.create_topic("pipeline", partitions=2)
+    async with AsyncProducer(cluster.config(batch_size=200, linger_ms=0)) as producer:
+        for i in range(300):
+            producer.produce("pipeline", b"%04d" % i, partition=i % 2)
+            if i % 50 == 0:
+                await asyncio.sleep(0)
+        assert await producer.flush(20) == 0
+    for p in range(2):
+        assert await cluster.values("pipeline", p) == [b"%04d" % i for i in range(p, 300, 2)]
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+async def test_an_unknown_topic_is_reported_not_hung(cluster: Cluster) -> None:
+    errors: list[BaseException | None] = []
+    async with AsyncProducer(cluster.config()) as producer:
+        future = producer.produce(
+            "no-such-topic", b"x", on_delivery=lambda err, msg: errors.append(err)
+        )
+        assert await producer.flush(10) == 0
+    with pytest.raises(UnknownTopicOrPartitionError):
+        future.result()
+    assert len(errors) == 1 and isinstance(errors[0], UnknownTopicOrPartitionError)
+    assert errors[0].code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_a_record_too_large_for_the_topic_gets_the_brokers_error(cluster: Cluster) -> None:
+    await cluster.create_topic("small", 1, **{"max.message.bytes": "200"})
+    async with AsyncProducer(cluster.config()) as producer:
+        big = producer.produce("small", b"x" * 1000)
+        await producer.flush(10)
+        ok = await producer.send("small", b"fits")
+    with pytest.raises(HighwaterError) as raised:
+        big.result()
+    assert raised.value.code == ErrorCode.MESSAGE_TOO_LARGE
+    # The failed batch's sequence numbers were given to the next one: nothing is stuck.
+    assert ok.offset == 0
+
+
+async def test_no_reachable_broker_times_out_with_a_typed_error() -> None:
+    config = {
+        "bootstrap.servers": f"127.0.0.1:{free_port()}",
+        "delivery.timeout.ms": 300,
+        "request.timeout.ms": 200,
+        "linger.ms": 0,
+        "retry.backoff.ms": 20,
+    }
+    async with AsyncProducer(config) as producer:
+        future = producer.produce("t", b"x")
+        assert await producer.flush(10) == 0
+    with pytest.raises(DeliveryTimeoutError):
+        future.result()
+
+
+async def test_produce_after_close_is_refused(cluster: Cluster) -> None:
+    producer = AsyncProducer(cluster.config())
+    await producer.close()
+    with pytest.raises(ProducerClosedError):
+        producer.produce("t", b"x")
+
+
+async def test_close_without_waiting_fails_what_is_left_and_poll_waits_for_reports(
+    cluster: Cluster,
+) -> None:
+    await cluster.create_topic("closing")
+    producer = AsyncProducer(cluster.config(linger_ms=60000))
+    sent = producer.produce("closing", b"a")
+    await producer.flush(10)
+    assert sent.result().offset == 0
+    producer.produce("closing", b"b")
+    assert await producer.poll(0) == 0
+    left = producer.produce("closing", b"c", partition=0)
+    errors: list[BaseException | None] = []
+    producer.produce("closing", b"d", on_delivery=lambda err, msg: errors.append(err))
+    assert len(producer) == 3
+    assert await producer.close(timeout=0) == 3
+    assert len(producer) == 0
+    with pytest.raises(ProducerClosedError):
+        left.result()
+    assert len(errors) == 1 and isinstance(errors[0], ProducerClosedError)
+
+
+# --- the blocking producer ------------------------------------------------------------------
+
+
+def test_blocking_producer_works_from_sync_code(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    ready = threading.Event()
+    stop: asyncio.Event | None = None
+    loop = asyncio.new_event_loop()
+
+    async def serve() -> None:
+        nonlocal stop
+        stop = asyncio.Event()
+        server = EmbeddedServer(listen=address, data_dir=tmp_path)
+        await server.start()
+        await server.broker.wait_unfenced()
+        try:
+            async with ControllerClient([address]) as admin:
+                reply = await admin.create_topics(
+                    m.CreateTopicsRequest((m.CreatableTopic("sync", 1, 1),))
+                )
+                assert reply.topics[0].error == ErrorCode.NONE
+                while not server.broker.partitions.get("sync", 0).is_leader:
+                    await asyncio.sleep(0.02)
+            ready.set()
+            await stop.wait()
+        finally:
+            await server.stop()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),))
+    thread.start()
+    try:
+        assert ready.wait(30)
+        reports: list[tuple[BaseException | None, int, str]] = []
+        caller = threading.get_ident()
+
+        def on_delivery(err: BaseException | None, msg: Message) -> None:
+            assert threading.get_ident() == caller  # served by poll/flush in this thread
+            reports.append((err, msg.offset(), msg.topic()))
+
+        with Producer({"bootstrap.servers": address}) as producer:
+            for i in range(10):
+                producer.produce("sync", value=b"%d" % i, key=b"k", on_delivery=on_delivery)
+            producer.poll(0)
+            assert producer.flush(10) == 0
+            assert len(producer) == 0
+            producer.produce("missing", b"x", on_delivery=on_delivery)
+            assert producer.flush(10) == 0
+        assert reports[:10] == [(None, i, "sync") for i in range(10)]
+        assert isinstance(reports[10][0], UnknownTopicOrPartitionError)
+        with pytest.raises(ProducerClosedError):
+            producer.produce("sync", b"late")
+    finally:
+        if stop is not None:
+            loop.call_soon_threadsafe(stop.set)
+        thread.join(30)
+        loop.close()
+
+
+# --- configuration --------------------------------------------------------------------------
+
+
+def test_defaults_are_kafkas() -> None:
+    config = ProducerConfig.parse({"bootstrap.servers": "a:1,b:2"})
+    assert config.bootstrap_servers == ("a:1", "b:2")
+    assert (config.acks, config.linger_ms, config.batch_size) == (-1, 5, 16384)
+    assert config.compression == Compression.NONE
+    assert config.enable_idempotence is True
+    assert config.max_in_flight == 5
+    assert (config.delivery_timeout_ms, config.request_timeout_ms) == (120000, 30000)
+    assert config.retry_backoff_ms == 100
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        ({"bootstrap.servers": "a:1", "lingr.ms": 5}, "lingr.ms"),
+        ({"bootstrap.servers": "a:1", "acks": "2"}, "acks"),
+        ({"bootstrap.servers": "a:1", "batch.size": 0}, "batch.size"),
+        ({"bootstrap.servers": "a:1", "compression.type": "brotli"}, "compression.type"),
+        ({"bootstrap.servers": "a:1", "linger.ms": "soon"}, "linger.ms"),
+        ({"bootstrap.servers": "nohost"}, "bootstrap.servers"),
+        ({}, "bootstrap.servers"),
+        ({"bootstrap.servers": "a:1", "enable.idempotence": True, "acks": 1}, "idempotence"),
+        (
+            {"bootstrap.servers": "a:1", "delivery.timeout.ms": 1000, "request.timeout.ms": 5000},
+            "delivery.timeout.ms",
+        ),
+    ],
+)
+def test_invalid_configuration_is_refused_naming_the_key(
+    config: dict[str, object], named: str
+) -> None:
+    with pytest.raises(InvalidConfigError, match=named.replace(".", r"\.")):
+        AsyncProducer(config)
+    with pytest.raises(InvalidConfigError, match=named.replace(".", r"\.")):
+        Producer(config)
+
+
+def test_idempotence_left_at_its_default_yields_to_acks() -> None:
+    config = ProducerConfig.parse({"bootstrap.servers": "a:1", "acks": "1"})
+    assert (config.acks, config.enable_idempotence) == (1, False)
