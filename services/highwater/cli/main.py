@@ -13,6 +13,7 @@ import click
 from highwater import __version__
 from highwater.cli.broker import broker
 from highwater.cli.controller import controller
+from highwater.cli.dev_cluster import dev_cluster
 from highwater.cli.dump_log import dump_log
 from highwater.cli.observer import observer
 from highwater.cli.quorum import quorum
@@ -80,3 +81,4 @@ main.add_command(observer)
 main.add_command(quorum)
 main.add_command(server)
 main.add_command(topics)
+main.add_command(dev_cluster)

@@ -1,0 +1,181 @@
+"""``highwater dev-cluster``: a real multi-process cluster on loopback, for development.
+
+It starts ``--controllers`` controller processes (a Raft quorum) and ``--brokers`` broker
+processes, each with its own data directory and log file under ``--data-dir``, waits
+until every broker is registered and unfenced, prints the bootstrap address (any
+broker: it answers Metadata and forwards admin calls), and runs until SIGINT or SIGTERM;
+then it stops every process it started — brokers first (controlled shutdowns), then the
+controllers — and kills any that do not stop in time.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+import click
+import grpc
+
+from highwater.v1 import broker_pb2, broker_pb2_grpc
+
+FIRST_BROKER_ID = 100
+STOP_TIMEOUT_S = 20
+
+
+@dataclass
+class _Child:
+    name: str
+    args: list[str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    log: IO[bytes] | None = None
+
+    def start(self) -> None:
+        self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "highwater", "--log-level", "INFO", *self.args],
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches this command only: it stops them in order
+        )
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> None:
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _registered_brokers(address: str) -> int:
+    try:
+        with grpc.insecure_channel(address) as channel:
+            reply = broker_pb2_grpc.BrokerStub(channel).Metadata(
+                broker_pb2.MetadataRequest(topics=["__no_such_topic__"]), timeout=2
+            )
+    except grpc.RpcError:
+        return 0
+    return len(reply.brokers)
+
+
+class _Stop(Exception):
+    """SIGINT or SIGTERM arrived."""
+
+
+def _raise_stop(_signum: int, _frame: FrameType | None) -> None:
+    raise _Stop()
+
+
+@click.command("dev-cluster")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Where every process keeps its data directory and log file.",
+)
+@click.option("--controllers", type=click.IntRange(1, 9), default=3, show_default=True)
+@click.option("--brokers", type=click.IntRange(1, 20), default=3, show_default=True)
+@click.option(
+    "--start-timeout", type=click.FloatRange(min=1), default=60, show_default=True, help="s"
+)
+def dev_cluster(data_dir: Path, controllers: int, brokers: int, start_timeout: float) -> None:
+    """Run a cluster of controller and broker processes on loopback until Ctrl-C."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    ports = _free_ports(controllers + brokers)
+    controller_ports, broker_ports = ports[:controllers], ports[controllers:]
+    voters = ",".join(f"{i + 1}@127.0.0.1:{port}" for i, port in enumerate(controller_ports))
+    controller_addresses = ",".join(f"127.0.0.1:{port}" for port in controller_ports)
+    children = [
+        _Child(
+            f"controller {i + 1}",
+            [
+                "controller",
+                "--node-id",
+                str(i + 1),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--voters",
+                voters,
+                "--data-dir",
+                str(data_dir / f"controller-{i + 1}"),
+            ],
+            data_dir / f"controller-{i + 1}.log",
+        )
+        for i, port in enumerate(controller_ports)
+    ] + [
+        _Child(
+            f"broker {FIRST_BROKER_ID + i}",
+            [
+                "broker",
+                "--node-id",
+                str(FIRST_BROKER_ID + i),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--controllers",
+                controller_addresses,
+                "--data-dir",
+                str(data_dir / f"broker-{FIRST_BROKER_ID + i}"),
+            ],
+            data_dir / f"broker-{FIRST_BROKER_ID + i}.log",
+        )
+        for i, port in enumerate(broker_ports)
+    ]
+    bootstrap = ",".join(f"127.0.0.1:{port}" for port in broker_ports)
+    previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for child in children:
+            child.start()
+            assert child.process is not None
+            click.echo(f"started {child.name} (pid {child.process.pid}), log {child.log_path}")
+        deadline = time.monotonic() + start_timeout
+        while _registered_brokers(f"127.0.0.1:{broker_ports[0]}") < brokers:
+            dead = [child.name for child in children if not child.alive()]
+            if dead:
+                raise click.ClickException(f"{', '.join(dead)} exited; see its log")
+            if time.monotonic() > deadline:
+                raise click.ClickException("the brokers did not all register in time")
+            time.sleep(0.2)
+        click.echo(f"controllers: {controller_addresses}")
+        click.echo(f"bootstrap: {bootstrap}")
+        click.echo("running; Ctrl-C stops every process")
+        while all(child.alive() for child in children):
+            time.sleep(0.5)
+        dead = [child.name for child in children if not child.alive()]
+        raise click.ClickException(f"{', '.join(dead)} exited; see its log")
+    except _Stop:
+        click.echo("stopping")
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for child in reversed(children):  # brokers first, then the controllers
+            child.stop()
