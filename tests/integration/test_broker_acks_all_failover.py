@@ -307,3 +307,59 @@ async def test_a_restarted_follower_keeps_what_was_acknowledged_when_the_leader_
     new_state = await partition_state(cluster, not_led_by=leader.node_id, timeout_s=90)
     seen, _ = await read_all(cluster.brokers[new_state.leader_id].address)
     assert seen[: len(acknowledged)] == acknowledged, "an acknowledged record was lost"
+
+
+@pytest.mark.parametrize("unclean", [False, True])
+async def test_a_partition_whose_isr_died_waits_for_it_unless_unclean_election_is_on(
+    cluster: Cluster, unclean: bool
+) -> None:
+    """RF 2: the follower dies (it leaves the ISR), then the leader, the last ISR member.
+    When the follower comes back, it may lead only if the topic allows unclean election:
+    otherwise the partition stays offline until its last ISR member returns."""
+    address = cluster.brokers[BROKERS[0]].address
+    config = {"unclean.leader.election.enable": "true" if unclean else "false"}
+    async with asyncio.timeout(60):
+        while True:
+            try:
+                async with AdminClient(address, request_timeout_s=5) as admin:
+                    results = await admin.create_topics(
+                        [
+                            NewTopic(
+                                TOPIC,
+                                replica_assignment={0: [BROKERS[0], BROKERS[1]]},
+                                config=config,
+                            )
+                        ]
+                    )
+            except AdminError:
+                await asyncio.sleep(0.2)
+                continue
+            if results[TOPIC].error is None:
+                break
+            await asyncio.sleep(0.2)
+    state = await partition_state(cluster)
+    leader, follower = (
+        cluster.brokers[state.leader_id],
+        cluster.brokers[next(r for r in state.replicas if r != state.leader_id)],
+    )
+    assert (await produce(leader.address, [b"kept-by-the-leader"])).error == ErrorCode.NONE
+    follower.kill()
+    async with asyncio.timeout(60):  # fenced when its session expires: out of the ISR
+        while follower.node_id in (await partition_state(cluster)).isr:
+            await asyncio.sleep(0.2)
+    leader.kill()
+    follower.start()
+    if unclean:
+        moved = await partition_state(cluster, not_led_by=leader.node_id, timeout_s=90)
+        assert moved.leader_id == follower.node_id
+    else:
+        await asyncio.sleep(12)  # beyond the leader's session: it is fenced by now
+        reply = await metadata(follower.address)
+        assert reply is not None
+        offline = reply.topics[0].partitions[0]
+        assert offline.leader_id == -1 and offline.error == ErrorCode.LEADER_NOT_AVAILABLE
+        leader.start()  # the last ISR member returns: the partition is back, nothing lost
+        back = await partition_state(cluster, timeout_s=90)
+        assert back.leader_id == leader.node_id
+        seen, _ = await read_all(leader.address)
+        assert seen == [b"kept-by-the-leader"]
