@@ -347,3 +347,44 @@ async def test_retention_runs_in_the_background_per_topic_config(tmp_path: Path)
             assert gone.error == ErrorCode.OFFSET_OUT_OF_RANGE
     finally:
         await server.stop()
+
+
+async def test_producer_state_survives_a_restart_and_still_catches_duplicates(
+    tmp_path: Path,
+) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    data = b""
+    first_offset = -1
+    for round_number in range(2):
+        server = EmbeddedServer(listen=address, data_dir=tmp_path)
+        await server.start()
+        await server.broker.wait_unfenced()
+        try:
+            async with (
+                grpc.aio.insecure_channel(address) as channel,
+                ControllerClient([address]) as admin,
+            ):
+                cluster = Cluster(server, broker_pb2_grpc.BrokerStub(channel), admin)
+                if round_number == 0:
+                    await cluster.create_topic("dedup")
+                    ids = await cluster.broker.InitProducerId(
+                        pb.InitProducerIdRequest(producer_id=-1)
+                    )
+                    data = build_batch(
+                        [SimpleRecord(value=b"exactly-once")],
+                        producer_id=ids.producer_id,
+                        producer_epoch=ids.producer_epoch,
+                        base_sequence=0,
+                    )
+                    first_offset = (await cluster.produce_bytes("dedup", data)).base_offset
+                else:
+                    for _ in range(200):
+                        if server.broker.partitions.get("dedup", 0).is_leader:
+                            break
+                        await asyncio.sleep(0.02)
+                    # The reply was lost before the restart: the producer sends it again.
+                    retry = await cluster.produce_bytes("dedup", data)
+                    assert (retry.error, retry.base_offset) == (ErrorCode.NONE, first_offset)
+                    assert values_of((await cluster.fetch("dedup", 0)).records) == [b"exactly-once"]
+        finally:
+            await server.stop()
