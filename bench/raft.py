@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.etcd_peer import (
+from bench._etcd_peer import (
     WorkloadResult,
     etcd_available,
     etcd_cluster,
@@ -318,7 +318,7 @@ def run(report: Report) -> None:
             f"concurrent asyncio clients in one Python process for {duration:.0f} s each."
         )
         section.note(
-            "Floor rows: the same client, the same requests, against `bench/grpc_floor.py`, a "
+            "Floor rows: the same client, the same requests, against `bench/_grpc_floor.py`, a "
             "Controller service on grpc.aio and uvloop that answers every call at once with an "
             "empty response: what the client, Python's gRPC and this machine allow before any "
             "validation, Raft round trip or fsync. Where the floor is below etcd, no Python "
@@ -330,11 +330,11 @@ def run(report: Report) -> None:
 
 @contextlib.contextmanager
 def grpc_floor_server(log_path: Path) -> Iterator[str]:
-    """A no-op Controller service (:mod:`bench.grpc_floor`) in its own process."""
+    """A no-op Controller service (:mod:`bench._grpc_floor`) in its own process."""
     address = f"127.0.0.1:{free_port()}"
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "bench.grpc_floor", address.rsplit(":", 1)[1]],
+            [sys.executable, "-m", "bench._grpc_floor", address.rsplit(":", 1)[1]],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
