@@ -12,6 +12,7 @@ import click
 
 from highwater import __version__
 from highwater.cli.broker import broker
+from highwater.cli.clients import consume, produce
 from highwater.cli.controller import controller
 from highwater.cli.dev_cluster import dev_cluster
 from highwater.cli.dump_log import dump_log
@@ -82,3 +83,5 @@ main.add_command(quorum)
 main.add_command(server)
 main.add_command(topics)
 main.add_command(dev_cluster)
+main.add_command(produce)
+main.add_command(consume)

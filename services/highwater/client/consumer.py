@@ -1,0 +1,1107 @@
+"""The client library's consumer: confluent-kafka's ``Consumer`` API (manual assignment) over gRPC.
+
+:class:`AsyncConsumer` runs on an asyncio event loop; :class:`Consumer` is the blocking
+wrapper, which runs an :class:`AsyncConsumer` on an event loop of its own in a background
+thread, like :class:`~highwater.client.producer.Producer`.
+
+Only manual assignment exists for now: :meth:`AsyncConsumer.assign` names the partitions
+to read. ``group.id``, ``subscribe``, commits and rebalances need the group coordinator,
+which comes later; ``group.id`` is therefore not a known setting yet.
+
+How records arrive (Kafka's ``Fetcher``):
+
+- Each assigned partition has a *position*, the offset of the next record :meth:`poll`
+  returns. It starts at the offset given to :meth:`~AsyncConsumer.assign` (or
+  :meth:`~AsyncConsumer.seek`); without one (or with :data:`OFFSET_BEGINNING` /
+  :data:`OFFSET_END`) it is looked up with ``ListOffsets``: earliest or latest, as
+  ``auto.offset.reset`` says. With ``auto.offset.reset=none`` a partition without a
+  position gets an error :class:`~highwater.client.producer.Message` instead.
+- When no fetched record is waiting, :meth:`~AsyncConsumer.poll` sends one ``Fetch`` request
+  per leader broker for the assigned, unpaused partitions that have nothing buffered: a long
+  poll of up to ``fetch.max.wait.ms`` (bounded by the poll's own timeout) until
+  ``fetch.min.bytes`` are there. The answer's batches are decoded with
+  :func:`~highwater.storage.records.iter_batches` (CRC-checked with ``check.crcs``), control
+  batches and records below the position skipped, and returned one by one.
+- ``OFFSET_OUT_OF_RANGE`` resets the position by ``auto.offset.reset`` (``none``: an error
+  message, and the partition waits for a :meth:`~AsyncConsumer.seek`). Leader errors
+  (``NOT_LEADER_OR_FOLLOWER``, ``FENCED_LEADER_EPOCH``, ``UNKNOWN_LEADER_EPOCH``,
+  ``LEADER_NOT_AVAILABLE``, ...) and failed requests refresh the metadata and retry after
+  ``retry.backoff.ms``. ``UNKNOWN_TOPIC_OR_PARTITION``, corrupt data and other errors are
+  delivered as error messages; the partition is then not fetched again until it is
+  sought or assigned anew.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import threading
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from concurrent.futures import Future as ConcurrentFuture
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+
+import grpc
+import grpc.aio
+
+from highwater.client.cluster import (
+    ClusterError,
+    ClusterMetadata,
+    LeaderNotAvailableError,
+    UnknownTopicOrPartitionError,
+    parse_bootstrap_servers,
+)
+from highwater.client.producer import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Message,
+)
+from highwater.config.definition import INT_MAX, ConfigDef, ConfigKey, ConfigType, at_least, one_of
+from highwater.errors import (
+    CorruptRecordError,
+    HighwaterError,
+    InvalidConfigError,
+    OffsetOutOfRangeError,
+)
+from highwater.storage.records import Record, TimestampType, iter_batches
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = [
+    "CONSUMER_CONFIG_DEF",
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "OFFSET_INVALID",
+    "OFFSET_STORED",
+    "AsyncConsumer",
+    "Consumer",
+    "ConsumerClosedError",
+    "ConsumerConfig",
+    "ConsumerError",
+    "FetchError",
+    "Message",
+    "NoOffsetForPartitionError",
+    "TopicPartition",
+]
+
+log = logging.getLogger(__name__)
+
+#: confluent-kafka's logical offsets, accepted by assign() and seek().
+OFFSET_BEGINNING: Final = -2
+OFFSET_END: Final = -1
+OFFSET_STORED: Final = -1000
+OFFSET_INVALID: Final = -1001
+
+_EARLIEST_TIMESTAMP: Final = -2
+_LATEST_TIMESTAMP: Final = -1
+
+# --- Configuration ----------------------------------------------------------------------
+
+CONSUMER_CONFIG_DEF: Final = ConfigDef(
+    [
+        ConfigKey(
+            "bootstrap.servers",
+            ConfigType.LIST,
+            doc="HOST:PORT pairs of brokers to fetch the cluster's metadata from.",
+        ),
+        ConfigKey("client.id", ConfigType.STRING, "", doc="A name for this consumer in logs."),
+        ConfigKey(
+            "auto.offset.reset",
+            ConfigType.STRING,
+            "latest",
+            one_of("latest", "earliest", "none"),
+            "Where a partition without a valid position starts: the latest or earliest "
+            "offset, or none (an error message).",
+        ),
+        ConfigKey(
+            "fetch.min.bytes",
+            ConfigType.INT,
+            1,
+            at_least(0),
+            "The least data a Fetch answer waits for (up to fetch.max.wait.ms).",
+        ),
+        ConfigKey(
+            "fetch.max.wait.ms",
+            ConfigType.INT,
+            500,
+            at_least(0),
+            "How long the broker may hold a Fetch waiting for fetch.min.bytes.",
+        ),
+        ConfigKey(
+            "fetch.max.bytes",
+            ConfigType.INT,
+            52428800,
+            at_least(0),
+            "The most data one Fetch answer carries (at least one batch is returned).",
+        ),
+        ConfigKey(
+            "max.partition.fetch.bytes",
+            ConfigType.INT,
+            1048576,
+            at_least(0),
+            "The most data one partition contributes to a Fetch answer (at least one batch).",
+        ),
+        ConfigKey(
+            "check.crcs",
+            ConfigType.BOOLEAN,
+            True,
+            doc="Verify the CRC-32C of every fetched batch.",
+        ),
+        ConfigKey(
+            "request.timeout.ms",
+            ConfigType.INT,
+            30000,
+            at_least(0),
+            "How long a request (beyond a Fetch's long poll) waits for its answer.",
+        ),
+        ConfigKey(
+            "retry.backoff.ms",
+            ConfigType.LONG,
+            100,
+            at_least(0),
+            "The wait before a partition is fetched again after a retriable error.",
+        ),
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    """A validated consumer configuration, typed (durations in milliseconds)."""
+
+    bootstrap_servers: tuple[str, ...]
+    client_id: str
+    auto_offset_reset: str
+    fetch_min_bytes: int
+    fetch_max_wait_ms: int
+    fetch_max_bytes: int
+    max_partition_fetch_bytes: int
+    check_crcs: bool
+    request_timeout_ms: int
+    retry_backoff_ms: int
+
+    @classmethod
+    def parse(cls, config: Mapping[str, Any]) -> ConsumerConfig:
+        """Validate Kafka-named settings; :class:`InvalidConfigError` names the bad key."""
+        values = CONSUMER_CONFIG_DEF.parse(dict(config))
+        try:
+            servers = parse_bootstrap_servers(values["bootstrap.servers"])
+        except ValueError as e:
+            raise InvalidConfigError(
+                f"Invalid value {config['bootstrap.servers']!r} for configuration "
+                f"bootstrap.servers: {e}"
+            ) from None
+        return cls(
+            bootstrap_servers=servers,
+            client_id=values["client.id"],
+            auto_offset_reset=values["auto.offset.reset"],
+            fetch_min_bytes=values["fetch.min.bytes"],
+            fetch_max_wait_ms=values["fetch.max.wait.ms"],
+            fetch_max_bytes=min(values["fetch.max.bytes"], INT_MAX),
+            max_partition_fetch_bytes=values["max.partition.fetch.bytes"],
+            check_crcs=values["check.crcs"],
+            request_timeout_ms=values["request.timeout.ms"],
+            retry_backoff_ms=values["retry.backoff.ms"],
+        )
+
+
+# --- Errors -----------------------------------------------------------------------------
+
+
+class ConsumerError(HighwaterError):
+    """Base of the errors the consumer raises or delivers in error messages."""
+
+
+class ConsumerClosedError(ConsumerError):
+    """The consumer is used after :meth:`AsyncConsumer.close`."""
+
+
+class NoOffsetForPartitionError(ConsumerError):
+    """A partition has no position and ``auto.offset.reset`` is ``none``."""
+
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class FetchError(ConsumerError):
+    """The broker answered a partition's Fetch or ListOffsets with ``code``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        """An error with the broker's ``code`` and a message."""
+        super().__init__(message)
+        self.code = code
+
+
+#: Partition errors after which the metadata is refreshed and the request retried.
+_RETRIABLE: Final[frozenset[int]] = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.BROKER_NOT_AVAILABLE,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+    }
+)
+
+
+def _error_for(code: int, topic: str, partition: int, detail: str = "") -> HighwaterError:
+    """The typed error for a partition's error ``code``."""
+    name = ErrorCode.Name(code)  # type: ignore[arg-type]
+    text = f"{topic}-{partition}: {name}" + (f": {detail}" if detail else "")
+    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        return UnknownTopicOrPartitionError(text)
+    if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+        return OffsetOutOfRangeError(text)
+    return FetchError(code, text)
+
+
+# --- Topic partitions -------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TopicPartition:
+    """A partition of a topic, with an offset (confluent-kafka's ``TopicPartition``).
+
+    ``offset`` is None (or :data:`OFFSET_STORED` / :data:`OFFSET_INVALID`) for "not set",
+    :data:`OFFSET_BEGINNING` or :data:`OFFSET_END` for the log's ends, else an offset;
+    :meth:`AsyncConsumer.offsets_for_times` takes a timestamp in it. ``error`` is set by
+    calls that answer per partition.
+    """
+
+    topic: str
+    partition: int
+    offset: int | None = None
+    error: BaseException | None = None
+
+    def key(self) -> tuple[str, int]:
+        """``(topic, partition)``: the partition without its offset."""
+        return (self.topic, self.partition)
+
+
+@dataclass(eq=False, slots=True)
+class _PartitionState:
+    """One assigned partition: its position, buffered records and fetch state."""
+
+    topic: str
+    partition: int
+    position: int | None = None
+    """The next offset to return; None: to be looked up (``reset``) first."""
+    reset: str = "latest"
+    """Where a lookup goes: earliest, latest or none."""
+    paused: bool = False
+    failed: bool = False
+    """An error was delivered: not fetched again until sought or reassigned."""
+    records: deque[Record] = field(default_factory=deque)
+    timestamp_type: int = TIMESTAMP_CREATE_TIME
+    fetched_end: int = -1
+    """The offset after the last batch of the buffered answer."""
+    pending_error: BaseException | None = None
+    """An error found after the buffered records (corrupt data): delivered after them."""
+    backoff_until: float = 0.0
+    high_watermark: int = OFFSET_INVALID
+    log_start_offset: int = OFFSET_INVALID
+    generation: int = 0
+    """Bumped by every seek: answers to fetches sent before it are dropped."""
+
+    def clear_buffer(self) -> None:
+        """Drop what was fetched and not returned yet."""
+        self.records.clear()
+        self.fetched_end = -1
+        self.pending_error = None
+
+    def fetchable(self, now: float) -> bool:
+        """Whether to fetch the partition now."""
+        return (
+            not self.paused
+            and not self.failed
+            and self.position is not None
+            and not self.records
+            and self.backoff_until <= now
+        )
+
+
+def _timeout_s(timeout: float | None) -> float:
+    """confluent-kafka timeouts: None or negative means forever."""
+    return math.inf if timeout is None or timeout < 0 else timeout
+
+
+# --- The asyncio consumer ---------------------------------------------------------------
+
+
+class AsyncConsumer:
+    """A Kafka consumer for asyncio, with manual partition assignment (see the module
+    docstring). Not thread-safe: use it from the event loop it was first polled on.
+    """
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        """Validate ``config`` (Kafka's consumer settings); nothing connects yet."""
+        self.config = ConsumerConfig.parse(config)
+        self.cluster = ClusterMetadata(
+            self.config.bootstrap_servers,
+            request_timeout_s=self.config.request_timeout_ms / 1000,
+        )
+        self._states: dict[tuple[str, int], _PartitionState] = {}
+        self._errors: deque[Message] = deque()
+        self._ready: deque[_PartitionState] = deque()
+        self._wakeup = asyncio.Event()
+        self._closed = False
+        self._rotation = 0
+
+    # --- assignment ---------------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Replace the assignment with ``partitions``, each starting at its offset (see
+        :class:`TopicPartition`; not set: by ``auto.offset.reset``)."""
+        self._check_open()
+        states: dict[tuple[str, int], _PartitionState] = {}
+        for tp in partitions:
+            if not isinstance(tp, TopicPartition):
+                raise TypeError(f"expected a TopicPartition, not {type(tp).__name__}")
+            if tp.partition < 0:
+                raise ValueError(f"{tp.topic}-{tp.partition}: a partition index is >= 0")
+            state = _PartitionState(tp.topic, tp.partition, reset=self.config.auto_offset_reset)
+            if self.cluster.is_unknown(tp.topic):
+                self.cluster.invalidate(tp.topic)  # it may exist by now: ask again
+            self._set_offset(state, tp.offset)
+            states[tp.key()] = state
+        self._states = states
+        self._ready.clear()
+        self._errors.clear()
+        self._wakeup.set()
+
+    def assignment(self) -> list[TopicPartition]:
+        """The assigned partitions (without offsets), in assignment order."""
+        return [TopicPartition(s.topic, s.partition) for s in self._states.values()]
+
+    def unassign(self) -> None:
+        """Drop every assigned partition and what was fetched for them."""
+        self.assign([])
+
+    def seek(self, partition: TopicPartition) -> None:
+        """Move an assigned partition's position to ``partition.offset`` (an offset,
+        :data:`OFFSET_BEGINNING` or :data:`OFFSET_END`); buffered records are dropped."""
+        self._check_open()
+        state = self._states.get(partition.key())
+        if state is None:
+            raise ValueError(f"{partition.topic}-{partition.partition} is not assigned")
+        if partition.offset is None or partition.offset in (OFFSET_STORED, OFFSET_INVALID):
+            raise ValueError("seek needs an offset, OFFSET_BEGINNING or OFFSET_END")
+        self._set_offset(state, partition.offset)
+        self._wakeup.set()
+
+    def position(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """The position (next offset :meth:`poll` returns) of each of ``partitions``;
+        offset None while it is not known yet, and an error for a partition not assigned."""
+        result = []
+        for tp in partitions:
+            state = self._states.get(tp.key())
+            if state is None:
+                result.append(
+                    TopicPartition(
+                        tp.topic,
+                        tp.partition,
+                        None,
+                        ConsumerError(f"{tp.topic}-{tp.partition} is not assigned"),
+                    )
+                )
+            else:
+                result.append(TopicPartition(tp.topic, tp.partition, state.position))
+        return result
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop fetching and returning records of ``partitions`` (their buffers are kept)."""
+        for state in self._assigned(partitions):
+            state.paused = True
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        """Fetch and return records of paused ``partitions`` again."""
+        for state in self._assigned(partitions):
+            state.paused = False
+        self._wakeup.set()
+
+    def _assigned(self, partitions: Iterable[TopicPartition]) -> list[_PartitionState]:
+        """The states of ``partitions``; ValueError if one is not assigned."""
+        states = []
+        for tp in partitions:
+            state = self._states.get(tp.key())
+            if state is None:
+                raise ValueError(f"{tp.topic}-{tp.partition} is not assigned")
+            states.append(state)
+        return states
+
+    def _set_offset(self, state: _PartitionState, offset: int | None) -> None:
+        """Start ``state`` at ``offset`` (a logical offset means a lookup)."""
+        state.clear_buffer()
+        state.failed = False
+        state.backoff_until = 0.0
+        state.generation += 1
+        with contextlib.suppress(ValueError):
+            self._ready.remove(state)
+        if offset is None or offset in (OFFSET_STORED, OFFSET_INVALID):
+            state.position, state.reset = None, self.config.auto_offset_reset
+        elif offset == OFFSET_BEGINNING:
+            state.position, state.reset = None, "earliest"
+        elif offset == OFFSET_END:
+            state.position, state.reset = None, "latest"
+        elif offset >= 0:
+            state.position = offset
+        else:
+            raise ValueError(f"{state.topic}-{state.partition}: invalid offset {offset}")
+
+    # --- polling ------------------------------------------------------------------------
+
+    async def poll(self, timeout: float | None = None) -> Message | None:
+        """The next record (or error message) of the assigned partitions, waiting up to
+        ``timeout`` seconds (None or negative: until one arrives); None on timeout."""
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _timeout_s(timeout)
+        first = True
+        while True:
+            message = self._next_message()
+            if message is not None:
+                return message
+            remaining = deadline - loop.time()
+            if self._closed or (remaining <= 0 and not first):
+                return None
+            first = False
+            await self._fetch_round(max(remaining, 0.0))
+
+    async def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
+        """Up to ``num_messages`` messages, waiting until that many arrived or ``timeout``
+        seconds passed (None or negative: no limit), as confluent-kafka's ``consume``."""
+        if num_messages < 0:
+            raise ValueError("num_messages must be >= 0")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _timeout_s(timeout)
+        messages: list[Message] = []
+        while len(messages) < num_messages:
+            message = await self.poll(max(deadline - loop.time(), 0.0))
+            if message is None:
+                break
+            messages.append(message)
+        return messages
+
+    def _next_message(self) -> Message | None:
+        """A buffered error or record, advancing the partition's position."""
+        if self._errors:
+            return self._errors.popleft()
+        for state in list(self._ready):
+            if state.paused:
+                continue
+            while state.records:
+                record = state.records.popleft()
+                assert state.position is not None
+                if record.offset < state.position:
+                    continue
+                state.position = record.offset + 1
+                if not state.records:
+                    self._finish_buffer(state)
+                return Message(
+                    state.topic,
+                    state.partition,
+                    record.key,
+                    record.value,
+                    list(record.headers),
+                    record.timestamp,
+                    record.offset,
+                    None,
+                    state.timestamp_type,
+                )
+            self._finish_buffer(state)
+            if self._errors:
+                return self._errors.popleft()
+        return None
+
+    def _finish_buffer(self, state: _PartitionState) -> None:
+        """The partition's buffer is empty: move past what the answer covered."""
+        with contextlib.suppress(ValueError):
+            self._ready.remove(state)
+        if state.position is not None and state.fetched_end > state.position:
+            state.position = state.fetched_end
+        state.fetched_end = -1
+        if state.pending_error is not None:
+            self._deliver_error(state, state.pending_error)
+
+    def _deliver_error(self, state: _PartitionState, error: BaseException) -> None:
+        """Queue an error message for the partition and stop fetching it."""
+        state.failed = True
+        state.clear_buffer()
+        offset = -1 if state.position is None else state.position
+        self._errors.append(
+            Message(state.topic, state.partition, None, None, [], -1, offset, error)
+        )
+
+    async def _idle(self, seconds: float) -> None:
+        """Wait ``seconds`` or until assign/seek/resume/close changes something."""
+        if seconds <= 0:
+            return
+        self._wakeup.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wakeup.wait(), None if math.isinf(seconds) else seconds)
+
+    async def _fetch_round(self, budget: float) -> None:
+        """One round: refresh metadata, resolve positions, fetch from every leader once;
+        waits at most ``budget`` seconds (a short idle wait when nothing can be fetched)."""
+        loop = asyncio.get_running_loop()
+        backoff = self.config.retry_backoff_ms / 1000
+        states = [s for s in self._states.values() if not s.failed]
+        if not states:
+            await self._idle(budget)
+            return
+        try:
+            await self._refresh_metadata(states)
+        except ClusterError as e:
+            log.info("consumer: metadata refresh failed: %s", e)
+            await self._idle(min(backoff, budget))
+            return
+        try:
+            await self._reset_positions([s for s in states if s.position is None and not s.paused])
+        except ClusterError as e:
+            log.info("consumer: offset lookup failed: %s", e)
+            await self._idle(min(backoff, budget))
+            return
+        now = loop.time()
+        fetchable = [s for s in self._states.values() if s.fetchable(now)]
+        if self._errors:
+            return
+        if not fetchable:
+            waits = [s.backoff_until - now for s in self._states.values() if s.backoff_until > now]
+            await self._idle(min([budget, *waits]) if waits else min(budget, backoff))
+            return
+        # Rotate the order so that fetch.max.bytes does not always favour the same ones.
+        self._rotation = (self._rotation + 1) % len(fetchable)
+        fetchable = fetchable[self._rotation :] + fetchable[: self._rotation]
+        by_leader: dict[str, list[_PartitionState]] = {}
+        for state in fetchable:
+            address = self._leader_address(state)
+            if address is not None:
+                by_leader.setdefault(address, []).append(state)
+        if not by_leader:
+            return
+        max_wait_ms = int(min(self.config.fetch_max_wait_ms, budget * 1000))
+        await asyncio.gather(
+            *(self._fetch(address, group, max_wait_ms) for address, group in by_leader.items())
+        )
+
+    async def _refresh_metadata(self, states: Sequence[_PartitionState]) -> None:
+        """Refresh the topics whose leaders are unknown or stale."""
+        topics = {s.topic for s in states if self.cluster.needs_refresh(s.topic)}
+        topics |= {
+            s.topic
+            for s in states
+            if (info := self.cluster.topic(s.topic)) is not None
+            and s.partition < info.num_partitions
+            and info.partitions[s.partition].leader_id < 0
+        }
+        if topics:
+            await self.cluster.refresh(topics)
+
+    def _leader_address(self, state: _PartitionState) -> str | None:
+        """The leader's address; None (after an error message or a backoff) if unusable."""
+        try:
+            return self.cluster.leader_address(state.topic, state.partition)
+        except UnknownTopicOrPartitionError as e:
+            if self.cluster.is_unknown(state.topic) or self.cluster.topic(state.topic):
+                self._deliver_error(state, e)
+            else:
+                self._backoff(state)
+        except LeaderNotAvailableError:
+            self.cluster.invalidate(state.topic, state.partition)
+            self._backoff(state)
+        return None
+
+    def _backoff(self, state: _PartitionState) -> None:
+        """Do not fetch ``state`` again before ``retry.backoff.ms``."""
+        loop = asyncio.get_running_loop()
+        state.backoff_until = loop.time() + self.config.retry_backoff_ms / 1000
+
+    async def _reset_positions(self, states: Sequence[_PartitionState]) -> None:
+        """Look up the positions of partitions that have none (``auto.offset.reset``)."""
+        wanted: list[_PartitionState] = []
+        for state in states:
+            if state.reset == "none":
+                self._deliver_error(
+                    state,
+                    NoOffsetForPartitionError(
+                        f"{state.topic}-{state.partition}: no offset to start from and "
+                        "auto.offset.reset is none"
+                    ),
+                )
+            elif self._leader_address(state) is not None:
+                wanted.append(state)
+        if not wanted:
+            return
+        timestamps = [
+            _EARLIEST_TIMESTAMP if s.reset == "earliest" else _LATEST_TIMESTAMP for s in wanted
+        ]
+        generations = [s.generation for s in wanted]
+        answers = await self._list_offsets(
+            [(s.topic, s.partition) for s in wanted], timestamps, raise_errors=False
+        )
+        for state, generation, answer in zip(wanted, generations, answers, strict=True):
+            if (
+                state.generation != generation
+                or self._states.get((state.topic, state.partition)) is not state
+            ):
+                continue
+            if isinstance(answer, BaseException):
+                if isinstance(answer, UnknownTopicOrPartitionError):
+                    self._deliver_error(state, answer)
+                else:
+                    self._backoff(state)
+                continue
+            offset, _ = answer
+            log.debug("consumer: %s-%s reset to %d", state.topic, state.partition, offset)
+            state.position = offset
+
+    async def _fetch(self, address: str, states: list[_PartitionState], max_wait_ms: int) -> None:
+        """One Fetch request to ``address`` for ``states``; buffers or handles each answer."""
+        cfg = self.config
+        request = pb.FetchRequest(
+            replica_id=-1,
+            replica_epoch=-1,
+            max_wait_ms=max_wait_ms,
+            min_bytes=cfg.fetch_min_bytes,
+            max_bytes=cfg.fetch_max_bytes,
+        )
+        topics: dict[str, pb.FetchTopic] = {}
+        sent: dict[tuple[str, int], tuple[_PartitionState, int, int]] = {}
+        for state in states:
+            assert state.position is not None
+            topic = topics.get(state.topic)
+            if topic is None:
+                topic = topics[state.topic] = request.topics.add(topic=state.topic)
+            topic.partitions.add(
+                partition=state.partition,
+                current_leader_epoch=self.cluster.leader_epoch(state.topic, state.partition),
+                fetch_offset=state.position,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=cfg.max_partition_fetch_bytes,
+            )
+            sent[(state.topic, state.partition)] = (state, state.position, state.generation)
+        try:
+            reply: pb.FetchResponse = await self.cluster.stub(address).Fetch(
+                request, timeout=(max_wait_ms + cfg.request_timeout_ms) / 1000
+            )
+        except grpc.aio.AioRpcError as e:
+            log.info("consumer: Fetch from %s failed: %s: %s", address, e.code(), e.details())
+            for state in states:
+                self.cluster.invalidate(state.topic, state.partition)
+                self._backoff(state)
+            return
+        except ClusterError:  # closed meanwhile
+            return
+        for topic_answer in reply.topics:
+            for answer in topic_answer.partitions:
+                entry = sent.get((topic_answer.topic, answer.partition))
+                if entry is None:
+                    continue
+                state, offset, generation = entry
+                current = self._states.get((state.topic, state.partition))
+                if current is not state or state.generation != generation:
+                    continue  # unassigned or sought meanwhile
+                self._handle_answer(state, offset, answer)
+
+    def _handle_answer(
+        self, state: _PartitionState, offset: int, answer: pb.FetchPartitionResponse
+    ) -> None:
+        """Buffer a partition's fetched records, or act on its error code."""
+        code = answer.error
+        if code == ErrorCode.NONE:
+            state.high_watermark = answer.high_watermark
+            state.log_start_offset = answer.log_start_offset
+            self._buffer(state, offset, answer.records)
+        elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if self.config.auto_offset_reset == "none":
+                self._deliver_error(
+                    state,
+                    OffsetOutOfRangeError(
+                        f"{state.topic}-{state.partition}: offset {offset} is out of range "
+                        "and auto.offset.reset is none"
+                    ),
+                )
+            else:
+                log.info(
+                    "consumer: %s-%s: offset %d out of range, resetting to %s",
+                    state.topic,
+                    state.partition,
+                    offset,
+                    self.config.auto_offset_reset,
+                )
+                state.position, state.reset = None, self.config.auto_offset_reset
+        elif code in _RETRIABLE:
+            self.cluster.invalidate(state.topic, state.partition)
+            self._backoff(state)
+        else:
+            self.cluster.handle_error(state.topic, state.partition, code)
+            self._deliver_error(state, _error_for(code, state.topic, state.partition))
+
+    def _buffer(self, state: _PartitionState, offset: int, data: bytes) -> None:
+        """Decode ``data`` into the partition's buffer (records at or after ``offset``)."""
+        records: list[Record] = []
+        end = offset
+        error: CorruptRecordError | None = None
+        timestamp_type = TIMESTAMP_CREATE_TIME
+        try:
+            for batch in iter_batches(data, verify_crc=self.config.check_crcs):
+                if batch.next_offset <= offset:
+                    continue
+                end = max(end, batch.next_offset)
+                if batch.is_control:
+                    continue
+                if batch.timestamp_type == TimestampType.LOG_APPEND_TIME:
+                    timestamp_type = TIMESTAMP_LOG_APPEND_TIME
+                records.extend(r for r in batch.records() if r.offset >= offset)
+        except CorruptRecordError as e:
+            error = CorruptRecordError(f"{state.topic}-{state.partition}: {e}")
+        state.timestamp_type = timestamp_type
+        if records:
+            state.records.extend(records)
+            state.fetched_end = end
+            self._ready.append(state)
+        elif error is None and end > offset:
+            state.position = end  # only control batches or records below the position
+        if error is not None:
+            if records:
+                state.fetched_end = -1  # stop at the corruption, report it after the records
+                state.pending_error = error
+            else:
+                self._deliver_error(state, error)
+
+    # --- offsets ------------------------------------------------------------------------
+
+    async def _list_offsets(
+        self,
+        partitions: Sequence[tuple[str, int]],
+        timestamps: Sequence[int],
+        *,
+        raise_errors: bool = True,
+        timeout: float | None = None,
+    ) -> list[tuple[int, int] | BaseException]:
+        """``ListOffsets`` of each partition at its timestamp: ``(offset, timestamp)`` or an
+        error; leader errors are retried until ``timeout`` (default ``request.timeout.ms``)."""
+        loop = asyncio.get_running_loop()
+        limit = _timeout_s(timeout)
+        if math.isinf(limit):
+            limit = self.config.request_timeout_ms / 1000
+        deadline = loop.time() + limit
+        results: list[tuple[int, int] | BaseException | _Retriable | None] = [None] * len(
+            partitions
+        )
+        todo = list(range(len(partitions)))
+        while True:
+            retry: list[int] = []
+            topics = {partitions[i][0] for i in todo}
+            stale = {t for t in topics if self.cluster.needs_refresh(t)}
+            if stale:
+                await self.cluster.refresh(stale)
+            by_leader: dict[str, list[int]] = {}
+            for i in todo:
+                topic, partition = partitions[i]
+                try:
+                    address = self.cluster.leader_address(topic, partition)
+                except UnknownTopicOrPartitionError as e:
+                    results[i] = e
+                    continue
+                except LeaderNotAvailableError as e:
+                    self.cluster.invalidate(topic, partition)
+                    results[i] = e
+                    retry.append(i)
+                    continue
+                by_leader.setdefault(address, []).append(i)
+            replies = await asyncio.gather(
+                *(
+                    self._list_offsets_from(address, indexes, partitions, timestamps)
+                    for address, indexes in by_leader.items()
+                )
+            )
+            for indexes, answers in zip(by_leader.values(), replies, strict=True):
+                for i, answer in zip(indexes, answers, strict=True):
+                    results[i] = answer
+                    if isinstance(answer, _Retriable):
+                        retry.append(i)
+            if not retry or loop.time() + self.config.retry_backoff_ms / 1000 >= deadline:
+                break
+            todo = retry
+            await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+        final: list[tuple[int, int] | BaseException] = []
+        for result in results:
+            assert result is not None
+            if isinstance(result, _Retriable):
+                result = result.error
+            if raise_errors and isinstance(result, BaseException):
+                raise result
+            final.append(result)
+        return final
+
+    async def _list_offsets_from(
+        self,
+        address: str,
+        indexes: list[int],
+        partitions: Sequence[tuple[str, int]],
+        timestamps: Sequence[int],
+    ) -> list[tuple[int, int] | BaseException | _Retriable]:
+        """One ListOffsets request to ``address``; answers in the order of ``indexes``."""
+        request = pb.ListOffsetsRequest(replica_id=-1)
+        topics: dict[str, pb.ListOffsetsTopic] = {}
+        for i in indexes:
+            topic, partition = partitions[i]
+            entry = topics.get(topic)
+            if entry is None:
+                entry = topics[topic] = request.topics.add(topic=topic)
+            entry.partitions.add(
+                partition=partition,
+                current_leader_epoch=self.cluster.leader_epoch(topic, partition),
+                timestamp=timestamps[i],
+            )
+        try:
+            reply: pb.ListOffsetsResponse = await self.cluster.stub(address).ListOffsets(
+                request, timeout=self.config.request_timeout_ms / 1000
+            )
+        except grpc.aio.AioRpcError as e:
+            error = FetchError(
+                ErrorCode.NETWORK_EXCEPTION,
+                f"ListOffsets to {address} failed: {e.code()}: {e.details()}",
+            )
+            for i in indexes:
+                self.cluster.invalidate(*partitions[i])
+            return [_Retriable(error) for _ in indexes]
+        # The broker answers in request order; match each topic's answers in turn.
+        queues: dict[str, deque[pb.ListOffsetsPartitionResponse]] = {}
+        for topic_answer in reply.topics:
+            queues.setdefault(topic_answer.topic, deque()).extend(topic_answer.partitions)
+        results: list[tuple[int, int] | BaseException | _Retriable] = []
+        for i in indexes:
+            topic, partition = partitions[i]
+            pending = queues.get(topic)
+            answer = pending.popleft() if pending else None
+            if answer is None or answer.partition != partition:
+                results.append(
+                    FetchError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{topic}-{partition}: no answer")
+                )
+                continue
+            if answer.error == ErrorCode.NONE:
+                results.append((answer.offset, answer.timestamp))
+                continue
+            failure = _error_for(answer.error, topic, partition)
+            self.cluster.handle_error(topic, partition, answer.error)
+            if answer.error in _RETRIABLE:
+                results.append(_Retriable(failure))
+            else:
+                results.append(failure)
+        return results
+
+    async def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
+    ) -> tuple[int, int]:
+        """``(low, high)``: the partition's log start offset and high watermark, from
+        ListOffsets (earliest, latest); with ``cached``, as the last Fetch answer gave them
+        (:data:`OFFSET_INVALID` when none did). Raises the partition's typed error."""
+        self._check_open()
+        if cached:
+            state = self._states.get(partition.key())
+            if state is None:
+                return (OFFSET_INVALID, OFFSET_INVALID)
+            return (state.log_start_offset, state.high_watermark)
+        key = partition.key()
+        answers = await self._list_offsets(
+            [key, key], [_EARLIEST_TIMESTAMP, _LATEST_TIMESTAMP], timeout=timeout
+        )
+        (low, _), (high, _) = answers  # type: ignore[misc]
+        return (low, high)
+
+    async def offsets_for_times(
+        self, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> list[TopicPartition]:
+        """For each partition (``offset`` holding a timestamp in ms), the offset of its first
+        record with a timestamp at or after it: -1 (:data:`OFFSET_END`) when there is
+        none; a partition's failure is set as its ``error``."""
+        self._check_open()
+        items = list(partitions)
+        for tp in items:
+            if tp.offset is None or tp.offset < 0:
+                raise ValueError(
+                    f"{tp.topic}-{tp.partition}: offsets_for_times needs a timestamp >= 0"
+                )
+        answers = await self._list_offsets(
+            [tp.key() for tp in items],
+            [tp.offset for tp in items if tp.offset is not None],
+            raise_errors=False,
+            timeout=timeout,
+        )
+        result = []
+        for tp, answer in zip(items, answers, strict=True):
+            if isinstance(answer, BaseException):
+                result.append(TopicPartition(tp.topic, tp.partition, OFFSET_INVALID, answer))
+            else:
+                result.append(TopicPartition(tp.topic, tp.partition, answer[0]))
+        return result
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        """The partition indexes of ``topic`` (Kafka's ``partitionsFor``), from fresh
+        metadata; raises :class:`UnknownTopicOrPartitionError` if it does not exist."""
+        self._check_open()
+        await self.cluster.refresh([topic])
+        info = self.cluster.topic(topic)
+        if info is None:
+            raise UnknownTopicOrPartitionError(f"Topic '{topic}' does not exist")
+        return [p.partition for p in info.partitions]
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop: drop the assignment and close the connections; later calls raise
+        :class:`ConsumerClosedError` (closing again does nothing)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._states = {}
+        self._ready.clear()
+        self._errors.clear()
+        self._wakeup.set()
+        await self.cluster.close()
+
+    def _check_open(self) -> None:
+        """Raise :class:`ConsumerClosedError` after close."""
+        if self._closed:
+            raise ConsumerClosedError("the consumer is closed")
+
+    async def __aenter__(self) -> AsyncConsumer:
+        """``async with AsyncConsumer(...)``: closes on exit."""
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Close the consumer."""
+        await self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _Retriable:
+    """A ListOffsets answer worth retrying, with the error to report if retries run out."""
+
+    error: BaseException
+
+
+# --- The blocking consumer --------------------------------------------------------------
+
+_T = TypeVar("_T")
+
+
+class Consumer:
+    """A blocking consumer, confluent-kafka's ``Consumer`` (manual assignment only): safe
+    to use from plain sync code.
+
+    An :class:`AsyncConsumer` runs on an event loop in a daemon thread; every method
+    runs there and waits for its result. Use it from one thread at a time.
+    """
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        """Validate ``config`` (raising :class:`InvalidConfigError`) and start the thread."""
+        ConsumerConfig.parse(config)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="highwater-consumer", daemon=True
+        )
+        self._thread.start()
+        self._closed = False
+        self._consumer: AsyncConsumer = self._call(self._create(dict(config)))
+
+    @staticmethod
+    async def _create(config: dict[str, Any]) -> AsyncConsumer:
+        """Build the async consumer on the background loop (its events belong to it)."""
+        return AsyncConsumer(config)
+
+    def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coro`` on the background loop and wait for its result."""
+        if self._closed:
+            coro.close()
+            raise ConsumerClosedError("the consumer is closed")
+        future: ConcurrentFuture[_T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return future.result()
+
+    def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """Call a plain method of the async consumer on its loop."""
+
+        async def call() -> _T:
+            return fn(*args)
+
+        return self._call(call())
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """See :meth:`AsyncConsumer.assign`."""
+        self._run(self._consumer.assign, list(partitions))
+
+    def assignment(self) -> list[TopicPartition]:
+        """See :meth:`AsyncConsumer.assignment`."""
+        return self._run(self._consumer.assignment)
+
+    def unassign(self) -> None:
+        """See :meth:`AsyncConsumer.unassign`."""
+        self._run(self._consumer.unassign)
+
+    def seek(self, partition: TopicPartition) -> None:
+        """See :meth:`AsyncConsumer.seek`."""
+        self._run(self._consumer.seek, partition)
+
+    def position(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """See :meth:`AsyncConsumer.position`."""
+        return self._run(self._consumer.position, list(partitions))
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """See :meth:`AsyncConsumer.pause`."""
+        self._run(self._consumer.pause, list(partitions))
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        """See :meth:`AsyncConsumer.resume`."""
+        self._run(self._consumer.resume, list(partitions))
+
+    def poll(self, timeout: float | None = None) -> Message | None:
+        """See :meth:`AsyncConsumer.poll`."""
+        return self._call(self._consumer.poll(timeout))
+
+    def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
+        """See :meth:`AsyncConsumer.consume`."""
+        return self._call(self._consumer.consume(num_messages, timeout))
+
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
+    ) -> tuple[int, int]:
+        """See :meth:`AsyncConsumer.get_watermark_offsets`."""
+        return self._call(self._consumer.get_watermark_offsets(partition, timeout, cached))
+
+    def offsets_for_times(
+        self, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> list[TopicPartition]:
+        """See :meth:`AsyncConsumer.offsets_for_times`."""
+        return self._call(self._consumer.offsets_for_times(list(partitions), timeout))
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """See :meth:`AsyncConsumer.partitions_for`."""
+        return self._call(self._consumer.partitions_for(topic))
+
+    def close(self) -> None:
+        """Close the consumer and stop its thread; closing again does nothing."""
+        if self._closed:
+            return
+        self._call(self._consumer.close())
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> Consumer:
+        """``with Consumer(...)``: closes on exit."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Close the consumer."""
+        self.close()

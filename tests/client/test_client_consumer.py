@@ -1,0 +1,496 @@
+"""The client Consumer against a real EmbeddedServer: assignment, polling, seeks, pauses,
+offset resets, watermarks, offsets for times, errors and the blocking wrapper.
+
+The server runs on its own event loop in a background thread (one per module), so that
+the blocking :class:`Consumer` and :class:`Producer` can be used from plain sync tests;
+each test uses topics of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import grpc.aio
+import pytest
+from highwater.client.admin import AdminClient, NewTopic
+from highwater.client.cluster import UnknownTopicOrPartitionError
+from highwater.client.consumer import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    AsyncConsumer,
+    Consumer,
+    ConsumerClosedError,
+    ConsumerConfig,
+    NoOffsetForPartitionError,
+    TopicPartition,
+)
+from highwater.client.producer import TIMESTAMP_CREATE_TIME, AsyncProducer, Message, Producer
+from highwater.embedded import EmbeddedServer
+from highwater.errors import CorruptRecordError, InvalidConfigError, OffsetOutOfRangeError
+from highwater.storage.records import SimpleRecord, build_batch
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1 import broker_pb2_grpc
+from highwater.v1.common_pb2 import ErrorCode
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerThread:
+    """An EmbeddedServer running on its own event loop in a background thread."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.address = f"127.0.0.1:{free_port()}"
+        self.data_dir = data_dir
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="embedded-server", daemon=True)
+
+    def start(self) -> None:
+        """Start the server and wait until its broker is unfenced."""
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise AssertionError("the embedded server did not start in 30 s")
+        if self._failure is not None:
+            raise AssertionError("the embedded server failed to start") from self._failure
+
+    def stop(self) -> None:
+        """Stop the server and join its thread; re-raise what failed in it."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "the embedded server did not stop in 30 s"
+        if self._failure is not None:
+            raise AssertionError("the embedded server failed") from self._failure
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as e:
+            self._failure = e
+        finally:
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        server = EmbeddedServer(listen=self.address, data_dir=self.data_dir)
+        await server.start()
+        try:
+            await server.broker.wait_unfenced()
+            self._ready.set()
+            await self._stop.wait()
+        finally:
+            await server.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    """One embedded server for the module."""
+    thread = ServerThread(tmp_path_factory.mktemp("consumer"))
+    thread.start()
+    try:
+        yield thread
+    finally:
+        thread.stop()
+
+
+async def create_topic(address: str, name: str, partitions: int = 1) -> None:
+    """Create a topic and wait until Metadata names a leader for each partition."""
+    async with AdminClient(address, request_timeout_s=10) as admin:
+        result = await admin.create_topics([NewTopic(name, partitions, 1)])
+        result[name].raise_for_error()
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        for _ in range(500):
+            reply = await stub.Metadata(pb.MetadataRequest(topics=[name]))
+            found = reply.topics[0].partitions
+            if len(found) == partitions and all(p.leader_id >= 0 for p in found):
+                return
+            await asyncio.sleep(0.01)
+    raise AssertionError(f"{name} got no leaders")
+
+
+async def produce(
+    address: str, topic: str, count: int, *, partition: int = 0, start: int = 0, **kw: object
+) -> None:
+    """Write ``count`` records ``k<i>``/``v<i>`` (i from ``start``) to one partition."""
+    async with AsyncProducer({"bootstrap.servers": address, "linger.ms": 0}) as producer:
+        futures = [
+            producer.produce(
+                topic, f"v{i}", f"k{i}", partition=partition, headers=[("h", f"{i}".encode())]
+            )
+            for i in range(start, start + count)
+        ]
+        await asyncio.gather(*futures)
+
+
+@pytest.fixture
+async def consumer(server: ServerThread) -> AsyncIterator[AsyncConsumer]:
+    """An AsyncConsumer of the module's server, closed after the test."""
+    async with AsyncConsumer({"bootstrap.servers": server.address, "fetch.max.wait.ms": 100}) as c:
+        yield c
+
+
+async def poll_n(consumer: AsyncConsumer, n: int, timeout: float = 10) -> list[Message]:
+    """Exactly ``n`` messages (failing on an error message or a timeout)."""
+    messages = await consumer.consume(n, timeout)
+    for message in messages:
+        assert message.error() is None, message.error()
+    assert len(messages) == n, [repr(m) for m in messages]
+    return messages
+
+
+def values(messages: list[Message]) -> list[bytes | None]:
+    """The values of ``messages``."""
+    return [m.value() for m in messages]
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+async def test_assign_and_poll_return_every_record_in_order(
+    server: ServerThread, consumer: AsyncConsumer
+) -> None:
+    await create_topic(server.address, "c-order", 2)
+    before = int(time.time() * 1000)
+    await produce(server.address, "c-order", 30, partition=0)
+    await produce(server.address, "c-order", 5, partition=1, start=100)
+    consumer.assign(
+        [TopicPartition("c-order", 0, OFFSET_BEGINNING), TopicPartition("c-order", 1, 0)]
+    )
+    assert consumer.assignment() == [TopicPartition("c-order", 0), TopicPartition("c-order", 1)]
+    messages = await poll_n(consumer, 35)
+    by_partition = {p: [m for m in messages if m.partition() == p] for p in (0, 1)}
+    assert values(by_partition[0]) == [f"v{i}".encode() for i in range(30)]
+    assert values(by_partition[1]) == [f"v{i}".encode() for i in range(100, 105)]
+    for p, expected in ((0, range(30)), (1, range(100, 105))):
+        for offset, (i, m) in enumerate(zip(expected, by_partition[p], strict=True)):
+            assert m.topic() == "c-order"
+            assert m.offset() == offset
+            assert m.key() == f"k{i}".encode()
+            assert m.headers() == [("h", f"{i}".encode())]
+            kind, ts = m.timestamp()
+            assert kind == TIMESTAMP_CREATE_TIME
+            assert before - 1000 <= ts <= int(time.time() * 1000) + 1000
+    assert await consumer.poll(0.2) is None
+    assert consumer.position([TopicPartition("c-order", 0), TopicPartition("c-order", 1)]) == [
+        TopicPartition("c-order", 0, 30),
+        TopicPartition("c-order", 1, 5),
+    ]
+
+
+async def test_poll_waits_for_new_records(server: ServerThread, consumer: AsyncConsumer) -> None:
+    await create_topic(server.address, "c-wait")
+    consumer.assign([TopicPartition("c-wait", 0, 0)])
+    assert await consumer.poll(0.1) is None
+    poller = asyncio.ensure_future(consumer.poll(10))
+    await produce(server.address, "c-wait", 1)
+    message = await poller
+    assert message is not None and message.value() == b"v0" and message.offset() == 0
+
+
+async def test_seek_and_position(server: ServerThread, consumer: AsyncConsumer) -> None:
+    await create_topic(server.address, "c-seek")
+    await produce(server.address, "c-seek", 10)
+    tp = TopicPartition("c-seek", 0)
+    consumer.assign([TopicPartition("c-seek", 0, 3)])
+    assert consumer.position([tp]) == [TopicPartition("c-seek", 0, 3)]
+    assert values(await poll_n(consumer, 2)) == [b"v3", b"v4"]
+    assert consumer.position([tp])[0].offset == 5
+
+    consumer.seek(TopicPartition("c-seek", 0, 8))
+    assert consumer.position([tp])[0].offset == 8
+    assert values(await poll_n(consumer, 2)) == [b"v8", b"v9"]
+
+    consumer.seek(TopicPartition("c-seek", 0, 1))  # backwards, past buffered records
+    assert values(await poll_n(consumer, 1)) == [b"v1"]
+
+    consumer.seek(TopicPartition("c-seek", 0, OFFSET_BEGINNING))
+    assert consumer.position([tp])[0].offset is None  # looked up on the next poll
+    assert values(await poll_n(consumer, 1)) == [b"v0"]
+
+    consumer.seek(TopicPartition("c-seek", 0, OFFSET_END))
+    assert await consumer.poll(0.2) is None
+    assert consumer.position([tp])[0].offset == 10
+
+    with pytest.raises(ValueError, match="not assigned"):
+        consumer.seek(TopicPartition("c-other", 0, 1))
+    unassigned = consumer.position([TopicPartition("c-other", 0)])[0]
+    assert unassigned.offset is None and unassigned.error is not None
+
+
+async def test_pause_and_resume(server: ServerThread, consumer: AsyncConsumer) -> None:
+    await create_topic(server.address, "c-pause", 2)
+    await produce(server.address, "c-pause", 3, partition=0)
+    await produce(server.address, "c-pause", 3, partition=1, start=10)
+    p0, p1 = TopicPartition("c-pause", 0, 0), TopicPartition("c-pause", 1, 0)
+    consumer.assign([p0, p1])
+    consumer.pause([p0])
+    assert values(await poll_n(consumer, 3)) == [b"v10", b"v11", b"v12"]
+    assert await consumer.poll(0.2) is None
+    consumer.resume([p0])
+    assert values(await poll_n(consumer, 3)) == [b"v0", b"v1", b"v2"]
+
+    # Buffered records of a partition paused after its fetch wait for resume().
+    await produce(server.address, "c-pause", 2, partition=0, start=3)
+    first = await poll_n(consumer, 1)
+    assert values(first) == [b"v3"]
+    consumer.pause([p0])
+    assert await consumer.poll(0.2) is None
+    consumer.resume([p0])
+    assert values(await poll_n(consumer, 1)) == [b"v4"]
+    with pytest.raises(ValueError, match="not assigned"):
+        consumer.pause([TopicPartition("c-pause", 7)])
+
+
+# --- offset resets -----------------------------------------------------------------------
+
+
+async def test_reset_earliest_latest_and_none(server: ServerThread) -> None:
+    await create_topic(server.address, "c-reset")
+    await produce(server.address, "c-reset", 4)
+    tp = TopicPartition("c-reset", 0)
+    base = {"bootstrap.servers": server.address, "fetch.max.wait.ms": 50}
+
+    async with AsyncConsumer({**base, "auto.offset.reset": "earliest"}) as earliest:
+        earliest.assign([tp])
+        assert values(await poll_n(earliest, 4)) == [b"v0", b"v1", b"v2", b"v3"]
+
+    async with AsyncConsumer(base) as latest:  # Kafka's default: latest
+        latest.assign([tp])
+        assert await latest.poll(0.3) is None
+        assert latest.position([tp])[0].offset == 4
+        await produce(server.address, "c-reset", 1, start=4)
+        assert values(await poll_n(latest, 1)) == [b"v4"]
+
+    async with AsyncConsumer({**base, "auto.offset.reset": "none"}) as none:
+        none.assign([tp])
+        message = await none.poll(5)
+        assert message is not None
+        assert isinstance(message.error(), NoOffsetForPartitionError)
+        assert (message.topic(), message.partition()) == ("c-reset", 0)
+        assert await none.poll(0.1) is None  # reported once; waits for a seek
+        none.seek(TopicPartition("c-reset", 0, 2))
+        assert values(await poll_n(none, 3)) == [b"v2", b"v3", b"v4"]
+
+
+async def test_out_of_range_offsets_reset_or_fail(server: ServerThread) -> None:
+    await create_topic(server.address, "c-range")
+    await produce(server.address, "c-range", 6)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        request = pb.DeleteRecordsRequest(timeout_ms=5000)
+        request.topics.add(topic="c-range").partitions.add(partition=0, offset=2)
+        reply = await stub.DeleteRecords(request)
+        assert reply.topics[0].partitions[0].error == ErrorCode.NONE
+    base = {"bootstrap.servers": server.address, "fetch.max.wait.ms": 50}
+
+    async with AsyncConsumer({**base, "auto.offset.reset": "earliest"}) as c:
+        c.assign([TopicPartition("c-range", 0, 0)])  # below the log start
+        assert values(await poll_n(c, 4)) == [b"v2", b"v3", b"v4", b"v5"]
+        c.seek(TopicPartition("c-range", 0, 100))  # past the end
+        assert values(await poll_n(c, 4)) == [b"v2", b"v3", b"v4", b"v5"]
+
+    async with AsyncConsumer({**base, "auto.offset.reset": "latest"}) as c:
+        c.assign([TopicPartition("c-range", 0, 100)])
+        assert await c.poll(0.3) is None
+        assert c.position([TopicPartition("c-range", 0)])[0].offset == 6
+
+    async with AsyncConsumer({**base, "auto.offset.reset": "none"}) as c:
+        c.assign([TopicPartition("c-range", 0, 1)])
+        message = await c.poll(5)
+        assert message is not None and isinstance(message.error(), OffsetOutOfRangeError)
+        assert message.offset() == 1
+        assert await c.poll(0.1) is None
+        c.seek(TopicPartition("c-range", 0, 5))
+        assert values(await poll_n(c, 1)) == [b"v5"]
+
+
+# --- offsets -----------------------------------------------------------------------------
+
+
+async def test_watermarks_and_offsets_for_times(
+    server: ServerThread, consumer: AsyncConsumer
+) -> None:
+    await create_topic(server.address, "c-times")
+    tp = TopicPartition("c-times", 0)
+    assert await consumer.get_watermark_offsets(tp) == (0, 0)
+    async with AsyncProducer({"bootstrap.servers": server.address, "linger.ms": 0}) as producer:
+        for i, ts in enumerate((1000, 2000, 3000)):
+            await producer.send("c-times", f"v{i}", partition=0, timestamp=ts)
+    assert await consumer.get_watermark_offsets(tp) == (0, 3)
+
+    answers = await consumer.offsets_for_times(
+        [
+            TopicPartition("c-times", 0, 0),
+            TopicPartition("c-times", 0, 1500),
+            TopicPartition("c-times", 0, 3000),
+            TopicPartition("c-times", 0, 5000),
+        ]
+    )
+    assert [a.offset for a in answers] == [0, 1, 2, -1]
+    assert all(a.error is None for a in answers)
+
+    consumer.assign([TopicPartition("c-times", 0, answers[1].offset)])
+    messages = await poll_n(consumer, 2)
+    assert [m.timestamp() for m in messages] == [
+        (TIMESTAMP_CREATE_TIME, 2000),
+        (TIMESTAMP_CREATE_TIME, 3000),
+    ]
+    assert await consumer.get_watermark_offsets(tp, cached=True) == (0, 3)
+
+    with pytest.raises(UnknownTopicOrPartitionError):
+        await consumer.get_watermark_offsets(TopicPartition("c-times-missing", 0))
+    missing = await consumer.offsets_for_times([TopicPartition("c-times", 4, 0)])
+    assert isinstance(missing[0].error, UnknownTopicOrPartitionError)
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+async def test_unknown_topic_and_partition_are_error_messages(
+    server: ServerThread, consumer: AsyncConsumer
+) -> None:
+    await create_topic(server.address, "c-known")
+    consumer.assign([TopicPartition("c-missing", 0, 0), TopicPartition("c-known", 3, 0)])
+    errors = await consumer.consume(2, 5)
+    assert len(errors) == 2
+    assert {(m.topic(), m.partition()) for m in errors} == {("c-missing", 0), ("c-known", 3)}
+    assert all(isinstance(m.error(), UnknownTopicOrPartitionError) for m in errors)
+    assert await consumer.poll(0.1) is None
+    with pytest.raises(UnknownTopicOrPartitionError):
+        await consumer.partitions_for("c-missing")
+    assert await consumer.partitions_for("c-known") == [0]
+
+
+def test_config_errors_name_the_key() -> None:
+    with pytest.raises(InvalidConfigError, match=r"group\.id"):
+        ConsumerConfig.parse({"bootstrap.servers": "localhost:1", "group.id": "g"})
+    with pytest.raises(InvalidConfigError, match=r"auto\.offset\.reset"):
+        ConsumerConfig.parse({"bootstrap.servers": "localhost:1", "auto.offset.reset": "first"})
+    with pytest.raises(InvalidConfigError, match=r"fetch\.max\.wait\.ms"):
+        ConsumerConfig.parse({"bootstrap.servers": "localhost:1", "fetch.max.wait.ms": -1})
+    with pytest.raises(InvalidConfigError, match=r"bootstrap\.servers"):
+        ConsumerConfig.parse({"bootstrap.servers": "nowhere"})
+    with pytest.raises(InvalidConfigError, match=r"bootstrap\.servers"):
+        ConsumerConfig.parse({})
+    config = ConsumerConfig.parse({"bootstrap.servers": "localhost:1"})
+    assert (config.auto_offset_reset, config.fetch_min_bytes, config.fetch_max_wait_ms) == (
+        "latest",
+        1,
+        500,
+    )
+    assert (config.fetch_max_bytes, config.max_partition_fetch_bytes, config.check_crcs) == (
+        52428800,
+        1048576,
+        True,
+    )
+
+
+async def test_closed_consumer_refuses_calls(server: ServerThread) -> None:
+    consumer = AsyncConsumer({"bootstrap.servers": server.address})
+    await consumer.close()
+    await consumer.close()
+    with pytest.raises(ConsumerClosedError):
+        await consumer.poll(0)
+    with pytest.raises(ConsumerClosedError):
+        consumer.assign([TopicPartition("t", 0)])
+
+
+# --- the blocking consumer ---------------------------------------------------------------
+
+
+def test_blocking_consumer_from_sync_code(server: ServerThread) -> None:
+    asyncio.run(create_topic(server.address, "c-sync", 2))
+    with Producer({"bootstrap.servers": server.address}) as producer:
+        for i in range(6):
+            producer.produce("c-sync", f"v{i}", f"k{i}", partition=i % 2)
+        assert producer.flush(10) == 0
+    with Consumer(
+        {"bootstrap.servers": server.address, "auto.offset.reset": "earliest"}
+    ) as consumer:
+        partitions = consumer.partitions_for("c-sync")
+        assert partitions == [0, 1]
+        consumer.assign([TopicPartition("c-sync", p) for p in partitions])
+        messages = consumer.consume(6, 10)
+        assert sorted(m.value() or b"" for m in messages) == [f"v{i}".encode() for i in range(6)]
+        assert consumer.poll(0.1) is None
+        consumer.seek(TopicPartition("c-sync", 1, 2))
+        message = consumer.poll(10)
+        assert message is not None and (message.partition(), message.value()) == (1, b"v5")
+        assert consumer.position([TopicPartition("c-sync", 1)])[0].offset == 3
+        assert consumer.get_watermark_offsets(TopicPartition("c-sync", 0)) == (0, 3)
+        consumer.pause([TopicPartition("c-sync", 0)])
+        consumer.resume([TopicPartition("c-sync", 0)])
+        assert len(consumer.assignment()) == 2
+        consumer.unassign()
+        assert consumer.assignment() == []
+    with pytest.raises(ConsumerClosedError):
+        consumer.poll(0)
+
+
+# --- decoding fetched batches ------------------------------------------------------------
+
+
+def _answer(data: bytes) -> pb.FetchPartitionResponse:
+    """A successful Fetch answer for partition 0 carrying ``data``."""
+    return pb.FetchPartitionResponse(
+        partition=0, high_watermark=100, log_start_offset=0, records=data
+    )
+
+
+async def test_fetched_batches_skip_control_records_and_check_crcs() -> None:
+    first = build_batch([SimpleRecord(b"k", f"v{i}".encode(), timestamp=5) for i in range(4)])
+    control = build_batch([SimpleRecord(None, b"\x00")], base_offset=4, is_control=True)
+    last = build_batch([SimpleRecord(None, b"v5", timestamp=6)], base_offset=5)
+    async with AsyncConsumer({"bootstrap.servers": "127.0.0.1:1"}) as consumer:
+        consumer.assign([TopicPartition("t", 0, 2)])
+        state = consumer._states[("t", 0)]
+        consumer._handle_answer(state, 2, _answer(first + control + last))
+        messages = [consumer._next_message() for _ in range(3)]
+        assert [m.offset() if m else None for m in messages] == [2, 3, 5]
+        assert consumer._next_message() is None
+        assert consumer.position([TopicPartition("t", 0)])[0].offset == 6
+        assert await consumer.get_watermark_offsets(TopicPartition("t", 0), cached=True) == (
+            0,
+            100,
+        )
+
+        # Only a control batch: the position moves past it.
+        consumer.seek(TopicPartition("t", 0, 4))
+        consumer._handle_answer(state, 4, _answer(control))
+        assert consumer._next_message() is None
+        assert consumer.position([TopicPartition("t", 0)])[0].offset == 5
+
+        corrupt = bytearray(last)
+        corrupt[-2] ^= 0xFF  # a byte of the value "v5": the framing stays valid
+        consumer.seek(TopicPartition("t", 0, 0))
+        consumer._handle_answer(state, 0, _answer(first + bytes(corrupt)))
+        got = [consumer._next_message() for _ in range(5)]
+        assert [m.offset() for m in got[:4] if m] == [0, 1, 2, 3]
+        assert got[4] is not None and isinstance(got[4].error(), CorruptRecordError)
+        assert consumer._next_message() is None
+
+    async with AsyncConsumer(
+        {"bootstrap.servers": "127.0.0.1:1", "check.crcs": False}
+    ) as unchecked:
+        unchecked.assign([TopicPartition("t", 0, 5)])
+        state = unchecked._states[("t", 0)]
+        unchecked._handle_answer(state, 5, _answer(bytes(corrupt)))
+        message = unchecked._next_message()
+        assert message is not None and message.error() is None and message.offset() == 5
+        assert message.value() == b"v" + bytes([ord("5") ^ 0xFF])
