@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from highwater.client.admin import AdminClient, NewTopic
+from highwater.client.admin import AdminClient, NewTopic, UnknownTopicOrPartitionError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -61,9 +62,11 @@ def test_a_dev_cluster_serves_and_stops_every_process_it_started(tmp_path: Path)
                 results = await admin.create_topics([NewTopic("dev", 2, 2)])
                 assert results["dev"].error is None
                 for _ in range(100):
-                    described = (await admin.describe_topics(["dev"]))["dev"]
-                    if all(p.leader is not None for p in described.partitions):
-                        return sorted(len(p.isr) for p in described.partitions)
+                    # Brokers learn of the topic by replicating the metadata log: soon.
+                    with contextlib.suppress(UnknownTopicOrPartitionError):
+                        described = (await admin.describe_topics(["dev"]))["dev"]
+                        if all(p.leader is not None for p in described.partitions):
+                            return sorted(len(p.isr) for p in described.partitions)
                     await asyncio.sleep(0.1)
             raise AssertionError("no leaders")
 
