@@ -407,3 +407,35 @@ async def test_manager_truncation_checkpoints_the_recovery_point(tmp_path: Path)
     assert await manager.truncate_to(tp, 4)
     assert "t 0 4" in (tmp_path / "recovery-point-offset-checkpoint").read_text()
     manager.shutdown()
+
+
+async def test_manager_truncation_lowers_the_cleaner_checkpoint(tmp_path: Path) -> None:
+    """Records appended again below the old cleaner checkpoint are dirty and get compacted."""
+    from highwater.config.topic import LogConfig
+    from highwater.storage.cleaner import LogCleaner
+    from highwater.storage.log_manager import LogManager
+    from highwater.storage.topic_partition import TopicPartition
+
+    config = LogConfig.from_properties(
+        {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.0}
+    )
+    manager = LogManager(tmp_path)
+    manager.startup()
+    cleaner = LogCleaner(manager)
+    tp = TopicPartition("t", 0)
+    log = manager.get_or_create_log(tp, config)
+
+    def append_round(tag: str) -> None:
+        log.append_as_leader(make_batch(values(4, tag=tag), keys=[b"k"] * 4), 0)
+        log.roll()
+        log.update_high_watermark(log.log_end_offset)
+
+    append_round("a")
+    assert cleaner.clean_log(log).end_offset == 4
+    assert manager.cleaner_checkpoint.read()[tp] == 4
+    assert await manager.truncate_to(tp, 0)
+    assert manager.cleaner_checkpoint.read()[tp] == 0
+    append_round("b")
+    cleaner.clean_log(log)
+    assert [r.offset for r in read_all(log)] == [3]
+    manager.shutdown()

@@ -146,6 +146,8 @@ class LogModel(RuleBasedStateMachine):
             self.log_start = start
         self.batches = [b for b in self.batches if b[1] < self.leo]
         assert self.log.log_end_offset == self.leo
+        # What LogManager.truncate_to does after a replica's truncation.
+        self.cleaner.manager.lower_cleaner_checkpoint(self.log.topic_partition, self.leo)
 
     @rule()
     def roll(self) -> None:

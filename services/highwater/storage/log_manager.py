@@ -268,15 +268,30 @@ class LogManager:
     async def truncate_to(self, tp: TopicPartition, offset: int) -> bool:
         """Truncate a replica's log, then make its lowered recovery point durable.
 
-        The recovery-point checkpoint on disk must not stay above the truncation: records
-        appended after it would be trusted, unchecked, after a crash. The checkpoint is
-        written off the event loop, and the caller appends again only once this returns.
+        Neither checkpoint on disk may stay above the truncation. Records appended after the
+        recovery point would be trusted, unchecked, after a crash; records appended below
+        the cleaner checkpoint would never be compacted (Kafka's ``maybeTruncateCheckpoint``).
+        Both are written off the event loop, and the caller appends again only once this
+        returns.
         """
         partition_log = self._logs[tp]
         truncated = partition_log.truncate_to(offset)
         if truncated:
-            await asyncio.to_thread(self.checkpoint_recovery_points)
+            end = partition_log.log_end_offset
+            await asyncio.to_thread(self._checkpoint_after_truncation, tp, end)
         return truncated
+
+    def _checkpoint_after_truncation(self, tp: TopicPartition, log_end_offset: int) -> None:
+        self.checkpoint_recovery_points()
+        self.lower_cleaner_checkpoint(tp, log_end_offset)
+
+    def lower_cleaner_checkpoint(self, tp: TopicPartition, offset: int) -> None:
+        """Bring ``tp``'s cleaner checkpoint down to ``offset`` if it is above it: the log was
+        truncated there, and what is appended from there on is dirty."""
+        offsets = self.cleaner_checkpoint.read()
+        if offsets.get(tp, offset) > offset:
+            offsets[tp] = offset
+            self.cleaner_checkpoint.write(offsets)
 
     def delete_log(self, tp: TopicPartition) -> bool:
         partition_log = self._logs.pop(tp, None)
