@@ -1,0 +1,1 @@
+"""The group coordinator service: consumer groups, rebalances and committed offsets."""

@@ -1,0 +1,1087 @@
+"""The group coordinator's pure core: membership, rebalances and offsets of the groups it owns.
+
+Kafka's classic group protocol (chapter 5 of the storage/replication/producer/consumer
+seed), with no I/O inside: every call takes the current time in milliseconds and
+returns effects for the service edge to carry out.
+
+- :class:`Reply` answers a request that waited (JoinGroup until the join phase ends,
+  SyncGroup until the leader's assignment is stored, OffsetCommit until its records are
+  appended). Requests are named by opaque tokens the edge chooses.
+- :class:`Write` appends records to a partition of ``__consumer_offsets``; the edge calls
+  :meth:`GroupCoordinatorCore.write_completed` with its outcome, and only then does the
+  core change its state or answer.
+
+A rebalance: a member joins (or one leaves, or a session expires) → ``PreparingRebalance``;
+every member known rejoins, or the rebalance timeout passes and those that did not are
+removed → a new generation, a protocol every member supports, a leader, and every JoinGroup
+answered (the leader's with all members' subscriptions) → ``CompletingRebalance``; the
+leader's SyncGroup brings the assignment, which is written to ``__consumer_offsets`` →
+every SyncGroup answered with the member's share → ``Stable``. A first join without a
+member id gets MEMBER_ID_REQUIRED and an id to join with (KIP-394); a static member
+(``group.instance.id``, KIP-345) that restarts takes its old place and assignment back
+without a rebalance.
+
+A group belongs to the coordinator that owns its partition of ``__consumer_offsets``;
+requests for groups of other partitions get NOT_COORDINATOR, for partitions being
+loaded COORDINATOR_LOAD_IN_PROGRESS.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from highwater.coordinator.group import (
+    CommittedOffset,
+    Group,
+    GroupState,
+    Member,
+    Protocol,
+    Token,
+)
+from highwater.coordinator.records import (
+    KeyValue,
+    OffsetsRecord,
+    encode_group_metadata,
+    encode_group_tombstone,
+    encode_offset_commit,
+    encode_offset_tombstone,
+    restore_groups,
+)
+from highwater.storage.topic_partition import TopicPartition
+from highwater.v1.common_pb2 import ErrorCode
+
+NONE: Final = ErrorCode.NONE
+NO_GENERATION: Final = -1
+EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
+    GroupState.EMPTY,
+    GroupState.PREPARING_REBALANCE,
+    GroupState.COMPLETING_REBALANCE,
+    GroupState.STABLE,
+    GroupState.DEAD,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCoordinatorSettings:
+    """The coordinator's settings, with Kafka's names and defaults."""
+
+    group_min_session_timeout_ms: int = 6_000
+    """``group.min.session.timeout.ms``."""
+    group_max_session_timeout_ms: int = 1_800_000
+    """``group.max.session.timeout.ms``."""
+    group_initial_rebalance_delay_ms: int = 3_000
+    """``group.initial.rebalance.delay.ms``: how long the first rebalance of an empty
+    group waits for more members (0 in Kafka's development config, as here in
+    ``highwater server`` and ``dev-cluster``)."""
+    group_max_size: int = 2**31 - 1
+    """``group.max.size``."""
+    offsets_retention_ms: int = 7 * 24 * 3_600_000
+    """``offsets.retention.minutes`` (in ms): offsets of a group empty this long expire."""
+    offsets_retention_check_interval_ms: int = 600_000
+    """``offsets.retention.check.interval.ms``."""
+    offset_metadata_max_bytes: int = 4096
+    """``offset.metadata.max.bytes``."""
+    max_protocol_metadata_bytes: int = 1024 * 1024
+    """The largest subscription or assignment a member may send (oversized: INVALID_REQUEST)."""
+
+
+# --- Effects and results -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Answer the request named by ``token``."""
+
+    token: Token
+    result: object
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """Append ``records`` to partition ``partition`` of ``__consumer_offsets``; report the
+    outcome with :meth:`GroupCoordinatorCore.write_completed` (``write_id``)."""
+
+    write_id: int
+    partition: int
+    records: tuple[KeyValue, ...]
+
+
+Effect = Reply | Write
+
+
+@dataclass(frozen=True, slots=True)
+class JoinedMember:
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error: int = NONE
+    error_message: str = ""
+    generation_id: int = NO_GENERATION
+    protocol_type: str = ""
+    protocol_name: str = ""
+    leader: str = ""
+    member_id: str = ""
+    members: tuple[JoinedMember, ...] = ()
+    skip_assignment: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    error: int = NONE
+    error_message: str = ""
+    protocol_type: str = ""
+    protocol_name: str = ""
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The answer to a request that did not wait (Heartbeat, one member of a LeaveGroup)."""
+
+    error: int = NONE
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetToCommit:
+    topic_partition: TopicPartition
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """Per-partition errors of an OffsetCommit (NONE where it was stored)."""
+
+    errors: Mapping[TopicPartition, Outcome]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedOffset:
+    offset: int = -1
+    leader_epoch: int = -1
+    metadata: str = ""
+    error: int = NONE
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: GroupState
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    error: int = NONE
+    error_message: str = ""
+    state: GroupState = DEAD
+    protocol_type: str = ""
+    protocol_name: str = ""
+    generation_id: int = NO_GENERATION
+    leader: str = ""
+    members: tuple[MemberDescription, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    errors: Mapping[str, Outcome]
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str
+    protocols: tuple[Protocol, ...]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+    protocol_type: str = ""
+    protocol_name: str = ""
+    assignments: Mapping[str, bytes] = field(default_factory=dict)
+
+
+class _Refused(Exception):
+    """A request that cannot be served; carries the error to answer with."""
+
+    def __init__(self, error: int, message: str = "") -> None:
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
+
+# --- The core ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _PendingWrite:
+    partition: int
+    on_done: Callable[[int, int], list[Effect]]
+    """(error, now) → effects, called once the write succeeded (NONE) or failed."""
+
+
+class GroupCoordinatorCore:
+    """The groups of the ``__consumer_offsets`` partitions this coordinator owns."""
+
+    def __init__(
+        self,
+        settings: GroupCoordinatorSettings,
+        partition_for: Callable[[str], int],
+        *,
+        new_member_id: Callable[[str], str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.partition_for = partition_for
+        self._new_member_id = new_member_id or _random_member_id
+        self.groups: dict[str, Group] = {}
+        self.owned: dict[int, int] = {}
+        """Partitions served → the coordinator epoch they were loaded with."""
+        self.loading: set[int] = set()
+        self._writes: dict[int, _PendingWrite] = {}
+        self._next_write_id = 0
+        self._next_expiry_check: int | None = None
+
+    # -- partitions -------------------------------------------------------------------------
+
+    def begin_loading(self, partition: int) -> None:
+        """The partition was assigned to this coordinator; requests wait until it loads."""
+        self.loading.add(partition)
+
+    def load(
+        self, partition: int, coordinator_epoch: int, records: Iterable[OffsetsRecord], now: int
+    ) -> None:
+        """Serve ``partition`` from the state its records (in log order) describe."""
+        self.loading.discard(partition)
+        self.owned[partition] = coordinator_epoch
+        for group_id, group in restore_groups(records, now).items():
+            if self.partition_for(group_id) == partition:
+                self.groups[group_id] = group
+        if self._next_expiry_check is None:
+            self._next_expiry_check = now + self.settings.offsets_retention_check_interval_ms
+
+    def unload(self, partition: int) -> list[Effect]:
+        """Stop serving ``partition`` (it moved away, or this coordinator was fenced).
+
+        Waiting requests of its groups are answered NOT_COORDINATOR, those waiting on a
+        write too (whether it was appended or not, the new owner replays what was).
+        """
+        self.loading.discard(partition)
+        self.owned.pop(partition, None)
+        effects: list[Effect] = []
+        for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
+            group = self.groups.pop(group_id)
+            group.transition(DEAD, group.state_timestamp)
+            for member in group.members.values():
+                if member.join_token is not None:
+                    effects.append(Reply(member.join_token, JoinResult(ErrorCode.NOT_COORDINATOR)))
+                if member.sync_token is not None:
+                    effects.append(Reply(member.sync_token, SyncResult(ErrorCode.NOT_COORDINATOR)))
+        for write_id in [w for w, p in self._writes.items() if p.partition == partition]:
+            effects += self._writes.pop(write_id).on_done(ErrorCode.NOT_COORDINATOR, 0)
+        return effects
+
+    def _check_owner(self, group_id: str) -> int:
+        if not group_id:
+            raise _Refused(ErrorCode.INVALID_GROUP_ID, "the group id is empty")
+        partition = self.partition_for(group_id)
+        if partition in self.loading:
+            raise _Refused(
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                f"partition {partition} of __consumer_offsets is being loaded",
+            )
+        if partition not in self.owned:
+            raise _Refused(
+                ErrorCode.NOT_COORDINATOR,
+                f"group {group_id!r} (partition {partition}) is not served here",
+            )
+        return partition
+
+    # -- JoinGroup --------------------------------------------------------------------------
+
+    def join_group(self, token: Token, request: JoinRequest, now: int) -> list[Effect]:
+        try:
+            return self._join(token, request, now)
+        except _Refused as e:
+            return [Reply(token, JoinResult(e.error, e.message, member_id=request.member_id))]
+
+    def _join(self, token: Token, request: JoinRequest, now: int) -> list[Effect]:
+        self._check_owner(request.group_id)
+        settings = self.settings
+        if not (
+            settings.group_min_session_timeout_ms
+            <= request.session_timeout_ms
+            <= settings.group_max_session_timeout_ms
+        ):
+            raise _Refused(
+                ErrorCode.INVALID_SESSION_TIMEOUT,
+                f"session.timeout.ms {request.session_timeout_ms} is outside "
+                f"[{settings.group_min_session_timeout_ms}, "
+                f"{settings.group_max_session_timeout_ms}]",
+            )
+        if request.rebalance_timeout_ms <= 0:
+            raise _Refused(ErrorCode.INVALID_REQUEST, "rebalance_timeout_ms must be positive")
+        if any(len(p.metadata) > settings.max_protocol_metadata_bytes for p in request.protocols):
+            raise _Refused(
+                ErrorCode.INVALID_REQUEST,
+                f"protocol metadata larger than {settings.max_protocol_metadata_bytes} bytes",
+            )
+        if len({p.name for p in request.protocols}) != len(request.protocols):
+            raise _Refused(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "a protocol is named twice")
+        group = self.groups.get(request.group_id)
+        if group is None:
+            if request.member_id:
+                raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID, "the group does not exist")
+            group = Group(request.group_id, state_timestamp=now)
+            self.groups[request.group_id] = group
+        if group.is_in(DEAD):
+            raise _Refused(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group is being removed")
+        if not group.supports(request.protocol_type, request.protocols):
+            raise _Refused(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                "the member's protocol type or protocols do not match the group's",
+            )
+        if not request.member_id:
+            return self._join_unknown_member(token, group, request, now)
+        return self._join_known_member(token, group, request, now)
+
+    def _join_unknown_member(
+        self, token: Token, group: Group, request: JoinRequest, now: int
+    ) -> list[Effect]:
+        member_id = self._new_member_id(request.group_instance_id or request.client_id)
+        instance_id = request.group_instance_id
+        if instance_id is not None and instance_id in group.static_members:
+            return self._rejoin_static_member(token, group, request, member_id, now)
+        if len(group.members) + len(group.pending_members) >= self.settings.group_max_size:
+            raise _Refused(ErrorCode.GROUP_MAX_SIZE_REACHED, "the group is full")
+        if instance_id is not None:
+            return self._add_member_and_rebalance(token, group, request, member_id, now)
+        group.pending_members[member_id] = now + request.session_timeout_ms
+        result = JoinResult(
+            ErrorCode.MEMBER_ID_REQUIRED,
+            "join again with the member id given",
+            member_id=member_id,
+        )
+        return [Reply(token, result)]
+
+    def _rejoin_static_member(
+        self, token: Token, group: Group, request: JoinRequest, member_id: str, now: int
+    ) -> list[Effect]:
+        """A static member restarted: it takes its place back under a new member id."""
+        assert request.group_instance_id is not None
+        old_id = group.static_members[request.group_instance_id]
+        old = group.members[old_id]
+        effects: list[Effect] = []
+        for pending in (old.join_token, old.sync_token):
+            if pending is not None:
+                fenced = ErrorCode.FENCED_INSTANCE_ID
+                reply = JoinResult(fenced) if pending is old.join_token else SyncResult(fenced)
+                effects.append(Reply(pending, reply))
+        old.join_token = old.sync_token = None
+        unchanged = group.protocol_name is not None and _metadata_for(
+            request.protocols, group.protocol_name
+        ) == old.metadata_for(group.protocol_name)
+        member = group.replace_static_member(request.group_instance_id, member_id)
+        member.client_id, member.client_host = request.client_id, request.client_host
+        member.session_timeout_ms = request.session_timeout_ms
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        member.heartbeat_deadline = now + request.session_timeout_ms
+        if group.is_in(STABLE) and unchanged:
+            # Same subscription: the assignment stands (KIP-345); the leader must not
+            # assign again (KIP-814). The new member id is persisted as the old one was.
+            member.protocols = request.protocols
+            result = self._join_result(group, member, skip_assignment=True)
+
+            def done(error: int, _now: int) -> list[Effect]:
+                if error != NONE:
+                    return [Reply(token, JoinResult(_write_error(error), member_id=member_id))]
+                return [Reply(token, result)]
+
+            effects.append(self._write(group, (encode_group_metadata(group),), done))
+            return effects
+        member.protocols = request.protocols
+        member.join_token = token
+        effects += self._prepare_rebalance(group, now)
+        effects += self._maybe_complete_join(group, now)
+        return effects
+
+    def _join_known_member(
+        self, token: Token, group: Group, request: JoinRequest, now: int
+    ) -> list[Effect]:
+        member_id = request.member_id
+        if member_id in group.pending_members:
+            del group.pending_members[member_id]
+            return self._add_member_and_rebalance(token, group, request, member_id, now)
+        if group.is_fenced_instance(member_id, request.group_instance_id):
+            raise _Refused(ErrorCode.FENCED_INSTANCE_ID, "another member holds this instance id")
+        member = group.members.get(member_id)
+        if member is None:
+            raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID, f"unknown member {member_id!r}")
+        member.heartbeat_deadline = now + request.session_timeout_ms
+        changed = member.protocols != request.protocols
+        effects: list[Effect] = []
+        if group.is_in(PREPARING):
+            if member.join_token is not None:
+                superseded = JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, "superseded by a rejoin")
+                effects.append(Reply(member.join_token, superseded))
+            self._update_member(member, request, token)
+            return effects + self._maybe_complete_join(group, now)
+        if group.is_in(COMPLETING) and not changed:
+            # The member missed the answer to its join: give it again.
+            return [Reply(token, self._join_result(group, member))]
+        if group.is_in(STABLE) and not changed and member_id != group.leader_id:
+            return [Reply(token, self._join_result(group, member))]
+        # A changed subscription, or the leader asking for a new assignment: rebalance.
+        self._update_member(member, request, token)
+        effects += self._prepare_rebalance(group, now)
+        return effects + self._maybe_complete_join(group, now)
+
+    def _update_member(self, member: Member, request: JoinRequest, token: Token) -> None:
+        member.protocols = request.protocols
+        member.session_timeout_ms = request.session_timeout_ms
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        member.client_id = request.client_id or member.client_id
+        member.client_host = request.client_host or member.client_host
+        member.join_token = token
+
+    def _add_member_and_rebalance(
+        self, token: Token, group: Group, request: JoinRequest, member_id: str, now: int
+    ) -> list[Effect]:
+        member = Member(
+            member_id=member_id,
+            group_instance_id=request.group_instance_id,
+            client_id=request.client_id,
+            client_host=request.client_host,
+            session_timeout_ms=request.session_timeout_ms,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+            protocol_type=request.protocol_type,
+            protocols=request.protocols,
+            join_token=token,
+            heartbeat_deadline=now + request.session_timeout_ms,
+        )
+        group.add_member(member)
+        group.new_member_added = True
+        effects = self._prepare_rebalance(group, now)
+        return effects + self._maybe_complete_join(group, now)
+
+    def _join_result(
+        self, group: Group, member: Member, *, skip_assignment: bool = False
+    ) -> JoinResult:
+        assert group.protocol_name is not None and group.protocol_type is not None
+        members: tuple[JoinedMember, ...] = ()
+        if member.member_id == group.leader_id:
+            members = tuple(
+                JoinedMember(m.member_id, m.group_instance_id, m.metadata_for(group.protocol_name))
+                for m in group.members.values()
+            )
+        return JoinResult(
+            generation_id=group.generation_id,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            leader=group.leader_id or "",
+            member_id=member.member_id,
+            members=members,
+            skip_assignment=skip_assignment and member.member_id == group.leader_id,
+        )
+
+    # -- the rebalance ----------------------------------------------------------------------
+
+    def _prepare_rebalance(self, group: Group, now: int) -> list[Effect]:
+        """Begin (or keep) the join phase of a rebalance."""
+        if group.is_in(PREPARING):
+            return []
+        effects: list[Effect] = []
+        if group.is_in(COMPLETING):
+            # The assignment of the generation being completed will never come into force.
+            for member in group.members.values():
+                if member.sync_token is not None:
+                    result = SyncResult(ErrorCode.REBALANCE_IN_PROGRESS, "a new rebalance began")
+                    effects.append(Reply(member.sync_token, result))
+                    member.sync_token = None
+            group.assignment_write = None
+            group.sync_deadline = None
+        was_empty = group.is_in(EMPTY)
+        group.transition(PREPARING, now)
+        rebalance_timeout = group.max_rebalance_timeout_ms()
+        delay = self.settings.group_initial_rebalance_delay_ms
+        if was_empty and delay > 0:
+            group.in_initial_delay = True
+            group.new_member_added = False
+            first = min(delay, rebalance_timeout)
+            group.initial_delay_remaining_ms = rebalance_timeout - first
+            group.join_deadline = now + first
+        else:
+            group.in_initial_delay = False
+            group.join_deadline = now + rebalance_timeout
+        return effects
+
+    def _maybe_complete_join(self, group: Group, now: int) -> list[Effect]:
+        if group.is_in(PREPARING) and not group.in_initial_delay and group.has_all_members_joined():
+            return self._complete_join(group, now)
+        return []
+
+    def _complete_join(self, group: Group, now: int) -> list[Effect]:
+        """End the join phase: drop who did not rejoin, open the next generation."""
+        effects: list[Effect] = []
+        for member in [m for m in group.members.values() if not m.awaiting_join]:
+            group.remove_member(member.member_id)
+        group.pending_members.clear()
+        group.join_deadline = None
+        group.in_initial_delay = False
+        group.generation_id += 1
+        if not group.members:
+            group.protocol_name = None
+            group.transition(EMPTY, now)
+            return effects + self._persist_empty_group(group)
+        group.protocol_name = group.select_protocol()
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        group.transition(COMPLETING, now)
+        group.sync_deadline = now + group.max_rebalance_timeout_ms()
+        for member in group.members.values():
+            assert member.join_token is not None
+            effects.append(Reply(member.join_token, self._join_result(group, member)))
+            member.join_token = None
+            member.synced = False
+            member.assignment = b""
+            member.heartbeat_deadline = now + member.session_timeout_ms
+        return effects
+
+    def _persist_empty_group(self, group: Group) -> list[Effect]:
+        def done(_error: int, _now: int) -> list[Effect]:
+            return []
+
+        return [self._write(group, (encode_group_metadata(group),), done)]
+
+    # -- SyncGroup --------------------------------------------------------------------------
+
+    def sync_group(self, token: Token, request: SyncRequest, now: int) -> list[Effect]:
+        try:
+            return self._sync(token, request, now)
+        except _Refused as e:
+            return [Reply(token, SyncResult(e.error, e.message))]
+
+    def _sync(self, token: Token, request: SyncRequest, now: int) -> list[Effect]:
+        self._check_owner(request.group_id)
+        group, member = self._member(request.group_id, request.member_id, request.group_instance_id)
+        if request.generation_id != group.generation_id:
+            raise _Refused(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {request.generation_id}, the group is at {group.generation_id}",
+            )
+        if (request.protocol_type and request.protocol_type != group.protocol_type) or (
+            request.protocol_name and request.protocol_name != group.protocol_name
+        ):
+            raise _Refused(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "not the group's protocol")
+        if any(
+            len(a) > self.settings.max_protocol_metadata_bytes for a in request.assignments.values()
+        ):
+            raise _Refused(
+                ErrorCode.INVALID_REQUEST,
+                f"an assignment larger than {self.settings.max_protocol_metadata_bytes} bytes",
+            )
+        member.heartbeat_deadline = now + member.session_timeout_ms
+        if group.is_in(PREPARING):
+            raise _Refused(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing")
+        if group.is_in(STABLE):
+            return [Reply(token, self._sync_result(group, member))]
+        # CompletingRebalance
+        if member.sync_token is not None:
+            superseded = SyncResult(ErrorCode.REBALANCE_IN_PROGRESS, "superseded by a resend")
+            effects: list[Effect] = [Reply(member.sync_token, superseded)]
+        else:
+            effects = []
+        member.sync_token = token
+        member.synced = True
+        if member.member_id != group.leader_id or group.assignment_write is not None:
+            return effects
+        assignments = {mid: request.assignments.get(mid, b"") for mid in group.members}
+        generation = group.generation_id
+
+        def done(error: int, when: int) -> list[Effect]:
+            if group.generation_id != generation or not group.is_in(COMPLETING):
+                return []
+            group.assignment_write = None
+            if error != NONE:
+                out: list[Effect] = []
+                for m in group.members.values():
+                    if m.sync_token is not None:
+                        out.append(Reply(m.sync_token, SyncResult(_write_error(error))))
+                        m.sync_token = None
+                return out + self._prepare_rebalance(group, when)
+            return self._complete_sync(group, when)
+
+        for member_id, assignment in assignments.items():
+            group.members[member_id].assignment = assignment
+        write = self._write(group, (encode_group_metadata(group),), done)
+        group.assignment_write = write.write_id
+        return [*effects, write]
+
+    def _complete_sync(self, group: Group, now: int) -> list[Effect]:
+        group.transition(STABLE, now)
+        group.sync_deadline = None
+        effects: list[Effect] = []
+        for member in group.members.values():
+            if member.sync_token is not None:
+                effects.append(Reply(member.sync_token, self._sync_result(group, member)))
+                member.sync_token = None
+        return effects
+
+    def _sync_result(self, group: Group, member: Member) -> SyncResult:
+        return SyncResult(
+            protocol_type=group.protocol_type or "",
+            protocol_name=group.protocol_name or "",
+            assignment=member.assignment,
+        )
+
+    def _member(
+        self, group_id: str, member_id: str, instance_id: str | None
+    ) -> tuple[Group, Member]:
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(DEAD):
+            raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id!r} does not exist")
+        if group.is_fenced_instance(member_id, instance_id):
+            raise _Refused(ErrorCode.FENCED_INSTANCE_ID, "another member holds this instance id")
+        member = group.members.get(member_id)
+        if member is None:
+            raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID, f"unknown member {member_id!r}")
+        return group, member
+
+    # -- Heartbeat and LeaveGroup -----------------------------------------------------------
+
+    def heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        now: int,
+    ) -> Outcome:
+        try:
+            self._check_owner(group_id)
+            group, member = self._member(group_id, member_id, group_instance_id)
+        except _Refused as e:
+            return Outcome(e.error, e.message)
+        if generation_id != group.generation_id:
+            return Outcome(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {generation_id}, the group is at {group.generation_id}",
+            )
+        member.heartbeat_deadline = now + member.session_timeout_ms
+        if group.is_in(PREPARING):
+            return Outcome(ErrorCode.REBALANCE_IN_PROGRESS, "rejoin the group")
+        return Outcome()
+
+    def leave_group(
+        self, group_id: str, members: Sequence[tuple[str, str | None]], now: int
+    ) -> tuple[list[Outcome], list[Effect]]:
+        """Remove ``(member id, group instance id)`` pairs; a static member may be named by its
+        instance id alone. One outcome per pair, and the effects of the rebalance."""
+        try:
+            self._check_owner(group_id)
+        except _Refused as e:
+            return [Outcome(e.error, e.message) for _ in members], []
+        group = self.groups.get(group_id)
+        outcomes: list[Outcome] = []
+        effects: list[Effect] = []
+        for member_id, instance_id in members:
+            if group is None or group.is_in(DEAD):
+                outcomes.append(Outcome(ErrorCode.UNKNOWN_MEMBER_ID, "the group does not exist"))
+                continue
+            if instance_id is not None and not member_id:
+                member_id = group.static_members.get(instance_id, "")
+            if group.is_fenced_instance(member_id, instance_id):
+                outcomes.append(Outcome(ErrorCode.FENCED_INSTANCE_ID, "not this instance's member"))
+                continue
+            if group.pending_members.pop(member_id, None) is not None:
+                outcomes.append(Outcome())
+                effects += self._maybe_complete_join(group, now)
+                continue
+            if member_id not in group.members:
+                outcomes.append(
+                    Outcome(ErrorCode.UNKNOWN_MEMBER_ID, f"unknown member {member_id!r}")
+                )
+                continue
+            outcomes.append(Outcome())
+            effects += self._remove_member_and_rebalance(group, member_id, now)
+        return outcomes, effects
+
+    def _remove_member_and_rebalance(self, group: Group, member_id: str, now: int) -> list[Effect]:
+        member = group.remove_member(member_id)
+        assert member is not None
+        effects: list[Effect] = []
+        if member.join_token is not None:
+            effects.append(Reply(member.join_token, JoinResult(ErrorCode.UNKNOWN_MEMBER_ID)))
+        if member.sync_token is not None:
+            effects.append(Reply(member.sync_token, SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)))
+        if group.is_in(STABLE, COMPLETING):
+            effects += self._prepare_rebalance(group, now)
+        if group.is_in(PREPARING):
+            if not group.members and not group.pending_members:
+                effects += self._complete_join(group, now)
+            else:
+                effects += self._maybe_complete_join(group, now)
+        return effects
+
+    # -- OffsetCommit and OffsetFetch -------------------------------------------------------
+
+    def commit_offsets(
+        self,
+        token: Token,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        offsets: Sequence[OffsetToCommit],
+        now: int,
+    ) -> list[Effect]:
+        def refuse(error: int, message: str) -> list[Effect]:
+            outcome = Outcome(error, message)
+            return [Reply(token, CommitResult({o.topic_partition: outcome for o in offsets}))]
+
+        try:
+            self._check_owner(group_id)
+            group = self.groups.get(group_id)
+            if generation_id < 0 and not member_id:
+                # A commit from outside group management (assign()): only while no member
+                # manages the group.
+                if group is not None and group.members:
+                    raise _Refused(
+                        ErrorCode.UNKNOWN_MEMBER_ID, "the group has members; commit as one of them"
+                    )
+                if group is None:
+                    group = Group(group_id, state_timestamp=now)
+                    self.groups[group_id] = group
+            else:
+                if group is None:
+                    raise _Refused(ErrorCode.ILLEGAL_GENERATION, "the group does not exist")
+                group, member = self._member(group_id, member_id, group_instance_id)
+                if generation_id != group.generation_id:
+                    raise _Refused(
+                        ErrorCode.ILLEGAL_GENERATION,
+                        f"generation {generation_id}, the group is at {group.generation_id}",
+                    )
+                if group.is_in(COMPLETING):
+                    raise _Refused(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing")
+                member.heartbeat_deadline = now + member.session_timeout_ms
+            if group.is_in(DEAD):
+                raise _Refused(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group is being removed")
+        except _Refused as e:
+            return refuse(e.error, e.message)
+        errors: dict[TopicPartition, Outcome] = {}
+        accepted: dict[TopicPartition, CommittedOffset] = {}
+        for item in offsets:
+            tp = item.topic_partition
+            if len(item.metadata.encode()) > self.settings.offset_metadata_max_bytes:
+                errors[tp] = Outcome(
+                    ErrorCode.OFFSET_METADATA_TOO_LARGE,
+                    f"metadata over {self.settings.offset_metadata_max_bytes} bytes",
+                )
+            elif item.offset < 0 or tp.partition < 0 or not tp.topic:
+                errors[tp] = Outcome(ErrorCode.INVALID_REQUEST, "a negative offset or partition")
+            else:
+                accepted[tp] = CommittedOffset(item.offset, item.leader_epoch, item.metadata, now)
+        if not accepted:
+            return [Reply(token, CommitResult(errors))]
+        records = tuple(encode_offset_commit(group_id, tp, o) for tp, o in accepted.items())
+        target = group
+
+        def done(error: int, _now: int) -> list[Effect]:
+            if error == NONE:
+                target.offsets.update(accepted)
+                errors.update(dict.fromkeys(accepted, Outcome()))
+            else:
+                failed = Outcome(_write_error(error), "the offsets could not be stored")
+                errors.update(dict.fromkeys(accepted, failed))
+            return [Reply(token, CommitResult(errors))]
+
+        return [self._write(group, records, done)]
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None
+    ) -> tuple[Outcome, dict[TopicPartition, FetchedOffset]]:
+        """Committed offsets of ``partitions`` (all the group has when None)."""
+        try:
+            self._check_owner(group_id)
+        except _Refused as e:
+            return Outcome(e.error, e.message), {}
+        group = self.groups.get(group_id)
+        committed = group.offsets if group is not None else {}
+        wanted = sorted(committed) if partitions is None else list(partitions)
+        out: dict[TopicPartition, FetchedOffset] = {}
+        for tp in wanted:
+            offset = committed.get(tp)
+            out[tp] = (
+                FetchedOffset()
+                if offset is None
+                else FetchedOffset(offset.offset, offset.leader_epoch, offset.metadata)
+            )
+        return Outcome(), out
+
+    # -- ListGroups, DescribeGroups, DeleteGroups -------------------------------------------
+
+    def list_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
+        wanted = {s.lower() for s in states}
+        return [
+            GroupListing(g.group_id, g.protocol_type or "", g.state)
+            for g in sorted(self.groups.values(), key=lambda g: g.group_id)
+            if not g.is_in(DEAD) and (not wanted or g.state.value.lower() in wanted)
+        ]
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        try:
+            self._check_owner(group_id)
+        except _Refused as e:
+            return GroupDescription(group_id, e.error, e.message)
+        group = self.groups.get(group_id)
+        if group is None:
+            return GroupDescription(group_id)
+        stable = group.is_in(STABLE)
+        members = tuple(
+            MemberDescription(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.metadata_for(group.protocol_name) if stable and group.protocol_name else b"",
+                m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        )
+        return GroupDescription(
+            group_id,
+            state=group.state,
+            protocol_type=group.protocol_type or "",
+            protocol_name=group.protocol_name or "",
+            generation_id=group.generation_id,
+            leader=group.leader_id or "",
+            members=members,
+        )
+
+    def delete_groups(self, token: Token, group_ids: Sequence[str], now: int) -> list[Effect]:
+        """Remove empty groups and their offsets: tombstones for every key they hold."""
+        errors: dict[str, Outcome] = {}
+        deletable: list[Group] = []
+        for group_id in group_ids:
+            try:
+                self._check_owner(group_id)
+            except _Refused as e:
+                errors[group_id] = Outcome(e.error, e.message)
+                continue
+            group = self.groups.get(group_id)
+            if group is None or group.is_in(DEAD):
+                errors[group_id] = Outcome(ErrorCode.GROUP_ID_NOT_FOUND, "no such group")
+            elif group.members or not group.is_in(EMPTY):
+                errors[group_id] = Outcome(ErrorCode.NON_EMPTY_GROUP, "the group has members")
+            else:
+                deletable.append(group)
+        if not deletable:
+            return [Reply(token, DeleteResult(errors))]
+        remaining = {g.group_id for g in deletable}
+        effects: list[Effect] = []
+        for group in deletable:
+            group.transition(DEAD, now)
+            records = (
+                *(encode_offset_tombstone(group.group_id, tp) for tp in group.offsets),
+                encode_group_tombstone(group.group_id),
+            )
+
+            def done(error: int, _now: int, group: Group = group) -> list[Effect]:
+                if error == NONE:
+                    self.groups.pop(group.group_id, None)
+                    errors[group.group_id] = Outcome()
+                else:
+                    group.transition(EMPTY, _now)
+                    errors[group.group_id] = Outcome(_write_error(error), "could not be deleted")
+                remaining.discard(group.group_id)
+                return [] if remaining else [Reply(token, DeleteResult(errors))]
+
+            effects.append(self._write(group, records, done))
+        return effects
+
+    # -- time -------------------------------------------------------------------------------
+
+    def next_deadline(self) -> int | None:
+        """The earliest time :meth:`tick` has something to do (ms), or None."""
+        deadlines: list[int] = []
+        if self._next_expiry_check is not None:
+            deadlines.append(self._next_expiry_check)
+        for group in self.groups.values():
+            if group.join_deadline is not None:
+                deadlines.append(group.join_deadline)
+            if group.sync_deadline is not None:
+                deadlines.append(group.sync_deadline)
+            deadlines.extend(group.pending_members.values())
+            deadlines.extend(
+                m.heartbeat_deadline for m in group.members.values() if not m.awaiting_join
+            )
+        return min(deadlines, default=None)
+
+    def tick(self, now: int) -> list[Effect]:
+        """Expire sessions, end join and sync phases, and expire offsets, as of ``now``."""
+        effects: list[Effect] = []
+        for group in list(self.groups.values()):
+            if group.is_in(DEAD):
+                continue
+            for member_id, deadline in list(group.pending_members.items()):
+                if deadline <= now:
+                    del group.pending_members[member_id]
+                    effects += self._maybe_complete_join(group, now)
+            expired = [
+                m.member_id
+                for m in group.members.values()
+                if not m.awaiting_join and m.heartbeat_deadline <= now
+            ]
+            for member_id in expired:
+                if member_id in group.members:
+                    effects += self._remove_member_and_rebalance(group, member_id, now)
+            if group.is_in(PREPARING) and _passed(group.join_deadline, now):
+                effects += self._join_deadline_passed(group, now)
+            if group.is_in(COMPLETING) and _passed(group.sync_deadline, now):
+                for member in [m for m in group.members.values() if not m.synced]:
+                    effects += self._remove_member_and_rebalance(group, member.member_id, now)
+        if self._next_expiry_check is not None and self._next_expiry_check <= now:
+            self._next_expiry_check = now + self.settings.offsets_retention_check_interval_ms
+            effects += self._expire_offsets(now)
+        return effects
+
+    def _join_deadline_passed(self, group: Group, now: int) -> list[Effect]:
+        if group.in_initial_delay and group.new_member_added and group.initial_delay_remaining_ms:
+            # Kafka's InitialDelayedJoin: members are still arriving; wait another delay.
+            step = min(
+                self.settings.group_initial_rebalance_delay_ms, group.initial_delay_remaining_ms
+            )
+            group.initial_delay_remaining_ms -= step
+            group.new_member_added = False
+            group.join_deadline = now + step
+            return []
+        group.in_initial_delay = False
+        return self._complete_join(group, now)
+
+    def _expire_offsets(self, now: int) -> list[Effect]:
+        """KIP-211: offsets of an empty consumer group expire ``offsets.retention.minutes``
+        after it became empty; a group without a protocol (assign() commits) expires each
+        offset that long after its commit. A group with nothing left goes."""
+        retention = self.settings.offsets_retention_ms
+        effects: list[Effect] = []
+        for group in list(self.groups.values()):
+            if not group.is_in(EMPTY) or group.members:
+                continue
+            if group.protocol_type is not None:
+                expired = list(group.offsets) if group.state_timestamp + retention <= now else []
+            else:
+                expired = [
+                    tp for tp, o in group.offsets.items() if o.commit_timestamp + retention <= now
+                ]
+            if not expired and group.offsets:
+                continue
+            remove_group = len(expired) == len(group.offsets)
+            records: list[KeyValue] = [
+                encode_offset_tombstone(group.group_id, tp) for tp in expired
+            ]
+            if remove_group:
+                records.append(encode_group_tombstone(group.group_id))
+                group.transition(DEAD, now)
+
+            def done(
+                error: int,
+                when: int,
+                group: Group = group,
+                expired: list[TopicPartition] = expired,
+                remove_group: bool = remove_group,
+            ) -> list[Effect]:
+                if error != NONE:
+                    if remove_group:
+                        group.transition(EMPTY, when)
+                    return []
+                for tp in expired:
+                    group.offsets.pop(tp, None)
+                if remove_group and self.groups.get(group.group_id) is group:
+                    del self.groups[group.group_id]
+                return []
+
+            effects.append(self._write(group, tuple(records), done))
+        return effects
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def _write(
+        self,
+        group: Group,
+        records: tuple[KeyValue, ...],
+        on_done: Callable[[int, int], list[Effect]],
+    ) -> Write:
+        self._next_write_id += 1
+        partition = self.partition_for(group.group_id)
+        self._writes[self._next_write_id] = _PendingWrite(partition, on_done)
+        return Write(self._next_write_id, partition, records)
+
+    def write_completed(self, write_id: int, error: int, now: int) -> list[Effect]:
+        """The edge appended (``error`` NONE) or failed to append a :class:`Write`."""
+        pending = self._writes.pop(write_id, None)
+        if pending is None:
+            return []  # its partition was unloaded meanwhile
+        return pending.on_done(error, now)
+
+
+def _passed(deadline: int | None, now: int) -> bool:
+    return deadline is not None and deadline <= now
+
+
+def _metadata_for(protocols: Sequence[Protocol], name: str) -> bytes | None:
+    return next((p.metadata for p in protocols if p.name == name), None)
+
+
+def _random_member_id(prefix: str) -> str:
+    return f"{prefix or 'member'}-{uuid.uuid4()}"
+
+
+def _write_error(error: int) -> int:
+    """What a client is told when the records could not be appended (Kafka's mapping)."""
+    if error in (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+    ):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if error in (
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+        ErrorCode.PRODUCER_FENCED,
+        ErrorCode.NOT_COORDINATOR,
+    ):
+        return ErrorCode.NOT_COORDINATOR
+    if error in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    return ErrorCode.UNKNOWN_SERVER_ERROR

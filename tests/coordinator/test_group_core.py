@@ -1,0 +1,390 @@
+"""The group coordinator's pure core: joins, rebalances, syncs, sessions, static members,
+offsets, deletion and reloading, driven by a fake clock."""
+
+from __future__ import annotations
+
+from group_harness import REBALANCE_MS, SESSION_MS, Harness, partition_for
+from highwater.coordinator.core import (
+    DeleteResult,
+    GroupCoordinatorCore,
+    GroupCoordinatorSettings,
+    JoinResult,
+)
+from highwater.coordinator.group import GroupState
+from highwater.coordinator.records import OffsetCommitRecord
+from highwater.storage.topic_partition import TopicPartition
+from highwater.v1.common_pb2 import ErrorCode
+
+G = "orders-app"
+TP0, TP1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
+
+
+def stable_pair(h: Harness) -> tuple[str, str, int]:
+    """Two members in a Stable generation: (leader, follower, generation)."""
+    first = h.join_result(h.join_new(G))
+    h.run([])
+    assert first.error == ErrorCode.NONE and first.leader == first.member_id
+    h.sync_result(h.sync(G, first.member_id, first.generation_id, {first.member_id: b"a1"}))
+    second_token = h.join_new(G)
+    assert not h.answered(second_token)  # waits for the leader to rejoin
+    assert h.heartbeat(G, first.member_id, first.generation_id) == ErrorCode.REBALANCE_IN_PROGRESS
+    leader = h.join_result(h.join(G, first.member_id))
+    follower = h.join_result(second_token)
+    assert leader.generation_id == follower.generation_id == first.generation_id + 1
+    assert leader.leader == first.member_id
+    assert {m.member_id for m in leader.members} == {first.member_id, follower.member_id}
+    assert follower.members == ()
+    follower_sync = h.sync(G, follower.member_id, follower.generation_id)
+    assert not h.answered(follower_sync)
+    leader_sync = h.sync(
+        G,
+        leader.member_id,
+        leader.generation_id,
+        {leader.member_id: b"L", follower.member_id: b"F"},
+    )
+    assert h.sync_result(leader_sync).assignment == b"L"
+    assert h.sync_result(follower_sync).assignment == b"F"
+    assert h.core.groups[G].state is GroupState.STABLE
+    return leader.member_id, follower.member_id, leader.generation_id
+
+
+def test_a_first_join_needs_a_member_id_then_forms_generation_one() -> None:
+    h = Harness()
+    first = h.join_result(h.join(G, client_id="c1"))
+    assert first.error == ErrorCode.MEMBER_ID_REQUIRED
+    assert first.member_id.startswith("c1-")
+    joined = h.join_result(h.join(G, first.member_id, client_id="c1"))
+    assert (joined.error, joined.generation_id, joined.leader) == (
+        ErrorCode.NONE,
+        1,
+        first.member_id,
+    )
+    assert joined.protocol_name == "range" and joined.protocol_type == "consumer"
+    assert [m.metadata for m in joined.members] == [b"sub"]
+    assert h.core.groups[G].state is GroupState.COMPLETING_REBALANCE
+
+
+def test_two_members_rebalance_and_each_gets_its_share() -> None:
+    h = Harness()
+    leader, follower, generation = stable_pair(h)
+    assert h.heartbeat(G, leader, generation) == ErrorCode.NONE
+    assert h.heartbeat(G, follower, generation) == ErrorCode.NONE
+    assert h.heartbeat(G, follower, generation - 1) == ErrorCode.ILLEGAL_GENERATION
+    assert h.heartbeat(G, "nobody", generation) == ErrorCode.UNKNOWN_MEMBER_ID
+    # The assignment is in __consumer_offsets before anyone is told of it.
+    [*_, last] = h.records(partition_for(G))
+    assert last.value.generation == generation  # type: ignore[union-attr]
+    assert {m.assignment for m in last.value.members} == {b"L", b"F"}  # type: ignore[union-attr]
+
+
+def test_the_protocol_every_member_supports_and_most_prefer_is_chosen() -> None:
+    h = Harness()
+    a = h.join_result(h.join_new(G, protocols=[("sticky", b"s1"), ("range", b"r1")]))
+    h.sync(G, a.member_id, a.generation_id, {})
+    b_token = h.join_new(G, protocols=[("range", b"r2"), ("sticky", b"s2")])
+    c_token = h.join_new(G, protocols=[("sticky", b"s3"), ("range", b"r3")])
+    rejoined = h.join_result(
+        h.join(G, a.member_id, protocols=[("sticky", b"s1"), ("range", b"r1")])
+    )
+    assert rejoined.protocol_name == "sticky"
+    assert sorted(m.metadata for m in rejoined.members) == [b"s1", b"s2", b"s3"]
+    assert h.join_result(b_token).protocol_name == "sticky"
+    assert h.join_result(c_token).generation_id == rejoined.generation_id
+    # A member with no protocol in common is refused and the group carries on.
+    refused = h.join_result(h.join(G, protocols=[("roundrobin", b"x")]))
+    assert refused.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    other_type = h.join_result(h.join(G, protocol_type="connect"))
+    assert other_type.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_a_member_whose_session_expires_is_removed_and_the_group_rebalances() -> None:
+    h = Harness()
+    leader, follower, generation = stable_pair(h)
+    for _ in range(3):
+        h.advance(SESSION_MS // 2)
+        assert h.heartbeat(G, leader, generation) in (
+            ErrorCode.NONE,
+            ErrorCode.REBALANCE_IN_PROGRESS,
+        )
+    group = h.core.groups[G]
+    assert follower not in group.members
+    assert group.state is GroupState.PREPARING_REBALANCE
+    assert h.heartbeat(G, leader, generation) == ErrorCode.REBALANCE_IN_PROGRESS
+    alone = h.join_result(h.join(G, leader))
+    assert alone.generation_id == generation + 1 and [m.member_id for m in alone.members] == [
+        leader
+    ]
+
+
+def test_members_that_do_not_rejoin_in_the_rebalance_timeout_are_dropped() -> None:
+    h = Harness()
+    leader, follower, generation = stable_pair(h)
+    newcomer = h.join_new(G)
+    # The leader rejoins; the follower keeps heartbeating but never rejoins.
+    leader_join = h.join(G, leader)
+    for _ in range(REBALANCE_MS // 5_000):
+        h.advance(5_000)
+        h.heartbeat(G, follower, generation)
+    result = h.join_result(leader_join)
+    assert result.generation_id == generation + 1
+    assert follower not in {m.member_id for m in result.members}
+    assert h.join_result(newcomer).generation_id == generation + 1
+    assert h.heartbeat(G, follower, generation) == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_a_member_that_never_syncs_is_removed_after_the_rebalance_timeout() -> None:
+    h = Harness()
+    leader, follower, _ = stable_pair(h)
+    h.join_new(G)  # a third member triggers a rebalance
+    leader_join, follower_join = h.join(G, leader), h.join(G, follower)
+    joined = h.join_result(leader_join)
+    h.join_result(follower_join)
+    h.sync(G, follower, joined.generation_id)
+    # The leader and newcomer never sync; the follower keeps heartbeating.
+    for _ in range(REBALANCE_MS // 5_000 + 1):
+        h.advance(5_000)
+        h.heartbeat(G, follower, joined.generation_id)
+    group = h.core.groups[G]
+    assert leader not in group.members
+    assert follower in group.members
+    assert group.state is GroupState.PREPARING_REBALANCE
+
+
+def test_leaving_triggers_a_rebalance_and_the_last_member_leaves_the_group_empty() -> None:
+    h = Harness()
+    leader, follower, generation = stable_pair(h)
+    assert h.leave(G, follower) == ErrorCode.NONE
+    assert h.leave(G, follower) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert h.core.groups[G].state is GroupState.PREPARING_REBALANCE
+    rejoined = h.join_result(h.join(G, leader))
+    assert rejoined.generation_id == generation + 1
+    assert h.leave(G, leader) == ErrorCode.NONE
+    group = h.core.groups[G]
+    assert group.state is GroupState.EMPTY and group.generation_id == generation + 2
+    assert not group.members
+
+
+def test_the_initial_rebalance_delay_gathers_members_that_start_together() -> None:
+    h = Harness(settings=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=3_000))
+    a = h.join_new(G)
+    h.advance(2_000)
+    b = h.join_new(G)
+    h.advance(2_000)  # the first delay ended, but b arrived during it: another delay
+    assert not h.answered(a) and not h.answered(b)
+    h.advance(3_000)
+    ra, rb = h.join_result(a), h.join_result(b)
+    assert ra.generation_id == rb.generation_id == 1
+    assert len(ra.members) + len(rb.members) == 2
+
+
+def test_a_static_member_restarting_keeps_its_assignment_without_a_rebalance() -> None:
+    h = Harness()
+    a_join = h.join(G, instance_id="pod-a", client_id="a")
+    a = h.join_result(a_join)  # static members get no MEMBER_ID_REQUIRED
+    assert a.error == ErrorCode.NONE
+    h.sync(G, a.member_id, a.generation_id, {a.member_id: b"A"})
+    b_token = h.join(G, instance_id="pod-b", client_id="b")
+    leader = h.join_result(h.join(G, a.member_id, instance_id="pod-a"))
+    b = h.join_result(b_token)
+    h.sync(G, b.member_id, b.generation_id, instance_id="pod-b")
+    h.sync(
+        G,
+        a.member_id,
+        a.generation_id + 1,
+        {a.member_id: b"A", b.member_id: b"B"},
+        instance_id="pod-a",
+    )
+    generation = leader.generation_id
+    # pod-b restarts: a new member id, the same assignment, the same generation.
+    back = h.join_result(h.join(G, instance_id="pod-b", client_id="b"))
+    assert back.error == ErrorCode.NONE
+    assert back.generation_id == generation and back.member_id != b.member_id
+    assert (
+        h.sync_result(h.sync(G, back.member_id, generation, instance_id="pod-b")).assignment == b"B"
+    )
+    assert h.core.groups[G].state is GroupState.STABLE
+    # The old incarnation is fenced.
+    assert h.heartbeat(G, b.member_id, generation, "pod-b") == ErrorCode.FENCED_INSTANCE_ID
+    assert h.heartbeat(G, back.member_id, generation, "pod-b") == ErrorCode.NONE
+    # The leader restarting is told not to assign again.
+    again = h.join_result(h.join(G, instance_id="pod-a", client_id="a"))
+    assert again.skip_assignment and again.leader == again.member_id
+    assert again.generation_id == generation
+
+
+def test_offset_commits_are_checked_against_member_generation_and_state() -> None:
+    h = Harness()
+    leader, follower, generation = stable_pair(h)
+    ok = h.commit(G, leader, generation, {TP0: 42, TP1: 7}, metadata="m")
+    assert {tp: o.error for tp, o in ok.errors.items()} == {
+        TP0: ErrorCode.NONE,
+        TP1: ErrorCode.NONE,
+    }
+    assert (
+        h.commit(G, leader, generation - 1, {TP0: 50}).errors[TP0].error
+        == ErrorCode.ILLEGAL_GENERATION
+    )
+    assert (
+        h.commit(G, "ghost", generation, {TP0: 50}).errors[TP0].error == ErrorCode.UNKNOWN_MEMBER_ID
+    )
+    assert h.commit(G, "", -1, {TP0: 50}).errors[TP0].error == ErrorCode.UNKNOWN_MEMBER_ID
+    too_big = h.commit(G, follower, generation, {TP0: 9}, metadata="x" * 5_000)
+    assert too_big.errors[TP0].error == ErrorCode.OFFSET_METADATA_TOO_LARGE
+    outcome, fetched = h.core.fetch_offsets(G, [TP0, TP1, TopicPartition("other", 0)])
+    assert outcome.error == ErrorCode.NONE
+    assert [(f.offset, f.leader_epoch, f.metadata) for f in fetched.values()] == [
+        (42, 3, "m"),
+        (7, 3, "m"),
+        (-1, -1, ""),
+    ]
+    # During CompletingRebalance commits wait for the new generation.
+    h.join_new(G)
+    leader_join = h.join(G, leader)
+    follower_join = h.join(G, follower)
+    new_generation = h.join_result(leader_join).generation_id
+    h.join_result(follower_join)
+    busy = h.commit(G, follower, new_generation, {TP0: 60})
+    assert busy.errors[TP0].error == ErrorCode.REBALANCE_IN_PROGRESS
+
+
+def test_commits_outside_group_management_go_to_an_empty_group() -> None:
+    h = Harness()
+    result = h.commit("standalone", "", -1, {TP0: 10})
+    assert result.errors[TP0].error == ErrorCode.NONE
+    assert h.core.fetch_offsets("standalone", None)[1][TP0].offset == 10
+    listing = h.core.list_groups()
+    assert [(g.group_id, g.state) for g in listing] == [("standalone", GroupState.EMPTY)]
+
+
+def test_a_failed_write_of_the_assignment_fails_the_sync_and_rebalances() -> None:
+    h = Harness(auto_write=False)
+    first = h.join_result(h.join(G, h.join_result(h.join(G)).member_id))
+    sync = h.sync(G, first.member_id, first.generation_id, {first.member_id: b"A"})
+    assert not h.answered(sync)
+    h.complete_writes(ErrorCode.NOT_ENOUGH_REPLICAS)
+    assert h.sync_result(sync).error == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert h.core.groups[G].state is GroupState.PREPARING_REBALANCE
+
+
+def test_a_commit_is_answered_only_once_its_records_are_appended() -> None:
+    h = Harness()
+    leader, _, generation = stable_pair(h)
+    h.auto_write = False
+    token = h.token()
+    from highwater.coordinator.core import OffsetToCommit
+
+    h.run(
+        h.core.commit_offsets(token, G, leader, generation, None, [OffsetToCommit(TP0, 5)], h.now)
+    )
+    assert not h.answered(token)
+    assert h.core.fetch_offsets(G, [TP0])[1][TP0].offset == -1
+    h.complete_writes()
+    assert h.answered(token)
+    assert h.core.fetch_offsets(G, [TP0])[1][TP0].offset == 5
+
+
+def test_requests_for_partitions_not_served_or_loading_are_refused() -> None:
+    core = GroupCoordinatorCore(GroupCoordinatorSettings(), partition_for)
+    assert core.heartbeat(G, "m", 1, None, 0).error == ErrorCode.NOT_COORDINATOR
+    core.begin_loading(partition_for(G))
+    assert core.heartbeat(G, "m", 1, None, 0).error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert core.describe_group(G).error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert core.heartbeat("", "m", 1, None, 0).error == ErrorCode.INVALID_GROUP_ID
+
+
+def test_unloading_answers_waiting_requests_not_coordinator() -> None:
+    h = Harness()
+    leader, follower, generation = stable_pair(h)
+    h.join_new(G)
+    waiting = h.join(G, leader)
+    h.run(h.core.unload(partition_for(G)))
+    assert h.join_result(waiting).error == ErrorCode.NOT_COORDINATOR
+    assert h.heartbeat(G, follower, generation) == ErrorCode.NOT_COORDINATOR
+
+
+def test_a_new_owner_replays_the_partition_and_members_carry_on_without_a_rebalance() -> None:
+    h = Harness()
+    leader, follower, generation = stable_pair(h)
+    h.commit(G, leader, generation, {TP0: 100, TP1: 200})
+    h.commit(G, leader, generation, {TP0: 150})
+    partition = partition_for(G)
+    successor = GroupCoordinatorCore(GroupCoordinatorSettings(), partition_for)
+    successor.begin_loading(partition)
+    successor.load(partition, 1, h.records(partition), h.now)
+    group = successor.groups[G]
+    assert group.state is GroupState.STABLE and group.generation_id == generation
+    assert set(group.members) == {leader, follower}
+    assert successor.heartbeat(G, follower, generation, None, h.now).error == ErrorCode.NONE
+    _, offsets = successor.fetch_offsets(G, None)
+    assert {tp: o.offset for tp, o in offsets.items()} == {TP0: 150, TP1: 200}
+    assert group.members[follower].assignment == b"F"
+
+
+def test_deleting_groups_needs_them_empty_and_leaves_tombstones() -> None:
+    h = Harness()
+    leader, _, generation = stable_pair(h)
+    h.commit(G, leader, generation, {TP0: 1})
+    h.commit("idle", "", -1, {TP1: 3})
+    token = h.token()
+    h.run(h.core.delete_groups(token, [G, "idle", "missing"], h.now))
+    result = h.replies.pop(token)
+    assert isinstance(result, DeleteResult)
+    assert {g: o.error for g, o in result.errors.items()} == {
+        G: ErrorCode.NON_EMPTY_GROUP,
+        "idle": ErrorCode.NONE,
+        "missing": ErrorCode.GROUP_ID_NOT_FOUND,
+    }
+    assert "idle" not in h.core.groups
+    tombstones = [
+        r
+        for r in h.records(partition_for("idle"))
+        if isinstance(r, OffsetCommitRecord) and r.offset is None
+    ]
+    assert [(r.group_id, r.topic_partition) for r in tombstones] == [("idle", TP1)]
+
+
+def test_offsets_of_an_empty_group_expire_after_the_retention() -> None:
+    settings = GroupCoordinatorSettings(
+        group_initial_rebalance_delay_ms=0,
+        offsets_retention_ms=60_000,
+        offsets_retention_check_interval_ms=10_000,
+    )
+    h = Harness(settings=settings)
+    leader, follower, generation = stable_pair(h)
+    h.commit(G, leader, generation, {TP0: 1})
+    h.leave(G, follower)
+    h.join_result(h.join(G, leader))
+    h.leave(G, leader)
+    assert h.core.groups[G].state is GroupState.EMPTY
+    h.advance(50_000)
+    assert h.core.fetch_offsets(G, [TP0])[1][TP0].offset == 1
+    h.advance(20_000)
+    assert G not in h.core.groups
+    assert h.core.fetch_offsets(G, [TP0])[1][TP0].offset == -1
+
+
+def test_describe_and_list_show_state_members_and_assignments() -> None:
+    h = Harness()
+    leader, follower, generation = stable_pair(h)
+    described = h.core.describe_group(G)
+    assert described.state is GroupState.STABLE and described.generation_id == generation
+    assert {(m.member_id, m.assignment) for m in described.members} == {
+        (leader, b"L"),
+        (follower, b"F"),
+    }
+    assert all(m.client_host == "/127.0.0.1" for m in described.members)
+    assert [g.group_id for g in h.core.list_groups(["stable"])] == [G]
+    assert h.core.list_groups(["Empty"]) == []
+    assert h.core.describe_group("unknown").state is GroupState.DEAD
+
+
+def test_joins_with_bad_settings_are_refused_with_typed_errors() -> None:
+    h = Harness()
+    too_short = h.join_result(h.join(G, session_ms=10))
+    assert too_short.error == ErrorCode.INVALID_SESSION_TIMEOUT
+    unknown = h.join_result(h.join(G, "made-up"))
+    assert unknown.error == ErrorCode.UNKNOWN_MEMBER_ID
+    oversized = h.join_result(h.join(G, protocols=[("range", b"x" * (2 * 1024 * 1024))]))
+    assert oversized.error == ErrorCode.INVALID_REQUEST
+    assert h.join_result(h.join("")).error == ErrorCode.INVALID_GROUP_ID
+    assert isinstance(h.join_result(h.join_new(G)), JoinResult)
