@@ -67,6 +67,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     INVALID_PRODUCER_EPOCH: _ErrorCode.ValueType  # 47
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
     UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 59
+    NON_EMPTY_GROUP: _ErrorCode.ValueType  # 68
     GROUP_ID_NOT_FOUND: _ErrorCode.ValueType  # 69
     FENCED_LEADER_EPOCH: _ErrorCode.ValueType  # 74
     UNKNOWN_LEADER_EPOCH: _ErrorCode.ValueType  # 75
@@ -74,6 +75,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     OFFSET_NOT_AVAILABLE: _ErrorCode.ValueType  # 78
     MEMBER_ID_REQUIRED: _ErrorCode.ValueType  # 79
     PREFERRED_LEADER_NOT_AVAILABLE: _ErrorCode.ValueType  # 80
+    GROUP_MAX_SIZE_REACHED: _ErrorCode.ValueType  # 81
     FENCED_INSTANCE_ID: _ErrorCode.ValueType  # 82
     ELIGIBLE_LEADERS_NOT_AVAILABLE: _ErrorCode.ValueType  # 83
     ELECTION_NOT_NEEDED: _ErrorCode.ValueType  # 84
@@ -141,6 +143,7 @@ DUPLICATE_SEQUENCE_NUMBER: ErrorCode.ValueType  # 46
 INVALID_PRODUCER_EPOCH: ErrorCode.ValueType  # 47
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
 UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 59
+NON_EMPTY_GROUP: ErrorCode.ValueType  # 68
 GROUP_ID_NOT_FOUND: ErrorCode.ValueType  # 69
 FENCED_LEADER_EPOCH: ErrorCode.ValueType  # 74
 UNKNOWN_LEADER_EPOCH: ErrorCode.ValueType  # 75
@@ -148,6 +151,7 @@ STALE_BROKER_EPOCH: ErrorCode.ValueType  # 77
 OFFSET_NOT_AVAILABLE: ErrorCode.ValueType  # 78
 MEMBER_ID_REQUIRED: ErrorCode.ValueType  # 79
 PREFERRED_LEADER_NOT_AVAILABLE: ErrorCode.ValueType  # 80
+GROUP_MAX_SIZE_REACHED: ErrorCode.ValueType  # 81
 FENCED_INSTANCE_ID: ErrorCode.ValueType  # 82
 ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorCode.ValueType  # 83
 ELECTION_NOT_NEEDED: ErrorCode.ValueType  # 84
