@@ -45,6 +45,10 @@ bench-deps:
 		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq etcd-server etcd-client; }
+	@command -v nats-server >/dev/null 2>&1 || { \
+		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nats-server; }
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(RUN_DIR)
