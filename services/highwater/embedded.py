@@ -1,20 +1,30 @@
 """``EmbeddedServer``: the whole cluster in one process on one port (``highwater server``).
 
-A single-voter controller quorum (node 1) and a broker (node 1) share one gRPC server:
-``highwater.v1.Controller``, ``highwater.v1.Broker`` and ``highwater.v1.Raft``, with
-health and reflection. The broker takes its metadata straight from the controller's
-state machine instead of replicating the metadata log a second time, and registers and
-heartbeats through the Controller API like any broker. The data directory holds
-``controller/`` (the metadata log, its snapshots, ``quorum-state``) and ``broker/`` (the
-partition logs and their checkpoints).
+A single-voter controller quorum (node 1), a broker (node 1) and a group coordinator
+(node 1) share one gRPC server: ``highwater.v1.Controller``, ``highwater.v1.Broker``,
+``highwater.v1.GroupCoordinator`` and ``highwater.v1.Raft``, with health and reflection.
+The broker and the coordinator take their metadata straight from the controller's state
+machine instead of replicating the metadata log again, and register and heartbeat
+through the Controller API like any broker or coordinator. The coordinator's first
+rebalance of a group does not wait for more members (``group.initial.rebalance.delay.ms``
+0, as in Kafka's development configuration). The data directory holds ``controller/``
+(the metadata log, its snapshots, ``quorum-state``) and ``broker/`` (the partition logs
+and their checkpoints); the coordinator keeps its state in ``__consumer_offsets``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer, BrokerSettings
 from highwater.controller.service import ControllerServer, ControllerSettings
+from highwater.coordinator.core import GroupCoordinatorSettings
+from highwater.coordinator.service import (
+    COORDINATOR_SERVICE_NAME,
+    CoordinatorServer,
+    CoordinatorSettings,
+)
 from highwater.raft.service import GrpcService, parse_endpoint
 
 __all__ = ["EMBEDDED_NODE_ID", "EmbeddedServer"]
@@ -32,6 +42,7 @@ class EmbeddedServer:
         data_dir: Path,
         controller_settings: ControllerSettings | None = None,
         broker_settings: BrokerSettings | None = None,
+        coordinator_settings: CoordinatorSettings | None = None,
     ) -> None:
         _, port = parse_endpoint(listen)
         if port == 0:
@@ -41,6 +52,15 @@ class EmbeddedServer:
         # The broker's service is served by the controller's gRPC server; the broker
         # reads the controller's state machine: each needs the other, so the service is
         # looked up when the server starts.
+        # One broker: the offsets topic has one replica (Kafka's development configuration
+        # sets offsets.topic.replication.factor=1 for the same reason).
+        controller_settings = controller_settings or ControllerSettings()
+        controller_settings = dataclasses.replace(
+            controller_settings,
+            controller=dataclasses.replace(
+                controller_settings.controller, offsets_topic_replication_factor=1
+            ),
+        )
         self.controller = ControllerServer(
             node_id=EMBEDDED_NODE_ID,
             listen=listen,
@@ -48,7 +68,11 @@ class EmbeddedServer:
             data_dir=self.data_dir / "controller",
             settings=controller_settings,
             services=[
-                GrpcService(BROKER_SERVICE_NAME, lambda server: self.broker.add_servicer(server))
+                GrpcService(BROKER_SERVICE_NAME, lambda server: self.broker.add_servicer(server)),
+                GrpcService(
+                    COORDINATOR_SERVICE_NAME,
+                    lambda server: self.coordinator.add_servicer(server),
+                ),
             ],
         )
         self.broker = BrokerServer(
@@ -59,23 +83,38 @@ class EmbeddedServer:
             metadata=self.controller.machine,
             settings=broker_settings,
         )
+        self.coordinator = CoordinatorServer(
+            node_id=EMBEDDED_NODE_ID,
+            advertised=listen,
+            controllers=[listen],
+            metadata=self.controller.machine,
+            settings=coordinator_settings
+            or CoordinatorSettings(
+                group=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=0)
+            ),
+        )
 
     @property
     def failure(self) -> BaseException | None:
         return self.controller.failure
 
     async def start(self) -> None:
-        """Start the controller, then the broker (it registers through the controller)."""
+        """Start the controller, then the broker and the coordinator (they register
+        through the controller)."""
         await self.controller.start()
         try:
             await self.broker.start()
+            await self.coordinator.start()
         except BaseException:
+            await self.broker.stop()
             await self.controller.stop()
             raise
 
     async def stop(self) -> None:
-        """Stop the broker first (a controlled shutdown), then the controller."""
+        """Stop the coordinator, then the broker (a controlled shutdown), then the
+        controller."""
         try:
+            await self.coordinator.stop()
             await self.broker.stop()
         finally:
             await self.controller.stop()

@@ -12,7 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from highwater.client.admin import AdminClient, NewTopic, UnknownTopicOrPartitionError
+from highwater.client.admin import (
+    AdminClient,
+    NewTopic,
+    OffsetAndMetadata,
+    UnknownTopicOrPartitionError,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -55,7 +60,8 @@ def test_a_dev_cluster_serves_and_stops_every_process_it_started(tmp_path: Path)
             if line.startswith("bootstrap: "):
                 bootstrap = line.removeprefix("bootstrap: ").strip()
                 break
-        assert bootstrap and len(children) == 3, "the cluster did not come up"
+        # 1 controller, 2 brokers, 2 coordinators.
+        assert bootstrap and len(children) == 5, "the cluster did not come up"
 
         async def create_and_describe() -> list[int]:
             async with AdminClient(bootstrap) as admin:
@@ -71,6 +77,20 @@ def test_a_dev_cluster_serves_and_stops_every_process_it_started(tmp_path: Path)
             raise AssertionError("no leaders")
 
         assert asyncio.run(create_and_describe()) == [2, 2]
+
+        async def commit_and_read_group_offsets() -> dict[tuple[str, int], int]:
+            async with AdminClient(bootstrap) as admin:
+                await admin.alter_consumer_group_offsets(
+                    "dev-group",
+                    {("dev", 0): OffsetAndMetadata(7), ("dev", 1): OffsetAndMetadata(9)},
+                )
+                offsets = await admin.list_consumer_group_offsets("dev-group")
+                offsets_topic = await admin.describe_topics(["__consumer_offsets"])
+            assert offsets_topic["__consumer_offsets"].replication_factor == 2
+            return {tp: o.offset for tp, o in offsets.items()}
+
+        # The coordinators serve groups, their state on __consumer_offsets (2 replicas).
+        assert asyncio.run(commit_and_read_group_offsets()) == {("dev", 0): 7, ("dev", 1): 9}
         process.send_signal(signal.SIGINT)
         assert process.wait(60) == 0
         assert not [pid for pid in children if pid_alive(pid)], "a process was left running"

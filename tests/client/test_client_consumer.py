@@ -378,8 +378,12 @@ async def test_unknown_topic_and_partition_are_error_messages(
 
 
 def test_config_errors_name_the_key() -> None:
-    with pytest.raises(InvalidConfigError, match=r"group\.id"):
-        ConsumerConfig.parse({"bootstrap.servers": "localhost:1", "group.id": "g"})
+    with pytest.raises(InvalidConfigError, match=r"partition\.assignment\.strategy"):
+        ConsumerConfig.parse(
+            {"bootstrap.servers": "localhost:1", "partition.assignment.strategy": "fair"}
+        )
+    with pytest.raises(InvalidConfigError, match=r"session\.timeout\.ms"):
+        ConsumerConfig.parse({"bootstrap.servers": "localhost:1", "session.timeout.ms": 0})
     with pytest.raises(InvalidConfigError, match=r"auto\.offset\.reset"):
         ConsumerConfig.parse({"bootstrap.servers": "localhost:1", "auto.offset.reset": "first"})
     with pytest.raises(InvalidConfigError, match=r"fetch\.max\.wait\.ms"):

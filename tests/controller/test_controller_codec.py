@@ -47,7 +47,7 @@ def strategy(cls: type[Any]) -> st.SearchStrategy[Any]:
         if isinstance(hint, type) and issubclass(hint, enum.IntEnum):
             s = st.sampled_from(list(hint))
         elif origin is types.UnionType:
-            s = st.none() | TEXT
+            s = st.none() | (_int_strategy(fd) if int in args else TEXT)
         elif origin is tuple:
             item = args[0]
             if item is BrokerEndpoint:

@@ -1,23 +1,40 @@
-"""Producer-id blocks and group-coordinator registration with ``__consumer_offsets`` assignment."""
+"""Producer-id blocks; group coordinators: registration, heartbeats, session expiry, and
+the ``__consumer_offsets`` topic and its assignment."""
 
 from __future__ import annotations
 
 from collections import Counter
 
 import hypothesis.strategies as st
-from controller_helpers import NONE, Harness
-from highwater.controller import ControllerConfig, ControllerResult, assign_coordinators
+from controller_helpers import NONE, Harness, check_invariants
+from highwater.controller import (
+    ControllerConfig,
+    ControllerResult,
+    QuorumController,
+    assign_coordinators,
+)
 from highwater.controller.messages import (
     AllocateProducerIdsRequest,
+    CoordinatorHeartbeatRequest,
+    CoordinatorHeartbeatResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsTopic,
+    DeleteTopicsRequest,
     RegisterCoordinatorRequest,
     RegisterCoordinatorResponse,
     UnregisterCoordinatorRequest,
 )
 from highwater.metadata import (
+    CONSUMER_OFFSETS_TOPIC,
+    NO_LEADER,
+    BrokerEndpoint,
     CoordinatorAssignment,
     CoordinatorAssignmentRecord,
     ProducerIdsRecord,
     RegisterCoordinatorRecord,
+    UnregisterCoordinatorRecord,
+    load_snapshot,
+    snapshot_records,
 )
 from highwater.v1.common_pb2 import ErrorCode
 from hypothesis import given
@@ -45,7 +62,12 @@ def register(
     h: Harness, coordinator_id: int, incarnation: str = "a"
 ) -> ControllerResult[RegisterCoordinatorResponse]:
     return h.controller.register_coordinator(
-        RegisterCoordinatorRequest(coordinator_id, f"{incarnation}-{coordinator_id}")
+        RegisterCoordinatorRequest(
+            coordinator_id,
+            f"{incarnation}-{coordinator_id}",
+            (BrokerEndpoint("PLAINTEXT", f"coordinator-{coordinator_id}", 9094),),
+        ),
+        h.clock.now_ms,
     )
 
 
@@ -54,10 +76,13 @@ def owners(h: Harness) -> Counter[int]:
 
 
 def test_coordinators_share_the_offsets_partitions() -> None:
-    h = Harness(ControllerConfig(offsets_topic_num_partitions=10))
+    h = Harness(
+        ControllerConfig(offsets_topic_num_partitions=10, offsets_topic_replication_factor=1)
+    )
+    h.start_brokers([1])
     first = register(h, 1)
     assert isinstance(first.records[0], RegisterCoordinatorRecord)
-    assert first.response.registration_epoch == 0
+    assert first.response.registration_epoch == h.image.offset + 1
     assignments = [r for r in first.records if isinstance(r, CoordinatorAssignmentRecord)]
     assert assignments == [CoordinatorAssignmentRecord(p, 1, 0) for p in range(10)]
     h.commit(first)
@@ -83,28 +108,347 @@ def test_coordinators_share_the_offsets_partitions() -> None:
     assert h.image.coordinator(3) is None
     assert owners(h) == {1: 5, 2: 5}
     missing = h.controller.unregister_coordinator(UnregisterCoordinatorRequest(3))
-    assert missing.response.error == ErrorCode.INVALID_REQUEST
+    assert missing.response.error == ErrorCode.BROKER_ID_NOT_REGISTERED and not missing.records
+    # The last one leaving leaves the partitions unassigned, with new epochs.
+    h.commit(h.controller.unregister_coordinator(UnregisterCoordinatorRequest(1)))
+    h.commit(h.controller.unregister_coordinator(UnregisterCoordinatorRequest(2)))
+    assert set(owners(h)) == {NO_LEADER}
+    assert h.replayed() == h.image
 
 
-def test_the_offsets_topic_decides_the_partition_count() -> None:
-    h = Harness(ControllerConfig(offsets_topic_num_partitions=10))
+def test_unregister_checks_the_registration_epoch() -> None:
+    h = Harness(
+        ControllerConfig(offsets_topic_num_partitions=4, offsets_topic_replication_factor=1)
+    )
     h.start_brokers([1])
-    h.create_topic("__consumer_offsets", 4, 1)
+    old = h.commit(register(h, 1)).registration_epoch
+    new = h.commit(register(h, 1, incarnation="b")).registration_epoch
+    assert new > old
+    late = h.controller.unregister_coordinator(UnregisterCoordinatorRequest(1, old))
+    assert late.response.error == ErrorCode.STALE_BROKER_EPOCH and not late.records
+    h.commit(h.controller.unregister_coordinator(UnregisterCoordinatorRequest(1, new)))
+    assert h.image.coordinator(1) is None
+
+
+def offsets_topic(h: Harness) -> tuple[int, int, dict[str, str]]:
+    """(partitions, replication factor, configs) of __consumer_offsets."""
+    topic = h.image.topic(CONSUMER_OFFSETS_TOPIC)
+    assert topic is not None
+    factors = {len(p.replicas) for p in topic.partitions.registrations()}
+    assert len(factors) == 1
+    return len(topic.partitions), factors.pop(), dict(h.image.topic_config(CONSUMER_OFFSETS_TOPIC))
+
+
+def test_the_offsets_topic_is_created_with_the_first_coordinator_one_broker() -> None:
+    h = Harness(ControllerConfig(offsets_topic_replication_factor=1))
+    h.start_brokers([1])
+    result = register(h, 1)
+    kinds = [type(r).__name__ for r in result.records]
+    assert kinds[:2] == ["RegisterCoordinatorRecord", "TopicRecord"]
+    h.commit(result)
+    assert offsets_topic(h) == (
+        50,
+        1,
+        {"cleanup.policy": "compact", "segment.bytes": "104857600", "min.insync.replicas": "1"},
+    )
+    assert h.image.log_config(CONSUMER_OFFSETS_TOPIC).cleanup_policy == ("compact",)
+    assert sorted(h.image.coordinators.assignments) == list(range(50))
+    assert owners(h) == {1: 50}
+    check_invariants(h.image)
+
+
+def test_the_offsets_topic_waits_for_enough_brokers_for_its_replication_factor() -> None:
+    """Created with fewer replicas while brokers are still starting, it would keep them."""
+    h = Harness()  # offsets.topic.replication.factor 3
+    h.start_brokers([1, 2])
     h.commit(register(h, 1))
+    h.tick()
+    assert h.image.topic(CONSUMER_OFFSETS_TOPIC) is None
+    assert not h.image.coordinators.assignments
+    h.register(3)
+    assert not h.heartbeat(3).is_fenced
+    assert offsets_topic(h)[:2] == (50, 3)
+    assert owners(h) == {1: 50}
+
+
+def test_the_offsets_topic_with_three_and_five_brokers() -> None:
+    for brokers, factor in ((3, 3), (5, 3)):
+        h = Harness(seed=brokers)
+        h.start_brokers(range(1, brokers + 1))
+        h.commit(register(h, 1))
+        partitions, rf, configs = offsets_topic(h)
+        assert (partitions, rf, configs["min.insync.replicas"]) == (50, factor, "2")
+        replicas = Counter(
+            b
+            for p in h.image.topic(CONSUMER_OFFSETS_TOPIC).partitions.registrations()  # type: ignore[union-attr]
+            for b in p.replicas
+        )
+        assert max(replicas.values()) - min(replicas.values()) <= 1
+    h = Harness(
+        ControllerConfig(
+            offsets_topic_num_partitions=6,
+            offsets_topic_replication_factor=2,
+            offsets_topic_segment_bytes=1 << 20,
+        )
+    )
+    h.start_brokers([1, 2, 3])
+    h.commit(register(h, 1))
+    assert offsets_topic(h) == (
+        6,
+        2,
+        {"cleanup.policy": "compact", "segment.bytes": "1048576", "min.insync.replicas": "2"},
+    )
+
+
+def test_the_offsets_topic_waits_for_an_active_broker() -> None:
+    h = Harness(
+        ControllerConfig(offsets_topic_num_partitions=5, offsets_topic_replication_factor=1)
+    )
+    h.commit(register(h, 1))
+    h.commit(register(h, 2))
+    assert h.image.topic(CONSUMER_OFFSETS_TOPIC) is None
+    assert not h.image.coordinators.assignments
+    h.tick()
+    assert h.image.topic(CONSUMER_OFFSETS_TOPIC) is None
+    h.register(7)  # registered, still fenced: cannot host it yet
+    assert h.image.topic(CONSUMER_OFFSETS_TOPIC) is None
+    offset = h.image.offset
+    assert not h.heartbeat(7).is_fenced
+    # Unfencing, the topic and its assignment: one batch.
+    assert h.store.batches[-1][0] == offset + 1
+    assert offsets_topic(h)[:2] == (5, 1)
+    assert owners(h) == {1: 3, 2: 2} or owners(h) == {1: 2, 2: 3}
+    assert all(a.coordinator_epoch == 0 for a in h.image.coordinators.assignments.values())
+    # Brokers alone do not make it.
+    other = Harness()
+    other.start_brokers([1, 2])
+    other.tick()
+    assert other.image.topic(CONSUMER_OFFSETS_TOPIC) is None
+
+
+def test_tick_creates_a_missing_offsets_topic() -> None:
+    h = Harness(
+        ControllerConfig(offsets_topic_num_partitions=3, offsets_topic_replication_factor=1)
+    )
+    h.start_brokers([1])
+    # Written without the controller (as an older version would have): no topic.
+    h.store.append([RegisterCoordinatorRecord(4, "c", h.image.offset + 1, (), None)])
+    created = h.controller.tick(h.clock.now_ms)
+    assert created.response.created_offsets_topic
+    h.commit(created)
+    assert offsets_topic(h)[:2] == (3, 1)
+    assert owners(h) == {4: 3}
+    quiet = h.controller.tick(h.clock.now_ms)  # nothing more to do
+    assert not quiet.records and not quiet.response.created_offsets_topic
+
+
+def test_users_cannot_create_or_delete_the_offsets_topic() -> None:
+    h = Harness(ControllerConfig(offsets_topic_replication_factor=1))
+    h.start_brokers([1])
+    for name in (CONSUMER_OFFSETS_TOPIC, "__cluster_metadata"):
+        refused = h.create_topic(name)
+        assert refused.topics[0].error == ErrorCode.INVALID_REQUEST, refused
+    clash = h.create_topic("__consumer.offsets")
+    assert clash.topics[0].error == ErrorCode.INVALID_TOPIC_EXCEPTION
+    h.commit(register(h, 1))
+    topic_id = h.topic_id(CONSUMER_OFFSETS_TOPIC)
+    for request in (
+        DeleteTopicsRequest(names=(CONSUMER_OFFSETS_TOPIC,)),
+        DeleteTopicsRequest(topic_ids=(topic_id,)),
+    ):
+        result = h.controller.delete_topics(request)
+        assert result.response.topics[0].error == ErrorCode.INVALID_REQUEST
+        assert not result.records
+    assert h.image.topic(CONSUMER_OFFSETS_TOPIC) is not None
+
+
+def test_assignment_follows_the_topics_partition_count() -> None:
+    h = Harness(
+        ControllerConfig(offsets_topic_num_partitions=4, offsets_topic_replication_factor=1)
+    )
+    h.start_brokers([1])
+    h.commit(register(h, 1))
+    h.commit(register(h, 2))
     assert sorted(h.image.coordinators.assignments) == [0, 1, 2, 3]
+    # Growing the topic assigns the new partitions in the same batch.
+    grown = h.controller.create_partitions(
+        CreatePartitionsRequest((CreatePartitionsTopic(CONSUMER_OFFSETS_TOPIC, 6),))
+    )
+    assert grown.response.topics[0].error == NONE
+    h.commit(grown)
+    assert sorted(h.image.coordinators.assignments) == list(range(6))
+    assert owners(h) == {1: 3, 2: 3}
+    # Assignments past the topic's partitions (a topic smaller than they say) are dropped.
+    h.store.append([CoordinatorAssignmentRecord(9, 1, 0)])
+    h.commit(register(h, 3))
+    assert h.image.coordinator_assignment(9) == CoordinatorAssignment(NO_LEADER, 1)
+    assert sorted(Counter(owners(h)).values()) == [1, 2, 2, 2]  # -1 holds partition 9
 
 
 def test_coordinator_registration_errors() -> None:
     h = Harness(ControllerConfig(cluster_id="c"))
-    bad = h.controller.register_coordinator(RegisterCoordinatorRequest(1, "i", cluster_id="d"))
+    now = h.clock.now_ms
+    bad = h.controller.register_coordinator(RegisterCoordinatorRequest(1, "i", cluster_id="d"), now)
     assert bad.response.error == ErrorCode.INCONSISTENT_CLUSTER_ID
     assert h.controller.register_coordinator(
-        RegisterCoordinatorRequest(-1, "i")
+        RegisterCoordinatorRequest(-1, "i"), now
     ).response.error == (ErrorCode.INVALID_REQUEST)
-    assert h.controller.register_coordinator(RegisterCoordinatorRequest(1, "")).response.error == (
-        ErrorCode.INVALID_REQUEST
-    )
+    assert h.controller.register_coordinator(
+        RegisterCoordinatorRequest(1, ""), now
+    ).response.error == (ErrorCode.INVALID_REQUEST)
     assert register(h, 1).response.error == NONE
+
+
+# --- Coordinator liveness ----------------------------------------------------------------
+
+
+def beat(
+    h: Harness, coordinator_id: int, epoch: int, *, want_shutdown: bool = False
+) -> CoordinatorHeartbeatResponse:
+    return h.commit(
+        h.controller.coordinator_heartbeat(
+            CoordinatorHeartbeatRequest(coordinator_id, epoch, want_shutdown), h.clock.now_ms
+        )
+    )
+
+
+def test_an_expired_coordinator_loses_its_partitions_to_the_live_ones() -> None:
+    config = ControllerConfig(
+        offsets_topic_num_partitions=12,
+        offsets_topic_replication_factor=1,
+        coordinator_session_timeout_ms=9000,
+    )
+    h = Harness(config)
+    h.start_brokers([1])
+    epochs = {c: h.commit(register(h, c)).registration_epoch for c in (1, 2, 3)}
+    assert owners(h) == {1: 4, 2: 4, 3: 4}
+    before = dict(h.image.coordinators.assignments)
+    for _ in range(4):
+        h.clock.advance(2000)
+        h.heartbeat_all()
+        for c in (1, 2):
+            response = beat(h, c, epochs[c])
+            assert (response.error, response.is_fenced) == (NONE, False)
+        h.tick()
+    assert h.image.coordinator(3) is not None  # 8 s: not yet
+    h.clock.advance(1000)
+    h.heartbeat_all()
+    beat(h, 1, epochs[1])
+    beat(h, 2, epochs[2])
+    result = h.controller.tick(h.clock.now_ms)
+    assert result.response.expired_coordinators == (3,)
+    assert result.records[0] == UnregisterCoordinatorRecord(3, epochs[3])
+    h.commit(result)
+    assert h.image.coordinator(3) is None
+    assert owners(h) == {1: 6, 2: 6}
+    for p, assignment in h.image.coordinators.assignments.items():
+        if before[p].coordinator_id == 3:
+            assert assignment.coordinator_epoch == before[p].coordinator_epoch + 1
+        else:
+            assert assignment == before[p]
+    # Its next heartbeat tells it to register again.
+    late = beat(h, 3, epochs[3])
+    assert (late.error, late.is_fenced) == (ErrorCode.BROKER_ID_NOT_REGISTERED, True)
+    # The same process registers again: a new registration epoch, a share of the
+    # partitions back, each with a higher coordinator epoch than any it had.
+    again = h.commit(register(h, 3))
+    assert again.registration_epoch > epochs[3]
+    assert owners(h) == {1: 4, 2: 4, 3: 4}
+    for p, assignment in h.image.coordinators.assignments.items():
+        if assignment.coordinator_id == 3:
+            assert assignment.coordinator_epoch > before[p].coordinator_epoch
+    assert beat(h, 3, again.registration_epoch).error == NONE
+    # The log replays, and a snapshot recreates the image.
+    assert h.replayed() == h.image
+    assert load_snapshot(list(snapshot_records(h.image)), h.image.offset, 0) == h.image
+
+
+def test_coordinators_dying_together_move_their_partitions_once() -> None:
+    h = Harness(
+        ControllerConfig(offsets_topic_num_partitions=9, offsets_topic_replication_factor=1)
+    )
+    h.start_brokers([1])
+    epochs = {c: h.commit(register(h, c)).registration_epoch for c in (1, 2, 3)}
+    h.clock.advance(9000)
+    beat(h, 1, epochs[1])
+    result = h.controller.tick(h.clock.now_ms)
+    assert result.response.expired_coordinators == (2, 3)
+    moved = [r for r in result.records if isinstance(r, CoordinatorAssignmentRecord)]
+    assert len(moved) == 6 and len({r.partition_id for r in moved}) == 6
+    h.commit(result)
+    assert owners(h) == {1: 9}
+    # With every coordinator gone, the partitions are unassigned.
+    h.clock.advance(9000)
+    h.tick()
+    assert set(owners(h)) == {NO_LEADER}
+    assert h.image.topic(CONSUMER_OFFSETS_TOPIC) is not None
+
+
+def test_heartbeats_of_a_stale_registration_epoch() -> None:
+    h = Harness(
+        ControllerConfig(offsets_topic_num_partitions=4, offsets_topic_replication_factor=1)
+    )
+    h.start_brokers([1])
+    old = h.commit(register(h, 1)).registration_epoch
+    new = h.commit(register(h, 1, incarnation="b")).registration_epoch
+    stale = h.controller.coordinator_heartbeat(CoordinatorHeartbeatRequest(1, old), h.clock.now_ms)
+    assert stale.response.error == ErrorCode.STALE_BROKER_EPOCH and stale.response.is_fenced
+    assert not stale.records
+    # The old incarnation's heartbeats do not keep the new one alive.
+    h.clock.advance(5000)
+    beat(h, 1, new)
+    h.clock.advance(5000)
+    beat(h, 1, old)
+    h.tick()
+    assert h.image.coordinator(1) is not None
+    h.clock.advance(4000)
+    beat(h, 1, old)
+    h.tick()
+    assert h.image.coordinator(1) is None
+    unknown = beat(h, 9, 0)
+    assert unknown.error == ErrorCode.BROKER_ID_NOT_REGISTERED and unknown.is_fenced
+
+
+def test_a_coordinator_that_asks_to_shut_down_is_let_go() -> None:
+    h = Harness(
+        ControllerConfig(offsets_topic_num_partitions=4, offsets_topic_replication_factor=1)
+    )
+    h.start_brokers([1])
+    epochs = {c: h.commit(register(h, c)).registration_epoch for c in (1, 2)}
+    result = h.controller.coordinator_heartbeat(
+        CoordinatorHeartbeatRequest(2, epochs[2], want_shutdown=True), h.clock.now_ms
+    )
+    assert result.response == CoordinatorHeartbeatResponse(is_fenced=True, should_shut_down=True)
+    assert result.records[0] == UnregisterCoordinatorRecord(2, epochs[2])
+    h.commit(result)
+    assert owners(h) == {1: 4}
+    # A retry, or an old incarnation stopping, writes nothing and may stop.
+    retry = h.controller.coordinator_heartbeat(
+        CoordinatorHeartbeatRequest(2, epochs[2], want_shutdown=True), h.clock.now_ms
+    )
+    assert retry.response.should_shut_down and retry.response.error == NONE
+    assert not retry.records
+    stale = h.controller.coordinator_heartbeat(
+        CoordinatorHeartbeatRequest(1, epochs[1] - 1, want_shutdown=True), h.clock.now_ms
+    )
+    assert stale.response.should_shut_down and not stale.records
+    assert h.image.coordinator(1) is not None
+
+
+def test_a_new_active_controller_gives_every_coordinator_a_full_session() -> None:
+    h = Harness(
+        ControllerConfig(offsets_topic_num_partitions=4, offsets_topic_replication_factor=1)
+    )
+    h.start_brokers([1])
+    h.commit(register(h, 1))
+    h.clock.advance(60_000)
+    # Another controller takes over the same log.
+    successor = QuorumController(h.store.latest_image, h.config, seed=1)
+    successor.activate(h.clock.now_ms)
+    h.heartbeat_all()
+    assert not successor.tick(h.clock.now_ms).response.expired_coordinators
+    h.clock.advance(9000)
+    assert successor.tick(h.clock.now_ms).response.expired_coordinators == (1,)
 
 
 @given(

@@ -388,3 +388,23 @@ def test_joins_with_bad_settings_are_refused_with_typed_errors() -> None:
     assert oversized.error == ErrorCode.INVALID_REQUEST
     assert h.join_result(h.join("")).error == ErrorCode.INVALID_GROUP_ID
     assert isinstance(h.join_result(h.join_new(G)), JoinResult)
+
+
+def test_a_member_commits_only_the_partitions_it_was_assigned() -> None:
+    from highwater.v1.consumer_protocol_pb2 import (
+        ConsumerProtocolAssignment,
+        ConsumerProtocolTopicPartitions,
+    )
+
+    def assignment(*partitions: int) -> bytes:
+        entry = ConsumerProtocolTopicPartitions(topic="orders", partitions=partitions)
+        return ConsumerProtocolAssignment(assigned_partitions=[entry]).SerializeToString()
+
+    h = Harness()
+    first = h.join_result(h.join_new(G))
+    h.sync(G, first.member_id, first.generation_id, {first.member_id: assignment(0)})
+    result = h.commit(G, first.member_id, first.generation_id, {TP0: 5, TP1: 6})
+    assert result.errors[TP0].error == ErrorCode.NONE
+    assert result.errors[TP1].error == ErrorCode.ILLEGAL_GENERATION
+    assert "not assigned" in result.errors[TP1].error_message
+    assert h.core.fetch_offsets(G, [TP1])[1][TP1].offset == -1

@@ -73,6 +73,7 @@ class FollowerRead:
     data: FetchData | None
     diverging: EpochEndOffset | None
     proposal: AlterPartitionProposal | None
+    high_watermark_moved: bool = False
 
 
 @dataclass(slots=True)
@@ -244,7 +245,7 @@ class Partition:
         except UnknownReplicaError as e:
             raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, str(e)) from None
         self._sync_high_watermark()
-        return FollowerRead(data, None, outcome.proposal)
+        return FollowerRead(data, None, outcome.proposal, outcome.high_watermark_moved)
 
     def maybe_shrink_isr(self) -> AlterPartitionProposal | None:
         """The ISR without the followers that fell behind, to propose; None if none did."""

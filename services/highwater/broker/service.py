@@ -18,9 +18,9 @@ controller moves leadership away first), then closes the logs.
 Requests: Produce (acks 0, 1 and all; plain records are encoded as one batch), Fetch (a
 long poll on ``max_wait_ms`` / ``min_bytes``, reads up to the high watermark),
 ListOffsets, Metadata, OffsetsForLeaderEpoch, DeleteRecords, InitProducerId (ids from
-blocks the controller allocates) and FindCoordinator (no coordinators yet:
-COORDINATOR_NOT_AVAILABLE). A failure of one partition is an error code in its reply;
-the other partitions of the request are served.
+blocks the controller allocates) and FindCoordinator (the owner of the group's
+``__consumer_offsets`` partition in the metadata image). A failure of one partition is an
+error code in its reply; the other partitions of the request are served.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from highwater.broker.replication import AlterPartitionProposal, EpochEndOffset,
 from highwater.controller import messages as m
 from highwater.controller.client import ControllerClient
 from highwater.errors import HighwaterError
+from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import BrokerEndpoint
 from highwater.raft.service import parse_endpoint
@@ -363,6 +364,7 @@ class BrokerServer:
         budget = request.max_bytes if request.max_bytes > 0 else 50 * 1024 * 1024
         total = 0
         failed = False
+        moved = False
         for topic in request.topics:
             topic_response = response.topics.add(topic=topic.topic)
             for item in topic.partitions:
@@ -382,6 +384,7 @@ class BrokerServer:
                     answer.error = e.code  # type: ignore[assignment]
                     failed = True
                     continue
+                moved = moved or read.high_watermark_moved
                 answer.high_watermark = partition.high_watermark
                 answer.log_start_offset = partition.log.log_start_offset
                 if read.proposal is not None:
@@ -394,7 +397,11 @@ class BrokerServer:
                 assert read.data is not None
                 answer.records = read.data.records
                 total += len(read.data.records)
-        self._notify()  # the high watermark may have moved: acks=all and consumers
+        if moved:
+            # acks=all produces and consumers wait for the high watermark. Waking them (and
+            # every parked fetch) on each follower fetch would keep the followers' long polls
+            # waking each other.
+            self._notify()
         return response, total, failed
 
     # --- ISR changes ----------------------------------------------------------------------
@@ -620,6 +627,18 @@ class BrokerServer:
                 port=endpoint.port,
                 rack=broker.rack or "",
             )
+        for coordinator in sorted(
+            image.cluster.coordinators.values(), key=lambda c: c.coordinator_id
+        ):
+            if not coordinator.listeners:
+                continue
+            endpoint = coordinator.listeners[0]
+            response.coordinators.add(
+                node_id=coordinator.coordinator_id,
+                host=endpoint.host,
+                port=endpoint.port,
+                rack=coordinator.rack or "",
+            )
         names = list(request.topics) or sorted(image.topics.by_name)
         for name in names:
             topic = image.topic(name)
@@ -713,15 +732,46 @@ class BrokerServer:
         return pb.InitProducerIdResponse(producer_id=next_id, producer_epoch=0)
 
     def find_coordinator(self, request: pb.FindCoordinatorRequest) -> pb.FindCoordinatorResponse:
+        """The coordinator of each group, from the metadata image: the owner of the group's
+        ``__consumer_offsets`` partition (Kafka's ``partitionFor``) and its first listener.
+
+        Per key: INVALID_REQUEST for an empty group id or an unknown key type;
+        COORDINATOR_NOT_AVAILABLE while the topic does not exist, the partition has no
+        owner, or the owner's registration is gone.
+        """
+        image = self.partitions.image
+        topic = image.topic(CONSUMER_OFFSETS_TOPIC)
+        partition_count = 0 if topic is None else len(topic.partitions)
         response = pb.FindCoordinatorResponse()
         for key in request.keys:
-            response.coordinators.add(
-                key=key,
-                error=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                error_message="no group coordinator runs in this cluster yet",
-                node_id=-1,
-                port=-1,
-            )
+            answer = response.coordinators.add(key=key, node_id=-1, port=-1)
+            if request.key_type != pb.COORDINATOR_TYPE_GROUP:
+                _fail(answer, ErrorCode.INVALID_REQUEST, f"unknown key type {request.key_type}")
+                continue
+            if not key:
+                _fail(answer, ErrorCode.INVALID_REQUEST, "the group id is empty")
+                continue
+            if partition_count == 0:
+                _fail(
+                    answer,
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"{CONSUMER_OFFSETS_TOPIC} does not exist yet",
+                )
+                continue
+            partition_id = partition_for_group(key, partition_count)
+            assignment = image.coordinator_assignment(partition_id)
+            owner = None if assignment is None else image.coordinator(assignment.coordinator_id)
+            if owner is None or not owner.listeners:
+                _fail(
+                    answer,
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"no coordinator owns partition {partition_id} of {CONSUMER_OFFSETS_TOPIC}",
+                )
+                continue
+            endpoint = owner.listeners[0]
+            answer.node_id = owner.coordinator_id
+            answer.host = endpoint.host
+            answer.port = endpoint.port
         return response
 
 

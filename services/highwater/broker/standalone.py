@@ -67,9 +67,13 @@ class StandaloneBroker:
         controllers: Sequence[str],
         data_dir: Path,
         settings: BrokerSettings | None = None,
+        advertised: str | None = None,
     ) -> None:
         self.node_id = node_id
         self.listen = listen
+        self.advertised = advertised or listen
+        """Where clients and followers connect (Kafka's ``advertised.listeners``): the listen
+        address unless a proxy or a NAT stands in front of the broker."""
         self.controllers = list(controllers)
         self.data_dir = Path(data_dir)
         self.settings = settings
@@ -98,7 +102,7 @@ class StandaloneBroker:
         )
         self.broker = BrokerServer(
             node_id=self.node_id,
-            advertised=self.listen,
+            advertised=self.advertised,
             data_dir=self.data_dir / "logs",
             controllers=self.controllers,
             metadata=self.observer,

@@ -14,32 +14,23 @@ import click
 
 from highwater.broker.service import BrokerSettings
 from highwater.broker.standalone import StandaloneBroker
-from highwater.cli.serving import listen_option, run_until_signalled
+from highwater.cli.serving import controllers_option, listen_option, run_until_signalled
 from highwater.raft.service import parse_endpoint
 
 
-def _controllers(_ctx: click.Context, _param: click.Parameter, value: str) -> list[str]:
-    addresses = [part.strip() for part in value.split(",") if part.strip()]
-    if not addresses:
-        raise click.BadParameter("name at least one controller")
-    for address in addresses:
+def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
         try:
-            parse_endpoint(address)
+            parse_endpoint(value)
         except ValueError as e:
             raise click.BadParameter(str(e)) from None
-    return addresses
+    return value
 
 
 @click.command("broker")
 @click.option("--node-id", type=click.IntRange(min=0, max=2**31 - 1), required=True)
 @listen_option(required=True, help="Address to serve the Broker API on (clients and peers).")
-@click.option(
-    "--controllers",
-    required=True,
-    callback=_controllers,
-    metavar="HOST:PORT,...",
-    help="Controllers of the quorum (any of them; the rest are learned from it).",
-)
+@controllers_option
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -47,8 +38,28 @@ def _controllers(_ctx: click.Context, _param: click.Parameter, value: str) -> li
     help="Where the partition logs and the metadata log live.",
 )
 @click.option("--rack", default=None, help="The broker's rack (Kafka's broker.rack).")
+@click.option(
+    "--advertised-listener",
+    default=None,
+    callback=_address,
+    metavar="HOST:PORT",
+    help="Where clients and other brokers connect, if not --listen (a proxy in front).",
+)
+@click.option(
+    "--replica-lag-time-max-ms",
+    type=click.IntRange(min=1),
+    default=BrokerSettings().replica_lag_time_max_ms,
+    show_default=True,
+    help="A follower not caught up for this long leaves the ISR.",
+)
 def broker(
-    node_id: int, listen: str, controllers: list[str], data_dir: Path, rack: str | None
+    node_id: int,
+    listen: str,
+    controllers: list[str],
+    data_dir: Path,
+    rack: str | None,
+    advertised_listener: str | None,
+    replica_lag_time_max_ms: int,
 ) -> None:
     """Run a broker: serve partitions, replicate them, follow the metadata."""
     _, port = parse_endpoint(listen)
@@ -59,6 +70,7 @@ def broker(
         listen=listen,
         controllers=controllers,
         data_dir=data_dir,
-        settings=BrokerSettings(rack=rack),
+        settings=BrokerSettings(rack=rack, replica_lag_time_max_ms=replica_lag_time_max_ms),
+        advertised=advertised_listener,
     )
     run_until_signalled(server, "broker")

@@ -13,7 +13,14 @@ line of its own on stdout: ``[Offset:N<SEP>][KEY<SEP>]VALUE`` (``SEP`` is
 ``--key-separator``, a tab by default; a null key or value prints as ``null``). It stops
 after ``--max-messages`` records, when none arrived for ``--timeout-ms``, or on Ctrl-C,
 and then writes ``Processed a total of N messages`` to stderr, as kafka-console-consumer
-does. No group is joined and no offsets are committed (consumer groups come later).
+does. Without ``--group`` no group is joined and no offsets are committed.
+
+``consume --group G`` joins consumer group ``G`` instead (subscribe: the group shares the
+topic's partitions out among its members) and starts each partition at the group's
+committed offset; only a partition without one starts where ``--from-beginning`` says
+(``auto.offset.reset`` earliest, else latest), as in kafka-console-consumer. The positions
+of the records printed are committed as it goes and when it stops, so the next run
+resumes after them. ``--partition`` and ``--offset`` do not go with ``--group``.
 
 Both take ``--bootstrap-server HOST:PORT[,HOST:PORT...]`` (required). An unknown topic or
 partition, an unreachable cluster or a bad setting is one ``Error: ...`` line on stderr and
@@ -315,6 +322,13 @@ def format_message(message: Message, *, print_key: bool, print_offset: bool, sep
     default=None,
     help="Stop when no record arrived for this long (default: wait forever).",
 )
+@click.option(
+    "--group",
+    "group_id",
+    default=None,
+    help="Consume as a member of this consumer group, from its committed offsets, and "
+    "commit the positions reached.",
+)
 @click.option("--print-key", is_flag=True, help="Print each key before the value.")
 @click.option("--print-offset", is_flag=True, help="Print Offset:N before each record.")
 @click.option(
@@ -331,11 +345,19 @@ def consume(
     offset: int | None,
     max_messages: int | None,
     timeout_ms: int | None,
+    group_id: str | None,
     print_key: bool,
     print_offset: bool,
     key_separator: str,
 ) -> None:
     """Print the records of a topic to stdout (like kafka-console-consumer)."""
+    if group_id is not None:
+        if not group_id:
+            raise click.BadParameter("must not be empty", param_hint="'--group'")
+        if partition is not None:
+            raise click.UsageError("--partition does not go with --group")
+        if offset is not None:
+            raise click.UsageError("--offset does not go with --group")
     if offset is not None and partition is None:
         raise click.UsageError("--offset needs --partition")
     if offset is not None and from_beginning:
@@ -350,18 +372,22 @@ def consume(
     start = OFFSET_BEGINNING if from_beginning else OFFSET_END
     if offset is not None:
         start = offset
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_server,
-            "auto.offset.reset": "earliest" if from_beginning else "latest",
-        }
-    )
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap_server,
+        "auto.offset.reset": "earliest" if from_beginning else "latest",
+    }
+    if group_id is not None:
+        config.update({"group.id": group_id, "client.id": "console-consumer"})
+    consumer = Consumer(config)
     processed = 0
     error: str | None = None
     idle_s = None if timeout_ms is None else timeout_ms / 1000
     stdout = sys.stdout
     try:
-        consumer.assign([TopicPartition(topic, p, start) for p in partitions])
+        if group_id is None:
+            consumer.assign([TopicPartition(topic, p, start) for p in partitions])
+        else:
+            consumer.subscribe([topic])
         last = time.monotonic()
         with _Counter(f"Consuming {topic}", "messages").shown() as counter:
             while max_messages is None or processed < max_messages:
@@ -390,6 +416,8 @@ def consume(
         pass
     except BrokenPipeError:
         pass  # stdout was closed (`| head`): stop quietly
+    except HighwaterError as e:  # the group refused this consumer (GroupError...)
+        error = _one_line(str(e) or e.code_name)
     finally:
         consumer.close()
     click.echo(f"Processed a total of {processed} messages", err=True)

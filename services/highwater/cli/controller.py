@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from highwater.cli.serving import listen_option, metadata_replica_options, run_until_signalled
+from highwater.controller.config import ControllerConfig
 from highwater.controller.service import ControllerServer, ControllerSettings
 from highwater.raft.service import RaftServerSettings
 
@@ -24,6 +25,13 @@ from highwater.raft.service import RaftServerSettings
 @click.command("controller")
 @metadata_replica_options
 @listen_option(required=True, help="Address to serve the Raft protocol and the Controller API on.")
+@click.option(
+    "--offsets-topic-replication-factor",
+    type=click.IntRange(1, 32767),
+    default=3,
+    show_default=True,
+    help="Replicas of __consumer_offsets; it is created once this many brokers are up.",
+)
 def controller(
     node_id: int,
     listen: str,
@@ -31,6 +39,7 @@ def controller(
     data_dir: Path,
     cluster_id: str | None,
     snapshot_bytes: int,
+    offsets_topic_replication_factor: int,
 ) -> None:
     """Run a voter of the metadata quorum (a KRaft controller)."""
     if node_id not in voters:
@@ -38,7 +47,10 @@ def controller(
             f"node {node_id} is not among the voters {sorted(voters)}", param_hint="--node-id"
         )
     settings = ControllerSettings(
-        raft=RaftServerSettings(metadata_log_max_record_bytes_between_snapshots=snapshot_bytes)
+        raft=RaftServerSettings(metadata_log_max_record_bytes_between_snapshots=snapshot_bytes),
+        controller=ControllerConfig(
+            offsets_topic_replication_factor=offsets_topic_replication_factor
+        ),
     )
     server = ControllerServer(
         node_id=node_id,

@@ -1,11 +1,14 @@
 """``highwater dev-cluster``: a real multi-process cluster on loopback, for development.
 
-It starts ``--controllers`` controller processes (a Raft quorum) and ``--brokers`` broker
-processes, each with its own data directory and log file under ``--data-dir``, waits
-until every broker is registered and unfenced, prints the bootstrap address (any
-broker: it answers Metadata and forwards admin calls), and runs until SIGINT or SIGTERM;
-then it stops every process it started — brokers first (controlled shutdowns), then the
-controllers — and kills any that do not stop in time.
+It starts ``--controllers`` controller processes (a Raft quorum), ``--brokers`` broker
+processes and ``--coordinators`` group coordinator processes, each with its own data
+directory and log file under ``--data-dir``, waits until every broker and coordinator is
+registered, prints the bootstrap address (any broker: it answers Metadata and
+FindCoordinator and forwards admin calls), and runs until SIGINT or SIGTERM; then it stops
+every process it started — coordinators first, then brokers (controlled shutdowns), then
+the controllers — and kills any that do not stop in time. The coordinators start a
+group's first rebalance at once (``group.initial.rebalance.delay.ms`` 0, as Kafka's
+development configuration does).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import grpc
 from highwater.v1 import broker_pb2, broker_pb2_grpc
 
 FIRST_BROKER_ID = 100
+FIRST_COORDINATOR_ID = 200
 STOP_TIMEOUT_S = 20
 
 
@@ -77,15 +81,16 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def _registered_brokers(address: str) -> int:
+def _registered(address: str) -> tuple[int, int]:
+    """How many brokers and coordinators the broker at ``address`` knows are registered."""
     try:
         with grpc.insecure_channel(address) as channel:
             reply = broker_pb2_grpc.BrokerStub(channel).Metadata(
                 broker_pb2.MetadataRequest(topics=["__no_such_topic__"]), timeout=2
             )
     except grpc.RpcError:
-        return 0
-    return len(reply.brokers)
+        return 0, 0
+    return len(reply.brokers), len(reply.coordinators)
 
 
 class _Stop(Exception):
@@ -105,51 +110,81 @@ def _raise_stop(_signum: int, _frame: FrameType | None) -> None:
 )
 @click.option("--controllers", type=click.IntRange(1, 9), default=3, show_default=True)
 @click.option("--brokers", type=click.IntRange(1, 20), default=3, show_default=True)
+@click.option("--coordinators", type=click.IntRange(0, 9), default=2, show_default=True)
 @click.option(
     "--start-timeout", type=click.FloatRange(min=1), default=60, show_default=True, help="s"
 )
-def dev_cluster(data_dir: Path, controllers: int, brokers: int, start_timeout: float) -> None:
-    """Run a cluster of controller and broker processes on loopback until Ctrl-C."""
+def dev_cluster(
+    data_dir: Path, controllers: int, brokers: int, coordinators: int, start_timeout: float
+) -> None:
+    """Run a cluster of controller, broker and coordinator processes on loopback until Ctrl-C."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    ports = _free_ports(controllers + brokers)
-    controller_ports, broker_ports = ports[:controllers], ports[controllers:]
+    ports = _free_ports(controllers + brokers + coordinators)
+    controller_ports = ports[:controllers]
+    broker_ports = ports[controllers : controllers + brokers]
+    coordinator_ports = ports[controllers + brokers :]
     voters = ",".join(f"{i + 1}@127.0.0.1:{port}" for i, port in enumerate(controller_ports))
     controller_addresses = ",".join(f"127.0.0.1:{port}" for port in controller_ports)
-    children = [
-        _Child(
-            f"controller {i + 1}",
-            [
-                "controller",
-                "--node-id",
-                str(i + 1),
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--voters",
-                voters,
-                "--data-dir",
-                str(data_dir / f"controller-{i + 1}"),
-            ],
-            data_dir / f"controller-{i + 1}.log",
-        )
-        for i, port in enumerate(controller_ports)
-    ] + [
-        _Child(
-            f"broker {FIRST_BROKER_ID + i}",
-            [
-                "broker",
-                "--node-id",
-                str(FIRST_BROKER_ID + i),
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--controllers",
-                controller_addresses,
-                "--data-dir",
-                str(data_dir / f"broker-{FIRST_BROKER_ID + i}"),
-            ],
-            data_dir / f"broker-{FIRST_BROKER_ID + i}.log",
-        )
-        for i, port in enumerate(broker_ports)
-    ]
+    children = (
+        [
+            _Child(
+                f"controller {i + 1}",
+                [
+                    "controller",
+                    "--node-id",
+                    str(i + 1),
+                    "--listen",
+                    f"127.0.0.1:{port}",
+                    "--voters",
+                    voters,
+                    "--data-dir",
+                    str(data_dir / f"controller-{i + 1}"),
+                    "--offsets-topic-replication-factor",
+                    str(min(3, brokers)),
+                ],
+                data_dir / f"controller-{i + 1}.log",
+            )
+            for i, port in enumerate(controller_ports)
+        ]
+        + [
+            _Child(
+                f"broker {FIRST_BROKER_ID + i}",
+                [
+                    "broker",
+                    "--node-id",
+                    str(FIRST_BROKER_ID + i),
+                    "--listen",
+                    f"127.0.0.1:{port}",
+                    "--controllers",
+                    controller_addresses,
+                    "--data-dir",
+                    str(data_dir / f"broker-{FIRST_BROKER_ID + i}"),
+                ],
+                data_dir / f"broker-{FIRST_BROKER_ID + i}.log",
+            )
+            for i, port in enumerate(broker_ports)
+        ]
+        + [
+            _Child(
+                f"coordinator {FIRST_COORDINATOR_ID + i}",
+                [
+                    "coordinator",
+                    "--node-id",
+                    str(FIRST_COORDINATOR_ID + i),
+                    "--listen",
+                    f"127.0.0.1:{port}",
+                    "--controllers",
+                    controller_addresses,
+                    "--data-dir",
+                    str(data_dir / f"coordinator-{FIRST_COORDINATOR_ID + i}"),
+                    "--group-initial-rebalance-delay-ms",
+                    "0",
+                ],
+                data_dir / f"coordinator-{FIRST_COORDINATOR_ID + i}.log",
+            )
+            for i, port in enumerate(coordinator_ports)
+        ]
+    )
     bootstrap = ",".join(f"127.0.0.1:{port}" for port in broker_ports)
     previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -158,12 +193,14 @@ def dev_cluster(data_dir: Path, controllers: int, brokers: int, start_timeout: f
             assert child.process is not None
             click.echo(f"started {child.name} (pid {child.process.pid}), log {child.log_path}")
         deadline = time.monotonic() + start_timeout
-        while _registered_brokers(f"127.0.0.1:{broker_ports[0]}") < brokers:
+        while _registered(f"127.0.0.1:{broker_ports[0]}") < (brokers, coordinators):
             dead = [child.name for child in children if not child.alive()]
             if dead:
                 raise click.ClickException(f"{', '.join(dead)} exited; see its log")
             if time.monotonic() > deadline:
-                raise click.ClickException("the brokers did not all register in time")
+                raise click.ClickException(
+                    "the brokers and coordinators did not all register in time"
+                )
             time.sleep(0.2)
         click.echo(f"controllers: {controller_addresses}")
         click.echo(f"bootstrap: {bootstrap}")
@@ -177,5 +214,5 @@ def dev_cluster(data_dir: Path, controllers: int, brokers: int, start_timeout: f
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        for child in reversed(children):  # brokers first, then the controllers
+        for child in reversed(children):  # coordinators, brokers, then the controllers
             child.stop()

@@ -14,8 +14,10 @@ from highwater import __version__
 from highwater.cli.broker import broker
 from highwater.cli.clients import consume, produce
 from highwater.cli.controller import controller
+from highwater.cli.coordinator import coordinator
 from highwater.cli.dev_cluster import dev_cluster
 from highwater.cli.dump_log import dump_log
+from highwater.cli.groups import groups
 from highwater.cli.observer import observer
 from highwater.cli.quorum import quorum
 from highwater.cli.server import server
@@ -78,6 +80,7 @@ def main(log_level: str) -> None:
 main.add_command(dump_log)
 main.add_command(controller)
 main.add_command(broker)
+main.add_command(coordinator)
 main.add_command(observer)
 main.add_command(quorum)
 main.add_command(server)
@@ -85,3 +88,4 @@ main.add_command(topics)
 main.add_command(dev_cluster)
 main.add_command(produce)
 main.add_command(consume)
+main.add_command(groups)

@@ -70,6 +70,29 @@ def listen_option(*, required: bool, default: str | None = None, help: str) -> C
     )
 
 
+def _controllers(_ctx: click.Context, _param: click.Parameter, value: str) -> list[str]:
+    addresses = [part.strip() for part in value.split(",") if part.strip()]
+    if not addresses:
+        raise click.BadParameter("name at least one controller")
+    for address in addresses:
+        try:
+            parse_endpoint(address)
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+    return addresses
+
+
+def controllers_option(function: F) -> F:
+    """``--controllers HOST:PORT,...``: where a broker or coordinator finds the quorum."""
+    return click.option(
+        "--controllers",
+        required=True,
+        callback=_controllers,
+        metavar="HOST:PORT,...",
+        help="Controllers of the quorum (any of them; the rest are learned from it).",
+    )(function)
+
+
 def metadata_replica_options(function: F) -> F:
     """``--node-id``, ``--voters``, ``--data-dir``, ``--cluster-id`` and the snapshot
     interval: what every replica of the metadata log is started with."""

@@ -25,25 +25,44 @@ one result per item whose ``error`` is ``None`` or a typed :class:`AdminError`
 descriptions (``describe_topics``, ``describe_configs``, ``alter_configs``) raise the typed
 error of the first resource that failed (an unknown topic: :class:`UnknownTopicOrPartitionError`).
 Every error carries Kafka's error code (``code``, ``code_name``) and the server's message.
+
+**Consumer groups** (``list_consumer_groups``, ``describe_consumer_groups``,
+``delete_consumer_groups``, ``list_consumer_group_offsets``,
+``alter_consumer_group_offsets``) go to the group coordinators: a group's requests to the
+coordinator ``FindCoordinator`` names (asked of the bootstrap brokers), ``ListGroups`` to
+every registered coordinator (the brokers' Metadata lists them; each knows only the groups
+of its partitions of ``__consumer_offsets``). ``NOT_COORDINATOR``,
+``COORDINATOR_NOT_AVAILABLE`` and ``COORDINATOR_LOAD_IN_PROGRESS`` (a coordinator moving or
+loading) are retried, the coordinator looked up again, until ``request_timeout_s`` runs
+out. ``list_offsets`` asks partition leaders for earliest, latest or by-time offsets.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Final, TypeVar
 
 import grpc
 import grpc.aio
 
 from highwater import errors as hw_errors
+from highwater.client.group.protocol import (
+    MalformedConsumerProtocolError,
+    TopicPartitionKey,
+    decode_assignment,
+)
 from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient
+from highwater.controller.client import ControllerClient, ControllerUnavailableError
 from highwater.errors import HighwaterError
 from highwater.metadata.records import ConfigResourceType
 from highwater.raft.service import channel_options, format_endpoint, parse_endpoint
 from highwater.v1 import broker_pb2 as pb
-from highwater.v1 import broker_pb2_grpc
+from highwater.v1 import broker_pb2_grpc, coordinator_pb2_grpc
+from highwater.v1 import coordinator_pb2 as cpb
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
@@ -53,24 +72,39 @@ __all__ = [
     "ClusterDescription",
     "ConfigEntry",
     "ConfigSource",
+    "ConsumerGroupDescription",
+    "ConsumerGroupListing",
+    "ControllerNotAvailableError",
+    "CoordinatorLoadInProgressError",
+    "CoordinatorNotAvailableError",
     "CreateTopicResult",
     "ElectionNotNeededError",
     "ElectionType",
     "EligibleLeadersNotAvailableError",
+    "GroupIdNotFoundError",
+    "GroupNotEmptyError",
+    "GroupResult",
     "InvalidConfigurationError",
+    "InvalidGroupIdError",
     "InvalidPartitionsError",
     "InvalidReplicaAssignmentError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidTopicNameError",
+    "ListOffsetsResultInfo",
+    "MemberDescription",
     "NewTopic",
     "Node",
+    "NotCoordinatorError",
+    "OffsetAndMetadata",
+    "OffsetSpec",
     "PartitionInfo",
     "PreferredLeaderNotAvailableError",
     "TopicDescription",
     "TopicExistsError",
     "TopicListing",
     "TopicResult",
+    "UnknownMemberIdError",
     "UnknownTopicOrPartitionError",
     "error_for_code",
 ]
@@ -90,6 +124,27 @@ _RETRIABLE_BROKER_CODES: Final = frozenset(
         grpc.StatusCode.UNIMPLEMENTED,
     }
 )
+
+#: Group coordinator errors that mean "ask FindCoordinator again and retry".
+_RETRIABLE_GROUP_CODES: Final = frozenset(
+    {
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
+#: Partition errors of ListOffsets after which the leader is looked up again.
+_RETRIABLE_LEADER_CODES: Final = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+    }
+)
+_RETRY_BACKOFF_S: Final = 0.1
+_CONSUMER_PROTOCOL: Final = "consumer"
 
 # --- Errors ---------------------------------------------------------------------------
 
@@ -175,10 +230,59 @@ class EligibleLeadersNotAvailableError(AdminError):
     code = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
 
 
+class ControllerNotAvailableError(AdminError):
+    """No active controller answered within the request timeout (an election, or none up)."""
+
+    code = ErrorCode.NOT_CONTROLLER
+
+
 class BrokerUnavailableError(AdminError):
     """No bootstrap broker answered the Metadata RPC before the deadline."""
 
     code = ErrorCode.NETWORK_EXCEPTION
+
+
+class GroupIdNotFoundError(AdminError):
+    """GROUP_ID_NOT_FOUND: the coordinator has no such group."""
+
+    code = ErrorCode.GROUP_ID_NOT_FOUND
+
+
+class GroupNotEmptyError(AdminError):
+    """NON_EMPTY_GROUP: the group has active members, so it cannot be deleted (nor can its
+    offsets be altered: then ``code`` is the coordinator's UNKNOWN_MEMBER_ID)."""
+
+    code = ErrorCode.NON_EMPTY_GROUP
+
+
+class InvalidGroupIdError(AdminError):
+    """INVALID_GROUP_ID: an empty group id."""
+
+    code = ErrorCode.INVALID_GROUP_ID
+
+
+class UnknownMemberIdError(AdminError):
+    """UNKNOWN_MEMBER_ID: the coordinator does not know the member."""
+
+    code = ErrorCode.UNKNOWN_MEMBER_ID
+
+
+class NotCoordinatorError(AdminError):
+    """NOT_COORDINATOR: the coordinator asked does not serve the group (retried)."""
+
+    code = ErrorCode.NOT_COORDINATOR
+
+
+class CoordinatorNotAvailableError(AdminError):
+    """COORDINATOR_NOT_AVAILABLE: no coordinator serves the group now (retried)."""
+
+    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+class CoordinatorLoadInProgressError(AdminError):
+    """COORDINATOR_LOAD_IN_PROGRESS: the coordinator is still loading the group (retried)."""
+
+    code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 
 
 _ERRORS_BY_CODE: Final[Mapping[int, type[AdminError]]] = {
@@ -195,6 +299,13 @@ _ERRORS_BY_CODE: Final[Mapping[int, type[AdminError]]] = {
         ElectionNotNeededError,
         PreferredLeaderNotAvailableError,
         EligibleLeadersNotAvailableError,
+        GroupIdNotFoundError,
+        GroupNotEmptyError,
+        InvalidGroupIdError,
+        UnknownMemberIdError,
+        NotCoordinatorError,
+        CoordinatorNotAvailableError,
+        CoordinatorLoadInProgressError,
     )
 }
 
@@ -347,10 +458,120 @@ class ConfigEntry:
         return self.source == m.ConfigSource.DEFAULT_CONFIG
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupListing:
+    """A group as ListGroups names it (Kafka's ``ConsumerGroupListing``).
+
+    ``state`` is the coordinator's: ``Empty``, ``PreparingRebalance``,
+    ``CompletingRebalance``, ``Stable`` or ``Dead``. A *simple* group has no protocol type:
+    only offsets committed from outside group management (``assign()``).
+    """
+
+    group_id: str
+    state: str
+    protocol_type: str = _CONSUMER_PROTOCOL
+
+    @property
+    def is_simple_consumer_group(self) -> bool:
+        """Whether the group has never had members (offsets committed with ``assign()``)."""
+        return not self.protocol_type
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    """One member of a group (Kafka's ``MemberDescription``); ``assignment`` is its share of
+    the partitions, decoded from the consumer protocol (empty while it rebalances)."""
+
+    member_id: str
+    client_id: str
+    host: str
+    assignment: tuple[TopicPartitionKey, ...] = ()
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescription:
+    """A group's state, protocol and members (Kafka's ``ConsumerGroupDescription``)."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    partition_assignor: str
+    """The protocol the group chose: the assignor's name (``range``...)."""
+    members: tuple[MemberDescription, ...]
+    coordinator: Node
+    generation_id: int = -1
+    leader: str = ""
+
+    @property
+    def is_simple_consumer_group(self) -> bool:
+        """Whether the group has never had members (offsets committed with ``assign()``)."""
+        return not self.protocol_type
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """A committed offset: the next offset to consume, the leader epoch of the last consumed
+    record (None: unknown) and the committer's metadata string."""
+
+    offset: int
+    leader_epoch: int | None = None
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResult:
+    """The outcome of one group of a batch operation: ``error`` is ``None`` on success."""
+
+    group_id: str
+    error: AdminError | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether this group's part of the operation succeeded."""
+        return self.error is None
+
+    def raise_for_error(self) -> None:
+        """Raise this group's typed error, if it has one."""
+        if self.error is not None:
+            raise self.error
+
+
+class OffsetSpec:
+    """What :meth:`AdminClient.list_offsets` looks up (Kafka's ``OffsetSpec``): the
+    ``EARLIEST`` or ``LATEST`` offset, or ``for_timestamp(ms)``: the first record at or
+    after that time."""
+
+    EARLIEST: Final = -2
+    LATEST: Final = -1
+    MAX_TIMESTAMP: Final = -3
+
+    @staticmethod
+    def for_timestamp(timestamp_ms: int | datetime) -> int:
+        """The spec of the first offset whose record's timestamp is at or after the time."""
+        if isinstance(timestamp_ms, datetime):
+            timestamp_ms = int(timestamp_ms.timestamp() * 1000)
+        if timestamp_ms < 0:
+            raise ValueError(f"a timestamp must not be negative, not {timestamp_ms}")
+        return timestamp_ms
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsResultInfo:
+    """One partition's answer to ``list_offsets``: the offset (-1 when no record is at or
+    after the time asked for), its record's timestamp (-1 for earliest and latest) and the
+    leader epoch."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int | None
+
+
 @dataclass
 class _BrokerChannels:
     channels: dict[str, grpc.aio.Channel] = field(default_factory=dict)
     stubs: dict[str, broker_pb2_grpc.BrokerStub] = field(default_factory=dict)
+    coordinators: dict[str, coordinator_pb2_grpc.GroupCoordinatorStub] = field(default_factory=dict)
 
 
 def _split_addresses(servers: Sequence[str] | str) -> list[str]:
@@ -418,6 +639,7 @@ class AdminClient:
         channels = list(self._brokers.channels.values())
         self._brokers.channels.clear()
         self._brokers.stubs.clear()
+        self._brokers.coordinators.clear()
         try:
             for channel in channels:
                 await channel.close()
@@ -650,6 +872,378 @@ class AdminClient:
             for r in reply.partitions
         }
 
+    # --- Offsets of partitions -------------------------------------------------------------
+
+    async def list_offsets(
+        self, partitions: Mapping[TopicPartitionKey, int]
+    ) -> dict[TopicPartitionKey, ListOffsetsResultInfo]:
+        """The offset each ``(topic, partition)`` asks for with its :class:`OffsetSpec`
+        (earliest, latest, or by time), from the partitions' leaders.
+
+        Leader moves are retried until ``request_timeout_s``; raises
+        :class:`UnknownTopicOrPartitionError` for an unknown topic or partition and the
+        partition's typed error for other failures.
+        """
+        wanted = dict(partitions)
+        if not wanted:
+            return {}
+        deadline = time.monotonic() + self.request_timeout_s
+        results: dict[TopicPartitionKey, ListOffsetsResultInfo] = {}
+        while True:
+            todo = {tp: spec for tp, spec in wanted.items() if tp not in results}
+            reply = await self._metadata(sorted({t for t, _ in todo}))
+            leaders, retry = _leaders(reply, todo)
+            brokers = {b.node_id: format_endpoint(b.host, b.port) for b in reply.brokers}
+            by_address: dict[str, list[TopicPartitionKey]] = {}
+            for tp, leader in leaders.items():
+                address = brokers.get(leader)
+                if address is None:
+                    retry.append(tp)
+                else:
+                    by_address.setdefault(address, []).append(tp)
+            answers = await asyncio.gather(
+                *(self._list_offsets_at(a, tps, todo, deadline) for a, tps in by_address.items())
+            )
+            last: AdminError | None = None
+            for found, failed in answers:
+                results.update(found)
+                retry.extend(failed)
+                if failed:
+                    last = error_for_code(ErrorCode.LEADER_NOT_AVAILABLE)
+            if not retry:
+                return {tp: results[tp] for tp in wanted}
+            if time.monotonic() + _RETRY_BACKOFF_S >= deadline:
+                tp = retry[0]
+                raise last or error_for_code(
+                    ErrorCode.LEADER_NOT_AVAILABLE, f"{tp[0]}-{tp[1]} has no leader"
+                )
+            await asyncio.sleep(_RETRY_BACKOFF_S)
+
+    async def _list_offsets_at(
+        self,
+        address: str,
+        partitions: Sequence[TopicPartitionKey],
+        specs: Mapping[TopicPartitionKey, int],
+        deadline: float,
+    ) -> tuple[dict[TopicPartitionKey, ListOffsetsResultInfo], list[TopicPartitionKey]]:
+        """One ListOffsets request to a leader: the answers, and the partitions to retry."""
+        request = pb.ListOffsetsRequest(replica_id=-1)
+        topics: dict[str, pb.ListOffsetsTopic] = {}
+        for topic, partition in partitions:
+            entry = topics.get(topic)
+            if entry is None:
+                entry = topics[topic] = request.topics.add(topic=topic)
+            entry.partitions.add(
+                partition=partition, current_leader_epoch=-1, timestamp=specs[(topic, partition)]
+            )
+        try:
+            reply: pb.ListOffsetsResponse = await self._broker_stub(address).ListOffsets(
+                request, timeout=max(deadline - time.monotonic(), 0.1)
+            )
+        except grpc.aio.AioRpcError as e:
+            if e.code() not in _RETRIABLE_BROKER_CODES:
+                raise _rpc_error(e) from None
+            return {}, list(partitions)
+        found: dict[TopicPartitionKey, ListOffsetsResultInfo] = {}
+        retry: list[TopicPartitionKey] = []
+        for topic_answer in reply.topics:
+            for answer in topic_answer.partitions:
+                tp = (topic_answer.topic, answer.partition)
+                if tp not in specs:
+                    continue
+                if answer.error in _RETRIABLE_LEADER_CODES:
+                    retry.append(tp)
+                elif answer.error != ErrorCode.NONE:
+                    raise error_for_code(answer.error, f"ListOffsets of {tp[0]}-{tp[1]}")
+                else:
+                    found[tp] = ListOffsetsResultInfo(
+                        answer.offset,
+                        answer.timestamp,
+                        answer.leader_epoch if answer.leader_epoch >= 0 else None,
+                    )
+        retry.extend(tp for tp in partitions if tp not in found and tp not in retry)
+        return found, retry
+
+    # --- Consumer groups ------------------------------------------------------------------
+
+    async def list_consumer_groups(
+        self, states: Iterable[str] | None = None
+    ) -> list[ConsumerGroupListing]:
+        """Every group of every coordinator, sorted by id; only those in ``states``
+        (``Stable``, ``Empty``..., any case) if given."""
+        reply = await self._metadata([], topics_wanted=False)
+        nodes = reply.coordinators or reply.brokers
+        addresses = sorted({format_endpoint(n.host, n.port) for n in nodes})
+        if not addresses:
+            raise CoordinatorNotAvailableError("ListGroups: the cluster has no coordinator")
+        request = cpb.ListGroupsRequest(states_filter=list(states or ()))
+        deadline = time.monotonic() + self.request_timeout_s
+        replies = await asyncio.gather(
+            *(self._list_groups_at(address, request, deadline) for address in addresses)
+        )
+        groups: dict[str, ConsumerGroupListing] = {}
+        for listed in replies:
+            for group in listed.groups:
+                groups[group.group_id] = ConsumerGroupListing(
+                    group.group_id, group.group_state, group.protocol_type
+                )
+        return [groups[g] for g in sorted(groups)]
+
+    async def _list_groups_at(
+        self, address: str, request: cpb.ListGroupsRequest, deadline: float
+    ) -> cpb.ListGroupsResponse:
+        """ListGroups to one coordinator, retried while it loads or cannot be reached."""
+        while True:
+            try:
+                reply: cpb.ListGroupsResponse = await self._coordinator_stub(address).ListGroups(
+                    request, timeout=max(deadline - time.monotonic(), 0.1)
+                )
+            except grpc.aio.AioRpcError as e:
+                if e.code() not in _RETRIABLE_BROKER_CODES or time.monotonic() >= deadline:
+                    raise _rpc_error(e) from None
+            else:
+                if reply.error not in _RETRIABLE_GROUP_CODES:
+                    _check_reply(f"ListGroups at {address}", reply.error, reply.error_message)
+                    return reply
+                if time.monotonic() >= deadline:
+                    _check_reply(f"ListGroups at {address}", reply.error, reply.error_message)
+            await asyncio.sleep(_RETRY_BACKOFF_S)
+
+    async def describe_consumer_groups(
+        self, group_ids: Iterable[str]
+    ) -> dict[str, ConsumerGroupDescription]:
+        """State, assignor and members (with their decoded assignments) of each group.
+
+        Raises the typed error of the first group that cannot be described; a group that
+        does not exist is a :class:`GroupIdNotFoundError`.
+        """
+        wanted = list(dict.fromkeys(group_ids))
+        described = await asyncio.gather(*(self._describe_group(g) for g in wanted))
+        return dict(zip(wanted, described, strict=True))
+
+    async def _describe_group(self, group_id: str) -> ConsumerGroupDescription:
+        request = cpb.DescribeGroupsRequest(group_ids=[group_id])
+        node, reply = await self._coordinator_call(
+            group_id,
+            lambda stub, timeout: stub.DescribeGroups(request, timeout=timeout),
+            lambda r: r.groups[0].error if r.groups else ErrorCode.NONE,
+        )
+        if not reply.groups:
+            raise AdminError(f"DescribeGroups: no answer for group '{group_id}'")
+        group = reply.groups[0]
+        if group.error != ErrorCode.NONE:
+            raise _group_error(group_id, group.error, group.error_message)
+        if group.group_state == "Dead" and not group.members:
+            raise GroupIdNotFoundError(f"Consumer group '{group_id}' does not exist.")
+        members = tuple(
+            MemberDescription(
+                member.member_id,
+                member.client_id,
+                member.client_host,
+                _assignment(group.protocol_type, member.member_assignment),
+                member.group_instance_id if member.HasField("group_instance_id") else None,
+            )
+            for member in group.members
+        )
+        return ConsumerGroupDescription(
+            group_id=group_id,
+            state=group.group_state,
+            protocol_type=group.protocol_type,
+            partition_assignor=group.protocol_name,
+            members=members,
+            coordinator=node,
+            generation_id=group.generation_id,
+            leader=group.leader,
+        )
+
+    async def delete_consumer_groups(self, group_ids: Iterable[str]) -> dict[str, GroupResult]:
+        """Delete empty groups and their committed offsets; one :class:`GroupResult` per id
+        (a group with members: :class:`GroupNotEmptyError`; none such:
+        :class:`GroupIdNotFoundError`)."""
+        wanted = list(dict.fromkeys(group_ids))
+        results = await asyncio.gather(*(self._delete_group(g) for g in wanted))
+        return dict(zip(wanted, results, strict=True))
+
+    async def _delete_group(self, group_id: str) -> GroupResult:
+        request = cpb.DeleteGroupsRequest(group_ids=[group_id])
+        try:
+            _, reply = await self._coordinator_call(
+                group_id,
+                lambda stub, timeout: stub.DeleteGroups(request, timeout=timeout),
+                lambda r: r.results[0].error if r.results else ErrorCode.NONE,
+            )
+        except AdminError as e:
+            return GroupResult(group_id, e)
+        if not reply.results:
+            return GroupResult(group_id, AdminError(f"DeleteGroups: no answer for '{group_id}'"))
+        result = reply.results[0]
+        if result.error == ErrorCode.NONE:
+            return GroupResult(group_id)
+        return GroupResult(group_id, _group_error(group_id, result.error, result.error_message))
+
+    async def list_consumer_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartitionKey] | None = None
+    ) -> dict[TopicPartitionKey, OffsetAndMetadata]:
+        """The group's committed offsets: of every partition it has one for, or of the
+        ``(topic, partition)`` pairs given (those without one are left out).
+
+        A group that does not exist has no offsets: the answer is empty.
+        """
+        request = cpb.OffsetFetchRequest(group_id=group_id)
+        if partitions is None:
+            request.all_topics = True
+        else:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in partitions:
+                by_topic.setdefault(topic, []).append(partition)
+            if not by_topic:
+                return {}
+            for topic, indexes in by_topic.items():
+                request.topics.add(name=topic, partition_indexes=sorted(set(indexes)))
+        _, reply = await self._coordinator_call(
+            group_id,
+            lambda stub, timeout: stub.OffsetFetch(request, timeout=timeout),
+            lambda r: r.error,
+        )
+        if reply.error != ErrorCode.NONE:
+            raise _group_error(group_id, reply.error, reply.error_message)
+        offsets: dict[TopicPartitionKey, OffsetAndMetadata] = {}
+        for topic in reply.topics:
+            for p in topic.partitions:
+                if p.error != ErrorCode.NONE:
+                    raise _group_error(group_id, p.error, p.error_message)
+                if p.committed_offset >= 0:
+                    offsets[(topic.name, p.partition_index)] = OffsetAndMetadata(
+                        p.committed_offset,
+                        p.committed_leader_epoch if p.committed_leader_epoch >= 0 else None,
+                        p.metadata,
+                    )
+        return dict(sorted(offsets.items()))
+
+    async def alter_consumer_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartitionKey, int | OffsetAndMetadata]
+    ) -> None:
+        """Set the group's committed offsets of the partitions given (Kafka's
+        ``alterConsumerGroupOffsets``): an OffsetCommit from outside group management.
+
+        The coordinator takes it only while the group has no members: otherwise
+        :class:`GroupNotEmptyError` ("the group has active members", with the
+        coordinator's code UNKNOWN_MEMBER_ID). Other failures raise the first partition's
+        typed error; then the other partitions may have been stored.
+        """
+        if not offsets:
+            return
+        request = cpb.OffsetCommitRequest(group_id=group_id, generation_id=-1, member_id="")
+        by_topic: dict[str, cpb.OffsetCommitTopic] = {}
+        for (topic, partition), value in sorted(offsets.items()):
+            given = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+            if given.offset < 0:
+                raise ValueError(f"{topic}-{partition}: an offset must be >= 0, not {given.offset}")
+            entry = by_topic.get(topic)
+            if entry is None:
+                entry = by_topic[topic] = request.topics.add(name=topic)
+            entry.partitions.add(
+                partition_index=partition,
+                committed_offset=given.offset,
+                committed_leader_epoch=-1 if given.leader_epoch is None else given.leader_epoch,
+                metadata=given.metadata,
+            )
+        _, reply = await self._coordinator_call(
+            group_id,
+            lambda stub, timeout: stub.OffsetCommit(request, timeout=timeout),
+            _commit_error,
+        )
+        codes = [(p.error, p.error_message) for t in reply.topics for p in t.partitions]
+        if reply.error != ErrorCode.NONE:
+            codes.insert(0, (reply.error, reply.error_message))
+        for code, message in codes:
+            if code == ErrorCode.UNKNOWN_MEMBER_ID:
+                raise GroupNotEmptyError(
+                    f"Consumer group '{group_id}' has active members: its offsets can only "
+                    "be altered while it has none.",
+                    code=ErrorCode.UNKNOWN_MEMBER_ID,
+                )
+            if code != ErrorCode.NONE:
+                raise _group_error(group_id, code, message)
+
+    async def _coordinator_call(
+        self,
+        group_id: str,
+        send: Callable[[coordinator_pb2_grpc.GroupCoordinatorStub, float], Awaitable[Resp]],
+        error_of: Callable[[Resp], int],
+    ) -> tuple[Node, Resp]:
+        """Send a request to the group's coordinator; coordinator moves and loads are
+        retried (the coordinator looked up again) until ``request_timeout_s``."""
+        self._check_open()
+        if not group_id:
+            raise InvalidGroupIdError("the group id is empty")
+        deadline = time.monotonic() + self.request_timeout_s
+        while True:
+            try:
+                node = await self._find_coordinator(group_id, deadline)
+                reply = await send(
+                    self._coordinator_stub(node.address), max(deadline - time.monotonic(), 0.1)
+                )
+            except grpc.aio.AioRpcError as e:
+                if e.code() not in _RETRIABLE_BROKER_CODES:
+                    raise _rpc_error(e) from None
+                last: AdminError = CoordinatorNotAvailableError(
+                    f"group '{group_id}': the coordinator did not answer ({e.code().name})"
+                )
+            else:
+                code = error_of(reply)
+                if code not in _RETRIABLE_GROUP_CODES:
+                    return node, reply
+                last = error_for_code(code, f"group '{group_id}': {_code_name(code)}")
+            if time.monotonic() + _RETRY_BACKOFF_S >= deadline:
+                raise last
+            await asyncio.sleep(_RETRY_BACKOFF_S)
+
+    async def _find_coordinator(self, group_id: str, deadline: float) -> Node:
+        """The group's coordinator, from FindCoordinator to the bootstrap brokers in turn;
+        COORDINATOR_NOT_AVAILABLE is retried until ``deadline``."""
+        request = pb.FindCoordinatorRequest(keys=[group_id])
+        while True:
+            problems: list[str] = []
+            last_code: int = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            count = len(self.bootstrap_servers)
+            for attempt in range(count):
+                index = (self._next_broker + attempt) % count
+                address = self.bootstrap_servers[index]
+                try:
+                    reply: pb.FindCoordinatorResponse = await self._broker_stub(
+                        address
+                    ).FindCoordinator(request, timeout=max(deadline - time.monotonic(), 0.1))
+                except grpc.aio.AioRpcError as e:
+                    if e.code() not in _RETRIABLE_BROKER_CODES:
+                        raise _rpc_error(e) from None
+                    problems.append(f"{address}: {e.code().name}")
+                    continue
+                self._next_broker = index
+                (answer,) = reply.coordinators
+                if answer.error == ErrorCode.NONE:
+                    return Node(answer.node_id, answer.host, answer.port)
+                if answer.error == ErrorCode.INVALID_REQUEST:
+                    raise InvalidGroupIdError(f"group '{group_id}': {answer.error_message}")
+                last_code = answer.error
+                problems.append(f"{address}: {answer.error_message or answer.error}")
+                break
+            if time.monotonic() + _RETRY_BACKOFF_S >= deadline:
+                raise error_for_code(
+                    last_code,
+                    f"FindCoordinator for group '{group_id}': " + "; ".join(problems),
+                )
+            await asyncio.sleep(_RETRY_BACKOFF_S)
+
+    def _coordinator_stub(self, address: str) -> coordinator_pb2_grpc.GroupCoordinatorStub:
+        stub = self._brokers.coordinators.get(address)
+        if stub is None:
+            self._broker_stub(address)  # opens the address's one channel
+            channel = self._brokers.channels[address]
+            stub = coordinator_pb2_grpc.GroupCoordinatorStub(channel)
+            self._brokers.coordinators[address] = stub
+        return stub
+
     # --- Plumbing -------------------------------------------------------------------------
 
     async def _call_controller(
@@ -661,6 +1255,8 @@ class AdminClient:
             return await method(request)
         except grpc.aio.AioRpcError as e:
             raise _rpc_error(e) from None
+        except ControllerUnavailableError as e:
+            raise ControllerNotAvailableError(str(e)) from e
 
     async def _metadata(
         self, topics: Sequence[str], *, topics_wanted: bool = True
@@ -714,6 +1310,69 @@ def _rpc_error(e: grpc.aio.AioRpcError) -> AdminError:
         else ErrorCode.UNKNOWN_SERVER_ERROR
     )
     return error_for_code(code, f"{e.code().name}: {e.details()}")
+
+
+def _group_error(group_id: str, code: int, message: str) -> AdminError:
+    """A coordinator's error code about a group as its typed error, in plain words."""
+    if code == ErrorCode.GROUP_ID_NOT_FOUND:
+        return GroupIdNotFoundError(f"Consumer group '{group_id}' does not exist.")
+    if code == ErrorCode.NON_EMPTY_GROUP:
+        return GroupNotEmptyError(
+            f"Consumer group '{group_id}' is not empty: it has active members."
+        )
+    detail = f": {message}" if message else ""
+    return error_for_code(code, f"group '{group_id}': {_code_name(code)}{detail}")
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode.Name(code)  # type: ignore[arg-type]
+    except ValueError:
+        return f"error code {code}"
+
+
+def _commit_error(reply: cpb.OffsetCommitResponse) -> int:
+    """The coordinator error of an OffsetCommit answer (in every partition), else its error."""
+    for topic in reply.topics:
+        for p in topic.partitions:
+            if p.error in _RETRIABLE_GROUP_CODES:
+                return p.error
+    return reply.error
+
+
+def _assignment(protocol_type: str, data: bytes) -> tuple[TopicPartitionKey, ...]:
+    """A consumer member's assignment bytes, decoded (empty when not a consumer's, or bad)."""
+    if protocol_type != _CONSUMER_PROTOCOL or not data:
+        return ()
+    try:
+        return decode_assignment(data).partitions
+    except MalformedConsumerProtocolError:
+        return ()
+
+
+def _leaders(
+    reply: pb.MetadataResponse, wanted: Mapping[TopicPartitionKey, int]
+) -> tuple[dict[TopicPartitionKey, int], list[TopicPartitionKey]]:
+    """The leader of each wanted partition, and those without one now (to retry); raises
+    :class:`UnknownTopicOrPartitionError` for an unknown topic or partition."""
+    topics = {t.name: t for t in reply.topics}
+    leaders: dict[TopicPartitionKey, int] = {}
+    leaderless: list[TopicPartitionKey] = []
+    for topic, partition in wanted:
+        described = topics.get(topic)
+        if described is None or described.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise UnknownTopicOrPartitionError(f"Topic '{topic}' does not exist.")
+        found = next((p for p in described.partitions if p.partition == partition), None)
+        if found is None:
+            raise UnknownTopicOrPartitionError(
+                f"Topic '{topic}' has no partition {partition} "
+                f"(it has {len(described.partitions)})."
+            )
+        if found.leader_id < 0 or found.error != ErrorCode.NONE:
+            leaderless.append((topic, partition))
+        else:
+            leaders[(topic, partition)] = found.leader_id
+    return leaders, leaderless
 
 
 def _creatable(topic: NewTopic) -> m.CreatableTopic:

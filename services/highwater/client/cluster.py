@@ -30,6 +30,7 @@ __all__ = [
     "BrokerNotAvailableError",
     "ClusterError",
     "ClusterMetadata",
+    "CoordinatorNotAvailableError",
     "LeaderNotAvailableError",
     "PartitionInfo",
     "TopicInfo",
@@ -57,6 +58,12 @@ class BrokerNotAvailableError(ClusterError):
     """No broker (bootstrap or known) answered a request."""
 
     code = ErrorCode.BROKER_NOT_AVAILABLE
+
+
+class CoordinatorNotAvailableError(ClusterError):
+    """No group coordinator serves the group right now (it is being assigned or loaded)."""
+
+    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 class UnknownTopicOrPartitionError(ClusterError):
@@ -183,6 +190,32 @@ class ClusterMetadata:
                 return reply
         raise BrokerNotAvailableError(
             f"no broker answered Metadata (tried {', '.join(candidates)}): {last}"
+        )
+
+    async def find_coordinator(self, group_id: str) -> str:
+        """The address of the coordinator of ``group_id`` (``FindCoordinator`` to any broker).
+
+        Raises :class:`CoordinatorNotAvailableError` when the group has none right now (a
+        retriable condition), :class:`BrokerNotAvailableError` when no broker answers.
+        """
+        last: BaseException | None = None
+        candidates = list(dict.fromkeys([*self.brokers.values(), *self.bootstrap_servers]))
+        for address in candidates:
+            try:
+                reply: pb.FindCoordinatorResponse = await self.stub(address).FindCoordinator(
+                    pb.FindCoordinatorRequest(keys=[group_id]), timeout=self.request_timeout_s
+                )
+            except grpc.aio.AioRpcError as e:
+                last = e
+                continue
+            (answer,) = reply.coordinators
+            if answer.error != ErrorCode.NONE:
+                raise CoordinatorNotAvailableError(
+                    f"group {group_id!r}: {ErrorCode.Name(answer.error)} {answer.error_message}"
+                )
+            return f"{answer.host}:{answer.port}"
+        raise BrokerNotAvailableError(
+            f"no broker answered FindCoordinator (tried {', '.join(candidates)}): {last}"
         )
 
     def _apply(self, reply: pb.MetadataResponse) -> None:

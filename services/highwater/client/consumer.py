@@ -4,9 +4,22 @@
 wrapper, which runs an :class:`AsyncConsumer` on an event loop of its own in a background
 thread, like :class:`~highwater.client.producer.Producer`.
 
-Only manual assignment exists for now: :meth:`AsyncConsumer.assign` names the partitions
-to read. ``group.id``, ``subscribe``, commits and rebalances need the group coordinator,
-which comes later; ``group.id`` is therefore not a known setting yet.
+Partitions come from a consumer group (:meth:`AsyncConsumer.subscribe` with ``group.id``:
+the group's coordinator and its leader share the partitions of the subscribed topics out
+among the members, :mod:`highwater.client.group.membership`) or are named by hand
+(:meth:`AsyncConsumer.assign`). With a ``group.id`` the consumer commits offsets to the
+group's coordinator (:meth:`~AsyncConsumer.commit`, and every ``auto.commit.interval.ms``
+while ``enable.auto.commit`` is on) and a partition it starts on begins at the group's
+committed offset, else where ``auto.offset.reset`` says.
+
+Rebalances happen inside :meth:`~AsyncConsumer.poll`, as in Kafka: the ``on_revoke``
+callback runs before partitions go (with auto-commit on, their positions are committed
+first), ``on_assign`` after new ones arrive, ``on_lost`` when the membership was lost and
+the partitions may already be another member's. Which partitions go depends on the
+rebalance protocol of the configured ``partition.assignment.strategy``: all of them under
+the eager protocol (``range``, ``roundrobin``, ``sticky``), only those moving elsewhere
+under the cooperative one (``cooperative-sticky``). Callbacks take ``(consumer,
+partitions)`` as confluent-kafka's do, and may be coroutine functions.
 
 How records arrive (Kafka's ``Fetcher``):
 
@@ -39,7 +52,7 @@ import logging
 import math
 import threading
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future as ConcurrentFuture
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
@@ -54,6 +67,9 @@ from highwater.client.cluster import (
     UnknownTopicOrPartitionError,
     parse_bootstrap_servers,
 )
+from highwater.client.group.assignors import assignor_for
+from highwater.client.group.membership import GroupError, GroupMembership, GroupSettings
+from highwater.client.group.protocol import TopicPartitionKey
 from highwater.client.producer import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
@@ -66,7 +82,8 @@ from highwater.errors import (
     InvalidConfigError,
     OffsetOutOfRangeError,
 )
-from highwater.storage.records import Record, TimestampType, iter_batches
+from highwater.storage.records import TimestampType, iter_batches
+from highwater.storage.records.record import RecordTuple
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -77,10 +94,12 @@ __all__ = [
     "OFFSET_INVALID",
     "OFFSET_STORED",
     "AsyncConsumer",
+    "CommitFailedError",
     "Consumer",
     "ConsumerClosedError",
     "ConsumerConfig",
     "ConsumerError",
+    "ConsumerGroupMetadata",
     "FetchError",
     "Message",
     "NoOffsetForPartitionError",
@@ -164,8 +183,99 @@ CONSUMER_CONFIG_DEF: Final = ConfigDef(
             at_least(0),
             "The wait before a partition is fetched again after a retriable error.",
         ),
+        ConfigKey(
+            "group.id",
+            ConfigType.STRING,
+            "",
+            doc="The consumer group: needed by subscribe() and to commit offsets.",
+        ),
+        ConfigKey(
+            "group.instance.id",
+            ConfigType.STRING,
+            "",
+            doc="Static membership: a restarted member with this id gets its partitions back "
+            "without a rebalance (empty: a dynamic member).",
+        ),
+        ConfigKey(
+            "session.timeout.ms",
+            ConfigType.INT,
+            45000,
+            at_least(1),
+            "How long the coordinator waits for a heartbeat before removing the member.",
+        ),
+        ConfigKey(
+            "heartbeat.interval.ms",
+            ConfigType.INT,
+            3000,
+            at_least(1),
+            "How often the member heartbeats to the coordinator.",
+        ),
+        ConfigKey(
+            "max.poll.interval.ms",
+            ConfigType.INT,
+            300000,
+            at_least(1),
+            "The longest time between polls before the member leaves the group; also how "
+            "long a rebalance waits for the member to rejoin.",
+        ),
+        ConfigKey(
+            "partition.assignment.strategy",
+            ConfigType.LIST,
+            ("range", "cooperative-sticky"),
+            doc="The assignors the member offers, most preferred first: range, roundrobin, "
+            "sticky, cooperative-sticky.",
+        ),
+        ConfigKey(
+            "enable.auto.commit",
+            ConfigType.BOOLEAN,
+            True,
+            doc="Commit the positions every auto.commit.interval.ms, before partitions are "
+            "revoked, and on close.",
+        ),
+        ConfigKey(
+            "auto.commit.interval.ms",
+            ConfigType.INT,
+            5000,
+            at_least(0),
+            "How often positions are committed when enable.auto.commit is on.",
+        ),
+        ConfigKey(
+            "metadata.max.age.ms",
+            ConfigType.INT,
+            300000,
+            at_least(0),
+            "How often a group member checks the subscribed topics' partitions for changes.",
+        ),
     ]
 )
+
+
+def _assignor_names(names: Sequence[str]) -> tuple[str, ...]:
+    """Check ``partition.assignment.strategy`` names the built-in assignors."""
+    if not names:
+        raise InvalidConfigError("partition.assignment.strategy must name at least one assignor")
+    for name in names:
+        try:
+            assignor_for(name)
+        except ValueError as e:
+            raise InvalidConfigError(
+                f"Invalid value {name!r} for configuration partition.assignment.strategy: {e}"
+            ) from None
+    return tuple(names)
+
+
+RebalanceCallback = Callable[[Any, list["TopicPartition"]], object]
+"""``on_assign`` / ``on_revoke`` / ``on_lost``: ``(consumer, partitions)``; may be async."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """Who a consumer is in its group right now."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +292,15 @@ class ConsumerConfig:
     check_crcs: bool
     request_timeout_ms: int
     retry_backoff_ms: int
+    group_id: str = ""
+    group_instance_id: str | None = None
+    session_timeout_ms: int = 45000
+    heartbeat_interval_ms: int = 3000
+    max_poll_interval_ms: int = 300000
+    partition_assignment_strategy: tuple[str, ...] = ("range", "cooperative-sticky")
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5000
+    metadata_max_age_ms: int = 300000
 
     @classmethod
     def parse(cls, config: Mapping[str, Any]) -> ConsumerConfig:
@@ -205,6 +324,15 @@ class ConsumerConfig:
             check_crcs=values["check.crcs"],
             request_timeout_ms=values["request.timeout.ms"],
             retry_backoff_ms=values["retry.backoff.ms"],
+            group_id=values["group.id"],
+            group_instance_id=values["group.instance.id"] or None,
+            session_timeout_ms=values["session.timeout.ms"],
+            heartbeat_interval_ms=values["heartbeat.interval.ms"],
+            max_poll_interval_ms=values["max.poll.interval.ms"],
+            partition_assignment_strategy=_assignor_names(values["partition.assignment.strategy"]),
+            enable_auto_commit=values["enable.auto.commit"],
+            auto_commit_interval_ms=values["auto.commit.interval.ms"],
+            metadata_max_age_ms=values["metadata.max.age.ms"],
         )
 
 
@@ -213,6 +341,14 @@ class ConsumerConfig:
 
 class ConsumerError(HighwaterError):
     """Base of the errors the consumer raises or delivers in error messages."""
+
+
+class CommitFailedError(ConsumerError):
+    """A synchronous commit failed for some partitions (``partitions`` carry the errors)."""
+
+    def __init__(self, message: str, partitions: list[TopicPartition]) -> None:
+        super().__init__(message)
+        self.partitions = partitions
 
 
 class ConsumerClosedError(ConsumerError):
@@ -298,8 +434,8 @@ class _PartitionState:
     paused: bool = False
     failed: bool = False
     """An error was delivered: not fetched again until sought or reassigned."""
-    records: deque[Record] = field(default_factory=deque)
-    timestamp_type: int = TIMESTAMP_CREATE_TIME
+    records: deque[Message] = field(default_factory=deque)
+    """Fetched records not returned yet, made into messages as they were decoded."""
     fetched_end: int = -1
     """The offset after the last batch of the buffered answer."""
     pending_error: BaseException | None = None
@@ -325,6 +461,10 @@ class _PartitionState:
             and not self.records
             and self.backoff_until <= now
         )
+
+
+def _code_name(code: int) -> str:
+    return ErrorCode.Name(code)  # type: ignore[arg-type]
 
 
 def _timeout_s(timeout: float | None) -> float:
@@ -353,6 +493,16 @@ class AsyncConsumer:
         self._wakeup = asyncio.Event()
         self._closed = False
         self._rotation = 0
+        self._subscription: tuple[str, ...] | None = None
+        self._on_assign: RebalanceCallback | None = None
+        self._on_revoke: RebalanceCallback | None = None
+        self._on_lost: RebalanceCallback | None = None
+        self._listener_owner: Any = self
+        self._membership: GroupMembership | None = None
+        self._next_auto_commit = 0.0
+        self._next_metadata_check = 0.0
+        self._partition_counts: dict[str, int] = {}
+        self._commits: set[asyncio.Task[object]] = set()
 
     # --- assignment ---------------------------------------------------------------------
 
@@ -360,6 +510,8 @@ class AsyncConsumer:
         """Replace the assignment with ``partitions``, each starting at its offset (see
         :class:`TopicPartition`; not set: by ``auto.offset.reset``)."""
         self._check_open()
+        if self._subscription is not None:
+            raise ConsumerError("the consumer is subscribed to topics; unsubscribe() first")
         states: dict[tuple[str, int], _PartitionState] = {}
         for tp in partitions:
             if not isinstance(tp, TopicPartition):
@@ -465,6 +617,7 @@ class AsyncConsumer:
         deadline = loop.time() + _timeout_s(timeout)
         first = True
         while True:
+            await self._poll_group()
             message = self._next_message()
             if message is not None:
                 return message
@@ -487,6 +640,9 @@ class AsyncConsumer:
             if message is None:
                 break
             messages.append(message)
+            # What else is buffered is taken at once, not one poll() per message: a
+            # poll's group duties and awaits cost more than the message itself.
+            self._take_buffered(messages, num_messages)
         return messages
 
     def _next_message(self) -> Message | None:
@@ -496,29 +652,57 @@ class AsyncConsumer:
         for state in list(self._ready):
             if state.paused:
                 continue
-            while state.records:
-                record = state.records.popleft()
+            records = state.records
+            while records:
+                message = records.popleft()
                 assert state.position is not None
-                if record.offset < state.position:
+                if message._offset < state.position:
                     continue
-                state.position = record.offset + 1
-                if not state.records:
+                state.position = message._offset + 1
+                if not records:
                     self._finish_buffer(state)
-                return Message(
-                    state.topic,
-                    state.partition,
-                    record.key,
-                    record.value,
-                    list(record.headers),
-                    record.timestamp,
-                    record.offset,
-                    None,
-                    state.timestamp_type,
-                )
+                return message
             self._finish_buffer(state)
             if self._errors:
                 return self._errors.popleft()
         return None
+
+    def _take_buffered(self, messages: list[Message], limit: int) -> None:
+        """Move buffered messages to ``messages`` until it holds ``limit``, as repeated
+        :meth:`_next_message` calls would (errors first, then partition by partition),
+        advancing the positions; whole buffers are moved in one step."""
+        while len(messages) < limit:
+            if self._errors:
+                messages.append(self._errors.popleft())
+                continue
+            state = next((s for s in self._ready if not s.paused and s.records), None)
+            if state is None:
+                message = self._next_message()  # finishes emptied buffers, if any
+                if message is None:
+                    return
+                messages.append(message)
+                continue
+            assert state.position is not None
+            records = state.records
+            wanted = limit - len(messages)
+            if (
+                len(records) <= wanted and records[0]._offset >= state.position
+                # Offsets increase along the buffer: the last is the highest.
+            ):
+                taken = list(records)
+                records.clear()
+            else:
+                taken = []
+                while records and len(taken) < wanted:
+                    message = records.popleft()
+                    if message._offset >= state.position:
+                        taken.append(message)
+                        state.position = message._offset + 1
+            if taken:
+                state.position = taken[-1]._offset + 1
+                messages.extend(taken)
+            if not records:
+                self._finish_buffer(state)
 
     def _finish_buffer(self, state: _PartitionState) -> None:
         """The partition's buffer is empty: move past what the answer covered."""
@@ -747,10 +931,11 @@ class AsyncConsumer:
 
     def _buffer(self, state: _PartitionState, offset: int, data: bytes) -> None:
         """Decode ``data`` into the partition's buffer (records at or after ``offset``)."""
-        records: list[Record] = []
+        messages: list[Message] = []
         end = offset
         error: CorruptRecordError | None = None
-        timestamp_type = TIMESTAMP_CREATE_TIME
+        topic, partition = state.topic, state.partition
+        decoded: list[RecordTuple] = []
         try:
             for batch in iter_batches(data, verify_crc=self.config.check_crcs):
                 if batch.next_offset <= offset:
@@ -758,20 +943,40 @@ class AsyncConsumer:
                 end = max(end, batch.next_offset)
                 if batch.is_control:
                     continue
-                if batch.timestamp_type == TimestampType.LOG_APPEND_TIME:
-                    timestamp_type = TIMESTAMP_LOG_APPEND_TIME
-                records.extend(r for r in batch.records() if r.offset >= offset)
+                timestamp_type = (
+                    TIMESTAMP_LOG_APPEND_TIME
+                    if batch.timestamp_type == TimestampType.LOG_APPEND_TIME
+                    else TIMESTAMP_CREATE_TIME
+                )
+                decoded.clear()
+                try:
+                    batch.read_records(decoded)
+                finally:  # what was decoded before an error is still delivered
+                    messages += [
+                        Message(
+                            topic,
+                            partition,
+                            key,
+                            value,
+                            headers,
+                            timestamp,
+                            at,
+                            None,
+                            timestamp_type,
+                        )
+                        for at, timestamp, key, value, headers in decoded
+                        if at >= offset
+                    ]
         except CorruptRecordError as e:
             error = CorruptRecordError(f"{state.topic}-{state.partition}: {e}")
-        state.timestamp_type = timestamp_type
-        if records:
-            state.records.extend(records)
+        if messages:
+            state.records.extend(messages)
             state.fetched_end = end
             self._ready.append(state)
         elif error is None and end > offset:
             state.position = end  # only control batches or records below the position
         if error is not None:
-            if records:
+            if messages:
                 state.fetched_end = -1  # stop at the corruption, report it after the records
                 state.pending_error = error
             else:
@@ -956,6 +1161,280 @@ class AsyncConsumer:
             raise UnknownTopicOrPartitionError(f"Topic '{topic}' does not exist")
         return [p.partition for p in info.partitions]
 
+    # --- consumer groups ----------------------------------------------------------------
+
+    def _group(self) -> GroupMembership:
+        """The group membership (created on first use); needs ``group.id``."""
+        if not self.config.group_id:
+            raise ConsumerError("group.id must be set to subscribe or commit offsets")
+        if self._membership is None:
+            settings = GroupSettings(
+                group_id=self.config.group_id,
+                client_id=self.config.client_id,
+                group_instance_id=self.config.group_instance_id,
+                session_timeout_ms=self.config.session_timeout_ms,
+                heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+                max_poll_interval_ms=self.config.max_poll_interval_ms,
+                retry_backoff_ms=self.config.retry_backoff_ms,
+                request_timeout_ms=self.config.request_timeout_ms,
+            )
+            assignors = [assignor_for(n) for n in self.config.partition_assignment_strategy]
+            self._membership = GroupMembership(
+                self.cluster, settings, assignors, on_rejoin_needed=self._wakeup.set
+            )
+        return self._membership
+
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        """Join ``group.id`` for ``topics``: the group shares their partitions out among its
+        members; :meth:`poll` rebalances as members come and go (see the module docstring)."""
+        self._check_open()
+        names = [topics] if isinstance(topics, str) else list(topics)
+        if not names or not all(isinstance(t, str) and t for t in names):
+            raise ValueError("subscribe needs a list of topic names")
+        membership = self._group()
+        if self._subscription is None and self._states:
+            raise ConsumerError("partitions are assigned by hand; unassign() first")
+        self._subscription = tuple(dict.fromkeys(names))
+        self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
+        membership.rejoin_needed = True
+        self._next_metadata_check = 0.0
+        self._wakeup.set()
+
+    def subscription(self) -> list[str]:
+        """The subscribed topics."""
+        return list(self._subscription or ())
+
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        """The group, generation and member id this consumer has now (confluent-kafka's
+        ``consumer_group_metadata``); generation -1 and no member id outside a group."""
+        membership = self._group()
+        return ConsumerGroupMetadata(
+            membership.settings.group_id,
+            membership.generation_id,
+            membership.member_id,
+            membership.settings.group_instance_id,
+        )
+
+    async def unsubscribe(self) -> None:
+        """Give the partitions back (``on_revoke``) and leave the group."""
+        if self._subscription is None or self._membership is None:
+            return
+        membership = self._membership
+        await self._revoke(membership.owned)
+        await membership.leave()
+        self._subscription = None
+
+    async def _poll_group(self) -> None:
+        """What a poll does for the group: rebalance when needed, and auto-commit."""
+        membership = self._membership
+        if membership is None or self._closed:
+            return
+        membership.polled()
+        if self._subscription is not None:
+            await self._check_partition_counts()
+            while membership.rejoin_needed and not self._closed:
+                await self._rebalance(membership, self._subscription)
+        if self.config.enable_auto_commit and self._states:
+            now = asyncio.get_running_loop().time()
+            if now >= self._next_auto_commit:
+                self._next_auto_commit = now + self.config.auto_commit_interval_ms / 1000
+                self._commit_in_background(self._positions(list(self._states)))
+
+    async def _check_partition_counts(self) -> None:
+        """Rejoin when a subscribed topic appears or gains partitions (checked every
+        ``metadata.max.age.ms``), so that the leader assigns them."""
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._next_metadata_check or self._subscription is None:
+            return
+        self._next_metadata_check = loop.time() + self.config.metadata_max_age_ms / 1000
+        with contextlib.suppress(ClusterError):
+            await self.cluster.refresh(self._subscription)
+        counts = self._current_partition_counts()
+        membership = self._membership
+        if counts != self._partition_counts and membership is not None and membership.is_member():
+            membership.rejoin_needed = True
+
+    def _current_partition_counts(self) -> dict[str, int]:
+        counts = {}
+        for topic in self._subscription or ():
+            info = self.cluster.topic(topic)
+            counts[topic] = 0 if info is None else info.num_partitions
+        return counts
+
+    async def _rebalance(self, membership: GroupMembership, topics: tuple[str, ...]) -> None:
+        """One rebalance: give up what must go, join, and start on what arrived."""
+        if membership.lost and membership.owned:
+            lost = membership.owned
+            membership.revoked(lost)
+            self._remove_partitions(lost)
+            await self._invoke(self._on_lost or self._on_revoke, lost)
+        membership.lost = False
+        before = membership.partitions_to_revoke_before_join()
+        if before:
+            await self._revoke(before)
+        self._partition_counts = self._current_partition_counts()
+        rebalance = await membership.join(topics)
+        if rebalance.change.revoked:
+            await self._revoke(rebalance.change.revoked)
+        added = rebalance.change.added
+        await self._add_partitions(membership, added)
+        membership.assigned(added)
+        log.info(
+            "group %s: generation %d, %d partition(s) assigned",
+            self.config.group_id,
+            rebalance.generation_id,
+            len(membership.owned),
+        )
+        await self._invoke(self._on_assign, added)
+
+    async def _revoke(self, partitions: Sequence[TopicPartitionKey]) -> None:
+        """Commit (with auto-commit on), tell ``on_revoke``, and stop consuming ``partitions``."""
+        if not partitions:
+            return
+        if self.config.enable_auto_commit:
+            with contextlib.suppress(HighwaterError):
+                await self._commit(self._positions(partitions), raise_errors=False)
+        await self._invoke(self._on_revoke, partitions)
+        self._remove_partitions(partitions)
+        if self._membership is not None:
+            self._membership.revoked(partitions)
+
+    async def _invoke(
+        self, callback: RebalanceCallback | None, partitions: Sequence[TopicPartitionKey]
+    ) -> None:
+        if callback is None:
+            return
+        result = callback(self._listener_owner, [TopicPartition(t, p) for t, p in partitions])
+        if isinstance(result, Awaitable):
+            await result
+
+    async def _add_partitions(
+        self, membership: GroupMembership, partitions: Sequence[TopicPartitionKey]
+    ) -> None:
+        """Start on ``partitions``: at the group's committed offsets, else per
+        ``auto.offset.reset``."""
+        if not partitions:
+            return
+        committed = await membership.committed(partitions)
+        for key in partitions:
+            state = _PartitionState(key[0], key[1], reset=self.config.auto_offset_reset)
+            found = committed.get(key)
+            self._set_offset(state, None if found is None else found[0])
+            self._states[key] = state
+        self._wakeup.set()
+
+    def _remove_partitions(self, partitions: Sequence[TopicPartitionKey]) -> None:
+        for key in partitions:
+            state = self._states.pop(key, None)
+            if state is not None:
+                with contextlib.suppress(ValueError):
+                    self._ready.remove(state)
+
+    def _positions(self, partitions: Sequence[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """The known positions of ``partitions``: what a commit of "consumed so far" sends."""
+        positions = {}
+        for key in partitions:
+            state = self._states.get(key)
+            if state is not None and state.position is not None:
+                positions[key] = state.position
+        return positions
+
+    async def commit(
+        self,
+        message: Message | None = None,
+        offsets: Iterable[TopicPartition] | None = None,
+        asynchronous: bool = True,
+    ) -> list[TopicPartition] | None:
+        """Commit offsets to the group (confluent-kafka's ``commit``): the offset after
+        ``message``, or ``offsets``, or else the positions of every assigned partition.
+
+        Asynchronous (the default) returns None at once, failures are logged; synchronous
+        returns the committed partitions, or raises :class:`CommitFailedError` whose
+        ``partitions`` carry each error.
+        """
+        self._check_open()
+        self._group()
+        if message is not None:
+            to_commit = {(message.topic(), message.partition()): message.offset() + 1}
+        elif offsets is not None:
+            to_commit = {}
+            for tp in offsets:
+                if tp.offset is None or tp.offset < 0:
+                    raise ValueError(f"{tp.topic}-{tp.partition}: commit needs an offset >= 0")
+                to_commit[tp.key()] = tp.offset
+        else:
+            to_commit = self._positions(list(self._states))
+        if asynchronous:
+            self._commit_in_background(to_commit)
+            return None
+        return await self._commit(to_commit, raise_errors=True)
+
+    def _commit_in_background(self, offsets: dict[TopicPartitionKey, int]) -> None:
+        if not offsets:
+            return
+        task: asyncio.Task[object] = asyncio.create_task(self._commit(offsets, raise_errors=False))
+        self._commits.add(task)
+        task.add_done_callback(self._commits.discard)
+
+    async def _commit(
+        self, offsets: Mapping[TopicPartitionKey, int], *, raise_errors: bool
+    ) -> list[TopicPartition]:
+        membership = self._group()
+        if not offsets:
+            return []
+        errors = await membership.commit({k: (o, -1, "") for k, o in offsets.items()})
+        result = []
+        failed = []
+        for key, offset in offsets.items():
+            code = errors.get(key, ErrorCode.NONE)
+            error = None if code == ErrorCode.NONE else GroupError(code, _code_name(code))
+            result.append(TopicPartition(key[0], key[1], offset, error))
+            if error is not None:
+                failed.append(f"{key[0]}-{key[1]}: {_code_name(code)}")
+        if failed:
+            message = f"group {self.config.group_id}: commit failed for {', '.join(failed)}"
+            if raise_errors:
+                raise CommitFailedError(message, result)
+            log.warning("%s", message)
+        return result
+
+    async def committed(
+        self, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> list[TopicPartition]:
+        """The group's committed offset of each of ``partitions`` (:data:`OFFSET_INVALID`
+        where none is)."""
+        self._check_open()
+        membership = self._group()
+        keys = [tp.key() for tp in partitions]
+        async with asyncio.timeout(None if timeout is None or timeout < 0 else timeout):
+            committed = await membership.committed(keys)
+        return [
+            TopicPartition(t, p, OFFSET_INVALID if (c := committed.get((t, p))) is None else c[0])
+            for t, p in keys
+        ]
+
+    async def _close_group(self) -> None:
+        membership = self._membership
+        if membership is None:
+            return
+        try:
+            if self._subscription is not None:
+                await self._revoke(membership.owned)
+            elif self.config.enable_auto_commit and self._states:
+                with contextlib.suppress(HighwaterError):
+                    await self._commit(self._positions(list(self._states)), raise_errors=False)
+            if self._commits:
+                await asyncio.gather(*self._commits, return_exceptions=True)
+            await membership.leave()
+        finally:
+            await membership.close()
+
     # --- lifecycle ----------------------------------------------------------------------
 
     async def close(self) -> None:
@@ -963,6 +1442,8 @@ class AsyncConsumer:
         :class:`ConsumerClosedError` (closing again does nothing)."""
         if self._closed:
             return
+        with contextlib.suppress(HighwaterError, TimeoutError):
+            await self._close_group()
         self._closed = True
         self._states = {}
         self._ready.clear()
@@ -997,8 +1478,7 @@ _T = TypeVar("_T")
 
 
 class Consumer:
-    """A blocking consumer, confluent-kafka's ``Consumer`` (manual assignment only): safe
-    to use from plain sync code.
+    """A blocking consumer, confluent-kafka's ``Consumer``: safe to use from plain sync code.
 
     An :class:`AsyncConsumer` runs on an event loop in a daemon thread; every method
     runs there and waits for its result. Use it from one thread at a time.
@@ -1063,6 +1543,57 @@ class Consumer:
     def resume(self, partitions: Iterable[TopicPartition]) -> None:
         """See :meth:`AsyncConsumer.resume`."""
         self._run(self._consumer.resume, list(partitions))
+
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        """See :meth:`AsyncConsumer.subscribe`. The callbacks get this consumer and run in a
+        worker thread while :meth:`poll` waits, so they may call its methods (commit...)."""
+
+        def blocking(callback: RebalanceCallback | None) -> RebalanceCallback | None:
+            if callback is None:
+                return None
+
+            async def run(_owner: Any, partitions: list[TopicPartition]) -> None:
+                await asyncio.to_thread(callback, self, partitions)
+
+            return run
+
+        self._run(
+            self._consumer.subscribe,
+            list(topics),
+            blocking(on_assign),
+            blocking(on_revoke),
+            blocking(on_lost),
+        )
+
+    def subscription(self) -> list[str]:
+        """See :meth:`AsyncConsumer.subscription`."""
+        return self._run(self._consumer.subscription)
+
+    def unsubscribe(self) -> None:
+        """See :meth:`AsyncConsumer.unsubscribe`."""
+        self._call(self._consumer.unsubscribe())
+
+    def commit(
+        self,
+        message: Message | None = None,
+        offsets: Iterable[TopicPartition] | None = None,
+        asynchronous: bool = True,
+    ) -> list[TopicPartition] | None:
+        """See :meth:`AsyncConsumer.commit`."""
+        listed = None if offsets is None else list(offsets)
+        return self._call(self._consumer.commit(message, listed, asynchronous))
+
+    def committed(
+        self, partitions: Iterable[TopicPartition], timeout: float | None = None
+    ) -> list[TopicPartition]:
+        """See :meth:`AsyncConsumer.committed`."""
+        return self._call(self._consumer.committed(list(partitions), timeout))
 
     def poll(self, timeout: float | None = None) -> Message | None:
         """See :meth:`AsyncConsumer.poll`."""

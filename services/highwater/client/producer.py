@@ -48,6 +48,7 @@ import grpc.aio
 from highwater.client.cluster import (
     ClusterError,
     ClusterMetadata,
+    TopicInfo,
     UnknownTopicOrPartitionError,
     parse_bootstrap_servers,
 )
@@ -64,6 +65,7 @@ from highwater.config.definition import (
 from highwater.errors import HighwaterError, InvalidConfigError
 from highwater.storage.records import Compression, RecordBatchBuilder
 from highwater.storage.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
+from highwater.storage.records.record import Header, RecordFields
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -386,7 +388,7 @@ class Message:
         partition: int,
         key: bytes | None,
         value: bytes | None,
-        headers: list[tuple[str, bytes | None]],
+        headers: Sequence[tuple[str, bytes | None]],
         timestamp: int,
         offset: int = -1,
         error: BaseException | None = None,
@@ -450,11 +452,18 @@ DeliveryCallback: TypeAlias = Callable[[BaseException | None, Message], object]
 # --- Internal state ---------------------------------------------------------------------
 
 
+_Fields: TypeAlias = RecordFields
+"""A record's ``(key, value, headers, timestamp)``, as the batch builder holds it."""
+_NO_HEADERS: Final[tuple[Header, ...]] = ()
+
+
 @dataclass(slots=True)
 class _Pending:
-    """One produced record, until its delivery report."""
+    """A record that waits for its topic's metadata before it can go into a batch."""
 
-    message: Message
+    partition: int
+    """The partition produce() named, or -1."""
+    fields: _Fields
     future: asyncio.Future[RecordMetadata]
     on_delivery: DeliveryCallback | None
     created: float
@@ -463,13 +472,24 @@ class _Pending:
 
 @dataclass(eq=False, slots=True)
 class _Batch:
-    """Records of one partition on their way: first open, then built and sent."""
+    """Records of one partition on their way: first open, then built and sent.
+
+    The builder holds each record's ``(key, value, headers, timestamp)`` and encodes them
+    all when the batch is sealed; ``futures`` and ``callbacks`` hold, at the same index,
+    where its delivery report goes. Nothing else exists per record until the report is
+    delivered: a producer may hold hundreds of thousands of records, and every object
+    kept per record adds to the garbage collector's work.
+    """
 
     topic: str
     partition: int
     builder: RecordBatchBuilder
     created: float
-    records: list[_Pending] = field(default_factory=list)
+    """When the batch was opened: linger.ms counts from it."""
+    first_created: float
+    """When its first record was produced: delivery.timeout.ms counts from it."""
+    futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
+    callbacks: list[DeliveryCallback | None] = field(default_factory=list)
     closed: bool = False
     data: bytes | None = None
     base_sequence: int | None = None
@@ -478,12 +498,32 @@ class _Batch:
     @property
     def count(self) -> int:
         """How many records the batch holds."""
-        return len(self.records)
+        return len(self.futures)
 
     def deadline(self, delivery_timeout_s: float) -> float:
         """When the batch expires: delivery.timeout.ms after its first record."""
-        first = self.records[0].created if self.records else self.created
-        return first + delivery_timeout_s
+        return self.first_created + delivery_timeout_s
+
+
+@dataclass(eq=False, slots=True)
+class _StickyChoice:
+    """The sticky partitioner's partition for a topic's records, reused without asking it.
+
+    The partitioner answers the same partition until the bytes it is told of reach
+    ``batch.size`` (it then switches), or the metadata changes (a :class:`TopicInfo` is
+    replaced, never mutated). Asking it and reporting each record costs more than the rest
+    of ``produce()``, so the producer counts the bytes itself and reports them in one
+    :meth:`~StickyPartitioner.on_produced` call when they reach the switch, then forgets
+    the choice: the partitioner switches at the very record it would have switched at.
+    """
+
+    info: TopicInfo
+    """The metadata the partition was chosen with."""
+    partition: int
+    threshold: int
+    """The bytes that make the partitioner switch (``batch.size`` minus what it counted)."""
+    unreported: int = 0
+    """Bytes appended to the partition and not reported to the partitioner yet."""
 
 
 @dataclass(slots=True)
@@ -523,6 +563,29 @@ class _PartitionQueue:
     def has_sequenced_queued(self) -> bool:
         """Whether a batch that was sent before waits in the queue."""
         return any(b.base_sequence is not None for b in self.batches)
+
+
+# RecordMetadata is frozen, so its generated __init__ sets each field through
+# object.__setattr__; a producer makes one per delivered record, so set the slots directly.
+_new_object = object.__new__
+_metadata_setters = tuple(
+    RecordMetadata.__dict__[name].__set__
+    for name in ("topic", "partition", "offset", "timestamp", "timestamp_type")
+)
+
+
+def _record_metadata(
+    topic: str, partition: int, offset: int, timestamp: int, timestamp_type: int
+) -> RecordMetadata:
+    """``RecordMetadata(topic, partition, offset, timestamp, timestamp_type)``, faster."""
+    metadata: RecordMetadata = _new_object(RecordMetadata)
+    set_topic, set_partition, set_offset, set_timestamp, set_type = _metadata_setters
+    set_topic(metadata, topic)
+    set_partition(metadata, partition)
+    set_offset(metadata, offset)
+    set_timestamp(metadata, timestamp)
+    set_type(metadata, timestamp_type)
+    return metadata
 
 
 def _to_bytes(value: str | bytes | bytearray | memoryview | None, what: str) -> bytes | None:
@@ -589,6 +652,7 @@ class AsyncProducer:
             cfg.bootstrap_servers, request_timeout_s=cfg.request_timeout_ms / 1000
         )
         self._sticky = StickyPartitioner(cfg.batch_size, rng=rng)
+        self._sticky_choices: dict[str, _StickyChoice] = {}
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
         self._waiting: dict[str, list[_Pending]] = {}
         self._pending = 0
@@ -646,29 +710,35 @@ class AsyncProducer:
             raise ProducerClosedError("the producer is closed")
         if not isinstance(topic, str) or not topic:
             raise TypeError("topic must be a non-empty str")
-        loop = asyncio.get_running_loop()
-        message = Message(
-            topic,
-            -1 if partition is None or partition < 0 else partition,
-            _to_bytes(key, "key"),
-            _to_bytes(value, "value"),
-            _headers_list(headers),
+        # Plain bytes (or None) need no conversion: test for them before calling _to_bytes.
+        if value is not None and type(value) is not bytes:
+            value = _to_bytes(value, "value")
+        if key is not None and type(key) is not bytes:
+            key = _to_bytes(key, "key")
+        future: asyncio.Future[RecordMetadata] = asyncio.Future(loop=asyncio.get_running_loop())
+        fields = (
+            key,
+            value,
+            _headers_list(headers) if headers is not None else _NO_HEADERS,
             timestamp if timestamp else _now_ms(),
         )
-        future: asyncio.Future[RecordMetadata] = loop.create_future()
-        pending = _Pending(message, future, on_delivery, loop.time())
         self._pending += 1
-        self._idle.clear()
-        self._ensure_sender()
+        if self._pending == 1:
+            self._idle.clear()
+        if self._sender is None:
+            self._ensure_sender()
+        requested = -1 if partition is None or partition < 0 else partition
         if self._fatal is not None:
-            self._fail([pending], self._fatal)
+            self._fail_one(topic, requested, fields, future, on_delivery, self._fatal)
             return future
         info = self.cluster.topic(topic)
         if info is None or topic in self._waiting:
+            created = future.get_loop().time()
+            pending = _Pending(requested, fields, future, on_delivery, created)
             self._waiting.setdefault(topic, []).append(pending)
             self._wakeup.set()
         else:
-            self._place(pending, info.num_partitions, info.available_partitions())
+            self._place(topic, requested, fields, future, on_delivery, info, None)
         return future
 
     async def send(
@@ -729,8 +799,9 @@ class AsyncProducer:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._sender = None
-        error = ProducerClosedError("the producer was closed before the record was delivered")
-        self._fail(self._take_all(), error)
+        self._fail_all(
+            ProducerClosedError("the producer was closed before the record was delivered")
+        )
         await self.cluster.close()
         return remaining
 
@@ -757,126 +828,218 @@ class AsyncProducer:
         cause = task.exception()
         log.error("the producer's sender failed", exc_info=cause)
         self._fatal = ProducerError(f"the producer's sender failed: {cause!r}")
-        self._fail(self._take_all(), self._fatal)
+        self._fail_all(self._fatal)
 
-    def _take_all(self) -> list[_Pending]:
-        """Every record not delivered yet, taken out of the queues."""
-        records: list[_Pending] = [p for ps in self._waiting.values() for p in ps]
+    def _take_all(self) -> tuple[dict[str, list[_Pending]], list[_Batch]]:
+        """Every record not delivered yet, taken out of the queues: the records waiting
+        for metadata, by topic, and the batches."""
+        waiting = dict(self._waiting)
         self._waiting.clear()
+        batches: list[_Batch] = []
         for q in self._queues.values():
-            for batch in [*q.in_flight, *q.batches]:
-                records.extend(batch.records)
+            batches.extend(q.in_flight)
+            batches.extend(q.batches)
             q.in_flight.clear()
             q.batches.clear()
-        return records
+        return waiting, batches
 
-    def _place(self, pending: _Pending, num_partitions: int, available: list[int]) -> None:
-        """Choose the record's partition and append it to that partition's open batch."""
-        message = pending.message
-        explicit = message._partition if message._partition >= 0 else None
+    def _fail_all(self, error: BaseException) -> None:
+        """Deliver ``error`` to every record not delivered yet."""
+        waiting, batches = self._take_all()
+        for topic, records in waiting.items():
+            self._fail_waiting(topic, records, error)
+        for batch in batches:
+            self._fail_batch(batch, error)
+
+    def _place(
+        self,
+        topic: str,
+        requested: int,
+        fields: _Fields,
+        future: asyncio.Future[RecordMetadata],
+        on_delivery: DeliveryCallback | None,
+        info: TopicInfo,
+        created: float | None,
+    ) -> None:
+        """Choose the record's partition and append it to that partition's open batch.
+
+        ``requested`` is the partition produce() named, or -1; ``created`` when the record
+        was produced, None for now.
+        """
+        key = fields[0]
+        choice: _StickyChoice | None = None
+        if 0 <= requested < info.num_partitions:
+            partition = requested  # the common explicit case, without choose_partition
+        elif requested < 0 and (key is None or self.config.ignore_keys):
+            choice = self._sticky_choices.get(topic)
+            if choice is not None and choice.info is info:
+                partition = choice.partition
+            else:
+                if choice is not None and choice.unreported:  # the metadata changed
+                    self._sticky.on_produced(topic, choice.partition, choice.unreported)
+                partition = self._choose(topic, requested, key, info, fields, future, on_delivery)
+                if partition < 0:
+                    return
+                choice = self._sticky_choices[topic] = _StickyChoice(
+                    info,
+                    partition,
+                    self._sticky.batch_size - self._sticky.produced_bytes(topic),
+                )
+        else:
+            partition = self._choose(topic, requested, key, info, fields, future, on_delivery)
+            if partition < 0:
+                return
+        q = self._queues.get((topic, partition))
+        if q is None:
+            q = self._queues[(topic, partition)] = _PartitionQueue(topic, partition)
+        batches = q.batches
+        batch = batches[-1] if batches else None
         try:
-            partition = choose_partition(
-                message._topic,
-                num_partitions,
-                message._key,
-                explicit,
-                available,
+            if batch is None or batch.closed or not (size := batch.builder.append_fields(fields)):
+                if batch is not None:
+                    batch.closed = True
+                batch = self._new_batch(topic, partition, created)
+                size = batch.builder.append_fields(fields)  # the first record always fits
+                batches.append(batch)
+                self._wakeup.set()  # a new batch: the sender times its linger.ms
+        except HighwaterError as e:  # a record that cannot be encoded (a bad timestamp)
+            self._fail_one(topic, partition, fields, future, on_delivery, e)
+            return
+        batch.futures.append(future)
+        batch.callbacks.append(on_delivery)
+        if batch.builder.estimated_size >= self.config.batch_size:
+            batch.closed = True
+            self._wakeup.set()
+        if choice is not None:
+            choice.unreported += size
+            if choice.unreported >= choice.threshold:
+                self._sticky.on_produced(topic, partition, choice.unreported)
+                del self._sticky_choices[topic]
+
+    def _choose(
+        self,
+        topic: str,
+        requested: int,
+        key: bytes | None,
+        info: TopicInfo,
+        fields: _Fields,
+        future: asyncio.Future[RecordMetadata],
+        on_delivery: DeliveryCallback | None,
+    ) -> int:
+        """:func:`choose_partition` for the record; -1 after failing it if there is none."""
+        try:
+            return choose_partition(
+                topic,
+                info.num_partitions,
+                key,
+                requested if requested >= 0 else None,
+                info.available_partitions(),
                 sticky=self._sticky,
                 ignore_keys=self.config.ignore_keys,
             )
         except HighwaterError as e:
-            self._fail([pending], e)
-            return
-        message._partition = partition
-        q = self._queues.get((message._topic, partition))
-        if q is None:
-            q = self._queues[(message._topic, partition)] = _PartitionQueue(
-                message._topic, partition
-            )
-        batch = q.open_batch()
-        size_before = 0 if batch is None else batch.builder.estimated_size
-        if batch is None or not self._append(batch, pending):
-            if batch is not None:
-                batch.closed = True
-            batch = self._new_batch(message._topic, partition)
-            q.batches.append(batch)
-            size_before = batch.builder.estimated_size
-            self._append(batch, pending)
-        size = batch.builder.estimated_size - size_before
-        if batch.builder.estimated_size >= self.config.batch_size:
-            batch.closed = True
-        if explicit is None and (message._key is None or self.config.ignore_keys):
-            self._sticky.on_produced(message._topic, partition, size)
-        if batch.closed or len(q.batches) == 1:
-            self._wakeup.set()
+            self._fail_one(topic, requested, fields, future, on_delivery, e)
+            return -1
 
-    def _new_batch(self, topic: str, partition: int) -> _Batch:
-        """An empty open batch for ``topic``-``partition``."""
+    def _new_batch(self, topic: str, partition: int, created: float | None) -> _Batch:
+        """An empty open batch for ``topic``-``partition``; ``created`` as in :meth:`_place`."""
         builder = RecordBatchBuilder(
             max_bytes=self.config.batch_size,
             compression=self.config.compression,
             compression_level=self.config.compression_level,
         )
-        return _Batch(topic, partition, builder, asyncio.get_running_loop().time())
-
-    @staticmethod
-    def _append(batch: _Batch, pending: _Pending) -> bool:
-        """Append the record to ``batch``; False if it does not fit."""
-        message = pending.message
-        if not batch.builder.append(
-            message._key, message._value, message._headers, message._timestamp
-        ):
-            return False
-        batch.records.append(pending)
-        return True
+        now = asyncio.get_running_loop().time()
+        return _Batch(topic, partition, builder, now, now if created is None else created)
 
     # --- delivering -------------------------------------------------------------------------
 
-    def _deliver(self, pending: _Pending, error: BaseException | None) -> None:
-        """Resolve one record's future and call its callback."""
-        self._pending -= 1
-        self._delivered += 1
+    def _delivered_some(self, count: int) -> None:
+        """Count ``count`` delivery reports, made (and taken off ``_pending``) just before."""
+        self._delivered += count
         self._delivered_event.set()
-        message = pending.message
-        message._error = error
-        future = pending.future
-        if not future.done():
-            if error is None:
-                future.set_result(
-                    RecordMetadata(
-                        message.topic(),
-                        message.partition(),
-                        message.offset(),
-                        message._timestamp,
-                        message._timestamp_type,
-                    )
-                )
-            else:
-                future.set_exception(error)
-                future.add_done_callback(_consume_exception)
-        if pending.on_delivery is not None:
-            try:
-                pending.on_delivery(error, message)
-            except Exception:
-                log.exception("a delivery callback of %s raised", message)
         if self._pending == 0:
             self._idle.set()
 
-    def _fail(self, records: Iterable[_Pending], error: BaseException) -> None:
-        """Deliver ``error`` to every record in ``records``."""
+    def _report_error(
+        self,
+        topic: str,
+        partition: int,
+        fields: _Fields,
+        future: asyncio.Future[RecordMetadata],
+        on_delivery: DeliveryCallback | None,
+        error: BaseException,
+    ) -> None:
+        """Fail one record's future and call its callback with ``error``."""
+        self._pending -= 1
+        if not future.done():
+            future.set_exception(error)
+            future.add_done_callback(_consume_exception)
+        if on_delivery is not None:
+            key, value, headers, timestamp = fields
+            message = Message(topic, partition, key, value, headers, timestamp, -1, error)
+            try:
+                on_delivery(error, message)
+            except Exception:
+                log.exception("a delivery callback of %s raised", message)
+
+    def _fail_one(
+        self,
+        topic: str,
+        partition: int,
+        fields: _Fields,
+        future: asyncio.Future[RecordMetadata],
+        on_delivery: DeliveryCallback | None,
+        error: BaseException,
+    ) -> None:
+        """Deliver ``error`` to one record."""
+        self._report_error(topic, partition, fields, future, on_delivery, error)
+        self._delivered_some(1)
+
+    def _fail_waiting(self, topic: str, records: list[_Pending], error: BaseException) -> None:
+        """Deliver ``error`` to records that waited for metadata."""
         for pending in records:
-            pending.message._offset = -1
-            self._deliver(pending, error)
+            self._report_error(
+                topic, pending.partition, pending.fields, pending.future, pending.on_delivery, error
+            )
+        self._delivered_some(len(records))
+
+    def _fail_batch(self, batch: _Batch, error: BaseException) -> None:
+        """Deliver ``error`` to every record of ``batch``."""
+        for fields, future, on_delivery in zip(
+            batch.builder.records, batch.futures, batch.callbacks, strict=True
+        ):
+            self._report_error(batch.topic, batch.partition, fields, future, on_delivery, error)
+        self._delivered_some(batch.count)
 
     def _succeed(self, batch: _Batch, base_offset: int, log_append_time: int) -> None:
-        """Deliver a written batch's records with their offsets."""
-        for index, pending in enumerate(batch.records):
-            message = pending.message
-            message._offset = base_offset + index if base_offset >= 0 else -1
+        """Deliver a written batch's records with their offsets.
+
+        One loop per batch, the producer's other per-record cost after produce(): the
+        futures' results and the callbacks' messages are made here, not before.
+        """
+        topic, partition = batch.topic, batch.partition
+        timestamp_type = TIMESTAMP_CREATE_TIME if log_append_time < 0 else TIMESTAMP_LOG_APPEND_TIME
+        offset = base_offset if base_offset >= 0 else -1
+        step = 1 if base_offset >= 0 else 0
+        new_metadata = _record_metadata
+        for (key, value, headers, timestamp), future, on_delivery in zip(
+            batch.builder.records, batch.futures, batch.callbacks, strict=True
+        ):
             if log_append_time >= 0:
-                message._timestamp = log_append_time
-                message._timestamp_type = TIMESTAMP_LOG_APPEND_TIME
-            self._deliver(pending, None)
+                timestamp = log_append_time
+            self._pending -= 1  # before the callback, which may look at len(producer)
+            if not future.done():
+                future.set_result(new_metadata(topic, partition, offset, timestamp, timestamp_type))
+            if on_delivery is not None:
+                message = Message(
+                    topic, partition, key, value, headers, timestamp, offset, None, timestamp_type
+                )
+                try:
+                    on_delivery(None, message)
+                except Exception:
+                    log.exception("a delivery callback of %s raised", message)
+            offset += step
+        self._delivered_some(batch.count)
 
     # --- the sender -------------------------------------------------------------------------
 
@@ -940,7 +1103,8 @@ class AsyncProducer:
             return
         for topic in list(self._waiting):
             if self.cluster.is_unknown(topic):
-                self._fail(
+                self._fail_waiting(
+                    topic,
                     self._waiting.pop(topic),
                     UnknownTopicOrPartitionError(f"topic {topic!r} does not exist"),
                 )
@@ -949,7 +1113,15 @@ class AsyncProducer:
             if info is None:
                 continue
             for pending in self._waiting.pop(topic):
-                self._place(pending, info.num_partitions, info.available_partitions())
+                self._place(
+                    topic,
+                    pending.partition,
+                    pending.fields,
+                    pending.future,
+                    pending.on_delivery,
+                    info,
+                    pending.created,
+                )
 
     def _wakeup_later(self, delay: float) -> None:
         """Wake the sender after ``delay`` seconds."""
@@ -962,7 +1134,8 @@ class AsyncProducer:
             expired = [p for p in waiting if p.created + timeout_s <= now]
             if expired:
                 self._waiting[topic] = [p for p in waiting if p.created + timeout_s > now]
-                self._fail(
+                self._fail_waiting(
+                    topic,
                     expired,
                     DeliveryTimeoutError(
                         f"no metadata for topic {topic!r} within delivery.timeout.ms"
@@ -1159,7 +1332,7 @@ class AsyncProducer:
             q.next_sequence = (q.next_sequence - count) % _SEQUENCE_MODULUS
             if later:
                 q.retrying = True
-        self._fail(batch.records, error)
+        self._fail_batch(batch, error)
 
 
 # --- The blocking producer --------------------------------------------------------------

@@ -159,6 +159,11 @@ class ControllerClient:
     ) -> m.RegisterCoordinatorResponse:
         return await self.call(codec.REGISTER_COORDINATOR, request)
 
+    async def coordinator_heartbeat(
+        self, request: m.CoordinatorHeartbeatRequest
+    ) -> m.CoordinatorHeartbeatResponse:
+        return await self.call(codec.COORDINATOR_HEARTBEAT, request)
+
     async def unregister_coordinator(
         self, request: m.UnregisterCoordinatorRequest
     ) -> m.UnregisterCoordinatorResponse:

@@ -5,18 +5,34 @@ are unfenced once they have replayed the log up to their registration, may ask t
 fenced or to shut down, and are fenced when their session expires. Each step that
 takes a broker out of service moves its leaderships and ISR memberships in the same
 batch (:meth:`ReplicationControl.move_away_from`); a broker coming back gets the
-leaderless partitions it can lead. Coordinators register and share the partitions of
-``__consumer_offsets`` (:func:`~highwater.controller.coordinators.assign_coordinators`).
+leaderless partitions it can lead.
+
+Coordinators register (the offset of their record is the registration epoch),
+heartbeat, and share the partitions of ``__consumer_offsets``
+(:func:`~highwater.controller.coordinators.assign_coordinators`). A coordinator has no
+fenced state: one that leaves (UnregisterCoordinator, a heartbeat with
+``want_shutdown``) or is not heard from for ``coordinator.session.timeout.ms`` gets an
+``UnregisterCoordinatorRecord``, and in the same batch its partitions go to the live
+coordinators with their coordinator epochs one higher; it registers again to come back.
+The controller creates ``__consumer_offsets`` once a coordinator is registered and a
+broker is active, whichever comes last, and assigns its partitions in the same batch.
 """
 
 from __future__ import annotations
 
+import logging
+
 from highwater.controller.config import ControllerConfig
-from highwater.controller.coordinators import assign_coordinators
+from highwater.controller.coordinators import (
+    assign_coordinators,
+    offsets_topic_configs,
+)
 from highwater.controller.heartbeats import BrokerHeartbeatManager
 from highwater.controller.messages import (
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
+    CoordinatorHeartbeatRequest,
+    CoordinatorHeartbeatResponse,
     RegisterBrokerRequest,
     RegisterBrokerResponse,
     RegisterCoordinatorRequest,
@@ -26,8 +42,11 @@ from highwater.controller.messages import (
     UnregisterCoordinatorRequest,
     UnregisterCoordinatorResponse,
 )
+from highwater.controller.placement import InvalidReplicationFactorError
 from highwater.controller.replication_control import ReplicationControl
 from highwater.controller.results import ControllerApiError, ControllerResult, refuse
+from highwater.errors import InvalidConfigError
+from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
 from highwater.metadata.image import (
     MetadataDelta,
     MetadataImage,
@@ -44,21 +63,29 @@ from highwater.metadata.records import (
 )
 from highwater.v1.common_pb2 import ErrorCode
 
-CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+__all__ = ["CONSUMER_OFFSETS_TOPIC", "ClusterControl"]
+
+log = logging.getLogger(__name__)
 
 
 class ClusterControl:
-    """Membership decisions; keeps the broker sessions (soft state)."""
+    """Membership decisions; keeps the broker and coordinator sessions (soft state)."""
 
     def __init__(
         self,
         config: ControllerConfig,
         heartbeats: BrokerHeartbeatManager,
         replication: ReplicationControl,
+        coordinator_sessions: BrokerHeartbeatManager | None = None,
     ) -> None:
         self.config = config
         self.heartbeats = heartbeats
         self.replication = replication
+        self.coordinator_sessions = (
+            coordinator_sessions
+            if coordinator_sessions is not None
+            else BrokerHeartbeatManager(config.coordinator_session_timeout_ms)
+        )
 
     def register_broker(
         self, image: MetadataImage, request: RegisterBrokerRequest, now_ms: int
@@ -166,6 +193,8 @@ class ClusterControl:
             unfence = UnfenceBrokerRecord(broker_id, broker.broker_epoch)
             delta.replay(unfence)
             records = [unfence, *self.replication.elect_for_unfenced(delta, broker_id)]
+            # A coordinator waiting for a broker to host __consumer_offsets: now one can.
+            records.extend(self.ensure_offsets_topic(delta))
             return ControllerResult(
                 records, BrokerHeartbeatResponse(is_caught_up=True, is_fenced=False)
             )
@@ -241,12 +270,16 @@ class ClusterControl:
         lowest = self.heartbeats.lowest_active_offset(others)
         return lowest is None or lowest >= session.controlled_shutdown_offset
 
+    # --- Coordinators ------------------------------------------------------------------
+
     def register_coordinator(
-        self, image: MetadataImage, request: RegisterCoordinatorRequest
+        self, image: MetadataImage, request: RegisterCoordinatorRequest, now_ms: int
     ) -> ControllerResult[RegisterCoordinatorResponse]:
-        """Register a group coordinator and rebalance ``__consumer_offsets`` partitions
-        over the registered coordinators (a new incarnation gets new coordinator epochs
-        for the partitions it keeps)."""
+        """Register a group coordinator (a fresh session) and rebalance the partitions of
+        ``__consumer_offsets`` over the registered coordinators, creating the topic first
+        if it is missing and brokers can host it. A new incarnation gets new coordinator
+        epochs for the partitions it keeps; a retry of the same registration gets the same
+        registration epoch and writes nothing new."""
         try:
             self._check_cluster_id(request.cluster_id)
             if request.coordinator_id < 0:
@@ -270,7 +303,9 @@ class ClusterControl:
             and existing.rack == request.rack
         ):
             epoch = existing.registration_epoch
+            self.coordinator_sessions.touch(request.coordinator_id, epoch, now_ms, -1)
         else:
+            # The registration epoch is this record's offset: it comes first in the batch.
             epoch = image.offset + 1
             if existing is not None:
                 epoch = max(epoch, existing.registration_epoch + 1)
@@ -285,43 +320,154 @@ class ClusterControl:
             )
             delta.replay(record)
             records.append(record)
+            self.coordinator_sessions.register(request.coordinator_id, epoch, now_ms)
+        records.extend(self._create_offsets_topic(delta))
         records.extend(self._coordinator_assignments(delta, restarted))
         return ControllerResult(records, RegisterCoordinatorResponse(registration_epoch=epoch))
+
+    def coordinator_heartbeat(
+        self, image: MetadataImage, request: CoordinatorHeartbeatRequest, now_ms: int
+    ) -> ControllerResult[CoordinatorHeartbeatResponse]:
+        """Keep a coordinator's session alive, or let it go (``want_shutdown``: it is
+        unregistered and its partitions move in the same batch).
+
+        A heartbeat of a registration that is gone (expired, unregistered, replaced by a
+        newer one) is answered BROKER_ID_NOT_REGISTERED or STALE_BROKER_EPOCH with
+        ``is_fenced``: the coordinator must register again. One that wants to shut down
+        is told it may, and nothing is written.
+        """
+        coordinator = image.coordinator(request.coordinator_id)
+        if coordinator is None or coordinator.registration_epoch != request.registration_epoch:
+            if request.want_shutdown:
+                return ControllerResult(
+                    [], CoordinatorHeartbeatResponse(is_fenced=True, should_shut_down=True)
+                )
+            if coordinator is None:
+                code = ErrorCode.BROKER_ID_NOT_REGISTERED
+                message = f"Coordinator {request.coordinator_id} is not registered"
+            else:
+                code = ErrorCode.STALE_BROKER_EPOCH
+                message = (
+                    f"Coordinator {request.coordinator_id} has registration epoch "
+                    f"{coordinator.registration_epoch}, not {request.registration_epoch}"
+                )
+            return ControllerResult([], CoordinatorHeartbeatResponse(code, message, True))
+        if request.want_shutdown:
+            records = self._unregister_coordinator(MetadataDelta(image), coordinator.coordinator_id)
+            return ControllerResult(
+                records, CoordinatorHeartbeatResponse(is_fenced=True, should_shut_down=True)
+            )
+        self.coordinator_sessions.touch(
+            coordinator.coordinator_id, coordinator.registration_epoch, now_ms, -1
+        )
+        return ControllerResult([], CoordinatorHeartbeatResponse(is_fenced=False))
 
     def unregister_coordinator(
         self, image: MetadataImage, request: UnregisterCoordinatorRequest
     ) -> ControllerResult[UnregisterCoordinatorResponse]:
-        """Remove a coordinator; its partitions move to the others."""
+        """Remove a coordinator (of the given registration epoch, if one is given); its
+        partitions move to the others in the same batch."""
         existing = image.coordinator(request.coordinator_id)
         if existing is None:
             return ControllerResult(
                 [],
                 UnregisterCoordinatorResponse(
-                    ErrorCode.INVALID_REQUEST,
+                    ErrorCode.BROKER_ID_NOT_REGISTERED,
                     f"Coordinator {request.coordinator_id} is not registered",
                 ),
             )
-        delta = MetadataDelta(image)
-        record = UnregisterCoordinatorRecord(existing.coordinator_id, existing.registration_epoch)
-        delta.replay(record)
-        records: list[MetadataRecord] = [record, *self._coordinator_assignments(delta, set())]
+        if (
+            request.registration_epoch is not None
+            and request.registration_epoch != existing.registration_epoch
+        ):
+            return ControllerResult(
+                [],
+                UnregisterCoordinatorResponse(
+                    ErrorCode.STALE_BROKER_EPOCH,
+                    f"Coordinator {request.coordinator_id} has registration epoch "
+                    f"{existing.registration_epoch}, not {request.registration_epoch}",
+                ),
+            )
+        records = self._unregister_coordinator(MetadataDelta(image), existing.coordinator_id)
         return ControllerResult(records, UnregisterCoordinatorResponse())
+
+    def _unregister_coordinator(
+        self, delta: MetadataDelta, coordinator_id: int
+    ) -> list[MetadataRecord]:
+        coordinator = delta.coordinator(coordinator_id)
+        assert coordinator is not None
+        record = UnregisterCoordinatorRecord(coordinator_id, coordinator.registration_epoch)
+        delta.replay(record)
+        self.coordinator_sessions.remove(coordinator_id)
+        return [record, *self._coordinator_assignments(delta, set())]
+
+    def expire_coordinators(
+        self, delta: MetadataDelta, now_ms: int, records: list[MetadataRecord]
+    ) -> list[int]:
+        """Unregister every coordinator whose session expired and give its partitions to
+        the live ones (with higher coordinator epochs), all in one batch; appends the
+        records, returns the coordinators."""
+        epochs = {c: r.registration_epoch for c, r in delta.coordinators().items()}
+        expired = self.coordinator_sessions.expired_epochs(epochs, now_ms)
+        for coordinator_id in expired:
+            record = UnregisterCoordinatorRecord(coordinator_id, epochs[coordinator_id])
+            delta.replay(record)
+            records.append(record)
+            self.coordinator_sessions.remove(coordinator_id)
+        if expired:
+            records.extend(self._coordinator_assignments(delta, set()))
+        return expired
+
+    def ensure_offsets_topic(self, delta: MetadataDelta) -> list[MetadataRecord]:
+        """Create ``__consumer_offsets`` and assign its partitions, if a coordinator is
+        registered, the topic is missing and a broker is active (replayed on ``delta``)."""
+        records = self._create_offsets_topic(delta)
+        if records:
+            records.extend(self._coordinator_assignments(delta, set()))
+        return records
+
+    def reassign_coordinators(self, delta: MetadataDelta) -> list[MetadataRecord]:
+        """Assignment records for the partitions ``__consumer_offsets`` has now (after it
+        grew); replayed on ``delta``."""
+        return self._coordinator_assignments(delta, set())
+
+    def _create_offsets_topic(self, delta: MetadataDelta) -> list[MetadataRecord]:
+        """Kafka creates ``__consumer_offsets`` on the first FindCoordinator; here the
+        controller does, as soon as a coordinator is registered and
+        ``offsets.topic.replication.factor`` brokers are active (as Kafka, it waits for
+        them rather than create the topic with fewer replicas for good while brokers are
+        still starting; a one-broker cluster sets the factor to 1, as ``highwater server``
+        does): ``offsets.topic.num.partitions`` partitions, compacted."""
+        if delta.topic_id(CONSUMER_OFFSETS_TOPIC) is not None or not delta.coordinators():
+            return []
+        active = sum(1 for b in delta.brokers().values() if b.is_active)
+        factor = self.config.offsets_topic_replication_factor
+        if active < factor:
+            return []  # the broker whose unfencing makes enough brings it
+        try:
+            return self.replication.create_internal_topic(
+                delta,
+                CONSUMER_OFFSETS_TOPIC,
+                self.config.offsets_topic_num_partitions,
+                factor,
+                offsets_topic_configs(self.config, factor),
+            )
+        except (InvalidReplicationFactorError, InvalidConfigError):
+            log.exception("cannot create %s", CONSUMER_OFFSETS_TOPIC)
+            return []
 
     def _coordinator_assignments(
         self, delta: MetadataDelta, restarted: set[int]
     ) -> list[MetadataRecord]:
-        num_partitions = self.config.offsets_topic_num_partitions
+        """Balance the partitions the offsets topic has (none before it exists)."""
         topic_id = delta.topic_id(CONSUMER_OFFSETS_TOPIC)
-        if topic_id is not None:
-            num_partitions = delta.partition_count(topic_id)
-        current = {
-            p: a
-            for p in range(num_partitions)
-            if (a := delta.coordinator_assignment(p)) is not None
-        }
+        num_partitions = 0 if topic_id is None else delta.partition_count(topic_id)
         records: list[MetadataRecord] = []
         for record in assign_coordinators(
-            num_partitions, delta.coordinators(), current, restarted=restarted
+            num_partitions,
+            delta.coordinators(),
+            delta.coordinator_assignments(),
+            restarted=restarted,
         ):
             delta.replay(record)
             records.append(record)

@@ -343,6 +343,9 @@ ALLOCATE_PRODUCER_IDS: Final = _rpc(
 REGISTER_COORDINATOR: Final = _rpc(
     "RegisterCoordinator", m.RegisterCoordinatorRequest, m.RegisterCoordinatorResponse
 )
+COORDINATOR_HEARTBEAT: Final = _rpc(
+    "CoordinatorHeartbeat", m.CoordinatorHeartbeatRequest, m.CoordinatorHeartbeatResponse
+)
 UNREGISTER_COORDINATOR: Final = _rpc(
     "UnregisterCoordinator", m.UnregisterCoordinatorRequest, m.UnregisterCoordinatorResponse
 )
@@ -362,6 +365,7 @@ RPCS: Final[dict[str, ControllerRpc[Any, Any]]] = {
         DESCRIBE_CONFIGS,
         ALLOCATE_PRODUCER_IDS,
         REGISTER_COORDINATOR,
+        COORDINATOR_HEARTBEAT,
         UNREGISTER_COORDINATOR,
     )
 }

@@ -1,8 +1,8 @@
 """Quorum-controller settings (``ControllerConfig``): Kafka's names, types and defaults.
 
-The settings the active controller's decisions depend on: broker session timeout,
-topic-creation defaults, unclean-election and leader-rebalance policy, producer-id block
-size, the size of ``__consumer_offsets``. Built from Kafka-named properties with
+The settings the active controller's decisions depend on: broker and coordinator
+session timeouts, topic-creation defaults, unclean-election and leader-rebalance policy,
+producer-id block size, the shape of ``__consumer_offsets``. Built from Kafka-named properties with
 :meth:`ControllerConfig.from_properties`, validated by one :class:`ConfigDef`.
 """
 
@@ -94,6 +94,37 @@ CONTROLLER_CONFIG_DEF: Final = ConfigDef(
             at_least(1),
             "The partitions of __consumer_offsets, each owned by one group coordinator.",
         ),
+        ConfigKey(
+            "offsets.topic.replication.factor",
+            ConfigType.INT,
+            3,
+            at_least(1),
+            "The replication factor of __consumer_offsets, capped at the number of active "
+            "brokers when the controller creates it.",
+        ),
+        ConfigKey(
+            "offsets.topic.segment.bytes",
+            ConfigType.INT,
+            100 * 1024 * 1024,
+            at_least(1),
+            "The segment size of __consumer_offsets: small, so that compaction and log "
+            "loading stay fast.",
+        ),
+        ConfigKey(
+            "coordinator.session.timeout.ms",
+            ConfigType.INT,
+            9000,
+            at_least(1),
+            "How long a group coordinator may go without a heartbeat before the controller "
+            "unregisters it and gives its __consumer_offsets partitions to the others.",
+        ),
+        ConfigKey(
+            "coordinator.heartbeat.interval.ms",
+            ConfigType.INT,
+            2000,
+            at_least(1),
+            "How often group coordinators are expected to heartbeat.",
+        ),
     ]
 )
 
@@ -116,6 +147,10 @@ class ControllerConfig:
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_seconds: int = 300
     offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
+    coordinator_session_timeout_ms: int = 9000
+    coordinator_heartbeat_interval_ms: int = 2000
     cluster_id: str = ""
     broker_config_definition: ConfigDef | None = None
 

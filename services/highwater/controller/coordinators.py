@@ -6,14 +6,28 @@ where it is as long as its owner is registered and not over its share, moves the
 to the least-loaded coordinators, and so keeps owners' counts within one of each other.
 Every new owner, and every new incarnation of an owner, gets the partition with its
 ``coordinator_epoch`` one higher, so the previous owner's writes can be fenced.
+
+The partitions are those of the topic as it exists in the metadata (none before the
+controller created it); :func:`offsets_topic_configs` is what it is created with.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+from highwater.controller.config import ControllerConfig
 from highwater.metadata.image import CoordinatorAssignment
 from highwater.metadata.records import NO_LEADER, CoordinatorAssignmentRecord
+
+
+def offsets_topic_configs(config: ControllerConfig, replication_factor: int) -> dict[str, str]:
+    """The topic configs of ``__consumer_offsets`` (Kafka's ``offsetsTopicConfigs``, plus
+    a ``min.insync.replicas`` its replication factor can meet while one replica is down)."""
+    return {
+        "cleanup.policy": "compact",
+        "segment.bytes": str(config.offsets_topic_segment_bytes),
+        "min.insync.replicas": str(min(2, replication_factor)),
+    }
 
 
 def assign_coordinators(
@@ -27,7 +41,8 @@ def assign_coordinators(
     ``coordinators``, given the ``current`` assignments.
 
     ``restarted`` coordinators are new incarnations: the partitions they keep get a new
-    epoch too. With no coordinator, assigned partitions become unassigned (owner -1).
+    epoch too. With no coordinator, assigned partitions become unassigned (owner -1), and
+    so do assigned partitions at or past ``num_partitions`` (the topic has fewer).
     """
     live = sorted(set(coordinators))
     owners: dict[int, int] = {}
@@ -44,6 +59,13 @@ def assign_coordinators(
         elif assignment.coordinator_id != owner or owner in restarted:
             records.append(
                 CoordinatorAssignmentRecord(partition_id, owner, assignment.coordinator_epoch + 1)
+            )
+    for partition_id, assignment in sorted(current.items()):
+        if partition_id >= num_partitions and assignment.coordinator_id != NO_LEADER:
+            records.append(
+                CoordinatorAssignmentRecord(
+                    partition_id, NO_LEADER, assignment.coordinator_epoch + 1
+                )
             )
     return records
 

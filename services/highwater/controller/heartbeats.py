@@ -1,10 +1,14 @@
-"""Broker sessions on the active controller: last contact, metadata progress, shutdown offsets.
+"""Broker and coordinator sessions on the active controller: last contact, metadata
+progress, shutdown offsets.
 
 This is soft state, like Kafka's ``BrokerHeartbeatManager``: it lives only in the active
 controller's memory and is not in the metadata log. A controller that becomes active
-starts every registered broker's session afresh (:meth:`BrokerHeartbeatManager.reset`),
-so a failover gives every broker a full session timeout to find the new controller.
-Time is whatever ``now_ms`` the caller passes.
+starts every registered broker's and coordinator's session afresh
+(:meth:`BrokerHeartbeatManager.reset`), so a failover gives each a full session timeout
+to find the new controller. A session belongs to one epoch of a node (a broker epoch, a
+coordinator's registration epoch): a new registration starts a new one. The same class
+keeps coordinators' sessions; they use only the liveness part. Time is whatever
+``now_ms`` the caller passes.
 """
 
 from __future__ import annotations
@@ -39,7 +43,12 @@ class BrokerHeartbeatManager:
 
     def reset(self, brokers: Iterable[BrokerRegistration], now_ms: int) -> None:
         """Forget everything; every registered broker was last heard from at ``now_ms``."""
-        self._sessions = {b.broker_id: BrokerSession(b.broker_epoch, now_ms) for b in brokers}
+        self.reset_epochs({b.broker_id: b.broker_epoch for b in brokers}, now_ms)
+
+    def reset_epochs(self, epochs: Mapping[int, int], now_ms: int) -> None:
+        """Forget everything; every node of ``epochs`` (id -> epoch) was last heard from
+        at ``now_ms``."""
+        self._sessions = {node: BrokerSession(epoch, now_ms) for node, epoch in epochs.items()}
 
     def register(self, broker_id: int, broker_epoch: int, now_ms: int) -> None:
         """A new registration (or incarnation): a fresh session."""
@@ -71,16 +80,22 @@ class BrokerHeartbeatManager:
 
         A broker this controller never heard from starts its session at ``now_ms``.
         """
+        return self.expired_epochs(
+            {b: broker.broker_epoch for b, broker in brokers.items() if not broker.fenced}, now_ms
+        )
+
+    def expired_epochs(self, epochs: Mapping[int, int], now_ms: int) -> list[int]:
+        """The nodes of ``epochs`` (id -> the epoch registered) whose session of that epoch
+        expired, by id. A node this controller never heard from in that epoch starts its
+        session at ``now_ms``."""
         expired = []
-        for broker_id, broker in sorted(brokers.items()):
-            if broker.fenced:
-                continue
-            session = self._sessions.get(broker_id)
-            if session is None or session.broker_epoch != broker.broker_epoch:
-                self.register(broker_id, broker.broker_epoch, now_ms)
+        for node, epoch in sorted(epochs.items()):
+            session = self._sessions.get(node)
+            if session is None or session.broker_epoch != epoch:
+                self.register(node, epoch, now_ms)
                 continue
             if now_ms - session.last_contact_ms >= self.session_timeout_ms:
-                expired.append(broker_id)
+                expired.append(node)
         return expired
 
     def set_controlled_shutdown_offset(self, broker_id: int, offset: int) -> None:

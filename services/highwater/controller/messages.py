@@ -373,8 +373,28 @@ class RegisterCoordinatorResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class CoordinatorHeartbeatRequest:
+    coordinator_id: int
+    registration_epoch: int
+    want_shutdown: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorHeartbeatResponse:
+    """BROKER_ID_NOT_REGISTERED or STALE_BROKER_EPOCH: the registration is gone, register
+    again (``is_fenced``); ``should_shut_down``: a coordinator that asked may stop."""
+
+    error: int = NONE
+    error_message: str = ""
+    is_fenced: bool = True
+    should_shut_down: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class UnregisterCoordinatorRequest:
     coordinator_id: int
+    registration_epoch: int | None = None
+    """Only this registration (None: whichever is registered)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,3 +413,6 @@ class TickResult:
     fenced_brokers: tuple[int, ...] = ()
     preferred_elections: int = 0
     unclean_elections: int = 0
+    expired_coordinators: tuple[int, ...] = ()
+    """Coordinators whose session expired: unregistered, their partitions moved."""
+    created_offsets_topic: bool = False

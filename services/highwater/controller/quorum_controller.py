@@ -14,7 +14,7 @@ elections in :class:`~highwater.controller.replication_control.ReplicationContro
 dynamic configs in :class:`~highwater.controller.config_control.ConfigurationControl`;
 producer-id blocks and the periodic :meth:`QuorumController.tick` here.
 
-The only state kept besides the image is soft: broker sessions
+The only state kept besides the image is soft: broker and coordinator sessions
 (:class:`~highwater.controller.heartbeats.BrokerHeartbeatManager`), the seeded random
 source of replica placement and topic ids, and when leader imbalance was last checked.
 Call :meth:`QuorumController.activate` when this node becomes the active controller.
@@ -26,6 +26,13 @@ the same batch its leaderships move to other ISR members and it leaves every ISR
 it is not the last member. A broker that asks to shut down (``want_shutdown``) enters
 controlled shutdown the same way, and is told ``should_shut_down`` once it leads
 nothing and every active broker has replayed the records that moved its leaderships.
+
+Coordinator lifecycle: a group coordinator registers (its record's offset is its
+registration epoch) and heartbeats; one not heard from within
+``coordinator.session.timeout.ms`` is unregistered by :meth:`tick`, and in the same
+batch its ``__consumer_offsets`` partitions go to the live coordinators with higher
+coordinator epochs. The controller creates ``__consumer_offsets`` once a coordinator is
+registered and a broker is active.
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ from highwater.controller.messages import (
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
+    CoordinatorHeartbeatRequest,
+    CoordinatorHeartbeatResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -69,6 +78,7 @@ from highwater.controller.messages import (
 )
 from highwater.controller.replication_control import ReplicationControl
 from highwater.controller.results import ControllerResult
+from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
 from highwater.metadata.image import MetadataDelta, MetadataImage
 from highwater.metadata.records import MetadataRecord, ProducerIdsRecord
 from highwater.v1.common_pb2 import ErrorCode
@@ -92,14 +102,23 @@ class QuorumController:
         self._image = image_supplier
         self.config = config if config is not None else ControllerConfig()
         self.heartbeats = BrokerHeartbeatManager(self.config.broker_session_timeout_ms)
+        self.coordinator_sessions = BrokerHeartbeatManager(
+            self.config.coordinator_session_timeout_ms
+        )
         self.replication = ReplicationControl(self.config, random.Random(seed))
-        self.cluster = ClusterControl(self.config, self.heartbeats, self.replication)
+        self.cluster = ClusterControl(
+            self.config, self.heartbeats, self.replication, self.coordinator_sessions
+        )
         self.configs = ConfigurationControl(self.config)
         self._next_imbalance_check_ms: int | None = None
 
     def activate(self, now_ms: int) -> None:
         """This node became the active controller at ``now_ms``: fresh sessions for all."""
-        self.heartbeats.reset(self._image().brokers.values(), now_ms)
+        image = self._image()
+        self.heartbeats.reset(image.brokers.values(), now_ms)
+        self.coordinator_sessions.reset_epochs(
+            {c: r.registration_epoch for c, r in image.cluster.coordinators.items()}, now_ms
+        )
         self._next_imbalance_check_ms = now_ms + self.config.leader_imbalance_check_interval_ms
 
     # --- Brokers and coordinators ----------------------------------------------------
@@ -123,10 +142,17 @@ class QuorumController:
         return self.cluster.unregister_broker(self._image(), request)
 
     def register_coordinator(
-        self, request: RegisterCoordinatorRequest
+        self, request: RegisterCoordinatorRequest, now_ms: int
     ) -> ControllerResult[RegisterCoordinatorResponse]:
-        """Register a group coordinator and rebalance ``__consumer_offsets`` over coordinators."""
-        return self.cluster.register_coordinator(self._image(), request)
+        """Register a group coordinator (a fresh session) and rebalance ``__consumer_offsets``
+        over coordinators, creating the topic if brokers can host it."""
+        return self.cluster.register_coordinator(self._image(), request, now_ms)
+
+    def coordinator_heartbeat(
+        self, request: CoordinatorHeartbeatRequest, now_ms: int
+    ) -> ControllerResult[CoordinatorHeartbeatResponse]:
+        """A coordinator's liveness; one that asks to shut down is unregistered."""
+        return self.cluster.coordinator_heartbeat(self._image(), request, now_ms)
 
     def unregister_coordinator(
         self, request: UnregisterCoordinatorRequest
@@ -147,8 +173,15 @@ class QuorumController:
     def create_partitions(
         self, request: CreatePartitionsRequest
     ) -> ControllerResult[CreatePartitionsResponse]:
-        """Grow topics to new partition counts, placing the new partitions' replicas."""
-        return self.replication.create_partitions(self._image(), request)
+        """Grow topics to new partition counts, placing the new partitions' replicas (the
+        new partitions of ``__consumer_offsets`` get coordinators in the same batch)."""
+        image = self._image()
+        result = self.replication.create_partitions(image, request)
+        if result.records and any(t.name == CONSUMER_OFFSETS_TOPIC for t in request.topics):
+            delta = MetadataDelta(image).replay_all(result.records)
+            assignments = self.cluster.reassign_coordinators(delta)
+            return ControllerResult([*result.records, *assignments], result.response)
+        return result
 
     def alter_partition(
         self, request: AlterPartitionRequest
@@ -210,12 +243,18 @@ class QuorumController:
 
     def tick(self, now_ms: int) -> ControllerResult[TickResult]:
         """Periodic work: fence expired brokers (moving their leaderships in the same
-        batch), elect unclean leaders where topics now allow it, and, every
+        batch), unregister expired coordinators (moving their ``__consumer_offsets``
+        partitions), create ``__consumer_offsets`` if it is due and missing, elect unclean
+        leaders where topics now allow it, and, every
         ``leader.imbalance.check.interval.seconds``, preferred leaders where a broker's
         imbalance passes ``leader.imbalance.per.broker.percentage``."""
         delta = MetadataDelta(self._image())
         records: list[MetadataRecord] = []
         fenced = self.cluster.fence_expired(delta, now_ms, records)
+        expired = self.cluster.expire_coordinators(delta, now_ms, records)
+        # Normally created when its last precondition came about; this catches the rest.
+        offsets_topic = self.cluster.ensure_offsets_topic(delta)
+        records.extend(offsets_topic)
         unclean = self.replication.unclean_elections(delta)
         records.extend(unclean)
         preferred: list[MetadataRecord] = []
@@ -234,5 +273,7 @@ class QuorumController:
                 fenced_brokers=tuple(fenced),
                 preferred_elections=len(preferred),
                 unclean_elections=len(unclean),
+                expired_coordinators=tuple(expired),
+                created_offsets_topic=bool(offsets_topic),
             ),
         )

@@ -51,6 +51,7 @@ from highwater.controller.placement import (
 )
 from highwater.controller.results import ControllerApiError, ControllerResult, error_of, refuse
 from highwater.errors import InvalidConfigError, InvalidTopicError
+from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
 from highwater.metadata.image import (
     ConfigResource,
     MetadataDelta,
@@ -71,6 +72,10 @@ from highwater.storage.topic_partition import validate_topic_name
 from highwater.v1.common_pb2 import ErrorCode
 
 METADATA_TOPIC = "__cluster_metadata"
+
+INTERNAL_TOPICS = frozenset({METADATA_TOPIC, CONSUMER_OFFSETS_TOPIC})
+"""Topics only the cluster creates; users may neither create nor delete them (Kafka's
+``Topic.INTERNAL_TOPICS`` plus the metadata log)."""
 
 
 class ReplicationControl:
@@ -443,9 +448,16 @@ class ReplicationControl:
     ) -> tuple[list[MetadataRecord], CreatableTopicResult]:
         name = topic.name
         validate_topic_name(name)
-        if name == METADATA_TOPIC:
+        if name in INTERNAL_TOPICS:
             raise refuse(
                 ErrorCode.INVALID_REQUEST, f"Creation of internal topic {name} is prohibited."
+            )
+        internal_clash = [t for t in INTERNAL_TOPICS if _collision_key(t) == _collision_key(name)]
+        if internal_clash:
+            raise refuse(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"Topic '{name}' collides with internal topic {internal_clash[0]} ('.' and '_' "
+                "may collide in metric names)",
             )
         if delta.topic_id(name) is not None:
             raise refuse(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -501,6 +513,39 @@ class ReplicationControl:
             num_partitions=len(assignments),
             replication_factor=len(assignments[0]),
         )
+
+    def create_internal_topic(
+        self,
+        delta: MetadataDelta,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+    ) -> list[MetadataRecord]:
+        """The records that create the internal topic ``name`` over the active brokers of
+        ``delta`` (replayed on it). The caller checked that the topic does not exist and
+        that ``replication_factor`` active brokers do.
+
+        Raises :class:`InvalidReplicationFactorError` if they do not, and
+        :class:`~highwater.errors.InvalidConfigError` for bad ``configs``.
+        """
+        usable = [
+            PlacementBroker(b.broker_id, b.rack)
+            for _, b in sorted(delta.brokers().items())
+            if b.is_active
+        ]
+        values = validate_topic_configs(configs)
+        assignments = place_replicas(usable, num_partitions, replication_factor, self._rng)
+        topic_id = self._new_topic_id(delta)
+        records: list[MetadataRecord] = [TopicRecord(name=name, topic_id=topic_id)]
+        records.extend(
+            ConfigRecord(ConfigResourceType.TOPIC, name, key, value)
+            for key, value in sorted(values.items())
+        )
+        for partition_id, replicas in enumerate(assignments):
+            records.append(self._new_partition(delta, topic_id, partition_id, tuple(replicas)))
+        delta.replay_all(records)
+        return records
 
     def _validate_assignments(
         self, delta: MetadataDelta, assignments: list[tuple[int, ...]], *, first_partition: int
@@ -583,6 +628,16 @@ class ReplicationControl:
                         given_id or "",
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                         f"No topic {given_name if given_name is not None else given_id!r}",
+                    )
+                )
+                continue
+            if name in INTERNAL_TOPICS:
+                results.append(
+                    DeletableTopicResult(
+                        name,
+                        topic_id,
+                        ErrorCode.INVALID_REQUEST,
+                        f"Topic {name} is an internal topic and cannot be deleted.",
                     )
                 )
                 continue

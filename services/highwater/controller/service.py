@@ -27,8 +27,8 @@ into a controller process, on top of the
 Activation (Kafka's ``claim``): when Raft reports this replica leader of an epoch, the
 controller appends a ``NoOpRecord`` and waits until it is committed and applied, so the
 committed image holds every record of earlier epochs; then it activates the controller
-(fresh broker sessions) and starts ticking every ``tick_interval_ms`` (session expiry,
-unclean and preferred leader elections).
+(fresh broker and coordinator sessions) and starts ticking every ``tick_interval_ms``
+(session expiry, unclean and preferred leader elections, the ``__consumer_offsets`` topic).
 """
 
 from __future__ import annotations
@@ -254,7 +254,8 @@ _CALLS: Final[Mapping[str, _Call]] = {
     "AlterConfigs": lambda c, r, now: c.alter_configs(r),
     "DescribeConfigs": lambda c, r, now: c.describe_configs(r),
     "AllocateProducerIds": lambda c, r, now: c.allocate_producer_ids(r),
-    "RegisterCoordinator": lambda c, r, now: c.register_coordinator(r),
+    "RegisterCoordinator": lambda c, r, now: c.register_coordinator(r, now),
+    "CoordinatorHeartbeat": lambda c, r, now: c.coordinator_heartbeat(r, now),
     "UnregisterCoordinator": lambda c, r, now: c.unregister_coordinator(r),
 }
 """How each RPC runs on the controller: ``(controller, request, now_ms) -> result``."""
@@ -536,13 +537,15 @@ class ControllerServer:
             return
         outcome = result.response
         log.info(
-            "node %d: tick wrote %d records (fenced brokers %s, %d preferred and %d unclean "
-            "elections)",
+            "node %d: tick wrote %d records (fenced brokers %s, expired coordinators %s, "
+            "%d preferred and %d unclean elections%s)",
             self.node_id,
             len(result.records),
             list(outcome.fenced_brokers),
+            list(outcome.expired_coordinators),
             outcome.preferred_elections,
             outcome.unclean_elections,
+            ", created __consumer_offsets" if outcome.created_offsets_topic else "",
         )
 
     async def _tick_timer(self, epoch: int) -> None:
@@ -622,6 +625,9 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
 
     async def RegisterCoordinator(self, request: Any, context: Any) -> Any:
         return await self._server.serve(codec.REGISTER_COORDINATOR, request, context)
+
+    async def CoordinatorHeartbeat(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.COORDINATOR_HEARTBEAT, request, context)
 
     async def UnregisterCoordinator(self, request: Any, context: Any) -> Any:
         return await self._server.serve(codec.UNREGISTER_COORDINATOR, request, context)

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from google.protobuf.message import DecodeError
+
 from highwater.coordinator.group import (
     CommittedOffset,
     Group,
@@ -52,8 +54,12 @@ from highwater.coordinator.records import (
 )
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1.common_pb2 import ErrorCode
+from highwater.v1.consumer_protocol_pb2 import ConsumerProtocolAssignment
 
 NONE: Final = ErrorCode.NONE
+CONSUMER_PROTOCOL_TYPE: Final = "consumer"
+"""Groups of this protocol type carry consumer_protocol.proto assignments, which the
+coordinator reads to refuse commits for partitions a member was not assigned."""
 NO_GENERATION: Final = -1
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
     GroupState.EMPTY,
@@ -799,9 +805,16 @@ class GroupCoordinatorCore:
             return refuse(e.error, e.message)
         errors: dict[TopicPartition, Outcome] = {}
         accepted: dict[TopicPartition, CommittedOffset] = {}
+        owned = _consumer_assignment(group, member_id)
         for item in offsets:
             tp = item.topic_partition
-            if len(item.metadata.encode()) > self.settings.offset_metadata_max_bytes:
+            if owned is not None and tp not in owned:
+                errors[tp] = Outcome(
+                    ErrorCode.ILLEGAL_GENERATION,
+                    f"{tp.topic}-{tp.partition} is not assigned to member {member_id} in "
+                    f"generation {generation_id}",
+                )
+            elif len(item.metadata.encode()) > self.settings.offset_metadata_max_bytes:
                 errors[tp] = Outcome(
                     ErrorCode.OFFSET_METADATA_TOO_LARGE,
                     f"metadata over {self.settings.offset_metadata_max_bytes} bytes",
@@ -1051,6 +1064,23 @@ class GroupCoordinatorCore:
         if pending is None:
             return []  # its partition was unloaded meanwhile
         return pending.on_done(error, now)
+
+
+def _consumer_assignment(group: Group, member_id: str) -> set[TopicPartition] | None:
+    """The partitions a member of a consumer group was assigned in this generation, if the
+    coordinator can tell (the consumer protocol's assignment decodes); None otherwise."""
+    member = group.members.get(member_id)
+    if member is None or group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return None
+    try:
+        assignment = ConsumerProtocolAssignment.FromString(member.assignment)
+    except DecodeError:
+        return None
+    return {
+        TopicPartition(entry.topic, partition)
+        for entry in assignment.assigned_partitions
+        for partition in entry.partitions
+    }
 
 
 def _passed(deadline: int | None, now: int) -> bool:

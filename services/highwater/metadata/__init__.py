@@ -6,6 +6,12 @@ next immutable :class:`MetadataImage`, versioned by log offset; a snapshot
 (:mod:`highwater.metadata.snapshot`) is the list of records that recreates an image.
 """
 
+from highwater.metadata.consumer_offsets import (
+    CONSUMER_OFFSETS_TOPIC,
+    java_string_hash,
+    kafka_abs,
+    partition_for_group,
+)
 from highwater.metadata.image import (
     BrokerIndex,
     BrokerRegistration,
@@ -62,6 +68,7 @@ from highwater.metadata.snapshot import (
 )
 
 __all__ = [
+    "CONSUMER_OFFSETS_TOPIC",
     "NO_LEADER",
     "BrokerEndpoint",
     "BrokerIndex",
@@ -105,8 +112,11 @@ __all__ = [
     "decode_record",
     "derive_broker_index",
     "encode_record",
+    "java_string_hash",
+    "kafka_abs",
     "load_snapshot",
     "load_snapshot_values",
+    "partition_for_group",
     "replay",
     "snapshot_records",
     "snapshot_values",

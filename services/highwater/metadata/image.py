@@ -767,6 +767,12 @@ class MetadataDelta:
             return self._assignments[partition_id]
         return self.image.coordinators.assignments.get(partition_id)
 
+    def coordinator_assignments(self) -> dict[int, CoordinatorAssignment]:
+        """Every ``__consumer_offsets`` partition's assignment, by partition id."""
+        assignments = dict(self.image.coordinators.assignments)
+        assignments.update(self._assignments)
+        return assignments
+
     def topic_id(self, name: str) -> str | None:
         """The id of the topic named ``name``, or None."""
         if name in self._names:

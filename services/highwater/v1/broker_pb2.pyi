@@ -762,6 +762,7 @@ class MetadataResponse(_message.Message):
     CONTROLLER_ID_FIELD_NUMBER: _builtins.int
     BROKERS_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    COORDINATORS_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     controller_id: _builtins.int
     """The active controller (-1: unknown) and the brokers that are not fenced."""
@@ -769,6 +770,13 @@ class MetadataResponse(_message.Message):
     def brokers(self) -> _containers.RepeatedCompositeFieldContainer[Global___BrokerNode]: ...
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicMetadata]: ...
+    @_builtins.property
+    def coordinators(self) -> _containers.RepeatedCompositeFieldContainer[Global___BrokerNode]:
+        """The registered group coordinators (their first listener): where an admin client
+        sends requests about every group, such as ListGroups. FindCoordinator names the one
+        coordinator of a group.
+        """
+
     def __init__(
         self,
         *,
@@ -776,10 +784,11 @@ class MetadataResponse(_message.Message):
         controller_id: _builtins.int = ...,
         brokers: _abc.Iterable[Global___BrokerNode] | None = ...,
         topics: _abc.Iterable[Global___TopicMetadata] | None = ...,
+        coordinators: _abc.Iterable[Global___BrokerNode] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_id", b"controller_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_id", b"controller_id", "coordinators", b"coordinators", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1309,21 +1309,98 @@ class RegisterCoordinatorResponse(_message.Message):
 Global___RegisterCoordinatorResponse: _TypeAlias = RegisterCoordinatorResponse  # noqa: Y015
 
 @_typing.final
-class UnregisterCoordinatorRequest(_message.Message):
+class CoordinatorHeartbeatRequest(_message.Message):
+    """A coordinator not heard from for coordinator.session.timeout.ms is unregistered and its
+    partitions go to the live coordinators with higher coordinator epochs. A heartbeat
+    answered BROKER_ID_NOT_REGISTERED (no such coordinator) or STALE_BROKER_EPOCH (another
+    registration epoch) comes from a registration that is gone: the coordinator must stop
+    serving its groups and register again.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     COORDINATOR_ID_FIELD_NUMBER: _builtins.int
+    REGISTRATION_EPOCH_FIELD_NUMBER: _builtins.int
+    WANT_SHUTDOWN_FIELD_NUMBER: _builtins.int
     coordinator_id: _builtins.int
+    registration_epoch: _builtins.int
+    want_shutdown: _builtins.bool
+    """The coordinator is stopping: its partitions move to the others now."""
     def __init__(
         self,
         *,
         coordinator_id: _builtins.int = ...,
+        registration_epoch: _builtins.int = ...,
+        want_shutdown: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_id", b"coordinator_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_id", b"coordinator_id", "registration_epoch", b"registration_epoch", "want_shutdown", b"want_shutdown"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CoordinatorHeartbeatRequest: _TypeAlias = CoordinatorHeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class CoordinatorHeartbeatResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ID_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ADDRESS_FIELD_NUMBER: _builtins.int
+    IS_FENCED_FIELD_NUMBER: _builtins.int
+    SHOULD_SHUT_DOWN_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    controller_id: _builtins.int
+    controller_address: _builtins.str
+    is_fenced: _builtins.bool
+    """The heartbeat's registration is not (or no longer) live: it owns no partition."""
+    should_shut_down: _builtins.bool
+    """The coordinator asked to shut down and is unregistered: it may stop."""
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        controller_id: _builtins.int = ...,
+        controller_address: _builtins.str = ...,
+        is_fenced: _builtins.bool = ...,
+        should_shut_down: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_address", b"controller_address", "controller_id", b"controller_id", "error", b"error", "error_message", b"error_message", "is_fenced", b"is_fenced", "should_shut_down", b"should_shut_down"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CoordinatorHeartbeatResponse: _TypeAlias = CoordinatorHeartbeatResponse  # noqa: Y015
+
+@_typing.final
+class UnregisterCoordinatorRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COORDINATOR_ID_FIELD_NUMBER: _builtins.int
+    REGISTRATION_EPOCH_FIELD_NUMBER: _builtins.int
+    coordinator_id: _builtins.int
+    registration_epoch: _builtins.int
+    """When set, only this registration is removed (STALE_BROKER_EPOCH otherwise), so a
+    late request from an old incarnation cannot remove its successor.
+    """
+    def __init__(
+        self,
+        *,
+        coordinator_id: _builtins.int = ...,
+        registration_epoch: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_registration_epoch", b"_registration_epoch", "registration_epoch", b"registration_epoch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_registration_epoch", b"_registration_epoch", "coordinator_id", b"coordinator_id", "registration_epoch", b"registration_epoch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__registration_epoch: _TypeAlias = _typing.Literal["registration_epoch"]  # noqa: Y015
+    _WhichOneofArgType__registration_epoch: _TypeAlias = _typing.Literal["_registration_epoch", b"_registration_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__registration_epoch) -> _WhichOneofReturnType__registration_epoch | None: ...
 
 Global___UnregisterCoordinatorRequest: _TypeAlias = UnregisterCoordinatorRequest  # noqa: Y015
 

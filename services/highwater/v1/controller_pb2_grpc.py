@@ -94,6 +94,11 @@ class ControllerStub:
                 request_serializer=highwater_dot_v1_dot_controller__pb2.RegisterCoordinatorRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_controller__pb2.RegisterCoordinatorResponse.FromString,
                 _registered_method=True)
+        self.CoordinatorHeartbeat = channel.unary_unary(
+                '/highwater.v1.Controller/CoordinatorHeartbeat',
+                request_serializer=highwater_dot_v1_dot_controller__pb2.CoordinatorHeartbeatRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_controller__pb2.CoordinatorHeartbeatResponse.FromString,
+                _registered_method=True)
         self.UnregisterCoordinator = channel.unary_unary(
                 '/highwater.v1.Controller/UnregisterCoordinator',
                 request_serializer=highwater_dot_v1_dot_controller__pb2.UnregisterCoordinatorRequest.SerializeToString,
@@ -185,8 +190,16 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CoordinatorHeartbeat(self, request, context):
+        """Liveness of a registered coordinator, and its wish to shut down.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def UnregisterCoordinator(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A coordinator leaves: its __consumer_offsets partitions move to the others at once.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -253,6 +266,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.RegisterCoordinator,
                     request_deserializer=highwater_dot_v1_dot_controller__pb2.RegisterCoordinatorRequest.FromString,
                     response_serializer=highwater_dot_v1_dot_controller__pb2.RegisterCoordinatorResponse.SerializeToString,
+            ),
+            'CoordinatorHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.CoordinatorHeartbeat,
+                    request_deserializer=highwater_dot_v1_dot_controller__pb2.CoordinatorHeartbeatRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_controller__pb2.CoordinatorHeartbeatResponse.SerializeToString,
             ),
             'UnregisterCoordinator': grpc.unary_unary_rpc_method_handler(
                     servicer.UnregisterCoordinator,
@@ -584,6 +602,33 @@ class Controller:
             '/highwater.v1.Controller/RegisterCoordinator',
             highwater_dot_v1_dot_controller__pb2.RegisterCoordinatorRequest.SerializeToString,
             highwater_dot_v1_dot_controller__pb2.RegisterCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CoordinatorHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Controller/CoordinatorHeartbeat',
+            highwater_dot_v1_dot_controller__pb2.CoordinatorHeartbeatRequest.SerializeToString,
+            highwater_dot_v1_dot_controller__pb2.CoordinatorHeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -61,7 +61,10 @@ class ControllerStub:
     """A block of producer ids for a broker's idempotent and transactional producers."""
     RegisterCoordinator: _grpc.UnaryUnaryMultiCallable[_controller_pb2.RegisterCoordinatorRequest, _controller_pb2.RegisterCoordinatorResponse]
     """A group coordinator announces itself and gets __consumer_offsets partitions."""
+    CoordinatorHeartbeat: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CoordinatorHeartbeatRequest, _controller_pb2.CoordinatorHeartbeatResponse]
+    """Liveness of a registered coordinator, and its wish to shut down."""
     UnregisterCoordinator: _grpc.UnaryUnaryMultiCallable[_controller_pb2.UnregisterCoordinatorRequest, _controller_pb2.UnregisterCoordinatorResponse]
+    """A coordinator leaves: its __consumer_offsets partitions move to the others at once."""
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -87,7 +90,10 @@ class ControllerAsyncStub(ControllerStub):
     """A block of producer ids for a broker's idempotent and transactional producers."""
     RegisterCoordinator: _aio.UnaryUnaryMultiCallable[_controller_pb2.RegisterCoordinatorRequest, _controller_pb2.RegisterCoordinatorResponse]  # type: ignore[assignment]
     """A group coordinator announces itself and gets __consumer_offsets partitions."""
+    CoordinatorHeartbeat: _aio.UnaryUnaryMultiCallable[_controller_pb2.CoordinatorHeartbeatRequest, _controller_pb2.CoordinatorHeartbeatResponse]  # type: ignore[assignment]
+    """Liveness of a registered coordinator, and its wish to shut down."""
     UnregisterCoordinator: _aio.UnaryUnaryMultiCallable[_controller_pb2.UnregisterCoordinatorRequest, _controller_pb2.UnregisterCoordinatorResponse]  # type: ignore[assignment]
+    """A coordinator leaves: its __consumer_offsets partitions move to the others at once."""
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -184,10 +190,19 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         """A group coordinator announces itself and gets __consumer_offsets partitions."""
 
     @_abc_1.abstractmethod
+    def CoordinatorHeartbeat(
+        self,
+        request: _controller_pb2.CoordinatorHeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.CoordinatorHeartbeatResponse, _abc.Awaitable[_controller_pb2.CoordinatorHeartbeatResponse]]:
+        """Liveness of a registered coordinator, and its wish to shut down."""
+
+    @_abc_1.abstractmethod
     def UnregisterCoordinator(
         self,
         request: _controller_pb2.UnregisterCoordinatorRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_controller_pb2.UnregisterCoordinatorResponse, _abc.Awaitable[_controller_pb2.UnregisterCoordinatorResponse]]: ...
+    ) -> _typing.Union[_controller_pb2.UnregisterCoordinatorResponse, _abc.Awaitable[_controller_pb2.UnregisterCoordinatorResponse]]:
+        """A coordinator leaves: its __consumer_offsets partitions move to the others at once."""
 
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -39,7 +39,19 @@ from .header import (
     check_batch,
     crc32c,
 )
-from .record import MIN_RECORD_SIZE, Header, Record, SimpleRecordLike, read_record, write_record
+from .record import (
+    MIN_RECORD_SIZE,
+    Header,
+    Record,
+    RecordFields,
+    RecordTuple,
+    SimpleRecordLike,
+    encode_records,
+    read_record,
+    read_records,
+    record_size,
+    write_record,
+)
 from .varint import (
     INT32_MAX,
     INT32_MIN,
@@ -274,8 +286,10 @@ def build_batch(
 class RecordBatchBuilder:
     """Accumulates records into one batch, the way a producer fills a ``batch.size`` buffer.
 
-    Each append encodes its record once, into the batch's buffer; compression, header and
-    CRC happen at :meth:`build`. The size limit applies to :attr:`estimated_size`, the
+    An append only checks the record and adds its encoded size (:func:`record_size`);
+    the records are encoded together by :meth:`build`, in one pass (:func:`encode_records`),
+    which is much cheaper per record than encoding each on its own, and then compressed,
+    given a header and a CRC. The size limit applies to :attr:`estimated_size`, the
     header plus the records before compression (an upper bound for compressible data).
     """
 
@@ -283,17 +297,17 @@ class RecordBatchBuilder:
         "_base_offset",
         "_base_sequence",
         "_base_timestamp",
-        "_buf",
         "_built",
         "_compression",
         "_compression_level",
-        "_count",
         "_is_transactional",
         "_max_bytes",
         "_max_timestamp",
         "_partition_leader_epoch",
         "_producer_epoch",
         "_producer_id",
+        "_records",
+        "_size",
         "_timestamp_type",
     )
 
@@ -321,8 +335,8 @@ class RecordBatchBuilder:
         self._producer_epoch = producer_epoch
         self._base_sequence = base_sequence
         self._is_transactional = is_transactional
-        self._buf = bytearray(BATCH_HEADER_SIZE)
-        self._count = 0
+        self._records: list[RecordFields] = []
+        self._size = BATCH_HEADER_SIZE
         self._base_timestamp: int | None = None
         self._max_timestamp = NO_TIMESTAMP
         self._built: bytes | None = None
@@ -337,35 +351,39 @@ class RecordBatchBuilder:
         """Add a record; ``False`` (and nothing added) if it would make the batch exceed
         ``max_bytes``. The first record is always accepted, whatever its size.
 
-        ``timestamp`` is in milliseconds, ``None`` meaning now.
+        ``timestamp`` is in milliseconds, ``None`` meaning now. Raises
+        :class:`InvalidRecordError` (and adds nothing) for a record that cannot be encoded.
+        """
+        return (
+            self.append_fields((key, value, headers, _now_ms() if timestamp is None else timestamp))
+            > 0
+        )
+
+    def append_fields(self, fields: RecordFields) -> int:
+        """:meth:`append` of a record given as ``(key, value, headers, timestamp)``, kept
+        as it is; returns the bytes it adds to :attr:`estimated_size`, 0 if it does not fit.
+
+        The producer's way in: one call per record, nothing repacked.
         """
         if self._built is not None:
             raise RuntimeError("the batch has been built; start a new one")
-        if timestamp is None:
-            timestamp = _now_ms()
-        elif not INT64_MIN <= timestamp <= INT64_MAX:
+        key, value, headers, timestamp = fields
+        if not INT64_MIN <= timestamp <= INT64_MAX:
             raise InvalidRecordError(f"timestamp {timestamp} does not fit in an int64")
+        records = self._records
         base_timestamp = self._base_timestamp
-        first = base_timestamp is None
         if base_timestamp is None:
-            base_timestamp = timestamp
-        buf = self._buf
-        start = len(buf)
-        try:
-            write_record(buf, self._count, timestamp - base_timestamp, key, value, headers)
-        except BaseException:
-            del buf[start:]
-            raise
-        if not first and len(buf) > self._max_bytes:
-            del buf[start:]
-            return False
-        if first:
-            self._base_timestamp = base_timestamp
-            self._max_timestamp = timestamp
-        elif timestamp > self._max_timestamp:
-            self._max_timestamp = timestamp
-        self._count += 1
-        return True
+            size = record_size(0, 0, key, value, headers)
+            self._base_timestamp = self._max_timestamp = timestamp
+        else:
+            size = record_size(len(records), timestamp - base_timestamp, key, value, headers)
+            if self._size + size > self._max_bytes:
+                return 0
+            if timestamp > self._max_timestamp:
+                self._max_timestamp = timestamp
+        self._size += size
+        records.append(fields)
+        return size
 
     def set_producer_state(
         self,
@@ -385,12 +403,18 @@ class RecordBatchBuilder:
 
     @property
     def records_count(self) -> int:
-        return self._count
+        return len(self._records)
+
+    @property
+    def records(self) -> list[RecordFields]:
+        """The records appended, as ``(key, value, headers, timestamp)``, in order (kept
+        after :meth:`build`: a producer reports on them). Do not modify the list."""
+        return self._records
 
     @property
     def estimated_size(self) -> int:
-        """Header plus records as encoded so far, before compression."""
-        return len(self._buf) if self._built is None else len(self._built)
+        """Header plus records as they will be encoded, before compression."""
+        return self._size if self._built is None else len(self._built)
 
     @property
     def max_bytes(self) -> int:
@@ -412,10 +436,14 @@ class RecordBatchBuilder:
     def build(self) -> bytes:
         """The finished batch. The builder is closed afterwards; calling again returns it."""
         if self._built is None:
-            count = self._count
+            count = len(self._records)
             base_timestamp = self._base_timestamp
+            out = bytearray(BATCH_HEADER_SIZE)
+            if count:
+                assert base_timestamp is not None
+                out += encode_records(self._records, base_timestamp)
             self._built = _finish_batch(
-                self._buf,
+                out,
                 records_count=count,
                 last_offset_delta=max(count - 1, 0),
                 base_timestamp=NO_TIMESTAMP if base_timestamp is None else base_timestamp,
@@ -432,7 +460,6 @@ class RecordBatchBuilder:
                 has_delete_horizon=False,
                 compression_level=self._compression_level,
             )
-            self._buf = bytearray()
         return self._built
 
 
@@ -652,6 +679,44 @@ class RecordBatch:
 
     def __iter__(self) -> Iterator[Record]:
         return self.records()
+
+    def read_records(
+        self,
+        out: list[RecordTuple],
+        *,
+        max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+    ) -> None:
+        """Append the records to ``out`` as ``(offset, timestamp, key, value, headers)``.
+
+        :meth:`records` for readers that make objects of their own (the consumer): no
+        :class:`Record` per record, and the common record decoded inline
+        (:func:`~highwater.storage.records.record.read_records`). Checks and raises as
+        :meth:`records` does; the records before the error are in ``out`` when it raises.
+        """
+        h = self.header
+        count = h.records_count
+        data, pos, end = self._payload(max_decompressed_size)
+        self._check_count(pos, end)
+        if type(data) is not bytes:  # one copy, so that keys and values are plain slices
+            data = bytes(data[pos:end])
+            pos, end = 0, len(data)
+        log_append_time = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else None
+        before = len(out)
+        pos = read_records(
+            data,
+            pos,
+            end,
+            count,
+            h.base_offset,
+            h.base_timestamp,
+            log_append_time,
+            h.last_offset_delta,
+            out,
+        )
+        if len(out) - before < count:
+            raise self._count_error(len(out) - before)
+        if pos != end and (count or not h.attributes & COMPRESSION_MASK):
+            raise self._trailing_error(end - pos)
 
     def iter_keys(
         self, *, max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE
