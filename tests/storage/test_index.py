@@ -152,3 +152,26 @@ def test_flush_syncs_an_index_only_when_it_changed(
     reopened.flush()  # a file just opened may hold pages not yet on disk: synced
     assert len(synced) == 5
     reopened.close()
+
+
+def test_a_preallocated_index_reopened_untrimmed_resets_to_zeros(tmp_path: Path) -> None:
+    """After an unclean shutdown the whole preallocated region counts as entries; reset
+    empties it (by resizing the file when the region is large) and the index works on."""
+    path = tmp_path / "x.index"
+    size = 4 * 1024 * 1024
+    index = OffsetIndex(path, 0, size, writable=True)
+    for i in range(1, 100):
+        index.append(i * 10, i * 100)
+    index.flush()
+    index.close()  # not trimmed: as a crashed broker leaves it
+    reopened = OffsetIndex(path, 0, size, writable=True)
+    assert reopened.entries == size // 8
+    reopened.reset()
+    assert reopened.entries == 0
+    assert os.path.getsize(path) == size
+    reopened.append(5, 50)
+    assert reopened.lookup(7) == (5, 50)
+    reopened.flush()
+    reopened.close()
+    data = path.read_bytes()
+    assert data[8:] == bytes(size - 8)

@@ -439,3 +439,29 @@ async def test_manager_truncation_lowers_the_cleaner_checkpoint(tmp_path: Path) 
     cleaner.clean_log(log)
     assert [r.offset for r in read_all(log)] == [3]
     manager.shutdown()
+
+
+def test_truncating_into_a_compaction_gap_keeps_the_high_watermark_above_the_log_start(
+    tmp_path: Path,
+) -> None:
+    from highwater.config.topic import LogConfig
+    from highwater.storage.cleaner import LogCleaner
+    from highwater.storage.log_manager import LogManager
+    from highwater.storage.topic_partition import TopicPartition
+
+    config = LogConfig.from_properties(
+        {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.0}
+    )
+    manager = LogManager(tmp_path)
+    manager.startup()
+    log = manager.get_or_create_log(TopicPartition("t", 0), config)
+    for tag in ("a", "b"):
+        log.append_as_leader(make_batch(values(1, tag=tag), keys=[b"k"]), 0)
+    log.roll()
+    log.update_high_watermark(2)
+    LogCleaner(manager).clean_log(log)  # offset 0 goes: only offset 1 is left
+    log.update_high_watermark(0)
+    assert log.truncate_to(1)  # the end falls into the gap: the log starts at 1
+    assert (log.log_start_offset, log.log_end_offset) == (1, 1)
+    assert log.log_start_offset <= log.high_watermark <= log.log_end_offset
+    manager.shutdown()

@@ -35,6 +35,10 @@ class IndexFullError(KafkaStorageError):
     """The preallocated index has no room left: the segment must roll."""
 
 
+_ZEROING_IN_PLACE_MAX = 64 * 1024
+"""Up to this many bytes of entries are zeroed through the mapping; more, by resizing."""
+
+
 class SparseIndex:
     """The shared machinery of the two index files: a resizable mmap of sorted entries."""
 
@@ -179,7 +183,18 @@ class SparseIndex:
         n = max(0, min(n, self._entries))
         if self._mmap is not None and n < self._entries:
             start, end = n * self._entry_size, self._entries * self._entry_size
-            self._mmap[start:end] = bytes(end - start)
+            if end - start <= _ZEROING_IN_PLACE_MAX:
+                self._mmap[start:end] = bytes(end - start)
+            else:
+                # A preallocated index reopened after an unclean shutdown counts its whole
+                # region as entries. Cutting the file and growing it back zeroes the tail
+                # without touching its pages (writing zeros through the mapping cost 17 ms
+                # per 10 MiB index: seconds for a broker with a thousand partitions).
+                mapped = self._mmap.size()
+                self._map(0)
+                os.ftruncate(self._fd, start)
+                os.ftruncate(self._fd, mapped)
+                self._map(mapped)
             self._dirty = True
         self._entries = n
         self._last = self._entry(n - 1) if n else None

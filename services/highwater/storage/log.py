@@ -553,6 +553,7 @@ class PartitionLog:
             # the only one and ends up empty, the roll replaces it, and the log now starts
             # where no record was below anyway — as it will when opened again.
             self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+            self.high_watermark = max(self.high_watermark, self.log_start_offset)
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
         self._refresh_latest_epoch()
         self._reload_producer_state()
