@@ -49,6 +49,7 @@ from highwater.metadata.records import BrokerEndpoint
 from highwater.raft.service import parse_endpoint
 from highwater.storage.log_manager import LogManager, LogManagerSettings
 from highwater.storage.records import SimpleRecord, build_batch
+from highwater.storage.topic_partition import TopicPartition
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -135,7 +136,9 @@ class BrokerServer:
         self._heartbeats: asyncio.Task[None] | None = None
         self._producer_ids: tuple[int, int] = (0, 0)  # next id, end (exclusive)
         self._fetchers: dict[int, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._alter_queue: dict[TopicPartition, tuple[Partition, AlterPartitionProposal]] = {}
+        self._alter_wake = asyncio.Event()
+        self._alter_sender: asyncio.Task[None] | None = None
         self._shrinker: asyncio.Task[None] | None = None
         self._upkeep: asyncio.Task[None] | None = None
         self._stopping = False
@@ -200,8 +203,8 @@ class BrokerServer:
                 async with asyncio.timeout(self.settings.controlled_shutdown_timeout_ms / 1000):
                     await self._controlled_shutdown()
         self._stopping = True
-        tasks = [*self._fetchers.values(), *self._tasks]
-        tasks += [t for t in (self._shrinker, self._upkeep) if t is not None]
+        tasks = [*self._fetchers.values()]
+        tasks += [t for t in (self._shrinker, self._upkeep, self._alter_sender) if t is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -407,44 +410,76 @@ class BrokerServer:
     # --- ISR changes ----------------------------------------------------------------------
 
     def _propose(self, partition: Partition, proposal: AlterPartitionProposal) -> None:
-        """Send an ISR change to the controller; the committed change comes back through
-        the metadata (and is applied to the partition then)."""
-        task = asyncio.create_task(self._send_alter_partition(partition, proposal))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        """Queue an ISR change for the controller; the committed change comes back through
+        the metadata (and is applied to the partition then).
 
-    async def _send_alter_partition(
-        self, partition: Partition, proposal: AlterPartitionProposal
+        As Kafka's ``AlterPartitionManager`` does, the changes queued while a request is in
+        flight go together in the next one: a broker coming back into the ISRs of a
+        thousand partitions sends a few requests, not a thousand.
+        """
+        self._alter_queue[partition.topic_partition] = (partition, proposal)
+        self._alter_wake.set()
+        if self._alter_sender is None or self._alter_sender.done():
+            self._alter_sender = asyncio.create_task(self._send_alter_partitions_forever())
+
+    async def _send_alter_partitions_forever(self) -> None:
+        while True:
+            await self._alter_wake.wait()
+            self._alter_wake.clear()
+            batch, self._alter_queue = self._alter_queue, {}
+            if batch:
+                await self._send_alter_partitions(list(batch.values()))
+
+    async def _send_alter_partitions(
+        self, batch: list[tuple[Partition, AlterPartitionProposal]]
     ) -> None:
-        item = m.AlterPartitionItem(
-            partition.topic_id,
-            partition.topic_partition.partition,
-            proposal.leader_epoch,
-            proposal.partition_epoch,
-            tuple(proposal.new_isr),
+        items = tuple(
+            m.AlterPartitionItem(
+                partition.topic_id,
+                partition.topic_partition.partition,
+                proposal.leader_epoch,
+                proposal.partition_epoch,
+                tuple(proposal.new_isr),
+            )
+            for partition, proposal in batch
         )
+        errors: dict[tuple[str, int], int] = {}
         try:
             reply = await self.controller.alter_partition(
-                m.AlterPartitionRequest(self.node_id, self.broker_epoch, (item,))
+                m.AlterPartitionRequest(self.node_id, self.broker_epoch, items)
             )
         except HighwaterError as e:
             log.warning("broker %d: AlterPartition failed: %s", self.node_id, e)
-            error: int = ErrorCode.REQUEST_TIMED_OUT
+            whole: int = ErrorCode.REQUEST_TIMED_OUT
         else:
-            error = reply.error or (reply.partitions[0].error if reply.partitions else 0)
-        if error == ErrorCode.NONE or partition.leader_state is None:
-            return
-        again = partition.leader_state.on_alter_partition_error(proposal, error)
-        log.info(
-            "broker %d: %s: ISR change %s refused (error %d)",
-            self.node_id,
-            partition.topic_partition,
-            list(proposal.new_isr),
-            error,
-        )
-        if again is not None:
-            await asyncio.sleep(self.settings.alter_partition_retry_backoff_ms / 1000)
-            self._propose(partition, again)
+            whole = reply.error
+            errors = {(r.topic_id, r.partition_id): r.error for r in reply.partitions}
+        for partition, proposal in batch:
+            key = (partition.topic_id, partition.topic_partition.partition)
+            error = whole or errors.get(key, ErrorCode.NONE)
+            if error == ErrorCode.NONE or partition.leader_state is None:
+                continue
+            again = partition.leader_state.on_alter_partition_error(proposal, error)
+            log.info(
+                "broker %d: %s: ISR change %s refused (error %d)",
+                self.node_id,
+                partition.topic_partition,
+                list(proposal.new_isr),
+                error,
+            )
+            if again is not None:
+                asyncio.get_running_loop().call_later(
+                    self.settings.alter_partition_retry_backoff_ms / 1000,
+                    self._propose_unless_stopping,
+                    partition,
+                    again,
+                )
+
+    def _propose_unless_stopping(
+        self, partition: Partition, proposal: AlterPartitionProposal
+    ) -> None:
+        if not self._stopping:
+            self._propose(partition, proposal)
 
     async def _shrink_isr_forever(self) -> None:
         """Kafka's ``isr-expiration`` task: every half ``replica.lag.time.max.ms``, drop
