@@ -498,3 +498,38 @@ async def test_fetched_batches_skip_control_records_and_check_crcs() -> None:
         message = unchecked._next_message()
         assert message is not None and message.error() is None and message.offset() == 5
         assert message.value() == b"v" + bytes([ord("5") ^ 0xFF])
+
+
+async def test_consume_takes_buffered_records_in_order_and_errors_after_them() -> None:
+    """consume() moves whole buffers at once; the order, the positions, paused partitions
+    and an error found after the records come out as from one poll() per message."""
+    batches = [
+        build_batch(
+            [
+                SimpleRecord(None, b"v%d" % (10 * b + i), (("h", b"x"),) if i == 2 else (), 7)
+                for i in range(10)
+            ],
+            base_offset=10 * b,
+        )
+        for b in range(3)
+    ]
+    corrupt = bytearray(batches[2])
+    corrupt[-2] ^= 0xFF
+    async with AsyncConsumer({"bootstrap.servers": "127.0.0.1:1"}) as consumer:
+        consumer.assign([TopicPartition("t", 0, 3), TopicPartition("u", 0, 0)])
+        t, u = consumer._states[("t", 0)], consumer._states[("u", 0)]
+        consumer._handle_answer(t, 3, _answer(batches[0] + batches[1] + bytes(corrupt)))
+        consumer._handle_answer(u, 0, _answer(batches[0]))
+        consumer.pause([TopicPartition("u", 0)])
+        first = await consumer.consume(5, timeout=0)
+        assert [(m.topic(), m.offset()) for m in first] == [("t", o) for o in range(3, 8)]
+        assert consumer.position([TopicPartition("t", 0)])[0].offset == 8
+        rest = await consumer.consume(100, timeout=0)
+        assert [m.offset() for m in rest[:-1]] == list(range(8, 20))
+        assert isinstance(rest[-1].error(), CorruptRecordError)
+        assert [m.value() for m in rest[:2]] == [b"v8", b"v9"]
+        assert rest[4].headers() == [("h", b"x")] and rest[3].headers() is None
+        consumer.resume([TopicPartition("u", 0)])
+        got = await consumer.consume(100, timeout=0)
+        assert [(m.topic(), m.offset()) for m in got] == [("u", o) for o in range(10)]
+        assert consumer.position([TopicPartition("u", 0)])[0].offset == 10

@@ -573,3 +573,38 @@ def test_invalid_configuration_is_refused_naming_the_key(
 def test_idempotence_left_at_its_default_yields_to_acks() -> None:
     config = ProducerConfig.parse({"bootstrap.servers": "a:1", "acks": "1"})
     assert (config.acks, config.enable_idempotence) == (1, False)
+
+
+async def test_sticky_partitions_switch_after_batch_size_bytes_without_a_server() -> None:
+    """The producer reuses the sticky partitioner's choice and reports bytes in bulk: it
+    must still switch at the record where per-record reporting would have switched, also
+    when the metadata is replaced in the middle of a run."""
+    import itertools
+    import random
+
+    from highwater.client.cluster import PartitionInfo, TopicInfo
+
+    def topic_info() -> TopicInfo:
+        return TopicInfo("s", tuple(PartitionInfo(p, 1, 0) for p in range(4)))
+
+    producer = AsyncProducer(
+        {"bootstrap.servers": "127.0.0.1:1", "batch.size": 16384, "linger.ms": 60_000},
+        rng=random.Random(3),
+    )
+    producer.cluster._topics["s"] = topic_info()
+    producer._sender = asyncio.get_running_loop().create_future()  # no sender: keep batches
+    placed: list[int] = []
+    for i in range(120):
+        if i == 40:  # fresh metadata, same leaders: the run goes on where it was
+            producer.cluster._topics["s"] = topic_info()
+        counts = {p: sum(b.count for b in q.batches) for (_, p), q in producer._queues.items()}
+        producer.produce("s", b"x" * 1000, timestamp=1000)
+        after = {p: sum(b.count for b in q.batches) for (_, p), q in producer._queues.items()}
+        (partition,) = [p for p in after if after[p] != counts.get(p, 0)]
+        placed.append(partition)
+    # A record takes 1,009 bytes: the 17th brings a partition's bytes past batch.size.
+    runs = [placed[i : i + 17] for i in range(0, 119, 17)]
+    assert all(len(set(run)) == 1 for run in runs)
+    assert all(a[0] != b[0] for a, b in itertools.pairwise(runs))
+    producer._sender = None
+    producer._closed = True

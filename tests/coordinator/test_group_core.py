@@ -405,6 +405,36 @@ def test_a_member_commits_only_the_partitions_it_was_assigned() -> None:
     h.sync(G, first.member_id, first.generation_id, {first.member_id: assignment(0)})
     result = h.commit(G, first.member_id, first.generation_id, {TP0: 5, TP1: 6})
     assert result.errors[TP0].error == ErrorCode.NONE
-    assert result.errors[TP1].error == ErrorCode.ILLEGAL_GENERATION
+    assert result.errors[TP1].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert "not assigned" in result.errors[TP1].error_message
     assert h.core.fetch_offsets(G, [TP1])[1][TP1].offset == -1
+
+
+def test_a_member_may_commit_what_it_gives_up_in_the_next_generation() -> None:
+    from highwater.v1.consumer_protocol_pb2 import (
+        ConsumerProtocolAssignment,
+        ConsumerProtocolTopicPartitions,
+    )
+
+    def assignment(*partitions: int) -> bytes:
+        entry = ConsumerProtocolTopicPartitions(topic="orders", partitions=partitions)
+        return ConsumerProtocolAssignment(assigned_partitions=[entry]).SerializeToString()
+
+    h = Harness()
+    first = h.join_result(h.join_new(G))
+    h.sync(G, first.member_id, first.generation_id, {first.member_id: assignment(0, 1)})
+    second = h.join_new(G)
+    leader = h.join_result(h.join(G, first.member_id))
+    other = h.join_result(second)
+    h.sync(G, other.member_id, other.generation_id)
+    h.sync(
+        G,
+        leader.member_id,
+        leader.generation_id,
+        {leader.member_id: assignment(0), other.member_id: assignment(2)},
+    )
+    # Partition 1 moved away in this generation: its last owner still commits it.
+    result = h.commit(G, leader.member_id, leader.generation_id, {TP0: 1, TP1: 2})
+    assert {o.error for o in result.errors.values()} == {ErrorCode.NONE}
+    refused = h.commit(G, other.member_id, other.generation_id, {TP1: 3})
+    assert refused.errors[TP1].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

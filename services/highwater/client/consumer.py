@@ -684,23 +684,18 @@ class AsyncConsumer:
                 continue
             assert state.position is not None
             records = state.records
-            wanted = limit - len(messages)
-            if (
-                len(records) <= wanted and records[0]._offset >= state.position
-                # Offsets increase along the buffer: the last is the highest.
-            ):
-                taken = list(records)
+            if len(records) <= limit - len(messages) and records[0]._offset >= state.position:
+                # Offsets increase along the buffer: when the first is not behind the
+                # position, none is, and the whole buffer goes in one step.
+                state.position = records[-1]._offset + 1
+                messages.extend(records)
                 records.clear()
             else:
-                taken = []
-                while records and len(taken) < wanted:
+                while records and len(messages) < limit:
                     message = records.popleft()
                     if message._offset >= state.position:
-                        taken.append(message)
+                        messages.append(message)
                         state.position = message._offset + 1
-            if taken:
-                state.position = taken[-1]._offset + 1
-                messages.extend(taken)
             if not records:
                 self._finish_buffer(state)
 
@@ -1392,11 +1387,12 @@ class AsyncConsumer:
         result = []
         failed = []
         for key, offset in offsets.items():
-            code = errors.get(key, ErrorCode.NONE)
-            error = None if code == ErrorCode.NONE else GroupError(code, _code_name(code))
+            code, detail = errors.get(key, (ErrorCode.NONE, ""))
+            text = _code_name(code) + (f" ({detail})" if detail else "")
+            error = None if code == ErrorCode.NONE else GroupError(code, text)
             result.append(TopicPartition(key[0], key[1], offset, error))
             if error is not None:
-                failed.append(f"{key[0]}-{key[1]}: {_code_name(code)}")
+                failed.append(f"{key[0]}-{key[1]}: {text}")
         if failed:
             message = f"group {self.config.group_id}: commit failed for {', '.join(failed)}"
             if raise_errors:

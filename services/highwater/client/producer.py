@@ -12,6 +12,9 @@ How a record travels (Kafka's ``RecordAccumulator`` and ``Sender``):
   the record to the partition's open batch, a :class:`RecordBatchBuilder` of at most
   ``batch.size`` bytes (a single larger record gets a batch of its own). A topic whose
   metadata is not known yet waits in a side queue until the sender has fetched it.
+  ``produce()`` is the per-record cost of the library, so it keeps only the record's
+  fields, its future and its callback: the batch is encoded in one pass when it is
+  drained, and messages and :class:`RecordMetadata` are made when it is delivered.
 - The sender task drains a batch once it is full or ``linger.ms`` passed since it was
   opened (at once during :meth:`~AsyncProducer.flush`), and sends one ``Produce`` request per
   leader broker, holding at most one batch per partition.

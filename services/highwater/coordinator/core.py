@@ -578,6 +578,7 @@ class GroupCoordinatorCore:
             effects.append(Reply(member.join_token, self._join_result(group, member)))
             member.join_token = None
             member.synced = False
+            member.previous_assignment = member.assignment
             member.assignment = b""
             member.heartbeat_deadline = now + member.session_timeout_ms
         return effects
@@ -809,10 +810,12 @@ class GroupCoordinatorCore:
         for item in offsets:
             tp = item.topic_partition
             if owned is not None and tp not in owned:
+                # No Kafka code says exactly this; UNKNOWN_TOPIC_OR_PARTITION is a per-partition
+                # OffsetCommit error that does not make a client drop its membership.
                 errors[tp] = Outcome(
-                    ErrorCode.ILLEGAL_GENERATION,
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                     f"{tp.topic}-{tp.partition} is not assigned to member {member_id} in "
-                    f"generation {generation_id}",
+                    f"generation {generation_id} or the one before",
                 )
             elif len(item.metadata.encode()) > self.settings.offset_metadata_max_bytes:
                 errors[tp] = Outcome(
@@ -1067,20 +1070,25 @@ class GroupCoordinatorCore:
 
 
 def _consumer_assignment(group: Group, member_id: str) -> set[TopicPartition] | None:
-    """The partitions a member of a consumer group was assigned in this generation, if the
-    coordinator can tell (the consumer protocol's assignment decodes); None otherwise."""
+    """What a member of a consumer group may commit: the partitions of its assignment in
+    this generation and in the one before (a member gives partitions up, and commits
+    them, after the generation that moves them has begun: KIP-429), if the coordinator can
+    tell (the consumer protocol's assignments decode); None otherwise."""
     member = group.members.get(member_id)
     if member is None or group.protocol_type != CONSUMER_PROTOCOL_TYPE:
         return None
-    try:
-        assignment = ConsumerProtocolAssignment.FromString(member.assignment)
-    except DecodeError:
-        return None
-    return {
-        TopicPartition(entry.topic, partition)
-        for entry in assignment.assigned_partitions
-        for partition in entry.partitions
-    }
+    owned: set[TopicPartition] = set()
+    for data in (member.assignment, member.previous_assignment):
+        try:
+            assignment = ConsumerProtocolAssignment.FromString(data)
+        except DecodeError:
+            return None
+        owned.update(
+            TopicPartition(entry.topic, partition)
+            for entry in assignment.assigned_partitions
+            for partition in entry.partitions
+        )
+    return owned
 
 
 def _passed(deadline: int | None, now: int) -> bool:

@@ -71,6 +71,9 @@ class Member:
     protocol_type: str
     protocols: tuple[Protocol, ...]
     assignment: bytes = b""
+    previous_assignment: bytes = b""
+    """The assignment of the generation before: a member may still commit those partitions
+    while it gives them up."""
     join_token: Token | None = None
     """The member's JoinGroup awaiting the end of the join phase."""
     sync_token: Token | None = None

@@ -421,10 +421,11 @@ class GroupMembership:
 
     async def commit(
         self, offsets: Mapping[TopicPartitionKey, tuple[int, int, str]]
-    ) -> dict[TopicPartitionKey, int]:
+    ) -> dict[TopicPartitionKey, tuple[int, str]]:
         """Commit ``{(topic, partition): (offset, leader epoch, metadata)}`` as this member
         (or, before it ever joined, as a consumer outside group management); the error code
-        of each partition. Coordinator moves are retried within ``request.timeout.ms``."""
+        and message of each partition. Coordinator moves are retried within
+        ``request.timeout.ms``."""
         deadline = time.monotonic() + self.settings.request_timeout_ms / 1000
         request = pb.OffsetCommitRequest(
             group_id=self.settings.group_id,
@@ -450,12 +451,13 @@ class GroupMembership:
                 lambda stub, timeout: stub.OffsetCommit(request, timeout=timeout), deadline
             )
             if isinstance(reply, int):
-                return dict.fromkeys(offsets, reply)
-            errors = {
-                (t.name, p.partition_index): int(p.error)
+                return dict.fromkeys(offsets, (reply, "the group coordinator did not answer"))
+            answers = {
+                (t.name, p.partition_index): (int(p.error), p.error_message)
                 for t in reply.topics
                 for p in t.partitions
             }
+            errors = {key: code for key, (code, _) in answers.items()}
             retriable = {e for e in errors.values() if e in _COORDINATOR_ERRORS}
             if retriable and time.monotonic() < deadline:
                 self._coordinator_unknown()
@@ -465,7 +467,7 @@ class GroupMembership:
                 self._membership_lost()
             elif ErrorCode.REBALANCE_IN_PROGRESS in errors.values():
                 self._request_rejoin()
-            return errors
+            return answers
 
     async def committed(
         self, partitions: Sequence[TopicPartitionKey]

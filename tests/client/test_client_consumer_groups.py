@@ -1,0 +1,206 @@
+"""The consumer in a group, against a real embedded server: rebalances with the eager and
+the cooperative protocol, static membership, auto-commit, commit errors, close."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from embedded_servers import running_embedded_server
+from highwater.client.admin import AdminClient, NewTopic
+from highwater.client.consumer import (
+    AsyncConsumer,
+    CommitFailedError,
+    ConsumerError,
+    TopicPartition,
+)
+from highwater.client.producer import AsyncProducer
+from highwater.embedded import EmbeddedServer
+
+pytestmark = pytest.mark.timeout(90)
+
+TOPIC = "orders"
+PARTITIONS = 6
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[EmbeddedServer]:
+    async with running_embedded_server(tmp_path) as embedded:
+        async with AdminClient(embedded.listen) as admin:
+            await admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
+        async with AsyncProducer({"bootstrap.servers": embedded.listen}) as producer:
+            await asyncio.gather(
+                *(
+                    producer.produce(TOPIC, f"{p}-{i}".encode(), partition=p)
+                    for p in range(PARTITIONS)
+                    for i in range(10)
+                )
+            )
+        yield embedded
+
+
+class Member:
+    """An AsyncConsumer in the group, polled in the background, with its callbacks' log."""
+
+    def __init__(self, address: str, name: str, **config: Any) -> None:
+        self.name = name
+        self.consumer = AsyncConsumer(
+            {
+                "bootstrap.servers": address,
+                "group.id": "app",
+                "client.id": name,
+                "auto.offset.reset": "earliest",
+                "heartbeat.interval.ms": 200,
+                "session.timeout.ms": 6000,
+                **config,
+            }
+        )
+        self.assigned: list[set[tuple[str, int]]] = []
+        self.revoked: list[set[tuple[str, int]]] = []
+        self.records: list[tuple[int, int]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        def on_assign(_c: AsyncConsumer, partitions: list[TopicPartition]) -> None:
+            self.assigned.append({tp.key() for tp in partitions})
+
+        def on_revoke(_c: AsyncConsumer, partitions: list[TopicPartition]) -> None:
+            self.revoked.append({tp.key() for tp in partitions})
+
+        self.consumer.subscribe([TOPIC], on_assign=on_assign, on_revoke=on_revoke)
+        self._task = asyncio.create_task(self._poll())
+
+    async def _poll(self) -> None:
+        while True:
+            message = await self.consumer.poll(0.1)
+            if message is not None and message.error() is None:
+                self.records.append((message.partition(), message.offset()))
+
+    def owned(self) -> set[tuple[str, int]]:
+        return {tp.key() for tp in self.consumer.assignment()}
+
+    async def stop_polling(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def close(self) -> None:
+        await self.stop_polling()
+        await self.consumer.close()
+
+
+async def eventually(check: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not within {timeout_s}s: {what}")
+
+
+def balanced(members: list[Member]) -> bool:
+    owned = [m.owned() for m in members]
+    everything = set().union(*owned)
+    return (
+        len(everything) == PARTITIONS
+        and sum(len(o) for o in owned) == PARTITIONS
+        and max(map(len, owned)) - min(map(len, owned)) <= 1
+    )
+
+
+async def test_eager_members_share_the_partitions_and_consume_every_record_once(
+    server: EmbeddedServer,
+) -> None:
+    a = Member(server.listen, "a", **{"partition.assignment.strategy": "range"})
+    b = Member(server.listen, "b", **{"partition.assignment.strategy": "range"})
+    a.start()
+    await eventually(lambda: len(a.owned()) == PARTITIONS, "a alone owns everything")
+    b.start()
+    await eventually(lambda: balanced([a, b]), "a and b share the partitions")
+    await eventually(lambda: len(set(a.records) | set(b.records)) == 60, "every record read")
+    # Eager: a gave everything up before the second generation.
+    assert a.revoked and a.revoked[-1] == {(TOPIC, p) for p in range(PARTITIONS)}
+    await a.close()  # commits its positions and leaves: b takes everything at once
+    await eventually(lambda: len(b.owned()) == PARTITIONS, "b owns everything after a left")
+    await b.close()
+    seen = a.records + b.records
+    # At-least-once across the hand-over; every record, and no record twice within a member.
+    assert set(seen) == {(p, o) for p in range(PARTITIONS) for o in range(10)}
+    assert len(set(a.records)) == len(a.records) and len(set(b.records)) == len(b.records)
+
+
+async def test_cooperative_members_give_up_only_the_partitions_that_move(
+    server: EmbeddedServer,
+) -> None:
+    config = {"partition.assignment.strategy": "cooperative-sticky"}
+    a, b = Member(server.listen, "a", **config), Member(server.listen, "b", **config)
+    a.start()
+    await eventually(lambda: len(a.owned()) == PARTITIONS, "a owns everything")
+    kept_by_a: set[tuple[str, int]] = set()
+    b.start()
+    await eventually(lambda: balanced([a, b]), "a and b share the partitions")
+    kept_by_a = a.owned()
+    # a revoked exactly what b got, and never the partitions it kept.
+    assert a.revoked == [b.owned()]
+    assert not any(kept_by_a & r for r in a.revoked)
+    # No partition was ever owned by both at once: a revoked before b was assigned.
+    assert b.assigned[-1] == b.owned()
+    await a.close()
+    await b.close()
+
+
+async def test_a_static_member_that_restarts_gets_its_partitions_back_without_a_rebalance(
+    server: EmbeddedServer,
+) -> None:
+    config = {"partition.assignment.strategy": "range", "session.timeout.ms": 10000}
+    a = Member(server.listen, "a", **{**config, "group.instance.id": "pod-a"})
+    b = Member(server.listen, "b", **{**config, "group.instance.id": "pod-b"})
+    a.start()
+    b.start()
+    await eventually(lambda: balanced([a, b]), "a and b share the partitions")
+    generation = a.consumer.consumer_group_metadata().generation_id
+    before = b.owned()
+    await b.close()  # a static member does not leave the group on close
+    restarted = Member(server.listen, "b", **{**config, "group.instance.id": "pod-b"})
+    restarted.start()
+    await eventually(lambda: restarted.owned() == before, "pod-b has its partitions back")
+    assert restarted.consumer.consumer_group_metadata().generation_id == generation
+    assert a.consumer.consumer_group_metadata().generation_id == generation
+    assert len(a.assigned) == 1 or a.revoked == []  # a was never disturbed
+    await a.close()
+    await restarted.close()
+
+
+async def test_auto_commit_and_close_commit_the_positions(server: EmbeddedServer) -> None:
+    a = Member(server.listen, "a", **{"auto.commit.interval.ms": 100})
+    a.start()
+    await eventually(lambda: len(a.records) == 60, "every record read")
+    await a.close()
+    probe = AsyncConsumer({"bootstrap.servers": server.listen, "group.id": "app"})
+    committed = await probe.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+    assert [tp.offset for tp in committed] == [10] * PARTITIONS
+    await probe.close()
+
+
+async def test_commits_are_checked_against_the_membership(server: EmbeddedServer) -> None:
+    a = Member(server.listen, "a", **{"enable.auto.commit": False})
+    a.start()
+    await eventually(lambda: len(a.owned()) == PARTITIONS, "a owns everything")
+    await a.stop_polling()
+    done = await a.consumer.commit(offsets=[TopicPartition(TOPIC, 0, 3)], asynchronous=False)
+    assert done is not None and done[0].error is None
+    with pytest.raises(CommitFailedError) as failed:
+        await a.consumer.commit(offsets=[TopicPartition("other", 0, 3)], asynchronous=False)
+    assert "not assigned" in str(failed.value)
+    await a.close()
+    no_group = AsyncConsumer({"bootstrap.servers": server.listen})
+    with pytest.raises(ConsumerError, match=r"group\.id"):
+        no_group.subscribe([TOPIC])
+    await no_group.close()
