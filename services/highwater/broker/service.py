@@ -576,15 +576,18 @@ class BrokerServer:
     async def _apply_fetched(
         self, reply: pb.FetchResponse, followed: dict[tuple[str, int], Partition]
     ) -> bool:
-        """Append what the leader sent (or truncate where the logs diverged); False if no
-        partition made progress (then the fetcher backs off)."""
-        progress = False
+        """Append what the leader sent (or truncate where the logs diverged); False if every
+        partition's answer was an error (then the fetcher backs off). An answer with nothing
+        new is no reason to wait: the leader already held the fetch up to its long poll."""
+        answered = False
         for topic in reply.topics:
             for answer in topic.partitions:
                 partition = followed.get((topic.topic, answer.partition))
                 if partition is None or partition.is_leader:
                     continue
-                if answer.error != ErrorCode.NONE:
+                if answer.error == ErrorCode.NONE:
+                    answered = True
+                else:
                     log.debug(
                         "broker %d: %s: %s from the leader",
                         self.node_id,
@@ -609,7 +612,6 @@ class BrokerServer:
                         decision.offset,
                         answer.diverging_epoch.epoch,
                     )
-                    progress = True
                     continue
                 if answer.records:
                     try:
@@ -622,10 +624,9 @@ class BrokerServer:
                             e,
                         )
                         continue
-                    progress = True
                 log_.update_high_watermark(min(answer.high_watermark, log_.log_end_offset))
         self._notify()
-        return progress
+        return answered
 
     # --- offsets and metadata -------------------------------------------------------------
 

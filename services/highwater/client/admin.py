@@ -111,6 +111,7 @@ __all__ = [
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
+_T = TypeVar("_T")
 
 ElectionType = m.ElectionType
 ConfigSource = m.ConfigSource
@@ -884,13 +885,33 @@ class AdminClient:
         :class:`UnknownTopicOrPartitionError` for an unknown topic or partition and the
         partition's typed error for other failures.
         """
-        wanted = dict(partitions)
+        return await self._at_leaders(dict(partitions), self._list_offsets_at)
+
+    async def delete_records(
+        self, offsets: Mapping[TopicPartitionKey, int]
+    ) -> dict[TopicPartitionKey, int]:
+        """Delete the records of each ``(topic, partition)`` below its offset (-1: below the
+        high watermark), as Kafka's ``deleteRecords``: the partitions' new log start offsets
+        (low watermarks). Raises the partition's typed error (an offset above the high
+        watermark: OFFSET_OUT_OF_RANGE)."""
+        return await self._at_leaders(dict(offsets), self._delete_records_at)
+
+    async def _at_leaders(
+        self,
+        wanted: dict[TopicPartitionKey, int],
+        call: Callable[
+            [str, Sequence[TopicPartitionKey], Mapping[TopicPartitionKey, int], float],
+            Awaitable[tuple[dict[TopicPartitionKey, _T], list[TopicPartitionKey]]],
+        ],
+    ) -> dict[TopicPartitionKey, _T]:
+        """Send each partition's request to its leader (one request per leader broker),
+        retrying leader moves until ``request_timeout_s``."""
         if not wanted:
             return {}
         deadline = time.monotonic() + self.request_timeout_s
-        results: dict[TopicPartitionKey, ListOffsetsResultInfo] = {}
+        results: dict[TopicPartitionKey, _T] = {}
         while True:
-            todo = {tp: spec for tp, spec in wanted.items() if tp not in results}
+            todo = {tp: value for tp, value in wanted.items() if tp not in results}
             reply = await self._metadata(sorted({t for t, _ in todo}))
             leaders, retry = _leaders(reply, todo)
             brokers = {b.node_id: format_endpoint(b.host, b.port) for b in reply.brokers}
@@ -902,7 +923,7 @@ class AdminClient:
                 else:
                     by_address.setdefault(address, []).append(tp)
             answers = await asyncio.gather(
-                *(self._list_offsets_at(a, tps, todo, deadline) for a, tps in by_address.items())
+                *(call(a, tps, todo, deadline) for a, tps in by_address.items())
             )
             last: AdminError | None = None
             for found, failed in answers:
@@ -918,6 +939,46 @@ class AdminClient:
                     ErrorCode.LEADER_NOT_AVAILABLE, f"{tp[0]}-{tp[1]} has no leader"
                 )
             await asyncio.sleep(_RETRY_BACKOFF_S)
+
+    async def _delete_records_at(
+        self,
+        address: str,
+        partitions: Sequence[TopicPartitionKey],
+        offsets: Mapping[TopicPartitionKey, int],
+        deadline: float,
+    ) -> tuple[dict[TopicPartitionKey, int], list[TopicPartitionKey]]:
+        """One DeleteRecords request to a leader: the low watermarks, and what to retry."""
+        timeout_ms = max(int((deadline - time.monotonic()) * 1000), 100)
+        request = pb.DeleteRecordsRequest(timeout_ms=timeout_ms)
+        topics: dict[str, pb.DeleteRecordsTopic] = {}
+        for topic, partition in partitions:
+            entry = topics.get(topic)
+            if entry is None:
+                entry = topics[topic] = request.topics.add(topic=topic)
+            entry.partitions.add(partition=partition, offset=offsets[(topic, partition)])
+        try:
+            reply: pb.DeleteRecordsResponse = await self._broker_stub(address).DeleteRecords(
+                request, timeout=max(deadline - time.monotonic(), 0.1)
+            )
+        except grpc.aio.AioRpcError as e:
+            if e.code() not in _RETRIABLE_BROKER_CODES:
+                raise _rpc_error(e) from None
+            return {}, list(partitions)
+        found: dict[TopicPartitionKey, int] = {}
+        retry: list[TopicPartitionKey] = []
+        for topic_answer in reply.topics:
+            for answer in topic_answer.partitions:
+                tp = (topic_answer.topic, answer.partition)
+                if tp not in offsets:
+                    continue
+                if answer.error in _RETRIABLE_LEADER_CODES:
+                    retry.append(tp)
+                elif answer.error != ErrorCode.NONE:
+                    raise error_for_code(answer.error, f"DeleteRecords of {tp[0]}-{tp[1]}")
+                else:
+                    found[tp] = answer.low_watermark
+        retry.extend(tp for tp in partitions if tp not in found and tp not in retry)
+        return found, retry
 
     async def _list_offsets_at(
         self,
