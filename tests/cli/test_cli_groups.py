@@ -10,21 +10,19 @@ from worker threads.
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from embedded_servers import ServerThread as EmbeddedServerThread
 from highwater.cli.clients import consume
 from highwater.cli.groups import groups
 from highwater.client.admin import AdminClient, NewTopic
 from highwater.client.consumer import Consumer
 from highwater.client.producer import Producer
-from highwater.embedded import EmbeddedServer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,73 +39,8 @@ OFFSETS_HEADER = [
 ]
 
 
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def stop_server(embedded: EmbeddedServer) -> None:
-    """``embedded.stop()``, working around a coordinator bug: ``CoordinatorServer.stop`` can
-    hang for up to ``offsets.retention.check.interval.ms`` (10 min) because its
-    ``_timer_forever`` task loses the cancellation when ``asyncio.wait_for`` (Python 3.11)
-    sees its event set at the same moment (``_release`` sets it just before the cancel). The
-    lingering task is cancelled again until the stop completes. Remove once fixed."""
-    stopping = asyncio.create_task(embedded.stop())
-    while True:
-        done, _ = await asyncio.wait([stopping], timeout=1.0)
-        if done:
-            stopping.result()
-            return
-        for task in embedded.coordinator._tasks:
-            task.cancel()
-
-
-class ServerThread:
-    """An EmbeddedServer running on its own event loop in a background thread."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.address = f"127.0.0.1:{free_port()}"
-        self.data_dir = data_dir
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="embedded-server", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-        if not self._ready.wait(30) or self._failure is not None:
-            raise AssertionError("the embedded server did not start") from self._failure
-
-    def stop(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(30)
-        assert not self._thread.is_alive(), "the embedded server did not stop in 30 s"
-        if self._failure is not None:
-            raise AssertionError("the embedded server failed") from self._failure
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._serve())
-        except BaseException as e:
-            self._failure = e
-        finally:
-            self._ready.set()
-
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        server = EmbeddedServer(listen=self.address, data_dir=self.data_dir)
-        await server.start()
-        try:
-            await server.broker.wait_unfenced()
-            self._ready.set()
-            await self._stop.wait()
-        finally:
-            await stop_server(server)
+class ServerThread(EmbeddedServerThread):
+    """The shared embedded server thread, with this module's helpers."""
 
     def create_topic(self, name: str, partitions: int) -> None:
         """Create a topic and wait until every partition has a leader."""

@@ -7,76 +7,16 @@ each test invokes the click group with ``CliRunner``, which runs the command's o
 
 from __future__ import annotations
 
-import asyncio
 import re
-import socket
-import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from embedded_servers import ServerThread, free_port
 from highwater.cli.topics import topics
-from highwater.embedded import EMBEDDED_NODE_ID, EmbeddedServer
+from highwater.embedded import EMBEDDED_NODE_ID
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class ServerThread:
-    """An EmbeddedServer running on its own event loop in a background thread."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.address = f"127.0.0.1:{free_port()}"
-        self.data_dir = data_dir
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="embedded-server", daemon=True)
-
-    def start(self) -> None:
-        """Start the server and wait until its broker is unfenced."""
-        self._thread.start()
-        if not self._ready.wait(30):
-            raise AssertionError("the embedded server did not start in 30 s")
-        if self._failure is not None:
-            raise AssertionError("the embedded server failed to start") from self._failure
-
-    def stop(self) -> None:
-        """Stop the server and join its thread; re-raise what failed in it."""
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(30)
-        assert not self._thread.is_alive(), "the embedded server did not stop in 30 s"
-        if self._failure is not None:
-            raise AssertionError("the embedded server failed") from self._failure
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._serve())
-        except BaseException as e:
-            self._failure = e
-        finally:
-            self._ready.set()
-
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        server = EmbeddedServer(listen=self.address, data_dir=self.data_dir)
-        await server.start()
-        try:
-            await server.broker.wait_unfenced()
-            self._ready.set()
-            await self._stop.wait()
-        finally:
-            await server.stop()
 
 
 @pytest.fixture(scope="module")
