@@ -8,12 +8,12 @@ while the admin client lists, describes, alters and deletes them.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 import pytest
+from embedded_servers import running_embedded_server
 from highwater.client.admin import (
     AdminClient,
     GroupIdNotFoundError,
@@ -32,39 +32,11 @@ from highwater.v1.common_pb2 import ErrorCode
 pytestmark = pytest.mark.timeout(60)
 
 
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def stop_server(embedded: EmbeddedServer) -> None:
-    """``embedded.stop()``, working around a coordinator bug: ``CoordinatorServer.stop`` can
-    hang for up to ``offsets.retention.check.interval.ms`` (10 min) because its
-    ``_timer_forever`` task loses the cancellation when ``asyncio.wait_for`` (Python 3.11)
-    sees its event set at the same moment (``_release`` sets it just before the cancel). The
-    lingering task is cancelled again until the stop completes. Remove once fixed."""
-    stopping = asyncio.create_task(embedded.stop())
-    while True:
-        done, _ = await asyncio.wait([stopping], timeout=1.0)
-        if done:
-            stopping.result()
-            return
-        for task in embedded.coordinator._tasks:
-            task.cancel()
-
-
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[EmbeddedServer]:
     """A running embedded server whose broker is unfenced."""
-    embedded = EmbeddedServer(listen=f"127.0.0.1:{free_port()}", data_dir=tmp_path)
-    await embedded.start()
-    try:
-        await embedded.broker.wait_unfenced()
+    async with running_embedded_server(tmp_path) as embedded:
         yield embedded
-    finally:
-        await stop_server(embedded)
 
 
 @pytest.fixture
