@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc.aio
 import pytest
+from embedded_servers import free_port
 from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer
 from highwater.controller import ControllerConfig
 from highwater.controller import messages as m
@@ -37,12 +37,6 @@ from highwater.v1.common_pb2 import ErrorCode
 pytestmark = pytest.mark.timeout(60)
 
 COORDINATOR_TIMEOUT_MS = 1500
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
 from pathlib import Path
 
 import grpc.aio
 import pytest
+from embedded_servers import free_port
 from highwater.controller import messages as m
 from highwater.controller.client import ControllerClient
 from highwater.embedded import EmbeddedServer
@@ -26,12 +26,6 @@ pytestmark = pytest.mark.timeout(120)
 
 TOPIC = "fuzzed"
 KNOWN_CODES = frozenset(ErrorCode.values()) - {ErrorCode.UNKNOWN_SERVER_ERROR}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def mutate(data: bytes, rng: random.Random) -> bytes:

@@ -7,7 +7,6 @@ one loopback port) and talks to it over gRPC as any client would.
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import grpc.aio
 import pytest
+from embedded_servers import free_port
 from highwater.broker.service import BrokerSettings
 from highwater.controller import messages as m
 from highwater.controller.client import ControllerClient
@@ -28,12 +28,6 @@ from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -6,11 +6,11 @@ one free loopback port) and administers it over gRPC, as an application would.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from embedded_servers import free_port
 from highwater.client.admin import (
     AdminClient,
     BrokerUnavailableError,
@@ -32,13 +32,6 @@ from highwater.errors import InvalidTopicError
 from highwater.v1.common_pb2 import ErrorCode
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ idempotence, delivery reports, errors, the blocking wrapper and configuration ch
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import grpc.aio
 import pytest
+from embedded_servers import free_port
 from highwater.client.cluster import (
     ClusterMetadata,
     UnknownTopicOrPartitionError,
@@ -37,13 +37,6 @@ from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from embedded_servers import free_port
 from highwater.cli.main import main
 from highwater.cli.quorum import replication_rows, status_lines
 from highwater.v1 import raft_pb2
@@ -22,12 +22,6 @@ pytestmark = pytest.mark.timeout(60)
 def run(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(main, list(args))
     return result.exit_code, result.output
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --- bad input ---------------------------------------------------------------------------
