@@ -40,11 +40,11 @@ import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from highwater.cli.addresses import address_list
 from highwater.client.cluster import ClusterMetadata, UnknownTopicOrPartitionError
 from highwater.client.consumer import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 from highwater.client.producer import Message, Producer
 from highwater.errors import HighwaterError, InvalidConfigError
-from highwater.raft.service import parse_endpoint
 
 __all__ = ["consume", "format_message", "produce"]
 
@@ -57,26 +57,13 @@ _POLL_INTERVAL_S = 1.0
 # --- Shared helpers --------------------------------------------------------------------
 
 
-def _parse_bootstrap(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    """Check ``HOST:PORT[,HOST:PORT...]``; returned normalised (no blanks)."""
-    parts = [part.strip() for part in value.split(",") if part.strip()]
-    if not parts:
-        raise click.BadParameter("give at least one HOST:PORT")
-    for part in parts:
-        try:
-            parse_endpoint(part)
-        except ValueError as e:
-            raise click.BadParameter(str(e)) from None
-    return ",".join(parts)
-
-
 def _bootstrap_option() -> Any:
     """The ``--bootstrap-server`` option both commands take."""
     return click.option(
         "--bootstrap-server",
         "bootstrap_server",
         required=True,
-        callback=_parse_bootstrap,
+        callback=address_list,
         metavar="HOST:PORT[,HOST:PORT...]",
         help="Brokers to connect to (in `highwater server`, its one port).",
     )

@@ -33,6 +33,7 @@ from typing import Any, Final, TypeVar
 import click
 import grpc.aio
 
+from highwater.cli.addresses import address_list
 from highwater.client.admin import (
     AdminClient,
     AdminError,
@@ -44,7 +45,6 @@ from highwater.client.admin import (
 )
 from highwater.client.group.protocol import TopicPartitionKey
 from highwater.errors import HighwaterError
-from highwater.raft.service import parse_endpoint
 
 __all__ = ["format_table", "groups", "parse_topic_spec"]
 
@@ -56,18 +56,6 @@ _INACTIVE_STATES: Final = frozenset({"Empty", "Dead"})
 
 
 # --- Option parsing --------------------------------------------------------------------
-
-
-def _parse_bootstrap(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    parts = [part.strip() for part in value.split(",") if part.strip()]
-    if not parts:
-        raise click.BadParameter("give at least one HOST:PORT")
-    for part in parts:
-        try:
-            parse_endpoint(part)
-        except ValueError as e:
-            raise click.BadParameter(str(e)) from None
-    return ",".join(parts)
 
 
 def parse_topic_spec(spec: str) -> tuple[str, tuple[int, ...] | None]:
@@ -118,7 +106,7 @@ def _connection_options(command: Callable[..., None]) -> Callable[..., None]:
         "--bootstrap-server",
         "bootstrap_server",
         required=True,
-        callback=_parse_bootstrap,
+        callback=address_list,
         metavar="HOST:PORT[,HOST:PORT...]",
         help="Brokers to connect to (in `highwater server`, its one port).",
     )(with_timeout)

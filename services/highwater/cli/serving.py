@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 import click
 import uvloop
 
+from highwater.cli.addresses import parse_addresses
 from highwater.errors import HighwaterError
 from highwater.raft.service import parse_endpoint, parse_quorum_voters
 
@@ -71,15 +72,7 @@ def listen_option(*, required: bool, default: str | None = None, help: str) -> C
 
 
 def _controllers(_ctx: click.Context, _param: click.Parameter, value: str) -> list[str]:
-    addresses = [part.strip() for part in value.split(",") if part.strip()]
-    if not addresses:
-        raise click.BadParameter("name at least one controller")
-    for address in addresses:
-        try:
-            parse_endpoint(address)
-        except ValueError as e:
-            raise click.BadParameter(str(e)) from None
-    return addresses
+    return parse_addresses(value)
 
 
 def controllers_option(function: F) -> F:

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 import click
 import grpc.aio
 
+from highwater.cli.addresses import address_list
 from highwater.client.admin import (
     AdminClient,
     AdminError,
@@ -41,7 +42,6 @@ from highwater.client.admin import (
     UnknownTopicOrPartitionError,
 )
 from highwater.errors import HighwaterError
-from highwater.raft.service import parse_endpoint
 
 __all__ = ["Connection", "format_description", "parse_config_pairs", "topics"]
 
@@ -49,18 +49,6 @@ T = TypeVar("T")
 
 
 # --- Option parsing --------------------------------------------------------------------
-
-
-def _parse_bootstrap(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    parts = [part.strip() for part in value.split(",") if part.strip()]
-    if not parts:
-        raise click.BadParameter("give at least one HOST:PORT")
-    for part in parts:
-        try:
-            parse_endpoint(part)
-        except ValueError as e:
-            raise click.BadParameter(str(e)) from None
-    return ",".join(parts)
 
 
 def parse_config_pairs(pairs: Iterable[str]) -> dict[str, str]:
@@ -75,7 +63,7 @@ def parse_config_pairs(pairs: Iterable[str]) -> dict[str, str]:
 
 
 def _parse_controllers(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    return None if value is None else _parse_bootstrap(ctx, param, value)
+    return None if value is None else address_list(ctx, param, value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +110,7 @@ def _connection_options(command: Callable[..., None]) -> Callable[..., None]:
         "--bootstrap-server",
         "bootstrap_server",
         required=True,
-        callback=_parse_bootstrap,
+        callback=address_list,
         metavar="HOST:PORT[,HOST:PORT...]",
         help="Brokers to connect to (in `highwater server`, its one port).",
     )(with_controllers)
