@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc.aio
 import pytest
@@ -281,12 +283,38 @@ async def test_idempotent_batches_carry_producer_id_and_growing_sequences(
     assert expected == 20
 
 
+def answer_errors(producer: AsyncProducer, codes: Iterable[int]) -> deque[int]:
+    """Make the producer read ``codes``, one per partition answer, in answers the broker gave
+    with NONE: the batch was written, the producer hears of a failure (a lost reply, a
+    leader that moved). Returns the codes not used yet."""
+    pending = deque(codes)
+    stub_for = producer.cluster.stub
+
+    class AnswersWithErrors:
+        def __init__(self, address: str) -> None:
+            self._stub = stub_for(address)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._stub, name)
+
+        async def Produce(self, request: pb.ProduceRequest, **kwargs: Any) -> pb.ProduceResponse:
+            reply: pb.ProduceResponse = await self._stub.Produce(request, **kwargs)
+            for topic in reply.topics:
+                for answer in topic.partitions:
+                    if answer.error == ErrorCode.NONE and pending:
+                        answer.error = pending.popleft()  # type: ignore[assignment]
+            return reply
+
+    producer.cluster.stub = AnswersWithErrors  # type: ignore[method-assign,assignment]
+    return pending
+
+
 async def test_a_batch_whose_reply_is_lost_is_resent_and_stored_once(cluster: Cluster) -> None:
     await cluster.create_topic("lost-reply")
     async with AsyncProducer(cluster.config(retry_backoff_ms=1)) as producer:
         first = await producer.send("lost-reply", b"zero")
         # The broker writes the batch, the producer never hears of it.
-        producer._inject_errors.append(ErrorCode.NETWORK_EXCEPTION)
+        answer_errors(producer, [ErrorCode.NETWORK_EXCEPTION])
         resent = await producer.send("lost-reply", b"one")
         last = await producer.send("lost-reply", b"two")
     assert (first.offset, resent.offset, last.offset) == (0, 1, 2)
@@ -310,7 +338,7 @@ async def test_not_leader_refreshes_metadata_and_the_retry_is_deduplicated(
 
         producer.cluster.refresh = counting_refresh  # type: ignore[method-assign]
         # The batch is written, but the answer says the leader moved: refresh, resend.
-        producer._inject_errors.append(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        answer_errors(producer, [ErrorCode.NOT_LEADER_OR_FOLLOWER])
         moved = await producer.send("moved", b"one")
     assert moved.offset == 1
     assert {"moved"} in refreshes
@@ -324,12 +352,12 @@ async def test_retries_among_many_in_flight_batches_keep_order_without_duplicate
     config = cluster.config(batch_size=120, linger_ms=0, retry_backoff_ms=1)
     async with AsyncProducer(config) as producer:
         await producer.send("flaky", b"start")
-        producer._inject_errors.extend(
-            [ErrorCode.NETWORK_EXCEPTION, ErrorCode.NOT_LEADER_OR_FOLLOWER] * 4
+        errors = answer_errors(
+            producer, [ErrorCode.NETWORK_EXCEPTION, ErrorCode.NOT_LEADER_OR_FOLLOWER] * 4
         )
         futures = [producer.produce("flaky", b"%04d" % i + b"." * 40) for i in range(100)]
         assert await producer.flush(20) == 0
-    assert not producer._inject_errors
+    assert not errors
     offsets = [f.result().offset for f in futures]
     assert offsets == list(range(1, 101))
     values = await cluster.values("flaky")

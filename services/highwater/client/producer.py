@@ -674,7 +674,6 @@ class AsyncProducer:
         self._fatal: BaseException | None = None
         # Test-only fault injection: the next successful partition answers are taken as
         # these error codes instead (the broker did write the batch: a lost reply).
-        self._inject_errors: deque[int] = deque()
 
     # --- public API -----------------------------------------------------------------------
 
@@ -1265,8 +1264,6 @@ class AsyncProducer:
                     )
                 continue
             code = answer.error
-            if code == ErrorCode.NONE and self._inject_errors:
-                code = self._inject_errors.popleft()
             if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
                 self._done(q, batch)
                 self._succeed(batch, answer.base_offset, answer.log_append_time_ms)
