@@ -20,6 +20,7 @@ from highwater.cli.dump_log import dump_log
 from highwater.cli.groups import groups
 from highwater.cli.observer import observer
 from highwater.cli.quorum import quorum
+from highwater.cli.rolling import rolling
 from highwater.cli.server import server
 from highwater.cli.topics import topics
 
@@ -89,3 +90,4 @@ main.add_command(dev_cluster)
 main.add_command(produce)
 main.add_command(consume)
 main.add_command(groups)
+main.add_command(rolling)

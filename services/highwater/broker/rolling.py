@@ -1,0 +1,191 @@
+"""Rolling restarts of brokers: when one may stop, and when a restarted one counts as ready.
+
+A StatefulSet restarts its brokers one pod at a time and moves to the next pod only once
+the restarted one is Ready. Two gates, both decided here from what ``describe_topics``
+and ``describe_cluster`` report (leader, replicas and ISR of every partition, and the
+live brokers), keep that roll from losing availability or durability:
+
+* **may stop** (the pod's preStop hook): a broker is stopped only while no partition of
+  the cluster is under-replicated (every replica in its ISR). Stopping a broker while
+  another one is still catching up would take the partitions they share one more
+  replica below their replication factor, and below ``min.insync.replicas`` where the
+  two together were the margin. Once the gate opens, SIGTERM starts the broker's
+  controlled shutdown, which the controller completes only after it has moved every
+  leadership away from the broker (:meth:`BrokerServer.stop`).
+* **ready** (the readiness probe): a broker is ready only once it is registered and
+  unfenced and back in the ISR of every partition it replicates. The StatefulSet
+  controller does not restart the next pod before this one is ready, and the
+  PodDisruptionBudget counts an unready broker as unavailable, so a node drain waits too.
+
+The decisions are pure functions of a :class:`ClusterView`; :func:`observe_cluster`
+builds one with the :class:`~highwater.client.admin.AdminClient`, and
+:func:`wait_until_may_stop` polls until the gate opens or time runs out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import grpc.aio
+
+from highwater.client.admin import AdminClient, TopicDescription
+from highwater.errors import HighwaterError
+
+__all__ = [
+    "ClusterView",
+    "Decision",
+    "PartitionState",
+    "leaderships",
+    "may_stop",
+    "observe_cluster",
+    "readiness",
+    "under_replicated",
+    "wait_until_may_stop",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """One partition as the brokers' metadata reports it."""
+
+    topic: str
+    partition: int
+    leader: int | None
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        """``topic-partition``, as Kafka's tools print it."""
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def is_under_replicated(self) -> bool:
+        """Some replica is outside the ISR."""
+        return any(replica not in self.isr for replica in self.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """The live (registered, unfenced) brokers and every partition, internal ones too."""
+
+    live_brokers: frozenset[int]
+    partitions: tuple[PartitionState, ...] = ()
+
+    @classmethod
+    def from_descriptions(
+        cls, live_brokers: Iterable[int], topics: Mapping[str, TopicDescription]
+    ) -> ClusterView:
+        """A view from the admin client's ``describe_cluster`` node ids and
+        ``describe_topics`` answer."""
+        partitions = tuple(
+            PartitionState(name, p.partition, p.leader, tuple(p.replicas), tuple(p.isr))
+            for name, description in sorted(topics.items())
+            for p in description.partitions
+        )
+        return cls(frozenset(live_brokers), partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A gate's answer: open or not, and why not (one line per reason)."""
+
+    allowed: bool
+    reasons: tuple[str, ...] = field(default=())
+
+    def __str__(self) -> str:
+        return "yes" if self.allowed else "; ".join(self.reasons)
+
+
+#: At most this many partitions are named in a reason; the rest are counted.
+NAMED_PARTITIONS = 5
+
+
+def _named(partitions: list[PartitionState]) -> str:
+    names = ", ".join(p.name for p in partitions[:NAMED_PARTITIONS])
+    more = len(partitions) - NAMED_PARTITIONS
+    return f"{names} and {more} more" if more > 0 else names
+
+
+def under_replicated(view: ClusterView) -> list[PartitionState]:
+    """The partitions with a replica outside their ISR, in topic and partition order."""
+    return [p for p in view.partitions if p.is_under_replicated]
+
+
+def leaderships(view: ClusterView, node_id: int) -> list[PartitionState]:
+    """The partitions ``node_id`` leads."""
+    return [p for p in view.partitions if p.leader == node_id]
+
+
+def may_stop(view: ClusterView, node_id: int) -> Decision:
+    """Whether broker ``node_id`` may be stopped now: no partition is under-replicated.
+
+    The broker's own partitions count as much as the others': a partition that lost a
+    replica elsewhere and has one on this broker would lose a second. Two exceptions,
+    because stopping the broker cannot make them worse: a partition whose only replicas
+    outside the ISR are on this broker (it is waiting for this very broker, which may be
+    restarted to recover), and a broker that is not live (fenced or not yet registered
+    serves nothing).
+    """
+    if node_id not in view.live_brokers:
+        return Decision(True)
+    lagging = [
+        p
+        for p in under_replicated(view)
+        if any(replica not in p.isr for replica in p.replicas if replica != node_id)
+    ]
+    if lagging:
+        return Decision(False, (f"{len(lagging)} under-replicated: {_named(lagging)}",))
+    return Decision(True)
+
+
+def readiness(view: ClusterView, node_id: int) -> Decision:
+    """Whether broker ``node_id`` is ready: live, and in the ISR of each of its replicas.
+
+    A replica whose partition has no leader cannot catch up and does not hold the broker
+    back (that partition waits for another broker, not for this one).
+    """
+    reasons: list[str] = []
+    if node_id not in view.live_brokers:
+        reasons.append(f"broker {node_id} is not registered and unfenced")
+    behind = [
+        p
+        for p in view.partitions
+        if node_id in p.replicas and node_id not in p.isr and p.leader is not None
+    ]
+    if behind:
+        reasons.append(f"not yet in the ISR of {len(behind)}: {_named(behind)}")
+    return Decision(not reasons, tuple(reasons))
+
+
+async def observe_cluster(admin: AdminClient) -> ClusterView:
+    """The live brokers and every partition (internal topics included), as ``admin``'s
+    bootstrap broker reports them."""
+    cluster = await admin.describe_cluster()
+    listings = await admin.list_topics(include_internal=True)
+    topics = await admin.describe_topics(listing.name for listing in listings)
+    return ClusterView.from_descriptions((node.node_id for node in cluster.nodes), topics)
+
+
+async def wait_until_may_stop(
+    admin: AdminClient,
+    node_id: int,
+    *,
+    timeout_s: float,
+    poll_interval_s: float = 2.0,
+) -> Decision:
+    """Poll :func:`may_stop` until it allows the stop or ``timeout_s`` passes; the last
+    decision (a failure to ask the cluster counts as a refusal naming the error)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            decision = may_stop(await observe_cluster(admin), node_id)
+        except (HighwaterError, grpc.aio.AioRpcError) as e:  # unreachable for a moment
+            decision = Decision(False, (f"cannot describe the cluster: {e}",))
+        remaining = deadline - time.monotonic()
+        if decision.allowed or remaining <= 0:
+            return decision
+        await asyncio.sleep(min(poll_interval_s, remaining))
