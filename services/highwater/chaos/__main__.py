@@ -1,0 +1,124 @@
+"""The chaos harness's command line: ``run`` one seeded run, ``check`` a history file,
+``campaign`` several runs and a report."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from highwater.chaos.checker import check
+from highwater.chaos.history import read_history
+from highwater.chaos.report import markdown_report
+from highwater.chaos.run import RunOptions, excerpt, run, summarize
+from highwater.chaos.schedule import parse_faults
+
+
+def _faults(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
+    try:
+        return parse_faults(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _echo(text: str) -> None:
+    click.echo(text, err=True)
+
+
+@click.group()
+def main() -> None:
+    """Jepsen-style fault tests of a local Highwater cluster (docs/chaos.md)."""
+
+
+@main.command("run")
+@click.option("--seed", type=int, required=True, help="The schedule's seed.")
+@click.option("--duration", type=click.FloatRange(min=5), default=60, show_default=True, help="s")
+@click.option(
+    "--faults",
+    default="kill,pause",
+    show_default=True,
+    callback=_faults,
+    help="Comma-separated: kill, pause, partition, disk.",
+)
+@click.option("--controllers", type=click.IntRange(1, 5), default=1, show_default=True)
+@click.option("--brokers", type=click.IntRange(3, 5), default=3, show_default=True)
+@click.option("--coordinators", type=click.IntRange(1, 3), default=1, show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the history, logs, summary and timeline go (default: a new temporary directory).",
+)
+def run_command(
+    seed: int,
+    duration: float,
+    faults: tuple[str, ...],
+    controllers: int,
+    brokers: int,
+    coordinators: int,
+    out: Path | None,
+) -> None:
+    """One seeded run; the last line printed is its JSON summary."""
+    out_dir = out or Path(tempfile.mkdtemp(prefix=f"highwater-chaos-{seed}-"))
+    summary = run(
+        RunOptions(seed, duration, faults, out_dir, controllers, brokers, coordinators),
+        echo=_echo,
+    )
+    _echo(f"history: {out_dir / 'history.jsonl'}")
+    click.echo(json.dumps(summary))
+    sys.exit(1 if summary["anomalies"] else 0)
+
+
+@main.command("check")
+@click.argument("history", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--seed", type=int, default=-1)
+def check_command(history: Path, seed: int) -> None:
+    """Check a history file again; the last line is the JSON summary."""
+    ops = read_history(history)
+    result = check(ops)
+    for line in excerpt(ops, result):
+        _echo(line)
+    faults = sum(1 for op in ops if op.get("kind") == "fault")
+    duration = max((float(op["t"]) for op in ops), default=0.0)
+    click.echo(json.dumps(summarize(seed, round(duration, 1), faults, result)))
+    sys.exit(1 if result.anomalies else 0)
+
+
+@main.command("campaign")
+@click.option("--seeds", default="1,2,3", show_default=True, help="Comma-separated seeds.")
+@click.option("--duration", type=click.FloatRange(min=5), default=180, show_default=True)
+@click.option("--faults", default="kill,pause,partition,disk", show_default=True, callback=_faults)
+@click.option("--controllers", type=click.IntRange(1, 5), default=3, show_default=True)
+@click.option("--brokers", type=click.IntRange(3, 5), default=3, show_default=True)
+@click.option("--coordinators", type=click.IntRange(1, 3), default=2, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+def campaign_command(
+    seeds: str,
+    duration: float,
+    faults: tuple[str, ...],
+    controllers: int,
+    brokers: int,
+    coordinators: int,
+    out: Path,
+) -> None:
+    """Several seeded runs and ``report.md`` with a timeline plot of each."""
+    out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for seed in (int(s) for s in seeds.split(",") if s.strip()):
+        run_dir = out / f"seed-{seed}"
+        summary = run(
+            RunOptions(seed, duration, faults, run_dir, controllers, brokers, coordinators),
+            echo=_echo,
+        )
+        click.echo(json.dumps(summary))
+        runs.append((summary, f"seed-{seed}/timeline.svg"))
+        (out / "report.md").write_text(markdown_report(runs))
+    _echo(f"report: {out / 'report.md'}")
+    sys.exit(1 if any(s["anomalies"] for s, _ in runs) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,338 @@
+"""The checker: a history in, the anomalies it shows out (pure: no I/O, no clock).
+
+What it checks, from the clients' point of view (DESIGN.md §4):
+
+- ``lost-write``: a write acknowledged (acks=all) is missing from the final read of its
+  partition.
+- ``duplicate``: a value is in the final log more than once (idempotent retries must
+  not duplicate).
+- ``offset-mismatch``: a value was acknowledged or read at one offset (or partition)
+  and is at another in the final log: every reader sees a record at the same offset.
+- ``reorder``: two values of one producer in one partition are in the log in the
+  opposite order of their sequence numbers.
+- ``read-then-vanished``: a consumer read a value that is not in the final log (it read
+  above the high watermark, or the log was truncated below it).
+- ``phantom-read``: a consumer read a value no producer ever wrote.
+- ``committed-offset-backwards``: a group's committed offset for a partition, once
+  committed (or observed), is later observed or committed lower.
+- ``replica-divergence``: two replicas of a partition hold different bytes below the
+  final high watermark once the cluster is healed.
+- ``incomplete-final-read``: a partition written to has no final read, so its writes
+  cannot be checked.
+
+Each :class:`Anomaly` names the history lines that show it, the shortest excerpt of
+the history for it: the write's invocation and acknowledgement, the reads involved and
+the final-pass marker of the partition.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from highwater.chaos.history import Op
+
+ANOMALY_KINDS = (
+    "lost-write",
+    "duplicate",
+    "offset-mismatch",
+    "reorder",
+    "read-then-vanished",
+    "phantom-read",
+    "committed-offset-backwards",
+    "replica-divergence",
+    "incomplete-final-read",
+)
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    kind: str
+    detail: str
+    lines: tuple[int, ...]
+    """0-based indexes of the history operations that show it."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "detail": self.detail, "lines": [i + 1 for i in self.lines]}
+
+
+@dataclass
+class CheckResult:
+    writes_attempted: int = 0
+    writes_acknowledged: int = 0
+    writes_failed: int = 0
+    writes_lost: int = 0
+    duplicates: int = 0
+    reads: int = 0
+    final_records: int = 0
+    commits_acknowledged: int = 0
+    longest_unavailability_s: float = 0.0
+    anomalies: list[Anomaly] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.anomalies
+
+
+def _sequence(value: str) -> tuple[str, int] | None:
+    """``(producer, sequence)`` of a workload value ``<producer>-<sequence>``."""
+    producer, _, number = value.rpartition("-")
+    if not producer or not number.isdigit():
+        return None
+    return producer, int(number)
+
+
+def check(ops: list[Op]) -> CheckResult:
+    """Every anomaly ``ops`` shows (see the module docstring), and the run's counts."""
+    result = CheckResult()
+    invokes: dict[str, int] = {}  # value -> index of its write invocation
+    acks: dict[str, int] = {}  # value -> index of its acknowledgement
+    written_partitions: set[int] = set()
+    final_by_partition: dict[int, dict[int, tuple[str, int]]] = defaultdict(dict)
+    final_markers: dict[int, int] = {}
+    final_places: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    reads: list[int] = []
+    offset_facts: list[tuple[float, float, str, int, int, int]] = []
+    replicas: dict[int, list[int]] = defaultdict(list)
+    ack_times: list[float] = []
+    invoke_times: list[float] = []
+
+    for index, op in enumerate(ops):
+        kind = op.get("kind")
+        if kind == "write":
+            status = op.get("status")
+            value = str(op.get("value"))
+            if status == "invoke":
+                result.writes_attempted += 1
+                invokes.setdefault(value, index)
+                written_partitions.add(int(op["partition"]))
+                invoke_times.append(float(op["t"]))
+            elif status == "ok":
+                result.writes_acknowledged += 1
+                acks[value] = index
+                ack_times.append(float(op["t"]))
+            elif status == "fail":
+                result.writes_failed += 1
+        elif kind == "read":
+            if op.get("process") == "final":
+                partition, offset, value = int(op["partition"]), int(op["offset"]), op["value"]
+                final_by_partition[partition][offset] = (str(value), index)
+                final_places[str(value)].append((partition, offset, index))
+                result.final_records += 1
+            else:
+                reads.append(index)
+                result.reads += 1
+        elif kind == "final":
+            final_markers[int(op["partition"])] = index
+        elif kind == "commit" and op.get("status") == "ok":
+            result.commits_acknowledged += 1
+            offset_facts.append(
+                (
+                    float(op["t_invoke"] if "t_invoke" in op else op["t"]),
+                    float(op["t"]),
+                    str(op["group"]),
+                    int(op["partition"]),
+                    int(op["offset"]),
+                    index,
+                )
+            )
+        elif kind == "committed":
+            offset_facts.append(
+                (
+                    float(op["t_invoke"] if "t_invoke" in op else op["t"]),
+                    float(op["t"]),
+                    str(op["group"]),
+                    int(op["partition"]),
+                    int(op["offset"]),
+                    index,
+                )
+            )
+        elif kind == "replica":
+            replicas[int(op["partition"])].append(index)
+
+    anomalies = result.anomalies
+
+    def write_lines(value: str) -> list[int]:
+        return [i for i in (invokes.get(value), acks.get(value)) if i is not None]
+
+    # Partitions that were written to but never read back at the end.
+    unchecked = {p for p in written_partitions if p not in final_markers}
+    for partition in sorted(unchecked):
+        anomalies.append(
+            Anomaly(
+                "incomplete-final-read",
+                f"partition {partition} was written to but has no final read",
+                (),
+            )
+        )
+
+    # Duplicates in the final log.
+    for value, places in final_places.items():
+        if len(places) > 1:
+            result.duplicates += len(places) - 1
+            where = ", ".join(f"{p}@{o}" for p, o, _ in places)
+            anomalies.append(
+                Anomaly(
+                    "duplicate",
+                    f"value {value} is in the final log {len(places)} times ({where})",
+                    tuple(sorted([*write_lines(value), *(i for _, _, i in places)])),
+                )
+            )
+
+    # Acknowledged writes: present, once, at the acknowledged offset.
+    for value, ack_index in acks.items():
+        ack = ops[ack_index]
+        partition, offset = int(ack["partition"]), int(ack["offset"])
+        if partition in unchecked:
+            continue
+        places = final_places.get(value, [])
+        if not places:
+            result.writes_lost += 1
+            at = final_by_partition[partition].get(offset)
+            evidence = [at[1]] if at is not None else []
+            anomalies.append(
+                Anomaly(
+                    "lost-write",
+                    f"value {value} acknowledged at {partition}@{offset} is not in the final "
+                    + (f"log ({at[0]} is at that offset)" if at is not None else "log"),
+                    tuple(sorted({*write_lines(value), *evidence, final_markers[partition]})),
+                )
+            )
+        elif (places[0][0], places[0][1]) != (partition, offset):
+            anomalies.append(
+                Anomaly(
+                    "offset-mismatch",
+                    f"value {value} acknowledged at {partition}@{offset} is at "
+                    f"{places[0][0]}@{places[0][1]} in the final log",
+                    tuple(sorted({*write_lines(value), places[0][2]})),
+                )
+            )
+
+    # Reads by consumers agree with the final log.
+    for index in reads:
+        op = ops[index]
+        value, partition, offset = str(op["value"]), int(op["partition"]), int(op["offset"])
+        if value not in invokes:
+            anomalies.append(
+                Anomaly(
+                    "phantom-read",
+                    f"value {value} read at {partition}@{offset} was never written",
+                    (index,),
+                )
+            )
+            continue
+        if partition not in final_markers:
+            continue
+        places = final_places.get(value, [])
+        if not places:
+            at = final_by_partition[partition].get(offset)
+            evidence = [at[1]] if at is not None else [final_markers[partition]]
+            anomalies.append(
+                Anomaly(
+                    "read-then-vanished",
+                    f"{op['process']} read {value} at {partition}@{offset}; the final log "
+                    + (f"has {at[0]} there" if at is not None else "does not hold it"),
+                    tuple(sorted({*write_lines(value), index, *evidence})),
+                )
+            )
+        elif (places[0][0], places[0][1]) != (partition, offset):
+            anomalies.append(
+                Anomaly(
+                    "offset-mismatch",
+                    f"{op['process']} read {value} at {partition}@{offset}; the final log "
+                    f"has it at {places[0][0]}@{places[0][1]}",
+                    tuple(sorted({index, places[0][2]})),
+                )
+            )
+
+    # Per producer and partition, the log keeps the producer's order.
+    by_producer: dict[tuple[str, int], list[tuple[int, int, int]]] = defaultdict(list)
+    for value, places in final_places.items():
+        parsed = _sequence(value)
+        if parsed is None:
+            continue
+        partition, offset, index = places[0]
+        by_producer[(parsed[0], partition)].append((parsed[1], offset, index))
+    for (producer, partition), entries in sorted(by_producer.items()):
+        entries.sort()
+        for (seq_a, off_a, idx_a), (seq_b, off_b, idx_b) in itertools.pairwise(entries):
+            if off_b < off_a:
+                value_a, value_b = f"{producer}-{seq_a}", f"{producer}-{seq_b}"
+                anomalies.append(
+                    Anomaly(
+                        "reorder",
+                        f"{value_a} is at {partition}@{off_a} but the later {value_b} "
+                        f"is at {partition}@{off_b}",
+                        tuple(sorted({*write_lines(value_a), *write_lines(value_b), idx_a, idx_b})),
+                    )
+                )
+
+    anomalies.extend(_offsets_backwards(offset_facts))
+    anomalies.extend(_replica_divergence(ops, replicas))
+    result.longest_unavailability_s = _longest_gap(invoke_times, ack_times)
+    return result
+
+
+def _offsets_backwards(
+    facts: list[tuple[float, float, str, int, int, int]],
+) -> list[Anomaly]:
+    """A committed offset known (committed or observed) by time T must not be seen or
+    committed lower by an operation that started after T."""
+    found: list[Anomaly] = []
+    by_partition: dict[tuple[str, int], list[tuple[float, float, int, int]]] = defaultdict(list)
+    for t_invoke, t_done, group, partition, offset, index in facts:
+        by_partition[(group, partition)].append((t_invoke, t_done, offset, index))
+    for (group, partition), entries in sorted(by_partition.items()):
+        by_start = sorted(entries)
+        done: list[tuple[float, int, int]] = [
+            (t_done, offset, index) for _, t_done, offset, index in entries
+        ]
+        heapq.heapify(done)
+        best: tuple[int, int] | None = None  # (offset, index) of the highest completed one
+        for t_invoke, _, offset, index in by_start:
+            while done and done[0][0] < t_invoke:
+                _, known, known_index = heapq.heappop(done)
+                if best is None or known > best[0]:
+                    best = (known, known_index)
+            if best is not None and offset < best[0]:
+                found.append(
+                    Anomaly(
+                        "committed-offset-backwards",
+                        f"group {group} partition {partition}: offset {best[0]} was committed, "
+                        f"then {offset}",
+                        (best[1], index),
+                    )
+                )
+    return found
+
+
+def _replica_divergence(ops: list[Op], replicas: dict[int, list[int]]) -> list[Anomaly]:
+    found: list[Anomaly] = []
+    for partition, indexes in sorted(replicas.items()):
+        digests = {str(ops[i]["digest"]) for i in indexes}
+        if len(digests) > 1:
+            described = ", ".join(
+                f"broker {ops[i]['broker']}: {ops[i]['bytes']} bytes {str(ops[i]['digest'])[:12]}"
+                for i in indexes
+            )
+            found.append(
+                Anomaly(
+                    "replica-divergence",
+                    f"partition {partition}: the replicas differ below the high watermark "
+                    f"({described})",
+                    tuple(indexes),
+                )
+            )
+    return found
+
+
+def _longest_gap(invoke_times: list[float], ack_times: list[float]) -> float:
+    """The longest time, while writes were being attempted, with no write acknowledged."""
+    if not invoke_times:
+        return 0.0
+    start, end = min(invoke_times), max(invoke_times)
+    points = sorted([start, *(t for t in ack_times if start <= t <= end), end])
+    return round(max(b - a for a, b in itertools.pairwise(points)) if len(points) > 1 else 0.0, 3)

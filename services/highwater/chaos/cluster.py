@@ -1,0 +1,279 @@
+"""The cluster under test: controller, broker and coordinator processes the harness starts,
+signals by PID (kill -9, SIGSTOP/SIGCONT, restart) and always stops.
+
+Two network modes (:mod:`highwater.chaos.network`): on loopback every process listens on
+127.0.0.1 with its own port; in network namespaces every process runs in a namespace of
+its own, reachable at an address inside it, so links between processes can be cut.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import grpc
+
+from highwater.chaos.network import Network
+from highwater.storage.records import iter_batches
+from highwater.v1 import broker_pb2, broker_pb2_grpc
+
+FIRST_BROKER_ID = 100
+FIRST_COORDINATOR_ID = 200
+STOP_TIMEOUT_S = 15.0
+#: Followers that lag this long leave the ISR (Kafka's default is 30 s; a chaos run is short).
+REPLICA_LAG_TIME_MAX_MS = 10_000
+
+
+@dataclass
+class ChaosProcess:
+    """One process of the cluster, by name (``controller-1``, ``broker-100``, ...)."""
+
+    name: str
+    role: str
+    node_id: int
+    address: str
+    args: list[str]
+    data_dir: Path
+    log_path: Path
+    network: Network
+    process: subprocess.Popen[bytes] | None = None
+    paused: bool = False
+    starts: int = 0
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise RuntimeError(f"{self.name} was never started")
+        return self.process.pid
+
+    def start(self) -> None:
+        if self.alive:
+            raise RuntimeError(f"{self.name} is already running")
+        self.reap()
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in reap()
+        command = [sys.executable, "-m", "highwater", "--log-level", "INFO", *self.args]
+        self.process = subprocess.Popen(
+            self.network.wrap(self.name, command),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            start_new_session=True,
+        )
+        self.paused = False
+        self.starts += 1
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to this process (by the PID the harness started it with)."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signum)
+
+    def kill(self) -> None:
+        """SIGKILL: no controlled shutdown, no flush."""
+        self.signal(signal.SIGKILL)
+        self.reap()
+
+    def pause(self) -> None:
+        self.signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        self.signal(signal.SIGCONT)
+        self.paused = False
+
+    def stop(self) -> None:
+        """SIGCONT (if paused), SIGTERM, then SIGKILL if it does not exit in time."""
+        if self.process is not None and self.process.poll() is None:
+            self.resume()
+            self.signal(signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+        self.reap()
+
+    def reap(self) -> None:
+        process = self.process
+        if process is not None:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+class Cluster:
+    """Controllers, brokers and coordinators, each with a data directory and log file under
+    ``base_dir``; :meth:`stop` stops every process started, whatever state it is in."""
+
+    def __init__(
+        self,
+        base_dir: Path,
+        network: Network,
+        *,
+        controllers: int = 1,
+        brokers: int = 3,
+        coordinators: int = 1,
+    ) -> None:
+        self.base_dir = base_dir
+        self.network = network
+        base_dir.mkdir(parents=True, exist_ok=True)
+        names = (
+            [f"controller-{i + 1}" for i in range(controllers)]
+            + [f"broker-{FIRST_BROKER_ID + i}" for i in range(brokers)]
+            + [f"coordinator-{FIRST_COORDINATOR_ID + i}" for i in range(coordinators)]
+        )
+        addresses = network.assign(names)
+        voters = ",".join(f"{i + 1}@{addresses[f'controller-{i + 1}']}" for i in range(controllers))
+        quorum = ",".join(addresses[f"controller-{i + 1}"] for i in range(controllers))
+        self.processes: dict[str, ChaosProcess] = {}
+        for name in names:
+            role, _, number = name.partition("-")
+            node_id = int(number)
+            data_dir = base_dir / name
+            if role == "controller":
+                args = [
+                    "controller",
+                    "--node-id",
+                    str(node_id),
+                    "--listen",
+                    addresses[name],
+                    "--voters",
+                    voters,
+                    "--data-dir",
+                    str(data_dir),
+                    "--offsets-topic-replication-factor",
+                    str(min(3, brokers)),
+                ]
+            elif role == "broker":
+                args = [
+                    "broker",
+                    "--node-id",
+                    str(node_id),
+                    "--listen",
+                    addresses[name],
+                    "--controllers",
+                    quorum,
+                    "--data-dir",
+                    str(data_dir),
+                    "--replica-lag-time-max-ms",
+                    str(REPLICA_LAG_TIME_MAX_MS),
+                ]
+            else:
+                args = [
+                    "coordinator",
+                    "--node-id",
+                    str(node_id),
+                    "--listen",
+                    addresses[name],
+                    "--controllers",
+                    quorum,
+                    "--data-dir",
+                    str(data_dir),
+                    "--group-initial-rebalance-delay-ms",
+                    "0",
+                ]
+            self.processes[name] = ChaosProcess(
+                name,
+                role,
+                node_id,
+                addresses[name],
+                args,
+                data_dir,
+                base_dir / f"{name}.log",
+                network,
+            )
+
+    def by_role(self, role: str) -> list[ChaosProcess]:
+        return [p for p in self.processes.values() if p.role == role]
+
+    @property
+    def brokers(self) -> list[ChaosProcess]:
+        return self.by_role("broker")
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.address for b in self.brokers)
+
+    def start(self, timeout_s: float = 90) -> None:
+        """Start every process and wait until every broker and coordinator is registered."""
+        for process in self.processes.values():
+            process.start()
+        want = (len(self.brokers), len(self.by_role("coordinator")))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            dead = [p.name for p in self.processes.values() if not p.alive]
+            if dead:
+                raise RuntimeError(f"{', '.join(dead)} exited while starting; see its log")
+            if any(self.registered(b.address) >= want for b in self.brokers):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError("the brokers and coordinators did not register in time")
+            time.sleep(0.3)
+
+    @staticmethod
+    def registered(address: str) -> tuple[int, int]:
+        """How many brokers and coordinators the broker at ``address`` sees registered."""
+        try:
+            with grpc.insecure_channel(address) as channel:
+                reply = broker_pb2_grpc.BrokerStub(channel).Metadata(
+                    broker_pb2.MetadataRequest(topics=["__no_such_topic__"]), timeout=2
+                )
+        except grpc.RpcError:
+            return 0, 0
+        return len(reply.brokers), len(reply.coordinators)
+
+    def stop(self) -> None:
+        """Stop every process: coordinators, brokers, then controllers."""
+        order = self.by_role("coordinator") + self.brokers + self.by_role("controller")
+        for process in order:
+            process.resume()
+        for process in order:
+            process.stop()
+
+    def replica_digests(
+        self, topic: str, high_watermarks: dict[int, int]
+    ) -> list[tuple[int, int, str, int]]:
+        """``(broker, partition, sha256, bytes)`` of each replica's batches below the high
+        watermark, read from its segment files (call with the brokers stopped)."""
+        found = []
+        for broker in self.brokers:
+            for partition, high_watermark in sorted(high_watermarks.items()):
+                directory = broker.data_dir / "logs" / f"{topic}-{partition}"
+                if not directory.is_dir():
+                    continue
+                data = segment_bytes(directory)
+                digest = hashlib.sha256()
+                size = 0
+                with contextlib.suppress(Exception):  # a torn tail ends the replica's batches
+                    for batch in iter_batches(data):
+                        if batch.next_offset > high_watermark:
+                            break
+                        chunk = data[batch.position : batch.position + batch.size]
+                        digest.update(chunk)
+                        size += len(chunk)
+                found.append((broker.node_id, partition, digest.hexdigest(), size))
+        return found
+
+
+def segment_bytes(directory: Path) -> bytes:
+    """A replica's segment files in offset order, concatenated."""
+    segments: Sequence[Path] = sorted(directory.glob("*.log"), key=lambda p: int(p.stem))
+    return b"".join(path.read_bytes() for path in segments)

@@ -1,0 +1,220 @@
+"""One chaos run from start to summary: cluster up, workload and nemesis for the duration,
+heal, final read, cluster down, replica digests, check.
+
+Every process the run starts is stopped, every mount and namespace it made is removed,
+whatever happens (an exception, SIGTERM, SIGINT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from highwater.chaos.checker import CheckResult, check
+from highwater.chaos.cluster import Cluster
+from highwater.chaos.faults import Nemesis, SmallDisks
+from highwater.chaos.history import HistoryWriter, format_ops
+from highwater.chaos.network import NamespaceNetwork, Network, namespaces_available
+from highwater.chaos.report import timeline_svg
+from highwater.chaos.schedule import build_schedule
+from highwater.chaos.workload import Workload, WorkloadConfig
+
+HEAL_TIMEOUT_S = 90.0
+
+
+@dataclass
+class RunOptions:
+    seed: int
+    duration_s: float
+    faults: tuple[str, ...]
+    out_dir: Path
+    controllers: int = 1
+    brokers: int = 3
+    coordinators: int = 1
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived."""
+
+
+def _raise_terminated(_signum: int, _frame: FrameType | None) -> None:
+    raise _Terminated()
+
+
+def summarize(
+    seed: int, duration_s: float, faults_injected: int, result: CheckResult
+) -> dict[str, Any]:
+    return {
+        "seed": seed,
+        "duration_s": duration_s,
+        "faults_injected": faults_injected,
+        "writes_acknowledged": result.writes_acknowledged,
+        "writes_lost": result.writes_lost,
+        "duplicates": result.duplicates,
+        "anomalies": [a.to_json() for a in result.anomalies],
+        "longest_unavailability_s": result.longest_unavailability_s,
+    }
+
+
+def excerpt(ops: list[dict[str, Any]], result: CheckResult, limit: int = 10) -> list[str]:
+    """For each anomaly (the first ``limit``), its kind, detail and the lines that show it."""
+    text = []
+    for anomaly in result.anomalies[:limit]:
+        text.append(f"ANOMALY {anomaly.kind}: {anomaly.detail}")
+        text += ["  " + line for line in format_ops((i, ops[i]) for i in anomaly.lines)]
+    if len(result.anomalies) > limit:
+        text.append(f"... and {len(result.anomalies) - limit} more anomalies")
+    return text
+
+
+def run(options: RunOptions, echo: Any = print) -> dict[str, Any]:
+    """Run once; the JSON summary (also in ``out_dir/summary.json``)."""
+    out = options.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    history = HistoryWriter(out / "history.jsonl")
+    kinds = list(options.faults)
+    network: Network = Network()
+    disks = SmallDisks()
+    cluster: Cluster | None = None
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    faults_injected = 0
+    try:
+        if "partition" in kinds:
+            why = namespaces_available()
+            if why is None:
+                network = NamespaceNetwork()
+            else:
+                kinds.remove("partition")
+                if "kill" not in kinds:
+                    kinds.append("kill")
+                history.record(
+                    "note",
+                    "setup",
+                    text=f"network namespaces unavailable ({why}): no partitions; "
+                    "process faults (kill) instead",
+                )
+                echo(f"network namespaces unavailable ({why}); partitions replaced by kills")
+        history.record("note", "setup", text=f"network mode {network.mode}")
+        cluster = Cluster(
+            out / "cluster",
+            network,
+            controllers=options.controllers,
+            brokers=options.brokers,
+            coordinators=options.coordinators,
+        )
+        disk_brokers: list[str] = []
+        if "disk" in kinds:
+            broker = random.Random(options.seed).choice(cluster.brokers)
+            why_not = disks.mount(broker.data_dir)
+            if why_not is None:
+                disk_brokers.append(broker.name)
+                history.record("note", "setup", text=f"{broker.name} data on a small tmpfs")
+            else:
+                kinds.remove("disk")
+                history.record("note", "setup", text=f"no disk faults: mount failed: {why_not}")
+                echo(f"no disk faults: a small tmpfs could not be mounted ({why_not})")
+        if isinstance(network, NamespaceNetwork):
+            network.enter_client_namespace()
+        schedule = build_schedule(
+            options.seed,
+            options.duration_s,
+            kinds,
+            list(cluster.processes),
+            brokers=[b.name for b in cluster.brokers],
+            disk_brokers=disk_brokers,
+        )
+        (out / "schedule.json").write_text(
+            json.dumps([w.to_json() for w in schedule], indent=1) + "\n"
+        )
+        echo(f"cluster starting under {out} ({network.mode}); {len(schedule)} faults scheduled")
+        cluster.start()
+        history.record(
+            "note",
+            "setup",
+            text="cluster up: "
+            + ", ".join(f"{p.name}={p.address} pid {p.pid}" for p in cluster.processes.values()),
+        )
+        nemesis = Nemesis(cluster, history, disks)
+        workload = Workload(cluster.bootstrap, history, options.workload)
+        high_watermarks = asyncio.run(
+            _drive(options, cluster, workload, nemesis, schedule, history, echo)
+        )
+        faults_injected = nemesis.injected
+        cluster.stop()
+        for broker_id, partition, digest, size in cluster.replica_digests(
+            options.workload.topic, high_watermarks
+        ):
+            history.record(
+                "replica",
+                "replicas",
+                broker=broker_id,
+                partition=partition,
+                digest=digest,
+                bytes=size,
+                high_watermark=high_watermarks[partition],
+            )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if cluster is not None:
+            cluster.stop()
+        disks.close()
+        network.close()
+        history.close()
+    result = check(history.ops)
+    summary = summarize(options.seed, options.duration_s, faults_injected, result)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (out / "timeline.svg").write_text(
+        timeline_svg(history.ops, f"seed {options.seed}: acknowledged writes and faults")
+    )
+    for line in excerpt(history.ops, result):
+        echo(line)
+    return summary
+
+
+async def _drive(
+    options: RunOptions,
+    cluster: Cluster,
+    workload: Workload,
+    nemesis: Nemesis,
+    schedule: list[Any],
+    history: HistoryWriter,
+    echo: Any,
+) -> dict[int, int]:
+    await workload.create_topic()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    origin = loop.time()
+    history.record("note", "setup", text="workload started")
+    clients = asyncio.create_task(workload.run(stop))
+    faults = asyncio.create_task(nemesis.run(schedule, origin))
+    try:
+        await asyncio.sleep(options.duration_s)
+        await faults
+    finally:
+        faults.cancel()
+        await asyncio.gather(faults, return_exceptions=True)
+        await asyncio.to_thread(nemesis.heal_all)
+        stop.set()
+    history.record("note", "teardown", text="workload stopping; every fault healed")
+    await clients
+    began = time.monotonic()
+    healthy = await workload.wait_healthy(HEAL_TIMEOUT_S)
+    history.record(
+        "note",
+        "teardown",
+        text=f"cluster {'healthy' if healthy else 'NOT healthy'} after "
+        f"{time.monotonic() - began:.1f}s",
+    )
+    echo("final read")
+    high_watermarks = await workload.final_read()
+    # Let followers fetch the last batches before the brokers stop.
+    await asyncio.sleep(3)
+    return high_watermarks

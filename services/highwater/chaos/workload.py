@@ -1,0 +1,356 @@
+"""The clients of a chaos run: idempotent acks=all producers, group consumers that commit,
+an observer of the group's committed offsets, and the final read of every partition.
+
+Every operation goes into the history (:mod:`highwater.chaos.history`) as it is invoked
+and as it completes; the clients are the library's own (:class:`AsyncProducer`,
+:class:`AsyncConsumer`, :class:`AdminClient`), configured as an application that wants
+no loss would configure them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+from highwater.chaos.history import HistoryWriter
+from highwater.client.admin import AdminClient, NewTopic, TopicExistsError
+from highwater.client.consumer import (
+    OFFSET_BEGINNING,
+    AsyncConsumer,
+    CommitFailedError,
+    TopicPartition,
+)
+from highwater.client.producer import AsyncProducer, RecordMetadata
+from highwater.errors import HighwaterError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    topic: str = "chaos"
+    partitions: int = 3
+    replication_factor: int = 3
+    min_insync_replicas: int = 2
+    producers: int = 2
+    consumers: int = 2
+    group: str = "chaos-group"
+    writes_per_second: float = 40.0
+    """Per producer."""
+    max_in_flight: int = 50
+    """Writes a producer has invoked and not seen completed, at most."""
+    commit_interval_s: float = 1.0
+    observe_interval_s: float = 1.0
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode(errors="replace")
+
+
+class Workload:
+    """Drives the clients against the cluster at ``bootstrap``, recording into ``history``."""
+
+    def __init__(self, bootstrap: str, history: HistoryWriter, config: WorkloadConfig) -> None:
+        self.bootstrap = bootstrap
+        self.history = history
+        self.config = config
+
+    # --- setup ------------------------------------------------------------------------
+
+    async def create_topic(self, timeout_s: float = 90) -> None:
+        """Create the topic (retrying while the cluster settles) and wait for its leaders."""
+        cfg = self.config
+        topic = NewTopic(
+            cfg.topic,
+            cfg.partitions,
+            cfg.replication_factor,
+            config={
+                "min.insync.replicas": str(cfg.min_insync_replicas),
+                "unclean.leader.election.enable": "false",
+            },
+        )
+        deadline = time.monotonic() + timeout_s
+        async with AdminClient(self.bootstrap, request_timeout_s=10) as admin:
+            while True:
+                try:
+                    results = await admin.create_topics([topic])
+                    error = results[cfg.topic].error
+                    if error is None or isinstance(error, TopicExistsError):
+                        break
+                except HighwaterError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"could not create topic {cfg.topic}")
+                await asyncio.sleep(0.5)
+        self.history.record("note", "setup", text=f"topic {cfg.topic} created")
+        await self.wait_healthy(timeout_s)
+
+    async def wait_healthy(self, timeout_s: float) -> bool:
+        """Wait until every partition has a leader and a full ISR; whether it happened."""
+        cfg = self.config
+        deadline = time.monotonic() + timeout_s
+        async with AdminClient(self.bootstrap, request_timeout_s=5) as admin:
+            while time.monotonic() < deadline:
+                with contextlib.suppress(HighwaterError, TimeoutError):
+                    described = await admin.describe_topics([cfg.topic])
+                    partitions = described[cfg.topic].partitions
+                    if len(partitions) == cfg.partitions and all(
+                        p.leader is not None and len(p.isr) == len(p.replicas) for p in partitions
+                    ):
+                        return True
+                await asyncio.sleep(0.5)
+        return False
+
+    # --- the run ----------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Produce, consume, commit and observe until ``stop`` is set; then the producers
+        deliver what they hold (or fail it) and the consumers leave the group."""
+        tasks = [asyncio.create_task(self._producer(i, stop)) for i in range(self.config.producers)]
+        tasks += [
+            asyncio.create_task(self._consumer(i, stop)) for i in range(self.config.consumers)
+        ]
+        tasks.append(asyncio.create_task(self._observer(stop)))
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _producer(self, number: int, stop: asyncio.Event) -> None:
+        cfg = self.config
+        name = f"p{number}"
+        process = f"producer-{number}"
+        producer = AsyncProducer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "request.timeout.ms": 5000,
+                "delivery.timeout.ms": 120_000,
+                "retry.backoff.ms": 200,
+            }
+        )
+        slots = asyncio.Semaphore(cfg.max_in_flight)
+        interval = 1.0 / cfg.writes_per_second
+        sequence = 0
+
+        def completed(value: str, invoked: float, future: asyncio.Future[RecordMetadata]) -> None:
+            slots.release()
+            if future.cancelled():
+                self.history.record("write", process, status="fail", value=value, error="cancelled")
+                return
+            error = future.exception()
+            if error is None:
+                meta = future.result()
+                self.history.record(
+                    "write",
+                    process,
+                    status="ok",
+                    value=value,
+                    partition=meta.partition,
+                    offset=meta.offset,
+                    t_invoke=invoked,
+                )
+            else:
+                self.history.record(
+                    "write",
+                    process,
+                    status="fail",
+                    value=value,
+                    error=f"{type(error).__name__}: {error}"[:200],
+                )
+
+        try:
+            while not stop.is_set():
+                await slots.acquire()
+                if stop.is_set():
+                    slots.release()
+                    break
+                value = f"{name}-{sequence}"
+                partition = sequence % cfg.partitions
+                sequence += 1
+                op = self.history.record(
+                    "write", process, status="invoke", value=value, partition=partition
+                )
+                try:
+                    future = producer.produce(cfg.topic, value.encode(), partition=partition)
+                except HighwaterError as e:
+                    slots.release()
+                    self.history.record(
+                        "write", process, status="fail", value=value, error=str(e)[:200]
+                    )
+                else:
+                    future.add_done_callback(
+                        lambda f, v=value, t=op["t"]: completed(v, t, f)  # type: ignore[misc]
+                    )
+                await asyncio.sleep(interval)
+        finally:
+            with contextlib.suppress(Exception):
+                await producer.flush(30)
+            with contextlib.suppress(Exception):
+                await producer.close(1)
+
+    async def _consumer(self, number: int, stop: asyncio.Event) -> None:
+        cfg = self.config
+        process = f"consumer-{number}"
+        consumer = AsyncConsumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": cfg.group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": 10_000,
+                "heartbeat.interval.ms": 1000,
+                "request.timeout.ms": 5000,
+            }
+        )
+        loop = asyncio.get_running_loop()
+        next_commit = loop.time() + cfg.commit_interval_s
+        try:
+            consumer.subscribe([cfg.topic])
+            while not stop.is_set():
+                try:
+                    message = await consumer.poll(0.5)
+                except HighwaterError as e:
+                    self.history.record("note", process, text=f"poll failed: {e}"[:200])
+                    await asyncio.sleep(0.5)
+                    continue
+                if message is not None:
+                    if message.error() is not None:
+                        self.history.record(
+                            "note", process, text=f"error message: {message.error()}"[:200]
+                        )
+                    else:
+                        self.history.record(
+                            "read",
+                            process,
+                            partition=message.partition(),
+                            offset=message.offset(),
+                            value=_text(message.value()),
+                        )
+                if loop.time() >= next_commit:
+                    next_commit = loop.time() + cfg.commit_interval_s
+                    await self._commit(consumer, process)
+        finally:
+            with contextlib.suppress(Exception):
+                await self._commit(consumer, process)
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(15):
+                    await consumer.close()
+
+    async def _commit(self, consumer: AsyncConsumer, process: str) -> None:
+        cfg = self.config
+        invoked = self.history.now()
+        try:
+            async with asyncio.timeout(10):
+                committed = await consumer.commit(asynchronous=False)
+        except CommitFailedError as e:
+            committed = e.partitions
+        except (HighwaterError, TimeoutError) as e:
+            self.history.record(
+                "commit", process, group=cfg.group, status="fail", error=str(e)[:200] or "timeout"
+            )
+            return
+        for tp in committed or []:
+            if tp.offset is None:
+                continue
+            if tp.error is None:
+                self.history.record(
+                    "commit",
+                    process,
+                    group=cfg.group,
+                    partition=tp.partition,
+                    offset=tp.offset,
+                    status="ok",
+                    t_invoke=invoked,
+                )
+            else:
+                self.history.record(
+                    "commit",
+                    process,
+                    group=cfg.group,
+                    partition=tp.partition,
+                    offset=tp.offset,
+                    status="fail",
+                    error=str(tp.error)[:200],
+                )
+
+    async def _observer(self, stop: asyncio.Event) -> None:
+        cfg = self.config
+        async with AdminClient(self.bootstrap, request_timeout_s=5) as admin:
+            while not stop.is_set():
+                invoked = self.history.now()
+                try:
+                    offsets = await admin.list_consumer_group_offsets(cfg.group)
+                except (HighwaterError, TimeoutError):
+                    offsets = {}
+                for (topic, partition), meta in offsets.items():
+                    if topic == cfg.topic:
+                        self.history.record(
+                            "committed",
+                            "observer",
+                            group=cfg.group,
+                            partition=partition,
+                            offset=meta.offset,
+                            t_invoke=invoked,
+                        )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), cfg.observe_interval_s)
+
+    # --- after the run ----------------------------------------------------------------
+
+    async def final_read(self, timeout_s: float = 60) -> dict[int, int]:
+        """Read every partition from its beginning to its high watermark as one reader
+        (process ``final``); the high watermark of each partition."""
+        cfg = self.config
+        high_watermarks: dict[int, int] = {}
+        async with AsyncConsumer(
+            {"bootstrap.servers": self.bootstrap, "request.timeout.ms": 5000}
+        ) as consumer:
+            for partition in range(cfg.partitions):
+                tp = TopicPartition(cfg.topic, partition)
+                deadline = time.monotonic() + timeout_s
+                while True:
+                    try:
+                        _, high = await consumer.get_watermark_offsets(tp, timeout=5)
+                        break
+                    except (HighwaterError, TimeoutError):
+                        if time.monotonic() > deadline:
+                            raise
+                        await asyncio.sleep(0.5)
+                consumer.assign([TopicPartition(cfg.topic, partition, OFFSET_BEGINNING)])
+                records = 0
+                position = 0
+                while position < high:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"final read of partition {partition} stalled at {position} < {high}"
+                        )
+                    message = await consumer.poll(1.0)
+                    if message is None:
+                        continue
+                    if message.error() is not None:
+                        await asyncio.sleep(0.2)
+                        continue
+                    if message.offset() >= high:
+                        break
+                    self.history.record(
+                        "read",
+                        "final",
+                        partition=partition,
+                        offset=message.offset(),
+                        value=_text(message.value()),
+                    )
+                    records += 1
+                    position = message.offset() + 1
+                self.history.record(
+                    "final", "final", partition=partition, high_watermark=high, records=records
+                )
+                high_watermarks[partition] = high
+        return high_watermarks
