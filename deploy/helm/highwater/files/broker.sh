@@ -1,0 +1,17 @@
+#!/bin/sh
+# One broker; node id = BROKER_NODE_ID_OFFSET + pod ordinal. It advertises its stable pod
+# DNS name, and its rack when the init container found one (/var/run/highwater/rack).
+set -eu
+. /opt/highwater/scripts/common.sh
+rack=""
+if [ -s /var/run/highwater/rack ]; then
+    rack=$(cat /var/run/highwater/rack)
+fi
+exec highwater broker \
+    --node-id "$(node_id "$BROKER_NODE_ID_OFFSET")" \
+    --listen "0.0.0.0:$BROKER_PORT" \
+    --advertised-listener "$POD_NAME.$BROKER_HEADLESS.$POD_NAMESPACE.svc.$CLUSTER_DOMAIN:$BROKER_PORT" \
+    --controllers "$(controller_list)" \
+    --data-dir /var/lib/highwater/data \
+    --replica-lag-time-max-ms "$REPLICA_LAG_TIME_MAX_MS" \
+    ${rack:+--rack "$rack"}

@@ -1,0 +1,27 @@
+# Sourced by the start scripts: node ids from the pod's ordinal, the quorum's addresses.
+# Every name comes from the environment (the <release>-config ConfigMap, the downward API).
+
+# The pod's ordinal in its StatefulSet plus the role's node id offset ($1).
+node_id() {
+    echo $(($1 + ${POD_NAME##*-}))
+}
+
+# The fully qualified address of pod $2 of StatefulSet $1 behind headless Service $3, port $4.
+pod_address() {
+    echo "$1-$2.$3.$POD_NAMESPACE.svc.$CLUSTER_DOMAIN:$4"
+}
+
+# ID@HOST:PORT of every voter (with $1 = voters) or HOST:PORT of every controller.
+controller_list() {
+    list=""
+    i=0
+    while [ "$i" -lt "$CONTROLLER_REPLICAS" ]; do
+        address=$(pod_address "$CONTROLLER_STATEFULSET" "$i" "$CONTROLLER_HEADLESS" "$CONTROLLER_PORT")
+        if [ "${1:-}" = voters ]; then
+            address="$((CONTROLLER_NODE_ID_OFFSET + i))@$address"
+        fi
+        list="${list:+$list,}$address"
+        i=$((i + 1))
+    done
+    echo "$list"
+}

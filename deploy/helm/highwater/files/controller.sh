@@ -1,0 +1,12 @@
+#!/bin/sh
+# One voter of the metadata quorum; node id = CONTROLLER_NODE_ID_OFFSET + pod ordinal.
+set -eu
+. /opt/highwater/scripts/common.sh
+exec highwater controller \
+    --node-id "$(node_id "$CONTROLLER_NODE_ID_OFFSET")" \
+    --listen "0.0.0.0:$CONTROLLER_PORT" \
+    --voters "$(controller_list voters)" \
+    --data-dir /var/lib/highwater/data \
+    --offsets-topic-replication-factor "$OFFSETS_TOPIC_REPLICATION_FACTOR" \
+    --metadata-log-max-record-bytes-between-snapshots "$METADATA_SNAPSHOT_BYTES" \
+    ${CLUSTER_ID:+--cluster-id "$CLUSTER_ID"}

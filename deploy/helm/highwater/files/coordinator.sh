@@ -1,0 +1,11 @@
+#!/bin/sh
+# One group coordinator; node id = COORDINATOR_NODE_ID_OFFSET + pod ordinal. It registers
+# the address it listens on, so it listens on the pod's IP.
+set -eu
+. /opt/highwater/scripts/common.sh
+exec highwater coordinator \
+    --node-id "$(node_id "$COORDINATOR_NODE_ID_OFFSET")" \
+    --listen "$POD_IP:$COORDINATOR_PORT" \
+    --controllers "$(controller_list)" \
+    --data-dir /var/lib/highwater/data \
+    --group-initial-rebalance-delay-ms "$GROUP_INITIAL_REBALANCE_DELAY_MS"

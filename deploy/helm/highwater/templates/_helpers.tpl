@@ -1,0 +1,187 @@
+{{/* The chart's name, or nameOverride. */}}
+{{- define "highwater.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's full name: <release>-<chart> unless the release name holds the chart's. */}}
+{{- define "highwater.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "highwater.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The standard labels; pass (dict "root" $ "component" "broker"). */}}
+{{- define "highwater.labels" -}}
+helm.sh/chart: {{ include "highwater.chart" .root }}
+{{ include "highwater.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: highwater
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "highwater.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "highwater.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- if .component }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+{{- end -}}
+
+{{- define "highwater.annotations" -}}
+{{- with .Values.commonAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- define "highwater.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if .Values.image.digest -}}
+{{ printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else -}}
+{{ printf "%s:%s" .Values.image.repository $tag }}
+{{- end -}}
+{{- end -}}
+
+{{- define "highwater.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "highwater.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* <fullname>-<component> and its headless Service <fullname>-<component>-headless. */}}
+{{- define "highwater.component" -}}
+{{- printf "%s-%s" (include "highwater.fullname" .root) .component -}}
+{{- end -}}
+
+{{- define "highwater.headless" -}}
+{{- printf "%s-%s-headless" (include "highwater.fullname" .root) .component -}}
+{{- end -}}
+
+{{/* Replicas of __consumer_offsets: the value, else min(3, brokers). */}}
+{{- define "highwater.offsetsTopicReplicationFactor" -}}
+{{- if .Values.controller.offsetsTopicReplicationFactor -}}
+{{- .Values.controller.offsetsTopicReplicationFactor -}}
+{{- else -}}
+{{- min 3 .Values.broker.replicaCount -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Checks that span keys, which values.schema.json cannot express. */}}
+{{- define "highwater.validate" -}}
+{{- $c := .Values.controller -}}
+{{- $b := .Values.broker -}}
+{{- $g := .Values.coordinator -}}
+{{- $ranges := list (list "controller" (int $c.nodeIdOffset) (int $c.replicaCount)) (list "broker" (int $b.nodeIdOffset) (int $b.replicaCount)) (list "coordinator" (int $g.nodeIdOffset) (int $g.replicaCount)) -}}
+{{- range $i, $x := $ranges -}}
+{{- range $j, $y := $ranges -}}
+{{- if and (lt $i $j) (lt (index $x 1) (add (index $y 1) (index $y 2))) (lt (index $y 1) (add (index $x 1) (index $x 2))) -}}
+{{- fail (printf "%s.nodeIdOffset and %s.nodeIdOffset: the node ids %s %d-%d and %s %d-%d overlap; node ids are unique across the cluster" (index $x 0) (index $y 0) (index $x 0) (index $x 1) (sub (add (index $x 1) (index $x 2)) 1) (index $y 0) (index $y 1) (sub (add (index $y 1) (index $y 2)) 1)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and $c.offsetsTopicReplicationFactor (gt (int $c.offsetsTopicReplicationFactor) (int $b.replicaCount)) -}}
+{{- fail (printf "controller.offsetsTopicReplicationFactor: %d is more than broker.replicaCount (%d)" (int $c.offsetsTopicReplicationFactor) (int $b.replicaCount)) -}}
+{{- end -}}
+{{- if lt (int $b.terminationGracePeriodSeconds) (add (int $b.rollingRestart.preStopTimeoutSeconds) 30) -}}
+{{- fail (printf "broker.terminationGracePeriodSeconds: %d leaves no time for the controlled shutdown after broker.rollingRestart.preStopTimeoutSeconds (%d); give at least %d" (int $b.terminationGracePeriodSeconds) (int $b.rollingRestart.preStopTimeoutSeconds) (add (int $b.rollingRestart.preStopTimeoutSeconds) 30)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod anti-affinity (preset soft|hard|none) unless affinity is given; topology spread. */}}
+{{- define "highwater.scheduling" -}}
+{{- $values := index .root.Values .component -}}
+{{- $selector := include "highwater.selectorLabels" . -}}
+{{- if $values.affinity }}
+affinity:
+  {{- toYaml $values.affinity | nindent 2 }}
+{{- else if eq $values.podAntiAffinityPreset "hard" }}
+affinity:
+  podAntiAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      - topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- $selector | nindent 12 }}
+{{- else if eq $values.podAntiAffinityPreset "soft" }}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- $selector | nindent 14 }}
+{{- end }}
+{{- if $values.topologySpread.enabled }}
+topologySpreadConstraints:
+  - maxSkew: {{ $values.topologySpread.maxSkew }}
+    topologyKey: {{ $values.topologySpread.topologyKey }}
+    whenUnsatisfiable: {{ $values.topologySpread.whenUnsatisfiable }}
+    labelSelector:
+      matchLabels:
+        {{- $selector | nindent 8 }}
+{{- end }}
+{{- with $values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* Probes on grpc.health.v1 at the component's port; pass (dict "probe" ... "port" ...). */}}
+{{- define "highwater.grpcProbe" -}}
+grpc:
+  port: {{ .port }}
+periodSeconds: {{ .probe.periodSeconds }}
+timeoutSeconds: {{ .probe.timeoutSeconds }}
+failureThreshold: {{ .probe.failureThreshold }}
+{{- end -}}
+
+{{/* The environment every Highwater container starts from. */}}
+{{- define "highwater.env" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+{{- end -}}
+
+{{- define "highwater.podSecurity" -}}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}

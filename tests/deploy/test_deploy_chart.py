@@ -1,0 +1,260 @@
+"""The Helm chart, rendered offline with each ci/ values file: what it deploys, its lint,
+and its schema rejecting bad values at render time with the key named."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import yaml
+from conftest import CHART, CI_VALUES, DEPLOY, by_kind, render
+
+STANDARD_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+)
+
+
+def documents(rendered: dict[str, str]) -> list[dict[str, Any]]:
+    return render.documents(rendered)
+
+
+def container(statefulset: dict[str, Any]) -> dict[str, Any]:
+    containers = statefulset["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def test_the_ci_values_files_are_the_ones_expected() -> None:
+    assert [p.name for p in CI_VALUES] == [
+        "default-values.yaml",
+        "dev-values.yaml",
+        "prod-values.yaml",
+    ]
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.stem)
+def test_the_chart_lints_clean_in_strict_mode(values: Any) -> None:
+    assert render.lint(render.load_values([values])) == []
+
+
+def test_every_resource_carries_the_standard_labels(
+    chart_renders: dict[str, dict[str, str]],
+) -> None:
+    for name, rendered in chart_renders.items():
+        for document in documents(rendered):
+            labels = document["metadata"]["labels"]
+            missing = [label for label in STANDARD_LABELS if label not in labels]
+            assert not missing, (name, document["kind"], document["metadata"]["name"], missing)
+            if document["kind"] == "StatefulSet":
+                pod_labels = document["spec"]["template"]["metadata"]["labels"]
+                assert all(label in pod_labels for label in STANDARD_LABELS)
+                assert pod_labels["app.kubernetes.io/component"] in (
+                    "controller",
+                    "broker",
+                    "coordinator",
+                )
+
+
+def test_the_default_release_deploys_three_roles_as_statefulsets(
+    chart_renders: dict[str, dict[str, str]],
+) -> None:
+    docs = documents(chart_renders["default"])
+    statefulsets = by_kind(docs, "StatefulSet")
+    assert {n: s["spec"]["replicas"] for n, s in statefulsets.items()} == {
+        "hw-highwater-controller": 3,
+        "hw-highwater-broker": 3,
+        "hw-highwater-coordinator": 2,
+    }
+    for name in ("hw-highwater-controller", "hw-highwater-broker"):
+        claims = statefulsets[name]["spec"]["volumeClaimTemplates"]
+        assert [c["metadata"]["name"] for c in claims] == ["data"]
+        assert container(statefulsets[name])["volumeMounts"][0] == {
+            "name": "data",
+            "mountPath": "/var/lib/highwater",
+        }
+    broker_claim = statefulsets["hw-highwater-broker"]["spec"]["volumeClaimTemplates"][0]
+    assert broker_claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
+    assert "volumeClaimTemplates" not in statefulsets["hw-highwater-coordinator"]["spec"]
+
+    services = by_kind(docs, "Service")
+    for role in ("controller", "broker", "coordinator"):
+        headless = services[f"hw-highwater-{role}-headless"]["spec"]
+        assert headless["clusterIP"] == "None"
+        assert headless["publishNotReadyAddresses"] is True
+        assert statefulsets[f"hw-highwater-{role}"]["spec"]["serviceName"] == (
+            f"hw-highwater-{role}-headless"
+        )
+    client = services["hw-highwater"]["spec"]
+    assert client["selector"]["app.kubernetes.io/component"] == "broker"
+    assert client["ports"][0]["port"] == 9092
+    assert set(by_kind(docs, "PodDisruptionBudget")) == {
+        "hw-highwater-controller",
+        "hw-highwater-broker",
+        "hw-highwater-coordinator",
+    }
+    assert by_kind(docs, "PodDisruptionBudget")["hw-highwater-broker"]["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {
+            "matchLabels": statefulsets["hw-highwater-broker"]["spec"]["selector"]["matchLabels"]
+        },
+    }
+
+
+def test_the_config_map_carries_the_values(chart_renders: dict[str, dict[str, str]]) -> None:
+    config = by_kind(documents(chart_renders["default"]), "ConfigMap")["hw-highwater-config"]
+    data = config["data"]
+    assert data["CONTROLLER_REPLICAS"] == "3"
+    assert data["OFFSETS_TOPIC_REPLICATION_FACTOR"] == "3"
+    assert data["BROKER_NODE_ID_OFFSET"] == "100"
+    assert data["PRESTOP_TIMEOUT_SECONDS"] == "240"
+    dev = by_kind(documents(chart_renders["dev"]), "ConfigMap")["hw-highwater-config"]["data"]
+    assert dev["CONTROLLER_REPLICAS"] == "1"
+    assert dev["OFFSETS_TOPIC_REPLICATION_FACTOR"] == "1"
+    assert dev["HIGHWATER_LOG_LEVEL"] == "DEBUG"
+
+
+def test_every_container_probes_grpc_health_and_runs_unprivileged(
+    chart_renders: dict[str, dict[str, str]],
+) -> None:
+    for rendered in chart_renders.values():
+        docs = documents(rendered)
+        for statefulset in by_kind(docs, "StatefulSet").values():
+            pod = statefulset["spec"]["template"]["spec"]
+            main = container(statefulset)
+            port = main["ports"][0]["containerPort"]
+            for probe in ("startupProbe", "livenessProbe"):
+                assert main[probe]["grpc"] == {"port": port}
+            assert pod["securityContext"]["runAsNonRoot"] is True
+            assert pod["automountServiceAccountToken"] is False
+            for each in [main, *pod.get("initContainers", [])]:
+                security = each["securityContext"]
+                assert security["allowPrivilegeEscalation"] is False
+                assert security["readOnlyRootFilesystem"] is True
+                assert security["capabilities"] == {"drop": ["ALL"]}
+                assert each["resources"]["limits"] and each["resources"]["requests"]
+
+
+def test_brokers_gate_rolling_restarts(chart_renders: dict[str, dict[str, str]]) -> None:
+    statefulsets = by_kind(documents(chart_renders["default"]), "StatefulSet")
+    broker = statefulsets["hw-highwater-broker"]
+    main = container(broker)
+    assert main["readinessProbe"]["exec"]["command"] == [
+        "/bin/sh",
+        "/opt/highwater/scripts/broker-gate.sh",
+        "ready",
+    ]
+    assert main["lifecycle"]["preStop"]["exec"]["command"] == [
+        "/bin/sh",
+        "/opt/highwater/scripts/broker-gate.sh",
+        "pre-stop",
+    ]
+    spec = broker["spec"]
+    assert spec["updateStrategy"] == {"type": "RollingUpdate"}
+    assert spec["template"]["spec"]["terminationGracePeriodSeconds"] == 300
+    # without the gate, readiness is the gRPC health check alone
+    dev = by_kind(documents(chart_renders["dev"]), "StatefulSet")["hw-highwater-broker"]
+    assert container(dev)["readinessProbe"]["grpc"] == {"port": 9092}
+    for role in ("controller", "coordinator"):
+        assert container(statefulsets[f"hw-highwater-{role}"])["readinessProbe"]["grpc"]
+
+
+def test_prod_values_pin_the_image_spread_pods_and_take_the_rack_from_the_zone(
+    chart_renders: dict[str, dict[str, str]],
+) -> None:
+    docs = documents(chart_renders["prod"])
+    statefulsets = by_kind(docs, "StatefulSet")
+    broker = statefulsets["hw-highwater-broker"]
+    pod = broker["spec"]["template"]["spec"]
+    assert broker["spec"]["replicas"] == 5
+    assert container(broker)["image"] == (
+        "registry.example.com/streaming/highwater@sha256:"
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    )
+    required = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required[0]["topologyKey"] == "kubernetes.io/hostname"
+    assert pod["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "DoNotSchedule"
+    (rack,) = pod["initContainers"]
+    assert rack["command"][1] == "/opt/highwater/scripts/node_rack.py"
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in rack["env"]}
+    assert env["RACK_TOPOLOGY_KEY"] == "topology.kubernetes.io/zone"
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    # the token is mounted into the init container alone
+    mounts = {m["name"] for m in rack["volumeMounts"]}
+    assert "node-reader-token" in mounts
+    assert "node-reader-token" not in {m["name"] for m in container(broker)["volumeMounts"]}
+    role = by_kind(docs, "ClusterRole")["hw-highwater-streams-node-reader"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    assert "ClusterRole" not in {d["kind"] for d in documents(chart_renders["default"])}
+    assert pod["imagePullSecrets"] == [{"name": "registry-credentials"}]
+
+
+def test_helm_test_produces_and_consumes(chart_renders: dict[str, dict[str, str]]) -> None:
+    rendered = chart_renders["default"]
+    (pod,) = [
+        d
+        for d in documents(rendered)
+        if d["kind"] == "Pod" and d["metadata"]["annotations"].get("helm.sh/hook") == "test"
+    ]
+    script = pod["spec"]["containers"][0]["command"][-1]
+    assert "highwater topics create" in script
+    assert "highwater produce" in script
+    assert "highwater consume" in script
+    assert pod["spec"]["restartPolicy"] == "Never"
+
+
+def test_notes_name_the_bootstrap_address() -> None:
+    import helm_python as helm
+
+    notes = helm.Chart.load(CHART).render({}, name="hw", namespace="streams")[
+        "highwater/templates/NOTES.txt"
+    ]
+    assert "hw-highwater.streams.svc.cluster.local:9092" in notes
+    assert "node ids 100..102" in notes
+    assert "helm test hw -n streams" in notes
+
+
+def test_the_kustomize_base_is_the_chart_rendered_with_the_base_values() -> None:
+    assert (DEPLOY / "kustomize" / "base" / "highwater.yaml").read_text() == render.render_base()
+
+
+BAD_VALUES = [
+    ({"broker": {"replicaCount": 0}}, "/broker/replicaCount"),
+    ({"broker": {"replicaCount": "three"}}, "/broker/replicaCount"),
+    ({"controller": {"replicaCount": 2}}, "/controller/replicaCount"),
+    ({"broker": {"persistence": {"size": "lots"}}}, "/broker/persistence/size"),
+    ({"broker": {"pdb": {"maxUnavailable": 0}}}, "/broker/pdb/maxUnavailable"),
+    ({"broker": {"replicaCont": 3}}, "replicaCont"),
+    ({"logLevel": "LOUD"}, "/logLevel"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    ({"image": {"digest": "latest"}}, "/image/digest"),
+    ({"broker": {"rollingRestart": {"preStopTimeoutSeconds": -1}}}, "preStopTimeoutSeconds"),
+    ({"broker": {"nodeIdOffset": 1}}, "broker.nodeIdOffset"),
+    ({"broker": {"terminationGracePeriodSeconds": 100}}, "broker.terminationGracePeriodSeconds"),
+    ({"controller": {"offsetsTopicReplicationFactor": 5}}, "offsetsTopicReplicationFactor"),
+]
+
+
+@pytest.mark.parametrize(("values", "key"), BAD_VALUES, ids=[key for _, key in BAD_VALUES])
+def test_bad_values_fail_at_render_time_naming_the_key(values: dict[str, Any], key: str) -> None:
+    with pytest.raises(render.RenderError, match=key.replace(".", r"\.")):
+        render.render(values)
+
+
+def test_a_bad_values_file_fails_the_render_command(tmp_path: Any) -> None:
+    bad = tmp_path / "bad-values.yaml"
+    bad.write_text(yaml.safe_dump({"broker": {"persistence": {"size": "-5Gi"}}}))
+    result = subprocess.run(
+        [sys.executable, str(DEPLOY / "render.py"), "template", "-f", str(bad)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "/broker/persistence/size" in result.stderr
+    assert result.stdout == ""
