@@ -17,6 +17,8 @@ What it checks, from the clients' point of view (DESIGN.md §4):
   committed (or observed), is later observed or committed lower.
 - ``replica-divergence``: two replicas of a partition hold different bytes below the
   final high watermark once the cluster is healed.
+- ``replica-behind``: once the cluster is healed, a replica lacks records below the
+  high watermark (it did not catch up).
 - ``incomplete-final-read``: a partition written to has no final read, so its writes
   cannot be checked.
 
@@ -44,6 +46,7 @@ ANOMALY_KINDS = (
     "phantom-read",
     "committed-offset-backwards",
     "replica-divergence",
+    "replica-behind",
     "incomplete-final-read",
 )
 
@@ -310,20 +313,35 @@ def _offsets_backwards(
 
 
 def _replica_divergence(ops: list[Op], replicas: dict[int, list[int]]) -> list[Anomaly]:
+    """Replicas that reach the high watermark must hold the same bytes below it; one that
+    does not reach it is behind."""
     found: list[Anomaly] = []
     for partition, indexes in sorted(replicas.items()):
-        digests = {str(ops[i]["digest"]) for i in indexes}
-        if len(digests) > 1:
+        complete = []
+        for i in indexes:
+            op = ops[i]
+            if "end_offset" in op and int(op["end_offset"]) < int(op["high_watermark"]):
+                found.append(
+                    Anomaly(
+                        "replica-behind",
+                        f"partition {partition}: broker {op['broker']} holds records up to "
+                        f"{op['end_offset']} of {op['high_watermark']} after healing",
+                        (i,),
+                    )
+                )
+            else:
+                complete.append(i)
+        if len({str(ops[i]["digest"]) for i in complete}) > 1:
             described = ", ".join(
                 f"broker {ops[i]['broker']}: {ops[i]['bytes']} bytes {str(ops[i]['digest'])[:12]}"
-                for i in indexes
+                for i in complete
             )
             found.append(
                 Anomaly(
                     "replica-divergence",
                     f"partition {partition}: the replicas differ below the high watermark "
                     f"({described})",
-                    tuple(indexes),
+                    tuple(complete),
                 )
             )
     return found

@@ -250,9 +250,10 @@ class Cluster:
 
     def replica_digests(
         self, topic: str, high_watermarks: dict[int, int]
-    ) -> list[tuple[int, int, str, int]]:
-        """``(broker, partition, sha256, bytes)`` of each replica's batches below the high
-        watermark, read from its segment files (call with the brokers stopped)."""
+    ) -> list[tuple[int, int, str, int, int]]:
+        """``(broker, partition, sha256, bytes, end offset)`` of each replica's batches below
+        the high watermark, read from its segment files (call with the brokers stopped); the
+        end offset is the next offset after the last of them."""
         found = []
         for broker in self.brokers:
             for partition, high_watermark in sorted(high_watermarks.items()):
@@ -262,6 +263,7 @@ class Cluster:
                 data = segment_bytes(directory)
                 digest = hashlib.sha256()
                 size = 0
+                end = 0
                 with contextlib.suppress(Exception):  # a torn tail ends the replica's batches
                     for batch in iter_batches(data):
                         if batch.next_offset > high_watermark:
@@ -269,7 +271,8 @@ class Cluster:
                         chunk = data[batch.position : batch.position + batch.size]
                         digest.update(chunk)
                         size += len(chunk)
-                found.append((broker.node_id, partition, digest.hexdigest(), size))
+                        end = batch.next_offset
+                found.append((broker.node_id, partition, digest.hexdigest(), size, end))
         return found
 
 

@@ -25,7 +25,8 @@ Each line is an object with at least ``t`` (seconds since the run started, float
 ``replica``
     after the run: the committed prefix of one replica's segment files (batches below
     the final high watermark): ``broker``, ``partition``, ``digest`` (SHA-256, hex),
-    ``bytes``, ``high_watermark``.
+    ``bytes``, ``end_offset`` (the offset after its last batch there),
+    ``high_watermark``.
 ``note``
     free text (``text``) that explains the run: setup steps, a fault that could not be
     injected, the network mode.

@@ -149,7 +149,7 @@ def run(options: RunOptions, echo: Any = print) -> dict[str, Any]:
         )
         faults_injected = nemesis.injected
         cluster.stop()
-        for broker_id, partition, digest, size in cluster.replica_digests(
+        for broker_id, partition, digest, size, end in cluster.replica_digests(
             options.workload.topic, high_watermarks
         ):
             history.record(
@@ -159,6 +159,7 @@ def run(options: RunOptions, echo: Any = print) -> dict[str, Any]:
                 partition=partition,
                 digest=digest,
                 bytes=size,
+                end_offset=end,
                 high_watermark=high_watermarks[partition],
             )
     finally:
