@@ -2,7 +2,7 @@
 # The rolling-restart gates of this broker: `ready` (readiness probe) or `pre-stop`
 # (preStop hook); see `highwater rolling --help` and docs/kubernetes.md.
 set -eu
-. /opt/highwater/scripts/common.sh
+. "$(dirname "$0")/common.sh"
 gate="$1"
 shift
 if [ "$gate" = pre-stop ]; then

@@ -2,7 +2,7 @@
 # One broker; node id = BROKER_NODE_ID_OFFSET + pod ordinal. It advertises its stable pod
 # DNS name, and its rack when the init container found one (/var/run/highwater/rack).
 set -eu
-. /opt/highwater/scripts/common.sh
+. "$(dirname "$0")/common.sh"
 rack=""
 if [ -s /var/run/highwater/rack ]; then
     rack=$(cat /var/run/highwater/rack)

@@ -1,7 +1,7 @@
 #!/bin/sh
 # One voter of the metadata quorum; node id = CONTROLLER_NODE_ID_OFFSET + pod ordinal.
 set -eu
-. /opt/highwater/scripts/common.sh
+. "$(dirname "$0")/common.sh"
 exec highwater controller \
     --node-id "$(node_id "$CONTROLLER_NODE_ID_OFFSET")" \
     --listen "0.0.0.0:$CONTROLLER_PORT" \

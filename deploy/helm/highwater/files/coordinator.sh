@@ -2,7 +2,7 @@
 # One group coordinator; node id = COORDINATOR_NODE_ID_OFFSET + pod ordinal. It registers
 # the address it listens on, so it listens on the pod's IP.
 set -eu
-. /opt/highwater/scripts/common.sh
+. "$(dirname "$0")/common.sh"
 exec highwater coordinator \
     --node-id "$(node_id "$COORDINATOR_NODE_ID_OFFSET")" \
     --listen "$POD_IP:$COORDINATOR_PORT" \

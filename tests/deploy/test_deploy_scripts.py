@@ -1,0 +1,151 @@
+"""The pods' start scripts (deploy/helm/highwater/files/*.sh), run by dash as in the image:
+node ids from the pod ordinal, the quorum's addresses, the advertised listener and rack.
+
+``highwater`` on the scripts' PATH is a stand-in that prints the arguments it was exec'd
+with; the real commands' click parsers then check those arguments (voters, addresses,
+ranges), so a script that passes a malformed flag fails here.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import click
+import pytest
+from conftest import CHART, tool
+from highwater.cli.main import main
+
+FILES = CHART / "files"
+ENVIRONMENT = {
+    "POD_NAMESPACE": "streams",
+    "POD_IP": "10.1.2.3",
+    "CLUSTER_DOMAIN": "cluster.local",
+    "CLUSTER_ID": "",
+    "CONTROLLER_STATEFULSET": "hw-highwater-controller",
+    "CONTROLLER_HEADLESS": "hw-highwater-controller-headless",
+    "CONTROLLER_REPLICAS": "3",
+    "CONTROLLER_NODE_ID_OFFSET": "0",
+    "CONTROLLER_PORT": "9093",
+    "OFFSETS_TOPIC_REPLICATION_FACTOR": "3",
+    "METADATA_SNAPSHOT_BYTES": "20971520",
+    "BROKER_HEADLESS": "hw-highwater-broker-headless",
+    "BROKER_NODE_ID_OFFSET": "100",
+    "BROKER_PORT": "9092",
+    "REPLICA_LAG_TIME_MAX_MS": "30000",
+    "PRESTOP_TIMEOUT_SECONDS": "240",
+    "COORDINATOR_NODE_ID_OFFSET": "200",
+    "COORDINATOR_PORT": "9094",
+    "GROUP_INITIAL_REBALANCE_DELAY_MS": "3000",
+}
+CONTROLLERS = ",".join(
+    f"hw-highwater-controller-{i}.hw-highwater-controller-headless.streams.svc.cluster.local:9093"
+    for i in range(3)
+)
+
+
+@pytest.fixture(scope="module")
+def bin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("bin")
+    stand_in = directory / "highwater"
+    stand_in.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    stand_in.chmod(0o755)
+    return directory
+
+
+def run(bin_dir: Path, script: str, pod: str, *args: str, **env: str) -> list[str]:
+    """The arguments ``script`` execs ``highwater`` with, in pod ``pod``; checked by the
+    real command's parser."""
+    dash = tool("dash")
+    result = subprocess.run(
+        [dash, str(FILES / script), *args],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "POD_NAME": pod, **ENVIRONMENT, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    argv = result.stdout.splitlines()
+    command: click.Command = main
+    names = []
+    while isinstance(command, click.Group):
+        names.append(argv[len(names)])
+        command = command.commands[names[-1]]
+    command.make_context(" ".join(names), argv[len(names) :])
+    return argv
+
+
+def flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_a_controller_is_voter_ordinal_plus_offset_of_every_controller(bin_dir: Path) -> None:
+    argv = run(bin_dir, "controller.sh", "hw-highwater-controller-2")
+    assert argv[0] == "controller"
+    assert flag(argv, "--node-id") == "2"
+    assert flag(argv, "--listen") == "0.0.0.0:9093"
+    assert flag(argv, "--voters") == ",".join(
+        f"{i}@{address}" for i, address in enumerate(CONTROLLERS.split(","))
+    )
+    assert flag(argv, "--data-dir") == "/var/lib/highwater/data"
+    assert "--cluster-id" not in argv
+    argv = run(bin_dir, "controller.sh", "hw-highwater-controller-0", CLUSTER_ID="prod-1")
+    assert flag(argv, "--cluster-id") == "prod-1"
+
+
+def test_a_single_controller_quorum(bin_dir: Path) -> None:
+    argv = run(bin_dir, "controller.sh", "hw-highwater-controller-0", CONTROLLER_REPLICAS="1")
+    assert flag(argv, "--voters") == "0@" + CONTROLLERS.split(",")[0]
+
+
+def test_a_broker_advertises_its_pod_name_and_takes_its_rack(bin_dir: Path, tmp_path: Path) -> None:
+    argv = run(bin_dir, "broker.sh", "hw-highwater-broker-11")
+    assert argv[0] == "broker"
+    assert flag(argv, "--node-id") == "111"
+    assert flag(argv, "--advertised-listener") == (
+        "hw-highwater-broker-11.hw-highwater-broker-headless.streams.svc.cluster.local:9092"
+    )
+    assert flag(argv, "--controllers") == CONTROLLERS
+    assert "--rack" not in argv
+
+
+def test_the_broker_gates_ask_the_local_broker(bin_dir: Path) -> None:
+    argv = run(bin_dir, "broker-gate.sh", "hw-highwater-broker-1", "ready")
+    assert argv == ["rolling", "ready", "--node-id", "101", "--bootstrap-server", "127.0.0.1:9092"]
+    argv = run(bin_dir, "broker-gate.sh", "hw-highwater-broker-1", "pre-stop")
+    assert argv[:2] == ["rolling", "pre-stop"]
+    assert flag(argv, "--timeout") == "240"
+    assert flag(argv, "--node-id") == "101"
+
+
+def test_a_coordinator_listens_on_its_pod_ip(bin_dir: Path) -> None:
+    argv = run(bin_dir, "coordinator.sh", "hw-highwater-coordinator-1")
+    assert argv[0] == "coordinator"
+    assert flag(argv, "--node-id") == "201"
+    assert flag(argv, "--listen") == "10.1.2.3:9094"
+    assert flag(argv, "--controllers") == CONTROLLERS
+
+
+def test_a_broker_with_a_rack_file_passes_it(bin_dir: Path, tmp_path: Path) -> None:
+    # the script reads /var/run/highwater/rack; run a copy that reads a file of the test's
+    scripts = tmp_path / "scripts"
+    shutil.copytree(FILES, scripts)
+    rack = tmp_path / "rack"
+    rack.write_text("europe-west4-b")
+    broker = scripts / "broker.sh"
+    broker.write_text(broker.read_text().replace("/var/run/highwater/rack", str(rack)))
+    dash = tool("dash")
+    result = subprocess.run(
+        [dash, str(broker)],
+        env={
+            "PATH": f"{bin_dir}:/usr/bin:/bin",
+            "POD_NAME": "hw-highwater-broker-0",
+            **ENVIRONMENT,
+        },
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    argv = result.stdout.splitlines()
+    assert flag(argv, "--rack") == "europe-west4-b"
