@@ -15,6 +15,7 @@ from highwater.coordinator.core import (
     JoinRequest,
     JoinResult,
     OffsetToCommit,
+    RebalanceCompleted,
     Reply,
     SyncRequest,
     SyncResult,
@@ -44,6 +45,7 @@ class Harness:
     replies: dict[object, object] = field(default_factory=dict)
     log: dict[int, list[KeyValue]] = field(default_factory=dict)
     pending_writes: list[Write] = field(default_factory=list)
+    rebalances: list[RebalanceCompleted] = field(default_factory=list)
     core: GroupCoordinatorCore = field(init=False)
     _tokens: itertools.count[int] = field(default_factory=itertools.count)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -64,6 +66,8 @@ class Harness:
             if isinstance(effect, Reply):
                 assert effect.token not in self.replies, f"answered twice: {effect.token}"
                 self.replies[effect.token] = effect.result
+            elif isinstance(effect, RebalanceCompleted):
+                self.rebalances.append(effect)
             elif self.auto_write:
                 self.log.setdefault(effect.partition, []).extend(effect.records)
                 queue += self.core.write_completed(effect.write_id, ErrorCode.NONE, self.now)

@@ -77,6 +77,29 @@ def test_two_members_rebalance_and_each_gets_its_share() -> None:
     assert {m.assignment for m in last.value.members} == {b"L", b"F"}  # type: ignore[union-attr]
 
 
+def test_each_rebalance_that_ends_stable_is_reported_with_its_duration() -> None:
+    h = Harness()
+    first = h.join_result(h.join_new(G))
+    h.advance(40)
+    h.sync(G, first.member_id, first.generation_id, {first.member_id: b"a"})
+    [formed] = h.rebalances
+    assert (formed.group_id, formed.generation, formed.duration_ms) == (G, 1, 40)
+    # A second member starts a rebalance; it ends when the leader's assignment is synced.
+    second = h.join_new(G)
+    h.advance(25)
+    leader = h.join_result(h.join(G, first.member_id))
+    follower = h.join_result(second)
+    h.advance(10)
+    h.sync(G, follower.member_id, follower.generation_id)
+    assert len(h.rebalances) == 1  # not stable before the leader's sync
+    h.sync(G, leader.member_id, leader.generation_id, {first.member_id: b"L"})
+    assert h.rebalances[1] == type(formed)(G, leader.generation_id, 35)
+    # Heartbeats of a stable group report nothing.
+    h.advance(100)
+    assert h.heartbeat(G, leader.member_id, leader.generation_id) == ErrorCode.NONE
+    assert len(h.rebalances) == 2
+
+
 def test_the_protocol_every_member_supports_and_most_prefer_is_chosen() -> None:
     h = Harness()
     a = h.join_result(h.join_new(G, protocols=[("sticky", b"s1"), ("range", b"r1")]))

@@ -38,6 +38,7 @@ from typing import Any, Final, Protocol, TypeVar
 import grpc
 import grpc.aio
 
+from highwater.broker.metrics import REPLICA, TOPIC, BrokerMetrics
 from highwater.broker.partitions import Partition, PartitionError, PartitionManager
 from highwater.broker.replication import AlterPartitionProposal, EpochEndOffset, truncation_offset
 from highwater.controller import messages as m
@@ -127,6 +128,7 @@ class BrokerServer:
             self.log_manager,
             replica_lag_time_max_ms=self.settings.replica_lag_time_max_ms,
         )
+        self.metrics = BrokerMetrics(self.partitions)
         self._metadata = metadata
         self.controller = ControllerClient(list(controllers), timeout_s=30)
         self._incarnation_id = str(uuid.uuid4())
@@ -289,6 +291,7 @@ class BrokerServer:
                 except HighwaterError as e:
                     _fail(answer, getattr(e, "code", ErrorCode.UNKNOWN_SERVER_ERROR), str(e))
                     continue
+                self.metrics.bytes_in.add(len(data), {TOPIC: topic.topic})
                 answer.base_offset = info.first_offset
                 answer.log_append_time_ms = info.log_append_time
                 answer.log_start_offset = info.log_start_offset
@@ -358,6 +361,8 @@ class BrokerServer:
                 answer.log_start_offset = data.log_start_offset
                 answer.records = data.records
                 total += len(data.records)
+                if data.records:
+                    self.metrics.bytes_out.add(len(data.records), {TOPIC: topic.topic})
         return response, total, failed
 
     def _read_for_follower(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, bool]:
@@ -400,6 +405,10 @@ class BrokerServer:
                 assert read.data is not None
                 answer.records = read.data.records
                 total += len(read.data.records)
+                if read.data.records:
+                    self.metrics.bytes_out.add(
+                        len(read.data.records), {**REPLICA, TOPIC: topic.topic}
+                    )
         if moved:
             # acks=all produces and consumers wait for the high watermark. Waking them (and
             # every parked fetch) on each follower fetch would keep the followers' long polls
@@ -418,6 +427,7 @@ class BrokerServer:
         thousand partitions sends a few requests, not a thousand.
         """
         self._alter_queue[partition.topic_partition] = (partition, proposal)
+        self.metrics.isr_change_proposed(proposal, partition.topic_partition.topic)
         self._alter_wake.set()
         if self._alter_sender is None or self._alter_sender.done():
             self._alter_sender = asyncio.create_task(self._send_alter_partitions_forever())

@@ -14,7 +14,12 @@ import click
 
 from highwater.broker.service import BrokerSettings
 from highwater.broker.standalone import StandaloneBroker
-from highwater.cli.serving import controllers_option, listen_option, run_until_signalled
+from highwater.cli.serving import (
+    controllers_option,
+    listen_option,
+    run_until_signalled,
+    telemetry_option,
+)
 from highwater.raft.service import parse_endpoint
 
 
@@ -28,6 +33,7 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 
 
 @click.command("broker")
+@telemetry_option
 @click.option("--node-id", type=click.IntRange(min=0, max=2**31 - 1), required=True)
 @listen_option(required=True, help="Address to serve the Broker API on (clients and peers).")
 @controllers_option

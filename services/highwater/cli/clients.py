@@ -41,6 +41,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from highwater.cli.addresses import address_list
+from highwater.cli.serving import start_telemetry
 from highwater.client.cluster import ClusterMetadata, UnknownTopicOrPartitionError
 from highwater.client.consumer import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 from highwater.client.producer import Message, Producer
@@ -198,6 +199,7 @@ def produce(
     properties: tuple[str, ...],
 ) -> None:
     """Write each line of stdin to a topic as one record (like kafka-console-producer)."""
+    start_telemetry(click.get_current_context())
     reader, configs = _split_properties(properties)
     if reader.get("parse.key", "").lower() == "true" and key_separator is None:
         key_separator = reader.get("key.separator", "\t")
@@ -338,6 +340,7 @@ def consume(
     key_separator: str,
 ) -> None:
     """Print the records of a topic to stdout (like kafka-console-consumer)."""
+    start_telemetry(click.get_current_context())
     if group_id is not None:
         if not group_id:
             raise click.BadParameter("must not be empty", param_hint="'--group'")

@@ -16,13 +16,19 @@ from pathlib import Path
 
 import click
 
-from highwater.cli.serving import listen_option, metadata_replica_options, run_until_signalled
+from highwater.cli.serving import (
+    listen_option,
+    metadata_replica_options,
+    run_until_signalled,
+    telemetry_option,
+)
 from highwater.controller.config import ControllerConfig
 from highwater.controller.service import ControllerServer, ControllerSettings
 from highwater.raft.service import RaftServerSettings
 
 
 @click.command("controller")
+@telemetry_option
 @metadata_replica_options
 @listen_option(required=True, help="Address to serve the Raft protocol and the Controller API on.")
 @click.option(

@@ -13,7 +13,12 @@ from pathlib import Path
 
 import click
 
-from highwater.cli.serving import controllers_option, listen_option, run_until_signalled
+from highwater.cli.serving import (
+    controllers_option,
+    listen_option,
+    run_until_signalled,
+    telemetry_option,
+)
 from highwater.coordinator.core import GroupCoordinatorSettings
 from highwater.coordinator.service import CoordinatorSettings
 from highwater.coordinator.standalone import StandaloneCoordinator
@@ -21,6 +26,7 @@ from highwater.raft.service import parse_endpoint
 
 
 @click.command("coordinator")
+@telemetry_option
 @click.option("--node-id", type=click.IntRange(min=0, max=2**31 - 1), required=True)
 @listen_option(required=True, help="Address to serve the GroupCoordinator API on.")
 @controllers_option

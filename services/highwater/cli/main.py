@@ -23,6 +23,7 @@ from highwater.cli.quorum import quorum
 from highwater.cli.rolling import rolling
 from highwater.cli.server import server
 from highwater.cli.topics import topics
+from highwater.telemetry.logs import JsonFormatter, TextFormatter, TraceContextFilter
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -38,14 +39,17 @@ class _StderrHandler(logging.Handler):
             self.handleError(record)
 
 
-def configure_logging(level: str) -> None:
-    """Send log records at ``level`` and above to stderr; safe to call more than once."""
+def configure_logging(level: str, log_format: str = "text") -> None:
+    """Send log records at ``level`` and above to stderr, as text lines or JSON objects,
+    with the trace and span ids of the span they were written in; safe to call again."""
     root = logging.getLogger()
     root.setLevel(level.upper())
-    if not any(isinstance(handler, _StderrHandler) for handler in root.handlers):
+    handler = next((h for h in root.handlers if isinstance(h, _StderrHandler)), None)
+    if handler is None:
         handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        handler.addFilter(TraceContextFilter())
         root.addHandler(handler)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter(LOG_FORMAT))
 
 
 @click.group(
@@ -62,7 +66,16 @@ def configure_logging(level: str) -> None:
     envvar="HIGHWATER_LOG_LEVEL",
     help="Least severe log messages to write to stderr (also $HIGHWATER_LOG_LEVEL).",
 )
-def main(log_level: str) -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    envvar="HIGHWATER_LOG_FORMAT",
+    help="Log lines as text or as one JSON object each (also $HIGHWATER_LOG_FORMAT); "
+    "both carry the trace and span ids of the span a line was written in.",
+)
+def main(log_level: str, log_format: str) -> None:
     """Highwater: a distributed, replicated commit log, built on Kafka's design.
 
     Topics are split into partitions; each partition is an append-only log of record
@@ -74,7 +87,7 @@ def main(log_level: str) -> None:
     This one binary starts each role and carries the operator tools: run
     `highwater COMMAND --help` for the details of a command.
     """
-    configure_logging(log_level)
+    configure_logging(log_level, log_format)
 
 
 # -- subcommands: one line per module under highwater/cli/ ---------------------------------

@@ -16,7 +16,12 @@ from pathlib import Path
 
 import click
 
-from highwater.cli.serving import listen_option, metadata_replica_options, run_until_signalled
+from highwater.cli.serving import (
+    listen_option,
+    metadata_replica_options,
+    run_until_signalled,
+    telemetry_option,
+)
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.observer import MetadataObserver
 from highwater.raft.service import RaftServerSettings
@@ -48,6 +53,7 @@ class _ImageReport:
 
 
 @click.command("observer")
+@telemetry_option
 @metadata_replica_options
 @listen_option(
     required=False,

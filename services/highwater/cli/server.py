@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 import grpc.aio
 
-from highwater.cli.serving import listen_option, run_until_signalled
+from highwater.cli.serving import listen_option, run_until_signalled, telemetry_option
 from highwater.controller import messages as m
 from highwater.controller.client import ControllerClient
 from highwater.embedded import EmbeddedServer
@@ -92,6 +92,7 @@ async def _wait_for_leader(broker: broker_pb2_grpc.BrokerStub, timeout_s: float 
 
 
 @click.command("server")
+@telemetry_option
 @listen_option(
     required=False,
     default="127.0.0.1:9092",

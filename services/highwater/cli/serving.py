@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ import uvloop
 from highwater.cli.addresses import parse_addresses
 from highwater.errors import HighwaterError
 from highwater.raft.service import parse_endpoint, parse_quorum_voters
+from highwater.telemetry.configure import TelemetryConfigError, configure_telemetry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -125,6 +127,40 @@ def metadata_replica_options(function: F) -> F:
     for option in reversed(options):
         function = option(function)
     return function
+
+
+def start_telemetry(ctx: click.Context, metrics_listen: str | None = None) -> None:
+    """Set up OpenTelemetry for this command's process (see :mod:`highwater.telemetry`) as
+    ``highwater-<command>``, shut down when the command ends."""
+    try:
+        telemetry = configure_telemetry(f"highwater-{ctx.info_name}", metrics_listen=metrics_listen)
+    except TelemetryConfigError as e:
+        raise click.UsageError(str(e)) from None
+    except OSError as e:
+        raise click.BadParameter(f"cannot listen on {metrics_listen}: {e}") from None
+    ctx.call_on_close(telemetry.shutdown)
+    if telemetry.metrics_address is not None:
+        host, port = telemetry.metrics_address
+        logging.getLogger(__name__).info("Prometheus metrics on http://%s:%d/metrics", host, port)
+
+
+def _metrics_listen(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    start_telemetry(ctx, value)
+
+
+def telemetry_option(function: F) -> F:
+    """``--metrics-listen HOST:PORT``: serve Prometheus metrics there. Parsed before the
+    other options, so that telemetry is set up before the server is built."""
+    return click.option(
+        "--metrics-listen",
+        default=None,
+        metavar="HOST:PORT",
+        is_eager=True,
+        expose_value=False,
+        callback=_metrics_listen,
+        help="Serve Prometheus metrics on http://HOST:PORT/metrics. Traces and OTLP "
+        "metrics follow the OTEL_* environment variables.",
+    )(function)
 
 
 def run_until_signalled(server: Server, what: str) -> None:

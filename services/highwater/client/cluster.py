@@ -21,6 +21,7 @@ import grpc
 import grpc.aio
 
 from highwater.errors import HighwaterError
+from highwater.telemetry.rpc import client_interceptors
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -151,7 +152,7 @@ class ClusterMetadata:
             raise ClusterError("the cluster client is closed")
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(address)
+            channel = grpc.aio.insecure_channel(address, interceptors=client_interceptors())
             self._channels[address] = channel
             stub = broker_pb2_grpc.BrokerStub(channel)
             self._stubs[address] = stub

@@ -51,6 +51,7 @@ import contextlib
 import logging
 import math
 import threading
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future as ConcurrentFuture
@@ -70,6 +71,7 @@ from highwater.client.cluster import (
 from highwater.client.group.assignors import assignor_for
 from highwater.client.group.membership import GroupError, GroupMembership, GroupSettings
 from highwater.client.group.protocol import TopicPartitionKey
+from highwater.client.metrics import CLIENT_METRICS, PartitionLag
 from highwater.client.producer import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
@@ -84,6 +86,8 @@ from highwater.errors import (
 )
 from highwater.storage.records import TimestampType, iter_batches
 from highwater.storage.records.record import RecordTuple
+from highwater.telemetry.configure import tracing_enabled
+from highwater.telemetry.messaging import ConsumerTracing
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -503,6 +507,9 @@ class AsyncConsumer:
         self._next_metadata_check = 0.0
         self._partition_counts: dict[str, int] = {}
         self._commits: set[asyncio.Task[object]] = set()
+        self._tracing = ConsumerTracing(self.config.group_id) if tracing_enabled() else None
+        CLIENT_METRICS.observe_lag(self)
+        """``receive`` and ``process`` spans, when a tracer provider is installed."""
 
     # --- assignment ---------------------------------------------------------------------
 
@@ -612,6 +619,22 @@ class AsyncConsumer:
     async def poll(self, timeout: float | None = None) -> Message | None:
         """The next record (or error message) of the assigned partitions, waiting up to
         ``timeout`` seconds (None or negative: until one arrives); None on timeout."""
+        tracing = self._tracing
+        if tracing is None:
+            polled = await self._poll(timeout)
+            if polled is not None:
+                CLIENT_METRICS.consumed(self.config.group_id, 1)
+            return polled
+        tracing.end_processing()
+        started = time.time_ns()
+        message = await self._poll(timeout)
+        if message is not None:
+            CLIENT_METRICS.consumed(self.config.group_id, 1)
+            tracing.received([message], started)
+        return message
+
+    async def _poll(self, timeout: float | None) -> Message | None:
+        """:meth:`poll` without its spans."""
         self._check_open()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _timeout_s(timeout)
@@ -634,15 +657,23 @@ class AsyncConsumer:
             raise ValueError("num_messages must be >= 0")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _timeout_s(timeout)
+        tracing = self._tracing
+        if tracing is not None:
+            tracing.end_processing()
+            started = time.time_ns()
         messages: list[Message] = []
         while len(messages) < num_messages:
-            message = await self.poll(max(deadline - loop.time(), 0.0))
+            message = await self._poll(max(deadline - loop.time(), 0.0))
             if message is None:
                 break
             messages.append(message)
             # What else is buffered is taken at once, not one poll() per message: a
             # poll's group duties and awaits cost more than the message itself.
             self._take_buffered(messages, num_messages)
+        if messages:
+            CLIENT_METRICS.consumed(self.config.group_id, len(messages))
+            if tracing is not None:
+                tracing.received(messages, started)
         return messages
 
     def _next_message(self) -> Message | None:
@@ -1438,6 +1469,8 @@ class AsyncConsumer:
         :class:`ConsumerClosedError` (closing again does nothing)."""
         if self._closed:
             return
+        if self._tracing is not None:
+            self._tracing.end_processing()
         with contextlib.suppress(HighwaterError, TimeoutError):
             await self._close_group()
         self._closed = True
@@ -1451,6 +1484,20 @@ class AsyncConsumer:
         """Raise :class:`ConsumerClosedError` after close."""
         if self._closed:
             raise ConsumerClosedError("the consumer is closed")
+
+    @property
+    def group_id(self) -> str:
+        """``group.id`` (empty: no group)."""
+        return self.config.group_id
+
+    def partition_lags(self) -> list[PartitionLag]:
+        """``(topic, partition, lag)`` of each assigned partition whose position and high
+        watermark are known: the records between them (Kafka's ``records-lag``)."""
+        return [
+            (state.topic, state.partition, max(state.high_watermark - state.position, 0))
+            for state in self._states.values()
+            if state.position is not None and state.high_watermark >= 0
+        ]
 
     async def __aenter__(self) -> AsyncConsumer:
         """``async with AsyncConsumer(...)``: closes on exit."""

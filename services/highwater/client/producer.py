@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import queue
 import random
@@ -55,6 +56,7 @@ from highwater.client.cluster import (
     UnknownTopicOrPartitionError,
     parse_bootstrap_servers,
 )
+from highwater.client.metrics import CLIENT_METRICS
 from highwater.client.partitioner import StickyPartitioner, choose_partition
 from highwater.config.definition import (
     INT_MAX,
@@ -69,6 +71,8 @@ from highwater.errors import HighwaterError, InvalidConfigError
 from highwater.storage.records import Compression, RecordBatchBuilder
 from highwater.storage.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
 from highwater.storage.records.record import Header, RecordFields
+from highwater.telemetry.configure import tracing_enabled
+from highwater.telemetry.messaging import ProducerTracing
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -672,8 +676,9 @@ class AsyncProducer:
         self._delivered_event = asyncio.Event()
         self._last_refresh = float("-inf")
         self._fatal: BaseException | None = None
-        # Test-only fault injection: the next successful partition answers are taken as
-        # these error codes instead (the broker did write the batch: a lost reply).
+        self._metrics = CLIENT_METRICS
+        self._tracing = ProducerTracing() if tracing_enabled() else None
+        """``send`` spans, when a tracer provider is installed (checked once, here)."""
 
     # --- public API -----------------------------------------------------------------------
 
@@ -718,12 +723,11 @@ class AsyncProducer:
         if key is not None and type(key) is not bytes:
             key = _to_bytes(key, "key")
         future: asyncio.Future[RecordMetadata] = asyncio.Future(loop=asyncio.get_running_loop())
-        fields = (
-            key,
-            value,
-            _headers_list(headers) if headers is not None else _NO_HEADERS,
-            timestamp if timestamp else _now_ms(),
-        )
+        record_headers = _headers_list(headers) if headers is not None else _NO_HEADERS
+        if self._tracing is not None:
+            span, record_headers = self._tracing.start_send(topic, partition, record_headers)
+            future.add_done_callback(functools.partial(ProducerTracing.end_send, span))
+        fields = (key, value, record_headers, timestamp if timestamp else _now_ms())
         self._pending += 1
         if self._pending == 1:
             self._idle.clear()
@@ -1024,6 +1028,7 @@ class AsyncProducer:
         offset = base_offset if base_offset >= 0 else -1
         step = 1 if base_offset >= 0 else 0
         new_metadata = _record_metadata
+        self._metrics.sent(topic, batch.count)
         for (key, value, headers, timestamp), future, on_delivery in zip(
             batch.builder.records, batch.futures, batch.callbacks, strict=True
         ):

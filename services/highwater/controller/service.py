@@ -52,6 +52,7 @@ from google.protobuf.message import Message
 from highwater.controller import codec
 from highwater.controller.codec import CONTROLLER_SERVICE_NAME, ControllerRpc, InvalidRequestError
 from highwater.controller.config import ControllerConfig
+from highwater.controller.metrics import ControllerMetrics
 from highwater.controller.quorum_controller import QuorumController
 from highwater.controller.results import ControllerResult
 from highwater.controller.store import NotControllerError
@@ -334,6 +335,7 @@ class ControllerServer:
             services=[GrpcService(CONTROLLER_SERVICE_NAME, self._add_servicer), *services],
         )
         self.store = RaftMetadataStore(self.raft, self.machine)
+        self.metrics = ControllerMetrics(self)
         self._controller: QuorumController | None = None
         self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None

@@ -115,7 +115,17 @@ class Write:
     records: tuple[KeyValue, ...]
 
 
-Effect = Reply | Write
+@dataclass(frozen=True, slots=True)
+class RebalanceCompleted:
+    """A rebalance of ``group_id`` ended in a stable ``generation`` after ``duration_ms``
+    (from the join phase's start to the assignment's delivery): for the operator's metrics."""
+
+    group_id: str
+    generation: int
+    duration_ms: int
+
+
+Effect = Reply | Write | RebalanceCompleted
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,6 +546,8 @@ class GroupCoordinatorCore:
             group.assignment_write = None
             group.sync_deadline = None
         was_empty = group.is_in(EMPTY)
+        if not group.is_in(COMPLETING):
+            group.rebalance_started = now
         group.transition(PREPARING, now)
         rebalance_timeout = group.max_rebalance_timeout_ms()
         delay = self.settings.group_initial_rebalance_delay_ms
@@ -656,7 +668,9 @@ class GroupCoordinatorCore:
     def _complete_sync(self, group: Group, now: int) -> list[Effect]:
         group.transition(STABLE, now)
         group.sync_deadline = None
-        effects: list[Effect] = []
+        effects: list[Effect] = [
+            RebalanceCompleted(group.group_id, group.generation_id, now - group.rebalance_started)
+        ]
         for member in group.members.values():
             if member.sync_token is not None:
                 effects.append(Reply(member.sync_token, self._sync_result(group, member)))

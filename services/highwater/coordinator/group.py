@@ -130,6 +130,8 @@ class Group:
     in_initial_delay: bool = False
     new_member_added: bool = False
     """Whether a member joined since the last initial delay began."""
+    rebalance_started: int = 0
+    """When the current (or last) rebalance's join phase began."""
     sync_deadline: int | None = None
     """CompletingRebalance: members that have not sent SyncGroup by then are removed."""
     assignment_write: int | None = None

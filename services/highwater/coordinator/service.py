@@ -37,12 +37,14 @@ from highwater.coordinator.core import (
     JoinRequest,
     JoinResult,
     OffsetToCommit,
+    RebalanceCompleted,
     Reply,
     SyncRequest,
     SyncResult,
     Write,
 )
 from highwater.coordinator.group import Protocol as GroupProtocol
+from highwater.coordinator.metrics import CoordinatorMetrics
 from highwater.coordinator.offsets_log import (
     CoordinatorFencedError,
     OffsetsLogSettings,
@@ -117,6 +119,7 @@ class CoordinatorServer:
         self.controller = ControllerClient(list(controllers))
         self._metadata = metadata
         self.core = GroupCoordinatorCore(self.settings.group, self.partition_for)
+        self.metrics = CoordinatorMetrics(self.core)
         self.offsets = OffsetsTopicClient(metadata, self.settings.offsets_log)
         self.incarnation_id = str(uuid.uuid4())
         self.registration_epoch = -1
@@ -313,6 +316,8 @@ class CoordinatorServer:
                 future = self._waiting.pop(effect.token, None)
                 if future is not None and not future.done():
                     future.set_result(effect.result)
+            elif isinstance(effect, RebalanceCompleted):
+                self.metrics.rebalance_completed(effect)
             else:
                 state = self._partitions.get(effect.partition)
                 if state is None:

@@ -84,6 +84,7 @@ from highwater.raft.messages import (
     VoteRequest,
     is_request,
 )
+from highwater.raft.metrics import RaftMetrics
 from highwater.raft.node import NotLeaderError, RaftConfig, RaftNode, Ready, RoleChange
 from highwater.raft.partition_raft_log import (
     PartitionRaftLog,
@@ -99,6 +100,7 @@ from highwater.raft.quorum_state_file import (
 from highwater.raft.snapshot_files import CorruptSnapshotError, FileSnapshotStore
 from highwater.raft.state import ElectionState
 from highwater.storage.records import RecordBatch, iter_batches
+from highwater.telemetry.rpc import server_interceptors
 from highwater.v1 import raft_pb2, raft_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -622,6 +624,7 @@ class RaftServer:
         self._last_snapshot_offset = 0
         self._bytes_since_snapshot = 0
         self._role: RoleChange | None = None
+        self.metrics = RaftMetrics(self)
 
     # --- public API --------------------------------------------------------------------
 
@@ -709,6 +712,7 @@ class RaftServer:
             _Proposal(appended.offset, next(self._sequence), appended.epoch, future),
         )
         self._wakeup.set()
+        self.metrics.appended(future)
         return appended, future
 
     async def propose(self, values: Sequence[bytes]) -> int:
@@ -844,7 +848,7 @@ class RaftServer:
             *channel_options(self.settings.max_message_bytes),
             ("grpc.so_reuseport", 0),  # a second process on the same port must fail
         ]
-        server = grpc.aio.server(options=options)
+        server = grpc.aio.server(options=options, interceptors=server_interceptors())
         raft_pb2_grpc.add_RaftServicer_to_server(RaftServicer(self), server)
         for service in self._services:
             service.register(server)
@@ -1028,6 +1032,7 @@ class RaftServer:
 
     def _on_role_change(self, role: RoleChange) -> None:
         self._role = role
+        self.metrics.role_changed(role)
         log.info(
             "node %d: %s in epoch %d (leader %s)",
             self.node_id,

@@ -54,6 +54,7 @@ from highwater.client.group.protocol import (
     encode_subscription,
 )
 from highwater.errors import HighwaterError
+from highwater.telemetry.rpc import client_interceptors
 from highwater.v1 import coordinator_pb2 as pb
 from highwater.v1 import coordinator_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -163,7 +164,9 @@ class GroupMembership:
             self._coordinator = await self.cluster.find_coordinator(self.settings.group_id)
         channel = self._channels.get(self._coordinator)
         if channel is None:
-            channel = grpc.aio.insecure_channel(self._coordinator)
+            channel = grpc.aio.insecure_channel(
+                self._coordinator, interceptors=client_interceptors()
+            )
             self._channels[self._coordinator] = channel
         return coordinator_pb2_grpc.GroupCoordinatorStub(channel)
 

@@ -1,0 +1,105 @@
+"""The broker's metrics: bytes in and out per topic, ISR changes, and gauges of its partitions.
+
+Gauges are read from the partitions at collection time, as Kafka's ReplicaManager gauges
+are: under-replicated partitions (led here, ISR smaller than the replica set), partitions
+led here, replicas held, and each replica's log end offset and high watermark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+from opentelemetry.metrics import Observation
+from opentelemetry.semconv._incubating.attributes import messaging_attributes as messaging
+
+from highwater.broker.partitions import PartitionManager
+from highwater.broker.replication import AlterPartitionProposal, IsrChange
+from highwater.storage.topic_partition import TopicPartition
+from highwater.telemetry.instruments import meter, observe
+
+__all__ = ["PARTITION", "REPLICA", "TOPIC", "BrokerMetrics"]
+
+TOPIC: Final = messaging.MESSAGING_DESTINATION_NAME
+PARTITION: Final = messaging.MESSAGING_DESTINATION_PARTITION_ID
+REPLICA: Final = {"highwater.fetch.replica": True}
+"""The attribute of ``bytes_out`` sent to followers."""
+
+
+class BrokerMetrics:
+    """Instruments of one broker (see :mod:`highwater.telemetry`)."""
+
+    def __init__(self, partitions: PartitionManager) -> None:
+        broker_meter = meter("broker")
+        self.bytes_in = broker_meter.create_counter(
+            "highwater.broker.bytes_in",
+            unit="By",
+            description="Record batch bytes appended by producers, per topic",
+        )
+        self.bytes_out = broker_meter.create_counter(
+            "highwater.broker.bytes_out",
+            unit="By",
+            description="Record batch bytes sent to consumers (and, with "
+            "highwater.fetch.replica=true, to followers), per topic",
+        )
+        self._isr_shrinks = broker_meter.create_counter(
+            "highwater.broker.isr.shrinks",
+            unit="{change}",
+            description="ISR shrinks this broker proposed as a partition leader",
+        )
+        self._isr_expands = broker_meter.create_counter(
+            "highwater.broker.isr.expands",
+            unit="{change}",
+            description="ISR expansions this broker proposed as a partition leader",
+        )
+        gauges = (
+            ("highwater.broker.under_replicated_partitions", _under_replicated, "{partition}",
+             "Partitions led here whose ISR is smaller than their replica set"),
+            ("highwater.broker.leader_count", _leaders, "{partition}",
+             "Partitions this broker leads"),
+            ("highwater.broker.partition_count", _replicas, "{partition}",
+             "Partition replicas this broker holds"),
+            ("highwater.partition.log_end_offset", _log_end_offsets, "{offset}",
+             "Log end offset of each replica held here"),
+            ("highwater.partition.high_watermark", _high_watermarks, "{offset}",
+             "High watermark of each replica held here"),
+        )  # fmt: skip
+        for name, read, unit, description in gauges:
+            observe(broker_meter, name, partitions, read, unit=unit, description=description)
+
+    def isr_change_proposed(self, proposal: AlterPartitionProposal, topic: str) -> None:
+        counter = self._isr_shrinks if proposal.change is IsrChange.SHRINK else self._isr_expands
+        counter.add(1, {TOPIC: topic})
+
+
+def _under_replicated(partitions: PartitionManager) -> Iterable[Observation]:
+    count = sum(
+        1
+        for p in partitions
+        if p.is_leader and len(p.registration.isr) < len(p.registration.replicas)
+    )
+    return [Observation(count)]
+
+
+def _leaders(partitions: PartitionManager) -> Iterable[Observation]:
+    return [Observation(sum(1 for p in partitions if p.is_leader))]
+
+
+def _replicas(partitions: PartitionManager) -> Iterable[Observation]:
+    return [Observation(sum(1 for _ in partitions))]
+
+
+def _log_end_offsets(partitions: PartitionManager) -> Iterable[Observation]:
+    return [
+        Observation(p.log_end_offset, _partition_attributes(p.topic_partition)) for p in partitions
+    ]
+
+
+def _high_watermarks(partitions: PartitionManager) -> Iterable[Observation]:
+    return [
+        Observation(p.high_watermark, _partition_attributes(p.topic_partition)) for p in partitions
+    ]
+
+
+def _partition_attributes(tp: TopicPartition) -> dict[str, str]:
+    return {TOPIC: tp.topic, PARTITION: str(tp.partition)}
