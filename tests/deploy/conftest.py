@@ -42,8 +42,11 @@ render = _load_render()
 
 
 def tool(name: str, path: Path | None = None) -> str:
-    """The path of a command-line tool the checks need; a failure naming the fix if absent."""
-    found = str(path) if path is not None and path.exists() else shutil.which(name)
+    """The path of a command-line tool the checks need: ``path`` if given and there, else
+    the one on PATH, else the project environment's; a failure naming the fix if absent."""
+    if path is not None and path.exists():
+        return str(path)
+    found = shutil.which(name) or shutil.which(name, path=str(REPO / ".venv" / "bin"))
     if found is None:
         pytest.fail(f"{name} is not installed: run `make deploy-tools`", pytrace=False)
     return found
