@@ -46,15 +46,16 @@ def load_values(paths: Sequence[Path]) -> dict[str, Any]:
         loaded = yaml.safe_load(path.read_text()) or {}
         if not isinstance(loaded, dict):
             raise RenderError(f"{path}: a values file holds a mapping")
-        merged = _merge(merged, loaded)
+        merged = merge_values(merged, loaded)
     return merged
 
 
-def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+def merge_values(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``override`` over ``base``: mappings merged key by key, anything else replaced."""
     merged = dict(base)
     for key, value in override.items():
         if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _merge(merged[key], value)
+            merged[key] = merge_values(merged[key], value)
         else:
             merged[key] = value
     return merged
@@ -88,10 +89,7 @@ def render(
 def documents(rendered: Mapping[str, str]) -> list[dict[str, Any]]:
     """Every manifest of a render, parsed, in template order."""
     return [
-        document
-        for text in rendered.values()
-        for document in yaml.safe_load_all(text)
-        if document
+        document for text in rendered.values() for document in yaml.safe_load_all(text) if document
     ]
 
 
