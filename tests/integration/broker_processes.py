@@ -43,6 +43,7 @@ class BrokerProcess:
     """The address registered with the controller (clients and followers connect to it);
     None: the listen address."""
     replica_lag_time_max_ms: int | None = None
+    extra_args: tuple[str, ...] = ()
     process: subprocess.Popen[bytes] | None = None
     _log: IO[bytes] | None = field(default=None, repr=False)
 
@@ -78,6 +79,7 @@ class BrokerProcess:
             common += ["--advertised-listener", self.advertised]
         if self.replica_lag_time_max_ms is not None:
             common += ["--replica-lag-time-max-ms", str(self.replica_lag_time_max_ms)]
+        common += self.extra_args
         return [sys.executable, "-m", "highwater", "--log-level", "INFO", "broker", *common]
 
     def start(self) -> None:

@@ -32,12 +32,12 @@ class BrokerMetrics:
     def __init__(self, partitions: PartitionManager) -> None:
         broker_meter = meter("broker")
         self.bytes_in = broker_meter.create_counter(
-            "highwater.broker.bytes_in",
+            "highwater.broker.in",
             unit="By",
             description="Record batch bytes appended by producers, per topic",
         )
         self.bytes_out = broker_meter.create_counter(
-            "highwater.broker.bytes_out",
+            "highwater.broker.out",
             unit="By",
             description="Record batch bytes sent to consumers (and, with "
             "highwater.fetch.replica=true, to followers), per topic",

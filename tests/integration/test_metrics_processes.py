@@ -1,0 +1,189 @@
+"""Metrics follow the cluster: Prometheus endpoints of real processes change when it does.
+
+One controller and three brokers, each started with ``--metrics-listen``. A topic with
+three replicas is written to; the leader's endpoint shows the bytes in, the log end offset
+and high watermark, the Produce calls it served and no under-replicated partition. A
+follower is killed -9: once the leader drops it from the ISR (replica.lag.time.max.ms 2 s)
+the leader reports one under-replicated partition and an ISR shrink. When the follower
+comes back and catches up, the partition is no longer under-replicated and an expansion
+is counted. The controller reports itself active and no offline partition throughout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from broker_processes import BrokerProcess, create_topic, wait_partition
+from highwater.client.admin import NewTopic
+from highwater.client.producer import AsyncProducer
+from prometheus_client.parser import text_string_to_metric_families
+from quorum_processes import Controller, free_ports
+
+pytestmark = pytest.mark.timeout(150)
+
+TOPIC = "watched"
+LEADER, FOLLOWER, OTHER = 41, 42, 43
+REPLICA_LAG_TIME_MAX_MS = 2000
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+@dataclass
+class Watched:
+    controller: Controller
+    controller_metrics: str
+    brokers: dict[int, BrokerProcess]
+    broker_metrics: dict[int, str]
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Watched]:
+    controller_port, controller_metrics, *ports = free_ports(8)
+    controller = Controller(
+        1,
+        controller_port,
+        f"1@127.0.0.1:{controller_port}",
+        tmp_path / "controller",
+        tmp_path / "controller.log",
+        extra_args=("--metrics-listen", f"127.0.0.1:{controller_metrics}"),
+    )
+    ids = (LEADER, FOLLOWER, OTHER)
+    metrics_ports = dict(zip(ids, ports[3:], strict=True))
+    brokers = {
+        node_id: BrokerProcess(
+            node_id,
+            port,
+            controller.address,
+            tmp_path / f"broker-{node_id}",
+            tmp_path / f"broker-{node_id}.log",
+            replica_lag_time_max_ms=REPLICA_LAG_TIME_MAX_MS,
+            extra_args=("--metrics-listen", f"127.0.0.1:{metrics_ports[node_id]}"),
+        )
+        for node_id, port in zip(ids, ports[:3], strict=True)
+    }
+    watched = Watched(
+        controller,
+        f"http://127.0.0.1:{controller_metrics}/metrics",
+        brokers,
+        {n: f"http://127.0.0.1:{p}/metrics" for n, p in metrics_ports.items()},
+    )
+    try:
+        controller.start()
+        for broker in brokers.values():
+            broker.start()
+        yield watched
+    finally:
+        for broker in brokers.values():
+            broker.kill()
+        controller.kill()
+
+
+def scrape(url: str) -> Samples:
+    """Every sample of a Prometheus text endpoint: (name, labels) -> value."""
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        text = reply.read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels`` (0 if none)."""
+    wanted = set(labels.items())
+    return sum(v for (n, have), v in samples.items() if n == name and wanted <= have)
+
+
+async def eventually(
+    url: str, check: Callable[[Samples], bool], what: str, timeout_s: float = 60
+) -> Samples:
+    deadline = time.monotonic() + timeout_s
+    samples: Samples = {}
+    while time.monotonic() < deadline:
+        try:
+            samples = await asyncio.to_thread(scrape, url)
+        except OSError:
+            samples = {}
+        if samples and check(samples):
+            return samples
+        await asyncio.sleep(0.2)
+    names = sorted({n for n, _ in samples if n.startswith("highwater")})
+    raise AssertionError(f"{what}: not within {timeout_s} s (metrics: {names})")
+
+
+async def test_metrics_follow_isr_shrinks_and_expansions(cluster: Watched) -> None:
+    leader = cluster.brokers[LEADER]
+    await create_topic(
+        leader.address,
+        NewTopic(TOPIC, replica_assignment={0: [LEADER, FOLLOWER, OTHER]}),
+    )
+    everyone = {LEADER, FOLLOWER, OTHER}
+    await wait_partition([leader], TOPIC, lambda s: set(s.isr) == everyone, what="the full ISR")
+    bootstrap = ",".join(b.address for b in cluster.brokers.values())
+    async with AsyncProducer({"bootstrap.servers": bootstrap, "acks": "all"}) as producer:
+        await asyncio.gather(*(producer.produce(TOPIC, b"x" * 100, partition=0) for _ in range(5)))
+
+    url = cluster.broker_metrics[LEADER]
+    topic = {"messaging_destination_name": TOPIC}
+    partition = {**topic, "messaging_destination_partition_id": "0"}
+    healthy = await eventually(
+        url,
+        lambda s: value(s, "highwater_partition_high_watermark", **partition) == 5,
+        "the high watermark at 5",
+    )
+    assert value(healthy, "highwater_partition_log_end_offset", **partition) == 5
+    assert value(healthy, "highwater_broker_in_bytes_total", **topic) > 500
+    assert value(healthy, "highwater_broker_under_replicated_partitions") == 0
+    assert value(healthy, "highwater_broker_leader_count") >= 1
+    assert value(healthy, "rpc_server_call_duration_seconds_count", rpc_method="Produce") >= 1
+    assert value(healthy, "highwater_broker_isr_shrinks_total", **topic) == 0
+    controller = await eventually(
+        cluster.controller_metrics,
+        lambda s: value(s, "highwater_controller_registered_brokers") == 3,
+        "three brokers registered",
+    )
+    assert value(controller, "highwater_controller_active") == 1
+    assert value(controller, "highwater_controller_offline_partitions") == 0
+    assert value(controller, "highwater_raft_leader") == 1
+
+    # A follower dies; the next write leaves it behind and the leader drops it from the ISR
+    # once it has not caught up for the lag time. The controller fences it once its
+    # session expires.
+    cluster.brokers[FOLLOWER].kill()
+    async with AsyncProducer({"bootstrap.servers": bootstrap, "acks": "1"}) as producer:
+        await producer.produce(TOPIC, b"y" * 100, partition=0)
+    shrunk = await eventually(
+        url,
+        lambda s: value(s, "highwater_broker_under_replicated_partitions") == 1,
+        "one under-replicated partition",
+    )
+    assert value(shrunk, "highwater_broker_isr_shrinks_total", **topic) == 1
+    await eventually(
+        cluster.controller_metrics,
+        lambda s: value(s, "highwater_controller_fenced_brokers") == 1,
+        "the dead broker fenced",
+    )
+
+    cluster.brokers[FOLLOWER].start()
+    healed = await eventually(
+        url,
+        lambda s: (
+            value(s, "highwater_broker_under_replicated_partitions") == 0
+            and value(s, "highwater_broker_isr_expands_total", **topic) >= 1
+        ),
+        "the partition fully replicated again",
+    )
+    assert value(healed, "highwater_partition_high_watermark", **partition) == 6
+    controller = await eventually(
+        cluster.controller_metrics,
+        lambda s: value(s, "highwater_controller_fenced_brokers") == 0,
+        "the restarted broker unfenced",
+    )
+    assert value(controller, "highwater_controller_offline_partitions") == 0
