@@ -1,12 +1,14 @@
 """Metrics follow the cluster: Prometheus endpoints of real processes change when it does.
 
-One controller and three brokers, each started with ``--metrics-listen``. A topic with
-three replicas is written to; the leader's endpoint shows the bytes in, the log end offset
-and high watermark, the Produce calls it served and no under-replicated partition. A
-follower is killed -9: once the leader drops it from the ISR (replica.lag.time.max.ms 2 s)
-the leader reports one under-replicated partition and an ISR shrink. When the follower
-comes back and catches up, the partition is no longer under-replicated and an expansion
-is counted. The controller reports itself active and no offline partition throughout.
+One controller and three brokers, each started with ``--metrics-listen``. A topic with three
+replicas is written to; the leader's endpoint shows the bytes in, the log end offset and
+high watermark, the Produce calls it served and no under-replicated partition. A follower is
+killed -9: once the leader drops it from the ISR (replica.lag.time.max.ms 2 s) the leader
+reports one under-replicated partition and an ISR shrink. When the follower comes back and
+catches up, the partition is no longer under-replicated and an expansion is counted. The
+controller reports itself active and no offline partition throughout. The processes export
+their spans over OTLP: followers' replica fetches and the controller's metadata commits are
+among them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from broker_processes import BrokerProcess, create_topic, wait_partition
 from highwater.client.admin import NewTopic
 from highwater.client.producer import AsyncProducer
+from otlp_receiver import OtlpReceiver, otlp_receiver
 from prometheus_client.parser import text_string_to_metric_families
 from quorum_processes import Controller, free_ports
 
@@ -40,10 +43,25 @@ class Watched:
     controller_metrics: str
     brokers: dict[int, BrokerProcess]
     broker_metrics: dict[int, str]
+    spans: OtlpReceiver
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[Watched]:
+async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Watched]:
+    with otlp_receiver() as (receiver, endpoint):
+        # The processes export their spans to the receiver (the test process sets up no
+        # telemetry: its clients ignore these variables).
+        for name, value in {
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,
+            "OTEL_EXPORTER_OTLP_INSECURE": "true",
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+        }.items():
+            monkeypatch.setenv(name, value)
+        async for watched in _cluster(tmp_path, receiver):
+            yield watched
+
+
+async def _cluster(tmp_path: Path, receiver: OtlpReceiver) -> AsyncIterator[Watched]:
     controller_port, controller_metrics, *ports = free_ports(8)
     controller = Controller(
         1,
@@ -72,6 +90,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Watched]:
         f"http://127.0.0.1:{controller_metrics}/metrics",
         brokers,
         {n: f"http://127.0.0.1:{p}/metrics" for n, p in metrics_ports.items()},
+        receiver,
     )
     try:
         controller.start()
@@ -151,6 +170,22 @@ async def test_metrics_follow_isr_shrinks_and_expansions(cluster: Watched) -> No
     )
     assert value(controller, "highwater_controller_active") == 1
     assert value(controller, "highwater_controller_offline_partitions") == 0
+
+    # With tracing on, followers trace the fetches that brought records and the controller
+    # its metadata commits.
+    cluster.spans.wait_for(
+        lambda r: (
+            any(
+                s.attributes.get("highwater.replica.leader_id") == LEADER
+                for s in r.of("highwater-broker", "replica fetch")
+            )
+            and bool(r.of("highwater-controller", "raft commit"))
+        ),
+        "replica fetch and raft commit spans",
+    )
+    commit = cluster.spans.of("highwater-controller", "raft commit")[0]
+    assert commit.attributes["highwater.raft.offset"] >= 0
+    assert commit.attributes["highwater.raft.batch.entries"] >= 1
     assert value(controller, "highwater_raft_leader") == 1
 
     # A follower dies; the next write leaves it behind and the leader drops it from the ISR

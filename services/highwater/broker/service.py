@@ -38,9 +38,9 @@ from typing import Any, Final, Protocol, TypeVar
 import grpc
 import grpc.aio
 
-from highwater.broker.metrics import REPLICA, TOPIC, BrokerMetrics
 from highwater.broker.partitions import Partition, PartitionError, PartitionManager
 from highwater.broker.replication import AlterPartitionProposal, EpochEndOffset, truncation_offset
+from highwater.broker.telemetry import REPLICA, TOPIC, BrokerTelemetry
 from highwater.controller import messages as m
 from highwater.controller.client import ControllerClient
 from highwater.errors import HighwaterError
@@ -128,7 +128,7 @@ class BrokerServer:
             self.log_manager,
             replica_lag_time_max_ms=self.settings.replica_lag_time_max_ms,
         )
-        self.metrics = BrokerMetrics(self.partitions)
+        self.telemetry = BrokerTelemetry(self.partitions)
         self._metadata = metadata
         self.controller = ControllerClient(list(controllers), timeout_s=30)
         self._incarnation_id = str(uuid.uuid4())
@@ -291,7 +291,7 @@ class BrokerServer:
                 except HighwaterError as e:
                     _fail(answer, getattr(e, "code", ErrorCode.UNKNOWN_SERVER_ERROR), str(e))
                     continue
-                self.metrics.bytes_in.add(len(data), {TOPIC: topic.topic})
+                self.telemetry.bytes_in.add(len(data), {TOPIC: topic.topic})
                 answer.base_offset = info.first_offset
                 answer.log_append_time_ms = info.log_append_time
                 answer.log_start_offset = info.log_start_offset
@@ -362,7 +362,7 @@ class BrokerServer:
                 answer.records = data.records
                 total += len(data.records)
                 if data.records:
-                    self.metrics.bytes_out.add(len(data.records), {TOPIC: topic.topic})
+                    self.telemetry.bytes_out.add(len(data.records), {TOPIC: topic.topic})
         return response, total, failed
 
     def _read_for_follower(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, bool]:
@@ -406,7 +406,7 @@ class BrokerServer:
                 answer.records = read.data.records
                 total += len(read.data.records)
                 if read.data.records:
-                    self.metrics.bytes_out.add(
+                    self.telemetry.bytes_out.add(
                         len(read.data.records), {**REPLICA, TOPIC: topic.topic}
                     )
         if moved:
@@ -427,7 +427,7 @@ class BrokerServer:
         thousand partitions sends a few requests, not a thousand.
         """
         self._alter_queue[partition.topic_partition] = (partition, proposal)
-        self.metrics.isr_change_proposed(proposal, partition.topic_partition.topic)
+        self.telemetry.isr_change_proposed(proposal, partition.topic_partition.topic)
         self._alter_wake.set()
         if self._alter_sender is None or self._alter_sender.done():
             self._alter_sender = asyncio.create_task(self._send_alter_partitions_forever())
@@ -551,7 +551,13 @@ class BrokerServer:
                     log.debug("broker %d: fetch from %d failed: %s", self.node_id, leader_id, e)
                     await asyncio.sleep(self.settings.replica_fetch_backoff_ms / 1000)
                     continue
-                if not await self._apply_fetched(reply, followed):
+                span = self.telemetry.replica_fetch_span(leader_id, reply)
+                try:
+                    answered = await self._apply_fetched(reply, followed)
+                finally:
+                    if span is not None:
+                        span.end()
+                if not answered:
                     await asyncio.sleep(self.settings.replica_fetch_backoff_ms / 1000)
         finally:
             if channel is not None:

@@ -1,4 +1,5 @@
-"""The broker's metrics: bytes in and out per topic, ISR changes, and gauges of its partitions.
+"""The broker's telemetry: bytes in and out per topic, ISR changes, gauges of its partitions,
+and (with tracing on) a span for each replica fetch that brought records.
 
 Gauges are read from the partitions at collection time, as Kafka's ReplicaManager gauges
 are: under-replicated partitions (led here, ISR smaller than the replica set), partitions
@@ -10,15 +11,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from opentelemetry import trace
 from opentelemetry.metrics import Observation
 from opentelemetry.semconv._incubating.attributes import messaging_attributes as messaging
+from opentelemetry.trace import Span
 
+from highwater import __version__
 from highwater.broker.partitions import PartitionManager
 from highwater.broker.replication import AlterPartitionProposal, IsrChange
 from highwater.storage.topic_partition import TopicPartition
+from highwater.telemetry.configure import tracing_enabled
 from highwater.telemetry.instruments import meter, observe
+from highwater.telemetry.messaging import SCHEMA_URL
+from highwater.v1 import broker_pb2 as pb
 
-__all__ = ["PARTITION", "REPLICA", "TOPIC", "BrokerMetrics"]
+__all__ = ["PARTITION", "REPLICA", "TOPIC", "BrokerTelemetry"]
 
 TOPIC: Final = messaging.MESSAGING_DESTINATION_NAME
 PARTITION: Final = messaging.MESSAGING_DESTINATION_PARTITION_ID
@@ -26,10 +33,15 @@ REPLICA: Final = {"highwater.fetch.replica": True}
 """The attribute of ``bytes_out`` sent to followers."""
 
 
-class BrokerMetrics:
+class BrokerTelemetry:
     """Instruments of one broker (see :mod:`highwater.telemetry`)."""
 
     def __init__(self, partitions: PartitionManager) -> None:
+        self._tracer = (
+            trace.get_tracer("highwater.broker", __version__, schema_url=SCHEMA_URL)
+            if tracing_enabled()
+            else None
+        )
         broker_meter = meter("broker")
         self.bytes_in = broker_meter.create_counter(
             "highwater.broker.in",
@@ -66,6 +78,24 @@ class BrokerMetrics:
         )  # fmt: skip
         for name, read, unit, description in gauges:
             observe(broker_meter, name, partitions, read, unit=unit, description=description)
+
+    def replica_fetch_span(self, leader_id: int, reply: pb.FetchResponse) -> Span | None:
+        """A ``replica fetch`` span for a follower's fetch answer that carried records
+        (started now, ended by the caller once they are appended); None when tracing is off
+        or the answer carried none."""
+        if self._tracer is None:
+            return None
+        fetched = sum(len(p.records) for t in reply.topics for p in t.partitions)
+        if not fetched:
+            return None
+        return self._tracer.start_span(
+            "replica fetch",
+            attributes={
+                "highwater.replica.leader_id": leader_id,
+                "highwater.replica.fetched_bytes": fetched,
+                "highwater.replica.partitions": sum(len(t.partitions) for t in reply.topics),
+            },
+        )
 
     def isr_change_proposed(self, proposal: AlterPartitionProposal, topic: str) -> None:
         counter = self._isr_shrinks if proposal.change is IsrChange.SHRINK else self._isr_expands

@@ -84,7 +84,6 @@ from highwater.raft.messages import (
     VoteRequest,
     is_request,
 )
-from highwater.raft.metrics import RaftMetrics
 from highwater.raft.node import NotLeaderError, RaftConfig, RaftNode, Ready, RoleChange
 from highwater.raft.partition_raft_log import (
     PartitionRaftLog,
@@ -99,6 +98,7 @@ from highwater.raft.quorum_state_file import (
 )
 from highwater.raft.snapshot_files import CorruptSnapshotError, FileSnapshotStore
 from highwater.raft.state import ElectionState
+from highwater.raft.telemetry import RaftTelemetry
 from highwater.storage.records import RecordBatch, iter_batches
 from highwater.telemetry.rpc import server_interceptors
 from highwater.v1 import raft_pb2, raft_pb2_grpc
@@ -624,7 +624,7 @@ class RaftServer:
         self._last_snapshot_offset = 0
         self._bytes_since_snapshot = 0
         self._role: RoleChange | None = None
-        self.metrics = RaftMetrics(self)
+        self.telemetry = RaftTelemetry(self)
 
     # --- public API --------------------------------------------------------------------
 
@@ -712,7 +712,7 @@ class RaftServer:
             _Proposal(appended.offset, next(self._sequence), appended.epoch, future),
         )
         self._wakeup.set()
-        self.metrics.appended(future)
+        self.telemetry.appended(future, appended, len(values))
         return appended, future
 
     async def propose(self, values: Sequence[bytes]) -> int:
@@ -1032,7 +1032,7 @@ class RaftServer:
 
     def _on_role_change(self, role: RoleChange) -> None:
         self._role = role
-        self.metrics.role_changed(role)
+        self.telemetry.role_changed(role)
         log.info(
             "node %d: %s in epoch %d (leader %s)",
             self.node_id,

@@ -1,4 +1,5 @@
-"""The metadata quorum's metrics: commit latency, elections, and gauges of a replica's state."""
+"""The metadata quorum's telemetry: commit latency (a histogram and, with tracing on, a span
+per batch), elections, and gauges of a replica's state."""
 
 from __future__ import annotations
 
@@ -7,22 +8,33 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from opentelemetry import trace
 from opentelemetry.metrics import Observation
+from opentelemetry.trace import Status, StatusCode
 
+from highwater import __version__
+from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.node import RoleChange
 from highwater.raft.state import Role
+from highwater.telemetry.configure import tracing_enabled
 from highwater.telemetry.instruments import duration_histogram, meter, observe
+from highwater.telemetry.messaging import SCHEMA_URL
 
 if TYPE_CHECKING:
     from highwater.raft.service import RaftServer
 
-__all__ = ["RaftMetrics"]
+__all__ = ["RaftTelemetry"]
 
 
-class RaftMetrics:
+class RaftTelemetry:
     """Instruments of one replica of ``__cluster_metadata`` (see :mod:`highwater.telemetry`)."""
 
     def __init__(self, server: RaftServer) -> None:
+        self._tracer = (
+            trace.get_tracer("highwater.raft", __version__, schema_url=SCHEMA_URL)
+            if tracing_enabled()
+            else None
+        )
         raft_meter = meter("raft")
         self._commit_duration = duration_histogram(
             raft_meter,
@@ -55,13 +67,29 @@ class RaftMetrics:
             description="1 while this replica leads the quorum, else 0",
         )
 
-    def appended(self, committed: asyncio.Future[int]) -> None:
-        """Time the batch whose commit ``committed`` reports (successful commits only)."""
+    def appended(self, committed: asyncio.Future[int], last: OffsetAndEpoch, count: int) -> None:
+        """Time the batch of ``count`` entries ending at ``last`` until ``committed``
+        reports its commit (a ``raft commit`` span too, with tracing on)."""
         started = time.perf_counter()
+        span = None
+        if self._tracer is not None:
+            span = self._tracer.start_span(
+                "raft commit",
+                attributes={
+                    "highwater.raft.epoch": last.epoch,
+                    "highwater.raft.offset": last.offset,
+                    "highwater.raft.batch.entries": count,
+                },
+            )
 
         def done(future: asyncio.Future[int]) -> None:
-            if not future.cancelled() and future.exception() is None:
+            failed = future.cancelled() or future.exception() is not None
+            if not failed:
                 self._commit_duration.record(time.perf_counter() - started)
+            if span is not None:
+                if failed:
+                    span.set_status(Status(StatusCode.ERROR, "not committed"))
+                span.end()
 
         committed.add_done_callback(done)
 
