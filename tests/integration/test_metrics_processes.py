@@ -3,12 +3,13 @@
 One controller and three brokers, each started with ``--metrics-listen``. A topic with three
 replicas is written to; the leader's endpoint shows the bytes in, the log end offset and
 high watermark, the Produce calls it served and no under-replicated partition. A follower is
-killed -9: once the leader drops it from the ISR (replica.lag.time.max.ms 2 s) the leader
-reports one under-replicated partition and an ISR shrink. When the follower comes back and
-catches up, the partition is no longer under-replicated and an expansion is counted. The
-controller reports itself active and no offline partition throughout. The processes export
-their spans over OTLP: followers' replica fetches and the controller's metadata commits are
-among them.
+killed -9 and one more record written: once the leader drops the follower from the ISR
+(replica.lag.time.max.ms 2 s) it reports one under-replicated partition and an ISR shrink,
+and the controller one fenced broker once the follower's session expired. When the follower
+comes back and catches up, the partition is no longer under-replicated, an expansion is
+counted and no broker is fenced. The controller reports itself active and no offline
+partition throughout. The processes export their spans over OTLP: followers' replica
+fetches and the controller's metadata commits are among them.
 """
 
 from __future__ import annotations
