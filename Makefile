@@ -108,3 +108,21 @@ kustomize-base: venv
 # Every offline deployment check: renders, lint, schema, strict validation, checkov.
 deploy-check: venv deploy-tools
 	$(BIN)/python -m pytest tests/deploy tests/broker/test_rolling.py tests/cli/test_cli_rolling.py
+
+# The long chaos set: seeded runs of a 3-controller cluster under kills, pauses, network
+# partitions (network namespaces: needs root and iproute2) and a full disk, and a report
+# with a timeline plot of each run (docs/chaos.md).
+CHAOS_SEEDS ?= 1,2,3
+CHAOS_DURATION ?= 240
+CHAOS_FAULTS ?= kill,pause,partition,disk
+CHAOS_OUT ?= $(RUN_DIR)/chaos-report
+.PHONY: chaos chaos-deps
+chaos: venv chaos-deps
+	$(BIN)/python -m highwater.chaos campaign --seeds $(CHAOS_SEEDS) --duration $(CHAOS_DURATION) \
+		--faults $(CHAOS_FAULTS) --out $(CHAOS_OUT)
+
+chaos-deps:
+	@command -v ip >/dev/null 2>&1 || { \
+		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq iproute2; }

@@ -7,9 +7,9 @@ the torn bytes and acknowledged (acks=all), but no consumer can read them: every
 at the torn position fails inside the broker (``CorruptSegmentError ... no valid batch
 header``, an internal error to the client), so acknowledged records are lost to every
 reader, and the partition's followers stop replicating. Kafka takes a log directory
-whose write failed offline (the broker stops leading its partitions) instead.
-The reproduction: one controller and one broker whose
-data directory is a small tmpfs (the harness's :class:`SmallDisks`, which needs root).
+whose write failed offline (the broker stops leading its partitions) instead. The
+reproduction: one controller and one broker whose data directory is a small tmpfs (the
+harness's :class:`SmallDisks`, which needs root).
 """
 
 from __future__ import annotations
