@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -39,6 +39,8 @@ class HighwaterProcess:
     name: str
     args: list[str]
     log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    """Variables set for the process on top of this one's."""
     process: subprocess.Popen[bytes] | None = None
     _log: IO[bytes] | None = field(default=None, repr=False)
 
@@ -59,7 +61,7 @@ class HighwaterProcess:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
 
     def kill(self) -> None:
@@ -130,9 +132,17 @@ def _broker_args(node_id: int, address: str, controller: str, data_dir: Path) ->
 
 @contextlib.contextmanager
 def highwater_cluster(
-    root: Path, brokers: int, *, start_timeout_s: float = 90.0
+    root: Path,
+    brokers: int,
+    *,
+    start_timeout_s: float = 90.0,
+    env: dict[str, str] | None = None,
+    extra_args: Callable[[str], list[str]] | None = None,
 ) -> Iterator[HighwaterCluster]:
-    """One controller and ``brokers`` brokers under ``root``; all stopped when the block ends."""
+    """One controller and ``brokers`` brokers under ``root``; all stopped when the block ends.
+
+    ``env``: variables every process gets; ``extra_args(name)``: more options for the
+    process ``name`` ("controller 1", "broker 101", ...)."""
     root.mkdir(parents=True, exist_ok=True)
     controller_address = f"127.0.0.1:{free_port()}"
     controller = HighwaterProcess(
@@ -149,6 +159,7 @@ def highwater_cluster(
             str(root / "controller-1"),
         ],
         root / "controller-1.log",
+        dict(env or {}),
     )
     addresses = {FIRST_BROKER_ID + i: f"127.0.0.1:{free_port()}" for i in range(brokers)}
     processes = {
@@ -156,9 +167,13 @@ def highwater_cluster(
             f"broker {node_id}",
             _broker_args(node_id, address, controller_address, root / f"broker-{node_id}"),
             root / f"broker-{node_id}.log",
+            dict(env or {}),
         )
         for node_id, address in addresses.items()
     }
+    if extra_args is not None:
+        for process in (controller, *processes.values()):
+            process.args += extra_args(process.name)
     cluster = HighwaterCluster(controller, processes, addresses)
     try:
         controller.start()

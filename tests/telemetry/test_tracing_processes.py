@@ -156,3 +156,29 @@ def test_a_call_made_in_a_span_continues_its_trace_in_the_server(
     receiver.wait_for(metadata_span_of_task, "the server's Metadata span under operator-task")
     [task] = [s for s in receiver.of("traced-admin") if s.name == "operator-task"]
     assert (task.trace_id, task.span_id) == (trace_id, span_id)
+
+
+def test_a_producer_that_samples_a_record_out_makes_its_consumers_drop_it_too(
+    traced: tuple[OtlpReceiver, dict[str, str], str],
+) -> None:
+    receiver, env, address = traced
+    bootstrap = ("--bootstrap-server", address)
+    run(env, "topics", "create", *bootstrap, "--topic", TOPIC)
+    never = {**env, "OTEL_TRACES_SAMPLER": "always_off"}
+    run(never, "produce", *bootstrap, "--topic", TOPIC, stdin="\n".join(RECORDS) + "\n")
+    run(env, "consume", *bootstrap, "--topic", TOPIC, "--from-beginning", "--max-messages", "3")
+    receiver.wait_for(
+        lambda r: (
+            sum(
+                s.attributes["messaging.batch.message_count"]
+                for s in r.of("highwater-consume", "receive")
+            )
+            == 3
+        ),
+        "the consumer's receive spans",
+    )
+    # The records carried unsampled contexts: the consumer's process spans follow them.
+    assert receiver.of("highwater-produce") == []
+    assert receiver.of("highwater-consume", "process ") == []
+    linked_traces = {t for s in receiver.of("highwater-consume", "receive") for t, _ in s.links}
+    assert len(linked_traces) == 3  # each record still names its own trace

@@ -726,7 +726,8 @@ class AsyncProducer:
         record_headers = _headers_list(headers) if headers is not None else _NO_HEADERS
         if self._tracing is not None:
             span, record_headers = self._tracing.start_send(topic, partition, record_headers)
-            future.add_done_callback(functools.partial(ProducerTracing.end_send, span))
+            if span.is_recording():
+                future.add_done_callback(functools.partial(ProducerTracing.end_send, span))
         fields = (key, value, record_headers, timestamp if timestamp else _now_ms())
         self._pending += 1
         if self._pending == 1:

@@ -43,6 +43,7 @@ SCHEMA_URL: Final = Schemas.V1_44_0.value
 MESSAGING_SYSTEM: Final = "highwater"
 """``messaging.system`` of every Highwater span."""
 TRACE_HEADERS: Final = frozenset({"traceparent", "tracestate"})
+_SEND: Final = messaging.MessagingOperationTypeValues.SEND.value
 MAX_RECEIVE_LINKS: Final = 128
 """Links a ``receive`` span carries at most (one per record)."""
 
@@ -103,21 +104,31 @@ class ProducerTracing:
         self, topic: str, partition: int | None, headers: Sequence[tuple[str, bytes | None]]
     ) -> tuple[Span, Headers]:
         """Start the record's ``send`` span; the headers to send, with its context added
-        (a ``traceparent`` the caller set already is replaced)."""
-        attributes: dict[str, Any] = {
-            messaging.MESSAGING_SYSTEM: MESSAGING_SYSTEM,
-            messaging.MESSAGING_OPERATION_NAME: "send",
-            messaging.MESSAGING_OPERATION_TYPE: messaging.MessagingOperationTypeValues.SEND.value,
-            messaging.MESSAGING_DESTINATION_NAME: topic,
-        }
-        if partition is not None and partition >= 0:
-            attributes[messaging.MESSAGING_DESTINATION_PARTITION_ID] = str(partition)
-        span = self._tracer.start_span(
-            f"send {topic}", kind=SpanKind.PRODUCER, attributes=attributes
+        (a ``traceparent`` the caller set already is replaced).
+
+        A span the sampler dropped gets no attributes, and its context is written as a
+        bare ``traceparent`` (flags 00, so consumers drop theirs too): most records of a
+        sampled trace cost only the sampler's decision.
+        """
+        span = self._tracer.start_span(f"send {topic}", kind=SpanKind.PRODUCER)
+        sent: Headers = [(k, v) for k, v in headers if k not in TRACE_HEADERS]
+        if not span.is_recording():
+            context = span.get_span_context()
+            traceparent = f"00-{context.trace_id:032x}-{context.span_id:016x}-00"
+            sent.append(("traceparent", traceparent.encode("ascii")))
+            return span, sent
+        span.set_attributes(
+            {
+                messaging.MESSAGING_SYSTEM: MESSAGING_SYSTEM,
+                messaging.MESSAGING_OPERATION_NAME: "send",
+                messaging.MESSAGING_OPERATION_TYPE: _SEND,
+                messaging.MESSAGING_DESTINATION_NAME: topic,
+            }
         )
+        if partition is not None and partition >= 0:
+            span.set_attribute(messaging.MESSAGING_DESTINATION_PARTITION_ID, str(partition))
         carrier: dict[str, str] = {}
         propagate.inject(carrier, context=trace.set_span_in_context(span))
-        sent: Headers = [(k, v) for k, v in headers if k not in TRACE_HEADERS]
         sent.extend((key, value.encode("ascii")) for key, value in carrier.items())
         return span, sent
 
