@@ -1,6 +1,6 @@
 """Short real chaos runs: ``python -m highwater.chaos run`` against a real cluster of one
-controller, three brokers and a coordinator, with kills and pauses, then with network
-partitions; the JSON summary on the last line shows no lost write and no anomaly, and
+controller, three brokers and a coordinator, with kills, pauses and fuzzed requests to
+every endpoint, then with network partitions; the JSON summary on the last line shows no lost write and no anomaly, and
 every process, namespace and mount the run made is gone afterwards."""
 
 from __future__ import annotations
@@ -87,9 +87,9 @@ def assert_all_stopped(pids: list[int]) -> None:
         raise AssertionError(f"process {pid} started by the run is still running")
 
 
-def test_kills_and_pauses_lose_no_acknowledged_write(tmp_path: Path) -> None:
+def test_kills_pauses_and_fuzzing_lose_no_acknowledged_write(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    summary = chaos_run(out, seed=1, duration=30, faults="kill,pause")
+    summary = chaos_run(out, 1, 30, "kill,pause", "--fuzz", "10")
     assert summary["seed"] == 1
     assert summary["faults_injected"] >= 2
     assert summary["writes_acknowledged"] > 100
@@ -102,13 +102,24 @@ def test_kills_and_pauses_lose_no_acknowledged_write(tmp_path: Path) -> None:
     assert any(op["kind"] == "commit" and op["status"] == "ok" for op in ops)
     assert {op["broker"] for op in ops if op["kind"] == "replica"} == {100, 101, 102}
     assert (out / "timeline.svg").read_text().startswith("<svg")
+    # Every service was fuzzed while the clients ran, and no well-formed request got an
+    # unhandled error (the checker would have reported it).
+    fuzzed = [op for op in ops if op["kind"] == "fuzz"]
+    assert summary["fuzz_calls"] == len(fuzzed) > 50
+    services = {op["method"].split("/")[1] for op in fuzzed}
+    assert services == {
+        "highwater.v1.Broker",
+        "highwater.v1.Controller",
+        "highwater.v1.GroupCoordinator",
+        "highwater.v1.Raft",
+    }
     assert_all_stopped(started_pids(out))
 
 
 def test_partitions_lose_no_acknowledged_write(tmp_path: Path) -> None:
     before = netns_list()
     out = tmp_path / "run"
-    summary = chaos_run(out, seed=3, duration=25, faults="partition")
+    summary = chaos_run(out, 3, 25, "partition")
     ops = read_history(out / "history.jsonl")
     injected = [op["fault"] for op in ops if op["kind"] == "fault"]
     if namespaces_available() is None:

@@ -47,6 +47,14 @@ def main() -> None:
 @click.option("--brokers", type=click.IntRange(3, 5), default=3, show_default=True)
 @click.option("--coordinators", type=click.IntRange(1, 3), default=1, show_default=True)
 @click.option(
+    "--fuzz",
+    "fuzz_rate",
+    type=click.FloatRange(min=0),
+    default=0,
+    show_default=True,
+    help="Fuzzed requests per second to every gRPC endpoint during the run (0: none).",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
@@ -59,12 +67,13 @@ def run_command(
     controllers: int,
     brokers: int,
     coordinators: int,
+    fuzz_rate: float,
     out: Path | None,
 ) -> None:
     """One seeded run; the last line printed is its JSON summary."""
     out_dir = out or Path(tempfile.mkdtemp(prefix=f"highwater-chaos-{seed}-"))
     summary = run(
-        RunOptions(seed, duration, faults, out_dir, controllers, brokers, coordinators),
+        RunOptions(seed, duration, faults, out_dir, controllers, brokers, coordinators, fuzz_rate),
         echo=_echo,
     )
     _echo(f"history: {out_dir / 'history.jsonl'}")
@@ -94,6 +103,7 @@ def check_command(history: Path, seed: int) -> None:
 @click.option("--controllers", type=click.IntRange(1, 5), default=3, show_default=True)
 @click.option("--brokers", type=click.IntRange(3, 5), default=3, show_default=True)
 @click.option("--coordinators", type=click.IntRange(1, 3), default=2, show_default=True)
+@click.option("--fuzz", "fuzz_rate", type=click.FloatRange(min=0), default=5, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
 def campaign_command(
     seeds: str,
@@ -102,6 +112,7 @@ def campaign_command(
     controllers: int,
     brokers: int,
     coordinators: int,
+    fuzz_rate: float,
     out: Path,
 ) -> None:
     """Several seeded runs and ``report.md`` with a timeline plot of each."""
@@ -110,7 +121,9 @@ def campaign_command(
     for seed in (int(s) for s in seeds.split(",") if s.strip()):
         run_dir = out / f"seed-{seed}"
         summary = run(
-            RunOptions(seed, duration, faults, run_dir, controllers, brokers, coordinators),
+            RunOptions(
+                seed, duration, faults, run_dir, controllers, brokers, coordinators, fuzz_rate
+            ),
             echo=_echo,
         )
         click.echo(json.dumps(summary))

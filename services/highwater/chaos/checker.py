@@ -19,6 +19,10 @@ What it checks, from the clients' point of view (DESIGN.md §4):
   final high watermark once the cluster is healed.
 - ``replica-behind``: once the cluster is healed, a replica lacks records below the
   high watermark (it did not catch up).
+- ``unhandled-bad-input``: a well-formed fuzzed request (random fields, or none) was
+  answered ``UNKNOWN``: the service raised instead of giving a clear error.
+- ``process-exited``: a process of the cluster exited that the nemesis did not kill (it
+  was found not running, with its exit status, when a fault was healed).
 - ``incomplete-final-read``: a partition written to has no final read, so its writes
   cannot be checked.
 
@@ -47,6 +51,8 @@ ANOMALY_KINDS = (
     "committed-offset-backwards",
     "replica-divergence",
     "replica-behind",
+    "unhandled-bad-input",
+    "process-exited",
     "incomplete-final-read",
 )
 
@@ -72,6 +78,7 @@ class CheckResult:
     reads: int = 0
     final_records: int = 0
     commits_acknowledged: int = 0
+    fuzz_calls: int = 0
     longest_unavailability_s: float = 0.0
     anomalies: list[Anomaly] = field(default_factory=list)
 
@@ -101,6 +108,7 @@ def check(ops: list[Op]) -> CheckResult:
     offset_facts: list[tuple[float, float, str, int, int, int]] = []
     replicas: dict[int, list[int]] = defaultdict(list)
     ack_times: list[float] = []
+    unhandled: dict[str, list[int]] = {}
     invoke_times: list[float] = []
 
     for index, op in enumerate(ops):
@@ -155,6 +163,20 @@ def check(ops: list[Op]) -> CheckResult:
             )
         elif kind == "replica":
             replicas[int(op["partition"])].append(index)
+        elif kind == "fuzz":
+            result.fuzz_calls += 1
+            if op.get("code") == "UNKNOWN" and op.get("mode") in ("random", "empty"):
+                unhandled.setdefault(str(op["method"]), []).append(index)
+        elif kind == "restart":
+            code = op.get("exit_code")
+            if code is not None and code != -9:
+                result.anomalies.append(
+                    Anomaly(
+                        "process-exited",
+                        f"{', '.join(op['target'])} exited with status {code} on its own",
+                        (index,),
+                    )
+                )
 
     anomalies = result.anomalies
 
@@ -273,6 +295,15 @@ def check(ops: list[Op]) -> CheckResult:
                     )
                 )
 
+    for method, indexes in sorted(unhandled.items()):
+        anomalies.append(
+            Anomaly(
+                "unhandled-bad-input",
+                f"{method} answered UNKNOWN (an unhandled exception) to {len(indexes)} "
+                "well-formed fuzzed request(s)",
+                (indexes[0],),
+            )
+        )
     anomalies.extend(_offsets_backwards(offset_facts))
     anomalies.extend(_replica_divergence(ops, replicas))
     result.longest_unavailability_s = _longest_gap(invoke_times, ack_times)

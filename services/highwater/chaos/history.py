@@ -27,6 +27,12 @@ Each line is an object with at least ``t`` (seconds since the run started, float
     the final high watermark): ``broker``, ``partition``, ``digest`` (SHA-256, hex),
     ``bytes``, ``end_offset`` (the offset after its last batch there),
     ``high_watermark``.
+``restart``
+    a process found not running when a fault was healed, started again: ``target``,
+    ``pid``, ``exit_code`` (-9: the nemesis killed it).
+``fuzz``
+    a fuzzed request (:mod:`highwater.chaos.fuzz`): ``target`` (process name),
+    ``method``, ``mode``, ``size``, ``code`` (the gRPC status name of the answer).
 ``note``
     free text (``text``) that explains the run: setup steps, a fault that could not be
     injected, the network mode.

@@ -20,6 +20,7 @@ from typing import Any
 from highwater.chaos.checker import CheckResult, check
 from highwater.chaos.cluster import Cluster
 from highwater.chaos.faults import Nemesis, SmallDisks
+from highwater.chaos.fuzz import Fuzzer
 from highwater.chaos.history import HistoryWriter, format_ops
 from highwater.chaos.network import NamespaceNetwork, Network, namespaces_available
 from highwater.chaos.report import timeline_svg
@@ -38,6 +39,8 @@ class RunOptions:
     controllers: int = 1
     brokers: int = 3
     coordinators: int = 1
+    fuzz_rate: float = 0.0
+    """Fuzzed requests per second to the cluster's endpoints during the run (0: none)."""
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
 
 
@@ -61,6 +64,7 @@ def summarize(
         "duplicates": result.duplicates,
         "anomalies": [a.to_json() for a in result.anomalies],
         "longest_unavailability_s": result.longest_unavailability_s,
+        "fuzz_calls": result.fuzz_calls,
     }
 
 
@@ -196,6 +200,16 @@ async def _drive(
     history.record("note", "setup", text="workload started")
     clients = asyncio.create_task(workload.run(stop))
     faults = asyncio.create_task(nemesis.run(schedule, origin))
+    fuzzing: asyncio.Task[None] | None = None
+    if options.fuzz_rate > 0:
+        fuzzer = Fuzzer(
+            {p.name: p.address for p in cluster.processes.values()},
+            history,
+            options.seed,
+            rate=options.fuzz_rate,
+            avoid=(options.workload.topic, options.workload.group),
+        )
+        fuzzing = asyncio.create_task(fuzzer.run(stop))
     try:
         await asyncio.sleep(options.duration_s)
         await faults
@@ -206,6 +220,8 @@ async def _drive(
         stop.set()
     history.record("note", "teardown", text="workload stopping; every fault healed")
     await clients
+    if fuzzing is not None:
+        await fuzzing
     began = time.monotonic()
     healthy = await workload.wait_healthy(HEAL_TIMEOUT_S)
     history.record(

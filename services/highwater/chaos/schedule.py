@@ -43,7 +43,10 @@ class FaultWindow:
 
 
 def parse_faults(text: str) -> tuple[str, ...]:
-    """``kill,pause`` -> ("kill", "pause"); ValueError names an unknown kind."""
+    """``kill,pause`` -> ("kill", "pause"); ``""`` or ``none`` -> (); ValueError names an
+    unknown kind."""
+    if text.strip() == "none":
+        return ()
     kinds = tuple(dict.fromkeys(k.strip() for k in text.split(",") if k.strip()))
     unknown = [k for k in kinds if k not in FAULT_KINDS]
     if unknown:
