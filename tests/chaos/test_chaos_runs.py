@@ -1,7 +1,8 @@
 """Short real chaos runs: ``python -m highwater.chaos run`` against a real cluster of one
 controller, three brokers and a coordinator, with kills, pauses and fuzzed requests to
-every endpoint, then with network partitions; the JSON summary on the last line shows no lost write and no anomaly, and
-every process, namespace and mount the run made is gone afterwards."""
+every endpoint, then with network partitions; the JSON summary on the last line shows no
+lost write and no anomaly, and every process and namespace the run made is gone
+afterwards."""
 
 from __future__ import annotations
 
