@@ -37,7 +37,7 @@ def netns_list() -> set[str]:
     return {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
 
 
-def chaos_run(out: Path, seed: int, duration: int, faults: str) -> dict[str, Any]:
+def chaos_run(out: Path, seed: int, duration: int, faults: str, *extra: str) -> dict[str, Any]:
     completed = subprocess.run(
         [
             sys.executable,
@@ -52,6 +52,7 @@ def chaos_run(out: Path, seed: int, duration: int, faults: str) -> dict[str, Any
             faults,
             "--out",
             str(out),
+            *extra,
         ],
         capture_output=True,
         text=True,

@@ -1,0 +1,122 @@
+"""The seeded schedule reproduces from its seed and keeps its promises; the fuzzer's
+requests cover every endpoint and random ones are well-formed messages."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from google.protobuf.message_factory import GetMessageClass
+from highwater.chaos.checker import check
+from highwater.chaos.fuzz import MODES, endpoints, random_message, request_bytes
+from highwater.chaos.history import Op
+from highwater.chaos.schedule import FAULT_KINDS, build_schedule, parse_faults
+
+PROCESSES = ["controller-1", "broker-100", "broker-101", "broker-102", "coordinator-200"]
+BROKERS = PROCESSES[1:4]
+
+
+def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:
+    def schedule(seed: int) -> list[dict[str, object]]:
+        windows = build_schedule(
+            seed, 300, FAULT_KINDS, PROCESSES, brokers=BROKERS, disk_brokers=["broker-101"]
+        )
+        return [w.to_json() for w in windows]
+
+    assert schedule(7) == schedule(7)
+    assert schedule(7) != schedule(8)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_windows_do_not_overlap_fit_the_run_and_pauses_outlast_the_session(seed: int) -> None:
+    windows = build_schedule(
+        seed, 200, FAULT_KINDS, PROCESSES, brokers=BROKERS, disk_brokers=["broker-101"]
+    )
+    assert windows
+    end = 0.0
+    for window in windows:
+        assert window.start_s >= end
+        end = window.start_s + window.duration_s
+        assert end <= 200
+        assert len(window.targets) == 1 and window.targets[0] in PROCESSES
+        if window.kind == "pause":
+            assert window.duration_s > 9.0  # the session timeouts
+        if window.kind == "disk":
+            assert window.targets == ("broker-101",)
+
+
+def test_disk_faults_need_a_broker_with_a_small_disk() -> None:
+    windows = build_schedule(3, 200, ["disk"], PROCESSES, brokers=BROKERS)
+    assert windows == []
+
+
+def test_fault_kinds_are_parsed_and_checked() -> None:
+    assert parse_faults("kill, pause,kill") == ("kill", "pause")
+    assert parse_faults("none") == ()
+    with pytest.raises(ValueError, match="unknown fault kind 'flood'"):
+        parse_faults("kill,flood")
+
+
+def test_the_fuzzer_covers_every_method_of_every_service() -> None:
+    paths = {e.path for e in endpoints()}
+    assert "/highwater.v1.Broker/Produce" in paths
+    assert "/highwater.v1.Controller/CreateTopics" in paths
+    assert "/highwater.v1.GroupCoordinator/OffsetCommit" in paths
+    assert "/highwater.v1.Raft/FetchStream" in paths
+    assert len(paths) == 38
+
+
+def test_random_requests_are_well_formed_and_the_others_are_not_always() -> None:
+    rng = random.Random(1)
+    for endpoint in endpoints():
+        cls = GetMessageClass(endpoint.request)
+        for _ in range(10):
+            message = random_message(endpoint.request, rng)
+            assert cls.FromString(message.SerializeToString()) == message
+        for mode in MODES:
+            data = request_bytes(endpoint, mode, rng)
+            assert isinstance(data, bytes)
+            if mode == "empty":
+                assert data == b""
+
+
+def test_the_checker_reports_unhandled_errors_to_well_formed_fuzzed_requests() -> None:
+    def fuzz(mode: str, code: str) -> Op:
+        return {
+            "t": 1.0,
+            "kind": "fuzz",
+            "process": "fuzzer",
+            "target": "broker-100",
+            "method": "/highwater.v1.Broker/Fetch",
+            "mode": mode,
+            "size": 3,
+            "code": code,
+        }
+
+    # Garbage that does not decode is refused by gRPC itself; a well-formed request is not.
+    assert [
+        a.kind for a in check([fuzz("garbage", "UNKNOWN"), fuzz("random", "OK")]).anomalies
+    ] == []
+    result = check([fuzz("random", "UNKNOWN"), fuzz("empty", "UNKNOWN")])
+    assert [a.kind for a in result.anomalies] == ["unhandled-bad-input"]
+    assert result.fuzz_calls == 2
+
+
+def test_the_checker_reports_a_process_that_exited_on_its_own() -> None:
+    killed: Op = {
+        "t": 1.0,
+        "kind": "restart",
+        "process": "nemesis",
+        "target": ["broker-100"],
+        "pid": 10,
+        "exit_code": -9,
+    }
+    crashed: Op = {
+        "t": 2.0,
+        "kind": "restart",
+        "process": "nemesis",
+        "target": ["broker-101"],
+        "pid": 11,
+        "exit_code": 1,
+    }
+    assert [a.kind for a in check([killed, crashed]).anomalies] == ["process-exited"]
