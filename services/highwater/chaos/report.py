@@ -67,7 +67,7 @@ def timeline_svg(ops: Sequence[Op], title: str) -> str:
         f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
         f'<text x="{LEFT}" y="18" font-size="13">{escape(title)}</text>',
     ]
-    for start, end, kind, targets in windows:
+    for number, (start, end, kind, targets) in enumerate(windows):
         colour = COLOURS.get(kind, "#999")
         parts.append(
             f'<rect x="{x(start):.1f}" y="{TOP}" width="{max(x(end) - x(start), 1):.1f}" '
@@ -75,7 +75,7 @@ def timeline_svg(ops: Sequence[Op], title: str) -> str:
             f"<title>{escape(kind)} {escape(targets)} {start:.1f}-{end:.1f}s</title></rect>"
         )
         parts.append(
-            f'<text x="{x(start) + 2:.1f}" y="{TOP + 12}" fill="{colour}">'
+            f'<text x="{x(start) + 2:.1f}" y="{TOP + 12 + 12 * (number % 3)}" fill="{colour}">'
             f"{escape(kind)} {escape(targets)}</text>"
         )
     if series:
