@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import resource
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +15,7 @@ from highwater.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTimestampError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
@@ -465,3 +471,71 @@ def test_truncating_into_a_compaction_gap_keeps_the_high_watermark_above_the_log
     assert (log.log_start_offset, log.log_end_offset) == (1, 1)
     assert log.log_start_offset <= log.high_watermark <= log.log_end_offset
     manager.shutdown()
+
+
+@contextlib.contextmanager
+def file_size_limit(limit: int) -> Iterator[None]:
+    """Files this process writes cannot grow past ``limit`` bytes (RLIMIT_FSIZE): a write
+    that crosses it is cut short, the next one fails with EFBIG, as a full disk does."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+def test_a_write_that_fails_part_way_leaves_the_log_at_its_last_whole_batch(
+    tmp_path: Path,
+) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(make_batch(values(3)), leader_epoch=0)
+    segment_file = log.segments[-1].log_path
+    size = segment_file.stat().st_size
+    big = make_batch(values(50, 200))
+    with (
+        file_size_limit(size + len(big) // 2),
+        pytest.raises(KafkaStorageError, match="nothing was appended"),
+    ):
+        log.append_as_leader(big, leader_epoch=0)
+    assert segment_file.stat().st_size == size  # the torn half is gone
+    assert log.log_end_offset == 3
+    # Once there is room again the log takes appends after its last whole batch.
+    after = log.append_as_leader(make_batch(values(2, tag="after")), leader_epoch=0)
+    assert after.first_offset == 3
+    expected = values(3) + values(2, tag="after")
+    assert [r.value for r in read_all(log)] == expected
+    log.close()
+    reopened = open_log(tmp_path / "t-0")
+    assert [r.value for r in read_all(reopened)] == expected
+    reopened.close()
+
+
+@contextlib.contextmanager
+def no_more_file_descriptors() -> Iterator[None]:
+    """Opening a file fails with EMFILE (RLIMIT_NOFILE at the lowest free descriptor)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest_free = os.dup(0)
+    os.close(lowest_free)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_segment_that_cannot_be_rolled_leaves_the_active_one_in_place(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", **{"segment.bytes": 1000})
+    log.append_as_leader(make_batch(values(4, 100)), leader_epoch=0)
+    with (
+        no_more_file_descriptors(),
+        pytest.raises(KafkaStorageError, match="cannot start a segment"),
+    ):
+        log.append_as_leader(make_batch(values(8, 100)), leader_epoch=0)
+    assert len(log.segments) == 1 and log.log_end_offset == 4
+    log.append_as_leader(make_batch(values(8, 100)), leader_epoch=0)
+    assert len(log.segments) == 2 and log.log_end_offset == 12
+    assert [r.offset for r in read_all(log)] == list(range(12))
+    log.close()

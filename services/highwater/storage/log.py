@@ -37,6 +37,7 @@ from highwater.config.topic import LogConfig
 from highwater.errors import (
     InvalidRecordError,
     InvalidTimestampError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     UnexpectedAppendOffsetError,
@@ -412,6 +413,18 @@ class PartitionLog:
         active = self._segments[-1]
         if active.size == 0 and active.base_offset == new_base:
             return active
+        try:
+            segment = LogSegment.for_config(
+                self.directory,
+                new_base,
+                self.config,
+                active=True,
+                created_ms=self.clock(),
+            )
+        except OSError as e:  # nothing changed: the active segment stays active
+            raise KafkaStorageError(
+                f"{self.topic_partition}: cannot start a segment at offset {new_base}: {e}"
+            ) from e
         if active.size == 0:
             # An empty active segment at the wrong base (a gap in a follower's offsets).
             self._segments.pop()
@@ -419,13 +432,6 @@ class PartitionLog:
             active.delete_files()
         else:
             active.on_become_inactive()
-        segment = LogSegment.for_config(
-            self.directory,
-            new_base,
-            self.config,
-            active=True,
-            created_ms=self.clock(),
-        )
         self._segments.append(segment)
         self._base_offsets.append(new_base)
         # Producer state as of the new segment's base, written (and fsynced) by the next flush.

@@ -20,9 +20,10 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from highwater.config.topic import LogConfig
-from highwater.errors import CorruptSegmentError, HighwaterError
+from highwater.errors import CorruptSegmentError, HighwaterError, KafkaStorageError
 from highwater.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from highwater.storage.records.header import (
     BATCH_HEADER_SIZE,
@@ -123,6 +124,8 @@ class LogSegment:
         self.log_path = directory / file_name(base_offset, LOG_SUFFIX + suffix)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self._size = os.fstat(self._fd).st_size
+        self._failed: KafkaStorageError | None = None
+        """Set when a failed write could not be undone: no append is taken after it."""
         self.created_ms = created_ms
         self.active = active
         self.needs_index_rebuild = False
@@ -246,8 +249,13 @@ class LogSegment:
         """
         if not batches:
             return
+        if self._failed is not None:
+            raise self._failed
         start = self._size
-        _write_fully(self._fd, pieces, total)
+        try:
+            _write_fully(self._fd, pieces, total)
+        except OSError as e:
+            self._undo_partial_write(start, e)
         interval = self.index_interval_bytes
         since = self._bytes_since_last_index_entry
         for relative_position, header in batches:
@@ -266,6 +274,23 @@ class LogSegment:
         self._size = start + total
         last = batches[-1][1]
         self._next_offset = last[0] + last[6] + 1
+
+    def _undo_partial_write(self, size: int, error: OSError) -> NoReturn:
+        """A write failed (ENOSPC, EIO) after writing part of its bytes, or none: cut the
+        file back to ``size``, so that the log ends at its last whole batch, and raise
+        :class:`KafkaStorageError`. If even that fails, the segment refuses every later
+        append: a torn batch must never have batches appended after it."""
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError as cut:
+            self._failed = KafkaStorageError(
+                f"{self.log_path}: a write failed ({error.strerror}) and its partial bytes "
+                f"could not be removed ({cut.strerror}); the segment takes no more appends"
+            )
+            raise self._failed from error
+        raise KafkaStorageError(
+            f"{self.log_path}: write failed: {error.strerror or error}; nothing was appended"
+        ) from error
 
     # -- reading ----------------------------------------------------------------------
 
