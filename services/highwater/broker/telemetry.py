@@ -11,18 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from opentelemetry import trace
 from opentelemetry.metrics import Observation
 from opentelemetry.semconv._incubating.attributes import messaging_attributes as messaging
 from opentelemetry.trace import Span
 
-from highwater import __version__
 from highwater.broker.partitions import PartitionManager
 from highwater.broker.replication import AlterPartitionProposal, IsrChange
 from highwater.storage.topic_partition import TopicPartition
-from highwater.telemetry.configure import tracing_enabled
-from highwater.telemetry.instruments import meter, observe
-from highwater.telemetry.messaging import SCHEMA_URL
+from highwater.telemetry.instruments import meter, observe, tracer
 from highwater.v1 import broker_pb2 as pb
 
 __all__ = ["PARTITION", "REPLICA", "TOPIC", "BrokerTelemetry"]
@@ -37,11 +33,7 @@ class BrokerTelemetry:
     """Instruments of one broker (see :mod:`highwater.telemetry`)."""
 
     def __init__(self, partitions: PartitionManager) -> None:
-        self._tracer = (
-            trace.get_tracer("highwater.broker", __version__, schema_url=SCHEMA_URL)
-            if tracing_enabled()
-            else None
-        )
+        self._tracer = tracer("broker")
         broker_meter = meter("broker")
         self.bytes_in = broker_meter.create_counter(
             "highwater.broker.in",

@@ -8,17 +8,13 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from opentelemetry import trace
 from opentelemetry.metrics import Observation
 from opentelemetry.trace import Status, StatusCode
 
-from highwater import __version__
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.node import RoleChange
 from highwater.raft.state import Role
-from highwater.telemetry.configure import tracing_enabled
-from highwater.telemetry.instruments import duration_histogram, meter, observe
-from highwater.telemetry.messaging import SCHEMA_URL
+from highwater.telemetry.instruments import duration_histogram, meter, observe, tracer
 
 if TYPE_CHECKING:
     from highwater.raft.service import RaftServer
@@ -30,11 +26,7 @@ class RaftTelemetry:
     """Instruments of one replica of ``__cluster_metadata`` (see :mod:`highwater.telemetry`)."""
 
     def __init__(self, server: RaftServer) -> None:
-        self._tracer = (
-            trace.get_tracer("highwater.raft", __version__, schema_url=SCHEMA_URL)
-            if tracing_enabled()
-            else None
-        )
+        self._tracer = tracer("raft")
         raft_meter = meter("raft")
         self._commit_duration = duration_histogram(
             raft_meter,

@@ -17,16 +17,18 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Final, TypeVar
 
-from opentelemetry import metrics
+from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from highwater import __version__
+from highwater.telemetry.configure import tracing_enabled
 from highwater.telemetry.messaging import SCHEMA_URL
 
 __all__ = [
     "DURATION_BUCKETS_S",
     "meter",
     "observe",
+    "tracer",
 ]
 
 _T = TypeVar("_T")
@@ -35,6 +37,14 @@ DURATION_BUCKETS_S: Final = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 )  # fmt: skip
 """Histogram bucket bounds for call, commit and rebalance durations, in seconds."""
+
+
+def tracer(component: str) -> trace.Tracer | None:
+    """The tracer of ``highwater.<component>`` while tracing is on (an SDK tracer provider
+    is installed), else None: callers skip their spans altogether."""
+    if not tracing_enabled():
+        return None
+    return trace.get_tracer(f"highwater.{component}", __version__, schema_url=SCHEMA_URL)
 
 
 def meter(component: str) -> metrics.Meter:

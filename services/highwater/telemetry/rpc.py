@@ -25,10 +25,8 @@ from opentelemetry.semconv._incubating.attributes import rpc_attributes as rpc
 from opentelemetry.semconv._incubating.metrics import rpc_metrics
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from highwater import __version__
 from highwater.telemetry.configure import tracing_enabled
-from highwater.telemetry.instruments import duration_histogram, meter
-from highwater.telemetry.messaging import SCHEMA_URL
+from highwater.telemetry.instruments import duration_histogram, meter, tracer
 
 __all__ = ["client_interceptors", "metrics_enabled", "server_interceptors"]
 
@@ -44,11 +42,7 @@ class ServerTelemetryInterceptor(grpc.aio.ServerInterceptor):
     """Times every unary call and, with ``tracing``, runs it in a SERVER span."""
 
     def __init__(self, *, tracing: bool) -> None:
-        self._tracer = (
-            trace.get_tracer("highwater.rpc", __version__, schema_url=SCHEMA_URL)
-            if tracing
-            else None
-        )
+        self._tracer = tracer("rpc") if tracing else None
         self._duration = duration_histogram(
             meter("rpc"), rpc_metrics.RPC_SERVER_CALL_DURATION, "Duration of unary calls served"
         )
