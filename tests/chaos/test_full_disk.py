@@ -1,15 +1,13 @@
 """A broker whose disk fills up in the middle of an append, then gets its space back.
 
-The chaos harness's ``disk`` fault found this: the broker leading a partition keeps
-leading it after an append fails with ENOSPC part-way, and the torn batch stays at the
-tail of the active segment. Once the disk has room again, new records are appended after
-the torn bytes and acknowledged (acks=all), but no consumer can read them: every Fetch
-at the torn position fails inside the broker (``CorruptSegmentError ... no valid batch
-header``, an internal error to the client), so acknowledged records are lost to every
-reader, and the partition's followers stop replicating. Kafka takes a log directory
-whose write failed offline (the broker stops leading its partitions) instead. The
-reproduction: one controller and one broker whose data directory is a small tmpfs (the
-harness's :class:`SmallDisks`, which needs root).
+The chaos harness's ``disk`` fault found this: an append that failed part-way with ENOSPC
+left a torn batch at the tail of the leader's active segment; records appended once the
+disk had room again went after the torn bytes and were acknowledged (acks=all), but every
+Fetch at the torn position failed (``CorruptSegmentError``), so no consumer could read
+them. The broker now cuts a failed write back to the last whole batch and answers
+``KAFKA_STORAGE_ERROR``. The test: one controller and one broker whose data directory is
+a small tmpfs (the harness's :class:`SmallDisks`, which needs root); records before the
+disk fills and after it has room again are all read back.
 """
 
 from __future__ import annotations
@@ -79,13 +77,6 @@ async def read_all(bootstrap: str, count: int) -> list[bytes | None]:
     return values
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="after an append fails with ENOSPC part-way the broker keeps leading the "
-    "partition with a torn batch at its log tail; records acknowledged once the disk has "
-    "room again are behind it and every Fetch there fails with CorruptSegmentError",
-)
 async def test_a_broker_recovers_from_a_full_disk_without_losing_acknowledged_records(
     one_broker: Cluster,
 ) -> None:
