@@ -58,6 +58,11 @@ def test_the_broker_of_a_healthy_server_is_ready_and_may_stop(server: ServerThre
         "pre-stop", "--no-wait", "--node-id", node, "--bootstrap-server", server.address
     )
     assert result.exit_code == 0, result.output
+    # a zero wait (the dev overlay's) still looks once
+    result = rolling(
+        "pre-stop", "--timeout", "0", "--node-id", node, "--bootstrap-server", server.address
+    )
+    assert result.exit_code == 0, result.output
 
 
 def test_a_broker_the_cluster_does_not_know_is_not_ready(server: ServerThread) -> None:

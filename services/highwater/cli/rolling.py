@@ -23,6 +23,13 @@ from highwater.client.admin import AdminClient
 from highwater.errors import HighwaterError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+#: Bounds of one look at the cluster, whatever ``--timeout`` the wait has (0 included).
+REQUEST_TIMEOUT_S = (1.0, 10.0)
+
+
+def _request_timeout(timeout: float) -> float:
+    low, high = REQUEST_TIMEOUT_S
+    return min(max(timeout, low), high)
 
 
 def _report(decision: Decision, what: str) -> None:
@@ -40,7 +47,7 @@ async def _ready(bootstrap_server: str, node_id: int, timeout: float) -> Decisio
 
 
 async def _pre_stop(bootstrap_server: str, node_id: int, timeout: float, poll: float) -> Decision:
-    async with AdminClient(bootstrap_server, request_timeout_s=min(timeout, 10.0)) as admin:
+    async with AdminClient(bootstrap_server, request_timeout_s=_request_timeout(timeout)) as admin:
         return await _wait_until_may_stop(admin, node_id, timeout_s=timeout, poll_interval_s=poll)
 
 
@@ -113,7 +120,9 @@ def pre_stop(
     what = f"broker {node_id} may stop"
     if no_wait:
         try:
-            decision = asyncio.run(_may_stop_now(bootstrap_server, node_id, min(timeout, 10.0)))
+            decision = asyncio.run(
+                _may_stop_now(bootstrap_server, node_id, _request_timeout(timeout))
+            )
         except (HighwaterError, grpc.aio.AioRpcError) as e:
             decision = Decision(False, (f"cannot describe the cluster: {e}",))
     else:
