@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -38,33 +39,37 @@ def netns_list() -> set[str]:
 
 
 def chaos_run(out: Path, seed: int, duration: int, faults: str, *extra: str) -> dict[str, Any]:
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "highwater.chaos",
-            "run",
-            "--seed",
-            str(seed),
-            "--duration",
-            str(duration),
-            "--faults",
-            faults,
-            "--out",
-            str(out),
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    lines = completed.stdout.strip().splitlines()
-    assert lines, completed.stderr[-3000:]
+    command = [
+        sys.executable,
+        "-m",
+        "highwater.chaos",
+        "run",
+        "--seed",
+        str(seed),
+        "--duration",
+        str(duration),
+        "--faults",
+        faults,
+        "--out",
+        str(out),
+        *extra,
+    ]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as harness:
+        try:
+            stdout, stderr = harness.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            # SIGTERM: the harness stops its cluster and removes its namespaces first.
+            harness.send_signal(signal.SIGTERM)
+            stdout, stderr = harness.communicate(timeout=60)
+            raise AssertionError(f"the run did not finish in time: {stderr[-3000:]}") from None
+    lines = stdout.strip().splitlines()
+    assert lines, stderr[-3000:]
     summary: dict[str, Any] = json.loads(lines[-1])
     assert set(summary) >= SUMMARY_KEYS
-    assert summary["anomalies"] == [], completed.stderr[-5000:]
-    assert completed.returncode == 0
+    assert summary["anomalies"] == [], stderr[-5000:]
+    assert harness.returncode == 0
     return summary
 
 

@@ -120,3 +120,26 @@ def test_the_checker_reports_a_process_that_exited_on_its_own() -> None:
         "exit_code": 1,
     }
     assert [a.kind for a in check([killed, crashed]).anomalies] == ["process-exited"]
+
+
+def test_a_broker_that_stops_after_its_disk_filled_is_not_reported() -> None:
+    disk: Op = {
+        "t": 1.0,
+        "kind": "fault",
+        "process": "nemesis",
+        "fault": "disk",
+        "target": ["broker-100"],
+        "detail": "",
+    }
+    stopped: Op = {
+        "t": 2.0,
+        "kind": "restart",
+        "process": "nemesis",
+        "target": ["broker-100"],
+        "pid": 12,
+        "exit_code": 1,
+    }
+    later: Op = {**stopped, "t": 9.0, "pid": 13}
+    assert check([disk, stopped]).anomalies == []
+    # Once restarted, exiting again without a new disk fault is reported.
+    assert [a.kind for a in check([disk, stopped, later]).anomalies] == ["process-exited"]

@@ -13,7 +13,7 @@ import click
 from highwater.chaos.checker import check
 from highwater.chaos.history import read_history
 from highwater.chaos.report import markdown_report
-from highwater.chaos.run import RunOptions, excerpt, run, summarize
+from highwater.chaos.run import RunOptions, Terminated, excerpt, run, summarize
 from highwater.chaos.schedule import parse_faults
 
 
@@ -31,6 +31,15 @@ def _echo(text: str) -> None:
 @click.group()
 def main() -> None:
     """Jepsen-style fault tests of a local Highwater cluster (docs/chaos.md)."""
+
+
+def entry() -> None:
+    """:func:`main`, with SIGTERM ending a run cleanly (every process it started stopped)."""
+    try:
+        main()
+    except Terminated:
+        _echo("terminated: every process the run started is stopped")
+        sys.exit(143)
 
 
 @main.command("run")
@@ -83,16 +92,17 @@ def run_command(
 
 @main.command("check")
 @click.argument("history", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--seed", type=int, default=-1)
-def check_command(history: Path, seed: int) -> None:
+def check_command(history: Path) -> None:
     """Check a history file again; the last line is the JSON summary."""
     ops = read_history(history)
     result = check(ops)
     for line in excerpt(ops, result):
         _echo(line)
     faults = sum(1 for op in ops if op.get("kind") == "fault")
-    duration = max((float(op["t"]) for op in ops), default=0.0)
-    click.echo(json.dumps(summarize(seed, round(duration, 1), faults, result)))
+    setup = next((op for op in ops if "seed" in op), {})
+    seed = int(setup.get("seed", -1))
+    duration = float(setup.get("duration_s", max((float(op["t"]) for op in ops), default=0.0)))
+    click.echo(json.dumps(summarize(seed, duration, faults, result)))
     sys.exit(1 if result.anomalies else 0)
 
 
@@ -134,4 +144,4 @@ def campaign_command(
 
 
 if __name__ == "__main__":
-    main()
+    entry()

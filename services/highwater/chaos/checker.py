@@ -22,7 +22,8 @@ What it checks, from the clients' point of view (DESIGN.md §4):
 - ``unhandled-bad-input``: a well-formed fuzzed request (random fields, or none) was
   answered ``UNKNOWN``: the service raised instead of giving a clear error.
 - ``process-exited``: a process of the cluster exited that the nemesis did not kill (it
-  was found not running, with its exit status, when a fault was healed).
+  was found not running, with its exit status, when a fault was healed). A broker that
+  stops after its disk was filled is failing safe, as Kafka's do, and is not reported.
 - ``incomplete-final-read``: a partition written to has no final read, so its writes
   cannot be checked.
 
@@ -109,6 +110,7 @@ def check(ops: list[Op]) -> CheckResult:
     replicas: dict[int, list[int]] = defaultdict(list)
     ack_times: list[float] = []
     unhandled: dict[str, list[int]] = {}
+    disk_full: set[str] = set()  # processes whose disk was filled since they last started
     invoke_times: list[float] = []
 
     for index, op in enumerate(ops):
@@ -167,9 +169,13 @@ def check(ops: list[Op]) -> CheckResult:
             result.fuzz_calls += 1
             if op.get("code") == "UNKNOWN" and op.get("mode") in ("random", "empty"):
                 unhandled.setdefault(str(op["method"]), []).append(index)
+        elif kind == "fault" and op.get("fault") == "disk":
+            disk_full.update(op.get("target", []))
         elif kind == "restart":
             code = op.get("exit_code")
-            if code is not None and code != -9:
+            failed_safe = any(name in disk_full for name in op["target"])
+            disk_full.difference_update(op["target"])
+            if code is not None and code != -9 and not failed_safe:
                 result.anomalies.append(
                     Anomaly(
                         "process-exited",

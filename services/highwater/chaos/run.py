@@ -44,12 +44,12 @@ class RunOptions:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
 
 
-class _Terminated(Exception):
+class Terminated(Exception):
     """SIGTERM arrived."""
 
 
 def _raise_terminated(_signum: int, _frame: FrameType | None) -> None:
-    raise _Terminated()
+    raise Terminated()
 
 
 def summarize(
@@ -106,7 +106,14 @@ def run(options: RunOptions, echo: Any = print) -> dict[str, Any]:
                     "process faults (kill) instead",
                 )
                 echo(f"network namespaces unavailable ({why}); partitions replaced by kills")
-        history.record("note", "setup", text=f"network mode {network.mode}")
+        history.record(
+            "note",
+            "setup",
+            text=f"seed {options.seed}, {options.duration_s}s, faults {','.join(kinds)}, "
+            f"network mode {network.mode}",
+            seed=options.seed,
+            duration_s=options.duration_s,
+        )
         cluster = Cluster(
             out / "cluster",
             network,
