@@ -223,7 +223,79 @@ def test_the_kustomize_base_is_the_chart_rendered_with_the_base_values() -> None
     assert (DEPLOY / "kustomize" / "base" / "highwater.yaml").read_text() == render.render_base()
 
 
+def test_every_pod_serves_metrics_and_is_annotated_for_scraping(
+    chart_renders: dict[str, dict[str, str]],
+) -> None:
+    docs = documents(chart_renders["default"])
+    for statefulset in by_kind(docs, "StatefulSet").values():
+        ports = {p["name"]: p["containerPort"] for p in container(statefulset)["ports"]}
+        assert ports["metrics"] == 9464
+        annotations = statefulset["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert annotations["prometheus.io/port"] == "9464"
+        assert annotations["prometheus.io/path"] == "/metrics"
+    config = by_kind(docs, "ConfigMap")["hw-highwater-config"]["data"]
+    assert config["METRICS_PORT"] == "9464"
+    scripts = by_kind(docs, "ConfigMap")["hw-highwater-scripts"]["data"]
+    for script in ("controller.sh", "broker.sh", "coordinator.sh"):
+        assert '--metrics-listen "0.0.0.0:$METRICS_PORT"' in scripts[script]
+    for role in ("controller", "broker", "coordinator"):
+        headless = by_kind(docs, "Service")[f"hw-highwater-{role}-headless"]["spec"]
+        assert {"name": "metrics", "port": 9464, "targetPort": "metrics", "protocol": "TCP"} in (
+            headless["ports"]
+        )
+    [policy] = by_kind(docs, "NetworkPolicy").values()
+    assert any(
+        rule.get("ports") == [{"port": 9464, "protocol": "TCP"}] and "from" not in rule
+        for rule in policy["spec"]["ingress"]
+    )
+    assert not by_kind(docs, "ServiceMonitor")
+
+
+def test_metrics_off_leaves_no_endpoint_port_or_annotation() -> None:
+    docs = documents(render.render({"metrics": {"enabled": False}}))
+    for statefulset in by_kind(docs, "StatefulSet").values():
+        assert [p["name"] for p in container(statefulset)["ports"]] == ["grpc"]
+        annotations = statefulset["spec"]["template"]["metadata"]["annotations"]
+        assert not [a for a in annotations if a.startswith("prometheus.io/")]
+    assert by_kind(docs, "ConfigMap")["highwater-config"]["data"]["METRICS_PORT"] == ""
+
+
+def test_a_service_monitor_scrapes_the_headless_services_and_otel_settings_reach_the_pods() -> None:
+    docs = documents(
+        render.render(
+            {
+                "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+                "otel": {"env": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"}},
+            },
+            name="hw",
+            namespace="streams",
+        )
+    )
+    [monitor] = by_kind(docs, "ServiceMonitor").values()
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "30s", "scrapeTimeout": "10s"}
+    ]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    scraped = [
+        name
+        for name, service in by_kind(docs, "Service").items()
+        if selector.items() <= service["metadata"]["labels"].items()
+        and any(p["name"] == "metrics" for p in service["spec"]["ports"])
+    ]
+    assert sorted(scraped) == [
+        f"hw-highwater-{role}-headless" for role in ("broker", "controller", "coordinator")
+    ]
+    config = by_kind(docs, "ConfigMap")["hw-highwater-config"]["data"]
+    assert config["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector:4317"
+
+
 BAD_VALUES = [
+    ({"metrics": {"port": 0}}, "/metrics/port"),
+    ({"metrics": {"serviceMonitor": {"interval": "often"}}}, "/metrics/serviceMonitor/interval"),
+    ({"otel": {"env": {"LOG_LEVEL": "x"}}}, "LOG_LEVEL"),
     ({"broker": {"replicaCount": 0}}, "/broker/replicaCount"),
     ({"broker": {"replicaCount": "three"}}, "/broker/replicaCount"),
     ({"controller": {"replicaCount": 2}}, "/controller/replicaCount"),

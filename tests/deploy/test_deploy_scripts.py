@@ -38,6 +38,7 @@ ENVIRONMENT = {
     "COORDINATOR_NODE_ID_OFFSET": "200",
     "COORDINATOR_PORT": "9094",
     "GROUP_INITIAL_REBALANCE_DELAY_MS": "3000",
+    "METRICS_PORT": "9464",
 }
 CONTROLLERS = ",".join(
     f"hw-highwater-controller-{i}.hw-highwater-controller-headless.streams.svc.cluster.local:9093"
@@ -89,6 +90,7 @@ def test_a_controller_is_voter_ordinal_plus_offset_of_every_controller(bin_dir: 
         f"{i}@{address}" for i, address in enumerate(CONTROLLERS.split(","))
     )
     assert flag(argv, "--data-dir") == "/var/lib/highwater/data"
+    assert flag(argv, "--metrics-listen") == "0.0.0.0:9464"
     assert "--cluster-id" not in argv
     argv = run(bin_dir, "controller.sh", "hw-highwater-controller-0", CLUSTER_ID="prod-1")
     assert flag(argv, "--cluster-id") == "prod-1"
@@ -107,7 +109,12 @@ def test_a_broker_advertises_its_pod_name_and_takes_its_rack(bin_dir: Path, tmp_
         "hw-highwater-broker-11.hw-highwater-broker-headless.streams.svc.cluster.local:9092"
     )
     assert flag(argv, "--controllers") == CONTROLLERS
+    assert flag(argv, "--metrics-listen") == "0.0.0.0:9464"
     assert "--rack" not in argv
+    # metrics.enabled false: the ConfigMap's METRICS_PORT is empty, no endpoint.
+    assert "--metrics-listen" not in run(
+        bin_dir, "broker.sh", "hw-highwater-broker-0", METRICS_PORT=""
+    )
 
 
 def test_the_broker_gates_ask_the_local_broker(bin_dir: Path) -> None:
@@ -125,6 +132,7 @@ def test_a_coordinator_listens_on_its_pod_ip(bin_dir: Path) -> None:
     assert flag(argv, "--node-id") == "201"
     assert flag(argv, "--listen") == "10.1.2.3:9094"
     assert flag(argv, "--controllers") == CONTROLLERS
+    assert flag(argv, "--metrics-listen") == "0.0.0.0:9464"
 
 
 def test_a_broker_with_a_rack_file_passes_it(bin_dir: Path, tmp_path: Path) -> None:

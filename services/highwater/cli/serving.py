@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 from collections.abc import Callable
@@ -22,7 +23,7 @@ import uvloop
 from highwater.cli.addresses import parse_addresses
 from highwater.errors import HighwaterError
 from highwater.raft.service import parse_endpoint, parse_quorum_voters
-from highwater.telemetry.configure import TelemetryConfigError, configure_telemetry
+from highwater.telemetry.configure import TelemetryConfigError, configure_telemetry, parse_listen
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -144,23 +145,32 @@ def start_telemetry(ctx: click.Context, metrics_listen: str | None = None) -> No
         logging.getLogger(__name__).info("Prometheus metrics on http://%s:%d/metrics", host, port)
 
 
-def _metrics_listen(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    start_telemetry(ctx, value)
+def _metrics_listen(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        try:
+            parse_listen(value)
+        except TelemetryConfigError as e:
+            raise click.BadParameter(str(e)) from None
+    return value
 
 
 def telemetry_option(function: F) -> F:
-    """``--metrics-listen HOST:PORT``: serve Prometheus metrics there. Parsed before the
-    other options, so that telemetry is set up before the server is built."""
+    """``--metrics-listen HOST:PORT`` (serve Prometheus metrics there) for a server
+    command; telemetry is set up when the command runs, before it builds its server."""
+
+    @functools.wraps(function)
+    def run(*args: Any, metrics_listen: str | None, **kwargs: Any) -> Any:
+        start_telemetry(click.get_current_context(), metrics_listen)
+        return function(*args, **kwargs)
+
     return click.option(
         "--metrics-listen",
         default=None,
         metavar="HOST:PORT",
-        is_eager=True,
-        expose_value=False,
         callback=_metrics_listen,
         help="Serve Prometheus metrics on http://HOST:PORT/metrics. Traces and OTLP "
         "metrics follow the OTEL_* environment variables.",
-    )(function)
+    )(run)  # type: ignore[return-value]
 
 
 def run_until_signalled(server: Server, what: str) -> None:

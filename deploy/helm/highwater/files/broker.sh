@@ -14,4 +14,5 @@ exec highwater broker \
     --controllers "$(controller_list)" \
     --data-dir /var/lib/highwater/data \
     --replica-lag-time-max-ms "$REPLICA_LAG_TIME_MAX_MS" \
-    ${rack:+--rack "$rack"}
+    ${rack:+--rack "$rack"} \
+    ${METRICS_PORT:+--metrics-listen "0.0.0.0:$METRICS_PORT"}

@@ -9,4 +9,5 @@ exec highwater controller \
     --data-dir /var/lib/highwater/data \
     --offsets-topic-replication-factor "$OFFSETS_TOPIC_REPLICATION_FACTOR" \
     --metadata-log-max-record-bytes-between-snapshots "$METADATA_SNAPSHOT_BYTES" \
-    ${CLUSTER_ID:+--cluster-id "$CLUSTER_ID"}
+    ${CLUSTER_ID:+--cluster-id "$CLUSTER_ID"} \
+    ${METRICS_PORT:+--metrics-listen "0.0.0.0:$METRICS_PORT"}
