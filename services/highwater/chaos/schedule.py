@@ -31,7 +31,8 @@ class FaultWindow:
     duration_s: float
     kind: str
     targets: tuple[str, ...]
-    """The process names the fault hits (a partition: the side cut off from the rest)."""
+    """The process names the fault hits (a partition: the minority side, one or two
+    processes, cut off from the rest; they still reach each other)."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -86,7 +87,13 @@ def build_schedule(
             targets = (rng.choice(weighted),)
         elif kind == "partition":
             length = rng.uniform(*PARTITION_S)
-            targets = (rng.choice(weighted),)
+            first = rng.choice(weighted)
+            if len(processes) >= 5 and rng.random() < 0.4:
+                # A minority of two, cut off together from the majority.
+                second = rng.choice([p for p in processes if p != first])
+                targets = (first, second)
+            else:
+                targets = (first,)
         else:
             length = rng.uniform(*DISK_FULL_S)
             targets = (rng.choice(list(disk_brokers)),)
