@@ -13,7 +13,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	@touch $(STAMP)
 
 # The embedded server (a controller and a broker in one process) on 127.0.0.1:9092, data
@@ -110,7 +110,7 @@ deploy-check: venv deploy-tools
 	$(BIN)/python -m pytest tests/deploy tests/broker/test_rolling.py tests/cli/test_cli_rolling.py
 
 # The long chaos set: seeded runs of a 3-controller cluster under kills, pauses, network
-# partitions (network namespaces: needs root and iproute2) and a full disk, and a report
+# partitions (network namespaces: needs root, iproute2 and nftables) and a full disk, and a report
 # with a timeline plot of each run (docs/chaos.md).
 CHAOS_SEEDS ?= 1,2,3
 CHAOS_DURATION ?= 240
@@ -122,7 +122,7 @@ chaos: venv chaos-deps
 		--faults $(CHAOS_FAULTS) --out $(CHAOS_OUT)
 
 chaos-deps:
-	@command -v ip >/dev/null 2>&1 || { \
+	@command -v ip >/dev/null 2>&1 && command -v nft >/dev/null 2>&1 || { \
 		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
 		$$SUDO apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq iproute2; }
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq iproute2 nftables; }

@@ -4,10 +4,12 @@
 partitions possible. :class:`NamespaceNetwork` gives every process (and the harness's
 clients) a Linux network namespace of its own, joined by veth pairs to a bridge in a hub
 namespace, with an address from ``10.213.0.0/24`` that exists only inside those
-namespaces. A partition isolates a process from the other processes by blackhole routes
-in both directions (packets to the other side are dropped; the clients still reach every
-process); healing deletes the routes. Everything is made with iproute2 (``ip``) and
-removed by :meth:`NamespaceNetwork.close`.
+namespaces. A partition cuts a minority of processes off from the other processes: with
+nftables (``nft``), a table in each namespace involved drops every packet to and from the
+other side, silently, as a failed link does; without it, ``blackhole`` routes in both
+directions (a send to the other side fails at once). The clients still reach every
+process. Healing deletes the tables (or routes). Namespaces and links are made with
+iproute2 (``ip``) and removed by :meth:`NamespaceNetwork.close`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import socket
 import subprocess
 import uuid
@@ -92,6 +95,9 @@ class NamespaceNetwork(Network):
     can_partition = True
 
     def __init__(self) -> None:
+        self.nftables = shutil.which("nft") is not None
+        self.cut_with = "nftables drop rules" if self.nftables else "blackhole routes"
+        self._tables: set[str] = set()
         self.prefix = f"hw{uuid.uuid4().hex[:6]}"
         self.hub = f"{self.prefix}-hub"
         self.client_ns = f"{self.prefix}-cli"
@@ -159,14 +165,46 @@ class NamespaceNetwork(Network):
             os.close(fd)
 
     def cut(self, isolated: Sequence[str], others: Sequence[str]) -> None:
+        peers: dict[str, set[str]] = {}
         for a in isolated:
             for b in others:
-                for source, destination in ((a, b), (b, a)):
-                    namespace = self.namespaces[source]
-                    _ip("-n", namespace, "route", "add", "blackhole", f"{self.ips[destination]}/32")
-                    self.routes.append((namespace, self.ips[destination]))
+                peers.setdefault(a, set()).add(self.ips[b])
+                peers.setdefault(b, set()).add(self.ips[a])
+        for name, ips in peers.items():
+            namespace = self.namespaces[name]
+            if self.nftables:
+                addresses = ", ".join(sorted(ips))
+                script = (
+                    "table inet hwchaos {\n"
+                    "  chain input { type filter hook input priority 0; policy accept; "
+                    f"ip saddr {{ {addresses} }} drop; }}\n"
+                    "  chain output { type filter hook output priority 0; policy accept; "
+                    f"ip daddr {{ {addresses} }} drop; }}\n"
+                    "}\n"
+                )
+                subprocess.run(
+                    ["ip", "netns", "exec", namespace, "nft", "-f", "-"],
+                    input=script.encode(),
+                    check=True,
+                    capture_output=True,
+                    timeout=10,
+                )
+                self._tables.add(namespace)
+            else:
+                for ip in sorted(ips):
+                    _ip("-n", namespace, "route", "add", "blackhole", f"{ip}/32")
+                    self.routes.append((namespace, ip))
 
     def heal(self) -> None:
+        tables, self._tables = self._tables, set()
+        for namespace in tables:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                subprocess.run(
+                    ["ip", "netns", "exec", namespace, "nft", "delete", "table", "inet", "hwchaos"],
+                    check=True,
+                    capture_output=True,
+                    timeout=10,
+                )
         routes, self.routes = self.routes, []
         for namespace, ip in routes:
             with contextlib.suppress(OSError, subprocess.SubprocessError):

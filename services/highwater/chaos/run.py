@@ -110,7 +110,8 @@ def run(options: RunOptions, echo: Any = print) -> dict[str, Any]:
             "note",
             "setup",
             text=f"seed {options.seed}, {options.duration_s}s, faults {','.join(kinds)}, "
-            f"network mode {network.mode}",
+            f"network mode {network.mode}"
+            + (f", cuts by {network.cut_with}" if isinstance(network, NamespaceNetwork) else ""),
             seed=options.seed,
             duration_s=options.duration_s,
         )
