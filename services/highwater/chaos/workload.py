@@ -40,8 +40,9 @@ class WorkloadConfig:
     group: str = "chaos-group"
     writes_per_second: float = 40.0
     """Per producer."""
-    max_in_flight: int = 50
-    """Writes a producer has invoked and not seen completed, at most."""
+    max_in_flight: int = 30
+    """Writes a producer has invoked and not seen completed, at most, per partition: a
+    partition without a leader holds up only its own writes."""
     commit_interval_s: float = 1.0
     observe_interval_s: float = 1.0
 
@@ -136,12 +137,17 @@ class Workload:
                 "retry.backoff.ms": 200,
             }
         )
-        slots = asyncio.Semaphore(cfg.max_in_flight)
+        in_flight = [0] * cfg.partitions
+        released = asyncio.Event()
         interval = 1.0 / cfg.writes_per_second
         sequence = 0
+        turn = 0
 
-        def completed(value: str, invoked: float, future: asyncio.Future[RecordMetadata]) -> None:
-            slots.release()
+        def completed(
+            value: str, partition: int, invoked: float, future: asyncio.Future[RecordMetadata]
+        ) -> None:
+            in_flight[partition] -= 1
+            released.set()
             if future.cancelled():
                 self.history.record("write", process, status="fail", value=value, error="cancelled")
                 return
@@ -168,12 +174,20 @@ class Workload:
 
         try:
             while not stop.is_set():
-                await slots.acquire()
-                if stop.is_set():
-                    slots.release()
-                    break
+                # The next partition in turn that has room for another write.
+                open_partitions = [
+                    p
+                    for p in ((turn + i) % cfg.partitions for i in range(cfg.partitions))
+                    if in_flight[p] < cfg.max_in_flight
+                ]
+                if not open_partitions:
+                    released.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(released.wait(), 1.0)
+                    continue
+                partition = open_partitions[0]
+                turn = partition + 1
                 value = f"{name}-{sequence}"
-                partition = sequence % cfg.partitions
                 sequence += 1
                 op = self.history.record(
                     "write", process, status="invoke", value=value, partition=partition
@@ -181,13 +195,13 @@ class Workload:
                 try:
                     future = producer.produce(cfg.topic, value.encode(), partition=partition)
                 except HighwaterError as e:
-                    slots.release()
                     self.history.record(
                         "write", process, status="fail", value=value, error=str(e)[:200]
                     )
                 else:
+                    in_flight[partition] += 1
                     future.add_done_callback(
-                        lambda f, v=value, t=op["t"]: completed(v, t, f)  # type: ignore[misc]
+                        lambda f, v=value, p=partition, t=op["t"]: completed(v, p, t, f)  # type: ignore[misc]
                     )
                 await asyncio.sleep(interval)
         finally:
