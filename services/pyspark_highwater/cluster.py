@@ -1,0 +1,130 @@
+"""What the Spark driver asks the cluster: the partitions a subscription reads and their offsets.
+
+Each call opens an :class:`~highwater.client.admin.AdminClient` on a fresh event loop and
+closes it: the driver's planning calls are few (one or two per micro-batch), and Spark calls
+them from a worker process with no event loop of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
+
+from highwater.client.admin import AdminClient, OffsetSpec
+from highwater.client.admin import UnknownTopicOrPartitionError as AdminUnknownTopicError
+
+from pyspark_highwater.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartitionKey
+from pyspark_highwater.options import OffsetBound, Subscription
+
+__all__ = ["ClusterOffsets", "UnknownTopicError"]
+
+_T = TypeVar("_T")
+
+
+class UnknownTopicError(ValueError):
+    """A topic or partition the query names does not exist."""
+
+
+class ClusterOffsets:
+    """Partition lists and offsets of one cluster, as the driver plans reads."""
+
+    def __init__(self, bootstrap_servers: str, request_timeout_s: float = 30.0) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.request_timeout_s = request_timeout_s
+
+    def _run(self, call: Callable[[AdminClient], Awaitable[_T]]) -> _T:
+        async def with_client() -> _T:
+            async with AdminClient(
+                self.bootstrap_servers, request_timeout_s=self.request_timeout_s
+            ) as admin:
+                return await call(admin)
+
+        return asyncio.run(with_client())
+
+    def partitions(self, subscription: Subscription) -> list[TopicPartitionKey]:
+        """The partitions ``subscription`` reads now, sorted; named topics and assigned
+        partitions must exist (:class:`UnknownTopicError`), a pattern may match none."""
+        return self._run(lambda admin: _partitions(admin, subscription))
+
+    def offsets(self, partitions: Iterable[TopicPartitionKey], spec: int) -> PartitionOffsets:
+        """Each partition's offset for an :class:`OffsetSpec` (earliest, latest, a time).
+
+        For a time, a partition without a record at or after it gets its latest offset.
+        """
+        wanted = list(partitions)
+        if not wanted:
+            return {}
+
+        async def ask(admin: AdminClient) -> PartitionOffsets:
+            answers = await admin.list_offsets({tp: spec for tp in wanted})
+            found = {tp: info.offset for tp, info in answers.items()}
+            missing = [tp for tp, offset in found.items() if offset < 0]
+            if missing:
+                latest = await admin.list_offsets({tp: OffsetSpec.LATEST for tp in missing})
+                found.update({tp: info.offset for tp, info in latest.items()})
+            return found
+
+        return self._run(ask)
+
+    def earliest(self, partitions: Iterable[TopicPartitionKey]) -> PartitionOffsets:
+        """Each partition's log start offset."""
+        return self.offsets(partitions, OffsetSpec.EARLIEST)
+
+    def latest(self, partitions: Iterable[TopicPartitionKey]) -> PartitionOffsets:
+        """Each partition's high watermark (the offset after the last readable record)."""
+        return self.offsets(partitions, OffsetSpec.LATEST)
+
+    def resolve(
+        self,
+        bound: OffsetBound,
+        partitions: Iterable[TopicPartitionKey],
+        *,
+        unnamed: int = EARLIEST,
+    ) -> PartitionOffsets:
+        """The concrete offsets ``bound`` means for ``partitions``. A per-partition bound
+        may hold -2 (earliest) and -1 (latest); partitions it does not name get ``unnamed``
+        (earliest for a start, latest for an end)."""
+        wanted = list(partitions)
+        if bound.kind == "earliest":
+            return self.earliest(wanted)
+        if bound.kind == "latest":
+            return self.latest(wanted)
+        if bound.kind == "timestamp":
+            return self.offsets(wanted, OffsetSpec.for_timestamp(bound.timestamp))
+        given = {tp: bound.offsets.get(tp, unnamed) for tp in wanted}
+        resolved = {tp: offset for tp, offset in given.items() if offset >= 0}
+        resolved.update(self.latest([tp for tp, offset in given.items() if offset == LATEST]))
+        resolved.update(self.earliest([tp for tp, offset in given.items() if offset == EARLIEST]))
+        return resolved
+
+
+async def _partitions(admin: AdminClient, subscription: Subscription) -> list[TopicPartitionKey]:
+    if subscription.kind == "subscribePattern":
+        pattern = re.compile(subscription.pattern)
+        topics = [t.name for t in await admin.list_topics() if pattern.fullmatch(t.name)]
+    elif subscription.kind == "subscribe":
+        topics = list(subscription.topics)
+    else:
+        topics = sorted({t for t, _ in subscription.partitions})
+    if not topics:
+        return []
+    try:
+        described = await admin.describe_topics(topics)
+    except AdminUnknownTopicError as e:
+        raise UnknownTopicError(
+            f"{e} ({subscription.describe()}); create it first, e.g. highwater topics create"
+        ) from None
+    existing = sorted((name, p.partition) for name, d in described.items() for p in d.partitions)
+    if subscription.kind != "assign":
+        return existing
+    missing = [tp for tp in subscription.partitions if tp not in set(existing)]
+    if missing:
+        topic, partition = missing[0]
+        count = len(described[topic].partitions)
+        raise UnknownTopicError(
+            f"assign: topic {topic!r} has {count} partition(s); partition {partition} does "
+            "not exist"
+        )
+    return list(subscription.partitions)

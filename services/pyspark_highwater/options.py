@@ -1,0 +1,428 @@
+"""The Spark source's and sink's options: parsed, validated and typed before a query starts.
+
+Spark hands a data source its options with lower-cased names; the names below are written as
+users write them (``subscribePattern``) and compared without case. An unknown option, a
+missing or contradictory one, or a malformed value raises :class:`HighwaterOptionError`
+naming the option. Client settings pass through with a ``highwater.`` prefix
+(``highwater.fetch.max.bytes``, ``highwater.compression.type``) and are checked against the
+client library's own configuration definitions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from highwater.client.consumer import CONSUMER_CONFIG_DEF, ConsumerConfig
+from highwater.client.producer import PRODUCER_CONFIG_DEF, ProducerConfig
+from highwater.errors import InvalidConfigError
+
+from pyspark_highwater.offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetJsonError,
+    PartitionOffsets,
+    TopicPartitionKey,
+    parse_offsets_json,
+)
+
+__all__ = [
+    "CLIENT_PREFIX",
+    "READ_OPTIONS",
+    "WRITE_OPTIONS",
+    "HighwaterOptionError",
+    "OffsetBound",
+    "ReadOptions",
+    "Subscription",
+    "WriteOptions",
+    "parse_read_options",
+    "parse_write_options",
+]
+
+CLIENT_PREFIX: Final = "highwater."
+
+#: Every option the source knows, as written in the documentation.
+READ_OPTIONS: Final = (
+    "bootstrap.servers",
+    "subscribe",
+    "subscribePattern",
+    "assign",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "endingTimestamp",
+    "maxOffsetsPerTrigger",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "failOnDataLoss",
+    "includeHeaders",
+    "pollTimeoutMs",
+)
+WRITE_OPTIONS: Final = ("bootstrap.servers", "topic")
+
+#: Options Spark itself passes along to every source or sink; accepted and ignored.
+_SPARK_OPTIONS: Final = frozenset({"path", "checkpointlocation", "queryname"})
+
+#: Consumer settings the source owns: a ``highwater.`` prefix may not override them.
+_OWNED_CONSUMER_KEYS: Final = frozenset(
+    {
+        "bootstrap.servers",
+        "auto.offset.reset",
+        "enable.auto.commit",
+        "group.id",
+        "group.instance.id",
+        "session.timeout.ms",
+        "heartbeat.interval.ms",
+        "max.poll.interval.ms",
+        "partition.assignment.strategy",
+        "auto.commit.interval.ms",
+    }
+)
+
+
+class HighwaterOptionError(ValueError):
+    """An option of the Highwater source or sink is unknown, missing or malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """Which partitions a query reads: named topics, topics matching a pattern, or an
+    explicit list of partitions."""
+
+    kind: Literal["subscribe", "subscribePattern", "assign"]
+    topics: tuple[str, ...] = ()
+    pattern: str = ""
+    partitions: tuple[TopicPartitionKey, ...] = ()
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` is read (for ``assign``: one of its partitions is)."""
+        if self.kind == "subscribe":
+            return topic in self.topics
+        if self.kind == "subscribePattern":
+            return re.fullmatch(self.pattern, topic) is not None
+        return any(t == topic for t, _ in self.partitions)
+
+    def describe(self) -> str:
+        """The subscription as the user gave it, for messages."""
+        if self.kind == "subscribe":
+            return f"subscribe={','.join(self.topics)}"
+        if self.kind == "subscribePattern":
+            return f"subscribePattern={self.pattern}"
+        return "assign=" + ",".join(f"{t}-{p}" for t, p in self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetBound:
+    """Where reading starts or ends: ``earliest``, ``latest``, per-partition ``offsets``
+    (which may hold -2 / -1 for earliest / latest), or the first record at or after a
+    ``timestamp`` (ms) in every partition."""
+
+    kind: Literal["earliest", "latest", "offsets", "timestamp"]
+    offsets: PartitionOffsets = field(default_factory=dict)
+    timestamp: int = -1
+
+    def describe(self) -> str:
+        """The bound as the user gave it, for messages."""
+        if self.kind == "timestamp":
+            return f"timestamp {self.timestamp}"
+        if self.kind == "offsets":
+            return "per-partition offsets"
+        return self.kind
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """The source's validated options."""
+
+    bootstrap_servers: str
+    subscription: Subscription
+    starting: OffsetBound | None
+    """None: not given (batch: earliest, streaming: latest)."""
+    ending: OffsetBound | None
+    max_offsets_per_trigger: int | None
+    min_partitions: int | None
+    max_records_per_partition: int | None
+    fail_on_data_loss: bool
+    include_headers: bool
+    poll_timeout_ms: int
+    client_config: dict[str, Any]
+
+    def consumer_config(self) -> dict[str, Any]:
+        """The settings of the consumers the source reads with (no group: offsets stay in
+        Spark's checkpoint)."""
+        return {
+            **self.client_config,
+            "bootstrap.servers": self.bootstrap_servers,
+            "auto.offset.reset": "none",
+            "enable.auto.commit": False,
+        }
+
+    def batch_bounds(self) -> tuple[OffsetBound, OffsetBound]:
+        """Start and end of a batch query (earliest to latest unless given), checked as
+        spark-sql-kafka checks them."""
+        start = self.starting or OffsetBound("earliest")
+        end = self.ending or OffsetBound("latest")
+        if start.kind == "latest":
+            raise HighwaterOptionError(
+                "startingOffsets=latest is not allowed in a batch query (it would read nothing)"
+            )
+        if end.kind == "earliest":
+            raise HighwaterOptionError(
+                "endingOffsets=earliest is not allowed in a batch query (it would read nothing)"
+            )
+        if start.kind == "offsets" and LATEST in start.offsets.values():
+            raise HighwaterOptionError(
+                "startingOffsets: -1 (latest) is not allowed in a batch query"
+            )
+        if end.kind == "offsets" and EARLIEST in end.offsets.values():
+            raise HighwaterOptionError(
+                "endingOffsets: -2 (earliest) is not allowed in a batch query"
+            )
+        return start, end
+
+    def stream_start(self) -> OffsetBound:
+        """Where a new streaming query starts (latest unless given); a streaming query
+        has no end, so ``endingOffsets`` is refused."""
+        if self.ending is not None:
+            raise HighwaterOptionError(
+                "endingOffsets / endingTimestamp apply to batch queries only; a streaming "
+                "query reads on until it is stopped (use Trigger.AvailableNow to stop at the "
+                "offsets available when it starts)"
+            )
+        return self.starting or OffsetBound("latest")
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """The sink's validated options."""
+
+    bootstrap_servers: str
+    topic: str | None
+    client_config: dict[str, Any]
+
+    def producer_config(self) -> dict[str, Any]:
+        """The settings of the producers the sink writes with (idempotent by default)."""
+        return {**self.client_config, "bootstrap.servers": self.bootstrap_servers}
+
+
+def _lowered(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def _check_known(options: Mapping[str, str], known: tuple[str, ...], what: str) -> dict[str, str]:
+    """The options that are neither Spark's own nor prefixed; unknown ones raise."""
+    names = {name.lower(): name for name in known}
+    for key in options:
+        if key in names or key in _SPARK_OPTIONS or key.startswith(CLIENT_PREFIX):
+            continue
+        close = [names[n] for n in names if n.replace(".", "") == key.replace(".", "")]
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise HighwaterOptionError(
+            f"unknown option {key!r} for the Highwater {what}{hint}; known options: "
+            + ", ".join(known)
+            + f", and client settings as {CLIENT_PREFIX}<setting>"
+        )
+    return {k: v for k, v in options.items() if k in names}
+
+
+def _client_settings(
+    options: Mapping[str, str], allowed: tuple[str, ...], owned: frozenset[str], what: str
+) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for key, value in options.items():
+        if not key.startswith(CLIENT_PREFIX):
+            continue
+        name = key[len(CLIENT_PREFIX) :]
+        if name not in allowed or name in owned:
+            raise HighwaterOptionError(
+                f"option {key!r}: {name!r} is not a {what} setting the Highwater "
+                f"{'source' if what == 'consumer' else 'sink'} passes on"
+            )
+        settings[name] = value
+    return settings
+
+
+def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+    raw = options.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise HighwaterOptionError(f"{name} must be a whole number, not {raw!r}") from None
+    if value <= 0:
+        raise HighwaterOptionError(f"{name} must be > 0, not {value}")
+    return value
+
+
+def _boolean(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    lowered = raw.strip().lower()
+    if lowered not in ("true", "false"):
+        raise HighwaterOptionError(f"{name} must be true or false, not {raw!r}")
+    return lowered == "true"
+
+
+def _bootstrap(options: Mapping[str, str]) -> str:
+    servers = options.get("bootstrap.servers", "").strip()
+    if not servers:
+        raise HighwaterOptionError(
+            "option bootstrap.servers is required: HOST:PORT of one or more brokers"
+        )
+    return servers
+
+
+def _subscription(options: Mapping[str, str]) -> Subscription:
+    given = [
+        name for name in ("subscribe", "subscribePattern", "assign") if name.lower() in options
+    ]
+    if len(given) != 1:
+        raise HighwaterOptionError(
+            "exactly one of subscribe, subscribePattern and assign must be given"
+            + (f", not {' and '.join(given)}" if given else "")
+        )
+    kind = given[0]
+    raw = options[kind.lower()].strip()
+    if kind == "subscribe":
+        topics = tuple(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
+        if not topics:
+            raise HighwaterOptionError("subscribe: give one or more topic names, comma-separated")
+        return Subscription("subscribe", topics=topics)
+    if kind == "subscribePattern":
+        if not raw:
+            raise HighwaterOptionError("subscribePattern: the pattern is empty")
+        try:
+            re.compile(raw)
+        except re.error as e:
+            raise HighwaterOptionError(f"subscribePattern: invalid pattern {raw!r}: {e}") from None
+        return Subscription("subscribePattern", pattern=raw)
+    return Subscription("assign", partitions=_assign_partitions(raw))
+
+
+def _assign_partitions(raw: str) -> tuple[TopicPartitionKey, ...]:
+    """``{"topic": [0, 1]}`` (spark-sql-kafka's form)."""
+    try:
+        document = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise HighwaterOptionError(
+            f'assign: not valid JSON ({e.msg} at character {e.pos}); expected {{"topic": [0, 1]}}'
+        ) from None
+    if not isinstance(document, dict) or not document:
+        raise HighwaterOptionError('assign: expected a JSON object like {"topic": [0, 1]}')
+    partitions: list[TopicPartitionKey] = []
+    for topic, listed in document.items():
+        if not isinstance(listed, list) or not listed:
+            raise HighwaterOptionError(
+                f"assign: topic {topic!r} must map to a non-empty list of partitions"
+            )
+        for partition in listed:
+            if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+                raise HighwaterOptionError(
+                    f"assign: partition {partition!r} of topic {topic!r} is not a number >= 0"
+                )
+            partitions.append((topic, partition))
+    return tuple(sorted(set(partitions)))
+
+
+def _bound(
+    options: Mapping[str, str], offsets_name: str, timestamp_name: str
+) -> OffsetBound | None:
+    raw = options.get(offsets_name.lower())
+    raw_ts = options.get(timestamp_name.lower())
+    if raw is not None and raw_ts is not None:
+        raise HighwaterOptionError(f"give {offsets_name} or {timestamp_name}, not both")
+    if raw_ts is not None:
+        try:
+            timestamp = int(raw_ts)
+        except ValueError:
+            raise HighwaterOptionError(
+                f"{timestamp_name} must be milliseconds since the epoch, not {raw_ts!r}"
+            ) from None
+        if timestamp < 0:
+            raise HighwaterOptionError(f"{timestamp_name} must be >= 0, not {timestamp}")
+        return OffsetBound("timestamp", timestamp=timestamp)
+    if raw is None:
+        return None
+    text = raw.strip()
+    if text.lower() in ("earliest", "latest"):
+        return OffsetBound("earliest" if text.lower() == "earliest" else "latest")
+    try:
+        return OffsetBound("offsets", offsets=parse_offsets_json(text, offsets_name))
+    except OffsetJsonError as e:
+        raise HighwaterOptionError(str(e)) from None
+
+
+def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
+    """Validate the source's options (see :data:`READ_OPTIONS`)."""
+    lowered = _lowered(options)
+    known = _check_known(lowered, READ_OPTIONS, "source")
+    subscription = _subscription(known)
+    starting = _bound(known, "startingOffsets", "startingTimestamp")
+    ending = _bound(known, "endingOffsets", "endingTimestamp")
+    for bound, name in ((starting, "startingOffsets"), (ending, "endingOffsets")):
+        if bound is not None and bound.kind == "offsets":
+            _check_bound_partitions(bound.offsets, subscription, name)
+    settings = _client_settings(
+        lowered, CONSUMER_CONFIG_DEF.names(), _OWNED_CONSUMER_KEYS, "consumer"
+    )
+    bootstrap = _bootstrap(known)
+    try:
+        ConsumerConfig.parse({**settings, "bootstrap.servers": bootstrap})
+    except InvalidConfigError as e:
+        raise HighwaterOptionError(str(e)) from None
+    poll_timeout = _positive_int(known, "pollTimeoutMs")
+    return ReadOptions(
+        bootstrap_servers=bootstrap,
+        subscription=subscription,
+        starting=starting,
+        ending=ending,
+        max_offsets_per_trigger=_positive_int(known, "maxOffsetsPerTrigger"),
+        min_partitions=_positive_int(known, "minPartitions"),
+        max_records_per_partition=_positive_int(known, "maxRecordsPerPartition"),
+        fail_on_data_loss=_boolean(known, "failOnDataLoss", True),
+        include_headers=_boolean(known, "includeHeaders", False),
+        poll_timeout_ms=poll_timeout if poll_timeout is not None else 30000,
+        client_config=settings,
+    )
+
+
+def _check_bound_partitions(
+    offsets: PartitionOffsets, subscription: Subscription, option: str
+) -> None:
+    """Per-partition offsets may only name partitions the subscription reads."""
+    for topic, partition in offsets:
+        if subscription.kind == "assign":
+            inside = (topic, partition) in subscription.partitions
+        else:
+            inside = subscription.matches(topic)
+        if not inside:
+            raise HighwaterOptionError(
+                f"{option} names {topic}-{partition}, which {subscription.describe()} does not read"
+            )
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    """Validate the sink's options (see :data:`WRITE_OPTIONS`)."""
+    lowered = _lowered(options)
+    known = _check_known(lowered, WRITE_OPTIONS, "sink")
+    settings = _client_settings(
+        lowered, PRODUCER_CONFIG_DEF.names(), frozenset({"bootstrap.servers"}), "producer"
+    )
+    bootstrap = _bootstrap(known)
+    try:
+        ProducerConfig.parse({**settings, "bootstrap.servers": bootstrap})
+    except InvalidConfigError as e:
+        raise HighwaterOptionError(str(e)) from None
+    topic = known.get("topic")
+    if topic is not None and not topic.strip():
+        raise HighwaterOptionError("topic: the topic name is empty")
+    return WriteOptions(
+        bootstrap_servers=bootstrap,
+        topic=topic.strip() if topic is not None else None,
+        client_config=settings,
+    )

@@ -1,0 +1,129 @@
+"""Reading one offset range inside a Spark task, with the blocking client library's Consumer.
+
+The consumer is assigned the range's partition at its start offset, without a group and with
+``auto.offset.reset=none``: it fetches from the partition's leader (following leader moves),
+and a start below the log start offset comes back as an out-of-range error instead of a
+silent jump. Records arrive as Arrow batches of up to :data:`BATCH_RECORDS` records.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any, Final
+
+import pyarrow as pa
+from highwater.client.consumer import Consumer, NoOffsetForPartitionError, TopicPartition
+from highwater.errors import OffsetOutOfRangeError
+
+from pyspark_highwater.offsets import DataLoss, OffsetRange
+from pyspark_highwater.records import RecordBatchBuilder
+
+__all__ = ["BATCH_RECORDS", "DataLossError", "ReadTimeoutError", "read_range"]
+
+log = logging.getLogger(__name__)
+
+#: The most records in one Arrow batch handed to Spark.
+BATCH_RECORDS: Final = 10_000
+
+
+class DataLossError(RuntimeError):
+    """Records the query should have read are gone, and ``failOnDataLoss`` is true."""
+
+
+class ReadTimeoutError(RuntimeError):
+    """A range's records did not arrive within ``pollTimeoutMs``."""
+
+
+def data_loss_hint() -> str:
+    """What the user can do about data loss, appended to every such error."""
+    return (
+        "; the query fails so that the loss is not silent. Set failOnDataLoss=false to skip "
+        "the lost records and go on."
+    )
+
+
+def read_range(
+    consumer_config: dict[str, Any],
+    r: OffsetRange,
+    *,
+    include_headers: bool,
+    fail_on_data_loss: bool,
+    poll_timeout_ms: int,
+) -> Iterator[pa.RecordBatch]:
+    """The records of ``r`` (offsets ``[start, end)``) as Arrow batches, in offset order.
+
+    Offsets with no record (compacted away, control batches) are skipped. Records removed by
+    retention before they were read raise :class:`DataLossError` or are skipped, as
+    ``fail_on_data_loss`` says.
+    """
+    builder = RecordBatchBuilder(include_headers)
+    tp = TopicPartition(r.topic, r.partition, r.start)
+    consumer = Consumer(consumer_config)
+    try:
+        consumer.assign([tp])
+        position = r.start
+        timeout_s = poll_timeout_ms / 1000
+        deadline = time.monotonic() + timeout_s
+        while position < r.end:
+            messages = consumer.consume(
+                min(BATCH_RECORDS, r.end - position), timeout=min(1.0, timeout_s)
+            )
+            if not messages:
+                current = consumer.position([TopicPartition(r.topic, r.partition)])[0].offset
+                if current is not None and current >= r.end:
+                    break  # only offsets without records were left
+                if time.monotonic() > deadline:
+                    raise ReadTimeoutError(
+                        f"{r.topic}-{r.partition}: no record arrived for {poll_timeout_ms} ms "
+                        f"at offset {position} (the range ends at {r.end}); is the partition's "
+                        "leader reachable? (pollTimeoutMs sets the wait)"
+                    )
+                continue
+            deadline = time.monotonic() + timeout_s
+            good = []
+            restart: int | None = None
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    restart = _after_error(consumer, r, position, error, fail_on_data_loss)
+                    break
+                if message.offset() >= r.end:
+                    position = r.end
+                    break
+                good.append(message)
+                position = message.offset() + 1
+            if good:
+                builder.add(good)
+            if restart is not None:
+                position = restart
+                if position < r.end:
+                    consumer.seek(TopicPartition(r.topic, r.partition, position))
+            if len(builder) >= BATCH_RECORDS:
+                yield builder.take(r.topic, r.partition)
+        if len(builder):
+            yield builder.take(r.topic, r.partition)
+    finally:
+        consumer.close()
+
+
+def _after_error(
+    consumer: Consumer,
+    r: OffsetRange,
+    position: int,
+    error: BaseException,
+    fail_on_data_loss: bool,
+) -> int:
+    """Where to go on after an error message at ``position``; raises what cannot be
+    handled."""
+    if not isinstance(error, OffsetOutOfRangeError | NoOffsetForPartitionError):
+        raise error
+    earliest, _ = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition))
+    if position >= earliest:
+        raise error
+    loss = DataLoss(r.topic, r.partition, position, earliest)
+    if fail_on_data_loss:
+        raise DataLossError(loss.describe() + data_loss_hint())
+    log.warning("%s; skipped (failOnDataLoss=false)", loss.describe())
+    return min(earliest, r.end)

@@ -1,0 +1,335 @@
+"""The Spark data source ``highwater``: batch and streaming reads and writes of Highwater topics.
+
+The thin glue between PySpark's Python Data Source API and the pure planning in
+:mod:`pyspark_highwater.offsets` / :mod:`pyspark_highwater.options`: the driver plans offset
+ranges (:mod:`pyspark_highwater.cluster`), the tasks read them
+(:mod:`pyspark_highwater.reading`) and write rows (:mod:`pyspark_highwater.writing`).
+A streaming query's offsets live in Spark's checkpoint as per-partition JSON; no consumer
+group is used.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from pyspark_highwater.cluster import ClusterOffsets
+from pyspark_highwater.offsets import (
+    OffsetRange,
+    PartitionOffsets,
+    from_json_dict,
+    limit_total,
+    missing_partitions,
+    plan_ranges,
+    reconcile_start,
+    to_json_dict,
+)
+from pyspark_highwater.options import (
+    HighwaterOptionError,
+    ReadOptions,
+    WriteOptions,
+    parse_read_options,
+    parse_write_options,
+)
+from pyspark_highwater.reading import DataLossError, data_loss_hint, read_range
+from pyspark_highwater.records import source_schema
+from pyspark_highwater.writing import WrittenRecords, check_sink_schema, write_batches
+
+__all__ = ["HighwaterDataSource"]
+
+log = logging.getLogger(__name__)
+
+
+class RangePartition(InputPartition):
+    """One Spark partition: an offset range of one Highwater partition."""
+
+    def __init__(self, value: OffsetRange) -> None:
+        super().__init__(value)
+        self.range = value
+
+
+class HighwaterDataSource(DataSource):
+    """``format("highwater")``: read and write Highwater topics (see docs/spark.md)."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name Spark knows the source by."""
+        return "highwater"
+
+    def _read_options(self) -> ReadOptions:
+        return parse_read_options(dict(self.options))
+
+    def schema(self) -> StructType:
+        """The fixed columns; the options are checked, and named topics must exist."""
+        options = self._read_options()
+        ClusterOffsets(options.bootstrap_servers).partitions(options.subscription)
+        return source_schema(options.include_headers)
+
+    def _check_schema(self, options: ReadOptions, schema: StructType) -> None:
+        expected = source_schema(options.include_headers)
+        if schema != expected:
+            raise HighwaterOptionError(
+                "the Highwater source has a fixed schema and takes no user-specified one; "
+                f"its columns are {', '.join(expected.fieldNames())}"
+            )
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """A batch read from ``startingOffsets`` to ``endingOffsets``."""
+        options = self._read_options()
+        self._check_schema(options, schema)
+        return BatchReader(options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """A streaming read, offsets checkpointed by Spark."""
+        options = self._read_options()
+        self._check_schema(options, schema)
+        options.stream_start()
+        return StreamReader(options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        """A batch write of the DataFrame's rows."""
+        options = parse_write_options(dict(self.options))
+        _check_sink(options, schema)
+        return BatchWriter(options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        """A streaming write, one Spark task's rows at a time."""
+        options = parse_write_options(dict(self.options))
+        _check_sink(options, schema)
+        return StreamWriter(options)
+
+
+def _check_sink(options: WriteOptions, schema: StructType) -> None:
+    check_sink_schema(schema, options.topic)
+    if options.topic is not None:
+        from pyspark_highwater.options import Subscription
+
+        ClusterOffsets(options.bootstrap_servers).partitions(
+            Subscription("subscribe", topics=(options.topic,))
+        )
+
+
+def _read(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    assert isinstance(partition, RangePartition)
+    return read_range(
+        options.consumer_config(),
+        partition.range,
+        include_headers=options.include_headers,
+        fail_on_data_loss=options.fail_on_data_loss,
+        poll_timeout_ms=options.poll_timeout_ms,
+    )
+
+
+def _checked_start(
+    options: ReadOptions, start: PartitionOffsets, earliest: PartitionOffsets
+) -> PartitionOffsets:
+    """``start`` moved up to the earliest offsets; a loss fails the query or is logged."""
+    adjusted, losses = reconcile_start(start, earliest)
+    for loss in losses:
+        if options.fail_on_data_loss:
+            raise DataLossError(loss.describe() + data_loss_hint())
+        log.warning("%s; skipped (failOnDataLoss=false)", loss.describe())
+    return adjusted
+
+
+def _ranges(
+    options: ReadOptions, start: PartitionOffsets, end: PartitionOffsets
+) -> list[RangePartition]:
+    return [
+        RangePartition(r)
+        for r in plan_ranges(
+            start,
+            end,
+            min_partitions=options.min_partitions,
+            max_records_per_partition=options.max_records_per_partition,
+        )
+    ]
+
+
+class BatchReader(DataSourceReader):
+    """Plans the batch's ranges once, on the driver, when Spark asks for partitions."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """The offset ranges between the resolved start and end offsets."""
+        options = self.options
+        starting, ending = options.batch_bounds()
+        cluster = ClusterOffsets(options.bootstrap_servers)
+        partitions = cluster.partitions(options.subscription)
+        earliest = cluster.earliest(partitions)
+        latest = cluster.latest(partitions)
+        start = cluster.resolve(starting, partitions)
+        end = cluster.resolve(ending, partitions, unnamed=-1)
+        start = _checked_start(options, start, earliest)
+        for tp, offset in end.items():
+            if offset > latest[tp]:
+                raise HighwaterOptionError(
+                    f"endingOffsets: {tp[0]}-{tp[1]} ends at {offset}, beyond its latest "
+                    f"offset {latest[tp]}"
+                )
+        return _ranges(options, start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The range's records, in a task."""
+        return _read(self.options, partition)
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches between checkpointed offsets; honours read limits and AvailableNow."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self.cluster = ClusterOffsets(options.bootstrap_servers)
+        self.target: PartitionOffsets | None = None
+        """The offsets Trigger.AvailableNow stops at (set when the query starts)."""
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Where a new query starts: ``startingOffsets`` (default latest)."""
+        partitions = self.cluster.partitions(self.options.subscription)
+        start = self.cluster.resolve(self.options.stream_start(), partitions)
+        return to_json_dict(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxOffsetsPerTrigger`` records per micro-batch, else everything available."""
+        limit = self.options.max_offsets_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Remember the latest offsets now: the query stops once it has read up to them."""
+        self.target = self._latest()
+
+    def _latest(self) -> PartitionOffsets:
+        partitions = self.cluster.partitions(self.options.subscription)
+        return self.cluster.latest(partitions)
+
+    def _start_with_new(
+        self, start: PartitionOffsets, latest: PartitionOffsets
+    ) -> PartitionOffsets:
+        """``start`` plus partitions that appeared since, from their earliest offsets."""
+        new = [tp for tp in latest if tp not in start]
+        return {**start, **self.cluster.earliest(new)} if new else dict(start)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The end of the next micro-batch: the latest offsets, cut by ``limit`` and by the
+        AvailableNow target."""
+        begin = from_json_dict(start, "start offset")
+        latest = self._latest()
+        if self.target is not None:
+            latest = {tp: min(o, self.target[tp]) for tp, o in latest.items() if tp in self.target}
+        begin = self._start_with_new(begin, latest)
+        if isinstance(limit, ReadMaxRows):
+            end = limit_total(begin, latest, limit.max_rows)
+        elif isinstance(limit, ReadMinRows):
+            waiting = sum(max(0, o - begin.get(tp, o)) for tp, o in latest.items())
+            end = dict(latest) if waiting >= limit.min_rows or self.target is not None else {}
+        else:
+            end = dict(latest)
+        # Never move a partition backwards (its log was truncated): keep its start.
+        merged = {**begin, **{tp: max(o, begin.get(tp, o)) for tp, o in end.items()}}
+        return to_json_dict(merged)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The latest offsets, for the query's progress reports."""
+        return to_json_dict(self._latest())
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """The ranges of a micro-batch; lost records and deleted partitions are checked
+        against ``failOnDataLoss``."""
+        begin = from_json_dict(start, "start offset")
+        until = from_json_dict(end, "end offset")
+        if begin == until:
+            return []
+        options = self.options
+        current = self.cluster.partitions(options.subscription)
+        gone = missing_partitions(until, current)
+        if gone:
+            text = ", ".join(f"{t}-{p}" for t, p in gone)
+            message = f"partitions {text} no longer exist (was the topic deleted?)"
+            if options.fail_on_data_loss:
+                raise DataLossError(message + data_loss_hint())
+            log.warning("%s; skipped (failOnDataLoss=false)", message)
+            until = {tp: o for tp, o in until.items() if tp not in set(gone)}
+        earliest = self.cluster.earliest(list(until))
+        begin = {**{tp: earliest[tp] for tp in until if tp not in begin}, **begin}
+        begin = _checked_start(options, {tp: begin[tp] for tp in until}, earliest)
+        return _ranges(options, begin, until)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The range's records, in a task."""
+        return _read(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: the offsets are in Spark's checkpoint, not in a consumer group."""
+
+
+class BatchWriter(DataSourceArrowWriter):
+    """Each task produces its rows; records are visible once written (at-least-once)."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        """Produce the task's rows and flush."""
+        return write_batches(self.options.producer_config(), self.options.topic, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Every task wrote its rows: log how many."""
+        total = sum(m.records for m in messages if isinstance(m, WrittenRecords))
+        log.info("highwater sink: %d records written", total)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """A task failed: records already written stay (a log cannot take them back)."""
+        total = sum(m.records for m in messages if isinstance(m, WrittenRecords))
+        log.warning(
+            "highwater sink: the write was aborted; %d records written by finished tasks "
+            "stay in the topic (at-least-once)",
+            total,
+        )
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    """A micro-batch's tasks produce their rows; a replayed batch writes them again."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        """Produce the task's rows and flush."""
+        return write_batches(self.options.producer_config(), self.options.topic, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """The micro-batch is written."""
+        total = sum(m.records for m in messages if isinstance(m, WrittenRecords))
+        log.info("highwater sink: micro-batch %d: %d records written", batchId, total)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """The micro-batch failed; what its finished tasks wrote stays, and is written
+        again when the batch is replayed (at-least-once)."""
+        total = sum(m.records for m in messages if isinstance(m, WrittenRecords))
+        log.warning(
+            "highwater sink: micro-batch %d aborted; %d records already written stay",
+            batchId,
+            total,
+        )

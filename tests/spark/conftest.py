@@ -1,0 +1,46 @@
+"""Fixtures of the Spark tests: one embedded server and one local[2] SparkSession per run.
+
+Spark's Python workers must import Highwater: they run this interpreter (``PYSPARK_PYTHON``),
+and Spark binds to loopback (``SPARK_LOCAL_IP``). Topics are made per test with unique names.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+from embedded_servers import ServerThread
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    """An embedded server shared by the Spark tests."""
+    thread = ServerThread(tmp_path_factory.mktemp("spark-server"))
+    thread.start()
+    yield thread
+    thread.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A local[2] SparkSession; ``format("highwater")`` is found without registering it."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("highwater-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -1,0 +1,136 @@
+"""The Spark source's and sink's options: validation and clear errors before a query starts."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark_highwater.options import (
+    HighwaterOptionError,
+    OffsetBound,
+    Subscription,
+    parse_read_options,
+    parse_write_options,
+)
+
+BOOTSTRAP = {"bootstrap.servers": "127.0.0.1:9092"}
+
+
+def read(**options: str) -> dict[str, str]:
+    return {**BOOTSTRAP, **options}
+
+
+def test_defaults_read_from_earliest_in_batch_and_latest_in_streams() -> None:
+    options = parse_read_options(read(subscribe="a, b"))
+    assert options.subscription == Subscription("subscribe", topics=("a", "b"))
+    assert options.batch_bounds() == (OffsetBound("earliest"), OffsetBound("latest"))
+    assert options.stream_start() == OffsetBound("latest")
+    assert options.fail_on_data_loss and not options.include_headers
+    assert options.consumer_config()["auto.offset.reset"] == "none"
+    assert "group.id" not in options.consumer_config()
+
+
+def test_option_names_are_case_insensitive_as_spark_passes_them_lowered() -> None:
+    options = parse_read_options(
+        {"bootstrap.servers": "h:1", "subscribepattern": "ord.*", "maxoffsetspertrigger": "50"}
+    )
+    assert options.subscription.matches("orders") and not options.subscription.matches("xorders")
+    assert options.max_offsets_per_trigger == 50
+
+
+def test_assign_takes_spark_sql_kafka_json() -> None:
+    options = parse_read_options(read(assign='{"a": [1, 0], "b": [2]}'))
+    assert options.subscription.partitions == (("a", 0), ("a", 1), ("b", 2))
+
+
+def test_per_partition_offsets_and_timestamps_parse() -> None:
+    options = parse_read_options(
+        read(subscribe="a", startingOffsets='{"a": {"0": 5}}', endingTimestamp="1700000000000")
+    )
+    assert options.starting == OffsetBound("offsets", offsets={("a", 0): 5})
+    assert options.ending == OffsetBound("timestamp", timestamp=1700000000000)
+
+
+def test_client_settings_pass_through_with_the_prefix() -> None:
+    options = parse_read_options(read(subscribe="a", **{"highwater.fetch.max.bytes": "1024"}))
+    assert options.consumer_config()["fetch.max.bytes"] == "1024"
+    sink = parse_write_options({**BOOTSTRAP, "topic": "out", "highwater.linger.ms": "20"})
+    assert sink.producer_config() == {"bootstrap.servers": "127.0.0.1:9092", "linger.ms": "20"}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (read(subscribe="a", startingOfsets="earliest"), "unknown option 'startingofsets'"),
+        (read(subscribe="a", maxoffsetpertrigger="1"), "unknown option"),
+        ({"subscribe": "a"}, "bootstrap.servers is required"),
+        (read(), "exactly one of subscribe, subscribePattern and assign"),
+        (read(subscribe="a", assign='{"a": [0]}'), "not subscribe and assign"),
+        (read(subscribe=" , "), "give one or more topic names"),
+        (read(subscribePattern="(unclosed"), "invalid pattern"),
+        (read(assign='{"a": 0}'), "non-empty list of partitions"),
+        (read(assign="{oops"), "assign: not valid JSON"),
+        (read(subscribe="a", startingOffsets='{"a": {"0": "x"}}'), "must be an integer"),
+        (read(subscribe="a", startingOffsets="{"), "startingOffsets: not valid JSON"),
+        (read(subscribe="a", startingOffsets='{"b": {"0": 1}}'), "names b-0, which subscribe=a"),
+        (read(subscribe="a", startingTimestamp="yesterday"), "milliseconds since the epoch"),
+        (
+            read(subscribe="a", startingTimestamp="1", startingOffsets="earliest"),
+            "not both",
+        ),
+        (read(subscribe="a", maxOffsetsPerTrigger="0"), "must be > 0"),
+        (read(subscribe="a", minPartitions="many"), "whole number"),
+        (read(subscribe="a", failOnDataLoss="yes"), "true or false"),
+        (read(subscribe="a", **{"highwater.group.id": "g"}), "not a consumer setting"),
+        (read(subscribe="a", **{"highwater.fetch.max.bytes": "-5"}), "fetch.max.bytes"),
+    ],
+)
+def test_bad_read_options_fail_with_a_clear_message(options: dict[str, str], message: str) -> None:
+    with pytest.raises(HighwaterOptionError) as raised:
+        parse_read_options(options)
+    assert message in str(raised.value)
+
+
+def test_an_option_close_to_a_known_one_is_suggested() -> None:
+    with pytest.raises(HighwaterOptionError, match=r"did you mean bootstrap\.servers"):
+        parse_read_options({"bootstrapservers": "h:1", "subscribe": "a"})
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (read(subscribe="a", startingOffsets="latest"), "startingOffsets=latest is not allowed"),
+        (read(subscribe="a", endingOffsets="earliest"), "endingOffsets=earliest is not allowed"),
+        (read(subscribe="a", startingOffsets='{"a": {"0": -1}}'), "-1 (latest) is not allowed"),
+        (read(subscribe="a", endingOffsets='{"a": {"0": -2}}'), "-2 (earliest) is not allowed"),
+    ],
+)
+def test_batch_bounds_that_would_read_nothing_are_refused(
+    options: dict[str, str], message: str
+) -> None:
+    with pytest.raises(HighwaterOptionError) as raised:
+        parse_read_options(options).batch_bounds()
+    assert message in str(raised.value)
+
+
+def test_a_stream_has_no_end() -> None:
+    with pytest.raises(HighwaterOptionError, match="batch queries only"):
+        parse_read_options(read(subscribe="a", endingOffsets="latest")).stream_start()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"topic": "a"}, "bootstrap.servers is required"),
+        ({**BOOTSTRAP, "topic": "a", "subscribe": "b"}, "unknown option 'subscribe'"),
+        ({**BOOTSTRAP, "topic": " "}, "the topic name is empty"),
+        ({**BOOTSTRAP, "highwater.acks": "most"}, "acks"),
+        ({**BOOTSTRAP, "highwater.fetch.max.bytes": "1"}, "not a producer setting"),
+    ],
+)
+def test_bad_write_options_fail_with_a_clear_message(options: dict[str, str], message: str) -> None:
+    with pytest.raises(HighwaterOptionError) as raised:
+        parse_write_options(options)
+    assert message in str(raised.value)
+
+
+def test_spark_s_own_options_are_accepted() -> None:
+    parse_write_options({**BOOTSTRAP, "topic": "a", "checkpointLocation": "/tmp/x", "path": "p"})
