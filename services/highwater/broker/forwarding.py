@@ -1,7 +1,9 @@
 """Admin calls sent to a broker, forwarded to the active controller (Kafka's KIP-590).
 
 A standalone broker serves the ``highwater.v1.Controller`` admin calls — CreateTopics,
-DeleteTopics, CreatePartitions, AlterConfigs, DescribeConfigs, ElectLeaders — by handing
+DeleteTopics, CreatePartitions, AlterConfigs, DescribeConfigs, ElectLeaders,
+AlterPartitionReassignments, ListPartitionReassignments, UnregisterBroker (an operator
+removing a broker for good, Kafka's KIP-856) — by handing
 each to the active controller through its
 :class:`~highwater.controller.client.ControllerClient` and returning the answer, so an
 admin client needs only a broker's address (``--bootstrap-server``). The calls that are
@@ -31,6 +33,9 @@ FORWARDED_RPCS: Final = (
     codec.ALTER_CONFIGS,
     codec.DESCRIBE_CONFIGS,
     codec.ELECT_LEADERS,
+    codec.ALTER_PARTITION_REASSIGNMENTS,
+    codec.LIST_PARTITION_REASSIGNMENTS,
+    codec.UNREGISTER_BROKER,
 )
 
 

@@ -19,6 +19,7 @@ from highwater.cli.dev_cluster import dev_cluster
 from highwater.cli.dump_log import dump_log
 from highwater.cli.groups import groups
 from highwater.cli.observer import observer
+from highwater.cli.partitions import partitions
 from highwater.cli.quorum import quorum
 from highwater.cli.rolling import rolling
 from highwater.cli.server import server
@@ -99,6 +100,7 @@ main.add_command(observer)
 main.add_command(quorum)
 main.add_command(server)
 main.add_command(topics)
+main.add_command(partitions)
 main.add_command(dev_cluster)
 main.add_command(produce)
 main.add_command(consume)

@@ -3,9 +3,9 @@
 Every subcommand takes ``--bootstrap-server HOST:PORT[,HOST:PORT...]`` (required),
 ``--controllers HOST:PORT[,...]`` and ``--timeout SECONDS`` and works through
 :class:`~highwater.client.admin.AdminClient`: changes and configs go to the Controller
-API at the ``--controllers`` addresses, by default the bootstrap ones (``highwater
-server`` serves it on the broker's port; a multi-process cluster needs ``--controllers``
-until brokers forward admin calls), and descriptions come from a broker's ``Metadata``.
+API at the ``--controllers`` addresses, by default the bootstrap ones (brokers forward
+admin calls to the active controller; ``highwater server`` serves the Controller API on
+its one port), and descriptions come from a broker's ``Metadata``.
 ``describe`` prints what kafka-topics prints: per topic a header line
 
     Topic: T<TAB>TopicId: ID<TAB>PartitionCount: n<TAB>ReplicationFactor: r<TAB>Configs: k=v,...
@@ -43,7 +43,14 @@ from highwater.client.admin import (
 )
 from highwater.errors import HighwaterError
 
-__all__ = ["Connection", "format_description", "parse_config_pairs", "topics"]
+__all__ = [
+    "Connection",
+    "connection_options",
+    "format_description",
+    "parse_config_pairs",
+    "run_admin",
+    "topics",
+]
 
 T = TypeVar("T")
 
@@ -81,7 +88,7 @@ class Connection:
         )
 
 
-def _connection_options(command: Callable[..., None]) -> Callable[..., None]:
+def connection_options(command: Callable[..., None]) -> Callable[..., None]:
     """Add ``--bootstrap-server``, ``--controllers`` and ``--timeout``, passed as ``conn``."""
 
     @functools.wraps(command)
@@ -103,8 +110,8 @@ def _connection_options(command: Callable[..., None]) -> Callable[..., None]:
         default=None,
         callback=_parse_controllers,
         metavar="HOST:PORT[,HOST:PORT...]",
-        help="Controllers for changes and configs (default: --bootstrap-server); needed "
-        "for a multi-process cluster until brokers forward admin calls.",
+        help="Controllers for changes and configs (default: --bootstrap-server, whose "
+        "brokers forward them to the active controller).",
     )(with_timeout)
     return click.option(
         "--bootstrap-server",
@@ -120,7 +127,7 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _run(
+def run_admin(
     conn: Connection,
     work: Callable[[AdminClient], Awaitable[T]],
     *,
@@ -189,7 +196,7 @@ def topics() -> None:
 
 
 @topics.command("create")
-@_connection_options
+@connection_options
 @click.option("--topic", required=True, help="The topic to create.")
 @click.option(
     "--partitions",
@@ -236,12 +243,12 @@ def create(
         result.raise_for_error()
         return True
 
-    if _run(conn, work):
+    if run_admin(conn, work):
         click.echo(f"Created topic {topic}.")
 
 
 @topics.command("list")
-@_connection_options
+@connection_options
 @click.option("--exclude-internal", is_flag=True, help="Leave out internal topics (__...).")
 def list_(conn: Connection, exclude_internal: bool) -> None:
     """List topic names, one per line."""
@@ -250,12 +257,12 @@ def list_(conn: Connection, exclude_internal: bool) -> None:
         listed = await admin.list_topics(include_internal=not exclude_internal)
         return [t.name for t in listed]
 
-    for name in _run(conn, work):
+    for name in run_admin(conn, work):
         click.echo(name)
 
 
 @topics.command("describe")
-@_connection_options
+@connection_options
 @click.option("--topic", default=None, help="The topic to describe (default: every topic).")
 @click.option("--exclude-internal", is_flag=True, help="Leave out internal topics (__...).")
 def describe(conn: Connection, topic: str | None, exclude_internal: bool) -> None:
@@ -281,12 +288,12 @@ def describe(conn: Connection, topic: str | None, exclude_internal: bool) -> Non
             blocks.append(format_description(description, configs))
         return blocks
 
-    for block in _run(conn, work, topic=topic):
+    for block in run_admin(conn, work, topic=topic):
         click.echo(block)
 
 
 @topics.command("delete")
-@_connection_options
+@connection_options
 @click.option("--topic", required=True, help="The topic to delete.")
 @click.option("--if-exists", is_flag=True, help="Succeed quietly if there is no such topic.")
 def delete(conn: Connection, topic: str, if_exists: bool) -> None:
@@ -299,12 +306,12 @@ def delete(conn: Connection, topic: str, if_exists: bool) -> None:
         result.raise_for_error()
         return True
 
-    if _run(conn, work, topic=topic):
+    if run_admin(conn, work, topic=topic):
         click.echo(f"Deleted topic {topic}.")
 
 
 @topics.command("alter")
-@_connection_options
+@connection_options
 @click.option("--topic", required=True, help="The topic to alter.")
 @click.option(
     "--partitions",
@@ -354,5 +361,5 @@ def alter(
             done.append(f"Increased the partition count of topic {topic} to {partitions}.")
         return done
 
-    for line in _run(conn, work, topic=topic):
+    for line in run_admin(conn, work, topic=topic):
         click.echo(line)

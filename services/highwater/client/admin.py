@@ -3,14 +3,14 @@
 An asyncio client built from ``bootstrap.servers`` (``"host1:9092,host2:9092"``):
 
 * **Writes and configs** (``create_topics``, ``delete_topics``, ``create_partitions``,
-  ``describe_configs``, ``alter_configs``, ``elect_leaders``) go to the Controller API
-  through a :class:`~highwater.controller.client.ControllerClient` given the same
-  addresses; it finds the active controller and retries there. In ``highwater server``
-  the Controller service answers on the broker's port, so the bootstrap address is all
-  that is needed. Brokers do not forward admin calls yet: the admin client of a
-  multi-process cluster must be given the *controllers'* addresses for these calls with
-  ``controllers=`` (the CLI's ``--controllers``), and the brokers' as
-  ``bootstrap.servers`` for the descriptions.
+  ``describe_configs``, ``alter_configs``, ``elect_leaders``,
+  ``alter_partition_reassignments``, ``list_partition_reassignments``,
+  ``unregister_broker``) go to the Controller API through a
+  :class:`~highwater.controller.client.ControllerClient` given the same addresses; it
+  finds the active controller and retries there. Brokers forward these calls to the
+  active controller (Kafka's KIP-590), and in ``highwater server`` the Controller
+  service answers on the broker's port, so the bootstrap address is all that is needed;
+  ``controllers=`` (the CLI's ``--controllers``) sends them to the controllers directly.
 * **Descriptions** (``list_topics``, ``describe_topics``, ``describe_cluster``) come from
   the ``Metadata`` RPC of any broker among the bootstrap addresses (tried in turn).
   Metadata reaches brokers by replicating the metadata log, so a topic created a moment
@@ -95,11 +95,13 @@ __all__ = [
     "ListOffsetsResultInfo",
     "MemberDescription",
     "NewTopic",
+    "NoReassignmentInProgressError",
     "Node",
     "NotCoordinatorError",
     "OffsetAndMetadata",
     "OffsetSpec",
     "PartitionInfo",
+    "PartitionReassignment",
     "PreferredLeaderNotAvailableError",
     "TopicDescription",
     "TopicExistsError",
@@ -220,6 +222,12 @@ class ElectionNotNeededError(AdminError):
     code = ErrorCode.ELECTION_NOT_NEEDED
 
 
+class NoReassignmentInProgressError(AdminError):
+    """NO_REASSIGNMENT_IN_PROGRESS: a cancellation for a partition that is not being moved."""
+
+    code = ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+
+
 class PreferredLeaderNotAvailableError(AdminError):
     """PREFERRED_LEADER_NOT_AVAILABLE: the preferred replica cannot lead now."""
 
@@ -290,6 +298,7 @@ class CoordinatorLoadInProgressError(AdminError):
 _ERRORS_BY_CODE: Final[Mapping[int, type[AdminError]]] = {
     cls.code: cls
     for cls in (
+        NoReassignmentInProgressError,
         TopicExistsError,
         UnknownTopicOrPartitionError,
         InvalidTopicNameError,
@@ -509,6 +518,16 @@ class ConsumerGroupDescription:
     def is_simple_consumer_group(self) -> bool:
         """Whether the group has never had members (offsets committed with ``assign()``)."""
         return not self.protocol_type
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """A partition being moved (Kafka's ``PartitionReassignment``): its replicas now (the
+    target ones first), the brokers being added and those being removed."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -873,6 +892,63 @@ class AdminClient:
             (r.topic, r.partition_id): _error_or_none(r.error, r.error_message)
             for r in reply.partitions
         }
+
+    # --- Partition reassignment -----------------------------------------------------------
+
+    async def alter_partition_reassignments(
+        self, reassignments: Mapping[TopicPartitionKey, Sequence[int] | None]
+    ) -> dict[TopicPartitionKey, AdminError | None]:
+        """Move each ``(topic, partition)`` to its target replicas (preferred leader first),
+        or cancel its move in progress (``None``), as Kafka's
+        ``alterPartitionReassignments``: the new replicas are added, and the old ones
+        dropped once every new one has caught up (into the ISR). Returns ``None`` (started)
+        or the partition's typed error (``InvalidReplicaAssignmentError``,
+        ``NoReassignmentInProgressError``, ``UnknownTopicOrPartitionError``).
+        """
+        items = tuple(
+            m.PartitionReassignment(topic, partition, cancel=True)
+            if replicas is None
+            else m.PartitionReassignment(topic, partition, tuple(replicas))
+            for (topic, partition), replicas in reassignments.items()
+        )
+        if not items:
+            return {}
+        reply = await self._call_controller(
+            self._controller.alter_partition_reassignments,
+            m.AlterPartitionReassignmentsRequest(items),
+        )
+        _check_reply("AlterPartitionReassignments", reply.error, reply.error_message)
+        return {
+            (r.topic, r.partition_id): _error_or_none(r.error, r.error_message)
+            for r in reply.partitions
+        }
+
+    async def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartitionKey] | None = None
+    ) -> dict[TopicPartitionKey, PartitionReassignment]:
+        """The reassignments in progress (of ``partitions``, or of every partition)."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions or ():
+            by_topic.setdefault(topic, []).append(partition)
+        request = m.ListPartitionReassignmentsRequest(
+            tuple(m.TopicPartitions(t, tuple(ps)) for t, ps in by_topic.items())
+        )
+        reply = await self._call_controller(self._controller.list_partition_reassignments, request)
+        _check_reply("ListPartitionReassignments", reply.error, reply.error_message)
+        return {
+            (r.topic, r.partition_id): PartitionReassignment(
+                r.replicas, r.adding_replicas, r.removing_replicas
+            )
+            for r in reply.reassignments
+        }
+
+    async def unregister_broker(self, broker_id: int) -> None:
+        """Remove a broker from the cluster for good (scaling down): refused with a typed
+        error while it still holds replicas, which must be reassigned first."""
+        reply = await self._call_controller(
+            self._controller.unregister_broker, m.UnregisterBrokerRequest(broker_id)
+        )
+        _check_reply("UnregisterBroker", reply.error, reply.error_message)
 
     # --- Offsets of partitions -------------------------------------------------------------
 

@@ -141,6 +141,16 @@ class ControllerClient:
     async def elect_leaders(self, request: m.ElectLeadersRequest) -> m.ElectLeadersResponse:
         return await self.call(codec.ELECT_LEADERS, request)
 
+    async def alter_partition_reassignments(
+        self, request: m.AlterPartitionReassignmentsRequest
+    ) -> m.AlterPartitionReassignmentsResponse:
+        return await self.call(codec.ALTER_PARTITION_REASSIGNMENTS, request)
+
+    async def list_partition_reassignments(
+        self, request: m.ListPartitionReassignmentsRequest
+    ) -> m.ListPartitionReassignmentsResponse:
+        return await self.call(codec.LIST_PARTITION_REASSIGNMENTS, request)
+
     async def alter_configs(self, request: m.AlterConfigsRequest) -> m.AlterConfigsResponse:
         return await self.call(codec.ALTER_CONFIGS, request)
 

@@ -229,7 +229,9 @@ class ClusterControl:
     def unregister_broker(
         self, image: MetadataImage, request: UnregisterBrokerRequest
     ) -> ControllerResult[UnregisterBrokerResponse]:
-        """Remove a broker's registration; its leaderships and ISR memberships go first."""
+        """Remove a broker's registration, which scaling the cluster down does: refused while
+        the broker still holds replicas (they must be reassigned first, or the partitions
+        would stay under-replicated); its leaderships and ISR memberships go first."""
         broker = image.broker(request.broker_id)
         if broker is None:
             return ControllerResult(
@@ -237,6 +239,19 @@ class ClusterControl:
                 UnregisterBrokerResponse(
                     ErrorCode.BROKER_ID_NOT_REGISTERED,
                     f"Broker {request.broker_id} is not registered",
+                ),
+            )
+        held = image.replicas_of(broker.broker_id)
+        if held:
+            example = min(held)
+            name = image.topic_name(example.topic_id) or example.topic_id
+            return ControllerResult(
+                [],
+                UnregisterBrokerResponse(
+                    ErrorCode.INVALID_REQUEST,
+                    f"Broker {broker.broker_id} still holds replicas of {len(held)} partitions "
+                    f"(e.g. {name}-{example.partition_id}): reassign them first "
+                    "(highwater partitions reassign)",
                 ),
             )
         delta = MetadataDelta(image)

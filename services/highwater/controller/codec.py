@@ -333,6 +333,16 @@ CREATE_PARTITIONS: Final = _rpc(
     "CreatePartitions", m.CreatePartitionsRequest, m.CreatePartitionsResponse
 )
 ELECT_LEADERS: Final = _rpc("ElectLeaders", m.ElectLeadersRequest, m.ElectLeadersResponse)
+ALTER_PARTITION_REASSIGNMENTS: Final = _rpc(
+    "AlterPartitionReassignments",
+    m.AlterPartitionReassignmentsRequest,
+    m.AlterPartitionReassignmentsResponse,
+)
+LIST_PARTITION_REASSIGNMENTS: Final = _rpc(
+    "ListPartitionReassignments",
+    m.ListPartitionReassignmentsRequest,
+    m.ListPartitionReassignmentsResponse,
+)
 ALTER_CONFIGS: Final = _rpc("AlterConfigs", m.AlterConfigsRequest, m.AlterConfigsResponse)
 DESCRIBE_CONFIGS: Final = _rpc(
     "DescribeConfigs", m.DescribeConfigsRequest, m.DescribeConfigsResponse
@@ -361,6 +371,8 @@ RPCS: Final[dict[str, ControllerRpc[Any, Any]]] = {
         DELETE_TOPICS,
         CREATE_PARTITIONS,
         ELECT_LEADERS,
+        ALTER_PARTITION_REASSIGNMENTS,
+        LIST_PARTITION_REASSIGNMENTS,
         ALTER_CONFIGS,
         DESCRIBE_CONFIGS,
         ALLOCATE_PRODUCER_IDS,

@@ -173,6 +173,54 @@ class ElectLeadersResponse:
     partitions: tuple[PartitionResult, ...] = ()
 
 
+# --- Partition reassignment -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """Move a partition to ``replicas`` (preferred leader first), or ``cancel`` the move in
+    progress."""
+
+    topic: str
+    partition_id: int
+    replicas: tuple[int, ...] = ()
+    cancel: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionReassignmentsRequest:
+    partitions: tuple[PartitionReassignment, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionReassignmentsResponse:
+    error: int = NONE
+    error_message: str = ""
+    partitions: tuple[PartitionResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ListPartitionReassignmentsRequest:
+    topic_partitions: tuple[TopicPartitions, ...] = ()
+    """Empty: every partition."""
+
+
+@dataclass(frozen=True, slots=True)
+class OngoingReassignment:
+    topic: str
+    partition_id: int
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListPartitionReassignmentsResponse:
+    error: int = NONE
+    error_message: str = ""
+    reassignments: tuple[OngoingReassignment, ...] = ()
+
+
 # --- Topics ----------------------------------------------------------------------------
 
 

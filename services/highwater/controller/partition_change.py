@@ -54,6 +54,9 @@ class PartitionChangeBuilder:
         self._is_active = is_active
         self._unclean_allowed = unclean_allowed
         self._target_isr: tuple[int, ...] = partition.isr
+        self._replicas: tuple[int, ...] = partition.replicas
+        self._adding: tuple[int, ...] = partition.adding_replicas
+        self._removing: tuple[int, ...] = partition.removing_replicas
         self._election = Election.NONE
         self.unclean = False
         """Whether :meth:`build` made an unclean election."""
@@ -69,6 +72,19 @@ class PartitionChangeBuilder:
             self._target_isr = remaining
         return self
 
+    def set_target_replicas(
+        self,
+        replicas: Sequence[int],
+        *,
+        adding: Sequence[int] = (),
+        removing: Sequence[int] = (),
+    ) -> PartitionChangeBuilder:
+        """Change the replica set (a reassignment's start, completion or cancellation): the
+        ISR keeps only members of ``replicas``, and the leader is chosen among them."""
+        self._replicas = tuple(replicas)
+        self._adding, self._removing = tuple(adding), tuple(removing)
+        return self
+
     def set_election(self, election: Election) -> PartitionChangeBuilder:
         self._election = election
         return self
@@ -76,7 +92,11 @@ class PartitionChangeBuilder:
     def build(self) -> PartitionChangeRecord | None:
         """The change record, or None when the partition would not change."""
         partition = self.partition
+        replicas = self._replicas
         isr = self._target_isr if self._target_isr else partition.isr
+        isr = tuple(b for b in isr if b in replicas)
+        if not isr:
+            raise ValueError(f"no ISR member of {self.topic_id}-{self.partition_id} is a replica")
         leader = self._choose_leader(isr)
         if leader is None:
             leader = NO_LEADER
@@ -86,24 +106,34 @@ class PartitionChangeBuilder:
             self.unclean = True
         new_isr = None if isr == partition.isr else isr
         new_leader = None if leader == partition.leader else leader
-        if new_isr is None and new_leader is None:
+        replicas_changed = (replicas, self._adding, self._removing) != (
+            partition.replicas,
+            partition.adding_replicas,
+            partition.removing_replicas,
+        )
+        if new_isr is None and new_leader is None and not replicas_changed:
             return None
         return PartitionChangeRecord(
             topic_id=self.topic_id,
             partition_id=self.partition_id,
             isr=new_isr,
             leader=new_leader,
+            replicas=replicas if replicas_changed else None,
+            adding_replicas=self._adding if replicas_changed else None,
+            removing_replicas=self._removing if replicas_changed else None,
         )
 
     def _choose_leader(self, isr: tuple[int, ...]) -> int | None:
         partition = self.partition
-        replicas = partition.replicas
+        replicas = self._replicas
         active = self._is_active
-        if self._election is Election.PREFERRED:
-            preferred = partition.preferred_leader
+        if self._election is Election.PREFERRED and replicas:
+            preferred = replicas[0]
             if preferred in isr and active(preferred):
                 return preferred
         current = partition.leader
+        if current not in replicas:
+            current = NO_LEADER
         if current != NO_LEADER and current in isr and active(current):
             return current
         for broker in replicas:

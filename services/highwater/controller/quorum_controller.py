@@ -50,6 +50,8 @@ from highwater.controller.messages import (
     AllocateProducerIdsResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
@@ -66,6 +68,8 @@ from highwater.controller.messages import (
     DescribeConfigsResponse,
     ElectLeadersRequest,
     ElectLeadersResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     RegisterBrokerRequest,
     RegisterBrokerResponse,
     RegisterCoordinatorRequest,
@@ -192,6 +196,20 @@ class QuorumController:
     def elect_leaders(self, request: ElectLeadersRequest) -> ControllerResult[ElectLeadersResponse]:
         """Preferred or unclean leader elections for the named partitions, or all."""
         return self.replication.elect_leaders(self._image(), request)
+
+    def alter_partition_reassignments(
+        self, request: AlterPartitionReassignmentsRequest
+    ) -> ControllerResult[AlterPartitionReassignmentsResponse]:
+        """Move partitions to other brokers, or cancel a move (see :mod:`.reassignment`)."""
+        return self.replication.alter_partition_reassignments(self._image(), request)
+
+    def list_partition_reassignments(
+        self, request: ListPartitionReassignmentsRequest
+    ) -> ControllerResult[ListPartitionReassignmentsResponse]:
+        """The partitions whose reassignment is in progress (no records)."""
+        return ControllerResult(
+            [], self.replication.list_partition_reassignments(self._image(), request)
+        )
 
     # --- Configs ---------------------------------------------------------------------
 

@@ -24,6 +24,8 @@ from highwater.controller.config_control import (
 from highwater.controller.messages import (
     INVALID_UPDATE_VERSION,
     AlterPartitionItem,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     AlterPartitionResult,
@@ -41,6 +43,10 @@ from highwater.controller.messages import (
     ElectionType,
     ElectLeadersRequest,
     ElectLeadersResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+    OngoingReassignment,
+    PartitionReassignment,
     PartitionResult,
 )
 from highwater.controller.partition_change import Election, PartitionChangeBuilder
@@ -48,6 +54,13 @@ from highwater.controller.placement import (
     InvalidReplicationFactorError,
     PlacementBroker,
     place_replicas,
+)
+from highwater.controller.reassignment import (
+    is_reassigning,
+    original_replicas,
+    plan_start,
+    ready_to_complete,
+    target_replicas,
 )
 from highwater.controller.results import ControllerApiError, ControllerResult, error_of, refuse
 from highwater.errors import InvalidConfigError, InvalidTopicError
@@ -260,6 +273,12 @@ class ReplicationControl:
             if record is not None:
                 delta.replay(record)
                 records.append(record)
+                # An ISR expansion may be the one a reassignment waited for.
+                key = TopicIdPartition(item.topic_id, item.partition_id)
+                completion = self._complete_reassignment(delta, key)
+                if completion is not None:
+                    delta.replay(completion)
+                    records.append(completion)
             partition = delta.partition(item.topic_id, item.partition_id)
             assert partition is not None
             results.append(
@@ -403,6 +422,135 @@ class ReplicationControl:
                 f"No replica of {list(partition.replicas)} is active",
             )
         return record
+
+    # -- reassignment ---------------------------------------------------------------------
+
+    def alter_partition_reassignments(
+        self, image: MetadataImage, request: AlterPartitionReassignmentsRequest
+    ) -> ControllerResult[AlterPartitionReassignmentsResponse]:
+        """Start, replace or cancel partition reassignments (see :mod:`.reassignment`);
+        one result per partition, the others go on when one is refused."""
+        delta = MetadataDelta(image)
+        records: list[MetadataRecord] = []
+        results: list[PartitionResult] = []
+        seen: set[tuple[str, int]] = set()
+        for item in request.partitions:
+            try:
+                if (item.topic, item.partition_id) in seen:
+                    raise refuse(ErrorCode.INVALID_REQUEST, "Partition named twice in one request")
+                seen.add((item.topic, item.partition_id))
+                changes = self._reassign_one(delta, item)
+            except ControllerApiError as e:
+                results.append(PartitionResult(item.topic, item.partition_id, e.code, e.message))
+                continue
+            for record in changes:
+                delta.replay(record)
+                records.append(record)
+            results.append(PartitionResult(item.topic, item.partition_id))
+        return ControllerResult(
+            records, AlterPartitionReassignmentsResponse(partitions=tuple(results))
+        )
+
+    def _reassign_one(
+        self, delta: MetadataDelta, item: PartitionReassignment
+    ) -> list[MetadataRecord]:
+        topic_id = delta.topic_id(item.topic)
+        partition = None if topic_id is None else delta.partition(topic_id, item.partition_id)
+        if topic_id is None or partition is None:
+            raise refuse(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"No partition {item.partition_id} of {item.topic!r}",
+            )
+        key = TopicIdPartition(topic_id, item.partition_id)
+        if item.cancel:
+            if item.replicas:
+                raise refuse(ErrorCode.INVALID_REQUEST, "A cancellation names no replicas")
+            if not is_reassigning(partition):
+                raise refuse(
+                    ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                    f"{item.topic}-{item.partition_id} is not being reassigned",
+                )
+            original = original_replicas(partition)
+            if not any(b in partition.isr for b in original):
+                raise refuse(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"No original replica of {item.topic}-{item.partition_id} "
+                    f"{list(original)} is in the ISR {list(partition.isr)}: it cannot go back",
+                )
+            builder = self._change(
+                delta, key, partition, False, lambda b: b.set_target_replicas(original)
+            )
+            record = builder.build()
+            return [] if record is None else [record]
+        target = item.replicas
+        if not target:
+            raise refuse(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The target replicas are empty")
+        if len(set(target)) != len(target):
+            raise refuse(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"The target replicas {list(target)} name a broker twice",
+            )
+        unknown = [b for b in target if delta.broker(b) is None]
+        if unknown:
+            raise refuse(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Brokers {unknown} of the target replicas {list(target)} are not registered",
+            )
+        start = plan_start(partition, target)
+        builder = self._change(
+            delta,
+            key,
+            partition,
+            False,
+            lambda b: b.set_target_replicas(
+                start.replicas, adding=start.adding, removing=start.removing
+            ),
+        )
+        record = builder.build()
+        if record is None:
+            return []
+        delta.replay(record)
+        completion = self._complete_reassignment(delta, key)
+        return [record] if completion is None else [record, completion]
+
+    def _complete_reassignment(
+        self, delta: MetadataDelta, key: TopicIdPartition
+    ) -> MetadataRecord | None:
+        """The record that completes ``key``'s reassignment once every target replica is
+        in the ISR; None before (or when none is in progress)."""
+        partition = delta.partition(key.topic_id, key.partition_id)
+        if partition is None or not ready_to_complete(partition):
+            return None
+        target = target_replicas(partition)
+        return self._change(
+            delta, key, partition, False, lambda b: b.set_target_replicas(target)
+        ).build()
+
+    def list_partition_reassignments(
+        self, image: MetadataImage, request: ListPartitionReassignmentsRequest
+    ) -> ListPartitionReassignmentsResponse:
+        """The reassignments in progress, of the partitions asked about (all by default)."""
+        wanted: set[tuple[str, int]] | None = None
+        if request.topic_partitions:
+            wanted = {(t.topic, p) for t in request.topic_partitions for p in t.partitions}
+        ongoing: list[OngoingReassignment] = []
+        for name, topic in sorted(image.topics.by_name.items()):
+            for partition_id in range(len(topic.partitions)):
+                if wanted is not None and (name, partition_id) not in wanted:
+                    continue
+                partition = topic.partition(partition_id)
+                if partition is None or not is_reassigning(partition):
+                    continue
+                ongoing.append(
+                    OngoingReassignment(
+                        name,
+                        partition_id,
+                        partition.replicas,
+                        partition.adding_replicas,
+                        partition.removing_replicas,
+                    )
+                )
+        return ListPartitionReassignmentsResponse(reassignments=tuple(ongoing))
 
     def create_topics(
         self, image: MetadataImage, request: CreateTopicsRequest

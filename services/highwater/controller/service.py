@@ -252,6 +252,8 @@ _CALLS: Final[Mapping[str, _Call]] = {
     "DeleteTopics": lambda c, r, now: c.delete_topics(r),
     "CreatePartitions": lambda c, r, now: c.create_partitions(r),
     "ElectLeaders": lambda c, r, now: c.elect_leaders(r),
+    "AlterPartitionReassignments": lambda c, r, now: c.alter_partition_reassignments(r),
+    "ListPartitionReassignments": lambda c, r, now: c.list_partition_reassignments(r),
     "AlterConfigs": lambda c, r, now: c.alter_configs(r),
     "DescribeConfigs": lambda c, r, now: c.describe_configs(r),
     "AllocateProducerIds": lambda c, r, now: c.allocate_producer_ids(r),
@@ -615,6 +617,12 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
 
     async def ElectLeaders(self, request: Any, context: Any) -> Any:
         return await self._server.serve(codec.ELECT_LEADERS, request, context)
+
+    async def AlterPartitionReassignments(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.ALTER_PARTITION_REASSIGNMENTS, request, context)
+
+    async def ListPartitionReassignments(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.LIST_PARTITION_REASSIGNMENTS, request, context)
 
     async def AlterConfigs(self, request: Any, context: Any) -> Any:
         return await self._server.serve(codec.ALTER_CONFIGS, request, context)

@@ -79,6 +79,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     FENCED_INSTANCE_ID: _ErrorCode.ValueType  # 82
     ELIGIBLE_LEADERS_NOT_AVAILABLE: _ErrorCode.ValueType  # 83
     ELECTION_NOT_NEEDED: _ErrorCode.ValueType  # 84
+    NO_REASSIGNMENT_IN_PROGRESS: _ErrorCode.ValueType  # 85
     INVALID_RECORD: _ErrorCode.ValueType  # 87
     PRODUCER_FENCED: _ErrorCode.ValueType  # 90
     INCONSISTENT_VOTER_SET: _ErrorCode.ValueType  # 94
@@ -155,6 +156,7 @@ GROUP_MAX_SIZE_REACHED: ErrorCode.ValueType  # 81
 FENCED_INSTANCE_ID: ErrorCode.ValueType  # 82
 ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorCode.ValueType  # 83
 ELECTION_NOT_NEEDED: ErrorCode.ValueType  # 84
+NO_REASSIGNMENT_IN_PROGRESS: ErrorCode.ValueType  # 85
 INVALID_RECORD: ErrorCode.ValueType  # 87
 PRODUCER_FENCED: ErrorCode.ValueType  # 90
 INCONSISTENT_VOTER_SET: ErrorCode.ValueType  # 94

@@ -54,6 +54,12 @@ class ControllerStub:
     """Grows topics to a new partition count (partitions are never removed)."""
     ElectLeaders: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ElectLeadersRequest, _controller_pb2.ElectLeadersResponse]
     """Preferred or unclean leader election for the named partitions (or all)."""
+    AlterPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterPartitionReassignmentsRequest, _controller_pb2.AlterPartitionReassignmentsResponse]
+    """Move partitions to other brokers (Kafka's KIP-455): the new replicas are added, and the
+    old ones dropped once every new one is in the ISR; or cancel a move in progress.
+    """
+    ListPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ListPartitionReassignmentsRequest, _controller_pb2.ListPartitionReassignmentsResponse]
+    """The partitions whose reassignment is in progress."""
     AlterConfigs: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterConfigsRequest, _controller_pb2.AlterConfigsResponse]
     """Incremental config changes (Kafka's IncrementalAlterConfigs)."""
     DescribeConfigs: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeConfigsRequest, _controller_pb2.DescribeConfigsResponse]
@@ -83,6 +89,12 @@ class ControllerAsyncStub(ControllerStub):
     """Grows topics to a new partition count (partitions are never removed)."""
     ElectLeaders: _aio.UnaryUnaryMultiCallable[_controller_pb2.ElectLeadersRequest, _controller_pb2.ElectLeadersResponse]  # type: ignore[assignment]
     """Preferred or unclean leader election for the named partitions (or all)."""
+    AlterPartitionReassignments: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterPartitionReassignmentsRequest, _controller_pb2.AlterPartitionReassignmentsResponse]  # type: ignore[assignment]
+    """Move partitions to other brokers (Kafka's KIP-455): the new replicas are added, and the
+    old ones dropped once every new one is in the ISR; or cancel a move in progress.
+    """
+    ListPartitionReassignments: _aio.UnaryUnaryMultiCallable[_controller_pb2.ListPartitionReassignmentsRequest, _controller_pb2.ListPartitionReassignmentsResponse]  # type: ignore[assignment]
+    """The partitions whose reassignment is in progress."""
     AlterConfigs: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterConfigsRequest, _controller_pb2.AlterConfigsResponse]  # type: ignore[assignment]
     """Incremental config changes (Kafka's IncrementalAlterConfigs)."""
     DescribeConfigs: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeConfigsRequest, _controller_pb2.DescribeConfigsResponse]  # type: ignore[assignment]
@@ -157,6 +169,24 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.ElectLeadersResponse, _abc.Awaitable[_controller_pb2.ElectLeadersResponse]]:
         """Preferred or unclean leader election for the named partitions (or all)."""
+
+    @_abc_1.abstractmethod
+    def AlterPartitionReassignments(
+        self,
+        request: _controller_pb2.AlterPartitionReassignmentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.AlterPartitionReassignmentsResponse, _abc.Awaitable[_controller_pb2.AlterPartitionReassignmentsResponse]]:
+        """Move partitions to other brokers (Kafka's KIP-455): the new replicas are added, and the
+        old ones dropped once every new one is in the ISR; or cancel a move in progress.
+        """
+
+    @_abc_1.abstractmethod
+    def ListPartitionReassignments(
+        self,
+        request: _controller_pb2.ListPartitionReassignmentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.ListPartitionReassignmentsResponse, _abc.Awaitable[_controller_pb2.ListPartitionReassignmentsResponse]]:
+        """The partitions whose reassignment is in progress."""
 
     @_abc_1.abstractmethod
     def AlterConfigs(
