@@ -122,3 +122,26 @@ def test_unknown_partitions_and_missing_arguments_are_clean_errors(
     assert "needs --topics and --broker-list" in reassign(server, "--generate").output
     dead = reassign(server, "--generate", "--topics", "events", "--broker-list", "12345")
     assert dead.exit_code == 1 and "brokers [12345] are not live" in dead.output
+
+
+def test_brokers_check_removal_list_and_unregister(server: ServerThread) -> None:
+    def brokers(*args: str) -> Result:
+        return CliRunner().invoke(
+            main, ["brokers", *args, "--bootstrap-server", server.address, "--timeout", "10"]
+        )
+
+    # The one broker holds every partition: removing it (or every id from it up) is refused.
+    held = brokers("check-removal", "--ids-from", str(B))
+    assert held.exit_code == 1
+    assert f"broker {B} still holds replicas of" in held.output
+    assert "__consumer_offsets-0" in held.output and "reassign them first" in held.output
+    assert brokers("check-removal", "--ids-from", str(B + 1)).exit_code == 0
+    assert brokers("check-removal", "--ids", "12345").exit_code == 0
+    listed = brokers("list")
+    assert listed.exit_code == 0
+    [header, row] = listed.output.splitlines()
+    assert header.split("\t") == ["ID", "ADDRESS", "RACK", "REPLICAS"]
+    assert row.split("\t")[0] == str(B) and int(row.split("\t")[3]) >= 2
+    refused = brokers("unregister", "--id", str(B))
+    assert refused.exit_code == 1 and "still holds replicas" in refused.output
+    assert brokers("check-removal").exit_code == 2

@@ -208,6 +208,25 @@ def test_helm_test_produces_and_consumes(chart_renders: dict[str, dict[str, str]
     assert pod["spec"]["restartPolicy"] == "Never"
 
 
+def test_an_upgrade_that_lowers_the_broker_count_first_checks_the_brokers_to_go(
+    chart_renders: dict[str, dict[str, str]],
+) -> None:
+    docs = documents(render.render({"broker": {"replicaCount": 2}}, name="hw", namespace="s"))
+    [job] = by_kind(docs, "Job").values()
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
+    assert job["spec"]["backoffLimit"] == 0
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    # Brokers are ids 100 + ordinal: with 2 left, ids 102 and up must hold no replicas.
+    assert command[:3] == ["highwater", "brokers", "check-removal"]
+    assert command[command.index("--ids-from") + 1] == "102"
+    assert command[command.index("--bootstrap-server") + 1] == "hw-highwater:9092"
+    assert not by_kind(
+        documents(render.render({"broker": {"scaleDownCheck": {"enabled": False,
+                                                                "timeoutSeconds": 60}}})),
+        "Job",
+    )  # fmt: skip
+
+
 def test_notes_name_the_bootstrap_address() -> None:
     import helm_python as helm
 

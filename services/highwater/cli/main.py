@@ -12,6 +12,7 @@ import click
 
 from highwater import __version__
 from highwater.cli.broker import broker
+from highwater.cli.brokers import brokers
 from highwater.cli.clients import consume, produce
 from highwater.cli.controller import controller
 from highwater.cli.coordinator import coordinator
@@ -101,6 +102,7 @@ main.add_command(quorum)
 main.add_command(server)
 main.add_command(topics)
 main.add_command(partitions)
+main.add_command(brokers)
 main.add_command(dev_cluster)
 main.add_command(produce)
 main.add_command(consume)
