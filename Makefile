@@ -23,8 +23,23 @@ LISTEN ?= 127.0.0.1:9092
 run: venv
 	$(BIN)/highwater server --listen $(LISTEN) --data-dir $(RUN_DIR) --demo
 
-test: venv protos-check deploy-tools
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+test: venv protos-check deploy-tools spark-deps
+	$(SPARK_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Spark (docs/spark.md): pyspark and pyarrow come with the venv's spark group; Spark needs a
+# Java 17+ runtime (the machine's, else Debian's openjdk-17-jre-headless), its Python
+# workers run the venv's interpreter, and it binds to loopback.
+SPARK_ENV := PYSPARK_PYTHON=$(abspath $(BIN)/python) SPARK_LOCAL_IP=127.0.0.1
+.PHONY: spark-deps pipeline
+spark-deps:
+	@java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])' || { \
+		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
+
+# The example pipeline (examples/nginx_pipeline.py) against an embedded server under .run/.
+pipeline: venv spark-deps
+	$(SPARK_ENV) $(BIN)/python examples/nginx_pipeline.py --work-dir $(RUN_DIR)/pipeline
 
 lint: venv
 	$(BIN)/ruff check services tests bench scripts
