@@ -1,0 +1,241 @@
+"""Spark benchmarks: records/s through streaming pipelines that read and write Highwater topics.
+
+The server is ``highwater server`` as a subprocess; Spark is a local[2] session in this
+process, its Python workers running this interpreter. Every pipeline is a streaming query
+with Trigger.AvailableNow over the same records (100-byte values, keyed), timed from
+``start()`` to the query's end, after a warm-up query that starts Spark's Python workers.
+The transform is the same everywhere: ``upper(value)``, with the key kept.
+
+- pipeline: Highwater topic → transform → Highwater topic (the source and the sink).
+- source alone: Highwater topic → transform → the ``noop`` sink.
+- sink alone: a Parquet file of the same records → transform → Highwater topic.
+- batch read: ``spark.read.format("highwater")`` of the whole topic, counted.
+
+The peer of each is the same query with Spark's built-in Parquet source (a stream over the
+same records written as Parquet files) in place of Highwater, and the ``noop`` sink in place
+of the Highwater sink: what Spark itself does on this machine with no Python data source in
+the way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from highwater.client.admin import AdminClient, NewTopic
+from highwater.client.producer import AsyncProducer
+
+from bench.groups import embedded_server
+from bench.report import Report, Row, SuiteSection, ratio_at_least
+
+PARTITIONS = 2
+VALUE_BYTES = 100
+RECORDS = 300_000
+
+
+async def _prepare(address: str, topics: list[str], records: int, source: str) -> None:
+    """Create ``topics`` and produce ``records`` keyed records to ``source``."""
+    async with AdminClient(address) as admin:
+        results = await admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics])
+        for result in results.values():
+            result.raise_for_error()
+    producer = AsyncProducer({"bootstrap.servers": address, "linger.ms": 20, "batch.size": 262144})
+    padding = "x" * (VALUE_BYTES - 12)
+    pending = []
+    for i in range(records):
+        pending.append(producer.produce(source, f"{i:012d}{padding}", f"k{i}"))
+        if len(pending) >= 20_000:
+            await asyncio.gather(*pending)
+            pending.clear()
+    await asyncio.gather(*pending)
+    await producer.close()
+
+
+def _session() -> Any:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("highwater-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+class Pipelines:
+    """The queries the suite times, over one server and one Spark session."""
+
+    def __init__(self, spark: Any, address: str, root: Path) -> None:
+        self.spark = spark
+        self.address = address
+        self.root = root
+        self.runs = 0
+
+    def highwater_stream(self, topic: str) -> Any:
+        return (
+            self.spark.readStream.format("highwater")
+            .option("bootstrap.servers", self.address)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+
+    def parquet_stream(self, path: Path) -> Any:
+        schema = self.spark.read.parquet(str(path)).schema
+        return self.spark.readStream.schema(schema).parquet(str(path))
+
+    @staticmethod
+    def transform(df: Any) -> Any:
+        return df.selectExpr("key", "upper(cast(value as string)) as value")
+
+    def timed(self, df: Any, sink: str | None) -> float:
+        """Seconds from start() to the end of an AvailableNow query writing to ``sink``
+        (a topic) or, if None, to the noop sink."""
+        self.runs += 1
+        writer = self.transform(df).writeStream.option(
+            "checkpointLocation", str(self.root / f"checkpoint-{self.runs}")
+        )
+        if sink is None:
+            writer = writer.format("noop")
+        else:
+            writer = (
+                writer.format("highwater")
+                .option("bootstrap.servers", self.address)
+                .option("topic", sink)
+            )
+        began = time.monotonic()
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination()
+        elapsed = time.monotonic() - began
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+        return elapsed
+
+    def timed_batch_count(self, df: Any) -> tuple[float, int]:
+        """Seconds to count the records and sum their values' lengths (every value is
+        read: a plain count() of Parquet would read only its footers)."""
+        began = time.monotonic()
+        row = df.selectExpr("count(*) as n", "sum(length(value)) as bytes").collect()[0]
+        return time.monotonic() - began, int(row.n)
+
+
+def run(report: Report) -> None:
+    records = max(10_000, int(RECORDS * report.scale))
+    with (
+        report.suite("spark", "Spark source and sink (`pyspark_highwater`, local[2])") as section,
+        report.data_dir("spark") as root,
+        embedded_server(root / "server", root / "server.log") as address,
+    ):
+        topics = ["bench-in", "bench-out-1", "bench-out-2", "bench-warm", "bench-warm-out"]
+        report.progress(f"spark: producing {records:,} records")
+        asyncio.run(_prepare(address, topics, records, "bench-in"))
+        asyncio.run(_prepare(address, [], 2_000, "bench-warm"))
+        spark = _session()
+        try:
+            _measure(report, section, Pipelines(spark, address, root), records, root)
+        finally:
+            spark.stop()
+        _notes(section, records)
+
+
+def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, root: Path) -> None:
+    report.progress("spark: warm-up and the Parquet copy of the records")
+    p.timed(p.highwater_stream("bench-warm"), "bench-warm-out")
+    parquet = root / "records.parquet"
+    (
+        p.spark.read.format("highwater")
+        .option("bootstrap.servers", p.address)
+        .option("subscribe", "bench-in")
+        .load()
+        .select("key", "value")
+        .repartition(PARTITIONS)
+        .write.parquet(str(parquet))
+    )
+    p.timed(p.parquet_stream(parquet), None)
+
+    report.progress("spark: Parquet → noop (the peer)")
+    peer = records / p.timed(p.parquet_stream(parquet), None)
+    report.progress("spark: Highwater → Highwater")
+    pipeline = records / p.timed(p.highwater_stream("bench-in"), "bench-out-1")
+    report.progress("spark: Highwater → noop")
+    source = records / p.timed(p.highwater_stream("bench-in"), None)
+    report.progress("spark: Parquet → Highwater")
+    sink = records / p.timed(p.parquet_stream(parquet), "bench-out-2")
+    report.progress("spark: batch reads")
+    hw_seconds, counted = p.timed_batch_count(
+        p.spark.read.format("highwater")
+        .option("bootstrap.servers", p.address)
+        .option("subscribe", "bench-in")
+        .load()
+    )
+    assert counted == records, f"read {counted} of {records} records"
+    pq_seconds, _ = p.timed_batch_count(p.spark.read.parquet(str(parquet)))
+
+    peer_name = "Parquet stream → same transform → noop, same records"
+    section.add(
+        Row(
+            "streaming pipeline: Highwater topic → upper(value) → Highwater topic",
+            pipeline,
+            "records/s",
+            peer_name=peer_name,
+            peer_value=peer,
+            target=ratio_at_least(0.25, "the Parquet → noop peer"),
+            extra=f"{records:,} records of {VALUE_BYTES} B, {PARTITIONS} partitions",
+        )
+    )
+    section.add(
+        Row(
+            "streaming source alone: Highwater topic → upper(value) → noop",
+            source,
+            "records/s",
+            peer_name=peer_name,
+            peer_value=peer,
+            target=ratio_at_least(0.5, "the Parquet → noop peer"),
+        )
+    )
+    section.add(
+        Row(
+            "streaming sink alone: Parquet → upper(value) → Highwater topic",
+            sink,
+            "records/s",
+            peer_name=peer_name,
+            peer_value=peer,
+            target=ratio_at_least(0.25, "the Parquet → noop peer"),
+        )
+    )
+    section.add(
+        Row(
+            'batch read: spark.read.format("highwater"), count and sum(length(value))',
+            records / hw_seconds,
+            "records/s",
+            peer_name="spark.read.parquet(…), the same aggregate over the same records",
+            peer_value=records / pq_seconds,
+        )
+    )
+
+
+def _notes(section: SuiteSection, records: int) -> None:
+    section.note(
+        "Each streaming figure is one Trigger.AvailableNow query over all "
+        f"{records:,} records (one micro-batch), timed from start() to its end: planning, "
+        "the tasks and the commit included. A warm-up query runs first, so Spark's Python "
+        "workers are already up; the JVM, the server and the Python workers share the 2 "
+        "CPUs."
+    )
+    section.note(
+        "The source reads each offset range with the client library's blocking Consumer "
+        "and hands Spark Arrow batches; the sink produces each row with the idempotent "
+        "Producer (acks=all) from Arrow batches. The Parquet peer keeps the whole pipeline "
+        "inside the JVM; the Highwater figures include the Python workers and the "
+        "Arrow hand-over between the JVM and them."
+    )
