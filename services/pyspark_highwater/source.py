@@ -47,6 +47,7 @@ from pyspark_highwater.offsets import (
 from pyspark_highwater.options import (
     HighwaterOptionError,
     ReadOptions,
+    Subscription,
     WriteOptions,
     parse_read_options,
     parse_write_options,
@@ -122,8 +123,6 @@ class HighwaterDataSource(DataSource):
 def _check_sink(options: WriteOptions, schema: StructType) -> None:
     check_sink_schema(schema, options.topic)
     if options.topic is not None:
-        from pyspark_highwater.options import Subscription
-
         ClusterOffsets(options.bootstrap_servers).partitions(
             Subscription("subscribe", topics=(options.topic,))
         )

@@ -54,9 +54,10 @@ def consume_all(address: str, topic: str, partitions: int) -> list[Message]:
         }
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         messages: list[Message] = []
-        while sum(1 for m in messages) < sum(ends.values()):
-            batch = consumer.consume(1000, timeout=5)
-            assert batch, f"expected {sum(ends.values())} records, got {len(messages)}"
+        total = sum(ends.values())
+        while len(messages) < total:
+            batch = consumer.consume(min(1000, total - len(messages)), timeout=5)
+            assert batch, f"expected {total} records, got {len(messages)}"
             for message in batch:
                 assert message.error() is None, message.error()
             messages.extend(batch)

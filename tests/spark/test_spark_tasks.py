@@ -1,0 +1,116 @@
+"""What a Spark task does, without Spark: reading an offset range and writing rows, against a
+real embedded server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pyarrow as pa
+import pytest
+from embedded_servers import ServerThread
+from highwater.client.admin import AdminClient
+from pyspark_highwater.offsets import OffsetRange
+from pyspark_highwater.reading import DataLossError, ReadTimeoutError, read_range
+from pyspark_highwater.writing import DeliveryError, write_batches
+from spark_topics import consume_all, create_topic, produce, unique_topic
+
+
+def config(server: ServerThread) -> dict[str, object]:
+    return {
+        "bootstrap.servers": server.address,
+        "auto.offset.reset": "none",
+        "enable.auto.commit": False,
+    }
+
+
+def offsets(batches: list[pa.RecordBatch]) -> list[int]:
+    return [o for b in batches for o in b.column("offset").to_pylist()]
+
+
+def test_a_range_is_read_exactly_in_arrow_batches(server: ServerThread) -> None:
+    topic = unique_topic("task-read")
+    create_topic(server.address, topic, 1)
+    produce(server.address, topic, [f"v{i}" for i in range(12_000)], partitions=1)
+    batches = list(
+        read_range(
+            config(server),
+            OffsetRange(topic, 0, 100, 11_900),
+            include_headers=False,
+            fail_on_data_loss=True,
+            poll_timeout_ms=10_000,
+        )
+    )
+    assert offsets(batches) == list(range(100, 11_900))
+    assert max(b.num_rows for b in batches) <= 10_000
+    assert batches[0].column("value").to_pylist()[0] == b"v100"
+
+
+def test_a_range_below_the_log_start_fails_or_skips_in_the_task(server: ServerThread) -> None:
+    topic = unique_topic("task-lost")
+    create_topic(server.address, topic, 1)
+    produce(server.address, topic, [f"v{i}" for i in range(30)], partitions=1)
+
+    async def delete() -> None:
+        async with AdminClient(server.address) as admin:
+            await admin.delete_records({(topic, 0): 12})
+
+    asyncio.run(delete())
+    planned = OffsetRange(topic, 0, 5, 20)
+    with pytest.raises(DataLossError, match="offsets 5 to 11 were removed"):
+        list(
+            read_range(
+                config(server),
+                planned,
+                include_headers=False,
+                fail_on_data_loss=True,
+                poll_timeout_ms=10_000,
+            )
+        )
+    batches = read_range(
+        config(server),
+        planned,
+        include_headers=False,
+        fail_on_data_loss=False,
+        poll_timeout_ms=10_000,
+    )
+    assert offsets(list(batches)) == list(range(12, 20))
+
+
+def test_a_range_whose_records_never_come_times_out(server: ServerThread) -> None:
+    topic = unique_topic("task-timeout")
+    create_topic(server.address, topic, 1)
+    produce(server.address, topic, ["a", "b"], partitions=1)
+    with pytest.raises(ReadTimeoutError, match="no record arrived for 1500 ms at offset 2"):
+        list(
+            read_range(
+                config(server),
+                OffsetRange(topic, 0, 0, 5),
+                include_headers=False,
+                fail_on_data_loss=True,
+                poll_timeout_ms=1500,
+            )
+        )
+
+
+def test_rows_are_written_and_reported_per_partition(server: ServerThread) -> None:
+    topic = unique_topic("task-write")
+    create_topic(server.address, topic, 2)
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "value": [f"v{i}" for i in range(10)],
+            "key": [f"k{i}".encode() for i in range(10)],
+            "partition": pa.array([i % 2 for i in range(10)], pa.int32()),
+        }
+    )
+    written = write_batches({"bootstrap.servers": server.address}, topic, [batch])
+    assert written.records == 10
+    assert written.ranges == {(topic, 0): (0, 4), (topic, 1): (0, 4)}
+    assert sorted(m.value() for m in consume_all(server.address, topic, 2)) == sorted(
+        f"v{i}".encode() for i in range(10)
+    )
+
+
+def test_a_row_for_a_missing_topic_fails_the_task(server: ServerThread) -> None:
+    batch = pa.RecordBatch.from_pydict({"value": ["a"], "topic": ["no-such-topic-anywhere"]})
+    with pytest.raises(DeliveryError, match="no-such-topic-anywhere"):
+        write_batches({"bootstrap.servers": server.address}, None, [batch])
