@@ -23,6 +23,7 @@ from typing import IO, Any
 
 import pytest
 from broker_processes import BrokerProcess, create_topic
+from coordinator_processes import CoordinatorProcess
 from highwater.client.admin import AdminClient, NewTopic
 from highwater.client.producer import AsyncProducer
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
@@ -37,50 +38,6 @@ RECORDS_PER_PARTITION = 300
 MEMBER_SCRIPT = Path(__file__).with_name("group_member.py")
 BROKER_IDS = (11, 12, 13)
 COORDINATOR_IDS = (21, 22)
-
-
-@dataclass
-class CoordinatorProcess:
-    node_id: int
-    port: int
-    controllers: str
-    log_path: Path
-    process: subprocess.Popen[bytes] | None = None
-    _log: IO[bytes] | None = field(default=None, repr=False)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in kill()
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "highwater",
-                "coordinator",
-                "--node-id",
-                str(self.node_id),
-                "--listen",
-                self.address,
-                "--controllers",
-                self.controllers,
-                "--group-initial-rebalance-delay-ms",
-                "0",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=self._log,
-        )
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
 
 @dataclass

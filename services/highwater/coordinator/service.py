@@ -84,6 +84,10 @@ class CoordinatorSettings:
     offsets_log: OffsetsLogSettings = field(default_factory=OffsetsLogSettings)
     heartbeat_interval_ms: int = 2_000
     """How often the coordinator heartbeats to the controller."""
+    session_timeout_ms: int = 9_000
+    """The controller's ``coordinator.session.timeout.ms`` (or less): once this long has
+    passed since the last acknowledged heartbeat was sent, the controller may have given
+    the partitions to another coordinator, so this one stops serving them."""
     registration_retry_backoff_ms: int = 500
     unregister_timeout_ms: int = 5_000
     """How long ``stop`` waits for the controller to take its partitions back."""
@@ -129,11 +133,16 @@ class CoordinatorServer:
         self._timer_wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._lease_until = 0.0
+        """Monotonic time until which the partitions are this coordinator's to serve."""
+        self._lease_lapsed = False
 
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
+        sent = time.monotonic()
         self.registration_epoch = await self._register()
+        self._renew_lease(sent)
         self._metadata.add_listener(self._on_image)
         self._tasks = [
             asyncio.create_task(self._heartbeat_forever()),
@@ -185,6 +194,7 @@ class CoordinatorServer:
     async def _heartbeat_forever(self) -> None:
         interval = self.settings.heartbeat_interval_ms / 1000
         while True:
+            sent = time.monotonic()
             try:
                 reply = await self.controller.coordinator_heartbeat(
                     m.CoordinatorHeartbeatRequest(self.node_id, self.registration_epoch)
@@ -198,10 +208,46 @@ class CoordinatorServer:
                     log.warning(
                         "coordinator %d: registration lost; registering again", self.node_id
                     )
+                    self.check_lease()
+                    sent = time.monotonic()
                     self.registration_epoch = await self._register()
+                    self._renew_lease(sent)
+                elif reply.error == ErrorCode.NONE:
+                    self._renew_lease(sent)
             except HighwaterError as e:
                 log.warning("coordinator %d: heartbeat failed: %s", self.node_id, e)
+            self.check_lease()
             await asyncio.sleep(interval)
+
+    # -- the session lease ------------------------------------------------------------------
+
+    def check_lease(self) -> None:
+        """Stop serving every partition once the controller may have given them away: the
+        last acknowledged heartbeat was sent a session timeout ago or more (a long pause,
+        a network cut from the controller). Waiting requests are answered NOT_COORDINATOR
+        and clients find the new coordinator; nothing is served from a cache another
+        coordinator's commits may have overtaken. The partitions still assigned here are
+        loaded again from ``__consumer_offsets`` once a heartbeat is acknowledged."""
+        if self._lease_lapsed or time.monotonic() < self._lease_until:
+            return
+        self._lease_lapsed = True
+        if self._partitions:
+            log.warning(
+                "coordinator %d: no heartbeat acknowledged for the session timeout; "
+                "not serving partitions %s until one is",
+                self.node_id,
+                sorted(self._partitions),
+            )
+        for partition, state in list(self._partitions.items()):
+            self._partitions.pop(partition)
+            self._drop(partition, state)
+
+    def _renew_lease(self, sent: float) -> None:
+        """A heartbeat (or registration) sent at ``sent`` was acknowledged."""
+        self._lease_until = sent + self.settings.session_timeout_ms / 1000
+        if self._lease_lapsed:
+            self._lease_lapsed = False
+            self._on_image(self._metadata.image)
 
     # -- partitions -------------------------------------------------------------------------
 
@@ -228,7 +274,7 @@ class CoordinatorServer:
         return assignment.coordinator_epoch
 
     def _on_image(self, image: MetadataImage) -> None:
-        if self._stopping:
+        if self._stopping or self._lease_lapsed:
             return
         wanted: dict[int, int] = {}
         me = image.coordinator(self.node_id)
@@ -562,50 +608,61 @@ class _Servicer(coordinator_pb2_grpc.GroupCoordinatorServicer):
 
     def __init__(self, server: CoordinatorServer) -> None:
         self.server = server
+        self._check_lease = server.check_lease
+        """Run before every call: a coordinator whose lease lapsed serves nothing."""
 
     async def JoinGroup(
         self, request: pb.JoinGroupRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.JoinGroupResponse:
+        self._check_lease()
         return await self.server.join_group(request, context.peer())
 
     async def SyncGroup(
         self, request: pb.SyncGroupRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.SyncGroupResponse:
+        self._check_lease()
         return await self.server.sync_group(request)
 
     async def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.HeartbeatResponse:
+        self._check_lease()
         return self.server.heartbeat(request)
 
     async def LeaveGroup(
         self, request: pb.LeaveGroupRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.LeaveGroupResponse:
+        self._check_lease()
         return self.server.leave_group(request)
 
     async def OffsetCommit(
         self, request: pb.OffsetCommitRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.OffsetCommitResponse:
+        self._check_lease()
         return await self.server.offset_commit(request)
 
     async def OffsetFetch(
         self, request: pb.OffsetFetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.OffsetFetchResponse:
+        self._check_lease()
         return self.server.offset_fetch(request)
 
     async def ListGroups(
         self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListGroupsResponse:
+        self._check_lease()
         return self.server.list_groups(request)
 
     async def DescribeGroups(
         self, request: pb.DescribeGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeGroupsResponse:
+        self._check_lease()
         return self.server.describe_groups(request)
 
     async def DeleteGroups(
         self, request: pb.DeleteGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteGroupsResponse:
+        self._check_lease()
         return await self.server.delete_groups(request)
 
 
