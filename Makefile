@@ -23,7 +23,7 @@ LISTEN ?= 127.0.0.1:9092
 run: venv
 	$(BIN)/highwater server --listen $(LISTEN) --data-dir $(RUN_DIR) --demo
 
-test: venv protos-check deploy-tools spark-deps
+test: venv protos-check deploy-tools spark-deps chaos-deps
 	$(SPARK_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Spark (docs/spark.md): pyspark and pyarrow come with the venv's spark group; Spark needs a
