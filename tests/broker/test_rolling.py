@@ -6,12 +6,20 @@ from highwater.broker.rolling import (
     NAMED_PARTITIONS,
     ClusterView,
     PartitionState,
+    broker_readiness,
     leaderships,
     may_stop,
     readiness,
     under_replicated,
 )
 from highwater.client.admin import PartitionInfo, TopicDescription
+from highwater.metadata.image import replay
+from highwater.metadata.records import (
+    PartitionRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+    UnfenceBrokerRecord,
+)
 
 
 def part(
@@ -124,3 +132,21 @@ def test_a_view_is_built_from_the_admin_clients_descriptions() -> None:
         part("orders", 1, None, (2, 1), (2,)),
     )
     assert [p.name for p in under_replicated(view)] == ["orders-1"]
+
+
+def test_a_broker_decides_its_readiness_from_its_metadata_image() -> None:
+    brokers = [RegisterBrokerRecord(b, f"i{b}", b) for b in (1, 2)]
+    topic = [
+        TopicRecord("orders", "t1"),
+        PartitionRecord("t1", 0, (1, 2), (1, 2), 1),
+        PartitionRecord("t1", 1, (2, 1), (2,), 2),  # 1 is not in this ISR yet
+        PartitionRecord("t1", 2, (2,), (2,), 2),  # no replica on 1
+    ]
+    fenced = replay([*brokers, *topic], 10)
+    assert "not registered and unfenced" in str(broker_readiness(fenced, 1))
+    live = replay([UnfenceBrokerRecord(1, 1), UnfenceBrokerRecord(2, 2)], 11, image=fenced)
+    decision = broker_readiness(live, 1)
+    assert not decision.allowed and str(decision) == "not yet in the ISR of 1: orders-1"
+    assert broker_readiness(live, 2).allowed
+    caught_up = replay([PartitionRecord("t1", 1, (2, 1), (2, 1), 2, 1, 1)], 12, image=live)
+    assert broker_readiness(caught_up, 1).allowed

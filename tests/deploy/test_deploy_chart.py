@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import CHART, CI_VALUES, DEPLOY, by_kind, render
+from highwater.broker.rolling import READY_SERVICE
 
 STANDARD_LABELS = (
     "app.kubernetes.io/name",
@@ -144,11 +145,8 @@ def test_brokers_gate_rolling_restarts(chart_renders: dict[str, dict[str, str]])
     statefulsets = by_kind(documents(chart_renders["default"]), "StatefulSet")
     broker = statefulsets["hw-highwater-broker"]
     main = container(broker)
-    assert main["readinessProbe"]["exec"]["command"] == [
-        "/bin/sh",
-        "/opt/highwater/scripts/broker-gate.sh",
-        "ready",
-    ]
+    # Ready as the broker itself reports it: registered, unfenced, in every ISR it belongs to.
+    assert main["readinessProbe"]["grpc"] == {"port": 9092, "service": READY_SERVICE}
     assert main["lifecycle"]["preStop"]["exec"]["command"] == [
         "/bin/sh",
         "/opt/highwater/scripts/broker-gate.sh",

@@ -6,7 +6,9 @@ One controller and three brokers; two topics of RF 3 whose leaders are spread ov
 brokers. While a broker is down its partitions are under-replicated: the gate keeps every
 other broker from stopping (also through ``highwater rolling pre-stop --no-wait``, as the
 preStop hook runs it), the stopped broker leads nothing, and once it is back it is not
-ready until it is in every ISR again. Nothing acknowledged is lost across the roll.
+ready until it is in every ISR again — as the library's view says and as the broker itself
+reports on its gRPC health service (``highwater.broker.ready``, what the readiness probe
+asks). Nothing acknowledged is lost across the roll.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc.aio
 import pytest
 from broker_processes import BrokerProcess, consume_all, create_topic
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from highwater.broker.rolling import (
+    READY_SERVICE,
     ClusterView,
     leaderships,
     may_stop,
@@ -33,6 +38,22 @@ from highwater.client.producer import AsyncProducer
 from quorum_processes import Controller, free_ports
 
 pytestmark = pytest.mark.timeout(180)
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+
+
+async def wait_health(address: str, status: int, timeout_s: float = 30) -> None:
+    """Until the broker's ``grpc.health.v1`` reports :data:`READY_SERVICE` as ``status``
+    (what the Kubernetes readiness probe asks)."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        async with asyncio.timeout(timeout_s):
+            while True:
+                reply = await stub.Check(health_pb2.HealthCheckRequest(service=READY_SERVICE))
+                if reply.status == status:
+                    return
+                await asyncio.sleep(0.2)
+
 
 BROKERS = (41, 42, 43)
 TOPICS = {"orders": [41, 42, 43], "payments": [43, 41, 42]}
@@ -134,6 +155,8 @@ async def test_a_gated_rolling_restart_never_stops_a_broker_while_partitions_lag
 
     view = await cluster.wait_view(full)
     assert all(may_stop(view, node).allowed and readiness(view, node).allowed for node in BROKERS)
+    for node in BROKERS:  # each broker says so itself, on its gRPC health service
+        await wait_health(cluster.brokers[node].address, SERVING)
     written: dict[str, list[bytes]] = {name: [] for name in TOPICS}
 
     # The StatefulSet order: highest ordinal first.
@@ -176,6 +199,7 @@ async def test_a_gated_rolling_restart_never_stops_a_broker_while_partitions_lag
         )
         assert all(node in p.isr for p in view.partitions if node in p.replicas)
         assert not under_replicated(view)
+        await wait_health(cluster.brokers[node].address, SERVING)
 
     for name, values in written.items():
         assert await consume_all(cluster.bootstrap, name) == values

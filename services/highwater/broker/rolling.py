@@ -33,11 +33,14 @@ import grpc.aio
 
 from highwater.client.admin import AdminClient, TopicDescription
 from highwater.errors import HighwaterError
+from highwater.metadata.image import MetadataImage
 
 __all__ = [
+    "READY_SERVICE",
     "ClusterView",
     "Decision",
     "PartitionState",
+    "broker_readiness",
     "leaderships",
     "may_stop",
     "observe_cluster",
@@ -45,6 +48,11 @@ __all__ = [
     "under_replicated",
     "wait_until_may_stop",
 ]
+
+
+READY_SERVICE = "highwater.broker.ready"
+"""The ``grpc.health.v1`` service name under which a broker reports :func:`readiness`
+(SERVING once ready): what the Kubernetes readiness probe asks, without a process."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +167,28 @@ def readiness(view: ClusterView, node_id: int) -> Decision:
     if behind:
         reasons.append(f"not yet in the ISR of {len(behind)}: {_named(behind)}")
     return Decision(not reasons, tuple(reasons))
+
+
+def broker_readiness(image: MetadataImage, node_id: int) -> Decision:
+    """:func:`readiness` of broker ``node_id`` from a metadata image, as the broker itself
+    decides it (only the partitions it holds a replica of are looked at)."""
+    live = frozenset(b.broker_id for b in image.active_brokers())
+    partitions = []
+    for key in sorted(image.replicas_of(node_id)):
+        registration = image.partition(key)
+        name = image.topic_name(key.topic_id)
+        if registration is None or name is None:
+            continue
+        partitions.append(
+            PartitionState(
+                name,
+                key.partition_id,
+                registration.leader if registration.has_leader else None,
+                registration.replicas,
+                registration.isr,
+            )
+        )
+    return readiness(ClusterView(live, tuple(partitions)), node_id)
 
 
 async def observe_cluster(admin: AdminClient) -> ClusterView:

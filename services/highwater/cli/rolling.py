@@ -1,7 +1,8 @@
 """``highwater rolling``: the gates of a broker's rolling restart, for Kubernetes probes and hooks.
 
 ``highwater rolling ready --node-id N`` exits 0 when broker N is registered, unfenced and
-in the ISR of every partition it replicates (the readiness probe of a broker pod), and
+in the ISR of every partition it replicates (what the broker itself reports to the readiness
+probe on ``grpc.health.v1`` as ``highwater.broker.ready``, asked from outside), and
 ``highwater rolling pre-stop --node-id N`` waits until no partition of the cluster is
 under-replicated before it exits 0 (the preStop hook: SIGTERM and the broker's
 controlled shutdown follow). Either prints why not on stderr and exits 1 otherwise. The

@@ -641,6 +641,18 @@ class RaftServer:
             raise RuntimeError("the server has not started")
         return self._bound_port
 
+    async def set_serving(self, name: str, serving: bool) -> None:
+        """Report ``name`` as SERVING or NOT_SERVING on this server's ``grpc.health.v1``
+        (a readiness a service decides for itself, such as a broker's rolling-restart
+        gate); nothing before the server started."""
+        if self._health is not None:
+            status = (
+                health_pb2.HealthCheckResponse.SERVING
+                if serving
+                else health_pb2.HealthCheckResponse.NOT_SERVING
+            )
+            await self._health.set(name, status)
+
     @property
     def role(self) -> RoleChange | None:
         """The role, epoch and leader last reported by the node."""

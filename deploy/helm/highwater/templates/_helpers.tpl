@@ -156,6 +156,9 @@ priorityClassName: {{ . }}
 {{- define "highwater.grpcProbe" -}}
 grpc:
   port: {{ .port }}
+  {{- with .service }}
+  service: {{ . }}
+  {{- end }}
 periodSeconds: {{ .probe.periodSeconds }}
 timeoutSeconds: {{ .probe.timeoutSeconds }}
 failureThreshold: {{ .probe.failureThreshold }}
