@@ -28,6 +28,7 @@ from highwater.storage.records import RecordBatch, iter_batches
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
+from quorum_processes import Controller, free_ports
 
 
 @dataclass
@@ -245,3 +246,67 @@ async def read_committed(address: str, topic: str) -> tuple[list[bytes | None], 
             for batch in iter_batches(answer.records):
                 values += [r.value for r in batch.records() if r.offset >= offset]
                 offset = batch.next_offset
+
+
+# --- A cluster of processes -----------------------------------------------------------------
+
+
+@dataclass
+class ProcessCluster:
+    """One controller (a single voter) and brokers, each a process of its own."""
+
+    controller: Controller
+    brokers: dict[int, BrokerProcess]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.address for b in self.brokers.values() if b.alive)
+
+    def start(self) -> None:
+        self.controller.start()
+        for broker in self.brokers.values():
+            broker.start()
+
+    def kill(self) -> None:
+        for broker in self.brokers.values():
+            broker.kill()
+        self.controller.kill()
+
+
+def process_cluster(
+    root: Path,
+    broker_ids: Iterable[int],
+    *,
+    controller_args: tuple[str, ...] = (),
+    replica_lag_time_max_ms: int | None = None,
+    broker_args: Callable[[int], tuple[str, ...]] = lambda _node_id: (),
+    taken: Iterable[int] = (),
+) -> ProcessCluster:
+    """A controller and brokers ``broker_ids`` on free ports under ``root`` (not started);
+    ``taken``: ports the caller already chose for something else."""
+    ids = list(broker_ids)
+    avoid = set(taken)
+    controller_port, *ports = [p for p in free_ports(1 + len(ids) + len(avoid)) if p not in avoid][
+        : 1 + len(ids)
+    ]
+    controller = Controller(
+        1,
+        controller_port,
+        f"1@127.0.0.1:{controller_port}",
+        root / "controller",
+        root / "controller.log",
+        controller_args,
+    )
+    brokers = {
+        node_id: BrokerProcess(
+            node_id,
+            port,
+            controller.address,
+            root / f"broker-{node_id}",
+            root / f"broker-{node_id}.log",
+            replica_lag_time_max_ms=replica_lag_time_max_ms,
+            extra_args=broker_args(node_id),
+        )
+        for node_id, port in zip(ids, ports, strict=True)
+    }
+    return ProcessCluster(controller, brokers)

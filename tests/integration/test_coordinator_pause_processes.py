@@ -13,20 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc.aio
 import pytest
-from broker_processes import BrokerProcess, create_topic
+from broker_processes import BrokerProcess, ProcessCluster, create_topic, process_cluster
 from coordinator_processes import CoordinatorProcess
 from highwater.client.admin import AdminClient, NewTopic, OffsetAndMetadata
 from highwater.errors import HighwaterError
 from highwater.v1 import coordinator_pb2 as pb
 from highwater.v1 import coordinator_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
-from quorum_processes import Controller, free_ports
+from quorum_processes import free_ports
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -36,44 +36,39 @@ PAUSE_S = 13  # the session timeout is 9 s
 
 @dataclass
 class Cluster:
-    controller: Controller
-    broker: BrokerProcess
+    processes: ProcessCluster
     coordinators: dict[int, CoordinatorProcess]
+
+    @property
+    def broker(self) -> BrokerProcess:
+        return self.processes.brokers[11]
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    controller_port, broker_port, *ports = free_ports(4)
-    controller = Controller(
-        1,
-        controller_port,
-        f"1@127.0.0.1:{controller_port}",
-        tmp_path / "controller",
-        tmp_path / "controller.log",
-        ("--offsets-topic-replication-factor", "1"),
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    processes = process_cluster(
+        tmp_path, [11], controller_args=("--offsets-topic-replication-factor", "1")
     )
-    broker = BrokerProcess(
-        11, broker_port, controller.address, tmp_path / "broker", tmp_path / "broker.log"
-    )
+    ports = free_ports(2 + 2)  # more than needed: the cluster's may be among them
+    taken = {processes.controller.port, processes.brokers[11].port}
+    free = [p for p in ports if p not in taken]
     coordinators = {
         node_id: CoordinatorProcess(
-            node_id, port, controller.address, tmp_path / f"coordinator-{node_id}.log"
+            node_id, port, processes.controller.address, tmp_path / f"coordinator-{node_id}.log"
         )
-        for node_id, port in zip((21, 22), ports, strict=True)
+        for node_id, port in zip((21, 22), free, strict=False)
     }
     try:
-        controller.start()
-        broker.start()
+        processes.start()
         for coordinator in coordinators.values():
             coordinator.start()
-        yield Cluster(controller, broker, coordinators)
+        yield Cluster(processes, coordinators)
     finally:
         for coordinator in coordinators.values():
             if coordinator.process is not None and coordinator.process.poll() is None:
                 coordinator.resume()
             coordinator.kill()
-        broker.kill()
-        controller.kill()
+        processes.kill()
 
 
 async def commit(bootstrap: str, offset: int, timeout_s: float = 60) -> int:

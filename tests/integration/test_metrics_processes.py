@@ -17,17 +17,23 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from broker_processes import BrokerProcess, create_topic, wait_partition
+from broker_processes import (
+    BrokerProcess,
+    ProcessCluster,
+    create_topic,
+    process_cluster,
+    wait_partition,
+)
 from highwater.client.admin import NewTopic
 from highwater.client.producer import AsyncProducer
 from otlp_receiver import OtlpReceiver, otlp_receiver
 from prometheus_client.parser import text_string_to_metric_families
-from quorum_processes import Controller, free_ports
+from quorum_processes import free_ports
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -40,15 +46,18 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 @dataclass
 class Watched:
-    controller: Controller
+    processes: ProcessCluster
     controller_metrics: str
-    brokers: dict[int, BrokerProcess]
     broker_metrics: dict[int, str]
     spans: OtlpReceiver
 
+    @property
+    def brokers(self) -> dict[int, BrokerProcess]:
+        return self.processes.brokers
+
 
 @pytest.fixture
-async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Watched]:
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Watched]:
     with otlp_receiver() as (receiver, endpoint):
         # The processes export their spans to the receiver (the test process sets up no
         # telemetry: its clients ignore these variables).
@@ -58,50 +67,27 @@ async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
             "OTEL_BSP_SCHEDULE_DELAY": "100",
         }.items():
             monkeypatch.setenv(name, value)
-        async for watched in _cluster(tmp_path, receiver):
-            yield watched
-
-
-async def _cluster(tmp_path: Path, receiver: OtlpReceiver) -> AsyncIterator[Watched]:
-    controller_port, controller_metrics, *ports = free_ports(8)
-    controller = Controller(
-        1,
-        controller_port,
-        f"1@127.0.0.1:{controller_port}",
-        tmp_path / "controller",
-        tmp_path / "controller.log",
-        extra_args=("--metrics-listen", f"127.0.0.1:{controller_metrics}"),
-    )
-    ids = (LEADER, FOLLOWER, OTHER)
-    metrics_ports = dict(zip(ids, ports[3:], strict=True))
-    brokers = {
-        node_id: BrokerProcess(
-            node_id,
-            port,
-            controller.address,
-            tmp_path / f"broker-{node_id}",
-            tmp_path / f"broker-{node_id}.log",
+        ids = (LEADER, FOLLOWER, OTHER)
+        controller_port, *ports = free_ports(1 + len(ids))
+        metrics = dict(zip(ids, ports, strict=True))
+        processes = process_cluster(
+            tmp_path,
+            ids,
+            controller_args=("--metrics-listen", f"127.0.0.1:{controller_port}"),
             replica_lag_time_max_ms=REPLICA_LAG_TIME_MAX_MS,
-            extra_args=("--metrics-listen", f"127.0.0.1:{metrics_ports[node_id]}"),
+            broker_args=lambda node_id: ("--metrics-listen", f"127.0.0.1:{metrics[node_id]}"),
+            taken=[controller_port, *ports],
         )
-        for node_id, port in zip(ids, ports[:3], strict=True)
-    }
-    watched = Watched(
-        controller,
-        f"http://127.0.0.1:{controller_metrics}/metrics",
-        brokers,
-        {n: f"http://127.0.0.1:{p}/metrics" for n, p in metrics_ports.items()},
-        receiver,
-    )
-    try:
-        controller.start()
-        for broker in brokers.values():
-            broker.start()
-        yield watched
-    finally:
-        for broker in brokers.values():
-            broker.kill()
-        controller.kill()
+        try:
+            processes.start()
+            yield Watched(
+                processes,
+                f"http://127.0.0.1:{controller_port}/metrics",
+                {n: f"http://127.0.0.1:{p}/metrics" for n, p in metrics.items()},
+                receiver,
+            )
+        finally:
+            processes.kill()
 
 
 def scrape(url: str) -> Samples:

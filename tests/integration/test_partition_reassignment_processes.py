@@ -18,16 +18,14 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
-from broker_processes import BrokerProcess, create_topic, metadata
+from broker_processes import ProcessCluster, create_topic, metadata, process_cluster
 from highwater.client.admin import AdminClient, InvalidRequestError, NewTopic
 from highwater.client.consumer import OFFSET_BEGINNING, AsyncConsumer, TopicPartition
 from highwater.client.producer import AsyncProducer
-from quorum_processes import Controller, free_ports
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -40,46 +38,14 @@ PLAN = {"version": 1, "partitions": [
 ]}  # fmt: skip
 
 
-@dataclass
-class Cluster:
-    controller: Controller
-    brokers: dict[int, BrokerProcess]
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(b.address for b in self.brokers.values() if b.alive)
-
-
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    controller_port, *ports = free_ports(1 + len(BROKERS))
-    controller = Controller(
-        1,
-        controller_port,
-        f"1@127.0.0.1:{controller_port}",
-        tmp_path / "controller",
-        tmp_path / "controller.log",
-    )
-    brokers = {
-        node_id: BrokerProcess(
-            node_id,
-            port,
-            controller.address,
-            tmp_path / f"broker-{node_id}",
-            tmp_path / f"broker-{node_id}.log",
-            replica_lag_time_max_ms=2000,
-        )
-        for node_id, port in zip(BROKERS, ports, strict=True)
-    }
+def cluster(tmp_path: Path) -> Iterator[ProcessCluster]:
+    running = process_cluster(tmp_path, BROKERS, replica_lag_time_max_ms=2000)
     try:
-        controller.start()
-        for broker in brokers.values():
-            broker.start()
-        yield Cluster(controller, brokers)
+        running.start()
+        yield running
     finally:
-        for broker in brokers.values():
-            broker.kill()
-        controller.kill()
+        running.kill()
 
 
 def highwater(*args: str) -> subprocess.CompletedProcess[str]:
@@ -128,7 +94,7 @@ async def read_partition(bootstrap: str, partition: int) -> list[bytes | None]:
 
 
 async def test_a_topic_moves_off_a_broker_which_can_then_be_removed(
-    cluster: Cluster, tmp_path: Path
+    cluster: ProcessCluster, tmp_path: Path
 ) -> None:
     first = cluster.brokers[11]
     await create_topic(
