@@ -1,4 +1,4 @@
-"""Fixtures of the Spark tests: one embedded server and one local[2] SparkSession per run.
+"""Fixtures of the Spark tests: an embedded server per module, one local[2] SparkSession.
 
 Spark's Python workers must import Highwater: they run this interpreter (``PYSPARK_PYTHON``),
 and Spark binds to loopback (``SPARK_LOCAL_IP``). Topics are made per test with unique names.
@@ -14,9 +14,10 @@ import pytest
 from embedded_servers import ServerThread
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
-    """An embedded server shared by the Spark tests."""
+    """An embedded server shared by a module's tests: stopped after them, so that its open
+    segment files do not stay open through the rest of the run."""
     thread = ServerThread(tmp_path_factory.mktemp("spark-server"))
     thread.start()
     yield thread
