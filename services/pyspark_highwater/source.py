@@ -108,7 +108,12 @@ class HighwaterDataSource(DataSource):
         return StreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
-        """A batch write of the DataFrame's rows."""
+        """A batch write of the DataFrame's rows (appended: a topic cannot be overwritten)."""
+        if overwrite:
+            raise HighwaterOptionError(
+                "mode overwrite is not possible for a Highwater topic: records are appended; "
+                'use mode("append")'
+            )
         options = parse_write_options(dict(self.options))
         _check_sink(options, schema)
         return BatchWriter(options)

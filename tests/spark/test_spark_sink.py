@@ -108,3 +108,13 @@ def test_a_streaming_pipeline_reads_transforms_and_writes_a_topic(
     for message in messages:
         i = int(message.key().decode()[1:])
         assert message.partition() == i % 2
+
+
+def test_a_topic_cannot_be_overwritten(spark: Any, server: ServerThread) -> None:
+    topic = unique_topic("overwrite")
+    create_topic(server.address, topic, 1)
+    df = spark.createDataFrame([("a",)], "value string")
+    write = df.write.format("highwater").option("bootstrap.servers", server.address)
+    with pytest.raises(Exception) as raised:
+        write.option("topic", topic).mode("overwrite").save()
+    assert 'use mode("append")' in str(raised.value)
