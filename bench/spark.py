@@ -3,7 +3,8 @@
 The server is ``highwater server`` as a subprocess; Spark is a local[2] session in this
 process, its Python workers running this interpreter. Every pipeline is a streaming query
 with Trigger.AvailableNow over the same records (100-byte values, keyed), timed from
-``start()`` to the query's end, after a warm-up query that starts Spark's Python workers.
+``start()`` to the query's end (the median of 3 runs), after a warm-up query that starts
+Spark's Python workers.
 The transform is the same everywhere: ``upper(value)``, with the key kept.
 
 - pipeline: Highwater topic → transform → Highwater topic (the source and the sink).
@@ -21,8 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,8 @@ from bench.report import Report, Row, SuiteSection, ratio_at_least
 PARTITIONS = 2
 VALUE_BYTES = 100
 RECORDS = 300_000
+#: Each figure is the median of this many runs.
+REPEATS = 3
 
 
 async def _prepare(address: str, topics: list[str], records: int, source: str) -> None:
@@ -121,12 +126,15 @@ class Pipelines:
             raise RuntimeError(str(query.exception()))
         return elapsed
 
-    def timed_batch_count(self, df: Any) -> tuple[float, int]:
+    def timed_batch_count(self, df: Any, records: int) -> float:
         """Seconds to count the records and sum their values' lengths (every value is
         read: a plain count() of Parquet would read only its footers)."""
         began = time.monotonic()
         row = df.selectExpr("count(*) as n", "sum(length(value)) as bytes").collect()[0]
-        return time.monotonic() - began, int(row.n)
+        elapsed = time.monotonic() - began
+        if row.n != records:
+            raise RuntimeError(f"read {row.n} of {records} records")
+        return elapsed
 
 
 def run(report: Report) -> None:
@@ -136,7 +144,8 @@ def run(report: Report) -> None:
         report.data_dir("spark") as root,
         embedded_server(root / "server", root / "server.log") as address,
     ):
-        topics = ["bench-in", "bench-out-1", "bench-out-2", "bench-warm", "bench-warm-out"]
+        outputs = [f"bench-out-{i}" for i in range(REPEATS * 2)]
+        topics = ["bench-in", *outputs, "bench-warm", "bench-warm-out"]
         report.progress(f"spark: producing {records:,} records")
         asyncio.run(_prepare(address, topics, records, "bench-in"))
         asyncio.run(_prepare(address, [], 2_000, "bench-warm"))
@@ -163,23 +172,39 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
     )
     p.timed(p.parquet_stream(parquet), None)
 
-    report.progress("spark: Parquet → noop (the peer)")
-    peer = records / p.timed(p.parquet_stream(parquet), None)
-    report.progress("spark: Highwater → Highwater")
-    pipeline = records / p.timed(p.highwater_stream("bench-in"), "bench-out-1")
-    report.progress("spark: Highwater → noop")
-    source = records / p.timed(p.highwater_stream("bench-in"), None)
-    report.progress("spark: Parquet → Highwater")
-    sink = records / p.timed(p.parquet_stream(parquet), "bench-out-2")
-    report.progress("spark: batch reads")
-    hw_seconds, counted = p.timed_batch_count(
-        p.spark.read.format("highwater")
-        .option("bootstrap.servers", p.address)
-        .option("subscribe", "bench-in")
-        .load()
+    def rate(name: str, query: Callable[[], float]) -> float:
+        """Records/s of the median of :data:`REPEATS` runs of ``query``."""
+        seconds = []
+        for i in range(REPEATS):
+            report.progress(f"spark: {name} ({i + 1}/{REPEATS})")
+            seconds.append(query())
+        return records / statistics.median(seconds)
+
+    peer = rate("Parquet → noop (the peer)", lambda: p.timed(p.parquet_stream(parquet), None))
+    outputs = iter(range(REPEATS * 2))
+    pipeline = rate(
+        "Highwater → Highwater",
+        lambda: p.timed(p.highwater_stream("bench-in"), f"bench-out-{next(outputs)}"),
     )
-    assert counted == records, f"read {counted} of {records} records"
-    pq_seconds, _ = p.timed_batch_count(p.spark.read.parquet(str(parquet)))
+    source = rate("Highwater → noop", lambda: p.timed(p.highwater_stream("bench-in"), None))
+    sink = rate(
+        "Parquet → Highwater",
+        lambda: p.timed(p.parquet_stream(parquet), f"bench-out-{next(outputs)}"),
+    )
+    read_rate = rate(
+        "batch read",
+        lambda: p.timed_batch_count(
+            p.spark.read.format("highwater")
+            .option("bootstrap.servers", p.address)
+            .option("subscribe", "bench-in")
+            .load(),
+            records,
+        ),
+    )
+    parquet_read_rate = rate(
+        "batch read of Parquet",
+        lambda: p.timed_batch_count(p.spark.read.parquet(str(parquet)), records),
+    )
 
     peer_name = "Parquet stream → same transform → noop, same records"
     section.add(
@@ -216,10 +241,10 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
     section.add(
         Row(
             'batch read: spark.read.format("highwater"), count and sum(length(value))',
-            records / hw_seconds,
+            read_rate,
             "records/s",
             peer_name="spark.read.parquet(…), the same aggregate over the same records",
-            peer_value=records / pq_seconds,
+            peer_value=parquet_read_rate,
         )
     )
 
@@ -228,9 +253,9 @@ def _notes(section: SuiteSection, records: int) -> None:
     section.note(
         "Each streaming figure is one Trigger.AvailableNow query over all "
         f"{records:,} records (one micro-batch), timed from start() to its end: planning, "
-        "the tasks and the commit included. A warm-up query runs first, so Spark's Python "
-        "workers are already up; the JVM, the server and the Python workers share the 2 "
-        "CPUs."
+        f"the tasks and the commit included; the median of {REPEATS} runs. A warm-up query "
+        "runs first, so Spark's Python workers are already up; the JVM, the server and the "
+        "Python workers share the 2 CPUs."
     )
     section.note(
         "The source reads each offset range with the client library's blocking Consumer "
