@@ -28,6 +28,8 @@ __all__ = [
     "TopicPartitionKey",
     "from_json_dict",
     "limit_total",
+    "missing_partitions",
+    "next_end",
     "parse_offsets_json",
     "plan_ranges",
     "reconcile_start",
@@ -207,6 +209,34 @@ def limit_total(
             shares[tp] += 1
             leftover -= 1
     return {tp: ends[tp] + shares[tp] for tp in latest}
+
+
+def next_end(
+    start: Mapping[TopicPartitionKey, int],
+    latest: Mapping[TopicPartitionKey, int],
+    *,
+    max_records: int | None = None,
+    min_records: int | None = None,
+    target: Mapping[TopicPartitionKey, int] | None = None,
+) -> PartitionOffsets:
+    """The end offsets of the next micro-batch, from ``start`` (every partition to read,
+    new ones at their earliest offset) towards ``latest``.
+
+    ``target`` (Trigger.AvailableNow) caps each partition and drops those it does not know;
+    ``max_records`` shares that many records out (:func:`limit_total`); with
+    ``min_records`` nothing is read until that many wait (except under a target, which must
+    be reached). A partition's end never goes below its start (a log truncated below it
+    keeps the position), and every partition in ``start`` stays in the result.
+    """
+    available = dict(latest)
+    if target is not None:
+        available = {tp: min(o, target[tp]) for tp, o in available.items() if tp in target}
+    waiting = sum(max(0, o - start.get(tp, o)) for tp, o in available.items())
+    if min_records is not None and waiting < min_records and target is None:
+        available = {}
+    elif max_records is not None:
+        available = limit_total(start, available, max_records)
+    return {**start, **{tp: max(o, start.get(tp, o)) for tp, o in available.items()}}
 
 
 @dataclass(frozen=True, slots=True)

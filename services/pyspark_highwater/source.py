@@ -38,8 +38,8 @@ from pyspark_highwater.offsets import (
     OffsetRange,
     PartitionOffsets,
     from_json_dict,
-    limit_total,
     missing_partitions,
+    next_end,
     plan_ranges,
     reconcile_start,
     to_json_dict,
@@ -240,19 +240,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         AvailableNow target."""
         begin = from_json_dict(start, "start offset")
         latest = self._latest()
-        if self.target is not None:
-            latest = {tp: min(o, self.target[tp]) for tp, o in latest.items() if tp in self.target}
         begin = self._start_with_new(begin, latest)
-        if isinstance(limit, ReadMaxRows):
-            end = limit_total(begin, latest, limit.max_rows)
-        elif isinstance(limit, ReadMinRows):
-            waiting = sum(max(0, o - begin.get(tp, o)) for tp, o in latest.items())
-            end = dict(latest) if waiting >= limit.min_rows or self.target is not None else {}
-        else:
-            end = dict(latest)
-        # Never move a partition backwards (its log was truncated): keep its start.
-        merged = {**begin, **{tp: max(o, begin.get(tp, o)) for tp, o in end.items()}}
-        return to_json_dict(merged)
+        end = next_end(
+            begin,
+            latest,
+            max_records=limit.max_rows if isinstance(limit, ReadMaxRows) else None,
+            min_records=limit.min_rows if isinstance(limit, ReadMinRows) else None,
+            target=self.target,
+        )
+        return to_json_dict(end)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The latest offsets, for the query's progress reports."""

@@ -12,6 +12,7 @@ from pyspark_highwater.offsets import (
     from_json_dict,
     limit_total,
     missing_partitions,
+    next_end,
     parse_offsets_json,
     plan_ranges,
     reconcile_start,
@@ -152,3 +153,30 @@ def test_starts_below_the_log_start_are_data_loss() -> None:
 
 def test_partitions_gone_from_the_cluster_are_listed() -> None:
     assert missing_partitions([("a", 0), ("b", 0)], [("a", 0)]) == [("b", 0)]
+
+
+def test_next_end_reads_everything_without_a_limit() -> None:
+    start = {("a", 0): 5, ("a", 1): 0}
+    assert next_end(start, {("a", 0): 9, ("a", 1): 3}) == {("a", 0): 9, ("a", 1): 3}
+
+
+def test_next_end_shares_out_max_records() -> None:
+    end = next_end({("a", 0): 0, ("a", 1): 0}, {("a", 0): 30, ("a", 1): 10}, max_records=8)
+    assert end == {("a", 0): 6, ("a", 1): 2}
+
+
+def test_next_end_waits_for_min_records_unless_a_target_must_be_reached() -> None:
+    start = {("a", 0): 0}
+    assert next_end(start, {("a", 0): 4}, min_records=5) == start
+    assert next_end(start, {("a", 0): 4}, min_records=5, target={("a", 0): 4}) == {("a", 0): 4}
+
+
+def test_next_end_stops_at_the_available_now_target() -> None:
+    start = {("a", 0): 0, ("a", 1): 0}
+    latest = {("a", 0): 50, ("a", 1): 50, ("a", 2): 50}
+    end = next_end({**start, ("a", 2): 0}, latest, target={("a", 0): 20, ("a", 1): 30})
+    assert end == {("a", 0): 20, ("a", 1): 30, ("a", 2): 0}
+
+
+def test_next_end_never_moves_a_partition_back() -> None:
+    assert next_end({("a", 0): 40}, {("a", 0): 25}) == {("a", 0): 40}
