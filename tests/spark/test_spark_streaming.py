@@ -146,6 +146,30 @@ def test_partitions_added_to_a_topic_are_read_from_their_start(
     assert sink.duplicated() == []
 
 
+def test_a_pattern_picks_up_topics_created_after_the_query_started(
+    spark: Any, server: ServerThread, tmp_path: Path
+) -> None:
+    prefix = unique_topic("pattern")
+    create_topic(server.address, f"{prefix}-a", 1)
+    produce(server.address, f"{prefix}-a", ["a0", "a1"], partitions=1)
+    sink = KeyedSink()
+    df = (
+        spark.readStream.format("highwater")
+        .option("bootstrap.servers", server.address)
+        .option("subscribePattern", f"{prefix}-.*")
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    run_available_now(df, sink, tmp_path / "checkpoint")
+    create_topic(server.address, f"{prefix}-b", 1)
+    produce(server.address, f"{prefix}-b", ["b0", "b1", "b2"], partitions=1)
+    run_available_now(df, sink, tmp_path / "checkpoint")
+    assert sink.offsets() == {(f"{prefix}-a", 0, 0), (f"{prefix}-a", 0, 1)} | {
+        (f"{prefix}-b", 0, o) for o in range(3)
+    }
+    assert sink.duplicated() == []
+
+
 def test_records_removed_by_retention_before_they_were_read(
     spark: Any, server: ServerThread, tmp_path: Path
 ) -> None:
