@@ -535,13 +535,28 @@ def test_blocking_producer_works_from_sync_code(tmp_path: Path) -> None:
         with Producer({"bootstrap.servers": address}) as producer:
             for i in range(10):
                 producer.produce("sync", value=b"%d" % i, key=b"k", on_delivery=on_delivery)
+            # Bad records are refused in the caller's thread, before anything is queued.
+            with pytest.raises(TypeError, match="value"):
+                producer.produce("sync", value=3.5)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="topic"):
+                producer.produce("", b"x")
             producer.poll(0)
             assert producer.flush(10) == 0
             assert len(producer) == 0
+            # Records produced from several threads at once are all delivered.
+            many = [threading.Thread(target=lambda t=t: [
+                producer.produce("sync", b"%d-%d" % (t, i)) for i in range(500)
+            ]) for t in range(4)]  # fmt: skip
+            for thread_ in many:
+                thread_.start()
+            for thread_ in many:
+                thread_.join()
+            assert producer.flush(10) == 0 and len(producer) == 0
             producer.produce("missing", b"x", on_delivery=on_delivery)
             assert producer.flush(10) == 0
         assert reports[:10] == [(None, i, "sync") for i in range(10)]
         assert isinstance(reports[10][0], UnknownTopicOrPartitionError)
+        assert reports[10][1] == -1
         with pytest.raises(ProducerClosedError):
             producer.produce("sync", b"late")
     finally:

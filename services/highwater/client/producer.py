@@ -1347,18 +1347,36 @@ _T = TypeVar("_T")
 _FLUSH_DONE: Final = object()
 
 
+_Handover: TypeAlias = tuple[
+    str,
+    bytes | None,
+    bytes | None,
+    int | None,
+    list[tuple[str, bytes | None]] | None,
+    int | None,
+    DeliveryCallback | None,
+]
+"""A record :meth:`Producer.produce` queued for the loop: the arguments of
+:meth:`AsyncProducer.produce`, checked and converted."""
+
+
 class Producer:
     """A blocking producer, confluent-kafka's ``Producer``: safe to use from plain sync code.
 
-    An :class:`AsyncProducer` runs on an event loop in a daemon thread. Delivery callbacks
-    are queued and run in the caller's thread by :meth:`poll` and :meth:`flush`, as in
-    confluent-kafka; call ``poll(0)`` regularly, or ``flush()`` at the end.
+    An :class:`AsyncProducer` runs on an event loop in a daemon thread. :meth:`produce`
+    checks the record and queues it without waiting for that thread: records produced
+    while the loop is busy are handed over together, in order, on its next turn. Delivery
+    callbacks are queued and run in the caller's thread by :meth:`poll` and :meth:`flush`,
+    as in confluent-kafka; call ``poll(0)`` regularly, or ``flush()`` at the end.
     """
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         """Validate ``config`` (raising :class:`InvalidConfigError`) and start the thread."""
         ProducerConfig.parse(config)
         self._callbacks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._handover_lock = threading.Lock()
+        self._handover: list[_Handover] = []
+        """Records :meth:`produce` queued that the loop has not taken yet."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="highwater-producer", daemon=True
@@ -1379,7 +1397,7 @@ class Producer:
 
     def __len__(self) -> int:
         """How many records await their delivery report (callbacks not yet served included)."""
-        return len(self._producer) + self._callbacks.qsize()
+        return len(self._producer) + len(self._handover) + self._callbacks.qsize()
 
     def produce(
         self,
@@ -1397,17 +1415,35 @@ class Producer:
         """
         if self._closed:
             raise ProducerClosedError("the producer is closed")
-        report = on_delivery or callback
+        if not isinstance(topic, str) or not topic:
+            raise TypeError("topic must be a non-empty str")
+        if value is not None and type(value) is not bytes:
+            value = _to_bytes(value, "value")
+        if key is not None and type(key) is not bytes:
+            key = _to_bytes(key, "key")
+        record_headers = _headers_list(headers) if headers is not None else None
+        record = (topic, value, key, partition, record_headers, timestamp, on_delivery or callback)
+        with self._handover_lock:
+            self._handover.append(record)
+            first = len(self._handover) == 1
+        if first:
+            self._loop.call_soon_threadsafe(self._take_handover)
 
-        def forward(err: BaseException | None, msg: Message) -> None:
-            self._callbacks.put((report, err, msg))
+    def _take_handover(self) -> None:
+        """On the loop: give the queued records to the async producer, in order."""
+        with self._handover_lock:
+            records, self._handover = self._handover, []
+        for topic, value, key, partition, headers, timestamp, report in records:
+            forward = None if report is None else functools.partial(self._forward, report)
+            try:
+                self._producer.produce(topic, value, key, partition, headers, timestamp, forward)
+            except HighwaterError as e:  # closed while the record waited: report it
+                if report is not None:
+                    message = Message(topic, -1, key, value, headers or [], timestamp or 0, -1, e)
+                    self._callbacks.put((report, e, message))
 
-        async def enqueue() -> None:
-            self._producer.produce(
-                topic, value, key, partition, headers, timestamp, forward if report else None
-            )
-
-        self._call(enqueue())
+    def _forward(self, report: DeliveryCallback, err: BaseException | None, msg: Message) -> None:
+        self._callbacks.put((report, err, msg))
 
     def poll(self, timeout: float | None = 0) -> int:
         """Serve queued delivery callbacks, waiting up to ``timeout`` seconds (None: until
@@ -1432,7 +1468,12 @@ class Producer:
         ``timeout`` seconds passed; returns how many records are still undelivered."""
         if self._closed:
             return 0
-        future = asyncio.run_coroutine_threadsafe(self._producer.flush(timeout), self._loop)
+
+        async def flush_all() -> int:
+            self._take_handover()
+            return await self._producer.flush(timeout)
+
+        future = asyncio.run_coroutine_threadsafe(flush_all(), self._loop)
         future.add_done_callback(lambda _: self._callbacks.put(_FLUSH_DONE))
         while True:
             item = self._callbacks.get()
