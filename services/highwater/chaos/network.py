@@ -57,7 +57,9 @@ class Network:
         return command
 
     def cut(self, isolated: Sequence[str], others: Sequence[str]) -> None:
-        raise NotImplementedError("loopback processes cannot be partitioned")
+        """Loopback has no links to cut: a run without namespaces schedules no partition
+        (``can_partition``), so asking for one is the caller's error."""
+        raise RuntimeError("processes on loopback cannot be partitioned: no network namespaces")
 
     def heal(self) -> None:
         """Remove every cut."""

@@ -620,17 +620,14 @@ class AsyncConsumer:
         """The next record (or error message) of the assigned partitions, waiting up to
         ``timeout`` seconds (None or negative: until one arrives); None on timeout."""
         tracing = self._tracing
-        if tracing is None:
-            polled = await self._poll(timeout)
-            if polled is not None:
-                CLIENT_METRICS.consumed(self.config.group_id, 1)
-            return polled
-        tracing.end_processing()
-        started = time.time_ns()
+        if tracing is not None:
+            tracing.end_processing()
+            started = time.time_ns()
         message = await self._poll(timeout)
         if message is not None:
             CLIENT_METRICS.consumed(self.config.group_id, 1)
-            tracing.received([message], started)
+            if tracing is not None:
+                tracing.received([message], started)
         return message
 
     async def _poll(self, timeout: float | None) -> Message | None:

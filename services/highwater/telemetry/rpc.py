@@ -113,10 +113,7 @@ class ServerTelemetryInterceptor(grpc.aio.ServerInterceptor):
 
 def _code_of(context: grpc.aio.ServicerContext, default: grpc.StatusCode) -> grpc.StatusCode:
     """The status the servicer set on ``context`` (with ``abort`` or ``set_code``), if any."""
-    try:
-        code = context.code()
-    except (AttributeError, NotImplementedError):
-        return default
+    code = context.code()
     if isinstance(code, grpc.StatusCode):
         return code
     if isinstance(code, int):  # the aio context may report the numeric code
