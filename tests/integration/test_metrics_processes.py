@@ -38,7 +38,7 @@ from quorum_processes import free_ports
 pytestmark = pytest.mark.timeout(150)
 
 TOPIC = "watched"
-LEADER, FOLLOWER, OTHER = 41, 42, 43
+BROKERS = (41, 42, 43)
 REPLICA_LAG_TIME_MAX_MS = 2000
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -67,7 +67,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Watched
             "OTEL_BSP_SCHEDULE_DELAY": "100",
         }.items():
             monkeypatch.setenv(name, value)
-        ids = (LEADER, FOLLOWER, OTHER)
+        ids = BROKERS
         controller_port, *ports = free_ports(1 + len(ids))
         metrics = dict(zip(ids, ports, strict=True))
         processes = process_cluster(
@@ -125,18 +125,25 @@ async def eventually(
 
 
 async def test_metrics_follow_isr_shrinks_and_expansions(cluster: Watched) -> None:
-    leader = cluster.brokers[LEADER]
     await create_topic(
-        leader.address,
-        NewTopic(TOPIC, replica_assignment={0: [LEADER, FOLLOWER, OTHER]}),
+        cluster.brokers[BROKERS[0]].address,
+        NewTopic(TOPIC, replica_assignment={0: list(BROKERS)}),
     )
-    everyone = {LEADER, FOLLOWER, OTHER}
-    await wait_partition([leader], TOPIC, lambda s: set(s.isr) == everyone, what="the full ISR")
+    state = await wait_partition(
+        cluster.brokers.values(),
+        TOPIC,
+        lambda s: set(s.isr) == set(BROKERS) and s.leader_id in BROKERS,
+        what="the full ISR",
+    )
+    # The preferred replica leads unless it had not been unfenced yet when the topic was
+    # created: the roles are taken from what the cluster decided.
+    leader_id = state.leader_id
+    follower_id = next(b for b in BROKERS if b != leader_id)
     bootstrap = ",".join(b.address for b in cluster.brokers.values())
     async with AsyncProducer({"bootstrap.servers": bootstrap, "acks": "all"}) as producer:
         await asyncio.gather(*(producer.produce(TOPIC, b"x" * 100, partition=0) for _ in range(5)))
 
-    url = cluster.broker_metrics[LEADER]
+    url = cluster.broker_metrics[leader_id]
     topic = {"messaging_destination_name": TOPIC}
     partition = {**topic, "messaging_destination_partition_id": "0"}
     healthy = await eventually(
@@ -163,7 +170,7 @@ async def test_metrics_follow_isr_shrinks_and_expansions(cluster: Watched) -> No
     cluster.spans.wait_for(
         lambda r: (
             any(
-                s.attributes.get("highwater.replica.leader_id") == LEADER
+                s.attributes.get("highwater.replica.leader_id") == leader_id
                 for s in r.of("highwater-broker", "replica fetch")
             )
             and bool(r.of("highwater-controller", "raft commit"))
@@ -178,7 +185,7 @@ async def test_metrics_follow_isr_shrinks_and_expansions(cluster: Watched) -> No
     # A follower dies; the next write leaves it behind and the leader drops it from the ISR
     # once it has not caught up for the lag time. The controller fences it once its
     # session expires.
-    cluster.brokers[FOLLOWER].kill()
+    cluster.brokers[follower_id].kill()
     async with AsyncProducer({"bootstrap.servers": bootstrap, "acks": "1"}) as producer:
         await producer.produce(TOPIC, b"y" * 100, partition=0)
     shrunk = await eventually(
@@ -193,7 +200,7 @@ async def test_metrics_follow_isr_shrinks_and_expansions(cluster: Watched) -> No
         "the dead broker fenced",
     )
 
-    cluster.brokers[FOLLOWER].start()
+    cluster.brokers[follower_id].start()
     healed = await eventually(
         url,
         lambda s: (
