@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv run test lint protos protos-check bench bench-deps clean
+.PHONY: venv run test explore lint protos protos-check bench bench-deps clean
 .PHONY: deploy-tools image helm-lint helm-template kustomize kustomize-base deploy-check
 
 venv: $(STAMP)
@@ -25,6 +25,12 @@ run: venv
 
 test: venv protos-check deploy-tools spark-deps chaos-deps
 	$(SPARK_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The property-based tests with fresh random examples instead of the suite's fixed seed
+# (tests/conftest.py); a failure prints the example to make into a test of its own.
+explore: venv
+	HYPOTHESIS_PROFILE=explore $(SPARK_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS) \
+	  $$(grep -rl --include="test_*.py" "from hypothesis\|import hypothesis" tests)
 
 # Spark (docs/spark.md): pyspark and pyarrow come with the venv's spark group; Spark needs a
 # Java 17+ runtime (the machine's, else Debian's openjdk-17-jre-headless), its Python

@@ -168,8 +168,16 @@ async def wait_partition(
 
 async def create_topic(address: str, topic: NewTopic, timeout_s: float = 60) -> None:
     """Create ``topic`` through a broker (it forwards to the active controller), retrying
-    while the broker starts and the brokers register."""
+    while the broker starts and the brokers register. With an explicit replica assignment it
+    first waits until every broker named is active (registered and unfenced), so that each
+    partition starts with its whole assignment in the ISR and its preferred replica leading."""
     async with asyncio.timeout(timeout_s):
+        named = {b for replicas in (topic.replica_assignment or {}).values() for b in replicas}
+        while named:
+            reply = await metadata(address, topic.name)
+            if reply is not None and named <= {b.node_id for b in reply.brokers}:
+                break
+            await asyncio.sleep(0.1)
         while True:
             try:
                 async with AdminClient(address, request_timeout_s=5) as admin:

@@ -341,8 +341,11 @@ async def test_three_voters_elect_replicate_and_fail_over(quorum3: Quorum) -> No
 async def test_grpc_describe_quorum_health_and_reflection(quorum3: Quorum) -> None:
     for node_id in quorum3.voters:
         await quorum3.start(node_id)
+    offset = await quorum3.propose("x")
+    # A commit needs one follower only: wait until both have fetched, so both know the leader.
+    for node_id in quorum3.voters:
+        await quorum3.wait_applied(node_id, offset + 1)
     leader = await quorum3.leader()
-    await quorum3.propose("x")
     follower_id = next(n for n in quorum3.voters if n != leader.node_id)
     async with grpc.aio.insecure_channel(quorum3.voters[leader.node_id]) as channel:
         response = await raft_pb2_grpc.RaftStub(channel).DescribeQuorum(

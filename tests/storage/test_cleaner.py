@@ -188,6 +188,22 @@ def test_keeps_the_last_value_per_key_with_offsets_preserved(tmp_path: Path) -> 
     assert not [n for n in names if n.endswith((".cleaned", ".swap"))]
 
 
+def test_a_read_in_a_gap_compaction_left_before_the_log_end_skips_it(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = open_log(tmp_path, clock)
+    append_each(log, clock, [("k0", f"v{i}") for i in range(6)] + [("k1", "a"), ("k1", "b")])
+    finish_appends(log)
+    cleaner_for(tmp_path, clock).clean_log(log)
+    assert read_all(log) == [(5, b"k0", b"v5"), (7, b"k1", b"b")]
+    # Truncating away offset 7 leaves offset 6 (compacted away) below the log end: a read
+    # there finds nothing and moves the reader to the end of the gap, not back to itself.
+    log.truncate_to(7)
+    fetched = log.read(6, 100)
+    assert (fetched.records, fetched.first_offset, fetched.next_offset) == (b"", 6, 7)
+    assert log.read(6, 100, max_offset=7).next_offset == 7
+    assert read_all(log) == [(5, b"k0", b"v5")]
+
+
 def test_rebuilt_batches_keep_offsets_producer_fields_and_compression(tmp_path: Path) -> None:
     clock = FakeClock()
     log = open_log(tmp_path, clock)

@@ -455,7 +455,8 @@ class PartitionLog:
 
         ``max_offset`` (exclusive) bounds what is returned: a consumer passes the high
         watermark, a follower nothing. Reading at the log end (or at ``max_offset``)
-        returns no records; reading outside [log start offset, log end offset] raises
+        returns no records; so does reading in a gap that compaction left before the end,
+        whose ``next_offset`` is then the end of the gap. Reading outside [log start offset, log end offset] raises
         :class:`OffsetOutOfRangeError`.
         """
         end = self._log_end_offset
@@ -481,7 +482,10 @@ class PartitionLog:
                 and segments[i + 1].base_offset >= max_offset
             ):
                 break
-        return FetchData.empty(start_offset, self.log_start_offset, end)
+        # No batch at or after ``start_offset`` below the bound: the offsets up to it were
+        # compacted away (and the log truncated after them), so the reader may skip them.
+        gap_end = end if max_offset is None else min(end, max_offset)
+        return FetchData(b"", start_offset, gap_end, self.log_start_offset, end)
 
     def iter_batches(
         self, start_offset: int | None = None
