@@ -30,7 +30,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
@@ -517,9 +517,18 @@ class BrokerServer:
                 self._fetchers[leader_id] = asyncio.create_task(self._fetch_from(leader_id))
 
     async def _fetch_from(self, leader_id: int) -> None:
-        """Replicate the partitions ``leader_id`` leads into this broker's logs, by pull."""
+        """Replicate the partitions ``leader_id`` leads into this broker's logs, by pull.
+
+        The fetches go over one ``FetchStream`` call to the leader, each answered before the
+        next is sent: a stream spares every fetch the set-up of a call, about half of what
+        a fetch costs the leader. A leader that does not serve the stream (an older broker
+        during a rolling upgrade) gets unary ``Fetch`` calls instead.
+        """
         channel: grpc.aio.Channel | None = None
+        stream: Any = None
+        streaming = True
         address = ""
+        backoff_s = self.settings.replica_fetch_backoff_ms / 1000
         try:
             while True:
                 followed = {
@@ -536,20 +545,40 @@ class BrokerServer:
                     else ""
                 )
                 if not wanted:
-                    await asyncio.sleep(self.settings.replica_fetch_backoff_ms / 1000)
+                    await asyncio.sleep(backoff_s)
                     continue
                 if wanted != address or channel is None:
                     if channel is not None:
                         await channel.close()
                     address, channel = wanted, grpc.aio.insecure_channel(wanted)
+                    stream, streaming = None, True
                 request = self._follower_fetch_request(followed.values())
                 try:
-                    reply = await broker_pb2_grpc.BrokerStub(channel).Fetch(
-                        request, timeout=self.settings.replica_fetch_max_wait_ms / 1000 + 30
-                    )
-                except grpc.aio.AioRpcError as e:
-                    log.debug("broker %d: fetch from %d failed: %s", self.node_id, leader_id, e)
-                    await asyncio.sleep(self.settings.replica_fetch_backoff_ms / 1000)
+                    async with asyncio.timeout(self.settings.replica_fetch_max_wait_ms / 1000 + 30):
+                        if streaming:
+                            if stream is None or stream.done():
+                                stream = broker_pb2_grpc.BrokerStub(channel).FetchStream()
+                            await stream.write(request)
+                            reply = await stream.read()
+                        else:
+                            reply = await broker_pb2_grpc.BrokerStub(channel).Fetch(request)
+                except (
+                    grpc.aio.AioRpcError,
+                    grpc.aio.UsageError,
+                    asyncio.InvalidStateError,  # the call ended as it was written to
+                    TimeoutError,
+                ) as e:
+                    log.debug("broker %d: fetch from %d failed: %r", self.node_id, leader_id, e)
+                    if stream is not None:
+                        stream.cancel()
+                        stream = None
+                    if isinstance(e, grpc.aio.AioRpcError):
+                        streaming = streaming and e.code() != grpc.StatusCode.UNIMPLEMENTED
+                    await asyncio.sleep(backoff_s)
+                    continue
+                if reply is grpc.aio.EOF:  # the leader ended the stream (it is stopping)
+                    stream = None
+                    await asyncio.sleep(backoff_s)
                     continue
                 span = self.telemetry.replica_fetch_span(leader_id, reply)
                 try:
@@ -558,8 +587,10 @@ class BrokerServer:
                     if span is not None:
                         span.end()
                 if not answered:
-                    await asyncio.sleep(self.settings.replica_fetch_backoff_ms / 1000)
+                    await asyncio.sleep(backoff_s)
         finally:
+            if stream is not None:
+                stream.cancel()
             if channel is not None:
                 await channel.close()
 
@@ -876,6 +907,12 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> pb.FetchResponse:
         return await self._broker.fetch(request)
+
+    async def FetchStream(
+        self, request_iterator: AsyncIterator[pb.FetchRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.FetchResponse]:
+        async for request in request_iterator:
+            yield await self._broker.fetch(request)
 
     async def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext

@@ -896,8 +896,8 @@ class AsyncConsumer:
             )
             sent[(state.topic, state.partition)] = (state, state.position, state.generation)
         try:
-            reply: pb.FetchResponse = await self.cluster.stub(address).Fetch(
-                request, timeout=(max_wait_ms + cfg.request_timeout_ms) / 1000
+            reply = await self.cluster.fetch(
+                address, request, (max_wait_ms + cfg.request_timeout_ms) / 1000
             )
         except grpc.aio.AioRpcError as e:
             log.info("consumer: Fetch from %s failed: %s: %s", address, e.code(), e.details())

@@ -456,8 +456,8 @@ class PartitionLog:
         ``max_offset`` (exclusive) bounds what is returned: a consumer passes the high
         watermark, a follower nothing. Reading at the log end (or at ``max_offset``)
         returns no records; so does reading in a gap that compaction left before the end,
-        whose ``next_offset`` is then the end of the gap. Reading outside [log start offset, log end offset] raises
-        :class:`OffsetOutOfRangeError`.
+        whose ``next_offset`` is then the end of the gap. Reading outside [log start offset,
+        log end offset] raises :class:`OffsetOutOfRangeError`.
         """
         end = self._log_end_offset
         if start_offset < self.log_start_offset or start_offset > end:

@@ -44,6 +44,10 @@ class BrokerStub:
     """Appends record batches to partition leaders; answered per `acks`."""
     Fetch: _grpc.UnaryUnaryMultiCallable[_broker_pb2.FetchRequest, _broker_pb2.FetchResponse]
     """Reads from partitions (a long poll); followers fetch with their replica id."""
+    FetchStream: _grpc.StreamStreamMultiCallable[_broker_pb2.FetchRequest, _broker_pb2.FetchResponse]
+    """The same fetches over one long-lived stream, as followers send them: each request is
+    answered by one response, in order. It spares each fetch the set-up of a call.
+    """
     ListOffsets: _grpc.UnaryUnaryMultiCallable[_broker_pb2.ListOffsetsRequest, _broker_pb2.ListOffsetsResponse]
     """The offset of the earliest or latest record, or of the first at or after a time."""
     Metadata: _grpc.UnaryUnaryMultiCallable[_broker_pb2.MetadataRequest, _broker_pb2.MetadataResponse]
@@ -64,6 +68,10 @@ class BrokerAsyncStub(BrokerStub):
     """Appends record batches to partition leaders; answered per `acks`."""
     Fetch: _aio.UnaryUnaryMultiCallable[_broker_pb2.FetchRequest, _broker_pb2.FetchResponse]  # type: ignore[assignment]
     """Reads from partitions (a long poll); followers fetch with their replica id."""
+    FetchStream: _aio.StreamStreamMultiCallable[_broker_pb2.FetchRequest, _broker_pb2.FetchResponse]  # type: ignore[assignment]
+    """The same fetches over one long-lived stream, as followers send them: each request is
+    answered by one response, in order. It spares each fetch the set-up of a call.
+    """
     ListOffsets: _aio.UnaryUnaryMultiCallable[_broker_pb2.ListOffsetsRequest, _broker_pb2.ListOffsetsResponse]  # type: ignore[assignment]
     """The offset of the earliest or latest record, or of the first at or after a time."""
     Metadata: _aio.UnaryUnaryMultiCallable[_broker_pb2.MetadataRequest, _broker_pb2.MetadataResponse]  # type: ignore[assignment]
@@ -93,6 +101,16 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_broker_pb2.FetchResponse, _abc.Awaitable[_broker_pb2.FetchResponse]]:
         """Reads from partitions (a long poll); followers fetch with their replica id."""
+
+    @_abc_1.abstractmethod
+    def FetchStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_broker_pb2.FetchRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_broker_pb2.FetchResponse], _abc.AsyncIterator[_broker_pb2.FetchResponse]]:
+        """The same fetches over one long-lived stream, as followers send them: each request is
+        answered by one response, in order. It spares each fetch the set-up of a call.
+        """
 
     @_abc_1.abstractmethod
     def ListOffsets(
