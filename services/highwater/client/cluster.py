@@ -4,7 +4,7 @@ A :class:`ClusterMetadata` starts from bootstrap addresses (``HOST:PORT``), asks
 broker for ``Metadata`` and keeps what it answered: the brokers (node id -> ``host:port``) and,
 per topic, the partition count and each partition's leader id and leader epoch. It opens one
 ``grpc.aio`` channel per broker address and reuses it for every request to that broker, and
-sends fetches over a ``FetchStream`` call kept per broker (:meth:`ClusterMetadata.fetch`).
+sends fetches over a :class:`~highwater.client.fetch_stream.FetchStream` kept per broker.
 
 Requests that answer ``NOT_LEADER_OR_FOLLOWER``, ``FENCED_LEADER_EPOCH``,
 ``UNKNOWN_TOPIC_OR_PARTITION`` or ``LEADER_NOT_AVAILABLE`` make the cached leader stale:
@@ -17,11 +17,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
 
 import grpc
 import grpc.aio
 
+from highwater.client.fetch_stream import FetchStream
 from highwater.errors import HighwaterError
 from highwater.telemetry.rpc import client_interceptors
 from highwater.v1 import broker_pb2 as pb
@@ -143,8 +143,7 @@ class ClusterMetadata:
         self._stale: set[str] = set()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, broker_pb2_grpc.BrokerStub] = {}
-        self._fetch_streams: dict[str, _FetchCall] = {}
-        self._unary_fetch: set[str] = set()
+        self._fetch_streams: dict[str, FetchStream] = {}
         self._lock = asyncio.Lock()
         self._closed = False
 
@@ -165,53 +164,19 @@ class ClusterMetadata:
     async def fetch(
         self, address: str, request: pb.FetchRequest, timeout_s: float
     ) -> pb.FetchResponse:
-        """``request`` answered by the broker at ``address``.
-
-        It goes over the ``FetchStream`` call kept for that address (opened on first use),
-        which spares each fetch the set-up of a call; two fetches to one broker at once use
-        two calls. A failure, ``timeout_s`` passing or a cancellation ends the call, whose
-        next answer would be out of step; the next fetch opens another. Raises
-        ``grpc.aio.AioRpcError`` as a unary call would (``DEADLINE_EXCEEDED`` after
-        ``timeout_s``). A broker that does not serve the stream gets unary calls.
-        """
+        """``request`` answered by the broker at ``address``, over the :class:`FetchStream`
+        kept for that address; raises ``grpc.aio.AioRpcError`` as a unary call would."""
         stub = self.stub(address)
-        if address in self._unary_fetch:
-            return await stub.Fetch(request, timeout=timeout_s)
-        call = self._fetch_streams.pop(address, None)
-        if call is None or call.done():  # none yet, or the broker ended it (it stopped)
-            call = stub.FetchStream()
-        try:
-            async with asyncio.timeout(timeout_s):
-                await call.write(request)
-                reply = await call.read()
-        except TimeoutError:
-            call.cancel()
-            raise _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "the fetch timed out") from None
-        except (grpc.aio.UsageError, asyncio.InvalidStateError) as e:  # the call had ended
-            call.cancel()
-            raise _rpc_error(grpc.StatusCode.UNAVAILABLE, str(e)) from e
-        except grpc.aio.AioRpcError as e:
-            call.cancel()
-            if e.code() != grpc.StatusCode.UNIMPLEMENTED:
-                raise
-            self._unary_fetch.add(address)
-            return await stub.Fetch(request, timeout=timeout_s)
-        except BaseException:
-            call.cancel()
-            raise
-        if reply is grpc.aio.EOF:
-            raise _rpc_error(grpc.StatusCode.UNAVAILABLE, "the broker ended the fetch stream")
-        if self._closed:
-            call.cancel()
-        else:
-            self._fetch_streams[address] = call
-        return reply
+        stream = self._fetch_streams.get(address)
+        if stream is None:
+            stream = self._fetch_streams[address] = FetchStream(stub)
+        return await stream.fetch(request, timeout_s)
 
     async def close(self) -> None:
         """Close every channel; the object cannot be used afterwards."""
         self._closed = True
-        for call in self._fetch_streams.values():
-            call.cancel()
+        for stream in self._fetch_streams.values():
+            stream.close()
         self._fetch_streams.clear()
         channels = list(self._channels.values())
         self._channels.clear()
@@ -378,11 +343,3 @@ class ClusterMetadata:
     def stale_topics(self) -> set[str]:
         """The topics whose leaders a request found stale since their last refresh."""
         return set(self._stale)
-
-
-_FetchCall: TypeAlias = "grpc.aio.StreamStreamCall[pb.FetchRequest, pb.FetchResponse]"
-
-
-def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
-    """The error a unary call would have raised."""
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)

@@ -1,0 +1,186 @@
+"""FetchStream: fetches over one long-lived call, each answered in order, the call replaced
+after a failure, a timeout or a cancellation, and unary calls for a broker without the stream.
+
+The brokers here are small gRPC servers in this process whose ``Broker`` service answers
+each fetch with its own request's ``replica_id`` as the topic name, so that an answer that
+belongs to another request shows; they can delay an answer, end the stream, or not serve
+it at all (as a broker of an older version would not). Against real brokers the stream is
+what every consumer and follower uses (tests/integration).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+import grpc.aio
+import pytest
+from highwater.client.fetch_stream import FetchStream
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1 import broker_pb2_grpc
+
+
+def answer(request: pb.FetchRequest) -> pb.FetchResponse:
+    return pb.FetchResponse(topics=[pb.FetchTopicResponse(topic=str(request.replica_id))])
+
+
+def asked(replica_id: int) -> pb.FetchRequest:
+    return pb.FetchRequest(replica_id=replica_id)
+
+
+def answered(reply: pb.FetchResponse) -> int:
+    return int(reply.topics[0].topic)
+
+
+class StreamingBroker(broker_pb2_grpc.BrokerServicer):
+    """Answers each request of a stream in turn: after ``delays[replica_id]`` seconds if
+    given; ends the stream after ``end_after`` answers if given."""
+
+    def __init__(self) -> None:
+        self.delays: dict[int, float] = {}
+        self.end_after: int | None = None
+        self.streams = 0
+        self.unary = 0
+
+    async def FetchStream(
+        self, request_iterator: AsyncIterator[pb.FetchRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.FetchResponse]:
+        self.streams += 1
+        sent = 0
+        async for request in request_iterator:
+            await asyncio.sleep(self.delays.get(request.replica_id, 0))
+            yield answer(request)
+            sent += 1
+            if self.end_after is not None and sent >= self.end_after:
+                return
+
+    async def Fetch(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FetchResponse:
+        self.unary += 1
+        return answer(request)
+
+
+class UnaryOnlyBroker(broker_pb2_grpc.BrokerServicer):
+    """A broker that serves ``Fetch`` but not ``FetchStream`` (UNIMPLEMENTED)."""
+
+    def __init__(self) -> None:
+        self.unary = 0
+
+    async def Fetch(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FetchResponse:
+        self.unary += 1
+        return answer(request)
+
+
+async def serve(servicer: broker_pb2_grpc.BrokerServicer) -> tuple[grpc.aio.Server, str]:
+    server = grpc.aio.server()
+    broker_pb2_grpc.add_BrokerServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def streaming() -> AsyncIterator[tuple[StreamingBroker, FetchStream]]:
+    broker = StreamingBroker()
+    server, address = await serve(broker)
+    channel = grpc.aio.insecure_channel(address)
+    fetches = FetchStream(broker_pb2_grpc.BrokerStub(channel))
+    try:
+        yield broker, fetches
+    finally:
+        fetches.close()
+        await channel.close()
+        await server.stop(None)
+
+
+async def test_fetches_share_one_call_and_each_gets_its_answer(
+    streaming: tuple[StreamingBroker, FetchStream],
+) -> None:
+    broker, fetches = streaming
+    for replica_id in range(1, 21):
+        assert answered(await fetches.fetch(asked(replica_id), 5)) == replica_id
+    assert (fetches.calls_opened, broker.streams, broker.unary) == (1, 1, 0)
+    assert not fetches.is_unary
+
+
+async def test_fetches_at_the_same_time_use_calls_of_their_own(
+    streaming: tuple[StreamingBroker, FetchStream],
+) -> None:
+    broker, fetches = streaming
+    broker.delays[1] = 0.2  # the first is still waiting when the second is sent
+    first, second = await asyncio.gather(fetches.fetch(asked(1), 5), fetches.fetch(asked(2), 5))
+    assert (answered(first), answered(second)) == (1, 2)
+    assert fetches.calls_opened == 2
+    # Both calls are kept: two more fetches at once need no new one.
+    await asyncio.gather(fetches.fetch(asked(3), 5), fetches.fetch(asked(4), 5))
+    assert fetches.calls_opened == 2
+
+
+async def test_a_timed_out_fetch_ends_its_call_and_its_late_answer_goes_nowhere(
+    streaming: tuple[StreamingBroker, FetchStream],
+) -> None:
+    broker, fetches = streaming
+    assert answered(await fetches.fetch(asked(1), 5)) == 1
+    broker.delays[2] = 0.5
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await fetches.fetch(asked(2), 0.1)
+    assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert answered(await fetches.fetch(asked(3), 5)) == 3
+    await asyncio.sleep(0.6)  # past the moment the late answer would have come
+    assert answered(await fetches.fetch(asked(4), 5)) == 4
+    assert fetches.calls_opened == 2
+
+
+async def test_a_cancelled_fetch_does_not_hand_its_answer_to_the_next(
+    streaming: tuple[StreamingBroker, FetchStream],
+) -> None:
+    broker, fetches = streaming
+    broker.delays[1] = 0.3
+    waiting = asyncio.create_task(fetches.fetch(asked(1), 5))
+    await asyncio.sleep(0.1)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert answered(await fetches.fetch(asked(2), 5)) == 2
+    await asyncio.sleep(0.3)
+    assert answered(await fetches.fetch(asked(3), 5)) == 3
+
+
+async def test_a_stream_the_broker_ended_is_replaced(
+    streaming: tuple[StreamingBroker, FetchStream],
+) -> None:
+    broker, fetches = streaming
+    broker.end_after = 1
+    assert answered(await fetches.fetch(asked(1), 5)) == 1
+    await asyncio.sleep(0.2)  # the broker's end of the call arrives
+    assert answered(await fetches.fetch(asked(2), 5)) == 2
+    assert fetches.calls_opened == 2 and broker.streams == 2
+
+
+async def test_a_broker_without_the_stream_gets_unary_fetches() -> None:
+    broker = UnaryOnlyBroker()
+    server, address = await serve(broker)
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            fetches = FetchStream(broker_pb2_grpc.BrokerStub(channel))
+            for replica_id in range(1, 4):
+                assert answered(await fetches.fetch(asked(replica_id), 5)) == replica_id
+            assert fetches.is_unary
+            assert (fetches.calls_opened, broker.unary) == (1, 3)
+    finally:
+        await server.stop(None)
+
+
+async def test_a_broker_that_is_gone_is_an_unavailable_error() -> None:
+    broker = StreamingBroker()
+    server, address = await serve(broker)
+    await server.stop(None)
+    async with grpc.aio.insecure_channel(address) as channel:
+        fetches = FetchStream(broker_pb2_grpc.BrokerStub(channel))
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await fetches.fetch(asked(1), 5)
+    assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
