@@ -15,7 +15,7 @@ asks again (Kafka's ``Metadata.requestUpdate``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -139,6 +139,8 @@ class ClusterMetadata:
         self.brokers: dict[int, str] = {}
         self.cluster_id = ""
         self._topics: dict[str, TopicInfo] = {}
+        self.topics: Mapping[str, TopicInfo] = self._topics
+        """The described topics by name, as :meth:`topic` gives them (a live view)."""
         self._unknown: set[str] = set()
         self._stale: set[str] = set()
         self._channels: dict[str, grpc.aio.Channel] = {}

@@ -44,7 +44,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future as ConcurrentFuture
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeAlias, TypeVar
+from typing import Any, Final, NamedTuple, TypeAlias, TypeVar
 
 import grpc
 import grpc.aio
@@ -355,12 +355,12 @@ _RETRIABLE_STATUS: Final[frozenset[grpc.StatusCode]] = frozenset(
 # --- Delivered records ------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
+class RecordMetadata(NamedTuple):
     """Where a record was written: what an awaited :meth:`AsyncProducer.produce` returns.
 
     ``offset`` is -1 with ``acks=0``; ``timestamp`` is the broker's append time when the
-    topic uses LogAppendTime, else the record's create time.
+    topic uses LogAppendTime, else the record's create time. A named tuple, as
+    kafka-python's is: a producer makes one per record, and a tuple is the cheapest to make.
     """
 
     topic: str
@@ -572,27 +572,9 @@ class _PartitionQueue:
         return any(b.base_sequence is not None for b in self.batches)
 
 
-# RecordMetadata is frozen, so its generated __init__ sets each field through
-# object.__setattr__; a producer makes one per delivered record, so set the slots directly.
-_new_object = object.__new__
-_metadata_setters = tuple(
-    RecordMetadata.__dict__[name].__set__
-    for name in ("topic", "partition", "offset", "timestamp", "timestamp_type")
-)
-
-
-def _record_metadata(
-    topic: str, partition: int, offset: int, timestamp: int, timestamp_type: int
-) -> RecordMetadata:
-    """``RecordMetadata(topic, partition, offset, timestamp, timestamp_type)``, faster."""
-    metadata: RecordMetadata = _new_object(RecordMetadata)
-    set_topic, set_partition, set_offset, set_timestamp, set_type = _metadata_setters
-    set_topic(metadata, topic)
-    set_partition(metadata, partition)
-    set_offset(metadata, offset)
-    set_timestamp(metadata, timestamp)
-    set_type(metadata, timestamp_type)
-    return metadata
+# RecordMetadata(...) handles keywords and defaults; a producer makes one per record, so
+# _succeed makes them as tuples of the class directly.
+_new_tuple = tuple.__new__
 
 
 def _to_bytes(value: str | bytes | bytearray | memoryview | None, what: str) -> bytes | None:
@@ -630,9 +612,7 @@ def _restamp(data: bytes, producer_id: int, producer_epoch: int, base_sequence: 
     return bytes(buf)
 
 
-def _now_ms() -> int:
-    """Wall-clock milliseconds (record create times)."""
-    return time.time_ns() // 1_000_000
+_time_ns = time.time_ns
 
 
 def _consume_exception(future: asyncio.Future[RecordMetadata]) -> None:
@@ -658,6 +638,7 @@ class AsyncProducer:
         self.cluster = ClusterMetadata(
             cfg.bootstrap_servers, request_timeout_s=cfg.request_timeout_ms / 1000
         )
+        self._topics = self.cluster.topics
         self._sticky = StickyPartitioner(cfg.batch_size, rng=rng)
         self._sticky_choices: dict[str, _StickyChoice] = {}
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
@@ -667,6 +648,7 @@ class AsyncProducer:
         self._idle.set()
         self._wakeup = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
+        self._sender_loop: asyncio.AbstractEventLoop | None = None
         self._requests: set[asyncio.Task[None]] = set()
         self._flushing = 0
         self._closed = False
@@ -722,13 +704,16 @@ class AsyncProducer:
             value = _to_bytes(value, "value")
         if key is not None and type(key) is not bytes:
             key = _to_bytes(key, "key")
-        future: asyncio.Future[RecordMetadata] = asyncio.Future(loop=asyncio.get_running_loop())
+        # The sender's loop once it runs (asking for the running loop costs more than the
+        # future): produce() is called on that loop.
+        loop = self._sender_loop or asyncio.get_running_loop()
+        future: asyncio.Future[RecordMetadata] = asyncio.Future(loop=loop)
         record_headers = _headers_list(headers) if headers is not None else _NO_HEADERS
         if self._tracing is not None:
             span, record_headers = self._tracing.start_send(topic, partition, record_headers)
             if span.is_recording():
                 future.add_done_callback(functools.partial(ProducerTracing.end_send, span))
-        fields = (key, value, record_headers, timestamp if timestamp else _now_ms())
+        fields = (key, value, record_headers, timestamp or _time_ns() // 1_000_000)
         self._pending += 1
         if self._pending == 1:
             self._idle.clear()
@@ -738,7 +723,7 @@ class AsyncProducer:
         if self._fatal is not None:
             self._fail_one(topic, requested, fields, future, on_delivery, self._fatal)
             return future
-        info = self.cluster.topic(topic)
+        info = self._topics.get(topic)
         if info is None or topic in self._waiting:
             created = future.get_loop().time()
             pending = _Pending(requested, fields, future, on_delivery, created)
@@ -825,7 +810,8 @@ class AsyncProducer:
     def _ensure_sender(self) -> None:
         """Start the sender task on the running loop, once."""
         if self._sender is None:
-            self._sender = asyncio.get_running_loop().create_task(self._run())
+            self._sender_loop = asyncio.get_running_loop()
+            self._sender = self._sender_loop.create_task(self._run())
             self._sender.add_done_callback(self._on_sender_done)
 
     def _on_sender_done(self, task: asyncio.Task[None]) -> None:
@@ -1028,7 +1014,7 @@ class AsyncProducer:
         timestamp_type = TIMESTAMP_CREATE_TIME if log_append_time < 0 else TIMESTAMP_LOG_APPEND_TIME
         offset = base_offset if base_offset >= 0 else -1
         step = 1 if base_offset >= 0 else 0
-        new_metadata = _record_metadata
+        new_tuple, metadata_type = _new_tuple, RecordMetadata
         self._metrics.sent(topic, batch.count)
         for (key, value, headers, timestamp), future, on_delivery in zip(
             batch.builder.records, batch.futures, batch.callbacks, strict=True
@@ -1037,7 +1023,9 @@ class AsyncProducer:
                 timestamp = log_append_time
             self._pending -= 1  # before the callback, which may look at len(producer)
             if not future.done():
-                future.set_result(new_metadata(topic, partition, offset, timestamp, timestamp_type))
+                future.set_result(
+                    new_tuple(metadata_type, (topic, partition, offset, timestamp, timestamp_type))
+                )
             if on_delivery is not None:
                 message = Message(
                     topic, partition, key, value, headers, timestamp, offset, None, timestamp_type

@@ -82,6 +82,9 @@ def test_encode_records_is_write_record_for_each(
     for delta, (key, value, headers, timestamp) in enumerate(records):
         write_record(expected, delta, timestamp - base, key, value, headers)
     assert encode_records(records, base) == expected
+    # Given each record's size, as a batch builder gives them.
+    sizes = [record_size(d, t - base, k, v, h) for d, (k, v, h, t) in enumerate(records)]
+    assert encode_records(records, base, sizes) == expected
 
 
 def test_encode_records_past_the_tables() -> None:
@@ -90,6 +93,18 @@ def test_encode_records_past_the_tables() -> None:
     for delta, (key, value, headers, timestamp) in enumerate(records):
         write_record(expected, delta, timestamp - 5, key, value, headers)
     assert encode_records(records, 5) == expected
+    sizes = [record_size(d, t - 5, k, v, h) for d, (k, v, h, t) in enumerate(records)]
+    assert encode_records(records, 5, sizes) == expected
+
+
+@pytest.mark.parametrize("length", [0, 1, 50, 62, 63, 64, 8188, 8189, 8190, 8191, 8192, 70_000])
+def test_encode_records_with_sizes_at_the_varint_boundaries(length: int) -> None:
+    records = [(None, b"v" * length, (), 7), (b"k" * length, None, (), 8)]
+    expected = bytearray()
+    for delta, (key, value, headers, timestamp) in enumerate(records):
+        write_record(expected, delta, timestamp - 7, key, value, headers)
+    sizes = [record_size(d, t - 7, k, v, h) for d, (k, v, h, t) in enumerate(records)]
+    assert encode_records(records, 7, sizes) == expected
 
 
 def test_encode_records_rejects_a_timestamp_delta_beyond_int64() -> None:

@@ -308,6 +308,7 @@ class RecordBatchBuilder:
         "_producer_id",
         "_records",
         "_size",
+        "_sizes",
         "_timestamp_type",
     )
 
@@ -336,6 +337,7 @@ class RecordBatchBuilder:
         self._base_sequence = base_sequence
         self._is_transactional = is_transactional
         self._records: list[RecordFields] = []
+        self._sizes: list[int] = []  # each record's, for the encoding
         self._size = BATCH_HEADER_SIZE
         self._base_timestamp: int | None = None
         self._max_timestamp = NO_TIMESTAMP
@@ -383,6 +385,7 @@ class RecordBatchBuilder:
                 self._max_timestamp = timestamp
         self._size += size
         records.append(fields)
+        self._sizes.append(size)
         return size
 
     def set_producer_state(
@@ -441,7 +444,7 @@ class RecordBatchBuilder:
             out = bytearray(BATCH_HEADER_SIZE)
             if count:
                 assert base_timestamp is not None
-                out += encode_records(self._records, base_timestamp)
+                out += encode_records(self._records, base_timestamp, self._sizes)
             self._built = _finish_batch(
                 out,
                 records_count=count,

@@ -232,15 +232,21 @@ def _length_size(n: int) -> int:
     return size_of_varint(n)
 
 
-def encode_records(records: Iterable[RecordFields], base_timestamp: int) -> bytes:
+def encode_records(
+    records: Iterable[RecordFields], base_timestamp: int, sizes: Sequence[int] | None = None
+) -> bytes:
     """The bodies of ``records``, with offset deltas 0, 1, 2... and timestamps as deltas
     from ``base_timestamp``: what :func:`write_record` writes for each, concatenated.
 
     A batch's records are encoded in this one loop when the batch is sealed (instead of
     one :func:`write_record` call per append): each record is a handful of table look-ups
-    and one ``extend``, and the batch one ``bytes.join``. Raises
-    :class:`~highwater.errors.InvalidRecordError` like :func:`write_record`.
+    and one ``extend``, and the batch one ``bytes.join``. ``sizes``, each record's
+    :func:`record_size` when the caller has them (a batch builder does), spare adding up
+    each record's length. Raises :class:`~highwater.errors.InvalidRecordError` like
+    :func:`write_record`.
     """
+    if sizes is not None:
+        return _encode_sized_records(records, base_timestamp, sizes)
     parts: list[Bytes] = []
     extend = parts.extend
     varints = _VARINTS
@@ -265,6 +271,54 @@ def encode_records(records: Iterable[RecordFields], base_timestamp: int) -> byte
         head = lengths[n - low] if n < end else encode_varint(n) + b"\x00"
         extend((head, ts, od, kl, key, vl, value, hs))
     return b"".join(parts)
+
+
+def _encode_sized_records(
+    records: Iterable[RecordFields], base_timestamp: int, sizes: Sequence[int]
+) -> bytes:
+    """:func:`encode_records` given each record's size, length prefix included."""
+    parts: list[Bytes] = []
+    extend = parts.extend
+    varints = _VARINTS
+    heads = _HEADS_BY_SIZE
+    low, end = _TABLE_MIN, _TABLE_END
+    for offset_delta, ((key, value, headers, timestamp), size) in enumerate(
+        zip(records, sizes, strict=True)
+    ):
+        delta = timestamp - base_timestamp
+        ts = varints[delta - low] if low <= delta < end else encode_varlong(delta)
+        od = varints[offset_delta - low] if offset_delta < end else encode_varint(offset_delta)
+        if key is None:
+            kl, key = _NULL, b""
+        else:
+            n = len(key)
+            kl = varints[n - low] if n < end else encode_varint(n)
+        if value is None:
+            vl, value = _NULL, b""
+        else:
+            n = len(value)
+            vl = varints[n - low] if n < end else encode_varint(n)
+        hs = _encode_headers(headers) if headers else _NO_HEADERS
+        if size < len(heads):
+            head = heads[size]
+        else:  # the body is what the size leaves after the length's own varint
+            n = size - 1
+            while len(encode_varint(n)) + n > size:
+                n -= 1
+            head = encode_varint(n) + b"\x00"
+        extend((head, ts, od, kl, key, vl, value, hs))
+    return b"".join(parts)
+
+
+def _head_for_size(size: int) -> bytes:
+    """The length varint and attributes byte of a record of ``size`` bytes in all."""
+    n = size - 1 if size <= 64 else size - 2  # a length below 64 takes one byte, else two
+    return _LENGTHS_AND_ATTRIBUTES[n - _TABLE_MIN]
+
+
+# By a record's whole size (length prefix included), its length prefix and attributes
+# byte; up to the sizes whose length takes two bytes. (A record of 65 bytes cannot be.)
+_HEADS_BY_SIZE: tuple[bytes, ...] = tuple(_head_for_size(size) for size in range(_TABLE_END))
 
 
 def _encode_headers(headers: Sequence[Header]) -> bytes:
