@@ -527,6 +527,8 @@ class _StickyChoice:
     info: TopicInfo
     """The metadata the partition was chosen with."""
     partition: int
+    queue: _PartitionQueue
+    """The partition's queue (queues are kept for the producer's life)."""
     threshold: int
     """The bytes that make the partitioner switch (``batch.size`` minus what it counted)."""
     unreported: int = 0
@@ -639,6 +641,7 @@ class AsyncProducer:
             cfg.bootstrap_servers, request_timeout_s=cfg.request_timeout_ms / 1000
         )
         self._topics = self.cluster.topics
+        self._batch_size = cfg.batch_size
         self._sticky = StickyPartitioner(cfg.batch_size, rng=rng)
         self._sticky_choices: dict[str, _StickyChoice] = {}
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
@@ -863,28 +866,29 @@ class AsyncProducer:
         choice: _StickyChoice | None = None
         if 0 <= requested < info.num_partitions:
             partition = requested  # the common explicit case, without choose_partition
+            q = self._queue(topic, partition)
         elif requested < 0 and (key is None or self.config.ignore_keys):
             choice = self._sticky_choices.get(topic)
             if choice is not None and choice.info is info:
-                partition = choice.partition
+                partition, q = choice.partition, choice.queue
             else:
                 if choice is not None and choice.unreported:  # the metadata changed
                     self._sticky.on_produced(topic, choice.partition, choice.unreported)
                 partition = self._choose(topic, requested, key, info, fields, future, on_delivery)
                 if partition < 0:
                     return
+                q = self._queue(topic, partition)
                 choice = self._sticky_choices[topic] = _StickyChoice(
                     info,
                     partition,
+                    q,
                     self._sticky.batch_size - self._sticky.produced_bytes(topic),
                 )
         else:
             partition = self._choose(topic, requested, key, info, fields, future, on_delivery)
             if partition < 0:
                 return
-        q = self._queues.get((topic, partition))
-        if q is None:
-            q = self._queues[(topic, partition)] = _PartitionQueue(topic, partition)
+            q = self._queue(topic, partition)
         batches = q.batches
         batch = batches[-1] if batches else None
         try:
@@ -900,7 +904,7 @@ class AsyncProducer:
             return
         batch.futures.append(future)
         batch.callbacks.append(on_delivery)
-        if batch.builder.estimated_size >= self.config.batch_size:
+        if batch.builder.estimated_size >= self._batch_size:
             batch.closed = True
             self._wakeup.set()
         if choice is not None:
@@ -908,6 +912,13 @@ class AsyncProducer:
             if choice.unreported >= choice.threshold:
                 self._sticky.on_produced(topic, partition, choice.unreported)
                 del self._sticky_choices[topic]
+
+    def _queue(self, topic: str, partition: int) -> _PartitionQueue:
+        """The queue of a partition's batches, made on first use."""
+        q = self._queues.get((topic, partition))
+        if q is None:
+            q = self._queues[(topic, partition)] = _PartitionQueue(topic, partition)
+        return q
 
     def _choose(
         self,
@@ -1016,12 +1027,15 @@ class AsyncProducer:
         step = 1 if base_offset >= 0 else 0
         new_tuple, metadata_type = _new_tuple, RecordMetadata
         self._metrics.sent(topic, batch.count)
+        # The batch's records are no longer pending once it is written, before any callback
+        # runs (one may look at len(producer)), as with confluent-kafka.
+        self._pending -= batch.count
+        appended = log_append_time >= 0
         for (key, value, headers, timestamp), future, on_delivery in zip(
             batch.builder.records, batch.futures, batch.callbacks, strict=True
         ):
-            if log_append_time >= 0:
+            if appended:
                 timestamp = log_append_time
-            self._pending -= 1  # before the callback, which may look at len(producer)
             if not future.done():
                 future.set_result(
                     new_tuple(metadata_type, (topic, partition, offset, timestamp, timestamp_type))
