@@ -135,7 +135,11 @@ class BrokerServer:
         self._incarnation_id = str(uuid.uuid4())
         self.broker_epoch = -1
         self.is_fenced = True
-        self._changed = asyncio.Event()
+        # What long polls wait for: followers' fetches for records appended to a log,
+        # consumers' fetches and acks=all produces for a high watermark that moved (or a
+        # metadata change, which sets both).
+        self._appended = asyncio.Event()
+        self._committed = asyncio.Event()
         self._heartbeats: asyncio.Task[None] | None = None
         self._producer_ids: tuple[int, int] = (0, 0)  # next id, end (exclusive)
         self._fetchers: dict[int, asyncio.Task[None]] = {}
@@ -260,16 +264,25 @@ class BrokerServer:
             self._ensure_fetchers()
         self._notify()
 
-    def _notify(self) -> None:
-        """Wake the long polls and acks=all waits: data or the high watermark moved."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+    def _notify(self, *, appended: bool = True, committed: bool = True) -> None:
+        """Wake the long polls and acks=all waits: records were ``appended`` to a log, a
+        high watermark moved (``committed``), or both (any other change)."""
+        if appended:
+            self._appended.set()
+            self._appended = asyncio.Event()
+        if committed:
+            self._committed.set()
+            self._committed = asyncio.Event()
 
-    async def _wait_change(self, timeout_s: float) -> None:
+    async def _wait_change(self, timeout_s: float, *, appended: bool = False) -> None:
+        """Wait up to ``timeout_s`` for the next :meth:`_notify` of records ``appended``
+        (a follower's fetch), else of a high watermark that moved."""
         if timeout_s <= 0:
             return
+        event = self._appended if appended else self._committed
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await event.wait()
 
     # --- Produce ------------------------------------------------------------------------
 
@@ -277,6 +290,7 @@ class BrokerServer:
         acks = request.acks
         response = pb.ProduceResponse()
         waiting: list[tuple[pb.ProducePartitionResponse, str, int]] = []
+        committed = False  # whether an append moved a high watermark (a leader alone in its ISR)
         for topic in request.topics:
             topic_response = response.topics.add(topic=topic.topic)
             for item in topic.partitions:
@@ -288,7 +302,9 @@ class BrokerServer:
                 try:
                     partition = self.partitions.get(topic.topic, item.partition)
                     data = _batch_bytes(item)
+                    high_watermark = partition.high_watermark
                     info = partition.append(data, acks)
+                    committed = committed or partition.high_watermark != high_watermark
                 except HighwaterError as e:
                     _fail(answer, getattr(e, "code", ErrorCode.UNKNOWN_SERVER_ERROR), str(e))
                     continue
@@ -298,7 +314,7 @@ class BrokerServer:
                 answer.log_start_offset = info.log_start_offset
                 if acks == ACKS_ALL:
                     waiting.append((answer, topic.topic, info.last_offset + 1))
-        self._notify()
+        self._notify(committed=committed)
         if acks == 0:
             return pb.ProduceResponse()
         deadline = time.monotonic() + max(request.timeout_ms, 0) / 1000
@@ -332,13 +348,14 @@ class BrokerServer:
 
     async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
         deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
-        read = self._read_for_follower if request.replica_id >= 0 else self._read
+        follower = request.replica_id >= 0
+        read = self._read_for_follower if follower else self._read
         while True:
             response, total, failed = read(request)
             remaining = deadline - time.monotonic()
             if failed or total >= max(request.min_bytes, 1) or remaining <= 0:
                 return response
-            await self._wait_change(remaining)
+            await self._wait_change(remaining, appended=follower)
 
     def _read(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, bool]:
         response = pb.FetchResponse()
@@ -411,10 +428,9 @@ class BrokerServer:
                         len(read.data.records), {**REPLICA, TOPIC: topic.topic}
                     )
         if moved:
-            # acks=all produces and consumers wait for the high watermark. Waking them (and
-            # every parked fetch) on each follower fetch would keep the followers' long polls
-            # waking each other.
-            self._notify()
+            # acks=all produces and consumers wait for the high watermark; the other
+            # followers' fetches do not (they would only find nothing new).
+            self._notify(appended=False)
         return response, total, failed
 
     # --- ISR changes ----------------------------------------------------------------------
