@@ -40,7 +40,7 @@ import grpc.aio
 
 from highwater.broker.partitions import Partition, PartitionError, PartitionManager
 from highwater.broker.replication import AlterPartitionProposal, EpochEndOffset, truncation_offset
-from highwater.broker.telemetry import REPLICA, TOPIC, BrokerTelemetry
+from highwater.broker.telemetry import CONSUMER, REPLICA, TOPIC, BrokerTelemetry
 from highwater.client.fetch_stream import FetchStream
 from highwater.controller import messages as m
 from highwater.controller.client import ControllerClient
@@ -347,15 +347,19 @@ class BrokerServer:
     # --- Fetch --------------------------------------------------------------------------
 
     async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
-        deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
+        started = time.monotonic()
+        deadline = started + max(request.max_wait_ms, 0) / 1000
         follower = request.replica_id >= 0
         read = self._read_for_follower if follower else self._read
         while True:
             response, total, failed = read(request)
-            remaining = deadline - time.monotonic()
-            if failed or total >= max(request.min_bytes, 1) or remaining <= 0:
+            now = time.monotonic()
+            if failed or total >= max(request.min_bytes, 1) or now >= deadline:
+                self.telemetry.fetch_duration.record(
+                    now - started, REPLICA if follower else CONSUMER
+                )
                 return response
-            await self._wait_change(remaining, appended=follower)
+            await self._wait_change(deadline - now, appended=follower)
 
     def _read(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, bool]:
         response = pb.FetchResponse()

@@ -1,5 +1,5 @@
-"""The broker's telemetry: bytes in and out per topic, ISR changes, gauges of its partitions,
-and (with tracing on) a span for each replica fetch that brought records.
+"""The broker's telemetry: bytes in and out per topic, fetch durations, ISR changes, gauges of
+its partitions, and (with tracing on) a span for each replica fetch that brought records.
 
 Gauges are read from the partitions at collection time, as Kafka's ReplicaManager gauges
 are: under-replicated partitions (led here, ISR smaller than the replica set), partitions
@@ -18,15 +18,16 @@ from opentelemetry.trace import Span
 from highwater.broker.partitions import PartitionManager
 from highwater.broker.replication import AlterPartitionProposal, IsrChange
 from highwater.storage.topic_partition import TopicPartition
-from highwater.telemetry.instruments import meter, observe, tracer
+from highwater.telemetry.instruments import duration_histogram, meter, observe, tracer
 from highwater.v1 import broker_pb2 as pb
 
-__all__ = ["PARTITION", "REPLICA", "TOPIC", "BrokerTelemetry"]
+__all__ = ["CONSUMER", "PARTITION", "REPLICA", "TOPIC", "BrokerTelemetry"]
 
 TOPIC: Final = messaging.MESSAGING_DESTINATION_NAME
 PARTITION: Final = messaging.MESSAGING_DESTINATION_PARTITION_ID
 REPLICA: Final = {"highwater.fetch.replica": True}
-"""The attribute of ``bytes_out`` sent to followers."""
+"""The attribute of ``bytes_out`` sent to followers (and of their fetches' durations)."""
+CONSUMER: Final = {"highwater.fetch.replica": False}
 
 
 class BrokerTelemetry:
@@ -45,6 +46,12 @@ class BrokerTelemetry:
             unit="By",
             description="Record batch bytes sent to consumers (and, with "
             "highwater.fetch.replica=true, to followers), per topic",
+        )
+        self.fetch_duration = duration_histogram(
+            broker_meter,
+            "highwater.broker.fetch.duration",
+            "Time from a fetch's arrival to its answer, long poll included (unary or over "
+            "a FetchStream; highwater.fetch.replica=true for followers' fetches)",
         )
         self._isr_shrinks = broker_meter.create_counter(
             "highwater.broker.isr.shrinks",

@@ -1066,8 +1066,10 @@ class AsyncProducer:
             now = loop.time()
             wait = self._drain(now)
             if wait is None or wait > 0:
+                # asyncio.timeout, not wait_for: no task per wait on the way to each send.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), wait)
+                    async with asyncio.timeout(wait):
+                        await self._wakeup.wait()
 
     def _has_batches(self) -> bool:
         """Whether any partition has a queued batch."""
