@@ -27,6 +27,12 @@ How a record travels (Kafka's ``RecordAccumulator`` and ``Sender``):
   already holds with the original offset, so nothing is written twice.
 - A batch is delivered with an error when it fails for good: a non-retriable error code,
   ``retries`` exhausted, or ``delivery.timeout.ms`` passed since it was opened.
+
+The sender runs on the same event loop as the code that calls ``produce()``: a loop that
+queues records without awaiting leaves the sender no turn. Give the loop one every few
+hundred records (``await asyncio.sleep(0)``, or ``await producer.poll(0)``): records then
+leave while others are queued, and few wait at a time (each waiting record's future is
+work for the garbage collector).
 """
 
 from __future__ import annotations
