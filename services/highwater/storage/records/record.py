@@ -16,7 +16,7 @@ A record on the wire, as Kafka's ``DefaultRecord`` defines it::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
@@ -233,50 +233,23 @@ def _length_size(n: int) -> int:
 
 
 def encode_records(
-    records: Iterable[RecordFields], base_timestamp: int, sizes: Sequence[int] | None = None
+    records: Sequence[RecordFields], base_timestamp: int, sizes: Sequence[int] | None = None
 ) -> bytes:
     """The bodies of ``records``, with offset deltas 0, 1, 2... and timestamps as deltas
     from ``base_timestamp``: what :func:`write_record` writes for each, concatenated.
 
     A batch's records are encoded in this one loop when the batch is sealed (instead of
     one :func:`write_record` call per append): each record is a handful of table look-ups
-    and one ``extend``, and the batch one ``bytes.join``. ``sizes``, each record's
-    :func:`record_size` when the caller has them (a batch builder does), spare adding up
-    each record's length. Raises :class:`~highwater.errors.InvalidRecordError` like
+    and one ``extend``, and the batch one ``bytes.join``. ``sizes`` are the records'
+    :func:`record_size`, which a batch builder has from the appends (they are computed
+    here otherwise). Raises :class:`~highwater.errors.InvalidRecordError` like
     :func:`write_record`.
     """
-    if sizes is not None:
-        return _encode_sized_records(records, base_timestamp, sizes)
-    parts: list[Bytes] = []
-    extend = parts.extend
-    varints = _VARINTS
-    lengths = _LENGTHS_AND_ATTRIBUTES
-    low, end = _TABLE_MIN, _TABLE_END
-    for offset_delta, (key, value, headers, timestamp) in enumerate(records):
-        delta = timestamp - base_timestamp
-        ts = varints[delta - low] if low <= delta < end else encode_varlong(delta)
-        od = varints[offset_delta - low] if offset_delta < end else encode_varint(offset_delta)
-        if key is None:
-            kl, key = _NULL, b""
-        else:
-            n = len(key)
-            kl = varints[n - low] if n < end else encode_varint(n)
-        if value is None:
-            vl, value = _NULL, b""
-        else:
-            n = len(value)
-            vl = varints[n - low] if n < end else encode_varint(n)
-        hs = _encode_headers(headers) if headers else _NO_HEADERS
-        n = len(ts) + len(od) + len(kl) + len(key) + len(vl) + len(value) + len(hs) + 1
-        head = lengths[n - low] if n < end else encode_varint(n) + b"\x00"
-        extend((head, ts, od, kl, key, vl, value, hs))
-    return b"".join(parts)
-
-
-def _encode_sized_records(
-    records: Iterable[RecordFields], base_timestamp: int, sizes: Sequence[int]
-) -> bytes:
-    """:func:`encode_records` given each record's size, length prefix included."""
+    if sizes is None:
+        sizes = [
+            record_size(offset_delta, timestamp - base_timestamp, key, value, headers)
+            for offset_delta, (key, value, headers, timestamp) in enumerate(records)
+        ]
     parts: list[Bytes] = []
     extend = parts.extend
     varints = _VARINTS
