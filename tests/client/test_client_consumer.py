@@ -173,6 +173,20 @@ async def test_seek_and_position(server: ServerThread, consumer: AsyncConsumer) 
     assert unassigned.offset is None and unassigned.error is not None
 
 
+async def test_a_position_inside_a_batch_skips_the_batch_records_before_it(
+    server: ServerThread, consumer: AsyncConsumer
+) -> None:
+    await create_topic(server.address, "c-inside")
+    async with AsyncProducer({"bootstrap.servers": server.address, "linger.ms": 200}) as producer:
+        await asyncio.gather(
+            *(producer.produce("c-inside", f"v{i}", partition=0) for i in range(10))
+        )
+    consumer.assign([TopicPartition("c-inside", 0, 4)])
+    messages = await poll_n(consumer, 6)
+    assert [m.offset() for m in messages] == list(range(4, 10))
+    assert values(messages) == [f"v{i}".encode() for i in range(4, 10)]
+
+
 async def test_pause_and_resume(server: ServerThread, consumer: AsyncConsumer) -> None:
     await create_topic(server.address, "c-pause", 2)
     await produce(server.address, "c-pause", 3, partition=0)

@@ -978,6 +978,8 @@ class AsyncConsumer:
                 try:
                     batch.read_records(decoded)
                 finally:  # what was decoded before an error is still delivered
+                    if batch.base_offset < offset:  # the first batch may start before it
+                        decoded[:] = [record for record in decoded if record[0] >= offset]
                     messages += [
                         Message(
                             topic,
@@ -991,7 +993,6 @@ class AsyncConsumer:
                             timestamp_type,
                         )
                         for at, timestamp, key, value, headers in decoded
-                        if at >= offset
                     ]
         except CorruptRecordError as e:
             error = CorruptRecordError(f"{state.topic}-{state.partition}: {e}")
