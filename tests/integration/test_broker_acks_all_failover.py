@@ -11,18 +11,15 @@ new leader, and acks=all writes go on with the two brokers left.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import grpc.aio
 import pytest
+from broker_processes import BrokerProcess, metadata
 from highwater.client.admin import AdminClient, AdminError, NewTopic, TopicExistsError
 from highwater.storage.records import iter_batches
 from highwater.v1 import broker_pb2 as pb
@@ -37,63 +34,9 @@ BROKERS = (11, 12, 13)
 
 
 @dataclass
-class Broker:
-    node_id: int
-    port: int
-    controllers: str
-    data_dir: Path
-    log_path: Path
-    process: subprocess.Popen[bytes] | None = None
-    _log: IO[bytes] | None = field(default=None, repr=False)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in reap()
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "highwater",
-                "--log-level",
-                "INFO",
-                "broker",
-                "--node-id",
-                str(self.node_id),
-                "--listen",
-                self.address,
-                "--controllers",
-                self.controllers,
-                "--data-dir",
-                str(self.data_dir),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=self._log,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
-        )
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-        self.reap()
-
-    def reap(self) -> None:
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.kill()
-            self.process.wait(10)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-
-@dataclass
 class Cluster:
     controller: Controller
-    brokers: dict[int, Broker]
+    brokers: dict[int, BrokerProcess]
 
     def stop_all(self) -> None:
         for broker in self.brokers.values():
@@ -112,7 +55,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         tmp_path / "controller.log",
     )
     brokers = {
-        node_id: Broker(
+        node_id: BrokerProcess(
             node_id,
             port,
             controller.address,
@@ -131,16 +74,6 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         running.stop_all()
 
 
-async def metadata(address: str) -> pb.MetadataResponse | None:
-    try:
-        async with grpc.aio.insecure_channel(address) as channel:
-            return await broker_pb2_grpc.BrokerStub(channel).Metadata(
-                pb.MetadataRequest(topics=[TOPIC]), timeout=2
-            )
-    except grpc.aio.AioRpcError:
-        return None
-
-
 async def partition_state(
     cluster: Cluster, *, not_led_by: int | None = None, timeout_s: float = 60
 ) -> pb.PartitionMetadata:
@@ -150,7 +83,7 @@ async def partition_state(
         for broker in cluster.brokers.values():
             if broker.process is None or broker.process.poll() is not None:
                 continue
-            reply = await metadata(broker.address)
+            reply = await metadata(broker.address, TOPIC)
             if reply is None or not reply.topics or not reply.topics[0].partitions:
                 continue
             state = reply.topics[0].partitions[0]
@@ -354,7 +287,7 @@ async def test_a_partition_whose_isr_died_waits_for_it_unless_unclean_election_i
         assert moved.leader_id == follower.node_id
     else:
         await asyncio.sleep(12)  # beyond the leader's session: it is fenced by now
-        reply = await metadata(follower.address)
+        reply = await metadata(follower.address, TOPIC)
         assert reply is not None
         offline = reply.topics[0].partitions[0]
         assert offline.leader_id == -1 and offline.error == ErrorCode.LEADER_NOT_AVAILABLE
