@@ -21,6 +21,11 @@ class CoordinatorProcess:
     _log: IO[bytes] | None = field(default=None, repr=False)
 
     @property
+    def data_dir(self) -> Path:
+        """Beside the log, so that a killed process leaves nothing outside the test's path."""
+        return self.log_path.parent / f"coordinator-{self.node_id}"
+
+    @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
@@ -38,6 +43,8 @@ class CoordinatorProcess:
                 self.address,
                 "--controllers",
                 self.controllers,
+                "--data-dir",
+                str(self.data_dir),
                 "--group-initial-rebalance-delay-ms",
                 "0",
             ],
