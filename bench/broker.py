@@ -69,6 +69,8 @@ LATENCY_PRODUCER_CONFIG = {"linger.ms": 0, "batch.size": 16 * 1024}
 # about 150,000 records were left waiting at a time and the garbage collector's passes over
 # their futures cost a tenth of the run; every 500, about 5,000.
 YIELD_EVERY = 500
+# What the consuming loop asks consume() for at a time: Kafka's max.poll.records default.
+CONSUME_BATCH = 500
 RAW_BATCH_RECORDS = 1000
 RAW_IN_FLIGHT = 4
 JETSTREAM_WINDOW = 2000
@@ -242,7 +244,7 @@ async def consume_with_client(
             consumer.assign([TopicPartition(topic, 0, 0)])
             started = time.perf_counter()
             while seen < records:
-                messages = await consumer.consume(min(10_000, records - seen), timeout=5)
+                messages = await consumer.consume(min(CONSUME_BATCH, records - seen), timeout=5)
                 for message in messages:
                     if message.error() is not None:
                         raise RuntimeError(f"consumer error: {message.error()}")

@@ -9,6 +9,7 @@ each test uses topics of its own.
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -30,6 +31,7 @@ from highwater.client.consumer import (
 from highwater.client.producer import TIMESTAMP_CREATE_TIME, AsyncProducer, Message, Producer
 from highwater.errors import CorruptRecordError, InvalidConfigError, OffsetOutOfRangeError
 from highwater.storage.records import SimpleRecord, build_batch
+from highwater.storage.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -487,3 +489,39 @@ async def test_consume_takes_buffered_records_in_order_and_errors_after_them() -
         got = await consumer.consume(100, timeout=0)
         assert [(m.topic(), m.offset()) for m in got] == [("u", o) for o in range(10)]
         assert consumer.position([TopicPartition("u", 0)])[0].offset == 10
+
+
+async def test_batches_are_decoded_as_their_records_are_taken() -> None:
+    """An answer's batches stay undecoded until consume() or poll() reaches them; a seek
+    drops them undecoded; a corrupt record under a valid CRC ends the buffer after the
+    records before it."""
+    batches = [
+        build_batch(
+            [SimpleRecord(None, b"v%d" % (10 * b + i), (), 7) for i in range(10)],
+            base_offset=10 * b,
+        )
+        for b in range(3)
+    ]
+    corrupt = bytearray(batches[1])
+    corrupt[-1] = 0x02  # the last record (offset 19) claims a header it does not hold
+    struct.pack_into(">I", corrupt, CRC_OFFSET, crc32c(memoryview(corrupt)[ATTRIBUTES_OFFSET:]))
+    async with AsyncConsumer({"bootstrap.servers": "127.0.0.1:1"}) as consumer:
+        consumer.assign([TopicPartition("t", 0, 0)])
+        state = consumer._states[("t", 0)]
+        consumer._handle_answer(state, 0, _answer(batches[0] + batches[2]))
+        assert len(state.batches) == 2 and not state.records
+        first = await consumer.consume(3, timeout=0)
+        assert [m.offset() for m in first] == [0, 1, 2]
+        assert len(state.batches) == 1  # only the first batch was decoded
+        consumer.seek(TopicPartition("t", 0, 0))
+        assert not state.buffered() and not state.batches
+
+        consumer._handle_answer(state, 0, _answer(batches[0] + bytes(corrupt) + batches[2]))
+        got = await consumer.consume(100, timeout=0)
+        assert [m.offset() for m in got[:-1]] == list(range(19))
+        assert [m.value() for m in got[9:11]] == [b"v9", b"v10"]
+        error = got[-1].error()
+        assert isinstance(error, CorruptRecordError) and str(error).startswith("t-0: ")
+        assert got[-1].offset() == 19
+        assert consumer.position([TopicPartition("t", 0)])[0].offset == 19
+        assert not state.buffered()

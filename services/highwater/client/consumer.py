@@ -32,9 +32,12 @@ How records arrive (Kafka's ``Fetcher``):
 - When no fetched record is waiting, :meth:`~AsyncConsumer.poll` sends one ``Fetch`` request
   per leader broker for the assigned, unpaused partitions that have nothing buffered: a long
   poll of up to ``fetch.max.wait.ms`` (bounded by the poll's own timeout) until
-  ``fetch.min.bytes`` are there. The answer's batches are decoded with
-  :func:`~highwater.storage.records.iter_batches` (CRC-checked with ``check.crcs``), control
-  batches and records below the position skipped, and returned one by one.
+  ``fetch.min.bytes`` are there. The answer's batches are framed and CRC-checked (``check.crcs``)
+  when it arrives (:func:`~highwater.storage.records.iter_batches`), control batches
+  skipped; their records are decoded one batch at a time as :meth:`~AsyncConsumer.poll` and
+  :meth:`~AsyncConsumer.consume` take them (as Kafka's ``CompletedFetch`` does), records
+  below the position skipped. Only what the caller takes becomes messages: a seek drops
+  the rest undecoded, and a large answer is not held as thousands of objects.
 - ``OFFSET_OUT_OF_RANGE`` resets the position by ``auto.offset.reset`` (``none``: an error
   message, and the partition waits for a :meth:`~AsyncConsumer.seek`). Leader errors
   (``NOT_LEADER_OR_FOLLOWER``, ``FENCED_LEADER_EPOCH``, ``UNKNOWN_LEADER_EPOCH``,
@@ -48,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import threading
@@ -72,11 +76,7 @@ from highwater.client.group.assignors import assignor_for
 from highwater.client.group.membership import GroupError, GroupMembership, GroupSettings
 from highwater.client.group.protocol import TopicPartitionKey
 from highwater.client.metrics import CLIENT_METRICS, PartitionLag
-from highwater.client.producer import (
-    TIMESTAMP_CREATE_TIME,
-    TIMESTAMP_LOG_APPEND_TIME,
-    Message,
-)
+from highwater.client.producer import TIMESTAMP_LOG_APPEND_TIME, Message
 from highwater.config.definition import INT_MAX, ConfigDef, ConfigKey, ConfigType, at_least, one_of
 from highwater.errors import (
     CorruptRecordError,
@@ -84,8 +84,8 @@ from highwater.errors import (
     InvalidConfigError,
     OffsetOutOfRangeError,
 )
-from highwater.storage.records import TimestampType, iter_batches
-from highwater.storage.records.record import RecordTuple
+from highwater.storage.records import RecordBatch, iter_batches
+from highwater.storage.records.record import RecordFactory
 from highwater.telemetry.configure import tracing_enabled
 from highwater.telemetry.messaging import ConsumerTracing
 from highwater.v1 import broker_pb2 as pb
@@ -438,8 +438,11 @@ class _PartitionState:
     paused: bool = False
     failed: bool = False
     """An error was delivered: not fetched again until sought or reassigned."""
-    records: deque[Message] = field(default_factory=deque)
-    """Fetched records not returned yet, made into messages as they were decoded."""
+    records: list[Message] = field(default_factory=list)
+    """The records of the batch decoded last; those from :attr:`taken` on are not returned."""
+    taken: int = 0
+    batches: deque[RecordBatch] = field(default_factory=deque)
+    """Fetched batches not decoded yet, in offset order."""
     fetched_end: int = -1
     """The offset after the last batch of the buffered answer."""
     pending_error: BaseException | None = None
@@ -450,11 +453,69 @@ class _PartitionState:
     generation: int = 0
     """Bumped by every seek: answers to fetches sent before it are dropped."""
 
+    message_makers: tuple[RecordFactory[Message], RecordFactory[Message]] = field(init=False)
+    """What makes a decoded record a message, by the batch's
+    :class:`~highwater.storage.records.TimestampType`."""
+
+    def __post_init__(self) -> None:
+        create_time = functools.partial(Message, self.topic, self.partition)
+        append_time = functools.partial(
+            Message, self.topic, self.partition, timestamp_type=TIMESTAMP_LOG_APPEND_TIME
+        )
+        self.message_makers = (create_time, append_time)  # CREATE_TIME 0, LOG_APPEND_TIME 1
+
     def clear_buffer(self) -> None:
         """Drop what was fetched and not returned yet."""
-        self.records.clear()
+        self.records = []
+        self.taken = 0
+        self.batches.clear()
         self.fetched_end = -1
         self.pending_error = None
+
+    def buffered(self) -> bool:
+        """Whether records (decoded or not) wait to be returned."""
+        return self.taken < len(self.records) or bool(self.batches)
+
+    def take(self, messages: list[Message], limit: int) -> None:
+        """Append buffered records at or after the position to ``messages`` until it holds
+        ``limit`` or the buffer is empty, advancing the position. Batches are decoded as
+        they are reached, and their records are moved in slices, not one by one."""
+        position = self.position
+        assert position is not None
+        while len(messages) < limit:
+            records, i = self.records, self.taken
+            if i == len(records):
+                if not self._decode_next_batch():
+                    return
+                continue
+            # Offsets increase along a batch: only the first batch of an answer may hold
+            # records before the position.
+            while i < len(records) and records[i]._offset < position:
+                i += 1
+            chunk = records[i : i + limit - len(messages)]
+            if chunk:
+                messages += chunk
+                position = self.position = chunk[-1]._offset + 1
+            self.taken = i + len(chunk)
+
+    def _decode_next_batch(self) -> bool:
+        """Decode the next buffered batch into :attr:`records`; False if none is left.
+
+        A corrupt record ends the buffer: the records before it are kept, the batches
+        after it dropped, and the error is delivered after them.
+        """
+        if not self.batches:
+            return False
+        batch = self.batches.popleft()
+        decoded: list[Message] = []
+        try:
+            batch.read_records(decoded, self.message_makers[batch.timestamp_type])
+        except CorruptRecordError as e:
+            self.batches.clear()
+            self.fetched_end = -1
+            self.pending_error = CorruptRecordError(f"{self.topic}-{self.partition}: {e}")
+        self.records, self.taken = decoded, 0
+        return True
 
     def fetchable(self, now: float) -> bool:
         """Whether to fetch the partition now."""
@@ -462,7 +523,7 @@ class _PartitionState:
             not self.paused
             and not self.failed
             and self.position is not None
-            and not self.records
+            and not self.buffered()
             and self.backoff_until <= now
         )
 
@@ -675,56 +736,23 @@ class AsyncConsumer:
 
     def _next_message(self) -> Message | None:
         """A buffered error or record, advancing the partition's position."""
-        if self._errors:
-            return self._errors.popleft()
-        for state in list(self._ready):
-            if state.paused:
-                continue
-            records = state.records
-            while records:
-                message = records.popleft()
-                assert state.position is not None
-                if message._offset < state.position:
-                    continue
-                state.position = message._offset + 1
-                if not records:
-                    self._finish_buffer(state)
-                return message
-            self._finish_buffer(state)
-            if self._errors:
-                return self._errors.popleft()
-        return None
+        taken: list[Message] = []
+        self._take_buffered(taken, 1)
+        return taken[0] if taken else None
 
     def _take_buffered(self, messages: list[Message], limit: int) -> None:
-        """Move buffered messages to ``messages`` until it holds ``limit``, as repeated
-        :meth:`_next_message` calls would (errors first, then partition by partition),
-        advancing the positions; whole buffers are moved in one step."""
+        """Move buffered errors and records to ``messages`` until it holds ``limit``:
+        errors first, then partition by partition in the order their answers arrived,
+        advancing the positions."""
         while len(messages) < limit:
             if self._errors:
                 messages.append(self._errors.popleft())
                 continue
-            state = next((s for s in self._ready if not s.paused and s.records), None)
+            state = next((s for s in self._ready if not s.paused), None)
             if state is None:
-                message = self._next_message()  # finishes emptied buffers, if any
-                if message is None:
-                    return
-                messages.append(message)
-                continue
-            assert state.position is not None
-            records = state.records
-            if len(records) <= limit - len(messages) and records[0]._offset >= state.position:
-                # Offsets increase along the buffer: when the first is not behind the
-                # position, none is, and the whole buffer goes in one step.
-                state.position = records[-1]._offset + 1
-                messages.extend(records)
-                records.clear()
-            else:
-                while records and len(messages) < limit:
-                    message = records.popleft()
-                    if message._offset >= state.position:
-                        messages.append(message)
-                        state.position = message._offset + 1
-            if not records:
+                return
+            state.take(messages, limit)
+            if not state.buffered():
                 self._finish_buffer(state)
 
     def _finish_buffer(self, state: _PartitionState) -> None:
@@ -956,54 +984,27 @@ class AsyncConsumer:
             self._deliver_error(state, _error_for(code, state.topic, state.partition))
 
     def _buffer(self, state: _PartitionState, offset: int, data: bytes) -> None:
-        """Decode ``data`` into the partition's buffer (records at or after ``offset``)."""
-        messages: list[Message] = []
+        """Buffer the batches of ``data`` that hold records at or after ``offset``; their
+        records are decoded as they are taken (:meth:`_PartitionState.decode_next_batch`)."""
+        batches = state.batches
         end = offset
         error: CorruptRecordError | None = None
-        topic, partition = state.topic, state.partition
-        decoded: list[RecordTuple] = []
         try:
             for batch in iter_batches(data, verify_crc=self.config.check_crcs):
                 if batch.next_offset <= offset:
                     continue
                 end = max(end, batch.next_offset)
-                if batch.is_control:
-                    continue
-                timestamp_type = (
-                    TIMESTAMP_LOG_APPEND_TIME
-                    if batch.timestamp_type == TimestampType.LOG_APPEND_TIME
-                    else TIMESTAMP_CREATE_TIME
-                )
-                decoded.clear()
-                try:
-                    batch.read_records(decoded)
-                finally:  # what was decoded before an error is still delivered
-                    if batch.base_offset < offset:  # the first batch may start before it
-                        decoded[:] = [record for record in decoded if record[0] >= offset]
-                    messages += [
-                        Message(
-                            topic,
-                            partition,
-                            key,
-                            value,
-                            headers,
-                            timestamp,
-                            at,
-                            None,
-                            timestamp_type,
-                        )
-                        for at, timestamp, key, value, headers in decoded
-                    ]
+                if not batch.is_control:
+                    batches.append(batch)
         except CorruptRecordError as e:
             error = CorruptRecordError(f"{state.topic}-{state.partition}: {e}")
-        if messages:
-            state.records.extend(messages)
+        if batches:
             state.fetched_end = end
             self._ready.append(state)
         elif error is None and end > offset:
             state.position = end  # only control batches or records below the position
         if error is not None:
-            if messages:
+            if batches:
                 state.fetched_end = -1  # stop at the corruption, report it after the records
                 state.pending_error = error
             else:

@@ -19,7 +19,7 @@ from highwater.storage.records import (
     build_batch,
 )
 from highwater.storage.records.record import (
-    RecordTuple,
+    Headers,
     encode_records,
     record_size,
     write_record,
@@ -138,6 +138,17 @@ def test_append_fields_reports_the_bytes_and_zero_when_full() -> None:
     assert builder.records_count == 1
 
 
+RecordTuple = tuple[int, int, bytes | None, bytes | None, Headers]
+"""``(offset, timestamp, key, value, headers)``: a decoded record, compared field by field."""
+
+
+def as_tuple(
+    key: bytes | None, value: bytes | None, headers: Headers, timestamp: int, offset: int
+) -> RecordTuple:
+    """The factory :meth:`RecordBatch.read_records` is given here."""
+    return (offset, timestamp, key, value, headers)
+
+
 def as_tuples(batch: RecordBatch) -> tuple[list[RecordTuple], bool]:
     """What records() yields before it stops, and whether it raised."""
     got: list[RecordTuple] = []
@@ -152,7 +163,7 @@ def as_tuples(batch: RecordBatch) -> tuple[list[RecordTuple], bool]:
 def read(batch: RecordBatch) -> tuple[list[RecordTuple], bool]:
     out: list[RecordTuple] = []
     try:
-        batch.read_records(out)
+        batch.read_records(out, as_tuple)
     except CorruptRecordError:
         return out, True
     return out, False

@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TypeVar
 
 from highwater.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 
@@ -43,8 +44,8 @@ from .record import (
     MIN_RECORD_SIZE,
     Header,
     Record,
+    RecordFactory,
     RecordFields,
-    RecordTuple,
     SimpleRecordLike,
     encode_records,
     read_record,
@@ -61,6 +62,8 @@ from .varint import (
     decode_varint,
     skip_varint,
 )
+
+_T = TypeVar("_T")
 
 _UINT32 = struct.Struct(">I")
 _INT16_MIN, _INT16_MAX = -(1 << 15), (1 << 15) - 1
@@ -685,14 +688,15 @@ class RecordBatch:
 
     def read_records(
         self,
-        out: list[RecordTuple],
+        out: list[_T],
+        make: RecordFactory[_T],
         *,
         max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
     ) -> None:
-        """Append the records to ``out`` as ``(offset, timestamp, key, value, headers)``.
+        """Append ``make(key, value, headers, timestamp, offset)`` of each record to ``out``.
 
-        :meth:`records` for readers that make objects of their own (the consumer): no
-        :class:`Record` per record, and the common record decoded inline
+        :meth:`records` for readers that make objects of their own (the consumer makes its
+        messages): no :class:`Record` per record, and the common record decoded inline
         (:func:`~highwater.storage.records.record.read_records`). Checks and raises as
         :meth:`records` does; the records before the error are in ``out`` when it raises.
         """
@@ -715,6 +719,7 @@ class RecordBatch:
             log_append_time,
             h.last_offset_delta,
             out,
+            make,
         )
         if len(out) - before < count:
             raise self._count_error(len(out) - before)

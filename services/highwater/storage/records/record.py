@@ -16,9 +16,9 @@ A record on the wire, as Kafka's ``DefaultRecord`` defines it::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import Protocol, TypeAlias, TypeVar
 
 from highwater.errors import CorruptRecordError, InvalidRecordError
 
@@ -440,9 +440,11 @@ def _decode_headers(buf: Buffer, pos: int, count: int, record_end: int, start: i
 # The values of the one-byte varints (0..127), a look-up instead of the arithmetic.
 _ZIGZAG_BYTES: tuple[int, ...] = tuple((b >> 1) ^ -(b & 1) for b in range(0x80))
 
-RecordTuple: TypeAlias = tuple[int, int, bytes | None, bytes | None, Headers]
-"""``(offset, timestamp, key, value, headers)``: a decoded record, as :func:`read_records`
-gives it."""
+_T = TypeVar("_T")
+
+RecordFactory: TypeAlias = Callable[[bytes | None, bytes | None, Headers, int, int], _T]
+"""``make(key, value, headers, timestamp, offset)``: what :func:`read_records` turns each
+decoded record into (the consumer passes its message class, bound to the partition)."""
 
 
 def read_records(
@@ -454,10 +456,12 @@ def read_records(
     base_timestamp: int,
     log_append_time: int | None,
     last_offset_delta: int,
-    out: list[RecordTuple],
+    out: list[_T],
+    make: RecordFactory[_T],
 ) -> int:
     """Decode up to ``count`` records from ``pos`` (before ``end``) of ``buf``, appending
-    each to ``out`` as a :data:`RecordTuple`; return the position after the last one.
+    ``make(key, value, headers, timestamp, offset)`` of each to ``out``; return the
+    position after the last one.
 
     What :func:`read_record` does in a loop, without a :class:`Record` per record, for
     readers that make their own objects (the consumer makes a message of each). The
@@ -551,23 +555,22 @@ def read_records(
             pos = record_end
         except (_Unusual, IndexError):
             record, pos = read_record(buf, start, end, base_offset, base_timestamp, log_append_time)
-            append((record.offset, record.timestamp, record.key, record.value, record.headers))
             offset_delta = record.offset - base_offset
             if offset_delta <= previous or offset_delta > last_offset_delta:
-                del out[-1]
                 raise _delta_error(base_offset, offset_delta, previous, last_offset_delta) from None
             previous = offset_delta
+            append(make(record.key, record.value, record.headers, record.timestamp, record.offset))
             continue
         if offset_delta <= previous or offset_delta > last_offset_delta:
             raise _delta_error(base_offset, offset_delta, previous, last_offset_delta)
         previous = offset_delta
         append(
-            (
-                base_offset + offset_delta,
-                base_timestamp + timestamp_delta if log_append_time is None else log_append_time,
+            make(
                 key,
                 value,
                 (),
+                base_timestamp + timestamp_delta if log_append_time is None else log_append_time,
+                base_offset + offset_delta,
             )
         )
     return pos
