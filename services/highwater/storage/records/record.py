@@ -16,6 +16,7 @@ A record on the wire, as Kafka's ``DefaultRecord`` defines it::
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias, TypeVar
@@ -437,8 +438,17 @@ def _decode_headers(buf: Buffer, pos: int, count: int, record_end: int, start: i
     return tuple(headers)
 
 
-# The values of the one-byte varints (0..127), a look-up instead of the arithmetic.
-_ZIGZAG_BYTES: tuple[int, ...] = tuple((b >> 1) ^ -(b & 1) for b in range(0x80))
+_ZIGZAGS = [(v >> 1) ^ -(v & 1) for v in range(1 << 14)]  # of the 14-bit unsigned values
+_ZIGZAG_VARINTS: tuple[int, ...] = tuple(
+    itertools.chain.from_iterable(
+        _ZIGZAGS[:0x80] + _ZIGZAGS[c << 7 : (c + 1) << 7] for c in range(0x80)
+    )
+)
+"""The values of the zigzag varints of one and two bytes, a look-up instead of the
+arithmetic: of one byte ``b`` (< 0x80) at ``b``; of two bytes ``b`` (>= 0x80) and ``c``
+(< 0x80) at ``b + (c << 8)``. Each 256 entries hold the one-byte values, then the two-byte
+values whose second byte is ``c``."""
+del _ZIGZAGS
 
 _T = TypeVar("_T")
 
@@ -473,84 +483,75 @@ def read_records(
     deltas must increase and not pass ``last_offset_delta``, as in a batch.
     """
     append = out.append
-    zigzag = _ZIGZAG_BYTES
+    zigzag = _ZIGZAG_VARINTS
     previous = -1
     for _ in range(count):
         if pos >= end:
             break
         start = pos
         # Each varint: one byte (< 0x80), else two (the second < 0x80), else the slow path.
+        # Lengths need no check of their own: a record is taken only if its fields end
+        # exactly at its length, on its header count 0, inside the batch.
         try:
             b = buf[pos]
             if b < 0x80:
-                length = zigzag[b]
+                record_end = pos + 1 + zigzag[b]
+                pos += 2  # and the attributes
+            else:
+                c = buf[pos + 1]
+                if c >= 0x80:
+                    raise _Unusual
+                record_end = pos + 2 + zigzag[b + (c << 8)]
+                pos += 3
+            if record_end > end:
+                raise _Unusual
+            b = buf[pos]
+            if b < 0x80:
+                timestamp_delta = zigzag[b]
                 pos += 1
             else:
                 c = buf[pos + 1]
                 if c >= 0x80:
                     raise _Unusual
-                v = (b & 0x7F) | (c << 7)
-                length = (v >> 1) ^ -(v & 1)
+                timestamp_delta = zigzag[b + (c << 8)]
                 pos += 2
-            record_end = pos + length
-            if length < MIN_RECORD_SIZE - 1 or record_end > end:
-                raise _Unusual
-            b = buf[pos + 1]  # after the attributes
-            if b < 0x80:
-                timestamp_delta = zigzag[b]
-            else:
-                c = buf[pos + 2]
-                if c >= 0x80:
-                    raise _Unusual
-                v = (b & 0x7F) | (c << 7)
-                timestamp_delta = (v >> 1) ^ -(v & 1)
-                pos += 1
-            b = buf[pos + 2]
+            b = buf[pos]
             if b < 0x80:
                 offset_delta = zigzag[b]
-                pos += 3
+                pos += 1
             else:
-                c = buf[pos + 3]
+                c = buf[pos + 1]
                 if c >= 0x80:
                     raise _Unusual
-                v = (b & 0x7F) | (c << 7)
-                offset_delta = (v >> 1) ^ -(v & 1)
-                pos += 4
+                offset_delta = zigzag[b + (c << 8)]
+                pos += 2
             b = buf[pos]
             if b == 1:  # -1: a null key
                 key = None
                 pos += 1
             elif b < 0x80 and not b & 1:
-                pos += 1
-                key_end = pos + (b >> 1)
-                if key_end > record_end:
-                    raise _Unusual
-                key = buf[pos:key_end]
-                pos = key_end
+                key = buf[pos + 1 : pos + 1 + (b >> 1)]
+                pos += 1 + (b >> 1)
             else:
                 raise _Unusual
             b = buf[pos]
-            if b == 1:
-                value = None
+            if b < 0x80:
+                n = zigzag[b]
                 pos += 1
             else:
-                if b < 0x80:
-                    n = b
-                    pos += 1
-                else:
-                    c = buf[pos + 1]
-                    if c >= 0x80:
-                        raise _Unusual
-                    n = (b & 0x7F) | (c << 7)
-                    pos += 2
-                if n & 1:
-                    raise _Unusual  # negative
-                value_end = pos + (n >> 1)
-                if value_end >= record_end:  # the header count follows
+                c = buf[pos + 1]
+                if c >= 0x80:
                     raise _Unusual
-                value = buf[pos:value_end]
-                pos = value_end
-            if buf[pos] != 0 or pos + 1 != record_end:  # headers, or a length that lies
+                n = zigzag[b + (c << 8)]
+                pos += 2
+            if n >= 0:
+                value = buf[pos : pos + n]
+                pos += n
+            elif n == -1:
+                value = None
+            else:
+                raise _Unusual
+            if pos + 1 != record_end or buf[pos]:  # headers, or a length that lies
                 raise _Unusual
             pos = record_end
         except (_Unusual, IndexError):
