@@ -6,7 +6,12 @@ from __future__ import annotations
 import json
 import logging
 
+import grpc
+import grpc.aio
 import pytest
+from google.protobuf.message import DecodeError
+from grpc_health.v1 import health, health_pb2_grpc
+from highwater.cli.main import configure_logging
 from highwater.telemetry.configure import TelemetryConfigError, parse_listen, telemetry_plan
 from highwater.telemetry.logs import JsonFormatter, TextFormatter, TraceContextFilter
 from highwater.telemetry.messaging import record_context
@@ -127,3 +132,42 @@ def test_log_lines_carry_the_trace_and_span_ids_of_their_span() -> None:
     assert entry["message"] == "in a span" and entry["level"] == "INFO"
     assert (entry["trace_id"], entry["span_id"]) == (f"{TRACE_ID:032x}", f"{SPAN_ID:016x}")
     assert entry["logger"] == "highwater.broker" and entry["time"].endswith("+00:00")
+
+
+async def test_an_undecodable_request_is_one_warning_line_not_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A request gRPC cannot decode is logged as one WARNING line; an exception raised by
+    a service (even a DecodeError) keeps its ERROR line and traceback."""
+
+    def boom(_request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
+        raise DecodeError("raised by the service itself")
+
+    configure_logging("WARNING")
+    server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "test.Service", {"Boom": grpc.unary_unary_rpc_method_handler(boom)}
+            ),
+        )
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            for method in ("/grpc.health.v1.Health/Check", "/test.Service/Boom"):
+                with pytest.raises(grpc.aio.AioRpcError):
+                    await channel.unary_unary(method)(b"\xff\xff\xff")
+    finally:
+        await server.stop(None)
+    err = capsys.readouterr().err
+    undecodable = [line for line in err.splitlines() if "Health/Check" in line]
+    assert len(undecodable) == 1
+    assert (
+        " WARNING grpc._cython.cygrpc: refused a request to /grpc.health.v1.Health/Check "
+        "that does not decode: Error parsing message"
+    ) in undecodable[0]
+    assert err.count("Traceback") == 1  # the service's own exception
+    assert "ERROR" in err and "raised by the service itself" in err

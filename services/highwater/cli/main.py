@@ -25,7 +25,13 @@ from highwater.cli.quorum import quorum
 from highwater.cli.rolling import rolling
 from highwater.cli.server import server
 from highwater.cli.topics import topics
-from highwater.telemetry.logs import JsonFormatter, TextFormatter, TraceContextFilter
+from highwater.telemetry.logs import (
+    GRPC_LOGGERS,
+    JsonFormatter,
+    TextFormatter,
+    TraceContextFilter,
+    UndecodableRequestFilter,
+)
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -52,6 +58,10 @@ def configure_logging(level: str, log_format: str = "text") -> None:
         handler.addFilter(TraceContextFilter())
         root.addHandler(handler)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter(LOG_FORMAT))
+    for name in GRPC_LOGGERS:
+        grpc_logger = logging.getLogger(name)
+        if not any(isinstance(f, UndecodableRequestFilter) for f in grpc_logger.filters):
+            grpc_logger.addFilter(UndecodableRequestFilter())
 
 
 @click.group(
