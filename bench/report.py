@@ -271,6 +271,7 @@ class Row:
     target: Target | None = None
     extra: str = ""  # shown under the figure: records/s, bytes...
     error: str = ""
+    peer_extra: str = ""  # shown under the peer's figure
 
     @property
     def ratio(self) -> float | None:
@@ -297,6 +298,8 @@ class Row:
         peer = "—"
         if self.peer_value is not None:
             peer = f"{format_value(self.peer_value, self.unit)}<br>{self.peer_name}"
+            if self.peer_extra:
+                peer += f"; {self.peer_extra}"
         elif self.peer_name:
             peer = self.peer_name
         ratio = "—" if self.ratio is None else f"{self.ratio:.2f}x"
