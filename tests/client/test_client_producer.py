@@ -10,7 +10,6 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import grpc.aio
 import pytest
@@ -288,24 +287,19 @@ def answer_errors(producer: AsyncProducer, codes: Iterable[int]) -> deque[int]:
     with NONE: the batch was written, the producer hears of a failure (a lost reply, a
     leader that moved). Returns the codes not used yet."""
     pending = deque(codes)
-    stub_for = producer.cluster.stub
+    produce = producer.cluster.produce
 
-    class AnswersWithErrors:
-        def __init__(self, address: str) -> None:
-            self._stub = stub_for(address)
+    async def produce_with_errors(
+        address: str, request: pb.ProduceRequest, timeout_s: float
+    ) -> pb.ProduceResponse:
+        reply = await produce(address, request, timeout_s)
+        for topic in reply.topics:
+            for answer in topic.partitions:
+                if answer.error == ErrorCode.NONE and pending:
+                    answer.error = pending.popleft()  # type: ignore[assignment]
+        return reply
 
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._stub, name)
-
-        async def Produce(self, request: pb.ProduceRequest, **kwargs: Any) -> pb.ProduceResponse:
-            reply: pb.ProduceResponse = await self._stub.Produce(request, **kwargs)
-            for topic in reply.topics:
-                for answer in topic.partitions:
-                    if answer.error == ErrorCode.NONE and pending:
-                        answer.error = pending.popleft()  # type: ignore[assignment]
-            return reply
-
-    producer.cluster.stub = AnswersWithErrors  # type: ignore[method-assign,assignment]
+    producer.cluster.produce = produce_with_errors  # type: ignore[method-assign]
     return pending
 
 

@@ -40,8 +40,8 @@ import grpc.aio
 
 from highwater.broker.partitions import Partition, PartitionError, PartitionManager
 from highwater.broker.replication import AlterPartitionProposal, EpochEndOffset, truncation_offset
-from highwater.broker.telemetry import CONSUMER, REPLICA, TOPIC, BrokerTelemetry
-from highwater.client.fetch_stream import FetchStream
+from highwater.broker.telemetry import ACKS, CONSUMER, REPLICA, TOPIC, BrokerTelemetry
+from highwater.client.broker_streams import FetchStream
 from highwater.controller import messages as m
 from highwater.controller.client import ControllerClient
 from highwater.errors import HighwaterError
@@ -287,6 +287,13 @@ class BrokerServer:
     # --- Produce ------------------------------------------------------------------------
 
     async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+        started = time.monotonic()
+        try:
+            return await self._produce(request)
+        finally:
+            self.telemetry.produce_duration.record(time.monotonic() - started, {ACKS: request.acks})
+
+    async def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
         acks = request.acks
         response = pb.ProduceResponse()
         waiting: list[tuple[pb.ProducePartitionResponse, str, int]] = []
@@ -903,6 +910,14 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
     ) -> pb.ProduceResponse:
         return await self._broker.produce(request)
+
+    async def ProduceStream(
+        self,
+        request_iterator: AsyncIterator[pb.ProduceRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.ProduceResponse]:
+        async for request in request_iterator:
+            yield await self._broker.produce(request)
 
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext

@@ -1,5 +1,6 @@
-"""The broker's telemetry: bytes in and out per topic, fetch durations, ISR changes, gauges of
-its partitions, and (with tracing on) a span for each replica fetch that brought records.
+"""The broker's telemetry: bytes in and out per topic, produce and fetch durations, ISR
+changes, gauges of its partitions, and (with tracing on) a span for each replica fetch that
+brought records.
 
 Gauges are read from the partitions at collection time, as Kafka's ReplicaManager gauges
 are: under-replicated partitions (led here, ISR smaller than the replica set), partitions
@@ -21,13 +22,15 @@ from highwater.storage.topic_partition import TopicPartition
 from highwater.telemetry.instruments import duration_histogram, meter, observe, tracer
 from highwater.v1 import broker_pb2 as pb
 
-__all__ = ["CONSUMER", "PARTITION", "REPLICA", "TOPIC", "BrokerTelemetry"]
+__all__ = ["ACKS", "CONSUMER", "PARTITION", "REPLICA", "TOPIC", "BrokerTelemetry"]
 
 TOPIC: Final = messaging.MESSAGING_DESTINATION_NAME
 PARTITION: Final = messaging.MESSAGING_DESTINATION_PARTITION_ID
 REPLICA: Final = {"highwater.fetch.replica": True}
 """The attribute of ``bytes_out`` sent to followers (and of their fetches' durations)."""
 CONSUMER: Final = {"highwater.fetch.replica": False}
+ACKS: Final = "highwater.produce.acks"
+"""The attribute of a produce request's duration: its ``acks`` (0, 1 or -1)."""
 
 
 class BrokerTelemetry:
@@ -52,6 +55,12 @@ class BrokerTelemetry:
             "highwater.broker.fetch.duration",
             "Time from a fetch's arrival to its answer, long poll included (unary or over "
             "a FetchStream; highwater.fetch.replica=true for followers' fetches)",
+        )
+        self.produce_duration = duration_histogram(
+            broker_meter,
+            "highwater.broker.produce.duration",
+            "Time from a produce request's arrival to its answer, replication to the ISR "
+            "included with acks=all (unary or over a ProduceStream)",
         )
         self._isr_shrinks = broker_meter.create_counter(
             "highwater.broker.isr.shrinks",

@@ -4,7 +4,10 @@ A :class:`ClusterMetadata` starts from bootstrap addresses (``HOST:PORT``), asks
 broker for ``Metadata`` and keeps what it answered: the brokers (node id -> ``host:port``) and,
 per topic, the partition count and each partition's leader id and leader epoch. It opens one
 ``grpc.aio`` channel per broker address and reuses it for every request to that broker, and
-sends fetches over a :class:`~highwater.client.fetch_stream.FetchStream` kept per broker.
+sends fetches and produce requests over a :class:`~highwater.client.broker_streams.FetchStream`
+and a :class:`~highwater.client.broker_streams.ProduceStream` kept per broker (produce requests
+are unary calls while tracing is on: each carries its trace context in its call's metadata,
+which a stream sends once).
 
 Requests that answer ``NOT_LEADER_OR_FOLLOWER``, ``FENCED_LEADER_EPOCH``,
 ``UNKNOWN_TOPIC_OR_PARTITION`` or ``LEADER_NOT_AVAILABLE`` make the cached leader stale:
@@ -21,8 +24,9 @@ from dataclasses import dataclass
 import grpc
 import grpc.aio
 
-from highwater.client.fetch_stream import FetchStream
+from highwater.client.broker_streams import FetchStream, ProduceStream
 from highwater.errors import HighwaterError
+from highwater.telemetry.configure import tracing_enabled
 from highwater.telemetry.rpc import client_interceptors
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
@@ -146,6 +150,7 @@ class ClusterMetadata:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, broker_pb2_grpc.BrokerStub] = {}
         self._fetch_streams: dict[str, FetchStream] = {}
+        self._produce_streams: dict[str, ProduceStream] = {}
         self._lock = asyncio.Lock()
         self._closed = False
 
@@ -174,12 +179,27 @@ class ClusterMetadata:
             stream = self._fetch_streams[address] = FetchStream(stub)
         return await stream.fetch(request, timeout_s)
 
+    async def produce(
+        self, address: str, request: pb.ProduceRequest, timeout_s: float
+    ) -> pb.ProduceResponse:
+        """``request`` answered by the broker at ``address``, over the :class:`ProduceStream`
+        kept for that address (a unary call while tracing is on); raises
+        ``grpc.aio.AioRpcError`` as a unary call would."""
+        stub = self.stub(address)
+        if tracing_enabled():
+            return await stub.Produce(request, timeout=timeout_s)
+        stream = self._produce_streams.get(address)
+        if stream is None:
+            stream = self._produce_streams[address] = ProduceStream(stub)
+        return await stream.produce(request, timeout_s)
+
     async def close(self) -> None:
         """Close every channel; the object cannot be used afterwards."""
         self._closed = True
-        for stream in self._fetch_streams.values():
-            stream.close()
-        self._fetch_streams.clear()
+        for streams in (self._fetch_streams, self._produce_streams):
+            for stream in streams.values():
+                stream.close()
+            streams.clear()
         channels = list(self._channels.values())
         self._channels.clear()
         self._stubs.clear()

@@ -1247,9 +1247,7 @@ class AsyncProducer:
                 topic = by_topic[batch.topic] = request.topics.add(topic=batch.topic)
             topic.partitions.add(partition=batch.partition, record_batches=batch.data)
         try:
-            reply: pb.ProduceResponse = await self.cluster.stub(address).Produce(
-                request, timeout=cfg.request_timeout_ms / 1000
-            )
+            reply = await self.cluster.produce(address, request, cfg.request_timeout_ms / 1000)
         except grpc.aio.AioRpcError as e:
             code = e.code()
             error = ProduceError(

@@ -39,6 +39,11 @@ class BrokerStub:
                 request_serializer=highwater_dot_v1_dot_broker__pb2.ProduceRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_broker__pb2.ProduceResponse.FromString,
                 _registered_method=True)
+        self.ProduceStream = channel.stream_stream(
+                '/highwater.v1.Broker/ProduceStream',
+                request_serializer=highwater_dot_v1_dot_broker__pb2.ProduceRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_broker__pb2.ProduceResponse.FromString,
+                _registered_method=True)
         self.Fetch = channel.unary_unary(
                 '/highwater.v1.Broker/Fetch',
                 request_serializer=highwater_dot_v1_dot_broker__pb2.FetchRequest.SerializeToString,
@@ -86,6 +91,15 @@ class BrokerServicer:
 
     def Produce(self, request, context):
         """Appends record batches to partition leaders; answered per `acks`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProduceStream(self, request_iterator, context):
+        """The same produce requests over one long-lived stream: each request is answered by one
+        response, in order. It spares each request the set-up of a call; a producer opens as
+        many streams as it has requests in flight to the broker.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -156,6 +170,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     request_deserializer=highwater_dot_v1_dot_broker__pb2.ProduceRequest.FromString,
                     response_serializer=highwater_dot_v1_dot_broker__pb2.ProduceResponse.SerializeToString,
             ),
+            'ProduceStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ProduceStream,
+                    request_deserializer=highwater_dot_v1_dot_broker__pb2.ProduceRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_broker__pb2.ProduceResponse.SerializeToString,
+            ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
                     request_deserializer=highwater_dot_v1_dot_broker__pb2.FetchRequest.FromString,
@@ -222,6 +241,33 @@ class Broker:
             request,
             target,
             '/highwater.v1.Broker/Produce',
+            highwater_dot_v1_dot_broker__pb2.ProduceRequest.SerializeToString,
+            highwater_dot_v1_dot_broker__pb2.ProduceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProduceStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/highwater.v1.Broker/ProduceStream',
             highwater_dot_v1_dot_broker__pb2.ProduceRequest.SerializeToString,
             highwater_dot_v1_dot_broker__pb2.ProduceResponse.FromString,
             options,

@@ -42,6 +42,11 @@ class BrokerStub:
     def __new__(cls, channel: _aio.Channel) -> BrokerAsyncStub: ...
     Produce: _grpc.UnaryUnaryMultiCallable[_broker_pb2.ProduceRequest, _broker_pb2.ProduceResponse]
     """Appends record batches to partition leaders; answered per `acks`."""
+    ProduceStream: _grpc.StreamStreamMultiCallable[_broker_pb2.ProduceRequest, _broker_pb2.ProduceResponse]
+    """The same produce requests over one long-lived stream: each request is answered by one
+    response, in order. It spares each request the set-up of a call; a producer opens as
+    many streams as it has requests in flight to the broker.
+    """
     Fetch: _grpc.UnaryUnaryMultiCallable[_broker_pb2.FetchRequest, _broker_pb2.FetchResponse]
     """Reads from partitions (a long poll); followers fetch with their replica id."""
     FetchStream: _grpc.StreamStreamMultiCallable[_broker_pb2.FetchRequest, _broker_pb2.FetchResponse]
@@ -66,6 +71,11 @@ class BrokerAsyncStub(BrokerStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Produce: _aio.UnaryUnaryMultiCallable[_broker_pb2.ProduceRequest, _broker_pb2.ProduceResponse]  # type: ignore[assignment]
     """Appends record batches to partition leaders; answered per `acks`."""
+    ProduceStream: _aio.StreamStreamMultiCallable[_broker_pb2.ProduceRequest, _broker_pb2.ProduceResponse]  # type: ignore[assignment]
+    """The same produce requests over one long-lived stream: each request is answered by one
+    response, in order. It spares each request the set-up of a call; a producer opens as
+    many streams as it has requests in flight to the broker.
+    """
     Fetch: _aio.UnaryUnaryMultiCallable[_broker_pb2.FetchRequest, _broker_pb2.FetchResponse]  # type: ignore[assignment]
     """Reads from partitions (a long poll); followers fetch with their replica id."""
     FetchStream: _aio.StreamStreamMultiCallable[_broker_pb2.FetchRequest, _broker_pb2.FetchResponse]  # type: ignore[assignment]
@@ -93,6 +103,17 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_broker_pb2.ProduceResponse, _abc.Awaitable[_broker_pb2.ProduceResponse]]:
         """Appends record batches to partition leaders; answered per `acks`."""
+
+    @_abc_1.abstractmethod
+    def ProduceStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_broker_pb2.ProduceRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_broker_pb2.ProduceResponse], _abc.AsyncIterator[_broker_pb2.ProduceResponse]]:
+        """The same produce requests over one long-lived stream: each request is answered by one
+        response, in order. It spares each request the set-up of a call; a producer opens as
+        many streams as it has requests in flight to the broker.
+        """
 
     @_abc_1.abstractmethod
     def Fetch(

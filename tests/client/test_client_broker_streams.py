@@ -1,5 +1,6 @@
-"""FetchStream: fetches over one long-lived call, each answered in order, the call replaced
-after a failure, a timeout or a cancellation, and unary calls for a broker without the stream.
+"""FetchStream and ProduceStream: requests over long-lived calls, each answered in order, the
+call replaced after a failure, a timeout or a cancellation, requests in flight at once on
+calls of their own, and unary calls for a broker without the stream.
 
 The brokers here are small gRPC servers in this process whose ``Broker`` service answers
 each fetch with its own request's ``replica_id`` as the topic name, so that an answer that
@@ -16,7 +17,7 @@ from collections.abc import AsyncIterator
 import grpc
 import grpc.aio
 import pytest
-from highwater.client.fetch_stream import FetchStream
+from highwater.client.broker_streams import FetchStream, ProduceStream
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 
@@ -30,6 +31,19 @@ def asked(replica_id: int) -> pb.FetchRequest:
 
 
 def answered(reply: pb.FetchResponse) -> int:
+    return int(reply.topics[0].topic)
+
+
+def produce_answer(request: pb.ProduceRequest) -> pb.ProduceResponse:
+    """The answer of a produce request names it by its ``timeout_ms``."""
+    return pb.ProduceResponse(topics=[pb.ProduceTopicResponse(topic=str(request.timeout_ms))])
+
+
+def produce_asked(number: int) -> pb.ProduceRequest:
+    return pb.ProduceRequest(acks=-1, timeout_ms=number)
+
+
+def produce_answered(reply: pb.ProduceResponse) -> int:
     return int(reply.topics[0].topic)
 
 
@@ -61,9 +75,19 @@ class StreamingBroker(broker_pb2_grpc.BrokerServicer):
         self.unary += 1
         return answer(request)
 
+    async def ProduceStream(
+        self,
+        request_iterator: AsyncIterator[pb.ProduceRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.ProduceResponse]:
+        self.streams += 1
+        async for request in request_iterator:
+            await asyncio.sleep(self.delays.get(request.timeout_ms, 0))
+            yield produce_answer(request)
+
 
 class UnaryOnlyBroker(broker_pb2_grpc.BrokerServicer):
-    """A broker that serves ``Fetch`` but not ``FetchStream`` (UNIMPLEMENTED)."""
+    """A broker that serves ``Fetch`` and ``Produce`` but not their streams (UNIMPLEMENTED)."""
 
     def __init__(self) -> None:
         self.unary = 0
@@ -73,6 +97,12 @@ class UnaryOnlyBroker(broker_pb2_grpc.BrokerServicer):
     ) -> pb.FetchResponse:
         self.unary += 1
         return answer(request)
+
+    async def Produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ProduceResponse:
+        self.unary += 1
+        return produce_answer(request)
 
 
 async def serve(servicer: broker_pb2_grpc.BrokerServicer) -> tuple[grpc.aio.Server, str]:
@@ -184,3 +214,37 @@ async def test_a_broker_that_is_gone_is_an_unavailable_error() -> None:
         with pytest.raises(grpc.aio.AioRpcError) as raised:
             await fetches.fetch(asked(1), 5)
     assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_produce_requests_in_flight_use_calls_of_their_own_and_reuse_them() -> None:
+    broker = StreamingBroker()
+    server, address = await serve(broker)
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            produces = ProduceStream(broker_pb2_grpc.BrokerStub(channel))
+            # Five in flight, answered in the reverse order of their sending.
+            broker.delays.update({n: 0.05 * (5 - n) for n in range(5)})
+            replies = await asyncio.gather(
+                *(produces.produce(produce_asked(n), 5) for n in range(5))
+            )
+            assert [produce_answered(reply) for reply in replies] == list(range(5))
+            assert produces.calls_opened == 5
+            for n in range(5, 25):
+                assert produce_answered(await produces.produce(produce_asked(n), 5)) == n
+            assert (produces.calls_opened, broker.streams, broker.unary) == (5, 5, 0)
+            produces.close()
+    finally:
+        await server.stop(None)
+
+
+async def test_a_broker_without_the_produce_stream_gets_unary_produce_requests() -> None:
+    broker = UnaryOnlyBroker()
+    server, address = await serve(broker)
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            produces = ProduceStream(broker_pb2_grpc.BrokerStub(channel))
+            for n in range(3):
+                assert produce_answered(await produces.produce(produce_asked(n), 5)) == n
+            assert produces.is_unary and broker.unary == 3
+    finally:
+        await server.stop(None)
