@@ -56,6 +56,8 @@ class StreamingBroker(broker_pb2_grpc.BrokerServicer):
         self.end_after: int | None = None
         self.streams = 0
         self.unary = 0
+        self.order: list[int] = []
+        """The produce requests received, in order."""
 
     async def FetchStream(
         self, request_iterator: AsyncIterator[pb.FetchRequest], context: grpc.aio.ServicerContext
@@ -81,9 +83,14 @@ class StreamingBroker(broker_pb2_grpc.BrokerServicer):
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[pb.ProduceResponse]:
         self.streams += 1
+        sent = 0
         async for request in request_iterator:
+            self.order.append(request.timeout_ms)
             await asyncio.sleep(self.delays.get(request.timeout_ms, 0))
             yield produce_answer(request)
+            sent += 1
+            if self.end_after is not None and sent >= self.end_after:
+                return
 
 
 class UnaryOnlyBroker(broker_pb2_grpc.BrokerServicer):
@@ -216,25 +223,69 @@ async def test_a_broker_that_is_gone_is_an_unavailable_error() -> None:
     assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
-async def test_produce_requests_in_flight_use_calls_of_their_own_and_reuse_them() -> None:
+@pytest.fixture
+async def producing() -> AsyncIterator[tuple[StreamingBroker, ProduceStream]]:
     broker = StreamingBroker()
     server, address = await serve(broker)
+    channel = grpc.aio.insecure_channel(address)
+    produces = ProduceStream(broker_pb2_grpc.BrokerStub(channel))
     try:
-        async with grpc.aio.insecure_channel(address) as channel:
-            produces = ProduceStream(broker_pb2_grpc.BrokerStub(channel))
-            # Five in flight, answered in the reverse order of their sending.
-            broker.delays.update({n: 0.05 * (5 - n) for n in range(5)})
-            replies = await asyncio.gather(
-                *(produces.produce(produce_asked(n), 5) for n in range(5))
-            )
-            assert [produce_answered(reply) for reply in replies] == list(range(5))
-            assert produces.calls_opened == 5
-            for n in range(5, 25):
-                assert produce_answered(await produces.produce(produce_asked(n), 5)) == n
-            assert (produces.calls_opened, broker.streams, broker.unary) == (5, 5, 0)
-            produces.close()
+        yield broker, produces
     finally:
+        produces.close()
+        await channel.close()
         await server.stop(None)
+
+
+async def test_produce_requests_in_flight_share_one_call_in_their_order(
+    producing: tuple[StreamingBroker, ProduceStream],
+) -> None:
+    broker, produces = producing
+    broker.delays[0] = 0.2  # the others are written while the first waits for its answer
+    replies = await asyncio.gather(*(produces.produce(produce_asked(n), 5) for n in range(5)))
+    assert [produce_answered(reply) for reply in replies] == list(range(5))
+    assert broker.order == list(range(5))
+    for n in range(5, 25):
+        assert produce_answered(await produces.produce(produce_asked(n), 5)) == n
+    assert (produces.calls_opened, broker.streams, broker.unary) == (1, 1, 0)
+
+
+async def test_a_timed_out_produce_request_ends_the_call_and_those_in_flight_behind_it(
+    producing: tuple[StreamingBroker, ProduceStream],
+) -> None:
+    broker, produces = producing
+    broker.delays[1] = 0.5
+    slow = asyncio.create_task(produces.produce(produce_asked(1), 0.1))
+    await asyncio.sleep(0.02)
+    behind = asyncio.create_task(produces.produce(produce_asked(2), 5))
+    with pytest.raises(grpc.aio.AioRpcError) as timed_out:
+        await slow
+    assert timed_out.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    with pytest.raises(grpc.aio.AioRpcError) as failed:
+        await behind  # the producer resends it, in order
+    assert failed.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert produce_answered(await produces.produce(produce_asked(3), 5)) == 3
+    await asyncio.sleep(0.5)  # past the moment the late answers would have come
+    assert produce_answered(await produces.produce(produce_asked(4), 5)) == 4
+    assert produces.calls_opened == 2
+
+
+async def test_a_produce_stream_the_broker_ended_fails_what_is_in_flight_and_is_replaced(
+    producing: tuple[StreamingBroker, ProduceStream],
+) -> None:
+    broker, produces = producing
+    broker.end_after = 1
+    broker.delays[2] = 0.2
+    first, second = await asyncio.gather(
+        produces.produce(produce_asked(1), 5),
+        produces.produce(produce_asked(2), 5),
+        return_exceptions=True,
+    )
+    assert isinstance(first, pb.ProduceResponse) and produce_answered(first) == 1
+    assert isinstance(second, grpc.aio.AioRpcError)
+    assert second.code() == grpc.StatusCode.UNAVAILABLE
+    assert produce_answered(await produces.produce(produce_asked(3), 5)) == 3
+    assert produces.calls_opened == 2 and broker.streams == 2
 
 
 async def test_a_broker_without_the_produce_stream_gets_unary_produce_requests() -> None:

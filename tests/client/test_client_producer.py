@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc.aio
 import pytest
@@ -361,6 +362,31 @@ async def test_retries_among_many_in_flight_batches_keep_order_without_duplicate
     for base, count in sequences:
         assert base == expected
         expected += count
+
+
+async def test_batches_in_flight_reach_the_broker_in_order_without_a_retry(
+    cluster: Cluster,
+) -> None:
+    """Five batches in flight at a time go over one pipelined ProduceStream: the broker
+    appends them in the order of their sequences, and none comes back out of order."""
+    await cluster.create_topic("pipelined")
+    config = cluster.config(batch_size=1, linger_ms=0)
+    async with AsyncProducer(config) as producer:
+        await producer.send("pipelined", b"start")
+        failures: list[BaseException] = []
+        on_failure = producer._on_failure
+
+        def recording(batch: Any, error: BaseException, *, retriable: bool) -> None:
+            failures.append(error)
+            on_failure(batch, error, retriable=retriable)
+
+        producer._on_failure = recording  # type: ignore[method-assign]
+        futures = [producer.produce("pipelined", b"%04d" % i) for i in range(200)]
+        assert await producer.flush(20) == 0
+        assert producer.cluster._produce_streams[cluster.address].calls_opened == 1
+    assert failures == []
+    assert [f.result().offset for f in futures] == list(range(1, 201))
+    assert await cluster.values("pipelined") == [b"start"] + [b"%04d" % i for i in range(200)]
 
 
 async def test_a_refused_batch_gives_its_sequences_to_the_batches_in_flight_after_it(

@@ -916,8 +916,27 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):
         request_iterator: AsyncIterator[pb.ProduceRequest],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[pb.ProduceResponse]:
-        async for request in request_iterator:
-            yield await self._broker.produce(request)
+        """Each request is appended as it arrives, while those before it may still wait for
+        the ISR (tasks run their first step, the appends, in the order they were made), and
+        the answers go back in the requests' order, as Kafka pipelines a connection."""
+        answers: asyncio.Queue[asyncio.Task[pb.ProduceResponse] | None] = asyncio.Queue()
+
+        async def read() -> None:
+            try:
+                async for request in request_iterator:
+                    answers.put_nowait(asyncio.create_task(self._broker.produce(request)))
+            finally:
+                answers.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (task := await answers.get()) is not None:
+                yield await task
+        finally:
+            reader.cancel()
+            while not answers.empty():  # the client went away: stop waiting for their acks
+                if (task := answers.get_nowait()) is not None:
+                    task.cancel()
 
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext

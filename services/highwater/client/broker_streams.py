@@ -3,23 +3,31 @@ consumers, followers and producers reach brokers.
 
 A unary ``Fetch`` or ``Produce`` sets up a call for every request: on grpc.aio that costs
 about twice what a request over an open stream does, client and broker together.
-:class:`FetchStream` and :class:`ProduceStream` keep ``FetchStream`` and ``ProduceStream``
-calls open instead and write each request to one, reading the one answer the broker writes
-back (the broker answers a stream's requests one at a time, in order). They look like
-unary calls to their users: :meth:`FetchStream.fetch` and :meth:`ProduceStream.produce`
-return the answer or raise ``grpc.aio.AioRpcError`` (``DEADLINE_EXCEEDED`` once the timeout
-passes, ``UNAVAILABLE`` when the broker ended the call).
 
-A request that fails, times out or is cancelled ends its call, whose next answer would be
-out of step with the requests; the next request opens another. Requests made at the same
-time (a producer's requests in flight) use calls of their own, each reused once answered.
-A broker that does not serve the stream (one of an older version, during a rolling
+:class:`FetchStream` keeps ``FetchStream`` calls open and writes each fetch to one, reading
+the one answer the broker writes back; fetches made at the same time use calls of their
+own, each reused once answered. A fetch that fails, times out or is cancelled ends its call,
+whose next answer would be out of step with the requests; the next fetch opens another.
+
+:class:`ProduceStream` pipelines a producer's requests over one ``ProduceStream`` call, in
+the order they are made, as Kafka does over a connection: the broker appends each as it
+arrives, while those before it may still wait for the ISR, and answers them in order. So
+the batches of a partition reach the log in the order of their sequence numbers; requests
+on calls of their own could overtake one another and come back ``OUT_OF_ORDER_SEQUENCE_NUMBER``
+(a retry after ``retry.backoff.ms``). A request that times out ends the call and fails the
+requests still in flight on it, which the producer retries in order.
+
+Both look like unary calls to their users: :meth:`FetchStream.fetch` and
+:meth:`ProduceStream.produce` return the answer or raise ``grpc.aio.AioRpcError``
+(``DEADLINE_EXCEEDED`` once the timeout passes, ``UNAVAILABLE`` when the broker ended the
+call). A broker that does not serve the stream (one of an older version, during a rolling
 upgrade) answers ``UNIMPLEMENTED``: from then on the requests are unary calls.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
@@ -121,19 +129,103 @@ class FetchStream(_RequestStream[pb.FetchRequest, pb.FetchResponse]):
         return await self._request(request, timeout_s)
 
 
-class ProduceStream(_RequestStream[pb.ProduceRequest, pb.ProduceResponse]):
-    """The produce requests to the broker behind ``stub``."""
+class ProduceStream:
+    """The produce requests to the broker behind ``stub``, pipelined over one call."""
 
     def __init__(self, stub: broker_pb2_grpc.BrokerStub) -> None:
-        super().__init__(
-            stub.ProduceStream,
-            lambda request, timeout_s: stub.Produce(request, timeout=timeout_s),
-            "produce request",
-        )
+        self._stub = stub
+        self._pipeline: _Pipeline | None = None
+        self._write_lock = asyncio.Lock()
+        self._unary = False
+        self._closed = False
+        self.calls_opened = 0
+        """How many ``ProduceStream`` calls were opened (one, while nothing fails)."""
+
+    @property
+    def is_unary(self) -> bool:
+        """Whether the broker turned the stream down, so that requests are unary calls."""
+        return self._unary
 
     async def produce(self, request: pb.ProduceRequest, timeout_s: float) -> pb.ProduceResponse:
-        """``request`` answered by the broker within ``timeout_s`` seconds."""
-        return await self._request(request, timeout_s)
+        """``request`` answered by the broker within ``timeout_s`` seconds; requests are
+        written in the order of the calls."""
+        if self._unary or self._closed:
+            return await self._stub.Produce(request, timeout=timeout_s)
+        answer: asyncio.Future[pb.ProduceResponse] = asyncio.get_running_loop().create_future()
+        pipeline: _Pipeline | None = None
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with self._write_lock:
+                    pipeline = self._pipeline
+                    if pipeline is None or pipeline.ended:
+                        pipeline = self._pipeline = _Pipeline(self._stub.ProduceStream())
+                        self.calls_opened += 1
+                    pipeline.pending.append(answer)
+                    await pipeline.write(request)
+                return await answer
+        except TimeoutError:
+            error = _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "the produce request timed out")
+            if pipeline is not None:  # the answers after it would wait behind it
+                pipeline.end(error)
+            raise error from None
+        except grpc.aio.AioRpcError as e:
+            if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            self._unary = True
+            return await self._stub.Produce(request, timeout=timeout_s)
+
+    def close(self) -> None:
+        """End the call; the requests still in flight on it fail as ``CANCELLED``."""
+        self._closed = True
+        if self._pipeline is not None:
+            self._pipeline.end(_rpc_error(grpc.StatusCode.CANCELLED, "the producer closed"))
+
+
+class _Pipeline:
+    """One ``ProduceStream`` call: requests written in order, answers matched in order."""
+
+    def __init__(self, call: grpc.aio.StreamStreamCall[pb.ProduceRequest, pb.ProduceResponse]):
+        self.call = call
+        self.pending: deque[asyncio.Future[pb.ProduceResponse]] = deque()
+        self.ended = False
+        self._reader = asyncio.create_task(self._read())
+
+    async def write(self, request: pb.ProduceRequest) -> None:
+        try:
+            await self.call.write(request)
+        except grpc.aio.AioRpcError as e:
+            self.end(e)
+        except (grpc.aio.UsageError, asyncio.InvalidStateError) as e:  # the call had ended
+            self.end(_rpc_error(grpc.StatusCode.UNAVAILABLE, str(e)))
+
+    async def _read(self) -> None:
+        """Hand each answer to the oldest request waiting; fail them all once the call ends."""
+        error: grpc.aio.AioRpcError
+        try:
+            while True:
+                reply = await self.call.read()
+                if reply is grpc.aio.EOF or not self.pending:
+                    error = _rpc_error(grpc.StatusCode.UNAVAILABLE, "the broker ended the stream")
+                    break
+                answer = self.pending.popleft()
+                if not answer.done():  # its caller may have given up waiting
+                    answer.set_result(reply)
+        except grpc.aio.AioRpcError as e:
+            error = e
+        except (grpc.aio.UsageError, asyncio.InvalidStateError) as e:
+            error = _rpc_error(grpc.StatusCode.UNAVAILABLE, str(e))
+        except asyncio.CancelledError:
+            error = _rpc_error(grpc.StatusCode.CANCELLED, "the produce stream was closed")
+        self.end(error)
+
+    def end(self, error: grpc.aio.AioRpcError) -> None:
+        """End the call: every request still waiting fails with ``error``."""
+        self.ended = True
+        self.call.cancel()
+        while self.pending:
+            answer = self.pending.popleft()
+            if not answer.done():
+                answer.set_exception(error)
 
 
 def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
