@@ -3,15 +3,15 @@ broker and is appended, the reply never reaches the producer.
 
 Every connection a client opens to the proxy gets its own connection to the upstream
 broker; bytes are copied both ways, frame by frame (HTTP/2 frames: a 9-byte header, then
-the payload). The proxy reads the requests it forwards: a stream whose request message (the
-DATA frames up to END_STREAM, a gRPC length-prefixed message) decodes as a
-``ProduceRequest`` carrying record batches is a Produce call. After
-:meth:`DroppingProxy.drop_produce_replies`, the next replies to Produce calls are not
-delivered: when the first frame of such a reply (its HEADERS, which the broker sends once
-the call is done, i.e. after the append) comes back from the broker, the proxy resets both
-connections (RST, via SO_LINGER 0) instead. Dropping bytes out of an HTTP/2 connection would
-corrupt it, so a reset is how a reply gets lost; the client sees the call fail with
-UNAVAILABLE, as it would when a network path dies.
+the payload). The proxy reads the gRPC messages (each length-prefixed, carried in DATA
+frames) that go both ways: a request message that decodes as a ``ProduceRequest`` carrying
+record batches is a produce request, whether it is a unary ``Produce`` call or one of the
+requests of a ``ProduceStream`` call, and the next reply message on the same HTTP/2 stream
+answers it. After :meth:`DroppingProxy.drop_produce_replies`, the next replies to produce
+requests are not delivered: when the DATA frame of such a reply comes back from the broker
+(after the append), the proxy resets both connections (RST, via SO_LINGER 0) instead.
+Dropping bytes out of an HTTP/2 connection would corrupt it, so a reset is how a reply gets
+lost; the client sees the call fail with UNAVAILABLE, as it would when a network path dies.
 """
 
 from __future__ import annotations
@@ -43,6 +43,27 @@ def is_produce_request(message: bytes) -> bool:
     return any(p.record_batches for t in request.topics for p in t.partitions)
 
 
+def _messages(
+    buffers: dict[int, bytearray], stream_id: int, flags: int, frame: bytes
+) -> list[bytes]:
+    """The gRPC messages (prefix included) a DATA frame completes on its stream."""
+    payload = frame[FRAME_HEADER:]
+    if flags & PADDED and payload:
+        payload = payload[1 : len(payload) - payload[0]]
+    data = buffers.setdefault(stream_id, bytearray())
+    data += payload
+    messages = []
+    while len(data) >= 5:
+        end = 5 + int.from_bytes(data[1:5], "big")
+        if len(data) < end:
+            break
+        messages.append(bytes(data[:end]))
+        del data[:end]
+    if flags & END_STREAM:
+        buffers.pop(stream_id, None)
+    return messages
+
+
 class _Connection:
     """One client connection and its upstream connection."""
 
@@ -56,8 +77,9 @@ class _Connection:
         self.client_reader, self.client_writer = client
         self.upstream_reader, self.upstream_writer = upstream
         self.request_data: dict[int, bytearray] = {}
-        self.produce_streams: set[int] = set()
-        self.replied_streams: set[int] = set()
+        self.reply_data: dict[int, bytearray] = {}
+        self.produce_requests: dict[int, int] = {}
+        """Per HTTP/2 stream, the produce requests not answered yet."""
         self.closed = False
 
     async def run(self) -> None:
@@ -78,38 +100,31 @@ class _Connection:
             self.close(reset=False)
 
     async def _requests(self) -> None:
-        """Client to broker: forward every frame, noting which streams are Produce calls."""
+        """Client to broker: forward every frame, counting the produce requests per stream."""
         preface = await self.client_reader.readexactly(len(PREFACE))
         self.upstream_writer.write(preface)
         while True:
             frame_type, flags, stream_id, frame = await self._read_frame(self.client_reader)
             if frame_type == DATA and stream_id != 0:
-                payload = frame[FRAME_HEADER:]
-                if flags & PADDED and payload:
-                    payload = payload[1 : len(payload) - payload[0]]
-                data = self.request_data.setdefault(stream_id, bytearray())
-                data += payload
-                if flags & END_STREAM and is_produce_request(
-                    bytes(self.request_data.pop(stream_id))
-                ):
-                    self.produce_streams.add(stream_id)
+                for message in _messages(self.request_data, stream_id, flags, frame):
+                    if is_produce_request(message):
+                        self.produce_requests[stream_id] = (
+                            self.produce_requests.get(stream_id, 0) + 1
+                        )
             self.upstream_writer.write(frame)
             await self.upstream_writer.drain()
 
     async def _replies(self) -> None:
-        """Broker to client: forward every frame, unless it starts a reply to drop."""
+        """Broker to client: forward every frame, unless it carries a reply to drop."""
         while True:
-            frame_type, _, stream_id, frame = await self._read_frame(self.upstream_reader)
-            if (
-                frame_type == HEADERS
-                and stream_id in self.produce_streams
-                and stream_id not in self.replied_streams
-            ):
-                self.replied_streams.add(stream_id)
-                if self.proxy.take_drop():
-                    self.close(reset=True)
-                    return
-                self.proxy.produce_replies_delivered += 1
+            frame_type, flags, stream_id, frame = await self._read_frame(self.upstream_reader)
+            if frame_type == DATA and self.produce_requests.get(stream_id):
+                for _ in _messages(self.reply_data, stream_id, flags, frame):
+                    self.produce_requests[stream_id] -= 1
+                    if self.proxy.take_drop():
+                        self.close(reset=True)
+                        return
+                    self.proxy.produce_replies_delivered += 1
             self.client_writer.write(frame)
             await self.client_writer.drain()
 
