@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -649,6 +650,7 @@ def run(report: Report) -> None:
         missing = jetstream_available()
         if not missing:
             for replicas in (1, 3):
+                os.sync()
                 report.progress(f"broker: NATS JetStream R{replicas} on loopback")
                 try:
                     with jetstream_servers(root / f"jetstream-r{replicas}", replicas) as servers:
@@ -660,6 +662,9 @@ def run(report: Report) -> None:
         ours: dict[int, Workloads] = {}
         failover = Failover()
         for replication in (1, 3):
+            # What the runs before wrote is on its way to the disk: written out now, so that
+            # the kernel's writeback of one system's files does not run during another's.
+            os.sync()
             report.progress(f"broker: highwater, {replication} broker(s) on loopback")
             with highwater_cluster(root / f"highwater-{replication}", replication) as cluster:
                 ours[replication] = asyncio.run(
@@ -851,7 +856,9 @@ def _notes(
         f"report checked, the event loop given a turn every {YIELD_EVERY} records; "
         f"consumer: `AsyncConsumer.consume({CONSUME_BATCH})` (Kafka's max.poll.records "
         "default) from offset 0 of the same partition. All clients run in the benchmark's "
-        "one Python process, on the same 2 CPUs as the servers. Each throughput phase, "
+        "one Python process, on the same 2 CPUs as the servers; each deployment starts "
+        "after `sync`, so that the kernel does not write one system's files out during "
+        "another's runs. Each throughput phase, "
         f"Highwater's and JetStream's alike, runs {TRIALS} times in a row; the trial of median "
         "rate is the figure, and every trial's rate is listed under it."
     )
