@@ -12,7 +12,9 @@ what every consumer and follower uses (tests/integration).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
 import grpc
 import grpc.aio
@@ -120,18 +122,30 @@ async def serve(servicer: broker_pb2_grpc.BrokerServicer) -> tuple[grpc.aio.Serv
     return server, f"127.0.0.1:{port}"
 
 
-@pytest.fixture
-async def streaming() -> AsyncIterator[tuple[StreamingBroker, FetchStream]]:
+_Streams = TypeVar("_Streams", FetchStream, ProduceStream)
+
+
+@contextlib.asynccontextmanager
+async def streaming_broker(
+    make: Callable[[broker_pb2_grpc.BrokerStub], _Streams],
+) -> AsyncIterator[tuple[StreamingBroker, _Streams]]:
+    """A :class:`StreamingBroker` served here and ``make(stub)`` of a channel to it."""
     broker = StreamingBroker()
     server, address = await serve(broker)
     channel = grpc.aio.insecure_channel(address)
-    fetches = FetchStream(broker_pb2_grpc.BrokerStub(channel))
+    streams = make(broker_pb2_grpc.BrokerStub(channel))
     try:
-        yield broker, fetches
+        yield broker, streams
     finally:
-        fetches.close()
+        streams.close()
         await channel.close()
         await server.stop(None)
+
+
+@pytest.fixture
+async def streaming() -> AsyncIterator[tuple[StreamingBroker, FetchStream]]:
+    async with streaming_broker(FetchStream) as pair:
+        yield pair
 
 
 async def test_fetches_share_one_call_and_each_gets_its_answer(
@@ -225,16 +239,8 @@ async def test_a_broker_that_is_gone_is_an_unavailable_error() -> None:
 
 @pytest.fixture
 async def producing() -> AsyncIterator[tuple[StreamingBroker, ProduceStream]]:
-    broker = StreamingBroker()
-    server, address = await serve(broker)
-    channel = grpc.aio.insecure_channel(address)
-    produces = ProduceStream(broker_pb2_grpc.BrokerStub(channel))
-    try:
-        yield broker, produces
-    finally:
-        produces.close()
-        await channel.close()
-        await server.stop(None)
+    async with streaming_broker(ProduceStream) as pair:
+        yield pair
 
 
 async def test_produce_requests_in_flight_share_one_call_in_their_order(
