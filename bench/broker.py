@@ -701,7 +701,9 @@ def _throughput_rows(
                 peer_name=_peer_name(replication),
                 peer_value=peer.produced.per_second if peer.produced else None,
                 target=at_least(PRODUCER_TARGETS[replication], "records/s"),
-                extra=_details(mine, "produce", "the client is the bottleneck (see notes)"),
+                extra=_details(
+                    produced, mine, "produce", "the client is the bottleneck (see notes)"
+                ),
                 error=mine.errors.get("produce", "did not run"),
                 peer_extra=peer.trials_text("produce"),
             )
@@ -715,7 +717,7 @@ def _throughput_rows(
                 "records/s",
                 peer_name=_peer_name(replication),
                 peer_value=peer.produced.per_second if peer.produced else None,
-                extra=_details(mine, "raw produce"),
+                extra=_details(raw, mine, "raw produce"),
                 error=mine.errors.get("raw produce", "did not run"),
                 peer_extra=peer.trials_text("produce"),
             )
@@ -729,7 +731,7 @@ def _throughput_rows(
                 peer_name=_peer_name(replication),
                 peer_value=peer.consumed.per_second if peer.consumed else None,
                 target=at_least(CONSUMER_TARGET, "records/s"),
-                extra=_details(mine, "consume"),
+                extra=_details(consumed, mine, "consume"),
                 error=mine.errors.get("consume", "did not run"),
                 peer_extra=peer.trials_text("consume"),
             )
@@ -743,20 +745,16 @@ def _throughput_rows(
                 "records/s",
                 peer_name=_peer_name(replication),
                 peer_value=peer.consumed.per_second if peer.consumed else None,
-                extra=_details(mine, "raw fetch"),
+                extra=_details(fetched, mine, "raw fetch"),
                 error=mine.errors.get("raw fetch", "did not run"),
                 peer_extra=peer.trials_text("consume"),
             )
         )
 
 
-_PHASES = {"produce": "produced", "raw produce": "raw_produced", "consume": "consumed"}
-
-
-def _details(workloads: Workloads, phase: str, note: str = "") -> str:
+def _details(counted: Counted | None, workloads: Workloads, phase: str, note: str = "") -> str:
     """What a throughput row shows under its figure: MB/s and records of the median trial,
     every trial's rate, and ``note``."""
-    counted = getattr(workloads, _PHASES.get(phase, "raw_fetched"))
     parts = [_mb(counted), workloads.trials_text(phase), note]
     return "; ".join(part for part in parts if part)
 

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
 
 import grpc
 import grpc.aio
@@ -39,41 +37,31 @@ from highwater.v1 import broker_pb2_grpc
 
 __all__ = ["FetchStream", "ProduceStream"]
 
-_Request = TypeVar("_Request")
-_Response = TypeVar("_Response")
 
+class FetchStream:
+    """The fetches to the broker behind ``stub``."""
 
-class _RequestStream(Generic[_Request, _Response]):
-    """Requests of one kind to one broker over stream calls kept open."""
-
-    def __init__(
-        self,
-        open_call: Callable[[], grpc.aio.StreamStreamCall[_Request, _Response]],
-        unary: Callable[[_Request, float], Awaitable[_Response]],
-        what: str,
-    ) -> None:
-        self._open_call = open_call
-        self._unary_call = unary
-        self._what = what
-        self._idle: list[grpc.aio.StreamStreamCall[_Request, _Response]] = []
+    def __init__(self, stub: broker_pb2_grpc.BrokerStub) -> None:
+        self._stub = stub
+        self._idle: list[grpc.aio.StreamStreamCall[pb.FetchRequest, pb.FetchResponse]] = []
         self._unary = False
         self._closed = False
         self.calls_opened = 0
-        """How many stream calls were opened (one per request in flight at once, while
-        nothing fails)."""
+        """How many ``FetchStream`` calls were opened (one per fetch under way at once,
+        while nothing fails)."""
 
     @property
     def is_unary(self) -> bool:
-        """Whether the broker turned the stream down, so that requests are unary calls."""
+        """Whether the broker turned the stream down, so that fetches are unary calls."""
         return self._unary
 
-    async def _request(self, request: _Request, timeout_s: float) -> _Response:
+    async def fetch(self, request: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse:
         """``request`` answered by the broker within ``timeout_s`` seconds."""
         if self._unary:
-            return await self._unary_call(request, timeout_s)
+            return await self._stub.Fetch(request, timeout=timeout_s)
         call = self._idle.pop() if self._idle else None
         if call is None or call.done():  # none yet, or the broker ended it (it stopped)
-            call = self._open_call()
+            call = self._stub.FetchStream()
             self.calls_opened += 1
         try:
             async with asyncio.timeout(timeout_s):
@@ -81,9 +69,7 @@ class _RequestStream(Generic[_Request, _Response]):
                 reply = await call.read()
         except TimeoutError:
             call.cancel()
-            raise _rpc_error(
-                grpc.StatusCode.DEADLINE_EXCEEDED, f"the {self._what} timed out"
-            ) from None
+            raise _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "the fetch timed out") from None
         except (grpc.aio.UsageError, asyncio.InvalidStateError) as e:  # the call had ended
             call.cancel()
             raise _rpc_error(grpc.StatusCode.UNAVAILABLE, str(e)) from e
@@ -92,14 +78,12 @@ class _RequestStream(Generic[_Request, _Response]):
             if e.code() != grpc.StatusCode.UNIMPLEMENTED:
                 raise
             self._unary = True
-            return await self._unary_call(request, timeout_s)
-        except BaseException:  # cancelled: the answer, if any, would come to the next request
+            return await self._stub.Fetch(request, timeout=timeout_s)
+        except BaseException:  # cancelled: the answer, if any, would come to the next fetch
             call.cancel()
             raise
         if reply is grpc.aio.EOF:
-            raise _rpc_error(
-                grpc.StatusCode.UNAVAILABLE, f"the broker ended the {self._what} stream"
-            )
+            raise _rpc_error(grpc.StatusCode.UNAVAILABLE, "the broker ended the fetch stream")
         if self._closed:
             call.cancel()
         else:
@@ -107,26 +91,11 @@ class _RequestStream(Generic[_Request, _Response]):
         return reply
 
     def close(self) -> None:
-        """End the calls kept open; requests still under way end their own calls."""
+        """End the calls kept open; fetches still under way end their own calls."""
         self._closed = True
         for call in self._idle:
             call.cancel()
         self._idle.clear()
-
-
-class FetchStream(_RequestStream[pb.FetchRequest, pb.FetchResponse]):
-    """The fetches to the broker behind ``stub``."""
-
-    def __init__(self, stub: broker_pb2_grpc.BrokerStub) -> None:
-        super().__init__(
-            stub.FetchStream,
-            lambda request, timeout_s: stub.Fetch(request, timeout=timeout_s),
-            "fetch",
-        )
-
-    async def fetch(self, request: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse:
-        """``request`` answered by the broker within ``timeout_s`` seconds."""
-        return await self._request(request, timeout_s)
 
 
 class ProduceStream:
