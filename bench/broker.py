@@ -400,12 +400,9 @@ async def fetch_raw(address: str, topic: str, records: int) -> Counted:
         started = time.perf_counter()
         async with asyncio.timeout(120):
             while seen < records:
-                request = pb.FetchRequest(
-                    replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=8 << 20
-                )
+                request = pb.FetchRequest(max_wait_ms=500, min_bytes=1, max_bytes=8 << 20)
                 request.topics.add(topic=topic).partitions.add(
                     partition=0,
-                    current_leader_epoch=-1,
                     fetch_offset=offset,
                     partition_max_bytes=8 << 20,
                 )

@@ -3,6 +3,11 @@
 A single-voter controller quorum (node 1), a broker (node 1) and a group coordinator
 (node 1) share one gRPC server: ``highwater.v1.Controller``, ``highwater.v1.Broker``,
 ``highwater.v1.GroupCoordinator`` and ``highwater.v1.Raft``, with health and reflection.
+Health reports each service NOT_SERVING, and the server as a whole too, until it can serve
+what it promises: the Controller once the quorum has a leader, the Broker once it is
+registered and unfenced, the GroupCoordinator once its ``__consumer_offsets`` partitions
+are loaded; ``highwater.broker.ready`` is the broker's rolling-restart gate, as on a
+standalone broker.
 The broker and the coordinator take their metadata straight from the controller's state
 machine instead of replicating the metadata log again, and register and heartbeat
 through the Controller API like any broker or coordinator. The coordinator's first
@@ -82,12 +87,14 @@ class EmbeddedServer:
             controllers=[listen],
             metadata=self.controller.machine,
             settings=broker_settings,
+            report_serving=self.controller.raft.report_serving,
         )
         self.coordinator = CoordinatorServer(
             node_id=EMBEDDED_NODE_ID,
             advertised=listen,
             controllers=[listen],
             metadata=self.controller.machine,
+            report_serving=self.controller.raft.report_serving,
             settings=coordinator_settings
             or CoordinatorSettings(
                 group=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=0)

@@ -94,7 +94,7 @@ class Cluster:
         return (await self.broker.Fetch(request)).topics[0].partitions[0]
 
     async def list_offset(self, topic: str, timestamp: int) -> pb.ListOffsetsPartitionResponse:
-        request = pb.ListOffsetsRequest(replica_id=-1)
+        request = pb.ListOffsetsRequest()
         request.topics.add(topic=topic).partitions.add(
             partition=0, current_leader_epoch=-1, timestamp=timestamp
         )

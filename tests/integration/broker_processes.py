@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -122,6 +123,13 @@ class BrokerProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def broker_epoch(self) -> int:
+        """The epoch this broker last registered with, as its log says: what a fetch that
+        stands in for this broker's own must name."""
+        found = re.findall(rf"broker {self.node_id} registered with epoch (\d+)", self.log_text())
+        assert found, f"broker {self.node_id} has not registered"
+        return int(found[-1])
 
 
 # --- Metadata -------------------------------------------------------------------------------

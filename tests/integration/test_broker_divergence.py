@@ -118,20 +118,25 @@ async def wait_checkpointed_high_watermark(broker: BrokerProcess, expected: int)
 
 
 async def follower_view(
-    leader: BrokerProcess, follower_id: int, leader_epoch: int
+    leader: BrokerProcess, follower: BrokerProcess, leader_epoch: int
 ) -> tuple[pb.EpochEndOffsetResult, pb.FetchPartitionResponse]:
     """What the leader answers a follower whose log is A's (two records, the last of epoch
     e0): OffsetsForLeaderEpoch for e0, and a follower Fetch from offset 2 with last fetched
-    epoch e0 (neither changes the leader's state)."""
+    epoch e0 (neither changes the leader's state). The fetch stands in for ``follower``'s
+    own, with its id and registered broker epoch."""
     async with grpc.aio.insecure_channel(leader.address) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
-        asked = pb.OffsetsForLeaderEpochRequest(replica_id=follower_id)
+        asked = pb.OffsetsForLeaderEpochRequest()
         asked.topics.add(topic=TOPIC).partitions.add(
             partition=0, current_leader_epoch=leader_epoch, leader_epoch=0
         )
         epochs = await stub.OffsetsForLeaderEpoch(asked, timeout=5)
         fetch = pb.FetchRequest(
-            replica_id=follower_id, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20
+            replica_id=follower.node_id,
+            replica_epoch=follower.broker_epoch(),
+            max_wait_ms=0,
+            min_bytes=1,
+            max_bytes=1 << 20,
         )
         fetch.topics.add(topic=TOPIC).partitions.add(
             partition=0,
@@ -195,7 +200,7 @@ async def test_a_returning_leader_truncates_by_leader_epoch_and_the_replicas_con
 
     # What the leader tells a follower with A's log: epoch e0 ends at 1 here (KIP-101),
     # and a fetch from 2 with last fetched epoch e0 diverges there (KIP-320).
-    epoch_end, diverging = await follower_view(b, REPLICA_A, epoch_b)
+    epoch_end, diverging = await follower_view(b, a, epoch_b)
     assert epoch_end.error == ErrorCode.NONE
     assert (epoch_end.leader_epoch, epoch_end.end_offset) == (epoch_a, 1)
     assert diverging.error == ErrorCode.NONE and not diverging.records

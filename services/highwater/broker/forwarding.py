@@ -1,15 +1,18 @@
 """Admin calls sent to a broker, forwarded to the active controller (Kafka's KIP-590).
 
-A standalone broker serves the ``highwater.v1.Controller`` admin calls — CreateTopics,
-DeleteTopics, CreatePartitions, AlterConfigs, DescribeConfigs, ElectLeaders,
+Every broker serves the admin calls of admin.proto — CreateTopics, DeleteTopics,
+CreatePartitions, AlterConfigs, DescribeConfigs, ElectLeaders,
 AlterPartitionReassignments, ListPartitionReassignments, UnregisterBroker (an operator
-removing a broker for good, Kafka's KIP-856) — by handing
-each to the active controller through its
-:class:`~highwater.controller.client.ControllerClient` and returning the answer, so an
-admin client needs only a broker's address (``--bootstrap-server``). The calls that are
-a broker's own business with the controller (registration, heartbeats, AlterPartition,
-producer ids, coordinators) are not served: UNIMPLEMENTED. In ``highwater server`` the
-controller itself answers on the same port, and nothing is forwarded.
+removing a broker for good, Kafka's KIP-856) — as methods of its own ``highwater.v1.Broker``
+service (:class:`ForwardedAdminCalls`), so that a client needs one address and one service.
+A standalone broker also serves them under ``highwater.v1.Controller``
+(:func:`add_forwarding_servicer`), the names the project's admin client uses. Either way the
+broker hands each call to the active controller through its
+:class:`~highwater.controller.client.ControllerClient`, which follows NOT_CONTROLLER
+redirects, and returns the answer. The calls that are a broker's own business with the
+controller (registration, heartbeats, AlterPartition, producer ids, coordinators) are not
+served: UNIMPLEMENTED. In ``highwater server`` the controller itself answers the
+``Controller`` service on the same port, and the ``Broker`` service's calls go to it.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from google.protobuf.message import Message
 from highwater.controller import codec
 from highwater.controller.client import ControllerClient, ControllerUnavailableError
 from highwater.controller.codec import CONTROLLER_SERVICE_NAME, ControllerRpc, InvalidRequestError
+from highwater.v1 import admin_pb2
 
-__all__ = ["FORWARDED_RPCS", "add_forwarding_servicer"]
+__all__ = ["FORWARDED_RPCS", "ForwardedAdminCalls", "add_forwarding_servicer", "forward"]
 
 FORWARDED_RPCS: Final = (
     codec.CREATE_TOPICS,
@@ -54,18 +58,86 @@ def add_forwarding_servicer(server: grpc.aio.Server, controller: ControllerClien
     )
 
 
-def _forwarder(rpc: ControllerRpc[Any, Any], controller: ControllerClient) -> Any:
-    async def forward(message: Message, context: grpc.aio.ServicerContext) -> Message:
-        try:
-            request = rpc.request_from_proto(message)
-        except InvalidRequestError as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-            raise AssertionError("unreachable: abort raises") from e
-        try:
-            response = await controller.call(rpc, request)
-        except ControllerUnavailableError as e:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
-            raise AssertionError("unreachable: abort raises") from e
-        return rpc.response_to_proto(response)
+class ForwardedAdminCalls:
+    """The admin methods of a ``highwater.v1.Broker`` servicer (admin.proto), each
+    forwarded through :attr:`controller` by :func:`forward`."""
 
-    return forward
+    controller: ControllerClient
+    """Set by the servicer that mixes this in: the broker's client of the controllers."""
+
+    async def CreateTopics(
+        self, request: admin_pb2.CreateTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.CreateTopicsResponse:
+        return await forward(codec.CREATE_TOPICS, self.controller, request, context)
+
+    async def DeleteTopics(
+        self, request: admin_pb2.DeleteTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.DeleteTopicsResponse:
+        return await forward(codec.DELETE_TOPICS, self.controller, request, context)
+
+    async def CreatePartitions(
+        self, request: admin_pb2.CreatePartitionsRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.CreatePartitionsResponse:
+        return await forward(codec.CREATE_PARTITIONS, self.controller, request, context)
+
+    async def AlterConfigs(
+        self, request: admin_pb2.AlterConfigsRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.AlterConfigsResponse:
+        return await forward(codec.ALTER_CONFIGS, self.controller, request, context)
+
+    async def DescribeConfigs(
+        self, request: admin_pb2.DescribeConfigsRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.DescribeConfigsResponse:
+        return await forward(codec.DESCRIBE_CONFIGS, self.controller, request, context)
+
+    async def ElectLeaders(
+        self, request: admin_pb2.ElectLeadersRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.ElectLeadersResponse:
+        return await forward(codec.ELECT_LEADERS, self.controller, request, context)
+
+    async def AlterPartitionReassignments(
+        self,
+        request: admin_pb2.AlterPartitionReassignmentsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> admin_pb2.AlterPartitionReassignmentsResponse:
+        return await forward(codec.ALTER_PARTITION_REASSIGNMENTS, self.controller, request, context)
+
+    async def ListPartitionReassignments(
+        self,
+        request: admin_pb2.ListPartitionReassignmentsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> admin_pb2.ListPartitionReassignmentsResponse:
+        return await forward(codec.LIST_PARTITION_REASSIGNMENTS, self.controller, request, context)
+
+    async def UnregisterBroker(
+        self, request: admin_pb2.UnregisterBrokerRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.UnregisterBrokerResponse:
+        return await forward(codec.UNREGISTER_BROKER, self.controller, request, context)
+
+
+async def forward(
+    rpc: ControllerRpc[Any, Any],
+    controller: ControllerClient,
+    message: Message,
+    context: grpc.aio.ServicerContext,
+) -> Any:
+    """``message`` sent to the active controller as ``rpc``; its answer. A request the
+    controller's codec cannot hold is INVALID_ARGUMENT, no reachable controller UNAVAILABLE."""
+    try:
+        request = rpc.request_from_proto(message)
+    except InvalidRequestError as e:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        raise AssertionError("unreachable: abort raises") from e
+    try:
+        response = await controller.call(rpc, request)
+    except ControllerUnavailableError as e:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+        raise AssertionError("unreachable: abort raises") from e
+    return rpc.response_to_proto(response)
+
+
+def _forwarder(rpc: ControllerRpc[Any, Any], controller: ControllerClient) -> Any:
+    async def forwarded(message: Message, context: grpc.aio.ServicerContext) -> Message:
+        return await forward(rpc, controller, message, context)
+
+    return forwarded

@@ -208,11 +208,24 @@ class Partition:
             return ProduceCompletion(True, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         return self.leader_state.can_complete_produce(required_offset)
 
-    def read(self, fetch_offset: int, max_bytes: int, current_leader_epoch: int) -> FetchData:
-        """Whole batches from ``fetch_offset`` up to the high watermark (a consumer's read)."""
+    def read(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        current_leader_epoch: int,
+        *,
+        min_one_batch: bool = True,
+    ) -> FetchData:
+        """Whole batches from ``fetch_offset`` up to the high watermark (a consumer's read);
+        with ``min_one_batch`` the first even when it is larger than ``max_bytes``."""
         self.check_leader(current_leader_epoch)
         try:
-            return self.log.read(fetch_offset, max_bytes, max_offset=self.high_watermark)
+            return self.log.read(
+                fetch_offset,
+                max_bytes,
+                max_offset=self.high_watermark,
+                min_one_batch=min_one_batch,
+            )
         except OffsetOutOfRangeError as e:
             raise PartitionError(ErrorCode.OFFSET_OUT_OF_RANGE, str(e)) from None
 
@@ -223,6 +236,8 @@ class Partition:
         last_fetched_epoch: int,
         max_bytes: int,
         current_leader_epoch: int,
+        *,
+        min_one_batch: bool = True,
     ) -> FollowerRead:
         """A follower's fetch: its log end is ``fetch_offset``. Where its last epoch ends
         before that in the leader's log, the answer is the diverging epoch (KIP-320);
@@ -236,7 +251,7 @@ class Partition:
             if diverging is not None:
                 return FollowerRead(None, diverging, None)
             log_end = self.log.log_end_offset
-            data = self.log.read(fetch_offset, max_bytes)
+            data = self.log.read(fetch_offset, max_bytes, min_one_batch=min_one_batch)
             outcome = state.on_follower_fetch(
                 replica_id, fetch_offset, self.clock(), log_end, current_leader_epoch=None
             )

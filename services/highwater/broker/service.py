@@ -38,8 +38,11 @@ from typing import Any, Final, Protocol, TypeVar
 import grpc
 import grpc.aio
 
+from highwater.broker import request_fields as fields
+from highwater.broker.forwarding import ForwardedAdminCalls
 from highwater.broker.partitions import Partition, PartitionError, PartitionManager
 from highwater.broker.replication import AlterPartitionProposal, EpochEndOffset, truncation_offset
+from highwater.broker.rolling import READY_SERVICE, broker_readiness
 from highwater.broker.telemetry import ACKS, CONSUMER, REPLICA, TOPIC, BrokerTelemetry
 from highwater.client.broker_streams import FetchStream
 from highwater.controller import messages as m
@@ -61,10 +64,14 @@ __all__ = ["BROKER_SERVICE_NAME", "BrokerServer", "BrokerSettings", "ImageSource
 log = logging.getLogger(__name__)
 
 BROKER_SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["Broker"].full_name
-ACKS_ALL: Final = -1
+ACKS_ALL: Final = fields.ACKS_ALL
 NO_PRODUCER: Final = -1
 
 T = TypeVar("T")
+
+
+ServingReport = Callable[[str, bool], None]
+"""Says whether a gRPC service (by its full name) can serve: the host's health."""
 
 
 class ImageSource(Protocol):
@@ -98,6 +105,9 @@ class BrokerSettings:
     """``replica.fetch.response.max.bytes``."""
     replica_fetch_backoff_ms: int = 100
     """``replica.fetch.backoff.ms``: the wait after a failed fetch."""
+    fetch_max_bytes: int = 55 * 1024 * 1024
+    """``fetch.max.bytes``: the most one fetch answer carries, whatever it asks for (one
+    batch more at most), below the 64 MiB gRPC message limit of the broker's server."""
     registration_retry_backoff_ms: int = 500
     """The wait between registrations while a previous incarnation's session lasts."""
     alter_partition_retry_backoff_ms: int = 100
@@ -119,7 +129,10 @@ class BrokerServer:
         controllers: Iterable[str],
         metadata: ImageSource,
         settings: BrokerSettings | None = None,
+        report_serving: ServingReport | None = None,
     ) -> None:
+        """``report_serving``: where the broker says whether it can serve, for its gRPC
+        host's health (:meth:`~highwater.raft.service.RaftServer.report_serving`)."""
         self.node_id = node_id
         self.advertised = advertised
         self.settings = settings or BrokerSettings()
@@ -131,6 +144,7 @@ class BrokerServer:
         )
         self.telemetry = BrokerTelemetry(self.partitions)
         self._metadata = metadata
+        self._report_serving = report_serving
         self.controller = ControllerClient(list(controllers), timeout_s=30)
         self._incarnation_id = str(uuid.uuid4())
         self.broker_epoch = -1
@@ -162,6 +176,7 @@ class BrokerServer:
         self._metadata.add_listener(self._on_image)
         self._on_image(self._metadata.image)
         self.broker_epoch = await self._register()
+        self._report_readiness(self._metadata.image)
         self._heartbeats = asyncio.create_task(self._heartbeat_forever())
         self._shrinker = asyncio.create_task(self._shrink_isr_forever())
         self._upkeep = asyncio.create_task(self.log_manager.run_background())
@@ -263,6 +278,27 @@ class BrokerServer:
         if self.broker_epoch >= 0 and not self._stopping:
             self._ensure_fetchers()
         self._notify()
+        self._report_readiness(image)
+
+    def _report_readiness(self, image: MetadataImage) -> None:
+        """Health: the Broker service is SERVING while this incarnation is registered,
+        unfenced and not shutting down in ``image`` (before, its answers would be
+        NOT_LEADER_OR_FOLLOWER and its topic creations INVALID_REPLICATION_FACTOR), and
+        :data:`~highwater.broker.rolling.READY_SERVICE` while it is also back in the ISR
+        of every partition it replicates (the rolling-restart gate, docs/kubernetes.md)."""
+        report = self._report_serving
+        if report is None:
+            return
+        registration = image.broker(self.node_id)
+        serving = (
+            self.broker_epoch >= 0
+            and not self._stopping
+            and registration is not None
+            and registration.broker_epoch == self.broker_epoch
+            and registration.is_active
+        )
+        report(BROKER_SERVICE_NAME, serving)
+        report(READY_SERVICE, serving and broker_readiness(image, self.node_id).allowed)
 
     def _notify(self, *, appended: bool = True, committed: bool = True) -> None:
         """Wake the long polls and acks=all waits: records were ``appended`` to a log, a
@@ -291,10 +327,12 @@ class BrokerServer:
         try:
             return await self._produce(request)
         finally:
-            self.telemetry.produce_duration.record(time.monotonic() - started, {ACKS: request.acks})
+            self.telemetry.produce_duration.record(
+                time.monotonic() - started, {ACKS: fields.produce_acks(request)}
+            )
 
     async def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
-        acks = request.acks
+        acks = fields.produce_acks(request)
         response = pb.ProduceResponse()
         waiting: list[tuple[pb.ProducePartitionResponse, str, int]] = []
         committed = False  # whether an append moved a high watermark (a leader alone in its ISR)
@@ -324,7 +362,7 @@ class BrokerServer:
         self._notify(committed=committed)
         if acks == 0:
             return pb.ProduceResponse()
-        deadline = time.monotonic() + max(request.timeout_ms, 0) / 1000
+        deadline = time.monotonic() + max(fields.produce_timeout_ms(request), 0) / 1000
         while waiting:
             waiting = [w for w in waiting if not self._replicated(*w)]
             if not waiting:
@@ -354,23 +392,47 @@ class BrokerServer:
     # --- Fetch --------------------------------------------------------------------------
 
     async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+        """A consumer's or a follower's fetch (a long poll). A fetch is a follower's only
+        when it names a replica id (``request_fields.follower_id``); then that broker must
+        be registered with the epoch the fetch names, or every partition's answer is
+        STALE_BROKER_EPOCH and nothing moves: a consumer that sets a replica id, or an
+        earlier incarnation of the broker, cannot pass for the follower."""
         started = time.monotonic()
         deadline = started + max(request.max_wait_ms, 0) / 1000
-        follower = request.replica_id >= 0
-        read = self._read_for_follower if follower else self._read
+        follower = fields.follower_id(request)
+        if follower is not None:
+            refusal = self._follower_refusal(request, follower)
+            if refusal is not None:
+                return _fail_fetch(request, ErrorCode.STALE_BROKER_EPOCH, refusal)
+        read = self._read if follower is None else self._read_for_follower
         while True:
             response, total, failed = read(request)
             now = time.monotonic()
             if failed or total >= max(request.min_bytes, 1) or now >= deadline:
                 self.telemetry.fetch_duration.record(
-                    now - started, REPLICA if follower else CONSUMER
+                    now - started, CONSUMER if follower is None else REPLICA
                 )
                 return response
-            await self._wait_change(deadline - now, appended=follower)
+            await self._wait_change(deadline - now, appended=follower is not None)
+
+    def _follower_refusal(self, request: pb.FetchRequest, replica_id: int) -> str | None:
+        """Why a fetch that claims to come from broker ``replica_id`` is not that broker's
+        (its epoch is missing or is not the registered one), or ``None``."""
+        if not request.HasField("replica_epoch"):
+            return f"a fetch as replica {replica_id} must name that broker's epoch"
+        broker = self.partitions.image.broker(replica_id)
+        if broker is None:
+            return f"broker {replica_id} is not registered"
+        if broker.broker_epoch != request.replica_epoch:
+            return (
+                f"broker {replica_id} is registered with epoch {broker.broker_epoch}, "
+                f"not {request.replica_epoch}"
+            )
+        return None
 
     def _read(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, bool]:
         response = pb.FetchResponse()
-        budget = request.max_bytes if request.max_bytes > 0 else 50 * 1024 * 1024
+        budget = fields.fetch_max_bytes(request, self.settings.fetch_max_bytes)
         total = 0
         failed = False
         for topic in request.topics:
@@ -378,10 +440,15 @@ class BrokerServer:
             for item in topic.partitions:
                 answer = topic_response.partitions.add(partition=item.partition)
                 answer.high_watermark = answer.log_start_offset = -1
+                room = budget - total
                 try:
                     partition = self.partitions.get(topic.topic, item.partition)
-                    max_bytes = min(item.partition_max_bytes or budget, max(budget - total, 1))
-                    data = partition.read(item.fetch_offset, max_bytes, item.current_leader_epoch)
+                    data = partition.read(
+                        item.fetch_offset,
+                        max(min(fields.partition_fetch_max_bytes(item), room), 0),
+                        fields.current_leader_epoch(item),
+                        min_one_batch=room > 0,
+                    )
                 except PartitionError as e:
                     answer.error = e.code  # type: ignore[assignment]
                     failed = True
@@ -398,7 +465,7 @@ class BrokerServer:
         """A follower's fetch: records past the high watermark too, or the diverging epoch;
         its progress moves the high watermark and may bring it back into the ISR."""
         response = pb.FetchResponse()
-        budget = request.max_bytes if request.max_bytes > 0 else 50 * 1024 * 1024
+        budget = fields.fetch_max_bytes(request, self.settings.fetch_max_bytes)
         total = 0
         failed = False
         moved = False
@@ -407,15 +474,16 @@ class BrokerServer:
             for item in topic.partitions:
                 answer = topic_response.partitions.add(partition=item.partition)
                 answer.high_watermark = answer.log_start_offset = -1
+                room = budget - total
                 try:
                     partition = self.partitions.get(topic.topic, item.partition)
-                    max_bytes = min(item.partition_max_bytes or budget, max(budget - total, 1))
                     read = partition.read_for_follower(
                         request.replica_id,
                         item.fetch_offset,
-                        item.last_fetched_epoch,
-                        max_bytes,
-                        item.current_leader_epoch,
+                        fields.last_fetched_epoch(item),
+                        max(min(fields.partition_fetch_max_bytes(item), room), 0),
+                        fields.current_leader_epoch(item),
+                        min_one_batch=room > 0,
                     )
                 except PartitionError as e:
                     answer.error = e.code  # type: ignore[assignment]
@@ -696,7 +764,7 @@ class BrokerServer:
                 try:
                     partition = self.partitions.get(topic.topic, item.partition)
                     timestamp, offset = partition.list_offset(
-                        item.timestamp, item.current_leader_epoch
+                        item.timestamp, fields.current_leader_epoch(item)
                     )
                 except PartitionError as e:
                     answer.error = e.code  # type: ignore[assignment]
@@ -772,7 +840,7 @@ class BrokerServer:
                 )
                 try:
                     partition = self.partitions.get(topic.topic, item.partition)
-                    partition.check_leader(item.current_leader_epoch)
+                    partition.check_leader(fields.current_leader_epoch(item))
                 except PartitionError as e:
                     answer.error = e.code  # type: ignore[assignment]
                     continue
@@ -805,9 +873,10 @@ class BrokerServer:
     async def init_producer_id(
         self, request: pb.InitProducerIdRequest
     ) -> pb.InitProducerIdResponse:
-        if request.producer_id >= 0:
+        if request.HasField("producer_id") and request.producer_id >= 0:
             # A known producer asking again: the same id with the next epoch.
-            epoch = max(request.producer_epoch, -1) + 1
+            known = request.producer_epoch if request.HasField("producer_epoch") else -1
+            epoch = max(known, -1) + 1
             if epoch > 32767:
                 return pb.InitProducerIdResponse(error=ErrorCode.PRODUCER_FENCED)
             return pb.InitProducerIdResponse(producer_id=request.producer_id, producer_epoch=epoch)
@@ -866,6 +935,19 @@ class BrokerServer:
         return response
 
 
+def _fail_fetch(request: pb.FetchRequest, code: int, message: str) -> pb.FetchResponse:
+    """The answer to a fetch refused as a whole: ``code`` for each partition it names."""
+    log.warning("fetch refused: %s", message)
+    response = pb.FetchResponse()
+    for topic in request.topics:
+        topic_response = response.topics.add(topic=topic.topic)
+        for item in topic.partitions:
+            topic_response.partitions.add(
+                partition=item.partition, error=code, high_watermark=-1, log_start_offset=-1
+            )
+    return response
+
+
 def _fail(answer: Any, code: int, message: str) -> None:
     answer.error = code
     answer.error_message = message
@@ -900,11 +982,13 @@ def _batch_bytes(item: pb.ProducePartition) -> bytes:
     return build_batch(records)
 
 
-class BrokerServicer(broker_pb2_grpc.BrokerServicer):
-    """``highwater.v1.Broker``: each call goes to the :class:`BrokerServer`."""
+class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
+    """``highwater.v1.Broker``: each call goes to the :class:`BrokerServer`, the admin
+    calls to the active controller (:class:`~highwater.broker.forwarding.ForwardedAdminCalls`)."""
 
     def __init__(self, broker: BrokerServer) -> None:
         self._broker = broker
+        self.controller = broker.controller
 
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext

@@ -18,11 +18,9 @@ from pathlib import Path
 import grpc.aio
 
 from highwater.broker.forwarding import add_forwarding_servicer
-from highwater.broker.rolling import READY_SERVICE, broker_readiness
 from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer, BrokerSettings
 from highwater.controller.codec import CONTROLLER_SERVICE_NAME
 from highwater.errors import HighwaterError
-from highwater.metadata.image import MetadataImage
 from highwater.metadata.observer import MetadataObserver
 from highwater.raft.service import GrpcService
 from highwater.v1 import raft_pb2, raft_pb2_grpc
@@ -81,8 +79,6 @@ class StandaloneBroker:
         self.settings = settings
         self.observer: MetadataObserver | None = None
         self.broker: BrokerServer | None = None
-        self._ready = False
-        self._readiness_updates: set[asyncio.Task[None]] = set()
 
     @property
     def failure(self) -> BaseException | None:
@@ -111,28 +107,23 @@ class StandaloneBroker:
             controllers=self.controllers,
             metadata=self.observer,
             settings=self.settings,
+            report_serving=self._report_serving,
         )
         await self.observer.start()
-        await self.observer.raft.set_serving(READY_SERVICE, False)
         try:
             await self.broker.start()
         except BaseException:
             await self.observer.stop()
             raise
-        self.observer.add_listener(self._report_readiness)
-        self._report_readiness(self.observer.image)
 
-    def _report_readiness(self, image: MetadataImage) -> None:
-        """Keep :data:`READY_SERVICE` in step with :func:`broker_readiness` (the rolling
-        restart gate, docs/kubernetes.md)."""
-        ready = broker_readiness(image, self.node_id).allowed
-        if ready != self._ready and self.observer is not None:
-            self._ready = ready
-            task = asyncio.get_running_loop().create_task(
-                self.observer.raft.set_serving(READY_SERVICE, ready)
-            )
-            self._readiness_updates.add(task)
-            task.add_done_callback(self._readiness_updates.discard)
+    def _report_serving(self, name: str, serving: bool) -> None:
+        """The broker's readiness on the observer's health; the forwarded Controller admin
+        calls are served exactly while the Broker service is."""
+        if self.observer is None:
+            return
+        self.observer.raft.report_serving(name, serving)
+        if name == BROKER_SERVICE_NAME:
+            self.observer.raft.report_serving(CONTROLLER_SERVICE_NAME, serving)
 
     async def stop(self) -> None:
         try:

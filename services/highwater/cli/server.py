@@ -64,7 +64,7 @@ async def run_demo(address: str) -> None:
         echo(
             f"demo: produced {len(DEMO_LINES)} records at offset {produced.base_offset} (acks=all)"
         )
-        fetch = pb.FetchRequest(replica_id=-1, max_wait_ms=1000, min_bytes=1, max_bytes=1 << 20)
+        fetch = pb.FetchRequest(max_wait_ms=1000, min_bytes=1, max_bytes=1 << 20)
         fetch.topics.add(topic=DEMO_TOPIC).partitions.add(
             partition=0,
             current_leader_epoch=-1,

@@ -1065,15 +1065,13 @@ class AdminClient:
         deadline: float,
     ) -> tuple[dict[TopicPartitionKey, ListOffsetsResultInfo], list[TopicPartitionKey]]:
         """One ListOffsets request to a leader: the answers, and the partitions to retry."""
-        request = pb.ListOffsetsRequest(replica_id=-1)
+        request = pb.ListOffsetsRequest()
         topics: dict[str, pb.ListOffsetsTopic] = {}
         for topic, partition in partitions:
             entry = topics.get(topic)
             if entry is None:
                 entry = topics[topic] = request.topics.add(topic=topic)
-            entry.partitions.add(
-                partition=partition, current_leader_epoch=-1, timestamp=specs[(topic, partition)]
-            )
+            entry.partitions.add(partition=partition, timestamp=specs[(topic, partition)])
         try:
             reply: pb.ListOffsetsResponse = await self._broker_stub(address).ListOffsets(
                 request, timeout=max(deadline - time.monotonic(), 0.1)

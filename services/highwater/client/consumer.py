@@ -904,8 +904,6 @@ class AsyncConsumer:
         """One Fetch request to ``address`` for ``states``; buffers or handles each answer."""
         cfg = self.config
         request = pb.FetchRequest(
-            replica_id=-1,
-            replica_epoch=-1,
             max_wait_ms=max_wait_ms,
             min_bytes=cfg.fetch_min_bytes,
             max_bytes=cfg.fetch_max_bytes,
@@ -921,8 +919,6 @@ class AsyncConsumer:
                 partition=state.partition,
                 current_leader_epoch=self.cluster.leader_epoch(state.topic, state.partition),
                 fetch_offset=state.position,
-                last_fetched_epoch=-1,
-                log_start_offset=-1,
                 partition_max_bytes=cfg.max_partition_fetch_bytes,
             )
             sent[(state.topic, state.partition)] = (state, state.position, state.generation)
@@ -1084,7 +1080,7 @@ class AsyncConsumer:
         timestamps: Sequence[int],
     ) -> list[tuple[int, int] | BaseException | _Retriable]:
         """One ListOffsets request to ``address``; answers in the order of ``indexes``."""
-        request = pb.ListOffsetsRequest(replica_id=-1)
+        request = pb.ListOffsetsRequest()
         topics: dict[str, pb.ListOffsetsTopic] = {}
         for i in indexes:
             topic, partition = partitions[i]

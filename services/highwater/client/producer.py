@@ -1089,7 +1089,7 @@ class AsyncProducer:
         for address in candidates:
             try:
                 reply: pb.InitProducerIdResponse = await self.cluster.stub(address).InitProducerId(
-                    pb.InitProducerIdRequest(producer_id=-1, producer_epoch=-1),
+                    pb.InitProducerIdRequest(),
                     timeout=self.config.request_timeout_ms / 1000,
                 )
             except grpc.aio.AioRpcError as e:

@@ -12,6 +12,8 @@ import if the two drift apart). What the proto spells differently:
   run of ids;
 * ``CreatableTopic.configs`` is a ``map<string, string>``: a ``None`` value (the key is
   left out by the controller anyway) is not sent;
+* a proto ``optional`` scalar left unset decodes as the dataclass field's default (an
+  unset ``CreatableTopic.num_partitions`` is ``-1``, the cluster default), not as zero;
 * enums become their ``IntEnum`` (an unknown ``ConfigResourceType``, ``ElectionType``,
   ``AlterConfigOp`` or ``ConfigSource`` is an :class:`InvalidRequestError`); error codes
   stay ints;
@@ -29,7 +31,7 @@ import enum
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any, Final, Generic, TypeVar
 
 from google.protobuf.message import Message
@@ -91,6 +93,19 @@ def _scalar(name: str) -> tuple[_Setter, _Getter]:
 
     def get(message: Any) -> Any:
         return getattr(message, name)
+
+    return set_, get
+
+
+def _defaulted(name: str, default: Any) -> tuple[_Setter, _Getter]:
+    """A proto ``optional`` scalar whose dataclass field has a default: an unset field is
+    that default (``-1``: the cluster's default partition count, say), never proto3's zero."""
+
+    def set_(value: Any, message: Any) -> None:
+        setattr(message, name, getattr(value, name))
+
+    def get(message: Any) -> Any:
+        return getattr(message, name) if message.HasField(name) else default
 
     return set_, get
 
@@ -225,7 +240,8 @@ def _plan(cls: type[Any], proto: type[Message]) -> _Plan:
     descriptor = proto.DESCRIPTOR
     setters: list[_Setter] = []
     getters: list[_Getter] = []
-    names = [f.name for f in fields(cls)]
+    defaults = {f.name: f.default for f in fields(cls)}
+    names = list(defaults)
     for name in names:
         fd = descriptor.fields_by_name.get(name)
         if fd is None:
@@ -251,6 +267,8 @@ def _plan(cls: type[Any], proto: type[Message]) -> _Plan:
                 pair = _repeated(name)
         elif origin is Mapping:
             pair = _config_map(name)
+        elif fd.has_presence and defaults[name] is not MISSING:
+            pair = _defaulted(name, defaults[name])
         else:
             pair = _scalar(name)
         setters.append(pair[0])

@@ -16,7 +16,8 @@ into a controller process, on top of the
   leadership drops the speculative images.
 * :class:`ControllerServer` runs a ``RaftServer`` with the ``highwater.v1.Controller``
   service on the same gRPC server and port (the Raft server takes extra services,
-  :class:`~highwater.raft.service.GrpcService`; health reports each SERVING). Every RPC,
+  :class:`~highwater.raft.service.GrpcService`; health reports the Controller service
+  SERVING once the quorum has a leader, and each other service once its role says so). Every RPC,
   every ``tick`` and the activation go through one queue, served strictly one at a time
   in arrival order on the event loop: the request's controller method runs on the latest
   image, its records are appended (the next request already sees them), and the answer
@@ -428,7 +429,10 @@ class ControllerServer:
     # --- leadership --------------------------------------------------------------------
 
     def _on_role_change(self, change: RoleChange) -> None:
-        """Raft's role listener (runs in the Raft driver: it only queues work)."""
+        """Raft's role listener (runs in the Raft driver: it only queues work). Health
+        reports the Controller service SERVING while the quorum has a leader: this replica
+        answers, or redirects to the active controller with NOT_CONTROLLER."""
+        self.raft.report_serving(CONTROLLER_SERVICE_NAME, change.leader_id is not None)
         if change.role is Role.LEADER and change.leader_id == self.node_id:
             if self._leader_epoch == change.epoch or self._stopping:
                 return

@@ -178,8 +178,6 @@ class OffsetsTopicClient:
                 await asyncio.sleep(backoff)
                 continue
             request = pb.FetchRequest(
-                replica_id=-1,
-                replica_epoch=-1,
                 max_wait_ms=500,
                 min_bytes=1,
                 max_bytes=self.settings.offsets_load_buffer_size,
@@ -189,9 +187,7 @@ class OffsetsTopicClient:
                         partitions=[
                             pb.FetchPartition(
                                 partition=partition,
-                                current_leader_epoch=-1,
                                 fetch_offset=offset,
-                                last_fetched_epoch=-1,
                                 partition_max_bytes=self.settings.offsets_load_buffer_size,
                             )
                         ],

@@ -67,6 +67,11 @@ log = logging.getLogger(__name__)
 COORDINATOR_SERVICE_NAME: Final = "highwater.v1.GroupCoordinator"
 DEFAULT_OFFSETS_TOPIC_PARTITIONS: Final = 50
 _MAX_BATCH_BYTES: Final = 512 * 1024
+DEFAULT_SESSION_TIMEOUT_MS: Final = 45_000
+"""An unset ``JoinGroupRequest.session_timeout_ms``: Kafka's ``session.timeout.ms``."""
+DEFAULT_REBALANCE_TIMEOUT_MS: Final = 300_000
+"""An unset ``rebalance_timeout_ms``: Kafka's ``max.poll.interval.ms``, which its consumer
+sends as the rebalance timeout."""
 
 
 class ImageSource(Protocol):
@@ -116,8 +121,12 @@ class CoordinatorServer:
         controllers: Iterable[str],
         metadata: ImageSource,
         settings: CoordinatorSettings | None = None,
+        report_serving: Callable[[str, bool], None] | None = None,
     ) -> None:
+        """``report_serving``: where the coordinator says whether it can serve, for its
+        gRPC host's health (:meth:`~highwater.raft.service.RaftServer.report_serving`)."""
         self.node_id = node_id
+        self._report_serving = report_serving
         self.advertised = advertised
         self.settings = settings or CoordinatorSettings()
         self.controller = ControllerClient(list(controllers))
@@ -149,11 +158,13 @@ class CoordinatorServer:
             asyncio.create_task(self._timer_forever()),
         ]
         self._on_image(self._metadata.image)
+        self._report_readiness()
         log.info("coordinator %d registered with epoch %d", self.node_id, self.registration_epoch)
 
     async def stop(self) -> None:
         """Give the partitions back to the controller, then stop serving them."""
         self._stopping = True
+        self._report_readiness()
         if self.registration_epoch >= 0:
             with contextlib.suppress(HighwaterError, TimeoutError, grpc.aio.AioRpcError):
                 async with asyncio.timeout(self.settings.unregister_timeout_ms / 1000):
@@ -241,6 +252,7 @@ class CoordinatorServer:
         for partition, state in list(self._partitions.items()):
             self._partitions.pop(partition)
             self._drop(partition, state)
+        self._report_readiness()
 
     def _renew_lease(self, sent: float) -> None:
         """A heartbeat (or registration) sent at ``sent`` was acknowledged."""
@@ -292,6 +304,23 @@ class CoordinatorServer:
                 self._partitions[partition] = state
                 self.core.begin_loading(partition)
                 state.task = asyncio.create_task(self._serve_partition(partition, state))
+        self._report_readiness()
+
+    def _report_readiness(self) -> None:
+        """Health: the GroupCoordinator service is SERVING while this incarnation is
+        registered, serves its lease, and has loaded every ``__consumer_offsets`` partition
+        assigned to it (before, its groups' calls answer COORDINATOR_LOAD_IN_PROGRESS)."""
+        if self._report_serving is None:
+            return
+        me = self._metadata.image.coordinator(self.node_id)
+        serving = (
+            not self._stopping
+            and not self._lease_lapsed
+            and me is not None
+            and me.incarnation_id == self.incarnation_id
+            and not self.core.loading
+        )
+        self._report_serving(COORDINATOR_SERVICE_NAME, serving)
 
     def _drop(self, partition: int, state: _Partition) -> None:
         if state.task is not None:
@@ -323,6 +352,7 @@ class CoordinatorServer:
             raw = await self.offsets.read(partition, marker_offset)
             self.core.load(partition, state.epoch, _decode_all(partition, raw), _now_ms())
             self._timer_wake.set()
+            self._report_readiness()
             log.info(
                 "coordinator %d: serving partition %d (epoch %d, %d records replayed in %.0f ms)",
                 self.node_id,
@@ -352,6 +382,7 @@ class CoordinatorServer:
             # Fenced or failed: stop serving it; the controller's next assignment decides.
             self._partitions.pop(partition)
             self._apply(self.core.unload(partition))
+            self._report_readiness()
 
     # -- effects and time -------------------------------------------------------------------
 
@@ -415,8 +446,16 @@ class CoordinatorServer:
             group_instance_id=_optional(request, "group_instance_id"),
             protocol_type=request.protocol_type,
             protocols=tuple(GroupProtocol(p.name, p.metadata) for p in request.protocols),
-            session_timeout_ms=request.session_timeout_ms,
-            rebalance_timeout_ms=request.rebalance_timeout_ms,
+            session_timeout_ms=(
+                request.session_timeout_ms
+                if request.HasField("session_timeout_ms")
+                else DEFAULT_SESSION_TIMEOUT_MS
+            ),
+            rebalance_timeout_ms=(
+                request.rebalance_timeout_ms
+                if request.HasField("rebalance_timeout_ms")
+                else DEFAULT_REBALANCE_TIMEOUT_MS
+            ),
             client_id=request.client_id,
             client_host=_client_host(peer),
         )
@@ -491,7 +530,7 @@ class CoordinatorServer:
             OffsetToCommit(
                 TopicPartition(topic.name, p.partition_index),
                 p.committed_offset,
-                p.committed_leader_epoch,
+                p.committed_leader_epoch if p.HasField("committed_leader_epoch") else -1,
                 p.metadata,
             )
             for topic in request.topics
@@ -502,7 +541,7 @@ class CoordinatorServer:
                 token,
                 request.group_id,
                 request.member_id,
-                request.generation_id,
+                request.generation_id if request.HasField("generation_id") else -1,
                 _optional(request, "group_instance_id"),
                 items,
                 _now_ms(),

@@ -73,6 +73,7 @@ class StandaloneCoordinator:
             controllers=self.controllers,
             metadata=self.observer,
             settings=self.settings,
+            report_serving=self.observer.raft.report_serving,
         )
         await self.observer.start()
         try:

@@ -252,7 +252,10 @@ RoleListener = Callable[[RoleChange], None]
 class GrpcService:
     """Another gRPC service to serve on the Raft server's port (one process, one port):
     ``register`` adds its servicer to the server; ``name`` (the full service name) is
-    listed by reflection and reported SERVING by health while the server runs."""
+    listed by reflection. Health reports it NOT_SERVING until the role behind it reports
+    that it can serve what the service promises (:meth:`RaftServer.report_serving`): a
+    broker registered and unfenced, a controller quorum with a leader, a coordinator whose
+    partitions are loaded."""
 
     name: str
     register: Callable[[grpc.aio.Server], None]
@@ -597,6 +600,9 @@ class RaftServer:
         self._state_machine = state_machine
         self._role_listeners = list(role_listeners)
         self._services = tuple(services)
+        self._serving: dict[str, bool] = {RAFT_SERVICE_NAME: True}
+        self._serving.update((service.name, False) for service in self._services)
+        self._health_updates: set[asyncio.Task[None]] = set()
         self._clock = clock
         self._cluster_id: str | None = None
         self._node: RaftNode | None = None
@@ -641,17 +647,40 @@ class RaftServer:
             raise RuntimeError("the server has not started")
         return self._bound_port
 
-    async def set_serving(self, name: str, serving: bool) -> None:
-        """Report ``name`` as SERVING or NOT_SERVING on this server's ``grpc.health.v1``
-        (a readiness a service decides for itself, such as a broker's rolling-restart
-        gate); nothing before the server started."""
+    def report_serving(self, name: str, serving: bool) -> None:
+        """Report ``name`` as SERVING or NOT_SERVING on this server's ``grpc.health.v1``:
+        a service served here (:class:`GrpcService`), or a readiness of its own such as a
+        broker's rolling-restart gate. The whole server (the empty service name) is
+        SERVING while every service served here is. What is reported before the server
+        starts is published when it does."""
+        if self._serving.get(name) == serving:
+            return
+        self._serving[name] = serving
         if self._health is not None:
-            status = (
+            task = asyncio.get_running_loop().create_task(self._publish_health())
+            self._health_updates.add(task)
+            task.add_done_callback(self._health_updates.discard)
+
+    def is_serving(self, name: str = "") -> bool:
+        """What health reports for ``name`` (the empty name: the whole server)."""
+        if name:
+            return self._serving.get(name, False)
+        return all(self._serving.get(n, False) for n in self._served_names())
+
+    def _served_names(self) -> tuple[str, ...]:
+        return (RAFT_SERVICE_NAME, *(service.name for service in self._services))
+
+    async def _publish_health(self) -> None:
+        """Set every reported status on the health servicer, as it stands now."""
+        if self._health is None or self._stopping:
+            return
+        for name, serving in [("", self.is_serving()), *self._serving.items()]:
+            await self._health.set(
+                name,
                 health_pb2.HealthCheckResponse.SERVING
                 if serving
-                else health_pb2.HealthCheckResponse.NOT_SERVING
+                else health_pb2.HealthCheckResponse.NOT_SERVING,
             )
-            await self._health.set(name, status)
 
     @property
     def role(self) -> RoleChange | None:
@@ -866,7 +895,7 @@ class RaftServer:
             service.register(server)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        names = (RAFT_SERVICE_NAME, *(service.name for service in self._services))
+        names = self._served_names()
         reflection.enable_server_reflection(
             (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
@@ -878,10 +907,7 @@ class RaftServer:
             raise OSError(f"cannot listen on {self.listen}")
         await server.start()
         self._server, self._health, self._bound_port = server, health_servicer, port
-        serving = health_pb2.HealthCheckResponse.SERVING
-        await health_servicer.set("", serving)
-        for name in names:
-            await health_servicer.set(name, serving)
+        await self._publish_health()
 
     # --- the loop --------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 isort:skip_file
 The broker's API: the data plane of topic partitions (Kafka's Produce, Fetch,
 ListOffsets, Metadata, OffsetsForLeaderEpoch, DeleteRecords, InitProducerId,
-FindCoordinator).
+FindCoordinator), and the admin calls, which the broker forwards to the active controller.
 
 Partitions are named by topic name and partition index. Failures of one partition are
 error codes in that partition's reply (named like Kafka's, common.proto); gRPC status
@@ -53,23 +53,34 @@ class ProduceRequest(_message.Message):
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
     acks: _builtins.int
-    """0: no answer is waited for; 1: the leader appended; -1 (all): every ISR member has."""
+    """0: answered without waiting for the append to be durable anywhere; 1: once the
+    leader appended; -1 (all): once every ISR member has. Unset: -1, Kafka's default.
+    """
     timeout_ms: _builtins.int
-    """How long the broker may wait for acks=all before answering REQUEST_TIMED_OUT."""
+    """How long the broker may wait for acks=all before answering REQUEST_TIMED_OUT.
+    Unset: 30000 (Kafka's request.timeout.ms).
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceTopic]: ...
     def __init__(
         self,
         *,
-        acks: _builtins.int = ...,
-        timeout_ms: _builtins.int = ...,
+        acks: _builtins.int | None = ...,
+        timeout_ms: _builtins.int | None = ...,
         topics: _abc.Iterable[Global___ProduceTopic] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_acks", b"_acks", "_timeout_ms", b"_timeout_ms", "acks", b"acks", "timeout_ms", b"timeout_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "timeout_ms", b"timeout_ms", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_acks", b"_acks", "_timeout_ms", b"_timeout_ms", "acks", b"acks", "timeout_ms", b"timeout_ms", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__acks: _TypeAlias = _typing.Literal["acks"]  # noqa: Y015
+    _WhichOneofArgType__acks: _TypeAlias = _typing.Literal["_acks", b"_acks"]  # noqa: Y015
+    _WhichOneofReturnType__timeout_ms: _TypeAlias = _typing.Literal["timeout_ms"]  # noqa: Y015
+    _WhichOneofArgType__timeout_ms: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__acks) -> _WhichOneofReturnType__acks | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__timeout_ms) -> _WhichOneofReturnType__timeout_ms | None: ...
 
 Global___ProduceRequest: _TypeAlias = ProduceRequest  # noqa: Y015
 
@@ -104,6 +115,7 @@ class ProducePartition(_message.Message):
     RECORD_BATCHES_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
+    """Required: the partition's index (0 is the first partition)."""
     record_batches: _builtins.bytes
     """One or more RecordBatch v2 batches, as a client built them."""
     @_builtins.property
@@ -356,33 +368,52 @@ class FetchRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
-    """-1 for a consumer; a follower's broker id."""
+    """Set only by a follower broker: its node id. Unset (or negative, as Kafka's consumers
+    send -1) for a consumer. A fetch that names a replica must also name that broker's
+    current epoch (replica_epoch), and the broker must be one of the partition's replicas:
+    otherwise the partition's answer is an error and nothing moves.
+    """
     replica_epoch: _builtins.int
-    """A follower's broker epoch (-1 for consumers): a restarted follower's old fetches
-    are refused.
+    """A follower's broker epoch, from its registration: fetches of an earlier incarnation
+    of the broker (or of anyone else claiming its id) are refused with STALE_BROKER_EPOCH.
     """
     max_wait_ms: _builtins.int
-    """Wait up to this long for min_bytes to become available."""
+    """Wait up to this long for min_bytes to become available. Unset (0): answer at once."""
     min_bytes: _builtins.int
+    """Answer as soon as this many bytes are available (0 or 1: any record at all)."""
     max_bytes: _builtins.int
-    """The most the whole answer carries (at least one batch, so progress is possible)."""
+    """The most the whole answer carries, and never more than the broker's largest message
+    (at least one batch, so progress is possible). Unset: 1 MiB, so that the answer fits
+    the 4 MiB default receive limit of gRPC clients in every language.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchTopic]: ...
     def __init__(
         self,
         *,
-        replica_id: _builtins.int = ...,
-        replica_epoch: _builtins.int = ...,
+        replica_id: _builtins.int | None = ...,
+        replica_epoch: _builtins.int | None = ...,
         max_wait_ms: _builtins.int = ...,
         min_bytes: _builtins.int = ...,
-        max_bytes: _builtins.int = ...,
+        max_bytes: _builtins.int | None = ...,
         topics: _abc.Iterable[Global___FetchTopic] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes", "_replica_epoch", b"_replica_epoch", "_replica_id", b"_replica_id", "max_bytes", b"max_bytes", "replica_epoch", b"replica_epoch", "replica_id", b"replica_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "replica_epoch", b"replica_epoch", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes", "_replica_epoch", b"_replica_epoch", "_replica_id", b"_replica_id", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "replica_epoch", b"replica_epoch", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__max_bytes: _TypeAlias = _typing.Literal["max_bytes"]  # noqa: Y015
+    _WhichOneofArgType__max_bytes: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes"]  # noqa: Y015
+    _WhichOneofReturnType__replica_epoch: _TypeAlias = _typing.Literal["replica_epoch"]  # noqa: Y015
+    _WhichOneofArgType__replica_epoch: _TypeAlias = _typing.Literal["_replica_epoch", b"_replica_epoch"]  # noqa: Y015
+    _WhichOneofReturnType__replica_id: _TypeAlias = _typing.Literal["replica_id"]  # noqa: Y015
+    _WhichOneofArgType__replica_id: _TypeAlias = _typing.Literal["_replica_id", b"_replica_id"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_bytes) -> _WhichOneofReturnType__max_bytes | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__replica_epoch) -> _WhichOneofReturnType__replica_epoch | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__replica_id) -> _WhichOneofReturnType__replica_id | None: ...
 
 Global___FetchRequest: _TypeAlias = FetchRequest  # noqa: Y015
 
@@ -421,32 +452,51 @@ class FetchPartition(_message.Message):
     PARTITION_MAX_BYTES_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     current_leader_epoch: _builtins.int
-    """The leader epoch the fetcher knows (-1: unknown); a mismatch is FENCED_LEADER_EPOCH
-    or UNKNOWN_LEADER_EPOCH.
+    """The leader epoch the fetcher knows (Metadata's leader_epoch); a mismatch is
+    FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH. Unset (or -1): not checked.
     """
     fetch_offset: _builtins.int
+    """Required: the offset of the first record wanted."""
     last_fetched_epoch: _builtins.int
-    """The epoch of the last batch the fetcher holds (-1: none): when it does not match
-    the leader's log there, the answer names the diverging epoch.
+    """Followers only: the epoch of the last batch the follower holds (unset or -1: none).
+    When it does not match the leader's log there, the answer names the diverging epoch.
     """
     log_start_offset: _builtins.int
-    """A follower's log start offset."""
+    """Followers only: the follower's log start offset (unset or -1: unknown)."""
     partition_max_bytes: _builtins.int
+    """The most this partition's answer carries (at least one batch). Unset: 1 MiB,
+    Kafka's max.partition.fetch.bytes.
+    """
     def __init__(
         self,
         *,
         partition: _builtins.int = ...,
-        current_leader_epoch: _builtins.int = ...,
+        current_leader_epoch: _builtins.int | None = ...,
         fetch_offset: _builtins.int = ...,
-        last_fetched_epoch: _builtins.int = ...,
-        log_start_offset: _builtins.int = ...,
-        partition_max_bytes: _builtins.int = ...,
+        last_fetched_epoch: _builtins.int | None = ...,
+        log_start_offset: _builtins.int | None = ...,
+        partition_max_bytes: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch", "_last_fetched_epoch", b"_last_fetched_epoch", "_log_start_offset", b"_log_start_offset", "_partition_max_bytes", b"_partition_max_bytes", "current_leader_epoch", b"current_leader_epoch", "last_fetched_epoch", b"last_fetched_epoch", "log_start_offset", b"log_start_offset", "partition_max_bytes", b"partition_max_bytes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader_epoch", b"current_leader_epoch", "fetch_offset", b"fetch_offset", "last_fetched_epoch", b"last_fetched_epoch", "log_start_offset", b"log_start_offset", "partition", b"partition", "partition_max_bytes", b"partition_max_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch", "_last_fetched_epoch", b"_last_fetched_epoch", "_log_start_offset", b"_log_start_offset", "_partition_max_bytes", b"_partition_max_bytes", "current_leader_epoch", b"current_leader_epoch", "fetch_offset", b"fetch_offset", "last_fetched_epoch", b"last_fetched_epoch", "log_start_offset", b"log_start_offset", "partition", b"partition", "partition_max_bytes", b"partition_max_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__current_leader_epoch: _TypeAlias = _typing.Literal["current_leader_epoch"]  # noqa: Y015
+    _WhichOneofArgType__current_leader_epoch: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch"]  # noqa: Y015
+    _WhichOneofReturnType__last_fetched_epoch: _TypeAlias = _typing.Literal["last_fetched_epoch"]  # noqa: Y015
+    _WhichOneofArgType__last_fetched_epoch: _TypeAlias = _typing.Literal["_last_fetched_epoch", b"_last_fetched_epoch"]  # noqa: Y015
+    _WhichOneofReturnType__log_start_offset: _TypeAlias = _typing.Literal["log_start_offset"]  # noqa: Y015
+    _WhichOneofArgType__log_start_offset: _TypeAlias = _typing.Literal["_log_start_offset", b"_log_start_offset"]  # noqa: Y015
+    _WhichOneofReturnType__partition_max_bytes: _TypeAlias = _typing.Literal["partition_max_bytes"]  # noqa: Y015
+    _WhichOneofArgType__partition_max_bytes: _TypeAlias = _typing.Literal["_partition_max_bytes", b"_partition_max_bytes"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__current_leader_epoch) -> _WhichOneofReturnType__current_leader_epoch | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__last_fetched_epoch) -> _WhichOneofReturnType__last_fetched_epoch | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__log_start_offset) -> _WhichOneofReturnType__log_start_offset | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__partition_max_bytes) -> _WhichOneofReturnType__partition_max_bytes | None: ...
 
 Global___FetchPartition: _TypeAlias = FetchPartition  # noqa: Y015
 
@@ -586,20 +636,17 @@ class ListOffsetsRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    REPLICA_ID_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
-    replica_id: _builtins.int
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ListOffsetsTopic]: ...
     def __init__(
         self,
         *,
-        replica_id: _builtins.int = ...,
         topics: _abc.Iterable[Global___ListOffsetsTopic] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -637,22 +684,27 @@ class ListOffsetsPartition(_message.Message):
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     current_leader_epoch: _builtins.int
+    """The leader epoch the caller knows; a mismatch is FENCED_LEADER_EPOCH or
+    UNKNOWN_LEADER_EPOCH. Unset (or -1): not checked.
+    """
     timestamp: _builtins.int
-    """A time in milliseconds, or -2 (earliest), -1 (latest: the high watermark for
-    consumers), -3 (the record with the largest timestamp).
+    """Required: a time in milliseconds (the first record at or after it), or -2 (earliest),
+    -1 (latest: the high watermark), -3 (the record with the largest timestamp).
     """
     def __init__(
         self,
         *,
         partition: _builtins.int = ...,
-        current_leader_epoch: _builtins.int = ...,
+        current_leader_epoch: _builtins.int | None = ...,
         timestamp: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch", "current_leader_epoch", b"current_leader_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader_epoch", b"current_leader_epoch", "partition", b"partition", "timestamp", b"timestamp"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch", "current_leader_epoch", b"current_leader_epoch", "partition", b"partition", "timestamp", b"timestamp"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__current_leader_epoch: _TypeAlias = _typing.Literal["current_leader_epoch"]  # noqa: Y015
+    _WhichOneofArgType__current_leader_epoch: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__current_leader_epoch) -> _WhichOneofReturnType__current_leader_epoch | None: ...
 
 Global___ListOffsetsPartition: _TypeAlias = ListOffsetsPartition  # noqa: Y015
 
@@ -900,20 +952,17 @@ class OffsetsForLeaderEpochRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    REPLICA_ID_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
-    replica_id: _builtins.int
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetForLeaderTopic]: ...
     def __init__(
         self,
         *,
-        replica_id: _builtins.int = ...,
         topics: _abc.Iterable[Global___OffsetForLeaderTopic] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -951,20 +1000,25 @@ class OffsetForLeaderPartition(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     current_leader_epoch: _builtins.int
+    """The leader epoch the caller knows; a mismatch is FENCED_LEADER_EPOCH or
+    UNKNOWN_LEADER_EPOCH. Unset (or -1): not checked.
+    """
     leader_epoch: _builtins.int
-    """The epoch whose end offset is asked for."""
+    """Required: the epoch whose end offset is asked for (0 is the first epoch)."""
     def __init__(
         self,
         *,
         partition: _builtins.int = ...,
-        current_leader_epoch: _builtins.int = ...,
+        current_leader_epoch: _builtins.int | None = ...,
         leader_epoch: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch", "current_leader_epoch", b"current_leader_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader_epoch", b"current_leader_epoch", "leader_epoch", b"leader_epoch", "partition", b"partition"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch", "current_leader_epoch", b"current_leader_epoch", "leader_epoch", b"leader_epoch", "partition", b"partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__current_leader_epoch: _TypeAlias = _typing.Literal["current_leader_epoch"]  # noqa: Y015
+    _WhichOneofArgType__current_leader_epoch: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__current_leader_epoch) -> _WhichOneofReturnType__current_leader_epoch | None: ...
 
 Global___OffsetForLeaderPartition: _TypeAlias = OffsetForLeaderPartition  # noqa: Y015
 
@@ -1051,6 +1105,9 @@ class DeleteRecordsRequest(_message.Message):
     TOPICS_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     timeout_ms: _builtins.int
+    """Kafka's field, not waited on: the leader answers once its own log start offset moved,
+    and followers move theirs on their next fetch.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteRecordsTopic]: ...
     def __init__(
@@ -1098,7 +1155,7 @@ class DeleteRecordsPartition(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     offset: _builtins.int
-    """The new log start offset; -1: the high watermark."""
+    """Required: the new log start offset; -1: the high watermark."""
     def __init__(
         self,
         *,
@@ -1190,21 +1247,28 @@ class InitProducerIdRequest(_message.Message):
     PRODUCER_ID_FIELD_NUMBER: _builtins.int
     PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
     producer_id: _builtins.int
-    """The id and epoch a producer already has (-1, -1 for a new one): a known producer
-    gets its epoch bumped.
+    """The id and epoch a producer already has, to have its epoch bumped. Unset (or -1, -1):
+    a new producer, which gets a new id.
     """
     producer_epoch: _builtins.int
     def __init__(
         self,
         *,
-        producer_id: _builtins.int = ...,
-        producer_epoch: _builtins.int = ...,
+        producer_id: _builtins.int | None = ...,
+        producer_epoch: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch", "_producer_id", b"_producer_id", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch", "_producer_id", b"_producer_id", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__producer_epoch: _TypeAlias = _typing.Literal["producer_epoch"]  # noqa: Y015
+    _WhichOneofArgType__producer_epoch: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch"]  # noqa: Y015
+    _WhichOneofReturnType__producer_id: _TypeAlias = _typing.Literal["producer_id"]  # noqa: Y015
+    _WhichOneofArgType__producer_id: _TypeAlias = _typing.Literal["_producer_id", b"_producer_id"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__producer_epoch) -> _WhichOneofReturnType__producer_epoch | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__producer_id) -> _WhichOneofReturnType__producer_id | None: ...
 
 Global___InitProducerIdRequest: _TypeAlias = InitProducerIdRequest  # noqa: Y015
 

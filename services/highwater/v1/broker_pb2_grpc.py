@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from highwater.v1 import admin_pb2 as highwater_dot_v1_dot_admin__pb2
 from highwater.v1 import broker_pb2 as highwater_dot_v1_dot_broker__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -84,6 +85,51 @@ class BrokerStub:
                 request_serializer=highwater_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
                 _registered_method=True)
+        self.CreateTopics = channel.unary_unary(
+                '/highwater.v1.Broker/CreateTopics',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.CreateTopicsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.CreateTopicsResponse.FromString,
+                _registered_method=True)
+        self.DeleteTopics = channel.unary_unary(
+                '/highwater.v1.Broker/DeleteTopics',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.DeleteTopicsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.DeleteTopicsResponse.FromString,
+                _registered_method=True)
+        self.CreatePartitions = channel.unary_unary(
+                '/highwater.v1.Broker/CreatePartitions',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
+        self.AlterConfigs = channel.unary_unary(
+                '/highwater.v1.Broker/AlterConfigs',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.AlterConfigsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.AlterConfigsResponse.FromString,
+                _registered_method=True)
+        self.DescribeConfigs = channel.unary_unary(
+                '/highwater.v1.Broker/DescribeConfigs',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.DescribeConfigsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeConfigsResponse.FromString,
+                _registered_method=True)
+        self.ElectLeaders = channel.unary_unary(
+                '/highwater.v1.Broker/ElectLeaders',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.ElectLeadersRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.ElectLeadersResponse.FromString,
+                _registered_method=True)
+        self.AlterPartitionReassignments = channel.unary_unary(
+                '/highwater.v1.Broker/AlterPartitionReassignments',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.AlterPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
+        self.ListPartitionReassignments = channel.unary_unary(
+                '/highwater.v1.Broker/ListPartitionReassignments',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.ListPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
+        self.UnregisterBroker = channel.unary_unary(
+                '/highwater.v1.Broker/UnregisterBroker',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -162,6 +208,68 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateTopics(self, request, context):
+        """Admin calls (admin.proto), forwarded to the active controller and answered with its
+        reply (KIP-590): a client needs no address but a broker's, and no service but this one.
+        UNAVAILABLE when no controller can be reached; INVALID_ARGUMENT for a malformed request.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteTopics(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreatePartitions(self, request, context):
+        """Grows topics to a new partition count (partitions are never removed).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterConfigs(self, request, context):
+        """Incremental config changes (Kafka's IncrementalAlterConfigs).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeConfigs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ElectLeaders(self, request, context):
+        """Preferred or unclean leader election for the named partitions (or all).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterPartitionReassignments(self, request, context):
+        """Move partitions to other brokers (KIP-455), or cancel a move in progress.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPartitionReassignments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnregisterBroker(self, request, context):
+        """Removes a decommissioned broker's registration (KIP-856).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -214,6 +322,51 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.FindCoordinator,
                     request_deserializer=highwater_dot_v1_dot_broker__pb2.FindCoordinatorRequest.FromString,
                     response_serializer=highwater_dot_v1_dot_broker__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'CreateTopics': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateTopics,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.CreateTopicsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.CreateTopicsResponse.SerializeToString,
+            ),
+            'DeleteTopics': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTopics,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.DeleteTopicsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.DeleteTopicsResponse.SerializeToString,
+            ),
+            'CreatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitions,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.CreatePartitionsResponse.SerializeToString,
+            ),
+            'AlterConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterConfigs,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.AlterConfigsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.AlterConfigsResponse.SerializeToString,
+            ),
+            'DescribeConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeConfigs,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeConfigsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.DescribeConfigsResponse.SerializeToString,
+            ),
+            'ElectLeaders': grpc.unary_unary_rpc_method_handler(
+                    servicer.ElectLeaders,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.ElectLeadersRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.ElectLeadersResponse.SerializeToString,
+            ),
+            'AlterPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartitionReassignments,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.AlterPartitionReassignmentsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.AlterPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'ListPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPartitionReassignments,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.ListPartitionReassignmentsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.ListPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'UnregisterBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnregisterBroker,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -486,6 +639,249 @@ class Broker:
             '/highwater.v1.Broker/FindCoordinator',
             highwater_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
             highwater_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateTopics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/CreateTopics',
+            highwater_dot_v1_dot_admin__pb2.CreateTopicsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.CreateTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteTopics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/DeleteTopics',
+            highwater_dot_v1_dot_admin__pb2.DeleteTopicsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.DeleteTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/CreatePartitions',
+            highwater_dot_v1_dot_admin__pb2.CreatePartitionsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.CreatePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/AlterConfigs',
+            highwater_dot_v1_dot_admin__pb2.AlterConfigsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.AlterConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/DescribeConfigs',
+            highwater_dot_v1_dot_admin__pb2.DescribeConfigsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.DescribeConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ElectLeaders(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/ElectLeaders',
+            highwater_dot_v1_dot_admin__pb2.ElectLeadersRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.ElectLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/AlterPartitionReassignments',
+            highwater_dot_v1_dot_admin__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.AlterPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/ListPartitionReassignments',
+            highwater_dot_v1_dot_admin__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.ListPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnregisterBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/UnregisterBroker',
+            highwater_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.FromString,
             options,
             channel_credentials,
             insecure,

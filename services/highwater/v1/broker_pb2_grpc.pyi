@@ -3,7 +3,7 @@
 isort:skip_file
 The broker's API: the data plane of topic partitions (Kafka's Produce, Fetch,
 ListOffsets, Metadata, OffsetsForLeaderEpoch, DeleteRecords, InitProducerId,
-FindCoordinator).
+FindCoordinator), and the admin calls, which the broker forwards to the active controller.
 
 Partitions are named by topic name and partition index. Failures of one partition are
 error codes in that partition's reply (named like Kafka's, common.proto); gRPC status
@@ -14,6 +14,7 @@ records), one or more batches back to back, exactly as the broker stores them.
 
 from collections import abc as _abc
 from grpc import aio as _aio
+from highwater.v1 import admin_pb2 as _admin_pb2
 from highwater.v1 import broker_pb2 as _broker_pb2
 import abc as _abc_1
 import grpc as _grpc
@@ -65,6 +66,24 @@ class BrokerStub:
     """A producer id and epoch for an idempotent producer."""
     FindCoordinator: _grpc.UnaryUnaryMultiCallable[_broker_pb2.FindCoordinatorRequest, _broker_pb2.FindCoordinatorResponse]
     """The group coordinator for each key."""
+    CreateTopics: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateTopicsRequest, _admin_pb2.CreateTopicsResponse]
+    """Admin calls (admin.proto), forwarded to the active controller and answered with its
+    reply (KIP-590): a client needs no address but a broker's, and no service but this one.
+    UNAVAILABLE when no controller can be reached; INVALID_ARGUMENT for a malformed request.
+    """
+    DeleteTopics: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteTopicsRequest, _admin_pb2.DeleteTopicsResponse]
+    CreatePartitions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreatePartitionsRequest, _admin_pb2.CreatePartitionsResponse]
+    """Grows topics to a new partition count (partitions are never removed)."""
+    AlterConfigs: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AlterConfigsRequest, _admin_pb2.AlterConfigsResponse]
+    """Incremental config changes (Kafka's IncrementalAlterConfigs)."""
+    DescribeConfigs: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeConfigsRequest, _admin_pb2.DescribeConfigsResponse]
+    ElectLeaders: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ElectLeadersRequest, _admin_pb2.ElectLeadersResponse]
+    """Preferred or unclean leader election for the named partitions (or all)."""
+    AlterPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AlterPartitionReassignmentsRequest, _admin_pb2.AlterPartitionReassignmentsResponse]
+    """Move partitions to other brokers (KIP-455), or cancel a move in progress."""
+    ListPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListPartitionReassignmentsRequest, _admin_pb2.ListPartitionReassignmentsResponse]
+    UnregisterBroker: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UnregisterBrokerRequest, _admin_pb2.UnregisterBrokerResponse]
+    """Removes a decommissioned broker's registration (KIP-856)."""
 
 @_typing.type_check_only
 class BrokerAsyncStub(BrokerStub):
@@ -94,6 +113,24 @@ class BrokerAsyncStub(BrokerStub):
     """A producer id and epoch for an idempotent producer."""
     FindCoordinator: _aio.UnaryUnaryMultiCallable[_broker_pb2.FindCoordinatorRequest, _broker_pb2.FindCoordinatorResponse]  # type: ignore[assignment]
     """The group coordinator for each key."""
+    CreateTopics: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateTopicsRequest, _admin_pb2.CreateTopicsResponse]  # type: ignore[assignment]
+    """Admin calls (admin.proto), forwarded to the active controller and answered with its
+    reply (KIP-590): a client needs no address but a broker's, and no service but this one.
+    UNAVAILABLE when no controller can be reached; INVALID_ARGUMENT for a malformed request.
+    """
+    DeleteTopics: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteTopicsRequest, _admin_pb2.DeleteTopicsResponse]  # type: ignore[assignment]
+    CreatePartitions: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreatePartitionsRequest, _admin_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
+    """Grows topics to a new partition count (partitions are never removed)."""
+    AlterConfigs: _aio.UnaryUnaryMultiCallable[_admin_pb2.AlterConfigsRequest, _admin_pb2.AlterConfigsResponse]  # type: ignore[assignment]
+    """Incremental config changes (Kafka's IncrementalAlterConfigs)."""
+    DescribeConfigs: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeConfigsRequest, _admin_pb2.DescribeConfigsResponse]  # type: ignore[assignment]
+    ElectLeaders: _aio.UnaryUnaryMultiCallable[_admin_pb2.ElectLeadersRequest, _admin_pb2.ElectLeadersResponse]  # type: ignore[assignment]
+    """Preferred or unclean leader election for the named partitions (or all)."""
+    AlterPartitionReassignments: _aio.UnaryUnaryMultiCallable[_admin_pb2.AlterPartitionReassignmentsRequest, _admin_pb2.AlterPartitionReassignmentsResponse]  # type: ignore[assignment]
+    """Move partitions to other brokers (KIP-455), or cancel a move in progress."""
+    ListPartitionReassignments: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListPartitionReassignmentsRequest, _admin_pb2.ListPartitionReassignmentsResponse]  # type: ignore[assignment]
+    UnregisterBroker: _aio.UnaryUnaryMultiCallable[_admin_pb2.UnregisterBrokerRequest, _admin_pb2.UnregisterBrokerResponse]  # type: ignore[assignment]
+    """Removes a decommissioned broker's registration (KIP-856)."""
 
 class BrokerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -180,5 +217,77 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_broker_pb2.FindCoordinatorResponse, _abc.Awaitable[_broker_pb2.FindCoordinatorResponse]]:
         """The group coordinator for each key."""
+
+    @_abc_1.abstractmethod
+    def CreateTopics(
+        self,
+        request: _admin_pb2.CreateTopicsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.CreateTopicsResponse, _abc.Awaitable[_admin_pb2.CreateTopicsResponse]]:
+        """Admin calls (admin.proto), forwarded to the active controller and answered with its
+        reply (KIP-590): a client needs no address but a broker's, and no service but this one.
+        UNAVAILABLE when no controller can be reached; INVALID_ARGUMENT for a malformed request.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteTopics(
+        self,
+        request: _admin_pb2.DeleteTopicsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DeleteTopicsResponse, _abc.Awaitable[_admin_pb2.DeleteTopicsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CreatePartitions(
+        self,
+        request: _admin_pb2.CreatePartitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.CreatePartitionsResponse, _abc.Awaitable[_admin_pb2.CreatePartitionsResponse]]:
+        """Grows topics to a new partition count (partitions are never removed)."""
+
+    @_abc_1.abstractmethod
+    def AlterConfigs(
+        self,
+        request: _admin_pb2.AlterConfigsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.AlterConfigsResponse, _abc.Awaitable[_admin_pb2.AlterConfigsResponse]]:
+        """Incremental config changes (Kafka's IncrementalAlterConfigs)."""
+
+    @_abc_1.abstractmethod
+    def DescribeConfigs(
+        self,
+        request: _admin_pb2.DescribeConfigsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DescribeConfigsResponse, _abc.Awaitable[_admin_pb2.DescribeConfigsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ElectLeaders(
+        self,
+        request: _admin_pb2.ElectLeadersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ElectLeadersResponse, _abc.Awaitable[_admin_pb2.ElectLeadersResponse]]:
+        """Preferred or unclean leader election for the named partitions (or all)."""
+
+    @_abc_1.abstractmethod
+    def AlterPartitionReassignments(
+        self,
+        request: _admin_pb2.AlterPartitionReassignmentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.AlterPartitionReassignmentsResponse, _abc.Awaitable[_admin_pb2.AlterPartitionReassignmentsResponse]]:
+        """Move partitions to other brokers (KIP-455), or cancel a move in progress."""
+
+    @_abc_1.abstractmethod
+    def ListPartitionReassignments(
+        self,
+        request: _admin_pb2.ListPartitionReassignmentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListPartitionReassignmentsResponse, _abc.Awaitable[_admin_pb2.ListPartitionReassignmentsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UnregisterBroker(
+        self,
+        request: _admin_pb2.UnregisterBrokerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.UnregisterBrokerResponse, _abc.Awaitable[_admin_pb2.UnregisterBrokerResponse]]:
+        """Removes a decommissioned broker's registration (KIP-856)."""
 
 def add_BrokerServicer_to_server(servicer: BrokerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from highwater.v1 import admin_pb2 as highwater_dot_v1_dot_admin__pb2
 from highwater.v1 import controller_pb2 as highwater_dot_v1_dot_controller__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -46,8 +47,8 @@ class ControllerStub:
                 _registered_method=True)
         self.UnregisterBroker = channel.unary_unary(
                 '/highwater.v1.Controller/UnregisterBroker',
-                request_serializer=highwater_dot_v1_dot_controller__pb2.UnregisterBrokerRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_controller__pb2.UnregisterBrokerResponse.FromString,
+                request_serializer=highwater_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.FromString,
                 _registered_method=True)
         self.AlterPartition = channel.unary_unary(
                 '/highwater.v1.Controller/AlterPartition',
@@ -56,43 +57,43 @@ class ControllerStub:
                 _registered_method=True)
         self.CreateTopics = channel.unary_unary(
                 '/highwater.v1.Controller/CreateTopics',
-                request_serializer=highwater_dot_v1_dot_controller__pb2.CreateTopicsRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_controller__pb2.CreateTopicsResponse.FromString,
+                request_serializer=highwater_dot_v1_dot_admin__pb2.CreateTopicsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.CreateTopicsResponse.FromString,
                 _registered_method=True)
         self.DeleteTopics = channel.unary_unary(
                 '/highwater.v1.Controller/DeleteTopics',
-                request_serializer=highwater_dot_v1_dot_controller__pb2.DeleteTopicsRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_controller__pb2.DeleteTopicsResponse.FromString,
+                request_serializer=highwater_dot_v1_dot_admin__pb2.DeleteTopicsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.DeleteTopicsResponse.FromString,
                 _registered_method=True)
         self.CreatePartitions = channel.unary_unary(
                 '/highwater.v1.Controller/CreatePartitions',
-                request_serializer=highwater_dot_v1_dot_controller__pb2.CreatePartitionsRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_controller__pb2.CreatePartitionsResponse.FromString,
+                request_serializer=highwater_dot_v1_dot_admin__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.CreatePartitionsResponse.FromString,
                 _registered_method=True)
         self.ElectLeaders = channel.unary_unary(
                 '/highwater.v1.Controller/ElectLeaders',
-                request_serializer=highwater_dot_v1_dot_controller__pb2.ElectLeadersRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_controller__pb2.ElectLeadersResponse.FromString,
+                request_serializer=highwater_dot_v1_dot_admin__pb2.ElectLeadersRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.ElectLeadersResponse.FromString,
                 _registered_method=True)
         self.AlterPartitionReassignments = channel.unary_unary(
                 '/highwater.v1.Controller/AlterPartitionReassignments',
-                request_serializer=highwater_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsResponse.FromString,
+                request_serializer=highwater_dot_v1_dot_admin__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.AlterPartitionReassignmentsResponse.FromString,
                 _registered_method=True)
         self.ListPartitionReassignments = channel.unary_unary(
                 '/highwater.v1.Controller/ListPartitionReassignments',
-                request_serializer=highwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsResponse.FromString,
+                request_serializer=highwater_dot_v1_dot_admin__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.ListPartitionReassignmentsResponse.FromString,
                 _registered_method=True)
         self.AlterConfigs = channel.unary_unary(
                 '/highwater.v1.Controller/AlterConfigs',
-                request_serializer=highwater_dot_v1_dot_controller__pb2.AlterConfigsRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_controller__pb2.AlterConfigsResponse.FromString,
+                request_serializer=highwater_dot_v1_dot_admin__pb2.AlterConfigsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.AlterConfigsResponse.FromString,
                 _registered_method=True)
         self.DescribeConfigs = channel.unary_unary(
                 '/highwater.v1.Controller/DescribeConfigs',
-                request_serializer=highwater_dot_v1_dot_controller__pb2.DescribeConfigsRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_controller__pb2.DescribeConfigsResponse.FromString,
+                request_serializer=highwater_dot_v1_dot_admin__pb2.DescribeConfigsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeConfigsResponse.FromString,
                 _registered_method=True)
         self.AllocateProducerIds = channel.unary_unary(
                 '/highwater.v1.Controller/AllocateProducerIds',
@@ -244,8 +245,8 @@ def add_ControllerServicer_to_server(servicer, server):
             ),
             'UnregisterBroker': grpc.unary_unary_rpc_method_handler(
                     servicer.UnregisterBroker,
-                    request_deserializer=highwater_dot_v1_dot_controller__pb2.UnregisterBrokerRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_controller__pb2.UnregisterBrokerResponse.SerializeToString,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.SerializeToString,
             ),
             'AlterPartition': grpc.unary_unary_rpc_method_handler(
                     servicer.AlterPartition,
@@ -254,43 +255,43 @@ def add_ControllerServicer_to_server(servicer, server):
             ),
             'CreateTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTopics,
-                    request_deserializer=highwater_dot_v1_dot_controller__pb2.CreateTopicsRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_controller__pb2.CreateTopicsResponse.SerializeToString,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.CreateTopicsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.CreateTopicsResponse.SerializeToString,
             ),
             'DeleteTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteTopics,
-                    request_deserializer=highwater_dot_v1_dot_controller__pb2.DeleteTopicsRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_controller__pb2.DeleteTopicsResponse.SerializeToString,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.DeleteTopicsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.DeleteTopicsResponse.SerializeToString,
             ),
             'CreatePartitions': grpc.unary_unary_rpc_method_handler(
                     servicer.CreatePartitions,
-                    request_deserializer=highwater_dot_v1_dot_controller__pb2.CreatePartitionsRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_controller__pb2.CreatePartitionsResponse.SerializeToString,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.CreatePartitionsResponse.SerializeToString,
             ),
             'ElectLeaders': grpc.unary_unary_rpc_method_handler(
                     servicer.ElectLeaders,
-                    request_deserializer=highwater_dot_v1_dot_controller__pb2.ElectLeadersRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_controller__pb2.ElectLeadersResponse.SerializeToString,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.ElectLeadersRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.ElectLeadersResponse.SerializeToString,
             ),
             'AlterPartitionReassignments': grpc.unary_unary_rpc_method_handler(
                     servicer.AlterPartitionReassignments,
-                    request_deserializer=highwater_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsResponse.SerializeToString,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.AlterPartitionReassignmentsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.AlterPartitionReassignmentsResponse.SerializeToString,
             ),
             'ListPartitionReassignments': grpc.unary_unary_rpc_method_handler(
                     servicer.ListPartitionReassignments,
-                    request_deserializer=highwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsResponse.SerializeToString,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.ListPartitionReassignmentsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.ListPartitionReassignmentsResponse.SerializeToString,
             ),
             'AlterConfigs': grpc.unary_unary_rpc_method_handler(
                     servicer.AlterConfigs,
-                    request_deserializer=highwater_dot_v1_dot_controller__pb2.AlterConfigsRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_controller__pb2.AlterConfigsResponse.SerializeToString,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.AlterConfigsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.AlterConfigsResponse.SerializeToString,
             ),
             'DescribeConfigs': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeConfigs,
-                    request_deserializer=highwater_dot_v1_dot_controller__pb2.DescribeConfigsRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_controller__pb2.DescribeConfigsResponse.SerializeToString,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeConfigsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.DescribeConfigsResponse.SerializeToString,
             ),
             'AllocateProducerIds': grpc.unary_unary_rpc_method_handler(
                     servicer.AllocateProducerIds,
@@ -392,8 +393,8 @@ class Controller:
             request,
             target,
             '/highwater.v1.Controller/UnregisterBroker',
-            highwater_dot_v1_dot_controller__pb2.UnregisterBrokerRequest.SerializeToString,
-            highwater_dot_v1_dot_controller__pb2.UnregisterBrokerResponse.FromString,
+            highwater_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -446,8 +447,8 @@ class Controller:
             request,
             target,
             '/highwater.v1.Controller/CreateTopics',
-            highwater_dot_v1_dot_controller__pb2.CreateTopicsRequest.SerializeToString,
-            highwater_dot_v1_dot_controller__pb2.CreateTopicsResponse.FromString,
+            highwater_dot_v1_dot_admin__pb2.CreateTopicsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.CreateTopicsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -473,8 +474,8 @@ class Controller:
             request,
             target,
             '/highwater.v1.Controller/DeleteTopics',
-            highwater_dot_v1_dot_controller__pb2.DeleteTopicsRequest.SerializeToString,
-            highwater_dot_v1_dot_controller__pb2.DeleteTopicsResponse.FromString,
+            highwater_dot_v1_dot_admin__pb2.DeleteTopicsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.DeleteTopicsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -500,8 +501,8 @@ class Controller:
             request,
             target,
             '/highwater.v1.Controller/CreatePartitions',
-            highwater_dot_v1_dot_controller__pb2.CreatePartitionsRequest.SerializeToString,
-            highwater_dot_v1_dot_controller__pb2.CreatePartitionsResponse.FromString,
+            highwater_dot_v1_dot_admin__pb2.CreatePartitionsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.CreatePartitionsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -527,8 +528,8 @@ class Controller:
             request,
             target,
             '/highwater.v1.Controller/ElectLeaders',
-            highwater_dot_v1_dot_controller__pb2.ElectLeadersRequest.SerializeToString,
-            highwater_dot_v1_dot_controller__pb2.ElectLeadersResponse.FromString,
+            highwater_dot_v1_dot_admin__pb2.ElectLeadersRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.ElectLeadersResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -554,8 +555,8 @@ class Controller:
             request,
             target,
             '/highwater.v1.Controller/AlterPartitionReassignments',
-            highwater_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
-            highwater_dot_v1_dot_controller__pb2.AlterPartitionReassignmentsResponse.FromString,
+            highwater_dot_v1_dot_admin__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.AlterPartitionReassignmentsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -581,8 +582,8 @@ class Controller:
             request,
             target,
             '/highwater.v1.Controller/ListPartitionReassignments',
-            highwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsRequest.SerializeToString,
-            highwater_dot_v1_dot_controller__pb2.ListPartitionReassignmentsResponse.FromString,
+            highwater_dot_v1_dot_admin__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.ListPartitionReassignmentsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -608,8 +609,8 @@ class Controller:
             request,
             target,
             '/highwater.v1.Controller/AlterConfigs',
-            highwater_dot_v1_dot_controller__pb2.AlterConfigsRequest.SerializeToString,
-            highwater_dot_v1_dot_controller__pb2.AlterConfigsResponse.FromString,
+            highwater_dot_v1_dot_admin__pb2.AlterConfigsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.AlterConfigsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -635,8 +636,8 @@ class Controller:
             request,
             target,
             '/highwater.v1.Controller/DescribeConfigs',
-            highwater_dot_v1_dot_controller__pb2.DescribeConfigsRequest.SerializeToString,
-            highwater_dot_v1_dot_controller__pb2.DescribeConfigsResponse.FromString,
+            highwater_dot_v1_dot_admin__pb2.DescribeConfigsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.DescribeConfigsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -14,7 +14,57 @@ NOT_CONTROLLER, the id of the active controller (-1 when unknown) and its addres
 
 from collections import abc as _abc
 from grpc import aio as _aio
+from highwater.v1 import admin_pb2 as _admin_pb2
 from highwater.v1 import controller_pb2 as _controller_pb2
+from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_APPEND as ALTER_CONFIG_OP_APPEND
+from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_DELETE as ALTER_CONFIG_OP_DELETE
+from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_SET as ALTER_CONFIG_OP_SET
+from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_SUBTRACT as ALTER_CONFIG_OP_SUBTRACT
+from highwater.v1.admin_pb2 import AlterConfigOp as AlterConfigOp
+from highwater.v1.admin_pb2 import AlterConfigsRequest as AlterConfigsRequest
+from highwater.v1.admin_pb2 import AlterConfigsResource as AlterConfigsResource
+from highwater.v1.admin_pb2 import AlterConfigsResourceResult as AlterConfigsResourceResult
+from highwater.v1.admin_pb2 import AlterConfigsResponse as AlterConfigsResponse
+from highwater.v1.admin_pb2 import AlterPartitionReassignmentsRequest as AlterPartitionReassignmentsRequest
+from highwater.v1.admin_pb2 import AlterPartitionReassignmentsResponse as AlterPartitionReassignmentsResponse
+from highwater.v1.admin_pb2 import AlterableConfig as AlterableConfig
+from highwater.v1.admin_pb2 import CONFIG_SOURCE_DEFAULT_CONFIG as CONFIG_SOURCE_DEFAULT_CONFIG
+from highwater.v1.admin_pb2 import CONFIG_SOURCE_DYNAMIC_BROKER_CONFIG as CONFIG_SOURCE_DYNAMIC_BROKER_CONFIG
+from highwater.v1.admin_pb2 import CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG as CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG
+from highwater.v1.admin_pb2 import CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG as CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG
+from highwater.v1.admin_pb2 import CONFIG_SOURCE_STATIC_BROKER_CONFIG as CONFIG_SOURCE_STATIC_BROKER_CONFIG
+from highwater.v1.admin_pb2 import CONFIG_SOURCE_UNKNOWN as CONFIG_SOURCE_UNKNOWN
+from highwater.v1.admin_pb2 import ConfigSource as ConfigSource
+from highwater.v1.admin_pb2 import CreatableTopic as CreatableTopic
+from highwater.v1.admin_pb2 import CreatableTopicResult as CreatableTopicResult
+from highwater.v1.admin_pb2 import CreatePartitionsRequest as CreatePartitionsRequest
+from highwater.v1.admin_pb2 import CreatePartitionsResponse as CreatePartitionsResponse
+from highwater.v1.admin_pb2 import CreatePartitionsTopic as CreatePartitionsTopic
+from highwater.v1.admin_pb2 import CreatePartitionsTopicResult as CreatePartitionsTopicResult
+from highwater.v1.admin_pb2 import CreateTopicsRequest as CreateTopicsRequest
+from highwater.v1.admin_pb2 import CreateTopicsResponse as CreateTopicsResponse
+from highwater.v1.admin_pb2 import DeletableTopicResult as DeletableTopicResult
+from highwater.v1.admin_pb2 import DeleteTopicsRequest as DeleteTopicsRequest
+from highwater.v1.admin_pb2 import DeleteTopicsResponse as DeleteTopicsResponse
+from highwater.v1.admin_pb2 import DescribeConfigsRequest as DescribeConfigsRequest
+from highwater.v1.admin_pb2 import DescribeConfigsResource as DescribeConfigsResource
+from highwater.v1.admin_pb2 import DescribeConfigsResponse as DescribeConfigsResponse
+from highwater.v1.admin_pb2 import DescribeConfigsResult as DescribeConfigsResult
+from highwater.v1.admin_pb2 import DescribedConfig as DescribedConfig
+from highwater.v1.admin_pb2 import ELECTION_TYPE_PREFERRED as ELECTION_TYPE_PREFERRED
+from highwater.v1.admin_pb2 import ELECTION_TYPE_UNCLEAN as ELECTION_TYPE_UNCLEAN
+from highwater.v1.admin_pb2 import ElectLeadersRequest as ElectLeadersRequest
+from highwater.v1.admin_pb2 import ElectLeadersResponse as ElectLeadersResponse
+from highwater.v1.admin_pb2 import ElectionType as ElectionType
+from highwater.v1.admin_pb2 import ListPartitionReassignmentsRequest as ListPartitionReassignmentsRequest
+from highwater.v1.admin_pb2 import ListPartitionReassignmentsResponse as ListPartitionReassignmentsResponse
+from highwater.v1.admin_pb2 import OngoingReassignment as OngoingReassignment
+from highwater.v1.admin_pb2 import PartitionReassignment as PartitionReassignment
+from highwater.v1.admin_pb2 import PartitionResult as PartitionResult
+from highwater.v1.admin_pb2 import ReplicaAssignment as ReplicaAssignment
+from highwater.v1.admin_pb2 import TopicPartitions as TopicPartitions
+from highwater.v1.admin_pb2 import UnregisterBrokerRequest as UnregisterBrokerRequest
+from highwater.v1.admin_pb2 import UnregisterBrokerResponse as UnregisterBrokerResponse
 import abc as _abc_1
 import grpc as _grpc
 import sys
@@ -44,25 +94,25 @@ class ControllerStub:
     """A broker process announces itself; it starts fenced."""
     BrokerHeartbeat: _grpc.UnaryUnaryMultiCallable[_controller_pb2.BrokerHeartbeatRequest, _controller_pb2.BrokerHeartbeatResponse]
     """Liveness, catch-up progress, and the wish to be fenced or to shut down."""
-    UnregisterBroker: _grpc.UnaryUnaryMultiCallable[_controller_pb2.UnregisterBrokerRequest, _controller_pb2.UnregisterBrokerResponse]
+    UnregisterBroker: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UnregisterBrokerRequest, _admin_pb2.UnregisterBrokerResponse]
     """Removes a decommissioned broker's registration."""
     AlterPartition: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterPartitionRequest, _controller_pb2.AlterPartitionResponse]
     """A partition leader changes its ISR, guarded by leader and partition epochs."""
-    CreateTopics: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CreateTopicsRequest, _controller_pb2.CreateTopicsResponse]
-    DeleteTopics: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DeleteTopicsRequest, _controller_pb2.DeleteTopicsResponse]
-    CreatePartitions: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CreatePartitionsRequest, _controller_pb2.CreatePartitionsResponse]
+    CreateTopics: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateTopicsRequest, _admin_pb2.CreateTopicsResponse]
+    DeleteTopics: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteTopicsRequest, _admin_pb2.DeleteTopicsResponse]
+    CreatePartitions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreatePartitionsRequest, _admin_pb2.CreatePartitionsResponse]
     """Grows topics to a new partition count (partitions are never removed)."""
-    ElectLeaders: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ElectLeadersRequest, _controller_pb2.ElectLeadersResponse]
+    ElectLeaders: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ElectLeadersRequest, _admin_pb2.ElectLeadersResponse]
     """Preferred or unclean leader election for the named partitions (or all)."""
-    AlterPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterPartitionReassignmentsRequest, _controller_pb2.AlterPartitionReassignmentsResponse]
+    AlterPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AlterPartitionReassignmentsRequest, _admin_pb2.AlterPartitionReassignmentsResponse]
     """Move partitions to other brokers (Kafka's KIP-455): the new replicas are added, and the
     old ones dropped once every new one is in the ISR; or cancel a move in progress.
     """
-    ListPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ListPartitionReassignmentsRequest, _controller_pb2.ListPartitionReassignmentsResponse]
+    ListPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListPartitionReassignmentsRequest, _admin_pb2.ListPartitionReassignmentsResponse]
     """The partitions whose reassignment is in progress."""
-    AlterConfigs: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterConfigsRequest, _controller_pb2.AlterConfigsResponse]
+    AlterConfigs: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AlterConfigsRequest, _admin_pb2.AlterConfigsResponse]
     """Incremental config changes (Kafka's IncrementalAlterConfigs)."""
-    DescribeConfigs: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeConfigsRequest, _controller_pb2.DescribeConfigsResponse]
+    DescribeConfigs: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeConfigsRequest, _admin_pb2.DescribeConfigsResponse]
     AllocateProducerIds: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AllocateProducerIdsRequest, _controller_pb2.AllocateProducerIdsResponse]
     """A block of producer ids for a broker's idempotent and transactional producers."""
     RegisterCoordinator: _grpc.UnaryUnaryMultiCallable[_controller_pb2.RegisterCoordinatorRequest, _controller_pb2.RegisterCoordinatorResponse]
@@ -79,25 +129,25 @@ class ControllerAsyncStub(ControllerStub):
     """A broker process announces itself; it starts fenced."""
     BrokerHeartbeat: _aio.UnaryUnaryMultiCallable[_controller_pb2.BrokerHeartbeatRequest, _controller_pb2.BrokerHeartbeatResponse]  # type: ignore[assignment]
     """Liveness, catch-up progress, and the wish to be fenced or to shut down."""
-    UnregisterBroker: _aio.UnaryUnaryMultiCallable[_controller_pb2.UnregisterBrokerRequest, _controller_pb2.UnregisterBrokerResponse]  # type: ignore[assignment]
+    UnregisterBroker: _aio.UnaryUnaryMultiCallable[_admin_pb2.UnregisterBrokerRequest, _admin_pb2.UnregisterBrokerResponse]  # type: ignore[assignment]
     """Removes a decommissioned broker's registration."""
     AlterPartition: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterPartitionRequest, _controller_pb2.AlterPartitionResponse]  # type: ignore[assignment]
     """A partition leader changes its ISR, guarded by leader and partition epochs."""
-    CreateTopics: _aio.UnaryUnaryMultiCallable[_controller_pb2.CreateTopicsRequest, _controller_pb2.CreateTopicsResponse]  # type: ignore[assignment]
-    DeleteTopics: _aio.UnaryUnaryMultiCallable[_controller_pb2.DeleteTopicsRequest, _controller_pb2.DeleteTopicsResponse]  # type: ignore[assignment]
-    CreatePartitions: _aio.UnaryUnaryMultiCallable[_controller_pb2.CreatePartitionsRequest, _controller_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
+    CreateTopics: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateTopicsRequest, _admin_pb2.CreateTopicsResponse]  # type: ignore[assignment]
+    DeleteTopics: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteTopicsRequest, _admin_pb2.DeleteTopicsResponse]  # type: ignore[assignment]
+    CreatePartitions: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreatePartitionsRequest, _admin_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
     """Grows topics to a new partition count (partitions are never removed)."""
-    ElectLeaders: _aio.UnaryUnaryMultiCallable[_controller_pb2.ElectLeadersRequest, _controller_pb2.ElectLeadersResponse]  # type: ignore[assignment]
+    ElectLeaders: _aio.UnaryUnaryMultiCallable[_admin_pb2.ElectLeadersRequest, _admin_pb2.ElectLeadersResponse]  # type: ignore[assignment]
     """Preferred or unclean leader election for the named partitions (or all)."""
-    AlterPartitionReassignments: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterPartitionReassignmentsRequest, _controller_pb2.AlterPartitionReassignmentsResponse]  # type: ignore[assignment]
+    AlterPartitionReassignments: _aio.UnaryUnaryMultiCallable[_admin_pb2.AlterPartitionReassignmentsRequest, _admin_pb2.AlterPartitionReassignmentsResponse]  # type: ignore[assignment]
     """Move partitions to other brokers (Kafka's KIP-455): the new replicas are added, and the
     old ones dropped once every new one is in the ISR; or cancel a move in progress.
     """
-    ListPartitionReassignments: _aio.UnaryUnaryMultiCallable[_controller_pb2.ListPartitionReassignmentsRequest, _controller_pb2.ListPartitionReassignmentsResponse]  # type: ignore[assignment]
+    ListPartitionReassignments: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListPartitionReassignmentsRequest, _admin_pb2.ListPartitionReassignmentsResponse]  # type: ignore[assignment]
     """The partitions whose reassignment is in progress."""
-    AlterConfigs: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterConfigsRequest, _controller_pb2.AlterConfigsResponse]  # type: ignore[assignment]
+    AlterConfigs: _aio.UnaryUnaryMultiCallable[_admin_pb2.AlterConfigsRequest, _admin_pb2.AlterConfigsResponse]  # type: ignore[assignment]
     """Incremental config changes (Kafka's IncrementalAlterConfigs)."""
-    DescribeConfigs: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeConfigsRequest, _controller_pb2.DescribeConfigsResponse]  # type: ignore[assignment]
+    DescribeConfigs: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeConfigsRequest, _admin_pb2.DescribeConfigsResponse]  # type: ignore[assignment]
     AllocateProducerIds: _aio.UnaryUnaryMultiCallable[_controller_pb2.AllocateProducerIdsRequest, _controller_pb2.AllocateProducerIdsResponse]  # type: ignore[assignment]
     """A block of producer ids for a broker's idempotent and transactional producers."""
     RegisterCoordinator: _aio.UnaryUnaryMultiCallable[_controller_pb2.RegisterCoordinatorRequest, _controller_pb2.RegisterCoordinatorResponse]  # type: ignore[assignment]
@@ -127,9 +177,9 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def UnregisterBroker(
         self,
-        request: _controller_pb2.UnregisterBrokerRequest,
+        request: _admin_pb2.UnregisterBrokerRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_controller_pb2.UnregisterBrokerResponse, _abc.Awaitable[_controller_pb2.UnregisterBrokerResponse]]:
+    ) -> _typing.Union[_admin_pb2.UnregisterBrokerResponse, _abc.Awaitable[_admin_pb2.UnregisterBrokerResponse]]:
         """Removes a decommissioned broker's registration."""
 
     @_abc_1.abstractmethod
@@ -143,39 +193,39 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def CreateTopics(
         self,
-        request: _controller_pb2.CreateTopicsRequest,
+        request: _admin_pb2.CreateTopicsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_controller_pb2.CreateTopicsResponse, _abc.Awaitable[_controller_pb2.CreateTopicsResponse]]: ...
+    ) -> _typing.Union[_admin_pb2.CreateTopicsResponse, _abc.Awaitable[_admin_pb2.CreateTopicsResponse]]: ...
 
     @_abc_1.abstractmethod
     def DeleteTopics(
         self,
-        request: _controller_pb2.DeleteTopicsRequest,
+        request: _admin_pb2.DeleteTopicsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_controller_pb2.DeleteTopicsResponse, _abc.Awaitable[_controller_pb2.DeleteTopicsResponse]]: ...
+    ) -> _typing.Union[_admin_pb2.DeleteTopicsResponse, _abc.Awaitable[_admin_pb2.DeleteTopicsResponse]]: ...
 
     @_abc_1.abstractmethod
     def CreatePartitions(
         self,
-        request: _controller_pb2.CreatePartitionsRequest,
+        request: _admin_pb2.CreatePartitionsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_controller_pb2.CreatePartitionsResponse, _abc.Awaitable[_controller_pb2.CreatePartitionsResponse]]:
+    ) -> _typing.Union[_admin_pb2.CreatePartitionsResponse, _abc.Awaitable[_admin_pb2.CreatePartitionsResponse]]:
         """Grows topics to a new partition count (partitions are never removed)."""
 
     @_abc_1.abstractmethod
     def ElectLeaders(
         self,
-        request: _controller_pb2.ElectLeadersRequest,
+        request: _admin_pb2.ElectLeadersRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_controller_pb2.ElectLeadersResponse, _abc.Awaitable[_controller_pb2.ElectLeadersResponse]]:
+    ) -> _typing.Union[_admin_pb2.ElectLeadersResponse, _abc.Awaitable[_admin_pb2.ElectLeadersResponse]]:
         """Preferred or unclean leader election for the named partitions (or all)."""
 
     @_abc_1.abstractmethod
     def AlterPartitionReassignments(
         self,
-        request: _controller_pb2.AlterPartitionReassignmentsRequest,
+        request: _admin_pb2.AlterPartitionReassignmentsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_controller_pb2.AlterPartitionReassignmentsResponse, _abc.Awaitable[_controller_pb2.AlterPartitionReassignmentsResponse]]:
+    ) -> _typing.Union[_admin_pb2.AlterPartitionReassignmentsResponse, _abc.Awaitable[_admin_pb2.AlterPartitionReassignmentsResponse]]:
         """Move partitions to other brokers (Kafka's KIP-455): the new replicas are added, and the
         old ones dropped once every new one is in the ISR; or cancel a move in progress.
         """
@@ -183,25 +233,25 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def ListPartitionReassignments(
         self,
-        request: _controller_pb2.ListPartitionReassignmentsRequest,
+        request: _admin_pb2.ListPartitionReassignmentsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_controller_pb2.ListPartitionReassignmentsResponse, _abc.Awaitable[_controller_pb2.ListPartitionReassignmentsResponse]]:
+    ) -> _typing.Union[_admin_pb2.ListPartitionReassignmentsResponse, _abc.Awaitable[_admin_pb2.ListPartitionReassignmentsResponse]]:
         """The partitions whose reassignment is in progress."""
 
     @_abc_1.abstractmethod
     def AlterConfigs(
         self,
-        request: _controller_pb2.AlterConfigsRequest,
+        request: _admin_pb2.AlterConfigsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_controller_pb2.AlterConfigsResponse, _abc.Awaitable[_controller_pb2.AlterConfigsResponse]]:
+    ) -> _typing.Union[_admin_pb2.AlterConfigsResponse, _abc.Awaitable[_admin_pb2.AlterConfigsResponse]]:
         """Incremental config changes (Kafka's IncrementalAlterConfigs)."""
 
     @_abc_1.abstractmethod
     def DescribeConfigs(
         self,
-        request: _controller_pb2.DescribeConfigsRequest,
+        request: _admin_pb2.DescribeConfigsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_controller_pb2.DescribeConfigsResponse, _abc.Awaitable[_controller_pb2.DescribeConfigsResponse]]: ...
+    ) -> _typing.Union[_admin_pb2.DescribeConfigsResponse, _abc.Awaitable[_admin_pb2.DescribeConfigsResponse]]: ...
 
     @_abc_1.abstractmethod
     def AllocateProducerIds(

@@ -45,9 +45,13 @@ class JoinGroupRequest(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
     session_timeout_ms: _builtins.int
-    """The coordinator removes a member it has not heard from for this long."""
+    """The coordinator removes a member it has not heard from for this long, within the
+    coordinator's group.min/max.session.timeout.ms. Unset: 45000 (Kafka's session.timeout.ms).
+    """
     rebalance_timeout_ms: _builtins.int
-    """How long the coordinator waits for every member to rejoin during a rebalance."""
+    """How long the coordinator waits for every member to rejoin during a rebalance.
+    Unset: 300000 (Kafka's max.poll.interval.ms, which Kafka's consumer sends here).
+    """
     member_id: _builtins.str
     """Empty on a member's first join: the coordinator answers MEMBER_ID_REQUIRED with an
     id to join again with (KIP-394).
@@ -66,8 +70,8 @@ class JoinGroupRequest(_message.Message):
         self,
         *,
         group_id: _builtins.str = ...,
-        session_timeout_ms: _builtins.int = ...,
-        rebalance_timeout_ms: _builtins.int = ...,
+        session_timeout_ms: _builtins.int | None = ...,
+        rebalance_timeout_ms: _builtins.int | None = ...,
         member_id: _builtins.str = ...,
         group_instance_id: _builtins.str | None = ...,
         protocol_type: _builtins.str = ...,
@@ -75,13 +79,22 @@ class JoinGroupRequest(_message.Message):
         client_id: _builtins.str = ...,
         reason: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_group_instance_id", b"_group_instance_id", "group_instance_id", b"group_instance_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_group_instance_id", b"_group_instance_id", "_rebalance_timeout_ms", b"_rebalance_timeout_ms", "_session_timeout_ms", b"_session_timeout_ms", "group_instance_id", b"group_instance_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_group_instance_id", b"_group_instance_id", "client_id", b"client_id", "group_id", b"group_id", "group_instance_id", b"group_instance_id", "member_id", b"member_id", "protocol_type", b"protocol_type", "protocols", b"protocols", "reason", b"reason", "rebalance_timeout_ms", b"rebalance_timeout_ms", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_group_instance_id", b"_group_instance_id", "_rebalance_timeout_ms", b"_rebalance_timeout_ms", "_session_timeout_ms", b"_session_timeout_ms", "client_id", b"client_id", "group_id", b"group_id", "group_instance_id", b"group_instance_id", "member_id", b"member_id", "protocol_type", b"protocol_type", "protocols", b"protocols", "reason", b"reason", "rebalance_timeout_ms", b"rebalance_timeout_ms", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__group_instance_id: _TypeAlias = _typing.Literal["group_instance_id"]  # noqa: Y015
     _WhichOneofArgType__group_instance_id: _TypeAlias = _typing.Literal["_group_instance_id", b"_group_instance_id"]  # noqa: Y015
+    _WhichOneofReturnType__rebalance_timeout_ms: _TypeAlias = _typing.Literal["rebalance_timeout_ms"]  # noqa: Y015
+    _WhichOneofArgType__rebalance_timeout_ms: _TypeAlias = _typing.Literal["_rebalance_timeout_ms", b"_rebalance_timeout_ms"]  # noqa: Y015
+    _WhichOneofReturnType__session_timeout_ms: _TypeAlias = _typing.Literal["session_timeout_ms"]  # noqa: Y015
+    _WhichOneofArgType__session_timeout_ms: _TypeAlias = _typing.Literal["_session_timeout_ms", b"_session_timeout_ms"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__group_instance_id) -> _WhichOneofReturnType__group_instance_id | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rebalance_timeout_ms) -> _WhichOneofReturnType__rebalance_timeout_ms | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__session_timeout_ms) -> _WhichOneofReturnType__session_timeout_ms | None: ...
 
 Global___JoinGroupRequest: _TypeAlias = JoinGroupRequest  # noqa: Y015
 
@@ -453,7 +466,10 @@ class OffsetCommitRequest(_message.Message):
     TOPICS_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
     generation_id: _builtins.int
-    """-1 with an empty member id: a commit from outside group management (assign())."""
+    """The member's generation, from JoinGroup. Unset (or -1) with an empty member id: a
+    commit from outside group management (assign()), accepted while the group has no
+    active members.
+    """
     member_id: _builtins.str
     group_instance_id: _builtins.str
     @_builtins.property
@@ -462,17 +478,22 @@ class OffsetCommitRequest(_message.Message):
         self,
         *,
         group_id: _builtins.str = ...,
-        generation_id: _builtins.int = ...,
+        generation_id: _builtins.int | None = ...,
         member_id: _builtins.str = ...,
         group_instance_id: _builtins.str | None = ...,
         topics: _abc.Iterable[Global___OffsetCommitTopic] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_group_instance_id", b"_group_instance_id", "group_instance_id", b"group_instance_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_generation_id", b"_generation_id", "_group_instance_id", b"_group_instance_id", "generation_id", b"generation_id", "group_instance_id", b"group_instance_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_group_instance_id", b"_group_instance_id", "generation_id", b"generation_id", "group_id", b"group_id", "group_instance_id", b"group_instance_id", "member_id", b"member_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_generation_id", b"_generation_id", "_group_instance_id", b"_group_instance_id", "generation_id", b"generation_id", "group_id", b"group_id", "group_instance_id", b"group_instance_id", "member_id", b"member_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__generation_id: _TypeAlias = _typing.Literal["generation_id"]  # noqa: Y015
+    _WhichOneofArgType__generation_id: _TypeAlias = _typing.Literal["_generation_id", b"_generation_id"]  # noqa: Y015
     _WhichOneofReturnType__group_instance_id: _TypeAlias = _typing.Literal["group_instance_id"]  # noqa: Y015
     _WhichOneofArgType__group_instance_id: _TypeAlias = _typing.Literal["_group_instance_id", b"_group_instance_id"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__generation_id) -> _WhichOneofReturnType__generation_id | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__group_instance_id) -> _WhichOneofReturnType__group_instance_id | None: ...
 
 Global___OffsetCommitRequest: _TypeAlias = OffsetCommitRequest  # noqa: Y015
@@ -512,21 +533,23 @@ class OffsetCommitPartition(_message.Message):
     committed_offset: _builtins.int
     """The next offset to consume."""
     committed_leader_epoch: _builtins.int
-    """The leader epoch of the last consumed record, -1 if unknown."""
+    """The leader epoch of the last consumed record. Unset (or -1): unknown."""
     metadata: _builtins.str
     def __init__(
         self,
         *,
         partition_index: _builtins.int = ...,
         committed_offset: _builtins.int = ...,
-        committed_leader_epoch: _builtins.int = ...,
+        committed_leader_epoch: _builtins.int | None = ...,
         metadata: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_committed_leader_epoch", b"_committed_leader_epoch", "committed_leader_epoch", b"committed_leader_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_leader_epoch", b"committed_leader_epoch", "committed_offset", b"committed_offset", "metadata", b"metadata", "partition_index", b"partition_index"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_committed_leader_epoch", b"_committed_leader_epoch", "committed_leader_epoch", b"committed_leader_epoch", "committed_offset", b"committed_offset", "metadata", b"metadata", "partition_index", b"partition_index"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__committed_leader_epoch: _TypeAlias = _typing.Literal["committed_leader_epoch"]  # noqa: Y015
+    _WhichOneofArgType__committed_leader_epoch: _TypeAlias = _typing.Literal["_committed_leader_epoch", b"_committed_leader_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__committed_leader_epoch) -> _WhichOneofReturnType__committed_leader_epoch | None: ...
 
 Global___OffsetCommitPartition: _TypeAlias = OffsetCommitPartition  # noqa: Y015
 

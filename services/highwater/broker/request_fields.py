@@ -1,0 +1,90 @@
+"""What the broker reads each optional request field as when a caller leaves it unset.
+
+proto3 gives every unset scalar its zero value, and a zero is often a real value here: an
+epoch of 0, broker id 0, acks=0. So the broker's contract never gives a zero a special
+meaning: a field whose meaning depends on being given is declared ``optional``, and this
+module is the one place that says what an absent one means. A client generated from the
+protos in any language that sets only what it needs (docs/grpc.md lists that per request)
+gets a consumer's answer with Kafka's defaults:
+
+- ``ProduceRequest.acks`` unset is ``-1`` (all, Kafka's producer default since 3.0);
+  ``timeout_ms`` unset is 30 s (``request.timeout.ms``).
+- ``FetchRequest.replica_id`` unset (or negative, as Kafka's consumers send ``-1``) is a
+  consumer. Only a fetch that names a replica id *and* that broker's epoch is a
+  follower's, and :meth:`~highwater.broker.service.BrokerServer.fetch` then checks both
+  against the metadata image before the fetch can move any replication state.
+- ``FetchRequest.max_bytes`` unset is 1 MiB and ``partition_max_bytes`` 1 MiB (Kafka's
+  ``max.partition.fetch.bytes``), so that an answer fits the 4 MiB default receive limit
+  of grpc-js, grpc-go and grpc-java; any larger request is held to ``fetch.max.bytes``.
+- Leader epochs and the follower's ``last_fetched_epoch`` / ``log_start_offset`` unset
+  are ``-1``: unknown, not checked.
+- ``InitProducerIdRequest.producer_id`` / ``producer_epoch`` unset are a new producer.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from highwater.v1 import broker_pb2 as pb
+
+__all__ = [
+    "ACKS_ALL",
+    "DEFAULT_FETCH_MAX_BYTES",
+    "DEFAULT_PARTITION_FETCH_MAX_BYTES",
+    "DEFAULT_PRODUCE_TIMEOUT_MS",
+    "NO_EPOCH",
+    "current_leader_epoch",
+    "fetch_max_bytes",
+    "follower_id",
+    "last_fetched_epoch",
+    "partition_fetch_max_bytes",
+    "produce_acks",
+    "produce_timeout_ms",
+]
+
+ACKS_ALL: Final = -1
+NO_EPOCH: Final = -1
+DEFAULT_PRODUCE_TIMEOUT_MS: Final = 30_000
+"""Kafka's ``request.timeout.ms``."""
+DEFAULT_FETCH_MAX_BYTES: Final = 1024 * 1024
+"""An unset ``FetchRequest.max_bytes``: one whole answer stays well under 4 MiB."""
+DEFAULT_PARTITION_FETCH_MAX_BYTES: Final = 1024 * 1024
+"""An unset ``FetchPartition.partition_max_bytes``: Kafka's ``max.partition.fetch.bytes``."""
+
+
+def produce_acks(request: pb.ProduceRequest) -> int:
+    return request.acks if request.HasField("acks") else ACKS_ALL
+
+
+def produce_timeout_ms(request: pb.ProduceRequest) -> int:
+    return request.timeout_ms if request.HasField("timeout_ms") else DEFAULT_PRODUCE_TIMEOUT_MS
+
+
+def follower_id(request: pb.FetchRequest) -> int | None:
+    """The broker id a fetch claims to come from, or ``None`` for a consumer's fetch."""
+    if request.HasField("replica_id") and request.replica_id >= 0:
+        return request.replica_id
+    return None
+
+
+def fetch_max_bytes(request: pb.FetchRequest, limit: int) -> int:
+    """The whole answer's budget: the request's ``max_bytes`` (or the default), held to
+    ``limit`` (``fetch.max.bytes``) so that no answer outgrows the largest gRPC message."""
+    wanted = request.max_bytes if request.HasField("max_bytes") else DEFAULT_FETCH_MAX_BYTES
+    return max(1, min(wanted, limit))
+
+
+def partition_fetch_max_bytes(item: pb.FetchPartition) -> int:
+    if item.HasField("partition_max_bytes"):
+        return max(1, item.partition_max_bytes)
+    return DEFAULT_PARTITION_FETCH_MAX_BYTES
+
+
+def current_leader_epoch(
+    item: pb.FetchPartition | pb.ListOffsetsPartition | pb.OffsetForLeaderPartition,
+) -> int:
+    return item.current_leader_epoch if item.HasField("current_leader_epoch") else NO_EPOCH
+
+
+def last_fetched_epoch(item: pb.FetchPartition) -> int:
+    return item.last_fetched_epoch if item.HasField("last_fetched_epoch") else NO_EPOCH
