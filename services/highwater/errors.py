@@ -15,6 +15,16 @@ class HighwaterError(Exception):
         return ErrorCode.Name(self.code)  # type: ignore[arg-type]
 
 
+# --- Requests --------------------------------------------------------------------------
+
+
+class InvalidRequestError(HighwaterError):
+    """A request no server can read: an unknown enum value, misnumbered replica
+    assignments. Servicers answer it with gRPC ``INVALID_ARGUMENT``."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
 # --- Records and batches -------------------------------------------------------------
 
 

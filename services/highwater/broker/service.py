@@ -41,13 +41,14 @@ import grpc.aio
 from highwater.broker import request_fields as fields
 from highwater.broker.forwarding import ForwardedAdminCalls
 from highwater.broker.partitions import Partition, PartitionError, PartitionManager
+from highwater.broker.plain_records import add_plain_records
 from highwater.broker.replication import AlterPartitionProposal, EpochEndOffset, truncation_offset
 from highwater.broker.rolling import READY_SERVICE, broker_readiness
 from highwater.broker.telemetry import ACKS, CONSUMER, REPLICA, TOPIC, BrokerTelemetry
 from highwater.client.broker_streams import FetchStream
 from highwater.controller import messages as m
 from highwater.controller.client import ControllerClient
-from highwater.errors import HighwaterError
+from highwater.errors import HighwaterError, InvalidRequestError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import BrokerEndpoint
@@ -65,6 +66,7 @@ log = logging.getLogger(__name__)
 
 BROKER_SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["Broker"].full_name
 ACKS_ALL: Final = fields.ACKS_ALL
+RECORD_FORMATS: Final = frozenset(pb.RecordFormat.values())
 NO_PRODUCER: Final = -1
 
 T = TypeVar("T")
@@ -399,6 +401,8 @@ class BrokerServer:
         earlier incarnation of the broker, cannot pass for the follower."""
         started = time.monotonic()
         deadline = started + max(request.max_wait_ms, 0) / 1000
+        if request.record_format not in RECORD_FORMATS:
+            raise InvalidRequestError(f"record_format {request.record_format} is not known")
         follower = fields.follower_id(request)
         if follower is not None:
             refusal = self._follower_refusal(request, follower)
@@ -433,6 +437,7 @@ class BrokerServer:
     def _read(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, bool]:
         response = pb.FetchResponse()
         budget = fields.fetch_max_bytes(request, self.settings.fetch_max_bytes)
+        plain = request.record_format == pb.RECORD_FORMAT_PLAIN
         total = 0
         failed = False
         for topic in request.topics:
@@ -449,13 +454,16 @@ class BrokerServer:
                         fields.current_leader_epoch(item),
                         min_one_batch=room > 0,
                     )
-                except PartitionError as e:
+                    if plain:
+                        add_plain_records(answer, data.records, item.fetch_offset)
+                except HighwaterError as e:
                     answer.error = e.code  # type: ignore[assignment]
                     failed = True
                     continue
                 answer.high_watermark = partition.high_watermark
                 answer.log_start_offset = data.log_start_offset
-                answer.records = data.records
+                if not plain:
+                    answer.records = data.records
                 total += len(data.records)
                 if data.records:
                     self.telemetry.bytes_out.add(len(data.records), {TOPIC: topic.topic})
@@ -1025,13 +1033,22 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> pb.FetchResponse:
-        return await self._broker.fetch(request)
+        try:
+            return await self._broker.fetch(request)
+        except InvalidRequestError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            raise AssertionError("unreachable: abort raises") from e
 
     async def FetchStream(
         self, request_iterator: AsyncIterator[pb.FetchRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.FetchResponse]:
         async for request in request_iterator:
-            yield await self._broker.fetch(request)
+            try:
+                answer = await self._broker.fetch(request)
+            except InvalidRequestError as e:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+                raise AssertionError("unreachable: abort raises") from e
+            yield answer
 
     async def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext

@@ -37,7 +37,7 @@ from typing import Any, Final, Generic, TypeVar
 from google.protobuf.message import Message
 
 from highwater.controller import messages as m
-from highwater.errors import HighwaterError
+from highwater.errors import InvalidRequestError
 from highwater.metadata.records import DEFAULT_SECURITY_PROTOCOL, BrokerEndpoint
 from highwater.v1 import controller_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
@@ -55,13 +55,6 @@ _Getter = Callable[[Any], Any]
 
 # The fields every response has in the proto and no response dataclass has.
 _ROUTING_FIELDS: Final = frozenset({"controller_id", "controller_address"})
-
-
-class InvalidRequestError(HighwaterError):
-    """A message that no request value can hold: an unknown enum value, misnumbered
-    replica assignments. The servicer answers it with gRPC ``INVALID_ARGUMENT``."""
-
-    code = ErrorCode.INVALID_REQUEST
 
 
 @dataclass(frozen=True, slots=True)

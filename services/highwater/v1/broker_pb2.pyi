@@ -29,6 +29,47 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _RecordFormat:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RecordFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RecordFormat.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RECORD_FORMAT_UNSPECIFIED: _RecordFormat.ValueType  # 0
+    """Unset: the batches."""
+    RECORD_FORMAT_BATCHES: _RecordFormat.ValueType  # 1
+    RECORD_FORMAT_PLAIN: _RecordFormat.ValueType  # 2
+
+class RecordFormat(_RecordFormat, metaclass=_RecordFormatEnumTypeWrapper): ...
+
+RECORD_FORMAT_UNSPECIFIED: RecordFormat.ValueType  # 0
+"""Unset: the batches."""
+RECORD_FORMAT_BATCHES: RecordFormat.ValueType  # 1
+RECORD_FORMAT_PLAIN: RecordFormat.ValueType  # 2
+Global___RecordFormat: _TypeAlias = RecordFormat  # noqa: Y015
+
+class _TimestampType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TimestampTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TimestampType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TIMESTAMP_TYPE_UNSPECIFIED: _TimestampType.ValueType  # 0
+    TIMESTAMP_TYPE_CREATE_TIME: _TimestampType.ValueType  # 1
+    """The producer's timestamp."""
+    TIMESTAMP_TYPE_LOG_APPEND_TIME: _TimestampType.ValueType  # 2
+    """The broker's, at append (the topic's message.timestamp.type=LogAppendTime)."""
+
+class TimestampType(_TimestampType, metaclass=_TimestampTypeEnumTypeWrapper):
+    """Numbers are Kafka's TimestampType plus one: proto3's zero is left for "unset"."""
+
+TIMESTAMP_TYPE_UNSPECIFIED: TimestampType.ValueType  # 0
+TIMESTAMP_TYPE_CREATE_TIME: TimestampType.ValueType  # 1
+"""The producer's timestamp."""
+TIMESTAMP_TYPE_LOG_APPEND_TIME: TimestampType.ValueType  # 2
+"""The broker's, at append (the topic's message.timestamp.type=LogAppendTime)."""
+Global___TimestampType: _TypeAlias = TimestampType  # noqa: Y015
+
 class _CoordinatorType:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -367,6 +408,7 @@ class FetchRequest(_message.Message):
     MIN_BYTES_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    RECORD_FORMAT_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
     """Set only by a follower broker: its node id. Unset (or negative, as Kafka's consumers
     send -1) for a consumer. A fetch that names a replica must also name that broker's
@@ -386,6 +428,11 @@ class FetchRequest(_message.Message):
     (at least one batch, so progress is possible). Unset: 1 MiB, so that the answer fits
     the 4 MiB default receive limit of gRPC clients in every language.
     """
+    record_format: Global___RecordFormat.ValueType
+    """How the records come back: RecordBatch v2 bytes in `records` (unset, or BATCHES), or
+    decoded and decompressed, one message per record, in `plain_records` (PLAIN). The
+    same max_bytes accounting and long poll either way. Another value: INVALID_ARGUMENT.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchTopic]: ...
     def __init__(
@@ -397,10 +444,11 @@ class FetchRequest(_message.Message):
         min_bytes: _builtins.int = ...,
         max_bytes: _builtins.int | None = ...,
         topics: _abc.Iterable[Global___FetchTopic] | None = ...,
+        record_format: Global___RecordFormat.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes", "_replica_epoch", b"_replica_epoch", "_replica_id", b"_replica_id", "max_bytes", b"max_bytes", "replica_epoch", b"replica_epoch", "replica_id", b"replica_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes", "_replica_epoch", b"_replica_epoch", "_replica_id", b"_replica_id", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "replica_epoch", b"replica_epoch", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes", "_replica_epoch", b"_replica_epoch", "_replica_id", b"_replica_id", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "record_format", b"record_format", "replica_epoch", b"replica_epoch", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_bytes: _TypeAlias = _typing.Literal["max_bytes"]  # noqa: Y015
     _WhichOneofArgType__max_bytes: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes"]  # noqa: Y015
@@ -554,11 +602,13 @@ class FetchPartitionResponse(_message.Message):
     DIVERGING_EPOCH_FIELD_NUMBER: _builtins.int
     CURRENT_LEADER_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
+    PLAIN_RECORDS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     error: _common_pb2.ErrorCode.ValueType
     high_watermark: _builtins.int
     log_start_offset: _builtins.int
     records: _builtins.bytes
+    """RecordBatch v2 batches, whole: the first may start before the fetch offset."""
     @_builtins.property
     def diverging_epoch(self) -> Global___EpochEndOffset:
         """Set when the fetcher's log diverged: truncate to the end of this epoch, then fetch."""
@@ -566,6 +616,12 @@ class FetchPartitionResponse(_message.Message):
     @_builtins.property
     def current_leader(self) -> Global___LeaderIdAndEpoch:
         """Who leads now, when the answer is NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH."""
+
+    @_builtins.property
+    def plain_records(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchedRecord]:
+        """With RECORD_FORMAT_PLAIN instead of `records`: the records from the fetch offset on,
+        in offset order.
+        """
 
     def __init__(
         self,
@@ -577,14 +633,67 @@ class FetchPartitionResponse(_message.Message):
         diverging_epoch: Global___EpochEndOffset | None = ...,
         current_leader: Global___LeaderIdAndEpoch | None = ...,
         records: _builtins.bytes = ...,
+        plain_records: _abc.Iterable[Global___FetchedRecord] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["current_leader", b"current_leader", "diverging_epoch", b"diverging_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader", b"current_leader", "diverging_epoch", b"diverging_epoch", "error", b"error", "high_watermark", b"high_watermark", "log_start_offset", b"log_start_offset", "partition", b"partition", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader", b"current_leader", "diverging_epoch", b"diverging_epoch", "error", b"error", "high_watermark", b"high_watermark", "log_start_offset", b"log_start_offset", "partition", b"partition", "plain_records", b"plain_records", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FetchPartitionResponse: _TypeAlias = FetchPartitionResponse  # noqa: Y015
+
+@_typing.final
+class FetchedRecord(_message.Message):
+    """One record of a fetch in RECORD_FORMAT_PLAIN."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSET_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_TYPE_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    HEADERS_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    offset: _builtins.int
+    timestamp_ms: _builtins.int
+    timestamp_type: Global___TimestampType.ValueType
+    key: _builtins.bytes
+    """Absent: a record without a key."""
+    value: _builtins.bytes
+    """Absent: a tombstone."""
+    leader_epoch: _builtins.int
+    """The leader epoch of the record's batch (what a consumer commits as
+    committed_leader_epoch).
+    """
+    @_builtins.property
+    def headers(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordHeader]: ...
+    def __init__(
+        self,
+        *,
+        offset: _builtins.int = ...,
+        timestamp_ms: _builtins.int = ...,
+        timestamp_type: Global___TimestampType.ValueType = ...,
+        key: _builtins.bytes | None = ...,
+        value: _builtins.bytes | None = ...,
+        headers: _abc.Iterable[Global___RecordHeader] | None = ...,
+        leader_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_value", b"_value", "key", b"key", "value", b"value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_value", b"_value", "headers", b"headers", "key", b"key", "leader_epoch", b"leader_epoch", "offset", b"offset", "timestamp_ms", b"timestamp_ms", "timestamp_type", b"timestamp_type", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
+    _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
+    _WhichOneofReturnType__value: _TypeAlias = _typing.Literal["value"]  # noqa: Y015
+    _WhichOneofArgType__value: _TypeAlias = _typing.Literal["_value", b"_value"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__value) -> _WhichOneofReturnType__value | None: ...
+
+Global___FetchedRecord: _TypeAlias = FetchedRecord  # noqa: Y015
 
 @_typing.final
 class EpochEndOffset(_message.Message):
