@@ -23,7 +23,7 @@ LISTEN ?= 127.0.0.1:9092
 run: venv
 	$(BIN)/highwater server --listen $(LISTEN) --data-dir $(RUN_DIR) --demo
 
-test: venv protos-check deploy-tools spark-deps chaos-deps
+test: venv protos-check deploy-tools spark-deps chaos-deps node-deps
 	$(SPARK_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The property-based tests with fresh random examples instead of the suite's fixed seed
@@ -141,6 +141,18 @@ CHAOS_OUT ?= $(RUN_DIR)/chaos-report
 chaos: venv chaos-deps
 	$(BIN)/python -m highwater.chaos campaign --seeds $(CHAOS_SEEDS) --duration $(CHAOS_DURATION) \
 		--faults $(CHAOS_FAULTS) --out $(CHAOS_OUT)
+
+# Node.js (the machine's, else Debian's) and the npm packages of the Node.js example client
+# (examples/node: @grpc/grpc-js, @grpc/proto-loader, grpc-health-check), which tests run.
+.PHONY: node-deps
+NODE_EXAMPLE := examples/node
+node-deps:
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nodejs npm; }
+	@test $(NODE_EXAMPLE)/node_modules/.package-lock.json -nt $(NODE_EXAMPLE)/package-lock.json || \
+		npm ci --prefix $(NODE_EXAMPLE) --no-audit --no-fund --silent
 
 chaos-deps:
 	@command -v ip >/dev/null 2>&1 && command -v nft >/dev/null 2>&1 || { \

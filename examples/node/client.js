@@ -1,0 +1,150 @@
+// A Highwater client in Node.js: the gRPC API with stubs loaded from protos/ at run time.
+//
+//   node client.js HOST:PORT TOPIC GROUP
+//
+// It waits for the cluster to serve (grpc.health.v1), creates TOPIC with three partitions
+// through the broker, produces keyed records as plain records, reads them back decoded
+// (RECORD_FORMAT_PLAIN, no RecordBatch codec needed), commits the group's positions at
+// GROUP's coordinator, reads them back and lists the partitions' latest offsets. It sets
+// only the fields docs/grpc.md says a minimal client must set, and prints one JSON object
+// of what it saw.
+'use strict';
+
+const path = require('node:path');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+
+const PROTO_ROOT = path.resolve(__dirname, '..', '..', 'protos');
+const HEALTH_PROTO = require.resolve('grpc-health-check/proto/health/v1/health.proto');
+const PARTITIONS = 3;
+const RECORDS = 30;
+
+// Field names as in the .proto files, int64 as strings, bytes as Buffers, and no defaults
+// filled in: an optional field a server left unset stays absent.
+const LOAD_OPTIONS = { keepCase: true, longs: String, enums: String, bytes: Buffer, defaults: false, oneofs: true };
+
+function load(file, includeDirs) {
+  return grpc.loadPackageDefinition(protoLoader.loadSync(file, { ...LOAD_OPTIONS, includeDirs }));
+}
+
+function call(client, method, request, timeoutMs = 30000) {
+  return new Promise((resolve, reject) => {
+    client[method](request, { deadline: Date.now() + timeoutMs }, (error, answer) =>
+      error ? reject(error) : resolve(answer));
+  });
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function waitServing(health) {
+  for (let attempt = 0; attempt < 600; attempt += 1) {
+    try {
+      const answer = await call(health, 'Check', { service: '' }, 2000);
+      if (answer.status === 'SERVING') return;
+    } catch (error) {
+      // Not listening yet: try again.
+    }
+    await sleep(100);
+  }
+  throw new Error('the server never reported SERVING');
+}
+
+async function waitLeaders(broker, topic) {
+  for (let attempt = 0; attempt < 300; attempt += 1) {
+    const answer = await call(broker, 'Metadata', { topics: [topic] });
+    const partitions = (answer.topics && answer.topics[0] && answer.topics[0].partitions) || [];
+    if (partitions.length === PARTITIONS && partitions.every((p) => (p.leader_id || 0) >= 0)) return;
+    await sleep(100);
+  }
+  throw new Error(`${topic} got no leaders`);
+}
+
+async function main() {
+  const [address, topic, group] = process.argv.slice(2);
+  const v1 = load(
+    ['highwater/v1/broker.proto', 'highwater/v1/coordinator.proto'].map((f) => path.join(PROTO_ROOT, f)),
+    [PROTO_ROOT],
+  ).highwater.v1;
+  const health = new (load(HEALTH_PROTO, []).grpc.health.v1.Health)(address, grpc.credentials.createInsecure());
+  const broker = new v1.Broker(address, grpc.credentials.createInsecure());
+  const out = {};
+
+  await waitServing(health);
+
+  const created = await call(broker, 'CreateTopics', { topics: [{ name: topic, num_partitions: PARTITIONS }] });
+  out.create_topics = created.topics[0].error || 'NONE';
+  await waitLeaders(broker, topic);
+
+  // Produce: keyed records, each to the partition of its key's number.
+  const byPartition = new Map();
+  for (let i = 0; i < RECORDS; i += 1) {
+    const partition = i % PARTITIONS;
+    if (!byPartition.has(partition)) byPartition.set(partition, []);
+    byPartition.get(partition).push({
+      key: Buffer.from(`key-${i}`),
+      value: Buffer.from(`value-${i}`),
+      headers: [{ key: 'source', value: Buffer.from('node') }],
+    });
+  }
+  const produced = await call(broker, 'Produce', {
+    topics: [{
+      topic,
+      partitions: [...byPartition].map(([partition, records]) => ({ partition, records: { records } })),
+    }],
+  });
+  out.produce_errors = produced.topics[0].partitions.map((p) => p.error || 'NONE');
+
+  // Consume: every partition from offset 0, records decoded by the broker.
+  const positions = new Array(PARTITIONS).fill(0);
+  const consumed = [];
+  for (let round = 0; round < 100 && consumed.length < RECORDS; round += 1) {
+    const answer = await call(broker, 'Fetch', {
+      record_format: 'RECORD_FORMAT_PLAIN',
+      max_wait_ms: 200,
+      topics: [{ topic, partitions: positions.map((offset, partition) => ({ partition, fetch_offset: offset })) }],
+    });
+    for (const p of answer.topics[0].partitions) {
+      if (p.error && p.error !== 'NONE') throw new Error(`partition ${p.partition}: ${p.error}`);
+      for (const r of p.plain_records || []) {
+        consumed.push({
+          partition: p.partition || 0,
+          offset: Number(r.offset || 0),
+          key: r.key ? r.key.toString() : null,
+          value: r.value ? r.value.toString() : null,
+          headers: (r.headers || []).map((h) => [h.key, h.value ? h.value.toString() : null]),
+        });
+        positions[p.partition || 0] = Number(r.offset || 0) + 1;
+      }
+    }
+  }
+  out.consumed = consumed;
+
+  // Commit the positions at the group's coordinator, then read them back.
+  const found = await call(broker, 'FindCoordinator', { keys: [group] });
+  const where = found.coordinators[0];
+  const coordinator = new v1.GroupCoordinator(`${where.host}:${where.port}`, grpc.credentials.createInsecure());
+  const committed = await call(coordinator, 'OffsetCommit', {
+    group_id: group,
+    topics: [{ name: topic, partitions: positions.map((offset, partition) => ({ partition_index: partition, committed_offset: String(offset) })) }],
+  });
+  out.commit_error = committed.error || 'NONE';
+  const fetched = await call(coordinator, 'OffsetFetch', { group_id: group, topics: [{ name: topic, partition_indexes: [0, 1, 2] }] });
+  out.committed = fetched.topics[0].partitions
+    .map((p) => [p.partition_index || 0, Number(p.committed_offset || 0)])
+    .sort((a, b) => a[0] - b[0]);
+
+  const latest = await call(broker, 'ListOffsets', {
+    topics: [{ topic, partitions: [0, 1, 2].map((partition) => ({ partition, timestamp: '-1' })) }],
+  });
+  out.latest = latest.topics[0].partitions
+    .map((p) => [p.partition || 0, Number(p.offset || 0)])
+    .sort((a, b) => a[0] - b[0]);
+
+  process.stdout.write(`${JSON.stringify(out)}\n`);
+  for (const client of [health, broker, coordinator]) client.close();
+}
+
+main().catch((error) => {
+  process.stderr.write(`${error.stack || error}\n`);
+  process.exit(1);
+});
