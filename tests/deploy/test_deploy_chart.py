@@ -129,8 +129,10 @@ def test_every_container_probes_grpc_health_and_runs_unprivileged(
             pod = statefulset["spec"]["template"]["spec"]
             main = container(statefulset)
             port = main["ports"][0]["containerPort"]
+            # Alive while the process runs: a quorum without a leader or a fenced broker is
+            # NOT_SERVING on the whole server's health, and no reason to restart the pod.
             for probe in ("startupProbe", "livenessProbe"):
-                assert main[probe]["grpc"] == {"port": port}
+                assert main[probe]["grpc"] == {"port": port, "service": "highwater.v1.Raft"}
             assert pod["securityContext"]["runAsNonRoot"] is True
             assert pod["automountServiceAccountToken"] is False
             for each in [main, *pod.get("initContainers", [])]:
