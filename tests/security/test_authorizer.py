@@ -1,0 +1,203 @@
+"""The authorizer's matching rules: unit cases from Kafka's documentation, and a property
+test against a model that checks every ACL one by one (no index)."""
+
+from __future__ import annotations
+
+import pytest
+from highwater.security import (
+    AclAuthorizer,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    Decision,
+    PatternType,
+    ResourceType,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
+LITERAL, PREFIXED = PatternType.LITERAL, PatternType.PREFIXED
+TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+Op = AclOperation
+
+
+def acl(
+    name: str,
+    operation: AclOperation,
+    permission: AclPermissionType = ALLOW,
+    *,
+    principal: str = "User:alice",
+    host: str = "*",
+    pattern: PatternType = LITERAL,
+    resource_type: ResourceType = TOPIC,
+) -> AclBinding:
+    return AclBinding(resource_type, name, pattern, principal, host, operation, permission)
+
+
+def decide(
+    authorizer: AclAuthorizer,
+    name: str,
+    operation: AclOperation,
+    *,
+    principal: str = "User:alice",
+    host: str = "10.0.0.1",
+    resource_type: ResourceType = TOPIC,
+) -> Decision:
+    return authorizer.authorize(principal, host, operation, resource_type, name)
+
+
+def test_an_allow_for_the_operation_allows_only_it_and_what_it_implies() -> None:
+    authorizer = AclAuthorizer([acl("orders", Op.WRITE)])
+    assert decide(authorizer, "orders", Op.WRITE) is Decision.ALLOWED
+    assert decide(authorizer, "orders", Op.DESCRIBE) is Decision.ALLOWED  # implied by WRITE
+    assert decide(authorizer, "orders", Op.READ) is Decision.DENIED
+    assert decide(authorizer, "orders", Op.WRITE, principal="User:bob") is Decision.DENIED
+    assert decide(authorizer, "payments", Op.WRITE) is Decision.DENIED
+
+
+def test_deny_wins_over_allow_and_is_not_implied() -> None:
+    authorizer = AclAuthorizer(
+        [
+            acl("orders", Op.ALL),
+            acl("orders", Op.READ, DENY, host="10.0.0.9"),
+            acl("ord", Op.WRITE, DENY, pattern=PREFIXED),
+        ]
+    )
+    assert decide(authorizer, "orders", Op.READ) is Decision.ALLOWED
+    assert decide(authorizer, "orders", Op.READ, host="10.0.0.9") is Decision.DENIED
+    # DENY READ does not deny DESCRIBE, which ALL allows.
+    assert decide(authorizer, "orders", Op.DESCRIBE, host="10.0.0.9") is Decision.ALLOWED
+    assert decide(authorizer, "orders", Op.WRITE) is Decision.DENIED  # the prefixed DENY
+
+
+def test_wildcards_and_prefixes() -> None:
+    authorizer = AclAuthorizer(
+        [
+            acl("*", Op.DESCRIBE, principal="User:*"),
+            acl("logs-", Op.READ, pattern=PREFIXED),
+            acl("app", Op.READ, principal="User:bob", resource_type=GROUP),
+        ]
+    )
+    assert decide(authorizer, "anything", Op.DESCRIBE, principal="User:zed") is Decision.ALLOWED
+    assert decide(authorizer, "logs-nginx", Op.READ) is Decision.ALLOWED
+    assert decide(authorizer, "logs-", Op.READ) is Decision.ALLOWED
+    assert decide(authorizer, "logs", Op.READ) is Decision.DENIED
+    assert decide(authorizer, "app", Op.READ, principal="User:bob", resource_type=GROUP) is (
+        Decision.ALLOWED
+    )
+    # A group ACL says nothing of a topic of the same name.
+    assert decide(authorizer, "app", Op.READ, principal="User:bob") is Decision.DENIED
+
+
+def test_super_users_and_allow_everyone_if_no_acl_found() -> None:
+    authorizer = AclAuthorizer(
+        [acl("guarded", Op.READ)],
+        super_users=["User:admin"],
+        allow_everyone_if_no_acl_found=True,
+    )
+    assert decide(authorizer, "guarded", Op.DELETE, principal="User:admin") is Decision.ALLOWED
+    # No ACL covers "open": everyone may. One covers "guarded": only what it allows.
+    assert decide(authorizer, "open", Op.WRITE, principal="User:bob") is Decision.ALLOWED
+    assert decide(authorizer, "guarded", Op.READ, principal="User:bob") is Decision.DENIED
+    assert decide(AclAuthorizer(), "open", Op.WRITE) is Decision.DENIED  # deny by default
+
+
+def test_with_changes_leaves_the_old_authorizer_alone() -> None:
+    before = AclAuthorizer([acl("orders", Op.READ)])
+    after = before.with_changes(added=[acl("orders", Op.WRITE)], removed=[acl("orders", Op.READ)])
+    assert decide(before, "orders", Op.READ) is Decision.ALLOWED
+    assert decide(after, "orders", Op.READ) is Decision.DENIED
+    assert decide(after, "orders", Op.WRITE) is Decision.ALLOWED
+
+
+def test_bindings_are_checked() -> None:
+    with pytest.raises(ValueError, match="TYPE:NAME"):
+        acl("orders", Op.READ, principal="alice")
+    with pytest.raises(ValueError, match="kafka-cluster"):
+        acl("c", Op.ALTER, resource_type=CLUSTER)
+
+
+# --- the model ----------------------------------------------------------------------------
+
+NAMES = ["a", "ab", "abc", "b", "*"]
+PRINCIPALS = ["User:alice", "User:bob", "User:*"]
+HOSTS = ["10.0.0.1", "10.0.0.2", "*"]
+IMPLIES = {
+    Op.DESCRIBE: {Op.READ, Op.WRITE, Op.DELETE, Op.ALTER},
+    Op.DESCRIBE_CONFIGS: {Op.ALTER_CONFIGS},
+}
+
+
+def model(
+    acls: list[AclBinding],
+    super_users: set[str],
+    allow_if_none: bool,
+    principal: str,
+    host: str,
+    operation: AclOperation,
+    resource_type: ResourceType,
+    name: str,
+) -> Decision:
+    if principal in super_users:
+        return Decision.ALLOWED
+
+    def covers(a: AclBinding) -> bool:
+        if a.resource_type != resource_type:
+            return False
+        if a.pattern_type is LITERAL:
+            return a.resource_name in (name, "*")
+        return name.startswith(a.resource_name)
+
+    covering = [a for a in acls if covers(a)]
+    mine = [a for a in covering if a.principal in (principal, "User:*") and a.host in (host, "*")]
+    if any(a.permission is DENY and a.operation in (operation, Op.ALL) for a in mine):
+        return Decision.DENIED
+    allowing = {operation, Op.ALL} | IMPLIES.get(operation, set())
+    if any(a.permission is ALLOW and a.operation in allowing for a in mine):
+        return Decision.ALLOWED
+    if not covering and allow_if_none:
+        return Decision.ALLOWED
+    return Decision.DENIED
+
+
+bindings = st.builds(
+    AclBinding,
+    st.sampled_from([TOPIC, GROUP]),
+    st.sampled_from(NAMES),
+    st.sampled_from([LITERAL, PREFIXED]),
+    st.sampled_from(PRINCIPALS),
+    st.sampled_from(HOSTS),
+    st.sampled_from(list(AclOperation)),
+    st.sampled_from([ALLOW, DENY]),
+)
+
+
+@settings(max_examples=400)
+@given(
+    acls=st.lists(bindings, max_size=12),
+    super_users=st.sets(st.sampled_from(["User:alice", "User:admin"]), max_size=1),
+    allow_if_none=st.booleans(),
+    principal=st.sampled_from(["User:alice", "User:bob", "User:admin"]),
+    host=st.sampled_from(["10.0.0.1", "10.0.0.2"]),
+    operation=st.sampled_from(list(AclOperation)),
+    resource_type=st.sampled_from([TOPIC, GROUP]),
+    name=st.sampled_from(["a", "ab", "abc", "abd", "b", "c"]),
+)
+def test_decisions_match_the_model(
+    acls: list[AclBinding],
+    super_users: set[str],
+    allow_if_none: bool,
+    principal: str,
+    host: str,
+    operation: AclOperation,
+    resource_type: ResourceType,
+    name: str,
+) -> None:
+    authorizer = AclAuthorizer(
+        acls, super_users=super_users, allow_everyone_if_no_acl_found=allow_if_none
+    )
+    expected = model(
+        acls, super_users, allow_if_none, principal, host, operation, resource_type, name
+    )
+    assert authorizer.authorize(principal, host, operation, resource_type, name) is expected
