@@ -135,3 +135,25 @@ class CorruptCheckpointError(KafkaStorageError):
 
 class StrayFileError(KafkaStorageError):
     """A file or directory in a data directory that Highwater did not write and cannot read."""
+
+
+# --- Security ---------------------------------------------------------------------------
+
+
+class SaslAuthenticationError(HighwaterError):
+    """Credentials that do not prove the principal: a wrong SCRAM password, an unknown
+    user, a token that is expired, forged, or for another issuer or audience."""
+
+    code = ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+class UnsupportedSaslMechanismError(HighwaterError):
+    """A SASL mechanism the server does not offer."""
+
+    code = ErrorCode.UNSUPPORTED_SASL_MECHANISM
+
+
+class IllegalSaslStateError(HighwaterError):
+    """A SASL message out of turn: the exchange is over, or has not started."""
+
+    code = ErrorCode.ILLEGAL_SASL_STATE

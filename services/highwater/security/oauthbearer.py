@@ -1,0 +1,151 @@
+"""OAUTHBEARER (RFC 7628, Kafka's KIP-255/KIP-768): a JWT checked against a JWKS file.
+
+The client sends ``n,,\\x01auth=Bearer <token>\\x01\\x01``; :class:`JwtValidator` checks
+the token with PyJWT as Kafka's ``OAuthBearerValidatorCallbackHandler`` does: the
+signature against the key of the JWKS whose ``kid`` the token names (an asymmetric
+algorithm only: RS/PS/ES/EdDSA, never ``none`` nor an HMAC keyed by a public key), the
+issuer and audience configured, an expiry (required) and not-before with a little leeway
+for clock skew, and the subject claim (``sub`` unless configured) as the principal's
+name. Every failure is one :class:`~highwater.errors.SaslAuthenticationError` naming the
+reason, so the refusal can be logged; the client is told no more than that.
+
+The clock is a parameter (seconds since the epoch), so the check is pure.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import jwt
+
+from highwater.errors import SaslAuthenticationError
+
+__all__ = ["ALGORITHMS", "JwtValidator", "ValidatedToken", "parse_client_message"]
+
+ALGORITHMS: Final = (
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "ES256",
+    "ES384",
+    "ES512",
+    "EdDSA",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedToken:
+    """What a valid token proves: the principal's name and until when."""
+
+    subject: str
+    expires_at_s: float
+
+    @property
+    def principal(self) -> str:
+        return f"User:{self.subject}"
+
+
+def parse_client_message(message: bytes) -> str:
+    """The bearer token of an OAUTHBEARER client message (RFC 7628, section 3.1)."""
+    try:
+        text = message.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SaslAuthenticationError("the OAUTHBEARER message is not UTF-8") from None
+    header, sep, rest = text.partition("\x01")
+    if not sep or not header.startswith(("n,", "y,")) or not rest.endswith("\x01\x01"):
+        raise SaslAuthenticationError("the OAUTHBEARER message is malformed")
+    for item in rest[:-2].split("\x01"):
+        key, _, value = item.partition("=")
+        if key == "auth":
+            scheme, _, token = value.partition(" ")
+            if scheme.lower() != "bearer" or not token:
+                raise SaslAuthenticationError("the OAUTHBEARER auth value is not 'Bearer <token>'")
+            return token
+    raise SaslAuthenticationError("the OAUTHBEARER message has no auth value")
+
+
+class JwtValidator:
+    """Checks tokens against one JWKS, issuer and audience (see the module docstring)."""
+
+    def __init__(
+        self,
+        jwks: Mapping[str, Any],
+        *,
+        issuer: str,
+        audience: str,
+        subject_claim: str = "sub",
+        clock_skew_s: float = 30,
+    ) -> None:
+        try:
+            self._keys = jwt.PyJWKSet.from_dict(dict(jwks))
+        except jwt.PyJWTError as e:
+            raise ValueError(f"the JWKS is not usable: {e}") from None
+        self.issuer = issuer
+        self.audience = audience
+        self.subject_claim = subject_claim
+        self.clock_skew_s = clock_skew_s
+
+    @classmethod
+    def from_file(cls, path: Path, *, issuer: str, audience: str, **kwargs: Any) -> JwtValidator:
+        """A validator of the JWKS in ``path`` (a JSON file, as an identity provider serves
+        it at its jwks_uri)."""
+        try:
+            jwks = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path}: not a JWKS file: {e}") from None
+        return cls(jwks, issuer=issuer, audience=audience, **kwargs)
+
+    def validate(self, token: str, now_s: float) -> ValidatedToken:
+        """The subject and expiry of ``token`` if it is valid at ``now_s``."""
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as e:
+            raise SaslAuthenticationError(f"the token is not a JWT: {e}") from None
+        algorithm = header.get("alg")
+        if algorithm not in ALGORITHMS:
+            raise SaslAuthenticationError(f"the token's algorithm {algorithm!r} is not accepted")
+        kid = header.get("kid")
+        try:
+            key = self._keys[kid] if kid is not None else self._only_key()
+        except KeyError:
+            raise SaslAuthenticationError(f"no key {kid!r} in the JWKS") from None
+        try:
+            claims = jwt.decode(
+                token,
+                key.key,
+                algorithms=[algorithm],
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=self.clock_skew_s,
+                options={
+                    "require": ["exp", "iss", "aud", self.subject_claim],
+                    # Times are checked below against now_s, not PyJWT's clock.
+                    "verify_exp": False,
+                    "verify_nbf": False,
+                    "verify_iat": False,
+                },
+            )
+        except jwt.PyJWTError as e:
+            raise SaslAuthenticationError(f"the token is not valid: {e}") from None
+        expires = float(claims["exp"])
+        if expires + self.clock_skew_s <= now_s:
+            raise SaslAuthenticationError("the token has expired")
+        not_before = claims.get("nbf")
+        if not_before is not None and float(not_before) - self.clock_skew_s > now_s:
+            raise SaslAuthenticationError("the token is not valid yet")
+        subject = claims[self.subject_claim]
+        if not isinstance(subject, str) or not subject:
+            raise SaslAuthenticationError(f"the token's {self.subject_claim} claim is empty")
+        return ValidatedToken(subject, expires)
+
+    def _only_key(self) -> jwt.PyJWK:
+        if len(self._keys.keys) != 1:
+            raise KeyError(None)
+        return self._keys.keys[0]

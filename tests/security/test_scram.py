@@ -1,0 +1,92 @@
+"""The server's side of SCRAM-SHA-256/512 against scramp's client: a right password
+authenticates (and the client checks the server's signature), a wrong one or an unknown
+user fails alike, and messages out of turn or malformed are refused."""
+
+from __future__ import annotations
+
+import pytest
+from highwater.errors import (
+    IllegalSaslStateError,
+    SaslAuthenticationError,
+    UnsupportedSaslMechanismError,
+)
+from highwater.security.scram import (
+    SCRAM_MECHANISMS,
+    ScramCredential,
+    ScramExchange,
+    make_credential,
+)
+from scramp import ScramClient
+
+
+def store(*users: tuple[str, str, str]) -> dict[tuple[str, str], ScramCredential]:
+    return {(u, m): make_credential(m, password) for u, m, password in users}
+
+
+def run(
+    mechanism: str, credentials: dict[tuple[str, str], ScramCredential], user: str, password: str
+) -> tuple[ScramExchange, ScramClient]:
+    exchange = ScramExchange(mechanism, lambda u, m: credentials.get((u, m)))
+    client = ScramClient([mechanism], user, password)
+    server_first = exchange.respond(client.get_client_first().encode())
+    client.set_server_first(server_first.decode())
+    server_final = exchange.respond(client.get_client_final().encode())
+    client.set_server_final(server_final.decode())  # raises if the signature is wrong
+    return exchange, client
+
+
+@pytest.mark.parametrize("mechanism", SCRAM_MECHANISMS)
+def test_the_right_password_authenticates_the_user(mechanism: str) -> None:
+    exchange, _ = run(mechanism, store(("alice", mechanism, "s3cret")), "alice", "s3cret")
+    assert exchange.complete
+    assert exchange.user == "alice"
+    with pytest.raises(IllegalSaslStateError):
+        exchange.respond(b"n,,n=alice,r=again")
+
+
+@pytest.mark.parametrize("mechanism", SCRAM_MECHANISMS)
+def test_a_wrong_password_and_an_unknown_user_fail_alike(mechanism: str) -> None:
+    credentials = store(("alice", mechanism, "s3cret"))
+    with pytest.raises(SaslAuthenticationError) as wrong:
+        run(mechanism, credentials, "alice", "guess")
+    with pytest.raises(SaslAuthenticationError) as unknown:
+        run(mechanism, credentials, "mallory", "guess")
+    assert str(wrong.value) == str(unknown.value)
+
+
+def test_a_credential_of_the_other_mechanism_does_not_count() -> None:
+    credentials = store(("alice", "SCRAM-SHA-512", "s3cret"))
+    with pytest.raises(SaslAuthenticationError):
+        run("SCRAM-SHA-256", credentials, "alice", "s3cret")
+
+
+def test_an_unknown_users_salt_is_stable_like_a_real_one() -> None:
+    def salt_of(user: str) -> str:
+        exchange = ScramExchange("SCRAM-SHA-256", lambda u, m: None)
+        client = ScramClient(["SCRAM-SHA-256"], user, "x")
+        first = exchange.respond(client.get_client_first().encode()).decode()
+        return dict(part.split("=", 1) for part in first.split(","))["s"]
+
+    assert salt_of("mallory") == salt_of("mallory") != salt_of("eve")
+
+
+def test_malformed_and_out_of_turn_messages_are_refused() -> None:
+    exchange = ScramExchange("SCRAM-SHA-256", lambda u, m: None)
+    with pytest.raises(SaslAuthenticationError):
+        exchange.respond(b"\xff\xfe not utf-8")
+    with pytest.raises(IllegalSaslStateError):
+        exchange.respond(b"n,,n=alice,r=abc")
+    with pytest.raises(SaslAuthenticationError):
+        ScramExchange("SCRAM-SHA-256", lambda u, m: None).respond(b"garbage")
+    with pytest.raises(UnsupportedSaslMechanismError):
+        ScramExchange("SCRAM-MD5", lambda u, m: None)
+
+
+def test_credentials_keep_kafkas_bounds() -> None:
+    with pytest.raises(ValueError, match="iterations"):
+        make_credential("SCRAM-SHA-256", "pw", iterations=1000)
+    with pytest.raises(ValueError, match="empty"):
+        make_credential("SCRAM-SHA-256", "")
+    credential = make_credential("SCRAM-SHA-512", "pw", salt=b"0123456789abcdef")
+    assert credential == make_credential("SCRAM-SHA-512", "pw", salt=b"0123456789abcdef")
+    assert credential.iterations == 4096 and credential.salt == b"0123456789abcdef"
