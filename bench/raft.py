@@ -432,7 +432,7 @@ def _image_footprint(data_dir: Path) -> tuple[int, float]:
     from highwater.metadata.image import MetadataLoader
     from highwater.metadata.records import decode_record
     from highwater.metadata.snapshot import snapshot_values
-    from highwater.storage.records.batch import iter_batches
+    from highwater.records.batch import iter_batches
 
     log_dir = data_dir / "__cluster_metadata-0"
     tracemalloc.start()

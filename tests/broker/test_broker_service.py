@@ -21,8 +21,8 @@ from highwater.broker.service import BrokerSettings
 from highwater.controller import messages as m
 from highwater.controller.client import ControllerClient
 from highwater.embedded import EmbeddedServer
+from highwater.records import SimpleRecord, build_batch, iter_batches
 from highwater.storage.log_manager import LogManagerSettings
-from highwater.storage.records import SimpleRecord, build_batch, iter_batches
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode

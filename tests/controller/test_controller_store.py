@@ -32,7 +32,7 @@ from highwater.metadata.state_machine import MetadataStateMachine, decode_snapsh
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.node import NotLeaderError
 from highwater.raft.service import SnapshotReader
-from highwater.storage.records import RecordBatch, SimpleRecord, build_batch, iter_batches
+from highwater.records import RecordBatch, SimpleRecord, build_batch, iter_batches
 
 
 @dataclass

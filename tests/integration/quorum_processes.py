@@ -29,7 +29,7 @@ from highwater.metadata.state_machine import MetadataStateMachine
 from highwater.raft.partition_raft_log import PartitionRaftLog
 from highwater.raft.service import MetadataLogLayout, SnapshotReader
 from highwater.raft.snapshot_files import FileSnapshotStore
-from highwater.storage.records import RecordBatch, iter_batches
+from highwater.records import RecordBatch, iter_batches
 from highwater.v1 import raft_pb2, raft_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 

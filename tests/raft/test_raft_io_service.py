@@ -34,7 +34,7 @@ from highwater.raft.service import (
     parse_quorum_voters,
 )
 from highwater.raft.state import Role
-from highwater.storage.records import RecordBatch
+from highwater.records import RecordBatch
 from highwater.v1 import raft_pb2, raft_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 

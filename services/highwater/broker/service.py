@@ -49,8 +49,8 @@ from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partitio
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import BrokerEndpoint
 from highwater.raft.service import parse_endpoint
+from highwater.records import SimpleRecord, build_batch
 from highwater.storage.log_manager import LogManager, LogManagerSettings
-from highwater.storage.records import SimpleRecord, build_batch
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc

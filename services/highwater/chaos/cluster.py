@@ -23,7 +23,7 @@ from typing import IO
 import grpc
 
 from highwater.chaos.network import Network
-from highwater.storage.records import iter_batches
+from highwater.records import iter_batches
 from highwater.v1 import broker_pb2, broker_pb2_grpc
 
 FIRST_BROKER_ID = 100

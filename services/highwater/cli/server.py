@@ -20,7 +20,7 @@ from highwater.cli.serving import listen_option, run_until_signalled, telemetry_
 from highwater.controller import messages as m
 from highwater.controller.client import ControllerClient
 from highwater.embedded import EmbeddedServer
-from highwater.storage.records import iter_batches
+from highwater.records import iter_batches
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode

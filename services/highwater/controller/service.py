@@ -64,7 +64,7 @@ from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.node import NotLeaderError, RoleChange
 from highwater.raft.service import GrpcService, RaftServer, RaftServerSettings
 from highwater.raft.state import Role
-from highwater.storage.records import RecordBatch
+from highwater.records import RecordBatch
 from highwater.v1 import controller_pb2_grpc
 
 __all__ = [

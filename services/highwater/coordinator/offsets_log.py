@@ -36,7 +36,7 @@ from highwater.errors import CorruptRecordError, HighwaterError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import NO_LEADER
-from highwater.storage.records import iter_batches
+from highwater.records import iter_batches
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode

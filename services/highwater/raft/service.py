@@ -99,7 +99,7 @@ from highwater.raft.quorum_state_file import (
 from highwater.raft.snapshot_files import CorruptSnapshotError, FileSnapshotStore
 from highwater.raft.state import ElectionState
 from highwater.raft.telemetry import RaftTelemetry
-from highwater.storage.records import RecordBatch, iter_batches
+from highwater.records import RecordBatch, iter_batches
 from highwater.telemetry.rpc import server_interceptors
 from highwater.v1 import raft_pb2, raft_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
