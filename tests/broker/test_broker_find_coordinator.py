@@ -29,7 +29,7 @@ from highwater.metadata import (
     MetadataImage,
     partition_for_group,
 )
-from highwater.raft.service import GrpcService
+from highwater.rpc.server import GrpcService
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode

@@ -30,8 +30,6 @@ from highwater.raft.service import (
     RaftServerSettings,
     SnapshotReader,
     default_cluster_id,
-    parse_endpoint,
-    parse_quorum_voters,
 )
 from highwater.raft.state import Role
 from highwater.records import RecordBatch
@@ -146,19 +144,7 @@ async def quorum3(tmp_path: Path) -> AsyncIterator[Quorum]:
             await quorum.stop(node_id)
 
 
-# --- command-line parsing helpers ----------------------------------------------------------
-
-
-def test_parse_quorum_voters() -> None:
-    assert parse_quorum_voters("1@localhost:9093, 2@[::1]:9094,3@10.0.0.3:9095") == {
-        1: "localhost:9093",
-        2: "[::1]:9094",
-        3: "10.0.0.3:9095",
-    }
-    for bad in ("", "1@", "x@h:1", "1@host", "1@h:1,1@h:2", "1@h:0", "1@h:99999", "1:h:1"):
-        with pytest.raises(ValueError):
-            parse_quorum_voters(bad)
-    assert parse_endpoint("[::1]:0") == ("::1", 0)
+# --- the cluster id -------------------------------------------------------------------------
 
 
 def test_default_cluster_id_is_the_same_for_every_voter() -> None:

@@ -41,15 +41,16 @@ import grpc.aio
 from highwater.broker.partitions import Partition, PartitionError, PartitionManager
 from highwater.broker.replication import AlterPartitionProposal, EpochEndOffset, truncation_offset
 from highwater.broker.telemetry import ACKS, CONSUMER, REPLICA, TOPIC, BrokerTelemetry
-from highwater.client.broker_streams import FetchStream
 from highwater.controller import messages as m
 from highwater.controller.client import ControllerClient
 from highwater.errors import HighwaterError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import BrokerEndpoint
-from highwater.raft.service import parse_endpoint
 from highwater.records import SimpleRecord, build_batch
+from highwater.rpc.broker_streams import FetchStream
+from highwater.rpc.channels import open_channel
+from highwater.rpc.endpoints import parse_endpoint
 from highwater.storage.log_manager import LogManager, LogManagerSettings
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1 import broker_pb2 as pb
@@ -577,7 +578,7 @@ class BrokerServer:
                         fetches.close()
                     if channel is not None:
                         await channel.close()
-                    address, channel = wanted, grpc.aio.insecure_channel(wanted)
+                    address, channel = wanted, open_channel(wanted)
                     fetches = FetchStream(broker_pb2_grpc.BrokerStub(channel))
                 request = self._follower_fetch_request(followed.values())
                 try:

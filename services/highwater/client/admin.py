@@ -59,8 +59,8 @@ from highwater.controller import messages as m
 from highwater.controller.client import ControllerClient, ControllerUnavailableError
 from highwater.errors import HighwaterError
 from highwater.metadata.records import ConfigResourceType
-from highwater.raft.service import channel_options, format_endpoint, parse_endpoint
-from highwater.telemetry.rpc import client_interceptors
+from highwater.rpc.channels import open_channel
+from highwater.rpc.endpoints import format_endpoint, parse_endpoint
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc, coordinator_pb2_grpc
 from highwater.v1 import coordinator_pb2 as cpb
@@ -1429,9 +1429,7 @@ class AdminClient:
     def _broker_stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
         stub = self._brokers.stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(
-                address, options=channel_options(64 << 20), interceptors=client_interceptors()
-            )
+            channel = open_channel(address, max_message_bytes=64 << 20, traced=True)
             self._brokers.channels[address] = channel
             stub = broker_pb2_grpc.BrokerStub(channel)
             self._brokers.stubs[address] = stub

@@ -62,9 +62,10 @@ from highwater.metadata.records import MetadataRecord, NoOpRecord, encode_record
 from highwater.metadata.state_machine import MetadataStateMachine
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.node import NotLeaderError, RoleChange
-from highwater.raft.service import GrpcService, RaftServer, RaftServerSettings
+from highwater.raft.service import RaftServer, RaftServerSettings
 from highwater.raft.state import Role
 from highwater.records import RecordBatch
+from highwater.rpc.server import GrpcService
 from highwater.v1 import controller_pb2_grpc
 
 __all__ = [

@@ -56,7 +56,7 @@ from highwater.errors import HighwaterError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import BrokerEndpoint
-from highwater.raft.service import parse_endpoint
+from highwater.rpc.endpoints import parse_endpoint
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1 import coordinator_pb2 as pb
 from highwater.v1 import coordinator_pb2_grpc

@@ -47,7 +47,6 @@ import itertools
 import logging
 import os
 import random
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,8 +55,6 @@ from typing import Any, Final, Protocol
 
 import grpc
 import grpc.aio
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from highwater.config.topic import LogConfig
 from highwater.errors import HighwaterError, KafkaStorageError, UnexpectedAppendOffsetError
@@ -100,12 +97,13 @@ from highwater.raft.snapshot_files import CorruptSnapshotError, FileSnapshotStor
 from highwater.raft.state import ElectionState
 from highwater.raft.telemetry import RaftTelemetry
 from highwater.records import RecordBatch, iter_batches
-from highwater.telemetry.rpc import server_interceptors
+from highwater.rpc.channels import open_channel
+from highwater.rpc.endpoints import parse_endpoint
+from highwater.rpc.server import GrpcHost, GrpcService
 from highwater.v1 import raft_pb2, raft_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
-    "GrpcService",
     "MetadataLogLayout",
     "NotLeaderError",
     "RaftServer",
@@ -115,8 +113,6 @@ __all__ = [
     "SnapshotReader",
     "StateMachine",
     "default_cluster_id",
-    "parse_endpoint",
-    "parse_quorum_voters",
 ]
 
 log = logging.getLogger(__name__)
@@ -130,45 +126,6 @@ needs about three to travel from gRPC to :meth:`RaftServer.append`."""
 
 
 # --- configuration -----------------------------------------------------------------------
-
-_ENDPOINT = re.compile(
-    r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+)):(?P<port>[0-9]+)"
-)
-
-
-def parse_endpoint(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as ``(host, port)``; ``ValueError`` if bad."""
-    match = _ENDPOINT.fullmatch(text.strip())
-    if match is None:
-        raise ValueError(f"{text!r} is not HOST:PORT")
-    port = int(match["port"])
-    if not 0 <= port <= 65535:
-        raise ValueError(f"{text!r}: port {port} is out of range")
-    return match["ipv6"] or match["host"], port
-
-
-def format_endpoint(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def parse_quorum_voters(text: str) -> dict[int, str]:
-    """Kafka's ``controller.quorum.voters``: ``1@host:port,2@host:port,...`` as id -> address."""
-    voters: dict[int, str] = {}
-    for part in text.split(","):
-        entry = part.strip()
-        node_id, at, endpoint = entry.partition("@")
-        if not at or not node_id.strip().isdigit():
-            raise ValueError(f"{entry!r} is not ID@HOST:PORT")
-        voter_id = int(node_id)
-        if voter_id > 2**31 - 1:
-            raise ValueError(f"{entry!r}: node id {voter_id} is out of range")
-        if voter_id in voters:
-            raise ValueError(f"node id {voter_id} appears twice")
-        host, port = parse_endpoint(endpoint)
-        if port == 0:
-            raise ValueError(f"{entry!r}: a voter needs a real port, not 0")
-        voters[voter_id] = format_endpoint(host, port)
-    return voters
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,16 +205,6 @@ class StateMachine(Protocol):
 RoleListener = Callable[[RoleChange], None]
 
 
-@dataclass(frozen=True, slots=True)
-class GrpcService:
-    """Another gRPC service to serve on the Raft server's port (one process, one port):
-    ``register`` adds its servicer to the server; ``name`` (the full service name) is
-    listed by reflection and reported SERVING by health while the server runs."""
-
-    name: str
-    register: Callable[[grpc.aio.Server], None]
-
-
 # --- inbound calls: requests waiting for the node's answer ----------------------------------
 
 
@@ -307,17 +254,6 @@ class _InboundCalls:
 # --- outbound: the node's requests to its peers ----------------------------------------------
 
 
-def channel_options(max_message_bytes: int) -> list[tuple[str, Any]]:
-    """Channel options: message size caps, and reconnects quick enough for a restarted peer."""
-    return [
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.initial_reconnect_backoff_ms", 100),
-        ("grpc.min_reconnect_backoff_ms", 100),
-        ("grpc.max_reconnect_backoff_ms", 1000),
-    ]
-
-
 class _Transport:
     """One channel per peer; sends a request and hands the reply to ``on_response``."""
 
@@ -333,7 +269,7 @@ class _Transport:
         self._peers = dict(peers)
         self._on_unreachable = on_unreachable
         self._timeout_s = timeout_ms / 1000
-        self._options = channel_options(max_message_bytes)
+        self._max_message_bytes = max_message_bytes
         self._on_response = on_response
         self._channels: dict[int, grpc.aio.Channel] = {}
         self._stubs: dict[int, raft_pb2_grpc.RaftStub] = {}
@@ -366,7 +302,7 @@ class _Transport:
             address = self._peers.get(node_id)
             if address is None:
                 return None
-            channel = grpc.aio.insecure_channel(address, options=self._options)
+            channel = open_channel(address, max_message_bytes=self._max_message_bytes)
             self._channels[node_id] = channel
             stub = self._stubs[node_id] = raft_pb2_grpc.RaftStub(channel)
         return stub
@@ -603,8 +539,7 @@ class RaftServer:
         self._log: PartitionRaftLog | None = None
         self._snapshots: FileSnapshotStore | None = None
         self._state_file = QuorumStateFile(self.layout.quorum_state_path)
-        self._server: grpc.aio.Server | None = None
-        self._health: Any = None
+        self._host: GrpcHost | None = None
         self._transport: _Transport | None = None
         self._inbound = _InboundCalls()
         self._driver: asyncio.Task[None] | None = None
@@ -645,13 +580,8 @@ class RaftServer:
         """Report ``name`` as SERVING or NOT_SERVING on this server's ``grpc.health.v1``
         (a readiness a service decides for itself, such as a broker's rolling-restart
         gate); nothing before the server started."""
-        if self._health is not None:
-            status = (
-                health_pb2.HealthCheckResponse.SERVING
-                if serving
-                else health_pb2.HealthCheckResponse.NOT_SERVING
-            )
-            await self._health.set(name, status)
+        if self._host is not None:
+            await self._host.set_serving(name, serving)
 
     @property
     def role(self) -> RoleChange | None:
@@ -856,32 +786,15 @@ class RaftServer:
         return None
 
     async def _start_grpc(self) -> None:
-        options = [
-            *channel_options(self.settings.max_message_bytes),
-            ("grpc.so_reuseport", 0),  # a second process on the same port must fail
-        ]
-        server = grpc.aio.server(options=options, interceptors=server_interceptors())
-        raft_pb2_grpc.add_RaftServicer_to_server(RaftServicer(self), server)
-        for service in self._services:
-            service.register(server)
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        names = (RAFT_SERVICE_NAME, *(service.name for service in self._services))
-        reflection.enable_server_reflection(
-            (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        raft = GrpcService(
+            RAFT_SERVICE_NAME,
+            lambda server: raft_pb2_grpc.add_RaftServicer_to_server(RaftServicer(self), server),
         )
-        try:
-            port = server.add_insecure_port(self.listen)
-        except RuntimeError as e:
-            raise OSError(f"cannot listen on {self.listen}: {e}") from e
-        if port == 0:
-            raise OSError(f"cannot listen on {self.listen}")
-        await server.start()
-        self._server, self._health, self._bound_port = server, health_servicer, port
-        serving = health_pb2.HealthCheckResponse.SERVING
-        await health_servicer.set("", serving)
-        for name in names:
-            await health_servicer.set(name, serving)
+        host = GrpcHost(
+            self.listen, (raft, *self._services), max_message_bytes=self.settings.max_message_bytes
+        )
+        await host.start()
+        self._host, self._bound_port = host, host.port
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -1144,15 +1057,15 @@ class RaftServer:
         self._stopping = True
         self._wakeup.set()
         try:
-            if self._health is not None:
-                await self._health.enter_graceful_shutdown()
+            if self._host is not None:
+                await self._host.enter_graceful_shutdown()
             driver = self._driver
             if driver is not None and driver is not asyncio.current_task() and not driver.done():
                 driver.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await driver
-            if self._server is not None:
-                await self._server.stop(self.settings.shutdown_grace_ms / 1000)
+            if self._host is not None:
+                await self._host.stop(self.settings.shutdown_grace_ms / 1000)
             if self._transport is not None:
                 await self._transport.close()
             self._inbound.fail_all()
