@@ -29,8 +29,8 @@ from highwater.client.producer import (
     ProducerConfig,
     RecordMetadata,
 )
-from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
 from highwater.embedded import EmbeddedServer
 from highwater.errors import HighwaterError, InvalidConfigError
 from highwater.records import Compression, RecordBatch, iter_batches

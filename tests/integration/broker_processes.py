@@ -23,7 +23,7 @@ from typing import IO
 import grpc.aio
 from highwater.client.admin import AdminClient, AdminError, NewTopic, TopicExistsError
 from highwater.client.consumer import OFFSET_BEGINNING, AsyncConsumer, TopicPartition
-from highwater.controller.client import ControllerUnavailableError
+from highwater.controller_api.client import ControllerUnavailableError
 from highwater.records import RecordBatch, iter_batches
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import IO
 
 import grpc
-from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
 from highwater.metadata import ConfigResourceType, MetadataImage
 from highwater.metadata.state_machine import MetadataStateMachine
 from highwater.raft.partition_raft_log import PartitionRaftLog

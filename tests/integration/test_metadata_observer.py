@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from highwater.controller.client import ControllerClient
+from highwater.controller_api.client import ControllerClient
 from highwater.metadata.snapshot import snapshot_values
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.partition_raft_log import PartitionRaftLog

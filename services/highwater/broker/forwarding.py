@@ -5,7 +5,7 @@ DeleteTopics, CreatePartitions, AlterConfigs, DescribeConfigs, ElectLeaders,
 AlterPartitionReassignments, ListPartitionReassignments, UnregisterBroker (an operator
 removing a broker for good, Kafka's KIP-856) — by handing
 each to the active controller through its
-:class:`~highwater.controller.client.ControllerClient` and returning the answer, so an
+:class:`~highwater.controller_api.client.ControllerClient` and returning the answer, so an
 admin client needs only a broker's address (``--bootstrap-server``). The calls that are
 a broker's own business with the controller (registration, heartbeats, AlterPartition,
 producer ids, coordinators) are not served: UNIMPLEMENTED. In ``highwater server`` the
@@ -20,9 +20,13 @@ import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
-from highwater.controller import codec
-from highwater.controller.client import ControllerClient, ControllerUnavailableError
-from highwater.controller.codec import CONTROLLER_SERVICE_NAME, ControllerRpc, InvalidRequestError
+from highwater.controller_api import codec
+from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
+from highwater.controller_api.codec import (
+    CONTROLLER_SERVICE_NAME,
+    ControllerRpc,
+    InvalidRequestError,
+)
 
 __all__ = ["FORWARDED_RPCS", "add_forwarding_servicer"]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from highwater.broker.forwarding import add_forwarding_servicer
 from highwater.broker.rolling import READY_SERVICE, broker_readiness
 from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer, BrokerSettings
-from highwater.controller.codec import CONTROLLER_SERVICE_NAME
+from highwater.controller_api.codec import CONTROLLER_SERVICE_NAME
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.observer import MetadataObserver, discover_voters
 from highwater.rpc.server import GrpcService

@@ -16,8 +16,8 @@ from pathlib import Path
 import click
 
 from highwater.cli.serving import listen_option, run_until_signalled, telemetry_option
-from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
 from highwater.embedded import EmbeddedServer
 from highwater.records import iter_batches
 from highwater.rpc.channels import open_channel

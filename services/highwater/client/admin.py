@@ -6,7 +6,7 @@ An asyncio client built from ``bootstrap.servers`` (``"host1:9092,host2:9092"``)
   ``describe_configs``, ``alter_configs``, ``elect_leaders``,
   ``alter_partition_reassignments``, ``list_partition_reassignments``,
   ``unregister_broker``) go to the Controller API through a
-  :class:`~highwater.controller.client.ControllerClient` given the same addresses; it
+  :class:`~highwater.controller_api.client.ControllerClient` given the same addresses; it
   finds the active controller and retries there. Brokers forward these calls to the
   active controller (Kafka's KIP-590), and in ``highwater server`` the Controller
   service answers on the broker's port, so the bootstrap address is all that is needed;
@@ -55,8 +55,8 @@ from highwater.client.group.protocol import (
     TopicPartitionKey,
     decode_assignment,
 )
-from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient, ControllerUnavailableError
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
 from highwater.errors import HighwaterError
 from highwater.metadata.records import ConfigResourceType
 from highwater.rpc.channels import open_channel

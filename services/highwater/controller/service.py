@@ -49,13 +49,17 @@ import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
-from highwater.controller import codec
-from highwater.controller.codec import CONTROLLER_SERVICE_NAME, ControllerRpc, InvalidRequestError
 from highwater.controller.config import ControllerConfig
 from highwater.controller.metrics import ControllerMetrics
 from highwater.controller.quorum_controller import QuorumController
 from highwater.controller.results import ControllerResult
 from highwater.controller.store import NotControllerError
+from highwater.controller_api import codec
+from highwater.controller_api.codec import (
+    CONTROLLER_SERVICE_NAME,
+    ControllerRpc,
+    InvalidRequestError,
+)
 from highwater.errors import UnexpectedAppendOffsetError
 from highwater.metadata.image import MetadataDelta, MetadataImage
 from highwater.metadata.records import MetadataRecord, NoOpRecord, encode_record

@@ -26,8 +26,8 @@ from typing import Any, Final, Protocol
 import grpc
 import grpc.aio
 
-from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
 from highwater.coordinator.core import (
     CommitResult,
     DeleteResult,

@@ -11,7 +11,7 @@ a per-attempt timeout, a call cut by a stopping server). It gives up with
 A retried write may have been carried out by the controller that did not answer (it
 crashed after committing): a retried CreateTopics can then answer TOPIC_ALREADY_EXISTS,
 as a Kafka admin client's does. Requests and responses are the values of
-:mod:`highwater.controller.messages`.
+:mod:`highwater.controller_api.messages`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
-from highwater.controller import codec
-from highwater.controller import messages as m
-from highwater.controller.codec import CONTROLLER_SERVICE_NAME, ControllerRpc
+from highwater.controller_api import codec
+from highwater.controller_api import messages as m
+from highwater.controller_api.codec import CONTROLLER_SERVICE_NAME, ControllerRpc
 from highwater.errors import HighwaterError
 from highwater.rpc.channels import open_channel
 from highwater.rpc.endpoints import parse_endpoint
