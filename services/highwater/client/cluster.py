@@ -24,7 +24,13 @@ from dataclasses import dataclass
 import grpc
 import grpc.aio
 
-from highwater.errors import HighwaterError
+from highwater.client.errors import (
+    BrokerNotAvailableError,
+    ClusterError,
+    CoordinatorNotAvailableError,
+    LeaderNotAvailableError,
+    UnknownTopicOrPartitionError,
+)
 from highwater.rpc.broker_streams import FetchStream, ProduceStream
 from highwater.rpc.channels import open_channel
 from highwater.telemetry.configure import tracing_enabled
@@ -55,34 +61,6 @@ INVALIDATING_ERRORS: frozenset[int] = frozenset(
         ErrorCode.UNKNOWN_LEADER_EPOCH,
     }
 )
-
-
-class ClusterError(HighwaterError):
-    """Base of the errors the client raises about the cluster's metadata and brokers."""
-
-
-class BrokerNotAvailableError(ClusterError):
-    """No broker (bootstrap or known) answered a request."""
-
-    code = ErrorCode.BROKER_NOT_AVAILABLE
-
-
-class CoordinatorNotAvailableError(ClusterError):
-    """No group coordinator serves the group right now (it is being assigned or loaded)."""
-
-    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-
-
-class UnknownTopicOrPartitionError(ClusterError):
-    """The cluster does not have the topic, or the topic does not have the partition."""
-
-    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
-class LeaderNotAvailableError(ClusterError):
-    """The partition exists but has no leader the client can reach right now."""
-
-    code = ErrorCode.LEADER_NOT_AVAILABLE
 
 
 @dataclass(frozen=True, slots=True)
