@@ -25,9 +25,9 @@ from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
 from highwater.metadata import BrokerEndpoint, ConfigResourceType, MetadataImage
 from highwater.metadata.snapshot import snapshot_values
+from highwater.raft.driver import MetadataLogLayout, RaftServerSettings
 from highwater.raft.node import RaftConfig
 from highwater.raft.partition_raft_log import metadata_log_config
-from highwater.raft.service import MetadataLogLayout, RaftServerSettings
 from highwater.v1 import controller_pb2 as pb
 from highwater.v1 import controller_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode

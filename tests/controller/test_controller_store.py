@@ -31,7 +31,7 @@ from highwater.metadata.snapshot import snapshot_values
 from highwater.metadata.state_machine import MetadataStateMachine, decode_snapshot, encode_snapshot
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.node import NotLeaderError
-from highwater.raft.service import SnapshotReader
+from highwater.raft.state_machine import SnapshotReader
 from highwater.records import RecordBatch, SimpleRecord, build_batch, iter_batches
 
 

@@ -20,18 +20,18 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from highwater.errors import KafkaStorageError, UnexpectedAppendOffsetError
+from highwater.raft.driver import (
+    MetadataLogLayout,
+    RaftServer,
+    RaftServerSettings,
+    default_cluster_id,
+)
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.node import NotLeaderError, RaftConfig, RoleChange
 from highwater.raft.partition_raft_log import metadata_log_config
 from highwater.raft.quorum_state_file import CorruptQuorumStateError, QuorumStateFile
-from highwater.raft.service import (
-    MetadataLogLayout,
-    RaftServer,
-    RaftServerSettings,
-    SnapshotReader,
-    default_cluster_id,
-)
 from highwater.raft.state import Role
+from highwater.raft.state_machine import SnapshotReader
 from highwater.records import RecordBatch
 from highwater.v1 import raft_pb2, raft_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode

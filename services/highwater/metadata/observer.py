@@ -1,7 +1,7 @@
 """``MetadataObserver``: a replica of ``__cluster_metadata`` that follows the quorum without voting.
 
 This is how brokers and group coordinators keep the cluster's metadata (KIP-500): a
-:class:`~highwater.raft.service.RaftServer` whose node id is not among the voters fetches
+:class:`~highwater.raft.driver.RaftServer` whose node id is not among the voters fetches
 the log from the leader (or, when it starts empty or the entries it needs were cleaned
 up, the leader's latest snapshot first, through FetchSnapshot), keeps it on disk like a
 voter does, and hands what is committed to a
@@ -21,7 +21,7 @@ import grpc.aio
 from highwater.errors import HighwaterError
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.state_machine import ImageListener, MetadataStateMachine
-from highwater.raft.service import RaftServer, RaftServerSettings
+from highwater.raft.driver import RaftServer, RaftServerSettings
 from highwater.rpc.channels import open_channel
 from highwater.rpc.server import GrpcService
 from highwater.v1 import raft_pb2, raft_pb2_grpc

@@ -20,7 +20,7 @@ from highwater.metadata.image import MetadataImage, MetadataLoader
 from highwater.metadata.records import decode_record
 from highwater.metadata.snapshot import load_snapshot_values, snapshot_values
 from highwater.raft.messages import OffsetAndEpoch
-from highwater.raft.service import SnapshotReader
+from highwater.raft.state_machine import SnapshotReader
 from highwater.records import RecordBatch, SimpleRecord, build_batch, iter_batches
 
 __all__ = [
