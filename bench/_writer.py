@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 from highwater.config.topic import LogConfig
+from highwater.records import build_batch
+from highwater.records.header import BATCH_HEADER_SIZE
+from highwater.records.record import SimpleRecord
 from highwater.storage.log_loader import load_partition_log
-from highwater.storage.records import build_batch
-from highwater.storage.records.header import BATCH_HEADER_SIZE
-from highwater.storage.records.record import SimpleRecord
 
 POOL_SIZE = 64
 RECORD_VALUE_BYTES = 100

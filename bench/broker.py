@@ -353,8 +353,8 @@ async def produce_raw(address: str, topic: str, acks: int, batches: int) -> Coun
     """``batches`` pre-built batches of :data:`RAW_BATCH_RECORDS` records through the
     Produce RPC to the partition leader at ``address``, :data:`RAW_IN_FLIGHT` at a time."""
     import grpc.aio
-    from highwater.storage.records import build_batch
-    from highwater.storage.records.record import SimpleRecord
+    from highwater.records import build_batch
+    from highwater.records.record import SimpleRecord
     from highwater.v1 import broker_pb2 as pb
     from highwater.v1 import broker_pb2_grpc
     from highwater.v1.common_pb2 import ErrorCode
@@ -387,7 +387,7 @@ async def fetch_raw(address: str, topic: str, records: int) -> Counted:
     """Fetch the partition from offset 0 until ``records`` records came back, counting
     them from the batch headers (CRC checked, records not decoded)."""
     import grpc.aio
-    from highwater.storage.records import iter_batches
+    from highwater.records import iter_batches
     from highwater.v1 import broker_pb2 as pb
     from highwater.v1 import broker_pb2_grpc
     from highwater.v1.common_pb2 import ErrorCode

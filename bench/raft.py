@@ -166,14 +166,14 @@ class _Cluster:
     """A client, one registered broker kept alive by heartbeats, and the writers' topics."""
 
     def __init__(self, addresses: list[str]) -> None:
-        from highwater.controller.client import ControllerClient
+        from highwater.controller_api.client import ControllerClient
 
         self.client = ControllerClient(addresses, timeout_s=120)
         self.broker_epoch = -1
         self._heartbeats: asyncio.Task[None] | None = None
 
     async def setup(self, brokers: int = 1) -> None:
-        from highwater.controller import messages as m
+        from highwater.controller_api import messages as m
         from highwater.metadata.records import BrokerEndpoint
 
         self.brokers: dict[int, int] = {}
@@ -193,7 +193,7 @@ class _Cluster:
             await asyncio.sleep(0.05)
 
     async def _heartbeat_all(self) -> bool:
-        from highwater.controller import messages as m
+        from highwater.controller_api import messages as m
 
         unfenced = True
         for broker_id, epoch in self.brokers.items():
@@ -210,7 +210,7 @@ class _Cluster:
                 await self._heartbeat_all()
 
     async def create_topics(self, names: list[str], partitions: int = 1) -> None:
-        from highwater.controller import messages as m
+        from highwater.controller_api import messages as m
 
         reply = await self.client.create_topics(
             m.CreateTopicsRequest(
@@ -225,7 +225,7 @@ class _Cluster:
             raise RuntimeError(f"CreateTopics failed: {reply.error} {bad[:3]}")
 
     async def alter_config(self, topic: str, value: int) -> None:
-        from highwater.controller import messages as m
+        from highwater.controller_api import messages as m
         from highwater.metadata.records import ConfigResourceType
 
         reply = await self.client.alter_configs(
@@ -432,7 +432,7 @@ def _image_footprint(data_dir: Path) -> tuple[int, float]:
     from highwater.metadata.image import MetadataLoader
     from highwater.metadata.records import decode_record
     from highwater.metadata.snapshot import snapshot_values
-    from highwater.storage.records.batch import iter_batches
+    from highwater.records.batch import iter_batches
 
     log_dir = data_dir / "__cluster_metadata-0"
     tracemalloc.start()

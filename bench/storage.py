@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from highwater.config.topic import LogConfig
+from highwater.records import build_batch
+from highwater.records.header import ATTRIBUTES_OFFSET, BATCH_HEADER_SIZE, HEADER_STRUCT
+from highwater.records.header import crc32c as crc32c_of
+from highwater.records.record import SimpleRecord
 from highwater.storage.log import PartitionLog
 from highwater.storage.log_loader import load_partition_log
 from highwater.storage.log_manager import LogManager
-from highwater.storage.records import build_batch
-from highwater.storage.records.header import ATTRIBUTES_OFFSET, BATCH_HEADER_SIZE, HEADER_STRUCT
-from highwater.storage.records.header import crc32c as crc32c_of
-from highwater.storage.records.record import SimpleRecord
 from highwater.storage.topic_partition import TopicPartition
 
 from bench._writer import sized_batch

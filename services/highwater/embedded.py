@@ -30,7 +30,8 @@ from highwater.coordinator.service import (
     CoordinatorServer,
     CoordinatorSettings,
 )
-from highwater.raft.service import GrpcService, parse_endpoint
+from highwater.rpc.endpoints import parse_endpoint
+from highwater.rpc.server import GrpcService
 
 __all__ = ["EMBEDDED_NODE_ID", "EmbeddedServer"]
 

@@ -19,9 +19,9 @@ import pytest
 from embedded_servers import free_port
 from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer
 from highwater.controller import ControllerConfig
-from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient
 from highwater.controller.service import ControllerServer, ControllerSettings
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
 from highwater.metadata import (
     CONSUMER_OFFSETS_TOPIC,
     NO_LEADER,
@@ -29,7 +29,7 @@ from highwater.metadata import (
     MetadataImage,
     partition_for_group,
 )
-from highwater.raft.service import GrpcService
+from highwater.rpc.server import GrpcService
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode

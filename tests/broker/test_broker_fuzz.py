@@ -14,10 +14,10 @@ from pathlib import Path
 import grpc.aio
 import pytest
 from embedded_servers import free_port
-from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
 from highwater.embedded import EmbeddedServer
-from highwater.storage.records import SimpleRecord, build_batch, iter_batches
+from highwater.records import SimpleRecord, build_batch, iter_batches
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode

@@ -18,11 +18,11 @@ import grpc.aio
 import pytest
 from embedded_servers import free_port
 from highwater.broker.service import BrokerSettings
-from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
 from highwater.embedded import EmbeddedServer
+from highwater.records import SimpleRecord, build_batch, iter_batches
 from highwater.storage.log_manager import LogManagerSettings
-from highwater.storage.records import SimpleRecord, build_batch, iter_batches
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode

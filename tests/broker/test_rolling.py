@@ -12,6 +12,7 @@ from highwater.broker.rolling import (
     readiness,
     under_replicated,
 )
+from highwater.cli.rolling import cluster_view
 from highwater.client.admin import PartitionInfo, TopicDescription
 from highwater.metadata.image import replay
 from highwater.metadata.records import (
@@ -113,7 +114,7 @@ def test_leaderships_and_long_lists_are_named_then_counted() -> None:
     assert str(decision) == "7 under-replicated: t-0, t-1, t-2, t-3, t-4 and 2 more"
 
 
-def test_a_view_is_built_from_the_admin_clients_descriptions() -> None:
+def test_highwater_rolling_builds_a_view_from_the_admin_clients_descriptions() -> None:
     topics = {
         "orders": TopicDescription(
             "orders",
@@ -125,7 +126,7 @@ def test_a_view_is_built_from_the_admin_clients_descriptions() -> None:
             ),
         ),
     }
-    view = ClusterView.from_descriptions([2, 1], topics)
+    view = cluster_view([2, 1], topics)
     assert view.live_brokers == frozenset({1, 2})
     assert view.partitions == (
         part("orders", 0, 1, (1, 2), (1, 2)),

@@ -19,6 +19,8 @@ from click.testing import CliRunner, Result
 from highwater import __version__
 from highwater.cli.main import main
 from highwater.config.topic import LogConfig
+from highwater.records import Compression, SimpleRecord, build_batch
+from highwater.records.header import read_header
 from highwater.storage.checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
@@ -26,8 +28,6 @@ from highwater.storage.checkpoint import (
 from highwater.storage.log import PartitionLog
 from highwater.storage.log_loader import load_partition_log
 from highwater.storage.producer_state import AppendOrigin
-from highwater.storage.records import Compression, SimpleRecord, build_batch
-from highwater.storage.records.header import read_header
 from highwater.storage.topic_partition import TopicPartition
 
 TS = 1570792689308

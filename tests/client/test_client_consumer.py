@@ -30,8 +30,8 @@ from highwater.client.consumer import (
 )
 from highwater.client.producer import TIMESTAMP_CREATE_TIME, AsyncProducer, Message, Producer
 from highwater.errors import CorruptRecordError, InvalidConfigError, OffsetOutOfRangeError
-from highwater.storage.records import SimpleRecord, build_batch
-from highwater.storage.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
+from highwater.records import SimpleRecord, build_batch
+from highwater.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode

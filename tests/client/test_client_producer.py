@@ -29,11 +29,11 @@ from highwater.client.producer import (
     ProducerConfig,
     RecordMetadata,
 )
-from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
 from highwater.embedded import EmbeddedServer
 from highwater.errors import HighwaterError, InvalidConfigError
-from highwater.storage.records import Compression, RecordBatch, iter_batches
+from highwater.records import Compression, RecordBatch, iter_batches
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode

@@ -11,7 +11,7 @@ from highwater.client.reassignment import (
     parse_plan,
     propose_plan,
 )
-from highwater.controller.placement import PlacementBroker
+from highwater.metadata.placement import PlacementBroker
 from hypothesis import given
 from hypothesis import strategies as st
 

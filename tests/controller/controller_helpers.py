@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -13,7 +12,7 @@ from highwater.controller import (
     InMemoryMetadataStore,
     QuorumController,
 )
-from highwater.controller.messages import (
+from highwater.controller_api.messages import (
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     CreatableTopic,
@@ -184,19 +183,3 @@ def check_invariants(image: MetadataImage) -> None:
 
 def epochs_of(image: MetadataImage) -> dict[TopicIdPartition, tuple[int, int]]:
     return {key: (p.leader_epoch, p.partition_epoch) for key, p in image.partitions()}
-
-
-def replica_balance(
-    assignment: Iterable[tuple[int, ...]], brokers: Iterable[int]
-) -> tuple[int, int]:
-    """(max - min) of replicas per broker and of preferred leaders per broker."""
-    replicas: Counter[int] = Counter({b: 0 for b in brokers})
-    leaders: Counter[int] = Counter({b: 0 for b in replicas})
-    for replica_list in assignment:
-        leaders[replica_list[0]] += 1
-        for broker in replica_list:
-            replicas[broker] += 1
-    return (
-        max(replicas.values()) - min(replicas.values()),
-        max(leaders.values()) - min(leaders.values()),
-    )

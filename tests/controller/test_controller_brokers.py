@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from controller_helpers import NONE, Harness, check_invariants
 from highwater.controller import ControllerConfig
-from highwater.controller.messages import (
+from highwater.controller_api.messages import (
     AlterableConfig,
     AlterConfigsRequest,
     AlterConfigsResource,

@@ -6,7 +6,7 @@ import pytest
 from controller_helpers import NONE, Harness
 from highwater.config.definition import ConfigDef, ConfigKey, ConfigType, at_least
 from highwater.controller import ControllerConfig, ControllerResult
-from highwater.controller.messages import (
+from highwater.controller_api.messages import (
     AlterableConfig,
     AlterConfigOp,
     AlterConfigsRequest,

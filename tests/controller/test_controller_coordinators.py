@@ -13,7 +13,7 @@ from highwater.controller import (
     QuorumController,
     assign_coordinators,
 )
-from highwater.controller.messages import (
+from highwater.controller_api.messages import (
     AllocateProducerIdsRequest,
     CoordinatorHeartbeatRequest,
     CoordinatorHeartbeatResponse,

@@ -10,7 +10,7 @@ from highwater.controller import (
     Election,
     PartitionChangeBuilder,
 )
-from highwater.controller.messages import (
+from highwater.controller_api.messages import (
     INVALID_UPDATE_VERSION,
     AlterPartitionItem,
     AlterPartitionRequest,

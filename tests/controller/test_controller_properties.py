@@ -15,8 +15,8 @@ lets time pass, committing every result. After every step:
 from __future__ import annotations
 
 import hypothesis.strategies as st
-from controller_helpers import NONE, Harness, check_invariants, epochs_of, replica_balance
-from highwater.controller.messages import (
+from controller_helpers import NONE, Harness, check_invariants, epochs_of
+from highwater.controller_api.messages import (
     AlterableConfig,
     AlterConfigsRequest,
     AlterConfigsResource,
@@ -43,6 +43,7 @@ from highwater.metadata import (
 )
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from replica_balance import replica_balance
 
 BROKER_IDS = st.integers(0, 4)
 TOPICS = st.sampled_from(["a", "b", "c", "d"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from controller_helpers import Harness, check_invariants
-from highwater.controller.messages import (
+from highwater.controller_api.messages import (
     AlterPartitionItem,
     AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,

@@ -17,7 +17,7 @@ from highwater.controller import (
     InMemoryMetadataStore,
     QuorumController,
 )
-from highwater.controller.messages import (
+from highwater.controller_api.messages import (
     AlterPartitionItem,
     AlterPartitionRequest,
     BrokerHeartbeatRequest,

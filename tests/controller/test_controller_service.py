@@ -18,15 +18,16 @@ import grpc.aio
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from highwater.controller import ControllerConfig, codec
-from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient, ControllerUnavailableError
+from highwater.controller import ControllerConfig
 from highwater.controller.service import ControllerServer, ControllerSettings
+from highwater.controller_api import codec
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
 from highwater.metadata import BrokerEndpoint, ConfigResourceType, MetadataImage
 from highwater.metadata.snapshot import snapshot_values
+from highwater.raft.driver import MetadataLogLayout, RaftServerSettings
 from highwater.raft.node import RaftConfig
 from highwater.raft.partition_raft_log import metadata_log_config
-from highwater.raft.service import MetadataLogLayout, RaftServerSettings
 from highwater.v1 import controller_pb2 as pb
 from highwater.v1 import controller_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode

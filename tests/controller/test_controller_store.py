@@ -31,8 +31,8 @@ from highwater.metadata.snapshot import snapshot_values
 from highwater.metadata.state_machine import MetadataStateMachine, decode_snapshot, encode_snapshot
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.node import NotLeaderError
-from highwater.raft.service import SnapshotReader
-from highwater.storage.records import RecordBatch, SimpleRecord, build_batch, iter_batches
+from highwater.raft.state_machine import SnapshotReader
+from highwater.records import RecordBatch, SimpleRecord, build_batch, iter_batches
 
 
 @dataclass

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from controller_helpers import NONE, Harness, check_invariants, replica_balance
+from controller_helpers import NONE, Harness, check_invariants
 from highwater.controller import ControllerConfig, ControllerResult
-from highwater.controller.messages import (
+from highwater.controller_api.messages import (
     CreatableTopic,
     CreatePartitionsRequest,
     CreatePartitionsTopic,
@@ -21,6 +21,7 @@ from highwater.metadata import (
     TopicRecord,
 )
 from highwater.v1.common_pb2 import ErrorCode
+from replica_balance import replica_balance
 
 
 @pytest.fixture

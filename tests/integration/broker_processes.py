@@ -24,8 +24,8 @@ from typing import IO
 import grpc.aio
 from highwater.client.admin import AdminClient, AdminError, NewTopic, TopicExistsError
 from highwater.client.consumer import OFFSET_BEGINNING, AsyncConsumer, TopicPartition
-from highwater.controller.client import ControllerUnavailableError
-from highwater.storage.records import RecordBatch, iter_batches
+from highwater.controller_api.client import ControllerUnavailableError
+from highwater.records import RecordBatch, iter_batches
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode

@@ -22,14 +22,15 @@ from pathlib import Path
 from typing import IO
 
 import grpc
-from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
 from highwater.metadata import ConfigResourceType, MetadataImage
 from highwater.metadata.state_machine import MetadataStateMachine
+from highwater.raft.driver import MetadataLogLayout
 from highwater.raft.partition_raft_log import PartitionRaftLog
-from highwater.raft.service import MetadataLogLayout, SnapshotReader
 from highwater.raft.snapshot_files import FileSnapshotStore
-from highwater.storage.records import RecordBatch, iter_batches
+from highwater.raft.state_machine import SnapshotReader
+from highwater.records import RecordBatch, iter_batches
 from highwater.v1 import raft_pb2, raft_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 

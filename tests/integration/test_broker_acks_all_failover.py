@@ -21,7 +21,7 @@ import grpc.aio
 import pytest
 from broker_processes import BrokerProcess, metadata
 from highwater.client.admin import AdminClient, AdminError, NewTopic, TopicExistsError
-from highwater.storage.records import iter_batches
+from highwater.records import iter_batches
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from highwater.controller.client import ControllerClient
+from highwater.controller_api.client import ControllerClient
 from highwater.metadata.snapshot import snapshot_values
 from quorum_processes import (
     BROKER,

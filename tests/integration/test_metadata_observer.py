@@ -16,11 +16,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from highwater.controller.client import ControllerClient
+from highwater.controller_api.client import ControllerClient
 from highwater.metadata.snapshot import snapshot_values
+from highwater.raft.driver import MetadataLogLayout
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.partition_raft_log import PartitionRaftLog
-from highwater.raft.service import MetadataLogLayout
 from highwater.raft.snapshot_files import FileSnapshotStore
 from quorum_processes import (
     VOTERS,

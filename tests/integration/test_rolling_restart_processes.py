@@ -29,10 +29,10 @@ from highwater.broker.rolling import (
     ClusterView,
     leaderships,
     may_stop,
-    observe_cluster,
     readiness,
     under_replicated,
 )
+from highwater.cli.rolling import observe_cluster
 from highwater.client.admin import AdminClient, NewTopic
 from highwater.client.producer import AsyncProducer
 from quorum_processes import Controller, free_ports

@@ -45,7 +45,7 @@ from highwater.raft.messages import (
 from highwater.raft.node import NotLeaderError, RaftConfig, RaftNode, Ready
 from highwater.raft.snapshot import InMemorySnapshotStore
 from highwater.raft.state import ElectionState
-from highwater.storage.records import iter_batches
+from highwater.records import iter_batches
 from highwater.v1.common_pb2 import ErrorCode
 
 CLUSTER_ID = "sim-cluster"

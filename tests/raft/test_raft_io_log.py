@@ -27,7 +27,7 @@ from highwater.raft.partition_raft_log import (
     metadata_log_config,
     metadata_log_dir,
 )
-from highwater.storage.records import iter_batches
+from highwater.records import iter_batches
 
 LogFactory = Callable[[], Any]
 

@@ -20,21 +20,19 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from highwater.errors import KafkaStorageError, UnexpectedAppendOffsetError
+from highwater.raft.driver import (
+    MetadataLogLayout,
+    RaftServer,
+    RaftServerSettings,
+    default_cluster_id,
+)
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.node import NotLeaderError, RaftConfig, RoleChange
 from highwater.raft.partition_raft_log import metadata_log_config
 from highwater.raft.quorum_state_file import CorruptQuorumStateError, QuorumStateFile
-from highwater.raft.service import (
-    MetadataLogLayout,
-    RaftServer,
-    RaftServerSettings,
-    SnapshotReader,
-    default_cluster_id,
-    parse_endpoint,
-    parse_quorum_voters,
-)
 from highwater.raft.state import Role
-from highwater.storage.records import RecordBatch
+from highwater.raft.state_machine import SnapshotReader
+from highwater.records import RecordBatch
 from highwater.v1 import raft_pb2, raft_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -146,19 +144,7 @@ async def quorum3(tmp_path: Path) -> AsyncIterator[Quorum]:
             await quorum.stop(node_id)
 
 
-# --- command-line parsing helpers ----------------------------------------------------------
-
-
-def test_parse_quorum_voters() -> None:
-    assert parse_quorum_voters("1@localhost:9093, 2@[::1]:9094,3@10.0.0.3:9095") == {
-        1: "localhost:9093",
-        2: "[::1]:9094",
-        3: "10.0.0.3:9095",
-    }
-    for bad in ("", "1@", "x@h:1", "1@host", "1@h:1,1@h:2", "1@h:0", "1@h:99999", "1:h:1"):
-        with pytest.raises(ValueError):
-            parse_quorum_voters(bad)
-    assert parse_endpoint("[::1]:0") == ("::1", 0)
+# --- the cluster id -------------------------------------------------------------------------
 
 
 def test_default_cluster_id_is_the_same_for_every_voter() -> None:

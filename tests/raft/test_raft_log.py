@@ -11,7 +11,7 @@ from highwater.raft.log import (
     encode_leader_change,
 )
 from highwater.raft.messages import OffsetAndEpoch
-from highwater.storage.records import iter_batches
+from highwater.records import iter_batches
 
 
 def log_with_epochs(*epochs: tuple[int, int]) -> InMemoryRaftLog:

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from highwater.config.topic import LogConfig
+from highwater.records import Compression, SimpleRecord, build_batch
 from highwater.storage.log import PartitionLog
 from highwater.storage.log_manager import LogManager
 from highwater.storage.producer_state import ProducerStateManager, snapshot_file_name
-from highwater.storage.records import Compression, SimpleRecord, build_batch
 from highwater.storage.segment import LogSegment
 from highwater.storage.topic_partition import TopicPartition
 

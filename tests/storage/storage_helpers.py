@@ -6,10 +6,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from highwater.config.topic import LogConfig
+from highwater.records import Compression, Record, RecordBatch, SimpleRecord, build_batch
+from highwater.records.batch import iter_batches
 from highwater.storage.log import PartitionLog
 from highwater.storage.log_loader import load_partition_log
-from highwater.storage.records import Compression, Record, RecordBatch, SimpleRecord, build_batch
-from highwater.storage.records.batch import iter_batches
 
 BASE_TS = 1_700_000_000_000
 

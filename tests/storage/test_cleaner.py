@@ -11,11 +11,7 @@ from typing import Any
 import pytest
 from highwater.config.topic import LogConfig
 from highwater.errors import CorruptSegmentError
-from highwater.storage.cleaner import CleanerStats, LogCleaner
-from highwater.storage.log import PartitionLog
-from highwater.storage.log_loader import load_partition_log
-from highwater.storage.log_manager import LogManager
-from highwater.storage.records import (
+from highwater.records import (
     BatchHeader,
     Compression,
     RecordBatch,
@@ -23,6 +19,10 @@ from highwater.storage.records import (
     build_batch,
     iter_batches,
 )
+from highwater.storage.cleaner import CleanerStats, LogCleaner
+from highwater.storage.log import PartitionLog
+from highwater.storage.log_loader import load_partition_log
+from highwater.storage.log_manager import LogManager
 from highwater.storage.segment import LogSegment
 from highwater.storage.topic_partition import TopicPartition
 from hypothesis import HealthCheck, given, settings

@@ -48,15 +48,7 @@ from highwater.errors import (
     UnexpectedAppendOffsetError,
     UnsupportedForMessageFormatError,
 )
-from highwater.storage.checkpoint import (
-    LOG_START_OFFSET_CHECKPOINT,
-    RECOVERY_POINT_CHECKPOINT,
-    REPLICATION_OFFSET_CHECKPOINT,
-    OffsetCheckpointFile,
-)
-from highwater.storage.log import PartitionLog
-from highwater.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
-from highwater.storage.records import (
+from highwater.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
     Compression,
@@ -67,7 +59,15 @@ from highwater.storage.records import (
     iter_batches,
     read_header,
 )
-from highwater.storage.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
+from highwater.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
+from highwater.storage.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+)
+from highwater.storage.log import PartitionLog
+from highwater.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 from highwater.storage.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)

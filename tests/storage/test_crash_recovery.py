@@ -32,10 +32,7 @@ from crash_writer import (
     log_config,
     record_for,
 )
-from highwater.storage.checkpoint import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
-from highwater.storage.log import PartitionLog
-from highwater.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
-from highwater.storage.records import (
+from highwater.records import (
     BATCH_HEADER_SIZE,
     Compression,
     Record,
@@ -44,6 +41,9 @@ from highwater.storage.records import (
     iter_batches,
     read_header,
 )
+from highwater.storage.checkpoint import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
+from highwater.storage.log import PartitionLog
+from highwater.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 from highwater.storage.segment import LogSegment
 
 WRITER = Path(__file__).with_name("crash_writer.py")

@@ -22,8 +22,8 @@ from highwater.errors import (
     UnexpectedAppendOffsetError,
     UnsupportedForMessageFormatError,
 )
-from highwater.storage.records import RecordBatch, TimestampType, build_batch
-from highwater.storage.records.header import check_batch
+from highwater.records import RecordBatch, TimestampType, build_batch
+from highwater.records.header import check_batch
 from storage_helpers import BASE_TS, FakeClock, batches_of, make_batch, open_log, read_all
 
 
@@ -104,7 +104,7 @@ def test_follower_rolls_when_offsets_leave_the_relative_range(tmp_path: Path) ->
 
 
 def _rec(value: bytes, key: bytes | None = None, ts: int = BASE_TS) -> object:
-    from highwater.storage.records import SimpleRecord
+    from highwater.records import SimpleRecord
 
     return SimpleRecord(key=key, value=value, timestamp=ts)
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import hypothesis.strategies as st
 from highwater.config.topic import LogConfig
 from highwater.errors import OffsetOutOfRangeError
+from highwater.records import Compression
 from highwater.storage.cleaner import LogCleaner
 from highwater.storage.log import PartitionLog
 from highwater.storage.log_loader import load_partition_log
 from highwater.storage.log_manager import LogManager
-from highwater.storage.records import Compression
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from storage_helpers import FakeClock, make_batch, read_all

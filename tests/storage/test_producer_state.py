@@ -18,6 +18,16 @@ from highwater.errors import (
     OutOfOrderSequenceError,
     UnknownProducerIdError,
 )
+from highwater.records.header import (
+    CONTROL_FLAG,
+    MAGIC,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    TRANSACTIONAL_FLAG,
+    BatchHeader,
+    crc32c,
+)
 from highwater.storage.producer_state import (
     MAX_SEQUENCE,
     NUM_BATCHES_TO_RETAIN,
@@ -32,16 +42,6 @@ from highwater.storage.producer_state import (
     in_sequence,
     read_snapshot,
     snapshot_file_name,
-)
-from highwater.storage.records.header import (
-    CONTROL_FLAG,
-    MAGIC,
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    NO_SEQUENCE,
-    TRANSACTIONAL_FLAG,
-    BatchHeader,
-    crc32c,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -8,7 +8,7 @@ service (:class:`ForwardedAdminCalls`), so that a client needs one address and o
 A standalone broker also serves them under ``highwater.v1.Controller``
 (:func:`add_forwarding_servicer`), the names the project's admin client uses. Either way the
 broker hands each call to the active controller through its
-:class:`~highwater.controller.client.ControllerClient`, which follows NOT_CONTROLLER
+:class:`~highwater.controller_api.client.ControllerClient`, which follows NOT_CONTROLLER
 redirects, and returns the answer. The calls that are a broker's own business with the
 controller (registration, heartbeats, AlterPartition, producer ids, coordinators) are not
 served: UNIMPLEMENTED. In ``highwater server`` the controller itself answers the
@@ -23,9 +23,13 @@ import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
-from highwater.controller import codec
-from highwater.controller.client import ControllerClient, ControllerUnavailableError
-from highwater.controller.codec import CONTROLLER_SERVICE_NAME, ControllerRpc, InvalidRequestError
+from highwater.controller_api import codec
+from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
+from highwater.controller_api.codec import (
+    CONTROLLER_SERVICE_NAME,
+    ControllerRpc,
+    InvalidRequestError,
+)
 from highwater.v1 import admin_pb2
 
 __all__ = ["FORWARDED_RPCS", "ForwardedAdminCalls", "add_forwarding_servicer", "forward"]

@@ -11,7 +11,7 @@ and partition leader epoch. A batch that does not decode is the partition's
 from __future__ import annotations
 
 from highwater.errors import HighwaterError
-from highwater.storage.records import TimestampType, iter_batches
+from highwater.records import TimestampType, iter_batches
 from highwater.v1 import broker_pb2 as pb
 
 __all__ = ["add_plain_records"]

@@ -17,22 +17,15 @@ live brokers), keep that roll from losing availability or durability:
   controller does not restart the next pod before this one is ready, and the
   PodDisruptionBudget counts an unready broker as unavailable, so a node drain waits too.
 
-The decisions are pure functions of a :class:`ClusterView`; :func:`observe_cluster`
-builds one with the :class:`~highwater.client.admin.AdminClient`, and
-:func:`wait_until_may_stop` polls until the gate opens or time runs out.
+The decisions are pure functions of a :class:`ClusterView`: the broker builds one from
+its metadata image (:func:`broker_readiness`), ``highwater rolling``
+(:mod:`highwater.cli.rolling`) from what the admin client describes.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-import grpc.aio
-
-from highwater.client.admin import AdminClient, TopicDescription
-from highwater.errors import HighwaterError
 from highwater.metadata.image import MetadataImage
 
 __all__ = [
@@ -43,10 +36,8 @@ __all__ = [
     "broker_readiness",
     "leaderships",
     "may_stop",
-    "observe_cluster",
     "readiness",
     "under_replicated",
-    "wait_until_may_stop",
 ]
 
 
@@ -82,19 +73,6 @@ class ClusterView:
 
     live_brokers: frozenset[int]
     partitions: tuple[PartitionState, ...] = ()
-
-    @classmethod
-    def from_descriptions(
-        cls, live_brokers: Iterable[int], topics: Mapping[str, TopicDescription]
-    ) -> ClusterView:
-        """A view from the admin client's ``describe_cluster`` node ids and
-        ``describe_topics`` answer."""
-        partitions = tuple(
-            PartitionState(name, p.partition, p.leader, tuple(p.replicas), tuple(p.isr))
-            for name, description in sorted(topics.items())
-            for p in description.partitions
-        )
-        return cls(frozenset(live_brokers), partitions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,33 +167,3 @@ def broker_readiness(image: MetadataImage, node_id: int) -> Decision:
             )
         )
     return readiness(ClusterView(live, tuple(partitions)), node_id)
-
-
-async def observe_cluster(admin: AdminClient) -> ClusterView:
-    """The live brokers and every partition (internal topics included), as ``admin``'s
-    bootstrap broker reports them."""
-    cluster = await admin.describe_cluster()
-    listings = await admin.list_topics(include_internal=True)
-    topics = await admin.describe_topics(listing.name for listing in listings)
-    return ClusterView.from_descriptions((node.node_id for node in cluster.nodes), topics)
-
-
-async def wait_until_may_stop(
-    admin: AdminClient,
-    node_id: int,
-    *,
-    timeout_s: float,
-    poll_interval_s: float = 2.0,
-) -> Decision:
-    """Poll :func:`may_stop` until it allows the stop or ``timeout_s`` passes; the last
-    decision (a failure to ask the cluster counts as a refusal naming the error)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            decision = may_stop(await observe_cluster(admin), node_id)
-        except (HighwaterError, grpc.aio.AioRpcError) as e:  # unreachable for a moment
-            decision = Decision(False, (f"cannot describe the cluster: {e}",))
-        remaining = deadline - time.monotonic()
-        if decision.allowed or remaining <= 0:
-            return decision
-        await asyncio.sleep(min(poll_interval_s, remaining))

@@ -45,16 +45,17 @@ from highwater.broker.plain_records import add_plain_records
 from highwater.broker.replication import AlterPartitionProposal, EpochEndOffset, truncation_offset
 from highwater.broker.rolling import READY_SERVICE, broker_readiness
 from highwater.broker.telemetry import ACKS, CONSUMER, REPLICA, TOPIC, BrokerTelemetry
-from highwater.client.broker_streams import FetchStream
-from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
 from highwater.errors import HighwaterError, InvalidRequestError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import BrokerEndpoint
-from highwater.raft.service import parse_endpoint
+from highwater.records import SimpleRecord, build_batch
+from highwater.rpc.broker_streams import FetchStream
+from highwater.rpc.channels import open_channel
+from highwater.rpc.endpoints import parse_endpoint
 from highwater.storage.log_manager import LogManager, LogManagerSettings
-from highwater.storage.records import SimpleRecord, build_batch
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
@@ -134,7 +135,7 @@ class BrokerServer:
         report_serving: ServingReport | None = None,
     ) -> None:
         """``report_serving``: where the broker says whether it can serve, for its gRPC
-        host's health (:meth:`~highwater.raft.service.RaftServer.report_serving`)."""
+        host's health (:meth:`~highwater.rpc.server.GrpcHost.report_serving`)."""
         self.node_id = node_id
         self.advertised = advertised
         self.settings = settings or BrokerSettings()
@@ -653,7 +654,7 @@ class BrokerServer:
                         fetches.close()
                     if channel is not None:
                         await channel.close()
-                    address, channel = wanted, grpc.aio.insecure_channel(wanted)
+                    address, channel = wanted, open_channel(wanted)
                     fetches = FetchStream(broker_pb2_grpc.BrokerStub(channel))
                 request = self._follower_fetch_request(followed.values())
                 try:

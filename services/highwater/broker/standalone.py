@@ -11,49 +11,16 @@ needs only their addresses, as Kafka's ``controller.quorum.bootstrap.servers`` d
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
-import grpc.aio
-
 from highwater.broker.forwarding import add_forwarding_servicer
 from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer, BrokerSettings
-from highwater.controller.codec import CONTROLLER_SERVICE_NAME
-from highwater.errors import HighwaterError
-from highwater.metadata.observer import MetadataObserver
-from highwater.raft.service import GrpcService
-from highwater.v1 import raft_pb2, raft_pb2_grpc
+from highwater.controller_api.codec import CONTROLLER_SERVICE_NAME
+from highwater.metadata.observer import MetadataObserver, discover_voters
+from highwater.rpc.server import GrpcService
 
-__all__ = ["QuorumUnreachableError", "StandaloneBroker", "discover_voters"]
-
-
-class QuorumUnreachableError(HighwaterError):
-    """None of the controllers given answered DescribeQuorum with the voters."""
-
-
-async def discover_voters(controllers: Sequence[str], timeout_s: float = 30) -> dict[int, str]:
-    """The quorum's voters (id -> address), from the first controller that names them."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    problems: list[str] = []
-    while True:
-        for address in controllers:
-            try:
-                async with grpc.aio.insecure_channel(address) as channel:
-                    reply = await raft_pb2_grpc.RaftStub(channel).DescribeQuorum(
-                        raft_pb2.DescribeQuorumRequest(), timeout=2
-                    )
-            except grpc.aio.AioRpcError as e:
-                problems.append(f"{address}: {e.code().name}")
-                continue
-            if reply.nodes:
-                return {node.node_id: node.address for node in reply.nodes}
-            problems.append(f"{address}: no voters named")
-        if asyncio.get_running_loop().time() >= deadline:
-            raise QuorumUnreachableError(
-                f"no controller named the quorum's voters ({'; '.join(problems[-3:])})"
-            )
-        await asyncio.sleep(0.2)
+__all__ = ["StandaloneBroker"]
 
 
 class StandaloneBroker:

@@ -23,7 +23,8 @@ from typing import IO
 import grpc
 
 from highwater.chaos.network import Network
-from highwater.storage.records import iter_batches
+from highwater.records import iter_batches
+from highwater.rpc.channels import open_blocking_channel
 from highwater.v1 import broker_pb2, broker_pb2_grpc
 
 FIRST_BROKER_ID = 100
@@ -232,7 +233,7 @@ class Cluster:
     def registered(address: str) -> tuple[int, int]:
         """How many brokers and coordinators the broker at ``address`` sees registered."""
         try:
-            with grpc.insecure_channel(address) as channel:
+            with open_blocking_channel(address) as channel:
                 reply = broker_pb2_grpc.BrokerStub(channel).Metadata(
                     broker_pb2.MetadataRequest(topics=["__no_such_topic__"]), timeout=2
                 )

@@ -32,6 +32,7 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
 from highwater.chaos.history import HistoryWriter
+from highwater.rpc.channels import open_channel
 from highwater.v1 import broker_pb2, controller_pb2, coordinator_pb2, raft_pb2
 
 MODES = ("garbage", "truncated", "random", "empty")
@@ -184,9 +185,7 @@ class Fuzzer:
         self.calls = 0
 
     async def run(self, stop: asyncio.Event) -> None:
-        channels = {
-            name: grpc.aio.insecure_channel(address) for name, address in self.targets.items()
-        }
+        channels = {name: open_channel(address) for name, address in self.targets.items()}
         try:
             names = sorted(channels)
             while not stop.is_set():

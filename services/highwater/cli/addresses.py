@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from highwater.raft.service import parse_endpoint
+from highwater.rpc.endpoints import parse_endpoint
 
 
 def parse_addresses(value: str) -> list[str]:

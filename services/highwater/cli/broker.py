@@ -20,7 +20,7 @@ from highwater.cli.serving import (
     run_until_signalled,
     telemetry_option,
 )
-from highwater.raft.service import parse_endpoint
+from highwater.rpc.endpoints import parse_endpoint
 
 
 def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

@@ -24,7 +24,7 @@ from highwater.cli.serving import (
 )
 from highwater.controller.config import ControllerConfig
 from highwater.controller.service import ControllerServer, ControllerSettings
-from highwater.raft.service import RaftServerSettings
+from highwater.raft.driver import RaftServerSettings
 
 
 @click.command("controller")

@@ -22,7 +22,7 @@ from highwater.cli.serving import (
 from highwater.coordinator.core import GroupCoordinatorSettings
 from highwater.coordinator.service import CoordinatorSettings
 from highwater.coordinator.standalone import StandaloneCoordinator
-from highwater.raft.service import parse_endpoint
+from highwater.rpc.endpoints import parse_endpoint
 
 
 @click.command("coordinator")

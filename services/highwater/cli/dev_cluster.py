@@ -26,6 +26,7 @@ from typing import IO
 import click
 import grpc
 
+from highwater.rpc.channels import open_blocking_channel
 from highwater.v1 import broker_pb2, broker_pb2_grpc
 
 FIRST_BROKER_ID = 100
@@ -84,7 +85,7 @@ def _free_ports(count: int) -> list[int]:
 def _registered(address: str) -> tuple[int, int]:
     """How many brokers and coordinators the broker at ``address`` knows are registered."""
     try:
-        with grpc.insecure_channel(address) as channel:
+        with open_blocking_channel(address) as channel:
             reply = broker_pb2_grpc.BrokerStub(channel).Metadata(
                 broker_pb2.MetadataRequest(topics=["__no_such_topic__"]), timeout=2
             )

@@ -21,6 +21,19 @@ from types import TracebackType
 import click
 
 from highwater.errors import HighwaterError
+from highwater.records.batch import RecordBatch
+from highwater.records.header import (
+    BATCH_HEADER_SIZE,
+    HEADER_STRUCT,
+    LOG_OVERHEAD,
+    MAGIC,
+    NO_SEQUENCE,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    Compression,
+    check_batch,
+)
+from highwater.records.record import Record
 from highwater.storage.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
@@ -32,19 +45,6 @@ from highwater.storage.checkpoint import (
 )
 from highwater.storage.index import OffsetIndex, TimeIndex
 from highwater.storage.producer_state import read_snapshot
-from highwater.storage.records.batch import RecordBatch
-from highwater.storage.records.header import (
-    BATCH_HEADER_SIZE,
-    HEADER_STRUCT,
-    LOG_OVERHEAD,
-    MAGIC,
-    NO_SEQUENCE,
-    TIMESTAMP_TYPE_MASK,
-    BatchHeader,
-    Compression,
-    check_batch,
-)
-from highwater.storage.records.record import Record
 from highwater.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,

@@ -24,7 +24,7 @@ from highwater.cli.serving import (
 )
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.observer import MetadataObserver
-from highwater.raft.service import RaftServerSettings
+from highwater.raft.driver import RaftServerSettings
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from highwater.client.reassignment import (
     parse_plan,
     propose_plan,
 )
-from highwater.controller.placement import PlacementBroker
+from highwater.metadata.placement import PlacementBroker
 
 __all__ = ["partitions"]
 

@@ -20,7 +20,8 @@ import grpc
 import grpc.aio
 
 from highwater.raft.messages import NO_LEADER
-from highwater.raft.service import parse_endpoint
+from highwater.rpc.channels import open_channel
+from highwater.rpc.endpoints import parse_endpoint
 from highwater.v1 import raft_pb2 as pb
 from highwater.v1 import raft_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -35,7 +36,7 @@ class _Answer:
 
 async def _ask(endpoint: str, timeout_s: float) -> _Answer:
     try:
-        async with grpc.aio.insecure_channel(endpoint) as channel:
+        async with open_channel(endpoint) as channel:
             stub = raft_pb2_grpc.RaftStub(channel)
             response = await stub.DescribeQuorum(pb.DescribeQuorumRequest(), timeout=timeout_s)
             return _Answer(endpoint, response)

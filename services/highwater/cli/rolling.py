@@ -6,21 +6,23 @@ probe on ``grpc.health.v1`` as ``highwater.broker.ready``, asked from outside), 
 ``highwater rolling pre-stop --node-id N`` waits until no partition of the cluster is
 under-replicated before it exits 0 (the preStop hook: SIGTERM and the broker's
 controlled shutdown follow). Either prints why not on stderr and exits 1 otherwise. The
-rules are :mod:`highwater.broker.rolling`'s; both ask ``--bootstrap-server``, by default
-the broker on this host.
+rules are :mod:`highwater.broker.rolling`'s, applied here to a :class:`ClusterView` built
+from what the admin client describes; both ask ``--bootstrap-server``, by default the
+broker on this host.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Iterable, Mapping
 
 import click
 import grpc.aio
 
-from highwater.broker.rolling import Decision, may_stop, observe_cluster, readiness
-from highwater.broker.rolling import wait_until_may_stop as _wait_until_may_stop
+from highwater.broker.rolling import ClusterView, Decision, PartitionState, may_stop, readiness
 from highwater.cli.addresses import address_list
-from highwater.client.admin import AdminClient
+from highwater.client.admin import AdminClient, TopicDescription
 from highwater.errors import HighwaterError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -39,6 +41,49 @@ def _report(decision: Decision, what: str) -> None:
     click.echo(f"{what}: yes")
 
 
+def cluster_view(
+    live_brokers: Iterable[int], topics: Mapping[str, TopicDescription]
+) -> ClusterView:
+    """A view from the admin client's ``describe_cluster`` node ids and ``describe_topics``
+    answer."""
+    partitions = tuple(
+        PartitionState(name, p.partition, p.leader, tuple(p.replicas), tuple(p.isr))
+        for name, description in sorted(topics.items())
+        for p in description.partitions
+    )
+    return ClusterView(frozenset(live_brokers), partitions)
+
+
+async def observe_cluster(admin: AdminClient) -> ClusterView:
+    """The live brokers and every partition (internal topics included), as ``admin``'s
+    bootstrap broker reports them."""
+    cluster = await admin.describe_cluster()
+    listings = await admin.list_topics(include_internal=True)
+    topics = await admin.describe_topics(listing.name for listing in listings)
+    return cluster_view((node.node_id for node in cluster.nodes), topics)
+
+
+async def wait_until_may_stop(
+    admin: AdminClient,
+    node_id: int,
+    *,
+    timeout_s: float,
+    poll_interval_s: float = 2.0,
+) -> Decision:
+    """Poll :func:`may_stop` until it allows the stop or ``timeout_s`` passes; the last
+    decision (a failure to ask the cluster counts as a refusal naming the error)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            decision = may_stop(await observe_cluster(admin), node_id)
+        except (HighwaterError, grpc.aio.AioRpcError) as e:  # unreachable for a moment
+            decision = Decision(False, (f"cannot describe the cluster: {e}",))
+        remaining = deadline - time.monotonic()
+        if decision.allowed or remaining <= 0:
+            return decision
+        await asyncio.sleep(min(poll_interval_s, remaining))
+
+
 async def _ready(bootstrap_server: str, node_id: int, timeout: float) -> Decision:
     async with AdminClient(bootstrap_server, request_timeout_s=timeout) as admin:
         try:
@@ -49,7 +94,7 @@ async def _ready(bootstrap_server: str, node_id: int, timeout: float) -> Decisio
 
 async def _pre_stop(bootstrap_server: str, node_id: int, timeout: float, poll: float) -> Decision:
     async with AdminClient(bootstrap_server, request_timeout_s=_request_timeout(timeout)) as admin:
-        return await _wait_until_may_stop(admin, node_id, timeout_s=timeout, poll_interval_s=poll)
+        return await wait_until_may_stop(admin, node_id, timeout_s=timeout, poll_interval_s=poll)
 
 
 async def _may_stop_now(bootstrap_server: str, node_id: int, timeout: float) -> Decision:

@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 
 import click
-import grpc.aio
 
 from highwater.cli.serving import listen_option, run_until_signalled, telemetry_option
-from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
 from highwater.embedded import EmbeddedServer
-from highwater.storage.records import iter_batches
+from highwater.records import iter_batches
+from highwater.rpc.channels import open_channel
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -49,7 +49,7 @@ async def run_demo(address: str) -> None:
     if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
         raise click.ClickException(f"could not create the demo topic: {result.error_message}")
     echo(f"demo: topic {DEMO_TOPIC!r} with 1 partition on {address}")
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with open_channel(address) as channel:
         broker = broker_pb2_grpc.BrokerStub(channel)
         await _wait_for_leader(broker)
         request = pb.ProduceRequest(acks=-1, timeout_ms=10_000)

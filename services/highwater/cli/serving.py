@@ -22,7 +22,7 @@ import uvloop
 
 from highwater.cli.addresses import parse_addresses
 from highwater.errors import HighwaterError
-from highwater.raft.service import parse_endpoint, parse_quorum_voters
+from highwater.rpc.endpoints import parse_endpoint, parse_quorum_voters
 from highwater.telemetry.configure import TelemetryConfigError, configure_telemetry, parse_listen
 
 F = TypeVar("F", bound=Callable[..., Any])

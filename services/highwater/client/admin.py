@@ -6,7 +6,7 @@ An asyncio client built from ``bootstrap.servers`` (``"host1:9092,host2:9092"``)
   ``describe_configs``, ``alter_configs``, ``elect_leaders``,
   ``alter_partition_reassignments``, ``list_partition_reassignments``,
   ``unregister_broker``) go to the Controller API through a
-  :class:`~highwater.controller.client.ControllerClient` given the same addresses; it
+  :class:`~highwater.controller_api.client.ControllerClient` given the same addresses; it
   finds the active controller and retries there. Brokers forward these calls to the
   active controller (Kafka's KIP-590), and in ``highwater server`` the Controller
   service answers on the broker's port, so the bootstrap address is all that is needed;
@@ -49,18 +49,41 @@ from typing import Final, TypeVar
 import grpc
 import grpc.aio
 
-from highwater import errors as hw_errors
+from highwater.client.errors import (
+    AdminError,
+    BrokerUnavailableError,
+    ControllerNotAvailableError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    ElectionNotNeededError,
+    EligibleLeadersNotAvailableError,
+    GroupIdNotFoundError,
+    GroupNotEmptyError,
+    InvalidConfigurationError,
+    InvalidGroupIdError,
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    InvalidTopicNameError,
+    NoReassignmentInProgressError,
+    NotCoordinatorError,
+    PreferredLeaderNotAvailableError,
+    TopicExistsError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
 from highwater.client.group.protocol import (
     MalformedConsumerProtocolError,
     TopicPartitionKey,
     decode_assignment,
 )
-from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient, ControllerUnavailableError
-from highwater.errors import HighwaterError
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
 from highwater.metadata.records import ConfigResourceType
-from highwater.raft.service import channel_options, format_endpoint, parse_endpoint
-from highwater.telemetry.rpc import client_interceptors
+from highwater.rpc.channels import open_channel
+from highwater.rpc.endpoints import format_endpoint, parse_endpoint
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc, coordinator_pb2_grpc
 from highwater.v1 import coordinator_pb2 as cpb
@@ -149,189 +172,6 @@ _RETRIABLE_LEADER_CODES: Final = frozenset(
 )
 _RETRY_BACKOFF_S: Final = 0.1
 _CONSUMER_PROTOCOL: Final = "consumer"
-
-# --- Errors ---------------------------------------------------------------------------
-
-
-class AdminError(HighwaterError):
-    """An admin operation, or one topic or partition of it, failed; ``code`` is Kafka's code.
-
-    The subclasses name the common cases; any other code is an ``AdminError`` carrying it.
-    """
-
-    code: int = ErrorCode.UNKNOWN_SERVER_ERROR
-
-    def __init__(self, message: str, *, code: int | None = None) -> None:
-        super().__init__(message)
-        if code is not None:
-            self.code = code
-        self.message = message
-
-
-class TopicExistsError(AdminError):
-    """TOPIC_ALREADY_EXISTS: a topic of that name exists."""
-
-    code = ErrorCode.TOPIC_ALREADY_EXISTS
-
-
-class UnknownTopicOrPartitionError(AdminError):
-    """UNKNOWN_TOPIC_OR_PARTITION: no such topic, or no such partition of it."""
-
-    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
-class InvalidTopicNameError(AdminError, hw_errors.InvalidTopicError):
-    """INVALID_TOPIC_EXCEPTION: an illegal name, or one that collides with another topic's."""
-
-    code = ErrorCode.INVALID_TOPIC_EXCEPTION
-
-
-class InvalidConfigurationError(AdminError, hw_errors.InvalidConfigError):
-    """INVALID_CONFIG: an unknown config key, or a value of the wrong type or range."""
-
-    code = ErrorCode.INVALID_CONFIG
-
-
-class InvalidReplicationFactorError(AdminError):
-    """INVALID_REPLICATION_FACTOR: below 1, or above the number of usable brokers."""
-
-    code = ErrorCode.INVALID_REPLICATION_FACTOR
-
-
-class InvalidPartitionsError(AdminError):
-    """INVALID_PARTITIONS: a partition count below 1, or one that does not grow the topic."""
-
-    code = ErrorCode.INVALID_PARTITIONS
-
-
-class InvalidReplicaAssignmentError(AdminError):
-    """INVALID_REPLICA_ASSIGNMENT: a manual assignment that names unknown or repeated brokers."""
-
-    code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
-
-
-class InvalidRequestError(AdminError):
-    """INVALID_REQUEST: a request the controller refuses as malformed."""
-
-    code = ErrorCode.INVALID_REQUEST
-
-
-class ElectionNotNeededError(AdminError):
-    """ELECTION_NOT_NEEDED: the partition already has the leader the election would pick."""
-
-    code = ErrorCode.ELECTION_NOT_NEEDED
-
-
-class NoReassignmentInProgressError(AdminError):
-    """NO_REASSIGNMENT_IN_PROGRESS: a cancellation for a partition that is not being moved."""
-
-    code = ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
-
-
-class PreferredLeaderNotAvailableError(AdminError):
-    """PREFERRED_LEADER_NOT_AVAILABLE: the preferred replica cannot lead now."""
-
-    code = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
-
-
-class EligibleLeadersNotAvailableError(AdminError):
-    """ELIGIBLE_LEADERS_NOT_AVAILABLE: no live replica may be elected."""
-
-    code = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
-
-
-class ControllerNotAvailableError(AdminError):
-    """No active controller answered within the request timeout (an election, or none up)."""
-
-    code = ErrorCode.NOT_CONTROLLER
-
-
-class BrokerUnavailableError(AdminError):
-    """No bootstrap broker answered the Metadata RPC before the deadline."""
-
-    code = ErrorCode.NETWORK_EXCEPTION
-
-
-class GroupIdNotFoundError(AdminError):
-    """GROUP_ID_NOT_FOUND: the coordinator has no such group."""
-
-    code = ErrorCode.GROUP_ID_NOT_FOUND
-
-
-class GroupNotEmptyError(AdminError):
-    """NON_EMPTY_GROUP: the group has active members, so it cannot be deleted (nor can its
-    offsets be altered: then ``code`` is the coordinator's UNKNOWN_MEMBER_ID)."""
-
-    code = ErrorCode.NON_EMPTY_GROUP
-
-
-class InvalidGroupIdError(AdminError):
-    """INVALID_GROUP_ID: an empty group id."""
-
-    code = ErrorCode.INVALID_GROUP_ID
-
-
-class UnknownMemberIdError(AdminError):
-    """UNKNOWN_MEMBER_ID: the coordinator does not know the member."""
-
-    code = ErrorCode.UNKNOWN_MEMBER_ID
-
-
-class NotCoordinatorError(AdminError):
-    """NOT_COORDINATOR: the coordinator asked does not serve the group (retried)."""
-
-    code = ErrorCode.NOT_COORDINATOR
-
-
-class CoordinatorNotAvailableError(AdminError):
-    """COORDINATOR_NOT_AVAILABLE: no coordinator serves the group now (retried)."""
-
-    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-
-
-class CoordinatorLoadInProgressError(AdminError):
-    """COORDINATOR_LOAD_IN_PROGRESS: the coordinator is still loading the group (retried)."""
-
-    code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-
-
-_ERRORS_BY_CODE: Final[Mapping[int, type[AdminError]]] = {
-    cls.code: cls
-    for cls in (
-        NoReassignmentInProgressError,
-        TopicExistsError,
-        UnknownTopicOrPartitionError,
-        InvalidTopicNameError,
-        InvalidConfigurationError,
-        InvalidReplicationFactorError,
-        InvalidPartitionsError,
-        InvalidReplicaAssignmentError,
-        InvalidRequestError,
-        ElectionNotNeededError,
-        PreferredLeaderNotAvailableError,
-        EligibleLeadersNotAvailableError,
-        GroupIdNotFoundError,
-        GroupNotEmptyError,
-        InvalidGroupIdError,
-        UnknownMemberIdError,
-        NotCoordinatorError,
-        CoordinatorNotAvailableError,
-        CoordinatorLoadInProgressError,
-    )
-}
-
-
-def error_for_code(code: int, message: str = "") -> AdminError:
-    """The typed :class:`AdminError` for Kafka error ``code`` (a plain one if it has no class)."""
-    cls = _ERRORS_BY_CODE.get(code)
-    if not message:
-        try:
-            message = ErrorCode.Name(code)  # type: ignore[arg-type]
-        except ValueError:
-            message = f"error code {code}"
-    if cls is None:
-        return AdminError(message, code=code)
-    return cls(message)
 
 
 def _error_or_none(code: int, message: str) -> AdminError | None:
@@ -1427,9 +1267,7 @@ class AdminClient:
     def _broker_stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
         stub = self._brokers.stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(
-                address, options=channel_options(64 << 20), interceptors=client_interceptors()
-            )
+            channel = open_channel(address, max_message_bytes=64 << 20, traced=True)
             self._brokers.channels[address] = channel
             stub = broker_pb2_grpc.BrokerStub(channel)
             self._brokers.stubs[address] = stub

@@ -4,8 +4,8 @@ A :class:`ClusterMetadata` starts from bootstrap addresses (``HOST:PORT``), asks
 broker for ``Metadata`` and keeps what it answered: the brokers (node id -> ``host:port``) and,
 per topic, the partition count and each partition's leader id and leader epoch. It opens one
 ``grpc.aio`` channel per broker address and reuses it for every request to that broker, and
-sends fetches and produce requests over a :class:`~highwater.client.broker_streams.FetchStream`
-and a :class:`~highwater.client.broker_streams.ProduceStream` kept per broker (produce requests
+sends fetches and produce requests over a :class:`~highwater.rpc.broker_streams.FetchStream`
+and a :class:`~highwater.rpc.broker_streams.ProduceStream` kept per broker (produce requests
 are unary calls while tracing is on: each carries its trace context in its call's metadata,
 which a stream sends once).
 
@@ -24,10 +24,16 @@ from dataclasses import dataclass
 import grpc
 import grpc.aio
 
-from highwater.client.broker_streams import FetchStream, ProduceStream
-from highwater.errors import HighwaterError
+from highwater.client.errors import (
+    BrokerNotAvailableError,
+    ClusterError,
+    CoordinatorNotAvailableError,
+    LeaderNotAvailableError,
+    UnknownTopicOrPartitionError,
+)
+from highwater.rpc.broker_streams import FetchStream, ProduceStream
+from highwater.rpc.channels import open_channel
 from highwater.telemetry.configure import tracing_enabled
-from highwater.telemetry.rpc import client_interceptors
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -55,34 +61,6 @@ INVALIDATING_ERRORS: frozenset[int] = frozenset(
         ErrorCode.UNKNOWN_LEADER_EPOCH,
     }
 )
-
-
-class ClusterError(HighwaterError):
-    """Base of the errors the client raises about the cluster's metadata and brokers."""
-
-
-class BrokerNotAvailableError(ClusterError):
-    """No broker (bootstrap or known) answered a request."""
-
-    code = ErrorCode.BROKER_NOT_AVAILABLE
-
-
-class CoordinatorNotAvailableError(ClusterError):
-    """No group coordinator serves the group right now (it is being assigned or loaded)."""
-
-    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-
-
-class UnknownTopicOrPartitionError(ClusterError):
-    """The cluster does not have the topic, or the topic does not have the partition."""
-
-    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-
-class LeaderNotAvailableError(ClusterError):
-    """The partition exists but has no leader the client can reach right now."""
-
-    code = ErrorCode.LEADER_NOT_AVAILABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +140,7 @@ class ClusterMetadata:
             raise ClusterError("the cluster client is closed")
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(address, interceptors=client_interceptors())
+            channel = open_channel(address, traced=True)
             self._channels[address] = channel
             stub = broker_pb2_grpc.BrokerStub(channel)
             self._stubs[address] = stub

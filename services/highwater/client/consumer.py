@@ -33,7 +33,7 @@ How records arrive (Kafka's ``Fetcher``):
   per leader broker for the assigned, unpaused partitions that have nothing buffered: a long
   poll of up to ``fetch.max.wait.ms`` (bounded by the poll's own timeout) until
   ``fetch.min.bytes`` are there. The answer's batches are framed and CRC-checked (``check.crcs``)
-  when it arrives (:func:`~highwater.storage.records.iter_batches`), control batches
+  when it arrives (:func:`~highwater.records.iter_batches`), control batches
   skipped; their records are decoded one batch at a time as :meth:`~AsyncConsumer.poll` and
   :meth:`~AsyncConsumer.consume` take them (as Kafka's ``CompletedFetch`` does), records
   below the position skipped. Only what the caller takes becomes messages: a seek drops
@@ -84,8 +84,8 @@ from highwater.errors import (
     InvalidConfigError,
     OffsetOutOfRangeError,
 )
-from highwater.storage.records import RecordBatch, iter_batches
-from highwater.storage.records.record import RecordFactory
+from highwater.records import RecordBatch, iter_batches
+from highwater.records.record import RecordFactory
 from highwater.telemetry.configure import tracing_enabled
 from highwater.telemetry.messaging import ConsumerTracing
 from highwater.v1 import broker_pb2 as pb
@@ -455,7 +455,7 @@ class _PartitionState:
 
     message_makers: tuple[RecordFactory[Message], RecordFactory[Message]] = field(init=False)
     """What makes a decoded record a message, by the batch's
-    :class:`~highwater.storage.records.TimestampType`."""
+    :class:`~highwater.records.TimestampType`."""
 
     def __post_init__(self) -> None:
         create_time = functools.partial(Message, self.topic, self.partition)

@@ -74,9 +74,9 @@ from highwater.config.definition import (
     one_of,
 )
 from highwater.errors import HighwaterError, InvalidConfigError
-from highwater.storage.records import Compression, RecordBatchBuilder
-from highwater.storage.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
-from highwater.storage.records.record import Header, RecordFields
+from highwater.records import Compression, RecordBatchBuilder
+from highwater.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
+from highwater.records.record import Header, RecordFields
 from highwater.telemetry.configure import tracing_enabled
 from highwater.telemetry.messaging import ProducerTracing
 from highwater.v1 import broker_pb2 as pb

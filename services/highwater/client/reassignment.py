@@ -16,8 +16,8 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from highwater.controller.placement import PlacementBroker, place_replicas
 from highwater.errors import HighwaterError
+from highwater.metadata.placement import PlacementBroker, place_replicas
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [

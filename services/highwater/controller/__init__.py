@@ -13,12 +13,6 @@ from highwater.controller.config_control import ConfigurationControl
 from highwater.controller.coordinators import assign_coordinators
 from highwater.controller.heartbeats import BrokerHeartbeatManager, BrokerSession
 from highwater.controller.partition_change import Election, PartitionChangeBuilder
-from highwater.controller.placement import (
-    InvalidReplicationFactorError,
-    PlacementBroker,
-    place_replicas,
-    rack_alternated,
-)
 from highwater.controller.quorum_controller import QuorumController
 from highwater.controller.replication_control import ReplicationControl
 from highwater.controller.results import ControllerApiError, ControllerResult
@@ -35,14 +29,10 @@ __all__ = [
     "ControllerResult",
     "Election",
     "InMemoryMetadataStore",
-    "InvalidReplicationFactorError",
     "MetadataStore",
     "NotControllerError",
     "PartitionChangeBuilder",
-    "PlacementBroker",
     "QuorumController",
     "ReplicationControl",
     "assign_coordinators",
-    "place_replicas",
-    "rack_alternated",
 ]

@@ -28,7 +28,9 @@ from highwater.controller.coordinators import (
     offsets_topic_configs,
 )
 from highwater.controller.heartbeats import BrokerHeartbeatManager
-from highwater.controller.messages import (
+from highwater.controller.replication_control import ReplicationControl
+from highwater.controller.results import ControllerApiError, ControllerResult, refuse
+from highwater.controller_api.messages import (
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     CoordinatorHeartbeatRequest,
@@ -42,15 +44,13 @@ from highwater.controller.messages import (
     UnregisterCoordinatorRequest,
     UnregisterCoordinatorResponse,
 )
-from highwater.controller.placement import InvalidReplicationFactorError
-from highwater.controller.replication_control import ReplicationControl
-from highwater.controller.results import ControllerApiError, ControllerResult, refuse
 from highwater.errors import InvalidConfigError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
 from highwater.metadata.image import (
     MetadataDelta,
     MetadataImage,
 )
+from highwater.metadata.placement import InvalidReplicationFactorError
 from highwater.metadata.records import (
     BrokerRegistrationChangeRecord,
     FenceBrokerRecord,

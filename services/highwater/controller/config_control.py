@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from highwater.config.definition import ConfigDef, ConfigKey, ConfigType
 from highwater.config.topic import LogConfig
 from highwater.controller.config import ControllerConfig
-from highwater.controller.messages import (
+from highwater.controller.results import ControllerApiError, ControllerResult, error_of, refuse
+from highwater.controller_api.messages import (
     AlterConfigOp,
     AlterConfigsRequest,
     AlterConfigsResource,
@@ -27,7 +28,6 @@ from highwater.controller.messages import (
     DescribeConfigsResult,
     DescribedConfig,
 )
-from highwater.controller.results import ControllerApiError, ControllerResult, error_of, refuse
 from highwater.errors import InvalidConfigError
 from highwater.metadata.image import (
     ConfigResource,

@@ -45,7 +45,9 @@ from highwater.controller.cluster_control import ClusterControl
 from highwater.controller.config import PRODUCER_ID_BLOCK_SIZE, ControllerConfig
 from highwater.controller.config_control import ConfigurationControl
 from highwater.controller.heartbeats import BrokerHeartbeatManager
-from highwater.controller.messages import (
+from highwater.controller.replication_control import ReplicationControl
+from highwater.controller.results import ControllerResult
+from highwater.controller_api.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
     AlterConfigsRequest,
@@ -80,8 +82,6 @@ from highwater.controller.messages import (
     UnregisterCoordinatorRequest,
     UnregisterCoordinatorResponse,
 )
-from highwater.controller.replication_control import ReplicationControl
-from highwater.controller.results import ControllerResult
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
 from highwater.metadata.image import MetadataDelta, MetadataImage
 from highwater.metadata.records import MetadataRecord, ProducerIdsRecord

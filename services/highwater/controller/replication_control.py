@@ -1,7 +1,7 @@
 """Partitions and their leadership (Kafka's ``ReplicationControlManager``): topics, ISRs, elections.
 
 Creates, grows and deletes topics (validated names, counts, replication factors and
-configs; replicas placed by :mod:`~highwater.controller.placement`), applies the ISR
+configs; replicas placed by :mod:`~highwater.metadata.placement`), applies the ISR
 changes partition leaders ask for (AlterPartition, guarded by leader epoch and partition
 epoch), and elects leaders: when a broker is fenced, shuts down or comes back, when an
 operator asks (ElectLeaders), when a topic allows unclean election, and when a broker's
@@ -21,7 +21,16 @@ from highwater.controller.config_control import (
     UNCLEAN_LEADER_ELECTION_ENABLE,
     validate_topic_configs,
 )
-from highwater.controller.messages import (
+from highwater.controller.partition_change import Election, PartitionChangeBuilder
+from highwater.controller.reassignment import (
+    is_reassigning,
+    original_replicas,
+    plan_start,
+    ready_to_complete,
+    target_replicas,
+)
+from highwater.controller.results import ControllerApiError, ControllerResult, error_of, refuse
+from highwater.controller_api.messages import (
     INVALID_UPDATE_VERSION,
     AlterPartitionItem,
     AlterPartitionReassignmentsRequest,
@@ -49,20 +58,6 @@ from highwater.controller.messages import (
     PartitionReassignment,
     PartitionResult,
 )
-from highwater.controller.partition_change import Election, PartitionChangeBuilder
-from highwater.controller.placement import (
-    InvalidReplicationFactorError,
-    PlacementBroker,
-    place_replicas,
-)
-from highwater.controller.reassignment import (
-    is_reassigning,
-    original_replicas,
-    plan_start,
-    ready_to_complete,
-    target_replicas,
-)
-from highwater.controller.results import ControllerApiError, ControllerResult, error_of, refuse
 from highwater.errors import InvalidConfigError, InvalidTopicError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
 from highwater.metadata.image import (
@@ -71,6 +66,11 @@ from highwater.metadata.image import (
     MetadataImage,
     PartitionRegistration,
     TopicIdPartition,
+)
+from highwater.metadata.placement import (
+    InvalidReplicationFactorError,
+    PlacementBroker,
+    place_replicas,
 )
 from highwater.metadata.records import (
     NO_LEADER,

@@ -6,7 +6,7 @@ into a controller process, on top of the
 ``__cluster_metadata`` runs (the committed image, the same on every voter):
 
 * :class:`RaftMetadataStore` is the :class:`~highwater.controller.store.MetadataStore`
-  over a :class:`~highwater.raft.service.RaftServer`: the latest image is the committed
+  over a :class:`~highwater.raft.driver.RaftServer`: the latest image is the committed
   one plus the records this controller appended that are not committed yet (a
   speculative image per append). An append goes to Raft at once
   (:meth:`RaftServer.append`, guarded by the leader epoch and the expected base offset,
@@ -16,7 +16,7 @@ into a controller process, on top of the
   leadership drops the speculative images.
 * :class:`ControllerServer` runs a ``RaftServer`` with the ``highwater.v1.Controller``
   service on the same gRPC server and port (the Raft server takes extra services,
-  :class:`~highwater.raft.service.GrpcService`; health reports the Controller service
+  :class:`~highwater.rpc.server.GrpcService`; health reports the Controller service
   SERVING once the quorum has a leader, and each other service once its role says so). Every RPC,
   every ``tick`` and the activation go through one queue, served strictly one at a time
   in arrival order on the event loop: the request's controller method runs on the latest
@@ -50,22 +50,27 @@ import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
-from highwater.controller import codec
-from highwater.controller.codec import CONTROLLER_SERVICE_NAME, ControllerRpc, InvalidRequestError
 from highwater.controller.config import ControllerConfig
 from highwater.controller.metrics import ControllerMetrics
 from highwater.controller.quorum_controller import QuorumController
 from highwater.controller.results import ControllerResult
 from highwater.controller.store import NotControllerError
+from highwater.controller_api import codec
+from highwater.controller_api.codec import (
+    CONTROLLER_SERVICE_NAME,
+    ControllerRpc,
+    InvalidRequestError,
+)
 from highwater.errors import UnexpectedAppendOffsetError
 from highwater.metadata.image import MetadataDelta, MetadataImage
 from highwater.metadata.records import MetadataRecord, NoOpRecord, encode_record
 from highwater.metadata.state_machine import MetadataStateMachine
+from highwater.raft.driver import RaftServer, RaftServerSettings
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.node import NotLeaderError, RoleChange
-from highwater.raft.service import GrpcService, RaftServer, RaftServerSettings
 from highwater.raft.state import Role
-from highwater.storage.records import RecordBatch
+from highwater.records import RecordBatch
+from highwater.rpc.server import GrpcService
 from highwater.v1 import controller_pb2_grpc
 
 __all__ = [

@@ -36,7 +36,8 @@ from highwater.errors import CorruptRecordError, HighwaterError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import NO_LEADER
-from highwater.storage.records import iter_batches
+from highwater.records import iter_batches
+from highwater.rpc.channels import open_channel
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -113,7 +114,7 @@ class OffsetsTopicClient:
     def _stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address)
+            channel = open_channel(address)
             self._channels[address] = channel
         return broker_pb2_grpc.BrokerStub(channel)
 

@@ -26,8 +26,8 @@ from typing import Any, Final, Protocol
 import grpc
 import grpc.aio
 
-from highwater.controller import messages as m
-from highwater.controller.client import ControllerClient
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
 from highwater.coordinator.core import (
     CommitResult,
     DeleteResult,
@@ -56,7 +56,7 @@ from highwater.errors import HighwaterError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import BrokerEndpoint
-from highwater.raft.service import parse_endpoint
+from highwater.rpc.endpoints import parse_endpoint
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1 import coordinator_pb2 as pb
 from highwater.v1 import coordinator_pb2_grpc
@@ -124,7 +124,7 @@ class CoordinatorServer:
         report_serving: Callable[[str, bool], None] | None = None,
     ) -> None:
         """``report_serving``: where the coordinator says whether it can serve, for its
-        gRPC host's health (:meth:`~highwater.raft.service.RaftServer.report_serving`)."""
+        gRPC host's health (:meth:`~highwater.rpc.server.GrpcHost.report_serving`)."""
         self.node_id = node_id
         self._report_serving = report_serving
         self.advertised = advertised

@@ -13,14 +13,13 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from highwater.broker.standalone import discover_voters
 from highwater.coordinator.service import (
     COORDINATOR_SERVICE_NAME,
     CoordinatorServer,
     CoordinatorSettings,
 )
-from highwater.metadata.observer import MetadataObserver
-from highwater.raft.service import GrpcService
+from highwater.metadata.observer import MetadataObserver, discover_voters
+from highwater.rpc.server import GrpcService
 
 __all__ = ["StandaloneCoordinator"]
 

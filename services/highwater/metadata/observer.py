@@ -1,7 +1,7 @@
 """``MetadataObserver``: a replica of ``__cluster_metadata`` that follows the quorum without voting.
 
 This is how brokers and group coordinators keep the cluster's metadata (KIP-500): a
-:class:`~highwater.raft.service.RaftServer` whose node id is not among the voters fetches
+:class:`~highwater.raft.driver.RaftServer` whose node id is not among the voters fetches
 the log from the leader (or, when it starts empty or the entries it needs were cleaned
 up, the leader's latest snapshot first, through FetchSnapshot), keeps it on disk like a
 voter does, and hands what is committed to a
@@ -16,11 +16,45 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import grpc.aio
+
+from highwater.errors import HighwaterError
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.state_machine import ImageListener, MetadataStateMachine
-from highwater.raft.service import GrpcService, RaftServer, RaftServerSettings
+from highwater.raft.driver import RaftServer, RaftServerSettings
+from highwater.rpc.channels import open_channel
+from highwater.rpc.server import GrpcService
+from highwater.v1 import raft_pb2, raft_pb2_grpc
 
-__all__ = ["MetadataObserver"]
+__all__ = ["MetadataObserver", "QuorumUnreachableError", "discover_voters"]
+
+
+class QuorumUnreachableError(HighwaterError):
+    """None of the controllers given answered DescribeQuorum with the voters."""
+
+
+async def discover_voters(controllers: Sequence[str], timeout_s: float = 30) -> dict[int, str]:
+    """The quorum's voters (id -> address), from the first controller that names them."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    problems: list[str] = []
+    while True:
+        for address in controllers:
+            try:
+                async with open_channel(address) as channel:
+                    reply = await raft_pb2_grpc.RaftStub(channel).DescribeQuorum(
+                        raft_pb2.DescribeQuorumRequest(), timeout=2
+                    )
+            except grpc.aio.AioRpcError as e:
+                problems.append(f"{address}: {e.code().name}")
+                continue
+            if reply.nodes:
+                return {node.node_id: node.address for node in reply.nodes}
+            problems.append(f"{address}: no voters named")
+        if asyncio.get_running_loop().time() >= deadline:
+            raise QuorumUnreachableError(
+                f"no controller named the quorum's voters ({'; '.join(problems[-3:])})"
+            )
+        await asyncio.sleep(0.2)
 
 
 class MetadataObserver:

@@ -20,8 +20,8 @@ from highwater.metadata.image import MetadataImage, MetadataLoader
 from highwater.metadata.records import decode_record
 from highwater.metadata.snapshot import load_snapshot_values, snapshot_values
 from highwater.raft.messages import OffsetAndEpoch
-from highwater.raft.service import SnapshotReader
-from highwater.storage.records import RecordBatch, SimpleRecord, build_batch, iter_batches
+from highwater.raft.state_machine import SnapshotReader
+from highwater.records import RecordBatch, SimpleRecord, build_batch, iter_batches
 
 __all__ = [
     "ImageListener",

@@ -29,7 +29,7 @@ from highwater.errors import (
     UnexpectedAppendOffsetError,
 )
 from highwater.raft.messages import OffsetAndEpoch
-from highwater.storage.records import SimpleRecord, build_batch, iter_batches
+from highwater.records import SimpleRecord, build_batch, iter_batches
 
 __all__ = [
     "InMemoryRaftLog",

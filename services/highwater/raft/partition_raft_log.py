@@ -39,12 +39,12 @@ from highwater.errors import (
     UnexpectedAppendOffsetError,
 )
 from highwater.raft.messages import OffsetAndEpoch
+from highwater.records import SimpleRecord, build_batch
+from highwater.records.header import iter_headers
 from highwater.storage.checkpoint import fsync_dir
 from highwater.storage.log import PartitionLog, wall_clock_ms
 from highwater.storage.log_loader import load_partition_log
 from highwater.storage.producer_state import AppendOrigin
-from highwater.storage.records import SimpleRecord, build_batch
-from highwater.storage.records.header import iter_headers
 from highwater.storage.topic_partition import TopicPartition
 
 __all__ = [

@@ -17,7 +17,7 @@ from highwater.raft.state import Role
 from highwater.telemetry.instruments import duration_histogram, meter, observe, tracer
 
 if TYPE_CHECKING:
-    from highwater.raft.service import RaftServer
+    from highwater.raft.driver import RaftServer
 
 __all__ = ["RaftTelemetry"]
 

@@ -81,8 +81,8 @@ from typing import TYPE_CHECKING
 from highwater.config.definition import UNLIMITED
 from highwater.config.topic import LogConfig
 from highwater.errors import CorruptSegmentError, HighwaterError
-from highwater.storage.records.batch import RecordBatch, build_batch
-from highwater.storage.records.header import (
+from highwater.records.batch import RecordBatch, build_batch
+from highwater.records.header import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
     CRC_OFFSET,

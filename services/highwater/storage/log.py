@@ -42,13 +42,7 @@ from highwater.errors import (
     RecordTooLargeError,
     UnexpectedAppendOffsetError,
 )
-from highwater.storage.leader_epoch import LeaderEpochCache
-from highwater.storage.producer_state import (
-    AppendOrigin,
-    DuplicateBatchError,
-    ProducerStateManager,
-)
-from highwater.storage.records.header import (
+from highwater.records.header import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
@@ -56,6 +50,12 @@ from highwater.storage.records.header import (
     check_batch,
     set_log_append_time,
     stamped_header,
+)
+from highwater.storage.leader_epoch import LeaderEpochCache
+from highwater.storage.producer_state import (
+    AppendOrigin,
+    DuplicateBatchError,
+    ProducerStateManager,
 )
 from highwater.storage.retention import RetentionReason, SegmentSummary, deletable_segments
 from highwater.storage.segment import DELETED_SUFFIX, INT32_MAX, LogSegment, SegmentRead
@@ -303,7 +303,7 @@ class PartitionLog:
                 )
 
     def _check_keys(self, view: memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
-        from highwater.storage.records.batch import RecordBatch
+        from highwater.records.batch import RecordBatch
 
         for position, header in batches:
             batch = RecordBatch(view[position : position + header.size], verify_crc=False)

@@ -27,12 +27,12 @@ from pathlib import Path
 
 from highwater.config.topic import LogConfig
 from highwater.errors import CorruptSegmentError, StrayFileError
+from highwater.records.header import BatchHeader
 from highwater.storage.checkpoint import LeaderEpochCheckpointFile
 from highwater.storage.index import CorruptIndexError
 from highwater.storage.leader_epoch import LeaderEpochCache
 from highwater.storage.log import PartitionLog, wall_clock_ms
 from highwater.storage.producer_state import AppendOrigin, ProducerStateManager
-from highwater.storage.records.header import BatchHeader
 from highwater.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,

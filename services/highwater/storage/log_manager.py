@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +38,7 @@ from highwater.storage.checkpoint import (
     OffsetCheckpointFile,
     write_atomically,
 )
+from highwater.storage.data_dir_lock import LOCK_FILE, DataDirLock
 from highwater.storage.log import PartitionLog, wall_clock_ms
 from highwater.storage.log_loader import load_partition_log
 from highwater.storage.topic_partition import TopicPartition
@@ -50,7 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 META_PROPERTIES = "meta.properties"
-LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN_FILE = ".highwater-clean-shutdown"
 _ROOT_FILES = {
     META_PROPERTIES,
@@ -109,7 +107,7 @@ class LogManager:
         self.settings = settings or LogManagerSettings()
         self.clock = clock
         self._logs: dict[TopicPartition, PartitionLog] = {}
-        self._lock_fd = -1
+        self._lock = DataDirLock(self.data_dir)
         self._checkpoints = {
             name: OffsetCheckpointFile(self.data_dir / name)
             for name in (
@@ -129,7 +127,7 @@ class LogManager:
     def startup(self, *, cluster_id: str | None = None, node_id: int | None = None) -> None:
         """Lock the directory, check its identity and load every partition log in it."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._acquire_lock()
+        self._lock.acquire()
         try:
             self._check_meta_properties(cluster_id, node_id)
             marker = self.data_dir / CLEAN_SHUTDOWN_FILE
@@ -163,7 +161,7 @@ class LogManager:
                 with contextlib.suppress(Exception):
                     partition_log.close()
             self._logs.clear()
-            self._release_lock()
+            self._lock.release()
             raise
 
     def shutdown(self, *, broker_epoch: int = -1) -> None:
@@ -177,24 +175,7 @@ class LogManager:
         marker = json.dumps({"version": 0, "brokerEpoch": broker_epoch}).encode()
         write_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE, marker)
         self._logs.clear()
-        self._release_lock()
-
-    def _acquire_lock(self) -> None:
-        fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise KafkaStorageError(
-                f"{self.data_dir}: the data directory is in use by another process"
-            ) from None
-        self._lock_fd = fd
-
-    def _release_lock(self) -> None:
-        if self._lock_fd >= 0:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+        self._lock.release()
 
     def _check_meta_properties(self, cluster_id: str | None, node_id: int | None) -> None:
         meta = read_meta_properties(self.data_dir)

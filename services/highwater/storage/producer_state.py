@@ -34,8 +34,8 @@ from highwater.errors import (
     OutOfOrderSequenceError,
     UnknownProducerIdError,
 )
+from highwater.records.header import NO_SEQUENCE, BatchHeader, crc32c
 from highwater.storage.checkpoint import TMP_SUFFIX, fsync_dir, write_atomically
-from highwater.storage.records.header import NO_SEQUENCE, BatchHeader, crc32c
 
 __all__ = [
     "MAX_SEQUENCE",

@@ -24,8 +24,7 @@ from typing import NoReturn
 
 from highwater.config.topic import LogConfig
 from highwater.errors import CorruptSegmentError, HighwaterError, KafkaStorageError
-from highwater.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
-from highwater.storage.records.header import (
+from highwater.records.header import (
     BATCH_HEADER_SIZE,
     HEADER_STRUCT,
     LOG_OVERHEAD,
@@ -33,6 +32,7 @@ from highwater.storage.records.header import (
     BatchHeader,
     check_batch,
 )
+from highwater.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 
 log = logging.getLogger(__name__)
 
@@ -468,7 +468,7 @@ class LogSegment:
 
         Returns (record timestamp, offset), or None when every record here is older.
         """
-        from highwater.storage.records.batch import RecordBatch
+        from highwater.records.batch import RecordBatch
 
         if self.max_timestamp < timestamp:
             return None

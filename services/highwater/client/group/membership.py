@@ -54,7 +54,7 @@ from highwater.client.group.protocol import (
     encode_subscription,
 )
 from highwater.errors import HighwaterError
-from highwater.telemetry.rpc import client_interceptors
+from highwater.rpc.channels import open_channel
 from highwater.v1 import coordinator_pb2 as pb
 from highwater.v1 import coordinator_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -164,9 +164,7 @@ class GroupMembership:
             self._coordinator = await self.cluster.find_coordinator(self.settings.group_id)
         channel = self._channels.get(self._coordinator)
         if channel is None:
-            channel = grpc.aio.insecure_channel(
-                self._coordinator, interceptors=client_interceptors()
-            )
+            channel = open_channel(self._coordinator, traced=True)
             self._channels[self._coordinator] = channel
         return coordinator_pb2_grpc.GroupCoordinatorStub(channel)
 

@@ -10,9 +10,9 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 
 import pytest
-from highwater.controller import codec
-from highwater.controller import messages as m
-from highwater.controller.codec import RPCS, InvalidRequestError, rpc_for_request
+from highwater.controller_api import codec
+from highwater.controller_api import messages as m
+from highwater.controller_api.codec import RPCS, InvalidRequestError, rpc_for_request
 from highwater.metadata.records import BrokerEndpoint, ConfigResourceType
 from highwater.v1 import controller_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode

@@ -19,7 +19,7 @@ from typing import TypeVar
 import grpc
 import grpc.aio
 import pytest
-from highwater.client.broker_streams import FetchStream, ProduceStream
+from highwater.rpc.broker_streams import FetchStream, ProduceStream
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 

@@ -697,7 +697,7 @@ class RecordBatch:
 
         :meth:`records` for readers that make objects of their own (the consumer makes its
         messages): no :class:`Record` per record, and the common record decoded inline
-        (:func:`~highwater.storage.records.record.read_records`). Checks and raises as
+        (:func:`~highwater.records.record.read_records`). Checks and raises as
         :meth:`records` does; the records before the error are in ``out`` when it raises.
         """
         h = self.header

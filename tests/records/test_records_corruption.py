@@ -12,7 +12,7 @@ from highwater.errors import (
     RecordTooLargeError,
     UnsupportedForMessageFormatError,
 )
-from highwater.storage.records import (
+from highwater.records import (
     BATCH_HEADER_SIZE,
     Compression,
     RecordBatch,
@@ -20,9 +20,9 @@ from highwater.storage.records import (
     build_batch,
     check_batch,
 )
-from highwater.storage.records.compression import compress
-from highwater.storage.records.record import encode_record
-from highwater.storage.records.varint import encode_varint
+from highwater.records.compression import compress
+from highwater.records.record import encode_record
+from highwater.records.varint import encode_varint
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from records_helpers import patch, replace_records, resign, simple_records

@@ -11,7 +11,7 @@ import warnings
 from typing import Any
 
 import pytest
-from highwater.storage.records import (
+from highwater.records import (
     Compression,
     Record,
     RecordBatch,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from highwater.errors import CorruptRecordError, InvalidRecordError
-from highwater.storage.records import (
+from highwater.records import (
     BATCH_HEADER_SIZE,
     Compression,
     RecordBatch,
@@ -18,7 +18,7 @@ from highwater.storage.records import (
     SimpleRecord,
     build_batch,
 )
-from highwater.storage.records.record import (
+from highwater.records.record import (
     Headers,
     encode_records,
     record_size,
@@ -191,7 +191,7 @@ def test_read_records_gives_what_records_yields(
 
 
 def test_read_records_of_log_append_time_and_memoryviews() -> None:
-    from highwater.storage.records import TimestampType
+    from highwater.records import TimestampType
 
     records = [SimpleRecord(b"k" * 70, b"v" * 200, (("h", b"1"),), 10 + i) for i in range(100)]
     data = build_batch(records, timestamp_type=TimestampType.LOG_APPEND_TIME)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from highwater.errors import CorruptRecordError, InvalidRecordError
-from highwater.storage.records import (
+from highwater.records import (
     BATCH_HEADER_SIZE,
     Compression,
     Record,
@@ -20,7 +20,7 @@ from highwater.storage.records import (
     check_batch,
     iter_batches,
 )
-from highwater.storage.records.header import set_base_offset, set_log_append_time
+from highwater.records.header import set_base_offset, set_log_append_time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from records_helpers import simple_records

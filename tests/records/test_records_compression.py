@@ -12,13 +12,13 @@ import pytest
 import snappy
 import zstandard
 from highwater.errors import CorruptRecordError, HighwaterError, RecordTooLargeError
-from highwater.storage.records.compression import (
+from highwater.records.compression import (
     XERIAL_BLOCK_SIZE,
     XERIAL_HEADER,
     compress,
     decompress,
 )
-from highwater.storage.records.header import Compression
+from highwater.records.header import Compression
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

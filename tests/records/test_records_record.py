@@ -6,13 +6,13 @@ import dataclasses
 
 import pytest
 from highwater.errors import CorruptRecordError, HighwaterError
-from highwater.storage.records.record import (
+from highwater.records.record import (
     Record,
     decode_record,
     encode_record,
     write_record,
 )
-from highwater.storage.records.varint import encode_varint, encode_varlong
+from highwater.records.varint import encode_varint, encode_varlong
 from hypothesis import given
 from hypothesis import strategies as st
 from records_helpers import header_lists, keys, values

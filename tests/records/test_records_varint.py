@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 from highwater.errors import CorruptRecordError, HighwaterError, InvalidRecordError
-from highwater.storage.records.varint import (
+from highwater.records.varint import (
     INT32_MAX,
     INT32_MIN,
     INT64_MAX,

@@ -84,7 +84,7 @@ def _new_record(
 
 
 class SimpleRecordLike(Protocol):
-    """What :func:`~highwater.storage.records.batch.build_batch` needs of a record.
+    """What :func:`~highwater.records.batch.build_batch` needs of a record.
 
     ``timestamp`` ``None`` means now. An ``offset_delta`` attribute, if present and not
     ``None``, places the record at that delta from the base offset (compacted batches

@@ -11,7 +11,7 @@ a per-attempt timeout, a call cut by a stopping server). It gives up with
 A retried write may have been carried out by the controller that did not answer (it
 crashed after committing): a retried CreateTopics can then answer TOPIC_ALREADY_EXISTS,
 as a Kafka admin client's does. Requests and responses are the values of
-:mod:`highwater.controller.messages`.
+:mod:`highwater.controller_api.messages`.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
-from highwater.controller import codec
-from highwater.controller import messages as m
-from highwater.controller.codec import CONTROLLER_SERVICE_NAME, ControllerRpc
+from highwater.controller_api import codec
+from highwater.controller_api import messages as m
+from highwater.controller_api.codec import CONTROLLER_SERVICE_NAME, ControllerRpc
 from highwater.errors import HighwaterError
-from highwater.raft.service import channel_options, parse_endpoint
+from highwater.rpc.channels import open_channel
+from highwater.rpc.endpoints import parse_endpoint
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = ["ControllerClient", "ControllerUnavailableError"]
@@ -85,7 +86,7 @@ class ControllerClient:
         self.attempt_timeout_s = attempt_timeout_s
         self.retry_backoff_ms = retry_backoff_ms
         self.max_retry_backoff_ms = max_retry_backoff_ms
-        self._options = channel_options(max_message_bytes)
+        self._max_message_bytes = max_message_bytes
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._methods: dict[tuple[str, str], Any] = {}
         self._active: str | None = None
@@ -244,7 +245,7 @@ class ControllerClient:
         if method is None:
             channel = self._channels.get(address)
             if channel is None:
-                channel = grpc.aio.insecure_channel(address, options=self._options)
+                channel = open_channel(address, max_message_bytes=self._max_message_bytes)
                 self._channels[address] = channel
             proto_response: type[Message] = rpc.proto_response
             method = channel.unary_unary(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import struct
 
-from highwater.storage.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
-from highwater.storage.records.record import SimpleRecord
+from highwater.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
+from highwater.records.record import SimpleRecord
 from hypothesis import strategies as st
 
 keys = st.none() | st.binary(max_size=64)

@@ -1,21 +1,20 @@
-"""``RaftServer``: the asyncio driver of one metadata-quorum replica, and its gRPC edge.
+"""``RaftServer``: the asyncio driver of one metadata-quorum replica.
 
 It owns a pure :class:`~highwater.raft.node.RaftNode` and does all of its I/O:
 
 * the metadata log (:class:`~highwater.raft.partition_raft_log.PartitionRaftLog`), the
   snapshots (:class:`~highwater.raft.snapshot_files.FileSnapshotStore`) and the
-  ``quorum-state`` file (:class:`~highwater.raft.quorum_state_file.QuorumStateFile`);
-* a gRPC server for ``highwater.v1.Raft`` (and any other :class:`GrpcService` of the
-  process, such as the quorum controller's, on the same port): each Raft request is
-  converted to the core's message, stepped into the node, and answered with the response
-  the node emits for it (matched by the request's source and type; a long-poll fetch
-  waits until the node answers it), plus ``grpc.health.v1`` and server reflection;
-* an outbound transport: one ``grpc.aio`` channel per peer voter; the node's requests
-  are sent and their replies stepped back in (a timeout steps nothing: the node's own
-  timers retry; a peer that refuses the connection is reported to the node, which stops
-  waiting for a leader that is gone). Fetches go over one ``FetchStream`` call per peer:
-  a message on an open stream costs a fraction of a unary call's set-up, and a fetch
-  round trip is on the path of every commit;
+  ``quorum-state`` file (:class:`~highwater.raft.quorum_state_file.QuorumStateFile`), in a
+  data directory it holds the lock of
+  (:class:`~highwater.storage.data_dir_lock.DataDirLock`);
+* the network, through :mod:`highwater.raft.transport`: the process's gRPC host
+  (:class:`~highwater.rpc.server.GrpcHost`, with health and reflection) serves
+  ``highwater.v1.Raft`` beside any other :class:`~highwater.rpc.server.GrpcService` of the
+  process (the quorum controller's, a broker's, a coordinator's) on the same port; each
+  Raft request is converted to the core's message, stepped into the node, and answered
+  with the response the node emits for it (:meth:`RaftServer.serve`); the node's own
+  requests go out over the :class:`~highwater.raft.transport.Transport` and their replies
+  are stepped back in;
 * the loop: the node is ticked every ``tick_interval_ms`` and after every event its
   :class:`~highwater.raft.node.Ready` is applied in order — persist the election state
   (fsync, in a worker thread), send the messages, flush the log if asked (then
@@ -26,9 +25,9 @@ It owns a pure :class:`~highwater.raft.node.RaftNode` and does all of its I/O:
 The controller on top talks to it through :meth:`RaftServer.append` (appends at once and
 returns the entry's offset and epoch with a future that resolves once it is committed and
 applied, or raises :class:`NotLeaderError`) or :meth:`RaftServer.propose` (the same,
-awaited), :meth:`describe`, and a :class:`StateMachine` it passes in, which also writes
-snapshots every ``metadata.log.max.record.bytes.between.snapshots`` bytes of applied
-batches.
+awaited), :meth:`describe`, and a :class:`~highwater.raft.state_machine.StateMachine` it
+passes in, which also writes snapshots every
+``metadata.log.max.record.bytes.between.snapshots`` bytes of applied batches.
 
 Time is the wall clock in milliseconds, as Kafka's raft client uses: DescribeQuorum
 reports fetch times as timestamps.
@@ -38,50 +37,36 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import collections
 import contextlib
-import fcntl
 import hashlib
 import heapq
 import itertools
 import logging
-import os
 import random
-import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Final
 
 import grpc
 import grpc.aio
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from highwater.config.topic import LogConfig
 from highwater.errors import HighwaterError, KafkaStorageError, UnexpectedAppendOffsetError
 from highwater.raft.codec import (
-    RESPONSE_FOR,
     ProtoRequest,
     ProtoResponse,
-    RaftRequest,
     RaftResponse,
     describe_quorum_to_proto,
     request_from_proto,
-    request_to_proto,
-    response_from_proto,
     response_to_proto,
 )
 from highwater.raft.messages import (
-    BeginQuorumEpochRequest,
-    EndQuorumEpochRequest,
     FetchRequest,
-    FetchSnapshotRequest,
     OffsetAndEpoch,
     QuorumDescription,
     RaftMessage,
-    VoteRequest,
     is_request,
 )
 from highwater.raft.node import NotLeaderError, RaftConfig, RaftNode, Ready, RoleChange
@@ -98,31 +83,35 @@ from highwater.raft.quorum_state_file import (
 )
 from highwater.raft.snapshot_files import CorruptSnapshotError, FileSnapshotStore
 from highwater.raft.state import ElectionState
+from highwater.raft.state_machine import RoleListener, SnapshotReader, StateMachine
 from highwater.raft.telemetry import RaftTelemetry
-from highwater.storage.records import RecordBatch, iter_batches
-from highwater.telemetry.rpc import server_interceptors
+from highwater.raft.transport import (
+    RAFT_SERVICE_NAME,
+    InboundCalls,
+    RaftServicer,
+    Superseded,
+    Transport,
+    abort,
+    expire,
+)
+from highwater.records import RecordBatch, iter_batches
+from highwater.rpc.endpoints import parse_endpoint
+from highwater.rpc.server import GrpcHost, GrpcService
+from highwater.storage.data_dir_lock import LOCK_FILE, DataDirLock
 from highwater.v1 import raft_pb2, raft_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
-    "GrpcService",
     "MetadataLogLayout",
     "NotLeaderError",
     "RaftServer",
     "RaftServerSettings",
     "RoleChange",
-    "RoleListener",
-    "SnapshotReader",
-    "StateMachine",
     "default_cluster_id",
-    "parse_endpoint",
-    "parse_quorum_voters",
 ]
 
 log = logging.getLogger(__name__)
 
-RAFT_SERVICE_NAME: Final = raft_pb2.DESCRIPTOR.services_by_name["Raft"].full_name
-LOCK_FILE: Final = ".lock"
 _APPLY_READ_BYTES: Final = 1 << 20
 _APPEND_LINGER_TURNS: Final = 3
 """Event-loop turns a leader yields before taking a Ready (see ``_drive``): a request
@@ -130,45 +119,6 @@ needs about three to travel from gRPC to :meth:`RaftServer.append`."""
 
 
 # --- configuration -----------------------------------------------------------------------
-
-_ENDPOINT = re.compile(
-    r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+)):(?P<port>[0-9]+)"
-)
-
-
-def parse_endpoint(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as ``(host, port)``; ``ValueError`` if bad."""
-    match = _ENDPOINT.fullmatch(text.strip())
-    if match is None:
-        raise ValueError(f"{text!r} is not HOST:PORT")
-    port = int(match["port"])
-    if not 0 <= port <= 65535:
-        raise ValueError(f"{text!r}: port {port} is out of range")
-    return match["ipv6"] or match["host"], port
-
-
-def format_endpoint(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def parse_quorum_voters(text: str) -> dict[int, str]:
-    """Kafka's ``controller.quorum.voters``: ``1@host:port,2@host:port,...`` as id -> address."""
-    voters: dict[int, str] = {}
-    for part in text.split(","):
-        entry = part.strip()
-        node_id, at, endpoint = entry.partition("@")
-        if not at or not node_id.strip().isdigit():
-            raise ValueError(f"{entry!r} is not ID@HOST:PORT")
-        voter_id = int(node_id)
-        if voter_id > 2**31 - 1:
-            raise ValueError(f"{entry!r}: node id {voter_id} is out of range")
-        if voter_id in voters:
-            raise ValueError(f"node id {voter_id} appears twice")
-        host, port = parse_endpoint(endpoint)
-        if port == 0:
-            raise ValueError(f"{entry!r}: a voter needs a real port, not 0")
-        voters[voter_id] = format_endpoint(host, port)
-    return voters
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,346 +163,6 @@ class RaftServerSettings:
     """gRPC's cap on one message, both ways (a fetch carries up to ``fetch_max_bytes``)."""
     shutdown_grace_ms: int = 1000
     """How long :meth:`RaftServer.stop` lets a resignation and in-flight calls finish."""
-
-
-# --- the state machine on top --------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotReader:
-    """A snapshot handed to :meth:`StateMachine.load_snapshot`: its id and its bytes."""
-
-    snapshot_id: OffsetAndEpoch
-    data: bytes
-
-    def read(self) -> bytes:
-        return self.data
-
-
-class StateMachine(Protocol):
-    """What the driver hands committed entries to (Kafka's ``RaftClient.Listener``)."""
-
-    def apply(self, batches: Sequence[RecordBatch], high_watermark: int) -> None:
-        """Committed data batches, in offset order (control batches are left out)."""
-        ...
-
-    def load_snapshot(self, reader: SnapshotReader) -> None:
-        """Replace the whole state with a snapshot's; batches after it follow."""
-        ...
-
-    def snapshot(self, snapshot_id: OffsetAndEpoch) -> bytes:
-        """The state as of ``snapshot_id.offset`` (everything applied so far), as bytes."""
-        ...
-
-
-RoleListener = Callable[[RoleChange], None]
-
-
-@dataclass(frozen=True, slots=True)
-class GrpcService:
-    """Another gRPC service to serve on the Raft server's port (one process, one port):
-    ``register`` adds its servicer to the server; ``name`` (the full service name) is
-    listed by reflection. Health reports it NOT_SERVING until the role behind it reports
-    that it can serve what the service promises (:meth:`RaftServer.report_serving`): a
-    broker registered and unfenced, a controller quorum with a leader, a coordinator whose
-    partitions are loaded."""
-
-    name: str
-    register: Callable[[grpc.aio.Server], None]
-
-
-# --- inbound calls: requests waiting for the node's answer ----------------------------------
-
-
-class _Superseded(Exception):
-    """A newer request of the same type from the same replica replaced this one."""
-
-
-_REQUEST_FOR: dict[type, type] = {response: request for request, response in RESPONSE_FOR.items()}
-_RequestKey = tuple[int, type]
-
-
-class _InboundCalls:
-    """Requests being served, keyed by (source, request type), waiting for their response."""
-
-    def __init__(self) -> None:
-        self._waiting: dict[_RequestKey, asyncio.Future[RaftResponse]] = {}
-
-    def expect(self, request: RaftRequest) -> asyncio.Future[RaftResponse]:
-        key = (request.source, type(request))
-        previous = self._waiting.get(key)
-        if previous is not None and not previous.done():
-            previous.set_exception(_Superseded())
-        future: asyncio.Future[RaftResponse] = asyncio.get_running_loop().create_future()
-        self._waiting[key] = future
-        return future
-
-    def forget(self, request: RaftRequest, future: asyncio.Future[RaftResponse]) -> None:
-        key = (request.source, type(request))
-        if self._waiting.get(key) is future:
-            del self._waiting[key]
-
-    def complete(self, response: RaftResponse) -> bool:
-        key = (response.destination, _REQUEST_FOR[type(response)])
-        future = self._waiting.pop(key, None)
-        if future is None or future.done():
-            return False
-        future.set_result(response)
-        return True
-
-    def fail_all(self) -> None:
-        for future in self._waiting.values():
-            if not future.done():
-                future.set_exception(_Superseded())
-        self._waiting.clear()
-
-
-# --- outbound: the node's requests to its peers ----------------------------------------------
-
-
-def channel_options(max_message_bytes: int) -> list[tuple[str, Any]]:
-    """Channel options: message size caps, and reconnects quick enough for a restarted peer."""
-    return [
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.initial_reconnect_backoff_ms", 100),
-        ("grpc.min_reconnect_backoff_ms", 100),
-        ("grpc.max_reconnect_backoff_ms", 1000),
-    ]
-
-
-class _Transport:
-    """One channel per peer; sends a request and hands the reply to ``on_response``."""
-
-    def __init__(
-        self,
-        peers: Mapping[int, str],
-        *,
-        timeout_ms: int,
-        max_message_bytes: int,
-        on_response: Callable[[RaftResponse], None],
-        on_unreachable: Callable[[int], None],
-    ) -> None:
-        self._peers = dict(peers)
-        self._on_unreachable = on_unreachable
-        self._timeout_s = timeout_ms / 1000
-        self._options = channel_options(max_message_bytes)
-        self._on_response = on_response
-        self._channels: dict[int, grpc.aio.Channel] = {}
-        self._stubs: dict[int, raft_pb2_grpc.RaftStub] = {}
-        self._fetch_streams: dict[int, _FetchStream] = {}
-        self._in_flight: set[asyncio.Task[None]] = set()
-
-    def send(self, request: RaftRequest) -> None:
-        stub = self._stub(request.destination)
-        if stub is None:
-            log.warning("no address for node %d: dropping %r", request.destination, request)
-            return
-        if isinstance(request, FetchRequest):
-            stream = self._fetch_streams.get(request.destination)
-            if stream is None:
-                stream = self._fetch_streams[request.destination] = _FetchStream(
-                    stub,
-                    timeout_s=self._timeout_s,
-                    on_response=self._on_response,
-                    on_unreachable=self._on_unreachable,
-                )
-            stream.send(request)
-            return
-        task = asyncio.create_task(self._call(stub, request))
-        self._in_flight.add(task)
-        task.add_done_callback(self._in_flight.discard)
-
-    def _stub(self, node_id: int) -> raft_pb2_grpc.RaftStub | None:
-        stub = self._stubs.get(node_id)
-        if stub is None:
-            address = self._peers.get(node_id)
-            if address is None:
-                return None
-            channel = grpc.aio.insecure_channel(address, options=self._options)
-            self._channels[node_id] = channel
-            stub = self._stubs[node_id] = raft_pb2_grpc.RaftStub(channel)
-        return stub
-
-    async def _call(self, stub: raft_pb2_grpc.RaftStub, request: RaftRequest) -> None:
-        wire = request_to_proto(request)
-        method: Any
-        match request:
-            case VoteRequest():
-                method = stub.Vote
-            case BeginQuorumEpochRequest():
-                method = stub.BeginQuorumEpoch
-            case EndQuorumEpochRequest():
-                method = stub.EndQuorumEpoch
-            case FetchRequest():
-                method = stub.Fetch
-            case FetchSnapshotRequest():
-                method = stub.FetchSnapshot
-        timeout_s = self._timeout_s
-        if isinstance(request, FetchRequest):
-            timeout_s += request.max_wait_ms / 1000
-        try:
-            reply: ProtoResponse = await method(wire, timeout=timeout_s)
-        except grpc.aio.AioRpcError as e:
-            log.debug(
-                "%s to node %d failed: %s", type(request).__name__, request.destination, e.code()
-            )
-            if e.code() == grpc.StatusCode.UNAVAILABLE:
-                # Refused or reset: the peer's process is gone (a slow peer times out).
-                self._on_unreachable(request.destination)
-            return
-        self._on_response(response_from_proto(reply, request))
-
-    async def wait_idle(self, timeout_s: float) -> None:
-        """Wait (at most ``timeout_s``) for the calls in flight to finish."""
-        if self._in_flight:
-            await asyncio.wait(set(self._in_flight), timeout=timeout_s)
-
-    async def close(self) -> None:
-        for stream in self._fetch_streams.values():
-            stream.close()
-        self._fetch_streams.clear()
-        for task in list(self._in_flight):
-            task.cancel()
-        if self._in_flight:
-            await asyncio.wait(set(self._in_flight), timeout=1)
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
-        self._stubs.clear()
-
-
-class _FetchStream:
-    """The fetches to one peer over one ``FetchStream`` call: a writer task writes them in
-    order, a reader task hands each response to the request it answers (the oldest
-    waiting). An error, the peer ending the call or an overdue answer breaks the stream:
-    the requests waiting are dropped (the node's timers fetch again) and the next fetch
-    opens a new call."""
-
-    def __init__(
-        self,
-        stub: raft_pb2_grpc.RaftStub,
-        *,
-        timeout_s: float,
-        on_response: Callable[[RaftResponse], None],
-        on_unreachable: Callable[[int], None],
-    ) -> None:
-        self._stub = stub
-        self._timeout_s = timeout_s
-        self._on_response = on_response
-        self._on_unreachable = on_unreachable
-        self._call: Any = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._outbox: asyncio.Queue[FetchRequest] = asyncio.Queue()
-        self._waiting: collections.deque[tuple[FetchRequest, float]] = collections.deque()
-
-    def send(self, request: FetchRequest) -> None:
-        if self._call is None:
-            call = self._call = self._stub.FetchStream()
-            self._tasks = [
-                asyncio.create_task(self._write(call)),
-                asyncio.create_task(self._read(call)),
-            ]
-        self._outbox.put_nowait(request)
-
-    async def _write(self, call: Any) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                request = await self._outbox.get()
-                self._waiting.append((request, 0.0))
-                timeout_s = self._timeout_s + request.max_wait_ms / 1000
-                loop.call_later(timeout_s, self._check_answered, call, request)
-                await call.write(request_to_proto(request))
-        except (grpc.aio.AioRpcError, grpc.aio.UsageError) as e:
-            self._break(call, e)
-
-    async def _read(self, call: Any) -> None:
-        try:
-            while True:
-                reply = await call.read()
-                if reply is grpc.aio.EOF or not self._waiting:
-                    self._break(call, None)
-                    return
-                request, _ = self._waiting.popleft()
-                self._on_response(response_from_proto(reply, request))
-        except grpc.aio.AioRpcError as e:
-            self._break(call, e)
-
-    def _check_answered(self, call: Any, request: FetchRequest) -> None:
-        if call is self._call and any(waiting is request for waiting, _ in self._waiting):
-            self._break(call, None)
-
-    def _break(self, call: Any, error: grpc.aio.AioRpcError | None) -> None:
-        if call is not self._call:
-            return
-        destination = self._waiting[0][0].destination if self._waiting else None
-        self._call = None
-        self._waiting.clear()
-        while not self._outbox.empty():
-            self._outbox.get_nowait()
-        call.cancel()
-        for task in self._tasks:
-            if task is not asyncio.current_task():
-                task.cancel()
-        if (
-            error is not None
-            and error.code() == grpc.StatusCode.UNAVAILABLE
-            and destination is not None
-        ):
-            self._on_unreachable(destination)
-
-    def close(self) -> None:
-        if self._call is not None:
-            self._break(self._call, None)
-
-
-# --- the gRPC service ---------------------------------------------------------------------
-
-
-class RaftServicer(raft_pb2_grpc.RaftServicer):
-    """``highwater.v1.Raft``: steps each request into the node and returns its answer."""
-
-    def __init__(self, server: RaftServer) -> None:
-        self._server = server
-
-    async def Vote(
-        self, request: raft_pb2.VoteRequest, context: grpc.aio.ServicerContext
-    ) -> raft_pb2.VoteResponse:
-        return await self._server.serve(request, context)  # type: ignore[return-value]
-
-    async def BeginQuorumEpoch(
-        self, request: raft_pb2.BeginQuorumEpochRequest, context: grpc.aio.ServicerContext
-    ) -> raft_pb2.BeginQuorumEpochResponse:
-        return await self._server.serve(request, context)  # type: ignore[return-value]
-
-    async def EndQuorumEpoch(
-        self, request: raft_pb2.EndQuorumEpochRequest, context: grpc.aio.ServicerContext
-    ) -> raft_pb2.EndQuorumEpochResponse:
-        return await self._server.serve(request, context)  # type: ignore[return-value]
-
-    async def Fetch(
-        self, request: raft_pb2.RaftFetchRequest, context: grpc.aio.ServicerContext
-    ) -> raft_pb2.RaftFetchResponse:
-        return await self._server.serve(request, context)  # type: ignore[return-value]
-
-    async def FetchStream(
-        self,
-        request_iterator: AsyncIterator[raft_pb2.RaftFetchRequest],
-        context: grpc.aio.ServicerContext,
-    ) -> AsyncIterator[raft_pb2.RaftFetchResponse]:
-        async for request in request_iterator:
-            yield await self._server.serve(request, context)  # type: ignore[misc]
-
-    async def FetchSnapshot(
-        self, request: raft_pb2.FetchSnapshotRequest, context: grpc.aio.ServicerContext
-    ) -> raft_pb2.FetchSnapshotResponse:
-        return await self._server.serve(request, context)  # type: ignore[return-value]
-
-    async def DescribeQuorum(
-        self, request: raft_pb2.DescribeQuorumRequest, context: grpc.aio.ServicerContext
-    ) -> raft_pb2.DescribeQuorumResponse:
-        return self._server.describe_quorum_response()
 
 
 # --- the server ----------------------------------------------------------------------------
@@ -600,19 +210,22 @@ class RaftServer:
         self._state_machine = state_machine
         self._role_listeners = list(role_listeners)
         self._services = tuple(services)
-        self._serving: dict[str, bool] = {RAFT_SERVICE_NAME: True}
-        self._serving.update((service.name, False) for service in self._services)
-        self._health_updates: set[asyncio.Task[None]] = set()
         self._clock = clock
         self._cluster_id: str | None = None
         self._node: RaftNode | None = None
         self._log: PartitionRaftLog | None = None
         self._snapshots: FileSnapshotStore | None = None
         self._state_file = QuorumStateFile(self.layout.quorum_state_path)
-        self._server: grpc.aio.Server | None = None
-        self._health: Any = None
-        self._transport: _Transport | None = None
-        self._inbound = _InboundCalls()
+        raft = GrpcService(
+            RAFT_SERVICE_NAME,
+            lambda server: raft_pb2_grpc.add_RaftServicer_to_server(RaftServicer(self), server),
+            serving_at_start=True,
+        )
+        self._host = GrpcHost(
+            listen, (raft, *self._services), max_message_bytes=self.settings.max_message_bytes
+        )
+        self._transport: Transport | None = None
+        self._inbound = InboundCalls()
         self._driver: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
         self._idle = asyncio.Event()
@@ -621,7 +234,7 @@ class RaftServer:
         self._failure: BaseException | None = None
         self._shutdown_task: asyncio.Task[None] | None = None
         self._bound_port: int | None = None
-        self._lock_fd = -1
+        self._lock = DataDirLock(data_dir)
         self._proposals: list[_Proposal] = []
         self._sequence = itertools.count()
         self._applied_offset = 0
@@ -648,39 +261,14 @@ class RaftServer:
         return self._bound_port
 
     def report_serving(self, name: str, serving: bool) -> None:
-        """Report ``name`` as SERVING or NOT_SERVING on this server's ``grpc.health.v1``:
-        a service served here (:class:`GrpcService`), or a readiness of its own such as a
-        broker's rolling-restart gate. The whole server (the empty service name) is
-        SERVING while every service served here is. What is reported before the server
-        starts is published when it does."""
-        if self._serving.get(name) == serving:
-            return
-        self._serving[name] = serving
-        if self._health is not None:
-            task = asyncio.get_running_loop().create_task(self._publish_health())
-            self._health_updates.add(task)
-            task.add_done_callback(self._health_updates.discard)
+        """Report ``name`` SERVING or NOT_SERVING on this server's ``grpc.health.v1``
+        (:meth:`~highwater.rpc.server.GrpcHost.report_serving`): a service served here,
+        or a readiness of its own, such as a broker's rolling-restart gate."""
+        self._host.report_serving(name, serving)
 
     def is_serving(self, name: str = "") -> bool:
-        """What health reports for ``name`` (the empty name: the whole server)."""
-        if name:
-            return self._serving.get(name, False)
-        return all(self._serving.get(n, False) for n in self._served_names())
-
-    def _served_names(self) -> tuple[str, ...]:
-        return (RAFT_SERVICE_NAME, *(service.name for service in self._services))
-
-    async def _publish_health(self) -> None:
-        """Set every reported status on the health servicer, as it stands now."""
-        if self._health is None or self._stopping:
-            return
-        for name, serving in [("", self.is_serving()), *self._serving.items()]:
-            await self._health.set(
-                name,
-                health_pb2.HealthCheckResponse.SERVING
-                if serving
-                else health_pb2.HealthCheckResponse.NOT_SERVING,
-            )
+        """What health says of ``name`` (the empty name: the whole server)."""
+        return self._host.is_serving(name)
 
     @property
     def role(self) -> RoleChange | None:
@@ -767,7 +355,7 @@ class RaftServer:
         """Open the log, the snapshots and ``quorum-state``, start serving and driving."""
         layout = self.layout
         layout.raft_dir.mkdir(parents=True, exist_ok=True)
-        self._acquire_lock()
+        self._lock.acquire()
         try:
             snapshots = await asyncio.to_thread(FileSnapshotStore, layout.snapshot_dir)
             raft_log = await asyncio.to_thread(
@@ -777,7 +365,7 @@ class RaftServer:
                 config=self.settings.log_config,
             )
         except BaseException:
-            self._release_lock()
+            self._lock.release()
             raise
         try:
             election_state = await self._load_quorum_state()
@@ -799,9 +387,9 @@ class RaftServer:
         except BaseException:
             await asyncio.to_thread(raft_log.close)
             snapshots.close()
-            self._release_lock()
+            self._lock.release()
             raise
-        self._transport = _Transport(
+        self._transport = Transport(
             {voter: address for voter, address in self.voters.items() if voter != self.node_id},
             timeout_ms=self.settings.raft.request_timeout_ms,
             max_message_bytes=self.settings.max_message_bytes,
@@ -837,24 +425,6 @@ class RaftServer:
 
     # --- startup -------------------------------------------------------------------------
 
-    def _acquire_lock(self) -> None:
-        path = self.layout.lock_path
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise KafkaStorageError(
-                f"{self.layout.data_dir}: the data directory is in use by another process"
-            ) from None
-        self._lock_fd = fd
-
-    def _release_lock(self) -> None:
-        if self._lock_fd >= 0:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = -1
-
     async def _load_quorum_state(self) -> ElectionState | None:
         stored = await asyncio.to_thread(self._state_file.read)
         requested = self._requested_cluster_id
@@ -885,29 +455,8 @@ class RaftServer:
         return None
 
     async def _start_grpc(self) -> None:
-        options = [
-            *channel_options(self.settings.max_message_bytes),
-            ("grpc.so_reuseport", 0),  # a second process on the same port must fail
-        ]
-        server = grpc.aio.server(options=options, interceptors=server_interceptors())
-        raft_pb2_grpc.add_RaftServicer_to_server(RaftServicer(self), server)
-        for service in self._services:
-            service.register(server)
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        names = self._served_names()
-        reflection.enable_server_reflection(
-            (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
-        try:
-            port = server.add_insecure_port(self.listen)
-        except RuntimeError as e:
-            raise OSError(f"cannot listen on {self.listen}: {e}") from e
-        if port == 0:
-            raise OSError(f"cannot listen on {self.listen}")
-        await server.start()
-        self._server, self._health, self._bound_port = server, health_servicer, port
-        await self._publish_health()
+        await self._host.start()
+        self._bound_port = self._host.port
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -1090,7 +639,7 @@ class RaftServer:
         """Step a request into the node and wait for the node's answer to it."""
         node = self._node
         if node is None or self._stopping:
-            return await _abort(
+            return await abort(
                 context, grpc.StatusCode.UNAVAILABLE, "the Raft server is not running"
             )
         request = request_from_proto(wire, destination=self.node_id)
@@ -1098,16 +647,16 @@ class RaftServer:
         if isinstance(request, FetchRequest):
             timeout_s += request.max_wait_ms / 1000
         future = self._inbound.expect(request)
-        timer = asyncio.get_running_loop().call_later(timeout_s, _expire, future)
+        timer = asyncio.get_running_loop().call_later(timeout_s, expire, future)
         try:
             self._step(node, request)
             response = await future
         except TimeoutError:
-            return await _abort(
+            return await abort(
                 context, grpc.StatusCode.DEADLINE_EXCEEDED, "the Raft node did not answer in time"
             )
-        except _Superseded:
-            return await _abort(
+        except Superseded:
+            return await abort(
                 context,
                 grpc.StatusCode.ABORTED,
                 "a newer request from the same replica replaced it",
@@ -1170,15 +719,13 @@ class RaftServer:
         self._stopping = True
         self._wakeup.set()
         try:
-            if self._health is not None:
-                await self._health.enter_graceful_shutdown()
+            await self._host.enter_graceful_shutdown()
             driver = self._driver
             if driver is not None and driver is not asyncio.current_task() and not driver.done():
                 driver.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await driver
-            if self._server is not None:
-                await self._server.stop(self.settings.shutdown_grace_ms / 1000)
+            await self._host.stop(self.settings.shutdown_grace_ms / 1000)
             if self._transport is not None:
                 await self._transport.close()
             self._inbound.fail_all()
@@ -1190,7 +737,7 @@ class RaftServer:
                 await asyncio.to_thread(self._log.close)
             if self._snapshots is not None:
                 self._snapshots.close()
-            self._release_lock()
+            self._lock.release()
         finally:
             self._stopped.set()
             log.info("node %d: stopped", self.node_id)
@@ -1211,17 +758,6 @@ class RaftServer:
         if self._snapshots is None:
             raise RuntimeError("the Raft server has not started")
         return self._snapshots
-
-
-async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str) -> Any:
-    """End the call with a gRPC status (``abort`` raises; this never returns)."""
-    await context.abort(code, details)
-    raise AssertionError("unreachable: abort raises")
-
-
-def _expire(future: asyncio.Future[RaftResponse]) -> None:
-    if not future.done():
-        future.set_exception(TimeoutError())
 
 
 def _fail(proposal: _Proposal, error: HighwaterError) -> None:

@@ -1,6 +1,6 @@
 """Controller RPC messages: ``highwater.v1`` protobuf to and from ``controller.messages`` values.
 
-The dataclasses of :mod:`highwater.controller.messages` mirror ``controller.proto`` field
+The dataclasses of :mod:`highwater.controller_api.messages` mirror ``controller.proto`` field
 for field, so one conversion plan per message pair, built from the dataclass's type hints
 and the proto descriptor when this module is imported, does the work (and refuses to
 import if the two drift apart). What the proto spells differently:
@@ -36,7 +36,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from google.protobuf.message import Message
 
-from highwater.controller import messages as m
+from highwater.controller_api import messages as m
 from highwater.errors import InvalidRequestError
 from highwater.metadata.records import DEFAULT_SECURITY_PROTOCOL, BrokerEndpoint
 from highwater.v1 import controller_pb2 as pb

@@ -6,14 +6,14 @@ import random
 
 import hypothesis.strategies as st
 import pytest
-from controller_helpers import replica_balance
-from highwater.controller import (
+from highwater.metadata.placement import (
     InvalidReplicationFactorError,
     PlacementBroker,
     place_replicas,
     rack_alternated,
 )
 from hypothesis import given
+from replica_balance import replica_balance
 
 
 def test_rack_alternated_order_matches_kafka() -> None:

@@ -1,0 +1,47 @@
+"""Network addresses as configured: ``HOST:PORT`` endpoints and Kafka's quorum voters list."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["format_endpoint", "parse_endpoint", "parse_quorum_voters"]
+
+_ENDPOINT = re.compile(
+    r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+)):(?P<port>[0-9]+)"
+)
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as ``(host, port)``; ``ValueError`` if bad."""
+    match = _ENDPOINT.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    port = int(match["port"])
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{text!r}: port {port} is out of range")
+    return match["ipv6"] or match["host"], port
+
+
+def format_endpoint(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 host in brackets: what :func:`parse_endpoint` reads."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def parse_quorum_voters(text: str) -> dict[int, str]:
+    """Kafka's ``controller.quorum.voters``: ``1@host:port,2@host:port,...`` as id -> address."""
+    voters: dict[int, str] = {}
+    for part in text.split(","):
+        entry = part.strip()
+        node_id, at, endpoint = entry.partition("@")
+        if not at or not node_id.strip().isdigit():
+            raise ValueError(f"{entry!r} is not ID@HOST:PORT")
+        voter_id = int(node_id)
+        if voter_id > 2**31 - 1:
+            raise ValueError(f"{entry!r}: node id {voter_id} is out of range")
+        if voter_id in voters:
+            raise ValueError(f"node id {voter_id} appears twice")
+        host, port = parse_endpoint(endpoint)
+        if port == 0:
+            raise ValueError(f"{entry!r}: a voter needs a real port, not 0")
+        voters[voter_id] = format_endpoint(host, port)
+    return voters

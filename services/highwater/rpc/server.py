@@ -1,0 +1,152 @@
+"""Servers: the one place where a process makes a gRPC server, and the host it serves from.
+
+:func:`new_server` makes every server of the package (the telemetry interceptors, the
+message size caps, no ``SO_REUSEPORT``: a second process on the same port must fail) and
+:func:`bind` binds it, so that transport security and authentication later plug in once.
+
+:class:`GrpcHost` is a process's one gRPC server: the :class:`GrpcService` values it is
+given (the Raft service, a controller's, a broker's, a coordinator's, on one port), plus
+``grpc.health.v1`` and server reflection, which lists them all. Health reports a service
+NOT_SERVING until the role behind it reports that it can serve what the service promises
+(:meth:`GrpcHost.report_serving`: a broker registered and unfenced, a controller quorum
+with a leader, a coordinator whose partitions are loaded), or from the start for a
+service that can (``serving_at_start``: the Raft service, up while the process is); the
+whole server, the empty name, is SERVING while every service it serves is. A role may
+report a readiness of its own too, such as a broker's rolling-restart gate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from highwater.rpc.channels import channel_options
+from highwater.telemetry.rpc import server_interceptors
+
+__all__ = ["GrpcHost", "GrpcService", "bind", "new_server"]
+
+
+def new_server(*, max_message_bytes: int) -> grpc.aio.Server:
+    """A server capped at ``max_message_bytes`` per message both ways, with the telemetry
+    interceptors; a second process binding the same port fails instead of sharing it."""
+    options = [
+        *channel_options(max_message_bytes),
+        ("grpc.so_reuseport", 0),
+    ]
+    return grpc.aio.server(options=options, interceptors=server_interceptors())
+
+
+def bind(server: grpc.aio.Server, listen: str) -> int:
+    """Bind ``server`` to ``listen`` (``HOST:PORT``, port 0: any free one); the port bound.
+
+    Raises :class:`OSError` when the address cannot be bound (in use, or not local).
+    """
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError as e:
+        raise OSError(f"cannot listen on {listen}: {e}") from e
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}")
+    return port
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcService:
+    """A gRPC service to serve on the process's port (one process, one port):
+    ``register`` adds its servicer to the server; ``name`` (the full service name) is
+    listed by reflection, and reported NOT_SERVING by health until its role reports it
+    can serve (:meth:`GrpcHost.report_serving`), SERVING from the start if
+    ``serving_at_start``."""
+
+    name: str
+    register: Callable[[grpc.aio.Server], None]
+    serving_at_start: bool = False
+
+
+class GrpcHost:
+    """The process's gRPC server on ``listen``: ``services``, health and reflection."""
+
+    def __init__(
+        self, listen: str, services: Sequence[GrpcService], *, max_message_bytes: int
+    ) -> None:
+        self.listen = listen
+        self.services = tuple(services)
+        self.max_message_bytes = max_message_bytes
+        self._server: grpc.aio.Server | None = None
+        self._health: Any = None
+        self._port: int | None = None
+        self._stopping = False
+        self._serving = {service.name: service.serving_at_start for service in self.services}
+        self._health_updates: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        """The port bound (the real one when ``listen`` said 0)."""
+        if self._port is None:
+            raise RuntimeError("the gRPC host has not started")
+        return self._port
+
+    async def start(self) -> None:
+        """Register the services, health and reflection, bind and start serving; health
+        then says what has been reported so far."""
+        server = new_server(max_message_bytes=self.max_message_bytes)
+        for service in self.services:
+            service.register(server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        names = tuple(service.name for service in self.services)
+        reflection.enable_server_reflection(
+            (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        port = bind(server, self.listen)
+        await server.start()
+        self._server, self._health, self._port = server, health_servicer, port
+        await self._publish_health()
+
+    def report_serving(self, name: str, serving: bool) -> None:
+        """Report ``name`` (a service served here, or a readiness of its own) SERVING or
+        NOT_SERVING; what is reported before the host starts is published when it does."""
+        if self._serving.get(name) == serving:
+            return
+        self._serving[name] = serving
+        if self._health is not None:
+            task = asyncio.get_running_loop().create_task(self._publish_health())
+            self._health_updates.add(task)
+            task.add_done_callback(self._health_updates.discard)
+
+    def is_serving(self, name: str = "") -> bool:
+        """What health says of ``name`` (the empty name: the whole server)."""
+        if name:
+            return self._serving.get(name, False)
+        return all(self._serving.get(service.name, False) for service in self.services)
+
+    async def _publish_health(self) -> None:
+        """Set every status on the health servicer as it stands now (so that updates
+        running in any order leave the latest)."""
+        if self._health is None or self._stopping:
+            return
+        for name, serving in [("", self.is_serving()), *self._serving.items()]:
+            await self._health.set(
+                name,
+                health_pb2.HealthCheckResponse.SERVING
+                if serving
+                else health_pb2.HealthCheckResponse.NOT_SERVING,
+            )
+
+    async def enter_graceful_shutdown(self) -> None:
+        """Report every service NOT_SERVING (and keep it so): the first step of a stop."""
+        self._stopping = True
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop serving; calls under way get ``grace_s`` seconds to finish."""
+        if self._server is not None:
+            await self._server.stop(grace_s)

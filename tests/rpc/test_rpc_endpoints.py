@@ -1,0 +1,37 @@
+"""Endpoints as configured: ``HOST:PORT`` and ``controller.quorum.voters``, parsed and printed."""
+
+from __future__ import annotations
+
+import pytest
+from highwater.rpc.endpoints import format_endpoint, parse_endpoint, parse_quorum_voters
+
+
+def test_parse_quorum_voters() -> None:
+    assert parse_quorum_voters("1@localhost:9093, 2@[::1]:9094,3@10.0.0.3:9095") == {
+        1: "localhost:9093",
+        2: "[::1]:9094",
+        3: "10.0.0.3:9095",
+    }
+    for bad in ("", "1@", "x@h:1", "1@host", "1@h:1,1@h:2", "1@h:0", "1@h:99999", "1:h:1"):
+        with pytest.raises(ValueError):
+            parse_quorum_voters(bad)
+    assert parse_endpoint("[::1]:0") == ("::1", 0)
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "text"),
+    [
+        ("localhost", 9092, "localhost:9092"),
+        ("::1", 9093, "[::1]:9093"),
+        ("10.0.0.1", 0, "10.0.0.1:0"),
+    ],
+)
+def test_an_endpoint_formats_to_what_parses_back(host: str, port: int, text: str) -> None:
+    assert format_endpoint(host, port) == text
+    assert parse_endpoint(text) == (host, port)
+
+
+@pytest.mark.parametrize("bad", ["", "host", ":9092", "host:", "host:65536", "[::1:9092", "a b:1"])
+def test_a_bad_endpoint_is_a_value_error_naming_it(bad: str) -> None:
+    with pytest.raises(ValueError, match=r"HOST:PORT|out of range"):
+        parse_endpoint(bad)
