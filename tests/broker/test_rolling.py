@@ -13,7 +13,7 @@ from highwater.broker.rolling import (
     under_replicated,
 )
 from highwater.client.admin import PartitionInfo, TopicDescription
-from highwater.metadata.image import replay
+from highwater.metadata.delta import replay
 from highwater.metadata.records import (
     PartitionRecord,
     RegisterBrokerRecord,

@@ -47,8 +47,8 @@ from highwater.controller.replication_control import ReplicationControl
 from highwater.controller.results import ControllerApiError, ControllerResult, refuse
 from highwater.errors import InvalidConfigError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
+from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import (
-    MetadataDelta,
     MetadataImage,
 )
 from highwater.metadata.records import (

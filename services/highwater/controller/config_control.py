@@ -29,9 +29,9 @@ from highwater.controller.messages import (
 )
 from highwater.controller.results import ControllerApiError, ControllerResult, error_of, refuse
 from highwater.errors import InvalidConfigError
+from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import (
     ConfigResource,
-    MetadataDelta,
     MetadataImage,
 )
 from highwater.metadata.records import (

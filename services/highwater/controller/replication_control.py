@@ -65,9 +65,9 @@ from highwater.controller.reassignment import (
 from highwater.controller.results import ControllerApiError, ControllerResult, error_of, refuse
 from highwater.errors import InvalidConfigError, InvalidTopicError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
+from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import (
     ConfigResource,
-    MetadataDelta,
     MetadataImage,
     PartitionRegistration,
     TopicIdPartition,

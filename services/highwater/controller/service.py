@@ -57,7 +57,8 @@ from highwater.controller.quorum_controller import QuorumController
 from highwater.controller.results import ControllerResult
 from highwater.controller.store import NotControllerError
 from highwater.errors import UnexpectedAppendOffsetError
-from highwater.metadata.image import MetadataDelta, MetadataImage
+from highwater.metadata.delta import MetadataDelta
+from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import MetadataRecord, NoOpRecord, encode_record
 from highwater.metadata.state_machine import MetadataStateMachine
 from highwater.raft.messages import OffsetAndEpoch
