@@ -429,7 +429,7 @@ async def _scale(processes: list[ControllerProcess], partitions: int) -> ScaleRe
 
 def _image_footprint(data_dir: Path) -> tuple[int, float]:
     """Replay a voter's metadata log in this process: snapshot size and image memory."""
-    from highwater.metadata.image import MetadataLoader
+    from highwater.metadata.delta import MetadataLoader
     from highwater.metadata.records import decode_record
     from highwater.metadata.snapshot import snapshot_values
     from highwater.records.batch import iter_batches

@@ -14,7 +14,7 @@ from highwater.broker.rolling import (
 )
 from highwater.cli.rolling import cluster_view
 from highwater.client.admin import PartitionInfo, TopicDescription
-from highwater.metadata.image import replay
+from highwater.metadata.delta import replay
 from highwater.metadata.records import (
     PartitionRecord,
     RegisterBrokerRecord,

@@ -46,8 +46,8 @@ from highwater.controller_api.messages import (
 )
 from highwater.errors import InvalidConfigError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
+from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import (
-    MetadataDelta,
     MetadataImage,
 )
 from highwater.metadata.placement import InvalidReplicationFactorError

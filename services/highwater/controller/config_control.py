@@ -29,9 +29,9 @@ from highwater.controller_api.messages import (
     DescribedConfig,
 )
 from highwater.errors import InvalidConfigError
+from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import (
     ConfigResource,
-    MetadataDelta,
     MetadataImage,
 )
 from highwater.metadata.records import (

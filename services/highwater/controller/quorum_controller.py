@@ -83,7 +83,8 @@ from highwater.controller_api.messages import (
     UnregisterCoordinatorResponse,
 )
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
-from highwater.metadata.image import MetadataDelta, MetadataImage
+from highwater.metadata.delta import MetadataDelta
+from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import MetadataRecord, ProducerIdsRecord
 from highwater.v1.common_pb2 import ErrorCode
 

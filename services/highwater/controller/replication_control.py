@@ -60,9 +60,9 @@ from highwater.controller_api.messages import (
 )
 from highwater.errors import InvalidConfigError, InvalidTopicError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
+from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import (
     ConfigResource,
-    MetadataDelta,
     MetadataImage,
     PartitionRegistration,
     TopicIdPartition,

@@ -62,7 +62,8 @@ from highwater.controller_api.codec import (
     InvalidRequestError,
 )
 from highwater.errors import UnexpectedAppendOffsetError
-from highwater.metadata.image import MetadataDelta, MetadataImage
+from highwater.metadata.delta import MetadataDelta
+from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import MetadataRecord, NoOpRecord, encode_record
 from highwater.metadata.state_machine import MetadataStateMachine
 from highwater.raft.driver import RaftServer, RaftServerSettings

@@ -3,7 +3,7 @@
 The controller's decisions need exactly two things from the store: the image of every
 record written so far, and a way to append a batch of records atomically. Brokers need
 one: the committed records, in order, which they replay with
-:class:`~highwater.metadata.image.MetadataLoader`. Raft over ``__cluster_metadata`` is
+:class:`~highwater.metadata.delta.MetadataLoader`. Raft over ``__cluster_metadata`` is
 the store Highwater ships (KRaft); anything that offers the same contract could replace
 it without touching brokers or the controller's logic. An etcd-backed store, say:
 
@@ -33,7 +33,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from highwater.errors import HighwaterError
-from highwater.metadata.image import MetadataDelta, MetadataImage
+from highwater.metadata.delta import MetadataDelta
+from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import MetadataRecord
 from highwater.v1.common_pb2 import ErrorCode
 

@@ -1,9 +1,12 @@
 """Cluster metadata: the records of ``__cluster_metadata``, the image they build, snapshots.
 
 Brokers and controllers share this code: each replays committed records
-(:mod:`highwater.metadata.records`) into a :class:`MetadataDelta` and applies it for the
-next immutable :class:`MetadataImage`, versioned by log offset; a snapshot
-(:mod:`highwater.metadata.snapshot`) is the list of records that recreates an image.
+(:mod:`highwater.metadata.records`) into a :class:`MetadataDelta`
+(:mod:`highwater.metadata.delta`) and applies it for the next immutable
+:class:`MetadataImage` (:mod:`highwater.metadata.image`), versioned by log offset and
+built of persistent collections that share what did not change
+(:mod:`highwater.metadata.persistent`); a snapshot (:mod:`highwater.metadata.snapshot`)
+is the list of records that recreates an image.
 """
 
 from highwater.metadata.consumer_offsets import (
@@ -11,6 +14,12 @@ from highwater.metadata.consumer_offsets import (
     java_string_hash,
     kafka_abs,
     partition_for_group,
+)
+from highwater.metadata.delta import (
+    MetadataDelta,
+    MetadataLoader,
+    MetadataReplayError,
+    replay,
 )
 from highwater.metadata.image import (
     BrokerIndex,
@@ -22,21 +31,16 @@ from highwater.metadata.image import (
     CoordinatorRegistration,
     CoordinatorsImage,
     IndexKind,
-    MetadataDelta,
     MetadataImage,
-    MetadataLoader,
-    MetadataReplayError,
-    PartitionMap,
     PartitionRegistration,
-    PartitionSet,
     ProducerIdsImage,
     TopicIdPartition,
     TopicImage,
     TopicsImage,
     build_broker_index,
     derive_broker_index,
-    replay,
 )
+from highwater.metadata.persistent import PartitionMap, PartitionSet
 from highwater.metadata.records import (
     NO_LEADER,
     BrokerEndpoint,

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from highwater.metadata.image import MetadataDelta, MetadataImage
+from highwater.metadata.delta import MetadataDelta
+from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import (
     ConfigRecord,
     ConfigResourceType,

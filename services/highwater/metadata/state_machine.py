@@ -2,7 +2,7 @@
 
 Controllers and observers alike (brokers, group coordinators, ``highwater observer``) hand
 the committed batches of the metadata log to it: it decodes each record and replays it
-through a :class:`~highwater.metadata.image.MetadataLoader`, so the committed
+through a :class:`~highwater.metadata.delta.MetadataLoader`, so the committed
 :class:`~highwater.metadata.image.MetadataImage` is the same on every replica. It writes
 and loads snapshots: the image's :func:`~highwater.metadata.snapshot.snapshot_values`, as
 RecordBatch v2 batches. On the active controller a :class:`Speculation` (its store) hands
@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol
 
 from highwater.errors import CorruptRecordError
-from highwater.metadata.image import MetadataImage, MetadataLoader
+from highwater.metadata.delta import MetadataLoader
+from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import decode_record
 from highwater.metadata.snapshot import load_snapshot_values, snapshot_values
 from highwater.raft.messages import OffsetAndEpoch

@@ -1,0 +1,558 @@
+"""How records change the metadata image: the ``MetadataDelta``, ``replay``, the ``MetadataLoader``.
+
+Every broker replays the committed records of ``__cluster_metadata`` into a
+:class:`MetadataDelta` on top of its current
+:class:`~highwater.metadata.image.MetadataImage` and, at the end of each batch, calls
+:meth:`MetadataDelta.apply` for the next image (:class:`MetadataLoader` does this batch by
+batch); the quorum controller builds the very same image with the very same code, and
+reads a delta to stack the effects of one request's records before they commit.
+
+A delta records only what changed (brokers, topics and their new partitions, configs,
+coordinator assignments); :meth:`MetadataDelta.apply` copies just those parts of the
+image and shares the rest, and derives the per-broker indexes the image had built from
+the partitions that changed. A record that cannot apply raises
+:class:`MetadataReplayError`: committed records always apply, so the error means the log
+and the image disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from types import MappingProxyType
+from typing import Any, Final
+
+from highwater.errors import HighwaterError
+from highwater.metadata.image import (
+    BrokerRegistration,
+    ClusterImage,
+    ConfigResource,
+    ConfigurationsImage,
+    CoordinatorAssignment,
+    CoordinatorRegistration,
+    CoordinatorsImage,
+    IndexChange,
+    MetadataImage,
+    PartitionRegistration,
+    ProducerIdsImage,
+    TopicIdPartition,
+    TopicImage,
+    TopicsImage,
+    derive_broker_index,
+)
+from highwater.metadata.persistent import PartitionMap
+from highwater.metadata.records import (
+    BrokerRegistrationChangeRecord,
+    ConfigRecord,
+    ConfigResourceType,
+    CoordinatorAssignmentRecord,
+    FenceBrokerRecord,
+    MetadataRecord,
+    NoOpRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    RegisterCoordinatorRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
+    UnregisterCoordinatorRecord,
+)
+from highwater.v1.common_pb2 import ErrorCode
+
+
+class MetadataReplayError(HighwaterError):
+    """A record that cannot apply to the image (an unknown topic, a stale broker epoch...).
+
+    Committed records always apply; this error means the log and the image disagree, a bug.
+    """
+
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+class _TopicChange:
+    """A topic created or changed within a delta: its base image (if any) and new partitions."""
+
+    __slots__ = ("base", "count", "name", "partitions", "topic_id")
+
+    def __init__(self, topic_id: str, name: str, base: TopicImage | None) -> None:
+        self.topic_id = topic_id
+        self.name = name
+        self.base = base
+        self.partitions: dict[int, PartitionRegistration] = {}
+        self.count = len(base.partitions) if base is not None else 0
+
+    def partition(self, partition_id: int) -> PartitionRegistration | None:
+        registration = self.partitions.get(partition_id)
+        if registration is None and self.base is not None:
+            registration = self.base.partitions.get(partition_id)
+        return registration
+
+    def set_partition(self, partition_id: int, registration: PartitionRegistration) -> None:
+        self.partitions[partition_id] = registration
+        if partition_id >= self.count:
+            self.count = partition_id + 1
+
+    def partition_count(self) -> int:
+        return self.count
+
+
+class MetadataDelta:
+    """Records replayed on top of an image; :meth:`apply` gives the next image.
+
+    Reads (:meth:`broker`, :meth:`partition`...) see the replayed records, so the
+    controller can stack the effects of one request's records before applying them.
+    """
+
+    def __init__(self, image: MetadataImage) -> None:
+        self.image = image
+        self._brokers: dict[int, BrokerRegistration | None] = {}
+        self._coordinators: dict[int, CoordinatorRegistration | None] = {}
+        self._assignments: dict[int, CoordinatorAssignment] = {}
+        self._topics: dict[str, _TopicChange] = {}
+        self._removed_topics: dict[str, TopicImage] = {}  # base topics removed, by id
+        self._names: dict[str, str | None] = {}  # topic name -> id, None when removed
+        self._configs: dict[ConfigResource, dict[str, str | None]] = {}
+        self._cleared_configs: set[ConfigResource] = set()
+        self._producer_ids: ProducerIdsImage | None = None
+        self.record_count = 0
+
+    # Reads -----------------------------------------------------------------------------
+
+    def broker(self, broker_id: int) -> BrokerRegistration | None:
+        if broker_id in self._brokers:
+            return self._brokers[broker_id]
+        return self.image.cluster.brokers.get(broker_id)
+
+    def brokers(self) -> dict[int, BrokerRegistration]:
+        """Every registered broker, by id."""
+        brokers = dict(self.image.cluster.brokers)
+        for broker_id, registration in self._brokers.items():
+            if registration is None:
+                brokers.pop(broker_id, None)
+            else:
+                brokers[broker_id] = registration
+        return brokers
+
+    def is_active_broker(self, broker_id: int) -> bool:
+        broker = self.broker(broker_id)
+        return broker is not None and broker.is_active
+
+    def coordinator(self, coordinator_id: int) -> CoordinatorRegistration | None:
+        if coordinator_id in self._coordinators:
+            return self._coordinators[coordinator_id]
+        return self.image.cluster.coordinators.get(coordinator_id)
+
+    def coordinators(self) -> dict[int, CoordinatorRegistration]:
+        coordinators = dict(self.image.cluster.coordinators)
+        for coordinator_id, registration in self._coordinators.items():
+            if registration is None:
+                coordinators.pop(coordinator_id, None)
+            else:
+                coordinators[coordinator_id] = registration
+        return coordinators
+
+    def coordinator_assignment(self, partition_id: int) -> CoordinatorAssignment | None:
+        if partition_id in self._assignments:
+            return self._assignments[partition_id]
+        return self.image.coordinators.assignments.get(partition_id)
+
+    def coordinator_assignments(self) -> dict[int, CoordinatorAssignment]:
+        """Every ``__consumer_offsets`` partition's assignment, by partition id."""
+        assignments = dict(self.image.coordinators.assignments)
+        assignments.update(self._assignments)
+        return assignments
+
+    def topic_id(self, name: str) -> str | None:
+        """The id of the topic named ``name``, or None."""
+        if name in self._names:
+            return self._names[name]
+        topic = self.image.topics.by_name.get(name)
+        return None if topic is None else topic.topic_id
+
+    def topic_name(self, topic_id: str) -> str | None:
+        change = self._topics.get(topic_id)
+        if change is not None:
+            return change.name
+        if topic_id in self._removed_topics:
+            return None
+        topic = self.image.topics.by_id.get(topic_id)
+        return None if topic is None else topic.name
+
+    def topic_names(self) -> list[str]:
+        """Every topic's name."""
+        names = {name for name in self.image.topics.by_name if name not in self._names}
+        names.update(name for name, topic_id in self._names.items() if topic_id is not None)
+        return sorted(names)
+
+    def has_topic_id(self, topic_id: str) -> bool:
+        return self.topic_name(topic_id) is not None
+
+    def partition_count(self, topic_id: str) -> int:
+        change = self._topics.get(topic_id)
+        if change is not None:
+            return change.partition_count()
+        if topic_id in self._removed_topics:
+            return 0
+        topic = self.image.topics.by_id.get(topic_id)
+        return 0 if topic is None else len(topic.partitions)
+
+    def partition(self, topic_id: str, partition_id: int) -> PartitionRegistration | None:
+        change = self._topics.get(topic_id)
+        if change is not None:
+            return change.partition(partition_id)
+        if topic_id in self._removed_topics:
+            return None
+        return self.image.partition(topic_id, partition_id)
+
+    def changed_partitions(self) -> Iterator[tuple[TopicIdPartition, PartitionRegistration]]:
+        """The partitions the replayed records created or changed, with their new state."""
+        for topic_id, change in self._topics.items():
+            for partition_id, registration in change.partitions.items():
+                yield TopicIdPartition(topic_id, partition_id), registration
+
+    def config(self, resource: ConfigResource) -> dict[str, str]:
+        """The resource's dynamic overrides after the replayed records."""
+        values = {} if resource in self._cleared_configs else dict(self.image.configs.get(resource))
+        for name, value in self._configs.get(resource, {}).items():
+            if value is None:
+                values.pop(name, None)
+            else:
+                values[name] = value
+        return values
+
+    @property
+    def next_producer_id(self) -> int:
+        producer_ids = self._producer_ids or self.image.producer_ids
+        return producer_ids.next_producer_id
+
+    # Replay ----------------------------------------------------------------------------
+
+    def replay(self, record: MetadataRecord) -> None:
+        """Apply one record; :class:`MetadataReplayError` if it cannot apply."""
+        handler = _HANDLERS.get(type(record))
+        if handler is None:
+            raise MetadataReplayError(f"no replay rule for {type(record).__name__}")
+        handler(self, record)
+        self.record_count += 1
+
+    def replay_all(self, records: Iterable[MetadataRecord]) -> MetadataDelta:
+        for record in records:
+            self.replay(record)
+        return self
+
+    def _replay_register_broker(self, record: RegisterBrokerRecord) -> None:
+        self._brokers[record.broker_id] = BrokerRegistration(
+            broker_id=record.broker_id,
+            incarnation_id=record.incarnation_id,
+            broker_epoch=record.broker_epoch,
+            listeners=record.listeners,
+            rack=record.rack,
+            fenced=record.fenced,
+            in_controlled_shutdown=record.in_controlled_shutdown,
+        )
+
+    def _registered(self, broker_id: int, broker_epoch: int, what: str) -> BrokerRegistration:
+        broker = self.broker(broker_id)
+        if broker is None:
+            raise MetadataReplayError(f"{what}: broker {broker_id} is not registered")
+        if broker.broker_epoch != broker_epoch:
+            raise MetadataReplayError(
+                f"{what}: broker {broker_id} has epoch {broker.broker_epoch}, "
+                f"the record names {broker_epoch}"
+            )
+        return broker
+
+    def _change_broker(
+        self, broker: BrokerRegistration, fenced: bool | None, in_controlled_shutdown: bool | None
+    ) -> None:
+        new_fenced = broker.fenced if fenced is None else fenced
+        shutting_down = (
+            broker.in_controlled_shutdown
+            if in_controlled_shutdown is None
+            else in_controlled_shutdown
+        )
+        if new_fenced:
+            shutting_down = False  # a fenced broker is out of the cluster, not leaving it
+        self._brokers[broker.broker_id] = BrokerRegistration(
+            broker.broker_id,
+            broker.incarnation_id,
+            broker.broker_epoch,
+            broker.listeners,
+            broker.rack,
+            new_fenced,
+            shutting_down,
+        )
+
+    def _replay_fence_broker(self, record: FenceBrokerRecord) -> None:
+        broker = self._registered(record.broker_id, record.broker_epoch, "FenceBrokerRecord")
+        self._change_broker(broker, True, False)
+
+    def _replay_unfence_broker(self, record: UnfenceBrokerRecord) -> None:
+        broker = self._registered(record.broker_id, record.broker_epoch, "UnfenceBrokerRecord")
+        self._change_broker(broker, False, None)
+
+    def _replay_broker_registration_change(self, record: BrokerRegistrationChangeRecord) -> None:
+        broker = self._registered(
+            record.broker_id, record.broker_epoch, "BrokerRegistrationChangeRecord"
+        )
+        self._change_broker(broker, record.fenced, record.in_controlled_shutdown)
+
+    def _replay_unregister_broker(self, record: UnregisterBrokerRecord) -> None:
+        self._registered(record.broker_id, record.broker_epoch, "UnregisterBrokerRecord")
+        self._brokers[record.broker_id] = None
+
+    def _replay_topic(self, record: TopicRecord) -> None:
+        if self.topic_id(record.name) is not None:
+            raise MetadataReplayError(f"TopicRecord: topic {record.name!r} already exists")
+        if self.has_topic_id(record.topic_id):
+            raise MetadataReplayError(f"TopicRecord: topic id {record.topic_id} already exists")
+        self._topics[record.topic_id] = _TopicChange(record.topic_id, record.name, None)
+        self._names[record.name] = record.topic_id
+
+    def _topic_change(self, topic_id: str, what: str) -> _TopicChange:
+        change = self._topics.get(topic_id)
+        if change is None:
+            base = None if topic_id in self._removed_topics else self.image.topic_by_id(topic_id)
+            if base is None:
+                raise MetadataReplayError(f"{what}: no topic with id {topic_id}")
+            change = _TopicChange(topic_id, base.name, base)
+            self._topics[topic_id] = change
+        return change
+
+    def _replay_partition(self, record: PartitionRecord) -> None:
+        change = self._topic_change(record.topic_id, "PartitionRecord")
+        if not 0 <= record.partition_id <= change.partition_count():
+            raise MetadataReplayError(
+                f"PartitionRecord: partition {record.partition_id} of topic {change.name!r} "
+                f"does not follow its {change.partition_count()} partitions"
+            )
+        change.set_partition(record.partition_id, PartitionRegistration.from_record(record))
+
+    def _replay_partition_change(self, record: PartitionChangeRecord) -> None:
+        change = self._topic_change(record.topic_id, "PartitionChangeRecord")
+        current = change.partition(record.partition_id)
+        if current is None:
+            raise MetadataReplayError(
+                f"PartitionChangeRecord: topic {change.name!r} has no partition "
+                f"{record.partition_id}"
+            )
+        change.set_partition(record.partition_id, current.merge(record))
+
+    def _replay_remove_topic(self, record: RemoveTopicRecord) -> None:
+        name = self.topic_name(record.topic_id)
+        if name is None:
+            raise MetadataReplayError(f"RemoveTopicRecord: no topic with id {record.topic_id}")
+        change = self._topics.pop(record.topic_id, None)
+        base = change.base if change is not None else self.image.topic_by_id(record.topic_id)
+        if base is not None:
+            self._removed_topics[record.topic_id] = base
+        self._names[name] = None
+        resource = ConfigResource(ConfigResourceType.TOPIC, name)
+        self._cleared_configs.add(resource)
+        self._configs.pop(resource, None)
+
+    def _replay_config(self, record: ConfigRecord) -> None:
+        resource = ConfigResource(record.resource_type, record.resource_name)
+        self._configs.setdefault(resource, {})[record.name] = record.value
+
+    def _replay_producer_ids(self, record: ProducerIdsRecord) -> None:
+        if record.next_producer_id < self.next_producer_id:
+            raise MetadataReplayError(
+                f"ProducerIdsRecord: next producer id {record.next_producer_id} is below "
+                f"{self.next_producer_id}"
+            )
+        self._producer_ids = ProducerIdsImage(
+            record.next_producer_id, record.broker_id, record.broker_epoch
+        )
+
+    def _replay_register_coordinator(self, record: RegisterCoordinatorRecord) -> None:
+        self._coordinators[record.coordinator_id] = CoordinatorRegistration(
+            record.coordinator_id,
+            record.incarnation_id,
+            record.registration_epoch,
+            record.listeners,
+            record.rack,
+        )
+
+    def _replay_unregister_coordinator(self, record: UnregisterCoordinatorRecord) -> None:
+        coordinator = self.coordinator(record.coordinator_id)
+        if coordinator is None or coordinator.registration_epoch != record.registration_epoch:
+            raise MetadataReplayError(
+                f"UnregisterCoordinatorRecord: coordinator {record.coordinator_id} of epoch "
+                f"{record.registration_epoch} is not registered"
+            )
+        self._coordinators[record.coordinator_id] = None
+
+    def _replay_coordinator_assignment(self, record: CoordinatorAssignmentRecord) -> None:
+        current = self.coordinator_assignment(record.partition_id)
+        if current is not None and record.coordinator_epoch <= current.coordinator_epoch:
+            raise MetadataReplayError(
+                f"CoordinatorAssignmentRecord: partition {record.partition_id} has coordinator "
+                f"epoch {current.coordinator_epoch}, the record {record.coordinator_epoch}"
+            )
+        self._assignments[record.partition_id] = CoordinatorAssignment(
+            record.coordinator_id, record.coordinator_epoch
+        )
+
+    def _replay_no_op(self, record: NoOpRecord) -> None:
+        pass
+
+    # Apply -----------------------------------------------------------------------------
+
+    def apply(self, offset: int, epoch: int | None = None) -> MetadataImage:
+        """The image after the replayed records, the last of which is at ``offset``.
+
+        ``epoch`` defaults to the base image's.
+        """
+        image = self.image
+        return MetadataImage(
+            offset=offset,
+            epoch=image.epoch if epoch is None else epoch,
+            cluster=self._apply_cluster(),
+            topics=self._apply_topics(),
+            configs=self._apply_configs(),
+            producer_ids=self._producer_ids or image.producer_ids,
+            coordinators=self._apply_coordinators(),
+        )
+
+    def _apply_cluster(self) -> ClusterImage:
+        cluster = self.image.cluster
+        if not self._brokers and not self._coordinators:
+            return cluster
+        brokers = cluster.brokers
+        if self._brokers:
+            brokers = MappingProxyType(self.brokers())
+        coordinators = cluster.coordinators
+        if self._coordinators:
+            coordinators = MappingProxyType(self.coordinators())
+        return ClusterImage(brokers, coordinators)
+
+    def _apply_topics(self) -> TopicsImage:
+        topics = self.image.topics
+        if not self._topics and not self._removed_topics:
+            return topics
+        by_id = dict(topics.by_id)
+        by_name = dict(topics.by_name)
+        index_changes: list[IndexChange] = []
+        built = topics.built_indexes()
+        track = bool(built)
+        for topic_id, removed in self._removed_topics.items():
+            del by_id[topic_id]
+            if by_name.get(removed.name) is removed:
+                del by_name[removed.name]
+            if track:
+                for partition_id, gone in enumerate(removed.partitions.registrations()):
+                    index_changes.append((TopicIdPartition(topic_id, partition_id), gone, None))
+        for topic_id, change in self._topics.items():
+            base = change.base
+            partitions = (base.partitions if base is not None else PartitionMap()).updated(
+                change.partitions
+            )
+            # The partition keys stay valid as long as the topic keeps its partition count.
+            keys = (
+                base._keys if base is not None and len(partitions) == len(base.partitions) else None
+            )
+            topic = TopicImage(change.name, topic_id, partitions, keys)
+            by_id[topic_id] = topic
+            by_name[change.name] = topic
+            if track:
+                for partition_id, new in change.partitions.items():
+                    old = base.partitions.get(partition_id) if base is not None else None
+                    index_changes.append((TopicIdPartition(topic_id, partition_id), old, new))
+        indexes = {
+            kind: derive_broker_index(index, index_changes, kind) for kind, index in built.items()
+        }
+        return TopicsImage(MappingProxyType(by_id), MappingProxyType(by_name), indexes)
+
+    def _apply_configs(self) -> ConfigurationsImage:
+        configs = self.image.configs
+        if not self._configs and not self._cleared_configs:
+            return configs
+        resources = dict(configs.resources)
+        for resource in self._cleared_configs | set(self._configs):
+            values = self.config(resource)
+            if values:
+                resources[resource] = MappingProxyType(values)
+            else:
+                resources.pop(resource, None)
+        return ConfigurationsImage(MappingProxyType(resources))
+
+    def _apply_coordinators(self) -> CoordinatorsImage:
+        coordinators = self.image.coordinators
+        if not self._assignments:
+            return coordinators
+        assignments = dict(coordinators.assignments)
+        assignments.update(self._assignments)
+        return CoordinatorsImage(MappingProxyType(assignments))
+
+
+_HANDLERS: Final[dict[type[Any], Callable[[MetadataDelta, Any], None]]] = {
+    RegisterBrokerRecord: MetadataDelta._replay_register_broker,
+    FenceBrokerRecord: MetadataDelta._replay_fence_broker,
+    UnfenceBrokerRecord: MetadataDelta._replay_unfence_broker,
+    BrokerRegistrationChangeRecord: MetadataDelta._replay_broker_registration_change,
+    UnregisterBrokerRecord: MetadataDelta._replay_unregister_broker,
+    TopicRecord: MetadataDelta._replay_topic,
+    PartitionRecord: MetadataDelta._replay_partition,
+    PartitionChangeRecord: MetadataDelta._replay_partition_change,
+    RemoveTopicRecord: MetadataDelta._replay_remove_topic,
+    ConfigRecord: MetadataDelta._replay_config,
+    ProducerIdsRecord: MetadataDelta._replay_producer_ids,
+    RegisterCoordinatorRecord: MetadataDelta._replay_register_coordinator,
+    UnregisterCoordinatorRecord: MetadataDelta._replay_unregister_coordinator,
+    CoordinatorAssignmentRecord: MetadataDelta._replay_coordinator_assignment,
+    NoOpRecord: MetadataDelta._replay_no_op,
+}
+
+
+def replay(
+    records: Iterable[MetadataRecord],
+    offset: int,
+    epoch: int | None = None,
+    image: MetadataImage | None = None,
+) -> MetadataImage:
+    """The image after replaying ``records`` on ``image`` (empty by default)."""
+    base = image if image is not None else MetadataImage.empty()
+    return MetadataDelta(base).replay_all(records).apply(offset, epoch)
+
+
+class MetadataLoader:
+    """Replays committed batches, in offset order, into images: what every broker runs.
+
+    The controller's Raft layer, or any other store of the metadata log, hands it each
+    committed batch (:meth:`load_batch`) or a snapshot image (:meth:`load_snapshot`);
+    :attr:`image` is then the image of everything committed so far.
+    """
+
+    def __init__(self, image: MetadataImage | None = None) -> None:
+        self.image = image if image is not None else MetadataImage.empty()
+
+    def load_batch(
+        self, base_offset: int, epoch: int, records: Iterable[MetadataRecord]
+    ) -> MetadataImage:
+        """Apply the records at ``base_offset``, ``base_offset + 1``...; returns the new image.
+
+        The batch may start past ``image.offset + 1``: the Raft log interleaves control
+        batches (a leader's epoch-start marker) that take offsets but hold no metadata.
+        Raises :class:`MetadataReplayError` if the batch starts at or below the image.
+        """
+        if base_offset <= self.image.offset:
+            raise MetadataReplayError(
+                f"batch at offset {base_offset} does not follow the image at {self.image.offset}"
+            )
+        delta = MetadataDelta(self.image).replay_all(records)
+        if delta.record_count == 0:
+            return self.image
+        self.image = delta.apply(base_offset + delta.record_count - 1, epoch)
+        return self.image
+
+    def load_snapshot(self, image: MetadataImage) -> MetadataImage:
+        """Replace the image by a snapshot's (which must not go backwards)."""
+        if image.offset < self.image.offset:
+            raise MetadataReplayError(
+                f"snapshot at offset {image.offset} is older than the image at {self.image.offset}"
+            )
+        self.image = image
+        return image
