@@ -52,7 +52,7 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "client": _SHARED - {"storage", "raft"},
     # shared layers, each over those it names
     "controller_api": _BASE | {"records", "rpc", "metadata"},
-    "metadata": _BASE | {"records", "rpc", "storage", "raft"},
+    "metadata": _BASE | {"records", "rpc", "security", "storage", "raft"},
     "raft": _BASE | {"records", "rpc", "storage"},
     "storage": frozenset({"config", "errors", "telemetry", "records"}),
     "records": frozenset({"config", "errors"}),

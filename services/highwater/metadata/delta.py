@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from highwater.errors import HighwaterError
 from highwater.metadata.image import (
+    AclsImage,
     BrokerRegistration,
     ClusterImage,
     ConfigResource,
@@ -41,6 +42,7 @@ from highwater.metadata.image import (
 )
 from highwater.metadata.persistent import PartitionMap
 from highwater.metadata.records import (
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     ConfigResourceType,
@@ -53,11 +55,19 @@ from highwater.metadata.records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RegisterCoordinatorRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
     UnregisterCoordinatorRecord,
+)
+from highwater.security import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
 )
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -116,6 +126,7 @@ class MetadataDelta:
         self._configs: dict[ConfigResource, dict[str, str | None]] = {}
         self._cleared_configs: set[ConfigResource] = set()
         self._producer_ids: ProducerIdsImage | None = None
+        self._acls: dict[str, AclBinding | None] = {}  # by id; None: removed
         self.record_count = 0
 
     # Reads -----------------------------------------------------------------------------
@@ -399,6 +410,33 @@ class MetadataDelta:
     def _replay_no_op(self, record: NoOpRecord) -> None:
         pass
 
+    def acl(self, acl_id: str) -> AclBinding | None:
+        if acl_id in self._acls:
+            return self._acls[acl_id]
+        return self.image.acls.by_id.get(acl_id)
+
+    def _replay_access_control_entry(self, record: AccessControlEntryRecord) -> None:
+        if self.acl(record.id) is not None:
+            raise MetadataReplayError(f"ACL {record.id} exists already")
+        try:
+            binding = AclBinding(
+                ResourceType(record.resource_type),
+                record.resource_name,
+                PatternType(record.pattern_type),
+                record.principal,
+                record.host,
+                AclOperation(record.operation),
+                AclPermissionType(record.permission_type),
+            )
+        except ValueError as e:
+            raise MetadataReplayError(f"ACL {record.id} is not valid: {e}") from None
+        self._acls[record.id] = binding
+
+    def _replay_remove_access_control_entry(self, record: RemoveAccessControlEntryRecord) -> None:
+        if self.acl(record.id) is None:
+            raise MetadataReplayError(f"ACL {record.id} does not exist")
+        self._acls[record.id] = None
+
     # Apply -----------------------------------------------------------------------------
 
     def apply(self, offset: int, epoch: int | None = None) -> MetadataImage:
@@ -415,6 +453,7 @@ class MetadataDelta:
             configs=self._apply_configs(),
             producer_ids=self._producer_ids or image.producer_ids,
             coordinators=self._apply_coordinators(),
+            acls=self._apply_acls(),
         )
 
     def _apply_cluster(self) -> ClusterImage:
@@ -479,6 +518,18 @@ class MetadataDelta:
                 resources.pop(resource, None)
         return ConfigurationsImage(MappingProxyType(resources))
 
+    def _apply_acls(self) -> AclsImage:
+        acls = self.image.acls
+        if not self._acls:
+            return acls
+        by_id = dict(acls.by_id)
+        for acl_id, binding in self._acls.items():
+            if binding is None:
+                by_id.pop(acl_id, None)
+            else:
+                by_id[acl_id] = binding
+        return AclsImage(by_id)
+
     def _apply_coordinators(self) -> CoordinatorsImage:
         coordinators = self.image.coordinators
         if not self._assignments:
@@ -504,6 +555,8 @@ _HANDLERS: Final[dict[type[Any], Callable[[MetadataDelta, Any], None]]] = {
     UnregisterCoordinatorRecord: MetadataDelta._replay_unregister_coordinator,
     CoordinatorAssignmentRecord: MetadataDelta._replay_coordinator_assignment,
     NoOpRecord: MetadataDelta._replay_no_op,
+    AccessControlEntryRecord: MetadataDelta._replay_access_control_entry,
+    RemoveAccessControlEntryRecord: MetadataDelta._replay_remove_access_control_entry,
 }
 
 

@@ -39,6 +39,7 @@ from highwater.metadata.records import (
     RegisterBrokerRecord,
     RegisterCoordinatorRecord,
 )
+from highwater.security import AclAuthorizer, AclBinding
 
 _EMPTY_MAP: Final[Mapping[Any, Any]] = MappingProxyType({})
 
@@ -374,6 +375,38 @@ class ConfigurationsImage:
         return self.resources.get(resource, _EMPTY_MAP)
 
 
+class AclsImage:
+    """The cluster's ACLs by id, and the authorizer over them.
+
+    The authorizer's index is built once per image that changed the ACLs, and once per
+    broker setting of ``super.users`` / ``allow.everyone.if.no.acl.found``: an image whose
+    records left the ACLs alone shares this object, and so its authorizer, with the image
+    before it.
+    """
+
+    __slots__ = ("_authorizers", "by_id")
+
+    def __init__(self, by_id: Mapping[str, AclBinding] | None = None) -> None:
+        self.by_id: Mapping[str, AclBinding] = MappingProxyType(dict(by_id or {}))
+        self._authorizers: dict[tuple[frozenset[str], bool], AclAuthorizer] = {}
+
+    def __len__(self) -> int:
+        return len(self.by_id)
+
+    def authorizer(
+        self, super_users: Iterable[str] = (), *, allow_everyone_if_no_acl_found: bool = False
+    ) -> AclAuthorizer:
+        key = (frozenset(super_users), allow_everyone_if_no_acl_found)
+        authorizer = self._authorizers.get(key)
+        if authorizer is None:
+            authorizer = self._authorizers[key] = AclAuthorizer(
+                self.by_id.values(),
+                super_users=key[0],
+                allow_everyone_if_no_acl_found=allow_everyone_if_no_acl_found,
+            )
+        return authorizer
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerIdsImage:
     """The next producer id the controller hands out, and who got the last block."""
@@ -407,6 +440,7 @@ class MetadataImage:
     configs: ConfigurationsImage = field(default_factory=ConfigurationsImage)
     producer_ids: ProducerIdsImage = field(default_factory=ProducerIdsImage)
     coordinators: CoordinatorsImage = field(default_factory=CoordinatorsImage)
+    acls: AclsImage = field(default_factory=AclsImage)
 
     @classmethod
     def empty(cls) -> MetadataImage:

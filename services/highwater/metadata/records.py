@@ -207,6 +207,30 @@ class NoOpRecord:
     """Changes nothing; written by the active controller to show it is alive (KIP-835)."""
 
 
+# --- Access control --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AccessControlEntryRecord:
+    """An ACL (KIP-801): the numbers are Kafka's codes (see :mod:`highwater.security.acl`)."""
+
+    id: str
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntryRecord:
+    """The ACL with this id is removed."""
+
+    id: str
+
+
 MetadataRecord: TypeAlias = (
     RegisterBrokerRecord
     | FenceBrokerRecord
@@ -223,6 +247,8 @@ MetadataRecord: TypeAlias = (
     | UnregisterCoordinatorRecord
     | CoordinatorAssignmentRecord
     | NoOpRecord
+    | AccessControlEntryRecord
+    | RemoveAccessControlEntryRecord
 )
 """Any record of the metadata log."""
 
@@ -243,6 +269,8 @@ _ONEOF_FIELDS: Final[dict[type[Any], str]] = {
     UnregisterCoordinatorRecord: "unregister_coordinator",
     CoordinatorAssignmentRecord: "coordinator_assignment",
     NoOpRecord: "no_op",
+    AccessControlEntryRecord: "access_control_entry",
+    RemoveAccessControlEntryRecord: "remove_access_control_entry",
 }
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import (
+    AccessControlEntryRecord,
     ConfigRecord,
     ConfigResourceType,
     CoordinatorAssignmentRecord,
@@ -31,7 +32,7 @@ def snapshot_records(image: MetadataImage) -> Iterator[MetadataRecord]:
     """The records that recreate ``image`` from nothing, in an order that replays.
 
     Brokers and coordinators first, then each topic (its record, its configs, its
-    partitions), then broker configs, the producer-id block and coordinator assignments.
+    partitions), then broker configs, the producer-id block, coordinator assignments and ACLs.
     """
     for _, broker in sorted(image.cluster.brokers.items()):
         yield broker.to_record()
@@ -59,6 +60,17 @@ def snapshot_records(image: MetadataImage) -> Iterator[MetadataRecord]:
     for partition_id, assignment in sorted(image.coordinators.assignments.items()):
         yield CoordinatorAssignmentRecord(
             partition_id, assignment.coordinator_id, assignment.coordinator_epoch
+        )
+    for acl_id, acl in sorted(image.acls.by_id.items()):
+        yield AccessControlEntryRecord(
+            acl_id,
+            int(acl.resource_type),
+            acl.resource_name,
+            int(acl.pattern_type),
+            acl.principal,
+            acl.host,
+            int(acl.operation),
+            int(acl.permission),
         )
 
 

@@ -572,6 +572,75 @@ class NoOpRecord(_message.Message):
 Global___NoOpRecord: _TypeAlias = NoOpRecord  # noqa: Y015
 
 @_typing.final
+class AccessControlEntryRecord(_message.Message):
+    """An access control entry (Kafka's AccessControlEntryRecord, KIP-801): a resource pattern
+    and who may (or may not) do what to it from where. The numbers are Kafka's ResourceType,
+    PatternType, AclOperation and AclPermissionType codes.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    PATTERN_TYPE_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PERMISSION_TYPE_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """a Kafka Uuid in base64url, unique among the cluster's ACLs"""
+    resource_type: _builtins.int
+    resource_name: _builtins.str
+    pattern_type: _builtins.int
+    principal: _builtins.str
+    """TYPE:NAME, e.g. User:alice, or User:* for every user"""
+    host: _builtins.str
+    """an address, or * for every host"""
+    operation: _builtins.int
+    permission_type: _builtins.int
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        resource_type: _builtins.int = ...,
+        resource_name: _builtins.str = ...,
+        pattern_type: _builtins.int = ...,
+        principal: _builtins.str = ...,
+        host: _builtins.str = ...,
+        operation: _builtins.int = ...,
+        permission_type: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "id", b"id", "operation", b"operation", "pattern_type", b"pattern_type", "permission_type", b"permission_type", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AccessControlEntryRecord: _TypeAlias = AccessControlEntryRecord  # noqa: Y015
+
+@_typing.final
+class RemoveAccessControlEntryRecord(_message.Message):
+    """The access control entry with this id is removed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveAccessControlEntryRecord: _TypeAlias = RemoveAccessControlEntryRecord  # noqa: Y015
+
+@_typing.final
 class MetadataRecord(_message.Message):
     """The value of one record of __cluster_metadata."""
 
@@ -592,6 +661,8 @@ class MetadataRecord(_message.Message):
     UNREGISTER_COORDINATOR_FIELD_NUMBER: _builtins.int
     COORDINATOR_ASSIGNMENT_FIELD_NUMBER: _builtins.int
     NO_OP_FIELD_NUMBER: _builtins.int
+    ACCESS_CONTROL_ENTRY_FIELD_NUMBER: _builtins.int
+    REMOVE_ACCESS_CONTROL_ENTRY_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register_broker(self) -> Global___RegisterBrokerRecord: ...
     @_builtins.property
@@ -622,6 +693,10 @@ class MetadataRecord(_message.Message):
     def coordinator_assignment(self) -> Global___CoordinatorAssignmentRecord: ...
     @_builtins.property
     def no_op(self) -> Global___NoOpRecord: ...
+    @_builtins.property
+    def access_control_entry(self) -> Global___AccessControlEntryRecord: ...
+    @_builtins.property
+    def remove_access_control_entry(self) -> Global___RemoveAccessControlEntryRecord: ...
     def __init__(
         self,
         *,
@@ -640,12 +715,14 @@ class MetadataRecord(_message.Message):
         unregister_coordinator: Global___UnregisterCoordinatorRecord | None = ...,
         coordinator_assignment: Global___CoordinatorAssignmentRecord | None = ...,
         no_op: Global___NoOpRecord | None = ...,
+        access_control_entry: Global___AccessControlEntryRecord | None = ...,
+        remove_access_control_entry: Global___RemoveAccessControlEntryRecord | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["broker_registration_change", b"broker_registration_change", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_topic", b"remove_topic", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_registration_change", b"broker_registration_change", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_topic", b"remove_topic", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "fence_broker", "unfence_broker", "broker_registration_change", "unregister_broker", "topic", "partition", "partition_change", "config", "producer_ids", "remove_topic", "register_coordinator", "unregister_coordinator", "coordinator_assignment", "no_op"]  # noqa: Y015
+    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "fence_broker", "unfence_broker", "broker_registration_change", "unregister_broker", "topic", "partition", "partition_change", "config", "producer_ids", "remove_topic", "register_coordinator", "unregister_coordinator", "coordinator_assignment", "no_op", "access_control_entry", "remove_access_control_entry"]  # noqa: Y015
     _WhichOneofArgType_record: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_record) -> _WhichOneofReturnType_record | None: ...
 
