@@ -128,9 +128,7 @@ async def test_metrics_follow_isr_shrinks_and_expansions(cluster: Watched) -> No
     await create_topic(
         cluster.brokers[BROKERS[0]].address,
         # min.insync.replicas 3: one follower down puts the partition under its min ISR.
-        NewTopic(
-            TOPIC, replica_assignment={0: list(BROKERS)}, config={"min.insync.replicas": "3"}
-        ),
+        NewTopic(TOPIC, replica_assignment={0: list(BROKERS)}, config={"min.insync.replicas": "3"}),
     )
     state = await wait_partition(
         cluster.brokers.values(),
