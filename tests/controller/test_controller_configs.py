@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from controller_helpers import NONE, Harness
 from highwater.config.definition import ConfigDef, ConfigKey, ConfigType, at_least
+from highwater.config.server import BROKER_DYNAMIC_CONFIG_DEF
 from highwater.controller import ControllerConfig, ControllerResult
+from highwater.controller.config_control import ConfigurationControl
 from highwater.controller_api.messages import (
     AlterableConfig,
     AlterConfigOp,
@@ -13,6 +15,9 @@ from highwater.controller_api.messages import (
     AlterConfigsResource,
     AlterConfigsResponse,
     ConfigSource,
+    CreatableTopic,
+    CreatableTopicResult,
+    CreateTopicsRequest,
     DescribeConfigsRequest,
     DescribeConfigsResource,
 )
@@ -27,8 +32,8 @@ BROKER = ConfigResourceType.BROKER
 @pytest.fixture
 def h() -> Harness:
     harness = Harness()
-    harness.start_brokers([1])
-    harness.create_topic("t", 1, 1, {"retention.ms": "1000"})
+    harness.start_brokers([1, 2])
+    harness.create_topic("t", 1, 2, {"retention.ms": "1000"})
     return harness
 
 
@@ -149,7 +154,7 @@ def test_broker_configs_with_a_definition() -> None:
         DescribeConfigsRequest((DescribeConfigsResource(BROKER, ""),))
     ).response.results[0]
     assert [(c.name, c.value, c.source) for c in described.configs] == [
-        ("log.retention.ms", "5", ConfigSource.DYNAMIC_BROKER_CONFIG)
+        ("log.retention.ms", "5", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
     ]
 
 
@@ -200,3 +205,105 @@ def test_controller_config_from_properties() -> None:
         ControllerConfig.from_properties({"leader.imbalance.per.broker.percentage": "101"})
     with pytest.raises(InvalidConfigError, match=r"broker\.session\.timeout\.ms"):
         ControllerConfig(broker_session_timeout_ms=0)
+
+
+# --- Cluster defaults: the controllers' file (static) and the default broker resource ----
+
+STATIC = ConfigResourceType.STATIC_CLUSTER_DEFAULT
+
+
+def _server_harness(**defaults: str) -> Harness:
+    config = ControllerConfig(
+        broker_config_definition=BROKER_DYNAMIC_CONFIG_DEF, cluster_defaults=defaults
+    )
+    harness = Harness(config)
+    harness.start_brokers([1, 2, 3])
+    return harness
+
+
+def test_the_active_controller_writes_its_static_defaults_once() -> None:
+    h = _server_harness(**{"num.partitions": "4", "min.insync.replicas": "2"})
+    first = h.controller.tick(h.clock.now_ms)
+    assert [r for r in first.records if isinstance(r, ConfigRecord)] == [
+        ConfigRecord(STATIC, "", "min.insync.replicas", "2"),
+        ConfigRecord(STATIC, "", "num.partitions", "4"),
+    ]
+    h.commit(first)
+    assert not [r for r in h.controller.tick(h.clock.now_ms).records if isinstance(r, ConfigRecord)]
+    # Another controller with another file makes the metadata follow its own.
+    other = ControllerConfig(cluster_defaults={"num.partitions": "6"})
+    h.controller.configs = ConfigurationControl(other)
+    again = h.controller.tick(h.clock.now_ms)
+    assert [r for r in again.records if isinstance(r, ConfigRecord)] == [
+        ConfigRecord(STATIC, "", "min.insync.replicas", None),
+        ConfigRecord(STATIC, "", "num.partitions", "6"),
+    ]
+
+
+def _create(h: Harness, name: str, **configs: str) -> CreatableTopicResult:
+    return h.commit(
+        h.controller.create_topics(CreateTopicsRequest((CreatableTopic(name, configs=configs),)))
+    ).topics[0]
+
+
+def test_topics_created_without_settings_take_the_cluster_defaults() -> None:
+    h = _server_harness(**{"num.partitions": "4", "default.replication.factor": "3"})
+    h.commit(h.controller.tick(h.clock.now_ms))
+    created = _create(h, "t")
+    assert (created.error, created.num_partitions, created.replication_factor) == (NONE, 4, 3)
+    # A dynamic default beats the static one.
+    h.commit(alter(h, AlterableConfig("num.partitions", value="2"), resource=(BROKER, "")))
+    assert _create(h, "u").num_partitions == 2
+
+
+def test_min_insync_replicas_above_the_replication_factor_is_refused() -> None:
+    h = _server_harness(**{"min.insync.replicas": "2"})
+    h.commit(h.controller.tick(h.clock.now_ms))
+    refused = _create(h, "t")  # default.replication.factor is 1
+    assert refused.error == ErrorCode.INVALID_CONFIG
+    assert "min.insync.replicas (the cluster default)" in (refused.error_message or "")
+    own = h.commit(
+        h.controller.create_topics(
+            CreateTopicsRequest((CreatableTopic("u", 1, 3, configs={"min.insync.replicas": "4"}),))
+        )
+    ).topics[0]
+    assert own.error == ErrorCode.INVALID_CONFIG and "min.insync.replicas" in own.error_message
+    fine = h.commit(
+        h.controller.create_topics(CreateTopicsRequest((CreatableTopic("v", 1, 3),)))
+    ).topics[0]
+    assert fine.error == NONE
+    above = alter(h, AlterableConfig("min.insync.replicas", value="4"), resource=(TOPIC, "v"))
+    assert above.response.resources[0].error == ErrorCode.INVALID_CONFIG
+    assert "replication factor 3" in above.response.resources[0].error_message
+
+
+def test_cluster_wide_keys_are_refused_per_broker() -> None:
+    h = _server_harness()
+    result = alter(h, AlterableConfig("num.partitions", value="3"), resource=(BROKER, "1"))
+    assert result.response.resources[0].error == ErrorCode.INVALID_REQUEST
+    assert "--entity-default" in result.response.resources[0].error_message
+
+
+def test_described_sources_follow_kafkas_precedence() -> None:
+    h = _server_harness(**{"log.retention.hours": "1", "num.partitions": "4"})
+    h.commit(h.controller.tick(h.clock.now_ms))
+    h.commit(alter(h, AlterableConfig("num.partitions", value="5"), resource=(BROKER, "")))
+    _create(h, "t", **{"segment.bytes": "1000"})
+
+    def described(
+        resource_type: ConfigResourceType, name: str
+    ) -> dict[str, tuple[str | None, int]]:
+        result = h.controller.describe_configs(
+            DescribeConfigsRequest((DescribeConfigsResource(resource_type, name),))
+        ).response.results[0]
+        return {c.name: (c.value, c.source) for c in result.configs}
+
+    broker = described(BROKER, "1")
+    assert broker["num.partitions"] == ("5", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    assert broker["log.retention.hours"] == ("1", ConfigSource.STATIC_BROKER_CONFIG)
+    assert broker["default.replication.factor"] == ("1", ConfigSource.DEFAULT_CONFIG)
+    topic = described(TOPIC, "t")
+    assert topic["retention.ms"] == ("3600000", ConfigSource.STATIC_BROKER_CONFIG)
+    assert topic["segment.bytes"] == ("1000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    assert topic["cleanup.policy"] == ("delete", ConfigSource.DEFAULT_CONFIG)
+    assert h.image.log_config("t").retention_ms == 3_600_000

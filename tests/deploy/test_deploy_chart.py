@@ -111,12 +111,10 @@ def test_the_config_map_carries_the_values(chart_renders: dict[str, dict[str, st
     config = by_kind(documents(chart_renders["default"]), "ConfigMap")["hw-highwater-config"]
     data = config["data"]
     assert data["CONTROLLER_REPLICAS"] == "3"
-    assert data["OFFSETS_TOPIC_REPLICATION_FACTOR"] == "3"
     assert data["BROKER_NODE_ID_OFFSET"] == "100"
     assert data["PRESTOP_TIMEOUT_SECONDS"] == "240"
     dev = by_kind(documents(chart_renders["dev"]), "ConfigMap")["hw-highwater-config"]["data"]
     assert dev["CONTROLLER_REPLICAS"] == "1"
-    assert dev["OFFSETS_TOPIC_REPLICATION_FACTOR"] == "1"
     assert dev["HIGHWATER_LOG_LEVEL"] == "DEBUG"
 
 

@@ -69,7 +69,16 @@ def test_the_dev_overlay_is_one_of_each_with_small_volumes(
     assert {d["metadata"]["namespace"] for d in documents} == {"highwater-dev"}
     config = by_kind(documents, "ConfigMap")["highwater-config"]["data"]
     assert config["CONTROLLER_REPLICAS"] == "1"
-    assert config["OFFSETS_TOPIC_REPLICATION_FACTOR"] == "1"
+    # One broker: one replica and a min ISR of 1, for topics and __consumer_offsets.
+    server = by_kind(documents, "ConfigMap")["highwater-server-config"]["data"]
+    for role in ("controller", "broker", "coordinator"):
+        properties = server[f"{role}.properties"].splitlines()
+        for line in (
+            "default.replication.factor=1",
+            "min.insync.replicas=1",
+            "offsets.topic.replication.factor=1",
+        ):
+            assert line in properties, (role, properties)
     statefulsets = by_kind(documents, "StatefulSet")
     assert claim_size(statefulsets["highwater-controller"]) == "256Mi"
     assert claim_size(statefulsets["highwater-broker"]) == "1Gi"

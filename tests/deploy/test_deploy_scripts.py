@@ -28,16 +28,12 @@ ENVIRONMENT = {
     "CONTROLLER_REPLICAS": "3",
     "CONTROLLER_NODE_ID_OFFSET": "0",
     "CONTROLLER_PORT": "9093",
-    "OFFSETS_TOPIC_REPLICATION_FACTOR": "3",
-    "METADATA_SNAPSHOT_BYTES": "20971520",
     "BROKER_HEADLESS": "hw-highwater-broker-headless",
     "BROKER_NODE_ID_OFFSET": "100",
     "BROKER_PORT": "9092",
-    "REPLICA_LAG_TIME_MAX_MS": "30000",
     "PRESTOP_TIMEOUT_SECONDS": "240",
     "COORDINATOR_NODE_ID_OFFSET": "200",
     "COORDINATOR_PORT": "9094",
-    "GROUP_INITIAL_REBALANCE_DELAY_MS": "3000",
     "METRICS_PORT": "9464",
 }
 CONTROLLERS = ",".join(
@@ -91,6 +87,8 @@ def test_a_controller_is_voter_ordinal_plus_offset_of_every_controller(bin_dir: 
     )
     assert flag(argv, "--data-dir") == "/var/lib/highwater/data"
     assert flag(argv, "--metrics-listen") == "0.0.0.0:9464"
+    # Its settings and the cluster defaults: the chart's properties file.
+    assert flag(argv, "--config") == "/etc/highwater/controller.properties"
     assert "--cluster-id" not in argv
     argv = run(bin_dir, "controller.sh", "hw-highwater-controller-0", CLUSTER_ID="prod-1")
     assert flag(argv, "--cluster-id") == "prod-1"
@@ -110,6 +108,7 @@ def test_a_broker_advertises_its_pod_name_and_takes_its_rack(bin_dir: Path, tmp_
     )
     assert flag(argv, "--controllers") == CONTROLLERS
     assert flag(argv, "--metrics-listen") == "0.0.0.0:9464"
+    assert flag(argv, "--config") == "/etc/highwater/broker.properties"
     assert "--rack" not in argv
     # metrics.enabled false: the ConfigMap's METRICS_PORT is empty, no endpoint.
     assert "--metrics-listen" not in run(
@@ -132,6 +131,7 @@ def test_a_coordinator_listens_on_its_pod_ip(bin_dir: Path) -> None:
     assert flag(argv, "--node-id") == "201"
     assert flag(argv, "--listen") == "10.1.2.3:9094"
     assert flag(argv, "--controllers") == CONTROLLERS
+    assert flag(argv, "--config") == "/etc/highwater/coordinator.properties"
     assert flag(argv, "--metrics-listen") == "0.0.0.0:9464"
 
 

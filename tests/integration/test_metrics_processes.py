@@ -127,7 +127,8 @@ async def eventually(
 async def test_metrics_follow_isr_shrinks_and_expansions(cluster: Watched) -> None:
     await create_topic(
         cluster.brokers[BROKERS[0]].address,
-        NewTopic(TOPIC, replica_assignment={0: list(BROKERS)}),
+        # min.insync.replicas 3: one follower down puts the partition under its min ISR.
+        NewTopic(TOPIC, replica_assignment={0: list(BROKERS)}, config={"min.insync.replicas": "3"}),
     )
     state = await wait_partition(
         cluster.brokers.values(),
@@ -154,6 +155,7 @@ async def test_metrics_follow_isr_shrinks_and_expansions(cluster: Watched) -> No
     assert value(healthy, "highwater_partition_log_end_offset", **partition) == 5
     assert value(healthy, "highwater_broker_in_bytes_total", **topic) > 500
     assert value(healthy, "highwater_broker_under_replicated_partitions") == 0
+    assert value(healthy, "highwater_broker_under_min_isr_partitions") == 0
     assert value(healthy, "highwater_broker_leader_count") >= 1
     # Produce requests and the followers' fetches come over streams, timed by the broker.
     produced = {"highwater_produce_acks": "-1"}
@@ -198,6 +200,7 @@ async def test_metrics_follow_isr_shrinks_and_expansions(cluster: Watched) -> No
         "one under-replicated partition",
     )
     assert value(shrunk, "highwater_broker_isr_shrinks_total", **topic) == 1
+    assert value(shrunk, "highwater_broker_under_min_isr_partitions") == 1
     await eventually(
         cluster.controller_metrics,
         lambda s: value(s, "highwater_controller_fenced_brokers") == 1,
@@ -214,6 +217,7 @@ async def test_metrics_follow_isr_shrinks_and_expansions(cluster: Watched) -> No
         "the partition fully replicated again",
     )
     assert value(healed, "highwater_partition_high_watermark", **partition) == 6
+    assert value(healed, "highwater_broker_under_min_isr_partitions") == 0
     controller = await eventually(
         cluster.controller_metrics,
         lambda s: value(s, "highwater_controller_fenced_brokers") == 0,

@@ -53,9 +53,12 @@ def test_acls_replay_into_the_image_and_its_authorizer() -> None:
     assert later.acls.authorizer() is authorizer
     # Removing one changes the decision.
     removed = replay([RemoveAccessControlEntryRecord("a1")], 3, image=later)
-    assert removed.acls.authorizer().authorize(
-        "User:alice", "h", AclOperation.READ, ResourceType.TOPIC, "orders"
-    ) is Decision.DENIED
+    assert (
+        removed.acls.authorizer().authorize(
+            "User:alice", "h", AclOperation.READ, ResourceType.TOPIC, "orders"
+        )
+        is Decision.DENIED
+    )
     assert image.acls.authorizer() is authorizer  # the older image is unchanged
 
 

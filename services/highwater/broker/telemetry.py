@@ -4,7 +4,8 @@ brought records.
 
 Gauges are read from the partitions at collection time, as Kafka's ReplicaManager gauges
 are: under-replicated partitions (led here, ISR smaller than the replica set), partitions
-led here, replicas held, and each replica's log end offset and high watermark.
+under their min ISR (Kafka's UnderMinIsrPartitionCount), partitions led here, replicas
+held, and each replica's log end offset and high watermark.
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ class BrokerTelemetry:
         gauges = (
             ("highwater.broker.under_replicated_partitions", _under_replicated, "{partition}",
              "Partitions led here whose ISR is smaller than their replica set"),
+            ("highwater.broker.under_min_isr_partitions", _under_min_isr, "{partition}",
+             "Partitions led here whose ISR is smaller than their effective "
+             "min.insync.replicas: acks=all produces fail with NOT_ENOUGH_REPLICAS"),
             ("highwater.broker.leader_count", _leaders, "{partition}",
              "Partitions this broker leads"),
             ("highwater.broker.partition_count", _replicas, "{partition}",
@@ -115,6 +119,13 @@ def _under_replicated(partitions: PartitionManager) -> Iterable[Observation]:
         1
         for p in partitions
         if p.is_leader and len(p.registration.isr) < len(p.registration.replicas)
+    )
+    return [Observation(count)]
+
+
+def _under_min_isr(partitions: PartitionManager) -> Iterable[Observation]:
+    count = sum(
+        1 for p in partitions if p.leader_state is not None and p.leader_state.is_under_min_isr
     )
     return [Observation(count)]
 

@@ -14,6 +14,7 @@ import click
 
 from highwater.broker.service import BrokerSettings
 from highwater.broker.standalone import StandaloneBroker
+from highwater.cli.server_config import load_role_config, server_config_options
 from highwater.cli.serving import (
     controllers_option,
     listen_option,
@@ -56,8 +57,9 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     type=click.IntRange(min=1),
     default=BrokerSettings().replica_lag_time_max_ms,
     show_default=True,
-    help="A follower not caught up for this long leaves the ISR.",
+    help="A follower not caught up for this long leaves the ISR (replica.lag.time.max.ms).",
 )
+@server_config_options
 def broker(
     node_id: int,
     listen: str,
@@ -66,8 +68,20 @@ def broker(
     rack: str | None,
     advertised_listener: str | None,
     replica_lag_time_max_ms: int,
+    config_file: Path | None,
+    overrides: tuple[str, ...],
 ) -> None:
-    """Run a broker: serve partitions, replicate them, follow the metadata."""
+    """Run a broker: serve partitions, replicate them, follow the metadata.
+
+    Of its --config file and --override keys the broker uses broker.rack and
+    replica.lag.time.max.ms; the cluster defaults (num.partitions...) are the
+    controllers', read from the metadata.
+    """
+    config = load_role_config(
+        config_file,
+        overrides,
+        {"rack": "broker.rack", "replica_lag_time_max_ms": "replica.lag.time.max.ms"},
+    )
     _, port = parse_endpoint(listen)
     if port == 0:
         raise click.BadParameter("a broker needs a real port, not 0", param_hint="--listen")
@@ -76,7 +90,10 @@ def broker(
         listen=listen,
         controllers=controllers,
         data_dir=data_dir,
-        settings=BrokerSettings(rack=rack, replica_lag_time_max_ms=replica_lag_time_max_ms),
+        settings=BrokerSettings(
+            rack=config.get("broker.rack") or None,
+            replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
+        ),
         advertised=advertised_listener,
     )
     run_until_signalled(server, "broker")

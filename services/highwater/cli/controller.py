@@ -16,13 +16,17 @@ from pathlib import Path
 
 import click
 
+from highwater.cli.server_config import (
+    controller_config,
+    load_role_config,
+    server_config_options,
+)
 from highwater.cli.serving import (
     listen_option,
     metadata_replica_options,
     run_until_signalled,
     telemetry_option,
 )
-from highwater.controller.config import ControllerConfig
 from highwater.controller.service import ControllerServer, ControllerSettings
 from highwater.raft.driver import RaftServerSettings
 
@@ -36,8 +40,10 @@ from highwater.raft.driver import RaftServerSettings
     type=click.IntRange(1, 32767),
     default=3,
     show_default=True,
-    help="Replicas of __consumer_offsets; it is created once this many brokers are up.",
+    help="Replicas of __consumer_offsets; it is created once this many brokers are up "
+    "(offsets.topic.replication.factor).",
 )
+@server_config_options
 def controller(
     node_id: int,
     listen: str,
@@ -46,17 +52,34 @@ def controller(
     cluster_id: str | None,
     snapshot_bytes: int,
     offsets_topic_replication_factor: int,
+    config_file: Path | None,
+    overrides: tuple[str, ...],
 ) -> None:
-    """Run a voter of the metadata quorum (a KRaft controller)."""
+    """Run a voter of the metadata quorum (a KRaft controller).
+
+    The cluster defaults of its --config file and --override keys (num.partitions,
+    default.replication.factor, min.insync.replicas, log.retention.hours...) go into the
+    metadata once it is the active controller.
+    """
+    config = load_role_config(
+        config_file,
+        overrides,
+        {
+            "offsets_topic_replication_factor": "offsets.topic.replication.factor",
+            "snapshot_bytes": "metadata.log.max.record.bytes.between.snapshots",
+        },
+    )
     if node_id not in voters:
         raise click.BadParameter(
             f"node {node_id} is not among the voters {sorted(voters)}", param_hint="--node-id"
         )
     settings = ControllerSettings(
-        raft=RaftServerSettings(metadata_log_max_record_bytes_between_snapshots=snapshot_bytes),
-        controller=ControllerConfig(
-            offsets_topic_replication_factor=offsets_topic_replication_factor
+        raft=RaftServerSettings(
+            metadata_log_max_record_bytes_between_snapshots=config.get(
+                "metadata.log.max.record.bytes.between.snapshots"
+            )
         ),
+        controller=controller_config(config),
     )
     server = ControllerServer(
         node_id=node_id,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from highwater.cli.server_config import load_role_config, server_config_options
 from highwater.cli.serving import (
     controllers_option,
     listen_option,
@@ -41,22 +42,34 @@ from highwater.rpc.endpoints import parse_endpoint
     type=click.IntRange(min=0),
     default=3000,
     show_default=True,
-    help="How long the first rebalance of an empty group waits for more members.",
+    help="How long the first rebalance of an empty group waits for more members "
+    "(group.initial.rebalance.delay.ms).",
 )
+@server_config_options
 def coordinator(
     node_id: int,
     listen: str,
     controllers: list[str],
     data_dir: Path | None,
     group_initial_rebalance_delay_ms: int,
+    config_file: Path | None,
+    overrides: tuple[str, ...],
 ) -> None:
-    """Run a group coordinator: consumer groups, rebalances and committed offsets."""
+    """Run a group coordinator: consumer groups, rebalances and committed offsets.
+
+    Of its --config file and --override keys it uses group.initial.rebalance.delay.ms.
+    """
+    config = load_role_config(
+        config_file,
+        overrides,
+        {"group_initial_rebalance_delay_ms": "group.initial.rebalance.delay.ms"},
+    )
     _, port = parse_endpoint(listen)
     if port == 0:
         raise click.BadParameter("a coordinator needs a real port, not 0", param_hint="--listen")
     settings = CoordinatorSettings(
         group=GroupCoordinatorSettings(
-            group_initial_rebalance_delay_ms=group_initial_rebalance_delay_ms
+            group_initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms")
         )
     )
     server = StandaloneCoordinator(

@@ -14,6 +14,8 @@ from highwater import __version__
 from highwater.cli.broker import broker
 from highwater.cli.brokers import brokers
 from highwater.cli.clients import consume, produce
+from highwater.cli.cluster import cluster
+from highwater.cli.configs import configs
 from highwater.cli.controller import controller
 from highwater.cli.coordinator import coordinator
 from highwater.cli.dev_cluster import dev_cluster
@@ -118,3 +120,5 @@ main.add_command(produce)
 main.add_command(consume)
 main.add_command(groups)
 main.add_command(rolling)
+main.add_command(configs)
+main.add_command(cluster)

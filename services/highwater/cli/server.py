@@ -15,10 +15,20 @@ from pathlib import Path
 
 import click
 
+from highwater.broker.service import BrokerSettings
+from highwater.cli.server_config import (
+    controller_config,
+    load_role_config,
+    server_config_options,
+)
 from highwater.cli.serving import listen_option, run_until_signalled, telemetry_option
+from highwater.controller.service import ControllerSettings
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
+from highwater.coordinator.core import GroupCoordinatorSettings
+from highwater.coordinator.service import CoordinatorSettings
 from highwater.embedded import EmbeddedServer
+from highwater.raft.driver import RaftServerSettings
 from highwater.records import iter_batches
 from highwater.rpc.channels import open_channel
 from highwater.v1 import broker_pb2 as pb
@@ -105,10 +115,48 @@ async def _wait_for_leader(broker: broker_pb2_grpc.BrokerStub, timeout_s: float 
     help="Where the metadata log and the partition logs live.",
 )
 @click.option("--demo", is_flag=True, help="Produce and consume a few records once started.")
-def server(listen: str, data_dir: Path, demo: bool) -> None:
-    """Run the embedded server: a single-voter controller and a broker in one process."""
+@server_config_options
+def server(
+    listen: str,
+    data_dir: Path,
+    demo: bool,
+    config_file: Path | None,
+    overrides: tuple[str, ...],
+) -> None:
+    """Run the embedded server: a single-voter controller and a broker in one process.
+
+    --config FILE and --override KEY=VALUE take Kafka's server keys: the cluster defaults
+    (num.partitions, min.insync.replicas, log.retention.hours...) go into the metadata;
+    __consumer_offsets has one replica whatever offsets.topic.replication.factor says,
+    and group.initial.rebalance.delay.ms is 0 unless set, as in Kafka's development
+    configuration.
+    """
+    config = load_role_config(config_file, overrides)
+    delay = (
+        config.get("group.initial.rebalance.delay.ms")
+        if config.is_given("group.initial.rebalance.delay.ms")
+        else 0
+    )
     try:
-        embedded = (_DemoServer if demo else EmbeddedServer)(listen=listen, data_dir=data_dir)
+        embedded = (_DemoServer if demo else EmbeddedServer)(
+            listen=listen,
+            data_dir=data_dir,
+            controller_settings=ControllerSettings(
+                raft=RaftServerSettings(
+                    metadata_log_max_record_bytes_between_snapshots=config.get(
+                        "metadata.log.max.record.bytes.between.snapshots"
+                    )
+                ),
+                controller=controller_config(config),
+            ),
+            broker_settings=BrokerSettings(
+                rack=config.get("broker.rack") or None,
+                replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
+            ),
+            coordinator_settings=CoordinatorSettings(
+                group=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=delay)
+            ),
+        )
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--listen") from None
     run_until_signalled(embedded, "server")

@@ -637,14 +637,20 @@ class AdminClient:
     # --- Configs --------------------------------------------------------------------------
 
     async def describe_configs(
-        self, topic: str, names: Iterable[str] = ()
+        self,
+        topic: str,
+        names: Iterable[str] = (),
+        *,
+        resource_type: ConfigResourceType = ConfigResourceType.TOPIC,
     ) -> dict[str, ConfigEntry]:
         """Every config of ``topic`` (or the named ones) by name, with value and source.
 
         Overrides have source ``DYNAMIC_TOPIC_CONFIG``; ``entry.is_default`` tells the rest.
-        Raises :class:`UnknownTopicOrPartitionError` for an unknown topic.
+        Raises :class:`UnknownTopicOrPartitionError` for an unknown topic. With
+        ``resource_type`` BROKER, ``topic`` is a broker id, or ``""`` for the cluster-wide
+        defaults (Kafka's default broker resource).
         """
-        resource = m.DescribeConfigsResource(ConfigResourceType.TOPIC, topic, tuple(names))
+        resource = m.DescribeConfigsResource(resource_type, topic, tuple(names))
         reply = await self._call_controller(
             self._controller.describe_configs, m.DescribeConfigsRequest((resource,))
         )
@@ -672,12 +678,14 @@ class AdminClient:
         changes: Mapping[str, str | None],
         *,
         validate_only: bool = False,
+        resource_type: ConfigResourceType = ConfigResourceType.TOPIC,
     ) -> None:
         """Change ``topic``'s config overrides incrementally (Kafka's IncrementalAlterConfigs).
 
         ``{key: value}`` sets an override; ``{key: None}`` deletes it (back to the default);
         keys not named are left as they are. Raises the typed error if the topic is unknown
-        or a key or value is invalid; then nothing is changed.
+        or a key or value is invalid; then nothing is changed. ``resource_type`` as for
+        :meth:`describe_configs`.
         """
         if not changes:
             return
@@ -687,7 +695,7 @@ class AdminClient:
             else m.AlterableConfig(key, m.AlterConfigOp.SET, value)
             for key, value in changes.items()
         )
-        resource = m.AlterConfigsResource(ConfigResourceType.TOPIC, topic, ops)
+        resource = m.AlterConfigsResource(resource_type, topic, ops)
         reply = await self._call_controller(
             self._controller.alter_configs, m.AlterConfigsRequest((resource,), validate_only)
         )

@@ -9,124 +9,34 @@ producer-id block size, the shape of ``__consumer_offsets``. Built from Kafka-na
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Final
 
-from highwater.config.definition import (
-    ConfigDef,
-    ConfigKey,
-    ConfigType,
-    ConfigValue,
-    RawValue,
-    at_least,
-    between,
-)
+from highwater.config.definition import ConfigDef, ConfigValue, RawValue
+from highwater.config.server import SERVER_CONFIG_DEF
 
 PRODUCER_ID_BLOCK_SIZE: Final = 1000
 """Producer ids per AllocateProducerIds block (Kafka's ``PRODUCER_ID_BLOCK_SIZE``)."""
 
 CONTROLLER_CONFIG_DEF: Final = ConfigDef(
-    [
-        ConfigKey(
-            "broker.session.timeout.ms",
-            ConfigType.INT,
-            9000,
-            at_least(1),
-            "How long a broker may go without a heartbeat before the controller fences it "
-            "and moves its leaderships away.",
-        ),
-        ConfigKey(
-            "broker.heartbeat.interval.ms",
-            ConfigType.INT,
-            2000,
-            at_least(1),
-            "How often brokers are expected to heartbeat.",
-        ),
-        ConfigKey(
-            "num.partitions",
-            ConfigType.INT,
-            1,
-            at_least(1),
-            "The partitions of a topic created without a partition count.",
-        ),
-        ConfigKey(
-            "default.replication.factor",
-            ConfigType.INT,
-            1,
-            at_least(1),
-            "The replication factor of a topic created without one.",
-        ),
-        ConfigKey(
-            "unclean.leader.election.enable",
-            ConfigType.BOOLEAN,
-            False,
-            None,
-            "The cluster default of the topic setting: whether a replica outside the ISR may "
-            "become leader when no ISR member is alive, at the risk of losing records.",
-        ),
-        ConfigKey(
-            "auto.leader.rebalance.enable",
-            ConfigType.BOOLEAN,
-            True,
-            None,
-            "Whether the controller moves leadership back to preferred leaders when a "
-            "broker's leader imbalance passes leader.imbalance.per.broker.percentage.",
-        ),
-        ConfigKey(
-            "leader.imbalance.per.broker.percentage",
-            ConfigType.INT,
-            10,
-            between(0, 100),
-            "The share of a broker's preferred-leader partitions it may not lead before the "
-            "controller triggers preferred leader elections.",
-        ),
-        ConfigKey(
-            "leader.imbalance.check.interval.seconds",
-            ConfigType.LONG,
-            300,
-            at_least(1),
-            "How often the controller checks leader imbalance.",
-        ),
-        ConfigKey(
-            "offsets.topic.num.partitions",
-            ConfigType.INT,
-            50,
-            at_least(1),
-            "The partitions of __consumer_offsets, each owned by one group coordinator.",
-        ),
-        ConfigKey(
-            "offsets.topic.replication.factor",
-            ConfigType.INT,
-            3,
-            at_least(1),
-            "The replication factor of __consumer_offsets, capped at the number of active "
-            "brokers when the controller creates it.",
-        ),
-        ConfigKey(
-            "offsets.topic.segment.bytes",
-            ConfigType.INT,
-            100 * 1024 * 1024,
-            at_least(1),
-            "The segment size of __consumer_offsets: small, so that compaction and log "
-            "loading stay fast.",
-        ),
-        ConfigKey(
-            "coordinator.session.timeout.ms",
-            ConfigType.INT,
-            9000,
-            at_least(1),
-            "How long a group coordinator may go without a heartbeat before the controller "
-            "unregisters it and gives its __consumer_offsets partitions to the others.",
-        ),
-        ConfigKey(
-            "coordinator.heartbeat.interval.ms",
-            ConfigType.INT,
-            2000,
-            at_least(1),
-            "How often group coordinators are expected to heartbeat.",
-        ),
-    ]
+    SERVER_CONFIG_DEF[name]
+    for name in (
+        "broker.session.timeout.ms",
+        "broker.heartbeat.interval.ms",
+        "num.partitions",
+        "default.replication.factor",
+        "unclean.leader.election.enable",
+        "auto.leader.rebalance.enable",
+        "leader.imbalance.per.broker.percentage",
+        "leader.imbalance.check.interval.seconds",
+        "offsets.topic.num.partitions",
+        "offsets.topic.replication.factor",
+        "offsets.topic.segment.bytes",
+        "coordinator.session.timeout.ms",
+        "coordinator.heartbeat.interval.ms",
+    )
 )
+"""The controller's keys, as the server configuration defines them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +45,10 @@ class ControllerConfig:
 
     ``cluster_id``, when set, is checked against registrations (INCONSISTENT_CLUSTER_ID).
     ``broker_config_definition`` validates dynamic broker configs; without one, the
-    controller refuses to alter them.
+    controller refuses to alter them. ``cluster_defaults`` are the cluster defaults of the
+    controller's config file (:data:`~highwater.config.server.CLUSTER_DEFAULT_KEYS`, Kafka
+    string forms): the active controller keeps the metadata's static defaults equal to
+    them.
     """
 
     broker_session_timeout_ms: int = 9000
@@ -153,6 +66,7 @@ class ControllerConfig:
     coordinator_heartbeat_interval_ms: int = 2000
     cluster_id: str = ""
     broker_config_definition: ConfigDef | None = None
+    cluster_defaults: Mapping[str, str] = field(default_factory=dict)
 
     DEFINITION: ClassVar[ConfigDef] = CONTROLLER_CONFIG_DEF
 

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from highwater.config.definition import ConfigDef, ConfigKey, ConfigType
+from highwater.config.server import CLUSTER_DEFAULT_KEYS, topic_defaults
 from highwater.config.topic import LogConfig
 from highwater.controller.config import ControllerConfig
 from highwater.controller.results import ControllerApiError, ControllerResult, error_of, refuse
@@ -42,6 +43,7 @@ from highwater.metadata.records import (
 from highwater.v1.common_pb2 import ErrorCode
 
 UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
@@ -128,6 +130,17 @@ class ConfigurationControl:
                     ErrorCode.INVALID_REQUEST, f"Configuration {change.name} is changed twice"
                 )
             key = definition.key(change.name)
+            if (
+                resource.resource_type == ConfigResourceType.BROKER
+                and resource.resource_name
+                and key.name in CLUSTER_DEFAULT_KEYS
+            ):
+                raise refuse(
+                    ErrorCode.INVALID_REQUEST,
+                    f"Configuration {key.name} is cluster-wide: alter it on the default "
+                    "broker resource (--entity-default), not on broker "
+                    f"{resource.resource_name}",
+                )
             if change.op == AlterConfigOp.SET:
                 if change.value is None:
                     raise refuse(ErrorCode.INVALID_REQUEST, f"SET of {change.name} needs a value")
@@ -140,11 +153,46 @@ class ConfigurationControl:
                 )
             else:
                 raise refuse(ErrorCode.INVALID_REQUEST, f"Unknown config operation {change.op}")
+        if resource.resource_type == ConfigResourceType.TOPIC:
+            self._check_topic_min_insync(delta, resource.resource_name, updated)
         return [
             ConfigRecord(target.type, target.name, name, updated.get(name))
             for name in sorted(set(current) | set(updated))
             if current.get(name) != updated.get(name)
         ]
+
+    @staticmethod
+    def _check_topic_min_insync(
+        delta: MetadataDelta, topic: str, configs: Mapping[str, str]
+    ) -> None:
+        """A topic's ``min.insync.replicas`` may not pass its replication factor."""
+        value = configs.get(MIN_INSYNC_REPLICAS)
+        topic_id = delta.topic_id(topic)
+        if value is None or topic_id is None:
+            return
+        registration = delta.partition(topic_id, 0)
+        factor = len(registration.replicas) if registration is not None else 0
+        if factor and int(value) > factor:
+            raise InvalidConfigError(
+                f"Invalid value {value} for configuration {MIN_INSYNC_REPLICAS}: it is above "
+                f"the replication factor {factor} of topic {topic}, so no acks=all produce "
+                "could succeed"
+            )
+
+    def sync_static_defaults(self, delta: MetadataDelta) -> list[MetadataRecord]:
+        """The records that make the metadata's static cluster defaults equal to this
+        controller's (``ControllerConfig.cluster_defaults``), replayed on ``delta``; none
+        when they already are. Every controller then reads the same defaults."""
+        target = ConfigResource(ConfigResourceType.STATIC_CLUSTER_DEFAULT, "")
+        current = delta.config(target)
+        wanted = dict(self.config.cluster_defaults)
+        records: list[MetadataRecord] = [
+            ConfigRecord(target.type, target.name, name, wanted.get(name))
+            for name in sorted(set(current) | set(wanted))
+            if current.get(name) != wanted.get(name)
+        ]
+        delta.replay_all(records)
+        return records
 
     @staticmethod
     def _list_change(key: ConfigKey, current: str | None, op: int, value: str | None) -> str:
@@ -189,6 +237,37 @@ class ConfigurationControl:
             )
         return ControllerResult([], DescribeConfigsResponse(results=tuple(results)))
 
+    def _layers(
+        self,
+        delta: MetadataDelta,
+        resource_type: int,
+        name: str,
+        overrides: Mapping[str, str],
+    ) -> list[tuple[ConfigSource, Mapping[str, str]]]:
+        """Where a described value comes from, highest precedence first (Kafka's order:
+        the resource's own, the dynamic cluster default, the static one), above the
+        definition's default."""
+        static = delta.config(ConfigResource(ConfigResourceType.STATIC_CLUSTER_DEFAULT, ""))
+        dynamic_default = delta.config(ConfigResource(ConfigResourceType.BROKER, ""))
+        if resource_type == ConfigResourceType.TOPIC:
+            static_topic = topic_defaults(static)
+            if (
+                UNCLEAN_LEADER_ELECTION_ENABLE not in static_topic
+                and self.config.unclean_leader_election_enable
+            ):
+                static_topic[UNCLEAN_LEADER_ELECTION_ENABLE] = "true"
+            return [
+                (ConfigSource.DYNAMIC_TOPIC_CONFIG, overrides),
+                (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, topic_defaults(dynamic_default)),
+                (ConfigSource.STATIC_BROKER_CONFIG, static_topic),
+            ]
+        layers: list[tuple[ConfigSource, Mapping[str, str]]] = []
+        if name:
+            layers.append((ConfigSource.DYNAMIC_BROKER_CONFIG, overrides))
+        layers.append((ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, dynamic_default))
+        layers.append((ConfigSource.STATIC_BROKER_CONFIG, static))
+        return layers
+
     def _describe_resource(
         self, delta: MetadataDelta, resource: DescribeConfigsResource
     ) -> list[DescribedConfig]:
@@ -209,28 +288,17 @@ class ConfigurationControl:
                 if not wanted or name in wanted
             ]
         definition = self._definition(delta, resource.resource_type, resource.resource_name)
-        dynamic = (
-            ConfigSource.DYNAMIC_TOPIC_CONFIG
-            if resource.resource_type == ConfigResourceType.TOPIC
-            else ConfigSource.DYNAMIC_BROKER_CONFIG
-        )
+        layers = self._layers(delta, resource.resource_type, resource.resource_name, overrides)
         described = []
         for key in definition:
             if wanted and key.name not in wanted:
                 continue
-            value: str | None
-            if key.name in overrides:
-                value, source = overrides[key.name], dynamic
-            elif (
-                resource.resource_type == ConfigResourceType.TOPIC
-                and key.name == UNCLEAN_LEADER_ELECTION_ENABLE
-                and self.config.unclean_leader_election_enable != key.default
-            ):
-                value = key.to_string(self.config.unclean_leader_election_enable)
-                source = ConfigSource.STATIC_BROKER_CONFIG
-            else:
-                value = key.describe().default
-                source = ConfigSource.DEFAULT_CONFIG
+            value: str | None = key.describe().default
+            source = ConfigSource.DEFAULT_CONFIG
+            for layer_source, values in layers:
+                if key.name in values:
+                    value, source = values[key.name], layer_source
+                    break
             described.append(
                 DescribedConfig(
                     key.name,

@@ -261,14 +261,16 @@ class QuorumController:
     # --- Periodic work ---------------------------------------------------------------
 
     def tick(self, now_ms: int) -> ControllerResult[TickResult]:
-        """Periodic work: fence expired brokers (moving their leaderships in the same
+        """Periodic work: keep the metadata's static cluster defaults equal to this
+        controller's config file, fence expired brokers (moving their leaderships in the same
         batch), unregister expired coordinators (moving their ``__consumer_offsets``
         partitions), create ``__consumer_offsets`` if it is due and missing, elect unclean
         leaders where topics now allow it, and, every
         ``leader.imbalance.check.interval.seconds``, preferred leaders where a broker's
         imbalance passes ``leader.imbalance.per.broker.percentage``."""
         delta = MetadataDelta(self._image())
-        records: list[MetadataRecord] = []
+        # The static cluster defaults first: what this tick decides already sees them.
+        records: list[MetadataRecord] = self.configs.sync_static_defaults(delta)
         fenced = self.cluster.fence_expired(delta, now_ms, records)
         expired = self.cluster.expire_coordinators(delta, now_ms, records)
         # Normally created when its last precondition came about; this catches the rest.

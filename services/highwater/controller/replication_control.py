@@ -91,6 +91,30 @@ INTERNAL_TOPICS = frozenset({METADATA_TOPIC, CONSUMER_OFFSETS_TOPIC})
 ``Topic.INTERNAL_TOPICS`` plus the metadata log)."""
 
 
+NUM_PARTITIONS = "num.partitions"
+DEFAULT_REPLICATION_FACTOR = "default.replication.factor"
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+
+
+def check_min_insync_replicas(
+    delta: MetadataDelta, topic_configs: Mapping[str, str], replication_factor: int
+) -> None:
+    """Refuse a topic whose ``min.insync.replicas`` (its own, else the cluster default)
+    is above its replication factor: no acks=all produce could ever succeed.
+
+    Raises :class:`~highwater.errors.InvalidConfigError` naming the key.
+    """
+    own = topic_configs.get(MIN_INSYNC_REPLICAS)
+    value = own if own is not None else delta.cluster_defaults().get(MIN_INSYNC_REPLICAS)
+    if value is not None and int(value) > replication_factor:
+        whose = "" if own is not None else " (the cluster default)"
+        raise InvalidConfigError(
+            f"Invalid value {value} for configuration {MIN_INSYNC_REPLICAS}{whose}: it is "
+            f"above the replication factor {replication_factor}, so no acks=all produce "
+            "could succeed"
+        )
+
+
 class ReplicationControl:
     """Topic and partition decisions over a :class:`MetadataDelta` or image; no state but
     the seeded random source of placement and topic ids."""
@@ -107,9 +131,7 @@ class ReplicationControl:
             )
             if value is not None:
                 return value.lower() == "true"
-        value = delta.config(ConfigResource(ConfigResourceType.BROKER, "")).get(
-            UNCLEAN_LEADER_ELECTION_ENABLE
-        )
+        value = delta.cluster_defaults().get(UNCLEAN_LEADER_ELECTION_ENABLE)
         if value is not None:
             return value.lower() == "true"
         return self.config.unclean_leader_election_enable
@@ -627,8 +649,11 @@ class ReplicationControl:
             assignments = list(topic.assignments)
             self._validate_assignments(delta, assignments, first_partition=0)
         else:
+            defaults = delta.cluster_defaults()
             num_partitions = (
-                self.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+                int(defaults.get(NUM_PARTITIONS, self.config.num_partitions))
+                if topic.num_partitions == -1
+                else topic.num_partitions
             )
             if num_partitions < 1:
                 raise refuse(
@@ -637,7 +662,9 @@ class ReplicationControl:
                     f"({num_partitions})",
                 )
             factor = (
-                self.config.default_replication_factor
+                int(
+                    defaults.get(DEFAULT_REPLICATION_FACTOR, self.config.default_replication_factor)
+                )
                 if topic.replication_factor == -1
                 else topic.replication_factor
             )
@@ -647,6 +674,7 @@ class ReplicationControl:
                     "Replication factor must be larger than 0, or -1 to use the default value.",
                 )
             assignments = place_replicas(usable, num_partitions, factor, self._rng)
+        check_min_insync_replicas(delta, configs, len(assignments[0]))
         topic_id = self._new_topic_id(delta)
         records: list[MetadataRecord] = [TopicRecord(name=name, topic_id=topic_id)]
         records.extend(

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from types import MappingProxyType
 from typing import Any, Final
 
+from highwater.config.server import merge_cluster_defaults
 from highwater.errors import HighwaterError
 from highwater.metadata.image import (
     AclsImage,
@@ -232,6 +233,13 @@ class MetadataDelta:
             else:
                 values[name] = value
         return values
+
+    def cluster_defaults(self) -> dict[str, str]:
+        """:meth:`MetadataImage.cluster_defaults` after the replayed records."""
+        return merge_cluster_defaults(
+            self.config(ConfigResource(ConfigResourceType.STATIC_CLUSTER_DEFAULT, "")),
+            self.config(ConfigResource(ConfigResourceType.BROKER, "")),
+        )
 
     @property
     def next_producer_id(self) -> int:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple, TypeAlias, overload
 
+from highwater.config.server import merge_cluster_defaults, topic_defaults
 from highwater.config.topic import LogConfig
 from highwater.metadata.persistent import EMPTY_PARTITION_SET, PartitionMap, PartitionSet
 from highwater.metadata.records import (
@@ -525,10 +526,22 @@ class MetadataImage:
         return self.configs.get(ConfigResource(ConfigResourceType.TOPIC, name))
 
     def log_config(self, name: str, defaults: LogConfig | None = None) -> LogConfig:
-        """The topic's effective config: ``defaults`` (Kafka's) with its overrides."""
+        """The topic's effective config: ``defaults`` (Kafka's), then the cluster defaults
+        (:meth:`cluster_defaults`, as topic settings), then the topic's overrides."""
         base = defaults if defaults is not None else LogConfig()
+        cluster = topic_defaults(self.cluster_defaults())
+        if cluster:
+            base = base.with_overrides(cluster)
         overrides = self.topic_config(name)
         return base.with_overrides(overrides) if overrides else base
+
+    def cluster_defaults(self) -> dict[str, str]:
+        """The cluster-wide defaults in force (server key names): the dynamic ones of the
+        default-broker-config resource over the static ones of the controllers' files."""
+        return merge_cluster_defaults(
+            self.configs.get(ConfigResource(ConfigResourceType.STATIC_CLUSTER_DEFAULT, "")),
+            self.broker_config(""),
+        )
 
     def broker_config(self, broker: int | str) -> Mapping[str, str]:
         """A broker's dynamic overrides ("" for the cluster-wide defaults)."""

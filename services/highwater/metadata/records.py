@@ -33,6 +33,9 @@ class ConfigResourceType(enum.IntEnum):
 
     TOPIC = 2
     BROKER = 4
+    STATIC_CLUSTER_DEFAULT = 1000
+    """Not Kafka's: the cluster defaults of the controllers' config files (name ``""``),
+    beneath the dynamic ones of ``BROKER ""``."""
 
 
 @dataclass(frozen=True, slots=True)

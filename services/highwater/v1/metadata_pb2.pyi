@@ -36,6 +36,10 @@ class _ConfigResourceTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Co
     CONFIG_RESOURCE_TYPE_UNKNOWN: _ConfigResourceType.ValueType  # 0
     CONFIG_RESOURCE_TYPE_TOPIC: _ConfigResourceType.ValueType  # 2
     CONFIG_RESOURCE_TYPE_BROKER: _ConfigResourceType.ValueType  # 4
+    CONFIG_RESOURCE_TYPE_STATIC_CLUSTER_DEFAULT: _ConfigResourceType.ValueType  # 1000
+    """Not Kafka's: the cluster defaults of the controllers' config files (resource name ""),
+    kept equal to the active controller's file; a BROKER "" (dynamic) value wins over them.
+    """
 
 class ConfigResourceType(_ConfigResourceType, metaclass=_ConfigResourceTypeEnumTypeWrapper):
     """The kinds of resource a ConfigRecord applies to; numbers are Kafka's ConfigResource.Type."""
@@ -43,6 +47,10 @@ class ConfigResourceType(_ConfigResourceType, metaclass=_ConfigResourceTypeEnumT
 CONFIG_RESOURCE_TYPE_UNKNOWN: ConfigResourceType.ValueType  # 0
 CONFIG_RESOURCE_TYPE_TOPIC: ConfigResourceType.ValueType  # 2
 CONFIG_RESOURCE_TYPE_BROKER: ConfigResourceType.ValueType  # 4
+CONFIG_RESOURCE_TYPE_STATIC_CLUSTER_DEFAULT: ConfigResourceType.ValueType  # 1000
+"""Not Kafka's: the cluster defaults of the controllers' config files (resource name ""),
+kept equal to the active controller's file; a BROKER "" (dynamic) value wins over them.
+"""
 Global___ConfigResourceType: _TypeAlias = ConfigResourceType  # noqa: Y015
 
 @_typing.final

@@ -1,6 +1,7 @@
 #!/bin/sh
 # One broker; node id = BROKER_NODE_ID_OFFSET + pod ordinal. It advertises its stable pod
-# DNS name, and its rack when the init container found one (/var/run/highwater/rack).
+# DNS name, and its rack when the init container found one (/var/run/highwater/rack),
+# which wins over a broker.rack of its properties file.
 set -eu
 . "$(dirname "$0")/common.sh"
 rack=""
@@ -13,6 +14,6 @@ exec highwater broker \
     --advertised-listener "$POD_NAME.$BROKER_HEADLESS.$POD_NAMESPACE.svc.$CLUSTER_DOMAIN:$BROKER_PORT" \
     --controllers "$(controller_list)" \
     --data-dir /var/lib/highwater/data \
-    --replica-lag-time-max-ms "$REPLICA_LAG_TIME_MAX_MS" \
+    --config /etc/highwater/broker.properties \
     ${rack:+--rack "$rack"} \
     ${METRICS_PORT:+--metrics-listen "0.0.0.0:$METRICS_PORT"}

@@ -1,5 +1,6 @@
 #!/bin/sh
 # One voter of the metadata quorum; node id = CONTROLLER_NODE_ID_OFFSET + pod ordinal.
+# Its server configuration (cluster defaults included) is the chart's properties file.
 set -eu
 . "$(dirname "$0")/common.sh"
 exec highwater controller \
@@ -7,7 +8,6 @@ exec highwater controller \
     --listen "0.0.0.0:$CONTROLLER_PORT" \
     --voters "$(controller_list voters)" \
     --data-dir /var/lib/highwater/data \
-    --offsets-topic-replication-factor "$OFFSETS_TOPIC_REPLICATION_FACTOR" \
-    --metadata-log-max-record-bytes-between-snapshots "$METADATA_SNAPSHOT_BYTES" \
+    --config /etc/highwater/controller.properties \
     ${CLUSTER_ID:+--cluster-id "$CLUSTER_ID"} \
     ${METRICS_PORT:+--metrics-listen "0.0.0.0:$METRICS_PORT"}

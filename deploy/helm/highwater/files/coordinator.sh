@@ -8,5 +8,5 @@ exec highwater coordinator \
     --listen "$POD_IP:$COORDINATOR_PORT" \
     --controllers "$(controller_list)" \
     --data-dir /var/lib/highwater/data \
-    --group-initial-rebalance-delay-ms "$GROUP_INITIAL_REBALANCE_DELAY_MS" \
+    --config /etc/highwater/coordinator.properties \
     ${METRICS_PORT:+--metrics-listen "0.0.0.0:$METRICS_PORT"}

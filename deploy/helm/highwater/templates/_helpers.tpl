@@ -48,12 +48,19 @@ annotations:
 {{- end }}
 {{- end -}}
 
+{{/* The image: global.imageRegistry, else image.registry, then the repository and the
+digest or tag. */}}
 {{- define "highwater.image" -}}
 {{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- $registry := default .Values.image.registry (.Values.global).imageRegistry -}}
+{{- $repository := .Values.image.repository -}}
+{{- if $registry -}}
+{{- $repository = printf "%s/%s" (trimSuffix "/" $registry) $repository -}}
+{{- end -}}
 {{- if .Values.image.digest -}}
-{{ printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{ printf "%s@%s" $repository .Values.image.digest }}
 {{- else -}}
-{{ printf "%s:%s" .Values.image.repository $tag }}
+{{ printf "%s:%s" $repository $tag }}
 {{- end -}}
 {{- end -}}
 
@@ -196,4 +203,95 @@ prometheus.io/scrape: "true"
 prometheus.io/port: {{ .Values.metrics.port | quote }}
 prometheus.io/path: /metrics
 {{- end -}}
+{{- end -}}
+
+{{/* The server config keys of a role's properties file, as YAML: the chart's defaults
+(safe for three brokers, following broker.replicaCount below it), the role's own settings
+from their values, then config, then the role's config. Pass (dict "root" $ "component" c). */}}
+{{- define "highwater.serverConfig" -}}
+{{- $root := .root -}}
+{{- $values := index $root.Values .component -}}
+{{- $rf := min 3 (int $root.Values.broker.replicaCount) -}}
+{{- $chart := dict "default.replication.factor" $rf "min.insync.replicas" (ternary 2 1 (ge (int $rf) 3)) "offsets.topic.replication.factor" (int (include "highwater.offsetsTopicReplicationFactor" $root)) -}}
+{{- if eq .component "controller" -}}
+{{- $_ := set $chart "metadata.log.max.record.bytes.between.snapshots" (int64 $values.metadataLogMaxRecordBytesBetweenSnapshots) -}}
+{{- else if eq .component "broker" -}}
+{{- $_ := set $chart "replica.lag.time.max.ms" (int64 $values.replicaLagTimeMaxMs) -}}
+{{- else if eq .component "coordinator" -}}
+{{- $_ := set $chart "group.initial.rebalance.delay.ms" (int64 $values.groupInitialRebalanceDelayMs) -}}
+{{- end -}}
+{{- toYaml (mustMergeOverwrite $chart (deepCopy ($root.Values.config | default dict)) (deepCopy ($values.config | default dict))) -}}
+{{- end -}}
+
+{{/* One value in Java-properties form: whole numbers without an exponent, lists joined
+with commas, backslashes escaped. */}}
+{{- define "highwater.propertyValue" -}}
+{{- if kindIs "slice" . -}}
+{{- join "," . | replace "\\" "\\\\" -}}
+{{- else if and (kindIs "float64" .) (eq (float64 (int64 .)) .) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- toString . | replace "\\" "\\\\" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A role's properties file (`highwater <role> --config`); pass (dict "root" $ "component" c). */}}
+{{- define "highwater.properties" -}}
+{{- $values := index .root.Values .component -}}
+# The {{ .component }}s' server configuration (Kafka's key names), rendered by the chart.
+{{- range $key, $value := include "highwater.serverConfig" . | fromYaml }}
+{{ $key }}={{ include "highwater.propertyValue" $value }}
+{{- end }}
+{{- with $values.extraConfig }}
+{{ trim . }}
+{{- end }}
+{{- end -}}
+
+{{/* Checks of the server configuration the controllers start with: replication that the
+brokers can give, and a min.insync.replicas that the replication factor can meet. */}}
+{{- define "highwater.validateServerConfig" -}}
+{{- $config := include "highwater.serverConfig" (dict "root" . "component" "controller") | fromYaml -}}
+{{- $brokers := int .Values.broker.replicaCount -}}
+{{- $rf := int (index $config "default.replication.factor") -}}
+{{- $isr := int (index $config "min.insync.replicas") -}}
+{{- if gt $rf $brokers -}}
+{{- fail (printf "config default.replication.factor: %d is more than broker.replicaCount (%d)" $rf $brokers) -}}
+{{- end -}}
+{{- if gt $isr $rf -}}
+{{- fail (printf "config min.insync.replicas: %d is above default.replication.factor (%d), so no acks=all produce could succeed" $isr $rf) -}}
+{{- end -}}
+{{- $offsets := int (index $config "offsets.topic.replication.factor") -}}
+{{- if gt $offsets $brokers -}}
+{{- fail (printf "config offsets.topic.replication.factor: %d is more than broker.replicaCount (%d)" $offsets $brokers) -}}
+{{- end -}}
+{{- range $component := list "controller" "broker" -}}
+{{- $values := index $.Values $component -}}
+{{- if and $values.persistence.existingClaim (gt (int $values.replicaCount) 1) -}}
+{{- fail (printf "%s.persistence.existingClaim: one claim cannot serve %d replicas; each pod needs a volume of its own (leave it empty, or set %s.replicaCount to 1)" $component (int $values.replicaCount) $component) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The main container's extra environment sources, volume mounts and the pod's extra
+volumes, sidecars and init containers of a role; pass (dict "root" $ "component" c). */}}
+{{- define "highwater.extraEnvFrom" -}}
+{{- $values := index .root.Values .component -}}
+{{- with $values.extraEnvVarsCM }}
+- configMapRef:
+    name: {{ . }}
+{{- end }}
+{{- with $values.extraEnvVarsSecret }}
+- secretRef:
+    name: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* The properties-file volume of a role's pod. */}}
+{{- define "highwater.configVolume" -}}
+- name: server-config
+  configMap:
+    name: {{ include "highwater.fullname" .root }}-server-config
+    items:
+      - key: {{ .component }}.properties
+        path: {{ .component }}.properties
 {{- end -}}

@@ -1,0 +1,198 @@
+"""``highwater configs``: describe and alter dynamic configs of topics and brokers (kafka-configs).
+
+Shaped like ``kafka-configs.sh``::
+
+    highwater configs --bootstrap-server B --entity-type topics --entity-name T --describe [--all]
+    highwater configs --bootstrap-server B --entity-type brokers --entity-default \\
+        --alter --add-config num.partitions=3,min.insync.replicas=2 --delete-config k
+
+``--entity-type brokers`` with ``--entity-default`` is the cluster-wide default broker
+resource: the cluster defaults (``num.partitions``, ``default.replication.factor``,
+``min.insync.replicas``, ``log.retention.hours``...), which beat the controllers' config
+files. ``--entity-name`` names a topic or a broker id. ``--describe`` prints the dynamic
+configs; with ``--all`` every config, with the source of its value (Kafka's
+``DYNAMIC_TOPIC_CONFIG``, ``DYNAMIC_BROKER_CONFIG``, ``DYNAMIC_DEFAULT_BROKER_CONFIG``,
+``STATIC_BROKER_CONFIG``, ``DEFAULT_CONFIG``). ``--add-config`` takes ``k=v`` pairs
+separated by commas, a list value in brackets (``cleanup.policy=[compact,delete]``).
+``clients`` and ``users`` are Kafka's quota entities: Highwater enforces no client quotas,
+so they are refused with a clear error rather than stored and ignored.
+"""
+
+from __future__ import annotations
+
+import click
+
+from highwater.cli.topics import Connection, connection_options, run_admin
+from highwater.client.admin import AdminClient, ConfigEntry
+from highwater.controller_api.messages import ConfigSource
+from highwater.metadata.records import ConfigResourceType
+
+__all__ = ["configs", "parse_add_config"]
+
+_ENTITY_TYPES = ("topics", "brokers", "clients", "users")
+_DYNAMIC_SOURCES = frozenset(
+    {
+        ConfigSource.DYNAMIC_TOPIC_CONFIG,
+        ConfigSource.DYNAMIC_BROKER_CONFIG,
+        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+    }
+)
+
+
+def parse_add_config(text: str) -> dict[str, str]:
+    """``k=v,k2=[a,b]`` as a dict (kafka-configs' ``--add-config``); BadParameter if
+    malformed."""
+    pairs: dict[str, str] = {}
+    index = 0
+    while index < len(text):
+        equals = text.find("=", index)
+        if equals < 0:
+            raise click.BadParameter(
+                f"{text[index:]!r} is not KEY=VALUE", param_hint="--add-config"
+            )
+        key = text[index:equals].strip()
+        if not key:
+            raise click.BadParameter(f"an empty key in {text!r}", param_hint="--add-config")
+        if text.startswith("[", equals + 1):
+            close = text.find("]", equals + 1)
+            if close < 0:
+                raise click.BadParameter(f"an unclosed '[' in {text!r}", param_hint="--add-config")
+            value, index = text[equals + 2 : close], close + 1
+            if index < len(text) and text[index] != ",":
+                raise click.BadParameter(
+                    f"',' expected after ']' in {text!r}", param_hint="--add-config"
+                )
+            index += 1
+        else:
+            comma = text.find(",", equals + 1)
+            end = len(text) if comma < 0 else comma
+            value, index = text[equals + 1 : end], end + 1
+        pairs[key] = value.strip()
+    return pairs
+
+
+def _resource(entity_type: str, name: str | None, default: bool) -> tuple[ConfigResourceType, str]:
+    if entity_type in ("clients", "users"):
+        raise click.ClickException(
+            f"--entity-type {entity_type} configures client quotas, which Highwater does not "
+            "enforce: there is nothing to describe or alter"
+        )
+    if entity_type == "topics":
+        if default:
+            raise click.UsageError(
+                "topics have no --entity-default: their defaults are the "
+                "brokers' (--entity-type brokers --entity-default)"
+            )
+        if name is None:
+            raise click.UsageError("--entity-type topics needs --entity-name")
+        return ConfigResourceType.TOPIC, name
+    if default == (name is not None):
+        raise click.UsageError("--entity-type brokers needs --entity-name ID or --entity-default")
+    if name is not None and not name.isdigit():
+        raise click.UsageError(f"--entity-name of a broker is its id, not {name!r}")
+    return ConfigResourceType.BROKER, name or ""
+
+
+def _what(resource_type: ConfigResourceType, name: str) -> str:
+    if resource_type == ConfigResourceType.TOPIC:
+        return f"topic {name}"
+    return f"broker {name}" if name else "the default broker resource (the whole cluster)"
+
+
+def format_entry(entry: ConfigEntry) -> str:
+    """One config as kafka-configs prints it, with the source of its value."""
+    value = "" if entry.value is None else entry.value
+    shown = "null" if entry.value is None else value
+    return (
+        f"  {entry.name}={shown} sensitive={str(entry.sensitive).lower()} "
+        f"synonyms={{{entry.source.name}:{entry.name}={value}}}"
+    )
+
+
+@click.command("configs")
+@connection_options
+@click.option(
+    "--entity-type",
+    type=click.Choice(_ENTITY_TYPES),
+    required=True,
+    help="What to configure: topics, brokers (clients and users are quota entities).",
+)
+@click.option("--entity-name", default=None, help="The topic name or the broker id.")
+@click.option(
+    "--entity-default",
+    is_flag=True,
+    help="The cluster-wide default broker resource (with --entity-type brokers).",
+)
+@click.option("--describe", "describe", is_flag=True, help="Print the configs.")
+@click.option("--alter", "alter", is_flag=True, help="Change the configs.")
+@click.option(
+    "--all", "show_all", is_flag=True, help="With --describe: every config, defaults included."
+)
+@click.option(
+    "--add-config",
+    "add_config",
+    multiple=True,
+    metavar="K=V[,K2=V2...]",
+    help="With --alter: set these (a list value in brackets: k=[a,b]).",
+)
+@click.option(
+    "--delete-config",
+    "delete_config",
+    multiple=True,
+    metavar="K[,K2...]",
+    help="With --alter: remove these, back to their defaults.",
+)
+def configs(
+    conn: Connection,
+    entity_type: str,
+    entity_name: str | None,
+    entity_default: bool,
+    describe: bool,
+    alter: bool,
+    show_all: bool,
+    add_config: tuple[str, ...],
+    delete_config: tuple[str, ...],
+) -> None:
+    """Describe or alter the dynamic configs of a topic, a broker or the cluster default."""
+    if describe == alter:
+        raise click.UsageError("give exactly one of --describe and --alter")
+    resource_type, name = _resource(entity_type, entity_name, entity_default)
+    topic = name if resource_type == ConfigResourceType.TOPIC else None
+    if describe:
+        if add_config or delete_config:
+            raise click.UsageError("--add-config and --delete-config go with --alter")
+
+        async def described(admin: AdminClient) -> dict[str, ConfigEntry]:
+            return await admin.describe_configs(name, resource_type=resource_type)
+
+        entries = run_admin(conn, described, topic=topic)
+        shown = [
+            entry
+            for _, entry in sorted(entries.items())
+            if show_all or entry.source in _DYNAMIC_SOURCES
+        ]
+        kind = "All" if show_all else "Dynamic"
+        click.echo(f"{kind} configs for {_what(resource_type, name)} are:")
+        for entry in shown:
+            click.echo(format_entry(entry))
+        return
+    if show_all:
+        raise click.UsageError("--all goes with --describe")
+    changes: dict[str, str | None] = {}
+    for text in add_config:
+        changes.update(parse_add_config(text))
+    for text in delete_config:
+        for key in (k.strip() for k in text.split(",")):
+            if not key:
+                continue
+            if key in changes:
+                raise click.UsageError(f"{key} is both added and deleted")
+            changes[key] = None
+    if not changes:
+        raise click.UsageError("--alter needs --add-config or --delete-config")
+
+    async def altered(admin: AdminClient) -> None:
+        await admin.alter_configs(name, changes, resource_type=resource_type)
+
+    run_admin(conn, altered, topic=topic)
+    click.echo(f"Completed updating config for {_what(resource_type, name)}.")

@@ -1,0 +1,83 @@
+"""``--config FILE`` and ``--override KEY=VALUE`` for the server commands (server.properties).
+
+Every role (``server``, ``controller``, ``broker``, ``coordinator``) takes both; the file
+and the overrides are read by :func:`~highwater.config.server.load_server_config`
+(an override beats the file, the file beats the defaults). A command-line flag that
+stands for a key (``--rack`` for ``broker.rack``) keeps working and, when given, beats
+both. An unknown key or a bad value stops the command before it starts: one
+``Error: ...`` line naming the key, exit code 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from click.core import ParameterSource
+
+from highwater.config.server import BROKER_DYNAMIC_CONFIG_DEF, ServerConfig, load_server_config
+from highwater.controller.config import CONTROLLER_CONFIG_DEF, ControllerConfig
+from highwater.errors import InvalidConfigError
+
+__all__ = ["controller_config", "load_role_config", "server_config_options"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_EXPLICIT = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+def server_config_options(function: F) -> F:
+    """Add ``--config FILE`` and ``--override KEY=VALUE`` (repeatable), passed as
+    ``config_file`` and ``overrides``."""
+    with_overrides = click.option(
+        "--override",
+        "overrides",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Set a server config key (Kafka's names), over the --config file (repeatable).",
+    )(function)
+    return click.option(
+        "--config",
+        "config_file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        metavar="FILE",
+        help="A Java-properties file of server config keys (Kafka's names: num.partitions, "
+        "default.replication.factor, min.insync.replicas, log.retention.hours...).",
+    )(with_overrides)
+
+
+def load_role_config(
+    config_file: Path | None,
+    overrides: tuple[str, ...],
+    flags: Mapping[str, str] | None = None,
+) -> ServerConfig:
+    """The command's server config: the file, the overrides, then each flag of ``flags``
+    (parameter name -> config key) that was given explicitly.
+
+    Raises :class:`click.ClickException` naming the first unknown key or bad value.
+    """
+    ctx = click.get_current_context()
+    try:
+        config = load_server_config(config_file, overrides)
+        explicit = {
+            key: ctx.params[param]
+            for param, key in (flags or {}).items()
+            if ctx.get_parameter_source(param) in _EXPLICIT and ctx.params[param] is not None
+        }
+        return config.with_values(explicit) if explicit else config
+    except InvalidConfigError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def controller_config(config: ServerConfig) -> ControllerConfig:
+    """The quorum controller's settings from a server config: its keys, the cluster
+    defaults it keeps in the metadata, and the dynamic broker configs it accepts."""
+    base = ControllerConfig.from_properties(
+        config.subset(CONTROLLER_CONFIG_DEF.names()),
+        broker_config_definition=BROKER_DYNAMIC_CONFIG_DEF,
+    )
+    return dataclasses.replace(base, cluster_defaults=config.cluster_defaults())
