@@ -3,7 +3,7 @@
 Every broker serves the admin calls of admin.proto — CreateTopics, DeleteTopics,
 CreatePartitions, AlterConfigs, DescribeConfigs, ElectLeaders,
 AlterPartitionReassignments, ListPartitionReassignments, UnregisterBroker (an operator
-removing a broker for good, Kafka's KIP-856) — as methods of its own ``highwater.v1.Broker``
+removing a broker for good, Kafka's KIP-856), CreateAcls, DescribeAcls, DeleteAcls — as methods of its own ``highwater.v1.Broker``
 service (:class:`ForwardedAdminCalls`), so that a client needs one address and one service.
 A standalone broker also serves them under ``highwater.v1.Controller``
 (:func:`add_forwarding_servicer`), the names the project's admin client uses. Either way the
@@ -44,6 +44,9 @@ FORWARDED_RPCS: Final = (
     codec.ALTER_PARTITION_REASSIGNMENTS,
     codec.LIST_PARTITION_REASSIGNMENTS,
     codec.UNREGISTER_BROKER,
+    codec.CREATE_ACLS,
+    codec.DESCRIBE_ACLS,
+    codec.DELETE_ACLS,
 )
 
 
@@ -112,6 +115,21 @@ class ForwardedAdminCalls:
         context: grpc.aio.ServicerContext,
     ) -> admin_pb2.ListPartitionReassignmentsResponse:
         return await forward(codec.LIST_PARTITION_REASSIGNMENTS, self.controller, request, context)
+
+    async def CreateAcls(
+        self, request: admin_pb2.CreateAclsRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.CreateAclsResponse:
+        return await forward(codec.CREATE_ACLS, self.controller, request, context)
+
+    async def DescribeAcls(
+        self, request: admin_pb2.DescribeAclsRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.DescribeAclsResponse:
+        return await forward(codec.DESCRIBE_ACLS, self.controller, request, context)
+
+    async def DeleteAcls(
+        self, request: admin_pb2.DeleteAclsRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.DeleteAclsResponse:
+        return await forward(codec.DELETE_ACLS, self.controller, request, context)
 
     async def UnregisterBroker(
         self, request: admin_pb2.UnregisterBrokerRequest, context: grpc.aio.ServicerContext

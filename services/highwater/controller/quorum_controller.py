@@ -41,6 +41,7 @@ import random
 from collections.abc import Callable
 
 from highwater.config.definition import LONG_MAX
+from highwater.controller.acl_control import AclControl
 from highwater.controller.cluster_control import ClusterControl
 from highwater.controller.config import PRODUCER_ID_BLOCK_SIZE, ControllerConfig
 from highwater.controller.config_control import ConfigurationControl
@@ -60,12 +61,18 @@ from highwater.controller_api.messages import (
     BrokerHeartbeatResponse,
     CoordinatorHeartbeatRequest,
     CoordinatorHeartbeatResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     ElectLeadersRequest,
@@ -115,6 +122,7 @@ class QuorumController:
             self.config, self.heartbeats, self.replication, self.coordinator_sessions
         )
         self.configs = ConfigurationControl(self.config)
+        self.acls = AclControl(random.Random(seed + 1))
         self._next_imbalance_check_ms: int | None = None
 
     def activate(self, now_ms: int) -> None:
@@ -223,6 +231,20 @@ class QuorumController:
     ) -> ControllerResult[DescribeConfigsResponse]:
         """The configs of topics and brokers with their values and sources (no records)."""
         return self.configs.describe_configs(self._image(), request)
+
+    # --- ACLs ------------------------------------------------------------------------
+
+    def create_acls(self, request: CreateAclsRequest) -> ControllerResult[CreateAclsResponse]:
+        """ACLs written as AccessControlEntryRecords (existing ones are left as they are)."""
+        return self.acls.create_acls(self._image(), request)
+
+    def describe_acls(self, request: DescribeAclsRequest) -> ControllerResult[DescribeAclsResponse]:
+        """The ACLs a filter matches (no records)."""
+        return self.acls.describe_acls(self._image(), request)
+
+    def delete_acls(self, request: DeleteAclsRequest) -> ControllerResult[DeleteAclsResponse]:
+        """The ACLs each filter matches, removed."""
+        return self.acls.delete_acls(self._image(), request)
 
     # --- Producer ids ----------------------------------------------------------------
 

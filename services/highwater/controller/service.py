@@ -267,6 +267,9 @@ _CALLS: Final[Mapping[str, _Call]] = {
     "RegisterCoordinator": lambda c, r, now: c.register_coordinator(r, now),
     "CoordinatorHeartbeat": lambda c, r, now: c.coordinator_heartbeat(r, now),
     "UnregisterCoordinator": lambda c, r, now: c.unregister_coordinator(r),
+    "CreateAcls": lambda c, r, now: c.create_acls(r),
+    "DescribeAcls": lambda c, r, now: c.describe_acls(r),
+    "DeleteAcls": lambda c, r, now: c.delete_acls(r),
 }
 """How each RPC runs on the controller: ``(controller, request, now_ms) -> result``."""
 
@@ -639,6 +642,15 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
 
     async def DescribeConfigs(self, request: Any, context: Any) -> Any:
         return await self._server.serve(codec.DESCRIBE_CONFIGS, request, context)
+
+    async def CreateAcls(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.CREATE_ACLS, request, context)
+
+    async def DescribeAcls(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.DESCRIBE_ACLS, request, context)
+
+    async def DeleteAcls(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.DELETE_ACLS, request, context)
 
     async def AllocateProducerIds(self, request: Any, context: Any) -> Any:
         return await self._server.serve(codec.ALLOCATE_PRODUCER_IDS, request, context)

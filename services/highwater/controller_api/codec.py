@@ -173,6 +173,20 @@ def _messages(name: str, plan: _Plan) -> tuple[_Setter, _Getter]:
     return set_, get
 
 
+def _message(name: str, plan: _Plan) -> tuple[_Setter, _Getter]:
+    """A singular message field (an unset one decodes as the message's defaults)."""
+
+    def set_(value: Any, message: Any) -> None:
+        out = getattr(message, name)
+        out.SetInParent()
+        plan.to_proto(getattr(value, name), out)
+
+    def get(message: Any) -> Any:
+        return plan.from_proto(getattr(message, name))
+
+    return set_, get
+
+
 def _config_map(name: str) -> tuple[_Setter, _Getter]:
     def set_(value: Any, message: Any) -> None:
         out = getattr(message, name)
@@ -258,6 +272,8 @@ def _plan(cls: type[Any], proto: type[Message]) -> _Plan:
                 pair = _messages(name, _plan(item, item_proto))
             else:
                 pair = _repeated(name)
+        elif isinstance(hint, type) and is_dataclass(hint) and fd.message_type is not None:
+            pair = _message(name, _plan(hint, getattr(pb, fd.message_type.name)))
         elif origin is Mapping:
             pair = _config_map(name)
         elif fd.has_presence and defaults[name] is not MISSING:
@@ -370,6 +386,9 @@ COORDINATOR_HEARTBEAT: Final = _rpc(
 UNREGISTER_COORDINATOR: Final = _rpc(
     "UnregisterCoordinator", m.UnregisterCoordinatorRequest, m.UnregisterCoordinatorResponse
 )
+CREATE_ACLS: Final = _rpc("CreateAcls", m.CreateAclsRequest, m.CreateAclsResponse)
+DESCRIBE_ACLS: Final = _rpc("DescribeAcls", m.DescribeAclsRequest, m.DescribeAclsResponse)
+DELETE_ACLS: Final = _rpc("DeleteAcls", m.DeleteAclsRequest, m.DeleteAclsResponse)
 
 RPCS: Final[dict[str, ControllerRpc[Any, Any]]] = {
     rpc.name: rpc
@@ -390,6 +409,9 @@ RPCS: Final[dict[str, ControllerRpc[Any, Any]]] = {
         REGISTER_COORDINATOR,
         COORDINATOR_HEARTBEAT,
         UNREGISTER_COORDINATOR,
+        CREATE_ACLS,
+        DESCRIBE_ACLS,
+        DELETE_ACLS,
     )
 }
 """Every RPC of ``highwater.v1.Controller``, by method name."""

@@ -387,6 +387,83 @@ class DescribeConfigsResponse:
     results: tuple[DescribeConfigsResult, ...] = ()
 
 
+# --- ACLs ------------------------------------------------------------------------------
+#
+# Kafka's codes, as ints (highwater.security.acl names them): the controller validates
+# them, and a filter's unset field (None) matches anything.
+
+
+@dataclass(frozen=True, slots=True)
+class AclEntry:
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateAclsRequest:
+    creations: tuple[AclEntry, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AclResult:
+    error: int = NONE
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CreateAclsResponse:
+    error: int = NONE
+    error_message: str = ""
+    results: tuple[AclResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AclFilter:
+    resource_type: int | None = None
+    resource_name: str | None = None
+    pattern_type: int | None = None
+    principal: str | None = None
+    host: str | None = None
+    operation: int | None = None
+    permission_type: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeAclsRequest:
+    filter: AclFilter = AclFilter()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeAclsResponse:
+    error: int = NONE
+    error_message: str = ""
+    acls: tuple[AclEntry, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteAclsRequest:
+    filters: tuple[AclFilter, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteAclsFilterResult:
+    error: int = NONE
+    error_message: str = ""
+    deleted: tuple[AclEntry, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteAclsResponse:
+    error: int = NONE
+    error_message: str = ""
+    results: tuple[DeleteAclsFilterResult, ...] = ()
+
+
 # --- Producer ids and coordinators -----------------------------------------------------
 
 

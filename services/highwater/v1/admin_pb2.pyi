@@ -3,7 +3,8 @@
 isort:skip_file
 The admin calls of a Highwater cluster (Kafka's CreateTopics, DeleteTopics,
 CreatePartitions, ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments,
-IncrementalAlterConfigs, DescribeConfigs, UnregisterBroker): their messages.
+IncrementalAlterConfigs, DescribeConfigs, UnregisterBroker, CreateAcls, DescribeAcls,
+DeleteAcls): their messages.
 
 Clients call them on any broker (the highwater.v1.Broker service), which forwards each
 to the active controller and returns its answer (KIP-590), so a client needs one address
@@ -1099,3 +1100,329 @@ class DescribedConfig(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__value) -> _WhichOneofReturnType__value | None: ...
 
 Global___DescribedConfig: _TypeAlias = DescribedConfig  # noqa: Y015
+
+@_typing.final
+class AclEntry(_message.Message):
+    """--- ACLs -----------------------------------------------------------------------------
+
+    Kafka's model and codes (ResourceType: TOPIC 2, GROUP 3, CLUSTER 4, TRANSACTIONAL_ID 5;
+    PatternType: LITERAL 3, PREFIXED 4; AclOperation: ALL 2, READ 3, WRITE 4, CREATE 5,
+    DELETE 6, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11,
+    IDEMPOTENT_WRITE 12; AclPermissionType: DENY 2, ALLOW 3). The cluster resource is named
+    "kafka-cluster"; the literal resource name "*" is every resource of its type, the
+    principal "User:*" every user, the host "*" every host.
+
+    One ACL: every field is required.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    PATTERN_TYPE_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PERMISSION_TYPE_FIELD_NUMBER: _builtins.int
+    resource_type: _builtins.int
+    resource_name: _builtins.str
+    pattern_type: _builtins.int
+    principal: _builtins.str
+    host: _builtins.str
+    operation: _builtins.int
+    permission_type: _builtins.int
+    def __init__(
+        self,
+        *,
+        resource_type: _builtins.int = ...,
+        resource_name: _builtins.str = ...,
+        pattern_type: _builtins.int = ...,
+        principal: _builtins.str = ...,
+        host: _builtins.str = ...,
+        operation: _builtins.int = ...,
+        permission_type: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "operation", b"operation", "pattern_type", b"pattern_type", "permission_type", b"permission_type", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AclEntry: _TypeAlias = AclEntry  # noqa: Y015
+
+@_typing.final
+class CreateAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CREATIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def creations(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclEntry]: ...
+    def __init__(
+        self,
+        *,
+        creations: _abc.Iterable[Global___AclEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["creations", b"creations"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAclsRequest: _TypeAlias = CreateAclsRequest  # noqa: Y015
+
+@_typing.final
+class CreateAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ID_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ADDRESS_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    controller_id: _builtins.int
+    controller_address: _builtins.str
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclResult]:
+        """One per creation, in order: NONE, or INVALID_REQUEST naming what is wrong with it."""
+
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        controller_id: _builtins.int = ...,
+        controller_address: _builtins.str = ...,
+        results: _abc.Iterable[Global___AclResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_address", b"controller_address", "controller_id", b"controller_id", "error", b"error", "error_message", b"error_message", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAclsResponse: _TypeAlias = CreateAclsResponse  # noqa: Y015
+
+@_typing.final
+class AclResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AclResult: _TypeAlias = AclResult  # noqa: Y015
+
+@_typing.final
+class AclFilter(_message.Message):
+    """Which ACLs a describe or delete is about. Each field left unset matches anything (Kafka's
+    ANY); a pattern_type of 2 (MATCH) matches every pattern that covers resource_name: the
+    literal name, the literal "*", and every prefix of it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    PATTERN_TYPE_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PERMISSION_TYPE_FIELD_NUMBER: _builtins.int
+    resource_type: _builtins.int
+    resource_name: _builtins.str
+    pattern_type: _builtins.int
+    principal: _builtins.str
+    host: _builtins.str
+    operation: _builtins.int
+    permission_type: _builtins.int
+    def __init__(
+        self,
+        *,
+        resource_type: _builtins.int | None = ...,
+        resource_name: _builtins.str | None = ...,
+        pattern_type: _builtins.int | None = ...,
+        principal: _builtins.str | None = ...,
+        host: _builtins.str | None = ...,
+        operation: _builtins.int | None = ...,
+        permission_type: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_host", b"_host", "_operation", b"_operation", "_pattern_type", b"_pattern_type", "_permission_type", b"_permission_type", "_principal", b"_principal", "_resource_name", b"_resource_name", "_resource_type", b"_resource_type", "host", b"host", "operation", b"operation", "pattern_type", b"pattern_type", "permission_type", b"permission_type", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_host", b"_host", "_operation", b"_operation", "_pattern_type", b"_pattern_type", "_permission_type", b"_permission_type", "_principal", b"_principal", "_resource_name", b"_resource_name", "_resource_type", b"_resource_type", "host", b"host", "operation", b"operation", "pattern_type", b"pattern_type", "permission_type", b"permission_type", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__host: _TypeAlias = _typing.Literal["host"]  # noqa: Y015
+    _WhichOneofArgType__host: _TypeAlias = _typing.Literal["_host", b"_host"]  # noqa: Y015
+    _WhichOneofReturnType__operation: _TypeAlias = _typing.Literal["operation"]  # noqa: Y015
+    _WhichOneofArgType__operation: _TypeAlias = _typing.Literal["_operation", b"_operation"]  # noqa: Y015
+    _WhichOneofReturnType__pattern_type: _TypeAlias = _typing.Literal["pattern_type"]  # noqa: Y015
+    _WhichOneofArgType__pattern_type: _TypeAlias = _typing.Literal["_pattern_type", b"_pattern_type"]  # noqa: Y015
+    _WhichOneofReturnType__permission_type: _TypeAlias = _typing.Literal["permission_type"]  # noqa: Y015
+    _WhichOneofArgType__permission_type: _TypeAlias = _typing.Literal["_permission_type", b"_permission_type"]  # noqa: Y015
+    _WhichOneofReturnType__principal: _TypeAlias = _typing.Literal["principal"]  # noqa: Y015
+    _WhichOneofArgType__principal: _TypeAlias = _typing.Literal["_principal", b"_principal"]  # noqa: Y015
+    _WhichOneofReturnType__resource_name: _TypeAlias = _typing.Literal["resource_name"]  # noqa: Y015
+    _WhichOneofArgType__resource_name: _TypeAlias = _typing.Literal["_resource_name", b"_resource_name"]  # noqa: Y015
+    _WhichOneofReturnType__resource_type: _TypeAlias = _typing.Literal["resource_type"]  # noqa: Y015
+    _WhichOneofArgType__resource_type: _TypeAlias = _typing.Literal["_resource_type", b"_resource_type"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__host) -> _WhichOneofReturnType__host | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__operation) -> _WhichOneofReturnType__operation | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__pattern_type) -> _WhichOneofReturnType__pattern_type | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__permission_type) -> _WhichOneofReturnType__permission_type | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__principal) -> _WhichOneofReturnType__principal | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__resource_name) -> _WhichOneofReturnType__resource_name | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__resource_type) -> _WhichOneofReturnType__resource_type | None: ...
+
+Global___AclFilter: _TypeAlias = AclFilter  # noqa: Y015
+
+@_typing.final
+class DescribeAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILTER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def filter(self) -> Global___AclFilter: ...
+    def __init__(
+        self,
+        *,
+        filter: Global___AclFilter | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeAclsRequest: _TypeAlias = DescribeAclsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ID_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ADDRESS_FIELD_NUMBER: _builtins.int
+    ACLS_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    controller_id: _builtins.int
+    controller_address: _builtins.str
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclEntry]: ...
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        controller_id: _builtins.int = ...,
+        controller_address: _builtins.str = ...,
+        acls: _abc.Iterable[Global___AclEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "controller_address", b"controller_address", "controller_id", b"controller_id", "error", b"error", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeAclsResponse: _TypeAlias = DescribeAclsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILTERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def filters(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclFilter]: ...
+    def __init__(
+        self,
+        *,
+        filters: _abc.Iterable[Global___AclFilter] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filters", b"filters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsRequest: _TypeAlias = DeleteAclsRequest  # noqa: Y015
+
+@_typing.final
+class DeleteAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ID_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ADDRESS_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    controller_id: _builtins.int
+    controller_address: _builtins.str
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteAclsFilterResult]:
+        """One per filter, in order: the ACLs it removed."""
+
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        controller_id: _builtins.int = ...,
+        controller_address: _builtins.str = ...,
+        results: _abc.Iterable[Global___DeleteAclsFilterResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_address", b"controller_address", "controller_id", b"controller_id", "error", b"error", "error_message", b"error_message", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsResponse: _TypeAlias = DeleteAclsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteAclsFilterResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    DELETED_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    @_builtins.property
+    def deleted(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclEntry]: ...
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        deleted: _abc.Iterable[Global___AclEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "error", b"error", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsFilterResult: _TypeAlias = DeleteAclsFilterResult  # noqa: Y015

@@ -3,7 +3,8 @@
 isort:skip_file
 The admin calls of a Highwater cluster (Kafka's CreateTopics, DeleteTopics,
 CreatePartitions, ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments,
-IncrementalAlterConfigs, DescribeConfigs, UnregisterBroker): their messages.
+IncrementalAlterConfigs, DescribeConfigs, UnregisterBroker, CreateAcls, DescribeAcls,
+DeleteAcls): their messages.
 
 Clients call them on any broker (the highwater.v1.Broker service), which forwards each
 to the active controller and returns its answer (KIP-590), so a client needs one address

@@ -130,6 +130,21 @@ class BrokerStub:
                 request_serializer=highwater_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/highwater.v1.Broker/CreateAcls',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/highwater.v1.Broker/DescribeAcls',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/highwater.v1.Broker/DeleteAcls',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -270,6 +285,25 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """ACLs (Kafka's CreateAcls, DescribeAcls, DeleteAcls).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -367,6 +401,21 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.UnregisterBroker,
                     request_deserializer=highwater_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.FromString,
                     response_serializer=highwater_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.CreateAclsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -882,6 +931,87 @@ class Broker:
             '/highwater.v1.Broker/UnregisterBroker',
             highwater_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/CreateAcls',
+            highwater_dot_v1_dot_admin__pb2.CreateAclsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/DescribeAcls',
+            highwater_dot_v1_dot_admin__pb2.DescribeAclsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/DeleteAcls',
+            highwater_dot_v1_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.DeleteAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -84,6 +84,10 @@ class BrokerStub:
     ListPartitionReassignments: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListPartitionReassignmentsRequest, _admin_pb2.ListPartitionReassignmentsResponse]
     UnregisterBroker: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UnregisterBrokerRequest, _admin_pb2.UnregisterBrokerResponse]
     """Removes a decommissioned broker's registration (KIP-856)."""
+    CreateAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateAclsRequest, _admin_pb2.CreateAclsResponse]
+    """ACLs (Kafka's CreateAcls, DescribeAcls, DeleteAcls)."""
+    DescribeAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeAclsRequest, _admin_pb2.DescribeAclsResponse]
+    DeleteAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteAclsRequest, _admin_pb2.DeleteAclsResponse]
 
 @_typing.type_check_only
 class BrokerAsyncStub(BrokerStub):
@@ -131,6 +135,10 @@ class BrokerAsyncStub(BrokerStub):
     ListPartitionReassignments: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListPartitionReassignmentsRequest, _admin_pb2.ListPartitionReassignmentsResponse]  # type: ignore[assignment]
     UnregisterBroker: _aio.UnaryUnaryMultiCallable[_admin_pb2.UnregisterBrokerRequest, _admin_pb2.UnregisterBrokerResponse]  # type: ignore[assignment]
     """Removes a decommissioned broker's registration (KIP-856)."""
+    CreateAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateAclsRequest, _admin_pb2.CreateAclsResponse]  # type: ignore[assignment]
+    """ACLs (Kafka's CreateAcls, DescribeAcls, DeleteAcls)."""
+    DescribeAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeAclsRequest, _admin_pb2.DescribeAclsResponse]  # type: ignore[assignment]
+    DeleteAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteAclsRequest, _admin_pb2.DeleteAclsResponse]  # type: ignore[assignment]
 
 class BrokerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -289,5 +297,27 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.UnregisterBrokerResponse, _abc.Awaitable[_admin_pb2.UnregisterBrokerResponse]]:
         """Removes a decommissioned broker's registration (KIP-856)."""
+
+    @_abc_1.abstractmethod
+    def CreateAcls(
+        self,
+        request: _admin_pb2.CreateAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.CreateAclsResponse, _abc.Awaitable[_admin_pb2.CreateAclsResponse]]:
+        """ACLs (Kafka's CreateAcls, DescribeAcls, DeleteAcls)."""
+
+    @_abc_1.abstractmethod
+    def DescribeAcls(
+        self,
+        request: _admin_pb2.DescribeAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DescribeAclsResponse, _abc.Awaitable[_admin_pb2.DescribeAclsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteAcls(
+        self,
+        request: _admin_pb2.DeleteAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DeleteAclsResponse, _abc.Awaitable[_admin_pb2.DeleteAclsResponse]]: ...
 
 def add_BrokerServicer_to_server(servicer: BrokerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

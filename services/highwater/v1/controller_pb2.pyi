@@ -22,6 +22,9 @@ from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_APPEND as ALTER_CONFIG_OP_APP
 from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_DELETE as ALTER_CONFIG_OP_DELETE
 from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_SET as ALTER_CONFIG_OP_SET
 from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_SUBTRACT as ALTER_CONFIG_OP_SUBTRACT
+from highwater.v1.admin_pb2 import AclEntry as AclEntry
+from highwater.v1.admin_pb2 import AclFilter as AclFilter
+from highwater.v1.admin_pb2 import AclResult as AclResult
 from highwater.v1.admin_pb2 import AlterConfigOp as AlterConfigOp
 from highwater.v1.admin_pb2 import AlterConfigsRequest as AlterConfigsRequest
 from highwater.v1.admin_pb2 import AlterConfigsResource as AlterConfigsResource
@@ -39,6 +42,8 @@ from highwater.v1.admin_pb2 import CONFIG_SOURCE_UNKNOWN as CONFIG_SOURCE_UNKNOW
 from highwater.v1.admin_pb2 import ConfigSource as ConfigSource
 from highwater.v1.admin_pb2 import CreatableTopic as CreatableTopic
 from highwater.v1.admin_pb2 import CreatableTopicResult as CreatableTopicResult
+from highwater.v1.admin_pb2 import CreateAclsRequest as CreateAclsRequest
+from highwater.v1.admin_pb2 import CreateAclsResponse as CreateAclsResponse
 from highwater.v1.admin_pb2 import CreatePartitionsRequest as CreatePartitionsRequest
 from highwater.v1.admin_pb2 import CreatePartitionsResponse as CreatePartitionsResponse
 from highwater.v1.admin_pb2 import CreatePartitionsTopic as CreatePartitionsTopic
@@ -46,8 +51,13 @@ from highwater.v1.admin_pb2 import CreatePartitionsTopicResult as CreatePartitio
 from highwater.v1.admin_pb2 import CreateTopicsRequest as CreateTopicsRequest
 from highwater.v1.admin_pb2 import CreateTopicsResponse as CreateTopicsResponse
 from highwater.v1.admin_pb2 import DeletableTopicResult as DeletableTopicResult
+from highwater.v1.admin_pb2 import DeleteAclsFilterResult as DeleteAclsFilterResult
+from highwater.v1.admin_pb2 import DeleteAclsRequest as DeleteAclsRequest
+from highwater.v1.admin_pb2 import DeleteAclsResponse as DeleteAclsResponse
 from highwater.v1.admin_pb2 import DeleteTopicsRequest as DeleteTopicsRequest
 from highwater.v1.admin_pb2 import DeleteTopicsResponse as DeleteTopicsResponse
+from highwater.v1.admin_pb2 import DescribeAclsRequest as DescribeAclsRequest
+from highwater.v1.admin_pb2 import DescribeAclsResponse as DescribeAclsResponse
 from highwater.v1.admin_pb2 import DescribeConfigsRequest as DescribeConfigsRequest
 from highwater.v1.admin_pb2 import DescribeConfigsResource as DescribeConfigsResource
 from highwater.v1.admin_pb2 import DescribeConfigsResponse as DescribeConfigsResponse

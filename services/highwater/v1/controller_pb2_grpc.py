@@ -95,6 +95,21 @@ class ControllerStub:
                 request_serializer=highwater_dot_v1_dot_admin__pb2.DescribeConfigsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeConfigsResponse.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/highwater.v1.Controller/CreateAcls',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/highwater.v1.Controller/DescribeAcls',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/highwater.v1.Controller/DeleteAcls',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
         self.AllocateProducerIds = channel.unary_unary(
                 '/highwater.v1.Controller/AllocateProducerIds',
                 request_serializer=highwater_dot_v1_dot_controller__pb2.AllocateProducerIdsRequest.SerializeToString,
@@ -202,6 +217,25 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """ACLs (Kafka's CreateAcls, DescribeAcls, DeleteAcls), kept as metadata records.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AllocateProducerIds(self, request, context):
         """A block of producer ids for a broker's idempotent and transactional producers.
         """
@@ -292,6 +326,21 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DescribeConfigs,
                     request_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeConfigsRequest.FromString,
                     response_serializer=highwater_dot_v1_dot_admin__pb2.DescribeConfigsResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.CreateAclsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsResponse.SerializeToString,
             ),
             'AllocateProducerIds': grpc.unary_unary_rpc_method_handler(
                     servicer.AllocateProducerIds,
@@ -638,6 +687,87 @@ class Controller:
             '/highwater.v1.Controller/DescribeConfigs',
             highwater_dot_v1_dot_admin__pb2.DescribeConfigsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.DescribeConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Controller/CreateAcls',
+            highwater_dot_v1_dot_admin__pb2.CreateAclsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Controller/DescribeAcls',
+            highwater_dot_v1_dot_admin__pb2.DescribeAclsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Controller/DeleteAcls',
+            highwater_dot_v1_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.DeleteAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -20,6 +20,9 @@ from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_APPEND as ALTER_CONFIG_OP_APP
 from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_DELETE as ALTER_CONFIG_OP_DELETE
 from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_SET as ALTER_CONFIG_OP_SET
 from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_SUBTRACT as ALTER_CONFIG_OP_SUBTRACT
+from highwater.v1.admin_pb2 import AclEntry as AclEntry
+from highwater.v1.admin_pb2 import AclFilter as AclFilter
+from highwater.v1.admin_pb2 import AclResult as AclResult
 from highwater.v1.admin_pb2 import AlterConfigOp as AlterConfigOp
 from highwater.v1.admin_pb2 import AlterConfigsRequest as AlterConfigsRequest
 from highwater.v1.admin_pb2 import AlterConfigsResource as AlterConfigsResource
@@ -37,6 +40,8 @@ from highwater.v1.admin_pb2 import CONFIG_SOURCE_UNKNOWN as CONFIG_SOURCE_UNKNOW
 from highwater.v1.admin_pb2 import ConfigSource as ConfigSource
 from highwater.v1.admin_pb2 import CreatableTopic as CreatableTopic
 from highwater.v1.admin_pb2 import CreatableTopicResult as CreatableTopicResult
+from highwater.v1.admin_pb2 import CreateAclsRequest as CreateAclsRequest
+from highwater.v1.admin_pb2 import CreateAclsResponse as CreateAclsResponse
 from highwater.v1.admin_pb2 import CreatePartitionsRequest as CreatePartitionsRequest
 from highwater.v1.admin_pb2 import CreatePartitionsResponse as CreatePartitionsResponse
 from highwater.v1.admin_pb2 import CreatePartitionsTopic as CreatePartitionsTopic
@@ -44,8 +49,13 @@ from highwater.v1.admin_pb2 import CreatePartitionsTopicResult as CreatePartitio
 from highwater.v1.admin_pb2 import CreateTopicsRequest as CreateTopicsRequest
 from highwater.v1.admin_pb2 import CreateTopicsResponse as CreateTopicsResponse
 from highwater.v1.admin_pb2 import DeletableTopicResult as DeletableTopicResult
+from highwater.v1.admin_pb2 import DeleteAclsFilterResult as DeleteAclsFilterResult
+from highwater.v1.admin_pb2 import DeleteAclsRequest as DeleteAclsRequest
+from highwater.v1.admin_pb2 import DeleteAclsResponse as DeleteAclsResponse
 from highwater.v1.admin_pb2 import DeleteTopicsRequest as DeleteTopicsRequest
 from highwater.v1.admin_pb2 import DeleteTopicsResponse as DeleteTopicsResponse
+from highwater.v1.admin_pb2 import DescribeAclsRequest as DescribeAclsRequest
+from highwater.v1.admin_pb2 import DescribeAclsResponse as DescribeAclsResponse
 from highwater.v1.admin_pb2 import DescribeConfigsRequest as DescribeConfigsRequest
 from highwater.v1.admin_pb2 import DescribeConfigsResource as DescribeConfigsResource
 from highwater.v1.admin_pb2 import DescribeConfigsResponse as DescribeConfigsResponse
@@ -113,6 +123,10 @@ class ControllerStub:
     AlterConfigs: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AlterConfigsRequest, _admin_pb2.AlterConfigsResponse]
     """Incremental config changes (Kafka's IncrementalAlterConfigs)."""
     DescribeConfigs: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeConfigsRequest, _admin_pb2.DescribeConfigsResponse]
+    CreateAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateAclsRequest, _admin_pb2.CreateAclsResponse]
+    """ACLs (Kafka's CreateAcls, DescribeAcls, DeleteAcls), kept as metadata records."""
+    DescribeAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeAclsRequest, _admin_pb2.DescribeAclsResponse]
+    DeleteAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteAclsRequest, _admin_pb2.DeleteAclsResponse]
     AllocateProducerIds: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AllocateProducerIdsRequest, _controller_pb2.AllocateProducerIdsResponse]
     """A block of producer ids for a broker's idempotent and transactional producers."""
     RegisterCoordinator: _grpc.UnaryUnaryMultiCallable[_controller_pb2.RegisterCoordinatorRequest, _controller_pb2.RegisterCoordinatorResponse]
@@ -148,6 +162,10 @@ class ControllerAsyncStub(ControllerStub):
     AlterConfigs: _aio.UnaryUnaryMultiCallable[_admin_pb2.AlterConfigsRequest, _admin_pb2.AlterConfigsResponse]  # type: ignore[assignment]
     """Incremental config changes (Kafka's IncrementalAlterConfigs)."""
     DescribeConfigs: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeConfigsRequest, _admin_pb2.DescribeConfigsResponse]  # type: ignore[assignment]
+    CreateAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateAclsRequest, _admin_pb2.CreateAclsResponse]  # type: ignore[assignment]
+    """ACLs (Kafka's CreateAcls, DescribeAcls, DeleteAcls), kept as metadata records."""
+    DescribeAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeAclsRequest, _admin_pb2.DescribeAclsResponse]  # type: ignore[assignment]
+    DeleteAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteAclsRequest, _admin_pb2.DeleteAclsResponse]  # type: ignore[assignment]
     AllocateProducerIds: _aio.UnaryUnaryMultiCallable[_controller_pb2.AllocateProducerIdsRequest, _controller_pb2.AllocateProducerIdsResponse]  # type: ignore[assignment]
     """A block of producer ids for a broker's idempotent and transactional producers."""
     RegisterCoordinator: _aio.UnaryUnaryMultiCallable[_controller_pb2.RegisterCoordinatorRequest, _controller_pb2.RegisterCoordinatorResponse]  # type: ignore[assignment]
@@ -252,6 +270,28 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.DescribeConfigsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DescribeConfigsResponse, _abc.Awaitable[_admin_pb2.DescribeConfigsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CreateAcls(
+        self,
+        request: _admin_pb2.CreateAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.CreateAclsResponse, _abc.Awaitable[_admin_pb2.CreateAclsResponse]]:
+        """ACLs (Kafka's CreateAcls, DescribeAcls, DeleteAcls), kept as metadata records."""
+
+    @_abc_1.abstractmethod
+    def DescribeAcls(
+        self,
+        request: _admin_pb2.DescribeAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DescribeAclsResponse, _abc.Awaitable[_admin_pb2.DescribeAclsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteAcls(
+        self,
+        request: _admin_pb2.DeleteAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DeleteAclsResponse, _abc.Awaitable[_admin_pb2.DeleteAclsResponse]]: ...
 
     @_abc_1.abstractmethod
     def AllocateProducerIds(
