@@ -3,8 +3,9 @@
 Every broker serves the admin calls of admin.proto — CreateTopics, DeleteTopics,
 CreatePartitions, AlterConfigs, DescribeConfigs, ElectLeaders,
 AlterPartitionReassignments, ListPartitionReassignments, UnregisterBroker (an operator
-removing a broker for good, Kafka's KIP-856), CreateAcls, DescribeAcls, DeleteAcls — as methods of its own ``highwater.v1.Broker``
-service (:class:`ForwardedAdminCalls`), so that a client needs one address and one service.
+removing a broker for good, Kafka's KIP-856), CreateAcls, DescribeAcls, DeleteAcls — as
+methods of its own ``highwater.v1.Broker`` service (:class:`ForwardedAdminCalls`), so that
+a client needs one address and one service.
 A standalone broker also serves them under ``highwater.v1.Controller``
 (:func:`add_forwarding_servicer`), the names the project's admin client uses. Either way the
 broker hands each call to the active controller through its
