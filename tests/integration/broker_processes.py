@@ -26,6 +26,7 @@ from highwater.client.admin import AdminClient, AdminError, NewTopic, TopicExist
 from highwater.client.consumer import OFFSET_BEGINNING, AsyncConsumer, TopicPartition
 from highwater.controller_api.client import ControllerUnavailableError
 from highwater.records import RecordBatch, iter_batches
+from highwater.rpc.channels import open_channel
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -137,7 +138,7 @@ class BrokerProcess:
 
 async def metadata(address: str, topic: str) -> pb.MetadataResponse | None:
     try:
-        async with grpc.aio.insecure_channel(address) as channel:
+        async with open_channel(address) as channel:
             reply: pb.MetadataResponse = await broker_pb2_grpc.BrokerStub(channel).Metadata(
                 pb.MetadataRequest(topics=[topic]), timeout=2
             )
@@ -245,7 +246,7 @@ async def read_committed(address: str, topic: str) -> tuple[list[bytes | None], 
     """Every record up to the high watermark (a consumer's Fetch), and the high watermark."""
     values: list[bytes | None] = []
     offset = 0
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with open_channel(address) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
         while True:
             request = pb.FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20)

@@ -1,5 +1,6 @@
 """The process's gRPC host: its services, health and reflection on one port; a port taken
-by another process is refused; readiness set per service; and channels opened to it."""
+by another process is refused; readiness reported per service (NOT_SERVING until its role
+says otherwise, the whole server while any service is not); and channels opened to it."""
 
 from __future__ import annotations
 
@@ -49,13 +50,47 @@ async def health_of(channel: grpc.aio.Channel, service: str) -> int:
     return reply.status
 
 
+async def settle(channel: grpc.aio.Channel, service: str, status: int) -> None:
+    """Wait (briefly) for health to publish what was reported."""
+    for _ in range(100):
+        if await health_of(channel, service) == status:
+            return
+    assert await health_of(channel, service) == status
+
+
+async def test_a_service_serving_at_start_needs_no_report() -> None:
+    service = GrpcService(
+        BROKER,
+        lambda server: broker_pb2_grpc.add_BrokerServicer_to_server(Broker(), server),
+        serving_at_start=True,
+    )
+    host = GrpcHost("127.0.0.1:0", [service], max_message_bytes=1 << 20)
+    host.report_serving("highwater.test.ready", True)  # before the start: kept
+    await host.start()
+    try:
+        async with open_channel(f"127.0.0.1:{host.port}") as channel:
+            assert await health_of(channel, "") == health_pb2.HealthCheckResponse.SERVING
+            assert await health_of(channel, "highwater.test.ready") == (
+                health_pb2.HealthCheckResponse.SERVING
+            )
+    finally:
+        await host.stop(0)
+
+
 async def test_the_host_serves_its_services_with_health_and_reflection(host: GrpcHost) -> None:
     assert host.port > 0
     async with open_channel(f"127.0.0.1:{host.port}", max_message_bytes=1 << 20) as channel:
         reply = await broker_pb2_grpc.BrokerStub(channel).Metadata(pb.MetadataRequest(), timeout=5)
         assert reply.cluster_id == "hosted"
-        assert await health_of(channel, "") == health_pb2.HealthCheckResponse.SERVING
+        # Served, but not SERVING until the role behind the service reports it can serve.
+        assert await health_of(channel, "") == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert await health_of(channel, BROKER) == health_pb2.HealthCheckResponse.NOT_SERVING
+        host.report_serving(BROKER, True)
+        for _ in range(100):
+            if await health_of(channel, "") == health_pb2.HealthCheckResponse.SERVING:
+                break
         assert await health_of(channel, BROKER) == health_pb2.HealthCheckResponse.SERVING
+        assert await health_of(channel, "") == health_pb2.HealthCheckResponse.SERVING
         replies = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
             iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
         )
@@ -71,14 +106,16 @@ async def test_a_service_reports_its_own_readiness_until_the_host_shuts_down(
     host: GrpcHost,
 ) -> None:
     async with open_channel(f"127.0.0.1:{host.port}", traced=True) as channel:
-        await host.set_serving("highwater.test.ready", False)
-        assert await health_of(channel, "highwater.test.ready") == (
-            health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        await host.set_serving("highwater.test.ready", True)
-        assert await health_of(channel, "highwater.test.ready") == (
-            health_pb2.HealthCheckResponse.SERVING
-        )
+        host.report_serving(BROKER, True)
+        host.report_serving("highwater.test.ready", False)
+        await settle(channel, "highwater.test.ready", health_pb2.HealthCheckResponse.NOT_SERVING)
+        host.report_serving("highwater.test.ready", True)
+        await settle(channel, "highwater.test.ready", health_pb2.HealthCheckResponse.SERVING)
+        # A readiness of its own is not one of the host's services: the whole server stays
+        # SERVING whatever it says.
+        host.report_serving("highwater.test.ready", False)
+        await settle(channel, "highwater.test.ready", health_pb2.HealthCheckResponse.NOT_SERVING)
+        assert await health_of(channel, "") == health_pb2.HealthCheckResponse.SERVING
         await host.enter_graceful_shutdown()
         assert await health_of(channel, BROKER) == health_pb2.HealthCheckResponse.NOT_SERVING
 

@@ -20,6 +20,7 @@ from highwater.cli.serving import (
     listen_option,
     run_until_signalled,
     telemetry_option,
+    tls_options,
 )
 from highwater.rpc.endpoints import parse_endpoint
 
@@ -35,6 +36,7 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 
 @click.command("broker")
 @telemetry_option
+@tls_options
 @click.option("--node-id", type=click.IntRange(min=0, max=2**31 - 1), required=True)
 @listen_option(required=True, help="Address to serve the Broker API on (clients and peers).")
 @controllers_option

@@ -26,6 +26,7 @@ from highwater.cli.serving import (
     metadata_replica_options,
     run_until_signalled,
     telemetry_option,
+    tls_options,
 )
 from highwater.controller.service import ControllerServer, ControllerSettings
 from highwater.raft.driver import RaftServerSettings
@@ -33,6 +34,7 @@ from highwater.raft.driver import RaftServerSettings
 
 @click.command("controller")
 @telemetry_option
+@tls_options
 @metadata_replica_options
 @listen_option(required=True, help="Address to serve the Raft protocol and the Controller API on.")
 @click.option(

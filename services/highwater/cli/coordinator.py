@@ -19,6 +19,7 @@ from highwater.cli.serving import (
     listen_option,
     run_until_signalled,
     telemetry_option,
+    tls_options,
 )
 from highwater.coordinator.core import GroupCoordinatorSettings
 from highwater.coordinator.service import CoordinatorSettings
@@ -28,6 +29,7 @@ from highwater.rpc.endpoints import parse_endpoint
 
 @click.command("coordinator")
 @telemetry_option
+@tls_options
 @click.option("--node-id", type=click.IntRange(min=0, max=2**31 - 1), required=True)
 @listen_option(required=True, help="Address to serve the GroupCoordinator API on.")
 @controllers_option

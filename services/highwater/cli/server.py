@@ -21,7 +21,7 @@ from highwater.cli.server_config import (
     load_role_config,
     server_config_options,
 )
-from highwater.cli.serving import listen_option, run_until_signalled, telemetry_option
+from highwater.cli.serving import listen_option, run_until_signalled, telemetry_option, tls_options
 from highwater.controller.service import ControllerSettings
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
@@ -103,6 +103,7 @@ async def _wait_for_leader(broker: broker_pb2_grpc.BrokerStub, timeout_s: float 
 
 @click.command("server")
 @telemetry_option
+@tls_options
 @listen_option(
     required=False,
     default="127.0.0.1:9092",

@@ -23,6 +23,7 @@ import uvloop
 from highwater.cli.addresses import parse_addresses
 from highwater.errors import HighwaterError
 from highwater.rpc.endpoints import parse_endpoint, parse_quorum_voters
+from highwater.rpc.tls import ClientAuth, ClientTls, ServerTls, TlsConfigError, configure
 from highwater.telemetry.configure import TelemetryConfigError, configure_telemetry, parse_listen
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -171,6 +172,78 @@ def telemetry_option(function: F) -> F:
         help="Serve Prometheus metrics on http://HOST:PORT/metrics. Traces and OTLP "
         "metrics follow the OTEL_* environment variables.",
     )(run)  # type: ignore[return-value]
+
+
+def tls_options(function: F) -> F:
+    """``--tls-cert-file``, ``--tls-key-file``, ``--tls-ca-file`` and ``--tls-client-auth``
+    for a server command: TLS on its port and on its channels to the other services (the
+    same certificate both ways, docs/security.md), set for the process before the command
+    builds its server. Without a certificate everything stays plaintext."""
+
+    @functools.wraps(function)
+    def run(
+        *args: Any,
+        tls_cert_file: Path | None,
+        tls_key_file: Path | None,
+        tls_ca_file: Path | None,
+        tls_client_auth: str | None,
+        **kwargs: Any,
+    ) -> Any:
+        configure_tls(tls_cert_file, tls_key_file, tls_ca_file, tls_client_auth)
+        return function(*args, **kwargs)
+
+    pem = click.Path(exists=True, dir_okay=False, path_type=Path)
+    for option in reversed(
+        (
+            click.option(
+                "--tls-cert-file",
+                type=pem,
+                default=None,
+                help="PEM certificate (chain) this process presents, as server and to peers.",
+            ),
+            click.option("--tls-key-file", type=pem, default=None, help="Its PEM private key."),
+            click.option(
+                "--tls-ca-file",
+                type=pem,
+                default=None,
+                help="PEM CA certificates to trust; with it, client certificates are required "
+                "unless --tls-client-auth none.",
+            ),
+            click.option(
+                "--tls-client-auth",
+                type=click.Choice([a.value for a in ClientAuth]),
+                default=None,
+                help="Kafka's ssl.client.auth: required (the default with a CA file) or none.",
+            ),
+        )
+    ):
+        run = option(run)
+    return run  # type: ignore[return-value]
+
+
+def configure_tls(
+    cert_file: Path | None,
+    key_file: Path | None,
+    ca_file: Path | None,
+    client_auth: str | None,
+) -> None:
+    """Set the process's TLS from the flags; a :class:`click.UsageError` naming the flag
+    when they cannot work."""
+    if cert_file is None and key_file is None:
+        if ca_file is not None or client_auth is not None:
+            raise click.UsageError("--tls-ca-file and --tls-client-auth need --tls-cert-file")
+        configure(server=None, client=None)
+        return
+    if cert_file is None or key_file is None:
+        raise click.UsageError("--tls-cert-file and --tls-key-file go together")
+    try:
+        server = ServerTls(
+            cert_file, key_file, ca_file, ClientAuth(client_auth) if client_auth else None
+        )
+        client = ClientTls(ca_file, cert_file, key_file)
+    except TlsConfigError as e:
+        raise click.UsageError(str(e)) from None
+    configure(server=server, client=client)
 
 
 def run_until_signalled(server: Server, what: str) -> None:

@@ -1,8 +1,9 @@
 """Client channels: the one place where a process opens a gRPC channel to a peer.
 
-Every channel of the package is opened here, so that what all of them share (today the
-message size caps and reconnect backoff of :func:`channel_options` and the trace-context
-interceptor; later transport security and credentials) is decided once.
+Every channel of the package is opened here, so that what all of them share (the message
+size caps and reconnect backoff of :func:`channel_options`, the trace-context interceptor,
+and transport security: the process's :func:`~highwater.rpc.tls.client_tls`) is decided
+once.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from highwater.rpc.tls import ClientTls, client_tls
 from highwater.telemetry.rpc import client_interceptors
 
 __all__ = ["channel_options", "open_blocking_channel", "open_channel"]
@@ -29,19 +31,32 @@ def channel_options(max_message_bytes: int) -> list[tuple[str, Any]]:
 
 
 def open_channel(
-    address: str, *, max_message_bytes: int | None = None, traced: bool = False
+    address: str,
+    *,
+    max_message_bytes: int | None = None,
+    traced: bool = False,
+    tls: ClientTls | None = None,
 ) -> grpc.aio.Channel:
     """An asyncio channel to ``address`` (``HOST:PORT``).
 
     ``max_message_bytes`` sets :func:`channel_options` (else gRPC's defaults: 4 MiB
     received); ``traced`` puts the caller's trace context into every call's metadata
-    (:func:`~highwater.telemetry.rpc.client_interceptors`), as clients do.
+    (:func:`~highwater.telemetry.rpc.client_interceptors`), as clients do; ``tls`` (else the
+    process's, else none) makes it a TLS channel.
     """
     options = channel_options(max_message_bytes) if max_message_bytes is not None else None
     interceptors = client_interceptors() if traced else None
+    security = tls if tls is not None else client_tls()
+    if security is not None:
+        return grpc.aio.secure_channel(
+            address, security.credentials(), options=options, interceptors=interceptors
+        )
     return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
 
 
-def open_blocking_channel(address: str) -> grpc.Channel:
+def open_blocking_channel(address: str, *, tls: ClientTls | None = None) -> grpc.Channel:
     """A blocking (not asyncio) channel to ``address``, for tools that poll from a thread."""
+    security = tls if tls is not None else client_tls()
+    if security is not None:
+        return grpc.secure_channel(address, security.credentials())
     return grpc.insecure_channel(address)

@@ -28,6 +28,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from highwater.rpc.channels import channel_options
+from highwater.rpc.tls import ServerTls, server_tls
 from highwater.telemetry.rpc import server_interceptors
 
 __all__ = ["GrpcHost", "GrpcService", "bind", "new_server"]
@@ -43,13 +44,19 @@ def new_server(*, max_message_bytes: int) -> grpc.aio.Server:
     return grpc.aio.server(options=options, interceptors=server_interceptors())
 
 
-def bind(server: grpc.aio.Server, listen: str) -> int:
+def bind(server: grpc.aio.Server, listen: str, *, tls: ServerTls | None = None) -> int:
     """Bind ``server`` to ``listen`` (``HOST:PORT``, port 0: any free one); the port bound.
+    ``tls`` (else the process's :func:`~highwater.rpc.tls.server_tls`, else none) makes it
+    a TLS port.
 
     Raises :class:`OSError` when the address cannot be bound (in use, or not local).
     """
+    security = tls if tls is not None else server_tls()
     try:
-        port = server.add_insecure_port(listen)
+        if security is not None:
+            port = server.add_secure_port(listen, security.credentials())
+        else:
+            port = server.add_insecure_port(listen)
     except RuntimeError as e:
         raise OSError(f"cannot listen on {listen}: {e}") from e
     if port == 0:

@@ -1,0 +1,181 @@
+"""Transport security: TLS and mutual TLS for every server and channel of a process.
+
+A process's servers and channels are all made in :mod:`highwater.rpc` (``bind``,
+``open_channel``), so TLS is configured once per process (:func:`configure`): the server
+flags of every role (``--tls-cert-file``, ``--tls-key-file``, ``--tls-ca-file``,
+``--tls-client-auth``) set both sides, because the services talk to one another with the
+same certificate (controller to controller, broker to controller, follower to leader,
+coordinator to broker), as Kafka's inter-broker listener does with its keystore.
+
+- :class:`ServerTls`: the certificate and key a server presents and, with a CA file, the
+  client certificates it requires (``required``) or not (``none``). The files are read
+  again when they change, at the next handshake, without a restart: cert-manager rotates
+  them in place. A file caught half-written is skipped (the previous certificate stays)
+  and read again at the next handshake.
+- :class:`ClientTls`: the CA a channel trusts and, for mutual TLS, the certificate and key
+  it presents. Each new channel reads the files, so rotated files reach new connections.
+
+Kafka's ``ssl.client.auth=requested`` (a client certificate asked for but optional) cannot
+be had here: gRPC's Python API either requires a verified client certificate or does not
+ask for one, so ``requested`` is refused at start with that reason.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+__all__ = [
+    "ClientAuth",
+    "ClientTls",
+    "ServerTls",
+    "TlsConfigError",
+    "client_tls",
+    "configure",
+    "server_tls",
+]
+
+log = logging.getLogger(__name__)
+
+
+class TlsConfigError(ValueError):
+    """A TLS setting that cannot work: a missing or unreadable file, a key without a
+    certificate, ``requested`` client authentication."""
+
+
+class ClientAuth(enum.Enum):
+    """Kafka's ``ssl.client.auth``."""
+
+    REQUIRED = "required"
+    REQUESTED = "requested"
+    NONE = "none"
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise TlsConfigError(f"{what} {path}: {e.strerror or e}") from None
+    if b"-----BEGIN " not in data:
+        raise TlsConfigError(f"{what} {path}: not a PEM file")
+    return data
+
+
+def _stamp(paths: tuple[Path, ...]) -> tuple[tuple[int, int], ...]:
+    stamps = []
+    for path in paths:
+        st = os.stat(path)
+        stamps.append((st.st_mtime_ns, st.st_size))
+    return tuple(stamps)
+
+
+class ServerTls:
+    """A server's TLS (see the module docstring)."""
+
+    def __init__(
+        self,
+        cert_file: Path,
+        key_file: Path,
+        ca_file: Path | None = None,
+        client_auth: ClientAuth | None = None,
+    ) -> None:
+        if client_auth is None:
+            client_auth = ClientAuth.REQUIRED if ca_file is not None else ClientAuth.NONE
+        if client_auth is ClientAuth.REQUESTED:
+            raise TlsConfigError(
+                "--tls-client-auth requested is not supported: gRPC's Python API either "
+                "requires a verified client certificate (required) or asks for none (none)"
+            )
+        if client_auth is ClientAuth.REQUIRED and ca_file is None:
+            raise TlsConfigError("--tls-client-auth required needs --tls-ca-file")
+        self.cert_file = Path(cert_file)
+        self.key_file = Path(key_file)
+        self.ca_file = Path(ca_file) if ca_file is not None else None
+        self.client_auth = client_auth
+        self._lock = threading.Lock()
+        self._paths = tuple(p for p in (self.cert_file, self.key_file, self.ca_file) if p)
+        self._current = self._load()
+        self._stamp = _stamp(self._paths)
+
+    @property
+    def requires_client_certificate(self) -> bool:
+        return self.client_auth is ClientAuth.REQUIRED
+
+    def _load(self) -> grpc.ServerCertificateConfiguration:
+        key = _read(self.key_file, "TLS key")
+        cert = _read(self.cert_file, "TLS certificate")
+        ca = _read(self.ca_file, "TLS CA") if self.ca_file is not None else None
+        return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
+
+    def credentials(self) -> grpc.ServerCredentials:
+        """Credentials that re-read the files when they change (at the next handshake)."""
+        return grpc.dynamic_ssl_server_credentials(
+            self._current,
+            self._fetch,
+            require_client_authentication=self.requires_client_certificate,
+        )
+
+    def _fetch(self) -> grpc.ServerCertificateConfiguration | None:
+        """gRPC's certificate fetcher, called at each handshake: a new configuration when
+        the files changed, else ``None`` (keep the one in use)."""
+        with self._lock:
+            try:
+                stamp = _stamp(self._paths)
+                if stamp == self._stamp:
+                    return None
+                configuration = self._load()
+            except (OSError, TlsConfigError) as e:
+                log.warning("TLS files changed but cannot be read yet (%s); keeping the old", e)
+                return None
+            self._stamp, self._current = stamp, configuration
+            log.info("TLS certificate reloaded from %s", self.cert_file)
+            return configuration
+
+
+@dataclass(frozen=True, slots=True)
+class ClientTls:
+    """What a channel trusts and, for mutual TLS, presents (see the module docstring)."""
+
+    ca_file: Path | None = None
+    """The CA certificates to trust; ``None``: the system's."""
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise TlsConfigError("a client certificate needs its key, and a key its certificate")
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        ca = _read(self.ca_file, "TLS CA") if self.ca_file is not None else None
+        key = _read(self.key_file, "TLS key") if self.key_file is not None else None
+        cert = _read(self.cert_file, "TLS certificate") if self.cert_file is not None else None
+        return grpc.ssl_channel_credentials(
+            root_certificates=ca, private_key=key, certificate_chain=cert
+        )
+
+
+_server: ServerTls | None = None
+_client: ClientTls | None = None
+
+
+def configure(*, server: ServerTls | None, client: ClientTls | None) -> None:
+    """Set the process's TLS: what its servers present (``None``: plaintext) and what its
+    channels use (``None``: plaintext)."""
+    global _server, _client
+    _server, _client = server, client
+
+
+def server_tls() -> ServerTls | None:
+    """The TLS of the process's servers, or ``None`` for plaintext."""
+    return _server
+
+
+def client_tls() -> ClientTls | None:
+    """The TLS of the process's channels, or ``None`` for plaintext."""
+    return _client

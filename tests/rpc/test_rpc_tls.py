@@ -1,0 +1,75 @@
+"""TLS settings that cannot work are refused at start, naming the flag or file; the
+process's TLS reaches the servers and channels rpc makes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import grpc.aio
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from highwater.rpc import tls
+from highwater.rpc.channels import open_channel
+from highwater.rpc.server import GrpcHost, GrpcService
+from highwater.security.certificate_authority import CertificateAuthority
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tls")
+    ca = CertificateAuthority()
+    (root / "ca.crt").write_bytes(ca.certificate_pem)
+    ca.issue("server", hosts=["127.0.0.1"]).write(root / "server.crt", root / "server.key")
+    ca.issue("client", server=False).write(root / "client.crt", root / "client.key")
+    (root / "garbage.pem").write_text("not a certificate")
+    return {p.stem + p.suffix: p for p in root.iterdir()}
+
+
+@pytest.fixture
+def process_tls() -> Iterator[None]:
+    yield
+    tls.configure(server=None, client=None)
+
+
+def test_settings_that_cannot_work_are_refused(files: dict[str, Path]) -> None:
+    cert, key, ca = files["server.crt"], files["server.key"], files["ca.crt"]
+    with pytest.raises(tls.TlsConfigError, match="requested is not supported"):
+        tls.ServerTls(cert, key, ca, tls.ClientAuth.REQUESTED)
+    with pytest.raises(tls.TlsConfigError, match="needs --tls-ca-file"):
+        tls.ServerTls(cert, key, None, tls.ClientAuth.REQUIRED)
+    with pytest.raises(tls.TlsConfigError, match="not a PEM file"):
+        tls.ServerTls(files["garbage.pem"], key)
+    with pytest.raises(tls.TlsConfigError, match="No such file"):
+        tls.ServerTls(cert, key.with_name("missing.key"))
+    with pytest.raises(tls.TlsConfigError, match="needs its key"):
+        tls.ClientTls(ca, cert_file=files["client.crt"])
+    assert tls.ServerTls(cert, key, ca).requires_client_certificate
+    assert not tls.ServerTls(cert, key, ca, tls.ClientAuth.NONE).requires_client_certificate
+
+
+async def test_the_process_tls_reaches_hosts_and_channels(
+    files: dict[str, Path], process_tls: None
+) -> None:
+    tls.configure(
+        server=tls.ServerTls(files["server.crt"], files["server.key"], files["ca.crt"]),
+        client=tls.ClientTls(files["ca.crt"], files["client.crt"], files["client.key"]),
+    )
+    host = GrpcHost(
+        "127.0.0.1:0",
+        [GrpcService("highwater.test.Nothing", lambda server: None, serving_at_start=True)],
+        max_message_bytes=1 << 20,
+    )
+    await host.start()
+    try:
+        request = health_pb2.HealthCheckRequest()
+        async with open_channel(f"127.0.0.1:{host.port}") as channel:
+            reply = await health_pb2_grpc.HealthStub(channel).Check(request, timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{host.port}") as plaintext:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await health_pb2_grpc.HealthStub(plaintext).Check(request, timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await host.stop(0)
