@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,3 +175,32 @@ async def test_mutual_tls_between_services_and_clients_with_rotation(
     after = served_serial(leader, pki, client_tls)
     assert after != before
     assert len(await consume_all(bootstrap, TOPIC)) == 41
+
+    # The CLI, as Kafka's tools: --command-config with security.protocol=SSL and ssl.*.
+    assert client_tls.cert_file is not None and client_tls.key_file is not None
+    config = pki.root / "client.properties"
+    config.write_text(
+        "security.protocol=SSL\n"
+        f"ssl.ca.location={pki.ca_file}\n"
+        f"ssl.certificate.location={client_tls.cert_file}\n"
+        f"ssl.key.location={client_tls.key_file}\n"
+    )
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "highwater", "topics", "list", "--bootstrap-server"]
+        return subprocess.run(
+            [*command, leader, "--timeout", "5", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    listed = await asyncio.to_thread(cli, "--command-config", str(config))
+    assert listed.returncode == 0, listed.stderr
+    assert TOPIC in listed.stdout.split()
+    plaintext = await asyncio.to_thread(cli)
+    assert plaintext.returncode != 0 and "Error" in plaintext.stderr
+    typo = pki.root / "typo.properties"
+    typo.write_text("security.protocol=SSL\nssl.ca.locaton=/x\n")
+    refused = await asyncio.to_thread(cli, "--command-config", str(typo))
+    assert refused.returncode == 2 and "ssl.ca.locaton" in refused.stderr

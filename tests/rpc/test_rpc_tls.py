@@ -73,3 +73,26 @@ async def test_the_process_tls_reaches_hosts_and_channels(
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         await host.stop(0)
+
+
+def test_client_settings_with_kafkas_names(files: dict[str, Path]) -> None:
+    ssl = tls.client_tls_from_properties(
+        {
+            "security.protocol": "ssl",
+            "ssl.ca.location": str(files["ca.crt"]),
+            "ssl.certificate.location": str(files["client.crt"]),
+            "ssl.key.location": str(files["client.key"]),
+        }
+    )
+    assert ssl == tls.ClientTls(files["ca.crt"], files["client.crt"], files["client.key"])
+    assert tls.client_tls_from_properties({}) is None
+    assert tls.client_tls_from_properties({"security.protocol": "PLAINTEXT"}) is None
+    refused = {
+        "unknown client security setting 'ssl.keystore'": {"ssl.keystore": "x"},
+        "not one of": {"security.protocol": "TLS"},
+        "not supported yet": {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"},
+        "needs security.protocol=SSL": {"ssl.ca.location": "/ca.crt"},
+    }
+    for message, props in refused.items():
+        with pytest.raises(tls.TlsConfigError, match=message):
+            tls.client_tls_from_properties(props)

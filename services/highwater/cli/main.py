@@ -26,6 +26,7 @@ from highwater.cli.partitions import partitions
 from highwater.cli.quorum import quorum
 from highwater.cli.rolling import rolling
 from highwater.cli.server import server
+from highwater.cli.serving import add_command_config
 from highwater.cli.topics import topics
 from highwater.telemetry.logs import (
     GRPC_LOGGERS,
@@ -122,3 +123,4 @@ main.add_command(groups)
 main.add_command(rolling)
 main.add_command(configs)
 main.add_command(cluster)
+add_command_config(main)

@@ -21,9 +21,17 @@ import click
 import uvloop
 
 from highwater.cli.addresses import parse_addresses
-from highwater.errors import HighwaterError
+from highwater.config.server import read_properties
+from highwater.errors import HighwaterError, InvalidConfigError
 from highwater.rpc.endpoints import parse_endpoint, parse_quorum_voters
-from highwater.rpc.tls import ClientAuth, ClientTls, ServerTls, TlsConfigError, configure
+from highwater.rpc.tls import (
+    ClientAuth,
+    ClientTls,
+    ServerTls,
+    TlsConfigError,
+    client_tls_from_properties,
+    configure,
+)
 from highwater.telemetry.configure import TelemetryConfigError, configure_telemetry, parse_listen
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -219,6 +227,50 @@ def tls_options(function: F) -> F:
     ):
         run = option(run)
     return run  # type: ignore[return-value]
+
+
+SERVER_COMMANDS = frozenset({"server", "controller", "broker", "coordinator", "observer"})
+"""The commands that run a role: they take the --tls-* flags, not --command-config."""
+LOCAL_COMMANDS = frozenset({"dump-log", "dev-cluster"})
+"""The commands that talk to no cluster of the user's: no --command-config."""
+
+
+def add_command_config(group: click.Group) -> None:
+    """Give every client command under ``group`` (recursively) Kafka tools'
+    ``--command-config FILE``: a Java-properties file of client security settings
+    (``security.protocol``, ``ssl.ca.location``, ``ssl.certificate.location``,
+    ``ssl.key.location``) that the command's channels use."""
+    for name, command in group.commands.items():
+        if name in SERVER_COMMANDS or name in LOCAL_COMMANDS:
+            continue
+        if isinstance(command, click.Group):
+            add_command_config(command)
+            continue
+        if command.callback is None or any(p.name == "command_config" for p in command.params):
+            continue
+        command.params.append(
+            click.Option(
+                ["--command-config"],
+                type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                default=None,
+                expose_value=False,
+                callback=_apply_command_config,
+                is_eager=True,
+                help="Java-properties file of client security settings, as Kafka's tools "
+                "take (security.protocol=SSL, ssl.ca.location, ssl.certificate.location, "
+                "ssl.key.location).",
+            )
+        )
+
+
+def _apply_command_config(_ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+    if value is None:
+        return
+    try:
+        client = client_tls_from_properties(read_properties(value))
+    except (TlsConfigError, InvalidConfigError) as e:
+        raise click.BadParameter(f"{value}: {e}", param_hint="--command-config") from None
+    configure(server=None, client=client)
 
 
 def configure_tls(

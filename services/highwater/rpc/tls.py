@@ -26,8 +26,10 @@ import enum
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import grpc
 
@@ -37,6 +39,7 @@ __all__ = [
     "ServerTls",
     "TlsConfigError",
     "client_tls",
+    "client_tls_from_properties",
     "configure",
     "server_tls",
 ]
@@ -158,6 +161,59 @@ class ClientTls:
         return grpc.ssl_channel_credentials(
             root_certificates=ca, private_key=key, certificate_chain=cert
         )
+
+
+SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+CLIENT_SECURITY_KEYS: Final = frozenset(
+    {
+        "security.protocol",
+        "ssl.ca.location",
+        "ssl.certificate.location",
+        "ssl.key.location",
+        "sasl.mechanism",
+        "sasl.username",
+        "sasl.password",
+        "sasl.oauthbearer.token",
+        "sasl.oauthbearer.token.file",
+    }
+)
+"""The client security settings, by their Kafka (librdkafka) names."""
+
+
+def client_tls_from_properties(props: Mapping[str, str]) -> ClientTls | None:
+    """The TLS a client configured with Kafka's names uses (``None``: plaintext). Raises
+    :class:`TlsConfigError` naming the key for an unknown key or value, and for SASL,
+    which Highwater does not offer yet (docs/security.md)."""
+    unknown = sorted(set(props) - CLIENT_SECURITY_KEYS)
+    if unknown:
+        raise TlsConfigError(
+            f"unknown client security setting {unknown[0]!r} "
+            f"(known: {', '.join(sorted(CLIENT_SECURITY_KEYS))})"
+        )
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise TlsConfigError(
+            f"security.protocol={props['security.protocol']}: not one of "
+            f"{', '.join(SECURITY_PROTOCOLS)}"
+        )
+    if protocol.startswith("SASL") or any(key.startswith("sasl.") for key in props):
+        raise TlsConfigError(
+            f"security.protocol={protocol} and the sasl.* settings are not supported yet: "
+            "authenticate with a client certificate (security.protocol=SSL)"
+        )
+    if protocol == "PLAINTEXT":
+        ssl_keys = sorted(key for key in props if key.startswith("ssl."))
+        if ssl_keys:
+            raise TlsConfigError(f"{ssl_keys[0]} needs security.protocol=SSL")
+        return None
+
+    def path(key: str) -> Path | None:
+        value = props.get(key)
+        return Path(value) if value else None
+
+    return ClientTls(
+        path("ssl.ca.location"), path("ssl.certificate.location"), path("ssl.key.location")
+    )
 
 
 _server: ServerTls | None = None
