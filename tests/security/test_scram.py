@@ -14,7 +14,9 @@ from highwater.security.scram import (
     SCRAM_MECHANISMS,
     ScramCredential,
     ScramExchange,
+    credential_from_salted_password,
     make_credential,
+    salted_password,
 )
 from scramp import ScramClient
 
@@ -90,3 +92,12 @@ def test_credentials_keep_kafkas_bounds() -> None:
     credential = make_credential("SCRAM-SHA-512", "pw", salt=b"0123456789abcdef")
     assert credential == make_credential("SCRAM-SHA-512", "pw", salt=b"0123456789abcdef")
     assert credential.iterations == 4096 and credential.salt == b"0123456789abcdef"
+
+
+@pytest.mark.parametrize("mechanism", SCRAM_MECHANISMS)
+def test_a_salted_password_gives_the_credential_scramp_derives(mechanism: str) -> None:
+    salt = b"0123456789abcdef"
+    salted = salted_password(mechanism, "s3cret", salt, 4096)
+    assert credential_from_salted_password(mechanism, salt, salted, 4096) == make_credential(
+        mechanism, "s3cret", salt=salt
+    )

@@ -3,9 +3,10 @@
 Every broker serves the admin calls of admin.proto — CreateTopics, DeleteTopics,
 CreatePartitions, AlterConfigs, DescribeConfigs, ElectLeaders,
 AlterPartitionReassignments, ListPartitionReassignments, UnregisterBroker (an operator
-removing a broker for good, Kafka's KIP-856), CreateAcls, DescribeAcls, DeleteAcls — as
-methods of its own ``highwater.v1.Broker`` service (:class:`ForwardedAdminCalls`), so that
-a client needs one address and one service.
+removing a broker for good, Kafka's KIP-856), CreateAcls, DescribeAcls, DeleteAcls,
+AlterUserScramCredentials, DescribeUserScramCredentials — as methods of its own
+``highwater.v1.Broker`` service (:class:`ForwardedAdminCalls`), so that a client needs one
+address and one service.
 A standalone broker also serves them under ``highwater.v1.Controller``
 (:func:`add_forwarding_servicer`), the names the project's admin client uses. Either way the
 broker hands each call to the active controller through its
@@ -48,6 +49,8 @@ FORWARDED_RPCS: Final = (
     codec.CREATE_ACLS,
     codec.DESCRIBE_ACLS,
     codec.DELETE_ACLS,
+    codec.ALTER_USER_SCRAM_CREDENTIALS,
+    codec.DESCRIBE_USER_SCRAM_CREDENTIALS,
 )
 
 
@@ -131,6 +134,22 @@ class ForwardedAdminCalls:
         self, request: admin_pb2.DeleteAclsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.DeleteAclsResponse:
         return await forward(codec.DELETE_ACLS, self.controller, request, context)
+
+    async def AlterUserScramCredentials(
+        self,
+        request: admin_pb2.AlterUserScramCredentialsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> admin_pb2.AlterUserScramCredentialsResponse:
+        return await forward(codec.ALTER_USER_SCRAM_CREDENTIALS, self.controller, request, context)
+
+    async def DescribeUserScramCredentials(
+        self,
+        request: admin_pb2.DescribeUserScramCredentialsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> admin_pb2.DescribeUserScramCredentialsResponse:
+        return await forward(
+            codec.DESCRIBE_USER_SCRAM_CREDENTIALS, self.controller, request, context
+        )
 
     async def UnregisterBroker(
         self, request: admin_pb2.UnregisterBrokerRequest, context: grpc.aio.ServicerContext

@@ -48,6 +48,7 @@ from highwater.controller.config_control import ConfigurationControl
 from highwater.controller.heartbeats import BrokerHeartbeatManager
 from highwater.controller.replication_control import ReplicationControl
 from highwater.controller.results import ControllerResult
+from highwater.controller.scram_control import ScramControl
 from highwater.controller_api.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
@@ -57,6 +58,8 @@ from highwater.controller_api.messages import (
     AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     CoordinatorHeartbeatRequest,
@@ -75,6 +78,8 @@ from highwater.controller_api.messages import (
     DescribeAclsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
     ElectLeadersRequest,
     ElectLeadersResponse,
     ListPartitionReassignmentsRequest,
@@ -123,6 +128,7 @@ class QuorumController:
         )
         self.configs = ConfigurationControl(self.config)
         self.acls = AclControl(random.Random(seed + 1))
+        self.scram = ScramControl()
         self._next_imbalance_check_ms: int | None = None
 
     def activate(self, now_ms: int) -> None:
@@ -245,6 +251,20 @@ class QuorumController:
     def delete_acls(self, request: DeleteAclsRequest) -> ControllerResult[DeleteAclsResponse]:
         """The ACLs each filter matches, removed."""
         return self.acls.delete_acls(self._image(), request)
+
+    # --- SCRAM credentials -------------------------------------------------------------
+
+    def alter_user_scram_credentials(
+        self, request: AlterUserScramCredentialsRequest
+    ) -> ControllerResult[AlterUserScramCredentialsResponse]:
+        """Credentials set (from salted passwords) and removed, as records."""
+        return self.scram.alter(self._image(), request)
+
+    def describe_user_scram_credentials(
+        self, request: DescribeUserScramCredentialsRequest
+    ) -> ControllerResult[DescribeUserScramCredentialsResponse]:
+        """Each user's mechanisms and iteration counts (no records)."""
+        return self.scram.describe(self._image(), request)
 
     # --- Producer ids ----------------------------------------------------------------
 

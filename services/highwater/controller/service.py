@@ -270,6 +270,8 @@ _CALLS: Final[Mapping[str, _Call]] = {
     "CreateAcls": lambda c, r, now: c.create_acls(r),
     "DescribeAcls": lambda c, r, now: c.describe_acls(r),
     "DeleteAcls": lambda c, r, now: c.delete_acls(r),
+    "AlterUserScramCredentials": lambda c, r, now: c.alter_user_scram_credentials(r),
+    "DescribeUserScramCredentials": lambda c, r, now: c.describe_user_scram_credentials(r),
 }
 """How each RPC runs on the controller: ``(controller, request, now_ms) -> result``."""
 
@@ -651,6 +653,12 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
 
     async def DeleteAcls(self, request: Any, context: Any) -> Any:
         return await self._server.serve(codec.DELETE_ACLS, request, context)
+
+    async def AlterUserScramCredentials(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.ALTER_USER_SCRAM_CREDENTIALS, request, context)
+
+    async def DescribeUserScramCredentials(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.DESCRIBE_USER_SCRAM_CREDENTIALS, request, context)
 
     async def AllocateProducerIds(self, request: Any, context: Any) -> Any:
         return await self._server.serve(codec.ALLOCATE_PRODUCER_IDS, request, context)

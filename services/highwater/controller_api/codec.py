@@ -389,6 +389,16 @@ UNREGISTER_COORDINATOR: Final = _rpc(
 CREATE_ACLS: Final = _rpc("CreateAcls", m.CreateAclsRequest, m.CreateAclsResponse)
 DESCRIBE_ACLS: Final = _rpc("DescribeAcls", m.DescribeAclsRequest, m.DescribeAclsResponse)
 DELETE_ACLS: Final = _rpc("DeleteAcls", m.DeleteAclsRequest, m.DeleteAclsResponse)
+ALTER_USER_SCRAM_CREDENTIALS: Final = _rpc(
+    "AlterUserScramCredentials",
+    m.AlterUserScramCredentialsRequest,
+    m.AlterUserScramCredentialsResponse,
+)
+DESCRIBE_USER_SCRAM_CREDENTIALS: Final = _rpc(
+    "DescribeUserScramCredentials",
+    m.DescribeUserScramCredentialsRequest,
+    m.DescribeUserScramCredentialsResponse,
+)
 
 RPCS: Final[dict[str, ControllerRpc[Any, Any]]] = {
     rpc.name: rpc
@@ -412,6 +422,8 @@ RPCS: Final[dict[str, ControllerRpc[Any, Any]]] = {
         CREATE_ACLS,
         DESCRIBE_ACLS,
         DELETE_ACLS,
+        ALTER_USER_SCRAM_CREDENTIALS,
+        DESCRIBE_USER_SCRAM_CREDENTIALS,
     )
 }
 """Every RPC of ``highwater.v1.Controller``, by method name."""

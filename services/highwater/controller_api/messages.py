@@ -464,6 +464,70 @@ class DeleteAclsResponse:
     results: tuple[DeleteAclsFilterResult, ...] = ()
 
 
+# --- SCRAM credentials -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredentialDeletion:
+    name: str
+    mechanism: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredentialUpsertion:
+    name: str
+    mechanism: int
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AlterUserScramCredentialsRequest:
+    deletions: tuple[ScramCredentialDeletion, ...] = ()
+    upsertions: tuple[ScramCredentialUpsertion, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AlterUserScramCredentialsResult:
+    user: str
+    error: int = NONE
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AlterUserScramCredentialsResponse:
+    error: int = NONE
+    error_message: str = ""
+    results: tuple[AlterUserScramCredentialsResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeUserScramCredentialsRequest:
+    users: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredentialInfo:
+    mechanism: int
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedUserScramCredentials:
+    user: str
+    error: int = NONE
+    error_message: str = ""
+    credentials: tuple[ScramCredentialInfo, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeUserScramCredentialsResponse:
+    error: int = NONE
+    error_message: str = ""
+    results: tuple[DescribedUserScramCredentials, ...] = ()
+
+
 # --- Producer ids and coordinators -----------------------------------------------------
 
 

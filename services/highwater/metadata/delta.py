@@ -36,6 +36,7 @@ from highwater.metadata.image import (
     MetadataImage,
     PartitionRegistration,
     ProducerIdsImage,
+    ScramImage,
     TopicIdPartition,
     TopicImage,
     TopicsImage,
@@ -58,10 +59,12 @@ from highwater.metadata.records import (
     RegisterCoordinatorRecord,
     RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
     UnregisterCoordinatorRecord,
+    UserScramCredentialRecord,
 )
 from highwater.security import (
     AclBinding,
@@ -70,6 +73,7 @@ from highwater.security import (
     PatternType,
     ResourceType,
 )
+from highwater.security.scram import MECHANISM_NAMES, ScramCredential
 from highwater.v1.common_pb2 import ErrorCode
 
 
@@ -128,6 +132,7 @@ class MetadataDelta:
         self._cleared_configs: set[ConfigResource] = set()
         self._producer_ids: ProducerIdsImage | None = None
         self._acls: dict[str, AclBinding | None] = {}  # by id; None: removed
+        self._scram: dict[tuple[str, str], ScramCredential | None] = {}
         self.record_count = 0
 
     # Reads -----------------------------------------------------------------------------
@@ -440,6 +445,31 @@ class MetadataDelta:
             raise MetadataReplayError(f"ACL {record.id} is not valid: {e}") from None
         self._acls[record.id] = binding
 
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        key = (user, mechanism)
+        if key in self._scram:
+            return self._scram[key]
+        return self.image.scram.credential(user, mechanism)
+
+    def _replay_user_scram_credential(self, record: UserScramCredentialRecord) -> None:
+        mechanism = MECHANISM_NAMES.get(record.mechanism)
+        if mechanism is None or not record.name or record.iterations <= 0:
+            raise MetadataReplayError(
+                f"SCRAM credential of {record.name!r} is not valid "
+                f"(mechanism {record.mechanism}, {record.iterations} iterations)"
+            )
+        self._scram[(record.name, mechanism)] = ScramCredential(
+            mechanism, record.salt, record.stored_key, record.server_key, record.iterations
+        )
+
+    def _replay_remove_user_scram_credential(self, record: RemoveUserScramCredentialRecord) -> None:
+        mechanism = MECHANISM_NAMES.get(record.mechanism, "")
+        if self.scram_credential(record.name, mechanism) is None:
+            raise MetadataReplayError(
+                f"no SCRAM credential of {record.name!r} for mechanism {record.mechanism}"
+            )
+        self._scram[(record.name, mechanism)] = None
+
     def _replay_remove_access_control_entry(self, record: RemoveAccessControlEntryRecord) -> None:
         if self.acl(record.id) is None:
             raise MetadataReplayError(f"ACL {record.id} does not exist")
@@ -462,6 +492,7 @@ class MetadataDelta:
             producer_ids=self._producer_ids or image.producer_ids,
             coordinators=self._apply_coordinators(),
             acls=self._apply_acls(),
+            scram=self._apply_scram(),
         )
 
     def _apply_cluster(self) -> ClusterImage:
@@ -538,6 +569,18 @@ class MetadataDelta:
                 by_id[acl_id] = binding
         return AclsImage(by_id)
 
+    def _apply_scram(self) -> ScramImage:
+        scram = self.image.scram
+        if not self._scram:
+            return scram
+        credentials = dict(scram.credentials)
+        for key, credential in self._scram.items():
+            if credential is None:
+                credentials.pop(key, None)
+            else:
+                credentials[key] = credential
+        return ScramImage(MappingProxyType(credentials))
+
     def _apply_coordinators(self) -> CoordinatorsImage:
         coordinators = self.image.coordinators
         if not self._assignments:
@@ -565,6 +608,8 @@ _HANDLERS: Final[dict[type[Any], Callable[[MetadataDelta, Any], None]]] = {
     NoOpRecord: MetadataDelta._replay_no_op,
     AccessControlEntryRecord: MetadataDelta._replay_access_control_entry,
     RemoveAccessControlEntryRecord: MetadataDelta._replay_remove_access_control_entry,
+    UserScramCredentialRecord: MetadataDelta._replay_user_scram_credential,
+    RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_user_scram_credential,
 }
 
 

@@ -41,6 +41,7 @@ from highwater.metadata.records import (
     RegisterCoordinatorRecord,
 )
 from highwater.security import AclAuthorizer, AclBinding
+from highwater.security.scram import ScramCredential
 
 _EMPTY_MAP: Final[Mapping[Any, Any]] = MappingProxyType({})
 
@@ -409,6 +410,24 @@ class AclsImage:
 
 
 @dataclass(frozen=True, slots=True)
+class ScramImage:
+    """The users' SCRAM credentials, by user name and mechanism name."""
+
+    credentials: Mapping[tuple[str, str], ScramCredential] = field(default_factory=_no_entries)
+
+    def credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """What a SCRAM exchange checks ``user`` against (``None``: no such credential)."""
+        return self.credentials.get((user, mechanism))
+
+    def users(self) -> dict[str, list[ScramCredential]]:
+        """Every user with a credential, and its credentials, by name."""
+        found: dict[str, list[ScramCredential]] = {}
+        for (user, _), credential in sorted(self.credentials.items()):
+            found.setdefault(user, []).append(credential)
+        return found
+
+
+@dataclass(frozen=True, slots=True)
 class ProducerIdsImage:
     """The next producer id the controller hands out, and who got the last block."""
 
@@ -442,6 +461,7 @@ class MetadataImage:
     producer_ids: ProducerIdsImage = field(default_factory=ProducerIdsImage)
     coordinators: CoordinatorsImage = field(default_factory=CoordinatorsImage)
     acls: AclsImage = field(default_factory=AclsImage)
+    scram: ScramImage = field(default_factory=ScramImage)
 
     @classmethod
     def empty(cls) -> MetadataImage:

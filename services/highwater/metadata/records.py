@@ -234,6 +234,26 @@ class RemoveAccessControlEntryRecord:
     id: str
 
 
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialRecord:
+    """A user's SCRAM credential for one mechanism (1: SCRAM-SHA-256, 2: SCRAM-SHA-512)."""
+
+    name: str
+    mechanism: int
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveUserScramCredentialRecord:
+    """The user's credential for this mechanism is removed."""
+
+    name: str
+    mechanism: int
+
+
 MetadataRecord: TypeAlias = (
     RegisterBrokerRecord
     | FenceBrokerRecord
@@ -252,6 +272,8 @@ MetadataRecord: TypeAlias = (
     | NoOpRecord
     | AccessControlEntryRecord
     | RemoveAccessControlEntryRecord
+    | UserScramCredentialRecord
+    | RemoveUserScramCredentialRecord
 )
 """Any record of the metadata log."""
 
@@ -274,6 +296,8 @@ _ONEOF_FIELDS: Final[dict[type[Any], str]] = {
     NoOpRecord: "no_op",
     AccessControlEntryRecord: "access_control_entry",
     RemoveAccessControlEntryRecord: "remove_access_control_entry",
+    UserScramCredentialRecord: "user_scram_credential",
+    RemoveUserScramCredentialRecord: "remove_user_scram_credential",
 }
 
 

@@ -23,9 +23,11 @@ from highwater.metadata.records import (
     MetadataRecord,
     ProducerIdsRecord,
     TopicRecord,
+    UserScramCredentialRecord,
     decode_record,
     encode_record,
 )
+from highwater.security.scram import MECHANISM_NUMBERS
 
 
 def snapshot_records(image: MetadataImage) -> Iterator[MetadataRecord]:
@@ -60,6 +62,15 @@ def snapshot_records(image: MetadataImage) -> Iterator[MetadataRecord]:
     for partition_id, assignment in sorted(image.coordinators.assignments.items()):
         yield CoordinatorAssignmentRecord(
             partition_id, assignment.coordinator_id, assignment.coordinator_epoch
+        )
+    for (user, mechanism), credential in sorted(image.scram.credentials.items()):
+        yield UserScramCredentialRecord(
+            user,
+            MECHANISM_NUMBERS[mechanism],
+            credential.salt,
+            credential.stored_key,
+            credential.server_key,
+            credential.iterations,
         )
     for acl_id, acl in sorted(image.acls.by_id.items()):
         yield AccessControlEntryRecord(

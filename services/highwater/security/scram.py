@@ -34,13 +34,20 @@ from highwater.errors import (
 
 __all__ = [
     "DEFAULT_ITERATIONS",
+    "MECHANISM_NAMES",
+    "MECHANISM_NUMBERS",
     "SCRAM_MECHANISMS",
     "ScramCredential",
     "ScramExchange",
+    "credential_from_salted_password",
     "make_credential",
+    "salted_password",
 ]
 
 SCRAM_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+MECHANISM_NUMBERS: Final = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+"""Kafka's ``ScramMechanism`` codes, as the metadata records and admin calls carry them."""
+MECHANISM_NAMES: Final = {number: name for name, number in MECHANISM_NUMBERS.items()}
 DEFAULT_ITERATIONS: Final = 4096
 """Kafka's default and the least RFC 7677 recommends."""
 MIN_ITERATIONS: Final = 4096
@@ -88,6 +95,29 @@ def make_credential(
         password, iteration_count=iterations, salt=salt
     )
     return ScramCredential(mechanism, salt_, stored_key, server_key, count)
+
+
+_HASHES: Final = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+
+
+def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+    """RFC 5802's SaltedPassword: PBKDF2 of the password, what a client sends when it sets
+    a credential (Kafka's AlterUserScramCredentials) instead of the password itself."""
+    _mechanism(mechanism)
+    return hashlib.pbkdf2_hmac(_HASHES[mechanism], password.encode(), salt, iterations)
+
+
+def credential_from_salted_password(
+    mechanism: str, salt: bytes, salted: bytes, iterations: int
+) -> ScramCredential:
+    """The stored credential of a salted password: StoredKey = H(HMAC(SaltedPassword,
+    "Client Key")) and ServerKey = HMAC(SaltedPassword, "Server Key") (RFC 5802)."""
+    _mechanism(mechanism)
+    name = _HASHES[mechanism]
+    client_key = hmac.new(salted, b"Client Key", name).digest()
+    stored_key = hashlib.new(name, client_key).digest()
+    server_key = hmac.new(salted, b"Server Key", name).digest()
+    return ScramCredential(mechanism, salt, stored_key, server_key, iterations)
 
 
 class _Stage(enum.Enum):

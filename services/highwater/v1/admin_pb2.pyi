@@ -1426,3 +1426,257 @@ class DeleteAclsFilterResult(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteAclsFilterResult: _TypeAlias = DeleteAclsFilterResult  # noqa: Y015
+
+@_typing.final
+class ScramCredentialDeletion(_message.Message):
+    """--- SCRAM credentials ------------------------------------------------------------------
+
+    Kafka's AlterUserScramCredentials and DescribeUserScramCredentials. Mechanisms are
+    Kafka's codes: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512. A client never sends a password: it
+    sends the salt, the iteration count and the salted password (PBKDF2 of the password,
+    RFC 5802's SaltedPassword), from which the controller keeps the stored and server keys.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    mechanism: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        mechanism: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mechanism", b"mechanism", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScramCredentialDeletion: _TypeAlias = ScramCredentialDeletion  # noqa: Y015
+
+@_typing.final
+class ScramCredentialUpsertion(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    ITERATIONS_FIELD_NUMBER: _builtins.int
+    SALT_FIELD_NUMBER: _builtins.int
+    SALTED_PASSWORD_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    mechanism: _builtins.int
+    iterations: _builtins.int
+    """4096 to 16384, Kafka's bounds."""
+    salt: _builtins.bytes
+    salted_password: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        mechanism: _builtins.int = ...,
+        iterations: _builtins.int = ...,
+        salt: _builtins.bytes = ...,
+        salted_password: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanism", b"mechanism", "name", b"name", "salt", b"salt", "salted_password", b"salted_password"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScramCredentialUpsertion: _TypeAlias = ScramCredentialUpsertion  # noqa: Y015
+
+@_typing.final
+class AlterUserScramCredentialsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELETIONS_FIELD_NUMBER: _builtins.int
+    UPSERTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def deletions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredentialDeletion]: ...
+    @_builtins.property
+    def upsertions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredentialUpsertion]: ...
+    def __init__(
+        self,
+        *,
+        deletions: _abc.Iterable[Global___ScramCredentialDeletion] | None = ...,
+        upsertions: _abc.Iterable[Global___ScramCredentialUpsertion] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deletions", b"deletions", "upsertions", b"upsertions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterUserScramCredentialsRequest: _TypeAlias = AlterUserScramCredentialsRequest  # noqa: Y015
+
+@_typing.final
+class AlterUserScramCredentialsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ID_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ADDRESS_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    controller_id: _builtins.int
+    controller_address: _builtins.str
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlterUserScramCredentialsResult]:
+        """One per user named: NONE, UNSUPPORTED_SASL_MECHANISM, UNACCEPTABLE_CREDENTIAL,
+        RESOURCE_NOT_FOUND (a deletion of no credential), DUPLICATE_RESOURCE (the same user
+        and mechanism twice in the request).
+        """
+
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        controller_id: _builtins.int = ...,
+        controller_address: _builtins.str = ...,
+        results: _abc.Iterable[Global___AlterUserScramCredentialsResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_address", b"controller_address", "controller_id", b"controller_id", "error", b"error", "error_message", b"error_message", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterUserScramCredentialsResponse: _TypeAlias = AlterUserScramCredentialsResponse  # noqa: Y015
+
+@_typing.final
+class AlterUserScramCredentialsResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    error: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterUserScramCredentialsResult: _TypeAlias = AlterUserScramCredentialsResult  # noqa: Y015
+
+@_typing.final
+class DescribeUserScramCredentialsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def users(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Empty: every user with a credential."""
+
+    def __init__(
+        self,
+        *,
+        users: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["users", b"users"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeUserScramCredentialsRequest: _TypeAlias = DescribeUserScramCredentialsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeUserScramCredentialsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ID_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ADDRESS_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    controller_id: _builtins.int
+    controller_address: _builtins.str
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribedUserScramCredentials]: ...
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        controller_id: _builtins.int = ...,
+        controller_address: _builtins.str = ...,
+        results: _abc.Iterable[Global___DescribedUserScramCredentials] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_address", b"controller_address", "controller_id", b"controller_id", "error", b"error", "error_message", b"error_message", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeUserScramCredentialsResponse: _TypeAlias = DescribeUserScramCredentialsResponse  # noqa: Y015
+
+@_typing.final
+class DescribedUserScramCredentials(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    CREDENTIALS_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    error: _common_pb2.ErrorCode.ValueType
+    """RESOURCE_NOT_FOUND for a user named that has no credential."""
+    error_message: _builtins.str
+    @_builtins.property
+    def credentials(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredentialInfo]: ...
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        credentials: _abc.Iterable[Global___ScramCredentialInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "error", b"error", "error_message", b"error_message", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribedUserScramCredentials: _TypeAlias = DescribedUserScramCredentials  # noqa: Y015
+
+@_typing.final
+class ScramCredentialInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    ITERATIONS_FIELD_NUMBER: _builtins.int
+    mechanism: _builtins.int
+    iterations: _builtins.int
+    def __init__(
+        self,
+        *,
+        mechanism: _builtins.int = ...,
+        iterations: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanism", b"mechanism"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScramCredentialInfo: _TypeAlias = ScramCredentialInfo  # noqa: Y015

@@ -145,6 +145,16 @@ class BrokerStub:
                 request_serializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsResponse.FromString,
                 _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/highwater.v1.Broker/AlterUserScramCredentials',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.DescribeUserScramCredentials = channel.unary_unary(
+                '/highwater.v1.Broker/DescribeUserScramCredentials',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -304,6 +314,19 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterUserScramCredentials(self, request, context):
+        """SCRAM credentials (Kafka's AlterUserScramCredentials, DescribeUserScramCredentials).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -416,6 +439,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DeleteAcls,
                     request_deserializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsRequest.FromString,
                     response_serializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.SerializeToString,
+            ),
+            'DescribeUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeUserScramCredentials,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1012,6 +1045,60 @@ class Broker:
             '/highwater.v1.Broker/DeleteAcls',
             highwater_dot_v1_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/AlterUserScramCredentials',
+            highwater_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/DescribeUserScramCredentials',
+            highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -88,6 +88,9 @@ class BrokerStub:
     """ACLs (Kafka's CreateAcls, DescribeAcls, DeleteAcls)."""
     DescribeAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeAclsRequest, _admin_pb2.DescribeAclsResponse]
     DeleteAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteAclsRequest, _admin_pb2.DeleteAclsResponse]
+    AlterUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AlterUserScramCredentialsRequest, _admin_pb2.AlterUserScramCredentialsResponse]
+    """SCRAM credentials (Kafka's AlterUserScramCredentials, DescribeUserScramCredentials)."""
+    DescribeUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeUserScramCredentialsRequest, _admin_pb2.DescribeUserScramCredentialsResponse]
 
 @_typing.type_check_only
 class BrokerAsyncStub(BrokerStub):
@@ -139,6 +142,9 @@ class BrokerAsyncStub(BrokerStub):
     """ACLs (Kafka's CreateAcls, DescribeAcls, DeleteAcls)."""
     DescribeAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeAclsRequest, _admin_pb2.DescribeAclsResponse]  # type: ignore[assignment]
     DeleteAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteAclsRequest, _admin_pb2.DeleteAclsResponse]  # type: ignore[assignment]
+    AlterUserScramCredentials: _aio.UnaryUnaryMultiCallable[_admin_pb2.AlterUserScramCredentialsRequest, _admin_pb2.AlterUserScramCredentialsResponse]  # type: ignore[assignment]
+    """SCRAM credentials (Kafka's AlterUserScramCredentials, DescribeUserScramCredentials)."""
+    DescribeUserScramCredentials: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeUserScramCredentialsRequest, _admin_pb2.DescribeUserScramCredentialsResponse]  # type: ignore[assignment]
 
 class BrokerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -319,5 +325,20 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.DeleteAclsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DeleteAclsResponse, _abc.Awaitable[_admin_pb2.DeleteAclsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AlterUserScramCredentials(
+        self,
+        request: _admin_pb2.AlterUserScramCredentialsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.AlterUserScramCredentialsResponse, _abc.Awaitable[_admin_pb2.AlterUserScramCredentialsResponse]]:
+        """SCRAM credentials (Kafka's AlterUserScramCredentials, DescribeUserScramCredentials)."""
+
+    @_abc_1.abstractmethod
+    def DescribeUserScramCredentials(
+        self,
+        request: _admin_pb2.DescribeUserScramCredentialsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DescribeUserScramCredentialsResponse, _abc.Awaitable[_admin_pb2.DescribeUserScramCredentialsResponse]]: ...
 
 def add_BrokerServicer_to_server(servicer: BrokerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -89,6 +89,9 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     INVALID_RECORD: _ErrorCode.ValueType  # 87
     PRODUCER_FENCED: _ErrorCode.ValueType  # 90
     INCONSISTENT_VOTER_SET: _ErrorCode.ValueType  # 94
+    RESOURCE_NOT_FOUND: _ErrorCode.ValueType  # 91
+    DUPLICATE_RESOURCE: _ErrorCode.ValueType  # 92
+    UNACCEPTABLE_CREDENTIAL: _ErrorCode.ValueType  # 93
     INVALID_UPDATE_VERSION: _ErrorCode.ValueType  # 95
     SNAPSHOT_NOT_FOUND: _ErrorCode.ValueType  # 98
     POSITION_OUT_OF_RANGE: _ErrorCode.ValueType  # 99
@@ -172,6 +175,9 @@ NO_REASSIGNMENT_IN_PROGRESS: ErrorCode.ValueType  # 85
 INVALID_RECORD: ErrorCode.ValueType  # 87
 PRODUCER_FENCED: ErrorCode.ValueType  # 90
 INCONSISTENT_VOTER_SET: ErrorCode.ValueType  # 94
+RESOURCE_NOT_FOUND: ErrorCode.ValueType  # 91
+DUPLICATE_RESOURCE: ErrorCode.ValueType  # 92
+UNACCEPTABLE_CREDENTIAL: ErrorCode.ValueType  # 93
 INVALID_UPDATE_VERSION: ErrorCode.ValueType  # 95
 SNAPSHOT_NOT_FOUND: ErrorCode.ValueType  # 98
 POSITION_OUT_OF_RANGE: ErrorCode.ValueType  # 99

@@ -32,6 +32,9 @@ from highwater.v1.admin_pb2 import AlterConfigsResourceResult as AlterConfigsRes
 from highwater.v1.admin_pb2 import AlterConfigsResponse as AlterConfigsResponse
 from highwater.v1.admin_pb2 import AlterPartitionReassignmentsRequest as AlterPartitionReassignmentsRequest
 from highwater.v1.admin_pb2 import AlterPartitionReassignmentsResponse as AlterPartitionReassignmentsResponse
+from highwater.v1.admin_pb2 import AlterUserScramCredentialsRequest as AlterUserScramCredentialsRequest
+from highwater.v1.admin_pb2 import AlterUserScramCredentialsResponse as AlterUserScramCredentialsResponse
+from highwater.v1.admin_pb2 import AlterUserScramCredentialsResult as AlterUserScramCredentialsResult
 from highwater.v1.admin_pb2 import AlterableConfig as AlterableConfig
 from highwater.v1.admin_pb2 import CONFIG_SOURCE_DEFAULT_CONFIG as CONFIG_SOURCE_DEFAULT_CONFIG
 from highwater.v1.admin_pb2 import CONFIG_SOURCE_DYNAMIC_BROKER_CONFIG as CONFIG_SOURCE_DYNAMIC_BROKER_CONFIG
@@ -62,7 +65,10 @@ from highwater.v1.admin_pb2 import DescribeConfigsRequest as DescribeConfigsRequ
 from highwater.v1.admin_pb2 import DescribeConfigsResource as DescribeConfigsResource
 from highwater.v1.admin_pb2 import DescribeConfigsResponse as DescribeConfigsResponse
 from highwater.v1.admin_pb2 import DescribeConfigsResult as DescribeConfigsResult
+from highwater.v1.admin_pb2 import DescribeUserScramCredentialsRequest as DescribeUserScramCredentialsRequest
+from highwater.v1.admin_pb2 import DescribeUserScramCredentialsResponse as DescribeUserScramCredentialsResponse
 from highwater.v1.admin_pb2 import DescribedConfig as DescribedConfig
+from highwater.v1.admin_pb2 import DescribedUserScramCredentials as DescribedUserScramCredentials
 from highwater.v1.admin_pb2 import ELECTION_TYPE_PREFERRED as ELECTION_TYPE_PREFERRED
 from highwater.v1.admin_pb2 import ELECTION_TYPE_UNCLEAN as ELECTION_TYPE_UNCLEAN
 from highwater.v1.admin_pb2 import ElectLeadersRequest as ElectLeadersRequest
@@ -74,6 +80,9 @@ from highwater.v1.admin_pb2 import OngoingReassignment as OngoingReassignment
 from highwater.v1.admin_pb2 import PartitionReassignment as PartitionReassignment
 from highwater.v1.admin_pb2 import PartitionResult as PartitionResult
 from highwater.v1.admin_pb2 import ReplicaAssignment as ReplicaAssignment
+from highwater.v1.admin_pb2 import ScramCredentialDeletion as ScramCredentialDeletion
+from highwater.v1.admin_pb2 import ScramCredentialInfo as ScramCredentialInfo
+from highwater.v1.admin_pb2 import ScramCredentialUpsertion as ScramCredentialUpsertion
 from highwater.v1.admin_pb2 import TopicPartitions as TopicPartitions
 from highwater.v1.admin_pb2 import UnregisterBrokerRequest as UnregisterBrokerRequest
 from highwater.v1.admin_pb2 import UnregisterBrokerResponse as UnregisterBrokerResponse

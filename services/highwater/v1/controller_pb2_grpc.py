@@ -110,6 +110,16 @@ class ControllerStub:
                 request_serializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsResponse.FromString,
                 _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/highwater.v1.Controller/AlterUserScramCredentials',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.DescribeUserScramCredentials = channel.unary_unary(
+                '/highwater.v1.Controller/DescribeUserScramCredentials',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.FromString,
+                _registered_method=True)
         self.AllocateProducerIds = channel.unary_unary(
                 '/highwater.v1.Controller/AllocateProducerIds',
                 request_serializer=highwater_dot_v1_dot_controller__pb2.AllocateProducerIdsRequest.SerializeToString,
@@ -236,6 +246,19 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterUserScramCredentials(self, request, context):
+        """SCRAM credentials (Kafka's AlterUserScramCredentials, DescribeUserScramCredentials).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AllocateProducerIds(self, request, context):
         """A block of producer ids for a broker's idempotent and transactional producers.
         """
@@ -341,6 +364,16 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DeleteAcls,
                     request_deserializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsRequest.FromString,
                     response_serializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.SerializeToString,
+            ),
+            'DescribeUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeUserScramCredentials,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
             ),
             'AllocateProducerIds': grpc.unary_unary_rpc_method_handler(
                     servicer.AllocateProducerIds,
@@ -768,6 +801,60 @@ class Controller:
             '/highwater.v1.Controller/DeleteAcls',
             highwater_dot_v1_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Controller/AlterUserScramCredentials',
+            highwater_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Controller/DescribeUserScramCredentials',
+            highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -30,6 +30,9 @@ from highwater.v1.admin_pb2 import AlterConfigsResourceResult as AlterConfigsRes
 from highwater.v1.admin_pb2 import AlterConfigsResponse as AlterConfigsResponse
 from highwater.v1.admin_pb2 import AlterPartitionReassignmentsRequest as AlterPartitionReassignmentsRequest
 from highwater.v1.admin_pb2 import AlterPartitionReassignmentsResponse as AlterPartitionReassignmentsResponse
+from highwater.v1.admin_pb2 import AlterUserScramCredentialsRequest as AlterUserScramCredentialsRequest
+from highwater.v1.admin_pb2 import AlterUserScramCredentialsResponse as AlterUserScramCredentialsResponse
+from highwater.v1.admin_pb2 import AlterUserScramCredentialsResult as AlterUserScramCredentialsResult
 from highwater.v1.admin_pb2 import AlterableConfig as AlterableConfig
 from highwater.v1.admin_pb2 import CONFIG_SOURCE_DEFAULT_CONFIG as CONFIG_SOURCE_DEFAULT_CONFIG
 from highwater.v1.admin_pb2 import CONFIG_SOURCE_DYNAMIC_BROKER_CONFIG as CONFIG_SOURCE_DYNAMIC_BROKER_CONFIG
@@ -60,7 +63,10 @@ from highwater.v1.admin_pb2 import DescribeConfigsRequest as DescribeConfigsRequ
 from highwater.v1.admin_pb2 import DescribeConfigsResource as DescribeConfigsResource
 from highwater.v1.admin_pb2 import DescribeConfigsResponse as DescribeConfigsResponse
 from highwater.v1.admin_pb2 import DescribeConfigsResult as DescribeConfigsResult
+from highwater.v1.admin_pb2 import DescribeUserScramCredentialsRequest as DescribeUserScramCredentialsRequest
+from highwater.v1.admin_pb2 import DescribeUserScramCredentialsResponse as DescribeUserScramCredentialsResponse
 from highwater.v1.admin_pb2 import DescribedConfig as DescribedConfig
+from highwater.v1.admin_pb2 import DescribedUserScramCredentials as DescribedUserScramCredentials
 from highwater.v1.admin_pb2 import ELECTION_TYPE_PREFERRED as ELECTION_TYPE_PREFERRED
 from highwater.v1.admin_pb2 import ELECTION_TYPE_UNCLEAN as ELECTION_TYPE_UNCLEAN
 from highwater.v1.admin_pb2 import ElectLeadersRequest as ElectLeadersRequest
@@ -72,6 +78,9 @@ from highwater.v1.admin_pb2 import OngoingReassignment as OngoingReassignment
 from highwater.v1.admin_pb2 import PartitionReassignment as PartitionReassignment
 from highwater.v1.admin_pb2 import PartitionResult as PartitionResult
 from highwater.v1.admin_pb2 import ReplicaAssignment as ReplicaAssignment
+from highwater.v1.admin_pb2 import ScramCredentialDeletion as ScramCredentialDeletion
+from highwater.v1.admin_pb2 import ScramCredentialInfo as ScramCredentialInfo
+from highwater.v1.admin_pb2 import ScramCredentialUpsertion as ScramCredentialUpsertion
 from highwater.v1.admin_pb2 import TopicPartitions as TopicPartitions
 from highwater.v1.admin_pb2 import UnregisterBrokerRequest as UnregisterBrokerRequest
 from highwater.v1.admin_pb2 import UnregisterBrokerResponse as UnregisterBrokerResponse
@@ -127,6 +136,9 @@ class ControllerStub:
     """ACLs (Kafka's CreateAcls, DescribeAcls, DeleteAcls), kept as metadata records."""
     DescribeAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeAclsRequest, _admin_pb2.DescribeAclsResponse]
     DeleteAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteAclsRequest, _admin_pb2.DeleteAclsResponse]
+    AlterUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AlterUserScramCredentialsRequest, _admin_pb2.AlterUserScramCredentialsResponse]
+    """SCRAM credentials (Kafka's AlterUserScramCredentials, DescribeUserScramCredentials)."""
+    DescribeUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeUserScramCredentialsRequest, _admin_pb2.DescribeUserScramCredentialsResponse]
     AllocateProducerIds: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AllocateProducerIdsRequest, _controller_pb2.AllocateProducerIdsResponse]
     """A block of producer ids for a broker's idempotent and transactional producers."""
     RegisterCoordinator: _grpc.UnaryUnaryMultiCallable[_controller_pb2.RegisterCoordinatorRequest, _controller_pb2.RegisterCoordinatorResponse]
@@ -166,6 +178,9 @@ class ControllerAsyncStub(ControllerStub):
     """ACLs (Kafka's CreateAcls, DescribeAcls, DeleteAcls), kept as metadata records."""
     DescribeAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeAclsRequest, _admin_pb2.DescribeAclsResponse]  # type: ignore[assignment]
     DeleteAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteAclsRequest, _admin_pb2.DeleteAclsResponse]  # type: ignore[assignment]
+    AlterUserScramCredentials: _aio.UnaryUnaryMultiCallable[_admin_pb2.AlterUserScramCredentialsRequest, _admin_pb2.AlterUserScramCredentialsResponse]  # type: ignore[assignment]
+    """SCRAM credentials (Kafka's AlterUserScramCredentials, DescribeUserScramCredentials)."""
+    DescribeUserScramCredentials: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeUserScramCredentialsRequest, _admin_pb2.DescribeUserScramCredentialsResponse]  # type: ignore[assignment]
     AllocateProducerIds: _aio.UnaryUnaryMultiCallable[_controller_pb2.AllocateProducerIdsRequest, _controller_pb2.AllocateProducerIdsResponse]  # type: ignore[assignment]
     """A block of producer ids for a broker's idempotent and transactional producers."""
     RegisterCoordinator: _aio.UnaryUnaryMultiCallable[_controller_pb2.RegisterCoordinatorRequest, _controller_pb2.RegisterCoordinatorResponse]  # type: ignore[assignment]
@@ -292,6 +307,21 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.DeleteAclsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DeleteAclsResponse, _abc.Awaitable[_admin_pb2.DeleteAclsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AlterUserScramCredentials(
+        self,
+        request: _admin_pb2.AlterUserScramCredentialsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.AlterUserScramCredentialsResponse, _abc.Awaitable[_admin_pb2.AlterUserScramCredentialsResponse]]:
+        """SCRAM credentials (Kafka's AlterUserScramCredentials, DescribeUserScramCredentials)."""
+
+    @_abc_1.abstractmethod
+    def DescribeUserScramCredentials(
+        self,
+        request: _admin_pb2.DescribeUserScramCredentialsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DescribeUserScramCredentialsResponse, _abc.Awaitable[_admin_pb2.DescribeUserScramCredentialsResponse]]: ...
 
     @_abc_1.abstractmethod
     def AllocateProducerIds(

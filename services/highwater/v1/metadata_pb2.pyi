@@ -649,6 +649,70 @@ class RemoveAccessControlEntryRecord(_message.Message):
 Global___RemoveAccessControlEntryRecord: _TypeAlias = RemoveAccessControlEntryRecord  # noqa: Y015
 
 @_typing.final
+class UserScramCredentialRecord(_message.Message):
+    """A user's SCRAM credential for one mechanism (Kafka's UserScramCredentialRecord): what the
+    server needs to check a SCRAM exchange, never the password. Mechanism numbers are Kafka's
+    ScramMechanism: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512. A second record for the same user and
+    mechanism replaces the first.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    SALT_FIELD_NUMBER: _builtins.int
+    STORED_KEY_FIELD_NUMBER: _builtins.int
+    SERVER_KEY_FIELD_NUMBER: _builtins.int
+    ITERATIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    mechanism: _builtins.int
+    salt: _builtins.bytes
+    stored_key: _builtins.bytes
+    server_key: _builtins.bytes
+    iterations: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        mechanism: _builtins.int = ...,
+        salt: _builtins.bytes = ...,
+        stored_key: _builtins.bytes = ...,
+        server_key: _builtins.bytes = ...,
+        iterations: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanism", b"mechanism", "name", b"name", "salt", b"salt", "server_key", b"server_key", "stored_key", b"stored_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UserScramCredentialRecord: _TypeAlias = UserScramCredentialRecord  # noqa: Y015
+
+@_typing.final
+class RemoveUserScramCredentialRecord(_message.Message):
+    """The user's credential for this mechanism is removed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    mechanism: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        mechanism: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mechanism", b"mechanism", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveUserScramCredentialRecord: _TypeAlias = RemoveUserScramCredentialRecord  # noqa: Y015
+
+@_typing.final
 class MetadataRecord(_message.Message):
     """The value of one record of __cluster_metadata."""
 
@@ -671,6 +735,8 @@ class MetadataRecord(_message.Message):
     NO_OP_FIELD_NUMBER: _builtins.int
     ACCESS_CONTROL_ENTRY_FIELD_NUMBER: _builtins.int
     REMOVE_ACCESS_CONTROL_ENTRY_FIELD_NUMBER: _builtins.int
+    USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _builtins.int
+    REMOVE_USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register_broker(self) -> Global___RegisterBrokerRecord: ...
     @_builtins.property
@@ -705,6 +771,10 @@ class MetadataRecord(_message.Message):
     def access_control_entry(self) -> Global___AccessControlEntryRecord: ...
     @_builtins.property
     def remove_access_control_entry(self) -> Global___RemoveAccessControlEntryRecord: ...
+    @_builtins.property
+    def user_scram_credential(self) -> Global___UserScramCredentialRecord: ...
+    @_builtins.property
+    def remove_user_scram_credential(self) -> Global___RemoveUserScramCredentialRecord: ...
     def __init__(
         self,
         *,
@@ -725,12 +795,14 @@ class MetadataRecord(_message.Message):
         no_op: Global___NoOpRecord | None = ...,
         access_control_entry: Global___AccessControlEntryRecord | None = ...,
         remove_access_control_entry: Global___RemoveAccessControlEntryRecord | None = ...,
+        user_scram_credential: Global___UserScramCredentialRecord | None = ...,
+        remove_user_scram_credential: Global___RemoveUserScramCredentialRecord | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator", "user_scram_credential", b"user_scram_credential"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator", "user_scram_credential", b"user_scram_credential"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "fence_broker", "unfence_broker", "broker_registration_change", "unregister_broker", "topic", "partition", "partition_change", "config", "producer_ids", "remove_topic", "register_coordinator", "unregister_coordinator", "coordinator_assignment", "no_op", "access_control_entry", "remove_access_control_entry"]  # noqa: Y015
+    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "fence_broker", "unfence_broker", "broker_registration_change", "unregister_broker", "topic", "partition", "partition_change", "config", "producer_ids", "remove_topic", "register_coordinator", "unregister_coordinator", "coordinator_assignment", "no_op", "access_control_entry", "remove_access_control_entry", "user_scram_credential", "remove_user_scram_credential"]  # noqa: Y015
     _WhichOneofArgType_record: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_record) -> _WhichOneofReturnType_record | None: ...
 

@@ -1,5 +1,6 @@
-"""ACLs through the broker's own service: created, in every image within a second,
-described and deleted, with Kafka's codes, on a real embedded server."""
+"""ACLs and SCRAM credentials through the broker's own service on a real embedded server:
+created or set, in the broker's image within a second, described and deleted, with
+Kafka's codes."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from embedded_servers import free_port
 from highwater.embedded import EmbeddedServer
 from highwater.security import AclOperation, Decision, ResourceType
+from highwater.security.scram import salted_password
 from highwater.v1 import admin_pb2, broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -90,3 +92,37 @@ async def test_acls_are_created_seen_by_the_broker_described_and_deleted(
             admin_pb2.DescribeAclsRequest(filter=admin_pb2.AclFilter(operation=77))
         )
         assert bad.error == ErrorCode.INVALID_REQUEST
+
+
+async def test_scram_credentials_are_set_through_the_broker(server: EmbeddedServer) -> None:
+    salt = b"0123456789abcdef"
+    salted = salted_password("SCRAM-SHA-512", "s3cret", salt, 8192)
+    async with grpc.aio.insecure_channel(server.listen) as channel:
+        broker = broker_pb2_grpc.BrokerStub(channel)
+        altered = await broker.AlterUserScramCredentials(
+            admin_pb2.AlterUserScramCredentialsRequest(
+                upsertions=[
+                    admin_pb2.ScramCredentialUpsertion(
+                        name="alice",
+                        mechanism=2,
+                        iterations=8192,
+                        salt=salt,
+                        salted_password=salted,
+                    )
+                ]
+            )
+        )
+        assert [(r.user, r.error) for r in altered.results] == [("alice", ErrorCode.NONE)]
+        described = await broker.DescribeUserScramCredentials(
+            admin_pb2.DescribeUserScramCredentialsRequest()
+        )
+        assert [
+            (r.user, [(c.mechanism, c.iterations) for c in r.credentials])
+            for r in described.results
+        ] == [("alice", [(2, 8192)])]
+    for _ in range(100):
+        if server.broker.partitions.image.scram.credential("alice", "SCRAM-SHA-512"):
+            break
+        await asyncio.sleep(0.01)
+    stored = server.broker.partitions.image.scram.credential("alice", "SCRAM-SHA-512")
+    assert stored is not None and stored.iterations == 8192
