@@ -395,6 +395,17 @@ class AclsImage:
     def __len__(self) -> int:
         return len(self.by_id)
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AclsImage):
+            return NotImplemented
+        return self.by_id == other.by_id
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self.by_id.items()))
+
+    def __repr__(self) -> str:
+        return f"AclsImage({dict(self.by_id)!r})"
+
     def authorizer(
         self, super_users: Iterable[str] = (), *, allow_everyone_if_no_acl_found: bool = False
     ) -> AclAuthorizer:
