@@ -148,7 +148,7 @@ class AclControl:
                 continue
             if acl not in existing:
                 existing.add(acl)
-                record = AccessControlEntryRecord(self._new_id(delta), *_fields(acl))
+                record = AccessControlEntryRecord.of(self._new_id(delta), acl)
                 delta.replay(record)
                 records.append(record)
             results.append(AclResult())
@@ -193,19 +193,6 @@ class AclControl:
             acl_id = base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
             if not acl_id.startswith("-") and raw != bytes(16) and delta.acl(acl_id) is None:
                 return acl_id
-
-
-def _fields(acl: AclBinding) -> tuple[int, str, int, str, str, int, int]:
-    entry = entry_of(acl)
-    return (
-        entry.resource_type,
-        entry.resource_name,
-        entry.pattern_type,
-        entry.principal,
-        entry.host,
-        entry.operation,
-        entry.permission_type,
-    )
 
 
 def _sorted(acls: Iterable[AclBinding]) -> list[AclBinding]:

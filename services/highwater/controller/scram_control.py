@@ -61,18 +61,25 @@ class ScramControl:
         def fail(user: str, code: int, message: str) -> None:
             errors.setdefault(user, (code, message))
 
-        for deletion in request.deletions:
-            order.append(deletion.name)
-            mechanism = MECHANISM_NAMES.get(deletion.mechanism)
-            if named[(deletion.name, deletion.mechanism)] > 1:
-                fail(deletion.name, ErrorCode.DUPLICATE_RESOURCE, "named twice in one request")
-            elif mechanism is None:
+        def named_mechanism(user: str, number: int) -> str | None:
+            """The mechanism's name, or ``None`` after failing ``user`` for a mechanism
+            named twice or unknown."""
+            order.append(user)
+            if named[(user, number)] > 1:
+                fail(user, ErrorCode.DUPLICATE_RESOURCE, "named twice in one request")
+                return None
+            mechanism = MECHANISM_NAMES.get(number)
+            if mechanism is None:
                 fail(
-                    deletion.name,
-                    ErrorCode.UNSUPPORTED_SASL_MECHANISM,
-                    f"unknown SCRAM mechanism {deletion.mechanism}",
+                    user, ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"unknown SCRAM mechanism {number}"
                 )
-            elif delta.scram_credential(deletion.name, mechanism) is None:
+            return mechanism
+
+        for deletion in request.deletions:
+            mechanism = named_mechanism(deletion.name, deletion.mechanism)
+            if mechanism is None:
+                continue
+            if delta.scram_credential(deletion.name, mechanism) is None:
                 fail(
                     deletion.name,
                     ErrorCode.RESOURCE_NOT_FOUND,
@@ -83,17 +90,10 @@ class ScramControl:
                 delta.replay(removal)
                 records.append(removal)
         for upsertion in request.upsertions:
-            order.append(upsertion.name)
-            mechanism = MECHANISM_NAMES.get(upsertion.mechanism)
-            if named[(upsertion.name, upsertion.mechanism)] > 1:
-                fail(upsertion.name, ErrorCode.DUPLICATE_RESOURCE, "named twice in one request")
-            elif mechanism is None:
-                fail(
-                    upsertion.name,
-                    ErrorCode.UNSUPPORTED_SASL_MECHANISM,
-                    f"unknown SCRAM mechanism {upsertion.mechanism}",
-                )
-            elif not upsertion.name:
+            mechanism = named_mechanism(upsertion.name, upsertion.mechanism)
+            if mechanism is None:
+                continue
+            if not upsertion.name:
                 fail(upsertion.name, ErrorCode.UNACCEPTABLE_CREDENTIAL, "no user name")
             elif not MIN_ITERATIONS <= upsertion.iterations <= MAX_ITERATIONS:
                 fail(

@@ -20,6 +20,7 @@ from typing import Any, Final, TypeAlias
 from google.protobuf.message import DecodeError
 
 from highwater.errors import CorruptRecordError
+from highwater.security import AclBinding
 from highwater.v1 import metadata_pb2 as pb
 
 NO_LEADER: Final = -1
@@ -225,6 +226,20 @@ class AccessControlEntryRecord:
     host: str
     operation: int
     permission_type: int
+
+    @classmethod
+    def of(cls, acl_id: str, acl: AclBinding) -> AccessControlEntryRecord:
+        """The record of ``acl`` under ``acl_id``."""
+        return cls(
+            acl_id,
+            int(acl.resource_type),
+            acl.resource_name,
+            int(acl.pattern_type),
+            acl.principal,
+            acl.host,
+            int(acl.operation),
+            int(acl.permission),
+        )
 
 
 @dataclass(frozen=True, slots=True)

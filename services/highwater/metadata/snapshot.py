@@ -73,16 +73,7 @@ def snapshot_records(image: MetadataImage) -> Iterator[MetadataRecord]:
             credential.iterations,
         )
     for acl_id, acl in sorted(image.acls.by_id.items()):
-        yield AccessControlEntryRecord(
-            acl_id,
-            int(acl.resource_type),
-            acl.resource_name,
-            int(acl.pattern_type),
-            acl.principal,
-            acl.host,
-            int(acl.operation),
-            int(acl.permission),
-        )
+        yield AccessControlEntryRecord.of(acl_id, acl)
 
 
 def load_snapshot(records: Iterable[MetadataRecord], offset: int, epoch: int) -> MetadataImage:
