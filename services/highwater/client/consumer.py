@@ -54,11 +54,9 @@ import contextlib
 import functools
 import logging
 import math
-import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
-from concurrent.futures import Future as ConcurrentFuture
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -75,6 +73,7 @@ from highwater.client.cluster import (
 from highwater.client.group.assignors import assignor_for
 from highwater.client.group.membership import GroupError, GroupMembership, GroupSettings
 from highwater.client.group.protocol import TopicPartitionKey
+from highwater.client.loop_thread import LoopThread
 from highwater.client.metrics import CLIENT_METRICS, PartitionLag
 from highwater.client.producer import TIMESTAMP_LOG_APPEND_TIME, Message
 from highwater.config.definition import INT_MAX, ConfigDef, ConfigKey, ConfigType, at_least, one_of
@@ -1528,11 +1527,7 @@ class Consumer:
     def __init__(self, config: Mapping[str, Any]) -> None:
         """Validate ``config`` (raising :class:`InvalidConfigError`) and start the thread."""
         ConsumerConfig.parse(config)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="highwater-consumer", daemon=True
-        )
-        self._thread.start()
+        self._loop_thread = LoopThread("highwater-consumer")
         self._closed = False
         self._consumer: AsyncConsumer = self._call(self._create(dict(config)))
 
@@ -1546,8 +1541,7 @@ class Consumer:
         if self._closed:
             coro.close()
             raise ConsumerClosedError("the consumer is closed")
-        future: ConcurrentFuture[_T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        return future.result()
+        return self._loop_thread.run(coro)
 
     def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
         """Call a plain method of the async consumer on its loop."""
@@ -1666,9 +1660,7 @@ class Consumer:
             return
         self._call(self._consumer.close())
         self._closed = True
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        self._loop_thread.stop()
 
     def __enter__(self) -> Consumer:
         """``with Consumer(...)``: closes on exit."""

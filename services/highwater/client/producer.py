@@ -48,7 +48,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from concurrent.futures import Future as ConcurrentFuture
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, TypeAlias, TypeVar
 
@@ -62,6 +61,7 @@ from highwater.client.cluster import (
     UnknownTopicOrPartitionError,
     parse_bootstrap_servers,
 )
+from highwater.client.loop_thread import LoopThread
 from highwater.client.metrics import CLIENT_METRICS
 from highwater.client.partitioner import StickyPartitioner, choose_partition
 from highwater.config.definition import (
@@ -1385,11 +1385,7 @@ class Producer:
         self._handover_lock = threading.Lock()
         self._handover: list[_Handover] = []
         """Records :meth:`produce` queued that the loop has not taken yet."""
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="highwater-producer", daemon=True
-        )
-        self._thread.start()
+        self._loop_thread = LoopThread("highwater-producer")
         self._closed = False
         self._producer: AsyncProducer = self._call(self._create(dict(config)))
 
@@ -1400,8 +1396,7 @@ class Producer:
 
     def _call(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
         """Run ``coro`` on the background loop and wait for its result."""
-        future: ConcurrentFuture[_T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        return future.result(timeout)
+        return self._loop_thread.run(coro, timeout)
 
     def __len__(self) -> int:
         """How many records await their delivery report (callbacks not yet served included)."""
@@ -1435,7 +1430,7 @@ class Producer:
             self._handover.append(record)
             first = len(self._handover) == 1
         if first:
-            self._loop.call_soon_threadsafe(self._take_handover)
+            self._loop_thread.call_soon(self._take_handover)
 
     def _take_handover(self) -> None:
         """On the loop: give the queued records to the async producer, in order."""
@@ -1481,7 +1476,7 @@ class Producer:
             self._take_handover()
             return await self._producer.flush(timeout)
 
-        future = asyncio.run_coroutine_threadsafe(flush_all(), self._loop)
+        future = self._loop_thread.submit(flush_all())
         future.add_done_callback(lambda _: self._callbacks.put(_FLUSH_DONE))
         while True:
             item = self._callbacks.get()
@@ -1501,9 +1496,7 @@ class Producer:
         self._closed = True
         self._call(self._producer.close(0))
         self.poll(0)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        self._loop_thread.stop()
         return remaining
 
     def __enter__(self) -> Producer:
