@@ -75,7 +75,7 @@ from highwater.client.group.membership import GroupError, GroupMembership, Group
 from highwater.client.group.protocol import TopicPartitionKey
 from highwater.client.loop_thread import LoopThread
 from highwater.client.metrics import CLIENT_METRICS, PartitionLag
-from highwater.client.producer import TIMESTAMP_LOG_APPEND_TIME, Message
+from highwater.client.message import TIMESTAMP_LOG_APPEND_TIME, Message
 from highwater.config.definition import INT_MAX, ConfigDef, ConfigKey, ConfigType, at_least, one_of
 from highwater.errors import (
     CorruptRecordError,
