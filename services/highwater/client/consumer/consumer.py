@@ -646,21 +646,14 @@ class AsyncConsumer:
         timestamps: Sequence[int],
     ) -> list[tuple[int, int] | BaseException | _Retriable]:
         """One ListOffsets request to ``address``; answers in the order of ``indexes``."""
-        request = pb.ListOffsetsRequest()
-        topics: dict[str, pb.ListOffsetsTopic] = {}
+        asked = []
         for i in indexes:
             topic, partition = partitions[i]
-            entry = topics.get(topic)
-            if entry is None:
-                entry = topics[topic] = request.topics.add(topic=topic)
-            entry.partitions.add(
-                partition=partition,
-                current_leader_epoch=self.cluster.leader_epoch(topic, partition),
-                timestamp=timestamps[i],
-            )
+            epoch = self.cluster.leader_epoch(topic, partition)
+            asked.append((topic, partition, timestamps[i], epoch))
         try:
-            reply: pb.ListOffsetsResponse = await self.cluster.stub(address).ListOffsets(
-                request, timeout=self.config.request_timeout_ms / 1000
+            answers = await self.cluster.list_offsets(
+                address, asked, self.config.request_timeout_ms / 1000
             )
         except grpc.aio.AioRpcError as e:
             error = FetchError(
@@ -670,16 +663,9 @@ class AsyncConsumer:
             for i in indexes:
                 self.cluster.invalidate(*partitions[i])
             return [_Retriable(error) for _ in indexes]
-        # The broker answers in request order; match each topic's answers in turn.
-        queues: dict[str, deque[pb.ListOffsetsPartitionResponse]] = {}
-        for topic_answer in reply.topics:
-            queues.setdefault(topic_answer.topic, deque()).extend(topic_answer.partitions)
         results: list[tuple[int, int] | BaseException | _Retriable] = []
-        for i in indexes:
-            topic, partition = partitions[i]
-            pending = queues.get(topic)
-            answer = pending.popleft() if pending else None
-            if answer is None or answer.partition != partition:
+        for (topic, partition, _, _), answer in zip(asked, answers, strict=True):
+            if answer is None:
                 results.append(
                     FetchError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{topic}-{partition}: no answer")
                 )
