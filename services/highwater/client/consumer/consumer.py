@@ -28,7 +28,7 @@ How records arrive (Kafka's ``Fetcher``):
   :meth:`~AsyncConsumer.seek`); without one (or with :data:`OFFSET_BEGINNING` /
   :data:`OFFSET_END`) it is looked up with ``ListOffsets``: earliest or latest, as
   ``auto.offset.reset`` says. With ``auto.offset.reset=none`` a partition without a
-  position gets an error :class:`~highwater.client.producer.Message` instead.
+  position gets an error :class:`~highwater.client.message.Message` instead.
 - When no fetched record is waiting, :meth:`~AsyncConsumer.poll` sends one ``Fetch`` request
   per leader broker for the assigned, unpaused partitions that have nothing buffered: a long
   poll of up to ``fetch.max.wait.ms`` (bounded by the poll's own timeout) until

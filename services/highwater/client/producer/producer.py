@@ -5,7 +5,8 @@ wrapper, which runs an :class:`AsyncProducer` on an event loop of its own in a b
 thread and serves delivery callbacks from :meth:`Producer.poll` and :meth:`Producer.flush`,
 as confluent-kafka does.
 
-How a record travels (Kafka's ``RecordAccumulator`` and ``Sender``):
+How a record travels (Kafka's ``RecordAccumulator`` and ``Sender``; their state and pure parts
+are :mod:`~highwater.client.producer.accumulator` and :mod:`~highwater.client.producer.sender`):
 
 - :meth:`AsyncProducer.produce` picks the partition (:func:`choose_partition`: the named one,
   else murmur2 of the key over all partitions, else the topic's sticky partition) and appends
