@@ -13,6 +13,7 @@ import pytest
 from embedded_servers import free_port, running_embedded_server
 from highwater.client.admin import AdminClient, NewTopic
 from highwater.client.cluster import BrokerNotAvailableError, BrokerPolicy, ClusterMetadata
+from highwater.client.errors import BrokerUnavailableError, CoordinatorNotAvailableError
 from highwater.client.producer import AsyncProducer
 from highwater.embedded import EmbeddedServer
 from highwater.v1 import broker_pb2 as pb
@@ -132,3 +133,18 @@ async def test_a_failure_the_policy_does_not_retry_is_raised_as_it_says() -> Non
             await cluster.find_coordinator("g")
     finally:
         await cluster.close()
+
+
+async def test_the_admin_client_keeps_its_own_errors_over_the_shared_layer() -> None:
+    dead = dead_address()
+    async with AdminClient(dead, request_timeout_s=0.5) as admin:
+        with pytest.raises(
+            CoordinatorNotAvailableError,
+            match=rf"FindCoordinator for group 'g': no bootstrap broker answered \({dead}: ",
+        ):
+            await admin.describe_consumer_groups(["g"])
+        with pytest.raises(
+            BrokerUnavailableError,
+            match=rf"^Metadata: no bootstrap broker answered \({dead}: UNAVAILABLE\)$",
+        ):
+            await admin.list_topics()

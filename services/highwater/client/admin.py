@@ -1170,11 +1170,13 @@ class AdminClient:
         while True:
             try:
                 answer = await self.cluster.coordinator(
-                    group_id, timeout_s=max(deadline - time.monotonic(), 0.1)
+                    group_id,
+                    timeout_s=max(deadline - time.monotonic(), 0.1),
+                    what=f"FindCoordinator for group '{group_id}'",
                 )
             except BrokerUnavailableError as e:
                 last_code: int = ErrorCode.COORDINATOR_NOT_AVAILABLE
-                problem = str(e)
+                message = str(e)
             else:
                 if answer.error == ErrorCode.NONE:
                     return Node(answer.node_id, answer.host, answer.port)
@@ -1182,10 +1184,9 @@ class AdminClient:
                     raise InvalidGroupIdError(f"group '{group_id}': {answer.error_message}")
                 last_code = answer.error
                 problem = answer.error_message or str(answer.error)
+                message = f"FindCoordinator for group '{group_id}': {problem}"
             if time.monotonic() + _RETRY_BACKOFF_S >= deadline:
-                raise error_for_code(
-                    last_code, f"FindCoordinator for group '{group_id}': {problem}"
-                )
+                raise error_for_code(last_code, message)
             await asyncio.sleep(_RETRY_BACKOFF_S)
 
     def _coordinator_stub(self, address: str) -> coordinator_pb2_grpc.GroupCoordinatorStub:

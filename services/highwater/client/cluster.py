@@ -301,11 +301,14 @@ class ClusterMetadata:
             self._apply(reply)
             return reply
 
-    async def coordinator(self, group_id: str, *, timeout_s: float | None = None) -> pb.Coordinator:
-        """The answer of ``FindCoordinator`` for ``group_id`` from any broker, error or not."""
+    async def coordinator(
+        self, group_id: str, *, timeout_s: float | None = None, what: str = "FindCoordinator"
+    ) -> pb.Coordinator:
+        """The answer of ``FindCoordinator`` for ``group_id`` from any broker, error or not
+        (``what`` names the request in the error when no broker answers)."""
         request = pb.FindCoordinatorRequest(keys=[group_id])
         reply: pb.FindCoordinatorResponse = await self.any_broker(
-            "FindCoordinator",
+            what,
             lambda stub, timeout: stub.FindCoordinator(request, timeout=timeout),
             timeout_s=timeout_s,
         )
