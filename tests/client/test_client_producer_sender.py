@@ -141,3 +141,43 @@ def test_a_batch_without_sequences_leaves_the_queue_alone() -> None:
     queue = PartitionQueue("a", 0, next_sequence=4)
     queue.close_gap(batch("a", 0, 2), PRODUCER_ID, PRODUCER_EPOCH)
     assert queue.next_sequence == 4
+
+
+def opened_at(created: float, count: int = 1) -> ProducerBatch:
+    """An open (not yet sealed) batch of ``count`` records, opened at ``created``."""
+    made = batch("a", 0, count)
+    made.data = None
+    made.created = made.first_created = created
+    return made
+
+
+def test_a_batch_lingers_until_linger_ms_unless_closed_or_flushing() -> None:
+    queue = PartitionQueue("a", 0)
+    assert queue.send_delay(10.0, 0.005, False, 5) is None  # nothing queued
+    queue.batches.append(opened_at(10.0))
+    assert queue.send_delay(10.001, 0.005, False, 5) == pytest.approx(0.004)
+    assert queue.send_delay(10.005, 0.005, False, 5) == 0.0
+    assert queue.send_delay(10.001, 0.005, True, 5) == 0.0  # flushing
+    queue.batches[0].closed = True  # full
+    assert queue.send_delay(10.001, 0.005, False, 5) == 0.0
+
+
+def test_a_queue_waits_for_its_back_off_and_its_in_flight_limit() -> None:
+    queue = PartitionQueue("a", 0, backoff_until=12.0)
+    queue.batches.append(opened_at(10.0))
+    assert queue.send_delay(11.5, 0.0, False, 5) == pytest.approx(0.5)
+    assert queue.send_delay(12.0, 0.0, False, 5) == 0.0
+    queue.in_flight += [batch("a", 0, 1, base_sequence=i) for i in range(2)]
+    assert queue.send_delay(12.0, 0.0, False, 2) is None  # as many in flight as allowed
+    assert queue.send_delay(12.0, 0.0, False, 3) == 0.0
+
+
+def test_a_resending_queue_sends_one_batch_at_a_time_until_caught_up() -> None:
+    resent = batch("a", 0, 1, base_sequence=0)
+    queue = PartitionQueue("a", 0, retrying=True)
+    queue.batches.append(opened_at(10.0))
+    queue.in_flight.append(resent)
+    assert queue.send_delay(20.0, 0.0, False, 5) is None  # the resent batch is unanswered
+    queue.acknowledge(resent)
+    assert queue.send_delay(20.0, 0.0, False, 5) == 0.0
+    assert not queue.retrying  # nothing sent before is left: new batches flow again

@@ -151,6 +151,32 @@ class PartitionQueue:
         """Whether a batch that was sent before waits in the queue."""
         return any(b.base_sequence is not None for b in self.batches)
 
+    def send_delay(
+        self, now: float, linger_s: float, flushing: bool, max_in_flight: int
+    ) -> float | None:
+        """Whether the head batch may be drained at ``now``: 0.0 if so, else the seconds
+        until it may (a back-off after a failure, or ``linger.ms`` since it was opened), or
+        None when only an answer can change it (nothing queued, the most batches in
+        flight, or a resent batch still unanswered).
+
+        A full or closed batch, and every batch while flushing, need not linger. While
+        the queue resends (:attr:`retrying`) one batch is in flight at a time; it stops
+        resending once no batch that was sent before is queued or in flight.
+        """
+        if not self.batches:
+            return None
+        if self.retrying and not self.in_flight and not self.has_sequenced_queued():
+            self.retrying = False
+        if (self.retrying and self.in_flight) or len(self.in_flight) >= max_in_flight:
+            return None
+        if now < self.backoff_until:
+            return self.backoff_until - now
+        head = self.batches[0]
+        ready_at = head.created + linger_s
+        if head.closed or flushing or ready_at <= now:
+            return 0.0
+        return ready_at - now
+
     def acknowledge(self, batch: ProducerBatch) -> None:
         """Take an answered batch out of flight; advance the acknowledged sequence."""
         if batch in self.in_flight:

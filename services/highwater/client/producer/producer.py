@@ -665,23 +665,16 @@ class AsyncProducer:
             nonlocal wait
             wait = delay if wait is None else min(wait, delay)
 
+        max_in_flight = self.config.max_in_flight
         for q in self._queues.values():
             if not q.batches:
                 continue
-            if q.retrying and not q.has_sequenced_queued() and not q.in_flight:
-                q.retrying = False
-            if q.retrying and q.in_flight:
-                continue
-            if len(q.in_flight) >= self.config.max_in_flight:
-                continue
-            if now < q.backoff_until:
-                wake_in(q.backoff_until - now)
+            delay = q.send_delay(now, linger, flushing, max_in_flight)
+            if delay != 0.0:
+                if delay is not None:
+                    wake_in(delay)
                 continue
             head = q.batches[0]
-            ready_at = head.created + linger
-            if not (head.closed or flushing or ready_at <= now):
-                wake_in(ready_at - now)
-                continue
             if self.config.enable_idempotence and self._producer_id < 0:
                 wake_in(self.config.retry_backoff_ms / 1000)
                 continue
