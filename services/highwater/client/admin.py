@@ -42,13 +42,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, TypeVar
 
 import grpc
 import grpc.aio
 
+from highwater.client.cluster import BrokerPolicy, ClusterMetadata
 from highwater.client.errors import (
     AdminError,
     BrokerUnavailableError,
@@ -82,7 +83,6 @@ from highwater.client.group.protocol import (
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
 from highwater.metadata.records import ConfigResourceType
-from highwater.rpc.channels import open_channel
 from highwater.rpc.endpoints import format_endpoint, parse_endpoint
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc, coordinator_pb2_grpc
@@ -428,13 +428,6 @@ class ListOffsetsResultInfo:
     leader_epoch: int | None
 
 
-@dataclass
-class _BrokerChannels:
-    channels: dict[str, grpc.aio.Channel] = field(default_factory=dict)
-    stubs: dict[str, broker_pb2_grpc.BrokerStub] = field(default_factory=dict)
-    coordinators: dict[str, coordinator_pb2_grpc.GroupCoordinatorStub] = field(default_factory=dict)
-
-
 def _split_addresses(servers: Sequence[str] | str) -> list[str]:
     parts = servers.split(",") if isinstance(servers, str) else list(servers)
     addresses = []
@@ -484,8 +477,15 @@ class AdminClient:
             timeout_s=request_timeout_s,
             attempt_timeout_s=min(5.0, request_timeout_s),
         )
-        self._brokers = _BrokerChannels()
-        self._next_broker = 0
+        self.cluster = ClusterMetadata(
+            self.bootstrap_servers,
+            request_timeout_s=request_timeout_s,
+            max_message_bytes=64 << 20,
+            policy=_ADMIN_BROKERS,
+        )
+        """The brokers' channels, Metadata and FindCoordinator: the cluster layer the
+        producer and consumer use, asking the bootstrap brokers as :data:`_ADMIN_BROKERS`
+        says."""
         self._closed = False
 
     async def __aenter__(self) -> AdminClient:
@@ -497,13 +497,8 @@ class AdminClient:
     async def close(self) -> None:
         """Close every channel; the client cannot be used afterwards."""
         self._closed = True
-        channels = list(self._brokers.channels.values())
-        self._brokers.channels.clear()
-        self._brokers.stubs.clear()
-        self._brokers.coordinators.clear()
         try:
-            for channel in channels:
-                await channel.close()
+            await self.cluster.close()
         finally:
             await self._controller.close()
 
@@ -913,16 +908,14 @@ class AdminClient:
         deadline: float,
     ) -> tuple[dict[TopicPartitionKey, ListOffsetsResultInfo], list[TopicPartitionKey]]:
         """One ListOffsets request to a leader: the answers, and the partitions to retry."""
-        request = pb.ListOffsetsRequest()
-        topics: dict[str, pb.ListOffsetsTopic] = {}
-        for topic, partition in partitions:
-            entry = topics.get(topic)
-            if entry is None:
-                entry = topics[topic] = request.topics.add(topic=topic)
-            entry.partitions.add(partition=partition, timestamp=specs[(topic, partition)])
         try:
-            reply: pb.ListOffsetsResponse = await self._broker_stub(address).ListOffsets(
-                request, timeout=max(deadline - time.monotonic(), 0.1)
+            answers = await self.cluster.list_offsets(
+                address,
+                [
+                    (topic, partition, specs[(topic, partition)], None)
+                    for topic, partition in partitions
+                ],
+                max(deadline - time.monotonic(), 0.1),
             )
         except grpc.aio.AioRpcError as e:
             if e.code() not in _RETRIABLE_BROKER_CODES:
@@ -930,22 +923,17 @@ class AdminClient:
             return {}, list(partitions)
         found: dict[TopicPartitionKey, ListOffsetsResultInfo] = {}
         retry: list[TopicPartitionKey] = []
-        for topic_answer in reply.topics:
-            for answer in topic_answer.partitions:
-                tp = (topic_answer.topic, answer.partition)
-                if tp not in specs:
-                    continue
-                if answer.error in _RETRIABLE_LEADER_CODES:
-                    retry.append(tp)
-                elif answer.error != ErrorCode.NONE:
-                    raise error_for_code(answer.error, f"ListOffsets of {tp[0]}-{tp[1]}")
-                else:
-                    found[tp] = ListOffsetsResultInfo(
-                        answer.offset,
-                        answer.timestamp,
-                        answer.leader_epoch if answer.leader_epoch >= 0 else None,
-                    )
-        retry.extend(tp for tp in partitions if tp not in found and tp not in retry)
+        for tp, answer in zip(partitions, answers, strict=True):
+            if answer is None or answer.error in _RETRIABLE_LEADER_CODES:
+                retry.append(tp)
+            elif answer.error != ErrorCode.NONE:
+                raise error_for_code(answer.error, f"ListOffsets of {tp[0]}-{tp[1]}")
+            else:
+                found[tp] = ListOffsetsResultInfo(
+                    answer.offset,
+                    answer.timestamp,
+                    answer.leader_epoch if answer.leader_epoch >= 0 else None,
+                )
         return found, retry
 
     # --- Consumer groups ------------------------------------------------------------------
@@ -1184,49 +1172,33 @@ class AdminClient:
             await asyncio.sleep(_RETRY_BACKOFF_S)
 
     async def _find_coordinator(self, group_id: str, deadline: float) -> Node:
-        """The group's coordinator, from FindCoordinator to the bootstrap brokers in turn;
-        COORDINATOR_NOT_AVAILABLE is retried until ``deadline``."""
-        request = pb.FindCoordinatorRequest(keys=[group_id])
+        """The group's coordinator, from FindCoordinator to the bootstrap brokers in turn
+        (:meth:`ClusterMetadata.coordinator`); COORDINATOR_NOT_AVAILABLE and unreachable
+        brokers are retried until ``deadline``."""
         while True:
-            problems: list[str] = []
-            last_code: int = ErrorCode.COORDINATOR_NOT_AVAILABLE
-            count = len(self.bootstrap_servers)
-            for attempt in range(count):
-                index = (self._next_broker + attempt) % count
-                address = self.bootstrap_servers[index]
-                try:
-                    reply: pb.FindCoordinatorResponse = await self._broker_stub(
-                        address
-                    ).FindCoordinator(request, timeout=max(deadline - time.monotonic(), 0.1))
-                except grpc.aio.AioRpcError as e:
-                    if e.code() not in _RETRIABLE_BROKER_CODES:
-                        raise _rpc_error(e) from None
-                    problems.append(f"{address}: {e.code().name}")
-                    continue
-                self._next_broker = index
-                (answer,) = reply.coordinators
+            try:
+                answer = await self.cluster.coordinator(
+                    group_id,
+                    timeout_s=max(deadline - time.monotonic(), 0.1),
+                    what=f"FindCoordinator for group '{group_id}'",
+                )
+            except BrokerUnavailableError as e:
+                last_code: int = ErrorCode.COORDINATOR_NOT_AVAILABLE
+                message = str(e)
+            else:
                 if answer.error == ErrorCode.NONE:
                     return Node(answer.node_id, answer.host, answer.port)
                 if answer.error == ErrorCode.INVALID_REQUEST:
                     raise InvalidGroupIdError(f"group '{group_id}': {answer.error_message}")
                 last_code = answer.error
-                problems.append(f"{address}: {answer.error_message or answer.error}")
-                break
+                problem = answer.error_message or str(answer.error)
+                message = f"FindCoordinator for group '{group_id}': {problem}"
             if time.monotonic() + _RETRY_BACKOFF_S >= deadline:
-                raise error_for_code(
-                    last_code,
-                    f"FindCoordinator for group '{group_id}': " + "; ".join(problems),
-                )
+                raise error_for_code(last_code, message)
             await asyncio.sleep(_RETRY_BACKOFF_S)
 
     def _coordinator_stub(self, address: str) -> coordinator_pb2_grpc.GroupCoordinatorStub:
-        stub = self._brokers.coordinators.get(address)
-        if stub is None:
-            self._broker_stub(address)  # opens the address's one channel
-            channel = self._brokers.channels[address]
-            stub = coordinator_pb2_grpc.GroupCoordinatorStub(channel)
-            self._brokers.coordinators[address] = stub
-        return stub
+        return self.cluster.coordinator_stub(address)
 
     # --- Plumbing -------------------------------------------------------------------------
 
@@ -1245,41 +1217,17 @@ class AdminClient:
     async def _metadata(
         self, topics: Sequence[str], *, topics_wanted: bool = True
     ) -> pb.MetadataResponse:
-        """Ask bootstrap brokers for Metadata in turn, starting with the last that answered.
+        """Ask bootstrap brokers for Metadata in turn, starting with the last that answered
+        (:meth:`ClusterMetadata.refresh`, as :data:`_ADMIN_BROKERS` says).
 
         ``topics_wanted=False`` still asks for every topic (the RPC has no way to ask for
         none); only the brokers are used.
         """
         self._check_open()
-        request = pb.MetadataRequest(topics=list(topics))
-        problems: list[str] = []
-        count = len(self.bootstrap_servers)
-        for attempt in range(count):
-            index = (self._next_broker + attempt) % count
-            address = self.bootstrap_servers[index]
-            try:
-                reply: pb.MetadataResponse = await self._broker_stub(address).Metadata(
-                    request, timeout=self.request_timeout_s
-                )
-            except grpc.aio.AioRpcError as e:
-                if e.code() not in _RETRIABLE_BROKER_CODES:
-                    raise _rpc_error(e) from None
-                problems.append(f"{address}: {e.code().name}")
-                continue
-            self._next_broker = index
-            return reply
-        raise BrokerUnavailableError(
-            "Metadata: no bootstrap broker answered (" + "; ".join(problems) + ")"
-        )
+        return await self.cluster.refresh(topics)
 
     def _broker_stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
-        stub = self._brokers.stubs.get(address)
-        if stub is None:
-            channel = open_channel(address, max_message_bytes=64 << 20, traced=True)
-            self._brokers.channels[address] = channel
-            stub = broker_pb2_grpc.BrokerStub(channel)
-            self._brokers.stubs[address] = stub
-        return stub
+        return self.cluster.stub(address)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -1294,6 +1242,25 @@ def _rpc_error(e: grpc.aio.AioRpcError) -> AdminError:
         else ErrorCode.UNKNOWN_SERVER_ERROR
     )
     return error_for_code(code, f"{e.code().name}: {e.details()}")
+
+
+def _no_bootstrap_broker_answered(
+    what: str, tried: Sequence[str], failures: Sequence[tuple[str, grpc.aio.AioRpcError]]
+) -> AdminError:
+    """The admin client's error when none of its bootstrap brokers answered a request."""
+    problems = "; ".join(f"{address}: {e.code().name}" for address, e in failures)
+    return BrokerUnavailableError(f"{what}: no bootstrap broker answered ({problems})")
+
+
+#: How the admin client asks Metadata and FindCoordinator of its brokers: the bootstrap
+#: ones only, starting with the last that answered; an unreachable broker (or one that
+#: serves no Broker service) makes it ask the next, any other failure is an AdminError.
+_ADMIN_BROKERS: Final = BrokerPolicy(
+    bootstrap_only=True,
+    retriable_status=_RETRIABLE_BROKER_CODES,
+    rpc_error=_rpc_error,
+    unavailable=_no_bootstrap_broker_answered,
+)
 
 
 def _group_error(group_id: str, code: int, message: str) -> AdminError:

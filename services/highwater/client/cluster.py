@@ -9,6 +9,15 @@ and a :class:`~highwater.rpc.broker_streams.ProduceStream` kept per broker (prod
 are unary calls while tracing is on: each carries its trace context in its call's metadata,
 which a stream sends once).
 
+Requests any broker may answer (``Metadata``, ``FindCoordinator``) go through one loop,
+:meth:`ClusterMetadata.any_broker`, shaped by a :class:`BrokerPolicy`: producers and
+consumers try the known brokers, then the bootstrap ones, moving on after any failure;
+the admin client asks its bootstrap brokers only, starting with the last that answered,
+and moves on only after failures that say the broker is unreachable (its own errors and
+messages come from its policy). ``ListOffsets`` is sent here too
+(:meth:`ClusterMetadata.list_offsets`), for the consumer and the admin client alike, each
+with its own rule for what to retry.
+
 Requests that answer ``NOT_LEADER_OR_FOLLOWER``, ``FENCED_LEADER_EPOCH``,
 ``UNKNOWN_TOPIC_OR_PARTITION`` or ``LEADER_NOT_AVAILABLE`` make the cached leader stale:
 :meth:`ClusterMetadata.handle_error` forgets it, and the next :meth:`ClusterMetadata.refresh`
@@ -18,8 +27,10 @@ asks again (Kafka's ``Metadata.requestUpdate``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 import grpc.aio
@@ -35,12 +46,13 @@ from highwater.rpc.broker_streams import FetchStream, ProduceStream
 from highwater.rpc.channels import open_channel
 from highwater.telemetry.configure import tracing_enabled
 from highwater.v1 import broker_pb2 as pb
-from highwater.v1 import broker_pb2_grpc
+from highwater.v1 import broker_pb2_grpc, coordinator_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
     "INVALIDATING_ERRORS",
     "BrokerNotAvailableError",
+    "BrokerPolicy",
     "ClusterError",
     "ClusterMetadata",
     "CoordinatorNotAvailableError",
@@ -61,6 +73,37 @@ INVALIDATING_ERRORS: frozenset[int] = frozenset(
         ErrorCode.UNKNOWN_LEADER_EPOCH,
     }
 )
+
+
+_R = TypeVar("_R")
+
+
+def _no_broker_answered(
+    what: str, tried: Sequence[str], failures: Sequence[tuple[str, grpc.aio.AioRpcError]]
+) -> Exception:
+    """The producer's and consumer's error when no broker answered a request."""
+    last = failures[-1][1] if failures else None
+    return BrokerNotAvailableError(f"no broker answered {what} (tried {', '.join(tried)}): {last}")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerPolicy:
+    """How :meth:`ClusterMetadata.any_broker` asks a request of "any broker".
+
+    ``bootstrap_only``: ask only the bootstrap brokers, starting with the last that
+    answered (else the known brokers first, then the bootstrap ones, in order).
+    ``retriable_status``: the gRPC failures after which the next broker is asked (None:
+    every failure); any other failure is raised as ``rpc_error`` makes it.
+    ``unavailable``: the error raised when no broker answered, from the request's name,
+    the brokers tried and each failure.
+    """
+
+    bootstrap_only: bool = False
+    retriable_status: frozenset[grpc.StatusCode] | None = None
+    rpc_error: Callable[[grpc.aio.AioRpcError], Exception] | None = None
+    unavailable: Callable[
+        [str, Sequence[str], Sequence[tuple[str, grpc.aio.AioRpcError]]], Exception
+    ] = _no_broker_answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,15 +152,25 @@ class ClusterMetadata:
     """Brokers, topics and partition leaders as the cluster last described them.
 
     Not thread-safe: use it from one event loop. ``request_timeout_s`` bounds each
-    Metadata call.
+    Metadata call; ``max_message_bytes`` sets the channels' message limit (None: gRPC's
+    defaults); ``policy`` shapes the requests any broker may answer.
     """
 
     def __init__(
-        self, bootstrap_servers: str | Sequence[str], *, request_timeout_s: float = 30.0
+        self,
+        bootstrap_servers: str | Sequence[str],
+        *,
+        request_timeout_s: float = 30.0,
+        max_message_bytes: int | None = None,
+        policy: BrokerPolicy = BrokerPolicy(),
     ) -> None:
         """Remember the bootstrap addresses; no connection is made until the first request."""
         self.bootstrap_servers = parse_bootstrap_servers(bootstrap_servers)
         self.request_timeout_s = request_timeout_s
+        self.policy = policy
+        self._max_message_bytes = max_message_bytes
+        self._next_bootstrap = 0
+        """The bootstrap broker that answered last (``bootstrap_only``: asked first)."""
         self.brokers: dict[int, str] = {}
         self.cluster_id = ""
         self._topics: dict[str, TopicInfo] = {}
@@ -127,6 +180,7 @@ class ClusterMetadata:
         self._stale: set[str] = set()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, broker_pb2_grpc.BrokerStub] = {}
+        self._coordinator_stubs: dict[str, coordinator_pb2_grpc.GroupCoordinatorStub] = {}
         self._fetch_streams: dict[str, FetchStream] = {}
         self._produce_streams: dict[str, ProduceStream] = {}
         self._lock = asyncio.Lock()
@@ -140,10 +194,19 @@ class ClusterMetadata:
             raise ClusterError("the cluster client is closed")
         stub = self._stubs.get(address)
         if stub is None:
-            channel = open_channel(address, traced=True)
+            channel = open_channel(address, max_message_bytes=self._max_message_bytes, traced=True)
             self._channels[address] = channel
             stub = broker_pb2_grpc.BrokerStub(channel)
             self._stubs[address] = stub
+        return stub
+
+    def coordinator_stub(self, address: str) -> coordinator_pb2_grpc.GroupCoordinatorStub:
+        """The GroupCoordinator stub for ``address``, over the same one channel."""
+        stub = self._coordinator_stubs.get(address)
+        if stub is None:
+            self.stub(address)  # opens the address's one channel
+            stub = coordinator_pb2_grpc.GroupCoordinatorStub(self._channels[address])
+            self._coordinator_stubs[address] = stub
         return stub
 
     async def fetch(
@@ -181,34 +244,76 @@ class ClusterMetadata:
         channels = list(self._channels.values())
         self._channels.clear()
         self._stubs.clear()
+        self._coordinator_stubs.clear()
         for channel in channels:
             await channel.close()
 
     # --- metadata -------------------------------------------------------------------------
 
+    async def any_broker(
+        self,
+        what: str,
+        send: Callable[[broker_pb2_grpc.BrokerStub, float], Awaitable[_R]],
+        *,
+        timeout_s: float | None = None,
+    ) -> _R:
+        """``send(stub, timeout)`` to the brokers in turn (see :class:`BrokerPolicy`) until
+        one answers; ``timeout_s`` bounds each attempt (default ``request_timeout_s``).
+
+        ``what`` names the request in errors: the policy's ``unavailable`` error when no
+        broker answered, its ``rpc_error`` for a failure it does not move on after.
+        """
+        policy = self.policy
+        timeout = self.request_timeout_s if timeout_s is None else timeout_s
+        if policy.bootstrap_only:
+            count = len(self.bootstrap_servers)
+            order = [(self._next_bootstrap + i) % count for i in range(count)]
+            candidates = [self.bootstrap_servers[i] for i in order]
+        else:
+            order = []
+            candidates = list(dict.fromkeys([*self.brokers.values(), *self.bootstrap_servers]))
+        failures: list[tuple[str, grpc.aio.AioRpcError]] = []
+        for attempt, address in enumerate(candidates):
+            try:
+                reply = await send(self.stub(address), timeout)
+            except grpc.aio.AioRpcError as e:
+                retriable = policy.retriable_status
+                if retriable is not None and e.code() not in retriable:
+                    raise (policy.rpc_error(e) if policy.rpc_error else e) from None
+                failures.append((address, e))
+                continue
+            if order:
+                self._next_bootstrap = order[attempt]
+            return reply
+        raise policy.unavailable(what, candidates, failures)
+
     async def refresh(self, topics: Iterable[str] | None = None) -> pb.MetadataResponse:
         """Ask a broker for Metadata of ``topics`` (all topics when None) and apply it.
 
-        Known brokers are tried first, then the bootstrap addresses; raises
+        Brokers are asked as :meth:`any_broker` does; with the default policy, raises
         :class:`BrokerNotAvailableError` when none answers.
         """
-        names = sorted(set(topics)) if topics is not None else []
+        request = pb.MetadataRequest(topics=sorted(set(topics)) if topics is not None else [])
         async with self._lock:
-            last: BaseException | None = None
-            candidates = list(dict.fromkeys([*self.brokers.values(), *self.bootstrap_servers]))
-            for address in candidates:
-                try:
-                    reply: pb.MetadataResponse = await self.stub(address).Metadata(
-                        pb.MetadataRequest(topics=names), timeout=self.request_timeout_s
-                    )
-                except grpc.aio.AioRpcError as e:
-                    last = e
-                    continue
-                self._apply(reply)
-                return reply
-        raise BrokerNotAvailableError(
-            f"no broker answered Metadata (tried {', '.join(candidates)}): {last}"
+            reply: pb.MetadataResponse = await self.any_broker(
+                "Metadata", lambda stub, timeout: stub.Metadata(request, timeout=timeout)
+            )
+            self._apply(reply)
+            return reply
+
+    async def coordinator(
+        self, group_id: str, *, timeout_s: float | None = None, what: str = "FindCoordinator"
+    ) -> pb.Coordinator:
+        """The answer of ``FindCoordinator`` for ``group_id`` from any broker, error or not
+        (``what`` names the request in the error when no broker answers)."""
+        request = pb.FindCoordinatorRequest(keys=[group_id])
+        reply: pb.FindCoordinatorResponse = await self.any_broker(
+            what,
+            lambda stub, timeout: stub.FindCoordinator(request, timeout=timeout),
+            timeout_s=timeout_s,
         )
+        (answer,) = reply.coordinators
+        return answer
 
     async def find_coordinator(self, group_id: str) -> str:
         """The address of the coordinator of ``group_id`` (``FindCoordinator`` to any broker).
@@ -216,25 +321,49 @@ class ClusterMetadata:
         Raises :class:`CoordinatorNotAvailableError` when the group has none right now (a
         retriable condition), :class:`BrokerNotAvailableError` when no broker answers.
         """
-        last: BaseException | None = None
-        candidates = list(dict.fromkeys([*self.brokers.values(), *self.bootstrap_servers]))
-        for address in candidates:
-            try:
-                reply: pb.FindCoordinatorResponse = await self.stub(address).FindCoordinator(
-                    pb.FindCoordinatorRequest(keys=[group_id]), timeout=self.request_timeout_s
-                )
-            except grpc.aio.AioRpcError as e:
-                last = e
-                continue
-            (answer,) = reply.coordinators
-            if answer.error != ErrorCode.NONE:
-                raise CoordinatorNotAvailableError(
-                    f"group {group_id!r}: {ErrorCode.Name(answer.error)} {answer.error_message}"
-                )
-            return f"{answer.host}:{answer.port}"
-        raise BrokerNotAvailableError(
-            f"no broker answered FindCoordinator (tried {', '.join(candidates)}): {last}"
+        answer = await self.coordinator(group_id)
+        if answer.error != ErrorCode.NONE:
+            raise CoordinatorNotAvailableError(
+                f"group {group_id!r}: {ErrorCode.Name(answer.error)} {answer.error_message}"
+            )
+        return f"{answer.host}:{answer.port}"
+
+    async def list_offsets(
+        self,
+        address: str,
+        partitions: Sequence[tuple[str, int, int, int | None]],
+        timeout_s: float,
+    ) -> list[pb.ListOffsetsPartitionResponse | None]:
+        """One ``ListOffsets`` request to the leader at ``address``.
+
+        ``partitions`` are ``(topic, partition, timestamp, current leader epoch or None)``;
+        the same partition may be asked twice (at two timestamps). Returns each one's
+        answer in the same order (None where the broker gave none); raises
+        ``grpc.aio.AioRpcError`` when the request fails as a whole. What an error code
+        means is the caller's rule.
+        """
+        request = pb.ListOffsetsRequest()
+        topics: dict[str, pb.ListOffsetsTopic] = {}
+        for topic, partition, timestamp, leader_epoch in partitions:
+            entry = topics.get(topic)
+            if entry is None:
+                entry = topics[topic] = request.topics.add(topic=topic)
+            asked = entry.partitions.add(partition=partition, timestamp=timestamp)
+            if leader_epoch is not None:
+                asked.current_leader_epoch = leader_epoch
+        reply: pb.ListOffsetsResponse = await self.stub(address).ListOffsets(
+            request, timeout=timeout_s
         )
+        # The broker answers in request order; match each topic's answers in turn.
+        queues: dict[str, deque[pb.ListOffsetsPartitionResponse]] = {}
+        for topic_answer in reply.topics:
+            queues.setdefault(topic_answer.topic, deque()).extend(topic_answer.partitions)
+        answers: list[pb.ListOffsetsPartitionResponse | None] = []
+        for topic, partition, _, _ in partitions:
+            pending = queues.get(topic)
+            answer = pending.popleft() if pending else None
+            answers.append(answer if answer is not None and answer.partition == partition else None)
+        return answers
 
     def _apply(self, reply: pb.MetadataResponse) -> None:
         """Replace the cached brokers and the described topics with ``reply``'s."""

@@ -5,7 +5,8 @@ wrapper, which runs an :class:`AsyncProducer` on an event loop of its own in a b
 thread and serves delivery callbacks from :meth:`Producer.poll` and :meth:`Producer.flush`,
 as confluent-kafka does.
 
-How a record travels (Kafka's ``RecordAccumulator`` and ``Sender``):
+How a record travels (Kafka's ``RecordAccumulator`` and ``Sender``; their state and pure parts
+are :mod:`~highwater.client.producer.accumulator` and :mod:`~highwater.client.producer.sender`):
 
 - :meth:`AsyncProducer.produce` picks the partition (:func:`choose_partition`: the named one,
   else murmur2 of the key over all partitions, else the topic's sticky partition) and appends
@@ -43,14 +44,10 @@ import functools
 import logging
 import queue
 import random
-import struct
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from concurrent.futures import Future as ConcurrentFuture
-from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple, TypeAlias, TypeVar
+from collections.abc import Coroutine, Mapping
+from typing import Any, Final, TypeAlias, TypeVar
 
 import grpc
 import grpc.aio
@@ -60,573 +57,57 @@ from highwater.client.cluster import (
     ClusterMetadata,
     TopicInfo,
     UnknownTopicOrPartitionError,
-    parse_bootstrap_servers,
 )
+from highwater.client.loop_thread import LoopThread
+from highwater.client.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
 from highwater.client.metrics import CLIENT_METRICS
 from highwater.client.partitioner import StickyPartitioner, choose_partition
-from highwater.config.definition import (
-    INT_MAX,
-    ConfigDef,
-    ConfigKey,
-    ConfigType,
-    at_least,
-    between,
-    one_of,
+from highwater.client.producer.accumulator import (
+    NO_HEADERS,
+    SEQUENCE_MODULUS,
+    PartitionQueue,
+    ProducerBatch,
+    StickyChoice,
+    WaitingRecord,
 )
-from highwater.errors import HighwaterError, InvalidConfigError
-from highwater.records import Compression, RecordBatchBuilder
-from highwater.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
-from highwater.records.record import Header, RecordFields
+from highwater.client.producer.config import ProducerConfig
+from highwater.client.producer.delivery import (
+    DeliveryCallback,
+    DeliveryTimeoutError,
+    HeadersArg,
+    ProduceError,
+    ProducerClosedError,
+    ProducerError,
+    RecordMetadata,
+    consume_exception,
+    headers_list,
+    to_bytes,
+)
+from highwater.client.producer.sender import (
+    answer_error,
+    answers_by_partition,
+    create_produce_request,
+    is_retriable_answer,
+    request_failure,
+)
+from highwater.errors import HighwaterError
+from highwater.records import RecordBatchBuilder
+from highwater.records.record import RecordFields
 from highwater.telemetry.configure import tracing_enabled
 from highwater.telemetry.messaging import ProducerTracing
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
-__all__ = [
-    "PRODUCER_CONFIG_DEF",
-    "TIMESTAMP_CREATE_TIME",
-    "TIMESTAMP_LOG_APPEND_TIME",
-    "AsyncProducer",
-    "DeliveryCallback",
-    "DeliveryTimeoutError",
-    "Message",
-    "ProduceError",
-    "Producer",
-    "ProducerClosedError",
-    "ProducerConfig",
-    "ProducerError",
-    "RecordMetadata",
-]
+__all__ = ["AsyncProducer", "Producer"]
 
 log = logging.getLogger(__name__)
-
-#: confluent-kafka's timestamp types, as :meth:`Message.timestamp` returns them.
-TIMESTAMP_CREATE_TIME: Final = 1
-TIMESTAMP_LOG_APPEND_TIME: Final = 2
-
-_SEQUENCE_MODULUS: Final = 1 << 31
-_PRODUCER_ID_OFFSET: Final = 43
-_PRODUCER_STATE = struct.Struct(">qhi")  # producer id, producer epoch, base sequence
-_UINT32 = struct.Struct(">I")
-
-# --- Configuration ----------------------------------------------------------------------
-
-PRODUCER_CONFIG_DEF: Final = ConfigDef(
-    [
-        ConfigKey(
-            "bootstrap.servers",
-            ConfigType.LIST,
-            doc="HOST:PORT pairs of brokers to fetch the cluster's metadata from.",
-        ),
-        ConfigKey("client.id", ConfigType.STRING, "", doc="A name for this producer in logs."),
-        ConfigKey(
-            "acks",
-            ConfigType.STRING,
-            "all",
-            one_of("all", "-1", "0", "1"),
-            "How many replicas must have a batch before it counts as written: 0 (no answer), "
-            "1 (the leader) or all (-1: every in-sync replica).",
-        ),
-        ConfigKey(
-            "linger.ms",
-            ConfigType.LONG,
-            5,
-            at_least(0),
-            "How long a batch waits for more records before it is sent.",
-        ),
-        ConfigKey(
-            "batch.size",
-            ConfigType.INT,
-            16384,
-            at_least(1),
-            "The most bytes of records (before compression) one batch holds; a single larger "
-            "record is sent alone.",
-        ),
-        ConfigKey(
-            "compression.type",
-            ConfigType.STRING,
-            "none",
-            one_of("none", "gzip", "snappy", "lz4", "zstd"),
-            "The codec batches are compressed with.",
-        ),
-        ConfigKey(
-            "enable.idempotence",
-            ConfigType.BOOLEAN,
-            True,
-            doc="Stamp batches with a producer id and sequence numbers, so retries never "
-            "duplicate or reorder records. Needs acks=all, retries > 0 and at most 5 "
-            "in-flight requests.",
-        ),
-        ConfigKey(
-            "max.in.flight.requests.per.connection",
-            ConfigType.INT,
-            5,
-            at_least(1),
-            "The most unanswered batches per partition.",
-        ),
-        ConfigKey(
-            "retries",
-            ConfigType.INT,
-            INT_MAX,
-            at_least(0),
-            "How many times a batch that failed with a retriable error is sent again "
-            "(delivery.timeout.ms bounds the time it may take).",
-        ),
-        ConfigKey(
-            "delivery.timeout.ms",
-            ConfigType.INT,
-            120000,
-            at_least(0),
-            "The most time between produce() and the record's delivery report, retries "
-            "included; at least linger.ms + request.timeout.ms.",
-        ),
-        ConfigKey(
-            "request.timeout.ms",
-            ConfigType.INT,
-            30000,
-            at_least(0),
-            "How long a request waits for its answer before it counts as failed.",
-        ),
-        ConfigKey(
-            "retry.backoff.ms",
-            ConfigType.LONG,
-            100,
-            at_least(0),
-            "The wait before a failed batch is sent again.",
-        ),
-        ConfigKey(
-            "partitioner.ignore.keys",
-            ConfigType.BOOLEAN,
-            False,
-            doc="Place keyed records with the sticky partitioner, as if they had no key.",
-        ),
-        ConfigKey(
-            "compression.level",
-            ConfigType.INT,
-            -1,
-            between(-1, 22),
-            "The codec's level; -1: the codec's default.",
-        ),
-    ]
-)
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerConfig:
-    """A validated producer configuration, typed (durations in milliseconds)."""
-
-    bootstrap_servers: tuple[str, ...]
-    client_id: str
-    acks: int
-    linger_ms: int
-    batch_size: int
-    compression: Compression
-    compression_level: int | None
-    enable_idempotence: bool
-    max_in_flight: int
-    retries: int
-    delivery_timeout_ms: int
-    request_timeout_ms: int
-    retry_backoff_ms: int
-    ignore_keys: bool
-
-    @classmethod
-    def parse(cls, config: Mapping[str, Any]) -> ProducerConfig:
-        """Validate Kafka-named settings; :class:`InvalidConfigError` names the bad key.
-
-        As in Kafka: idempotence set explicitly conflicts with ``acks`` other than all,
-        ``retries=0`` or more than 5 in-flight requests (an error); left at its default,
-        it is quietly turned off by such settings. ``delivery.timeout.ms`` below
-        ``linger.ms + request.timeout.ms`` is an error when set, raised to it otherwise.
-        """
-        raw = dict(config)
-        acks = raw.get("acks")
-        if isinstance(acks, int) and not isinstance(acks, bool):
-            raw["acks"] = str(acks)
-        values = PRODUCER_CONFIG_DEF.parse(raw)
-        try:
-            servers = parse_bootstrap_servers(values["bootstrap.servers"])
-        except ValueError as e:
-            raise InvalidConfigError(
-                f"Invalid value {raw['bootstrap.servers']!r} for configuration "
-                f"bootstrap.servers: {e}"
-            ) from None
-        acks_value = -1 if values["acks"] == "all" else int(values["acks"])
-        idempotent: bool = values["enable.idempotence"]
-        explicit_idempotence = "enable.idempotence" in raw and idempotent
-        conflicts = []
-        if acks_value != -1:
-            conflicts.append(f"acks={values['acks']} (must be all)")
-        if values["retries"] == 0:
-            conflicts.append("retries=0 (must be > 0)")
-        if values["max.in.flight.requests.per.connection"] > 5:
-            conflicts.append("max.in.flight.requests.per.connection > 5")
-        if conflicts and explicit_idempotence:
-            raise InvalidConfigError(
-                "Invalid configuration enable.idempotence=true: it conflicts with "
-                + ", ".join(conflicts)
-            )
-        if conflicts:
-            idempotent = False
-        delivery_timeout: int = values["delivery.timeout.ms"]
-        floor = values["linger.ms"] + values["request.timeout.ms"]
-        if delivery_timeout < floor:
-            if "delivery.timeout.ms" in raw:
-                raise InvalidConfigError(
-                    f"Invalid value {delivery_timeout} for configuration delivery.timeout.ms: "
-                    f"it must be at least linger.ms + request.timeout.ms = {floor}"
-                )
-            delivery_timeout = floor
-        level: int = values["compression.level"]
-        return cls(
-            bootstrap_servers=servers,
-            client_id=values["client.id"],
-            acks=acks_value,
-            linger_ms=values["linger.ms"],
-            batch_size=values["batch.size"],
-            compression=Compression.parse(values["compression.type"]),
-            compression_level=None if level < 0 else level,
-            enable_idempotence=idempotent,
-            max_in_flight=values["max.in.flight.requests.per.connection"],
-            retries=values["retries"],
-            delivery_timeout_ms=delivery_timeout,
-            request_timeout_ms=values["request.timeout.ms"],
-            retry_backoff_ms=values["retry.backoff.ms"],
-            ignore_keys=values["partitioner.ignore.keys"],
-        )
-
-
-# --- Errors -----------------------------------------------------------------------------
-
-
-class ProducerError(HighwaterError):
-    """Base of the errors the producer delivers or raises."""
-
-
-class ProducerClosedError(ProducerError):
-    """The producer was closed before the record could be delivered, or is used after close."""
-
-
-class DeliveryTimeoutError(ProducerError):
-    """The record was not acknowledged within ``delivery.timeout.ms``."""
-
-    code = ErrorCode.REQUEST_TIMED_OUT
-
-
-class ProduceError(ProducerError):
-    """The broker refused the record's batch for good; ``code`` is the broker's error code."""
-
-    def __init__(self, code: int, message: str) -> None:
-        """An error with the broker's ``code`` and message."""
-        super().__init__(message)
-        self.code = code
-
-
-#: Error codes after which a batch is sent again (with the same sequence number).
-_RETRIABLE: Final[frozenset[int]] = frozenset(
-    {
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        ErrorCode.FENCED_LEADER_EPOCH,
-        ErrorCode.UNKNOWN_LEADER_EPOCH,
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.LEADER_NOT_AVAILABLE,
-        ErrorCode.REQUEST_TIMED_OUT,
-        ErrorCode.NOT_ENOUGH_REPLICAS,
-        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        ErrorCode.NETWORK_EXCEPTION,
-        ErrorCode.BROKER_NOT_AVAILABLE,
-        ErrorCode.REPLICA_NOT_AVAILABLE,
-        ErrorCode.KAFKA_STORAGE_ERROR,
-        ErrorCode.CORRUPT_MESSAGE,
-    }
-)
-#: Answers that are retriable only when an earlier batch of the partition is still unanswered.
-_SEQUENCE_ERRORS: Final[frozenset[int]] = frozenset(
-    {ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID}
-)
-#: Whole-request gRPC failures after which the batches are sent again.
-_RETRIABLE_STATUS: Final[frozenset[grpc.StatusCode]] = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.ABORTED,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.UNKNOWN,
-    }
-)
-
-
-# --- Delivered records ------------------------------------------------------------------
-
-
-class RecordMetadata(NamedTuple):
-    """Where a record was written: what an awaited :meth:`AsyncProducer.produce` returns.
-
-    ``offset`` is -1 with ``acks=0``; ``timestamp`` is the broker's append time when the
-    topic uses LogAppendTime, else the record's create time. A named tuple, as
-    kafka-python's is: a producer makes one per record, and a tuple is the cheapest to make.
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    timestamp_type: int = TIMESTAMP_CREATE_TIME
-
-
-HeaderValue: TypeAlias = str | bytes | None
-HeadersArg: TypeAlias = Mapping[str, HeaderValue] | Sequence[tuple[str, HeaderValue]] | None
-
-
-class Message:
-    """A produced record as a delivery callback sees it (confluent-kafka's ``Message``)."""
-
-    __slots__ = (
-        "_error",
-        "_headers",
-        "_key",
-        "_offset",
-        "_partition",
-        "_timestamp",
-        "_timestamp_type",
-        "_topic",
-        "_value",
-    )
-
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Sequence[tuple[str, bytes | None]],
-        timestamp: int,
-        offset: int = -1,
-        error: BaseException | None = None,
-        timestamp_type: int = TIMESTAMP_CREATE_TIME,
-    ) -> None:
-        """A message of ``topic``; ``partition`` -1 until one was chosen."""
-        self._topic = topic
-        self._partition = partition
-        self._key = key
-        self._value = value
-        self._headers = headers
-        self._timestamp = timestamp
-        self._offset = offset
-        self._error = error
-        self._timestamp_type = timestamp_type
-
-    def topic(self) -> str:
-        """The topic the record was produced to."""
-        return self._topic
-
-    def partition(self) -> int:
-        """The partition (-1 if none could be chosen)."""
-        return self._partition
-
-    def offset(self) -> int:
-        """The record's offset (-1 before delivery, on error, or with ``acks=0``)."""
-        return self._offset
-
-    def key(self) -> bytes | None:
-        """The record's key, as bytes."""
-        return self._key
-
-    def value(self) -> bytes | None:
-        """The record's value, as bytes (None: a tombstone)."""
-        return self._value
-
-    def headers(self) -> list[tuple[str, bytes | None]] | None:
-        """The record's headers, or None when it has none (as confluent-kafka returns them)."""
-        return list(self._headers) if self._headers else None
-
-    def timestamp(self) -> tuple[int, int]:
-        """``(timestamp type, milliseconds)``, confluent-kafka's form."""
-        return (self._timestamp_type, self._timestamp)
-
-    def error(self) -> BaseException | None:
-        """The delivery error, or None."""
-        return self._error
-
-    def __len__(self) -> int:
-        """The value's length in bytes (0 for a tombstone)."""
-        return 0 if self._value is None else len(self._value)
-
-    def __repr__(self) -> str:
-        """A short description: topic, partition, offset."""
-        return f"Message({self._topic}-{self._partition}@{self._offset})"
-
-
-DeliveryCallback: TypeAlias = Callable[[BaseException | None, Message], object]
-
-
-# --- Internal state ---------------------------------------------------------------------
-
-
-_Fields: TypeAlias = RecordFields
-"""A record's ``(key, value, headers, timestamp)``, as the batch builder holds it."""
-_NO_HEADERS: Final[tuple[Header, ...]] = ()
-
-
-@dataclass(slots=True)
-class _Pending:
-    """A record that waits for its topic's metadata before it can go into a batch."""
-
-    partition: int
-    """The partition produce() named, or -1."""
-    fields: _Fields
-    future: asyncio.Future[RecordMetadata]
-    on_delivery: DeliveryCallback | None
-    created: float
-    """When produce() was called (monotonic seconds); delivery.timeout.ms counts from it."""
-
-
-@dataclass(eq=False, slots=True)
-class _Batch:
-    """Records of one partition on their way: first open, then built and sent.
-
-    The builder holds each record's ``(key, value, headers, timestamp)`` and encodes them
-    all when the batch is sealed; ``futures`` and ``callbacks`` hold, at the same index,
-    where its delivery report goes. Nothing else exists per record until the report is
-    delivered: a producer may hold hundreds of thousands of records, and every object
-    kept per record adds to the garbage collector's work.
-    """
-
-    topic: str
-    partition: int
-    builder: RecordBatchBuilder
-    created: float
-    """When the batch was opened: linger.ms counts from it."""
-    first_created: float
-    """When its first record was produced: delivery.timeout.ms counts from it."""
-    futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
-    callbacks: list[DeliveryCallback | None] = field(default_factory=list)
-    closed: bool = False
-    data: bytes | None = None
-    base_sequence: int | None = None
-    attempts: int = 0
-
-    @property
-    def count(self) -> int:
-        """How many records the batch holds."""
-        return len(self.futures)
-
-    def deadline(self, delivery_timeout_s: float) -> float:
-        """When the batch expires: delivery.timeout.ms after its first record."""
-        return self.first_created + delivery_timeout_s
-
-
-@dataclass(eq=False, slots=True)
-class _StickyChoice:
-    """The sticky partitioner's partition for a topic's records, reused without asking it.
-
-    The partitioner answers the same partition until the bytes it is told of reach
-    ``batch.size`` (it then switches), or the metadata changes (a :class:`TopicInfo` is
-    replaced, never mutated). Asking it and reporting each record costs more than the rest
-    of ``produce()``, so the producer counts the bytes itself and reports them in one
-    :meth:`~StickyPartitioner.on_produced` call when they reach the switch, then forgets
-    the choice: the partitioner switches at the very record it would have switched at.
-    """
-
-    info: TopicInfo
-    """The metadata the partition was chosen with."""
-    partition: int
-    queue: _PartitionQueue
-    """The partition's queue (queues are kept for the producer's life)."""
-    threshold: int
-    """The bytes that make the partitioner switch (``batch.size`` minus what it counted)."""
-    unreported: int = 0
-    """Bytes appended to the partition and not reported to the partitioner yet."""
-
-
-@dataclass(slots=True)
-class _PartitionQueue:
-    """One partition's queued and in-flight batches and its sequence numbers."""
-
-    topic: str
-    partition: int
-    batches: deque[_Batch] = field(default_factory=deque)
-    in_flight: list[_Batch] = field(default_factory=list)
-    next_sequence: int = 0
-    """The sequence the next newly drained batch gets."""
-    acked_sequence: int = 0
-    """The sequence after the last acknowledged batch: the one the broker expects next."""
-    retrying: bool = False
-    """A batch is being resent: send one at a time, nothing new, until caught up."""
-    backoff_until: float = 0.0
-
-    def open_batch(self) -> _Batch | None:
-        """The batch new records go into, if one is open."""
-        if self.batches and not self.batches[-1].closed:
-            return self.batches[-1]
-        return None
-
-    def requeue(self, batch: _Batch) -> None:
-        """Put a sent batch back, before the unsent ones, in sequence order."""
-        index = 0
-        while index < len(self.batches):
-            other = self.batches[index]
-            if other.base_sequence is None or (
-                batch.base_sequence is not None and other.base_sequence > batch.base_sequence
-            ):
-                break
-            index += 1
-        self.batches.insert(index, batch)
-
-    def has_sequenced_queued(self) -> bool:
-        """Whether a batch that was sent before waits in the queue."""
-        return any(b.base_sequence is not None for b in self.batches)
-
 
 # RecordMetadata(...) handles keywords and defaults; a producer makes one per record, so
 # _succeed makes them as tuples of the class directly.
 _new_tuple = tuple.__new__
 
 
-def _to_bytes(value: str | bytes | bytearray | memoryview | None, what: str) -> bytes | None:
-    """A key, value or header value as bytes (str as UTF-8), like confluent-kafka."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise TypeError(f"{what} must be str, bytes or None, not {type(value).__name__}")
-
-
-def _headers_list(headers: HeadersArg) -> list[tuple[str, bytes | None]]:
-    """Headers given as a dict or a list of pairs, as a list of (str, bytes | None)."""
-    if headers is None:
-        return []
-    items: Iterable[tuple[str, HeaderValue]] = (
-        headers.items() if isinstance(headers, Mapping) else headers
-    )
-    result: list[tuple[str, bytes | None]] = []
-    for key, value in items:
-        if not isinstance(key, str):
-            raise TypeError(f"header keys must be str, not {type(key).__name__}")
-        result.append((key, _to_bytes(value, f"header {key!r}")))
-    return result
-
-
-def _restamp(data: bytes, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
-    """The batch ``data`` with new producer fields and its CRC recomputed."""
-    buf = bytearray(data)
-    _PRODUCER_STATE.pack_into(buf, _PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence)
-    with memoryview(buf) as view:
-        _UINT32.pack_into(buf, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
-    return bytes(buf)
-
-
 _time_ns = time.time_ns
-
-
-def _consume_exception(future: asyncio.Future[RecordMetadata]) -> None:
-    """Mark a failed future's exception as seen: callbacks already reported it."""
-    if not future.cancelled():
-        future.exception()
 
 
 # --- The asyncio producer ---------------------------------------------------------------
@@ -649,9 +130,9 @@ class AsyncProducer:
         self._topics = self.cluster.topics
         self._batch_size = cfg.batch_size
         self._sticky = StickyPartitioner(cfg.batch_size, rng=rng)
-        self._sticky_choices: dict[str, _StickyChoice] = {}
-        self._queues: dict[tuple[str, int], _PartitionQueue] = {}
-        self._waiting: dict[str, list[_Pending]] = {}
+        self._sticky_choices: dict[str, StickyChoice] = {}
+        self._queues: dict[tuple[str, int], PartitionQueue] = {}
+        self._waiting: dict[str, list[WaitingRecord]] = {}
         self._pending = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -708,16 +189,16 @@ class AsyncProducer:
             raise ProducerClosedError("the producer is closed")
         if not isinstance(topic, str) or not topic:
             raise TypeError("topic must be a non-empty str")
-        # Plain bytes (or None) need no conversion: test for them before calling _to_bytes.
+        # Plain bytes (or None) need no conversion: test for them before calling to_bytes.
         if value is not None and type(value) is not bytes:
-            value = _to_bytes(value, "value")
+            value = to_bytes(value, "value")
         if key is not None and type(key) is not bytes:
-            key = _to_bytes(key, "key")
+            key = to_bytes(key, "key")
         # The sender's loop once it runs (asking for the running loop costs more than the
         # future): produce() is called on that loop.
         loop = self._sender_loop or asyncio.get_running_loop()
         future: asyncio.Future[RecordMetadata] = asyncio.Future(loop=loop)
-        record_headers = _headers_list(headers) if headers is not None else _NO_HEADERS
+        record_headers = headers_list(headers) if headers is not None else NO_HEADERS
         if self._tracing is not None:
             span, record_headers = self._tracing.start_send(topic, partition, record_headers)
             if span.is_recording():
@@ -735,7 +216,7 @@ class AsyncProducer:
         info = self._topics.get(topic)
         if info is None or topic in self._waiting:
             created = future.get_loop().time()
-            pending = _Pending(requested, fields, future, on_delivery, created)
+            pending = WaitingRecord(requested, fields, future, on_delivery, created)
             self._waiting.setdefault(topic, []).append(pending)
             self._wakeup.set()
         else:
@@ -832,12 +313,12 @@ class AsyncProducer:
         self._fatal = ProducerError(f"the producer's sender failed: {cause!r}")
         self._fail_all(self._fatal)
 
-    def _take_all(self) -> tuple[dict[str, list[_Pending]], list[_Batch]]:
+    def _take_all(self) -> tuple[dict[str, list[WaitingRecord]], list[ProducerBatch]]:
         """Every record not delivered yet, taken out of the queues: the records waiting
         for metadata, by topic, and the batches."""
         waiting = dict(self._waiting)
         self._waiting.clear()
-        batches: list[_Batch] = []
+        batches: list[ProducerBatch] = []
         for q in self._queues.values():
             batches.extend(q.in_flight)
             batches.extend(q.batches)
@@ -857,7 +338,7 @@ class AsyncProducer:
         self,
         topic: str,
         requested: int,
-        fields: _Fields,
+        fields: RecordFields,
         future: asyncio.Future[RecordMetadata],
         on_delivery: DeliveryCallback | None,
         info: TopicInfo,
@@ -869,7 +350,7 @@ class AsyncProducer:
         was produced, None for now.
         """
         key = fields[0]
-        choice: _StickyChoice | None = None
+        choice: StickyChoice | None = None
         if 0 <= requested < info.num_partitions:
             partition = requested  # the common explicit case, without choose_partition
             q = self._queue(topic, partition)
@@ -884,7 +365,7 @@ class AsyncProducer:
                 if partition < 0:
                     return
                 q = self._queue(topic, partition)
-                choice = self._sticky_choices[topic] = _StickyChoice(
+                choice = self._sticky_choices[topic] = StickyChoice(
                     info,
                     partition,
                     q,
@@ -919,11 +400,11 @@ class AsyncProducer:
                 self._sticky.on_produced(topic, partition, choice.unreported)
                 del self._sticky_choices[topic]
 
-    def _queue(self, topic: str, partition: int) -> _PartitionQueue:
+    def _queue(self, topic: str, partition: int) -> PartitionQueue:
         """The queue of a partition's batches, made on first use."""
         q = self._queues.get((topic, partition))
         if q is None:
-            q = self._queues[(topic, partition)] = _PartitionQueue(topic, partition)
+            q = self._queues[(topic, partition)] = PartitionQueue(topic, partition)
         return q
 
     def _choose(
@@ -932,7 +413,7 @@ class AsyncProducer:
         requested: int,
         key: bytes | None,
         info: TopicInfo,
-        fields: _Fields,
+        fields: RecordFields,
         future: asyncio.Future[RecordMetadata],
         on_delivery: DeliveryCallback | None,
     ) -> int:
@@ -951,7 +432,7 @@ class AsyncProducer:
             self._fail_one(topic, requested, fields, future, on_delivery, e)
             return -1
 
-    def _new_batch(self, topic: str, partition: int, created: float | None) -> _Batch:
+    def _new_batch(self, topic: str, partition: int, created: float | None) -> ProducerBatch:
         """An empty open batch for ``topic``-``partition``; ``created`` as in :meth:`_place`."""
         builder = RecordBatchBuilder(
             max_bytes=self.config.batch_size,
@@ -959,7 +440,7 @@ class AsyncProducer:
             compression_level=self.config.compression_level,
         )
         now = asyncio.get_running_loop().time()
-        return _Batch(topic, partition, builder, now, now if created is None else created)
+        return ProducerBatch(topic, partition, builder, now, now if created is None else created)
 
     # --- delivering -------------------------------------------------------------------------
 
@@ -974,7 +455,7 @@ class AsyncProducer:
         self,
         topic: str,
         partition: int,
-        fields: _Fields,
+        fields: RecordFields,
         future: asyncio.Future[RecordMetadata],
         on_delivery: DeliveryCallback | None,
         error: BaseException,
@@ -983,7 +464,7 @@ class AsyncProducer:
         self._pending -= 1
         if not future.done():
             future.set_exception(error)
-            future.add_done_callback(_consume_exception)
+            future.add_done_callback(consume_exception)
         if on_delivery is not None:
             key, value, headers, timestamp = fields
             message = Message(topic, partition, key, value, headers, timestamp, -1, error)
@@ -996,7 +477,7 @@ class AsyncProducer:
         self,
         topic: str,
         partition: int,
-        fields: _Fields,
+        fields: RecordFields,
         future: asyncio.Future[RecordMetadata],
         on_delivery: DeliveryCallback | None,
         error: BaseException,
@@ -1005,7 +486,7 @@ class AsyncProducer:
         self._report_error(topic, partition, fields, future, on_delivery, error)
         self._delivered_some(1)
 
-    def _fail_waiting(self, topic: str, records: list[_Pending], error: BaseException) -> None:
+    def _fail_waiting(self, topic: str, records: list[WaitingRecord], error: BaseException) -> None:
         """Deliver ``error`` to records that waited for metadata."""
         for pending in records:
             self._report_error(
@@ -1013,7 +494,7 @@ class AsyncProducer:
             )
         self._delivered_some(len(records))
 
-    def _fail_batch(self, batch: _Batch, error: BaseException) -> None:
+    def _fail_batch(self, batch: ProducerBatch, error: BaseException) -> None:
         """Deliver ``error`` to every record of ``batch``."""
         for fields, future, on_delivery in zip(
             batch.builder.records, batch.futures, batch.callbacks, strict=True
@@ -1021,7 +502,7 @@ class AsyncProducer:
             self._report_error(batch.topic, batch.partition, fields, future, on_delivery, error)
         self._delivered_some(batch.count)
 
-    def _succeed(self, batch: _Batch, base_offset: int, log_append_time: int) -> None:
+    def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         """Deliver a written batch's records with their offsets.
 
         One loop per batch, the producer's other per-record cost after produce(): the
@@ -1178,29 +659,22 @@ class AsyncProducer:
         linger = self.config.linger_ms / 1000
         flushing = self._flushing > 0 or self._closed
         wait: float | None = None
-        requests: dict[str, list[_Batch]] = {}
+        requests: dict[str, list[ProducerBatch]] = {}
 
         def wake_in(delay: float) -> None:
             nonlocal wait
             wait = delay if wait is None else min(wait, delay)
 
+        max_in_flight = self.config.max_in_flight
         for q in self._queues.values():
             if not q.batches:
                 continue
-            if q.retrying and not q.has_sequenced_queued() and not q.in_flight:
-                q.retrying = False
-            if q.retrying and q.in_flight:
-                continue
-            if len(q.in_flight) >= self.config.max_in_flight:
-                continue
-            if now < q.backoff_until:
-                wake_in(q.backoff_until - now)
+            delay = q.send_delay(now, linger, flushing, max_in_flight)
+            if delay != 0.0:
+                if delay is not None:
+                    wake_in(delay)
                 continue
             head = q.batches[0]
-            ready_at = head.created + linger
-            if not (head.closed or flushing or ready_at <= now):
-                wake_in(ready_at - now)
-                continue
             if self.config.enable_idempotence and self._producer_id < 0:
                 wake_in(self.config.retry_backoff_ms / 1000)
                 continue
@@ -1223,52 +697,44 @@ class AsyncProducer:
             return 0.0
         return wait
 
-    def _seal(self, q: _PartitionQueue, batch: _Batch) -> None:
+    def _seal(self, q: PartitionQueue, batch: ProducerBatch) -> None:
         """Build the batch's bytes, with the partition's next sequence when idempotent."""
         if batch.data is not None:
             return
         if self.config.enable_idempotence:
             batch.base_sequence = q.next_sequence
-            q.next_sequence = (q.next_sequence + batch.count) % _SEQUENCE_MODULUS
+            q.next_sequence = (q.next_sequence + batch.count) % SEQUENCE_MODULUS
             batch.builder.set_producer_state(
                 self._producer_id, self._producer_epoch, batch.base_sequence
             )
         batch.data = batch.builder.build()
 
-    async def _send(self, address: str, batches: list[_Batch]) -> None:
+    async def _send(self, address: str, batches: list[ProducerBatch]) -> None:
         """Send one Produce request to ``address`` and handle each partition's answer."""
         cfg = self.config
-        request = pb.ProduceRequest(acks=cfg.acks, timeout_ms=cfg.request_timeout_ms)
-        by_topic: dict[str, pb.ProduceTopic] = {}
         for batch in batches:
             batch.attempts += 1
-            topic = by_topic.get(batch.topic)
-            if topic is None:
-                topic = by_topic[batch.topic] = request.topics.add(topic=batch.topic)
-            topic.partitions.add(partition=batch.partition, record_batches=batch.data)
+        request = create_produce_request(batches, cfg.acks, cfg.request_timeout_ms)
         try:
             reply = await self.cluster.produce(address, request, cfg.request_timeout_ms / 1000)
         except grpc.aio.AioRpcError as e:
-            code = e.code()
-            error = ProduceError(
-                ErrorCode.NETWORK_EXCEPTION, f"Produce to {address} failed: {code}: {e.details()}"
-            )
+            error, retriable = request_failure(address, e)
             for batch in batches:
                 self.cluster.invalidate(batch.topic, batch.partition)
-                self._on_failure(batch, error, retriable=code in _RETRIABLE_STATUS)
+                self._on_failure(batch, error, retriable=retriable)
             self._wakeup.set()
             return
         except ClusterError as e:  # closed underneath us
             for batch in batches:
                 self._on_failure(batch, e, retriable=False)
             return
-        answers = {(t.topic, p.partition): p for t in reply.topics for p in t.partitions}
+        answers = answers_by_partition(reply)
         for batch in batches:
             q = self._queues[(batch.topic, batch.partition)]
             answer = answers.get((batch.topic, batch.partition))
             if answer is None:
                 if cfg.acks == 0:
-                    self._done(q, batch)
+                    q.acknowledge(batch)
                     self._succeed(batch, -1, -1)
                 else:
                     self._on_failure(
@@ -1279,31 +745,15 @@ class AsyncProducer:
                 continue
             code = answer.error
             if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
-                self._done(q, batch)
+                q.acknowledge(batch)
                 self._succeed(batch, answer.base_offset, answer.log_append_time_ms)
                 continue
-            message = answer.error_message or ErrorCode.Name(code)
-            error = ProduceError(
-                code, f"{batch.topic}-{batch.partition}: {ErrorCode.Name(code)}: {message}"
-            )
             self.cluster.handle_error(batch.topic, batch.partition, code)
-            retriable = code in _RETRIABLE or (
-                code in _SEQUENCE_ERRORS and (q.retrying or batch.base_sequence != q.acked_sequence)
-            )
-            self._on_failure(batch, error, retriable=retriable)
+            retriable = is_retriable_answer(code, batch, q)
+            self._on_failure(batch, answer_error(batch, answer), retriable=retriable)
         self._wakeup.set()
 
-    def _done(self, q: _PartitionQueue, batch: _Batch) -> None:
-        """Take an answered batch out of flight; advance the acknowledged sequence."""
-        if batch in q.in_flight:
-            q.in_flight.remove(batch)
-        if batch.base_sequence is not None:
-            end = (batch.base_sequence + batch.count) % _SEQUENCE_MODULUS
-            # A resent batch may be answered after later ones: never move backwards.
-            if (end - q.acked_sequence) % _SEQUENCE_MODULUS < _SEQUENCE_MODULUS // 2:
-                q.acked_sequence = end
-
-    def _on_failure(self, batch: _Batch, error: BaseException, *, retriable: bool) -> None:
+    def _on_failure(self, batch: ProducerBatch, error: BaseException, *, retriable: bool) -> None:
         """Resend a batch that failed with a retriable error, else deliver ``error``."""
         q = self._queues[(batch.topic, batch.partition)]
         if batch in q.in_flight:
@@ -1322,30 +772,10 @@ class AsyncProducer:
             error = DeliveryTimeoutError(f"delivery.timeout.ms passed; last error: {error}")
         self._give_up(q, batch, error)
 
-    def _give_up(self, q: _PartitionQueue, batch: _Batch, error: BaseException) -> None:
-        """Deliver ``error`` to a batch's records; close the gap its sequences leave.
-
-        The later batches of the partition take the failed batch's sequence numbers (they
-        are restamped and, if in flight, resent), as Kafka's producer adjusts them.
-        """
-        if batch.base_sequence is not None:
-            failed, count = batch.base_sequence, batch.count
-            later = [
-                b
-                for b in (*q.in_flight, *q.batches)
-                if b.base_sequence is not None
-                and (b.base_sequence - failed) % _SEQUENCE_MODULUS < _SEQUENCE_MODULUS // 2
-                and b.base_sequence != failed
-            ]
-            for other in later:
-                assert other.base_sequence is not None and other.data is not None
-                other.base_sequence = (other.base_sequence - count) % _SEQUENCE_MODULUS
-                other.data = _restamp(
-                    other.data, self._producer_id, self._producer_epoch, other.base_sequence
-                )
-            q.next_sequence = (q.next_sequence - count) % _SEQUENCE_MODULUS
-            if later:
-                q.retrying = True
+    def _give_up(self, q: PartitionQueue, batch: ProducerBatch, error: BaseException) -> None:
+        """Deliver ``error`` to a batch's records; the later batches of the partition take
+        its sequence numbers (:meth:`PartitionQueue.close_gap`)."""
+        q.close_gap(batch, self._producer_id, self._producer_epoch)
         self._fail_batch(batch, error)
 
 
@@ -1385,11 +815,7 @@ class Producer:
         self._handover_lock = threading.Lock()
         self._handover: list[_Handover] = []
         """Records :meth:`produce` queued that the loop has not taken yet."""
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="highwater-producer", daemon=True
-        )
-        self._thread.start()
+        self._loop_thread = LoopThread("highwater-producer")
         self._closed = False
         self._producer: AsyncProducer = self._call(self._create(dict(config)))
 
@@ -1400,8 +826,7 @@ class Producer:
 
     def _call(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
         """Run ``coro`` on the background loop and wait for its result."""
-        future: ConcurrentFuture[_T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        return future.result(timeout)
+        return self._loop_thread.run(coro, timeout)
 
     def __len__(self) -> int:
         """How many records await their delivery report (callbacks not yet served included)."""
@@ -1426,16 +851,16 @@ class Producer:
         if not isinstance(topic, str) or not topic:
             raise TypeError("topic must be a non-empty str")
         if value is not None and type(value) is not bytes:
-            value = _to_bytes(value, "value")
+            value = to_bytes(value, "value")
         if key is not None and type(key) is not bytes:
-            key = _to_bytes(key, "key")
-        record_headers = _headers_list(headers) if headers is not None else None
+            key = to_bytes(key, "key")
+        record_headers = headers_list(headers) if headers is not None else None
         record = (topic, value, key, partition, record_headers, timestamp, on_delivery or callback)
         with self._handover_lock:
             self._handover.append(record)
             first = len(self._handover) == 1
         if first:
-            self._loop.call_soon_threadsafe(self._take_handover)
+            self._loop_thread.call_soon(self._take_handover)
 
     def _take_handover(self) -> None:
         """On the loop: give the queued records to the async producer, in order."""
@@ -1481,7 +906,7 @@ class Producer:
             self._take_handover()
             return await self._producer.flush(timeout)
 
-        future = asyncio.run_coroutine_threadsafe(flush_all(), self._loop)
+        future = self._loop_thread.submit(flush_all())
         future.add_done_callback(lambda _: self._callbacks.put(_FLUSH_DONE))
         while True:
             item = self._callbacks.get()
@@ -1501,9 +926,7 @@ class Producer:
         self._closed = True
         self._call(self._producer.close(0))
         self.poll(0)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        self._loop_thread.stop()
         return remaining
 
     def __enter__(self) -> Producer:

@@ -28,7 +28,7 @@ How records arrive (Kafka's ``Fetcher``):
   :meth:`~AsyncConsumer.seek`); without one (or with :data:`OFFSET_BEGINNING` /
   :data:`OFFSET_END`) it is looked up with ``ListOffsets``: earliest or latest, as
   ``auto.offset.reset`` says. With ``auto.offset.reset=none`` a partition without a
-  position gets an error :class:`~highwater.client.producer.Message` instead.
+  position gets an error :class:`~highwater.client.message.Message` instead.
 - When no fetched record is waiting, :meth:`~AsyncConsumer.poll` sends one ``Fetch`` request
   per leader broker for the assigned, unpaused partitions that have nothing buffered: a long
   poll of up to ``fetch.max.wait.ms`` (bounded by the poll's own timeout) until
@@ -51,16 +51,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import math
-import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
-from concurrent.futures import Future as ConcurrentFuture
-from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -70,202 +67,46 @@ from highwater.client.cluster import (
     ClusterMetadata,
     LeaderNotAvailableError,
     UnknownTopicOrPartitionError,
-    parse_bootstrap_servers,
+)
+from highwater.client.consumer.config import ConsumerConfig
+from highwater.client.consumer.errors import (
+    CommitFailedError,
+    ConsumerClosedError,
+    ConsumerError,
+    FetchError,
+    NoOffsetForPartitionError,
+    error_for,
+)
+from highwater.client.consumer.fetcher import (
+    EARLIEST_TIMESTAMP,
+    FETCH_RETRIABLE_ERRORS,
+    LATEST_TIMESTAMP,
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    OFFSET_STORED,
+    PartitionState,
+    TopicPartition,
+    create_fetch_request,
 )
 from highwater.client.group.assignors import assignor_for
 from highwater.client.group.membership import GroupError, GroupMembership, GroupSettings
 from highwater.client.group.protocol import TopicPartitionKey
+from highwater.client.loop_thread import LoopThread
+from highwater.client.message import Message
 from highwater.client.metrics import CLIENT_METRICS, PartitionLag
-from highwater.client.producer import TIMESTAMP_LOG_APPEND_TIME, Message
-from highwater.config.definition import INT_MAX, ConfigDef, ConfigKey, ConfigType, at_least, one_of
 from highwater.errors import (
-    CorruptRecordError,
     HighwaterError,
-    InvalidConfigError,
     OffsetOutOfRangeError,
 )
-from highwater.records import RecordBatch, iter_batches
-from highwater.records.record import RecordFactory
 from highwater.telemetry.configure import tracing_enabled
 from highwater.telemetry.messaging import ConsumerTracing
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
-__all__ = [
-    "CONSUMER_CONFIG_DEF",
-    "OFFSET_BEGINNING",
-    "OFFSET_END",
-    "OFFSET_INVALID",
-    "OFFSET_STORED",
-    "AsyncConsumer",
-    "CommitFailedError",
-    "Consumer",
-    "ConsumerClosedError",
-    "ConsumerConfig",
-    "ConsumerError",
-    "ConsumerGroupMetadata",
-    "FetchError",
-    "Message",
-    "NoOffsetForPartitionError",
-    "TopicPartition",
-]
+__all__ = ["AsyncConsumer", "Consumer", "ConsumerGroupMetadata", "RebalanceCallback"]
 
 log = logging.getLogger(__name__)
-
-#: confluent-kafka's logical offsets, accepted by assign() and seek().
-OFFSET_BEGINNING: Final = -2
-OFFSET_END: Final = -1
-OFFSET_STORED: Final = -1000
-OFFSET_INVALID: Final = -1001
-
-_EARLIEST_TIMESTAMP: Final = -2
-_LATEST_TIMESTAMP: Final = -1
-
-# --- Configuration ----------------------------------------------------------------------
-
-CONSUMER_CONFIG_DEF: Final = ConfigDef(
-    [
-        ConfigKey(
-            "bootstrap.servers",
-            ConfigType.LIST,
-            doc="HOST:PORT pairs of brokers to fetch the cluster's metadata from.",
-        ),
-        ConfigKey("client.id", ConfigType.STRING, "", doc="A name for this consumer in logs."),
-        ConfigKey(
-            "auto.offset.reset",
-            ConfigType.STRING,
-            "latest",
-            one_of("latest", "earliest", "none"),
-            "Where a partition without a valid position starts: the latest or earliest "
-            "offset, or none (an error message).",
-        ),
-        ConfigKey(
-            "fetch.min.bytes",
-            ConfigType.INT,
-            1,
-            at_least(0),
-            "The least data a Fetch answer waits for (up to fetch.max.wait.ms).",
-        ),
-        ConfigKey(
-            "fetch.max.wait.ms",
-            ConfigType.INT,
-            500,
-            at_least(0),
-            "How long the broker may hold a Fetch waiting for fetch.min.bytes.",
-        ),
-        ConfigKey(
-            "fetch.max.bytes",
-            ConfigType.INT,
-            52428800,
-            at_least(0),
-            "The most data one Fetch answer carries (at least one batch is returned).",
-        ),
-        ConfigKey(
-            "max.partition.fetch.bytes",
-            ConfigType.INT,
-            1048576,
-            at_least(0),
-            "The most data one partition contributes to a Fetch answer (at least one batch).",
-        ),
-        ConfigKey(
-            "check.crcs",
-            ConfigType.BOOLEAN,
-            True,
-            doc="Verify the CRC-32C of every fetched batch.",
-        ),
-        ConfigKey(
-            "request.timeout.ms",
-            ConfigType.INT,
-            30000,
-            at_least(0),
-            "How long a request (beyond a Fetch's long poll) waits for its answer.",
-        ),
-        ConfigKey(
-            "retry.backoff.ms",
-            ConfigType.LONG,
-            100,
-            at_least(0),
-            "The wait before a partition is fetched again after a retriable error.",
-        ),
-        ConfigKey(
-            "group.id",
-            ConfigType.STRING,
-            "",
-            doc="The consumer group: needed by subscribe() and to commit offsets.",
-        ),
-        ConfigKey(
-            "group.instance.id",
-            ConfigType.STRING,
-            "",
-            doc="Static membership: a restarted member with this id gets its partitions back "
-            "without a rebalance (empty: a dynamic member).",
-        ),
-        ConfigKey(
-            "session.timeout.ms",
-            ConfigType.INT,
-            45000,
-            at_least(1),
-            "How long the coordinator waits for a heartbeat before removing the member.",
-        ),
-        ConfigKey(
-            "heartbeat.interval.ms",
-            ConfigType.INT,
-            3000,
-            at_least(1),
-            "How often the member heartbeats to the coordinator.",
-        ),
-        ConfigKey(
-            "max.poll.interval.ms",
-            ConfigType.INT,
-            300000,
-            at_least(1),
-            "The longest time between polls before the member leaves the group; also how "
-            "long a rebalance waits for the member to rejoin.",
-        ),
-        ConfigKey(
-            "partition.assignment.strategy",
-            ConfigType.LIST,
-            ("range", "cooperative-sticky"),
-            doc="The assignors the member offers, most preferred first: range, roundrobin, "
-            "sticky, cooperative-sticky.",
-        ),
-        ConfigKey(
-            "enable.auto.commit",
-            ConfigType.BOOLEAN,
-            True,
-            doc="Commit the positions every auto.commit.interval.ms, before partitions are "
-            "revoked, and on close.",
-        ),
-        ConfigKey(
-            "auto.commit.interval.ms",
-            ConfigType.INT,
-            5000,
-            at_least(0),
-            "How often positions are committed when enable.auto.commit is on.",
-        ),
-        ConfigKey(
-            "metadata.max.age.ms",
-            ConfigType.INT,
-            300000,
-            at_least(0),
-            "How often a group member checks the subscribed topics' partitions for changes.",
-        ),
-    ]
-)
-
-
-def _assignor_names(names: Sequence[str]) -> tuple[str, ...]:
-    """Check ``partition.assignment.strategy`` names the built-in assignors."""
-    if not names:
-        raise InvalidConfigError("partition.assignment.strategy must name at least one assignor")
-    for name in names:
-        try:
-            assignor_for(name)
-        except ValueError as e:
-            raise InvalidConfigError(
-                f"Invalid value {name!r} for configuration partition.assignment.strategy: {e}"
-            ) from None
-    return tuple(names)
 
 
 RebalanceCallback = Callable[[Any, list["TopicPartition"]], object]
@@ -280,252 +121,6 @@ class ConsumerGroupMetadata:
     generation_id: int
     member_id: str
     group_instance_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerConfig:
-    """A validated consumer configuration, typed (durations in milliseconds)."""
-
-    bootstrap_servers: tuple[str, ...]
-    client_id: str
-    auto_offset_reset: str
-    fetch_min_bytes: int
-    fetch_max_wait_ms: int
-    fetch_max_bytes: int
-    max_partition_fetch_bytes: int
-    check_crcs: bool
-    request_timeout_ms: int
-    retry_backoff_ms: int
-    group_id: str = ""
-    group_instance_id: str | None = None
-    session_timeout_ms: int = 45000
-    heartbeat_interval_ms: int = 3000
-    max_poll_interval_ms: int = 300000
-    partition_assignment_strategy: tuple[str, ...] = ("range", "cooperative-sticky")
-    enable_auto_commit: bool = True
-    auto_commit_interval_ms: int = 5000
-    metadata_max_age_ms: int = 300000
-
-    @classmethod
-    def parse(cls, config: Mapping[str, Any]) -> ConsumerConfig:
-        """Validate Kafka-named settings; :class:`InvalidConfigError` names the bad key."""
-        values = CONSUMER_CONFIG_DEF.parse(dict(config))
-        try:
-            servers = parse_bootstrap_servers(values["bootstrap.servers"])
-        except ValueError as e:
-            raise InvalidConfigError(
-                f"Invalid value {config['bootstrap.servers']!r} for configuration "
-                f"bootstrap.servers: {e}"
-            ) from None
-        return cls(
-            bootstrap_servers=servers,
-            client_id=values["client.id"],
-            auto_offset_reset=values["auto.offset.reset"],
-            fetch_min_bytes=values["fetch.min.bytes"],
-            fetch_max_wait_ms=values["fetch.max.wait.ms"],
-            fetch_max_bytes=min(values["fetch.max.bytes"], INT_MAX),
-            max_partition_fetch_bytes=values["max.partition.fetch.bytes"],
-            check_crcs=values["check.crcs"],
-            request_timeout_ms=values["request.timeout.ms"],
-            retry_backoff_ms=values["retry.backoff.ms"],
-            group_id=values["group.id"],
-            group_instance_id=values["group.instance.id"] or None,
-            session_timeout_ms=values["session.timeout.ms"],
-            heartbeat_interval_ms=values["heartbeat.interval.ms"],
-            max_poll_interval_ms=values["max.poll.interval.ms"],
-            partition_assignment_strategy=_assignor_names(values["partition.assignment.strategy"]),
-            enable_auto_commit=values["enable.auto.commit"],
-            auto_commit_interval_ms=values["auto.commit.interval.ms"],
-            metadata_max_age_ms=values["metadata.max.age.ms"],
-        )
-
-
-# --- Errors -----------------------------------------------------------------------------
-
-
-class ConsumerError(HighwaterError):
-    """Base of the errors the consumer raises or delivers in error messages."""
-
-
-class CommitFailedError(ConsumerError):
-    """A synchronous commit failed for some partitions (``partitions`` carry the errors)."""
-
-    def __init__(self, message: str, partitions: list[TopicPartition]) -> None:
-        super().__init__(message)
-        self.partitions = partitions
-
-
-class ConsumerClosedError(ConsumerError):
-    """The consumer is used after :meth:`AsyncConsumer.close`."""
-
-
-class NoOffsetForPartitionError(ConsumerError):
-    """A partition has no position and ``auto.offset.reset`` is ``none``."""
-
-    code = ErrorCode.OFFSET_OUT_OF_RANGE
-
-
-class FetchError(ConsumerError):
-    """The broker answered a partition's Fetch or ListOffsets with ``code``."""
-
-    def __init__(self, code: int, message: str) -> None:
-        """An error with the broker's ``code`` and a message."""
-        super().__init__(message)
-        self.code = code
-
-
-#: Partition errors after which the metadata is refreshed and the request retried.
-_RETRIABLE: Final[frozenset[int]] = frozenset(
-    {
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        ErrorCode.FENCED_LEADER_EPOCH,
-        ErrorCode.UNKNOWN_LEADER_EPOCH,
-        ErrorCode.LEADER_NOT_AVAILABLE,
-        ErrorCode.REPLICA_NOT_AVAILABLE,
-        ErrorCode.KAFKA_STORAGE_ERROR,
-        ErrorCode.REQUEST_TIMED_OUT,
-        ErrorCode.NETWORK_EXCEPTION,
-        ErrorCode.BROKER_NOT_AVAILABLE,
-        ErrorCode.OFFSET_NOT_AVAILABLE,
-    }
-)
-
-
-def _error_for(code: int, topic: str, partition: int, detail: str = "") -> HighwaterError:
-    """The typed error for a partition's error ``code``."""
-    name = ErrorCode.Name(code)  # type: ignore[arg-type]
-    text = f"{topic}-{partition}: {name}" + (f": {detail}" if detail else "")
-    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-        return UnknownTopicOrPartitionError(text)
-    if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-        return OffsetOutOfRangeError(text)
-    return FetchError(code, text)
-
-
-# --- Topic partitions -------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class TopicPartition:
-    """A partition of a topic, with an offset (confluent-kafka's ``TopicPartition``).
-
-    ``offset`` is None (or :data:`OFFSET_STORED` / :data:`OFFSET_INVALID`) for "not set",
-    :data:`OFFSET_BEGINNING` or :data:`OFFSET_END` for the log's ends, else an offset;
-    :meth:`AsyncConsumer.offsets_for_times` takes a timestamp in it. ``error`` is set by
-    calls that answer per partition.
-    """
-
-    topic: str
-    partition: int
-    offset: int | None = None
-    error: BaseException | None = None
-
-    def key(self) -> tuple[str, int]:
-        """``(topic, partition)``: the partition without its offset."""
-        return (self.topic, self.partition)
-
-
-@dataclass(eq=False, slots=True)
-class _PartitionState:
-    """One assigned partition: its position, buffered records and fetch state."""
-
-    topic: str
-    partition: int
-    position: int | None = None
-    """The next offset to return; None: to be looked up (``reset``) first."""
-    reset: str = "latest"
-    """Where a lookup goes: earliest, latest or none."""
-    paused: bool = False
-    failed: bool = False
-    """An error was delivered: not fetched again until sought or reassigned."""
-    records: list[Message] = field(default_factory=list)
-    """The records of the batch decoded last; those from :attr:`taken` on are not returned."""
-    taken: int = 0
-    batches: deque[RecordBatch] = field(default_factory=deque)
-    """Fetched batches not decoded yet, in offset order."""
-    fetched_end: int = -1
-    """The offset after the last batch of the buffered answer."""
-    pending_error: BaseException | None = None
-    """An error found after the buffered records (corrupt data): delivered after them."""
-    backoff_until: float = 0.0
-    high_watermark: int = OFFSET_INVALID
-    log_start_offset: int = OFFSET_INVALID
-    generation: int = 0
-    """Bumped by every seek: answers to fetches sent before it are dropped."""
-
-    message_makers: tuple[RecordFactory[Message], RecordFactory[Message]] = field(init=False)
-    """What makes a decoded record a message, by the batch's
-    :class:`~highwater.records.TimestampType`."""
-
-    def __post_init__(self) -> None:
-        create_time = functools.partial(Message, self.topic, self.partition)
-        append_time = functools.partial(
-            Message, self.topic, self.partition, timestamp_type=TIMESTAMP_LOG_APPEND_TIME
-        )
-        self.message_makers = (create_time, append_time)  # CREATE_TIME 0, LOG_APPEND_TIME 1
-
-    def clear_buffer(self) -> None:
-        """Drop what was fetched and not returned yet."""
-        self.records = []
-        self.taken = 0
-        self.batches.clear()
-        self.fetched_end = -1
-        self.pending_error = None
-
-    def buffered(self) -> bool:
-        """Whether records (decoded or not) wait to be returned."""
-        return self.taken < len(self.records) or bool(self.batches)
-
-    def take(self, messages: list[Message], limit: int) -> None:
-        """Append buffered records at or after the position to ``messages`` until it holds
-        ``limit`` or the buffer is empty, advancing the position. Batches are decoded as
-        they are reached, and their records are moved in slices, not one by one."""
-        position = self.position
-        assert position is not None
-        while len(messages) < limit:
-            records, i = self.records, self.taken
-            if i == len(records):
-                if not self._decode_next_batch():
-                    return
-                continue
-            # Offsets increase along a batch: only the first batch of an answer may hold
-            # records before the position.
-            while i < len(records) and records[i]._offset < position:
-                i += 1
-            chunk = records[i : i + limit - len(messages)]
-            if chunk:
-                messages += chunk
-                position = self.position = chunk[-1]._offset + 1
-            self.taken = i + len(chunk)
-
-    def _decode_next_batch(self) -> bool:
-        """Decode the next buffered batch into :attr:`records`; False if none is left.
-
-        A corrupt record ends the buffer: the records before it are kept, the batches
-        after it dropped, and the error is delivered after them.
-        """
-        if not self.batches:
-            return False
-        batch = self.batches.popleft()
-        decoded: list[Message] = []
-        try:
-            batch.read_records(decoded, self.message_makers[batch.timestamp_type])
-        except CorruptRecordError as e:
-            self.batches.clear()
-            self.fetched_end = -1
-            self.pending_error = CorruptRecordError(f"{self.topic}-{self.partition}: {e}")
-        self.records, self.taken = decoded, 0
-        return True
-
-    def fetchable(self, now: float) -> bool:
-        """Whether to fetch the partition now."""
-        return (
-            not self.paused
-            and not self.failed
-            and self.position is not None
-            and not self.buffered()
-            and self.backoff_until <= now
-        )
 
 
 def _code_name(code: int) -> str:
@@ -552,9 +147,9 @@ class AsyncConsumer:
             self.config.bootstrap_servers,
             request_timeout_s=self.config.request_timeout_ms / 1000,
         )
-        self._states: dict[tuple[str, int], _PartitionState] = {}
+        self._states: dict[tuple[str, int], PartitionState] = {}
         self._errors: deque[Message] = deque()
-        self._ready: deque[_PartitionState] = deque()
+        self._ready: deque[PartitionState] = deque()
         self._wakeup = asyncio.Event()
         self._closed = False
         self._rotation = 0
@@ -580,13 +175,13 @@ class AsyncConsumer:
         self._check_open()
         if self._subscription is not None:
             raise ConsumerError("the consumer is subscribed to topics; unsubscribe() first")
-        states: dict[tuple[str, int], _PartitionState] = {}
+        states: dict[tuple[str, int], PartitionState] = {}
         for tp in partitions:
             if not isinstance(tp, TopicPartition):
                 raise TypeError(f"expected a TopicPartition, not {type(tp).__name__}")
             if tp.partition < 0:
                 raise ValueError(f"{tp.topic}-{tp.partition}: a partition index is >= 0")
-            state = _PartitionState(tp.topic, tp.partition, reset=self.config.auto_offset_reset)
+            state = PartitionState(tp.topic, tp.partition, reset=self.config.auto_offset_reset)
             if self.cluster.is_unknown(tp.topic):
                 self.cluster.invalidate(tp.topic)  # it may exist by now: ask again
             self._set_offset(state, tp.offset)
@@ -646,7 +241,7 @@ class AsyncConsumer:
             state.paused = False
         self._wakeup.set()
 
-    def _assigned(self, partitions: Iterable[TopicPartition]) -> list[_PartitionState]:
+    def _assigned(self, partitions: Iterable[TopicPartition]) -> list[PartitionState]:
         """The states of ``partitions``; ValueError if one is not assigned."""
         states = []
         for tp in partitions:
@@ -656,7 +251,7 @@ class AsyncConsumer:
             states.append(state)
         return states
 
-    def _set_offset(self, state: _PartitionState, offset: int | None) -> None:
+    def _set_offset(self, state: PartitionState, offset: int | None) -> None:
         """Start ``state`` at ``offset`` (a logical offset means a lookup)."""
         state.clear_buffer()
         state.failed = False
@@ -755,7 +350,7 @@ class AsyncConsumer:
             if not state.buffered():
                 self._finish_buffer(state)
 
-    def _finish_buffer(self, state: _PartitionState) -> None:
+    def _finish_buffer(self, state: PartitionState) -> None:
         """The partition's buffer is empty: move past what the answer covered."""
         with contextlib.suppress(ValueError):
             self._ready.remove(state)
@@ -765,7 +360,7 @@ class AsyncConsumer:
         if state.pending_error is not None:
             self._deliver_error(state, state.pending_error)
 
-    def _deliver_error(self, state: _PartitionState, error: BaseException) -> None:
+    def _deliver_error(self, state: PartitionState, error: BaseException) -> None:
         """Queue an error message for the partition and stop fetching it."""
         state.failed = True
         state.clear_buffer()
@@ -815,7 +410,7 @@ class AsyncConsumer:
         # Rotate the order so that fetch.max.bytes does not always favour the same ones.
         self._rotation = (self._rotation + 1) % len(fetchable)
         fetchable = fetchable[self._rotation :] + fetchable[: self._rotation]
-        by_leader: dict[str, list[_PartitionState]] = {}
+        by_leader: dict[str, list[PartitionState]] = {}
         for state in fetchable:
             address = self._leader_address(state)
             if address is not None:
@@ -829,7 +424,7 @@ class AsyncConsumer:
         else:
             await asyncio.gather(*fetches)
 
-    async def _refresh_metadata(self, states: Sequence[_PartitionState]) -> None:
+    async def _refresh_metadata(self, states: Sequence[PartitionState]) -> None:
         """Refresh the topics whose leaders are unknown or stale."""
         topics = {s.topic for s in states if self.cluster.needs_refresh(s.topic)}
         topics |= {
@@ -842,7 +437,7 @@ class AsyncConsumer:
         if topics:
             await self.cluster.refresh(topics)
 
-    def _leader_address(self, state: _PartitionState) -> str | None:
+    def _leader_address(self, state: PartitionState) -> str | None:
         """The leader's address; None (after an error message or a backoff) if unusable."""
         try:
             return self.cluster.leader_address(state.topic, state.partition)
@@ -856,14 +451,14 @@ class AsyncConsumer:
             self._backoff(state)
         return None
 
-    def _backoff(self, state: _PartitionState) -> None:
+    def _backoff(self, state: PartitionState) -> None:
         """Do not fetch ``state`` again before ``retry.backoff.ms``."""
         loop = asyncio.get_running_loop()
         state.backoff_until = loop.time() + self.config.retry_backoff_ms / 1000
 
-    async def _reset_positions(self, states: Sequence[_PartitionState]) -> None:
+    async def _reset_positions(self, states: Sequence[PartitionState]) -> None:
         """Look up the positions of partitions that have none (``auto.offset.reset``)."""
-        wanted: list[_PartitionState] = []
+        wanted: list[PartitionState] = []
         for state in states:
             if state.reset == "none":
                 self._deliver_error(
@@ -878,7 +473,7 @@ class AsyncConsumer:
         if not wanted:
             return
         timestamps = [
-            _EARLIEST_TIMESTAMP if s.reset == "earliest" else _LATEST_TIMESTAMP for s in wanted
+            EARLIEST_TIMESTAMP if s.reset == "earliest" else LATEST_TIMESTAMP for s in wanted
         ]
         generations = [s.generation for s in wanted]
         answers = await self._list_offsets(
@@ -900,28 +495,17 @@ class AsyncConsumer:
             log.debug("consumer: %s-%s reset to %d", state.topic, state.partition, offset)
             state.position = offset
 
-    async def _fetch(self, address: str, states: list[_PartitionState], max_wait_ms: int) -> None:
+    async def _fetch(self, address: str, states: list[PartitionState], max_wait_ms: int) -> None:
         """One Fetch request to ``address`` for ``states``; buffers or handles each answer."""
         cfg = self.config
-        request = pb.FetchRequest(
+        request, sent = create_fetch_request(
+            states,
+            self.cluster.leader_epoch,
             max_wait_ms=max_wait_ms,
             min_bytes=cfg.fetch_min_bytes,
             max_bytes=cfg.fetch_max_bytes,
+            partition_max_bytes=cfg.max_partition_fetch_bytes,
         )
-        topics: dict[str, pb.FetchTopic] = {}
-        sent: dict[tuple[str, int], tuple[_PartitionState, int, int]] = {}
-        for state in states:
-            assert state.position is not None
-            topic = topics.get(state.topic)
-            if topic is None:
-                topic = topics[state.topic] = request.topics.add(topic=state.topic)
-            topic.partitions.add(
-                partition=state.partition,
-                current_leader_epoch=self.cluster.leader_epoch(state.topic, state.partition),
-                fetch_offset=state.position,
-                partition_max_bytes=cfg.max_partition_fetch_bytes,
-            )
-            sent[(state.topic, state.partition)] = (state, state.position, state.generation)
         try:
             reply = await self.cluster.fetch(
                 address, request, (max_wait_ms + cfg.request_timeout_ms) / 1000
@@ -946,7 +530,7 @@ class AsyncConsumer:
                 self._handle_answer(state, offset, answer)
 
     def _handle_answer(
-        self, state: _PartitionState, offset: int, answer: pb.FetchPartitionResponse
+        self, state: PartitionState, offset: int, answer: pb.FetchPartitionResponse
     ) -> None:
         """Buffer a partition's fetched records, or act on its error code."""
         code = answer.error
@@ -972,39 +556,21 @@ class AsyncConsumer:
                     self.config.auto_offset_reset,
                 )
                 state.position, state.reset = None, self.config.auto_offset_reset
-        elif code in _RETRIABLE:
+        elif code in FETCH_RETRIABLE_ERRORS:
             self.cluster.invalidate(state.topic, state.partition)
             self._backoff(state)
         else:
             self.cluster.handle_error(state.topic, state.partition, code)
-            self._deliver_error(state, _error_for(code, state.topic, state.partition))
+            self._deliver_error(state, error_for(code, state.topic, state.partition))
 
-    def _buffer(self, state: _PartitionState, offset: int, data: bytes) -> None:
-        """Buffer the batches of ``data`` that hold records at or after ``offset``; their
-        records are decoded as they are taken (:meth:`_PartitionState.decode_next_batch`)."""
-        batches = state.batches
-        end = offset
-        error: CorruptRecordError | None = None
-        try:
-            for batch in iter_batches(data, verify_crc=self.config.check_crcs):
-                if batch.next_offset <= offset:
-                    continue
-                end = max(end, batch.next_offset)
-                if not batch.is_control:
-                    batches.append(batch)
-        except CorruptRecordError as e:
-            error = CorruptRecordError(f"{state.topic}-{state.partition}: {e}")
-        if batches:
-            state.fetched_end = end
+    def _buffer(self, state: PartitionState, offset: int, data: bytes) -> None:
+        """Buffer a fetched answer's batches (:meth:`PartitionState.buffer`): the partition
+        joins the ready ones, or its error is delivered."""
+        ready, error = state.buffer(offset, data, self.config.check_crcs)
+        if ready:
             self._ready.append(state)
-        elif error is None and end > offset:
-            state.position = end  # only control batches or records below the position
         if error is not None:
-            if batches:
-                state.fetched_end = -1  # stop at the corruption, report it after the records
-                state.pending_error = error
-            else:
-                self._deliver_error(state, error)
+            self._deliver_error(state, error)
 
     # --- offsets ------------------------------------------------------------------------
 
@@ -1080,21 +646,14 @@ class AsyncConsumer:
         timestamps: Sequence[int],
     ) -> list[tuple[int, int] | BaseException | _Retriable]:
         """One ListOffsets request to ``address``; answers in the order of ``indexes``."""
-        request = pb.ListOffsetsRequest()
-        topics: dict[str, pb.ListOffsetsTopic] = {}
+        asked = []
         for i in indexes:
             topic, partition = partitions[i]
-            entry = topics.get(topic)
-            if entry is None:
-                entry = topics[topic] = request.topics.add(topic=topic)
-            entry.partitions.add(
-                partition=partition,
-                current_leader_epoch=self.cluster.leader_epoch(topic, partition),
-                timestamp=timestamps[i],
-            )
+            epoch = self.cluster.leader_epoch(topic, partition)
+            asked.append((topic, partition, timestamps[i], epoch))
         try:
-            reply: pb.ListOffsetsResponse = await self.cluster.stub(address).ListOffsets(
-                request, timeout=self.config.request_timeout_ms / 1000
+            answers = await self.cluster.list_offsets(
+                address, asked, self.config.request_timeout_ms / 1000
             )
         except grpc.aio.AioRpcError as e:
             error = FetchError(
@@ -1104,16 +663,9 @@ class AsyncConsumer:
             for i in indexes:
                 self.cluster.invalidate(*partitions[i])
             return [_Retriable(error) for _ in indexes]
-        # The broker answers in request order; match each topic's answers in turn.
-        queues: dict[str, deque[pb.ListOffsetsPartitionResponse]] = {}
-        for topic_answer in reply.topics:
-            queues.setdefault(topic_answer.topic, deque()).extend(topic_answer.partitions)
         results: list[tuple[int, int] | BaseException | _Retriable] = []
-        for i in indexes:
-            topic, partition = partitions[i]
-            pending = queues.get(topic)
-            answer = pending.popleft() if pending else None
-            if answer is None or answer.partition != partition:
+        for (topic, partition, _, _), answer in zip(asked, answers, strict=True):
+            if answer is None:
                 results.append(
                     FetchError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{topic}-{partition}: no answer")
                 )
@@ -1121,9 +673,9 @@ class AsyncConsumer:
             if answer.error == ErrorCode.NONE:
                 results.append((answer.offset, answer.timestamp))
                 continue
-            failure = _error_for(answer.error, topic, partition)
+            failure = error_for(answer.error, topic, partition)
             self.cluster.handle_error(topic, partition, answer.error)
-            if answer.error in _RETRIABLE:
+            if answer.error in FETCH_RETRIABLE_ERRORS:
                 results.append(_Retriable(failure))
             else:
                 results.append(failure)
@@ -1143,7 +695,7 @@ class AsyncConsumer:
             return (state.log_start_offset, state.high_watermark)
         key = partition.key()
         answers = await self._list_offsets(
-            [key, key], [_EARLIEST_TIMESTAMP, _LATEST_TIMESTAMP], timeout=timeout
+            [key, key], [EARLIEST_TIMESTAMP, LATEST_TIMESTAMP], timeout=timeout
         )
         (low, _), (high, _) = answers  # type: ignore[misc]
         return (low, high)
@@ -1347,7 +899,7 @@ class AsyncConsumer:
             return
         committed = await membership.committed(partitions)
         for key in partitions:
-            state = _PartitionState(key[0], key[1], reset=self.config.auto_offset_reset)
+            state = PartitionState(key[0], key[1], reset=self.config.auto_offset_reset)
             found = committed.get(key)
             self._set_offset(state, None if found is None else found[0])
             self._states[key] = state
@@ -1528,11 +1080,7 @@ class Consumer:
     def __init__(self, config: Mapping[str, Any]) -> None:
         """Validate ``config`` (raising :class:`InvalidConfigError`) and start the thread."""
         ConsumerConfig.parse(config)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="highwater-consumer", daemon=True
-        )
-        self._thread.start()
+        self._loop_thread = LoopThread("highwater-consumer")
         self._closed = False
         self._consumer: AsyncConsumer = self._call(self._create(dict(config)))
 
@@ -1546,8 +1094,7 @@ class Consumer:
         if self._closed:
             coro.close()
             raise ConsumerClosedError("the consumer is closed")
-        future: ConcurrentFuture[_T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        return future.result()
+        return self._loop_thread.run(coro)
 
     def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
         """Call a plain method of the async consumer on its loop."""
@@ -1666,9 +1213,7 @@ class Consumer:
             return
         self._call(self._consumer.close())
         self._closed = True
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        self._loop_thread.stop()
 
     def __enter__(self) -> Consumer:
         """``with Consumer(...)``: closes on exit."""

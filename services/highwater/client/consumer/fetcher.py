@@ -1,0 +1,250 @@
+"""The consumer's fetcher, its pure part: topic partitions and their positions, Fetch
+requests, and fetched batches buffered and decoded into messages (Kafka's ``Fetcher`` and
+``CompletedFetch``).
+
+Each assigned partition has a :class:`PartitionState`: its position (the next offset to
+return), its fetch state and the answer's batches, framed and CRC-checked when they
+arrive, decoded one batch at a time as they are taken. The I/O (sending the fetches,
+metadata, back-off) is :class:`~highwater.client.consumer.AsyncConsumer`'s.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+from highwater.client.message import TIMESTAMP_LOG_APPEND_TIME, Message
+from highwater.errors import (
+    CorruptRecordError,
+)
+from highwater.records import RecordBatch, iter_batches
+from highwater.records.record import RecordFactory
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "FETCH_RETRIABLE_ERRORS",
+    "LATEST_TIMESTAMP",
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "OFFSET_INVALID",
+    "OFFSET_STORED",
+    "PartitionState",
+    "TopicPartition",
+    "create_fetch_request",
+]
+
+#: confluent-kafka's logical offsets, accepted by assign() and seek().
+OFFSET_BEGINNING: Final = -2
+OFFSET_END: Final = -1
+OFFSET_STORED: Final = -1000
+OFFSET_INVALID: Final = -1001
+
+EARLIEST_TIMESTAMP: Final = -2
+LATEST_TIMESTAMP: Final = -1
+
+#: Partition errors after which the metadata is refreshed and the request retried.
+FETCH_RETRIABLE_ERRORS: Final[frozenset[int]] = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.BROKER_NOT_AVAILABLE,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+    }
+)
+
+
+@dataclass(slots=True)
+class TopicPartition:
+    """A partition of a topic, with an offset (confluent-kafka's ``TopicPartition``).
+
+    ``offset`` is None (or :data:`OFFSET_STORED` / :data:`OFFSET_INVALID`) for "not set",
+    :data:`OFFSET_BEGINNING` or :data:`OFFSET_END` for the log's ends, else an offset;
+    :meth:`AsyncConsumer.offsets_for_times` takes a timestamp in it. ``error`` is set by
+    calls that answer per partition.
+    """
+
+    topic: str
+    partition: int
+    offset: int | None = None
+    error: BaseException | None = None
+
+    def key(self) -> tuple[str, int]:
+        """``(topic, partition)``: the partition without its offset."""
+        return (self.topic, self.partition)
+
+
+@dataclass(eq=False, slots=True)
+class PartitionState:
+    """One assigned partition: its position, buffered records and fetch state."""
+
+    topic: str
+    partition: int
+    position: int | None = None
+    """The next offset to return; None: to be looked up (``reset``) first."""
+    reset: str = "latest"
+    """Where a lookup goes: earliest, latest or none."""
+    paused: bool = False
+    failed: bool = False
+    """An error was delivered: not fetched again until sought or reassigned."""
+    records: list[Message] = field(default_factory=list)
+    """The records of the batch decoded last; those from :attr:`taken` on are not returned."""
+    taken: int = 0
+    batches: deque[RecordBatch] = field(default_factory=deque)
+    """Fetched batches not decoded yet, in offset order."""
+    fetched_end: int = -1
+    """The offset after the last batch of the buffered answer."""
+    pending_error: BaseException | None = None
+    """An error found after the buffered records (corrupt data): delivered after them."""
+    backoff_until: float = 0.0
+    high_watermark: int = OFFSET_INVALID
+    log_start_offset: int = OFFSET_INVALID
+    generation: int = 0
+    """Bumped by every seek: answers to fetches sent before it are dropped."""
+
+    message_makers: tuple[RecordFactory[Message], RecordFactory[Message]] = field(init=False)
+    """What makes a decoded record a message, by the batch's
+    :class:`~highwater.records.TimestampType`."""
+
+    def __post_init__(self) -> None:
+        create_time = functools.partial(Message, self.topic, self.partition)
+        append_time = functools.partial(
+            Message, self.topic, self.partition, timestamp_type=TIMESTAMP_LOG_APPEND_TIME
+        )
+        self.message_makers = (create_time, append_time)  # CREATE_TIME 0, LOG_APPEND_TIME 1
+
+    def clear_buffer(self) -> None:
+        """Drop what was fetched and not returned yet."""
+        self.records = []
+        self.taken = 0
+        self.batches.clear()
+        self.fetched_end = -1
+        self.pending_error = None
+
+    def buffered(self) -> bool:
+        """Whether records (decoded or not) wait to be returned."""
+        return self.taken < len(self.records) or bool(self.batches)
+
+    def take(self, messages: list[Message], limit: int) -> None:
+        """Append buffered records at or after the position to ``messages`` until it holds
+        ``limit`` or the buffer is empty, advancing the position. Batches are decoded as
+        they are reached, and their records are moved in slices, not one by one."""
+        position = self.position
+        assert position is not None
+        while len(messages) < limit:
+            records, i = self.records, self.taken
+            if i == len(records):
+                if not self._decode_next_batch():
+                    return
+                continue
+            # Offsets increase along a batch: only the first batch of an answer may hold
+            # records before the position.
+            while i < len(records) and records[i]._offset < position:
+                i += 1
+            chunk = records[i : i + limit - len(messages)]
+            if chunk:
+                messages += chunk
+                position = self.position = chunk[-1]._offset + 1
+            self.taken = i + len(chunk)
+
+    def _decode_next_batch(self) -> bool:
+        """Decode the next buffered batch into :attr:`records`; False if none is left.
+
+        A corrupt record ends the buffer: the records before it are kept, the batches
+        after it dropped, and the error is delivered after them.
+        """
+        if not self.batches:
+            return False
+        batch = self.batches.popleft()
+        decoded: list[Message] = []
+        try:
+            batch.read_records(decoded, self.message_makers[batch.timestamp_type])
+        except CorruptRecordError as e:
+            self.batches.clear()
+            self.fetched_end = -1
+            self.pending_error = CorruptRecordError(f"{self.topic}-{self.partition}: {e}")
+        self.records, self.taken = decoded, 0
+        return True
+
+    def buffer(
+        self, offset: int, data: bytes, check_crcs: bool
+    ) -> tuple[bool, CorruptRecordError | None]:
+        """Buffer the batches of a fetched answer ``data`` that hold records at or after
+        ``offset`` (the fetch offset); their records are decoded as they are taken.
+
+        Returns whether records are now buffered, and an error to deliver at once (corrupt
+        data with no record before it; corruption after some records is delivered after
+        them, :attr:`pending_error`). An answer of only control batches, or of records below
+        the position, moves the position past them.
+        """
+        batches = self.batches
+        end = offset
+        error: CorruptRecordError | None = None
+        try:
+            for batch in iter_batches(data, verify_crc=check_crcs):
+                if batch.next_offset <= offset:
+                    continue
+                end = max(end, batch.next_offset)
+                if not batch.is_control:
+                    batches.append(batch)
+        except CorruptRecordError as e:
+            error = CorruptRecordError(f"{self.topic}-{self.partition}: {e}")
+        if batches:
+            self.fetched_end = end
+        elif error is None and end > offset:
+            self.position = end  # only control batches or records below the position
+        if error is not None and batches:
+            self.fetched_end = -1  # stop at the corruption, report it after the records
+            self.pending_error = error
+            error = None
+        return bool(batches), error
+
+    def fetchable(self, now: float) -> bool:
+        """Whether to fetch the partition now."""
+        return (
+            not self.paused
+            and not self.failed
+            and self.position is not None
+            and not self.buffered()
+            and self.backoff_until <= now
+        )
+
+
+def create_fetch_request(
+    states: Iterable[PartitionState],
+    leader_epoch: Callable[[str, int], int],
+    *,
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+    partition_max_bytes: int,
+) -> tuple[pb.FetchRequest, dict[tuple[str, int], tuple[PartitionState, int, int]]]:
+    """One Fetch request for ``states`` (each with a position), grouped by topic, and what
+    was asked of each partition: ``(state, fetch offset, generation)`` by ``(topic,
+    partition)``, to match the answers against (a seek meanwhile bumps the generation)."""
+    request = pb.FetchRequest(max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes)
+    topics: dict[str, pb.FetchTopic] = {}
+    sent: dict[tuple[str, int], tuple[PartitionState, int, int]] = {}
+    for state in states:
+        assert state.position is not None
+        topic = topics.get(state.topic)
+        if topic is None:
+            topic = topics[state.topic] = request.topics.add(topic=state.topic)
+        topic.partitions.add(
+            partition=state.partition,
+            current_leader_epoch=leader_epoch(state.topic, state.partition),
+            fetch_offset=state.position,
+            partition_max_bytes=partition_max_bytes,
+        )
+        sent[(state.topic, state.partition)] = (state, state.position, state.generation)
+    return request, sent

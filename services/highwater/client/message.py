@@ -1,0 +1,96 @@
+"""A record as delivery callbacks and the consumer's poll see it: confluent-kafka's ``Message``.
+
+The producer hands one to each delivery callback and the consumer returns them from
+``poll`` and ``consume``; ``timestamp()`` pairs the time with its type, as confluent-kafka
+does (:data:`TIMESTAMP_CREATE_TIME` or :data:`TIMESTAMP_LOG_APPEND_TIME`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+__all__ = ["TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME", "Message"]
+
+#: confluent-kafka's timestamp types, as :meth:`Message.timestamp` returns them.
+TIMESTAMP_CREATE_TIME: Final = 1
+TIMESTAMP_LOG_APPEND_TIME: Final = 2
+
+
+class Message:
+    """A produced record as a delivery callback sees it (confluent-kafka's ``Message``)."""
+
+    __slots__ = (
+        "_error",
+        "_headers",
+        "_key",
+        "_offset",
+        "_partition",
+        "_timestamp",
+        "_timestamp_type",
+        "_topic",
+        "_value",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+        timestamp: int,
+        offset: int = -1,
+        error: BaseException | None = None,
+        timestamp_type: int = TIMESTAMP_CREATE_TIME,
+    ) -> None:
+        """A message of ``topic``; ``partition`` -1 until one was chosen."""
+        self._topic = topic
+        self._partition = partition
+        self._key = key
+        self._value = value
+        self._headers = headers
+        self._timestamp = timestamp
+        self._offset = offset
+        self._error = error
+        self._timestamp_type = timestamp_type
+
+    def topic(self) -> str:
+        """The topic the record was produced to."""
+        return self._topic
+
+    def partition(self) -> int:
+        """The partition (-1 if none could be chosen)."""
+        return self._partition
+
+    def offset(self) -> int:
+        """The record's offset (-1 before delivery, on error, or with ``acks=0``)."""
+        return self._offset
+
+    def key(self) -> bytes | None:
+        """The record's key, as bytes."""
+        return self._key
+
+    def value(self) -> bytes | None:
+        """The record's value, as bytes (None: a tombstone)."""
+        return self._value
+
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        """The record's headers, or None when it has none (as confluent-kafka returns them)."""
+        return list(self._headers) if self._headers else None
+
+    def timestamp(self) -> tuple[int, int]:
+        """``(timestamp type, milliseconds)``, confluent-kafka's form."""
+        return (self._timestamp_type, self._timestamp)
+
+    def error(self) -> BaseException | None:
+        """The delivery error, or None."""
+        return self._error
+
+    def __len__(self) -> int:
+        """The value's length in bytes (0 for a tombstone)."""
+        return 0 if self._value is None else len(self._value)
+
+    def __repr__(self) -> str:
+        """A short description: topic, partition, offset."""
+        return f"Message({self._topic}-{self._partition}@{self._offset})"

@@ -1,0 +1,221 @@
+"""The producer's accumulator: records waiting for metadata, per-partition batches and queues.
+
+A record goes into its partition's open :class:`ProducerBatch` (a
+:class:`~highwater.records.RecordBatchBuilder` of at most ``batch.size`` bytes); a
+:class:`PartitionQueue` holds the partition's queued and in-flight batches and its sequence
+numbers when the producer is idempotent. Records of a topic whose metadata is not known
+yet wait as :class:`WaitingRecord`. The sequence arithmetic (modulo 2**31, as Kafka's) is
+here too: :meth:`PartitionQueue.acknowledge` moves the acknowledged sequence forward, and
+:meth:`PartitionQueue.close_gap` renumbers the later batches when one fails for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Final
+
+from highwater.client.cluster import (
+    TopicInfo,
+)
+from highwater.client.producer.delivery import DeliveryCallback, RecordMetadata
+from highwater.records import RecordBatchBuilder
+from highwater.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
+from highwater.records.record import Header, RecordFields
+
+__all__ = [
+    "NO_HEADERS",
+    "SEQUENCE_MODULUS",
+    "PartitionQueue",
+    "ProducerBatch",
+    "StickyChoice",
+    "WaitingRecord",
+    "restamp",
+]
+
+SEQUENCE_MODULUS: Final = 1 << 31
+_PRODUCER_ID_OFFSET: Final = 43
+_PRODUCER_STATE = struct.Struct(">qhi")  # producer id, producer epoch, base sequence
+_UINT32 = struct.Struct(">I")
+NO_HEADERS: Final[tuple[Header, ...]] = ()
+
+
+@dataclass(slots=True)
+class WaitingRecord:
+    """A record that waits for its topic's metadata before it can go into a batch."""
+
+    partition: int
+    """The partition produce() named, or -1."""
+    fields: RecordFields
+    future: asyncio.Future[RecordMetadata]
+    on_delivery: DeliveryCallback | None
+    created: float
+    """When produce() was called (monotonic seconds); delivery.timeout.ms counts from it."""
+
+
+@dataclass(eq=False, slots=True)
+class ProducerBatch:
+    """Records of one partition on their way: first open, then built and sent.
+
+    The builder holds each record's ``(key, value, headers, timestamp)`` and encodes them
+    all when the batch is sealed; ``futures`` and ``callbacks`` hold, at the same index,
+    where its delivery report goes. Nothing else exists per record until the report is
+    delivered: a producer may hold hundreds of thousands of records, and every object
+    kept per record adds to the garbage collector's work.
+    """
+
+    topic: str
+    partition: int
+    builder: RecordBatchBuilder
+    created: float
+    """When the batch was opened: linger.ms counts from it."""
+    first_created: float
+    """When its first record was produced: delivery.timeout.ms counts from it."""
+    futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
+    callbacks: list[DeliveryCallback | None] = field(default_factory=list)
+    closed: bool = False
+    data: bytes | None = None
+    base_sequence: int | None = None
+    attempts: int = 0
+
+    @property
+    def count(self) -> int:
+        """How many records the batch holds."""
+        return len(self.futures)
+
+    def deadline(self, delivery_timeout_s: float) -> float:
+        """When the batch expires: delivery.timeout.ms after its first record."""
+        return self.first_created + delivery_timeout_s
+
+
+@dataclass(eq=False, slots=True)
+class StickyChoice:
+    """The sticky partitioner's partition for a topic's records, reused without asking it.
+
+    The partitioner answers the same partition until the bytes it is told of reach
+    ``batch.size`` (it then switches), or the metadata changes (a :class:`TopicInfo` is
+    replaced, never mutated). Asking it and reporting each record costs more than the rest
+    of ``produce()``, so the producer counts the bytes itself and reports them in one
+    :meth:`~StickyPartitioner.on_produced` call when they reach the switch, then forgets
+    the choice: the partitioner switches at the very record it would have switched at.
+    """
+
+    info: TopicInfo
+    """The metadata the partition was chosen with."""
+    partition: int
+    queue: PartitionQueue
+    """The partition's queue (queues are kept for the producer's life)."""
+    threshold: int
+    """The bytes that make the partitioner switch (``batch.size`` minus what it counted)."""
+    unreported: int = 0
+    """Bytes appended to the partition and not reported to the partitioner yet."""
+
+
+@dataclass(slots=True)
+class PartitionQueue:
+    """One partition's queued and in-flight batches and its sequence numbers."""
+
+    topic: str
+    partition: int
+    batches: deque[ProducerBatch] = field(default_factory=deque)
+    in_flight: list[ProducerBatch] = field(default_factory=list)
+    next_sequence: int = 0
+    """The sequence the next newly drained batch gets."""
+    acked_sequence: int = 0
+    """The sequence after the last acknowledged batch: the one the broker expects next."""
+    retrying: bool = False
+    """A batch is being resent: send one at a time, nothing new, until caught up."""
+    backoff_until: float = 0.0
+
+    def open_batch(self) -> ProducerBatch | None:
+        """The batch new records go into, if one is open."""
+        if self.batches and not self.batches[-1].closed:
+            return self.batches[-1]
+        return None
+
+    def requeue(self, batch: ProducerBatch) -> None:
+        """Put a sent batch back, before the unsent ones, in sequence order."""
+        index = 0
+        while index < len(self.batches):
+            other = self.batches[index]
+            if other.base_sequence is None or (
+                batch.base_sequence is not None and other.base_sequence > batch.base_sequence
+            ):
+                break
+            index += 1
+        self.batches.insert(index, batch)
+
+    def has_sequenced_queued(self) -> bool:
+        """Whether a batch that was sent before waits in the queue."""
+        return any(b.base_sequence is not None for b in self.batches)
+
+    def send_delay(
+        self, now: float, linger_s: float, flushing: bool, max_in_flight: int
+    ) -> float | None:
+        """Whether the head batch may be drained at ``now``: 0.0 if so, else the seconds
+        until it may (a back-off after a failure, or ``linger.ms`` since it was opened), or
+        None when only an answer can change it (nothing queued, the most batches in
+        flight, or a resent batch still unanswered).
+
+        A full or closed batch, and every batch while flushing, need not linger. While
+        the queue resends (:attr:`retrying`) one batch is in flight at a time; it stops
+        resending once no batch that was sent before is queued or in flight.
+        """
+        if not self.batches:
+            return None
+        if self.retrying and not self.in_flight and not self.has_sequenced_queued():
+            self.retrying = False
+        if (self.retrying and self.in_flight) or len(self.in_flight) >= max_in_flight:
+            return None
+        if now < self.backoff_until:
+            return self.backoff_until - now
+        head = self.batches[0]
+        ready_at = head.created + linger_s
+        if head.closed or flushing or ready_at <= now:
+            return 0.0
+        return ready_at - now
+
+    def acknowledge(self, batch: ProducerBatch) -> None:
+        """Take an answered batch out of flight; advance the acknowledged sequence."""
+        if batch in self.in_flight:
+            self.in_flight.remove(batch)
+        if batch.base_sequence is not None:
+            end = (batch.base_sequence + batch.count) % SEQUENCE_MODULUS
+            # A resent batch may be answered after later ones: never move backwards.
+            if (end - self.acked_sequence) % SEQUENCE_MODULUS < SEQUENCE_MODULUS // 2:
+                self.acked_sequence = end
+
+    def close_gap(self, batch: ProducerBatch, producer_id: int, producer_epoch: int) -> None:
+        """``batch`` failed for good: the later batches take its sequence numbers.
+
+        They are restamped (and, when in flight, resent with their new numbers, since the
+        queue then retries), as Kafka's producer adjusts them.
+        """
+        if batch.base_sequence is None:
+            return
+        failed, count = batch.base_sequence, batch.count
+        later = [
+            b
+            for b in (*self.in_flight, *self.batches)
+            if b.base_sequence is not None
+            and (b.base_sequence - failed) % SEQUENCE_MODULUS < SEQUENCE_MODULUS // 2
+            and b.base_sequence != failed
+        ]
+        for other in later:
+            assert other.base_sequence is not None and other.data is not None
+            other.base_sequence = (other.base_sequence - count) % SEQUENCE_MODULUS
+            other.data = restamp(other.data, producer_id, producer_epoch, other.base_sequence)
+        self.next_sequence = (self.next_sequence - count) % SEQUENCE_MODULUS
+        if later:
+            self.retrying = True
+
+
+def restamp(data: bytes, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    """The batch ``data`` with new producer fields and its CRC recomputed."""
+    buf = bytearray(data)
+    _PRODUCER_STATE.pack_into(buf, _PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence)
+    with memoryview(buf) as view:
+        _UINT32.pack_into(buf, CRC_OFFSET, crc32c(view[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)

@@ -1,0 +1,105 @@
+"""What ``produce()`` takes and what a delivery report gives: keys, values and headers as
+bytes, :class:`RecordMetadata`, the delivery callback, and the errors a record is delivered
+with (:class:`ProduceError` carries the broker's error code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple, TypeAlias
+
+from highwater.client.message import TIMESTAMP_CREATE_TIME, Message
+from highwater.errors import HighwaterError
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = [
+    "DeliveryCallback",
+    "DeliveryTimeoutError",
+    "HeaderValue",
+    "HeadersArg",
+    "ProduceError",
+    "ProducerClosedError",
+    "ProducerError",
+    "RecordMetadata",
+    "consume_exception",
+    "headers_list",
+    "to_bytes",
+]
+
+
+class ProducerError(HighwaterError):
+    """Base of the errors the producer delivers or raises."""
+
+
+class ProducerClosedError(ProducerError):
+    """The producer was closed before the record could be delivered, or is used after close."""
+
+
+class DeliveryTimeoutError(ProducerError):
+    """The record was not acknowledged within ``delivery.timeout.ms``."""
+
+    code = ErrorCode.REQUEST_TIMED_OUT
+
+
+class ProduceError(ProducerError):
+    """The broker refused the record's batch for good; ``code`` is the broker's error code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        """An error with the broker's ``code`` and message."""
+        super().__init__(message)
+        self.code = code
+
+
+class RecordMetadata(NamedTuple):
+    """Where a record was written: what an awaited :meth:`AsyncProducer.produce` returns.
+
+    ``offset`` is -1 with ``acks=0``; ``timestamp`` is the broker's append time when the
+    topic uses LogAppendTime, else the record's create time. A named tuple, as
+    kafka-python's is: a producer makes one per record, and a tuple is the cheapest to make.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int = TIMESTAMP_CREATE_TIME
+
+
+HeaderValue: TypeAlias = str | bytes | None
+HeadersArg: TypeAlias = Mapping[str, HeaderValue] | Sequence[tuple[str, HeaderValue]] | None
+
+
+DeliveryCallback: TypeAlias = Callable[[BaseException | None, Message], object]
+
+
+def to_bytes(value: str | bytes | bytearray | memoryview | None, what: str) -> bytes | None:
+    """A key, value or header value as bytes (str as UTF-8), like confluent-kafka."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"{what} must be str, bytes or None, not {type(value).__name__}")
+
+
+def headers_list(headers: HeadersArg) -> list[tuple[str, bytes | None]]:
+    """Headers given as a dict or a list of pairs, as a list of (str, bytes | None)."""
+    if headers is None:
+        return []
+    items: Iterable[tuple[str, HeaderValue]] = (
+        headers.items() if isinstance(headers, Mapping) else headers
+    )
+    result: list[tuple[str, bytes | None]] = []
+    for key, value in items:
+        if not isinstance(key, str):
+            raise TypeError(f"header keys must be str, not {type(key).__name__}")
+        result.append((key, to_bytes(value, f"header {key!r}")))
+    return result
+
+
+def consume_exception(future: asyncio.Future[RecordMetadata]) -> None:
+    """Mark a failed future's exception as seen: callbacks already reported it."""
+    if not future.cancelled():
+        future.exception()
