@@ -11,6 +11,7 @@ import logging
 import click
 
 from highwater import __version__
+from highwater.cli.acls import acls
 from highwater.cli.broker import broker
 from highwater.cli.brokers import brokers
 from highwater.cli.clients import consume, produce
@@ -28,6 +29,7 @@ from highwater.cli.rolling import rolling
 from highwater.cli.server import server
 from highwater.cli.serving import add_command_config
 from highwater.cli.topics import topics
+from highwater.cli.users import users
 from highwater.telemetry.logs import (
     GRPC_LOGGERS,
     JsonFormatter,
@@ -123,4 +125,6 @@ main.add_command(groups)
 main.add_command(rolling)
 main.add_command(configs)
 main.add_command(cluster)
+main.add_command(acls)
+main.add_command(users)
 add_command_config(main)

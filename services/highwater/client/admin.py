@@ -40,6 +40,7 @@ out. ``list_offsets`` asks partition leaders for earliest, latest or by-time off
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -84,6 +85,21 @@ from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
 from highwater.metadata.records import ConfigResourceType
 from highwater.rpc.endpoints import format_endpoint, parse_endpoint
+from highwater.security import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
+from highwater.security.scram import (
+    DEFAULT_ITERATIONS as DEFAULT_SCRAM_ITERATIONS,
+)
+from highwater.security.scram import (
+    MECHANISM_NAMES,
+    MECHANISM_NUMBERS,
+    salted_password,
+)
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc, coordinator_pb2_grpc
 from highwater.v1 import coordinator_pb2 as cpb
@@ -630,6 +646,105 @@ class AdminClient:
         )
 
     # --- Configs --------------------------------------------------------------------------
+
+    # --- ACLs and SCRAM credentials (docs/security.md) ----------------------------------
+
+    async def create_acls(self, acls: Iterable[AclBinding]) -> list[AdminError | None]:
+        """Create ACLs (Kafka's ``createAcls``): one outcome per ACL, in order (``None``:
+        created, or there already). An ACL that exists already is not created twice."""
+        entries = tuple(
+            m.AclEntry(
+                int(acl.resource_type),
+                acl.resource_name,
+                int(acl.pattern_type),
+                acl.principal,
+                acl.host,
+                int(acl.operation),
+                int(acl.permission),
+            )
+            for acl in acls
+        )
+        if not entries:
+            return []
+        reply = await self._call_controller(
+            self._controller.create_acls, m.CreateAclsRequest(entries)
+        )
+        _check_reply("CreateAcls", reply.error, reply.error_message)
+        return [_error_or_none(r.error, r.error_message) for r in reply.results]
+
+    async def describe_acls(self, acl_filter: m.AclFilter | None = None) -> list[AclBinding]:
+        """The ACLs ``acl_filter`` matches (every ACL without one): Kafka's ``describeAcls``
+        (an unset field matches anything; pattern type 2, MATCH, every pattern covering
+        the name)."""
+        reply = await self._call_controller(
+            self._controller.describe_acls, m.DescribeAclsRequest(acl_filter or m.AclFilter())
+        )
+        _check_reply("DescribeAcls", reply.error, reply.error_message)
+        return [_binding(entry) for entry in reply.acls]
+
+    async def delete_acls(self, filters: Iterable[m.AclFilter]) -> list[list[AclBinding]]:
+        """Delete the ACLs each filter matches (Kafka's ``deleteAcls``): what each
+        removed, in order. A filter with an unknown code raises :class:`AdminError`."""
+        wanted = tuple(filters)
+        if not wanted:
+            return []
+        reply = await self._call_controller(
+            self._controller.delete_acls, m.DeleteAclsRequest(wanted)
+        )
+        _check_reply("DeleteAcls", reply.error, reply.error_message)
+        deleted = []
+        for result in reply.results:
+            if result.error != ErrorCode.NONE:
+                raise error_for_code(result.error, result.error_message)
+            deleted.append([_binding(entry) for entry in result.deleted])
+        return deleted
+
+    async def alter_user_scram_credentials(
+        self,
+        upsertions: Iterable[tuple[str, str, str]] = (),
+        deletions: Iterable[tuple[str, str]] = (),
+        *,
+        iterations: int = DEFAULT_SCRAM_ITERATIONS,
+    ) -> dict[str, AdminError | None]:
+        """Set ``(user, mechanism, password)`` credentials and remove ``(user, mechanism)``
+        ones (Kafka's ``alterUserScramCredentials``): an outcome per user. The password
+        never leaves this process: a fresh salt and the salted password are sent."""
+        upserts = []
+        for user, mechanism, password in upsertions:
+            salt = os.urandom(16)
+            number = MECHANISM_NUMBERS.get(mechanism, 0)
+            salted = salted_password(mechanism, password, salt, iterations) if number else b""
+            upserts.append(m.ScramCredentialUpsertion(user, number, iterations, salt, salted))
+        removes = tuple(
+            m.ScramCredentialDeletion(user, MECHANISM_NUMBERS.get(mechanism, 0))
+            for user, mechanism in deletions
+        )
+        reply = await self._call_controller(
+            self._controller.alter_user_scram_credentials,
+            m.AlterUserScramCredentialsRequest(removes, tuple(upserts)),
+        )
+        _check_reply("AlterUserScramCredentials", reply.error, reply.error_message)
+        return {r.user: _error_or_none(r.error, r.error_message) for r in reply.results}
+
+    async def describe_user_scram_credentials(
+        self, users: Iterable[str] = ()
+    ) -> dict[str, list[tuple[str, int]]]:
+        """Each user's SCRAM mechanisms and iteration counts (every user without
+        ``users``); a user named that has none raises :class:`AdminError`."""
+        reply = await self._call_controller(
+            self._controller.describe_user_scram_credentials,
+            m.DescribeUserScramCredentialsRequest(tuple(users)),
+        )
+        _check_reply("DescribeUserScramCredentials", reply.error, reply.error_message)
+        described: dict[str, list[tuple[str, int]]] = {}
+        for result in reply.results:
+            if result.error != ErrorCode.NONE:
+                raise error_for_code(result.error, result.error_message)
+            described[result.user] = [
+                (MECHANISM_NAMES.get(c.mechanism, str(c.mechanism)), c.iterations)
+                for c in result.credentials
+            ]
+        return described
 
     async def describe_configs(
         self,
@@ -1342,4 +1457,16 @@ def _creatable(topic: NewTopic) -> m.CreatableTopic:
         topic.replication_factor,
         assignments,
         dict(topic.config or {}),
+    )
+
+
+def _binding(entry: m.AclEntry) -> AclBinding:
+    return AclBinding(
+        ResourceType(entry.resource_type),
+        entry.resource_name,
+        PatternType(entry.pattern_type),
+        entry.principal,
+        entry.host,
+        AclOperation(entry.operation),
+        AclPermissionType(entry.permission_type),
     )

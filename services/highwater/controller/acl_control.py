@@ -22,6 +22,8 @@ from typing import Final
 
 from highwater.controller.results import ControllerResult
 from highwater.controller_api.messages import (
+    ACL_FILTER_ANY,
+    ACL_PATTERN_MATCH,
     AclEntry,
     AclFilter,
     AclResult,
@@ -52,10 +54,8 @@ from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = ["ANY", "MATCH", "AclControl", "entry_of", "matches"]
 
-ANY: Final = 1
-"""Kafka's ANY: in a filter, matches every value (an unset field does the same)."""
-MATCH: Final = 2
-"""Kafka's PatternType.MATCH: every pattern that covers the filter's resource name."""
+ANY: Final = ACL_FILTER_ANY
+MATCH: Final = ACL_PATTERN_MATCH
 
 
 def binding_of(entry: AclEntry) -> AclBinding:

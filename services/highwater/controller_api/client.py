@@ -160,6 +160,25 @@ class ControllerClient:
     ) -> m.DescribeConfigsResponse:
         return await self.call(codec.DESCRIBE_CONFIGS, request)
 
+    async def create_acls(self, request: m.CreateAclsRequest) -> m.CreateAclsResponse:
+        return await self.call(codec.CREATE_ACLS, request)
+
+    async def describe_acls(self, request: m.DescribeAclsRequest) -> m.DescribeAclsResponse:
+        return await self.call(codec.DESCRIBE_ACLS, request)
+
+    async def delete_acls(self, request: m.DeleteAclsRequest) -> m.DeleteAclsResponse:
+        return await self.call(codec.DELETE_ACLS, request)
+
+    async def alter_user_scram_credentials(
+        self, request: m.AlterUserScramCredentialsRequest
+    ) -> m.AlterUserScramCredentialsResponse:
+        return await self.call(codec.ALTER_USER_SCRAM_CREDENTIALS, request)
+
+    async def describe_user_scram_credentials(
+        self, request: m.DescribeUserScramCredentialsRequest
+    ) -> m.DescribeUserScramCredentialsResponse:
+        return await self.call(codec.DESCRIBE_USER_SCRAM_CREDENTIALS, request)
+
     async def allocate_producer_ids(
         self, request: m.AllocateProducerIdsRequest
     ) -> m.AllocateProducerIdsResponse:

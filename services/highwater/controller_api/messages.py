@@ -392,6 +392,11 @@ class DescribeConfigsResponse:
 # Kafka's codes, as ints (highwater.security.acl names them): the controller validates
 # them, and a filter's unset field (None) matches anything.
 
+ACL_FILTER_ANY: Final = 1
+"""Kafka's ANY in a filter field: matches every value, as an unset field does."""
+ACL_PATTERN_MATCH: Final = 2
+"""Kafka's PatternType.MATCH: every pattern that covers the filter's resource name."""
+
 
 @dataclass(frozen=True, slots=True)
 class AclEntry:
