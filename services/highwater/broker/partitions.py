@@ -8,27 +8,36 @@ partition's leader epoch, or follower. The leader appends produced batches throu
 storage engine (which checks them, stamps offsets and the leader epoch, and detects an
 idempotent producer's duplicates) and serves reads up to the high watermark.
 
-A leader keeps a :class:`~highwater.broker.replication.LeaderReplicationState`: the
-followers' progress from their fetches, the high watermark over the (maximal) ISR, the ISR
-changes to propose to the controller, and when an acks=all produce is complete. A
-follower's log is filled by the broker's fetchers (:mod:`highwater.broker.service`), which
-truncate it by leader epoch, never by the high watermark.
+Leader and follower are symmetric: a partition holds the pure replication state of its
+role (:mod:`highwater.broker.replication`) and every change to its log's offsets goes
+through it. A leader keeps a :class:`~highwater.broker.replication.LeaderReplicationState`:
+the followers' progress from their fetches, the high watermark over the (maximal) ISR, the
+ISR changes to propose to the controller, and when an acks=all produce is complete. A
+follower keeps a :class:`~highwater.broker.replication.FollowerReplicationState`: the
+broker's replica fetcher (:mod:`highwater.broker.replica_fetcher`) hands it what the
+leader sent (:meth:`Partition.append_as_follower`, :meth:`Partition.truncate_to_diverging_epoch`),
+and the state decides the follower's high watermark (``min(its LEO, the leader's HW)``,
+never backwards but by a truncation) and where to truncate (by leader epoch, never by the
+high watermark). The log's high watermark is always the state's.
 
-Everything here is synchronous and runs on the broker's event loop; waiting (long polls,
-acks) is the service's business (:mod:`highwater.broker.service`).
+Everything here runs on the broker's event loop and, but for the truncation's checkpoint
+writes, synchronously; waiting (long polls, acks) is the request handler's business
+(:mod:`highwater.broker.request_handler`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 from highwater.broker.replication import (
     AlterPartitionProposal,
     EpochEndOffset,
+    FollowerReplicationState,
     LeaderReplicationState,
     ProduceCompletion,
+    TruncationDecision,
     UnknownReplicaError,
     find_diverging_epoch,
 )
@@ -44,6 +53,7 @@ __all__ = [
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
     "FollowerRead",
+    "LogTruncation",
     "Partition",
     "PartitionError",
     "PartitionManager",
@@ -55,6 +65,10 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 NO_EPOCH = -1
+
+LogTruncation = Callable[[TopicPartition, int], Awaitable[bool]]
+"""Truncates a partition's log and makes the lowered recovery point durable
+(:meth:`~highwater.storage.log_manager.LogManager.truncate_to`)."""
 
 
 class PartitionError(HighwaterError):
@@ -87,7 +101,11 @@ class Partition:
     broker_id: int
     clock: Callable[[], int] = wall_clock_ms
     replica_lag_time_max_ms: int = 30_000
+    truncate_log: LogTruncation | None = None
+    """How the follower truncates its log; None: the log alone (no data directory's
+    checkpoints to lower)."""
     leader_state: LeaderReplicationState | None = None
+    follower_state: FollowerReplicationState | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -111,7 +129,9 @@ class Partition:
         self.registration = registration
         if registration.leader != self.broker_id:
             self.leader_state = None
+            self._follow(registration)
             return
+        self.follower_state = None
         now = self.clock()
         state = self.leader_state
         if state is None or state.leader_epoch != registration.leader_epoch:
@@ -137,6 +157,21 @@ class Partition:
                 replicas=registration.replicas,
             )
         self._sync_high_watermark()
+
+    def _follow(self, registration: PartitionRegistration) -> None:
+        """Follow ``registration``'s leader: a follower state from the log's offsets when
+        this replica was not following, else the state learns the new leader and epoch."""
+        state = self.follower_state
+        if state is None:
+            self.follower_state = FollowerReplicationState(
+                self.broker_id,
+                registration.leader,
+                registration.leader_epoch,
+                self.log.log_end_offset,
+                self.log.high_watermark,
+            )
+        else:
+            state.on_leader_change(registration.leader, registration.leader_epoch)
 
     def update_eligibility(self, image: MetadataImage) -> None:
         """Followers that are fenced or shutting down may not join the ISR (the controller
@@ -262,6 +297,59 @@ class Partition:
         self._sync_high_watermark()
         return FollowerRead(data, None, outcome.proposal, outcome.high_watermark_moved)
 
+    # --- as follower ---------------------------------------------------------------------
+
+    @property
+    def last_fetched_epoch(self) -> int:
+        """The leader epoch of the log's last batch (-1: none), for a follower's fetch."""
+        latest = self.log.leader_epoch_cache.latest_epoch
+        return NO_EPOCH if latest is None else latest
+
+    def _follower(self) -> FollowerReplicationState:
+        state = self.follower_state
+        if state is None:
+            raise PartitionError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"{self.topic_partition}: broker {self.broker_id} leads it, it does not follow",
+            )
+        return state
+
+    def append_as_follower(self, records: bytes, leader_high_watermark: int) -> bool:
+        """A fetch answer from the leader: append its ``records`` as they are (offsets and
+        epochs kept), then take the leader's high watermark as the follower state rules
+        (``min(LEO, leader's HW)``, never backwards). True if the high watermark moved.
+
+        PartitionError NOT_LEADER_OR_FOLLOWER when this replica leads now; the storage
+        engine's error when the records do not continue the log (nothing changes then).
+        """
+        state = self._follower()
+        if records:
+            self.log.append_as_follower(records)
+        moved = state.on_fetch_response(leader_high_watermark, self.log.log_end_offset)
+        self.log.update_high_watermark(state.high_watermark)
+        return moved
+
+    async def truncate_to_diverging_epoch(self, diverging: EpochEndOffset) -> TruncationDecision:
+        """The leader's answer named where the logs diverge (KIP-320): truncate the log to
+        the follower state's decision (:func:`~highwater.broker.replication.truncation_offset`,
+        by leader epoch, never the high watermark), which caps the high watermark there.
+
+        The log truncates on a batch boundary at or below the decision; the state takes
+        the log end the log has then.
+        """
+        state = self._follower()
+        decision = state.on_diverging_epoch(diverging, self.log.latest_epoch_end_offset)
+        if self.truncate_log is None:
+            self.log.truncate_to(decision.offset)
+        else:
+            await self.truncate_log(self.topic_partition, decision.offset)
+        if self.follower_state is state:  # still following (the checkpoints were awaited)
+            state.on_truncated(self.log.log_end_offset)
+            self.log.update_high_watermark(state.high_watermark)
+        return decision
+
+    # --- upkeep -----------------------------------------------------------------------------
+
     def maybe_shrink_isr(self) -> AlterPartitionProposal | None:
         """The ISR without the followers that fell behind, to propose; None if none did."""
         if self.leader_state is None:
@@ -364,6 +452,7 @@ class PartitionManager:
                     self.broker_id,
                     clock=self.clock,
                     replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                    truncate_log=self.log_manager.truncate_to,
                 )
                 created.update(registration)
                 created.update_eligibility(image)

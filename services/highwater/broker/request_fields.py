@@ -11,7 +11,7 @@ gets a consumer's answer with Kafka's defaults:
   ``timeout_ms`` unset is 30 s (``request.timeout.ms``).
 - ``FetchRequest.replica_id`` unset (or negative, as Kafka's consumers send ``-1``) is a
   consumer. Only a fetch that names a replica id *and* that broker's epoch is a
-  follower's, and :meth:`~highwater.broker.service.BrokerServer.fetch` then checks both
+  follower's, and :meth:`~highwater.broker.request_handler.RequestHandler.fetch` then checks both
   against the metadata image before the fetch can move any replication state.
 - ``FetchRequest.max_bytes`` unset is 1 MiB and ``partition_max_bytes`` 1 MiB (Kafka's
   ``max.partition.fetch.bytes``), so that an answer fits the 4 MiB default receive limit

@@ -1,0 +1,187 @@
+"""A broker's lifecycle with the controller (KIP-631): registration, heartbeats, controlled
+shutdown, and the readiness it reports to its gRPC host.
+
+The broker registers with the active controller under an incarnation id (one per
+process); a previous incarnation that did not shut down cleanly holds the broker id until
+its session expires, so registration is tried again until then, as Kafka's brokers do
+(the broker epoch kept in the clean-shutdown marker lets a cleanly stopped broker back at
+once). It then heartbeats every ``broker.heartbeat.interval.ms`` (more often while
+fenced) with the offset of the metadata it has applied; the controller unfences it once
+that has caught up. ``controlled_shutdown`` asks to go, and returns once the controller
+has moved the broker's leaderships away.
+
+Readiness: the Broker service is SERVING while this incarnation is registered, unfenced
+and not shutting down in the metadata image; :data:`~highwater.broker.rolling.READY_SERVICE`
+while it is also back in the ISR of every partition it replicates (the rolling-restart
+gate, docs/kubernetes.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Final
+
+import grpc.aio
+
+from highwater.broker.rolling import READY_SERVICE, broker_readiness
+from highwater.broker.settings import BrokerSettings
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
+from highwater.errors import HighwaterError
+from highwater.metadata.image import MetadataImage
+from highwater.metadata.records import BrokerEndpoint
+from highwater.rpc.endpoints import parse_endpoint
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = ["BROKER_SERVICE_NAME", "BrokerLifecycle", "ServingReport"]
+
+log = logging.getLogger(__name__)
+
+BROKER_SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["Broker"].full_name
+
+ServingReport = Callable[[str, bool], None]
+"""Says whether a gRPC service (by its full name) can serve: the host's health."""
+
+
+class BrokerLifecycle:
+    """Broker ``node_id``'s registration and session with the controller (see the module
+    docstring). ``metadata_offset`` is the offset of the metadata image the broker applied."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        advertised: str,
+        settings: BrokerSettings,
+        controller: ControllerClient,
+        metadata_offset: Callable[[], int],
+        report_serving: ServingReport | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.advertised = advertised
+        self.settings = settings
+        self.controller = controller
+        self._metadata_offset = metadata_offset
+        self._report_serving = report_serving
+        self.incarnation_id = str(uuid.uuid4())
+        self.broker_epoch = -1
+        """The epoch of this incarnation's registration; -1 before it registered."""
+        self.is_fenced = True
+        self.stopping = False
+        """Set when the broker stops: it reports NOT_SERVING and starts no more work."""
+        self._heartbeats: asyncio.Task[None] | None = None
+
+    @property
+    def is_registered(self) -> bool:
+        return self.broker_epoch >= 0
+
+    async def register(self, previous_broker_epoch: int = -1) -> int:
+        """Register this incarnation; the broker epoch.
+        ``previous_broker_epoch``: the one the clean-shutdown marker kept, or -1."""
+        host, port = parse_endpoint(self.advertised)
+        request = m.RegisterBrokerRequest(
+            broker_id=self.node_id,
+            incarnation_id=self.incarnation_id,
+            listeners=(BrokerEndpoint("PLAINTEXT", host, port),),
+            rack=self.settings.rack,
+            previous_broker_epoch=previous_broker_epoch,
+        )
+        waited = False
+        while True:
+            reply = await self.controller.register_broker(request)
+            if reply.error == ErrorCode.NONE:
+                self.broker_epoch = reply.broker_epoch
+                return reply.broker_epoch
+            if reply.error != ErrorCode.DUPLICATE_BROKER_REGISTRATION:
+                raise HighwaterError(
+                    f"broker {self.node_id} could not register: {reply.error_message}"
+                )
+            if not waited:
+                log.info(
+                    "broker %d: the previous incarnation's session has not expired yet; "
+                    "registering again until it has",
+                    self.node_id,
+                )
+                waited = True
+            await asyncio.sleep(self.settings.registration_retry_backoff_ms / 1000)
+
+    async def wait_unfenced(self, timeout_s: float = 30) -> None:
+        async with asyncio.timeout(timeout_s):
+            while self.is_fenced:
+                await asyncio.sleep(0.02)
+
+    async def controlled_shutdown(self) -> None:
+        """Ask to shut down, heartbeat until the controller lets the broker go (its
+        leaderships moved away), at most ``controlled_shutdown_timeout_ms``; a controller
+        that cannot be reached does not hold the broker. Nothing to do if it never
+        registered."""
+        if self._heartbeats is None:
+            return
+        with contextlib.suppress(HighwaterError, asyncio.TimeoutError, grpc.aio.AioRpcError):
+            async with asyncio.timeout(self.settings.controlled_shutdown_timeout_ms / 1000):
+                while True:
+                    reply = await self.controller.broker_heartbeat(
+                        m.BrokerHeartbeatRequest(
+                            self.node_id,
+                            self.broker_epoch,
+                            self._metadata_offset(),
+                            want_shutdown=True,
+                        )
+                    )
+                    if reply.should_shut_down or reply.error != ErrorCode.NONE:
+                        return
+                    await asyncio.sleep(self.settings.fenced_heartbeat_interval_ms / 1000)
+
+    def start_heartbeats(self) -> None:
+        """Heartbeat every ``broker.heartbeat.interval.ms`` (the fenced interval while
+        fenced) until :meth:`stop_heartbeats`."""
+        if self._heartbeats is None:
+            self._heartbeats = asyncio.create_task(self._heartbeat_forever())
+
+    async def stop_heartbeats(self) -> None:
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeats
+            self._heartbeats = None
+
+    async def _heartbeat_forever(self) -> None:
+        while True:
+            try:
+                reply = await self.controller.broker_heartbeat(
+                    m.BrokerHeartbeatRequest(
+                        self.node_id, self.broker_epoch, self._metadata_offset()
+                    )
+                )
+                if reply.error == ErrorCode.NONE:
+                    self.is_fenced = reply.is_fenced
+            except HighwaterError as e:
+                log.warning("broker %d: heartbeat failed: %s", self.node_id, e)
+            interval_ms = (
+                self.settings.fenced_heartbeat_interval_ms
+                if self.is_fenced
+                else self.settings.heartbeat_interval_ms
+            )
+            await asyncio.sleep(interval_ms / 1000)
+
+    def report_readiness(self, image: MetadataImage) -> None:
+        """Health, as the module docstring says: before it registered, a broker's answers
+        would be NOT_LEADER_OR_FOLLOWER and its topic creations INVALID_REPLICATION_FACTOR."""
+        report = self._report_serving
+        if report is None:
+            return
+        registration = image.broker(self.node_id)
+        serving = (
+            self.is_registered
+            and not self.stopping
+            and registration is not None
+            and registration.broker_epoch == self.broker_epoch
+            and registration.is_active
+        )
+        report(BROKER_SERVICE_NAME, serving)
+        report(READY_SERVICE, serving and broker_readiness(image, self.node_id).allowed)

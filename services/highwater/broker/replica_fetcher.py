@@ -1,0 +1,364 @@
+"""The replica fetchers: a follower pulls the partitions it follows from their leaders.
+
+Kafka's ``ReplicaFetcherManager`` and ``ReplicaFetcherThread``, on the event loop. The
+:class:`ReplicaFetcherManager` keeps one :class:`ReplicaFetcher` per leader this broker
+follows partitions of. A fetcher's round: the partitions it follows now (those whose
+leader in the metadata image is its leader: a leader change moves a partition to another
+fetcher, and a fetcher left with none ends), one ``Fetch`` for them all (``replica_id``
+and broker epoch, each partition's log end offset, last fetched epoch and current leader
+epoch, long-polled ``replica.fetch.wait.max.ms``), then each answer goes to its
+:class:`~highwater.broker.partitions.Partition`: records are appended and the follower's
+high watermark taken (:meth:`~highwater.broker.partitions.Partition.append_as_follower`),
+a diverging epoch truncates the log
+(:meth:`~highwater.broker.partitions.Partition.truncate_to_diverging_epoch`). An answer
+for a partition that changed leader or leader epoch since the fetch was sent is dropped.
+A fetch that fails, or whose every partition is an error, is followed by
+``replica.fetch.backoff.ms``; an answer with nothing new is not (the leader already held
+it for its long poll).
+
+The fetches go over a :class:`FetchTransport` to the leader's address, made by a
+:data:`Connect` function: over gRPC a :class:`GrpcFetchTransport` (one ``FetchStream`` call,
+each fetch answered before the next), in tests a fake that answers as a leader would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol
+
+import grpc.aio
+
+from highwater.broker.partitions import Partition, PartitionManager
+from highwater.broker.replication import EpochEndOffset
+from highwater.broker.settings import BrokerSettings
+from highwater.broker.telemetry import BrokerTelemetry
+from highwater.errors import HighwaterError
+from highwater.rpc.broker_streams import FetchStream
+from highwater.rpc.channels import open_channel
+from highwater.storage.topic_partition import TopicPartition
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1 import broker_pb2_grpc
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = [
+    "Connect",
+    "FetchRound",
+    "FetchTransport",
+    "GrpcFetchTransport",
+    "ReplicaFetchError",
+    "ReplicaFetcher",
+    "ReplicaFetcherManager",
+]
+
+log = logging.getLogger(__name__)
+
+
+class ReplicaFetchError(HighwaterError):
+    """A fetch from the leader did not get an answer (unreachable, timed out, ended)."""
+
+
+class FetchTransport(Protocol):
+    """Fetches to one leader, each answered before the next is sent."""
+
+    async def fetch(self, request: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse:
+        """The leader's answer, or :class:`ReplicaFetchError`."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+Connect = Callable[[str], FetchTransport]
+"""A transport to the broker at ``HOST:PORT``."""
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class GrpcFetchTransport:
+    """A :class:`FetchTransport` over gRPC: one channel and a
+    :class:`~highwater.rpc.broker_streams.FetchStream` to ``address``."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._channel = open_channel(address)
+        self._fetches = FetchStream(broker_pb2_grpc.BrokerStub(self._channel))
+
+    async def fetch(self, request: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse:
+        try:
+            return await self._fetches.fetch(request, timeout_s)
+        except grpc.aio.AioRpcError as e:
+            raise ReplicaFetchError(f"fetch from {self.address}: {e.code().name}") from e
+
+    async def close(self) -> None:
+        self._fetches.close()
+        await self._channel.close()
+
+
+class FetchRound(enum.Enum):
+    """How a fetcher's round ended, and so what it does next."""
+
+    FETCHED = "fetched"
+    """Some partition was answered: fetch again at once."""
+    BACK_OFF = "back off"
+    """The fetch failed, every answer was an error, or the leader has no address yet:
+    wait ``replica.fetch.backoff.ms``."""
+    IDLE = "idle"
+    """This broker follows no partition of the leader (any more): the fetcher ends."""
+
+
+class ReplicaFetcher:
+    """Replicates the partitions broker ``leader_id`` leads into this broker's logs, by
+    pull (see the module docstring). :meth:`run` until cancelled or idle;
+    :meth:`fetch_round` is one round."""
+
+    def __init__(
+        self,
+        leader_id: int,
+        *,
+        partitions: PartitionManager,
+        replica_id: int,
+        broker_epoch: Callable[[], int],
+        settings: BrokerSettings,
+        connect: Connect = GrpcFetchTransport,
+        on_change: Callable[[], None] | None = None,
+        telemetry: BrokerTelemetry | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        """``broker_epoch``: this broker's, which its fetches name; ``on_change``: called
+        after each answer was applied (the long polls wake)."""
+        self.leader_id = leader_id
+        self._partitions = partitions
+        self._replica_id = replica_id
+        self._broker_epoch = broker_epoch
+        self._settings = settings
+        self._connect = connect
+        self._on_change = on_change
+        self._telemetry = telemetry
+        self._sleep = sleep
+        self._transport: FetchTransport | None = None
+        self._address = ""
+
+    def followed(self) -> list[Partition]:
+        """The partitions this broker follows from the leader now."""
+        return [
+            p
+            for p in self._partitions
+            if p.follower_state is not None and p.registration.leader == self.leader_id
+        ]
+
+    def leader_address(self) -> str | None:
+        """The leader's first listener in the metadata image; None while it has none."""
+        broker = self._partitions.image.broker(self.leader_id)
+        if broker is None or not broker.listeners:
+            return None
+        return f"{broker.listeners[0].host}:{broker.listeners[0].port}"
+
+    async def run(self) -> None:
+        """Fetch round after round until no partition is followed from the leader."""
+        backoff_s = self._settings.replica_fetch_backoff_ms / 1000
+        try:
+            while True:
+                outcome = await self.fetch_round()
+                if outcome is FetchRound.IDLE:
+                    return
+                if outcome is FetchRound.BACK_OFF:
+                    await self._sleep(backoff_s)
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Close the transport (a later round opens another)."""
+        transport, self._transport, self._address = self._transport, None, ""
+        if transport is not None:
+            await transport.close()
+
+    async def fetch_round(self) -> FetchRound:
+        """One fetch for the followed partitions, its answers applied."""
+        followed = self.followed()
+        if not followed:
+            return FetchRound.IDLE
+        address = self.leader_address()
+        if address is None:
+            return FetchRound.BACK_OFF
+        if address != self._address or self._transport is None:
+            await self.close()
+            self._address, self._transport = address, self._connect(address)
+        request = self.fetch_request(followed)
+        epochs = {p.topic_partition: p.leader_epoch for p in followed}  # as fetched
+        timeout_s = self._settings.replica_fetch_max_wait_ms / 1000 + 30
+        try:
+            reply = await self._transport.fetch(request, timeout_s)
+        except ReplicaFetchError as e:
+            log.debug("broker %d: %s", self._replica_id, e)
+            return FetchRound.BACK_OFF
+        span = (
+            None
+            if self._telemetry is None
+            else self._telemetry.replica_fetch_span(self.leader_id, reply)
+        )
+        try:
+            answered = await self.apply(reply, epochs)
+        finally:
+            if span is not None:
+                span.end()
+        return FetchRound.FETCHED if answered else FetchRound.BACK_OFF
+
+    def fetch_request(self, followed: Iterable[Partition]) -> pb.FetchRequest:
+        """The follower's fetch for ``followed``: from each log's end, with its last
+        fetched epoch and the leader epoch it follows in."""
+        settings = self._settings
+        request = pb.FetchRequest(
+            replica_id=self._replica_id,
+            replica_epoch=self._broker_epoch(),
+            max_wait_ms=settings.replica_fetch_max_wait_ms,
+            min_bytes=1,
+            max_bytes=settings.replica_fetch_response_max_bytes,
+        )
+        topics: dict[str, pb.FetchTopic] = {}
+        for partition in followed:
+            tp = partition.topic_partition
+            topic = topics.get(tp.topic)
+            if topic is None:
+                topic = topics[tp.topic] = request.topics.add(topic=tp.topic)
+            topic.partitions.add(
+                partition=tp.partition,
+                current_leader_epoch=partition.leader_epoch,
+                fetch_offset=partition.log_end_offset,
+                last_fetched_epoch=partition.last_fetched_epoch,
+                log_start_offset=partition.log.log_start_offset,
+                partition_max_bytes=settings.replica_fetch_max_bytes,
+            )
+        return request
+
+    async def apply(self, reply: pb.FetchResponse, requested: dict[TopicPartition, int]) -> bool:
+        """Hand each answer of ``reply`` to its partition (``requested``: the partitions
+        fetched and the leader epoch each was fetched in); False if every answer was an
+        error (then the fetcher backs off)."""
+        answered = False
+        for topic in reply.topics:
+            for answer in topic.partitions:
+                tp = TopicPartition(topic.topic, answer.partition)
+                partition = self._current(tp, requested.get(tp))
+                if partition is None:
+                    continue
+                if answer.error != ErrorCode.NONE:
+                    log.debug(
+                        "broker %d: %s: %s from the leader",
+                        self._replica_id,
+                        tp,
+                        ErrorCode.Name(answer.error),
+                    )
+                    continue
+                answered = True
+                if answer.HasField("diverging_epoch"):
+                    diverging = EpochEndOffset(
+                        answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset
+                    )
+                    decision = await partition.truncate_to_diverging_epoch(diverging)
+                    log.info(
+                        "broker %d: %s truncated to %d (diverging epoch %d)",
+                        self._replica_id,
+                        tp,
+                        decision.offset,
+                        diverging.epoch,
+                    )
+                    continue
+                try:
+                    partition.append_as_follower(answer.records, answer.high_watermark)
+                except HighwaterError as e:
+                    log.error(
+                        "broker %d: %s: cannot append the fetched records: %s",
+                        self._replica_id,
+                        tp,
+                        e,
+                    )
+        if self._on_change is not None:
+            self._on_change()
+        return answered
+
+    def _current(self, tp: TopicPartition, fetched_epoch: int | None) -> Partition | None:
+        """The partition if it still follows this fetcher's leader in the epoch it was
+        fetched in; None for an answer that is stale or was not asked for."""
+        if fetched_epoch is None:
+            return None
+        try:
+            partition = self._partitions.get(tp.topic, tp.partition)
+        except HighwaterError:
+            return None  # no longer a replica here
+        if (
+            partition.follower_state is None
+            or partition.registration.leader != self.leader_id
+            or partition.leader_epoch != fetched_epoch
+        ):
+            return None
+        return partition
+
+
+class ReplicaFetcherManager:
+    """One :class:`ReplicaFetcher` per leader this broker follows partitions of (Kafka's
+    ``ReplicaFetcherManager``): :meth:`ensure_fetchers` after each metadata image,
+    :meth:`close` when the broker stops."""
+
+    def __init__(
+        self,
+        partitions: PartitionManager,
+        *,
+        replica_id: int,
+        broker_epoch: Callable[[], int],
+        settings: BrokerSettings,
+        connect: Connect = GrpcFetchTransport,
+        on_change: Callable[[], None] | None = None,
+        telemetry: BrokerTelemetry | None = None,
+    ) -> None:
+        self._partitions = partitions
+        self._replica_id = replica_id
+        self._broker_epoch = broker_epoch
+        self._settings = settings
+        self._connect = connect
+        self._on_change = on_change
+        self._telemetry = telemetry
+        self._fetchers: dict[int, asyncio.Task[None]] = {}
+        self._closed = False
+
+    @property
+    def leaders(self) -> frozenset[int]:
+        """The leaders a fetcher runs for now."""
+        return frozenset(leader for leader, task in self._fetchers.items() if not task.done())
+
+    def ensure_fetchers(self) -> None:
+        """Start a fetcher for each leader followed that has none running."""
+        if self._closed:
+            return
+        leaders = {
+            p.registration.leader
+            for p in self._partitions
+            if p.follower_state is not None and p.registration.has_leader
+        }
+        for leader_id in leaders:
+            task = self._fetchers.get(leader_id)
+            if task is None or task.done():
+                fetcher = ReplicaFetcher(
+                    leader_id,
+                    partitions=self._partitions,
+                    replica_id=self._replica_id,
+                    broker_epoch=self._broker_epoch,
+                    settings=self._settings,
+                    connect=self._connect,
+                    on_change=self._on_change,
+                    telemetry=self._telemetry,
+                )
+                self._fetchers[leader_id] = asyncio.create_task(fetcher.run())
+
+    async def close(self) -> None:
+        """Stop every fetcher; none starts after."""
+        self._closed = True
+        tasks = list(self._fetchers.values())
+        self._fetchers.clear()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,498 @@
+"""The broker's request handling: the data-plane requests of ``highwater.v1.Broker``.
+
+Kafka's ``KafkaApis``: Produce (acks 0, 1 and all; plain records are encoded as one
+batch), Fetch (a long poll on ``max_wait_ms`` / ``min_bytes``; a consumer reads up to the
+high watermark, a follower past it), ListOffsets, Metadata, OffsetsForLeaderEpoch,
+DeleteRecords, InitProducerId (ids from blocks the controller allocates) and
+FindCoordinator (the owner of the group's ``__consumer_offsets`` partition in the metadata
+image). Each partition of a request is served by its
+:class:`~highwater.broker.partitions.Partition`; a failure of one partition is an error
+code in its reply, and the other partitions of the request are served. Long polls and
+acks=all produces wait in the :class:`~highwater.broker.purgatory.Purgatory`; ISR changes
+a follower's fetch brings go to the AlterPartition sender.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from highwater.broker import request_fields as fields
+from highwater.broker.partitions import Partition, PartitionError, PartitionManager
+from highwater.broker.plain_records import add_plain_records
+from highwater.broker.purgatory import Purgatory
+from highwater.broker.replication import AlterPartitionProposal
+from highwater.broker.settings import BrokerSettings
+from highwater.broker.telemetry import ACKS, CONSUMER, REPLICA, TOPIC, BrokerTelemetry
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
+from highwater.errors import HighwaterError, InvalidRequestError
+from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
+from highwater.records import SimpleRecord, build_batch
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = ["RequestHandler"]
+
+log = logging.getLogger(__name__)
+
+ACKS_ALL: Final = fields.ACKS_ALL
+RECORD_FORMATS: Final = frozenset(pb.RecordFormat.values())
+
+
+class RequestHandler:
+    """Answers broker ``node_id``'s data-plane requests (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        settings: BrokerSettings,
+        partitions: PartitionManager,
+        purgatory: Purgatory,
+        telemetry: BrokerTelemetry,
+        controller: ControllerClient,
+        broker_epoch: Callable[[], int],
+        propose: Callable[[Partition, AlterPartitionProposal], None],
+    ) -> None:
+        """``broker_epoch``: this broker's (producer id blocks are asked for under it);
+        ``propose``: where ISR changes go (the AlterPartition sender)."""
+        self.node_id = node_id
+        self.settings = settings
+        self.partitions = partitions
+        self.telemetry = telemetry
+        self.controller = controller
+        self._purgatory = purgatory
+        self._broker_epoch = broker_epoch
+        self._propose = propose
+        self._producer_ids: tuple[int, int] = (0, 0)  # next id, end (exclusive)
+
+    # --- Produce ------------------------------------------------------------------------
+
+    async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+        started = time.monotonic()
+        try:
+            return await self._produce(request)
+        finally:
+            self.telemetry.produce_duration.record(
+                time.monotonic() - started, {ACKS: fields.produce_acks(request)}
+            )
+
+    async def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+        acks = fields.produce_acks(request)
+        response = pb.ProduceResponse()
+        waiting: list[tuple[pb.ProducePartitionResponse, str, int]] = []
+        committed = False  # whether an append moved a high watermark (a leader alone in its ISR)
+        for topic in request.topics:
+            topic_response = response.topics.add(topic=topic.topic)
+            for item in topic.partitions:
+                answer = topic_response.partitions.add(partition=item.partition, base_offset=-1)
+                answer.log_append_time_ms = -1
+                if acks not in (0, 1, ACKS_ALL):
+                    _fail(answer, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}")
+                    continue
+                try:
+                    partition = self.partitions.get(topic.topic, item.partition)
+                    data = _batch_bytes(item)
+                    high_watermark = partition.high_watermark
+                    info = partition.append(data, acks)
+                    committed = committed or partition.high_watermark != high_watermark
+                except HighwaterError as e:
+                    _fail(answer, getattr(e, "code", ErrorCode.UNKNOWN_SERVER_ERROR), str(e))
+                    continue
+                self.telemetry.bytes_in.add(len(data), {TOPIC: topic.topic})
+                answer.base_offset = info.first_offset
+                answer.log_append_time_ms = info.log_append_time
+                answer.log_start_offset = info.log_start_offset
+                if acks == ACKS_ALL:
+                    waiting.append((answer, topic.topic, info.last_offset + 1))
+        self._purgatory.notify(committed=committed)
+        if acks == 0:
+            return pb.ProduceResponse()
+        deadline = time.monotonic() + max(fields.produce_timeout_ms(request), 0) / 1000
+        while waiting:
+            waiting = [w for w in waiting if not self._replicated(*w)]
+            if not waiting:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                for answer, _, _ in waiting:
+                    _fail(answer, ErrorCode.REQUEST_TIMED_OUT, "not replicated to the ISR in time")
+                break
+            await self._purgatory.wait(remaining)
+        return response
+
+    def _replicated(self, answer: pb.ProducePartitionResponse, topic: str, end: int) -> bool:
+        """Whether an acks=all append that ended at ``end`` is done (setting its error)."""
+        try:
+            partition = self.partitions.get(topic, answer.partition)
+        except PartitionError as e:
+            _fail(answer, e.code, str(e))
+            return True
+        completed, error = partition.produce_completion(end)
+        if completed and error != ErrorCode.NONE:
+            _fail(
+                answer, error, f"{topic}-{answer.partition}: not replicated to min.insync.replicas"
+            )
+        return completed
+
+    # --- Fetch --------------------------------------------------------------------------
+
+    async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+        """A consumer's or a follower's fetch (a long poll). A fetch is a follower's only
+        when it names a replica id (``request_fields.follower_id``); then that broker must
+        be registered with the epoch the fetch names, or every partition's answer is
+        STALE_BROKER_EPOCH and nothing moves: a consumer that sets a replica id, or an
+        earlier incarnation of the broker, cannot pass for the follower."""
+        started = time.monotonic()
+        deadline = started + max(request.max_wait_ms, 0) / 1000
+        if request.record_format not in RECORD_FORMATS:
+            raise InvalidRequestError(f"record_format {request.record_format} is not known")
+        follower = fields.follower_id(request)
+        if follower is not None:
+            refusal = self._follower_refusal(request, follower)
+            if refusal is not None:
+                return _fail_fetch(request, ErrorCode.STALE_BROKER_EPOCH, refusal)
+        read = self._read if follower is None else self._read_for_follower
+        while True:
+            response, total, failed = read(request)
+            now = time.monotonic()
+            if failed or total >= max(request.min_bytes, 1) or now >= deadline:
+                self.telemetry.fetch_duration.record(
+                    now - started, CONSUMER if follower is None else REPLICA
+                )
+                return response
+            await self._purgatory.wait(deadline - now, appended=follower is not None)
+
+    def _follower_refusal(self, request: pb.FetchRequest, replica_id: int) -> str | None:
+        """Why a fetch that claims to come from broker ``replica_id`` is not that broker's
+        (its epoch is missing or is not the registered one), or ``None``."""
+        if not request.HasField("replica_epoch"):
+            return f"a fetch as replica {replica_id} must name that broker's epoch"
+        broker = self.partitions.image.broker(replica_id)
+        if broker is None:
+            return f"broker {replica_id} is not registered"
+        if broker.broker_epoch != request.replica_epoch:
+            return (
+                f"broker {replica_id} is registered with epoch {broker.broker_epoch}, "
+                f"not {request.replica_epoch}"
+            )
+        return None
+
+    def _read(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, bool]:
+        response = pb.FetchResponse()
+        budget = fields.fetch_max_bytes(request, self.settings.fetch_max_bytes)
+        plain = request.record_format == pb.RECORD_FORMAT_PLAIN
+        total = 0
+        failed = False
+        for topic in request.topics:
+            topic_response = response.topics.add(topic=topic.topic)
+            for item in topic.partitions:
+                answer = topic_response.partitions.add(partition=item.partition)
+                answer.high_watermark = answer.log_start_offset = -1
+                room = budget - total
+                try:
+                    partition = self.partitions.get(topic.topic, item.partition)
+                    data = partition.read(
+                        item.fetch_offset,
+                        max(min(fields.partition_fetch_max_bytes(item), room), 0),
+                        fields.current_leader_epoch(item),
+                        min_one_batch=room > 0,
+                    )
+                    if plain:
+                        add_plain_records(answer, data.records, item.fetch_offset)
+                except HighwaterError as e:
+                    answer.error = e.code  # type: ignore[assignment]
+                    failed = True
+                    continue
+                answer.high_watermark = partition.high_watermark
+                answer.log_start_offset = data.log_start_offset
+                if not plain:
+                    answer.records = data.records
+                total += len(data.records)
+                if data.records:
+                    self.telemetry.bytes_out.add(len(data.records), {TOPIC: topic.topic})
+        return response, total, failed
+
+    def _read_for_follower(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, bool]:
+        """A follower's fetch: records past the high watermark too, or the diverging epoch;
+        its progress moves the high watermark and may bring it back into the ISR."""
+        response = pb.FetchResponse()
+        budget = fields.fetch_max_bytes(request, self.settings.fetch_max_bytes)
+        total = 0
+        failed = False
+        moved = False
+        for topic in request.topics:
+            topic_response = response.topics.add(topic=topic.topic)
+            for item in topic.partitions:
+                answer = topic_response.partitions.add(partition=item.partition)
+                answer.high_watermark = answer.log_start_offset = -1
+                room = budget - total
+                try:
+                    partition = self.partitions.get(topic.topic, item.partition)
+                    read = partition.read_for_follower(
+                        request.replica_id,
+                        item.fetch_offset,
+                        fields.last_fetched_epoch(item),
+                        max(min(fields.partition_fetch_max_bytes(item), room), 0),
+                        fields.current_leader_epoch(item),
+                        min_one_batch=room > 0,
+                    )
+                except PartitionError as e:
+                    answer.error = e.code  # type: ignore[assignment]
+                    failed = True
+                    continue
+                moved = moved or read.high_watermark_moved
+                answer.high_watermark = partition.high_watermark
+                answer.log_start_offset = partition.log.log_start_offset
+                if read.proposal is not None:
+                    self._propose(partition, read.proposal)
+                if read.diverging is not None:
+                    answer.diverging_epoch.epoch = read.diverging.epoch
+                    answer.diverging_epoch.end_offset = read.diverging.end_offset
+                    failed = True  # answer at once: the follower truncates first
+                    continue
+                assert read.data is not None
+                answer.records = read.data.records
+                total += len(read.data.records)
+                if read.data.records:
+                    self.telemetry.bytes_out.add(
+                        len(read.data.records), {**REPLICA, TOPIC: topic.topic}
+                    )
+        if moved:
+            # acks=all produces and consumers wait for the high watermark; the other
+            # followers' fetches do not (they would only find nothing new).
+            self._purgatory.notify(appended=False)
+        return response, total, failed
+
+    # --- offsets and metadata -------------------------------------------------------------
+
+    def list_offsets(self, request: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
+        response = pb.ListOffsetsResponse()
+        for topic in request.topics:
+            topic_response = response.topics.add(topic=topic.topic)
+            for item in topic.partitions:
+                answer = topic_response.partitions.add(
+                    partition=item.partition, timestamp=-1, offset=-1, leader_epoch=-1
+                )
+                try:
+                    partition = self.partitions.get(topic.topic, item.partition)
+                    timestamp, offset = partition.list_offset(
+                        item.timestamp, fields.current_leader_epoch(item)
+                    )
+                except PartitionError as e:
+                    answer.error = e.code  # type: ignore[assignment]
+                    continue
+                answer.timestamp, answer.offset = timestamp, offset
+                answer.leader_epoch = partition.leader_epoch
+        return response
+
+    def metadata(self, request: pb.MetadataRequest) -> pb.MetadataResponse:
+        image = self.partitions.image
+        response = pb.MetadataResponse(controller_id=-1)
+        for broker in sorted(image.cluster.brokers.values(), key=lambda b: b.broker_id):
+            if not broker.is_active or not broker.listeners:
+                continue
+            endpoint = broker.listeners[0]
+            response.brokers.add(
+                node_id=broker.broker_id,
+                host=endpoint.host,
+                port=endpoint.port,
+                rack=broker.rack or "",
+            )
+        for coordinator in sorted(
+            image.cluster.coordinators.values(), key=lambda c: c.coordinator_id
+        ):
+            if not coordinator.listeners:
+                continue
+            endpoint = coordinator.listeners[0]
+            response.coordinators.add(
+                node_id=coordinator.coordinator_id,
+                host=endpoint.host,
+                port=endpoint.port,
+                rack=coordinator.rack or "",
+            )
+        names = list(request.topics) or sorted(image.topics.by_name)
+        for name in names:
+            topic = image.topic(name)
+            if topic is None:
+                response.topics.add(name=name, error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            described = response.topics.add(
+                name=name, topic_id=topic.topic_id, is_internal=name.startswith("__")
+            )
+            for index in range(len(topic.partitions)):
+                registration = topic.partition(index)
+                if registration is None:
+                    continue
+                described.partitions.add(
+                    error=(
+                        ErrorCode.NONE
+                        if registration.has_leader
+                        else ErrorCode.LEADER_NOT_AVAILABLE
+                    ),
+                    partition=index,
+                    leader_id=registration.leader,
+                    leader_epoch=registration.leader_epoch,
+                    replicas=registration.replicas,
+                    isr=registration.isr,
+                    offline_replicas=[
+                        r for r in registration.replicas if not image.is_active_broker(r)
+                    ],
+                )
+        return response
+
+    def offsets_for_leader_epoch(
+        self, request: pb.OffsetsForLeaderEpochRequest
+    ) -> pb.OffsetsForLeaderEpochResponse:
+        response = pb.OffsetsForLeaderEpochResponse()
+        for topic in request.topics:
+            topic_response = response.topics.add(topic=topic.topic)
+            for item in topic.partitions:
+                answer = topic_response.partitions.add(
+                    partition=item.partition, leader_epoch=-1, end_offset=-1
+                )
+                try:
+                    partition = self.partitions.get(topic.topic, item.partition)
+                    partition.check_leader(fields.current_leader_epoch(item))
+                except PartitionError as e:
+                    answer.error = e.code  # type: ignore[assignment]
+                    continue
+                epoch, end = partition.log.latest_epoch_end_offset(item.leader_epoch)
+                answer.leader_epoch, answer.end_offset = epoch, end
+        return response
+
+    def delete_records(self, request: pb.DeleteRecordsRequest) -> pb.DeleteRecordsResponse:
+        response = pb.DeleteRecordsResponse()
+        for topic in request.topics:
+            topic_response = response.topics.add(topic=topic.topic)
+            for item in topic.partitions:
+                answer = topic_response.partitions.add(partition=item.partition, low_watermark=-1)
+                try:
+                    partition = self.partitions.get(topic.topic, item.partition)
+                    partition.check_leader(-1)
+                    offset = partition.high_watermark if item.offset == -1 else item.offset
+                    if not 0 <= offset <= partition.high_watermark:
+                        raise PartitionError(
+                            ErrorCode.OFFSET_OUT_OF_RANGE,
+                            f"{offset} is beyond the high watermark {partition.high_watermark}",
+                        )
+                    partition.log.maybe_increment_log_start_offset(offset)
+                except PartitionError as e:
+                    answer.error = e.code  # type: ignore[assignment]
+                    continue
+                answer.low_watermark = partition.log.log_start_offset
+        return response
+
+    async def init_producer_id(
+        self, request: pb.InitProducerIdRequest
+    ) -> pb.InitProducerIdResponse:
+        if request.HasField("producer_id") and request.producer_id >= 0:
+            # A known producer asking again: the same id with the next epoch.
+            known = request.producer_epoch if request.HasField("producer_epoch") else -1
+            epoch = max(known, -1) + 1
+            if epoch > 32767:
+                return pb.InitProducerIdResponse(error=ErrorCode.PRODUCER_FENCED)
+            return pb.InitProducerIdResponse(producer_id=request.producer_id, producer_epoch=epoch)
+        next_id, end = self._producer_ids
+        if next_id >= end:
+            reply = await self.controller.allocate_producer_ids(
+                m.AllocateProducerIdsRequest(self.node_id, self._broker_epoch())
+            )
+            if reply.error != ErrorCode.NONE:
+                return pb.InitProducerIdResponse(error=reply.error)  # type: ignore[arg-type]
+            next_id, end = reply.producer_id_start, reply.producer_id_start + reply.producer_id_len
+        self._producer_ids = (next_id + 1, end)
+        return pb.InitProducerIdResponse(producer_id=next_id, producer_epoch=0)
+
+    def find_coordinator(self, request: pb.FindCoordinatorRequest) -> pb.FindCoordinatorResponse:
+        """The coordinator of each group, from the metadata image: the owner of the group's
+        ``__consumer_offsets`` partition (Kafka's ``partitionFor``) and its first listener.
+
+        Per key: INVALID_REQUEST for an empty group id or an unknown key type;
+        COORDINATOR_NOT_AVAILABLE while the topic does not exist, the partition has no
+        owner, or the owner's registration is gone.
+        """
+        image = self.partitions.image
+        topic = image.topic(CONSUMER_OFFSETS_TOPIC)
+        partition_count = 0 if topic is None else len(topic.partitions)
+        response = pb.FindCoordinatorResponse()
+        for key in request.keys:
+            answer = response.coordinators.add(key=key, node_id=-1, port=-1)
+            if request.key_type != pb.COORDINATOR_TYPE_GROUP:
+                _fail(answer, ErrorCode.INVALID_REQUEST, f"unknown key type {request.key_type}")
+                continue
+            if not key:
+                _fail(answer, ErrorCode.INVALID_REQUEST, "the group id is empty")
+                continue
+            if partition_count == 0:
+                _fail(
+                    answer,
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"{CONSUMER_OFFSETS_TOPIC} does not exist yet",
+                )
+                continue
+            partition_id = partition_for_group(key, partition_count)
+            assignment = image.coordinator_assignment(partition_id)
+            owner = None if assignment is None else image.coordinator(assignment.coordinator_id)
+            if owner is None or not owner.listeners:
+                _fail(
+                    answer,
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"no coordinator owns partition {partition_id} of {CONSUMER_OFFSETS_TOPIC}",
+                )
+                continue
+            endpoint = owner.listeners[0]
+            answer.node_id = owner.coordinator_id
+            answer.host = endpoint.host
+            answer.port = endpoint.port
+        return response
+
+
+def _fail_fetch(request: pb.FetchRequest, code: int, message: str) -> pb.FetchResponse:
+    """The answer to a fetch refused as a whole: ``code`` for each partition it names."""
+    log.warning("fetch refused: %s", message)
+    response = pb.FetchResponse()
+    for topic in request.topics:
+        topic_response = response.topics.add(topic=topic.topic)
+        for item in topic.partitions:
+            topic_response.partitions.add(
+                partition=item.partition, error=code, high_watermark=-1, log_start_offset=-1
+            )
+    return response
+
+
+def _fail(answer: Any, code: int, message: str) -> None:
+    answer.error = code
+    answer.error_message = message
+
+
+def _batch_bytes(item: pb.ProducePartition) -> bytes:
+    """The batches of a produce item: as sent, or its plain records encoded as one batch."""
+    if item.WhichOneof("data") == "record_batches":
+        return item.record_batches
+    plain = item.records
+    if not plain.records:
+        raise PartitionError(ErrorCode.INVALID_RECORD, "no records to produce")
+    now = time.time_ns() // 1_000_000
+    records = [
+        SimpleRecord(
+            key=record.key if record.HasField("key") else None,
+            value=record.value if record.HasField("value") else None,
+            headers=tuple(
+                (h.key, h.value if h.HasField("value") else None) for h in record.headers
+            ),
+            timestamp=record.timestamp_ms if record.HasField("timestamp_ms") else now,
+        )
+        for record in plain.records
+    ]
+    if plain.HasField("producer_id"):
+        return build_batch(
+            records,
+            producer_id=plain.producer_id,
+            producer_epoch=plain.producer_epoch,
+            base_sequence=plain.base_sequence,
+        )
+    return build_batch(records)

@@ -1,0 +1,46 @@
+"""``BrokerSettings``: a broker's own settings, with Kafka's names and defaults.
+
+Shared by the broker's parts (lifecycle, request handling, the replica fetchers, the
+AlterPartition sender), which each read the ones they need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from highwater.storage.log_manager import LogManagerSettings
+
+__all__ = ["BrokerSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    """The broker's own settings, with Kafka's names and defaults."""
+
+    heartbeat_interval_ms: int = 2000
+    """``broker.heartbeat.interval.ms``."""
+    fenced_heartbeat_interval_ms: int = 100
+    """How often a fenced broker heartbeats while it waits to be unfenced."""
+    rack: str | None = None
+    """``broker.rack``."""
+    controlled_shutdown_timeout_ms: int = 10_000
+    """How long ``stop`` waits for the controller to let the broker go."""
+    replica_lag_time_max_ms: int = 30_000
+    """``replica.lag.time.max.ms``: a follower not caught up for this long leaves the ISR."""
+    replica_fetch_max_wait_ms: int = 500
+    """``replica.fetch.wait.max.ms``: a follower's long poll."""
+    replica_fetch_max_bytes: int = 1024 * 1024
+    """``replica.fetch.max.bytes``: per partition."""
+    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
+    """``replica.fetch.response.max.bytes``."""
+    replica_fetch_backoff_ms: int = 100
+    """``replica.fetch.backoff.ms``: the wait after a failed fetch."""
+    fetch_max_bytes: int = 55 * 1024 * 1024
+    """``fetch.max.bytes``: the most one fetch answer carries, whatever it asks for (one
+    batch more at most), below the 64 MiB gRPC message limit of the broker's server."""
+    registration_retry_backoff_ms: int = 500
+    """The wait between registrations while a previous incarnation's session lasts."""
+    alter_partition_retry_backoff_ms: int = 100
+    """The wait before an ISR change the controller refused for now is sent again."""
+    log: LogManagerSettings = field(default_factory=LogManagerSettings)
+    """Retention, compaction, flush and checkpoint intervals of the data directory."""
