@@ -51,7 +51,7 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "coordinator": _SHARED,
     "client": _SHARED - {"storage", "raft"},
     # shared layers, each over those it names
-    "controller_api": _BASE | {"records", "rpc", "metadata"},
+    "controller_api": _BASE | {"records", "rpc", "security", "metadata"},
     "metadata": _BASE | {"records", "rpc", "security", "storage", "raft"},
     "raft": _BASE | {"records", "rpc", "storage"},
     "storage": frozenset({"config", "errors", "telemetry", "records"}),

@@ -87,10 +87,6 @@ from highwater.metadata.records import ConfigResourceType
 from highwater.rpc.endpoints import format_endpoint, parse_endpoint
 from highwater.security import (
     AclBinding,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourceType,
 )
 from highwater.security.scram import (
     DEFAULT_ITERATIONS as DEFAULT_SCRAM_ITERATIONS,
@@ -652,18 +648,7 @@ class AdminClient:
     async def create_acls(self, acls: Iterable[AclBinding]) -> list[AdminError | None]:
         """Create ACLs (Kafka's ``createAcls``): one outcome per ACL, in order (``None``:
         created, or there already). An ACL that exists already is not created twice."""
-        entries = tuple(
-            m.AclEntry(
-                int(acl.resource_type),
-                acl.resource_name,
-                int(acl.pattern_type),
-                acl.principal,
-                acl.host,
-                int(acl.operation),
-                int(acl.permission),
-            )
-            for acl in acls
-        )
+        entries = tuple(m.AclEntry.of(acl) for acl in acls)
         if not entries:
             return []
         reply = await self._call_controller(
@@ -680,7 +665,7 @@ class AdminClient:
             self._controller.describe_acls, m.DescribeAclsRequest(acl_filter or m.AclFilter())
         )
         _check_reply("DescribeAcls", reply.error, reply.error_message)
-        return [_binding(entry) for entry in reply.acls]
+        return [entry.binding() for entry in reply.acls]
 
     async def delete_acls(self, filters: Iterable[m.AclFilter]) -> list[list[AclBinding]]:
         """Delete the ACLs each filter matches (Kafka's ``deleteAcls``): what each
@@ -696,7 +681,7 @@ class AdminClient:
         for result in reply.results:
             if result.error != ErrorCode.NONE:
                 raise error_for_code(result.error, result.error_message)
-            deleted.append([_binding(entry) for entry in result.deleted])
+            deleted.append([entry.binding() for entry in result.deleted])
         return deleted
 
     async def alter_user_scram_credentials(
@@ -1457,16 +1442,4 @@ def _creatable(topic: NewTopic) -> m.CreatableTopic:
         topic.replication_factor,
         assignments,
         dict(topic.config or {}),
-    )
-
-
-def _binding(entry: m.AclEntry) -> AclBinding:
-    return AclBinding(
-        ResourceType(entry.resource_type),
-        entry.resource_name,
-        PatternType(entry.pattern_type),
-        entry.principal,
-        entry.host,
-        AclOperation(entry.operation),
-        AclPermissionType(entry.permission_type),
     )

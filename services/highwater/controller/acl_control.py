@@ -52,42 +52,10 @@ from highwater.security import (
 )
 from highwater.v1.common_pb2 import ErrorCode
 
-__all__ = ["ANY", "MATCH", "AclControl", "entry_of", "matches"]
+__all__ = ["ANY", "MATCH", "AclControl", "matches"]
 
 ANY: Final = ACL_FILTER_ANY
 MATCH: Final = ACL_PATTERN_MATCH
-
-
-def binding_of(entry: AclEntry) -> AclBinding:
-    """The ACL an entry names; ``ValueError`` saying what is wrong with it."""
-    try:
-        resource_type = ResourceType(entry.resource_type)
-        pattern_type = PatternType(entry.pattern_type)
-        operation = AclOperation(entry.operation)
-        permission = AclPermissionType(entry.permission_type)
-    except ValueError as e:
-        raise ValueError(f"not an ACL: {e}") from None
-    return AclBinding(
-        resource_type,
-        entry.resource_name,
-        pattern_type,
-        entry.principal,
-        entry.host,
-        operation,
-        permission,
-    )
-
-
-def entry_of(acl: AclBinding) -> AclEntry:
-    return AclEntry(
-        int(acl.resource_type),
-        acl.resource_name,
-        int(acl.pattern_type),
-        acl.principal,
-        acl.host,
-        int(acl.operation),
-        int(acl.permission),
-    )
 
 
 def check_filter(acl_filter: AclFilter) -> None:
@@ -142,7 +110,7 @@ class AclControl:
         results: list[AclResult] = []
         for entry in request.creations:
             try:
-                acl = binding_of(entry)
+                acl = entry.binding()
             except ValueError as e:
                 results.append(AclResult(ErrorCode.INVALID_REQUEST, str(e)))
                 continue
@@ -164,7 +132,7 @@ class AclControl:
                 [], DescribeAclsResponse(error=ErrorCode.INVALID_REQUEST, error_message=str(e))
             )
         found = _sorted(a for a in image.acls.by_id.values() if matches(request.filter, a))
-        return ControllerResult([], DescribeAclsResponse(acls=tuple(map(entry_of, found))))
+        return ControllerResult([], DescribeAclsResponse(acls=tuple(map(AclEntry.of, found))))
 
     def delete_acls(
         self, image: MetadataImage, request: DeleteAclsRequest
@@ -184,7 +152,9 @@ class AclControl:
                     removed.add(acl_id)
                     records.append(RemoveAccessControlEntryRecord(acl_id))
                     deleted.append(acl)
-            results.append(DeleteAclsFilterResult(deleted=tuple(map(entry_of, _sorted(deleted)))))
+            results.append(
+                DeleteAclsFilterResult(deleted=tuple(map(AclEntry.of, _sorted(deleted))))
+            )
         return ControllerResult(records, DeleteAclsResponse(results=tuple(results)))
 
     def _new_id(self, delta: MetadataDelta) -> str:

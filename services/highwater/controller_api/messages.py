@@ -15,6 +15,13 @@ from types import MappingProxyType
 from typing import Final
 
 from highwater.metadata.records import BrokerEndpoint, ConfigResourceType
+from highwater.security import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from highwater.v1.common_pb2 import ErrorCode
 
 NONE: Final = ErrorCode.NONE
@@ -407,6 +414,38 @@ class AclEntry:
     host: str
     operation: int
     permission_type: int
+
+    @classmethod
+    def of(cls, acl: AclBinding) -> AclEntry:
+        """The entry of an ACL."""
+        return cls(
+            int(acl.resource_type),
+            acl.resource_name,
+            int(acl.pattern_type),
+            acl.principal,
+            acl.host,
+            int(acl.operation),
+            int(acl.permission),
+        )
+
+    def binding(self) -> AclBinding:
+        """The ACL this entry names; ``ValueError`` saying what is wrong with it."""
+        try:
+            resource_type = ResourceType(self.resource_type)
+            pattern_type = PatternType(self.pattern_type)
+            operation = AclOperation(self.operation)
+            permission = AclPermissionType(self.permission_type)
+        except ValueError as e:
+            raise ValueError(f"not an ACL: {e}") from None
+        return AclBinding(
+            resource_type,
+            self.resource_name,
+            pattern_type,
+            self.principal,
+            self.host,
+            operation,
+            permission,
+        )
 
 
 @dataclass(frozen=True, slots=True)
