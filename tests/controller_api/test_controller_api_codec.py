@@ -67,6 +67,10 @@ def strategy(cls: type[Any]) -> st.SearchStrategy[Any]:
                 s = st.lists(TEXT, max_size=4).map(tuple)
         elif origin is Mapping:
             s = st.dictionaries(TEXT, TEXT, max_size=3).map(types.MappingProxyType)
+        elif isinstance(hint, type) and is_dataclass(hint):
+            s = strategy(hint)  # a singular message field
+        elif hint is bytes:
+            s = st.binary(max_size=16)
         elif hint is bool:
             s = st.booleans()
         elif hint is int:
