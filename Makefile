@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py | compiler
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
@@ -23,8 +23,32 @@ LISTEN ?= 127.0.0.1:9092
 run: venv
 	$(BIN)/highwater server --listen $(LISTEN) --data-dir $(RUN_DIR) --demo
 
-test: venv protos-check deploy-tools spark-deps chaos-deps node-deps
+test: venv compiled protos-check deploy-tools spark-deps chaos-deps node-deps
 	$(SPARK_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	HIGHWATER_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PURE_PYTHON_TESTS)
+
+# The compiled record codec (highwater.records._codec, docs/storage.md): `pip install -e .`
+# builds it in place; `make compiled` rebuilds it after services/highwater/records/_codec.c
+# changed (setuptools skips an up-to-date build). `make test` runs the suite on it, then the
+# codec's tests again on the pure-Python reference (HIGHWATER_PURE_PYTHON=1);
+# tests/records/test_records_compiled.py compares the two directly.
+PURE_PYTHON_TESTS := tests/records/test_records_batch.py tests/records/test_records_corruption.py
+.PHONY: compiled compiler
+compiled: venv
+	$(BIN)/python setup.py --quiet build_ext --inplace
+
+# A C compiler and the headers of the Python the venv is made from, from Debian's packages
+# where missing (pyenv's and the python.org builds carry their headers).
+compiler:
+	@command -v cc >/dev/null 2>&1 || { \
+		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq build-essential; }
+	@$(PYTHON) -c "import os, sys, sysconfig; \
+		sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" || { \
+		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-dev; }
 
 # The property-based tests with fresh random examples instead of the suite's fixed seed
 # (tests/conftest.py); a failure prints the example to make into a test of its own.

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from highwater.errors import HighwaterError
+from highwater.records.implementation import codec
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
@@ -84,6 +85,13 @@ def murmur2(data: bytes) -> int:
     h = (h * _M) & _MASK32
     h ^= h >> 15
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+pure_murmur2 = murmur2
+"""The pure-Python :func:`murmur2`, the reference of the compiled one."""
+
+if codec is not None:  # the compiled twin (highwater.records._codec), same results
+    murmur2 = codec.murmur2
 
 
 def to_positive(n: int) -> int:

@@ -1,4 +1,9 @@
-"""Kafka's RecordBatch v2, on the wire and on disk: header, varints, records, codecs, batches."""
+"""Kafka's RecordBatch v2, on the wire and on disk: header, varints, records, codecs, batches.
+
+:data:`IMPLEMENTATION` says whether the compiled hot paths are loaded (``"compiled"``) or
+the pure-Python ones (``"pure-python"``, also what ``HIGHWATER_PURE_PYTHON=1`` selects);
+see :mod:`.implementation`.
+"""
 
 from .batch import (
     DEFAULT_BATCH_SIZE,
@@ -17,12 +22,14 @@ from .header import (
     check_batch,
     read_header,
 )
-from .record import Header, Headers, Record, SimpleRecord, SimpleRecordLike
+from .implementation import IMPLEMENTATION
+from .record import Header, Headers, Record, SimpleRecord, SimpleRecordLike, SlotFactory
 
 __all__ = [
     "BATCH_HEADER_SIZE",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_MAX_DECOMPRESSED_SIZE",
+    "IMPLEMENTATION",
     "LOG_OVERHEAD",
     "BatchHeader",
     "Compression",
@@ -33,6 +40,7 @@ __all__ = [
     "RecordBatchBuilder",
     "SimpleRecord",
     "SimpleRecordLike",
+    "SlotFactory",
     "TimestampType",
     "build_batch",
     "check_batch",

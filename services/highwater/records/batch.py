@@ -40,6 +40,7 @@ from .header import (
     check_batch,
     crc32c,
 )
+from .implementation import codec
 from .record import (
     MIN_RECORD_SIZE,
     Header,
@@ -47,6 +48,7 @@ from .record import (
     RecordFactory,
     RecordFields,
     SimpleRecordLike,
+    SlotFactory,
     encode_records,
     read_record,
     read_records,
@@ -670,7 +672,23 @@ class RecordBatch:
         log_append_time = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else None
         last_delta = h.last_offset_delta
         previous = -1
-        for i in range(count):
+        first = 0
+        if codec is not None:  # the records it takes, then the pure loop from there on
+            decoded: list[Record] = []
+            pos, first, previous = codec.read_records(
+                data,
+                pos,
+                end,
+                count,
+                base_offset,
+                base_timestamp,
+                log_append_time,
+                last_delta,
+                decoded,
+                _MAKE_RECORD,
+            )
+            yield from decoded
+        for i in range(first, count):
             if pos >= end:
                 raise self._count_error(i)
             record, pos = read_record(data, pos, end, base_offset, base_timestamp, log_append_time)
@@ -741,7 +759,13 @@ class RecordBatch:
         base_offset = h.base_offset
         last_delta = h.last_offset_delta
         previous = -1
-        for i in range(count):
+        first = 0
+        if codec is not None:  # the records it takes, then the pure loop from there on
+            keys, pos, first, previous = codec.scan_keys(
+                data, pos, end, count, base_offset, last_delta
+            )
+            yield from keys
+        for i in range(first, count):
             if pos >= end:
                 raise self._count_error(i)
             try:
@@ -805,6 +829,10 @@ class RecordBatch:
             yield base_offset + delta, key, value_length == -1
         if pos != end and (count or not h.attributes & COMPRESSION_MASK):
             raise self._trailing_error(end - pos)
+
+
+_MAKE_RECORD = SlotFactory(Record, ("key", "value", "headers", "timestamp", "offset"), {})
+"""A :class:`Record` of the fields of a decoded record, for the compiled decoder."""
 
 
 def iter_batches(buf: Buffer, verify_crc: bool = True) -> Iterator[RecordBatch]:

@@ -34,6 +34,8 @@ import crc32c as _crc32c
 
 from highwater.errors import CorruptRecordError, UnsupportedForMessageFormatError
 
+from .implementation import codec
+
 HEADER_STRUCT = struct.Struct(">qiibIhiqqqhii")
 BATCH_HEADER_SIZE = HEADER_STRUCT.size  # 61
 LOG_OVERHEAD = 12  # base_offset + batch_length: the part of the header batch_length excludes
@@ -186,6 +188,9 @@ def check_batch(buf: ReadableBuffer, pos: int = 0, *, verify_crc: bool = True) -
 
     ``buf`` may hold more bytes after the batch; the batch must lie entirely in it.
     Raises :class:`CorruptRecordError` or :class:`UnsupportedForMessageFormatError`.
+
+    The compiled twin (:mod:`.implementation`) runs the same checks and computes the CRC
+    itself; a batch that fails any of them is handed to this function, which raises.
     """
     available = len(buf) - pos
     if available < BATCH_HEADER_SIZE:
@@ -225,6 +230,14 @@ def check_batch(buf: ReadableBuffer, pos: int = 0, *, verify_crc: bool = True) -
                 f"computed {actual:#010x}"
             )
     return header
+
+
+pure_check_batch = check_batch
+"""The pure-Python :func:`check_batch`, whichever is loaded (for the tests that compare)."""
+
+if codec is not None:
+    codec.bind(check_batch=pure_check_batch, header_type=BatchHeader)
+    check_batch = codec.check_batch
 
 
 def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:

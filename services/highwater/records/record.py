@@ -17,12 +17,14 @@ A record on the wire, as Kafka's ``DefaultRecord`` defines it::
 from __future__ import annotations
 
 import itertools
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias, TypeVar
 
 from highwater.errors import CorruptRecordError, InvalidRecordError
 
+from .implementation import codec
 from .varint import (
     INT32_MAX,
     INT32_MIN,
@@ -468,6 +470,7 @@ def read_records(
     last_offset_delta: int,
     out: list[_T],
     make: RecordFactory[_T],
+    previous: int = -1,
 ) -> int:
     """Decode up to ``count`` records from ``pos`` (before ``end``) of ``buf``, appending
     ``make(key, value, headers, timestamp, offset)`` of each to ``out``; return the
@@ -480,11 +483,11 @@ def read_records(
     and any that does not add up, goes through :func:`read_record`, which decodes it or
     raises :class:`CorruptRecordError` with the reason. Stops early at ``end`` (the
     caller checks the count); the records decoded before an error stay in ``out``. Offset
-    deltas must increase and not pass ``last_offset_delta``, as in a batch.
+    deltas must increase and not pass ``last_offset_delta``, as in a batch; ``previous``
+    is the offset delta of the record before ``pos`` (-1: none).
     """
     append = out.append
     zigzag = _ZIGZAG_VARINTS
-    previous = -1
     for _ in range(count):
         if pos >= end:
             break
@@ -586,3 +589,123 @@ def _delta_error(base_offset: int, delta: int, previous: int, last: int) -> Corr
 
 class _Unusual(Exception):
     """A record :func:`read_records` leaves to :func:`read_record`."""
+
+
+def _slot_setter(cls: type, name: str) -> Callable[[object, object], None]:
+    descriptor = getattr(cls, name)
+    if not isinstance(descriptor, types.MemberDescriptorType):
+        raise TypeError(f"{name!r} is not a writable slot of {cls!r}")
+    return descriptor.__set__
+
+
+class SlotFactory:
+    """``make(key, value, headers, timestamp, offset)``: an instance of a ``__slots__`` class
+    with those five slots and some constant ones set, its ``__init__`` not run.
+
+    What a reader that makes objects of its own hands :func:`read_records` (the consumer
+    makes its messages so). The compiled twin fills the slots from C, which is several
+    times cheaper than a call of the class.
+    """
+
+    __slots__ = ("_cls", "_constants", "_fields")
+
+    def __init__(self, cls: type, fields: tuple[str, ...], constants: dict[str, object]) -> None:
+        if len(fields) != 5:
+            raise ValueError("fields names the slots of the five record fields")
+        self._cls = cls
+        self._fields = tuple(_slot_setter(cls, name) for name in fields)
+        self._constants = tuple((_slot_setter(cls, name), v) for name, v in constants.items())
+
+    def __call__(
+        self, key: bytes | None, value: bytes | None, headers: Headers, timestamp: int, offset: int
+    ) -> object:
+        obj: object = _new_object(self._cls)
+        set_key, set_value, set_headers, set_timestamp, set_offset = self._fields
+        set_key(obj, key)
+        set_value(obj, value)
+        set_headers(obj, headers)
+        set_timestamp(obj, timestamp)
+        set_offset(obj, offset)
+        for setter, constant in self._constants:
+            setter(obj, constant)
+        return obj
+
+
+# The pure-Python functions, whichever implementation is loaded: the reference that the
+# compiled twins hand over to and that the tests compare them with.
+pure_record_size = record_size
+pure_encode_records = encode_records
+pure_read_records = read_records
+PureSlotFactory = SlotFactory
+
+if codec is not None:
+    codec.bind(record_size=pure_record_size)
+    record_size = codec.record_size
+    SlotFactory = codec.SlotFactory  # type: ignore[misc]
+
+    def encode_records(
+        records: Sequence[RecordFields], base_timestamp: int, sizes: Sequence[int] | None = None
+    ) -> bytes:
+        """:func:`pure_encode_records`, compiled (the sizes are recomputed there)."""
+        if sizes is None or len(sizes) == len(records):
+            encoded: bytes | None = codec.encode_records(records, base_timestamp)
+            if encoded is not None:
+                return encoded
+        return pure_encode_records(records, base_timestamp, sizes)
+
+    def read_records(
+        buf: bytes,
+        pos: int,
+        end: int,
+        count: int,
+        base_offset: int,
+        base_timestamp: int,
+        log_append_time: int | None,
+        last_offset_delta: int,
+        out: list[_T],
+        make: RecordFactory[_T],
+        previous: int = -1,
+    ) -> int:
+        """:func:`pure_read_records`, compiled: the records it does not take (anything
+        unusual or corrupt), and those after, are left to the pure function."""
+        if previous != -1:
+            return pure_read_records(
+                buf,
+                pos,
+                end,
+                count,
+                base_offset,
+                base_timestamp,
+                log_append_time,
+                last_offset_delta,
+                out,
+                make,
+                previous,
+            )
+        pos, done, previous = codec.read_records(
+            buf,
+            pos,
+            end,
+            count,
+            base_offset,
+            base_timestamp,
+            log_append_time,
+            last_offset_delta,
+            out,
+            make,
+        )
+        if done < count and pos < end:
+            return pure_read_records(
+                buf,
+                pos,
+                end,
+                count - done,
+                base_offset,
+                base_timestamp,
+                log_append_time,
+                last_offset_delta,
+                out,
+                make,
+                previous,
+            )
+        return int(pos)

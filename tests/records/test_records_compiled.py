@@ -1,0 +1,510 @@
+"""The compiled codec (``highwater.records._codec``) against the pure-Python reference.
+
+Both run in this one process: :func:`pure` switches the batch layer to the pure-Python
+functions, so each property compares the two on the same input: the same bytes encoded,
+the same records decoded (compressed and not, every header field, varints at every
+boundary), and on corrupt, truncated or adversarial batches the same typed error with the
+same message, after the same records. One test repeats the adversarial corpus in a child
+process under ``PYTHONMALLOC=debug``, whose allocator catches writes past a block and use
+after free.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import crc32c as crc32c_package
+import pytest
+from highwater.client.message import Message
+from highwater.client.partitioner import murmur2, pure_murmur2
+from highwater.errors import HighwaterError
+from highwater.records import (
+    BATCH_HEADER_SIZE,
+    Compression,
+    RecordBatch,
+    SimpleRecord,
+    TimestampType,
+    build_batch,
+    header,
+    record,
+)
+from highwater.records import batch as batch_module
+from highwater.records.implementation import IMPLEMENTATION, PURE_PYTHON_ENV, codec
+from highwater.records.varint import encode_varint, encode_varlong
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from records_helpers import replace_records, resign
+
+if codec is None and os.environ.get(PURE_PYTHON_ENV, "") in ("", "0"):
+    raise RuntimeError(
+        "highwater.records._codec is not built: `make compiled` (or `pip install -e .`) builds it"
+    )
+pytestmark = pytest.mark.skipif(
+    codec is None, reason=f"{PURE_PYTHON_ENV} is set: the pure-Python run of the suite"
+)
+
+_C: Any = codec  # the compiled module (typed loosely: it has no stub)
+
+# Lengths and deltas around every varint boundary: 1/2/3/4/5-byte int32 encodings.
+BOUNDARIES = sorted(
+    {
+        b + d
+        for b in (0, 63, 64, 8191, 8192, (1 << 20) - 1, 1 << 20)
+        for d in (-1, 0, 1)
+        if b + d >= 0
+    }
+)
+sized = st.none() | st.sampled_from([n for n in BOUNDARIES if n <= 70_000]).map(
+    lambda n: bytes(i % 251 for i in range(n))
+)
+small = st.none() | st.binary(max_size=80)
+header_keys = st.text(max_size=12)  # any code point: multi-byte UTF-8 keys
+header_lists = st.lists(st.tuples(header_keys, st.none() | st.binary(max_size=20)), max_size=4).map(
+    tuple
+)
+INT64 = (-(1 << 63), (1 << 63) - 1)
+timestamps = st.integers(-1, 1 << 45) | st.sampled_from(INT64)
+
+
+@contextmanager
+def pure() -> Iterator[None]:
+    """Run the batch layer on the pure-Python functions for the block's duration."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr(batch_module, "codec", None)
+    mp.setattr(batch_module, "check_batch", header.pure_check_batch)
+    mp.setattr(batch_module, "read_records", record.pure_read_records)
+    mp.setattr(batch_module, "record_size", record.pure_record_size)
+    mp.setattr(batch_module, "encode_records", record.pure_encode_records)
+    try:
+        yield
+    finally:
+        mp.undo()
+
+
+def outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
+    """What ``fn`` returns, or the type and message of the Highwater error it raises."""
+    try:
+        return "ok", fn()
+    except HighwaterError as e:
+        return type(e).__name__, str(e)
+
+
+def both(fn: Callable[[], Any]) -> tuple[str, Any]:
+    """``fn``'s outcome compiled, asserted equal to its outcome on the pure functions."""
+    compiled = outcome(fn)
+    with pure():
+        reference = outcome(fn)
+    assert compiled == reference
+    return compiled
+
+
+def as_tuple(key: Any, value: Any, headers: Any, timestamp: int, offset: int) -> tuple[Any, ...]:
+    return (offset, timestamp, key, value, headers)
+
+
+def decoded(buf: bytes | bytearray, verify_crc: bool = True) -> tuple[Any, ...]:
+    """Everything a reader can take from a batch, each reader's records before its error."""
+
+    def header() -> Any:
+        return RecordBatch(buf, verify_crc=verify_crc).header
+
+    def records() -> list[Any]:
+        out: list[Any] = []
+        try:
+            for r in RecordBatch(buf, verify_crc=verify_crc).records():
+                out.append((r.offset, r.timestamp, r.key, r.value, r.headers))
+        except HighwaterError as e:
+            out.append((type(e).__name__, str(e)))
+        return out
+
+    def keys() -> list[Any]:
+        out: list[Any] = []
+        try:
+            out.extend(RecordBatch(buf, verify_crc=verify_crc).iter_keys())
+        except HighwaterError as e:
+            out.append((type(e).__name__, str(e)))
+        return out
+
+    def read(make: Callable[..., Any]) -> Callable[[], list[Any]]:
+        def run() -> list[Any]:
+            out: list[Any] = []
+            try:
+                RecordBatch(buf, verify_crc=verify_crc).read_records(out, make)
+            except HighwaterError as e:
+                out.append((type(e).__name__, str(e)))
+            return [m if isinstance(m, tuple) else message_fields(m) for m in out]
+
+        return run
+
+    return (
+        outcome(header),
+        outcome(records),
+        outcome(keys),
+        outcome(read(as_tuple)),
+        outcome(read(MESSAGE_FACTORY)),
+    )
+
+
+def decoded_both(buf: bytes | bytearray, verify_crc: bool = True) -> tuple[Any, ...]:
+    compiled = decoded(buf, verify_crc)
+    with pure():
+        reference = decoded(buf, verify_crc)
+    assert compiled == reference
+    return compiled
+
+
+def message_fields(m: Message) -> tuple[Any, ...]:
+    return (m.topic(), m.partition(), m.key(), m.value(), m.headers(), m.timestamp(), m.offset())
+
+
+MESSAGE_FIELDS = ("_key", "_value", "_headers", "_timestamp", "_offset")
+MESSAGE_CONSTANTS = {"_topic": "t", "_partition": 3, "_error": None, "_timestamp_type": 1}
+MESSAGE_FACTORY = record.SlotFactory(Message, MESSAGE_FIELDS, MESSAGE_CONSTANTS)
+
+
+# --- which one is loaded --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("env", "expected"), [(None, "compiled"), ("1", "pure-python")])
+def test_the_implementation_is_named_and_selected_by_the_environment(
+    env: str | None, expected: str
+) -> None:
+    environ = {k: v for k, v in os.environ.items() if k != PURE_PYTHON_ENV}
+    if env is not None:
+        environ[PURE_PYTHON_ENV] = env
+    printed = subprocess.run(
+        [sys.executable, "-c", "import highwater.records; print(highwater.records.IMPLEMENTATION)"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert printed == expected
+    assert IMPLEMENTATION == "compiled"
+
+
+# --- encoding -------------------------------------------------------------------------
+
+
+@given(
+    records=st.lists(
+        st.tuples(small | sized, small | sized, header_lists, timestamps), max_size=12
+    ),
+    base=timestamps,
+)
+@settings(max_examples=150)
+def test_encode_records_and_record_size_give_the_reference_bytes(
+    records: list[tuple[Any, Any, Any, int]], base: int
+) -> None:
+    def sizes() -> list[int]:
+        return [record.record_size(d, t - base, k, v, h) for d, (k, v, h, t) in enumerate(records)]
+
+    def pure_sizes() -> list[int]:
+        return [
+            record.pure_record_size(d, t - base, k, v, h) for d, (k, v, h, t) in enumerate(records)
+        ]
+
+    assert outcome(sizes) == outcome(pure_sizes)
+    expected = outcome(lambda: record.pure_encode_records(records, base))
+    assert outcome(lambda: record.encode_records(records, base)) == expected
+    if expected[0] == "ok":
+        assert record.encode_records(records, base, pure_sizes()) == expected[1]
+
+
+@pytest.mark.parametrize("offset_delta", [0, 63, 64, (1 << 31) - 1, 1 << 31, -(1 << 31) - 1])
+@pytest.mark.parametrize("timestamp_delta", [0, -65, *INT64, INT64[1] + 1, INT64[0] - 1])
+def test_record_size_at_the_ranges_edges(offset_delta: int, timestamp_delta: int) -> None:
+    for key, value, headers in [
+        (None, b"v", ()),
+        (bytearray(b"k"), memoryview(b"vv"), [("h", b"")]),
+        (b"k", b"v", [["list", None]]),
+    ]:
+        args = (offset_delta, timestamp_delta, key, value, headers)
+        assert outcome(lambda a=args: record.record_size(*a)) == outcome(
+            lambda a=args: record.pure_record_size(*a)
+        )
+
+
+@pytest.mark.parametrize("compression", list(Compression))
+@given(
+    timestamp_type=st.sampled_from(list(TimestampType)),
+    records=st.lists(
+        st.tuples(small | sized, small, header_lists, timestamps), min_size=0, max_size=8
+    ),
+    base_offset=st.integers(0, 1 << 62) | st.just((1 << 63) - 5),
+    producer=st.sampled_from([(-1, -1, -1), (7, 2, 0), (1 << 40, 32767, (1 << 31) - 3)]),
+)
+@settings(max_examples=12)
+def test_batches_built_and_read_alike(
+    compression: Compression,
+    timestamp_type: TimestampType,
+    records: list[tuple[Any, Any, Any, int]],
+    base_offset: int,
+    producer: tuple[int, int, int],
+) -> None:
+    simple = [SimpleRecord(k, v, h, t) for k, v, h, t in records]
+    producer_id, epoch, sequence = producer
+
+    def build() -> bytes:
+        return build_batch(
+            simple,
+            base_offset=base_offset,
+            compression=compression,
+            timestamp_type=timestamp_type,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            base_sequence=sequence,
+            partition_leader_epoch=5,
+        )
+
+    def builder() -> bytes:
+        b = batch_module.RecordBatchBuilder(
+            max_bytes=1 << 30,
+            compression=compression,
+            timestamp_type=timestamp_type,
+            base_offset=base_offset,
+            partition_leader_epoch=5,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            base_sequence=sequence,
+        )
+        for k, v, h, t in records:
+            b.append_fields((k, v, h, t))
+        return b.build()
+
+    kind, data = both(build)
+    assert both(builder)[0] == kind
+    if kind == "ok" and compression in (Compression.NONE, Compression.GZIP):
+        decoded_both(data)
+
+
+# --- decoding: boundary varints, hand-made records ------------------------------------
+
+
+def body(*parts: bytes) -> bytes:
+    inner = b"".join(parts)
+    return encode_varint(len(inner)) + inner
+
+
+def overlong(value: int, size: int) -> bytes:
+    """The zigzag varint of ``value`` padded with continuation bytes to ``size`` bytes."""
+    raw = bytearray(encode_varlong(value))
+    while len(raw) < size:
+        raw[-1] |= 0x80
+        raw.append(0)
+    return bytes(raw)
+
+
+V = encode_varint
+TEMPLATE = build_batch([SimpleRecord(b"k", b"v", (), 0)], base_offset=10)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        body(b"\x00", encode_varlong(INT64[1]), V(0), V(1) + b"k", V(-1), V(0)),
+        body(b"\x00", encode_varlong(INT64[0]), V(0), V(-1), V(1) + b"v", V(0)),
+        body(b"\x00", overlong(5, 10), V(0), V(-1), V(-1), V(0)),  # a 10-byte varlong
+        body(b"\x00", overlong(5, 11), V(0), V(-1), V(-1), V(0)),  # 11 bytes: corrupt
+        body(b"\x00", b"\xff" * 9 + b"\x02", V(0), V(-1), V(-1), V(0)),  # past 64 bits
+        body(b"\x00", V(0), overlong(0, 5), V(-1), V(-1), V(0)),  # a 5-byte varint
+        body(b"\x00", V(0), b"\xff\xff\xff\xff\x10", V(-1), V(-1), V(0)),  # past 32 bits
+        body(b"\x00", V(0), b"\xfe\xff\xff\xff\x0f", V(-1), V(-1), V(0)),  # int32 max delta
+        body(b"\x00", V(0), V(0), overlong(1, 5) + b"k", V(-1), V(0)),
+        body(b"\x00", V(0), V(0), V(-1), V(-1), V(1), V(2) + "é".encode(), V(-1)),
+        body(b"\x00", V(0), V(0), V(-1), V(-1), V(1), V(1) + b"\xff", V(-1)),  # not UTF-8
+        body(b"\x00", V(0), V(0), V(-1), V(-1), V(1), V(1) + b"h", V(-2)),
+        body(b"\x00", V(0), V(0), V(-1), V(-1), V(2), V(1) + b"h", V(0)),  # count lies
+        body(b"\x00", V(0), V(0), V(-1), V(-1), V(0)) + b"\x00",  # trailing byte
+        body(b"\x00", V(0), V(0), V(-1), V(-1), V(0), b"\x00"),  # length lies
+        body(b"\x00", V(0), V(0), V(-3), V(-1), V(0)),
+        body(b"\x00", V(0), V(0), V(-1), V(-2), V(0)),
+        body(b"\x00", V(0), V(0), V(5) + b"k", V(-1), V(0)),
+        overlong(12, 5) + b"\x00" + V(0) + V(0) + V(-1) + V(-1) + V(0) + b"\x00" * 6,
+        V(-1) + b"\x00" * 8,
+        b"",
+        b"\x80",
+    ],
+)
+@pytest.mark.parametrize("verify_crc", [True, False])
+def test_hand_made_records_decode_or_fail_alike(payload: bytes, verify_crc: bool) -> None:
+    decoded_both(replace_records(TEMPLATE, payload), verify_crc)
+
+
+@pytest.mark.parametrize(
+    ("base_offset", "base_timestamp"),
+    [((1 << 63) - 1, 0), (0, (1 << 63) - 1), (0, -(1 << 63)), (-(1 << 63), 5)],
+)
+def test_offsets_and_timestamps_past_int64_are_left_to_python(
+    base_offset: int, base_timestamp: int
+) -> None:
+    payload = body(b"\x00", encode_varlong(INT64[1]), V(3), V(-1), V(1) + b"v", V(0))
+    buf = replace_records(TEMPLATE, payload)
+    struct.pack_into(">qq", buf, 27, base_timestamp, base_timestamp)
+    struct.pack_into(">q", buf, 0, base_offset)
+    struct.pack_into(">i", buf, 23, 3)  # last offset delta
+    got = decoded_both(resign(buf))
+    assert got[1][0] == "ok"
+
+
+# --- decoding: corrupted, truncated and adversarial batches -----------------------------
+
+
+@st.composite
+def damaged_batches(draw: st.DrawFn) -> bytearray:
+    records = draw(
+        st.lists(st.tuples(small, small, header_lists, st.integers(0, 1 << 40)), max_size=6)
+    )
+    data = bytearray(build_batch([SimpleRecord(k, v, h, t) for k, v, h, t in records]))
+    for _ in range(draw(st.integers(0, 4))):
+        position = draw(st.integers(0, len(data) - 1))
+        data[position] = draw(st.integers(0, 255))
+    if draw(st.booleans()):
+        cut = draw(st.integers(BATCH_HEADER_SIZE, len(data)))
+        data = replace_records(bytes(data), bytes(data[BATCH_HEADER_SIZE:cut]))
+    return resign(data) if draw(st.booleans()) else data
+
+
+@given(data=damaged_batches(), verify_crc=st.booleans())
+@settings(max_examples=200)
+def test_damaged_batches_fail_alike(data: bytearray, verify_crc: bool) -> None:
+    decoded_both(data, verify_crc)
+
+
+@given(st.binary(max_size=200), st.sampled_from(list(Compression)))
+@settings(max_examples=100)
+def test_random_payloads_fail_alike(payload: bytes, compression: Compression) -> None:
+    decoded_both(replace_records(build_batch([SimpleRecord(b"k", b"v", (), 0)] * 3), payload))
+
+
+@given(st.binary(max_size=120), st.integers(-3, 130))
+@settings(max_examples=150)
+def test_check_batch_on_random_bytes(data: bytes, pos: int) -> None:
+    for crc in (True, False):
+        got = outcome(lambda c=crc: header.check_batch(data, pos, verify_crc=c))
+        assert got == outcome(lambda c=crc: header.pure_check_batch(data, pos, verify_crc=c))
+
+
+def test_check_batch_takes_every_buffer_and_keyword() -> None:
+    data = build_batch([SimpleRecord(b"k", b"v", (), 1)], base_offset=3)
+    expected = header.pure_check_batch(data)
+    for buf in (data, bytearray(data), memoryview(data)):
+        assert header.check_batch(buf) == expected
+        assert header.check_batch(buf, 0, verify_crc=False) == expected
+        assert header.check_batch(buf=buf, pos=0) == expected
+        assert type(header.check_batch(buf)) is type(expected)
+    padded = b"\x00" * 7 + data
+    assert header.check_batch(padded, 7) == expected
+
+
+# --- the other compiled functions --------------------------------------------------------
+
+
+@given(st.binary(max_size=300))
+def test_murmur2_is_the_reference(data: bytes) -> None:
+    assert murmur2(data) == pure_murmur2(data)
+    assert murmur2(bytearray(data)) == pure_murmur2(data)
+
+
+def test_murmur2_of_kafka_vectors() -> None:
+    # Kafka's UtilsTest.testMurmur2.
+    assert murmur2(b"21") == -973932308
+    assert murmur2(b"foobar") == -790332482
+    assert murmur2(b"a-little-bit-long-string") == -985981536
+    assert murmur2(b"a-little-bit-longer-string") == -1486304829
+    assert murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") == -58897971
+    assert murmur2(b"abc") == 479470107
+
+
+@given(st.binary(max_size=600), st.integers(0, 7))
+def test_crc32c_is_the_packages(data: bytes, skip: int) -> None:
+    view = memoryview(data)[min(skip, len(data)) :]
+    assert _C.crc32c(view) == crc32c_package.crc32c(view)
+
+
+def test_slot_factories_make_what_the_class_makes() -> None:
+    args = (b"k", None, (("h", b"v"),), 12, 34)
+    made = [
+        f(*args)
+        for f in (
+            MESSAGE_FACTORY,
+            record.PureSlotFactory(Message, MESSAGE_FIELDS, MESSAGE_CONSTANTS),
+        )
+    ]
+    direct = Message("t", 3, b"k", None, (("h", b"v"),), 12, 34, None, 1)
+    for m in made:
+        assert type(m) is Message
+        assert message_fields(m) == message_fields(direct) and m.error() is None
+    for factory in (record.SlotFactory, record.PureSlotFactory):
+        with pytest.raises(AttributeError):
+            factory(Message, ("_key", "_value", "_headers", "_timestamp", "nope"), {})
+        with pytest.raises(TypeError):
+            factory(Message, ("_key", "_value", "_headers", "_timestamp", "offset"), {})
+    with pytest.raises(TypeError):
+        MESSAGE_FACTORY(b"k")
+
+
+# --- under the debug allocator ------------------------------------------------------------
+
+DEBUG_SCRIPT = r"""
+import random, struct, sys
+sys.path[:0] = sys.argv[1:]
+from highwater.records import RecordBatch, SimpleRecord, build_batch, implementation
+from highwater.records.header import check_batch
+from highwater.errors import HighwaterError
+from records_helpers import resign
+assert implementation.IMPLEMENTATION == "compiled"
+rng = random.Random(21)
+make = lambda *fields: fields
+for i in range(1500):
+    records = [
+        SimpleRecord(
+            rng.randbytes(rng.randrange(4)) or None,
+            rng.randbytes(rng.randrange(90)),
+            [("h" * rng.randrange(3), rng.randbytes(2))] * rng.randrange(3),
+            rng.randrange(1 << 40),
+        )
+        for _ in range(rng.randrange(1, 6))
+    ]
+    data = bytearray(build_batch(records))
+    for _ in range(rng.randrange(4)):
+        data[rng.randrange(61, len(data))] = rng.randrange(256)
+    if rng.random() < 0.3:
+        del data[rng.randrange(61, len(data)):]
+        struct.pack_into(">i", data, 8, len(data) - 12)
+    data = bytes(resign(data))
+    try:
+        batch = RecordBatch(data)
+        list(batch.records()); list(batch.iter_keys()); batch.read_records([], make)
+    except HighwaterError:
+        pass
+    for pos in (0, 1, len(data) - 61, len(data)):
+        try:
+            check_batch(data[: rng.randrange(len(data) + 1)], pos)
+        except HighwaterError:
+            pass
+print("ok")
+"""
+
+
+def test_the_adversarial_corpus_under_the_debug_allocator() -> None:
+    root = Path(__file__).resolve().parents[2]
+    paths = [str(root / "services"), str(root / "tests" / "support"), str(Path(__file__).parent)]
+    env = {k: v for k, v in os.environ.items() if k != PURE_PYTHON_ENV}
+    env["PYTHONMALLOC"] = "debug"
+    result = subprocess.run(
+        [sys.executable, "-X", "dev", "-c", DEBUG_SCRIPT, *paths],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "ok"
