@@ -38,7 +38,7 @@ from highwater.records import (
 from highwater.records import batch as batch_module
 from highwater.records.implementation import IMPLEMENTATION, PURE_PYTHON_ENV, codec
 from highwater.records.varint import encode_varint, encode_varlong
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from records_helpers import replace_records, resign
 
@@ -50,6 +50,8 @@ pytestmark = pytest.mark.skipif(
     codec is None, reason=f"{PURE_PYTHON_ENV} is set: the pure-Python run of the suite"
 )
 
+# The comparisons run each example twice and the machine may be busy: no deadlines.
+SLOW = [HealthCheck.too_slow]
 _C: Any = codec  # the compiled module (typed loosely: it has no stub)
 
 # Lengths and deltas around every varint boundary: 1/2/3/4/5-byte int32 encodings.
@@ -199,7 +201,7 @@ def test_the_implementation_is_named_and_selected_by_the_environment(
     ),
     base=timestamps,
 )
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None, suppress_health_check=SLOW)
 def test_encode_records_and_record_size_give_the_reference_bytes(
     records: list[tuple[Any, Any, Any, int]], base: int
 ) -> None:
@@ -241,7 +243,7 @@ def test_record_size_at_the_ranges_edges(offset_delta: int, timestamp_delta: int
     base_offset=st.integers(0, 1 << 62) | st.just((1 << 63) - 5),
     producer=st.sampled_from([(-1, -1, -1), (7, 2, 0), (1 << 40, 32767, (1 << 31) - 3)]),
 )
-@settings(max_examples=12)
+@settings(max_examples=12, deadline=None, suppress_health_check=SLOW)
 def test_batches_built_and_read_alike(
     compression: Compression,
     timestamp_type: TimestampType,
@@ -373,19 +375,19 @@ def damaged_batches(draw: st.DrawFn) -> bytearray:
 
 
 @given(data=damaged_batches(), verify_crc=st.booleans())
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None, suppress_health_check=SLOW)
 def test_damaged_batches_fail_alike(data: bytearray, verify_crc: bool) -> None:
     decoded_both(data, verify_crc)
 
 
 @given(st.binary(max_size=200), st.sampled_from(list(Compression)))
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None, suppress_health_check=SLOW)
 def test_random_payloads_fail_alike(payload: bytes, compression: Compression) -> None:
     decoded_both(replace_records(build_batch([SimpleRecord(b"k", b"v", (), 0)] * 3), payload))
 
 
 @given(st.binary(max_size=120), st.integers(-3, 130))
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None, suppress_health_check=SLOW)
 def test_check_batch_on_random_bytes(data: bytes, pos: int) -> None:
     for crc in (True, False):
         got = outcome(lambda c=crc: header.check_batch(data, pos, verify_crc=c))
@@ -408,6 +410,7 @@ def test_check_batch_takes_every_buffer_and_keyword() -> None:
 
 
 @given(st.binary(max_size=300))
+@settings(deadline=None, suppress_health_check=SLOW)
 def test_murmur2_is_the_reference(data: bytes) -> None:
     assert murmur2(data) == pure_murmur2(data)
     assert murmur2(bytearray(data)) == pure_murmur2(data)
@@ -424,6 +427,7 @@ def test_murmur2_of_kafka_vectors() -> None:
 
 
 @given(st.binary(max_size=600), st.integers(0, 7))
+@settings(deadline=None, suppress_health_check=SLOW)
 def test_crc32c_is_the_packages(data: bytes, skip: int) -> None:
     view = memoryview(data)[min(skip, len(data)) :]
     assert _C.crc32c(view) == crc32c_package.crc32c(view)
@@ -508,3 +512,98 @@ def test_the_adversarial_corpus_under_the_debug_allocator() -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "ok"
+
+
+# --- the recovery walk ------------------------------------------------------------------------
+
+
+@st.composite
+def logs(draw: st.DrawFn) -> tuple[bytes, int]:
+    """Batches as a segment holds them (offsets increasing, epochs and producers mixed),
+    then damage: a flipped byte, a cut, an offset going back, or nothing."""
+    out = bytearray()
+    offset = draw(st.integers(0, 1000))
+    for _ in range(draw(st.integers(0, 12))):
+        count = draw(st.integers(1, 4))
+        producer = draw(st.sampled_from([(-1, -1, -1), (9, 0, offset % 1000)]))
+        batch = bytearray(
+            build_batch(
+                [SimpleRecord(None, b"v" * draw(st.integers(0, 300)), (), draw(timestamps))]
+                * count,
+                base_offset=offset,
+                partition_leader_epoch=draw(st.integers(0, 3)),
+                producer_id=producer[0],
+                producer_epoch=producer[1],
+                base_sequence=producer[2],
+            )
+        )
+        offset += count + draw(st.sampled_from([0, 0, 0, 5, -2 * count]))
+        out += batch
+    damage = draw(st.sampled_from(["none", "flip", "cut"]))
+    if out and damage == "flip":
+        out[draw(st.integers(0, len(out) - 1))] ^= 1 << draw(st.integers(0, 7))
+    elif out and damage == "cut":
+        del out[draw(st.integers(0, len(out) - 1)) :]
+    return bytes(out), draw(st.integers(0, 1500))
+
+
+@given(
+    log=logs(), interval=st.sampled_from([0, 100, 4096]), max_batch=st.sampled_from([500, 1 << 20])
+)
+@settings(max_examples=120, deadline=None, suppress_health_check=SLOW)
+def test_the_recovery_walk_is_the_reference(
+    log: tuple[bytes, int], interval: int, max_batch: int
+) -> None:
+    data, start_offset = log
+    for buf in (data, memoryview(data)):
+        kwargs: dict[str, Any] = {
+            "next_offset": start_offset,
+            "max_offset": start_offset + 3000,
+            "max_batch_size": max_batch,
+            "index_interval": interval,
+        }
+        for end in (len(data), len(data) // 2):
+            assert header.scan_batches(buf, 0, end, **kwargs) == header.pure_scan_batches(
+                buf, 0, end, **kwargs
+            )
+
+
+def test_the_recovery_walk_leaves_huge_offsets_to_python() -> None:
+    data = build_batch([SimpleRecord(None, b"v", (), 1)] * 3, base_offset=(1 << 63) - 2)
+    kwargs: dict[str, Any] = {
+        "next_offset": 0,
+        "max_offset": 1 << 64,
+        "max_batch_size": 1 << 20,
+        "index_interval": 0,
+    }
+    assert header.scan_batches(data, 0, len(data), **kwargs) == header.pure_scan_batches(
+        data, 0, len(data), **kwargs
+    )
+
+
+# --- the producer's append --------------------------------------------------------------------
+
+
+@given(
+    appends=st.lists(
+        st.tuples(small | sized, small, header_lists, timestamps | st.just(1 << 63)), max_size=12
+    ),
+    max_bytes=st.sampled_from([0, 100, 300, 1 << 20]),
+)
+@settings(max_examples=120, deadline=None, suppress_health_check=SLOW)
+def test_append_fields_is_the_reference(
+    appends: list[tuple[Any, Any, Any, int]], max_bytes: int
+) -> None:
+    compiled = batch_module.RecordBatchBuilder(max_bytes=max_bytes)
+    reference = batch_module.RecordBatchBuilder(max_bytes=max_bytes)
+
+    def state(b: batch_module.RecordBatchBuilder) -> tuple[Any, ...]:
+        return (b.records, b.estimated_size, b.max_timestamp, b.records_count)
+
+    for fields in appends:
+        got = outcome(lambda f=fields: batch_module.append_fields(compiled, f))
+        assert got == outcome(lambda f=fields: batch_module.pure_append_fields(reference, f))
+        assert state(compiled) == state(reference)
+    assert outcome(compiled.build) == outcome(reference.build)
+    with pytest.raises(RuntimeError):
+        batch_module.append_fields(compiled, (None, b"v", (), 1))

@@ -7,10 +7,14 @@ does (:data:`TIMESTAMP_CREATE_TIME` or :data:`TIMESTAMP_LOG_APPEND_TIME`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME", "Message"]
+from highwater.records import IMPLEMENTATION, SlotFactory
+from highwater.records.record import RecordFactory
+
+__all__ = ["TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME", "Message", "message_factory"]
 
 #: confluent-kafka's timestamp types, as :meth:`Message.timestamp` returns them.
 TIMESTAMP_CREATE_TIME: Final = 1
@@ -94,3 +98,25 @@ class Message:
     def __repr__(self) -> str:
         """A short description: topic, partition, offset."""
         return f"Message({self._topic}-{self._partition}@{self._offset})"
+
+
+_RECORD_SLOTS = ("_key", "_value", "_headers", "_timestamp", "_offset")
+
+
+def message_factory(topic: str, partition: int, timestamp_type: int) -> RecordFactory[Message]:
+    """``make(key, value, headers, timestamp, offset)``: a :class:`Message` of the partition
+    (no error), as the consumer's decoder and the producer's delivery reports make them.
+
+    With the compiled codec a :class:`~highwater.records.SlotFactory` fills the message's
+    slots from C (what ``__init__`` sets, without the call: several times cheaper); the
+    pure-Python paths call the class.
+    """
+    if IMPLEMENTATION == "compiled":
+        constants = {
+            "_topic": topic,
+            "_partition": partition,
+            "_error": None,
+            "_timestamp_type": timestamp_type,
+        }
+        return SlotFactory(Message, _RECORD_SLOTS, constants)  # type: ignore[return-value]
+    return functools.partial(Message, topic, partition, timestamp_type=timestamp_type)

@@ -307,6 +307,95 @@ static PyObject *codec_record_size(PyObject *self, PyObject *const *args, Py_ssi
 }
 
 /* ---------------------------------------------------------------------------------- */
+/* append_fields: RecordBatchBuilder.append_fields, on the builder's slots.              */
+
+enum { B_BUILT, B_RECORDS, B_SIZES, B_SIZE, B_BASE_TS, B_MAX_TS, B_MAX_BYTES, B_SLOTS };
+static const char *builder_slot_names[B_SLOTS] = {
+    "_built", "_records", "_sizes", "_size", "_base_timestamp", "_max_timestamp", "_max_bytes"};
+static PyTypeObject *builder_type;
+static Py_ssize_t builder_offsets[B_SLOTS];
+static PyObject *fallback_append_fields; /* batch.RecordBatchBuilder.append_fields (pure) */
+
+static int slot_offset(PyTypeObject *cls, PyObject *name, Py_ssize_t *offset);
+
+static inline PyObject *slot_get(PyObject *obj, int i) {
+    return *(PyObject **)((char *)obj + builder_offsets[i]);
+}
+
+static inline void slot_put(PyObject *obj, int i, PyObject *value) { /* steals value */
+    PyObject **slot = (PyObject **)((char *)obj + builder_offsets[i]);
+    PyObject *old = *slot;
+    *slot = value;
+    Py_XDECREF(old);
+}
+
+/* The builder's append when every value is one handled here: the size added (0: it does
+ * not fit), -1 to hand over to the pure method (nothing changed), -2 on an error. */
+static Py_ssize_t builder_append(PyObject *builder, PyObject *fields) {
+    if (builder_type == NULL || !PyObject_TypeCheck(builder, builder_type)) return -1;
+    if (!PyTuple_CheckExact(fields) || PyTuple_GET_SIZE(fields) != 4) return -1;
+    PyObject *built = slot_get(builder, B_BUILT), *records = slot_get(builder, B_RECORDS);
+    PyObject *sizes = slot_get(builder, B_SIZES), *size_obj = slot_get(builder, B_SIZE);
+    PyObject *base_obj = slot_get(builder, B_BASE_TS), *max_obj = slot_get(builder, B_MAX_TS);
+    PyObject *max_bytes_obj = slot_get(builder, B_MAX_BYTES);
+    if (built != Py_None || records == NULL || !PyList_CheckExact(records) || sizes == NULL ||
+        !PyList_CheckExact(sizes) || size_obj == NULL || base_obj == NULL || max_obj == NULL ||
+        max_bytes_obj == NULL)
+        return -1;
+    int64_t timestamp, total, base_ts = 0, max_ts, max_bytes, delta = 0;
+    if (as_int64(PyTuple_GET_ITEM(fields, 3), &timestamp) < 0 || as_int64(size_obj, &total) < 0 ||
+        as_int64(max_obj, &max_ts) < 0 || as_int64(max_bytes_obj, &max_bytes) < 0)
+        return -1;
+    int first = base_obj == Py_None;
+    if (!first && (as_int64(base_obj, &base_ts) < 0 ||
+                   __builtin_sub_overflow(timestamp, base_ts, &delta)))
+        return -1;
+    Py_ssize_t count = PyList_GET_SIZE(records);
+    Py_ssize_t size = record_size_of(first ? 0 : count, delta, PyTuple_GET_ITEM(fields, 0),
+                                     PyTuple_GET_ITEM(fields, 1), PyTuple_GET_ITEM(fields, 2));
+    if (size < 0) return PyErr_Occurred() ? -2 : -1;
+    if (!first && total + size > max_bytes) return 0;
+    PyObject *size_value = PyLong_FromSsize_t(size), *total_value = PyLong_FromLongLong(total + size);
+    PyObject *ts_value = NULL;
+    if (first || timestamp > max_ts) ts_value = PyLong_FromLongLong(timestamp);
+    if (size_value == NULL || total_value == NULL || ((first || timestamp > max_ts) && !ts_value) ||
+        PyList_Append(records, fields) < 0) {
+        Py_XDECREF(size_value);
+        Py_XDECREF(total_value);
+        Py_XDECREF(ts_value);
+        return -2;
+    }
+    if (PyList_Append(sizes, size_value) < 0) {
+        PyList_SetSlice(records, count, count + 1, NULL);
+        Py_DECREF(size_value);
+        Py_DECREF(total_value);
+        Py_XDECREF(ts_value);
+        return -2;
+    }
+    Py_DECREF(size_value);
+    slot_put(builder, B_SIZE, total_value);
+    if (ts_value != NULL) {
+        if (first) {
+            Py_INCREF(ts_value);
+            slot_put(builder, B_BASE_TS, ts_value);
+        }
+        slot_put(builder, B_MAX_TS, ts_value);
+    }
+    return size;
+}
+
+/* append_fields(builder, fields) -> int */
+static PyObject *codec_append_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs == 2) {
+        Py_ssize_t size = builder_append(args[0], args[1]);
+        if (size >= 0) return PyLong_FromSsize_t(size);
+        if (size == -2) return NULL;
+    }
+    if (unbound(fallback_append_fields)) return NULL;
+    return PyObject_Vectorcall(fallback_append_fields, args, nargs, NULL);
+}
+
+/* ---------------------------------------------------------------------------------- */
 /* encode_records: the bodies of a batch's records, from (key, value, headers, ts).     */
 
 static inline uint8_t *put_bytes_field(uint8_t *out, PyObject *o) {
@@ -903,6 +992,71 @@ static PyObject *codec_check_batch(PyObject *self, PyObject *const *args, size_t
     return PyObject_Vectorcall(fallback_check_batch, args, nargsf, kwnames);
 }
 
+/* scan_batches(buf, pos, end, next_offset, max_offset, max_batch_size, index_interval,
+ *              since_index_entry, max_timestamp, offset_of_max_timestamp)
+ *   -> (end, next_offset, max_timestamp, offset_of_max, since, index_entries, notable)
+ * or None when an argument is out of the range handled here. The walk of
+ * header.scan_batches, with a Python object only per index entry and notable batch. */
+static PyObject *codec_scan_batches(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "scan_batches takes 10 arguments");
+        return NULL;
+    }
+    int64_t v[9];
+    for (int i = 0; i < 9; i++) {
+        if (as_int64(args[i + 1], &v[i]) < 0) Py_RETURN_NONE;
+    }
+    int64_t pos = v[0], end = v[1], next_offset = v[2], max_offset = v[3];
+    int64_t max_batch_size = v[4], interval = v[5], since = v[6], max_ts = v[7], offset_of_max = v[8];
+    if (pos < 0 || batch_header_type == NULL) Py_RETURN_NONE;
+    Bytes b;
+    if (bytes_get(args[0], &b) < 0) Py_RETURN_NONE;
+    if (end > b.n) end = b.n;
+    PyObject *entries = PyList_New(0), *notable = PyList_New(0), *result = NULL;
+    if (entries == NULL || notable == NULL) goto finally;
+    int64_t valid = pos, epoch = -1;
+    while (valid < end) {
+        if (!batch_ok(b.p, (Py_ssize_t)end, (Py_ssize_t)valid, 1)) break;
+        const uint8_t *h = b.p + valid;
+        int64_t base_offset = be64(h), size = (int64_t)be32(h + 8) + LOG_OVERHEAD, last_offset;
+        if (__builtin_add_overflow(base_offset, (int64_t)be32(h + 23), &last_offset)) break;
+        if (base_offset < next_offset || last_offset > max_offset || size > max_batch_size) break;
+        int64_t ts = be64(h + 35);
+        if (ts > max_ts) {
+            max_ts = ts;
+            offset_of_max = last_offset;
+        }
+        if (since > interval) {
+            PyObject *entry = Py_BuildValue("(LLLL)", (long long)last_offset, (long long)valid,
+                                            (long long)max_ts, (long long)offset_of_max);
+            if (entry == NULL) goto finally;
+            int failed = PyList_Append(entries, entry);
+            Py_DECREF(entry);
+            if (failed) goto finally;
+            since = 0;
+        }
+        since += size;
+        int32_t leader_epoch = be32(h + 12);
+        if (leader_epoch > epoch || be64(h + 43) >= 0) {
+            if (leader_epoch > epoch) epoch = leader_epoch;
+            PyObject *header = header_tuple(h);
+            if (header == NULL) goto finally;
+            int failed = PyList_Append(notable, header);
+            Py_DECREF(header);
+            if (failed) goto finally;
+        }
+        next_offset = last_offset + 1;
+        valid += size;
+    }
+    result = Py_BuildValue("(LLLLLOO)", (long long)valid, (long long)next_offset, (long long)max_ts,
+                           (long long)offset_of_max, (long long)since, entries, notable);
+finally:
+    Py_XDECREF(entries);
+    Py_XDECREF(notable);
+    bytes_release(&b);
+    return result;
+}
+
 /* crc32c(data) -> int: CRC-32C of a buffer. */
 static PyObject *codec_crc32c(PyObject *self, PyObject *data) {
     Py_buffer view;
@@ -963,11 +1117,29 @@ static PyObject *codec_murmur2(PyObject *self, PyObject *data) {
 /* bind(record_size=..., check_batch=..., header_type=...): the reference functions the
  * compiled ones hand over to, and the BatchHeader type check_batch returns. */
 static PyObject *codec_bind(PyObject *self, PyObject *args, PyObject *kwds) {
-    PyObject *rs = NULL, *cb = NULL, *ht = NULL;
-    static char *kwlist[] = {"record_size", "check_batch", "header_type", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$OOO!:bind", kwlist, &rs, &cb, &PyType_Type,
-                                     &ht))
+    PyObject *rs = NULL, *cb = NULL, *ht = NULL, *bt = NULL, *af = NULL;
+    static char *kwlist[] = {"record_size", "check_batch", "header_type", "builder_type",
+                             "append_fields", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$OOO!O!O:bind", kwlist, &rs, &cb, &PyType_Type,
+                                     &ht, &PyType_Type, &bt, &af))
         return NULL;
+    if (bt != NULL) {
+        Py_ssize_t offsets[B_SLOTS];
+        for (int i = 0; i < B_SLOTS; i++) {
+            PyObject *name = PyUnicode_FromString(builder_slot_names[i]);
+            if (name == NULL) return NULL;
+            int failed = slot_offset((PyTypeObject *)bt, name, &offsets[i]);
+            Py_DECREF(name);
+            if (failed) return NULL;
+        }
+        memcpy(builder_offsets, offsets, sizeof offsets);
+        Py_INCREF(bt);
+        Py_XSETREF(builder_type, (PyTypeObject *)bt);
+    }
+    if (af != NULL) {
+        Py_INCREF(af);
+        Py_XSETREF(fallback_append_fields, af);
+    }
     if (ht != NULL && !PyType_IsSubtype((PyTypeObject *)ht, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "header_type must be a tuple type");
         return NULL;
@@ -999,6 +1171,8 @@ static PyMethodDef codec_methods[] = {
     {"bind", (PyCFunction)(void (*)(void))codec_bind, METH_VARARGS | METH_KEYWORDS, "Bind the reference functions the compiled ones defer to."},
     {"record_size", (PyCFunction)(void (*)(void))codec_record_size, METH_FASTCALL,
      "record_size(offset_delta, timestamp_delta, key, value, headers=()) -> int"},
+    {"append_fields", (PyCFunction)(void (*)(void))codec_append_fields, METH_FASTCALL,
+     "append_fields(builder, fields) -> int: RecordBatchBuilder.append_fields"},
     {"encode_records", (PyCFunction)(void (*)(void))codec_encode_records, METH_FASTCALL,
      "encode_records(records, base_timestamp) -> bytes, or None to defer to the pure code"},
     {"read_records", (PyCFunction)(void (*)(void))codec_read_records, METH_FASTCALL,
@@ -1007,6 +1181,8 @@ static PyMethodDef codec_methods[] = {
      "scan_keys(...) -> (keys, pos, decoded, previous_delta)"},
     {"check_batch", (PyCFunction)(void (*)(void))codec_check_batch,
      METH_FASTCALL | METH_KEYWORDS, "check_batch(buf, pos=0, *, verify_crc=True) -> BatchHeader"},
+    {"scan_batches", (PyCFunction)(void (*)(void))codec_scan_batches, METH_FASTCALL,
+     "scan_batches(...) -> the walk of header.scan_batches, or None to defer to it"},
     {"crc32c", codec_crc32c, METH_O, "crc32c(data) -> int"},
     {"murmur2", codec_murmur2, METH_O, "murmur2(data) -> int (signed int32)"},
     {NULL, NULL, 0, NULL},

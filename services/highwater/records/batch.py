@@ -361,10 +361,8 @@ class RecordBatchBuilder:
         ``timestamp`` is in milliseconds, ``None`` meaning now. Raises
         :class:`InvalidRecordError` (and adds nothing) for a record that cannot be encoded.
         """
-        return (
-            self.append_fields((key, value, headers, _now_ms() if timestamp is None else timestamp))
-            > 0
-        )
+        fields = (key, value, headers, _now_ms() if timestamp is None else timestamp)
+        return append_fields(self, fields) > 0
 
     def append_fields(self, fields: RecordFields) -> int:
         """:meth:`append` of a record given as ``(key, value, headers, timestamp)``, kept
@@ -469,6 +467,22 @@ class RecordBatchBuilder:
                 compression_level=self._compression_level,
             )
         return self._built
+
+
+pure_append_fields = RecordBatchBuilder.append_fields
+"""The pure-Python :meth:`RecordBatchBuilder.append_fields`."""
+
+
+def append_fields(builder: RecordBatchBuilder, fields: RecordFields) -> int:
+    """``builder.append_fields(fields)``: what a producer calls once per record; compiled
+    with the compiled codec (the builder's slots are updated from C, the pure method taking
+    over for anything unusual, such as a timestamp out of range)."""
+    return pure_append_fields(builder, fields)
+
+
+if codec is not None:
+    codec.bind(builder_type=RecordBatchBuilder, append_fields=pure_append_fields)
+    append_fields = codec.append_fields
 
 
 class RecordBatch:

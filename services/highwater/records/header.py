@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import crc32c as _crc32c
 
-from highwater.errors import CorruptRecordError, UnsupportedForMessageFormatError
+from highwater.errors import CorruptRecordError, HighwaterError, UnsupportedForMessageFormatError
 
 from .implementation import codec
 
@@ -238,6 +238,116 @@ pure_check_batch = check_batch
 if codec is not None:
     codec.bind(check_batch=pure_check_batch, header_type=BatchHeader)
     check_batch = codec.check_batch
+
+
+class BatchScan(NamedTuple):
+    """What :func:`scan_batches` found: the valid batches from its start, in one pass."""
+
+    end: int
+    """The position after the last valid batch (where the first invalid one starts)."""
+    next_offset: int
+    """The offset after the last valid batch's last offset."""
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    since_index_entry: int
+    """Bytes of batches after the last index entry."""
+    index_entries: list[tuple[int, int, int, int]]
+    """``(last_offset, position, max_timestamp, offset_of_max_timestamp)``: where an offset-
+    index entry (and a time-index entry, if its timestamp grew) falls, in order."""
+    notable: list[BatchHeader]
+    """The headers of the batches that raise the partition leader epoch above every earlier
+    one of the scan, or carry a producer id: the only ones recovery needs to see."""
+
+
+def scan_batches(
+    buf: ReadableBuffer,
+    pos: int,
+    end: int,
+    *,
+    next_offset: int,
+    max_offset: int,
+    max_batch_size: int,
+    index_interval: int,
+    since_index_entry: int = 0,
+    max_timestamp: int = -1,
+    offset_of_max_timestamp: int = 0,
+) -> BatchScan:
+    """Walk and check (:func:`check_batch`, CRC included) the batches of ``buf[pos:end]``
+    as crash recovery does, stopping at the first that is invalid, starts below
+    ``next_offset``, ends past ``max_offset`` or is larger than ``max_batch_size``.
+
+    An index entry falls at a batch once more than ``index_interval`` bytes of batches
+    went by since the last one (``since_index_entry`` counts those before ``pos``); the
+    largest timestamp is carried along with the offset that has it. The compiled twin does
+    the whole walk in C, with no Python object per batch but the notable ones.
+    """
+    entries: list[tuple[int, int, int, int]] = []
+    notable: list[BatchHeader] = []
+    since = since_index_entry
+    epoch = -1
+    valid = pos
+    end = min(end, len(buf))
+    while valid < end:
+        try:
+            header = check_batch(buf, valid, verify_crc=True)
+        except HighwaterError:
+            break
+        base_offset, batch_size = header[0], header[1] + LOG_OVERHEAD
+        last_offset = base_offset + header[6]
+        if (
+            base_offset < next_offset
+            or last_offset > max_offset
+            or batch_size > max_batch_size
+            or valid + batch_size > end
+        ):
+            break
+        if header[8] > max_timestamp:
+            max_timestamp, offset_of_max_timestamp = header[8], last_offset
+        if since > index_interval:
+            entries.append((last_offset, valid, max_timestamp, offset_of_max_timestamp))
+            since = 0
+        since += batch_size
+        if header[2] > epoch or header[9] >= 0:
+            epoch = max(epoch, header[2])
+            notable.append(header)
+        next_offset = last_offset + 1
+        valid += batch_size
+    return BatchScan(
+        valid, next_offset, max_timestamp, offset_of_max_timestamp, since, entries, notable
+    )
+
+
+pure_scan_batches = scan_batches
+"""The pure-Python :func:`scan_batches`."""
+
+if codec is not None:
+
+    def scan_batches(  # the compiled walk; the pure one for arguments out of its range
+        buf: ReadableBuffer,
+        pos: int,
+        end: int,
+        *,
+        next_offset: int,
+        max_offset: int,
+        max_batch_size: int,
+        index_interval: int,
+        since_index_entry: int = 0,
+        max_timestamp: int = -1,
+        offset_of_max_timestamp: int = 0,
+    ) -> BatchScan:
+        """:func:`pure_scan_batches`, compiled."""
+        found = codec.scan_batches(
+            buf, pos, end, next_offset, max_offset, max_batch_size, index_interval,
+            since_index_entry, max_timestamp, offset_of_max_timestamp,
+        )  # fmt: skip
+        if found is None:
+            return pure_scan_batches(
+                buf, pos, end, next_offset=next_offset, max_offset=max_offset,
+                max_batch_size=max_batch_size, index_interval=index_interval,
+                since_index_entry=since_index_entry, max_timestamp=max_timestamp,
+                offset_of_max_timestamp=offset_of_max_timestamp,
+            )  # fmt: skip
+        return BatchScan._make(found)
 
 
 def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:

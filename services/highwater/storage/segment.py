@@ -31,6 +31,7 @@ from highwater.records.header import (
     MAGIC,
     BatchHeader,
     check_batch,
+    scan_batches,
 )
 from highwater.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 
@@ -536,7 +537,10 @@ class LogSegment:
     ) -> int:
         """Re-validate every batch, rebuild both indexes and cut a torn or corrupt tail.
 
-        Returns the number of bytes truncated. ``on_batch`` sees each valid batch in order.
+        Returns the number of bytes truncated. ``on_batch`` sees, in order, each valid batch
+        that raises the partition leader epoch above the segment's earlier batches or carries
+        a producer id (:func:`~highwater.records.header.scan_batches`): what recovery
+        re-derives the epoch cache and the producers' state from.
         When the first invalid batch holds offsets below ``protect_below`` (the recovery
         point: data known to be flushed) nothing is cut and :class:`CorruptSegmentError`
         names the file and byte instead.
@@ -553,36 +557,28 @@ class LogSegment:
         size = self._size
         if size:
             with mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) as mm:
-                interval = self.index_interval_bytes
-                max_relative = self.base_offset + INT32_MAX
-                max_timestamp, offset_of_max = -1, self.base_offset
-                since = 0
-                while valid < size:
-                    try:
-                        header = check_batch(mm, valid, verify_crc=True)
-                    except HighwaterError:
-                        break
-                    base_offset, batch_size = header[0], header[1] + LOG_OVERHEAD
-                    last_offset = base_offset + header[6]
-                    if (
-                        base_offset < next_offset
-                        or last_offset > max_relative
-                        or batch_size > max_batch_size
-                    ):
-                        break
-                    if header[8] > max_timestamp:
-                        max_timestamp, offset_of_max = header[8], last_offset
-                    if since > interval:
-                        self.offset_index.append(last_offset, valid)
-                        self.time_index.maybe_append(max_timestamp, offset_of_max)
-                        since = 0
-                    since += batch_size
-                    if on_batch is not None:
-                        on_batch(header)
-                    next_offset = last_offset + 1
-                    valid += batch_size
-                self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, offset_of_max
-                self._bytes_since_last_index_entry = since
+                # One walk over the whole segment (compiled, with the compiled codec): no
+                # Python object per batch but the index entries and the notable batches.
+                scan = scan_batches(
+                    mm,
+                    0,
+                    size,
+                    next_offset=next_offset,
+                    max_offset=self.base_offset + INT32_MAX,
+                    max_batch_size=max_batch_size,
+                    index_interval=self.index_interval_bytes,
+                    offset_of_max_timestamp=self.base_offset,
+                )
+            for last_offset, position, max_timestamp, offset_of_max in scan.index_entries:
+                self.offset_index.append(last_offset, position)
+                self.time_index.maybe_append(max_timestamp, offset_of_max)
+            if on_batch is not None:
+                for header in scan.notable:
+                    on_batch(header)
+            valid, next_offset = scan.end, scan.next_offset
+            self._max_timestamp = scan.max_timestamp
+            self._offset_of_max_timestamp = scan.offset_of_max_timestamp
+            self._bytes_since_last_index_entry = scan.since_index_entry
         truncated = size - valid
         if truncated and next_offset < protect_below:
             raise CorruptSegmentError(

@@ -10,17 +10,21 @@ metadata, back-off) is :class:`~highwater.client.consumer.AsyncConsumer`'s.
 
 from __future__ import annotations
 
-import functools
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from highwater.client.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
+from highwater.client.message import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Message,
+    message_factory,
+)
 from highwater.errors import (
     CorruptRecordError,
 )
-from highwater.records import IMPLEMENTATION, RecordBatch, SlotFactory, iter_batches
+from highwater.records import RecordBatch, iter_batches
 from highwater.records.record import RecordFactory
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
@@ -117,7 +121,10 @@ class PartitionState:
     :class:`~highwater.records.TimestampType`."""
 
     def __post_init__(self) -> None:
-        self.message_makers = _message_makers(self.topic, self.partition)
+        self.message_makers = (  # by TimestampType: CREATE_TIME 0, LOG_APPEND_TIME 1
+            message_factory(self.topic, self.partition, TIMESTAMP_CREATE_TIME),
+            message_factory(self.topic, self.partition, TIMESTAMP_LOG_APPEND_TIME),
+        )
 
     def clear_buffer(self) -> None:
         """Drop what was fetched and not returned yet."""
@@ -214,39 +221,6 @@ class PartitionState:
             and not self.buffered()
             and self.backoff_until <= now
         )
-
-
-_MESSAGE_FIELDS = ("_key", "_value", "_headers", "_timestamp", "_offset")
-
-
-def _message_makers(
-    topic: str, partition: int
-) -> tuple[RecordFactory[Message], RecordFactory[Message]]:
-    """What makes a decoded record a :class:`Message` of the partition, by the batch's
-    timestamp type (CREATE_TIME 0, LOG_APPEND_TIME 1).
-
-    With the compiled codec, a :class:`~highwater.records.SlotFactory` fills the message's
-    slots from C as the batch is decoded (what ``Message.__init__`` sets, without the call);
-    the pure-Python paths call the class.
-    """
-    if IMPLEMENTATION == "compiled":
-        return tuple(  # type: ignore[return-value]
-            SlotFactory(
-                Message,
-                _MESSAGE_FIELDS,
-                {
-                    "_topic": topic,
-                    "_partition": partition,
-                    "_error": None,
-                    "_timestamp_type": timestamp_type,
-                },
-            )
-            for timestamp_type in (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME)
-        )
-    return (
-        functools.partial(Message, topic, partition),
-        functools.partial(Message, topic, partition, timestamp_type=TIMESTAMP_LOG_APPEND_TIME),
-    )
 
 
 def create_fetch_request(

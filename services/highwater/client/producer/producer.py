@@ -46,7 +46,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Final, TypeAlias, TypeVar
 
 import grpc
@@ -59,7 +59,12 @@ from highwater.client.cluster import (
     UnknownTopicOrPartitionError,
 )
 from highwater.client.loop_thread import LoopThread
-from highwater.client.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
+from highwater.client.message import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Message,
+    message_factory,
+)
 from highwater.client.metrics import CLIENT_METRICS
 from highwater.client.partitioner import StickyPartitioner, choose_partition
 from highwater.client.producer.accumulator import (
@@ -92,6 +97,7 @@ from highwater.client.producer.sender import (
 )
 from highwater.errors import HighwaterError
 from highwater.records import RecordBatchBuilder
+from highwater.records.batch import append_fields
 from highwater.records.record import RecordFields
 from highwater.telemetry.configure import tracing_enabled
 from highwater.telemetry.messaging import ProducerTracing
@@ -131,6 +137,7 @@ class AsyncProducer:
         self._batch_size = cfg.batch_size
         self._sticky = StickyPartitioner(cfg.batch_size, rng=rng)
         self._sticky_choices: dict[str, StickyChoice] = {}
+        self._message_factories: dict[tuple[str, int, int], Callable[..., Message]] = {}
         self._queues: dict[tuple[str, int], PartitionQueue] = {}
         self._waiting: dict[str, list[WaitingRecord]] = {}
         self._pending = 0
@@ -379,11 +386,11 @@ class AsyncProducer:
         batches = q.batches
         batch = batches[-1] if batches else None
         try:
-            if batch is None or batch.closed or not (size := batch.builder.append_fields(fields)):
+            if batch is None or batch.closed or not (size := append_fields(batch.builder, fields)):
                 if batch is not None:
                     batch.closed = True
                 batch = self._new_batch(topic, partition, created)
-                size = batch.builder.append_fields(fields)  # the first record always fits
+                size = append_fields(batch.builder, fields)  # the first record always fits
                 batches.append(batch)
                 self._wakeup.set()  # a new batch: the sender times its linger.ms
         except HighwaterError as e:  # a record that cannot be encoded (a bad timestamp)
@@ -502,6 +509,16 @@ class AsyncProducer:
             self._report_error(batch.topic, batch.partition, fields, future, on_delivery, error)
         self._delivered_some(batch.count)
 
+    def _message_factory(
+        self, topic: str, partition: int, timestamp_type: int
+    ) -> Callable[..., Message]:
+        """What makes the delivery reports' messages of a partition (made once, kept)."""
+        key = (topic, partition, timestamp_type)
+        make = self._message_factories.get(key)
+        if make is None:
+            make = self._message_factories[key] = message_factory(*key)
+        return make
+
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         """Deliver a written batch's records with their offsets.
 
@@ -518,6 +535,7 @@ class AsyncProducer:
         # runs (one may look at len(producer)), as with confluent-kafka.
         self._pending -= batch.count
         appended = log_append_time >= 0
+        make_message = self._message_factory(topic, partition, timestamp_type)
         for (key, value, headers, timestamp), future, on_delivery in zip(
             batch.builder.records, batch.futures, batch.callbacks, strict=True
         ):
@@ -528,9 +546,7 @@ class AsyncProducer:
                     new_tuple(metadata_type, (topic, partition, offset, timestamp, timestamp_type))
                 )
             if on_delivery is not None:
-                message = Message(
-                    topic, partition, key, value, headers, timestamp, offset, None, timestamp_type
-                )
+                message = make_message(key, value, headers, timestamp, offset)
                 try:
                     on_delivery(None, message)
                 except Exception:
