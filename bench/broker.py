@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import cProfile
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -50,7 +51,16 @@ from bench._jetstream_peer import (
     publish_throughput,
 )
 from bench._pure_python import run_pure
-from bench.report import Report, Row, SuiteSection, Target, at_least, at_most, percentile
+from bench.report import (
+    Report,
+    Row,
+    SuiteSection,
+    Target,
+    at_least,
+    at_most,
+    hotspots_text,
+    percentile,
+)
 
 RECORD_SIZE = 100
 PAYLOAD = bytes(i % 251 for i in range(RECORD_SIZE))
@@ -103,6 +113,8 @@ class Workloads:
     pure_produced: Counted | None = None
     pure_consumed: Counted | None = None
     """The client rows again with the pure-Python codec (a child process)."""
+    profiles: list[tuple[str, str]] = field(default_factory=list)
+    """(title, cProfile table) of the client's runs, for the report."""
 
     async def median_trial(self, phase: str, action: Callable[[], Awaitable[Counted]]) -> Counted:
         """Run ``action`` :data:`TRIALS` times; the trial of median rate (each trial's rate
@@ -427,6 +439,29 @@ async def fetch_raw(address: str, topic: str, records: int) -> Counted:
 # --- Highwater: the runs -------------------------------------------------------------------
 
 
+async def _profile_client(result: Workloads, bootstrap: str, sizes: Sizes) -> None:
+    """cProfile tables of one producer run and one consumer run (compiled codec), for the
+    client's per-record costs outside the codec (futures, callbacks, messages)."""
+    records = max(10_000, sizes.records // 3)
+    for title, run in (
+        ("producer", lambda: produce_with_client(bootstrap, TOPIC, "1", records)),
+        ("consumer", lambda: consume_with_client(bootstrap, TOPIC, records)),
+    ):
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            await run()
+        finally:
+            profiler.disable()
+        result.profiles.append(
+            (
+                f"Where the client's time goes: {title}, {records:,} records, 1 broker, acks=1, "
+                "compiled codec (cProfile; the benchmark's own loop included)",
+                hotspots_text(profiler, top=14),
+            )
+        )
+
+
 async def pure_client_trials(
     bootstrap: str, topic: str, acks: str, records: int
 ) -> dict[str, list[tuple[int, float]]]:
@@ -491,6 +526,9 @@ async def highwater_workloads(
                     result.pure_produced = median
                 else:
                     result.pure_consumed = median
+    if produced is not None and replication == 1:
+        report.progress("broker: highwater RF 1: profiling the client's producer and consumer")
+        await _guarded(result.errors, "profile", lambda: _profile_client(result, bootstrap, sizes))
     report.progress(f"broker: highwater RF {replication}: raw Produce and Fetch")
     raw_leader = await leader_address(cluster, RAW_TOPIC)
     result.raw_produced = await _guarded(
@@ -713,6 +751,9 @@ def run(report: Report) -> None:
                     except Exception as error:
                         failover.errors.append(f"{type(error).__name__}: {error}")
         _throughput_rows(section, ours, peers)
+        for workloads in ours.values():
+            for title, text in workloads.profiles:
+                section.add_profile(title, text)
         _latency_rows(section, ours.get(3), peers.get(3))
         _failover_rows(section, failover)
         _notes(section, sizes, ours, peers, failover, missing)
@@ -930,11 +971,13 @@ def _notes(
         f"{RAW_BATCH_RECORDS:,} records per Produce request ({RAW_IN_FLIGHT} requests in "
         f"flight, {sizes.raw_batches:,} requests, no idempotence) and fetch 8 MiB answers "
         "counting records from batch headers. Where a raw row is far above its client row, "
-        "the client's Python cost per record is the bottleneck, not the broker: about 3.5 µs "
-        "of CPU per record produced (the `produce()` call and its future, the batch's "
-        "encoding, the delivery report and its `Message`) and 1.8 µs per record consumed "
-        "(decoding, 0.7 µs, and the `Message`, its allocation and its share of the garbage "
-        "collector's passes); a compiled record codec would be the next step."
+        "the client's Python cost per record is the bottleneck, not the broker. The client "
+        "rows run on the compiled codec (`highwater.records._codec`: the append, the batch's "
+        "encoding, the decoding and the messages made in C); the pure-Python rows under them "
+        "repeat the same trials in a child process with `HIGHWATER_PURE_PYTHON=1`. What is "
+        "left per record is the client's Python around the codec: the `produce()` call, its "
+        "future and partition choice, the delivery report's callback, the consumer's loop "
+        "(see the profiles below)."
     )
     section.note(
         f"JetStream: {nats_server_version()} (Debian), file storage (its default sync: every "

@@ -533,6 +533,12 @@ def profile_hotspots(action: Callable[[], object], *, top: int = 12) -> str:
         action()
     finally:
         profiler.disable()
+    return hotspots_text(profiler, top=top)
+
+
+def hotspots_text(profiler: cProfile.Profile, *, top: int = 12) -> str:
+    """:func:`profile_hotspots`' table of a profiler already run (an event loop's coroutine
+    is profiled by enabling the profiler around its ``await``)."""
     stats = pstats.Stats(profiler)
     raw: dict[tuple[str, int, str], tuple[int, int, float, float, object]]
     raw = stats.stats  # type: ignore[attr-defined]
