@@ -257,6 +257,8 @@ class LogManager:
         """The broker epoch the clean-shutdown markers kept (-1: none, or not clean)."""
         self._cleaner: LogCleaner | None = None
         self._failure_listeners: list[Callable[[LogDirectory], None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The event loop that owns the logs, once :meth:`run_background` runs."""
 
     # -- directories --------------------------------------------------------------------
 
@@ -286,7 +288,14 @@ class LogManager:
 
     def fail_dir(self, directory: LogDirectory, error: BaseException | str) -> None:
         """Take ``directory`` offline: close its logs (they refuse every later call) and
-        tell the listeners. Nothing is written to it any more."""
+        tell the listeners. Nothing is written to it any more.
+
+        Called off the event loop that owns the logs (a flush or a checkpoint in a worker
+        thread failed), it is handed over to that loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and _running_loop() is not loop:
+            loop.call_soon_threadsafe(self.fail_dir, directory, error)
+            return
         if not directory.online:
             return
         directory.online = False
@@ -708,6 +717,7 @@ class LogManager:
     async def run_background(self) -> None:
         """Run flushing, retention, file deletion, checkpoints, compaction and the
         directory probes until cancelled."""
+        self._loop = asyncio.get_running_loop()
         settings = self.settings
         tasks = [
             self._every(settings.log_flush_scheduler_interval_ms, self._flush_due),
@@ -776,6 +786,13 @@ class LogManager:
         if self._cleaner is None:
             self._cleaner = LogCleaner(self)
         await self._cleaner.clean_once_async()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _partition_directories(data_dir: Path) -> dict[TopicPartition, Path]:
