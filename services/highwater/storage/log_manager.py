@@ -385,6 +385,28 @@ class LogManager:
             )
         return result
 
+    def disk_usage(self) -> list[tuple[LogDirectory, int, int, int]]:
+        """(directory, total bytes, usable bytes, bytes of its logs) of each directory; -1
+        where unknown (offline). Read-only and cheap (one ``statvfs`` a directory), for
+        metrics, which read it from another thread: a failure here takes nothing offline."""
+        sizes: dict[int, int] = {}
+        for tp, partition_log in list(self._logs.items()):
+            directory = self._dir_of.get(tp)
+            if directory is not None:
+                sizes[id(directory)] = sizes.get(id(directory), 0) + partition_log.size
+        result = []
+        for directory in self.log_dirs:
+            total = usable = size = -1
+            if directory.online:
+                size = sizes.get(id(directory), 0)
+                try:
+                    usage = shutil.disk_usage(directory.path)
+                    total, usable = usage.total, usage.free
+                except OSError:
+                    pass
+            result.append((directory, total, usable, size))
+        return result
+
     # -- start and stop -----------------------------------------------------------------
 
     def startup(self, *, cluster_id: str | None = None, node_id: int | None = None) -> None:
