@@ -83,7 +83,16 @@ def test_a_restart_finds_every_partition_in_whichever_directory_holds_it(tmp_pat
     for i in range(4):
         records = read_all(again.logs[TopicPartition("t", i)])
         assert [r.value for r in records] == [f"r{i}".encode()]
-    again.shutdown()
+    again.shutdown(broker_epoch=42)
+
+    # A directory added to log.dirs: still a clean restart; it takes the next partitions.
+    grown = started([*dirs, tmp_path / "c"])
+    assert grown.previous_broker_epoch == 42
+    assert {tp: holder(grown, tp) for tp in grown.logs} == where
+    assert holder(grown, grown.get_or_create_log(TopicPartition("u", 0)).topic_partition) == (
+        tmp_path / "c"
+    )
+    grown.shutdown()
 
 
 def test_a_partition_in_two_directories_is_refused_naming_both(tmp_path: Path) -> None:
@@ -109,7 +118,7 @@ def test_bad_directory_lists_are_refused(tmp_path: Path) -> None:
     # A copied directory (same directory.id) is refused.
     started([tmp_path / "a"]).shutdown()
     shutil.copytree(tmp_path / "a", tmp_path / "b")
-    with pytest.raises(KafkaStorageError, match="same directory.id"):
+    with pytest.raises(KafkaStorageError, match=r"same directory\.id"):
         started([tmp_path / "a", tmp_path / "b"])
 
 

@@ -130,8 +130,8 @@ def _guards_io(
         try:
             return method(self, *args, **kwargs)
         except (OSError, KafkaStorageError) as e:
-            if not is_io_failure(e):
-                raise
+            if self.offline or not is_io_failure(e):
+                raise  # bad data; or a nested guarded call (a roll in an append) reported it
             self.offline = True
             log.error("%s: I/O error, the log goes offline: %s", self.topic_partition, e)
             if self.on_io_error is not None:

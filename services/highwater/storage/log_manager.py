@@ -476,9 +476,12 @@ class LogManager:
                 )
             online = self.online_dirs
             self.had_clean_shutdown = all(d.had_clean_shutdown for d in online)
-            epochs = {d.previous_broker_epoch for d in online}
-            self.previous_broker_epoch = (
-                epochs.pop() if self.had_clean_shutdown and len(epochs) == 1 else -1
+            # As Kafka's readBrokerEpochFromCleanShutdownFiles: the epoch the markers kept.
+            # A directory without one was offline at the last shutdown, or is new; the
+            # broker itself stopped cleanly all the same (each directory's recovery
+            # follows its own marker).
+            self.previous_broker_epoch = max(
+                (d.previous_broker_epoch for d in online if d.had_clean_shutdown), default=-1
             )
             log.info(
                 "loaded %d partition log(s) from %d log directories (%d offline, %s shutdown)",
