@@ -92,7 +92,7 @@ class BrokerTelemetry:
         for name, read, unit, description in gauges:
             observe(broker_meter, name, partitions, read, unit=unit, description=description)
         log_dir_gauges = (
-            ("highwater.log_dir.total", _dir_total, "By",
+            ("highwater.log_dir.capacity", _dir_total, "By",
              "Size of the file system of each log directory (highwater.log_dir: its path)"),
             ("highwater.log_dir.usable", _dir_usable, "By",
              "Bytes still usable on the file system of each log directory"),
