@@ -196,7 +196,7 @@ def test_an_io_error_in_a_roll_takes_the_directory_offline(tmp_path: Path) -> No
     manager.shutdown()
 
 
-def test_a_full_disk_does_not_take_the_directory_offline(tmp_path: Path) -> None:
+def test_a_failed_disk_is_told_from_a_full_one_and_from_bad_data() -> None:
     from highwater.storage.log import is_io_failure
 
     assert not is_io_failure(OSError(28, "No space left on device"))
