@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +24,8 @@ from pathlib import Path
 import grpc.aio
 import pytest
 from broker_processes import create_topic, metadata, process_cluster
+from click.testing import CliRunner
+from highwater.cli.main import main
 from highwater.client.admin import AdminClient, NewTopic
 from highwater.client.consumer import OFFSET_BEGINNING, AsyncConsumer, TopicPartition
 from highwater.client.producer import AsyncProducer
@@ -98,24 +98,13 @@ async def fetch_error(address: str, partition: int) -> int:
         return int(reply.topics[0].partitions[0].error)
 
 
-def describe_log_dirs_cli(bootstrap: str, *args: str) -> dict[str, object]:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "highwater",
-            "describe-log-dirs",
-            "--bootstrap-server",
-            bootstrap,
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+async def describe_log_dirs_cli(bootstrap: str, *args: str) -> dict[str, object]:
+    """``highwater describe-log-dirs`` as an operator types it (in a thread of this process:
+    the command runs an event loop of its own)."""
+    command = ["describe-log-dirs", "--bootstrap-server", bootstrap, *args]
+    done = await asyncio.to_thread(CliRunner().invoke, main, command)
+    assert done.exit_code == 0, done.output
+    lines = done.output.splitlines()
     assert lines[0] == "Querying brokers for log directories information"
     assert lines[1].startswith("Received log directory information from brokers ")
     document: dict[str, object] = json.loads(lines[2])
@@ -194,7 +183,7 @@ async def test_a_failed_log_directory_takes_only_its_partitions_offline(tmp_path
         assert b.directory_id == ids[1]
         assert set(described[OTHER]) == {str(cluster.brokers[OTHER].data_dir / "logs")}
 
-        document = describe_log_dirs_cli(
+        document = await describe_log_dirs_cli(
             cluster.bootstrap, "--describe", "--broker-list", str(JBOD), "--topic-list", TOPIC
         )
         assert document["version"] == 1
