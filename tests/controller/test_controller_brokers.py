@@ -425,3 +425,16 @@ def test_an_offline_replica_is_never_elected_even_as_the_last_isr_member() -> No
     h.heartbeat(2)
     assert h.partition("t").leader == 2 and h.partition("t").isr == (2,)
     check_invariants(h.image)
+
+
+def test_a_registration_records_the_brokers_log_directory_ids() -> None:
+    h = Harness()
+    request = RegisterBrokerRequest(1, "inc", log_dirs=("dir-a", "dir-b"))
+    first = h.commit(h.controller.register_broker(request, h.clock.now_ms))
+    assert h.broker(1).log_dirs == ("dir-a", "dir-b")
+    assert h.replayed().broker(1).log_dirs == ("dir-a", "dir-b")  # replayed from the log
+    # A retry is the same registration; the same incarnation with other directories is not.
+    assert h.controller.register_broker(request, h.clock.now_ms).records == []
+    changed = RegisterBrokerRequest(1, "inc", log_dirs=("dir-b",))
+    second = h.commit(h.controller.register_broker(changed, h.clock.now_ms))
+    assert second.broker_epoch > first.broker_epoch and h.broker(1).log_dirs == ("dir-b",)

@@ -115,6 +115,7 @@ class ClusterControl:
                     same_incarnation
                     and existing.listeners == request.listeners
                     and existing.rack == request.rack
+                    and existing.log_dirs == request.log_dirs
                 ):
                     self.heartbeats.touch(request.broker_id, existing.broker_epoch, now_ms, -1)
                     return ControllerResult(
@@ -147,6 +148,7 @@ class ClusterControl:
             listeners=request.listeners,
             rack=request.rack,
             fenced=True,
+            log_dirs=request.log_dirs,
         )
         delta = MetadataDelta(image)
         delta.replay(register)
