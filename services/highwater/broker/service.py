@@ -214,7 +214,8 @@ class BrokerServer:
         the replicas this broker cannot serve."""
         offline = self.partitions.offline()
         return (
-            [d.directory_id for d in self.log_manager.offline_dirs],
+            # A directory that failed at start may have no id: it could not be read.
+            [d.directory_id for d in self.log_manager.offline_dirs if d.directory_id],
             [m.OfflineReplica(topic_id, tp.partition) for tp, topic_id in sorted(offline.items())],
         )
 
