@@ -19,7 +19,9 @@ and their checkpoints); the coordinator keeps its state in ``__consumer_offsets`
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer, BrokerSettings
@@ -49,7 +51,10 @@ class EmbeddedServer:
         controller_settings: ControllerSettings | None = None,
         broker_settings: BrokerSettings | None = None,
         coordinator_settings: CoordinatorSettings | None = None,
+        log_dirs: Sequence[Path] = (),
     ) -> None:
+        """``log_dirs``: the broker's log directories (``log.dirs``); none:
+        ``<data_dir>/broker``."""
         _, port = parse_endpoint(listen)
         if port == 0:
             raise ValueError(f"{listen}: the embedded server needs a real port, not 0")
@@ -84,7 +89,7 @@ class EmbeddedServer:
         self.broker = BrokerServer(
             node_id=EMBEDDED_NODE_ID,
             advertised=listen,
-            data_dir=self.data_dir / "broker",
+            data_dir=[Path(d) for d in log_dirs] or [self.data_dir / "broker"],
             controllers=[listen],
             metadata=self.controller.machine,
             settings=broker_settings,
@@ -104,7 +109,7 @@ class EmbeddedServer:
 
     @property
     def failure(self) -> BaseException | None:
-        return self.controller.failure
+        return self.broker.failure or self.controller.failure
 
     async def start(self) -> None:
         """Start the controller, then the broker and the coordinator (they register
@@ -128,4 +133,14 @@ class EmbeddedServer:
             await self.controller.stop()
 
     async def wait_stopped(self) -> None:
-        await self.controller.wait_stopped()
+        """Return once the controller stopped or the broker failed (every log directory
+        failed: the whole process stops, as a combined Kafka server halts)."""
+        waits = [
+            asyncio.ensure_future(self.controller.wait_stopped()),
+            asyncio.ensure_future(self.broker.wait_failed()),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()

@@ -64,6 +64,8 @@ def test_overrides_beat_the_file_which_beats_the_defaults(tmp_path: Path) -> Non
         ("", ["default.replication.factor=0"], "default.replication.factor"),
         ("", ["no-equals-sign"], "no-equals-sign"),
         ("auto.create.topics.enable=true\n", [], "auto.create.topics.enable"),
+        ("log.dirs=/d1,/d2,/d1\n", [], r"log\.dirs: '/d1' is listed twice"),
+        ("", ["log.dirs=/d1,,/d2"], r"log\.dirs.*empty element"),
     ],
 )
 def test_unknown_keys_and_bad_values_are_refused_naming_the_key(
@@ -73,6 +75,13 @@ def test_unknown_keys_and_bad_values_are_refused_naming_the_key(
     path.write_text(text)
     with pytest.raises(InvalidConfigError, match=named):
         load_server_config(path, overrides)
+
+
+def test_log_dirs_is_a_list_of_directories(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text("log.dirs = /disks/a , /disks/b\n")
+    assert load_server_config(path).get("log.dirs") == ("/disks/a", "/disks/b")
+    assert not load_server_config(None).is_given("log.dirs")
 
 
 def test_a_missing_file_is_named(tmp_path: Path) -> None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from controller_helpers import NONE, Harness, check_invariants
 from highwater.controller import ControllerConfig
+from highwater.controller.results import ControllerResult
 from highwater.controller_api.messages import (
     AlterableConfig,
     AlterConfigsRequest,
     AlterConfigsResource,
     BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    OfflineReplica,
     RegisterBrokerRequest,
     UnregisterBrokerRequest,
 )
@@ -361,3 +364,77 @@ def test_every_image_replays_from_the_log() -> None:
     h.heartbeat(2)
     h.tick()
     assert h.replayed() == h.image
+
+
+# --- Failed log directories (KIP-858) ----------------------------------------------------
+
+
+def offline_heartbeat(
+    h: Harness, broker_id: int, replicas: list[tuple[str, int]]
+) -> ControllerResult[BrokerHeartbeatResponse]:
+    """A heartbeat naming a failed log directory and the replicas on it."""
+    return h.controller.broker_heartbeat(
+        BrokerHeartbeatRequest(
+            broker_id,
+            h.epochs[broker_id],
+            h.image.offset,
+            offline_log_dirs=("dir-a",) if replicas else (),
+            offline_replicas=tuple(
+                OfflineReplica(h.topic_id(topic), partition) for topic, partition in replicas
+            ),
+        ),
+        h.clock.now_ms,
+    )
+
+
+def test_replicas_on_a_failed_log_directory_lose_leadership_and_isr_only() -> None:
+    h = Harness()
+    h.start_brokers([1, 2, 3])
+    h.create_topic("t", 6, 3)
+    led_by_1 = [p for p in range(6) if h.partition("t", p).leader == 1]
+    offline = led_by_1[:1] + [p for p in range(6) if h.partition("t", p).leader != 1][:1]
+    result = offline_heartbeat(h, 1, [("t", p) for p in offline])
+    changes = [r for r in result.records if isinstance(r, PartitionChangeRecord)]
+    assert len(changes) == 2 and not result.response.is_fenced
+    h.commit(result)
+    for p in range(6):
+        partition = h.partition("t", p)
+        if p in offline:
+            assert 1 not in partition.isr and partition.leader in (2, 3)
+        else:
+            assert 1 in partition.isr  # the broker's other directories keep serving
+    assert h.broker(1).is_active
+    # Every heartbeat repeats the report; nothing more to do once they are off.
+    assert offline_heartbeat(h, 1, [("t", p) for p in offline]).records == []
+    check_invariants(h.image)
+
+
+def test_an_offline_replica_is_never_elected_even_as_the_last_isr_member() -> None:
+    h = Harness()
+    h.start_brokers([1, 2])
+    h.create_topic("t", 1, 2, {"unclean.leader.election.enable": "true"})
+    h.clock.advance(SESSION)
+    h.heartbeat(1)
+    h.tick()  # 2 fenced: 1 is the whole ISR and leads
+    assert h.partition("t").isr == (1,) and h.partition("t").leader == 1
+    h.commit(offline_heartbeat(h, 1, [("t", 0)]))
+    partition = h.partition("t")
+    assert partition.isr == (1,) and partition.leader == NO_LEADER  # no one else may lead
+    # Broker 2 comes back: an unclean election (allowed) picks it, never broker 1.
+    h.register(2, incarnation="back")
+    h.heartbeat(2)
+    assert h.partition("t").leader == 2 and h.partition("t").isr == (2,)
+    check_invariants(h.image)
+
+
+def test_a_registration_records_the_brokers_log_directory_ids() -> None:
+    h = Harness()
+    request = RegisterBrokerRequest(1, "inc", log_dirs=("dir-a", "dir-b"))
+    first = h.commit(h.controller.register_broker(request, h.clock.now_ms))
+    assert h.broker(1).log_dirs == ("dir-a", "dir-b")
+    assert h.replayed().broker(1).log_dirs == ("dir-a", "dir-b")  # replayed from the log
+    # A retry is the same registration; the same incarnation with other directories is not.
+    assert h.controller.register_broker(request, h.clock.now_ms).records == []
+    changed = RegisterBrokerRequest(1, "inc", log_dirs=("dir-b",))
+    second = h.commit(h.controller.register_broker(changed, h.clock.now_ms))
+    assert second.broker_epoch > first.broker_epoch and h.broker(1).log_dirs == ("dir-b",)

@@ -162,11 +162,10 @@ def test_log_manager_checkpoints_and_clean_shutdown(tmp_path: Path) -> None:
     assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
     text = (tmp_path / "replication-offset-checkpoint").read_text()
     assert text.splitlines() == ["0", "1", "orders 3 7"]
-    assert (tmp_path / "meta.properties").read_text().splitlines() == [
-        "version=1",
-        "cluster.id=abc",
-        "node.id=1",
-    ]
+    meta = (tmp_path / "meta.properties").read_text().splitlines()
+    assert meta[:3] == ["version=1", "cluster.id=abc", "node.id=1"]
+    assert meta[3] == f"directory.id={manager.log_dirs[0].directory_id}"
+    assert len(manager.log_dirs[0].directory_id) == 22  # a Uuid in Kafka's base64
 
     again = LogManager(tmp_path)
     again.startup(cluster_id="abc", node_id=1)

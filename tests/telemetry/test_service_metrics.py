@@ -104,6 +104,16 @@ def test_a_group_consuming_shows_in_the_servers_metrics(server: tuple[str, str])
     assert total(url, "rpc_server_call_duration_seconds_count", rpc_method="OffsetCommit") >= 1
     assert total(url, "highwater_raft_commit_duration_seconds_count") >= 1
     assert total(url, "highwater_controller_active") == 1
+    # The broker's one log directory: its disk, the logs in it, online.
+    [(_, log_dir)] = [
+        (n, dict(labels)) for (n, labels) in samples(url) if n == "highwater_log_dir_offline"
+    ]
+    assert log_dir["highwater_log_dir"].endswith("/data/broker")
+    where = {"highwater_log_dir": log_dir["highwater_log_dir"]}
+    assert total(url, "highwater_log_dir_offline", **where) == 0
+    capacity = total(url, "highwater_log_dir_capacity_bytes", **where)
+    assert 0 < total(url, "highwater_log_dir_usable_bytes", **where) <= capacity
+    assert total(url, "highwater_log_dir_size_bytes", **where) > 0
 
 
 def test_a_consumer_reports_its_lag_behind_the_high_watermark(server: tuple[str, str]) -> None:

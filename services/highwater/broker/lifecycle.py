@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import grpc.aio
@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 
 BROKER_SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["Broker"].full_name
 
+OfflineReport = Callable[[], tuple[list[str], list[m.OfflineReplica]]]
+"""The failed log directories' ids and the replicas the broker cannot serve, for the
+heartbeat (KIP-858)."""
+
 ServingReport = Callable[[str, bool], None]
 """Says whether a gRPC service (by its full name) can serve: the host's health."""
 
@@ -61,6 +65,7 @@ class BrokerLifecycle:
         controller: ControllerClient,
         metadata_offset: Callable[[], int],
         report_serving: ServingReport | None = None,
+        offline_report: OfflineReport | None = None,
     ) -> None:
         self.node_id = node_id
         self.advertised = advertised
@@ -75,14 +80,19 @@ class BrokerLifecycle:
         self.stopping = False
         """Set when the broker stops: it reports NOT_SERVING and starts no more work."""
         self._heartbeats: asyncio.Task[None] | None = None
+        self._offline_report = offline_report
+        self._wake = asyncio.Event()
 
     @property
     def is_registered(self) -> bool:
         return self.broker_epoch >= 0
 
-    async def register(self, previous_broker_epoch: int = -1) -> int:
+    async def register(
+        self, previous_broker_epoch: int = -1, *, log_dirs: Sequence[str] = ()
+    ) -> int:
         """Register this incarnation; the broker epoch.
-        ``previous_broker_epoch``: the one the clean-shutdown marker kept, or -1."""
+        ``previous_broker_epoch``: the one the clean-shutdown marker kept, or -1;
+        ``log_dirs``: the ids of the online log directories (KIP-858)."""
         host, port = parse_endpoint(self.advertised)
         request = m.RegisterBrokerRequest(
             broker_id=self.node_id,
@@ -90,6 +100,7 @@ class BrokerLifecycle:
             listeners=(BrokerEndpoint("PLAINTEXT", host, port),),
             rack=self.settings.rack,
             previous_broker_epoch=previous_broker_epoch,
+            log_dirs=tuple(log_dirs),
         )
         waited = False
         while True:
@@ -150,14 +161,28 @@ class BrokerLifecycle:
                 await self._heartbeats
             self._heartbeats = None
 
+    def heartbeat_now(self) -> None:
+        """Send the next heartbeat without waiting for the interval (a log directory
+        failed: the controller should move leadership off its partitions at once)."""
+        self._wake.set()
+
+    def _heartbeat_request(self) -> m.BrokerHeartbeatRequest:
+        offline_dirs, offline_replicas = (
+            self._offline_report() if self._offline_report is not None else ([], [])
+        )
+        return m.BrokerHeartbeatRequest(
+            self.node_id,
+            self.broker_epoch,
+            self._metadata_offset(),
+            offline_log_dirs=tuple(offline_dirs),
+            offline_replicas=tuple(offline_replicas),
+        )
+
     async def _heartbeat_forever(self) -> None:
         while True:
+            self._wake.clear()
             try:
-                reply = await self.controller.broker_heartbeat(
-                    m.BrokerHeartbeatRequest(
-                        self.node_id, self.broker_epoch, self._metadata_offset()
-                    )
-                )
+                reply = await self.controller.broker_heartbeat(self._heartbeat_request())
                 if reply.error == ErrorCode.NONE:
                     self.is_fenced = reply.is_fenced
             except HighwaterError as e:
@@ -167,7 +192,8 @@ class BrokerLifecycle:
                 if self.is_fenced
                 else self.settings.heartbeat_interval_ms
             )
-            await asyncio.sleep(interval_ms / 1000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), interval_ms / 1000)
 
     def report_readiness(self, image: MetadataImage) -> None:
         """Health, as the module docstring says: before it registered, a broker's answers

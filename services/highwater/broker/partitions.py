@@ -41,7 +41,7 @@ from highwater.broker.replication import (
     UnknownReplicaError,
     find_diverging_epoch,
 )
-from highwater.errors import HighwaterError, OffsetOutOfRangeError
+from highwater.errors import HighwaterError, KafkaStorageError, OffsetOutOfRangeError
 from highwater.metadata.image import MetadataImage, PartitionRegistration
 from highwater.storage.log import AppendInfo, FetchData, PartitionLog, wall_clock_ms
 from highwater.storage.log_manager import LogManager
@@ -402,17 +402,44 @@ class PartitionManager:
         self.clock = clock
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self._partitions: dict[TopicPartition, Partition] = {}
+        self._unopened: dict[TopicPartition, str] = {}
+        """Replicas assigned here whose log could not be opened (a failed log directory
+        may hold it), by why."""
         self.image = MetadataImage()
 
     def __iter__(self) -> Iterator[Partition]:
-        return iter(list(self._partitions.values()))
+        """The partitions this broker serves: not those on a failed log directory."""
+        return iter([p for p in self._partitions.values() if not p.log.offline])
+
+    def offline(self) -> dict[TopicPartition, str]:
+        """The replicas assigned here that cannot be served (their log directory failed,
+        or it may hold them), by topic id."""
+        result = {
+            tp: partition.topic_id
+            for tp, partition in self._partitions.items()
+            if partition.log.offline
+        }
+        for tp in self._unopened:
+            topic = self.image.topic(tp.topic)
+            if topic is not None:
+                result[tp] = topic.topic_id
+        return result
 
     def get(self, topic: str, partition: int) -> Partition:
         """The partition, or PartitionError UNKNOWN_TOPIC_OR_PARTITION /
-        NOT_LEADER_OR_FOLLOWER (it exists, on other brokers)."""
-        found = self._partitions.get(TopicPartition(topic, partition))
+        NOT_LEADER_OR_FOLLOWER (it exists, on other brokers) / KAFKA_STORAGE_ERROR (its
+        log directory failed)."""
+        tp = TopicPartition(topic, partition)
+        found = self._partitions.get(tp)
         if found is not None:
+            if found.log.offline:
+                raise PartitionError(
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    f"{tp}: its log directory on broker {self.broker_id} is offline",
+                )
             return found
+        if tp in self._unopened:
+            raise PartitionError(ErrorCode.KAFKA_STORAGE_ERROR, self._unopened[tp])
         topic_image = self.image.topic(topic)
         if topic_image is None or topic_image.partition(partition) is None:
             raise PartitionError(
@@ -444,10 +471,18 @@ class PartitionManager:
                     continue
                 if config is None:
                     config = image.log_config(topic.name, self.log_manager.default_config)
+                try:
+                    partition_log = self.log_manager.get_or_create_log(tp, config)
+                except KafkaStorageError as e:
+                    if tp not in self._unopened:
+                        log.error("broker %d: %s is offline: %s", self.broker_id, tp, e)
+                    self._unopened[tp] = str(e)
+                    continue
+                self._unopened.pop(tp, None)
                 created = Partition(
                     tp,
                     topic.topic_id,
-                    self.log_manager.get_or_create_log(tp, config),
+                    partition_log,
                     registration,
                     self.broker_id,
                     clock=self.clock,
@@ -464,6 +499,9 @@ class PartitionManager:
                     "leader" if created.is_leader else "follower",
                     registration.leader_epoch,
                 )
+        for tp in [tp for tp in self._unopened if tp not in wanted]:
+            del self._unopened[tp]
+            self.log_manager.delete_log(tp)
         for tp in [tp for tp in self._partitions if tp not in wanted]:
             del self._partitions[tp]
             self.log_manager.delete_log(tp)

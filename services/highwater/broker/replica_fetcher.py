@@ -257,7 +257,11 @@ class ReplicaFetcher:
                     diverging = EpochEndOffset(
                         answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset
                     )
-                    decision = await partition.truncate_to_diverging_epoch(diverging)
+                    try:
+                        decision = await partition.truncate_to_diverging_epoch(diverging)
+                    except HighwaterError as e:  # its log directory failed
+                        log.error("broker %d: %s: cannot truncate: %s", self._replica_id, tp, e)
+                        continue
                     log.info(
                         "broker %d: %s truncated to %d (diverging epoch %d)",
                         self._replica_id,

@@ -240,7 +240,7 @@ class RequestHandler:
                         fields.current_leader_epoch(item),
                         min_one_batch=room > 0,
                     )
-                except PartitionError as e:
+                except HighwaterError as e:  # a failed log directory: KAFKA_STORAGE_ERROR
                     answer.error = e.code  # type: ignore[assignment]
                     failed = True
                     continue
@@ -282,7 +282,7 @@ class RequestHandler:
                     timestamp, offset = partition.list_offset(
                         item.timestamp, fields.current_leader_epoch(item)
                     )
-                except PartitionError as e:
+                except HighwaterError as e:  # a failed log directory: KAFKA_STORAGE_ERROR
                     answer.error = e.code  # type: ignore[assignment]
                     continue
                 answer.timestamp, answer.offset = timestamp, offset
@@ -380,10 +380,48 @@ class RequestHandler:
                             f"{offset} is beyond the high watermark {partition.high_watermark}",
                         )
                     partition.log.maybe_increment_log_start_offset(offset)
-                except PartitionError as e:
+                except HighwaterError as e:  # a failed log directory: KAFKA_STORAGE_ERROR
                     answer.error = e.code  # type: ignore[assignment]
                     continue
                 answer.low_watermark = partition.log.log_start_offset
+        return response
+
+    def describe_log_dirs(self, request: pb.DescribeLogDirsRequest) -> pb.DescribeLogDirsResponse:
+        """This broker's log directories (Kafka's DescribeLogDirs): each one's path, id,
+        health and disk usage, and the replicas in it of the topics (and partitions)
+        asked for, or of every topic."""
+        wanted: dict[str, frozenset[int] | None] | None = None
+        if request.topics:
+            wanted = {
+                t.topic: frozenset(t.partitions) if t.partitions else None for t in request.topics
+            }
+        response = pb.DescribeLogDirsResponse()
+        log_manager = self.partitions.log_manager
+        for described in log_manager.describe(None if wanted is None else wanted.keys()):
+            result = response.results.add(
+                log_dir=described.path,
+                directory_id=described.directory_id,
+                total_bytes=described.total_bytes,
+                usable_bytes=described.usable_bytes,
+            )
+            if described.error is not None:
+                result.error = ErrorCode.KAFKA_STORAGE_ERROR
+                result.error_message = described.error
+            topics: dict[str, pb.LogDirTopic] = {}
+            for replica in described.replicas:
+                tp = replica.topic_partition
+                partitions = None if wanted is None else wanted.get(tp.topic)
+                if partitions is not None and tp.partition not in partitions:
+                    continue
+                topic = topics.get(tp.topic)
+                if topic is None:
+                    topic = topics[tp.topic] = result.topics.add(name=tp.topic)
+                topic.partitions.add(
+                    partition_index=tp.partition,
+                    partition_size=replica.size,
+                    offset_lag=replica.offset_lag,
+                    is_future_key=replica.is_future,
+                )
         return response
 
     async def init_producer_id(

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -48,10 +48,11 @@ from highwater.broker.replica_fetcher import Connect, GrpcFetchTransport, Replic
 from highwater.broker.request_handler import RequestHandler
 from highwater.broker.settings import BrokerSettings
 from highwater.broker.telemetry import BrokerTelemetry
+from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
-from highwater.errors import InvalidRequestError
+from highwater.errors import InvalidRequestError, KafkaStorageError
 from highwater.metadata.image import MetadataImage
-from highwater.storage.log_manager import LogManager
+from highwater.storage.log_manager import LogDirectory, LogManager
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 
@@ -85,7 +86,7 @@ class BrokerServer:
         *,
         node_id: int,
         advertised: str,
-        data_dir: Path,
+        data_dir: Path | Sequence[Path],
         controllers: Iterable[str],
         metadata: ImageSource,
         settings: BrokerSettings | None = None,
@@ -94,7 +95,8 @@ class BrokerServer:
     ) -> None:
         """``report_serving``: where the broker says whether it can serve, for its gRPC
         host's health (:meth:`~highwater.rpc.server.GrpcHost.report_serving`);
-        ``connect``: how its replica fetchers reach a leader."""
+        ``connect``: how its replica fetchers reach a leader; ``data_dir``: its log
+        directory, or several (``log.dirs``)."""
         self.node_id = node_id
         self.advertised = advertised
         self.settings = settings = settings or BrokerSettings()
@@ -112,6 +114,7 @@ class BrokerServer:
             controller=self.controller,
             metadata_offset=lambda: self.partitions.image.offset,
             report_serving=report_serving,
+            offline_report=lambda: self._offline_report(),
         )
         self.purgatory = Purgatory()
         self.alter_partitions = AlterPartitionManager(
@@ -144,6 +147,10 @@ class BrokerServer:
         )
         self._shrinker: asyncio.Task[None] | None = None
         self._upkeep: asyncio.Task[None] | None = None
+        self.failure: BaseException | None = None
+        """Why the broker stopped serving by itself (every log directory failed)."""
+        self._failed = asyncio.Event()
+        self.log_manager.add_failure_listener(self._on_log_dir_failed)
 
     @property
     def broker_epoch(self) -> int:
@@ -163,7 +170,10 @@ class BrokerServer:
         await asyncio.to_thread(self.log_manager.startup, node_id=self.node_id)
         self._metadata.add_listener(self._on_image)
         self._on_image(self._metadata.image)
-        await self.lifecycle.register(self.log_manager.previous_broker_epoch)
+        await self.lifecycle.register(
+            self.log_manager.previous_broker_epoch,
+            log_dirs=[d.directory_id for d in self.log_manager.online_dirs],
+        )
         self.lifecycle.report_readiness(self._metadata.image)
         self.lifecycle.start_heartbeats()
         self._shrinker = asyncio.create_task(
@@ -194,6 +204,34 @@ class BrokerServer:
         await self.lifecycle.stop_heartbeats()
         await self.controller.close()
         await asyncio.to_thread(self.log_manager.shutdown, broker_epoch=self.broker_epoch)
+
+    async def wait_failed(self) -> None:
+        """Return once the broker failed by itself (:attr:`failure`)."""
+        await self._failed.wait()
+
+    def _offline_report(self) -> tuple[list[str], list[m.OfflineReplica]]:
+        """What the heartbeat says of failed log directories (KIP-858): their ids, and
+        the replicas this broker cannot serve."""
+        offline = self.partitions.offline()
+        return (
+            # A directory that failed at start may have no id: it could not be read.
+            [d.directory_id for d in self.log_manager.offline_dirs if d.directory_id],
+            [m.OfflineReplica(topic_id, tp.partition) for tp, topic_id in sorted(offline.items())],
+        )
+
+    def _on_log_dir_failed(self, directory: LogDirectory) -> None:
+        """A log directory failed: its partitions stop serving (KAFKA_STORAGE_ERROR), the
+        controller hears of it at once, and with no directory left the broker stops, as
+        Kafka's does."""
+        self.purgatory.notify()
+        self.lifecycle.heartbeat_now()
+        if not self.log_manager.online_dirs and self.failure is None:
+            self.failure = KafkaStorageError(
+                f"broker {self.node_id}: every log directory failed (the last: "
+                f"{directory.path}: {directory.error})"
+            )
+            log.critical("%s; shutting down", self.failure)
+            self._failed.set()
 
     def _on_image(self, image: MetadataImage) -> None:
         self.partitions.apply_image(image)
@@ -288,6 +326,11 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
         self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext
     ) -> pb.InitProducerIdResponse:
         return await self._broker.init_producer_id(request)
+
+    async def DescribeLogDirs(
+        self, request: pb.DescribeLogDirsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeLogDirsResponse:
+        return self._broker.describe_log_dirs(request)
 
     async def FindCoordinator(
         self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext

@@ -3,14 +3,16 @@
 It follows the metadata quorum as an observer
 (:class:`~highwater.metadata.observer.MetadataObserver`, its metadata log under
 ``<data dir>/metadata``) and serves ``highwater.v1.Broker`` on the observer's gRPC port,
-with its partition logs under ``<data dir>/logs``, and forwards admin calls to the active
-controller (:mod:`highwater.broker.forwarding`). The quorum's voters are learned from
-the controllers given (DescribeQuorum names every voter and its address), so a broker
-needs only their addresses, as Kafka's ``controller.quorum.bootstrap.servers`` does.
+with its partition logs under ``<data dir>/logs`` (or in the ``log.dirs`` given), and
+forwards admin calls to the active controller (:mod:`highwater.broker.forwarding`).
+The quorum's voters are learned from the controllers given (DescribeQuorum names every
+voter and its address), so a broker needs only their addresses, as Kafka's
+``controller.quorum.bootstrap.servers`` does.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,7 +37,10 @@ class StandaloneBroker:
         data_dir: Path,
         settings: BrokerSettings | None = None,
         advertised: str | None = None,
+        log_dirs: Sequence[Path] = (),
     ) -> None:
+        """``log_dirs``: where the partition logs live (Kafka's ``log.dirs``, one or more);
+        none: ``<data_dir>/logs``."""
         self.node_id = node_id
         self.listen = listen
         self.advertised = advertised or listen
@@ -43,12 +48,15 @@ class StandaloneBroker:
         address unless a proxy or a NAT stands in front of the broker."""
         self.controllers = list(controllers)
         self.data_dir = Path(data_dir)
+        self.log_dirs = [Path(d) for d in log_dirs] or [self.data_dir / "logs"]
         self.settings = settings
         self.observer: MetadataObserver | None = None
         self.broker: BrokerServer | None = None
 
     @property
     def failure(self) -> BaseException | None:
+        if self.broker is not None and self.broker.failure is not None:
+            return self.broker.failure
         return self.observer.failure if self.observer is not None else None
 
     async def start(self) -> None:
@@ -70,7 +78,7 @@ class StandaloneBroker:
         self.broker = BrokerServer(
             node_id=self.node_id,
             advertised=self.advertised,
-            data_dir=self.data_dir / "logs",
+            data_dir=self.log_dirs,
             controllers=self.controllers,
             metadata=self.observer,
             settings=self.settings,
@@ -101,8 +109,19 @@ class StandaloneBroker:
                 await self.observer.stop()
 
     async def wait_stopped(self) -> None:
+        """Return once the observer stopped or the broker failed (every log directory)."""
+        waits = []
         if self.observer is not None:
-            await self.observer.wait_stopped()
+            waits.append(asyncio.ensure_future(self.observer.wait_stopped()))
+        if self.broker is not None:
+            waits.append(asyncio.ensure_future(self.broker.wait_failed()))
+        if not waits:
+            return
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
     def _require_broker(self) -> BrokerServer:
         if self.broker is None:

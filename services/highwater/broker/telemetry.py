@@ -19,6 +19,7 @@ from opentelemetry.trace import Span
 
 from highwater.broker.partitions import PartitionManager
 from highwater.broker.replication import AlterPartitionProposal, IsrChange
+from highwater.storage.log_manager import LogDirectory, LogManager
 from highwater.storage.topic_partition import TopicPartition
 from highwater.telemetry.instruments import duration_histogram, meter, observe, tracer
 from highwater.v1 import broker_pb2 as pb
@@ -90,6 +91,25 @@ class BrokerTelemetry:
         )  # fmt: skip
         for name, read, unit, description in gauges:
             observe(broker_meter, name, partitions, read, unit=unit, description=description)
+        log_dir_gauges = (
+            ("highwater.log_dir.capacity", _dir_total, "By",
+             "Size of the file system of each log directory (highwater.log_dir: its path)"),
+            ("highwater.log_dir.usable", _dir_usable, "By",
+             "Bytes still usable on the file system of each log directory"),
+            ("highwater.log_dir.size", _dir_size, "By",
+             "Bytes of the partition logs in each log directory"),
+            ("highwater.log_dir.offline", _dir_offline, "1",
+             "1 for a failed (offline) log directory, 0 for an online one"),
+        )  # fmt: skip
+        for name, read_dirs, unit, description in log_dir_gauges:
+            observe(
+                broker_meter,
+                name,
+                partitions.log_manager,
+                read_dirs,
+                unit=unit,
+                description=description,
+            )
 
     def replica_fetch_span(self, leader_id: int, reply: pb.FetchResponse) -> Span | None:
         """A ``replica fetch`` span for a follower's fetch answer that carried records
@@ -152,3 +172,38 @@ def _high_watermarks(partitions: PartitionManager) -> Iterable[Observation]:
 
 def _partition_attributes(tp: TopicPartition) -> dict[str, str]:
     return {TOPIC: tp.topic, PARTITION: str(tp.partition)}
+
+
+def _dir_attributes(directory: LogDirectory) -> dict[str, str]:
+    return {
+        "highwater.log_dir": str(directory.path),
+        "highwater.log_dir.id": directory.directory_id,
+    }
+
+
+def _dir_total(log_manager: LogManager) -> Iterable[Observation]:
+    return [
+        Observation(total, _dir_attributes(d))
+        for d, total, _, _ in log_manager.disk_usage()
+        if total >= 0
+    ]
+
+
+def _dir_usable(log_manager: LogManager) -> Iterable[Observation]:
+    return [
+        Observation(usable, _dir_attributes(d))
+        for d, _, usable, _ in log_manager.disk_usage()
+        if usable >= 0
+    ]
+
+
+def _dir_size(log_manager: LogManager) -> Iterable[Observation]:
+    return [
+        Observation(size, _dir_attributes(d))
+        for d, _, _, size in log_manager.disk_usage()
+        if size >= 0
+    ]
+
+
+def _dir_offline(log_manager: LogManager) -> Iterable[Observation]:
+    return [Observation(0 if d.online else 1, _dir_attributes(d)) for d in log_manager.log_dirs]

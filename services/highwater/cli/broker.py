@@ -14,7 +14,7 @@ import click
 
 from highwater.broker.service import BrokerSettings
 from highwater.broker.standalone import StandaloneBroker
-from highwater.cli.server_config import load_role_config, server_config_options
+from highwater.cli.server_config import load_role_config, log_dirs_flag, server_config_options
 from highwater.cli.serving import (
     controllers_option,
     listen_option,
@@ -46,6 +46,14 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     required=True,
     help="Where the partition logs and the metadata log live.",
 )
+@click.option(
+    "--log-dirs",
+    default=None,
+    metavar="DIR[,DIR...]",
+    callback=log_dirs_flag,
+    help="The partition logs' directories, comma-separated, one per disk (Kafka's log.dirs); "
+    "default: DATA_DIR/logs. The metadata log stays in --data-dir.",
+)
 @click.option("--rack", default=None, help="The broker's rack (Kafka's broker.rack).")
 @click.option(
     "--advertised-listener",
@@ -67,6 +75,7 @@ def broker(
     listen: str,
     controllers: list[str],
     data_dir: Path,
+    log_dirs: tuple[str, ...] | None,
     rack: str | None,
     advertised_listener: str | None,
     replica_lag_time_max_ms: int,
@@ -75,14 +84,18 @@ def broker(
 ) -> None:
     """Run a broker: serve partitions, replicate them, follow the metadata.
 
-    Of its --config file and --override keys the broker uses broker.rack and
+    Of its --config file and --override keys the broker uses log.dirs, broker.rack and
     replica.lag.time.max.ms; the cluster defaults (num.partitions...) are the
     controllers', read from the metadata.
     """
     config = load_role_config(
         config_file,
         overrides,
-        {"rack": "broker.rack", "replica_lag_time_max_ms": "replica.lag.time.max.ms"},
+        {
+            "rack": "broker.rack",
+            "replica_lag_time_max_ms": "replica.lag.time.max.ms",
+            "log_dirs": "log.dirs",
+        },
     )
     _, port = parse_endpoint(listen)
     if port == 0:
@@ -97,5 +110,6 @@ def broker(
             replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
         ),
         advertised=advertised_listener,
+        log_dirs=[Path(d) for d in config.get("log.dirs") or ()],
     )
     run_until_signalled(server, "broker")

@@ -22,6 +22,7 @@ from highwater.cli.coordinator import coordinator
 from highwater.cli.dev_cluster import dev_cluster
 from highwater.cli.dump_log import dump_log
 from highwater.cli.groups import groups
+from highwater.cli.log_dirs import describe_log_dirs
 from highwater.cli.observer import observer
 from highwater.cli.partitions import partitions
 from highwater.cli.quorum import quorum
@@ -127,4 +128,5 @@ main.add_command(configs)
 main.add_command(cluster)
 main.add_command(acls)
 main.add_command(users)
+main.add_command(describe_log_dirs)
 add_command_config(main)

@@ -19,6 +19,7 @@ from highwater.broker.service import BrokerSettings
 from highwater.cli.server_config import (
     controller_config,
     load_role_config,
+    log_dirs_flag,
     server_config_options,
 )
 from highwater.cli.serving import listen_option, run_until_signalled, telemetry_option, tls_options
@@ -115,11 +116,20 @@ async def _wait_for_leader(broker: broker_pb2_grpc.BrokerStub, timeout_s: float 
     required=True,
     help="Where the metadata log and the partition logs live.",
 )
+@click.option(
+    "--log-dirs",
+    default=None,
+    metavar="DIR[,DIR...]",
+    callback=log_dirs_flag,
+    help="The partition logs' directories, comma-separated, one per disk (Kafka's log.dirs); "
+    "default: DATA_DIR/broker.",
+)
 @click.option("--demo", is_flag=True, help="Produce and consume a few records once started.")
 @server_config_options
 def server(
     listen: str,
     data_dir: Path,
+    log_dirs: tuple[str, ...] | None,
     demo: bool,
     config_file: Path | None,
     overrides: tuple[str, ...],
@@ -132,7 +142,7 @@ def server(
     and group.initial.rebalance.delay.ms is 0 unless set, as in Kafka's development
     configuration.
     """
-    config = load_role_config(config_file, overrides)
+    config = load_role_config(config_file, overrides, {"log_dirs": "log.dirs"})
     delay = (
         config.get("group.initial.rebalance.delay.ms")
         if config.is_given("group.initial.rebalance.delay.ms")
@@ -157,6 +167,7 @@ def server(
             coordinator_settings=CoordinatorSettings(
                 group=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=delay)
             ),
+            log_dirs=[Path(d) for d in config.get("log.dirs") or ()],
         )
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--listen") from None

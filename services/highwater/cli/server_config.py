@@ -18,11 +18,16 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from highwater.config.server import BROKER_DYNAMIC_CONFIG_DEF, ServerConfig, load_server_config
+from highwater.config.server import (
+    BROKER_DYNAMIC_CONFIG_DEF,
+    SERVER_CONFIG_DEF,
+    ServerConfig,
+    load_server_config,
+)
 from highwater.controller.config import CONTROLLER_CONFIG_DEF, ControllerConfig
 from highwater.errors import InvalidConfigError
 
-__all__ = ["controller_config", "load_role_config", "server_config_options"]
+__all__ = ["controller_config", "load_role_config", "log_dirs_flag", "server_config_options"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,6 +53,19 @@ def server_config_options(function: F) -> F:
         help="A Java-properties file of server config keys (Kafka's names: num.partitions, "
         "default.replication.factor, min.insync.replicas, log.retention.hours...).",
     )(with_overrides)
+
+
+def log_dirs_flag(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> tuple[str, ...] | None:
+    """``--log-dirs DIR[,DIR...]`` parsed and checked as the ``log.dirs`` key is."""
+    if value is None:
+        return None
+    try:
+        parsed: tuple[str, ...] = SERVER_CONFIG_DEF["log.dirs"].parse(value)
+    except InvalidConfigError as e:
+        raise click.BadParameter(str(e)) from None
+    return parsed
 
 
 def load_role_config(

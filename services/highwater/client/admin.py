@@ -128,6 +128,7 @@ __all__ = [
     "InvalidRequestError",
     "InvalidTopicNameError",
     "ListOffsetsResultInfo",
+    "LogDirDescription",
     "MemberDescription",
     "NewTopic",
     "NoReassignmentInProgressError",
@@ -138,6 +139,7 @@ __all__ = [
     "PartitionInfo",
     "PartitionReassignment",
     "PreferredLeaderNotAvailableError",
+    "ReplicaInfo",
     "TopicDescription",
     "TopicExistsError",
     "TopicListing",
@@ -438,6 +440,31 @@ class ListOffsetsResultInfo:
     offset: int
     timestamp: int
     leader_epoch: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    """One replica in a log directory (Kafka's ``ReplicaInfo``)."""
+
+    size: int
+    """Bytes of its segments."""
+    offset_lag: int
+    """How far its log end lags the high watermark (a future replica's: its current one)."""
+    is_future: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """One log directory of a broker (Kafka's ``LogDirDescription``)."""
+
+    path: str
+    directory_id: str
+    error: AdminError | None
+    """None, or the KAFKA_STORAGE_ERROR of a failed (offline) directory."""
+    replica_infos: Mapping[TopicPartitionKey, ReplicaInfo]
+    total_bytes: int | None
+    """The file system's size; None when unknown (offline)."""
+    usable_bytes: int | None
 
 
 def _split_addresses(servers: Sequence[str] | str) -> list[str]:
@@ -1037,6 +1064,71 @@ class AdminClient:
         return found, retry
 
     # --- Consumer groups ------------------------------------------------------------------
+
+    # --- Log directories ---------------------------------------------------------------
+
+    async def describe_log_dirs(
+        self,
+        broker_ids: Iterable[int] | None = None,
+        *,
+        topics: Iterable[str] | None = None,
+    ) -> dict[int, dict[str, LogDirDescription]]:
+        """Each broker's log directories by path (Kafka's ``describeLogDirs``): health,
+        disk usage and the replicas in each, of ``topics`` or of every topic.
+
+        ``broker_ids``: the brokers to ask (all registered, unfenced brokers when None);
+        one the cluster does not list is refused with :class:`InvalidRequestError`
+        naming it. Each broker answers for itself (the call is not forwarded).
+        """
+        reply = await self._metadata([], topics_wanted=False)
+        known = {b.node_id: format_endpoint(b.host, b.port) for b in reply.brokers}
+        wanted = sorted(known) if broker_ids is None else list(dict.fromkeys(broker_ids))
+        missing = [b for b in wanted if b not in known]
+        if missing:
+            raise InvalidRequestError(
+                f"brokers {', '.join(map(str, missing))} do not exist; the brokers are "
+                f"{', '.join(map(str, sorted(known))) or 'none'}"
+            )
+        request = pb.DescribeLogDirsRequest(
+            topics=[pb.DescribeLogDirsTopic(topic=t) for t in dict.fromkeys(topics or ())]
+        )
+        deadline = time.monotonic() + self.request_timeout_s
+        answers = await asyncio.gather(
+            *(self._describe_log_dirs_at(known[b], request, deadline) for b in wanted)
+        )
+        return dict(zip(wanted, answers, strict=True))
+
+    async def _describe_log_dirs_at(
+        self, address: str, request: pb.DescribeLogDirsRequest, deadline: float
+    ) -> dict[str, LogDirDescription]:
+        while True:
+            try:
+                reply: pb.DescribeLogDirsResponse = await self._broker_stub(
+                    address
+                ).DescribeLogDirs(request, timeout=max(deadline - time.monotonic(), 0.1))
+                break
+            except grpc.aio.AioRpcError as e:
+                if e.code() not in _RETRIABLE_BROKER_CODES or time.monotonic() >= deadline:
+                    raise _rpc_error(e) from None
+            await asyncio.sleep(_RETRY_BACKOFF_S)
+        _check_reply(f"DescribeLogDirs at {address}", reply.error, "")
+        result = {}
+        for described in reply.results:
+            result[described.log_dir] = LogDirDescription(
+                path=described.log_dir,
+                directory_id=described.directory_id,
+                error=_error_or_none(described.error, described.error_message),
+                replica_infos={
+                    (topic.name, p.partition_index): ReplicaInfo(
+                        p.partition_size, p.offset_lag, p.is_future_key
+                    )
+                    for topic in described.topics
+                    for p in topic.partitions
+                },
+                total_bytes=described.total_bytes if described.total_bytes >= 0 else None,
+                usable_bytes=described.usable_bytes if described.usable_bytes >= 0 else None,
+            )
+        return result
 
     async def list_consumer_groups(
         self, states: Iterable[str] | None = None

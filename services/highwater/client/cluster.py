@@ -19,7 +19,8 @@ messages come from its policy). ``ListOffsets`` is sent here too
 with its own rule for what to retry.
 
 Requests that answer ``NOT_LEADER_OR_FOLLOWER``, ``FENCED_LEADER_EPOCH``,
-``UNKNOWN_TOPIC_OR_PARTITION`` or ``LEADER_NOT_AVAILABLE`` make the cached leader stale:
+``UNKNOWN_TOPIC_OR_PARTITION``, ``LEADER_NOT_AVAILABLE`` or ``KAFKA_STORAGE_ERROR`` (the
+leader's log directory failed) make the cached leader stale:
 :meth:`ClusterMetadata.handle_error` forgets it, and the next :meth:`ClusterMetadata.refresh`
 asks again (Kafka's ``Metadata.requestUpdate``).
 """
@@ -71,6 +72,9 @@ INVALIDATING_ERRORS: frozenset[int] = frozenset(
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.LEADER_NOT_AVAILABLE,
         ErrorCode.UNKNOWN_LEADER_EPOCH,
+        # The leader's log directory failed: leadership is moving (Kafka's
+        # KafkaStorageException is an InvalidMetadataException).
+        ErrorCode.KAFKA_STORAGE_ERROR,
     }
 )
 

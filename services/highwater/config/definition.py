@@ -200,6 +200,27 @@ class ValidList(Validator):
         return "[" + ", ".join(self.choices) + "]"
 
 
+@dataclass(frozen=True, slots=True)
+class DistinctList(Validator):
+    """A non-empty list without repeated elements (``log.dirs``)."""
+
+    types: ClassVar[frozenset[ConfigType]] = frozenset({ConfigType.LIST})
+
+    def __call__(self, value: ConfigValue) -> None:
+        assert isinstance(value, tuple)
+        if not value:
+            raise ValueError("empty list")
+        repeated = [element for i, element in enumerate(value) if element in value[:i]]
+        if repeated:
+            raise ValueError(f"{repeated[0]!r} is listed twice")
+
+    def allowed(self) -> str:
+        return "a non-empty comma-separated list without repeats"
+
+    def describe(self) -> str:
+        return "[distinct,...]"
+
+
 def at_least(minimum: int | float) -> Range:
     """Values ``>= minimum``."""
     return Range(min=minimum)

@@ -18,7 +18,7 @@ The keys fall in three groups:
   (``log.retention.hours`` -> ``retention.ms``).
 * *controller settings*: session timeouts, leader rebalancing, the shape of
   ``__consumer_offsets``, the metadata snapshot interval; read at start by controllers.
-* *broker and coordinator settings*: ``broker.rack``, ``replica.lag.time.max.ms``,
+* *broker and coordinator settings*: ``log.dirs``, ``broker.rack``, ``replica.lag.time.max.ms``,
   ``group.initial.rebalance.delay.ms``; read at start by their role.
 
 Every role accepts every key (one file may serve them all, as Kafka's ``server.properties``
@@ -40,6 +40,7 @@ from highwater.config.definition import (
     ConfigKey,
     ConfigType,
     ConfigValue,
+    DistinctList,
     at_least,
     between,
     list_of,
@@ -314,6 +315,15 @@ _CONTROLLER_SETTINGS: Final = [
 ]
 
 _ROLE_SETTINGS: Final = [
+    ConfigKey(
+        "log.dirs",
+        ConfigType.LIST,
+        NO_DEFAULT,
+        DistinctList(),
+        "The broker's log directories, comma-separated (JBOD: one per disk). New partitions "
+        "go to the one with the fewest; a failed one takes only its partitions offline. "
+        "Unset: <data dir>/logs (highwater broker) or <data dir>/broker (highwater server).",
+    ),
     ConfigKey(
         "broker.rack",
         _STRING,

@@ -49,6 +49,7 @@ from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
 from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import (
     MetadataImage,
+    TopicIdPartition,
 )
 from highwater.metadata.placement import InvalidReplicationFactorError
 from highwater.metadata.records import (
@@ -114,6 +115,7 @@ class ClusterControl:
                     same_incarnation
                     and existing.listeners == request.listeners
                     and existing.rack == request.rack
+                    and existing.log_dirs == request.log_dirs
                 ):
                     self.heartbeats.touch(request.broker_id, existing.broker_epoch, now_ms, -1)
                     return ControllerResult(
@@ -146,11 +148,13 @@ class ClusterControl:
             listeners=request.listeners,
             rack=request.rack,
             fenced=True,
+            log_dirs=request.log_dirs,
         )
         delta = MetadataDelta(image)
         delta.replay(register)
         records: list[MetadataRecord] = [register]
         records.extend(self.replication.move_away_from(delta, request.broker_id))
+        self.replication.forget_offline_replicas(request.broker_id)
         self.heartbeats.register(request.broker_id, epoch, now_ms)
         return ControllerResult(records, RegisterBrokerResponse(broker_epoch=epoch))
 
@@ -183,6 +187,25 @@ class ClusterControl:
         caught_up = request.current_metadata_offset >= broker.broker_epoch
         records: list[MetadataRecord] = []
         delta = MetadataDelta(image)
+        offline = frozenset(
+            TopicIdPartition(r.topic_id, r.partition_id) for r in request.offline_replicas
+        )
+        known = self.replication.offline_replicas.get(broker_id, frozenset())
+        if offline != known and request.offline_log_dirs:
+            log.warning(
+                "broker %d reports failed log directories %s (%d replicas offline)",
+                broker_id,
+                ", ".join(request.offline_log_dirs),
+                len(offline),
+            )
+        # Every heartbeat: a failed log directory's replicas lose leadership and ISR
+        # membership (records only for those that still have either).
+        offline_records = self.replication.set_offline_replicas(delta, broker_id, offline)
+        if offline_records:
+            return ControllerResult(
+                offline_records,
+                BrokerHeartbeatResponse(is_caught_up=caught_up, is_fenced=broker.fenced),
+            )
         if broker.fenced:
             if request.want_shutdown:
                 return ControllerResult(

@@ -132,9 +132,11 @@ class QuorumController:
         self._next_imbalance_check_ms: int | None = None
 
     def activate(self, now_ms: int) -> None:
-        """This node became the active controller at ``now_ms``: fresh sessions for all."""
+        """This node became the active controller at ``now_ms``: fresh sessions for all,
+        and no replica known offline until the brokers' heartbeats say so again."""
         image = self._image()
         self.heartbeats.reset(image.brokers.values(), now_ms)
+        self.replication.offline_replicas.clear()
         self.coordinator_sessions.reset_epochs(
             {c: r.registration_epoch for c, r in image.cluster.coordinators.items()}, now_ms
         )

@@ -122,6 +122,10 @@ class ReplicationControl:
     def __init__(self, config: ControllerConfig, rng: random.Random) -> None:
         self.config = config
         self._rng = rng
+        self.offline_replicas: dict[int, frozenset[TopicIdPartition]] = {}
+        """Per broker, the replicas it reported offline in its last heartbeat (a failed
+        log directory, KIP-858): soft state, like the sessions, repeated by every
+        heartbeat. Elections never pick a broker for a partition it cannot serve."""
 
     def _unclean_allowed(self, delta: MetadataDelta, topic_id: str) -> bool:
         name = delta.topic_name(topic_id)
@@ -154,11 +158,18 @@ class ReplicationControl:
         unclean_allowed: bool,
         configure: Callable[[PartitionChangeBuilder], object],
     ) -> PartitionChangeBuilder:
+        offline = self.offline_replicas
+
+        def is_active(broker_id: int) -> bool:
+            return delta.is_active_broker(broker_id) and key not in offline.get(
+                broker_id, frozenset()
+            )
+
         builder = PartitionChangeBuilder(
             partition,
             key.topic_id,
             key.partition_id,
-            delta.is_active_broker,
+            is_active if offline else delta.is_active_broker,
             unclean_allowed=unclean_allowed,
         )
         configure(builder)
@@ -195,6 +206,44 @@ class ReplicationControl:
                 delta.replay(record)
                 records.append(record)
         return records
+
+    def set_offline_replicas(
+        self, delta: MetadataDelta, broker_id: int, replicas: frozenset[TopicIdPartition]
+    ) -> list[MetadataRecord]:
+        """``broker_id`` cannot serve ``replicas`` (a failed log directory): remember it
+        for later elections, and the records that move their leadership off the broker
+        and take it out of their ISRs (unless it is the last member: then the partition
+        has no leader, or an unclean one where the topic allows it), as Kafka's
+        ``handleDirectoriesOffline``. Nothing when they are off already."""
+        if replicas:
+            self.offline_replicas[broker_id] = replicas
+        else:
+            self.offline_replicas.pop(broker_id, None)
+        unclean = self._unclean_lookup(delta)
+        records: list[MetadataRecord] = []
+        for key in sorted(replicas):
+            partition = delta.partition(key.topic_id, key.partition_id)
+            if partition is None or (
+                broker_id not in partition.isr and partition.leader != broker_id
+            ):
+                continue
+            if partition.isr == (broker_id,) and partition.leader != broker_id:
+                continue  # the last ISR member, leaderless already
+            record = self._change(
+                delta,
+                key,
+                partition,
+                unclean(key.topic_id),
+                lambda b: b.remove_from_isr(broker_id),
+            ).build()
+            if record is not None:
+                delta.replay(record)
+                records.append(record)
+        return records
+
+    def forget_offline_replicas(self, broker_id: int) -> None:
+        """A new registration of ``broker_id``: it reports its offline replicas afresh."""
+        self.offline_replicas.pop(broker_id, None)
 
     def _leaderless(self, delta: MetadataDelta) -> list[TopicIdPartition]:
         keys = set(delta.image.partitions_without_leader())

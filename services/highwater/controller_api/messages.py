@@ -73,6 +73,8 @@ class RegisterBrokerRequest:
     cluster_id: str = ""
     previous_broker_epoch: int = -1
     """The epoch of the broker's last clean shutdown, -1 if it did not shut down cleanly."""
+    log_dirs: tuple[str, ...] = ()
+    """The ids of the broker's online log directories (KIP-858)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,17 @@ class BrokerHeartbeatRequest:
     """The offset of the last metadata record the broker has applied (-1: none)."""
     want_fence: bool = False
     want_shutdown: bool = False
+    offline_log_dirs: tuple[str, ...] = ()
+    """The ids of the broker's failed log directories (KIP-858)."""
+    offline_replicas: tuple[OfflineReplica, ...] = ()
+    """The replicas the broker cannot serve (on a failed directory, or possibly so): their
+    leadership moves away and the broker leaves their ISRs."""
+
+
+@dataclass(frozen=True, slots=True)
+class OfflineReplica:
+    topic_id: str
+    partition_id: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -275,6 +275,7 @@ class MetadataDelta:
             rack=record.rack,
             fenced=record.fenced,
             in_controlled_shutdown=record.in_controlled_shutdown,
+            log_dirs=record.log_dirs,
         )
 
     def _registered(self, broker_id: int, broker_epoch: int, what: str) -> BrokerRegistration:

@@ -79,6 +79,8 @@ class BrokerRegistration:
     rack: str | None = None
     fenced: bool = True
     in_controlled_shutdown: bool = False
+    log_dirs: tuple[str, ...] = ()
+    """The ids of the log directories online when it registered (KIP-858)."""
 
     @property
     def is_active(self) -> bool:
@@ -100,6 +102,7 @@ class BrokerRegistration:
             rack=self.rack,
             fenced=self.fenced,
             in_controlled_shutdown=self.in_controlled_shutdown,
+            log_dirs=self.log_dirs,
         )
 
 

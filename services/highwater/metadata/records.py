@@ -67,6 +67,8 @@ class RegisterBrokerRecord:
     rack: str | None = None
     fenced: bool = True
     in_controlled_shutdown: bool = False
+    log_dirs: tuple[str, ...] = ()
+    """The ids of its online log directories (KIP-858's directory ids)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,15 @@ Offsets it tracks::
 * ``high_watermark``: kept here (as Kafka's ``UnifiedLog`` does) so that it is
   checkpointed with the log, but moved only by the replication layer.
 
+**A failed disk takes the log offline** (Kafka's ``maybeHandleIOException``): an I/O error
+(an ``OSError``, or a :class:`~highwater.errors.KafkaStorageError` caused by one) in an
+append, a read, a roll, a flush, a truncation or retention marks the log ``offline``,
+calls ``on_io_error`` (the log manager takes the whole log directory offline) and is
+raised as ``KafkaStorageError``; every later call of those methods is refused the same
+way, so a log whose files may be half-written is never read or written again by this
+process. Corrupt data (:class:`~highwater.errors.CorruptSegmentError`) is not an I/O
+failure and does not take the log offline.
+
 fsync never runs on the caller's thread unless asked: :meth:`flush` is meant to be run in a
 worker thread (see :mod:`highwater.storage.log_manager`), and only it and truncation take
 the log's flush lock.
@@ -24,6 +33,9 @@ the log's flush lock.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import errno
+import functools
 import logging
 import os
 import threading
@@ -31,10 +43,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Concatenate, Final, NamedTuple, ParamSpec, TypeVar
 
 from highwater.config.topic import LogConfig
 from highwater.errors import (
+    CorruptCheckpointError,
+    CorruptSegmentError,
     InvalidRecordError,
     InvalidTimestampError,
     KafkaStorageError,
@@ -62,6 +76,71 @@ from highwater.storage.segment import DELETED_SUFFIX, INT32_MAX, LogSegment, Seg
 from highwater.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+IoErrorHandler = Callable[["PartitionLog", BaseException], None]
+"""Told when a log meets an I/O error (the log manager takes its directory offline)."""
+
+
+DISK_FAILURE_ERRNOS: Final = frozenset(
+    {
+        errno.EIO,
+        errno.EROFS,
+        errno.ENOTDIR,
+        errno.ENOENT,
+        errno.EACCES,
+        errno.EPERM,
+        errno.ENXIO,
+        errno.ENODEV,
+        errno.ESTALE,
+    }
+)
+"""The errors that mean the directory or its disk failed. Not among them: running out of
+a process's resources (EMFILE, EFBIG, ENOMEM), which a write undoes cleanly and which pass,
+and a full disk (ENOSPC): its appends fail one by one and the directory serves again once
+space is freed (Kafka takes it offline; the chaos campaign's disk-full fault relies on
+recovering)."""
+
+
+def is_io_failure(error: BaseException) -> bool:
+    """Whether ``error`` is the disk failing (not bad data, not a passing shortage): an
+    ``OSError`` with an errno of :data:`DISK_FAILURE_ERRNOS`, or a ``KafkaStorageError``
+    raised because of one."""
+    if isinstance(error, CorruptSegmentError | CorruptCheckpointError):
+        return False
+    if isinstance(error, KafkaStorageError):
+        error = error.__cause__  # type: ignore[assignment]
+    return isinstance(error, OSError) and error.errno in DISK_FAILURE_ERRNOS
+
+
+def _guards_io(
+    method: Callable[Concatenate[PartitionLog, _P], _R],
+) -> Callable[Concatenate[PartitionLog, _P], _R]:
+    """Refuse calls on an offline log; take the log offline on an I/O error (see the
+    module docstring)."""
+
+    @functools.wraps(method)
+    def guarded(self: PartitionLog, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if self.offline:
+            raise KafkaStorageError(
+                f"{self.topic_partition}: its log directory {self.directory.parent} is offline"
+            )
+        try:
+            return method(self, *args, **kwargs)
+        except (OSError, KafkaStorageError) as e:
+            if self.offline or not is_io_failure(e):
+                raise  # bad data; or a nested guarded call (a roll in an append) reported it
+            self.offline = True
+            log.error("%s: I/O error, the log goes offline: %s", self.topic_partition, e)
+            if self.on_io_error is not None:
+                self.on_io_error(self, e)
+            if isinstance(e, KafkaStorageError):
+                raise
+            raise KafkaStorageError(f"{self.topic_partition}: I/O error: {e}") from e
+
+    return guarded
 
 
 def wall_clock_ms() -> int:
@@ -142,6 +221,9 @@ class PartitionLog:
         self._pending_deletions: list[PendingDeletion] = []
         self._pending_snapshots: list[tuple[int, bytes]] = []
         self._closed = False
+        self.offline = False
+        """Set by an I/O error: the log takes no more reads or writes (module docstring)."""
+        self.on_io_error: IoErrorHandler | None = None
         self.high_watermark = min(max(self.high_watermark, log_start_offset), self._log_end_offset)
 
     # -- offsets and segments ---------------------------------------------------------
@@ -181,6 +263,7 @@ class PartitionLog:
 
     # -- appends ----------------------------------------------------------------------
 
+    @_guards_io
     def append_as_leader(
         self,
         data: bytes | bytearray | memoryview,
@@ -239,6 +322,7 @@ class PartitionLog:
         pieces = self._stamped_pieces(view, stamped, log_append_time)
         return self._write(pieces, stamped, log_append_time)
 
+    @_guards_io
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo | None:
         """Append batches fetched from the leader, offsets and epochs as they are."""
         view = memoryview(data)
@@ -407,6 +491,7 @@ class PartitionLog:
             return True
         return segment.index_full
 
+    @_guards_io
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Close the active segment to appends and start a new one at the log end offset."""
         new_base = max(self._log_end_offset, expected_next_offset or 0)
@@ -443,6 +528,7 @@ class PartitionLog:
 
     # -- reads ------------------------------------------------------------------------
 
+    @_guards_io
     def read(
         self,
         start_offset: int,
@@ -498,6 +584,7 @@ class PartitionLog:
                 continue
             yield from ((segment, p, h) for p, h in segment.iter_headers(found[0]))
 
+    @_guards_io
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """The first record with a timestamp >= ``timestamp``: (timestamp, offset), or None."""
         for segment in list(self._segments):
@@ -516,6 +603,7 @@ class PartitionLog:
 
     # -- truncation and the log start offset -------------------------------------------
 
+    @_guards_io
     def truncate_to(self, offset: int) -> bool:
         """Remove every record at or above ``offset`` (a replica that diverged from its leader).
 
@@ -569,6 +657,7 @@ class PartitionLog:
         self._reload_producer_state()
         return True
 
+    @_guards_io
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and start an empty log at ``offset`` (a replica far behind)."""
         with self._flush_lock:
@@ -601,6 +690,7 @@ class PartitionLog:
                 self.producer_state.update(header, AppendOrigin.REPLICATION)
         self.producer_state.advance_map_end_offset(self._log_end_offset)
 
+    @_guards_io
     def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
         """DeleteRecords: move the log start offset up to ``new_log_start_offset``.
 
@@ -621,6 +711,7 @@ class PartitionLog:
 
     # -- retention --------------------------------------------------------------------
 
+    @_guards_io
     def delete_old_segments(self) -> int:
         """Apply retention (time, size, log start offset); return the segments deleted."""
         now = self.clock()
@@ -670,6 +761,7 @@ class PartitionLog:
             PendingDeletion(self.clock() + self.config.file_delete_delay_ms, segments)
         )
 
+    @_guards_io
     def delete_pending_files(self, *, force: bool = False) -> int:
         """Remove ``.deleted`` segments whose ``file.delete.delay.ms`` has passed."""
         now = self.clock()
@@ -688,6 +780,7 @@ class PartitionLog:
 
     # -- compaction support -------------------------------------------------------------
 
+    @_guards_io
     def replace_segments(self, new_segment: LogSegment, old_segments: list[LogSegment]) -> None:
         """Swap cleaned ``new_segment`` (files suffixed ``.cleaned``) in for ``old_segments``.
 
@@ -723,6 +816,7 @@ class PartitionLog:
             return self._roll_flush_offset
         return None
 
+    @_guards_io
     def flush(self, up_to: int | None = None) -> int:
         """fsync every segment holding offsets below ``up_to`` (default: the log end offset).
 
@@ -750,6 +844,12 @@ class PartitionLog:
     def close(self) -> None:
         """Flush, write a producer-state snapshot at the log end, and close every file."""
         if self._closed:
+            return
+        if self.offline:  # nothing on a failed disk is written again: only let go of files
+            for segment in self._segments:
+                with contextlib.suppress(Exception):
+                    segment.close()
+            self._closed = True
             return
         self.flush()
         self.producer_state.advance_map_end_offset(self._log_end_offset)

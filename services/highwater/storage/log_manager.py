@@ -1,31 +1,59 @@
-"""A data directory and the partition logs in it: loading, checkpoints and background upkeep.
+"""The log directories of a broker and the partition logs in them: placement, loading,
+checkpoints, failed directories and background upkeep.
 
-Layout of a data directory::
+A broker keeps its partitions in one or more log directories (Kafka's ``log.dirs``, JBOD:
+one directory per disk). Layout of each::
 
-    meta.properties                      version, cluster.id, node.id
+    meta.properties                      version, cluster.id, node.id, directory.id
     .lock                                held (flock) while a process owns the directory
     .highwater-clean-shutdown            present only between a clean shutdown and the next start
     recovery-point-offset-checkpoint     replication-offset-checkpoint (high watermarks)
     log-start-offset-checkpoint          cleaner-offset-checkpoint
     <topic>-<partition>/                 one PartitionLog each
 
+Every directory has its own lock, its own checkpoints (of the partitions it holds) and
+its own ``meta.properties`` whose ``directory.id`` (KIP-858: a random Uuid in Kafka's
+base64 form, written the first time the directory is used) names it to the controller.
+
+* **Placement** (Kafka's rule): a new partition goes to the online directory holding the
+  fewest partitions, the first listed on a tie. On restart each partition is found in
+  whichever directory holds it; one present in two directories is refused at start
+  naming both, before anything is loaded.
+* **Failure** (Kafka's ``LogDirFailureChannel``): an I/O error in a log's append, read,
+  roll, flush or truncation (see :mod:`highwater.storage.log`), a checkpoint that cannot
+  be written, or the periodic probe of each directory (a file written, fsynced and removed;
+  the directory replaced, or made unwritable, fails it) takes that *directory* offline:
+  its logs are closed and refuse every call with ``KAFKA_STORAGE_ERROR``, the others keep
+  serving. Listeners (:meth:`LogManager.add_failure_listener`) are told, so that the broker
+  reports the directory to the controller. A directory that cannot be opened at start is
+  offline from the start; only if every directory failed does startup fail.
+* **Offline replicas**: while a directory is offline, a partition that is not found in an
+  online directory is *not* created afresh (Kafka's rule for a replica that is not new:
+  its records may be on the failed disk): :meth:`LogManager.get_or_create_log` refuses it
+  with ``KafkaStorageError`` and the broker reports it offline.
+
 ``LogManager`` is synchronous and single-threaded for appends and reads; the periodic work
 (flushing by ``flush.ms`` / ``flush.messages`` / roll, retention, removal of ``.deleted``
-files, checkpoints, compaction) runs in :meth:`run_background`, an asyncio task that sends
-every fsync and every compaction pass to a worker thread so the event loop never waits on
-the disk.
+files, checkpoints, compaction, directory probes) runs in :meth:`run_background`, an
+asyncio task that sends every fsync and every compaction pass to a worker thread so the
+event loop never waits on the disk.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import errno
 import json
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from highwater.config.topic import LogConfig
 from highwater.errors import KafkaStorageError, StrayFileError
@@ -39,7 +67,7 @@ from highwater.storage.checkpoint import (
     write_atomically,
 )
 from highwater.storage.data_dir_lock import LOCK_FILE, DataDirLock
-from highwater.storage.log import PartitionLog, wall_clock_ms
+from highwater.storage.log import PartitionLog, is_io_failure, wall_clock_ms
 from highwater.storage.log_loader import load_partition_log
 from highwater.storage.topic_partition import TopicPartition
 
@@ -48,8 +76,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
 META_PROPERTIES = "meta.properties"
 CLEAN_SHUTDOWN_FILE = ".highwater-clean-shutdown"
+PROBE_FILE = ".highwater-probe" + TMP_SUFFIX
 _ROOT_FILES = {
     META_PROPERTIES,
     LOCK_FILE,
@@ -60,6 +92,11 @@ _ROOT_FILES = {
     CLEANER_OFFSET_CHECKPOINT,
 }
 _IGNORED_DIRECTORIES = {"lost+found"}
+_OFFSET_CHECKPOINTS = (
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +110,9 @@ class LogManagerSettings:
     log_cleaner_backoff_ms: int = 15_000  # log.cleaner.backoff.ms
     log_cleaner_enable: bool = True  # log.cleaner.enable
     producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
+    log_dir_probe_interval_ms: int = 5_000
+    """How often each online log directory is probed (not Kafka's: Kafka notices a failed
+    disk only on the next I/O error)."""
 
 
 def read_meta_properties(data_dir: Path) -> dict[str, str]:
@@ -91,159 +131,514 @@ def read_meta_properties(data_dir: Path) -> dict[str, str]:
     return result
 
 
+def new_directory_id() -> str:
+    """A directory id as Kafka writes one (KIP-858): a random Uuid, URL-safe base64 without
+    padding (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+@dataclass(slots=True)
+class LogDirectory:
+    """One log directory of the broker: its identity, lock, checkpoints and health."""
+
+    path: Path
+    directory_id: str = ""
+    """From ``meta.properties`` (created at the first start); empty until started."""
+    online: bool = True
+    error: str | None = None
+    """Why the directory went offline."""
+    had_clean_shutdown: bool = False
+    previous_broker_epoch: int = -1
+    lock: DataDirLock = field(init=False)
+    checkpoints: dict[str, OffsetCheckpointFile] = field(init=False)
+    cleaner_checkpoint: OffsetCheckpointFile = field(init=False)
+    inode: tuple[int, int] | None = None
+    """(device, inode) of the directory when it was opened: a replaced directory fails."""
+
+    def __post_init__(self) -> None:
+        self.lock = DataDirLock(self.path)
+        self.checkpoints = {
+            name: OffsetCheckpointFile(self.path / name) for name in _OFFSET_CHECKPOINTS
+        }
+        self.cleaner_checkpoint = OffsetCheckpointFile(self.path / CLEANER_OFFSET_CHECKPOINT)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    """One partition replica in a log directory (DescribeLogDirs)."""
+
+    topic_partition: TopicPartition
+    size: int
+    offset_lag: int
+    is_future: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """A log directory as DescribeLogDirs answers it; the sizes are -1 when offline."""
+
+    path: str
+    directory_id: str
+    error: str | None
+    total_bytes: int
+    usable_bytes: int
+    replicas: tuple[ReplicaInfo, ...]
+
+    @property
+    def online(self) -> bool:
+        return self.error is None
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(r.size for r in self.replicas)
+
+
+class _CleanerCheckpoints:
+    """The cleaner checkpoints of every online directory, read and written as one."""
+
+    def __init__(self, manager: LogManager) -> None:
+        self._manager = manager
+
+    def read(self) -> dict[TopicPartition, int]:
+        result: dict[TopicPartition, int] = {}
+        for directory in self._manager.online_dirs:
+            result.update(directory.cleaner_checkpoint.read())
+        return result
+
+    def write(self, offsets: dict[TopicPartition, int]) -> None:
+        manager = self._manager
+        by_dir: dict[int, dict[TopicPartition, int]] = {id(d): {} for d in manager.online_dirs}
+        first = manager.online_dirs[0] if manager.online_dirs else None
+        for tp, offset in offsets.items():
+            directory = manager.directory_of(tp) or first
+            if directory is not None and id(directory) in by_dir:
+                by_dir[id(directory)][tp] = offset
+        for directory in manager.online_dirs:
+            manager.guard_dir(directory, directory.cleaner_checkpoint.write, by_dir[id(directory)])
+
+
 class LogManager:
-    """Owns one data directory and every partition log in it."""
+    """Owns the log directories and every partition log in them (see the module docstring).
+
+    ``data_dirs`` is one directory or several (``log.dirs``), in the operator's order.
+    """
 
     def __init__(
         self,
-        data_dir: Path,
+        data_dirs: Path | str | Sequence[Path | str],
         *,
         default_config: LogConfig | None = None,
         settings: LogManagerSettings | None = None,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
-        self.data_dir = Path(data_dir)
+        paths = (
+            [Path(data_dirs)] if isinstance(data_dirs, Path | str) else [Path(d) for d in data_dirs]
+        )
+        if not paths:
+            raise ValueError("a broker needs at least one log directory")
+        seen: dict[Path, Path] = {}
+        for path in paths:
+            key = path.absolute()
+            if key in seen:
+                raise KafkaStorageError(f"log directory {path} is listed twice in log.dirs")
+            seen[key] = path
+        self.log_dirs = [LogDirectory(path) for path in paths]
+        self.data_dir = paths[0]
+        """The first log directory (the only one, for a broker with one)."""
         self.default_config = default_config or LogConfig()
         self.settings = settings or LogManagerSettings()
         self.clock = clock
         self._logs: dict[TopicPartition, PartitionLog] = {}
-        self._lock = DataDirLock(self.data_dir)
-        self._checkpoints = {
-            name: OffsetCheckpointFile(self.data_dir / name)
-            for name in (
-                RECOVERY_POINT_CHECKPOINT,
-                REPLICATION_OFFSET_CHECKPOINT,
-                LOG_START_OFFSET_CHECKPOINT,
-            )
-        }
-        self.cleaner_checkpoint = OffsetCheckpointFile(self.data_dir / CLEANER_OFFSET_CHECKPOINT)
+        self._dir_of: dict[TopicPartition, LogDirectory] = {}
+        self._offline_logs: dict[TopicPartition, PartitionLog] = {}
+        self.cleaner_checkpoint = _CleanerCheckpoints(self)
         self.had_clean_shutdown = False
         self.previous_broker_epoch = -1
-        """The broker epoch the clean-shutdown marker kept (-1: none, or not clean)."""
+        """The broker epoch the clean-shutdown markers kept (-1: none, or not clean)."""
         self._cleaner: LogCleaner | None = None
+        self._failure_listeners: list[Callable[[LogDirectory], None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The event loop that owns the logs, once :meth:`run_background` runs."""
+
+    # -- directories --------------------------------------------------------------------
+
+    @property
+    def online_dirs(self) -> list[LogDirectory]:
+        return [d for d in self.log_dirs if d.online]
+
+    @property
+    def offline_dirs(self) -> list[LogDirectory]:
+        return [d for d in self.log_dirs if not d.online]
+
+    def directory_of(self, tp: TopicPartition) -> LogDirectory | None:
+        """The directory that holds ``tp``'s log (online or not); None if none does."""
+        return self._dir_of.get(tp)
+
+    def is_offline(self, tp: TopicPartition) -> bool:
+        """Whether ``tp``'s log is in a failed directory."""
+        return tp in self._offline_logs
+
+    @property
+    def offline_partitions(self) -> frozenset[TopicPartition]:
+        return frozenset(self._offline_logs)
+
+    def add_failure_listener(self, listener: Callable[[LogDirectory], None]) -> None:
+        """Call ``listener`` (on the thread that met the error) when a directory fails."""
+        self._failure_listeners.append(listener)
+
+    def fail_dir(self, directory: LogDirectory, error: BaseException | str) -> None:
+        """Take ``directory`` offline: close its logs (they refuse every later call) and
+        tell the listeners. Nothing is written to it any more.
+
+        Called off the event loop that owns the logs (a flush or a checkpoint in a worker
+        thread failed), it is handed over to that loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and _running_loop() is not loop:
+            loop.call_soon_threadsafe(self.fail_dir, directory, error)
+            return
+        if not directory.online:
+            return
+        directory.online = False
+        directory.error = str(error)
+        log.error("log directory %s failed and is offline: %s", directory.path, error)
+        for tp in [tp for tp, d in self._dir_of.items() if d is directory]:
+            partition_log = self._logs.pop(tp, None)
+            if partition_log is None:
+                continue
+            partition_log.offline = True
+            with contextlib.suppress(Exception):
+                partition_log.close()
+            self._offline_logs[tp] = partition_log
+        directory.lock.release()
+        for listener in self._failure_listeners:
+            try:
+                listener(directory)
+            except Exception:
+                log.exception("a log directory failure listener failed")
+
+    def guard_dir(
+        self,
+        directory: LogDirectory,
+        action: Callable[_P, _R],
+        *args: _P.args,
+        **kwargs: _P.kwargs,
+    ) -> _R | None:
+        """Run ``action`` on ``directory``; an I/O failure takes the directory offline
+        (and returns None) instead of propagating."""
+        try:
+            return action(*args, **kwargs)
+        except (OSError, KafkaStorageError) as e:
+            if not is_io_failure(e):
+                raise
+            self.fail_dir(directory, e)
+            return None
+
+    def _on_log_io_error(self, partition_log: PartitionLog, error: BaseException) -> None:
+        directory = self._dir_of.get(partition_log.topic_partition)
+        if directory is not None:
+            self.fail_dir(directory, error)
+
+    def probe_dirs(self) -> list[LogDirectory]:
+        """Check that each online directory is still the one opened and takes a write; the
+        ones that fail go offline (and are returned). Blocking: run it off the event loop."""
+        failed = []
+        for directory in self.online_dirs:
+            try:
+                _probe(directory)
+            except OSError as e:
+                if is_io_failure(e):
+                    self.fail_dir(directory, e)
+                    failed.append(directory)
+        return failed
+
+    def describe(self, topics: Iterable[str] | None = None) -> list[LogDirDescription]:
+        """Every log directory with its disk usage and its replicas (of ``topics``, or all),
+        as DescribeLogDirs answers it."""
+        wanted = None if topics is None else set(topics)
+        result = []
+        for directory in self.log_dirs:
+            replicas: list[ReplicaInfo] = []
+            total = usable = -1
+            if directory.online:
+                try:
+                    usage = shutil.disk_usage(directory.path)
+                    total, usable = usage.total, usage.free
+                except OSError as e:
+                    self.fail_dir(directory, e)
+            if directory.online:
+                for tp, partition_log in sorted(self._logs.items()):
+                    if self._dir_of.get(tp) is not directory:
+                        continue
+                    if wanted is not None and tp.topic not in wanted:
+                        continue
+                    lag = max(partition_log.high_watermark - partition_log.log_end_offset, 0)
+                    replicas.append(ReplicaInfo(tp, partition_log.size, lag))
+            result.append(
+                LogDirDescription(
+                    path=str(directory.path.absolute()),
+                    directory_id=directory.directory_id,
+                    error=directory.error if not directory.online else None,
+                    total_bytes=total,
+                    usable_bytes=usable,
+                    replicas=tuple(replicas),
+                )
+            )
+        return result
+
+    def disk_usage(self) -> list[tuple[LogDirectory, int, int, int]]:
+        """(directory, total bytes, usable bytes, bytes of its logs) of each directory; -1
+        where unknown (offline). Read-only and cheap (one ``statvfs`` a directory), for
+        metrics, which read it from another thread: a failure here takes nothing offline."""
+        sizes: dict[int, int] = {}
+        for tp, partition_log in list(self._logs.items()):
+            directory = self._dir_of.get(tp)
+            if directory is not None:
+                sizes[id(directory)] = sizes.get(id(directory), 0) + partition_log.size
+        result = []
+        for directory in self.log_dirs:
+            total = usable = size = -1
+            if directory.online:
+                size = sizes.get(id(directory), 0)
+                try:
+                    usage = shutil.disk_usage(directory.path)
+                    total, usable = usage.total, usage.free
+                except OSError:
+                    pass
+            result.append((directory, total, usable, size))
+        return result
 
     # -- start and stop -----------------------------------------------------------------
 
     def startup(self, *, cluster_id: str | None = None, node_id: int | None = None) -> None:
-        """Lock the directory, check its identity and load every partition log in it."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._lock.acquire()
+        """Lock each directory, check its identity and load every partition log in them.
+
+        A directory that cannot be opened (an I/O error) is offline from the start; if
+        none can, or a partition is found in two directories, or a directory belongs to
+        another cluster or node or is locked by another process, startup fails and
+        nothing is loaded.
+        """
+        found: dict[TopicPartition, tuple[LogDirectory, Path]] = {}
+        opened: list[LogDirectory] = []
         try:
-            self._check_meta_properties(cluster_id, node_id)
-            marker = self.data_dir / CLEAN_SHUTDOWN_FILE
-            self.had_clean_shutdown = marker.exists()
-            self.previous_broker_epoch = (
-                _read_broker_epoch(marker) if self.had_clean_shutdown else -1
-            )
-            offsets = {name: cp.read() for name, cp in self._checkpoints.items()}
-            partition_dirs = self._partition_directories()
-            for tp, directory in sorted(partition_dirs.items()):
-                self._logs[tp] = load_partition_log(
-                    directory,
-                    self.default_config,
-                    log_start_offset=offsets[LOG_START_OFFSET_CHECKPOINT].get(tp, 0),
-                    recovery_point=offsets[RECOVERY_POINT_CHECKPOINT].get(tp, 0),
-                    high_watermark=offsets[REPLICATION_OFFSET_CHECKPOINT].get(tp, 0),
-                    had_clean_shutdown=self.had_clean_shutdown,
-                    clock=self.clock,
-                    producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
+            for directory in self.log_dirs:
+                try:
+                    partition_dirs = self._open_dir(directory, cluster_id, node_id)
+                except OSError as e:
+                    directory.online = False
+                    directory.error = str(e)
+                    directory.lock.release()
+                    log.error("log directory %s is offline: %s", directory.path, e)
+                    continue
+                opened.append(directory)
+                for tp, path in partition_dirs.items():
+                    if tp in found:
+                        raise KafkaStorageError(
+                            f"partition {tp} is in two log directories: {found[tp][1]} "
+                            f"and {path}; remove one of them"
+                        )
+                    found[tp] = (directory, path)
+            if not opened:
+                raise KafkaStorageError(
+                    "no log directory can be used: "
+                    + "; ".join(f"{d.path}: {d.error}" for d in self.log_dirs)
                 )
-            # From here on a crash is not a clean shutdown any more.
-            marker.unlink(missing_ok=True)
+            offsets = {
+                id(d): {name: cp.read() for name, cp in d.checkpoints.items()} for d in opened
+            }
+            for tp, (directory, path) in sorted(found.items()):
+                if not directory.online:
+                    continue
+                own = offsets[id(directory)]
+                try:
+                    partition_log = load_partition_log(
+                        path,
+                        self.default_config,
+                        log_start_offset=own[LOG_START_OFFSET_CHECKPOINT].get(tp, 0),
+                        recovery_point=own[RECOVERY_POINT_CHECKPOINT].get(tp, 0),
+                        high_watermark=own[REPLICATION_OFFSET_CHECKPOINT].get(tp, 0),
+                        had_clean_shutdown=directory.had_clean_shutdown,
+                        clock=self.clock,
+                        producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
+                    )
+                except (OSError, KafkaStorageError) as e:
+                    if not is_io_failure(e):
+                        raise
+                    self._dir_of[tp] = directory
+                    self.fail_dir(directory, e)
+                    continue
+                self._adopt(tp, partition_log, directory)
+            if not self.online_dirs:
+                raise KafkaStorageError("every log directory failed while loading")
+            for directory in self.online_dirs:
+                # From here on a crash is not a clean shutdown any more.
+                self.guard_dir(
+                    directory, (directory.path / CLEAN_SHUTDOWN_FILE).unlink, missing_ok=True
+                )
+            online = self.online_dirs
+            self.had_clean_shutdown = all(d.had_clean_shutdown for d in online)
+            # As Kafka's readBrokerEpochFromCleanShutdownFiles: the epoch the markers kept.
+            # A directory without one was offline at the last shutdown, or is new; the
+            # broker itself stopped cleanly all the same (each directory's recovery
+            # follows its own marker).
+            self.previous_broker_epoch = max(
+                (d.previous_broker_epoch for d in online if d.had_clean_shutdown), default=-1
+            )
             log.info(
-                "loaded %d partition log(s) from %s (%s shutdown)",
+                "loaded %d partition log(s) from %d log directories (%d offline, %s shutdown)",
                 len(self._logs),
-                self.data_dir,
+                len(self.log_dirs),
+                len(self.offline_dirs),
                 "clean" if self.had_clean_shutdown else "unclean",
             )
         except BaseException:
-            for partition_log in self._logs.values():
+            for partition_log in [*self._logs.values(), *self._offline_logs.values()]:
                 with contextlib.suppress(Exception):
                     partition_log.close()
             self._logs.clear()
-            self._lock.release()
+            self._offline_logs.clear()
+            self._dir_of.clear()
+            for directory in self.log_dirs:
+                directory.lock.release()
             raise
 
+    def _open_dir(
+        self, directory: LogDirectory, cluster_id: str | None, node_id: int | None
+    ) -> dict[TopicPartition, Path]:
+        path = directory.path
+        path.mkdir(parents=True, exist_ok=True)
+        directory.lock.acquire()
+        stat = os.stat(path)
+        directory.inode = (stat.st_dev, stat.st_ino)
+        self._check_meta_properties(directory, cluster_id, node_id)
+        marker = path / CLEAN_SHUTDOWN_FILE
+        directory.had_clean_shutdown = marker.exists()
+        directory.previous_broker_epoch = (
+            _read_broker_epoch(marker) if directory.had_clean_shutdown else -1
+        )
+        return _partition_directories(path)
+
+    def _adopt(
+        self, tp: TopicPartition, partition_log: PartitionLog, directory: LogDirectory
+    ) -> None:
+        partition_log.on_io_error = self._on_log_io_error
+        self._logs[tp] = partition_log
+        self._dir_of[tp] = directory
+
     def shutdown(self, *, broker_epoch: int = -1) -> None:
-        """Flush and close every log, write the checkpoints and the clean-shutdown marker,
-        which keeps the broker's epoch (Kafka's ``.kafka_cleanshutdown``, KIP-966): the
-        restarted broker's registration names it, and the controller lets the new
-        incarnation in without waiting for the old session to expire."""
-        for partition_log in self._logs.values():
-            partition_log.close()
+        """Flush and close every log, write the checkpoints and, in each online directory,
+        the clean-shutdown marker, which keeps the broker's epoch (Kafka's
+        ``.kafka_cleanshutdown``, KIP-966): the restarted broker's registration names it,
+        and the controller lets the new incarnation in without waiting for the old session
+        to expire."""
+        for partition_log in list(self._logs.values()):
+            with contextlib.suppress(KafkaStorageError):
+                partition_log.close()  # an I/O error here takes its directory offline
         self.checkpoint_all()
         marker = json.dumps({"version": 0, "brokerEpoch": broker_epoch}).encode()
-        write_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE, marker)
+        for directory in self.online_dirs:
+            self.guard_dir(
+                directory, write_atomically, directory.path / CLEAN_SHUTDOWN_FILE, marker
+            )
         self._logs.clear()
-        self._lock.release()
+        self._offline_logs.clear()
+        self._dir_of.clear()
+        for directory in self.log_dirs:
+            directory.lock.release()
 
-    def _check_meta_properties(self, cluster_id: str | None, node_id: int | None) -> None:
-        meta = read_meta_properties(self.data_dir)
+    def _check_meta_properties(
+        self, directory: LogDirectory, cluster_id: str | None, node_id: int | None
+    ) -> None:
+        data_dir = directory.path
+        meta = read_meta_properties(data_dir)
         if meta:
             if cluster_id is not None and meta.get("cluster.id") not in (None, cluster_id):
                 raise KafkaStorageError(
-                    f"{self.data_dir}: belongs to cluster {meta.get('cluster.id')}, "
-                    f"not {cluster_id}"
+                    f"{data_dir}: belongs to cluster {meta.get('cluster.id')}, not {cluster_id}"
                 )
             if node_id is not None and meta.get("node.id") not in (None, str(node_id)):
                 raise KafkaStorageError(
-                    f"{self.data_dir}: belongs to node {meta.get('node.id')}, not {node_id}"
+                    f"{data_dir}: belongs to node {meta.get('node.id')}, not {node_id}"
                 )
-        if cluster_id is None and node_id is None:
-            return
+        directory_id = meta.get("directory.id") or new_directory_id()
+        for other in self.log_dirs:
+            if other is not directory and other.directory_id == directory_id:
+                raise KafkaStorageError(
+                    f"{data_dir} and {other.path} have the same directory.id {directory_id} "
+                    "(a copied directory?); give one of them a new id"
+                )
+        directory.directory_id = directory_id
         lines = ["version=1"]
-        if cluster_id is not None:
-            lines.append(f"cluster.id={cluster_id}")
-        if node_id is not None:
-            lines.append(f"node.id={node_id}")
+        if cluster_id is not None or meta.get("cluster.id"):
+            lines.append(
+                f"cluster.id={cluster_id if cluster_id is not None else meta['cluster.id']}"
+            )
+        if node_id is not None or meta.get("node.id"):
+            lines.append(f"node.id={node_id if node_id is not None else meta['node.id']}")
+        lines.append(f"directory.id={directory_id}")
         contents = ("\n".join(lines) + "\n").encode()
-        path = self.data_dir / META_PROPERTIES
+        path = data_dir / META_PROPERTIES
         if not path.exists() or path.read_bytes() != contents:
             write_atomically(path, contents)
-
-    def _partition_directories(self) -> dict[TopicPartition, Path]:
-        result = {}
-        for path in self.data_dir.iterdir():
-            name = path.name
-            if path.is_dir():
-                if name in _IGNORED_DIRECTORIES or name.startswith("."):
-                    continue
-                result[TopicPartition.parse_dir_name(name)] = path
-            elif name in _ROOT_FILES or name.endswith(TMP_SUFFIX):
-                continue
-            else:
-                raise StrayFileError(
-                    f"{path}: not a file Highwater writes in a data directory; move it away"
-                )
-        return result
 
     # -- logs ---------------------------------------------------------------------------
 
     @property
     def logs(self) -> dict[TopicPartition, PartitionLog]:
+        """The logs in online directories."""
         return dict(self._logs)
 
     def get_log(self, tp: TopicPartition) -> PartitionLog | None:
         return self._logs.get(tp)
 
+    def next_dir(self) -> LogDirectory:
+        """Where a new partition goes: the online directory with the fewest partitions,
+        the first listed on a tie (Kafka's ``nextLogDirs``)."""
+        online = self.online_dirs
+        if not online:
+            raise KafkaStorageError("every log directory is offline")
+        counts = {id(d): 0 for d in online}
+        for directory in self._dir_of.values():
+            if id(directory) in counts:
+                counts[id(directory)] += 1
+        return min(online, key=lambda d: counts[id(d)])
+
     def get_or_create_log(
         self, tp: TopicPartition, config: LogConfig | None = None
     ) -> PartitionLog:
-        """The log for ``tp``, created empty (with ``config``) when there is none."""
+        """The log for ``tp``, created empty (with ``config``) in :meth:`next_dir` when there
+        is none. Refused (``KafkaStorageError``) when ``tp`` is in a failed directory, or
+        when it is missing while a directory is offline: it may be there."""
         existing = self._logs.get(tp)
         if existing is not None:
             if config is not None:
                 existing.config = config
             return existing
-        directory = self.data_dir / tp.dir_name
-        partition_log = load_partition_log(
-            directory,
-            config or self.default_config,
-            had_clean_shutdown=True,
-            clock=self.clock,
-            producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
-        )
-        self._logs[tp] = partition_log
+        if tp in self._offline_logs:
+            directory = self._dir_of[tp]
+            raise KafkaStorageError(f"{tp}: its log directory {directory.path} is offline")
+        offline = self.offline_dirs
+        if offline:
+            raise KafkaStorageError(
+                f"cannot create the log of {tp}: log directories "
+                f"{', '.join(str(d.path) for d in offline)} are offline and may hold it"
+            )
+        directory = self.next_dir()
+        try:
+            partition_log = load_partition_log(
+                directory.path / tp.dir_name,
+                config or self.default_config,
+                had_clean_shutdown=True,
+                clock=self.clock,
+                producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
+            )
+        except (OSError, KafkaStorageError) as e:
+            if not is_io_failure(e):
+                raise
+            self.fail_dir(directory, e)
+            raise KafkaStorageError(
+                f"cannot create the log of {tp} in {directory.path}: {e}"
+            ) from e
+        self._adopt(tp, partition_log, directory)
         return partition_log
 
     async def truncate_to(self, tp: TopicPartition, offset: int) -> bool:
@@ -255,7 +650,9 @@ class LogManager:
         Both are written off the event loop, and the caller appends again only once this
         returns.
         """
-        partition_log = self._logs[tp]
+        partition_log = self._logs.get(tp) or self._offline_logs.get(tp)
+        if partition_log is None:
+            raise KeyError(tp)
         truncated = partition_log.truncate_to(offset)
         if truncated:
             end = partition_log.log_end_offset
@@ -269,35 +666,45 @@ class LogManager:
     def lower_cleaner_checkpoint(self, tp: TopicPartition, offset: int) -> None:
         """Bring ``tp``'s cleaner checkpoint down to ``offset`` if it is above it: the log was
         truncated there, and what is appended from there on is dirty."""
-        offsets = self.cleaner_checkpoint.read()
+        directory = self._dir_of.get(tp)
+        if directory is None or not directory.online:
+            return
+        offsets = directory.cleaner_checkpoint.read()
         if offsets.get(tp, offset) > offset:
             offsets[tp] = offset
-            self.cleaner_checkpoint.write(offsets)
+            self.guard_dir(directory, directory.cleaner_checkpoint.write, offsets)
 
     def delete_log(self, tp: TopicPartition) -> bool:
+        """Remove ``tp``'s log (its replica left this broker); a log in a failed directory
+        is only forgotten."""
+        if self._offline_logs.pop(tp, None) is not None:
+            self._dir_of.pop(tp, None)
+            return True
         partition_log = self._logs.pop(tp, None)
         if partition_log is None:
             return False
-        partition_log.delete()
+        directory = self._dir_of.pop(tp)
+        self.guard_dir(directory, partition_log.delete)
         self.checkpoint_all()
         return True
 
     # -- checkpoints ----------------------------------------------------------------------
 
+    def _write_checkpoint(self, name: str, value: Callable[[PartitionLog], int]) -> None:
+        for directory in self.online_dirs:
+            offsets = {
+                tp: value(lg) for tp, lg in self._logs.items() if self._dir_of.get(tp) is directory
+            }
+            self.guard_dir(directory, directory.checkpoints[name].write, offsets)
+
     def checkpoint_recovery_points(self) -> None:
-        self._checkpoints[RECOVERY_POINT_CHECKPOINT].write(
-            {tp: lg.recovery_point for tp, lg in self._logs.items()}
-        )
+        self._write_checkpoint(RECOVERY_POINT_CHECKPOINT, lambda lg: lg.recovery_point)
 
     def checkpoint_high_watermarks(self) -> None:
-        self._checkpoints[REPLICATION_OFFSET_CHECKPOINT].write(
-            {tp: lg.high_watermark for tp, lg in self._logs.items()}
-        )
+        self._write_checkpoint(REPLICATION_OFFSET_CHECKPOINT, lambda lg: lg.high_watermark)
 
     def checkpoint_log_start_offsets(self) -> None:
-        self._checkpoints[LOG_START_OFFSET_CHECKPOINT].write(
-            {tp: lg.log_start_offset for tp, lg in self._logs.items()}
-        )
+        self._write_checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda lg: lg.log_start_offset)
 
     def checkpoint_all(self) -> None:
         self.checkpoint_recovery_points()
@@ -307,13 +714,20 @@ class LogManager:
     # -- upkeep (synchronous pieces, also used by tests) ----------------------------------
 
     def apply_retention(self) -> int:
-        deleted = sum(lg.delete_old_segments() for lg in list(self._logs.values()))
+        deleted = 0
+        for partition_log in list(self._logs.values()):
+            with contextlib.suppress(KafkaStorageError):  # a failed disk went offline
+                deleted += partition_log.delete_old_segments()
         if deleted:
             self.checkpoint_log_start_offsets()
         return deleted
 
     def delete_pending_files(self) -> int:
-        return sum(lg.delete_pending_files() for lg in list(self._logs.values()))
+        deleted = 0
+        for partition_log in list(self._logs.values()):
+            with contextlib.suppress(KafkaStorageError):
+                deleted += partition_log.delete_pending_files()
+        return deleted
 
     def logs_to_flush(self) -> list[tuple[PartitionLog, int]]:
         result = []
@@ -326,7 +740,9 @@ class LogManager:
     # -- background tasks ---------------------------------------------------------------
 
     async def run_background(self) -> None:
-        """Run flushing, retention, file deletion, checkpoints and compaction until cancelled."""
+        """Run flushing, retention, file deletion, checkpoints, compaction and the
+        directory probes until cancelled."""
+        self._loop = asyncio.get_running_loop()
         settings = self.settings
         tasks = [
             self._every(settings.log_flush_scheduler_interval_ms, self._flush_due),
@@ -338,6 +754,7 @@ class LogManager:
             self._every(
                 settings.replica_high_watermark_checkpoint_interval_ms, self._checkpoint_hw
             ),
+            self._every(settings.log_dir_probe_interval_ms, self._probe),
         ]
         if settings.log_cleaner_enable:
             tasks.append(self._every(settings.log_cleaner_backoff_ms, self._clean))
@@ -359,12 +776,14 @@ class LogManager:
 
     async def _flush_due(self) -> None:
         for partition_log, target in self.logs_to_flush():
-            await asyncio.to_thread(partition_log.flush, target)
+            with contextlib.suppress(KafkaStorageError):  # its directory went offline
+                await asyncio.to_thread(partition_log.flush, target)
 
     async def flush_all(self) -> None:
         """fsync every log up to its end, off the event loop."""
         for partition_log in list(self._logs.values()):
-            await asyncio.to_thread(partition_log.flush)
+            with contextlib.suppress(KafkaStorageError):
+                await asyncio.to_thread(partition_log.flush)
 
     async def _retention(self) -> None:
         self.apply_retention()
@@ -379,12 +798,70 @@ class LogManager:
     async def _checkpoint_hw(self) -> None:
         await asyncio.to_thread(self.checkpoint_high_watermarks)
 
+    async def _probe(self) -> None:
+        # The probe's I/O runs in a thread; taking a directory offline touches the logs,
+        # which belong to the event loop, so the failures are handled here.
+        failures = await asyncio.to_thread(_probe_all, self.online_dirs)
+        for directory, error in failures:
+            self.fail_dir(directory, error)
+
     async def _clean(self) -> None:
         from highwater.storage.cleaner import LogCleaner
 
         if self._cleaner is None:
             self._cleaner = LogCleaner(self)
         await self._cleaner.clean_once_async()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _partition_directories(data_dir: Path) -> dict[TopicPartition, Path]:
+    result = {}
+    for path in data_dir.iterdir():
+        name = path.name
+        if path.is_dir():
+            if name in _IGNORED_DIRECTORIES or name.startswith("."):
+                continue
+            result[TopicPartition.parse_dir_name(name)] = path
+        elif name in _ROOT_FILES or name.endswith(TMP_SUFFIX):
+            continue
+        else:
+            raise StrayFileError(
+                f"{path}: not a file Highwater writes in a data directory; move it away"
+            )
+    return result
+
+
+def _probe(directory: LogDirectory) -> None:
+    """Raise ``OSError`` unless ``directory`` is still the directory opened at start and a
+    file can be written, fsynced and removed in it."""
+    stat = os.stat(directory.path)
+    if directory.inode is not None and (stat.st_dev, stat.st_ino) != directory.inode:
+        raise OSError(errno.ESTALE, f"{directory.path} was replaced after it was opened")
+    probe = directory.path / PROBE_FILE
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, b"probe")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.unlink(probe)
+
+
+def _probe_all(directories: list[LogDirectory]) -> list[tuple[LogDirectory, OSError]]:
+    failures = []
+    for directory in directories:
+        try:
+            _probe(directory)
+        except OSError as e:
+            if is_io_failure(e):  # a full disk is not a failed one
+                failures.append((directory, e))
+    return failures
 
 
 def _read_broker_epoch(marker: Path) -> int:

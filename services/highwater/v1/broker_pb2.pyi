@@ -1482,3 +1482,175 @@ class Coordinator(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Coordinator: _TypeAlias = Coordinator  # noqa: Y015
+
+@_typing.final
+class DescribeLogDirsRequest(_message.Message):
+    """--- DescribeLogDirs -------------------------------------------------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeLogDirsTopic]:
+        """The topics (and partitions) to list in each directory; none: every partition."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___DescribeLogDirsTopic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeLogDirsRequest: _TypeAlias = DescribeLogDirsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeLogDirsTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """None: every partition of the topic."""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeLogDirsTopic: _TypeAlias = DescribeLogDirsTopic  # noqa: Y015
+
+@_typing.final
+class DescribeLogDirsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___LogDirDescription]: ...
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        results: _abc.Iterable[Global___LogDirDescription] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeLogDirsResponse: _TypeAlias = DescribeLogDirsResponse  # noqa: Y015
+
+@_typing.final
+class LogDirDescription(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    LOG_DIR_FIELD_NUMBER: _builtins.int
+    DIRECTORY_ID_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    TOTAL_BYTES_FIELD_NUMBER: _builtins.int
+    USABLE_BYTES_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    """NONE, or KAFKA_STORAGE_ERROR for a failed (offline) directory."""
+    error_message: _builtins.str
+    log_dir: _builtins.str
+    """the absolute path"""
+    directory_id: _builtins.str
+    """KIP-858's directory id (meta.properties directory.id)"""
+    total_bytes: _builtins.int
+    """The file system's size and the bytes still usable; -1 when offline."""
+    usable_bytes: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___LogDirTopic]: ...
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        log_dir: _builtins.str = ...,
+        directory_id: _builtins.str = ...,
+        topics: _abc.Iterable[Global___LogDirTopic] | None = ...,
+        total_bytes: _builtins.int = ...,
+        usable_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["directory_id", b"directory_id", "error", b"error", "error_message", b"error_message", "log_dir", b"log_dir", "topics", b"topics", "total_bytes", b"total_bytes", "usable_bytes", b"usable_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogDirDescription: _TypeAlias = LogDirDescription  # noqa: Y015
+
+@_typing.final
+class LogDirTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___LogDirPartition]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___LogDirPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogDirTopic: _TypeAlias = LogDirTopic  # noqa: Y015
+
+@_typing.final
+class LogDirPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_INDEX_FIELD_NUMBER: _builtins.int
+    PARTITION_SIZE_FIELD_NUMBER: _builtins.int
+    OFFSET_LAG_FIELD_NUMBER: _builtins.int
+    IS_FUTURE_KEY_FIELD_NUMBER: _builtins.int
+    partition_index: _builtins.int
+    partition_size: _builtins.int
+    """bytes of its segments"""
+    offset_lag: _builtins.int
+    """How far the log end offset is behind the high watermark (0 but on a follower that
+    lags what the leader told it); a future replica's lag behind the current one.
+    """
+    is_future_key: _builtins.bool
+    """Whether it is a future replica (an intra-broker move, AlterReplicaLogDirs); always
+    false: Highwater does not move replicas between directories.
+    """
+    def __init__(
+        self,
+        *,
+        partition_index: _builtins.int = ...,
+        partition_size: _builtins.int = ...,
+        offset_lag: _builtins.int = ...,
+        is_future_key: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_future_key", b"is_future_key", "offset_lag", b"offset_lag", "partition_index", b"partition_index", "partition_size", b"partition_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogDirPartition: _TypeAlias = LogDirPartition  # noqa: Y015

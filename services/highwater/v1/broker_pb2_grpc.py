@@ -85,6 +85,11 @@ class BrokerStub:
                 request_serializer=highwater_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
                 _registered_method=True)
+        self.DescribeLogDirs = channel.unary_unary(
+                '/highwater.v1.Broker/DescribeLogDirs',
+                request_serializer=highwater_dot_v1_dot_broker__pb2.DescribeLogDirsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_broker__pb2.DescribeLogDirsResponse.FromString,
+                _registered_method=True)
         self.CreateTopics = channel.unary_unary(
                 '/highwater.v1.Broker/CreateTopics',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.CreateTopicsRequest.SerializeToString,
@@ -228,6 +233,14 @@ class BrokerServicer:
 
     def FindCoordinator(self, request, context):
         """The group coordinator for each key.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeLogDirs(self, request, context):
+        """This broker's log directories: path, health, disk usage and the replicas in each
+        (Kafka's DescribeLogDirs; answered by the broker itself, not forwarded).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -379,6 +392,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.FindCoordinator,
                     request_deserializer=highwater_dot_v1_dot_broker__pb2.FindCoordinatorRequest.FromString,
                     response_serializer=highwater_dot_v1_dot_broker__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'DescribeLogDirs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeLogDirs,
+                    request_deserializer=highwater_dot_v1_dot_broker__pb2.DescribeLogDirsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_broker__pb2.DescribeLogDirsResponse.SerializeToString,
             ),
             'CreateTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTopics,
@@ -721,6 +739,33 @@ class Broker:
             '/highwater.v1.Broker/FindCoordinator',
             highwater_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
             highwater_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeLogDirs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/DescribeLogDirs',
+            highwater_dot_v1_dot_broker__pb2.DescribeLogDirsRequest.SerializeToString,
+            highwater_dot_v1_dot_broker__pb2.DescribeLogDirsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -66,6 +66,10 @@ class BrokerStub:
     """A producer id and epoch for an idempotent producer."""
     FindCoordinator: _grpc.UnaryUnaryMultiCallable[_broker_pb2.FindCoordinatorRequest, _broker_pb2.FindCoordinatorResponse]
     """The group coordinator for each key."""
+    DescribeLogDirs: _grpc.UnaryUnaryMultiCallable[_broker_pb2.DescribeLogDirsRequest, _broker_pb2.DescribeLogDirsResponse]
+    """This broker's log directories: path, health, disk usage and the replicas in each
+    (Kafka's DescribeLogDirs; answered by the broker itself, not forwarded).
+    """
     CreateTopics: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateTopicsRequest, _admin_pb2.CreateTopicsResponse]
     """Admin calls (admin.proto), forwarded to the active controller and answered with its
     reply (KIP-590): a client needs no address but a broker's, and no service but this one.
@@ -120,6 +124,10 @@ class BrokerAsyncStub(BrokerStub):
     """A producer id and epoch for an idempotent producer."""
     FindCoordinator: _aio.UnaryUnaryMultiCallable[_broker_pb2.FindCoordinatorRequest, _broker_pb2.FindCoordinatorResponse]  # type: ignore[assignment]
     """The group coordinator for each key."""
+    DescribeLogDirs: _aio.UnaryUnaryMultiCallable[_broker_pb2.DescribeLogDirsRequest, _broker_pb2.DescribeLogDirsResponse]  # type: ignore[assignment]
+    """This broker's log directories: path, health, disk usage and the replicas in each
+    (Kafka's DescribeLogDirs; answered by the broker itself, not forwarded).
+    """
     CreateTopics: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateTopicsRequest, _admin_pb2.CreateTopicsResponse]  # type: ignore[assignment]
     """Admin calls (admin.proto), forwarded to the active controller and answered with its
     reply (KIP-590): a client needs no address but a broker's, and no service but this one.
@@ -231,6 +239,16 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_broker_pb2.FindCoordinatorResponse, _abc.Awaitable[_broker_pb2.FindCoordinatorResponse]]:
         """The group coordinator for each key."""
+
+    @_abc_1.abstractmethod
+    def DescribeLogDirs(
+        self,
+        request: _broker_pb2.DescribeLogDirsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.DescribeLogDirsResponse, _abc.Awaitable[_broker_pb2.DescribeLogDirsResponse]]:
+        """This broker's log directories: path, health, disk usage and the replicas in each
+        (Kafka's DescribeLogDirs; answered by the broker itself, not forwarded).
+        """
 
     @_abc_1.abstractmethod
     def CreateTopics(

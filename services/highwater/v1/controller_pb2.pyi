@@ -109,6 +109,7 @@ class RegisterBrokerRequest(_message.Message):
     LISTENERS_FIELD_NUMBER: _builtins.int
     RACK_FIELD_NUMBER: _builtins.int
     PREVIOUS_BROKER_EPOCH_FIELD_NUMBER: _builtins.int
+    LOG_DIRS_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     cluster_id: _builtins.str
     incarnation_id: _builtins.str
@@ -119,6 +120,10 @@ class RegisterBrokerRequest(_message.Message):
     """
     @_builtins.property
     def listeners(self) -> _containers.RepeatedCompositeFieldContainer[_metadata_pb2.BrokerEndpoint]: ...
+    @_builtins.property
+    def log_dirs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The ids of the broker's online log directories (KIP-858; meta.properties directory.id)."""
+
     def __init__(
         self,
         *,
@@ -128,10 +133,11 @@ class RegisterBrokerRequest(_message.Message):
         listeners: _abc.Iterable[_metadata_pb2.BrokerEndpoint] | None = ...,
         rack: _builtins.str | None = ...,
         previous_broker_epoch: _builtins.int | None = ...,
+        log_dirs: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_previous_broker_epoch", b"_previous_broker_epoch", "_rack", b"_rack", "previous_broker_epoch", b"previous_broker_epoch", "rack", b"rack"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_previous_broker_epoch", b"_previous_broker_epoch", "_rack", b"_rack", "broker_id", b"broker_id", "cluster_id", b"cluster_id", "incarnation_id", b"incarnation_id", "listeners", b"listeners", "previous_broker_epoch", b"previous_broker_epoch", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_previous_broker_epoch", b"_previous_broker_epoch", "_rack", b"_rack", "broker_id", b"broker_id", "cluster_id", b"cluster_id", "incarnation_id", b"incarnation_id", "listeners", b"listeners", "log_dirs", b"log_dirs", "previous_broker_epoch", b"previous_broker_epoch", "rack", b"rack"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__previous_broker_epoch: _TypeAlias = _typing.Literal["previous_broker_epoch"]  # noqa: Y015
     _WhichOneofArgType__previous_broker_epoch: _TypeAlias = _typing.Literal["_previous_broker_epoch", b"_previous_broker_epoch"]  # noqa: Y015
@@ -184,12 +190,26 @@ class BrokerHeartbeatRequest(_message.Message):
     CURRENT_METADATA_OFFSET_FIELD_NUMBER: _builtins.int
     WANT_FENCE_FIELD_NUMBER: _builtins.int
     WANT_SHUTDOWN_FIELD_NUMBER: _builtins.int
+    OFFLINE_LOG_DIRS_FIELD_NUMBER: _builtins.int
+    OFFLINE_REPLICAS_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     broker_epoch: _builtins.int
     current_metadata_offset: _builtins.int
     """The offset of the last metadata record the broker has applied."""
     want_fence: _builtins.bool
     want_shutdown: _builtins.bool
+    @_builtins.property
+    def offline_log_dirs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The ids of the broker's log directories that failed (KIP-858)."""
+
+    @_builtins.property
+    def offline_replicas(self) -> _containers.RepeatedCompositeFieldContainer[Global___OfflineReplica]:
+        """The replicas the broker cannot serve because they are on a failed directory (or may
+        be: one not found while a directory is offline). The controller moves their
+        leadership away and takes the broker out of their ISRs, as for an offline directory
+        in Kafka; every heartbeat repeats them, so a new active controller learns them too.
+        """
+
     def __init__(
         self,
         *,
@@ -198,14 +218,38 @@ class BrokerHeartbeatRequest(_message.Message):
         current_metadata_offset: _builtins.int = ...,
         want_fence: _builtins.bool = ...,
         want_shutdown: _builtins.bool = ...,
+        offline_log_dirs: _abc.Iterable[_builtins.str] | None = ...,
+        offline_replicas: _abc.Iterable[Global___OfflineReplica] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "current_metadata_offset", b"current_metadata_offset", "want_fence", b"want_fence", "want_shutdown", b"want_shutdown"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "current_metadata_offset", b"current_metadata_offset", "offline_log_dirs", b"offline_log_dirs", "offline_replicas", b"offline_replicas", "want_fence", b"want_fence", "want_shutdown", b"want_shutdown"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BrokerHeartbeatRequest: _TypeAlias = BrokerHeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class OfflineReplica(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
+    PARTITION_ID_FIELD_NUMBER: _builtins.int
+    topic_id: _builtins.str
+    partition_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic_id: _builtins.str = ...,
+        partition_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition_id", b"partition_id", "topic_id", b"topic_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OfflineReplica: _TypeAlias = OfflineReplica  # noqa: Y015
 
 @_typing.final
 class BrokerHeartbeatResponse(_message.Message):
