@@ -40,7 +40,7 @@ import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from highwater.cli.addresses import address_list
+from highwater.cli.bootstrap import bootstrap_server_option
 from highwater.cli.serving import start_telemetry
 from highwater.client.cluster import ClusterMetadata, UnknownTopicOrPartitionError
 from highwater.client.consumer import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
@@ -59,15 +59,8 @@ _POLL_INTERVAL_S = 1.0
 
 
 def _bootstrap_option() -> Any:
-    """The ``--bootstrap-server`` option both commands take."""
-    return click.option(
-        "--bootstrap-server",
-        "bootstrap_server",
-        required=True,
-        callback=address_list,
-        metavar="HOST:PORT[,HOST:PORT...]",
-        help="Brokers to connect to (in `highwater server`, its one port).",
-    )
+    """The ``--bootstrap-server`` option both commands take (highwater.cli.bootstrap)."""
+    return bootstrap_server_option()
 
 
 def _one_line(text: str) -> str:

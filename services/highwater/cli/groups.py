@@ -33,7 +33,7 @@ from typing import Any, Final, TypeVar
 import click
 import grpc.aio
 
-from highwater.cli.addresses import address_list
+from highwater.cli.bootstrap import bootstrap_server_option
 from highwater.client.admin import (
     AdminClient,
     AdminError,
@@ -102,14 +102,7 @@ def _connection_options(command: Callable[..., None]) -> Callable[..., None]:
         show_default=True,
         help="Seconds to wait for the cluster to answer, retries included.",
     )(wrapper)
-    return click.option(
-        "--bootstrap-server",
-        "bootstrap_server",
-        required=True,
-        callback=address_list,
-        metavar="HOST:PORT[,HOST:PORT...]",
-        help="Brokers to connect to (in `highwater server`, its one port).",
-    )(with_timeout)
+    return bootstrap_server_option()(with_timeout)
 
 
 AdminFactory = Callable[[], AdminClient]

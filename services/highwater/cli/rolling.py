@@ -21,7 +21,7 @@ import click
 import grpc.aio
 
 from highwater.broker.rolling import ClusterView, Decision, PartitionState, may_stop, readiness
-from highwater.cli.addresses import address_list
+from highwater.cli.bootstrap import bootstrap_server_option
 from highwater.client.admin import AdminClient, TopicDescription
 from highwater.errors import HighwaterError
 
@@ -103,14 +103,7 @@ async def _may_stop_now(bootstrap_server: str, node_id: int, timeout: float) -> 
 
 
 def _common(function: click.decorators.FC) -> click.decorators.FC:
-    function = click.option(
-        "--bootstrap-server",
-        default=DEFAULT_BOOTSTRAP,
-        show_default=True,
-        callback=address_list,
-        metavar="HOST:PORT,...",
-        help="Brokers to ask for the cluster's metadata.",
-    )(function)
+    function = bootstrap_server_option(default=DEFAULT_BOOTSTRAP)(function)
     return click.option(
         "--node-id",
         type=click.IntRange(min=0, max=2**31 - 1),
