@@ -395,3 +395,53 @@ def test_bootstrap_missing_or_malformed_is_a_usage_error(tmp_path: Path) -> None
         env=no_profile,
     )
     assert result.exit_code == 1 and time.monotonic() - started < 10
+
+
+# --- --format json on the other describe and list commands ---------------------------------
+
+
+def test_describe_and_list_commands_print_json(server: ServerThread) -> None:
+    cluster = json.loads(ok(server, "cluster", "describe", "--format", "json"))
+    assert cluster["metadata_mode"] == "kraft" and cluster["cluster_id"]
+    assert [b["id"] for b in cluster["brokers"]] == [EMBEDDED_NODE_ID]
+
+    brokers = json.loads(ok(server, "brokers", "list", "--format", "json"))
+    assert brokers[0]["id"] == EMBEDDED_NODE_ID and brokers[0]["replicas"] >= 2
+    text = ok(server, "brokers", "list").splitlines()
+    assert text[0].split() == ["ID", "ADDRESS", "RACK", "REPLICAS"]
+    assert text[1].split()[:3] == [str(EMBEDDED_NODE_ID), brokers[0]["address"], "-"]
+
+    ok(server, "topics", "alter", "--topic", "offs", "--config", "retention.ms=86400000")
+    configs = json.loads(
+        ok(server, "configs", "--entity-type", "topics", "--entity-name", "offs", "--describe",
+           "--format", "json")
+    )  # fmt: skip
+    assert configs == [
+        {"name": "retention.ms", "value": "86400000", "source": "DYNAMIC_TOPIC_CONFIG",
+         "sensitive": False, "read_only": False}
+    ]  # fmt: skip
+
+    ok(server, "acls", "add", "--allow-principal", "User:json", "--operation", "Read",
+       "--topic", "offs")  # fmt: skip
+    acls = json.loads(ok(server, "acls", "list", "--principal", "User:json", "--format", "json"))
+    assert acls == [
+        {"resource_type": "TOPIC", "resource_name": "offs", "pattern_type": "LITERAL",
+         "principal": "User:json", "host": "*", "operation": "READ", "permission_type": "ALLOW"}
+    ]  # fmt: skip
+    ok(server, "users", "create", "--user", "jason", "--password", "pw")
+    users = json.loads(ok(server, "users", "list", "--user", "jason", "--format", "json"))
+    assert users == [{"user": "jason", "mechanism": "SCRAM-SHA-256", "iterations": 4096}]
+
+    status = CliRunner().invoke(
+        main,
+        ["quorum", "describe", "--controllers", server.address, "--status", "--format", "json"],
+    )
+    assert status.exit_code == 0, status.output
+    quorum = json.loads(status.stdout)
+    assert quorum["CurrentVoters"] == [quorum["LeaderId"]] and quorum["HighWatermark"] > 0
+    replication = CliRunner().invoke(
+        main, ["quorum", "describe", "--controllers", server.address, "--replication",
+               "--format", "json"]
+    )  # fmt: skip
+    (leader,) = [r for r in json.loads(replication.stdout) if r["status"] == "Leader"]
+    assert leader["node_id"] == quorum["LeaderId"] and leader["lag"] == 0

@@ -172,4 +172,4 @@ async def test_a_topic_moves_off_a_broker_which_can_then_be_removed(
     removed = highwater("brokers", "unregister", *bootstrap, "--id", "11")
     assert removed.returncode == 0, removed.stderr
     listed = highwater("brokers", "list", *bootstrap)
-    assert [line.split("\t")[0] for line in listed.stdout.splitlines()] == ["ID", "12", "13", "14"]
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == ["ID", "12", "13", "14"]
