@@ -23,7 +23,7 @@ from click.testing import CliRunner, Result
 from embedded_servers import ServerThread as EmbeddedServerThread
 from highwater.cli.clients import consume
 from highwater.cli.groups import groups, parse_duration
-from highwater.client.admin import AdminClient, NewTopic
+from highwater.client.admin import AdminClient, GroupNotEmptyError, NewTopic
 from highwater.client.consumer import Consumer
 from highwater.client.producer import Producer
 
@@ -483,3 +483,56 @@ def test_group_options_bad_input(server: ServerThread, tmp_path: Path) -> None:
         "json",
     )
     assert export_json.exit_code == 2
+
+
+def test_delete_offsets_spares_subscribed_topics(server: ServerThread) -> None:
+    server.create_topic("kept", 1)
+    server.create_topic("dropped", 2)
+    server.produce("kept", {0: 2})
+    server.produce("dropped", {0: 2, 1: 2})
+    consumer = member(server, "pruner", "pruner-1")
+    try:
+        consumer.subscribe(["kept"])
+        consume_together([consumer], lambda values: len(values) >= 2)
+        consumer.commit(asynchronous=False)
+
+        async def commit_dropped() -> None:
+            async with AdminClient(server.address, request_timeout_s=10) as admin:
+                await admin.alter_consumer_group_offsets("pruner", {("dropped", 0): 1})
+
+        with pytest.raises(GroupNotEmptyError, match="active members"):
+            asyncio.run(commit_dropped())  # offsets of a live group are its members'
+    finally:
+        consumer.close()
+    asyncio.run(commit_dropped())
+    second = member(server, "pruner", "pruner-2")
+    try:
+        second.subscribe(["kept"])
+        consume_together([second], lambda _values: bool(second.assignment()))
+        refused = run_groups(
+            server, "delete-offsets", "--group", "pruner", "--topic", "kept", "--topic", "dropped"
+        )
+        assert refused.exit_code == 1, refused.output
+        assert refused.stdout.splitlines()[0] == (
+            "Request failed for deleting offsets with topic dropped,kept group pruner"
+        )
+        rows = table(refused.stdout)[1:]
+        assert rows[0] == ["TOPIC", "PARTITION", "STATUS"]
+        assert rows[1:3] == [["dropped", "0", "Successful"], ["dropped", "1", "Successful"]]
+        assert rows[3][:3] == ["kept", "0", "Error:"]
+    finally:
+        second.close()
+    offsets = json.loads(
+        run_groups(server, "describe", "--group", "pruner", "--format", "json").stdout
+    )
+    assert [(r["topic"], r["partition"]) for r in offsets] == [("kept", 0)]
+    done = run_groups(
+        server, "delete-offsets", "--group", "pruner", "--topic", "kept:0", "--format", "json"
+    )
+    assert done.exit_code == 0 and json.loads(done.stdout) == [
+        {"topic": "kept", "partition": 0, "status": "Successful"}
+    ]
+    unknown = run_groups(server, "delete-offsets", "--group", "ghost", "--topic", "kept")
+    assert unknown.exit_code == 1 and "Consumer group 'ghost' does not exist." in unknown.stderr
+    no_topic = run_groups(server, "delete-offsets", "--group", "pruner", "--topic", "nowhere")
+    assert no_topic.exit_code == 1 and "nowhere" in no_topic.stderr

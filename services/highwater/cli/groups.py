@@ -1,9 +1,11 @@
 """``highwater groups``: list, describe, reset the offsets of and delete consumer groups.
 
 Like kafka-consumer-groups, through :class:`~highwater.client.admin.AdminClient`. Every
-subcommand takes ``--bootstrap-server HOST:PORT[,HOST:PORT...]`` (required) and
-``--timeout SECONDS``. Tables are printed with left-aligned columns as wide as their
-widest cell, ``-`` where a value is unknown:
+subcommand takes ``--bootstrap-server HOST:PORT[,HOST:PORT...]`` (else the environment or
+the profile, :mod:`highwater.cli.bootstrap`), ``--timeout SECONDS`` and, where it prints
+a table, ``--format text|json`` (:mod:`highwater.cli.tables`: aligned columns with ``-``
+where a value is unknown, or an array of objects). ``describe``, ``reset-offsets`` and
+``delete`` take ``--group G`` (repeatable) or ``--all-groups``:
 
 - ``list``: the group ids, one per line; with ``--state S`` only the groups in those states,
   as ``GROUP STATE`` rows.
@@ -13,9 +15,16 @@ widest cell, ``-`` where a value is unknown:
   ListOffsets' latest, ``LAG`` is it minus the committed offset. ``--members`` prints
   ``GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS`` (``--verbose``: and ``ASSIGNMENT``),
   ``--state`` prints ``GROUP COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE #MEMBERS``.
-- ``reset-offsets --group G --topic T[:P,...]``: the new offsets as ``GROUP TOPIC PARTITION
-  NEW-OFFSET`` rows; only a dry run unless ``--execute`` is given. A group with active
-  members is refused (their positions would overwrite the reset).
+- ``reset-offsets --group G --topic T[:P,...]`` (or ``--all-topics``) with one scenario:
+  ``--to-earliest``, ``--to-latest``, ``--to-current``, ``--to-offset``, ``--shift-by``,
+  ``--to-datetime``, ``--by-duration PnDTnHnMnS`` or ``--from-file`` (the CSV
+  ``--export`` prints: ``topic,partition,offset``, or ``group,topic,partition,offset``
+  for several groups); the new offsets as ``GROUP TOPIC PARTITION NEW-OFFSET`` rows, only
+  a dry run unless ``--execute`` is given. A group with active members is refused (their
+  positions would overwrite the reset).
+- ``delete-offsets --group G --topic T[:P,...]``: removes committed offsets (Kafka's
+  OffsetDelete), refused per partition for topics the group's members subscribe to;
+  ``TOPIC PARTITION STATUS`` rows.
 - ``delete --group G``: deletes empty groups and their offsets.
 
 A failure (an unknown group or topic, a group with members, no server reachable) is one
@@ -168,6 +177,7 @@ STATE_COLUMNS: Final = (
     Column("#MEMBERS", "members"),
 )
 LIST_COLUMNS: Final = (Column("GROUP"), Column("STATE"))
+DELETE_OFFSETS_COLUMNS: Final = (Column("TOPIC"), Column("PARTITION"), Column("STATUS"))
 RESET_COLUMNS: Final = (Column("GROUP"), Column("TOPIC"), Column("PARTITION"), Column("NEW-OFFSET"))
 
 
@@ -636,6 +646,54 @@ def reset_offsets(
         click.echo(out.getvalue(), nl=False)
         return
     print_table(RESET_COLUMNS, rows, output_format)
+
+
+@groups.command("delete-offsets")
+@_connection_options
+@click.option("--group", "group_id", required=True, help="The consumer group.")
+@click.option(
+    "--topic",
+    "topic_specs",
+    multiple=True,
+    required=True,
+    callback=_parse_topics,
+    metavar="TOPIC[:P,P...]",
+    help="A topic, or some of its partitions, whose offsets go (repeatable).",
+)
+@format_option
+def delete_offsets(
+    admin: AdminFactory,
+    group_id: str,
+    topic_specs: list[tuple[str, tuple[int, ...] | None]],
+    output_format: str,
+) -> None:
+    """Delete some committed offsets of a group (not of topics its members subscribe to)."""
+
+    async def work(client: AdminClient) -> dict[TopicPartitionKey, AdminError | None]:
+        whole = [topic for topic, ps in topic_specs if ps is None]
+        described = await client.describe_topics(whole) if whole else {}
+        wanted: set[TopicPartitionKey] = set()
+        for topic, ps in topic_specs:
+            if ps is None:
+                wanted.update((topic, p.partition) for p in described[topic].partitions)
+            else:
+                wanted.update((topic, p) for p in ps)
+        return await client.delete_consumer_group_offsets(group_id, sorted(wanted))
+
+    results = _run(admin, work)
+    rows = [
+        (topic, partition, "Successful" if error is None else f"Error: {_one_line(error.message)}")
+        for (topic, partition), error in sorted(results.items())
+    ]
+    failed = any(error is not None for error in results.values())
+    if output_format == "text":
+        outcome = "failed" if failed else "succeed"
+        topics = ",".join(sorted({topic for topic, _ in results}))
+        click.echo(f"Request {outcome} for deleting offsets with topic {topics} group {group_id}")
+        click.echo()
+    print_table(DELETE_OFFSETS_COLUMNS, rows, output_format)
+    if failed:
+        raise SystemExit(1)
 
 
 @groups.command("delete")
