@@ -138,6 +138,10 @@ def test_delete_records_bad_input(server: ServerThread, tmp_path: Path) -> None:
     assert "partition: offs-0\terror: " in result.stdout
     error_of(result)
     assert ok(server, "get-offsets", "--topic", "offs", "--time", "-2").startswith("offs:0:0\n")
+    plan.write_text(json.dumps({"partitions": [{"topic": "ghost", "partition": 0, "offset": 1}]}))
+    ghost = run(server, "delete-records", "--offset-json-file", str(plan))
+    assert "partition: ghost-0\terror: Topic 'ghost' does not exist." in ghost.stdout
+    error_of(ghost)
     missing = error_of(
         run(server, "delete-records", "--offset-json-file", str(tmp_path / "nope.json"))
     )
@@ -260,6 +264,8 @@ def test_topics_describe_filters_and_json(server: ServerThread) -> None:
     )
     assert ok(server, "topics", "describe", "--unavailable-partitions") == ""
     assert ok(server, "topics", "describe", "--under-min-isr-partitions") == ""
+    both = run(server, "topics", "describe", "--unavailable-partitions", "--at-min-isr-partitions")
+    assert "exclude each other" in error_of(both, 2)
     # RF 1 and min.insync.replicas 1: every partition is at its min ISR; 2 makes it under
     at_min = ok(server, "topics", "describe", "--topic", "offs", "--at-min-isr-partitions")
     node = EMBEDDED_NODE_ID

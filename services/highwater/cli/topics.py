@@ -335,26 +335,26 @@ def _description_json(
 @click.option("--exclude-internal", is_flag=True, help="Leave out internal topics (__...).")
 @click.option(
     "--under-replicated-partitions",
-    "partition_filter",
-    flag_value="under-replicated",
+    "under_replicated",
+    is_flag=True,
     help="Only partitions whose ISR is smaller than their replicas.",
 )
 @click.option(
     "--unavailable-partitions",
-    "partition_filter",
-    flag_value="unavailable",
+    "unavailable",
+    is_flag=True,
     help="Only partitions without a leader, or whose leader is not a live broker.",
 )
 @click.option(
     "--under-min-isr-partitions",
-    "partition_filter",
-    flag_value="under-min-isr",
+    "under_min_isr",
+    is_flag=True,
     help="Only partitions whose ISR is smaller than the topic's min.insync.replicas.",
 )
 @click.option(
     "--at-min-isr-partitions",
-    "partition_filter",
-    flag_value="at-min-isr",
+    "at_min_isr",
+    is_flag=True,
     help="Only partitions whose ISR is exactly the topic's min.insync.replicas.",
 )
 @format_option
@@ -362,11 +362,28 @@ def describe(
     conn: Connection,
     topic: str | None,
     exclude_internal: bool,
-    partition_filter: str | None,
+    under_replicated: bool,
+    unavailable: bool,
+    under_min_isr: bool,
+    at_min_isr: bool,
     output_format: str,
 ) -> None:
     """Describe partitions (leader, replicas, ISR) and config overrides of topics; with a
     partition filter, only the partitions it reports (and no topic lines)."""
+    chosen = [
+        name
+        for name, given in zip(
+            PARTITION_FILTERS,
+            (under_replicated, unavailable, under_min_isr, at_min_isr),
+            strict=True,
+        )
+        if given
+    ]
+    if len(chosen) > 1:
+        raise click.UsageError(
+            " and ".join(f"--{name}-partitions" for name in chosen) + " exclude each other"
+        )
+    partition_filter = chosen[0] if chosen else None
 
     async def work(admin: AdminClient) -> list[tuple[TopicDescription, dict[str, ConfigEntry]]]:
         if topic is None:
