@@ -56,7 +56,7 @@ from highwater.client.consumer import OFFSET_BEGINNING, OFFSET_END, Consumer, To
 from highwater.client.producer import Message, Producer
 from highwater.errors import HighwaterError, InvalidConfigError
 
-__all__ = ["consume", "format_message", "produce"]
+__all__ = ["consume", "produce"]
 
 #: How often ``consume`` wakes up from a poll with no ``--timeout-ms`` (so Ctrl-C works).
 _POLL_INTERVAL_S = 1.0
@@ -265,14 +265,6 @@ def produce(
 
 
 # --- consume ---------------------------------------------------------------------------
-
-
-def format_message(message: Message, *, print_key: bool, print_offset: bool, separator: str) -> str:
-    """One consumed record as ``consume`` prints it without properties (no line end)."""
-    record_format = RecordFormat(
-        print_key=print_key, print_offset=print_offset, key_separator=separator, line_separator=""
-    )
-    return record_format.format(message)
 
 
 def _record_format(

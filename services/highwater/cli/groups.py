@@ -48,7 +48,7 @@ import click
 import grpc.aio
 
 from highwater.cli.bootstrap import bootstrap_server_option
-from highwater.cli.tables import Column, format_option, print_table, render_text
+from highwater.cli.tables import Column, format_option, print_table
 from highwater.client.admin import (
     AdminClient,
     AdminError,
@@ -61,7 +61,7 @@ from highwater.client.admin import (
 from highwater.client.group.protocol import TopicPartitionKey
 from highwater.errors import HighwaterError
 
-__all__ = ["format_table", "groups", "parse_duration", "parse_offsets_csv", "parse_topic_spec"]
+__all__ = ["groups", "parse_duration", "parse_offsets_csv", "parse_topic_spec"]
 
 T = TypeVar("T")
 
@@ -145,11 +145,6 @@ def _run(admin: AdminFactory, work: Callable[[AdminClient], Awaitable[T]]) -> T:
 
 
 # --- Output ----------------------------------------------------------------------------
-
-
-def format_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """The table as :mod:`highwater.cli.tables` prints it to a pipe."""
-    return render_text([Column(h) for h in header], rows)
 
 
 OFFSET_COLUMNS: Final = tuple(
