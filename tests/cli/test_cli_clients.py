@@ -8,6 +8,7 @@ invokes a command with ``CliRunner`` on the test's thread, as the installed comm
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 
 import grpc.aio
@@ -220,3 +221,73 @@ def test_consume_usage_errors(server: ServerThread) -> None:
         consume, ["--topic", "t", "--bootstrap-server", f"127.0.0.1:{free_port()}"]
     )
     assert unreachable.exit_code == 1 and "Error: " in unreachable.stderr
+
+
+def test_headers_keys_and_printing_properties(server: ServerThread) -> None:
+    server.create_topic("cli-props")
+    lines = "h1:v1,h2:v2|k1=one\n|k2=two\nh3:NULL|NULL=three\n"
+    reader = ("parse.headers=true", "headers.delimiter=|", "parse.key=true", "key.separator==")
+    args = [arg for prop in (*reader, "null.marker=NULL") for arg in ("--property", prop)]
+    ok(run_produce(server, lines, "--topic", "cli-props", *args))
+
+    every = [
+        "print.timestamp=true", "print.partition=true", "print.offset=true",
+        "print.headers=true", "print.key=true", "key.separator=;", "null.literal=<nil>",
+    ]  # fmt: skip
+    printed = ok(
+        run_consume(
+            server, "--topic", "cli-props", "--from-beginning", "--max-messages", "3",
+            *(arg for prop in every for arg in ("--property", prop)),
+        )
+    ).stdout.splitlines()  # fmt: skip
+    fields = [line.split(";") for line in printed]
+    assert all(f[0].startswith("CreateTime:") and int(f[0].split(":")[1]) > 0 for f in fields)
+    assert [f[1:] for f in fields] == [
+        ["Partition:0", "Offset:0", "h1:v1,h2:v2", "k1", "one"],
+        ["Partition:0", "Offset:1", "NO_HEADERS", "k2", "two"],
+        ["Partition:0", "Offset:2", "h3:<nil>", "<nil>", "three"],
+    ]
+    quiet = ok(
+        run_consume(
+            server, "--topic", "cli-props", "--from-beginning", "--max-messages", "1",
+            "--property", "print.value=false", "--property", "print.key=true",
+        )
+    )  # fmt: skip
+    assert quiet.stdout == "k1\n"
+
+    as_json = ok(
+        run_consume(
+            server, "--topic", "cli-props", "--from-beginning", "--max-messages", "3",
+            "--formatter", "json",
+        )
+    )  # fmt: skip
+    records = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [(r["offset"], r["key"], r["value"]) for r in records] == [
+        (0, "k1", "one"), (1, "k2", "two"), (2, None, "three"),
+    ]  # fmt: skip
+    assert records[0]["headers"] == [{"key": "h1", "value": "v1"}, {"key": "h2", "value": "v2"}]
+    assert records[2]["headers"] == [{"key": "h3", "value": None}]
+    assert records[0]["topic"] == "cli-props" and records[0]["partition"] == 0
+    assert records[0]["timestamp_type"] == "CreateTime" and records[0]["timestamp"] > 0
+
+
+def test_bad_properties(server: ServerThread) -> None:
+    server.create_topic("cli-badprops")
+    result = run_produce(
+        server, "h1v1|x\nno-delimiter\n", "--topic", "cli-badprops",
+        "--property", "parse.headers=true", "--property", "headers.delimiter=|",
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "0 records sent, 2 failed.",
+        "Error: no header key separator ':' in 'h1v1' on line 1",
+        "Error: no headers delimiter '|' on line 2",
+    ]
+    usage = run_produce(server, "x\n", "--topic", "cli-badprops", "--property", "parse.key=yes")
+    assert usage.exit_code == 2 and "parse.key=yes: expected true or false" in usage.stderr
+    usage = run_consume(server, "--topic", "cli-badprops", "--property", "print.stamp=true")
+    assert usage.exit_code == 2 and "unknown property 'print.stamp'" in usage.stderr
+    usage = run_consume(
+        server, "--topic", "cli-badprops", "--formatter", "json", "--property", "print.key=true"
+    )
+    assert usage.exit_code == 2 and "--formatter json prints every field" in usage.stderr

@@ -10,17 +10,20 @@ from worker threads.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 from embedded_servers import ServerThread as EmbeddedServerThread
 from highwater.cli.clients import consume
-from highwater.cli.groups import groups
-from highwater.client.admin import AdminClient, NewTopic
+from highwater.cli.groups import groups, parse_duration
+from highwater.client.admin import AdminClient, GroupNotEmptyError, NewTopic
 from highwater.client.consumer import Consumer
 from highwater.client.producer import Producer
 
@@ -375,3 +378,161 @@ def test_bad_input_is_a_clear_error(server: ServerThread) -> None:
     with_partition = run_consume(server, "--topic", "t", "--group", "g", "--partition", "0")
     assert with_partition.exit_code == 2
     assert "--partition does not go with --group" in with_partition.stderr
+
+
+def test_all_groups_to_current_by_duration_export_and_json(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    server.create_topic("ledger", 2)
+    server.produce("ledger", {0: 4, 1: 4})
+
+    async def commit() -> None:
+        async with AdminClient(server.address, request_timeout_s=10) as admin:
+            await admin.alter_consumer_group_offsets("ledger-a", {("ledger", 0): 1})
+            await admin.alter_consumer_group_offsets("ledger-b", {("ledger", 1): 3})
+
+    asyncio.run(commit())
+    current = run_groups(
+        server, "reset-offsets", "--group", "ledger-a", "--topic", "ledger", "--to-current"
+    )
+    assert table(current.stdout)[1:] == [
+        ["ledger-a", "ledger", "0", "1"],
+        ["ledger-a", "ledger", "1", "4"],
+    ]
+    hour = run_groups(
+        server, "reset-offsets", "--group", "ledger-a", "--topic", "ledger",
+        "--by-duration", "PT1H", "--format", "json",
+    )  # fmt: skip
+    assert json.loads(hour.stdout) == [
+        {"group": "ledger-a", "topic": "ledger", "partition": p, "new_offset": 0} for p in (0, 1)
+    ]
+    exported = run_groups(
+        server, "reset-offsets", "--group", "ledger-a", "--group", "ledger-b", "--topic",
+        "ledger:1", "--to-offset", "2", "--export",
+    )  # fmt: skip
+    assert exported.stdout == "ledger-a,ledger,1,2\nledger-b,ledger,1,2\n"
+    plan = tmp_path / "offsets.csv"
+    plan.write_text(exported.stdout)
+    applied = run_groups(
+        server, "reset-offsets", "--all-groups", "--from-file", str(plan), "--execute"
+    )
+    assert applied.exit_code == 0, applied.output
+    one = run_groups(
+        server,
+        "reset-offsets",
+        "--group",
+        "ledger-b",
+        "--topic",
+        "ledger:0",
+        "--to-latest",
+        "--export",
+    )
+    assert one.stdout == "ledger,0,4\n"
+
+    described = run_groups(
+        server, "describe", "--group", "ledger-a", "--group", "ledger-b", "--format", "json"
+    )
+    rows = json.loads(described.stdout)
+    assert [(r["group"], r["partition"], r["current_offset"], r["lag"]) for r in rows] == [
+        ("ledger-a", 0, 1, 3), ("ledger-a", 1, 2, 2), ("ledger-b", 1, 2, 2),
+    ]  # fmt: skip
+    assert rows[0]["log_end_offset"] == 4 and rows[0]["consumer_id"] is None
+    every = json.loads(run_groups(server, "describe", "--all-groups", "--format", "json").stdout)
+    assert {"ledger-a", "ledger-b"} <= {r["group"] for r in every}
+    listed = json.loads(run_groups(server, "list", "--format", "json").stdout)
+    assert {"group": "ledger-a", "state": "Empty"} in listed
+
+    gone = run_groups(server, "delete", "--all-groups")
+    assert gone.exit_code == 0, gone.output
+    assert "'ledger-a'" in gone.stdout and "'ledger-b'" in gone.stdout
+    assert run_groups(server, "list").stdout == ""
+
+
+def test_group_options_bad_input(server: ServerThread, tmp_path: Path) -> None:
+    for duration in ("1h", "PT", "P1H", "PT-1S", "P"):
+        bad = run_groups(
+            server, "reset-offsets", "--group", "g", "--topic", "t", "--by-duration", duration
+        )
+        assert bad.exit_code == 2, (duration, bad.output)
+        assert "is not a duration PnDTnHnMnS" in bad.stderr
+    assert parse_duration("P1DT2H3M4.5S") == timedelta(days=1, hours=2, minutes=3, seconds=4.5)
+    both = run_groups(server, "describe", "--group", "g", "--all-groups")
+    assert both.exit_code == 2 and "give --group (repeatable) or --all-groups" in both.stderr
+    neither = run_groups(server, "delete")
+    assert neither.exit_code == 2 and "give --group (repeatable) or --all-groups" in neither.stderr
+    plan = tmp_path / "bad.csv"
+    plan.write_text("ledger,zero,1\n")
+    bad_csv = run_groups(server, "reset-offsets", "--group", "g", "--from-file", str(plan))
+    assert (
+        bad_csv.exit_code == 1
+        and "line 1: 'ledger,zero,1' is not topic,partition,offset" in bad_csv.stderr
+    )
+    plan.write_text("ledger,0,1\n")
+    several = run_groups(server, "reset-offsets", "--all-groups", "--from-file", str(plan))
+    assert several.exit_code == 2 and "is for one --group" in several.stderr
+    export_json = run_groups(
+        server,
+        "reset-offsets",
+        "--group",
+        "g",
+        "--topic",
+        "t",
+        "--to-latest",
+        "--export",
+        "--format",
+        "json",
+    )
+    assert export_json.exit_code == 2
+
+
+def test_delete_offsets_spares_subscribed_topics(server: ServerThread) -> None:
+    server.create_topic("kept", 1)
+    server.create_topic("dropped", 2)
+    server.produce("kept", {0: 2})
+    server.produce("dropped", {0: 2, 1: 2})
+    consumer = member(server, "pruner", "pruner-1")
+    try:
+        consumer.subscribe(["kept"])
+        consume_together([consumer], lambda values: len(values) >= 2)
+        consumer.commit(asynchronous=False)
+
+        async def commit_dropped() -> None:
+            async with AdminClient(server.address, request_timeout_s=10) as admin:
+                await admin.alter_consumer_group_offsets("pruner", {("dropped", 0): 1})
+
+        with pytest.raises(GroupNotEmptyError, match="active members"):
+            asyncio.run(commit_dropped())  # offsets of a live group are its members'
+    finally:
+        consumer.close()
+    asyncio.run(commit_dropped())
+    second = member(server, "pruner", "pruner-2")
+    try:
+        second.subscribe(["kept"])
+        consume_together([second], lambda _values: bool(second.assignment()))
+        refused = run_groups(
+            server, "delete-offsets", "--group", "pruner", "--topic", "kept", "--topic", "dropped"
+        )
+        assert refused.exit_code == 1, refused.output
+        assert refused.stdout.splitlines()[0] == (
+            "Request failed for deleting offsets with topic dropped,kept group pruner"
+        )
+        rows = table(refused.stdout)[1:]
+        assert rows[0] == ["TOPIC", "PARTITION", "STATUS"]
+        assert rows[1:3] == [["dropped", "0", "Successful"], ["dropped", "1", "Successful"]]
+        assert rows[3][:3] == ["kept", "0", "Error:"]
+    finally:
+        second.close()
+    offsets = json.loads(
+        run_groups(server, "describe", "--group", "pruner", "--format", "json").stdout
+    )
+    assert [(r["topic"], r["partition"]) for r in offsets] == [("kept", 0)]
+    done = run_groups(
+        server, "delete-offsets", "--group", "pruner", "--topic", "kept:0", "--format", "json"
+    )
+    assert done.exit_code == 0 and json.loads(done.stdout) == [
+        {"topic": "kept", "partition": 0, "status": "Successful"}
+    ]
+    unknown = run_groups(server, "delete-offsets", "--group", "ghost", "--topic", "kept")
+    assert unknown.exit_code == 1 and "Consumer group 'ghost' does not exist." in unknown.stderr
+    no_topic = run_groups(server, "delete-offsets", "--group", "pruner", "--topic", "nowhere")
+    assert no_topic.exit_code == 1 and "nowhere" in no_topic.stderr

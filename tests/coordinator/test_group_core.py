@@ -9,11 +9,18 @@ from highwater.coordinator.core import (
     GroupCoordinatorCore,
     GroupCoordinatorSettings,
     JoinResult,
+    OffsetDeleteResult,
+    Outcome,
 )
 from highwater.coordinator.group import GroupState
 from highwater.coordinator.records import OffsetCommitRecord
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1.common_pb2 import ErrorCode
+from highwater.v1.consumer_protocol_pb2 import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+    ConsumerProtocolTopicPartitions,
+)
 
 G = "orders-app"
 TP0, TP1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
@@ -461,3 +468,57 @@ def test_a_member_may_commit_what_it_gives_up_in_the_next_generation() -> None:
     assert {o.error for o in result.errors.values()} == {ErrorCode.NONE}
     refused = h.commit(G, other.member_id, other.generation_id, {TP1: 3})
     assert refused.errors[TP1].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_deleting_offsets_keeps_those_of_subscribed_topics() -> None:
+    h = Harness()
+    subscription = ConsumerProtocolSubscription(topics=["orders"]).SerializeToString()
+    joined = h.join_result(h.join_new(G, protocols=(("range", subscription),)))
+    assignment = ConsumerProtocolAssignment(
+        assigned_partitions=[
+            ConsumerProtocolTopicPartitions(topic="orders", partitions=[0, 1]),
+            ConsumerProtocolTopicPartitions(topic="audit", partitions=[0]),
+        ]
+    ).SerializeToString()
+    h.sync_result(h.sync(G, joined.member_id, joined.generation_id, {joined.member_id: assignment}))
+    audit = TopicPartition("audit", 0)
+    h.commit(G, joined.member_id, joined.generation_id, {TP0: 5, TP1: 6, audit: 7})
+
+    def delete(group: str, *partitions: TopicPartition) -> OffsetDeleteResult:
+        token = h.token()
+        h.run(h.core.delete_offsets(token, group, list(partitions), h.now))
+        result = h.replies.pop(token)
+        assert isinstance(result, OffsetDeleteResult)
+        return result
+
+    result = delete(G, TP0, audit, TopicPartition("audit", 9))
+    assert result.error.error == ErrorCode.NONE
+    assert {tp: o.error for tp, o in result.partitions.items()} == {
+        TP0: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+        audit: ErrorCode.NONE,
+        TopicPartition("audit", 9): ErrorCode.NONE,  # had no offset: nothing to delete
+    }
+    _, offsets = h.core.fetch_offsets(G, None)
+    assert {tp: o.offset for tp, o in offsets.items()} == {TP0: 5, TP1: 6}
+    tombstones = [
+        r.topic_partition
+        for r in h.records(partition_for(G))
+        if isinstance(r, OffsetCommitRecord) and r.offset is None
+    ]
+    assert tombstones == [audit]
+
+    h.leave(G, joined.member_id)  # empty now: every offset may go
+    assert delete(G, TP0, TP1).partitions == {TP0: Outcome(), TP1: Outcome()}
+    assert h.core.fetch_offsets(G, None)[1] == {}
+    assert delete("missing", TP0).error.error == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_an_undecodable_subscription_keeps_every_offset() -> None:
+    h = Harness()
+    leader, _, generation = stable_pair(h)  # members whose metadata is not a subscription
+    h.commit(G, leader, generation, {TP0: 1})
+    token = h.token()
+    h.run(h.core.delete_offsets(token, G, [TP0], h.now))
+    result = h.replies.pop(token)
+    assert isinstance(result, OffsetDeleteResult)
+    assert result.partitions[TP0].error == ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC

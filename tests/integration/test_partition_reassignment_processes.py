@@ -172,4 +172,30 @@ async def test_a_topic_moves_off_a_broker_which_can_then_be_removed(
     removed = highwater("brokers", "unregister", *bootstrap, "--id", "11")
     assert removed.returncode == 0, removed.stderr
     listed = highwater("brokers", "list", *bootstrap)
-    assert [line.split("\t")[0] for line in listed.stdout.splitlines()] == ["ID", "12", "13", "14"]
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == ["ID", "12", "13", "14"]
+
+    # Partition 1's replicas reordered: 14 is preferred now, but 12 keeps leading until a
+    # preferred leader election (kafka-leader-election) moves leadership to it.
+    plan.write_text(
+        json.dumps({"version": 1, "partitions": [
+            {"topic": TOPIC, "partition": 1, "replicas": [14, 12]}]})
+    )  # fmt: skip
+    reordered = highwater(
+        "partitions", "reassign", *bootstrap, "--execute", "--plan", str(plan), "--wait"
+    )
+    assert reordered.returncode == 0, reordered.stderr
+    elected = highwater(
+        "leader-election", *bootstrap, "--election-type", "PREFERRED",
+        "--topic", TOPIC, "--partition", "1",
+    )  # fmt: skip
+    assert elected.returncode == 0, elected.stderr
+    assert elected.stdout == (
+        f"Successfully completed leader election (PREFERRED) for partitions {TOPIC}-1\n"
+    )
+    deadline = time.monotonic() + 30  # the command waited for its bootstrap broker; 14 may lag
+    while (await partitions_seen(cluster.brokers[14].address)).get(1, (-1, ()))[:2] != (
+        14,
+        (14, 12),
+    ):
+        assert time.monotonic() < deadline, "broker 14 does not lead partition 1"
+        await asyncio.sleep(0.1)

@@ -25,6 +25,7 @@ from typing import Any
 
 import click
 
+from highwater.cli.tables import Column, format_option, print_table
 from highwater.cli.topics import Connection, connection_options, run_admin
 from highwater.client.admin import AdminClient
 from highwater.controller_api.messages import ACL_PATTERN_MATCH, AclFilter
@@ -41,6 +42,18 @@ __all__ = ["acls"]
 CLUSTER_NAME = "kafka-cluster"
 _OPERATIONS = {op.name.replace("_", "").lower(): op for op in AclOperation}
 _PATTERNS = {"literal": PatternType.LITERAL, "prefixed": PatternType.PREFIXED}
+ACL_COLUMNS = tuple(
+    Column(h)
+    for h in (
+        "RESOURCE-TYPE",
+        "RESOURCE-NAME",
+        "PATTERN-TYPE",
+        "PRINCIPAL",
+        "HOST",
+        "OPERATION",
+        "PERMISSION-TYPE",
+    )
+)
 
 
 def _operation(
@@ -286,6 +299,7 @@ def remove(
 @connection_options
 @_resource_options(pattern_types=("literal", "prefixed", "match", "any"))
 @click.option("--principal", default=None, help="Only the ACLs of this principal.")
+@format_option
 def list_(
     conn: Connection,
     topics: tuple[str, ...],
@@ -294,6 +308,7 @@ def list_(
     cluster: bool,
     resource_pattern_type: str,
     principal: str | None,
+    output_format: str,
 ) -> None:
     """List the ACLs (of the resources named, else all)."""
     resources = _resources(topics, groups, transactional_ids, cluster)
@@ -307,4 +322,20 @@ def list_(
                 found[acl] = None
         return list(found)
 
-    _print_by_resource(run_admin(conn, work), "Current ACLs for resource")
+    found = run_admin(conn, work)
+    if output_format == "json":
+        rows = [
+            (
+                ResourceType(a.resource_type).name,
+                a.resource_name,
+                PatternType(a.pattern_type).name,
+                a.principal,
+                a.host,
+                a.operation.name,
+                a.permission.name,
+            )
+            for a in found
+        ]
+        print_table(ACL_COLUMNS, sorted(rows), "json")
+        return
+    _print_by_resource(found, "Current ACLs for resource")

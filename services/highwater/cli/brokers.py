@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import click
 
+from highwater.cli.tables import Column, format_option, print_table
 from highwater.cli.topics import Connection, connection_options, run_admin
 from highwater.client.admin import AdminClient
 
 __all__ = ["brokers"]
+
+BROKER_COLUMNS = (Column("ID"), Column("ADDRESS"), Column("RACK"), Column("REPLICAS"))
 
 
 async def _holdings(admin: AdminClient) -> dict[int, list[str]]:
@@ -50,18 +53,22 @@ def brokers() -> None:
 
 @brokers.command("list")
 @connection_options
-def list_brokers(conn: Connection) -> None:
+@format_option
+def list_brokers(conn: Connection, output_format: str) -> None:
     """The live brokers and how many partition replicas each holds."""
 
-    async def work(admin: AdminClient) -> tuple[list[tuple[int, str, str]], dict[int, list[str]]]:
+    async def work(
+        admin: AdminClient,
+    ) -> tuple[list[tuple[int, str, str | None]], dict[int, list[str]]]:
         cluster = await admin.describe_cluster()
-        nodes = [(n.node_id, f"{n.host}:{n.port}", n.rack or "-") for n in cluster.nodes]
+        nodes = [(n.node_id, n.address, n.rack) for n in cluster.nodes]
         return nodes, await _holdings(admin)
 
     nodes, held = run_admin(conn, work)
-    click.echo("ID\tADDRESS\tRACK\tREPLICAS")
-    for node_id, address, rack in nodes:
-        click.echo(f"{node_id}\t{address}\t{rack}\t{len(held.get(node_id, []))}")
+    rows = [
+        (node_id, address, rack, len(held.get(node_id, []))) for node_id, address, rack in nodes
+    ]
+    print_table(BROKER_COLUMNS, rows, output_format)
 
 
 @brokers.command("check-removal")

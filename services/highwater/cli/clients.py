@@ -4,13 +4,20 @@
 :class:`~highwater.client.producer.Producer`; with ``--key-separator SEP`` the part of a
 line before the first ``SEP`` is the record's key (a line without it fails). At the end it
 writes ``N records sent, E failed.`` to stderr (plus an ``Error: ...`` line per distinct
-failure) and exits 1 if any record failed.
+failure) and exits 1 if any record failed. ``--property`` takes kafka-console-producer's
+line-reader settings (``parse.key``, ``key.separator``, ``parse.headers``,
+``headers.delimiter``, ``headers.separator``, ``headers.key.separator``, ``null.marker``;
+:mod:`highwater.cli.console_format`) besides producer configs.
 
 ``consume`` assigns every partition of a topic (or the one ``--partition`` names) to a
 :class:`~highwater.client.consumer.Consumer`, from the latest offset by default (the
 earliest with ``--from-beginning``, N with ``--offset N``), and prints each value on a
 line of its own on stdout: ``[Offset:N<SEP>][KEY<SEP>]VALUE`` (``SEP`` is
-``--key-separator``, a tab by default; a null key or value prints as ``null``). It stops
+``--key-separator``, a tab by default; a null key or value prints as ``null``);
+``--property`` chooses the fields as kafka-console-consumer's formatter does
+(``print.timestamp``, ``print.partition``, ``print.offset``, ``print.headers``,
+``print.key``, ``null.literal``...) and ``--formatter json`` prints one JSON object per
+record (:mod:`highwater.cli.console_format`). It stops
 after ``--max-messages`` records, when none arrived for ``--timeout-ms``, or on Ctrl-C,
 and then writes ``Processed a total of N messages`` to stderr, as kafka-console-consumer
 does. Without ``--group`` no group is joined and no offsets are committed.
@@ -22,7 +29,8 @@ committed offset; only a partition without one starts where ``--from-beginning``
 of the records printed are committed as it goes and when it stops, so the next run
 resumes after them. ``--partition`` and ``--offset`` do not go with ``--group``.
 
-Both take ``--bootstrap-server HOST:PORT[,HOST:PORT...]`` (required). An unknown topic or
+Both take ``--bootstrap-server HOST:PORT[,HOST:PORT...]`` (else the environment or the
+profile, :mod:`highwater.cli.bootstrap`). An unknown topic or
 partition, an unreachable cluster or a bad setting is one ``Error: ...`` line on stderr and
 exit code 1. While stderr is a terminal a live counter (rich) shows the progress there.
 """
@@ -40,17 +48,16 @@ import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from highwater.cli.addresses import address_list
+from highwater.cli.bootstrap import bootstrap_server_option
+from highwater.cli.console_format import LINE_PROPERTIES, LineFormat, RecordFormat, json_record
 from highwater.cli.serving import start_telemetry
 from highwater.client.cluster import ClusterMetadata, UnknownTopicOrPartitionError
 from highwater.client.consumer import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 from highwater.client.producer import Message, Producer
 from highwater.errors import HighwaterError, InvalidConfigError
 
-__all__ = ["consume", "format_message", "produce"]
+__all__ = ["consume", "produce"]
 
-#: Reader settings ``--property`` understands besides producer configs (as Kafka's).
-_READER_PROPERTIES = ("parse.key", "key.separator")
 #: How often ``consume`` wakes up from a poll with no ``--timeout-ms`` (so Ctrl-C works).
 _POLL_INTERVAL_S = 1.0
 
@@ -59,15 +66,8 @@ _POLL_INTERVAL_S = 1.0
 
 
 def _bootstrap_option() -> Any:
-    """The ``--bootstrap-server`` option both commands take."""
-    return click.option(
-        "--bootstrap-server",
-        "bootstrap_server",
-        required=True,
-        callback=address_list,
-        metavar="HOST:PORT[,HOST:PORT...]",
-        help="Brokers to connect to (in `highwater server`, its one port).",
-    )
+    """The ``--bootstrap-server`` option both commands take (highwater.cli.bootstrap)."""
+    return bootstrap_server_option()
 
 
 def _one_line(text: str) -> str:
@@ -146,7 +146,7 @@ def _split_properties(pairs: tuple[str, ...]) -> tuple[dict[str, str], dict[str,
         key = key.strip()
         if not equals or not key:
             raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="'--property'")
-        (reader if key in _READER_PROPERTIES else configs)[key] = value
+        (reader if key in LINE_PROPERTIES else configs)[key] = value
     return reader, configs
 
 
@@ -187,8 +187,9 @@ def _lines(stream: TextIO) -> Iterator[str]:
     "properties",
     multiple=True,
     metavar="KEY=VALUE",
-    help="A producer setting (repeatable), e.g. --property linger.ms=20; also "
-    "parse.key=true and key.separator=SEP, as in kafka-console-producer.",
+    help="A producer setting (repeatable), e.g. --property linger.ms=20; also the line "
+    "reader's parse.key, key.separator, parse.headers, headers.delimiter, "
+    "headers.separator, headers.key.separator and null.marker, as in kafka-console-producer.",
 )
 def produce(
     bootstrap_server: str,
@@ -201,10 +202,14 @@ def produce(
     """Write each line of stdin to a topic as one record (like kafka-console-producer)."""
     start_telemetry(click.get_current_context())
     reader, configs = _split_properties(properties)
-    if reader.get("parse.key", "").lower() == "true" and key_separator is None:
-        key_separator = reader.get("key.separator", "\t")
     if key_separator == "":
         raise click.BadParameter("must not be empty", param_hint="'--key-separator'")
+    if key_separator is not None:
+        reader.update({"parse.key": "true", "key.separator": key_separator})
+    try:
+        line_format = LineFormat.from_properties(reader)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--property'") from None
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap_server,
         "acks": acks,
@@ -235,15 +240,14 @@ def produce(
     try:
         with counter.shown():
             for number, line in enumerate(_lines(stdin), start=1):
-                key: str | None = None
-                value = line
-                if key_separator is not None:
-                    key, found, value = line.partition(key_separator)
-                    if not found:
-                        text = f"no key separator {key_separator!r} on line {number}"
-                        failures[text] = failures.get(text, 0) + 1
-                        continue
-                producer.produce(topic, value, key, on_delivery=on_delivery)
+                try:
+                    headers, key, value = line_format.parse(line, number)
+                except ValueError as e:
+                    failures[str(e)] = failures.get(str(e), 0) + 1
+                    continue
+                producer.produce(
+                    topic, value, key, headers=headers or None, on_delivery=on_delivery
+                )
                 producer.poll(0)
             producer.flush()
     except KeyboardInterrupt:
@@ -263,20 +267,26 @@ def produce(
 # --- consume ---------------------------------------------------------------------------
 
 
-def _text(data: bytes | None) -> str:
-    """Bytes as UTF-8 text (undecodable bytes replaced); None as ``null``."""
-    return "null" if data is None else data.decode("utf-8", errors="replace")
-
-
-def format_message(message: Message, *, print_key: bool, print_offset: bool, separator: str) -> str:
-    """One consumed record as ``consume`` prints it (see the module docstring)."""
-    parts = []
-    if print_offset:
-        parts.append(f"Offset:{message.offset()}")
+def _record_format(
+    properties: tuple[str, ...], print_key: bool, print_offset: bool, key_separator: str | None
+) -> RecordFormat:
+    """The printing properties with the --print-* flags and --key-separator folded in."""
+    given: dict[str, str] = {}
+    for pair in properties:
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip():
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="'--property'")
+        given[key.strip()] = value
     if print_key:
-        parts.append(_text(message.key()))
-    parts.append(_text(message.value()))
-    return separator.join(parts)
+        given["print.key"] = "true"
+    if print_offset:
+        given["print.offset"] = "true"
+    if key_separator is not None:
+        given["key.separator"] = key_separator
+    try:
+        return RecordFormat.from_properties(given)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--property'") from None
 
 
 @click.command("consume")
@@ -322,9 +332,24 @@ def format_message(message: Message, *, print_key: bool, print_offset: bool, sep
 @click.option("--print-offset", is_flag=True, help="Print Offset:N before each record.")
 @click.option(
     "--key-separator",
-    default="\t",
-    show_default=repr("\t"),
-    help="What separates the printed fields.",
+    default=None,
+    help="What separates the printed fields (a tab unless --property key.separator=...).",
+)
+@click.option(
+    "--property",
+    "properties",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A printing setting (repeatable), as kafka-console-consumer's: print.timestamp, "
+    "print.partition, print.offset, print.headers, print.key, print.value (true/false), "
+    "key.separator, line.separator, headers.separator, null.literal.",
+)
+@click.option(
+    "--formatter",
+    type=click.Choice(["default", "json"]),
+    default="default",
+    show_default=True,
+    help="default: the fields --property chooses; json: one JSON object per record.",
 )
 def consume(
     bootstrap_server: str,
@@ -337,10 +362,18 @@ def consume(
     group_id: str | None,
     print_key: bool,
     print_offset: bool,
-    key_separator: str,
+    key_separator: str | None,
+    properties: tuple[str, ...],
+    formatter: str,
 ) -> None:
     """Print the records of a topic to stdout (like kafka-console-consumer)."""
     start_telemetry(click.get_current_context())
+    if formatter == "json" and (properties or print_key or print_offset or key_separator):
+        raise click.UsageError(
+            "--formatter json prints every field: --property, --print-key, --print-offset "
+            "and --key-separator go with --formatter default"
+        )
+    record_format = _record_format(properties, print_key, print_offset, key_separator)
     if group_id is not None:
         if not group_id:
             raise click.BadParameter("must not be empty", param_hint="'--group'")
@@ -394,10 +427,10 @@ def consume(
                 if failure is not None:
                     error = _one_line(str(failure) or type(failure).__name__)
                     break
-                line = format_message(
-                    message, print_key=print_key, print_offset=print_offset, separator=key_separator
-                )
-                stdout.write(line + "\n")
+                if formatter == "json":
+                    stdout.write(json_record(message) + "\n")
+                else:
+                    stdout.write(record_format.format(message))
                 stdout.flush()
                 processed += 1
                 counter.advance()

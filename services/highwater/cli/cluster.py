@@ -19,6 +19,7 @@ import asyncio
 import click
 import grpc.aio
 
+from highwater.cli.tables import format_option, print_json
 from highwater.cli.topics import Connection, connection_options, run_admin
 from highwater.client.admin import AdminClient, ClusterDescription
 from highwater.rpc.channels import open_channel
@@ -54,7 +55,8 @@ def cluster() -> None:
 
 @cluster.command("describe")
 @connection_options
-def describe(conn: Connection) -> None:
+@format_option
+def describe(conn: Connection, output_format: str) -> None:
     """Print the cluster id, the active controller, the metadata mode and the brokers."""
 
     async def work(admin: AdminClient) -> ClusterDescription:
@@ -65,6 +67,19 @@ def describe(conn: Connection) -> None:
     controller_id = description.controller_id
     if controller_id is None:
         controller_id = quorum.leader_id if quorum.leader_id != _NO_LEADER else None
+    if output_format == "json":
+        print_json(
+            {
+                "cluster_id": description.cluster_id or quorum.cluster_id,
+                "controller_id": controller_id,
+                "metadata_mode": "kraft",
+                "brokers": [
+                    {"id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack}
+                    for n in description.nodes
+                ],
+            }
+        )
+        return
     click.echo(f"ClusterId: {description.cluster_id or quorum.cluster_id}")
     click.echo(f"ControllerId: {controller_id if controller_id is not None else 'none'}")
     click.echo("MetadataMode: kraft")

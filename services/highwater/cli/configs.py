@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import click
 
+from highwater.cli.tables import Column, format_option, print_table
 from highwater.cli.topics import Connection, connection_options, run_admin
 from highwater.client.admin import AdminClient, ConfigEntry
 from highwater.controller_api.messages import ConfigSource
@@ -29,6 +30,13 @@ from highwater.metadata.records import ConfigResourceType
 
 __all__ = ["configs", "parse_add_config"]
 
+CONFIG_COLUMNS = (
+    Column("NAME"),
+    Column("VALUE"),
+    Column("SOURCE"),
+    Column("SENSITIVE"),
+    Column("READ-ONLY"),
+)
 _ENTITY_TYPES = ("topics", "brokers", "clients", "users")
 _DYNAMIC_SOURCES = frozenset(
     {
@@ -142,6 +150,7 @@ def format_entry(entry: ConfigEntry) -> str:
     metavar="K[,K2...]",
     help="With --alter: remove these, back to their defaults.",
 )
+@format_option
 def configs(
     conn: Connection,
     entity_type: str,
@@ -152,6 +161,7 @@ def configs(
     show_all: bool,
     add_config: tuple[str, ...],
     delete_config: tuple[str, ...],
+    output_format: str,
 ) -> None:
     """Describe or alter the dynamic configs of a topic, a broker or the cluster default."""
     if describe == alter:
@@ -171,6 +181,10 @@ def configs(
             for _, entry in sorted(entries.items())
             if show_all or entry.source in _DYNAMIC_SOURCES
         ]
+        if output_format == "json":
+            rows = [(e.name, e.value, e.source.name, e.sensitive, e.read_only) for e in shown]
+            print_table(CONFIG_COLUMNS, rows, "json")
+            return
         kind = "All" if show_all else "Dynamic"
         click.echo(f"{kind} configs for {_what(resource_type, name)} are:")
         for entry in shown:

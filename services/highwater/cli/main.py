@@ -19,9 +19,12 @@ from highwater.cli.cluster import cluster
 from highwater.cli.configs import configs
 from highwater.cli.controller import controller
 from highwater.cli.coordinator import coordinator
+from highwater.cli.delete_records import delete_records
 from highwater.cli.dev_cluster import dev_cluster
 from highwater.cli.dump_log import dump_log
+from highwater.cli.get_offsets import get_offsets
 from highwater.cli.groups import groups
+from highwater.cli.leader_election import leader_election
 from highwater.cli.log_dirs import describe_log_dirs
 from highwater.cli.observer import observer
 from highwater.cli.partitions import partitions
@@ -129,4 +132,7 @@ main.add_command(cluster)
 main.add_command(acls)
 main.add_command(users)
 main.add_command(describe_log_dirs)
+main.add_command(leader_election)
+main.add_command(delete_records)
+main.add_command(get_offsets)
 add_command_config(main)

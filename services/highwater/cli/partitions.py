@@ -27,9 +27,8 @@ import time
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from highwater.cli.progress import waiting
 from highwater.cli.topics import Connection, connection_options, run_admin
 from highwater.client.admin import AdminClient, TopicDescription
 from highwater.client.reassignment import (
@@ -178,21 +177,11 @@ def _execute(conn: Connection, wanted: Assignment, wait: bool) -> None:
 
 async def _follow(admin: AdminClient, keys: list[tuple[str, int]]) -> None:
     """Until none of ``keys`` is being reassigned, with a progress bar on a terminal."""
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("moving partitions"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,
-    ) as progress:
-        task = progress.add_task("moving", total=len(keys))
+    with waiting("moving partitions", total=len(keys)) as progress:
         deadline = time.monotonic() + admin.request_timeout_s * 20
         while True:
             ongoing = await admin.list_partition_reassignments(keys)
-            progress.update(task, completed=len(keys) - len(ongoing))
+            progress.update(completed=len(keys) - len(ongoing))
             if not ongoing:
                 return
             if time.monotonic() > deadline:

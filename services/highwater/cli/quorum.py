@@ -13,12 +13,14 @@ replica's progress):
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 
 import click
 import grpc
 import grpc.aio
 
+from highwater.cli.tables import Column, format_option, print_json, print_table
 from highwater.raft.messages import NO_LEADER
 from highwater.rpc.channels import open_channel
 from highwater.rpc.endpoints import parse_endpoint
@@ -173,12 +175,14 @@ def replication_rows(response: pb.DescribeQuorumResponse) -> list[tuple[str, ...
     ]
 
 
-def _format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    )
+def _snake(name: str) -> str:
+    """``LogEndOffset`` as ``log_end_offset``."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _typed(value: str) -> int | str:
+    """A field as JSON carries it: a number as a number."""
+    return int(value) if value.lstrip("-").isdigit() else value
 
 
 def _parse_controllers(_ctx: click.Context, _param: click.Parameter, value: str) -> list[str]:
@@ -220,15 +224,30 @@ def quorum() -> None:
     show_default=True,
     help="Seconds to wait for each controller.",
 )
-def describe(controllers: list[str], mode: str | None, timeout: float) -> None:
+@format_option
+def describe(controllers: list[str], mode: str | None, timeout: float, output_format: str) -> None:
     """Describe the metadata quorum: --status or --replication."""
     if mode is None:
         raise click.UsageError("give one of --status or --replication")
     response = describe_leader(controllers, timeout)
     if mode == "status":
         lines = status_lines(response)
+        if output_format == "json":
+            print_json(
+                {
+                    name: [int(v) for v in value.strip("[]").split(",") if v]
+                    if name.startswith("Current")
+                    else _typed(value)
+                    for name, value in lines
+                }
+            )
+            return
         width = max(len(name) for name, _ in lines) + 2
         for name, value in lines:
             click.echo(f"{name + ':':<{width}}{value}")
         return
-    click.echo(_format_table(REPLICATION_COLUMNS, replication_rows(response)))
+    rows = [[_typed(cell) for cell in row] for row in replication_rows(response)]
+    columns = [
+        Column(name, re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()) for name in REPLICATION_COLUMNS
+    ]
+    print_table(columns, rows, output_format)

@@ -5,10 +5,11 @@ in the ISR of every partition it replicates (what the broker itself reports to t
 probe on ``grpc.health.v1`` as ``highwater.broker.ready``, asked from outside), and
 ``highwater rolling pre-stop --node-id N`` waits until no partition of the cluster is
 under-replicated before it exits 0 (the preStop hook: SIGTERM and the broker's
-controlled shutdown follow). Either prints why not on stderr and exits 1 otherwise. The
-rules are :mod:`highwater.broker.rolling`'s, applied here to a :class:`ClusterView` built
-from what the admin client describes; both ask ``--bootstrap-server``, by default the
-broker on this host.
+controlled shutdown follow; on a terminal it shows what it waits for). Either prints why
+not on stderr and exits 1 otherwise. The rules are :mod:`highwater.broker.rolling`'s,
+applied here to a :class:`ClusterView` built from what the admin client describes; both
+ask ``--bootstrap-server`` (else ``$HIGHWATER_BOOTSTRAP_SERVERS`` or the profile,
+:mod:`highwater.cli.bootstrap`), by default the broker on this host.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import click
 import grpc.aio
 
 from highwater.broker.rolling import ClusterView, Decision, PartitionState, may_stop, readiness
-from highwater.cli.addresses import address_list
+from highwater.cli.bootstrap import bootstrap_server_option
+from highwater.cli.progress import waiting
 from highwater.client.admin import AdminClient, TopicDescription
 from highwater.errors import HighwaterError
 
@@ -73,15 +75,17 @@ async def wait_until_may_stop(
     """Poll :func:`may_stop` until it allows the stop or ``timeout_s`` passes; the last
     decision (a failure to ask the cluster counts as a refusal naming the error)."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            decision = may_stop(await observe_cluster(admin), node_id)
-        except (HighwaterError, grpc.aio.AioRpcError) as e:  # unreachable for a moment
-            decision = Decision(False, (f"cannot describe the cluster: {e}",))
-        remaining = deadline - time.monotonic()
-        if decision.allowed or remaining <= 0:
-            return decision
-        await asyncio.sleep(min(poll_interval_s, remaining))
+    with waiting(f"broker {node_id}: waiting until it may stop") as progress:
+        while True:
+            try:
+                decision = may_stop(await observe_cluster(admin), node_id)
+            except (HighwaterError, grpc.aio.AioRpcError) as e:  # unreachable for a moment
+                decision = Decision(False, (f"cannot describe the cluster: {e}",))
+            remaining = deadline - time.monotonic()
+            if decision.allowed or remaining <= 0:
+                return decision
+            progress.update(detail=str(decision))
+            await asyncio.sleep(min(poll_interval_s, remaining))
 
 
 async def _ready(bootstrap_server: str, node_id: int, timeout: float) -> Decision:
@@ -103,14 +107,7 @@ async def _may_stop_now(bootstrap_server: str, node_id: int, timeout: float) -> 
 
 
 def _common(function: click.decorators.FC) -> click.decorators.FC:
-    function = click.option(
-        "--bootstrap-server",
-        default=DEFAULT_BOOTSTRAP,
-        show_default=True,
-        callback=address_list,
-        metavar="HOST:PORT,...",
-        help="Brokers to ask for the cluster's metadata.",
-    )(function)
+    function = bootstrap_server_option(default=DEFAULT_BOOTSTRAP)(function)
     return click.option(
         "--node-id",
         type=click.IntRange(min=0, max=2**31 - 1),

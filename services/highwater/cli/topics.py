@@ -1,6 +1,7 @@
 """``highwater topics``: create, list, describe, alter and delete topics (kafka-topics).
 
-Every subcommand takes ``--bootstrap-server HOST:PORT[,HOST:PORT...]`` (required),
+Every subcommand takes ``--bootstrap-server HOST:PORT[,HOST:PORT...]`` (else
+``$HIGHWATER_BOOTSTRAP_SERVERS`` or the profile: :mod:`highwater.cli.bootstrap`),
 ``--controllers HOST:PORT[,...]`` and ``--timeout SECONDS`` and works through
 :class:`~highwater.client.admin.AdminClient`: changes and configs go to the Controller
 API at the ``--controllers`` addresses, by default the bootstrap ones (brokers forward
@@ -15,9 +16,14 @@ its one port), and descriptions come from a broker's ``Metadata``.
     <TAB>Topic: T<TAB>Partition: p<TAB>Leader: l<TAB>Replicas: 1,2,3<TAB>Isr: 1,2
 
 with ``Leader: none`` for a partition without a leader and ``<TAB>Offline: 3`` appended
-when replicas are offline. A failure (unknown topic, invalid name or config, too high a
-replication factor, no server reachable) is one ``Error: ...`` line on stderr and exit
-code 1.
+when replicas are offline. ``describe --under-replicated-partitions`` (ISR smaller than
+the replicas), ``--unavailable-partitions`` (no leader, or a leader that is not a live
+broker), ``--under-min-isr-partitions`` and ``--at-min-isr-partitions`` (ISR below or at
+the topic's effective ``min.insync.replicas``) print only the partition lines they
+match, as kafka-topics does. ``list`` and ``describe`` take ``--format json``: an array
+of topics (``describe``: with their non-default configs and partitions). A failure
+(unknown topic, invalid name or config, too high a replication factor, no server
+reachable) is one ``Error: ...`` line on stderr and exit code 1.
 """
 
 from __future__ import annotations
@@ -26,19 +32,23 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import click
 import grpc.aio
 
 from highwater.cli.addresses import address_list
+from highwater.cli.bootstrap import bootstrap_server_option
+from highwater.cli.tables import Column, format_option, print_json, print_table
 from highwater.client.admin import (
     AdminClient,
     AdminError,
     ConfigEntry,
     NewTopic,
+    PartitionInfo,
     TopicDescription,
     TopicExistsError,
+    TopicListing,
     UnknownTopicOrPartitionError,
 )
 from highwater.errors import HighwaterError
@@ -47,12 +57,16 @@ __all__ = [
     "Connection",
     "connection_options",
     "format_description",
+    "format_partition",
     "parse_config_pairs",
+    "partition_matches",
     "run_admin",
     "topics",
 ]
 
 T = TypeVar("T")
+
+LIST_COLUMNS: Final = (Column("NAME"), Column("TOPIC-ID"), Column("INTERNAL", "is_internal"))
 
 
 # --- Option parsing --------------------------------------------------------------------
@@ -113,14 +127,7 @@ def connection_options(command: Callable[..., None]) -> Callable[..., None]:
         help="Controllers for changes and configs (default: --bootstrap-server, whose "
         "brokers forward them to the active controller).",
     )(with_timeout)
-    return click.option(
-        "--bootstrap-server",
-        "bootstrap_server",
-        required=True,
-        callback=address_list,
-        metavar="HOST:PORT[,HOST:PORT...]",
-        help="Brokers to connect to (in `highwater server`, its one port).",
-    )(with_controllers)
+    return bootstrap_server_option()(with_controllers)
 
 
 def _one_line(text: str) -> str:
@@ -175,16 +182,20 @@ def format_description(description: TopicDescription, configs: Mapping[str, Conf
         f"PartitionCount: {len(description.partitions)}\t"
         f"ReplicationFactor: {description.replication_factor}\tConfigs: {shown}"
     ]
-    for p in description.partitions:
-        line = (
-            f"\tTopic: {description.name}\tPartition: {p.partition}\t"
-            f"Leader: {p.leader if p.leader is not None else 'none'}\t"
-            f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}"
-        )
-        if p.offline_replicas:
-            line += f"\tOffline: {_ids(p.offline_replicas)}"
-        lines.append(line)
+    lines.extend(format_partition(description.name, p) for p in description.partitions)
     return "\n".join(lines)
+
+
+def format_partition(topic: str, p: PartitionInfo) -> str:
+    """One partition line of kafka-topics ``--describe`` (see the module docstring)."""
+    line = (
+        f"\tTopic: {topic}\tPartition: {p.partition}\t"
+        f"Leader: {p.leader if p.leader is not None else 'none'}\t"
+        f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}"
+    )
+    if p.offline_replicas:
+        line += f"\tOffline: {_ids(p.offline_replicas)}"
+    return line
 
 
 # --- Commands --------------------------------------------------------------------------
@@ -250,25 +261,131 @@ def create(
 @topics.command("list")
 @connection_options
 @click.option("--exclude-internal", is_flag=True, help="Leave out internal topics (__...).")
-def list_(conn: Connection, exclude_internal: bool) -> None:
+@format_option
+def list_(conn: Connection, exclude_internal: bool, output_format: str) -> None:
     """List topic names, one per line."""
 
-    async def work(admin: AdminClient) -> list[str]:
-        listed = await admin.list_topics(include_internal=not exclude_internal)
-        return [t.name for t in listed]
+    async def work(admin: AdminClient) -> list[TopicListing]:
+        return await admin.list_topics(include_internal=not exclude_internal)
 
-    for name in run_admin(conn, work):
-        click.echo(name)
+    listed = run_admin(conn, work)
+    if output_format == "json":
+        print_table(LIST_COLUMNS, [(t.name, t.topic_id, t.is_internal) for t in listed], "json")
+        return
+    for listing in listed:
+        click.echo(listing.name)
+
+
+#: ``describe``'s partition filters (kafka-topics): the flag, and which partitions it keeps.
+PARTITION_FILTERS: Final = ("under-replicated", "unavailable", "under-min-isr", "at-min-isr")
+
+
+def partition_matches(
+    which: str, partition: PartitionInfo, live_brokers: frozenset[int], min_isr: int
+) -> bool:
+    """Whether ``partition`` is one that ``--<which>-partitions`` reports (Kafka's rules)."""
+    if which == "under-replicated":
+        return len(partition.isr) < len(partition.replicas)
+    if which == "unavailable":
+        return partition.leader is None or partition.leader not in live_brokers
+    if which == "under-min-isr":
+        return len(partition.isr) < min_isr
+    return len(partition.isr) == min_isr  # at-min-isr
+
+
+def _min_isr(configs: Mapping[str, ConfigEntry]) -> int:
+    entry = configs.get("min.insync.replicas")
+    try:
+        return int(entry.value) if entry is not None and entry.value is not None else 1
+    except ValueError:
+        return 1
+
+
+def _description_json(
+    description: TopicDescription,
+    configs: Mapping[str, ConfigEntry],
+    partitions: Iterable[PartitionInfo],
+) -> dict[str, object]:
+    return {
+        "name": description.name,
+        "topic_id": description.topic_id,
+        "is_internal": description.is_internal,
+        "partition_count": len(description.partitions),
+        "replication_factor": description.replication_factor,
+        "configs": {
+            name: entry.value for name, entry in sorted(configs.items()) if not entry.is_default
+        },
+        "partitions": [
+            {
+                "partition": p.partition,
+                "leader": p.leader,
+                "leader_epoch": p.leader_epoch,
+                "replicas": list(p.replicas),
+                "isr": list(p.isr),
+                "offline_replicas": list(p.offline_replicas),
+            }
+            for p in partitions
+        ],
+    }
 
 
 @topics.command("describe")
 @connection_options
 @click.option("--topic", default=None, help="The topic to describe (default: every topic).")
 @click.option("--exclude-internal", is_flag=True, help="Leave out internal topics (__...).")
-def describe(conn: Connection, topic: str | None, exclude_internal: bool) -> None:
-    """Describe partitions (leader, replicas, ISR) and config overrides of topics."""
+@click.option(
+    "--under-replicated-partitions",
+    "under_replicated",
+    is_flag=True,
+    help="Only partitions whose ISR is smaller than their replicas.",
+)
+@click.option(
+    "--unavailable-partitions",
+    "unavailable",
+    is_flag=True,
+    help="Only partitions without a leader, or whose leader is not a live broker.",
+)
+@click.option(
+    "--under-min-isr-partitions",
+    "under_min_isr",
+    is_flag=True,
+    help="Only partitions whose ISR is smaller than the topic's min.insync.replicas.",
+)
+@click.option(
+    "--at-min-isr-partitions",
+    "at_min_isr",
+    is_flag=True,
+    help="Only partitions whose ISR is exactly the topic's min.insync.replicas.",
+)
+@format_option
+def describe(
+    conn: Connection,
+    topic: str | None,
+    exclude_internal: bool,
+    under_replicated: bool,
+    unavailable: bool,
+    under_min_isr: bool,
+    at_min_isr: bool,
+    output_format: str,
+) -> None:
+    """Describe partitions (leader, replicas, ISR) and config overrides of topics; with a
+    partition filter, only the partitions it reports (and no topic lines)."""
+    chosen = [
+        name
+        for name, given in zip(
+            PARTITION_FILTERS,
+            (under_replicated, unavailable, under_min_isr, at_min_isr),
+            strict=True,
+        )
+        if given
+    ]
+    if len(chosen) > 1:
+        raise click.UsageError(
+            " and ".join(f"--{name}-partitions" for name in chosen) + " exclude each other"
+        )
+    partition_filter = chosen[0] if chosen else None
 
-    async def work(admin: AdminClient) -> list[str]:
+    async def work(admin: AdminClient) -> list[tuple[TopicDescription, dict[str, ConfigEntry]]]:
         if topic is None:
             listed = await admin.list_topics(include_internal=not exclude_internal)
             names = [t.name for t in listed]
@@ -277,7 +394,7 @@ def describe(conn: Connection, topic: str | None, exclude_internal: bool) -> Non
         if not names:
             return []
         descriptions = await admin.describe_topics(names)
-        blocks = []
+        found = []
         for name, description in descriptions.items():
             try:
                 configs = await admin.describe_configs(name)
@@ -285,11 +402,35 @@ def describe(conn: Connection, topic: str | None, exclude_internal: bool) -> Non
                 if topic is not None:
                     raise
                 continue  # deleted between the listing and now
-            blocks.append(format_description(description, configs))
-        return blocks
+            found.append((description, configs))
+        return found
 
-    for block in run_admin(conn, work, topic=topic):
-        click.echo(block)
+    async def live(admin: AdminClient) -> frozenset[int]:
+        return frozenset(node.node_id for node in (await admin.describe_cluster()).nodes)
+
+    described = run_admin(conn, work, topic=topic)
+    live_brokers = run_admin(conn, live) if partition_filter == "unavailable" else frozenset()
+    documents: list[dict[str, object]] = []
+    for description, configs in described:
+        partitions = description.partitions
+        if partition_filter is not None:
+            min_isr = _min_isr(configs)
+            partitions = tuple(
+                p
+                for p in partitions
+                if partition_matches(partition_filter, p, live_brokers, min_isr)
+            )
+            if not partitions:
+                continue
+        if output_format == "json":
+            documents.append(_description_json(description, configs, partitions))
+        elif partition_filter is None:
+            click.echo(format_description(description, configs))
+        else:
+            for p in partitions:
+                click.echo(format_partition(description.name, p))
+    if output_format == "json":
+        print_json(documents)
 
 
 @topics.command("delete")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from highwater.cli.tables import Column, format_option, print_table
 from highwater.cli.topics import Connection, connection_options, run_admin
 from highwater.client.admin import AdminClient
 from highwater.client.errors import AdminError
@@ -120,12 +121,18 @@ def delete(conn: Connection, user: str, mechanism: str | None) -> None:
 @users.command("list")
 @connection_options
 @click.option("--user", "names", multiple=True, help="Only these users (repeatable).")
-def list_(conn: Connection, names: tuple[str, ...]) -> None:
+@format_option
+def list_(conn: Connection, names: tuple[str, ...], output_format: str) -> None:
     """Each user with its SCRAM mechanisms and iteration counts."""
 
     async def work(admin: AdminClient) -> dict[str, list[tuple[str, int]]]:
         return await admin.describe_user_scram_credentials(names)
 
-    for user, credentials in run_admin(conn, work).items():
+    found = run_admin(conn, work)
+    if output_format == "json":
+        rows = [(user, name, count) for user, creds in found.items() for name, count in creds]
+        print_table((Column("USER"), Column("MECHANISM"), Column("ITERATIONS")), rows, "json")
+        return
+    for user, credentials in found.items():
         described = ", ".join(f"{name} (iterations={count})" for name, count in credentials)
         click.echo(f"{user}: {described}")

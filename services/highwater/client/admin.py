@@ -28,10 +28,11 @@ Every error carries Kafka's error code (``code``, ``code_name``) and the server'
 
 **Consumer groups** (``list_consumer_groups``, ``describe_consumer_groups``,
 ``delete_consumer_groups``, ``list_consumer_group_offsets``,
-``alter_consumer_group_offsets``) go to the group coordinators: a group's requests to the
-coordinator ``FindCoordinator`` names (asked of the bootstrap brokers), ``ListGroups`` to
-every registered coordinator (the brokers' Metadata lists them; each knows only the groups
-of its partitions of ``__consumer_offsets``). ``NOT_COORDINATOR``,
+``alter_consumer_group_offsets``, ``delete_consumer_group_offsets``) go to the group
+coordinators: a group's requests to the coordinator ``FindCoordinator`` names (asked of
+the bootstrap brokers), ``ListGroups`` to every registered coordinator (the brokers'
+Metadata lists them; each knows only the groups of its partitions of
+``__consumer_offsets``). ``NOT_COORDINATOR``,
 ``COORDINATOR_NOT_AVAILABLE`` and ``COORDINATOR_LOAD_IN_PROGRESS`` (a coordinator moving or
 loading) are retried, the coordinator looked up again, until ``request_timeout_s`` runs
 out. ``list_offsets`` asks partition leaders for earliest, latest or by-time offsets.
@@ -1244,6 +1245,43 @@ class AdminClient:
         if result.error == ErrorCode.NONE:
             return GroupResult(group_id)
         return GroupResult(group_id, _group_error(group_id, result.error, result.error_message))
+
+    async def delete_consumer_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartitionKey]
+    ) -> dict[TopicPartitionKey, AdminError | None]:
+        """Delete the group's committed offsets of ``partitions`` (Kafka's
+        ``deleteConsumerGroupOffsets``, KIP-496): ``None`` per partition whose offset is
+        gone (or had none), else its error (GROUP_SUBSCRIBED_TO_TOPIC: a member subscribes
+        to the topic). A failure of the whole group raises (:class:`GroupIdNotFoundError`,
+        :class:`GroupNotEmptyError` for a non-consumer group with members)."""
+        wanted = list(dict.fromkeys(partitions))
+        if not wanted:
+            return {}
+        request = cpb.OffsetDeleteRequest(group_id=group_id)
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in wanted:
+            by_topic.setdefault(topic, []).append(partition)
+        for topic, indexes in by_topic.items():
+            request.topics.add(name=topic, partition_indexes=indexes)
+        _, reply = await self._coordinator_call(
+            group_id,
+            lambda stub, timeout: stub.OffsetDelete(request, timeout=timeout),
+            lambda r: r.error,
+        )
+        if reply.error != ErrorCode.NONE:
+            raise _group_error(group_id, reply.error, reply.error_message)
+        found: dict[TopicPartitionKey, AdminError | None] = {}
+        for topic in reply.topics:
+            for p in topic.partitions:
+                found[(topic.name, p.partition_index)] = (
+                    None
+                    if p.error == ErrorCode.NONE
+                    else error_for_code(p.error, p.error_message or ErrorCode.Name(p.error))
+                )
+        return {
+            tp: found.get(tp, AdminError(f"OffsetDelete: no answer for {tp[0]}-{tp[1]}"))
+            for tp in wanted
+        }
 
     async def list_consumer_group_offsets(
         self, group_id: str, partitions: Iterable[TopicPartitionKey] | None = None

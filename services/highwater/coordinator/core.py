@@ -54,7 +54,10 @@ from highwater.coordinator.records import (
 )
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1.common_pb2 import ErrorCode
-from highwater.v1.consumer_protocol_pb2 import ConsumerProtocolAssignment
+from highwater.v1.consumer_protocol_pb2 import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+)
 
 NONE: Final = ErrorCode.NONE
 CONSUMER_PROTOCOL_TYPE: Final = "consumer"
@@ -221,6 +224,14 @@ class GroupDescription:
 @dataclass(frozen=True, slots=True)
 class DeleteResult:
     errors: Mapping[str, Outcome]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResult:
+    """OffsetDelete's answer: the group's outcome, then each partition's."""
+
+    error: Outcome
+    partitions: Mapping[TopicPartition, Outcome]
 
 
 @dataclass(frozen=True, slots=True)
@@ -958,6 +969,57 @@ class GroupCoordinatorCore:
             effects.append(self._write(group, records, done))
         return effects
 
+    def delete_offsets(
+        self, token: Token, group_id: str, partitions: Sequence[TopicPartition], now: int
+    ) -> list[Effect]:
+        """Kafka's OffsetDelete (KIP-496): remove the group's committed offsets of
+        ``partitions``, with a tombstone each. A group with members keeps the offsets of
+        the topics they subscribe to (``GROUP_SUBSCRIBED_TO_TOPIC``: they would be
+        committed again, or the members would restart from the reset policy); a group of
+        another protocol than the consumer's with members refuses (``NON_EMPTY_GROUP``).
+        A partition without an offset counts as deleted."""
+
+        def answer(error: Outcome, outcomes: Mapping[TopicPartition, Outcome]) -> list[Effect]:
+            return [Reply(token, OffsetDeleteResult(error, dict(outcomes)))]
+
+        try:
+            self._check_owner(group_id)
+        except _Refused as e:
+            return answer(Outcome(e.error, e.message), {})
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(DEAD):
+            return answer(Outcome(ErrorCode.GROUP_ID_NOT_FOUND, "no such group"), {})
+        subscribed: set[str] | None = set()
+        if group.members:
+            if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                return answer(Outcome(ErrorCode.NON_EMPTY_GROUP, "the group has members"), {})
+            subscribed = _subscribed_topics(group)
+        outcomes: dict[TopicPartition, Outcome] = {}
+        deletable: list[TopicPartition] = []
+        for tp in dict.fromkeys(partitions):
+            if subscribed is None or tp.topic in subscribed:
+                outcomes[tp] = Outcome(
+                    ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+                    f"the group's members subscribe to {tp.topic}",
+                )
+                continue
+            outcomes[tp] = Outcome()
+            if tp in group.offsets:
+                deletable.append(tp)
+        if not deletable:
+            return answer(Outcome(), outcomes)
+        records = tuple(encode_offset_tombstone(group_id, tp) for tp in deletable)
+
+        def done(error: int, _now: int) -> list[Effect]:
+            for tp in deletable:
+                if error == NONE:
+                    group.offsets.pop(tp, None)
+                else:
+                    outcomes[tp] = Outcome(_write_error(error), "could not be deleted")
+            return answer(Outcome(), outcomes)
+
+        return [self._write(group, records, done)]
+
     # -- time -------------------------------------------------------------------------------
 
     def next_deadline(self) -> int | None:
@@ -1103,6 +1165,22 @@ def _consumer_assignment(group: Group, member_id: str) -> set[TopicPartition] | 
             for partition in entry.partitions
         )
     return owned
+
+
+def _subscribed_topics(group: Group) -> set[str] | None:
+    """The topics the members of a consumer group subscribe to, from their metadata for
+    the group's protocol; None when it cannot be told (a subscription that does not
+    decode, no protocol chosen yet)."""
+    if group.protocol_name is None:
+        return None
+    topics: set[str] = set()
+    for member in group.members.values():
+        try:
+            data = member.metadata_for(group.protocol_name)
+            topics.update(ConsumerProtocolSubscription.FromString(data).topics)
+        except (KeyError, DecodeError):
+            return None
+    return topics
 
 
 def _passed(deadline: int | None, now: int) -> bool:

@@ -36,6 +36,7 @@ from highwater.coordinator.core import (
     GroupCoordinatorSettings,
     JoinRequest,
     JoinResult,
+    OffsetDeleteResult,
     OffsetToCommit,
     RebalanceCompleted,
     Reply,
@@ -641,6 +642,29 @@ class CoordinatorServer:
             )
         return response
 
+    async def offset_delete(self, request: pb.OffsetDeleteRequest) -> pb.OffsetDeleteResponse:
+        partitions = [
+            TopicPartition(t.name, p) for t in request.topics for p in t.partition_indexes
+        ]
+        result = await self._call(
+            lambda token: self.core.delete_offsets(token, request.group_id, partitions, _now_ms())
+        )
+        assert isinstance(result, OffsetDeleteResult)
+        response = pb.OffsetDeleteResponse(
+            error=_code(result.error.error), error_message=result.error.error_message
+        )
+        by_topic: dict[str, pb.OffsetDeleteTopicResult] = {}
+        for tp, outcome in result.partitions.items():
+            topic_result = by_topic.get(tp.topic)
+            if topic_result is None:
+                topic_result = by_topic[tp.topic] = response.topics.add(name=tp.topic)
+            topic_result.partitions.add(
+                partition_index=tp.partition,
+                error=_code(outcome.error),
+                error_message=outcome.error_message,
+            )
+        return response
+
 
 class _Servicer(coordinator_pb2_grpc.GroupCoordinatorServicer):
     """``highwater.v1.GroupCoordinator`` over a :class:`CoordinatorServer`."""
@@ -703,6 +727,12 @@ class _Servicer(coordinator_pb2_grpc.GroupCoordinatorServicer):
     ) -> pb.DeleteGroupsResponse:
         self._check_lease()
         return await self.server.delete_groups(request)
+
+    async def OffsetDelete(
+        self, request: pb.OffsetDeleteRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.OffsetDeleteResponse:
+        self._check_lease()
+        return await self.server.offset_delete(request)
 
 
 def _decode_all(

@@ -86,6 +86,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     ELIGIBLE_LEADERS_NOT_AVAILABLE: _ErrorCode.ValueType  # 83
     ELECTION_NOT_NEEDED: _ErrorCode.ValueType  # 84
     NO_REASSIGNMENT_IN_PROGRESS: _ErrorCode.ValueType  # 85
+    GROUP_SUBSCRIBED_TO_TOPIC: _ErrorCode.ValueType  # 86
     INVALID_RECORD: _ErrorCode.ValueType  # 87
     PRODUCER_FENCED: _ErrorCode.ValueType  # 90
     INCONSISTENT_VOTER_SET: _ErrorCode.ValueType  # 94
@@ -172,6 +173,7 @@ FENCED_INSTANCE_ID: ErrorCode.ValueType  # 82
 ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorCode.ValueType  # 83
 ELECTION_NOT_NEEDED: ErrorCode.ValueType  # 84
 NO_REASSIGNMENT_IN_PROGRESS: ErrorCode.ValueType  # 85
+GROUP_SUBSCRIBED_TO_TOPIC: ErrorCode.ValueType  # 86
 INVALID_RECORD: ErrorCode.ValueType  # 87
 PRODUCER_FENCED: ErrorCode.ValueType  # 90
 INCONSISTENT_VOTER_SET: ErrorCode.ValueType  # 94

@@ -3,7 +3,7 @@
 isort:skip_file
 The group coordinator's API: consumer group membership, rebalances and committed
 offsets (Kafka's JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-OffsetFetch, ListGroups, DescribeGroups, DeleteGroups).
+OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete).
 
 A group is served by the coordinator that owns its partition of __consumer_offsets
 (FindCoordinator on any broker names it); another coordinator answers NOT_COORDINATOR.
@@ -1025,6 +1025,130 @@ class DeletedGroup(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeletedGroup: _TypeAlias = DeletedGroup  # noqa: Y015
+
+@_typing.final
+class OffsetDeleteRequest(_message.Message):
+    """--- OffsetDelete ----------------------------------------------------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetDeleteTopic]: ...
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        topics: _abc.Iterable[Global___OffsetDeleteTopic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetDeleteRequest: _TypeAlias = OffsetDeleteRequest  # noqa: Y015
+
+@_typing.final
+class OffsetDeleteTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITION_INDEXES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partition_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partition_indexes: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partition_indexes", b"partition_indexes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetDeleteTopic: _TypeAlias = OffsetDeleteTopic  # noqa: Y015
+
+@_typing.final
+class OffsetDeleteResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    """The group's error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, NOT_COORDINATOR...)."""
+    error_message: _builtins.str
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetDeleteTopicResult]: ...
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        topics: _abc.Iterable[Global___OffsetDeleteTopicResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetDeleteResponse: _TypeAlias = OffsetDeleteResponse  # noqa: Y015
+
+@_typing.final
+class OffsetDeleteTopicResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetDeletePartitionResult]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___OffsetDeletePartitionResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetDeleteTopicResult: _TypeAlias = OffsetDeleteTopicResult  # noqa: Y015
+
+@_typing.final
+class OffsetDeletePartitionResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_INDEX_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    partition_index: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    """GROUP_SUBSCRIBED_TO_TOPIC: a member subscribes to the topic, its offset stays."""
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        partition_index: _builtins.int = ...,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "partition_index", b"partition_index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetDeletePartitionResult: _TypeAlias = OffsetDeletePartitionResult  # noqa: Y015
 
 @_typing.final
 class OffsetsRecordKey(_message.Message):

@@ -79,6 +79,11 @@ class GroupCoordinatorStub:
                 request_serializer=highwater_dot_v1_dot_coordinator__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_coordinator__pb2.DeleteGroupsResponse.FromString,
                 _registered_method=True)
+        self.OffsetDelete = channel.unary_unary(
+                '/highwater.v1.GroupCoordinator/OffsetDelete',
+                request_serializer=highwater_dot_v1_dot_coordinator__pb2.OffsetDeleteRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_coordinator__pb2.OffsetDeleteResponse.FromString,
+                _registered_method=True)
 
 
 class GroupCoordinatorServicer:
@@ -147,6 +152,14 @@ class GroupCoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OffsetDelete(self, request, context):
+        """Removes some committed offsets of a group (Kafka's OffsetDelete, KIP-496); not those
+        of topics its members subscribe to.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GroupCoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -194,6 +207,11 @@ def add_GroupCoordinatorServicer_to_server(servicer, server):
                     servicer.DeleteGroups,
                     request_deserializer=highwater_dot_v1_dot_coordinator__pb2.DeleteGroupsRequest.FromString,
                     response_serializer=highwater_dot_v1_dot_coordinator__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'OffsetDelete': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetDelete,
+                    request_deserializer=highwater_dot_v1_dot_coordinator__pb2.OffsetDeleteRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_coordinator__pb2.OffsetDeleteResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -439,6 +457,33 @@ class GroupCoordinator:
             '/highwater.v1.GroupCoordinator/DeleteGroups',
             highwater_dot_v1_dot_coordinator__pb2.DeleteGroupsRequest.SerializeToString,
             highwater_dot_v1_dot_coordinator__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetDelete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.GroupCoordinator/OffsetDelete',
+            highwater_dot_v1_dot_coordinator__pb2.OffsetDeleteRequest.SerializeToString,
+            highwater_dot_v1_dot_coordinator__pb2.OffsetDeleteResponse.FromString,
             options,
             channel_credentials,
             insecure,

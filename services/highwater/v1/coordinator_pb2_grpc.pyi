@@ -3,7 +3,7 @@
 isort:skip_file
 The group coordinator's API: consumer group membership, rebalances and committed
 offsets (Kafka's JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-OffsetFetch, ListGroups, DescribeGroups, DeleteGroups).
+OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete).
 
 A group is served by the coordinator that owns its partition of __consumer_offsets
 (FindCoordinator on any broker names it); another coordinator answers NOT_COORDINATOR.
@@ -58,6 +58,10 @@ class GroupCoordinatorStub:
     """State, protocol and members of groups."""
     DeleteGroups: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.DeleteGroupsRequest, _coordinator_pb2.DeleteGroupsResponse]
     """Removes empty groups and their committed offsets."""
+    OffsetDelete: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.OffsetDeleteRequest, _coordinator_pb2.OffsetDeleteResponse]
+    """Removes some committed offsets of a group (Kafka's OffsetDelete, KIP-496); not those
+    of topics its members subscribe to.
+    """
 
 @_typing.type_check_only
 class GroupCoordinatorAsyncStub(GroupCoordinatorStub):
@@ -80,6 +84,10 @@ class GroupCoordinatorAsyncStub(GroupCoordinatorStub):
     """State, protocol and members of groups."""
     DeleteGroups: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.DeleteGroupsRequest, _coordinator_pb2.DeleteGroupsResponse]  # type: ignore[assignment]
     """Removes empty groups and their committed offsets."""
+    OffsetDelete: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.OffsetDeleteRequest, _coordinator_pb2.OffsetDeleteResponse]  # type: ignore[assignment]
+    """Removes some committed offsets of a group (Kafka's OffsetDelete, KIP-496); not those
+    of topics its members subscribe to.
+    """
 
 class GroupCoordinatorServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -153,5 +161,15 @@ class GroupCoordinatorServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_coordinator_pb2.DeleteGroupsResponse, _abc.Awaitable[_coordinator_pb2.DeleteGroupsResponse]]:
         """Removes empty groups and their committed offsets."""
+
+    @_abc_1.abstractmethod
+    def OffsetDelete(
+        self,
+        request: _coordinator_pb2.OffsetDeleteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.OffsetDeleteResponse, _abc.Awaitable[_coordinator_pb2.OffsetDeleteResponse]]:
+        """Removes some committed offsets of a group (Kafka's OffsetDelete, KIP-496); not those
+        of topics its members subscribe to.
+        """
 
 def add_GroupCoordinatorServicer_to_server(servicer: GroupCoordinatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
