@@ -25,6 +25,7 @@ from highwater.cli.groups import groups
 from highwater.cli.observer import observer
 from highwater.cli.partitions import partitions
 from highwater.cli.quorum import quorum
+from highwater.cli.quotas import quotas
 from highwater.cli.rolling import rolling
 from highwater.cli.server import server
 from highwater.cli.serving import add_command_config
@@ -127,4 +128,5 @@ main.add_command(configs)
 main.add_command(cluster)
 main.add_command(acls)
 main.add_command(users)
+main.add_command(quotas)
 add_command_config(main)
