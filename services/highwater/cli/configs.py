@@ -187,8 +187,8 @@ def configs(
             client=client,
             client_defaults=client_defaults,
         )
-        changes = parse_quota_changes(add_config, delete_config)
-        run_quota_command(conn, selection, describe=describe, changes=changes)
+        quota_changes = parse_quota_changes(add_config, delete_config)
+        run_quota_command(conn, selection, describe=describe, changes=quota_changes)
         return
     if len(entity_types) != 1:
         raise click.UsageError("give one --entity-type (users and clients may be given together)")

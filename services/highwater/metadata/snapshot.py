@@ -73,8 +73,8 @@ def snapshot_records(image: MetadataImage) -> Iterator[MetadataRecord]:
             credential.server_key,
             credential.iterations,
         )
-    for entity, key, value in image.client_quotas.items():
-        yield ClientQuotaRecord(entity.user, entity.client_id, key, value)
+    for entity, quota_key, quota_value in image.client_quotas.items():
+        yield ClientQuotaRecord(entity.user, entity.client_id, quota_key, quota_value)
     for acl_id, acl in sorted(image.acls.by_id.items()):
         yield AccessControlEntryRecord.of(acl_id, acl)
 
