@@ -260,6 +260,11 @@ def _notes(section: SuiteSection, sizes: Sizes, plain: Workloads, secured: Workl
         f"Target: TLS costs at most {TLS_COST_LIMIT:.0%} of the throughput "
         "(issue 16); the latency targets are the broker suite's."
     )
+    section.note(
+        "Run alone with `.venv/bin/python -m bench tls` (`make bench` runs it with the other "
+        "suites). The load average above is the whole machine's: other work running beside "
+        "the benchmark weighs on both deployments alike, since their trials alternate."
+    )
     for name, workloads in (("plaintext", plain), ("mutual TLS", secured)):
         for what, error in workloads.errors.items():
             section.note(f"{name}: {what} failed: `{error}`.")

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from highwater.client.errors import AdminError
 from highwater.client.message import Message
 from highwater.client.producer import AsyncProducer, RecordMetadata
 from highwater.metadata.client_quotas import DEFAULT_ENTITY, ClientQuotaEntity
+from prometheus_client.parser import text_string_to_metric_families
 from quorum_processes import free_ports
 
 pytestmark = pytest.mark.timeout(120)
@@ -49,17 +51,18 @@ def highwater(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``highwater server`` with two one-second quota windows; its address, once it
-    answers with the topic created."""
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """``highwater server`` with two one-second quota windows: its address, once it
+    answers with the topic created, and its metrics URL."""
     root = tmp_path_factory.mktemp("quotas")
-    (port,) = free_ports(1)
+    port, metrics_port = free_ports(2)
     address = f"127.0.0.1:{port}"
     with open(root / "server.log", "wb") as log:
         process = subprocess.Popen(
             [
                 sys.executable, "-m", "highwater", "server", "--listen", address,
                 "--data-dir", str(root / "data"), "--override", "quota.window.num=2",
+                "--metrics-listen", f"127.0.0.1:{metrics_port}",
             ],
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -67,10 +70,20 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )  # fmt: skip
         try:
             asyncio.run(create_topic(address, root / "server.log"))
-            yield address
+            yield address, f"http://127.0.0.1:{metrics_port}/metrics"
         finally:
             process.terminate()
             process.wait(30)
+
+
+@pytest.fixture(scope="module")
+def server(served: tuple[str, str]) -> str:
+    return served[0]
+
+
+@pytest.fixture(scope="module")
+def metrics_url(served: tuple[str, str]) -> str:
+    return served[1]
 
 
 async def create_topic(address: str, log: Path) -> None:
@@ -127,6 +140,27 @@ async def test_the_admin_client_sets_describes_and_removes_a_default_quota(serve
         assert default_user not in await admin.describe_client_quotas()
 
 
+def throttle_metric(metrics_url: str, quota_type: str, client_id: str) -> dict[str, float]:
+    """The broker's ``highwater.broker.quota.throttle_time`` histogram for one quota type
+    and client id, from its Prometheus endpoint: its ``count`` and ``sum`` (ms)."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as answer:
+        text = answer.read().decode()
+    found = {"count": 0.0, "sum": 0.0}
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith("highwater_broker_quota_throttle_time"):
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            if (
+                labels.get("highwater_quota_type") == quota_type
+                and labels.get("highwater_quota_client_id") == client_id
+            ):
+                for kind in found:
+                    if sample.name.endswith(f"_{kind}"):
+                        found[kind] += sample.value
+    return found
+
+
 async def produce_for(producer: AsyncProducer, seconds: float) -> float:
     """Keep the producer busy for ``seconds`` from its first send; the value bytes per
     second written in that time."""
@@ -149,7 +183,7 @@ async def produce_for(producer: AsyncProducer, seconds: float) -> float:
 
 
 async def test_a_producer_is_throttled_to_its_rate_and_a_new_rate_applies_at_once(
-    server: str,
+    server: str, metrics_url: str
 ) -> None:
     config = {
         "bootstrap.servers": server,
@@ -169,9 +203,12 @@ async def test_a_producer_is_throttled_to_its_rate_and_a_new_rate_applies_at_onc
         await produce_for(producer, 0.3)  # the broker's image follows within this
         rate = await produce_for(producer, MEASURED_S)
         assert rate == pytest.approx(doubled, rel=0.2)
+    # The broker's throttle metric, per quota type and entity.
+    held = throttle_metric(metrics_url, "produce", "quota-producer")
+    assert held["count"] > 0 and held["sum"] > 0
 
 
-async def test_a_consumer_is_throttled_to_its_rate(server: str) -> None:
+async def test_a_consumer_is_throttled_to_its_rate(server: str, metrics_url: str) -> None:
     # Enough records to read for the whole measurement, written by a client no quota governs.
     async with AsyncProducer({"bootstrap.servers": server, "client.id": "filler"}) as filler:
         await asyncio.gather(
@@ -195,5 +232,6 @@ async def test_a_consumer_is_throttled_to_its_rate(server: str) -> None:
             if message is not None and message.error() is None and loop.time() < end:
                 read += len(message.value() or b"")
         assert read / MEASURED_S == pytest.approx(CONSUMER_RATE, rel=0.2)
+        assert throttle_metric(metrics_url, "fetch", "quota-consumer")["sum"] > 0
     finally:
         await consumer.close()

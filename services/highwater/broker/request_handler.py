@@ -10,6 +10,11 @@ image). Each partition of a request is served by its
 code in its reply, and the other partitions of the request are served. Long polls and
 acks=all produces wait in the :class:`~highwater.broker.purgatory.Purgatory`; ISR changes
 a follower's fetch brings go to the AlterPartition sender.
+
+Produce answers and consumers' fetch answers are recorded under the caller's client quotas
+(:mod:`highwater.broker.quotas`): their bytes and handler time. An answer over a quota
+carries ``throttle_time_ms``, which the gRPC edge (:mod:`highwater.broker.service`) holds
+it for; this module never waits for a throttle itself.
 """
 
 from __future__ import annotations
