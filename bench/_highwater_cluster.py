@@ -3,8 +3,9 @@
 :func:`highwater_cluster` starts one controller (a single-voter quorum: the data plane is
 what the broker suite measures, and one voter leaves the two CPUs to the brokers) and N
 brokers, each with its own data directory and log file, waits until every broker is
-registered and unfenced, and stops every process it started — by its PID, SIGKILL for
-those that do not stop in time — when the block ends.
+registered and unfenced (over the process's TLS, if ``highwater.rpc.tls`` sets one), and
+stops every process it started — by its PID, SIGKILL for those that do not stop in time —
+when the block ends.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import IO
 
 import grpc
 import grpc.aio
+from highwater.rpc.channels import open_blocking_channel, open_channel
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 
@@ -192,7 +194,7 @@ def highwater_cluster(
 def live_broker_ids(address: str) -> set[int]:
     """The unfenced brokers a broker's Metadata lists (empty if it does not answer)."""
     try:
-        with grpc.insecure_channel(address) as channel:
+        with open_blocking_channel(address) as channel:
             reply = broker_pb2_grpc.BrokerStub(channel).Metadata(
                 pb.MetadataRequest(topics=["__no_such_topic__"]), timeout=2
             )
@@ -219,9 +221,7 @@ async def describe_partitions(address: str, topic: str) -> dict[int, pb.Partitio
     """Partition -> its metadata (leader, replicas, ISR) of ``topic`` as the broker at
     ``address`` sees it; None if it does not answer or does not know the topic."""
     try:
-        async with grpc.aio.insecure_channel(
-            address, options=[("grpc.max_receive_message_length", 64 << 20)]
-        ) as channel:
+        async with open_channel(address, max_message_bytes=64 << 20) as channel:
             reply: pb.MetadataResponse = await broker_pb2_grpc.BrokerStub(channel).Metadata(
                 pb.MetadataRequest(topics=[topic]), timeout=2
             )

@@ -37,7 +37,16 @@ def test_malformed_add_config_is_refused(text: str) -> None:
         (["--entity-type", "topics", "--entity-name", "t", "--alter"], "--add-config"),
         (["--entity-type", "topics", "--entity-name", "t", "--describe", "--add-config", "a=1"],
          "go with --alter"),
-        (["--entity-type", "users", "--entity-name", "u", "--describe"], "quotas"),
+        (["--entity-type", "users", "--entity-name", "u", "--describe", "--all"], "not quotas"),
+        (["--entity-type", "users", "--entity-type", "clients", "--entity-name", "u",
+          "--entity-default", "--alter", "--add-config", "producer_byte_rate=1"],
+         "--user N --client-defaults"),
+        (["--entity-type", "users", "--entity-type", "users", "--describe"], "once"),
+        (["--entity-type", "clients", "--alter", "--add-config", "producer_byte_rate=1"],
+         "names one entity"),
+        (["--entity-type", "clients", "--entity-default", "--alter", "--add-config",
+          "producer_byte_rate=fast"], "producer_byte_rate"),
+        (["--entity-type", "topics", "--entity-type", "users", "--describe"], "one --entity-type"),
     ],
 )  # fmt: skip
 def test_bad_invocations_fail_before_connecting(args: list[str], message: str) -> None:

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
 TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
+FLOATS = st.floats(allow_nan=False)
 ERRORS = st.sampled_from(sorted(ErrorCode.values()))
 UNKNOWN_TYPE: Any = 0
 TOPIC_TYPE: Any = int(ConfigResourceType.TOPIC)
@@ -66,13 +67,16 @@ def strategy(cls: type[Any]) -> st.SearchStrategy[Any]:
             else:
                 s = st.lists(TEXT, max_size=4).map(tuple)
         elif origin is Mapping:
-            s = st.dictionaries(TEXT, TEXT, max_size=3).map(types.MappingProxyType)
+            values = FLOATS if args[1] is float else TEXT
+            s = st.dictionaries(TEXT, values, max_size=3).map(types.MappingProxyType)
         elif isinstance(hint, type) and is_dataclass(hint):
             s = strategy(hint)  # a singular message field
         elif hint is bytes:
             s = st.binary(max_size=16)
         elif hint is bool:
             s = st.booleans()
+        elif hint is float:
+            s = FLOATS
         elif hint is int:
             s = _int_strategy(fd)
             if cls is m.CreatePartitionsTopic and f.name == "count":

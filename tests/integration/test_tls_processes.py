@@ -5,18 +5,21 @@ A controller and two brokers run with ``--tls-cert-file/--tls-key-file/--tls-ca-
 quorum, the brokers' registration and heartbeats, the follower fetches all go over mutual
 TLS. A client of the same CA produces and consumes a replicated topic; a plaintext client,
 a client whose certificate another CA signed, and one without a certificate are refused in
-the handshake. Then the brokers' certificate files are replaced (a new key, as cert-manager
-renews) while a producer keeps writing: no request fails, and a new handshake gets the new
-certificate.
+the handshake. The controller serves its metrics over HTTPS with its certificate
+(``--metrics-tls``), to scrapers with a certificate of the CA. Then the brokers'
+certificate files are replaced (a new key, as cert-manager renews) while a producer keeps
+writing: no request fails, and a new handshake gets the new certificate.
 """
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import socket
 import ssl
 import subprocess
 import sys
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +34,7 @@ from broker_processes import (
     wait_partition,
 )
 from cryptography import x509
+from embedded_servers import free_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from highwater.client.admin import NewTopic
 from highwater.client.producer import AsyncProducer
@@ -91,11 +95,22 @@ def client_tls(pki: Pki) -> Iterator[tls.ClientTls]:
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path, pki: Pki) -> AsyncIterator[ProcessCluster]:
+def metrics_address() -> str:
+    """Where the controller serves its metrics, over HTTPS (``--metrics-tls``)."""
+    return f"127.0.0.1:{free_port()}"
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path, pki: Pki, metrics_address: str) -> AsyncIterator[ProcessCluster]:
     cluster = process_cluster(
         tmp_path,
         BROKERS,
-        controller_args=tls_args(pki, "controller-1"),
+        controller_args=(
+            *tls_args(pki, "controller-1"),
+            "--metrics-listen",
+            metrics_address,
+            "--metrics-tls",
+        ),
         broker_args=lambda node_id: tls_args(pki, f"broker-{node_id}"),
     )
     cluster.start()
@@ -133,8 +148,13 @@ def served_serial(address: str, pki: Pki, client: tls.ClientTls) -> int:
     return x509.load_der_x509_certificate(der).serial_number
 
 
+def scrape(url: str, context: ssl.SSLContext | None) -> str:
+    with urllib.request.urlopen(url, timeout=5, context=context) as answer:
+        return str(answer.read().decode())
+
+
 async def test_mutual_tls_between_services_and_clients_with_rotation(
-    cluster: ProcessCluster, pki: Pki, client_tls: tls.ClientTls
+    cluster: ProcessCluster, pki: Pki, client_tls: tls.ClientTls, metrics_address: str
 ) -> None:
     bootstrap = cluster.bootstrap
     await create_topic(bootstrap.split(",")[0], NewTopic(TOPIC, replica_assignment={0: BROKERS}))
@@ -198,6 +218,17 @@ async def test_mutual_tls_between_services_and_clients_with_rotation(
     listed = await asyncio.to_thread(cli, "--command-config", str(config))
     assert listed.returncode == 0, listed.stderr
     assert TOPIC in listed.stdout.split()
+
+    # The controller's metrics endpoint speaks HTTPS with its certificate (--metrics-tls)
+    # and, with its CA file, wants the scraper's certificate.
+    trusted = ssl.create_default_context(cafile=str(pki.ca_file))
+    trusted.load_cert_chain(str(client_tls.cert_file), str(client_tls.key_file))
+    url = f"https://{metrics_address}/metrics"
+    assert "# TYPE" in await asyncio.to_thread(scrape, url, trusted)
+    anonymous = ssl.create_default_context(cafile=str(pki.ca_file))
+    for refused_url, context in ((url, anonymous), (f"http://{metrics_address}/metrics", None)):
+        with pytest.raises((OSError, http.client.HTTPException)):
+            await asyncio.to_thread(scrape, refused_url, context)
     plaintext = await asyncio.to_thread(cli)
     assert plaintext.returncode != 0 and "Error" in plaintext.stderr
     typo = pki.root / "typo.properties"

@@ -4,7 +4,8 @@ Every broker serves the admin calls of admin.proto — CreateTopics, DeleteTopic
 CreatePartitions, AlterConfigs, DescribeConfigs, ElectLeaders,
 AlterPartitionReassignments, ListPartitionReassignments, UnregisterBroker (an operator
 removing a broker for good, Kafka's KIP-856), CreateAcls, DescribeAcls, DeleteAcls,
-AlterUserScramCredentials, DescribeUserScramCredentials — as methods of its own
+AlterUserScramCredentials, DescribeUserScramCredentials, AlterClientQuotas,
+DescribeClientQuotas — as methods of its own
 ``highwater.v1.Broker`` service (:class:`ForwardedAdminCalls`), so that a client needs one
 address and one service.
 A standalone broker also serves them under ``highwater.v1.Controller``
@@ -51,6 +52,8 @@ FORWARDED_RPCS: Final = (
     codec.DELETE_ACLS,
     codec.ALTER_USER_SCRAM_CREDENTIALS,
     codec.DESCRIBE_USER_SCRAM_CREDENTIALS,
+    codec.ALTER_CLIENT_QUOTAS,
+    codec.DESCRIBE_CLIENT_QUOTAS,
 )
 
 
@@ -150,6 +153,16 @@ class ForwardedAdminCalls:
         return await forward(
             codec.DESCRIBE_USER_SCRAM_CREDENTIALS, self.controller, request, context
         )
+
+    async def AlterClientQuotas(
+        self, request: admin_pb2.AlterClientQuotasRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.AlterClientQuotasResponse:
+        return await forward(codec.ALTER_CLIENT_QUOTAS, self.controller, request, context)
+
+    async def DescribeClientQuotas(
+        self, request: admin_pb2.DescribeClientQuotasRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.DescribeClientQuotasResponse:
+        return await forward(codec.DESCRIBE_CLIENT_QUOTAS, self.controller, request, context)
 
     async def UnregisterBroker(
         self, request: admin_pb2.UnregisterBrokerRequest, context: grpc.aio.ServicerContext

@@ -10,6 +10,11 @@ image). Each partition of a request is served by its
 code in its reply, and the other partitions of the request are served. Long polls and
 acks=all produces wait in the :class:`~highwater.broker.purgatory.Purgatory`; ISR changes
 a follower's fetch brings go to the AlterPartition sender.
+
+Produce answers and consumers' fetch answers are recorded under the caller's client quotas
+(:mod:`highwater.broker.quotas`): their bytes and handler time. An answer over a quota
+carries ``throttle_time_ms``, which the gRPC edge (:mod:`highwater.broker.service`) holds
+it for; this module never waits for a throttle itself.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from highwater.broker import request_fields as fields
 from highwater.broker.partitions import Partition, PartitionError, PartitionManager
 from highwater.broker.plain_records import add_plain_records
 from highwater.broker.purgatory import Purgatory
+from highwater.broker.quota_caller import UNKNOWN_CALLER, QuotaCaller
+from highwater.broker.quotas import ClientQuotaManager, Throttle, percentage_of_handler
 from highwater.broker.replication import AlterPartitionProposal
 from highwater.broker.settings import BrokerSettings
 from highwater.broker.telemetry import ACKS, CONSUMER, REPLICA, TOPIC, BrokerTelemetry
@@ -56,9 +63,11 @@ class RequestHandler:
         controller: ControllerClient,
         broker_epoch: Callable[[], int],
         propose: Callable[[Partition, AlterPartitionProposal], None],
+        throttle: Throttle | None = None,
     ) -> None:
         """``broker_epoch``: this broker's (producer id blocks are asked for under it);
-        ``propose``: where ISR changes go (the AlterPartition sender)."""
+        ``propose``: where ISR changes go (the AlterPartition sender); ``throttle``: the
+        client quotas' rates (:mod:`highwater.broker.quotas`)."""
         self.node_id = node_id
         self.settings = settings
         self.partitions = partitions
@@ -68,20 +77,63 @@ class RequestHandler:
         self._broker_epoch = broker_epoch
         self._propose = propose
         self._producer_ids: tuple[int, int] = (0, 0)  # next id, end (exclusive)
+        self.throttle = throttle or Throttle()
+
+    @property
+    def quotas_in_force(self) -> bool:
+        """Whether any client quota is set (else no request is measured)."""
+        return len(self.partitions.image.client_quotas) > 0
+
+    def _throttle_time_ms(
+        self, caller: QuotaCaller, rate: ClientQuotaManager, value: int, handler_seconds: float
+    ) -> int:
+        """Record a request's bytes (``rate``: produce or fetch) and handler time under its
+        caller's quotas; how long its answer is held (the longer of the two throttles,
+        as Kafka's)."""
+        quotas = self.partitions.image.client_quotas
+        if not quotas:
+            return 0
+        now_ms = time.monotonic() * 1000
+        held = 0
+        for manager, recorded in (
+            (rate, float(value)),
+            (self.throttle.request, percentage_of_handler(handler_seconds)),
+        ):
+            decision = manager.record(quotas, caller.user, caller.client_id, recorded, now_ms)
+            if decision.quota is not None:
+                self.telemetry.quota_throttled(manager.key, decision.quota, decision.throttle_ms)
+                held = max(held, decision.throttle_ms)
+        return held
 
     # --- Produce ------------------------------------------------------------------------
 
-    async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+    async def produce(
+        self, request: pb.ProduceRequest, caller: QuotaCaller = UNKNOWN_CALLER
+    ) -> pb.ProduceResponse:
+        """Append, wait for the acks, then record the request under the caller's quotas:
+        the answer's ``throttle_time_ms`` is how long the caller holds it (the edge
+        waits; this does not)."""
         started = time.monotonic()
+        handler = _HandlerTime()
         try:
-            return await self._produce(request)
+            response, produced = await self._produce(request, handler)
         finally:
             self.telemetry.produce_duration.record(
                 time.monotonic() - started, {ACKS: fields.produce_acks(request)}
             )
+        throttle_ms = self._throttle_time_ms(
+            caller, self.throttle.produce, produced, handler.busy()
+        )
+        if throttle_ms:
+            response.throttle_time_ms = throttle_ms
+        return response
 
-    async def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+    async def _produce(
+        self, request: pb.ProduceRequest, handler: _HandlerTime
+    ) -> tuple[pb.ProduceResponse, int]:
+        """The answer, and the bytes the request carried (what its quota counts)."""
         acks = fields.produce_acks(request)
+        produced = 0
         response = pb.ProduceResponse()
         waiting: list[tuple[pb.ProducePartitionResponse, str, int]] = []
         committed = False  # whether an append moved a high watermark (a leader alone in its ISR)
@@ -96,6 +148,7 @@ class RequestHandler:
                 try:
                     partition = self.partitions.get(topic.topic, item.partition)
                     data = _batch_bytes(item)
+                    produced += len(data)
                     high_watermark = partition.high_watermark
                     info = partition.append(data, acks)
                     committed = committed or partition.high_watermark != high_watermark
@@ -110,7 +163,7 @@ class RequestHandler:
                     waiting.append((answer, topic.topic, info.last_offset + 1))
         self._purgatory.notify(committed=committed)
         if acks == 0:
-            return pb.ProduceResponse()
+            return pb.ProduceResponse(), produced
         deadline = time.monotonic() + max(fields.produce_timeout_ms(request), 0) / 1000
         while waiting:
             waiting = [w for w in waiting if not self._replicated(*w)]
@@ -121,8 +174,8 @@ class RequestHandler:
                 for answer, _, _ in waiting:
                     _fail(answer, ErrorCode.REQUEST_TIMED_OUT, "not replicated to the ISR in time")
                 break
-            await self._purgatory.wait(remaining)
-        return response
+            await handler.wait(self._purgatory, remaining)
+        return response, produced
 
     def _replicated(self, answer: pb.ProducePartitionResponse, topic: str, end: int) -> bool:
         """Whether an acks=all append that ended at ``end`` is done (setting its error)."""
@@ -140,13 +193,20 @@ class RequestHandler:
 
     # --- Fetch --------------------------------------------------------------------------
 
-    async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+    async def fetch(
+        self, request: pb.FetchRequest, caller: QuotaCaller = UNKNOWN_CALLER
+    ) -> pb.FetchResponse:
         """A consumer's or a follower's fetch (a long poll). A fetch is a follower's only
         when it names a replica id (``request_fields.follower_id``); then that broker must
         be registered with the epoch the fetch names, or every partition's answer is
         STALE_BROKER_EPOCH and nothing moves: a consumer that sets a replica id, or an
-        earlier incarnation of the broker, cannot pass for the follower."""
+        earlier incarnation of the broker, cannot pass for the follower.
+
+        A consumer's answer is recorded under the caller's quotas (its bytes and handler
+        time) and carries ``throttle_time_ms``, how long the caller holds it; followers'
+        fetches are exempt."""
         started = time.monotonic()
+        handler = _HandlerTime()
         deadline = started + max(request.max_wait_ms, 0) / 1000
         if request.record_format not in RECORD_FORMATS:
             raise InvalidRequestError(f"record_format {request.record_format} is not known")
@@ -163,8 +223,14 @@ class RequestHandler:
                 self.telemetry.fetch_duration.record(
                     now - started, CONSUMER if follower is None else REPLICA
                 )
+                if follower is None:
+                    throttle_ms = self._throttle_time_ms(
+                        caller, self.throttle.fetch, total, handler.busy()
+                    )
+                    if throttle_ms:
+                        response.throttle_time_ms = throttle_ms
                 return response
-            await self._purgatory.wait(deadline - now, appended=follower is not None)
+            await handler.wait(self._purgatory, deadline - now, appended=follower is not None)
 
     def _follower_refusal(self, request: pb.FetchRequest, replica_id: int) -> str | None:
         """Why a fetch that claims to come from broker ``replica_id`` is not that broker's
@@ -487,6 +553,27 @@ class RequestHandler:
             answer.host = endpoint.host
             answer.port = endpoint.port
         return response
+
+
+class _HandlerTime:
+    """The time a request kept the handler busy: since it began, less its waits in the
+    purgatory (``request_percentage`` counts handler time, not waiting)."""
+
+    __slots__ = ("_started", "_waited")
+
+    def __init__(self) -> None:
+        self._started = time.perf_counter()
+        self._waited = 0.0
+
+    async def wait(self, purgatory: Purgatory, timeout_s: float, **kwargs: bool) -> None:
+        began = time.perf_counter()
+        try:
+            await purgatory.wait(timeout_s, **kwargs)
+        finally:
+            self._waited += time.perf_counter() - began
+
+    def busy(self) -> float:
+        return time.perf_counter() - self._started - self._waited
 
 
 def _fail_fetch(request: pb.FetchRequest, code: int, message: str) -> pb.FetchResponse:

@@ -44,6 +44,8 @@ from highwater.broker.isr_expiration import expire_isr_forever
 from highwater.broker.lifecycle import BROKER_SERVICE_NAME, BrokerLifecycle, ServingReport
 from highwater.broker.partitions import PartitionManager
 from highwater.broker.purgatory import Purgatory
+from highwater.broker.quota_caller import UNKNOWN_CALLER, QuotaCaller, quota_caller
+from highwater.broker.quotas import QuotaSettings, Throttle
 from highwater.broker.replica_fetcher import Connect, GrpcFetchTransport, ReplicaFetcherManager
 from highwater.broker.request_handler import RequestHandler
 from highwater.broker.settings import BrokerSettings
@@ -144,6 +146,9 @@ class BrokerServer:
             controller=self.controller,
             broker_epoch=lambda: self.lifecycle.broker_epoch,
             propose=self.alter_partitions.propose,
+            throttle=Throttle(
+                QuotaSettings(settings.quota_window_num, settings.quota_window_size_seconds)
+            ),
         )
         self._shrinker: asyncio.Task[None] | None = None
         self._upkeep: asyncio.Task[None] | None = None
@@ -250,10 +255,16 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
         self._broker = broker.requests
         self.controller = broker.controller
 
+    def _caller(self, context: grpc.aio.ServicerContext) -> QuotaCaller:
+        """Who the call is from, for quotas (read only while quotas are set)."""
+        return quota_caller(context) if self._broker.quotas_in_force else UNKNOWN_CALLER
+
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
     ) -> pb.ProduceResponse:
-        return await self._broker.produce(request)
+        answer = await self._broker.produce(request, self._caller(context))
+        await _hold(answer.throttle_time_ms)
+        return answer
 
     async def ProduceStream(
         self,
@@ -262,13 +273,30 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
     ) -> AsyncIterator[pb.ProduceResponse]:
         """Each request is appended as it arrives, while those before it may still wait for
         the ISR (tasks run their first step, the appends, in the order they were made), and
-        the answers go back in the requests' order, as Kafka pipelines a connection."""
+        the answers go back in the requests' order, as Kafka pipelines a connection.
+
+        A throttled answer is held for its ``throttle_time_ms``, and the stream reads no
+        further request until that time has passed, as Kafka mutes a throttled client's
+        connection: the requests already read are the most a client gets ahead."""
         answers: asyncio.Queue[asyncio.Task[pb.ProduceResponse] | None] = asyncio.Queue()
+        caller = quota_caller(context)
+        loop = asyncio.get_running_loop()
+        muted_until = 0.0
+
+        async def produce(request: pb.ProduceRequest) -> pb.ProduceResponse:
+            nonlocal muted_until
+            answer = await self._broker.produce(request, caller)
+            if answer.throttle_time_ms:
+                muted_until = max(muted_until, loop.time() + answer.throttle_time_ms / 1000)
+                await _hold(answer.throttle_time_ms)
+            return answer
 
         async def read() -> None:
             try:
                 async for request in request_iterator:
-                    answers.put_nowait(asyncio.create_task(self._broker.produce(request)))
+                    if (muted := muted_until - loop.time()) > 0:
+                        await asyncio.sleep(muted)
+                    answers.put_nowait(asyncio.create_task(produce(request)))
             finally:
                 answers.put_nowait(None)
 
@@ -286,20 +314,26 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> pb.FetchResponse:
         try:
-            return await self._broker.fetch(request)
+            answer = await self._broker.fetch(request, self._caller(context))
         except InvalidRequestError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             raise AssertionError("unreachable: abort raises") from e
+        await _hold(answer.throttle_time_ms)
+        return answer
 
     async def FetchStream(
         self, request_iterator: AsyncIterator[pb.FetchRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.FetchResponse]:
+        """Fetches answered one at a time; a throttled answer is held for its
+        ``throttle_time_ms`` (the stream's next fetch comes after it)."""
+        caller = quota_caller(context)
         async for request in request_iterator:
             try:
-                answer = await self._broker.fetch(request)
+                answer = await self._broker.fetch(request, caller)
             except InvalidRequestError as e:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
                 raise AssertionError("unreachable: abort raises") from e
+            await _hold(answer.throttle_time_ms)
             yield answer
 
     async def ListOffsets(
@@ -336,3 +370,9 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
         self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindCoordinatorResponse:
         return self._broker.find_coordinator(request)
+
+
+async def _hold(throttle_time_ms: int) -> None:
+    """Hold a throttled answer (Kafka's delayed response) for ``throttle_time_ms``."""
+    if throttle_time_ms > 0:
+        await asyncio.sleep(throttle_time_ms / 1000)

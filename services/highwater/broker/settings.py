@@ -42,5 +42,9 @@ class BrokerSettings:
     """The wait between registrations while a previous incarnation's session lasts."""
     alter_partition_retry_backoff_ms: int = 100
     """The wait before an ISR change the controller refused for now is sent again."""
+    quota_window_num: int = 11
+    """``quota.window.num``: the samples a client quota's rate is measured over."""
+    quota_window_size_seconds: int = 1
+    """``quota.window.size.seconds``: the span of each sample."""
     log: LogManagerSettings = field(default_factory=LogManagerSettings)
     """Retention, compaction, flush and checkpoint intervals of the data directory."""

@@ -1,6 +1,6 @@
 """The broker's telemetry: bytes in and out per topic, produce and fetch durations, ISR
-changes, gauges of its partitions, and (with tracing on) a span for each replica fetch that
-brought records.
+changes, client-quota throttle times per quota type and entity, gauges of its partitions,
+and (with tracing on) a span for each replica fetch that brought records.
 
 Gauges are read from the partitions at collection time, as Kafka's ReplicaManager gauges
 are: under-replicated partitions (led here, ISR smaller than the replica set), partitions
@@ -19,18 +19,42 @@ from opentelemetry.trace import Span
 
 from highwater.broker.partitions import PartitionManager
 from highwater.broker.replication import AlterPartitionProposal, IsrChange
+from highwater.metadata.client_quotas import (
+    CONSUMER_BYTE_RATE,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    QuotaMatch,
+)
 from highwater.storage.log_manager import LogDirectory, LogManager
 from highwater.storage.topic_partition import TopicPartition
 from highwater.telemetry.instruments import duration_histogram, meter, observe, tracer
 from highwater.v1 import broker_pb2 as pb
 
-__all__ = ["ACKS", "CONSUMER", "PARTITION", "REPLICA", "TOPIC", "BrokerTelemetry"]
+__all__ = [
+    "ACKS",
+    "CONSUMER",
+    "PARTITION",
+    "QUOTA_CLIENT_ID",
+    "QUOTA_TYPE",
+    "QUOTA_USER",
+    "REPLICA",
+    "TOPIC",
+    "BrokerTelemetry",
+]
 
 TOPIC: Final = messaging.MESSAGING_DESTINATION_NAME
 PARTITION: Final = messaging.MESSAGING_DESTINATION_PARTITION_ID
 REPLICA: Final = {"highwater.fetch.replica": True}
 """The attribute of ``bytes_out`` sent to followers (and of their fetches' durations)."""
 CONSUMER: Final = {"highwater.fetch.replica": False}
+QUOTA_TYPE: Final = "highwater.quota.type"
+QUOTA_USER: Final = "highwater.quota.user"
+QUOTA_CLIENT_ID: Final = "highwater.quota.client_id"
+_QUOTA_TYPES: Final = {
+    PRODUCER_BYTE_RATE: "produce",
+    CONSUMER_BYTE_RATE: "fetch",
+    REQUEST_PERCENTAGE: "request",
+}
 ACKS: Final = "highwater.produce.acks"
 """The attribute of a produce request's duration: its ``acks`` (0, 1 or -1)."""
 
@@ -63,6 +87,13 @@ class BrokerTelemetry:
             "highwater.broker.produce.duration",
             "Time from a produce request's arrival to its answer, replication to the ISR "
             "included with acks=all (unary or over a ProduceStream)",
+        )
+        self._throttle_time = broker_meter.create_histogram(
+            "highwater.broker.quota.throttle_time",
+            unit="ms",
+            description="How long each answer a client quota governs was held (0: not "
+            "throttled), per quota type (produce, fetch, request) and entity (the user "
+            "and client id that share the quota; empty for a component the entity lacks)",
         )
         self._isr_shrinks = broker_meter.create_counter(
             "highwater.broker.isr.shrinks",
@@ -126,6 +157,17 @@ class BrokerTelemetry:
                 "highwater.replica.leader_id": leader_id,
                 "highwater.replica.fetched_bytes": fetched,
                 "highwater.replica.partitions": sum(len(t.partitions) for t in reply.topics),
+            },
+        )
+
+    def quota_throttled(self, key: str, quota: QuotaMatch, throttle_ms: int) -> None:
+        """One answer a quota on ``key`` governed, held ``throttle_ms``."""
+        self._throttle_time.record(
+            throttle_ms,
+            {
+                QUOTA_TYPE: _QUOTA_TYPES[key],
+                QUOTA_USER: quota.user,
+                QUOTA_CLIENT_ID: quota.client_id,
             },
         )
 

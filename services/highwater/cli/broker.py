@@ -84,9 +84,9 @@ def broker(
 ) -> None:
     """Run a broker: serve partitions, replicate them, follow the metadata.
 
-    Of its --config file and --override keys the broker uses log.dirs, broker.rack and
-    replica.lag.time.max.ms; the cluster defaults (num.partitions...) are the
-    controllers', read from the metadata.
+    Of its --config file and --override keys the broker uses log.dirs, broker.rack,
+    replica.lag.time.max.ms, quota.window.num and quota.window.size.seconds; the cluster
+    defaults (num.partitions...) are the controllers', read from the metadata.
     """
     config = load_role_config(
         config_file,
@@ -108,6 +108,8 @@ def broker(
         settings=BrokerSettings(
             rack=config.get("broker.rack") or None,
             replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
+            quota_window_num=config.get("quota.window.num"),
+            quota_window_size_seconds=config.get("quota.window.size.seconds"),
         ),
         advertised=advertised_listener,
         log_dirs=[Path(d) for d in config.get("log.dirs") or ()],

@@ -14,14 +14,23 @@ configs; with ``--all`` every config, with the source of its value (Kafka's
 ``DYNAMIC_TOPIC_CONFIG``, ``DYNAMIC_BROKER_CONFIG``, ``DYNAMIC_DEFAULT_BROKER_CONFIG``,
 ``STATIC_BROKER_CONFIG``, ``DEFAULT_CONFIG``). ``--add-config`` takes ``k=v`` pairs
 separated by commas, a list value in brackets (``cleanup.policy=[compact,delete]``).
-``clients`` and ``users`` are Kafka's quota entities: Highwater enforces no client quotas,
-so they are refused with a clear error rather than stored and ignored.
+``clients`` and ``users`` are Kafka's quota entities, described and altered as
+``highwater quotas`` does (:mod:`highwater.cli.quotas`): ``--entity-type users
+--entity-name alice --entity-type clients --entity-name app`` names a user and client id,
+Kafka's ``--user``/``--client``/``--user-defaults``/``--client-defaults`` work too.
 """
 
 from __future__ import annotations
 
 import click
 
+from highwater.cli.quotas import (
+    QUOTA_ENTITY_TYPES,
+    parse_quota_changes,
+    quota_entity_options,
+    run_quota_command,
+    select_entities,
+)
 from highwater.cli.tables import Column, format_option, print_table
 from highwater.cli.topics import Connection, connection_options, run_admin
 from highwater.client.admin import AdminClient, ConfigEntry
@@ -80,11 +89,6 @@ def parse_add_config(text: str) -> dict[str, str]:
 
 
 def _resource(entity_type: str, name: str | None, default: bool) -> tuple[ConfigResourceType, str]:
-    if entity_type in ("clients", "users"):
-        raise click.ClickException(
-            f"--entity-type {entity_type} configures client quotas, which Highwater does not "
-            "enforce: there is nothing to describe or alter"
-        )
     if entity_type == "topics":
         if default:
             raise click.UsageError(
@@ -121,16 +125,25 @@ def format_entry(entry: ConfigEntry) -> str:
 @connection_options
 @click.option(
     "--entity-type",
+    "entity_types",
     type=click.Choice(_ENTITY_TYPES),
-    required=True,
-    help="What to configure: topics, brokers (clients and users are quota entities).",
+    multiple=True,
+    help="What to configure: topics, brokers, or the quota entities users and clients "
+    "(both for a user and client id).",
 )
-@click.option("--entity-name", default=None, help="The topic name or the broker id.")
+@click.option(
+    "--entity-name",
+    "entity_names",
+    multiple=True,
+    help="The topic name, the broker id, the user or the client id (one per --entity-type).",
+)
 @click.option(
     "--entity-default",
-    is_flag=True,
-    help="The cluster-wide default broker resource (with --entity-type brokers).",
+    count=True,
+    help="The cluster-wide default broker resource (with --entity-type brokers), or the "
+    "default user or client id.",
 )
+@quota_entity_options
 @click.option("--describe", "describe", is_flag=True, help="Print the configs.")
 @click.option("--alter", "alter", is_flag=True, help="Change the configs.")
 @click.option(
@@ -153,9 +166,13 @@ def format_entry(entry: ConfigEntry) -> str:
 @format_option
 def configs(
     conn: Connection,
-    entity_type: str,
-    entity_name: str | None,
-    entity_default: bool,
+    entity_types: tuple[str, ...],
+    entity_names: tuple[str, ...],
+    entity_default: int,
+    user: str | None,
+    user_defaults: bool,
+    client: str | None,
+    client_defaults: bool,
     describe: bool,
     alter: bool,
     show_all: bool,
@@ -163,10 +180,33 @@ def configs(
     delete_config: tuple[str, ...],
     output_format: str,
 ) -> None:
-    """Describe or alter the dynamic configs of a topic, a broker or the cluster default."""
+    """Describe or alter the dynamic configs of a topic, a broker or the cluster default,
+    or the quotas of a user and/or client id."""
     if describe == alter:
         raise click.UsageError("give exactly one of --describe and --alter")
-    resource_type, name = _resource(entity_type, entity_name, entity_default)
+    quota_options = (user, client) != (None, None) or user_defaults or client_defaults
+    if quota_options or (entity_types and set(entity_types) <= set(QUOTA_ENTITY_TYPES)):
+        if show_all:
+            raise click.UsageError("--all describes topics and brokers, not quotas")
+        selection = select_entities(
+            entity_types,
+            entity_names,
+            entity_default,
+            user=user,
+            user_defaults=user_defaults,
+            client=client,
+            client_defaults=client_defaults,
+        )
+        quota_changes = parse_quota_changes(add_config, delete_config)
+        run_quota_command(conn, selection, describe=describe, changes=quota_changes)
+        return
+    if len(entity_types) != 1:
+        raise click.UsageError("give one --entity-type (users and clients may be given together)")
+    if len(entity_names) > 1 or entity_default > 1:
+        raise click.UsageError("give one --entity-name or --entity-default")
+    entity_type = entity_types[0]
+    entity_name = entity_names[0] if entity_names else None
+    resource_type, name = _resource(entity_type, entity_name, bool(entity_default))
     topic = name if resource_type == ConfigResourceType.TOPIC else None
     if describe:
         if add_config or delete_config:

@@ -29,6 +29,7 @@ from highwater.cli.log_dirs import describe_log_dirs
 from highwater.cli.observer import observer
 from highwater.cli.partitions import partitions
 from highwater.cli.quorum import quorum
+from highwater.cli.quotas import quotas
 from highwater.cli.rolling import rolling
 from highwater.cli.server import server
 from highwater.cli.serving import add_command_config
@@ -135,4 +136,5 @@ main.add_command(describe_log_dirs)
 main.add_command(leader_election)
 main.add_command(delete_records)
 main.add_command(get_offsets)
+main.add_command(quotas)
 add_command_config(main)

@@ -163,6 +163,8 @@ def server(
             broker_settings=BrokerSettings(
                 rack=config.get("broker.rack") or None,
                 replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
+                quota_window_num=config.get("quota.window.num"),
+                quota_window_size_seconds=config.get("quota.window.size.seconds"),
             ),
             coordinator_settings=CoordinatorSettings(
                 group=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=delay)

@@ -32,7 +32,12 @@ from highwater.rpc.tls import (
     client_tls_from_properties,
     configure,
 )
-from highwater.telemetry.configure import TelemetryConfigError, configure_telemetry, parse_listen
+from highwater.telemetry.configure import (
+    MetricsTls,
+    TelemetryConfigError,
+    configure_telemetry,
+    parse_listen,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -139,11 +144,17 @@ def metadata_replica_options(function: F) -> F:
     return function
 
 
-def start_telemetry(ctx: click.Context, metrics_listen: str | None = None) -> None:
+def start_telemetry(
+    ctx: click.Context, metrics_listen: str | None = None, metrics_tls: bool = False
+) -> None:
     """Set up OpenTelemetry for this command's process (see :mod:`highwater.telemetry`) as
-    ``highwater-<command>``, shut down when the command ends."""
+    ``highwater-<command>``, shut down when the command ends. ``metrics_tls``: serve the
+    metrics over HTTPS with the command's ``--tls-*`` files."""
+    https = _metrics_tls(ctx, metrics_listen) if metrics_tls else None
     try:
-        telemetry = configure_telemetry(f"highwater-{ctx.info_name}", metrics_listen=metrics_listen)
+        telemetry = configure_telemetry(
+            f"highwater-{ctx.info_name}", metrics_listen=metrics_listen, metrics_tls=https
+        )
     except TelemetryConfigError as e:
         raise click.UsageError(str(e)) from None
     except OSError as e:
@@ -151,7 +162,27 @@ def start_telemetry(ctx: click.Context, metrics_listen: str | None = None) -> No
     ctx.call_on_close(telemetry.shutdown)
     if telemetry.metrics_address is not None:
         host, port = telemetry.metrics_address
-        logging.getLogger(__name__).info("Prometheus metrics on http://%s:%d/metrics", host, port)
+        scheme = "https" if https is not None else "http"
+        logging.getLogger(__name__).info(
+            "Prometheus metrics on %s://%s:%d/metrics", scheme, host, port
+        )
+
+
+def _metrics_tls(ctx: click.Context, metrics_listen: str | None) -> MetricsTls:
+    """The metrics endpoint's TLS: the process's ``--tls-*`` files (its CA file makes
+    scrapers present a certificate, unless ``--tls-client-auth none``)."""
+    if metrics_listen is None:
+        raise click.UsageError("--metrics-tls needs --metrics-listen")
+    cert, key = ctx.params.get("tls_cert_file"), ctx.params.get("tls_key_file")
+    if cert is None or key is None:
+        raise click.UsageError(
+            "--metrics-tls serves the process's certificate: give --tls-cert-file and "
+            "--tls-key-file"
+        )
+    ca = ctx.params.get("tls_ca_file")
+    if ctx.params.get("tls_client_auth") == ClientAuth.NONE.value:
+        ca = None
+    return MetricsTls(str(cert), str(key), None if ca is None else str(ca))
 
 
 def _metrics_listen(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -168,10 +199,16 @@ def telemetry_option(function: F) -> F:
     command; telemetry is set up when the command runs, before it builds its server."""
 
     @functools.wraps(function)
-    def run(*args: Any, metrics_listen: str | None, **kwargs: Any) -> Any:
-        start_telemetry(click.get_current_context(), metrics_listen)
+    def run(*args: Any, metrics_listen: str | None, metrics_tls: bool, **kwargs: Any) -> Any:
+        start_telemetry(click.get_current_context(), metrics_listen, metrics_tls)
         return function(*args, **kwargs)
 
+    with_tls = click.option(
+        "--metrics-tls",
+        is_flag=True,
+        help="Serve the metrics over HTTPS with the process's --tls-cert-file and "
+        "--tls-key-file; with --tls-ca-file, scrapers must present a certificate it signed.",
+    )(run)
     return click.option(
         "--metrics-listen",
         default=None,
@@ -179,7 +216,7 @@ def telemetry_option(function: F) -> F:
         callback=_metrics_listen,
         help="Serve Prometheus metrics on http://HOST:PORT/metrics. Traces and OTLP "
         "metrics follow the OTEL_* environment variables.",
-    )(run)  # type: ignore[return-value]
+    )(with_tls)  # type: ignore[return-value]
 
 
 def tls_options(function: F) -> F:

@@ -84,6 +84,7 @@ from highwater.client.group.protocol import (
 )
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
+from highwater.metadata.client_quotas import ClientQuotaEntity
 from highwater.metadata.records import ConfigResourceType
 from highwater.rpc.endpoints import format_endpoint, parse_endpoint
 from highwater.security import (
@@ -758,6 +759,54 @@ class AdminClient:
                 for c in result.credentials
             ]
         return described
+
+    async def alter_client_quotas(
+        self,
+        alterations: Iterable[tuple[ClientQuotaEntity, Mapping[str, float | None]]],
+        *,
+        validate_only: bool = False,
+    ) -> list[AdminError | None]:
+        """Set and remove quota keys (Kafka's ``alterClientQuotas``): per ``(entity,
+        {key: value})``, a ``None`` value removing the key; one outcome per entity, in order
+        (``None``: done). An unknown key or a value that is not positive (whole, for the
+        byte rates) refuses that entity's changes, naming the key."""
+        entries = tuple(
+            m.ClientQuotaAlteration(
+                _quota_components(entity),
+                tuple(
+                    m.ClientQuotaOp(key, 0.0, True)
+                    if value is None
+                    else m.ClientQuotaOp(key, float(value))
+                    for key, value in ops.items()
+                ),
+            )
+            for entity, ops in alterations
+        )
+        if not entries:
+            return []
+        reply = await self._call_controller(
+            self._controller.alter_client_quotas,
+            m.AlterClientQuotasRequest(entries, validate_only),
+        )
+        _check_reply("AlterClientQuotas", reply.error, reply.error_message)
+        return [_error_or_none(r.error, r.error_message) for r in reply.results]
+
+    async def describe_client_quotas(
+        self, components: Iterable[m.ClientQuotaFilterComponent] = (), *, strict: bool = False
+    ) -> dict[ClientQuotaEntity, dict[str, float]]:
+        """The quota entities the filter matches and their keys (Kafka's
+        ``describeClientQuotas``; no components: every entity)."""
+        reply = await self._call_controller(
+            self._controller.describe_client_quotas,
+            m.DescribeClientQuotasRequest(tuple(components), strict),
+        )
+        _check_reply("DescribeClientQuotas", reply.error, reply.error_message)
+        return {
+            ClientQuotaEntity.of({c.entity_type: c.entity_name for c in entry.entity}): dict(
+                entry.values
+            )
+            for entry in reply.entries
+        }
 
     async def describe_configs(
         self,
@@ -1573,3 +1622,8 @@ def _creatable(topic: NewTopic) -> m.CreatableTopic:
         assignments,
         dict(topic.config or {}),
     )
+
+
+def _quota_components(entity: ClientQuotaEntity) -> tuple[m.ClientQuotaEntityComponent, ...]:
+    """The wire components of a quota entity (a default has no name)."""
+    return tuple(m.ClientQuotaEntityComponent(t, n) for t, n in entity.components().items())

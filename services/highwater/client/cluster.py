@@ -18,6 +18,13 @@ messages come from its policy). ``ListOffsets`` is sent here too
 (:meth:`ClusterMetadata.list_offsets`), for the consumer and the admin client alike, each
 with its own rule for what to retry.
 
+Every fetch and produce request carries the client's ``client.id`` as the ``client-id``
+call metadata (what Kafka's request header carries), which brokers' quotas count by. A
+broker that throttled an answer (its ``throttle_time_ms``) gets no fetch or produce
+request from this client until that long after the throttled request was sent
+(:class:`BrokerThrottles`; the producer holds its batches meanwhile, as Kafka's client
+mutes a throttled connection).
+
 Requests that answer ``NOT_LEADER_OR_FOLLOWER``, ``FENCED_LEADER_EPOCH``,
 ``UNKNOWN_TOPIC_OR_PARTITION``, ``LEADER_NOT_AVAILABLE`` or ``KAFKA_STORAGE_ERROR`` (the
 leader's log directory failed) make the cached leader stale:
@@ -43,7 +50,7 @@ from highwater.client.errors import (
     LeaderNotAvailableError,
     UnknownTopicOrPartitionError,
 )
-from highwater.rpc.broker_streams import FetchStream, ProduceStream
+from highwater.rpc.broker_streams import CLIENT_ID_METADATA_KEY, FetchStream, ProduceStream
 from highwater.rpc.channels import open_channel
 from highwater.telemetry.configure import tracing_enabled
 from highwater.v1 import broker_pb2 as pb
@@ -54,6 +61,7 @@ __all__ = [
     "INVALIDATING_ERRORS",
     "BrokerNotAvailableError",
     "BrokerPolicy",
+    "BrokerThrottles",
     "ClusterError",
     "ClusterMetadata",
     "CoordinatorNotAvailableError",
@@ -152,6 +160,32 @@ def parse_bootstrap_servers(servers: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(result)
 
 
+class BrokerThrottles:
+    """When each broker's throttle ends: a request sent at ``sent_at`` and answered with
+    ``throttle_time_ms`` keeps the client from that broker until ``sent_at`` plus that
+    time. Times are the caller's clock, in seconds."""
+
+    def __init__(self) -> None:
+        self._until: dict[str, float] = {}
+
+    def note(self, address: str, sent_at: float, throttle_time_ms: int) -> None:
+        """An answer from ``address`` to a request sent at ``sent_at``."""
+        if throttle_time_ms > 0:
+            until = sent_at + throttle_time_ms / 1000
+            if until > self._until.get(address, 0.0):
+                self._until[address] = until
+
+    def remaining(self, address: str, now: float) -> float:
+        """Seconds until requests may go to ``address`` again (0: now)."""
+        until = self._until.get(address)
+        if until is None:
+            return 0.0
+        if until <= now:
+            del self._until[address]
+            return 0.0
+        return until - now
+
+
 class ClusterMetadata:
     """Brokers, topics and partition leaders as the cluster last described them.
 
@@ -167,8 +201,10 @@ class ClusterMetadata:
         request_timeout_s: float = 30.0,
         max_message_bytes: int | None = None,
         policy: BrokerPolicy = BrokerPolicy(),
+        client_id: str = "",
     ) -> None:
-        """Remember the bootstrap addresses; no connection is made until the first request."""
+        """Remember the bootstrap addresses; no connection is made until the first request.
+        ``client_id``: the ``client.id`` fetch and produce requests carry."""
         self.bootstrap_servers = parse_bootstrap_servers(bootstrap_servers)
         self.request_timeout_s = request_timeout_s
         self.policy = policy
@@ -189,6 +225,11 @@ class ClusterMetadata:
         self._produce_streams: dict[str, ProduceStream] = {}
         self._lock = asyncio.Lock()
         self._closed = False
+        self._call_metadata: tuple[tuple[str, str], ...] = (
+            ((CLIENT_ID_METADATA_KEY, client_id),) if client_id else ()
+        )
+        self.throttles = BrokerThrottles()
+        """When each throttled broker may be sent fetch and produce requests again."""
 
     # --- channels -------------------------------------------------------------------------
 
@@ -221,8 +262,11 @@ class ClusterMetadata:
         stub = self.stub(address)
         stream = self._fetch_streams.get(address)
         if stream is None:
-            stream = self._fetch_streams[address] = FetchStream(stub)
-        return await stream.fetch(request, timeout_s)
+            stream = self._fetch_streams[address] = FetchStream(stub, self._call_metadata)
+        sent = await self._after_throttle(address)
+        reply = await stream.fetch(request, timeout_s)
+        self.throttles.note(address, sent, reply.throttle_time_ms)
+        return reply
 
     async def produce(
         self, address: str, request: pb.ProduceRequest, timeout_s: float
@@ -231,12 +275,30 @@ class ClusterMetadata:
         kept for that address (a unary call while tracing is on); raises
         ``grpc.aio.AioRpcError`` as a unary call would."""
         stub = self.stub(address)
+        sent = await self._after_throttle(address)
         if tracing_enabled():
-            return await stub.Produce(request, timeout=timeout_s)
-        stream = self._produce_streams.get(address)
-        if stream is None:
-            stream = self._produce_streams[address] = ProduceStream(stub)
-        return await stream.produce(request, timeout_s)
+            reply: pb.ProduceResponse = await stub.Produce(
+                request, timeout=timeout_s, metadata=self._call_metadata or None
+            )
+        else:
+            stream = self._produce_streams.get(address)
+            if stream is None:
+                stream = self._produce_streams[address] = ProduceStream(stub, self._call_metadata)
+            reply = await stream.produce(request, timeout_s)
+        self.throttles.note(address, sent, reply.throttle_time_ms)
+        return reply
+
+    def throttle_delay(self, address: str) -> float:
+        """Seconds until fetch and produce requests may go to ``address`` again."""
+        return self.throttles.remaining(address, asyncio.get_running_loop().time())
+
+    async def _after_throttle(self, address: str) -> float:
+        """Wait out the broker's throttle, if any; the time the request goes."""
+        loop = asyncio.get_running_loop()
+        delay = self.throttles.remaining(address, loop.time())
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return loop.time()
 
     async def close(self) -> None:
         """Close every channel; the object cannot be used afterwards."""

@@ -19,6 +19,7 @@ The keys fall in three groups:
 * *controller settings*: session timeouts, leader rebalancing, the shape of
   ``__consumer_offsets``, the metadata snapshot interval; read at start by controllers.
 * *broker and coordinator settings*: ``log.dirs``, ``broker.rack``, ``replica.lag.time.max.ms``,
+  ``quota.window.num``, ``quota.window.size.seconds``,
   ``group.initial.rebalance.delay.ms``; read at start by their role.
 
 Every role accepts every key (one file may serve them all, as Kafka's ``server.properties``
@@ -344,6 +345,20 @@ _ROLE_SETTINGS: Final = [
         3000,
         at_least(0),
         "How long a group coordinator's first rebalance of an empty group waits for more members.",
+    ),
+    ConfigKey(
+        "quota.window.num",
+        _INT,
+        11,
+        at_least(1),
+        "The number of samples a client quota's rate is measured over (brokers).",
+    ),
+    ConfigKey(
+        "quota.window.size.seconds",
+        _INT,
+        1,
+        at_least(1),
+        "The time span of each sample of a client quota's rate (brokers).",
     ),
     ConfigKey(
         "auto.create.topics.enable",

@@ -42,6 +42,7 @@ from collections.abc import Callable
 
 from highwater.config.definition import LONG_MAX
 from highwater.controller.acl_control import AclControl
+from highwater.controller.client_quota_control import ClientQuotaControl
 from highwater.controller.cluster_control import ClusterControl
 from highwater.controller.config import PRODUCER_ID_BLOCK_SIZE, ControllerConfig
 from highwater.controller.config_control import ConfigurationControl
@@ -52,6 +53,8 @@ from highwater.controller.scram_control import ScramControl
 from highwater.controller_api.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
     AlterPartitionReassignmentsRequest,
@@ -76,6 +79,8 @@ from highwater.controller_api.messages import (
     DeleteTopicsResponse,
     DescribeAclsRequest,
     DescribeAclsResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeUserScramCredentialsRequest,
@@ -129,6 +134,7 @@ class QuorumController:
         self.configs = ConfigurationControl(self.config)
         self.acls = AclControl(random.Random(seed + 1))
         self.scram = ScramControl()
+        self.client_quotas = ClientQuotaControl()
         self._next_imbalance_check_ms: int | None = None
 
     def activate(self, now_ms: int) -> None:
@@ -267,6 +273,20 @@ class QuorumController:
     ) -> ControllerResult[DescribeUserScramCredentialsResponse]:
         """Each user's mechanisms and iteration counts (no records)."""
         return self.scram.describe(self._image(), request)
+
+    # --- Client quotas ---------------------------------------------------------------
+
+    def alter_client_quotas(
+        self, request: AlterClientQuotasRequest
+    ) -> ControllerResult[AlterClientQuotasResponse]:
+        """Quota keys set and removed per entity, as records."""
+        return self.client_quotas.alter(self._image(), request)
+
+    def describe_client_quotas(
+        self, request: DescribeClientQuotasRequest
+    ) -> ControllerResult[DescribeClientQuotasResponse]:
+        """The entities a filter matches and their values (no records)."""
+        return self.client_quotas.describe(self._image(), request)
 
     # --- Producer ids ----------------------------------------------------------------
 

@@ -272,6 +272,8 @@ _CALLS: Final[Mapping[str, _Call]] = {
     "DeleteAcls": lambda c, r, now: c.delete_acls(r),
     "AlterUserScramCredentials": lambda c, r, now: c.alter_user_scram_credentials(r),
     "DescribeUserScramCredentials": lambda c, r, now: c.describe_user_scram_credentials(r),
+    "AlterClientQuotas": lambda c, r, now: c.alter_client_quotas(r),
+    "DescribeClientQuotas": lambda c, r, now: c.describe_client_quotas(r),
 }
 """How each RPC runs on the controller: ``(controller, request, now_ms) -> result``."""
 
@@ -659,6 +661,12 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
 
     async def DescribeUserScramCredentials(self, request: Any, context: Any) -> Any:
         return await self._server.serve(codec.DESCRIBE_USER_SCRAM_CREDENTIALS, request, context)
+
+    async def AlterClientQuotas(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.ALTER_CLIENT_QUOTAS, request, context)
+
+    async def DescribeClientQuotas(self, request: Any, context: Any) -> Any:
+        return await self._server.serve(codec.DESCRIBE_CLIENT_QUOTAS, request, context)
 
     async def AllocateProducerIds(self, request: Any, context: Any) -> Any:
         return await self._server.serve(codec.ALLOCATE_PRODUCER_IDS, request, context)

@@ -179,6 +179,16 @@ class ControllerClient:
     ) -> m.DescribeUserScramCredentialsResponse:
         return await self.call(codec.DESCRIBE_USER_SCRAM_CREDENTIALS, request)
 
+    async def alter_client_quotas(
+        self, request: m.AlterClientQuotasRequest
+    ) -> m.AlterClientQuotasResponse:
+        return await self.call(codec.ALTER_CLIENT_QUOTAS, request)
+
+    async def describe_client_quotas(
+        self, request: m.DescribeClientQuotasRequest
+    ) -> m.DescribeClientQuotasResponse:
+        return await self.call(codec.DESCRIBE_CLIENT_QUOTAS, request)
+
     async def allocate_producer_ids(
         self, request: m.AllocateProducerIdsRequest
     ) -> m.AllocateProducerIdsResponse:

@@ -399,6 +399,12 @@ DESCRIBE_USER_SCRAM_CREDENTIALS: Final = _rpc(
     m.DescribeUserScramCredentialsRequest,
     m.DescribeUserScramCredentialsResponse,
 )
+ALTER_CLIENT_QUOTAS: Final = _rpc(
+    "AlterClientQuotas", m.AlterClientQuotasRequest, m.AlterClientQuotasResponse
+)
+DESCRIBE_CLIENT_QUOTAS: Final = _rpc(
+    "DescribeClientQuotas", m.DescribeClientQuotasRequest, m.DescribeClientQuotasResponse
+)
 
 RPCS: Final[dict[str, ControllerRpc[Any, Any]]] = {
     rpc.name: rpc
@@ -424,6 +430,8 @@ RPCS: Final[dict[str, ControllerRpc[Any, Any]]] = {
         DELETE_ACLS,
         ALTER_USER_SCRAM_CREDENTIALS,
         DESCRIBE_USER_SCRAM_CREDENTIALS,
+        ALTER_CLIENT_QUOTAS,
+        DESCRIBE_CLIENT_QUOTAS,
     )
 }
 """Every RPC of ``highwater.v1.Controller``, by method name."""

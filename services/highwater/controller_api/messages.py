@@ -585,6 +585,81 @@ class DescribeUserScramCredentialsResponse:
     results: tuple[DescribedUserScramCredentials, ...] = ()
 
 
+# --- Client quotas ---------------------------------------------------------------------
+#
+# An entity is its components: entity type ("user", "client-id") and name, None for the
+# type's default (highwater.metadata.client_quotas.ClientQuotaEntity.of reads them).
+
+CLIENT_QUOTA_MATCH_EXACT: Final = 0
+CLIENT_QUOTA_MATCH_DEFAULT: Final = 1
+CLIENT_QUOTA_MATCH_SPECIFIED: Final = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuotaEntityComponent:
+    entity_type: str
+    entity_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuotaOp:
+    key: str
+    value: float = 0.0
+    remove: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuotaAlteration:
+    entity: tuple[ClientQuotaEntityComponent, ...] = ()
+    ops: tuple[ClientQuotaOp, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AlterClientQuotasRequest:
+    entries: tuple[ClientQuotaAlteration, ...] = ()
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AlterClientQuotasResult:
+    error: int = NONE
+    error_message: str = ""
+    entity: tuple[ClientQuotaEntityComponent, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AlterClientQuotasResponse:
+    error: int = NONE
+    error_message: str = ""
+    results: tuple[AlterClientQuotasResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuotaFilterComponent:
+    entity_type: str
+    match_type: int = CLIENT_QUOTA_MATCH_EXACT
+    match: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeClientQuotasRequest:
+    components: tuple[ClientQuotaFilterComponent, ...] = ()
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedClientQuota:
+    entity: tuple[ClientQuotaEntityComponent, ...] = ()
+    values: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeClientQuotasResponse:
+    error: int = NONE
+    error_message: str = ""
+    entries: tuple[DescribedClientQuota, ...] = ()
+
+
 # --- Producer ids and coordinators -----------------------------------------------------
 
 

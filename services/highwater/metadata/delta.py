@@ -23,6 +23,11 @@ from typing import Any, Final
 
 from highwater.config.server import merge_cluster_defaults
 from highwater.errors import HighwaterError
+from highwater.metadata.client_quotas import (
+    ClientQuotaEntity,
+    ClientQuotasImage,
+    check_quota_value,
+)
 from highwater.metadata.image import (
     AclsImage,
     BrokerRegistration,
@@ -46,6 +51,7 @@ from highwater.metadata.persistent import PartitionMap
 from highwater.metadata.records import (
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     ConfigResourceType,
     CoordinatorAssignmentRecord,
@@ -133,6 +139,7 @@ class MetadataDelta:
         self._producer_ids: ProducerIdsImage | None = None
         self._acls: dict[str, AclBinding | None] = {}  # by id; None: removed
         self._scram: dict[tuple[str, str], ScramCredential | None] = {}
+        self._client_quotas: dict[ClientQuotaEntity, dict[str, float | None]] = {}
         self.record_count = 0
 
     # Reads -----------------------------------------------------------------------------
@@ -471,6 +478,25 @@ class MetadataDelta:
             )
         self._scram[(record.name, mechanism)] = None
 
+    def client_quota_values(self, entity: ClientQuotaEntity) -> dict[str, float]:
+        """The keys ``entity`` sets after the records replayed so far."""
+        values = dict(self.image.client_quotas.values(entity))
+        for key, value in self._client_quotas.get(entity, {}).items():
+            if value is None:
+                values.pop(key, None)
+            else:
+                values[key] = value
+        return values
+
+    def _replay_client_quota(self, record: ClientQuotaRecord) -> None:
+        try:
+            entity = ClientQuotaEntity(record.user, record.client_id)
+            if record.value is not None:
+                check_quota_value(record.key, record.value)
+        except ValueError as e:
+            raise MetadataReplayError(f"client quota record is not valid: {e}") from None
+        self._client_quotas.setdefault(entity, {})[record.key] = record.value
+
     def _replay_remove_access_control_entry(self, record: RemoveAccessControlEntryRecord) -> None:
         if self.acl(record.id) is None:
             raise MetadataReplayError(f"ACL {record.id} does not exist")
@@ -494,6 +520,7 @@ class MetadataDelta:
             coordinators=self._apply_coordinators(),
             acls=self._apply_acls(),
             scram=self._apply_scram(),
+            client_quotas=self._apply_client_quotas(),
         )
 
     def _apply_cluster(self) -> ClusterImage:
@@ -582,6 +609,15 @@ class MetadataDelta:
                 credentials[key] = credential
         return ScramImage(MappingProxyType(credentials))
 
+    def _apply_client_quotas(self) -> ClientQuotasImage:
+        quotas = self.image.client_quotas
+        if not self._client_quotas:
+            return quotas
+        entities = {entity: dict(values) for entity, values in quotas.entities.items()}
+        for entity in self._client_quotas:
+            entities[entity] = self.client_quota_values(entity)
+        return ClientQuotasImage(entities)
+
     def _apply_coordinators(self) -> CoordinatorsImage:
         coordinators = self.image.coordinators
         if not self._assignments:
@@ -611,6 +647,7 @@ _HANDLERS: Final[dict[type[Any], Callable[[MetadataDelta, Any], None]]] = {
     RemoveAccessControlEntryRecord: MetadataDelta._replay_remove_access_control_entry,
     UserScramCredentialRecord: MetadataDelta._replay_user_scram_credential,
     RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_user_scram_credential,
+    ClientQuotaRecord: MetadataDelta._replay_client_quota,
 }
 
 

@@ -30,6 +30,7 @@ from typing import Any, Final, NamedTuple, TypeAlias, overload
 
 from highwater.config.server import merge_cluster_defaults, topic_defaults
 from highwater.config.topic import LogConfig
+from highwater.metadata.client_quotas import ClientQuotasImage
 from highwater.metadata.persistent import EMPTY_PARTITION_SET, PartitionMap, PartitionSet
 from highwater.metadata.records import (
     NO_LEADER,
@@ -476,6 +477,7 @@ class MetadataImage:
     coordinators: CoordinatorsImage = field(default_factory=CoordinatorsImage)
     acls: AclsImage = field(default_factory=AclsImage)
     scram: ScramImage = field(default_factory=ScramImage)
+    client_quotas: ClientQuotasImage = field(default_factory=ClientQuotasImage)
 
     @classmethod
     def empty(cls) -> MetadataImage:

@@ -271,6 +271,17 @@ class RemoveUserScramCredentialRecord:
     mechanism: int
 
 
+@dataclass(frozen=True, slots=True)
+class ClientQuotaRecord:
+    """One key of a client-quota entity set (``value``) or removed (``None``); an absent
+    component is ``None``, a type's default entity is named ``<default>``."""
+
+    user: str | None
+    client_id: str | None
+    key: str
+    value: float | None
+
+
 MetadataRecord: TypeAlias = (
     RegisterBrokerRecord
     | FenceBrokerRecord
@@ -291,6 +302,7 @@ MetadataRecord: TypeAlias = (
     | RemoveAccessControlEntryRecord
     | UserScramCredentialRecord
     | RemoveUserScramCredentialRecord
+    | ClientQuotaRecord
 )
 """Any record of the metadata log."""
 
@@ -315,6 +327,7 @@ _ONEOF_FIELDS: Final[dict[type[Any], str]] = {
     RemoveAccessControlEntryRecord: "remove_access_control_entry",
     UserScramCredentialRecord: "user_scram_credential",
     RemoveUserScramCredentialRecord: "remove_user_scram_credential",
+    ClientQuotaRecord: "client_quota",
 }
 
 

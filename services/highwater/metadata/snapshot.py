@@ -17,6 +17,7 @@ from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import (
     AccessControlEntryRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     ConfigResourceType,
     CoordinatorAssignmentRecord,
@@ -72,6 +73,8 @@ def snapshot_records(image: MetadataImage) -> Iterator[MetadataRecord]:
             credential.server_key,
             credential.iterations,
         )
+    for entity, quota_key, quota_value in image.client_quotas.items():
+        yield ClientQuotaRecord(entity.user, entity.client_id, quota_key, quota_value)
     for acl_id, acl in sorted(image.acls.by_id.items()):
         yield AccessControlEntryRecord.of(acl_id, acl)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import Final
 
 import grpc
 import grpc.aio
@@ -35,14 +36,22 @@ import grpc.aio
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 
-__all__ = ["FetchStream", "ProduceStream"]
+__all__ = ["CLIENT_ID_METADATA_KEY", "FetchStream", "ProduceStream"]
+
+CLIENT_ID_METADATA_KEY: Final = "client-id"
+"""The call metadata that carries a client's ``client.id`` (Kafka's request header field),
+which brokers' client quotas count by."""
 
 
 class FetchStream:
-    """The fetches to the broker behind ``stub``."""
+    """The fetches to the broker behind ``stub``; ``metadata`` goes with every call (the
+    client's ``client-id``)."""
 
-    def __init__(self, stub: broker_pb2_grpc.BrokerStub) -> None:
+    def __init__(
+        self, stub: broker_pb2_grpc.BrokerStub, metadata: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         self._stub = stub
+        self._metadata = metadata or None
         self._idle: list[grpc.aio.StreamStreamCall[pb.FetchRequest, pb.FetchResponse]] = []
         self._unary = False
         self._closed = False
@@ -58,10 +67,10 @@ class FetchStream:
     async def fetch(self, request: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse:
         """``request`` answered by the broker within ``timeout_s`` seconds."""
         if self._unary:
-            return await self._stub.Fetch(request, timeout=timeout_s)
+            return await self._stub.Fetch(request, timeout=timeout_s, metadata=self._metadata)
         call = self._idle.pop() if self._idle else None
         if call is None or call.done():  # none yet, or the broker ended it (it stopped)
-            call = self._stub.FetchStream()
+            call = self._stub.FetchStream(metadata=self._metadata)
             self.calls_opened += 1
         try:
             async with asyncio.timeout(timeout_s):
@@ -78,7 +87,7 @@ class FetchStream:
             if e.code() != grpc.StatusCode.UNIMPLEMENTED:
                 raise
             self._unary = True
-            return await self._stub.Fetch(request, timeout=timeout_s)
+            return await self._stub.Fetch(request, timeout=timeout_s, metadata=self._metadata)
         except BaseException:  # cancelled: the answer, if any, would come to the next fetch
             call.cancel()
             raise
@@ -99,10 +108,14 @@ class FetchStream:
 
 
 class ProduceStream:
-    """The produce requests to the broker behind ``stub``, pipelined over one call."""
+    """The produce requests to the broker behind ``stub``, pipelined over one call;
+    ``metadata`` goes with every call (the client's ``client-id``)."""
 
-    def __init__(self, stub: broker_pb2_grpc.BrokerStub) -> None:
+    def __init__(
+        self, stub: broker_pb2_grpc.BrokerStub, metadata: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         self._stub = stub
+        self._metadata = metadata or None
         self._pipeline: _Pipeline | None = None
         self._write_lock = asyncio.Lock()
         self._unary = False
@@ -119,7 +132,7 @@ class ProduceStream:
         """``request`` answered by the broker within ``timeout_s`` seconds; requests are
         written in the order of the calls."""
         if self._unary or self._closed:
-            return await self._stub.Produce(request, timeout=timeout_s)
+            return await self._stub.Produce(request, timeout=timeout_s, metadata=self._metadata)
         answer: asyncio.Future[pb.ProduceResponse] = asyncio.get_running_loop().create_future()
         pipeline: _Pipeline | None = None
         try:
@@ -127,7 +140,9 @@ class ProduceStream:
                 async with self._write_lock:
                     pipeline = self._pipeline
                     if pipeline is None or pipeline.ended:
-                        pipeline = self._pipeline = _Pipeline(self._stub.ProduceStream())
+                        pipeline = self._pipeline = _Pipeline(
+                            self._stub.ProduceStream(metadata=self._metadata)
+                        )
                         self.calls_opened += 1
                     pipeline.pending.append(answer)
                     await pipeline.write(request)
@@ -141,7 +156,7 @@ class ProduceStream:
             if e.code() != grpc.StatusCode.UNIMPLEMENTED:
                 raise
             self._unary = True
-            return await self._stub.Produce(request, timeout=timeout_s)
+            return await self._stub.Produce(request, timeout=timeout_s, metadata=self._metadata)
 
     def close(self) -> None:
         """End the call; the requests still in flight on it fail as ``CANCELLED``."""

@@ -10,7 +10,9 @@ environment, and set up by :func:`configure_telemetry`:
   default); batching from ``OTEL_BSP_*``.
 * metrics: ``OTEL_METRICS_EXPORTER`` (``otlp``, ``console``, ``prometheus``, ``none``) the
   same way, plus a Prometheus endpoint when the server command was given
-  ``--metrics-listen HOST:PORT`` (``prometheus`` in the variable needs that address).
+  ``--metrics-listen HOST:PORT`` (``prometheus`` in the variable needs that address),
+  served over HTTPS with ``--metrics-tls`` (:class:`MetricsTls`: the process's own
+  certificate and key; with its CA file, scrapers must present a certificate it signed).
 * ``OTEL_SDK_DISABLED=true`` turns all of it off; ``OTEL_SERVICE_NAME`` and
   ``OTEL_RESOURCE_ATTRIBUTES`` name the process (by default ``highwater-<role>``).
 
@@ -44,6 +46,7 @@ from opentelemetry.sdk.trace.export import (
 from highwater.errors import HighwaterError
 
 __all__ = [
+    "MetricsTls",
     "Telemetry",
     "TelemetryConfigError",
     "TelemetryPlan",
@@ -60,6 +63,17 @@ METRIC_EXPORTERS = frozenset({"otlp", "console", "prometheus", "none"})
 
 class TelemetryConfigError(HighwaterError, ValueError):
     """An ``OTEL_*`` variable or ``--metrics-listen`` that cannot be honoured."""
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsTls:
+    """HTTPS for the Prometheus endpoint: the certificate and key it presents, and the CA
+    whose certificates scrapers must present (``None``: any scraper). The files are read
+    once, when the endpoint starts."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +215,7 @@ def configure_telemetry(
     default_service_name: str,
     *,
     metrics_listen: str | None = None,
+    metrics_tls: MetricsTls | None = None,
     environ: Mapping[str, str] | None = None,
     span_processors: Sequence[SpanProcessor] = (),
     metric_readers: Sequence[MetricReader] = (),
@@ -240,7 +255,17 @@ def configure_telemetry(
 
         readers.append(PrometheusMetricReader())
         host, port = plan.prometheus_listen
-        http, _thread = start_http_server(port, addr=host)
+        if metrics_tls is None:
+            http, _thread = start_http_server(port, addr=host)
+        else:
+            http, _thread = start_http_server(
+                port,
+                addr=host,
+                certfile=metrics_tls.cert_file,
+                keyfile=metrics_tls.key_file,
+                client_cafile=metrics_tls.ca_file,
+                client_auth_required=metrics_tls.ca_file is not None,
+            )
         telemetry._http = http
         telemetry.metrics_address = (host, http.server_port)
     if readers:

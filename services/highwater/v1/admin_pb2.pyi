@@ -1680,3 +1680,305 @@ class ScramCredentialInfo(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ScramCredentialInfo: _TypeAlias = ScramCredentialInfo  # noqa: Y015
+
+@_typing.final
+class ClientQuotaEntityComponent(_message.Message):
+    """--- Client quotas ----------------------------------------------------------------------
+
+    Kafka's AlterClientQuotas and DescribeClientQuotas (KIP-546). An entity is one or two
+    components: entity_type "user" and/or "client-id"; a component whose entity_name is
+    unset is that type's default (Kafka's null name, shown as <default>). The keys are
+    Kafka's: producer_byte_rate and consumer_byte_rate (bytes per second, whole numbers),
+    request_percentage (percent of one request handler's time); every value positive.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTITY_TYPE_FIELD_NUMBER: _builtins.int
+    ENTITY_NAME_FIELD_NUMBER: _builtins.int
+    entity_type: _builtins.str
+    entity_name: _builtins.str
+    """Unset: the default entity of this type."""
+    def __init__(
+        self,
+        *,
+        entity_type: _builtins.str = ...,
+        entity_name: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_entity_name", b"_entity_name", "entity_name", b"entity_name"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_entity_name", b"_entity_name", "entity_name", b"entity_name", "entity_type", b"entity_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__entity_name: _TypeAlias = _typing.Literal["entity_name"]  # noqa: Y015
+    _WhichOneofArgType__entity_name: _TypeAlias = _typing.Literal["_entity_name", b"_entity_name"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__entity_name) -> _WhichOneofReturnType__entity_name | None: ...
+
+Global___ClientQuotaEntityComponent: _TypeAlias = ClientQuotaEntityComponent  # noqa: Y015
+
+@_typing.final
+class ClientQuotaOp(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    REMOVE_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    value: _builtins.float
+    remove: _builtins.bool
+    """Remove the key (value is ignored)."""
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        value: _builtins.float = ...,
+        remove: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "remove", b"remove", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientQuotaOp: _TypeAlias = ClientQuotaOp  # noqa: Y015
+
+@_typing.final
+class ClientQuotaAlteration(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTITY_FIELD_NUMBER: _builtins.int
+    OPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entity(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClientQuotaEntityComponent]: ...
+    @_builtins.property
+    def ops(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClientQuotaOp]: ...
+    def __init__(
+        self,
+        *,
+        entity: _abc.Iterable[Global___ClientQuotaEntityComponent] | None = ...,
+        ops: _abc.Iterable[Global___ClientQuotaOp] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entity", b"entity", "ops", b"ops"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientQuotaAlteration: _TypeAlias = ClientQuotaAlteration  # noqa: Y015
+
+@_typing.final
+class AlterClientQuotasRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    validate_only: _builtins.bool
+    """Check the alterations, change nothing."""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClientQuotaAlteration]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___ClientQuotaAlteration] | None = ...,
+        validate_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "validate_only", b"validate_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterClientQuotasRequest: _TypeAlias = AlterClientQuotasRequest  # noqa: Y015
+
+@_typing.final
+class AlterClientQuotasResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ID_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ADDRESS_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    controller_id: _builtins.int
+    controller_address: _builtins.str
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlterClientQuotasResult]:
+        """One per entry, in order: NONE, or INVALID_REQUEST naming the key or entity refused
+        (that entry changes nothing; the others are applied).
+        """
+
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        controller_id: _builtins.int = ...,
+        controller_address: _builtins.str = ...,
+        results: _abc.Iterable[Global___AlterClientQuotasResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_address", b"controller_address", "controller_id", b"controller_id", "error", b"error", "error_message", b"error_message", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterClientQuotasResponse: _TypeAlias = AlterClientQuotasResponse  # noqa: Y015
+
+@_typing.final
+class AlterClientQuotasResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    ENTITY_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    @_builtins.property
+    def entity(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClientQuotaEntityComponent]: ...
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        entity: _abc.Iterable[Global___ClientQuotaEntityComponent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entity", b"entity", "error", b"error", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterClientQuotasResult: _TypeAlias = AlterClientQuotasResult  # noqa: Y015
+
+@_typing.final
+class ClientQuotaFilterComponent(_message.Message):
+    """A filter component: match_type 0 (EXACT: the entity named `match`), 1 (DEFAULT: the
+    type's default entity) or 2 (SPECIFIED: any entity with this component, the default
+    included).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTITY_TYPE_FIELD_NUMBER: _builtins.int
+    MATCH_TYPE_FIELD_NUMBER: _builtins.int
+    MATCH_FIELD_NUMBER: _builtins.int
+    entity_type: _builtins.str
+    match_type: _builtins.int
+    match: _builtins.str
+    def __init__(
+        self,
+        *,
+        entity_type: _builtins.str = ...,
+        match_type: _builtins.int = ...,
+        match: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entity_type", b"entity_type", "match", b"match", "match_type", b"match_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientQuotaFilterComponent: _TypeAlias = ClientQuotaFilterComponent  # noqa: Y015
+
+@_typing.final
+class DescribeClientQuotasRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMPONENTS_FIELD_NUMBER: _builtins.int
+    STRICT_FIELD_NUMBER: _builtins.int
+    strict: _builtins.bool
+    """Only entities with no component beyond those filtered."""
+    @_builtins.property
+    def components(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClientQuotaFilterComponent]:
+        """Every component must match; no components: every entity."""
+
+    def __init__(
+        self,
+        *,
+        components: _abc.Iterable[Global___ClientQuotaFilterComponent] | None = ...,
+        strict: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["components", b"components", "strict", b"strict"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeClientQuotasRequest: _TypeAlias = DescribeClientQuotasRequest  # noqa: Y015
+
+@_typing.final
+class DescribeClientQuotasResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ID_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ADDRESS_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    controller_id: _builtins.int
+    controller_address: _builtins.str
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribedClientQuota]: ...
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        controller_id: _builtins.int = ...,
+        controller_address: _builtins.str = ...,
+        entries: _abc.Iterable[Global___DescribedClientQuota] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_address", b"controller_address", "controller_id", b"controller_id", "entries", b"entries", "error", b"error", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeClientQuotasResponse: _TypeAlias = DescribeClientQuotasResponse  # noqa: Y015
+
+@_typing.final
+class DescribedClientQuota(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ValuesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ENTITY_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entity(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClientQuotaEntityComponent]: ...
+    @_builtins.property
+    def values(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]: ...
+    def __init__(
+        self,
+        *,
+        entity: _abc.Iterable[Global___ClientQuotaEntityComponent] | None = ...,
+        values: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entity", b"entity", "values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribedClientQuota: _TypeAlias = DescribedClientQuota  # noqa: Y015

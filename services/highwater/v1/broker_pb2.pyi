@@ -294,16 +294,23 @@ class ProduceResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOPICS_FIELD_NUMBER: _builtins.int
+    THROTTLE_TIME_MS_FIELD_NUMBER: _builtins.int
+    throttle_time_ms: _builtins.int
+    """How long the answer was held because the caller's user and client id went over their
+    producer_byte_rate or request_percentage quota (0: not throttled). A client sends
+    nothing more to this broker until that long after it sent this request.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceTopicResponse]: ...
     def __init__(
         self,
         *,
         topics: _abc.Iterable[Global___ProduceTopicResponse] | None = ...,
+        throttle_time_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["throttle_time_ms", b"throttle_time_ms", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -553,16 +560,24 @@ class FetchResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOPICS_FIELD_NUMBER: _builtins.int
+    THROTTLE_TIME_MS_FIELD_NUMBER: _builtins.int
+    throttle_time_ms: _builtins.int
+    """How long the answer was held because the caller's user and client id went over their
+    consumer_byte_rate or request_percentage quota (0: not throttled; followers' fetches
+    never are). A client sends nothing more to this broker until that long after it sent
+    this request.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchTopicResponse]: ...
     def __init__(
         self,
         *,
         topics: _abc.Iterable[Global___FetchTopicResponse] | None = ...,
+        throttle_time_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["throttle_time_ms", b"throttle_time_ms", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -160,6 +160,16 @@ class BrokerStub:
                 request_serializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.FromString,
                 _registered_method=True)
+        self.AlterClientQuotas = channel.unary_unary(
+                '/highwater.v1.Broker/AlterClientQuotas',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.AlterClientQuotasRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.AlterClientQuotasResponse.FromString,
+                _registered_method=True)
+        self.DescribeClientQuotas = channel.unary_unary(
+                '/highwater.v1.Broker/DescribeClientQuotas',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.DescribeClientQuotasRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeClientQuotasResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -340,6 +350,19 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterClientQuotas(self, request, context):
+        """Client quotas (Kafka's AlterClientQuotas, DescribeClientQuotas).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeClientQuotas(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -467,6 +490,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DescribeUserScramCredentials,
                     request_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.FromString,
                     response_serializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
+            ),
+            'AlterClientQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterClientQuotas,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.AlterClientQuotasRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.AlterClientQuotasResponse.SerializeToString,
+            ),
+            'DescribeClientQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeClientQuotas,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeClientQuotasRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.DescribeClientQuotasResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1144,6 +1177,60 @@ class Broker:
             '/highwater.v1.Broker/DescribeUserScramCredentials',
             highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterClientQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/AlterClientQuotas',
+            highwater_dot_v1_dot_admin__pb2.AlterClientQuotasRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.AlterClientQuotasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeClientQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/DescribeClientQuotas',
+            highwater_dot_v1_dot_admin__pb2.DescribeClientQuotasRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.DescribeClientQuotasResponse.FromString,
             options,
             channel_credentials,
             insecure,

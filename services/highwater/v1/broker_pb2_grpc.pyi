@@ -95,6 +95,9 @@ class BrokerStub:
     AlterUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AlterUserScramCredentialsRequest, _admin_pb2.AlterUserScramCredentialsResponse]
     """SCRAM credentials (Kafka's AlterUserScramCredentials, DescribeUserScramCredentials)."""
     DescribeUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeUserScramCredentialsRequest, _admin_pb2.DescribeUserScramCredentialsResponse]
+    AlterClientQuotas: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AlterClientQuotasRequest, _admin_pb2.AlterClientQuotasResponse]
+    """Client quotas (Kafka's AlterClientQuotas, DescribeClientQuotas)."""
+    DescribeClientQuotas: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeClientQuotasRequest, _admin_pb2.DescribeClientQuotasResponse]
 
 @_typing.type_check_only
 class BrokerAsyncStub(BrokerStub):
@@ -153,6 +156,9 @@ class BrokerAsyncStub(BrokerStub):
     AlterUserScramCredentials: _aio.UnaryUnaryMultiCallable[_admin_pb2.AlterUserScramCredentialsRequest, _admin_pb2.AlterUserScramCredentialsResponse]  # type: ignore[assignment]
     """SCRAM credentials (Kafka's AlterUserScramCredentials, DescribeUserScramCredentials)."""
     DescribeUserScramCredentials: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeUserScramCredentialsRequest, _admin_pb2.DescribeUserScramCredentialsResponse]  # type: ignore[assignment]
+    AlterClientQuotas: _aio.UnaryUnaryMultiCallable[_admin_pb2.AlterClientQuotasRequest, _admin_pb2.AlterClientQuotasResponse]  # type: ignore[assignment]
+    """Client quotas (Kafka's AlterClientQuotas, DescribeClientQuotas)."""
+    DescribeClientQuotas: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeClientQuotasRequest, _admin_pb2.DescribeClientQuotasResponse]  # type: ignore[assignment]
 
 class BrokerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -358,5 +364,20 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.DescribeUserScramCredentialsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DescribeUserScramCredentialsResponse, _abc.Awaitable[_admin_pb2.DescribeUserScramCredentialsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AlterClientQuotas(
+        self,
+        request: _admin_pb2.AlterClientQuotasRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.AlterClientQuotasResponse, _abc.Awaitable[_admin_pb2.AlterClientQuotasResponse]]:
+        """Client quotas (Kafka's AlterClientQuotas, DescribeClientQuotas)."""
+
+    @_abc_1.abstractmethod
+    def DescribeClientQuotas(
+        self,
+        request: _admin_pb2.DescribeClientQuotasRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DescribeClientQuotasResponse, _abc.Awaitable[_admin_pb2.DescribeClientQuotasResponse]]: ...
 
 def add_BrokerServicer_to_server(servicer: BrokerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -25,6 +25,9 @@ from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_SUBTRACT as ALTER_CONFIG_OP_S
 from highwater.v1.admin_pb2 import AclEntry as AclEntry
 from highwater.v1.admin_pb2 import AclFilter as AclFilter
 from highwater.v1.admin_pb2 import AclResult as AclResult
+from highwater.v1.admin_pb2 import AlterClientQuotasRequest as AlterClientQuotasRequest
+from highwater.v1.admin_pb2 import AlterClientQuotasResponse as AlterClientQuotasResponse
+from highwater.v1.admin_pb2 import AlterClientQuotasResult as AlterClientQuotasResult
 from highwater.v1.admin_pb2 import AlterConfigOp as AlterConfigOp
 from highwater.v1.admin_pb2 import AlterConfigsRequest as AlterConfigsRequest
 from highwater.v1.admin_pb2 import AlterConfigsResource as AlterConfigsResource
@@ -42,6 +45,10 @@ from highwater.v1.admin_pb2 import CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG a
 from highwater.v1.admin_pb2 import CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG as CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG
 from highwater.v1.admin_pb2 import CONFIG_SOURCE_STATIC_BROKER_CONFIG as CONFIG_SOURCE_STATIC_BROKER_CONFIG
 from highwater.v1.admin_pb2 import CONFIG_SOURCE_UNKNOWN as CONFIG_SOURCE_UNKNOWN
+from highwater.v1.admin_pb2 import ClientQuotaAlteration as ClientQuotaAlteration
+from highwater.v1.admin_pb2 import ClientQuotaEntityComponent as ClientQuotaEntityComponent
+from highwater.v1.admin_pb2 import ClientQuotaFilterComponent as ClientQuotaFilterComponent
+from highwater.v1.admin_pb2 import ClientQuotaOp as ClientQuotaOp
 from highwater.v1.admin_pb2 import ConfigSource as ConfigSource
 from highwater.v1.admin_pb2 import CreatableTopic as CreatableTopic
 from highwater.v1.admin_pb2 import CreatableTopicResult as CreatableTopicResult
@@ -61,12 +68,15 @@ from highwater.v1.admin_pb2 import DeleteTopicsRequest as DeleteTopicsRequest
 from highwater.v1.admin_pb2 import DeleteTopicsResponse as DeleteTopicsResponse
 from highwater.v1.admin_pb2 import DescribeAclsRequest as DescribeAclsRequest
 from highwater.v1.admin_pb2 import DescribeAclsResponse as DescribeAclsResponse
+from highwater.v1.admin_pb2 import DescribeClientQuotasRequest as DescribeClientQuotasRequest
+from highwater.v1.admin_pb2 import DescribeClientQuotasResponse as DescribeClientQuotasResponse
 from highwater.v1.admin_pb2 import DescribeConfigsRequest as DescribeConfigsRequest
 from highwater.v1.admin_pb2 import DescribeConfigsResource as DescribeConfigsResource
 from highwater.v1.admin_pb2 import DescribeConfigsResponse as DescribeConfigsResponse
 from highwater.v1.admin_pb2 import DescribeConfigsResult as DescribeConfigsResult
 from highwater.v1.admin_pb2 import DescribeUserScramCredentialsRequest as DescribeUserScramCredentialsRequest
 from highwater.v1.admin_pb2 import DescribeUserScramCredentialsResponse as DescribeUserScramCredentialsResponse
+from highwater.v1.admin_pb2 import DescribedClientQuota as DescribedClientQuota
 from highwater.v1.admin_pb2 import DescribedConfig as DescribedConfig
 from highwater.v1.admin_pb2 import DescribedUserScramCredentials as DescribedUserScramCredentials
 from highwater.v1.admin_pb2 import ELECTION_TYPE_PREFERRED as ELECTION_TYPE_PREFERRED

@@ -120,6 +120,16 @@ class ControllerStub:
                 request_serializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.FromString,
                 _registered_method=True)
+        self.AlterClientQuotas = channel.unary_unary(
+                '/highwater.v1.Controller/AlterClientQuotas',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.AlterClientQuotasRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.AlterClientQuotasResponse.FromString,
+                _registered_method=True)
+        self.DescribeClientQuotas = channel.unary_unary(
+                '/highwater.v1.Controller/DescribeClientQuotas',
+                request_serializer=highwater_dot_v1_dot_admin__pb2.DescribeClientQuotasRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeClientQuotasResponse.FromString,
+                _registered_method=True)
         self.AllocateProducerIds = channel.unary_unary(
                 '/highwater.v1.Controller/AllocateProducerIds',
                 request_serializer=highwater_dot_v1_dot_controller__pb2.AllocateProducerIdsRequest.SerializeToString,
@@ -259,6 +269,19 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterClientQuotas(self, request, context):
+        """Client quotas (Kafka's AlterClientQuotas, DescribeClientQuotas), kept as metadata records.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeClientQuotas(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AllocateProducerIds(self, request, context):
         """A block of producer ids for a broker's idempotent and transactional producers.
         """
@@ -374,6 +397,16 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DescribeUserScramCredentials,
                     request_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.FromString,
                     response_serializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
+            ),
+            'AlterClientQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterClientQuotas,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.AlterClientQuotasRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.AlterClientQuotasResponse.SerializeToString,
+            ),
+            'DescribeClientQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeClientQuotas,
+                    request_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeClientQuotasRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_admin__pb2.DescribeClientQuotasResponse.SerializeToString,
             ),
             'AllocateProducerIds': grpc.unary_unary_rpc_method_handler(
                     servicer.AllocateProducerIds,
@@ -855,6 +888,60 @@ class Controller:
             '/highwater.v1.Controller/DescribeUserScramCredentials',
             highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterClientQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Controller/AlterClientQuotas',
+            highwater_dot_v1_dot_admin__pb2.AlterClientQuotasRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.AlterClientQuotasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeClientQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Controller/DescribeClientQuotas',
+            highwater_dot_v1_dot_admin__pb2.DescribeClientQuotasRequest.SerializeToString,
+            highwater_dot_v1_dot_admin__pb2.DescribeClientQuotasResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -23,6 +23,9 @@ from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_SUBTRACT as ALTER_CONFIG_OP_S
 from highwater.v1.admin_pb2 import AclEntry as AclEntry
 from highwater.v1.admin_pb2 import AclFilter as AclFilter
 from highwater.v1.admin_pb2 import AclResult as AclResult
+from highwater.v1.admin_pb2 import AlterClientQuotasRequest as AlterClientQuotasRequest
+from highwater.v1.admin_pb2 import AlterClientQuotasResponse as AlterClientQuotasResponse
+from highwater.v1.admin_pb2 import AlterClientQuotasResult as AlterClientQuotasResult
 from highwater.v1.admin_pb2 import AlterConfigOp as AlterConfigOp
 from highwater.v1.admin_pb2 import AlterConfigsRequest as AlterConfigsRequest
 from highwater.v1.admin_pb2 import AlterConfigsResource as AlterConfigsResource
@@ -40,6 +43,10 @@ from highwater.v1.admin_pb2 import CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG a
 from highwater.v1.admin_pb2 import CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG as CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG
 from highwater.v1.admin_pb2 import CONFIG_SOURCE_STATIC_BROKER_CONFIG as CONFIG_SOURCE_STATIC_BROKER_CONFIG
 from highwater.v1.admin_pb2 import CONFIG_SOURCE_UNKNOWN as CONFIG_SOURCE_UNKNOWN
+from highwater.v1.admin_pb2 import ClientQuotaAlteration as ClientQuotaAlteration
+from highwater.v1.admin_pb2 import ClientQuotaEntityComponent as ClientQuotaEntityComponent
+from highwater.v1.admin_pb2 import ClientQuotaFilterComponent as ClientQuotaFilterComponent
+from highwater.v1.admin_pb2 import ClientQuotaOp as ClientQuotaOp
 from highwater.v1.admin_pb2 import ConfigSource as ConfigSource
 from highwater.v1.admin_pb2 import CreatableTopic as CreatableTopic
 from highwater.v1.admin_pb2 import CreatableTopicResult as CreatableTopicResult
@@ -59,12 +66,15 @@ from highwater.v1.admin_pb2 import DeleteTopicsRequest as DeleteTopicsRequest
 from highwater.v1.admin_pb2 import DeleteTopicsResponse as DeleteTopicsResponse
 from highwater.v1.admin_pb2 import DescribeAclsRequest as DescribeAclsRequest
 from highwater.v1.admin_pb2 import DescribeAclsResponse as DescribeAclsResponse
+from highwater.v1.admin_pb2 import DescribeClientQuotasRequest as DescribeClientQuotasRequest
+from highwater.v1.admin_pb2 import DescribeClientQuotasResponse as DescribeClientQuotasResponse
 from highwater.v1.admin_pb2 import DescribeConfigsRequest as DescribeConfigsRequest
 from highwater.v1.admin_pb2 import DescribeConfigsResource as DescribeConfigsResource
 from highwater.v1.admin_pb2 import DescribeConfigsResponse as DescribeConfigsResponse
 from highwater.v1.admin_pb2 import DescribeConfigsResult as DescribeConfigsResult
 from highwater.v1.admin_pb2 import DescribeUserScramCredentialsRequest as DescribeUserScramCredentialsRequest
 from highwater.v1.admin_pb2 import DescribeUserScramCredentialsResponse as DescribeUserScramCredentialsResponse
+from highwater.v1.admin_pb2 import DescribedClientQuota as DescribedClientQuota
 from highwater.v1.admin_pb2 import DescribedConfig as DescribedConfig
 from highwater.v1.admin_pb2 import DescribedUserScramCredentials as DescribedUserScramCredentials
 from highwater.v1.admin_pb2 import ELECTION_TYPE_PREFERRED as ELECTION_TYPE_PREFERRED
@@ -139,6 +149,9 @@ class ControllerStub:
     AlterUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AlterUserScramCredentialsRequest, _admin_pb2.AlterUserScramCredentialsResponse]
     """SCRAM credentials (Kafka's AlterUserScramCredentials, DescribeUserScramCredentials)."""
     DescribeUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeUserScramCredentialsRequest, _admin_pb2.DescribeUserScramCredentialsResponse]
+    AlterClientQuotas: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AlterClientQuotasRequest, _admin_pb2.AlterClientQuotasResponse]
+    """Client quotas (Kafka's AlterClientQuotas, DescribeClientQuotas), kept as metadata records."""
+    DescribeClientQuotas: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeClientQuotasRequest, _admin_pb2.DescribeClientQuotasResponse]
     AllocateProducerIds: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AllocateProducerIdsRequest, _controller_pb2.AllocateProducerIdsResponse]
     """A block of producer ids for a broker's idempotent and transactional producers."""
     RegisterCoordinator: _grpc.UnaryUnaryMultiCallable[_controller_pb2.RegisterCoordinatorRequest, _controller_pb2.RegisterCoordinatorResponse]
@@ -181,6 +194,9 @@ class ControllerAsyncStub(ControllerStub):
     AlterUserScramCredentials: _aio.UnaryUnaryMultiCallable[_admin_pb2.AlterUserScramCredentialsRequest, _admin_pb2.AlterUserScramCredentialsResponse]  # type: ignore[assignment]
     """SCRAM credentials (Kafka's AlterUserScramCredentials, DescribeUserScramCredentials)."""
     DescribeUserScramCredentials: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeUserScramCredentialsRequest, _admin_pb2.DescribeUserScramCredentialsResponse]  # type: ignore[assignment]
+    AlterClientQuotas: _aio.UnaryUnaryMultiCallable[_admin_pb2.AlterClientQuotasRequest, _admin_pb2.AlterClientQuotasResponse]  # type: ignore[assignment]
+    """Client quotas (Kafka's AlterClientQuotas, DescribeClientQuotas), kept as metadata records."""
+    DescribeClientQuotas: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeClientQuotasRequest, _admin_pb2.DescribeClientQuotasResponse]  # type: ignore[assignment]
     AllocateProducerIds: _aio.UnaryUnaryMultiCallable[_controller_pb2.AllocateProducerIdsRequest, _controller_pb2.AllocateProducerIdsResponse]  # type: ignore[assignment]
     """A block of producer ids for a broker's idempotent and transactional producers."""
     RegisterCoordinator: _aio.UnaryUnaryMultiCallable[_controller_pb2.RegisterCoordinatorRequest, _controller_pb2.RegisterCoordinatorResponse]  # type: ignore[assignment]
@@ -322,6 +338,21 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.DescribeUserScramCredentialsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DescribeUserScramCredentialsResponse, _abc.Awaitable[_admin_pb2.DescribeUserScramCredentialsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AlterClientQuotas(
+        self,
+        request: _admin_pb2.AlterClientQuotasRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.AlterClientQuotasResponse, _abc.Awaitable[_admin_pb2.AlterClientQuotasResponse]]:
+        """Client quotas (Kafka's AlterClientQuotas, DescribeClientQuotas), kept as metadata records."""
+
+    @_abc_1.abstractmethod
+    def DescribeClientQuotas(
+        self,
+        request: _admin_pb2.DescribeClientQuotasRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DescribeClientQuotasResponse, _abc.Awaitable[_admin_pb2.DescribeClientQuotasResponse]]: ...
 
     @_abc_1.abstractmethod
     def AllocateProducerIds(

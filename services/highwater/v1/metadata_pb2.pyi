@@ -719,6 +719,52 @@ class RemoveUserScramCredentialRecord(_message.Message):
 Global___RemoveUserScramCredentialRecord: _TypeAlias = RemoveUserScramCredentialRecord  # noqa: Y015
 
 @_typing.final
+class ClientQuotaRecord(_message.Message):
+    """One quota key of a client-quota entity set or removed (Kafka's ClientQuotaRecord). The
+    entity is a user, a client id, or both; an absent field is no such component, and the
+    name "<default>" is that type's default entity (a name no user or client may take).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    client_id: _builtins.str
+    key: _builtins.str
+    """producer_byte_rate, consumer_byte_rate or request_percentage."""
+    value: _builtins.float
+    """Unset: the key is removed."""
+    def __init__(
+        self,
+        *,
+        user: _builtins.str | None = ...,
+        client_id: _builtins.str | None = ...,
+        key: _builtins.str = ...,
+        value: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_client_id", b"_client_id", "_user", b"_user", "_value", b"_value", "client_id", b"client_id", "user", b"user", "value", b"value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_client_id", b"_client_id", "_user", b"_user", "_value", b"_value", "client_id", b"client_id", "key", b"key", "user", b"user", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__client_id: _TypeAlias = _typing.Literal["client_id"]  # noqa: Y015
+    _WhichOneofArgType__client_id: _TypeAlias = _typing.Literal["_client_id", b"_client_id"]  # noqa: Y015
+    _WhichOneofReturnType__user: _TypeAlias = _typing.Literal["user"]  # noqa: Y015
+    _WhichOneofArgType__user: _TypeAlias = _typing.Literal["_user", b"_user"]  # noqa: Y015
+    _WhichOneofReturnType__value: _TypeAlias = _typing.Literal["value"]  # noqa: Y015
+    _WhichOneofArgType__value: _TypeAlias = _typing.Literal["_value", b"_value"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__client_id) -> _WhichOneofReturnType__client_id | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__user) -> _WhichOneofReturnType__user | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__value) -> _WhichOneofReturnType__value | None: ...
+
+Global___ClientQuotaRecord: _TypeAlias = ClientQuotaRecord  # noqa: Y015
+
+@_typing.final
 class MetadataRecord(_message.Message):
     """The value of one record of __cluster_metadata."""
 
@@ -743,6 +789,7 @@ class MetadataRecord(_message.Message):
     REMOVE_ACCESS_CONTROL_ENTRY_FIELD_NUMBER: _builtins.int
     USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _builtins.int
     REMOVE_USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _builtins.int
+    CLIENT_QUOTA_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register_broker(self) -> Global___RegisterBrokerRecord: ...
     @_builtins.property
@@ -781,6 +828,8 @@ class MetadataRecord(_message.Message):
     def user_scram_credential(self) -> Global___UserScramCredentialRecord: ...
     @_builtins.property
     def remove_user_scram_credential(self) -> Global___RemoveUserScramCredentialRecord: ...
+    @_builtins.property
+    def client_quota(self) -> Global___ClientQuotaRecord: ...
     def __init__(
         self,
         *,
@@ -803,12 +852,13 @@ class MetadataRecord(_message.Message):
         remove_access_control_entry: Global___RemoveAccessControlEntryRecord | None = ...,
         user_scram_credential: Global___UserScramCredentialRecord | None = ...,
         remove_user_scram_credential: Global___RemoveUserScramCredentialRecord | None = ...,
+        client_quota: Global___ClientQuotaRecord | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator", "user_scram_credential", b"user_scram_credential"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "client_quota", b"client_quota", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator", "user_scram_credential", b"user_scram_credential"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator", "user_scram_credential", b"user_scram_credential"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "client_quota", b"client_quota", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator", "user_scram_credential", b"user_scram_credential"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "fence_broker", "unfence_broker", "broker_registration_change", "unregister_broker", "topic", "partition", "partition_change", "config", "producer_ids", "remove_topic", "register_coordinator", "unregister_coordinator", "coordinator_assignment", "no_op", "access_control_entry", "remove_access_control_entry", "user_scram_credential", "remove_user_scram_credential"]  # noqa: Y015
+    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "fence_broker", "unfence_broker", "broker_registration_change", "unregister_broker", "topic", "partition", "partition_change", "config", "producer_ids", "remove_topic", "register_coordinator", "unregister_coordinator", "coordinator_assignment", "no_op", "access_control_entry", "remove_access_control_entry", "user_scram_credential", "remove_user_scram_credential", "client_quota"]  # noqa: Y015
     _WhichOneofArgType_record: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_record) -> _WhichOneofReturnType_record | None: ...
 

@@ -24,7 +24,12 @@ CONSUMER_CONFIG_DEF: Final = ConfigDef(
             ConfigType.LIST,
             doc="HOST:PORT pairs of brokers to fetch the cluster's metadata from.",
         ),
-        ConfigKey("client.id", ConfigType.STRING, "", doc="A name for this consumer in logs."),
+        ConfigKey(
+            "client.id",
+            ConfigType.STRING,
+            "",
+            doc="A name for this consumer in logs; brokers count its quotas under it.",
+        ),
         ConfigKey(
             "auto.offset.reset",
             ConfigType.STRING,

@@ -30,7 +30,12 @@ PRODUCER_CONFIG_DEF: Final = ConfigDef(
             ConfigType.LIST,
             doc="HOST:PORT pairs of brokers to fetch the cluster's metadata from.",
         ),
-        ConfigKey("client.id", ConfigType.STRING, "", doc="A name for this producer in logs."),
+        ConfigKey(
+            "client.id",
+            ConfigType.STRING,
+            "",
+            doc="A name for this producer in logs; brokers count its quotas under it.",
+        ),
         ConfigKey(
             "acks",
             ConfigType.STRING,

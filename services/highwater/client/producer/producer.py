@@ -131,7 +131,9 @@ class AsyncProducer:
         self.config = ProducerConfig.parse(config)
         cfg = self.config
         self.cluster = ClusterMetadata(
-            cfg.bootstrap_servers, request_timeout_s=cfg.request_timeout_ms / 1000
+            cfg.bootstrap_servers,
+            request_timeout_s=cfg.request_timeout_ms / 1000,
+            client_id=cfg.client_id,
         )
         self._topics = self.cluster.topics
         self._batch_size = cfg.batch_size
@@ -699,6 +701,10 @@ class AsyncProducer:
             except ClusterError:
                 self.cluster.invalidate(q.topic, q.partition)
                 wake_in(self.config.retry_backoff_ms / 1000)
+                continue
+            throttled = self.cluster.throttles.remaining(address, now)
+            if throttled > 0:  # the broker throttled us: the batches wait (and grow)
+                wake_in(throttled)
                 continue
             q.batches.popleft()
             head.closed = True
