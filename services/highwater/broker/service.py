@@ -51,6 +51,7 @@ from highwater.broker.telemetry import BrokerTelemetry
 from highwater.controller_api.client import ControllerClient
 from highwater.errors import InvalidRequestError
 from highwater.metadata.image import MetadataImage
+from highwater.rpc.auth import follow_image
 from highwater.storage.log_manager import LogManager
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
@@ -105,6 +106,7 @@ class BrokerServer:
         self.telemetry = BrokerTelemetry(self.partitions)
         self.controller = ControllerClient(list(controllers), timeout_s=30)
         self._metadata = metadata
+        follow_image(lambda: metadata.image)
         self.lifecycle = BrokerLifecycle(
             node_id=node_id,
             advertised=advertised,

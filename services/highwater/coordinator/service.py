@@ -56,6 +56,7 @@ from highwater.errors import HighwaterError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import BrokerEndpoint
+from highwater.rpc.auth import follow_image
 from highwater.rpc.endpoints import parse_endpoint
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1 import coordinator_pb2 as pb
@@ -131,6 +132,7 @@ class CoordinatorServer:
         self.settings = settings or CoordinatorSettings()
         self.controller = ControllerClient(list(controllers))
         self._metadata = metadata
+        follow_image(lambda: metadata.image)
         self.core = GroupCoordinatorCore(self.settings.group, self.partition_for)
         self.metrics = CoordinatorMetrics(self.core)
         self.offsets = OffsetsTopicClient(metadata, self.settings.offsets_log)
