@@ -87,68 +87,104 @@ class ForwardedAdminCalls:
     async def CreateTopics(
         self, request: admin_pb2.CreateTopicsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.CreateTopicsResponse:
-        return await forward(codec.CREATE_TOPICS, self.controller, request, context, self.topic_name_of)
+        return await forward(
+            codec.CREATE_TOPICS, self.controller, request, context, self.topic_name_of
+        )
 
     async def DeleteTopics(
         self, request: admin_pb2.DeleteTopicsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.DeleteTopicsResponse:
-        return await forward(codec.DELETE_TOPICS, self.controller, request, context, self.topic_name_of)
+        return await forward(
+            codec.DELETE_TOPICS, self.controller, request, context, self.topic_name_of
+        )
 
     async def CreatePartitions(
         self, request: admin_pb2.CreatePartitionsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.CreatePartitionsResponse:
-        return await forward(codec.CREATE_PARTITIONS, self.controller, request, context, self.topic_name_of)
+        return await forward(
+            codec.CREATE_PARTITIONS, self.controller, request, context, self.topic_name_of
+        )
 
     async def AlterConfigs(
         self, request: admin_pb2.AlterConfigsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.AlterConfigsResponse:
-        return await forward(codec.ALTER_CONFIGS, self.controller, request, context, self.topic_name_of)
+        return await forward(
+            codec.ALTER_CONFIGS, self.controller, request, context, self.topic_name_of
+        )
 
     async def DescribeConfigs(
         self, request: admin_pb2.DescribeConfigsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.DescribeConfigsResponse:
-        return await forward(codec.DESCRIBE_CONFIGS, self.controller, request, context, self.topic_name_of)
+        return await forward(
+            codec.DESCRIBE_CONFIGS, self.controller, request, context, self.topic_name_of
+        )
 
     async def ElectLeaders(
         self, request: admin_pb2.ElectLeadersRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ElectLeadersResponse:
-        return await forward(codec.ELECT_LEADERS, self.controller, request, context, self.topic_name_of)
+        return await forward(
+            codec.ELECT_LEADERS, self.controller, request, context, self.topic_name_of
+        )
 
     async def AlterPartitionReassignments(
         self,
         request: admin_pb2.AlterPartitionReassignmentsRequest,
         context: grpc.aio.ServicerContext,
     ) -> admin_pb2.AlterPartitionReassignmentsResponse:
-        return await forward(codec.ALTER_PARTITION_REASSIGNMENTS, self.controller, request, context, self.topic_name_of)
+        return await forward(
+            codec.ALTER_PARTITION_REASSIGNMENTS,
+            self.controller,
+            request,
+            context,
+            self.topic_name_of,
+        )
 
     async def ListPartitionReassignments(
         self,
         request: admin_pb2.ListPartitionReassignmentsRequest,
         context: grpc.aio.ServicerContext,
     ) -> admin_pb2.ListPartitionReassignmentsResponse:
-        return await forward(codec.LIST_PARTITION_REASSIGNMENTS, self.controller, request, context, self.topic_name_of)
+        return await forward(
+            codec.LIST_PARTITION_REASSIGNMENTS,
+            self.controller,
+            request,
+            context,
+            self.topic_name_of,
+        )
 
     async def CreateAcls(
         self, request: admin_pb2.CreateAclsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.CreateAclsResponse:
-        return await forward(codec.CREATE_ACLS, self.controller, request, context, self.topic_name_of)
+        return await forward(
+            codec.CREATE_ACLS, self.controller, request, context, self.topic_name_of
+        )
 
     async def DescribeAcls(
         self, request: admin_pb2.DescribeAclsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.DescribeAclsResponse:
-        return await forward(codec.DESCRIBE_ACLS, self.controller, request, context, self.topic_name_of)
+        return await forward(
+            codec.DESCRIBE_ACLS, self.controller, request, context, self.topic_name_of
+        )
 
     async def DeleteAcls(
         self, request: admin_pb2.DeleteAclsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.DeleteAclsResponse:
-        return await forward(codec.DELETE_ACLS, self.controller, request, context, self.topic_name_of)
+        return await forward(
+            codec.DELETE_ACLS, self.controller, request, context, self.topic_name_of
+        )
 
     async def AlterUserScramCredentials(
         self,
         request: admin_pb2.AlterUserScramCredentialsRequest,
         context: grpc.aio.ServicerContext,
     ) -> admin_pb2.AlterUserScramCredentialsResponse:
-        return await forward(codec.ALTER_USER_SCRAM_CREDENTIALS, self.controller, request, context, self.topic_name_of)
+        return await forward(
+            codec.ALTER_USER_SCRAM_CREDENTIALS,
+            self.controller,
+            request,
+            context,
+            self.topic_name_of,
+        )
 
     async def DescribeUserScramCredentials(
         self,
@@ -156,13 +192,19 @@ class ForwardedAdminCalls:
         context: grpc.aio.ServicerContext,
     ) -> admin_pb2.DescribeUserScramCredentialsResponse:
         return await forward(
-            codec.DESCRIBE_USER_SCRAM_CREDENTIALS, self.controller, request, context, self.topic_name_of
+            codec.DESCRIBE_USER_SCRAM_CREDENTIALS,
+            self.controller,
+            request,
+            context,
+            self.topic_name_of,
         )
 
     async def UnregisterBroker(
         self, request: admin_pb2.UnregisterBrokerRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.UnregisterBrokerResponse:
-        return await forward(codec.UNREGISTER_BROKER, self.controller, request, context, self.topic_name_of)
+        return await forward(
+            codec.UNREGISTER_BROKER, self.controller, request, context, self.topic_name_of
+        )
 
 
 async def forward(

@@ -46,7 +46,9 @@ def _message(principal_hint: str, what: str) -> str:
     return f"not authorized to {principal_hint} {what}"
 
 
-def _create_topics(context: Any, request: pb.CreateTopicsRequest, _: TopicNameOf) -> tuple[Message, list[Message]]:
+def _create_topics(
+    context: Any, request: pb.CreateTopicsRequest, _: TopicNameOf
+) -> tuple[Message, list[Message]]:
     if authorize(context, AclOperation.CREATE, _CLUSTER, CLUSTER_NAME):
         return request, []
     kept = pb.CreateTopicsRequest(validate_only=request.validate_only)
@@ -82,8 +84,8 @@ def _delete_topics(
                 )
             )
     for topic_id in request.topic_ids:
-        name = topic_name_of(topic_id)
-        if name is not None and authorize(context, AclOperation.DELETE, _TOPIC, name):
+        topic_name = topic_name_of(topic_id)
+        if topic_name is not None and authorize(context, AclOperation.DELETE, _TOPIC, topic_name):
             kept.topic_ids.append(topic_id)
         else:
             refused.append(
@@ -147,7 +149,9 @@ def _alter_configs(
                     resource_type=resource.resource_type,
                     resource_name=resource.resource_name,
                     error=code,  # type: ignore[arg-type]
-                    error_message=_message("alter the configs of", resource.resource_name or "the cluster"),
+                    error_message=_message(
+                        "alter the configs of", resource.resource_name or "the cluster"
+                    ),
                 )
             )
     return kept, refused
@@ -170,7 +174,9 @@ def _describe_configs(
                     resource_type=resource.resource_type,
                     resource_name=resource.resource_name,
                     error=code,  # type: ignore[arg-type]
-                    error_message=_message("describe the configs of", resource.resource_name or "the cluster"),
+                    error_message=_message(
+                        "describe the configs of", resource.resource_name or "the cluster"
+                    ),
                 )
             )
     return kept, refused
@@ -201,7 +207,11 @@ def split_admin_request(
     kept, refused = splitter[0](context, request, topic_name_of)
     if not refused:
         return request, []
-    left = len(kept.names) + len(kept.topic_ids) if name == "DeleteTopics" else len(getattr(kept, splitter[1]))
+    left = (
+        len(getattr(kept, "names")) + len(getattr(kept, "topic_ids"))  # noqa: B009
+        if name == "DeleteTopics"
+        else len(getattr(kept, splitter[1]))
+    )
     return (kept if left else None), refused
 
 

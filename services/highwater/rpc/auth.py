@@ -52,7 +52,7 @@ from highwater.security.authentication import (
 from highwater.security.authorizer import AclAuthorizer, Decision
 from highwater.security.node_identities import NodeIdentities
 from highwater.security.principal import SslPrincipalMapper
-from highwater.security.rpc_access import CLUSTER_NAME, OnCluster, PerItem, access_of
+from highwater.security.rpc_access import CLUSTER_NAME, OnCluster, access_of
 from highwater.security.scram import ScramCredential
 
 __all__ = [
@@ -63,6 +63,7 @@ __all__ = [
     "authorize",
     "authorizer_enabled",
     "configure",
+    "current_authorizer",
     "follow_image",
     "forwarded_principal_metadata",
     "node_identities",
@@ -214,6 +215,11 @@ def authorizer_enabled() -> bool:
     return _process.settings.authorizer_on
 
 
+def current_authorizer() -> AclAuthorizer | None:
+    """The process's authorizer over its current image (``None``: the authorizer is off)."""
+    return _process.authorizer()
+
+
 def authenticator() -> Authenticator:
     return _process.authenticator
 
@@ -255,7 +261,9 @@ def _identify(context: grpc.aio.ServicerContext) -> CallPrincipal:
         try:
             session = process.authenticator.session(token, time.time())
         except SaslAuthenticationError as e:
-            raise _Refused(grpc.StatusCode.UNAUTHENTICATED, f"SASL_AUTHENTICATION_FAILED: {e}") from None
+            raise _Refused(
+                grpc.StatusCode.UNAUTHENTICATED, f"SASL_AUTHENTICATION_FAILED: {e}"
+            ) from None
         return CallPrincipal(session.principal, host, session.mechanism)
     pems = (context.auth_context() or {}).get("x509_pem_cert")
     if pems:

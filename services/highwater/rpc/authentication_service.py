@@ -1,5 +1,5 @@
 """``highwater.v1.Authentication``: the ``Authenticate`` call over the pure core of
-``security/authentication.py`` (the process's :class:`~highwater.security.authentication.Authenticator`).
+``security/authentication.py`` (the process's ``Authenticator``).
 
 Served by every role whose ``sasl.enabled.mechanisms`` is not empty
 (:class:`~highwater.rpc.server.GrpcHost` adds it). A failed step is answered after
@@ -41,7 +41,10 @@ class AuthenticationServicer(security_pb2_grpc.AuthenticationServicer):
         )
         if result.failed:
             log.warning(
-                "failed %s authentication from %s: %s", request.mechanism, host, result.error_message
+                "failed %s authentication from %s: %s",
+                request.mechanism,
+                host,
+                result.error_message,
             )
             await asyncio.sleep(core.settings.failed_authentication_delay_ms / 1000)
             result = dataclasses.replace(result, error_message=_FAILED)

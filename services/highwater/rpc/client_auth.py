@@ -69,7 +69,9 @@ def client_security_from_properties(props: Mapping[str, str]) -> ClientSecurity:
     sasl_keys = sorted(key for key in props if key.startswith("sasl."))
     if not protocol.startswith("SASL"):
         if sasl_keys:
-            raise TlsConfigError(f"{sasl_keys[0]} needs security.protocol=SASL_SSL or SASL_PLAINTEXT")
+            raise TlsConfigError(
+                f"{sasl_keys[0]} needs security.protocol=SASL_SSL or SASL_PLAINTEXT"
+            )
         return ClientSecurity(tls, None)
     mechanism = props.get("sasl.mechanism", "").upper()
     if not mechanism:
@@ -194,7 +196,7 @@ class SaslSession(
     def _details(self, details: grpc.aio.ClientCallDetails, token: str) -> Any:
         metadata = grpc.aio.Metadata(*(details.metadata or ()))
         metadata.add(SESSION_METADATA_KEY, token)
-        return details._replace(metadata=metadata)  # type: ignore[attr-defined]
+        return details._replace(metadata=metadata)
 
     async def intercept_unary_unary(
         self, continuation: Any, client_call_details: Any, request: Any

@@ -91,7 +91,12 @@ class SessionTokens:
 
     def issue(self, principal: str, mechanism: str, expires_at_s: float) -> str:
         body = json.dumps(
-            {"p": principal, "m": mechanism, "e": round(expires_at_s, 3), "n": secrets.token_hex(8)},
+            {
+                "p": principal,
+                "m": mechanism,
+                "e": round(expires_at_s, 3),
+                "n": secrets.token_hex(8),
+            },
             separators=(",", ":"),
         ).encode()
         payload = base64.urlsafe_b64encode(body).rstrip(b"=")
@@ -148,7 +153,9 @@ class FailedAuthentications:
 
     def failed(self, host: str, now_s: float) -> None:
         if len(self._by_host) > 10_000:  # many hosts: forget the stale ones
-            for stale in [h for h, f in self._by_host.items() if f.times[-1] <= now_s - self.window_s]:
+            for stale in [
+                h for h, f in self._by_host.items() if f.times[-1] <= now_s - self.window_s
+            ]:
                 del self._by_host[stale]
         self._by_host.setdefault(host, _Failures()).times.append(now_s)
 
@@ -174,12 +181,13 @@ class AuthenticationSettings:
     def __post_init__(self) -> None:
         for mechanism in self.enabled_mechanisms:
             if mechanism not in SASL_MECHANISMS:
-                raise ValueError(
-                    f"sasl.enabled.mechanisms: {mechanism!r} is not one of {', '.join(SASL_MECHANISMS)}"
-                )
+                known = ", ".join(SASL_MECHANISMS)
+                raise ValueError(f"sasl.enabled.mechanisms: {mechanism!r} is not one of {known}")
         if OAUTHBEARER in self.enabled_mechanisms and self.jwt_validator is None:
-            raise ValueError("OAUTHBEARER needs --oauthbearer-jwks-file, --oauthbearer-issuer "
-                             "and --oauthbearer-audience")
+            raise ValueError(
+                "OAUTHBEARER needs --oauthbearer-jwks-file, --oauthbearer-issuer "
+                "and --oauthbearer-audience"
+            )
         if self.max_session_s <= 0:
             raise ValueError("connections.max.reauth.ms must be positive")
 
@@ -257,7 +265,9 @@ class Authenticator:
             failed = isinstance(e, SaslAuthenticationError)
             if failed:
                 self.failures.failed(host, now_s)
-            return StepResult(error=int(getattr(e, "code", -1)), error_message=str(e), failed=failed)
+            return StepResult(
+                error=int(getattr(e, "code", -1)), error_message=str(e), failed=failed
+            )
         if result.complete:
             self.failures.succeeded(host)
         return result
@@ -323,4 +333,3 @@ class Authenticator:
     def session(self, token: str, now_s: float) -> Session:
         """The session of a token presented with a call (raises if not valid)."""
         return self.tokens.verify(token, now_s)
-

@@ -45,7 +45,9 @@ class SaslCredentials:
                 f"sasl.mechanism={self.mechanism}: not one of {', '.join(SASL_MECHANISMS)}"
             )
         if self.mechanism in SCRAM_MECHANISMS and not (self.username and self.password):
-            raise ValueError(f"sasl.mechanism={self.mechanism} needs sasl.username and sasl.password")
+            raise ValueError(
+                f"sasl.mechanism={self.mechanism} needs sasl.username and sasl.password"
+            )
         if self.mechanism == OAUTHBEARER and not (self.token or self.token_file):
             raise ValueError(
                 "sasl.mechanism=OAUTHBEARER needs sasl.oauthbearer.token or "
@@ -98,5 +100,7 @@ class ClientExchange:
                 return self._scram.get_client_final().encode()
             self._scram.set_server_final(server_message.decode())
         except (ScramException, UnicodeDecodeError) as e:
-            raise SaslAuthenticationError(f"the server's SCRAM message does not check out: {e}") from None
+            raise SaslAuthenticationError(
+                f"the server's SCRAM message does not check out: {e}"
+            ) from None
         return None
