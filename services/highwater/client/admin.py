@@ -81,6 +81,7 @@ from highwater.client.group.protocol import (
     TopicPartitionKey,
     decode_assignment,
 )
+from highwater.client.security_config import security_from_config
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
 from highwater.metadata.records import ConfigResourceType
@@ -473,10 +474,12 @@ class AdminClient:
         controllers: str | Sequence[str] | None = None,
         request_timeout_s: float = 30.0,
     ) -> None:
+        security = None
         if isinstance(bootstrap_servers, Mapping):
             if "bootstrap.servers" not in bootstrap_servers:
                 raise ValueError("the config needs bootstrap.servers")
             servers: str | Sequence[str] = bootstrap_servers["bootstrap.servers"]
+            security = security_from_config(bootstrap_servers)
         else:
             servers = bootstrap_servers
         self.bootstrap_servers: tuple[str, ...] = tuple(_split_addresses(servers))
@@ -488,12 +491,14 @@ class AdminClient:
             list(self.controllers),
             timeout_s=request_timeout_s,
             attempt_timeout_s=min(5.0, request_timeout_s),
+            security=security,
         )
         self.cluster = ClusterMetadata(
             self.bootstrap_servers,
             request_timeout_s=request_timeout_s,
             max_message_bytes=64 << 20,
             policy=_ADMIN_BROKERS,
+            security=security,
         )
         """The brokers' channels, Metadata and FindCoordinator: the cluster layer the
         producer and consumer use, asking the bootstrap brokers as :data:`_ADMIN_BROKERS`

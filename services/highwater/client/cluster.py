@@ -44,6 +44,7 @@ from highwater.client.errors import (
 )
 from highwater.rpc.broker_streams import FetchStream, ProduceStream
 from highwater.rpc.channels import open_channel
+from highwater.rpc.client_auth import ClientSecurity
 from highwater.telemetry.configure import tracing_enabled
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc, coordinator_pb2_grpc
@@ -163,8 +164,11 @@ class ClusterMetadata:
         request_timeout_s: float = 30.0,
         max_message_bytes: int | None = None,
         policy: BrokerPolicy = BrokerPolicy(),
+        security: ClientSecurity | None = None,
     ) -> None:
-        """Remember the bootstrap addresses; no connection is made until the first request."""
+        """Remember the bootstrap addresses; no connection is made until the first request.
+        ``security``: every channel's TLS and SASL (``None``: the process's)."""
+        self.security = security
         self.bootstrap_servers = parse_bootstrap_servers(bootstrap_servers)
         self.request_timeout_s = request_timeout_s
         self.policy = policy
@@ -194,7 +198,12 @@ class ClusterMetadata:
             raise ClusterError("the cluster client is closed")
         stub = self._stubs.get(address)
         if stub is None:
-            channel = open_channel(address, max_message_bytes=self._max_message_bytes, traced=True)
+            channel = open_channel(
+                address,
+                max_message_bytes=self._max_message_bytes,
+                traced=True,
+                security=self.security,
+            )
             self._channels[address] = channel
             stub = broker_pb2_grpc.BrokerStub(channel)
             self._stubs[address] = stub

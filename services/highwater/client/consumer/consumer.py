@@ -146,6 +146,7 @@ class AsyncConsumer:
         self.cluster = ClusterMetadata(
             self.config.bootstrap_servers,
             request_timeout_s=self.config.request_timeout_ms / 1000,
+            security=self.config.security,
         )
         self._states: dict[tuple[str, int], PartitionState] = {}
         self._errors: deque[Message] = deque()

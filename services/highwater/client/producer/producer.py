@@ -125,7 +125,9 @@ class AsyncProducer:
         self.config = ProducerConfig.parse(config)
         cfg = self.config
         self.cluster = ClusterMetadata(
-            cfg.bootstrap_servers, request_timeout_s=cfg.request_timeout_ms / 1000
+            cfg.bootstrap_servers,
+            request_timeout_s=cfg.request_timeout_ms / 1000,
+            security=cfg.security,
         )
         self._topics = self.cluster.topics
         self._batch_size = cfg.batch_size
