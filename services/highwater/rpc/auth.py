@@ -367,9 +367,11 @@ def may_speak_for_node(context: grpc.aio.ServicerContext | None, node_id: int) -
     if authorizer is None:
         return True
     call = principal_of(context)
-    if call.principal in _process.settings.super_users:
-        return True
+    # A super user's first word for a node records it too, so that no one else may
+    # speak for that node afterwards; a super user itself is never refused.
     if _process.nodes.claim(node_id, call.principal):
+        return True
+    if call.principal in _process.settings.super_users:
         return True
     _process.log_refusal(call, "CLUSTER_ACTION as a node", f"node {node_id}")
     return False

@@ -75,6 +75,7 @@ from highwater.client.producer.delivery import (
     DeliveryCallback,
     DeliveryTimeoutError,
     HeadersArg,
+    ProduceAuthorizationError,
     ProduceError,
     ProducerClosedError,
     ProducerError,
@@ -581,6 +582,18 @@ class AsyncProducer:
             if reply.error == ErrorCode.NONE:
                 self._producer_id = reply.producer_id
                 self._producer_epoch = reply.producer_epoch
+                return
+            if reply.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+                # Not retriable: this principal may not write idempotently (Kafka fails
+                # the queued batches with ClusterAuthorizationException the same way).
+                refused = ProduceAuthorizationError(
+                    ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                    "InitProducerId: CLUSTER_AUTHORIZATION_FAILED: this principal may not "
+                    "write idempotently (IDEMPOTENT_WRITE on the cluster, or WRITE on a topic)",
+                )
+                for queue in self._queues.values():
+                    while queue.batches:
+                        self._fail_batch(queue.batches.popleft(), refused)
                 return
             log.warning("InitProducerId answered %s", ErrorCode.Name(reply.error))
         await asyncio.sleep(self.config.retry_backoff_ms / 1000)
