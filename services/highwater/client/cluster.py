@@ -181,6 +181,8 @@ class ClusterMetadata:
         self.topics: Mapping[str, TopicInfo] = self._topics
         """The described topics by name, as :meth:`topic` gives them (a live view)."""
         self._unknown: set[str] = set()
+        self.unauthorized: set[str] = set()
+        """The topics the last Metadata answer said this client may not describe."""
         self._stale: set[str] = set()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, broker_pb2_grpc.BrokerStub] = {}
@@ -384,7 +386,12 @@ class ClusterMetadata:
                 self._topics.pop(topic.name, None)
                 self._unknown.add(topic.name)
                 continue
+            if topic.error == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                self._topics.pop(topic.name, None)
+                self.unauthorized.add(topic.name)
+                continue
             self._unknown.discard(topic.name)
+            self.unauthorized.discard(topic.name)
             partitions = sorted(topic.partitions, key=lambda p: p.partition)
             self._topics[topic.name] = TopicInfo(
                 topic.name,

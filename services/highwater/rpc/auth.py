@@ -17,7 +17,9 @@ anyone else (``PERMISSION_DENIED``).
 
 With the authorizer on (``--authorizer acl`` or ``--super-users``), the interceptor then
 applies the table of ``security/rpc_access.py``: the whole-call checks (``OnCluster``)
-there, ``PERMISSION_DENIED`` when refused; the per-item checks in the servicers, through
+there, refused with ``CLUSTER_AUTHORIZATION_FAILED`` in the answer's ``error`` where the
+answer has one (the Broker, Controller and GroupCoordinator calls), else with the status
+``PERMISSION_DENIED`` (the Raft service, streams); the per-item checks in the servicers, through
 :func:`authorize`, which answer a refused item with its typed error. Every refusal is
 logged, once per principal, operation and resource every :data:`REFUSAL_LOG_INTERVAL_S`.
 
@@ -40,6 +42,8 @@ from typing import Any, Final, Protocol
 import grpc
 import grpc.aio
 from cryptography import x509
+from google.protobuf import descriptor_pool, message_factory
+from google.protobuf.message import Message
 
 from highwater.errors import SaslAuthenticationError
 from highwater.security.acl import AclOperation, ResourceType
@@ -54,6 +58,7 @@ from highwater.security.node_identities import NodeIdentities
 from highwater.security.principal import SslPrincipalMapper
 from highwater.security.rpc_access import CLUSTER_NAME, OnCluster, access_of
 from highwater.security.scram import ScramCredential
+from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
     "FORWARDED_PRINCIPAL_KEY",
@@ -247,9 +252,46 @@ def peer_host(context: grpc.aio.ServicerContext) -> str:
 
 
 class _Refused(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    def __init__(self, code: grpc.StatusCode, message: str, *, kafka_error: int = 0) -> None:
         super().__init__(message)
         self.code = code
+        self.kafka_error = kafka_error
+        """The Kafka error code to answer with, where the answer has an ``error`` field."""
+
+
+_ANSWER_TYPES: dict[str, type[Message] | None] = {}
+
+
+def _error_answer(method: str, refusal: _Refused) -> Message | None:
+    """The answer of ``method`` that carries ``refusal``'s Kafka error, if the call is
+    unary and its answer has an ``error`` field (not the Raft service's: its nodes read
+    their error codes as protocol)."""
+    if not refusal.kafka_error:
+        return None
+    if method not in _ANSWER_TYPES:
+        service, _, name = method.lstrip("/").rpartition("/")
+        answer_type: type[Message] | None = None
+        try:
+            descriptor = descriptor_pool.Default().FindServiceByName(service)
+            rpc = descriptor.FindMethodByName(name)
+        except KeyError:
+            rpc = None
+        if (
+            rpc is not None
+            and service != "highwater.v1.Raft"
+            and not rpc.client_streaming
+            and not rpc.server_streaming
+            and "error" in rpc.output_type.fields_by_name
+        ):
+            answer_type = message_factory.GetMessageClass(rpc.output_type)
+        _ANSWER_TYPES[method] = answer_type
+    answer_type = _ANSWER_TYPES[method]
+    if answer_type is None:
+        return None
+    answer = answer_type(error=refusal.kafka_error)
+    if "error_message" in answer.DESCRIPTOR.fields_by_name:
+        answer.error_message = str(refusal)  # type: ignore[attr-defined]
+    return answer
 
 
 def _identify(context: grpc.aio.ServicerContext) -> CallPrincipal:
@@ -323,6 +365,7 @@ def _admit(context: grpc.aio.ServicerContext, method: str) -> None:
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"CLUSTER_AUTHORIZATION_FAILED: {call.principal} may not "
                 f"{access.operation.name} on the cluster ({method})",
+                kafka_error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
             )
 
 
@@ -427,6 +470,9 @@ def _unary(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
         try:
             _admit(context, method)
         except _Refused as e:
+            answer = _error_answer(method, e)
+            if answer is not None:
+                return answer
             await context.abort(e.code, str(e))
         return await behavior(request, context)
 

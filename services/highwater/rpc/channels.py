@@ -59,7 +59,7 @@ def open_channel(
         def plain() -> grpc.aio.Channel:
             return _channel(address, transport, options, None)
 
-        interceptors.insert(0, SaslSession(address, sasl, plain))
+        interceptors[:0] = SaslSession(address, sasl, plain).interceptors()
     return _channel(address, transport, options, interceptors or None)
 
 

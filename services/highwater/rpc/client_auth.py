@@ -103,13 +103,10 @@ def client_sasl() -> SaslCredentials | None:
     return _sasl
 
 
-class SaslSession(
-    grpc.aio.UnaryUnaryClientInterceptor,
-    grpc.aio.UnaryStreamClientInterceptor,
-    grpc.aio.StreamUnaryClientInterceptor,
-    grpc.aio.StreamStreamClientInterceptor,
-):
-    """The session of one channel with one process (see the module docstring)."""
+class SaslSession:
+    """The session of one channel with one process (see the module docstring); its
+    :meth:`interceptors` go on the channel (gRPC files an interceptor under one kind only,
+    so there is one per kind of call)."""
 
     def __init__(
         self,
@@ -193,36 +190,67 @@ class SaslSession(
         self.principal = answer.principal
         self.authentications += 1
 
-    def _details(self, details: grpc.aio.ClientCallDetails, token: str) -> Any:
+    def interceptors(self) -> list[Any]:
+        return [
+            _UnaryUnary(self),
+            _UnaryStream(self),
+            _StreamUnary(self),
+            _StreamStream(self),
+        ]
+
+    def details(self, details: grpc.aio.ClientCallDetails, token: str) -> Any:
         metadata = grpc.aio.Metadata(*(details.metadata or ()))
         metadata.add(SESSION_METADATA_KEY, token)
         return details._replace(metadata=metadata)
 
+
+class _UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):
+    def __init__(self, session: SaslSession) -> None:
+        self.session = session
+
     async def intercept_unary_unary(
         self, continuation: Any, client_call_details: Any, request: Any
     ) -> Any:
-        token = await self.token()
-        call = await continuation(self._details(client_call_details, token), request)
+        session = self.session
+        token = await session.token()
+        call = await continuation(session.details(client_call_details, token), request)
         if await call.code() != grpc.StatusCode.UNAUTHENTICATED:
             return call
-        self.forget(token)  # the process forgot the session (restarted): once more
-        token = await self.token()
-        return await continuation(self._details(client_call_details, token), request)
+        session.forget(token)  # the process forgot the session (restarted): once more
+        token = await session.token()
+        return await continuation(session.details(client_call_details, token), request)
+
+
+class _UnaryStream(grpc.aio.UnaryStreamClientInterceptor):
+    def __init__(self, session: SaslSession) -> None:
+        self.session = session
 
     async def intercept_unary_stream(
         self, continuation: Any, client_call_details: Any, request: Any
     ) -> Any:
-        token = await self.token()
-        return await continuation(self._details(client_call_details, token), request)
+        token = await self.session.token()
+        return await continuation(self.session.details(client_call_details, token), request)
+
+
+class _StreamUnary(grpc.aio.StreamUnaryClientInterceptor):
+    def __init__(self, session: SaslSession) -> None:
+        self.session = session
 
     async def intercept_stream_unary(
         self, continuation: Any, client_call_details: Any, request_iterator: Any
     ) -> Any:
-        token = await self.token()
-        return await continuation(self._details(client_call_details, token), request_iterator)
+        token = await self.session.token()
+        details = self.session.details(client_call_details, token)
+        return await continuation(details, request_iterator)
+
+
+class _StreamStream(grpc.aio.StreamStreamClientInterceptor):
+    def __init__(self, session: SaslSession) -> None:
+        self.session = session
 
     async def intercept_stream_stream(
         self, continuation: Any, client_call_details: Any, request_iterator: Any
     ) -> Any:
-        token = await self.token()
-        return await continuation(self._details(client_call_details, token), request_iterator)
+        token = await self.session.token()
+        details = self.session.details(client_call_details, token)
+        return await continuation(details, request_iterator)

@@ -91,7 +91,7 @@ from highwater.client.producer.sender import (
     is_retriable_answer,
     request_failure,
 )
-from highwater.errors import HighwaterError
+from highwater.errors import AuthenticationError, HighwaterError
 from highwater.records import RecordBatchBuilder
 from highwater.records.record import RecordFields
 from highwater.telemetry.configure import tracing_enabled
@@ -281,6 +281,8 @@ class AsyncProducer:
         for task in tasks:
             task.cancel()
         for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                continue  # the sender's failure was delivered to every record already
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._sender = None
@@ -308,10 +310,16 @@ class AsyncProducer:
             self._sender.add_done_callback(self._on_sender_done)
 
     def _on_sender_done(self, task: asyncio.Task[None]) -> None:
-        """If the sender died of a bug, fail every record instead of leaving them hanging."""
+        """If the sender died of a bug, fail every record instead of leaving them hanging.
+        A failed authentication is fatal too, as in Kafka: every record gets that error."""
         if task.cancelled() or task.exception() is None:
             return
         cause = task.exception()
+        if isinstance(cause, AuthenticationError):
+            log.error("the producer could not authenticate: %s", cause)
+            self._fatal = cause
+            self._fail_all(cause)
+            return
         log.error("the producer's sender failed", exc_info=cause)
         self._fatal = ProducerError(f"the producer's sender failed: {cause!r}")
         self._fail_all(self._fatal)
@@ -621,6 +629,16 @@ class AsyncProducer:
                     topic,
                     self._waiting.pop(topic),
                     UnknownTopicOrPartitionError(f"topic {topic!r} does not exist"),
+                )
+                continue
+            if topic in self.cluster.unauthorized:
+                self._fail_waiting(
+                    topic,
+                    self._waiting.pop(topic),
+                    ProduceAuthorizationError(
+                        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                        f"topic {topic!r}: TOPIC_AUTHORIZATION_FAILED: not authorized",
+                    ),
                 )
                 continue
             info = self.cluster.topic(topic)
