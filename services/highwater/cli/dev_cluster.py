@@ -37,7 +37,7 @@ import grpc
 
 from highwater.rpc.channels import open_blocking_channel
 from highwater.rpc.tls import ClientTls
-from highwater.security.certificate_authority import CertificateAuthority
+from highwater.security.certificate_authority import secure_server_args, write_cluster_pki
 from highwater.v1 import broker_pb2, broker_pb2_grpc
 
 FIRST_BROKER_ID = 100
@@ -254,28 +254,16 @@ def dev_cluster(
 def _secure(data_dir: Path, children: list[_Child]) -> tuple[ClientTls, Path]:
     """Give every child a certificate of a new CA and the security flags; the admin's
     client TLS and its properties file."""
-    pki = data_dir / "pki"
-    pki.mkdir(exist_ok=True)
-    authority = CertificateAuthority("Highwater dev-cluster CA")
-    ca_file = pki / "ca.crt"
-    ca_file.write_bytes(authority.certificate_pem)
     names = [child.name.replace(" ", "-") for child in children]
-    super_users = ";".join(["User:admin", *(f"User:{name}" for name in names)])
+    pki = write_cluster_pki(data_dir / "pki", dict.fromkeys(names, ()))
     for child, name in zip(children, names, strict=True):
-        cert, key = pki / f"{name}.crt", pki / f"{name}.key"
-        authority.issue(name, hosts=["127.0.0.1", "localhost"]).write(cert, key)
-        child.args += [
-            *("--tls-cert-file", str(cert), "--tls-key-file", str(key)),
-            *("--tls-ca-file", str(ca_file), "--super-users", super_users),
-            *("--sasl-enabled-mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512"),
-        ]
-    cert, key = pki / "admin.crt", pki / "admin.key"
-    authority.issue("admin", server=False).write(cert, key)
+        child.args += secure_server_args(pki, name, names)
+    cert, key = pki.files("admin")
     properties = data_dir / "admin.properties"
     properties.write_text(
         "security.protocol=SSL\n"
-        f"ssl.ca.location={ca_file}\n"
+        f"ssl.ca.location={pki.ca_file}\n"
         f"ssl.certificate.location={cert}\n"
         f"ssl.key.location={key}\n"
     )
-    return ClientTls(ca_file, cert, key), properties
+    return ClientTls(pki.ca_file, cert, key), properties
