@@ -59,6 +59,7 @@ from highwater.client.errors import (
     CoordinatorNotAvailableError,
     ElectionNotNeededError,
     EligibleLeadersNotAvailableError,
+    GroupAuthorizationFailedError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
     InvalidConfigurationError,
@@ -1295,6 +1296,10 @@ class AdminClient:
                     return Node(answer.node_id, answer.host, answer.port)
                 if answer.error == ErrorCode.INVALID_REQUEST:
                     raise InvalidGroupIdError(f"group '{group_id}': {answer.error_message}")
+                if answer.error == ErrorCode.GROUP_AUTHORIZATION_FAILED:  # not retriable
+                    raise GroupAuthorizationFailedError(
+                        f"group '{group_id}': GROUP_AUTHORIZATION_FAILED: {answer.error_message}"
+                    )
                 last_code = answer.error
                 problem = answer.error_message or str(answer.error)
                 message = f"FindCoordinator for group '{group_id}': {problem}"

@@ -39,6 +39,7 @@ from highwater.client.errors import (
     BrokerNotAvailableError,
     ClusterError,
     CoordinatorNotAvailableError,
+    GroupAuthorizationFailedError,
     LeaderNotAvailableError,
     UnknownTopicOrPartitionError,
 )
@@ -333,6 +334,10 @@ class ClusterMetadata:
         retriable condition), :class:`BrokerNotAvailableError` when no broker answers.
         """
         answer = await self.coordinator(group_id)
+        if answer.error == ErrorCode.GROUP_AUTHORIZATION_FAILED:  # not retriable
+            raise GroupAuthorizationFailedError(
+                f"group {group_id!r}: GROUP_AUTHORIZATION_FAILED {answer.error_message}"
+            )
         if answer.error != ErrorCode.NONE:
             raise CoordinatorNotAvailableError(
                 f"group {group_id!r}: {ErrorCode.Name(answer.error)} {answer.error_message}"
