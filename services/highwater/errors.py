@@ -140,14 +140,44 @@ class StrayFileError(KafkaStorageError):
 # --- Security ---------------------------------------------------------------------------
 
 
-class SaslAuthenticationError(HighwaterError):
+class AuthenticationError(HighwaterError):
+    """The family of failures to authenticate: the caller could not prove who it is."""
+
+    code = ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+class AuthorizationError(HighwaterError):
+    """The family of refusals by the ACLs: the caller may not do that."""
+
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+class TopicAuthorizationFailedError(AuthorizationError):
+    """TOPIC_AUTHORIZATION_FAILED: no ACL lets the caller act on the topic."""
+
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+class GroupAuthorizationFailedError(AuthorizationError):
+    """GROUP_AUTHORIZATION_FAILED: no ACL lets the caller use the group."""
+
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class ClusterAuthorizationFailedError(AuthorizationError):
+    """CLUSTER_AUTHORIZATION_FAILED: no ACL lets the caller do that on the cluster."""
+
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+class SaslAuthenticationError(AuthenticationError):
     """Credentials that do not prove the principal: a wrong SCRAM password, an unknown
     user, a token that is expired, forged, or for another issuer or audience."""
 
     code = ErrorCode.SASL_AUTHENTICATION_FAILED
 
 
-class UnsupportedSaslMechanismError(HighwaterError):
+class UnsupportedSaslMechanismError(AuthenticationError):
     """A SASL mechanism the server does not offer."""
 
     code = ErrorCode.UNSUPPORTED_SASL_MECHANISM

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grpc
 import pytest
 from highwater.client.admin import (
     AdminClient,
@@ -18,6 +19,9 @@ from highwater.client.admin import (
     OffsetAndMetadata,
     UnknownTopicOrPartitionError,
 )
+from highwater.client.errors import TopicAuthorizationFailedError
+from highwater.config.server import read_properties
+from highwater.v1 import broker_pb2, broker_pb2_grpc
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -91,6 +95,86 @@ def test_a_dev_cluster_serves_and_stops_every_process_it_started(tmp_path: Path)
 
         # The coordinators serve groups, their state on __consumer_offsets (2 replicas).
         assert asyncio.run(commit_and_read_group_offsets()) == {("dev", 0): 7, ("dev", 1): 9}
+        process.send_signal(signal.SIGINT)
+        assert process.wait(60) == 0
+        assert not [pid for pid in children if pid_alive(pid)], "a process was left running"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+        for pid in children:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_secure_dev_cluster_needs_its_certificates_and_acls(tmp_path: Path) -> None:
+    """--secure: mutual TLS between every process, the ACLs on, and the admin's client
+    properties printed; the admin creates a topic and uses a group, a client without a
+    certificate gets nothing, and a SCRAM user without ACLs is refused."""
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "highwater", "dev-cluster", "--secure"),
+            *("--data-dir", str(tmp_path), "--controllers", "1", "--brokers", "1"),
+            *("--coordinators", "1"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    children: list[int] = []
+    try:
+        assert process.stdout is not None
+        bootstrap = properties = ""
+        for line in process.stdout:
+            if match := re.search(r"\(pid (\d+)\)", line):
+                children.append(int(match[1]))
+            if line.startswith("bootstrap: "):
+                bootstrap = line.removeprefix("bootstrap: ").strip()
+            if line.startswith("client properties: "):
+                properties = line.removeprefix("client properties: ").split(" ")[0]
+                break
+        assert bootstrap and properties, "the secure cluster did not come up"
+        admin_config = {"bootstrap.servers": bootstrap, **read_properties(Path(properties))}
+
+        async def as_admin() -> dict[tuple[str, int], int]:
+            async with AdminClient(admin_config) as admin:
+                results = await admin.create_topics([NewTopic("dev", 1, 1)])
+                assert results["dev"].error is None
+                assert await admin.alter_user_scram_credentials(
+                    [("mallory", "SCRAM-SHA-256", "mallory-pw")]
+                ) == {"mallory": None}
+                await admin.alter_consumer_group_offsets(
+                    "dev-group", {("dev", 0): OffsetAndMetadata(0)}
+                )
+                offsets = await admin.list_consumer_group_offsets("dev-group")
+            return {tp: o.offset for tp, o in offsets.items()}
+
+        assert asyncio.run(as_admin()) == {("dev", 0): 0}
+
+        # A client without the CA's certificate: refused in the handshake.
+        with (
+            grpc.insecure_channel(bootstrap.split(",")[0]) as channel,
+            pytest.raises(grpc.RpcError) as refused,
+        ):
+            broker_pb2_grpc.BrokerStub(channel).Metadata(broker_pb2.MetadataRequest(), timeout=2)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+
+        async def without_acls() -> list[str]:
+            config = {
+                **admin_config,
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": "mallory",
+                "sasl.password": "mallory-pw",
+            }
+            async with AdminClient(config) as mallory:
+                created = await mallory.create_topics([NewTopic("mallory", 1, 1)])
+                assert isinstance(created["mallory"].error, TopicAuthorizationFailedError)
+                return [t.name for t in await mallory.list_topics()]
+
+        assert asyncio.run(without_acls()) == []  # nothing it may describe
         process.send_signal(signal.SIGINT)
         assert process.wait(60) == 0
         assert not [pid for pid in children if pid_alive(pid)], "a process was left running"

@@ -90,9 +90,12 @@ def test_client_settings_with_kafkas_names(files: dict[str, Path]) -> None:
     refused = {
         "unknown client security setting 'ssl.keystore'": {"ssl.keystore": "x"},
         "not one of": {"security.protocol": "TLS"},
-        "not supported yet": {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"},
         "needs security.protocol=SSL": {"ssl.ca.location": "/ca.crt"},
     }
     for message, props in refused.items():
         with pytest.raises(tls.TlsConfigError, match=message):
             tls.client_tls_from_properties(props)
+    # SASL_SSL is TLS too; the sasl.* keys are client_auth's (tests/rpc/test_rpc_auth.py).
+    assert tls.client_tls_from_properties(
+        {"security.protocol": "SASL_SSL", "ssl.ca.location": str(files["ca.crt"])}
+    ) == tls.ClientTls(files["ca.crt"])

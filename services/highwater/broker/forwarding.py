@@ -27,12 +27,18 @@ import grpc.aio
 from google.protobuf.message import Message
 
 from highwater.controller_api import codec
+from highwater.controller_api.authorization import (
+    TopicNameOf,
+    merge_refusals,
+    split_admin_request,
+)
 from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
 from highwater.controller_api.codec import (
     CONTROLLER_SERVICE_NAME,
     ControllerRpc,
     InvalidRequestError,
 )
+from highwater.rpc.auth import forwarded_principal_metadata
 from highwater.v1 import admin_pb2
 
 __all__ = ["FORWARDED_RPCS", "ForwardedAdminCalls", "add_forwarding_servicer", "forward"]
@@ -78,72 +84,110 @@ class ForwardedAdminCalls:
 
     controller: ControllerClient
     """Set by the servicer that mixes this in: the broker's client of the controllers."""
+    topic_name_of: TopicNameOf = staticmethod(lambda _topic_id: None)
+    """A topic's name from its id, for the ACL check of DeleteTopics by id."""
 
     async def CreateTopics(
         self, request: admin_pb2.CreateTopicsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.CreateTopicsResponse:
-        return await forward(codec.CREATE_TOPICS, self.controller, request, context)
+        return await forward(
+            codec.CREATE_TOPICS, self.controller, request, context, self.topic_name_of
+        )
 
     async def DeleteTopics(
         self, request: admin_pb2.DeleteTopicsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.DeleteTopicsResponse:
-        return await forward(codec.DELETE_TOPICS, self.controller, request, context)
+        return await forward(
+            codec.DELETE_TOPICS, self.controller, request, context, self.topic_name_of
+        )
 
     async def CreatePartitions(
         self, request: admin_pb2.CreatePartitionsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.CreatePartitionsResponse:
-        return await forward(codec.CREATE_PARTITIONS, self.controller, request, context)
+        return await forward(
+            codec.CREATE_PARTITIONS, self.controller, request, context, self.topic_name_of
+        )
 
     async def AlterConfigs(
         self, request: admin_pb2.AlterConfigsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.AlterConfigsResponse:
-        return await forward(codec.ALTER_CONFIGS, self.controller, request, context)
+        return await forward(
+            codec.ALTER_CONFIGS, self.controller, request, context, self.topic_name_of
+        )
 
     async def DescribeConfigs(
         self, request: admin_pb2.DescribeConfigsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.DescribeConfigsResponse:
-        return await forward(codec.DESCRIBE_CONFIGS, self.controller, request, context)
+        return await forward(
+            codec.DESCRIBE_CONFIGS, self.controller, request, context, self.topic_name_of
+        )
 
     async def ElectLeaders(
         self, request: admin_pb2.ElectLeadersRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ElectLeadersResponse:
-        return await forward(codec.ELECT_LEADERS, self.controller, request, context)
+        return await forward(
+            codec.ELECT_LEADERS, self.controller, request, context, self.topic_name_of
+        )
 
     async def AlterPartitionReassignments(
         self,
         request: admin_pb2.AlterPartitionReassignmentsRequest,
         context: grpc.aio.ServicerContext,
     ) -> admin_pb2.AlterPartitionReassignmentsResponse:
-        return await forward(codec.ALTER_PARTITION_REASSIGNMENTS, self.controller, request, context)
+        return await forward(
+            codec.ALTER_PARTITION_REASSIGNMENTS,
+            self.controller,
+            request,
+            context,
+            self.topic_name_of,
+        )
 
     async def ListPartitionReassignments(
         self,
         request: admin_pb2.ListPartitionReassignmentsRequest,
         context: grpc.aio.ServicerContext,
     ) -> admin_pb2.ListPartitionReassignmentsResponse:
-        return await forward(codec.LIST_PARTITION_REASSIGNMENTS, self.controller, request, context)
+        return await forward(
+            codec.LIST_PARTITION_REASSIGNMENTS,
+            self.controller,
+            request,
+            context,
+            self.topic_name_of,
+        )
 
     async def CreateAcls(
         self, request: admin_pb2.CreateAclsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.CreateAclsResponse:
-        return await forward(codec.CREATE_ACLS, self.controller, request, context)
+        return await forward(
+            codec.CREATE_ACLS, self.controller, request, context, self.topic_name_of
+        )
 
     async def DescribeAcls(
         self, request: admin_pb2.DescribeAclsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.DescribeAclsResponse:
-        return await forward(codec.DESCRIBE_ACLS, self.controller, request, context)
+        return await forward(
+            codec.DESCRIBE_ACLS, self.controller, request, context, self.topic_name_of
+        )
 
     async def DeleteAcls(
         self, request: admin_pb2.DeleteAclsRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.DeleteAclsResponse:
-        return await forward(codec.DELETE_ACLS, self.controller, request, context)
+        return await forward(
+            codec.DELETE_ACLS, self.controller, request, context, self.topic_name_of
+        )
 
     async def AlterUserScramCredentials(
         self,
         request: admin_pb2.AlterUserScramCredentialsRequest,
         context: grpc.aio.ServicerContext,
     ) -> admin_pb2.AlterUserScramCredentialsResponse:
-        return await forward(codec.ALTER_USER_SCRAM_CREDENTIALS, self.controller, request, context)
+        return await forward(
+            codec.ALTER_USER_SCRAM_CREDENTIALS,
+            self.controller,
+            request,
+            context,
+            self.topic_name_of,
+        )
 
     async def DescribeUserScramCredentials(
         self,
@@ -151,7 +195,11 @@ class ForwardedAdminCalls:
         context: grpc.aio.ServicerContext,
     ) -> admin_pb2.DescribeUserScramCredentialsResponse:
         return await forward(
-            codec.DESCRIBE_USER_SCRAM_CREDENTIALS, self.controller, request, context
+            codec.DESCRIBE_USER_SCRAM_CREDENTIALS,
+            self.controller,
+            request,
+            context,
+            self.topic_name_of,
         )
 
     async def AlterClientQuotas(
@@ -167,7 +215,9 @@ class ForwardedAdminCalls:
     async def UnregisterBroker(
         self, request: admin_pb2.UnregisterBrokerRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.UnregisterBrokerResponse:
-        return await forward(codec.UNREGISTER_BROKER, self.controller, request, context)
+        return await forward(
+            codec.UNREGISTER_BROKER, self.controller, request, context, self.topic_name_of
+        )
 
 
 async def forward(
@@ -175,20 +225,31 @@ async def forward(
     controller: ControllerClient,
     message: Message,
     context: grpc.aio.ServicerContext,
+    topic_name_of: TopicNameOf = lambda _topic_id: None,
 ) -> Any:
     """``message`` sent to the active controller as ``rpc``; its answer. A request the
-    controller's codec cannot hold is INVALID_ARGUMENT, no reachable controller UNAVAILABLE."""
+    controller's codec cannot hold is INVALID_ARGUMENT, no reachable controller UNAVAILABLE.
+
+    With the authorizer on, the items the caller may not act on are refused here
+    (``controller_api/authorization.py``; the whole-call checks ran in the interceptor),
+    and the rest goes on with the caller's principal in its metadata, which the
+    controller takes from this broker because it may CLUSTER_ACTION."""
+    to_run, refused = split_admin_request(rpc.name, message, context, topic_name_of)
+    if to_run is None:
+        return merge_refusals(rpc.name, rpc.proto_response(), refused)
     try:
-        request = rpc.request_from_proto(message)
+        request = rpc.request_from_proto(to_run)
     except InvalidRequestError as e:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         raise AssertionError("unreachable: abort raises") from e
     try:
-        response = await controller.call(rpc, request)
+        response = await controller.call(
+            rpc, request, metadata=forwarded_principal_metadata(context)
+        )
     except ControllerUnavailableError as e:
         await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
         raise AssertionError("unreachable: abort raises") from e
-    return rpc.response_to_proto(response)
+    return merge_refusals(rpc.name, rpc.response_to_proto(response), refused)
 
 
 def _forwarder(rpc: ControllerRpc[Any, Any], controller: ControllerClient) -> Any:

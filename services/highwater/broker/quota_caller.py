@@ -1,12 +1,11 @@
 """Who a call comes from, for quotas: its user (from the principal) and its client id.
 
-:func:`quota_principal` is the one place where the quota code learns a call's principal.
-Today it reads the verified client certificate of a mutual-TLS call (``User:<CN>`` by the
-default ``ssl.principal.mapping.rules``, :mod:`highwater.security.principal`) and is
-``User:ANONYMOUS`` otherwise, as Kafka's principal of a PLAINTEXT connection is. It is the
-seam where the per-call principal of the authentication layer (SASL sessions, the mapping
-rules the broker is configured with) plugs in: when that exists, this function returns the
-principal it attached to the call, and nothing else here changes.
+:func:`quota_principal` is the one place where the quota code learns a call's principal:
+the principal the authentication layer gave the call (:func:`highwater.rpc.auth.
+principal_of`: ``User:<CN>`` of a verified client certificate by the broker's
+``ssl.principal.mapping.rules``, the user of a SASL session, else ``User:ANONYMOUS`` as
+Kafka's principal of a PLAINTEXT connection is). For a forwarded admin call it is the
+original caller, not the forwarding broker.
 
 The client id is the ``client-id`` call metadata, which the client library sets from
 ``client.id`` on every call it makes to a broker (:class:`~highwater.client.cluster.
@@ -19,15 +18,11 @@ Kafka's user quotas are.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any, Final
 
-from cryptography import x509
-
-from highwater.errors import HighwaterError
+from highwater.rpc.auth import principal_of
 from highwater.rpc.broker_streams import CLIENT_ID_METADATA_KEY
-from highwater.security.principal import SslPrincipalMapper
 
 __all__ = [
     "ANONYMOUS",
@@ -40,7 +35,6 @@ __all__ = [
 ]
 
 ANONYMOUS: Final = "User:ANONYMOUS"
-_MAPPER: Final = SslPrincipalMapper()
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,23 +49,8 @@ UNKNOWN_CALLER: Final = QuotaCaller()
 
 
 def quota_principal(context: Any) -> str:
-    """The principal of the call behind ``context`` (a ``grpc.aio.ServicerContext``):
-    ``User:<CN>`` of its verified client certificate, else ``User:ANONYMOUS``."""
-    try:
-        certificates = context.auth_context().get("x509_pem_cert")
-    except (AttributeError, RuntimeError):  # a context without a transport (tests' fakes)
-        return ANONYMOUS
-    if not certificates:
-        return ANONYMOUS
-    return _certificate_principal(bytes(certificates[0]))
-
-
-@functools.lru_cache(maxsize=256)
-def _certificate_principal(pem: bytes) -> str:
-    try:
-        return _MAPPER.principal(x509.load_pem_x509_certificate(pem))
-    except (ValueError, HighwaterError):  # not a certificate, or no rule applies
-        return ANONYMOUS
+    """The principal of the call behind ``context`` (a ``grpc.aio.ServicerContext``)."""
+    return principal_of(context).principal
 
 
 def client_id_of(context: Any) -> str:

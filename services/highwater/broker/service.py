@@ -39,6 +39,15 @@ import grpc
 import grpc.aio
 
 from highwater.broker.alter_partition import AlterPartitionManager
+from highwater.broker.authorization import (
+    add_refused_topics,
+    authorize_coordinators,
+    authorize_fetch,
+    authorize_init_producer_id,
+    filter_metadata,
+    produce_extra_check,
+    split_topics,
+)
 from highwater.broker.forwarding import ForwardedAdminCalls
 from highwater.broker.isr_expiration import expire_isr_forever
 from highwater.broker.lifecycle import BROKER_SERVICE_NAME, BrokerLifecycle, ServingReport
@@ -54,9 +63,12 @@ from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.errors import InvalidRequestError, KafkaStorageError
 from highwater.metadata.image import MetadataImage
+from highwater.rpc.auth import authorizer_enabled, follow_image
+from highwater.security.acl import AclOperation
 from highwater.storage.log_manager import LogDirectory, LogManager
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
+from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
     "BROKER_SERVICE_NAME",
@@ -109,6 +121,7 @@ class BrokerServer:
         self.telemetry = BrokerTelemetry(self.partitions)
         self.controller = ControllerClient(list(controllers), timeout_s=30)
         self._metadata = metadata
+        follow_image(lambda: metadata.image)
         self.lifecycle = BrokerLifecycle(
             node_id=node_id,
             advertised=advertised,
@@ -254,6 +267,13 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
     def __init__(self, broker: BrokerServer) -> None:
         self._broker = broker.requests
         self.controller = broker.controller
+        image = broker.partitions
+
+        def topic_name_of(topic_id: str) -> str | None:
+            topic = image.image.topics.by_id.get(topic_id)
+            return topic.name if topic is not None else None
+
+        self.topic_name_of = topic_name_of
 
     def _caller(self, context: grpc.aio.ServicerContext) -> QuotaCaller:
         """Who the call is from, for quotas (read only while quotas are set)."""
@@ -262,9 +282,19 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
     ) -> pb.ProduceResponse:
-        answer = await self._broker.produce(request, self._caller(context))
+        answer = await self._produce(request, context, self._caller(context))
         await _hold(answer.throttle_time_ms)
         return answer
+
+    async def _produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext, caller: QuotaCaller
+    ) -> pb.ProduceResponse:
+        allowed, refused = split_topics(
+            request, context, AclOperation.WRITE, extra=produce_extra_check(context)
+        )
+        if refused and not allowed.topics:
+            return add_refused_topics(pb.ProduceResponse(), refused)
+        return add_refused_topics(await self._broker.produce(allowed, caller), refused)
 
     async def ProduceStream(
         self,
@@ -285,7 +315,7 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
 
         async def produce(request: pb.ProduceRequest) -> pb.ProduceResponse:
             nonlocal muted_until
-            answer = await self._broker.produce(request, caller)
+            answer = await self._produce(request, context, caller)
             if answer.throttle_time_ms:
                 muted_until = max(muted_until, loop.time() + answer.throttle_time_ms / 1000)
                 await _hold(answer.throttle_time_ms)
@@ -310,14 +340,23 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
                 if (task := answers.get_nowait()) is not None:
                     task.cancel()
 
-    async def Fetch(
-        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
+    async def _fetch(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext, caller: QuotaCaller
     ) -> pb.FetchResponse:
+        allowed, refused = authorize_fetch(request, context)
+        if refused and not allowed.topics:
+            return add_refused_topics(pb.FetchResponse(), refused)
         try:
-            answer = await self._broker.fetch(request, self._caller(context))
+            answer = await self._broker.fetch(allowed, caller)
         except InvalidRequestError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             raise AssertionError("unreachable: abort raises") from e
+        return add_refused_topics(answer, refused)
+
+    async def Fetch(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FetchResponse:
+        answer = await self._fetch(request, context, self._caller(context))
         await _hold(answer.throttle_time_ms)
         return answer
 
@@ -328,37 +367,40 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
         ``throttle_time_ms`` (the stream's next fetch comes after it)."""
         caller = quota_caller(context)
         async for request in request_iterator:
-            try:
-                answer = await self._broker.fetch(request, caller)
-            except InvalidRequestError as e:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-                raise AssertionError("unreachable: abort raises") from e
+            answer = await self._fetch(request, context, caller)
             await _hold(answer.throttle_time_ms)
             yield answer
 
     async def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListOffsetsResponse:
-        return self._broker.list_offsets(request)
+        allowed, refused = split_topics(request, context, AclOperation.DESCRIBE)
+        return add_refused_topics(self._broker.list_offsets(allowed), refused)
 
     async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.MetadataResponse:
-        return self._broker.metadata(request)
+        return filter_metadata(request, self._broker.metadata(request), context)
 
     async def OffsetsForLeaderEpoch(
         self, request: pb.OffsetsForLeaderEpochRequest, context: grpc.aio.ServicerContext
     ) -> pb.OffsetsForLeaderEpochResponse:
-        return self._broker.offsets_for_leader_epoch(request)
+        allowed, refused = split_topics(request, context, AclOperation.DESCRIBE)
+        return add_refused_topics(self._broker.offsets_for_leader_epoch(allowed), refused)
 
     async def DeleteRecords(
         self, request: pb.DeleteRecordsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteRecordsResponse:
-        return self._broker.delete_records(request)
+        allowed, refused = split_topics(request, context, AclOperation.DELETE)
+        return add_refused_topics(self._broker.delete_records(allowed), refused)
 
     async def InitProducerId(
         self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext
     ) -> pb.InitProducerIdResponse:
+        if authorizer_enabled() and not authorize_init_producer_id(context):
+            return pb.InitProducerIdResponse(
+                error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1
+            )
         return await self._broker.init_producer_id(request)
 
     async def DescribeLogDirs(
@@ -369,7 +411,10 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
     async def FindCoordinator(
         self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindCoordinatorResponse:
-        return self._broker.find_coordinator(request)
+        allowed, refused = authorize_coordinators(request, context)
+        answer = self._broker.find_coordinator(allowed)
+        answer.coordinators.extend(refused)
+        return answer
 
 
 async def _hold(throttle_time_ms: int) -> None:

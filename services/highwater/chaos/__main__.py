@@ -64,6 +64,12 @@ def entry() -> None:
     help="Fuzzed requests per second to every gRPC endpoint during the run (0: none).",
 )
 @click.option(
+    "--secure",
+    is_flag=True,
+    help="Run the cluster secured: mutual TLS from a throwaway CA, ACLs on, SASL offered "
+    "(the harness, its workload and its fuzzer speak as the super user User:admin).",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
@@ -77,12 +83,23 @@ def run_command(
     brokers: int,
     coordinators: int,
     fuzz_rate: float,
+    secure: bool,
     out: Path | None,
 ) -> None:
     """One seeded run; the last line printed is its JSON summary."""
     out_dir = out or Path(tempfile.mkdtemp(prefix=f"highwater-chaos-{seed}-"))
     summary = run(
-        RunOptions(seed, duration, faults, out_dir, controllers, brokers, coordinators, fuzz_rate),
+        RunOptions(
+            seed,
+            duration,
+            faults,
+            out_dir,
+            controllers,
+            brokers,
+            coordinators,
+            fuzz_rate,
+            secure=secure,
+        ),
         echo=_echo,
     )
     _echo(f"history: {out_dir / 'history.jsonl'}")

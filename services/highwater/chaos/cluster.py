@@ -24,7 +24,10 @@ import grpc
 
 from highwater.chaos.network import Network
 from highwater.records import iter_batches
+from highwater.rpc import tls
 from highwater.rpc.channels import open_blocking_channel
+from highwater.rpc.tls import ClientTls
+from highwater.security.certificate_authority import secure_server_args, write_cluster_pki
 from highwater.v1 import broker_pb2, broker_pb2_grpc
 
 FIRST_BROKER_ID = 100
@@ -132,7 +135,11 @@ class Cluster:
         controllers: int = 1,
         brokers: int = 3,
         coordinators: int = 1,
+        secure: bool = False,
     ) -> None:
+        """``secure``: mutual TLS between every process and with the harness, the ACL checks
+        on (the services and the harness's ``User:admin`` are super users), SCRAM logins;
+        the certificates of a throwaway CA under ``<base_dir>/pki``."""
         self.base_dir = base_dir
         self.network = network
         base_dir.mkdir(parents=True, exist_ok=True)
@@ -145,6 +152,14 @@ class Cluster:
         voters = ",".join(f"{i + 1}@{addresses[f'controller-{i + 1}']}" for i in range(controllers))
         quorum = ",".join(addresses[f"controller-{i + 1}"] for i in range(controllers))
         self.processes: dict[str, ChaosProcess] = {}
+        self.admin_tls: ClientTls | None = None
+        pki = None
+        if secure:
+            pki = write_cluster_pki(
+                base_dir / "pki",
+                {name: [addresses[name].rpartition(":")[0]] for name in names},
+            )
+            self.admin_tls = ClientTls(pki.ca_file, *pki.files("admin"))
         for name in names:
             role, _, number = name.partition("-")
             node_id = int(number)
@@ -191,6 +206,8 @@ class Cluster:
                     "--group-initial-rebalance-delay-ms",
                     "0",
                 ]
+            if pki is not None:
+                args += secure_server_args(pki, name, names)
             self.processes[name] = ChaosProcess(
                 name,
                 role,
@@ -214,7 +231,11 @@ class Cluster:
         return ",".join(b.address for b in self.brokers)
 
     def start(self, timeout_s: float = 90) -> None:
-        """Start every process and wait until every broker and coordinator is registered."""
+        """Start every process and wait until every broker and coordinator is registered.
+        A secured cluster's admin certificate becomes the harness's (its workload, checks
+        and fuzzer all speak mutual TLS as ``User:admin``)."""
+        if self.admin_tls is not None:
+            tls.configure(server=None, client=self.admin_tls)
         for process in self.processes.values():
             process.start()
         want = (len(self.brokers), len(self.by_role("coordinator")))
@@ -248,6 +269,8 @@ class Cluster:
             process.resume()
         for process in order:
             process.stop()
+        if self.admin_tls is not None:
+            tls.configure(server=None, client=None)
 
     def replica_digests(
         self, topic: str, high_watermarks: dict[int, int]

@@ -33,7 +33,7 @@ from google.protobuf.message_factory import GetMessageClass
 
 from highwater.chaos.history import HistoryWriter
 from highwater.rpc.channels import open_channel
-from highwater.v1 import broker_pb2, controller_pb2, coordinator_pb2, raft_pb2
+from highwater.v1 import broker_pb2, controller_pb2, coordinator_pb2, raft_pb2, security_pb2
 
 MODES = ("garbage", "truncated", "random", "empty")
 #: Which role serves each service: most calls go to a process that implements the method.
@@ -42,6 +42,7 @@ SERVED_BY = {
     "Controller": "controller",
     "Raft": "controller",
     "GroupCoordinator": "coordinator",
+    "Authentication": "broker",
 }
 INTS_32 = (0, 1, -1, 2, 3, 100, 2**31 - 1, -(2**31), 2**15, 65535)
 INTS_64 = (*INTS_32, 2**63 - 1, -(2**63), 2**40)
@@ -58,10 +59,11 @@ class Endpoint:
     streaming: bool
 
 
-def endpoints() -> list[Endpoint]:
-    """Every method of the cluster's gRPC services."""
+def endpoints(*, secure: bool = False) -> list[Endpoint]:
+    """Every method of the cluster's gRPC services (a secured cluster's ``Authenticate`` too)."""
     found = []
-    for module in (broker_pb2, controller_pb2, coordinator_pb2, raft_pb2):
+    modules = (broker_pb2, controller_pb2, coordinator_pb2, raft_pb2)
+    for module in (*modules, security_pb2) if secure else modules:
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
                 found.append(
@@ -175,12 +177,13 @@ class Fuzzer:
         *,
         rate: float = 10.0,
         avoid: Sequence[str] = (),
+        secure: bool = False,
     ) -> None:
         self.targets = targets
         self.history = history
         self.rng = random.Random(seed ^ 0x5EED)
         self.rate = rate
-        self.endpoints = endpoints()
+        self.endpoints = endpoints(secure=secure)
         self.avoid = tuple(avoid)
         self.calls = 0
 

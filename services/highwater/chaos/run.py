@@ -41,6 +41,8 @@ class RunOptions:
     coordinators: int = 1
     fuzz_rate: float = 0.0
     """Fuzzed requests per second to the cluster's endpoints during the run (0: none)."""
+    secure: bool = False
+    """Mutual TLS, ACLs and SASL on (the harness is the super user ``User:admin``)."""
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
 
 
@@ -121,6 +123,7 @@ def run(options: RunOptions, echo: Any = print) -> dict[str, Any]:
             controllers=options.controllers,
             brokers=options.brokers,
             coordinators=options.coordinators,
+            secure=options.secure,
         )
         disk_brokers: list[str] = []
         if "disk" in kinds:
@@ -216,6 +219,7 @@ async def _drive(
             options.seed,
             rate=options.fuzz_rate,
             avoid=(options.workload.topic, options.workload.group),
+            secure=options.secure,
         )
         fuzzing = asyncio.create_task(fuzzer.run(stop))
     try:

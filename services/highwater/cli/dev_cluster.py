@@ -9,6 +9,15 @@ every process it started — coordinators first, then brokers (controlled shutdo
 the controllers — and kills any that do not stop in time. The coordinators start a
 group's first rebalance at once (``group.initial.rebalance.delay.ms`` 0, as Kafka's
 development configuration does).
+
+With ``--secure`` the cluster is secured as production would be: a throwaway CA
+(``highwater.security.certificate_authority``, under ``<data dir>/pki``) gives every
+process its own certificate (``CN=controller-1``, ``CN=broker-100``, ...), every port and
+every call between services uses mutual TLS, the ACL checks are on with the services and
+``User:admin`` as super users (deny by default), and SCRAM-SHA-256/512 logins are offered.
+The command writes ``<data dir>/admin.properties``, the client settings of the admin (a
+certificate ``CN=admin``) for ``--command-config`` and the client library, and prints its
+path.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ import click
 import grpc
 
 from highwater.rpc.channels import open_blocking_channel
+from highwater.rpc.tls import ClientTls
+from highwater.security.certificate_authority import secure_server_args, write_cluster_pki
 from highwater.v1 import broker_pb2, broker_pb2_grpc
 
 FIRST_BROKER_ID = 100
@@ -82,10 +93,10 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def _registered(address: str) -> tuple[int, int]:
+def _registered(address: str, tls: ClientTls | None = None) -> tuple[int, int]:
     """How many brokers and coordinators the broker at ``address`` knows are registered."""
     try:
-        with open_blocking_channel(address) as channel:
+        with open_blocking_channel(address, tls=tls) as channel:
             reply = broker_pb2_grpc.BrokerStub(channel).Metadata(
                 broker_pb2.MetadataRequest(topics=["__no_such_topic__"]), timeout=2
             )
@@ -115,8 +126,19 @@ def _raise_stop(_signum: int, _frame: FrameType | None) -> None:
 @click.option(
     "--start-timeout", type=click.FloatRange(min=1), default=60, show_default=True, help="s"
 )
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="Mutual TLS everywhere from a throwaway CA, ACLs on (deny by default), SCRAM "
+    "logins; writes the admin's client properties file.",
+)
 def dev_cluster(
-    data_dir: Path, controllers: int, brokers: int, coordinators: int, start_timeout: float
+    data_dir: Path,
+    controllers: int,
+    brokers: int,
+    coordinators: int,
+    start_timeout: float,
+    secure: bool,
 ) -> None:
     """Run a cluster of controller, broker and coordinator processes on loopback until Ctrl-C."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -187,6 +209,10 @@ def dev_cluster(
         ]
     )
     bootstrap = ",".join(f"127.0.0.1:{port}" for port in broker_ports)
+    admin_tls: ClientTls | None = None
+    properties: Path | None = None
+    if secure:
+        admin_tls, properties = _secure(data_dir, children)
     previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         for child in children:
@@ -194,7 +220,7 @@ def dev_cluster(
             assert child.process is not None
             click.echo(f"started {child.name} (pid {child.process.pid}), log {child.log_path}")
         deadline = time.monotonic() + start_timeout
-        while _registered(f"127.0.0.1:{broker_ports[0]}") < (brokers, coordinators):
+        while _registered(f"127.0.0.1:{broker_ports[0]}", admin_tls) < (brokers, coordinators):
             dead = [child.name for child in children if not child.alive()]
             if dead:
                 raise click.ClickException(f"{', '.join(dead)} exited; see its log")
@@ -205,6 +231,12 @@ def dev_cluster(
             time.sleep(0.2)
         click.echo(f"controllers: {controller_addresses}")
         click.echo(f"bootstrap: {bootstrap}")
+        if properties is not None:
+            click.echo(f"client properties: {properties} (User:admin, a super user)")
+            click.echo(
+                f"  e.g. highwater users create --bootstrap-server {bootstrap.split(',')[0]} "
+                f"--command-config {properties} --user alice"
+            )
         click.echo("running; Ctrl-C stops every process")
         while all(child.alive() for child in children):
             time.sleep(0.5)
@@ -217,3 +249,21 @@ def dev_cluster(
             signal.signal(s, handler)
         for child in reversed(children):  # coordinators, brokers, then the controllers
             child.stop()
+
+
+def _secure(data_dir: Path, children: list[_Child]) -> tuple[ClientTls, Path]:
+    """Give every child a certificate of a new CA and the security flags; the admin's
+    client TLS and its properties file."""
+    names = [child.name.replace(" ", "-") for child in children]
+    pki = write_cluster_pki(data_dir / "pki", dict.fromkeys(names, ()))
+    for child, name in zip(children, names, strict=True):
+        child.args += secure_server_args(pki, name, names)
+    cert, key = pki.files("admin")
+    properties = data_dir / "admin.properties"
+    properties.write_text(
+        "security.protocol=SSL\n"
+        f"ssl.ca.location={pki.ca_file}\n"
+        f"ssl.certificate.location={cert}\n"
+        f"ssl.key.location={key}\n"
+    )
+    return ClientTls(pki.ca_file, cert, key), properties

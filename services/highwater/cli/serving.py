@@ -13,6 +13,7 @@ import contextlib
 import functools
 import logging
 import signal
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -21,17 +22,21 @@ import click
 import uvloop
 
 from highwater.cli.addresses import parse_addresses
-from highwater.config.server import read_properties
+from highwater.config.server import ServerConfig, load_server_config, read_properties
 from highwater.errors import HighwaterError, InvalidConfigError
+from highwater.rpc.auth import ServerSecurity
+from highwater.rpc.auth import configure as configure_auth
+from highwater.rpc.client_auth import client_security_from_properties, configure_client_sasl
 from highwater.rpc.endpoints import parse_endpoint, parse_quorum_voters
 from highwater.rpc.tls import (
     ClientAuth,
     ClientTls,
     ServerTls,
     TlsConfigError,
-    client_tls_from_properties,
     configure,
 )
+from highwater.security.authentication import AuthenticationSettings
+from highwater.security.oauthbearer import JwtValidator
 from highwater.telemetry.configure import (
     MetricsTls,
     TelemetryConfigError,
@@ -220,10 +225,20 @@ def telemetry_option(function: F) -> F:
 
 
 def tls_options(function: F) -> F:
-    """``--tls-cert-file``, ``--tls-key-file``, ``--tls-ca-file`` and ``--tls-client-auth``
-    for a server command: TLS on its port and on its channels to the other services (the
-    same certificate both ways, docs/security.md), set for the process before the command
-    builds its server. Without a certificate everything stays plaintext."""
+    """The transport security and authentication flags of a server command, set for the
+    process before the command builds its server (docs/security.md):
+
+    - ``--tls-cert-file``, ``--tls-key-file``, ``--tls-ca-file`` and ``--tls-client-auth``:
+      TLS on its port and on its channels to the other services (the same certificate both
+      ways). Without a certificate everything stays plaintext;
+    - ``--authorizer acl|none``, ``--super-users``, ``--allow-everyone-if-no-acl-found``:
+      the ACL checks of every call;
+    - ``--sasl-enabled-mechanisms``, ``--oauthbearer-jwks-file``, ``--oauthbearer-issuer``,
+      ``--oauthbearer-audience``: the ``Authenticate`` call.
+
+    Each security flag stands for a server config key (``authorizer.class.name``,
+    ``super.users``, ...), which a ``--config`` file or ``--override`` may set instead; the
+    flag, when given, beats it."""
 
     @functools.wraps(function)
     def run(
@@ -232,9 +247,32 @@ def tls_options(function: F) -> F:
         tls_key_file: Path | None,
         tls_ca_file: Path | None,
         tls_client_auth: str | None,
+        authorizer: str | None,
+        super_users: str | None,
+        allow_everyone_if_no_acl_found: bool | None,
+        sasl_enabled_mechanisms: str | None,
+        oauthbearer_jwks_file: Path | None,
+        oauthbearer_issuer: str | None,
+        oauthbearer_audience: str | None,
         **kwargs: Any,
     ) -> Any:
         configure_tls(tls_cert_file, tls_key_file, tls_ca_file, tls_client_auth)
+        flags = {
+            "authorizer.class.name": authorizer,
+            "super.users": super_users,
+            "allow.everyone.if.no.acl.found": (
+                None
+                if allow_everyone_if_no_acl_found is None
+                else str(allow_everyone_if_no_acl_found).lower()
+            ),
+            "sasl.enabled.mechanisms": sasl_enabled_mechanisms,
+            "sasl.oauthbearer.jwks.endpoint.url": (
+                oauthbearer_jwks_file.resolve().as_uri() if oauthbearer_jwks_file else None
+            ),
+            "sasl.oauthbearer.expected.issuer": oauthbearer_issuer,
+            "sasl.oauthbearer.expected.audience": oauthbearer_audience,
+        }
+        configure_security(kwargs.get("config_file"), kwargs.get("overrides", ()), flags)
         return function(*args, **kwargs)
 
     pem = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -260,10 +298,97 @@ def tls_options(function: F) -> F:
                 default=None,
                 help="Kafka's ssl.client.auth: required (the default with a CA file) or none.",
             ),
+            click.option(
+                "--authorizer",
+                type=click.Choice(["acl", "none"]),
+                default=None,
+                help="authorizer.class.name: acl checks every call against the ACLs "
+                "(default none; --super-users turns it on too).",
+            ),
+            click.option(
+                "--super-users",
+                default=None,
+                metavar="User:a;User:b",
+                help="super.users: principals allowed everything (turns the ACL checks on).",
+            ),
+            click.option(
+                "--allow-everyone-if-no-acl-found/--deny-if-no-acl-found",
+                default=None,
+                help="allow.everyone.if.no.acl.found: allow a call on a resource no ACL "
+                "covers (default: deny).",
+            ),
+            click.option(
+                "--sasl-enabled-mechanisms",
+                default=None,
+                metavar="M1,M2",
+                help="sasl.enabled.mechanisms: SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER "
+                "(serves the Authenticate call).",
+            ),
+            click.option(
+                "--oauthbearer-jwks-file",
+                type=pem,
+                default=None,
+                help="The JWKS (JSON) whose keys sign OAUTHBEARER tokens.",
+            ),
+            click.option(
+                "--oauthbearer-issuer", default=None, help="The iss claim tokens must carry."
+            ),
+            click.option(
+                "--oauthbearer-audience", default=None, help="The aud claim tokens must carry."
+            ),
         )
     ):
         run = option(run)
     return run  # type: ignore[return-value]
+
+
+def configure_security(
+    config_file: Path | None, overrides: tuple[str, ...], flags: dict[str, str | None]
+) -> None:
+    """Set the process's authentication and authorization from the server config keys
+    and the flags that beat them; a :class:`click.UsageError` naming what cannot work."""
+    try:
+        config = load_server_config(
+            config_file,
+            [*overrides, *(f"{key}={value}" for key, value in flags.items() if value is not None)],
+        )
+        security = server_security_from_config(config)
+    except (InvalidConfigError, ValueError) as e:
+        raise click.UsageError(str(e)) from None
+    configure_auth(security)
+
+
+def server_security_from_config(config: ServerConfig) -> ServerSecurity:
+    """The :class:`ServerSecurity` of the server config keys (``ValueError`` if unusable)."""
+    mechanisms = AuthenticationSettings.parse_mechanisms(config.get("sasl.enabled.mechanisms"))
+    validator = None
+    jwks_url = config.get("sasl.oauthbearer.jwks.endpoint.url")
+    if jwks_url:
+        if not jwks_url.startswith("file://"):
+            raise ValueError(
+                f"sasl.oauthbearer.jwks.endpoint.url={jwks_url}: only file:// URLs are read"
+            )
+        issuer = config.get("sasl.oauthbearer.expected.issuer")
+        audience = config.get("sasl.oauthbearer.expected.audience")
+        if not issuer or not audience:
+            raise ValueError("OAUTHBEARER needs --oauthbearer-issuer and --oauthbearer-audience")
+        validator = JwtValidator.from_file(
+            Path(urllib.parse.unquote(urllib.parse.urlparse(jwks_url).path)),
+            issuer=issuer,
+            audience=audience,
+        )
+    return ServerSecurity(
+        authentication=AuthenticationSettings(
+            enabled_mechanisms=mechanisms,
+            jwt_validator=validator,
+            max_session_s=config.get("connections.max.reauth.ms") / 1000,
+            failed_authentication_delay_ms=config.get("connection.failed.authentication.delay.ms"),
+        ),
+        authorizer=config.get("authorizer.class.name"),
+        super_users=ServerSecurity.parse_super_users(config.get("super.users")),
+        allow_everyone_if_no_acl_found=config.get("allow.everyone.if.no.acl.found"),
+        principal_mapping_rules=config.get("ssl.principal.mapping.rules"),
+    )
 
 
 SERVER_COMMANDS = frozenset({"server", "controller", "broker", "coordinator", "observer"})
@@ -276,7 +401,9 @@ def add_command_config(group: click.Group) -> None:
     """Give every client command under ``group`` (recursively) Kafka tools'
     ``--command-config FILE``: a Java-properties file of client security settings
     (``security.protocol``, ``ssl.ca.location``, ``ssl.certificate.location``,
-    ``ssl.key.location``) that the command's channels use."""
+    ``ssl.key.location``, ``sasl.mechanism``, ``sasl.username``, ``sasl.password``,
+    ``sasl.oauthbearer.token``, ``sasl.oauthbearer.token.file``) that the command's
+    channels use."""
     for name, command in group.commands.items():
         if name in SERVER_COMMANDS or name in LOCAL_COMMANDS:
             continue
@@ -294,8 +421,9 @@ def add_command_config(group: click.Group) -> None:
                 callback=_apply_command_config,
                 is_eager=True,
                 help="Java-properties file of client security settings, as Kafka's tools "
-                "take (security.protocol=SSL, ssl.ca.location, ssl.certificate.location, "
-                "ssl.key.location).",
+                "take (security.protocol=SSL|SASL_SSL|SASL_PLAINTEXT, ssl.ca.location, "
+                "ssl.certificate.location, ssl.key.location, sasl.mechanism, sasl.username, "
+                "sasl.password, sasl.oauthbearer.token[.file]).",
             )
         )
 
@@ -304,10 +432,11 @@ def _apply_command_config(_ctx: click.Context, _param: click.Parameter, value: P
     if value is None:
         return
     try:
-        client = client_tls_from_properties(read_properties(value))
+        client = client_security_from_properties(read_properties(value))
     except (TlsConfigError, InvalidConfigError) as e:
         raise click.BadParameter(f"{value}: {e}", param_hint="--command-config") from None
-    configure(server=None, client=client)
+    configure(server=None, client=client.tls)
+    configure_client_sasl(client.sasl)
 
 
 def configure_tls(

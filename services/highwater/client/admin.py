@@ -60,6 +60,7 @@ from highwater.client.errors import (
     CoordinatorNotAvailableError,
     ElectionNotNeededError,
     EligibleLeadersNotAvailableError,
+    GroupAuthorizationFailedError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
     InvalidConfigurationError,
@@ -82,6 +83,7 @@ from highwater.client.group.protocol import (
     TopicPartitionKey,
     decode_assignment,
 )
+from highwater.client.security_config import security_from_config
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
 from highwater.metadata.client_quotas import ClientQuotaEntity
@@ -502,10 +504,12 @@ class AdminClient:
         controllers: str | Sequence[str] | None = None,
         request_timeout_s: float = 30.0,
     ) -> None:
+        security = None
         if isinstance(bootstrap_servers, Mapping):
             if "bootstrap.servers" not in bootstrap_servers:
                 raise ValueError("the config needs bootstrap.servers")
             servers: str | Sequence[str] = bootstrap_servers["bootstrap.servers"]
+            security = security_from_config(bootstrap_servers)
         else:
             servers = bootstrap_servers
         self.bootstrap_servers: tuple[str, ...] = tuple(_split_addresses(servers))
@@ -517,12 +521,14 @@ class AdminClient:
             list(self.controllers),
             timeout_s=request_timeout_s,
             attempt_timeout_s=min(5.0, request_timeout_s),
+            security=security,
         )
         self.cluster = ClusterMetadata(
             self.bootstrap_servers,
             request_timeout_s=request_timeout_s,
             max_message_bytes=64 << 20,
             policy=_ADMIN_BROKERS,
+            security=security,
         )
         """The brokers' channels, Metadata and FindCoordinator: the cluster layer the
         producer and consumer use, asking the bootstrap brokers as :data:`_ADMIN_BROKERS`
@@ -1469,6 +1475,10 @@ class AdminClient:
                     return Node(answer.node_id, answer.host, answer.port)
                 if answer.error == ErrorCode.INVALID_REQUEST:
                     raise InvalidGroupIdError(f"group '{group_id}': {answer.error_message}")
+                if answer.error == ErrorCode.GROUP_AUTHORIZATION_FAILED:  # not retriable
+                    raise GroupAuthorizationFailedError(
+                        f"group '{group_id}': GROUP_AUTHORIZATION_FAILED: {answer.error_message}"
+                    )
                 last_code = answer.error
                 problem = answer.error_message or str(answer.error)
                 message = f"FindCoordinator for group '{group_id}': {problem}"

@@ -47,11 +47,13 @@ from highwater.client.errors import (
     BrokerNotAvailableError,
     ClusterError,
     CoordinatorNotAvailableError,
+    GroupAuthorizationFailedError,
     LeaderNotAvailableError,
     UnknownTopicOrPartitionError,
 )
 from highwater.rpc.broker_streams import CLIENT_ID_METADATA_KEY, FetchStream, ProduceStream
 from highwater.rpc.channels import open_channel
+from highwater.rpc.client_auth import ClientSecurity
 from highwater.telemetry.configure import tracing_enabled
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc, coordinator_pb2_grpc
@@ -202,9 +204,12 @@ class ClusterMetadata:
         max_message_bytes: int | None = None,
         policy: BrokerPolicy = BrokerPolicy(),
         client_id: str = "",
+        security: ClientSecurity | None = None,
     ) -> None:
         """Remember the bootstrap addresses; no connection is made until the first request.
-        ``client_id``: the ``client.id`` fetch and produce requests carry."""
+        ``client_id``: the ``client.id`` fetch and produce requests carry. ``security``:
+        every channel's TLS and SASL (``None``: the process's)."""
+        self.security = security
         self.bootstrap_servers = parse_bootstrap_servers(bootstrap_servers)
         self.request_timeout_s = request_timeout_s
         self.policy = policy
@@ -217,6 +222,8 @@ class ClusterMetadata:
         self.topics: Mapping[str, TopicInfo] = self._topics
         """The described topics by name, as :meth:`topic` gives them (a live view)."""
         self._unknown: set[str] = set()
+        self.unauthorized: set[str] = set()
+        """The topics the last Metadata answer said this client may not describe."""
         self._stale: set[str] = set()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, broker_pb2_grpc.BrokerStub] = {}
@@ -239,7 +246,12 @@ class ClusterMetadata:
             raise ClusterError("the cluster client is closed")
         stub = self._stubs.get(address)
         if stub is None:
-            channel = open_channel(address, max_message_bytes=self._max_message_bytes, traced=True)
+            channel = open_channel(
+                address,
+                max_message_bytes=self._max_message_bytes,
+                traced=True,
+                security=self.security,
+            )
             self._channels[address] = channel
             stub = broker_pb2_grpc.BrokerStub(channel)
             self._stubs[address] = stub
@@ -388,6 +400,10 @@ class ClusterMetadata:
         retriable condition), :class:`BrokerNotAvailableError` when no broker answers.
         """
         answer = await self.coordinator(group_id)
+        if answer.error == ErrorCode.GROUP_AUTHORIZATION_FAILED:  # not retriable
+            raise GroupAuthorizationFailedError(
+                f"group {group_id!r}: GROUP_AUTHORIZATION_FAILED {answer.error_message}"
+            )
         if answer.error != ErrorCode.NONE:
             raise CoordinatorNotAvailableError(
                 f"group {group_id!r}: {ErrorCode.Name(answer.error)} {answer.error_message}"
@@ -441,7 +457,12 @@ class ClusterMetadata:
                 self._topics.pop(topic.name, None)
                 self._unknown.add(topic.name)
                 continue
+            if topic.error == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                self._topics.pop(topic.name, None)
+                self.unauthorized.add(topic.name)
+                continue
             self._unknown.discard(topic.name)
+            self.unauthorized.discard(topic.name)
             partitions = sorted(topic.partitions, key=lambda p: p.partition)
             self._topics[topic.name] = TopicInfo(
                 topic.name,

@@ -21,14 +21,18 @@ from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
     "AdminError",
+    "AuthenticationError",
+    "AuthorizationError",
     "BrokerNotAvailableError",
     "BrokerUnavailableError",
+    "ClusterAuthorizationFailedError",
     "ClusterError",
     "ControllerNotAvailableError",
     "CoordinatorLoadInProgressError",
     "CoordinatorNotAvailableError",
     "ElectionNotNeededError",
     "EligibleLeadersNotAvailableError",
+    "GroupAuthorizationFailedError",
     "GroupIdNotFoundError",
     "GroupNotEmptyError",
     "InvalidConfigurationError",
@@ -42,6 +46,8 @@ __all__ = [
     "NoReassignmentInProgressError",
     "NotCoordinatorError",
     "PreferredLeaderNotAvailableError",
+    "SaslAuthenticationError",
+    "TopicAuthorizationFailedError",
     "TopicExistsError",
     "UnknownMemberIdError",
     "UnknownTopicOrPartitionError",
@@ -219,6 +225,37 @@ class CoordinatorNotAvailableError(ClusterError, AdminError):
     code = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
+# --- security: authentication and the ACLs ----------------------------------------------
+
+AuthenticationError = hw_errors.AuthenticationError
+SaslAuthenticationError = hw_errors.SaslAuthenticationError
+AuthorizationError = hw_errors.AuthorizationError
+
+
+class TopicAuthorizationFailedError(
+    ClusterError, AdminError, hw_errors.TopicAuthorizationFailedError
+):
+    """TOPIC_AUTHORIZATION_FAILED: the ACLs do not let this client act on the topic."""
+
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+class GroupAuthorizationFailedError(
+    ClusterError, AdminError, hw_errors.GroupAuthorizationFailedError
+):
+    """GROUP_AUTHORIZATION_FAILED: the ACLs do not let this client use the group."""
+
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class ClusterAuthorizationFailedError(
+    ClusterError, AdminError, hw_errors.ClusterAuthorizationFailedError
+):
+    """CLUSTER_AUTHORIZATION_FAILED: the ACLs do not let this client do that on the cluster."""
+
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
 # --- the table ---------------------------------------------------------------------------
 
 _ERRORS_BY_CODE: Final[Mapping[int, type[AdminError]]] = {
@@ -243,6 +280,9 @@ _ERRORS_BY_CODE: Final[Mapping[int, type[AdminError]]] = {
         NotCoordinatorError,
         CoordinatorNotAvailableError,
         CoordinatorLoadInProgressError,
+        TopicAuthorizationFailedError,
+        GroupAuthorizationFailedError,
+        ClusterAuthorizationFailedError,
     )
 }
 

@@ -371,7 +371,87 @@ _ROLE_SETTINGS: Final = [
     ),
 ]
 
-SERVER_CONFIG_DEF: Final = ConfigDef([*_CLUSTER_DEFAULTS, *_CONTROLLER_SETTINGS, *_ROLE_SETTINGS])
+_SECURITY_SETTINGS: Final = [
+    # The flags of every role stand for these (docs/security.md) and beat them when given.
+    ConfigKey(
+        "authorizer.class.name",
+        _STRING,
+        "none",
+        one_of("acl", "none"),
+        "acl checks every call against the ACLs (--authorizer); none checks nothing.",
+    ),
+    ConfigKey(
+        "super.users",
+        _STRING,
+        "",
+        None,
+        "Principals allowed everything, separated by ';' (User:admin;User:broker); "
+        "giving any turns the ACL checks on.",
+    ),
+    ConfigKey(
+        "allow.everyone.if.no.acl.found",
+        _BOOLEAN,
+        False,
+        None,
+        "With the ACL checks on, allow a call on a resource that no ACL covers.",
+    ),
+    ConfigKey(
+        "sasl.enabled.mechanisms",
+        _STRING,
+        "",
+        None,
+        "SASL mechanisms the Authenticate call accepts, comma-separated: SCRAM-SHA-256, "
+        "SCRAM-SHA-512, OAUTHBEARER (empty: no SASL).",
+    ),
+    ConfigKey(
+        "sasl.oauthbearer.jwks.endpoint.url",
+        _STRING,
+        "",
+        None,
+        "The JWKS that signs OAUTHBEARER tokens, as a file:// URL.",
+    ),
+    ConfigKey(
+        "sasl.oauthbearer.expected.issuer",
+        _STRING,
+        "",
+        None,
+        "The iss claim an OAUTHBEARER token must carry.",
+    ),
+    ConfigKey(
+        "sasl.oauthbearer.expected.audience",
+        _STRING,
+        "",
+        None,
+        "The aud claim an OAUTHBEARER token must carry.",
+    ),
+    ConfigKey(
+        "ssl.principal.mapping.rules",
+        _STRING,
+        "DEFAULT",
+        None,
+        "How a client certificate's subject maps to a principal's name (Kafka's syntax; "
+        "DEFAULT: the common name).",
+    ),
+    ConfigKey(
+        "connections.max.reauth.ms",
+        _LONG,
+        3_600_000,
+        at_least(1000),
+        "The longest a SASL session lasts before the client must authenticate again (an "
+        "OAUTHBEARER token's expiry may end it sooner).",
+    ),
+    ConfigKey(
+        "connection.failed.authentication.delay.ms",
+        _INT,
+        100,
+        at_least(0),
+        "How long the answer to a failed authentication waits.",
+    ),
+]
+
+SERVER_CONFIG_DEF: Final = ConfigDef(
+    [*_CLUSTER_DEFAULTS, *_CONTROLLER_SETTINGS, *_ROLE_SETTINGS, *_SECURITY_SETTINGS]
+)
 """Every key a ``--config`` file or ``--override`` may name."""
 
 CLUSTER_DEFAULT_KEYS: Final = tuple(key.name for key in _CLUSTER_DEFAULTS)

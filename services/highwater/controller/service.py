@@ -56,6 +56,7 @@ from highwater.controller.quorum_controller import QuorumController
 from highwater.controller.results import ControllerResult
 from highwater.controller.store import NotControllerError
 from highwater.controller_api import codec
+from highwater.controller_api.authorization import merge_refusals, split_admin_request
 from highwater.controller_api.codec import (
     CONTROLLER_SERVICE_NAME,
     ControllerRpc,
@@ -71,8 +72,10 @@ from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.node import NotLeaderError, RoleChange
 from highwater.raft.state import Role
 from highwater.records import RecordBatch
+from highwater.rpc.auth import follow_image, may_speak_for_node, node_identities, principal_of
 from highwater.rpc.server import GrpcService
 from highwater.v1 import controller_pb2_grpc
+from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
     "ControllerServer",
@@ -339,6 +342,7 @@ class ControllerServer:
         self.settings = settings or ControllerSettings()
         self._clock = clock
         self.machine = MetadataStateMachine()
+        follow_image(lambda: self.machine.image)
         self.raft = RaftServer(
             node_id=node_id,
             listen=listen,
@@ -591,18 +595,48 @@ class ControllerServer:
     async def serve(
         self, rpc: ControllerRpc[Any, Any], message: Message, context: grpc.aio.ServicerContext
     ) -> Message:
-        """One gRPC call: decode, run, answer (INVALID_ARGUMENT for a malformed request)."""
+        """One gRPC call: decode, run, answer (INVALID_ARGUMENT for a malformed request).
+        With the authorizer on, the items the caller may not act on are answered refused
+        (``controller_api/authorization.py``) and a broker may speak only for its own node
+        id (``security/node_identities.py``)."""
+        to_run, refused = split_admin_request(rpc.name, message, context, self._topic_name_of)
+        if to_run is None:
+            return merge_refusals(rpc.name, rpc.proto_response(), refused)
+        message = to_run
+        node_id = _NODE_OF.get(rpc.name)
+        if node_id is not None and not may_speak_for_node(context, node_id(message)):
+            return rpc.proto_response(
+                error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                error_message=f"{principal_of(context).principal} may not act as node "
+                f"{node_id(message)}",
+            )
         try:
             request = rpc.request_from_proto(message)
         except InvalidRequestError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             raise AssertionError("unreachable: abort raises") from e
         try:
-            return await self.call(rpc, request)
+            answer = await self.call(rpc, request)
         except Exception as e:
             log.exception("node %d: %s failed", self.node_id, rpc.name)
             await context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
             raise AssertionError("unreachable: abort raises") from e
+        if rpc.name == "UnregisterBroker" and getattr(answer, "error", 1) == ErrorCode.NONE:
+            node_identities().release(message.broker_id, "")  # type: ignore[attr-defined]
+        return merge_refusals(rpc.name, answer, refused)
+
+    def _topic_name_of(self, topic_id: str) -> str | None:
+        topic = self.machine.image.topics.by_id.get(topic_id)
+        return topic.name if topic is not None else None
+
+
+_NODE_OF: dict[str, Callable[[Any], int]] = {
+    "RegisterBroker": lambda message: message.broker_id,
+    "BrokerHeartbeat": lambda message: message.broker_id,
+    "AlterPartition": lambda message: message.broker_id,
+    "AllocateProducerIds": lambda message: message.broker_id,
+}
+"""The calls a broker makes as its node, and where they name it."""
 
 
 class ControllerServicer(controller_pb2_grpc.ControllerServicer):

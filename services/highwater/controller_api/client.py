@@ -30,6 +30,7 @@ from highwater.controller_api import messages as m
 from highwater.controller_api.codec import CONTROLLER_SERVICE_NAME, ControllerRpc
 from highwater.errors import HighwaterError
 from highwater.rpc.channels import open_channel
+from highwater.rpc.client_auth import ClientSecurity
 from highwater.rpc.endpoints import parse_endpoint
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -71,7 +72,9 @@ class ControllerClient:
         retry_backoff_ms: int = 50,
         max_retry_backoff_ms: int = 1000,
         max_message_bytes: int = 64 * 1024 * 1024,
+        security: ClientSecurity | None = None,
     ) -> None:
+        """``security``: the channels' TLS and SASL (else the process's, ``rpc/client_auth.py``)."""
         addresses = (
             [a.strip() for a in bootstrap.split(",") if a.strip()]
             if isinstance(bootstrap, str)
@@ -87,6 +90,7 @@ class ControllerClient:
         self.retry_backoff_ms = retry_backoff_ms
         self.max_retry_backoff_ms = max_retry_backoff_ms
         self._max_message_bytes = max_message_bytes
+        self._security = security
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._methods: dict[tuple[str, str], Any] = {}
         self._active: str | None = None
@@ -212,9 +216,15 @@ class ControllerClient:
     # --- the retry loop --------------------------------------------------------------------
 
     async def call(
-        self, rpc: ControllerRpc[Req, Resp], request: Req, *, timeout_s: float | None = None
+        self,
+        rpc: ControllerRpc[Req, Resp],
+        request: Req,
+        *,
+        timeout_s: float | None = None,
+        metadata: tuple[tuple[str, str], ...] | None = None,
     ) -> Resp:
-        """Send ``request`` to the active controller, retrying as the module says."""
+        """Send ``request`` to the active controller, retrying as the module says;
+        ``metadata`` goes with each attempt (a forwarded call's principal)."""
         wire = rpc.request_to_proto(request)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.timeout_s if timeout_s is None else timeout_s)
@@ -231,7 +241,7 @@ class ControllerClient:
             address = self._target()
             try:
                 reply: Any = await self._method(address, rpc)(
-                    wire, timeout=min(self.attempt_timeout_s, remaining)
+                    wire, timeout=min(self.attempt_timeout_s, remaining), metadata=metadata
                 )
             except grpc.aio.AioRpcError as e:
                 if e.code() not in _RETRIABLE:
@@ -274,7 +284,9 @@ class ControllerClient:
         if method is None:
             channel = self._channels.get(address)
             if channel is None:
-                channel = open_channel(address, max_message_bytes=self._max_message_bytes)
+                channel = open_channel(
+                    address, max_message_bytes=self._max_message_bytes, security=self._security
+                )
                 self._channels[address] = channel
             proto_response: type[Message] = rpc.proto_response
             method = channel.unary_unary(

@@ -28,6 +28,13 @@ import grpc.aio
 
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
+from highwater.coordinator.authorization import (
+    group_allowed,
+    narrow_offset_commit,
+    narrow_offset_delete,
+    narrow_offset_fetch,
+    visible_groups,
+)
 from highwater.coordinator.core import (
     CommitResult,
     DeleteResult,
@@ -57,7 +64,9 @@ from highwater.errors import HighwaterError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import BrokerEndpoint
+from highwater.rpc.auth import follow_image
 from highwater.rpc.endpoints import parse_endpoint
+from highwater.security.acl import AclOperation
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1 import coordinator_pb2 as pb
 from highwater.v1 import coordinator_pb2_grpc
@@ -132,6 +141,7 @@ class CoordinatorServer:
         self.settings = settings or CoordinatorSettings()
         self.controller = ControllerClient(list(controllers))
         self._metadata = metadata
+        follow_image(lambda: metadata.image)
         self.core = GroupCoordinatorCore(self.settings.group, self.partition_for)
         self.metrics = CoordinatorMetrics(self.core)
         self.offsets = OffsetsTopicClient(metadata, self.settings.offsets_log)
@@ -678,61 +688,112 @@ class _Servicer(coordinator_pb2_grpc.GroupCoordinatorServicer):
         self, request: pb.JoinGroupRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.JoinGroupResponse:
         self._check_lease()
+        if not group_allowed(context, AclOperation.READ, request.group_id):
+            return pb.JoinGroupResponse(error=_DENIED, error_message=_denied(request.group_id))
         return await self.server.join_group(request, context.peer())
 
     async def SyncGroup(
         self, request: pb.SyncGroupRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.SyncGroupResponse:
         self._check_lease()
+        if not group_allowed(context, AclOperation.READ, request.group_id):
+            return pb.SyncGroupResponse(error=_DENIED, error_message=_denied(request.group_id))
         return await self.server.sync_group(request)
 
     async def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.HeartbeatResponse:
         self._check_lease()
+        if not group_allowed(context, AclOperation.READ, request.group_id):
+            return pb.HeartbeatResponse(error=_DENIED, error_message=_denied(request.group_id))
         return self.server.heartbeat(request)
 
     async def LeaveGroup(
         self, request: pb.LeaveGroupRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.LeaveGroupResponse:
         self._check_lease()
+        if not group_allowed(context, AclOperation.READ, request.group_id):
+            return pb.LeaveGroupResponse(error=_DENIED, error_message=_denied(request.group_id))
         return self.server.leave_group(request)
 
     async def OffsetCommit(
         self, request: pb.OffsetCommitRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.OffsetCommitResponse:
         self._check_lease()
-        return await self.server.offset_commit(request)
+        if not group_allowed(context, AclOperation.READ, request.group_id):
+            return pb.OffsetCommitResponse(error=_DENIED, error_message=_denied(request.group_id))
+        allowed, refused = narrow_offset_commit(request, context)
+        if refused and not allowed.topics:
+            return pb.OffsetCommitResponse(topics=refused)
+        answer = await self.server.offset_commit(allowed)
+        answer.topics.extend(refused)
+        return answer
 
     async def OffsetFetch(
         self, request: pb.OffsetFetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.OffsetFetchResponse:
         self._check_lease()
-        return self.server.offset_fetch(request)
+        if not group_allowed(context, AclOperation.DESCRIBE, request.group_id):
+            return pb.OffsetFetchResponse(error=_DENIED, error_message=_denied(request.group_id))
+        return narrow_offset_fetch(self.server.offset_fetch(request), context)
 
     async def ListGroups(
         self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListGroupsResponse:
         self._check_lease()
-        return self.server.list_groups(request)
+        return visible_groups(self.server.list_groups(request), context)
 
     async def DescribeGroups(
         self, request: pb.DescribeGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeGroupsResponse:
         self._check_lease()
-        return self.server.describe_groups(request)
+        allowed = [g for g in request.group_ids if group_allowed(context, AclOperation.DESCRIBE, g)]
+        answer = (
+            self.server.describe_groups(pb.DescribeGroupsRequest(group_ids=allowed))
+            if allowed or not request.group_ids
+            else pb.DescribeGroupsResponse()
+        )
+        for group_id in request.group_ids:
+            if group_id not in allowed:
+                answer.groups.add(group_id=group_id, error=_DENIED, error_message=_denied(group_id))
+        return answer
 
     async def DeleteGroups(
         self, request: pb.DeleteGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteGroupsResponse:
         self._check_lease()
-        return await self.server.delete_groups(request)
+        allowed = [g for g in request.group_ids if group_allowed(context, AclOperation.DELETE, g)]
+        answer = (
+            await self.server.delete_groups(pb.DeleteGroupsRequest(group_ids=allowed))
+            if allowed
+            else pb.DeleteGroupsResponse()
+        )
+        for group_id in request.group_ids:
+            if group_id not in allowed:
+                answer.results.add(
+                    group_id=group_id, error=_DENIED, error_message=_denied(group_id)
+                )
+        return answer
 
     async def OffsetDelete(
         self, request: pb.OffsetDeleteRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.OffsetDeleteResponse:
         self._check_lease()
-        return await self.server.offset_delete(request)
+        if not group_allowed(context, AclOperation.DELETE, request.group_id):
+            return pb.OffsetDeleteResponse(error=_DENIED, error_message=_denied(request.group_id))
+        allowed, refused = narrow_offset_delete(request, context)
+        if refused and not allowed.topics:
+            return pb.OffsetDeleteResponse(topics=refused)
+        answer = await self.server.offset_delete(allowed)
+        answer.topics.extend(refused)
+        return answer
+
+
+_DENIED: Final = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+def _denied(group_id: str) -> str:
+    return f"not authorized to use group {group_id}"
 
 
 def _decode_all(

@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from highwater.rpc.client_auth import ClientSecurity, SaslSession, client_sasl
 from highwater.rpc.tls import ClientTls, client_tls
 from highwater.telemetry.rpc import client_interceptors
 
@@ -36,20 +37,38 @@ def open_channel(
     max_message_bytes: int | None = None,
     traced: bool = False,
     tls: ClientTls | None = None,
+    security: ClientSecurity | None = None,
 ) -> grpc.aio.Channel:
     """An asyncio channel to ``address`` (``HOST:PORT``).
 
     ``max_message_bytes`` sets :func:`channel_options` (else gRPC's defaults: 4 MiB
     received); ``traced`` puts the caller's trace context into every call's metadata
     (:func:`~highwater.telemetry.rpc.client_interceptors`), as clients do; ``tls`` (else the
-    process's, else none) makes it a TLS channel.
+    process's, else none) makes it a TLS channel; ``security`` (else the process's TLS and
+    SASL) gives its TLS and its SASL credentials: with SASL, the channel authenticates
+    with ``address`` before its first call (``rpc/client_auth.py``).
     """
     options = channel_options(max_message_bytes) if max_message_bytes is not None else None
-    interceptors = client_interceptors() if traced else None
-    security = tls if tls is not None else client_tls()
+    interceptors: list[Any] = list(client_interceptors()) if traced else []
     if security is not None:
+        transport, sasl = security.tls, security.sasl
+    else:
+        transport, sasl = (tls if tls is not None else client_tls()), client_sasl()
+    if sasl is not None:
+
+        def plain() -> grpc.aio.Channel:
+            return _channel(address, transport, options, None)
+
+        interceptors[:0] = SaslSession(address, sasl, plain).interceptors()
+    return _channel(address, transport, options, interceptors or None)
+
+
+def _channel(
+    address: str, tls: ClientTls | None, options: Any, interceptors: list[Any] | None
+) -> grpc.aio.Channel:
+    if tls is not None:
         return grpc.aio.secure_channel(
-            address, security.credentials(), options=options, interceptors=interceptors
+            address, tls.credentials(), options=options, interceptors=interceptors
         )
     return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
 

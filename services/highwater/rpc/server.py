@@ -27,6 +27,11 @@ import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from highwater.rpc.auth import AuthInterceptor, server_security
+from highwater.rpc.authentication_service import (
+    AUTHENTICATION_SERVICE_NAME,
+    add_authentication_servicer,
+)
 from highwater.rpc.channels import channel_options
 from highwater.rpc.tls import ServerTls, server_tls
 from highwater.telemetry.rpc import server_interceptors
@@ -35,13 +40,16 @@ __all__ = ["GrpcHost", "GrpcService", "bind", "new_server"]
 
 
 def new_server(*, max_message_bytes: int) -> grpc.aio.Server:
-    """A server capped at ``max_message_bytes`` per message both ways, with the telemetry
+    """A server capped at ``max_message_bytes`` per message both ways, with the
+    authentication and authorization interceptor (``rpc/auth.py``) and the telemetry
     interceptors; a second process binding the same port fails instead of sharing it."""
     options = [
         *channel_options(max_message_bytes),
         ("grpc.so_reuseport", 0),
     ]
-    return grpc.aio.server(options=options, interceptors=server_interceptors())
+    return grpc.aio.server(
+        options=options, interceptors=[AuthInterceptor(), *server_interceptors()]
+    )
 
 
 def bind(server: grpc.aio.Server, listen: str, *, tls: ServerTls | None = None) -> int:
@@ -106,9 +114,12 @@ class GrpcHost:
         server = new_server(max_message_bytes=self.max_message_bytes)
         for service in self.services:
             service.register(server)
+        names = tuple(service.name for service in self.services)
+        if server_security().authentication.enabled_mechanisms:
+            add_authentication_servicer(server)
+            names = (*names, AUTHENTICATION_SERVICE_NAME)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        names = tuple(service.name for service in self.services)
         reflection.enable_server_reflection(
             (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )

@@ -182,8 +182,8 @@ CLIENT_SECURITY_KEYS: Final = frozenset(
 
 def client_tls_from_properties(props: Mapping[str, str]) -> ClientTls | None:
     """The TLS a client configured with Kafka's names uses (``None``: plaintext). Raises
-    :class:`TlsConfigError` naming the key for an unknown key or value, and for SASL,
-    which Highwater does not offer yet (docs/security.md)."""
+    :class:`TlsConfigError` naming the key for an unknown key or value. The ``sasl.*``
+    settings are read by :func:`highwater.rpc.client_auth.client_security_from_properties`."""
     unknown = sorted(set(props) - CLIENT_SECURITY_KEYS)
     if unknown:
         raise TlsConfigError(
@@ -196,15 +196,10 @@ def client_tls_from_properties(props: Mapping[str, str]) -> ClientTls | None:
             f"security.protocol={props['security.protocol']}: not one of "
             f"{', '.join(SECURITY_PROTOCOLS)}"
         )
-    if protocol.startswith("SASL") or any(key.startswith("sasl.") for key in props):
-        raise TlsConfigError(
-            f"security.protocol={protocol} and the sasl.* settings are not supported yet: "
-            "authenticate with a client certificate (security.protocol=SSL)"
-        )
-    if protocol == "PLAINTEXT":
+    if protocol in ("PLAINTEXT", "SASL_PLAINTEXT"):
         ssl_keys = sorted(key for key in props if key.startswith("ssl."))
         if ssl_keys:
-            raise TlsConfigError(f"{ssl_keys[0]} needs security.protocol=SSL")
+            raise TlsConfigError(f"{ssl_keys[0]} needs security.protocol=SSL or SASL_SSL")
         return None
 
     def path(key: str) -> Path | None:

@@ -13,12 +13,13 @@ it as Kafka's ``StandardAuthorizer`` does:
 5. else, when no ACL at all covers the resource (whatever its principal, host or
    operation), ``allow.everyone.if.no.acl.found`` decides; otherwise the answer is deny.
 
-The index: per resource type, literal ACLs by name and prefixed ACLs by prefix, plus the
-set of prefix lengths in use, so a decision looks up the name, ``*``, and each prefix
-length of the name that some ACL uses: a handful of dict look-ups however many ACLs there
-are. The object is immutable in use: :meth:`with_changes` returns a new authorizer (the
-metadata image replaces it as ACL records are applied), so a decision never sees half an
-update.
+The index: per resource type, literal ACLs by name and prefixed ACLs by prefix, each by
+principal, plus the set of prefix lengths in use, so a decision looks up the name, ``*``,
+and each prefix length of the name that some ACL uses, and in each the caller's principal
+and ``User:*``: a handful of dict look-ups however many ACLs there are, and only the
+caller's own ACLs (and the wildcard ones) are read. The object is immutable in use:
+:meth:`with_changes` returns a new authorizer (the metadata image replaces it as ACL
+records are applied), so a decision never sees half an update.
 """
 
 from __future__ import annotations
@@ -56,12 +57,16 @@ _ALLOWING: dict[AclOperation, frozenset[AclOperation]] = {
 """The ALLOW operations that allow each operation."""
 
 
+_ByPrincipal = dict[str, tuple[AclBinding, ...]]
+"""The ACLs of one resource pattern, by principal."""
+
+
 @dataclass(frozen=True, slots=True)
 class _TypeIndex:
     """The ACLs of one resource type."""
 
-    literal: dict[str, tuple[AclBinding, ...]]
-    prefixed: dict[str, tuple[AclBinding, ...]]
+    literal: dict[str, _ByPrincipal]
+    prefixed: dict[str, _ByPrincipal]
     prefix_lengths: tuple[int, ...]
     """The lengths of the prefixes in ``prefixed``, ascending."""
 
@@ -113,18 +118,32 @@ class AclAuthorizer:
         allowing = _ALLOWING[operation]
         allowed = False
         found = False
-        for acls in _candidates(index, resource_name):
+        literal = index.literal
+        candidates = [literal.get(resource_name)]
+        if resource_name != WILDCARD_RESOURCE:
+            candidates.append(literal.get(WILDCARD_RESOURCE))
+        if index.prefix_lengths:
+            prefixed = index.prefixed
+            size = len(resource_name)
+            for length in index.prefix_lengths:
+                if length > size:
+                    break
+                candidates.append(prefixed.get(resource_name[:length]))
+        for by_principal in candidates:
+            if by_principal is None:
+                continue
             found = True
-            for acl in acls:
-                if (acl.principal == principal or acl.principal == WILDCARD_PRINCIPAL) and (
-                    acl.host == host or acl.host == WILDCARD_HOST
-                ):
-                    op = acl.operation
-                    if acl.permission is _DENY:
-                        if op is operation or op is _ALL:
-                            return DENIED
-                    elif op in allowing:
-                        allowed = True
+            for acls in (by_principal.get(principal), by_principal.get(WILDCARD_PRINCIPAL)):
+                if acls is None:
+                    continue
+                for acl in acls:
+                    if acl.host == host or acl.host == WILDCARD_HOST:
+                        op = acl.operation
+                        if acl.permission is _DENY:
+                            if op is operation or op is _ALL:
+                                return DENIED
+                        elif op in allowing:
+                            allowed = True
         if allowed or (not found and self.allow_everyone_if_no_acl_found):
             return ALLOWED
         return DENIED
@@ -134,10 +153,15 @@ class AclAuthorizer:
         index = self._index.get(resource_type)
         if index is None:
             return []
-        return [acl for acls in _candidates(index, resource_name) for acl in acls]
+        return [
+            acl
+            for by_principal in _candidates(index, resource_name)
+            for acls in by_principal.values()
+            for acl in acls
+        ]
 
 
-def _candidates(index: _TypeIndex, name: str) -> list[tuple[AclBinding, ...]]:
+def _candidates(index: _TypeIndex, name: str) -> list[_ByPrincipal]:
     """The ACL lists of ``index`` whose pattern covers ``name``."""
     literal = index.literal
     found = []
@@ -161,18 +185,26 @@ def _candidates(index: _TypeIndex, name: str) -> list[tuple[AclBinding, ...]]:
 
 
 def _build_index(acls: Iterable[AclBinding]) -> dict[ResourceType, _TypeIndex]:
-    literal: dict[ResourceType, dict[str, list[AclBinding]]] = {}
-    prefixed: dict[ResourceType, dict[str, list[AclBinding]]] = {}
+    Table = dict[ResourceType, dict[str, dict[str, list[AclBinding]]]]
+    literal: Table = {}
+    prefixed: Table = {}
     for acl in acls:
         table = literal if acl.pattern_type is PatternType.LITERAL else prefixed
-        table.setdefault(acl.resource_type, {}).setdefault(acl.resource_name, []).append(acl)
+        by_name = table.setdefault(acl.resource_type, {})
+        by_name.setdefault(acl.resource_name, {}).setdefault(acl.principal, []).append(acl)
+
+    def frozen(by_name: dict[str, dict[str, list[AclBinding]]]) -> dict[str, _ByPrincipal]:
+        return {
+            name: {principal: tuple(v) for principal, v in by_principal.items()}
+            for name, by_principal in by_name.items()
+        }
+
     index: dict[ResourceType, _TypeIndex] = {}
     for resource_type in literal.keys() | prefixed.keys():
-        by_name = literal.get(resource_type, {})
         by_prefix = prefixed.get(resource_type, {})
         index[resource_type] = _TypeIndex(
-            {name: tuple(v) for name, v in by_name.items()},
-            {prefix: tuple(v) for prefix, v in by_prefix.items()},
+            frozen(literal.get(resource_type, {})),
+            frozen(by_prefix),
             tuple(sorted({len(prefix) for prefix in by_prefix})),
         )
     return index

@@ -23,7 +23,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["CertificateAuthority", "Issued"]
+__all__ = [
+    "CertificateAuthority",
+    "ClusterPki",
+    "Issued",
+    "secure_server_args",
+    "write_cluster_pki",
+]
 
 _DAY = datetime.timedelta(days=1)
 
@@ -156,3 +162,46 @@ def _write_atomically(path: Path, data: bytes, mode: int) -> None:
     finally:
         os.close(fd)
     os.replace(temporary, path)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterPki:
+    """The files of a development cluster's certificates (:func:`write_cluster_pki`)."""
+
+    directory: Path
+    ca_file: Path
+
+    def files(self, name: str) -> tuple[Path, Path]:
+        """The certificate and key files of ``name`` (a process, or ``admin``)."""
+        return self.directory / f"{name}.crt", self.directory / f"{name}.key"
+
+
+def write_cluster_pki(
+    directory: Path, hosts_by_name: dict[str, Sequence[str]], *, admin: str = "admin"
+) -> ClusterPki:
+    """A new CA under ``directory`` (``ca.crt``), a certificate ``CN=<name>`` for each
+    process with its hosts as subject alternative names, and a client certificate
+    ``CN=<admin>``: what ``highwater dev-cluster --secure`` and the chaos harness run on."""
+    directory.mkdir(parents=True, exist_ok=True)
+    authority = CertificateAuthority("Highwater development cluster CA")
+    pki = ClusterPki(directory, directory / "ca.crt")
+    pki.ca_file.write_bytes(authority.certificate_pem)
+    for name, hosts in hosts_by_name.items():
+        authority.issue(name, hosts=list(dict.fromkeys([*hosts, "127.0.0.1", "localhost"]))).write(
+            *pki.files(name)
+        )
+    authority.issue(admin, server=False).write(*pki.files(admin))
+    return pki
+
+
+def secure_server_args(pki: ClusterPki, name: str, services: Sequence[str]) -> list[str]:
+    """The flags of process ``name`` in a secured development cluster: its certificate,
+    mutual TLS, the ACL checks on with the admin and every service as super users (Kafka's
+    practice for brokers), and SCRAM logins."""
+    cert, key = pki.files(name)
+    super_users = ";".join(["User:admin", *(f"User:{service}" for service in services)])
+    return [
+        *("--tls-cert-file", str(cert), "--tls-key-file", str(key)),
+        *("--tls-ca-file", str(pki.ca_file), "--super-users", super_users),
+        *("--sasl-enabled-mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512"),
+    ]

@@ -10,10 +10,12 @@ from highwater.client.cluster import (
     parse_bootstrap_servers,
 )
 from highwater.client.group.assignors import assignor_for
+from highwater.client.security_config import SECURITY_CONFIG_KEYS, security_from_config
 from highwater.config.definition import INT_MAX, ConfigDef, ConfigKey, ConfigType, at_least, one_of
 from highwater.errors import (
     InvalidConfigError,
 )
+from highwater.rpc.client_auth import ClientSecurity
 
 __all__ = ["CONSUMER_CONFIG_DEF", "ConsumerConfig"]
 
@@ -149,6 +151,7 @@ CONSUMER_CONFIG_DEF: Final = ConfigDef(
             at_least(0),
             "How often a group member checks the subscribed topics' partitions for changes.",
         ),
+        *SECURITY_CONFIG_KEYS,
     ]
 )
 
@@ -190,6 +193,8 @@ class ConsumerConfig:
     enable_auto_commit: bool = True
     auto_commit_interval_ms: int = 5000
     metadata_max_age_ms: int = 300000
+    security: ClientSecurity | None = None
+    """The channels' TLS and SASL (``None``: the process's)."""
 
     @classmethod
     def parse(cls, config: Mapping[str, Any]) -> ConsumerConfig:
@@ -222,4 +227,5 @@ class ConsumerConfig:
             enable_auto_commit=values["enable.auto.commit"],
             auto_commit_interval_ms=values["auto.commit.interval.ms"],
             metadata_max_age_ms=values["metadata.max.age.ms"],
+            security=security_from_config(config),
         )

@@ -147,6 +147,7 @@ class AsyncConsumer:
             self.config.bootstrap_servers,
             request_timeout_s=self.config.request_timeout_ms / 1000,
             client_id=self.config.client_id,
+            security=self.config.security,
         )
         self._states: dict[tuple[str, int], PartitionState] = {}
         self._errors: deque[Message] = deque()

@@ -164,7 +164,7 @@ class GroupMembership:
             self._coordinator = await self.cluster.find_coordinator(self.settings.group_id)
         channel = self._channels.get(self._coordinator)
         if channel is None:
-            channel = open_channel(self._coordinator, traced=True)
+            channel = open_channel(self._coordinator, traced=True, security=self.cluster.security)
             self._channels[self._coordinator] = channel
         return coordinator_pb2_grpc.GroupCoordinatorStub(channel)
 

@@ -18,6 +18,7 @@ from highwater.client.producer.config import PRODUCER_CONFIG_DEF, ProducerConfig
 from highwater.client.producer.delivery import (
     DeliveryCallback,
     DeliveryTimeoutError,
+    ProduceAuthorizationError,
     ProduceError,
     ProducerClosedError,
     ProducerError,
@@ -33,6 +34,7 @@ __all__ = [
     "DeliveryCallback",
     "DeliveryTimeoutError",
     "Message",
+    "ProduceAuthorizationError",
     "ProduceError",
     "Producer",
     "ProducerClosedError",

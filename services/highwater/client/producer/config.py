@@ -9,6 +9,7 @@ from typing import Any, Final
 from highwater.client.cluster import (
     parse_bootstrap_servers,
 )
+from highwater.client.security_config import SECURITY_CONFIG_KEYS, security_from_config
 from highwater.config.definition import (
     INT_MAX,
     ConfigDef,
@@ -20,6 +21,7 @@ from highwater.config.definition import (
 )
 from highwater.errors import InvalidConfigError
 from highwater.records import Compression
+from highwater.rpc.client_auth import ClientSecurity
 
 __all__ = ["PRODUCER_CONFIG_DEF", "ProducerConfig"]
 
@@ -124,6 +126,7 @@ PRODUCER_CONFIG_DEF: Final = ConfigDef(
             between(-1, 22),
             "The codec's level; -1: the codec's default.",
         ),
+        *SECURITY_CONFIG_KEYS,
     ]
 )
 
@@ -146,6 +149,8 @@ class ProducerConfig:
     request_timeout_ms: int
     retry_backoff_ms: int
     ignore_keys: bool
+    security: ClientSecurity | None = None
+    """The channels' TLS and SASL (``None``: the process's)."""
 
     @classmethod
     def parse(cls, config: Mapping[str, Any]) -> ProducerConfig:
@@ -210,4 +215,5 @@ class ProducerConfig:
             request_timeout_ms=values["request.timeout.ms"],
             retry_backoff_ms=values["retry.backoff.ms"],
             ignore_keys=values["partitioner.ignore.keys"],
+            security=security_from_config(raw),
         )

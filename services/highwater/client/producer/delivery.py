@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple, TypeAlias
 
 from highwater.client.message import TIMESTAMP_CREATE_TIME, Message
-from highwater.errors import HighwaterError
+from highwater.errors import AuthorizationError, HighwaterError
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
@@ -18,12 +18,14 @@ __all__ = [
     "DeliveryTimeoutError",
     "HeaderValue",
     "HeadersArg",
+    "ProduceAuthorizationError",
     "ProduceError",
     "ProducerClosedError",
     "ProducerError",
     "RecordMetadata",
     "consume_exception",
     "headers_list",
+    "produce_error",
     "to_bytes",
 ]
 
@@ -49,6 +51,18 @@ class ProduceError(ProducerError):
         """An error with the broker's ``code`` and message."""
         super().__init__(message)
         self.code = code
+
+
+class ProduceAuthorizationError(ProduceError, AuthorizationError):
+    """The ACLs refused the record: TOPIC_AUTHORIZATION_FAILED (no WRITE on the topic) or
+    CLUSTER_AUTHORIZATION_FAILED (no idempotent writes for this principal)."""
+
+
+def produce_error(code: int, message: str) -> ProduceError:
+    """The typed :class:`ProduceError` of a broker's error ``code``."""
+    if code in (ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED):
+        return ProduceAuthorizationError(code, message)
+    return ProduceError(code, message)
 
 
 class RecordMetadata(NamedTuple):

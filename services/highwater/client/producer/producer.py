@@ -80,6 +80,7 @@ from highwater.client.producer.delivery import (
     DeliveryCallback,
     DeliveryTimeoutError,
     HeadersArg,
+    ProduceAuthorizationError,
     ProduceError,
     ProducerClosedError,
     ProducerError,
@@ -95,7 +96,7 @@ from highwater.client.producer.sender import (
     is_retriable_answer,
     request_failure,
 )
-from highwater.errors import HighwaterError
+from highwater.errors import AuthenticationError, HighwaterError
 from highwater.records import RecordBatchBuilder
 from highwater.records.batch import append_fields
 from highwater.records.record import RecordFields
@@ -134,6 +135,7 @@ class AsyncProducer:
             cfg.bootstrap_servers,
             request_timeout_s=cfg.request_timeout_ms / 1000,
             client_id=cfg.client_id,
+            security=cfg.security,
         )
         self._topics = self.cluster.topics
         self._batch_size = cfg.batch_size
@@ -287,6 +289,8 @@ class AsyncProducer:
         for task in tasks:
             task.cancel()
         for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                continue  # the sender's failure was delivered to every record already
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._sender = None
@@ -314,10 +318,16 @@ class AsyncProducer:
             self._sender.add_done_callback(self._on_sender_done)
 
     def _on_sender_done(self, task: asyncio.Task[None]) -> None:
-        """If the sender died of a bug, fail every record instead of leaving them hanging."""
+        """If the sender died of a bug, fail every record instead of leaving them hanging.
+        A failed authentication is fatal too, as in Kafka: every record gets that error."""
         if task.cancelled() or task.exception() is None:
             return
         cause = task.exception()
+        if isinstance(cause, AuthenticationError):
+            log.error("the producer could not authenticate: %s", cause)
+            self._fatal = cause
+            self._fail_all(cause)
+            return
         log.error("the producer's sender failed", exc_info=cause)
         self._fatal = ProducerError(f"the producer's sender failed: {cause!r}")
         self._fail_all(self._fatal)
@@ -598,6 +608,18 @@ class AsyncProducer:
                 self._producer_id = reply.producer_id
                 self._producer_epoch = reply.producer_epoch
                 return
+            if reply.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+                # Not retriable: this principal may not write idempotently (Kafka fails
+                # the queued batches with ClusterAuthorizationException the same way).
+                refused = ProduceAuthorizationError(
+                    ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                    "InitProducerId: CLUSTER_AUTHORIZATION_FAILED: this principal may not "
+                    "write idempotently (IDEMPOTENT_WRITE on the cluster, or WRITE on a topic)",
+                )
+                for queue in self._queues.values():
+                    while queue.batches:
+                        self._fail_batch(queue.batches.popleft(), refused)
+                return
             log.warning("InitProducerId answered %s", ErrorCode.Name(reply.error))
         await asyncio.sleep(self.config.retry_backoff_ms / 1000)
 
@@ -624,6 +646,16 @@ class AsyncProducer:
                     topic,
                     self._waiting.pop(topic),
                     UnknownTopicOrPartitionError(f"topic {topic!r} does not exist"),
+                )
+                continue
+            if topic in self.cluster.unauthorized:
+                self._fail_waiting(
+                    topic,
+                    self._waiting.pop(topic),
+                    ProduceAuthorizationError(
+                        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                        f"topic {topic!r}: TOPIC_AUTHORIZATION_FAILED: not authorized",
+                    ),
                 )
                 continue
             info = self.cluster.topic(topic)

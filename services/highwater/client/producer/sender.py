@@ -16,7 +16,7 @@ import grpc
 import grpc.aio
 
 from highwater.client.producer.accumulator import PartitionQueue, ProducerBatch
-from highwater.client.producer.delivery import ProduceError
+from highwater.client.producer.delivery import ProduceError, produce_error
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -102,7 +102,9 @@ def answer_error(batch: ProducerBatch, answer: pb.ProducePartitionResponse) -> P
     """The error a batch's failed answer carries, naming the partition and the code."""
     code = answer.error
     message = answer.error_message or ErrorCode.Name(code)
-    return ProduceError(code, f"{batch.topic}-{batch.partition}: {ErrorCode.Name(code)}: {message}")
+    return produce_error(
+        code, f"{batch.topic}-{batch.partition}: {ErrorCode.Name(code)}: {message}"
+    )
 
 
 def is_retriable_answer(code: int, batch: ProducerBatch, queue: PartitionQueue) -> bool:

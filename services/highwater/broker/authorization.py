@@ -1,0 +1,206 @@
+"""The per-topic ACL checks of the broker's data-plane calls (Kafka's ``KafkaApis``).
+
+Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch and DeleteRecords all carry
+``topics[].partitions[]`` and answer ``topics[].partitions[]`` with an ``error``:
+:func:`split_topics` keeps the topics the caller may act on and
+:func:`add_refused_topics` answers the others ``TOPIC_AUTHORIZATION_FAILED`` (or
+``CLUSTER_AUTHORIZATION_FAILED``), so a refused topic is never read nor written while
+the others are served. The rules, with the authorizer on:
+
+- Produce: WRITE on the topic; a batch of an idempotent producer (a producer id) needs
+  IDEMPOTENT_WRITE on the cluster, or WRITE on the topic (Kafka 3's KIP-679, which the
+  topic check already gives); InitProducerId: IDEMPOTENT_WRITE on the cluster or WRITE on
+  some topic (KIP-679), else CLUSTER_AUTHORIZATION_FAILED;
+- Fetch: READ on the topic for a consumer; a follower's fetch (``replica_id`` set) needs
+  CLUSTER_ACTION on the cluster and to be its node (``security/node_identities.py``), else
+  every partition is CLUSTER_AUTHORIZATION_FAILED;
+- ListOffsets, OffsetsForLeaderEpoch: DESCRIBE; DeleteRecords: DELETE;
+- Metadata: the topics the caller may DESCRIBE (a topic named but not describable is
+  TOPIC_AUTHORIZATION_FAILED, one not named is left out);
+- FindCoordinator: DESCRIBE on the group, else GROUP_AUTHORIZATION_FAILED.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc.aio
+from google.protobuf.message import Message
+
+from highwater.rpc.auth import (
+    authorize,
+    authorizer_enabled,
+    current_authorizer,
+    may_speak_for_node,
+    principal_of,
+)
+from highwater.security.acl import AclOperation, AclPermissionType, ResourceType
+from highwater.security.rpc_access import CLUSTER_NAME
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = [
+    "add_refused_topics",
+    "authorize_coordinators",
+    "authorize_fetch",
+    "authorize_init_producer_id",
+    "filter_metadata",
+    "produce_extra_check",
+    "split_topics",
+]
+
+M = TypeVar("M", bound=Message)
+Refused = list[tuple[str, list[int], int]]
+"""Refused topics: name, partitions, error code."""
+
+
+def split_topics(
+    request: M,
+    context: grpc.aio.ServicerContext | None,
+    operation: AclOperation,
+    *,
+    extra: Callable[[Any], bool] | None = None,
+) -> tuple[M, Refused]:
+    """``request`` with only the topics the caller may ``operation``, and the refused ones.
+    ``extra(topic)``: a further check of a topic entry (refused CLUSTER_AUTHORIZATION_FAILED)."""
+    if not authorizer_enabled():
+        return request, []
+    refused: Refused = []
+    kept = []
+    for topic in request.topics:  # type: ignore[attr-defined]
+        partitions = [p.partition for p in topic.partitions]
+        if not authorize(context, operation, ResourceType.TOPIC, topic.topic):
+            refused.append((topic.topic, partitions, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+        elif extra is not None and not extra(topic):
+            refused.append((topic.topic, partitions, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+        else:
+            kept.append(topic)
+    if not refused:
+        return request, []
+    narrowed = type(request)()
+    narrowed.CopyFrom(request)
+    del narrowed.topics[:]  # type: ignore[attr-defined]
+    narrowed.topics.extend(kept)  # type: ignore[attr-defined]
+    return narrowed, refused
+
+
+def add_refused_topics(response: M, refused: Refused) -> M:
+    """``response`` with each refused topic's partitions answered with its error."""
+    for name, partitions, code in refused:
+        topic = response.topics.add(topic=name)  # type: ignore[attr-defined]
+        for partition in partitions:
+            answer = topic.partitions.add(partition=partition, error=code)
+            if isinstance(answer, pb.ProducePartitionResponse):
+                answer.base_offset = -1
+                answer.log_append_time_ms = -1
+                answer.error_message = "not authorized"
+    return response
+
+
+def produce_extra_check(context: grpc.aio.ServicerContext | None) -> Callable[[Any], bool]:
+    """Produce's idempotent-batch rule for one topic entry (see the module docstring)."""
+
+    def allowed(topic: pb.ProduceTopic) -> bool:
+        if not any(_is_idempotent(p) for p in topic.partitions):
+            return True
+        return authorize(
+            context, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
+        ) or authorize(context, AclOperation.WRITE, ResourceType.TOPIC, topic.topic)
+
+    return allowed
+
+
+_PRODUCER_ID_AT = 43
+"""The producer id's byte offset in a RecordBatch v2 header (docs/storage.md)."""
+
+
+def _is_idempotent(partition: pb.ProducePartition) -> bool:
+    if partition.HasField("records"):
+        return partition.records.HasField("producer_id") and partition.records.producer_id >= 0
+    data = partition.record_batches
+    if len(data) < _PRODUCER_ID_AT + 8:
+        return False
+    return int.from_bytes(data[_PRODUCER_ID_AT : _PRODUCER_ID_AT + 8], "big", signed=True) >= 0
+
+
+def authorize_fetch(
+    request: pb.FetchRequest, context: grpc.aio.ServicerContext | None
+) -> tuple[pb.FetchRequest, Refused]:
+    """A consumer's fetch: READ per topic; a follower's: CLUSTER_ACTION as its node."""
+    if not authorizer_enabled():
+        return request, []
+    if request.HasField("replica_id") and request.replica_id >= 0:
+        if authorize(
+            context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+        ) and may_speak_for_node(context, request.replica_id):
+            return request, []
+        refused: Refused = [
+            (t.topic, [p.partition for p in t.partitions], ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+            for t in request.topics
+        ]
+        return pb.FetchRequest(replica_id=request.replica_id, max_wait_ms=0), refused
+    return split_topics(request, context, AclOperation.READ)
+
+
+def authorize_init_producer_id(context: grpc.aio.ServicerContext | None) -> bool:
+    """IDEMPOTENT_WRITE on the cluster, or an ALLOW of WRITE on some topic (KIP-679)."""
+    if authorize(context, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return True
+    authorizer = current_authorizer()
+    if authorizer is None:
+        return True
+    call = principal_of(context)
+    return any(
+        acl.resource_type is ResourceType.TOPIC
+        and acl.permission is AclPermissionType.ALLOW
+        and acl.operation in (AclOperation.WRITE, AclOperation.ALL)
+        and acl.principal in (call.principal, "User:*")
+        and acl.host in (call.host, "*")
+        for acl in authorizer.acls
+    )
+
+
+def filter_metadata(
+    request: pb.MetadataRequest,
+    response: pb.MetadataResponse,
+    context: grpc.aio.ServicerContext | None,
+) -> pb.MetadataResponse:
+    """Only the topics the caller may describe (see the module docstring)."""
+    if not authorizer_enabled():
+        return response
+    named = set(request.topics)
+    kept = []
+    for topic in response.topics:
+        if authorize(context, AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name):
+            kept.append(topic)
+        elif topic.name in named:
+            kept.append(
+                pb.TopicMetadata(name=topic.name, error=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            )
+    del response.topics[:]
+    response.topics.extend(kept)
+    return response
+
+
+def authorize_coordinators(
+    request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext | None
+) -> tuple[pb.FindCoordinatorRequest, list[pb.Coordinator]]:
+    """The groups the caller may describe, and the refused ones' answers."""
+    if not authorizer_enabled():
+        return request, []
+    kept = pb.FindCoordinatorRequest(key_type=request.key_type)
+    refused = []
+    for key in request.keys:
+        if authorize(context, AclOperation.DESCRIBE, ResourceType.GROUP, key):
+            kept.keys.append(key)
+        else:
+            refused.append(
+                pb.Coordinator(
+                    key=key,
+                    error=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                    error_message=f"not authorized to describe group {key}",
+                    node_id=-1,
+                )
+            )
+    return kept, refused

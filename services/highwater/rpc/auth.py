@@ -1,0 +1,495 @@
+"""Every call's principal, and the ACL checks of every call: the server side of security.
+
+One server interceptor (:class:`AuthInterceptor`, on every server :func:`new_server`
+makes) gives each call its principal before the servicer runs:
+
+1. a call carrying a session token (metadata ``highwater-session``, from the
+   ``Authenticate`` call of this process) is the token's principal; an invalid, expired or
+   forged token is ``UNAUTHENTICATED``, whatever else the call carries. The token comes
+   first so that SASL over mutual TLS (Kafka's ``SASL_SSL``) is the SASL user's;
+2. else a verified client certificate: ``User:<CN>`` by ``ssl.principal.mapping.rules``;
+3. else ``User:ANONYMOUS``.
+
+A call a broker forwards to the controller (an admin call, KIP-590) also carries the
+original caller's principal (metadata ``highwater-forwarded-principal``); the controller
+takes it only from a caller allowed ``CLUSTER_ACTION`` on the cluster and refuses it from
+anyone else (``PERMISSION_DENIED``).
+
+With the authorizer on (``--authorizer acl`` or ``--super-users``), the interceptor then
+applies the table of ``security/rpc_access.py``: the whole-call checks (``OnCluster``)
+there, refused with ``CLUSTER_AUTHORIZATION_FAILED`` in the answer's ``error`` where the
+answer has one (the Broker, Controller and GroupCoordinator calls), else with the status
+``PERMISSION_DENIED`` (the Raft service, streams); the per-item checks in the servicers, through
+:func:`authorize`, which answer a refused item with its typed error. Every refusal is
+logged, once per principal, operation and resource every :data:`REFUSAL_LOG_INTERVAL_S`.
+
+:func:`principal_of` is the one way to ask a call's principal (the servicers, quotas).
+The process's settings are set once at start (:func:`configure`), and each role tells
+this module where its metadata image is (:func:`follow_image`): the ACLs and SCRAM
+credentials are read from it at each call, so an ACL change applies at the next call
+after the image has it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+import grpc
+import grpc.aio
+from cryptography import x509
+from google.protobuf import descriptor_pool, message_factory
+from google.protobuf.message import Message
+
+from highwater.errors import SaslAuthenticationError
+from highwater.security.acl import AclOperation, ResourceType
+from highwater.security.authentication import (
+    ANONYMOUS,
+    SESSION_METADATA_KEY,
+    AuthenticationSettings,
+    Authenticator,
+)
+from highwater.security.authorizer import AclAuthorizer, Decision
+from highwater.security.node_identities import NodeIdentities
+from highwater.security.principal import SslPrincipalMapper
+from highwater.security.rpc_access import CLUSTER_NAME, OnCluster, access_of
+from highwater.security.scram import ScramCredential
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = [
+    "FORWARDED_PRINCIPAL_KEY",
+    "AuthInterceptor",
+    "CallPrincipal",
+    "ServerSecurity",
+    "authorize",
+    "authorizer_enabled",
+    "configure",
+    "current_authorizer",
+    "follow_image",
+    "forwarded_principal_metadata",
+    "node_identities",
+    "principal_of",
+    "server_security",
+]
+
+log = logging.getLogger(__name__)
+
+FORWARDED_PRINCIPAL_KEY: Final = "highwater-forwarded-principal"
+REFUSAL_LOG_INTERVAL_S: Final = 10.0
+
+
+class _AclsView(Protocol):
+    def authorizer(
+        self, super_users: Iterable[str] = (), *, allow_everyone_if_no_acl_found: bool = False
+    ) -> AclAuthorizer: ...
+
+
+class _ScramView(Protocol):
+    def credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
+
+
+class SecurityImage(Protocol):
+    """What this module reads of a metadata image."""
+
+    @property
+    def acls(self) -> _AclsView: ...
+
+    @property
+    def scram(self) -> _ScramView: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSecurity:
+    """A process's authentication and authorization settings (docs/security.md)."""
+
+    authentication: AuthenticationSettings = field(default_factory=AuthenticationSettings)
+    authorizer: str = "none"
+    """``authorizer.class.name``: ``acl`` or ``none``."""
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
+    principal_mapping_rules: str = "DEFAULT"
+
+    def __post_init__(self) -> None:
+        if self.authorizer not in ("acl", "none"):
+            raise ValueError(f"authorizer.class.name={self.authorizer}: acl or none")
+        for user in self.super_users:
+            if ":" not in user:
+                raise ValueError(f"super.users: {user!r} is not TYPE:NAME, e.g. User:admin")
+
+    @property
+    def authorizer_on(self) -> bool:
+        """Giving super users or ``acl`` turns the ACL checks on."""
+        return self.authorizer == "acl" or bool(self.super_users)
+
+    @staticmethod
+    def parse_super_users(text: str) -> frozenset[str]:
+        """Kafka's ``super.users``: ``User:a;User:b``."""
+        return frozenset(user.strip() for user in text.split(";") if user.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class CallPrincipal:
+    """Who makes a call: ``principal`` (the forwarded one for a forwarded admin call),
+    the peer's ``host``, and ``authenticated_by`` (``certificate``, a SASL mechanism, or
+    ``none``)."""
+
+    principal: str
+    host: str
+    authenticated_by: str = "none"
+
+
+class _Process:
+    """The process's security state (one per process, as the TLS settings)."""
+
+    def __init__(self, settings: ServerSecurity) -> None:
+        self.settings = settings
+        self.mapper = SslPrincipalMapper(settings.principal_mapping_rules)
+        self.image: Callable[[], SecurityImage] | None = None
+        self.authenticator = Authenticator(settings.authentication, self._credential)
+        self.nodes = NodeIdentities()
+        self._certificates: dict[bytes, str] = {}
+        self._logged: dict[tuple[str, str, str], float] = {}
+
+    def _credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self.image().scram.credential(user, mechanism) if self.image else None
+
+    def authorizer(self) -> AclAuthorizer | None:
+        if not self.settings.authorizer_on:
+            return None
+        if self.image is None:  # no metadata yet: only super users
+            return AclAuthorizer((), super_users=self.settings.super_users)
+        return self.image().acls.authorizer(
+            self.settings.super_users,
+            allow_everyone_if_no_acl_found=self.settings.allow_everyone_if_no_acl_found,
+        )
+
+    def certificate_principal(self, pem: bytes) -> str:
+        principal = self._certificates.get(pem)
+        if principal is None:
+            principal = self.mapper.principal(x509.load_pem_x509_certificate(pem))
+            if len(self._certificates) > 1000:
+                self._certificates.clear()
+            self._certificates[pem] = principal
+        return principal
+
+    def log_refusal(self, call: CallPrincipal, operation: str, resource: str) -> None:
+        key = (call.principal, operation, resource)
+        now = time.monotonic()
+        if now - self._logged.get(key, -REFUSAL_LOG_INTERVAL_S) < REFUSAL_LOG_INTERVAL_S:
+            return
+        if len(self._logged) > 10_000:
+            self._logged.clear()
+        self._logged[key] = now
+        log.warning(
+            "refused: principal %s from %s may not %s %s",
+            call.principal,
+            call.host,
+            operation,
+            resource,
+        )
+
+
+_process = _Process(ServerSecurity())
+_call: contextvars.ContextVar[CallPrincipal | None] = contextvars.ContextVar(
+    "highwater_call_principal", default=None
+)
+
+
+def configure(settings: ServerSecurity) -> None:
+    """Set the process's security (the server flags); sessions issued before are void."""
+    global _process
+    image = _process.image
+    _process = _Process(settings)
+    _process.image = image
+
+
+def server_security() -> ServerSecurity:
+    return _process.settings
+
+
+def follow_image(image: Callable[[], SecurityImage]) -> None:
+    """Read ACLs and SCRAM credentials from ``image()`` (the role's current metadata)."""
+    _process.image = image
+
+
+def authorizer_enabled() -> bool:
+    return _process.settings.authorizer_on
+
+
+def current_authorizer() -> AclAuthorizer | None:
+    """The process's authorizer over its current image (``None``: the authorizer is off)."""
+    return _process.authorizer()
+
+
+def authenticator() -> Authenticator:
+    return _process.authenticator
+
+
+def node_identities() -> NodeIdentities:
+    return _process.nodes
+
+
+def _metadata(context: grpc.aio.ServicerContext, key: str) -> str | None:
+    for item_key, value in context.invocation_metadata() or ():
+        if item_key == key:
+            return value if isinstance(value, str) else value.decode()
+    return None
+
+
+def peer_host(context: grpc.aio.ServicerContext) -> str:
+    """The peer's address without its port (``ipv4:1.2.3.4:5`` -> ``1.2.3.4``)."""
+    peer = context.peer() or ""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6":
+        return rest.rpartition(":")[0].strip("[]")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    return rest or peer
+
+
+class _Refused(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str, *, kafka_error: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
+        self.kafka_error = kafka_error
+        """The Kafka error code to answer with, where the answer has an ``error`` field."""
+
+
+_ANSWER_TYPES: dict[str, type[Message] | None] = {}
+
+
+def _error_answer(method: str, refusal: _Refused) -> Message | None:
+    """The answer of ``method`` that carries ``refusal``'s Kafka error, if the call is
+    unary and its answer has an ``error`` field (not the Raft service's: its nodes read
+    their error codes as protocol)."""
+    if not refusal.kafka_error:
+        return None
+    if method not in _ANSWER_TYPES:
+        service, _, name = method.lstrip("/").rpartition("/")
+        answer_type: type[Message] | None = None
+        try:
+            descriptor = descriptor_pool.Default().FindServiceByName(service)
+            rpc = descriptor.FindMethodByName(name)
+        except KeyError:
+            rpc = None
+        if (
+            rpc is not None
+            and service != "highwater.v1.Raft"
+            and not rpc.client_streaming
+            and not rpc.server_streaming
+            and "error" in rpc.output_type.fields_by_name
+        ):
+            answer_type = message_factory.GetMessageClass(rpc.output_type)
+        _ANSWER_TYPES[method] = answer_type
+    answer_type = _ANSWER_TYPES[method]
+    if answer_type is None:
+        return None
+    answer = answer_type(error=refusal.kafka_error)
+    if "error_message" in answer.DESCRIPTOR.fields_by_name:
+        answer.error_message = str(refusal)  # type: ignore[attr-defined]
+    return answer
+
+
+def _identify(context: grpc.aio.ServicerContext) -> CallPrincipal:
+    """The caller (steps 1-3 of the module docstring); :class:`_Refused` if it cannot be."""
+    process = _process
+    host = peer_host(context)
+    token = _metadata(context, SESSION_METADATA_KEY)
+    if token is not None:
+        try:
+            session = process.authenticator.session(token, time.time())
+        except SaslAuthenticationError as e:
+            raise _Refused(
+                grpc.StatusCode.UNAUTHENTICATED, f"SASL_AUTHENTICATION_FAILED: {e}"
+            ) from None
+        return CallPrincipal(session.principal, host, session.mechanism)
+    pems = (context.auth_context() or {}).get("x509_pem_cert")
+    if pems:
+        try:
+            return CallPrincipal(process.certificate_principal(pems[0]), host, "certificate")
+        except (SaslAuthenticationError, ValueError) as e:
+            raise _Refused(grpc.StatusCode.UNAUTHENTICATED, str(e)) from None
+    return CallPrincipal(ANONYMOUS, host)
+
+
+def _forwarded(context: grpc.aio.ServicerContext, direct: CallPrincipal) -> CallPrincipal:
+    forwarded = _metadata(context, FORWARDED_PRINCIPAL_KEY)
+    if forwarded is None:
+        return direct
+    authorizer = _process.authorizer()
+    if authorizer is None:
+        # Nothing is checked; still, only a service (a certificate) may speak for another.
+        if direct.authenticated_by != "certificate":
+            return direct
+    elif (
+        authorizer.authorize(
+            direct.principal,
+            direct.host,
+            AclOperation.CLUSTER_ACTION,
+            ResourceType.CLUSTER,
+            CLUSTER_NAME,
+        )
+        is not Decision.ALLOWED
+    ):
+        _process.log_refusal(direct, "CLUSTER_ACTION (forward a call)", "Cluster:kafka-cluster")
+        raise _Refused(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"CLUSTER_AUTHORIZATION_FAILED: {direct.principal} may not forward calls",
+        )
+    host, _, principal = forwarded.partition("|")
+    return CallPrincipal(principal or host, host if principal else direct.host, "forwarded")
+
+
+def _admit(context: grpc.aio.ServicerContext, method: str) -> None:
+    """Identify the caller and apply the whole-call checks; :class:`_Refused` if refused."""
+    call = _forwarded(context, _identify(context))
+    _call.set(call)
+    authorizer = _process.authorizer()
+    if authorizer is None:
+        return
+    access = access_of(method)
+    if access is None:
+        _process.log_refusal(call, "call", method)
+        raise _Refused(grpc.StatusCode.PERMISSION_DENIED, f"{method} is not open to callers")
+    if isinstance(access, OnCluster):
+        decision = authorizer.authorize(
+            call.principal, call.host, access.operation, ResourceType.CLUSTER, CLUSTER_NAME
+        )
+        if decision is not Decision.ALLOWED:
+            _process.log_refusal(call, access.operation.name, f"Cluster:{CLUSTER_NAME} ({method})")
+            raise _Refused(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"CLUSTER_AUTHORIZATION_FAILED: {call.principal} may not "
+                f"{access.operation.name} on the cluster ({method})",
+                kafka_error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            )
+
+
+def principal_of(context: grpc.aio.ServicerContext | None = None) -> CallPrincipal:
+    """The principal of the call being served (the interceptor's answer; computed from
+    ``context`` where no interceptor ran, ``User:ANONYMOUS`` outside any call)."""
+    call = _call.get()
+    if call is not None:
+        return call
+    if context is None:
+        return CallPrincipal(ANONYMOUS, "")
+    try:
+        return _forwarded(context, _identify(context))
+    except _Refused:
+        return CallPrincipal(ANONYMOUS, peer_host(context))
+
+
+def authorize(
+    context: grpc.aio.ServicerContext | None,
+    operation: AclOperation,
+    resource_type: ResourceType,
+    resource_name: str,
+) -> bool:
+    """May the caller do ``operation`` to the resource? Always yes with the authorizer off;
+    a refusal is logged (rate-limited)."""
+    authorizer = _process.authorizer()
+    if authorizer is None:
+        return True
+    call = principal_of(context)
+    decision = authorizer.authorize(
+        call.principal, call.host, operation, resource_type, resource_name
+    )
+    if decision is Decision.ALLOWED:
+        return True
+    _process.log_refusal(call, operation.name, f"{resource_type.name.title()}:{resource_name}")
+    return False
+
+
+def may_speak_for_node(context: grpc.aio.ServicerContext | None, node_id: int) -> bool:
+    """Whether the caller may act as broker ``node_id`` (``security/node_identities.py``)."""
+    authorizer = _process.authorizer()
+    if authorizer is None:
+        return True
+    call = principal_of(context)
+    # A super user's first word for a node records it too, so that no one else may
+    # speak for that node afterwards; a super user itself is never refused.
+    if _process.nodes.claim(node_id, call.principal):
+        return True
+    if call.principal in _process.settings.super_users:
+        return True
+    _process.log_refusal(call, "CLUSTER_ACTION as a node", f"node {node_id}")
+    return False
+
+
+def forwarded_principal_metadata(
+    context: grpc.aio.ServicerContext | None,
+) -> tuple[tuple[str, str], ...]:
+    """The metadata that carries the caller's principal on a forwarded call."""
+    call = principal_of(context)
+    return ((FORWARDED_PRINCIPAL_KEY, f"{call.host}|{call.principal}"),)
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """Identifies and admits every call (see the module docstring)."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method = handler_call_details.method
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                _unary(method, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                _streaming(method, handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                _unary(method, handler.stream_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return grpc.stream_stream_rpc_method_handler(
+            _streaming(method, handler.stream_stream),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+def _unary(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            _admit(context, method)
+        except _Refused as e:
+            answer = _error_answer(method, e)
+            if answer is not None:
+                return answer
+            await context.abort(e.code, str(e))
+        return await behavior(request, context)
+
+    return call
+
+
+def _streaming(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+    async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            _admit(context, method)
+        except _Refused as e:
+            await context.abort(e.code, str(e))
+        result = behavior(request, context)
+        if hasattr(result, "__aiter__"):
+            async for answer in result:
+                yield answer
+        else:
+            await result
+
+    return call

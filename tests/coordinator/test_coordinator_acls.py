@@ -1,0 +1,96 @@
+"""The group coordinator's ACL checks, in one process: an embedded server with the checks
+on and SCRAM logins; a user may commit and fetch offsets of the group it may read, is
+refused GROUP_AUTHORIZATION_FAILED elsewhere (nothing stored), TOPIC_AUTHORIZATION_FAILED
+for a topic it may not read, and lists only the groups it may describe.
+
+Plaintext callers are ``User:ANONYMOUS``, made a super user here so that the test can set
+the users and ACLs up; the user speaks SASL_PLAINTEXT, so its calls are its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from embedded_servers import running_embedded_server
+from highwater.client.admin import AdminClient, NewTopic
+from highwater.client.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
+from highwater.rpc import auth
+from highwater.security import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
+from highwater.security.authentication import AuthenticationSettings
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def secured_process() -> Iterator[None]:
+    auth.configure(
+        auth.ServerSecurity(
+            authentication=AuthenticationSettings(enabled_mechanisms=("SCRAM-SHA-256",)),
+            super_users=frozenset({"User:ANONYMOUS"}),
+        )
+    )
+    try:
+        yield
+    finally:
+        auth.configure(auth.ServerSecurity())
+
+
+def allow(operation: AclOperation, resource_type: ResourceType, name: str) -> AclBinding:
+    return AclBinding(
+        resource_type,
+        name,
+        PatternType.LITERAL,
+        "User:gina",
+        "*",
+        operation,
+        AclPermissionType.ALLOW,
+    )
+
+
+async def test_group_calls_need_the_groups_acls(tmp_path: Path, secured_process: None) -> None:
+    async with running_embedded_server(tmp_path) as server:
+        async with AdminClient(server.listen) as admin:
+            assert (await admin.create_topics([NewTopic("t", 1, 1), NewTopic("u", 1, 1)]))[
+                "t"
+            ].error is None
+            assert await admin.alter_user_scram_credentials(
+                [("gina", "SCRAM-SHA-256", "gina-pw")]
+            ) == {"gina": None}
+            assert await admin.create_acls(
+                [
+                    allow(AclOperation.READ, ResourceType.GROUP, "mine"),
+                    allow(AclOperation.READ, ResourceType.TOPIC, "t"),
+                ]
+            ) == [None, None]
+            await admin.alter_consumer_group_offsets("theirs", {("t", 0): 5})
+        gina = {
+            "bootstrap.servers": server.listen,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": "gina",
+            "sasl.password": "gina-pw",
+        }
+        async with AdminClient(gina) as client:
+            await client.alter_consumer_group_offsets("mine", {("t", 0): 3})
+            assert {
+                tp: o.offset for tp, o in (await client.list_consumer_group_offsets("mine")).items()
+            } == {("t", 0): 3}
+            with pytest.raises(GroupAuthorizationFailedError):
+                await client.alter_consumer_group_offsets("theirs", {("t", 0): 9})
+            with pytest.raises(TopicAuthorizationFailedError):
+                await client.alter_consumer_group_offsets("mine", {("u", 0): 1})
+            listed = [g.group_id for g in await client.list_consumer_groups()]
+            assert listed == ["mine"]  # READ implies DESCRIBE; "theirs" is not shown
+        async with AdminClient(server.listen) as admin:
+            theirs = await admin.list_consumer_group_offsets("theirs")
+            mine = await admin.list_consumer_group_offsets("mine")
+        assert {tp: o.offset for tp, o in theirs.items()} == {("t", 0): 5}  # untouched
+        assert ("u", 0) not in mine
