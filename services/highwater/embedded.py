@@ -49,7 +49,11 @@ class EmbeddedServer:
         controller_settings: ControllerSettings | None = None,
         broker_settings: BrokerSettings | None = None,
         coordinator_settings: CoordinatorSettings | None = None,
+        kafka_listen: str | None = None,
+        kafka_advertised: str | None = None,
     ) -> None:
+        """``kafka_listen``: where the broker serves Kafka's protocol too (none: not served),
+        ``kafka_advertised`` where Kafka clients are told to connect, if not there."""
         _, port = parse_endpoint(listen)
         if port == 0:
             raise ValueError(f"{listen}: the embedded server needs a real port, not 0")
@@ -89,6 +93,8 @@ class EmbeddedServer:
             metadata=self.controller.machine,
             settings=broker_settings,
             report_serving=self.controller.raft.report_serving,
+            kafka_listen=kafka_listen,
+            kafka_advertised=kafka_advertised,
         )
         self.coordinator = CoordinatorServer(
             node_id=EMBEDDED_NODE_ID,

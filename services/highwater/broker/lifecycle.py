@@ -75,6 +75,8 @@ class BrokerLifecycle:
         self.stopping = False
         """Set when the broker stops: it reports NOT_SERVING and starts no more work."""
         self._heartbeats: asyncio.Task[None] | None = None
+        self.extra_listeners: tuple[BrokerEndpoint, ...] = ()
+        """Listeners registered after the broker's own (its Kafka listener)."""
 
     @property
     def is_registered(self) -> bool:
@@ -87,7 +89,7 @@ class BrokerLifecycle:
         request = m.RegisterBrokerRequest(
             broker_id=self.node_id,
             incarnation_id=self.incarnation_id,
-            listeners=(BrokerEndpoint("PLAINTEXT", host, port),),
+            listeners=(BrokerEndpoint("PLAINTEXT", host, port), *self.extra_listeners),
             rack=self.settings.rack,
             previous_broker_epoch=previous_broker_epoch,
         )

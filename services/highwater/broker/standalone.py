@@ -35,6 +35,8 @@ class StandaloneBroker:
         data_dir: Path,
         settings: BrokerSettings | None = None,
         advertised: str | None = None,
+        kafka_listen: str | None = None,
+        kafka_advertised: str | None = None,
     ) -> None:
         self.node_id = node_id
         self.listen = listen
@@ -44,6 +46,10 @@ class StandaloneBroker:
         self.controllers = list(controllers)
         self.data_dir = Path(data_dir)
         self.settings = settings
+        self.kafka_listen = kafka_listen
+        self.kafka_advertised = kafka_advertised
+        """Kafka's protocol: where it is served (none: not served) and where Kafka clients
+        connect (if not there)."""
         self.observer: MetadataObserver | None = None
         self.broker: BrokerServer | None = None
 
@@ -75,6 +81,8 @@ class StandaloneBroker:
             metadata=self.observer,
             settings=self.settings,
             report_serving=self._report_serving,
+            kafka_listen=self.kafka_listen,
+            kafka_advertised=self.kafka_advertised,
         )
         await self.observer.start()
         try:

@@ -17,6 +17,7 @@ from highwater.broker.standalone import StandaloneBroker
 from highwater.cli.server_config import load_role_config, server_config_options
 from highwater.cli.serving import (
     controllers_option,
+    kafka_listener_options,
     listen_option,
     run_until_signalled,
     telemetry_option,
@@ -61,6 +62,7 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     show_default=True,
     help="A follower not caught up for this long leaves the ISR (replica.lag.time.max.ms).",
 )
+@kafka_listener_options
 @server_config_options
 def broker(
     node_id: int,
@@ -70,6 +72,8 @@ def broker(
     rack: str | None,
     advertised_listener: str | None,
     replica_lag_time_max_ms: int,
+    kafka_listen: str | None,
+    kafka_advertised_listener: str | None,
     config_file: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
@@ -97,5 +101,7 @@ def broker(
             replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
         ),
         advertised=advertised_listener,
+        kafka_listen=kafka_listen,
+        kafka_advertised=kafka_advertised_listener,
     )
     run_until_signalled(server, "broker")

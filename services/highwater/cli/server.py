@@ -21,7 +21,13 @@ from highwater.cli.server_config import (
     load_role_config,
     server_config_options,
 )
-from highwater.cli.serving import listen_option, run_until_signalled, telemetry_option, tls_options
+from highwater.cli.serving import (
+    kafka_listener_options,
+    listen_option,
+    run_until_signalled,
+    telemetry_option,
+    tls_options,
+)
 from highwater.controller.service import ControllerSettings
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
@@ -116,11 +122,14 @@ async def _wait_for_leader(broker: broker_pb2_grpc.BrokerStub, timeout_s: float 
     help="Where the metadata log and the partition logs live.",
 )
 @click.option("--demo", is_flag=True, help="Produce and consume a few records once started.")
+@kafka_listener_options
 @server_config_options
 def server(
     listen: str,
     data_dir: Path,
     demo: bool,
+    kafka_listen: str | None,
+    kafka_advertised_listener: str | None,
     config_file: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
@@ -157,6 +166,8 @@ def server(
             coordinator_settings=CoordinatorSettings(
                 group=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=delay)
             ),
+            kafka_listen=kafka_listen,
+            kafka_advertised=kafka_advertised_listener,
         )
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--listen") from None

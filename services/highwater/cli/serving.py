@@ -83,6 +83,36 @@ def listen_option(*, required: bool, default: str | None = None, help: str) -> C
     )
 
 
+def _optional_address(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> str | None:
+    if value is not None:
+        try:
+            parse_endpoint(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+    return value
+
+
+def kafka_listener_options(function: F) -> F:
+    """``--kafka-listen`` and ``--kafka-advertised-listener``: Kafka's binary protocol on a
+    port of its own (docs/kafka-protocol.md); off unless asked."""
+    function = click.option(
+        "--kafka-advertised-listener",
+        default=None,
+        callback=_optional_address,
+        metavar="HOST:PORT",
+        help="Where Kafka clients are told to connect, if not --kafka-listen (a proxy, a NAT).",
+    )(function)
+    return click.option(
+        "--kafka-listen",
+        default=None,
+        callback=_optional_address,
+        metavar="HOST:PORT",
+        help="Serve Kafka's wire protocol here too, for Kafka clients (off unless given).",
+    )(function)
+
+
 def _controllers(_ctx: click.Context, _param: click.Parameter, value: str) -> list[str]:
     return parse_addresses(value)
 

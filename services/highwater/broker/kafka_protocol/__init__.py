@@ -1,0 +1,10 @@
+"""Kafka's binary protocol at the broker's edge: real Kafka clients use Highwater unchanged.
+
+``codec`` holds the glue to the message codec (kafka-python's ``kafka.protocol``, generated
+from Kafka's own JSON message schemas; docs/kafka-protocol.md says why): the APIs and
+versions served, request headers, response frames. ``apis`` translates each Kafka request
+into the broker's own (``highwater.v1``) request, hands it to the same code the gRPC
+servicer uses, and translates the answer back. ``fetch_sessions`` is KIP-227's cache of
+incremental fetch sessions. ``listener`` is the asyncio TCP server: framing, the
+``socket.request.max.bytes`` limit, pipelined requests answered in order per connection.
+"""
