@@ -515,9 +515,10 @@ class KafkaApis:
         )
         endpoint = self.kafka_endpoint(self.node_id)
         R = FindCoordinatorResponse
-        results = []
+        results: list[tuple[str, int, str, int, int, str | None]] = []
         for c in found.coordinators:
-            error, message = c.error, c.error_message or None
+            error: int = c.error
+            message: str | None = c.error_message or None
             if key_type != 0:
                 error, message = INVALID_REQUEST, f"key type {key_type} is not served"
             elif error == NONE and endpoint is None:
@@ -977,7 +978,7 @@ class KafkaApis:
         message = admin_pb2.DescribeConfigsRequest()
         for resource in body.resources:
             message.resources.add(
-                resource_type=resource.resource_type,  # type: ignore[arg-type]
+                resource_type=resource.resource_type,
                 resource_name=resource.resource_name,
                 config_names=resource.configuration_keys or [],
             )
@@ -1027,14 +1028,14 @@ class KafkaApis:
         message = admin_pb2.AlterConfigsRequest(validate_only=bool(body.validate_only))
         for resource in body.resources:
             r = message.resources.add(
-                resource_type=resource.resource_type,  # type: ignore[arg-type]
+                resource_type=resource.resource_type,
                 resource_name=resource.resource_name,
             )
             for c in resource.configs:
                 # Kafka's IncrementalAlterConfigs ops (SET 0, DELETE 1, APPEND 2, SUBTRACT 3)
                 # are admin.proto's; a legacy AlterConfigs sets each config it names.
                 op = c.config_operation if incremental else 0
-                config = r.configs.add(name=c.name, op=op)  # type: ignore[arg-type]
+                config = r.configs.add(name=c.name, op=op)
                 if c.value is not None:
                     config.value = c.value
         answer = await self._forward(controller_codec.ALTER_CONFIGS, message)
