@@ -28,10 +28,9 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewTopic,
 )
-from kafka_servers import KafkaServer, kafka_server
-
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+from kafka_servers import KafkaServer, kafka_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -211,7 +210,8 @@ def test_an_unknown_topic_is_not_created_by_a_metadata_request(server: KafkaServ
 def test_kafka_python_admin_producer_and_group_consumer(server: KafkaServer) -> None:
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
     from kafka.admin import ConfigResource as KpConfigResource
-    from kafka.admin import ConfigResourceType, NewTopic as KpNewTopic
+    from kafka.admin import ConfigResourceType
+    from kafka.admin import NewTopic as KpNewTopic
 
     admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
     try:
@@ -315,7 +315,8 @@ def test_kcat_produces_and_consumes(server: KafkaServer) -> None:
     create_topic(server, "kcat")
     lines = [f"line {i}" for i in range(25)]
     subprocess.run(
-        [kcat, "-b", server.bootstrap, "-t", "kcat", "-P", "-z", "lz4", "-X", "enable.idempotence=true"],
+        [kcat, "-b", server.bootstrap, "-t", "kcat", "-P", "-z", "lz4",
+         "-X", "enable.idempotence=true"],
         input="\n".join(lines) + "\n", text=True, check=True, timeout=60,
     )  # fmt: skip
     consumed = subprocess.run(
