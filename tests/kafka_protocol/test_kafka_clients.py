@@ -5,7 +5,7 @@ produce with every compression codec and with idempotence, consume in a group wi
 and a rebalance when a second member joins; and the two front doors against each other: a
 record produced over gRPC reads back identically over Kafka's protocol and the other way
 round (key, value, headers, timestamp), and a group's committed offsets are the same
-whichever door commits or reads them. One server for the module.
+whichever door commits or reads them. The server is this folder's (conftest.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import asyncio
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +30,9 @@ from confluent_kafka.admin import (
 )
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
-from kafka_servers import KafkaServer, kafka_server
+from kafka_servers import KafkaServer
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaServer]:
-    with kafka_server(tmp_path_factory.mktemp("kafka-clients")) as running:
-        yield running
 
 
 def wait_for(condition: Callable[[], Any], timeout_s: float = 30, what: str = "") -> Any:

@@ -1,15 +1,18 @@
 """``highwater server --kafka-listen`` in a subprocess, for tests that drive it with real Kafka
-clients (kafka-python, confluent-kafka, aiokafka, kcat): one per test module.
+clients (kafka-python, confluent-kafka, aiokafka, kcat), and raw Kafka frames over a socket.
 """
 
 from __future__ import annotations
 
+import socket
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 from embedded_servers import free_port
@@ -55,3 +58,34 @@ def kafka_server(data_dir: Path, *extra: str) -> Iterator[KafkaServer]:
             process.kill()
             process.wait(10)
         log.close()
+
+
+# --- raw frames ---------------------------------------------------------------------------
+
+
+def connect(server: KafkaServer) -> socket.socket:
+    host, port = server.bootstrap.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    return sock
+
+
+def request_frame(message: Any, version: int, correlation_id: int) -> bytes:
+    message.API_VERSION = version
+    message.with_header(correlation_id=correlation_id, client_id="raw")
+    return bytes(message.encode(header=True, framed=True))
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    head = recv_exactly(sock, 4)
+    (size,) = struct.unpack(">i", head)
+    return recv_exactly(sock, size)
+
+
+def recv_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return data
