@@ -286,12 +286,13 @@ class KafkaApis:
         for topic_answer in answer.topics:
             partitions = []
             for p in topic_answer.partitions:
+                records = p.records  # (each read of a bytes field copies it)
                 if not resolved.include(
                     (topic_answer.topic, p.partition),
                     p.high_watermark,
                     p.log_start_offset,
                     p.error,
-                    bool(p.records),
+                    bool(records),
                 ):
                     continue
                 partitions.append(
@@ -303,7 +304,7 @@ class KafkaApis:
                         log_start_offset=p.log_start_offset,
                         aborted_transactions=[],
                         preferred_read_replica=-1,
-                        records=p.records,
+                        records=records,
                     )
                 )
             if partitions:

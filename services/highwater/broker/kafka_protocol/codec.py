@@ -194,10 +194,13 @@ def decode_request(frame: bytes) -> KafkaRequest:
 
 def encode_response(
     api_key: int, api_version: int, correlation_id: int, response: ApiMessage
-) -> bytes:
-    """A response frame: its size, its header, its body at ``api_version``."""
+) -> bytearray:
+    """A response frame: its size, its header, its body at ``api_version`` (the body is
+    copied once, into the frame: a fetch answer's records are most of it)."""
     api = SUPPORTED[api_key]
     body = response.encode(version=api_version)
     header_flexible = api_key != API_VERSIONS_KEY and is_flexible(api.request, api_version)
     header = _SIZE.pack(correlation_id) + (b"\x00" if header_flexible else b"")
-    return _SIZE.pack(len(header) + len(body)) + header + bytes(body)
+    frame = bytearray(_SIZE.pack(len(header) + len(body)) + header)
+    frame += body
+    return frame

@@ -64,6 +64,9 @@ DEFAULT_MAX_IN_FLIGHT: Final = 1000
 _SIZE: Final = struct.Struct(">i")
 _NO_ANSWER: Final = b""
 
+Answers = asyncio.Queue["asyncio.Future[bytes | bytearray] | None"]
+"""A connection's answers in the order of its requests (``None``: no more requests)."""
+
 
 class KafkaListener:
     """Serves Kafka's protocol on ``host:port`` (port 0: any free port, see :attr:`port`)."""
@@ -110,7 +113,7 @@ class KafkaListener:
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
-        answers: asyncio.Queue[asyncio.Future[bytes] | None] = asyncio.Queue(self.max_in_flight)
+        answers: Answers = asyncio.Queue(self.max_in_flight)
         responder = asyncio.create_task(self._respond(answers, writer))
         try:
             while not responder.done():
@@ -136,9 +139,7 @@ class KafkaListener:
                 await writer.wait_closed()
             self._connections.discard(task)
 
-    async def _read_one(
-        self, reader: asyncio.StreamReader, answers: asyncio.Queue[asyncio.Future[bytes] | None]
-    ) -> str | None:
+    async def _read_one(self, reader: asyncio.StreamReader, answers: Answers) -> str | None:
         """Read and dispatch one request; why the connection ends ("" at a clean end)."""
         try:
             head = await reader.readexactly(4)
@@ -158,7 +159,7 @@ class KafkaListener:
         except UnsupportedVersionError as e:
             if e.api_key != API_VERSIONS_KEY:
                 return str(e)
-            done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+            done: asyncio.Future[bytes | bytearray] = asyncio.get_running_loop().create_future()
             done.set_result(
                 encode_response(API_VERSIONS_KEY, 0, e.correlation_id, api_versions_response(35))
             )
@@ -169,7 +170,7 @@ class KafkaListener:
         await answers.put(asyncio.ensure_future(self._answer(request)))
         return None
 
-    async def _answer(self, request: Any) -> bytes:
+    async def _answer(self, request: Any) -> bytes | bytearray:
         response = await self.apis.handle(request)
         if response is None:
             assert request.api_key == PRODUCE_KEY
@@ -180,7 +181,7 @@ class KafkaListener:
 
     async def _respond(
         self,
-        answers: asyncio.Queue[asyncio.Future[bytes] | None],
+        answers: Answers,
         writer: asyncio.StreamWriter,
     ) -> None:
         """Write the answers in the order of the requests."""
