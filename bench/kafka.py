@@ -56,22 +56,53 @@ PRODUCER_CONFIG = {
 }
 
 
+def process_cpu_s(pid: int) -> float:
+    """User and system CPU seconds process ``pid`` has used (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_s() -> float:
+    """This process's CPU seconds (the client: Python and librdkafka's threads)."""
+    times = os.times()
+    return times.user + times.system
+
+
 @dataclass
 class Phases:
-    """What one cluster measured: phase name to the median trial, and every trial's rate."""
+    """What one cluster measured: phase name to the median trial, every trial's rate, and
+    the CPU seconds the leader broker and the client spent over all trials of a phase."""
 
+    leader_pid: int = 0
     counted: dict[str, Counted] = field(default_factory=dict)
     rates: dict[str, list[float]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    cpu: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    """phase -> (leader broker CPU s, client CPU s, wall s), all trials together."""
 
     def run(self, name: str, action: Callable[[], Counted]) -> None:
+        broker_before, client_before = process_cpu_s(self.leader_pid), own_cpu_s()
+        started = time.perf_counter()
         try:
             trials = [action() for _ in range(TRIALS)]
         except Exception as error:  # one failed phase must not hide the others
             self.errors[name] = f"{type(error).__name__}: {error}"[:200]
             return
+        self.cpu[name] = (
+            process_cpu_s(self.leader_pid) - broker_before,
+            own_cpu_s() - client_before,
+            time.perf_counter() - started,
+        )
         self.rates[name] = [t.per_second for t in trials]
         self.counted[name] = sorted(trials, key=lambda t: t.per_second)[len(trials) // 2]
+
+    def cpu_text(self, name: str) -> str:
+        if name not in self.cpu:
+            return ""
+        broker, client, wall = self.cpu[name]
+        return (
+            f"{name}: leader broker {broker:.1f} s CPU, client {client:.1f} s CPU, in {wall:.1f} s"
+        )
 
 
 def produce_librdkafka(bootstrap: str, topic: str, acks: str, records: int) -> Counted:
@@ -160,6 +191,9 @@ def measure(root: Path, brokers: int, records: int, report: Report) -> Phases:
                 await wait_full_isr(leader, topic, 1, brokers)
 
         asyncio.run(prepare())
+        leader = asyncio.run(leader_address(cluster, TOPIC))
+        (leader_id,) = [n for n, a in cluster.broker_addresses.items() if a == leader]
+        phases.leader_pid = cluster.brokers[leader_id].pid
         report.progress(f"kafka: {brokers} broker(s): librdkafka producer (acks={acks})")
         phases.run("produce", lambda: produce_librdkafka(bootstrap, TOPIC, acks, records))
         report.progress(f"kafka: {brokers} broker(s): librdkafka consumer")
@@ -250,6 +284,12 @@ def run(report: Report) -> None:
                         error=phases.errors.get(phase, ""),
                     )
                 )
+        for brokers, label in labels.items():
+            phases = results[brokers]
+            spent = [phases.cpu_text(p) for p in ("produce", "consume", "grpc produce",
+                                                   "grpc consume") if p in phases.cpu]  # fmt: skip
+            if spent:
+                section.note(f"CPU, {label} (3 trials each): " + "; ".join(spent) + ".")
         report.progress("kafka: the one-broker run again, the broker under cProfile")
         try:
             profile = profile_broker(root / "profile", records)
