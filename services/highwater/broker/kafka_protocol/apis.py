@@ -499,7 +499,6 @@ class KafkaApis:
                 R.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=rack)
                 for i, h, p, rack in self._brokers()
             ],
-            cluster_authorized_operations=-2147483648,
         )
 
     async def find_coordinator(self, request: KafkaRequest) -> Any:
@@ -824,7 +823,6 @@ class KafkaApis:
                         )
                         for m in g.members
                     ],
-                    authorized_operations=-2147483648,
                 )
             )
         return R(throttle_time_ms=0, groups=groups)
