@@ -3,9 +3,10 @@
 Per connection, requests are read one frame at a time (a 4-byte big-endian size, then the
 request), each handed to :class:`~highwater.broker.kafka_protocol.apis.KafkaApis` as it
 arrives, and the answers written back in the order of the requests, as Kafka answers a
-connection: a client may pipeline (``max.in.flight.requests.per.connection``), and a
-produce request is appended before the next one is read, so that the batches of a
-partition reach the log in the order they were sent. Produce with acks=0 gets no answer.
+connection: a client may pipeline (``max.in.flight.requests.per.connection``). Each
+request is a task started in arrival order, and a produce request's appends are its
+task's first step (they wait for nothing), so the batches of a partition reach the log in
+the order they were sent, while earlier requests may still wait for the ISR. Produce with acks=0 gets no answer.
 
 Bad input closes the connection, with one log line for it: a frame larger than
 ``socket.request.max.bytes`` (100 MiB) or of a negative size, bytes that are not a request
