@@ -23,7 +23,7 @@ LISTEN ?= 127.0.0.1:9092
 run: venv
 	$(BIN)/highwater server --listen $(LISTEN) --data-dir $(RUN_DIR) --demo
 
-test: venv compiled protos-check deploy-tools spark-deps chaos-deps node-deps
+test: venv compiled protos-check deploy-tools spark-deps chaos-deps node-deps kafka-deps
 	$(SPARK_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
 	HIGHWATER_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PURE_PYTHON_TESTS)
 
@@ -66,6 +66,15 @@ spark-deps:
 		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
+
+# kcat (Debian's package), the command-line Kafka client the Kafka listener's tests drive;
+# the Python Kafka clients come with the venv's dev group.
+.PHONY: kafka-deps
+kafka-deps:
+	@command -v kcat >/dev/null 2>&1 || { \
+		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq kcat; }
 
 # The example pipeline (examples/nginx_pipeline.py) against an embedded server under .run/.
 pipeline: venv spark-deps

@@ -156,6 +156,25 @@ def test_the_services_never_import_one_another() -> None:
         assert not MAY_IMPORT[service] & _SERVICES, service
 
 
+# Third-party libraries that belong to one part of the package, and that part.
+CONFINED_LIBRARIES: Mapping[str, str] = {
+    # Kafka's wire protocol (kafka-python's schema-generated codec) is the broker's Kafka
+    # listener's business: no other service or layer speaks it.
+    "kafka": "highwater.broker.kafka_protocol",
+}
+
+
+def test_confined_libraries_are_imported_only_where_they_belong() -> None:
+    found = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        module = module_name(path, PACKAGE_DIR)
+        for line, target in imported_modules(path, module):
+            home = CONFINED_LIBRARIES.get(target.split(".")[0])
+            if home is not None and not (module == home or module.startswith(home + ".")):
+                found.append(f"{path}:{line}: {target}")
+    assert found == []
+
+
 def test_the_architecture_doc_shows_the_same_table() -> None:
     rows = re.findall(r"^\| `([\w_]+)` \| (.*) \|$", ARCHITECTURE_DOC.read_text(), re.M)
     documented = {package: frozenset(re.findall(r"`([\w_]+)`", cell)) for package, cell in rows}

@@ -52,9 +52,13 @@ class EmbeddedServer:
         broker_settings: BrokerSettings | None = None,
         coordinator_settings: CoordinatorSettings | None = None,
         log_dirs: Sequence[Path] = (),
+        kafka_listen: str | None = None,
+        kafka_advertised: str | None = None,
     ) -> None:
         """``log_dirs``: the broker's log directories (``log.dirs``); none:
-        ``<data_dir>/broker``."""
+        ``<data_dir>/broker``. ``kafka_listen``: where the broker serves Kafka's protocol
+        too (none: not served), ``kafka_advertised`` where Kafka clients are told to
+        connect, if not there."""
         _, port = parse_endpoint(listen)
         if port == 0:
             raise ValueError(f"{listen}: the embedded server needs a real port, not 0")
@@ -94,6 +98,8 @@ class EmbeddedServer:
             metadata=self.controller.machine,
             settings=broker_settings,
             report_serving=self.controller.raft.report_serving,
+            kafka_listen=kafka_listen,
+            kafka_advertised=kafka_advertised,
         )
         self.coordinator = CoordinatorServer(
             node_id=EMBEDDED_NODE_ID,

@@ -113,13 +113,18 @@ def test_kills_pauses_and_fuzzing_lose_no_acknowledged_write(tmp_path: Path) -> 
     # unhandled error (the checker would have reported it).
     fuzzed = [op for op in ops if op["kind"] == "fuzz"]
     assert summary["fuzz_calls"] == len(fuzzed) > 50
-    services = {op["method"].split("/")[1] for op in fuzzed}
+    grpc_fuzzed = [op for op in fuzzed if op["method"].startswith("/")]
+    services = {op["method"].split("/")[1] for op in grpc_fuzzed}
     assert services == {
         "highwater.v1.Broker",
         "highwater.v1.Controller",
         "highwater.v1.GroupCoordinator",
         "highwater.v1.Raft",
     }
+    # The brokers' Kafka listeners too: well-formed requests were answered.
+    kafka_fuzzed = [op for op in fuzzed if op["method"].startswith("kafka:")]
+    assert len(grpc_fuzzed) + len(kafka_fuzzed) == len(fuzzed)
+    assert any(op["mode"] == "well-formed" and op["code"] == "ANSWERED" for op in kafka_fuzzed)
     assert_all_stopped(started_pids(out))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import re
+import struct
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from google.protobuf.message_factory import GetMessageClass
 from highwater.chaos.checker import check
 from highwater.chaos.fuzz import MODES, endpoints, random_message, request_bytes
 from highwater.chaos.history import Op
+from highwater.chaos.kafka_fuzz import KAFKA_MODES, kafka_request
 from highwater.chaos.schedule import FAULT_KINDS, build_schedule, parse_faults
 
 PROCESSES = ["controller-1", "broker-100", "broker-101", "broker-102", "coordinator-200"]
@@ -111,6 +113,41 @@ def test_the_checker_reports_unhandled_errors_to_well_formed_fuzzed_requests() -
     result = check([fuzz("random", "UNKNOWN"), fuzz("empty", "UNKNOWN")])
     assert [a.kind for a in result.anomalies] == ["unhandled-bad-input"]
     assert result.fuzz_calls == 2
+
+
+def test_the_checker_reports_a_well_formed_kafka_request_whose_connection_was_closed() -> None:
+    def fuzz(mode: str, code: str) -> Op:
+        return {
+            "t": 1.0,
+            "kind": "fuzz",
+            "process": "fuzzer",
+            "target": "broker-100",
+            "method": "kafka:18v0",
+            "mode": mode,
+            "size": 20,
+            "code": code,
+        }
+
+    fine = [fuzz("garbage", "CLOSED"), fuzz("oversize", "CLOSED"), fuzz("well-formed", "ANSWERED")]
+    assert check(fine).anomalies == []
+    faults = [fuzz("well-formed", "TIMEOUT"), fuzz("well-formed", "UNREACHABLE")]
+    assert check(faults).anomalies == []  # a paused or killed broker
+    result = check([fuzz("well-formed", "CLOSED")])
+    assert [a.kind for a in result.anomalies] == ["unhandled-bad-input"]
+
+
+@pytest.mark.parametrize("mode", KAFKA_MODES)
+def test_every_kafka_fuzz_mode_makes_a_framed_request(mode: str) -> None:
+    rng = random.Random(3)
+    for correlation_id in range(20):
+        what, frame = kafka_request(mode, rng, correlation_id)
+        (size,) = struct.unpack(">i", frame[:4])
+        if mode == "oversize":
+            assert size < 0 or size > 104_857_600
+        else:
+            assert size == len(frame) - 4
+        if mode == "well-formed":
+            assert what in ("18v0", "3v1")
 
 
 def test_the_checker_reports_a_process_that_exited_on_its_own() -> None:

@@ -278,6 +278,26 @@ def test_metrics_off_leaves_no_endpoint_port_or_annotation() -> None:
     assert by_kind(docs, "ConfigMap")["highwater-config"]["data"]["METRICS_PORT"] == ""
 
 
+def test_the_kafka_listener_is_a_second_broker_port_only_when_enabled() -> None:
+    default = documents(render.render({}))
+    assert by_kind(default, "ConfigMap")["highwater-config"]["data"]["BROKER_KAFKA_PORT"] == ""
+    docs = documents(render.render({"broker": {"kafka": {"enabled": True, "port": 9095}}}))
+    assert by_kind(docs, "ConfigMap")["highwater-config"]["data"]["BROKER_KAFKA_PORT"] == "9095"
+    for name, statefulset in by_kind(docs, "StatefulSet").items():
+        ports = {p["name"]: p["containerPort"] for p in container(statefulset)["ports"]}
+        assert ("kafka" in ports) == name.endswith("broker"), name
+        if name.endswith("broker"):
+            assert ports["kafka"] == 9095
+    services = by_kind(docs, "Service")
+    for name, service in services.items():
+        ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+        broker_facing = name.endswith("broker-headless") or name == "highwater"
+        assert (ports.get("kafka") == 9095) == broker_facing, name
+    (policy,) = by_kind(docs, "NetworkPolicy").values()
+    client_ports = [p["port"] for rule in policy["spec"]["ingress"] for p in rule.get("ports", [])]
+    assert 9095 in client_ports
+
+
 def test_a_service_monitor_scrapes_the_headless_services_and_otel_settings_reach_the_pods() -> None:
     docs = documents(
         render.render(

@@ -116,6 +116,19 @@ def test_a_broker_advertises_its_pod_name_and_takes_its_rack(bin_dir: Path, tmp_
     )
 
 
+def test_a_broker_serves_kafkas_protocol_only_when_the_chart_enables_it(bin_dir: Path) -> None:
+    argv = run(bin_dir, "broker.sh", "hw-highwater-broker-2", BROKER_KAFKA_PORT="9095")
+    assert flag(argv, "--kafka-listen") == "0.0.0.0:9095"
+    assert flag(argv, "--kafka-advertised-listener") == (
+        "hw-highwater-broker-2.hw-highwater-broker-headless.streams.svc.cluster.local:9095"
+    )
+    assert flag(argv, "--listen") == "0.0.0.0:9092"
+    assert "--kafka-listen" not in run(bin_dir, "broker.sh", "hw-highwater-broker-2")
+    assert "--kafka-listen" not in run(
+        bin_dir, "broker.sh", "hw-highwater-broker-2", BROKER_KAFKA_PORT=""
+    )
+
+
 def test_the_broker_gates_ask_the_local_broker(bin_dir: Path) -> None:
     argv = run(bin_dir, "broker-gate.sh", "hw-highwater-broker-1", "ready")
     assert argv == ["rolling", "ready", "--node-id", "101", "--bootstrap-server", "127.0.0.1:9092"]

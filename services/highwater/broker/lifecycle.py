@@ -82,6 +82,8 @@ class BrokerLifecycle:
         self._heartbeats: asyncio.Task[None] | None = None
         self._offline_report = offline_report
         self._wake = asyncio.Event()
+        self.extra_listeners: tuple[BrokerEndpoint, ...] = ()
+        """Listeners registered after the broker's own (its Kafka listener)."""
 
     @property
     def is_registered(self) -> bool:
@@ -97,7 +99,7 @@ class BrokerLifecycle:
         request = m.RegisterBrokerRequest(
             broker_id=self.node_id,
             incarnation_id=self.incarnation_id,
-            listeners=(BrokerEndpoint("PLAINTEXT", host, port),),
+            listeners=(BrokerEndpoint("PLAINTEXT", host, port), *self.extra_listeners),
             rack=self.settings.rack,
             previous_broker_epoch=previous_broker_epoch,
             log_dirs=tuple(log_dirs),

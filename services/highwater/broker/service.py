@@ -50,6 +50,7 @@ from highwater.broker.authorization import (
 )
 from highwater.broker.forwarding import ForwardedAdminCalls
 from highwater.broker.isr_expiration import expire_isr_forever
+from highwater.broker.kafka_protocol.door import KafkaDoor
 from highwater.broker.lifecycle import BROKER_SERVICE_NAME, BrokerLifecycle, ServingReport
 from highwater.broker.partitions import PartitionManager
 from highwater.broker.purgatory import Purgatory
@@ -106,11 +107,15 @@ class BrokerServer:
         settings: BrokerSettings | None = None,
         report_serving: ServingReport | None = None,
         connect: Connect = GrpcFetchTransport,
+        kafka_listen: str | None = None,
+        kafka_advertised: str | None = None,
     ) -> None:
         """``report_serving``: where the broker says whether it can serve, for its gRPC
         host's health (:meth:`~highwater.rpc.server.GrpcHost.report_serving`);
         ``connect``: how its replica fetchers reach a leader; ``data_dir``: its log
-        directory, or several (``log.dirs``)."""
+        directory, or several (``log.dirs``); ``kafka_listen``: where to serve Kafka's
+        protocol too (none: not served), registered as ``kafka_advertised`` (else the
+        address it listens on) under the listener name ``KAFKA``."""
         self.node_id = node_id
         self.advertised = advertised
         self.settings = settings = settings or BrokerSettings()
@@ -169,6 +174,11 @@ class BrokerServer:
         """Why the broker stopped serving by itself (every log directory failed)."""
         self._failed = asyncio.Event()
         self.log_manager.add_failure_listener(self._on_log_dir_failed)
+        self.kafka: KafkaDoor | None = (
+            None
+            if kafka_listen is None
+            else KafkaDoor(self, listen=kafka_listen, advertised=kafka_advertised)
+        )
 
     @property
     def broker_epoch(self) -> int:
@@ -188,6 +198,9 @@ class BrokerServer:
         await asyncio.to_thread(self.log_manager.startup, node_id=self.node_id)
         self._metadata.add_listener(self._on_image)
         self._on_image(self._metadata.image)
+        if self.kafka is not None:
+            await self.kafka.start()
+            self.lifecycle.extra_listeners = (self.kafka.endpoint,)
         await self.lifecycle.register(
             self.log_manager.previous_broker_epoch,
             log_dirs=[d.directory_id for d in self.log_manager.online_dirs],
@@ -212,6 +225,8 @@ class BrokerServer:
         """Controlled shutdown (leadership moves away first), then close the logs."""
         await self.lifecycle.controlled_shutdown()
         self.lifecycle.stopping = True
+        if self.kafka is not None:
+            await self.kafka.stop()
         await self.fetchers.close()
         for task in (self._shrinker, self._upkeep):
             if task is not None:

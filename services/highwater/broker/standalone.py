@@ -38,6 +38,8 @@ class StandaloneBroker:
         settings: BrokerSettings | None = None,
         advertised: str | None = None,
         log_dirs: Sequence[Path] = (),
+        kafka_listen: str | None = None,
+        kafka_advertised: str | None = None,
     ) -> None:
         """``log_dirs``: where the partition logs live (Kafka's ``log.dirs``, one or more);
         none: ``<data_dir>/logs``."""
@@ -50,6 +52,10 @@ class StandaloneBroker:
         self.data_dir = Path(data_dir)
         self.log_dirs = [Path(d) for d in log_dirs] or [self.data_dir / "logs"]
         self.settings = settings
+        self.kafka_listen = kafka_listen
+        self.kafka_advertised = kafka_advertised
+        """Kafka's protocol: where it is served (none: not served) and where Kafka clients
+        connect (if not there)."""
         self.observer: MetadataObserver | None = None
         self.broker: BrokerServer | None = None
 
@@ -83,6 +89,8 @@ class StandaloneBroker:
             metadata=self.observer,
             settings=self.settings,
             report_serving=self._report_serving,
+            kafka_listen=self.kafka_listen,
+            kafka_advertised=self.kafka_advertised,
         )
         await self.observer.start()
         try:

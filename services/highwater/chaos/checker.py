@@ -20,7 +20,8 @@ What it checks, from the clients' point of view (DESIGN.md §4):
 - ``replica-behind``: once the cluster is healed, a replica lacks records below the
   high watermark (it did not catch up).
 - ``unhandled-bad-input``: a well-formed fuzzed request (random fields, or none) was
-  answered ``UNKNOWN``: the service raised instead of giving a clear error.
+  answered ``UNKNOWN``: the service raised instead of giving a clear error; or a
+  well-formed Kafka request made a broker's Kafka listener close the connection.
 - ``process-exited``: a process of the cluster exited that the nemesis did not kill (it
   was found not running, with its exit status, when a fault was healed). A broker that
   stops after its disk was filled is failing safe, as Kafka's do, and is not reported.
@@ -167,7 +168,7 @@ def check(ops: list[Op]) -> CheckResult:
             replicas[int(op["partition"])].append(index)
         elif kind == "fuzz":
             result.fuzz_calls += 1
-            if op.get("code") == "UNKNOWN" and op.get("mode") in ("random", "empty"):
+            if _unhandled(op):
                 unhandled.setdefault(str(op["method"]), []).append(index)
         elif kind == "fault" and op.get("fault") == "disk":
             disk_full.update(op.get("target", []))
@@ -305,8 +306,8 @@ def check(ops: list[Op]) -> CheckResult:
         anomalies.append(
             Anomaly(
                 "unhandled-bad-input",
-                f"{method} answered UNKNOWN (an unhandled exception) to {len(indexes)} "
-                "well-formed fuzzed request(s)",
+                f"{method} answered UNKNOWN (an unhandled exception), or closed the "
+                f"connection, to {len(indexes)} well-formed fuzzed request(s)",
                 (indexes[0],),
             )
         )
@@ -382,6 +383,15 @@ def _replica_divergence(ops: list[Op], replicas: dict[int, list[int]]) -> list[A
                 )
             )
     return found
+
+
+def _unhandled(op: Op) -> bool:
+    """Whether a fuzzed request was well-formed and not handled: a gRPC one answered
+    ``UNKNOWN`` (the service raised), a Kafka one whose connection the broker closed."""
+    code, mode = op.get("code"), op.get("mode")
+    return (code == "UNKNOWN" and mode in ("random", "empty")) or (
+        code == "CLOSED" and mode == "well-formed"
+    )
 
 
 def _longest_gap(invoke_times: list[float], ack_times: list[float]) -> float:

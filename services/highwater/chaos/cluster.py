@@ -191,6 +191,9 @@ class Cluster:
                     str(data_dir),
                     "--replica-lag-time-max-ms",
                     str(REPLICA_LAG_TIME_MAX_MS),
+                    # Kafka's wire protocol too, for the fuzzer (docs/kafka-protocol.md).
+                    "--kafka-listen",
+                    network.second_address(name, addresses[name]),
                 ]
             else:
                 args = [
@@ -225,6 +228,15 @@ class Cluster:
     @property
     def brokers(self) -> list[ChaosProcess]:
         return self.by_role("broker")
+
+    @property
+    def kafka_listeners(self) -> dict[str, str]:
+        """Each broker's Kafka listener (process name -> HOST:PORT)."""
+        found = {}
+        for broker in self.brokers:
+            args = broker.args
+            found[broker.name] = args[args.index("--kafka-listen") + 1]
+        return found
 
     @property
     def bootstrap(self) -> str:

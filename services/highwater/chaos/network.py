@@ -52,6 +52,11 @@ class Network:
         ports = free_ports(len(names))
         return {name: f"127.0.0.1:{port}" for name, port in zip(names, ports, strict=True)}
 
+    def second_address(self, name: str, address: str) -> str:
+        """Another address of process ``name`` (assigned ``address``), for a second listener
+        (a broker's Kafka listener)."""
+        return f"127.0.0.1:{free_ports(1)[0]}"
+
     def wrap(self, name: str, command: list[str]) -> list[str]:
         """The command line that runs ``command`` as process ``name``."""
         return command
@@ -150,6 +155,9 @@ class NamespaceNetwork(Network):
             self.namespaces[name] = namespace
             addresses[name] = f"{self.ips[name]}:{PORT}"
         return addresses
+
+    def second_address(self, name: str, address: str) -> str:
+        return f"{self.ips[name]}:{PORT + 1}"
 
     def wrap(self, name: str, command: list[str]) -> list[str]:
         return ["ip", "netns", "exec", self.namespaces[name], *command]

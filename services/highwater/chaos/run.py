@@ -12,6 +12,7 @@ import json
 import random
 import signal
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -22,6 +23,7 @@ from highwater.chaos.cluster import Cluster
 from highwater.chaos.faults import Nemesis, SmallDisks
 from highwater.chaos.fuzz import Fuzzer
 from highwater.chaos.history import HistoryWriter, format_ops
+from highwater.chaos.kafka_fuzz import KafkaFuzzer
 from highwater.chaos.network import NamespaceNetwork, Network, namespaces_available
 from highwater.chaos.report import timeline_svg
 from highwater.chaos.schedule import build_schedule
@@ -221,7 +223,10 @@ async def _drive(
             avoid=(options.workload.topic, options.workload.group),
             secure=options.secure,
         )
-        fuzzing = asyncio.create_task(fuzzer.run(stop))
+        kafka_fuzzer = KafkaFuzzer(
+            cluster.kafka_listeners, history, options.seed, rate=options.fuzz_rate
+        )
+        fuzzing = asyncio.create_task(_together(fuzzer.run(stop), kafka_fuzzer.run(stop)))
     try:
         await asyncio.sleep(options.duration_s)
         await faults
@@ -247,3 +252,7 @@ async def _drive(
     # Let followers fetch the last batches before the brokers stop.
     await asyncio.sleep(3)
     return high_watermarks
+
+
+async def _together(*runs: Coroutine[Any, Any, None]) -> None:
+    await asyncio.gather(*runs)

@@ -17,7 +17,9 @@ from highwater.broker.standalone import StandaloneBroker
 from highwater.cli.server_config import load_role_config, log_dirs_flag, server_config_options
 from highwater.cli.serving import (
     controllers_option,
+    kafka_listener_options,
     listen_option,
+    refuse_kafka_listener_with_authorizer,
     run_until_signalled,
     telemetry_option,
     tls_options,
@@ -69,6 +71,7 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     show_default=True,
     help="A follower not caught up for this long leaves the ISR (replica.lag.time.max.ms).",
 )
+@kafka_listener_options
 @server_config_options
 def broker(
     node_id: int,
@@ -79,6 +82,8 @@ def broker(
     rack: str | None,
     advertised_listener: str | None,
     replica_lag_time_max_ms: int,
+    kafka_listen: str | None,
+    kafka_advertised_listener: str | None,
     config_file: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
@@ -97,6 +102,7 @@ def broker(
             "log_dirs": "log.dirs",
         },
     )
+    refuse_kafka_listener_with_authorizer(kafka_listen)
     _, port = parse_endpoint(listen)
     if port == 0:
         raise click.BadParameter("a broker needs a real port, not 0", param_hint="--listen")
@@ -113,5 +119,7 @@ def broker(
         ),
         advertised=advertised_listener,
         log_dirs=[Path(d) for d in config.get("log.dirs") or ()],
+        kafka_listen=kafka_listen,
+        kafka_advertised=kafka_advertised_listener,
     )
     run_until_signalled(server, "broker")

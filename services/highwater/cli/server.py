@@ -22,7 +22,14 @@ from highwater.cli.server_config import (
     log_dirs_flag,
     server_config_options,
 )
-from highwater.cli.serving import listen_option, run_until_signalled, telemetry_option, tls_options
+from highwater.cli.serving import (
+    kafka_listener_options,
+    listen_option,
+    refuse_kafka_listener_with_authorizer,
+    run_until_signalled,
+    telemetry_option,
+    tls_options,
+)
 from highwater.controller.service import ControllerSettings
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
@@ -125,12 +132,15 @@ async def _wait_for_leader(broker: broker_pb2_grpc.BrokerStub, timeout_s: float 
     "default: DATA_DIR/broker.",
 )
 @click.option("--demo", is_flag=True, help="Produce and consume a few records once started.")
+@kafka_listener_options
 @server_config_options
 def server(
     listen: str,
     data_dir: Path,
     log_dirs: tuple[str, ...] | None,
     demo: bool,
+    kafka_listen: str | None,
+    kafka_advertised_listener: str | None,
     config_file: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
@@ -142,6 +152,7 @@ def server(
     and group.initial.rebalance.delay.ms is 0 unless set, as in Kafka's development
     configuration.
     """
+    refuse_kafka_listener_with_authorizer(kafka_listen)
     config = load_role_config(config_file, overrides, {"log_dirs": "log.dirs"})
     delay = (
         config.get("group.initial.rebalance.delay.ms")
@@ -170,6 +181,8 @@ def server(
                 group=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=delay)
             ),
             log_dirs=[Path(d) for d in config.get("log.dirs") or ()],
+            kafka_listen=kafka_listen,
+            kafka_advertised=kafka_advertised_listener,
         )
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--listen") from None

@@ -24,7 +24,7 @@ import uvloop
 from highwater.cli.addresses import parse_addresses
 from highwater.config.server import ServerConfig, load_server_config, read_properties
 from highwater.errors import HighwaterError, InvalidConfigError
-from highwater.rpc.auth import ServerSecurity
+from highwater.rpc.auth import ServerSecurity, authorizer_enabled
 from highwater.rpc.auth import configure as configure_auth
 from highwater.rpc.client_auth import client_security_from_properties, configure_client_sasl
 from highwater.rpc.endpoints import parse_endpoint, parse_quorum_voters
@@ -91,6 +91,46 @@ def listen_option(*, required: bool, default: str | None = None, help: str) -> C
         metavar="HOST:PORT",
         help=help,
     )
+
+
+def _optional_address(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> str | None:
+    if value is not None:
+        try:
+            parse_endpoint(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+    return value
+
+
+def kafka_listener_options(function: F) -> F:
+    """``--kafka-listen`` and ``--kafka-advertised-listener``: Kafka's binary protocol on a
+    port of its own (docs/kafka-protocol.md); off unless asked."""
+    function = click.option(
+        "--kafka-advertised-listener",
+        default=None,
+        callback=_optional_address,
+        metavar="HOST:PORT",
+        help="Where Kafka clients are told to connect, if not --kafka-listen (a proxy, a NAT).",
+    )(function)
+    return click.option(
+        "--kafka-listen",
+        default=None,
+        callback=_optional_address,
+        metavar="HOST:PORT",
+        help="Serve Kafka's wire protocol here too, for Kafka clients (off unless given).",
+    )(function)
+
+
+def refuse_kafka_listener_with_authorizer(kafka_listen: str | None) -> None:
+    """A usage error if ``--kafka-listen`` is asked for while the ACL checks are on: the
+    Kafka listener does not authenticate its clients yet, so it would serve everyone."""
+    if kafka_listen is not None and authorizer_enabled():
+        raise click.UsageError(
+            "--kafka-listen cannot be used with the ACL authorizer on: the Kafka listener "
+            "does not authenticate its clients yet (docs/kafka-protocol.md)"
+        )
 
 
 def _controllers(_ctx: click.Context, _param: click.Parameter, value: str) -> list[str]:

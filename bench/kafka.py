@@ -1,0 +1,308 @@
+"""The Kafka listener's benchmarks: librdkafka (confluent-kafka) against ``--kafka-listen``.
+
+Highwater runs as real processes on loopback (``bench/_highwater_cluster.py``), every broker
+with a Kafka listener: one controller and one broker (acks=1), then one controller and
+three brokers (replication factor 3, acks=all, ``min.insync.replicas=2``). From this
+process, confluent-kafka's ``Producer`` (librdkafka, a C client: batching and compression
+in its own threads) produces 100-byte records to one partition, and its ``Consumer`` reads
+them back from offset 0; beside them, in the same run, the project's Python client over
+gRPC does the same (``bench.broker``'s workloads), so the two doors are compared on the
+same cluster. Each phase runs three times and the median trial is reported.
+
+Where the broker's time goes: the one-broker phase is run again against a broker under
+cProfile, and the functions with the most own time are shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pstats
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench._highwater_cluster import free_port, highwater_cluster
+from bench._jetstream_peer import Counted
+from bench.broker import (
+    PAYLOAD,
+    TRIALS,
+    consume_with_client,
+    create_topic,
+    leader_address,
+    produce_with_client,
+    wait_full_isr,
+)
+from bench.report import REPO_ROOT, Report, Row, at_least
+
+TOPIC = "kafka-bench"
+GRPC_TOPIC = "kafka-bench-grpc"
+PRODUCE_TARGET = 1_000_000.0
+CONSUME_TARGET = 1_500_000.0
+PRODUCER_CONFIG = {
+    "linger.ms": 5,
+    "batch.size": 1_000_000,
+    "batch.num.messages": 100_000,
+    "queue.buffering.max.messages": 2_000_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+    "compression.type": "none",
+    # A delivery report per record is a Python callback per record, in this process: only
+    # the failures are reported, so the producer's cost is librdkafka's, not the callbacks'.
+    "delivery.report.only.error": True,
+}
+
+
+def process_cpu_s(pid: int) -> float:
+    """User and system CPU seconds process ``pid`` has used (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_s() -> float:
+    """This process's CPU seconds (the client: Python and librdkafka's threads)."""
+    times = os.times()
+    return times.user + times.system
+
+
+@dataclass
+class Phases:
+    """What one cluster measured: phase name to the median trial, every trial's rate, and
+    the CPU seconds the leader broker and the client spent over all trials of a phase."""
+
+    leader_pid: int = 0
+    counted: dict[str, Counted] = field(default_factory=dict)
+    rates: dict[str, list[float]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    cpu: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    """phase -> (leader broker CPU s, client CPU s, wall s), all trials together."""
+
+    def run(self, name: str, action: Callable[[], Counted]) -> None:
+        broker_before, client_before = process_cpu_s(self.leader_pid), own_cpu_s()
+        started = time.perf_counter()
+        try:
+            trials = [action() for _ in range(TRIALS)]
+        except Exception as error:  # one failed phase must not hide the others
+            self.errors[name] = f"{type(error).__name__}: {error}"[:200]
+            return
+        self.cpu[name] = (
+            process_cpu_s(self.leader_pid) - broker_before,
+            own_cpu_s() - client_before,
+            time.perf_counter() - started,
+        )
+        self.rates[name] = [t.per_second for t in trials]
+        self.counted[name] = sorted(trials, key=lambda t: t.per_second)[len(trials) // 2]
+
+    def cpu_text(self, name: str) -> str:
+        if name not in self.cpu:
+            return ""
+        broker, client, wall = self.cpu[name]
+        return (
+            f"{name}: leader broker {broker:.1f} s CPU, client {client:.1f} s CPU, in {wall:.1f} s"
+        )
+
+
+def produce_librdkafka(bootstrap: str, topic: str, acks: str, records: int) -> Counted:
+    """``records`` 100-byte records by confluent-kafka's Producer; every report checked."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, **PRODUCER_CONFIG})
+    failures: list[object] = []
+
+    def delivered(error: object, _message: object) -> None:
+        if error is not None:
+            failures.append(error)
+
+    producer.produce(topic, PAYLOAD, on_delivery=delivered)  # metadata, not timed
+    producer.flush(30)
+    produce = producer.produce
+    started = time.perf_counter()
+    for _ in range(records):
+        try:
+            produce(topic, PAYLOAD, on_delivery=delivered)
+        except BufferError:
+            producer.poll(0.005)
+            produce(topic, PAYLOAD, on_delivery=delivered)
+    left = producer.flush(120)
+    elapsed = time.perf_counter() - started
+    if failures or left:
+        raise RuntimeError(f"{len(failures)} records failed, {left} undelivered: {failures[:1]}")
+    return Counted(records, elapsed)
+
+
+def consume_librdkafka(bootstrap: str, topic: str, records: int) -> Counted:
+    """Read ``records`` records of partition 0 from offset 0 by confluent-kafka's Consumer."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "kafka-bench",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 52_428_800,
+            "max.partition.fetch.bytes": 10_485_760,
+            "queued.min.messages": 1_000_000,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    seen = 0
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        started = time.perf_counter()
+        deadline = started + 120
+        while seen < records and time.perf_counter() < deadline:
+            batch = consumer.consume(10_000, 1.0)
+            for message in batch:
+                if message.error() is not None:
+                    raise RuntimeError(f"consumer error: {message.error()}")
+            seen += len(batch)
+        elapsed = time.perf_counter() - started
+    finally:
+        consumer.close()
+    if seen < records:
+        raise RuntimeError(f"read {seen} of {records} records in 120 s")
+    return Counted(seen, elapsed)
+
+
+def measure(root: Path, brokers: int, records: int, report: Report) -> Phases:
+    kafka_ports: dict[str, int] = {}
+
+    def extra(name: str) -> list[str]:
+        if not name.startswith("broker"):
+            return []
+        kafka_ports[name] = free_port()
+        return ["--kafka-listen", f"127.0.0.1:{kafka_ports[name]}"]
+
+    phases = Phases()
+    acks, grpc_acks = ("all", "all") if brokers > 1 else ("1", "1")
+    config = {"min.insync.replicas": "2"} if brokers > 1 else None
+    with highwater_cluster(root, brokers, extra_args=extra) as cluster:
+        bootstrap = ",".join(f"127.0.0.1:{p}" for p in kafka_ports.values())
+
+        async def prepare() -> None:
+            for topic in (TOPIC, GRPC_TOPIC):
+                await create_topic(
+                    cluster.bootstrap, topic, replication_factor=brokers, config=config
+                )
+                leader = await leader_address(cluster, topic)
+                await wait_full_isr(leader, topic, 1, brokers)
+
+        asyncio.run(prepare())
+        leader = asyncio.run(leader_address(cluster, TOPIC))
+        (leader_id,) = [n for n, a in cluster.broker_addresses.items() if a == leader]
+        phases.leader_pid = cluster.brokers[leader_id].pid
+        report.progress(f"kafka: {brokers} broker(s): librdkafka producer (acks={acks})")
+        phases.run("produce", lambda: produce_librdkafka(bootstrap, TOPIC, acks, records))
+        report.progress(f"kafka: {brokers} broker(s): librdkafka consumer")
+        total = records * TRIALS + 1
+        phases.run("consume", lambda: consume_librdkafka(bootstrap, TOPIC, total))
+        report.progress(f"kafka: {brokers} broker(s): Python client over gRPC, beside")
+        phases.run(
+            "grpc produce",
+            lambda: asyncio.run(
+                produce_with_client(cluster.bootstrap, GRPC_TOPIC, grpc_acks, records)
+            ),
+        )
+        phases.run(
+            "grpc consume",
+            lambda: asyncio.run(
+                consume_with_client(cluster.bootstrap, GRPC_TOPIC, records * TRIALS + 1)
+            ),
+        )
+    return phases
+
+
+def profile_broker(root: Path, records: int) -> str:
+    """The one-broker produce and consume against ``highwater server`` under cProfile: the
+    functions with the most own time in the broker's process (its event loop's thread)."""
+    address, kafka = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    root.mkdir(parents=True, exist_ok=True)
+    out = root / "broker.prof"
+    log = open(root / "profiled-server.log", "wb")  # noqa: SIM115 - closed below
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cProfile", "-o", str(out), "-m", "highwater", "server",
+         "--listen", address, "--data-dir", str(root / "profiled"), "--kafka-listen", kafka],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        asyncio.run(create_topic(address, TOPIC))
+        produce_librdkafka(kafka, TOPIC, "1", records)
+        consume_librdkafka(kafka, TOPIC, records + 1)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+        log.close()
+    stats = pstats.Stats(str(out))
+    raw = stats.stats  # type: ignore[attr-defined]
+    total = sum(entry[2] for entry in raw.values()) or 1.0
+    ranked = sorted(raw.items(), key=lambda item: item[1][2], reverse=True)[:16]
+    lines = [f"{'own s':>8} {'own %':>6} {'cum s':>8} {'calls':>10}  function"]
+    for (filename, line, function), (_cc, calls, own, cumulative, _callers) in ranked:
+        where = filename
+        if where.startswith(str(REPO_ROOT)):
+            where = os.path.relpath(where, REPO_ROOT)
+        elif "site-packages/" in where:
+            where = where.split("site-packages/", 1)[1]
+        name = f"{where}:{line}({function})" if line else function
+        lines.append(f"{own:8.3f} {own / total:6.1%} {cumulative:8.3f} {calls:10d}  {name}")
+    return "\n".join(lines)
+
+
+def run(report: Report) -> None:
+    records = max(20_000, int(500_000 * report.scale))
+    with (
+        report.suite("kafka", "Kafka listener (`highwater.broker.kafka_protocol`)") as section,
+        report.data_dir("kafka", need_bytes=2 * 1024**3) as root,
+    ):
+        results: dict[int, Phases] = {}
+        for brokers in (1, 3):
+            os.sync()
+            report.progress(f"kafka: highwater, {brokers} broker(s) with Kafka listeners")
+            results[brokers] = measure(root / f"cluster-{brokers}", brokers, records, report)
+        labels = {1: "1 broker, acks=1", 3: "3 brokers, RF 3, acks=all, min.insync.replicas=2"}
+        for brokers, label in labels.items():
+            phases = results[brokers]
+            for phase, what, target in (
+                ("produce", "librdkafka producer", PRODUCE_TARGET),
+                ("consume", "librdkafka consumer", CONSUME_TARGET),
+            ):
+                grpc = phases.counted.get(f"grpc {phase}")
+                mine = phases.counted.get(phase)
+                rates = phases.rates.get(phase, [])
+                section.add(
+                    Row(
+                        f"{what} over the Kafka listener, {label}, 100-byte records",
+                        None if mine is None else mine.per_second,
+                        "records/s",
+                        peer_name="Python client over gRPC",
+                        peer_value=None if grpc is None else grpc.per_second,
+                        target=at_least(target, "records/s"),
+                        extra="runs: " + " · ".join(f"{r:,.0f}" for r in rates),
+                        error=phases.errors.get(phase, ""),
+                    )
+                )
+        for brokers, label in labels.items():
+            phases = results[brokers]
+            spent = [phases.cpu_text(p) for p in ("produce", "consume", "grpc produce",
+                                                   "grpc consume") if p in phases.cpu]  # fmt: skip
+            if spent:
+                section.note(f"CPU, {label} (3 trials each): " + "; ".join(spent) + ".")
+        report.progress("kafka: the one-broker run again, the broker under cProfile")
+        try:
+            profile = profile_broker(root / "profile", records)
+            section.add_profile(
+                "Where the broker's time goes: librdkafka producing then consuming "
+                f"{records:,} records, one broker (cProfile, own time)",
+                profile,
+            )
+        except Exception as error:
+            section.note(f"The profile did not run: {type(error).__name__}: {error}")
+        section.note(
+            f"{records:,} records of 100 bytes per trial, one partition, no compression; "
+            "librdkafka with linger.ms=5 and batches of up to 1 MB; the consumer reads all "
+            "trials' records back from offset 0. The gRPC column is the project's Python "
+            "client (AsyncProducer/AsyncConsumer) on the same cluster in the same run."
+        )

@@ -1,0 +1,1169 @@
+"""Kafka requests answered by the broker's own request handling: a translation, no semantics.
+
+Each Kafka request becomes the ``highwater.v1`` request the gRPC API takes, goes to the same
+code (:class:`~highwater.broker.request_handler.RequestHandler` for the data plane, the
+active controller for the admin calls as :mod:`~highwater.broker.forwarding` sends them,
+the group's coordinator for the group calls), and the answer is translated back. Error
+codes are Kafka's numbers on both sides, so they pass unchanged.
+
+What is Kafka's only and lives here: the API versions answer (KIP-511), fetch sessions
+(KIP-227, :mod:`.fetch_sessions`), Metadata's and FindCoordinator's addresses (each broker's
+Kafka listener, registered as the listener named ``KAFKA``; a group's coordinator is the
+broker asked, which relays the group calls to the coordinator service), and the null/empty
+conventions of the wire format. ``throttle_time_ms`` is 0 in every answer: no quota
+throttles a Kafka connection yet.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, Protocol
+
+from google.protobuf.message import Message
+from kafka.protocol.admin import (
+    AlterConfigsResponse,
+    AlterPartitionReassignmentsResponse,
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteGroupsResponse,
+    DeleteRecordsResponse,
+    DeleteTopicsResponse,
+    DescribeClusterResponse,
+    DescribeConfigsResponse,
+    DescribeGroupsResponse,
+    ElectLeadersResponse,
+    IncrementalAlterConfigsResponse,
+    ListGroupsResponse,
+    ListPartitionReassignmentsResponse,
+)
+from kafka.protocol.consumer import (
+    FetchResponse,
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    ListOffsetsResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    OffsetForLeaderEpochResponse,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
+from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
+
+from highwater.broker.kafka_protocol.codec import SUPPORTED, KafkaRequest
+from highwater.broker.kafka_protocol.fetch_sessions import FetchPartitionState, FetchSessionCache
+from highwater.broker.request_handler import RequestHandler
+from highwater.controller_api import codec as controller_codec
+from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
+from highwater.controller_api.codec import ControllerRpc
+from highwater.errors import HighwaterError, InvalidRequestError
+from highwater.metadata.image import MetadataImage
+from highwater.v1 import admin_pb2, coordinator_pb2
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = ["KAFKA_LISTENER_NAME", "GroupCalls", "KafkaApis"]
+
+log = logging.getLogger(__name__)
+
+KAFKA_LISTENER_NAME: Final = "KAFKA"
+"""The name under which a broker registers its Kafka listener with the controller."""
+
+CLUSTER_ID: Final = "highwater"
+NONE: Final = 0
+UNKNOWN_SERVER_ERROR: Final = -1
+UNSUPPORTED_VERSION: Final = 35
+INVALID_REQUEST: Final = 42
+COORDINATOR_NOT_AVAILABLE: Final = 15
+REQUEST_TIMED_OUT: Final = 7
+
+# Kafka's DescribeConfigs ConfigType (int8) by the controller's type names.
+_CONFIG_TYPES: Final = {
+    "boolean": 1,
+    "string": 2,
+    "int": 3,
+    "short": 4,
+    "long": 5,
+    "double": 6,
+    "list": 7,
+    "class": 8,
+    "password": 9,
+}
+
+
+class GroupCalls(Protocol):
+    """Where group calls go: the coordinator service that owns a group (over gRPC)."""
+
+    async def call(self, group_id: str, method: str, request: Message) -> Any:
+        """``method`` of ``highwater.v1.GroupCoordinator`` at the group's coordinator.
+        :raises HighwaterError: no coordinator could be reached."""
+        ...
+
+    async def call_every(self, method: str, request: Message) -> list[Any]:
+        """``method`` at every registered coordinator (ListGroups)."""
+        ...
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID:
+    """Kafka's UUID of a topic id (Highwater keeps Kafka's base64url string form)."""
+    try:
+        return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4)))
+    except ValueError:
+        return uuid.UUID(int=0)
+
+
+def topic_id_string(value: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode("ascii")
+
+
+class KafkaApis:
+    """Answers Kafka requests for broker ``node_id`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        requests: RequestHandler,
+        controller: ControllerClient,
+        groups: GroupCalls,
+        image: Callable[[], MetadataImage],
+        fetch_sessions: FetchSessionCache | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.requests = requests
+        self.controller = controller
+        self.groups = groups
+        self._image = image
+        self.fetch_sessions = fetch_sessions or FetchSessionCache()
+        self._handlers: dict[int, Callable[[KafkaRequest], Awaitable[Any]]] = {
+            0: self.produce,
+            1: self.fetch,
+            2: self.list_offsets,
+            3: self.metadata,
+            8: self.offset_commit,
+            9: self.offset_fetch,
+            10: self.find_coordinator,
+            11: self.join_group,
+            12: self.heartbeat,
+            13: self.leave_group,
+            14: self.sync_group,
+            15: self.describe_groups,
+            16: self.list_groups,
+            18: self.api_versions,
+            19: self.create_topics,
+            20: self.delete_topics,
+            21: self.delete_records,
+            22: self.init_producer_id,
+            23: self.offset_for_leader_epoch,
+            32: self.describe_configs,
+            33: self.alter_configs,
+            37: self.create_partitions,
+            42: self.delete_groups,
+            43: self.elect_leaders,
+            44: self.incremental_alter_configs,
+            45: self.alter_partition_reassignments,
+            46: self.list_partition_reassignments,
+            60: self.describe_cluster,
+        }
+        assert set(self._handlers) == set(SUPPORTED), "every API served has a handler"
+
+    async def handle(self, request: KafkaRequest) -> Any:
+        """The answer to ``request`` (a ``kafka.protocol`` response), or ``None`` for a
+        request that gets none (Produce with acks=0)."""
+        return await self._handlers[request.api_key](request)
+
+    # --- the address of this broker and the others ------------------------------------------
+
+    def kafka_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        registration = self._image().broker(broker_id)
+        if registration is None:
+            return None
+        endpoint = registration.listener(KAFKA_LISTENER_NAME)
+        return None if endpoint is None else (endpoint.host, endpoint.port)
+
+    # --- ApiVersions ---------------------------------------------------------------------------
+
+    async def api_versions(self, request: KafkaRequest) -> Any:
+        return api_versions_response(NONE)
+
+    # --- Produce ------------------------------------------------------------------------------
+
+    async def produce(self, request: KafkaRequest) -> Any:
+        body = request.body
+        message = pb.ProduceRequest(acks=body.acks, timeout_ms=body.timeout_ms)
+        refused: list[tuple[str, int, int, str]] = []
+        for topic in body.topic_data:
+            produce_topic = message.topics.add(topic=topic.name)
+            for item in topic.partition_data:
+                if body.transactional_id is not None:
+                    refused.append((topic.name, item.index, INVALID_REQUEST, "no transactions"))
+                    continue
+                produce_topic.partitions.add(
+                    partition=item.index, record_batches=item.records or b""
+                )
+        answer = await self.requests.produce(message)
+        if body.acks == 0:
+            return None
+        R = ProduceResponse
+        P = R.TopicProduceResponse.PartitionProduceResponse
+        # (Lists are built here and handed over whole: a codec object's default list is
+        # shared by every instance that did not get one.)
+        topics: dict[str, list[Any]] = {}
+        for topic_answer in answer.topics:
+            out = topics.setdefault(topic_answer.topic, [])
+            for p in topic_answer.partitions:
+                out.append(
+                    P(
+                        index=p.partition,
+                        error_code=p.error,
+                        base_offset=p.base_offset,
+                        log_append_time_ms=p.log_append_time_ms,
+                        log_start_offset=p.log_start_offset if p.error == NONE else -1,
+                        error_message=p.error_message or None,
+                    )
+                )
+        for name, index, code, text in refused:
+            topics.setdefault(name, []).append(
+                P(index=index, error_code=code, base_offset=-1, error_message=text)
+            )
+        return R(
+            responses=[
+                R.TopicProduceResponse(name=name, partition_responses=parts)
+                for name, parts in topics.items()
+            ],
+            throttle_time_ms=0,
+        )
+
+    # --- Fetch --------------------------------------------------------------------------------
+
+    async def fetch(self, request: KafkaRequest) -> Any:
+        body = request.body
+        version = request.api_version
+        session_id = body.session_id if version >= 7 else 0
+        epoch = body.session_epoch if version >= 7 else -1
+        requested = [
+            (
+                (topic.topic, item.partition),
+                FetchPartitionState(
+                    fetch_offset=item.fetch_offset,
+                    partition_max_bytes=item.partition_max_bytes,
+                    current_leader_epoch=item.current_leader_epoch if version >= 9 else -1,
+                ),
+            )
+            for topic in body.topics
+            for item in topic.partitions
+        ]
+        forgotten = (
+            [(t.topic, p) for t in body.forgotten_topics_data for p in t.partitions]
+            if version >= 7
+            else []
+        )
+        resolved = self.fetch_sessions.resolve(session_id, epoch, requested, forgotten)
+        R = FetchResponse
+        if resolved.error:
+            return R(throttle_time_ms=0, error_code=resolved.error, session_id=0, responses=[])
+        message = pb.FetchRequest(
+            max_wait_ms=body.max_wait_ms,
+            min_bytes=body.min_bytes,
+            max_bytes=body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF,
+        )
+        last_topic: Any = None
+        for (topic_name, partition), state in resolved.partitions:
+            if last_topic is None or last_topic.topic != topic_name:
+                last_topic = message.topics.add(topic=topic_name)
+            item = last_topic.partitions.add(
+                partition=partition,
+                fetch_offset=state.fetch_offset,
+                partition_max_bytes=state.partition_max_bytes,
+            )
+            if state.current_leader_epoch >= 0:
+                item.current_leader_epoch = state.current_leader_epoch
+        answer = await self.requests.fetch(message)
+        responses: list[Any] = []
+        for topic_answer in answer.topics:
+            partitions = []
+            for p in topic_answer.partitions:
+                records = p.records  # (each read of a bytes field copies it)
+                if not resolved.include(
+                    (topic_answer.topic, p.partition),
+                    p.high_watermark,
+                    p.log_start_offset,
+                    p.error,
+                    bool(records),
+                ):
+                    continue
+                partitions.append(
+                    R.FetchableTopicResponse.PartitionData(
+                        partition_index=p.partition,
+                        error_code=p.error,
+                        high_watermark=p.high_watermark,
+                        last_stable_offset=p.high_watermark,
+                        log_start_offset=p.log_start_offset,
+                        aborted_transactions=[],
+                        preferred_read_replica=-1,
+                        records=records,
+                    )
+                )
+            if partitions:
+                responses.append(
+                    R.FetchableTopicResponse(topic=topic_answer.topic, partitions=partitions)
+                )
+        return R(
+            throttle_time_ms=0, error_code=NONE, session_id=resolved.session_id, responses=responses
+        )
+
+    # --- offsets ------------------------------------------------------------------------------
+
+    async def list_offsets(self, request: KafkaRequest) -> Any:
+        message = pb.ListOffsetsRequest()
+        for topic in request.body.topics:
+            t = message.topics.add(topic=topic.name)
+            for item in topic.partitions:
+                p = t.partitions.add(partition=item.partition_index, timestamp=item.timestamp)
+                if request.api_version >= 4 and item.current_leader_epoch >= 0:
+                    p.current_leader_epoch = item.current_leader_epoch
+        answer = self.requests.list_offsets(message)
+        R = ListOffsetsResponse
+        return R(
+            throttle_time_ms=0,
+            topics=[
+                R.ListOffsetsTopicResponse(
+                    name=t.topic,
+                    partitions=[
+                        R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
+                            partition_index=p.partition,
+                            error_code=p.error,
+                            timestamp=p.timestamp,
+                            offset=p.offset,
+                            leader_epoch=p.leader_epoch,
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in answer.topics
+            ],
+        )
+
+    async def offset_for_leader_epoch(self, request: KafkaRequest) -> Any:
+        message = pb.OffsetsForLeaderEpochRequest()
+        for topic in request.body.topics:
+            t = message.topics.add(topic=topic.topic)
+            for item in topic.partitions:
+                p = t.partitions.add(partition=item.partition, leader_epoch=item.leader_epoch)
+                if item.current_leader_epoch >= 0:
+                    p.current_leader_epoch = item.current_leader_epoch
+        answer = self.requests.offsets_for_leader_epoch(message)
+        R = OffsetForLeaderEpochResponse
+        return R(
+            throttle_time_ms=0,
+            topics=[
+                R.OffsetForLeaderTopicResult(
+                    topic=t.topic,
+                    partitions=[
+                        R.OffsetForLeaderTopicResult.EpochEndOffset(
+                            error_code=p.error,
+                            partition=p.partition,
+                            leader_epoch=p.leader_epoch,
+                            end_offset=p.end_offset,
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in answer.topics
+            ],
+        )
+
+    async def delete_records(self, request: KafkaRequest) -> Any:
+        message = pb.DeleteRecordsRequest(timeout_ms=request.body.timeout_ms)
+        for topic in request.body.topics:
+            t = message.topics.add(topic=topic.name)
+            for item in topic.partitions:
+                t.partitions.add(partition=item.partition_index, offset=item.offset)
+        answer = self.requests.delete_records(message)
+        R = DeleteRecordsResponse
+        return R(
+            throttle_time_ms=0,
+            topics=[
+                R.DeleteRecordsTopicResult(
+                    name=t.topic,
+                    partitions=[
+                        R.DeleteRecordsTopicResult.DeleteRecordsPartitionResult(
+                            partition_index=p.partition,
+                            low_watermark=p.low_watermark,
+                            error_code=p.error,
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in answer.topics
+            ],
+        )
+
+    async def init_producer_id(self, request: KafkaRequest) -> Any:
+        body = request.body
+        R = InitProducerIdResponse
+        if body.transactional_id is not None:
+            return R(
+                throttle_time_ms=0, error_code=INVALID_REQUEST, producer_id=-1, producer_epoch=-1
+            )
+        message = pb.InitProducerIdRequest()
+        if request.api_version >= 3 and body.producer_id >= 0:
+            message.producer_id = body.producer_id
+            message.producer_epoch = body.producer_epoch
+        answer = await self.requests.init_producer_id(message)
+        if answer.error != NONE:
+            return R(throttle_time_ms=0, error_code=answer.error, producer_id=-1, producer_epoch=-1)
+        return R(
+            throttle_time_ms=0,
+            error_code=NONE,
+            producer_id=answer.producer_id,
+            producer_epoch=answer.producer_epoch,
+        )
+
+    # --- Metadata, FindCoordinator, DescribeCluster ----------------------------------------------
+
+    def _brokers(self) -> list[tuple[int, str, int, str | None]]:
+        """Every active broker with a Kafka listener: (id, host, port, rack)."""
+        found = []
+        for broker in sorted(self._image().brokers.values(), key=lambda b: b.broker_id):
+            endpoint = broker.listener(KAFKA_LISTENER_NAME)
+            if broker.is_active and endpoint is not None:
+                found.append((broker.broker_id, endpoint.host, endpoint.port, broker.rack))
+        return found
+
+    async def metadata(self, request: KafkaRequest) -> Any:
+        body = request.body
+        image = self._image()
+        names: list[str] | None
+        if body.topics is None:
+            names = None
+        else:
+            names = []
+            for topic in body.topics:
+                if topic.name is not None:
+                    names.append(topic.name)
+                elif topic.topic_id is not None:
+                    found = image.topics.by_id.get(topic_id_string(topic.topic_id))
+                    names.append(found.name if found is not None else "")
+        answer = self.requests.metadata(pb.MetadataRequest(topics=names or []))
+        R = MetadataResponse
+        topics = []
+        if names is None or names:
+            for t in answer.topics:
+                topics.append(
+                    R.MetadataResponseTopic(
+                        error_code=t.error,
+                        name=t.name,
+                        topic_id=topic_uuid(t.topic_id) if t.topic_id else uuid.UUID(int=0),
+                        is_internal=t.is_internal,
+                        partitions=[
+                            R.MetadataResponseTopic.MetadataResponsePartition(
+                                error_code=p.error,
+                                partition_index=p.partition,
+                                leader_id=p.leader_id,
+                                leader_epoch=p.leader_epoch,
+                                replica_nodes=list(p.replicas),
+                                isr_nodes=list(p.isr),
+                                offline_replicas=list(p.offline_replicas),
+                            )
+                            for p in t.partitions
+                        ],
+                    )
+                )
+        return R(
+            throttle_time_ms=0,
+            brokers=[
+                R.MetadataResponseBroker(node_id=i, host=h, port=p, rack=rack)
+                for i, h, p, rack in self._brokers()
+            ],
+            cluster_id=answer.cluster_id or CLUSTER_ID,
+            # Admin requests a client sends to "the controller" are forwarded by any
+            # broker (KIP-590): this one.
+            controller_id=self.node_id,
+            topics=topics,
+        )
+
+    async def describe_cluster(self, request: KafkaRequest) -> Any:
+        R = DescribeClusterResponse
+        return R(
+            throttle_time_ms=0,
+            error_code=NONE,
+            error_message=None,
+            endpoint_type=1,
+            cluster_id=CLUSTER_ID,
+            controller_id=self.node_id,
+            brokers=[
+                R.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=rack)
+                for i, h, p, rack in self._brokers()
+            ],
+        )
+
+    async def find_coordinator(self, request: KafkaRequest) -> Any:
+        """A group's coordinator, as Kafka clients see it, is this broker: its Kafka
+        listener relays the group calls to the coordinator service that owns the group.
+        The group's owner is looked up as the gRPC answer does, so a group with no
+        coordinator yet is COORDINATOR_NOT_AVAILABLE here too."""
+        body = request.body
+        version = request.api_version
+        keys = list(body.coordinator_keys) if version >= 4 else [body.key]
+        key_type = body.key_type if version >= 1 else 0
+        found = self.requests.find_coordinator(
+            pb.FindCoordinatorRequest(key_type=pb.COORDINATOR_TYPE_GROUP, keys=keys)
+        )
+        endpoint = self.kafka_endpoint(self.node_id)
+        R = FindCoordinatorResponse
+        results: list[tuple[str, int, str, int, int, str | None]] = []
+        for c in found.coordinators:
+            error: int = c.error
+            message: str | None = c.error_message or None
+            if key_type != 0:
+                error, message = INVALID_REQUEST, f"key type {key_type} is not served"
+            elif error == NONE and endpoint is None:
+                error, message = (
+                    COORDINATOR_NOT_AVAILABLE,
+                    "this broker's Kafka listener is not registered yet",
+                )
+            if error != NONE:
+                results.append((c.key, -1, "", -1, error, message))
+            else:
+                assert endpoint is not None
+                results.append((c.key, self.node_id, endpoint[0], endpoint[1], NONE, None))
+        if version >= 4:
+            return R(
+                throttle_time_ms=0,
+                coordinators=[
+                    R.Coordinator(key=k, node_id=n, host=h, port=p, error_code=e, error_message=m)
+                    for k, n, h, p, e, m in results
+                ],
+            )
+        (_, n, h, p, e, m) = results[0]
+        return R(throttle_time_ms=0, error_code=e, error_message=m, node_id=n, host=h, port=p)
+
+    # --- groups: relayed to the coordinator -------------------------------------------------------
+
+    async def _group_call(self, group_id: str, method: str, message: Message) -> Any | int:
+        """The coordinator's answer, or an error code when it could not be reached."""
+        try:
+            return await self.groups.call(group_id, method, message)
+        except HighwaterError as e:
+            log.info("group %s: %s not relayed: %s", group_id, method, e)
+            return int(getattr(e, "code", COORDINATOR_NOT_AVAILABLE))
+
+    async def join_group(self, request: KafkaRequest) -> Any:
+        body = request.body
+        version = request.api_version
+        message = coordinator_pb2.JoinGroupRequest(
+            group_id=body.group_id,
+            session_timeout_ms=body.session_timeout_ms,
+            rebalance_timeout_ms=(
+                body.rebalance_timeout_ms if version >= 1 else body.session_timeout_ms
+            ),
+            member_id=body.member_id,
+            protocol_type=body.protocol_type,
+            client_id=request.client_id or "",
+            reason=(body.reason or "") if version >= 8 else "",
+        )
+        if version >= 5 and body.group_instance_id is not None:
+            message.group_instance_id = body.group_instance_id
+        for protocol in body.protocols:
+            message.protocols.add(name=protocol.name, metadata=bytes(protocol.metadata))
+        answer = await self._group_call(body.group_id, "JoinGroup", message)
+        R = JoinGroupResponse
+        if isinstance(answer, int):
+            return R(
+                throttle_time_ms=0,
+                error_code=answer,
+                generation_id=-1,
+                leader="",
+                member_id=body.member_id,
+                members=[],
+            )
+        if version < 4 and answer.error == ErrorCode.MEMBER_ID_REQUIRED:
+            # Before KIP-394 a client cannot join with an id it is given: join it at once.
+            message.member_id = answer.member_id
+            answer = await self._group_call(body.group_id, "JoinGroup", message)
+            if isinstance(answer, int):
+                return R(
+                    throttle_time_ms=0,
+                    error_code=answer,
+                    generation_id=-1,
+                    leader="",
+                    member_id=body.member_id,
+                    members=[],
+                )
+        return R(
+            throttle_time_ms=0,
+            error_code=answer.error,
+            generation_id=answer.generation_id,
+            protocol_type=answer.protocol_type or None,
+            protocol_name=answer.protocol_name or (None if version >= 7 else ""),
+            leader=answer.leader,
+            skip_assignment=answer.skip_assignment,
+            member_id=answer.member_id,
+            members=[
+                R.JoinGroupResponseMember(
+                    member_id=m.member_id,
+                    group_instance_id=(
+                        m.group_instance_id if m.HasField("group_instance_id") else None
+                    ),
+                    metadata=m.metadata,
+                )
+                for m in answer.members
+            ],
+        )
+
+    async def sync_group(self, request: KafkaRequest) -> Any:
+        body = request.body
+        version = request.api_version
+        message = coordinator_pb2.SyncGroupRequest(
+            group_id=body.group_id,
+            generation_id=body.generation_id,
+            member_id=body.member_id,
+            protocol_type=(body.protocol_type or "") if version >= 5 else "",
+            protocol_name=(body.protocol_name or "") if version >= 5 else "",
+        )
+        if version >= 3 and body.group_instance_id is not None:
+            message.group_instance_id = body.group_instance_id
+        for a in body.assignments:
+            message.assignments.add(member_id=a.member_id, assignment=bytes(a.assignment))
+        answer = await self._group_call(body.group_id, "SyncGroup", message)
+        R = SyncGroupResponse
+        if isinstance(answer, int):
+            return R(throttle_time_ms=0, error_code=answer, assignment=b"")
+        return R(
+            throttle_time_ms=0,
+            error_code=answer.error,
+            protocol_type=answer.protocol_type or None,
+            protocol_name=answer.protocol_name or None,
+            assignment=answer.assignment,
+        )
+
+    async def heartbeat(self, request: KafkaRequest) -> Any:
+        body = request.body
+        message = coordinator_pb2.HeartbeatRequest(
+            group_id=body.group_id, generation_id=body.generation_id, member_id=body.member_id
+        )
+        if request.api_version >= 3 and body.group_instance_id is not None:
+            message.group_instance_id = body.group_instance_id
+        answer = await self._group_call(body.group_id, "Heartbeat", message)
+        code = answer if isinstance(answer, int) else answer.error
+        return HeartbeatResponse(throttle_time_ms=0, error_code=code)
+
+    async def leave_group(self, request: KafkaRequest) -> Any:
+        body = request.body
+        version = request.api_version
+        message = coordinator_pb2.LeaveGroupRequest(group_id=body.group_id)
+        if version < 3:
+            message.members.add(member_id=body.member_id)
+        else:
+            for member in body.members:
+                leaving = message.members.add(
+                    member_id=member.member_id,
+                    reason=(member.reason or "") if version >= 5 else "",
+                )
+                if member.group_instance_id is not None:
+                    leaving.group_instance_id = member.group_instance_id
+        answer = await self._group_call(body.group_id, "LeaveGroup", message)
+        R = LeaveGroupResponse
+        if isinstance(answer, int):
+            return R(throttle_time_ms=0, error_code=answer, members=[])
+        code = answer.error
+        if version < 3 and code == NONE and answer.members:
+            code = answer.members[0].error
+        return R(
+            throttle_time_ms=0,
+            error_code=code,
+            members=[
+                R.MemberResponse(
+                    member_id=m.member_id,
+                    group_instance_id=(
+                        m.group_instance_id if m.HasField("group_instance_id") else None
+                    ),
+                    error_code=m.error,
+                )
+                for m in answer.members
+            ],
+        )
+
+    async def offset_commit(self, request: KafkaRequest) -> Any:
+        body = request.body
+        version = request.api_version
+        message = coordinator_pb2.OffsetCommitRequest(
+            group_id=body.group_id, member_id=body.member_id or ""
+        )
+        if body.generation_id_or_member_epoch >= 0 or body.member_id:
+            message.generation_id = body.generation_id_or_member_epoch
+        if version >= 7 and body.group_instance_id is not None:
+            message.group_instance_id = body.group_instance_id
+        for topic in body.topics:
+            t = message.topics.add(name=topic.name)
+            for item in topic.partitions:
+                p = t.partitions.add(
+                    partition_index=item.partition_index,
+                    committed_offset=item.committed_offset,
+                    metadata=item.committed_metadata or "",
+                )
+                if version >= 6 and item.committed_leader_epoch >= 0:
+                    p.committed_leader_epoch = item.committed_leader_epoch
+        answer = await self._group_call(body.group_id, "OffsetCommit", message)
+        R = OffsetCommitResponse
+        T = R.OffsetCommitResponseTopic
+        if isinstance(answer, int):
+            return R(
+                throttle_time_ms=0,
+                topics=[
+                    T(
+                        name=topic.name,
+                        partitions=[
+                            T.OffsetCommitResponsePartition(
+                                partition_index=item.partition_index, error_code=answer
+                            )
+                            for item in topic.partitions
+                        ],
+                    )
+                    for topic in body.topics
+                ],
+            )
+        return R(
+            throttle_time_ms=0,
+            topics=[
+                T(
+                    name=t.name,
+                    partitions=[
+                        T.OffsetCommitResponsePartition(
+                            partition_index=p.partition_index,
+                            error_code=p.error if answer.error == NONE else answer.error,
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in answer.topics
+            ],
+        )
+
+    async def offset_fetch(self, request: KafkaRequest) -> Any:
+        body = request.body
+        message = coordinator_pb2.OffsetFetchRequest(group_id=body.group_id)
+        if body.topics is None:
+            message.all_topics = True
+        else:
+            for topic in body.topics:
+                message.topics.add(name=topic.name, partition_indexes=topic.partition_indexes)
+        answer = await self._group_call(body.group_id, "OffsetFetch", message)
+        R = OffsetFetchResponse
+        T = R.OffsetFetchResponseTopic
+        if isinstance(answer, int):
+            return R(throttle_time_ms=0, topics=[], error_code=answer)
+        return R(
+            throttle_time_ms=0,
+            error_code=answer.error,
+            topics=[
+                T(
+                    name=t.name,
+                    partitions=[
+                        T.OffsetFetchResponsePartition(
+                            partition_index=p.partition_index,
+                            committed_offset=p.committed_offset,
+                            committed_leader_epoch=p.committed_leader_epoch,
+                            metadata=p.metadata,
+                            error_code=p.error,
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in answer.topics
+            ],
+        )
+
+    async def describe_groups(self, request: KafkaRequest) -> Any:
+        R = DescribeGroupsResponse
+        G = R.DescribedGroup
+        groups = []
+        for group_id in request.body.groups:
+            answer = await self._group_call(
+                group_id,
+                "DescribeGroups",
+                coordinator_pb2.DescribeGroupsRequest(group_ids=[group_id]),
+            )
+            if isinstance(answer, int) or not answer.groups:
+                code = answer if isinstance(answer, int) else COORDINATOR_NOT_AVAILABLE
+                groups.append(
+                    G(
+                        error_code=code,
+                        group_id=group_id,
+                        group_state="",
+                        protocol_type="",
+                        protocol_data="",
+                        members=[],
+                    )
+                )
+                continue
+            g = answer.groups[0]
+            groups.append(
+                G(
+                    error_code=g.error,
+                    error_message=g.error_message or None,
+                    group_id=g.group_id,
+                    group_state=g.group_state,
+                    protocol_type=g.protocol_type,
+                    protocol_data=g.protocol_name,
+                    members=[
+                        G.DescribedGroupMember(
+                            member_id=m.member_id,
+                            group_instance_id=(
+                                m.group_instance_id if m.HasField("group_instance_id") else None
+                            ),
+                            client_id=m.client_id,
+                            client_host=m.client_host,
+                            member_metadata=m.member_metadata,
+                            member_assignment=m.member_assignment,
+                        )
+                        for m in g.members
+                    ],
+                )
+            )
+        return R(throttle_time_ms=0, groups=groups)
+
+    async def list_groups(self, request: KafkaRequest) -> Any:
+        states = list(request.body.states_filter) if request.api_version >= 4 else []
+        R = ListGroupsResponse
+        try:
+            answers = await self.groups.call_every(
+                "ListGroups", coordinator_pb2.ListGroupsRequest(states_filter=states)
+            )
+        except HighwaterError:
+            return R(throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, groups=[])
+        code = next((a.error for a in answers if a.error != NONE), NONE)
+        seen: set[str] = set()
+        groups = []
+        for answer in answers:
+            for g in answer.groups:
+                if g.group_id not in seen:
+                    seen.add(g.group_id)
+                    groups.append(
+                        R.ListedGroup(
+                            group_id=g.group_id,
+                            protocol_type=g.protocol_type,
+                            group_state=g.group_state,
+                        )
+                    )
+        return R(throttle_time_ms=0, error_code=code, groups=groups)
+
+    async def delete_groups(self, request: KafkaRequest) -> Any:
+        R = DeleteGroupsResponse
+        results = []
+        for group_id in request.body.groups_names:
+            answer = await self._group_call(
+                group_id, "DeleteGroups", coordinator_pb2.DeleteGroupsRequest(group_ids=[group_id])
+            )
+            if isinstance(answer, int) or not answer.results:
+                code = answer if isinstance(answer, int) else COORDINATOR_NOT_AVAILABLE
+            else:
+                code = answer.results[0].error
+            results.append(R.DeletableGroupResult(group_id=group_id, error_code=code))
+        return R(throttle_time_ms=0, results=results)
+
+    # --- admin: forwarded to the active controller -----------------------------------------------
+
+    async def _forward(self, rpc: ControllerRpc[Any, Any], message: Message) -> Any | int:
+        """The controller's answer (a ``highwater.v1`` message) or an error code."""
+        try:
+            response = await self.controller.call(rpc, rpc.request_from_proto(message))
+        except (InvalidRequestError, controller_codec.InvalidRequestError) as e:
+            log.info("%s refused: %s", rpc.name, e)
+            return INVALID_REQUEST
+        except ControllerUnavailableError as e:
+            log.warning("%s: %s", rpc.name, e)
+            return REQUEST_TIMED_OUT
+        return rpc.response_to_proto(response)
+
+    async def create_topics(self, request: KafkaRequest) -> Any:
+        body = request.body
+        message = admin_pb2.CreateTopicsRequest(validate_only=bool(body.validate_only))
+        for topic in body.topics:
+            t = message.topics.add(name=topic.name)
+            if topic.num_partitions >= 0:
+                t.num_partitions = topic.num_partitions
+            if topic.replication_factor >= 0:
+                t.replication_factor = topic.replication_factor
+            for a in topic.assignments:
+                t.assignments.add(partition_id=a.partition_index, broker_ids=a.broker_ids)
+            for c in topic.configs:
+                if c.value is not None:
+                    t.configs[c.name] = c.value
+        answer = await self._forward(controller_codec.CREATE_TOPICS, message)
+        R = CreateTopicsResponse
+        if isinstance(answer, int):
+            results = [R.CreatableTopicResult(name=t.name, error_code=answer) for t in body.topics]
+        else:
+            results = [
+                R.CreatableTopicResult(
+                    name=t.name,
+                    topic_id=topic_uuid(t.topic_id) if t.topic_id else uuid.UUID(int=0),
+                    error_code=t.error if answer.error == NONE else answer.error,
+                    error_message=t.error_message or answer.error_message or None,
+                    num_partitions=t.num_partitions if t.error == NONE else -1,
+                    replication_factor=t.replication_factor if t.error == NONE else -1,
+                    configs=None,
+                )
+                for t in answer.topics
+            ]
+        return R(throttle_time_ms=0, topics=results)
+
+    async def delete_topics(self, request: KafkaRequest) -> Any:
+        body = request.body
+        message = admin_pb2.DeleteTopicsRequest()
+        if request.api_version >= 6:
+            for topic in body.topics:
+                if topic.name is not None:
+                    message.names.append(topic.name)
+                else:
+                    message.topic_ids.append(topic_id_string(topic.topic_id))
+        else:
+            message.names.extend(body.topic_names)
+        answer = await self._forward(controller_codec.DELETE_TOPICS, message)
+        R = DeleteTopicsResponse
+        if isinstance(answer, int):
+            return R(
+                throttle_time_ms=0,
+                responses=[
+                    R.DeletableTopicResult(name=n, error_code=answer) for n in message.names
+                ],
+            )
+        return R(
+            throttle_time_ms=0,
+            responses=[
+                R.DeletableTopicResult(
+                    name=t.name,
+                    topic_id=topic_uuid(t.topic_id) if t.topic_id else uuid.UUID(int=0),
+                    error_code=t.error if answer.error == NONE else answer.error,
+                    error_message=t.error_message or None,
+                )
+                for t in answer.topics
+            ],
+        )
+
+    async def create_partitions(self, request: KafkaRequest) -> Any:
+        body = request.body
+        message = admin_pb2.CreatePartitionsRequest(validate_only=bool(body.validate_only))
+        for topic in body.topics:
+            t = message.topics.add(name=topic.name, count=topic.count)
+            image_topic = self._image().topic(topic.name)
+            first = 0 if image_topic is None else len(image_topic.partitions)
+            for offset, a in enumerate(topic.assignments or []):
+                t.assignments.add(partition_id=first + offset, broker_ids=a.broker_ids)
+        answer = await self._forward(controller_codec.CREATE_PARTITIONS, message)
+        R = CreatePartitionsResponse
+        if isinstance(answer, int):
+            results = [
+                R.CreatePartitionsTopicResult(name=t.name, error_code=answer) for t in body.topics
+            ]
+        else:
+            results = [
+                R.CreatePartitionsTopicResult(
+                    name=t.name,
+                    error_code=t.error if answer.error == NONE else answer.error,
+                    error_message=t.error_message or None,
+                )
+                for t in answer.topics
+            ]
+        return R(throttle_time_ms=0, results=results)
+
+    async def describe_configs(self, request: KafkaRequest) -> Any:
+        body = request.body
+        message = admin_pb2.DescribeConfigsRequest()
+        for resource in body.resources:
+            message.resources.add(
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                config_names=resource.configuration_keys or [],
+            )
+        answer = await self._forward(controller_codec.DESCRIBE_CONFIGS, message)
+        R = DescribeConfigsResponse
+        D = R.DescribeConfigsResult
+        if isinstance(answer, int):
+            results = [
+                D(
+                    error_code=answer,
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                    configs=[],
+                )
+                for r in body.resources
+            ]
+        else:
+            results = [
+                D(
+                    error_code=r.error if answer.error == NONE else answer.error,
+                    error_message=r.error_message or None,
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                    configs=[
+                        D.DescribeConfigsResourceResult(
+                            name=c.name,
+                            value=c.value if c.HasField("value") else None,
+                            read_only=c.read_only,
+                            config_source=c.source,
+                            is_default=c.source == admin_pb2.CONFIG_SOURCE_DEFAULT_CONFIG,
+                            is_sensitive=c.sensitive,
+                            synonyms=[],
+                            config_type=_CONFIG_TYPES.get(c.type, 0),
+                            documentation=(
+                                c.documentation or None if body.include_documentation else None
+                            ),
+                        )
+                        for c in r.configs
+                    ],
+                )
+                for r in answer.results
+            ]
+        return R(throttle_time_ms=0, results=results)
+
+    async def _alter_configs(self, request: KafkaRequest, incremental: bool) -> Any:
+        body = request.body
+        message = admin_pb2.AlterConfigsRequest(validate_only=bool(body.validate_only))
+        for resource in body.resources:
+            r = message.resources.add(
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+            for c in resource.configs:
+                # Kafka's IncrementalAlterConfigs ops (SET 0, DELETE 1, APPEND 2, SUBTRACT 3)
+                # are admin.proto's; a legacy AlterConfigs sets each config it names.
+                op = c.config_operation if incremental else 0
+                config = r.configs.add(name=c.name, op=op)
+                if c.value is not None:
+                    config.value = c.value
+        answer = await self._forward(controller_codec.ALTER_CONFIGS, message)
+        R = IncrementalAlterConfigsResponse if incremental else AlterConfigsResponse
+        A = R.AlterConfigsResourceResponse
+        if isinstance(answer, int):
+            results = [
+                A(error_code=answer, resource_type=r.resource_type, resource_name=r.resource_name)
+                for r in body.resources
+            ]
+        else:
+            results = [
+                A(
+                    error_code=r.error if answer.error == NONE else answer.error,
+                    error_message=r.error_message or None,
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                )
+                for r in answer.resources
+            ]
+        return R(throttle_time_ms=0, responses=results)
+
+    async def alter_configs(self, request: KafkaRequest) -> Any:
+        return await self._alter_configs(request, incremental=False)
+
+    async def incremental_alter_configs(self, request: KafkaRequest) -> Any:
+        return await self._alter_configs(request, incremental=True)
+
+    async def elect_leaders(self, request: KafkaRequest) -> Any:
+        body = request.body
+        message = admin_pb2.ElectLeadersRequest(
+            election_type=body.election_type if request.api_version >= 1 else 0  # type: ignore[arg-type]
+        )
+        if body.topic_partitions is None:
+            message.all_partitions = True
+        else:
+            for tp in body.topic_partitions:
+                message.topic_partitions.add(topic=tp.topic, partitions=tp.partitions)
+        answer = await self._forward(controller_codec.ELECT_LEADERS, message)
+        R = ElectLeadersResponse
+        T = R.ReplicaElectionResult
+        if isinstance(answer, int):
+            return R(throttle_time_ms=0, error_code=answer, replica_election_results=[])
+        by_topic: dict[str, list[Any]] = {}
+        for p in answer.partitions:
+            by_topic.setdefault(p.topic, []).append(
+                T.PartitionResult(
+                    partition_id=p.partition_id,
+                    error_code=p.error,
+                    error_message=p.error_message or None,
+                )
+            )
+        return R(
+            throttle_time_ms=0,
+            error_code=answer.error,
+            replica_election_results=[
+                T(topic=topic, partition_result=results) for topic, results in by_topic.items()
+            ],
+        )
+
+    async def alter_partition_reassignments(self, request: KafkaRequest) -> Any:
+        body = request.body
+        message = admin_pb2.AlterPartitionReassignmentsRequest()
+        for topic in body.topics:
+            for p in topic.partitions:
+                message.partitions.add(
+                    topic=topic.name,
+                    partition_id=p.partition_index,
+                    replicas=p.replicas or [],
+                    cancel=p.replicas is None,
+                )
+        answer = await self._forward(controller_codec.ALTER_PARTITION_REASSIGNMENTS, message)
+        R = AlterPartitionReassignmentsResponse
+        T = R.ReassignableTopicResponse
+        if isinstance(answer, int):
+            return R(throttle_time_ms=0, error_code=answer, error_message=None, responses=[])
+        by_topic: dict[str, list[Any]] = {}
+        for p in answer.partitions:
+            by_topic.setdefault(p.topic, []).append(
+                T.ReassignablePartitionResponse(
+                    partition_index=p.partition_id,
+                    error_code=p.error,
+                    error_message=p.error_message or None,
+                )
+            )
+        return R(
+            throttle_time_ms=0,
+            error_code=answer.error,
+            error_message=answer.error_message or None,
+            responses=[T(name=name, partitions=parts) for name, parts in by_topic.items()],
+        )
+
+    async def list_partition_reassignments(self, request: KafkaRequest) -> Any:
+        body = request.body
+        message = admin_pb2.ListPartitionReassignmentsRequest()
+        for topic in body.topics or []:
+            message.topic_partitions.add(topic=topic.name, partitions=topic.partition_indexes)
+        answer = await self._forward(controller_codec.LIST_PARTITION_REASSIGNMENTS, message)
+        R = ListPartitionReassignmentsResponse
+        T = R.OngoingTopicReassignment
+        if isinstance(answer, int):
+            return R(throttle_time_ms=0, error_code=answer, error_message=None, topics=[])
+        by_topic: dict[str, list[Any]] = {}
+        for r in answer.reassignments:
+            by_topic.setdefault(r.topic, []).append(
+                T.OngoingPartitionReassignment(
+                    partition_index=r.partition_id,
+                    replicas=list(r.replicas),
+                    adding_replicas=list(r.adding_replicas),
+                    removing_replicas=list(r.removing_replicas),
+                )
+            )
+        return R(
+            throttle_time_ms=0,
+            error_code=answer.error,
+            error_message=answer.error_message or None,
+            topics=[T(name=name, partitions=parts) for name, parts in by_topic.items()],
+        )
+
+
+def api_versions_response(error_code: int) -> Any:
+    """The versions of every API served (KIP-511); with ``error_code`` UNSUPPORTED_VERSION
+    for an ApiVersions request of a version the listener does not know (answered as v0)."""
+    R = ApiVersionsResponse
+    return R(
+        error_code=error_code,
+        api_keys=[
+            R.ApiVersion(api_key=key, min_version=api.min_version, max_version=api.max_version)
+            for key, api in sorted(SUPPORTED.items())
+        ],
+        throttle_time_ms=0,
+    )

@@ -1,0 +1,206 @@
+"""The Kafka protocol's codec glue: which APIs and versions the listener serves, request
+headers in, response frames out.
+
+Messages are encoded and decoded by kafka-python's ``kafka.protocol``, whose classes are
+generated at import from Kafka's own message schemas (``clients/src/main/resources/common/
+message/*.json``), flexible versions (compact strings and arrays, tagged fields) included.
+This module only knows the header layouts (KIP-482): request header v1 (api key, version,
+correlation id, nullable client id) or v2 (the same and tagged fields) when the request's
+version is flexible; response header v0 (correlation id) or v1 (and tagged fields), except
+that ApiVersions answers always take header v0 so that a client that does not know the
+broker's versions yet can read it (KIP-511).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterPartitionReassignmentsRequest,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteGroupsRequest,
+    DeleteRecordsRequest,
+    DeleteTopicsRequest,
+    DescribeClusterRequest,
+    DescribeConfigsRequest,
+    DescribeGroupsRequest,
+    ElectLeadersRequest,
+    IncrementalAlterConfigsRequest,
+    ListGroupsRequest,
+    ListPartitionReassignmentsRequest,
+)
+from kafka.protocol.api_header import RequestHeader
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.consumer import (
+    FetchRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListOffsetsRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    OffsetForLeaderEpochRequest,
+    SyncGroupRequest,
+)
+from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
+from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+
+__all__ = [
+    "API_VERSIONS_KEY",
+    "PRODUCE_KEY",
+    "SUPPORTED",
+    "ApiRange",
+    "KafkaRequest",
+    "RequestDecodeError",
+    "UnsupportedVersionError",
+    "decode_request",
+    "encode_response",
+    "is_flexible",
+    "peek_header",
+]
+
+PRODUCE_KEY: Final = 0
+API_VERSIONS_KEY: Final = 18
+
+
+@dataclass(frozen=True, slots=True)
+class ApiRange:
+    """An API the listener serves: its request class and the versions it takes."""
+
+    request: Any
+    min_version: int
+    max_version: int
+
+    @property
+    def api_key(self) -> int:
+        return int(self.request.API_KEY)
+
+    @property
+    def name(self) -> str:
+        return str(self.request.name)
+
+    @property
+    def response(self) -> Any:
+        return self.request.__module__ and _response_class(self.request)
+
+
+def _response_class(request: Any) -> Any:
+    module = __import__(request.__module__, fromlist=["_"])
+    return getattr(module, request.__name__.removesuffix("Request") + "Response")
+
+
+# The versions served: from the oldest a client of the last few years sends (Produce v3 is
+# the first with RecordBatch v2) to the last one whose fields the broker can fill without
+# topic ids in place of names (Produce v13, Fetch v13, OffsetCommit v10...).
+SUPPORTED: Final[dict[int, ApiRange]] = {
+    r.api_key: r
+    for r in (
+        ApiRange(ProduceRequest, 3, 9),
+        ApiRange(FetchRequest, 4, 12),
+        ApiRange(ListOffsetsRequest, 1, 7),
+        ApiRange(MetadataRequest, 1, 12),
+        ApiRange(OffsetCommitRequest, 2, 8),
+        ApiRange(OffsetFetchRequest, 1, 7),
+        ApiRange(FindCoordinatorRequest, 0, 4),
+        ApiRange(JoinGroupRequest, 0, 9),
+        ApiRange(HeartbeatRequest, 0, 4),
+        ApiRange(LeaveGroupRequest, 0, 5),
+        ApiRange(SyncGroupRequest, 0, 5),
+        ApiRange(DescribeGroupsRequest, 0, 5),
+        ApiRange(ListGroupsRequest, 0, 4),
+        ApiRange(ApiVersionsRequest, 0, 3),
+        ApiRange(CreateTopicsRequest, 2, 7),
+        ApiRange(DeleteTopicsRequest, 1, 6),
+        ApiRange(DeleteRecordsRequest, 0, 2),
+        ApiRange(InitProducerIdRequest, 0, 4),
+        ApiRange(OffsetForLeaderEpochRequest, 2, 4),
+        ApiRange(DescribeConfigsRequest, 1, 4),
+        ApiRange(AlterConfigsRequest, 0, 2),
+        ApiRange(CreatePartitionsRequest, 0, 3),
+        ApiRange(DeleteGroupsRequest, 0, 2),
+        ApiRange(ElectLeadersRequest, 0, 2),
+        ApiRange(IncrementalAlterConfigsRequest, 0, 1),
+        ApiRange(AlterPartitionReassignmentsRequest, 0, 0),
+        ApiRange(ListPartitionReassignmentsRequest, 0, 0),
+        ApiRange(DescribeClusterRequest, 0, 1),
+    )
+}
+
+_HEADER: Final = struct.Struct(">hhi")  # api key, api version, correlation id
+_SIZE: Final = struct.Struct(">i")
+
+
+class RequestDecodeError(Exception):
+    """A request that cannot be read (truncated, garbage): the connection is closed."""
+
+
+class UnsupportedVersionError(Exception):
+    """A request of an API or version the listener does not serve."""
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
+        super().__init__(f"API {api_key} version {api_version} is not supported")
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaRequest:
+    """One decoded request: its header fields and its body (a ``kafka.protocol`` message)."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """``(api_key, api_version, correlation_id)``, the fixed start of every request header."""
+    if len(frame) < _HEADER.size:
+        raise RequestDecodeError(f"a request of {len(frame)} bytes has no header")
+    key, version, correlation_id = _HEADER.unpack_from(frame)
+    return int(key), int(version), int(correlation_id)
+
+
+def is_flexible(message: Any, version: int) -> bool:
+    return bool(message.flexible_version_q(version))
+
+
+def decode_request(frame: bytes) -> KafkaRequest:
+    """The request in ``frame`` (a frame's bytes without its size).
+
+    :raises UnsupportedVersionError: an API or version not in :data:`SUPPORTED`.
+    :raises RequestDecodeError: bytes that are not a request of that version.
+    """
+    key, version, correlation_id = peek_header(frame)
+    api = SUPPORTED.get(key)
+    if api is None or not api.min_version <= version <= api.max_version:
+        raise UnsupportedVersionError(key, version, correlation_id)
+    flexible = is_flexible(api.request, version)
+    data = io.BytesIO(frame)
+    try:
+        header = RequestHeader.decode(data, flexible=flexible)
+        body = api.request.decode(memoryview(frame)[data.tell() :], version=version)
+    except Exception as e:  # the codec raises whatever its reader met (struct, index, value)
+        raise RequestDecodeError(f"{api.name} v{version}: {type(e).__name__}: {e}") from e
+    return KafkaRequest(key, version, correlation_id, header.client_id, body)
+
+
+def encode_response(
+    api_key: int, api_version: int, correlation_id: int, response: ApiMessage
+) -> bytearray:
+    """A response frame: its size, its header, its body at ``api_version`` (the body is
+    copied once, into the frame: a fetch answer's records are most of it)."""
+    api = SUPPORTED[api_key]
+    body = response.encode(version=api_version)
+    header_flexible = api_key != API_VERSIONS_KEY and is_flexible(api.request, api_version)
+    header = _SIZE.pack(correlation_id) + (b"\x00" if header_flexible else b"")
+    frame = bytearray(_SIZE.pack(len(header) + len(body)) + header)
+    frame += body
+    return frame

@@ -1,0 +1,199 @@
+"""The Kafka listener's other APIs, each through a real client where one has it (kafka-python's
+admin client) and as raw frames otherwise: CreatePartitions, DeleteRecords,
+DescribeCluster, ListGroups, DescribeGroups, DeleteGroups, ElectLeaders,
+Alter/ListPartitionReassignments, OffsetForLeaderEpoch, Produce with acks=0, and
+InitProducerId for a transactional producer (refused: there are no transactions)."""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
+from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.producer import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+)
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka_servers import KafkaServer, connect, read_frame, request_frame
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture(scope="module")
+def admin(server: KafkaServer) -> Iterator[Any]:
+    from kafka import KafkaAdminClient
+
+    client = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float = 30) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {condition}")
+
+
+def new_topic(admin: Any, name: str, partitions: int = 1) -> None:
+    from kafka.admin import NewTopic
+
+    admin.create_topics([NewTopic(name, partitions, 1)])
+    wait_for(lambda: _led(admin, name, partitions))
+
+
+def _led(admin: Any, name: str, partitions: int) -> bool:
+    described = admin.describe_topics([name])
+    return len(described[0]["partitions"]) == partitions and all(
+        p["leader_id"] >= 0 for p in described[0]["partitions"]
+    )
+
+
+def produce(server: KafkaServer, topic: str, count: int, partition: int = 0) -> None:
+    producer = Producer({"bootstrap.servers": server.bootstrap})
+    for i in range(count):
+        producer.produce(topic, value=str(i).encode(), partition=partition)
+    assert producer.flush(30) == 0
+
+
+def watermarks(server: KafkaServer, topic: str, partition: int = 0) -> tuple[int, int]:
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "watermarks"})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)
+        return int(low), int(high)
+    finally:
+        consumer.close()
+
+
+def test_create_partitions_and_delete_records(server: KafkaServer, admin: Any) -> None:
+    from kafka import TopicPartition as KpTopicPartition
+
+    new_topic(admin, "grown")
+    admin.create_partitions({"grown": 3})
+    wait_for(lambda: _led(admin, "grown", 3))
+
+    produce(server, "grown", 10)
+    admin.delete_records({KpTopicPartition("grown", 0): 4})
+    assert watermarks(server, "grown") == (4, 10)
+
+
+def test_describe_cluster_names_this_broker_as_controller(server: KafkaServer, admin: Any) -> None:
+    cluster = admin.describe_cluster()
+    host, port = server.bootstrap.rsplit(":", 1)
+    assert [(b["broker_id"], b["host"], b["port"]) for b in cluster["brokers"]] == [
+        (1, host, int(port))
+    ]
+    assert cluster["controller_id"] == 1
+    assert cluster["cluster_id"] == "highwater"
+
+
+def test_list_describe_and_delete_a_group(server: KafkaServer, admin: Any) -> None:
+    new_topic(admin, "grouped-admin")
+    produce(server, "grouped-admin", 3)
+    consumer = Consumer(
+        {"bootstrap.servers": server.bootstrap, "group.id": "admin-group",
+         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+         "heartbeat.interval.ms": 100}
+    )  # fmt: skip
+    try:
+        consumer.subscribe(["grouped-admin"])
+        seen: list[Any] = []
+
+        def read_all() -> bool:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                seen.append(message)
+            return len(seen) == 3
+
+        wait_for(read_all)
+        consumer.commit(asynchronous=False)
+        described = admin.describe_groups(["admin-group"])["admin-group"]
+        assert described["group_state"] == "Stable"
+        assert described["protocol_type"] == "consumer"
+        assert described["protocol_data"] == "range"  # librdkafka's default assignor
+        assert len(described["members"]) == 1
+    finally:
+        consumer.close()
+    listed = admin.list_groups()
+    assert "admin-group" in {g["group_id"] for g in listed}
+    admin.delete_groups(["admin-group"])
+    assert "admin-group" not in {g["group_id"] for g in admin.list_groups()}
+
+
+def test_elect_leaders_and_partition_reassignments(server: KafkaServer, admin: Any) -> None:
+    from kafka import TopicPartition as KpTopicPartition
+
+    new_topic(admin, "elected")
+    # The only replica leads already: Kafka's ELECTION_NOT_NEEDED, not a failure.
+    answer = admin.elect_leaders(0, {"elected": [0]}, raise_errors=False)  # 0: PREFERRED
+    (result,) = answer.replica_election_results[0].partition_result
+    assert result.error_code == 84
+    admin.alter_partition_reassignments({KpTopicPartition("elected", 0): [1]})
+    wait_for(lambda: not admin.list_partition_reassignments())
+    assert _led(admin, "elected", 1)
+
+
+def test_offset_for_leader_epoch_names_the_end_of_the_epoch(
+    server: KafkaServer, admin: Any
+) -> None:
+    new_topic(admin, "epochs")
+    produce(server, "epochs", 5)
+    R = OffsetForLeaderEpochRequest
+    request = R(
+        replica_id=-1,
+        topics=[R.OffsetForLeaderTopic(topic="epochs", partitions=[
+            R.OffsetForLeaderTopic.OffsetForLeaderPartition(
+                partition=0, current_leader_epoch=-1, leader_epoch=0)])],
+    )  # fmt: skip
+    with connect(server) as sock:
+        sock.sendall(request_frame(request, 4, 11))
+        answer = OffsetForLeaderEpochResponse.decode(read_frame(sock)[5:], version=4)
+    (result,) = answer.topics[0].partitions
+    assert (result.error_code, result.leader_epoch, result.end_offset) == (0, 0, 5)
+
+
+def batch(value: bytes) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20,
+    )  # fmt: skip
+    builder.append(0, timestamp=None, key=None, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def test_produce_with_acks_0_gets_no_answer_and_is_appended(
+    server: KafkaServer, admin: Any
+) -> None:
+    new_topic(admin, "acks-zero")
+    R = ProduceRequest
+    request = R(
+        transactional_id=None, acks=0, timeout_ms=5000,
+        topic_data=[R.TopicProduceData(name="acks-zero", partition_data=[
+            R.TopicProduceData.PartitionProduceData(index=0, records=batch(b"fire"))])],
+    )  # fmt: skip
+    with connect(server) as sock:
+        sock.sendall(request_frame(request, 9, 21) + request_frame(MetadataRequest(), 12, 22))
+        answer = read_frame(sock)
+        assert struct.unpack(">i", answer[:4]) == (22,)  # the produce got none
+    wait_for(lambda: watermarks(server, "acks-zero") == (0, 1))
+
+
+def test_a_transactional_producer_is_refused(server: KafkaServer) -> None:
+    request = InitProducerIdRequest(transactional_id="txn", transaction_timeout_ms=60000)
+    with connect(server) as sock:
+        sock.sendall(request_frame(request, 4, 31))
+        answer = InitProducerIdResponse.decode(read_frame(sock)[5:], version=4)
+    assert answer.error_code == 42  # INVALID_REQUEST: Highwater has no transactions
+    assert answer.producer_id == -1

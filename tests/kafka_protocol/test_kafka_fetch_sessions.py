@@ -1,0 +1,150 @@
+"""Incremental fetch sessions (KIP-227): the pure cache, then a session over the listener."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from highwater.broker.kafka_protocol.codec import SUPPORTED, decode_request
+from highwater.broker.kafka_protocol.fetch_sessions import (
+    FETCH_SESSION_ID_NOT_FOUND,
+    INVALID_FETCH_SESSION_EPOCH,
+    FetchPartitionState,
+    FetchSessionCache,
+)
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.producer import ProduceRequest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka_servers import KafkaServer, connect, read_frame, request_frame
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def state(offset: int) -> FetchPartitionState:
+    return FetchPartitionState(fetch_offset=offset, partition_max_bytes=1 << 20)
+
+
+def test_a_sessionless_fetch_keeps_nothing() -> None:
+    cache = FetchSessionCache()
+    fetch = cache.resolve(0, -1, [(("t", 0), state(5))])
+    assert (fetch.session_id, fetch.incremental, len(cache)) == (0, False, 0)
+    assert fetch.include(("t", 0), 10, 0, 0, has_records=False)
+
+
+def test_a_session_remembers_its_partitions_and_answers_only_what_changed() -> None:
+    cache = FetchSessionCache()
+    full = cache.resolve(0, 0, [(("t", 0), state(0)), (("t", 1), state(0))])
+    assert full.session_id > 0 and not full.incremental
+    assert full.include(("t", 0), 10, 0, 0, has_records=True)
+    assert full.include(("t", 1), 0, 0, 0, has_records=False)  # a full answer lists all
+
+    nothing_new = cache.resolve(full.session_id, 1, [])
+    assert [key for key, _ in nothing_new.partitions] == [("t", 0), ("t", 1)]
+    assert nothing_new.incremental
+    assert not nothing_new.include(("t", 0), 10, 0, 0, has_records=False)
+    assert not nothing_new.include(("t", 1), 0, 0, 0, has_records=False)
+
+    moved = cache.resolve(full.session_id, 2, [(("t", 0), state(10))], forgotten=[("t", 1)])
+    assert [(key, s.fetch_offset) for key, s in moved.partitions] == [(("t", 0), 10)]
+    assert moved.include(("t", 0), 12, 0, 0, has_records=False)  # the high watermark moved
+    assert moved.include(("t", 0), 12, 0, 6, has_records=False)  # an error is always told
+
+
+def test_a_wrong_epoch_or_an_unknown_session_is_refused_and_a_final_epoch_closes() -> None:
+    cache = FetchSessionCache()
+    session = cache.resolve(0, 0, [(("t", 0), state(0))]).session_id
+    assert cache.resolve(session, 5, []).error == INVALID_FETCH_SESSION_EPOCH
+    assert cache.resolve(session + 100, 1, []).error == FETCH_SESSION_ID_NOT_FOUND
+    closed = cache.resolve(session, -1, [(("t", 0), state(3))])
+    assert (closed.session_id, closed.error, len(cache)) == (0, 0, 0)
+    assert cache.resolve(session, 1, []).error == FETCH_SESSION_ID_NOT_FOUND
+
+
+def test_the_cache_evicts_the_least_recently_used_session() -> None:
+    cache = FetchSessionCache(max_sessions=2)
+    first = cache.resolve(0, 0, []).session_id
+    second = cache.resolve(0, 0, []).session_id
+    cache.resolve(first, 1, [])  # first is used: second is now the oldest
+    cache.resolve(0, 0, [])
+    assert cache.resolve(second, 1, []).error == FETCH_SESSION_ID_NOT_FOUND
+    assert cache.resolve(first, 2, []).error == 0
+
+
+@pytest.mark.parametrize("api_key", sorted(SUPPORTED))
+def test_every_api_served_decodes_at_its_lowest_and_highest_version(api_key: int) -> None:
+    api = SUPPORTED[api_key]
+    for version in (api.min_version, api.max_version):
+        message = api.request()
+        message.API_VERSION = version
+        message.with_header(correlation_id=9, client_id="codec")
+        frame = bytes(message.encode(header=True))
+        decoded = decode_request(frame)
+        assert (decoded.api_key, decoded.api_version, decoded.correlation_id) == (
+            api_key,
+            version,
+            9,
+        )
+        assert decoded.client_id == "codec"
+
+
+def produce_one(sock: socket.socket, topic: str, value: bytes, correlation_id: int) -> None:
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20,
+    )  # fmt: skip
+    builder.append(0, timestamp=None, key=None, value=value, headers=[])
+    R = ProduceRequest
+    request = R(
+        transactional_id=None, acks=1, timeout_ms=5000,
+        topic_data=[R.TopicProduceData(name=topic, partition_data=[
+            R.TopicProduceData.PartitionProduceData(index=0, records=bytes(builder.build()))])],
+    )  # fmt: skip
+    sock.sendall(request_frame(request, 9, correlation_id))
+    read_frame(sock)
+
+
+def fetch(sock: socket.socket, session: int, epoch: int, partitions: list[tuple[str, int, int]],
+          correlation_id: int) -> object:  # fmt: skip
+    R = FetchRequest
+    request = R(
+        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+        session_id=session, session_epoch=epoch,
+        topics=[R.FetchTopic(topic=t, partitions=[R.FetchTopic.FetchPartition(
+            partition=p, fetch_offset=o, partition_max_bytes=1 << 20, current_leader_epoch=-1,
+            last_fetched_epoch=-1, log_start_offset=-1)]) for t, p, o in partitions],
+        forgotten_topics_data=[], rack_id="",
+    )  # fmt: skip
+    sock.sendall(request_frame(request, 12, correlation_id))
+    return FetchResponse.decode(read_frame(sock)[5:], version=12)
+
+
+def test_an_incremental_fetch_session_over_the_listener(server: KafkaServer) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    for future in admin.create_topics([NewTopic("sessions", 1, 1)]).values():
+        future.result(30)
+    deadline = time.monotonic() + 30
+    while admin.list_topics("sessions", timeout=10).topics["sessions"].partitions[0].leader < 0:
+        assert time.monotonic() < deadline
+    with connect(server) as sock:
+        produce_one(sock, "sessions", b"first", 1)
+        full: object = fetch(sock, 0, 0, [("sessions", 0, 0)], 2)
+        session = full.session_id  # type: ignore[attr-defined]
+        assert session > 0
+        (topic,) = full.responses  # type: ignore[attr-defined]
+        assert topic.partitions[0].high_watermark == 1 and topic.partitions[0].records
+
+        # The client moves its position (the partition is sent again): nothing new.
+        unchanged = fetch(sock, session, 1, [("sessions", 0, 1)], 3)
+        assert unchanged.responses == []  # type: ignore[attr-defined]
+        produce_one(sock, "sessions", b"second", 4)
+        # Nothing named: the session's partition is fetched, and has a record now.
+        (topic,) = fetch(sock, session, 2, [], 5).responses  # type: ignore[attr-defined]
+        assert topic.partitions[0].high_watermark == 2 and topic.partitions[0].records
+
+        stale = fetch(sock, session, 2, [], 6)
+        assert stale.error_code == INVALID_FETCH_SESSION_EPOCH  # type: ignore[attr-defined]
+        unknown = fetch(sock, session + 1000, 1, [], 7)
+        assert unknown.error_code == FETCH_SESSION_ID_NOT_FOUND  # type: ignore[attr-defined]
