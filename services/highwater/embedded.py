@@ -23,6 +23,7 @@ import dataclasses
 from pathlib import Path
 
 from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer, BrokerSettings
+from highwater.config.listeners import Listeners, resolve_listeners
 from highwater.controller.service import ControllerServer, ControllerSettings
 from highwater.coordinator.core import GroupCoordinatorSettings
 from highwater.coordinator.service import (
@@ -30,7 +31,7 @@ from highwater.coordinator.service import (
     CoordinatorServer,
     CoordinatorSettings,
 )
-from highwater.rpc.endpoints import parse_endpoint
+from highwater.metadata.records import registered_endpoints
 from highwater.rpc.server import GrpcService
 
 __all__ = ["EMBEDDED_NODE_ID", "EmbeddedServer"]
@@ -49,10 +50,16 @@ class EmbeddedServer:
         controller_settings: ControllerSettings | None = None,
         broker_settings: BrokerSettings | None = None,
         coordinator_settings: CoordinatorSettings | None = None,
+        listeners: Listeners | None = None,
     ) -> None:
-        _, port = parse_endpoint(listen)
-        if port == 0:
-            raise ValueError(f"{listen}: the embedded server needs a real port, not 0")
+        """``listeners``: named listeners (:mod:`highwater.config.listeners`), each serving
+        every service, the broker and the coordinator registered on all of them; without
+        them, the one listener ``PLAINTEXT`` on ``listen``."""
+        self.listeners = listeners or resolve_listeners(listen=listen)
+        listen = self.listeners.inter_broker.address
+        for listener in self.listeners.bound:
+            if listener.port == 0:
+                raise ValueError(f"{listener}: the embedded server needs a real port, not 0")
         self.listen = listen
         self.data_dir = Path(data_dir)
         # The broker's service is served by the controller's gRPC server; the broker
@@ -80,10 +87,14 @@ class EmbeddedServer:
                     lambda server: self.coordinator.add_servicer(server),
                 ),
             ],
+            listener_name=self.listeners.inter_broker_name,
+            more_listeners=self.listeners.more_bound,
         )
+        endpoints = registered_endpoints(self.listeners)
         self.broker = BrokerServer(
             node_id=EMBEDDED_NODE_ID,
             advertised=listen,
+            listeners=endpoints,
             data_dir=self.data_dir / "broker",
             controllers=[listen],
             metadata=self.controller.machine,
@@ -93,6 +104,7 @@ class EmbeddedServer:
         self.coordinator = CoordinatorServer(
             node_id=EMBEDDED_NODE_ID,
             advertised=listen,
+            listeners=endpoints,
             controllers=[listen],
             metadata=self.controller.machine,
             report_serving=self.controller.raft.report_serving,

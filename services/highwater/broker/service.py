@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -51,6 +51,8 @@ from highwater.broker.telemetry import BrokerTelemetry
 from highwater.controller_api.client import ControllerClient
 from highwater.errors import InvalidRequestError
 from highwater.metadata.image import MetadataImage
+from highwater.metadata.records import BrokerEndpoint
+from highwater.rpc.listener_context import current_listener
 from highwater.storage.log_manager import LogManager
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
@@ -91,10 +93,13 @@ class BrokerServer:
         settings: BrokerSettings | None = None,
         report_serving: ServingReport | None = None,
         connect: Connect = GrpcFetchTransport,
+        listeners: Sequence[BrokerEndpoint] = (),
     ) -> None:
         """``report_serving``: where the broker says whether it can serve, for its gRPC
         host's health (:meth:`~highwater.rpc.server.GrpcHost.report_serving`);
-        ``connect``: how its replica fetchers reach a leader."""
+        ``connect``: how its replica fetchers reach a leader; ``listeners``: every
+        advertised listener, the inter-broker one first (empty: ``advertised`` as the one
+        listener ``PLAINTEXT``)."""
         self.node_id = node_id
         self.advertised = advertised
         self.settings = settings = settings or BrokerSettings()
@@ -108,6 +113,7 @@ class BrokerServer:
         self.lifecycle = BrokerLifecycle(
             node_id=node_id,
             advertised=advertised,
+            listeners=listeners,
             settings=settings,
             controller=self.controller,
             metadata_offset=lambda: self.partitions.image.offset,
@@ -272,7 +278,7 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
     async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.MetadataResponse:
-        return self._broker.metadata(request)
+        return self._broker.metadata(request, current_listener())
 
     async def OffsetsForLeaderEpoch(
         self, request: pb.OffsetsForLeaderEpochRequest, context: grpc.aio.ServicerContext
@@ -292,4 +298,4 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
     async def FindCoordinator(
         self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindCoordinatorResponse:
-        return self._broker.find_coordinator(request)
+        return self._broker.find_coordinator(request, current_listener())

@@ -14,7 +14,13 @@ import click
 
 from highwater.broker.service import BrokerSettings
 from highwater.broker.standalone import StandaloneBroker
-from highwater.cli.server_config import load_role_config, server_config_options
+from highwater.cli.server_config import (
+    LISTENER_FLAGS,
+    listener_options,
+    load_role_config,
+    role_listeners,
+    server_config_options,
+)
 from highwater.cli.serving import (
     controllers_option,
     listen_option,
@@ -38,7 +44,11 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @telemetry_option
 @tls_options
 @click.option("--node-id", type=click.IntRange(min=0, max=2**31 - 1), required=True)
-@listen_option(required=True, help="Address to serve the Broker API on (clients and peers).")
+@listen_option(
+    required=False,
+    help="Address to serve the Broker API on (clients and peers): the one listener "
+    "PLAINTEXT; or named listeners with --listeners / the listeners key.",
+)
 @controllers_option
 @click.option(
     "--data-dir",
@@ -54,6 +64,7 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     metavar="HOST:PORT",
     help="Where clients and other brokers connect, if not --listen (a proxy in front).",
 )
+@listener_options
 @click.option(
     "--replica-lag-time-max-ms",
     type=click.IntRange(min=1),
@@ -64,12 +75,15 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @server_config_options
 def broker(
     node_id: int,
-    listen: str,
+    listen: str | None,
     controllers: list[str],
     data_dir: Path,
     rack: str | None,
     advertised_listener: str | None,
     replica_lag_time_max_ms: int,
+    listeners: str | None,
+    advertised_listeners: str | None,
+    inter_broker_listener_name: str | None,
     config_file: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
@@ -82,20 +96,27 @@ def broker(
     config = load_role_config(
         config_file,
         overrides,
-        {"rack": "broker.rack", "replica_lag_time_max_ms": "replica.lag.time.max.ms"},
+        {
+            "rack": "broker.rack",
+            "replica_lag_time_max_ms": "replica.lag.time.max.ms",
+            **LISTENER_FLAGS,
+        },
     )
-    _, port = parse_endpoint(listen)
-    if port == 0:
-        raise click.BadParameter("a broker needs a real port, not 0", param_hint="--listen")
+    named = role_listeners(config, listen, advertised_listener)
+    for listener in named.bound:
+        if listener.port == 0:
+            raise click.BadParameter(
+                f"a broker needs a real port, not 0 ({listener})", param_hint="--listen"
+            )
     server = StandaloneBroker(
         node_id=node_id,
-        listen=listen,
+        listen=named.inter_broker.address,
+        listeners=named,
         controllers=controllers,
         data_dir=data_dir,
         settings=BrokerSettings(
             rack=config.get("broker.rack") or None,
             replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
         ),
-        advertised=advertised_listener,
     )
     run_until_signalled(server, "broker")

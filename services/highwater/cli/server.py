@@ -17,8 +17,11 @@ import click
 
 from highwater.broker.service import BrokerSettings
 from highwater.cli.server_config import (
+    LISTENER_FLAGS,
     controller_config,
+    listener_options,
     load_role_config,
+    role_listeners,
     server_config_options,
 )
 from highwater.cli.serving import listen_option, run_until_signalled, telemetry_option, tls_options
@@ -116,11 +119,15 @@ async def _wait_for_leader(broker: broker_pb2_grpc.BrokerStub, timeout_s: float 
     help="Where the metadata log and the partition logs live.",
 )
 @click.option("--demo", is_flag=True, help="Produce and consume a few records once started.")
+@listener_options
 @server_config_options
 def server(
     listen: str,
     data_dir: Path,
     demo: bool,
+    listeners: str | None,
+    advertised_listeners: str | None,
+    inter_broker_listener_name: str | None,
     config_file: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
@@ -132,7 +139,8 @@ def server(
     and group.initial.rebalance.delay.ms is 0 unless set, as in Kafka's development
     configuration.
     """
-    config = load_role_config(config_file, overrides)
+    config = load_role_config(config_file, overrides, LISTENER_FLAGS)
+    named = role_listeners(config, listen)
     delay = (
         config.get("group.initial.rebalance.delay.ms")
         if config.is_given("group.initial.rebalance.delay.ms")
@@ -140,7 +148,8 @@ def server(
     )
     try:
         embedded = (_DemoServer if demo else EmbeddedServer)(
-            listen=listen,
+            listen=named.inter_broker.address,
+            listeners=named,
             data_dir=data_dir,
             controller_settings=ControllerSettings(
                 raft=RaftServerSettings(
