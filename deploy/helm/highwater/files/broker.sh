@@ -1,17 +1,27 @@
 #!/bin/sh
 # One broker; node id = BROKER_NODE_ID_OFFSET + pod ordinal. It advertises its stable pod
 # DNS name, and its rack when the init container found one (/var/run/highwater/rack),
-# which wins over a broker.rack of its properties file.
+# which wins over a broker.rack of its properties file. With externalAccess
+# (EXTERNAL_PORT set) it has two named listeners: INTERNAL at the pod DNS name, which
+# the pods use between them, and EXTERNAL at the address clients outside reach.
 set -eu
 . "$(dirname "$0")/common.sh"
 rack=""
 if [ -s /var/run/highwater/rack ]; then
     rack=$(cat /var/run/highwater/rack)
 fi
+internal="$POD_NAME.$BROKER_HEADLESS.$POD_NAMESPACE.svc.$CLUSTER_DOMAIN:$BROKER_PORT"
+if [ -n "${EXTERNAL_PORT:-}" ]; then
+    set -- \
+        --listeners "INTERNAL://0.0.0.0:$BROKER_PORT,EXTERNAL://0.0.0.0:$EXTERNAL_PORT" \
+        --advertised-listeners "INTERNAL://$internal,EXTERNAL://$(external_address)" \
+        --inter-broker-listener-name INTERNAL
+else
+    set -- --listen "0.0.0.0:$BROKER_PORT" --advertised-listener "$internal"
+fi
 exec highwater broker \
     --node-id "$(node_id "$BROKER_NODE_ID_OFFSET")" \
-    --listen "0.0.0.0:$BROKER_PORT" \
-    --advertised-listener "$POD_NAME.$BROKER_HEADLESS.$POD_NAMESPACE.svc.$CLUSTER_DOMAIN:$BROKER_PORT" \
+    "$@" \
     --controllers "$(controller_list)" \
     --data-dir /var/lib/highwater/data \
     --config /etc/highwater/broker.properties \

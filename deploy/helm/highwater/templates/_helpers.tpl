@@ -295,3 +295,116 @@ volumes, sidecars and init containers of a role; pass (dict "root" $ "component"
       - key: {{ .component }}.properties
         path: {{ .component }}.properties
 {{- end -}}
+
+{{/* externalAccess.service of a role (broker: externalAccess.service, coordinator:
+externalAccess.coordinator.service); pass (dict "root" $ "component" c). */}}
+{{- define "highwater.externalService" -}}
+{{- if eq .component "broker" -}}
+{{- toYaml .root.Values.externalAccess.service -}}
+{{- else -}}
+{{- toYaml .root.Values.externalAccess.coordinator.service -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when a role's pods discover their external address from their Service: a
+NodePort or a load-balancer address that the values do not give for every pod. */}}
+{{- define "highwater.externalDiscovery" -}}
+{{- $values := index .root.Values .component -}}
+{{- $service := include "highwater.externalService" . | fromYaml -}}
+{{- if .root.Values.externalAccess.enabled -}}
+{{- if and (eq $service.type "NodePort") (lt (len ($service.nodePorts | default list)) (int $values.replicaCount)) -}}
+true
+{{- else if and (eq $service.type "LoadBalancer") (lt (len ($service.loadBalancerIPs | default list)) (int $values.replicaCount)) -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The name of the external Service of pod $ordinal of a role: <fullname>-<role>-<n>-external. */}}
+{{- define "highwater.externalServiceName" -}}
+{{- printf "%s-%s-%d-external" (include "highwater.fullname" .root) .component (int .ordinal) -}}
+{{- end -}}
+
+{{/* The environment of a role's external listener (files/common.sh external_address). */}}
+{{- define "highwater.externalEnv" -}}
+{{- if .root.Values.externalAccess.enabled -}}
+{{- $service := include "highwater.externalService" . | fromYaml -}}
+- name: EXTERNAL_PORT
+  value: {{ $service.port | quote }}
+- name: EXTERNAL_SERVICE_TYPE
+  value: {{ $service.type | quote }}
+- name: EXTERNAL_DOMAIN
+  value: {{ $service.domain | default "" | quote }}
+- name: EXTERNAL_NODE_PORTS
+  value: {{ join " " ($service.nodePorts | default list) | quote }}
+- name: EXTERNAL_LOAD_BALANCER_IPS
+  value: {{ join " " ($service.loadBalancerIPs | default list) | quote }}
+- name: HOST_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.hostIP
+{{- end -}}
+{{- end -}}
+
+{{/* The init container that discovers a pod's external address from its Service. */}}
+{{- define "highwater.externalDiscoveryContainer" -}}
+- name: external-address
+  image: {{ include "highwater.image" .root }}
+  imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+  command: [python3, /opt/highwater/scripts/external_address.py, /var/run/highwater-external/address]
+  env:
+    {{- include "highwater.env" .root | nindent 4 }}
+    {{- include "highwater.externalEnv" . | nindent 4 }}
+    - name: EXTERNAL_SERVICE_PREFIX
+      value: {{ printf "%s-%s" (include "highwater.fullname" .root) .component | quote }}
+  resources:
+    requests: {cpu: 50m, memory: 64Mi}
+    limits: {cpu: 200m, memory: 128Mi}
+  securityContext:
+    {{- toYaml .root.Values.containerSecurityContext | nindent 4 }}
+  volumeMounts:
+    - name: external-address
+      mountPath: /var/run/highwater-external
+    - name: scripts
+      mountPath: /opt/highwater/scripts
+      readOnly: true
+    # A token for this container alone: the server itself gets none.
+    - name: service-reader-token
+      mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+      readOnly: true
+{{- end -}}
+
+{{/* The volumes of external-address discovery. */}}
+{{- define "highwater.externalDiscoveryVolumes" -}}
+- name: external-address
+  emptyDir:
+    sizeLimit: 1Mi
+- name: service-reader-token
+  projected:
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: 600
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - key: ca.crt
+              path: ca.crt
+{{- end -}}
+
+{{/* Checks of externalAccess that the schema cannot express. */}}
+{{- define "highwater.validateExternalAccess" -}}
+{{- if .Values.externalAccess.enabled -}}
+{{- range $component := list "broker" "coordinator" -}}
+{{- $service := include "highwater.externalService" (dict "root" $ "component" $component) | fromYaml -}}
+{{- $key := ternary "externalAccess.service" "externalAccess.coordinator.service" (eq $component "broker") -}}
+{{- if and (eq $service.type "ClusterIP") (not $service.domain) -}}
+{{- fail (printf "%s.domain: a ClusterIP external access needs the host clients reach the forwarded ports on (e.g. localhost)" $key) -}}
+{{- end -}}
+{{- $ports := list (int (index $.Values $component).port) (int $.Values.metrics.port) -}}
+{{- if has (int $service.port) $ports -}}
+{{- fail (printf "%s.port: %d is already a port of the %s pods" $key (int $service.port) $component) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
