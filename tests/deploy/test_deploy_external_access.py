@@ -186,7 +186,9 @@ def test_a_coordinator_with_external_access_keeps_its_pod_ip_inside(
         **{**EXTERNAL, "EXTERNAL_PORT": "9195", "EXTERNAL_NODE_PORTS": "31101 31102"},
     )  # fmt: skip
     assert flag(argv, "--listeners") == "INTERNAL://10.1.2.3:9094,EXTERNAL://0.0.0.0:9195"
-    assert flag(argv, "--advertised-listeners") == "EXTERNAL://192.0.2.10:31102"
+    assert flag(argv, "--advertised-listeners") == (
+        "INTERNAL://10.1.2.3:9094,EXTERNAL://192.0.2.10:31102"
+    )
     assert flag(argv, "--inter-broker-listener-name") == "INTERNAL"
 
 

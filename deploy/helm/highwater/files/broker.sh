@@ -26,4 +26,15 @@ exec highwater broker \
     --data-dir /var/lib/highwater/data \
     --config /etc/highwater/broker.properties \
     ${rack:+--rack "$rack"} \
+    ${TLS_CERT_FILE:+--tls-cert-file "$TLS_CERT_FILE"} \
+    ${TLS_KEY_FILE:+--tls-key-file "$TLS_KEY_FILE"} \
+    ${TLS_CA_FILE:+--tls-ca-file "$TLS_CA_FILE"} \
+    ${TLS_CLIENT_AUTH:+--tls-client-auth "$TLS_CLIENT_AUTH"} \
+    ${AUTHORIZER:+--authorizer "$AUTHORIZER"} \
+    ${SUPER_USERS:+--super-users "$SUPER_USERS"} \
+    ${ALLOW_EVERYONE_IF_NO_ACL_FOUND:+--allow-everyone-if-no-acl-found} \
+    ${SASL_ENABLED_MECHANISMS:+--sasl-enabled-mechanisms "$SASL_ENABLED_MECHANISMS"} \
+    ${OAUTHBEARER_JWKS_FILE:+--oauthbearer-jwks-file "$OAUTHBEARER_JWKS_FILE"} \
+    ${OAUTHBEARER_ISSUER:+--oauthbearer-issuer "$OAUTHBEARER_ISSUER"} \
+    ${OAUTHBEARER_AUDIENCE:+--oauthbearer-audience "$OAUTHBEARER_AUDIENCE"} \
     ${METRICS_PORT:+--metrics-listen "0.0.0.0:$METRICS_PORT"}

@@ -159,13 +159,20 @@ priorityClassName: {{ . }}
 {{- end }}
 {{- end -}}
 
-{{/* Probes on grpc.health.v1 at the component's port; pass (dict "probe" ... "port" ...). */}}
+{{/* Probes on grpc.health.v1 at the component's port; pass (dict "probe" ... "port" ...
+"tls" ...). The kubelet's gRPC probe speaks no TLS: with "tls", an exec probe asks the
+same over TLS with the pod's certificate (files/health_check.py). */}}
 {{- define "highwater.grpcProbe" -}}
+{{- if .tls }}
+exec:
+  command: [python3, /opt/highwater/scripts/health_check.py, {{ .port | quote }}{{ with .service }}, {{ . | quote }}{{ end }}]
+{{- else }}
 grpc:
   port: {{ .port }}
   {{- with .service }}
   service: {{ . }}
   {{- end }}
+{{- end }}
 periodSeconds: {{ .probe.periodSeconds }}
 timeoutSeconds: {{ .probe.timeoutSeconds }}
 failureThreshold: {{ .probe.failureThreshold }}
@@ -292,8 +299,14 @@ volumes, sidecars and init containers of a role; pass (dict "root" $ "component"
   configMap:
     name: {{ include "highwater.fullname" .root }}-server-config
     items:
+      {{- if .component }}
       - key: {{ .component }}.properties
         path: {{ .component }}.properties
+      {{- end }}
+      {{- if .root.Values.tls.enabled }}
+      - key: client.properties
+        path: client.properties
+      {{- end }}
 {{- end -}}
 
 {{/* externalAccess.service of a role (broker: externalAccess.service, coordinator:
@@ -406,5 +419,100 @@ true
 {{- fail (printf "%s.port: %d is already a port of the %s pods" $key (int $service.port) $component) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret of the pods' certificate: tls.existingSecret, else cert-manager's. */}}
+{{- define "highwater.tlsSecret" -}}
+{{- default (printf "%s-tls" (include "highwater.fullname" .)) .Values.tls.existingSecret -}}
+{{- end -}}
+
+{{/* The super users (super.users): auth.superUsers and, with the chart's certificate,
+the pods' own principal. */}}
+{{- define "highwater.superUsers" -}}
+{{- $users := .Values.auth.superUsers | default list -}}
+{{- if not .Values.tls.existingSecret -}}
+{{- $users = prepend $users (printf "User:%s" (include "highwater.fullname" .)) -}}
+{{- end -}}
+{{- join ";" (uniq $users) -}}
+{{- end -}}
+
+{{/* The security settings of the <release>-config ConfigMap: the --tls-* files and the
+auth flags the start scripts pass (files/*.sh), and the tools' client config. */}}
+{{- define "highwater.securityConfig" -}}
+{{- if .Values.tls.enabled }}
+TLS_CERT_FILE: /etc/highwater-tls/tls.crt
+TLS_KEY_FILE: /etc/highwater-tls/tls.key
+TLS_CA_FILE: /etc/highwater-tls/ca.crt
+TLS_CLIENT_AUTH: {{ .Values.tls.clientAuth | quote }}
+CLIENT_CONFIG: /etc/highwater/client.properties
+{{- end }}
+{{- if .Values.auth.enabled }}
+AUTHORIZER: acl
+SUPER_USERS: {{ include "highwater.superUsers" . | quote }}
+ALLOW_EVERYONE_IF_NO_ACL_FOUND: {{ ternary "true" "" .Values.auth.allowEveryoneIfNoAclFound | quote }}
+SASL_ENABLED_MECHANISMS: {{ join "," .Values.auth.saslMechanisms | quote }}
+{{- if .Values.auth.oauthbearer.jwksConfigMap }}
+OAUTHBEARER_JWKS_FILE: {{ printf "/etc/highwater-jwks/%s" .Values.auth.oauthbearer.jwksKey | quote }}
+{{- end }}
+OAUTHBEARER_ISSUER: {{ .Values.auth.oauthbearer.issuer | quote }}
+OAUTHBEARER_AUDIENCE: {{ .Values.auth.oauthbearer.audience | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The client config of the tools in the pods (probes, gates, hooks, helm test): the
+pods' own certificate, whose principal is a super user. */}}
+{{- define "highwater.clientProperties" -}}
+# The tools' client configuration (--command-config), rendered by the chart.
+security.protocol=SSL
+ssl.ca.location=/etc/highwater-tls/ca.crt
+ssl.certificate.location=/etc/highwater-tls/tls.crt
+ssl.key.location=/etc/highwater-tls/tls.key
+{{- end -}}
+
+{{/* The security volumes of a pod: the certificate's Secret, the JWKS ConfigMap (for
+brokers and coordinators); pass (dict "root" $ "component" c). */}}
+{{- define "highwater.securityVolumes" -}}
+{{- if .root.Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ include "highwater.tlsSecret" .root }}
+    defaultMode: 0440
+{{- end }}
+{{- if and .root.Values.auth.enabled .root.Values.auth.oauthbearer.jwksConfigMap (has .component (list "broker" "coordinator")) }}
+- name: jwks
+  configMap:
+    name: {{ .root.Values.auth.oauthbearer.jwksConfigMap }}
+{{- end }}
+{{- end -}}
+
+{{- define "highwater.securityMounts" -}}
+{{- if .root.Values.tls.enabled }}
+# A directory, not single files: the kubelet updates it in place when cert-manager
+# renews the certificate, and the servers read it again at the next handshake.
+- name: tls
+  mountPath: /etc/highwater-tls
+  readOnly: true
+{{- end }}
+{{- if and .root.Values.auth.enabled .root.Values.auth.oauthbearer.jwksConfigMap (has .component (list "broker" "coordinator")) }}
+- name: jwks
+  mountPath: /etc/highwater-jwks
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* Checks of tls and auth that the schema cannot express. */}}
+{{- define "highwater.validateSecurity" -}}
+{{- if and .Values.auth.enabled (not .Values.tls.enabled) -}}
+{{- fail "auth.enabled: needs tls.enabled (SASL only over TLS, and the pods authenticate to each other with their certificate)" -}}
+{{- end -}}
+{{- if and .Values.auth.enabled (has "OAUTHBEARER" .Values.auth.saslMechanisms) (not .Values.auth.oauthbearer.jwksConfigMap) -}}
+{{- fail "auth.oauthbearer.jwksConfigMap: OAUTHBEARER is in auth.saslMechanisms but no JWKS is given to check tokens with" -}}
+{{- end -}}
+{{- if and .Values.auth.enabled .Values.auth.scram.usersSecret (not (has .Values.auth.scram.mechanism .Values.auth.saslMechanisms)) -}}
+{{- fail (printf "auth.scram.mechanism: %s is not in auth.saslMechanisms, so its users could not log in" .Values.auth.scram.mechanism) -}}
+{{- end -}}
+{{- if and .Values.auth.enabled .Values.tls.existingSecret (not .Values.auth.superUsers) -}}
+{{- fail "auth.superUsers: with tls.existingSecret, name the principal of its certificate (User:<its CN>): the pods speak to each other as that principal" -}}
 {{- end -}}
 {{- end -}}
