@@ -348,3 +348,35 @@ def test_the_secure_kustomize_base_is_the_chart_rendered_with_its_values() -> No
     secure_base = DEPLOY / "kustomize" / "secure-base"
     assert (secure_base / "highwater.yaml").read_text() == render.render_base(secure_base)
     assert yaml.safe_load((secure_base / "values.yaml").read_text())["auth"]["enabled"]
+
+
+def test_the_users_job_creates_each_user_of_the_secret(
+    bin_dir: Path,  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
+    # The Job mounts the Secret at /etc/highwater-users; run a copy that reads the test's.
+    users = tmp_path / "users"
+    users.mkdir()
+    (users / "alice").write_text("alice-secret\n")
+    (users / "bob").write_text("bob-secret\n")
+    client = tmp_path / "client.properties"
+    client.write_text("security.protocol=SSL\n")
+    script = tmp_path / "create_users.sh"
+    script.write_text(
+        (FILES / "create_users.sh").read_text().replace("/etc/highwater-users", str(users))
+    )
+    result = subprocess.run(
+        [tool("dash"), str(script)],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "BOOTSTRAP": "hw-highwater:9092",
+             "SCRAM_MECHANISM": "SCRAM-SHA-512", "CLIENT_CONFIG": str(client)},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    calls = result.stdout.split("users\n")[1:]
+    assert len(calls) == 2
+    for user, call in zip(("alice", "bob"), calls, strict=True):
+        argv = ["users", *call.splitlines()]
+        main.commands["users"].commands["create"].make_context("users create", argv[2:])
+        assert flag(argv, "--user") == user
+        assert flag(argv, "--password-file") == str(users / user)
+        assert flag(argv, "--mechanism") == "SCRAM-SHA-512"
+        assert flag(argv, "--command-config") == str(client)
