@@ -237,3 +237,15 @@ BAD_VALUES = [
 def test_bad_external_access_values_fail_naming_the_key(values: dict[str, Any], key: str) -> None:
     with pytest.raises(render.RenderError, match=re.escape(key)):
         render.render(values)
+
+
+def test_notes_say_how_to_reach_the_cluster_from_outside() -> None:
+    import helm_python as helm
+
+    notes = helm.Chart.load(CHART).render(
+        {"externalAccess": {"enabled": True}, "tls": {"enabled": True}},
+        name="hw",
+        namespace="streams",
+    )["highwater/templates/NOTES.txt"]
+    assert "get services -l highwater.io/external-access=true" in notes
+    assert "Clients speak TLS (SSL); the CA is ca.crt of the Secret hw-highwater-tls." in notes
