@@ -89,8 +89,9 @@ def broker(
 ) -> None:
     """Run a broker: serve partitions, replicate them, follow the metadata.
 
-    Of its --config file and --override keys the broker uses broker.rack and
-    replica.lag.time.max.ms; the cluster defaults (num.partitions...) are the
+    Of its --config file and --override keys the broker uses broker.rack,
+    replica.lag.time.max.ms and the listeners (listeners, advertised.listeners,
+    inter.broker.listener.name); the cluster defaults (num.partitions...) are the
     controllers', read from the metadata.
     """
     config = load_role_config(

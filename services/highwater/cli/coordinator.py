@@ -72,7 +72,8 @@ def coordinator(
 ) -> None:
     """Run a group coordinator: consumer groups, rebalances and committed offsets.
 
-    Of its --config file and --override keys it uses group.initial.rebalance.delay.ms.
+    Of its --config file and --override keys it uses group.initial.rebalance.delay.ms
+    and the listeners (listeners, advertised.listeners, inter.broker.listener.name).
     """
     config = load_role_config(
         config_file,
