@@ -87,7 +87,7 @@ class EmbeddedServer:
                     lambda server: self.coordinator.add_servicer(server),
                 ),
             ],
-            listener_name=self.listeners.inter_broker_name,
+            listener_name=self.listeners.host_listener_name,
             more_listeners=self.listeners.more_bound,
         )
         endpoints = registered_endpoints(self.listeners)

@@ -90,3 +90,9 @@ def test_the_keys_are_server_config_keys_checked_when_read() -> None:
         InvalidConfigError, match=re.escape("configuration inter.broker.listener.name")
     ):
         load_server_config(None, ["inter.broker.listener.name=not a name"])
+
+
+def test_only_several_listeners_need_their_names_on_the_calls() -> None:
+    assert resolve_listeners(listen="127.0.0.1:9092").host_listener_name is None
+    several = resolve_listeners(listeners=TWO, advertised_listeners=ADVERTISED)
+    assert several.host_listener_name == "INTERNAL"

@@ -73,7 +73,7 @@ class StandaloneBroker:
             data_dir=self.data_dir / "metadata",
             listen=self.listen,
             services=[broker_service, admin_service],
-            listener_name=self.listeners.inter_broker_name,
+            listener_name=self.listeners.host_listener_name,
             more_listeners=self.listeners.more_bound,
         )
         self.broker = BrokerServer(

@@ -157,6 +157,14 @@ class Listeners:
         return None
 
     @property
+    def host_listener_name(self) -> str | None:
+        """The name a process's gRPC host gives the inter-broker listener, so that its
+        handlers know which listener a request came by: None with a single listener,
+        where every answer names each peer's first listener (the inter-broker one) as
+        before named listeners, and no call pays for telling."""
+        return self.inter_broker_name if len(self.bound) > 1 else None
+
+    @property
     def more_bound(self) -> tuple[tuple[str, str], ...]:
         """``(name, HOST:PORT)`` of every listener but the inter-broker one."""
         return tuple((listener.name, listener.address) for listener in self.bound[1:])

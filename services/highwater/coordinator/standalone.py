@@ -71,7 +71,7 @@ class StandaloneCoordinator:
             data_dir=metadata_dir,
             listen=self.listen,
             services=[service],
-            listener_name=self.listeners.inter_broker_name,
+            listener_name=self.listeners.host_listener_name,
             more_listeners=self.listeners.more_bound,
         )
         self.coordinator = CoordinatorServer(
