@@ -226,6 +226,10 @@ def test_the_start_scripts_pass_tls_to_every_role_and_sasl_to_the_client_facing(
     )
     assert settings["CLIENT_CONFIG"] == "/etc/highwater/client.properties"
     settings["CLIENT_CONFIG"] = str(client)
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text('{"keys": []}')
+    assert settings["OAUTHBEARER_JWKS_FILE"] == "/etc/highwater-jwks/jwks.json"
+    settings["OAUTHBEARER_JWKS_FILE"] = str(jwks)
     for script, pod_name, sasl in (
         ("controller.sh", "hw-highwater-controller-0", False),
         ("broker.sh", "hw-highwater-broker-0", True),
@@ -240,7 +244,7 @@ def test_the_start_scripts_pass_tls_to_every_role_and_sasl_to_the_client_facing(
         assert ("--sasl-enabled-mechanisms" in argv) == sasl
         if sasl:
             assert flag(argv, "--sasl-enabled-mechanisms") == "SCRAM-SHA-512,OAUTHBEARER"
-            assert flag(argv, "--oauthbearer-jwks-file") == "/etc/highwater-jwks/jwks.json"
+            assert flag(argv, "--oauthbearer-jwks-file") == str(jwks)
             assert flag(argv, "--oauthbearer-audience") == "highwater"
     # With TLS a coordinator advertises its pod DNS name, which the certificate names.
     argv = script_argv(bin_dir, "coordinator.sh", "hw-highwater-coordinator-1",
