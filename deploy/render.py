@@ -121,9 +121,7 @@ def lint(values: Mapping[str, Any] | None = None) -> list[str]:
 def render_base(base: Path = BASE) -> str:
     """A Kustomize base's manifests, from the chart and the base's values files."""
     values = BASES[base]
-    rendered = render(
-        load_values(values), name=BASE_RELEASE, namespace=BASE_NAMESPACE, tests=False
-    )
+    rendered = render(load_values(values), name=BASE_RELEASE, namespace=BASE_NAMESPACE, tests=False)
     names = " and ".join(str(path.relative_to(DEPLOY.parent)) for path in values)
     header = (
         f"# Rendered from deploy/helm/highwater with {names} by\n"

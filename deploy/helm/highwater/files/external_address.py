@@ -61,9 +61,7 @@ def main() -> None:
     ordinal = os.environ["POD_NAME"].rsplit("-", 1)[1]
     name = f"{os.environ['EXTERNAL_SERVICE_PREFIX']}-{ordinal}-external"
     while True:
-        address = external_address(
-            service(os.environ["POD_NAMESPACE"], name), dict(os.environ)
-        )
+        address = external_address(service(os.environ["POD_NAMESPACE"], name), dict(os.environ))
         if address is not None:
             break
         print(f"waiting for the load balancer of {name} to get an address")
