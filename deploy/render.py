@@ -6,9 +6,11 @@
 
 ``template`` prints the manifests ``helm template`` would (hooks and tests included,
 NOTES.txt left out); ``lint`` fails on any lint error or warning; ``base`` writes the
-Kustomize base (``deploy/kustomize/base/highwater.yaml``) from the chart and
-``deploy/kustomize/base/values.yaml``, or with ``--check`` fails if the file differs
-from a fresh render. Values that break ``values.schema.json`` fail with the key named.
+Kustomize bases from the chart: ``deploy/kustomize/base/highwater.yaml`` with
+``deploy/kustomize/base/values.yaml``, and ``deploy/kustomize/secure-base/highwater.yaml``
+(the prod overlay's: TLS and auth on) with those values and
+``deploy/kustomize/secure-base/values.yaml`` over them; or with ``--check`` fails if a
+file differs from a fresh render. Values that break ``values.schema.json`` fail with the key named.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ BASE_VALUES = BASE / "values.yaml"
 BASE_MANIFESTS = BASE / "highwater.yaml"
 BASE_RELEASE = "highwater"
 BASE_NAMESPACE = "highwater"
-BASE_HEADER = (
-    "# Rendered from deploy/helm/highwater with deploy/kustomize/base/values.yaml by\n"
-    "# `make kustomize-base`; edit the chart or those values, not this file.\n"
-)
+SECURE_BASE = DEPLOY / "kustomize" / "secure-base"
+BASES: Mapping[Path, Sequence[Path]] = {
+    BASE: (BASE_VALUES,),
+    SECURE_BASE: (BASE_VALUES, SECURE_BASE / "values.yaml"),
+}
+"""Each Kustomize base and the values files it is rendered from, merged in order."""
 
 
 class RenderError(Exception):
@@ -114,12 +118,16 @@ def lint(values: Mapping[str, Any] | None = None) -> list[str]:
     return findings + list(report.get("errors") or [])
 
 
-def render_base() -> str:
-    """The Kustomize base's manifests, from the chart and the base's values."""
-    rendered = render(
-        load_values([BASE_VALUES]), name=BASE_RELEASE, namespace=BASE_NAMESPACE, tests=False
+def render_base(base: Path = BASE) -> str:
+    """A Kustomize base's manifests, from the chart and the base's values files."""
+    values = BASES[base]
+    rendered = render(load_values(values), name=BASE_RELEASE, namespace=BASE_NAMESPACE, tests=False)
+    names = " and ".join(str(path.relative_to(DEPLOY.parent)) for path in values)
+    header = (
+        f"# Rendered from deploy/helm/highwater with {names} by\n"
+        "# `make kustomize-base`; edit the chart or those values, not this file.\n"
     )
-    return BASE_HEADER + as_stream(rendered)
+    return header + as_stream(rendered)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -153,12 +161,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
             print(f"{CHART.name}: linted clean")
         else:
-            fresh = render_base()
-            if not args.check:
-                BASE_MANIFESTS.write_text(fresh)
-            elif BASE_MANIFESTS.read_text() != fresh:
-                print(f"{BASE_MANIFESTS} is stale: run `make kustomize-base`", file=sys.stderr)
-                return 1
+            for base in BASES:
+                fresh, manifests = render_base(base), base / BASE_MANIFESTS.name
+                if not args.check:
+                    manifests.write_text(fresh)
+                elif manifests.read_text() != fresh:
+                    print(f"{manifests} is stale: run `make kustomize-base`", file=sys.stderr)
+                    return 1
     except RenderError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

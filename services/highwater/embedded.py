@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer, BrokerSettings
+from highwater.config.listeners import Listeners, resolve_listeners
 from highwater.controller.service import ControllerServer, ControllerSettings
 from highwater.coordinator.core import GroupCoordinatorSettings
 from highwater.coordinator.service import (
@@ -32,7 +33,7 @@ from highwater.coordinator.service import (
     CoordinatorServer,
     CoordinatorSettings,
 )
-from highwater.rpc.endpoints import parse_endpoint
+from highwater.metadata.records import registered_endpoints
 from highwater.rpc.server import GrpcService
 
 __all__ = ["EMBEDDED_NODE_ID", "EmbeddedServer"]
@@ -54,14 +55,20 @@ class EmbeddedServer:
         log_dirs: Sequence[Path] = (),
         kafka_listen: str | None = None,
         kafka_advertised: str | None = None,
+        listeners: Listeners | None = None,
     ) -> None:
         """``log_dirs``: the broker's log directories (``log.dirs``); none:
         ``<data_dir>/broker``. ``kafka_listen``: where the broker serves Kafka's protocol
         too (none: not served), ``kafka_advertised`` where Kafka clients are told to
-        connect, if not there."""
-        _, port = parse_endpoint(listen)
-        if port == 0:
-            raise ValueError(f"{listen}: the embedded server needs a real port, not 0")
+        connect, if not there. ``listeners``: named listeners
+        (:mod:`highwater.config.listeners`), each serving every service, the broker and
+        the coordinator registered on all of them; without them, the one listener
+        ``PLAINTEXT`` on ``listen``."""
+        self.listeners = listeners or resolve_listeners(listen=listen)
+        listen = self.listeners.inter_broker.address
+        for listener in self.listeners.bound:
+            if listener.port == 0:
+                raise ValueError(f"{listener}: the embedded server needs a real port, not 0")
         self.listen = listen
         self.data_dir = Path(data_dir)
         # The broker's service is served by the controller's gRPC server; the broker
@@ -89,10 +96,14 @@ class EmbeddedServer:
                     lambda server: self.coordinator.add_servicer(server),
                 ),
             ],
+            listener_name=self.listeners.host_listener_name,
+            more_listeners=self.listeners.more_bound,
         )
+        endpoints = registered_endpoints(self.listeners)
         self.broker = BrokerServer(
             node_id=EMBEDDED_NODE_ID,
             advertised=listen,
+            listeners=endpoints,
             data_dir=[Path(d) for d in log_dirs] or [self.data_dir / "broker"],
             controllers=[listen],
             metadata=self.controller.machine,
@@ -104,6 +115,7 @@ class EmbeddedServer:
         self.coordinator = CoordinatorServer(
             node_id=EMBEDDED_NODE_ID,
             advertised=listen,
+            listeners=endpoints,
             controllers=[listen],
             metadata=self.controller.machine,
             report_serving=self.controller.raft.report_serving,

@@ -130,7 +130,13 @@ def test_every_container_probes_grpc_health_and_runs_unprivileged(
             # Alive while the process runs: a quorum without a leader or a fenced broker is
             # NOT_SERVING on the whole server's health, and no reason to restart the pod.
             for probe in ("startupProbe", "livenessProbe"):
-                assert main[probe]["grpc"] == {"port": port, "service": "highwater.v1.Raft"}
+                if "grpc" in main[probe]:
+                    assert main[probe]["grpc"] == {"port": port, "service": "highwater.v1.Raft"}
+                else:  # with TLS (the prod values), the same question over TLS
+                    script = "/opt/highwater/scripts/health_check.py"
+                    assert main[probe]["exec"]["command"] == [
+                        "python3", script, str(port), "highwater.v1.Raft"
+                    ]  # fmt: skip
             assert pod["securityContext"]["runAsNonRoot"] is True
             assert pod["automountServiceAccountToken"] is False
             for each in [main, *pod.get("initContainers", [])]:

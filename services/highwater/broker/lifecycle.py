@@ -29,6 +29,7 @@ import grpc.aio
 
 from highwater.broker.rolling import READY_SERVICE, broker_readiness
 from highwater.broker.settings import BrokerSettings
+from highwater.config.listeners import DEFAULT_LISTENER_NAME
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.errors import HighwaterError
@@ -62,6 +63,7 @@ class BrokerLifecycle:
         node_id: int,
         advertised: str,
         settings: BrokerSettings,
+        listeners: Sequence[BrokerEndpoint] = (),
         controller: ControllerClient,
         metadata_offset: Callable[[], int],
         report_serving: ServingReport | None = None,
@@ -69,6 +71,9 @@ class BrokerLifecycle:
     ) -> None:
         self.node_id = node_id
         self.advertised = advertised
+        self.listeners = tuple(listeners)
+        """What the broker registers: every advertised listener, the inter-broker one
+        first; empty: ``advertised`` as the one listener ``PLAINTEXT``."""
         self.settings = settings
         self.controller = controller
         self._metadata_offset = metadata_offset
@@ -99,7 +104,10 @@ class BrokerLifecycle:
         request = m.RegisterBrokerRequest(
             broker_id=self.node_id,
             incarnation_id=self.incarnation_id,
-            listeners=(BrokerEndpoint("PLAINTEXT", host, port), *self.extra_listeners),
+            listeners=(
+                *(self.listeners or (BrokerEndpoint(DEFAULT_LISTENER_NAME, host, port),)),
+                *self.extra_listeners,
+            ),
             rack=self.settings.rack,
             previous_broker_epoch=previous_broker_epoch,
             log_dirs=tuple(log_dirs),

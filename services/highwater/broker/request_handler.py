@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from highwater.broker import request_fields as fields
@@ -37,6 +37,7 @@ from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.errors import HighwaterError, InvalidRequestError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
+from highwater.metadata.records import BrokerEndpoint
 from highwater.records import SimpleRecord, build_batch
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
@@ -355,13 +356,18 @@ class RequestHandler:
                 answer.leader_epoch = partition.leader_epoch
         return response
 
-    def metadata(self, request: pb.MetadataRequest) -> pb.MetadataResponse:
+    def metadata(
+        self, request: pb.MetadataRequest, listener: str | None = None
+    ) -> pb.MetadataResponse:
+        """The brokers, coordinators and topics; each broker and coordinator at its
+        address on ``listener``, the listener the request arrived on, and left out if it
+        has none there (Kafka's rule); at its first listener when ``listener`` is None."""
         image = self.partitions.image
         response = pb.MetadataResponse(controller_id=-1)
         for broker in sorted(image.cluster.brokers.values(), key=lambda b: b.broker_id):
-            if not broker.is_active or not broker.listeners:
+            endpoint = endpoint_on(broker.listeners, listener)
+            if not broker.is_active or endpoint is None:
                 continue
-            endpoint = broker.listeners[0]
             response.brokers.add(
                 node_id=broker.broker_id,
                 host=endpoint.host,
@@ -371,9 +377,9 @@ class RequestHandler:
         for coordinator in sorted(
             image.cluster.coordinators.values(), key=lambda c: c.coordinator_id
         ):
-            if not coordinator.listeners:
+            endpoint = endpoint_on(coordinator.listeners, listener)
+            if endpoint is None:
                 continue
-            endpoint = coordinator.listeners[0]
             response.coordinators.add(
                 node_id=coordinator.coordinator_id,
                 host=endpoint.host,
@@ -511,9 +517,12 @@ class RequestHandler:
         self._producer_ids = (next_id + 1, end)
         return pb.InitProducerIdResponse(producer_id=next_id, producer_epoch=0)
 
-    def find_coordinator(self, request: pb.FindCoordinatorRequest) -> pb.FindCoordinatorResponse:
+    def find_coordinator(
+        self, request: pb.FindCoordinatorRequest, listener: str | None = None
+    ) -> pb.FindCoordinatorResponse:
         """The coordinator of each group, from the metadata image: the owner of the group's
-        ``__consumer_offsets`` partition (Kafka's ``partitionFor``) and its first listener.
+        ``__consumer_offsets`` partition (Kafka's ``partitionFor``) at its address on
+        ``listener`` (the request's; its first listener when None).
 
         Per key: INVALID_REQUEST for an empty group id or an unknown key type;
         COORDINATOR_NOT_AVAILABLE while the topic does not exist, the partition has no
@@ -541,14 +550,16 @@ class RequestHandler:
             partition_id = partition_for_group(key, partition_count)
             assignment = image.coordinator_assignment(partition_id)
             owner = None if assignment is None else image.coordinator(assignment.coordinator_id)
-            if owner is None or not owner.listeners:
+            endpoint = None if owner is None else endpoint_on(owner.listeners, listener)
+            if owner is None or endpoint is None:
+                where = "" if listener is None else f" with a listener {listener}"
                 _fail(
                     answer,
                     ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    f"no coordinator owns partition {partition_id} of {CONSUMER_OFFSETS_TOPIC}",
+                    f"no coordinator{where} owns partition {partition_id} of "
+                    f"{CONSUMER_OFFSETS_TOPIC}",
                 )
                 continue
-            endpoint = owner.listeners[0]
             answer.node_id = owner.coordinator_id
             answer.host = endpoint.host
             answer.port = endpoint.port
@@ -574,6 +585,13 @@ class _HandlerTime:
 
     def busy(self) -> float:
         return time.perf_counter() - self._started - self._waited
+
+
+def endpoint_on(listeners: Sequence[BrokerEndpoint], name: str | None) -> BrokerEndpoint | None:
+    """The endpoint named ``name`` (the first one when ``name`` is None), if any."""
+    if name is None:
+        return listeners[0] if listeners else None
+    return next((endpoint for endpoint in listeners if endpoint.name == name), None)
 
 
 def _fail_fetch(request: pb.FetchRequest, code: int, message: str) -> pb.FetchResponse:

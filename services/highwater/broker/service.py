@@ -64,7 +64,9 @@ from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.errors import InvalidRequestError, KafkaStorageError
 from highwater.metadata.image import MetadataImage
+from highwater.metadata.records import BrokerEndpoint
 from highwater.rpc.auth import authorizer_enabled, follow_image
+from highwater.rpc.listener_context import current_listener
 from highwater.security.acl import AclOperation
 from highwater.storage.log_manager import LogDirectory, LogManager
 from highwater.v1 import broker_pb2 as pb
@@ -109,13 +111,16 @@ class BrokerServer:
         connect: Connect = GrpcFetchTransport,
         kafka_listen: str | None = None,
         kafka_advertised: str | None = None,
+        listeners: Sequence[BrokerEndpoint] = (),
     ) -> None:
         """``report_serving``: where the broker says whether it can serve, for its gRPC
         host's health (:meth:`~highwater.rpc.server.GrpcHost.report_serving`);
         ``connect``: how its replica fetchers reach a leader; ``data_dir``: its log
         directory, or several (``log.dirs``); ``kafka_listen``: where to serve Kafka's
         protocol too (none: not served), registered as ``kafka_advertised`` (else the
-        address it listens on) under the listener name ``KAFKA``."""
+        address it listens on) under the listener name ``KAFKA``; ``listeners``: every
+        advertised listener, the inter-broker one first (empty: ``advertised`` as the one
+        listener ``PLAINTEXT``)."""
         self.node_id = node_id
         self.advertised = advertised
         self.settings = settings = settings or BrokerSettings()
@@ -130,6 +135,7 @@ class BrokerServer:
         self.lifecycle = BrokerLifecycle(
             node_id=node_id,
             advertised=advertised,
+            listeners=listeners,
             settings=settings,
             controller=self.controller,
             metadata_offset=lambda: self.partitions.image.offset,
@@ -395,7 +401,7 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
     async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.MetadataResponse:
-        return filter_metadata(request, self._broker.metadata(request), context)
+        return filter_metadata(request, self._broker.metadata(request, current_listener()), context)
 
     async def OffsetsForLeaderEpoch(
         self, request: pb.OffsetsForLeaderEpochRequest, context: grpc.aio.ServicerContext
@@ -427,7 +433,7 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
         self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindCoordinatorResponse:
         allowed, refused = authorize_coordinators(request, context)
-        answer = self._broker.find_coordinator(allowed)
+        answer = self._broker.find_coordinator(allowed, current_listener())
         answer.coordinators.extend(refused)
         return answer
 

@@ -18,8 +18,10 @@ from pathlib import Path
 
 from highwater.broker.forwarding import add_forwarding_servicer
 from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer, BrokerSettings
+from highwater.config.listeners import Listeners, resolve_listeners
 from highwater.controller_api.codec import CONTROLLER_SERVICE_NAME
 from highwater.metadata.observer import MetadataObserver, discover_voters
+from highwater.metadata.records import registered_endpoints
 from highwater.rpc.server import GrpcService
 
 __all__ = ["StandaloneBroker"]
@@ -40,14 +42,19 @@ class StandaloneBroker:
         log_dirs: Sequence[Path] = (),
         kafka_listen: str | None = None,
         kafka_advertised: str | None = None,
+        listeners: Listeners | None = None,
     ) -> None:
         """``log_dirs``: where the partition logs live (Kafka's ``log.dirs``, one or more);
-        none: ``<data_dir>/logs``."""
+        none: ``<data_dir>/logs``. ``listeners``: named listeners
+        (:mod:`highwater.config.listeners`); without them, the one listener ``PLAINTEXT``
+        on ``listen``, advertised at ``advertised``."""
         self.node_id = node_id
-        self.listen = listen
-        self.advertised = advertised or listen
-        """Where clients and followers connect (Kafka's ``advertised.listeners``): the listen
-        address unless a proxy or a NAT stands in front of the broker."""
+        self.listeners = listeners or resolve_listeners(
+            listen=listen, advertised_listener=advertised
+        )
+        self.listen = self.listeners.inter_broker.address
+        self.advertised = self.listeners.advertised[0].address
+        """Where followers connect (the inter-broker listener's advertised address)."""
         self.controllers = list(controllers)
         self.data_dir = Path(data_dir)
         self.log_dirs = [Path(d) for d in log_dirs] or [self.data_dir / "logs"]
@@ -80,10 +87,13 @@ class StandaloneBroker:
             data_dir=self.data_dir / "metadata",
             listen=self.listen,
             services=[broker_service, admin_service],
+            listener_name=self.listeners.host_listener_name,
+            more_listeners=self.listeners.more_bound,
         )
         self.broker = BrokerServer(
             node_id=self.node_id,
             advertised=self.advertised,
+            listeners=registered_endpoints(self.listeners),
             data_dir=self.log_dirs,
             controllers=self.controllers,
             metadata=self.observer,

@@ -14,7 +14,14 @@ import click
 
 from highwater.broker.service import BrokerSettings
 from highwater.broker.standalone import StandaloneBroker
-from highwater.cli.server_config import load_role_config, log_dirs_flag, server_config_options
+from highwater.cli.server_config import (
+    LISTENER_FLAGS,
+    listener_options,
+    load_role_config,
+    log_dirs_flag,
+    role_listeners,
+    server_config_options,
+)
 from highwater.cli.serving import (
     controllers_option,
     kafka_listener_options,
@@ -40,7 +47,11 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @telemetry_option
 @tls_options
 @click.option("--node-id", type=click.IntRange(min=0, max=2**31 - 1), required=True)
-@listen_option(required=True, help="Address to serve the Broker API on (clients and peers).")
+@listen_option(
+    required=False,
+    help="Address to serve the Broker API on (clients and peers): the one listener "
+    "PLAINTEXT; or named listeners with --listeners / the listeners key.",
+)
 @controllers_option
 @click.option(
     "--data-dir",
@@ -64,6 +75,7 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     metavar="HOST:PORT",
     help="Where clients and other brokers connect, if not --listen (a proxy in front).",
 )
+@listener_options
 @click.option(
     "--replica-lag-time-max-ms",
     type=click.IntRange(min=1),
@@ -75,7 +87,7 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @server_config_options
 def broker(
     node_id: int,
-    listen: str,
+    listen: str | None,
     controllers: list[str],
     data_dir: Path,
     log_dirs: tuple[str, ...] | None,
@@ -84,14 +96,18 @@ def broker(
     replica_lag_time_max_ms: int,
     kafka_listen: str | None,
     kafka_advertised_listener: str | None,
+    listeners: str | None,
+    advertised_listeners: str | None,
+    inter_broker_listener_name: str | None,
     config_file: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
     """Run a broker: serve partitions, replicate them, follow the metadata.
 
     Of its --config file and --override keys the broker uses log.dirs, broker.rack,
-    replica.lag.time.max.ms, quota.window.num and quota.window.size.seconds; the cluster
-    defaults (num.partitions...) are the controllers', read from the metadata.
+    replica.lag.time.max.ms, quota.window.num, quota.window.size.seconds and the listeners
+    (listeners, advertised.listeners, inter.broker.listener.name); the cluster defaults
+    (num.partitions...) are the controllers', read from the metadata.
     """
     config = load_role_config(
         config_file,
@@ -100,15 +116,20 @@ def broker(
             "rack": "broker.rack",
             "replica_lag_time_max_ms": "replica.lag.time.max.ms",
             "log_dirs": "log.dirs",
+            **LISTENER_FLAGS,
         },
     )
     refuse_kafka_listener_with_authorizer(kafka_listen)
-    _, port = parse_endpoint(listen)
-    if port == 0:
-        raise click.BadParameter("a broker needs a real port, not 0", param_hint="--listen")
+    named = role_listeners(config, listen, advertised_listener)
+    for listener in named.bound:
+        if listener.port == 0:
+            raise click.BadParameter(
+                f"a broker needs a real port, not 0 ({listener})", param_hint="--listen"
+            )
     server = StandaloneBroker(
         node_id=node_id,
-        listen=listen,
+        listen=named.inter_broker.address,
+        listeners=named,
         controllers=controllers,
         data_dir=data_dir,
         settings=BrokerSettings(
@@ -117,7 +138,6 @@ def broker(
             quota_window_num=config.get("quota.window.num"),
             quota_window_size_seconds=config.get("quota.window.size.seconds"),
         ),
-        advertised=advertised_listener,
         log_dirs=[Path(d) for d in config.get("log.dirs") or ()],
         kafka_listen=kafka_listen,
         kafka_advertised=kafka_advertised_listener,

@@ -13,7 +13,13 @@ from pathlib import Path
 
 import click
 
-from highwater.cli.server_config import load_role_config, server_config_options
+from highwater.cli.server_config import (
+    LISTENER_FLAGS,
+    listener_options,
+    load_role_config,
+    role_listeners,
+    server_config_options,
+)
 from highwater.cli.serving import (
     controllers_option,
     listen_option,
@@ -24,14 +30,17 @@ from highwater.cli.serving import (
 from highwater.coordinator.core import GroupCoordinatorSettings
 from highwater.coordinator.service import CoordinatorSettings
 from highwater.coordinator.standalone import StandaloneCoordinator
-from highwater.rpc.endpoints import parse_endpoint
 
 
 @click.command("coordinator")
 @telemetry_option
 @tls_options
 @click.option("--node-id", type=click.IntRange(min=0, max=2**31 - 1), required=True)
-@listen_option(required=True, help="Address to serve the GroupCoordinator API on.")
+@listen_option(
+    required=False,
+    help="Address to serve the GroupCoordinator API on: the one listener PLAINTEXT; or "
+    "named listeners (the brokers' names) with --listeners / the listeners key.",
+)
 @controllers_option
 @click.option(
     "--data-dir",
@@ -47,28 +56,36 @@ from highwater.rpc.endpoints import parse_endpoint
     help="How long the first rebalance of an empty group waits for more members "
     "(group.initial.rebalance.delay.ms).",
 )
+@listener_options
 @server_config_options
 def coordinator(
     node_id: int,
-    listen: str,
+    listen: str | None,
     controllers: list[str],
     data_dir: Path | None,
     group_initial_rebalance_delay_ms: int,
+    listeners: str | None,
+    advertised_listeners: str | None,
+    inter_broker_listener_name: str | None,
     config_file: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
     """Run a group coordinator: consumer groups, rebalances and committed offsets.
 
-    Of its --config file and --override keys it uses group.initial.rebalance.delay.ms.
+    Of its --config file and --override keys it uses group.initial.rebalance.delay.ms
+    and the listeners (listeners, advertised.listeners, inter.broker.listener.name).
     """
     config = load_role_config(
         config_file,
         overrides,
-        {"group_initial_rebalance_delay_ms": "group.initial.rebalance.delay.ms"},
+        {"group_initial_rebalance_delay_ms": "group.initial.rebalance.delay.ms", **LISTENER_FLAGS},
     )
-    _, port = parse_endpoint(listen)
-    if port == 0:
-        raise click.BadParameter("a coordinator needs a real port, not 0", param_hint="--listen")
+    named = role_listeners(config, listen)
+    for listener in named.bound:
+        if listener.port == 0:
+            raise click.BadParameter(
+                f"a coordinator needs a real port, not 0 ({listener})", param_hint="--listen"
+            )
     settings = CoordinatorSettings(
         group=GroupCoordinatorSettings(
             group_initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms")
@@ -76,7 +93,8 @@ def coordinator(
     )
     server = StandaloneCoordinator(
         node_id=node_id,
-        listen=listen,
+        listen=named.inter_broker.address,
+        listeners=named,
         controllers=controllers,
         data_dir=data_dir,
         settings=settings,

@@ -17,9 +17,12 @@ import click
 
 from highwater.broker.service import BrokerSettings
 from highwater.cli.server_config import (
+    LISTENER_FLAGS,
     controller_config,
+    listener_options,
     load_role_config,
     log_dirs_flag,
+    role_listeners,
     server_config_options,
 )
 from highwater.cli.serving import (
@@ -133,6 +136,7 @@ async def _wait_for_leader(broker: broker_pb2_grpc.BrokerStub, timeout_s: float 
 )
 @click.option("--demo", is_flag=True, help="Produce and consume a few records once started.")
 @kafka_listener_options
+@listener_options
 @server_config_options
 def server(
     listen: str,
@@ -141,6 +145,9 @@ def server(
     demo: bool,
     kafka_listen: str | None,
     kafka_advertised_listener: str | None,
+    listeners: str | None,
+    advertised_listeners: str | None,
+    inter_broker_listener_name: str | None,
     config_file: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
@@ -153,7 +160,8 @@ def server(
     configuration.
     """
     refuse_kafka_listener_with_authorizer(kafka_listen)
-    config = load_role_config(config_file, overrides, {"log_dirs": "log.dirs"})
+    config = load_role_config(config_file, overrides, {"log_dirs": "log.dirs", **LISTENER_FLAGS})
+    named = role_listeners(config, listen)
     delay = (
         config.get("group.initial.rebalance.delay.ms")
         if config.is_given("group.initial.rebalance.delay.ms")
@@ -161,7 +169,8 @@ def server(
     )
     try:
         embedded = (_DemoServer if demo else EmbeddedServer)(
-            listen=listen,
+            listen=named.inter_broker.address,
+            listeners=named,
             data_dir=data_dir,
             controller_settings=ControllerSettings(
                 raft=RaftServerSettings(

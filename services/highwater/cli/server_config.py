@@ -18,6 +18,13 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
+from highwater.config.listeners import (
+    ADVERTISED_LISTENERS,
+    INTER_BROKER_LISTENER_NAME,
+    LISTENERS,
+    Listeners,
+    resolve_listeners,
+)
 from highwater.config.server import (
     BROKER_DYNAMIC_CONFIG_DEF,
     SERVER_CONFIG_DEF,
@@ -27,7 +34,15 @@ from highwater.config.server import (
 from highwater.controller.config import CONTROLLER_CONFIG_DEF, ControllerConfig
 from highwater.errors import InvalidConfigError
 
-__all__ = ["controller_config", "load_role_config", "log_dirs_flag", "server_config_options"]
+__all__ = [
+    "LISTENER_FLAGS",
+    "controller_config",
+    "listener_options",
+    "load_role_config",
+    "log_dirs_flag",
+    "role_listeners",
+    "server_config_options",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -66,6 +81,60 @@ def log_dirs_flag(
     except InvalidConfigError as e:
         raise click.BadParameter(str(e)) from None
     return parsed
+
+
+LISTENER_FLAGS: dict[str, str] = {
+    "listeners": LISTENERS,
+    "advertised_listeners": ADVERTISED_LISTENERS,
+    "inter_broker_listener_name": INTER_BROKER_LISTENER_NAME,
+}
+"""The listener flags (:func:`listener_options`) -> their config keys, for
+:func:`load_role_config`."""
+
+
+def listener_options(function: F) -> F:
+    """Add ``--listeners``, ``--advertised-listeners`` and ``--inter-broker-listener-name``,
+    the flags of the config keys of the same names (docs/configuration.md)."""
+    for flag, metavar, text in reversed(
+        (
+            ("--listeners", "NAME://HOST:PORT,...", "Named listeners (listeners), not --listen."),
+            (
+                "--advertised-listeners",
+                "NAME://HOST:PORT,...",
+                "Where clients reach each listener (advertised.listeners).",
+            ),
+            (
+                "--inter-broker-listener-name",
+                "NAME",
+                "The listener peers use (inter.broker.listener.name; default: the first).",
+            ),
+        )
+    ):
+        function = click.option(flag, default=None, metavar=metavar, help=text)(function)
+    return function
+
+
+def role_listeners(
+    config: ServerConfig, listen: str | None, advertised_listener: str | None = None
+) -> Listeners:
+    """The command's listeners from its config and its ``--listen`` (taken only when
+    given on the command line if ``listeners`` is set) and ``--advertised-listener``.
+
+    Raises :class:`click.ClickException` naming the key at fault.
+    """
+    ctx = click.get_current_context()
+    if config.get(LISTENERS) and ctx.get_parameter_source("listen") not in _EXPLICIT:
+        listen = None
+    try:
+        return resolve_listeners(
+            listeners=config.get(LISTENERS),
+            advertised_listeners=config.get(ADVERTISED_LISTENERS),
+            inter_broker_listener_name=config.get(INTER_BROKER_LISTENER_NAME),
+            listen=listen,
+            advertised_listener=advertised_listener,
+        )
+    except InvalidConfigError as e:
+        raise click.ClickException(str(e)) from None
 
 
 def load_role_config(

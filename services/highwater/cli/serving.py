@@ -67,7 +67,9 @@ def _voters(_ctx: click.Context, _param: click.Parameter, value: str) -> dict[in
         raise click.BadParameter(f"{e} (expected ID@HOST:PORT,ID@HOST:PORT,...)") from None
 
 
-def _listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+def _listen(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
     try:
         parse_endpoint(value)
     except ValueError as e:

@@ -19,8 +19,9 @@ The keys fall in three groups:
 * *controller settings*: session timeouts, leader rebalancing, the shape of
   ``__consumer_offsets``, the metadata snapshot interval; read at start by controllers.
 * *broker and coordinator settings*: ``log.dirs``, ``broker.rack``, ``replica.lag.time.max.ms``,
-  ``quota.window.num``, ``quota.window.size.seconds``,
-  ``group.initial.rebalance.delay.ms``; read at start by their role.
+  ``quota.window.num``, ``quota.window.size.seconds``, ``group.initial.rebalance.delay.ms``,
+  the listeners (``listeners``, ``advertised.listeners``, ``inter.broker.listener.name``:
+  :mod:`highwater.config.listeners`); read at start by their role.
 
 Every role accepts every key (one file may serve them all, as Kafka's ``server.properties``
 does) and uses those of its own groups.
@@ -46,6 +47,13 @@ from highwater.config.definition import (
     between,
     list_of,
     one_of,
+)
+from highwater.config.listeners import (
+    ADVERTISED_LISTENERS,
+    INTER_BROKER_LISTENER_NAME,
+    LISTENERS,
+    ListenerList,
+    ListenerName,
 )
 from highwater.config.topic import (
     CLEANUP_POLICY_COMPACT,
@@ -449,8 +457,40 @@ _SECURITY_SETTINGS: Final = [
     ),
 ]
 
+_LISTENER_SETTINGS: Final = [
+    ConfigKey(
+        LISTENERS,
+        _STRING,
+        "",
+        ListenerList(),
+        "Named listeners, each on a port of its own: NAME://HOST:PORT,... (empty: the one "
+        "listener PLAINTEXT on --listen); docs/configuration.md.",
+    ),
+    ConfigKey(
+        ADVERTISED_LISTENERS,
+        _STRING,
+        "",
+        ListenerList(),
+        "Where clients reach each listener, NAME://HOST:PORT,... (a listener left out is "
+        "advertised at its bind address).",
+    ),
+    ConfigKey(
+        INTER_BROKER_LISTENER_NAME,
+        _STRING,
+        "",
+        ListenerName(),
+        "The listener brokers, followers and coordinators use (empty: the first listener).",
+    ),
+]
+
 SERVER_CONFIG_DEF: Final = ConfigDef(
-    [*_CLUSTER_DEFAULTS, *_CONTROLLER_SETTINGS, *_ROLE_SETTINGS, *_SECURITY_SETTINGS]
+    [
+        *_CLUSTER_DEFAULTS,
+        *_CONTROLLER_SETTINGS,
+        *_ROLE_SETTINGS,
+        *_SECURITY_SETTINGS,
+        *_LISTENER_SETTINGS,
+    ]
 )
 """Every key a ``--config`` file or ``--override`` may name."""
 

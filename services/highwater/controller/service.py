@@ -335,9 +335,12 @@ class ControllerServer:
         settings: ControllerSettings | None = None,
         clock: Callable[[], int] = monotonic_ms,
         services: Sequence[GrpcService] = (),
+        listener_name: str | None = None,
+        more_listeners: Sequence[tuple[str, str]] = (),
     ) -> None:
         """``services``: more gRPC services to serve on the same port (a co-located
-        broker's, in ``highwater server``)."""
+        broker's, in ``highwater server``); ``listener_name`` names ``listen``,
+        ``more_listeners`` (name, ``HOST:PORT``) serve the same (its named listeners)."""
         self.node_id = node_id
         self.settings = settings or ControllerSettings()
         self._clock = clock
@@ -353,6 +356,8 @@ class ControllerServer:
             settings=self.settings.raft,
             role_listeners=[self._on_role_change],
             services=[GrpcService(CONTROLLER_SERVICE_NAME, self._add_servicer), *services],
+            listener_name=listener_name,
+            more_listeners=more_listeners,
         )
         self.store = RaftMetadataStore(self.raft, self.machine)
         self.metrics = ControllerMetrics(self)

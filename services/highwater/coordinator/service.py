@@ -26,6 +26,7 @@ from typing import Any, Final, Protocol
 import grpc
 import grpc.aio
 
+from highwater.config.listeners import DEFAULT_LISTENER_NAME
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.coordinator.authorization import (
@@ -132,12 +133,16 @@ class CoordinatorServer:
         metadata: ImageSource,
         settings: CoordinatorSettings | None = None,
         report_serving: Callable[[str, bool], None] | None = None,
+        listeners: Sequence[BrokerEndpoint] = (),
     ) -> None:
         """``report_serving``: where the coordinator says whether it can serve, for its
-        gRPC host's health (:meth:`~highwater.rpc.server.GrpcHost.report_serving`)."""
+        gRPC host's health (:meth:`~highwater.rpc.server.GrpcHost.report_serving`);
+        ``listeners``: every advertised listener, registered (empty: ``advertised`` as
+        the one listener ``PLAINTEXT``)."""
         self.node_id = node_id
         self._report_serving = report_serving
         self.advertised = advertised
+        self.listeners = tuple(listeners)
         self.settings = settings or CoordinatorSettings()
         self.controller = ControllerClient(list(controllers))
         self._metadata = metadata
@@ -200,7 +205,7 @@ class CoordinatorServer:
         request = m.RegisterCoordinatorRequest(
             coordinator_id=self.node_id,
             incarnation_id=self.incarnation_id,
-            listeners=(BrokerEndpoint("PLAINTEXT", host, port),),
+            listeners=self.listeners or (BrokerEndpoint(DEFAULT_LISTENER_NAME, host, port),),
             rack=self.settings.rack,
         )
         while True:

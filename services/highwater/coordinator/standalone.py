@@ -13,12 +13,14 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from highwater.config.listeners import Listeners, resolve_listeners
 from highwater.coordinator.service import (
     COORDINATOR_SERVICE_NAME,
     CoordinatorServer,
     CoordinatorSettings,
 )
 from highwater.metadata.observer import MetadataObserver, discover_voters
+from highwater.metadata.records import registered_endpoints
 from highwater.rpc.server import GrpcService
 
 __all__ = ["StandaloneCoordinator"]
@@ -35,9 +37,13 @@ class StandaloneCoordinator:
         controllers: Sequence[str],
         data_dir: Path | None = None,
         settings: CoordinatorSettings | None = None,
+        listeners: Listeners | None = None,
     ) -> None:
+        """``listeners``: named listeners (:mod:`highwater.config.listeners`), the same
+        names as the brokers'; without them, the one listener ``PLAINTEXT`` on ``listen``."""
         self.node_id = node_id
-        self.listen = listen
+        self.listeners = listeners or resolve_listeners(listen=listen)
+        self.listen = self.listeners.inter_broker.address
         self.controllers = list(controllers)
         self.data_dir = data_dir
         self.settings = settings
@@ -65,10 +71,13 @@ class StandaloneCoordinator:
             data_dir=metadata_dir,
             listen=self.listen,
             services=[service],
+            listener_name=self.listeners.host_listener_name,
+            more_listeners=self.listeners.more_bound,
         )
         self.coordinator = CoordinatorServer(
             node_id=self.node_id,
-            advertised=self.listen,
+            advertised=self.listeners.advertised[0].address,
+            listeners=registered_endpoints(self.listeners),
             controllers=self.controllers,
             metadata=self.observer,
             settings=self.settings,

@@ -72,8 +72,12 @@ class MetadataObserver:
         cluster_id: str | None = None,
         settings: RaftServerSettings | None = None,
         services: Sequence[GrpcService] = (),
+        listener_name: str | None = None,
+        more_listeners: Sequence[tuple[str, str]] = (),
     ) -> None:
-        """``services``: more gRPC services to serve on ``listen`` (a broker's)."""
+        """``services``: more gRPC services to serve on ``listen`` (a broker's);
+        ``listener_name`` names that listener, ``more_listeners`` (name, ``HOST:PORT``) are
+        the process's other listeners, serving the same."""
         if node_id in voters:
             raise ValueError(f"node {node_id} is a voter: an observer needs an id of its own")
         self._machine = MetadataStateMachine()
@@ -88,6 +92,8 @@ class MetadataObserver:
             cluster_id=cluster_id,
             settings=settings,
             services=services,
+            listener_name=listener_name,
+            more_listeners=more_listeners,
         )
 
     @property

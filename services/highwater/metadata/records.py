@@ -19,6 +19,7 @@ from typing import Any, Final, TypeAlias
 
 from google.protobuf.message import DecodeError
 
+from highwater.config.listeners import Listeners
 from highwater.errors import CorruptRecordError
 from highwater.security import AclBinding
 from highwater.v1 import metadata_pb2 as pb
@@ -51,6 +52,15 @@ class BrokerEndpoint:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+def registered_endpoints(listeners: Listeners) -> tuple[BrokerEndpoint, ...]:
+    """What a broker or coordinator registers: each advertised listener, the inter-broker
+    one first (peers that know no listener names take the first)."""
+    return tuple(
+        BrokerEndpoint(listener.name, listener.host, listener.port)
+        for listener in listeners.advertised
+    )
 
 
 # --- Brokers ---------------------------------------------------------------------------

@@ -197,7 +197,11 @@ class RaftServer:
         role_listeners: Sequence[RoleListener] = (),
         clock: Callable[[], int] = wall_clock_ms,
         services: Sequence[GrpcService] = (),
+        listener_name: str | None = None,
+        more_listeners: Sequence[tuple[str, str]] = (),
     ) -> None:
+        """``listener_name``, ``more_listeners``: named listeners
+        (:class:`~highwater.rpc.server.GrpcHost`), ``listen`` being the first."""
         if not voters:
             raise ValueError("the quorum needs at least one voter")
         parse_endpoint(listen)
@@ -222,7 +226,11 @@ class RaftServer:
             serving_at_start=True,
         )
         self._host = GrpcHost(
-            listen, (raft, *self._services), max_message_bytes=self.settings.max_message_bytes
+            listen,
+            (raft, *self._services),
+            max_message_bytes=self.settings.max_message_bytes,
+            listener_name=listener_name,
+            more_listeners=more_listeners,
         )
         self._transport: Transport | None = None
         self._inbound = InboundCalls()

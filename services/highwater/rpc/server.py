@@ -33,23 +33,27 @@ from highwater.rpc.authentication_service import (
     add_authentication_servicer,
 )
 from highwater.rpc.channels import channel_options
+from highwater.rpc.listener_context import ListenerInterceptor
 from highwater.rpc.tls import ServerTls, server_tls
 from highwater.telemetry.rpc import server_interceptors
 
 __all__ = ["GrpcHost", "GrpcService", "bind", "new_server"]
 
 
-def new_server(*, max_message_bytes: int) -> grpc.aio.Server:
+def new_server(*, max_message_bytes: int, listener: str | None = None) -> grpc.aio.Server:
     """A server capped at ``max_message_bytes`` per message both ways, with the
     authentication and authorization interceptor (``rpc/auth.py``) and the telemetry
-    interceptors; a second process binding the same port fails instead of sharing it."""
+    interceptors; a second process binding the same port fails instead of sharing it.
+    ``listener``: the name of the listener it serves, which its handlers see as
+    :func:`~highwater.rpc.listener_context.current_listener`."""
     options = [
         *channel_options(max_message_bytes),
         ("grpc.so_reuseport", 0),
     ]
-    return grpc.aio.server(
-        options=options, interceptors=[AuthInterceptor(), *server_interceptors()]
-    )
+    interceptors: list[grpc.aio.ServerInterceptor] = [AuthInterceptor(), *server_interceptors()]
+    if listener is not None:
+        interceptors.insert(0, ListenerInterceptor(listener))
+    return grpc.aio.server(options=options, interceptors=interceptors)
 
 
 def bind(server: grpc.aio.Server, listen: str, *, tls: ServerTls | None = None) -> int:
@@ -86,15 +90,29 @@ class GrpcService:
 
 
 class GrpcHost:
-    """The process's gRPC server on ``listen``: ``services``, health and reflection."""
+    """The process's gRPC server on ``listen``: ``services``, health and reflection.
+
+    With named listeners (``listener_name`` for ``listen``, ``more_listeners`` as
+    ``(name, HOST:PORT)``), one server per listener, each serving every service, with the
+    same health, and running its handlers with the listener's name
+    (:mod:`highwater.rpc.listener_context`)."""
 
     def __init__(
-        self, listen: str, services: Sequence[GrpcService], *, max_message_bytes: int
+        self,
+        listen: str,
+        services: Sequence[GrpcService],
+        *,
+        max_message_bytes: int,
+        listener_name: str | None = None,
+        more_listeners: Sequence[tuple[str, str]] = (),
     ) -> None:
         self.listen = listen
         self.services = tuple(services)
         self.max_message_bytes = max_message_bytes
+        self.listener_name = listener_name
+        self.more_listeners = tuple(more_listeners)
         self._server: grpc.aio.Server | None = None
+        self._more_servers: list[grpc.aio.Server] = []
         self._health: Any = None
         self._port: int | None = None
         self._stopping = False
@@ -111,22 +129,39 @@ class GrpcHost:
     async def start(self) -> None:
         """Register the services, health and reflection, bind and start serving; health
         then says what has been reported so far."""
-        server = new_server(max_message_bytes=self.max_message_bytes)
+        health_servicer = health.aio.HealthServicer()
+        server = self._new_server(self.listener_name, health_servicer)
+        port = bind(server, self.listen)
+        more: list[grpc.aio.Server] = []
+        try:
+            for name, address in self.more_listeners:
+                more.append(self._new_server(name, health_servicer))
+                bind(more[-1], address)
+        except BaseException:
+            for unstarted in more:
+                await unstarted.stop(None)
+            await server.stop(None)
+            raise
+        await server.start()
+        for extra in more:
+            await extra.start()
+        self._server, self._health, self._port = server, health_servicer, port
+        self._more_servers = more
+        await self._publish_health()
+
+    def _new_server(self, listener: str | None, health_servicer: Any) -> grpc.aio.Server:
+        server = new_server(max_message_bytes=self.max_message_bytes, listener=listener)
         for service in self.services:
             service.register(server)
         names = tuple(service.name for service in self.services)
         if server_security().authentication.enabled_mechanisms:
             add_authentication_servicer(server)
             names = (*names, AUTHENTICATION_SERVICE_NAME)
-        health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
             (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
-        port = bind(server, self.listen)
-        await server.start()
-        self._server, self._health, self._port = server, health_servicer, port
-        await self._publish_health()
+        return server
 
     def report_serving(self, name: str, serving: bool) -> None:
         """Report ``name`` (a service served here, or a readiness of its own) SERVING or
@@ -166,5 +201,5 @@ class GrpcHost:
 
     async def stop(self, grace_s: float) -> None:
         """Stop serving; calls under way get ``grace_s`` seconds to finish."""
-        if self._server is not None:
-            await self._server.stop(grace_s)
+        servers = [s for s in (self._server, *self._more_servers) if s is not None]
+        await asyncio.gather(*(server.stop(grace_s) for server in servers))

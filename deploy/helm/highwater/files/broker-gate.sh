@@ -10,4 +10,5 @@ if [ "$gate" = pre-stop ]; then
 fi
 exec highwater rolling "$gate" \
     --node-id "$(node_id "$BROKER_NODE_ID_OFFSET")" \
-    --bootstrap-server "127.0.0.1:$BROKER_PORT" "$@"
+    --bootstrap-server "127.0.0.1:$BROKER_PORT" \
+    ${CLIENT_CONFIG:+--command-config "$CLIENT_CONFIG"} "$@"

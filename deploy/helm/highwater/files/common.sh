@@ -25,3 +25,35 @@ controller_list() {
     done
     echo "$list"
 }
+
+# Word $1 (counting from 0) of the rest of the arguments; nothing if there are fewer.
+nth() {
+    n=$1
+    shift
+    if [ "$n" -lt "$#" ]; then
+        shift "$n"
+        echo "$1"
+    fi
+}
+
+# HOST:PORT where clients outside reach this pod's EXTERNAL listener (externalAccess):
+# what the init container discovered (/var/run/highwater-external/address), else the
+# values: NodePort <domain, else the node's IP>:<this pod's node port>, LoadBalancer
+# <this pod's load-balancer IP>:<port>, ClusterIP <domain>:<port + ordinal>.
+external_address() {
+    if [ -s /var/run/highwater-external/address ]; then
+        cat /var/run/highwater-external/address
+        return
+    fi
+    ordinal=${POD_NAME##*-}
+    # Unquoted on purpose: the lists are words.
+    # shellcheck disable=SC2086
+    case "$EXTERNAL_SERVICE_TYPE" in
+    NodePort)
+        echo "${EXTERNAL_DOMAIN:-$HOST_IP}:$(nth "$ordinal" $EXTERNAL_NODE_PORTS)" ;;
+    LoadBalancer)
+        echo "$(nth "$ordinal" $EXTERNAL_LOAD_BALANCER_IPS):$EXTERNAL_PORT" ;;
+    *)
+        echo "$EXTERNAL_DOMAIN:$((EXTERNAL_PORT + ordinal))" ;;
+    esac
+}

@@ -159,13 +159,20 @@ priorityClassName: {{ . }}
 {{- end }}
 {{- end -}}
 
-{{/* Probes on grpc.health.v1 at the component's port; pass (dict "probe" ... "port" ...). */}}
+{{/* Probes on grpc.health.v1 at the component's port; pass (dict "probe" ... "port" ...
+"tls" ...). The kubelet's gRPC probe speaks no TLS: with "tls", an exec probe asks the
+same over TLS with the pod's certificate (files/health_check.py). */}}
 {{- define "highwater.grpcProbe" -}}
+{{- if .tls }}
+exec:
+  command: [python3, /opt/highwater/scripts/health_check.py, {{ .port | quote }}{{ with .service }}, {{ . | quote }}{{ end }}]
+{{- else }}
 grpc:
   port: {{ .port }}
   {{- with .service }}
   service: {{ . }}
   {{- end }}
+{{- end }}
 periodSeconds: {{ .probe.periodSeconds }}
 timeoutSeconds: {{ .probe.timeoutSeconds }}
 failureThreshold: {{ .probe.failureThreshold }}
@@ -292,6 +299,223 @@ volumes, sidecars and init containers of a role; pass (dict "root" $ "component"
   configMap:
     name: {{ include "highwater.fullname" .root }}-server-config
     items:
+      {{- if .component }}
       - key: {{ .component }}.properties
         path: {{ .component }}.properties
+      {{- end }}
+      {{- if .root.Values.tls.enabled }}
+      - key: client.properties
+        path: client.properties
+      {{- end }}
+{{- end -}}
+
+{{/* externalAccess.service of a role (broker: externalAccess.service, coordinator:
+externalAccess.coordinator.service); pass (dict "root" $ "component" c). */}}
+{{- define "highwater.externalService" -}}
+{{- if eq .component "broker" -}}
+{{- toYaml .root.Values.externalAccess.service -}}
+{{- else -}}
+{{- toYaml .root.Values.externalAccess.coordinator.service -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when a role's pods discover their external address from their Service: a
+NodePort or a load-balancer address that the values do not give for every pod. */}}
+{{- define "highwater.externalDiscovery" -}}
+{{- $values := index .root.Values .component -}}
+{{- $service := include "highwater.externalService" . | fromYaml -}}
+{{- if .root.Values.externalAccess.enabled -}}
+{{- if and (eq $service.type "NodePort") (lt (len ($service.nodePorts | default list)) (int $values.replicaCount)) -}}
+true
+{{- else if and (eq $service.type "LoadBalancer") (lt (len ($service.loadBalancerIPs | default list)) (int $values.replicaCount)) -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The name of the external Service of pod $ordinal of a role: <fullname>-<role>-<n>-external. */}}
+{{- define "highwater.externalServiceName" -}}
+{{- printf "%s-%s-%d-external" (include "highwater.fullname" .root) .component (int .ordinal) -}}
+{{- end -}}
+
+{{/* The environment of a role's external listener (files/common.sh external_address). */}}
+{{- define "highwater.externalEnv" -}}
+{{- if .root.Values.externalAccess.enabled -}}
+{{- $service := include "highwater.externalService" . | fromYaml -}}
+- name: EXTERNAL_PORT
+  value: {{ $service.port | quote }}
+- name: EXTERNAL_SERVICE_TYPE
+  value: {{ $service.type | quote }}
+- name: EXTERNAL_DOMAIN
+  value: {{ $service.domain | default "" | quote }}
+- name: EXTERNAL_NODE_PORTS
+  value: {{ join " " ($service.nodePorts | default list) | quote }}
+- name: EXTERNAL_LOAD_BALANCER_IPS
+  value: {{ join " " ($service.loadBalancerIPs | default list) | quote }}
+- name: HOST_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.hostIP
+{{- end -}}
+{{- end -}}
+
+{{/* The init container that discovers a pod's external address from its Service. */}}
+{{- define "highwater.externalDiscoveryContainer" -}}
+- name: external-address
+  image: {{ include "highwater.image" .root }}
+  imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+  command: [python3, /opt/highwater/scripts/external_address.py, /var/run/highwater-external/address]
+  env:
+    {{- include "highwater.env" .root | nindent 4 }}
+    {{- include "highwater.externalEnv" . | nindent 4 }}
+    - name: EXTERNAL_SERVICE_PREFIX
+      value: {{ printf "%s-%s" (include "highwater.fullname" .root) .component | quote }}
+  resources:
+    requests: {cpu: 50m, memory: 64Mi}
+    limits: {cpu: 200m, memory: 128Mi}
+  securityContext:
+    {{- toYaml .root.Values.containerSecurityContext | nindent 4 }}
+  volumeMounts:
+    - name: external-address
+      mountPath: /var/run/highwater-external
+    - name: scripts
+      mountPath: /opt/highwater/scripts
+      readOnly: true
+    # A token for this container alone: the server itself gets none.
+    - name: service-reader-token
+      mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+      readOnly: true
+{{- end -}}
+
+{{/* The volumes of external-address discovery. */}}
+{{- define "highwater.externalDiscoveryVolumes" -}}
+- name: external-address
+  emptyDir:
+    sizeLimit: 1Mi
+- name: service-reader-token
+  projected:
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: 600
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - key: ca.crt
+              path: ca.crt
+{{- end -}}
+
+{{/* Checks of externalAccess that the schema cannot express. */}}
+{{- define "highwater.validateExternalAccess" -}}
+{{- if .Values.externalAccess.enabled -}}
+{{- range $component := list "broker" "coordinator" -}}
+{{- $service := include "highwater.externalService" (dict "root" $ "component" $component) | fromYaml -}}
+{{- $key := ternary "externalAccess.service" "externalAccess.coordinator.service" (eq $component "broker") -}}
+{{- if and (eq $service.type "ClusterIP") (not $service.domain) -}}
+{{- fail (printf "%s.domain: a ClusterIP external access needs the host clients reach the forwarded ports on (e.g. localhost)" $key) -}}
+{{- end -}}
+{{- $ports := list (int (index $.Values $component).port) (int $.Values.metrics.port) -}}
+{{- if has (int $service.port) $ports -}}
+{{- fail (printf "%s.port: %d is already a port of the %s pods" $key (int $service.port) $component) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret of the pods' certificate: tls.existingSecret, else cert-manager's. */}}
+{{- define "highwater.tlsSecret" -}}
+{{- default (printf "%s-tls" (include "highwater.fullname" .)) .Values.tls.existingSecret -}}
+{{- end -}}
+
+{{/* The super users (super.users): auth.superUsers and, with the chart's certificate,
+the pods' own principal. */}}
+{{- define "highwater.superUsers" -}}
+{{- $users := .Values.auth.superUsers | default list -}}
+{{- if not .Values.tls.existingSecret -}}
+{{- $users = prepend $users (printf "User:%s" (include "highwater.fullname" .)) -}}
+{{- end -}}
+{{- join ";" (uniq $users) -}}
+{{- end -}}
+
+{{/* The security settings of the <release>-config ConfigMap: the --tls-* files and the
+auth flags the start scripts pass (files/*.sh), and the tools' client config. */}}
+{{- define "highwater.securityConfig" -}}
+{{- if .Values.tls.enabled }}
+TLS_CERT_FILE: /etc/highwater-tls/tls.crt
+TLS_KEY_FILE: /etc/highwater-tls/tls.key
+TLS_CA_FILE: /etc/highwater-tls/ca.crt
+TLS_CLIENT_AUTH: {{ .Values.tls.clientAuth | quote }}
+CLIENT_CONFIG: /etc/highwater/client.properties
+{{- end }}
+{{- if .Values.auth.enabled }}
+AUTHORIZER: acl
+SUPER_USERS: {{ include "highwater.superUsers" . | quote }}
+ALLOW_EVERYONE_IF_NO_ACL_FOUND: {{ ternary "true" "" .Values.auth.allowEveryoneIfNoAclFound | quote }}
+SASL_ENABLED_MECHANISMS: {{ join "," .Values.auth.saslMechanisms | quote }}
+{{- if .Values.auth.oauthbearer.jwksConfigMap }}
+OAUTHBEARER_JWKS_FILE: {{ printf "/etc/highwater-jwks/%s" .Values.auth.oauthbearer.jwksKey | quote }}
+{{- end }}
+OAUTHBEARER_ISSUER: {{ .Values.auth.oauthbearer.issuer | quote }}
+OAUTHBEARER_AUDIENCE: {{ .Values.auth.oauthbearer.audience | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The client config of the tools in the pods (probes, gates, hooks, helm test): the
+pods' own certificate, whose principal is a super user. */}}
+{{- define "highwater.clientProperties" -}}
+# The tools' client configuration (--command-config), rendered by the chart.
+security.protocol=SSL
+ssl.ca.location=/etc/highwater-tls/ca.crt
+ssl.certificate.location=/etc/highwater-tls/tls.crt
+ssl.key.location=/etc/highwater-tls/tls.key
+{{- end -}}
+
+{{/* The security volumes of a pod: the certificate's Secret, the JWKS ConfigMap (for
+brokers and coordinators); pass (dict "root" $ "component" c). */}}
+{{- define "highwater.securityVolumes" -}}
+{{- if .root.Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ include "highwater.tlsSecret" .root }}
+    defaultMode: 0440
+{{- end }}
+{{- if and .root.Values.auth.enabled .root.Values.auth.oauthbearer.jwksConfigMap (has .component (list "broker" "coordinator")) }}
+- name: jwks
+  configMap:
+    name: {{ .root.Values.auth.oauthbearer.jwksConfigMap }}
+{{- end }}
+{{- end -}}
+
+{{- define "highwater.securityMounts" -}}
+{{- if .root.Values.tls.enabled }}
+# A directory, not single files: the kubelet updates it in place when cert-manager
+# renews the certificate, and the servers read it again at the next handshake.
+- name: tls
+  mountPath: /etc/highwater-tls
+  readOnly: true
+{{- end }}
+{{- if and .root.Values.auth.enabled .root.Values.auth.oauthbearer.jwksConfigMap (has .component (list "broker" "coordinator")) }}
+- name: jwks
+  mountPath: /etc/highwater-jwks
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* Checks of tls and auth that the schema cannot express. */}}
+{{- define "highwater.validateSecurity" -}}
+{{- if and .Values.auth.enabled .Values.broker.kafka.enabled -}}
+{{- fail "broker.kafka.enabled: the Kafka listener authenticates no one yet, so it cannot run beside auth.enabled (docs/kafka-protocol.md)" -}}
+{{- end -}}
+{{- if and .Values.auth.enabled (not .Values.tls.enabled) -}}
+{{- fail "auth.enabled: needs tls.enabled (SASL only over TLS, and the pods authenticate to each other with their certificate)" -}}
+{{- end -}}
+{{- if and .Values.auth.enabled (has "OAUTHBEARER" .Values.auth.saslMechanisms) (not .Values.auth.oauthbearer.jwksConfigMap) -}}
+{{- fail "auth.oauthbearer.jwksConfigMap: OAUTHBEARER is in auth.saslMechanisms but no JWKS is given to check tokens with" -}}
+{{- end -}}
+{{- if and .Values.auth.enabled .Values.auth.scram.usersSecret (not (has .Values.auth.scram.mechanism .Values.auth.saslMechanisms)) -}}
+{{- fail (printf "auth.scram.mechanism: %s is not in auth.saslMechanisms, so its users could not log in" .Values.auth.scram.mechanism) -}}
+{{- end -}}
+{{- if and .Values.auth.enabled .Values.tls.existingSecret (not .Values.auth.superUsers) -}}
+{{- fail "auth.superUsers: with tls.existingSecret, name the principal of its certificate (User:<its CN>): the pods speak to each other as that principal" -}}
+{{- end -}}
 {{- end -}}
