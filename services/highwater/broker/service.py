@@ -41,6 +41,7 @@ import grpc.aio
 from highwater.broker.alter_partition import AlterPartitionManager
 from highwater.broker.forwarding import ForwardedAdminCalls
 from highwater.broker.isr_expiration import expire_isr_forever
+from highwater.broker.leader_channels import LeaderChannels
 from highwater.broker.lifecycle import BROKER_SERVICE_NAME, BrokerLifecycle, ServingReport
 from highwater.broker.partitions import PartitionManager
 from highwater.broker.purgatory import Purgatory
@@ -132,6 +133,7 @@ class BrokerServer:
             on_change=self.purgatory.notify,
             telemetry=self.telemetry,
         )
+        self.leaders = LeaderChannels(lambda: self.partitions.image)
         self.requests = RequestHandler(
             node_id=node_id,
             settings=settings,
@@ -141,6 +143,7 @@ class BrokerServer:
             controller=self.controller,
             broker_epoch=lambda: self.lifecycle.broker_epoch,
             propose=self.alter_partitions.propose,
+            leaders=self.leaders,
         )
         self._shrinker: asyncio.Task[None] | None = None
         self._upkeep: asyncio.Task[None] | None = None
@@ -191,6 +194,7 @@ class BrokerServer:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await self.alter_partitions.close()
+        await self.leaders.close()
         await self.lifecycle.stop_heartbeats()
         await self.controller.close()
         await asyncio.to_thread(self.log_manager.shutdown, broker_epoch=self.broker_epoch)

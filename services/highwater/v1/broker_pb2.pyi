@@ -156,7 +156,13 @@ class ProducePartition(_message.Message):
     RECORD_BATCHES_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
-    """Required: the partition's index (0 is the first partition)."""
+    """Required: the partition's index (0 is the first partition), or -1 with `records`:
+    the broker places each record as Kafka's default partitioner would (a keyed record on
+    partition murmur2(key) mod the partition count, keyless records on a sticky partition
+    that moves on after a batch), appends each partition's share at its leader, and says
+    where each record went in `placements`. -1 with `record_batches`, or with an
+    idempotent producer's fields (sequences are per partition), is INVALID_REQUEST.
+    """
     record_batches: _builtins.bytes
     """One or more RecordBatch v2 batches, as a client built them."""
     @_builtins.property
@@ -343,6 +349,7 @@ class ProducePartitionResponse(_message.Message):
     LOG_APPEND_TIME_MS_FIELD_NUMBER: _builtins.int
     LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     BATCH_ERRORS_FIELD_NUMBER: _builtins.int
+    PLACEMENTS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     error: _common_pb2.ErrorCode.ValueType
     error_message: _builtins.str
@@ -355,6 +362,13 @@ class ProducePartitionResponse(_message.Message):
     def batch_errors(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchError]:
         """The batches refused, by their index in the request (INVALID_RECORD and the like)."""
 
+    @_builtins.property
+    def placements(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordPlacement]:
+        """For partition -1: where each record of the request went, in the request's order.
+        `error` above is then the first failure of any partition (NONE if every record was
+        appended) and `base_offset` is -1.
+        """
+
     def __init__(
         self,
         *,
@@ -365,14 +379,44 @@ class ProducePartitionResponse(_message.Message):
         log_append_time_ms: _builtins.int = ...,
         log_start_offset: _builtins.int = ...,
         batch_errors: _abc.Iterable[Global___BatchError] | None = ...,
+        placements: _abc.Iterable[Global___RecordPlacement] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "batch_errors", b"batch_errors", "error", b"error", "error_message", b"error_message", "log_append_time_ms", b"log_append_time_ms", "log_start_offset", b"log_start_offset", "partition", b"partition"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "batch_errors", b"batch_errors", "error", b"error", "error_message", b"error_message", "log_append_time_ms", b"log_append_time_ms", "log_start_offset", b"log_start_offset", "partition", b"partition", "placements", b"placements"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ProducePartitionResponse: _TypeAlias = ProducePartitionResponse  # noqa: Y015
+
+@_typing.final
+class RecordPlacement(_message.Message):
+    """Where a record produced to partition -1 went."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    offset: _builtins.int
+    """Its offset (-1 when its partition's append failed)."""
+    error: _common_pb2.ErrorCode.ValueType
+    """Its partition's outcome (NOT_LEADER_OR_FOLLOWER and the like; NONE when appended)."""
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "offset", b"offset", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordPlacement: _TypeAlias = RecordPlacement  # noqa: Y015
 
 @_typing.final
 class BatchError(_message.Message):

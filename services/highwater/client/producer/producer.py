@@ -61,7 +61,6 @@ from highwater.client.cluster import (
 from highwater.client.loop_thread import LoopThread
 from highwater.client.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
 from highwater.client.metrics import CLIENT_METRICS
-from highwater.client.partitioner import StickyPartitioner, choose_partition
 from highwater.client.producer.accumulator import (
     NO_HEADERS,
     SEQUENCE_MODULUS,
@@ -92,6 +91,7 @@ from highwater.client.producer.sender import (
 )
 from highwater.errors import HighwaterError
 from highwater.records import RecordBatchBuilder
+from highwater.records.partitioner import StickyPartitioner, choose_partition
 from highwater.records.record import RecordFields
 from highwater.telemetry.configure import tracing_enabled
 from highwater.telemetry.messaging import ProducerTracing

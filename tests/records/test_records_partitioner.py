@@ -8,7 +8,8 @@ from collections import Counter
 from itertools import pairwise
 
 import pytest
-from highwater.client.partitioner import (
+from highwater.errors import HighwaterError
+from highwater.records.partitioner import (
     DEFAULT_BATCH_SIZE,
     PartitionLoadStats,
     StickyPartitioner,
@@ -19,7 +20,6 @@ from highwater.client.partitioner import (
     partition_load_stats,
     to_positive,
 )
-from highwater.errors import HighwaterError
 from highwater.v1.common_pb2 import ErrorCode
 from hypothesis import given
 from hypothesis import strategies as st

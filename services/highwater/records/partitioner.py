@@ -1,4 +1,8 @@
-"""The producer's partitioner: Kafka's murmur2 key hash and its uniform sticky partitioner.
+"""Kafka's default partitioner: the murmur2 key hash and the uniform sticky partitioner.
+
+Shared by the client's producer and the broker, which places the plain records of a
+produce to partition -1 by the same rules (so Java, librdkafka, our client and a thin
+client's broker-placed records agree on where a key lands).
 
 A record goes to, in this order (Kafka's ``KafkaProducer.partition`` and ``RecordAccumulator``):
 
@@ -27,8 +31,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from highwater.errors import HighwaterError
-from highwater.v1.common_pb2 import ErrorCode
+from highwater.errors import UnknownPartitionError
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -50,12 +53,6 @@ _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _R = 24
 _BLOCKS = struct.Struct("<I")
-
-
-class UnknownPartitionError(HighwaterError, ValueError):
-    """A record names a partition the topic does not have (negative or >= the partition count)."""
-
-    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def murmur2(data: bytes) -> int:
