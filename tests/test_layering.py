@@ -12,7 +12,9 @@ test harness that drives a cluster through the client. Below them the shared lay
 with its own order: ``controller_api`` (the controller's API client and messages) over
 ``metadata`` over ``raft`` (a generic replicated log: no metadata, no controller) over
 ``storage`` (which knows no protocol: no rpc, raft, metadata, nor the wire contract),
-``records`` (the RecordBatch codec: only errors and config), and beside them ``rpc``
+``records`` (the RecordBatch codec and the default partitioner: only errors and config),
+``group`` (a group member's protocol, assignors and membership, for the client and the
+broker's consumer sessions: over rpc), and beside them ``rpc``
 (over ``security``: ACLs, SASL mechanisms, certificate principals, pure),
 ``config``, ``errors``, ``telemetry`` and ``v1`` (the generated wire contract).
 
@@ -34,7 +36,16 @@ PACKAGE_DIR = ROOT / "services" / "highwater"
 ARCHITECTURE_DOC = ROOT / "docs" / "architecture.md"
 
 _BASE = frozenset({"config", "errors", "telemetry", "v1"})
-_SHARED = _BASE | {"records", "rpc", "security", "storage", "raft", "metadata", "controller_api"}
+_SHARED = _BASE | {
+    "records",
+    "rpc",
+    "security",
+    "storage",
+    "raft",
+    "metadata",
+    "controller_api",
+    "group",
+}
 _SERVICES = frozenset({"broker", "controller", "coordinator", "client"})
 
 MAY_IMPORT: Mapping[str, frozenset[str]] = {
@@ -52,6 +63,7 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "client": _SHARED - {"storage", "raft"},
     # shared layers, each over those it names
     "controller_api": _BASE | {"records", "rpc", "security", "metadata"},
+    "group": _BASE | {"rpc"},
     "metadata": _BASE | {"records", "rpc", "security", "storage", "raft"},
     "raft": _BASE | {"records", "rpc", "storage"},
     "storage": frozenset({"config", "errors", "telemetry", "records"}),

@@ -43,8 +43,8 @@ from highwater.client.admin import (
     OffsetSpec,
     UnknownTopicOrPartitionError,
 )
-from highwater.client.group.protocol import TopicPartitionKey
 from highwater.errors import HighwaterError
+from highwater.group.protocol import TopicPartitionKey
 
 __all__ = ["format_table", "groups", "parse_topic_spec"]
 

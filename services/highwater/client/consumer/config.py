@@ -9,11 +9,11 @@ from typing import Any, Final
 from highwater.client.cluster import (
     parse_bootstrap_servers,
 )
-from highwater.client.group.assignors import assignor_for
 from highwater.config.definition import INT_MAX, ConfigDef, ConfigKey, ConfigType, at_least, one_of
 from highwater.errors import (
     InvalidConfigError,
 )
+from highwater.group.assignors import assignor_for
 
 __all__ = ["CONSUMER_CONFIG_DEF", "ConsumerConfig"]
 

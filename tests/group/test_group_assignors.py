@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 import pytest
-from highwater.client.group.assignors import (
+from highwater.group.assignors import (
     ASSIGNORS,
     AssignmentError,
     ConsumerPartitionAssignor,
@@ -21,7 +21,7 @@ from highwater.client.group.assignors import (
     select_rebalance_protocol,
     sticky_assignment,
 )
-from highwater.client.group.protocol import (
+from highwater.group.protocol import (
     Assignment,
     GroupMember,
     MalformedConsumerProtocolError,

@@ -3,11 +3,11 @@
 An assignor maps the group's subscriptions onto the partitions of the subscribed topics
 (:meth:`ConsumerPartitionAssignor.assign`), like Kafka's ``ConsumerPartitionAssignor``. It is
 pure: it gets the partition count of each topic (from the cluster metadata the client already
-has) and each member's :class:`~highwater.client.group.protocol.Subscription`, and returns
-every member's :class:`~highwater.client.group.protocol.Assignment`. The same input always
+has) and each member's :class:`~highwater.group.protocol.Subscription`, and returns
+every member's :class:`~highwater.group.protocol.Assignment`. The same input always
 gives the same output: members are taken in Kafka's order (static members by
 ``group.instance.id`` first, then the others by member id,
-:func:`~highwater.client.group.protocol.member_sort_key`) and topics and partitions in
+:func:`~highwater.group.protocol.member_sort_key`) and topics and partitions in
 ascending order; nothing depends on dict or set iteration order.
 
 Rules every built-in assignor keeps: a partition goes to exactly one member, and only to a
@@ -39,7 +39,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from highwater.client.group.protocol import (
+from highwater.errors import HighwaterError
+from highwater.group.protocol import (
     DEFAULT_GENERATION,
     Assignment,
     GroupSubscription,
@@ -51,7 +52,6 @@ from highwater.client.group.protocol import (
     encode_partitions,
     sorted_members,
 )
-from highwater.errors import HighwaterError
 from highwater.v1 import consumer_protocol_pb2 as pb
 
 __all__ = [
@@ -112,7 +112,7 @@ class _Group:
     """An assignor's input, prepared: members in order and what each can be given."""
 
     members: tuple[str, ...]
-    """Every member, in :func:`~highwater.client.group.protocol.member_sort_key` order."""
+    """Every member, in :func:`~highwater.group.protocol.member_sort_key` order."""
     topics_of: dict[str, frozenset[str]]
     """Each member's subscribed topics that exist (have partitions)."""
     counts: dict[str, int]
@@ -317,7 +317,7 @@ def encode_sticky_user_data(
 def decode_sticky_user_data(data: bytes) -> tuple[tuple[TopicPartitionKey, ...], int]:
     """``(previous_assignment, generation)`` from ``StickyAssignorUserData`` bytes.
 
-    Raises :class:`~highwater.client.group.protocol.MalformedConsumerProtocolError` when the
+    Raises :class:`~highwater.group.protocol.MalformedConsumerProtocolError` when the
     bytes are not valid user data.
     """
     message = pb.StickyAssignorUserData()

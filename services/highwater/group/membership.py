@@ -1,5 +1,10 @@
 """A consumer's membership of its group: Kafka's ``ConsumerCoordinator`` on the client side.
 
+Shared by the Python consumer and the broker's consumer sessions (which run a thin
+client's membership on its behalf); what it needs of the cluster is a
+:class:`GroupCluster`: where the group's coordinator is, and how many partitions topics
+have (the client's metadata layer, or a broker's metadata image).
+
 :class:`GroupMembership` finds the group's coordinator (``FindCoordinator`` to any broker),
 joins the group and syncs (the leader runs the assignor over every member's subscription),
 keeps the membership alive with heartbeats in a background task, and commits and fetches
@@ -32,13 +37,13 @@ from typing import Final, Protocol, TypeVar
 import grpc
 import grpc.aio
 
-from highwater.client.cluster import ClusterError, ClusterMetadata
-from highwater.client.group.assignors import (
+from highwater.errors import HighwaterError
+from highwater.group.assignors import (
     ConsumerPartitionAssignor,
     assign_group,
     select_rebalance_protocol,
 )
-from highwater.client.group.protocol import (
+from highwater.group.protocol import (
     DEFAULT_GENERATION,
     Assignment,
     AssignmentChange,
@@ -53,13 +58,28 @@ from highwater.client.group.protocol import (
     encode_assignment,
     encode_subscription,
 )
-from highwater.errors import HighwaterError
 from highwater.rpc.channels import open_channel
 from highwater.v1 import coordinator_pb2 as pb
 from highwater.v1 import coordinator_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 log = logging.getLogger(__name__)
+
+
+class GroupCluster(Protocol):
+    """What a membership needs of the cluster. Both raise a
+    :class:`~highwater.errors.HighwaterError` when they cannot answer now (no coordinator
+    yet, no broker reachable): the membership backs off and tries again."""
+
+    async def find_coordinator(self, group_id: str) -> str:
+        """``HOST:PORT`` of the coordinator of ``group_id``."""
+        ...
+
+    async def partition_counts(self, topics: Sequence[str]) -> Mapping[str, int]:
+        """The partition count of each of ``topics`` that exists (fresh: the leader's
+        assignment covers partitions added since)."""
+        ...
+
 
 PROTOCOL_TYPE: Final = "consumer"
 
@@ -128,7 +148,7 @@ class GroupMembership:
 
     def __init__(
         self,
-        cluster: ClusterMetadata,
+        cluster: GroupCluster,
         settings: GroupSettings,
         assignors: Sequence[ConsumerPartitionAssignor],
         *,
@@ -214,7 +234,7 @@ class GroupMembership:
     async def _join_once(self, topics: Sequence[str]) -> Rebalance | None:
         try:
             stub = await self._stub()
-        except ClusterError as e:
+        except HighwaterError as e:
             log.debug("group %s: no coordinator yet: %s", self.settings.group_id, e)
             await self._backoff()
             return None
@@ -313,12 +333,8 @@ class GroupMembership:
             log.warning("group %s: member %s sent %s", self.settings.group_id, member, problem)
         topics = sorted({t for s in group.subscriptions.values() for t in s.topics})
         partitions_per_topic: dict[str, int] = {}
-        with contextlib.suppress(ClusterError):
-            await self.cluster.refresh(topics)
-        for topic in topics:
-            info = self.cluster.topic(topic)
-            if info is not None:
-                partitions_per_topic[topic] = info.num_partitions
+        with contextlib.suppress(HighwaterError):
+            partitions_per_topic = dict(await self.cluster.partition_counts(topics))
         result = assign_group(assignor, partitions_per_topic, group, self.protocol)
         return [
             pb.SyncGroupAssignment(member_id=member, assignment=encode_assignment(a))
@@ -390,7 +406,7 @@ class GroupMembership:
                 reply = await stub.Heartbeat(
                     request, timeout=self.settings.request_timeout_ms / 1000
                 )
-            except (grpc.aio.AioRpcError, ClusterError):
+            except (grpc.aio.AioRpcError, HighwaterError):
                 self._coordinator_unknown()
                 continue
             if self._joining:
@@ -511,7 +527,7 @@ class GroupMembership:
             try:
                 stub = await self._stub()
                 reply = await send(stub, max(deadline - time.monotonic(), 0.1))
-            except (grpc.aio.AioRpcError, ClusterError) as e:
+            except (grpc.aio.AioRpcError, HighwaterError) as e:
                 log.debug("group %s: an offsets call failed: %s", self.settings.group_id, e)
                 self._coordinator_unknown()
                 last = ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -535,7 +551,7 @@ class GroupMembership:
             group_id=self.settings.group_id,
             members=[pb.LeavingMember(member_id=self.member_id, reason="the consumer is closing")],
         )
-        with contextlib.suppress(grpc.aio.AioRpcError, ClusterError):
+        with contextlib.suppress(grpc.aio.AioRpcError, HighwaterError):
             stub = await self._stub()
             await stub.LeaveGroup(request, timeout=self.settings.request_timeout_ms / 1000)
         self.reset_membership()

@@ -7,7 +7,7 @@ messages of ``consumer_protocol.proto``:
 - every member sends a :class:`Subscription` (:func:`encode_subscription`) as the metadata of
   each assignor it offers;
 - the group leader decodes all of them (:func:`decode_group_subscription`), runs the chosen
-  assignor (:func:`highwater.client.group.assignors.assign_group`) and sends each member its
+  assignor (:func:`highwater.group.assignors.assign_group`) and sends each member its
   :class:`Assignment` (:func:`encode_assignment`);
 - each member decodes its own (:func:`decode_assignment`) and works out what to revoke and what
   it newly got (:func:`assignment_change`).
