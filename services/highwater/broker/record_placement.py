@@ -31,8 +31,9 @@ class Placement:
     sticky_bytes: int
 
 
-def record_size(record: pb.Record) -> int:
-    """The bytes of a record's key, value and headers: what the sticky partitioner counts."""
+def record_size(record: pb.Record | pb.FetchedRecord) -> int:
+    """The bytes of a record's key, value and headers: what the sticky partitioner counts,
+    and what a consumer session's byte credit counts."""
     size = len(record.key) + len(record.value)
     for header in record.headers:
         size += len(header.key.encode()) + len(header.value)

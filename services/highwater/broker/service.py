@@ -39,6 +39,7 @@ import grpc
 import grpc.aio
 
 from highwater.broker.alter_partition import AlterPartitionManager
+from highwater.broker.consumer_session import ConsumerSessions
 from highwater.broker.forwarding import ForwardedAdminCalls
 from highwater.broker.isr_expiration import expire_isr_forever
 from highwater.broker.leader_channels import LeaderChannels
@@ -145,6 +146,9 @@ class BrokerServer:
             propose=self.alter_partitions.propose,
             leaders=self.leaders,
         )
+        self.sessions = ConsumerSessions(self.requests, self.leaders)
+        """Consumer sessions (``Broker.ConsumerSession``); ``sessions.authorizer`` is where
+        ACL checks of a session's group and topics plug in."""
         self._shrinker: asyncio.Task[None] | None = None
         self._upkeep: asyncio.Task[None] | None = None
 
@@ -185,6 +189,7 @@ class BrokerServer:
 
     async def stop(self) -> None:
         """Controlled shutdown (leadership moves away first), then close the logs."""
+        await self.sessions.close()
         await self.lifecycle.controlled_shutdown()
         self.lifecycle.stopping = True
         await self.fetchers.close()
@@ -214,6 +219,7 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
 
     def __init__(self, broker: BrokerServer) -> None:
         self._broker = broker.requests
+        self._sessions = broker.sessions
         self.controller = broker.controller
 
     async def Produce(
@@ -297,3 +303,11 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
         self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindCoordinatorResponse:
         return self._broker.find_coordinator(request)
+
+    async def ConsumerSession(
+        self,
+        request_iterator: AsyncIterator[pb.ConsumerSessionRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.ConsumerSessionResponse]:
+        async for event in self._sessions.serve(request_iterator, context):
+            yield event

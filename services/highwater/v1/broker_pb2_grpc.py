@@ -85,6 +85,11 @@ class BrokerStub:
                 request_serializer=highwater_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
                 _registered_method=True)
+        self.ConsumerSession = channel.stream_stream(
+                '/highwater.v1.Broker/ConsumerSession',
+                request_serializer=highwater_dot_v1_dot_broker__pb2.ConsumerSessionRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_broker__pb2.ConsumerSessionResponse.FromString,
+                _registered_method=True)
         self.CreateTopics = channel.unary_unary(
                 '/highwater.v1.Broker/CreateTopics',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.CreateTopicsRequest.SerializeToString,
@@ -228,6 +233,21 @@ class BrokerServicer:
 
     def FindCoordinator(self, request, context):
         """The group coordinator for each key.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ConsumerSession(self, request_iterator, context):
+        """A consumer without a group protocol of its own: the client names a group and topics
+        (or partitions); the broker runs the group membership on its behalf (join, sync,
+        heartbeats, the assignor, rebalances), sends it assignment changes and the records of
+        its partitions as plain records while it has credit, and takes its acknowledgements,
+        commits and seeks. The membership ends with the stream (a cut stream is a member that
+        left: the group rebalances). Status codes: INVALID_ARGUMENT for a first message that is
+        not a valid `start`, PERMISSION_DENIED for a group or topic the caller may not read,
+        ABORTED when the group refuses the member (a fenced static member), UNAVAILABLE while
+        the broker shuts down.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -379,6 +399,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.FindCoordinator,
                     request_deserializer=highwater_dot_v1_dot_broker__pb2.FindCoordinatorRequest.FromString,
                     response_serializer=highwater_dot_v1_dot_broker__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'ConsumerSession': grpc.stream_stream_rpc_method_handler(
+                    servicer.ConsumerSession,
+                    request_deserializer=highwater_dot_v1_dot_broker__pb2.ConsumerSessionRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_broker__pb2.ConsumerSessionResponse.SerializeToString,
             ),
             'CreateTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTopics,
@@ -721,6 +746,33 @@ class Broker:
             '/highwater.v1.Broker/FindCoordinator',
             highwater_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
             highwater_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumerSession(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/highwater.v1.Broker/ConsumerSession',
+            highwater_dot_v1_dot_broker__pb2.ConsumerSessionRequest.SerializeToString,
+            highwater_dot_v1_dot_broker__pb2.ConsumerSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
