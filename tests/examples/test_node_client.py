@@ -1,4 +1,6 @@
-"""The Node.js example client (examples/node/client.js) against a real embedded server.
+"""The Node.js example client (examples/node/client.js) against a real embedded server:
+keyed records placed by the broker where the Python client's partitioner puts them, read
+back with structured fetch and through a consumer session in a group, committed.
 
 It loads its stubs from protos/ at run time with @grpc/proto-loader, as a client in any
 language would generate them, and sets only the fields docs/grpc.md lists. ``make test``
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 from embedded_servers import free_port
 from highwater.embedded import EmbeddedServer
+from highwater.records.partitioner import partition_for_key
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -52,16 +55,26 @@ async def test_the_node_client_produces_consumes_commits_and_lists_offsets(serve
     seen = json.loads(out)
 
     assert seen["create_topics"] == "NONE"
-    assert seen["produce_errors"] == ["NONE", "NONE", "NONE"]
+    assert seen["produce_error"] == "NONE"
+    placements = {key: (partition, offset) for key, partition, offset in seen["placements"]}
+    for key, (partition, _) in placements.items():
+        assert partition == partition_for_key(key.encode(), 3), key
     consumed = seen["consumed"]
     assert len(consumed) == 30
     by_key = {r["key"]: r for r in consumed}
     for i in range(30):
         record = by_key[f"key-{i}"]
-        assert record["partition"] == i % 3
-        assert record["offset"] == i // 3
+        assert (record["partition"], record["offset"]) == placements[f"key-{i}"]
         assert record["value"] == f"value-{i}"
         assert record["headers"] == [["source", "node"]]
-    assert seen["commit_error"] == "NONE"
-    assert seen["committed"] == [[0, 10], [1, 10], [2, 10]]
-    assert seen["latest"] == [[0, 10], [1, 10], [2, 10]]
+    session = seen["session"]
+    assert session["assignments"][-1] == [0, 1, 2]
+    assert sorted((r["partition"], r["offset"]) for r in session["consumed"]) == sorted(
+        placements.values()
+    )
+    ends = {p: 0 for p in range(3)}
+    for partition, offset in placements.values():
+        ends[partition] = max(ends[partition], offset + 1)
+    assert session["committed"] == [[p, ends[p], "NONE"] for p in range(3) if ends[p]]
+    assert seen["committed"] == [[p, ends[p] if ends[p] else -1] for p in range(3)]
+    assert seen["latest"] == [[p, ends[p]] for p in range(3)]
