@@ -23,7 +23,7 @@ LISTEN ?= 127.0.0.1:9092
 run: venv
 	$(BIN)/highwater server --listen $(LISTEN) --data-dir $(RUN_DIR) --demo
 
-test: venv protos-check deploy-tools spark-deps chaos-deps node-deps
+test: venv protos-check deploy-tools spark-deps chaos-deps node-deps ruby-deps
 	$(SPARK_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The property-based tests with fresh random examples instead of the suite's fixed seed
@@ -157,6 +157,15 @@ node-deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nodejs npm; }
 	@test $(NODE_EXAMPLE)/node_modules/.package-lock.json -nt $(NODE_EXAMPLE)/package-lock.json || \
 		npm ci --prefix $(NODE_EXAMPLE) --no-audit --no-fund --silent
+
+# The Ruby example client (examples/ruby): Ruby, its gRPC and grpc_tools_ruby_protoc from
+# Debian, which generates the stubs at test time.
+.PHONY: ruby-deps
+ruby-deps:
+	@command -v ruby >/dev/null 2>&1 && command -v grpc_tools_ruby_protoc >/dev/null 2>&1 || { \
+		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq ruby ruby-grpc ruby-grpc-tools; }
 
 chaos-deps:
 	@command -v ip >/dev/null 2>&1 && command -v nft >/dev/null 2>&1 || { \
