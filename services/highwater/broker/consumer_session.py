@@ -47,6 +47,7 @@ import grpc
 import grpc.aio
 
 from highwater.broker.leader_channels import LeaderChannels
+from highwater.broker.plain_records import add_plain_records
 from highwater.broker.record_placement import record_size
 from highwater.broker.request_handler import RequestHandler
 from highwater.broker.session_state import SessionState
@@ -75,6 +76,8 @@ DEFAULT_MAX_BYTES: Final = 1024 * 1024
 DEFAULT_ASSIGNORS: Final = ("range", "cooperative-sticky")
 """Kafka's default ``partition.assignment.strategy``."""
 FETCH_WAIT_MS: Final = 500
+RECORD_OVERHEAD: Final = 16
+"""Bytes a record takes in a batch beside its key, value and headers (about)."""
 RETRY_BACKOFF_S: Final = 0.1
 EARLIEST: Final = -2
 LATEST: Final = -1
@@ -301,6 +304,9 @@ class _Session:
         self._wake = asyncio.Event()
         self._last_heard = time.monotonic()
         self._tasks: list[asyncio.Task[None]] = []
+        self._record_bytes = 1024
+        """About how many fetched bytes a record takes (the last deliveries'): how much a
+        fetch from another leader asks for, so that it brings what the credit takes."""
 
     # -- the stream ----------------------------------------------------------------------
 
@@ -601,9 +607,15 @@ class _Session:
     async def _fetch_from(
         self, leader: int, items: list[tuple[TopicPartitionKey, int]]
     ) -> pb.FetchResponse | None:
+        """One fetch from ``leader``. This broker's own partitions are read as batches and
+        only the records the credit allows are decoded; another leader is asked for PLAIN
+        records, as many bytes as the credit's records are likely to take."""
+        local = leader == self._requests.node_id
         room = self.state.byte_room()
+        if not local:
+            room = max(min(room, self.state.record_room() * self._record_bytes), 1)
         request = pb.FetchRequest(
-            record_format=pb.RECORD_FORMAT_PLAIN,
+            record_format=pb.RECORD_FORMAT_BATCHES if local else pb.RECORD_FORMAT_PLAIN,
             max_wait_ms=FETCH_WAIT_MS,
             min_bytes=1,
             max_bytes=room,
@@ -614,8 +626,19 @@ class _Session:
             if entry is None:
                 entry = by_topic[topic] = request.topics.add(topic=topic)
             entry.partitions.add(partition=partition, fetch_offset=offset, partition_max_bytes=room)
-        if leader == self._requests.node_id:
-            return await self._requests.fetch(request)
+        if local:
+            reply = await self._requests.fetch(request)
+            for topic_answer in reply.topics:
+                for answer in topic_answer.partitions:
+                    data, answer.records = answer.records, b""
+                    if answer.error != ErrorCode.NONE or not data:
+                        continue
+                    offset = dict(items)[(topic_answer.topic, answer.partition)]
+                    try:
+                        add_plain_records(answer, data, offset, self.state.record_room())
+                    except HighwaterError as e:
+                        answer.error = e.code  # type: ignore[assignment]
+            return reply
         stub = self._leaders.stub(leader)
         if stub is None:
             return None
@@ -640,9 +663,11 @@ class _Session:
         records = answer.plain_records
         if not records:
             return False
-        count = self.state.deliverable([record_size(r) for r in records])
+        sizes = [record_size(r) for r in records]
+        count = self.state.deliverable(sizes)
         if count == 0:
             return False
+        self._record_bytes = max(sum(sizes[:count]) // count + RECORD_OVERHEAD, 1)
         delivered = pb.SessionRecords(
             topic=tp[0], partition=tp[1], high_watermark=answer.high_watermark
         )

@@ -81,6 +81,10 @@ class SessionState:
             self.outstanding_records == 0 or self.outstanding_bytes < self.max_bytes
         )
 
+    def record_room(self) -> int:
+        """How many records may be delivered now."""
+        return max(self.max_records - self.outstanding_records, 0)
+
     def byte_room(self) -> int:
         """How many bytes a fetch may ask for now (at least 1)."""
         return max(self.max_bytes - self.outstanding_bytes, 1)
