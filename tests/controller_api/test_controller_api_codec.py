@@ -229,3 +229,29 @@ def test_an_endpoint_without_a_protocol_is_plaintext() -> None:
     message.listeners.add(name="PLAINTEXT", host="h", port=9092)
     request = codec.REGISTER_BROKER.request_from_proto(message)
     assert request.listeners == (BrokerEndpoint("PLAINTEXT", "h", 9092, "PLAINTEXT"),)
+
+
+def test_kafka_zero_values_read_alike_from_unspecified_and_their_own_number() -> None:
+    """An enum whose Kafka zero became ``_UNSPECIFIED`` (buf's rule) reads both as Kafka's
+    zero, and sends Kafka's zero as 0, which an older peer reads alike."""
+    for raw in (pb.ELECTION_TYPE_UNSPECIFIED, pb.ELECTION_TYPE_PREFERRED):
+        request = codec.ELECT_LEADERS.request_from_proto(
+            pb.ElectLeadersRequest(election_type=raw, all_partitions=True)
+        )
+        assert request.election_type is m.ElectionType.PREFERRED
+    encoded: Any = codec.ELECT_LEADERS.request_to_proto(
+        m.ElectLeadersRequest(m.ElectionType.PREFERRED, all_partitions=True)
+    )
+    assert encoded.election_type == 0
+    for raw in (pb.ALTER_CONFIG_OP_UNSPECIFIED, pb.ALTER_CONFIG_OP_SET):
+        alter = pb.AlterConfigsRequest(
+            resources=[
+                pb.AlterConfigsResource(
+                    resource_type=TOPIC_TYPE,
+                    resource_name="t",
+                    configs=[pb.AlterableConfig(name="retention.ms", op=raw, value="1")],
+                )
+            ]
+        )
+        decoded = codec.ALTER_CONFIGS.request_from_proto(alter)
+        assert decoded.resources[0].configs[0].op is m.AlterConfigOp.SET

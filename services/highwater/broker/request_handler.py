@@ -535,7 +535,7 @@ class RequestHandler:
         response = pb.FindCoordinatorResponse()
         for key in request.keys:
             answer = response.coordinators.add(key=key, node_id=-1, port=-1)
-            if request.key_type != pb.COORDINATOR_TYPE_GROUP:
+            if request.key_type not in (pb.COORDINATOR_TYPE_UNSPECIFIED, pb.COORDINATOR_TYPE_GROUP):
                 _fail(answer, ErrorCode.INVALID_REQUEST, f"unknown key type {request.key_type}")
                 continue
             if not key:

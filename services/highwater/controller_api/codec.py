@@ -103,12 +103,25 @@ def _defaulted(name: str, default: Any) -> tuple[_Setter, _Getter]:
     return set_, get
 
 
+_PROTO_ALIASES: Final[Mapping[type[enum.IntEnum], Mapping[int, enum.IntEnum]]] = {
+    m.ElectionType: {2: m.ElectionType.PREFERRED},
+    m.AlterConfigOp: {4: m.AlterConfigOp.SET},
+}
+"""Proto numbers that are not Kafka's: an enum whose Kafka zero became ``_UNSPECIFIED``
+(read as Kafka's zero, and sent as it, so older peers read it alike) names Kafka's zero
+value with a number of its own too (admin.proto)."""
+
+
 def _enum(name: str, enum_type: type[enum.IntEnum]) -> tuple[_Setter, _Getter]:
+    aliases = _PROTO_ALIASES.get(enum_type, {})
+
     def set_(value: Any, message: Any) -> None:
         setattr(message, name, int(getattr(value, name)))
 
     def get(message: Any) -> Any:
         raw = getattr(message, name)
+        if raw in aliases:
+            return aliases[raw]
         try:
             return enum_type(raw)
         except ValueError:

@@ -40,14 +40,20 @@ class _ElectionType:
 
 class _ElectionTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ElectionType.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
-    ELECTION_TYPE_PREFERRED: _ElectionType.ValueType  # 0
+    ELECTION_TYPE_UNSPECIFIED: _ElectionType.ValueType  # 0
     ELECTION_TYPE_UNCLEAN: _ElectionType.ValueType  # 1
+    ELECTION_TYPE_PREFERRED: _ElectionType.ValueType  # 2
 
 class ElectionType(_ElectionType, metaclass=_ElectionTypeEnumTypeWrapper):
-    """--- Leader election -----------------------------------------------------------------"""
+    """--- Leader election -----------------------------------------------------------------
 
-ELECTION_TYPE_PREFERRED: ElectionType.ValueType  # 0
+    Kafka's ElectionType is PREFERRED = 0, UNCLEAN = 1. Unset (0) is read as PREFERRED,
+    so requests of older clients keep their meaning; PREFERRED has a number of its own.
+    """
+
+ELECTION_TYPE_UNSPECIFIED: ElectionType.ValueType  # 0
 ELECTION_TYPE_UNCLEAN: ElectionType.ValueType  # 1
+ELECTION_TYPE_PREFERRED: ElectionType.ValueType  # 2
 Global___ElectionType: _TypeAlias = ElectionType  # noqa: Y015
 
 class _AlterConfigOp:
@@ -56,7 +62,8 @@ class _AlterConfigOp:
 
 class _AlterConfigOpEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AlterConfigOp.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
-    ALTER_CONFIG_OP_SET: _AlterConfigOp.ValueType  # 0
+    ALTER_CONFIG_OP_UNSPECIFIED: _AlterConfigOp.ValueType  # 0
+    ALTER_CONFIG_OP_SET: _AlterConfigOp.ValueType  # 4
     ALTER_CONFIG_OP_DELETE: _AlterConfigOp.ValueType  # 1
     ALTER_CONFIG_OP_APPEND: _AlterConfigOp.ValueType  # 2
     """list configs: add elements"""
@@ -66,10 +73,12 @@ class _AlterConfigOpEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AlterCo
 class AlterConfigOp(_AlterConfigOp, metaclass=_AlterConfigOpEnumTypeWrapper):
     """--- Configs ------------------------------------------------------------------------
 
-    Numbers are Kafka's AlterConfigOp.OpType.
+    Numbers are Kafka's AlterConfigOp.OpType, but for SET (Kafka's 0): unset (0) is read as
+    SET, so requests of older clients keep their meaning, and SET has a number of its own.
     """
 
-ALTER_CONFIG_OP_SET: AlterConfigOp.ValueType  # 0
+ALTER_CONFIG_OP_UNSPECIFIED: AlterConfigOp.ValueType  # 0
+ALTER_CONFIG_OP_SET: AlterConfigOp.ValueType  # 4
 ALTER_CONFIG_OP_DELETE: AlterConfigOp.ValueType  # 1
 ALTER_CONFIG_OP_APPEND: AlterConfigOp.ValueType  # 2
 """list configs: add elements"""
@@ -83,7 +92,8 @@ class _ConfigSource:
 
 class _ConfigSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConfigSource.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
-    CONFIG_SOURCE_UNKNOWN: _ConfigSource.ValueType  # 0
+    CONFIG_SOURCE_UNSPECIFIED: _ConfigSource.ValueType  # 0
+    """Unknown (Kafka's UNKNOWN)."""
     CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG: _ConfigSource.ValueType  # 1
     CONFIG_SOURCE_DYNAMIC_BROKER_CONFIG: _ConfigSource.ValueType  # 2
     CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG: _ConfigSource.ValueType  # 3
@@ -93,7 +103,8 @@ class _ConfigSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConfigSo
 class ConfigSource(_ConfigSource, metaclass=_ConfigSourceEnumTypeWrapper):
     """Where a value comes from; numbers are Kafka's DescribeConfigsResponse.ConfigSource."""
 
-CONFIG_SOURCE_UNKNOWN: ConfigSource.ValueType  # 0
+CONFIG_SOURCE_UNSPECIFIED: ConfigSource.ValueType  # 0
+"""Unknown (Kafka's UNKNOWN)."""
 CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG: ConfigSource.ValueType  # 1
 CONFIG_SOURCE_DYNAMIC_BROKER_CONFIG: ConfigSource.ValueType  # 2
 CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG: ConfigSource.ValueType  # 3

@@ -76,12 +76,18 @@ class _CoordinatorType:
 
 class _CoordinatorTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CoordinatorType.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
-    COORDINATOR_TYPE_GROUP: _CoordinatorType.ValueType  # 0
+    COORDINATOR_TYPE_UNSPECIFIED: _CoordinatorType.ValueType  # 0
+    COORDINATOR_TYPE_GROUP: _CoordinatorType.ValueType  # 2
 
 class CoordinatorType(_CoordinatorType, metaclass=_CoordinatorTypeEnumTypeWrapper):
-    """--- FindCoordinator -------------------------------------------------------------------------"""
+    """--- FindCoordinator -------------------------------------------------------------------------
 
-COORDINATOR_TYPE_GROUP: CoordinatorType.ValueType  # 0
+    Kafka's key types are GROUP = 0 (and TRANSACTION = 1, not served). Unset (0) is read
+    as GROUP, so requests of older clients keep their meaning.
+    """
+
+COORDINATOR_TYPE_UNSPECIFIED: CoordinatorType.ValueType  # 0
+COORDINATOR_TYPE_GROUP: CoordinatorType.ValueType  # 2
 Global___CoordinatorType: _TypeAlias = CoordinatorType  # noqa: Y015
 
 class _OffsetReset:

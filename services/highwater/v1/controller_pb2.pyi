@@ -22,6 +22,7 @@ from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_APPEND as ALTER_CONFIG_OP_APP
 from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_DELETE as ALTER_CONFIG_OP_DELETE
 from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_SET as ALTER_CONFIG_OP_SET
 from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_SUBTRACT as ALTER_CONFIG_OP_SUBTRACT
+from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_UNSPECIFIED as ALTER_CONFIG_OP_UNSPECIFIED
 from highwater.v1.admin_pb2 import AclEntry as AclEntry
 from highwater.v1.admin_pb2 import AclFilter as AclFilter
 from highwater.v1.admin_pb2 import AclResult as AclResult
@@ -41,7 +42,7 @@ from highwater.v1.admin_pb2 import CONFIG_SOURCE_DYNAMIC_BROKER_CONFIG as CONFIG
 from highwater.v1.admin_pb2 import CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG as CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG
 from highwater.v1.admin_pb2 import CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG as CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG
 from highwater.v1.admin_pb2 import CONFIG_SOURCE_STATIC_BROKER_CONFIG as CONFIG_SOURCE_STATIC_BROKER_CONFIG
-from highwater.v1.admin_pb2 import CONFIG_SOURCE_UNKNOWN as CONFIG_SOURCE_UNKNOWN
+from highwater.v1.admin_pb2 import CONFIG_SOURCE_UNSPECIFIED as CONFIG_SOURCE_UNSPECIFIED
 from highwater.v1.admin_pb2 import ConfigSource as ConfigSource
 from highwater.v1.admin_pb2 import CreatableTopic as CreatableTopic
 from highwater.v1.admin_pb2 import CreatableTopicResult as CreatableTopicResult
@@ -71,6 +72,7 @@ from highwater.v1.admin_pb2 import DescribedConfig as DescribedConfig
 from highwater.v1.admin_pb2 import DescribedUserScramCredentials as DescribedUserScramCredentials
 from highwater.v1.admin_pb2 import ELECTION_TYPE_PREFERRED as ELECTION_TYPE_PREFERRED
 from highwater.v1.admin_pb2 import ELECTION_TYPE_UNCLEAN as ELECTION_TYPE_UNCLEAN
+from highwater.v1.admin_pb2 import ELECTION_TYPE_UNSPECIFIED as ELECTION_TYPE_UNSPECIFIED
 from highwater.v1.admin_pb2 import ElectLeadersRequest as ElectLeadersRequest
 from highwater.v1.admin_pb2 import ElectLeadersResponse as ElectLeadersResponse
 from highwater.v1.admin_pb2 import ElectionType as ElectionType

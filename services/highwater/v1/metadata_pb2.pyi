@@ -33,7 +33,8 @@ class _ConfigResourceType:
 
 class _ConfigResourceTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConfigResourceType.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
-    CONFIG_RESOURCE_TYPE_UNKNOWN: _ConfigResourceType.ValueType  # 0
+    CONFIG_RESOURCE_TYPE_UNSPECIFIED: _ConfigResourceType.ValueType  # 0
+    """Unknown (Kafka's UNKNOWN)."""
     CONFIG_RESOURCE_TYPE_TOPIC: _ConfigResourceType.ValueType  # 2
     CONFIG_RESOURCE_TYPE_BROKER: _ConfigResourceType.ValueType  # 4
     CONFIG_RESOURCE_TYPE_STATIC_CLUSTER_DEFAULT: _ConfigResourceType.ValueType  # 1000
@@ -44,7 +45,8 @@ class _ConfigResourceTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Co
 class ConfigResourceType(_ConfigResourceType, metaclass=_ConfigResourceTypeEnumTypeWrapper):
     """The kinds of resource a ConfigRecord applies to; numbers are Kafka's ConfigResource.Type."""
 
-CONFIG_RESOURCE_TYPE_UNKNOWN: ConfigResourceType.ValueType  # 0
+CONFIG_RESOURCE_TYPE_UNSPECIFIED: ConfigResourceType.ValueType  # 0
+"""Unknown (Kafka's UNKNOWN)."""
 CONFIG_RESOURCE_TYPE_TOPIC: ConfigResourceType.ValueType  # 2
 CONFIG_RESOURCE_TYPE_BROKER: ConfigResourceType.ValueType  # 4
 CONFIG_RESOURCE_TYPE_STATIC_CLUSTER_DEFAULT: ConfigResourceType.ValueType  # 1000
