@@ -22,59 +22,59 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from highwater.v1 import admin_pb2 as highwater_dot_v1_dot_admin__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bhighwater/v1/metadata.proto\x12\x0chighwater.v1\"U\n\x0e\x42rokerEndpoint\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x19\n\x11security_protocol\x18\x04 \x01(\t\"\x1b\n\x0c\x42rokerIdList\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xd4\x01\n\x14RegisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\t\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12/\n\tlisteners\x18\x04 \x03(\x0b\x32\x1c.highwater.v1.BrokerEndpoint\x12\x11\n\x04rack\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x1e\n\x16in_controlled_shutdown\x18\x07 \x01(\x08\x42\x07\n\x05_rack\"<\n\x11\x46\x65nceBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\">\n\x13UnfenceBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"\xa9\x01\n\x1e\x42rokerRegistrationChangeRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x13\n\x06\x66\x65nced\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12#\n\x16in_controlled_shutdown\x18\x04 \x01(\x08H\x01\x88\x01\x01\x42\t\n\x07_fencedB\x19\n\x17_in_controlled_shutdown\"A\n\x16UnregisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"-\n\x0bTopicRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\t\"\xcb\x01\n\x0fPartitionRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\t\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x05\x12\x10\n\x08replicas\x18\x03 \x03(\x05\x12\x0b\n\x03isr\x18\x04 \x03(\x05\x12\x19\n\x11removing_replicas\x18\x05 \x03(\x05\x12\x17\n\x0f\x61\x64\x64ing_replicas\x18\x06 \x03(\x05\x12\x0e\n\x06leader\x18\x07 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x08 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\t \x01(\x05\"\xa2\x02\n\x15PartitionChangeRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\t\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x05\x12\'\n\x03isr\x18\x03 \x01(\x0b\x32\x1a.highwater.v1.BrokerIdList\x12\x13\n\x06leader\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12,\n\x08replicas\x18\x05 \x01(\x0b\x32\x1a.highwater.v1.BrokerIdList\x12\x35\n\x11removing_replicas\x18\x06 \x01(\x0b\x32\x1a.highwater.v1.BrokerIdList\x12\x33\n\x0f\x61\x64\x64ing_replicas\x18\x07 \x01(\x0b\x32\x1a.highwater.v1.BrokerIdListB\t\n\x07_leader\"\x8a\x01\n\x0c\x43onfigRecord\x12\x37\n\rresource_type\x18\x01 \x01(\x0e\x32 .highwater.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x12\n\x05value\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"V\n\x11ProducerIdsRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x18\n\x10next_producer_id\x18\x03 \x01(\x03\"%\n\x11RemoveTopicRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\t\"\xb4\x01\n\x19RegisterCoordinatorRecord\x12\x16\n\x0e\x63oordinator_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\t\x12\x1a\n\x12registration_epoch\x18\x03 \x01(\x03\x12/\n\tlisteners\x18\x04 \x03(\x0b\x32\x1c.highwater.v1.BrokerEndpoint\x12\x11\n\x04rack\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\x07\n\x05_rack\"Q\n\x1bUnregisterCoordinatorRecord\x12\x16\n\x0e\x63oordinator_id\x18\x01 \x01(\x05\x12\x1a\n\x12registration_epoch\x18\x02 \x01(\x03\"f\n\x1b\x43oordinatorAssignmentRecord\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x05\x12\x16\n\x0e\x63oordinator_id\x18\x02 \x01(\x05\x12\x19\n\x11\x63oordinator_epoch\x18\x03 \x01(\x05\"\x0c\n\nNoOpRecord\"\xb7\x01\n\x18\x41\x63\x63\x65ssControlEntryRecord\x12\n\n\x02id\x18\x01 \x01(\t\x12\x15\n\rresource_type\x18\x02 \x01(\x05\x12\x15\n\rresource_name\x18\x03 \x01(\t\x12\x14\n\x0cpattern_type\x18\x04 \x01(\x05\x12\x11\n\tprincipal\x18\x05 \x01(\t\x12\x0c\n\x04host\x18\x06 \x01(\t\x12\x11\n\toperation\x18\x07 \x01(\x05\x12\x17\n\x0fpermission_type\x18\x08 \x01(\x05\",\n\x1eRemoveAccessControlEntryRecord\x12\n\n\x02id\x18\x01 \x01(\t\"\x86\x01\n\x19UserScramCredentialRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tmechanism\x18\x02 \x01(\x05\x12\x0c\n\x04salt\x18\x03 \x01(\x0c\x12\x12\n\nstored_key\x18\x04 \x01(\x0c\x12\x12\n\nserver_key\x18\x05 \x01(\x0c\x12\x12\n\niterations\x18\x06 \x01(\x05\"B\n\x1fRemoveUserScramCredentialRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tmechanism\x18\x02 \x01(\x05\"\xf3\t\n\x0eMetadataRecord\x12=\n\x0fregister_broker\x18\x01 \x01(\x0b\x32\".highwater.v1.RegisterBrokerRecordH\x00\x12\x37\n\x0c\x66\x65nce_broker\x18\x02 \x01(\x0b\x32\x1f.highwater.v1.FenceBrokerRecordH\x00\x12;\n\x0eunfence_broker\x18\x03 \x01(\x0b\x32!.highwater.v1.UnfenceBrokerRecordH\x00\x12R\n\x1a\x62roker_registration_change\x18\x04 \x01(\x0b\x32,.highwater.v1.BrokerRegistrationChangeRecordH\x00\x12\x41\n\x11unregister_broker\x18\x05 \x01(\x0b\x32$.highwater.v1.UnregisterBrokerRecordH\x00\x12*\n\x05topic\x18\x06 \x01(\x0b\x32\x19.highwater.v1.TopicRecordH\x00\x12\x32\n\tpartition\x18\x07 \x01(\x0b\x32\x1d.highwater.v1.PartitionRecordH\x00\x12?\n\x10partition_change\x18\x08 \x01(\x0b\x32#.highwater.v1.PartitionChangeRecordH\x00\x12,\n\x06\x63onfig\x18\t \x01(\x0b\x32\x1a.highwater.v1.ConfigRecordH\x00\x12\x37\n\x0cproducer_ids\x18\n \x01(\x0b\x32\x1f.highwater.v1.ProducerIdsRecordH\x00\x12\x37\n\x0cremove_topic\x18\x0b \x01(\x0b\x32\x1f.highwater.v1.RemoveTopicRecordH\x00\x12G\n\x14register_coordinator\x18\x0c \x01(\x0b\x32\'.highwater.v1.RegisterCoordinatorRecordH\x00\x12K\n\x16unregister_coordinator\x18\r \x01(\x0b\x32).highwater.v1.UnregisterCoordinatorRecordH\x00\x12K\n\x16\x63oordinator_assignment\x18\x0e \x01(\x0b\x32).highwater.v1.CoordinatorAssignmentRecordH\x00\x12)\n\x05no_op\x18\x0f \x01(\x0b\x32\x18.highwater.v1.NoOpRecordH\x00\x12\x46\n\x14\x61\x63\x63\x65ss_control_entry\x18\x10 \x01(\x0b\x32&.highwater.v1.AccessControlEntryRecordH\x00\x12S\n\x1bremove_access_control_entry\x18\x11 \x01(\x0b\x32,.highwater.v1.RemoveAccessControlEntryRecordH\x00\x12H\n\x15user_scram_credential\x18\x12 \x01(\x0b\x32\'.highwater.v1.UserScramCredentialRecordH\x00\x12U\n\x1cremove_user_scram_credential\x18\x13 \x01(\x0b\x32-.highwater.v1.RemoveUserScramCredentialRecordH\x00\x42\x08\n\x06record*\xad\x01\n\x12\x43onfigResourceType\x12$\n CONFIG_RESOURCE_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x43ONFIG_RESOURCE_TYPE_TOPIC\x10\x02\x12\x1f\n\x1b\x43ONFIG_RESOURCE_TYPE_BROKER\x10\x04\x12\x30\n+CONFIG_RESOURCE_TYPE_STATIC_CLUSTER_DEFAULT\x10\xe8\x07\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bhighwater/v1/metadata.proto\x12\x0chighwater.v1\x1a\x18highwater/v1/admin.proto\"U\n\x0e\x42rokerEndpoint\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\x05\x12\x19\n\x11security_protocol\x18\x04 \x01(\t\"\x1b\n\x0c\x42rokerIdList\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xd4\x01\n\x14RegisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\t\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12/\n\tlisteners\x18\x04 \x03(\x0b\x32\x1c.highwater.v1.BrokerEndpoint\x12\x11\n\x04rack\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x1e\n\x16in_controlled_shutdown\x18\x07 \x01(\x08\x42\x07\n\x05_rack\"<\n\x11\x46\x65nceBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\">\n\x13UnfenceBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"\xa9\x01\n\x1e\x42rokerRegistrationChangeRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x13\n\x06\x66\x65nced\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12#\n\x16in_controlled_shutdown\x18\x04 \x01(\x08H\x01\x88\x01\x01\x42\t\n\x07_fencedB\x19\n\x17_in_controlled_shutdown\"A\n\x16UnregisterBrokerRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"-\n\x0bTopicRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\t\"\xcb\x01\n\x0fPartitionRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\t\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x05\x12\x10\n\x08replicas\x18\x03 \x03(\x05\x12\x0b\n\x03isr\x18\x04 \x03(\x05\x12\x19\n\x11removing_replicas\x18\x05 \x03(\x05\x12\x17\n\x0f\x61\x64\x64ing_replicas\x18\x06 \x03(\x05\x12\x0e\n\x06leader\x18\x07 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x08 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\t \x01(\x05\"\xa2\x02\n\x15PartitionChangeRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\t\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x05\x12\'\n\x03isr\x18\x03 \x01(\x0b\x32\x1a.highwater.v1.BrokerIdList\x12\x13\n\x06leader\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12,\n\x08replicas\x18\x05 \x01(\x0b\x32\x1a.highwater.v1.BrokerIdList\x12\x35\n\x11removing_replicas\x18\x06 \x01(\x0b\x32\x1a.highwater.v1.BrokerIdList\x12\x33\n\x0f\x61\x64\x64ing_replicas\x18\x07 \x01(\x0b\x32\x1a.highwater.v1.BrokerIdListB\t\n\x07_leader\"\x8a\x01\n\x0c\x43onfigRecord\x12\x37\n\rresource_type\x18\x01 \x01(\x0e\x32 .highwater.v1.ConfigResourceType\x12\x15\n\rresource_name\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x12\n\x05value\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_value\"V\n\x11ProducerIdsRecord\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x18\n\x10next_producer_id\x18\x03 \x01(\x03\"%\n\x11RemoveTopicRecord\x12\x10\n\x08topic_id\x18\x01 \x01(\t\"\xb4\x01\n\x19RegisterCoordinatorRecord\x12\x16\n\x0e\x63oordinator_id\x18\x01 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x02 \x01(\t\x12\x1a\n\x12registration_epoch\x18\x03 \x01(\x03\x12/\n\tlisteners\x18\x04 \x03(\x0b\x32\x1c.highwater.v1.BrokerEndpoint\x12\x11\n\x04rack\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\x07\n\x05_rack\"Q\n\x1bUnregisterCoordinatorRecord\x12\x16\n\x0e\x63oordinator_id\x18\x01 \x01(\x05\x12\x1a\n\x12registration_epoch\x18\x02 \x01(\x03\"f\n\x1b\x43oordinatorAssignmentRecord\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x05\x12\x16\n\x0e\x63oordinator_id\x18\x02 \x01(\x05\x12\x19\n\x11\x63oordinator_epoch\x18\x03 \x01(\x05\"\x0c\n\nNoOpRecord\"\xb7\x01\n\x18\x41\x63\x63\x65ssControlEntryRecord\x12\n\n\x02id\x18\x01 \x01(\t\x12\x15\n\rresource_type\x18\x02 \x01(\x05\x12\x15\n\rresource_name\x18\x03 \x01(\t\x12\x14\n\x0cpattern_type\x18\x04 \x01(\x05\x12\x11\n\tprincipal\x18\x05 \x01(\t\x12\x0c\n\x04host\x18\x06 \x01(\t\x12\x11\n\toperation\x18\x07 \x01(\x05\x12\x17\n\x0fpermission_type\x18\x08 \x01(\x05\",\n\x1eRemoveAccessControlEntryRecord\x12\n\n\x02id\x18\x01 \x01(\t\"\x86\x01\n\x19UserScramCredentialRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tmechanism\x18\x02 \x01(\x05\x12\x0c\n\x04salt\x18\x03 \x01(\x0c\x12\x12\n\nstored_key\x18\x04 \x01(\x0c\x12\x12\n\nserver_key\x18\x05 \x01(\x0c\x12\x12\n\niterations\x18\x06 \x01(\x05\"B\n\x1fRemoveUserScramCredentialRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tmechanism\x18\x02 \x01(\x05\"\xf3\t\n\x0eMetadataRecord\x12=\n\x0fregister_broker\x18\x01 \x01(\x0b\x32\".highwater.v1.RegisterBrokerRecordH\x00\x12\x37\n\x0c\x66\x65nce_broker\x18\x02 \x01(\x0b\x32\x1f.highwater.v1.FenceBrokerRecordH\x00\x12;\n\x0eunfence_broker\x18\x03 \x01(\x0b\x32!.highwater.v1.UnfenceBrokerRecordH\x00\x12R\n\x1a\x62roker_registration_change\x18\x04 \x01(\x0b\x32,.highwater.v1.BrokerRegistrationChangeRecordH\x00\x12\x41\n\x11unregister_broker\x18\x05 \x01(\x0b\x32$.highwater.v1.UnregisterBrokerRecordH\x00\x12*\n\x05topic\x18\x06 \x01(\x0b\x32\x19.highwater.v1.TopicRecordH\x00\x12\x32\n\tpartition\x18\x07 \x01(\x0b\x32\x1d.highwater.v1.PartitionRecordH\x00\x12?\n\x10partition_change\x18\x08 \x01(\x0b\x32#.highwater.v1.PartitionChangeRecordH\x00\x12,\n\x06\x63onfig\x18\t \x01(\x0b\x32\x1a.highwater.v1.ConfigRecordH\x00\x12\x37\n\x0cproducer_ids\x18\n \x01(\x0b\x32\x1f.highwater.v1.ProducerIdsRecordH\x00\x12\x37\n\x0cremove_topic\x18\x0b \x01(\x0b\x32\x1f.highwater.v1.RemoveTopicRecordH\x00\x12G\n\x14register_coordinator\x18\x0c \x01(\x0b\x32\'.highwater.v1.RegisterCoordinatorRecordH\x00\x12K\n\x16unregister_coordinator\x18\r \x01(\x0b\x32).highwater.v1.UnregisterCoordinatorRecordH\x00\x12K\n\x16\x63oordinator_assignment\x18\x0e \x01(\x0b\x32).highwater.v1.CoordinatorAssignmentRecordH\x00\x12)\n\x05no_op\x18\x0f \x01(\x0b\x32\x18.highwater.v1.NoOpRecordH\x00\x12\x46\n\x14\x61\x63\x63\x65ss_control_entry\x18\x10 \x01(\x0b\x32&.highwater.v1.AccessControlEntryRecordH\x00\x12S\n\x1bremove_access_control_entry\x18\x11 \x01(\x0b\x32,.highwater.v1.RemoveAccessControlEntryRecordH\x00\x12H\n\x15user_scram_credential\x18\x12 \x01(\x0b\x32\'.highwater.v1.UserScramCredentialRecordH\x00\x12U\n\x1cremove_user_scram_credential\x18\x13 \x01(\x0b\x32-.highwater.v1.RemoveUserScramCredentialRecordH\x00\x42\x08\n\x06recordBS\n\x0fio.highwater.v1P\x01Z>github.com/highwater/highwater/gen/go/highwater/v1;highwaterv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'highwater.v1.metadata_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
-  _globals['_CONFIGRESOURCETYPE']._serialized_start=3647
-  _globals['_CONFIGRESOURCETYPE']._serialized_end=3820
-  _globals['_BROKERENDPOINT']._serialized_start=45
-  _globals['_BROKERENDPOINT']._serialized_end=130
-  _globals['_BROKERIDLIST']._serialized_start=132
-  _globals['_BROKERIDLIST']._serialized_end=159
-  _globals['_REGISTERBROKERRECORD']._serialized_start=162
-  _globals['_REGISTERBROKERRECORD']._serialized_end=374
-  _globals['_FENCEBROKERRECORD']._serialized_start=376
-  _globals['_FENCEBROKERRECORD']._serialized_end=436
-  _globals['_UNFENCEBROKERRECORD']._serialized_start=438
-  _globals['_UNFENCEBROKERRECORD']._serialized_end=500
-  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_start=503
-  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_end=672
-  _globals['_UNREGISTERBROKERRECORD']._serialized_start=674
-  _globals['_UNREGISTERBROKERRECORD']._serialized_end=739
-  _globals['_TOPICRECORD']._serialized_start=741
-  _globals['_TOPICRECORD']._serialized_end=786
-  _globals['_PARTITIONRECORD']._serialized_start=789
-  _globals['_PARTITIONRECORD']._serialized_end=992
-  _globals['_PARTITIONCHANGERECORD']._serialized_start=995
-  _globals['_PARTITIONCHANGERECORD']._serialized_end=1285
-  _globals['_CONFIGRECORD']._serialized_start=1288
-  _globals['_CONFIGRECORD']._serialized_end=1426
-  _globals['_PRODUCERIDSRECORD']._serialized_start=1428
-  _globals['_PRODUCERIDSRECORD']._serialized_end=1514
-  _globals['_REMOVETOPICRECORD']._serialized_start=1516
-  _globals['_REMOVETOPICRECORD']._serialized_end=1553
-  _globals['_REGISTERCOORDINATORRECORD']._serialized_start=1556
-  _globals['_REGISTERCOORDINATORRECORD']._serialized_end=1736
-  _globals['_UNREGISTERCOORDINATORRECORD']._serialized_start=1738
-  _globals['_UNREGISTERCOORDINATORRECORD']._serialized_end=1819
-  _globals['_COORDINATORASSIGNMENTRECORD']._serialized_start=1821
-  _globals['_COORDINATORASSIGNMENTRECORD']._serialized_end=1923
-  _globals['_NOOPRECORD']._serialized_start=1925
-  _globals['_NOOPRECORD']._serialized_end=1937
-  _globals['_ACCESSCONTROLENTRYRECORD']._serialized_start=1940
-  _globals['_ACCESSCONTROLENTRYRECORD']._serialized_end=2123
-  _globals['_REMOVEACCESSCONTROLENTRYRECORD']._serialized_start=2125
-  _globals['_REMOVEACCESSCONTROLENTRYRECORD']._serialized_end=2169
-  _globals['_USERSCRAMCREDENTIALRECORD']._serialized_start=2172
-  _globals['_USERSCRAMCREDENTIALRECORD']._serialized_end=2306
-  _globals['_REMOVEUSERSCRAMCREDENTIALRECORD']._serialized_start=2308
-  _globals['_REMOVEUSERSCRAMCREDENTIALRECORD']._serialized_end=2374
-  _globals['_METADATARECORD']._serialized_start=2377
-  _globals['_METADATARECORD']._serialized_end=3644
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'\n\017io.highwater.v1P\001Z>github.com/highwater/highwater/gen/go/highwater/v1;highwaterv1'
+  _globals['_BROKERENDPOINT']._serialized_start=71
+  _globals['_BROKERENDPOINT']._serialized_end=156
+  _globals['_BROKERIDLIST']._serialized_start=158
+  _globals['_BROKERIDLIST']._serialized_end=185
+  _globals['_REGISTERBROKERRECORD']._serialized_start=188
+  _globals['_REGISTERBROKERRECORD']._serialized_end=400
+  _globals['_FENCEBROKERRECORD']._serialized_start=402
+  _globals['_FENCEBROKERRECORD']._serialized_end=462
+  _globals['_UNFENCEBROKERRECORD']._serialized_start=464
+  _globals['_UNFENCEBROKERRECORD']._serialized_end=526
+  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_start=529
+  _globals['_BROKERREGISTRATIONCHANGERECORD']._serialized_end=698
+  _globals['_UNREGISTERBROKERRECORD']._serialized_start=700
+  _globals['_UNREGISTERBROKERRECORD']._serialized_end=765
+  _globals['_TOPICRECORD']._serialized_start=767
+  _globals['_TOPICRECORD']._serialized_end=812
+  _globals['_PARTITIONRECORD']._serialized_start=815
+  _globals['_PARTITIONRECORD']._serialized_end=1018
+  _globals['_PARTITIONCHANGERECORD']._serialized_start=1021
+  _globals['_PARTITIONCHANGERECORD']._serialized_end=1311
+  _globals['_CONFIGRECORD']._serialized_start=1314
+  _globals['_CONFIGRECORD']._serialized_end=1452
+  _globals['_PRODUCERIDSRECORD']._serialized_start=1454
+  _globals['_PRODUCERIDSRECORD']._serialized_end=1540
+  _globals['_REMOVETOPICRECORD']._serialized_start=1542
+  _globals['_REMOVETOPICRECORD']._serialized_end=1579
+  _globals['_REGISTERCOORDINATORRECORD']._serialized_start=1582
+  _globals['_REGISTERCOORDINATORRECORD']._serialized_end=1762
+  _globals['_UNREGISTERCOORDINATORRECORD']._serialized_start=1764
+  _globals['_UNREGISTERCOORDINATORRECORD']._serialized_end=1845
+  _globals['_COORDINATORASSIGNMENTRECORD']._serialized_start=1847
+  _globals['_COORDINATORASSIGNMENTRECORD']._serialized_end=1949
+  _globals['_NOOPRECORD']._serialized_start=1951
+  _globals['_NOOPRECORD']._serialized_end=1963
+  _globals['_ACCESSCONTROLENTRYRECORD']._serialized_start=1966
+  _globals['_ACCESSCONTROLENTRYRECORD']._serialized_end=2149
+  _globals['_REMOVEACCESSCONTROLENTRYRECORD']._serialized_start=2151
+  _globals['_REMOVEACCESSCONTROLENTRYRECORD']._serialized_end=2195
+  _globals['_USERSCRAMCREDENTIALRECORD']._serialized_start=2198
+  _globals['_USERSCRAMCREDENTIALRECORD']._serialized_end=2332
+  _globals['_REMOVEUSERSCRAMCREDENTIALRECORD']._serialized_start=2334
+  _globals['_REMOVEUSERSCRAMCREDENTIALRECORD']._serialized_end=2400
+  _globals['_METADATARECORD']._serialized_start=2403
+  _globals['_METADATARECORD']._serialized_end=3670
 # @@protoc_insertion_point(module_scope)

@@ -15,7 +15,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
-from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from highwater.v1 import admin_pb2 as _admin_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -26,34 +26,6 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
-
-class _ConfigResourceType:
-    ValueType = _typing.NewType("ValueType", _builtins.int)
-    V: _TypeAlias = ValueType  # noqa: Y015
-
-class _ConfigResourceTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConfigResourceType.ValueType], _builtins.type):
-    DESCRIPTOR: _descriptor.EnumDescriptor
-    CONFIG_RESOURCE_TYPE_UNSPECIFIED: _ConfigResourceType.ValueType  # 0
-    """Unknown (Kafka's UNKNOWN)."""
-    CONFIG_RESOURCE_TYPE_TOPIC: _ConfigResourceType.ValueType  # 2
-    CONFIG_RESOURCE_TYPE_BROKER: _ConfigResourceType.ValueType  # 4
-    CONFIG_RESOURCE_TYPE_STATIC_CLUSTER_DEFAULT: _ConfigResourceType.ValueType  # 1000
-    """Not Kafka's: the cluster defaults of the controllers' config files (resource name ""),
-    kept equal to the active controller's file; a BROKER "" (dynamic) value wins over them.
-    """
-
-class ConfigResourceType(_ConfigResourceType, metaclass=_ConfigResourceTypeEnumTypeWrapper):
-    """The kinds of resource a ConfigRecord applies to; numbers are Kafka's ConfigResource.Type."""
-
-CONFIG_RESOURCE_TYPE_UNSPECIFIED: ConfigResourceType.ValueType  # 0
-"""Unknown (Kafka's UNKNOWN)."""
-CONFIG_RESOURCE_TYPE_TOPIC: ConfigResourceType.ValueType  # 2
-CONFIG_RESOURCE_TYPE_BROKER: ConfigResourceType.ValueType  # 4
-CONFIG_RESOURCE_TYPE_STATIC_CLUSTER_DEFAULT: ConfigResourceType.ValueType  # 1000
-"""Not Kafka's: the cluster defaults of the controllers' config files (resource name ""),
-kept equal to the active controller's file; a BROKER "" (dynamic) value wins over them.
-"""
-Global___ConfigResourceType: _TypeAlias = ConfigResourceType  # noqa: Y015
 
 @_typing.final
 class BrokerEndpoint(_message.Message):
@@ -402,7 +374,7 @@ class ConfigRecord(_message.Message):
     RESOURCE_NAME_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     VALUE_FIELD_NUMBER: _builtins.int
-    resource_type: Global___ConfigResourceType.ValueType
+    resource_type: _admin_pb2.ConfigResourceType.ValueType
     resource_name: _builtins.str
     name: _builtins.str
     """the Kafka config name, e.g. retention.ms"""
@@ -410,7 +382,7 @@ class ConfigRecord(_message.Message):
     def __init__(
         self,
         *,
-        resource_type: Global___ConfigResourceType.ValueType = ...,
+        resource_type: _admin_pb2.ConfigResourceType.ValueType = ...,
         resource_name: _builtins.str = ...,
         name: _builtins.str = ...,
         value: _builtins.str | None = ...,
