@@ -16,7 +16,9 @@ with its own order: ``controller_api`` (the controller's API client and messages
 ``group`` (a group member's protocol, assignors and membership, for the client and the
 broker's consumer sessions: over rpc), and beside them ``rpc``
 (over ``security``: ACLs, SASL mechanisms, certificate principals, pure),
-``config``, ``errors``, ``telemetry`` and ``v1`` (the generated wire contract).
+``config``, ``errors``, ``telemetry`` and ``v1`` (the generated wire contract with
+clients), and ``internal`` (the generated contract among the services: Raft, the
+controller's RPCs, the metadata records), which the client does not import.
 
 The same table is docs/architecture.md's, and a test below checks that the two agree, so
 that a change to the layering is a change to both.
@@ -45,6 +47,7 @@ _SHARED = _BASE | {
     "metadata",
     "controller_api",
     "group",
+    "internal",
 }
 _SERVICES = frozenset({"broker", "controller", "coordinator", "client"})
 
@@ -60,12 +63,12 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "broker": _SHARED,
     "controller": _SHARED,
     "coordinator": _SHARED,
-    "client": _SHARED - {"storage", "raft"},
+    "client": _SHARED - {"storage", "raft", "internal"},
     # shared layers, each over those it names
-    "controller_api": _BASE | {"records", "rpc", "security", "metadata"},
+    "controller_api": _BASE | {"records", "rpc", "security", "metadata", "internal"},
     "group": _BASE | {"rpc"},
-    "metadata": _BASE | {"records", "rpc", "security", "storage", "raft"},
-    "raft": _BASE | {"records", "rpc", "storage"},
+    "metadata": _BASE | {"records", "rpc", "security", "storage", "raft", "internal"},
+    "raft": _BASE | {"records", "rpc", "storage", "internal"},
     "storage": frozenset({"config", "errors", "telemetry", "records"}),
     "records": frozenset({"config", "errors"}),
     "rpc": _BASE | {"security"},
@@ -73,6 +76,7 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "telemetry": frozenset({"config", "errors", "v1"}),
     "config": frozenset({"errors", "v1"}),
     "errors": frozenset({"v1"}),
+    "internal": frozenset({"v1"}),
     "v1": frozenset(),
 }
 

@@ -13,8 +13,8 @@ import pytest
 from highwater.controller_api import codec
 from highwater.controller_api import messages as m
 from highwater.controller_api.codec import RPCS, InvalidRequestError, rpc_for_request
+from highwater.internal.v1 import controller_pb2 as pb
 from highwater.metadata.records import BrokerEndpoint, ConfigResourceType
-from highwater.v1 import controller_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -119,7 +119,7 @@ def test_responses_round_trip(response: Any) -> None:
 def test_every_rpc_of_the_service_has_a_codec() -> None:
     service = pb.DESCRIPTOR.services_by_name["Controller"]
     assert set(RPCS) == {method.name for method in service.methods}
-    assert codec.CONTROLLER_SERVICE_NAME == "highwater.v1.Controller"
+    assert codec.CONTROLLER_SERVICE_NAME == "highwater.internal.v1.Controller"
     with pytest.raises(TypeError):
         rpc_for_request(object())
 

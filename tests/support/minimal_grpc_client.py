@@ -13,7 +13,7 @@ import sys
 import time
 
 import grpc
-from highwater.v1 import admin_pb2, broker_pb2_grpc, metadata_pb2
+from highwater.v1 import admin_pb2, broker_pb2_grpc
 from highwater.v1 import broker_pb2 as pb
 
 

@@ -14,7 +14,7 @@ into a controller process, on top of the
   are the offsets they get). When a batch the store appended commits, the committed
   image becomes the speculative image built for it, without decoding it again. Losing
   leadership drops the speculative images.
-* :class:`ControllerServer` runs a ``RaftServer`` with the ``highwater.v1.Controller``
+* :class:`ControllerServer` runs a ``RaftServer`` with the ``highwater.internal.v1.Controller``
   service on the same gRPC server and port (the Raft server takes extra services,
   :class:`~highwater.rpc.server.GrpcService`; health reports the Controller service
   SERVING once the quorum has a leader, and each other service once its role says so). Every RPC,
@@ -57,11 +57,13 @@ from highwater.controller.results import ControllerResult
 from highwater.controller.store import NotControllerError
 from highwater.controller_api import codec
 from highwater.controller_api.codec import (
+    CONTROLLER_HEALTH_ALIASES,
     CONTROLLER_SERVICE_NAME,
     ControllerRpc,
     InvalidRequestError,
 )
 from highwater.errors import UnexpectedAppendOffsetError
+from highwater.internal.v1 import controller_pb2_grpc
 from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import MetadataRecord, NoOpRecord, encode_record
@@ -72,7 +74,6 @@ from highwater.raft.node import NotLeaderError, RoleChange
 from highwater.raft.state import Role
 from highwater.records import RecordBatch
 from highwater.rpc.server import GrpcService
-from highwater.v1 import controller_pb2_grpc
 
 __all__ = [
     "ControllerServer",
@@ -316,7 +317,7 @@ _Job = _Request | _Activate | _Tick
 
 
 class ControllerServer:
-    """A voter of the metadata quorum serving ``highwater.v1.Controller`` (see the module
+    """A voter of the metadata quorum serving ``highwater.internal.v1.Controller`` (see the module
     docstring): ``await start()``, ``await stop()``."""
 
     def __init__(
@@ -346,7 +347,14 @@ class ControllerServer:
             cluster_id=cluster_id,
             settings=self.settings.raft,
             role_listeners=[self._on_role_change],
-            services=[GrpcService(CONTROLLER_SERVICE_NAME, self._add_servicer), *services],
+            services=[
+                GrpcService(
+                    CONTROLLER_SERVICE_NAME,
+                    self._add_servicer,
+                    health_aliases=CONTROLLER_HEALTH_ALIASES,
+                ),
+                *services,
+            ],
         )
         self.store = RaftMetadataStore(self.raft, self.machine)
         self.metrics = ControllerMetrics(self)
@@ -604,7 +612,8 @@ class ControllerServer:
 
 
 class ControllerServicer(controller_pb2_grpc.ControllerServicer):
-    """``highwater.v1.Controller``: every method goes through :meth:`ControllerServer.serve`."""
+    """``highwater.internal.v1.Controller``: every method goes through
+    :meth:`ControllerServer.serve`."""
 
     def __init__(self, server: ControllerServer) -> None:
         self._server = server

@@ -38,11 +38,12 @@ from google.protobuf.message import Message
 
 from highwater.controller_api import messages as m
 from highwater.errors import InvalidRequestError
+from highwater.internal.v1 import controller_pb2 as pb
 from highwater.metadata.records import DEFAULT_SECURITY_PROTOCOL, BrokerEndpoint
-from highwater.v1 import controller_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
+    "CONTROLLER_HEALTH_ALIASES",
     "CONTROLLER_SERVICE_NAME",
     "RPCS",
     "ControllerRpc",
@@ -439,9 +440,12 @@ RPCS: Final[dict[str, ControllerRpc[Any, Any]]] = {
         DESCRIBE_USER_SCRAM_CREDENTIALS,
     )
 }
-"""Every RPC of ``highwater.v1.Controller``, by method name."""
+"""Every RPC of ``highwater.internal.v1.Controller``, by method name."""
 
 CONTROLLER_SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["Controller"].full_name
+CONTROLLER_HEALTH_ALIASES: Final = ("highwater.v1.Controller",)
+"""The Controller service's name before it moved to ``highwater.internal.v1``: health
+reports its status under it too."""
 
 
 def _check_service() -> None:

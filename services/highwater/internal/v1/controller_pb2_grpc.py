@@ -3,8 +3,8 @@
 import grpc
 import warnings
 
+from highwater.internal.v1 import controller_pb2 as highwater_dot_internal_dot_v1_dot_controller__pb2
 from highwater.v1 import admin_pb2 as highwater_dot_v1_dot_admin__pb2
-from highwater.v1 import controller_pb2 as highwater_dot_v1_dot_controller__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -19,7 +19,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in highwater/v1/controller_pb2_grpc.py depends on'
+        + ' but the generated code in highwater/internal/v1/controller_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,109 +36,109 @@ class ControllerStub:
             channel: A grpc.Channel.
         """
         self.RegisterBroker = channel.unary_unary(
-                '/highwater.v1.Controller/RegisterBroker',
-                request_serializer=highwater_dot_v1_dot_controller__pb2.RegisterBrokerRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_controller__pb2.RegisterBrokerResponse.FromString,
+                '/highwater.internal.v1.Controller/RegisterBroker',
+                request_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.RegisterBrokerRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.RegisterBrokerResponse.FromString,
                 _registered_method=True)
         self.BrokerHeartbeat = channel.unary_unary(
-                '/highwater.v1.Controller/BrokerHeartbeat',
-                request_serializer=highwater_dot_v1_dot_controller__pb2.BrokerHeartbeatRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_controller__pb2.BrokerHeartbeatResponse.FromString,
+                '/highwater.internal.v1.Controller/BrokerHeartbeat',
+                request_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.BrokerHeartbeatRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.BrokerHeartbeatResponse.FromString,
                 _registered_method=True)
         self.UnregisterBroker = channel.unary_unary(
-                '/highwater.v1.Controller/UnregisterBroker',
+                '/highwater.internal.v1.Controller/UnregisterBroker',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.FromString,
                 _registered_method=True)
         self.AlterPartition = channel.unary_unary(
-                '/highwater.v1.Controller/AlterPartition',
-                request_serializer=highwater_dot_v1_dot_controller__pb2.AlterPartitionRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_controller__pb2.AlterPartitionResponse.FromString,
+                '/highwater.internal.v1.Controller/AlterPartition',
+                request_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.AlterPartitionRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.AlterPartitionResponse.FromString,
                 _registered_method=True)
         self.CreateTopics = channel.unary_unary(
-                '/highwater.v1.Controller/CreateTopics',
+                '/highwater.internal.v1.Controller/CreateTopics',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.CreateTopicsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.CreateTopicsResponse.FromString,
                 _registered_method=True)
         self.DeleteTopics = channel.unary_unary(
-                '/highwater.v1.Controller/DeleteTopics',
+                '/highwater.internal.v1.Controller/DeleteTopics',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.DeleteTopicsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.DeleteTopicsResponse.FromString,
                 _registered_method=True)
         self.CreatePartitions = channel.unary_unary(
-                '/highwater.v1.Controller/CreatePartitions',
+                '/highwater.internal.v1.Controller/CreatePartitions',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.CreatePartitionsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.CreatePartitionsResponse.FromString,
                 _registered_method=True)
         self.ElectLeaders = channel.unary_unary(
-                '/highwater.v1.Controller/ElectLeaders',
+                '/highwater.internal.v1.Controller/ElectLeaders',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.ElectLeadersRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.ElectLeadersResponse.FromString,
                 _registered_method=True)
         self.AlterPartitionReassignments = channel.unary_unary(
-                '/highwater.v1.Controller/AlterPartitionReassignments',
+                '/highwater.internal.v1.Controller/AlterPartitionReassignments',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.AlterPartitionReassignmentsResponse.FromString,
                 _registered_method=True)
         self.ListPartitionReassignments = channel.unary_unary(
-                '/highwater.v1.Controller/ListPartitionReassignments',
+                '/highwater.internal.v1.Controller/ListPartitionReassignments',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.ListPartitionReassignmentsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.ListPartitionReassignmentsResponse.FromString,
                 _registered_method=True)
         self.AlterConfigs = channel.unary_unary(
-                '/highwater.v1.Controller/AlterConfigs',
+                '/highwater.internal.v1.Controller/AlterConfigs',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.AlterConfigsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.AlterConfigsResponse.FromString,
                 _registered_method=True)
         self.DescribeConfigs = channel.unary_unary(
-                '/highwater.v1.Controller/DescribeConfigs',
+                '/highwater.internal.v1.Controller/DescribeConfigs',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.DescribeConfigsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeConfigsResponse.FromString,
                 _registered_method=True)
         self.CreateAcls = channel.unary_unary(
-                '/highwater.v1.Controller/CreateAcls',
+                '/highwater.internal.v1.Controller/CreateAcls',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.CreateAclsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.CreateAclsResponse.FromString,
                 _registered_method=True)
         self.DescribeAcls = channel.unary_unary(
-                '/highwater.v1.Controller/DescribeAcls',
+                '/highwater.internal.v1.Controller/DescribeAcls',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.DescribeAclsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeAclsResponse.FromString,
                 _registered_method=True)
         self.DeleteAcls = channel.unary_unary(
-                '/highwater.v1.Controller/DeleteAcls',
+                '/highwater.internal.v1.Controller/DeleteAcls',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.DeleteAclsResponse.FromString,
                 _registered_method=True)
         self.AlterUserScramCredentials = channel.unary_unary(
-                '/highwater.v1.Controller/AlterUserScramCredentials',
+                '/highwater.internal.v1.Controller/AlterUserScramCredentials',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.FromString,
                 _registered_method=True)
         self.DescribeUserScramCredentials = channel.unary_unary(
-                '/highwater.v1.Controller/DescribeUserScramCredentials',
+                '/highwater.internal.v1.Controller/DescribeUserScramCredentials',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.FromString,
                 _registered_method=True)
         self.AllocateProducerIds = channel.unary_unary(
-                '/highwater.v1.Controller/AllocateProducerIds',
-                request_serializer=highwater_dot_v1_dot_controller__pb2.AllocateProducerIdsRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_controller__pb2.AllocateProducerIdsResponse.FromString,
+                '/highwater.internal.v1.Controller/AllocateProducerIds',
+                request_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.AllocateProducerIdsRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.AllocateProducerIdsResponse.FromString,
                 _registered_method=True)
         self.RegisterCoordinator = channel.unary_unary(
-                '/highwater.v1.Controller/RegisterCoordinator',
-                request_serializer=highwater_dot_v1_dot_controller__pb2.RegisterCoordinatorRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_controller__pb2.RegisterCoordinatorResponse.FromString,
+                '/highwater.internal.v1.Controller/RegisterCoordinator',
+                request_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.RegisterCoordinatorRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.RegisterCoordinatorResponse.FromString,
                 _registered_method=True)
         self.CoordinatorHeartbeat = channel.unary_unary(
-                '/highwater.v1.Controller/CoordinatorHeartbeat',
-                request_serializer=highwater_dot_v1_dot_controller__pb2.CoordinatorHeartbeatRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_controller__pb2.CoordinatorHeartbeatResponse.FromString,
+                '/highwater.internal.v1.Controller/CoordinatorHeartbeat',
+                request_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.CoordinatorHeartbeatRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.CoordinatorHeartbeatResponse.FromString,
                 _registered_method=True)
         self.UnregisterCoordinator = channel.unary_unary(
-                '/highwater.v1.Controller/UnregisterCoordinator',
-                request_serializer=highwater_dot_v1_dot_controller__pb2.UnregisterCoordinatorRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_controller__pb2.UnregisterCoordinatorResponse.FromString,
+                '/highwater.internal.v1.Controller/UnregisterCoordinator',
+                request_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.UnregisterCoordinatorRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.UnregisterCoordinatorResponse.FromString,
                 _registered_method=True)
 
 
@@ -292,13 +292,13 @@ def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'RegisterBroker': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterBroker,
-                    request_deserializer=highwater_dot_v1_dot_controller__pb2.RegisterBrokerRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_controller__pb2.RegisterBrokerResponse.SerializeToString,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.RegisterBrokerRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.RegisterBrokerResponse.SerializeToString,
             ),
             'BrokerHeartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.BrokerHeartbeat,
-                    request_deserializer=highwater_dot_v1_dot_controller__pb2.BrokerHeartbeatRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_controller__pb2.BrokerHeartbeatResponse.SerializeToString,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.BrokerHeartbeatRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.BrokerHeartbeatResponse.SerializeToString,
             ),
             'UnregisterBroker': grpc.unary_unary_rpc_method_handler(
                     servicer.UnregisterBroker,
@@ -307,8 +307,8 @@ def add_ControllerServicer_to_server(servicer, server):
             ),
             'AlterPartition': grpc.unary_unary_rpc_method_handler(
                     servicer.AlterPartition,
-                    request_deserializer=highwater_dot_v1_dot_controller__pb2.AlterPartitionRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_controller__pb2.AlterPartitionResponse.SerializeToString,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.AlterPartitionRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.AlterPartitionResponse.SerializeToString,
             ),
             'CreateTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTopics,
@@ -377,29 +377,29 @@ def add_ControllerServicer_to_server(servicer, server):
             ),
             'AllocateProducerIds': grpc.unary_unary_rpc_method_handler(
                     servicer.AllocateProducerIds,
-                    request_deserializer=highwater_dot_v1_dot_controller__pb2.AllocateProducerIdsRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_controller__pb2.AllocateProducerIdsResponse.SerializeToString,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.AllocateProducerIdsRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.AllocateProducerIdsResponse.SerializeToString,
             ),
             'RegisterCoordinator': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterCoordinator,
-                    request_deserializer=highwater_dot_v1_dot_controller__pb2.RegisterCoordinatorRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_controller__pb2.RegisterCoordinatorResponse.SerializeToString,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.RegisterCoordinatorRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.RegisterCoordinatorResponse.SerializeToString,
             ),
             'CoordinatorHeartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.CoordinatorHeartbeat,
-                    request_deserializer=highwater_dot_v1_dot_controller__pb2.CoordinatorHeartbeatRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_controller__pb2.CoordinatorHeartbeatResponse.SerializeToString,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.CoordinatorHeartbeatRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.CoordinatorHeartbeatResponse.SerializeToString,
             ),
             'UnregisterCoordinator': grpc.unary_unary_rpc_method_handler(
                     servicer.UnregisterCoordinator,
-                    request_deserializer=highwater_dot_v1_dot_controller__pb2.UnregisterCoordinatorRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_controller__pb2.UnregisterCoordinatorResponse.SerializeToString,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.UnregisterCoordinatorRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.UnregisterCoordinatorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'highwater.v1.Controller', rpc_method_handlers)
+            'highwater.internal.v1.Controller', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('highwater.v1.Controller', rpc_method_handlers)
+    server.add_registered_method_handlers('highwater.internal.v1.Controller', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
@@ -420,9 +420,9 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/RegisterBroker',
-            highwater_dot_v1_dot_controller__pb2.RegisterBrokerRequest.SerializeToString,
-            highwater_dot_v1_dot_controller__pb2.RegisterBrokerResponse.FromString,
+            '/highwater.internal.v1.Controller/RegisterBroker',
+            highwater_dot_internal_dot_v1_dot_controller__pb2.RegisterBrokerRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_controller__pb2.RegisterBrokerResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -447,9 +447,9 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/BrokerHeartbeat',
-            highwater_dot_v1_dot_controller__pb2.BrokerHeartbeatRequest.SerializeToString,
-            highwater_dot_v1_dot_controller__pb2.BrokerHeartbeatResponse.FromString,
+            '/highwater.internal.v1.Controller/BrokerHeartbeat',
+            highwater_dot_internal_dot_v1_dot_controller__pb2.BrokerHeartbeatRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_controller__pb2.BrokerHeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -474,7 +474,7 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/UnregisterBroker',
+            '/highwater.internal.v1.Controller/UnregisterBroker',
             highwater_dot_v1_dot_admin__pb2.UnregisterBrokerRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.UnregisterBrokerResponse.FromString,
             options,
@@ -501,9 +501,9 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/AlterPartition',
-            highwater_dot_v1_dot_controller__pb2.AlterPartitionRequest.SerializeToString,
-            highwater_dot_v1_dot_controller__pb2.AlterPartitionResponse.FromString,
+            '/highwater.internal.v1.Controller/AlterPartition',
+            highwater_dot_internal_dot_v1_dot_controller__pb2.AlterPartitionRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_controller__pb2.AlterPartitionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -528,7 +528,7 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/CreateTopics',
+            '/highwater.internal.v1.Controller/CreateTopics',
             highwater_dot_v1_dot_admin__pb2.CreateTopicsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.CreateTopicsResponse.FromString,
             options,
@@ -555,7 +555,7 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/DeleteTopics',
+            '/highwater.internal.v1.Controller/DeleteTopics',
             highwater_dot_v1_dot_admin__pb2.DeleteTopicsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.DeleteTopicsResponse.FromString,
             options,
@@ -582,7 +582,7 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/CreatePartitions',
+            '/highwater.internal.v1.Controller/CreatePartitions',
             highwater_dot_v1_dot_admin__pb2.CreatePartitionsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.CreatePartitionsResponse.FromString,
             options,
@@ -609,7 +609,7 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/ElectLeaders',
+            '/highwater.internal.v1.Controller/ElectLeaders',
             highwater_dot_v1_dot_admin__pb2.ElectLeadersRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.ElectLeadersResponse.FromString,
             options,
@@ -636,7 +636,7 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/AlterPartitionReassignments',
+            '/highwater.internal.v1.Controller/AlterPartitionReassignments',
             highwater_dot_v1_dot_admin__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.AlterPartitionReassignmentsResponse.FromString,
             options,
@@ -663,7 +663,7 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/ListPartitionReassignments',
+            '/highwater.internal.v1.Controller/ListPartitionReassignments',
             highwater_dot_v1_dot_admin__pb2.ListPartitionReassignmentsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.ListPartitionReassignmentsResponse.FromString,
             options,
@@ -690,7 +690,7 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/AlterConfigs',
+            '/highwater.internal.v1.Controller/AlterConfigs',
             highwater_dot_v1_dot_admin__pb2.AlterConfigsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.AlterConfigsResponse.FromString,
             options,
@@ -717,7 +717,7 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/DescribeConfigs',
+            '/highwater.internal.v1.Controller/DescribeConfigs',
             highwater_dot_v1_dot_admin__pb2.DescribeConfigsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.DescribeConfigsResponse.FromString,
             options,
@@ -744,7 +744,7 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/CreateAcls',
+            '/highwater.internal.v1.Controller/CreateAcls',
             highwater_dot_v1_dot_admin__pb2.CreateAclsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.CreateAclsResponse.FromString,
             options,
@@ -771,7 +771,7 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/DescribeAcls',
+            '/highwater.internal.v1.Controller/DescribeAcls',
             highwater_dot_v1_dot_admin__pb2.DescribeAclsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.DescribeAclsResponse.FromString,
             options,
@@ -798,7 +798,7 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/DeleteAcls',
+            '/highwater.internal.v1.Controller/DeleteAcls',
             highwater_dot_v1_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.DeleteAclsResponse.FromString,
             options,
@@ -825,7 +825,7 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/AlterUserScramCredentials',
+            '/highwater.internal.v1.Controller/AlterUserScramCredentials',
             highwater_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.FromString,
             options,
@@ -852,7 +852,7 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/DescribeUserScramCredentials',
+            '/highwater.internal.v1.Controller/DescribeUserScramCredentials',
             highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
             highwater_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.FromString,
             options,
@@ -879,9 +879,9 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/AllocateProducerIds',
-            highwater_dot_v1_dot_controller__pb2.AllocateProducerIdsRequest.SerializeToString,
-            highwater_dot_v1_dot_controller__pb2.AllocateProducerIdsResponse.FromString,
+            '/highwater.internal.v1.Controller/AllocateProducerIds',
+            highwater_dot_internal_dot_v1_dot_controller__pb2.AllocateProducerIdsRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_controller__pb2.AllocateProducerIdsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -906,9 +906,9 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/RegisterCoordinator',
-            highwater_dot_v1_dot_controller__pb2.RegisterCoordinatorRequest.SerializeToString,
-            highwater_dot_v1_dot_controller__pb2.RegisterCoordinatorResponse.FromString,
+            '/highwater.internal.v1.Controller/RegisterCoordinator',
+            highwater_dot_internal_dot_v1_dot_controller__pb2.RegisterCoordinatorRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_controller__pb2.RegisterCoordinatorResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -933,9 +933,9 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/CoordinatorHeartbeat',
-            highwater_dot_v1_dot_controller__pb2.CoordinatorHeartbeatRequest.SerializeToString,
-            highwater_dot_v1_dot_controller__pb2.CoordinatorHeartbeatResponse.FromString,
+            '/highwater.internal.v1.Controller/CoordinatorHeartbeat',
+            highwater_dot_internal_dot_v1_dot_controller__pb2.CoordinatorHeartbeatRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_controller__pb2.CoordinatorHeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -960,9 +960,9 @@ class Controller:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Controller/UnregisterCoordinator',
-            highwater_dot_v1_dot_controller__pb2.UnregisterCoordinatorRequest.SerializeToString,
-            highwater_dot_v1_dot_controller__pb2.UnregisterCoordinatorResponse.FromString,
+            '/highwater.internal.v1.Controller/UnregisterCoordinator',
+            highwater_dot_internal_dot_v1_dot_controller__pb2.UnregisterCoordinatorRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_controller__pb2.UnregisterCoordinatorResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from highwater.v1 import raft_pb2 as highwater_dot_v1_dot_raft__pb2
+from highwater.internal.v1 import raft_pb2 as highwater_dot_internal_dot_v1_dot_raft__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in highwater/v1/raft_pb2_grpc.py depends on'
+        + ' but the generated code in highwater/internal/v1/raft_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -35,39 +35,39 @@ class RaftStub:
             channel: A grpc.Channel.
         """
         self.Vote = channel.unary_unary(
-                '/highwater.v1.Raft/Vote',
-                request_serializer=highwater_dot_v1_dot_raft__pb2.VoteRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_raft__pb2.VoteResponse.FromString,
+                '/highwater.internal.v1.Raft/Vote',
+                request_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.VoteRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.VoteResponse.FromString,
                 _registered_method=True)
         self.BeginQuorumEpoch = channel.unary_unary(
-                '/highwater.v1.Raft/BeginQuorumEpoch',
-                request_serializer=highwater_dot_v1_dot_raft__pb2.BeginQuorumEpochRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_raft__pb2.BeginQuorumEpochResponse.FromString,
+                '/highwater.internal.v1.Raft/BeginQuorumEpoch',
+                request_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.BeginQuorumEpochRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.BeginQuorumEpochResponse.FromString,
                 _registered_method=True)
         self.EndQuorumEpoch = channel.unary_unary(
-                '/highwater.v1.Raft/EndQuorumEpoch',
-                request_serializer=highwater_dot_v1_dot_raft__pb2.EndQuorumEpochRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_raft__pb2.EndQuorumEpochResponse.FromString,
+                '/highwater.internal.v1.Raft/EndQuorumEpoch',
+                request_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.EndQuorumEpochRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.EndQuorumEpochResponse.FromString,
                 _registered_method=True)
         self.Fetch = channel.unary_unary(
-                '/highwater.v1.Raft/Fetch',
-                request_serializer=highwater_dot_v1_dot_raft__pb2.RaftFetchRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_raft__pb2.RaftFetchResponse.FromString,
+                '/highwater.internal.v1.Raft/Fetch',
+                request_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.RaftFetchRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.RaftFetchResponse.FromString,
                 _registered_method=True)
         self.FetchStream = channel.stream_stream(
-                '/highwater.v1.Raft/FetchStream',
-                request_serializer=highwater_dot_v1_dot_raft__pb2.RaftFetchRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_raft__pb2.RaftFetchResponse.FromString,
+                '/highwater.internal.v1.Raft/FetchStream',
+                request_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.RaftFetchRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.RaftFetchResponse.FromString,
                 _registered_method=True)
         self.FetchSnapshot = channel.unary_unary(
-                '/highwater.v1.Raft/FetchSnapshot',
-                request_serializer=highwater_dot_v1_dot_raft__pb2.FetchSnapshotRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_raft__pb2.FetchSnapshotResponse.FromString,
+                '/highwater.internal.v1.Raft/FetchSnapshot',
+                request_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.FetchSnapshotRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.FetchSnapshotResponse.FromString,
                 _registered_method=True)
         self.DescribeQuorum = channel.unary_unary(
-                '/highwater.v1.Raft/DescribeQuorum',
-                request_serializer=highwater_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
-                response_deserializer=highwater_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
+                '/highwater.internal.v1.Raft/DescribeQuorum',
+                request_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
                 _registered_method=True)
 
 
@@ -129,44 +129,44 @@ def add_RaftServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Vote': grpc.unary_unary_rpc_method_handler(
                     servicer.Vote,
-                    request_deserializer=highwater_dot_v1_dot_raft__pb2.VoteRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_raft__pb2.VoteResponse.SerializeToString,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.VoteRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.VoteResponse.SerializeToString,
             ),
             'BeginQuorumEpoch': grpc.unary_unary_rpc_method_handler(
                     servicer.BeginQuorumEpoch,
-                    request_deserializer=highwater_dot_v1_dot_raft__pb2.BeginQuorumEpochRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_raft__pb2.BeginQuorumEpochResponse.SerializeToString,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.BeginQuorumEpochRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.BeginQuorumEpochResponse.SerializeToString,
             ),
             'EndQuorumEpoch': grpc.unary_unary_rpc_method_handler(
                     servicer.EndQuorumEpoch,
-                    request_deserializer=highwater_dot_v1_dot_raft__pb2.EndQuorumEpochRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_raft__pb2.EndQuorumEpochResponse.SerializeToString,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.EndQuorumEpochRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.EndQuorumEpochResponse.SerializeToString,
             ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
-                    request_deserializer=highwater_dot_v1_dot_raft__pb2.RaftFetchRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_raft__pb2.RaftFetchResponse.SerializeToString,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.RaftFetchRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.RaftFetchResponse.SerializeToString,
             ),
             'FetchStream': grpc.stream_stream_rpc_method_handler(
                     servicer.FetchStream,
-                    request_deserializer=highwater_dot_v1_dot_raft__pb2.RaftFetchRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_raft__pb2.RaftFetchResponse.SerializeToString,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.RaftFetchRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.RaftFetchResponse.SerializeToString,
             ),
             'FetchSnapshot': grpc.unary_unary_rpc_method_handler(
                     servicer.FetchSnapshot,
-                    request_deserializer=highwater_dot_v1_dot_raft__pb2.FetchSnapshotRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_raft__pb2.FetchSnapshotResponse.SerializeToString,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.FetchSnapshotRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.FetchSnapshotResponse.SerializeToString,
             ),
             'DescribeQuorum': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeQuorum,
-                    request_deserializer=highwater_dot_v1_dot_raft__pb2.DescribeQuorumRequest.FromString,
-                    response_serializer=highwater_dot_v1_dot_raft__pb2.DescribeQuorumResponse.SerializeToString,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.DescribeQuorumRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.DescribeQuorumResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'highwater.v1.Raft', rpc_method_handlers)
+            'highwater.internal.v1.Raft', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('highwater.v1.Raft', rpc_method_handlers)
+    server.add_registered_method_handlers('highwater.internal.v1.Raft', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
@@ -187,9 +187,9 @@ class Raft:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Raft/Vote',
-            highwater_dot_v1_dot_raft__pb2.VoteRequest.SerializeToString,
-            highwater_dot_v1_dot_raft__pb2.VoteResponse.FromString,
+            '/highwater.internal.v1.Raft/Vote',
+            highwater_dot_internal_dot_v1_dot_raft__pb2.VoteRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_raft__pb2.VoteResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -214,9 +214,9 @@ class Raft:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Raft/BeginQuorumEpoch',
-            highwater_dot_v1_dot_raft__pb2.BeginQuorumEpochRequest.SerializeToString,
-            highwater_dot_v1_dot_raft__pb2.BeginQuorumEpochResponse.FromString,
+            '/highwater.internal.v1.Raft/BeginQuorumEpoch',
+            highwater_dot_internal_dot_v1_dot_raft__pb2.BeginQuorumEpochRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_raft__pb2.BeginQuorumEpochResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -241,9 +241,9 @@ class Raft:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Raft/EndQuorumEpoch',
-            highwater_dot_v1_dot_raft__pb2.EndQuorumEpochRequest.SerializeToString,
-            highwater_dot_v1_dot_raft__pb2.EndQuorumEpochResponse.FromString,
+            '/highwater.internal.v1.Raft/EndQuorumEpoch',
+            highwater_dot_internal_dot_v1_dot_raft__pb2.EndQuorumEpochRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_raft__pb2.EndQuorumEpochResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -268,9 +268,9 @@ class Raft:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Raft/Fetch',
-            highwater_dot_v1_dot_raft__pb2.RaftFetchRequest.SerializeToString,
-            highwater_dot_v1_dot_raft__pb2.RaftFetchResponse.FromString,
+            '/highwater.internal.v1.Raft/Fetch',
+            highwater_dot_internal_dot_v1_dot_raft__pb2.RaftFetchRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_raft__pb2.RaftFetchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -295,9 +295,9 @@ class Raft:
         return grpc.experimental.stream_stream(
             request_iterator,
             target,
-            '/highwater.v1.Raft/FetchStream',
-            highwater_dot_v1_dot_raft__pb2.RaftFetchRequest.SerializeToString,
-            highwater_dot_v1_dot_raft__pb2.RaftFetchResponse.FromString,
+            '/highwater.internal.v1.Raft/FetchStream',
+            highwater_dot_internal_dot_v1_dot_raft__pb2.RaftFetchRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_raft__pb2.RaftFetchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -322,9 +322,9 @@ class Raft:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Raft/FetchSnapshot',
-            highwater_dot_v1_dot_raft__pb2.FetchSnapshotRequest.SerializeToString,
-            highwater_dot_v1_dot_raft__pb2.FetchSnapshotResponse.FromString,
+            '/highwater.internal.v1.Raft/FetchSnapshot',
+            highwater_dot_internal_dot_v1_dot_raft__pb2.FetchSnapshotRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_raft__pb2.FetchSnapshotResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -349,9 +349,9 @@ class Raft:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/highwater.v1.Raft/DescribeQuorum',
-            highwater_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
-            highwater_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
+            '/highwater.internal.v1.Raft/DescribeQuorum',
+            highwater_dot_internal_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -14,8 +14,8 @@ NOT_CONTROLLER, the id of the active controller (-1 when unknown) and its addres
 
 from collections import abc as _abc
 from grpc import aio as _aio
+from highwater.internal.v1 import controller_pb2 as _controller_pb2
 from highwater.v1 import admin_pb2 as _admin_pb2
-from highwater.v1 import controller_pb2 as _controller_pb2
 from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_APPEND as ALTER_CONFIG_OP_APPEND
 from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_DELETE as ALTER_CONFIG_OP_DELETE
 from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_SET as ALTER_CONFIG_OP_SET

@@ -16,8 +16,8 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from highwater.internal.v1 import metadata_pb2 as _metadata_pb2
 from highwater.v1 import common_pb2 as _common_pb2
-from highwater.v1 import metadata_pb2 as _metadata_pb2
 from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_APPEND as ALTER_CONFIG_OP_APPEND
 from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_DELETE as ALTER_CONFIG_OP_DELETE
 from highwater.v1.admin_pb2 import ALTER_CONFIG_OP_SET as ALTER_CONFIG_OP_SET

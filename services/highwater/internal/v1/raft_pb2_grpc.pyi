@@ -8,7 +8,7 @@ itself with BeginQuorumEpoch.
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from highwater.v1 import raft_pb2 as _raft_pb2
+from highwater.internal.v1 import raft_pb2 as _raft_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys
