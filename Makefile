@@ -23,7 +23,7 @@ LISTEN ?= 127.0.0.1:9092
 run: venv
 	$(BIN)/highwater server --listen $(LISTEN) --data-dir $(RUN_DIR) --demo
 
-test: venv compiled protos-check deploy-tools spark-deps chaos-deps node-deps kafka-deps
+test: venv compiled protos-check deploy-tools spark-deps chaos-deps node-deps ruby-deps buf-deps kafka-deps
 	$(SPARK_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
 	HIGHWATER_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PURE_PYTHON_TESTS)
 
@@ -190,6 +190,27 @@ node-deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nodejs npm; }
 	@test $(NODE_EXAMPLE)/node_modules/.package-lock.json -nt $(NODE_EXAMPLE)/package-lock.json || \
 		npm ci --prefix $(NODE_EXAMPLE) --no-audit --no-fund --silent
+
+# buf from npm (tools/buf), for tests/test_protos.py: buf lint and buf breaking (buf.yaml).
+.PHONY: buf-deps protos-baseline
+buf-deps:
+	@command -v npm >/dev/null 2>&1 || $(MAKE) node-deps
+	@test tools/buf/node_modules/.package-lock.json -nt tools/buf/package-lock.json || \
+		npm ci --prefix tools/buf --no-audit --no-fund --silent
+
+# Refresh protos/baseline.binpb, what buf breaking compares against: only in a commit that
+# breaks the wire contract on purpose (tests/test_protos.py).
+protos-baseline: buf-deps
+	tools/buf/node_modules/.bin/buf build -o protos/baseline.binpb
+
+# The Ruby example client (examples/ruby): Ruby, its gRPC and grpc_tools_ruby_protoc from
+# Debian, which generates the stubs at test time.
+.PHONY: ruby-deps
+ruby-deps:
+	@command -v ruby >/dev/null 2>&1 && command -v grpc_tools_ruby_protoc >/dev/null 2>&1 || { \
+		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq ruby ruby-grpc ruby-grpc-tools; }
 
 chaos-deps:
 	@command -v ip >/dev/null 2>&1 && command -v nft >/dev/null 2>&1 || { \

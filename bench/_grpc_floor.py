@@ -1,6 +1,6 @@
 """A Controller service that does nothing: the ceiling any Python controller can reach here.
 
-``python -m bench._grpc_floor PORT`` serves ``highwater.v1.Controller`` with every call
+``python -m bench._grpc_floor PORT`` serves ``highwater.internal.v1.Controller`` with every call
 answered at once by an empty response of the right type, on grpc.aio and uvloop like
 ``highwater controller``. Driven by the same client with the same requests as the real
 quorum, it measures what the client, gRPC and the machine allow before any validation,
@@ -17,7 +17,7 @@ import grpc
 import grpc.aio
 import uvloop
 from google.protobuf import message_factory
-from highwater.v1 import controller_pb2
+from highwater.internal.v1 import controller_pb2
 
 
 def _handlers() -> grpc.GenericRpcHandler:

@@ -109,7 +109,7 @@ async def _describe(
     """(leader id, epoch, high watermark, voter id -> log end offset, voter id -> last fetch
     time in ms) from one controller."""
     import grpc.aio
-    from highwater.v1 import raft_pb2, raft_pb2_grpc
+    from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 
     try:
         async with grpc.aio.insecure_channel(address) as channel:

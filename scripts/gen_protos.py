@@ -1,4 +1,5 @@
-"""Generates the Python stubs for protos/highwater/v1 into services/highwater/v1, or checks them."""
+"""Generates the Python stubs of protos/ into services/ (highwater/v1, the client-facing API,
+and highwater/internal/v1, the services' own), or checks them."""
 
 from __future__ import annotations
 
@@ -13,16 +14,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "protos"
 OUT_ROOT = ROOT / "services"
-PACKAGE_DIR = Path("highwater") / "v1"
+PACKAGE_DIRS = {
+    Path("highwater") / "v1": "the client-facing API, highwater.v1",
+    Path("highwater") / "internal" / "v1": "the services' own API, highwater.internal.v1",
+}
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
 
 
 def _generate(out_root: Path) -> None:
     protos = sorted(
-        str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / PACKAGE_DIR).glob("*.proto")
+        str(p.relative_to(PROTO_ROOT))
+        for package in PACKAGE_DIRS
+        for p in (PROTO_ROOT / package).glob("*.proto")
     )
     if not protos:
-        sys.exit("no .proto files under protos/highwater/v1")
+        sys.exit("no .proto files under protos/highwater")
     bin_dir = Path(sys.executable).parent
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     cmd = [
@@ -37,10 +43,12 @@ def _generate(out_root: Path) -> None:
         *protos,
     ]
     subprocess.run(cmd, check=True, cwd=ROOT, env=env)
-    package = out_root / PACKAGE_DIR
-    (package / "__init__.py").write_text(
-        '"""Generated protobuf and gRPC stubs for highwater.v1."""\n'
-    )
+    for package, what in PACKAGE_DIRS.items():
+        (out_root / package / "__init__.py").write_text(
+            f'"""Generated protobuf and gRPC stubs of {what}."""\n'
+        )
+    internal = out_root / "highwater" / "internal" / "__init__.py"
+    internal.write_text('"""Generated code of the protos the services speak among themselves."""\n')
 
 
 def _generated_files(directory: Path) -> set[str]:
@@ -53,26 +61,31 @@ def main() -> int:
         "--check", action="store_true", help="fail if the committed stubs are stale"
     )
     args = parser.parse_args()
-    target = OUT_ROOT / PACKAGE_DIR
     if not args.check:
-        for name in _generated_files(target) if target.exists() else ():
-            (target / name).unlink()
+        for package in PACKAGE_DIRS:
+            target = OUT_ROOT / package
+            for name in _generated_files(target) if target.exists() else ():
+                (target / name).unlink()
         _generate(OUT_ROOT)
-        print(f"generated {len(_generated_files(target))} files in {target.relative_to(ROOT)}")
+        for package in PACKAGE_DIRS:
+            target = OUT_ROOT / package
+            print(f"generated {len(_generated_files(target))} files in {target.relative_to(ROOT)}")
         return 0
+    stale: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         _generate(Path(tmp))
-        fresh_dir = Path(tmp) / PACKAGE_DIR
-        fresh, committed = _generated_files(fresh_dir), _generated_files(target)
-        stale = sorted(fresh ^ committed)
-        stale += sorted(
-            n
-            for n in fresh & committed
-            if not filecmp.cmp(fresh_dir / n, target / n, shallow=False)
-        )
-        if stale:
-            print("stale generated protobuf code (run `make protos`): " + ", ".join(stale))
-            return 1
+        for package in PACKAGE_DIRS:
+            fresh_dir, target = Path(tmp) / package, OUT_ROOT / package
+            fresh, committed = _generated_files(fresh_dir), _generated_files(target)
+            stale += sorted(str(package / n) for n in fresh ^ committed)
+            stale += sorted(
+                str(package / n)
+                for n in fresh & committed
+                if not filecmp.cmp(fresh_dir / n, target / n, shallow=False)
+            )
+    if stale:
+        print("stale generated protobuf code (run `make protos`): " + ", ".join(stale))
+        return 1
     print("generated protobuf code is fresh")
     return 0
 

@@ -12,9 +12,13 @@ test harness that drives a cluster through the client. Below them the shared lay
 with its own order: ``controller_api`` (the controller's API client and messages) over
 ``metadata`` over ``raft`` (a generic replicated log: no metadata, no controller) over
 ``storage`` (which knows no protocol: no rpc, raft, metadata, nor the wire contract),
-``records`` (the RecordBatch codec: only errors and config), and beside them ``rpc``
+``records`` (the RecordBatch codec and the default partitioner: only errors and config),
+``group`` (a group member's protocol, assignors and membership, for the client and the
+broker's consumer sessions: over rpc), and beside them ``rpc``
 (over ``security``: ACLs, SASL mechanisms, certificate principals, pure),
-``config``, ``errors``, ``telemetry`` and ``v1`` (the generated wire contract).
+``config``, ``errors``, ``telemetry`` and ``v1`` (the generated wire contract with
+clients), and ``internal`` (the generated contract among the services: Raft, the
+controller's RPCs, the metadata records), which the client does not import.
 
 The same table is docs/architecture.md's, and a test below checks that the two agree, so
 that a change to the layering is a change to both.
@@ -34,7 +38,17 @@ PACKAGE_DIR = ROOT / "services" / "highwater"
 ARCHITECTURE_DOC = ROOT / "docs" / "architecture.md"
 
 _BASE = frozenset({"config", "errors", "telemetry", "v1"})
-_SHARED = _BASE | {"records", "rpc", "security", "storage", "raft", "metadata", "controller_api"}
+_SHARED = _BASE | {
+    "records",
+    "rpc",
+    "security",
+    "storage",
+    "raft",
+    "metadata",
+    "controller_api",
+    "group",
+    "internal",
+}
 _SERVICES = frozenset({"broker", "controller", "coordinator", "client"})
 
 MAY_IMPORT: Mapping[str, frozenset[str]] = {
@@ -49,11 +63,12 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "broker": _SHARED,
     "controller": _SHARED,
     "coordinator": _SHARED,
-    "client": _SHARED - {"storage", "raft"},
+    "client": _SHARED - {"storage", "raft", "internal"},
     # shared layers, each over those it names
-    "controller_api": _BASE | {"records", "rpc", "security", "metadata"},
-    "metadata": _BASE | {"records", "rpc", "security", "storage", "raft"},
-    "raft": _BASE | {"records", "rpc", "storage"},
+    "controller_api": _BASE | {"records", "rpc", "security", "metadata", "internal"},
+    "group": _BASE | {"rpc"},
+    "metadata": _BASE | {"records", "rpc", "security", "storage", "raft", "internal"},
+    "raft": _BASE | {"records", "rpc", "storage", "internal"},
     "storage": frozenset({"config", "errors", "telemetry", "records"}),
     "records": frozenset({"config", "errors"}),
     "rpc": _BASE | {"security"},
@@ -61,6 +76,7 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "telemetry": frozenset({"config", "errors", "v1"}),
     "config": frozenset({"errors", "v1"}),
     "errors": frozenset({"v1"}),
+    "internal": frozenset({"v1"}),
     "v1": frozenset(),
 }
 

@@ -3,11 +3,13 @@
 //   node client.js HOST:PORT TOPIC GROUP
 //
 // It waits for the cluster to serve (grpc.health.v1), creates TOPIC with three partitions
-// through the broker, produces keyed records as plain records, reads them back decoded
-// (RECORD_FORMAT_PLAIN, no RecordBatch codec needed), commits the group's positions at
-// GROUP's coordinator, reads them back and lists the partitions' latest offsets. It sets
-// only the fields docs/grpc.md says a minimal client must set, and prints one JSON object
-// of what it saw.
+// through the broker, produces keyed records to partition -1 (the broker places each by
+// murmur2 of its key, as Kafka's default partitioner, and says where it went), reads them
+// back decoded (RECORD_FORMAT_PLAIN, no RecordBatch codec needed), consumes them again as
+// a member of GROUP through a consumer session (the broker runs the group protocol),
+// acknowledging and committing as it goes, reads the committed offsets back at the
+// group's coordinator and lists the partitions' latest offsets. It sets only the fields
+// docs/grpc.md says a minimal client must set, and prints one JSON object of what it saw.
 'use strict';
 
 const path = require('node:path');
@@ -59,6 +61,46 @@ async function waitLeaders(broker, topic) {
   throw new Error(`${topic} got no leaders`);
 }
 
+// A consumer session: start as a member of GROUP, take records as they come, acknowledge
+// each delivery (which frees its credit), commit once every record is in, then end the
+// stream, which ends the membership.
+function consumeInGroup(broker, topic, group) {
+  return new Promise((resolve, reject) => {
+    const session = broker.ConsumerSession({ deadline: Date.now() + 60000 });
+    const seen = { assignments: [], consumed: [], committed: null };
+    session.on('data', (event) => {
+      if (event.assignment) {
+        seen.assignments.push((event.assignment.partitions || []).map((p) => p.partition || 0).sort());
+      } else if (event.records) {
+        const { partition = 0, records = [] } = event.records;
+        for (const r of records) {
+          seen.consumed.push({ partition, offset: Number(r.offset || 0), key: r.key ? r.key.toString() : null });
+        }
+        const next = Number(records[records.length - 1].offset || 0) + 1;
+        const done = seen.consumed.length >= RECORDS;
+        session.write({ ack: { offsets: [{ topic, partition, offset: String(next) }], commit: done } });
+      } else if (event.committed) {
+        seen.committed = (event.committed.partitions || [])
+          .map((p) => [p.partition || 0, Number(p.offset || 0), p.error || 'NONE'])
+          .sort((a, b) => a[0] - b[0]);
+        session.end();
+      } else if (event.notice) {
+        reject(new Error(`session notice: ${event.notice.error} ${event.notice.message}`));
+      }
+    });
+    session.on('error', reject);
+    session.on('end', () => resolve(seen));
+    session.write({
+      start: {
+        group_id: group,
+        topics: [topic],
+        auto_offset_reset: 'OFFSET_RESET_EARLIEST',
+        max_records: 10,
+      },
+    });
+  });
+}
+
 async function main() {
   const [address, topic, group] = process.argv.slice(2);
   const v1 = load(
@@ -75,24 +117,21 @@ async function main() {
   out.create_topics = created.topics[0].error || 'NONE';
   await waitLeaders(broker, topic);
 
-  // Produce: keyed records, each to the partition of its key's number.
-  const byPartition = new Map();
+  // Produce: keyed records to partition -1; the broker places them by key.
+  const records = [];
   for (let i = 0; i < RECORDS; i += 1) {
-    const partition = i % PARTITIONS;
-    if (!byPartition.has(partition)) byPartition.set(partition, []);
-    byPartition.get(partition).push({
+    records.push({
       key: Buffer.from(`key-${i}`),
       value: Buffer.from(`value-${i}`),
       headers: [{ key: 'source', value: Buffer.from('node') }],
     });
   }
   const produced = await call(broker, 'Produce', {
-    topics: [{
-      topic,
-      partitions: [...byPartition].map(([partition, records]) => ({ partition, records: { records } })),
-    }],
+    topics: [{ topic, partitions: [{ partition: -1, records: { records } }] }],
   });
-  out.produce_errors = produced.topics[0].partitions.map((p) => p.error || 'NONE');
+  const placed = produced.topics[0].partitions[0];
+  out.produce_error = placed.error || 'NONE';
+  out.placements = placed.placements.map((p, i) => [`key-${i}`, p.partition || 0, Number(p.offset || 0)]);
 
   // Consume: every partition from offset 0, records decoded by the broker.
   const positions = new Array(PARTITIONS).fill(0);
@@ -119,15 +158,13 @@ async function main() {
   }
   out.consumed = consumed;
 
-  // Commit the positions at the group's coordinator, then read them back.
+  // Consume again as a member of the group, through a consumer session.
+  out.session = await consumeInGroup(broker, topic, group);
+
+  // The group's committed offsets, at its coordinator.
   const found = await call(broker, 'FindCoordinator', { keys: [group] });
   const where = found.coordinators[0];
   const coordinator = new v1.GroupCoordinator(`${where.host}:${where.port}`, grpc.credentials.createInsecure());
-  const committed = await call(coordinator, 'OffsetCommit', {
-    group_id: group,
-    topics: [{ name: topic, partitions: positions.map((offset, partition) => ({ partition_index: partition, committed_offset: String(offset) })) }],
-  });
-  out.commit_error = committed.error || 'NONE';
   const fetched = await call(coordinator, 'OffsetFetch', { group_id: group, topics: [{ name: topic, partition_indexes: [0, 1, 2] }] });
   out.committed = fetched.topics[0].partitions
     .map((p) => [p.partition_index || 0, Number(p.committed_offset || 0)])

@@ -1,8 +1,8 @@
 """``EmbeddedServer``: the whole cluster in one process on one port (``highwater server``).
 
 A single-voter controller quorum (node 1), a broker (node 1) and a group coordinator
-(node 1) share one gRPC server: ``highwater.v1.Controller``, ``highwater.v1.Broker``,
-``highwater.v1.GroupCoordinator`` and ``highwater.v1.Raft``, with health and reflection.
+(node 1) share one gRPC server: ``highwater.internal.v1.Controller``, ``highwater.v1.Broker``,
+``highwater.v1.GroupCoordinator`` and ``highwater.internal.v1.Raft``, with health and reflection.
 Health reports each service NOT_SERVING, and the server as a whole too, until it can serve
 what it promises: the Controller once the quorum has a leader, the Broker once it is
 registered and unfenced, the GroupCoordinator once its ``__consumer_offsets`` partitions

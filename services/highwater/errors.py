@@ -25,6 +25,12 @@ class InvalidRequestError(HighwaterError):
     code = ErrorCode.INVALID_REQUEST
 
 
+class UnknownPartitionError(HighwaterError, ValueError):
+    """A record names a partition the topic does not have (negative or >= the partition count)."""
+
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
 # --- Records and batches -------------------------------------------------------------
 
 

@@ -27,6 +27,8 @@ SERVICES = (
     "",
     "highwater.v1.Raft",
     "highwater.v1.Controller",
+    "highwater.internal.v1.Raft",
+    "highwater.internal.v1.Controller",
     "highwater.v1.Broker",
     "highwater.v1.GroupCoordinator",
     "highwater.broker.ready",

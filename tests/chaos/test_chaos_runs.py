@@ -117,9 +117,9 @@ def test_kills_pauses_and_fuzzing_lose_no_acknowledged_write(tmp_path: Path) -> 
     services = {op["method"].split("/")[1] for op in grpc_fuzzed}
     assert services == {
         "highwater.v1.Broker",
-        "highwater.v1.Controller",
+        "highwater.internal.v1.Controller",
         "highwater.v1.GroupCoordinator",
-        "highwater.v1.Raft",
+        "highwater.internal.v1.Raft",
     }
     # The brokers' Kafka listeners too: well-formed requests were answered.
     kafka_fuzzed = [op for op in fuzzed if op["method"].startswith("kafka:")]

@@ -65,18 +65,24 @@ def test_fault_kinds_are_parsed_and_checked() -> None:
 
 def test_the_fuzzer_covers_every_method_of_every_service() -> None:
     """Every ``rpc`` the .proto files declare, read from their text."""
-    protos = Path(__file__).resolve().parents[2] / "protos" / "highwater" / "v1"
+    protos = Path(__file__).resolve().parents[2] / "protos" / "highwater"
     declared = set()
-    for name in ("broker", "controller", "coordinator", "raft"):
-        text = (protos / f"{name}.proto").read_text()
+    for package, name in (
+        ("v1", "broker"),
+        ("internal/v1", "controller"),
+        ("v1", "coordinator"),
+        ("internal/v1", "raft"),
+    ):
+        text = (protos / package / f"{name}.proto").read_text()
         service = re.search(r"^service (\w+)", text, re.MULTILINE)
         assert service is not None
+        full = "highwater." + package.replace("/", ".")
         declared |= {
-            f"/highwater.v1.{service.group(1)}/{rpc}"
+            f"/{full}.{service.group(1)}/{rpc}"
             for rpc in re.findall(r"^\s*rpc (\w+)\(", text, re.MULTILINE)
         }
     assert {e.path for e in endpoints()} == declared
-    assert "/highwater.v1.Raft/FetchStream" in declared
+    assert "/highwater.internal.v1.Raft/FetchStream" in declared
 
 
 def test_random_requests_are_well_formed_and_the_others_are_not_always() -> None:

@@ -19,7 +19,6 @@ from highwater.client.cluster import (
     ClusterMetadata,
     UnknownTopicOrPartitionError,
 )
-from highwater.client.partitioner import UnknownPartitionError, partition_for_key
 from highwater.client.producer import (
     AsyncProducer,
     DeliveryTimeoutError,
@@ -34,6 +33,7 @@ from highwater.controller_api.client import ControllerClient
 from highwater.embedded import EmbeddedServer
 from highwater.errors import HighwaterError, InvalidConfigError
 from highwater.records import Compression, RecordBatch, iter_batches
+from highwater.records.partitioner import UnknownPartitionError, partition_for_key
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode

@@ -23,13 +23,13 @@ from highwater.controller.service import ControllerServer, ControllerSettings
 from highwater.controller_api import codec
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
+from highwater.internal.v1 import controller_pb2 as pb
+from highwater.internal.v1 import controller_pb2_grpc
 from highwater.metadata import BrokerEndpoint, ConfigResourceType, MetadataImage
 from highwater.metadata.snapshot import snapshot_values
 from highwater.raft.driver import MetadataLogLayout, RaftServerSettings
 from highwater.raft.node import RaftConfig
 from highwater.raft.partition_raft_log import metadata_log_config
-from highwater.v1 import controller_pb2 as pb
-from highwater.v1 import controller_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 pytestmark = pytest.mark.timeout(120)
@@ -238,7 +238,14 @@ async def test_health_reflection_and_bad_arguments(
     address = f"127.0.0.1:{server.port}"
     async with grpc.aio.insecure_channel(address) as channel:
         health = health_pb2_grpc.HealthStub(channel)
-        for service in ("", "highwater.v1.Controller", "highwater.v1.Raft"):
+        for service in (
+            "",
+            "highwater.internal.v1.Controller",
+            "highwater.internal.v1.Raft",
+            # the names before the services moved, which probes keep asking
+            "highwater.v1.Controller",
+            "highwater.v1.Raft",
+        ):
             answer = await health.Check(health_pb2.HealthCheckRequest(service=service))
             assert answer.status == health_pb2.HealthCheckResponse.SERVING, service
 
@@ -248,7 +255,7 @@ async def test_health_reflection_and_bad_arguments(
         )
         async for reply in replies:
             names = {s.name for s in reply.list_services_response.service}
-            assert {"highwater.v1.Controller", "highwater.v1.Raft"} <= names
+            assert {"highwater.internal.v1.Controller", "highwater.internal.v1.Raft"} <= names
             break
 
         stub = controller_pb2_grpc.ControllerStub(channel)

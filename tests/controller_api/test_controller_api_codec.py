@@ -13,8 +13,8 @@ import pytest
 from highwater.controller_api import codec
 from highwater.controller_api import messages as m
 from highwater.controller_api.codec import RPCS, InvalidRequestError, rpc_for_request
+from highwater.internal.v1 import controller_pb2 as pb
 from highwater.metadata.records import BrokerEndpoint, ConfigResourceType
-from highwater.v1 import controller_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -123,7 +123,7 @@ def test_responses_round_trip(response: Any) -> None:
 def test_every_rpc_of_the_service_has_a_codec() -> None:
     service = pb.DESCRIPTOR.services_by_name["Controller"]
     assert set(RPCS) == {method.name for method in service.methods}
-    assert codec.CONTROLLER_SERVICE_NAME == "highwater.v1.Controller"
+    assert codec.CONTROLLER_SERVICE_NAME == "highwater.internal.v1.Controller"
     with pytest.raises(TypeError):
         rpc_for_request(object())
 
@@ -233,3 +233,29 @@ def test_an_endpoint_without_a_protocol_is_plaintext() -> None:
     message.listeners.add(name="PLAINTEXT", host="h", port=9092)
     request = codec.REGISTER_BROKER.request_from_proto(message)
     assert request.listeners == (BrokerEndpoint("PLAINTEXT", "h", 9092, "PLAINTEXT"),)
+
+
+def test_kafka_zero_values_read_alike_from_unspecified_and_their_own_number() -> None:
+    """An enum whose Kafka zero became ``_UNSPECIFIED`` (buf's rule) reads both as Kafka's
+    zero, and sends Kafka's zero as 0, which an older peer reads alike."""
+    for raw in (pb.ELECTION_TYPE_UNSPECIFIED, pb.ELECTION_TYPE_PREFERRED):
+        request = codec.ELECT_LEADERS.request_from_proto(
+            pb.ElectLeadersRequest(election_type=raw, all_partitions=True)
+        )
+        assert request.election_type is m.ElectionType.PREFERRED
+    encoded: Any = codec.ELECT_LEADERS.request_to_proto(
+        m.ElectLeadersRequest(m.ElectionType.PREFERRED, all_partitions=True)
+    )
+    assert encoded.election_type == 0
+    for raw in (pb.ALTER_CONFIG_OP_UNSPECIFIED, pb.ALTER_CONFIG_OP_SET):
+        alter = pb.AlterConfigsRequest(
+            resources=[
+                pb.AlterConfigsResource(
+                    resource_type=TOPIC_TYPE,
+                    resource_name="t",
+                    configs=[pb.AlterableConfig(name="retention.ms", op=raw, value="1")],
+                )
+            ]
+        )
+        decoded = codec.ALTER_CONFIGS.request_from_proto(alter)
+        assert decoded.resources[0].configs[0].op is m.AlterConfigOp.SET

@@ -24,6 +24,7 @@ from typing import IO
 import grpc
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
+from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from highwater.metadata import ConfigResourceType, MetadataImage
 from highwater.metadata.state_machine import MetadataStateMachine
 from highwater.raft.driver import MetadataLogLayout
@@ -31,7 +32,6 @@ from highwater.raft.partition_raft_log import PartitionRaftLog
 from highwater.raft.snapshot_files import FileSnapshotStore
 from highwater.raft.state_machine import SnapshotReader
 from highwater.records import RecordBatch, iter_batches
-from highwater.v1 import raft_pb2, raft_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 VOTERS = (1, 2, 3)

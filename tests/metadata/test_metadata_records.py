@@ -5,6 +5,7 @@ from __future__ import annotations
 import hypothesis.strategies as st
 import pytest
 from highwater.errors import CorruptRecordError
+from highwater.internal.v1 import metadata_pb2 as pb
 from highwater.metadata.records import (
     BrokerEndpoint,
     BrokerRegistrationChangeRecord,
@@ -29,7 +30,6 @@ from highwater.metadata.records import (
     from_proto,
     to_proto,
 )
-from highwater.v1 import metadata_pb2 as pb
 from hypothesis import given
 
 ids = st.integers(min_value=-1, max_value=2**31 - 1)

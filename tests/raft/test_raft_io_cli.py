@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from embedded_servers import free_port
 from highwater.cli.main import main
 from highwater.cli.quorum import replication_rows, status_lines
-from highwater.v1 import raft_pb2
+from highwater.internal.v1 import raft_pb2
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from highwater.internal.v1 import raft_pb2 as pb
 from highwater.raft.codec import (
     RESPONSE_FOR,
     RaftRequest,
@@ -29,7 +30,6 @@ from highwater.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from highwater.v1 import raft_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
 REQUESTS: list[RaftRequest] = [

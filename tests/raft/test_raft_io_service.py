@@ -20,6 +20,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from highwater.errors import KafkaStorageError, UnexpectedAppendOffsetError
+from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from highwater.raft.driver import (
     MetadataLogLayout,
     RaftServer,
@@ -33,7 +34,6 @@ from highwater.raft.quorum_state_file import CorruptQuorumStateError, QuorumStat
 from highwater.raft.state import Role
 from highwater.raft.state_machine import SnapshotReader
 from highwater.records import RecordBatch
-from highwater.v1 import raft_pb2, raft_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 pytestmark = pytest.mark.timeout(120)
@@ -352,7 +352,7 @@ async def test_grpc_describe_quorum_health_and_reflection(quorum3: Quorum) -> No
         names = set()
         async for reply in replies:
             names |= {s.name for s in reply.list_services_response.service}
-        assert {"highwater.v1.Raft", "grpc.health.v1.Health"} <= names
+        assert {"highwater.internal.v1.Raft", "grpc.health.v1.Health"} <= names
     async with grpc.aio.insecure_channel(quorum3.voters[follower_id]) as channel:
         response = await raft_pb2_grpc.RaftStub(channel).DescribeQuorum(
             raft_pb2.DescribeQuorumRequest(), timeout=5

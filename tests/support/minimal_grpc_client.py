@@ -13,7 +13,7 @@ import sys
 import time
 
 import grpc
-from highwater.v1 import admin_pb2, broker_pb2_grpc, metadata_pb2
+from highwater.v1 import admin_pb2, broker_pb2_grpc
 from highwater.v1 import broker_pb2 as pb
 
 
@@ -81,7 +81,7 @@ def main(address: str, topic: str) -> None:
 
         configs = admin_pb2.DescribeConfigsRequest()
         configs.resources.add(
-            resource_type=metadata_pb2.CONFIG_RESOURCE_TYPE_TOPIC,
+            resource_type=admin_pb2.CONFIG_RESOURCE_TYPE_TOPIC,
             resource_name=topic,
             config_names=["cleanup.policy"],
         )

@@ -204,3 +204,20 @@ def authorize_coordinators(
                 )
             )
     return kept, refused
+
+
+async def authorize_consumer_session(
+    context: grpc.aio.ServicerContext, start: pb.SessionStart
+) -> str | None:
+    """A consumer session's check (``ConsumerSessions.authorizer``): READ on its group and
+    on each topic it names (Kafka's JoinGroup and Fetch checks); None, or why not."""
+    if not authorizer_enabled():
+        return None
+    principal = principal_of(context).principal
+    if not authorize(context, AclOperation.READ, ResourceType.GROUP, start.group_id):
+        return f"GROUP_AUTHORIZATION_FAILED: {principal} may not read group {start.group_id}"
+    topics = dict.fromkeys([*start.topics, *(p.topic for p in start.partitions)])
+    for topic in topics:
+        if not authorize(context, AclOperation.READ, ResourceType.TOPIC, topic):
+            return f"TOPIC_AUTHORIZATION_FAILED: {principal} may not read topic {topic}"
+    return None

@@ -8,7 +8,7 @@ AlterUserScramCredentials, DescribeUserScramCredentials, AlterClientQuotas,
 DescribeClientQuotas — as methods of its own
 ``highwater.v1.Broker`` service (:class:`ForwardedAdminCalls`), so that a client needs one
 address and one service.
-A standalone broker also serves them under ``highwater.v1.Controller``
+A standalone broker also serves them under ``highwater.internal.v1.Controller``
 (:func:`add_forwarding_servicer`), the names the project's admin client uses. Either way the
 broker hands each call to the active controller through its
 :class:`~highwater.controller_api.client.ControllerClient`, which follows NOT_CONTROLLER
@@ -64,7 +64,7 @@ FORWARDED_RPCS: Final = (
 
 
 def add_forwarding_servicer(server: grpc.aio.Server, controller: ControllerClient) -> None:
-    """Serve the admin calls of ``highwater.v1.Controller`` on ``server`` by forwarding."""
+    """Serve the admin calls of ``highwater.internal.v1.Controller`` on ``server`` by forwarding."""
     handlers = {
         rpc.name: grpc.unary_unary_rpc_method_handler(
             _forwarder(rpc, controller),

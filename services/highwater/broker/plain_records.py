@@ -22,14 +22,23 @@ _TIMESTAMP_TYPES = {
 }
 
 
-def add_plain_records(answer: pb.FetchPartitionResponse, batches: bytes, fetch_offset: int) -> int:
+def add_plain_records(
+    answer: pb.FetchPartitionResponse,
+    batches: bytes,
+    fetch_offset: int,
+    max_records: int | None = None,
+) -> int:
     """Append the records of ``batches`` at or after ``fetch_offset`` to ``answer``; how
-    many. Raises :class:`~highwater.errors.HighwaterError` (CORRUPT_MESSAGE and the like)
-    for a batch that does not decode; nothing of the answer's records is kept then."""
+    many. With ``max_records``, at most that many: the batches after are not decoded (a
+    consumer session out of credit for more). Raises
+    :class:`~highwater.errors.HighwaterError` (CORRUPT_MESSAGE and the like) for a batch
+    that does not decode; nothing of the answer's records is kept then."""
     out = answer.plain_records
     added = 0
     try:
         for batch in iter_batches(batches):
+            if max_records is not None and added >= max_records:
+                break
             if batch.is_control or batch.next_offset <= fetch_offset:
                 continue
             timestamp_type = _TIMESTAMP_TYPES[batch.timestamp_type]
@@ -52,6 +61,8 @@ def add_plain_records(answer: pb.FetchPartitionResponse, batches: bytes, fetch_o
                     if value is not None:
                         header.value = value
                 added += 1
+                if max_records is not None and added >= max_records:
+                    break
     except HighwaterError:
         del out[:]
         raise

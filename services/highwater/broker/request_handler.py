@@ -1,8 +1,11 @@
 """The broker's request handling: the data-plane requests of ``highwater.v1.Broker``.
 
 Kafka's ``KafkaApis``: Produce (acks 0, 1 and all; plain records are encoded as one
-batch), Fetch (a long poll on ``max_wait_ms`` / ``min_bytes``; a consumer reads up to the
-high watermark, a follower past it), ListOffsets, Metadata, OffsetsForLeaderEpoch,
+batch; plain records to partition -1 are placed by Kafka's default partitioner,
+:mod:`~highwater.broker.record_placement`, and each partition's share is appended at its
+leader, here or over gRPC), Fetch (a long poll on ``max_wait_ms`` / ``min_bytes``; a
+consumer reads up to the high watermark, a follower past it), ListOffsets, Metadata,
+OffsetsForLeaderEpoch,
 DeleteRecords, InitProducerId (ids from blocks the controller allocates) and
 FindCoordinator (the owner of the group's ``__consumer_offsets`` partition in the metadata
 image). Each partition of a request is served by its
@@ -19,17 +22,22 @@ it for; this module never waits for a throttle itself.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+import grpc.aio
+
 from highwater.broker import request_fields as fields
+from highwater.broker.leader_channels import LeaderChannels
 from highwater.broker.partitions import Partition, PartitionError, PartitionManager
 from highwater.broker.plain_records import add_plain_records
 from highwater.broker.purgatory import Purgatory
 from highwater.broker.quota_caller import UNKNOWN_CALLER, QuotaCaller
 from highwater.broker.quotas import ClientQuotaManager, Throttle, percentage_of_handler
+from highwater.broker.record_placement import place_records
 from highwater.broker.replication import AlterPartitionProposal
 from highwater.broker.settings import BrokerSettings
 from highwater.broker.telemetry import ACKS, CONSUMER, REPLICA, TOPIC, BrokerTelemetry
@@ -39,6 +47,7 @@ from highwater.errors import HighwaterError, InvalidRequestError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
 from highwater.metadata.records import BrokerEndpoint
 from highwater.records import SimpleRecord, build_batch
+from highwater.records.partitioner import StickyPartitioner
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -48,6 +57,8 @@ log = logging.getLogger(__name__)
 
 ACKS_ALL: Final = fields.ACKS_ALL
 RECORD_FORMATS: Final = frozenset(pb.RecordFormat.values())
+PLACED_BY_BROKER: Final = -1
+"""``ProducePartition.partition`` for records the broker places by key."""
 
 
 class RequestHandler:
@@ -65,10 +76,12 @@ class RequestHandler:
         broker_epoch: Callable[[], int],
         propose: Callable[[Partition, AlterPartitionProposal], None],
         throttle: Throttle | None = None,
+        leaders: LeaderChannels | None = None,
     ) -> None:
         """``broker_epoch``: this broker's (producer id blocks are asked for under it);
         ``propose``: where ISR changes go (the AlterPartition sender); ``throttle``: the
-        client quotas' rates (:mod:`highwater.broker.quotas`)."""
+        client quotas' rates (:mod:`highwater.broker.quotas`); ``leaders``: the channels to
+        other brokers, for placed records whose partition another leads."""
         self.node_id = node_id
         self.settings = settings
         self.partitions = partitions
@@ -79,6 +92,8 @@ class RequestHandler:
         self._propose = propose
         self._producer_ids: tuple[int, int] = (0, 0)  # next id, end (exclusive)
         self.throttle = throttle or Throttle()
+        self.leaders = leaders if leaders is not None else LeaderChannels(lambda: partitions.image)
+        self._sticky = StickyPartitioner()
 
     @property
     def quotas_in_force(self) -> bool:
@@ -138,6 +153,7 @@ class RequestHandler:
         response = pb.ProduceResponse()
         waiting: list[tuple[pb.ProducePartitionResponse, str, int]] = []
         committed = False  # whether an append moved a high watermark (a leader alone in its ISR)
+        placed: list[asyncio.Task[None]] = []
         for topic in request.topics:
             topic_response = response.topics.add(topic=topic.topic)
             for item in topic.partitions:
@@ -145,6 +161,13 @@ class RequestHandler:
                 answer.log_append_time_ms = -1
                 if acks not in (0, 1, ACKS_ALL):
                     _fail(answer, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}")
+                    continue
+                if item.partition == PLACED_BY_BROKER:
+                    placed.append(
+                        asyncio.create_task(
+                            self._produce_placed(request, topic.topic, item, answer)
+                        )
+                    )
                     continue
                 try:
                     partition = self.partitions.get(topic.topic, item.partition)
@@ -163,6 +186,8 @@ class RequestHandler:
                 if acks == ACKS_ALL:
                     waiting.append((answer, topic.topic, info.last_offset + 1))
         self._purgatory.notify(committed=committed)
+        if placed:
+            await asyncio.gather(*placed)
         if acks == 0:
             return pb.ProduceResponse(), produced
         deadline = time.monotonic() + max(fields.produce_timeout_ms(request), 0) / 1000
@@ -177,6 +202,95 @@ class RequestHandler:
                 break
             await handler.wait(self._purgatory, remaining)
         return response, produced
+
+    async def _produce_placed(
+        self,
+        request: pb.ProduceRequest,
+        topic: str,
+        item: pb.ProducePartition,
+        answer: pb.ProducePartitionResponse,
+    ) -> None:
+        """Records to partition -1: place each (:func:`place_records`), append each
+        partition's share at its leader (this broker's own request path, or the leader's
+        Produce over gRPC, with the request's acks and timeout), and fill ``answer``'s
+        placements in the request's order."""
+        refusal = _placement_refusal(item)
+        if refusal is not None:
+            _fail(answer, ErrorCode.INVALID_REQUEST, refusal)
+            return
+        image = self.partitions.image
+        registration = image.topic(topic)
+        if registration is None or not len(registration.partitions):
+            _fail(answer, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic!r}")
+            return
+        count = len(registration.partitions)
+        leaders = {p: registration.partition(p) for p in range(count)}
+        available = [p for p, r in leaders.items() if r is not None and r.has_leader]
+        records = item.records.records
+        placement = place_records(topic, records, count, available, self._sticky)
+        if placement.sticky is not None:
+            self._sticky.on_produced(topic, placement.sticky, placement.sticky_bytes)
+        placements = [answer.placements.add(partition=-1, offset=-1) for _ in records]
+        shares = sorted(placement.shares.items())
+        outcomes = await asyncio.gather(
+            *(
+                self._produce_share(request, topic, partition, [records[i] for i in indexes])
+                for partition, indexes in shares
+            )
+        )
+        for (partition, indexes), share_answer in zip(shares, outcomes, strict=True):
+            for position, index in enumerate(indexes):
+                where = placements[index]
+                where.partition = partition
+                where.error = share_answer.error
+                if share_answer.error == ErrorCode.NONE and share_answer.base_offset >= 0:
+                    where.offset = share_answer.base_offset + position
+            if share_answer.error != ErrorCode.NONE and answer.error == ErrorCode.NONE:
+                _fail(
+                    answer,
+                    share_answer.error,
+                    f"{topic}-{partition}: {share_answer.error_message}".rstrip(": "),
+                )
+
+    async def _produce_share(
+        self, request: pb.ProduceRequest, topic: str, partition: int, records: list[pb.Record]
+    ) -> pb.ProducePartitionResponse:
+        """Append ``records`` to ``partition`` at its leader; that partition's answer."""
+        share = pb.ProduceRequest(
+            topics=[
+                pb.ProduceTopic(
+                    topic=topic,
+                    partitions=[
+                        pb.ProducePartition(
+                            partition=partition, records=pb.PlainRecords(records=records)
+                        )
+                    ],
+                )
+            ]
+        )
+        share.acks = fields.produce_acks(request)
+        share.timeout_ms = fields.produce_timeout_ms(request)
+        registration = self.partitions.image.topic(topic)
+        leader = None if registration is None else registration.partition(partition)
+        failed = pb.ProducePartitionResponse(partition=partition, base_offset=-1)
+        if leader is None or not leader.has_leader:
+            _fail(failed, ErrorCode.LEADER_NOT_AVAILABLE, "the partition has no leader")
+            return failed
+        if leader.leader == self.node_id:
+            answer, _ = await self._produce(share, _HandlerTime())
+        else:
+            stub = self.leaders.stub(leader.leader)
+            if stub is None:
+                _fail(failed, ErrorCode.LEADER_NOT_AVAILABLE, f"broker {leader.leader} unknown")
+                return failed
+            try:
+                answer = await stub.Produce(share, timeout=share.timeout_ms / 1000 + 5)
+            except grpc.aio.AioRpcError as e:
+                _fail(failed, ErrorCode.NETWORK_EXCEPTION, f"leader {leader.leader}: {e.code()}")
+                return failed
+        if share.acks == 0:
+            return pb.ProducePartitionResponse(partition=partition, base_offset=-1)
+        return answer.topics[0].partitions[0]
 
     def _replicated(self, answer: pb.ProducePartitionResponse, topic: str, end: int) -> bool:
         """Whether an acks=all append that ended at ``end`` is done (setting its error)."""
@@ -534,7 +648,7 @@ class RequestHandler:
         response = pb.FindCoordinatorResponse()
         for key in request.keys:
             answer = response.coordinators.add(key=key, node_id=-1, port=-1)
-            if request.key_type != pb.COORDINATOR_TYPE_GROUP:
+            if request.key_type not in (pb.COORDINATOR_TYPE_UNSPECIFIED, pb.COORDINATOR_TYPE_GROUP):
                 _fail(answer, ErrorCode.INVALID_REQUEST, f"unknown key type {request.key_type}")
                 continue
             if not key:
@@ -610,6 +724,23 @@ def _fail_fetch(request: pb.FetchRequest, code: int, message: str) -> pb.FetchRe
 def _fail(answer: Any, code: int, message: str) -> None:
     answer.error = code
     answer.error_message = message
+
+
+def _placement_refusal(item: pb.ProducePartition) -> str | None:
+    """Why a produce to partition -1 cannot be placed, or None."""
+    if item.WhichOneof("data") != "records":
+        return (
+            "partition -1 (placed by the broker) takes plain records only: "
+            "record batches name their partition"
+        )
+    if item.records.HasField("producer_id"):
+        return (
+            "partition -1 (placed by the broker) cannot carry an idempotent producer's "
+            "sequence: sequences are per partition"
+        )
+    if not item.records.records:
+        return "no records to produce"
+    return None
 
 
 def _batch_bytes(item: pb.ProducePartition) -> bytes:

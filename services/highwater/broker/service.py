@@ -41,6 +41,7 @@ import grpc.aio
 from highwater.broker.alter_partition import AlterPartitionManager
 from highwater.broker.authorization import (
     add_refused_topics,
+    authorize_consumer_session,
     authorize_coordinators,
     authorize_fetch,
     authorize_init_producer_id,
@@ -48,9 +49,11 @@ from highwater.broker.authorization import (
     produce_extra_check,
     split_topics,
 )
+from highwater.broker.consumer_session import ConsumerSessions
 from highwater.broker.forwarding import ForwardedAdminCalls
 from highwater.broker.isr_expiration import expire_isr_forever
 from highwater.broker.kafka_protocol.door import KafkaDoor
+from highwater.broker.leader_channels import LeaderChannels
 from highwater.broker.lifecycle import BROKER_SERVICE_NAME, BrokerLifecycle, ServingReport
 from highwater.broker.partitions import PartitionManager
 from highwater.broker.purgatory import Purgatory
@@ -161,6 +164,7 @@ class BrokerServer:
             on_change=self.purgatory.notify,
             telemetry=self.telemetry,
         )
+        self.leaders = LeaderChannels(lambda: self.partitions.image)
         self.requests = RequestHandler(
             node_id=node_id,
             settings=settings,
@@ -173,7 +177,12 @@ class BrokerServer:
             throttle=Throttle(
                 QuotaSettings(settings.quota_window_num, settings.quota_window_size_seconds)
             ),
+            leaders=self.leaders,
         )
+        self.sessions = ConsumerSessions(self.requests, self.leaders)
+        self.sessions.authorizer = authorize_consumer_session
+        """Consumer sessions (``Broker.ConsumerSession``); ``sessions.authorizer`` is where
+        ACL checks of a session's group and topics plug in."""
         self._shrinker: asyncio.Task[None] | None = None
         self._upkeep: asyncio.Task[None] | None = None
         self.failure: BaseException | None = None
@@ -229,6 +238,7 @@ class BrokerServer:
 
     async def stop(self) -> None:
         """Controlled shutdown (leadership moves away first), then close the logs."""
+        await self.sessions.close()
         await self.lifecycle.controlled_shutdown()
         self.lifecycle.stopping = True
         if self.kafka is not None:
@@ -240,6 +250,7 @@ class BrokerServer:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await self.alter_partitions.close()
+        await self.leaders.close()
         await self.lifecycle.stop_heartbeats()
         await self.controller.close()
         await asyncio.to_thread(self.log_manager.shutdown, broker_epoch=self.broker_epoch)
@@ -287,6 +298,7 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
 
     def __init__(self, broker: BrokerServer) -> None:
         self._broker = broker.requests
+        self._sessions = broker.sessions
         self.controller = broker.controller
         image = broker.partitions
 
@@ -436,6 +448,14 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
         answer = self._broker.find_coordinator(allowed, current_listener())
         answer.coordinators.extend(refused)
         return answer
+
+    async def ConsumerSession(
+        self,
+        request_iterator: AsyncIterator[pb.ConsumerSessionRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.ConsumerSessionResponse]:
+        async for event in self._sessions.serve(request_iterator, context):
+            yield event
 
 
 async def _hold(throttle_time_ms: int) -> None:

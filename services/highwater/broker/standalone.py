@@ -19,7 +19,7 @@ from pathlib import Path
 from highwater.broker.forwarding import add_forwarding_servicer
 from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer, BrokerSettings
 from highwater.config.listeners import Listeners, resolve_listeners
-from highwater.controller_api.codec import CONTROLLER_SERVICE_NAME
+from highwater.controller_api.codec import CONTROLLER_HEALTH_ALIASES, CONTROLLER_SERVICE_NAME
 from highwater.metadata.observer import MetadataObserver, discover_voters
 from highwater.metadata.records import registered_endpoints
 from highwater.rpc.server import GrpcService
@@ -80,6 +80,7 @@ class StandaloneBroker:
         admin_service = GrpcService(
             CONTROLLER_SERVICE_NAME,
             lambda server: add_forwarding_servicer(server, self._require_broker().controller),
+            health_aliases=CONTROLLER_HEALTH_ALIASES,
         )
         self.observer = MetadataObserver(
             node_id=self.node_id,

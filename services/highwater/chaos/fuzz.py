@@ -32,8 +32,9 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
 from highwater.chaos.history import HistoryWriter
+from highwater.internal.v1 import controller_pb2, raft_pb2
 from highwater.rpc.channels import open_channel
-from highwater.v1 import broker_pb2, controller_pb2, coordinator_pb2, raft_pb2, security_pb2
+from highwater.v1 import broker_pb2, coordinator_pb2, security_pb2
 
 MODES = ("garbage", "truncated", "random", "empty")
 #: Which role serves each service: most calls go to a process that implements the method.

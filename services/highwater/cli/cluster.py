@@ -22,8 +22,8 @@ import grpc.aio
 from highwater.cli.tables import format_option, print_json
 from highwater.cli.topics import Connection, connection_options, run_admin
 from highwater.client.admin import AdminClient, ClusterDescription
+from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from highwater.rpc.channels import open_channel
-from highwater.v1 import raft_pb2, raft_pb2_grpc
 
 __all__ = ["cluster"]
 

@@ -1,7 +1,7 @@
 """``highwater controller``: run one voter of the metadata quorum (a KRaft controller).
 
-The process serves ``highwater.v1.Raft`` and ``highwater.v1.Controller`` (plus gRPC
-health and reflection) on ``--listen`` and keeps the metadata log, its snapshots and
+The process serves ``highwater.internal.v1.Raft`` and ``highwater.internal.v1.Controller``
+(plus gRPC health and reflection) on ``--listen`` and keeps the metadata log, its snapshots and
 ``quorum-state`` under ``--data-dir``. The voter that Raft elects leader becomes the
 active controller (:class:`~highwater.controller.service.ControllerServer`); the others
 answer Controller calls with NOT_CONTROLLER and the active controller's address.

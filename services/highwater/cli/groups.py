@@ -58,8 +58,8 @@ from highwater.client.admin import (
     OffsetSpec,
     UnknownTopicOrPartitionError,
 )
-from highwater.client.group.protocol import TopicPartitionKey
 from highwater.errors import HighwaterError
+from highwater.group.protocol import TopicPartitionKey
 
 __all__ = ["groups", "parse_duration", "parse_offsets_csv", "parse_topic_spec"]
 

@@ -21,11 +21,11 @@ import grpc
 import grpc.aio
 
 from highwater.cli.tables import Column, format_option, print_json, print_table
+from highwater.internal.v1 import raft_pb2 as pb
+from highwater.internal.v1 import raft_pb2_grpc
 from highwater.raft.messages import NO_LEADER
 from highwater.rpc.channels import open_channel
 from highwater.rpc.endpoints import parse_endpoint
-from highwater.v1 import raft_pb2 as pb
-from highwater.v1 import raft_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 

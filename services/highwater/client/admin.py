@@ -78,14 +78,14 @@ from highwater.client.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from highwater.client.group.protocol import (
+from highwater.client.security_config import security_from_config
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
+from highwater.group.protocol import (
     MalformedConsumerProtocolError,
     TopicPartitionKey,
     decode_assignment,
 )
-from highwater.client.security_config import security_from_config
-from highwater.controller_api import messages as m
-from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
 from highwater.metadata.client_quotas import ClientQuotaEntity
 from highwater.metadata.records import ConfigResourceType
 from highwater.rpc.endpoints import format_endpoint, parse_endpoint

@@ -35,6 +35,7 @@ asks again (Kafka's ``Metadata.requestUpdate``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -476,6 +477,14 @@ class ClusterMetadata:
                     for p in partitions
                 ),
             )
+
+    async def partition_counts(self, topics: Sequence[str]) -> dict[str, int]:
+        """The partition count of each of ``topics`` the cluster has, from a fresh Metadata
+        answer when one can be had, else from the cache (a group leader's view:
+        :class:`~highwater.group.membership.GroupCluster`)."""
+        with contextlib.suppress(ClusterError):
+            await self.refresh(topics)
+        return {t: info.num_partitions for t in topics if (info := self._topics.get(t)) is not None}
 
     def topic(self, name: str) -> TopicInfo | None:
         """The cached description of ``name``; None if unknown or not fetched yet."""

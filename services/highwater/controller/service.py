@@ -14,7 +14,7 @@ into a controller process, on top of the
   are the offsets they get). When a batch the store appended commits, the committed
   image becomes the speculative image built for it, without decoding it again. Losing
   leadership drops the speculative images.
-* :class:`ControllerServer` runs a ``RaftServer`` with the ``highwater.v1.Controller``
+* :class:`ControllerServer` runs a ``RaftServer`` with the ``highwater.internal.v1.Controller``
   service on the same gRPC server and port (the Raft server takes extra services,
   :class:`~highwater.rpc.server.GrpcService`; health reports the Controller service
   SERVING once the quorum has a leader, and each other service once its role says so). Every RPC,
@@ -58,11 +58,13 @@ from highwater.controller.store import NotControllerError
 from highwater.controller_api import codec
 from highwater.controller_api.authorization import merge_refusals, split_admin_request
 from highwater.controller_api.codec import (
+    CONTROLLER_HEALTH_ALIASES,
     CONTROLLER_SERVICE_NAME,
     ControllerRpc,
     InvalidRequestError,
 )
 from highwater.errors import UnexpectedAppendOffsetError
+from highwater.internal.v1 import controller_pb2_grpc
 from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import MetadataRecord, NoOpRecord, encode_record
@@ -74,7 +76,6 @@ from highwater.raft.state import Role
 from highwater.records import RecordBatch
 from highwater.rpc.auth import follow_image, may_speak_for_node, node_identities, principal_of
 from highwater.rpc.server import GrpcService
-from highwater.v1 import controller_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
@@ -321,7 +322,7 @@ _Job = _Request | _Activate | _Tick
 
 
 class ControllerServer:
-    """A voter of the metadata quorum serving ``highwater.v1.Controller`` (see the module
+    """A voter of the metadata quorum serving ``highwater.internal.v1.Controller`` (see the module
     docstring): ``await start()``, ``await stop()``."""
 
     def __init__(
@@ -355,7 +356,14 @@ class ControllerServer:
             cluster_id=cluster_id,
             settings=self.settings.raft,
             role_listeners=[self._on_role_change],
-            services=[GrpcService(CONTROLLER_SERVICE_NAME, self._add_servicer), *services],
+            services=[
+                GrpcService(
+                    CONTROLLER_SERVICE_NAME,
+                    self._add_servicer,
+                    health_aliases=CONTROLLER_HEALTH_ALIASES,
+                ),
+                *services,
+            ],
             listener_name=listener_name,
             more_listeners=more_listeners,
         )
@@ -645,7 +653,8 @@ _NODE_OF: dict[str, Callable[[Any], int]] = {
 
 
 class ControllerServicer(controller_pb2_grpc.ControllerServicer):
-    """``highwater.v1.Controller``: every method goes through :meth:`ControllerServer.serve`."""
+    """``highwater.internal.v1.Controller``: every method goes through
+    :meth:`ControllerServer.serve`."""
 
     def __init__(self, server: ControllerServer) -> None:
         self._server = server

@@ -57,7 +57,8 @@ class ControllerUnavailableError(HighwaterError):
 
 
 class ControllerClient:
-    """Calls ``highwater.v1.Controller`` on the active controller (see the module docstring).
+    """Calls ``highwater.internal.v1.Controller`` on the active controller (see the module
+    docstring).
 
     Use as ``async with ControllerClient(["h1:9093", "h2:9093"]) as client: ...`` or call
     :meth:`close`. Safe to share between tasks of one event loop.

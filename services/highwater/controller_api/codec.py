@@ -38,11 +38,12 @@ from google.protobuf.message import Message
 
 from highwater.controller_api import messages as m
 from highwater.errors import InvalidRequestError
+from highwater.internal.v1 import controller_pb2 as pb
 from highwater.metadata.records import DEFAULT_SECURITY_PROTOCOL, BrokerEndpoint
-from highwater.v1 import controller_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
+    "CONTROLLER_HEALTH_ALIASES",
     "CONTROLLER_SERVICE_NAME",
     "RPCS",
     "ControllerRpc",
@@ -103,12 +104,25 @@ def _defaulted(name: str, default: Any) -> tuple[_Setter, _Getter]:
     return set_, get
 
 
+_PROTO_ALIASES: Final[Mapping[type[enum.IntEnum], Mapping[int, enum.IntEnum]]] = {
+    m.ElectionType: {2: m.ElectionType.PREFERRED},
+    m.AlterConfigOp: {4: m.AlterConfigOp.SET},
+}
+"""Proto numbers that are not Kafka's: an enum whose Kafka zero became ``_UNSPECIFIED``
+(read as Kafka's zero, and sent as it, so older peers read it alike) names Kafka's zero
+value with a number of its own too (admin.proto)."""
+
+
 def _enum(name: str, enum_type: type[enum.IntEnum]) -> tuple[_Setter, _Getter]:
+    aliases = _PROTO_ALIASES.get(enum_type, {})
+
     def set_(value: Any, message: Any) -> None:
         setattr(message, name, int(getattr(value, name)))
 
     def get(message: Any) -> Any:
         raw = getattr(message, name)
+        if raw in aliases:
+            return aliases[raw]
         try:
             return enum_type(raw)
         except ValueError:
@@ -434,9 +448,12 @@ RPCS: Final[dict[str, ControllerRpc[Any, Any]]] = {
         DESCRIBE_CLIENT_QUOTAS,
     )
 }
-"""Every RPC of ``highwater.v1.Controller``, by method name."""
+"""Every RPC of ``highwater.internal.v1.Controller``, by method name."""
 
 CONTROLLER_SERVICE_NAME: Final = pb.DESCRIPTOR.services_by_name["Controller"].full_name
+CONTROLLER_HEALTH_ALIASES: Final = ("highwater.v1.Controller",)
+"""The Controller service's name before it moved to ``highwater.internal.v1``: health
+reports its status under it too."""
 
 
 def _check_service() -> None:

@@ -1,6 +1,6 @@
 """The quorum controller's requests and responses as plain values: what its pure core handles.
 
-They mirror ``protos/highwater/v1/controller.proto`` field for field; the gRPC edge
+They mirror ``protos/highwater/internal/v1/controller.proto`` field for field; the gRPC edge
 converts, and fills in the active controller's id and address on NOT_CONTROLLER, which
 the core does not know. Error codes are ``ErrorCode`` values from ``common.proto``
 (ints, as in :mod:`highwater.raft.messages`); per-item errors sit in the per-item results.

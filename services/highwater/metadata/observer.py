@@ -19,12 +19,12 @@ from pathlib import Path
 import grpc.aio
 
 from highwater.errors import HighwaterError
+from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.state_machine import ImageListener, MetadataStateMachine
 from highwater.raft.driver import RaftServer, RaftServerSettings
 from highwater.rpc.channels import open_channel
 from highwater.rpc.server import GrpcService
-from highwater.v1 import raft_pb2, raft_pb2_grpc
 
 __all__ = ["MetadataObserver", "QuorumUnreachableError", "discover_voters"]
 

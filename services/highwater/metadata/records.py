@@ -1,6 +1,6 @@
 """The records of the metadata log as immutable values, and their bytes in the Raft log.
 
-One class per message of ``protos/highwater/v1/metadata.proto``, field for field (KIP-631
+One class per message of ``protos/highwater/internal/v1/metadata.proto``, field for field (KIP-631
 and KIP-746 names). The quorum controller produces them, the Raft log stores each as one
 value (:func:`encode_record`), and every broker and controller decodes them
 (:func:`decode_record`) and replays them into a :class:`~highwater.metadata.image.MetadataImage`.
@@ -21,8 +21,8 @@ from google.protobuf.message import DecodeError
 
 from highwater.config.listeners import Listeners
 from highwater.errors import CorruptRecordError
+from highwater.internal.v1 import metadata_pb2 as pb
 from highwater.security import AclBinding
-from highwater.v1 import metadata_pb2 as pb
 
 NO_LEADER: Final = -1
 """The leader of a partition that has none (offline), and "no broker" in general."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, TypeAlias
 
+from highwater.internal.v1 import raft_pb2 as pb
 from highwater.raft.messages import (
     NO_LEADER,
     BeginQuorumEpochRequest,
@@ -27,7 +28,6 @@ from highwater.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from highwater.v1 import raft_pb2 as pb
 
 RaftRequest: TypeAlias = (
     VoteRequest

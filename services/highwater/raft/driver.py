@@ -9,7 +9,7 @@ It owns a pure :class:`~highwater.raft.node.RaftNode` and does all of its I/O:
   (:class:`~highwater.storage.data_dir_lock.DataDirLock`);
 * the network, through :mod:`highwater.raft.transport`: the process's gRPC host
   (:class:`~highwater.rpc.server.GrpcHost`, with health and reflection) serves
-  ``highwater.v1.Raft`` beside any other :class:`~highwater.rpc.server.GrpcService` of the
+  ``highwater.internal.v1.Raft`` beside any other :class:`~highwater.rpc.server.GrpcService` of the
   process (the quorum controller's, a broker's, a coordinator's) on the same port; each
   Raft request is converted to the core's message, stepped into the node, and answered
   with the response the node emits for it (:meth:`RaftServer.serve`); the node's own
@@ -54,6 +54,7 @@ import grpc.aio
 
 from highwater.config.topic import LogConfig
 from highwater.errors import HighwaterError, KafkaStorageError, UnexpectedAppendOffsetError
+from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from highwater.raft.codec import (
     ProtoRequest,
     ProtoResponse,
@@ -86,6 +87,7 @@ from highwater.raft.state import ElectionState
 from highwater.raft.state_machine import RoleListener, SnapshotReader, StateMachine
 from highwater.raft.telemetry import RaftTelemetry
 from highwater.raft.transport import (
+    RAFT_HEALTH_ALIASES,
     RAFT_SERVICE_NAME,
     InboundCalls,
     RaftServicer,
@@ -98,7 +100,6 @@ from highwater.records import RecordBatch, iter_batches
 from highwater.rpc.endpoints import parse_endpoint
 from highwater.rpc.server import GrpcHost, GrpcService
 from highwater.storage.data_dir_lock import LOCK_FILE, DataDirLock
-from highwater.v1 import raft_pb2, raft_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
@@ -224,6 +225,7 @@ class RaftServer:
             RAFT_SERVICE_NAME,
             lambda server: raft_pb2_grpc.add_RaftServicer_to_server(RaftServicer(self), server),
             serving_at_start=True,
+            health_aliases=RAFT_HEALTH_ALIASES,
         )
         self._host = GrpcHost(
             listen,

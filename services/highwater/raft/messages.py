@@ -1,6 +1,6 @@
 """The Raft protocol's messages as plain values, what the pure core consumes and produces.
 
-They mirror ``protos/highwater/v1/raft.proto`` field for field; the gRPC edge converts.
+They mirror ``protos/highwater/internal/v1/raft.proto`` field for field; the gRPC edge converts.
 Every message names its ``source`` and ``destination`` node ids so that the core, a
 simulated network and the real transport route them the same way. Responses carry the
 error code of the request they answer (``ErrorCode`` values from ``common.proto``).

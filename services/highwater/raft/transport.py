@@ -1,6 +1,6 @@
 """The Raft service on the network: requests from peers stepped in, the node's requests sent out.
 
-Inbound, :class:`RaftServicer` serves ``highwater.v1.Raft``: each request is handed to the
+Inbound, :class:`RaftServicer` serves ``highwater.internal.v1.Raft``: each request is handed to the
 driver (:meth:`RaftRequestHandler.serve`), which converts it to the core's message, steps
 it into the node and waits in :class:`InboundCalls` for the response the node emits for
 it (matched by the request's source and type; a long-poll fetch waits until the node
@@ -25,6 +25,7 @@ from typing import Any, Final, Protocol
 import grpc
 import grpc.aio
 
+from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from highwater.raft.codec import (
     RESPONSE_FOR,
     ProtoRequest,
@@ -42,9 +43,9 @@ from highwater.raft.messages import (
     VoteRequest,
 )
 from highwater.rpc.channels import open_channel
-from highwater.v1 import raft_pb2, raft_pb2_grpc
 
 __all__ = [
+    "RAFT_HEALTH_ALIASES",
     "RAFT_SERVICE_NAME",
     "InboundCalls",
     "RaftRequestHandler",
@@ -58,6 +59,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 RAFT_SERVICE_NAME: Final = raft_pb2.DESCRIPTOR.services_by_name["Raft"].full_name
+RAFT_HEALTH_ALIASES: Final = ("highwater.v1.Raft",)
+"""The Raft service's name before it moved to ``highwater.internal.v1``: liveness probes
+ask health for it."""
 
 
 # --- inbound calls: requests waiting for the node's answer ----------------------------------
@@ -311,7 +315,7 @@ class RaftRequestHandler(Protocol):
 
 
 class RaftServicer(raft_pb2_grpc.RaftServicer):
-    """``highwater.v1.Raft``: steps each request into the node and returns its answer."""
+    """``highwater.internal.v1.Raft``: steps each request into the node and returns its answer."""
 
     def __init__(self, server: RaftRequestHandler) -> None:
         self._server = server

@@ -278,7 +278,7 @@ def _error_answer(method: str, refusal: _Refused) -> Message | None:
             rpc = None
         if (
             rpc is not None
-            and service != "highwater.v1.Raft"
+            and service != "highwater.internal.v1.Raft"
             and not rpc.client_streaming
             and not rpc.server_streaming
             and "error" in rpc.output_type.fields_by_name

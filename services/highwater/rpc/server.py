@@ -87,6 +87,9 @@ class GrpcService:
     name: str
     register: Callable[[grpc.aio.Server], None]
     serving_at_start: bool = False
+    health_aliases: tuple[str, ...] = ()
+    """Other names health reports the service's status under: the names it had before it
+    moved to another package, which probes (Kubernetes', docs/grpc.md's) keep asking."""
 
 
 class GrpcHost:
@@ -117,6 +120,9 @@ class GrpcHost:
         self._port: int | None = None
         self._stopping = False
         self._serving = {service.name: service.serving_at_start for service in self.services}
+        self._aliases = {
+            alias: service.name for service in self.services for alias in service.health_aliases
+        }
         self._health_updates: set[asyncio.Task[None]] = set()
 
     @property
@@ -177,7 +183,7 @@ class GrpcHost:
     def is_serving(self, name: str = "") -> bool:
         """What health says of ``name`` (the empty name: the whole server)."""
         if name:
-            return self._serving.get(name, False)
+            return self._serving.get(self._aliases.get(name, name), False)
         return all(self._serving.get(service.name, False) for service in self.services)
 
     async def _publish_health(self) -> None:
@@ -185,7 +191,8 @@ class GrpcHost:
         running in any order leave the latest)."""
         if self._health is None or self._stopping:
             return
-        for name, serving in [("", self.is_serving()), *self._serving.items()]:
+        aliases = [(alias, self.is_serving(alias)) for alias in self._aliases]
+        for name, serving in [("", self.is_serving()), *self._serving.items(), *aliases]:
             await self._health.set(
                 name,
                 health_pb2.HealthCheckResponse.SERVING

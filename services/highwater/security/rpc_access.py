@@ -94,6 +94,7 @@ _BROKER: Final[dict[str, Access]] = {
     "InitProducerId": PerItem(_CLUSTER, _A.IDEMPOTENT_WRITE),
     "FindCoordinator": PerItem(_GROUP, _A.DESCRIBE),
     "DescribeLogDirs": OnCluster(_A.DESCRIBE),
+    "ConsumerSession": PerItem(_GROUP, _A.READ, "and READ on each topic"),
     **_ADMIN,
 }
 
@@ -141,9 +142,9 @@ def _methods(service: str, table: dict[str, Access]) -> dict[str, Access]:
 
 RPC_ACCESS: Final[dict[str, Access]] = {
     **_methods("highwater.v1.Broker", _BROKER),
-    **_methods("highwater.v1.Controller", _CONTROLLER),
+    **_methods("highwater.internal.v1.Controller", _CONTROLLER),
     **_methods("highwater.v1.GroupCoordinator", _COORDINATOR),
-    **_methods("highwater.v1.Raft", _RAFT),
+    **_methods("highwater.internal.v1.Raft", _RAFT),
     "/highwater.v1.Authentication/Authenticate": PUBLIC,
 }
 

@@ -1,1 +1,1 @@
-"""Generated protobuf and gRPC stubs for highwater.v1."""
+"""Generated protobuf and gRPC stubs of the client-facing API, highwater.v1."""

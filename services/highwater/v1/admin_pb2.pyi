@@ -22,7 +22,6 @@ from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from highwater.v1 import common_pb2 as _common_pb2
-from highwater.v1 import metadata_pb2 as _metadata_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -40,15 +39,52 @@ class _ElectionType:
 
 class _ElectionTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ElectionType.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
-    ELECTION_TYPE_PREFERRED: _ElectionType.ValueType  # 0
+    ELECTION_TYPE_UNSPECIFIED: _ElectionType.ValueType  # 0
     ELECTION_TYPE_UNCLEAN: _ElectionType.ValueType  # 1
+    ELECTION_TYPE_PREFERRED: _ElectionType.ValueType  # 2
 
 class ElectionType(_ElectionType, metaclass=_ElectionTypeEnumTypeWrapper):
-    """--- Leader election -----------------------------------------------------------------"""
+    """--- Leader election -----------------------------------------------------------------
 
-ELECTION_TYPE_PREFERRED: ElectionType.ValueType  # 0
+    Kafka's ElectionType is PREFERRED = 0, UNCLEAN = 1. Unset (0) is read as PREFERRED,
+    so requests of older clients keep their meaning; PREFERRED has a number of its own.
+    """
+
+ELECTION_TYPE_UNSPECIFIED: ElectionType.ValueType  # 0
 ELECTION_TYPE_UNCLEAN: ElectionType.ValueType  # 1
+ELECTION_TYPE_PREFERRED: ElectionType.ValueType  # 2
 Global___ElectionType: _TypeAlias = ElectionType  # noqa: Y015
+
+class _ConfigResourceType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ConfigResourceTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConfigResourceType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CONFIG_RESOURCE_TYPE_UNSPECIFIED: _ConfigResourceType.ValueType  # 0
+    """Unknown (Kafka's UNKNOWN)."""
+    CONFIG_RESOURCE_TYPE_TOPIC: _ConfigResourceType.ValueType  # 2
+    CONFIG_RESOURCE_TYPE_BROKER: _ConfigResourceType.ValueType  # 4
+    CONFIG_RESOURCE_TYPE_STATIC_CLUSTER_DEFAULT: _ConfigResourceType.ValueType  # 1000
+    """Not Kafka's: the cluster defaults of the controllers' config files (resource name ""),
+    kept equal to the active controller's file; a BROKER "" (dynamic) value wins over them.
+    """
+
+class ConfigResourceType(_ConfigResourceType, metaclass=_ConfigResourceTypeEnumTypeWrapper):
+    """--- Configs ------------------------------------------------------------------------
+
+    The kinds of resource a config applies to (also in the metadata log's ConfigRecord); numbers are Kafka's ConfigResource.Type.
+    """
+
+CONFIG_RESOURCE_TYPE_UNSPECIFIED: ConfigResourceType.ValueType  # 0
+"""Unknown (Kafka's UNKNOWN)."""
+CONFIG_RESOURCE_TYPE_TOPIC: ConfigResourceType.ValueType  # 2
+CONFIG_RESOURCE_TYPE_BROKER: ConfigResourceType.ValueType  # 4
+CONFIG_RESOURCE_TYPE_STATIC_CLUSTER_DEFAULT: ConfigResourceType.ValueType  # 1000
+"""Not Kafka's: the cluster defaults of the controllers' config files (resource name ""),
+kept equal to the active controller's file; a BROKER "" (dynamic) value wins over them.
+"""
+Global___ConfigResourceType: _TypeAlias = ConfigResourceType  # noqa: Y015
 
 class _AlterConfigOp:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -56,7 +92,8 @@ class _AlterConfigOp:
 
 class _AlterConfigOpEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AlterConfigOp.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
-    ALTER_CONFIG_OP_SET: _AlterConfigOp.ValueType  # 0
+    ALTER_CONFIG_OP_UNSPECIFIED: _AlterConfigOp.ValueType  # 0
+    ALTER_CONFIG_OP_SET: _AlterConfigOp.ValueType  # 4
     ALTER_CONFIG_OP_DELETE: _AlterConfigOp.ValueType  # 1
     ALTER_CONFIG_OP_APPEND: _AlterConfigOp.ValueType  # 2
     """list configs: add elements"""
@@ -64,12 +101,12 @@ class _AlterConfigOpEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AlterCo
     """list configs: remove elements"""
 
 class AlterConfigOp(_AlterConfigOp, metaclass=_AlterConfigOpEnumTypeWrapper):
-    """--- Configs ------------------------------------------------------------------------
-
-    Numbers are Kafka's AlterConfigOp.OpType.
+    """Numbers are Kafka's AlterConfigOp.OpType, but for SET (Kafka's 0): unset (0) is read as
+    SET, so requests of older clients keep their meaning, and SET has a number of its own.
     """
 
-ALTER_CONFIG_OP_SET: AlterConfigOp.ValueType  # 0
+ALTER_CONFIG_OP_UNSPECIFIED: AlterConfigOp.ValueType  # 0
+ALTER_CONFIG_OP_SET: AlterConfigOp.ValueType  # 4
 ALTER_CONFIG_OP_DELETE: AlterConfigOp.ValueType  # 1
 ALTER_CONFIG_OP_APPEND: AlterConfigOp.ValueType  # 2
 """list configs: add elements"""
@@ -83,7 +120,8 @@ class _ConfigSource:
 
 class _ConfigSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConfigSource.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
-    CONFIG_SOURCE_UNKNOWN: _ConfigSource.ValueType  # 0
+    CONFIG_SOURCE_UNSPECIFIED: _ConfigSource.ValueType  # 0
+    """Unknown (Kafka's UNKNOWN)."""
     CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG: _ConfigSource.ValueType  # 1
     CONFIG_SOURCE_DYNAMIC_BROKER_CONFIG: _ConfigSource.ValueType  # 2
     CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG: _ConfigSource.ValueType  # 3
@@ -93,7 +131,8 @@ class _ConfigSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConfigSo
 class ConfigSource(_ConfigSource, metaclass=_ConfigSourceEnumTypeWrapper):
     """Where a value comes from; numbers are Kafka's DescribeConfigsResponse.ConfigSource."""
 
-CONFIG_SOURCE_UNKNOWN: ConfigSource.ValueType  # 0
+CONFIG_SOURCE_UNSPECIFIED: ConfigSource.ValueType  # 0
+"""Unknown (Kafka's UNKNOWN)."""
 CONFIG_SOURCE_DYNAMIC_TOPIC_CONFIG: ConfigSource.ValueType  # 1
 CONFIG_SOURCE_DYNAMIC_BROKER_CONFIG: ConfigSource.ValueType  # 2
 CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG: ConfigSource.ValueType  # 3
@@ -843,14 +882,14 @@ class AlterConfigsResource(_message.Message):
     RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
     RESOURCE_NAME_FIELD_NUMBER: _builtins.int
     CONFIGS_FIELD_NUMBER: _builtins.int
-    resource_type: _metadata_pb2.ConfigResourceType.ValueType
+    resource_type: Global___ConfigResourceType.ValueType
     resource_name: _builtins.str
     @_builtins.property
     def configs(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlterableConfig]: ...
     def __init__(
         self,
         *,
-        resource_type: _metadata_pb2.ConfigResourceType.ValueType = ...,
+        resource_type: Global___ConfigResourceType.ValueType = ...,
         resource_name: _builtins.str = ...,
         configs: _abc.Iterable[Global___AlterableConfig] | None = ...,
     ) -> None: ...
@@ -929,14 +968,14 @@ class AlterConfigsResourceResult(_message.Message):
     RESOURCE_NAME_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
-    resource_type: _metadata_pb2.ConfigResourceType.ValueType
+    resource_type: Global___ConfigResourceType.ValueType
     resource_name: _builtins.str
     error: _common_pb2.ErrorCode.ValueType
     error_message: _builtins.str
     def __init__(
         self,
         *,
-        resource_type: _metadata_pb2.ConfigResourceType.ValueType = ...,
+        resource_type: Global___ConfigResourceType.ValueType = ...,
         resource_name: _builtins.str = ...,
         error: _common_pb2.ErrorCode.ValueType = ...,
         error_message: _builtins.str = ...,
@@ -976,7 +1015,7 @@ class DescribeConfigsResource(_message.Message):
     RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
     RESOURCE_NAME_FIELD_NUMBER: _builtins.int
     CONFIG_NAMES_FIELD_NUMBER: _builtins.int
-    resource_type: _metadata_pb2.ConfigResourceType.ValueType
+    resource_type: Global___ConfigResourceType.ValueType
     resource_name: _builtins.str
     @_builtins.property
     def config_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -985,7 +1024,7 @@ class DescribeConfigsResource(_message.Message):
     def __init__(
         self,
         *,
-        resource_type: _metadata_pb2.ConfigResourceType.ValueType = ...,
+        resource_type: Global___ConfigResourceType.ValueType = ...,
         resource_name: _builtins.str = ...,
         config_names: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
@@ -1038,7 +1077,7 @@ class DescribeConfigsResult(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     CONFIGS_FIELD_NUMBER: _builtins.int
-    resource_type: _metadata_pb2.ConfigResourceType.ValueType
+    resource_type: Global___ConfigResourceType.ValueType
     resource_name: _builtins.str
     error: _common_pb2.ErrorCode.ValueType
     error_message: _builtins.str
@@ -1047,7 +1086,7 @@ class DescribeConfigsResult(_message.Message):
     def __init__(
         self,
         *,
-        resource_type: _metadata_pb2.ConfigResourceType.ValueType = ...,
+        resource_type: Global___ConfigResourceType.ValueType = ...,
         resource_name: _builtins.str = ...,
         error: _common_pb2.ErrorCode.ValueType = ...,
         error_message: _builtins.str = ...,

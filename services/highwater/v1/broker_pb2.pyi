@@ -76,13 +76,38 @@ class _CoordinatorType:
 
 class _CoordinatorTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CoordinatorType.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
-    COORDINATOR_TYPE_GROUP: _CoordinatorType.ValueType  # 0
+    COORDINATOR_TYPE_UNSPECIFIED: _CoordinatorType.ValueType  # 0
+    COORDINATOR_TYPE_GROUP: _CoordinatorType.ValueType  # 2
 
 class CoordinatorType(_CoordinatorType, metaclass=_CoordinatorTypeEnumTypeWrapper):
-    """--- FindCoordinator -------------------------------------------------------------------------"""
+    """--- FindCoordinator -------------------------------------------------------------------------
 
-COORDINATOR_TYPE_GROUP: CoordinatorType.ValueType  # 0
+    Kafka's key types are GROUP = 0 (and TRANSACTION = 1, not served). Unset (0) is read
+    as GROUP, so requests of older clients keep their meaning.
+    """
+
+COORDINATOR_TYPE_UNSPECIFIED: CoordinatorType.ValueType  # 0
+COORDINATOR_TYPE_GROUP: CoordinatorType.ValueType  # 2
 Global___CoordinatorType: _TypeAlias = CoordinatorType  # noqa: Y015
+
+class _OffsetReset:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _OffsetResetEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_OffsetReset.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    OFFSET_RESET_UNSPECIFIED: _OffsetReset.ValueType  # 0
+    """Unset: latest."""
+    OFFSET_RESET_LATEST: _OffsetReset.ValueType  # 1
+    OFFSET_RESET_EARLIEST: _OffsetReset.ValueType  # 2
+
+class OffsetReset(_OffsetReset, metaclass=_OffsetResetEnumTypeWrapper): ...
+
+OFFSET_RESET_UNSPECIFIED: OffsetReset.ValueType  # 0
+"""Unset: latest."""
+OFFSET_RESET_LATEST: OffsetReset.ValueType  # 1
+OFFSET_RESET_EARLIEST: OffsetReset.ValueType  # 2
+Global___OffsetReset: _TypeAlias = OffsetReset  # noqa: Y015
 
 @_typing.final
 class ProduceRequest(_message.Message):
@@ -156,7 +181,13 @@ class ProducePartition(_message.Message):
     RECORD_BATCHES_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
-    """Required: the partition's index (0 is the first partition)."""
+    """Required: the partition's index (0 is the first partition), or -1 with `records`:
+    the broker places each record as Kafka's default partitioner would (a keyed record on
+    partition murmur2(key) mod the partition count, keyless records on a sticky partition
+    that moves on after a batch), appends each partition's share at its leader, and says
+    where each record went in `placements`. -1 with `record_batches`, or with an
+    idempotent producer's fields (sequences are per partition), is INVALID_REQUEST.
+    """
     record_batches: _builtins.bytes
     """One or more RecordBatch v2 batches, as a client built them."""
     @_builtins.property
@@ -350,6 +381,7 @@ class ProducePartitionResponse(_message.Message):
     LOG_APPEND_TIME_MS_FIELD_NUMBER: _builtins.int
     LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     BATCH_ERRORS_FIELD_NUMBER: _builtins.int
+    PLACEMENTS_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     error: _common_pb2.ErrorCode.ValueType
     error_message: _builtins.str
@@ -362,6 +394,13 @@ class ProducePartitionResponse(_message.Message):
     def batch_errors(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchError]:
         """The batches refused, by their index in the request (INVALID_RECORD and the like)."""
 
+    @_builtins.property
+    def placements(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordPlacement]:
+        """For partition -1: where each record of the request went, in the request's order.
+        `error` above is then the first failure of any partition (NONE if every record was
+        appended) and `base_offset` is -1.
+        """
+
     def __init__(
         self,
         *,
@@ -372,14 +411,44 @@ class ProducePartitionResponse(_message.Message):
         log_append_time_ms: _builtins.int = ...,
         log_start_offset: _builtins.int = ...,
         batch_errors: _abc.Iterable[Global___BatchError] | None = ...,
+        placements: _abc.Iterable[Global___RecordPlacement] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "batch_errors", b"batch_errors", "error", b"error", "error_message", b"error_message", "log_append_time_ms", b"log_append_time_ms", "log_start_offset", b"log_start_offset", "partition", b"partition"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "batch_errors", b"batch_errors", "error", b"error", "error_message", b"error_message", "log_append_time_ms", b"log_append_time_ms", "log_start_offset", b"log_start_offset", "partition", b"partition", "placements", b"placements"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ProducePartitionResponse: _TypeAlias = ProducePartitionResponse  # noqa: Y015
+
+@_typing.final
+class RecordPlacement(_message.Message):
+    """Where a record produced to partition -1 went."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    offset: _builtins.int
+    """Its offset (-1 when its partition's append failed)."""
+    error: _common_pb2.ErrorCode.ValueType
+    """Its partition's outcome (NOT_LEADER_OR_FOLLOWER and the like; NONE when appended)."""
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "offset", b"offset", "partition", b"partition"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordPlacement: _TypeAlias = RecordPlacement  # noqa: Y015
 
 @_typing.final
 class BatchError(_message.Message):
@@ -1669,3 +1738,448 @@ class LogDirPartition(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LogDirPartition: _TypeAlias = LogDirPartition  # noqa: Y015
+
+@_typing.final
+class ConsumerSessionRequest(_message.Message):
+    """--- ConsumerSession -------------------------------------------------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    ACK_FIELD_NUMBER: _builtins.int
+    COMMIT_FIELD_NUMBER: _builtins.int
+    SEEK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def start(self) -> Global___SessionStart:
+        """The first message, and only the first."""
+
+    @_builtins.property
+    def ack(self) -> Global___SessionAck: ...
+    @_builtins.property
+    def commit(self) -> Global___SessionCommit: ...
+    @_builtins.property
+    def seek(self) -> Global___SessionSeek: ...
+    def __init__(
+        self,
+        *,
+        start: Global___SessionStart | None = ...,
+        ack: Global___SessionAck | None = ...,
+        commit: Global___SessionCommit | None = ...,
+        seek: Global___SessionSeek | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "commit", b"commit", "request", b"request", "seek", b"seek", "start", b"start"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "commit", b"commit", "request", b"request", "seek", b"seek", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_request: _TypeAlias = _typing.Literal["start", "ack", "commit", "seek"]  # noqa: Y015
+    _WhichOneofArgType_request: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_request) -> _WhichOneofReturnType_request | None: ...
+
+Global___ConsumerSessionRequest: _TypeAlias = ConsumerSessionRequest  # noqa: Y015
+
+@_typing.final
+class SessionStart(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    MAX_RECORDS_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    AUTO_OFFSET_RESET_FIELD_NUMBER: _builtins.int
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    MAX_POLL_INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    ASSIGNORS_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    """Required: the group (its committed offsets, and its membership with `topics`)."""
+    max_records: _builtins.int
+    """Credit: at most this many records delivered and not acknowledged. Unset: 500
+    (Kafka's max.poll.records).
+    """
+    max_bytes: _builtins.int
+    """Credit: at most this many bytes (keys, values, headers) delivered and not
+    acknowledged; one record more when nothing is outstanding, so a large record still
+    comes. Unset: 1 MiB.
+    """
+    auto_offset_reset: Global___OffsetReset.ValueType
+    """Where a partition without a committed offset starts. Unset: latest."""
+    session_timeout_ms: _builtins.int
+    """Kafka's session.timeout.ms (unset: 45000) and max.poll.interval.ms (unset: 300000):
+    a session that sends nothing for that long while it holds records is taken out of
+    the group, as a consumer that stopped polling.
+    """
+    max_poll_interval_ms: _builtins.int
+    client_id: _builtins.str
+    group_instance_id: _builtins.str
+    """Static membership (KIP-345)."""
+    heartbeat_interval_ms: _builtins.int
+    """Kafka's heartbeat.interval.ms: how soon the session hears of a rebalance. Unset:
+    a third of the session timeout, at most 3000.
+    """
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The topics to consume as a member of the group, which shares their partitions out..."""
+
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionPartition]:
+        """...or these partitions, without a membership (Kafka's assign()); commits are then
+        accepted only while the group has no members. Exactly one of the two is given.
+        """
+
+    @_builtins.property
+    def assignors(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """partition.assignment.strategy: `range`, `roundrobin`, `sticky`, `cooperative-sticky`.
+        Unset: range then cooperative-sticky, Kafka's default.
+        """
+
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        partitions: _abc.Iterable[Global___SessionPartition] | None = ...,
+        max_records: _builtins.int | None = ...,
+        max_bytes: _builtins.int | None = ...,
+        auto_offset_reset: Global___OffsetReset.ValueType = ...,
+        session_timeout_ms: _builtins.int | None = ...,
+        max_poll_interval_ms: _builtins.int | None = ...,
+        assignors: _abc.Iterable[_builtins.str] | None = ...,
+        client_id: _builtins.str = ...,
+        group_instance_id: _builtins.str | None = ...,
+        heartbeat_interval_ms: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_group_instance_id", b"_group_instance_id", "_heartbeat_interval_ms", b"_heartbeat_interval_ms", "_max_bytes", b"_max_bytes", "_max_poll_interval_ms", b"_max_poll_interval_ms", "_max_records", b"_max_records", "_session_timeout_ms", b"_session_timeout_ms", "group_instance_id", b"group_instance_id", "heartbeat_interval_ms", b"heartbeat_interval_ms", "max_bytes", b"max_bytes", "max_poll_interval_ms", b"max_poll_interval_ms", "max_records", b"max_records", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_group_instance_id", b"_group_instance_id", "_heartbeat_interval_ms", b"_heartbeat_interval_ms", "_max_bytes", b"_max_bytes", "_max_poll_interval_ms", b"_max_poll_interval_ms", "_max_records", b"_max_records", "_session_timeout_ms", b"_session_timeout_ms", "assignors", b"assignors", "auto_offset_reset", b"auto_offset_reset", "client_id", b"client_id", "group_id", b"group_id", "group_instance_id", b"group_instance_id", "heartbeat_interval_ms", b"heartbeat_interval_ms", "max_bytes", b"max_bytes", "max_poll_interval_ms", b"max_poll_interval_ms", "max_records", b"max_records", "partitions", b"partitions", "session_timeout_ms", b"session_timeout_ms", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__group_instance_id: _TypeAlias = _typing.Literal["group_instance_id"]  # noqa: Y015
+    _WhichOneofArgType__group_instance_id: _TypeAlias = _typing.Literal["_group_instance_id", b"_group_instance_id"]  # noqa: Y015
+    _WhichOneofReturnType__heartbeat_interval_ms: _TypeAlias = _typing.Literal["heartbeat_interval_ms"]  # noqa: Y015
+    _WhichOneofArgType__heartbeat_interval_ms: _TypeAlias = _typing.Literal["_heartbeat_interval_ms", b"_heartbeat_interval_ms"]  # noqa: Y015
+    _WhichOneofReturnType__max_bytes: _TypeAlias = _typing.Literal["max_bytes"]  # noqa: Y015
+    _WhichOneofArgType__max_bytes: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes"]  # noqa: Y015
+    _WhichOneofReturnType__max_poll_interval_ms: _TypeAlias = _typing.Literal["max_poll_interval_ms"]  # noqa: Y015
+    _WhichOneofArgType__max_poll_interval_ms: _TypeAlias = _typing.Literal["_max_poll_interval_ms", b"_max_poll_interval_ms"]  # noqa: Y015
+    _WhichOneofReturnType__max_records: _TypeAlias = _typing.Literal["max_records"]  # noqa: Y015
+    _WhichOneofArgType__max_records: _TypeAlias = _typing.Literal["_max_records", b"_max_records"]  # noqa: Y015
+    _WhichOneofReturnType__session_timeout_ms: _TypeAlias = _typing.Literal["session_timeout_ms"]  # noqa: Y015
+    _WhichOneofArgType__session_timeout_ms: _TypeAlias = _typing.Literal["_session_timeout_ms", b"_session_timeout_ms"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__group_instance_id) -> _WhichOneofReturnType__group_instance_id | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__heartbeat_interval_ms) -> _WhichOneofReturnType__heartbeat_interval_ms | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_bytes) -> _WhichOneofReturnType__max_bytes | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_poll_interval_ms) -> _WhichOneofReturnType__max_poll_interval_ms | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_records) -> _WhichOneofReturnType__max_records | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__session_timeout_ms) -> _WhichOneofReturnType__session_timeout_ms | None: ...
+
+Global___SessionStart: _TypeAlias = SessionStart  # noqa: Y015
+
+@_typing.final
+class SessionPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionPartition: _TypeAlias = SessionPartition  # noqa: Y015
+
+@_typing.final
+class SessionAck(_message.Message):
+    """The client processed every record of each partition below `offset` (the next offset it
+    wants, as Kafka commits). It frees their credit, and is what a commit commits.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    COMMIT_FIELD_NUMBER: _builtins.int
+    commit: _builtins.bool
+    """Also commit every acknowledged position now (as `commit`)."""
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionOffset]: ...
+    def __init__(
+        self,
+        *,
+        offsets: _abc.Iterable[Global___SessionOffset] | None = ...,
+        commit: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit", b"commit", "offsets", b"offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionAck: _TypeAlias = SessionAck  # noqa: Y015
+
+@_typing.final
+class SessionOffset(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionOffset: _TypeAlias = SessionOffset  # noqa: Y015
+
+@_typing.final
+class SessionCommit(_message.Message):
+    """Commit the acknowledged position of every partition the session holds, and answer with
+    `committed`. Nothing that was not acknowledged is committed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionCommit: _TypeAlias = SessionCommit  # noqa: Y015
+
+@_typing.final
+class SessionSeek(_message.Message):
+    """Move a partition's position: an offset, or -2 (earliest) or -1 (latest). Records
+    delivered and not acknowledged are no longer owed an acknowledgement.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionSeek: _TypeAlias = SessionSeek  # noqa: Y015
+
+@_typing.final
+class ConsumerSessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    COMMITTED_FIELD_NUMBER: _builtins.int
+    NOTICE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def assignment(self) -> Global___SessionAssignment: ...
+    @_builtins.property
+    def records(self) -> Global___SessionRecords: ...
+    @_builtins.property
+    def committed(self) -> Global___SessionCommitted: ...
+    @_builtins.property
+    def notice(self) -> Global___SessionNotice: ...
+    def __init__(
+        self,
+        *,
+        assignment: Global___SessionAssignment | None = ...,
+        records: Global___SessionRecords | None = ...,
+        committed: Global___SessionCommitted | None = ...,
+        notice: Global___SessionNotice | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "committed", b"committed", "event", b"event", "notice", b"notice", "records", b"records"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "committed", b"committed", "event", b"event", "notice", b"notice", "records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["assignment", "records", "committed", "notice"]  # noqa: Y015
+    _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
+
+Global___ConsumerSessionResponse: _TypeAlias = ConsumerSessionResponse  # noqa: Y015
+
+@_typing.final
+class SessionAssignment(_message.Message):
+    """The partitions the session holds now, after a rebalance (or at the start, for explicit
+    partitions). Records of `revoked` partitions stop; their acknowledged positions were
+    committed first (unless `lost`: the membership was gone, and another member may
+    already hold them).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_ID_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    REVOKED_FIELD_NUMBER: _builtins.int
+    LOST_FIELD_NUMBER: _builtins.int
+    member_id: _builtins.str
+    generation_id: _builtins.int
+    lost: _builtins.bool
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionPartition]: ...
+    @_builtins.property
+    def revoked(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionPartition]: ...
+    def __init__(
+        self,
+        *,
+        member_id: _builtins.str = ...,
+        generation_id: _builtins.int = ...,
+        partitions: _abc.Iterable[Global___SessionPartition] | None = ...,
+        revoked: _abc.Iterable[Global___SessionPartition] | None = ...,
+        lost: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation_id", b"generation_id", "lost", b"lost", "member_id", b"member_id", "partitions", b"partitions", "revoked", b"revoked"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionAssignment: _TypeAlias = SessionAssignment  # noqa: Y015
+
+@_typing.final
+class SessionRecords(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    high_watermark: _builtins.int
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchedRecord]: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        records: _abc.Iterable[Global___FetchedRecord] | None = ...,
+        high_watermark: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["high_watermark", b"high_watermark", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionRecords: _TypeAlias = SessionRecords  # noqa: Y015
+
+@_typing.final
+class SessionCommitted(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionCommitResult]: ...
+    def __init__(
+        self,
+        *,
+        partitions: _abc.Iterable[Global___SessionCommitResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionCommitted: _TypeAlias = SessionCommitted  # noqa: Y015
+
+@_typing.final
+class SessionCommitResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    offset: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "offset", b"offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionCommitResult: _TypeAlias = SessionCommitResult  # noqa: Y015
+
+@_typing.final
+class SessionNotice(_message.Message):
+    """A request the session refused without ending (an acknowledgement beyond what was
+    delivered, a seek or an acknowledgement of a partition it does not hold).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    message: _builtins.str
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionNotice: _TypeAlias = SessionNotice  # noqa: Y015

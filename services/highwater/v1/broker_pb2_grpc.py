@@ -90,6 +90,11 @@ class BrokerStub:
                 request_serializer=highwater_dot_v1_dot_broker__pb2.DescribeLogDirsRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_broker__pb2.DescribeLogDirsResponse.FromString,
                 _registered_method=True)
+        self.ConsumerSession = channel.stream_stream(
+                '/highwater.v1.Broker/ConsumerSession',
+                request_serializer=highwater_dot_v1_dot_broker__pb2.ConsumerSessionRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_broker__pb2.ConsumerSessionResponse.FromString,
+                _registered_method=True)
         self.CreateTopics = channel.unary_unary(
                 '/highwater.v1.Broker/CreateTopics',
                 request_serializer=highwater_dot_v1_dot_admin__pb2.CreateTopicsRequest.SerializeToString,
@@ -251,6 +256,21 @@ class BrokerServicer:
     def DescribeLogDirs(self, request, context):
         """This broker's log directories: path, health, disk usage and the replicas in each
         (Kafka's DescribeLogDirs; answered by the broker itself, not forwarded).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ConsumerSession(self, request_iterator, context):
+        """A consumer without a group protocol of its own: the client names a group and topics
+        (or partitions); the broker runs the group membership on its behalf (join, sync,
+        heartbeats, the assignor, rebalances), sends it assignment changes and the records of
+        its partitions as plain records while it has credit, and takes its acknowledgements,
+        commits and seeks. The membership ends with the stream (a cut stream is a member that
+        left: the group rebalances). Status codes: INVALID_ARGUMENT for a first message that is
+        not a valid `start`, PERMISSION_DENIED for a group or topic the caller may not read,
+        ABORTED when the group refuses the member (a fenced static member), UNAVAILABLE while
+        the broker shuts down.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -420,6 +440,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DescribeLogDirs,
                     request_deserializer=highwater_dot_v1_dot_broker__pb2.DescribeLogDirsRequest.FromString,
                     response_serializer=highwater_dot_v1_dot_broker__pb2.DescribeLogDirsResponse.SerializeToString,
+            ),
+            'ConsumerSession': grpc.stream_stream_rpc_method_handler(
+                    servicer.ConsumerSession,
+                    request_deserializer=highwater_dot_v1_dot_broker__pb2.ConsumerSessionRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_broker__pb2.ConsumerSessionResponse.SerializeToString,
             ),
             'CreateTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTopics,
@@ -799,6 +824,33 @@ class Broker:
             '/highwater.v1.Broker/DescribeLogDirs',
             highwater_dot_v1_dot_broker__pb2.DescribeLogDirsRequest.SerializeToString,
             highwater_dot_v1_dot_broker__pb2.DescribeLogDirsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumerSession(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/highwater.v1.Broker/ConsumerSession',
+            highwater_dot_v1_dot_broker__pb2.ConsumerSessionRequest.SerializeToString,
+            highwater_dot_v1_dot_broker__pb2.ConsumerSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

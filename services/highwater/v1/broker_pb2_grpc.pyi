@@ -70,6 +70,17 @@ class BrokerStub:
     """This broker's log directories: path, health, disk usage and the replicas in each
     (Kafka's DescribeLogDirs; answered by the broker itself, not forwarded).
     """
+    ConsumerSession: _grpc.StreamStreamMultiCallable[_broker_pb2.ConsumerSessionRequest, _broker_pb2.ConsumerSessionResponse]
+    """A consumer without a group protocol of its own: the client names a group and topics
+    (or partitions); the broker runs the group membership on its behalf (join, sync,
+    heartbeats, the assignor, rebalances), sends it assignment changes and the records of
+    its partitions as plain records while it has credit, and takes its acknowledgements,
+    commits and seeks. The membership ends with the stream (a cut stream is a member that
+    left: the group rebalances). Status codes: INVALID_ARGUMENT for a first message that is
+    not a valid `start`, PERMISSION_DENIED for a group or topic the caller may not read,
+    ABORTED when the group refuses the member (a fenced static member), UNAVAILABLE while
+    the broker shuts down.
+    """
     CreateTopics: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateTopicsRequest, _admin_pb2.CreateTopicsResponse]
     """Admin calls (admin.proto), forwarded to the active controller and answered with its
     reply (KIP-590): a client needs no address but a broker's, and no service but this one.
@@ -130,6 +141,17 @@ class BrokerAsyncStub(BrokerStub):
     DescribeLogDirs: _aio.UnaryUnaryMultiCallable[_broker_pb2.DescribeLogDirsRequest, _broker_pb2.DescribeLogDirsResponse]  # type: ignore[assignment]
     """This broker's log directories: path, health, disk usage and the replicas in each
     (Kafka's DescribeLogDirs; answered by the broker itself, not forwarded).
+    """
+    ConsumerSession: _aio.StreamStreamMultiCallable[_broker_pb2.ConsumerSessionRequest, _broker_pb2.ConsumerSessionResponse]  # type: ignore[assignment]
+    """A consumer without a group protocol of its own: the client names a group and topics
+    (or partitions); the broker runs the group membership on its behalf (join, sync,
+    heartbeats, the assignor, rebalances), sends it assignment changes and the records of
+    its partitions as plain records while it has credit, and takes its acknowledgements,
+    commits and seeks. The membership ends with the stream (a cut stream is a member that
+    left: the group rebalances). Status codes: INVALID_ARGUMENT for a first message that is
+    not a valid `start`, PERMISSION_DENIED for a group or topic the caller may not read,
+    ABORTED when the group refuses the member (a fenced static member), UNAVAILABLE while
+    the broker shuts down.
     """
     CreateTopics: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateTopicsRequest, _admin_pb2.CreateTopicsResponse]  # type: ignore[assignment]
     """Admin calls (admin.proto), forwarded to the active controller and answered with its
@@ -254,6 +276,23 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_broker_pb2.DescribeLogDirsResponse, _abc.Awaitable[_broker_pb2.DescribeLogDirsResponse]]:
         """This broker's log directories: path, health, disk usage and the replicas in each
         (Kafka's DescribeLogDirs; answered by the broker itself, not forwarded).
+        """
+
+    @_abc_1.abstractmethod
+    def ConsumerSession(
+        self,
+        request_iterator: _MaybeAsyncIterator[_broker_pb2.ConsumerSessionRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_broker_pb2.ConsumerSessionResponse], _abc.AsyncIterator[_broker_pb2.ConsumerSessionResponse]]:
+        """A consumer without a group protocol of its own: the client names a group and topics
+        (or partitions); the broker runs the group membership on its behalf (join, sync,
+        heartbeats, the assignor, rebalances), sends it assignment changes and the records of
+        its partitions as plain records while it has credit, and takes its acknowledgements,
+        commits and seeks. The membership ends with the stream (a cut stream is a member that
+        left: the group rebalances). Status codes: INVALID_ARGUMENT for a first message that is
+        not a valid `start`, PERMISSION_DENIED for a group or topic the caller may not read,
+        ABORTED when the group refuses the member (a fenced static member), UNAVAILABLE while
+        the broker shuts down.
         """
 
     @_abc_1.abstractmethod

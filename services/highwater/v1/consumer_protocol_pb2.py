@@ -24,13 +24,14 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$highwater/v1/consumer_protocol.proto\x12\x0chighwater.v1\"D\n\x1f\x43onsumerProtocolTopicPartitions\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\"\xc3\x01\n\x1c\x43onsumerProtocolSubscription\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x11\n\tuser_data\x18\x02 \x01(\x0c\x12G\n\x10owned_partitions\x18\x03 \x03(\x0b\x32-.highwater.v1.ConsumerProtocolTopicPartitions\x12\x15\n\rgeneration_id\x18\x04 \x01(\x05\x12\x14\n\x07rack_id\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\n\n\x08_rack_id\"{\n\x1a\x43onsumerProtocolAssignment\x12J\n\x13\x61ssigned_partitions\x18\x01 \x03(\x0b\x32-.highwater.v1.ConsumerProtocolTopicPartitions\x12\x11\n\tuser_data\x18\x02 \x01(\x0c\"x\n\x16StickyAssignorUserData\x12J\n\x13previous_assignment\x18\x01 \x03(\x0b\x32-.highwater.v1.ConsumerProtocolTopicPartitions\x12\x12\n\ngeneration\x18\x02 \x01(\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$highwater/v1/consumer_protocol.proto\x12\x0chighwater.v1\"D\n\x1f\x43onsumerProtocolTopicPartitions\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\"\xc3\x01\n\x1c\x43onsumerProtocolSubscription\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x11\n\tuser_data\x18\x02 \x01(\x0c\x12G\n\x10owned_partitions\x18\x03 \x03(\x0b\x32-.highwater.v1.ConsumerProtocolTopicPartitions\x12\x15\n\rgeneration_id\x18\x04 \x01(\x05\x12\x14\n\x07rack_id\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\n\n\x08_rack_id\"{\n\x1a\x43onsumerProtocolAssignment\x12J\n\x13\x61ssigned_partitions\x18\x01 \x03(\x0b\x32-.highwater.v1.ConsumerProtocolTopicPartitions\x12\x11\n\tuser_data\x18\x02 \x01(\x0c\"x\n\x16StickyAssignorUserData\x12J\n\x13previous_assignment\x18\x01 \x03(\x0b\x32-.highwater.v1.ConsumerProtocolTopicPartitions\x12\x12\n\ngeneration\x18\x02 \x01(\x05\x42S\n\x0fio.highwater.v1P\x01Z>github.com/highwater/highwater/gen/go/highwater/v1;highwaterv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'highwater.v1.consumer_protocol_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'\n\017io.highwater.v1P\001Z>github.com/highwater/highwater/gen/go/highwater/v1;highwaterv1'
   _globals['_CONSUMERPROTOCOLTOPICPARTITIONS']._serialized_start=54
   _globals['_CONSUMERPROTOCOLTOPICPARTITIONS']._serialized_end=122
   _globals['_CONSUMERPROTOCOLSUBSCRIPTION']._serialized_start=125

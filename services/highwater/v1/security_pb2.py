@@ -25,13 +25,14 @@ _sym_db = _symbol_database.Default()
 from highwater.v1 import common_pb2 as highwater_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bhighwater/v1/security.proto\x12\x0chighwater.v1\x1a\x19highwater/v1/common.proto\"Q\n\x13\x41uthenticateRequest\x12\x11\n\tmechanism\x18\x01 \x01(\t\x12\x12\n\nauth_bytes\x18\x02 \x01(\x0c\x12\x13\n\x0b\x65xchange_id\x18\x03 \x01(\t\"\xf3\x01\n\x14\x41uthenticateResponse\x12&\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x17.highwater.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x12\n\nauth_bytes\x18\x03 \x01(\x0c\x12\x13\n\x0b\x65xchange_id\x18\x04 \x01(\t\x12\x10\n\x08\x63omplete\x18\x05 \x01(\x08\x12\x15\n\rsession_token\x18\x06 \x01(\t\x12\x1b\n\x13session_lifetime_ms\x18\x07 \x01(\x03\x12\x11\n\tprincipal\x18\x08 \x01(\t\x12\x1a\n\x12\x65nabled_mechanisms\x18\t \x03(\t2g\n\x0e\x41uthentication\x12U\n\x0c\x41uthenticate\x12!.highwater.v1.AuthenticateRequest\x1a\".highwater.v1.AuthenticateResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bhighwater/v1/security.proto\x12\x0chighwater.v1\x1a\x19highwater/v1/common.proto\"Q\n\x13\x41uthenticateRequest\x12\x11\n\tmechanism\x18\x01 \x01(\t\x12\x12\n\nauth_bytes\x18\x02 \x01(\x0c\x12\x13\n\x0b\x65xchange_id\x18\x03 \x01(\t\"\xf3\x01\n\x14\x41uthenticateResponse\x12&\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x17.highwater.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x12\n\nauth_bytes\x18\x03 \x01(\x0c\x12\x13\n\x0b\x65xchange_id\x18\x04 \x01(\t\x12\x10\n\x08\x63omplete\x18\x05 \x01(\x08\x12\x15\n\rsession_token\x18\x06 \x01(\t\x12\x1b\n\x13session_lifetime_ms\x18\x07 \x01(\x03\x12\x11\n\tprincipal\x18\x08 \x01(\t\x12\x1a\n\x12\x65nabled_mechanisms\x18\t \x03(\t2g\n\x0e\x41uthentication\x12U\n\x0c\x41uthenticate\x12!.highwater.v1.AuthenticateRequest\x1a\".highwater.v1.AuthenticateResponseBS\n\x0fio.highwater.v1P\x01Z>github.com/highwater/highwater/gen/go/highwater/v1;highwaterv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'highwater.v1.security_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'\n\017io.highwater.v1P\001Z>github.com/highwater/highwater/gen/go/highwater/v1;highwaterv1'
   _globals['_AUTHENTICATEREQUEST']._serialized_start=72
   _globals['_AUTHENTICATEREQUEST']._serialized_end=153
   _globals['_AUTHENTICATERESPONSE']._serialized_start=156

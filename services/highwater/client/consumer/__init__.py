@@ -9,7 +9,7 @@
 - :mod:`~highwater.client.consumer.config`: the settings (:class:`ConsumerConfig`).
 
 The group membership (JoinGroup, SyncGroup, heartbeats) and the assignors live beside it
-in :mod:`highwater.client.group`, whose protocol types the admin client decodes too.
+in :mod:`highwater.group`, whose protocol types the admin client decodes too.
 Every public name is importable from here, ``from highwater.client.consumer import ...``.
 """
 

@@ -9,12 +9,12 @@ from typing import Any, Final
 from highwater.client.cluster import (
     parse_bootstrap_servers,
 )
-from highwater.client.group.assignors import assignor_for
 from highwater.client.security_config import SECURITY_CONFIG_KEYS, security_from_config
 from highwater.config.definition import INT_MAX, ConfigDef, ConfigKey, ConfigType, at_least, one_of
 from highwater.errors import (
     InvalidConfigError,
 )
+from highwater.group.assignors import assignor_for
 from highwater.rpc.client_auth import ClientSecurity
 
 __all__ = ["CONSUMER_CONFIG_DEF", "ConsumerConfig"]

@@ -6,7 +6,7 @@ thread, like :class:`~highwater.client.producer.Producer`.
 
 Partitions come from a consumer group (:meth:`AsyncConsumer.subscribe` with ``group.id``:
 the group's coordinator and its leader share the partitions of the subscribed topics out
-among the members, :mod:`highwater.client.group.membership`) or are named by hand
+among the members, :mod:`highwater.group.membership`) or are named by hand
 (:meth:`AsyncConsumer.assign`). With a ``group.id`` the consumer commits offsets to the
 group's coordinator (:meth:`~AsyncConsumer.commit`, and every ``auto.commit.interval.ms``
 while ``enable.auto.commit`` is on) and a partition it starts on begins at the group's
@@ -89,9 +89,6 @@ from highwater.client.consumer.fetcher import (
     TopicPartition,
     create_fetch_request,
 )
-from highwater.client.group.assignors import assignor_for
-from highwater.client.group.membership import GroupError, GroupMembership, GroupSettings
-from highwater.client.group.protocol import TopicPartitionKey
 from highwater.client.loop_thread import LoopThread
 from highwater.client.message import Message
 from highwater.client.metrics import CLIENT_METRICS, PartitionLag
@@ -99,6 +96,9 @@ from highwater.errors import (
     HighwaterError,
     OffsetOutOfRangeError,
 )
+from highwater.group.assignors import assignor_for
+from highwater.group.membership import GroupError, GroupMembership, GroupSettings
+from highwater.group.protocol import TopicPartitionKey
 from highwater.telemetry.configure import tracing_enabled
 from highwater.telemetry.messaging import ConsumerTracing
 from highwater.v1 import broker_pb2 as pb

@@ -66,7 +66,6 @@ from highwater.client.message import (
     message_factory,
 )
 from highwater.client.metrics import CLIENT_METRICS
-from highwater.client.partitioner import StickyPartitioner, choose_partition
 from highwater.client.producer.accumulator import (
     NO_HEADERS,
     SEQUENCE_MODULUS,
@@ -99,6 +98,7 @@ from highwater.client.producer.sender import (
 from highwater.errors import AuthenticationError, HighwaterError
 from highwater.records import RecordBatchBuilder
 from highwater.records.batch import append_fields
+from highwater.records.partitioner import StickyPartitioner, choose_partition
 from highwater.records.record import RecordFields
 from highwater.telemetry.configure import tracing_enabled
 from highwater.telemetry.messaging import ProducerTracing

@@ -1,0 +1,173 @@
+"""A consumer session's positions and credit: what is delivered, acknowledged, committed.
+
+Pure bookkeeping for :mod:`~highwater.broker.consumer_session`. Per partition it holds:
+
+- ``position``: the next offset to deliver (None until the committed offset or the reset
+  policy gave one);
+- ``acknowledged``: the client's word that every record below it is processed: what a
+  commit commits (at-least-once: nothing is committed past it);
+- ``committed``: what the group has for it, as far as this session knows;
+- the records delivered and not acknowledged yet, with their sizes.
+
+The session's credit is ``max_records`` records and ``max_bytes`` bytes outstanding over
+all its partitions: :meth:`SessionState.deliverable` says how many of a fetched run of
+records may go now (one record even past the bytes when nothing is outstanding, so that
+a record larger than the credit still comes), and a session out of credit is not fetched
+for until an acknowledgement (or a seek, or a revocation) frees some.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from highwater.group.protocol import TopicPartitionKey
+
+__all__ = ["PartitionProgress", "SessionState"]
+
+
+@dataclass(slots=True)
+class PartitionProgress:
+    position: int | None = None
+    acknowledged: int | None = None
+    committed: int | None = None
+    outstanding: deque[tuple[int, int]] = field(default_factory=deque)
+    """``(offset, size)`` of the records delivered and not acknowledged, in offset order."""
+
+
+class SessionState:
+    """The partitions a session holds and its credit (see the module docstring)."""
+
+    def __init__(self, max_records: int, max_bytes: int) -> None:
+        if max_records < 1 or max_bytes < 1:
+            raise ValueError("max_records and max_bytes must be at least 1")
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self.partitions: dict[TopicPartitionKey, PartitionProgress] = {}
+        self.outstanding_records = 0
+        self.outstanding_bytes = 0
+
+    # -- holding partitions --------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartitionKey]) -> None:
+        for tp in partitions:
+            self.partitions.setdefault(tp, PartitionProgress())
+
+    def remove(self, partitions: Iterable[TopicPartitionKey]) -> None:
+        """Stop holding ``partitions``: their outstanding records are no longer owed."""
+        for tp in partitions:
+            progress = self.partitions.pop(tp, None)
+            if progress is not None:
+                self._release(progress.outstanding)
+
+    def start_at(self, tp: TopicPartitionKey, offset: int, *, committed: bool) -> None:
+        """Where ``tp`` starts: its committed offset (which is also acknowledged), or
+        where the reset policy put it."""
+        progress = self.partitions.get(tp)
+        if progress is None:
+            return
+        progress.position = offset
+        if committed:
+            progress.acknowledged = progress.committed = offset
+
+    def held(self) -> tuple[TopicPartitionKey, ...]:
+        return tuple(sorted(self.partitions))
+
+    # -- delivering ----------------------------------------------------------------------
+
+    def has_credit(self) -> bool:
+        return self.outstanding_records < self.max_records and (
+            self.outstanding_records == 0 or self.outstanding_bytes < self.max_bytes
+        )
+
+    def record_room(self) -> int:
+        """How many records may be delivered now."""
+        return max(self.max_records - self.outstanding_records, 0)
+
+    def byte_room(self) -> int:
+        """How many bytes a fetch may ask for now (at least 1)."""
+        return max(self.max_bytes - self.outstanding_bytes, 1)
+
+    def fetchable(self) -> list[tuple[TopicPartitionKey, int]]:
+        """The partitions to fetch and from where: all with a position, while there is credit."""
+        if not self.has_credit():
+            return []
+        return [
+            (tp, p.position) for tp, p in sorted(self.partitions.items()) if p.position is not None
+        ]
+
+    def deliverable(self, sizes: Sequence[int]) -> int:
+        """How many of a run of records with ``sizes`` may be delivered now."""
+        records, size = self.outstanding_records, self.outstanding_bytes
+        count = 0
+        for record_size in sizes:
+            if records >= self.max_records:
+                break
+            if records > 0 and size + record_size > self.max_bytes:
+                break
+            records += 1
+            size += record_size
+            count += 1
+        return count
+
+    def delivered(self, tp: TopicPartitionKey, records: Iterable[tuple[int, int]]) -> None:
+        """``(offset, size)`` of records of ``tp`` sent to the client, in offset order."""
+        progress = self.partitions[tp]
+        for offset, size in records:
+            progress.outstanding.append((offset, size))
+            progress.position = offset + 1
+            self.outstanding_records += 1
+            self.outstanding_bytes += size
+
+    # -- the client's word ---------------------------------------------------------------
+
+    def acknowledge(self, tp: TopicPartitionKey, offset: int) -> str | None:
+        """Every record of ``tp`` below ``offset`` is processed; why not, if refused."""
+        progress = self.partitions.get(tp)
+        if progress is None:
+            return f"{tp[0]}-{tp[1]} is not held by this session"
+        if progress.position is None or offset > progress.position or offset < 0:
+            return (
+                f"{tp[0]}-{tp[1]}: offset {offset} acknowledges records never delivered "
+                f"(next to deliver: {progress.position})"
+            )
+        progress.acknowledged = offset
+        freed: list[tuple[int, int]] = []
+        while progress.outstanding and progress.outstanding[0][0] < offset:
+            freed.append(progress.outstanding.popleft())
+        self._release(freed)
+        return None
+
+    def seek(self, tp: TopicPartitionKey, offset: int) -> str | None:
+        progress = self.partitions.get(tp)
+        if progress is None:
+            return f"{tp[0]}-{tp[1]} is not held by this session"
+        self._release(progress.outstanding)
+        progress.outstanding = deque()
+        progress.position = offset
+        return None
+
+    def to_commit(
+        self, partitions: Iterable[TopicPartitionKey] | None = None
+    ) -> dict[TopicPartitionKey, int]:
+        """The acknowledged positions not committed yet (of ``partitions``, or all)."""
+        wanted = self.partitions if partitions is None else partitions
+        result = {}
+        for tp in wanted:
+            progress = self.partitions.get(tp)
+            if progress is None or progress.acknowledged is None:
+                continue
+            if progress.acknowledged != progress.committed:
+                result[tp] = progress.acknowledged
+        return result
+
+    def committed(self, tp: TopicPartitionKey, offset: int) -> None:
+        progress = self.partitions.get(tp)
+        if progress is not None:
+            progress.committed = offset
+
+    def _release(self, records: Iterable[tuple[int, int]]) -> None:
+        for _, size in records:
+            self.outstanding_records -= 1
+            self.outstanding_bytes -= size

@@ -1,0 +1,1 @@
+"""Generated code of the protos the services speak among themselves."""

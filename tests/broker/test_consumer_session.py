@@ -1,0 +1,348 @@
+"""Consumer sessions (``Broker.ConsumerSession``) against two brokers in one process.
+
+The topic's partitions are split between broker 1 (where sessions connect, with the
+controller and the group coordinator) and broker 2, so a session reads some partitions
+from the broker it talks to and the others from their leader over gRPC. The stories: a
+member consumes, acknowledges and commits (and only what it acknowledged is committed);
+a second member rebalances the group and, dropped without a word, gives its partitions
+back; a session that never acknowledges is not fed past its credit; seeks; explicit
+partitions; refusals with clear status codes; hundreds of sessions opened and dropped
+leave no task behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+import grpc.aio
+import pytest
+import pytest_asyncio
+from highwater.broker.consumer_session import allow_every_session
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1 import broker_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+from highwater.v1.common_pb2 import ErrorCode
+from two_brokers import TwoBrokers, two_brokers
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio(loop_scope="module")]
+
+TOPIC = "sessions"
+PARTITIONS = 4
+RECORDS = 40
+
+Call = grpc.aio.StreamStreamCall  # type: ignore[type-arg]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TwoBrokers]:
+    async with two_brokers(tmp_path_factory.mktemp("sessions")) as running:
+        leaders = await running.create_topic(TOPIC, PARTITIONS)
+        assert set(leaders.values()) == {1, 2}, leaders
+        async with grpc.aio.insecure_channel(running.address) as channel:
+            request = pb.ProduceRequest()
+            records = [
+                pb.Record(key=f"k{i}".encode(), value=f"v{i}".encode()) for i in range(RECORDS)
+            ]
+            request.topics.add(topic=TOPIC).partitions.add(
+                partition=-1, records=pb.PlainRecords(records=records)
+            )
+            reply = await broker_pb2_grpc.BrokerStub(channel).Produce(request)
+            assert reply.topics[0].partitions[0].error == ErrorCode.NONE
+        yield running
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def broker(cluster: TwoBrokers) -> AsyncIterator[broker_pb2_grpc.BrokerStub]:
+    async with grpc.aio.insecure_channel(cluster.address) as channel:
+        yield broker_pb2_grpc.BrokerStub(channel)
+
+
+def start(group: str, **fields: object) -> pb.ConsumerSessionRequest:
+    fields.setdefault("topics", [TOPIC])
+    fields.setdefault("auto_offset_reset", pb.OFFSET_RESET_EARLIEST)
+    fields.setdefault("assignors", ["range"])
+    fields.setdefault("session_timeout_ms", 6000)
+    fields.setdefault("heartbeat_interval_ms", 200)
+    return pb.ConsumerSessionRequest(start=pb.SessionStart(group_id=group, **fields))  # type: ignore[arg-type]
+
+
+def ack(offsets: dict[tuple[str, int], int], *, commit: bool = False) -> pb.ConsumerSessionRequest:
+    return pb.ConsumerSessionRequest(
+        ack=pb.SessionAck(
+            offsets=[
+                pb.SessionOffset(topic=t, partition=p, offset=o) for (t, p), o in offsets.items()
+            ],
+            commit=commit,
+        )
+    )
+
+
+class Session:
+    """A client's end of a consumer session: its events read into a queue as they come
+    (a read given up on a timeout would cancel the call)."""
+
+    def __init__(self, broker: broker_pb2_grpc.BrokerStub) -> None:
+        self.call: Call = broker.ConsumerSession()
+        self.events: asyncio.Queue[pb.ConsumerSessionResponse | None] = asyncio.Queue()
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            while (event := await self.call.read()) is not grpc.aio.EOF:
+                self.events.put_nowait(event)
+        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+            pass  # the call failed, or this end cancelled it (drop)
+        finally:
+            self.events.put_nowait(None)
+
+    async def write(self, request: pb.ConsumerSessionRequest) -> None:
+        await self.call.write(request)
+
+    async def next(self, kind: str, timeout: float = 20) -> pb.ConsumerSessionResponse:
+        """The next event of ``kind`` (others are skipped)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            event = await asyncio.wait_for(
+                self.events.get(), max(deadline - time.monotonic(), 0.01)
+            )
+            assert event is not None, "the session ended"
+            if event.WhichOneof("event") == kind:
+                return event
+
+    async def consume(self, count: int) -> dict[tuple[str, int], list[pb.FetchedRecord]]:
+        """Read records until ``count`` arrived, acknowledging none."""
+        seen: dict[tuple[str, int], list[pb.FetchedRecord]] = {}
+        total = 0
+        while total < count:
+            event = (await self.next("records")).records
+            seen.setdefault((event.topic, event.partition), []).extend(event.records)
+            total += len(event.records)
+        return seen
+
+    async def drop(self) -> None:
+        self.call.cancel()
+        await self.reader
+
+
+async def committed(cluster: TwoBrokers, group: str) -> dict[int, int]:
+    async with grpc.aio.insecure_channel(cluster.address) as channel:
+        reply = await coordinator_pb2_grpc.GroupCoordinatorStub(channel).OffsetFetch(
+            coordinator_pb2.OffsetFetchRequest(
+                group_id=group,
+                topics=[
+                    coordinator_pb2.OffsetFetchTopic(
+                        name=TOPIC, partition_indexes=range(PARTITIONS)
+                    )
+                ],
+            )
+        )
+    return {p.partition_index: p.committed_offset for p in reply.topics[0].partitions}
+
+
+async def members(cluster: TwoBrokers, group: str) -> int:
+    async with grpc.aio.insecure_channel(cluster.address) as channel:
+        reply = await coordinator_pb2_grpc.GroupCoordinatorStub(channel).DescribeGroups(
+            coordinator_pb2.DescribeGroupsRequest(group_ids=[group])
+        )
+    return len(reply.groups[0].members)
+
+
+async def test_a_member_consumes_every_partition_and_commits_only_what_it_acknowledged(
+    cluster: TwoBrokers, broker: broker_pb2_grpc.BrokerStub
+) -> None:
+    session = Session(broker)
+    await session.write(start("solo"))
+    assignment = (await session.next("assignment")).assignment
+    assert assignment.member_id and assignment.generation_id >= 1
+    assert {(p.topic, p.partition) for p in assignment.partitions} == {
+        (TOPIC, p) for p in range(PARTITIONS)
+    }
+    seen = await session.consume(RECORDS)
+    assert sorted(r.value for rs in seen.values() for r in rs) == sorted(
+        f"v{i}".encode() for i in range(RECORDS)
+    )
+    for records in seen.values():
+        assert [r.offset for r in records] == list(range(len(records)))
+
+    # Acknowledge all of partition 0 and the first record of the others; commit.
+    acked = {tp: (len(rs) if tp[1] == 0 else 1) for tp, rs in seen.items()}
+    await session.write(ack(acked, commit=True))
+    result = (await session.next("committed")).committed
+    assert {(r.partition, r.offset, r.error) for r in result.partitions} == {
+        (tp[1], offset, ErrorCode.NONE) for tp, offset in acked.items()
+    }
+    assert await committed(cluster, "solo") == {tp[1]: o for tp, o in acked.items()}
+
+    # A commit without new acknowledgements commits nothing more.
+    await session.write(pb.ConsumerSessionRequest(commit=pb.SessionCommit()))
+    assert not (await session.next("committed")).committed.partitions
+    await session.call.done_writing()
+    await session.reader
+    assert await session.call.code() == grpc.StatusCode.OK
+    assert await members(cluster, "solo") == 0
+
+
+async def test_a_second_member_rebalances_and_a_dropped_one_gives_its_partitions_back(
+    cluster: TwoBrokers, broker: broker_pb2_grpc.BrokerStub
+) -> None:
+    first = Session(broker)
+    await first.write(start("pair"))
+    assert len((await first.next("assignment")).assignment.partitions) == PARTITIONS
+
+    async with grpc.aio.insecure_channel(cluster.address) as other:
+        second = Session(broker_pb2_grpc.BrokerStub(other))
+        await second.write(start("pair"))
+        shares: list[set[int]] = []
+        for session in (first, second):
+            while True:
+                event = (await session.next("assignment")).assignment
+                if event.generation_id >= 2 and not event.revoked:
+                    shares.append({p.partition for p in event.partitions})
+                    break
+        assert shares[0] | shares[1] == set(range(PARTITIONS))
+        assert not shares[0] & shares[1] and all(shares)
+        await second.consume(1)  # delivered, never acknowledged
+        # The second member's connection goes away without a word.
+    await second.reader
+    while True:
+        event = (await first.next("assignment")).assignment
+        if len(event.partitions) == PARTITIONS:
+            break
+    assert await members(cluster, "pair") == 1
+    assert all(offset < 0 for offset in (await committed(cluster, "pair")).values())
+    await first.drop()
+
+
+async def test_a_session_that_never_acknowledges_is_fed_no_more_than_its_credit(
+    broker: broker_pb2_grpc.BrokerStub,
+) -> None:
+    session = Session(broker)
+    await session.write(start("stingy", max_records=3))
+    seen = await session.consume(3)
+    assert sum(len(r) for r in seen.values()) == 3
+    with pytest.raises(TimeoutError):
+        await session.next("records", timeout=1.5)
+    tp, records = next(iter(seen.items()))
+    await session.write(ack({tp: records[-1].offset + 1}))
+    more = await session.consume(1)
+    assert 0 < sum(len(r) for r in more.values()) <= len(records)
+
+    # Acknowledging what was never delivered is refused, and changes nothing.
+    await session.write(ack({tp: 10_000}))
+    notice = (await session.next("notice")).notice
+    assert notice.error == ErrorCode.INVALID_REQUEST
+    assert "never delivered" in notice.message
+    await session.drop()
+
+
+async def test_explicit_partitions_and_seeks(broker: broker_pb2_grpc.BrokerStub) -> None:
+    session = Session(broker)
+    await session.write(
+        start("assigned", topics=[], partitions=[pb.SessionPartition(topic=TOPIC, partition=1)])
+    )
+    assignment = (await session.next("assignment")).assignment
+    assert [(p.topic, p.partition) for p in assignment.partitions] == [(TOPIC, 1)]
+    assert not assignment.member_id
+    first = (await session.consume(1))[(TOPIC, 1)]
+    await session.write(
+        pb.ConsumerSessionRequest(seek=pb.SessionSeek(topic=TOPIC, partition=1, offset=0))
+    )
+    again = (await session.next("records")).records
+    assert again.records[0].offset == 0 and again.records[0].value == first[0].value
+    await session.write(
+        pb.ConsumerSessionRequest(seek=pb.SessionSeek(topic=TOPIC, partition=3, offset=0))
+    )
+    assert (await session.next("notice")).notice.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    await session.write(ack({(TOPIC, 1): 1}, commit=True))
+    (result,) = (await session.next("committed")).committed.partitions
+    assert (result.partition, result.offset, result.error) == (1, 1, ErrorCode.NONE)
+    await session.drop()
+
+
+@pytest.mark.parametrize(
+    ("first", "status", "words"),
+    [
+        (
+            pb.ConsumerSessionRequest(commit=pb.SessionCommit()),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "must be `start`",
+        ),
+        (start(""), grpc.StatusCode.INVALID_ARGUMENT, "group_id is required"),
+        (start("g", topics=[]), grpc.StatusCode.INVALID_ARGUMENT, "either topics"),
+        (
+            start("g", assignors=["fair"]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "unknown partition assignor",
+        ),
+        (start("g", max_records=0), grpc.StatusCode.INVALID_ARGUMENT, "at least 1"),
+        (start("g", auto_offset_reset=7), grpc.StatusCode.INVALID_ARGUMENT, "auto_offset_reset"),
+        (
+            start("g", topics=[], partitions=[pb.SessionPartition(topic=TOPIC, partition=9)]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "does not exist",
+        ),
+    ],
+)
+async def test_a_session_that_cannot_start_ends_with_a_clear_status(
+    broker: broker_pb2_grpc.BrokerStub,
+    first: pb.ConsumerSessionRequest,
+    status: grpc.StatusCode,
+    words: str,
+) -> None:
+    call = broker.ConsumerSession()
+    await call.write(first)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await call.read()
+    assert refused.value.code() == status
+    assert words in (refused.value.details() or "")
+
+
+async def test_a_group_the_authorizer_refuses_is_permission_denied(
+    cluster: TwoBrokers, broker: broker_pb2_grpc.BrokerStub
+) -> None:
+    sessions = cluster.embedded.broker.sessions
+
+    async def only_public(context: grpc.aio.ServicerContext, start: pb.SessionStart) -> str | None:
+        return (
+            None if start.group_id.startswith("public-") else f"may not read group {start.group_id}"
+        )
+
+    sessions.authorizer = only_public
+    try:
+        call = broker.ConsumerSession()
+        await call.write(start("secret"))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await call.read()
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "may not read group secret" in (refused.value.details() or "")
+    finally:
+        sessions.authorizer = allow_every_session
+
+
+async def test_hundreds_of_sessions_opened_and_dropped_leave_nothing_behind(
+    cluster: TwoBrokers, broker: broker_pb2_grpc.BrokerStub
+) -> None:
+    sessions = cluster.embedded.broker.sessions
+    baseline = len(asyncio.all_tasks())
+
+    async def open_and_drop(i: int) -> None:
+        session = Session(broker)
+        await session.write(start(f"churn-{i % 20}", max_records=1))
+        if i % 2:  # half are dropped at once, mid-join; the others once they have records
+            await session.next("records", timeout=60)
+        await session.drop()
+
+    for wave in range(5):
+        await asyncio.gather(*(open_and_drop(wave * 40 + i) for i in range(40)))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        quiet = not sessions.open_sessions and not sessions.ending_sessions
+        if quiet and len(asyncio.all_tasks()) <= baseline:
+            break
+        await asyncio.sleep(0.1)
+    assert (sessions.open_sessions, sessions.ending_sessions) == (0, 0)
+    assert len(asyncio.all_tasks()) <= baseline, asyncio.all_tasks()
+    for group in range(20):
+        assert await members(cluster, f"churn-{group}") == 0
