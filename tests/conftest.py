@@ -1,16 +1,37 @@
-"""Hypothesis profiles: ``make test`` runs each property with a fixed seed, ``make explore`` with
-fresh random examples (and more of them) to look for new failing cases.
+"""Hypothesis profiles, and the process-wide security settings put back after every test.
 
-A fixed seed makes a run's verdict depend on the code alone; a failing example found while
-exploring is kept in the example database and becomes an explicit test.
+``make test`` runs each property with a fixed seed, ``make explore`` with fresh random
+examples (and more of them) to look for new failing cases. A fixed seed makes a run's
+verdict depend on the code alone; a failing example found while exploring is kept in the
+example database and becomes an explicit test.
+
+TLS (``rpc/tls.py``), the server's authentication and authorization (``rpc/auth.py``) and
+the channels' SASL credentials (``rpc/client_auth.py``) are set per process, as a role's
+flags or a client command's ``--command-config`` set them; a test that sets them in the
+test process (a CLI command run in-process, a TLS test) must not leave them to the next.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import settings
+
+from highwater.rpc import auth, client_auth, tls
 
 settings.register_profile("deterministic", derandomize=True, database=None)
 settings.register_profile("explore", max_examples=1_000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
+
+
+@pytest.fixture(autouse=True)
+def _process_security_put_back() -> Iterator[None]:
+    """Put the process's TLS, server security and client SASL back as they were."""
+    server_tls, client_tls = tls.server_tls(), tls.client_tls()
+    security, sasl = auth.server_security(), client_auth.client_sasl()
+    yield
+    tls.configure(server=server_tls, client=client_tls)
+    auth.configure(security)
+    client_auth.configure_client_sasl(sasl)
