@@ -2,9 +2,11 @@
 
 ``highwater.records._codec`` (C against the CPython API, built from
 ``_codec.c`` by ``pip install``) stands in for the per-record and per-batch functions of
-this package: :func:`~.record.record_size`, :func:`~.record.encode_records`,
-:func:`~.record.read_records`, :meth:`~.batch.RecordBatch.iter_keys`,
-:func:`~.header.check_batch` and the producer's ``murmur2``. The pure-Python functions
+this package: :func:`~.batch.append_fields`, :func:`~.record.record_size`,
+:func:`~.record.encode_records`, :func:`~.record.read_records` (and
+:meth:`~.batch.RecordBatch.records`), :meth:`~.batch.RecordBatch.iter_keys`,
+:func:`~.header.check_batch`, :func:`~.header.scan_batches` and the producer's
+``murmur2``. The pure-Python functions
 stay the reference: ``HIGHWATER_PURE_PYTHON=1`` in the environment selects them, and they
 also run wherever the compiled code meets a record it does not take (anything unusual or
 corrupt), so both give the same bytes, the same records and the same typed errors.
