@@ -17,9 +17,8 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import settings
-
 from highwater.rpc import auth, client_auth, tls
+from hypothesis import settings
 
 settings.register_profile("deterministic", derandomize=True, database=None)
 settings.register_profile("explore", max_examples=1_000)

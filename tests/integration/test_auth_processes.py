@@ -33,6 +33,7 @@ from highwater.client.consumer import OFFSET_BEGINNING, AsyncConsumer, TopicPart
 from highwater.client.producer import AsyncProducer, ProduceAuthorizationError
 from highwater.controller_api import messages as m
 from highwater.errors import SaslAuthenticationError
+from highwater.internal.v1 import controller_pb2, controller_pb2_grpc, raft_pb2, raft_pb2_grpc
 from highwater.rpc import tls
 from highwater.security import (
     AclBinding,
@@ -47,10 +48,6 @@ from highwater.v1 import (
     admin_pb2,
     broker_pb2,
     broker_pb2_grpc,
-    controller_pb2,
-    controller_pb2_grpc,
-    raft_pb2,
-    raft_pb2_grpc,
     security_pb2,
     security_pb2_grpc,
 )

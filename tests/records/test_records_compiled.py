@@ -23,7 +23,6 @@ from typing import Any
 import crc32c as crc32c_package
 import pytest
 from highwater.client.message import Message
-from highwater.client.partitioner import murmur2, pure_murmur2
 from highwater.errors import HighwaterError
 from highwater.records import (
     BATCH_HEADER_SIZE,
@@ -37,6 +36,7 @@ from highwater.records import (
 )
 from highwater.records import batch as batch_module
 from highwater.records.implementation import IMPLEMENTATION, PURE_PYTHON_ENV, codec
+from highwater.records.partitioner import murmur2, pure_murmur2
 from highwater.records.varint import encode_varint, encode_varlong
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -13,6 +13,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from highwater.errors import SaslAuthenticationError
+from highwater.internal.v1 import controller_pb2, raft_pb2
 from highwater.security.authentication import (
     AuthenticationSettings,
     Authenticator,
@@ -24,12 +25,7 @@ from highwater.security.oauthbearer import JwtValidator
 from highwater.security.rpc_access import RPC_ACCESS, OnCluster, PerItem, access_of
 from highwater.security.sasl_client import SaslCredentials
 from highwater.security.scram import ScramCredential, make_credential
-from highwater.v1 import (
-    broker_pb2,
-    controller_pb2,
-    coordinator_pb2,
-    raft_pb2,
-)
+from highwater.v1 import broker_pb2, coordinator_pb2
 from highwater.v1.common_pb2 import ErrorCode
 
 NOW = 1_800_000_000.0
@@ -222,16 +218,16 @@ def test_a_node_id_belongs_to_the_principal_that_first_spoke_for_it() -> None:
 def test_every_rpc_of_every_service_is_in_the_access_table() -> None:
     services = {
         "highwater.v1.Broker": broker_pb2,
-        "highwater.v1.Controller": controller_pb2,
+        "highwater.internal.v1.Controller": controller_pb2,
         "highwater.v1.GroupCoordinator": coordinator_pb2,
-        "highwater.v1.Raft": raft_pb2,
+        "highwater.internal.v1.Raft": raft_pb2,
     }
     for name, module in services.items():
         service = module.DESCRIPTOR.services_by_name[name.rpartition(".")[2]]
         for method in service.methods:
             access = access_of(f"/{name}/{method.name}")
             assert access is not None, f"{name}/{method.name} has no ACL rule"
-    assert isinstance(RPC_ACCESS["/highwater.v1.Raft/Vote"], OnCluster)
+    assert isinstance(RPC_ACCESS["/highwater.internal.v1.Raft/Vote"], OnCluster)
     assert isinstance(RPC_ACCESS["/highwater.v1.Broker/Produce"], PerItem)
     assert access_of("/grpc.health.v1.Health/Check") is not None
     assert access_of("/highwater.v1.Broker/NotARealCall") is None

@@ -9,7 +9,7 @@ itch), so every client command takes the bootstrap address from the first of:
    exist), else ``$XDG_CONFIG_HOME/highwater/profile.properties`` (by default
    ``~/.config/highwater/profile.properties``) when there is one. Its
    ``bootstrap.servers`` is the address; its other keys are the client properties
-   ``--command-config`` takes (``security.protocol``, ``ssl.*``...) and apply to the
+   ``--command-config`` takes (``security.protocol``, ``ssl.*``, ``sasl.*``) and apply to the
    command unless ``--command-config`` is given (which then wins as a whole).
 
 None of them: a usage error (exit 2) naming all three. A malformed address, an unreadable
@@ -31,7 +31,8 @@ from click.core import ParameterSource
 from highwater.cli.addresses import parse_addresses
 from highwater.config.server import read_properties
 from highwater.errors import InvalidConfigError
-from highwater.rpc.tls import TlsConfigError, client_tls_from_properties, configure
+from highwater.rpc.client_auth import client_security_from_properties, configure_client_sasl
+from highwater.rpc.tls import TlsConfigError, configure
 
 __all__ = [
     "BOOTSTRAP_ENV",
@@ -92,9 +93,11 @@ def resolve_bootstrap(
             ParameterSource.DEFAULT,
         ):
             try:
-                configure(server=None, client=client_tls_from_properties(security))
-            except TlsConfigError as e:
+                client = client_security_from_properties(security)
+            except (TlsConfigError, InvalidConfigError) as e:
                 raise click.UsageError(f"the profile {path}: {e}") from None
+            configure(server=None, client=client.tls)
+            configure_client_sasl(client.sasl)
     if flag_value is not None:
         return _addresses(flag_value, "--bootstrap-server")
     from_env = os.environ.get(BOOTSTRAP_ENV, "").strip()

@@ -30,8 +30,8 @@ from highwater.rpc.auth import authorize, authorizer_enabled
 from highwater.security.acl import AclOperation, ResourceType
 from highwater.security.rpc_access import CLUSTER_NAME
 from highwater.v1 import admin_pb2 as pb
+from highwater.v1.admin_pb2 import ConfigResourceType
 from highwater.v1.common_pb2 import ErrorCode
-from highwater.v1.metadata_pb2 import ConfigResourceType
 
 __all__ = ["PER_ITEM_ADMIN_RPCS", "TopicNameOf", "merge_refusals", "split_admin_request"]
 
