@@ -29,9 +29,9 @@ from highwater.cli.main import main
 from highwater.client import cluster as client_cluster
 from highwater.client.admin import AdminClient, NewTopic
 from highwater.client.consumer import AsyncConsumer
-from highwater.client.group import membership
 from highwater.client.producer import AsyncProducer
 from highwater.controller_api import client as controller_client
+from highwater.group import membership
 from highwater.rpc.channels import open_channel
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
