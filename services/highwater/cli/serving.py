@@ -388,7 +388,7 @@ def configure_security(
     config_file: Path | None, overrides: tuple[str, ...], flags: dict[str, str | None]
 ) -> None:
     """Set the process's authentication and authorization from the server config keys
-    and the flags that beat them; a :class:`click.UsageError` naming what cannot work."""
+    and the flags that beat them; a :class:`click.ClickException` naming what cannot work."""
     try:
         config = load_server_config(
             config_file,
@@ -396,7 +396,9 @@ def configure_security(
         )
         security = server_security_from_config(config)
     except (InvalidConfigError, ValueError) as e:
-        raise click.UsageError(str(e)) from None
+        # Exit 1 with one "Error: ..." line, as every other refused server setting
+        # (docs/configuration.md).
+        raise click.ClickException(str(e)) from None
     configure_auth(security)
 
 
