@@ -1,7 +1,8 @@
 """The group coordinator's ACL checks, in one process: an embedded server with the checks
 on and SCRAM logins; a user may commit and fetch offsets of the group it may read, is
 refused GROUP_AUTHORIZATION_FAILED elsewhere (nothing stored), TOPIC_AUTHORIZATION_FAILED
-for a topic it may not read, and lists only the groups it may describe.
+for a topic it may not read, and lists only the groups it may describe; deleting offsets
+(OffsetDelete) needs DELETE on the group and READ on each topic.
 
 Plaintext callers are ``User:ANONYMOUS``, made a super user here so that the test can set
 the users and ACLs up; the user speaks SASL_PLAINTEXT, so its calls are its own.
@@ -89,8 +90,19 @@ async def test_group_calls_need_the_groups_acls(tmp_path: Path, secured_process:
                 await client.alter_consumer_group_offsets("mine", {("u", 0): 1})
             listed = [g.group_id for g in await client.list_consumer_groups()]
             assert listed == ["mine"]  # READ implies DESCRIBE; "theirs" is not shown
+            with pytest.raises(GroupAuthorizationFailedError):  # OffsetDelete: DELETE on it
+                await client.delete_consumer_group_offsets("mine", [("t", 0)])
+        async with AdminClient(server.listen) as admin:
+            assert await admin.create_acls(
+                [allow(AclOperation.DELETE, ResourceType.GROUP, "mine")]
+            ) == [None]
+            await admin.alter_consumer_group_offsets("mine", {("u", 0): 2})
+        async with AdminClient(gina) as client:
+            deleted = await client.delete_consumer_group_offsets("mine", [("t", 0), ("u", 0)])
+        assert deleted[("t", 0)] is None
+        assert isinstance(deleted[("u", 0)], TopicAuthorizationFailedError)  # READ on u: no
         async with AdminClient(server.listen) as admin:
             theirs = await admin.list_consumer_group_offsets("theirs")
             mine = await admin.list_consumer_group_offsets("mine")
         assert {tp: o.offset for tp, o in theirs.items()} == {("t", 0): 5}  # untouched
-        assert ("u", 0) not in mine
+        assert {tp: o.offset for tp, o in mine.items()} == {("u", 0): 2}  # (t, 0) deleted

@@ -13,7 +13,8 @@ TOPIC_AUTHORIZATION_FAILED and keep their offsets).
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+from collections.abc import Callable, Iterable
+from typing import Any, TypeAlias, TypeVar
 
 import grpc.aio
 
@@ -31,10 +32,39 @@ __all__ = [
 ]
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any] | None"
+_Topic = TypeVar("_Topic", pb.OffsetCommitTopic, pb.OffsetDeleteTopic)
 
 
 def group_allowed(context: Context, operation: AclOperation, group_id: str) -> bool:
     return authorize(context, operation, ResourceType.GROUP, group_id)
+
+
+_TopicResult = TypeVar("_TopicResult", pb.OffsetCommitTopicResult, pb.OffsetDeleteTopicResult)
+
+
+def _split_readable(
+    context: Context,
+    topics: Iterable[_Topic],
+    partition_indexes: Callable[[_Topic], Iterable[int]],
+    result_type: type[_TopicResult],
+) -> tuple[list[_Topic], list[_TopicResult]]:
+    """The topics the caller may READ, and an answer for each refused one: its partitions
+    TOPIC_AUTHORIZATION_FAILED."""
+    kept: list[_Topic] = []
+    refused: list[_TopicResult] = []
+    for topic in topics:
+        if authorize(context, AclOperation.READ, ResourceType.TOPIC, topic.name):
+            kept.append(topic)
+            continue
+        result = result_type(name=topic.name)
+        for index in partition_indexes(topic):
+            result.partitions.add(
+                partition_index=index,
+                error=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                error_message=f"not authorized to read topic {topic.name}",
+            )
+        refused.append(result)
+    return kept, refused
 
 
 def narrow_offset_commit(
@@ -43,20 +73,12 @@ def narrow_offset_commit(
     """The topics the caller may commit, and the refused ones' answers."""
     if not authorizer_enabled():
         return request, []
-    refused = []
-    kept = []
-    for topic in request.topics:
-        if authorize(context, AclOperation.READ, ResourceType.TOPIC, topic.name):
-            kept.append(topic)
-            continue
-        result = pb.OffsetCommitTopicResult(name=topic.name)
-        for partition in topic.partitions:
-            result.partitions.add(
-                partition_index=partition.partition_index,
-                error=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                error_message=f"not authorized to read topic {topic.name}",
-            )
-        refused.append(result)
+    kept, refused = _split_readable(
+        context,
+        request.topics,
+        lambda topic: (p.partition_index for p in topic.partitions),
+        pb.OffsetCommitTopicResult,
+    )
     if not refused:
         return request, []
     narrowed = pb.OffsetCommitRequest()
@@ -72,20 +94,12 @@ def narrow_offset_delete(
     """The topics whose offsets the caller may delete, and the refused ones' answers."""
     if not authorizer_enabled():
         return request, []
-    refused = []
-    kept = []
-    for topic in request.topics:
-        if authorize(context, AclOperation.READ, ResourceType.TOPIC, topic.name):
-            kept.append(topic)
-            continue
-        result = pb.OffsetDeleteTopicResult(name=topic.name)
-        for partition in topic.partition_indexes:
-            result.partitions.add(
-                partition_index=partition,
-                error=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                error_message=f"not authorized to read topic {topic.name}",
-            )
-        refused.append(result)
+    kept, refused = _split_readable(
+        context,
+        request.topics,
+        lambda topic: topic.partition_indexes,
+        pb.OffsetDeleteTopicResult,
+    )
     return pb.OffsetDeleteRequest(group_id=request.group_id, topics=kept), refused
 
 
