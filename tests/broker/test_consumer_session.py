@@ -20,7 +20,15 @@ import grpc
 import grpc.aio
 import pytest
 import pytest_asyncio
-from highwater.broker.consumer_session import allow_every_session
+from highwater.client.admin import AdminClient
+from highwater.rpc import auth
+from highwater.security import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -299,26 +307,40 @@ async def test_a_session_that_cannot_start_ends_with_a_clear_status(
     assert words in (refused.value.details() or "")
 
 
-async def test_a_group_the_authorizer_refuses_is_permission_denied(
+async def test_the_acls_refuse_a_group_or_topic_the_caller_may_not_read(
     cluster: TwoBrokers, broker: broker_pb2_grpc.BrokerStub
 ) -> None:
-    sessions = cluster.embedded.broker.sessions
-
-    async def only_public(context: grpc.aio.ServicerContext, start: pb.SessionStart) -> str | None:
-        return (
-            None if start.group_id.startswith("public-") else f"may not read group {start.group_id}"
-        )
-
-    sessions.authorizer = only_public
+    """With the ACL checks on, a session needs READ on its group and on each topic (this
+    plaintext caller is User:ANONYMOUS); the refusal is PERMISSION_DENIED, naming which."""
+    async with AdminClient(cluster.address) as admin:  # before the checks are on
+        assert await admin.create_acls(
+            [
+                AclBinding(
+                    ResourceType.GROUP,
+                    "public-",
+                    PatternType.PREFIXED,
+                    "User:ANONYMOUS",
+                    "*",
+                    AclOperation.READ,
+                    AclPermissionType.ALLOW,
+                )
+            ]
+        ) == [None]
+    before = auth.server_security()
+    auth.configure(auth.ServerSecurity(authorizer="acl"))
     try:
-        call = broker.ConsumerSession()
-        await call.write(start("secret"))
-        with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await call.read()
-        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
-        assert "may not read group secret" in (refused.value.details() or "")
+        for group, words in (
+            ("secret", "GROUP_AUTHORIZATION_FAILED: User:ANONYMOUS may not read group secret"),
+            ("public-1", f"TOPIC_AUTHORIZATION_FAILED: User:ANONYMOUS may not read topic {TOPIC}"),
+        ):
+            call = broker.ConsumerSession()
+            await call.write(start(group))
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await call.read()
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert words in (refused.value.details() or "")
     finally:
-        sessions.authorizer = allow_every_session
+        auth.configure(before)
 
 
 async def test_hundreds_of_sessions_opened_and_dropped_leave_nothing_behind(
