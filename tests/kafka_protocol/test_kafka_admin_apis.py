@@ -1,8 +1,8 @@
 """The Kafka listener's other APIs, each through a real client where one has it (kafka-python's
 admin client) and as raw frames otherwise: CreatePartitions, DeleteRecords,
-DescribeCluster, ListGroups, DescribeGroups, DeleteGroups, ElectLeaders,
-Alter/ListPartitionReassignments, OffsetForLeaderEpoch, Produce with acks=0, and
-InitProducerId for a transactional producer (refused: there are no transactions)."""
+DescribeCluster, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete, DescribeLogDirs,
+ElectLeaders, Alter/ListPartitionReassignments, OffsetForLeaderEpoch, Produce with acks=0,
+and InitProducerId for a transactional producer (refused: there are no transactions)."""
 
 from __future__ import annotations
 
@@ -197,3 +197,37 @@ def test_a_transactional_producer_is_refused(server: KafkaServer) -> None:
         answer = InitProducerIdResponse.decode(read_frame(sock)[5:], version=4)
     assert answer.error_code == 42  # INVALID_REQUEST: Highwater has no transactions
     assert answer.producer_id == -1
+
+
+def test_delete_group_offsets_and_describe_log_dirs(server: KafkaServer, admin: Any) -> None:
+    """OffsetDelete (KIP-496) removes a memberless group's committed offsets, partition by
+    partition; DescribeLogDirs lists the broker's directory with the topic's size."""
+    from kafka.structs import OffsetAndMetadata
+    from kafka.structs import TopicPartition as KafkaTopicPartition
+
+    new_topic(admin, "offsets-deleted", partitions=2)
+    produce(server, "offsets-deleted", 3)
+    first, second = (KafkaTopicPartition("offsets-deleted", p) for p in (0, 1))
+    admin.alter_group_offsets(
+        "deleting", {first: OffsetAndMetadata(2, "", -1), second: OffsetAndMetadata(0, "", -1)}
+    )
+    assert admin.delete_group_offsets("deleting", [first]) == {first: kafka_no_error()}
+    left = admin.list_group_offsets("deleting")["deleting"]
+    assert set(left) == {second} and left[second].offset == 0
+
+    (broker,) = admin.describe_log_dirs(["offsets-deleted"])
+    (log_dir,) = broker["log_dirs"]
+    assert log_dir["error_code"] == 0 and log_dir["total_bytes"] > log_dir["usable_bytes"] > 0
+    sizes = {
+        (t["name"], p["partition_index"]): p["partition_size"]
+        for t in log_dir["topics"]
+        for p in t["partitions"]
+    }
+    assert set(sizes) == {("offsets-deleted", 0), ("offsets-deleted", 1)}
+    assert sizes[("offsets-deleted", 0)] > 0 and sizes[("offsets-deleted", 1)] == 0
+
+
+def kafka_no_error() -> Any:
+    from kafka.errors import NoError
+
+    return NoError

@@ -34,6 +34,7 @@ from kafka.protocol.admin import (
     DescribeClusterResponse,
     DescribeConfigsResponse,
     DescribeGroupsResponse,
+    DescribeLogDirsResponse,
     ElectLeadersResponse,
     IncrementalAlterConfigsResponse,
     ListGroupsResponse,
@@ -46,6 +47,7 @@ from kafka.protocol.consumer import (
     LeaveGroupResponse,
     ListOffsetsResponse,
     OffsetCommitResponse,
+    OffsetDeleteResponse,
     OffsetFetchResponse,
     OffsetForLeaderEpochResponse,
     SyncGroupResponse,
@@ -166,6 +168,8 @@ class KafkaApis:
             44: self.incremental_alter_configs,
             45: self.alter_partition_reassignments,
             46: self.list_partition_reassignments,
+            35: self.describe_log_dirs,
+            47: self.offset_delete,
             60: self.describe_cluster,
         }
         assert set(self._handlers) == set(SUPPORTED), "every API served has a handler"
@@ -865,6 +869,72 @@ class KafkaApis:
                 code = answer.results[0].error
             results.append(R.DeletableGroupResult(group_id=group_id, error_code=code))
         return R(throttle_time_ms=0, results=results)
+
+    async def offset_delete(self, request: KafkaRequest) -> Any:
+        body = request.body
+        message = coordinator_pb2.OffsetDeleteRequest(group_id=body.group_id)
+        for topic in body.topics:
+            message.topics.add(
+                name=topic.name, partition_indexes=[p.partition_index for p in topic.partitions]
+            )
+        answer = await self._group_call(body.group_id, "OffsetDelete", message)
+        R = OffsetDeleteResponse
+        if isinstance(answer, int):
+            return R(error_code=answer, throttle_time_ms=0, topics=[])
+        return R(
+            error_code=answer.error,
+            throttle_time_ms=0,
+            topics=[
+                R.OffsetDeleteResponseTopic(
+                    name=t.name,
+                    partitions=[
+                        R.OffsetDeleteResponseTopic.OffsetDeleteResponsePartition(
+                            partition_index=p.partition_index, error_code=p.error
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in answer.topics
+            ],
+        )
+
+    # --- this broker's log directories ------------------------------------------------------------
+
+    async def describe_log_dirs(self, request: KafkaRequest) -> Any:
+        message = pb.DescribeLogDirsRequest()
+        for topic in request.body.topics or ():  # null: every partition
+            message.topics.add(topic=topic.topic, partitions=topic.partitions)
+        answer = self.requests.describe_log_dirs(message)
+        R = DescribeLogDirsResponse
+        Result = R.DescribeLogDirsResult
+        return R(
+            throttle_time_ms=0,
+            error_code=answer.error,
+            results=[
+                Result(
+                    error_code=d.error,
+                    log_dir=d.log_dir,
+                    topics=[
+                        Result.DescribeLogDirsTopic(
+                            name=t.name,
+                            partitions=[
+                                Result.DescribeLogDirsTopic.DescribeLogDirsPartition(
+                                    partition_index=p.partition_index,
+                                    partition_size=p.partition_size,
+                                    offset_lag=p.offset_lag,
+                                    is_future_key=p.is_future_key,
+                                )
+                                for p in t.partitions
+                            ],
+                        )
+                        for t in d.topics
+                    ],
+                    total_bytes=d.total_bytes,
+                    usable_bytes=d.usable_bytes,
+                )
+                for d in answer.results
+            ],
+        )
 
     # --- admin: forwarded to the active controller -----------------------------------------------
 

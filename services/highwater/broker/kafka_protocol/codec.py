@@ -29,6 +29,7 @@ from kafka.protocol.admin import (
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeLogDirsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
     ListGroupsRequest,
@@ -43,6 +44,7 @@ from kafka.protocol.consumer import (
     LeaveGroupRequest,
     ListOffsetsRequest,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
     OffsetForLeaderEpochRequest,
     SyncGroupRequest,
@@ -128,6 +130,8 @@ SUPPORTED: Final[dict[int, ApiRange]] = {
         ApiRange(AlterPartitionReassignmentsRequest, 0, 0),
         ApiRange(ListPartitionReassignmentsRequest, 0, 0),
         ApiRange(DescribeClusterRequest, 0, 1),
+        ApiRange(DescribeLogDirsRequest, 1, 4),
+        ApiRange(OffsetDeleteRequest, 0, 0),
     )
 }
 
