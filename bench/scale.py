@@ -1,0 +1,217 @@
+"""Metadata at scale: images of 100,000 to 2,000,000 partitions, their snapshots, the
+controller's decisions on them.
+
+Everything here is the pure metadata layer and the pure controller, in this process, so
+the figures are what the code costs per partition before any network or disk: the time
+to replay a cluster's records into a :class:`~highwater.metadata.MetadataImage` (what a
+restarted controller or a new broker does with the log), its memory, the snapshot's
+encoding and loading (what a restarted controller and a broker catching up from a
+snapshot do), one ISR change (copy-on-write), and the controller's decisions that touch a
+tenth of the partitions at once: the tick that fences a silent broker and moves its
+leaderships, and a controlled shutdown's heartbeat.
+
+The cluster: 10 brokers, topics of 1,000 partitions with replication factor 3, leaders
+spread evenly. The floor beside the replay is the same number of plain Python dict
+insertions of one small tuple per partition, measured in the same run: what any Python
+image costs before it holds anything useful.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import tracemalloc
+from collections.abc import Callable
+from typing import TypeVar
+
+from highwater.controller import ControllerConfig, InMemoryMetadataStore, QuorumController
+from highwater.controller_api.messages import BrokerHeartbeatRequest
+from highwater.metadata import (
+    MetadataImage,
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+    UnfenceBrokerRecord,
+    load_snapshot_values,
+    replay,
+    snapshot_values,
+)
+
+from bench.report import Report, Row, SuiteSection
+
+T = TypeVar("T")
+
+BROKERS = 10
+PARTITIONS_PER_TOPIC = 1_000
+SIZES = (100_000, 1_000_000, 2_000_000)
+SESSION_MS = 9_000
+
+
+def cluster_records(partitions: int) -> list[MetadataRecord]:
+    """Brokers registered and unfenced, then topics of 1,000 partitions, RF 3."""
+    records: list[MetadataRecord] = []
+    for broker_id in range(BROKERS):
+        records.append(RegisterBrokerRecord(broker_id, f"inc-{broker_id}", broker_id))
+        records.append(UnfenceBrokerRecord(broker_id, broker_id))
+    for topic in range(partitions // PARTITIONS_PER_TOPIC):
+        topic_id = f"topic-id-{topic:013d}"
+        records.append(TopicRecord(f"topic-{topic}", topic_id))
+        for partition_id in range(PARTITIONS_PER_TOPIC):
+            first = (topic + partition_id) % BROKERS
+            replicas = tuple((first + i) % BROKERS for i in range(3))
+            records.append(PartitionRecord(topic_id, partition_id, replicas, replicas, first))
+    return records
+
+
+def timed(action: Callable[[], T]) -> tuple[T, float]:
+    gc.collect()
+    started = time.perf_counter()
+    result = action()
+    return result, time.perf_counter() - started
+
+
+def traced_bytes(action: Callable[[], T]) -> tuple[T, int]:
+    """The result of ``action`` and the bytes it still holds once it returned."""
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    result = action()
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return result, after - before
+
+
+def _dict_floor(partitions: int) -> float:
+    """Seconds to insert one small tuple per partition into a dict: the Python floor."""
+
+    def fill() -> dict[tuple[int, int], tuple[int, ...]]:
+        table: dict[tuple[int, int], tuple[int, ...]] = {}
+        for p in range(partitions):
+            table[(p // PARTITIONS_PER_TOPIC, p % PARTITIONS_PER_TOPIC)] = (p % BROKERS, p, 0)
+        return table
+
+    return timed(fill)[1]
+
+
+def _heartbeat(
+    controller: QuorumController,
+    image: MetadataImage,
+    broker_id: int,
+    now_ms: int,
+    *,
+    want_shutdown: bool = False,
+) -> list[MetadataRecord]:
+    request = BrokerHeartbeatRequest(
+        broker_id, image.brokers[broker_id].broker_epoch, image.offset, want_shutdown=want_shutdown
+    )
+    return list(controller.broker_heartbeat(request, now_ms).records)
+
+
+def _image_rows(report: Report, section: SuiteSection, partitions: int) -> MetadataImage:
+    """Replay, memory, snapshot and copy-on-write rows; returns the image for the controller."""
+    label = f"{partitions:,} partitions"
+    records = cluster_records(partitions)
+    report.progress(f"scale: {label}: replay")
+    replay_s = timed(lambda: replay(records, len(records) - 1, 1))[1]
+    floor_s = _dict_floor(partitions)
+    section.add(
+        Row(
+            f"replay the log into an image, {label}",
+            replay_s,
+            "s",
+            peer_name="dict insertions, one tuple per partition",
+            peer_value=floor_s,
+            extra=f"{replay_s / partitions * 1e6:.2f} µs per partition",
+        )
+    )
+    report.progress(f"scale: {label}: memory")
+    image, image_bytes = traced_bytes(lambda: replay(records, len(records) - 1, 1))
+    assert image.partition_count == partitions
+    section.add(
+        Row(
+            f"image memory per partition, {label}",
+            image_bytes / partitions,
+            "B",
+            extra=f"{image_bytes / 2**20:,.0f} MiB in all (tracemalloc)",
+        )
+    )
+    report.progress(f"scale: {label}: snapshot")
+    values, encode_s = timed(lambda: snapshot_values(image))
+    loaded, load_s = timed(lambda: load_snapshot_values(values, image.offset, 1))
+    assert loaded.partition_count == partitions
+    section.add(Row(f"snapshot encode, {label}", encode_s, "s", extra=f"{len(values):,} records"))
+    section.add(
+        Row(
+            f"snapshot load (a restarted controller, a broker catching up), {label}",
+            load_s,
+            "s",
+            extra=f"{load_s / partitions * 1e6:.2f} µs per partition",
+        )
+    )
+    middle_topic = f"topic-id-{partitions // PARTITIONS_PER_TOPIC // 2:013d}"
+    change = PartitionChangeRecord(middle_topic, 7, isr=(7, 8))
+    change_s = timed(lambda: replay([change], image.offset + 1, image=image))[1]
+    section.add(Row(f"one ISR change applied (copy-on-write), {label}", change_s * 1e3, "ms"))
+    return image
+
+
+def _controller_rows(
+    report: Report, section: SuiteSection, partitions: int, image: MetadataImage
+) -> None:
+    """The controller's decisions that move a tenth of the leaderships at once."""
+    label = f"{partitions:,} partitions"
+    report.progress(f"scale: {label}: controller")
+    store = InMemoryMetadataStore(image, epoch=1)
+    controller = QuorumController(store.latest_image, ControllerConfig(), seed=1)
+    now = 0
+    controller.activate(now)
+    first = store.latest_image()
+    index_s = timed(lambda: (first.partitions_led_by(0), first.partitions_with_isr_member(0)))[1]
+    section.add(Row(f"leader and ISR indexes, first use, {label}", index_s, "s"))
+    now += SESSION_MS
+    for broker_id in range(BROKERS - 1):
+        store.append(_heartbeat(controller, store.latest_image(), broker_id, now))
+    tick, tick_s = timed(lambda: controller.tick(now))
+    assert tick.response.fenced_brokers == (BROKERS - 1,)
+    store.append(tick.records)
+    section.add(
+        Row(
+            f"tick fencing a silent broker (its leaderships moved), {label}",
+            tick_s,
+            "s",
+            extra=f"{len(tick.records):,} records",
+        )
+    )
+    latest = store.latest_image()
+    shutdown, shutdown_s = timed(
+        lambda: _heartbeat(controller, latest, BROKERS - 2, now, want_shutdown=True)
+    )
+    section.add(
+        Row(
+            f"controlled shutdown heartbeat (its leaderships moved), {label}",
+            shutdown_s,
+            "s",
+            extra=f"{len(shutdown):,} records",
+        )
+    )
+
+
+def run(report: Report) -> None:
+    with report.suite(
+        "scale", "Metadata at scale (`highwater.metadata`, `highwater.controller`)"
+    ) as section:
+        for size in SIZES:
+            partitions = max(PARTITIONS_PER_TOPIC, int(size * report.scale))
+            _controller_rows(report, section, partitions, _image_rows(report, section, partitions))
+            gc.collect()
+        section.note(
+            f"{BROKERS} brokers, topics of {PARTITIONS_PER_TOPIC:,} partitions, replication "
+            "factor 3, leaders spread evenly; one process, pure code: no network, no disk. "
+            "The replay is what a controller or broker does with the metadata log from its "
+            "start; the snapshot load is what it does from a snapshot. The fencing tick and "
+            "the controlled shutdown each move a tenth of the leaderships: their records "
+            "are then committed through Raft by the quorum (docs/raft.md)."
+        )
