@@ -13,7 +13,8 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner, Result
 from embedded_servers import ServerThread, free_port
-from highwater.cli.topics import topics
+from highwater.cli.topics import format_partition, topics
+from highwater.client.admin import PartitionInfo
 from highwater.embedded import EMBEDDED_NODE_ID
 
 pytestmark = pytest.mark.timeout(60)
@@ -232,3 +233,22 @@ def test_admin_calls_can_name_the_controllers_apart(server: ServerThread) -> Non
     out = ok(server, "create", "--topic", "cli-via-controllers", "--controllers", server.address)
     assert out == "Created topic cli-via-controllers.\n"
     assert "cli-via-controllers" in ok(server, "list").splitlines()
+
+
+def test_a_partition_line_shows_its_eligible_leader_replicas() -> None:
+    partition = PartitionInfo(
+        0,
+        2,
+        3,
+        (1, 2, 3),
+        (2,),
+        offline_replicas=(1,),
+        eligible_leader_replicas=(1,),
+        last_known_elr=(3,),
+    )
+    assert format_partition("t", partition) == (
+        "\tTopic: t\tPartition: 0\tLeader: 2\tReplicas: 1,2,3\tIsr: 2"
+        "\tElr: 1\tLastKnownElr: 3\tOffline: 1"
+    )
+    plain = PartitionInfo(0, 2, 3, (1, 2, 3), (2, 3))
+    assert format_partition("t", plain).endswith("\tIsr: 2,3")

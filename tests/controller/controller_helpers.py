@@ -167,7 +167,8 @@ class Harness:
 
 def check_invariants(image: MetadataImage) -> None:
     """What must hold of every image: leader in ISR, ISR in replicas, ISR not empty, a
-    leader that is active whenever an active ISR member exists, replicas distinct."""
+    leader that is active whenever an active ISR member exists, replicas distinct; the ELR
+    and the last known ELR are replicas, outside the ISR and apart from each other."""
     for key, partition in image.partitions():
         assert partition.replicas, key
         assert len(set(partition.replicas)) == len(partition.replicas), (key, partition)
@@ -179,6 +180,10 @@ def check_invariants(image: MetadataImage) -> None:
             assert partition.leader in partition.isr, (key, partition)
         if active_isr:
             assert image.is_active_broker(partition.leader), (key, partition, active_isr)
+        elr, last_known = set(partition.elr), set(partition.last_known_elr)
+        assert elr <= set(partition.replicas) and not elr & set(partition.isr), (key, partition)
+        assert last_known <= set(partition.replicas), (key, partition)
+        assert not last_known & (elr | set(partition.isr)), (key, partition)
 
 
 def epochs_of(image: MetadataImage) -> dict[TopicIdPartition, tuple[int, int]]:

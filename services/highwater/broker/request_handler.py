@@ -527,6 +527,8 @@ class RequestHandler:
                     offline_replicas=[
                         r for r in registration.replicas if not image.is_active_broker(r)
                     ],
+                    eligible_leader_replicas=registration.elr,
+                    last_known_elr=registration.last_known_elr,
                 )
         return response
 

@@ -15,8 +15,9 @@ its one port), and descriptions come from a broker's ``Metadata``.
 
     <TAB>Topic: T<TAB>Partition: p<TAB>Leader: l<TAB>Replicas: 1,2,3<TAB>Isr: 1,2
 
-with ``Leader: none`` for a partition without a leader and ``<TAB>Offline: 3`` appended
-when replicas are offline. ``describe --under-replicated-partitions`` (ISR smaller than
+with ``Leader: none`` for a partition without a leader, ``<TAB>Elr: 2<TAB>LastKnownElr: 3``
+appended when the partition has eligible leader replicas (KIP-966) or former ones, and
+``<TAB>Offline: 3`` when replicas are offline. ``describe --under-replicated-partitions`` (ISR smaller than
 the replicas), ``--unavailable-partitions`` (no leader, or a leader that is not a live
 broker), ``--under-min-isr-partitions`` and ``--at-min-isr-partitions`` (ISR below or at
 the topic's effective ``min.insync.replicas``) print only the partition lines they
@@ -193,6 +194,8 @@ def format_partition(topic: str, p: PartitionInfo) -> str:
         f"Leader: {p.leader if p.leader is not None else 'none'}\t"
         f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}"
     )
+    if p.eligible_leader_replicas or p.last_known_elr:
+        line += f"\tElr: {_ids(p.eligible_leader_replicas)}\tLastKnownElr: {_ids(p.last_known_elr)}"
     if p.offline_replicas:
         line += f"\tOffline: {_ids(p.offline_replicas)}"
     return line
@@ -323,6 +326,8 @@ def _description_json(
                 "replicas": list(p.replicas),
                 "isr": list(p.isr),
                 "offline_replicas": list(p.offline_replicas),
+                "eligible_leader_replicas": list(p.eligible_leader_replicas),
+                "last_known_elr": list(p.last_known_elr),
             }
             for p in partitions
         ],

@@ -274,6 +274,9 @@ class PartitionInfo:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     offline_replicas: tuple[int, ...] = ()
+    eligible_leader_replicas: tuple[int, ...] = ()
+    """Out of the ISR but holding every committed record (KIP-966): electable cleanly."""
+    last_known_elr: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -655,6 +658,8 @@ class AdminClient:
                         replicas=tuple(p.replicas),
                         isr=tuple(p.isr),
                         offline_replicas=tuple(p.offline_replicas),
+                        eligible_leader_replicas=tuple(p.eligible_leader_replicas),
+                        last_known_elr=tuple(p.last_known_elr),
                     )
                     for p in sorted(topic.partitions, key=lambda p: p.partition)
                 ),

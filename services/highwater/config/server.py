@@ -114,6 +114,15 @@ _CLUSTER_DEFAULTS: Final = [
         "leader when no ISR member is alive, at the risk of losing records.",
     ),
     ConfigKey(
+        "eligible.leader.replicas.enable",
+        _BOOLEAN,
+        True,
+        None,
+        "Whether the controller keeps eligible leader replicas (KIP-966): replicas that "
+        "left the ISR while it was below min.insync.replicas, which hold every committed "
+        "record and may be elected cleanly when no ISR member is alive.",
+    ),
+    ConfigKey(
         "log.retention.hours",
         _INT,
         168,

@@ -97,8 +97,9 @@ class ClusterControl:
         registration. A retry of the same registration gets the same epoch and no record.
         A new incarnation while the old one still has a session and did not shut down
         cleanly is a DUPLICATE_BROKER_REGISTRATION. The old incarnation's leaderships
-        and ISR memberships (except as a last member) go in the same batch: it may have
-        lost records it had not flushed.
+        and ISR memberships (except as a last member) go in the same batch, and without
+        the clean-shutdown epoch its ELR memberships too: it may have lost records it had
+        not flushed.
         """
         try:
             self._check_cluster_id(request.cluster_id)
@@ -153,7 +154,14 @@ class ClusterControl:
         delta = MetadataDelta(image)
         delta.replay(register)
         records: list[MetadataRecord] = [register]
-        records.extend(self.replication.move_away_from(delta, request.broker_id))
+        unclean_shutdown = existing is not None and request.previous_broker_epoch != (
+            existing.broker_epoch
+        )
+        records.extend(
+            self.replication.move_away_from(
+                delta, request.broker_id, unclean_shutdown=unclean_shutdown
+            )
+        )
         self.replication.forget_offline_replicas(request.broker_id)
         self.heartbeats.register(request.broker_id, epoch, now_ms)
         return ControllerResult(records, RegisterBrokerResponse(broker_epoch=epoch))

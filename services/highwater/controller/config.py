@@ -26,6 +26,7 @@ CONTROLLER_CONFIG_DEF: Final = ConfigDef(
         "num.partitions",
         "default.replication.factor",
         "unclean.leader.election.enable",
+        "eligible.leader.replicas.enable",
         "auto.leader.rebalance.enable",
         "leader.imbalance.per.broker.percentage",
         "leader.imbalance.check.interval.seconds",
@@ -56,6 +57,7 @@ class ControllerConfig:
     num_partitions: int = 1
     default_replication_factor: int = 1
     unclean_leader_election_enable: bool = False
+    eligible_leader_replicas_enable: bool = True
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_seconds: int = 300

@@ -9,10 +9,28 @@ rules it enforces:
   ISR is replaced by the first replica, in replica order, that is in the ISR and active;
 * the ISR never becomes empty: the last member stays, and with no active member the
   partition has no leader (:data:`NO_LEADER`) until one comes back;
-* with no active ISR member, an unclean election (allowed by the topic's
-  ``unclean.leader.election.enable`` or asked for by ElectLeaders) picks the first
-  active replica, which becomes the whole ISR: records may be lost;
+* with no active ISR member, an active eligible leader replica (below) is elected and
+  becomes the whole ISR: a clean election, nothing committed is lost;
+* with no active ISR or ELR member, an unclean election (allowed by the topic's
+  ``unclean.leader.election.enable`` or asked for by ElectLeaders) picks an active member
+  of the last known ELR, else the first active replica, which becomes the whole ISR:
+  records may be lost;
 * a preferred election moves leadership to ``replicas[0]`` when it is active and in the ISR.
+
+Eligible leader replicas (KIP-966). A leader advances the high watermark only while its
+ISR has at least ``min.insync.replicas`` members
+(:class:`~highwater.broker.replication.LeaderReplication`). So a replica that leaves the
+ISR when the ISR falls, or stays, below ``min.insync.replicas`` holds every record below
+the high watermark from then on (the high watermark was at most its log end offset when
+it left, and cannot move while the ISR is that small): it joins the partition's ELR. The
+ELR is emptied once the ISR is back at ``min.insync.replicas`` (the high watermark moves
+again), and a replica leaves it when it rejoins the ISR, leaves the replica set, or
+registers after an unclean shutdown (it may have lost records it had not flushed): then
+it moves to the last known ELR, which only an unclean election looks at. With
+``min.insync.replicas`` 1, or ELR turned off (a ``min_isr`` of 1 here), the ELR stays
+empty and elections are as before KIP-966. Kafka lets the ISR become empty and moves its
+last member into the ELR; here the last member stays in the ISR (as before KIP-966) and
+an election skips it while it is inactive, which elects the same leaders.
 """
 
 from __future__ import annotations
@@ -47,6 +65,7 @@ class PartitionChangeBuilder:
         is_active: Callable[[int], bool],
         *,
         unclean_allowed: bool = False,
+        min_isr: int = 1,
     ) -> None:
         self.partition = partition
         self.topic_id = topic_id
@@ -58,6 +77,8 @@ class PartitionChangeBuilder:
         self._adding: tuple[int, ...] = partition.adding_replicas
         self._removing: tuple[int, ...] = partition.removing_replicas
         self._election = Election.NONE
+        self._min_isr = min_isr
+        self._unclean_shutdown: set[int] = set()
         self.unclean = False
         """Whether :meth:`build` made an unclean election."""
 
@@ -70,6 +91,12 @@ class PartitionChangeBuilder:
         remaining = tuple(b for b in self._target_isr if b != broker_id)
         if remaining:
             self._target_isr = remaining
+        return self
+
+    def mark_unclean_shutdown(self, broker_id: int) -> PartitionChangeBuilder:
+        """``broker_id`` registered after an unclean shutdown: it leaves the ELR for the
+        last known ELR, and is elected (from the ELR) no more."""
+        self._unclean_shutdown.add(broker_id)
         return self
 
     def set_target_replicas(
@@ -97,13 +124,20 @@ class PartitionChangeBuilder:
         isr = tuple(b for b in isr if b in replicas)
         if not isr:
             raise ValueError(f"no ISR member of {self.topic_id}-{self.partition_id} is a replica")
-        leader = self._choose_leader(isr)
+        elr = tuple(
+            b
+            for b in partition.elr
+            if b in replicas and b not in isr and b not in self._unclean_shutdown
+        )
+        leader = self._choose_leader(isr, elr)
         if leader is None:
             leader = NO_LEADER
         elif leader not in isr:
-            # An unclean election: the new leader's log is the truth from now on.
+            # Elected from the ELR (clean) or uncleanly: the new leader's log is the truth
+            # from now on, and it is the whole ISR.
+            self.unclean = leader not in elr
             isr = (leader,)
-            self.unclean = True
+        elr, last_known_elr = self._next_elr(isr, elr)
         new_isr = None if isr == partition.isr else isr
         new_leader = None if leader == partition.leader else leader
         replicas_changed = (replicas, self._adding, self._removing) != (
@@ -111,7 +145,15 @@ class PartitionChangeBuilder:
             partition.adding_replicas,
             partition.removing_replicas,
         )
-        if new_isr is None and new_leader is None and not replicas_changed:
+        new_elr = None if elr == partition.elr else elr
+        new_last_known = None if last_known_elr == partition.last_known_elr else last_known_elr
+        if (
+            new_isr is None
+            and new_leader is None
+            and not replicas_changed
+            and new_elr is None
+            and new_last_known is None
+        ):
             return None
         return PartitionChangeRecord(
             topic_id=self.topic_id,
@@ -121,9 +163,34 @@ class PartitionChangeBuilder:
             replicas=replicas if replicas_changed else None,
             adding_replicas=self._adding if replicas_changed else None,
             removing_replicas=self._removing if replicas_changed else None,
+            eligible_leader_replicas=new_elr,
+            last_known_elr=new_last_known,
         )
 
-    def _choose_leader(self, isr: tuple[int, ...]) -> int | None:
+    def _next_elr(
+        self, isr: tuple[int, ...], elr: tuple[int, ...]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The ELR and last known ELR once the ISR is ``isr``; ``elr`` is the current ELR
+        without the members that left it (back in the ISR, no longer replicas, unclean)."""
+        partition = self.partition
+        replicas = self._replicas
+        if len(isr) >= self._min_isr:
+            return (), ()
+        left_isr = tuple(
+            b
+            for b in partition.isr
+            if b not in isr and b in replicas and b not in elr and b not in self._unclean_shutdown
+        )
+        next_elr = tuple(b for b in elr if b not in isr) + left_isr
+        lost = tuple(b for b in partition.elr if b in self._unclean_shutdown and b in replicas)
+        last_known = tuple(
+            b
+            for b in partition.last_known_elr + lost
+            if b in replicas and b not in isr and b not in next_elr
+        )
+        return next_elr, tuple(dict.fromkeys(last_known))
+
+    def _choose_leader(self, isr: tuple[int, ...], elr: tuple[int, ...]) -> int | None:
         partition = self.partition
         replicas = self._replicas
         active = self._is_active
@@ -139,7 +206,13 @@ class PartitionChangeBuilder:
         for broker in replicas:
             if broker in isr and active(broker):
                 return broker
+        for broker in elr:
+            if active(broker):
+                return broker
         if self._unclean_allowed or self._election is Election.UNCLEAN:
+            for broker in partition.last_known_elr:
+                if broker in replicas and active(broker):
+                    return broker
             for broker in replicas:
                 if active(broker):
                     return broker

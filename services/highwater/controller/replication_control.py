@@ -150,6 +150,20 @@ class ReplicationControl:
 
         return allowed
 
+    def _min_isr(self, delta: MetadataDelta, topic_id: str) -> int:
+        """The topic's ``min.insync.replicas`` for its ELR, or 1 when the ELR is off."""
+        if not self.config.eligible_leader_replicas_enable:
+            return 1
+        name = delta.topic_name(topic_id)
+        value = None
+        if name is not None:
+            value = delta.config(ConfigResource(ConfigResourceType.TOPIC, name)).get(
+                MIN_INSYNC_REPLICAS
+            )
+        if value is None:
+            value = delta.cluster_defaults().get(MIN_INSYNC_REPLICAS)
+        return int(value) if value is not None else 1
+
     def _change(
         self,
         delta: MetadataDelta,
@@ -171,37 +185,47 @@ class ReplicationControl:
             key.partition_id,
             is_active if offline else delta.is_active_broker,
             unclean_allowed=unclean_allowed,
+            min_isr=self._min_isr(delta, key.topic_id),
         )
         configure(builder)
         return builder
 
-    def move_away_from(self, delta: MetadataDelta, broker_id: int) -> list[MetadataRecord]:
+    def move_away_from(
+        self, delta: MetadataDelta, broker_id: int, *, unclean_shutdown: bool = False
+    ) -> list[MetadataRecord]:
         """Records that move leadership off ``broker_id`` (already made inactive in
-        ``delta``) and drop it from every ISR where it is not the last member."""
+        ``delta``) and drop it from every ISR where it is not the last member. After an
+        ``unclean_shutdown`` (a registration without the clean-shutdown epoch) it also
+        leaves every ELR: it may have lost records it had not flushed."""
         base = delta.image
         candidates = set(base.partitions_with_isr_member(broker_id))
         candidates.update(base.partitions_led_by(broker_id))
         candidates.update(
             key
             for key, partition in delta.changed_partitions()
-            if broker_id in partition.isr or partition.leader == broker_id
+            if broker_id in partition.isr
+            or partition.leader == broker_id
+            or (unclean_shutdown and broker_id in partition.elr)
         )
+        if unclean_shutdown:
+            candidates.update(base.replicas_of(broker_id))
+
+        def configure(builder: PartitionChangeBuilder) -> None:
+            builder.remove_from_isr(broker_id)
+            if unclean_shutdown:
+                builder.mark_unclean_shutdown(broker_id)
+
         unclean = self._unclean_lookup(delta)
         records: list[MetadataRecord] = []
         for key in sorted(candidates):
             partition = delta.partition(key.topic_id, key.partition_id)
             if partition is None or (
-                broker_id not in partition.isr and partition.leader != broker_id
+                broker_id not in partition.isr
+                and partition.leader != broker_id
+                and not (unclean_shutdown and broker_id in partition.elr)
             ):
                 continue
-            builder = self._change(
-                delta,
-                key,
-                partition,
-                unclean(key.topic_id),
-                lambda b: b.remove_from_isr(broker_id),
-            )
-            record = builder.build()
+            record = self._change(delta, key, partition, unclean(key.topic_id), configure).build()
             if record is not None:
                 delta.replay(record)
                 records.append(record)

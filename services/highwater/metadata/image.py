@@ -162,6 +162,10 @@ class PartitionRegistration(NamedTuple):
     partition_epoch: int = 0
     removing_replicas: tuple[int, ...] = ()
     adding_replicas: tuple[int, ...] = ()
+    elr: tuple[int, ...] = ()
+    """Eligible leader replicas (KIP-966): out of the ISR, holding every committed record."""
+    last_known_elr: tuple[int, ...] = ()
+    """Former ELR members whose unclean shutdown may have lost records."""
 
     @property
     def preferred_leader(self) -> int:
@@ -193,6 +197,14 @@ class PartitionRegistration(NamedTuple):
             adding_replicas=(
                 self.adding_replicas if change.adding_replicas is None else change.adding_replicas
             ),
+            elr=(
+                self.elr
+                if change.eligible_leader_replicas is None
+                else change.eligible_leader_replicas
+            ),
+            last_known_elr=(
+                self.last_known_elr if change.last_known_elr is None else change.last_known_elr
+            ),
         )
 
     @classmethod
@@ -205,6 +217,8 @@ class PartitionRegistration(NamedTuple):
             partition_epoch=record.partition_epoch,
             removing_replicas=record.removing_replicas,
             adding_replicas=record.adding_replicas,
+            elr=record.eligible_leader_replicas,
+            last_known_elr=record.last_known_elr,
         )
 
     def to_record(self, topic_id: str, partition_id: int) -> PartitionRecord:
@@ -218,6 +232,8 @@ class PartitionRegistration(NamedTuple):
             partition_epoch=self.partition_epoch,
             removing_replicas=self.removing_replicas,
             adding_replicas=self.adding_replicas,
+            eligible_leader_replicas=self.elr,
+            last_known_elr=self.last_known_elr,
         )
 
 

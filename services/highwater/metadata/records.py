@@ -128,7 +128,13 @@ class TopicRecord:
 
 @dataclass(frozen=True, slots=True)
 class PartitionRecord:
-    """The full state of one partition, at creation and in snapshots."""
+    """The full state of one partition, at creation and in snapshots.
+
+    ``eligible_leader_replicas`` (KIP-966's ELR) are replicas out of the ISR that still hold
+    every record below the high watermark, so they may be elected when no ISR member can
+    lead; ``last_known_elr`` are former ELR members that lost that guarantee (an unclean
+    shutdown), kept as the best choice of a last-resort unclean election.
+    """
 
     topic_id: str
     partition_id: int
@@ -139,6 +145,8 @@ class PartitionRecord:
     partition_epoch: int = 0
     removing_replicas: tuple[int, ...] = ()
     adding_replicas: tuple[int, ...] = ()
+    eligible_leader_replicas: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +164,8 @@ class PartitionChangeRecord:
     replicas: tuple[int, ...] | None = None
     removing_replicas: tuple[int, ...] | None = None
     adding_replicas: tuple[int, ...] | None = None
+    eligible_leader_replicas: tuple[int, ...] | None = None
+    last_known_elr: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

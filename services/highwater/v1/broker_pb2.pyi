@@ -1110,6 +1110,8 @@ class PartitionMetadata(_message.Message):
     REPLICAS_FIELD_NUMBER: _builtins.int
     ISR_FIELD_NUMBER: _builtins.int
     OFFLINE_REPLICAS_FIELD_NUMBER: _builtins.int
+    ELIGIBLE_LEADER_REPLICAS_FIELD_NUMBER: _builtins.int
+    LAST_KNOWN_ELR_FIELD_NUMBER: _builtins.int
     error: _common_pb2.ErrorCode.ValueType
     partition: _builtins.int
     leader_id: _builtins.int
@@ -1120,6 +1122,14 @@ class PartitionMetadata(_message.Message):
     def isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
     def offline_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def eligible_leader_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """KIP-966: replicas outside the ISR that hold every committed record (electable when no
+        ISR member is alive), and former ones that lost that guarantee in an unclean shutdown.
+        """
+
+    @_builtins.property
+    def last_known_elr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
@@ -1130,10 +1140,12 @@ class PartitionMetadata(_message.Message):
         replicas: _abc.Iterable[_builtins.int] | None = ...,
         isr: _abc.Iterable[_builtins.int] | None = ...,
         offline_replicas: _abc.Iterable[_builtins.int] | None = ...,
+        eligible_leader_replicas: _abc.Iterable[_builtins.int] | None = ...,
+        last_known_elr: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "isr", b"isr", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "offline_replicas", b"offline_replicas", "partition", b"partition", "replicas", b"replicas"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eligible_leader_replicas", b"eligible_leader_replicas", "error", b"error", "isr", b"isr", "last_known_elr", b"last_known_elr", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "offline_replicas", b"offline_replicas", "partition", b"partition", "replicas", b"replicas"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

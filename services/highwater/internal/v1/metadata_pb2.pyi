@@ -283,6 +283,8 @@ class PartitionRecord(_message.Message):
     LEADER_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
+    ELIGIBLE_LEADER_REPLICAS_FIELD_NUMBER: _builtins.int
+    LAST_KNOWN_ELR_FIELD_NUMBER: _builtins.int
     topic_id: _builtins.str
     partition_id: _builtins.int
     leader: _builtins.int
@@ -299,6 +301,14 @@ class PartitionRecord(_message.Message):
     def removing_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
     def adding_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def eligible_leader_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """KIP-966: replicas out of the ISR that hold every record below the high watermark
+        (electable when no ISR member can lead), and former ones that lost that guarantee.
+        """
+
+    @_builtins.property
+    def last_known_elr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
@@ -311,10 +321,12 @@ class PartitionRecord(_message.Message):
         leader: _builtins.int = ...,
         leader_epoch: _builtins.int = ...,
         partition_epoch: _builtins.int = ...,
+        eligible_leader_replicas: _abc.Iterable[_builtins.int] | None = ...,
+        last_known_elr: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition_epoch", b"partition_epoch", "partition_id", b"partition_id", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic_id", b"topic_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "isr", b"isr", "last_known_elr", b"last_known_elr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition_epoch", b"partition_epoch", "partition_id", b"partition_id", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -335,6 +347,8 @@ class PartitionChangeRecord(_message.Message):
     REPLICAS_FIELD_NUMBER: _builtins.int
     REMOVING_REPLICAS_FIELD_NUMBER: _builtins.int
     ADDING_REPLICAS_FIELD_NUMBER: _builtins.int
+    ELIGIBLE_LEADER_REPLICAS_FIELD_NUMBER: _builtins.int
+    LAST_KNOWN_ELR_FIELD_NUMBER: _builtins.int
     topic_id: _builtins.str
     partition_id: _builtins.int
     leader: _builtins.int
@@ -347,6 +361,10 @@ class PartitionChangeRecord(_message.Message):
     def removing_replicas(self) -> Global___BrokerIdList: ...
     @_builtins.property
     def adding_replicas(self) -> Global___BrokerIdList: ...
+    @_builtins.property
+    def eligible_leader_replicas(self) -> Global___BrokerIdList: ...
+    @_builtins.property
+    def last_known_elr(self) -> Global___BrokerIdList: ...
     def __init__(
         self,
         *,
@@ -357,10 +375,12 @@ class PartitionChangeRecord(_message.Message):
         replicas: Global___BrokerIdList | None = ...,
         removing_replicas: Global___BrokerIdList | None = ...,
         adding_replicas: Global___BrokerIdList | None = ...,
+        eligible_leader_replicas: Global___BrokerIdList | None = ...,
+        last_known_elr: Global___BrokerIdList | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_leader", b"_leader", "adding_replicas", b"adding_replicas", "isr", b"isr", "leader", b"leader", "removing_replicas", b"removing_replicas", "replicas", b"replicas"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_leader", b"_leader", "adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "isr", b"isr", "last_known_elr", b"last_known_elr", "leader", b"leader", "removing_replicas", b"removing_replicas", "replicas", b"replicas"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_leader", b"_leader", "adding_replicas", b"adding_replicas", "isr", b"isr", "leader", b"leader", "partition_id", b"partition_id", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic_id", b"topic_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_leader", b"_leader", "adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "isr", b"isr", "last_known_elr", b"last_known_elr", "leader", b"leader", "partition_id", b"partition_id", "removing_replicas", b"removing_replicas", "replicas", b"replicas", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__leader: _TypeAlias = _typing.Literal["leader"]  # noqa: Y015
     _WhichOneofArgType__leader: _TypeAlias = _typing.Literal["_leader", b"_leader"]  # noqa: Y015

@@ -1,0 +1,221 @@
+"""Eligible leader replicas (KIP-966): who joins and leaves the ELR, and clean elections
+from it when the last ISR member fails.
+
+The story each test tells: a topic with replication factor 3 and ``min.insync.replicas``
+2, whose ISR shrinks to its leader alone (the high watermark then stops, so the replicas
+that left hold every committed record); the leader dies. Before KIP-966 the partition
+went offline, or an unclean election could lose acknowledged records; with it, a replica
+of the ELR leads and nothing committed is lost.
+"""
+
+from __future__ import annotations
+
+from controller_helpers import NONE, Harness, check_invariants
+from highwater.controller import ControllerConfig
+from highwater.controller_api.messages import (
+    AlterPartitionItem,
+    AlterPartitionRequest,
+    BrokerEndpoint,
+    CreatableTopic,
+    CreateTopicsRequest,
+    ElectionType,
+    ElectLeadersRequest,
+    RegisterBrokerRequest,
+    TopicPartitions,
+)
+from highwater.metadata import (
+    NO_LEADER,
+    PartitionRegistration,
+    load_snapshot_values,
+    snapshot_values,
+)
+
+SESSION = 9000
+MIN_ISR_2 = {"min.insync.replicas": "2"}
+
+
+def harness(
+    assignment: tuple[int, ...] = (1, 2, 3),
+    configs: dict[str, str | None] | None = None,
+    config: ControllerConfig | None = None,
+) -> Harness:
+    h = Harness(config=config or ControllerConfig())
+    h.start_brokers([1, 2, 3])
+    topic = CreatableTopic(
+        "t", assignments=(assignment,), configs=MIN_ISR_2 if configs is None else configs
+    )
+    created = h.commit(h.controller.create_topics(CreateTopicsRequest((topic,))))
+    assert created.topics[0].error == NONE, created
+    return h
+
+
+def shrink(h: Harness, *isr: int) -> None:
+    """The leader asks for ``isr`` (AlterPartition), and it is committed."""
+    partition = h.partition("t")
+    item = AlterPartitionItem(
+        h.topic_id("t"), 0, partition.leader_epoch, partition.partition_epoch, isr
+    )
+    response = h.commit(
+        h.controller.alter_partition(
+            AlterPartitionRequest(partition.leader, h.epochs[partition.leader], (item,))
+        )
+    )
+    assert response.partitions[0].error == NONE, response
+
+
+def fence(h: Harness, broker_id: int) -> None:
+    """``broker_id`` goes silent past its session; the others heartbeat."""
+    h.clock.advance(SESSION)
+    for other in h.epochs:
+        if other != broker_id and not h.broker(other).fenced:
+            h.heartbeat(other)
+    h.tick()
+    assert h.broker(broker_id).fenced
+
+
+def restart(h: Harness, broker_id: int, *, clean: bool) -> None:
+    """A new incarnation of ``broker_id`` registers (with its clean-shutdown epoch or
+    without) and catches up. Without it, the old incarnation was killed: its session
+    expires first."""
+    if not clean:
+        fence(h, broker_id)
+    previous = h.epochs[broker_id] if clean else -1
+    response = h.commit(
+        h.controller.register_broker(
+            RegisterBrokerRequest(
+                broker_id,
+                f"incarnation-{broker_id}-again",
+                (BrokerEndpoint("PLAINTEXT", f"broker-{broker_id}", 9092),),
+                previous_broker_epoch=previous,
+            ),
+            h.clock.now_ms,
+        )
+    )
+    assert response.error == NONE, response
+    h.epochs[broker_id] = response.broker_epoch
+    h.heartbeat(broker_id)
+
+
+def test_replicas_leaving_an_isr_at_min_isr_are_not_eligible() -> None:
+    h = harness()
+    shrink(h, 1, 2)  # the ISR is still at min.insync.replicas: the HW may pass broker 3
+    partition = h.partition("t")
+    assert partition.isr == (1, 2) and partition.elr == ()
+    check_invariants(h.image)
+
+
+def test_a_replica_leaving_an_isr_below_min_isr_joins_the_elr() -> None:
+    h = harness()
+    shrink(h, 1, 2)
+    shrink(h, 1)
+    partition = h.partition("t")
+    assert partition.isr == (1,) and partition.elr == (2,)
+    # Both leave at once from a full ISR: both held the HW, which cannot move any more.
+    h = harness()
+    shrink(h, 1)
+    assert h.partition("t").elr == (2, 3)
+    check_invariants(h.image)
+
+
+def test_the_last_isr_member_fails_and_an_elr_member_leads_cleanly() -> None:
+    h = harness()
+    shrink(h, 1, 2)
+    shrink(h, 1)
+    before = h.partition("t")
+    fence(h, 1)
+    partition = h.partition("t")
+    assert partition.leader == 2
+    assert partition.isr == (2,)
+    assert partition.elr == (1,)  # it held the HW as the last ISR member
+    assert partition.leader_epoch == before.leader_epoch + 1
+    check_invariants(h.image)
+
+
+def test_without_an_elr_the_partition_goes_offline() -> None:
+    h = harness(config=ControllerConfig(eligible_leader_replicas_enable=False))
+    shrink(h, 1, 2)
+    shrink(h, 1)
+    assert h.partition("t").elr == ()
+    fence(h, 1)
+    partition = h.partition("t")
+    assert partition.leader == NO_LEADER and partition.isr == (1,)
+    check_invariants(h.image)
+
+
+def test_min_isr_1_keeps_the_elr_empty() -> None:
+    h = harness(configs={})
+    shrink(h, 1)
+    assert h.partition("t").elr == ()
+    fence(h, 1)
+    assert h.partition("t").leader == NO_LEADER
+
+
+def test_the_isr_back_at_min_isr_empties_the_elr() -> None:
+    h = harness()
+    shrink(h, 1)
+    assert h.partition("t").elr == (2, 3)
+    shrink(h, 1, 3)  # 3 caught up: the HW moves again, so 2 no longer holds it
+    partition = h.partition("t")
+    assert partition.isr == (1, 3) and partition.elr == ()
+
+
+def test_rejoining_the_isr_leaves_the_elr() -> None:
+    config = ControllerConfig()
+    h = harness(configs={"min.insync.replicas": "3"}, config=config)
+    shrink(h, 1)
+    assert h.partition("t").elr == (2, 3)
+    shrink(h, 1, 2)  # still below 3: 2 is in the ISR now, 3 stays eligible
+    partition = h.partition("t")
+    assert partition.isr == (1, 2) and partition.elr == (3,)
+
+
+def test_an_unclean_shutdown_takes_a_replica_out_of_the_elr() -> None:
+    h = harness(assignment=(1, 3, 2))
+    shrink(h, 1, 2)
+    shrink(h, 1)
+    assert h.partition("t").elr == (2,)
+    restart(h, 2, clean=False)  # it may have lost what it had not flushed
+    partition = h.partition("t")
+    assert partition.elr == () and partition.last_known_elr == (2,)
+    fence(h, 1)
+    assert h.partition("t").leader == NO_LEADER  # no clean choice left
+    check_invariants(h.image)
+    # The operator's unclean election prefers the last known ELR to replica order.
+    result = h.controller.elect_leaders(
+        ElectLeadersRequest(ElectionType.UNCLEAN, (TopicPartitions("t", (0,)),))
+    )
+    h.commit(result)
+    partition = h.partition("t")
+    assert partition.leader == 2 and partition.isr == (2,)
+    check_invariants(h.image)
+
+
+def test_a_clean_restart_keeps_the_elr() -> None:
+    h = harness()
+    shrink(h, 1, 2)
+    shrink(h, 1)
+    restart(h, 2, clean=True)
+    assert h.partition("t").elr == (2,)
+    fence(h, 1)
+    assert h.partition("t").leader == 2
+
+
+def test_the_elr_survives_a_replay_and_a_snapshot() -> None:
+    h = harness()
+    shrink(h, 1, 2)
+    shrink(h, 1)
+    restart(h, 2, clean=False)
+    expected = PartitionRegistration(
+        replicas=(1, 2, 3),
+        isr=(1,),
+        leader=1,
+        leader_epoch=0,
+        partition_epoch=h.partition("t").partition_epoch,
+        elr=(),
+        last_known_elr=(2,),
+    )
+    assert h.partition("t") == expected
+    replayed = h.replayed()
+    assert replayed.partition(h.topic_id("t"), 0) == expected
+    loaded = load_snapshot_values(snapshot_values(h.image), h.image.offset, h.image.epoch)
+    assert loaded.partition(h.topic_id("t"), 0) == expected
