@@ -300,7 +300,7 @@ async def test_tick_fences_a_broker_whose_session_expired(tmp_path: Path) -> Non
 
 
 async def test_requests_behind_a_large_tick_batch_are_served_in_order(tmp_path: Path) -> None:
-    quorum = Quorum(tmp_path, 1, settings(broker_session_timeout_ms=600))
+    quorum = Quorum(tmp_path, 1, settings(broker_session_timeout_ms=2000))
     server = await quorum.start(1)
     try:
         await server.wait_active()
@@ -308,6 +308,9 @@ async def test_requests_behind_a_large_tick_batch_are_served_in_order(tmp_path: 
             first = await register_and_unfence(client, 1)
             second = await register_and_unfence(client, 2)
             beating = asyncio.create_task(heartbeat_forever(client, 2, second))
+            # Broker 1 heartbeats until its 1,000 leaderships exist: on a slow machine
+            # creating them takes longer than its session.
+            beating_first = asyncio.create_task(heartbeat_forever(client, 1, first))
             try:
                 topics = tuple(m.CreatableTopic(f"t{i}", 200, 2) for i in range(10))
                 created = await client.create_topics(m.CreateTopicsRequest(topics))
@@ -316,7 +319,7 @@ async def test_requests_behind_a_large_tick_batch_are_served_in_order(tmp_path: 
                 # Broker 1 stops heartbeating: a tick fences it and moves 1,000
                 # leaderships in one batch. Requests keep coming meanwhile, one after the
                 # other in a known order; each sets the config to its own number.
-                del first
+                beating_first.cancel()
                 answers = []
                 async with asyncio.timeout(20):
                     for round_number in range(100):
@@ -332,6 +335,7 @@ async def test_requests_behind_a_large_tick_batch_are_served_in_order(tmp_path: 
                         await asyncio.sleep(0.02)
             finally:
                 beating.cancel()
+                beating_first.cancel()
         assert server.machine.image.broker(1).fenced  # type: ignore[union-attr]
         decoded = [codec.ALTER_CONFIGS.response_from_proto(a) for a in answers]
         assert all(a.error == NONE and a.resources[0].error == NONE for a in decoded)
