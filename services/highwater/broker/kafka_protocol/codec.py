@@ -107,7 +107,8 @@ def _response_class(request: Any) -> Any:
 # The versions served: from the oldest a client of the last few years sends (Produce v3 is
 # the first with RecordBatch v2) to the last one whose fields the broker can fill without
 # topic ids in place of names (Produce v13, Fetch v13, OffsetCommit v10...). SaslHandshake
-# from v1 only: v0's unframed SASL tokens (before KIP-152) are not read.
+# v0 is served (librdkafka 2.0 asks for it among the versions before it authenticates):
+# after it, the SASL tokens come as bare frames (KIP-43).
 SUPPORTED: Final[dict[int, ApiRange]] = {
     r.api_key: r
     for r in (
@@ -141,7 +142,7 @@ SUPPORTED: Final[dict[int, ApiRange]] = {
         ApiRange(DescribeClusterRequest, 0, 1),
         ApiRange(DescribeLogDirsRequest, 1, 4),
         ApiRange(OffsetDeleteRequest, 0, 0),
-        ApiRange(SaslHandshakeRequest, 1, 1),
+        ApiRange(SaslHandshakeRequest, 0, 1),
         ApiRange(SaslAuthenticateRequest, 0, 2),
         ApiRange(DescribeAclsRequest, 1, 3),
         ApiRange(CreateAclsRequest, 1, 3),

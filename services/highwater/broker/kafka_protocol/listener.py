@@ -58,7 +58,11 @@ from highwater.broker.kafka_protocol.codec import (
     decode_request,
     encode_response,
 )
-from highwater.broker.kafka_protocol.sasl import ConnectionSecurity, SecurityProtocol
+from highwater.broker.kafka_protocol.sasl import (
+    AuthenticateAnswer,
+    ConnectionSecurity,
+    SecurityProtocol,
+)
 from highwater.broker.request_handler import RequestHandler
 from highwater.errors import HighwaterError, SaslAuthenticationError
 from highwater.metadata.image import MetadataImage
@@ -226,6 +230,8 @@ class KafkaListener:
             frame = await reader.readexactly(size)
         except (asyncio.IncompleteReadError, ConnectionError):
             return "the connection ended inside a request"
+        if security.expects_bare_token:
+            return await self._bare_token(frame, answers, security)
         try:
             request = decode_request(frame)
         except UnsupportedVersionError as e:
@@ -240,7 +246,7 @@ class KafkaListener:
         except RequestDecodeError as e:
             return f"an unreadable request: {e}"
         if request.api_key == SASL_HANDSHAKE_KEY:
-            handshake = security.handshake(request.body.mechanism)
+            handshake = security.handshake(request.body.mechanism, request.api_version)
             await answers.put(
                 _answered(
                     request,
@@ -263,13 +269,7 @@ class KafkaListener:
     ) -> str | None:
         """Answer a SaslAuthenticate; why the connection ends after it, if it does."""
         outcome = security.authenticate(bytes(request.body.auth_bytes), time.time())
-        if outcome.log:
-            if outcome.close:
-                log.warning(
-                    "Kafka SASL authentication from %s failed: %s", security.host, outcome.log
-                )
-            else:
-                log.info("Kafka connection from %s: %s", security.host, outcome.log)
+        _log_outcome(security, outcome)
         response = SaslAuthenticateResponse(
             error_code=outcome.error_code,
             error_message=outcome.error_message,
@@ -282,6 +282,22 @@ class KafkaListener:
             await answers.put(_answered(request, response))
         # The failure was logged above: the connection ends without another line.
         return "" if outcome.close else None
+
+    async def _bare_token(
+        self, token: bytes, answers: Answers, security: ConnectionSecurity
+    ) -> str | None:
+        """A SASL token after a v0 handshake (KIP-43): the answer is a bare frame too, and
+        a failure closes the connection without one (after the failure's delay)."""
+        outcome = security.authenticate(token, time.time())
+        _log_outcome(security, outcome)
+        if outcome.close:
+            await asyncio.sleep(outcome.delay_s)
+            return ""
+        frame = _SIZE.pack(len(outcome.auth_bytes)) + outcome.auth_bytes
+        done: asyncio.Future[bytes | bytearray] = asyncio.get_running_loop().create_future()
+        done.set_result(frame)
+        await answers.put(done)
+        return None
 
     async def _answer(self, request: Any, principal: CallPrincipal) -> bytes | bytearray:
         serve_as(principal)  # this request's task only
@@ -310,6 +326,15 @@ class KafkaListener:
                 writer.write(frame)
                 if answers.empty():
                     await writer.drain()
+
+
+def _log_outcome(security: ConnectionSecurity, outcome: AuthenticateAnswer) -> None:
+    if not outcome.log:
+        return
+    if outcome.close:
+        log.warning("Kafka SASL authentication from %s failed: %s", security.host, outcome.log)
+    else:
+        log.info("Kafka connection from %s: %s", security.host, outcome.log)
 
 
 def _answered(request: KafkaRequest, response: Any) -> asyncio.Future[bytes | bytearray]:

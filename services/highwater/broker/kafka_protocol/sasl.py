@@ -11,10 +11,11 @@ no prefix: ``PLAINTEXT``):
 - ``SASL_PLAINTEXT`` and ``SASL_SSL``: the connection is the principal its SASL
   authentication proves (over TLS for ``SASL_SSL``), whatever certificate it shows.
 
-**SASL** (KIP-43 and KIP-152): a client sends ``SaslHandshake`` (v1) naming a mechanism of
+**SASL** (KIP-43 and KIP-152): a client sends ``SaslHandshake`` naming a mechanism of
 ``sasl.enabled.mechanisms``, then its mechanism's messages each in a ``SaslAuthenticate``
-request, and gets the server's in the answers: SCRAM-SHA-256/512 in two round trips,
-OAUTHBEARER in one. Each message goes to the process's
+request (after a v1 handshake), or each as a bare size-prefixed frame (after a v0 one,
+KIP-43's framing, answered the same way), and gets the server's in the answers:
+SCRAM-SHA-256/512 in two round trips, OAUTHBEARER in one. Each message goes to the process's
 :class:`~highwater.security.authentication.Authenticator`, the one the gRPC
 ``Authenticate`` call uses: the same SCRAM credentials from the metadata image, the same
 JWKS checks, and the same count of failures per host, so a host refused for too many
@@ -145,6 +146,7 @@ class ConnectionSecurity:
             "certificate" if certificate_principal is not None else "none",
         )
         self._mechanism: str | None = None
+        self._bare_tokens = False
         self._exchange_id = ""
         self._expires_at_s: float | None = None
 
@@ -155,6 +157,11 @@ class ConnectionSecurity:
     @property
     def authenticated(self) -> bool:
         return self._authenticated
+
+    @property
+    def expects_bare_token(self) -> bool:
+        """Whether the next frame is a bare SASL token (after a v0 handshake), not a request."""
+        return self._bare_tokens and self._mechanism is not None
 
     @property
     def session_expires_at_s(self) -> float | None:
@@ -171,13 +178,15 @@ class ConnectionSecurity:
             return f"API {api_key} after the SASL session of {self._principal.principal} expired"
         return None
 
-    def handshake(self, mechanism: str) -> HandshakeAnswer:
+    def handshake(self, mechanism: str, version: int = 1) -> HandshakeAnswer:
+        """``version``: the request's (0: the tokens that follow are bare frames)."""
         enabled = self._authenticator.enabled_mechanisms
         if not self.protocol.uses_sasl or self._mechanism is not None:
             return HandshakeAnswer(ErrorCode.ILLEGAL_SASL_STATE, enabled, close=True)
         if mechanism not in enabled:
             return HandshakeAnswer(ErrorCode.UNSUPPORTED_SASL_MECHANISM, enabled, close=True)
         self._mechanism = mechanism
+        self._bare_tokens = version == 0
         self._exchange_id = ""
         return HandshakeAnswer(ErrorCode.NONE, enabled)
 
