@@ -138,13 +138,10 @@ class ConnectionSecurity:
         self.host = host
         self._authenticator = authenticator
         self._authenticated = not protocol.uses_sasl
-        self._principal = CallPrincipal(
-            ANONYMOUS
-            if certificate_principal is None or protocol.uses_sasl
-            else certificate_principal,
-            host,
-            "certificate" if certificate_principal is not None else "none",
-        )
+        if certificate_principal is not None and not protocol.uses_sasl:
+            self._principal = CallPrincipal(certificate_principal, host, "certificate")
+        else:
+            self._principal = CallPrincipal(ANONYMOUS, host)
         self._mechanism: str | None = None
         self._bare_tokens = False
         self._exchange_id = ""
