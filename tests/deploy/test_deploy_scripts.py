@@ -118,7 +118,15 @@ def test_a_broker_advertises_its_pod_name_and_takes_its_rack(bin_dir: Path, tmp_
 
 def test_a_broker_serves_kafkas_protocol_only_when_the_chart_enables_it(bin_dir: Path) -> None:
     argv = run(bin_dir, "broker.sh", "hw-highwater-broker-2", BROKER_KAFKA_PORT="9095")
-    assert flag(argv, "--kafka-listen") == "0.0.0.0:9095"
+    assert flag(argv, "--kafka-listen") == "PLAINTEXT://0.0.0.0:9095"
+    secured = run(
+        bin_dir,
+        "broker.sh",
+        "hw-highwater-broker-2",
+        BROKER_KAFKA_PORT="9095",
+        BROKER_KAFKA_SECURITY_PROTOCOL="SASL_SSL",
+    )
+    assert flag(secured, "--kafka-listen") == "SASL_SSL://0.0.0.0:9095"
     assert flag(argv, "--kafka-advertised-listener") == (
         "hw-highwater-broker-2.hw-highwater-broker-headless.streams.svc.cluster.local:9095"
     )

@@ -314,6 +314,12 @@ BAD_VALUES = [
     ({"auth": {"superUsers": ["admin"]}}, "/auth/superUsers/0"),
     ({"tls": {"certManager": {"duration": "90 days"}}}, "/tls/certManager/duration"),
     ({"tls": {"certificate": "x"}}, "certificate"),
+    ({"broker": {"kafka": {"enabled": True, "securityProtocol": "SSL"}}},
+     "broker.kafka.securityProtocol: SSL needs tls.enabled"),
+    ({"tls": {"enabled": True},
+      "broker": {"kafka": {"enabled": True, "securityProtocol": "SASL_SSL"}}},
+     "broker.kafka.securityProtocol: SASL_SSL needs auth.enabled"),
+    ({"broker": {"kafka": {"securityProtocol": "TLS"}}}, "/broker/kafka/securityProtocol"),
 ]  # fmt: skip
 
 
@@ -321,6 +327,20 @@ BAD_VALUES = [
 def test_bad_security_values_fail_naming_the_key(values: dict[str, Any], key: str) -> None:
     with pytest.raises(render.RenderError, match=re.escape(key)):
         render.render(values)
+
+
+def test_the_kafka_listener_takes_the_releases_security() -> None:
+    """With auth on, the Kafka listener is SASL_SSL unless the values say otherwise; with
+    TLS alone it is SSL (without either, PLAINTEXT: the Kustomize base's)."""
+
+    def protocol(values: dict[str, Any]) -> str:
+        kafka = {"broker": {"kafka": {"enabled": True, **values.pop("kafka", {})}}}
+        config = by_kind(documents({**values, **kafka}), "ConfigMap")["hw-highwater-config"]
+        return str(config["data"]["BROKER_KAFKA_SECURITY_PROTOCOL"])
+
+    assert protocol(dict(SECURE)) == "SASL_SSL"
+    assert protocol({"tls": {"enabled": True}}) == "SSL"
+    assert protocol({**SECURE, "kafka": {"securityProtocol": "SSL"}}) == "SSL"
 
 
 def test_the_prod_values_are_secure_by_default(chart_renders: dict[str, dict[str, str]]) -> None:

@@ -1,32 +1,530 @@
-"""The Kafka listener authenticates no one yet, so it cannot run where the ACL checks are
-on: ``--kafka-listen`` with ``--super-users`` (or ``--authorizer acl``) stops the role at
-start with one line saying why, before anything is bound or written."""
+"""The Kafka listener as secure as the gRPC one, with real Kafka clients: SASL_SSL with
+SCRAM-SHA-512 (confluent-kafka producing and consuming in a group, kcat) and OAUTHBEARER
+(confluent-kafka's ``oauth_cb``), SSL with a client certificate as the principal
+(kafka-python), a wrong password refused, a principal without WRITE refused
+TOPIC_AUTHORIZATION_FAILED with nothing written, the ACL calls round trip (kafka-python's
+admin client), a request before authentication closing the connection, and
+re-authentication on a connection (KIP-368).
+
+Two servers for the module, both with certificates of a throwaway CA and the ACL checks
+on (``User:admin`` and the server's own ``User:server`` are super users): one with a
+``SASL_SSL`` Kafka listener, one with an ``SSL`` one. The users, topics and ACLs are set
+up over gRPC as the admin (a client certificate), as an operator would.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import shutil
+import socket
+import ssl
+import struct
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import grpc
+import jwt
 import pytest
-from click.testing import CliRunner
-from highwater.cli.main import main
-
-
-@pytest.mark.parametrize(
-    "role",
-    [
-        ["server", "--listen", "127.0.0.1:1"],
-        ["broker", "--node-id", "1", "--listen", "127.0.0.1:1", "--controllers", "127.0.0.1:2"],
-    ],
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from cryptography.hazmat.primitives.asymmetric import rsa
+from highwater.client.admin import AdminClient, NewTopic
+from highwater.security import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
 )
-@pytest.mark.parametrize("checks", [["--super-users", "User:admin"], ["--authorizer", "acl"]])
-def test_the_kafka_listener_is_refused_beside_the_acl_checks(
-    tmp_path: Path, role: list[str], checks: list[str]
-) -> None:
-    data_dir = tmp_path / "data"
-    result = CliRunner().invoke(
-        main,
-        [*role, "--data-dir", str(data_dir), "--kafka-listen", "127.0.0.1:3", *checks],
+from highwater.security.certificate_authority import CertificateAuthority
+from highwater.security.sasl_client import SaslCredentials
+from kafka import KafkaProducer
+from kafka.admin import (
+    ACL,
+    ACLFilter,
+    ACLOperation,
+    ACLPermissionType,
+    ACLResourcePatternType,
+    KafkaAdminClient,
+    ResourcePattern,
+    ResourcePatternFilter,
+)
+from kafka.admin import ResourceType as KafkaResourceType
+from kafka.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+)
+from kafka_servers import KafkaServer, kafka_server, read_frame, request_frame
+
+pytestmark = pytest.mark.timeout(180)
+
+TOPIC, GROUP = "orders", "g-alice"
+ISSUER, AUDIENCE = "https://idp.example", "highwater"
+MECHANISM = "SCRAM-SHA-512"
+PASSWORDS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}
+
+
+@dataclass
+class Pki:
+    ca: CertificateAuthority
+    root: Path
+    signing_key: Any
+
+    @property
+    def ca_file(self) -> Path:
+        return self.root / "ca.crt"
+
+    def files(self, name: str) -> tuple[Path, Path]:
+        return self.root / f"{name}.crt", self.root / f"{name}.key"
+
+    def admin_config(self, address: str) -> dict[str, str]:
+        cert, key = self.files("admin")
+        return {
+            "bootstrap.servers": address,
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(self.ca_file),
+            "ssl.certificate.location": str(cert),
+            "ssl.key.location": str(key),
+        }
+
+    def jwt(self, subject: str) -> str:
+        claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": subject, "exp": time.time() + 600}
+        return jwt.encode(claims, self.signing_key, algorithm="RS256", headers={"kid": "k1"})
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    root = tmp_path_factory.mktemp("kafka-security")
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    (root / "jwks.json").write_text(json.dumps({"keys": [{**jwk, "kid": "k1"}]}))
+    pki = Pki(CertificateAuthority(), root, key)
+    pki.ca_file.write_bytes(pki.ca.certificate_pem)
+    pki.ca.issue("server", hosts=["127.0.0.1", "localhost"]).write(*pki.files("server"))
+    for client in ("admin", "writer", "nobody"):
+        pki.ca.issue(client, server=False).write(*pki.files(client))
+    return pki
+
+
+def _server_args(pki: Pki, *sasl: str) -> tuple[str, ...]:
+    cert, key = pki.files("server")
+    return (
+        *("--tls-cert-file", str(cert), "--tls-key-file", str(key)),
+        *("--tls-ca-file", str(pki.ca_file), "--super-users", "User:admin;User:server"),
+        *sasl,
     )
-    assert result.exit_code == 2, result.output
-    assert "--kafka-listen cannot be used with the ACL authorizer on" in result.output
-    assert not data_dir.exists()
+
+
+def _admin_credentials(pki: Pki) -> grpc.ChannelCredentials:
+    cert, key = pki.files("admin")
+    return grpc.ssl_channel_credentials(
+        pki.ca_file.read_bytes(), key.read_bytes(), cert.read_bytes()
+    )
+
+
+def acl(
+    principal: str,
+    operation: AclOperation,
+    name: str = TOPIC,
+    kind: ResourceType = ResourceType.TOPIC,
+) -> AclBinding:
+    return AclBinding(
+        kind, name, PatternType.LITERAL, principal, "*", operation, AclPermissionType.ALLOW
+    )
+
+
+async def _prepare(pki: Pki, address: str, acls: list[AclBinding], users: bool) -> None:
+    """As the admin over gRPC: the topic, the SCRAM users, the ACLs."""
+    async with AdminClient(pki.admin_config(address)) as admin:
+        created = await admin.create_topics([NewTopic(TOPIC, 1, 1)])
+        assert created[TOPIC].error is None, created
+        if users:
+            outcome = await admin.alter_user_scram_credentials(
+                [(user, MECHANISM, password) for user, password in PASSWORDS.items()]
+            )
+            assert all(error is None for error in outcome.values()), outcome
+        assert await admin.create_acls(acls) == [None] * len(acls)
+
+
+@pytest.fixture(scope="module")
+def servers(pki: Pki) -> Iterator[tuple[KafkaServer, KafkaServer]]:
+    """The ``SASL_SSL`` server and the ``SSL`` one, started side by side."""
+    sasl_args = _server_args(
+        pki,
+        *("--sasl-enabled-mechanisms", f"{MECHANISM},OAUTHBEARER"),
+        *("--oauthbearer-jwks-file", str(pki.root / "jwks.json")),
+        *("--oauthbearer-issuer", ISSUER, "--oauthbearer-audience", AUDIENCE),
+    )
+    credentials = _admin_credentials(pki)
+    starting = [
+        kafka_server(
+            pki.root / "sasl-ssl", *sasl_args, protocol="SASL_SSL", credentials=credentials
+        ),
+        kafka_server(pki.root / "ssl", *_server_args(pki), protocol="SSL", credentials=credentials),
+    ]
+    with ThreadPoolExecutor(2) as pool:
+        entering = [pool.submit(server.__enter__) for server in starting]
+    failures = [f.exception() for f in entering if f.exception() is not None]
+    if failures:  # stop the one that did start
+        for server, future in zip(starting, entering, strict=True):
+            if future.exception() is None:
+                server.__exit__(None, None, None)
+        raise failures[0]
+    try:
+        sasl_ssl, ssl_listener = (future.result() for future in entering)
+        sasl_acls = [
+            acl("User:alice", AclOperation.WRITE),
+            acl("User:alice", AclOperation.READ),
+            acl("User:alice", AclOperation.READ, GROUP, ResourceType.GROUP),
+            acl("User:bob", AclOperation.READ),
+            acl("User:carol", AclOperation.WRITE),
+        ]
+        ssl_acls = [acl("User:writer", AclOperation.WRITE), acl("User:writer", AclOperation.READ)]
+
+        async def prepare() -> None:
+            await asyncio.gather(
+                _prepare(pki, sasl_ssl.address, sasl_acls, users=True),
+                _prepare(pki, ssl_listener.address, ssl_acls, users=False),
+            )
+
+        asyncio.run(prepare())
+        yield sasl_ssl, ssl_listener
+    finally:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda server: server.__exit__(None, None, None), starting))
+
+
+@pytest.fixture(scope="module")
+def sasl_ssl(servers: tuple[KafkaServer, KafkaServer]) -> KafkaServer:
+    return servers[0]
+
+
+@pytest.fixture(scope="module")
+def ssl_listener(servers: tuple[KafkaServer, KafkaServer]) -> KafkaServer:
+    return servers[1]
+
+
+def scram_config(pki: Pki, server: KafkaServer, user: str, password: str = "") -> dict[str, Any]:
+    return {
+        "bootstrap.servers": server.bootstrap,
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(pki.ca_file),
+        "sasl.mechanism": MECHANISM,
+        "sasl.username": user,
+        "sasl.password": password or PASSWORDS[user],
+    }
+
+
+def produce(config: dict[str, Any], values: list[bytes]) -> list[KafkaError | None]:
+    """Each value's delivery outcome (``None``: delivered)."""
+    producer = Producer({**config, "message.timeout.ms": 15000})
+    outcomes: list[KafkaError | None] = []
+    for value in values:
+        producer.produce(TOPIC, value, on_delivery=lambda error, _m: outcomes.append(error))
+    producer.flush(20)
+    return outcomes
+
+
+def end_offset(pki: Pki, server: KafkaServer) -> int:
+    consumer = Consumer({**scram_config(pki, server, "alice"), "group.id": GROUP})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=15)[1])
+    finally:
+        consumer.close()
+
+
+# --- SASL_SSL ---------------------------------------------------------------------------
+
+
+def test_scram_sha_512_over_sasl_ssl_produces_and_consumes_in_a_group(
+    pki: Pki, sasl_ssl: KafkaServer
+) -> None:
+    values = [f"scram-{i}".encode() for i in range(5)]
+    assert produce(scram_config(pki, sasl_ssl, "alice"), values) == [None] * 5
+    consumer = Consumer(
+        {
+            **scram_config(pki, sasl_ssl, "alice"),
+            "group.id": GROUP,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.subscribe([TOPIC])
+        read: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while not set(values) <= set(read) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None:
+                assert message.error() is None, message.error()
+                read.append(message.value())
+        assert set(values) <= set(read)
+        committed = consumer.commit(asynchronous=False)
+        assert committed is not None and all(tp.error is None for tp in committed)
+    finally:
+        consumer.close()
+
+
+def test_oauthbearer_with_confluent_kafka(pki: Pki, sasl_ssl: KafkaServer) -> None:
+    """``oauth_cb`` returns a token signed by the key of the server's JWKS: its subject
+    ``carol`` is the principal, and the ACLs of ``User:carol`` let it write."""
+    tokens: list[str] = []
+
+    def oauth_cb(_config: str) -> tuple[str, float]:
+        tokens.append(pki.jwt("carol"))
+        return tokens[-1], time.time() + 600
+
+    config = {
+        "bootstrap.servers": sasl_ssl.bootstrap,
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(pki.ca_file),
+        "sasl.mechanism": "OAUTHBEARER",
+        "oauth_cb": oauth_cb,
+    }
+    assert produce(config, [b"from carol"]) == [None]
+    assert tokens
+
+
+def test_a_principal_without_write_is_refused_and_nothing_is_written(
+    pki: Pki, sasl_ssl: KafkaServer
+) -> None:
+    before = end_offset(pki, sasl_ssl)
+    outcomes = produce(scram_config(pki, sasl_ssl, "bob"), [b"from bob", b"again"])
+    assert [e.code() if e else None for e in outcomes] == [
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+    ] * 2
+    assert end_offset(pki, sasl_ssl) == before
+
+
+def test_acls_round_trip_through_kafka_pythons_admin_client(
+    pki: Pki, sasl_ssl: KafkaServer
+) -> None:
+    admin = KafkaAdminClient(
+        bootstrap_servers=sasl_ssl.bootstrap,
+        security_protocol="SASL_SSL",
+        ssl_cafile=str(pki.ca_file),
+        sasl_mechanism=MECHANISM,
+        sasl_plain_username="admin",
+        sasl_plain_password=PASSWORDS["admin"],
+    )
+    try:
+        topic = f"audit-{uuid.uuid4().hex[:6]}"
+        granted = ACL(
+            principal="User:dave",
+            host="*",
+            operation=ACLOperation.READ,
+            permission_type=ACLPermissionType.ALLOW,
+            resource_pattern=ResourcePattern(
+                KafkaResourceType.TOPIC, topic, ACLResourcePatternType.PREFIXED
+            ),
+        )
+        created = admin.create_acls([granted])
+        assert created["failed"] == [] and created["succeeded"] == [granted]
+        by_dave = ACLFilter(
+            principal="User:dave",
+            host=None,
+            operation=ACLOperation.ANY,
+            permission_type=ACLPermissionType.ANY,
+            resource_pattern=ResourcePatternFilter(
+                KafkaResourceType.ANY, None, ACLResourcePatternType.ANY
+            ),
+        )
+        described, error = admin.describe_acls(by_dave)
+        assert error.errno == 0 and described == [granted]
+        ((_, deleted, error),) = admin.delete_acls([by_dave])
+        assert error.errno == 0 and deleted == [granted]
+        assert admin.describe_acls(by_dave)[0] == []
+    finally:
+        admin.close()
+    # A SCRAM user that is no super user may not touch the ACLs.
+    alice = KafkaAdminClient(
+        bootstrap_servers=sasl_ssl.bootstrap,
+        security_protocol="SASL_SSL",
+        ssl_cafile=str(pki.ca_file),
+        sasl_mechanism=MECHANISM,
+        sasl_plain_username="alice",
+        sasl_plain_password=PASSWORDS["alice"],
+    )
+    try:
+        refused = alice.create_acls([granted])
+        assert refused == {"succeeded": [], "failed": [ClusterAuthorizationFailedError]}
+    finally:
+        alice.close()
+
+
+# --- the SASL exchange on a raw connection --------------------------------------------------
+
+
+def _tls_socket(pki: Pki, server: KafkaServer) -> ssl.SSLSocket:
+    host, port = server.bootstrap.rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(pki.ca_file))
+    raw = socket.create_connection((host, int(port)), timeout=10)
+    return context.wrap_socket(raw, server_hostname=host)
+
+
+def _closed(sock: ssl.SSLSocket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionError, ssl.SSLError):
+        return True
+
+
+def _scram_login(sock: ssl.SSLSocket, user: str, password: str, correlation: int) -> Any:
+    """SaslHandshake v1, then SaslAuthenticate v2 steps; the last answer."""
+    sock.sendall(request_frame(SaslHandshakeRequest(mechanism=MECHANISM), 1, correlation))
+    read_frame(sock)
+    exchange = SaslCredentials(MECHANISM, user, password).exchange()
+    message: bytes | None = exchange.first()
+    answer: Any = None
+    while message is not None:
+        correlation += 1
+        sock.sendall(request_frame(SaslAuthenticateRequest(auth_bytes=message), 2, correlation))
+        answer = SaslAuthenticateResponse.decode(read_frame(sock)[5:], version=2)
+        if answer.error_code:
+            return answer
+        message = exchange.respond(answer.auth_bytes)
+        if message is None:
+            return answer
+    return answer
+
+
+def test_a_request_before_authentication_closes_the_connection(
+    pki: Pki, sasl_ssl: KafkaServer
+) -> None:
+    with _tls_socket(pki, sasl_ssl) as sock:
+        sock.sendall(request_frame(ApiVersionsRequest(), 0, 1))  # served before SASL
+        assert struct.unpack(">i", read_frame(sock)[:4]) == (1,)
+        sock.sendall(request_frame(MetadataRequest(topics=None), 9, 2))
+        assert _closed(sock)
+
+
+def test_a_connection_reauthenticates_as_its_principal_only(
+    pki: Pki, sasl_ssl: KafkaServer
+) -> None:
+    """KIP-368: the answer carries the session's lifetime (connections.max.reauth.ms); the
+    same user authenticates again on the connection and goes on; another user's
+    credentials are refused and the connection closed."""
+    with _tls_socket(pki, sasl_ssl) as sock:
+        first = _scram_login(sock, "alice", PASSWORDS["alice"], 1)
+        assert first.error_code == 0 and first.session_lifetime_ms > 0
+        again = _scram_login(sock, "alice", PASSWORDS["alice"], 10)
+        assert again.error_code == 0
+        sock.sendall(request_frame(MetadataRequest(topics=None), 9, 20))
+        assert struct.unpack(">i", read_frame(sock)[:4]) == (20,)
+        other = _scram_login(sock, "bob", PASSWORDS["bob"], 30)
+        assert other.error_code == 58  # SASL_AUTHENTICATION_FAILED
+        assert _closed(sock)
+
+
+def test_a_v0_handshake_takes_bare_tokens(pki: Pki, sasl_ssl: KafkaServer) -> None:
+    """KIP-43's framing: after SaslHandshake v0 the SCRAM messages are bare frames both ways;
+    then the connection is served as the user."""
+    with _tls_socket(pki, sasl_ssl) as sock:
+        sock.sendall(request_frame(SaslHandshakeRequest(mechanism=MECHANISM), 0, 1))
+        read_frame(sock)
+        exchange = SaslCredentials(MECHANISM, "alice", PASSWORDS["alice"]).exchange()
+        message: bytes | None = exchange.first()
+        while message is not None:
+            sock.sendall(struct.pack(">i", len(message)) + message)
+            message = exchange.respond(read_frame(sock))
+        sock.sendall(request_frame(MetadataRequest(topics=None), 9, 2))
+        assert struct.unpack(">i", read_frame(sock)[:4]) == (2,)
+
+
+# --- SSL: the client certificate is the principal --------------------------------------------
+
+
+def test_an_ssl_client_certificate_is_the_principal(pki: Pki, ssl_listener: KafkaServer) -> None:
+    def producer(name: str) -> KafkaProducer:
+        cert, key = pki.files(name)
+        return KafkaProducer(
+            bootstrap_servers=ssl_listener.bootstrap,
+            security_protocol="SSL",
+            ssl_cafile=str(pki.ca_file),
+            ssl_certfile=str(cert),
+            ssl_keyfile=str(key),
+            retries=0,
+        )
+
+    writer = producer("writer")  # CN=writer: User:writer, allowed WRITE on the topic
+    try:
+        assert writer.send(TOPIC, b"from writer").get(timeout=30).offset >= 0
+    finally:
+        writer.close()
+    nobody = producer("nobody")
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            nobody.send(TOPIC, b"from nobody").get(timeout=30)
+    finally:
+        nobody.close()
+
+
+def _kcat() -> str:
+    kcat = shutil.which("kcat")
+    assert kcat is not None, "kcat is installed by `make test` (Debian's kcat package)"
+    return kcat
+
+
+def test_kcat_over_ssl_with_a_client_certificate(pki: Pki, ssl_listener: KafkaServer) -> None:
+    cert, key = pki.files("writer")
+    base = [
+        *(_kcat(), "-b", ssl_listener.bootstrap, "-t", TOPIC),
+        *("-X", "security.protocol=SSL", "-X", f"ssl.ca.location={pki.ca_file}"),
+        *("-X", f"ssl.certificate.location={cert}", "-X", f"ssl.key.location={key}"),
+    ]
+    produced = subprocess.run([*base, "-P"], input=b"from kcat\n", capture_output=True, timeout=30)
+    assert produced.returncode == 0, produced.stderr
+    consumed = subprocess.run(
+        [*base, "-C", "-o", "-1", "-c", "1", "-e"], capture_output=True, timeout=30
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.strip() == b"from kcat"
+
+
+def test_kcat_scram_over_sasl_ssl_is_refused_for_its_librdkafkas_nonce(
+    pki: Pki, sasl_ssl: KafkaServer
+) -> None:
+    """Debian's kcat links librdkafka 2.0.2, whose SCRAM client-final message repeats the
+    client nonce (librdkafka#4895, fixed in 2.6.1). Highwater checks the nonce as RFC 5802
+    and Kafka 4 do (Kafka 3 let it pass), so that login is refused; confluent-kafka's
+    librdkafka (above) and kafka-python log in. Near the end of the module: the failure
+    counts towards this host's refusal."""
+    base = [
+        *(_kcat(), "-b", sasl_ssl.bootstrap, "-t", TOPIC, "-X", "security.protocol=SASL_SSL"),
+        *("-X", f"ssl.ca.location={pki.ca_file}", "-X", f"sasl.mechanisms={MECHANISM}"),
+        *("-X", "sasl.username=alice", "-X", f"sasl.password={PASSWORDS['alice']}"),
+        *("-X", "reconnect.backoff.ms=10000", "-X", "reconnect.backoff.max.ms=10000"),
+    ]
+    refused = subprocess.run([*base, "-P"], input=b"x\n", capture_output=True, timeout=30)
+    assert refused.returncode != 0
+    assert b"SASL authentication error: authentication failed" in refused.stderr
+
+
+def test_a_wrong_password_is_refused(pki: Pki, sasl_ssl: KafkaServer) -> None:
+    """Last of the module: the failures from this host count towards its refusal (as over
+    gRPC), so the client is stopped at its first one. confluent-kafka reports it as
+    _AUTHENTICATION with the broker's words, which say no more than that it failed."""
+    errors: list[KafkaError] = []
+    producer = Producer(
+        {
+            **scram_config(pki, sasl_ssl, "alice", password="not-alice-pw"),
+            "error_cb": errors.append,
+            "reconnect.backoff.ms": 10_000,
+            "reconnect.backoff.max.ms": 10_000,
+        }
+    )
+    deadline = time.monotonic() + 20
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.1)
+    assert errors and errors[0].code() == KafkaError._AUTHENTICATION, errors
+    assert "authentication failed" in errors[0].str()
+    producer.purge()

@@ -29,8 +29,14 @@ class KafkaServer:
 
 
 @contextmanager
-def kafka_server(data_dir: Path, *extra: str) -> Iterator[KafkaServer]:
-    """``highwater server`` with a Kafka listener, once every service is SERVING."""
+def kafka_server(
+    data_dir: Path,
+    *extra: str,
+    protocol: str = "PLAINTEXT",
+    credentials: grpc.ChannelCredentials | None = None,
+) -> Iterator[KafkaServer]:
+    """``highwater server`` with a Kafka listener of security protocol ``protocol``, once
+    every service is SERVING (asked over TLS with ``credentials`` if given)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     address, bootstrap = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     log_path = data_dir / "server.log"
@@ -39,13 +45,17 @@ def kafka_server(data_dir: Path, *extra: str) -> Iterator[KafkaServer]:
         [
             sys.executable, "-m", "highwater", "server",
             "--listen", address, "--data-dir", str(data_dir / "data"),
-            "--kafka-listen", bootstrap, *extra,
+            "--kafka-listen", f"{protocol}://{bootstrap}", *extra,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        with grpc.insecure_channel(address) as channel:
+        with (
+            grpc.insecure_channel(address)
+            if credentials is None
+            else grpc.secure_channel(address, credentials)
+        ) as channel:
             health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(), timeout=60, wait_for_ready=True
             )

@@ -23,10 +23,10 @@ from highwater.cli.server_config import (
     server_config_options,
 )
 from highwater.cli.serving import (
+    check_kafka_listener,
     controllers_option,
     kafka_listener_options,
     listen_option,
-    refuse_kafka_listener_with_authorizer,
     run_until_signalled,
     telemetry_option,
     tls_options,
@@ -119,7 +119,7 @@ def broker(
             **LISTENER_FLAGS,
         },
     )
-    refuse_kafka_listener_with_authorizer(kafka_listen)
+    check_kafka_listener(kafka_listen)
     named = role_listeners(config, listen, advertised_listener)
     for listener in named.bound:
         if listener.port == 0:

@@ -26,9 +26,9 @@ from highwater.cli.server_config import (
     server_config_options,
 )
 from highwater.cli.serving import (
+    check_kafka_listener,
     kafka_listener_options,
     listen_option,
-    refuse_kafka_listener_with_authorizer,
     run_until_signalled,
     telemetry_option,
     tls_options,
@@ -159,7 +159,7 @@ def server(
     and group.initial.rebalance.delay.ms is 0 unless set, as in Kafka's development
     configuration.
     """
-    refuse_kafka_listener_with_authorizer(kafka_listen)
+    check_kafka_listener(kafka_listen)
     config = load_role_config(config_file, overrides, {"log_dirs": "log.dirs", **LISTENER_FLAGS})
     named = role_listeners(config, listen)
     delay = (

@@ -21,10 +21,12 @@ from typing import Any, Protocol, TypeVar
 import click
 import uvloop
 
+from highwater.broker.kafka_protocol.door import kafka_listener_security
+from highwater.broker.kafka_protocol.sasl import parse_kafka_listener
 from highwater.cli.addresses import parse_addresses
 from highwater.config.server import ServerConfig, load_server_config, read_properties
 from highwater.errors import HighwaterError, InvalidConfigError
-from highwater.rpc.auth import ServerSecurity, authorizer_enabled
+from highwater.rpc.auth import ServerSecurity
 from highwater.rpc.auth import configure as configure_auth
 from highwater.rpc.client_auth import client_security_from_properties, configure_client_sasl
 from highwater.rpc.endpoints import parse_endpoint, parse_quorum_voters
@@ -106,33 +108,45 @@ def _optional_address(
     return value
 
 
+def _kafka_listener(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        try:
+            parse_kafka_listener(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+    return value
+
+
 def kafka_listener_options(function: F) -> F:
     """``--kafka-listen`` and ``--kafka-advertised-listener``: Kafka's binary protocol on a
     port of its own (docs/kafka-protocol.md); off unless asked."""
     function = click.option(
         "--kafka-advertised-listener",
         default=None,
-        callback=_optional_address,
+        callback=_kafka_listener,
         metavar="HOST:PORT",
         help="Where Kafka clients are told to connect, if not --kafka-listen (a proxy, a NAT).",
     )(function)
     return click.option(
         "--kafka-listen",
         default=None,
-        callback=_optional_address,
-        metavar="HOST:PORT",
-        help="Serve Kafka's wire protocol here too, for Kafka clients (off unless given).",
+        callback=_kafka_listener,
+        metavar="[PROTOCOL://]HOST:PORT",
+        help="Serve Kafka's wire protocol here too, for Kafka clients (off unless given); "
+        "PROTOCOL is the listener's security protocol: PLAINTEXT (the default), SSL, "
+        "SASL_PLAINTEXT or SASL_SSL (with the --tls-* files and --sasl-enabled-mechanisms).",
     )(function)
 
 
-def refuse_kafka_listener_with_authorizer(kafka_listen: str | None) -> None:
-    """A usage error if ``--kafka-listen`` is asked for while the ACL checks are on: the
-    Kafka listener does not authenticate its clients yet, so it would serve everyone."""
-    if kafka_listen is not None and authorizer_enabled():
-        raise click.UsageError(
-            "--kafka-listen cannot be used with the ACL authorizer on: the Kafka listener "
-            "does not authenticate its clients yet (docs/kafka-protocol.md)"
-        )
+def check_kafka_listener(kafka_listen: str | None) -> None:
+    """A usage error if ``--kafka-listen``'s security protocol cannot work with the
+    process's security settings (TLS files, SASL mechanisms), before anything is bound."""
+    if kafka_listen is None:
+        return
+    try:
+        kafka_listener_security(kafka_listen)
+    except InvalidConfigError as e:
+        raise click.UsageError(str(e)) from None
 
 
 def _controllers(_ctx: click.Context, _param: click.Parameter, value: str) -> list[str]:

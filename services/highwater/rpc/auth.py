@@ -24,6 +24,10 @@ answer has one (the Broker, Controller and GroupCoordinator calls), else with th
 logged, once per principal, operation and resource every :data:`REFUSAL_LOG_INTERVAL_S`.
 
 :func:`principal_of` is the one way to ask a call's principal (the servicers, quotas).
+A listener that is not gRPC's (the Kafka listener) identifies its connections itself and
+runs each request with :func:`serve_as` its connection's principal, so the same checks
+(:func:`authorize`, the broker's and coordinator's ``authorization`` modules, forwarded
+calls) see it.
 The process's settings are set once at start (:func:`configure`), and each role tells
 this module where its metadata image is (:func:`follow_image`): the ACLs and SCRAM
 credentials are read from it at each call, so an ACL change applies at the next call
@@ -65,14 +69,17 @@ __all__ = [
     "AuthInterceptor",
     "CallPrincipal",
     "ServerSecurity",
+    "authenticator",
     "authorize",
     "authorizer_enabled",
+    "certificate_principal",
     "configure",
     "current_authorizer",
     "follow_image",
     "forwarded_principal_metadata",
     "node_identities",
     "principal_of",
+    "serve_as",
     "server_security",
 ]
 
@@ -231,6 +238,18 @@ def authenticator() -> Authenticator:
 
 def node_identities() -> NodeIdentities:
     return _process.nodes
+
+
+def certificate_principal(pem: bytes) -> str:
+    """The principal of a verified client certificate (PEM), by the process's
+    ``ssl.principal.mapping.rules``; :class:`SaslAuthenticationError` if no rule applies."""
+    return _process.certificate_principal(pem)
+
+
+def serve_as(call: CallPrincipal) -> None:
+    """Make ``call`` the principal of the task being run (and of the tasks it starts): a
+    listener outside gRPC sets its connection's principal so on each request's task."""
+    _call.set(call)
 
 
 def _metadata(context: grpc.aio.ServicerContext, key: str) -> str | None:

@@ -18,6 +18,15 @@ coordinator to broker), as Kafka's inter-broker listener does with its keystore.
 Kafka's ``ssl.client.auth=requested`` (a client certificate asked for but optional) cannot
 be had here: gRPC's Python API either requires a verified client certificate or does not
 ask for one, so ``requested`` is refused at start with that reason.
+
+- :class:`SocketTls`: the same files for a listener that is not gRPC's (the Kafka
+  listener), as an :class:`ssl.SSLContext` for asyncio's servers. :meth:`SocketTls.refresh`,
+  called as each connection is accepted (before its handshake), loads a changed
+  certificate and key into the context, so new connections get them and established ones
+  keep theirs. Python's ``ssl`` can ask for a client certificate without requiring one, so
+  ``requested`` is served there. A rotated CA file adds its certificates to those trusted;
+  a CA taken out of the file stays trusted until the process restarts (OpenSSL's store
+  only grows).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import ssl
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,6 +47,7 @@ __all__ = [
     "ClientAuth",
     "ClientTls",
     "ServerTls",
+    "SocketTls",
     "TlsConfigError",
     "client_tls",
     "client_tls_from_properties",
@@ -139,6 +150,61 @@ class ServerTls:
             self._stamp, self._current = stamp, configuration
             log.info("TLS certificate reloaded from %s", self.cert_file)
             return configuration
+
+
+class SocketTls:
+    """A server's TLS as an :class:`ssl.SSLContext` (see the module docstring)."""
+
+    _VERIFY: Final = {
+        ClientAuth.REQUIRED: ssl.CERT_REQUIRED,
+        ClientAuth.REQUESTED: ssl.CERT_OPTIONAL,
+        ClientAuth.NONE: ssl.CERT_NONE,
+    }
+
+    def __init__(self, server: ServerTls, client_auth: ClientAuth | None = None) -> None:
+        """``client_auth``: this listener's ``ssl.client.auth`` (default: ``server``'s)."""
+        self.server = server
+        self.client_auth = client_auth or server.client_auth
+        if self.client_auth is not ClientAuth.NONE and server.ca_file is None:
+            raise TlsConfigError(f"ssl.client.auth={self.client_auth.value} needs --tls-ca-file")
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.context.verify_mode = self._VERIFY[self.client_auth]
+        self._stamp = self._load()
+
+    def _load(self) -> tuple[tuple[int, int], ...]:
+        """Load the files into the context; their stamp (raises if they cannot be read)."""
+        server = self.server
+        stamp = _stamp(server._paths)
+        _read(server.cert_file, "TLS certificate")
+        _read(server.key_file, "TLS key")
+        verify = server.ca_file is not None and self.client_auth is not ClientAuth.NONE
+        if verify:
+            assert server.ca_file is not None
+            _read(server.ca_file, "TLS CA")
+        try:
+            # A scratch context first: a certificate that does not match its key (one
+            # file rotated, the other not yet) must not reach the context in use.
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(
+                server.cert_file, server.key_file
+            )
+            self.context.load_cert_chain(server.cert_file, server.key_file)
+            if verify:
+                self.context.load_verify_locations(cafile=server.ca_file)
+        except (ssl.SSLError, OSError) as e:
+            raise TlsConfigError(f"{server.cert_file}: {e}") from None
+        return stamp
+
+    def refresh(self) -> None:
+        """Load the files again if they changed (a half-written file: keep the old)."""
+        try:
+            if _stamp(self.server._paths) == self._stamp:
+                return
+            self._stamp = self._load()
+        except (OSError, TlsConfigError) as e:
+            log.warning("TLS files changed but cannot be read yet (%s); keeping the old", e)
+            return
+        log.info("TLS certificate reloaded from %s", self.server.cert_file)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@
 # (EXTERNAL_PORT set) it has two named listeners: INTERNAL at the pod DNS name, which
 # the pods use between them, and EXTERNAL at the address clients outside reach. With
 # BROKER_KAFKA_PORT set (broker.kafka.enabled) it also serves Kafka's wire protocol
-# there, advertised under the same pod name (docs/kafka-protocol.md).
+# there with the security protocol BROKER_KAFKA_SECURITY_PROTOCOL (PLAINTEXT if unset),
+# advertised under the same pod name (docs/kafka-protocol.md).
 set -eu
 . "$(dirname "$0")/common.sh"
 rack=""
@@ -22,7 +23,7 @@ else
     set -- --listen "0.0.0.0:$BROKER_PORT" --advertised-listener "$internal"
 fi
 if [ -n "${BROKER_KAFKA_PORT:-}" ]; then
-    set -- "$@" --kafka-listen "0.0.0.0:$BROKER_KAFKA_PORT" \
+    set -- "$@" --kafka-listen "${BROKER_KAFKA_SECURITY_PROTOCOL:-PLAINTEXT}://0.0.0.0:$BROKER_KAFKA_PORT" \
         --kafka-advertised-listener "$POD_NAME.$BROKER_HEADLESS.$POD_NAMESPACE.svc.$CLUSTER_DOMAIN:$BROKER_KAFKA_PORT"
 fi
 exec highwater broker \

@@ -501,10 +501,30 @@ brokers and coordinators); pass (dict "root" $ "component" c). */}}
 {{- end }}
 {{- end -}}
 
+{{/* The Kafka listener's security protocol: broker.kafka.securityProtocol, or by default
+SASL_SSL with auth, SSL with TLS, else PLAINTEXT (docs/kafka-protocol.md). */}}
+{{- define "highwater.kafkaSecurityProtocol" -}}
+{{- if .Values.broker.kafka.securityProtocol -}}
+{{- .Values.broker.kafka.securityProtocol -}}
+{{- else if .Values.auth.enabled -}}
+SASL_SSL
+{{- else if .Values.tls.enabled -}}
+SSL
+{{- else -}}
+PLAINTEXT
+{{- end -}}
+{{- end -}}
+
 {{/* Checks of tls and auth that the schema cannot express. */}}
 {{- define "highwater.validateSecurity" -}}
-{{- if and .Values.auth.enabled .Values.broker.kafka.enabled -}}
-{{- fail "broker.kafka.enabled: the Kafka listener authenticates no one yet, so it cannot run beside auth.enabled (docs/kafka-protocol.md)" -}}
+{{- if .Values.broker.kafka.enabled -}}
+{{- $protocol := include "highwater.kafkaSecurityProtocol" . -}}
+{{- if and (has $protocol (list "SSL" "SASL_SSL")) (not .Values.tls.enabled) -}}
+{{- fail (printf "broker.kafka.securityProtocol: %s needs tls.enabled" $protocol) -}}
+{{- end -}}
+{{- if and (has $protocol (list "SASL_PLAINTEXT" "SASL_SSL")) (not .Values.auth.enabled) -}}
+{{- fail (printf "broker.kafka.securityProtocol: %s needs auth.enabled (its saslMechanisms)" $protocol) -}}
+{{- end -}}
 {{- end -}}
 {{- if and .Values.auth.enabled (not .Values.tls.enabled) -}}
 {{- fail "auth.enabled: needs tls.enabled (SASL only over TLS, and the pods authenticate to each other with their certificate)" -}}

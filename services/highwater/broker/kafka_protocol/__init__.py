@@ -6,7 +6,10 @@ versions served, request headers, response frames. ``apis`` translates each Kafk
 into the broker's own (``highwater.v1``) request, hands it to the same code the gRPC
 servicer uses, and translates the answer back. ``fetch_sessions`` is KIP-227's cache of
 incremental fetch sessions. ``listener`` is the asyncio TCP server: framing, the
-``socket.request.max.bytes`` limit, pipelined requests answered in order per connection.
+``socket.request.max.bytes`` limit, pipelined requests answered in order per connection,
+TLS. ``sasl`` is a connection's authentication (SaslHandshake, SaslAuthenticate, KIP-368's
+re-authentication) over the process's ``Authenticator``; ``door`` assembles the listener
+over a broker and its security protocol.
 """
 
 import warnings
@@ -19,4 +22,5 @@ with warnings.catch_warnings():
     import kafka.protocol.api_header
     import kafka.protocol.consumer
     import kafka.protocol.metadata
-    import kafka.protocol.producer  # noqa: F401
+    import kafka.protocol.producer
+    import kafka.protocol.sasl  # noqa: F401

@@ -12,6 +12,24 @@ Kafka listener, registered as the listener named ``KAFKA``; a group's coordinato
 broker asked, which relays the group calls to the coordinator service), and the null/empty
 conventions of the wire format. ``throttle_time_ms`` is 0 in every answer: no quota
 throttles a Kafka connection yet.
+
+**ACLs.** Each request runs as its connection's principal (the listener sets it with
+:func:`~highwater.rpc.auth.serve_as`), and the checks are the gRPC handlers' own
+(``broker/authorization.py``, ``controller_api/authorization.py``), run here before the
+request goes on, their refusals answered in Kafka's shapes: a refused topic's partitions
+TOPIC_AUTHORIZATION_FAILED in Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch and
+DeleteRecords, nothing of it written or read; Metadata shows only the topics the caller
+may describe; FindCoordinator is GROUP_AUTHORIZATION_FAILED for a group it may not
+describe; InitProducerId needs IDEMPOTENT_WRITE (KIP-679: or WRITE on some topic); the
+admin calls are split per topic or resource, and those checked whole (ElectLeaders,
+reassignments, DescribeLogDirs, the ACL calls) answer CLUSTER_AUTHORIZATION_FAILED. The
+admin calls go on to the controller, and the group calls to the coordinator, with the
+caller's principal as forwarded calls carry it, so the controller and the coordinator
+check it again (the group calls are checked there only: GROUP_AUTHORIZATION_FAILED, and
+ListGroups shows only the groups the caller may describe).
+
+**CreateAcls, DescribeAcls, DeleteAcls** go to the controller as the gRPC admin calls do,
+and act on the same ACL records; a filter's ANY codes and null strings match anything.
 """
 
 from __future__ import annotations
@@ -26,11 +44,14 @@ from google.protobuf.message import Message
 from kafka.protocol.admin import (
     AlterConfigsResponse,
     AlterPartitionReassignmentsResponse,
+    CreateAclsResponse,
     CreatePartitionsResponse,
     CreateTopicsResponse,
+    DeleteAclsResponse,
     DeleteGroupsResponse,
     DeleteRecordsResponse,
     DeleteTopicsResponse,
+    DescribeAclsResponse,
     DescribeClusterResponse,
     DescribeConfigsResponse,
     DescribeGroupsResponse,
@@ -55,14 +76,27 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
+from highwater.broker.authorization import (
+    add_refused_topics,
+    authorize_coordinators,
+    authorize_fetch,
+    authorize_init_producer_id,
+    filter_metadata,
+    produce_extra_check,
+    split_topics,
+)
 from highwater.broker.kafka_protocol.codec import SUPPORTED, KafkaRequest
 from highwater.broker.kafka_protocol.fetch_sessions import FetchPartitionState, FetchSessionCache
 from highwater.broker.request_handler import RequestHandler
 from highwater.controller_api import codec as controller_codec
+from highwater.controller_api.authorization import merge_refusals, split_admin_request
 from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
 from highwater.controller_api.codec import ControllerRpc
 from highwater.errors import HighwaterError, InvalidRequestError
 from highwater.metadata.image import MetadataImage
+from highwater.rpc.auth import authorize, authorizer_enabled, forwarded_principal_metadata
+from highwater.security.acl import AclOperation, ResourceType
+from highwater.security.rpc_access import CLUSTER_NAME
 from highwater.v1 import admin_pb2, coordinator_pb2
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
@@ -81,6 +115,7 @@ UNSUPPORTED_VERSION: Final = 35
 INVALID_REQUEST: Final = 42
 COORDINATOR_NOT_AVAILABLE: Final = 15
 REQUEST_TIMED_OUT: Final = 7
+CLUSTER_AUTHORIZATION_FAILED: Final = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 
 # Kafka's DescribeConfigs ConfigType (int8) by the controller's type names.
 _CONFIG_TYPES: Final = {
@@ -171,13 +206,26 @@ class KafkaApis:
             35: self.describe_log_dirs,
             47: self.offset_delete,
             60: self.describe_cluster,
+            29: self.describe_acls,
+            30: self.create_acls,
+            31: self.delete_acls,
         }
-        assert set(self._handlers) == set(SUPPORTED), "every API served has a handler"
+        # SaslHandshake and SaslAuthenticate are the listener's (they change the connection).
+        assert set(self._handlers) | {17, 36} == set(SUPPORTED), "every API has a handler"
 
     async def handle(self, request: KafkaRequest) -> Any:
         """The answer to ``request`` (a ``kafka.protocol`` response), or ``None`` for a
         request that gets none (Produce with acks=0)."""
         return await self._handlers[request.api_key](request)
+
+    def _topic_name_of(self, topic_id: str) -> str | None:
+        topic = self._image().topics.by_id.get(topic_id)
+        return topic.name if topic is not None else None
+
+    @staticmethod
+    def _on_cluster(operation: AclOperation) -> bool:
+        """May the caller do ``operation`` on the cluster (always, with the checks off)?"""
+        return authorize(None, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
     # --- the address of this broker and the others ------------------------------------------
 
@@ -208,7 +256,14 @@ class KafkaApis:
                 produce_topic.partitions.add(
                     partition=item.index, record_batches=item.records or b""
                 )
-        answer = await self.requests.produce(message)
+        allowed, denied = split_topics(
+            message, None, AclOperation.WRITE, extra=produce_extra_check(None)
+        )
+        if denied and not allowed.topics:
+            answer = pb.ProduceResponse()
+        else:
+            answer = await self.requests.produce(allowed)
+        add_refused_topics(answer, denied)
         if body.acks == 0:
             return None
         R = ProduceResponse
@@ -285,7 +340,12 @@ class KafkaApis:
             )
             if state.current_leader_epoch >= 0:
                 item.current_leader_epoch = state.current_leader_epoch
-        answer = await self.requests.fetch(message)
+        allowed, denied = authorize_fetch(message, None)
+        if denied and not allowed.topics:
+            answer = pb.FetchResponse()
+        else:
+            answer = await self.requests.fetch(allowed)
+        add_refused_topics(answer, denied)
         responses: list[Any] = []
         for topic_answer in answer.topics:
             partitions = []
@@ -329,7 +389,8 @@ class KafkaApis:
                 p = t.partitions.add(partition=item.partition_index, timestamp=item.timestamp)
                 if request.api_version >= 4 and item.current_leader_epoch >= 0:
                     p.current_leader_epoch = item.current_leader_epoch
-        answer = self.requests.list_offsets(message)
+        allowed, denied = split_topics(message, None, AclOperation.DESCRIBE)
+        answer = add_refused_topics(self.requests.list_offsets(allowed), denied)
         R = ListOffsetsResponse
         return R(
             throttle_time_ms=0,
@@ -359,7 +420,8 @@ class KafkaApis:
                 p = t.partitions.add(partition=item.partition, leader_epoch=item.leader_epoch)
                 if item.current_leader_epoch >= 0:
                     p.current_leader_epoch = item.current_leader_epoch
-        answer = self.requests.offsets_for_leader_epoch(message)
+        allowed, denied = split_topics(message, None, AclOperation.DESCRIBE)
+        answer = add_refused_topics(self.requests.offsets_for_leader_epoch(allowed), denied)
         R = OffsetForLeaderEpochResponse
         return R(
             throttle_time_ms=0,
@@ -386,7 +448,8 @@ class KafkaApis:
             t = message.topics.add(topic=topic.name)
             for item in topic.partitions:
                 t.partitions.add(partition=item.partition_index, offset=item.offset)
-        answer = self.requests.delete_records(message)
+        allowed, denied = split_topics(message, None, AclOperation.DELETE)
+        answer = add_refused_topics(self.requests.delete_records(allowed), denied)
         R = DeleteRecordsResponse
         return R(
             throttle_time_ms=0,
@@ -412,6 +475,13 @@ class KafkaApis:
         if body.transactional_id is not None:
             return R(
                 throttle_time_ms=0, error_code=INVALID_REQUEST, producer_id=-1, producer_epoch=-1
+            )
+        if authorizer_enabled() and not authorize_init_producer_id(None):
+            return R(
+                throttle_time_ms=0,
+                error_code=CLUSTER_AUTHORIZATION_FAILED,
+                producer_id=-1,
+                producer_epoch=-1,
             )
         message = pb.InitProducerIdRequest()
         if request.api_version >= 3 and body.producer_id >= 0:
@@ -452,7 +522,8 @@ class KafkaApis:
                 elif topic.topic_id is not None:
                     found = image.topics.by_id.get(topic_id_string(topic.topic_id))
                     names.append(found.name if found is not None else "")
-        answer = self.requests.metadata(pb.MetadataRequest(topics=names or []))
+        asked = pb.MetadataRequest(topics=names or [])
+        answer = filter_metadata(asked, self.requests.metadata(asked), None)
         R = MetadataResponse
         topics = []
         if names is None or names:
@@ -514,9 +585,11 @@ class KafkaApis:
         version = request.api_version
         keys = list(body.coordinator_keys) if version >= 4 else [body.key]
         key_type = body.key_type if version >= 1 else 0
-        found = self.requests.find_coordinator(
-            pb.FindCoordinatorRequest(key_type=pb.COORDINATOR_TYPE_GROUP, keys=keys)
+        allowed, denied = authorize_coordinators(
+            pb.FindCoordinatorRequest(key_type=pb.COORDINATOR_TYPE_GROUP, keys=keys), None
         )
+        found = self.requests.find_coordinator(allowed)
+        found.coordinators.extend(denied)
         endpoint = self.kafka_endpoint(self.node_id)
         R = FindCoordinatorResponse
         results: list[tuple[str, int, str, int, int, str | None]] = []
@@ -904,8 +977,10 @@ class KafkaApis:
         message = pb.DescribeLogDirsRequest()
         for topic in request.body.topics or ():  # null: every partition
             message.topics.add(topic=topic.topic, partitions=topic.partitions)
-        answer = self.requests.describe_log_dirs(message)
         R = DescribeLogDirsResponse
+        if not self._on_cluster(AclOperation.DESCRIBE):
+            return R(throttle_time_ms=0, error_code=CLUSTER_AUTHORIZATION_FAILED, results=[])
+        answer = self.requests.describe_log_dirs(message)
         Result = R.DescribeLogDirsResult
         return R(
             throttle_time_ms=0,
@@ -939,16 +1014,23 @@ class KafkaApis:
     # --- admin: forwarded to the active controller -----------------------------------------------
 
     async def _forward(self, rpc: ControllerRpc[Any, Any], message: Message) -> Any | int:
-        """The controller's answer (a ``highwater.v1`` message) or an error code."""
+        """The controller's answer (a ``highwater.v1`` message) or an error code; the
+        items the caller may not act on are answered here with their refusals
+        (``controller_api/authorization.py``) and the rest goes on with its principal."""
+        to_run, denied = split_admin_request(rpc.name, message, None, self._topic_name_of)
+        if to_run is None:
+            return merge_refusals(rpc.name, rpc.proto_response(), denied)
         try:
-            response = await self.controller.call(rpc, rpc.request_from_proto(message))
+            response = await self.controller.call(
+                rpc, rpc.request_from_proto(to_run), metadata=forwarded_principal_metadata(None)
+            )
         except (InvalidRequestError, controller_codec.InvalidRequestError) as e:
             log.info("%s refused: %s", rpc.name, e)
             return INVALID_REQUEST
         except ControllerUnavailableError as e:
             log.warning("%s: %s", rpc.name, e)
             return REQUEST_TIMED_OUT
-        return rpc.response_to_proto(response)
+        return merge_refusals(rpc.name, rpc.response_to_proto(response), denied)
 
     async def create_topics(self, request: KafkaRequest) -> Any:
         body = request.body
@@ -1143,9 +1225,13 @@ class KafkaApis:
         else:
             for tp in body.topic_partitions:
                 message.topic_partitions.add(topic=tp.topic, partitions=tp.partitions)
-        answer = await self._forward(controller_codec.ELECT_LEADERS, message)
         R = ElectLeadersResponse
         T = R.ReplicaElectionResult
+        answer = (
+            await self._forward(controller_codec.ELECT_LEADERS, message)
+            if self._on_cluster(AclOperation.ALTER)
+            else CLUSTER_AUTHORIZATION_FAILED
+        )
         if isinstance(answer, int):
             return R(throttle_time_ms=0, error_code=answer, replica_election_results=[])
         by_topic: dict[str, list[Any]] = {}
@@ -1176,7 +1262,11 @@ class KafkaApis:
                     replicas=p.replicas or [],
                     cancel=p.replicas is None,
                 )
-        answer = await self._forward(controller_codec.ALTER_PARTITION_REASSIGNMENTS, message)
+        answer = (
+            await self._forward(controller_codec.ALTER_PARTITION_REASSIGNMENTS, message)
+            if self._on_cluster(AclOperation.ALTER)
+            else CLUSTER_AUTHORIZATION_FAILED
+        )
         R = AlterPartitionReassignmentsResponse
         T = R.ReassignableTopicResponse
         if isinstance(answer, int):
@@ -1202,7 +1292,11 @@ class KafkaApis:
         message = admin_pb2.ListPartitionReassignmentsRequest()
         for topic in body.topics or []:
             message.topic_partitions.add(topic=topic.name, partitions=topic.partition_indexes)
-        answer = await self._forward(controller_codec.LIST_PARTITION_REASSIGNMENTS, message)
+        answer = (
+            await self._forward(controller_codec.LIST_PARTITION_REASSIGNMENTS, message)
+            if self._on_cluster(AclOperation.DESCRIBE)
+            else CLUSTER_AUTHORIZATION_FAILED
+        )
         R = ListPartitionReassignmentsResponse
         T = R.OngoingTopicReassignment
         if isinstance(answer, int):
@@ -1223,6 +1317,174 @@ class KafkaApis:
             error_message=answer.error_message or None,
             topics=[T(name=name, partitions=parts) for name, parts in by_topic.items()],
         )
+
+    # --- ACLs: the controller's ACL records -------------------------------------------------------
+
+    async def create_acls(self, request: KafkaRequest) -> Any:
+        creations = request.body.creations
+        R = CreateAclsResponse
+        message = admin_pb2.CreateAclsRequest()
+        for c in creations:
+            message.creations.add(
+                resource_type=c.resource_type,
+                resource_name=c.resource_name,
+                pattern_type=c.resource_pattern_type,
+                principal=c.principal,
+                host=c.host,
+                operation=c.operation,
+                permission_type=c.permission_type,
+            )
+        answer = (
+            await self._forward(controller_codec.CREATE_ACLS, message)
+            if self._on_cluster(AclOperation.ALTER)
+            else CLUSTER_AUTHORIZATION_FAILED
+        )
+        if isinstance(answer, int) or answer.error != NONE:
+            code = answer if isinstance(answer, int) else answer.error
+            text = None if isinstance(answer, int) else answer.error_message or None
+            return R(
+                throttle_time_ms=0,
+                results=[
+                    R.AclCreationResult(error_code=code, error_message=text) for _ in creations
+                ],
+            )
+        return R(
+            throttle_time_ms=0,
+            results=[
+                R.AclCreationResult(error_code=r.error, error_message=r.error_message or None)
+                for r in answer.results
+            ],
+        )
+
+    async def describe_acls(self, request: KafkaRequest) -> Any:
+        body = request.body
+        R = DescribeAclsResponse
+        message = admin_pb2.DescribeAclsRequest(
+            filter=_acl_filter(
+                body.resource_type_filter,
+                body.resource_name_filter,
+                body.pattern_type_filter,
+                body.principal_filter,
+                body.host_filter,
+                body.operation,
+                body.permission_type,
+            )
+        )
+        answer = (
+            await self._forward(controller_codec.DESCRIBE_ACLS, message)
+            if self._on_cluster(AclOperation.DESCRIBE)
+            else CLUSTER_AUTHORIZATION_FAILED
+        )
+        if isinstance(answer, int) or answer.error != NONE:
+            code = answer if isinstance(answer, int) else answer.error
+            text = None if isinstance(answer, int) else answer.error_message or None
+            return R(throttle_time_ms=0, error_code=code, error_message=text, resources=[])
+        by_resource: dict[tuple[int, str, int], list[Any]] = {}
+        for acl in answer.acls:
+            by_resource.setdefault(
+                (acl.resource_type, acl.resource_name, acl.pattern_type), []
+            ).append(
+                R.DescribeAclsResource.AclDescription(
+                    principal=acl.principal,
+                    host=acl.host,
+                    operation=acl.operation,
+                    permission_type=acl.permission_type,
+                )
+            )
+        return R(
+            throttle_time_ms=0,
+            error_code=NONE,
+            error_message=None,
+            resources=[
+                R.DescribeAclsResource(
+                    resource_type=kind, resource_name=name, pattern_type=pattern, acls=acls
+                )
+                for (kind, name, pattern), acls in by_resource.items()
+            ],
+        )
+
+    async def delete_acls(self, request: KafkaRequest) -> Any:
+        filters = request.body.filters
+        R = DeleteAclsResponse
+        F = R.DeleteAclsFilterResult
+        message = admin_pb2.DeleteAclsRequest(
+            filters=[
+                _acl_filter(
+                    f.resource_type_filter,
+                    f.resource_name_filter,
+                    f.pattern_type_filter,
+                    f.principal_filter,
+                    f.host_filter,
+                    f.operation,
+                    f.permission_type,
+                )
+                for f in filters
+            ]
+        )
+        answer = (
+            await self._forward(controller_codec.DELETE_ACLS, message)
+            if self._on_cluster(AclOperation.ALTER)
+            else CLUSTER_AUTHORIZATION_FAILED
+        )
+        if isinstance(answer, int) or answer.error != NONE:
+            code = answer if isinstance(answer, int) else answer.error
+            text = None if isinstance(answer, int) else answer.error_message or None
+            return R(
+                throttle_time_ms=0,
+                filter_results=[
+                    F(error_code=code, error_message=text, matching_acls=[]) for _ in filters
+                ],
+            )
+        return R(
+            throttle_time_ms=0,
+            filter_results=[
+                F(
+                    error_code=r.error,
+                    error_message=r.error_message or None,
+                    matching_acls=[
+                        F.DeleteAclsMatchingAcl(
+                            error_code=NONE,
+                            error_message=None,
+                            resource_type=acl.resource_type,
+                            resource_name=acl.resource_name,
+                            pattern_type=acl.pattern_type,
+                            principal=acl.principal,
+                            host=acl.host,
+                            operation=acl.operation,
+                            permission_type=acl.permission_type,
+                        )
+                        for acl in r.deleted
+                    ],
+                )
+                for r in answer.results
+            ],
+        )
+
+
+def _acl_filter(
+    resource_type: int,
+    resource_name: str | None,
+    pattern_type: int,
+    principal: str | None,
+    host: str | None,
+    operation: int,
+    permission_type: int,
+) -> admin_pb2.AclFilter:
+    """Kafka's ACL binding filter as admin.proto's: a null string is left unset (matches
+    anything), and the codes pass as they are (ANY, 1, matches anything there too)."""
+    acl_filter = admin_pb2.AclFilter(
+        resource_type=resource_type,
+        pattern_type=pattern_type,
+        operation=operation,
+        permission_type=permission_type,
+    )
+    if resource_name is not None:
+        acl_filter.resource_name = resource_name
+    if principal is not None:
+        acl_filter.principal = principal
+    if host is not None:
+        acl_filter.host = host
+    return acl_filter
 
 
 def api_versions_response(error_code: int) -> Any:

@@ -21,11 +21,14 @@ from typing import Any, Final
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterPartitionReassignmentsRequest,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteGroupsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
+    DescribeAclsRequest,
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
@@ -51,10 +54,13 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 __all__ = [
     "API_VERSIONS_KEY",
     "PRODUCE_KEY",
+    "SASL_AUTHENTICATE_KEY",
+    "SASL_HANDSHAKE_KEY",
     "SUPPORTED",
     "ApiRange",
     "KafkaRequest",
@@ -68,6 +74,8 @@ __all__ = [
 
 PRODUCE_KEY: Final = 0
 API_VERSIONS_KEY: Final = 18
+SASL_HANDSHAKE_KEY: Final = 17
+SASL_AUTHENTICATE_KEY: Final = 36
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +106,9 @@ def _response_class(request: Any) -> Any:
 
 # The versions served: from the oldest a client of the last few years sends (Produce v3 is
 # the first with RecordBatch v2) to the last one whose fields the broker can fill without
-# topic ids in place of names (Produce v13, Fetch v13, OffsetCommit v10...).
+# topic ids in place of names (Produce v13, Fetch v13, OffsetCommit v10...). SaslHandshake
+# v0 is served (librdkafka 2.0 asks for it among the versions before it authenticates):
+# after it, the SASL tokens come as bare frames (KIP-43).
 SUPPORTED: Final[dict[int, ApiRange]] = {
     r.api_key: r
     for r in (
@@ -132,6 +142,11 @@ SUPPORTED: Final[dict[int, ApiRange]] = {
         ApiRange(DescribeClusterRequest, 0, 1),
         ApiRange(DescribeLogDirsRequest, 1, 4),
         ApiRange(OffsetDeleteRequest, 0, 0),
+        ApiRange(SaslHandshakeRequest, 0, 1),
+        ApiRange(SaslAuthenticateRequest, 0, 2),
+        ApiRange(DescribeAclsRequest, 1, 3),
+        ApiRange(CreateAclsRequest, 1, 3),
+        ApiRange(DeleteAclsRequest, 1, 3),
     )
 }
 

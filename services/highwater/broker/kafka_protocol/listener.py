@@ -9,13 +9,22 @@ task's first step (they wait for nothing), so the batches of a partition reach t
 the order they were sent, while earlier requests may still wait for the ISR. Produce with
 acks=0 gets no answer.
 
+Each connection has its :class:`~highwater.broker.kafka_protocol.sasl.ConnectionSecurity`:
+on an ``SSL`` or ``SASL_SSL`` listener the TLS handshake comes first (the process's
+certificate, re-read when its files change as each connection is accepted), and on a
+``SASL_*`` listener the SASL requests are answered here, in the order they arrive, before
+the next request is read, so each later request runs as the principal they proved (the
+request's task runs with :func:`~highwater.rpc.auth.serve_as` that principal, and every
+ACL check reads it from there).
+
 Bad input closes the connection, with one log line for it: a frame larger than
 ``socket.request.max.bytes`` (100 MiB) or of a negative size, bytes that are not a request
 of the version they claim (garbage, a truncated request), a request of an API or version
 not served (except ApiVersions: a client newer than the broker gets the v0 answer with
-UNSUPPORTED_VERSION and the versions served, KIP-511), or a request whose handling failed
-unexpectedly. Nothing else is affected: other connections and the requests already
-answered stand.
+UNSUPPORTED_VERSION and the versions served, KIP-511), a request whose handling failed
+unexpectedly, a request other than ApiVersions and SASL's on a ``SASL_*`` listener before
+authentication or after the session expired, a failed authentication (after its answer).
+Nothing else is affected: other connections and the requests already answered stand.
 
 :class:`GroupCoordinatorRelay` carries the group calls a Kafka client sends to this broker
 (FindCoordinator names it) to the coordinator service that owns the group, over gRPC.
@@ -26,27 +35,46 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import struct
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
 import grpc
 import grpc.aio
 from google.protobuf.message import Message
+from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from highwater.broker.kafka_protocol.apis import KafkaApis, api_versions_response
 from highwater.broker.kafka_protocol.codec import (
     API_VERSIONS_KEY,
     PRODUCE_KEY,
+    SASL_AUTHENTICATE_KEY,
+    SASL_HANDSHAKE_KEY,
+    KafkaRequest,
     RequestDecodeError,
     UnsupportedVersionError,
     decode_request,
     encode_response,
 )
+from highwater.broker.kafka_protocol.sasl import (
+    AuthenticateAnswer,
+    ConnectionSecurity,
+    SecurityProtocol,
+)
 from highwater.broker.request_handler import RequestHandler
-from highwater.errors import HighwaterError
+from highwater.errors import HighwaterError, SaslAuthenticationError
 from highwater.metadata.image import MetadataImage
+from highwater.rpc.auth import (
+    CallPrincipal,
+    authenticator,
+    certificate_principal,
+    forwarded_principal_metadata,
+    serve_as,
+)
 from highwater.rpc.channels import open_channel
+from highwater.rpc.tls import SocketTls
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import coordinator_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -81,21 +109,57 @@ class KafkaListener:
         port: int,
         request_max_bytes: int = DEFAULT_REQUEST_MAX_BYTES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT,
+        tls: SocketTls | None = None,
     ) -> None:
+        """``protocol``: the listener's security protocol; ``tls``: its TLS (required by
+        ``SSL`` and ``SASL_SSL``, refused otherwise)."""
+        if protocol.uses_tls != (tls is not None):
+            raise ValueError(
+                f"a {protocol.value} listener {'needs' if protocol.uses_tls else 'takes no'} TLS"
+            )
         self.apis = apis
         self.host = host
         self.port = port
         self.request_max_bytes = request_max_bytes
         self.max_in_flight = max_in_flight
+        self.protocol = protocol
+        self.tls = tls
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, limit=1 << 20, reuse_address=True
+        loop = asyncio.get_running_loop()
+        tls = self.tls
+
+        def connection() -> asyncio.StreamReaderProtocol:
+            # Called as a connection is accepted, before its TLS handshake.
+            if tls is not None:
+                tls.refresh()
+            reader = asyncio.StreamReader(limit=1 << 20, loop=loop)
+            return asyncio.StreamReaderProtocol(reader, self._serve, loop=loop)
+
+        self._server = await loop.create_server(
+            connection,
+            self.host,
+            self.port,
+            reuse_address=True,
+            ssl=tls.context if tls is not None else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("Kafka listener on %s:%d", self.host, self.port)
+        log.info("Kafka listener (%s) on %s:%d", self.protocol.value, self.host, self.port)
+
+    def _security(self, writer: asyncio.StreamWriter, host: str) -> ConnectionSecurity:
+        """A new connection's security: its certificate's principal, if it showed one."""
+        principal = None
+        ssl_object = writer.get_extra_info("ssl_object")
+        if isinstance(ssl_object, ssl.SSLObject | ssl.SSLSocket):
+            der = ssl_object.getpeercert(binary_form=True)
+            if der:
+                principal = certificate_principal(ssl.DER_cert_to_PEM_cert(der).encode())
+        return ConnectionSecurity(
+            self.protocol, host, authenticator(), certificate_principal=principal
+        )
 
     async def stop(self) -> None:
         if self._server is None:
@@ -115,11 +179,19 @@ class KafkaListener:
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        host = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+        try:
+            security = self._security(writer, host)
+        except SaslAuthenticationError as e:
+            log.warning("Kafka connection from %s refused: %s", peer, e)
+            writer.close()
+            self._connections.discard(task)
+            return
         answers: Answers = asyncio.Queue(self.max_in_flight)
         responder = asyncio.create_task(self._respond(answers, writer))
         try:
             while not responder.done():
-                problem = await self._read_one(reader, answers)
+                problem = await self._read_one(reader, answers, security)
                 if problem is not None:
                     if problem:
                         log.warning("Kafka connection from %s closed: %s", peer, problem)
@@ -141,7 +213,9 @@ class KafkaListener:
                 await writer.wait_closed()
             self._connections.discard(task)
 
-    async def _read_one(self, reader: asyncio.StreamReader, answers: Answers) -> str | None:
+    async def _read_one(
+        self, reader: asyncio.StreamReader, answers: Answers, security: ConnectionSecurity
+    ) -> str | None:
         """Read and dispatch one request; why the connection ends ("" at a clean end)."""
         try:
             head = await reader.readexactly(4)
@@ -156,6 +230,8 @@ class KafkaListener:
             frame = await reader.readexactly(size)
         except (asyncio.IncompleteReadError, ConnectionError):
             return "the connection ended inside a request"
+        if security.expects_bare_token:
+            return await self._bare_token(frame, answers, security)
         try:
             request = decode_request(frame)
         except UnsupportedVersionError as e:
@@ -169,10 +245,62 @@ class KafkaListener:
             return None
         except RequestDecodeError as e:
             return f"an unreadable request: {e}"
-        await answers.put(asyncio.ensure_future(self._answer(request)))
+        if request.api_key == SASL_HANDSHAKE_KEY:
+            handshake = security.handshake(request.body.mechanism, request.api_version)
+            await answers.put(
+                _answered(
+                    request,
+                    SaslHandshakeResponse(
+                        error_code=handshake.error_code, mechanisms=list(handshake.mechanisms)
+                    ),
+                )
+            )
+            return f"SaslHandshake refused ({handshake.error_code})" if handshake.close else None
+        if request.api_key == SASL_AUTHENTICATE_KEY:
+            return await self._authenticate(request, answers, security)
+        refusal = security.admit(request.api_key, time.time())
+        if refusal is not None:
+            return refusal
+        await answers.put(asyncio.ensure_future(self._answer(request, security.principal)))
         return None
 
-    async def _answer(self, request: Any) -> bytes | bytearray:
+    async def _authenticate(
+        self, request: KafkaRequest, answers: Answers, security: ConnectionSecurity
+    ) -> str | None:
+        """Answer a SaslAuthenticate; why the connection ends after it, if it does."""
+        outcome = security.authenticate(bytes(request.body.auth_bytes), time.time())
+        _log_outcome(security, outcome)
+        response = SaslAuthenticateResponse(
+            error_code=outcome.error_code,
+            error_message=outcome.error_message,
+            auth_bytes=outcome.auth_bytes,
+            session_lifetime_ms=outcome.session_lifetime_ms,
+        )
+        if outcome.delay_s > 0:
+            await answers.put(asyncio.ensure_future(_later(outcome.delay_s, request, response)))
+        else:
+            await answers.put(_answered(request, response))
+        # The failure was logged above: the connection ends without another line.
+        return "" if outcome.close else None
+
+    async def _bare_token(
+        self, token: bytes, answers: Answers, security: ConnectionSecurity
+    ) -> str | None:
+        """A SASL token after a v0 handshake (KIP-43): the answer is a bare frame too, and
+        a failure closes the connection without one (after the failure's delay)."""
+        outcome = security.authenticate(token, time.time())
+        _log_outcome(security, outcome)
+        if outcome.close:
+            await asyncio.sleep(outcome.delay_s)
+            return ""
+        frame = _SIZE.pack(len(outcome.auth_bytes)) + outcome.auth_bytes
+        done: asyncio.Future[bytes | bytearray] = asyncio.get_running_loop().create_future()
+        done.set_result(frame)
+        await answers.put(done)
+        return None
+
+    async def _answer(self, request: Any, principal: CallPrincipal) -> bytes | bytearray:
+        serve_as(principal)  # this request's task only
         response = await self.apis.handle(request)
         if response is None:
             assert request.api_key == PRODUCE_KEY
@@ -200,13 +328,39 @@ class KafkaListener:
                     await writer.drain()
 
 
+def _log_outcome(security: ConnectionSecurity, outcome: AuthenticateAnswer) -> None:
+    if not outcome.log:
+        return
+    if outcome.close:
+        log.warning("Kafka SASL authentication from %s failed: %s", security.host, outcome.log)
+    else:
+        log.info("Kafka connection from %s: %s", security.host, outcome.log)
+
+
+def _answered(request: KafkaRequest, response: Any) -> asyncio.Future[bytes | bytearray]:
+    done: asyncio.Future[bytes | bytearray] = asyncio.get_running_loop().create_future()
+    done.set_result(
+        encode_response(request.api_key, request.api_version, request.correlation_id, response)
+    )
+    return done
+
+
+async def _later(delay_s: float, request: KafkaRequest, response: Any) -> bytes | bytearray:
+    """A failed authentication's answer, after ``connection.failed.authentication.delay.ms``."""
+    await asyncio.sleep(delay_s)
+    return encode_response(request.api_key, request.api_version, request.correlation_id, response)
+
+
 class CoordinatorUnreachableError(HighwaterError):
     code = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 class GroupCoordinatorRelay:
     """Group calls sent to the coordinator service that owns the group (over gRPC): the
-    owner is the one ``FindCoordinator`` names from the metadata image."""
+    owner is the one ``FindCoordinator`` names from the metadata image. Each call carries
+    the Kafka client's principal as a forwarded call does (``rpc/auth.py``), so the
+    coordinator checks the client's ACLs, not the broker's; it takes it from the broker
+    because the broker may ``CLUSTER_ACTION``."""
 
     # JoinGroup and SyncGroup wait up to the group's rebalance timeout (at most 5 min).
     _LONG_CALLS: Final = frozenset({"JoinGroup", "SyncGroup"})
@@ -234,7 +388,9 @@ class GroupCoordinatorRelay:
     async def _call_at(self, address: str, method: str, message: Message) -> Any:
         timeout = self.long_timeout_s if method in self._LONG_CALLS else self.timeout_s
         try:
-            return await getattr(self._stub(address), method)(message, timeout=timeout)
+            return await getattr(self._stub(address), method)(
+                message, timeout=timeout, metadata=forwarded_principal_metadata(None)
+            )
         except grpc.aio.AioRpcError as e:
             raise CoordinatorUnreachableError(
                 f"{method} at {address}: {e.code().name} {e.details()}"

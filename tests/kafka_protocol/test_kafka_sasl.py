@@ -1,0 +1,158 @@
+"""A Kafka connection's SASL state, pure: the listener's declaration, requests gated until
+authentication, SCRAM through SaslHandshake and SaslAuthenticate, a failure answered
+SASL_AUTHENTICATION_FAILED and closing, KIP-368's session lifetime and re-authentication
+(same principal only), and requests after the session expired refused."""
+
+from __future__ import annotations
+
+import pytest
+from highwater.broker.kafka_protocol.sasl import (
+    ConnectionSecurity,
+    KafkaListenerAddress,
+    SecurityProtocol,
+    parse_kafka_listener,
+)
+from highwater.security.authentication import AuthenticationSettings, Authenticator
+from highwater.security.sasl_client import SaslCredentials
+from highwater.security.scram import ScramCredential, make_credential
+from highwater.v1.common_pb2 import ErrorCode
+
+NOW = 1_800_000_000.0
+HOST = "10.0.0.9"
+METADATA, PRODUCE, API_VERSIONS = 3, 0, 18
+MECHANISM = "SCRAM-SHA-512"
+PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw"}
+
+
+@pytest.fixture(scope="module")
+def credentials() -> dict[str, ScramCredential]:
+    return {user: make_credential(MECHANISM, password) for user, password in PASSWORDS.items()}
+
+
+@pytest.fixture
+def authenticator(credentials: dict[str, ScramCredential]) -> Authenticator:
+    settings = AuthenticationSettings(
+        enabled_mechanisms=(MECHANISM,), max_session_s=60, failed_authentication_delay_ms=100
+    )
+    return Authenticator(settings, lambda user, mechanism: credentials.get(user))
+
+
+def login(security: ConnectionSecurity, user: str, password: str, now: float = NOW) -> int:
+    """Handshake and the SCRAM exchange; the last answer's error code."""
+    assert security.handshake(MECHANISM).error_code == ErrorCode.NONE
+    exchange = SaslCredentials(MECHANISM, user, password).exchange()
+    answer = security.authenticate(exchange.first(), now)
+    assert answer.error_code == ErrorCode.NONE and not answer.close
+    final = exchange.respond(answer.auth_bytes)
+    assert final is not None
+    last = security.authenticate(final, now)
+    if last.error_code == ErrorCode.NONE:
+        assert exchange.respond(last.auth_bytes) is None  # the server's signature checks out
+        assert last.session_lifetime_ms == 60_000
+    return last.error_code
+
+
+def test_the_listener_declares_its_security_protocol() -> None:
+    assert parse_kafka_listener("SASL_SSL://0.0.0.0:9093") == KafkaListenerAddress(
+        SecurityProtocol.SASL_SSL, "0.0.0.0", 9093
+    )
+    assert parse_kafka_listener("127.0.0.1:9092").protocol is SecurityProtocol.PLAINTEXT
+    assert parse_kafka_listener("ssl://h:1").protocol is SecurityProtocol.SSL
+    with pytest.raises(ValueError, match="not a security protocol"):
+        parse_kafka_listener("TLS://h:1")
+
+
+def test_requests_wait_for_authentication_and_run_as_the_proved_principal(
+    authenticator: Authenticator,
+) -> None:
+    security = ConnectionSecurity(SecurityProtocol.SASL_SSL, HOST, authenticator)
+    assert security.admit(API_VERSIONS, NOW) is None
+    assert security.admit(METADATA, NOW) == "API 3 before SASL authentication"
+    assert security.principal.principal == "User:ANONYMOUS"
+    assert login(security, "alice", PASSWORDS["alice"]) == ErrorCode.NONE
+    assert security.admit(METADATA, NOW) is None
+    assert security.principal.principal == "User:alice"
+    assert security.principal.authenticated_by == MECHANISM
+
+
+def test_a_certificate_is_the_principal_on_ssl_but_not_on_sasl_ssl(
+    authenticator: Authenticator,
+) -> None:
+    ssl = ConnectionSecurity(
+        SecurityProtocol.SSL, HOST, authenticator, certificate_principal="User:writer"
+    )
+    assert ssl.principal.principal == "User:writer" and ssl.admit(PRODUCE, NOW) is None
+    # No SASL on an SSL listener: a handshake is out of turn and ends the connection.
+    assert ssl.handshake(MECHANISM).error_code == ErrorCode.ILLEGAL_SASL_STATE
+    sasl = ConnectionSecurity(
+        SecurityProtocol.SASL_SSL, HOST, authenticator, certificate_principal="User:writer"
+    )
+    assert sasl.principal.principal == "User:ANONYMOUS"
+    assert sasl.admit(PRODUCE, NOW) is not None
+
+
+def test_a_wrong_password_fails_after_the_delay_and_closes(authenticator: Authenticator) -> None:
+    security = ConnectionSecurity(SecurityProtocol.SASL_PLAINTEXT, HOST, authenticator)
+    assert security.handshake(MECHANISM).error_code == ErrorCode.NONE
+    exchange = SaslCredentials(MECHANISM, "alice", "wrong").exchange()
+    first = security.authenticate(exchange.first(), NOW)
+    final = exchange.respond(first.auth_bytes)
+    assert final is not None
+    answer = security.authenticate(final, NOW)
+    assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert answer.error_message == "authentication failed"  # no more said to the client
+    assert answer.close and answer.delay_s == pytest.approx(0.1)
+    assert "invalid credentials" in answer.log
+    assert not security.authenticated
+
+
+def test_unknown_mechanisms_and_steps_out_of_turn_close(authenticator: Authenticator) -> None:
+    security = ConnectionSecurity(SecurityProtocol.SASL_SSL, HOST, authenticator)
+    refused = security.handshake("PLAIN")
+    assert (refused.error_code, refused.mechanisms, refused.close) == (
+        ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+        (MECHANISM,),
+        True,
+    )
+    early = ConnectionSecurity(SecurityProtocol.SASL_SSL, HOST, authenticator)
+    answer = early.authenticate(b"n,,n=alice,r=abc", NOW)
+    assert answer.error_code == ErrorCode.ILLEGAL_SASL_STATE and answer.close
+
+
+def test_failures_are_rate_limited_per_host_as_over_grpc(authenticator: Authenticator) -> None:
+    for _ in range(authenticator.settings.max_failures):
+        security = ConnectionSecurity(SecurityProtocol.SASL_SSL, HOST, authenticator)
+        assert login_fails(security, "bob", "nope")
+    # Now even the right password is refused from that host, at once.
+    security = ConnectionSecurity(SecurityProtocol.SASL_SSL, HOST, authenticator)
+    assert security.handshake(MECHANISM).error_code == ErrorCode.NONE
+    first = SaslCredentials(MECHANISM, "bob", PASSWORDS["bob"]).exchange().first()
+    answer = security.authenticate(first, NOW)
+    assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED and answer.close
+    assert "too many failed authentications" in answer.log
+
+
+def login_fails(security: ConnectionSecurity, user: str, password: str) -> bool:
+    security.handshake(MECHANISM)
+    exchange = SaslCredentials(MECHANISM, user, password).exchange()
+    final = exchange.respond(security.authenticate(exchange.first(), NOW).auth_bytes)
+    assert final is not None
+    return security.authenticate(final, NOW).error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+def test_a_session_is_reauthenticated_by_its_principal_only_and_expires(
+    authenticator: Authenticator,
+) -> None:
+    security = ConnectionSecurity(SecurityProtocol.SASL_SSL, HOST, authenticator)
+    assert login(security, "alice", PASSWORDS["alice"]) == ErrorCode.NONE
+    assert security.session_expires_at_s == NOW + 60
+    # KIP-368: re-authenticating before the end extends the session, requests flowing.
+    assert login(security, "alice", PASSWORDS["alice"], now=NOW + 50) == ErrorCode.NONE
+    assert security.admit(PRODUCE, NOW + 100) is None
+    assert security.admit(PRODUCE, NOW + 110) is not None  # past the new end
+    assert security.admit(API_VERSIONS, NOW + 110) is None
+    # Another user's credentials cannot take the connection over.
+    other = ConnectionSecurity(SecurityProtocol.SASL_SSL, HOST, authenticator)
+    assert login(other, "alice", PASSWORDS["alice"]) == ErrorCode.NONE
+    assert login(other, "bob", PASSWORDS["bob"]) == ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert other.principal.principal == "User:alice"
