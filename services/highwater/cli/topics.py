@@ -17,11 +17,11 @@ its one port), and descriptions come from a broker's ``Metadata``.
 
 with ``Leader: none`` for a partition without a leader, ``<TAB>Elr: 2<TAB>LastKnownElr: 3``
 appended when the partition has eligible leader replicas (KIP-966) or former ones, and
-``<TAB>Offline: 3`` when replicas are offline. ``describe --under-replicated-partitions`` (ISR smaller than
-the replicas), ``--unavailable-partitions`` (no leader, or a leader that is not a live
-broker), ``--under-min-isr-partitions`` and ``--at-min-isr-partitions`` (ISR below or at
-the topic's effective ``min.insync.replicas``) print only the partition lines they
-match, as kafka-topics does. ``list`` and ``describe`` take ``--format json``: an array
+``<TAB>Offline: 3`` when replicas are offline. ``describe --under-replicated-partitions``
+(ISR smaller than the replicas), ``--unavailable-partitions`` (no leader, or a leader
+that is not a live broker), ``--under-min-isr-partitions`` and ``--at-min-isr-partitions``
+(ISR below or at the topic's effective ``min.insync.replicas``) print only the partition
+lines they match, as kafka-topics does. ``list`` and ``describe`` take ``--format json``: an array
 of topics (``describe``: with their non-default configs and partitions). A failure
 (unknown topic, invalid name or config, too high a replication factor, no server
 reachable) is one ``Error: ...`` line on stderr and exit code 1.
