@@ -1,4 +1,4 @@
-"""Random and mutated Produce and Fetch requests against a live broker.
+"""Random and mutated Produce, Fetch and ReplicaFetch requests against a live broker.
 
 Whatever the bytes, each partition's answer is a Kafka error code or a success; the broker
 keeps serving; records produced before stay exactly as they were; and whatever a fuzzed
@@ -17,6 +17,8 @@ from embedded_servers import free_port
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.embedded import EmbeddedServer
+from highwater.internal.v1 import replication_pb2 as rpb
+from highwater.internal.v1 import replication_pb2_grpc
 from highwater.records import SimpleRecord, build_batch, iter_batches
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
@@ -48,7 +50,7 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
 
 
 async def read_everything(stub: broker_pb2_grpc.BrokerStub) -> list[tuple[int, bytes | None]]:
-    request = pb.FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 24)
+    request = pb.FetchRequest(max_wait_ms=0, min_bytes=1, max_bytes=1 << 24)
     request.topics.add(topic=TOPIC).partitions.add(
         partition=0, current_leader_epoch=-1, fetch_offset=0, partition_max_bytes=1 << 24
     )
@@ -75,6 +77,7 @@ async def test_fuzzed_produce_and_fetch_requests_get_typed_answers(tmp_path: Pat
             await asyncio.sleep(0.02)
         async with grpc.aio.insecure_channel(address) as channel:
             stub = broker_pb2_grpc.BrokerStub(channel)
+            replica_fetches = replication_pb2_grpc.ReplicaFetchServiceStub(channel).ReplicaFetch()
             valid = build_batch([SimpleRecord(key=b"k%d" % i, value=b"v%d" % i) for i in range(5)])
             base = pb.ProduceRequest(acks=1, timeout_ms=1000)
             base.topics.add(topic=TOPIC).partitions.add(partition=0, record_batches=valid)
@@ -92,7 +95,6 @@ async def test_fuzzed_produce_and_fetch_requests_get_typed_answers(tmp_path: Pat
                     for answer in topic.partitions:
                         assert answer.error in KNOWN_CODES
                 fetch = pb.FetchRequest(
-                    replica_id=rng.choice([-1, -1, 99]),
                     max_wait_ms=0,
                     min_bytes=rng.randint(0, 10),
                     max_bytes=rng.choice([0, 1, 100, 1 << 20]),
@@ -101,13 +103,32 @@ async def test_fuzzed_produce_and_fetch_requests_get_typed_answers(tmp_path: Pat
                     partition=rng.choice([0, 3]),
                     current_leader_epoch=rng.choice([-1, 0, 5]),
                     fetch_offset=rng.choice([-5, 0, 3, 10**6]),
-                    last_fetched_epoch=rng.choice([-1, 0, 9]),
                     partition_max_bytes=rng.choice([0, 10, 1 << 20]),
                 )
                 fetched = await stub.Fetch(fetch)
                 for topic in fetched.topics:
                     for answer in topic.partitions:
                         assert answer.error in KNOWN_CODES
+                # A follower's fetch from someone who is no registered broker (or with a
+                # wrong epoch): refused for every partition, and nothing moves.
+                forged = rpb.ReplicaFetchRequest(
+                    replica_id=rng.choice([-1, 99, server.broker.node_id]),
+                    replica_epoch=rng.choice([-1, server.broker.broker_epoch + 1, 10**9]),
+                    max_wait_ms=0,
+                )
+                forged.topics.add(topic=rng.choice([TOPIC, "missing"])).partitions.add(
+                    partition=rng.choice([0, 3]),
+                    fetch_offset=rng.choice([-5, 0, 3, 10**6]),
+                    last_fetched_epoch=rng.choice([-1, 0, 9]),
+                )
+                await replica_fetches.write(forged)
+                reply = await replica_fetches.read()
+                assert isinstance(reply, rpb.ReplicaFetchResponse)
+                for topic in reply.topics:
+                    for answer in topic.partitions:
+                        assert answer.error == ErrorCode.STALE_BROKER_EPOCH
+                        assert not answer.records
+            replica_fetches.cancel()
 
             # Still serving; what was there is untouched; what was added is whole batches.
             after = await read_everything(stub)

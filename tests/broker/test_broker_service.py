@@ -82,9 +82,7 @@ class Cluster:
         max_wait_ms: int = 0,
         epoch: int = -1,
     ) -> pb.FetchPartitionResponse:
-        request = pb.FetchRequest(
-            replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20
-        )
+        request = pb.FetchRequest(max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20)
         request.topics.add(topic=topic).partitions.add(
             partition=partition,
             current_leader_epoch=epoch,

@@ -26,6 +26,7 @@ from highwater.broker.replica_fetcher import (
 )
 from highwater.broker.replication import find_diverging_epoch
 from highwater.broker.settings import BrokerSettings
+from highwater.internal.v1 import replication_pb2 as rpb
 from highwater.metadata import (
     BrokerEndpoint,
     MetadataRecord,
@@ -40,7 +41,6 @@ from highwater.records import SimpleRecord, build_batch
 from highwater.storage.log import PartitionLog
 from highwater.storage.log_manager import LogManager
 from highwater.storage.topic_partition import TopicPartition
-from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
 TOPIC = "orders"
@@ -81,13 +81,15 @@ class FakeLeader:
 
     log: PartitionLog
     high_watermark: int = 0
-    requests: list[pb.FetchRequest] = field(default_factory=list)
+    requests: list[rpb.ReplicaFetchRequest] = field(default_factory=list)
     fail: int = 0
     error: int = ErrorCode.NONE
     on_fetch: Callable[[], None] | None = None
     closed: int = 0
 
-    async def fetch(self, request: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse:
+    async def fetch(
+        self, request: rpb.ReplicaFetchRequest, timeout_s: float
+    ) -> rpb.ReplicaFetchResponse:
         await asyncio.sleep(0)  # a network round trip lets the loop run
         self.requests.append(request)
         if self.on_fetch is not None:
@@ -95,7 +97,7 @@ class FakeLeader:
         if self.fail:
             self.fail -= 1
             raise ReplicaFetchError("the leader is unreachable")
-        response = pb.FetchResponse()
+        response = rpb.ReplicaFetchResponse()
         for topic in request.topics:
             answers = response.topics.add(topic=topic.topic)
             for item in topic.partitions:

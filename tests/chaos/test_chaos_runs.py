@@ -120,6 +120,7 @@ def test_kills_pauses_and_fuzzing_lose_no_acknowledged_write(tmp_path: Path) -> 
         "highwater.internal.v1.Controller",
         "highwater.v1.GroupCoordinator",
         "highwater.internal.v1.Raft",
+        "highwater.internal.v1.ReplicaFetchService",
     }
     # The brokers' Kafka listeners too: well-formed requests were answered.
     kafka_fuzzed = [op for op in fuzzed if op["method"].startswith("kafka:")]

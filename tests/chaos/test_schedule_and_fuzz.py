@@ -72,6 +72,7 @@ def test_the_fuzzer_covers_every_method_of_every_service() -> None:
         ("internal/v1", "controller"),
         ("v1", "coordinator"),
         ("internal/v1", "raft"),
+        ("internal/v1", "replication"),
     ):
         text = (protos / package / f"{name}.proto").read_text()
         service = re.search(r"^service (\w+)", text, re.MULTILINE)
@@ -83,6 +84,7 @@ def test_the_fuzzer_covers_every_method_of_every_service() -> None:
         }
     assert {e.path for e in endpoints()} == declared
     assert "/highwater.internal.v1.Raft/FetchStream" in declared
+    assert "/highwater.internal.v1.ReplicaFetchService/ReplicaFetch" in declared
 
 
 def test_random_requests_are_well_formed_and_the_others_are_not_always() -> None:

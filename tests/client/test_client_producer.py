@@ -72,7 +72,7 @@ class Cluster:
 
     async def batches(self, topic: str, partition: int = 0) -> list[RecordBatch]:
         """Every batch of the partition, read with the broker's Fetch."""
-        request = pb.FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 24)
+        request = pb.FetchRequest(max_wait_ms=0, min_bytes=1, max_bytes=1 << 24)
         request.topics.add(topic=topic).partitions.add(
             partition=partition,
             current_leader_epoch=-1,

@@ -249,7 +249,7 @@ async def read_committed(address: str, topic: str) -> tuple[list[bytes | None], 
     async with open_channel(address) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
         while True:
-            request = pb.FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20)
+            request = pb.FetchRequest(max_wait_ms=0, min_bytes=1, max_bytes=1 << 20)
             request.topics.add(topic=topic).partitions.add(
                 partition=0,
                 current_leader_epoch=-1,

@@ -33,7 +33,14 @@ from highwater.client.consumer import OFFSET_BEGINNING, AsyncConsumer, TopicPart
 from highwater.client.producer import AsyncProducer, ProduceAuthorizationError
 from highwater.controller_api import messages as m
 from highwater.errors import SaslAuthenticationError
-from highwater.internal.v1 import controller_pb2, controller_pb2_grpc, raft_pb2, raft_pb2_grpc
+from highwater.internal.v1 import (
+    controller_pb2,
+    controller_pb2_grpc,
+    raft_pb2,
+    raft_pb2_grpc,
+    replication_pb2,
+    replication_pb2_grpc,
+)
 from highwater.rpc import tls
 from highwater.security import (
     AclBinding,
@@ -423,13 +430,23 @@ async def test_attacks_are_refused_and_nothing_is_written(secured: Secured) -> N
             timeout=10,
         )
         assert heartbeat.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    fetch = replication_pb2.ReplicaFetchRequest(replica_id=BROKERS[1], replica_epoch=0)
+    fetch.topics.add(topic=TOPIC).partitions.add(partition=0, fetch_offset=0)
     async with grpc.aio.secure_channel(leader, rogue) as channel:
-        fetch = broker_pb2.FetchRequest(replica_id=BROKERS[1], replica_epoch=0)
-        fetch.topics.add(topic=TOPIC).partitions.add(partition=0, fetch_offset=0)
-        answer = await broker_pb2_grpc.BrokerStub(channel).Fetch(fetch, timeout=10)
-        (partition,) = answer.topics[0].partitions
-        assert partition.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED and not partition.records
+        call = replication_pb2_grpc.ReplicaFetchServiceStub(channel).ReplicaFetch(timeout=10)
+        await call.write(fetch)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await call.read()
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert f"fetch as broker {BROKERS[1]}" in (refused.value.details() or "")
     # Without CLUSTER_ACTION at all, the inter-service calls are refused whole.
+    async with grpc.aio.secure_channel(leader, app) as channel:
+        call = replication_pb2_grpc.ReplicaFetchServiceStub(channel).ReplicaFetch(timeout=10)
+        await call.write(fetch)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await call.read()
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "CLUSTER_ACTION" in (refused.value.details() or "")
     async with grpc.aio.secure_channel(cluster.controller.address, app) as channel:
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await raft_pb2_grpc.RaftStub(channel).Vote(raft_pb2.VoteRequest(), timeout=10)

@@ -103,16 +103,14 @@ async def produce(address: str, values: list[bytes]) -> pb.ProducePartitionRespo
     return reply.topics[0].partitions[0]
 
 
-async def read_all(address: str, *, replica_id: int = -1) -> tuple[list[bytes], int]:
+async def read_all(address: str) -> tuple[list[bytes], int]:
     """Every record up to the high watermark (a consumer), and the high watermark."""
     values: list[bytes] = []
     offset = 0
     async with grpc.aio.insecure_channel(address) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
         while True:
-            request = pb.FetchRequest(
-                replica_id=replica_id, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20
-            )
+            request = pb.FetchRequest(max_wait_ms=0, min_bytes=1, max_bytes=1 << 20)
             request.topics.add(topic=TOPIC).partitions.add(
                 partition=0,
                 current_leader_epoch=-1,

@@ -35,6 +35,8 @@ from broker_processes import (
 )
 from highwater.client.admin import NewTopic
 from highwater.client.producer import AsyncProducer, RecordMetadata
+from highwater.internal.v1 import replication_pb2 as rpb
+from highwater.internal.v1 import replication_pb2_grpc
 from highwater.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1 import broker_pb2 as pb
@@ -121,7 +123,7 @@ async def follower_view(
     leader: BrokerProcess, follower: BrokerProcess, leader_epoch: int
 ) -> tuple[pb.EpochEndOffsetResult, pb.FetchPartitionResponse]:
     """What the leader answers a follower whose log is A's (two records, the last of epoch
-    e0): OffsetsForLeaderEpoch for e0, and a follower Fetch from offset 2 with last fetched
+    e0): OffsetsForLeaderEpoch for e0, and a follower's ReplicaFetch from offset 2 with last fetched
     epoch e0 (neither changes the leader's state). The fetch stands in for ``follower``'s
     own, with its id and registered broker epoch."""
     async with grpc.aio.insecure_channel(leader.address) as channel:
@@ -131,7 +133,7 @@ async def follower_view(
             partition=0, current_leader_epoch=leader_epoch, leader_epoch=0
         )
         epochs = await stub.OffsetsForLeaderEpoch(asked, timeout=5)
-        fetch = pb.FetchRequest(
+        fetch = rpb.ReplicaFetchRequest(
             replica_id=follower.node_id,
             replica_epoch=follower.broker_epoch(),
             max_wait_ms=0,
@@ -145,7 +147,11 @@ async def follower_view(
             last_fetched_epoch=0,
             partition_max_bytes=1 << 20,
         )
-        fetched = await stub.Fetch(fetch, timeout=5)
+        call = replication_pb2_grpc.ReplicaFetchServiceStub(channel).ReplicaFetch(timeout=5)
+        await call.write(fetch)
+        fetched = await call.read()
+        call.cancel()
+        assert isinstance(fetched, rpb.ReplicaFetchResponse)
     return epochs.topics[0].partitions[0], fetched.topics[0].partitions[0]
 
 

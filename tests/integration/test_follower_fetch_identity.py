@@ -1,11 +1,13 @@
-"""A fetch that claims a replica id must come from that replica: a consumer (or anyone)
-naming broker 0 cannot move broker 0's replication state on the leader.
+"""A follower's fetch that claims a replica id must come from that replica: anyone naming
+broker 0 on the internal ReplicaFetchService cannot move broker 0's replication state on
+the leader, and a public Fetch cannot name a replica at all.
 
 RF 3 over brokers 0, 2 and 3, broker 2 leading, broker 0 a follower. Broker 0 is paused
 (SIGSTOP, well inside replica.lag.time.max.ms, so it stays in the ISR) and one more record
-is appended with acks=1: the high watermark must wait for broker 0. Fetches that name
-replica 0 without broker 0's registered epoch, or with another epoch, are refused with
-STALE_BROKER_EPOCH and the high watermark does not move; had one been taken for broker 0's
+is appended with acks=1: the high watermark must wait for broker 0. Replica fetches that
+name replica 0 without broker 0's registered epoch, or with another epoch, are refused with
+STALE_BROKER_EPOCH and the high watermark does not move; a consumer's Fetch from the high
+watermark gets nothing (the record past it is not committed); had one been taken for broker 0's
 fetch at the log end, the leader would count the record as replicated to a broker that
 never got it (and acknowledge acks=all writes on that basis). Once broker 0 resumes, its
 own fetches move the high watermark as before.
@@ -22,6 +24,8 @@ import grpc.aio
 import pytest
 from broker_processes import ProcessCluster, create_topic, process_cluster, wait_partition
 from highwater.client.admin import NewTopic
+from highwater.internal.v1 import replication_pb2 as rpb
+from highwater.internal.v1 import replication_pb2_grpc
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -45,10 +49,16 @@ async def cluster(tmp_path: Path) -> AsyncIterator[ProcessCluster]:
         cluster.kill()
 
 
-def fetch_request(**fields: int) -> pb.FetchRequest:
-    request = pb.FetchRequest(**{k: v for k, v in fields.items() if k != "fetch_offset"})
+def fetch_request(fetch_offset: int = 0) -> pb.FetchRequest:
+    request = pb.FetchRequest()
+    request.topics.add(topic=TOPIC).partitions.add(partition=0, fetch_offset=fetch_offset)
+    return request
+
+
+def replica_fetch_request(replica_id: int, replica_epoch: int) -> rpb.ReplicaFetchRequest:
+    request = rpb.ReplicaFetchRequest(replica_id=replica_id, replica_epoch=replica_epoch)
     request.topics.add(topic=TOPIC).partitions.add(
-        partition=0, fetch_offset=fields.get("fetch_offset", 0)
+        partition=0, current_leader_epoch=-1, fetch_offset=4, last_fetched_epoch=-1
     )
     return request
 
@@ -91,15 +101,23 @@ async def test_a_fetch_naming_a_replica_without_its_epoch_moves_nothing(
         await asyncio.sleep(1)  # broker 3 has fetched it; the high watermark waits for 0
         assert await high_watermark() == 3
 
+        replica_fetches = replication_pb2_grpc.ReplicaFetchServiceStub(channel).ReplicaFetch(
+            timeout=10
+        )
         for forged in (
-            fetch_request(replica_id=PAUSED, fetch_offset=4),
-            fetch_request(replica_id=PAUSED, replica_epoch=987_654, fetch_offset=4),
-            fetch_request(replica_id=7, replica_epoch=0, fetch_offset=4),
+            replica_fetch_request(PAUSED, 0),
+            replica_fetch_request(PAUSED, 987_654),
+            replica_fetch_request(7, 0),
         ):
-            reply = await broker.Fetch(forged, timeout=5)
+            await replica_fetches.write(forged)
+            reply = await replica_fetches.read()
+            assert isinstance(reply, rpb.ReplicaFetchResponse)
             answer = reply.topics[0].partitions[0]
             assert answer.error == ErrorCode.STALE_BROKER_EPOCH, (forged, answer)
             assert answer.records == b""
+        replica_fetches.cancel()
+        consumer = (await broker.Fetch(fetch_request(3), timeout=5)).topics[0].partitions[0]
+        assert (consumer.error, consumer.records) == (ErrorCode.NONE, b"")
         assert await high_watermark() == 3
 
         cluster.brokers[PAUSED].process.send_signal(signal.SIGCONT)  # type: ignore[union-attr]

@@ -87,7 +87,7 @@ async def consume(bootstrap: str, partition: int) -> list[bytes | None]:
 async def fetch_error(address: str, partition: int) -> int:
     """The error a consumer's fetch of ``partition`` gets from the broker at ``address``."""
     async with open_channel(address) as channel:
-        request = pb.FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20)
+        request = pb.FetchRequest(max_wait_ms=0, min_bytes=1, max_bytes=1 << 20)
         request.topics.add(topic=TOPIC).partitions.add(
             partition=partition, current_leader_epoch=-1, fetch_offset=0, partition_max_bytes=1024
         )

@@ -3,10 +3,10 @@ call replaced after a failure, a timeout or a cancellation, requests in flight a
 calls of their own, and unary calls for a broker without the stream.
 
 The brokers here are small gRPC servers in this process whose ``Broker`` service answers
-each fetch with its own request's ``replica_id`` as the topic name, so that an answer that
+each fetch with its own request's ``min_bytes`` as the topic name, so that an answer that
 belongs to another request shows; they can delay an answer, end the stream, or not serve
 it at all (as a broker of an older version would not). Against real brokers the stream is
-what every consumer and follower uses (tests/integration).
+what every consumer uses (tests/integration).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from highwater.v1 import broker_pb2_grpc
 
 
 def answer(request: pb.FetchRequest) -> pb.FetchResponse:
-    return pb.FetchResponse(topics=[pb.FetchTopicResponse(topic=str(request.replica_id))])
+    return pb.FetchResponse(topics=[pb.FetchTopicResponse(topic=str(request.min_bytes))])
 
 
-def asked(replica_id: int) -> pb.FetchRequest:
-    return pb.FetchRequest(replica_id=replica_id)
+def asked(number: int) -> pb.FetchRequest:
+    return pb.FetchRequest(min_bytes=number)
 
 
 def answered(reply: pb.FetchResponse) -> int:
@@ -50,7 +50,7 @@ def produce_answered(reply: pb.ProduceResponse) -> int:
 
 
 class StreamingBroker(broker_pb2_grpc.BrokerServicer):
-    """Answers each request of a stream in turn: after ``delays[replica_id]`` seconds if
+    """Answers each request of a stream in turn: after ``delays[min_bytes]`` seconds if
     given; ends the stream after ``end_after`` answers if given."""
 
     def __init__(self) -> None:
@@ -67,7 +67,7 @@ class StreamingBroker(broker_pb2_grpc.BrokerServicer):
         self.streams += 1
         sent = 0
         async for request in request_iterator:
-            await asyncio.sleep(self.delays.get(request.replica_id, 0))
+            await asyncio.sleep(self.delays.get(request.min_bytes, 0))
             yield answer(request)
             sent += 1
             if self.end_after is not None and sent >= self.end_after:
@@ -152,8 +152,8 @@ async def test_fetches_share_one_call_and_each_gets_its_answer(
     streaming: tuple[StreamingBroker, FetchStream],
 ) -> None:
     broker, fetches = streaming
-    for replica_id in range(1, 21):
-        assert answered(await fetches.fetch(asked(replica_id), 5)) == replica_id
+    for number in range(1, 21):
+        assert answered(await fetches.fetch(asked(number), 5)) == number
     assert (fetches.calls_opened, broker.streams, broker.unary) == (1, 1, 0)
     assert not fetches.is_unary
 
@@ -218,8 +218,8 @@ async def test_a_broker_without_the_stream_gets_unary_fetches() -> None:
     try:
         async with grpc.aio.insecure_channel(address) as channel:
             fetches = FetchStream(broker_pb2_grpc.BrokerStub(channel))
-            for replica_id in range(1, 4):
-                assert answered(await fetches.fetch(asked(replica_id), 5)) == replica_id
+            for number in range(1, 4):
+                assert answered(await fetches.fetch(asked(number), 5)) == number
             assert fetches.is_unary
             assert (fetches.calls_opened, broker.unary) == (1, 3)
     finally:

@@ -11,9 +11,11 @@ the others are served. The rules, with the authorizer on:
   IDEMPOTENT_WRITE on the cluster, or WRITE on the topic (Kafka 3's KIP-679, which the
   topic check already gives); InitProducerId: IDEMPOTENT_WRITE on the cluster or WRITE on
   some topic (KIP-679), else CLUSTER_AUTHORIZATION_FAILED;
-- Fetch: READ on the topic for a consumer; a follower's fetch (``replica_id`` set) needs
-  CLUSTER_ACTION on the cluster and to be its node (``security/node_identities.py``), else
-  every partition is CLUSTER_AUTHORIZATION_FAILED;
+- Fetch: READ on the topic (a Fetch is always a consumer's); a follower's ReplicaFetch
+  (the internal ``ReplicaFetchService``) needs CLUSTER_ACTION on the cluster, which the
+  server interceptor checks, and to speak for its own node
+  (``security/node_identities.py``), which :func:`replica_fetch_refusal` checks on each
+  request of the stream;
 - ListOffsets, OffsetsForLeaderEpoch: DESCRIBE; DeleteRecords: DELETE;
 - Metadata: the topics the caller may DESCRIBE (a topic named but not describable is
   TOPIC_AUTHORIZATION_FAILED, one not named is left out);
@@ -28,6 +30,7 @@ from typing import Any, TypeVar
 import grpc.aio
 from google.protobuf.message import Message
 
+from highwater.internal.v1 import replication_pb2 as rpb
 from highwater.rpc.auth import (
     authorize,
     authorizer_enabled,
@@ -47,6 +50,7 @@ __all__ = [
     "authorize_init_producer_id",
     "filter_metadata",
     "produce_extra_check",
+    "replica_fetch_refusal",
     "split_topics",
 ]
 
@@ -127,20 +131,21 @@ def _is_idempotent(partition: pb.ProducePartition) -> bool:
 def authorize_fetch(
     request: pb.FetchRequest, context: grpc.aio.ServicerContext | None
 ) -> tuple[pb.FetchRequest, Refused]:
-    """A consumer's fetch: READ per topic; a follower's: CLUSTER_ACTION as its node."""
-    if not authorizer_enabled():
-        return request, []
-    if request.HasField("replica_id") and request.replica_id >= 0:
-        if authorize(
-            context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
-        ) and may_speak_for_node(context, request.replica_id):
-            return request, []
-        refused: Refused = [
-            (t.topic, [p.partition for p in t.partitions], ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-            for t in request.topics
-        ]
-        return pb.FetchRequest(replica_id=request.replica_id, max_wait_ms=0), refused
+    """A consumer's fetch: READ on each topic."""
     return split_topics(request, context, AclOperation.READ)
+
+
+def replica_fetch_refusal(
+    request: rpb.ReplicaFetchRequest, context: grpc.aio.ServicerContext | None
+) -> str | None:
+    """Why the caller may not fetch as broker ``request.replica_id`` (it speaks for another
+    node), or None. CLUSTER_ACTION itself was checked for the whole call."""
+    if may_speak_for_node(context, request.replica_id):
+        return None
+    return (
+        f"CLUSTER_AUTHORIZATION_FAILED: {principal_of(context).principal} may not "
+        f"fetch as broker {request.replica_id}"
+    )
 
 
 def authorize_init_producer_id(context: grpc.aio.ServicerContext | None) -> bool:

@@ -6,12 +6,25 @@ decodes and decompresses them into ``FetchedRecord`` messages, from the fetch of
 (the first batch may start before it). Each record carries its batch's timestamp type
 and partition leader epoch. A batch that does not decode is the partition's
 ``CORRUPT_MESSAGE``, as a consumer's own codec would have found it.
+
+With the compiled codec (:data:`highwater.records.IMPLEMENTATION` ``"compiled"``), a
+batch's records go from its bytes to the protobuf wire form of ``FetchedRecord`` entries
+in C (``_codec.plain_records``), and the answer takes them in one parse
+(``MergeFromString``), without a Python object per record: about a third of the
+broker's CPU per record of building each message from Python. A batch the compiled code
+does not take whole (anything unusual or corrupt) is decoded by the pure-Python path,
+which stays the reference and raises the typed errors, so both give the same records.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
+
 from highwater.errors import HighwaterError
-from highwater.records import TimestampType, iter_batches
+from highwater.records import RecordBatch, TimestampType, iter_batches
+from highwater.records.implementation import codec
 from highwater.v1 import broker_pb2 as pb
 
 __all__ = ["add_plain_records"]
@@ -20,6 +33,10 @@ _TIMESTAMP_TYPES = {
     TimestampType.CREATE_TIME: pb.TIMESTAMP_TYPE_CREATE_TIME,
     TimestampType.LOG_APPEND_TIME: pb.TIMESTAMP_TYPE_LOG_APPEND_TIME,
 }
+_COMPILED: Final = codec if hasattr(codec, "plain_records") else None
+"""The compiled walk, when the extension has it (an older build does not)."""
+_WIRE_TAG: Final = (pb.FetchPartitionResponse.PLAIN_RECORDS_FIELD_NUMBER << 3) | 2
+"""``plain_records`` entries on the wire: field 8, length-delimited."""
 
 
 def add_plain_records(
@@ -35,35 +52,93 @@ def add_plain_records(
     that does not decode; nothing of the answer's records is kept then."""
     out = answer.plain_records
     added = 0
+    wire = bytearray()  # the compiled batches' records, not merged into ``answer`` yet
     try:
         for batch in iter_batches(batches):
             if max_records is not None and added >= max_records:
                 break
             if batch.is_control or batch.next_offset <= fetch_offset:
                 continue
-            timestamp_type = _TIMESTAMP_TYPES[batch.timestamp_type]
-            leader_epoch = batch.partition_leader_epoch
-            for record in batch.records():
-                if record.offset < fetch_offset:
-                    continue
-                item = out.add(
-                    offset=record.offset,
-                    timestamp_ms=record.timestamp,
-                    timestamp_type=timestamp_type,
-                    leader_epoch=leader_epoch,
-                )
-                if record.key is not None:
-                    item.key = record.key
-                if record.value is not None:
-                    item.value = record.value
-                for key, value in record.headers:
-                    header = item.headers.add(key=key)
-                    if value is not None:
-                        header.value = value
-                added += 1
-                if max_records is not None and added >= max_records:
-                    break
+            room = None if max_records is None else max_records - added
+            compiled = None if _COMPILED is None else _compiled_batch(batch, fetch_offset, room)
+            if compiled is not None:
+                wire += compiled[0]
+                added += compiled[1]
+                continue
+            if wire:  # the records before this batch go first
+                answer.MergeFromString(bytes(wire))
+                wire.clear()
+            added += _pure_batch(out, batch, fetch_offset, room)
+        if wire:
+            answer.MergeFromString(bytes(wire))
     except HighwaterError:
         del out[:]
         raise
+    return added
+
+
+def _compiled_batch(
+    batch: RecordBatch, fetch_offset: int, room: int | None
+) -> tuple[bytes, int] | None:
+    """The batch's records from ``fetch_offset`` on (at most ``room``) as wire entries and
+    their count, or None where the compiled code stopped short of the batch's end (the
+    pure path then decodes the batch, or says what is wrong with it)."""
+    h = batch.header
+    data, pos, end = batch.records_payload()
+    log_append_time = (
+        h.max_timestamp if batch.timestamp_type is TimestampType.LOG_APPEND_TIME else None
+    )
+    wire, pos, decoded, _, added = _COMPILED.plain_records(  # type: ignore[union-attr]
+        data,
+        pos,
+        end,
+        h.records_count,
+        h.base_offset,
+        h.base_timestamp,
+        log_append_time,
+        h.last_offset_delta,
+        fetch_offset,
+        _TIMESTAMP_TYPES[batch.timestamp_type],
+        h.partition_leader_epoch,
+        -1 if room is None else room,
+        _WIRE_TAG,
+    )
+    if decoded == h.records_count and pos == end:
+        return wire, added
+    if room is not None and added >= room:  # out of room: the rest is not wanted
+        return wire, added
+    return None
+
+
+def _pure_batch(
+    out: RepeatedCompositeFieldContainer[pb.FetchedRecord],
+    batch: RecordBatch,
+    fetch_offset: int,
+    room: int | None,
+) -> int:
+    """The batch's records from ``fetch_offset`` on (at most ``room``), added to ``out``
+    one message at a time; how many."""
+    timestamp_type = _TIMESTAMP_TYPES[batch.timestamp_type]
+    leader_epoch = batch.partition_leader_epoch
+    added = 0
+    for record in batch.records():
+        if record.offset < fetch_offset:
+            continue
+        item = out.add(
+            offset=record.offset,
+            timestamp_ms=record.timestamp,
+            timestamp_type=timestamp_type,
+            leader_epoch=leader_epoch,
+        )
+        if record.key is not None:
+            item.key = record.key
+        if record.value is not None:
+            item.value = record.value
+        for key, value in record.headers:
+            header = item.headers.add(key=key)
+            if value is not None:
+                header.value = value
+        added += 1
+        if room is not None and added >= room:
+            break
     return added

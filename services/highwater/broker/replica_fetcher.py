@@ -4,9 +4,10 @@ Kafka's ``ReplicaFetcherManager`` and ``ReplicaFetcherThread``, on the event loo
 :class:`ReplicaFetcherManager` keeps one :class:`ReplicaFetcher` per leader this broker
 follows partitions of. A fetcher's round: the partitions it follows now (those whose
 leader in the metadata image is its leader: a leader change moves a partition to another
-fetcher, and a fetcher left with none ends), one ``Fetch`` for them all (``replica_id``
-and broker epoch, each partition's log end offset, last fetched epoch and current leader
-epoch, long-polled ``replica.fetch.wait.max.ms``), then each answer goes to its
+fetcher, and a fetcher left with none ends), one ``ReplicaFetchRequest`` for them all
+(this broker's id and broker epoch, each partition's log end offset, last fetched epoch,
+log start offset and current leader epoch, long-polled ``replica.fetch.wait.max.ms``),
+then each answer goes to its
 :class:`~highwater.broker.partitions.Partition`: records are appended and the follower's
 high watermark taken (:meth:`~highwater.broker.partitions.Partition.append_as_follower`),
 a diverging epoch truncates the log
@@ -17,8 +18,10 @@ A fetch that fails, or whose every partition is an error, is followed by
 it for its long poll).
 
 The fetches go over a :class:`FetchTransport` to the leader's address, made by a
-:data:`Connect` function: over gRPC a :class:`GrpcFetchTransport` (one ``FetchStream`` call,
-each fetch answered before the next), in tests a fake that answers as a leader would.
+:data:`Connect` function: over gRPC a :class:`GrpcFetchTransport` (one ``ReplicaFetch``
+call of the internal ``highwater.internal.v1.ReplicaFetchService``, each fetch answered
+before the next), in tests a fake that answers as a leader would. Followers never use the
+public ``Broker.Fetch``: it cannot name a replica.
 """
 
 from __future__ import annotations
@@ -37,11 +40,10 @@ from highwater.broker.replication import EpochEndOffset
 from highwater.broker.settings import BrokerSettings
 from highwater.broker.telemetry import BrokerTelemetry
 from highwater.errors import HighwaterError
-from highwater.rpc.broker_streams import FetchStream
+from highwater.internal.v1 import replication_pb2 as rpb
+from highwater.internal.v1 import replication_pb2_grpc
 from highwater.rpc.channels import open_channel
 from highwater.storage.topic_partition import TopicPartition
-from highwater.v1 import broker_pb2 as pb
-from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
@@ -64,7 +66,9 @@ class ReplicaFetchError(HighwaterError):
 class FetchTransport(Protocol):
     """Fetches to one leader, each answered before the next is sent."""
 
-    async def fetch(self, request: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse:
+    async def fetch(
+        self, request: rpb.ReplicaFetchRequest, timeout_s: float
+    ) -> rpb.ReplicaFetchResponse:
         """The leader's answer, or :class:`ReplicaFetchError`."""
         ...
 
@@ -78,22 +82,55 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 class GrpcFetchTransport:
-    """A :class:`FetchTransport` over gRPC: one channel and a
-    :class:`~highwater.rpc.broker_streams.FetchStream` to ``address``."""
+    """A :class:`FetchTransport` over gRPC: one channel to ``address`` and one
+    ``ReplicaFetch`` call on it, each fetch written and its answer read before the next.
+    A fetch that fails or times out ends the call (an answer read late would be out of
+    step); the next fetch opens another."""
 
     def __init__(self, address: str) -> None:
         self.address = address
         self._channel = open_channel(address)
-        self._fetches = FetchStream(broker_pb2_grpc.BrokerStub(self._channel))
+        self._stub = replication_pb2_grpc.ReplicaFetchServiceStub(self._channel)
+        self._call: (
+            grpc.aio.StreamStreamCall[rpb.ReplicaFetchRequest, rpb.ReplicaFetchResponse] | None
+        ) = None
 
-    async def fetch(self, request: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse:
+    async def fetch(
+        self, request: rpb.ReplicaFetchRequest, timeout_s: float
+    ) -> rpb.ReplicaFetchResponse:
+        call = self._call
+        if call is None or call.done():
+            call = self._call = self._stub.ReplicaFetch()
         try:
-            return await self._fetches.fetch(request, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await call.write(request)
+                reply = await call.read()
+        except TimeoutError:
+            self._end_call()
+            raise ReplicaFetchError(f"fetch from {self.address}: timed out") from None
         except grpc.aio.AioRpcError as e:
-            raise ReplicaFetchError(f"fetch from {self.address}: {e.code().name}") from e
+            self._end_call()
+            raise ReplicaFetchError(
+                f"fetch from {self.address}: {e.code().name} {e.details()}"
+            ) from e
+        except (grpc.aio.UsageError, asyncio.InvalidStateError) as e:  # the call had ended
+            self._end_call()
+            raise ReplicaFetchError(f"fetch from {self.address}: the call ended") from e
+        except BaseException:  # cancelled: the answer would come to the next fetch
+            self._end_call()
+            raise
+        if reply is grpc.aio.EOF:
+            self._end_call()
+            raise ReplicaFetchError(f"fetch from {self.address}: the leader ended the stream")
+        return reply
+
+    def _end_call(self) -> None:
+        call, self._call = self._call, None
+        if call is not None:
+            call.cancel()
 
     async def close(self) -> None:
-        self._fetches.close()
+        self._end_call()
         await self._channel.close()
 
 
@@ -206,18 +243,18 @@ class ReplicaFetcher:
                 span.end()
         return FetchRound.FETCHED if answered else FetchRound.BACK_OFF
 
-    def fetch_request(self, followed: Iterable[Partition]) -> pb.FetchRequest:
+    def fetch_request(self, followed: Iterable[Partition]) -> rpb.ReplicaFetchRequest:
         """The follower's fetch for ``followed``: from each log's end, with its last
         fetched epoch and the leader epoch it follows in."""
         settings = self._settings
-        request = pb.FetchRequest(
+        request = rpb.ReplicaFetchRequest(
             replica_id=self._replica_id,
             replica_epoch=self._broker_epoch(),
             max_wait_ms=settings.replica_fetch_max_wait_ms,
             min_bytes=1,
             max_bytes=settings.replica_fetch_response_max_bytes,
         )
-        topics: dict[str, pb.FetchTopic] = {}
+        topics: dict[str, rpb.ReplicaFetchTopic] = {}
         for partition in followed:
             tp = partition.topic_partition
             topic = topics.get(tp.topic)
@@ -233,7 +270,9 @@ class ReplicaFetcher:
             )
         return request
 
-    async def apply(self, reply: pb.FetchResponse, requested: dict[TopicPartition, int]) -> bool:
+    async def apply(
+        self, reply: rpb.ReplicaFetchResponse, requested: dict[TopicPartition, int]
+    ) -> bool:
         """Hand each answer of ``reply`` to its partition (``requested``: the partitions
         fetched and the leader epoch each was fetched in); False if every answer was an
         error (then the fetcher backs off)."""

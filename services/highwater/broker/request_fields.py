@@ -9,15 +9,14 @@ gets a consumer's answer with Kafka's defaults:
 
 - ``ProduceRequest.acks`` unset is ``-1`` (all, Kafka's producer default since 3.0);
   ``timeout_ms`` unset is 30 s (``request.timeout.ms``).
-- ``FetchRequest.replica_id`` unset (or negative, as Kafka's consumers send ``-1``) is a
-  consumer. Only a fetch that names a replica id *and* that broker's epoch is a
-  follower's, and :meth:`~highwater.broker.request_handler.RequestHandler.fetch` then checks both
-  against the metadata image before the fetch can move any replication state.
+- A ``FetchRequest`` is always a consumer's: it has no field that names a replica (its
+  numbers 1, 2, 4 and 5 are reserved). Followers fetch over the internal
+  ``ReplicaFetchService`` (``highwater.internal.v1``), whose requests always name the
+  follower, its broker epoch and each partition's last fetched epoch.
 - ``FetchRequest.max_bytes`` unset is 1 MiB and ``partition_max_bytes`` 1 MiB (Kafka's
   ``max.partition.fetch.bytes``), so that an answer fits the 4 MiB default receive limit
   of grpc-js, grpc-go and grpc-java; any larger request is held to ``fetch.max.bytes``.
-- Leader epochs and the follower's ``last_fetched_epoch`` / ``log_start_offset`` unset
-  are ``-1``: unknown, not checked.
+- Leader epochs unset are ``-1``: unknown, not checked.
 - ``InitProducerIdRequest.producer_id`` / ``producer_epoch`` unset are a new producer.
 """
 
@@ -25,6 +24,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from highwater.internal.v1 import replication_pb2 as rpb
 from highwater.v1 import broker_pb2 as pb
 
 __all__ = [
@@ -35,8 +35,6 @@ __all__ = [
     "NO_EPOCH",
     "current_leader_epoch",
     "fetch_max_bytes",
-    "follower_id",
-    "last_fetched_epoch",
     "partition_fetch_max_bytes",
     "produce_acks",
     "produce_timeout_ms",
@@ -60,31 +58,27 @@ def produce_timeout_ms(request: pb.ProduceRequest) -> int:
     return request.timeout_ms if request.HasField("timeout_ms") else DEFAULT_PRODUCE_TIMEOUT_MS
 
 
-def follower_id(request: pb.FetchRequest) -> int | None:
-    """The broker id a fetch claims to come from, or ``None`` for a consumer's fetch."""
-    if request.HasField("replica_id") and request.replica_id >= 0:
-        return request.replica_id
-    return None
-
-
-def fetch_max_bytes(request: pb.FetchRequest, limit: int) -> int:
-    """The whole answer's budget: the request's ``max_bytes`` (or the default), held to
-    ``limit`` (``fetch.max.bytes``) so that no answer outgrows the largest gRPC message."""
-    wanted = request.max_bytes if request.HasField("max_bytes") else DEFAULT_FETCH_MAX_BYTES
+def fetch_max_bytes(request: pb.FetchRequest | rpb.ReplicaFetchRequest, limit: int) -> int:
+    """The whole answer's budget: the request's ``max_bytes`` (or the default: unset in a
+    consumer's, 0 in a follower's), held to ``limit`` (``fetch.max.bytes``) so that no
+    answer outgrows the largest gRPC message."""
+    if isinstance(request, pb.FetchRequest):
+        given = request.HasField("max_bytes")
+    else:
+        given = request.max_bytes > 0
+    wanted = request.max_bytes if given else DEFAULT_FETCH_MAX_BYTES
     return max(1, min(wanted, limit))
 
 
-def partition_fetch_max_bytes(item: pb.FetchPartition) -> int:
-    if item.HasField("partition_max_bytes"):
-        return max(1, item.partition_max_bytes)
-    return DEFAULT_PARTITION_FETCH_MAX_BYTES
+def partition_fetch_max_bytes(item: pb.FetchPartition | rpb.ReplicaFetchPartition) -> int:
+    if isinstance(item, pb.FetchPartition):
+        given = item.HasField("partition_max_bytes")
+    else:
+        given = item.partition_max_bytes > 0
+    return max(1, item.partition_max_bytes) if given else DEFAULT_PARTITION_FETCH_MAX_BYTES
 
 
 def current_leader_epoch(
     item: pb.FetchPartition | pb.ListOffsetsPartition | pb.OffsetForLeaderPartition,
 ) -> int:
     return item.current_leader_epoch if item.HasField("current_leader_epoch") else NO_EPOCH
-
-
-def last_fetched_epoch(item: pb.FetchPartition) -> int:
-    return item.last_fetched_epoch if item.HasField("last_fetched_epoch") else NO_EPOCH

@@ -4,8 +4,9 @@ Kafka's ``KafkaApis``: Produce (acks 0, 1 and all; plain records are encoded as 
 batch; plain records to partition -1 are placed by Kafka's default partitioner,
 :mod:`~highwater.broker.record_placement`, and each partition's share is appended at its
 leader, here or over gRPC), Fetch (a long poll on ``max_wait_ms`` / ``min_bytes``; a
-consumer reads up to the high watermark, a follower past it), ListOffsets, Metadata,
-OffsetsForLeaderEpoch,
+consumer reads up to the high watermark), a follower's ReplicaFetch (the internal
+``ReplicaFetchService``: past the high watermark, or the diverging epoch; its progress
+moves the high watermark and the ISR), ListOffsets, Metadata, OffsetsForLeaderEpoch,
 DeleteRecords, InitProducerId (ids from blocks the controller allocates) and
 FindCoordinator (the owner of the group's ``__consumer_offsets`` partition in the metadata
 image). Each partition of a request is served by its
@@ -44,6 +45,7 @@ from highwater.broker.telemetry import ACKS, CONSUMER, REPLICA, TOPIC, BrokerTel
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.errors import HighwaterError, InvalidRequestError
+from highwater.internal.v1 import replication_pb2 as rpb
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
 from highwater.metadata.records import BrokerEndpoint
 from highwater.records import SimpleRecord, build_batch
@@ -311,48 +313,55 @@ class RequestHandler:
     async def fetch(
         self, request: pb.FetchRequest, caller: QuotaCaller = UNKNOWN_CALLER
     ) -> pb.FetchResponse:
-        """A consumer's or a follower's fetch (a long poll). A fetch is a follower's only
-        when it names a replica id (``request_fields.follower_id``); then that broker must
-        be registered with the epoch the fetch names, or every partition's answer is
-        STALE_BROKER_EPOCH and nothing moves: a consumer that sets a replica id, or an
-        earlier incarnation of the broker, cannot pass for the follower.
+        """A consumer's fetch (a long poll): records up to the high watermark. A public
+        ``FetchRequest`` cannot name a replica, so nothing it asks moves replication state
+        (followers fetch with :meth:`replica_fetch`).
 
-        A consumer's answer is recorded under the caller's quotas (its bytes and handler
-        time) and carries ``throttle_time_ms``, how long the caller holds it; followers'
-        fetches are exempt."""
+        The answer is recorded under the caller's quotas (its bytes and handler time) and
+        carries ``throttle_time_ms``, how long the caller holds it."""
         started = time.monotonic()
         handler = _HandlerTime()
         deadline = started + max(request.max_wait_ms, 0) / 1000
         if request.record_format not in RECORD_FORMATS:
             raise InvalidRequestError(f"record_format {request.record_format} is not known")
-        follower = fields.follower_id(request)
-        if follower is not None:
-            refusal = self._follower_refusal(request, follower)
-            if refusal is not None:
-                return _fail_fetch(request, ErrorCode.STALE_BROKER_EPOCH, refusal)
-        read = self._read if follower is None else self._read_for_follower
         while True:
-            response, total, failed = read(request)
+            response, total, failed = self._read(request)
             now = time.monotonic()
             if failed or total >= max(request.min_bytes, 1) or now >= deadline:
-                self.telemetry.fetch_duration.record(
-                    now - started, CONSUMER if follower is None else REPLICA
+                self.telemetry.fetch_duration.record(now - started, CONSUMER)
+                throttle_ms = self._throttle_time_ms(
+                    caller, self.throttle.fetch, total, handler.busy()
                 )
-                if follower is None:
-                    throttle_ms = self._throttle_time_ms(
-                        caller, self.throttle.fetch, total, handler.busy()
-                    )
-                    if throttle_ms:
-                        response.throttle_time_ms = throttle_ms
+                if throttle_ms:
+                    response.throttle_time_ms = throttle_ms
                 return response
-            await handler.wait(self._purgatory, deadline - now, appended=follower is not None)
+            await handler.wait(self._purgatory, deadline - now, appended=False)
 
-    def _follower_refusal(self, request: pb.FetchRequest, replica_id: int) -> str | None:
+    async def replica_fetch(self, request: rpb.ReplicaFetchRequest) -> rpb.ReplicaFetchResponse:
+        """A follower's fetch (``ReplicaFetchService``; a long poll that an append wakes).
+        Broker ``replica_id`` must be registered with the epoch the fetch names, or every
+        partition's answer is STALE_BROKER_EPOCH and nothing moves: an earlier incarnation
+        of the broker, or anyone else naming its id, cannot pass for the follower.
+        Followers' fetches are exempt from client quotas."""
+        started = time.monotonic()
+        handler = _HandlerTime()
+        deadline = started + max(request.max_wait_ms, 0) / 1000
+        refusal = self._follower_refusal(request)
+        if refusal is not None:
+            return _fail_replica_fetch(request, ErrorCode.STALE_BROKER_EPOCH, refusal)
+        while True:
+            response, total, failed = self._read_for_follower(request)
+            now = time.monotonic()
+            if failed or total >= max(request.min_bytes, 1) or now >= deadline:
+                self.telemetry.fetch_duration.record(now - started, REPLICA)
+                return response
+            await handler.wait(self._purgatory, deadline - now, appended=True)
+
+    def _follower_refusal(self, request: rpb.ReplicaFetchRequest) -> str | None:
         """Why a fetch that claims to come from broker ``replica_id`` is not that broker's
-        (its epoch is missing or is not the registered one), or ``None``."""
-        if not request.HasField("replica_epoch"):
-            return f"a fetch as replica {replica_id} must name that broker's epoch"
-        broker = self.partitions.image.broker(replica_id)
+        (it is not registered, or with another epoch), or ``None``."""
+        replica_id = request.replica_id
+        broker = self.partitions.image.broker(replica_id) if replica_id >= 0 else None
         if broker is None:
             return f"broker {replica_id} is not registered"
         if broker.broker_epoch != request.replica_epoch:
@@ -397,10 +406,12 @@ class RequestHandler:
                     self.telemetry.bytes_out.add(len(data.records), {TOPIC: topic.topic})
         return response, total, failed
 
-    def _read_for_follower(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, bool]:
+    def _read_for_follower(
+        self, request: rpb.ReplicaFetchRequest
+    ) -> tuple[rpb.ReplicaFetchResponse, int, bool]:
         """A follower's fetch: records past the high watermark too, or the diverging epoch;
         its progress moves the high watermark and may bring it back into the ISR."""
-        response = pb.FetchResponse()
+        response = rpb.ReplicaFetchResponse()
         budget = fields.fetch_max_bytes(request, self.settings.fetch_max_bytes)
         total = 0
         failed = False
@@ -416,9 +427,9 @@ class RequestHandler:
                     read = partition.read_for_follower(
                         request.replica_id,
                         item.fetch_offset,
-                        fields.last_fetched_epoch(item),
+                        item.last_fetched_epoch,
                         max(min(fields.partition_fetch_max_bytes(item), room), 0),
-                        fields.current_leader_epoch(item),
+                        item.current_leader_epoch,
                         min_one_batch=room > 0,
                     )
                 except HighwaterError as e:  # a failed log directory: KAFKA_STORAGE_ERROR
@@ -710,10 +721,12 @@ def endpoint_on(listeners: Sequence[BrokerEndpoint], name: str | None) -> Broker
     return next((endpoint for endpoint in listeners if endpoint.name == name), None)
 
 
-def _fail_fetch(request: pb.FetchRequest, code: int, message: str) -> pb.FetchResponse:
-    """The answer to a fetch refused as a whole: ``code`` for each partition it names."""
-    log.warning("fetch refused: %s", message)
-    response = pb.FetchResponse()
+def _fail_replica_fetch(
+    request: rpb.ReplicaFetchRequest, code: int, message: str
+) -> rpb.ReplicaFetchResponse:
+    """The answer to a follower's fetch refused as a whole: ``code`` for each partition."""
+    log.warning("replica fetch refused: %s", message)
+    response = rpb.ReplicaFetchResponse()
     for topic in request.topics:
         topic_response = response.topics.add(topic=topic.topic)
         for item in topic.partitions:

@@ -12,9 +12,10 @@ Its parts, by role as Kafka's broker is laid out:
 
 * :mod:`~highwater.broker.lifecycle` — registration with the active controller,
   heartbeats, controlled shutdown, the readiness reported to the gRPC host;
-* :mod:`~highwater.broker.request_handler` — Produce, Fetch (consumers' and followers'),
-  ListOffsets, Metadata, OffsetsForLeaderEpoch, DeleteRecords, InitProducerId,
-  FindCoordinator, waiting in the :mod:`~highwater.broker.purgatory`;
+* :mod:`~highwater.broker.request_handler` — Produce, Fetch, followers' ReplicaFetch
+  (the internal ``ReplicaFetchService``, served beside ``Broker``), ListOffsets,
+  Metadata, OffsetsForLeaderEpoch, DeleteRecords, InitProducerId, FindCoordinator,
+  waiting in the :mod:`~highwater.broker.purgatory`;
 * :mod:`~highwater.broker.replica_fetcher` — one fetcher per leader this broker follows;
 * :mod:`~highwater.broker.alter_partition` — the ISR changes sent to the controller, and
   :mod:`~highwater.broker.isr_expiration` — the followers that fell behind, proposed out.
@@ -47,6 +48,7 @@ from highwater.broker.authorization import (
     authorize_init_producer_id,
     filter_metadata,
     produce_extra_check,
+    replica_fetch_refusal,
     split_topics,
 )
 from highwater.broker.consumer_session import ConsumerSessions
@@ -66,6 +68,8 @@ from highwater.broker.telemetry import BrokerTelemetry
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.errors import InvalidRequestError, KafkaStorageError
+from highwater.internal.v1 import replication_pb2 as rpb
+from highwater.internal.v1 import replication_pb2_grpc
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import BrokerEndpoint
 from highwater.rpc.auth import authorizer_enabled, follow_image
@@ -205,8 +209,12 @@ class BrokerServer:
         return self.lifecycle.is_fenced
 
     def add_servicer(self, server: grpc.aio.Server) -> None:
-        """Serve ``highwater.v1.Broker`` (:data:`BROKER_SERVICE_NAME`) on ``server``."""
+        """Serve ``highwater.v1.Broker`` (:data:`BROKER_SERVICE_NAME`) on ``server``, and
+        beside it the followers' ``highwater.internal.v1.ReplicaFetchService``."""
         broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), server)
+        replication_pb2_grpc.add_ReplicaFetchServiceServicer_to_server(
+            ReplicaFetchServicer(self), server
+        )
 
     async def start(self) -> None:
         """Open the data directory, follow the metadata, register and start heartbeating."""
@@ -456,6 +464,30 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
     ) -> AsyncIterator[pb.ConsumerSessionResponse]:
         async for event in self._sessions.serve(request_iterator, context):
             yield event
+
+
+class ReplicaFetchServicer(replication_pb2_grpc.ReplicaFetchServiceServicer):
+    """``highwater.internal.v1.ReplicaFetchService``: followers' fetches, one stream per
+    follower and leader, each request answered in turn by the broker's
+    :meth:`~highwater.broker.request_handler.RequestHandler.replica_fetch`.
+
+    The server interceptor admits the call only with CLUSTER_ACTION on the cluster (with
+    the authorizer on); each request must then speak for the caller's own node, or the
+    stream ends ``PERMISSION_DENIED`` before anything is read or moved."""
+
+    def __init__(self, broker: BrokerServer) -> None:
+        self._broker = broker.requests
+
+    async def ReplicaFetch(
+        self,
+        request_iterator: AsyncIterator[rpb.ReplicaFetchRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[rpb.ReplicaFetchResponse]:
+        async for request in request_iterator:
+            refusal = replica_fetch_refusal(request, context)
+            if refusal is not None:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal)
+            yield await self._broker.replica_fetch(request)
 
 
 async def _hold(throttle_time_ms: int) -> None:

@@ -19,6 +19,7 @@ from opentelemetry.trace import Span
 
 from highwater.broker.partitions import PartitionManager
 from highwater.broker.replication import AlterPartitionProposal, IsrChange
+from highwater.internal.v1 import replication_pb2 as rpb
 from highwater.metadata.client_quotas import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
@@ -28,7 +29,6 @@ from highwater.metadata.client_quotas import (
 from highwater.storage.log_manager import LogDirectory, LogManager
 from highwater.storage.topic_partition import TopicPartition
 from highwater.telemetry.instruments import duration_histogram, meter, observe, tracer
-from highwater.v1 import broker_pb2 as pb
 
 __all__ = [
     "ACKS",
@@ -142,7 +142,7 @@ class BrokerTelemetry:
                 description=description,
             )
 
-    def replica_fetch_span(self, leader_id: int, reply: pb.FetchResponse) -> Span | None:
+    def replica_fetch_span(self, leader_id: int, reply: rpb.ReplicaFetchResponse) -> Span | None:
         """A ``replica fetch`` span for a follower's fetch answer that carried records
         (started now, ended by the caller once they are appended); None when tracing is off
         or the answer carried none."""

@@ -1,9 +1,10 @@
 """The fuzzer: malformed and random requests to every gRPC endpoint of every process,
 while the workload's real clients go on.
 
-Every method of the ``Broker``, ``Controller``, ``GroupCoordinator`` and ``Raft``
-services (from the generated descriptors, so a new method is fuzzed without a change
-here) is called at the processes of the cluster (mostly at those that serve it) with one of:
+Every method of the ``Broker``, ``ReplicaFetchService``, ``Controller``,
+``GroupCoordinator`` and ``Raft`` services (from the generated descriptors, so a new
+method is fuzzed without a change here) is called at the processes of the cluster
+(mostly at those that serve it) with one of:
 
 - ``garbage``: random bytes that are not a protobuf message at all;
 - ``truncated``: a random message's encoding cut short;
@@ -32,7 +33,7 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
 from highwater.chaos.history import HistoryWriter
-from highwater.internal.v1 import controller_pb2, raft_pb2
+from highwater.internal.v1 import controller_pb2, raft_pb2, replication_pb2
 from highwater.rpc.channels import open_channel
 from highwater.v1 import broker_pb2, coordinator_pb2, security_pb2
 
@@ -40,6 +41,7 @@ MODES = ("garbage", "truncated", "random", "empty")
 #: Which role serves each service: most calls go to a process that implements the method.
 SERVED_BY = {
     "Broker": "broker",
+    "ReplicaFetchService": "broker",
     "Controller": "controller",
     "Raft": "controller",
     "GroupCoordinator": "coordinator",
@@ -63,7 +65,7 @@ class Endpoint:
 def endpoints(*, secure: bool = False) -> list[Endpoint]:
     """Every method of the cluster's gRPC services (a secured cluster's ``Authenticate`` too)."""
     found = []
-    modules = (broker_pb2, controller_pb2, coordinator_pb2, raft_pb2)
+    modules = (broker_pb2, replication_pb2, controller_pb2, coordinator_pb2, raft_pb2)
     for module in (*modules, security_pb2) if secure else modules:
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:

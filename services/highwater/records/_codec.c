@@ -2,7 +2,8 @@
  *
  * Each function here stands in for a pure-Python one that stays the reference
  * (HIGHWATER_PURE_PYTHON=1 selects those): record_size, encode_records, read_records,
- * scan_keys (RecordBatch.iter_keys), check_batch, crc32c and murmur2. They accept a
+ * plain_records (read_records writing protobuf FetchedRecord messages, for the broker's
+ * RECORD_FORMAT_PLAIN), scan_keys (RecordBatch.iter_keys), check_batch, crc32c and murmur2. They accept a
  * subset of their inputs that they handle byte for byte as the reference does; anything
  * else (a record that does not add up, a value out of range, an unusual type) is handed
  * back to the pure-Python code, which decodes it or raises the typed error with its
@@ -820,6 +821,225 @@ finally:
 }
 
 /* ---------------------------------------------------------------------------------- */
+/* plain_records: records as protobuf wire, one FetchedRecord message each.             */
+
+/* A record as plain_records needs it: its fields where they lie in the buffer. */
+typedef struct {
+    int64_t timestamp_delta;
+    int32_t offset_delta, kn, vn, hcount;
+    const uint8_t *key, *value;
+    Py_ssize_t headers, end;
+    Py_ssize_t headers_wire; /* what its headers take as RecordHeader messages */
+} PlainRecord;
+
+static inline Py_ssize_t bytes_field_size(int32_t n) { /* tag, length, bytes */
+    return 1 + size_of_unsigned((uint64_t)n) + n;
+}
+
+/* 1 when valid UTF-8 (as bytes.decode("utf-8") says), 0 when not, -1 on an error. */
+static int utf8_ok(const uint8_t *p, int32_t n) {
+    if (n == 0) return 1;
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, NULL);
+    if (s != NULL) {
+        Py_DECREF(s);
+        return 1;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* As decode_one, without making objects: 1 on success, 0 when the record is not one the
+ * compiled code takes, -1 on an error. */
+static int plain_one(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end, PlainRecord *d) {
+    int32_t length;
+    Py_ssize_t p = pos;
+    if (get_varint(buf, &p, end, &length) < 0 || length < 6 || length > end - p) return 0;
+    Py_ssize_t record_end = p + length;
+    p += 1; /* attributes */
+    if (get_varlong(buf, &p, record_end, &d->timestamp_delta) < 0) return 0;
+    if (get_varint(buf, &p, record_end, &d->offset_delta) < 0) return 0;
+    if (get_varint(buf, &p, record_end, &d->kn) < 0 || d->kn < -1 || d->kn > record_end - p)
+        return 0;
+    d->key = buf + p;
+    if (d->kn > 0) p += d->kn;
+    if (get_varint(buf, &p, record_end, &d->vn) < 0 || d->vn < -1 || d->vn > record_end - p)
+        return 0;
+    d->value = buf + p;
+    if (d->vn > 0) p += d->vn;
+    if (get_varint(buf, &p, record_end, &d->hcount) < 0) return 0;
+    if (d->hcount < 0 || 2 * (Py_ssize_t)d->hcount > record_end - p) return 0;
+    d->headers = p;
+    d->headers_wire = 0;
+    for (int32_t i = 0; i < d->hcount; i++) {
+        int32_t hk = 0, hv = 0;
+        if (get_varint(buf, &p, record_end, &hk) < 0 || hk < 0 || hk > record_end - p) return 0;
+        int ok = utf8_ok(buf + p, hk);
+        if (ok <= 0) return ok;
+        p += hk;
+        if (get_varint(buf, &p, record_end, &hv) < 0 || hv < -1 || hv > record_end - p) return 0;
+        if (hv > 0) p += hv;
+        Py_ssize_t inner = (hk ? bytes_field_size(hk) : 0) + (hv >= 0 ? bytes_field_size(hv) : 0);
+        d->headers_wire += 1 + size_of_unsigned((uint64_t)inner) + inner;
+    }
+    if (p != record_end) return 0;
+    d->end = record_end;
+    return 1;
+}
+
+typedef struct {
+    uint8_t *p;
+    Py_ssize_t n, cap;
+} Out;
+
+static int out_reserve(Out *o, Py_ssize_t more) {
+    if (o->n + more <= o->cap) return 0;
+    Py_ssize_t cap = o->cap ? o->cap : 4096;
+    while (cap < o->n + more) cap *= 2;
+    uint8_t *p = PyMem_Realloc(o->p, (size_t)cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    o->p = p;
+    o->cap = cap;
+    return 0;
+}
+
+static inline uint8_t *put_uvarint(uint8_t *out, uint64_t u) {
+    while (u >= 0x80) {
+        *out++ = (uint8_t)((u & 0x7F) | 0x80);
+        u >>= 7;
+    }
+    *out++ = (uint8_t)u;
+    return out;
+}
+
+static inline uint8_t *put_bytes(uint8_t *out, uint8_t tag, const uint8_t *p, int32_t n) {
+    *out++ = tag;
+    out = put_uvarint(out, (uint64_t)n);
+    if (n > 0) memcpy(out, p, (size_t)n);
+    return out + (n > 0 ? n : 0);
+}
+
+/* Write the record's FetchedRecord (offset 1, timestamp_ms 2, timestamp_type 3, key 4,
+ * value 5, headers 6 as RecordHeader {key 1, value 2}, leader_epoch 7) as an entry of the
+ * repeated field whose tag is ``tag``. Zero scalars are left out, as proto3 does. */
+static int put_plain(Out *o, uint8_t tag, const uint8_t *buf, const PlainRecord *d,
+                     int64_t offset, int64_t timestamp, int32_t timestamp_type,
+                     int32_t leader_epoch) {
+    uint64_t epoch = (uint64_t)(int64_t)leader_epoch; /* an int32 goes out sign-extended */
+    Py_ssize_t inner = (offset ? 1 + size_of_unsigned((uint64_t)offset) : 0) +
+                       (timestamp ? 1 + size_of_unsigned((uint64_t)timestamp) : 0) +
+                       (timestamp_type ? 1 + size_of_unsigned((uint64_t)timestamp_type) : 0) +
+                       (d->kn >= 0 ? bytes_field_size(d->kn) : 0) +
+                       (d->vn >= 0 ? bytes_field_size(d->vn) : 0) + d->headers_wire +
+                       (leader_epoch ? 1 + size_of_unsigned(epoch) : 0);
+    if (out_reserve(o, 1 + 10 + inner) < 0) return -1;
+    uint8_t *w = o->p + o->n;
+    *w++ = tag;
+    w = put_uvarint(w, (uint64_t)inner);
+    if (offset) {
+        *w++ = 0x08;
+        w = put_uvarint(w, (uint64_t)offset);
+    }
+    if (timestamp) {
+        *w++ = 0x10;
+        w = put_uvarint(w, (uint64_t)timestamp);
+    }
+    if (timestamp_type) {
+        *w++ = 0x18;
+        w = put_uvarint(w, (uint64_t)timestamp_type);
+    }
+    if (d->kn >= 0) w = put_bytes(w, 0x22, d->key, d->kn);
+    if (d->vn >= 0) w = put_bytes(w, 0x2A, d->value, d->vn);
+    Py_ssize_t p = d->headers;
+    for (int32_t i = 0; i < d->hcount; i++) { /* plain_one checked every length */
+        int32_t hk = 0, hv = 0;
+        get_varint(buf, &p, d->end, &hk);
+        const uint8_t *k = buf + p;
+        p += hk;
+        get_varint(buf, &p, d->end, &hv);
+        const uint8_t *v = buf + p;
+        if (hv > 0) p += hv;
+        Py_ssize_t size = (hk ? bytes_field_size(hk) : 0) + (hv >= 0 ? bytes_field_size(hv) : 0);
+        *w++ = 0x32;
+        w = put_uvarint(w, (uint64_t)size);
+        if (hk) w = put_bytes(w, 0x0A, k, hk);
+        if (hv >= 0) w = put_bytes(w, 0x12, v, hv);
+    }
+    if (leader_epoch) {
+        *w++ = 0x38;
+        w = put_uvarint(w, epoch);
+    }
+    o->n = w - o->p;
+    return 0;
+}
+
+/* plain_records(buf, pos, end, count, base_offset, base_timestamp, log_append_time,
+ *               last_offset_delta, fetch_offset, timestamp_type, leader_epoch, limit, tag)
+ *   -> (wire, pos, decoded, previous_delta, added)
+ *
+ * Walks the records as read_records does (the same checks), and writes each one at or
+ * after fetch_offset as a FetchedRecord entry (see put_plain), at most ``limit`` of them
+ * (negative: no limit). Stops at the first record it does not take, at the limit, or
+ * after count records: the caller checks which (the pure code decodes what it left). */
+static PyObject *codec_plain_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "plain_records takes 13 arguments");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[3]), limit = PyLong_AsSsize_t(args[11]);
+    long timestamp_type = PyLong_AsLong(args[9]), leader_epoch = PyLong_AsLong(args[10]);
+    long tag = PyLong_AsLong(args[12]);
+    if (PyErr_Occurred()) return NULL;
+    int64_t base_offset, base_timestamp, log_append_time = 0, last_delta, fetch_offset;
+    int have_lat = args[6] != Py_None;
+    Py_ssize_t done = 0, added = 0;
+    int64_t previous = -1;
+    if (as_int64(args[4], &base_offset) < 0 || as_int64(args[5], &base_timestamp) < 0 ||
+        (have_lat && as_int64(args[6], &log_append_time) < 0) ||
+        as_int64(args[7], &last_delta) < 0 || as_int64(args[8], &fetch_offset) < 0 ||
+        timestamp_type < 0 || timestamp_type > 0x7F || leader_epoch < INT32_MIN ||
+        leader_epoch > INT32_MAX || tag < 0 || tag > 0x7F)
+        return Py_BuildValue("(y#nnLn)", "", (Py_ssize_t)0, pos, done, (long long)previous, added);
+    Bytes b;
+    if (bytes_get(args[0], &b) < 0)
+        return Py_BuildValue("(y#nnLn)", "", (Py_ssize_t)0, pos, done, (long long)previous, added);
+    if (end > b.n) end = b.n;
+    Out out = {NULL, 0, 0};
+    PyObject *result = NULL;
+    while (done < count && pos >= 0 && pos < end && (limit < 0 || added < limit)) {
+        PlainRecord d;
+        int r = plain_one(b.p, pos, end, &d);
+        if (r < 0) goto finally;
+        if (r == 0) break;
+        int64_t offset, timestamp;
+        if (d.offset_delta <= previous || d.offset_delta > last_delta ||
+            __builtin_add_overflow(base_offset, (int64_t)d.offset_delta, &offset) ||
+            (!have_lat && __builtin_add_overflow(base_timestamp, d.timestamp_delta, &timestamp)))
+            break;
+        if (have_lat) timestamp = log_append_time;
+        if (offset >= fetch_offset) {
+            if (put_plain(&out, (uint8_t)tag, b.p, &d, offset, timestamp, (int32_t)timestamp_type,
+                          (int32_t)leader_epoch) < 0)
+                goto finally;
+            added++;
+        }
+        previous = d.offset_delta;
+        pos = d.end;
+        done++;
+    }
+    result = Py_BuildValue("(y#nnLn)", out.p ? (const char *)out.p : "", out.n, pos, done,
+                           (long long)previous, added);
+finally:
+    PyMem_Free(out.p);
+    bytes_release(&b);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------------- */
 /* scan_keys: (offset, key, value_is_null) of each record, for the log cleaner.          */
 
 /* scan_keys(data, pos, end, count, base_offset, last_offset_delta)
@@ -1177,6 +1397,8 @@ static PyMethodDef codec_methods[] = {
      "encode_records(records, base_timestamp) -> bytes, or None to defer to the pure code"},
     {"read_records", (PyCFunction)(void (*)(void))codec_read_records, METH_FASTCALL,
      "read_records(...) -> (pos, decoded, previous_delta)"},
+    {"plain_records", (PyCFunction)(void (*)(void))codec_plain_records, METH_FASTCALL,
+     "plain_records(...) -> (wire, pos, decoded, previous_delta, added)"},
     {"scan_keys", (PyCFunction)(void (*)(void))codec_scan_keys, METH_FASTCALL,
      "scan_keys(...) -> (keys, pos, decoded, previous_delta)"},
     {"check_batch", (PyCFunction)(void (*)(void))codec_check_batch,

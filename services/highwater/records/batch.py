@@ -623,6 +623,16 @@ class RecordBatch:
 
     # --- records --------------------------------------------------------------------
 
+    def records_payload(
+        self, *, max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE
+    ) -> tuple[Buffer, int, int]:
+        """The records' bytes as ``(buffer, start, end)``, decompressed if need be, for a
+        decoder of their own (the broker's plain records); the same checks as
+        :meth:`records` makes before its first record."""
+        data, pos, end = self._payload(max_decompressed_size)
+        self._check_count(pos, end)
+        return data, pos, end
+
     def _payload(self, max_decompressed_size: int) -> tuple[Buffer, int, int]:
         """The records' bytes, decompressed if need be, as ``(buffer, start, end)``."""
         h = self.header

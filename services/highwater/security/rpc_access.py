@@ -8,9 +8,9 @@ Each method is one of:
   (``kafka-cluster``), checked by the server interceptor before the servicer runs; a
   refusal is ``PERMISSION_DENIED`` with ``CLUSTER_AUTHORIZATION_FAILED`` in its details.
   The inter-service calls (Raft, broker and coordinator registration and heartbeats,
-  AlterPartition, AllocateProducerIds) need ``CLUSTER_ACTION``, and ``as_node``
-  marks those where a broker speaks for a node id: only the principal that registered
-  the node may (``security/node_identities.py``);
+  AlterPartition, AllocateProducerIds, followers' ReplicaFetch) need ``CLUSTER_ACTION``,
+  and ``as_node`` marks those where a broker speaks for a node id: only the principal
+  that registered the node may (``security/node_identities.py``);
 - :class:`PerItem`: the servicer checks each topic, group or resource of the request
   (``resource`` and ``operation`` say which, for the docs) and answers a refused item with
   its typed error (``TOPIC_AUTHORIZATION_FAILED``, ``GROUP_AUTHORIZATION_FAILED``,
@@ -85,8 +85,8 @@ _BROKER: Final[dict[str, Access]] = {
     "ProduceStream": PerItem(
         _TOPIC, _A.WRITE, "idempotent batches: IDEMPOTENT_WRITE on the cluster"
     ),
-    "Fetch": PerItem(_TOPIC, _A.READ, "a follower's fetch: CLUSTER_ACTION as its node"),
-    "FetchStream": PerItem(_TOPIC, _A.READ, "a follower's fetch: CLUSTER_ACTION as its node"),
+    "Fetch": PerItem(_TOPIC, _A.READ),
+    "FetchStream": PerItem(_TOPIC, _A.READ),
     "ListOffsets": PerItem(_TOPIC, _A.DESCRIBE),
     "Metadata": PerItem(_TOPIC, _A.DESCRIBE, "shows only the topics the caller may describe"),
     "OffsetsForLeaderEpoch": PerItem(_TOPIC, _A.DESCRIBE),
@@ -125,6 +125,11 @@ _COORDINATOR: Final[dict[str, Access]] = {
     "OffsetDelete": PerItem(_GROUP, _A.DELETE, "and READ on each topic"),
 }
 
+_REPLICA_FETCH: Final[dict[str, Access]] = {
+    "ReplicaFetch": OnCluster(_A.CLUSTER_ACTION, as_node=True),
+}
+"""Followers' fetches (``ReplicaFetchService``, on every broker's listeners)."""
+
 _RAFT: Final[dict[str, Access]] = {
     "Vote": OnCluster(_A.CLUSTER_ACTION),
     "BeginQuorumEpoch": OnCluster(_A.CLUSTER_ACTION),
@@ -145,6 +150,7 @@ RPC_ACCESS: Final[dict[str, Access]] = {
     **_methods("highwater.internal.v1.Controller", _CONTROLLER),
     **_methods("highwater.v1.GroupCoordinator", _COORDINATOR),
     **_methods("highwater.internal.v1.Raft", _RAFT),
+    **_methods("highwater.internal.v1.ReplicaFetchService", _REPLICA_FETCH),
     "/highwater.v1.Authentication/Authenticate": PUBLIC,
 }
 

@@ -478,23 +478,11 @@ class FetchRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    REPLICA_ID_FIELD_NUMBER: _builtins.int
-    REPLICA_EPOCH_FIELD_NUMBER: _builtins.int
     MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
     MIN_BYTES_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
     RECORD_FORMAT_FIELD_NUMBER: _builtins.int
-    replica_id: _builtins.int
-    """Set only by a follower broker: its node id. Unset (or negative, as Kafka's consumers
-    send -1) for a consumer. A fetch that names a replica must also name that broker's
-    current epoch (replica_epoch), and the broker must be one of the partition's replicas:
-    otherwise the partition's answer is an error and nothing moves.
-    """
-    replica_epoch: _builtins.int
-    """A follower's broker epoch, from its registration: fetches of an earlier incarnation
-    of the broker (or of anyone else claiming its id) are refused with STALE_BROKER_EPOCH.
-    """
     max_wait_ms: _builtins.int
     """Wait up to this long for min_bytes to become available. Unset (0): answer at once."""
     min_bytes: _builtins.int
@@ -514,30 +502,19 @@ class FetchRequest(_message.Message):
     def __init__(
         self,
         *,
-        replica_id: _builtins.int | None = ...,
-        replica_epoch: _builtins.int | None = ...,
         max_wait_ms: _builtins.int = ...,
         min_bytes: _builtins.int = ...,
         max_bytes: _builtins.int | None = ...,
         topics: _abc.Iterable[Global___FetchTopic] | None = ...,
         record_format: Global___RecordFormat.ValueType = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes", "_replica_epoch", b"_replica_epoch", "_replica_id", b"_replica_id", "max_bytes", b"max_bytes", "replica_epoch", b"replica_epoch", "replica_id", b"replica_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes", "max_bytes", b"max_bytes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes", "_replica_epoch", b"_replica_epoch", "_replica_id", b"_replica_id", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "record_format", b"record_format", "replica_epoch", b"replica_epoch", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "record_format", b"record_format", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_bytes: _TypeAlias = _typing.Literal["max_bytes"]  # noqa: Y015
     _WhichOneofArgType__max_bytes: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes"]  # noqa: Y015
-    _WhichOneofReturnType__replica_epoch: _TypeAlias = _typing.Literal["replica_epoch"]  # noqa: Y015
-    _WhichOneofArgType__replica_epoch: _TypeAlias = _typing.Literal["_replica_epoch", b"_replica_epoch"]  # noqa: Y015
-    _WhichOneofReturnType__replica_id: _TypeAlias = _typing.Literal["replica_id"]  # noqa: Y015
-    _WhichOneofArgType__replica_id: _TypeAlias = _typing.Literal["_replica_id", b"_replica_id"]  # noqa: Y015
-    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_bytes) -> _WhichOneofReturnType__max_bytes | None: ...
-    @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__replica_epoch) -> _WhichOneofReturnType__replica_epoch | None: ...
-    @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__replica_id) -> _WhichOneofReturnType__replica_id | None: ...
 
 Global___FetchRequest: _TypeAlias = FetchRequest  # noqa: Y015
 
@@ -571,8 +548,6 @@ class FetchPartition(_message.Message):
     PARTITION_FIELD_NUMBER: _builtins.int
     CURRENT_LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     FETCH_OFFSET_FIELD_NUMBER: _builtins.int
-    LAST_FETCHED_EPOCH_FIELD_NUMBER: _builtins.int
-    LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     PARTITION_MAX_BYTES_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     current_leader_epoch: _builtins.int
@@ -581,12 +556,6 @@ class FetchPartition(_message.Message):
     """
     fetch_offset: _builtins.int
     """Required: the offset of the first record wanted."""
-    last_fetched_epoch: _builtins.int
-    """Followers only: the epoch of the last batch the follower holds (unset or -1: none).
-    When it does not match the leader's log there, the answer names the diverging epoch.
-    """
-    log_start_offset: _builtins.int
-    """Followers only: the follower's log start offset (unset or -1: unknown)."""
     partition_max_bytes: _builtins.int
     """The most this partition's answer carries (at least one batch). Unset: 1 MiB,
     Kafka's max.partition.fetch.bytes.
@@ -597,28 +566,18 @@ class FetchPartition(_message.Message):
         partition: _builtins.int = ...,
         current_leader_epoch: _builtins.int | None = ...,
         fetch_offset: _builtins.int = ...,
-        last_fetched_epoch: _builtins.int | None = ...,
-        log_start_offset: _builtins.int | None = ...,
         partition_max_bytes: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch", "_last_fetched_epoch", b"_last_fetched_epoch", "_log_start_offset", b"_log_start_offset", "_partition_max_bytes", b"_partition_max_bytes", "current_leader_epoch", b"current_leader_epoch", "last_fetched_epoch", b"last_fetched_epoch", "log_start_offset", b"log_start_offset", "partition_max_bytes", b"partition_max_bytes"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch", "_partition_max_bytes", b"_partition_max_bytes", "current_leader_epoch", b"current_leader_epoch", "partition_max_bytes", b"partition_max_bytes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch", "_last_fetched_epoch", b"_last_fetched_epoch", "_log_start_offset", b"_log_start_offset", "_partition_max_bytes", b"_partition_max_bytes", "current_leader_epoch", b"current_leader_epoch", "fetch_offset", b"fetch_offset", "last_fetched_epoch", b"last_fetched_epoch", "log_start_offset", b"log_start_offset", "partition", b"partition", "partition_max_bytes", b"partition_max_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch", "_partition_max_bytes", b"_partition_max_bytes", "current_leader_epoch", b"current_leader_epoch", "fetch_offset", b"fetch_offset", "partition", b"partition", "partition_max_bytes", b"partition_max_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__current_leader_epoch: _TypeAlias = _typing.Literal["current_leader_epoch"]  # noqa: Y015
     _WhichOneofArgType__current_leader_epoch: _TypeAlias = _typing.Literal["_current_leader_epoch", b"_current_leader_epoch"]  # noqa: Y015
-    _WhichOneofReturnType__last_fetched_epoch: _TypeAlias = _typing.Literal["last_fetched_epoch"]  # noqa: Y015
-    _WhichOneofArgType__last_fetched_epoch: _TypeAlias = _typing.Literal["_last_fetched_epoch", b"_last_fetched_epoch"]  # noqa: Y015
-    _WhichOneofReturnType__log_start_offset: _TypeAlias = _typing.Literal["log_start_offset"]  # noqa: Y015
-    _WhichOneofArgType__log_start_offset: _TypeAlias = _typing.Literal["_log_start_offset", b"_log_start_offset"]  # noqa: Y015
     _WhichOneofReturnType__partition_max_bytes: _TypeAlias = _typing.Literal["partition_max_bytes"]  # noqa: Y015
     _WhichOneofArgType__partition_max_bytes: _TypeAlias = _typing.Literal["_partition_max_bytes", b"_partition_max_bytes"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__current_leader_epoch) -> _WhichOneofReturnType__current_leader_epoch | None: ...
-    @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__last_fetched_epoch) -> _WhichOneofReturnType__last_fetched_epoch | None: ...
-    @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__log_start_offset) -> _WhichOneofReturnType__log_start_offset | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__partition_max_bytes) -> _WhichOneofReturnType__partition_max_bytes | None: ...
 
@@ -695,7 +654,9 @@ class FetchPartitionResponse(_message.Message):
     """RecordBatch v2 batches, whole: the first may start before the fetch offset."""
     @_builtins.property
     def diverging_epoch(self) -> Global___EpochEndOffset:
-        """Set when the fetcher's log diverged: truncate to the end of this epoch, then fetch."""
+        """Only in a follower's answer (highwater.internal.v1.ReplicaFetchService): its log
+        diverged; truncate to the end of this epoch, then fetch.
+        """
 
     @_builtins.property
     def current_leader(self) -> Global___LeaderIdAndEpoch:

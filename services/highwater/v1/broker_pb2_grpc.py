@@ -197,15 +197,16 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Fetch(self, request, context):
-        """Reads from partitions (a long poll); followers fetch with their replica id.
+        """Reads from partitions (a long poll), as a consumer: up to the high watermark.
+        (Followers fetch over highwater.internal.v1.ReplicaFetchService.)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def FetchStream(self, request_iterator, context):
-        """The same fetches over one long-lived stream, as followers send them: each request is
-        answered by one response, in order. It spares each fetch the set-up of a call.
+        """The same fetches over one long-lived stream: each request is answered by one
+        response, in order. It spares each fetch the set-up of a call.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

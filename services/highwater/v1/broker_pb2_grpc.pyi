@@ -49,10 +49,12 @@ class BrokerStub:
     many streams as it has requests in flight to the broker.
     """
     Fetch: _grpc.UnaryUnaryMultiCallable[_broker_pb2.FetchRequest, _broker_pb2.FetchResponse]
-    """Reads from partitions (a long poll); followers fetch with their replica id."""
+    """Reads from partitions (a long poll), as a consumer: up to the high watermark.
+    (Followers fetch over highwater.internal.v1.ReplicaFetchService.)
+    """
     FetchStream: _grpc.StreamStreamMultiCallable[_broker_pb2.FetchRequest, _broker_pb2.FetchResponse]
-    """The same fetches over one long-lived stream, as followers send them: each request is
-    answered by one response, in order. It spares each fetch the set-up of a call.
+    """The same fetches over one long-lived stream: each request is answered by one
+    response, in order. It spares each fetch the set-up of a call.
     """
     ListOffsets: _grpc.UnaryUnaryMultiCallable[_broker_pb2.ListOffsetsRequest, _broker_pb2.ListOffsetsResponse]
     """The offset of the earliest or latest record, or of the first at or after a time."""
@@ -121,10 +123,12 @@ class BrokerAsyncStub(BrokerStub):
     many streams as it has requests in flight to the broker.
     """
     Fetch: _aio.UnaryUnaryMultiCallable[_broker_pb2.FetchRequest, _broker_pb2.FetchResponse]  # type: ignore[assignment]
-    """Reads from partitions (a long poll); followers fetch with their replica id."""
+    """Reads from partitions (a long poll), as a consumer: up to the high watermark.
+    (Followers fetch over highwater.internal.v1.ReplicaFetchService.)
+    """
     FetchStream: _aio.StreamStreamMultiCallable[_broker_pb2.FetchRequest, _broker_pb2.FetchResponse]  # type: ignore[assignment]
-    """The same fetches over one long-lived stream, as followers send them: each request is
-    answered by one response, in order. It spares each fetch the set-up of a call.
+    """The same fetches over one long-lived stream: each request is answered by one
+    response, in order. It spares each fetch the set-up of a call.
     """
     ListOffsets: _aio.UnaryUnaryMultiCallable[_broker_pb2.ListOffsetsRequest, _broker_pb2.ListOffsetsResponse]  # type: ignore[assignment]
     """The offset of the earliest or latest record, or of the first at or after a time."""
@@ -208,7 +212,9 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         request: _broker_pb2.FetchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_broker_pb2.FetchResponse, _abc.Awaitable[_broker_pb2.FetchResponse]]:
-        """Reads from partitions (a long poll); followers fetch with their replica id."""
+        """Reads from partitions (a long poll), as a consumer: up to the high watermark.
+        (Followers fetch over highwater.internal.v1.ReplicaFetchService.)
+        """
 
     @_abc_1.abstractmethod
     def FetchStream(
@@ -216,8 +222,8 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_broker_pb2.FetchRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_broker_pb2.FetchResponse], _abc.AsyncIterator[_broker_pb2.FetchResponse]]:
-        """The same fetches over one long-lived stream, as followers send them: each request is
-        answered by one response, in order. It spares each fetch the set-up of a call.
+        """The same fetches over one long-lived stream: each request is answered by one
+        response, in order. It spares each fetch the set-up of a call.
         """
 
     @_abc_1.abstractmethod
