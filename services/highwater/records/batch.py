@@ -12,10 +12,11 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from highwater.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 
+from .columnar import read_columns
 from .compression import DEFAULT_MAX_DECOMPRESSED_SIZE, compress_buffer, decompress
 from .header import (
     ATTRIBUTES_OFFSET,
@@ -755,6 +756,45 @@ class RecordBatch:
         )
         if len(out) - before < count:
             raise self._count_error(len(out) - before)
+        if pos != end and (count or not h.attributes & COMPRESSION_MASK):
+            raise self._trailing_error(end - pos)
+
+    def read_columns(
+        self,
+        columns: Any,
+        *,
+        max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+    ) -> None:
+        """Append the batch's records to ``columns`` (a
+        :data:`~highwater.records.columnar.RecordColumns`): :meth:`read_records` into Arrow's
+        column buffers, with no object per record. Checks and raises as :meth:`records`
+        does; the records before the error are in ``columns`` when it raises.
+        """
+        h = self.header
+        count = h.records_count
+        data, pos, end = self._payload(max_decompressed_size)
+        self._check_count(pos, end)
+        if type(data) is not bytes:
+            data = bytes(data[pos:end])
+            pos, end = 0, len(data)
+        log_append_time = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else None
+        before = len(columns)
+        try:
+            pos = read_columns(
+                columns,
+                data,
+                pos,
+                end,
+                count,
+                h.base_offset,
+                h.base_timestamp,
+                log_append_time,
+                h.last_offset_delta,
+            )
+        except OverflowError as e:
+            raise CorruptRecordError(f"batch at offset {h.base_offset}: {e}") from None
+        if len(columns) - before < count:
+            raise self._count_error(len(columns) - before)
         if pos != end and (count or not h.attributes & COMPRESSION_MASK):
             raise self._trailing_error(end - pos)
 
