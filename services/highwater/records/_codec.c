@@ -1493,6 +1493,12 @@ static PyObject *columns_get_nbytes(RecordColumnsObject *c, void *unused) {
                               c->header_values.data.n + 20 * c->count);
 }
 
+static PyObject *columns_get_last_offset(RecordColumnsObject *c, void *unused) {
+    int64_t last = -1;
+    if (c->count) memcpy(&last, c->offsets.p + c->offsets.n - 8, 8);
+    return PyLong_FromLongLong(last);
+}
+
 static PyObject *columns_get_include_headers(RecordColumnsObject *c, void *unused) {
     return PyBool_FromLong(c->include_headers);
 }
@@ -1523,6 +1529,8 @@ static PyMethodDef columns_methods[] = {
 
 static PyGetSetDef columns_getset[] = {
     {"nbytes", (getter)columns_get_nbytes, NULL, "bytes held (data and fixed columns)", NULL},
+    {"last_offset", (getter)columns_get_last_offset, NULL, "the last record's offset (-1: none)",
+     NULL},
     {"include_headers", (getter)columns_get_include_headers, NULL, "whether headers are kept",
      NULL},
     {"timestamp_type", (getter)columns_get_timestamp_type, (setter)columns_set_timestamp_type,

@@ -159,6 +159,11 @@ class PureRecordColumns:
         )
 
     @property
+    def last_offset(self) -> int:
+        """The last record's offset (-1: none yet)."""
+        return self._offsets[-1] if self._offsets else -1
+
+    @property
     def timestamp_type(self) -> int:
         """The timestamp type of the records appended next (0 create, 1 log-append)."""
         return self._timestamp_type
@@ -222,7 +227,8 @@ class PureRecordColumns:
 
 RecordColumns: Any = PureRecordColumns if codec is None else codec.RecordColumns
 """The class the decoders fill: compiled when the codec is loaded, else the pure twin.
-``RecordColumns(include_headers=False)``; ``len()``, ``nbytes``, ``timestamp_type``."""
+``RecordColumns(include_headers=False)``; ``len()``, ``nbytes``, ``last_offset``,
+``timestamp_type``."""
 
 
 def finish_columns(columns: Any) -> ColumnBuffers:
