@@ -309,9 +309,10 @@ static PyObject *codec_record_size(PyObject *self, PyObject *const *args, Py_ssi
 /* ---------------------------------------------------------------------------------- */
 /* append_fields: RecordBatchBuilder.append_fields, on the builder's slots.              */
 
-enum { B_BUILT, B_RECORDS, B_SIZES, B_SIZE, B_BASE_TS, B_MAX_TS, B_MAX_BYTES, B_SLOTS };
+enum { B_BUILT, B_RECORDS, B_SIZES, B_SIZE, B_BASE_TS, B_MAX_TS, B_MAX_BYTES, B_ENCODED, B_SLOTS };
 static const char *builder_slot_names[B_SLOTS] = {
-    "_built", "_records", "_sizes", "_size", "_base_timestamp", "_max_timestamp", "_max_bytes"};
+    "_built",         "_records",       "_sizes",     "_size",
+    "_base_timestamp", "_max_timestamp", "_max_bytes", "_encoded"};
 static PyTypeObject *builder_type;
 static Py_ssize_t builder_offsets[B_SLOTS];
 static PyObject *fallback_append_fields; /* batch.RecordBatchBuilder.append_fields (pure) */
@@ -338,7 +339,7 @@ static Py_ssize_t builder_append(PyObject *builder, PyObject *fields) {
     PyObject *sizes = slot_get(builder, B_SIZES), *size_obj = slot_get(builder, B_SIZE);
     PyObject *base_obj = slot_get(builder, B_BASE_TS), *max_obj = slot_get(builder, B_MAX_TS);
     PyObject *max_bytes_obj = slot_get(builder, B_MAX_BYTES);
-    if (built != Py_None || records == NULL || !PyList_CheckExact(records) || sizes == NULL ||
+    if (built != Py_None || slot_get(builder, B_ENCODED) != Py_None || records == NULL || !PyList_CheckExact(records) || sizes == NULL ||
         !PyList_CheckExact(sizes) || size_obj == NULL || base_obj == NULL || max_obj == NULL ||
         max_bytes_obj == NULL)
         return -1;

@@ -20,7 +20,11 @@ from typing import Final
 from highwater.client.cluster import (
     TopicInfo,
 )
-from highwater.client.producer.delivery import DeliveryCallback, RecordMetadata
+from highwater.client.producer.delivery import (
+    BatchDeliveryCallback,
+    DeliveryCallback,
+    RecordMetadata,
+)
 from highwater.records import RecordBatchBuilder
 from highwater.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
 from highwater.records.record import Header, RecordFields
@@ -79,11 +83,16 @@ class ProducerBatch:
     data: bytes | None = None
     base_sequence: int | None = None
     attempts: int = 0
+    columnar: bool = False
+    """A batch of :meth:`~highwater.client.producer.AsyncProducer.produce_batch`: its records
+    came encoded, with no future or callback per record."""
+    report: BatchDeliveryCallback | None = None
+    """Where a columnar batch's one delivery report goes (None: nowhere)."""
 
     @property
     def count(self) -> int:
         """How many records the batch holds."""
-        return len(self.futures)
+        return self.builder.records_count
 
     def deadline(self, delivery_timeout_s: float) -> float:
         """When the batch expires: delivery.timeout.ms after its first record."""
