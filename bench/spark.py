@@ -33,7 +33,7 @@ from highwater.client.admin import AdminClient, NewTopic
 from highwater.client.producer import AsyncProducer
 
 from bench.groups import embedded_server
-from bench.report import Report, Row, SuiteSection, ratio_at_least
+from bench.report import Report, Row, SuiteSection, at_least, ratio_at_least
 
 PARTITIONS = 2
 VALUE_BYTES = 100
@@ -214,7 +214,7 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
             "records/s",
             peer_name=peer_name,
             peer_value=peer,
-            target=ratio_at_least(0.25, "the Parquet → noop peer"),
+            target=ratio_at_least(0.35, "the Parquet → noop peer"),
             extra=f"{records:,} records of {VALUE_BYTES} B, {PARTITIONS} partitions",
         )
     )
@@ -225,7 +225,7 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
             "records/s",
             peer_name=peer_name,
             peer_value=peer,
-            target=ratio_at_least(0.5, "the Parquet → noop peer"),
+            target=at_least(500_000, "records/s"),
         )
     )
     section.add(
@@ -235,7 +235,7 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
             "records/s",
             peer_name=peer_name,
             peer_value=peer,
-            target=ratio_at_least(0.25, "the Parquet → noop peer"),
+            target=at_least(300_000, "records/s"),
         )
     )
     section.add(
@@ -258,9 +258,14 @@ def _notes(section: SuiteSection, records: int) -> None:
         "Python workers share the 2 CPUs."
     )
     section.note(
-        "The source reads each offset range with the client library's blocking Consumer "
-        "and hands Spark Arrow batches; the sink produces each row with the idempotent "
-        "Producer (acks=all) from Arrow batches. The Parquet peer keeps the whole pipeline "
-        "inside the JVM; the Highwater figures include the Python workers and the "
-        "Arrow hand-over between the JVM and them."
+        "The source reads each offset range with the client library's blocking Consumer, "
+        "decoding the fetched batches straight into Arrow buffers (`consume_columns`, the "
+        "compiled codec's `RecordColumns`); the sink writes each Arrow batch's key and "
+        "value buffers with the idempotent Producer's `produce_batch` (acks=all), encoded "
+        "into RecordBatch v2 and partitioned by murmur2 of the key in C. The Parquet peer "
+        "keeps the whole pipeline inside the JVM; the Highwater figures include the Python "
+        "workers and the Arrow hand-over between the JVM and them. Targets: issue 21's "
+        "(source 500,000 records/s, sink 300,000, the pipeline 35% of the Parquet peer). "
+        "The pure-Python codec's figures for the same task code, without Spark, are in the "
+        "columnar suite."
     )
