@@ -53,7 +53,8 @@ class WaitingRecord:
     partition: int
     """The partition produce() named, or -1."""
     fields: RecordFields
-    future: asyncio.Future[RecordMetadata]
+    future: asyncio.Future[RecordMetadata] | None
+    """None for a record produced without a future (the blocking producer's)."""
     on_delivery: DeliveryCallback | None
     created: float
     """When produce() was called (monotonic seconds); delivery.timeout.ms counts from it."""
@@ -77,7 +78,7 @@ class ProducerBatch:
     """When the batch was opened: linger.ms counts from it."""
     first_created: float
     """When its first record was produced: delivery.timeout.ms counts from it."""
-    futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
+    futures: list[asyncio.Future[RecordMetadata] | None] = field(default_factory=list)
     callbacks: list[DeliveryCallback | None] = field(default_factory=list)
     closed: bool = False
     data: bytes | None = None

@@ -120,6 +120,9 @@ _new_tuple = tuple.__new__
 
 _time_ns = time.time_ns
 
+_Future: TypeAlias = "asyncio.Future[RecordMetadata] | None"
+"""A record's future, or None for a record produced without one (the blocking producer)."""
+
 
 # --- The asyncio producer ---------------------------------------------------------------
 
@@ -200,6 +203,27 @@ class AsyncProducer:
         None) or failed for good. Raises :class:`ProducerClosedError` after :meth:`close`
         and TypeError for keys or values that are not str or bytes.
         """
+        # The sender's loop once it runs (asking for the running loop costs more than the
+        # future): produce() is called on that loop.
+        loop = self._sender_loop or asyncio.get_running_loop()
+        future: asyncio.Future[RecordMetadata] = asyncio.Future(loop=loop)
+        self._enqueue(topic, value, key, partition, headers, timestamp, on_delivery, future)
+        return future
+
+    def _enqueue(
+        self,
+        topic: str,
+        value: str | bytes | None,
+        key: str | bytes | None,
+        partition: int | None,
+        headers: HeadersArg,
+        timestamp: int | None,
+        on_delivery: DeliveryCallback | None,
+        future: _Future,
+    ) -> None:
+        """:meth:`produce` with its future made by the caller, or none at all (None: the
+        blocking :class:`Producer`, whose callers get delivery reports only, needs no
+        future per record)."""
         if self._closed:
             raise ProducerClosedError("the producer is closed")
         if not isinstance(topic, str) or not topic:
@@ -209,14 +233,12 @@ class AsyncProducer:
             value = to_bytes(value, "value")
         if key is not None and type(key) is not bytes:
             key = to_bytes(key, "key")
-        # The sender's loop once it runs (asking for the running loop costs more than the
-        # future): produce() is called on that loop.
-        loop = self._sender_loop or asyncio.get_running_loop()
-        future: asyncio.Future[RecordMetadata] = asyncio.Future(loop=loop)
         record_headers = headers_list(headers) if headers is not None else NO_HEADERS
         if self._tracing is not None:
             span, record_headers = self._tracing.start_send(topic, partition, record_headers)
             if span.is_recording():
+                if future is None:
+                    future = asyncio.Future(loop=self._sender_loop or asyncio.get_running_loop())
                 future.add_done_callback(functools.partial(ProducerTracing.end_send, span))
         fields = (key, value, record_headers, timestamp or _time_ns() // 1_000_000)
         self._pending += 1
@@ -227,16 +249,16 @@ class AsyncProducer:
         requested = -1 if partition is None or partition < 0 else partition
         if self._fatal is not None:
             self._fail_one(topic, requested, fields, future, on_delivery, self._fatal)
-            return future
+            return
         info = self._topics.get(topic)
         if info is None or topic in self._waiting:
-            created = future.get_loop().time()
+            assert self._sender_loop is not None
+            created = self._sender_loop.time()
             pending = WaitingRecord(requested, fields, future, on_delivery, created)
             self._waiting.setdefault(topic, []).append(pending)
             self._wakeup.set()
         else:
             self._place(topic, requested, fields, future, on_delivery, info, None)
-        return future
 
     async def produce_batch(
         self,
@@ -479,7 +501,7 @@ class AsyncProducer:
         topic: str,
         requested: int,
         fields: RecordFields,
-        future: asyncio.Future[RecordMetadata],
+        future: _Future,
         on_delivery: DeliveryCallback | None,
         info: TopicInfo,
         created: float | None,
@@ -554,7 +576,7 @@ class AsyncProducer:
         key: bytes | None,
         info: TopicInfo,
         fields: RecordFields,
-        future: asyncio.Future[RecordMetadata],
+        future: _Future,
         on_delivery: DeliveryCallback | None,
     ) -> int:
         """:func:`choose_partition` for the record; -1 after failing it if there is none."""
@@ -596,13 +618,13 @@ class AsyncProducer:
         topic: str,
         partition: int,
         fields: RecordFields,
-        future: asyncio.Future[RecordMetadata],
+        future: _Future,
         on_delivery: DeliveryCallback | None,
         error: BaseException,
     ) -> None:
         """Fail one record's future and call its callback with ``error``."""
         self._pending -= 1
-        if not future.done():
+        if future is not None and not future.done():
             future.set_exception(error)
             future.add_done_callback(consume_exception)
         if on_delivery is not None:
@@ -618,7 +640,7 @@ class AsyncProducer:
         topic: str,
         partition: int,
         fields: RecordFields,
-        future: asyncio.Future[RecordMetadata],
+        future: _Future,
         on_delivery: DeliveryCallback | None,
         error: BaseException,
     ) -> None:
@@ -704,7 +726,7 @@ class AsyncProducer:
         ):
             if appended:
                 timestamp = log_append_time
-            if not future.done():
+            if future is not None and not future.done():
                 future.set_result(
                     new_tuple(metadata_type, (topic, partition, offset, timestamp, timestamp_type))
                 )
@@ -1074,7 +1096,9 @@ class Producer:
         for topic, value, key, partition, headers, timestamp, report in records:
             forward = None if report is None else functools.partial(self._forward, report)
             try:
-                self._producer.produce(topic, value, key, partition, headers, timestamp, forward)
+                self._producer._enqueue(
+                    topic, value, key, partition, headers, timestamp, forward, None
+                )
             except HighwaterError as e:  # closed while the record waited: report it
                 if report is not None:
                     message = Message(topic, -1, key, value, headers or [], timestamp or 0, -1, e)
