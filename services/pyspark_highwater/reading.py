@@ -76,7 +76,7 @@ def read_range(
             error = consumer.consume_columns(
                 tp,
                 builder.columns,
-                max(BATCH_RECORDS - before, 1),
+                max(min(BATCH_RECORDS - before, r.end - position), 1),
                 timeout=min(1.0, timeout_s),
             )
             if len(builder) > before:
