@@ -205,8 +205,8 @@ def run(report: Report) -> None:
         report.data_dir("columnar") as root,
         embedded_server(root / "server", root / "server.log") as address,
     ):
-        asyncio.run(create_topic(address, TOPIC))
-        asyncio.run(create_topic(address, SPARK_TOPIC, partitions=SPARK_PARTITIONS))
+        asyncio.run(create_topic(address, TOPIC, timeout_s=300))
+        asyncio.run(create_topic(address, SPARK_TOPIC, partitions=SPARK_PARTITIONS, timeout_s=300))
         results: dict[str, dict[str, list[tuple[int, float]]]] = {"compiled": {}, "pure": {}}
 
         def collect(kind: str, got: dict[str, Any]) -> None:
