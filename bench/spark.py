@@ -29,9 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from highwater.client.admin import AdminClient, NewTopic
 from highwater.client.producer import AsyncProducer
 
+from bench.broker import create_topic
 from bench.groups import embedded_server
 from bench.report import Report, Row, SuiteSection, at_least, ratio_at_least
 
@@ -43,20 +43,21 @@ REPEATS = 3
 
 
 async def _prepare(address: str, topics: list[str], records: int, source: str) -> None:
-    """Create ``topics`` and produce ``records`` keyed records to ``source``."""
-    async with AdminClient(address) as admin:
-        results = await admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics])
-        for result in results.values():
-            result.raise_for_error()
+    """Create ``topics`` (waiting for the server to take them) and produce ``records`` keyed
+    records to ``source``, as columns (``produce_batch``)."""
+    import pyarrow as pa
+
+    for topic in topics:
+        await create_topic(address, topic, partitions=PARTITIONS, timeout_s=300)
     producer = AsyncProducer({"bootstrap.servers": address, "linger.ms": 20, "batch.size": 262144})
     padding = "x" * (VALUE_BYTES - 12)
-    pending = []
-    for i in range(records):
-        pending.append(producer.produce(source, f"{i:012d}{padding}", f"k{i}"))
-        if len(pending) >= 20_000:
-            await asyncio.gather(*pending)
-            pending.clear()
-    await asyncio.gather(*pending)
+    for start in range(0, records, 50_000):
+        rows = range(start, min(start + 50_000, records))
+        table = pa.table(
+            {"key": [f"k{i}" for i in rows], "value": [f"{i:012d}{padding}" for i in rows]}
+        )
+        await producer.produce_batch(source, table)
+        await producer.flush()
     await producer.close()
 
 
