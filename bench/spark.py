@@ -29,11 +29,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from highwater.client.admin import AdminClient, NewTopic
 from highwater.client.producer import AsyncProducer
 
+from bench.broker import create_topic
 from bench.groups import embedded_server
-from bench.report import Report, Row, SuiteSection, ratio_at_least
+from bench.report import Report, Row, SuiteSection, at_least, ratio_at_least
 
 PARTITIONS = 2
 VALUE_BYTES = 100
@@ -43,20 +43,21 @@ REPEATS = 3
 
 
 async def _prepare(address: str, topics: list[str], records: int, source: str) -> None:
-    """Create ``topics`` and produce ``records`` keyed records to ``source``."""
-    async with AdminClient(address) as admin:
-        results = await admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics])
-        for result in results.values():
-            result.raise_for_error()
+    """Create ``topics`` (waiting for the server to take them) and produce ``records`` keyed
+    records to ``source``, as columns (``produce_batch``)."""
+    import pyarrow as pa
+
+    for topic in topics:
+        await create_topic(address, topic, partitions=PARTITIONS, timeout_s=300)
     producer = AsyncProducer({"bootstrap.servers": address, "linger.ms": 20, "batch.size": 262144})
     padding = "x" * (VALUE_BYTES - 12)
-    pending = []
-    for i in range(records):
-        pending.append(producer.produce(source, f"{i:012d}{padding}", f"k{i}"))
-        if len(pending) >= 20_000:
-            await asyncio.gather(*pending)
-            pending.clear()
-    await asyncio.gather(*pending)
+    for start in range(0, records, 50_000):
+        rows = range(start, min(start + 50_000, records))
+        table = pa.table(
+            {"key": [f"k{i}" for i in rows], "value": [f"{i:012d}{padding}" for i in rows]}
+        )
+        await producer.produce_batch(source, table)
+        await producer.flush()
     await producer.close()
 
 
@@ -214,7 +215,7 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
             "records/s",
             peer_name=peer_name,
             peer_value=peer,
-            target=ratio_at_least(0.25, "the Parquet → noop peer"),
+            target=ratio_at_least(0.35, "the Parquet → noop peer"),
             extra=f"{records:,} records of {VALUE_BYTES} B, {PARTITIONS} partitions",
         )
     )
@@ -225,7 +226,7 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
             "records/s",
             peer_name=peer_name,
             peer_value=peer,
-            target=ratio_at_least(0.5, "the Parquet → noop peer"),
+            target=at_least(500_000, "records/s"),
         )
     )
     section.add(
@@ -235,7 +236,7 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
             "records/s",
             peer_name=peer_name,
             peer_value=peer,
-            target=ratio_at_least(0.25, "the Parquet → noop peer"),
+            target=at_least(300_000, "records/s"),
         )
     )
     section.add(
@@ -258,9 +259,14 @@ def _notes(section: SuiteSection, records: int) -> None:
         "Python workers share the 2 CPUs."
     )
     section.note(
-        "The source reads each offset range with the client library's blocking Consumer "
-        "and hands Spark Arrow batches; the sink produces each row with the idempotent "
-        "Producer (acks=all) from Arrow batches. The Parquet peer keeps the whole pipeline "
-        "inside the JVM; the Highwater figures include the Python workers and the "
-        "Arrow hand-over between the JVM and them."
+        "The source reads each offset range with the client library's blocking Consumer, "
+        "decoding the fetched batches straight into Arrow buffers (`consume_columns`, the "
+        "compiled codec's `RecordColumns`); the sink writes each Arrow batch's key and "
+        "value buffers with the idempotent Producer's `produce_batch` (acks=all), encoded "
+        "into RecordBatch v2 and partitioned by murmur2 of the key in C. The Parquet peer "
+        "keeps the whole pipeline inside the JVM; the Highwater figures include the Python "
+        "workers and the Arrow hand-over between the JVM and them. Targets: issue 21's "
+        "(source 500,000 records/s, sink 300,000, the pipeline 35% of the Parquet peer). "
+        "The pure-Python codec's figures for the same task code, without Spark, are in the "
+        "columnar suite."
     )

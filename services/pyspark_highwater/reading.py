@@ -3,7 +3,9 @@
 The consumer is assigned the range's partition at its start offset, without a group and with
 ``auto.offset.reset=none``: it fetches from the partition's leader (following leader moves),
 and a start below the log start offset comes back as an out-of-range error instead of a
-silent jump. Records arrive as Arrow batches of up to :data:`BATCH_RECORDS` records.
+silent jump. Records arrive as Arrow batches of up to :data:`BATCH_RECORDS` records, decoded
+straight into Arrow's buffers (:meth:`~highwater.client.consumer.Consumer.consume_columns`),
+not into a message per record.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ log = logging.getLogger(__name__)
 
 #: The most records in one Arrow batch handed to Spark.
 BATCH_RECORDS: Final = 10_000
+#: The most bytes of keys, values and headers in one Arrow batch (its binary columns' int32
+#: offsets hold at most 2 GiB).
+BATCH_BYTES: Final = 64 << 20
 
 
 class DataLossError(RuntimeError):
@@ -67,10 +72,21 @@ def read_range(
         timeout_s = poll_timeout_ms / 1000
         deadline = time.monotonic() + timeout_s
         while position < r.end:
-            messages = consumer.consume(
-                min(BATCH_RECORDS, r.end - position), timeout=min(1.0, timeout_s)
+            before = len(builder)
+            error = consumer.consume_columns(
+                tp,
+                builder.columns,
+                max(min(BATCH_RECORDS - before, r.end - position), 1),
+                timeout=min(1.0, timeout_s),
             )
-            if not messages:
+            if len(builder) > before:
+                deadline = time.monotonic() + timeout_s
+                position = builder.columns.last_offset + 1
+            if error is not None:
+                position = _after_error(consumer, r, position, error, fail_on_data_loss)
+                if position < r.end:
+                    consumer.seek(TopicPartition(r.topic, r.partition, position))
+            elif len(builder) == before:
                 current = consumer.position([TopicPartition(r.topic, r.partition)])[0].offset
                 if current is not None and current >= r.end:
                     break  # only offsets without records were left
@@ -81,31 +97,18 @@ def read_range(
                         "leader reachable? (pollTimeoutMs sets the wait)"
                     )
                 continue
-            deadline = time.monotonic() + timeout_s
-            good = []
-            restart: int | None = None
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    restart = _after_error(consumer, r, position, error, fail_on_data_loss)
-                    break
-                if message.offset() >= r.end:
-                    position = r.end
-                    break
-                good.append(message)
-                position = message.offset() + 1
-            if good:
-                builder.add(good)
-            if restart is not None:
-                position = restart
-                if position < r.end:
-                    consumer.seek(TopicPartition(r.topic, r.partition, position))
-            if len(builder) >= BATCH_RECORDS:
-                yield builder.take(r.topic, r.partition)
+            if len(builder) >= BATCH_RECORDS or builder.columns.nbytes >= BATCH_BYTES:
+                yield from _split(builder.take(r.topic, r.partition, r.end))
         if len(builder):
-            yield builder.take(r.topic, r.partition)
+            yield from _split(builder.take(r.topic, r.partition, r.end))
     finally:
         consumer.close()
+
+
+def _split(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+    """``batch`` in slices of at most :data:`BATCH_RECORDS` rows (no copy)."""
+    for start in range(0, batch.num_rows, BATCH_RECORDS):
+        yield batch.slice(start, BATCH_RECORDS)
 
 
 def _after_error(

@@ -2,17 +2,19 @@
 
 The columns are spark-sql-kafka's: ``key`` and ``value`` (binary), ``topic``, ``partition``,
 ``offset``, ``timestamp`` (UTC), ``timestampType`` (0 create time, 1 log-append time, as
-Kafka's ``TimestampType`` ids) and, with ``includeHeaders``, ``headers`` (an array of
-``key``/``value`` structs). Records go to Spark as Arrow batches, whose schema must be exactly
-the one Spark derives from the row schema.
+Kafka's ``TimestampType`` ids, which the codec's columns hold as they are) and, with
+``includeHeaders``, ``headers`` (an array of ``key``/``value`` structs). Records go to Spark
+as Arrow batches, whose schema must be exactly the one Spark derives from the row schema.
 """
 
 from __future__ import annotations
 
+import bisect
 from typing import Final
 
 import pyarrow as pa
-from highwater.client.producer import TIMESTAMP_LOG_APPEND_TIME, Message
+import pyarrow.compute as pc
+from highwater.records.columnar import RecordColumns, finish_columns
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -31,10 +33,6 @@ HEADER_TYPE: Final = ArrayType(
     StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 )
 
-#: spark-sql-kafka's timestampType values.
-_CREATE_TIME: Final = 0
-_LOG_APPEND_TIME: Final = 1
-
 
 def source_schema(include_headers: bool) -> StructType:
     """The source's columns; ``headers`` only with ``includeHeaders``."""
@@ -52,53 +50,83 @@ def source_schema(include_headers: bool) -> StructType:
     return StructType(fields)
 
 
+def _buffer(data: bytes) -> pa.Buffer:
+    return pa.py_buffer(data)
+
+
 class RecordBatchBuilder:
-    """Collects consumed records column by column and hands them out as Arrow batches."""
+    """Collects consumed records column by column and hands them out as Arrow batches.
+
+    The records are decoded straight into Arrow's buffers (:attr:`columns`, a
+    :data:`~highwater.records.columnar.RecordColumns`, which the consumer fills with
+    :meth:`~highwater.client.consumer.Consumer.consume_columns`), compiled in C with the
+    compiled codec: no Python object per record. :meth:`take` wraps the buffers as arrays,
+    without copying them.
+    """
 
     def __init__(self, include_headers: bool) -> None:
         self.include_headers = include_headers
         self.schema = to_arrow_schema(source_schema(include_headers), timezone="UTC")
-        self._reset()
-
-    def _reset(self) -> None:
-        self._keys: list[bytes | None] = []
-        self._values: list[bytes | None] = []
-        self._offsets: list[int] = []
-        self._timestamps: list[int] = []
-        self._types: list[int] = []
-        self._headers: list[list[dict[str, object]]] = []
+        self.columns = RecordColumns(include_headers=include_headers)
 
     def __len__(self) -> int:
-        return len(self._offsets)
+        return len(self.columns)
 
-    def add(self, messages: list[Message]) -> None:
-        """Append records (all of one partition, errors excluded)."""
-        for message in messages:
-            kind, timestamp = message.timestamp()
-            self._keys.append(message.key())
-            self._values.append(message.value())
-            self._offsets.append(message.offset())
-            self._timestamps.append(timestamp * 1000)
-            self._types.append(
-                _LOG_APPEND_TIME if kind == TIMESTAMP_LOG_APPEND_TIME else _CREATE_TIME
-            )
-            if self.include_headers:
-                self._headers.append([{"key": k, "value": v} for k, v in (message.headers() or ())])
-
-    def take(self, topic: str, partition: int) -> pa.RecordBatch:
-        """The collected records of ``topic``/``partition`` as one batch; starts afresh."""
-        count = len(self._offsets)
+    def take(self, topic: str, partition: int, end: int | None = None) -> pa.RecordBatch:
+        """The collected records of ``topic``/``partition`` (those before offset ``end``
+        when it is given) as one batch; starts afresh."""
+        b = finish_columns(self.columns)
+        count = b.length
+        if end is not None:
+            with memoryview(b.offsets).cast("q") as offsets:
+                count = bisect.bisect_left(offsets, end)
+        n = b.length
         fields = self.schema
+        timestamps = pa.Array.from_buffers(pa.int64(), n, [None, _buffer(b.timestamps)])
         columns = [
-            pa.array(self._keys, type=fields.field("key").type),
-            pa.array(self._values, type=fields.field("value").type),
-            pa.array([topic] * count, type=fields.field("topic").type),
-            pa.array([partition] * count, type=fields.field("partition").type),
-            pa.array(self._offsets, type=fields.field("offset").type),
-            pa.array(self._timestamps, type=fields.field("timestamp").type),
-            pa.array(self._types, type=fields.field("timestampType").type),
+            pa.Array.from_buffers(
+                pa.binary(),
+                n,
+                [_buffer(b.key_validity), _buffer(b.key_offsets), _buffer(b.key_data)],
+            ),
+            pa.Array.from_buffers(
+                pa.binary(),
+                n,
+                [_buffer(b.value_validity), _buffer(b.value_offsets), _buffer(b.value_data)],
+            ),
+            pa.repeat(pa.scalar(topic, fields.field("topic").type), n),
+            pa.repeat(pa.scalar(partition, fields.field("partition").type), n),
+            pa.Array.from_buffers(pa.int64(), n, [None, _buffer(b.offsets)]),
+            pc.multiply(timestamps, 1000).view(fields.field("timestamp").type),
+            pa.Array.from_buffers(pa.int32(), n, [None, _buffer(b.timestamp_types)]),
         ]
         if self.include_headers:
-            columns.append(pa.array(self._headers, type=fields.field("headers").type))
-        self._reset()
-        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+            list_type = fields.field("headers").type
+            struct_type = list_type.value_type
+            total = len(b.header_key_offsets) // 4 - 1
+            structs = pa.StructArray.from_arrays(
+                [
+                    pa.Array.from_buffers(
+                        pa.string(),
+                        total,
+                        [None, _buffer(b.header_key_offsets), _buffer(b.header_key_data)],
+                    ),
+                    pa.Array.from_buffers(
+                        pa.binary(),
+                        total,
+                        [
+                            _buffer(b.header_value_validity),
+                            _buffer(b.header_value_offsets),
+                            _buffer(b.header_value_data),
+                        ],
+                    ),
+                ],
+                fields=list(struct_type),
+            )
+            columns.append(
+                pa.ListArray.from_buffers(
+                    list_type, n, [None, _buffer(b.header_offsets)], children=[structs]
+                )
+            )
+        batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        return batch if count == n else batch.slice(0, count)

@@ -6,6 +6,12 @@ partitioner chooses) and ``headers``; both ``key`` and ``value`` may be strings 
 Other columns are ignored. Each task produces its rows, flushes, and reports what was
 written in a :class:`WrittenRecords` commit message; a record that could not be delivered
 fails the task.
+
+Rows for the ``topic`` option with no ``partition`` or ``headers`` column (the common case)
+go through :meth:`~highwater.client.producer.Producer.produce_batch`: the Arrow batch's key
+and value buffers are encoded into RecordBatch v2 directly, partitioned by murmur2 of the key
+column in the same pass, with one delivery report per batch. Other rows are produced one by
+one.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pyarrow as pa
-from highwater.client.producer import Message, Producer
+from highwater.client.producer import BatchMetadata, Message, Producer
+from highwater.errors import HighwaterError
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import (
     ArrayType,
@@ -54,12 +61,13 @@ class WrittenRecords(WriterCommitMessage):
     records: int = 0
     ranges: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
 
-    def note(self, topic: str, partition: int, offset: int) -> None:
-        """Count one delivered record."""
-        self.records += 1
+    def note(self, topic: str, partition: int, offset: int, count: int = 1) -> None:
+        """Count ``count`` delivered records, at ``offset`` and after."""
+        self.records += count
         key = (topic, partition)
-        low, high = self.ranges.get(key, (offset, offset))
-        self.ranges[key] = (min(low, offset), max(high, offset))
+        last = offset + count - 1
+        low, high = self.ranges.get(key, (offset, last))
+        self.ranges[key] = (min(low, offset), max(high, last))
 
 
 def _is_header_type(data_type: DataType) -> bool:
@@ -125,10 +133,29 @@ def write_batches(
             return
         written.note(message.topic(), message.partition(), message.offset())
 
+    def delivered_batch(error: BaseException | None, batch: BatchMetadata) -> None:
+        if error is not None:
+            if len(failures) < 5:
+                failures.append(f"{batch.topic}: {error}")
+            return
+        written.note(batch.topic, batch.partition, batch.offset, batch.record_count)
+
     producer = Producer(producer_config)
     sent = 0
     try:
         for batch in _batches(batches):
+            columnar = _columnar(batch, topic_option)
+            if columnar is not None:
+                try:
+                    producer.produce_batch(
+                        topic_option or "", columnar, on_delivery_batch=delivered_batch
+                    )
+                except HighwaterError as e:
+                    raise DeliveryError(f"records could not be written: {topic_option}: {e}") from e
+                producer.poll(0)
+                if failures:
+                    break
+                continue
             count = batch.num_rows
             values = _column(batch, "value") or [None] * count
             keys = _column(batch, "key") or [None] * count
@@ -162,6 +189,19 @@ def write_batches(
     if failures:
         raise DeliveryError("records could not be written: " + "; ".join(failures))
     return written
+
+
+def _columnar(batch: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch | None:
+    """The ``key`` and ``value`` columns of a batch that
+    :meth:`~highwater.client.producer.Producer.produce_batch` can write as they are: the
+    topic given by the option, no partition or headers column; None otherwise."""
+    names = {n.lower(): i for i, n in enumerate(batch.schema.names)}
+    if topic_option is None or "partition" in names or "headers" in names:
+        return None
+    columns = {"value": batch.column(names["value"])}
+    if "key" in names:
+        columns["key"] = batch.column(names["key"])
+    return pa.RecordBatch.from_pydict(columns)
 
 
 def _batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -31,6 +31,7 @@ from highwater.client.consumer import (
 from highwater.client.producer import TIMESTAMP_CREATE_TIME, AsyncProducer, Message, Producer
 from highwater.errors import CorruptRecordError, InvalidConfigError, OffsetOutOfRangeError
 from highwater.records import SimpleRecord, build_batch
+from highwater.records.columnar import RecordColumns, finish_columns
 from highwater.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
@@ -525,3 +526,43 @@ async def test_batches_are_decoded_as_their_records_are_taken() -> None:
         assert got[-1].offset() == 19
         assert consumer.position([TopicPartition("t", 0)])[0].offset == 19
         assert not state.buffered()
+
+
+async def test_consume_columns_decodes_one_partitions_batches_into_arrow_buffers() -> None:
+    """consume_columns() appends a partition's records to the columns whole batches at a
+    time, after what poll() had decoded already, moves the position, returns the error
+    found after the records, and leaves other partitions' records buffered."""
+    batches = [
+        build_batch(
+            [SimpleRecord(b"k", b"v%d" % (10 * b + i), (), 7) for i in range(10)],
+            base_offset=10 * b,
+        )
+        for b in range(3)
+    ]
+    corrupt = bytearray(batches[2])
+    corrupt[-1] = 0x02  # the last record (offset 29) claims a header it does not hold
+    struct.pack_into(">I", corrupt, CRC_OFFSET, crc32c(memoryview(corrupt)[ATTRIBUTES_OFFSET:]))
+    async with AsyncConsumer({"bootstrap.servers": "127.0.0.1:1"}) as consumer:
+        t = TopicPartition("t", 0)
+        consumer.assign([TopicPartition("t", 0, 3), TopicPartition("u", 0, 0)])
+        state = consumer._states[("t", 0)]
+        consumer._handle_answer(state, 3, _answer(batches[0] + batches[1] + bytes(corrupt)))
+        consumer._handle_answer(consumer._states[("u", 0)], 0, _answer(batches[0]))
+        polled = await consumer.consume(2, timeout=0)
+        assert [(m.topic(), m.offset()) for m in polled] == [("t", 3), ("t", 4)]
+        columns = RecordColumns()
+        assert await consumer.consume_columns(t, columns, 6, timeout=0) is None
+        assert len(columns) == 15  # 5..9 decoded before, then the whole batch 10..19
+        assert consumer.position([t])[0].offset == 20
+        error = await consumer.consume_columns(t, columns, 100, timeout=0)
+        assert isinstance(error, CorruptRecordError) and str(error).startswith("t-0: ")
+        got = finish_columns(columns)
+        assert struct.unpack(f"<{got.length}q", got.offsets) == tuple(range(5, 29))
+        assert got.value_data == b"".join(b"v%d" % i for i in range(5, 29))
+        assert got.key_data == b"k" * 24 and got.key_validity == b"\xff\xff\xff"
+        assert struct.unpack(f"<{got.length}q", got.timestamps) == (7,) * 24
+        assert consumer.position([t])[0].offset == 29
+        rest = await consumer.consume(100, timeout=0)
+        assert [(m.topic(), m.offset()) for m in rest] == [("u", o) for o in range(10)]
+        with pytest.raises(ValueError, match="not assigned"):
+            await consumer.consume_columns(TopicPartition("v", 0), columns, 1, timeout=0)

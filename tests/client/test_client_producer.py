@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc.aio
+import pyarrow as pa
 import pytest
 from embedded_servers import free_port
 from highwater.client.cluster import (
@@ -21,6 +22,7 @@ from highwater.client.cluster import (
 )
 from highwater.client.producer import (
     AsyncProducer,
+    BatchMetadata,
     DeliveryTimeoutError,
     Message,
     Producer,
@@ -235,6 +237,48 @@ async def test_unkeyed_records_stick_to_one_partition_per_batch(cluster: Cluster
         futures = [producer.produce("sticky", b"v") for _ in range(20)]
         await producer.flush(10)
     assert len({f.result().partition for f in futures}) == 1
+
+
+async def test_produce_batch_encodes_columns_by_key_with_one_report_per_batch(
+    cluster: Cluster,
+) -> None:
+    await cluster.create_topic("columns", partitions=3)
+    keys = [None if i % 7 == 0 else f"key-{i}".encode() for i in range(300)]
+    table = pa.table({"key": pa.array(keys, pa.binary()), "value": [f"v{i}" for i in range(300)]})
+    reports: list[tuple[BaseException | None, BatchMetadata]] = []
+    async with AsyncProducer(cluster.config(batch_size=1000, linger_ms=60000)) as producer:
+        first = producer.produce("columns", b"first", partition=1)
+        queued = await producer.produce_batch(
+            "columns", table, timestamp=99, on_delivery_batch=lambda e, b: reports.append((e, b))
+        )
+        assert queued == 300
+        assert await producer.produce_batch("columns", {"value": [b"a", None]}, partition=1) == 2
+        with pytest.raises(ValueError, match="'headers'"):
+            await producer.produce_batch("columns", {"value": [b"x"], "headers": [None]})
+        with pytest.raises(TypeError, match="binary or string"):
+            await producer.produce_batch("columns", pa.table({"value": [1, 2]}))
+        with pytest.raises(UnknownTopicOrPartitionError):
+            await producer.produce_batch("columns", {"value": [b"x"]}, partition=3)
+        assert await producer.flush(10) == 0
+    assert first.result().offset == 0
+    assert all(e is None for e, _ in reports)
+    assert sum(b.record_count for _, b in reports) == 300
+    stored: dict[bytes | None, tuple[int, int, int]] = {}
+    for p in range(3):
+        for batch in await cluster.batches("columns", p):
+            assert batch.size <= 1000
+            for r in batch.records():
+                stored[r.value] = (p, r.offset, r.timestamp)
+    for i, key in enumerate(keys):
+        p, offset, timestamp = stored[f"v{i}".encode()]
+        assert timestamp == 99
+        if key is not None:
+            assert p == partition_for_key(key, 3)
+        assert any(
+            b.partition == p and b.offset <= offset < b.offset + b.record_count for _, b in reports
+        )
+    in_order = [r.value for b in await cluster.batches("columns", 1) for r in b.records()]
+    assert in_order[0] == b"first" and in_order[-2:] == [b"a", None]
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd", "none"])

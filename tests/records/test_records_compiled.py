@@ -462,6 +462,7 @@ import random, struct, sys
 sys.path[:0] = sys.argv[1:]
 from highwater.records import RecordBatch, SimpleRecord, build_batch, implementation
 from highwater.records.header import check_batch
+from highwater.records.columnar import RecordColumns, encode_rows, partition_rows
 from highwater.errors import HighwaterError
 from records_helpers import resign
 assert implementation.IMPLEMENTATION == "compiled"
@@ -489,6 +490,17 @@ for i in range(1500):
         list(batch.records()); list(batch.iter_keys()); batch.read_records([], make)
     except HighwaterError:
         pass
+    try:
+        RecordBatch(data).read_columns(RecordColumns(include_headers=i % 2 == 0))
+    except HighwaterError:
+        pass
+    column = (data[:2], data[: 4 * rng.randrange(1, 12)], data, rng.randrange(3), 8)
+    for encode in (lambda: encode_rows(column, column, data[:8], 0, 100),
+                   lambda: partition_rows(column, 3)):
+        try:
+            encode()
+        except ValueError:
+            pass
     for pos in (0, 1, len(data) - 61, len(data)):
         try:
             check_batch(data[: rng.randrange(len(data) + 1)], pos)

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from embedded_servers import ServerThread
 from highwater.client.admin import AdminClient
+from highwater.records.partitioner import partition_for_key
 from pyspark_highwater.offsets import OffsetRange
 from pyspark_highwater.reading import DataLossError, ReadTimeoutError, read_range
 from pyspark_highwater.writing import DeliveryError, write_batches
@@ -108,6 +109,28 @@ def test_rows_are_written_and_reported_per_partition(server: ServerThread) -> No
     assert sorted(m.value() for m in consume_all(server.address, topic, 2)) == sorted(
         f"v{i}".encode() for i in range(10)
     )
+
+
+def test_key_and_value_columns_are_written_as_batches_partitioned_by_key(
+    server: ServerThread,
+) -> None:
+    topic = unique_topic("task-columns")
+    create_topic(server.address, topic, 3)
+    keys = [None if i % 5 == 0 else f"k{i}" for i in range(400)]
+    batch = pa.RecordBatch.from_pydict(
+        {"Key": keys, "value": [f"v{i}" for i in range(400)], "other": list(range(400))}
+    )
+    written = write_batches({"bootstrap.servers": server.address}, topic, [batch, batch])
+    assert written.records == 800
+    assert sum(high - low + 1 for low, high in written.ranges.values()) == 800
+    got = consume_all(server.address, topic, 3)
+    assert sorted(m.value() for m in got) == sorted(f"v{i % 400}".encode() for i in range(800))
+    for m in got:
+        key = m.key()
+        if key is not None:
+            assert m.partition() == partition_for_key(key, 3)
+    with pytest.raises(DeliveryError, match="no-such-topic-for-columns"):
+        write_batches({"bootstrap.servers": server.address}, "no-such-topic-for-columns", [batch])
 
 
 def test_a_row_for_a_missing_topic_fails_the_task(server: ServerThread) -> None:

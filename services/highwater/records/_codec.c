@@ -310,9 +310,10 @@ static PyObject *codec_record_size(PyObject *self, PyObject *const *args, Py_ssi
 /* ---------------------------------------------------------------------------------- */
 /* append_fields: RecordBatchBuilder.append_fields, on the builder's slots.              */
 
-enum { B_BUILT, B_RECORDS, B_SIZES, B_SIZE, B_BASE_TS, B_MAX_TS, B_MAX_BYTES, B_SLOTS };
+enum { B_BUILT, B_RECORDS, B_SIZES, B_SIZE, B_BASE_TS, B_MAX_TS, B_MAX_BYTES, B_ENCODED, B_SLOTS };
 static const char *builder_slot_names[B_SLOTS] = {
-    "_built", "_records", "_sizes", "_size", "_base_timestamp", "_max_timestamp", "_max_bytes"};
+    "_built",         "_records",       "_sizes",     "_size",
+    "_base_timestamp", "_max_timestamp", "_max_bytes", "_encoded"};
 static PyTypeObject *builder_type;
 static Py_ssize_t builder_offsets[B_SLOTS];
 static PyObject *fallback_append_fields; /* batch.RecordBatchBuilder.append_fields (pure) */
@@ -339,7 +340,7 @@ static Py_ssize_t builder_append(PyObject *builder, PyObject *fields) {
     PyObject *sizes = slot_get(builder, B_SIZES), *size_obj = slot_get(builder, B_SIZE);
     PyObject *base_obj = slot_get(builder, B_BASE_TS), *max_obj = slot_get(builder, B_MAX_TS);
     PyObject *max_bytes_obj = slot_get(builder, B_MAX_BYTES);
-    if (built != Py_None || records == NULL || !PyList_CheckExact(records) || sizes == NULL ||
+    if (built != Py_None || slot_get(builder, B_ENCODED) != Py_None || records == NULL || !PyList_CheckExact(records) || sizes == NULL ||
         !PyList_CheckExact(sizes) || size_obj == NULL || base_obj == NULL || max_obj == NULL ||
         max_bytes_obj == NULL)
         return -1;
@@ -1295,15 +1296,8 @@ static PyObject *codec_crc32c(PyObject *self, PyObject *data) {
 /* ---------------------------------------------------------------------------------- */
 /* murmur2: Kafka's Utils.murmur2 (MurmurHash2, seed 0x9747b28c) as a signed int32.     */
 
-static PyObject *codec_murmur2(PyObject *self, PyObject *data) {
-    Bytes b;
-    if (bytes_get(data, &b) < 0) {
-        PyErr_Format(PyExc_TypeError, "murmur2 needs bytes, not %.100s", Py_TYPE(data)->tp_name);
-        return NULL;
-    }
+static inline uint32_t murmur2_of(const uint8_t *p, Py_ssize_t length) {
     const uint32_t m = 0x5BD1E995u;
-    const uint8_t *p = b.p;
-    Py_ssize_t length = b.n;
     uint32_t h = 0x9747B28Cu ^ (uint32_t)length;
     Py_ssize_t body = length & ~(Py_ssize_t)3;
     for (Py_ssize_t i = 0; i < body; i += 4) {
@@ -1328,8 +1322,696 @@ static PyObject *codec_murmur2(PyObject *self, PyObject *data) {
     h ^= h >> 13;
     h *= m;
     h ^= h >> 15;
+    return h;
+}
+
+static PyObject *codec_murmur2(PyObject *self, PyObject *data) {
+    Bytes b;
+    if (bytes_get(data, &b) < 0) {
+        PyErr_Format(PyExc_TypeError, "murmur2 needs bytes, not %.100s", Py_TYPE(data)->tp_name);
+        return NULL;
+    }
+    uint32_t h = murmur2_of(b.p, b.n);
     bytes_release(&b);
     return PyLong_FromLong((int32_t)h);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* RecordColumns: decoded records as Arrow's columns (columnar.py has the pure twin).   */
+/*                                                                                      */
+/* Keys and values are Arrow binary columns (a validity bitmap, int32 offsets, the      */
+/* bytes), offsets and timestamps int64, timestamp types int32 and, with headers, a    */
+/* list<struct<key: string, value: binary>> column; all in the host's (little-endian)  */
+/* byte order, as Arrow lays them out. No Python object is made per record.             */
+
+typedef struct {
+    char *p;
+    Py_ssize_t n, cap;
+} GrowBuf;
+
+static int gb_reserve(GrowBuf *b, Py_ssize_t extra) {
+    if (b->n + extra <= b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 256;
+    while (cap < b->n + extra) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
+    char *p = PyMem_Realloc(b->p, (size_t)cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int gb_put(GrowBuf *b, const void *data, Py_ssize_t n) {
+    if (gb_reserve(b, n) < 0) return -1;
+    if (n) memcpy(b->p + b->n, data, (size_t)n);
+    b->n += n;
+    return 0;
+}
+
+static inline int gb_put_i32(GrowBuf *b, int32_t v) { return gb_put(b, &v, 4); }
+static inline int gb_put_i64(GrowBuf *b, int64_t v) { return gb_put(b, &v, 8); }
+
+static void gb_free(GrowBuf *b) {
+    PyMem_Free(b->p);
+    b->p = NULL;
+    b->n = b->cap = 0;
+}
+
+/* Bit ``index`` of a validity bitmap (bytes added as the bitmap grows, zeroed). */
+static inline int bitmap_push(GrowBuf *b, Py_ssize_t index, int valid) {
+    if ((index & 7) == 0) {
+        uint8_t zero = 0;
+        if (gb_put(b, &zero, 1) < 0) return -1;
+    }
+    if (valid) b->p[index >> 3] |= (char)(1u << (index & 7));
+    return 0;
+}
+
+typedef struct {
+    GrowBuf validity, offsets, data;
+    Py_ssize_t length;
+} BinaryColumn;
+
+static int bincol_reset(BinaryColumn *c) {
+    c->validity.n = c->offsets.n = c->data.n = 0;
+    c->length = 0;
+    return gb_put_i32(&c->offsets, 0);
+}
+
+static void bincol_free(BinaryColumn *c) {
+    gb_free(&c->validity);
+    gb_free(&c->offsets);
+    gb_free(&c->data);
+}
+
+/* Append a value (``n`` -1: null) to the column. */
+static int bincol_push(BinaryColumn *c, const uint8_t *p, Py_ssize_t n) {
+    if (n > 0 && c->data.n > (Py_ssize_t)INT32_MAX - n) {
+        PyErr_SetString(PyExc_OverflowError,
+                        "a column holds more than 2 GiB of bytes: take the columns sooner");
+        return -1;
+    }
+    if (bitmap_push(&c->validity, c->length, n >= 0) < 0) return -1;
+    if (n > 0 && gb_put(&c->data, p, n) < 0) return -1;
+    if (gb_put_i32(&c->offsets, (int32_t)c->data.n) < 0) return -1;
+    c->length++;
+    return 0;
+}
+
+typedef struct {
+    PyObject_HEAD
+    int include_headers;
+    int timestamp_type; /* of the records appended next: 0 create time, 1 log-append time */
+    Py_ssize_t count;
+    BinaryColumn keys, values, header_keys, header_values;
+    GrowBuf offsets, timestamps, types, header_offsets;
+} RecordColumnsObject;
+
+static PyTypeObject RecordColumnsType;
+
+static int columns_reset(RecordColumnsObject *c) {
+    c->count = 0;
+    c->offsets.n = c->timestamps.n = c->types.n = c->header_offsets.n = 0;
+    if (bincol_reset(&c->keys) < 0 || bincol_reset(&c->values) < 0 ||
+        bincol_reset(&c->header_keys) < 0 || bincol_reset(&c->header_values) < 0)
+        return -1;
+    return gb_put_i32(&c->header_offsets, 0);
+}
+
+static PyObject *columns_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    int include_headers = 0;
+    static char *kwlist[] = {"include_headers", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:RecordColumns", kwlist, &include_headers))
+        return NULL;
+    RecordColumnsObject *c = (RecordColumnsObject *)type->tp_alloc(type, 0);
+    if (c == NULL) return NULL;
+    c->include_headers = include_headers;
+    if (columns_reset(c) < 0) {
+        Py_DECREF(c);
+        return NULL;
+    }
+    return (PyObject *)c;
+}
+
+static void columns_dealloc(RecordColumnsObject *c) {
+    bincol_free(&c->keys);
+    bincol_free(&c->values);
+    bincol_free(&c->header_keys);
+    bincol_free(&c->header_values);
+    gb_free(&c->offsets);
+    gb_free(&c->timestamps);
+    gb_free(&c->types);
+    gb_free(&c->header_offsets);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static Py_ssize_t columns_len(RecordColumnsObject *c) { return c->count; }
+
+/* The fixed-width columns of one record; the binary ones are appended by the caller. */
+static int columns_push_record(RecordColumnsObject *c, int64_t offset, int64_t timestamp) {
+    if (gb_put_i64(&c->offsets, offset) < 0 || gb_put_i64(&c->timestamps, timestamp) < 0 ||
+        gb_put_i32(&c->types, c->timestamp_type) < 0)
+        return -1;
+    c->count++;
+    return 0;
+}
+
+static int columns_close_headers(RecordColumnsObject *c) {
+    if (!c->include_headers) return 0;
+    if (c->header_keys.length > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "more than 2**31 headers in one set of columns");
+        return -1;
+    }
+    return gb_put_i32(&c->header_offsets, (int32_t)c->header_keys.length);
+}
+
+/* Whether n bytes are valid UTF-8 as Python's strict decoder says (ASCII at once). */
+static int utf8_valid(const uint8_t *p, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n && p[i] < 0x80) i++;
+    if (i == n) return 1;
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, NULL);
+    if (s != NULL) {
+        Py_DECREF(s);
+        return 1;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* Check the ``count`` headers from p up to record_end as _decode_headers does: 1 when
+ * they add up, 0 when they do not (the pure code raises), -1 on an error. */
+static int check_headers(const uint8_t *buf, Py_ssize_t p, Py_ssize_t record_end, int32_t count) {
+    if (count < 0 || 2 * (Py_ssize_t)count > record_end - p) return 0;
+    for (int32_t i = 0; i < count; i++) {
+        int32_t kn, vn;
+        if (get_varint(buf, &p, record_end, &kn) < 0 || kn < 0 || kn > record_end - p) return 0;
+        int ok = utf8_valid(buf + p, kn);
+        if (ok <= 0) return ok;
+        p += kn;
+        if (get_varint(buf, &p, record_end, &vn) < 0 || vn < -1) return 0;
+        if (vn > record_end - p) return 0;
+        if (vn > 0) p += vn;
+    }
+    return p == record_end;
+}
+
+/* Append checked headers (check_headers said 1). */
+static int push_headers(RecordColumnsObject *c, const uint8_t *buf, Py_ssize_t p,
+                        Py_ssize_t record_end, int32_t count) {
+    for (int32_t i = 0; i < count; i++) {
+        int32_t kn = 0, vn = -1;
+        get_varint(buf, &p, record_end, &kn);
+        if (bincol_push(&c->header_keys, buf + p, kn) < 0) return -1;
+        p += kn;
+        get_varint(buf, &p, record_end, &vn);
+        if (bincol_push(&c->header_values, buf + p, vn) < 0) return -1;
+        if (vn > 0) p += vn;
+    }
+    return 0;
+}
+
+/* columns.read_records(buf, pos, end, count, base_offset, base_timestamp,
+ *                      log_append_time, last_offset_delta) -> (pos, decoded, previous)
+ * codec.read_records into the columns: stops at the first record it does not take. */
+static PyObject *columns_read_records(RecordColumnsObject *c, PyObject *const *args,
+                                      Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "read_records takes 8 arguments");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[3]);
+    if ((pos == -1 || end == -1 || count == -1) && PyErr_Occurred()) return NULL;
+    int have_lat = args[6] != Py_None;
+    c->timestamp_type = have_lat;
+    int64_t base_offset, base_timestamp, log_append_time = 0, last_delta, previous = -1;
+    Py_ssize_t done = 0;
+    if (as_int64(args[4], &base_offset) < 0 || as_int64(args[5], &base_timestamp) < 0 ||
+        (have_lat && as_int64(args[6], &log_append_time) < 0) ||
+        as_int64(args[7], &last_delta) < 0)
+        return Py_BuildValue("(nnL)", pos, done, (long long)previous);
+    Bytes b;
+    if (bytes_get(args[0], &b) < 0) return Py_BuildValue("(nnL)", pos, done, (long long)previous);
+    if (end > b.n) end = b.n;
+    const uint8_t *buf = b.p;
+    PyObject *result = NULL;
+    while (done < count && pos >= 0 && pos < end) {
+        Py_ssize_t p = pos;
+        int32_t length, delta, kn, vn, hcount;
+        int64_t td, offset, timestamp = log_append_time;
+        if (get_varint(buf, &p, end, &length) < 0 || length < 6 || length > end - p) break;
+        Py_ssize_t record_end = p + length;
+        p += 1; /* attributes */
+        if (get_varlong(buf, &p, record_end, &td) < 0) break;
+        if (get_varint(buf, &p, record_end, &delta) < 0) break;
+        if (get_varint(buf, &p, record_end, &kn) < 0 || kn < -1 || kn > record_end - p) break;
+        const uint8_t *key = buf + p;
+        if (kn > 0) p += kn;
+        if (get_varint(buf, &p, record_end, &vn) < 0 || vn < -1 || vn > record_end - p) break;
+        const uint8_t *value = buf + p;
+        if (vn > 0) p += vn;
+        if (get_varint(buf, &p, record_end, &hcount) < 0) break;
+        if (hcount == 0) {
+            if (p != record_end) break;
+        } else {
+            int ok = check_headers(buf, p, record_end, hcount);
+            if (ok < 0) goto finally;
+            if (ok == 0) break;
+        }
+        if (delta <= previous || delta > last_delta ||
+            __builtin_add_overflow(base_offset, (int64_t)delta, &offset) ||
+            (!have_lat && __builtin_add_overflow(base_timestamp, td, &timestamp)))
+            break;
+        if (bincol_push(&c->keys, key, kn) < 0 || bincol_push(&c->values, value, vn) < 0)
+            goto finally;
+        if (c->include_headers) {
+            if (hcount && push_headers(c, buf, p, record_end, hcount) < 0) goto finally;
+            if (columns_close_headers(c) < 0) goto finally;
+        }
+        if (columns_push_record(c, offset, timestamp) < 0) goto finally;
+        previous = delta;
+        pos = record_end;
+        done++;
+    }
+    result = Py_BuildValue("(nnL)", pos, done, (long long)previous);
+finally:
+    bytes_release(&b);
+    return result;
+}
+
+/* A key or value given to columns(...): bytes-like or None. */
+static int push_value_object(BinaryColumn *col, PyObject *o, const char *what) {
+    if (o == Py_None) return bincol_push(col, NULL, -1);
+    Bytes b;
+    if (bytes_get(o, &b) < 0) {
+        PyErr_Format(PyExc_TypeError, "a record's %s must be bytes or None, not %.100s", what,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    int r = bincol_push(col, b.p, b.n);
+    bytes_release(&b);
+    return r;
+}
+
+/* columns(key, value, headers, timestamp, offset): append one record, as the pure
+ * read_records' ``make`` (the records the compiled loop leaves to it). */
+static PyObject *columns_call(RecordColumnsObject *c, PyObject *args, PyObject *kwds) {
+    PyObject *key, *value, *headers, *ts_obj, *offset_obj;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "columns(key, value, headers, timestamp, offset)");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "RecordColumns", 5, 5, &key, &value, &headers, &ts_obj,
+                           &offset_obj))
+        return NULL;
+    int64_t timestamp, offset;
+    if (as_int64(ts_obj, &timestamp) < 0 || as_int64(offset_obj, &offset) < 0) {
+        PyErr_SetString(PyExc_OverflowError, "a record's timestamp or offset is not an int64");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(headers, "headers must be a sequence of (key, value)");
+    if (seq == NULL) return NULL;
+    Py_ssize_t hcount = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < hcount; i++) {
+        if (!PyTuple_Check(items[i]) || PyTuple_GET_SIZE(items[i]) != 2 ||
+            !PyUnicode_Check(PyTuple_GET_ITEM(items[i], 0))) {
+            PyErr_SetString(PyExc_TypeError, "a header must be a (str, bytes | None) pair");
+            goto error;
+        }
+    }
+    if (push_value_object(&c->keys, key, "key") < 0 ||
+        push_value_object(&c->values, value, "value") < 0)
+        goto error;
+    if (c->include_headers) {
+        for (Py_ssize_t i = 0; i < hcount; i++) {
+            Py_ssize_t kn;
+            const char *k = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(items[i], 0), &kn);
+            if (k == NULL || bincol_push(&c->header_keys, (const uint8_t *)k, kn) < 0 ||
+                push_value_object(&c->header_values, PyTuple_GET_ITEM(items[i], 1),
+                                  "header value") < 0)
+                goto error;
+        }
+        if (columns_close_headers(c) < 0) goto error;
+    }
+    Py_DECREF(seq);
+    if (columns_push_record(c, offset, timestamp) < 0) return NULL;
+    Py_RETURN_NONE;
+error:
+    Py_DECREF(seq);
+    return NULL;
+}
+
+static PyObject *gb_bytes(GrowBuf *b) { return PyBytes_FromStringAndSize(b->p, b->n); }
+
+/* columns.finish() -> the fields of ColumnBuffers (the length, then 15 buffers); starts afresh. */
+static PyObject *columns_finish(RecordColumnsObject *c, PyObject *unused) {
+    PyObject *t = PyTuple_New(16);
+    if (t == NULL) return NULL;
+    int h = c->include_headers;
+    PyObject *v[16] = {
+        PyLong_FromSsize_t(c->count),
+        gb_bytes(&c->keys.validity),
+        gb_bytes(&c->keys.offsets),
+        gb_bytes(&c->keys.data),
+        gb_bytes(&c->values.validity),
+        gb_bytes(&c->values.offsets),
+        gb_bytes(&c->values.data),
+        gb_bytes(&c->offsets),
+        gb_bytes(&c->timestamps),
+        gb_bytes(&c->types),
+        h ? gb_bytes(&c->header_offsets) : PyBytes_FromStringAndSize(NULL, 0),
+        h ? gb_bytes(&c->header_keys.offsets) : PyBytes_FromStringAndSize(NULL, 0),
+        h ? gb_bytes(&c->header_keys.data) : PyBytes_FromStringAndSize(NULL, 0),
+        h ? gb_bytes(&c->header_values.validity) : PyBytes_FromStringAndSize(NULL, 0),
+        h ? gb_bytes(&c->header_values.offsets) : PyBytes_FromStringAndSize(NULL, 0),
+        h ? gb_bytes(&c->header_values.data) : PyBytes_FromStringAndSize(NULL, 0),
+    };
+    int failed = 0;
+    for (int i = 0; i < 16; i++) {
+        if (v[i] == NULL) failed = 1;
+        PyTuple_SET_ITEM(t, i, v[i]);
+    }
+    if (failed || columns_reset(c) < 0) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    return t;
+}
+
+static PyObject *columns_get_nbytes(RecordColumnsObject *c, void *unused) {
+    return PyLong_FromSsize_t(c->keys.data.n + c->values.data.n + c->header_keys.data.n +
+                              c->header_values.data.n + 20 * c->count);
+}
+
+static PyObject *columns_get_last_offset(RecordColumnsObject *c, void *unused) {
+    int64_t last = -1;
+    if (c->count) memcpy(&last, c->offsets.p + c->offsets.n - 8, 8);
+    return PyLong_FromLongLong(last);
+}
+
+static PyObject *columns_get_include_headers(RecordColumnsObject *c, void *unused) {
+    return PyBool_FromLong(c->include_headers);
+}
+
+static PyObject *columns_get_timestamp_type(RecordColumnsObject *c, void *unused) {
+    return PyLong_FromLong(c->timestamp_type);
+}
+
+static int columns_set_timestamp_type(RecordColumnsObject *c, PyObject *v, void *unused) {
+    long t = v == NULL ? -1 : PyLong_AsLong(v);
+    if (t == -1 && PyErr_Occurred()) return -1;
+    if (t != 0 && t != 1) {
+        PyErr_SetString(PyExc_ValueError, "timestamp_type is 0 (create time) or 1 (log-append)");
+        return -1;
+    }
+    c->timestamp_type = (int)t;
+    return 0;
+}
+
+static PyMethodDef columns_methods[] = {
+    {"read_records", (PyCFunction)(void (*)(void))columns_read_records, METH_FASTCALL,
+     "read_records(buf, pos, end, count, base_offset, base_timestamp, log_append_time, "
+     "last_offset_delta) -> (pos, decoded, previous_delta)"},
+    {"finish", (PyCFunction)columns_finish, METH_NOARGS,
+     "finish() -> the column buffers, as a tuple; starts afresh"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef columns_getset[] = {
+    {"nbytes", (getter)columns_get_nbytes, NULL, "bytes held (data and fixed columns)", NULL},
+    {"last_offset", (getter)columns_get_last_offset, NULL, "the last record's offset (-1: none)",
+     NULL},
+    {"include_headers", (getter)columns_get_include_headers, NULL, "whether headers are kept",
+     NULL},
+    {"timestamp_type", (getter)columns_get_timestamp_type, (setter)columns_set_timestamp_type,
+     "the timestamp type of the records appended next", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods columns_as_sequence = {.sq_length = (lenfunc)columns_len};
+
+static PyTypeObject RecordColumnsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "highwater.records._codec.RecordColumns",
+    .tp_basicsize = sizeof(RecordColumnsObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RecordColumns(include_headers=False): decoded records as Arrow column buffers.",
+    .tp_new = columns_new,
+    .tp_dealloc = (destructor)columns_dealloc,
+    .tp_call = (ternaryfunc)columns_call,
+    .tp_methods = columns_methods,
+    .tp_getset = columns_getset,
+    .tp_as_sequence = &columns_as_sequence,
+};
+
+/* ---------------------------------------------------------------------------------- */
+/* encode_rows and partition_rows: records from Arrow binary columns (the producer's     */
+/* produce_batch and the Spark sink).                                                   */
+
+/* An Arrow binary column as passed from Python: (validity or None, offsets, data,
+ * array offset, length). Its buffers are borrowed until column_release. */
+typedef struct {
+    Bytes validity, offsets, data;
+    int has_validity, present;
+    Py_ssize_t offset, length;
+} ArrowBinary;
+
+static void column_release(ArrowBinary *c) {
+    if (!c->present) return;
+    if (c->has_validity) bytes_release(&c->validity);
+    bytes_release(&c->offsets);
+    bytes_release(&c->data);
+    c->present = 0;
+}
+
+/* Borrow the column ``o`` (None: absent, every row null). The buffers' sizes are checked
+ * here; each row's offsets when it is read. */
+static int column_get(PyObject *o, ArrowBinary *c, const char *what) {
+    memset(c, 0, sizeof *c);
+    if (o == Py_None) return 0;
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 5) {
+        PyErr_Format(PyExc_TypeError,
+                     "the %s column is (validity, offsets, data, offset, length)", what);
+        return -1;
+    }
+    c->offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(o, 3));
+    c->length = PyLong_AsSsize_t(PyTuple_GET_ITEM(o, 4));
+    if ((c->offset == -1 || c->length == -1) && PyErr_Occurred()) return -1;
+    PyObject *v = PyTuple_GET_ITEM(o, 0);
+    c->has_validity = v != Py_None;
+    if (c->has_validity && bytes_get(v, &c->validity) < 0) goto nobuffer;
+    if (bytes_get(PyTuple_GET_ITEM(o, 1), &c->offsets) < 0) {
+        if (c->has_validity) bytes_release(&c->validity);
+        goto nobuffer;
+    }
+    if (bytes_get(PyTuple_GET_ITEM(o, 2), &c->data) < 0) {
+        if (c->has_validity) bytes_release(&c->validity);
+        bytes_release(&c->offsets);
+        goto nobuffer;
+    }
+    c->present = 1;
+    if (c->offset < 0 || c->length < 0 || c->offset > PY_SSIZE_T_MAX / 8 - c->length - 1 ||
+        c->offsets.n < (c->offset + c->length + 1) * 4 ||
+        (c->has_validity && c->validity.n < (c->offset + c->length + 7) / 8)) {
+        PyErr_Format(PyExc_ValueError, "the %s column's buffers are shorter than its length",
+                     what);
+        column_release(c);
+        return -1;
+    }
+    return 0;
+nobuffer:
+    PyErr_Format(PyExc_TypeError, "the %s column's buffers must be bytes-like", what);
+    return -1;
+}
+
+/* Row ``row`` of the column: 0 with (*p, *n), *n -1 for null; -1 with ValueError when its
+ * offsets are not inside the data. */
+static inline int column_value(const ArrowBinary *c, Py_ssize_t row, const char *what,
+                               const uint8_t **p, Py_ssize_t *n) {
+    if (!c->present) {
+        *n = -1;
+        return 0;
+    }
+    Py_ssize_t i = c->offset + row;
+    if (c->has_validity && !((c->validity.p[i >> 3] >> (i & 7)) & 1)) {
+        *n = -1;
+        return 0;
+    }
+    int32_t start, stop;
+    memcpy(&start, c->offsets.p + 4 * i, 4);
+    memcpy(&stop, c->offsets.p + 4 * (i + 1), 4);
+    if (start < 0 || stop < start || stop > c->data.n) {
+        PyErr_Format(PyExc_ValueError, "the %s column's offsets at row %zd are not inside its data",
+                     what, row);
+        return -1;
+    }
+    *p = c->data.p + start;
+    *n = stop - start;
+    return 0;
+}
+
+/* encode_rows(keys, values, rows, start, max_bytes) -> (records, next)
+ * The bodies of records from rows[start:] (rows: an int32 buffer of row numbers, or
+ * None for every row in order), offset deltas from 0, timestamp delta 0, no headers,
+ * until the next would pass max_bytes (one at least); next: where the following batch
+ * starts. */
+static PyObject *codec_encode_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "encode_rows(keys, values, rows, start, max_bytes)");
+        return NULL;
+    }
+    ArrowBinary keys, values;
+    Bytes rows;
+    int have_rows = args[2] != Py_None;
+    Py_ssize_t start = PyLong_AsSsize_t(args[3]), max_bytes = PyLong_AsSsize_t(args[4]);
+    if ((start == -1 || max_bytes == -1) && PyErr_Occurred()) return NULL;
+    if (column_get(args[0], &keys, "key") < 0) return NULL;
+    if (column_get(args[1], &values, "value") < 0) {
+        column_release(&keys);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    GrowBuf out = {0};
+    Py_ssize_t length = values.present ? values.length : keys.length;
+    if (keys.present && values.present && keys.length != values.length) {
+        PyErr_SetString(PyExc_ValueError, "the key and value columns differ in length");
+        goto done_columns;
+    }
+    if (have_rows) {
+        if (bytes_get(args[2], &rows) < 0) {
+            PyErr_SetString(PyExc_TypeError, "rows must be an int32 buffer or None");
+            goto done_columns;
+        }
+    }
+    Py_ssize_t total = have_rows ? rows.n / 4 : length;
+    if (start < 0 || start > total) {
+        PyErr_SetString(PyExc_ValueError, "start is outside the rows");
+        goto finally;
+    }
+    Py_ssize_t i = start;
+    for (; i < total; i++) {
+        Py_ssize_t row = i;
+        if (have_rows) {
+            int32_t r;
+            memcpy(&r, rows.p + 4 * i, 4);
+            row = r;
+        }
+        if (row < 0 || row >= length) {
+            PyErr_Format(PyExc_ValueError, "row %zd is outside the columns' %zd rows", row,
+                         length);
+            goto finally;
+        }
+        const uint8_t *kp = NULL, *vp = NULL;
+        Py_ssize_t kn, vn;
+        if (column_value(&keys, row, "key", &kp, &kn) < 0 ||
+            column_value(&values, row, "value", &vp, &vn) < 0)
+            goto finally;
+        int64_t delta = i - start;
+        if (delta > INT32_MAX) break;
+        Py_ssize_t body = 1 + 1 + size_of_varint64(delta) +
+                          (kn < 0 ? 1 : size_of_varint64(kn) + kn) +
+                          (vn < 0 ? 1 : size_of_varint64(vn) + vn) + 1;
+        Py_ssize_t size = size_of_varint64(body) + body;
+        if (i > start && out.n + size > max_bytes) break;
+        if (gb_reserve(&out, size) < 0) goto finally;
+        uint8_t *o = (uint8_t *)out.p + out.n, *begin = o;
+        o = put_varint64(o, body);
+        *o++ = 0; /* attributes */
+        *o++ = 0; /* timestamp delta */
+        o = put_varint64(o, delta);
+        if (kn < 0) {
+            *o++ = 1;
+        } else {
+            o = put_varint64(o, kn);
+            memcpy(o, kp, (size_t)kn);
+            o += kn;
+        }
+        if (vn < 0) {
+            *o++ = 1;
+        } else {
+            o = put_varint64(o, vn);
+            memcpy(o, vp, (size_t)vn);
+            o += vn;
+        }
+        *o++ = 0; /* no headers */
+        out.n += o - begin;
+    }
+    result = Py_BuildValue("(y#n)", out.p ? out.p : "", out.n, i);
+finally:
+    if (have_rows) bytes_release(&rows);
+done_columns:
+    gb_free(&out);
+    column_release(&keys);
+    column_release(&values);
+    return result;
+}
+
+static inline uint32_t murmur2_of(const uint8_t *p, Py_ssize_t length);
+
+/* partition_rows(keys, num_partitions) -> tuple of num_partitions + 1 int32 buffers: the
+ * rows of each partition by to_positive(murmur2(key)) % num_partitions, in order, and
+ * last the rows with a null key (for the sticky partitioner). */
+static PyObject *codec_partition_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "partition_rows(keys, num_partitions)");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n < 1 || n > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "num_partitions must be at least 1");
+        return NULL;
+    }
+    if (args[0] == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "partition_rows needs a key column");
+        return NULL;
+    }
+    ArrowBinary keys;
+    if (column_get(args[0], &keys, "key") < 0) return NULL;
+    if (keys.length > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "more than 2**31 rows");
+        column_release(&keys);
+        return NULL;
+    }
+    GrowBuf *parts = PyMem_Calloc((size_t)n + 1, sizeof(GrowBuf));
+    PyObject *result = NULL;
+    if (parts == NULL) {
+        PyErr_NoMemory();
+        column_release(&keys);
+        return NULL;
+    }
+    for (Py_ssize_t row = 0; row < keys.length; row++) {
+        const uint8_t *kp = NULL;
+        Py_ssize_t kn;
+        if (column_value(&keys, row, "key", &kp, &kn) < 0) goto finally;
+        Py_ssize_t part = kn < 0 ? n : (Py_ssize_t)((murmur2_of(kp, kn) & 0x7FFFFFFFu) % (uint32_t)n);
+        if (gb_put_i32(&parts[part], (int32_t)row) < 0) goto finally;
+    }
+    result = PyTuple_New(n + 1);
+    if (result == NULL) goto finally;
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        PyObject *b = gb_bytes(&parts[i]);
+        if (b == NULL) {
+            Py_CLEAR(result);
+            goto finally;
+        }
+        PyTuple_SET_ITEM(result, i, b);
+    }
+finally:
+    for (Py_ssize_t i = 0; i <= n; i++) gb_free(&parts[i]);
+    PyMem_Free(parts);
+    column_release(&keys);
+    return result;
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -1407,6 +2089,10 @@ static PyMethodDef codec_methods[] = {
      "scan_batches(...) -> the walk of header.scan_batches, or None to defer to it"},
     {"crc32c", codec_crc32c, METH_O, "crc32c(data) -> int"},
     {"murmur2", codec_murmur2, METH_O, "murmur2(data) -> int (signed int32)"},
+    {"encode_rows", (PyCFunction)(void (*)(void))codec_encode_rows, METH_FASTCALL,
+     "encode_rows(keys, values, rows, start, max_bytes) -> (records, next)"},
+    {"partition_rows", (PyCFunction)(void (*)(void))codec_partition_rows, METH_FASTCALL,
+     "partition_rows(keys, num_partitions) -> the rows of each partition, null keys last"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1424,11 +2110,18 @@ PyMODINIT_FUNC PyInit__codec(void) {
     empty_tuple = PyTuple_New(0);
     if (empty_tuple == NULL) return NULL;
     if (PyType_Ready(&SlotFactoryType) < 0) return NULL;
+    if (PyType_Ready(&RecordColumnsType) < 0) return NULL;
     PyObject *m = PyModule_Create(&codec_module);
     if (m == NULL) return NULL;
     Py_INCREF(&SlotFactoryType);
     if (PyModule_AddObject(m, "SlotFactory", (PyObject *)&SlotFactoryType) < 0) {
         Py_DECREF(&SlotFactoryType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&RecordColumnsType);
+    if (PyModule_AddObject(m, "RecordColumns", (PyObject *)&RecordColumnsType) < 0) {
+        Py_DECREF(&RecordColumnsType);
         Py_DECREF(m);
         return NULL;
     }

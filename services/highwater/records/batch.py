@@ -12,10 +12,11 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from highwater.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 
+from .columnar import read_columns
 from .compression import DEFAULT_MAX_DECOMPRESSED_SIZE, compress_buffer, decompress
 from .header import (
     ATTRIBUTES_OFFSET,
@@ -305,6 +306,7 @@ class RecordBatchBuilder:
         "_built",
         "_compression",
         "_compression_level",
+        "_encoded",
         "_is_transactional",
         "_max_bytes",
         "_max_timestamp",
@@ -347,6 +349,7 @@ class RecordBatchBuilder:
         self._base_timestamp: int | None = None
         self._max_timestamp = NO_TIMESTAMP
         self._built: bytes | None = None
+        self._encoded: tuple[bytes, int] | None = None
 
     def append(
         self,
@@ -370,7 +373,7 @@ class RecordBatchBuilder:
 
         The producer's way in: one call per record, nothing repacked.
         """
-        if self._built is not None:
+        if self._built is not None or self._encoded is not None:
             raise RuntimeError("the batch has been built; start a new one")
         key, value, headers, timestamp = fields
         if not INT64_MIN <= timestamp <= INT64_MAX:
@@ -391,6 +394,23 @@ class RecordBatchBuilder:
         self._sizes.append(size)
         return size
 
+    def adopt_records(self, records: bytes, count: int, timestamp: int) -> None:
+        """Take ``records``, ``count`` record bodies encoded already (offset deltas 0 to
+        ``count - 1``, timestamp deltas from ``timestamp``, as
+        :func:`~highwater.records.columnar.encode_rows` writes them), as the whole batch:
+        the columnar way in, with nothing kept per record. The builder must be empty, and
+        takes no record after them."""
+        if self._built is not None or self._records or self._encoded is not None:
+            raise RuntimeError("records are adopted by an empty builder only")
+        if not 0 < count <= INT32_MAX:
+            raise InvalidRecordError(f"records count {count} is outside [1, {INT32_MAX}]")
+        if not INT64_MIN <= timestamp <= INT64_MAX:
+            raise InvalidRecordError(f"timestamp {timestamp} does not fit in an int64")
+        self._encoded = (records, count)
+        self._base_timestamp = self._max_timestamp = timestamp
+        self._size = BATCH_HEADER_SIZE + len(records)
+        self._built = None
+
     def set_producer_state(
         self,
         producer_id: int,
@@ -409,7 +429,7 @@ class RecordBatchBuilder:
 
     @property
     def records_count(self) -> int:
-        return len(self._records)
+        return len(self._records) if self._encoded is None else self._encoded[1]
 
     @property
     def records(self) -> list[RecordFields]:
@@ -445,7 +465,10 @@ class RecordBatchBuilder:
             count = len(self._records)
             base_timestamp = self._base_timestamp
             out = bytearray(BATCH_HEADER_SIZE)
-            if count:
+            if self._encoded is not None:
+                out += self._encoded[0]
+                count = self._encoded[1]
+            elif count:
                 assert base_timestamp is not None
                 out += encode_records(self._records, base_timestamp, self._sizes)
             self._built = _finish_batch(
@@ -765,6 +788,45 @@ class RecordBatch:
         )
         if len(out) - before < count:
             raise self._count_error(len(out) - before)
+        if pos != end and (count or not h.attributes & COMPRESSION_MASK):
+            raise self._trailing_error(end - pos)
+
+    def read_columns(
+        self,
+        columns: Any,
+        *,
+        max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+    ) -> None:
+        """Append the batch's records to ``columns`` (a
+        :data:`~highwater.records.columnar.RecordColumns`): :meth:`read_records` into Arrow's
+        column buffers, with no object per record. Checks and raises as :meth:`records`
+        does; the records before the error are in ``columns`` when it raises.
+        """
+        h = self.header
+        count = h.records_count
+        data, pos, end = self._payload(max_decompressed_size)
+        self._check_count(pos, end)
+        if type(data) is not bytes:
+            data = bytes(data[pos:end])
+            pos, end = 0, len(data)
+        log_append_time = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else None
+        before = len(columns)
+        try:
+            pos = read_columns(
+                columns,
+                data,
+                pos,
+                end,
+                count,
+                h.base_offset,
+                h.base_timestamp,
+                log_append_time,
+                h.last_offset_delta,
+            )
+        except OverflowError as e:
+            raise CorruptRecordError(f"batch at offset {h.base_offset}: {e}") from None
+        if len(columns) - before < count:
+            raise self._count_error(len(columns) - before)
         if pos != end and (count or not h.attributes & COMPRESSION_MASK):
             raise self._trailing_error(end - pos)
 

@@ -331,6 +331,65 @@ class AsyncConsumer:
                 tracing.received(messages, started)
         return messages
 
+    async def consume_columns(
+        self,
+        partition: TopicPartition,
+        columns: Any,
+        num_records: int,
+        timeout: float | None = None,
+    ) -> BaseException | None:
+        """Records of one assigned ``partition`` appended to ``columns`` (a
+        :data:`~highwater.records.columnar.RecordColumns`), with no :class:`Message` per
+        record: what a columnar reader (the Spark source) takes. Waits until ``columns``
+        hold ``num_records`` more or ``timeout`` seconds passed (None or negative: no
+        limit); batches are decoded whole, so up to a batch more may come.
+
+        Returns the error :meth:`consume` would deliver for the partition (an error
+        message's ``error()``: out of range, corrupt data...), its records before the error
+        appended; else None. Other partitions' records and errors stay buffered.
+        """
+        if num_records < 0:
+            raise ValueError("num_records must be >= 0")
+        self._check_open()
+        state = self._states.get(partition.key())
+        if state is None:
+            raise ValueError(f"{partition.topic}-{partition.partition} is not assigned")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _timeout_s(timeout)
+        before = len(columns)
+        target = before + num_records
+        first = True
+        error: BaseException | None = None
+        while True:
+            await self._poll_group()
+            error = self._take_error(state)
+            if error is None and not state.paused and state in self._ready:
+                state.take_columns(columns, target)
+                if not state.buffered():
+                    self._finish_buffer(state)
+                error = self._take_error(state)
+            remaining = deadline - loop.time()
+            if (
+                error is not None
+                or len(columns) >= target
+                or self._closed
+                or (remaining <= 0 and not first)
+            ):
+                break
+            first = False
+            await self._fetch_round(max(remaining, 0.0))
+        if len(columns) > before:
+            CLIENT_METRICS.consumed(self.config.group_id, len(columns) - before)
+        return error
+
+    def _take_error(self, state: PartitionState) -> BaseException | None:
+        """The first queued error of ``state``'s partition, taken out of the queue."""
+        for message in self._errors:
+            if message._topic == state.topic and message._partition == state.partition:
+                self._errors.remove(message)
+                return message._error
+        return None
+
     def _next_message(self) -> Message | None:
         """A buffered error or record, advancing the partition's position."""
         taken: list[Message] = []
@@ -1192,6 +1251,16 @@ class Consumer:
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
         """See :meth:`AsyncConsumer.consume`."""
         return self._call(self._consumer.consume(num_messages, timeout))
+
+    def consume_columns(
+        self,
+        partition: TopicPartition,
+        columns: Any,
+        num_records: int,
+        timeout: float | None = None,
+    ) -> BaseException | None:
+        """See :meth:`AsyncConsumer.consume_columns`."""
+        return self._call(self._consumer.consume_columns(partition, columns, num_records, timeout))
 
     def get_watermark_offsets(
         self, partition: TopicPartition, timeout: float | None = None, cached: bool = False

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from highwater.client.message import (
     TIMESTAMP_CREATE_TIME,
@@ -159,6 +159,54 @@ class PartitionState:
                 messages += chunk
                 position = self.position = chunk[-1]._offset + 1
             self.taken = i + len(chunk)
+
+    def take_columns(self, columns: Any, limit: int) -> None:
+        """:meth:`take` into ``columns`` (a :data:`~highwater.records.columnar.RecordColumns`)
+        until they hold ``limit`` records or the buffer is empty: each batch is decoded
+        straight into them, whole (so up to a batch more than ``limit`` may come), with no
+        message per record. Records already decoded as messages (by a :meth:`take` before),
+        and the first batch of an answer when it starts below the position, go in one
+        record at a time."""
+        position = self.position
+        assert position is not None
+        while len(columns) < limit:
+            records, i = self.records, self.taken
+            if i < len(records):
+                while i < len(records) and len(columns) < limit:
+                    message = records[i]
+                    i += 1
+                    if message._offset < position:
+                        continue
+                    columns.timestamp_type = int(
+                        message._timestamp_type == TIMESTAMP_LOG_APPEND_TIME
+                    )
+                    columns(
+                        message._key,
+                        message._value,
+                        message._headers,
+                        message._timestamp,
+                        message._offset,
+                    )
+                    position = self.position = message._offset + 1
+                self.taken = i
+                continue
+            if not self.batches:
+                return
+            batch = self.batches[0]
+            if batch.base_offset < position:
+                self._decode_next_batch()
+                continue
+            self.batches.popleft()
+            try:
+                batch.read_columns(columns)
+            except CorruptRecordError as e:
+                self.batches.clear()
+                self.fetched_end = -1
+                self.pending_error = CorruptRecordError(f"{self.topic}-{self.partition}: {e}")
+                if columns.last_offset >= position:
+                    self.position = columns.last_offset + 1
+                return
+            position = self.position = batch.next_offset
 
     def _decode_next_batch(self) -> bool:
         """Decode the next buffered batch into :attr:`records`; False if none is left.

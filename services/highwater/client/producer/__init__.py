@@ -8,6 +8,8 @@
   what each partition's answer means (pure);
 - :mod:`~highwater.client.producer.delivery`: :class:`RecordMetadata`, the delivery callback
   and the errors a record is delivered with;
+- :mod:`~highwater.client.producer.columns`: the columns ``produce_batch()`` takes (an Arrow
+  table or a mapping of sequences);
 - :mod:`~highwater.client.producer.config`: the settings (:class:`ProducerConfig`).
 
 Every public name is importable from here, ``from highwater.client.producer import ...``.
@@ -16,6 +18,8 @@ Every public name is importable from here, ``from highwater.client.producer impo
 from highwater.client.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Message
 from highwater.client.producer.config import PRODUCER_CONFIG_DEF, ProducerConfig
 from highwater.client.producer.delivery import (
+    BatchDeliveryCallback,
+    BatchMetadata,
     DeliveryCallback,
     DeliveryTimeoutError,
     ProduceAuthorizationError,
@@ -31,6 +35,8 @@ __all__ = [
     "TIMESTAMP_CREATE_TIME",
     "TIMESTAMP_LOG_APPEND_TIME",
     "AsyncProducer",
+    "BatchDeliveryCallback",
+    "BatchMetadata",
     "DeliveryCallback",
     "DeliveryTimeoutError",
     "Message",

@@ -20,7 +20,11 @@ from typing import Final
 from highwater.client.cluster import (
     TopicInfo,
 )
-from highwater.client.producer.delivery import DeliveryCallback, RecordMetadata
+from highwater.client.producer.delivery import (
+    BatchDeliveryCallback,
+    DeliveryCallback,
+    RecordMetadata,
+)
 from highwater.records import RecordBatchBuilder
 from highwater.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
 from highwater.records.record import Header, RecordFields
@@ -49,7 +53,8 @@ class WaitingRecord:
     partition: int
     """The partition produce() named, or -1."""
     fields: RecordFields
-    future: asyncio.Future[RecordMetadata]
+    future: asyncio.Future[RecordMetadata] | None
+    """None for a record produced without a future (the blocking producer's)."""
     on_delivery: DeliveryCallback | None
     created: float
     """When produce() was called (monotonic seconds); delivery.timeout.ms counts from it."""
@@ -73,17 +78,22 @@ class ProducerBatch:
     """When the batch was opened: linger.ms counts from it."""
     first_created: float
     """When its first record was produced: delivery.timeout.ms counts from it."""
-    futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
+    futures: list[asyncio.Future[RecordMetadata] | None] = field(default_factory=list)
     callbacks: list[DeliveryCallback | None] = field(default_factory=list)
     closed: bool = False
     data: bytes | None = None
     base_sequence: int | None = None
     attempts: int = 0
+    columnar: bool = False
+    """A batch of :meth:`~highwater.client.producer.AsyncProducer.produce_batch`: its records
+    came encoded, with no future or callback per record."""
+    report: BatchDeliveryCallback | None = None
+    """Where a columnar batch's one delivery report goes (None: nowhere)."""
 
     @property
     def count(self) -> int:
         """How many records the batch holds."""
-        return len(self.futures)
+        return self.builder.records_count
 
     def deadline(self, delivery_timeout_s: float) -> float:
         """When the batch expires: delivery.timeout.ms after its first record."""

@@ -14,6 +14,8 @@ from highwater.errors import AuthorizationError, HighwaterError
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
+    "BatchDeliveryCallback",
+    "BatchMetadata",
     "DeliveryCallback",
     "DeliveryTimeoutError",
     "HeaderValue",
@@ -85,6 +87,27 @@ HeadersArg: TypeAlias = Mapping[str, HeaderValue] | Sequence[tuple[str, HeaderVa
 
 
 DeliveryCallback: TypeAlias = Callable[[BaseException | None, Message], object]
+
+
+class BatchMetadata(NamedTuple):
+    """Where a batch of records was written: the per-batch delivery report.
+
+    Its ``record_count`` records have the offsets ``offset`` to ``offset + record_count - 1``
+    (``offset`` -1 with ``acks=0`` or an error); ``timestamp`` is the broker's append time
+    when the topic uses LogAppendTime, else the records' create time. One report per batch, in
+    place of a :class:`Message` and a callback per record.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    record_count: int
+    timestamp: int
+    timestamp_type: int = TIMESTAMP_CREATE_TIME
+
+
+BatchDeliveryCallback: TypeAlias = Callable[[BaseException | None, BatchMetadata], object]
+"""``on_delivery_batch(err, batch)``: called once per batch, ``err`` None when written."""
 
 
 def to_bytes(value: str | bytes | bytearray | memoryview | None, what: str) -> bytes | None:

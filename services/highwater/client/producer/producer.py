@@ -74,8 +74,11 @@ from highwater.client.producer.accumulator import (
     StickyChoice,
     WaitingRecord,
 )
+from highwater.client.producer.columns import RecordsArg, column_chunks
 from highwater.client.producer.config import ProducerConfig
 from highwater.client.producer.delivery import (
+    BatchDeliveryCallback,
+    BatchMetadata,
     DeliveryCallback,
     DeliveryTimeoutError,
     HeadersArg,
@@ -96,8 +99,9 @@ from highwater.client.producer.sender import (
     request_failure,
 )
 from highwater.errors import AuthenticationError, HighwaterError
-from highwater.records import RecordBatchBuilder
+from highwater.records import BATCH_HEADER_SIZE, RecordBatchBuilder
 from highwater.records.batch import append_fields
+from highwater.records.columnar import encode_rows, partition_rows
 from highwater.records.partitioner import StickyPartitioner, choose_partition
 from highwater.records.record import RecordFields
 from highwater.telemetry.configure import tracing_enabled
@@ -115,6 +119,9 @@ _new_tuple = tuple.__new__
 
 
 _time_ns = time.time_ns
+
+_Future: TypeAlias = "asyncio.Future[RecordMetadata] | None"
+"""A record's future, or None for a record produced without one (the blocking producer)."""
 
 
 # --- The asyncio producer ---------------------------------------------------------------
@@ -196,6 +203,27 @@ class AsyncProducer:
         None) or failed for good. Raises :class:`ProducerClosedError` after :meth:`close`
         and TypeError for keys or values that are not str or bytes.
         """
+        # The sender's loop once it runs (asking for the running loop costs more than the
+        # future): produce() is called on that loop.
+        loop = self._sender_loop or asyncio.get_running_loop()
+        future: asyncio.Future[RecordMetadata] = asyncio.Future(loop=loop)
+        self._enqueue(topic, value, key, partition, headers, timestamp, on_delivery, future)
+        return future
+
+    def _enqueue(
+        self,
+        topic: str,
+        value: str | bytes | None,
+        key: str | bytes | None,
+        partition: int | None,
+        headers: HeadersArg,
+        timestamp: int | None,
+        on_delivery: DeliveryCallback | None,
+        future: _Future,
+    ) -> None:
+        """:meth:`produce` with its future made by the caller, or none at all (None: the
+        blocking :class:`Producer`, whose callers get delivery reports only, needs no
+        future per record)."""
         if self._closed:
             raise ProducerClosedError("the producer is closed")
         if not isinstance(topic, str) or not topic:
@@ -205,14 +233,12 @@ class AsyncProducer:
             value = to_bytes(value, "value")
         if key is not None and type(key) is not bytes:
             key = to_bytes(key, "key")
-        # The sender's loop once it runs (asking for the running loop costs more than the
-        # future): produce() is called on that loop.
-        loop = self._sender_loop or asyncio.get_running_loop()
-        future: asyncio.Future[RecordMetadata] = asyncio.Future(loop=loop)
         record_headers = headers_list(headers) if headers is not None else NO_HEADERS
         if self._tracing is not None:
             span, record_headers = self._tracing.start_send(topic, partition, record_headers)
             if span.is_recording():
+                if future is None:
+                    future = asyncio.Future(loop=self._sender_loop or asyncio.get_running_loop())
                 future.add_done_callback(functools.partial(ProducerTracing.end_send, span))
         fields = (key, value, record_headers, timestamp or _time_ns() // 1_000_000)
         self._pending += 1
@@ -223,16 +249,133 @@ class AsyncProducer:
         requested = -1 if partition is None or partition < 0 else partition
         if self._fatal is not None:
             self._fail_one(topic, requested, fields, future, on_delivery, self._fatal)
-            return future
+            return
         info = self._topics.get(topic)
         if info is None or topic in self._waiting:
-            created = future.get_loop().time()
+            assert self._sender_loop is not None
+            created = self._sender_loop.time()
             pending = WaitingRecord(requested, fields, future, on_delivery, created)
             self._waiting.setdefault(topic, []).append(pending)
             self._wakeup.set()
         else:
             self._place(topic, requested, fields, future, on_delivery, info, None)
-        return future
+
+    async def produce_batch(
+        self,
+        topic: str,
+        records: RecordsArg,
+        *,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        on_delivery_batch: BatchDeliveryCallback | None = None,
+    ) -> int:
+        """Queue many records given as columns; returns how many were queued.
+
+        ``records`` is a pyarrow ``Table`` or ``RecordBatch`` with a ``value`` and maybe a
+        ``key`` column (binary or string), or a mapping of such columns to sequences (see
+        :mod:`~highwater.client.producer.columns`). Records go to ``partition``, else to
+        ``to_positive(murmur2(key)) % partitions`` (computed over the key column in one
+        pass), else, keyless, to the topic's sticky partition; all get ``timestamp`` (None:
+        now) and no headers. They are encoded into batches of up to ``batch.size`` bytes
+        straight from the columns, with no object, future or callback per record:
+        ``on_delivery_batch(err, batch)`` gets one :class:`BatchMetadata` per batch (the
+        offsets are ``batch.offset`` to ``batch.offset + batch.record_count - 1``). Waits only for
+        the topic's metadata when it is not known yet; raises what cannot be produced
+        (TypeError, ValueError, an unknown topic or partition) before queueing anything.
+        """
+        if self._closed:
+            raise ProducerClosedError("the producer is closed")
+        if not isinstance(topic, str) or not topic:
+            raise TypeError("topic must be a non-empty str")
+        chunks = list(column_chunks(records))
+        info = self._topics.get(topic)
+        if info is None:
+            await self.cluster.refresh([topic])
+            if self.cluster.is_unknown(topic):
+                raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+            info = self.cluster.topic(topic)
+            if info is None:
+                raise UnknownTopicOrPartitionError(f"no metadata for topic {topic!r}")
+        if self._fatal is not None:
+            raise self._fatal
+        for pending in self._waiting.pop(topic, ()):  # records produce() queued go first
+            self._place(
+                topic,
+                pending.partition,
+                pending.fields,
+                pending.future,
+                pending.on_delivery,
+                info,
+                pending.created,
+            )
+        choice = self._sticky_choices.pop(topic, None)
+        if choice is not None and choice.unreported:  # its bytes, before batches follow
+            self._sticky.on_produced(topic, choice.partition, choice.unreported)
+        num_partitions = info.num_partitions
+        if partition is not None and partition >= 0 and partition >= num_partitions:
+            raise UnknownTopicOrPartitionError(
+                f"{topic}-{partition} does not exist (the topic has {num_partitions})"
+            )
+        if self._sender is None:
+            self._ensure_sender()
+        timestamp = timestamp or _time_ns() // 1_000_000
+        max_records_bytes = self._batch_size - BATCH_HEADER_SIZE
+        queued = 0
+        for keys, values in chunks:
+            if partition is not None and partition >= 0:
+                groups: list[tuple[int, bytes | None]] = [(partition, None)]
+            elif keys is not None and not self.config.ignore_keys:
+                rows = partition_rows(keys, num_partitions)
+                groups = [(p, rows[p]) for p in range(num_partitions) if rows[p]]
+                if rows[num_partitions]:
+                    groups.append((-1, rows[num_partitions]))
+            else:
+                groups = [(-1, None)]
+            for target, rows_of in groups:
+                total = values[4] if rows_of is None else len(rows_of) // 4
+                start = 0
+                while start < total:
+                    body, following = encode_rows(keys, values, rows_of, start, max_records_bytes)
+                    p = target
+                    if p < 0:  # keyless: the sticky partition, told of each batch
+                        p = choose_partition(
+                            topic,
+                            num_partitions,
+                            None,
+                            None,
+                            info.available_partitions(),
+                            sticky=self._sticky,
+                        )
+                        self._sticky.on_produced(topic, p, self._batch_size)
+                    self._queue_encoded(
+                        topic, p, body, following - start, timestamp, on_delivery_batch
+                    )
+                    queued += following - start
+                    start = following
+        return queued
+
+    def _queue_encoded(
+        self,
+        topic: str,
+        partition: int,
+        body: bytes,
+        count: int,
+        timestamp: int,
+        report: BatchDeliveryCallback | None,
+    ) -> None:
+        """Queue a batch of ``count`` records encoded already (:meth:`produce_batch`)."""
+        q = self._queue(topic, partition)
+        open_batch = q.open_batch()
+        if open_batch is not None:
+            open_batch.closed = True  # records stay in the order they were produced
+        batch = self._new_batch(topic, partition, None)
+        batch.builder.adopt_records(body, count, timestamp)
+        batch.closed = batch.columnar = True
+        batch.report = report
+        q.batches.append(batch)
+        self._pending += count
+        self._idle.clear()
+        self._wakeup.set()
 
     async def send(
         self,
@@ -358,7 +501,7 @@ class AsyncProducer:
         topic: str,
         requested: int,
         fields: RecordFields,
-        future: asyncio.Future[RecordMetadata],
+        future: _Future,
         on_delivery: DeliveryCallback | None,
         info: TopicInfo,
         created: float | None,
@@ -433,7 +576,7 @@ class AsyncProducer:
         key: bytes | None,
         info: TopicInfo,
         fields: RecordFields,
-        future: asyncio.Future[RecordMetadata],
+        future: _Future,
         on_delivery: DeliveryCallback | None,
     ) -> int:
         """:func:`choose_partition` for the record; -1 after failing it if there is none."""
@@ -475,13 +618,13 @@ class AsyncProducer:
         topic: str,
         partition: int,
         fields: RecordFields,
-        future: asyncio.Future[RecordMetadata],
+        future: _Future,
         on_delivery: DeliveryCallback | None,
         error: BaseException,
     ) -> None:
         """Fail one record's future and call its callback with ``error``."""
         self._pending -= 1
-        if not future.done():
+        if future is not None and not future.done():
             future.set_exception(error)
             future.add_done_callback(consume_exception)
         if on_delivery is not None:
@@ -497,7 +640,7 @@ class AsyncProducer:
         topic: str,
         partition: int,
         fields: RecordFields,
-        future: asyncio.Future[RecordMetadata],
+        future: _Future,
         on_delivery: DeliveryCallback | None,
         error: BaseException,
     ) -> None:
@@ -515,11 +658,35 @@ class AsyncProducer:
 
     def _fail_batch(self, batch: ProducerBatch, error: BaseException) -> None:
         """Deliver ``error`` to every record of ``batch``."""
+        if batch.columnar:
+            self._pending -= batch.count
+            self._report_batch(batch, error, -1, -1, TIMESTAMP_CREATE_TIME)
+            self._delivered_some(batch.count)
+            return
         for fields, future, on_delivery in zip(
             batch.builder.records, batch.futures, batch.callbacks, strict=True
         ):
             self._report_error(batch.topic, batch.partition, fields, future, on_delivery, error)
         self._delivered_some(batch.count)
+
+    def _report_batch(
+        self,
+        batch: ProducerBatch,
+        error: BaseException | None,
+        offset: int,
+        timestamp: int,
+        timestamp_type: int,
+    ) -> None:
+        """Call a columnar batch's ``on_delivery_batch``, if it has one."""
+        if batch.report is None:
+            return
+        metadata = BatchMetadata(
+            batch.topic, batch.partition, offset, batch.count, timestamp, timestamp_type
+        )
+        try:
+            batch.report(error, metadata)
+        except Exception:
+            log.exception("a batch delivery callback of %s raised", metadata)
 
     def _message_factory(
         self, topic: str, partition: int, timestamp_type: int
@@ -547,13 +714,19 @@ class AsyncProducer:
         # runs (one may look at len(producer)), as with confluent-kafka.
         self._pending -= batch.count
         appended = log_append_time >= 0
+        if batch.columnar:
+            timestamp = log_append_time if appended else batch.builder.base_timestamp
+            assert timestamp is not None
+            self._report_batch(batch, None, offset, timestamp, timestamp_type)
+            self._delivered_some(batch.count)
+            return
         make_message = self._message_factory(topic, partition, timestamp_type)
         for (key, value, headers, timestamp), future, on_delivery in zip(
             batch.builder.records, batch.futures, batch.callbacks, strict=True
         ):
             if appended:
                 timestamp = log_append_time
-            if not future.done():
+            if future is not None and not future.done():
                 future.set_result(
                     new_tuple(metadata_type, (topic, partition, offset, timestamp, timestamp_type))
                 )
@@ -923,13 +1096,43 @@ class Producer:
         for topic, value, key, partition, headers, timestamp, report in records:
             forward = None if report is None else functools.partial(self._forward, report)
             try:
-                self._producer.produce(topic, value, key, partition, headers, timestamp, forward)
+                self._producer._enqueue(
+                    topic, value, key, partition, headers, timestamp, forward, None
+                )
             except HighwaterError as e:  # closed while the record waited: report it
                 if report is not None:
                     message = Message(topic, -1, key, value, headers or [], timestamp or 0, -1, e)
                     self._callbacks.put((report, e, message))
 
-    def _forward(self, report: DeliveryCallback, err: BaseException | None, msg: Message) -> None:
+    def produce_batch(
+        self,
+        topic: str,
+        records: RecordsArg,
+        *,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        on_delivery_batch: BatchDeliveryCallback | None = None,
+    ) -> int:
+        """Queue many records given as columns (see :meth:`AsyncProducer.produce_batch`);
+        returns how many were queued. ``on_delivery_batch(err, batch)`` runs, once per
+        batch, in the thread that calls :meth:`poll`/:meth:`flush`."""
+        if self._closed:
+            raise ProducerClosedError("the producer is closed")
+        forward = (
+            None
+            if on_delivery_batch is None
+            else functools.partial(self._forward, on_delivery_batch)
+        )
+
+        async def queue_all() -> int:
+            self._take_handover()  # the records produce() queued before go first
+            return await self._producer.produce_batch(
+                topic, records, partition=partition, timestamp=timestamp, on_delivery_batch=forward
+            )
+
+        return self._call(queue_all())
+
+    def _forward(self, report: Callable[..., object], err: BaseException | None, msg: Any) -> None:
         self._callbacks.put((report, err, msg))
 
     def poll(self, timeout: float | None = 0) -> int:
