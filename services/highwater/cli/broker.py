@@ -61,6 +61,14 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @controllers_option
 @metadata_store_option
 @click.option(
+    "--etcd-session-timeout-ms",
+    type=click.IntRange(min=1000),
+    default=6000,
+    show_default=True,
+    help="With --metadata-store: the TTL of the broker's etcd lease, after which its "
+    "ephemeral keys go (ZooKeeper-era Kafka's zookeeper.session.timeout.ms).",
+)
+@click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
@@ -97,6 +105,7 @@ def broker(
     listen: str | None,
     controllers: list[str],
     metadata_store: EtcdStoreAddress | None,
+    etcd_session_timeout_ms: int,
     data_dir: Path,
     log_dirs: tuple[str, ...] | None,
     rack: str | None,
@@ -151,6 +160,7 @@ def broker(
             data_dir=data_dir,
             settings=settings,
             log_dirs=[Path(d) for d in config.get("log.dirs") or ()],
+            session_ttl_s=-(-etcd_session_timeout_ms // 1000),
         )
         run_until_signalled(etcd_broker, "broker")
         return

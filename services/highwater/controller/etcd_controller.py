@@ -473,15 +473,15 @@ class EtcdController:
             return rpc.response_to_proto(result.response)
 
     def _not_active(self, rpc: ControllerRpc[Any, Any]) -> Message:
-        claim = self.active_claim
-        if claim is not None and claim.broker_id != self.node_id:
-            return rpc.not_controller(claim.broker_id, claim.address)
         if self.unreachable is not None:
             return rpc.error(
                 ErrorCode.REQUEST_TIMED_OUT,
                 f"no controller: the metadata store {self.connection.address} is "
                 f"unreachable ({self.unreachable})",
             )
+        claim = self.active_claim
+        if claim is not None and claim.broker_id != self.node_id:
+            return rpc.not_controller(claim.broker_id, claim.address)
         return rpc.not_controller(None, None, "no controller elected yet")
 
     async def serve(
