@@ -107,7 +107,8 @@ class EtcdServer:
 
 @dataclass
 class EtcdBrokerProcess:
-    """One ``highwater broker --metadata-store etcd://...`` process."""
+    """One ``highwater broker --metadata-store etcd://...`` process (``role``
+    ``"coordinator"``: a ``highwater coordinator`` in that mode)."""
 
     node_id: int
     port: int
@@ -123,27 +124,36 @@ class EtcdBrokerProcess:
 
     @property
     def log_path(self) -> Path:
-        return self.data_dir.parent / f"broker-{self.node_id}.log"
+        return self.data_dir.parent / f"{self.role}-{self.node_id}.log"
+
+    role: str = "broker"
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in reap
+        role_args = (
+            [
+                "--data-dir",
+                str(self.data_dir),
+                "--etcd-session-timeout-ms",
+                str(self.session_timeout_ms),
+            ]
+            if self.role == "broker"
+            else ["--group-initial-rebalance-delay-ms", "0"]
+        )
         self.process = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
                 "highwater",
-                "broker",
+                self.role,
                 "--node-id",
                 str(self.node_id),
                 "--listen",
                 self.address,
-                "--data-dir",
-                str(self.data_dir),
                 "--metadata-store",
                 self.store,
-                "--etcd-session-timeout-ms",
-                str(self.session_timeout_ms),
+                *role_args,
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,

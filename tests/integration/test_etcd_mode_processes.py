@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from broker_processes import consume_all
+from broker_processes import consume_all, metadata
 from click.testing import CliRunner
 from etcd_processes import (
     EtcdBrokerProcess,
@@ -54,19 +54,27 @@ def store(etcd: EtcdServer) -> str:
 
 
 @pytest.fixture(scope="module")
-def brokers(
+def cluster(
     store: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[EtcdBrokerProcess]]:
+    """Three brokers and, last, a group coordinator (node 200)."""
     root = tmp_path_factory.mktemp("brokers")
+    ports = free_ports(4)
     processes = [
         EtcdBrokerProcess(node_id, port, store, root / f"b{node_id}")
-        for node_id, port in zip((1, 2, 3), free_ports(3), strict=True)
+        for node_id, port in zip((1, 2, 3), ports, strict=False)
     ]
+    processes.append(EtcdBrokerProcess(200, ports[3], store, root / "c200", role="coordinator"))
     for process in processes:
         process.start()
     yield processes
-    for process in processes:
+    for process in reversed(processes):
         process.terminate(timeout_s=15)
+
+
+@pytest.fixture(scope="module")
+def brokers(cluster: list[EtcdBrokerProcess]) -> list[EtcdBrokerProcess]:
+    return [p for p in cluster if p.role == "broker"]
 
 
 def bootstrap(brokers: list[EtcdBrokerProcess]) -> str:
@@ -82,9 +90,21 @@ async def controller_claim(store: str) -> dict[str, int | str] | None:
 async def create(
     bootstrap_servers: str, name: str, timeout_s: float = 60, replication_factor: int = 3
 ) -> None:
+    """Create a topic and wait until every bootstrap broker was pushed it, with leaders."""
     async with AdminClient(bootstrap_servers, request_timeout_s=timeout_s) as admin:
         results = await admin.create_topics([NewTopic(name, 3, replication_factor)])
         results[name].raise_for_error()
+
+    async def everywhere() -> bool:
+        for address in bootstrap_servers.split(","):
+            reply = await metadata(address, name)
+            if reply is None or not reply.topics or reply.topics[0].error != ErrorCode.NONE:
+                return False
+            if any(p.leader_id < 0 for p in reply.topics[0].partitions):
+                return False
+        return True
+
+    await wait_for(everywhere, timeout_s=timeout_s)
 
 
 async def try_create(bootstrap_servers: str, name: str) -> AdminError | None:
@@ -155,6 +175,34 @@ async def test_data_flows_and_describe_names_the_controller_and_the_mode(
     output = await asyncio.to_thread(describe, brokers[0].address)
     assert f"ControllerId: {claim['broker_id']}" in output
     assert "MetadataMode: etcd" in output
+
+
+async def test_a_coordinator_in_the_etcd_mode_serves_a_consumer_group(
+    brokers: list[EtcdBrokerProcess], cluster: list[EtcdBrokerProcess]
+) -> None:
+    async def coordinator_registered() -> bool:
+        reply = await metadata(brokers[0].address, "orders")
+        return reply is not None and [c.node_id for c in reply.coordinators] == [200]
+
+    await wait_for(coordinator_registered, timeout_s=90, interval_s=0.25)
+    args = [
+        "consume",
+        "--topic",
+        "orders",
+        "--group",
+        "readers",
+        "--from-beginning",
+        "--max-messages",
+        "3",
+        "--bootstrap-server",
+        bootstrap(brokers),
+    ]
+    result = await asyncio.to_thread(CliRunner().invoke, main, args)
+    assert result.exit_code == 0, result.output
+    assert [line for line in result.output.splitlines() if len(line) == 1] == ["a", "b", "c"]
+    async with AdminClient(bootstrap(brokers)) as admin:
+        offsets = await admin.list_consumer_group_offsets("readers")
+    assert offsets[("orders", 0)].offset == 3
 
 
 async def test_a_deposed_controllers_push_is_refused_by_its_epoch(
@@ -254,7 +302,8 @@ async def test_etcd_paused_past_the_session_ttl_makes_the_controller_step_down(
 
     await wait_for(reregistered, timeout_s=60)
     assert "no longer the controller" in old_controller.log_text()
-    await create(bootstrap(brokers), "after-the-pause")
+    # A broker whose key was gone a moment was fenced; its heartbeats unfence it.
+    await wait_for(lambda: accepted(brokers), timeout_s=60)
 
 
 async def test_killing_the_controllers_broker_elects_another_with_a_higher_epoch(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -271,9 +272,7 @@ class EtcdCoordinator:
     async def _broker_addresses(self, connection: EtcdConnection) -> list[str]:
         """The brokers registered now (their candidates lead the way to the controller);
         waits for the first one."""
-        import json
-
-        for _ in range(300):
+        for _ in range(1200):
             _, keys = await connection.get_prefix(self.space.broker_ids)
             addresses = []
             for kv in keys.values():
@@ -283,7 +282,7 @@ class EtcdCoordinator:
             if addresses:
                 return sorted(addresses)
             await asyncio.sleep(0.1)
-        raise HighwaterError(f"no broker registered under {self.space.broker_ids} in 30 s")
+        raise HighwaterError(f"no broker registered under {self.space.broker_ids} in 120 s")
 
     def _coordinator(self) -> CoordinatorServer:
         if self.coordinator is None:
