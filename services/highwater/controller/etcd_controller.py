@@ -300,7 +300,8 @@ class EtcdController:
                 self._step_down(f"the controller key now names {claim}")
             else:
                 async with self._lock:
-                    if self._state_changed(keys):
+                    # A read from before this controller's last write is stale, not a change.
+                    if revision >= self._offset_revision and self._state_changed(keys):
                         self._load(keys)
                 self._expire_dead_brokers()
                 self._known_revision = revision
