@@ -37,6 +37,9 @@ from highwater.rpc.channels import open_channel
 from highwater.v1.common_pb2 import ErrorCode
 from quorum_processes import free_ports
 
+# A hang fails its test instead of the whole run.
+pytestmark = pytest.mark.timeout(300)
+
 CLUSTER = "stories"
 
 
@@ -194,6 +197,8 @@ async def test_a_coordinator_in_the_etcd_mode_serves_a_consumer_group(
         "--from-beginning",
         "--max-messages",
         "3",
+        "--timeout-ms",
+        "60000",
         "--bootstrap-server",
         bootstrap(brokers),
     ]
