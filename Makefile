@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv run test explore lint protos protos-check bench bench-deps clean
+.PHONY: venv run test explore lint protos protos-check bench bench-deps etcd-deps clean
 .PHONY: deploy-tools image helm-lint helm-template kustomize kustomize-base deploy-check
 
 venv: $(STAMP)
@@ -23,7 +23,7 @@ LISTEN ?= 127.0.0.1:9092
 run: venv
 	$(BIN)/highwater server --listen $(LISTEN) --data-dir $(RUN_DIR) --demo
 
-test: venv compiled protos-check deploy-tools spark-deps chaos-deps node-deps ruby-deps buf-deps kafka-deps
+test: venv compiled protos-check deploy-tools spark-deps chaos-deps node-deps ruby-deps buf-deps kafka-deps etcd-deps
 	$(SPARK_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
 	HIGHWATER_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PURE_PYTHON_TESTS)
 
@@ -94,12 +94,16 @@ protos-check: venv
 bench: venv bench-deps
 	$(BIN)/python -m bench
 
-# The peers the benchmarks measure beside Highwater, from Debian's packages.
-bench-deps:
-	@command -v etcd >/dev/null 2>&1 || { \
+# etcd (Debian's etcd-server and etcdctl): the etcd metadata mode's store, which its tests
+# start (docs/etcd-mode.md), and a peer the benchmarks measure.
+etcd-deps:
+	@{ command -v etcd && command -v etcdctl; } >/dev/null 2>&1 || { \
 		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq etcd-server etcd-client; }
+
+# The peers the benchmarks measure beside Highwater, from Debian's packages.
+bench-deps: etcd-deps
 	@command -v nats-server >/dev/null 2>&1 || { \
 		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
 		$$SUDO apt-get update -qq && \

@@ -46,6 +46,7 @@ _SHARED = _BASE | {
     "raft",
     "metadata",
     "controller_api",
+    "etcd_metadata",
     "group",
     "internal",
 }
@@ -63,9 +64,10 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     "broker": _SHARED,
     "controller": _SHARED,
     "coordinator": _SHARED,
-    "client": _SHARED - {"storage", "raft", "internal"},
+    "client": _SHARED - {"storage", "raft", "internal", "etcd_metadata"},
     # shared layers, each over those it names
     "controller_api": _BASE | {"records", "rpc", "security", "metadata", "internal"},
+    "etcd_metadata": _BASE | {"records", "rpc", "security", "metadata", "internal"},
     "group": _BASE | {"rpc"},
     "metadata": _BASE | {"records", "rpc", "security", "storage", "raft", "internal"},
     "raft": _BASE | {"records", "rpc", "storage", "internal"},

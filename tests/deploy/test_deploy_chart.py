@@ -335,7 +335,39 @@ def test_a_service_monitor_scrapes_the_headless_services_and_otel_settings_reach
     assert config["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector:4317"
 
 
+def test_the_etcd_metadata_mode_deploys_no_controllers_and_points_the_roles_at_etcd() -> None:
+    default = documents(render.render({}))
+    assert by_kind(default, "ConfigMap")["highwater-config"]["data"]["METADATA_STORE"] == ""
+    docs = documents(
+        render.render(
+            {
+                "metadata": {
+                    "mode": "etcd",
+                    "etcd": {"endpoints": ["etcd-0.etcd:2379", "etcd-1.etcd:2379"]},
+                }
+            }
+        )
+    )
+    assert sorted(by_kind(docs, "StatefulSet")) == ["highwater-broker", "highwater-coordinator"]
+    config = by_kind(docs, "ConfigMap")["highwater-config"]["data"]
+    assert config["METADATA_STORE"] == "etcd://etcd-0.etcd:2379,etcd-1.etcd:2379/highwater"
+    named = documents(
+        render.render(
+            {"metadata": {"mode": "etcd", "etcd": {"endpoints": ["e:2379"], "cluster": "prod"}}}
+        )
+    )
+    assert by_kind(named, "ConfigMap")["highwater-config"]["data"]["METADATA_STORE"] == (
+        "etcd://e:2379/prod"
+    )
+
+
 BAD_VALUES = [
+    ({"metadata": {"mode": "zookeeper"}}, "/metadata/mode"),
+    ({"metadata": {"mode": "etcd"}}, "metadata.etcd.endpoints"),
+    (
+        {"metadata": {"mode": "etcd", "etcd": {"endpoints": ["no-port"]}}},
+        "/metadata/etcd/endpoints",
+    ),
     ({"metrics": {"port": 0}}, "/metrics/port"),
     ({"metrics": {"serviceMonitor": {"interval": "often"}}}, "/metrics/serviceMonitor/interval"),
     ({"otel": {"env": {"LOG_LEVEL": "x"}}}, "LOG_LEVEL"),

@@ -178,3 +178,14 @@ def test_a_broker_with_a_rack_file_passes_it(bin_dir: Path, tmp_path: Path) -> N
     )
     argv = result.stdout.splitlines()
     assert flag(argv, "--rack") == "europe-west4-b"
+
+
+def test_in_the_etcd_metadata_mode_brokers_and_coordinators_use_the_store(bin_dir: Path) -> None:
+    store = "etcd://etcd-0.etcd:2379,etcd-1.etcd:2379/hw"
+    for script, pod in (
+        ("broker.sh", "hw-highwater-broker-0"),
+        ("coordinator.sh", "hw-highwater-coordinator-0"),
+    ):
+        argv = run(bin_dir, script, pod, METADATA_STORE=store)
+        assert flag(argv, "--metadata-store") == store
+        assert "--controllers" not in argv

@@ -96,6 +96,10 @@ class RequestHandler:
         self.throttle = throttle or Throttle()
         self.leaders = leaders if leaders is not None else LeaderChannels(lambda: partitions.image)
         self._sticky = StickyPartitioner()
+        self.control_plane: Callable[[], tuple[str, int, str]] | None = None
+        """Where Metadata answers get the cluster id, the active controller's id and the
+        metadata mode from (etcd mode sets it: the pushes say who the controller is); None:
+        left out, as in KRaft mode, where ``DescribeQuorum`` tells them."""
 
     @property
     def quotas_in_force(self) -> bool:
@@ -489,6 +493,13 @@ class RequestHandler:
         has none there (Kafka's rule); at its first listener when ``listener`` is None."""
         image = self.partitions.image
         response = pb.MetadataResponse(controller_id=-1)
+        if self.control_plane is not None:
+            cluster_id, controller_id, mode = self.control_plane()
+            response.cluster_id, response.controller_id, response.metadata_mode = (
+                cluster_id,
+                controller_id,
+                mode,
+            )
         for broker in sorted(image.cluster.brokers.values(), key=lambda b: b.broker_id):
             endpoint = endpoint_on(broker.listeners, listener)
             if not broker.is_active or endpoint is None:

@@ -119,6 +119,7 @@ class BrokerServer:
         kafka_listen: str | None = None,
         kafka_advertised: str | None = None,
         listeners: Sequence[BrokerEndpoint] = (),
+        cluster_id: str | None = None,
     ) -> None:
         """``report_serving``: where the broker says whether it can serve, for its gRPC
         host's health (:meth:`~highwater.rpc.server.GrpcHost.report_serving`);
@@ -127,8 +128,10 @@ class BrokerServer:
         protocol too (none: not served), registered as ``kafka_advertised`` (else the
         address it listens on) under the listener name ``KAFKA``; ``listeners``: every
         advertised listener, the inter-broker one first (empty: ``advertised`` as the one
-        listener ``PLAINTEXT``)."""
+        listener ``PLAINTEXT``); ``cluster_id``: the cluster the data directories must
+        belong to (their ``meta.properties`` records it), when the caller knows it."""
         self.node_id = node_id
+        self.cluster_id = cluster_id
         self.advertised = advertised
         self.settings = settings = settings or BrokerSettings()
         self.log_manager = LogManager(data_dir, settings=settings.log)
@@ -218,7 +221,9 @@ class BrokerServer:
 
     async def start(self) -> None:
         """Open the data directory, follow the metadata, register and start heartbeating."""
-        await asyncio.to_thread(self.log_manager.startup, node_id=self.node_id)
+        await asyncio.to_thread(
+            self.log_manager.startup, cluster_id=self.cluster_id, node_id=self.node_id
+        )
         self._metadata.add_listener(self._on_image)
         self._on_image(self._metadata.image)
         if self.kafka is not None:

@@ -1,9 +1,11 @@
 """``highwater broker``: run one broker of a cluster.
 
 The broker follows the controller quorum named by ``--controllers`` as a metadata
-observer, registers and heartbeats, serves ``highwater.v1.Broker`` on ``--listen`` and
-replicates the partitions it follows from their leaders. SIGTERM and SIGINT stop it with a
-controlled shutdown: the controller moves its leaderships away first.
+observer (or, with ``--metadata-store etcd://...``, keeps the metadata in etcd and runs a
+controller candidate beside it: :mod:`highwater.cli.etcd_mode`), registers and
+heartbeats, serves ``highwater.v1.Broker`` on ``--listen`` and replicates the partitions
+it follows from their leaders. SIGTERM and SIGINT stop it with a controlled shutdown: the
+controller moves its leaderships away first.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import click
 
 from highwater.broker.service import BrokerSettings
 from highwater.broker.standalone import StandaloneBroker
+from highwater.cli.etcd_mode import EtcdBroker
 from highwater.cli.server_config import (
     LISTENER_FLAGS,
     listener_options,
@@ -27,10 +30,13 @@ from highwater.cli.serving import (
     controllers_option,
     kafka_listener_options,
     listen_option,
+    metadata_store_option,
+    require_one_metadata_source,
     run_until_signalled,
     telemetry_option,
     tls_options,
 )
+from highwater.etcd_metadata.endpoints import EtcdStoreAddress
 from highwater.rpc.endpoints import parse_endpoint
 
 
@@ -53,6 +59,15 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     "PLAINTEXT; or named listeners with --listeners / the listeners key.",
 )
 @controllers_option
+@metadata_store_option
+@click.option(
+    "--etcd-session-timeout-ms",
+    type=click.IntRange(min=1000),
+    default=6000,
+    show_default=True,
+    help="With --metadata-store: the TTL of the broker's etcd lease, after which its "
+    "ephemeral keys go (ZooKeeper-era Kafka's zookeeper.session.timeout.ms).",
+)
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -89,6 +104,8 @@ def broker(
     node_id: int,
     listen: str | None,
     controllers: list[str],
+    metadata_store: EtcdStoreAddress | None,
+    etcd_session_timeout_ms: int,
     data_dir: Path,
     log_dirs: tuple[str, ...] | None,
     rack: str | None,
@@ -119,6 +136,7 @@ def broker(
             **LISTENER_FLAGS,
         },
     )
+    require_one_metadata_source(controllers, metadata_store)
     check_kafka_listener(kafka_listen)
     named = role_listeners(config, listen, advertised_listener)
     for listener in named.bound:
@@ -126,18 +144,33 @@ def broker(
             raise click.BadParameter(
                 f"a broker needs a real port, not 0 ({listener})", param_hint="--listen"
             )
+    settings = BrokerSettings(
+        rack=config.get("broker.rack") or None,
+        replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
+        quota_window_num=config.get("quota.window.num"),
+        quota_window_size_seconds=config.get("quota.window.size.seconds"),
+    )
+    if metadata_store is not None:
+        if kafka_listen is not None:
+            raise click.UsageError("--kafka-listen is not served in the etcd metadata mode yet")
+        etcd_broker = EtcdBroker(
+            node_id=node_id,
+            listeners=named,
+            store=metadata_store,
+            data_dir=data_dir,
+            settings=settings,
+            log_dirs=[Path(d) for d in config.get("log.dirs") or ()],
+            session_ttl_s=-(-etcd_session_timeout_ms // 1000),
+        )
+        run_until_signalled(etcd_broker, "broker")
+        return
     server = StandaloneBroker(
         node_id=node_id,
         listen=named.inter_broker.address,
         listeners=named,
         controllers=controllers,
         data_dir=data_dir,
-        settings=BrokerSettings(
-            rack=config.get("broker.rack") or None,
-            replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
-            quota_window_num=config.get("quota.window.num"),
-            quota_window_size_seconds=config.get("quota.window.size.seconds"),
-        ),
+        settings=settings,
         log_dirs=[Path(d) for d in config.get("log.dirs") or ()],
         kafka_listen=kafka_listen,
         kafka_advertised=kafka_advertised_listener,

@@ -7,9 +7,11 @@ As Kafka's DescribeCluster (``kafka-cluster.sh``, the AdminClient's ``describeCl
     MetadataMode: kraft
     Broker: 1<TAB>Host: h<TAB>Port: 9092<TAB>Rack: r
 
-The brokers come from ``Metadata``; the cluster id and the active controller from
-``DescribeQuorum``, which the bootstrap server answers as a replica (a voter or an
-observer) of the metadata log: the active controller is the quorum's leader.
+The brokers come from ``Metadata``; in KRaft mode the cluster id and the active
+controller from ``DescribeQuorum``, which the bootstrap server answers as a replica (a
+voter or an observer) of the metadata log: the active controller is the quorum's leader.
+In etcd mode (``MetadataMode: etcd``, docs/etcd-mode.md) ``Metadata`` names them: the
+controller is the broker whose pushes the bootstrap broker last accepted.
 """
 
 from __future__ import annotations
@@ -63,16 +65,20 @@ def describe(conn: Connection, output_format: str) -> None:
         return await admin.describe_cluster()
 
     description = run_admin(conn, work)
-    quorum = asyncio.run(_quorum(conn.bootstrap_server.split(","), conn.timeout))
+    mode = description.metadata_mode or "kraft"
     controller_id = description.controller_id
-    if controller_id is None:
-        controller_id = quorum.leader_id if quorum.leader_id != _NO_LEADER else None
+    cluster_id = description.cluster_id
+    if mode == "kraft":
+        quorum = asyncio.run(_quorum(conn.bootstrap_server.split(","), conn.timeout))
+        if controller_id is None:
+            controller_id = quorum.leader_id if quorum.leader_id != _NO_LEADER else None
+        cluster_id = cluster_id or quorum.cluster_id
     if output_format == "json":
         print_json(
             {
-                "cluster_id": description.cluster_id or quorum.cluster_id,
+                "cluster_id": cluster_id,
                 "controller_id": controller_id,
-                "metadata_mode": "kraft",
+                "metadata_mode": mode,
                 "brokers": [
                     {"id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack}
                     for n in description.nodes
@@ -80,9 +86,9 @@ def describe(conn: Connection, output_format: str) -> None:
             }
         )
         return
-    click.echo(f"ClusterId: {description.cluster_id or quorum.cluster_id}")
+    click.echo(f"ClusterId: {cluster_id}")
     click.echo(f"ControllerId: {controller_id if controller_id is not None else 'none'}")
-    click.echo("MetadataMode: kraft")
+    click.echo(f"MetadataMode: {mode}")
     for node in description.nodes:
         click.echo(
             f"Broker: {node.node_id}\tHost: {node.host}\tPort: {node.port}\tRack: {node.rack or ''}"

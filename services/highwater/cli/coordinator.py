@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from highwater.cli.etcd_mode import EtcdCoordinator
 from highwater.cli.server_config import (
     LISTENER_FLAGS,
     listener_options,
@@ -23,6 +24,8 @@ from highwater.cli.server_config import (
 from highwater.cli.serving import (
     controllers_option,
     listen_option,
+    metadata_store_option,
+    require_one_metadata_source,
     run_until_signalled,
     telemetry_option,
     tls_options,
@@ -30,6 +33,7 @@ from highwater.cli.serving import (
 from highwater.coordinator.core import GroupCoordinatorSettings
 from highwater.coordinator.service import CoordinatorSettings
 from highwater.coordinator.standalone import StandaloneCoordinator
+from highwater.etcd_metadata.endpoints import EtcdStoreAddress
 
 
 @click.command("coordinator")
@@ -42,6 +46,7 @@ from highwater.coordinator.standalone import StandaloneCoordinator
     "named listeners (the brokers' names) with --listeners / the listeners key.",
 )
 @controllers_option
+@metadata_store_option
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -62,6 +67,7 @@ def coordinator(
     node_id: int,
     listen: str | None,
     controllers: list[str],
+    metadata_store: EtcdStoreAddress | None,
     data_dir: Path | None,
     group_initial_rebalance_delay_ms: int,
     listeners: str | None,
@@ -75,6 +81,7 @@ def coordinator(
     Of its --config file and --override keys it uses group.initial.rebalance.delay.ms
     and the listeners (listeners, advertised.listeners, inter.broker.listener.name).
     """
+    require_one_metadata_source(controllers, metadata_store)
     config = load_role_config(
         config_file,
         overrides,
@@ -91,6 +98,14 @@ def coordinator(
             group_initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms")
         )
     )
+    if metadata_store is not None:
+        run_until_signalled(
+            EtcdCoordinator(
+                node_id=node_id, listeners=named, store=metadata_store, settings=settings
+            ),
+            "coordinator",
+        )
+        return
     server = StandaloneCoordinator(
         node_id=node_id,
         listen=named.inter_broker.address,

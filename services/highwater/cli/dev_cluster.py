@@ -1,5 +1,9 @@
 """``highwater dev-cluster``: a real multi-process cluster on loopback, for development.
 
+With ``--metadata-store etcd`` it starts an etcd (Debian's ``etcd-server``) instead of the
+controllers, and brokers and coordinators in the etcd metadata mode (docs/etcd-mode.md):
+every broker runs a controller candidate; etcd stops last.
+
 It starts ``--controllers`` controller processes (a Raft quorum), ``--brokers`` broker
 processes and ``--coordinators`` group coordinator processes, each with its own data
 directory and log file under ``--data-dir``, waits until every broker and coordinator is
@@ -52,11 +56,14 @@ class _Child:
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
     log: IO[bytes] | None = None
+    program: tuple[str, ...] = ()
+    """What runs ``args``; empty: ``python -m highwater --log-level INFO``."""
 
     def start(self) -> None:
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        program = self.program or (sys.executable, "-m", "highwater", "--log-level", "INFO")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "highwater", "--log-level", "INFO", *self.args],
+            [*program, *self.args],
             stdin=subprocess.DEVNULL,
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -127,6 +134,14 @@ def _raise_stop(_signum: int, _frame: FrameType | None) -> None:
     "--start-timeout", type=click.FloatRange(min=1), default=60, show_default=True, help="s"
 )
 @click.option(
+    "--metadata-store",
+    type=click.Choice(["kraft", "etcd"]),
+    default="kraft",
+    show_default=True,
+    help="kraft: a controller quorum holds the metadata; etcd: an etcd started for the "
+    "cluster does, and a controller candidate runs in every broker (docs/etcd-mode.md).",
+)
+@click.option(
     "--secure",
     is_flag=True,
     help="Mutual TLS everywhere from a throwaway CA, ACLs on (deny by default), SCRAM "
@@ -138,10 +153,16 @@ def dev_cluster(
     brokers: int,
     coordinators: int,
     start_timeout: float,
+    metadata_store: str,
     secure: bool,
 ) -> None:
     """Run a cluster of controller, broker and coordinator processes on loopback until Ctrl-C."""
     data_dir.mkdir(parents=True, exist_ok=True)
+    if metadata_store == "etcd":
+        if secure:
+            raise click.UsageError("--secure is not offered with --metadata-store etcd yet")
+        _etcd_cluster(data_dir, brokers, coordinators, start_timeout)
+        return
     ports = _free_ports(controllers + brokers + coordinators)
     controller_ports = ports[:controllers]
     broker_ports = ports[controllers : controllers + brokers]
@@ -248,6 +269,112 @@ def dev_cluster(
         for s, handler in previous.items():
             signal.signal(s, handler)
         for child in reversed(children):  # coordinators, brokers, then the controllers
+            child.stop()
+
+
+def _wait_listening(port: int, deadline: float, child: _Child) -> None:
+    while True:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        if not child.alive():
+            raise click.ClickException(f"{child.name} exited; see its log")
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"{child.name} did not listen on port {port} in time")
+        time.sleep(0.1)
+
+
+def _etcd_cluster(data_dir: Path, brokers: int, coordinators: int, start_timeout: float) -> None:
+    """The etcd metadata mode: one etcd (Debian's etcd-server) under ``<data dir>/etcd``,
+    brokers each running a controller candidate, and coordinators, all pointed at it."""
+    etcd_port, peer_port, *ports = _free_ports(2 + brokers + coordinators)
+    broker_ports, coordinator_ports = ports[:brokers], ports[brokers:]
+    store = f"etcd://127.0.0.1:{etcd_port}/dev"
+    client_url, peer_url = f"http://127.0.0.1:{etcd_port}", f"http://127.0.0.1:{peer_port}"
+    etcd = _Child(
+        "etcd",
+        [
+            "--name=dev",
+            f"--data-dir={data_dir / 'etcd'}",
+            f"--listen-client-urls={client_url}",
+            f"--advertise-client-urls={client_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=dev={peer_url}",
+        ],
+        data_dir / "etcd.log",
+        program=("etcd",),
+    )
+    children = [
+        _Child(
+            f"broker {FIRST_BROKER_ID + i}",
+            [
+                "broker",
+                "--node-id",
+                str(FIRST_BROKER_ID + i),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--metadata-store",
+                store,
+                "--data-dir",
+                str(data_dir / f"broker-{FIRST_BROKER_ID + i}"),
+            ],
+            data_dir / f"broker-{FIRST_BROKER_ID + i}.log",
+        )
+        for i, port in enumerate(broker_ports)
+    ] + [
+        _Child(
+            f"coordinator {FIRST_COORDINATOR_ID + i}",
+            [
+                "coordinator",
+                "--node-id",
+                str(FIRST_COORDINATOR_ID + i),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--metadata-store",
+                store,
+                "--group-initial-rebalance-delay-ms",
+                "0",
+            ],
+            data_dir / f"coordinator-{FIRST_COORDINATOR_ID + i}.log",
+        )
+        for i, port in enumerate(coordinator_ports)
+    ]
+    bootstrap = ",".join(f"127.0.0.1:{port}" for port in broker_ports)
+    previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    started = [etcd]
+    try:
+        etcd.start()
+        deadline = time.monotonic() + start_timeout
+        _wait_listening(etcd_port, deadline, etcd)
+        click.echo(f"started etcd at 127.0.0.1:{etcd_port}, log {etcd.log_path}")
+        for child in children:
+            child.start()
+            started.append(child)
+            assert child.process is not None
+            click.echo(f"started {child.name} (pid {child.process.pid}), log {child.log_path}")
+        while _registered(f"127.0.0.1:{broker_ports[0]}") < (brokers, coordinators):
+            dead = [child.name for child in started if not child.alive()]
+            if dead:
+                raise click.ClickException(f"{', '.join(dead)} exited; see its log")
+            if time.monotonic() > deadline:
+                raise click.ClickException(
+                    "the brokers and coordinators did not all register in time"
+                )
+            time.sleep(0.2)
+        click.echo(f"metadata store: {store}")
+        click.echo(f"bootstrap: {bootstrap}")
+        click.echo("running; Ctrl-C stops every process")
+        while all(child.alive() for child in started):
+            time.sleep(0.5)
+        dead = [child.name for child in started if not child.alive()]
+        raise click.ClickException(f"{', '.join(dead)} exited; see its log")
+    except _Stop:
+        click.echo("stopping")
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for child in reversed(started):  # coordinators, brokers, then etcd
             child.stop()
 
 

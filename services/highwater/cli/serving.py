@@ -26,6 +26,7 @@ from highwater.broker.kafka_protocol.sasl import parse_kafka_listener
 from highwater.cli.addresses import parse_addresses
 from highwater.config.server import ServerConfig, load_server_config, read_properties
 from highwater.errors import HighwaterError, InvalidConfigError
+from highwater.etcd_metadata.endpoints import EtcdStoreAddress, parse_metadata_store
 from highwater.rpc.auth import ServerSecurity
 from highwater.rpc.auth import configure as configure_auth
 from highwater.rpc.client_auth import client_security_from_properties, configure_client_sasl
@@ -149,19 +150,52 @@ def check_kafka_listener(kafka_listen: str | None) -> None:
         raise click.UsageError(str(e)) from None
 
 
-def _controllers(_ctx: click.Context, _param: click.Parameter, value: str) -> list[str]:
-    return parse_addresses(value)
+def _controllers(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[str]:
+    return parse_addresses(value) if value is not None else []
 
 
 def controllers_option(function: F) -> F:
-    """``--controllers HOST:PORT,...``: where a broker or coordinator finds the quorum."""
+    """``--controllers HOST:PORT,...``: where a broker or coordinator finds the quorum
+    (or, instead, ``--metadata-store``: :func:`metadata_store_option`)."""
     return click.option(
         "--controllers",
-        required=True,
+        default=None,
         callback=_controllers,
         metavar="HOST:PORT,...",
-        help="Controllers of the quorum (any of them; the rest are learned from it).",
+        help="Controllers of the quorum (any of them; the rest are learned from it). "
+        "Required unless --metadata-store is given.",
     )(function)
+
+
+def _metadata_store(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> EtcdStoreAddress | None:
+    if value is None:
+        return None
+    try:
+        return parse_metadata_store(value)
+    except HighwaterError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def metadata_store_option(function: F) -> F:
+    """``--metadata-store etcd://HOST:PORT,...[/CLUSTER]``: the etcd metadata mode."""
+    return click.option(
+        "--metadata-store",
+        default=None,
+        callback=_metadata_store,
+        metavar="etcd://HOST:PORT[,HOST:PORT...][/CLUSTER]",
+        help="Keep the metadata in etcd (the ZooKeeper-era layout, docs/etcd-mode.md) "
+        "instead of a controller quorum: replaces --controllers.",
+    )(function)
+
+
+def require_one_metadata_source(
+    controllers: list[str], metadata_store: EtcdStoreAddress | None
+) -> None:
+    """A usage error unless exactly one of ``--controllers`` and ``--metadata-store``."""
+    if bool(controllers) == (metadata_store is not None):
+        raise click.UsageError("give either --controllers or --metadata-store (one of them)")
 
 
 def metadata_replica_options(function: F) -> F:

@@ -310,6 +310,8 @@ class ClusterDescription:
     nodes: tuple[Node, ...]
     controller_id: int | None = None
     cluster_id: str | None = None
+    metadata_mode: str | None = None
+    """Where the metadata lives ("kraft", "etcd"), when the broker says."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -679,6 +681,7 @@ class AdminClient:
             ),
             controller_id=reply.controller_id if reply.controller_id >= 0 else None,
             cluster_id=reply.cluster_id or None,
+            metadata_mode=reply.metadata_mode or None,
         )
 
     # --- Configs --------------------------------------------------------------------------

@@ -969,9 +969,14 @@ class MetadataResponse(_message.Message):
     BROKERS_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
     COORDINATORS_FIELD_NUMBER: _builtins.int
+    METADATA_MODE_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     controller_id: _builtins.int
     """The active controller (-1: unknown) and the brokers that are not fenced."""
+    metadata_mode: _builtins.str
+    """Where the metadata lives: "kraft" (the controller quorum's log) or "etcd" (an etcd
+    cluster, the ZooKeeper-era layout); empty from brokers that predate the field.
+    """
     @_builtins.property
     def brokers(self) -> _containers.RepeatedCompositeFieldContainer[Global___BrokerNode]: ...
     @_builtins.property
@@ -991,10 +996,11 @@ class MetadataResponse(_message.Message):
         brokers: _abc.Iterable[Global___BrokerNode] | None = ...,
         topics: _abc.Iterable[Global___TopicMetadata] | None = ...,
         coordinators: _abc.Iterable[Global___BrokerNode] | None = ...,
+        metadata_mode: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_id", b"controller_id", "coordinators", b"coordinators", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_id", b"controller_id", "coordinators", b"coordinators", "metadata_mode", b"metadata_mode", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -34,6 +34,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     BROKER_NOT_AVAILABLE: _ErrorCode.ValueType  # 8
     REPLICA_NOT_AVAILABLE: _ErrorCode.ValueType  # 9
     MESSAGE_TOO_LARGE: _ErrorCode.ValueType  # 10
+    STALE_CONTROLLER_EPOCH: _ErrorCode.ValueType  # 11
+    """A controller's push or write carried an older controller epoch than one already
+    seen: it was deposed (etcd metadata mode, as ZooKeeper-era Kafka's).
+    """
     OFFSET_METADATA_TOO_LARGE: _ErrorCode.ValueType  # 12
     NETWORK_EXCEPTION: _ErrorCode.ValueType  # 13
     COORDINATOR_LOAD_IN_PROGRESS: _ErrorCode.ValueType  # 14
@@ -121,6 +125,10 @@ REQUEST_TIMED_OUT: ErrorCode.ValueType  # 7
 BROKER_NOT_AVAILABLE: ErrorCode.ValueType  # 8
 REPLICA_NOT_AVAILABLE: ErrorCode.ValueType  # 9
 MESSAGE_TOO_LARGE: ErrorCode.ValueType  # 10
+STALE_CONTROLLER_EPOCH: ErrorCode.ValueType  # 11
+"""A controller's push or write carried an older controller epoch than one already
+seen: it was deposed (etcd metadata mode, as ZooKeeper-era Kafka's).
+"""
 OFFSET_METADATA_TOO_LARGE: ErrorCode.ValueType  # 12
 NETWORK_EXCEPTION: ErrorCode.ValueType  # 13
 COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.ValueType  # 14

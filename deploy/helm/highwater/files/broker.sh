@@ -29,7 +29,7 @@ fi
 exec highwater broker \
     --node-id "$(node_id "$BROKER_NODE_ID_OFFSET")" \
     "$@" \
-    --controllers "$(controller_list)" \
+    $(metadata_source) \
     --data-dir /var/lib/highwater/data \
     --config /etc/highwater/broker.properties \
     ${rack:+--rack "$rack"} \

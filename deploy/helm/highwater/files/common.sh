@@ -57,3 +57,13 @@ external_address() {
         echo "$EXTERNAL_DOMAIN:$((EXTERNAL_PORT + ordinal))" ;;
     esac
 }
+
+# Where a broker or coordinator finds the metadata: the etcd store in the etcd metadata
+# mode (METADATA_STORE set), else the controllers.
+metadata_source() {
+    if [ -n "${METADATA_STORE:-}" ]; then
+        echo "--metadata-store $METADATA_STORE"
+    else
+        echo "--controllers $(controller_list)"
+    fi
+}

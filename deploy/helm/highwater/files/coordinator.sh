@@ -28,7 +28,7 @@ fi
 exec highwater coordinator \
     --node-id "$(node_id "$COORDINATOR_NODE_ID_OFFSET")" \
     "$@" \
-    --controllers "$(controller_list)" \
+    $(metadata_source) \
     --data-dir /var/lib/highwater/data \
     --config /etc/highwater/coordinator.properties \
     ${TLS_CERT_FILE:+--tls-cert-file "$TLS_CERT_FILE"} \

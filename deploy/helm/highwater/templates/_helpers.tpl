@@ -92,6 +92,9 @@ digest or tag. */}}
 
 {{/* Checks that span keys, which values.schema.json cannot express. */}}
 {{- define "highwater.validate" -}}
+{{- if and (eq .Values.metadata.mode "etcd") (not .Values.metadata.etcd.endpoints) -}}
+{{- fail "metadata.etcd.endpoints: metadata.mode etcd needs the etcd members' host:port" -}}
+{{- end -}}
 {{- $c := .Values.controller -}}
 {{- $b := .Values.broker -}}
 {{- $g := .Values.coordinator -}}
@@ -537,5 +540,12 @@ PLAINTEXT
 {{- end -}}
 {{- if and .Values.auth.enabled .Values.tls.existingSecret (not .Values.auth.superUsers) -}}
 {{- fail "auth.superUsers: with tls.existingSecret, name the principal of its certificate (User:<its CN>): the pods speak to each other as that principal" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The etcd metadata store's address (etcd://h:p,h:p/cluster), empty in KRaft mode. */}}
+{{- define "highwater.metadataStore" -}}
+{{- if eq .Values.metadata.mode "etcd" -}}
+etcd://{{ join "," .Values.metadata.etcd.endpoints }}/{{ .Values.metadata.etcd.cluster | default (include "highwater.fullname" .) }}
 {{- end -}}
 {{- end -}}

@@ -1,0 +1,302 @@
+"""The processes of the etcd metadata mode: a broker with its controller candidate, a coordinator.
+
+``highwater broker --metadata-store etcd://...`` runs an :class:`EtcdBroker`: one gRPC
+port serving the Broker API, the Controller API of the process's controller candidate
+(:class:`~highwater.controller.etcd_controller.EtcdController`: it answers while it is
+the active controller and redirects to the one that is otherwise) and the
+``BrokerMetadata`` push service, whose :class:`~highwater.etcd_metadata.pushed.PushedMetadata`
+is the broker's image source. At start, in order: the etcd session (a wrong endpoint
+fails here, naming it), the cluster id (created by the first process; a data directory of
+another cluster is refused, naming the key), the broker's leased ``brokers/ids/<id>`` key
+(waiting for an old session's key to go), then the candidate and the broker, whose
+controller calls go to its own port and from there to the active controller.
+
+``highwater coordinator --metadata-store ...`` runs an :class:`EtcdCoordinator`: the
+coordinator with a ``PushedMetadata`` image, calling the controller through the brokers
+registered in etcd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer, BrokerSettings
+from highwater.config.listeners import Listeners
+from highwater.controller.etcd_controller import EtcdController, EtcdControllerSettings
+from highwater.controller_api.codec import CONTROLLER_HEALTH_ALIASES, CONTROLLER_SERVICE_NAME
+from highwater.coordinator.service import (
+    COORDINATOR_SERVICE_NAME,
+    CoordinatorServer,
+    CoordinatorSettings,
+)
+from highwater.errors import HighwaterError
+from highwater.etcd_metadata.connection import EtcdConnection
+from highwater.etcd_metadata.endpoints import EtcdStoreAddress
+from highwater.etcd_metadata.keys import KeySpace
+from highwater.etcd_metadata.pushed import (
+    BROKER_METADATA_SERVICE_NAME,
+    PushedMetadata,
+    add_pushed_metadata_servicer,
+)
+from highwater.etcd_metadata.registration import (
+    BrokerPresence,
+    broker_key_value,
+    claim_cluster_id,
+)
+from highwater.etcd_metadata.session import EtcdSession
+from highwater.metadata.records import registered_endpoints
+from highwater.raft.driver import RaftServerSettings
+from highwater.rpc.server import GrpcHost, GrpcService
+from highwater.storage.log_manager import read_meta_properties
+
+__all__ = ["EtcdBroker", "EtcdCoordinator"]
+
+MAX_MESSAGE_BYTES = RaftServerSettings().max_message_bytes
+
+
+def _stored_cluster_id(log_dirs: Sequence[Path]) -> str | None:
+    """The cluster id the data directories already belong to, if any."""
+    for directory in log_dirs:
+        with contextlib.suppress(OSError, HighwaterError):
+            cluster_id = read_meta_properties(directory).get("cluster.id")
+            if cluster_id:
+                return cluster_id
+    return None
+
+
+class EtcdBroker:
+    """A broker and its controller candidate in etcd mode (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        listeners: Listeners,
+        store: EtcdStoreAddress,
+        data_dir: Path,
+        settings: BrokerSettings | None = None,
+        log_dirs: Sequence[Path] = (),
+        session_ttl_s: int = 6,
+        controller_settings: EtcdControllerSettings | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.listeners = listeners
+        self.store = store
+        self.space = KeySpace(store.prefix)
+        self.data_dir = Path(data_dir)
+        self.log_dirs = [Path(d) for d in log_dirs] or [self.data_dir / "logs"]
+        self.settings = settings
+        self.session_ttl_s = session_ttl_s
+        self.controller_settings = controller_settings
+        self.advertised = listeners.advertised[0].address
+        self.session: EtcdSession | None = None
+        self.presence: BrokerPresence | None = None
+        self.controller: EtcdController | None = None
+        self.broker: BrokerServer | None = None
+        self.pushed = PushedMetadata()
+        self.cluster_id = ""
+        self._host: GrpcHost | None = None
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self.broker.failure if self.broker is not None else None
+
+    async def start(self) -> None:
+        self.session = session = EtcdSession(EtcdConnection(self.store), ttl_s=self.session_ttl_s)
+        await session.start()
+        try:
+            await self._start(session)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self, session: EtcdSession) -> None:
+        connection = EtcdConnection(self.store)
+        self.cluster_id = await claim_cluster_id(
+            connection, self.space, _stored_cluster_id(self.log_dirs)
+        )
+        endpoints = registered_endpoints(self.listeners)
+        rack = self.settings.rack if self.settings is not None else None
+        self.presence = BrokerPresence(
+            connection, self.space, session, self.node_id, broker_key_value(endpoints, rack)
+        )
+        await self.presence.register()
+        self.controller = controller = EtcdController(
+            node_id=self.node_id,
+            address=self.advertised,
+            connection=EtcdConnection(self.store),
+            space=self.space,
+            session=session,
+            cluster_id=self.cluster_id,
+            settings=self.controller_settings,
+        )
+        self._host = host = GrpcHost(
+            self.listeners.inter_broker.address,
+            [
+                GrpcService(
+                    BROKER_SERVICE_NAME, lambda server: self._broker().add_servicer(server)
+                ),
+                GrpcService(
+                    CONTROLLER_SERVICE_NAME,
+                    controller.add_servicer,
+                    serving_at_start=True,
+                    health_aliases=CONTROLLER_HEALTH_ALIASES,
+                ),
+                GrpcService(
+                    BROKER_METADATA_SERVICE_NAME,
+                    lambda server: add_pushed_metadata_servicer(server, self.pushed),
+                    serving_at_start=True,
+                ),
+            ],
+            max_message_bytes=MAX_MESSAGE_BYTES,
+            listener_name=self.listeners.host_listener_name,
+            more_listeners=self.listeners.more_bound,
+        )
+        self.broker = broker = BrokerServer(
+            node_id=self.node_id,
+            advertised=self.advertised,
+            listeners=endpoints,
+            data_dir=self.log_dirs,
+            controllers=[self.advertised],
+            metadata=self.pushed,
+            settings=self.settings,
+            report_serving=host.report_serving,
+            cluster_id=self.cluster_id,
+        )
+        broker.requests.control_plane = lambda: (
+            self.cluster_id,
+            self.pushed.controller_id,
+            "etcd",
+        )
+        await host.start()
+        await controller.start()
+        await broker.start()
+
+    def _broker(self) -> BrokerServer:
+        if self.broker is None:
+            raise RuntimeError("the broker has not started")
+        return self.broker
+
+    async def stop(self) -> None:
+        """Controlled shutdown of the broker (its leaderships move first), then the
+        candidate gives up the controller key, then the session's lease is revoked."""
+        try:
+            if self.broker is not None:
+                await self.broker.stop()
+        finally:
+            if self.controller is not None:
+                await self.controller.stop()
+            if self.presence is not None:
+                await self.presence.stop()
+            if self.session is not None:
+                await self.session.stop()
+            if self._host is not None:
+                await self._host.stop(1.0)
+
+    async def wait_stopped(self) -> None:
+        if self.broker is not None:
+            await self.broker.wait_failed()
+        else:
+            await asyncio.Event().wait()
+
+
+class EtcdCoordinator:
+    """A group coordinator in etcd mode (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        listeners: Listeners,
+        store: EtcdStoreAddress,
+        settings: CoordinatorSettings | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.listeners = listeners
+        self.store = store
+        self.space = KeySpace(store.prefix)
+        self.settings = settings
+        self.pushed = PushedMetadata()
+        self.coordinator: CoordinatorServer | None = None
+        self._host: GrpcHost | None = None
+        self._stopped = asyncio.Event()
+
+    @property
+    def failure(self) -> BaseException | None:
+        return None
+
+    async def start(self) -> None:
+        connection = EtcdConnection(self.store)
+        try:
+            await claim_cluster_id(connection, self.space)
+            brokers = await self._broker_addresses(connection)
+        finally:
+            await connection.close()
+        self._host = host = GrpcHost(
+            self.listeners.inter_broker.address,
+            [
+                GrpcService(
+                    COORDINATOR_SERVICE_NAME,
+                    lambda server: self._coordinator().add_servicer(server),
+                ),
+                GrpcService(
+                    BROKER_METADATA_SERVICE_NAME,
+                    lambda server: add_pushed_metadata_servicer(server, self.pushed),
+                    serving_at_start=True,
+                ),
+            ],
+            max_message_bytes=MAX_MESSAGE_BYTES,
+            listener_name=self.listeners.host_listener_name,
+            more_listeners=self.listeners.more_bound,
+        )
+        self.coordinator = CoordinatorServer(
+            node_id=self.node_id,
+            advertised=self.listeners.advertised[0].address,
+            listeners=registered_endpoints(self.listeners),
+            controllers=brokers,
+            metadata=self.pushed,
+            settings=self.settings,
+            report_serving=host.report_serving,
+        )
+        await host.start()
+        try:
+            await self.coordinator.start()
+        except BaseException:
+            await host.stop(0)
+            raise
+
+    async def _broker_addresses(self, connection: EtcdConnection) -> list[str]:
+        """The brokers registered now (their candidates lead the way to the controller);
+        waits for the first one."""
+        for _ in range(1200):
+            _, keys = await connection.get_prefix(self.space.broker_ids)
+            addresses = []
+            for kv in keys.values():
+                with contextlib.suppress(ValueError, KeyError, TypeError, IndexError):
+                    first = json.loads(kv.value)["listeners"][0]
+                    addresses.append(f"{first['host']}:{first['port']}")
+            if addresses:
+                return sorted(addresses)
+            await asyncio.sleep(0.1)
+        raise HighwaterError(f"no broker registered under {self.space.broker_ids} in 120 s")
+
+    def _coordinator(self) -> CoordinatorServer:
+        if self.coordinator is None:
+            raise RuntimeError("the coordinator has not started")
+        return self.coordinator
+
+    async def stop(self) -> None:
+        try:
+            if self.coordinator is not None:
+                await self.coordinator.stop()
+        finally:
+            if self._host is not None:
+                await self._host.stop(1.0)
+            self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()

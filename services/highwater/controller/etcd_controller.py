@@ -1,0 +1,564 @@
+"""The etcd metadata mode's controller: a candidate in every broker, one active at a time.
+
+ZooKeeper-era Kafka's ``KafkaController`` with etcd for ZooKeeper (docs/etcd-mode.md).
+Every broker process runs an :class:`EtcdController` beside its broker, on the same gRPC
+port, serving ``highwater.internal.v1.Controller``:
+
+* **Election.** The candidate holding the ``controller`` key is the controller. A
+  candidate claims it with one transaction: if the key is absent and ``controller_epoch``
+  is unchanged since it read it, put the key (attached to its process's session lease:
+  the key goes when the session does, as the ephemeral ``/controller`` znode) and the
+  epoch plus one. The epoch fences: every write the controller makes compares
+  ``controller_epoch`` with its own, so a deposed controller's writes fail, and brokers
+  refuse pushes of an older epoch. A session that expires (no lease refresh for its TTL)
+  makes the controller step down at once, before etcd can have elected another.
+* **Decisions** are the quorum controller's own (:class:`QuorumController`, pure): a
+  request or a tick on the current image gives records. **Writes**: the image those
+  records make is encoded into the state keys (:func:`~highwater.etcd_metadata.keys.image_keys`)
+  and the keys that differ are written in one transaction, guarded by the controller
+  epoch and by each written key's ``mod_revision`` (ZooKeeper's zkVersion: a key changed
+  behind the controller's back, by hand or by another writer, fails the write and makes
+  it read the state again), with the ``metadata_offset`` counter advanced by the number
+  of records: the image's offset, from which broker epochs are taken as in KRaft.
+  ISR changes arrive as AlterPartition (Kafka 2.7+'s AlterIsr, KIP-497) and are such a
+  compare-and-swap write of the partition's state key.
+* **Watching.** Each tick reads etcd's revision; when it moved, the whole prefix: the
+  live ``brokers/ids`` keys (a registered broker without one has its session expired at
+  once, so the next tick fences it and moves its leaderships, as the controller's
+  ``/brokers/ids`` watch did) and the state keys (any not as this controller wrote them
+  are loaded again). A state that fails validation
+  (:class:`~highwater.etcd_metadata.keys.InconsistentMetadataError`) is not served: no
+  push, and every request is answered with the error naming the key until it is fixed.
+* **Pushes.** After every change, and to any node that missed one, the controller sends
+  the whole image to every registered broker and coordinator
+  (``BrokerMetadata.UpdateMetadata``, its epoch attached): LeaderAndIsr and
+  UpdateMetadata in one.
+
+Requests run one at a time. A candidate that is not active answers NOT_CONTROLLER with
+the active controller's id and address (from the ``controller`` key), so the brokers'
+:class:`~highwater.controller_api.client.ControllerClient` follows it; when etcd cannot
+be reached and no controller is known, it answers REQUEST_TIMED_OUT naming the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import grpc.aio
+from google.protobuf.message import Message
+
+from highwater.controller.config import ControllerConfig
+from highwater.controller.quorum_controller import QuorumController
+from highwater.controller.service import ControllerServicer
+from highwater.controller_api import codec
+from highwater.controller_api.codec import ControllerRpc, InvalidRequestError
+from highwater.etcd_metadata.connection import (
+    Compare,
+    Delete,
+    EtcdConnection,
+    EtcdUnavailableError,
+    KeyVersion,
+    Put,
+)
+from highwater.etcd_metadata.keys import (
+    InconsistentMetadataError,
+    KeySpace,
+    StateKeys,
+    image_from_keys,
+    image_keys,
+    partition_state_value,
+)
+from highwater.etcd_metadata.session import EtcdSession
+from highwater.internal.v1 import broker_metadata_pb2, broker_metadata_pb2_grpc
+from highwater.metadata.delta import MetadataDelta
+from highwater.metadata.image import MetadataImage
+from highwater.metadata.records import MetadataRecord
+from highwater.metadata.snapshot import snapshot_values
+from highwater.rpc.channels import open_channel
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = ["EtcdController", "EtcdControllerSettings"]
+
+log = logging.getLogger(__name__)
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdControllerSettings:
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+    tick_interval_ms: int = 200
+    """How often the candidate reads etcd (and the active controller ticks)."""
+    push_timeout_s: float = 5.0
+    seed: int | None = None
+
+
+_CALLS: Mapping[str, Callable[[QuorumController, Any, int], Any]] = {
+    "RegisterBroker": lambda c, r, now: c.register_broker(r, now),
+    "BrokerHeartbeat": lambda c, r, now: c.broker_heartbeat(r, now),
+    "UnregisterBroker": lambda c, r, now: c.unregister_broker(r),
+    "AlterPartition": lambda c, r, now: c.alter_partition(r),
+    "CreateTopics": lambda c, r, now: c.create_topics(r),
+    "DeleteTopics": lambda c, r, now: c.delete_topics(r),
+    "CreatePartitions": lambda c, r, now: c.create_partitions(r),
+    "ElectLeaders": lambda c, r, now: c.elect_leaders(r),
+    "AlterPartitionReassignments": lambda c, r, now: c.alter_partition_reassignments(r),
+    "ListPartitionReassignments": lambda c, r, now: c.list_partition_reassignments(r),
+    "AlterConfigs": lambda c, r, now: c.alter_configs(r),
+    "DescribeConfigs": lambda c, r, now: c.describe_configs(r),
+    "AllocateProducerIds": lambda c, r, now: c.allocate_producer_ids(r),
+    "RegisterCoordinator": lambda c, r, now: c.register_coordinator(r, now),
+    "CoordinatorHeartbeat": lambda c, r, now: c.coordinator_heartbeat(r, now),
+    "UnregisterCoordinator": lambda c, r, now: c.unregister_coordinator(r),
+    "CreateAcls": lambda c, r, now: c.create_acls(r),
+    "DescribeAcls": lambda c, r, now: c.describe_acls(r),
+    "DeleteAcls": lambda c, r, now: c.delete_acls(r),
+    "AlterUserScramCredentials": lambda c, r, now: c.alter_user_scram_credentials(r),
+    "DescribeUserScramCredentials": lambda c, r, now: c.describe_user_scram_credentials(r),
+    "AlterClientQuotas": lambda c, r, now: c.alter_client_quotas(r),
+    "DescribeClientQuotas": lambda c, r, now: c.describe_client_quotas(r),
+}
+"""How each RPC runs on the controller: ``(controller, request, now_ms) -> result``."""
+
+assert set(_CALLS) == set(codec.RPCS)
+
+
+class _StateChanged(Exception):
+    """A write's compare failed: etcd's state is not what this controller last saw."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerClaim:
+    """The ``controller`` key's value."""
+
+    broker_id: int
+    address: str
+    epoch: int
+
+    def encode(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> ControllerClaim | None:
+        try:
+            fields = json.loads(value)
+            return cls(int(fields["broker_id"]), str(fields["address"]), int(fields["epoch"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+class EtcdController:
+    """A controller candidate over etcd (see the module docstring): ``await start()``,
+    ``await stop()``; serve :meth:`add_servicer` on the process's gRPC server."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        address: str,
+        connection: EtcdConnection,
+        space: KeySpace,
+        session: EtcdSession,
+        cluster_id: str,
+        settings: EtcdControllerSettings | None = None,
+        clock: Callable[[], int] = monotonic_ms,
+    ) -> None:
+        self.node_id = node_id
+        self.address = address
+        self.connection = connection
+        self.space = space
+        self.session = session
+        self.settings = settings = settings or EtcdControllerSettings()
+        self._clock = clock
+        config = dataclasses.replace(settings.controller, cluster_id=cluster_id)
+        seed = settings.seed if settings.seed is not None else random.SystemRandom().getrandbits(64)
+        self._image = MetadataImage.empty()
+        self.controller = QuorumController(lambda: self._image, config, seed=seed)
+        self.epoch: int | None = None
+        """The controller epoch this candidate is active in; None while not active."""
+        self.active_claim: ControllerClaim | None = None
+        """Who holds the ``controller`` key, as last read."""
+        self.inconsistency: InconsistentMetadataError | None = None
+        self.unreachable: EtcdUnavailableError | None = None
+        """The last failure to reach etcd, until it answers again."""
+        self._written: StateKeys = {}
+        self._revisions: dict[str, int] = {}
+        self._offset_revision = 0
+        self._known_revision = -1
+        self._live_brokers: set[int] = set()
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._pushed: dict[str, int] = {}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._push_tasks: dict[str, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+        session.add_listener(self._on_session)
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def is_active(self) -> bool:
+        return self.epoch is not None
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"etcd-controller-{self.node_id}")
+
+    async def stop(self) -> None:
+        """Stop campaigning; an active controller gives up its key (best effort)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for task in self._push_tasks.values():
+            task.cancel()
+        if self.epoch is not None:
+            with contextlib.suppress(EtcdUnavailableError):
+                await self.connection.txn(
+                    [Compare(self.space.controller_epoch, "value", str(self.epoch).encode())],
+                    [Delete(self.space.controller)],
+                )
+        self._step_down("stopping")
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+    async def wait_active(self, timeout_s: float = 30) -> None:
+        async with asyncio.timeout(timeout_s):
+            while not self.is_active:
+                await asyncio.sleep(0.02)
+
+    def _on_session(self, lease_id: int | None) -> None:
+        if lease_id is None:
+            self._step_down("the etcd session expired")
+        self._wake.set()
+
+    def _step_down(self, why: str) -> None:
+        if self.epoch is not None:
+            log.warning(
+                "node %d: no longer the controller (epoch %d): %s", self.node_id, self.epoch, why
+            )
+        self.epoch = None
+        self._known_revision = -1
+
+    # --- the candidate's loop -------------------------------------------------------------
+
+    async def _run(self) -> None:
+        interval_s = self.settings.tick_interval_ms / 1000
+        while True:
+            try:
+                await self._round()
+                self.unreachable = None
+            except EtcdUnavailableError as e:
+                if self.unreachable is None:
+                    log.warning("node %d: %s", self.node_id, e)
+                self.unreachable = e
+            except Exception:
+                log.exception("node %d: the etcd controller's round failed", self.node_id)
+            self._wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), interval_s)
+
+    async def _round(self) -> None:
+        if self.session.lease_id is None:
+            self._step_down("no etcd session")
+            _, claim = await self.connection.get(self.space.controller)
+            self.active_claim = ControllerClaim.decode(claim.value) if claim else None
+            return
+        revision, _ = await self.connection.get(self.space.controller_epoch)
+        if revision != self._known_revision or not self.is_active:
+            revision, keys = await self.connection.get_prefix(self.space.prefix)
+            await self._observe(revision, keys)
+        if self.is_active:
+            await self._serialized(self._tick)
+            self._push_all()
+
+    async def _observe(self, revision: int, keys: dict[str, KeyVersion]) -> None:
+        """What the whole prefix says: who is controller, which brokers live, the state."""
+        claim_kv = keys.get(self.space.controller)
+        claim = ControllerClaim.decode(claim_kv.value) if claim_kv is not None else None
+        self.active_claim = claim
+        epoch_kv = keys.get(self.space.controller_epoch)
+        self._live_brokers = {b for key in keys if (b := self.space.broker_id_of(key)) is not None}
+        if self.is_active:
+            if claim is None or claim.epoch != self.epoch or claim.broker_id != self.node_id:
+                self._step_down(f"the controller key now names {claim}")
+            else:
+                async with self._lock:
+                    # A read from before this controller's last write is stale, not a change.
+                    if revision >= self._offset_revision and self._state_changed(keys):
+                        self._load(keys)
+                self._expire_dead_brokers()
+                self._known_revision = revision
+                return
+        if claim is None:
+            await self._campaign(epoch_kv)
+
+    def _state_changed(self, keys: Mapping[str, KeyVersion]) -> bool:
+        state = {k: v.mod_revision for k, v in keys.items() if self.space.is_state(k)}
+        offset_kv = keys.get(self.space.metadata_offset)
+        offset_revision = offset_kv.mod_revision if offset_kv is not None else 0
+        return state != self._revisions or offset_revision != self._offset_revision
+
+    async def _campaign(self, epoch_kv: KeyVersion | None) -> None:
+        lease = self.session.lease_id
+        if lease is None:
+            return
+        current = int(epoch_kv.value) if epoch_kv is not None else 0
+        new_epoch = current + 1
+        claim = ControllerClaim(self.node_id, self.address, new_epoch)
+        result = await self.connection.txn(
+            [
+                Compare(self.space.controller, "create", 0),
+                Compare(
+                    self.space.controller_epoch,
+                    "mod",
+                    epoch_kv.mod_revision if epoch_kv is not None else 0,
+                ),
+            ],
+            [
+                Put(self.space.controller, claim.encode(), lease),
+                Put(self.space.controller_epoch, str(new_epoch).encode()),
+            ],
+        )
+        if not result.succeeded:
+            return
+        revision, keys = await self.connection.get_prefix(self.space.prefix)
+        async with self._lock:
+            self._load(keys)
+            self.epoch = new_epoch
+            self.active_claim = claim
+            self._live_brokers = {
+                b for key in keys if (b := self.space.broker_id_of(key)) is not None
+            }
+            self.controller.activate(self._clock())
+            self._pushed.clear()
+        self._expire_dead_brokers()
+        self._known_revision = revision
+        log.info(
+            "node %d: the controller of epoch %d, from metadata offset %d",
+            self.node_id,
+            new_epoch,
+            self._image.offset,
+        )
+
+    def _load(self, keys: Mapping[str, KeyVersion]) -> None:
+        """Take etcd's state as the image (or, if it is impossible, serve nothing)."""
+        offset_kv = keys.get(self.space.metadata_offset)
+        offset = int(offset_kv.value) if offset_kv is not None else -1
+        state = {k: v.value for k, v in keys.items() if self.space.is_state(k)}
+        self._revisions = {k: v.mod_revision for k, v in keys.items() if self.space.is_state(k)}
+        self._offset_revision = offset_kv.mod_revision if offset_kv is not None else 0
+        try:
+            image = image_from_keys(state, self.space, offset)
+        except InconsistentMetadataError as e:
+            if self.inconsistency is None or str(self.inconsistency) != str(e):
+                log.error("node %d: the metadata in etcd is inconsistent: %s", self.node_id, e)
+            self.inconsistency = e
+            return
+        if self.inconsistency is not None:
+            log.info("node %d: the metadata in etcd is consistent again", self.node_id)
+        self.inconsistency = None
+        self._image = image
+        self._written = image_keys(image, self.space)
+
+    def _expire_dead_brokers(self) -> None:
+        """A registered, unfenced broker without its leased key is gone: its session is
+        over now, and the next tick fences it."""
+        for broker_id, broker in self._image.brokers.items():
+            if not broker.fenced and broker_id not in self._live_brokers:
+                session = self.controller.heartbeats.session(broker_id)
+                if session is not None:
+                    session.last_contact_ms = -(2**62)
+
+    # --- writing -----------------------------------------------------------------------
+
+    async def _serialized(self, work: Callable[[], Any]) -> Any:
+        async with self._lock:
+            return await work()
+
+    async def _tick(self) -> None:
+        if not self.is_active or self.inconsistency is not None:
+            return
+        result = self.controller.tick(self._clock())
+        if result.records:
+            with contextlib.suppress(_StateChanged):
+                await self._append(result.records)
+
+    async def _append(self, records: list[MetadataRecord]) -> None:
+        """Write the image ``records`` make (see the module docstring); raises
+        :class:`_StateChanged` (and reads etcd again) if a compare failed, or
+        :class:`EtcdUnavailableError`."""
+        epoch = self.epoch
+        if epoch is None:
+            raise _StateChanged("not the controller")
+        parent = self._image
+        offset = parent.offset + len(records)
+        image = MetadataDelta(parent).replay_all(records).apply(offset, epoch)
+        keys = image_keys(image, self.space)
+        compares = [
+            Compare(self.space.controller_epoch, "value", str(epoch).encode()),
+            Compare(self.space.metadata_offset, "mod", self._offset_revision),
+        ]
+        ops: list[Put | Delete] = [Put(self.space.metadata_offset, str(offset).encode())]
+        for key, value in keys.items():
+            if self._written.get(key) != value:
+                compares.append(Compare(key, "mod", self._revisions.get(key, 0)))
+                if "/partitions/" in key:
+                    value = partition_state_value(value, epoch)
+                ops.append(Put(key, value))
+        for key in self._written.keys() - keys.keys():
+            compares.append(Compare(key, "mod", self._revisions.get(key, 0)))
+            ops.append(Delete(key))
+        try:
+            result = await self.connection.txn(compares, ops)
+        except EtcdUnavailableError:
+            self._known_revision = -1  # the outcome is unknown: read everything again
+            raise
+        if not result.succeeded:
+            self._known_revision = -1
+            self._wake.set()
+            raise _StateChanged(f"a compare failed writing offset {offset}")
+        for op in ops:
+            if isinstance(op, Put):
+                if op.key != self.space.metadata_offset:
+                    self._revisions[op.key] = result.revision
+            else:
+                self._revisions.pop(op.key, None)
+        self._offset_revision = result.revision
+        self._image = image
+        self._written = keys
+        self._push_all()
+
+    # --- requests ----------------------------------------------------------------------
+
+    async def call(self, rpc: ControllerRpc[Any, Any], request: Any) -> Message:
+        """Serve one request; the proto response."""
+        async with self._lock:
+            if not self.is_active:
+                return self._not_active(rpc)
+            if self.inconsistency is not None:
+                return rpc.error(
+                    ErrorCode.INVALID_REQUEST,
+                    f"the controller serves nothing from an inconsistent metadata store: "
+                    f"{self.inconsistency}",
+                )
+            result = _CALLS[rpc.name](self.controller, request, self._clock())
+            if result.records:
+                try:
+                    await self._append(list(result.records))
+                except _StateChanged:
+                    return rpc.not_controller(
+                        self.node_id, self.address, "the metadata changed in etcd: retry"
+                    )
+                except EtcdUnavailableError as e:
+                    return rpc.error(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"the metadata store {self.connection.address} is unreachable: {e}",
+                    )
+            return rpc.response_to_proto(result.response)
+
+    def _not_active(self, rpc: ControllerRpc[Any, Any]) -> Message:
+        if self.unreachable is not None:
+            return rpc.error(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"no controller: the metadata store {self.connection.address} is "
+                f"unreachable ({self.unreachable})",
+            )
+        claim = self.active_claim
+        if claim is not None and claim.broker_id != self.node_id:
+            return rpc.not_controller(claim.broker_id, claim.address)
+        return rpc.not_controller(None, None, "no controller elected yet")
+
+    async def serve(
+        self, rpc: ControllerRpc[Any, Any], message: Message, context: grpc.aio.ServicerContext
+    ) -> Message:
+        """One gRPC call: decode, run, answer (INVALID_ARGUMENT for a malformed request)."""
+        try:
+            request = rpc.request_from_proto(message)
+        except InvalidRequestError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            raise AssertionError("unreachable: abort raises") from e
+        return await self.call(rpc, request)
+
+    def add_servicer(self, server: grpc.aio.Server) -> None:
+        from highwater.internal.v1 import controller_pb2_grpc
+
+        controller_pb2_grpc.add_ControllerServicer_to_server(
+            ControllerServicer(self),  # type: ignore[arg-type]
+            server,
+        )
+
+    # --- pushes ------------------------------------------------------------------------
+
+    def _targets(self) -> list[str]:
+        image = self._image
+        addresses = []
+        for broker in image.brokers.values():
+            if broker.listeners:
+                endpoint = broker.listeners[0]
+                addresses.append(f"{endpoint.host}:{endpoint.port}")
+        for coordinator in image.cluster.coordinators.values():
+            if coordinator.listeners:
+                endpoint = coordinator.listeners[0]
+                addresses.append(f"{endpoint.host}:{endpoint.port}")
+        return addresses
+
+    def _push_all(self) -> None:
+        if not self.is_active or self.inconsistency is not None:
+            return
+        offset = self._image.offset
+        for address in self._targets():
+            if self._pushed.get(address) == offset:
+                continue
+            task = self._push_tasks.get(address)
+            if task is not None and not task.done():
+                continue  # the next round pushes what this one missed
+            self._push_tasks[address] = asyncio.create_task(self._push(address))
+
+    async def _push(self, address: str) -> None:
+        epoch, image = self.epoch, self._image
+        if epoch is None:
+            return
+        request = broker_metadata_pb2.UpdateMetadataRequest(
+            controller_id=self.node_id,
+            controller_epoch=epoch,
+            offset=image.offset,
+            records=snapshot_values(image),
+            controller_address=self.address,
+        )
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = open_channel(
+                address, max_message_bytes=256 * 1024 * 1024
+            )
+        try:
+            reply = await broker_metadata_pb2_grpc.BrokerMetadataStub(channel).UpdateMetadata(
+                request, timeout=self.settings.push_timeout_s
+            )
+        except grpc.aio.AioRpcError as e:
+            log.debug("node %d: pushing to %s failed: %s", self.node_id, address, e.code().name)
+            return
+        if reply.error == ErrorCode.STALE_CONTROLLER_EPOCH:
+            log.warning(
+                "node %d: %s refused our push: %s", self.node_id, address, reply.error_message
+            )
+            self._step_down("a broker knows a newer controller epoch")
+            return
+        if reply.error == ErrorCode.NONE:
+            self._pushed[address] = image.offset

@@ -1,0 +1,386 @@
+"""The etcd key layout of a cluster's metadata, and the codec between it and an image (pure).
+
+Every key lives under ``/highwater/<cluster>/`` (:attr:`KeySpace.prefix`), in the shape
+ZooKeeper-era Kafka gave its znodes::
+
+    cluster_id                                  the cluster's id (created once)
+    controller                                  {"broker_id", "address", "epoch"}, leased
+    controller_epoch                            "7": the fencing token of the controller
+    metadata_offset                             "1234": the image's offset (a counter)
+    brokers/ids/<id>                            {"listeners": [...]}, leased by the broker
+    brokers/registrations/<id>                  the broker's registration record
+    brokers/topics/<topic>                      {"topic_id", "partitions": {"0": [1, 2]}}
+    brokers/topics/<topic>/partitions/<p>/state {"leader", "leader_epoch", "isr",
+                                                 "partition_epoch", "controller_epoch"}
+    config/<topics|brokers|cluster>/<name>      {"retention.ms": "..."}
+    records/<NN>-<kind>/<digest>                any other record (coordinators, producer
+                                                ids, ACLs, SCRAM, quotas)
+
+The leased keys are liveness (a broker's ``brokers/ids``, the controller's claim); the rest
+is the state the active controller writes. :func:`image_keys` turns an image into the
+state keys (a canonical encoding: equal images, equal values), :func:`records_from_keys`
+reads them back into the records that recreate the image (the snapshot order of
+:mod:`highwater.metadata.snapshot`), refusing an impossible state with
+:class:`InconsistentMetadataError` naming the key: a partition leader outside the ISR, an
+ISR member outside the assignment, an assignment naming a broker never registered, a
+partition without its state key or a state key without its topic. Records other than
+registrations, topics, partitions and configs are kept as their protobuf JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from google.protobuf import json_format
+
+from highwater.errors import HighwaterError
+from highwater.internal.v1 import metadata_pb2
+from highwater.metadata.image import MetadataImage
+from highwater.metadata.records import (
+    ConfigRecord,
+    ConfigResourceType,
+    MetadataRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+    from_proto,
+    to_proto,
+)
+from highwater.metadata.snapshot import load_snapshot, snapshot_records
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = [
+    "InconsistentMetadataError",
+    "KeySpace",
+    "StateKeys",
+    "image_from_keys",
+    "image_keys",
+    "partition_state_value",
+    "records_from_keys",
+]
+
+
+class InconsistentMetadataError(HighwaterError):
+    """The keys in etcd describe an impossible state; ``key`` is the one at fault."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"etcd key {key}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
+_CONFIG_DIRS: Final[Mapping[ConfigResourceType, str]] = {
+    ConfigResourceType.TOPIC: "topics",
+    ConfigResourceType.BROKER: "brokers",
+    ConfigResourceType.STATIC_CLUSTER_DEFAULT: "cluster",
+}
+_CONFIG_TYPES: Final = {name: kind for kind, name in _CONFIG_DIRS.items()}
+_DEFAULT_NAME: Final = "<default>"
+"""The name of a resource whose name is empty (the cluster-wide broker defaults), as
+ZooKeeper-era Kafka's ``/config/brokers/<default>``."""
+
+_RECORD_ORDER: Final = (
+    "register_coordinator",
+    "producer_ids",
+    "coordinator_assignment",
+    "user_scram_credential",
+    "client_quota",
+    "access_control_entry",
+)
+"""The kinds kept under ``records/``, in the order a snapshot replays them."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpace:
+    """The keys of one cluster, under ``prefix`` (``/highwater/<cluster>/``)."""
+
+    prefix: str
+
+    @property
+    def cluster_id(self) -> str:
+        return self.prefix + "cluster_id"
+
+    @property
+    def controller(self) -> str:
+        return self.prefix + "controller"
+
+    @property
+    def controller_epoch(self) -> str:
+        return self.prefix + "controller_epoch"
+
+    @property
+    def metadata_offset(self) -> str:
+        return self.prefix + "metadata_offset"
+
+    @property
+    def broker_ids(self) -> str:
+        """The prefix of the brokers' leased keys."""
+        return self.prefix + "brokers/ids/"
+
+    def broker_id(self, broker_id: int) -> str:
+        return f"{self.broker_ids}{broker_id}"
+
+    def registration(self, broker_id: int) -> str:
+        return f"{self.prefix}brokers/registrations/{broker_id}"
+
+    def topic(self, name: str) -> str:
+        return f"{self.prefix}brokers/topics/{name}"
+
+    def partition_state(self, topic: str, partition: int) -> str:
+        return f"{self.prefix}brokers/topics/{topic}/partitions/{partition}/state"
+
+    def config(self, resource_type: ConfigResourceType, name: str) -> str:
+        return f"{self.prefix}config/{_CONFIG_DIRS[resource_type]}/{name or _DEFAULT_NAME}"
+
+    def record(self, kind: str, value: bytes) -> str:
+        rank = _RECORD_ORDER.index(kind)
+        digest = hashlib.sha1(value, usedforsecurity=False).hexdigest()
+        return f"{self.prefix}records/{rank:02d}-{kind}/{digest}"
+
+    def is_state(self, key: str) -> bool:
+        """Whether ``key`` is one the active controller writes (not a lease, not a
+        counter, not the election)."""
+        relative = key[len(self.prefix) :] if key.startswith(self.prefix) else ""
+        return relative.startswith(("brokers/registrations/", "brokers/topics/", "config/")) or (
+            relative.startswith("records/")
+        )
+
+    def broker_id_of(self, key: str) -> int | None:
+        """The broker id of a ``brokers/ids/<id>`` key; None for another key."""
+        if not key.startswith(self.broker_ids):
+            return None
+        tail = key[len(self.broker_ids) :]
+        return int(tail) if tail.isdigit() else None
+
+
+StateKeys = dict[str, bytes]
+"""State keys and their canonical values."""
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _record_json(record: MetadataRecord) -> bytes:
+    message = to_proto(record)
+    return json_format.MessageToJson(message, sort_keys=True, indent=None).encode()
+
+
+def partition_state_value(state: bytes, controller_epoch: int) -> bytes:
+    """A canonical partition state as written: stamped with the writer's controller epoch."""
+    fields = json.loads(state)
+    fields["controller_epoch"] = controller_epoch
+    return _json(fields)
+
+
+def image_keys(image: MetadataImage, space: KeySpace) -> StateKeys:
+    """The state keys of ``image`` (canonical values; partition states without the
+    controller epoch, which the writer stamps: :func:`partition_state_value`)."""
+    keys: StateKeys = {}
+    topic_names: dict[str, str] = {}
+    assignments: dict[str, dict[str, list[int]]] = {}
+    configs: dict[str, dict[str, str]] = {}
+    for record in snapshot_records(image):
+        if isinstance(record, RegisterBrokerRecord):
+            keys[space.registration(record.broker_id)] = _record_json(record)
+        elif isinstance(record, TopicRecord):
+            topic_names[record.topic_id] = record.name
+            assignments[record.name] = {}
+        elif isinstance(record, PartitionRecord):
+            name = topic_names[record.topic_id]
+            assignments[name][str(record.partition_id)] = list(record.replicas)
+            keys[space.partition_state(name, record.partition_id)] = _json(
+                {
+                    "leader": record.leader,
+                    "leader_epoch": record.leader_epoch,
+                    "isr": list(record.isr),
+                    "partition_epoch": record.partition_epoch,
+                    "adding_replicas": list(record.adding_replicas),
+                    "removing_replicas": list(record.removing_replicas),
+                }
+            )
+        elif isinstance(record, ConfigRecord):
+            if record.value is not None:
+                key = space.config(record.resource_type, record.resource_name)
+                configs.setdefault(key, {})[record.name] = record.value
+        else:
+            kind = to_proto(record).WhichOneof("record")
+            assert kind is not None
+            value = _record_json(record)
+            keys[space.record(kind, value)] = value
+    for topic_id, name in topic_names.items():
+        keys[space.topic(name)] = _json({"topic_id": topic_id, "partitions": assignments[name]})
+    for key, values in configs.items():
+        keys[key] = _json(values)
+    return keys
+
+
+def _load_json(key: str, value: bytes) -> Any:
+    try:
+        return json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InconsistentMetadataError(key, f"not JSON ({e})") from None
+
+
+def _broker_ids(key: str, value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in value
+    ):
+        raise InconsistentMetadataError(key, f"{what} must be a list of broker ids, not {value!r}")
+    if len(set(value)) != len(value):
+        raise InconsistentMetadataError(key, f"{what} names a broker twice: {value}")
+    return tuple(value)
+
+
+def _int(key: str, fields: Mapping[str, Any], name: str) -> int:
+    value = fields.get(name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InconsistentMetadataError(key, f"{name} must be an integer, not {value!r}")
+    return value
+
+
+def _record_from_json(key: str, value: bytes) -> MetadataRecord:
+    try:
+        message = json_format.Parse(value, metadata_pb2.MetadataRecord())
+        return from_proto(message)
+    except (json_format.ParseError, ValueError, KeyError, TypeError) as e:
+        raise InconsistentMetadataError(key, f"not a metadata record ({e})") from None
+
+
+def records_from_keys(keys: Mapping[str, bytes], space: KeySpace) -> list[MetadataRecord]:
+    """The records that recreate the image the state ``keys`` hold (other keys under the
+    prefix are ignored); :class:`InconsistentMetadataError` naming the key of an
+    impossible state."""
+    prefix = space.prefix
+    registrations: dict[int, MetadataRecord] = {}
+    topics: dict[str, tuple[str, Any]] = {}
+    states: dict[tuple[str, int], tuple[str, Any]] = {}
+    configs: list[ConfigRecord] = []
+    others: list[tuple[str, MetadataRecord]] = []
+    for key in sorted(keys):
+        if not key.startswith(prefix):
+            continue
+        value = keys[key]
+        parts = key[len(prefix) :].split("/")
+        if parts[:2] == ["brokers", "registrations"] and len(parts) == 3:
+            record = _record_from_json(key, value)
+            if not isinstance(record, RegisterBrokerRecord) or str(record.broker_id) != parts[2]:
+                raise InconsistentMetadataError(key, "not the registration of that broker")
+            registrations[record.broker_id] = record
+        elif parts[:2] == ["brokers", "topics"] and len(parts) == 3:
+            topics[parts[2]] = (key, _load_json(key, value))
+        elif parts[:2] == ["brokers", "topics"] and len(parts) == 6 and parts[5] == "state":
+            if parts[3] != "partitions" or not parts[4].isdigit():
+                raise InconsistentMetadataError(key, "not a partition state key")
+            states[(parts[2], int(parts[4]))] = (key, _load_json(key, value))
+        elif parts[0] == "config" and len(parts) == 3:
+            kind = _CONFIG_TYPES.get(parts[1])
+            fields = _load_json(key, value)
+            if kind is None or not isinstance(fields, dict):
+                raise InconsistentMetadataError(key, "not a config of topics, brokers or cluster")
+            name = "" if parts[2] == _DEFAULT_NAME else parts[2]
+            for config_name, config_value in sorted(fields.items()):
+                if not isinstance(config_value, str):
+                    raise InconsistentMetadataError(key, f"{config_name} must be a string")
+                configs.append(ConfigRecord(kind, name, config_name, config_value))
+        elif parts[0] == "records" and len(parts) == 3:
+            others.append((key, _record_from_json(key, value)))
+    records: list[MetadataRecord] = list(registrations.values())
+    records.extend(r for _, r in others if to_proto(r).WhichOneof("record") == _RECORD_ORDER[0])
+    for name, (key, fields) in sorted(topics.items()):
+        records.extend(_topic_records(space, name, key, fields, states, registrations))
+        records.extend(
+            c
+            for c in configs
+            if c.resource_type == ConfigResourceType.TOPIC and c.resource_name == name
+        )
+    for (name, partition), (key, _) in sorted(states.items()):
+        if name not in topics:
+            raise InconsistentMetadataError(
+                key, f"a partition state of topic {name}, which has no key"
+            )
+        assignment = topics[name][1].get("partitions", {})
+        if str(partition) not in assignment:
+            raise InconsistentMetadataError(key, f"topic {name} has no partition {partition}")
+    records.extend(
+        c
+        for c in configs
+        if c.resource_type != ConfigResourceType.TOPIC or c.resource_name not in topics
+    )
+    records.extend(r for _, r in others if to_proto(r).WhichOneof("record") != _RECORD_ORDER[0])
+    return records
+
+
+def _topic_records(
+    space: KeySpace,
+    name: str,
+    key: str,
+    fields: Any,
+    states: Mapping[tuple[str, int], tuple[str, Any]],
+    registrations: Mapping[int, MetadataRecord],
+) -> Iterable[MetadataRecord]:
+    if not isinstance(fields, dict) or not isinstance(fields.get("topic_id"), str):
+        raise InconsistentMetadataError(key, "a topic needs a topic_id and partitions")
+    assignment = fields.get("partitions")
+    if not isinstance(assignment, dict) or not assignment:
+        raise InconsistentMetadataError(key, 'a topic needs partitions: {"0": [broker ids]}')
+    if sorted(assignment) != sorted(str(p) for p in range(len(assignment))):
+        raise InconsistentMetadataError(
+            key, f"partitions must be numbered 0..{len(assignment) - 1}, not {sorted(assignment)}"
+        )
+    topic_id = fields["topic_id"]
+    yield TopicRecord(name=name, topic_id=topic_id)
+    for partition in range(len(assignment)):
+        replicas = _broker_ids(key, assignment[str(partition)], f"partition {partition}")
+        if not replicas:
+            raise InconsistentMetadataError(key, f"partition {partition} has no replicas")
+        for broker in replicas:
+            if broker not in registrations:
+                raise InconsistentMetadataError(
+                    key,
+                    f"partition {partition} is assigned to broker {broker}, which never "
+                    f"registered (no {space.registration(broker)})",
+                )
+        state_key = space.partition_state(name, partition)
+        if (name, partition) not in states:
+            raise InconsistentMetadataError(state_key, "missing: the partition has no state")
+        state = states[(name, partition)][1]
+        if not isinstance(state, dict):
+            raise InconsistentMetadataError(state_key, "a partition state must be an object")
+        leader = _int(state_key, state, "leader")
+        isr = _broker_ids(state_key, state.get("isr"), "isr")
+        for member in isr:
+            if member not in replicas:
+                raise InconsistentMetadataError(
+                    state_key, f"ISR member {member} is not a replica {list(replicas)}"
+                )
+        if leader != -1 and leader not in isr:
+            raise InconsistentMetadataError(
+                state_key, f"leader {leader} is not in the ISR {list(isr)}"
+            )
+        yield PartitionRecord(
+            topic_id=topic_id,
+            partition_id=partition,
+            replicas=replicas,
+            isr=isr,
+            leader=leader,
+            leader_epoch=_int(state_key, state, "leader_epoch"),
+            partition_epoch=_int(state_key, state, "partition_epoch"),
+            removing_replicas=_broker_ids(
+                state_key, state.get("removing_replicas", []), "removing_replicas"
+            ),
+            adding_replicas=_broker_ids(
+                state_key, state.get("adding_replicas", []), "adding_replicas"
+            ),
+        )
+
+
+def image_from_keys(keys: Mapping[str, bytes], space: KeySpace, offset: int) -> MetadataImage:
+    """The image the state ``keys`` hold, as of ``offset``."""
+    return load_snapshot(records_from_keys(keys, space), offset, 0)

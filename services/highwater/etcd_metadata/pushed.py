@@ -1,0 +1,106 @@
+"""``PushedMetadata``: the image a broker or coordinator is pushed by the etcd-mode controller.
+
+The node's image source in etcd mode, in place of the metadata log observer: it offers
+``image`` and ``add_listener`` as the observer does, so the rest of the node runs
+unchanged. The active controller sends the whole image (the records that recreate it)
+with its controller epoch and the image's offset (``BrokerMetadata.UpdateMetadata``);
+:meth:`PushedMetadata.accept` refuses a push from an older controller epoch than the
+newest accepted (STALE_CONTROLLER_EPOCH: a deposed controller that does not know it yet,
+ZooKeeper-era Kafka's controller epoch check) and ignores one that is not newer than the
+image it has.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import grpc.aio
+
+from highwater.internal.v1 import broker_metadata_pb2 as pb
+from highwater.internal.v1 import broker_metadata_pb2_grpc
+from highwater.metadata.image import MetadataImage
+from highwater.metadata.records import decode_record
+from highwater.metadata.snapshot import load_snapshot
+from highwater.v1.common_pb2 import ErrorCode
+
+__all__ = ["BROKER_METADATA_SERVICE_NAME", "PushedMetadata", "add_pushed_metadata_servicer"]
+
+log = logging.getLogger(__name__)
+
+BROKER_METADATA_SERVICE_NAME = "highwater.internal.v1.BrokerMetadata"
+
+
+class PushedMetadata:
+    """The latest image pushed by the active controller (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._image = MetadataImage.empty()
+        self._listeners: list[Callable[[MetadataImage], None]] = []
+        self.controller_id = -1
+        self.controller_epoch = -1
+        self.controller_address = ""
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image
+
+    def add_listener(self, listener: Callable[[MetadataImage], None]) -> None:
+        self._listeners.append(listener)
+
+    def accept(
+        self,
+        *,
+        controller_id: int,
+        controller_epoch: int,
+        offset: int,
+        values: Iterable[bytes],
+        controller_address: str = "",
+    ) -> tuple[int, str]:
+        """Take a push; ``(error code, message)``."""
+        if controller_epoch < self.controller_epoch:
+            return (
+                ErrorCode.STALE_CONTROLLER_EPOCH,
+                f"controller {controller_id} of epoch {controller_epoch} was deposed: "
+                f"controller {self.controller_id} of epoch {self.controller_epoch} is newer",
+            )
+        self.controller_id = controller_id
+        self.controller_epoch = controller_epoch
+        self.controller_address = controller_address
+        if offset <= self._image.offset:
+            return ErrorCode.NONE, ""
+        try:
+            image = load_snapshot((decode_record(v) for v in values), offset, controller_epoch)
+        except Exception as e:  # a push this node cannot replay is refused whole
+            log.exception("refused a metadata push at offset %d", offset)
+            return ErrorCode.INVALID_REQUEST, f"the pushed records do not replay: {e}"
+        self._image = image
+        for listener in self._listeners:
+            listener(image)
+        return ErrorCode.NONE, ""
+
+
+class BrokerMetadataServicer(broker_metadata_pb2_grpc.BrokerMetadataServicer):
+    """``highwater.internal.v1.BrokerMetadata`` over a :class:`PushedMetadata`."""
+
+    def __init__(self, pushed: PushedMetadata) -> None:
+        self._pushed = pushed
+
+    async def UpdateMetadata(
+        self, request: pb.UpdateMetadataRequest, context: Any
+    ) -> pb.UpdateMetadataResponse:
+        error, message = self._pushed.accept(
+            controller_id=request.controller_id,
+            controller_epoch=request.controller_epoch,
+            offset=request.offset,
+            values=request.records,
+            controller_address=request.controller_address,
+        )
+        return pb.UpdateMetadataResponse(error=error, error_message=message)  # type: ignore[arg-type]
+
+
+def add_pushed_metadata_servicer(server: grpc.aio.Server, pushed: PushedMetadata) -> None:
+    broker_metadata_pb2_grpc.add_BrokerMetadataServicer_to_server(
+        BrokerMetadataServicer(pushed), server
+    )

@@ -1,0 +1,219 @@
+"""A real etcd and ``highwater broker --metadata-store etcd://`` processes, for the etcd-mode tests.
+
+:class:`EtcdServer` runs one etcd member (Debian's ``etcd-server``, started the way
+bench/_etcd_peer.py starts its members) that a test can stop, start again on the same data
+directory, pause (SIGSTOP) and resume. :class:`EtcdBrokerProcess` is one broker in etcd mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from highwater.etcd_metadata.connection import EtcdConnection, KeyVersion
+from highwater.etcd_metadata.endpoints import parse_metadata_store
+from quorum_processes import free_ports
+
+
+@dataclass
+class EtcdServer:
+    """One etcd member on loopback: stop, start again, pause, resume."""
+
+    data_dir: Path
+    client_port: int = 0
+    peer_port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.client_port:
+            self.client_port, self.peer_port = free_ports(2)
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.data_dir / "etcd.log", "ab")  # noqa: SIM115 - closed in stop
+        client = f"http://127.0.0.1:{self.client_port}"
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        self.process = subprocess.Popen(
+            [
+                "etcd",
+                "--name",
+                "etcd0",
+                "--data-dir",
+                str(self.data_dir / "data"),
+                "--listen-client-urls",
+                client,
+                "--advertise-client-urls",
+                client,
+                "--listen-peer-urls",
+                peer,
+                "--initial-advertise-peer-urls",
+                peer,
+                "--initial-cluster",
+                f"etcd0={peer}",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.wait_healthy()
+
+    def wait_healthy(self, timeout_s: float = 30) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            result = subprocess.run(
+                ["etcdctl", "--endpoints", self.endpoint, "endpoint", "health"],
+                capture_output=True,
+                env=dict(os.environ, ETCDCTL_API="3"),
+                check=False,
+            )
+            if result.returncode == 0:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"etcd at {self.endpoint} did not become healthy")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def pause(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
+
+@dataclass
+class EtcdBrokerProcess:
+    """One ``highwater broker --metadata-store etcd://...`` process (``role``
+    ``"coordinator"``: a ``highwater coordinator`` in that mode)."""
+
+    node_id: int
+    port: int
+    store: str
+    data_dir: Path
+    session_timeout_ms: int = 2000
+    process: subprocess.Popen[bytes] | None = None
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir.parent / f"{self.role}-{self.node_id}.log"
+
+    role: str = "broker"
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in reap
+        role_args = (
+            [
+                "--data-dir",
+                str(self.data_dir),
+                "--etcd-session-timeout-ms",
+                str(self.session_timeout_ms),
+            ]
+            if self.role == "broker"
+            else ["--group-initial-rebalance-delay-ms", "0"]
+        )
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "highwater",
+                self.role,
+                "--node-id",
+                str(self.node_id),
+                "--listen",
+                self.address,
+                "--metadata-store",
+                self.store,
+                *role_args,
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+        self.reap()
+
+    def terminate(self, timeout_s: float = 30) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.reap()
+
+    def reap(self) -> None:
+        if self.process is not None:
+            self.process.wait()
+            self.process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+async def read_prefix(store: str) -> dict[str, KeyVersion]:
+    """Every key of the cluster at ``store`` (an ``etcd://`` address)."""
+    address = parse_metadata_store(store)
+    connection = EtcdConnection(address)
+    try:
+        _, keys = await connection.get_prefix(address.prefix)
+        return keys
+    finally:
+        await connection.close()
+
+
+async def put_key(store: str, key: str, value: bytes) -> None:
+    """Write one key by hand, as an operator with etcdctl would."""
+    from highwater.etcd_metadata.connection import Put
+
+    connection = EtcdConnection(parse_metadata_store(store))
+    try:
+        await connection.txn([], [Put(key, value)])
+    finally:
+        await connection.close()
+
+
+async def wait_for(predicate, timeout_s: float = 30, interval_s: float = 0.1):  # type: ignore[no-untyped-def]
+    """Poll the async ``predicate`` until it returns something truthy; that value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout_s} s: {predicate}")
+        await asyncio.sleep(interval_s)

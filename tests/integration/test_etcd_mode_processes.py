@@ -1,0 +1,376 @@
+"""The etcd metadata mode on real processes and a real etcd: the failover article's stories.
+
+One etcd and three ``highwater broker --metadata-store etcd://...`` processes (2 s
+sessions) serve the whole module; the tests run in order and each leaves the cluster
+working: data flows and ``cluster describe`` names the controller and the mode; a
+deposed controller's push is refused by its epoch; hand-edited impossible keys stop the
+controller, with errors naming the key, until they are fixed; with etcd stopped the
+brokers keep serving what they lead and admin calls fail clearly, and all recovers when
+etcd returns; etcd paused past the session TTL makes the controller step down and the
+brokers register again with new leases; killing the controller's broker makes another
+broker controller with a higher epoch. Bad start-up input (a wrong endpoint, a data
+directory of another cluster on the prefix) fails with an error naming the endpoint or key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from broker_processes import consume_all, metadata
+from click.testing import CliRunner
+from etcd_processes import (
+    EtcdBrokerProcess,
+    EtcdServer,
+    put_key,
+    read_prefix,
+    wait_for,
+)
+from highwater.cli.main import main
+from highwater.client.admin import AdminClient, AdminError, NewTopic
+from highwater.client.producer import AsyncProducer
+from highwater.internal.v1 import broker_metadata_pb2, broker_metadata_pb2_grpc
+from highwater.rpc.channels import open_channel
+from highwater.v1.common_pb2 import ErrorCode
+from quorum_processes import free_ports
+
+# A hang fails its test instead of the whole run.
+pytestmark = pytest.mark.timeout(300)
+
+CLUSTER = "stories"
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    server = EtcdServer(tmp_path_factory.mktemp("etcd"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def store(etcd: EtcdServer) -> str:
+    return f"etcd://{etcd.endpoint}/{CLUSTER}"
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    store: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[EtcdBrokerProcess]]:
+    """Three brokers and, last, a group coordinator (node 200)."""
+    root = tmp_path_factory.mktemp("brokers")
+    ports = free_ports(4)
+    processes = [
+        EtcdBrokerProcess(node_id, port, store, root / f"b{node_id}")
+        for node_id, port in zip((1, 2, 3), ports, strict=False)
+    ]
+    processes.append(EtcdBrokerProcess(200, ports[3], store, root / "c200", role="coordinator"))
+    for process in processes:
+        process.start()
+    yield processes
+    for process in reversed(processes):
+        process.terminate(timeout_s=15)
+
+
+@pytest.fixture(scope="module")
+def brokers(cluster: list[EtcdBrokerProcess]) -> list[EtcdBrokerProcess]:
+    return [p for p in cluster if p.role == "broker"]
+
+
+def bootstrap(brokers: list[EtcdBrokerProcess]) -> str:
+    return ",".join(b.address for b in brokers if b.process is not None)
+
+
+async def controller_claim(store: str) -> dict[str, int | str] | None:
+    keys = await read_prefix(store)
+    claim = keys.get(f"/highwater/{CLUSTER}/controller")
+    return json.loads(claim.value) if claim is not None else None
+
+
+async def create(
+    bootstrap_servers: str, name: str, timeout_s: float = 60, replication_factor: int = 3
+) -> None:
+    """Create a topic and wait until every bootstrap broker was pushed it, with leaders."""
+    async with AdminClient(bootstrap_servers, request_timeout_s=timeout_s) as admin:
+        results = await admin.create_topics([NewTopic(name, 3, replication_factor)])
+        results[name].raise_for_error()
+
+    async def everywhere() -> bool:
+        for address in bootstrap_servers.split(","):
+            reply = await metadata(address, name)
+            if reply is None or not reply.topics or reply.topics[0].error != ErrorCode.NONE:
+                return False
+            if any(p.leader_id < 0 for p in reply.topics[0].partitions):
+                return False
+        return True
+
+    await wait_for(everywhere, timeout_s=timeout_s)
+
+
+async def try_create(bootstrap_servers: str, name: str) -> AdminError | None:
+    try:
+        await create(bootstrap_servers, name, timeout_s=10)
+    except AdminError as e:
+        return e
+    return None
+
+
+_attempts = iter(range(10**6))
+
+
+async def refusal(brokers: list[EtcdBrokerProcess], key: str) -> AdminError | None:
+    """A topic creation's error once it names ``key`` (the controller reads etcd every
+    tick, so the first attempts after an edit may still succeed)."""
+    error = await try_create(bootstrap(brokers), f"attempt-{next(_attempts)}")
+    return error if error is not None and key in str(error) else None
+
+
+async def accepted(brokers: list[EtcdBrokerProcess]) -> bool:
+    """Whether a topic creation succeeds (once the controller read a fixed key again)."""
+    return await try_create(bootstrap(brokers), f"attempt-{next(_attempts)}") is None
+
+
+async def produce(bootstrap_servers: str, topic: str, values: list[bytes]) -> None:
+    """Write ``values`` to partition 0 with acks=all."""
+    async with AsyncProducer({"bootstrap.servers": bootstrap_servers, "acks": "all"}) as producer:
+        for value in values:
+            await producer.send(topic, value, partition=0)
+
+
+async def wait_cluster_ready(brokers: list[EtcdBrokerProcess]) -> None:
+    """Every broker registered and pushed an image naming all three as live."""
+
+    async def ready() -> bool:
+        async with AdminClient(bootstrap(brokers), request_timeout_s=5) as admin:
+            try:
+                description = await admin.describe_cluster()
+            except AdminError:
+                return False
+        return len(description.nodes) == 3 and description.controller_id is not None
+
+    await wait_for(ready, timeout_s=90, interval_s=0.25)
+
+
+def describe(bootstrap_server: str) -> str:
+    result = CliRunner().invoke(
+        main, ["cluster", "describe", "--bootstrap-server", bootstrap_server]
+    )
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+async def test_data_flows_and_describe_names_the_controller_and_the_mode(
+    brokers: list[EtcdBrokerProcess], store: str
+) -> None:
+    await wait_cluster_ready(brokers)
+    await create(bootstrap(brokers), "orders")
+    keys = await read_prefix(store)
+    state = json.loads(keys[f"/highwater/{CLUSTER}/brokers/topics/orders/partitions/0/state"].value)
+    assert sorted(state["isr"]) == [1, 2, 3] and state["leader"] in state["isr"]
+    assert state["controller_epoch"] >= 1
+    await produce(bootstrap(brokers), "orders", [b"a", b"b", b"c"])
+    assert await consume_all(bootstrap(brokers), "orders") == [b"a", b"b", b"c"]
+    claim = await controller_claim(store)
+    assert claim is not None
+    output = await asyncio.to_thread(describe, brokers[0].address)
+    assert f"ControllerId: {claim['broker_id']}" in output
+    assert "MetadataMode: etcd" in output
+
+
+async def test_a_coordinator_in_the_etcd_mode_serves_a_consumer_group(
+    brokers: list[EtcdBrokerProcess], cluster: list[EtcdBrokerProcess]
+) -> None:
+    async def coordinator_registered() -> bool:
+        reply = await metadata(brokers[0].address, "orders")
+        return reply is not None and [c.node_id for c in reply.coordinators] == [200]
+
+    await wait_for(coordinator_registered, timeout_s=90, interval_s=0.25)
+    args = [
+        "consume",
+        "--topic",
+        "orders",
+        "--group",
+        "readers",
+        "--from-beginning",
+        "--max-messages",
+        "3",
+        "--timeout-ms",
+        "60000",
+        "--bootstrap-server",
+        bootstrap(brokers),
+    ]
+    result = await asyncio.to_thread(CliRunner().invoke, main, args)
+    assert result.exit_code == 0, result.output
+    assert [line for line in result.output.splitlines() if len(line) == 1] == ["a", "b", "c"]
+    async with AdminClient(bootstrap(brokers)) as admin:
+        offsets = await admin.list_consumer_group_offsets("readers")
+    assert offsets[("orders", 0)].offset == 3
+
+
+async def test_a_deposed_controllers_push_is_refused_by_its_epoch(
+    brokers: list[EtcdBrokerProcess], store: str
+) -> None:
+    claim = await controller_claim(store)
+    assert claim is not None
+    stale = broker_metadata_pb2.UpdateMetadataRequest(
+        controller_id=99, controller_epoch=int(claim["epoch"]) - 1, offset=10**9, records=[]
+    )
+    async with open_channel(brokers[0].address) as channel:
+        reply = await broker_metadata_pb2_grpc.BrokerMetadataStub(channel).UpdateMetadata(stale)
+    assert reply.error == ErrorCode.STALE_CONTROLLER_EPOCH
+    async with AdminClient(brokers[0].address) as admin:
+        assert "orders" in [t.name for t in await admin.list_topics()]  # no empty image
+
+
+async def test_hand_edited_impossible_keys_are_refused_naming_the_key(
+    brokers: list[EtcdBrokerProcess], store: str
+) -> None:
+    prefix = f"/highwater/{CLUSTER}/brokers/topics/orders"
+    keys = await read_prefix(store)
+    state_key = f"{prefix}/partitions/0/state"
+    original_state = keys[state_key].value
+    original_topic = keys[prefix].value
+
+    state = json.loads(original_state)
+    state["leader"] = next(b for b in (1, 2, 3) if b not in state["isr"][:1])
+    state["isr"] = [b for b in state["isr"] if b != state["leader"]]
+    await put_key(store, state_key, json.dumps(state).encode())
+
+    error = await wait_for(lambda: refusal(brokers, state_key), timeout_s=30)
+    assert "is not in the ISR" in str(error)
+    await put_key(store, state_key, original_state)
+    await wait_for(lambda: accepted(brokers), timeout_s=30)
+
+    topic = json.loads(original_topic)
+    topic["partitions"]["1"] = [1, 2, 42]
+    await put_key(store, prefix, json.dumps(topic).encode())
+    error = await wait_for(lambda: refusal(brokers, prefix + ":"), timeout_s=30)
+    assert "broker 42, which never registered" in str(error)
+    await put_key(store, prefix, original_topic)
+    await wait_for(lambda: accepted(brokers), timeout_s=30)
+
+
+async def test_with_etcd_stopped_brokers_serve_admin_calls_fail_clearly_and_all_recovers(
+    brokers: list[EtcdBrokerProcess], store: str, etcd: EtcdServer
+) -> None:
+    before = await controller_claim(store)
+    assert before is not None
+    controller = next(b for b in brokers if b.node_id == before["broker_id"])
+    etcd.stop()
+    try:
+        await produce(bootstrap(brokers), "orders", [b"while-etcd-is-down"])
+        error = await wait_for(lambda: try_create(bootstrap(brokers), "no-store"), timeout_s=30)
+        assert "metadata store" in str(error) and "unreachable" in str(error)
+
+        async def stepped_down() -> bool:  # its session expired: no controller now
+            return "the etcd session expired" in controller.log_text()
+
+        await wait_for(stepped_down, timeout_s=30)
+        error = await try_create(bootstrap(brokers), "still-no-store")
+        assert error is not None and "no controller" in str(error), error
+    finally:
+        etcd.start()
+    await wait_for(lambda: accepted(brokers), timeout_s=60)
+    after = await controller_claim(store)
+    assert after is not None and int(after["epoch"]) > int(before["epoch"])
+    assert (await consume_all(bootstrap(brokers), "orders"))[-1] == b"while-etcd-is-down"
+
+
+async def test_etcd_paused_past_the_session_ttl_makes_the_controller_step_down(
+    brokers: list[EtcdBrokerProcess], store: str, etcd: EtcdServer
+) -> None:
+    keys = await read_prefix(store)
+    leases = {k: v.lease for k, v in keys.items() if "/brokers/ids/" in k}
+    assert len(leases) == 3
+    before = await controller_claim(store)
+    assert before is not None
+    old_controller = next(b for b in brokers if b.node_id == before["broker_id"])
+    etcd.pause()
+    try:
+        await asyncio.sleep(3.5)  # past the brokers' 2 s session TTL
+    finally:
+        etcd.resume()
+
+    async def reregistered() -> bool:
+        now = await read_prefix(store)
+        renewed = {k: v.lease for k, v in now.items() if "/brokers/ids/" in k}
+        claim = now.get(f"/highwater/{CLUSTER}/controller")
+        return (
+            renewed.keys() == leases.keys()
+            and all(renewed[k] != leases[k] for k in leases)
+            and claim is not None
+            and json.loads(claim.value)["epoch"] > before["epoch"]
+        )
+
+    await wait_for(reregistered, timeout_s=60)
+    assert "no longer the controller" in old_controller.log_text()
+    # A broker whose key was gone a moment was fenced; its heartbeats unfence it.
+    await wait_for(lambda: accepted(brokers), timeout_s=60)
+
+
+async def test_killing_the_controllers_broker_elects_another_with_a_higher_epoch(
+    brokers: list[EtcdBrokerProcess], store: str
+) -> None:
+    before = await controller_claim(store)
+    assert before is not None
+    victim = next(b for b in brokers if b.node_id == before["broker_id"])
+    victim.kill()
+
+    async def new_controller() -> dict[str, int | str] | None:
+        claim = await controller_claim(store)
+        return claim if claim is not None and claim["broker_id"] != victim.node_id else None
+
+    after = await wait_for(new_controller, timeout_s=30)
+    assert int(after["epoch"]) > int(before["epoch"])
+    survivor = next(b for b in brokers if b.process is not None)
+    await create(survivor.address, "after-the-kill", replication_factor=2)
+    output = await asyncio.to_thread(describe, survivor.address)
+    assert f"ControllerId: {after['broker_id']}" in output
+
+
+def test_a_wrong_etcd_endpoint_fails_naming_it(tmp_path: Path) -> None:
+    [port] = free_ports(1)
+    result = CliRunner().invoke(
+        main,
+        [
+            "broker",
+            "--node-id",
+            "7",
+            "--listen",
+            f"127.0.0.1:{free_ports(1)[0]}",
+            "--data-dir",
+            str(tmp_path),
+            "--metadata-store",
+            f"etcd://127.0.0.1:{port}",
+        ],
+    )
+    assert result.exit_code == 1
+    assert f"etcd at 127.0.0.1:{port} did not answer" in result.output
+
+
+def test_a_data_directory_of_another_cluster_is_refused_naming_the_key(
+    store: str, tmp_path: Path, brokers: list[EtcdBrokerProcess]
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "meta.properties").write_text("version=1\ncluster.id=another-cluster\nnode.id=8\n")
+    result = CliRunner().invoke(
+        main,
+        [
+            "broker",
+            "--node-id",
+            "8",
+            "--listen",
+            f"127.0.0.1:{free_ports(1)[0]}",
+            "--data-dir",
+            str(tmp_path),
+            "--metadata-store",
+            store,
+        ],
+    )
+    assert result.exit_code == 1
+    assert f"etcd key /highwater/{CLUSTER}/cluster_id" in result.output
+    assert "another-cluster" in result.output
