@@ -463,6 +463,7 @@ class Simulation:
         }
         self.log_config = LogConfig(
             segment_bytes=self.scenario.segment_bytes,
+            index_interval_bytes=512,
             min_insync_replicas=self.scenario.min_insync_replicas,
             unclean_leader_election_enable=self.scenario.unclean,
         )
@@ -1199,6 +1200,10 @@ class Simulation:
         try:
             if reply.error != ErrorCode.NONE:
                 delay = 20
+                self._note(
+                    f"{broker.name} p{reply.partition}: fetch at {reply.fetch_offset} refused: "
+                    f"{ErrorCode.Name(reply.error)}"
+                )
             elif reply.diverging is not None:
                 before = partition.log_end_offset
                 run_sync(partition.truncate_to_diverging_epoch(reply.diverging))

@@ -136,6 +136,11 @@ class Partition:
         state = self.leader_state
         if state is None or state.leader_epoch != registration.leader_epoch:
             log_end = self.log.log_end_offset
+            # The new epoch starts here, before any record of it is appended (Kafka's
+            # makeLeader): a follower whose last epoch is newer than every epoch of this
+            # log (it followed a leader this replica never heard from) is then answered
+            # with where that epoch's predecessor ends here, not OFFSET_OUT_OF_RANGE.
+            self.log.leader_epoch_cache.assign(registration.leader_epoch, log_end)
             self.leader_state = LeaderReplicationState(
                 self.broker_id,
                 registration.replicas,
