@@ -82,7 +82,7 @@ RPC_TIMEOUT_MS = 300
 PRODUCE_TIMEOUT_MS = 1500
 FETCH_MAX_BYTES = 16 * 1024
 
-APPLY_BEFORE_REGISTRATION = [False]
+APPLY_BEFORE_REGISTRATION = False
 """Mutation switch: a restarted broker takes the roles of its replayed metadata before its
 new registration is in it (see :meth:`Simulation._apply_image`)."""
 
@@ -475,6 +475,7 @@ class Simulation:
         """partition -> base offset -> (last offset, leader epoch, crc) of every batch seen
         below a high watermark."""
         self.verified: dict[tuple[str, int], int] = {}
+        """(broker, partition) -> the end of the committed batches the replica holds."""
         self.unclean_elections = 0
         self.power_lost: set[str] = set()
 
@@ -987,7 +988,7 @@ class Simulation:
         """
         registration = broker.image.brokers.get(broker.broker_id)
         registered = registration is not None and registration.broker_epoch == broker.broker_epoch
-        if not registered and not APPLY_BEFORE_REGISTRATION[0]:
+        if not registered and not APPLY_BEFORE_REGISTRATION:
             return
         assert broker.manager is not None
         before = {
@@ -1484,29 +1485,36 @@ class Simulation:
             self._check_below_high_watermark(broker, partition)
 
     def _check_below_high_watermark(self, broker: BrokerProcess, partition: Partition) -> None:
-        """Every replica holds the same batches below its high watermark."""
+        """Every replica holds the same batches below its high watermark, and a replica
+        never truncates a batch it holds that is committed (below some replica's high
+        watermark): truncation by leader epoch only cuts what diverges from the leader,
+        and the leader holds everything committed."""
         index = partition.topic_partition.partition
         key = (broker.name, index)
-        verified = min(self.verified.get(key, 0), partition.log_end_offset)
+        held = self.verified.get(key, 0)
+        log_end = partition.log_end_offset
+        if log_end < held and not self.scenario.unclean:
+            self._fail(
+                f"{broker.name} p{index}: its log was cut to {log_end}, below committed "
+                f"batches it held (up to {held})"
+            )
         high_watermark = partition.high_watermark
-        if high_watermark <= verified:
-            self.verified[key] = verified
-            return
         committed = self.committed.setdefault(index, {})
-        for _, _, header in partition.log.iter_batches(verified):
-            if header.base_offset >= high_watermark:
-                break
-            if header.last_offset < verified:
+        for _, _, header in partition.log.iter_batches(min(held, log_end)):
+            if header.last_offset < held:
                 continue
             mine = (header.last_offset, header.partition_leader_epoch, header.crc)
-            known = committed.setdefault(header.base_offset, mine)
-            if known != mine and not self.scenario.unclean:
-                self._fail(
-                    f"{broker.name} p{index}: batch at {header.base_offset} is {mine} below the "
-                    f"high watermark {high_watermark}; another replica had {known} there"
-                )
-            verified = header.last_offset + 1
-        self.verified[key] = verified
+            if header.base_offset < high_watermark:
+                known = committed.setdefault(header.base_offset, mine)
+                if known != mine and not self.scenario.unclean:
+                    self._fail(
+                        f"{broker.name} p{index}: batch at {header.base_offset} is {mine} below "
+                        f"the high watermark {high_watermark}; another replica had {known} there"
+                    )
+            elif committed.get(header.base_offset) != mine:
+                break
+            held = header.last_offset + 1
+        self.verified[key] = held
 
     def _check_leader_complete(self, broker: BrokerProcess, partition: Partition) -> None:
         """A new leader (clean election) holds every batch ever below a high watermark:
