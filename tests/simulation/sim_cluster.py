@@ -675,7 +675,14 @@ class Simulation:
 
     def _recovering(self, broker: BrokerProcess) -> bool:
         """Whether another broker lost unflushed writes and has not yet caught up since:
-        it is not back in the ISR of each of its partitions, at the leader's log end."""
+        it is not back in the ISR of each of its partitions, at the leader's log end; or
+        whether ``broker`` leads a partition whose ISR is itself alone (the last replica
+        in sync: its unflushed writes are the only copy, and Kafka does not promise them)."""
+        if broker.manager is not None:
+            for partition in broker.manager:
+                state = partition.leader_state
+                if state is not None and len(state.isr) < 2:
+                    return True
         for other in self.brokers.values():
             if other is broker or other.name not in self.power_lost:
                 continue
