@@ -183,6 +183,16 @@ chaos: venv chaos-deps
 	$(BIN)/python -m highwater.chaos campaign --seeds $(CHAOS_SEEDS) --duration $(CHAOS_DURATION) \
 		--faults $(CHAOS_FAULTS) --out $(CHAOS_OUT)
 
+# The whole-cluster deterministic simulation (tests/simulation, docs/simulation.md): SEEDS
+# schedules from FIRST_SEED, in one process, with their throughput and every failing seed;
+# `python -m tests.simulation --seed N --trace --shrink` replays and shrinks one.
+SEEDS ?= 100
+FIRST_SEED ?= 0
+.PHONY: simulate
+simulate: venv
+	PYTHONPATH=services:tests/support $(BIN)/python -m tests.simulation --seeds $(SEEDS) \
+		--first-seed $(FIRST_SEED)
+
 # Node.js (the machine's, else Debian's) and the npm packages of the Node.js example client
 # (examples/node: @grpc/grpc-js, @grpc/proto-loader, grpc-health-check), which tests run.
 .PHONY: node-deps

@@ -136,6 +136,11 @@ class Partition:
         state = self.leader_state
         if state is None or state.leader_epoch != registration.leader_epoch:
             log_end = self.log.log_end_offset
+            # The new epoch starts here, before any record of it is appended (Kafka's
+            # makeLeader): a follower whose last epoch is newer than every epoch of this
+            # log (it followed a leader this replica never heard from) is then answered
+            # with where that epoch's predecessor ends here, not OFFSET_OUT_OF_RANGE.
+            self.log.leader_epoch_cache.assign(registration.leader_epoch, log_end)
             self.leader_state = LeaderReplicationState(
                 self.broker_id,
                 registration.replicas,
@@ -160,7 +165,13 @@ class Partition:
 
     def _follow(self, registration: PartitionRegistration) -> None:
         """Follow ``registration``'s leader: a follower state from the log's offsets when
-        this replica was not following, else the state learns the new leader and epoch."""
+        this replica was not following, else the state learns the new leader and epoch.
+
+        An epoch this replica led without appending in it starts at the log end and holds
+        nothing: it is forgotten, so that the fetches name the epoch of the last batch (a
+        leader that never had the empty epoch would answer with a diverging epoch ending
+        at this very log end, again and again)."""
+        self.log.leader_epoch_cache.truncate_from_end(self.log.log_end_offset)
         state = self.follower_state
         if state is None:
             self.follower_state = FollowerReplicationState(

@@ -1,0 +1,1710 @@
+"""The whole cluster in one process: controllers, brokers and clients over simulated time.
+
+Real code, composed: three controllers are :class:`~highwater.raft.node.RaftNode` voters
+whose active member runs the :class:`~highwater.controller.quorum_controller.QuorumController`
+(requests in, metadata records out, committed through Raft); each broker is a Raft
+observer of the metadata log, replays it into a
+:class:`~highwater.metadata.image.MetadataImage`, and hands the image to a real
+:class:`~highwater.broker.partitions.PartitionManager` over a real
+:class:`~highwater.storage.log_manager.LogManager` (segments, indexes, leader-epoch
+cache, checkpoints, recovery) on a :class:`~sim_disk.SimDisk`. Leader and follower
+replication is the broker's :class:`~highwater.broker.partitions.Partition` (the pure
+:mod:`highwater.broker.replication` state inside). What the simulation writes itself is
+the glue the service edge does with gRPC and asyncio: the replica fetcher's loop (one
+fetch per followed partition at a time), the produce purgatory, the AlterPartition
+sender, the heartbeat and registration loops, and the clients (acks=all producers and
+consumers reading up to the high watermark).
+
+Simulated: the clock (one integer of milliseconds), the network (per-message delay,
+loss, duplication, reordering, partitions, one-way partitions), processes (crash and
+restart, pauses) and disks (:mod:`sim_disk`: unflushed bytes lost on a crash, torn
+tails, a full disk that tears a write). Everything random comes from the seed.
+
+The checks run after every event (:meth:`Simulation._check_broker`) and at the end,
+where the history of the clients (the chaos harness's format, :mod:`highwater.chaos.history`)
+goes through the chaos checker (:func:`highwater.chaos.checker.check`) as the oracle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import logging
+import random
+import tempfile
+from collections import Counter, deque
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+from highwater.broker.partitions import Partition, PartitionError, PartitionManager
+from highwater.broker.replication import EpochEndOffset
+from highwater.chaos.checker import check
+from highwater.chaos.history import Op
+from highwater.config.topic import LogConfig
+from highwater.controller.config import ControllerConfig
+from highwater.controller.quorum_controller import QuorumController
+from highwater.controller.results import ControllerApiError, ControllerResult
+from highwater.controller_api import messages as m
+from highwater.errors import HighwaterError
+from highwater.metadata.delta import MetadataDelta
+from highwater.metadata.image import MetadataImage
+from highwater.metadata.records import MetadataRecord, decode_record, encode_record
+from highwater.raft.log import InMemoryRaftLog
+from highwater.raft.messages import RaftMessage, is_request
+from highwater.raft.node import NotLeaderError, RaftConfig, RaftNode
+from highwater.raft.snapshot import InMemorySnapshotStore
+from highwater.raft.state import ElectionState
+from highwater.records import SimpleRecord, build_batch, iter_batches
+from highwater.storage.log_manager import LogManager
+from highwater.storage.topic_partition import TopicPartition
+from highwater.v1.common_pb2 import ErrorCode
+from sim_disk import SimDisk, intercept_segment_writes
+
+CLUSTER_ID = "sim-cluster"
+TOPIC = "events"
+BASE_TIME_MS = 1_700_000_000_000
+"""Simulated time 0 as a wall-clock timestamp (record timestamps must look current)."""
+TICK_MS = 20
+SIM_CONFIG = RaftConfig(
+    election_timeout_ms=100,
+    election_backoff_max_ms=100,
+    fetch_timeout_ms=200,
+    fetch_max_wait_ms=40,
+    high_watermark_linger_ms=1,
+    request_timeout_ms=80,
+    retry_backoff_ms=5,
+)
+"""The Raft simulation's timings (tests/raft/simulation.py): Kafka's scaled down 10x."""
+FETCH_TIMEOUT_MS = 200
+RPC_TIMEOUT_MS = 300
+PRODUCE_TIMEOUT_MS = 1500
+FETCH_MAX_BYTES = 16 * 1024
+
+APPLY_BEFORE_REGISTRATION = False
+"""Mutation switch: a restarted broker takes the roles of its replayed metadata before its
+new registration is in it (see :meth:`Simulation._apply_image`)."""
+
+CONTROLLER_CONFIG = ControllerConfig(
+    broker_session_timeout_ms=900,
+    broker_heartbeat_interval_ms=100,
+    auto_leader_rebalance_enable=False,
+)
+"""Kafka's defaults with the session ten times shorter, like the Raft timings."""
+
+
+class SimulationFailure(AssertionError):
+    """An invariant broke (or the cluster did not converge): names the seed, the faults
+    and the last events."""
+
+    def __init__(
+        self, seed: int, reason: str, trace: Sequence[str], faults: Sequence[Fault]
+    ) -> None:
+        self.seed = seed
+        self.reason = reason
+        self.faults = tuple(faults)
+        tail = "\n".join(trace[-60:])
+        plan = "\n".join(f"  {f}" for f in faults) or "  (none)"
+        super().__init__(
+            f"seed {seed}: {reason}\n"
+            f"reproduce: python -m tests.simulation --seed {seed} --trace\n"
+            f"faults:\n{plan}\nlast events:\n{tail}"
+        )
+
+
+# --- The schedule ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault of the schedule: ``kind`` hits ``target`` at ``at_ms`` for ``duration_ms``."""
+
+    at_ms: int
+    kind: str
+    """``crash`` (brokers or a controller; ``detail`` says how: ``kill``, the process dies
+    and the page cache keeps what it wrote; ``power``, a power loss: what was not flushed
+    is lost; ``torn``, a power loss that keeps a random part of it), ``pause``,
+    ``partition`` (the targets cut off both ways), ``one-way`` (the targets' outgoing
+    messages lost), ``disk-full`` (a broker's)."""
+    target: tuple[str, ...]
+    duration_ms: int
+    detail: str = ""
+
+    def __str__(self) -> str:
+        extra = f" {self.detail}" if self.detail else ""
+        targets = ",".join(self.target)
+        return f"{self.at_ms:>6} ms {self.kind} {targets} for {self.duration_ms} ms{extra}"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What one schedule exercises; :meth:`from_seed` picks it from the seed."""
+
+    brokers: int = 3
+    partitions: int = 2
+    replication_factor: int = 3
+    min_insync_replicas: int = 2
+    producers: int = 2
+    consumers: int = 1
+    unclean: bool = False
+    chaos_ms: int = 12_000
+    converge_ms: int = 30_000
+    drop_rate: float = 0.01
+    duplicate_rate: float = 0.01
+    max_delay_ms: int = 5
+    produce_interval_ms: int = 20
+    flush_interval_ms: int = 100
+    segment_bytes: int = 1 << 30
+    replica_lag_time_max_ms: int = 600
+    faults: tuple[Fault, ...] | None = None
+    """None: planned from the seed; a tuple (a shrunk schedule): exactly these."""
+    fault_count: int = 6
+
+    @classmethod
+    def from_seed(cls, seed: int, **overrides: Any) -> Scenario:
+        rng = random.Random(f"scenario-{seed}")
+        brokers = rng.choice((3, 4, 5))
+        scenario = cls(
+            brokers=brokers,
+            partitions=rng.choice((1, 2, 3)),
+            replication_factor=3,
+            min_insync_replicas=2,
+            producers=rng.choice((1, 2, 3)),
+            consumers=rng.choice((0, 1)),
+            unclean=rng.random() < 0.1,
+            drop_rate=rng.choice((0.0, 0.01, 0.05)),
+            duplicate_rate=rng.choice((0.0, 0.01, 0.05)),
+            max_delay_ms=rng.choice((2, 5, 20)),
+            produce_interval_ms=rng.choice((10, 20, 50)),
+            flush_interval_ms=rng.choice((50, 200, 1000)),
+            segment_bytes=rng.choice((2048, 16 * 1024, 1 << 30)),
+            fault_count=rng.randint(2, 10),
+        )
+        return replace(scenario, **overrides)
+
+
+def plan_faults(seed: int, scenario: Scenario) -> tuple[Fault, ...]:
+    """The faults of ``seed``'s schedule (a random source of their own, so that dropping
+    one while shrinking leaves the others as they were)."""
+    if scenario.faults is not None:
+        return scenario.faults
+    rng = random.Random(f"faults-{seed}")
+    brokers = [f"b{i}" for i in range(1, scenario.brokers + 1)]
+    controllers = ["c1", "c2", "c3"]
+    kinds = ["crash", "crash", "pause", "partition", "one-way", "disk-full", "controller"]
+    kinds += ["outage"] if rng.random() < 0.3 else []
+    faults = []
+    for _ in range(scenario.fault_count):
+        kind = rng.choice(kinds)
+        at = rng.randrange(1000, scenario.chaos_ms - 500)
+        duration = rng.randint(100, 3000)
+        if kind == "crash":
+            mode = rng.choice(("kill", "power", "torn"))
+            faults.append(Fault(at, "crash", (rng.choice(brokers),), duration, mode))
+        elif kind == "controller":
+            target = rng.choice([*controllers, "active"])
+            faults.append(Fault(at, "crash", (target,), duration, "power"))
+        elif kind == "pause":
+            faults.append(Fault(at, "pause", (rng.choice(brokers + controllers),), duration))
+        elif kind in ("partition", "one-way"):
+            group = rng.sample(brokers + controllers, rng.randint(1, 2))
+            faults.append(Fault(at, kind, tuple(sorted(group)), duration))
+        elif kind == "disk-full":
+            faults.append(Fault(at, "disk-full", (rng.choice(brokers),), duration))
+        elif kind == "outage":
+            faults.append(Fault(at, "crash", tuple(brokers), duration, "kill"))
+    return tuple(sorted(faults, key=lambda f: (f.at_ms, f.kind, f.target)))
+
+
+# --- Messages between processes ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ControllerCall:
+    kind: str  # register, heartbeat, alter_partition, create_topics
+    corr: int
+    body: Any
+
+
+@dataclass(frozen=True)
+class ControllerReply:
+    kind: str
+    corr: int
+    body: Any
+
+
+@dataclass(frozen=True)
+class Fetch:
+    partition: int
+    replica_id: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True)
+class FetchReply:
+    partition: int
+    leader_epoch: int
+    fetch_offset: int
+    error: int
+    records: bytes = b""
+    diverging: EpochEndOffset | None = None
+    high_watermark: int = 0
+
+
+@dataclass(frozen=True)
+class Produce:
+    partition: int
+    corr: int
+    value: str
+
+
+@dataclass(frozen=True)
+class ProduceReply:
+    partition: int
+    corr: int
+    error: int
+    offset: int = -1
+    leader_hint: int = -1
+
+
+@dataclass(frozen=True)
+class ConsumerFetch:
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class ConsumerFetchReply:
+    partition: int
+    offset: int
+    error: int
+    records: bytes = b""
+    leader_hint: int = -1
+
+
+# --- Processes ---------------------------------------------------------------------------
+
+
+@dataclass
+class Process:
+    name: str
+    alive: bool = False
+    incarnation: int = 0
+    paused_until: int = 0
+
+
+@dataclass
+class RaftMember(Process):
+    """The Raft replica of a controller (voter) or broker (observer) of the metadata log."""
+
+    raft_id: int = 0
+    raft_log: InMemoryRaftLog = field(default_factory=InMemoryRaftLog)
+    snapshots: InMemorySnapshotStore = field(default_factory=InMemorySnapshotStore)
+    persisted: ElectionState | None = None
+    node: RaftNode | None = None
+    flush_pending: bool = False
+
+
+@dataclass
+class ControllerProcess(RaftMember):
+    controller: QuorumController | None = None
+    image: MetadataImage = field(default_factory=MetadataImage.empty)
+    epoch_start: int = -1
+    replies: list[tuple[int, str, ControllerReply]] = field(default_factory=list)
+
+
+class SimLogManager(LogManager):
+    """The real log manager, but truncation checkpoints on the caller's thread (the
+    simulation has no worker threads) and tells the disk that truncated bytes are gone."""
+
+    disk: SimDisk
+
+    async def truncate_to(self, tp: TopicPartition, offset: int) -> bool:
+        partition_log = self.logs[tp]
+        truncated = partition_log.truncate_to(offset)
+        if truncated:
+            self._checkpoint_after_truncation(tp, partition_log.log_end_offset)
+            self.disk.truncated(partition_log.directory)
+        return truncated
+
+
+@dataclass
+class Waiting:
+    """An acks=all produce in the purgatory."""
+
+    partition: int
+    required_offset: int
+    first_offset: int
+    producer: str
+    corr: int
+    deadline_ms: int
+
+
+@dataclass
+class BrokerProcess(RaftMember):
+    broker_id: int = 0
+    disk: SimDisk | None = None
+    log_manager: SimLogManager | None = None
+    manager: PartitionManager | None = None
+    image: MetadataImage = field(default_factory=MetadataImage.empty)
+    applied: int = 0
+    broker_epoch: int = -1
+    registering_since: int = -1
+    purgatory: list[Waiting] = field(default_factory=list)
+    fetching: dict[int, int] = field(default_factory=dict)
+    """partition -> when its outstanding fetch was sent."""
+    next_fetch: dict[int, int] = field(default_factory=dict)
+    alter_sent: dict[int, int] = field(default_factory=dict)
+    """partition -> when its pending ISR proposal was last sent."""
+    heartbeat_sent: int = -1_000_000
+
+
+@dataclass
+class Client(Process):
+    leaders: dict[int, str] = field(default_factory=dict)
+    in_flight: dict[int, tuple[int, str, int]] = field(default_factory=dict)
+    """partition -> (corr, value, deadline)."""
+    sequence: int = 0
+    positions: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class SimulationResult:
+    seed: int
+    scenario: Scenario
+    faults: tuple[Fault, ...]
+    events: int
+    simulated_ms: int
+    acknowledged: int
+    attempted: int
+    reads: int
+    elections: int
+    torn_writes: int
+    expected_loss: int
+    messages: Counter[str]
+
+    def summary(self) -> str:
+        loss = (
+            f", {self.expected_loss} lost as unclean elections allow" if self.expected_loss else ""
+        )
+        return (
+            f"seed {self.seed}: {self.scenario.brokers} brokers, {self.scenario.partitions} "
+            f"partitions, {len(self.faults)} faults, {self.events} events, "
+            f"{self.simulated_ms} ms simulated, {self.attempted} writes, {self.acknowledged} "
+            f"acknowledged, {self.reads} reads, {self.elections} partition leader epochs, "
+            f"{self.torn_writes} torn writes{loss}"
+        )
+
+
+def run_sync(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Run a coroutine that never suspends (the simulation's log manager awaits nothing)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("a coroutine the simulation runs suspended")
+
+
+# --- The simulation ----------------------------------------------------------------------
+
+
+class Simulation:
+    """One seeded schedule; :meth:`run` returns a result or raises :class:`SimulationFailure`."""
+
+    def __init__(self, seed: int, scenario: Scenario | None = None, *, trace: bool = False) -> None:
+        self.seed = seed
+        self.scenario = scenario or Scenario.from_seed(seed)
+        self.faults = plan_faults(seed, self.scenario)
+        self.rng = random.Random(seed)
+        self.print_trace = trace
+        self.now_ms = 0
+        self._queue: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._seq = 0
+        self.events = 0
+        self.trace: deque[str] = deque(maxlen=300)
+        self.messages: Counter[str] = Counter()
+        self.blocked: set[tuple[str, str]] = set()
+        self.chaos = True
+        self.history: list[Op] = []
+        self.corr = 0
+        self.voters = frozenset({1, 2, 3})
+        self.controllers = {f"c{i}": ControllerProcess(f"c{i}", raft_id=i) for i in (1, 2, 3)}
+        self._tmp = tempfile.TemporaryDirectory(
+            prefix=f"highwater-sim-{seed}-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None
+        )
+        root = Path(self._tmp.name)
+        self.brokers = {
+            f"b{i}": BrokerProcess(
+                f"b{i}",
+                raft_id=100 + i,
+                broker_id=i,
+                disk=SimDisk(root / f"broker-{i}", random.Random(f"disk-{seed}-{i}")),
+            )
+            for i in range(1, self.scenario.brokers + 1)
+        }
+        self.producers = {
+            f"producer-{i}": Client(f"producer-{i}") for i in range(self.scenario.producers)
+        }
+        self.consumers = {
+            f"consumer-{i}": Client(f"consumer-{i}") for i in range(self.scenario.consumers)
+        }
+        self.processes: dict[str, Process] = {
+            **self.controllers,
+            **self.brokers,
+            **self.producers,
+            **self.consumers,
+        }
+        self.raft_names = {
+            p.raft_id: p.name for p in (*self.controllers.values(), *self.brokers.values())
+        }
+        self.log_config = LogConfig(
+            segment_bytes=self.scenario.segment_bytes,
+            index_interval_bytes=512,
+            min_insync_replicas=self.scenario.min_insync_replicas,
+            unclean_leader_election_enable=self.scenario.unclean,
+        )
+        # What the checks remember.
+        self.epoch_leaders: dict[tuple[int, int], str] = {}
+        self.leader_hw: dict[tuple[str, int, int, int], int] = {}
+        """(broker, incarnation, partition, leader epoch) -> the HW last seen there."""
+        self.committed: dict[int, dict[int, tuple[int, int, int]]] = {}
+        """partition -> base offset -> (last offset, leader epoch, crc) of every batch seen
+        below a high watermark."""
+        self.verified: dict[tuple[str, int], int] = {}
+        """(broker, partition) -> the end of the committed batches the replica holds."""
+        self.unclean_elections = 0
+        self.power_lost: set[str] = set()
+
+    # --- Running ---------------------------------------------------------------------
+
+    def run(self) -> SimulationResult:
+        logger = logging.getLogger("highwater")
+        handler = _TraceHandler(self)
+        propagate = logger.propagate
+        logger.addHandler(handler)
+        logger.propagate = False
+        try:
+            with intercept_segment_writes([b.disk for b in self.brokers.values() if b.disk]):
+                return self._run()
+        finally:
+            logger.removeHandler(handler)
+            logger.propagate = propagate
+            for broker in self.brokers.values():
+                self._stop_broker(broker)
+            self._tmp.cleanup()
+
+    def _run(self) -> SimulationResult:
+        scenario = self.scenario
+        for name in (*self.controllers, *self.brokers):
+            self._at(self.rng.randint(0, 50), self._start, self.processes[name])
+        for client in (*self.producers.values(), *self.consumers.values()):
+            client.alive = True
+            self._at(500, self._client_tick, client)
+        for fault in self.faults:
+            self._at(fault.at_ms, self._inject, fault)
+        self._at(scenario.chaos_ms, self._heal)
+        self.done = False
+        deadline = scenario.chaos_ms + scenario.converge_ms
+        try:
+            while self._queue and not self.done:
+                at, _, action, args = heapq.heappop(self._queue)
+                if at > deadline:
+                    self._fail(self._not_converged())
+                self.now_ms = at
+                self.events += 1
+                action(*args)
+        except SimulationFailure:
+            raise
+        except Exception as e:  # a core's own check, or a crash in one
+            self._fail(f"{type(e).__name__}: {e}")
+        if not self.done:
+            self._fail("the schedule ran out of events")
+        return self._final_check()
+
+    def _at(self, at_ms: int, action: Callable[..., None], *args: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._queue, (at_ms, self._seq, action, args))
+
+    def _on(self, process: Process, delay_ms: int, action: Callable[..., None], *args: Any) -> None:
+        """Run ``action`` on ``process`` after ``delay_ms``, unless it crashed meanwhile;
+        while it is paused, when the pause ends."""
+        self._at(self.now_ms + delay_ms, self._run_on, process, process.incarnation, action, args)
+
+    def _run_on(
+        self, process: Process, incarnation: int, action: Callable[..., None], args: tuple[Any, ...]
+    ) -> None:
+        if not process.alive or process.incarnation != incarnation:
+            return
+        if process.paused_until > self.now_ms:
+            self._at(process.paused_until, self._run_on, process, incarnation, action, args)
+            return
+        action(*args)
+
+    # --- The network -----------------------------------------------------------------
+
+    def _send(self, source: str, destination: str, message: Any, *, reliable: bool = False) -> None:
+        """Deliver after a random delay (so messages reorder), maybe lost or duplicated
+        during the chaos. ``reliable``: a client's request on one connection (TCP neither
+        loses nor duplicates; the client's timeout covers a partition)."""
+        self.messages[type(message).__name__] += 1
+        copies = 1
+        if self.chaos and not reliable:
+            if self.rng.random() < self.scenario.drop_rate:
+                return
+            if self.rng.random() < self.scenario.duplicate_rate:
+                copies = 2
+        target = self.processes[destination]
+        for _ in range(copies):
+            delay = self.rng.randint(1, self.scenario.max_delay_ms)
+            self._at(
+                self.now_ms + delay, self._deliver, source, target, target.incarnation, message
+            )
+
+    def _deliver(self, source: str, target: Process, incarnation: int, message: Any) -> None:
+        if (source, target.name) in self.blocked:
+            return
+        if not target.alive or target.incarnation != incarnation:
+            if isinstance(message, RaftMessage) and is_request(message) and not target.alive:
+                sender = self.processes[source]
+                self._on(sender, 1, self._unreachable, sender, message.destination)
+            return
+        if target.paused_until > self.now_ms:
+            self._at(target.paused_until, self._deliver, source, target, incarnation, message)
+            return
+        if isinstance(message, RaftMessage):
+            assert isinstance(target, RaftMember) and target.node is not None
+            target.node.step(message, self.now_ms)
+            self._after_raft(target)
+        elif isinstance(target, ControllerProcess):
+            self._controller_call(target, source, message)
+        elif isinstance(target, BrokerProcess):
+            self._broker_message(target, source, message)
+        elif isinstance(target, Client):
+            self._client_reply(target, source, message)
+
+    def _unreachable(self, member: RaftMember, peer: int) -> None:
+        if member.node is not None:
+            member.node.peer_unreachable(peer, self.now_ms)
+            self._after_raft(member)
+
+    # --- Faults ----------------------------------------------------------------------
+
+    def _inject(self, fault: Fault) -> None:
+        self._note(f"fault: {fault}")
+        self.history.append(
+            self._op("fault", "nemesis", fault=fault.kind, target=list(fault.target))
+        )
+        targets = [self._resolve(t) for t in fault.target]
+        if fault.kind == "crash":
+            for process in targets:
+                if process is not None and process.alive:
+                    mode = fault.detail
+                    if (
+                        mode != "kill"
+                        and isinstance(process, BrokerProcess)
+                        and self._recovering(process)
+                    ):
+                        # Acks do not wait for fsync (Kafka's design): a power loss while
+                        # another replica is still recovering from one may lose
+                        # acknowledged writes by design. Make it a kill.
+                        self._note(
+                            f"{process.name}: power loss made a kill, a replica is still recovering"
+                        )
+                        mode = "kill"
+                    self._crash(process, mode=mode)
+                    self._at(self.now_ms + fault.duration_ms, self._restart, process)
+        elif fault.kind == "pause":
+            for process in targets:
+                if process is not None:
+                    process.paused_until = max(
+                        process.paused_until, self.now_ms + fault.duration_ms
+                    )
+        elif fault.kind in ("partition", "one-way"):
+            names = {p.name for p in targets if p is not None}
+            others = set(self.controllers) | set(self.brokers)
+            cut = {
+                (a, b)
+                for a in names
+                for b in others | set(self.producers) | set(self.consumers)
+                if b not in names
+            }
+            if fault.kind == "partition":
+                cut |= {(b, a) for a, b in cut}
+            cut -= self.blocked
+            self.blocked |= cut
+            self._at(self.now_ms + fault.duration_ms, self._unblock, cut)
+        elif fault.kind == "disk-full":
+            for process in targets:
+                if isinstance(process, BrokerProcess) and process.disk is not None:
+                    process.disk.full = True
+                    self._at(self.now_ms + fault.duration_ms, self._disk_freed, process)
+
+    def _resolve(self, name: str) -> Process | None:
+        if name == "active":
+            for controller in self.controllers.values():
+                if controller.controller is not None:
+                    return controller
+            return None
+        return self.processes[name]
+
+    def _unblock(self, cut: set[tuple[str, str]]) -> None:
+        self.blocked -= cut
+        self._note(f"partition healed ({len(cut)} links)")
+
+    def _disk_freed(self, broker: BrokerProcess) -> None:
+        if broker.disk is not None:
+            broker.disk.full = False
+            self._note(f"{broker.name}: disk space freed")
+
+    def _heal(self) -> None:
+        """The faults stop: everything comes back; from now on the cluster must converge."""
+        self._note("heal: every process running, no partition, no loss")
+        self.chaos = False
+        self.blocked.clear()
+        for process in self.processes.values():
+            process.paused_until = min(process.paused_until, self.now_ms)
+            if isinstance(process, BrokerProcess) and process.disk is not None:
+                process.disk.full = False
+            if not process.alive:
+                self._restart(process)
+        self._at(self.now_ms + 100, self._converged)
+
+    def _recovering(self, broker: BrokerProcess) -> bool:
+        """Whether another broker lost unflushed writes and has not yet caught up since:
+        it is not back in the ISR of each of its partitions, at the leader's log end; or
+        whether ``broker`` leads a partition whose ISR is itself alone (the last replica
+        in sync: its unflushed writes are the only copy, and Kafka does not promise them)."""
+        if broker.manager is not None:
+            for partition in broker.manager:
+                state = partition.leader_state
+                if state is not None and len(state.isr) < 2:
+                    return True
+        for other in self.brokers.values():
+            if other is broker or other.name not in self.power_lost:
+                continue
+            if not other.alive or other.manager is None:
+                return True
+            for index in range(self.scenario.partitions):
+                mine = self._partition(other, index)
+                if mine is None:
+                    continue
+                leader = self._partition(
+                    self.brokers.get(f"b{mine.registration.leader}", other), index
+                )
+                if (
+                    leader is None
+                    or leader.leader_state is None
+                    or other.broker_id not in leader.leader_state.isr
+                    or mine.log_end_offset < leader.high_watermark
+                ):
+                    return True
+            self.power_lost.discard(other.name)
+        return False
+
+    def _crash(self, process: Process, *, mode: str) -> None:
+        process.alive = False
+        process.incarnation += 1
+        if isinstance(process, RaftMember):
+            process.node = None
+            process.raft_log.crash(True)
+            process.snapshots.crash()
+        if isinstance(process, ControllerProcess):
+            process.controller = None
+            process.replies.clear()
+        if isinstance(process, BrokerProcess):
+            self._stop_broker(process)
+            assert process.disk is not None
+            if mode != "kill":
+                self.power_lost.add(process.name)
+            for note in process.disk.crash(mode):
+                self._note(f"{process.name} disk: {note}")
+            for key in [k for k in self.verified if k[0] == process.name]:
+                del self.verified[key]
+        self._note(f"crash {process.name} ({mode})")
+
+    def _restart(self, process: Process) -> None:
+        if not process.alive:
+            self._start(process)
+
+    def _stop_broker(self, broker: BrokerProcess) -> None:
+        """Drop a broker's open files and lock, as the kernel does when a process dies."""
+        if broker.log_manager is not None:
+            for partition_log in list(broker.log_manager.logs.values()):
+                for segment in partition_log.segments:
+                    segment.close()
+            for directory in broker.log_manager.log_dirs:
+                directory.lock.release()
+        broker.log_manager = None
+        broker.manager = None
+
+    # --- Starting processes ----------------------------------------------------------
+
+    def _start(self, process: Process) -> None:
+        process.alive = True
+        process.incarnation += 1
+        process.paused_until = 0
+        if isinstance(process, BrokerProcess):
+            self._start_broker(process)
+        if isinstance(process, RaftMember):
+            process.flush_pending = False
+            process.node = RaftNode(
+                process.raft_id,
+                self.voters,
+                process.raft_log,
+                process.snapshots,
+                cluster_id=CLUSTER_ID,
+                election_state=process.persisted,
+                random=random.Random(f"{self.seed}-{process.name}-{process.incarnation}"),
+                config=SIM_CONFIG,
+                now_ms=self.now_ms,
+            )
+            self._after_raft(process)
+            self._on(process, TICK_MS, self._raft_tick, process)
+        self._note(f"start {process.name}")
+
+    def _raft_tick(self, member: RaftMember) -> None:
+        assert member.node is not None
+        member.node.tick(self.now_ms)
+        self._after_raft(member)
+        if isinstance(member, ControllerProcess) and member.controller is not None:
+            self._controller_tick(member)
+        self._on(member, TICK_MS, self._raft_tick, member)
+
+    def _after_raft(self, member: RaftMember) -> None:
+        node = member.node
+        if node is None:
+            return
+        ready = node.ready()
+        if ready.election_state is not None:
+            member.persisted = ready.election_state
+        if ready.must_flush and not member.flush_pending:
+            member.flush_pending = True
+            self._on(member, self.rng.randint(1, 5), self._raft_flush, member)
+        for message in ready.messages:
+            self._send(member.name, self.raft_names[message.destination], message)
+        if isinstance(member, ControllerProcess):
+            if ready.role is not None:
+                self._note(f"{member.name}: raft {ready.role.role.value} epoch {ready.role.epoch}")
+                if node.is_leader:
+                    member.epoch_start = member.raft_log.end_offset
+                elif member.controller is not None:
+                    self._note(f"{member.name}: no longer the active controller")
+                    member.controller = None
+                    member.replies.clear()
+            self._controller_progress(member)
+        elif isinstance(member, BrokerProcess) and ready.high_watermark is not None:
+            self._broker_metadata(member, ready.high_watermark)
+
+    def _raft_flush(self, member: RaftMember) -> None:
+        assert member.node is not None
+        member.flush_pending = False
+        member.raft_log.mark_flushed(member.raft_log.end_offset)
+        member.node.on_flushed(member.raft_log.end_offset, self.now_ms)
+        self._after_raft(member)
+
+    # --- Controllers -----------------------------------------------------------------
+
+    def _controller_progress(self, ctrl: ControllerProcess) -> None:
+        node = ctrl.node
+        assert node is not None
+        hw = node.high_watermark
+        if (
+            ctrl.controller is None
+            and node.is_leader
+            and hw is not None
+            and hw >= ctrl.epoch_start >= 0
+        ):
+            # Everything before this epoch is committed: the log is the metadata.
+            image = MetadataImage.empty()
+            entries = [
+                e for e in ctrl.raft_log.entries(0, ctrl.raft_log.end_offset) if not e.is_control
+            ]
+            if entries:
+                records = [decode_record(e.value) for e in entries if e.value is not None]
+                image = (
+                    MetadataDelta(image).replay_all(records).apply(entries[-1].offset, node.epoch)
+                )
+            ctrl.image = image
+            ctrl.controller = QuorumController(
+                lambda: ctrl.image, CONTROLLER_CONFIG, seed=self.seed
+            )
+            ctrl.controller.activate(self.now_ms)
+            self._note(f"{ctrl.name}: active controller in epoch {node.epoch}")
+        if hw is not None and ctrl.replies:
+            ready = [r for r in ctrl.replies if r[0] < hw]
+            ctrl.replies = [r for r in ctrl.replies if r[0] >= hw]
+            for _, destination, reply in ready:
+                self._send(ctrl.name, destination, reply)
+
+    def _propose(self, ctrl: ControllerProcess, records: list[MetadataRecord]) -> int:
+        """Append records to the metadata log; the offset of the last, -1 if none."""
+        assert ctrl.node is not None
+        if not records:
+            return -1
+        appended = ctrl.node.propose([encode_record(r) for r in records], self.now_ms)
+        ctrl.image = (
+            MetadataDelta(ctrl.image).replay_all(records).apply(appended.offset, appended.epoch)
+        )
+        self._after_raft(ctrl)
+        return appended.offset
+
+    def _controller_call(self, ctrl: ControllerProcess, source: str, call: Any) -> None:
+        if not isinstance(call, ControllerCall):
+            return
+        controller = ctrl.controller
+        if controller is None:
+            leader = ctrl.node.leader_id if ctrl.node is not None else None
+            self._send(ctrl.name, source, ControllerReply("not-controller", call.corr, leader))
+            return
+        try:
+            result: ControllerResult[Any]
+            if call.kind == "register":
+                result = controller.register_broker(call.body, self.now_ms)
+            elif call.kind == "heartbeat":
+                result = controller.broker_heartbeat(call.body, self.now_ms)
+            elif call.kind == "alter_partition":
+                result = controller.alter_partition(call.body)
+            else:
+                raise ValueError(call.kind)
+        except ControllerApiError as e:
+            self._send(ctrl.name, source, ControllerReply(call.kind, call.corr, e.code))
+            return
+        try:
+            offset = self._propose(ctrl, result.records)
+        except NotLeaderError:
+            return
+        reply = ControllerReply(call.kind, call.corr, result.response)
+        if offset < 0:
+            self._send(ctrl.name, source, reply)
+        else:
+            ctrl.replies.append((offset, source, reply))
+
+    def _controller_tick(self, ctrl: ControllerProcess) -> None:
+        controller = ctrl.controller
+        assert controller is not None
+        try:
+            result = controller.tick(self.now_ms)
+            records = list(result.records)
+            if ctrl.image.topic(TOPIC) is None:
+                active = [b for b in ctrl.image.brokers if ctrl.image.is_active_broker(b)]
+                if len(active) >= self.scenario.replication_factor:
+                    created = controller.create_topics(
+                        m.CreateTopicsRequest(
+                            (
+                                m.CreatableTopic(
+                                    TOPIC,
+                                    self.scenario.partitions,
+                                    self.scenario.replication_factor,
+                                    configs={
+                                        "min.insync.replicas": str(
+                                            self.scenario.min_insync_replicas
+                                        ),
+                                        "unclean.leader.election.enable": str(
+                                            self.scenario.unclean
+                                        ).lower(),
+                                        "segment.bytes": str(self.scenario.segment_bytes),
+                                    },
+                                ),
+                            )
+                        )
+                    )
+                    if not records:
+                        records = list(created.records)
+            if records:
+                self._propose(ctrl, records)
+                if result.response.unclean_elections:
+                    self.unclean_elections += result.response.unclean_elections
+                    self._note(
+                        f"{ctrl.name}: {result.response.unclean_elections} unclean elections"
+                    )
+        except NotLeaderError:
+            return
+
+    # --- Brokers: life cycle and metadata ------------------------------------------------
+
+    def _start_broker(self, broker: BrokerProcess) -> None:
+        assert broker.disk is not None
+        manager = SimLogManager(
+            broker.disk.path, default_config=self.log_config, clock=self._wall_ms
+        )
+        manager.disk = broker.disk
+        manager.startup(cluster_id=CLUSTER_ID, node_id=broker.broker_id)
+        broker.log_manager = manager
+        broker.manager = PartitionManager(
+            broker.broker_id,
+            manager,
+            clock=self._wall_ms,
+            replica_lag_time_max_ms=self.scenario.replica_lag_time_max_ms,
+        )
+        broker.image = MetadataImage.empty()
+        broker.applied = 0
+        broker.broker_epoch = -1
+        broker.registering_since = -1
+        broker.purgatory.clear()
+        broker.fetching.clear()
+        broker.next_fetch.clear()
+        broker.alter_sent.clear()
+        self._on(broker, 1, self._broker_tick, broker)
+        self._on(
+            broker, self.rng.randint(1, self.scenario.flush_interval_ms), self._broker_flush, broker
+        )
+
+    def _wall_ms(self) -> int:
+        return BASE_TIME_MS + self.now_ms
+
+    def _controller_for(self, member: RaftMember) -> str:
+        leader = member.node.leader_id if member.node is not None else None
+        if leader is None or leader not in self.voters:
+            leader = self.rng.choice(sorted(self.voters))
+        return self.raft_names[leader]
+
+    def _call_controller(self, broker: BrokerProcess, kind: str, body: Any) -> None:
+        self.corr += 1
+        self._send(broker.name, self._controller_for(broker), ControllerCall(kind, self.corr, body))
+
+    def _broker_metadata(self, broker: BrokerProcess, high_watermark: int) -> None:
+        if high_watermark <= broker.applied:
+            return
+        entries = broker.raft_log.entries(broker.applied, high_watermark)
+        records = [
+            decode_record(e.value) for e in entries if not e.is_control and e.value is not None
+        ]
+        broker.applied = high_watermark
+        if not records:
+            return
+        broker.image = (
+            MetadataDelta(broker.image)
+            .replay_all(records)
+            .apply(high_watermark - 1, entries[-1].epoch)
+        )
+        self._apply_image(broker)
+
+    def _apply_image(self, broker: BrokerProcess) -> None:
+        """Take the roles the image gives, once it holds this incarnation's registration.
+
+        Before that, the image replayed after a restart is the previous incarnation's
+        view: acting on it, a broker that lost its log's tail in a power loss leads again
+        in its old epoch, and the followers truncate to its shorter log (``diverging
+        epoch``) — acknowledged writes lost. Kafka's broker waits for its registration
+        to be in the metadata it applies (the controller moves its leaderships first).
+        :data:`APPLY_BEFORE_REGISTRATION` puts the early application back (a mutation test).
+        """
+        registration = broker.image.brokers.get(broker.broker_id)
+        registered = registration is not None and registration.broker_epoch == broker.broker_epoch
+        if not registered and not APPLY_BEFORE_REGISTRATION:
+            return
+        assert broker.manager is not None
+        before = {
+            p.topic_partition.partition: (p.registration.leader, p.leader_epoch)
+            for p in broker.manager
+        }
+        broker.manager.apply_image(broker.image)
+        for partition in broker.manager:
+            index = partition.topic_partition.partition
+            now = (partition.registration.leader, partition.leader_epoch)
+            if before.get(index) != now:
+                self._note(
+                    f"{broker.name} p{index}: leader b{now[0]} epoch {now[1]} isr "
+                    f"{list(partition.registration.isr)}, log end {partition.log_end_offset} "
+                    f"hw {partition.high_watermark}"
+                )
+        self._after_broker(broker)
+
+    def _broker_tick(self, broker: BrokerProcess) -> None:
+        """Registration, heartbeat, ISR upkeep, fetches: the broker's periodic work."""
+        now = self.now_ms
+        if broker.broker_epoch < 0:
+            if broker.registering_since < 0 or now - broker.registering_since > RPC_TIMEOUT_MS:
+                broker.registering_since = now
+                self._call_controller(
+                    broker,
+                    "register",
+                    m.RegisterBrokerRequest(
+                        broker.broker_id,
+                        f"{broker.name}-{broker.incarnation}",
+                        cluster_id=CLUSTER_ID,
+                    ),
+                )
+        elif now - broker.heartbeat_sent >= CONTROLLER_CONFIG.broker_heartbeat_interval_ms:
+            broker.heartbeat_sent = now
+            self._call_controller(
+                broker,
+                "heartbeat",
+                m.BrokerHeartbeatRequest(broker.broker_id, broker.broker_epoch, broker.applied - 1),
+            )
+        assert broker.manager is not None
+        for partition in list(broker.manager):
+            index = partition.topic_partition.partition
+            proposal = partition.maybe_shrink_isr()
+            state = partition.leader_state
+            if state is not None and state.pending_proposal is not None:
+                sent = broker.alter_sent.get(index)
+                if proposal is not None or sent is None or now - sent > RPC_TIMEOUT_MS:
+                    self._send_alter_partition(broker, partition)
+            if partition.follower_state is not None and partition.registration.leader >= 0:
+                self._maybe_fetch(broker, partition)
+        self._expire_purgatory(broker)
+        self._after_broker(broker)
+        self._on(broker, 10, self._broker_tick, broker)
+
+    def _send_alter_partition(self, broker: BrokerProcess, partition: Partition) -> None:
+        state = partition.leader_state
+        if state is None or state.pending_proposal is None or broker.broker_epoch < 0:
+            return
+        proposal = state.pending_proposal
+        broker.alter_sent[partition.topic_partition.partition] = self.now_ms
+        item = m.AlterPartitionItem(
+            partition.topic_id,
+            partition.topic_partition.partition,
+            proposal.leader_epoch,
+            proposal.partition_epoch,
+            proposal.new_isr,
+        )
+        self._call_controller(
+            broker,
+            "alter_partition",
+            m.AlterPartitionRequest(broker.broker_id, broker.broker_epoch, (item,)),
+        )
+
+    def _broker_flush(self, broker: BrokerProcess) -> None:
+        """The log manager's background flush and checkpoints, as one step."""
+        manager = broker.log_manager
+        assert manager is not None and broker.disk is not None
+        flushed = False
+        for partition_log in list(manager.logs.values()):
+            if partition_log.unflushed_messages == 0:
+                continue
+            try:
+                partition_log.flush()
+            except HighwaterError as e:
+                self._note(f"{broker.name}: flush failed: {e}")
+                continue
+            broker.disk.flushed((s.log_path, s.size) for s in partition_log.segments)
+            flushed = True
+        if flushed:
+            manager.checkpoint_recovery_points()
+            manager.checkpoint_high_watermarks()
+        self._on(broker, self.scenario.flush_interval_ms, self._broker_flush, broker)
+
+    # --- Brokers: requests ------------------------------------------------------------------
+
+    def _broker_message(self, broker: BrokerProcess, source: str, message: Any) -> None:
+        if isinstance(message, ControllerReply):
+            self._broker_controller_reply(broker, message)
+        elif isinstance(message, Fetch):
+            self._leader_fetch(broker, source, message)
+        elif isinstance(message, FetchReply):
+            self._follower_fetch_reply(broker, message)
+        elif isinstance(message, Produce):
+            self._produce(broker, source, message)
+        elif isinstance(message, ConsumerFetch):
+            self._consumer_fetch(broker, source, message)
+        self._after_broker(broker)
+
+    def _broker_controller_reply(self, broker: BrokerProcess, reply: ControllerReply) -> None:
+        if reply.kind == "not-controller":
+            return
+        body = reply.body
+        if reply.kind == "register" and isinstance(body, m.RegisterBrokerResponse):
+            if body.error == ErrorCode.NONE and broker.broker_epoch < 0:
+                broker.broker_epoch = body.broker_epoch
+                self._note(f"{broker.name}: registered, broker epoch {body.broker_epoch}")
+                self._apply_image(broker)
+        elif reply.kind == "heartbeat" and isinstance(body, m.BrokerHeartbeatResponse):
+            if body.error == ErrorCode.STALE_BROKER_EPOCH:
+                broker.broker_epoch = -1
+        elif reply.kind == "alter_partition" and isinstance(body, m.AlterPartitionResponse):
+            assert broker.manager is not None
+            for result in body.partitions:
+                if result.error == ErrorCode.NONE:
+                    continue
+                partition = self._partition(broker, result.partition_id)
+                state = partition.leader_state if partition is not None else None
+                if state is None or state.pending_proposal is None:
+                    continue
+                again = state.on_alter_partition_error(state.pending_proposal, result.error)
+                if again is not None and partition is not None:
+                    self._send_alter_partition(broker, partition)
+
+    def _partition(self, broker: BrokerProcess, index: int) -> Partition | None:
+        if broker.manager is None:
+            return None
+        try:
+            return broker.manager.get(TOPIC, index)
+        except PartitionError:
+            return None
+
+    def _maybe_fetch(self, broker: BrokerProcess, partition: Partition) -> None:
+        index = partition.topic_partition.partition
+        sent = broker.fetching.get(index)
+        if sent is not None and self.now_ms - sent < FETCH_TIMEOUT_MS:
+            return
+        if self.now_ms < broker.next_fetch.get(index, 0):
+            return
+        broker.fetching[index] = self.now_ms
+        self._send(
+            broker.name,
+            f"b{partition.registration.leader}",
+            Fetch(
+                index,
+                broker.broker_id,
+                partition.log_end_offset,
+                partition.last_fetched_epoch,
+                partition.leader_epoch,
+            ),
+        )
+
+    def _leader_fetch(self, broker: BrokerProcess, source: str, fetch: Fetch) -> None:
+        partition = self._partition(broker, fetch.partition)
+        if partition is None:
+            reply = FetchReply(
+                fetch.partition,
+                fetch.leader_epoch,
+                fetch.fetch_offset,
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            )
+        else:
+            try:
+                read = partition.read_for_follower(
+                    fetch.replica_id,
+                    fetch.fetch_offset,
+                    fetch.last_fetched_epoch,
+                    FETCH_MAX_BYTES,
+                    fetch.leader_epoch,
+                )
+            except PartitionError as e:
+                reply = FetchReply(fetch.partition, fetch.leader_epoch, fetch.fetch_offset, e.code)
+            except HighwaterError as e:
+                reply = FetchReply(fetch.partition, fetch.leader_epoch, fetch.fetch_offset, e.code)
+            else:
+                reply = FetchReply(
+                    fetch.partition,
+                    fetch.leader_epoch,
+                    fetch.fetch_offset,
+                    ErrorCode.NONE,
+                    read.data.records if read.data is not None else b"",
+                    read.diverging,
+                    partition.high_watermark,
+                )
+                if read.proposal is not None:
+                    self._send_alter_partition(broker, partition)
+        self._send(broker.name, source, reply)
+
+    def _follower_fetch_reply(self, broker: BrokerProcess, reply: FetchReply) -> None:
+        partition = self._partition(broker, reply.partition)
+        if (
+            partition is None
+            or partition.follower_state is None
+            or partition.leader_epoch != reply.leader_epoch
+            or partition.log_end_offset != reply.fetch_offset
+        ):
+            return  # stale: a duplicate, or for an older role or position
+        broker.fetching.pop(reply.partition, None)
+        delay = 0
+        try:
+            if reply.error != ErrorCode.NONE:
+                delay = 20
+                self._note(
+                    f"{broker.name} p{reply.partition}: fetch at {reply.fetch_offset} refused: "
+                    f"{ErrorCode.Name(reply.error)}"
+                )
+            elif reply.diverging is not None:
+                before = partition.log_end_offset
+                run_sync(partition.truncate_to_diverging_epoch(reply.diverging))
+                self._note(
+                    f"{broker.name} p{reply.partition}: diverging epoch {tuple(reply.diverging)}, "
+                    f"truncated {before} -> {partition.log_end_offset}"
+                )
+            else:
+                partition.append_as_follower(reply.records, reply.high_watermark)
+                if not reply.records:
+                    delay = 15
+        except HighwaterError as e:
+            self._note(
+                f"{broker.name} p{reply.partition}: follower fetch failed: {type(e).__name__}: {e}"
+            )
+            delay = 50
+        broker.next_fetch[reply.partition] = self.now_ms + delay
+        if delay == 0:
+            self._maybe_fetch(broker, partition)
+
+    def _produce(self, broker: BrokerProcess, source: str, produce: Produce) -> None:
+        partition = self._partition(broker, produce.partition)
+        hint = broker.image.topic(TOPIC)
+        leader_hint = -1
+        if hint is not None and hint.partition(produce.partition) is not None:
+            leader_hint = hint.partition(produce.partition).leader  # type: ignore[union-attr]
+        if partition is None:
+            self._send(
+                broker.name,
+                source,
+                ProduceReply(
+                    produce.partition,
+                    produce.corr,
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    leader_hint=leader_hint,
+                ),
+                reliable=True,
+            )
+            return
+        batch = build_batch([SimpleRecord(value=produce.value.encode(), timestamp=self._wall_ms())])
+        try:
+            info = partition.append(batch, -1)
+        except PartitionError as e:
+            self._send(
+                broker.name,
+                source,
+                ProduceReply(produce.partition, produce.corr, e.code, leader_hint=leader_hint),
+                reliable=True,
+            )
+            return
+        except HighwaterError as e:
+            self._note(f"{broker.name} p{produce.partition}: append failed: {e}")
+            self._send(
+                broker.name,
+                source,
+                ProduceReply(produce.partition, produce.corr, e.code),
+                reliable=True,
+            )
+            return
+        broker.purgatory.append(
+            Waiting(
+                produce.partition,
+                partition.log_end_offset,
+                info.first_offset,
+                source,
+                produce.corr,
+                self.now_ms + PRODUCE_TIMEOUT_MS,
+            )
+        )
+
+    def _complete_produces(self, broker: BrokerProcess) -> None:
+        still = []
+        for waiting in broker.purgatory:
+            partition = self._partition(broker, waiting.partition)
+            if partition is None:
+                completion_error, completed = ErrorCode.NOT_LEADER_OR_FOLLOWER, True
+            else:
+                completed, completion_error = partition.produce_completion(waiting.required_offset)
+            if not completed:
+                still.append(waiting)
+                continue
+            self._send(
+                broker.name,
+                waiting.producer,
+                ProduceReply(
+                    waiting.partition, waiting.corr, completion_error, waiting.first_offset
+                ),
+                reliable=True,
+            )
+        broker.purgatory = still
+
+    def _expire_purgatory(self, broker: BrokerProcess) -> None:
+        expired = [w for w in broker.purgatory if w.deadline_ms <= self.now_ms]
+        if not expired:
+            return
+        broker.purgatory = [w for w in broker.purgatory if w.deadline_ms > self.now_ms]
+        for waiting in expired:
+            self._send(
+                broker.name,
+                waiting.producer,
+                ProduceReply(waiting.partition, waiting.corr, ErrorCode.REQUEST_TIMED_OUT),
+                reliable=True,
+            )
+
+    def _consumer_fetch(self, broker: BrokerProcess, source: str, fetch: ConsumerFetch) -> None:
+        partition = self._partition(broker, fetch.partition)
+        if partition is None:
+            reply = ConsumerFetchReply(
+                fetch.partition, fetch.offset, ErrorCode.NOT_LEADER_OR_FOLLOWER
+            )
+        else:
+            try:
+                data = partition.read(fetch.offset, FETCH_MAX_BYTES, -1)
+                reply = ConsumerFetchReply(
+                    fetch.partition, fetch.offset, ErrorCode.NONE, data.records
+                )
+            except PartitionError as e:
+                reply = ConsumerFetchReply(fetch.partition, fetch.offset, e.code)
+            except HighwaterError as e:
+                reply = ConsumerFetchReply(fetch.partition, fetch.offset, e.code)
+        self._send(broker.name, source, reply, reliable=True)
+
+    # --- Clients -------------------------------------------------------------------------
+
+    def _client_tick(self, client: Client) -> None:
+        for index in range(self.scenario.partitions):
+            in_flight = client.in_flight.get(index)
+            if in_flight is not None:
+                _corr, value, deadline = in_flight
+                if self.now_ms < deadline:
+                    continue
+                del client.in_flight[index]
+                if client.name in self.producers:
+                    self.history.append(
+                        self._op(
+                            "write",
+                            client.name,
+                            status="fail",
+                            partition=index,
+                            value=value,
+                            error="timeout",
+                        )
+                    )
+            if client.name in self.producers:
+                if self.chaos and self.rng.random() < 0.5:
+                    self._produce_one(client, index)
+            else:
+                self._consume_one(client, index)
+        interval = self.scenario.produce_interval_ms if client.name in self.producers else 100
+        self._on(client, interval, self._client_tick, client)
+
+    def _leader_guess(self, client: Client, index: int) -> str:
+        leader = client.leaders.get(index)
+        return leader if leader is not None else self.rng.choice(sorted(self.brokers))
+
+    def _produce_one(self, client: Client, index: int) -> None:
+        client.sequence += 1
+        value = f"{client.name}-{client.sequence}"
+        self.corr += 1
+        client.in_flight[index] = (self.corr, value, self.now_ms + PRODUCE_TIMEOUT_MS + 200)
+        self.history.append(
+            self._op("write", client.name, status="invoke", partition=index, value=value)
+        )
+        self._send(
+            client.name,
+            self._leader_guess(client, index),
+            Produce(index, self.corr, value),
+            reliable=True,
+        )
+
+    def _consume_one(self, client: Client, index: int) -> None:
+        self.corr += 1
+        client.in_flight[index] = (self.corr, "", self.now_ms + 500)
+        offset = client.positions.get(index, 0)
+        self._send(
+            client.name,
+            self._leader_guess(client, index),
+            ConsumerFetch(index, offset),
+            reliable=True,
+        )
+
+    def _client_reply(self, client: Client, source: str, reply: Any) -> None:
+        if isinstance(reply, ProduceReply):
+            in_flight = client.in_flight.get(reply.partition)
+            if in_flight is None or in_flight[0] != reply.corr:
+                return
+            del client.in_flight[reply.partition]
+            value = in_flight[1]
+            if reply.error == ErrorCode.NONE:
+                self.history.append(
+                    self._op(
+                        "write",
+                        client.name,
+                        status="ok",
+                        partition=reply.partition,
+                        value=value,
+                        offset=reply.offset,
+                    )
+                )
+                return
+            self.history.append(
+                self._op(
+                    "write",
+                    client.name,
+                    status="fail",
+                    partition=reply.partition,
+                    value=value,
+                    error=ErrorCode.Name(reply.error),
+                )
+            )
+            self._learn_leader(client, reply.partition, reply.leader_hint)
+        elif isinstance(reply, ConsumerFetchReply):
+            in_flight = client.in_flight.pop(reply.partition, None)
+            if in_flight is None or reply.offset != client.positions.get(reply.partition, 0):
+                return
+            if reply.error != ErrorCode.NONE:
+                self._learn_leader(client, reply.partition, reply.leader_hint)
+                return
+            client.leaders[reply.partition] = source
+            position = reply.offset
+            for batch in iter_batches(reply.records):
+                for record in batch.records():
+                    if record.offset < position or record.value is None:
+                        continue
+                    self.history.append(
+                        self._op(
+                            "read",
+                            client.name,
+                            partition=reply.partition,
+                            offset=record.offset,
+                            value=record.value.decode(),
+                        )
+                    )
+                    position = record.offset + 1
+            client.positions[reply.partition] = position
+
+    def _learn_leader(self, client: Client, index: int, hint: int) -> None:
+        if hint >= 0:
+            client.leaders[index] = f"b{hint}"
+        else:
+            client.leaders.pop(index, None)
+
+    def _op(self, kind: str, process: str, **fields: Any) -> Op:
+        return {"t": self.now_ms / 1000, "kind": kind, "process": process, **fields}
+
+    # --- Checks at every step ------------------------------------------------------------
+
+    def _after_broker(self, broker: BrokerProcess) -> None:
+        if broker.manager is None:
+            return
+        self._complete_produces(broker)
+        self._check_broker(broker)
+
+    def _check_broker(self, broker: BrokerProcess) -> None:
+        """The invariants a broker's partitions must keep after every event."""
+        assert broker.manager is not None
+        for partition in list(broker.manager):
+            index = partition.topic_partition.partition
+            state = partition.leader_state
+            if state is not None:
+                key = (index, state.leader_epoch)
+                leader = self.epoch_leaders.setdefault(key, broker.name)
+                if leader != broker.name:
+                    self._fail(
+                        f"p{index}: two leaders in leader epoch {state.leader_epoch}: "
+                        f"{leader} and {broker.name}"
+                    )
+                hw_key = (broker.name, broker.incarnation, index, state.leader_epoch)
+                previous = self.leader_hw.get(hw_key)
+                if previous is None:
+                    self._check_leader_complete(broker, partition)
+                elif state.high_watermark < previous:
+                    self._fail(
+                        f"{broker.name} p{index}: the leader's high watermark went back "
+                        f"from {previous} to {state.high_watermark}"
+                    )
+                self.leader_hw[hw_key] = state.high_watermark
+            self._check_below_high_watermark(broker, partition)
+
+    def _check_below_high_watermark(self, broker: BrokerProcess, partition: Partition) -> None:
+        """Every replica holds the same batches below its high watermark, and a replica
+        never truncates a batch it holds that is committed (below some replica's high
+        watermark): truncation by leader epoch only cuts what diverges from the leader,
+        and the leader holds everything committed."""
+        index = partition.topic_partition.partition
+        key = (broker.name, index)
+        held = self.verified.get(key, 0)
+        log_end = partition.log_end_offset
+        if log_end < held and not self.scenario.unclean:
+            self._fail(
+                f"{broker.name} p{index}: its log was cut to {log_end}, below committed "
+                f"batches it held (up to {held})"
+            )
+        high_watermark = partition.high_watermark
+        committed = self.committed.setdefault(index, {})
+        for _, _, header in partition.log.iter_batches(min(held, log_end)):
+            if header.last_offset < held:
+                continue
+            mine = (header.last_offset, header.partition_leader_epoch, header.crc)
+            if header.base_offset < high_watermark:
+                known = committed.setdefault(header.base_offset, mine)
+                if known != mine and not self.scenario.unclean:
+                    self._fail(
+                        f"{broker.name} p{index}: batch at {header.base_offset} is {mine} below "
+                        f"the high watermark {high_watermark}; another replica had {known} there"
+                    )
+            elif committed.get(header.base_offset) != mine:
+                break
+            held = header.last_offset + 1
+        self.verified[key] = held
+
+    def _check_leader_complete(self, broker: BrokerProcess, partition: Partition) -> None:
+        """A new leader (clean election) holds every batch ever below a high watermark:
+        every acknowledged acks=all write included; a fenced or demoted broker's log is
+        never the one that serves."""
+        index = partition.topic_partition.partition
+        committed = self.committed.get(index, {})
+        if not committed or self.scenario.unclean:
+            return
+        held = {
+            h.base_offset: (h.last_offset, h.partition_leader_epoch, h.crc)
+            for _, _, h in partition.log.iter_batches()
+        }
+        for base, batch in sorted(committed.items()):
+            if held.get(base) != batch:
+                self._fail(
+                    f"{broker.name} p{index}: leader in epoch {partition.leader_epoch} lacks the "
+                    f"committed batch at {base} {batch} (it has {held.get(base)}, log end "
+                    f"{partition.log_end_offset})"
+                )
+
+    # --- The end: convergence and the final read ----------------------------------------
+
+    def _converged(self) -> None:
+        if self._not_converged() is None:
+            self.done = True
+            return
+        self._at(self.now_ms + 100, self._converged)
+
+    def _not_converged(self) -> str | None:
+        """Why the healed cluster has not settled yet, None once it has."""
+        active = [c for c in self.controllers.values() if c.controller is not None]
+        if not active:
+            return "no active controller after healing"
+        image = active[0].image
+        topic = image.topic(TOPIC)
+        if topic is None:
+            return "the topic was never created"
+        for index in range(self.scenario.partitions):
+            registration = topic.partition(index)
+            if registration is None or registration.leader < 0:
+                return f"p{index} has no leader after healing"
+            leader = self.brokers[f"b{registration.leader}"]
+            partition = self._partition(leader, index)
+            if partition is None or partition.leader_state is None:
+                return f"p{index}: b{registration.leader} does not lead it after healing"
+            if set(partition.leader_state.isr) != set(registration.replicas):
+                isr = list(partition.leader_state.isr)
+                return f"p{index}: ISR {isr} of {list(registration.replicas)} after healing"
+            if partition.high_watermark != partition.log_end_offset or leader.purgatory:
+                return f"p{index}: the high watermark has not caught up after healing"
+            for replica in registration.replicas:
+                follower = self._partition(self.brokers[f"b{replica}"], index)
+                if follower is None or follower.log_end_offset != partition.log_end_offset:
+                    return f"p{index}: replica b{replica} has not caught up after healing"
+        if any(c.in_flight for c in self.producers.values()):
+            return "writes still in flight after healing"
+        return None
+
+    def _final_check(self) -> SimulationResult:
+        """The final read of every partition, the replicas' digests, then the checker."""
+        controller = next(c for c in self.controllers.values() if c.controller is not None)
+        topic = controller.image.topic(TOPIC)
+        assert topic is not None
+        for index in range(self.scenario.partitions):
+            registration = topic.partition(index)
+            assert registration is not None
+            leader = self._partition(self.brokers[f"b{registration.leader}"], index)
+            assert leader is not None
+            high_watermark = leader.high_watermark
+            records = 0
+            for _, _, data in self._read_all(leader, high_watermark):
+                self.history.append(
+                    self._op("read", "final", partition=index, offset=data[0], value=data[1])
+                )
+                records += 1
+            self.history.append(
+                self._op(
+                    "final",
+                    "final",
+                    partition=index,
+                    high_watermark=high_watermark,
+                    records=records,
+                )
+            )
+            for replica in registration.replicas:
+                partition = self._partition(self.brokers[f"b{replica}"], index)
+                assert partition is not None
+                digest = hashlib.sha256()
+                size = 0
+                end = 0
+                for _, _, header in partition.log.iter_batches():
+                    if header.base_offset >= high_watermark:
+                        break
+                    data = partition.log.read(
+                        header.base_offset, header.size, min_one_batch=True
+                    ).records
+                    digest.update(data[: header.size])
+                    size += header.size
+                    end = header.last_offset + 1
+                self.history.append(
+                    self._op(
+                        "replica",
+                        "replicas",
+                        broker=replica,
+                        partition=index,
+                        digest=digest.hexdigest(),
+                        bytes=size,
+                        end_offset=end,
+                        high_watermark=high_watermark,
+                    )
+                )
+        result = check(self.history)
+        expected_loss = 0
+        anomalies = list(result.anomalies)
+        if self.scenario.unclean and self.unclean_elections:
+            # The loss unclean elections allow: reported, not a failure.
+            expected = {"lost-write", "offset-mismatch", "read-then-vanished", "replica-divergence"}
+            expected_loss = sum(1 for a in anomalies if a.kind == "lost-write")
+            anomalies = [a for a in anomalies if a.kind not in expected]
+        if anomalies:
+            lines = "\n".join(f"{a.kind}: {a.detail}" for a in anomalies[:10])
+            self._fail(f"the checker found {len(anomalies)} anomalies:\n{lines}")
+        return SimulationResult(
+            seed=self.seed,
+            scenario=self.scenario,
+            faults=self.faults,
+            events=self.events,
+            simulated_ms=self.now_ms,
+            acknowledged=result.writes_acknowledged,
+            attempted=result.writes_attempted,
+            reads=result.reads,
+            elections=len(self.epoch_leaders),
+            torn_writes=sum(b.disk.torn_writes for b in self.brokers.values() if b.disk),
+            expected_loss=expected_loss,
+            messages=self.messages,
+        )
+
+    def _read_all(
+        self, partition: Partition, high_watermark: int
+    ) -> list[tuple[int, int, tuple[int, str]]]:
+        out: list[tuple[int, int, tuple[int, str]]] = []
+        position = 0
+        while position < high_watermark:
+            data = partition.log.read(position, FETCH_MAX_BYTES, max_offset=high_watermark)
+            if not data.records:
+                break
+            for batch in iter_batches(data.records):
+                for record in batch.records():
+                    if position <= record.offset < high_watermark and record.value is not None:
+                        out.append(
+                            (
+                                batch.base_offset,
+                                record.offset,
+                                (record.offset, record.value.decode()),
+                            )
+                        )
+            position = max(position + 1, data.next_offset)
+        return out
+
+    # --- Diagnostics -------------------------------------------------------------------
+
+    def _note(self, text: str) -> None:
+        line = f"{self.now_ms:>7} {text}"
+        self.trace.append(line)
+        if self.print_trace:
+            print(line)
+
+    def _fail(self, reason: str) -> NoReturn:
+        raise SimulationFailure(self.seed, reason, list(self.trace), self.faults)
+
+
+class _TraceHandler(logging.Handler):
+    """The cores' log lines (warnings and up), into the simulation's trace."""
+
+    def __init__(self, simulation: Simulation) -> None:
+        super().__init__(logging.WARNING)
+        self.simulation = simulation
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.simulation._note(f"log {record.levelname.lower()}: {record.getMessage()}")
+
+
+def run_schedule(seed: int, *, trace: bool = False, **overrides: Any) -> SimulationResult:
+    """Run the schedule of ``seed`` (its scenario adjusted by ``overrides``)."""
+    return Simulation(seed, Scenario.from_seed(seed, **overrides), trace=trace).run()

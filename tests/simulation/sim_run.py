@@ -1,0 +1,122 @@
+"""Running whole-cluster schedules: one seed replayed, many seeds in turn, a failure shrunk.
+
+``python -m tests.simulation --seed N [--trace] [--shrink]`` replays the schedule of seed
+``N`` exactly (the scenario and faults come from the seed) and exits 1 on a violation;
+``--seeds N [--first-seed S]`` runs N schedules and reports their throughput and every
+failing seed; ``make simulate SEEDS=N`` is the latter.
+
+Shrinking (:func:`shrink`) keeps a failing schedule's scenario and drops its faults one at
+a time, keeping each drop after which the schedule still fails, then shortens the
+remaining faults; what is left is printed as the short schedule that still fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+from sim_cluster import Fault, Scenario, Simulation, SimulationFailure, plan_faults
+
+
+def fails(seed: int, scenario: Scenario) -> SimulationFailure | None:
+    """The failure of ``seed`` under ``scenario``, None if it passes."""
+    try:
+        Simulation(seed, scenario).run()
+    except SimulationFailure as failure:
+        return failure
+    return None
+
+
+def shrink(
+    seed: int, scenario: Scenario, *, budget: int = 40
+) -> tuple[Scenario, SimulationFailure]:
+    """The smallest schedule found (at most ``budget`` runs) that still fails like
+    ``seed``'s; raises ValueError if the schedule passes."""
+    faults = list(plan_faults(seed, scenario))
+    current = replace(scenario, faults=tuple(faults))
+    failure = fails(seed, current)
+    if failure is None:
+        raise ValueError(f"seed {seed} passes: nothing to shrink")
+    runs = 1
+    index = 0
+    while index < len(faults) and runs < budget:
+        candidate = replace(current, faults=tuple(faults[:index] + faults[index + 1 :]))
+        runs += 1
+        found = fails(seed, candidate)
+        if found is not None:
+            faults.pop(index)
+            current, failure = candidate, found
+        else:
+            index += 1
+    for index, fault in enumerate(faults):
+        if runs >= budget or fault.duration_ms <= 100:
+            continue
+        shorter: Fault = replace(fault, duration_ms=max(100, fault.duration_ms // 2))
+        candidate = replace(current, faults=tuple([*faults[:index], shorter, *faults[index + 1 :]]))
+        runs += 1
+        found = fails(seed, candidate)
+        if found is not None:
+            faults[index] = shorter
+            current, failure = candidate, found
+    return current, failure
+
+
+def run_many(first_seed: int, count: int, *, out=sys.stdout) -> int:
+    """Run ``count`` schedules from ``first_seed``; the number that failed."""
+    started = time.perf_counter()
+    failed = 0
+    acknowledged = 0
+    expected_loss = 0
+    for seed in range(first_seed, first_seed + count):
+        try:
+            result = Simulation(seed).run()
+        except SimulationFailure as failure:
+            failed += 1
+            print(f"FAILED {str(failure).splitlines()[0]}", file=out, flush=True)
+            continue
+        acknowledged += result.acknowledged
+        expected_loss += result.expected_loss
+    elapsed = time.perf_counter() - started
+    print(
+        f"{count} schedules, {failed} failed, {acknowledged} acknowledged writes, "
+        f"{expected_loss} lost under unclean elections (expected), {elapsed:.1f} s, "
+        f"{count / elapsed:.2f} schedules/s",
+        file=out,
+    )
+    return failed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.simulation", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--seed", type=int, help="replay this schedule")
+    parser.add_argument("--trace", action="store_true", help="print every event of --seed")
+    parser.add_argument(
+        "--shrink", action="store_true", help="shrink --seed's schedule if it fails"
+    )
+    parser.add_argument("--seeds", type=int, default=0, help="run this many schedules")
+    parser.add_argument("--first-seed", type=int, default=0, help="the first of --seeds")
+    args = parser.parse_args(argv)
+    if args.seed is not None:
+        scenario = Scenario.from_seed(args.seed)
+        try:
+            result = Simulation(args.seed, scenario, trace=args.trace).run()
+        except SimulationFailure as failure:
+            print(failure, file=sys.stderr)
+            if args.shrink:
+                shrunk, still = shrink(args.seed, scenario)
+                print(f"\nshrunk to {len(shrunk.faults or ())} faults:", file=sys.stderr)
+                for fault in shrunk.faults or ():
+                    print(f"  {fault}", file=sys.stderr)
+                print(f"which fails with: {still.reason}", file=sys.stderr)
+            return 1
+        print(result.summary())
+        return 0
+    if args.seeds:
+        return 1 if run_many(args.first_seed, args.seeds) else 0
+    parser.error("give --seed N or --seeds N")
+    return 2
