@@ -18,12 +18,17 @@ into a controller process, on top of the
   service on the same gRPC server and port (the Raft server takes extra services,
   :class:`~highwater.rpc.server.GrpcService`; health reports the Controller service
   SERVING once the quorum has a leader, and each other service once its role says so). Every RPC,
-  every ``tick`` and the activation go through one queue, served strictly one at a time
-  in arrival order on the event loop: the request's controller method runs on the latest
-  image, its records are appended (the next request already sees them), and the answer
-  goes out once the records — or, for a request that wrote none, everything appended
-  before it — are committed. A replica that is not the active controller answers
-  NOT_CONTROLLER with the leader's id and address (from the voters).
+  every ``tick`` and the activation go through one queue, served one at a time in arrival
+  order on the event loop: the request's controller method runs on the latest image and
+  its records are staged (the next request already sees them), without waiting for
+  anything earlier to commit. The requests that arrive together — those queued, and
+  those a few idle loop turns bring — form a group whose staged records are sealed into
+  one Raft batch (group commit: one append, one fsync per voter and one fetch round trip
+  for the group, as Kafka's QuorumController with its batch accumulator); each answer
+  goes out once everything appended up to its group is committed. A group decided on an
+  image that was then dropped (leadership lost, or Raft refused the batch) is answered
+  NOT_CONTROLLER, never acknowledged. A replica that is not the active controller
+  answers NOT_CONTROLLER with the leader's id and address (from the voters).
 
 Activation (Kafka's ``claim``): when Raft reports this replica leader of an epoch, the
 controller appends a ``NoOpRecord`` and waits until it is committed and applied, so the
@@ -120,6 +125,29 @@ class _Pending:
     committed: asyncio.Future[int]
 
 
+@dataclass(slots=True)
+class _OpenBatch:
+    """Requests' records decided and staged, not yet handed to Raft: they go as one batch.
+
+    ``image`` holds them at the offsets they will get (the batch starts right after
+    ``parent``)."""
+
+    parent: MetadataImage
+    image: MetadataImage
+    epoch: int
+    values: list[bytes]
+
+    @property
+    def base_offset(self) -> int:
+        return self.parent.offset + 1
+
+
+MAX_RECORDS_PER_BATCH: Final = 10_000
+"""Records staged together in one Raft batch before it is sealed (Kafka's
+``QuorumController`` bounds its batches the same way); one request's records are never
+split, however many."""
+
+
 def _observe(future: asyncio.Future[Any]) -> None:
     """Mark a future's failure as seen (its waiters, if any, handle it)."""
     if not future.cancelled():
@@ -133,6 +161,12 @@ class RaftMetadataStore:
     Writable only while activated for a leader epoch (:meth:`activate`); outside one,
     ``append`` raises :class:`NotControllerError` and the latest image is the committed
     one.
+
+    Group commit: between :meth:`begin_batch` and :meth:`seal`, appends are staged — each
+    is validated and replayed on the latest image at once, so the next request sees it —
+    and the staged records of all of them go to Raft as one batch at :meth:`seal`: one
+    log append, one fsync, one fetch round trip for every request that arrived together.
+    Outside such a stretch every append goes to Raft at once.
     """
 
     def __init__(self, raft: RaftAppender, machine: MetadataStateMachine) -> None:
@@ -140,6 +174,9 @@ class RaftMetadataStore:
         self._machine = machine
         self._epoch: int | None = None
         self._pending: deque[_Pending] = deque()
+        self._open: _OpenBatch | None = None
+        self._batching = False
+        self._incarnation = 0
         machine.speculation = self
 
     # --- leadership ------------------------------------------------------------------
@@ -156,11 +193,14 @@ class RaftMetadataStore:
     def activate(self, epoch: int) -> None:
         """Start appending in ``epoch``, on top of the committed image (which must hold
         every entry of the log: the caller waited for an entry of ``epoch`` to commit)."""
+        self._open = None
         self._pending.clear()
         self._epoch = epoch
+        self._incarnation += 1
 
     def deactivate(self) -> None:
-        """Leadership ended: drop the speculative images, back to the committed one."""
+        """Leadership ended: drop the speculative images, back to the committed one; the
+        requests staged and not sent to Raft fail as those sent would (NotLeaderError)."""
         if self._pending:
             log.info(
                 "dropping %d uncommitted metadata batches (offsets %d..%d)",
@@ -168,13 +208,17 @@ class RaftMetadataStore:
                 self._pending[0].base_offset,
                 self._pending[-1].last.offset,
             )
+        self._open = None
         self._epoch = None
         self._pending.clear()
+        self._incarnation += 1
 
     # --- MetadataStore -----------------------------------------------------------------
 
     def latest_image(self) -> MetadataImage:
         """The committed image plus every record appended since (while active)."""
+        if self._open is not None:
+            return self._open.image
         return self._pending[-1].image if self._pending else self._machine.image
 
     def committed_image(self) -> MetadataImage:
@@ -185,38 +229,106 @@ class RaftMetadataStore:
 
     @property
     def pending_batches(self) -> int:
-        """Batches appended and not committed yet."""
-        return len(self._pending)
+        """Batches appended (or staged) and not committed yet."""
+        return len(self._pending) + (self._open is not None)
+
+    @property
+    def incarnation(self) -> int:
+        """Changes whenever speculative images are dropped (activation, deactivation, a
+        staged batch Raft refused): requests decided on an image of an older incarnation
+        must not be acknowledged."""
+        return self._incarnation
+
+    @property
+    def staged_records(self) -> int:
+        """Records staged for the next :meth:`seal`."""
+        return 0 if self._open is None else len(self._open.values)
 
     def append(self, records: Sequence[MetadataRecord]) -> int:
-        """Append ``records`` as one Raft batch right after the latest image; the offset
-        of the last one. Their image is the latest from now on.
+        """Append ``records`` atomically right after the latest image; the offset of the
+        last one. Their image is the latest from now on.
+
+        Between :meth:`begin_batch` and :meth:`seal` they are staged (see the class
+        docstring); otherwise they go to Raft at once as one batch.
 
         Raises :class:`NotControllerError` when not active (or Raft refuses: not the
         leader of the active epoch), ``UnexpectedAppendOffsetError`` if the log does not
         end where the latest image does, and ``MetadataReplayError`` for records that do
-        not replay on the latest image — in each case nothing is appended.
+        not replay on the latest image — in each case nothing is appended (a failure of
+        the Raft append while staging shows at :meth:`seal` instead).
         """
         epoch = self._epoch
         if epoch is None:
             raise NotControllerError(_or_unknown(self._raft.leader_id))
-        parent = self.latest_image()
         if not records:
-            return parent.offset
+            return self.latest_image().offset
+        if self._open is not None and len(self._open.values) + len(records) > MAX_RECORDS_PER_BATCH:
+            self._seal_open()
+        parent = self.latest_image()
         delta = MetadataDelta(parent).replay_all(records)
         values = [encode_record(record) for record in records]
+        last_offset = parent.offset + len(values)
+        image = delta.apply(last_offset, epoch)
+        staged = self._open
+        if staged is None:
+            self._open = _OpenBatch(parent, image, epoch, values)
+        else:
+            staged.values.extend(values)
+            staged.image = image
+        if not self._batching:
+            self._seal_open()
+        return last_offset
+
+    def begin_batch(self) -> None:
+        """Stage appends from now until :meth:`seal` (group commit)."""
+        self._batching = True
+
+    def seal(self) -> None:
+        """Hand the staged records to Raft as one batch and stop staging.
+
+        Raises :class:`NotControllerError` or ``UnexpectedAppendOffsetError`` when Raft
+        refuses the batch: the staged images are dropped, and the requests staged must be
+        answered NOT_CONTROLLER, never acknowledged.
+        """
+        self._batching = False
+        self._seal_open()
+
+    def _seal_open(self) -> None:
+        staged = self._open
+        if staged is None:
+            return
         try:
-            last, committed = self._raft.append(values, epoch=epoch, base_offset=parent.offset + 1)
+            last, committed = self._raft.append(
+                staged.values, epoch=staged.epoch, base_offset=staged.base_offset
+            )
         except NotLeaderError as e:
+            self._open = None
+            self._incarnation += 1
             raise NotControllerError(_or_unknown(e.leader_id)) from None
+        except BaseException:
+            self._open = None
+            self._incarnation += 1
+            raise
+        self._open = None
         committed.add_done_callback(_observe)
-        image = delta.apply(last.offset, last.epoch)
-        self._pending.append(_Pending(parent.offset + 1, last, parent, image, committed))
-        return last.offset
+        expected = staged.base_offset + len(staged.values) - 1
+        if last.offset != expected or last.epoch != staged.epoch:
+            # Raft put the batch elsewhere than the images say: the caller starts over.
+            self._incarnation += 1
+            raise UnexpectedAppendOffsetError(
+                f"the batch staged for offsets {staged.base_offset}..{expected} of epoch "
+                f"{staged.epoch} was appended ending at {last.offset} in epoch {last.epoch}"
+            )
+        self._pending.append(
+            _Pending(staged.base_offset, last, staged.parent, staged.image, committed)
+        )
 
     def commit_waiter(self) -> asyncio.Future[int] | None:
         """A future that resolves once everything appended so far is committed (raises
-        ``NotLeaderError`` if it never will be); ``None`` if it is already."""
+        ``NotLeaderError`` if it never will be); ``None`` if it is already. Staged
+        records have no waiter until :meth:`seal`."""
+        if self._open is not None:
+            raise RuntimeError("records are staged: seal them before waiting for a commit")
         return self._pending[-1].committed if self._pending else None
 
     # --- Speculation (called by the state machine) --------------------------------------
@@ -319,6 +431,10 @@ class _Tick:
 
 
 _Job = _Request | _Activate | _Tick
+
+_GROUP_LINGER_TURNS: Final = 3
+"""Idle event-loop turns the worker waits for more requests before sealing a group."""
+_MAX_REQUESTS_PER_GROUP: Final = 1024
 
 
 class ControllerServer:
@@ -525,23 +641,68 @@ class ControllerServer:
         if epoch is not None:
             self._jobs.put_nowait(_Activate(epoch))
 
-    # --- the worker: one job at a time ---------------------------------------------------
+    # --- the worker: one job at a time, sealed in groups --------------------------------
 
     async def _work(self) -> None:
         while True:
             job = await self._jobs.get()
             try:
-                if isinstance(job, _Request):
-                    self._serve(job)
-                elif isinstance(job, _Tick):
-                    self._tick_queued = False
-                    self._tick()
-                else:
+                if isinstance(job, _Activate):
                     await self._activate(job.epoch)
+                    continue
+                activation = await self._run_group(job)
+                if activation is not None:
+                    await self._activate(activation.epoch)
             except Exception:
                 log.exception("node %d: controller job %r failed", self.node_id, job)
 
-    def _serve(self, job: _Request) -> None:
+    async def _run_group(self, first: _Request | _Tick) -> _Activate | None:
+        """Run ``first`` and the requests that arrive with it in order, each on the image
+        the ones before it made, staging their records; then seal them as one Raft batch
+        and answer each once it commits (group commit). Returns an activation that
+        arrived meanwhile, to run after the group."""
+        store = self.store
+        incarnation = store.incarnation
+        answered: list[tuple[_Request, Any]] = []
+        activation: _Activate | None = None
+        store.begin_batch()
+        try:
+            self._run(first, answered)
+            idle_turns = 0
+            while (
+                idle_turns < _GROUP_LINGER_TURNS
+                and len(answered) < _MAX_REQUESTS_PER_GROUP
+                and store.staged_records < MAX_RECORDS_PER_BATCH
+            ):
+                if self._jobs.empty():
+                    # Requests that reached gRPC together need a few loop turns to get
+                    # here: wait for them, not for anything that is not already arriving.
+                    idle_turns += 1
+                    await asyncio.sleep(0)
+                    continue
+                job = self._jobs.get_nowait()
+                if isinstance(job, _Activate):
+                    activation = job
+                    break
+                self._run(job, answered)
+        finally:
+            sealed = self._seal()
+        waiter = store.commit_waiter() if sealed and store.incarnation == incarnation else None
+        for request, response in answered:
+            if request.reply.done():
+                continue
+            if not sealed or store.incarnation != incarnation:
+                # Decided on an image that is gone: never acknowledged.
+                request.reply.set_result(_NotController(self.raft.leader_id))
+            else:
+                request.reply.set_result((response, waiter))
+        return activation
+
+    def _run(self, job: _Request | _Tick, answered: list[tuple[_Request, Any]]) -> None:
+        if isinstance(job, _Tick):
+            self._tick_queued = False
+            self._tick()
+            return
         if job.reply.done():
             return  # the caller gave up
         if not self.store.is_active:
@@ -551,7 +712,7 @@ class ControllerServer:
             result = _CALLS[job.rpc.name](self.controller, job.request, self._clock())
             if result.records:
                 self.store.append(result.records)
-            job.reply.set_result((result.response, self.store.commit_waiter()))
+            answered.append((job, result.response))
         except NotControllerError as e:
             job.reply.set_result(_NotController(e.controller_id))
         except UnexpectedAppendOffsetError as e:
@@ -559,6 +720,17 @@ class ControllerServer:
             job.reply.set_result(_NotController(self.node_id))
         except Exception as e:
             job.reply.set_exception(e)
+
+    def _seal(self) -> bool:
+        """Seal the staged records into one Raft batch; False if Raft refused it."""
+        try:
+            self.store.seal()
+        except NotControllerError:
+            return False
+        except UnexpectedAppendOffsetError as e:
+            self._restart_activation(e)
+            return False
+        return True
 
     def _tick(self) -> None:
         if not self.store.is_active:
