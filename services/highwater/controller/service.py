@@ -46,7 +46,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -69,7 +69,7 @@ from highwater.controller_api.codec import (
     InvalidRequestError,
 )
 from highwater.errors import UnexpectedAppendOffsetError
-from highwater.internal.v1 import controller_pb2_grpc
+from highwater.internal.v1 import controller_pb2, controller_pb2_grpc
 from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import MetadataRecord, NoOpRecord, encode_record
@@ -430,7 +430,16 @@ class _Tick:
     pass
 
 
-_Job = _Request | _Activate | _Tick
+@dataclass(frozen=True, slots=True)
+class _BrokerDisconnected:
+    """A broker's liveness stream ended without its saying it was leaving."""
+
+    broker_id: int
+    broker_epoch: int
+    leader_epoch: int
+
+
+_Job = _Request | _Activate | _Tick | _BrokerDisconnected
 
 _GROUP_LINGER_TURNS: Final = 3
 """Idle event-loop turns the worker waits for more requests before sealing a group."""
@@ -656,7 +665,7 @@ class ControllerServer:
             except Exception:
                 log.exception("node %d: controller job %r failed", self.node_id, job)
 
-    async def _run_group(self, first: _Request | _Tick) -> _Activate | None:
+    async def _run_group(self, first: _Request | _Tick | _BrokerDisconnected) -> _Activate | None:
         """Run ``first`` and the requests that arrive with it in order, each on the image
         the ones before it made, staging their records; then seal them as one Raft batch
         and answer each once it commits (group commit). Returns an activation that
@@ -698,10 +707,15 @@ class ControllerServer:
                 request.reply.set_result((response, waiter))
         return activation
 
-    def _run(self, job: _Request | _Tick, answered: list[tuple[_Request, Any]]) -> None:
+    def _run(
+        self, job: _Request | _Tick | _BrokerDisconnected, answered: list[tuple[_Request, Any]]
+    ) -> None:
         if isinstance(job, _Tick):
             self._tick_queued = False
             self._tick()
+            return
+        if isinstance(job, _BrokerDisconnected):
+            self._fence_disconnected(job)
             return
         if job.reply.done():
             return  # the caller gave up
@@ -731,6 +745,27 @@ class ControllerServer:
             self._restart_activation(e)
             return False
         return True
+
+    def _fence_disconnected(self, job: _BrokerDisconnected) -> None:
+        if not self.store.is_active or self._leader_epoch != job.leader_epoch:
+            return
+        result = self.controller.broker_disconnected(job.broker_id, job.broker_epoch)
+        if not result.records:
+            return
+        try:
+            self.store.append(result.records)
+        except NotControllerError:
+            return
+        except UnexpectedAppendOffsetError as e:
+            self._restart_activation(e)
+            return
+        log.info(
+            "node %d: broker %d (epoch %d) disconnected: fenced, %d records",
+            self.node_id,
+            job.broker_id,
+            job.broker_epoch,
+            len(result.records),
+        )
 
     def _tick(self) -> None:
         if not self.store.is_active:
@@ -809,6 +844,65 @@ class ControllerServer:
         if rpc.name == "UnregisterBroker" and getattr(answer, "error", 1) == ErrorCode.NONE:
             node_identities().release(message.broker_id, "")  # type: ignore[attr-defined]
         return merge_refusals(rpc.name, answer, refused)
+
+    async def broker_liveness(
+        self,
+        requests: AsyncIterator[controller_pb2.BrokerLivenessRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[controller_pb2.BrokerLivenessResponse]:
+        """A broker's liveness stream (controller.proto's ``BrokerLiveness``): answered
+        once, then held open while this replica is the active controller. If it ends
+        without the broker saying it is leaving, the broker's process is gone (the kernel
+        closed its connection: a paused broker keeps it open), and that broker epoch is
+        fenced at once rather than after the session timeout."""
+        first = await anext(requests, None)
+        if first is None:
+            return
+        if not may_speak_for_node(context, first.broker_id):
+            yield controller_pb2.BrokerLivenessResponse(
+                error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                error_message=f"{principal_of(context).principal} may not act as node "
+                f"{first.broker_id}",
+            )
+            return
+        over, leader_epoch = self._leadership_over, self._leader_epoch
+        if not self.store.is_active or over is None or over.done() or leader_epoch is None:
+            controller_id = self.raft.leader_id
+            address = self.raft.voters.get(controller_id) if controller_id is not None else None
+            yield controller_pb2.BrokerLivenessResponse(
+                error=ErrorCode.NOT_CONTROLLER,
+                controller_id=-1 if controller_id is None else controller_id,
+                controller_address=address or "",
+            )
+            return
+        registration = self.store.latest_image().broker(first.broker_id)
+        if registration is None or registration.broker_epoch != first.broker_epoch:
+            yield controller_pb2.BrokerLivenessResponse(
+                error=ErrorCode.STALE_BROKER_EPOCH,
+                error_message=f"broker {first.broker_id} of epoch {first.broker_epoch} "
+                "is not registered",
+            )
+            return
+        yield controller_pb2.BrokerLivenessResponse()
+        leaving = first.leaving
+        while True:
+            reader: asyncio.Future[Any] = asyncio.ensure_future(anext(requests, None))
+            waiting: set[asyncio.Future[Any]] = {reader, over}
+            try:
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not reader.done():
+                    reader.cancel()
+            if not reader.done():
+                return  # no longer the active controller: the broker finds the next one
+            message = None if reader.cancelled() or reader.exception() else reader.result()
+            if message is None:
+                break
+            leaving = leaving or message.leaving
+        if not leaving and not self._stopping and self._leader_epoch == leader_epoch:
+            self._jobs.put_nowait(
+                _BrokerDisconnected(first.broker_id, first.broker_epoch, leader_epoch)
+            )
 
     def _topic_name_of(self, topic_id: str) -> str | None:
         topic = self.machine.image.topics.by_id.get(topic_id)
@@ -890,6 +984,10 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
 
     async def AllocateProducerIds(self, request: Any, context: Any) -> Any:
         return await self._server.serve(codec.ALLOCATE_PRODUCER_IDS, request, context)
+
+    async def BrokerLiveness(self, request_iterator: Any, context: Any) -> Any:
+        async for response in self._server.broker_liveness(request_iterator, context):
+            yield response
 
     async def RegisterCoordinator(self, request: Any, context: Any) -> Any:
         return await self._server.serve(codec.REGISTER_COORDINATOR, request, context)
