@@ -450,7 +450,8 @@ def _broker_failover(root: Path, runs: int) -> BrokerFailover:
                 result.times.append(asyncio.run(one_run(topic)))
             except (RuntimeError, TimeoutError) as error:
                 result.errors.append(f"run {run}: {error}")
-            cluster.brokers[victim].start()
+            if not cluster.brokers[victim].alive:
+                cluster.brokers[victim].start()
             _wait_listed(cluster, victim)
             asyncio.run(delete(topic))
     return result
