@@ -97,6 +97,7 @@ class BrokerLifecycle:
         self._heartbeats: asyncio.Task[None] | None = None
         self._liveness: asyncio.Task[None] | None = None
         self._liveness_call: Any = None
+        self._leaving = False
         self._offline_report = offline_report
         self._wake = asyncio.Event()
         self.extra_listeners: tuple[BrokerEndpoint, ...] = ()
@@ -182,8 +183,12 @@ class BrokerLifecycle:
         """Stop heartbeating; tell the controller on the liveness stream that this broker
         leaves on purpose (so it is not fenced as a dead one), then close it."""
         if self._liveness is not None:
+            self._leaving = True
             call = self._liveness_call
             if call is not None:
+                # Said and half-closed; the controller then ends the call, and the
+                # stream's task returns (cancelling the call first would look like a
+                # dead broker to the controller).
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(1):
                         await call.write(
@@ -194,6 +199,7 @@ class BrokerLifecycle:
                             )
                         )
                         await call.done_writing()
+                        await asyncio.shield(self._liveness)
             self._liveness.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._liveness
@@ -208,7 +214,7 @@ class BrokerLifecycle:
         """Keep a ``BrokerLiveness`` stream open to the active controller (see the module
         docstring); open the next one when it ends."""
         backoff_s = self.settings.fenced_heartbeat_interval_ms / 1000
-        while True:
+        while not self._leaving:
             address, call = self.controller.open_broker_liveness()
             self._liveness_call = call
             error: int | None = None
@@ -226,6 +232,8 @@ class BrokerLifecycle:
                     )
                     if reply.error == ErrorCode.NONE:
                         await call.read()  # held open until that controller steps down
+                        if self._leaving:
+                            return
                         continue
                     if reply.error == ErrorCode.NOT_CONTROLLER and reply.controller_address not in (
                         "",

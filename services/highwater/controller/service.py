@@ -885,24 +885,29 @@ class ControllerServer:
             return
         yield controller_pb2.BrokerLivenessResponse()
         leaving = first.leaving
-        while True:
-            reader: asyncio.Future[Any] = asyncio.ensure_future(anext(requests, None))
-            waiting: set[asyncio.Future[Any]] = {reader, over}
-            try:
-                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            finally:
+        try:
+            while True:
+                reader: asyncio.Future[Any] = asyncio.ensure_future(anext(requests, None))
+                waiting: set[asyncio.Future[Any]] = {reader, over}
+                try:
+                    await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not reader.done():
+                        reader.cancel()
                 if not reader.done():
-                    reader.cancel()
-            if not reader.done():
-                return  # no longer the active controller: the broker finds the next one
-            message = None if reader.cancelled() or reader.exception() else reader.result()
-            if message is None:
-                break
-            leaving = leaving or message.leaving
-        if not leaving and not self._stopping and self._leader_epoch == leader_epoch:
-            self._jobs.put_nowait(
-                _BrokerDisconnected(first.broker_id, first.broker_epoch, leader_epoch)
-            )
+                    return  # no longer the active controller: the broker finds the next one
+                message = None if reader.cancelled() or reader.exception() else reader.result()
+                if message is None:
+                    break
+                leaving = leaving or message.leaving
+        finally:
+            # The call ended: the broker half-closed it, or gRPC cancelled it because the
+            # connection closed. Either way, unless the broker said it leaves (or this
+            # replica is no longer the active controller of that epoch), it is gone.
+            if not leaving and not self._stopping and self._leader_epoch == leader_epoch:
+                self._jobs.put_nowait(
+                    _BrokerDisconnected(first.broker_id, first.broker_epoch, leader_epoch)
+                )
 
     def _topic_name_of(self, topic_id: str) -> str | None:
         topic = self.machine.image.topics.by_id.get(topic_id)
