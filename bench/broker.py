@@ -16,7 +16,7 @@ reported.
 
 Failover: a topic of 1,000 partitions, replication factor 3, whose preferred leader is one
 broker; that broker is killed with SIGKILL (time until every partition has another leader,
-which includes the controller's ``broker.session.timeout.ms``), then restarted, made the
+the controller fences it as soon as its liveness stream breaks), then restarted, made the
 leader again by a preferred election, and stopped with SIGTERM (its controlled shutdown
 moves the leaderships first).
 """
@@ -901,7 +901,7 @@ def _failover_rows(section: SuiteSection, failover: Failover) -> None:
             "until every partition has a new leader",
             failover.kill_to_leaders_s,
             "s",
-            extra="the controller acts once the broker's session expires (see notes)",
+            extra="the controller fences the broker when its liveness stream breaks (see notes)",
             error=error,
         )
     )
@@ -1002,9 +1002,11 @@ def _notes(
         "factor 3, the first broker first in every replica list (preferred leader of all). "
         "kill -9 of that broker: time until a surviving broker's Metadata names another "
         "leader for all 1,000 partitions (polled every 20 ms); the controller moves the "
-        "leaderships when it fences the broker, once its session expired "
-        "(broker.session.timeout.ms, 9 s by default as in Kafka, counted from the last "
-        "heartbeat; heartbeats come every 2 s). Then the broker restarts, rejoins every "
+        "leaderships when it fences the broker, which it does as soon as the broker's "
+        "BrokerLiveness stream ends without the broker saying it leaves (the kernel closed "
+        "the dead process's connection), not after broker.session.timeout.ms (9 s; that "
+        "still covers a broker that is unreachable but keeps its connection). Then the "
+        "broker restarts, rejoins every "
         "ISR, a preferred election makes it the leader of all 1,000 again, and SIGTERM starts "
         "its controlled shutdown: time until every partition has another leader (polled every "
         "10 ms) and until the process exited."

@@ -304,6 +304,10 @@ def run(report: Report) -> None:
             failover = asyncio.run(_failover(processes, runs=max(3, int(20 * report.scale))))
         _throughput_rows(section, ours, etcd, floor)
         _failover_rows(section, failover)
+        runs = max(2, int(3 * report.scale))
+        report.progress(f"raft: kill -9 of a broker leading 1,000 partitions, {runs} runs")
+        broker_failover = _broker_failover(root / "broker-failover", runs)
+        _broker_failover_rows(section, broker_failover)
         with controller_quorum(root / "scale") as processes:
             partitions = max(1_000, int(100_000 * report.scale))
             report.progress(f"raft: creating {partitions:,} partitions")
@@ -395,6 +399,81 @@ async def _failover(processes: list[ControllerProcess], runs: int) -> list[float
     finally:
         await cluster.close()
     return times
+
+
+BROKER_FAILOVER_PARTITIONS = 1_000
+
+
+@dataclass
+class BrokerFailover:
+    """Seconds from kill -9 of the broker leading every partition of a topic until every
+    partition had another leader, one per run; what went wrong, if anything did."""
+
+    times: list[float]
+    errors: list[str]
+
+
+def _broker_failover(root: Path, runs: int) -> BrokerFailover:
+    """One controller and three brokers, a topic of 1,000 partitions (replication factor
+    3) whose preferred leader is broker 101. Each run makes 101 the leader of all of them
+    (a preferred election once it is back in every ISR), kills it with SIGKILL and waits
+    until the Metadata of broker 102 shows every partition led by another broker, then
+    restarts it."""
+    from bench._highwater_cluster import highwater_cluster, wait_for_leaders
+    from bench.broker import _elect_preferred, _wait_listed, create_topic, wait_full_isr
+
+    result = BrokerFailover([], [])
+    topic = "bench-broker-failover"
+    partitions = BROKER_FAILOVER_PARTITIONS
+    with highwater_cluster(root, 3) as cluster:
+        victim, *others = sorted(cluster.brokers)
+        watcher = cluster.broker_addresses[others[0]]
+        assignment = {p: [victim, *others] for p in range(partitions)}
+
+        async def lead_all() -> None:
+            await wait_full_isr(watcher, topic, partitions, 3, timeout_s=300)
+            try:
+                await wait_for_leaders(watcher, topic, partitions, led_by=victim, timeout_s=1)
+            except RuntimeError:
+                await _elect_preferred(cluster.bootstrap, topic)
+                await wait_for_leaders(watcher, topic, partitions, led_by=victim, timeout_s=120)
+
+        async def one_run() -> float:
+            await lead_all()
+            killed = time.monotonic()
+            cluster.brokers[victim].kill()
+            await wait_for_leaders(watcher, topic, partitions, not_led_by=victim, poll_s=0.005)
+            return time.monotonic() - killed
+
+        asyncio.run(create_topic(cluster.bootstrap, topic, assignment=assignment, timeout_s=300))
+        for run in range(runs):
+            try:
+                result.times.append(asyncio.run(one_run()))
+            except (RuntimeError, TimeoutError) as error:
+                result.errors.append(f"run {run}: {type(error).__name__} {error}")
+            if not cluster.brokers[victim].alive:
+                cluster.brokers[victim].start()
+            _wait_listed(cluster, victim, timeout_s=300)
+    return result
+
+
+def _broker_failover_rows(section: SuiteSection, failover: BrokerFailover) -> None:
+    times = sorted(failover.times)
+    error = "; ".join(failover.errors) or "did not run"
+    median = percentile([t * 1000 for t in times], 0.5) if times else None
+    section.add(
+        Row(
+            f"broker failover: kill -9 of the broker leading {BROKER_FAILOVER_PARTITIONS:,} "
+            "partitions (RF 3) until every partition has a new leader: p50",
+            median,
+            "ms",
+            extra=f"{len(times)} runs: "
+            + " · ".join(f"{t * 1000:,.0f}" for t in failover.times)
+            + " ms; fenced when its liveness stream breaks (session timeout 9 s)",
+            target=at_most(1500, "ms"),
+            error=error,
+        )
+    )
 
 
 @dataclass

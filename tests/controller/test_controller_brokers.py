@@ -180,6 +180,30 @@ def test_a_silent_broker_is_fenced_and_loses_its_leaderships_in_the_same_batch()
     check_invariants(h.image)
 
 
+def test_a_disconnected_broker_is_fenced_at_once_and_only_in_its_epoch() -> None:
+    h = Harness()
+    h.start_brokers([1, 2, 3])
+    h.create_topic("t", 6, 3)
+    epoch = h.epochs[1]
+    # Another epoch's stream (an older incarnation's), or an unknown broker: nothing.
+    assert h.controller.broker_disconnected(1, epoch - 1).records == []
+    assert h.controller.broker_disconnected(9, 0).records == []
+    # Its own: fenced now, with no session expired, its leaderships moved in the batch.
+    result = h.controller.broker_disconnected(1, epoch)
+    assert result.response is True
+    assert result.records[0] == FenceBrokerRecord(1, epoch)
+    changes = [r for r in result.records if isinstance(r, PartitionChangeRecord)]
+    assert len(changes) == 6
+    h.commit(result)
+    assert h.broker(1).fenced
+    for p in range(6):
+        assert h.partition("t", p).leader in (2, 3) and 1 not in h.partition("t", p).isr
+    # Told twice (a stream of the same epoch again): already fenced, nothing more.
+    again = h.controller.broker_disconnected(1, epoch)
+    assert again.records == [] and again.response is False
+    check_invariants(h.image)
+
+
 def test_the_last_isr_member_stays_and_the_partition_goes_offline() -> None:
     h = Harness()
     h.start_brokers([1, 2])

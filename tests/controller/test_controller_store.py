@@ -308,3 +308,64 @@ async def test_snapshots_round_trip_through_the_state_machine(
     assert decode_snapshot(encode_snapshot(MetadataImage.empty()), OffsetAndEpoch(0, 0)) == (
         replay([], -1, 0)
     )
+
+
+async def test_appends_staged_together_go_to_raft_as_one_batch(log: Log) -> None:
+    raft, machine, store = log
+    await activate(raft, store)
+    entries = len(raft.entries)
+    store.begin_batch()
+    epoch = store.latest_image().offset + 1
+    # Each staged append is decided on the image of the ones before it, at the offsets
+    # the batch will give it.
+    assert store.append([broker(1, epoch)]) == epoch
+    assert store.latest_image().broker(1).broker_epoch == epoch  # type: ignore[union-attr]
+    assert store.append(topic_records("a", "id-a")) == epoch + 2
+    assert store.append([config("a", "7")]) == epoch + 3
+    assert len(raft.entries) == entries and store.staged_records == 4
+    with pytest.raises(RuntimeError):
+        store.commit_waiter()  # nothing to wait on before the seal
+    staged = store.latest_image()
+    store.seal()
+    assert len(raft.entries) == entries + 1
+    assert raft.entries[-1].batch.base_offset == epoch
+    assert raft.entries[-1].batch.next_offset == epoch + 4
+    waiter = store.commit_waiter()
+    assert waiter is not None and not waiter.done()
+    raft.commit()
+    assert machine.image is staged  # the staged image, not decoded again
+    assert waiter.result() == epoch + 3
+    # Outside a group, appends go to Raft at once again.
+    store.append([config("a", "8")])
+    assert len(raft.entries) == entries + 2
+
+
+async def test_a_staged_group_that_raft_refuses_is_never_acknowledged(log: Log) -> None:
+    raft, machine, store = log
+    await activate(raft, store)
+    incarnation = store.incarnation
+    store.begin_batch()
+    store.append(topic_records("lost", "id-lost"))
+    assert store.latest_image().topic("lost") is not None
+    # Leadership moves on before the group is sealed.
+    raft.new_epoch(leader=2)
+    end = raft.end_offset
+    with pytest.raises(NotControllerError) as refused:
+        store.seal()
+    assert refused.value.controller_id == 2
+    assert raft.end_offset == end and store.staged_records == 0
+    assert store.incarnation != incarnation  # what was decided on it must not be answered
+    assert store.latest_image() is machine.image and machine.image.topic("lost") is None
+
+
+async def test_leadership_loss_drops_the_staged_records(log: Log) -> None:
+    raft, machine, store = log
+    await activate(raft, store)
+    store.begin_batch()
+    store.append(topic_records("lost", "id-lost"))
+    incarnation = store.incarnation
+    store.deactivate()
+    assert store.incarnation != incarnation and store.staged_records == 0
+    assert store.latest_image() is machine.image
+    store.seal()  # nothing left to append
+    assert raft.entries[-1].batch.base_offset < 2

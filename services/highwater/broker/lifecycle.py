@@ -10,6 +10,15 @@ fenced) with the offset of the metadata it has applied; the controller unfences 
 that has caught up. ``controlled_shutdown`` asks to go, and returns once the controller
 has moved the broker's leaderships away.
 
+Beside the heartbeats the broker holds a ``BrokerLiveness`` stream open to the active
+controller (controller.proto): when the broker's process dies the kernel closes its
+connection, the stream ends without the broker's word that it is leaving, and the
+controller fences it at once instead of after ``broker.session.timeout.ms``. A broker
+that stops on purpose says it is leaving first; one that is only slow or paused keeps
+its connection and is judged by its heartbeats alone. The stream follows the active
+controller: when a controller stops being active it ends the stream, and the broker
+opens one to the next.
+
 Readiness: the Broker service is SERVING while this incarnation is registered, unfenced
 and not shutting down in the metadata image; :data:`~highwater.broker.rolling.READY_SERVICE`
 while it is also back in the ISR of every partition it replicates (the rolling-restart
@@ -23,7 +32,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final
 
 import grpc.aio
 
@@ -33,6 +42,7 @@ from highwater.config.listeners import DEFAULT_LISTENER_NAME
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.errors import HighwaterError
+from highwater.internal.v1 import controller_pb2 as pb_internal
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import BrokerEndpoint
 from highwater.rpc.endpoints import parse_endpoint
@@ -85,6 +95,9 @@ class BrokerLifecycle:
         self.stopping = False
         """Set when the broker stops: it reports NOT_SERVING and starts no more work."""
         self._heartbeats: asyncio.Task[None] | None = None
+        self._liveness: asyncio.Task[None] | None = None
+        self._liveness_call: Any = None
+        self._leaving = False
         self._offline_report = offline_report
         self._wake = asyncio.Event()
         self.extra_listeners: tuple[BrokerEndpoint, ...] = ()
@@ -160,16 +173,84 @@ class BrokerLifecycle:
 
     def start_heartbeats(self) -> None:
         """Heartbeat every ``broker.heartbeat.interval.ms`` (the fenced interval while
-        fenced) until :meth:`stop_heartbeats`."""
+        fenced), and hold the liveness stream open, until :meth:`stop_heartbeats`."""
         if self._heartbeats is None:
             self._heartbeats = asyncio.create_task(self._heartbeat_forever())
+        if self._liveness is None:
+            self._liveness = asyncio.create_task(self._liveness_forever())
 
     async def stop_heartbeats(self) -> None:
+        """Stop heartbeating; tell the controller on the liveness stream that this broker
+        leaves on purpose (so it is not fenced as a dead one), then close it."""
+        if self._liveness is not None:
+            self._leaving = True
+            call = self._liveness_call
+            if call is not None:
+                # Said and half-closed; the controller then ends the call, and the
+                # stream's task returns (cancelling the call first would look like a
+                # dead broker to the controller).
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(1):
+                        await call.write(
+                            pb_internal.BrokerLivenessRequest(
+                                broker_id=self.node_id,
+                                broker_epoch=self.broker_epoch,
+                                leaving=True,
+                            )
+                        )
+                        await call.done_writing()
+                        await asyncio.shield(self._liveness)
+            self._liveness.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._liveness
+            self._liveness = None
         if self._heartbeats is not None:
             self._heartbeats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heartbeats
             self._heartbeats = None
+
+    async def _liveness_forever(self) -> None:
+        """Keep a ``BrokerLiveness`` stream open to the active controller (see the module
+        docstring); open the next one when it ends."""
+        backoff_s = self.settings.fenced_heartbeat_interval_ms / 1000
+        while not self._leaving:
+            address, call = self.controller.open_broker_liveness()
+            self._liveness_call = call
+            error: int | None = None
+            try:
+                await call.write(
+                    pb_internal.BrokerLivenessRequest(
+                        broker_id=self.node_id, broker_epoch=self.broker_epoch
+                    )
+                )
+                reply = await call.read()
+                if reply is not grpc.aio.EOF:
+                    error = reply.error
+                    self.controller.liveness_answered(
+                        address, reply.error, reply.controller_address
+                    )
+                    if reply.error == ErrorCode.NONE:
+                        await call.read()  # held open until that controller steps down
+                        if self._leaving:
+                            return
+                        continue
+                    if reply.error == ErrorCode.NOT_CONTROLLER and reply.controller_address not in (
+                        "",
+                        address,
+                    ):
+                        continue  # there at once
+                else:
+                    self.controller.liveness_answered(address, None)
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError) as e:
+                log.debug("broker %d: liveness stream to %s: %s", self.node_id, address, e)
+                self.controller.liveness_answered(address, None)
+            finally:
+                self._liveness_call = None
+                call.cancel()
+            if error == ErrorCode.STALE_BROKER_EPOCH:
+                log.debug("broker %d: liveness stream refused: stale epoch", self.node_id)
+            await asyncio.sleep(backoff_s)
 
     def heartbeat_now(self) -> None:
         """Send the next heartbeat without waiting for the interval (a log directory

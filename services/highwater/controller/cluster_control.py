@@ -519,6 +519,21 @@ class ClusterControl:
             records.append(record)
         return records
 
+    def fence_disconnected(
+        self, image: MetadataImage, broker_id: int, broker_epoch: int
+    ) -> ControllerResult[bool]:
+        """Broker ``broker_id``'s liveness stream broke with its connection (its process
+        died): fence that incarnation now, moving its leaderships and ISR memberships in
+        the same batch, as a session expiry would. Nothing if that incarnation is no
+        longer registered or already fenced; the response says whether it was fenced."""
+        broker = image.broker(broker_id)
+        if broker is None or broker.broker_epoch != broker_epoch or broker.fenced:
+            return ControllerResult([], False)
+        delta = MetadataDelta(image)
+        fence = FenceBrokerRecord(broker_id, broker_epoch)
+        delta.replay(fence)
+        return ControllerResult([fence, *self.replication.move_away_from(delta, broker_id)], True)
+
     def fence_expired(
         self, delta: MetadataDelta, now_ms: int, records: list[MetadataRecord]
     ) -> list[int]:

@@ -23,9 +23,11 @@ Broker lifecycle (KIP-631): a broker registers (fenced), heartbeats, and is unfe
 once its heartbeat shows it has replayed the log up to its own registration. A broker
 not heard from within ``broker.session.timeout.ms`` is fenced by :meth:`tick`, and in
 the same batch its leaderships move to other ISR members and it leaves every ISR where
-it is not the last member. A broker that asks to shut down (``want_shutdown``) enters
-controlled shutdown the same way, and is told ``should_shut_down`` once it leads
-nothing and every active broker has replayed the records that moved its leaderships.
+it is not the last member. A broker whose liveness stream broke with its connection (its
+process died) is fenced the same way at once (:meth:`broker_disconnected`). A broker that
+asks to shut down (``want_shutdown``) enters controlled shutdown the same way, and is
+told ``should_shut_down`` once it leads nothing and every active broker has replayed the
+records that moved its leaderships.
 
 Coordinator lifecycle: a group coordinator registers (its record's offset is its
 registration epoch) and heartbeats; one not heard from within
@@ -161,6 +163,10 @@ class QuorumController:
     ) -> ControllerResult[BrokerHeartbeatResponse]:
         """Liveness; unfence a caught-up broker; fence or shut down a broker that asks."""
         return self.cluster.broker_heartbeat(self._image(), request, now_ms)
+
+    def broker_disconnected(self, broker_id: int, broker_epoch: int) -> ControllerResult[bool]:
+        """The broker's liveness stream broke with its connection: fence it at once."""
+        return self.cluster.fence_disconnected(self._image(), broker_id, broker_epoch)
 
     def unregister_broker(
         self, request: UnregisterBrokerRequest

@@ -18,12 +18,17 @@ into a controller process, on top of the
   service on the same gRPC server and port (the Raft server takes extra services,
   :class:`~highwater.rpc.server.GrpcService`; health reports the Controller service
   SERVING once the quorum has a leader, and each other service once its role says so). Every RPC,
-  every ``tick`` and the activation go through one queue, served strictly one at a time
-  in arrival order on the event loop: the request's controller method runs on the latest
-  image, its records are appended (the next request already sees them), and the answer
-  goes out once the records — or, for a request that wrote none, everything appended
-  before it — are committed. A replica that is not the active controller answers
-  NOT_CONTROLLER with the leader's id and address (from the voters).
+  every ``tick`` and the activation go through one queue, served one at a time in arrival
+  order on the event loop: the request's controller method runs on the latest image and
+  its records are staged (the next request already sees them), without waiting for
+  anything earlier to commit. The requests that arrive together — those queued, and
+  those a few idle loop turns bring — form a group whose staged records are sealed into
+  one Raft batch (group commit: one append, one fsync per voter and one fetch round trip
+  for the group, as Kafka's QuorumController with its batch accumulator); each answer
+  goes out once everything appended up to its group is committed. A group decided on an
+  image that was then dropped (leadership lost, or Raft refused the batch) is answered
+  NOT_CONTROLLER, never acknowledged. A replica that is not the active controller
+  answers NOT_CONTROLLER with the leader's id and address (from the voters).
 
 Activation (Kafka's ``claim``): when Raft reports this replica leader of an epoch, the
 controller appends a ``NoOpRecord`` and waits until it is committed and applied, so the
@@ -41,7 +46,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -64,7 +69,7 @@ from highwater.controller_api.codec import (
     InvalidRequestError,
 )
 from highwater.errors import UnexpectedAppendOffsetError
-from highwater.internal.v1 import controller_pb2_grpc
+from highwater.internal.v1 import controller_pb2, controller_pb2_grpc
 from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import MetadataRecord, NoOpRecord, encode_record
@@ -120,6 +125,29 @@ class _Pending:
     committed: asyncio.Future[int]
 
 
+@dataclass(slots=True)
+class _OpenBatch:
+    """Requests' records decided and staged, not yet handed to Raft: they go as one batch.
+
+    ``image`` holds them at the offsets they will get (the batch starts right after
+    ``parent``)."""
+
+    parent: MetadataImage
+    image: MetadataImage
+    epoch: int
+    values: list[bytes]
+
+    @property
+    def base_offset(self) -> int:
+        return self.parent.offset + 1
+
+
+MAX_RECORDS_PER_BATCH: Final = 10_000
+"""Records staged together in one Raft batch before it is sealed (Kafka's
+``QuorumController`` bounds its batches the same way); one request's records are never
+split, however many."""
+
+
 def _observe(future: asyncio.Future[Any]) -> None:
     """Mark a future's failure as seen (its waiters, if any, handle it)."""
     if not future.cancelled():
@@ -133,6 +161,12 @@ class RaftMetadataStore:
     Writable only while activated for a leader epoch (:meth:`activate`); outside one,
     ``append`` raises :class:`NotControllerError` and the latest image is the committed
     one.
+
+    Group commit: between :meth:`begin_batch` and :meth:`seal`, appends are staged — each
+    is validated and replayed on the latest image at once, so the next request sees it —
+    and the staged records of all of them go to Raft as one batch at :meth:`seal`: one
+    log append, one fsync, one fetch round trip for every request that arrived together.
+    Outside such a stretch every append goes to Raft at once.
     """
 
     def __init__(self, raft: RaftAppender, machine: MetadataStateMachine) -> None:
@@ -140,6 +174,9 @@ class RaftMetadataStore:
         self._machine = machine
         self._epoch: int | None = None
         self._pending: deque[_Pending] = deque()
+        self._open: _OpenBatch | None = None
+        self._batching = False
+        self._incarnation = 0
         machine.speculation = self
 
     # --- leadership ------------------------------------------------------------------
@@ -156,11 +193,14 @@ class RaftMetadataStore:
     def activate(self, epoch: int) -> None:
         """Start appending in ``epoch``, on top of the committed image (which must hold
         every entry of the log: the caller waited for an entry of ``epoch`` to commit)."""
+        self._open = None
         self._pending.clear()
         self._epoch = epoch
+        self._incarnation += 1
 
     def deactivate(self) -> None:
-        """Leadership ended: drop the speculative images, back to the committed one."""
+        """Leadership ended: drop the speculative images, back to the committed one; the
+        requests staged and not sent to Raft fail as those sent would (NotLeaderError)."""
         if self._pending:
             log.info(
                 "dropping %d uncommitted metadata batches (offsets %d..%d)",
@@ -168,13 +208,17 @@ class RaftMetadataStore:
                 self._pending[0].base_offset,
                 self._pending[-1].last.offset,
             )
+        self._open = None
         self._epoch = None
         self._pending.clear()
+        self._incarnation += 1
 
     # --- MetadataStore -----------------------------------------------------------------
 
     def latest_image(self) -> MetadataImage:
         """The committed image plus every record appended since (while active)."""
+        if self._open is not None:
+            return self._open.image
         return self._pending[-1].image if self._pending else self._machine.image
 
     def committed_image(self) -> MetadataImage:
@@ -185,38 +229,106 @@ class RaftMetadataStore:
 
     @property
     def pending_batches(self) -> int:
-        """Batches appended and not committed yet."""
-        return len(self._pending)
+        """Batches appended (or staged) and not committed yet."""
+        return len(self._pending) + (self._open is not None)
+
+    @property
+    def incarnation(self) -> int:
+        """Changes whenever speculative images are dropped (activation, deactivation, a
+        staged batch Raft refused): requests decided on an image of an older incarnation
+        must not be acknowledged."""
+        return self._incarnation
+
+    @property
+    def staged_records(self) -> int:
+        """Records staged for the next :meth:`seal`."""
+        return 0 if self._open is None else len(self._open.values)
 
     def append(self, records: Sequence[MetadataRecord]) -> int:
-        """Append ``records`` as one Raft batch right after the latest image; the offset
-        of the last one. Their image is the latest from now on.
+        """Append ``records`` atomically right after the latest image; the offset of the
+        last one. Their image is the latest from now on.
+
+        Between :meth:`begin_batch` and :meth:`seal` they are staged (see the class
+        docstring); otherwise they go to Raft at once as one batch.
 
         Raises :class:`NotControllerError` when not active (or Raft refuses: not the
         leader of the active epoch), ``UnexpectedAppendOffsetError`` if the log does not
         end where the latest image does, and ``MetadataReplayError`` for records that do
-        not replay on the latest image — in each case nothing is appended.
+        not replay on the latest image — in each case nothing is appended (a failure of
+        the Raft append while staging shows at :meth:`seal` instead).
         """
         epoch = self._epoch
         if epoch is None:
             raise NotControllerError(_or_unknown(self._raft.leader_id))
-        parent = self.latest_image()
         if not records:
-            return parent.offset
+            return self.latest_image().offset
+        if self._open is not None and len(self._open.values) + len(records) > MAX_RECORDS_PER_BATCH:
+            self._seal_open()
+        parent = self.latest_image()
         delta = MetadataDelta(parent).replay_all(records)
         values = [encode_record(record) for record in records]
+        last_offset = parent.offset + len(values)
+        image = delta.apply(last_offset, epoch)
+        staged = self._open
+        if staged is None:
+            self._open = _OpenBatch(parent, image, epoch, values)
+        else:
+            staged.values.extend(values)
+            staged.image = image
+        if not self._batching:
+            self._seal_open()
+        return last_offset
+
+    def begin_batch(self) -> None:
+        """Stage appends from now until :meth:`seal` (group commit)."""
+        self._batching = True
+
+    def seal(self) -> None:
+        """Hand the staged records to Raft as one batch and stop staging.
+
+        Raises :class:`NotControllerError` or ``UnexpectedAppendOffsetError`` when Raft
+        refuses the batch: the staged images are dropped, and the requests staged must be
+        answered NOT_CONTROLLER, never acknowledged.
+        """
+        self._batching = False
+        self._seal_open()
+
+    def _seal_open(self) -> None:
+        staged = self._open
+        if staged is None:
+            return
         try:
-            last, committed = self._raft.append(values, epoch=epoch, base_offset=parent.offset + 1)
+            last, committed = self._raft.append(
+                staged.values, epoch=staged.epoch, base_offset=staged.base_offset
+            )
         except NotLeaderError as e:
+            self._open = None
+            self._incarnation += 1
             raise NotControllerError(_or_unknown(e.leader_id)) from None
+        except BaseException:
+            self._open = None
+            self._incarnation += 1
+            raise
+        self._open = None
         committed.add_done_callback(_observe)
-        image = delta.apply(last.offset, last.epoch)
-        self._pending.append(_Pending(parent.offset + 1, last, parent, image, committed))
-        return last.offset
+        expected = staged.base_offset + len(staged.values) - 1
+        if last.offset != expected or last.epoch != staged.epoch:
+            # Raft put the batch elsewhere than the images say: the caller starts over.
+            self._incarnation += 1
+            raise UnexpectedAppendOffsetError(
+                f"the batch staged for offsets {staged.base_offset}..{expected} of epoch "
+                f"{staged.epoch} was appended ending at {last.offset} in epoch {last.epoch}"
+            )
+        self._pending.append(
+            _Pending(staged.base_offset, last, staged.parent, staged.image, committed)
+        )
 
     def commit_waiter(self) -> asyncio.Future[int] | None:
         """A future that resolves once everything appended so far is committed (raises
-        ``NotLeaderError`` if it never will be); ``None`` if it is already."""
+        ``NotLeaderError`` if it never will be); ``None`` if it is already. Staged
+        records have no waiter until :meth:`seal`."""
+        if self._open is not None:
+            raise RuntimeError("records are staged: seal them before waiting for a commit")
         return self._pending[-1].committed if self._pending else None
 
     # --- Speculation (called by the state machine) --------------------------------------
@@ -318,7 +430,20 @@ class _Tick:
     pass
 
 
-_Job = _Request | _Activate | _Tick
+@dataclass(frozen=True, slots=True)
+class _BrokerDisconnected:
+    """A broker's liveness stream ended without its saying it was leaving."""
+
+    broker_id: int
+    broker_epoch: int
+    leader_epoch: int
+
+
+_Job = _Request | _Activate | _Tick | _BrokerDisconnected
+
+_GROUP_LINGER_TURNS: Final = 3
+"""Idle event-loop turns the worker waits for more requests before sealing a group."""
+_MAX_REQUESTS_PER_GROUP: Final = 1024
 
 
 class ControllerServer:
@@ -525,23 +650,73 @@ class ControllerServer:
         if epoch is not None:
             self._jobs.put_nowait(_Activate(epoch))
 
-    # --- the worker: one job at a time ---------------------------------------------------
+    # --- the worker: one job at a time, sealed in groups --------------------------------
 
     async def _work(self) -> None:
         while True:
             job = await self._jobs.get()
             try:
-                if isinstance(job, _Request):
-                    self._serve(job)
-                elif isinstance(job, _Tick):
-                    self._tick_queued = False
-                    self._tick()
-                else:
+                if isinstance(job, _Activate):
                     await self._activate(job.epoch)
+                    continue
+                activation = await self._run_group(job)
+                if activation is not None:
+                    await self._activate(activation.epoch)
             except Exception:
                 log.exception("node %d: controller job %r failed", self.node_id, job)
 
-    def _serve(self, job: _Request) -> None:
+    async def _run_group(self, first: _Request | _Tick | _BrokerDisconnected) -> _Activate | None:
+        """Run ``first`` and the requests that arrive with it in order, each on the image
+        the ones before it made, staging their records; then seal them as one Raft batch
+        and answer each once it commits (group commit). Returns an activation that
+        arrived meanwhile, to run after the group."""
+        store = self.store
+        incarnation = store.incarnation
+        answered: list[tuple[_Request, Any]] = []
+        activation: _Activate | None = None
+        store.begin_batch()
+        try:
+            self._run(first, answered)
+            idle_turns = 0
+            while (
+                idle_turns < _GROUP_LINGER_TURNS
+                and len(answered) < _MAX_REQUESTS_PER_GROUP
+                and store.staged_records < MAX_RECORDS_PER_BATCH
+            ):
+                if self._jobs.empty():
+                    # Requests that reached gRPC together need a few loop turns to get
+                    # here: wait for them, not for anything that is not already arriving.
+                    idle_turns += 1
+                    await asyncio.sleep(0)
+                    continue
+                job = self._jobs.get_nowait()
+                if isinstance(job, _Activate):
+                    activation = job
+                    break
+                self._run(job, answered)
+        finally:
+            sealed = self._seal()
+        waiter = store.commit_waiter() if sealed and store.incarnation == incarnation else None
+        for request, response in answered:
+            if request.reply.done():
+                continue
+            if not sealed or store.incarnation != incarnation:
+                # Decided on an image that is gone: never acknowledged.
+                request.reply.set_result(_NotController(self.raft.leader_id))
+            else:
+                request.reply.set_result((response, waiter))
+        return activation
+
+    def _run(
+        self, job: _Request | _Tick | _BrokerDisconnected, answered: list[tuple[_Request, Any]]
+    ) -> None:
+        if isinstance(job, _Tick):
+            self._tick_queued = False
+            self._tick()
+            return
+        if isinstance(job, _BrokerDisconnected):
+            self._fence_disconnected(job)
+            return
         if job.reply.done():
             return  # the caller gave up
         if not self.store.is_active:
@@ -551,7 +726,7 @@ class ControllerServer:
             result = _CALLS[job.rpc.name](self.controller, job.request, self._clock())
             if result.records:
                 self.store.append(result.records)
-            job.reply.set_result((result.response, self.store.commit_waiter()))
+            answered.append((job, result.response))
         except NotControllerError as e:
             job.reply.set_result(_NotController(e.controller_id))
         except UnexpectedAppendOffsetError as e:
@@ -559,6 +734,38 @@ class ControllerServer:
             job.reply.set_result(_NotController(self.node_id))
         except Exception as e:
             job.reply.set_exception(e)
+
+    def _seal(self) -> bool:
+        """Seal the staged records into one Raft batch; False if Raft refused it."""
+        try:
+            self.store.seal()
+        except NotControllerError:
+            return False
+        except UnexpectedAppendOffsetError as e:
+            self._restart_activation(e)
+            return False
+        return True
+
+    def _fence_disconnected(self, job: _BrokerDisconnected) -> None:
+        if not self.store.is_active or self._leader_epoch != job.leader_epoch:
+            return
+        result = self.controller.broker_disconnected(job.broker_id, job.broker_epoch)
+        if not result.records:
+            return
+        try:
+            self.store.append(result.records)
+        except NotControllerError:
+            return
+        except UnexpectedAppendOffsetError as e:
+            self._restart_activation(e)
+            return
+        log.info(
+            "node %d: broker %d (epoch %d) disconnected: fenced, %d records",
+            self.node_id,
+            job.broker_id,
+            job.broker_epoch,
+            len(result.records),
+        )
 
     def _tick(self) -> None:
         if not self.store.is_active:
@@ -637,6 +844,70 @@ class ControllerServer:
         if rpc.name == "UnregisterBroker" and getattr(answer, "error", 1) == ErrorCode.NONE:
             node_identities().release(message.broker_id, "")  # type: ignore[attr-defined]
         return merge_refusals(rpc.name, answer, refused)
+
+    async def broker_liveness(
+        self,
+        requests: AsyncIterator[controller_pb2.BrokerLivenessRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[controller_pb2.BrokerLivenessResponse]:
+        """A broker's liveness stream (controller.proto's ``BrokerLiveness``): answered
+        once, then held open while this replica is the active controller. If it ends
+        without the broker saying it is leaving, the broker's process is gone (the kernel
+        closed its connection: a paused broker keeps it open), and that broker epoch is
+        fenced at once rather than after the session timeout."""
+        first = await anext(requests, None)
+        if first is None:
+            return
+        if not may_speak_for_node(context, first.broker_id):
+            yield controller_pb2.BrokerLivenessResponse(
+                error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                error_message=f"{principal_of(context).principal} may not act as node "
+                f"{first.broker_id}",
+            )
+            return
+        over, leader_epoch = self._leadership_over, self._leader_epoch
+        if not self.store.is_active or over is None or over.done() or leader_epoch is None:
+            controller_id = self.raft.leader_id
+            address = self.raft.voters.get(controller_id) if controller_id is not None else None
+            yield controller_pb2.BrokerLivenessResponse(
+                error=ErrorCode.NOT_CONTROLLER,
+                controller_id=-1 if controller_id is None else controller_id,
+                controller_address=address or "",
+            )
+            return
+        registration = self.store.latest_image().broker(first.broker_id)
+        if registration is None or registration.broker_epoch != first.broker_epoch:
+            yield controller_pb2.BrokerLivenessResponse(
+                error=ErrorCode.STALE_BROKER_EPOCH,
+                error_message=f"broker {first.broker_id} of epoch {first.broker_epoch} "
+                "is not registered",
+            )
+            return
+        yield controller_pb2.BrokerLivenessResponse()
+        leaving = first.leaving
+        try:
+            while True:
+                reader: asyncio.Future[Any] = asyncio.ensure_future(anext(requests, None))
+                waiting: set[asyncio.Future[Any]] = {reader, over}
+                try:
+                    await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not reader.done():
+                        reader.cancel()
+                if not reader.done():
+                    return  # no longer the active controller: the broker finds the next one
+                message = None if reader.cancelled() or reader.exception() else reader.result()
+                if message is None:
+                    break
+                leaving = leaving or message.leaving
+        finally:
+            # The call ended: the broker half-closed it, or gRPC cancelled it because the
+            # connection closed. Either way, unless the broker said it leaves (or this
+            # replica is no longer the active controller of that epoch), it is gone.
+            if not leaving and not self._stopping and self._leader_epoch == leader_epoch:
+                self._jobs.put_nowait(
+                    _BrokerDisconnected(first.broker_id, first.broker_epoch, leader_epoch)
+                )
 
     def _topic_name_of(self, topic_id: str) -> str | None:
         topic = self.machine.image.topics.by_id.get(topic_id)
@@ -718,6 +989,10 @@ class ControllerServicer(controller_pb2_grpc.ControllerServicer):
 
     async def AllocateProducerIds(self, request: Any, context: Any) -> Any:
         return await self._server.serve(codec.ALLOCATE_PRODUCER_IDS, request, context)
+
+    async def BrokerLiveness(self, request_iterator: Any, context: Any) -> Any:
+        async for response in self._server.broker_liveness(request_iterator, context):
+            yield response
 
     async def RegisterCoordinator(self, request: Any, context: Any) -> Any:
         return await self._server.serve(codec.REGISTER_COORDINATOR, request, context)

@@ -21,10 +21,12 @@ it without touching brokers or the controller's logic. An etcd-backed store, say
 The I/O layer around :class:`~highwater.controller.quorum_controller.QuorumController`
 runs requests one at a time: ``result = controller.create_topics(...)``, then
 ``offset = store.append(result.records)`` (which must apply them to ``latest_image``
-before the next request runs), then, once ``store.committed_offset() >= offset``, it
-answers with ``result.response``. If appending fails because this node is no longer the
-active controller, it answers NOT_CONTROLLER and the store drops the uncommitted records
-from its latest image (back to the committed one).
+before the next request runs; the next request does not wait for this one to commit,
+and a store may write the records of several requests as one batch), then, once
+``store.committed_offset() >= offset``, it answers with ``result.response``. If
+appending fails because this node is no longer the active controller, it answers
+NOT_CONTROLLER and the store drops the uncommitted records from its latest image (back
+to the committed one).
 """
 
 from __future__ import annotations

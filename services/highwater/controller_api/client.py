@@ -29,6 +29,7 @@ from highwater.controller_api import codec
 from highwater.controller_api import messages as m
 from highwater.controller_api.codec import CONTROLLER_SERVICE_NAME, ControllerRpc
 from highwater.errors import HighwaterError
+from highwater.internal.v1 import controller_pb2
 from highwater.rpc.channels import open_channel
 from highwater.rpc.client_auth import ClientSecurity
 from highwater.rpc.endpoints import parse_endpoint
@@ -267,6 +268,42 @@ class ControllerClient:
             await asyncio.sleep(min(backoff_ms, max(remaining, 0) * 1000) / 1000)
             backoff_ms = min(backoff_ms * 2, self.max_retry_backoff_ms)
 
+    def open_broker_liveness(self) -> tuple[str, Any]:
+        """Open a ``BrokerLiveness`` stream (controller.proto) to the controller believed
+        active: its address and the call, to write ``BrokerLivenessRequest`` messages to
+        and read ``BrokerLivenessResponse`` ones from. Report how it went with
+        :meth:`liveness_answered`."""
+        address = self._target()
+        method = self._methods.get((address, "BrokerLiveness"))
+        if method is None:
+            method = self._channel(address).stream_stream(
+                f"/{CONTROLLER_SERVICE_NAME}/BrokerLiveness",
+                request_serializer=lambda message: message.SerializeToString(),
+                response_deserializer=controller_pb2.BrokerLivenessResponse.FromString,
+            )
+            self._methods[(address, "BrokerLiveness")] = method
+        return address, method()
+
+    def liveness_answered(self, address: str, error: int | None, hint: str = "") -> None:
+        """What a ``BrokerLiveness`` stream to ``address`` got: ``None`` if it could not
+        be opened, NOT_CONTROLLER with the active controller's address (``hint``), or
+        NONE (``address`` is the active controller)."""
+        if error == ErrorCode.NONE:
+            self._active = address
+        elif error == ErrorCode.NOT_CONTROLLER and hint:
+            self._active = hint
+        else:
+            self._failed(address)
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = open_channel(
+                address, max_message_bytes=self._max_message_bytes, security=self._security
+            )
+            self._channels[address] = channel
+        return channel
+
     def _target(self) -> str:
         if self._active is not None:
             return self._active
@@ -283,12 +320,7 @@ class ControllerClient:
         key = (address, rpc.name)
         method = self._methods.get(key)
         if method is None:
-            channel = self._channels.get(address)
-            if channel is None:
-                channel = open_channel(
-                    address, max_message_bytes=self._max_message_bytes, security=self._security
-                )
-                self._channels[address] = channel
+            channel = self._channel(address)
             proto_response: type[Message] = rpc.proto_response
             method = channel.unary_unary(
                 f"/{CONTROLLER_SERVICE_NAME}/{rpc.name}",

@@ -456,9 +456,19 @@ CONTROLLER_HEALTH_ALIASES: Final = ("highwater.v1.Controller",)
 reports its status under it too."""
 
 
+STREAMS: Final = frozenset({"BrokerLiveness"})
+"""The streaming RPCs of ``highwater.internal.v1.Controller``: no request-response codec;
+the broker's lifecycle and the controller server speak their proto messages directly."""
+
+
 def _check_service() -> None:
     service = pb.DESCRIPTOR.services_by_name["Controller"]
+    streams = {m.name for m in service.methods if m.client_streaming or m.server_streaming}
+    if streams != STREAMS:
+        raise RuntimeError(f"{service.full_name}'s streaming RPCs are {sorted(streams)}")
     for method in service.methods:
+        if method.name in STREAMS:
+            continue
         rpc = RPCS.get(method.name)
         if (
             rpc is None
@@ -466,7 +476,7 @@ def _check_service() -> None:
             or rpc.proto_response.DESCRIPTOR is not method.output_type
         ):
             raise RuntimeError(f"{service.full_name}.{method.name} has no matching codec")
-    if len(RPCS) != len(service.methods):
+    if len(RPCS) + len(STREAMS) != len(service.methods):
         raise RuntimeError(f"the codec has RPCs that {service.full_name} lacks")
 
 

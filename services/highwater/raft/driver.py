@@ -115,6 +115,10 @@ log = logging.getLogger(__name__)
 
 _APPLY_READ_BYTES: Final = 1 << 20
 _APPEND_LINGER_TURNS: Final = 3
+_INLINE_FSYNC_MAX_S: Final = 0.0005
+"""An fsync that took longer than this sends the next ones to a worker thread (see
+``_handle_ready``); one at most this long runs on the loop, where it costs less than the
+hand-off to a thread and back."""
 """Event-loop turns a leader yields before taking a Ready (see ``_drive``): a request
 needs about three to travel from gRPC to :meth:`RaftServer.append`."""
 
@@ -253,6 +257,8 @@ class RaftServer:
         self._last_snapshot_offset = 0
         self._bytes_since_snapshot = 0
         self._role: RoleChange | None = None
+        self._flushing: asyncio.Task[None] | None = None
+        self._last_fsync_s = 0.0
         self.telemetry = RaftTelemetry(self)
 
     # --- public API --------------------------------------------------------------------
@@ -486,7 +492,7 @@ class RaftServer:
                 self._wakeup.clear()
                 node.tick(self._clock())
                 ready = node.ready()
-                if not ready.is_empty:
+                if not ready.is_empty and not self._waits_for_flush(ready):
                     await self._handle_ready(node, ready)
                     continue
                 self._idle.set()
@@ -516,21 +522,25 @@ class RaftServer:
             )
         for message in ready.messages:
             self._dispatch(message)
-        if ready.must_flush:
+        if ready.must_flush and self._flushing is None:
             # Messages go out before the log is durable: a leader ships entries to its
             # followers first (it counts itself toward the high watermark only up to its
             # flushed offset), and a follower's core emits its next fetch only after
-            # ``on_flushed``, so nothing sent claims unflushed entries. The fsync runs on
-            # the loop itself: a few kilobytes of metadata log sync in about 0.1 ms, less
-            # than handing the fsync to a worker thread and back costs in CPU and GIL
-            # hand-offs (docs/raft.md). Entries appended meanwhile go in the next flush.
+            # ``on_flushed``, so nothing sent claims unflushed entries. A fast fsync runs
+            # on the loop itself: a few kilobytes of metadata log sync in about 0.1 ms,
+            # less than handing the fsync to a worker thread and back costs in CPU and GIL
+            # hand-offs (docs/raft.md). Once one took longer (a busy disk), the next run
+            # in a worker thread while the loop goes on serving requests and appending
+            # them; entries appended meanwhile go in the next flush (group commit).
             if ready.messages:
                 await asyncio.sleep(0)  # let the sends start first
-            raft_log.flush()
-            node.on_flushed(raft_log.flushed_offset, self._clock())
-            # A follower's next fetch goes out before the state machine's work below.
-            for message in node.ready_messages():
-                self._dispatch(message)
+            if self._last_fsync_s <= _INLINE_FSYNC_MAX_S:
+                started = time.perf_counter()
+                raft_log.flush()
+                self._last_fsync_s = time.perf_counter() - started
+                self._flushed(node)
+            else:
+                self._flushing = asyncio.create_task(self._flush_in_thread(node))
         if ready.load_snapshot is not None:
             await self._load_snapshot(ready.load_snapshot)
         if ready.high_watermark is not None:
@@ -538,6 +548,31 @@ class RaftServer:
         await self._apply_committed(node)
         if ready.role is not None:
             self._on_role_change(ready.role)
+
+    def _waits_for_flush(self, ready: Ready) -> bool:
+        """Whether all ``ready`` asks is a flush while one runs in a worker thread: its end
+        wakes the loop, and the next Ready asks again for what was appended meanwhile."""
+        return self._flushing is not None and ready == Ready(must_flush=True)
+
+    async def _flush_in_thread(self, node: RaftNode) -> None:
+        raft_log = self._require_log()
+        try:
+            started = time.perf_counter()
+            await asyncio.to_thread(raft_log.flush)
+            self._last_fsync_s = time.perf_counter() - started
+            if not self._stopping:
+                self._flushed(node)
+        except Exception as e:
+            self._fail(e)
+        finally:
+            self._flushing = None
+            self._wakeup.set()
+
+    def _flushed(self, node: RaftNode) -> None:
+        node.on_flushed(self._require_log().flushed_offset, self._clock())
+        # A follower's next fetch goes out before the state machine's work that follows.
+        for message in node.ready_messages():
+            self._dispatch(message)
 
     def _quorum_state(self, election: ElectionState) -> QuorumStateData:
         return QuorumStateData(
@@ -736,6 +771,10 @@ class RaftServer:
                 with contextlib.suppress(asyncio.CancelledError):
                     await driver
             await self._host.stop(self.settings.shutdown_grace_ms / 1000)
+            flushing = self._flushing
+            if flushing is not None:
+                with contextlib.suppress(Exception):
+                    await flushing
             if self._transport is not None:
                 await self._transport.close()
             self._inbound.fail_all()

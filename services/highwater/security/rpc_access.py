@@ -102,6 +102,7 @@ _CONTROLLER: Final[dict[str, Access]] = {
     **_ADMIN,
     "RegisterBroker": OnCluster(_A.CLUSTER_ACTION, as_node=True),
     "BrokerHeartbeat": OnCluster(_A.CLUSTER_ACTION, as_node=True),
+    "BrokerLiveness": OnCluster(_A.CLUSTER_ACTION, as_node=True),
     "AlterPartition": OnCluster(_A.CLUSTER_ACTION, as_node=True),
     "AllocateProducerIds": OnCluster(_A.CLUSTER_ACTION, as_node=True),
     "RegisterCoordinator": OnCluster(_A.CLUSTER_ACTION),

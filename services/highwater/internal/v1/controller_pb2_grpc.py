@@ -150,6 +150,11 @@ class ControllerStub:
                 request_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.UnregisterCoordinatorRequest.SerializeToString,
                 response_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.UnregisterCoordinatorResponse.FromString,
                 _registered_method=True)
+        self.BrokerLiveness = channel.stream_stream(
+                '/highwater.internal.v1.Controller/BrokerLiveness',
+                request_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.BrokerLivenessRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.BrokerLivenessResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -310,6 +315,19 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BrokerLiveness(self, request_iterator, context):
+        """A registered broker's liveness stream, held open to the active controller while the
+        broker process lives. The controller answers once (NONE: attached; NOT_CONTROLLER
+        with the hint) and then only ends the call when it stops being the active
+        controller. If the call ends without the broker saying it is leaving (its process
+        died: the kernel closed or reset its connection) the controller fences that broker
+        epoch at once instead of waiting for the session timeout. A broker that is merely
+        slow or paused keeps its connection, and only the session timeout applies to it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -427,6 +445,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.UnregisterCoordinator,
                     request_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.UnregisterCoordinatorRequest.FromString,
                     response_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.UnregisterCoordinatorResponse.SerializeToString,
+            ),
+            'BrokerLiveness': grpc.stream_stream_rpc_method_handler(
+                    servicer.BrokerLiveness,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_controller__pb2.BrokerLivenessRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_controller__pb2.BrokerLivenessResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1050,6 +1073,33 @@ class Controller:
             '/highwater.internal.v1.Controller/UnregisterCoordinator',
             highwater_dot_internal_dot_v1_dot_controller__pb2.UnregisterCoordinatorRequest.SerializeToString,
             highwater_dot_internal_dot_v1_dot_controller__pb2.UnregisterCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BrokerLiveness(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/highwater.internal.v1.Controller/BrokerLiveness',
+            highwater_dot_internal_dot_v1_dot_controller__pb2.BrokerLivenessRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_controller__pb2.BrokerLivenessResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -167,6 +167,15 @@ class ControllerStub:
     """Liveness of a registered coordinator, and its wish to shut down."""
     UnregisterCoordinator: _grpc.UnaryUnaryMultiCallable[_controller_pb2.UnregisterCoordinatorRequest, _controller_pb2.UnregisterCoordinatorResponse]
     """A coordinator leaves: its __consumer_offsets partitions move to the others at once."""
+    BrokerLiveness: _grpc.StreamStreamMultiCallable[_controller_pb2.BrokerLivenessRequest, _controller_pb2.BrokerLivenessResponse]
+    """A registered broker's liveness stream, held open to the active controller while the
+    broker process lives. The controller answers once (NONE: attached; NOT_CONTROLLER
+    with the hint) and then only ends the call when it stops being the active
+    controller. If the call ends without the broker saying it is leaving (its process
+    died: the kernel closed or reset its connection) the controller fences that broker
+    epoch at once instead of waiting for the session timeout. A broker that is merely
+    slow or paused keeps its connection, and only the session timeout applies to it.
+    """
 
 @_typing.type_check_only
 class ControllerAsyncStub(ControllerStub):
@@ -212,6 +221,15 @@ class ControllerAsyncStub(ControllerStub):
     """Liveness of a registered coordinator, and its wish to shut down."""
     UnregisterCoordinator: _aio.UnaryUnaryMultiCallable[_controller_pb2.UnregisterCoordinatorRequest, _controller_pb2.UnregisterCoordinatorResponse]  # type: ignore[assignment]
     """A coordinator leaves: its __consumer_offsets partitions move to the others at once."""
+    BrokerLiveness: _aio.StreamStreamMultiCallable[_controller_pb2.BrokerLivenessRequest, _controller_pb2.BrokerLivenessResponse]  # type: ignore[assignment]
+    """A registered broker's liveness stream, held open to the active controller while the
+    broker process lives. The controller answers once (NONE: attached; NOT_CONTROLLER
+    with the hint) and then only ends the call when it stops being the active
+    controller. If the call ends without the broker saying it is leaving (its process
+    died: the kernel closed or reset its connection) the controller fences that broker
+    epoch at once instead of waiting for the session timeout. A broker that is merely
+    slow or paused keeps its connection, and only the session timeout applies to it.
+    """
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -392,5 +410,20 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.UnregisterCoordinatorResponse, _abc.Awaitable[_controller_pb2.UnregisterCoordinatorResponse]]:
         """A coordinator leaves: its __consumer_offsets partitions move to the others at once."""
+
+    @_abc_1.abstractmethod
+    def BrokerLiveness(
+        self,
+        request_iterator: _MaybeAsyncIterator[_controller_pb2.BrokerLivenessRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_controller_pb2.BrokerLivenessResponse], _abc.AsyncIterator[_controller_pb2.BrokerLivenessResponse]]:
+        """A registered broker's liveness stream, held open to the active controller while the
+        broker process lives. The controller answers once (NONE: attached; NOT_CONTROLLER
+        with the hint) and then only ends the call when it stops being the active
+        controller. If the call ends without the broker saying it is leaving (its process
+        died: the kernel closed or reset its connection) the controller fences that broker
+        epoch at once instead of waiting for the session timeout. A broker that is merely
+        slow or paused keeps its connection, and only the session timeout applies to it.
+        """
 
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
