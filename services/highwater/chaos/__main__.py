@@ -12,14 +12,21 @@ import click
 
 from highwater.chaos.checker import check
 from highwater.chaos.history import read_history
-from highwater.chaos.report import markdown_report
+from highwater.chaos.report import campaign_totals, markdown_report
 from highwater.chaos.run import RunOptions, Terminated, excerpt, run, summarize
-from highwater.chaos.schedule import parse_faults
+from highwater.chaos.schedule import parse_faults, parse_seeds
 
 
 def _faults(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
     try:
         return parse_faults(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _seeds(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int]:
+    try:
+        return parse_seeds(value)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
 
@@ -124,7 +131,13 @@ def check_command(history: Path) -> None:
 
 
 @main.command("campaign")
-@click.option("--seeds", default="1,2,3", show_default=True, help="Comma-separated seeds.")
+@click.option(
+    "--seeds",
+    default="1,2,3",
+    show_default=True,
+    callback=_seeds,
+    help="Comma-separated seeds and ranges (1-200).",
+)
 @click.option("--duration", type=click.FloatRange(min=5), default=180, show_default=True)
 @click.option("--faults", default="kill,pause,partition,disk", show_default=True, callback=_faults)
 @click.option("--controllers", type=click.IntRange(1, 5), default=3, show_default=True)
@@ -133,7 +146,7 @@ def check_command(history: Path) -> None:
 @click.option("--fuzz", "fuzz_rate", type=click.FloatRange(min=0), default=5, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
 def campaign_command(
-    seeds: str,
+    seeds: list[int],
     duration: float,
     faults: tuple[str, ...],
     controllers: int,
@@ -142,10 +155,11 @@ def campaign_command(
     fuzz_rate: float,
     out: Path,
 ) -> None:
-    """Several seeded runs and ``report.md`` with a timeline plot of each."""
+    """Several seeded runs, one after the other, and ``report.md``: the totals, and each
+    run's summary with its timeline plot (rewritten after every run)."""
     out.mkdir(parents=True, exist_ok=True)
     runs = []
-    for seed in (int(s) for s in seeds.split(",") if s.strip()):
+    for seed in seeds:
         run_dir = out / f"seed-{seed}"
         summary = run(
             RunOptions(
@@ -157,6 +171,35 @@ def campaign_command(
         runs.append((summary, f"seed-{seed}/timeline.svg"))
         (out / "report.md").write_text(markdown_report(runs))
     _echo(f"report: {out / 'report.md'}")
+    sys.exit(1 if any(s["anomalies"] for s, _ in runs) else 0)
+
+
+@main.command("report")
+@click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def report_command(out: Path) -> None:
+    """Check the history of every run of a campaign directory again (``seed-N/``) and
+    write its ``report.md``: for a campaign stopped part-way, or checked by a newer
+    checker. The last line is the totals as JSON."""
+    runs = []
+    for history in sorted(
+        out.glob("seed-*/history.jsonl"), key=lambda p: int(p.parent.name.split("-")[1])
+    ):
+        ops = read_history(history)
+        if not any(op.get("kind") == "final" for op in ops):
+            _echo(f"{history}: the run did not finish (no final read); left out")
+            continue
+        setup = next((op for op in ops if "seed" in op), {})
+        faults = sum(1 for op in ops if op.get("kind") == "fault")
+        summary = summarize(
+            int(setup.get("seed", history.parent.name.split("-")[1])),
+            float(setup.get("duration_s", 0.0)),
+            faults,
+            check(ops),
+        )
+        runs.append((summary, f"{history.parent.name}/timeline.svg"))
+    (out / "report.md").write_text(markdown_report(runs))
+    _echo(f"report: {out / 'report.md'}")
+    click.echo(json.dumps(campaign_totals([s for s, _ in runs])))
     sys.exit(1 if any(s["anomalies"] for s, _ in runs) else 0)
 
 

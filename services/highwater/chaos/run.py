@@ -68,6 +68,7 @@ def summarize(
         "duplicates": result.duplicates,
         "anomalies": [a.to_json() for a in result.anomalies],
         "longest_unavailability_s": result.longest_unavailability_s,
+        "unavailability_by_fault_s": result.unavailability_by_fault_s,
         "fuzz_calls": result.fuzz_calls,
     }
 
