@@ -128,9 +128,12 @@ def test_the_report_totals_its_runs_and_the_longest_unavailability_per_fault_kin
         "longest_unavailability_s": 9.0,
         "unavailability_by_fault_s": {"disk": 1.0, "kill": 4.0, "pause": 9.0},
     }
-    text = markdown_report([(run, f"seed-{run['seed']}/timeline.svg") for run in runs])
+    named = [(run, f"seed-{run['seed']}/timeline.svg") for run in runs]
+    text = markdown_report(named)
     assert "| 2 | 6 | 200 | 2 | 0 | 2 | 9.0 | disk 1.0, kill 4.0, pause 9.0 |" in text
     assert "| 2 | 120 | 3 | 100 | 2 | 0 | 2 | 4.0 | kill 4.0, disk 1.0 |" in text
+    assert "Not run" not in text
+    assert "did not finish): seeds 3, 5." in markdown_report(named, not_started=[3, 5])
 
 
 def test_campaign_seeds_are_numbers_and_inclusive_ranges() -> None:

@@ -7,10 +7,12 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
 
 from highwater.chaos.checker import check
+from highwater.chaos.cluster import ClusterStartError
 from highwater.chaos.history import read_history
 from highwater.chaos.report import campaign_totals, markdown_report
 from highwater.chaos.run import RunOptions, Terminated, excerpt, run, summarize
@@ -158,18 +160,25 @@ def campaign_command(
     """Several seeded runs, one after the other, and ``report.md``: the totals, and each
     run's summary with its timeline plot (rewritten after every run)."""
     out.mkdir(parents=True, exist_ok=True)
-    runs = []
+    runs: list[tuple[dict[str, Any], str]] = []
+    not_started: list[int] = []
     for seed in seeds:
         run_dir = out / f"seed-{seed}"
-        summary = run(
-            RunOptions(
-                seed, duration, faults, run_dir, controllers, brokers, coordinators, fuzz_rate
-            ),
-            echo=_echo,
-        )
+        try:
+            summary = run(
+                RunOptions(
+                    seed, duration, faults, run_dir, controllers, brokers, coordinators, fuzz_rate
+                ),
+                echo=_echo,
+            )
+        except ClusterStartError as e:  # nothing ran: every process is stopped already
+            _echo(f"seed {seed}: the cluster did not start ({e}); not run")
+            not_started.append(seed)
+            (out / "report.md").write_text(markdown_report(runs, not_started=not_started))
+            continue
         click.echo(json.dumps(summary))
         runs.append((summary, f"seed-{seed}/timeline.svg"))
-        (out / "report.md").write_text(markdown_report(runs))
+        (out / "report.md").write_text(markdown_report(runs, not_started=not_started))
     _echo(f"report: {out / 'report.md'}")
     sys.exit(1 if any(s["anomalies"] for s, _ in runs) else 0)
 
@@ -180,13 +189,15 @@ def report_command(out: Path) -> None:
     """Check the history of every run of a campaign directory again (``seed-N/``) and
     write its ``report.md``: for a campaign stopped part-way, or checked by a newer
     checker. The last line is the totals as JSON."""
-    runs = []
+    runs: list[tuple[dict[str, Any], str]] = []
+    not_finished: list[int] = []
     for history in sorted(
         out.glob("seed-*/history.jsonl"), key=lambda p: int(p.parent.name.split("-")[1])
     ):
         ops = read_history(history)
-        if not any(op.get("kind") == "final" for op in ops):
-            _echo(f"{history}: the run did not finish (no final read); left out")
+        if not any(op.get("kind") in ("final", "replica") for op in ops):
+            _echo(f"{history}: the run did not finish; left out")
+            not_finished.append(int(history.parent.name.split("-")[1]))
             continue
         setup = next((op for op in ops if "seed" in op), {})
         faults = sum(1 for op in ops if op.get("kind") == "fault")
@@ -197,9 +208,9 @@ def report_command(out: Path) -> None:
             check(ops),
         )
         runs.append((summary, f"{history.parent.name}/timeline.svg"))
-    (out / "report.md").write_text(markdown_report(runs))
+    (out / "report.md").write_text(markdown_report(runs, not_started=not_finished))
     _echo(f"report: {out / 'report.md'}")
-    click.echo(json.dumps(campaign_totals([s for s, _ in runs])))
+    click.echo(json.dumps({**campaign_totals([s for s, _ in runs]), "not_finished": not_finished}))
     sys.exit(1 if any(s["anomalies"] for s, _ in runs) else 0)
 
 

@@ -126,13 +126,21 @@ def _by_fault(figures: dict[str, float]) -> str:
     return ", ".join(f"{fault} {seconds}" for fault, seconds in figures.items()) or "-"
 
 
-def markdown_report(runs: Sequence[tuple[dict[str, Any], str]]) -> str:
+def markdown_report(
+    runs: Sequence[tuple[dict[str, Any], str]], *, not_started: Sequence[int] = ()
+) -> str:
     """The report of several runs: (summary, timeline SVG file name) each; the totals
-    first (:func:`campaign_totals`)."""
+    first (:func:`campaign_totals`), and the seeds whose run did not start or finish."""
     totals = campaign_totals([summary for summary, _ in runs])
-    lines = [
-        "# Chaos report",
-        "",
+    lines = ["# Chaos report", ""]
+    if not_started:
+        lines += [
+            "Not run (the cluster did not start, or the run did not finish): seeds "
+            + ", ".join(str(seed) for seed in not_started)
+            + ".",
+            "",
+        ]
+    lines += [
         "| schedules | faults | acked writes | lost | duplicates | anomalies | "
         "longest unavailability s | by fault kind s |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
