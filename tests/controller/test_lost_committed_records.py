@@ -96,6 +96,16 @@ def test_a_replica_that_lost_committed_records_is_not_elected_and_no_follower_tr
     recovered = restarted.get_or_create_log(TP)
     assert recovered.log_end_offset == TORN_AT
     assert recovered.lost_high_watermark == COMMITTED and recovered.missing_committed_records
+    # It keeps knowing it through one more crash (the second run of the seed lost writes
+    # when a restart rewrote the checkpoint with the shorter log's high watermark).
+    restarted.checkpoint_all()
+    recovered.close()
+    for directory in restarted.log_dirs:
+        directory.lock.release()
+    restarted = LogManager(tmp_path / "100")
+    restarted.startup(node_id=100)
+    recovered = restarted.get_or_create_log(TP)
+    assert recovered.log_end_offset == TORN_AT and recovered.lost_high_watermark == COMMITTED
 
     # Had it led epoch 2, the followers (whose last batches are of epoch 0) would have
     # been told that epoch 0 ends at 277, and truncated: the run's "diverging epoch 0".

@@ -232,6 +232,16 @@ class PartitionLog:
         it (:attr:`missing_committed_records`)."""
 
     @property
+    def high_watermark_to_checkpoint(self) -> int:
+        """What the ``replication-offset-checkpoint`` keeps: the high watermark, or, while
+        this replica lacks committed records, the one it lost them below, so that one more
+        crash before it has them again does not make it forget that it lacks them."""
+        if self.missing_committed_records:
+            assert self.lost_high_watermark is not None
+            return self.lost_high_watermark
+        return self.high_watermark
+
+    @property
     def missing_committed_records(self) -> bool:
         """Whether this replica lacks committed records it once had
         (:attr:`lost_high_watermark`): it must not lead nor count in the ISR until it has

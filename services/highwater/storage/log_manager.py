@@ -703,7 +703,9 @@ class LogManager:
         self._write_checkpoint(RECOVERY_POINT_CHECKPOINT, lambda lg: lg.recovery_point)
 
     def checkpoint_high_watermarks(self) -> None:
-        self._write_checkpoint(REPLICATION_OFFSET_CHECKPOINT, lambda lg: lg.high_watermark)
+        self._write_checkpoint(
+            REPLICATION_OFFSET_CHECKPOINT, lambda lg: lg.high_watermark_to_checkpoint
+        )
 
     def checkpoint_log_start_offsets(self) -> None:
         self._write_checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda lg: lg.log_start_offset)
