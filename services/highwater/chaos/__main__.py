@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -15,7 +17,14 @@ from highwater.chaos.checker import check
 from highwater.chaos.cluster import ClusterStartError
 from highwater.chaos.history import read_history
 from highwater.chaos.report import campaign_totals, markdown_report
-from highwater.chaos.run import RunOptions, Terminated, excerpt, run, summarize
+from highwater.chaos.run import (
+    RunOptions,
+    Terminated,
+    excerpt,
+    raise_terminated,
+    run,
+    summarize,
+)
 from highwater.chaos.schedule import parse_faults, parse_seeds
 
 
@@ -35,6 +44,10 @@ def _seeds(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int
 
 def _echo(text: str) -> None:
     click.echo(text, err=True)
+
+
+CLUSTER_NOT_STARTED = 3
+"""The exit status of a ``run`` whose cluster did not come up (nothing was checked)."""
 
 
 @click.group()
@@ -97,20 +110,24 @@ def run_command(
 ) -> None:
     """One seeded run; the last line printed is its JSON summary."""
     out_dir = out or Path(tempfile.mkdtemp(prefix=f"highwater-chaos-{seed}-"))
-    summary = run(
-        RunOptions(
-            seed,
-            duration,
-            faults,
-            out_dir,
-            controllers,
-            brokers,
-            coordinators,
-            fuzz_rate,
-            secure=secure,
-        ),
-        echo=_echo,
-    )
+    try:
+        summary = run(
+            RunOptions(
+                seed,
+                duration,
+                faults,
+                out_dir,
+                controllers,
+                brokers,
+                coordinators,
+                fuzz_rate,
+                secure=secure,
+            ),
+            echo=_echo,
+        )
+    except ClusterStartError as e:  # every process it started is stopped already
+        _echo(f"seed {seed}: the cluster did not start: {e}")
+        sys.exit(CLUSTER_NOT_STARTED)
     _echo(f"history: {out_dir / 'history.jsonl'}")
     click.echo(json.dumps(summary))
     sys.exit(1 if summary["anomalies"] else 0)
@@ -158,21 +175,28 @@ def campaign_command(
     out: Path,
 ) -> None:
     """Several seeded runs, one after the other, and ``report.md``: the totals, and each
-    run's summary with its timeline plot (rewritten after every run)."""
+    run's summary with its timeline plot (rewritten after every run).
+
+    Each run is a ``run`` command of its own process: a run moves its process into its
+    network namespaces, and threads that gRPC started in an earlier run of the same
+    process stay in that run's (deleted) namespace, so a third run in one process could
+    not reach its own cluster."""
     out.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, raise_terminated)  # entry() reports it
     runs: list[tuple[dict[str, Any], str]] = []
     not_started: list[int] = []
     for seed in seeds:
-        run_dir = out / f"seed-{seed}"
-        try:
-            summary = run(
-                RunOptions(
-                    seed, duration, faults, run_dir, controllers, brokers, coordinators, fuzz_rate
-                ),
-                echo=_echo,
-            )
-        except ClusterStartError as e:  # nothing ran: every process is stopped already
-            _echo(f"seed {seed}: the cluster did not start ({e}); not run")
+        summary = _run_in_process(
+            seed,
+            [
+                *("--duration", str(duration), "--faults", ",".join(faults)),
+                *("--controllers", str(controllers), "--brokers", str(brokers)),
+                *("--coordinators", str(coordinators), "--fuzz", str(fuzz_rate)),
+                *("--out", str(out / f"seed-{seed}")),
+            ],
+        )
+        if summary is None:
+            _echo(f"seed {seed}: not run")
             not_started.append(seed)
             (out / "report.md").write_text(markdown_report(runs, not_started=not_started))
             continue
@@ -181,6 +205,31 @@ def campaign_command(
         (out / "report.md").write_text(markdown_report(runs, not_started=not_started))
     _echo(f"report: {out / 'report.md'}")
     sys.exit(1 if any(s["anomalies"] for s, _ in runs) else 0)
+
+
+def _run_in_process(seed: int, args: list[str]) -> dict[str, Any] | None:
+    """``run --seed SEED ARGS`` in a child process; its summary, or None when it ended
+    without one (its cluster did not start, or it failed). SIGTERM to the campaign ends
+    the child cleanly first."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "highwater.chaos", "run", "--seed", str(seed), *args],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        output, _ = child.communicate()
+    except BaseException:  # Terminated, KeyboardInterrupt: stop the run's processes too
+        child.terminate()
+        child.wait()
+        raise
+    lines = output.strip().splitlines()
+    if child.returncode not in (0, 1) or not lines:
+        return None
+    try:
+        summary: dict[str, Any] = json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return None
+    return summary
 
 
 @main.command("report")
