@@ -117,6 +117,7 @@ def check(ops: list[Op]) -> CheckResult:
     unhandled: dict[str, list[int]] = {}
     disk_full: set[str] = set()  # processes whose disk was filled since they last started
     invoke_times: list[float] = []
+    down_windows = _down_windows(ops)
 
     for index, op in enumerate(ops):
         kind = op.get("kind")
@@ -172,7 +173,7 @@ def check(ops: list[Op]) -> CheckResult:
             replicas[int(op["partition"])].append(index)
         elif kind == "fuzz":
             result.fuzz_calls += 1
-            if _unhandled(op):
+            if _unhandled(op) and not _target_was_down(op, down_windows):
                 unhandled.setdefault(str(op["method"]), []).append(index)
         elif kind == "fault" and op.get("fault") == "disk":
             disk_full.update(op.get("target", []))
@@ -397,6 +398,38 @@ def _unhandled(op: Op) -> bool:
     return (code == "UNKNOWN" and mode in ("random", "empty")) or (
         code == "CLOSED" and mode == "well-formed"
     )
+
+
+KILL_RECORD_SLACK_S = 1.0
+"""A fault is recorded once it is done: an answer the kill cut off may be recorded just
+before the kill is."""
+
+
+def _down_windows(ops: Sequence[Op]) -> dict[str, list[tuple[float, float]]]:
+    """Per process, when it was not running: from a kill (or the fill of its disk, when it
+    stopped then) to its heal, ``KILL_RECORD_SLACK_S`` earlier."""
+    restarted_at_heal = {
+        (name, round(float(op["t"]), 1))
+        for op in ops
+        if op.get("kind") == "restart"
+        for name in op.get("target", [])
+    }
+    down: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for start, end, fault, targets in fault_windows(ops):
+        for name in targets.split(","):
+            stopped = fault == "kill" or (
+                fault == "disk" and (name, round(end, 1)) in restarted_at_heal
+            )
+            if stopped:
+                down[name].append((start - KILL_RECORD_SLACK_S, end))
+    return down
+
+
+def _target_was_down(op: Op, down: dict[str, list[tuple[float, float]]]) -> bool:
+    """A fuzzed request whose target was killed (or stopped) while it was answered: the
+    closed connection is the fault's, not the request's."""
+    t = float(op["t"])
+    return any(start <= t <= end for start, end in down.get(str(op.get("target")), ()))
 
 
 def fault_windows(ops: Sequence[Op]) -> list[tuple[float, float, str, str]]:
