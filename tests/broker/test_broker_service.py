@@ -22,7 +22,7 @@ from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.embedded import EmbeddedServer
 from highwater.records import SimpleRecord, build_batch, iter_batches
-from highwater.storage.log_manager import LogManagerSettings
+from highwater.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManagerSettings
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -384,3 +384,51 @@ async def test_producer_state_survives_a_restart_and_still_catches_duplicates(
                     assert values_of((await cluster.fetch("dedup", 0)).records) == [b"exactly-once"]
         finally:
             await server.stop()
+
+
+async def test_a_restart_that_lost_committed_records_leaves_the_partition_without_a_leader(
+    tmp_path: Path,
+) -> None:
+    """The broker's heartbeat reports a replica whose log came back below its checkpointed
+    high watermark: the controller does not elect it, though it is the last ISR member
+    (docs/chaos.md, the 98 lost writes). Unclean election is off, so the partition waits."""
+    address = f"127.0.0.1:{free_port()}"
+    server = EmbeddedServer(listen=address, data_dir=tmp_path)
+    await server.start()
+    await server.broker.wait_unfenced()
+    try:
+        async with (
+            grpc.aio.insecure_channel(address) as channel,
+            ControllerClient([address]) as admin,
+        ):
+            cluster = Cluster(server, broker_pb2_grpc.BrokerStub(channel), admin)
+            await cluster.create_topic("torn")
+            for value in (b"a", b"b", b"c"):
+                assert (await cluster.produce("torn", [value])).error == ErrorCode.NONE
+    finally:
+        await server.stop()
+    # A crash that tore the last committed batch before it was flushed: recovery cuts it.
+    (segment,) = tmp_path.rglob("torn-0/*.log")
+    with segment.open("r+b") as segment_file:
+        segment_file.truncate(segment.stat().st_size - 10)
+    for marker in tmp_path.rglob(CLEAN_SHUTDOWN_FILE):
+        marker.unlink()
+    for recovery_points in tmp_path.rglob("recovery-point-offset-checkpoint"):
+        lines = recovery_points.read_text().splitlines()
+        unflushed = [line.replace("torn 0 3", "torn 0 0") for line in lines]
+        recovery_points.write_text("\n".join(unflushed) + "\n")
+
+    server = EmbeddedServer(listen=address, data_dir=tmp_path)
+    await server.start()
+    try:
+        await server.broker.wait_unfenced()
+        partitions = server.broker.partitions
+        for _ in range(500):  # the image that unfenced the broker holds any election too
+            if partitions.image.is_active_broker(1):
+                break
+            await asyncio.sleep(0.01)
+        replica = partitions.get("torn", 0)
+        assert replica.log.log_end_offset == 2 and replica.log.missing_committed_records
+        assert replica.registration.isr == (1,) and replica.registration.leader == -1
+    finally:
+        await server.stop()

@@ -282,3 +282,22 @@ def test_a_history_file_round_trips(tmp_path: Path) -> None:
     assert [op["kind"] for op in ops] == ["write", "note"]
     assert ops == writer.ops
     assert parse_lines([json.dumps(ops[0]), ""]) == ops[:1]
+
+
+def test_the_unavailability_of_each_fault_kind_is_the_longest_gap_overlapping_its_windows() -> None:
+    b = Builder()
+    b.write("p0-0", 0, 0)  # t 1-2
+    fault = {"fault": "kill", "target": ["broker-100"]}
+    b.op("fault", "nemesis", **fault)  # t 3
+    b.op("heal", "nemesis", **fault)  # t 4
+    b.write("p0-1", 0, 1)  # t 5-6: acknowledged 4 s after the last: overlaps the kill
+    b.op("fault", "nemesis", fault="pause", target=["broker-101"])  # t 7, never healed
+    b.write("p0-2", 0, 2)  # t 8-9
+    b.t += 10
+    b.write("p0-3", 0, 3)  # invoked at t 20, the last attempt: 11 s during the pause
+    b.op("fault", "nemesis", fault="disk", target=["broker-102"])  # t 22: no write after it
+    b.op("heal", "nemesis", fault="disk", target=["broker-102"])
+    b.final(0, ["p0-0", "p0-1", "p0-2", "p0-3"])
+    result = check(b.ops)
+    assert result.longest_unavailability_s == 11.0
+    assert result.unavailability_by_fault_s == {"disk": 0.0, "kill": 4.0, "pause": 11.0}

@@ -144,6 +144,32 @@ def test_the_checker_reports_a_well_formed_kafka_request_whose_connection_was_cl
     assert [a.kind for a in result.anomalies] == ["unhandled-bad-input"]
 
 
+def test_a_kafka_connection_closed_by_a_kill_of_its_broker_is_not_bad_input() -> None:
+    """Seed 5 of the campaign: a well-formed request in flight when the nemesis killed its
+    broker was recorded 14 ms after the kill, with its connection closed."""
+
+    def at(t: float, kind: str, **fields: object) -> Op:
+        return {"t": t, "kind": kind, "process": "nemesis", **fields}
+
+    def closed(t: float) -> Op:
+        return at(
+            t, "fuzz", target="broker-101", method="kafka:3v1", mode="well-formed", code="CLOSED"
+        )
+
+    kill = {"fault": "kill", "target": ["broker-101"]}
+    history = [
+        closed(48.5),  # recorded just before the kill was
+        at(48.86, "fault", **kill),
+        closed(48.87),
+        at(54.1, "heal", **kill),
+        at(54.1, "restart", target=["broker-101"], exit_code=-9),
+    ]
+    assert check(history).anomalies == []
+    after = check([*history, closed(60.0)])  # the broker runs again: it closed on its own
+    assert [a.kind for a in after.anomalies] == ["unhandled-bad-input"]
+    assert after.anomalies[0].lines == (5,)
+
+
 @pytest.mark.parametrize("mode", KAFKA_MODES)
 def test_every_kafka_fuzz_mode_makes_a_framed_request(mode: str) -> None:
     rng = random.Random(3)

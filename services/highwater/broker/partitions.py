@@ -436,6 +436,18 @@ class PartitionManager:
                 result[tp] = topic.topic_id
         return result
 
+    def missing_committed_records(self) -> dict[TopicPartition, str]:
+        """The replicas whose log came back from a crash shorter than the high watermark
+        they had checkpointed (``PartitionLog.missing_committed_records``), by topic id:
+        they serve as followers, but the controller must neither elect them nor keep them
+        in an ISR until they have fetched those records again. A copy that lost committed
+        records and leads makes its followers truncate them away (docs/chaos.md)."""
+        return {
+            tp: partition.topic_id
+            for tp, partition in self._partitions.items()
+            if not partition.log.offline and partition.log.missing_committed_records
+        }
+
     def get(self, topic: str, partition: int) -> Partition:
         """The partition, or PartitionError UNKNOWN_TOPIC_OR_PARTITION /
         NOT_LEADER_OR_FOLLOWER (it exists, on other brokers) / KAFKA_STORAGE_ERROR (its

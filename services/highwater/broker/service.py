@@ -274,8 +274,10 @@ class BrokerServer:
 
     def _offline_report(self) -> tuple[list[str], list[m.OfflineReplica]]:
         """What the heartbeat says of failed log directories (KIP-858): their ids, and
-        the replicas this broker cannot serve."""
-        offline = self.partitions.offline()
+        the replicas this broker cannot serve, or may not lead because a crash took
+        committed records from them (the controller handles both alike: out of the ISR,
+        passed over in elections)."""
+        offline = self.partitions.offline() | self.partitions.missing_committed_records()
         return (
             # A directory that failed at start may have no id: it could not be read.
             [d.directory_id for d in self.log_manager.offline_dirs if d.directory_id],

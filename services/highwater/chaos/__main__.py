@@ -4,17 +4,28 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
 
 from highwater.chaos.checker import check
+from highwater.chaos.cluster import ClusterStartError
 from highwater.chaos.history import read_history
-from highwater.chaos.report import markdown_report
-from highwater.chaos.run import RunOptions, Terminated, excerpt, run, summarize
-from highwater.chaos.schedule import parse_faults
+from highwater.chaos.report import campaign_totals, markdown_report
+from highwater.chaos.run import (
+    RunOptions,
+    Terminated,
+    excerpt,
+    raise_terminated,
+    run,
+    summarize,
+)
+from highwater.chaos.schedule import parse_faults, parse_seeds
 
 
 def _faults(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
@@ -24,8 +35,19 @@ def _faults(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[s
         raise click.BadParameter(str(e)) from None
 
 
+def _seeds(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int]:
+    try:
+        return parse_seeds(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
 def _echo(text: str) -> None:
     click.echo(text, err=True)
+
+
+CLUSTER_NOT_STARTED = 3
+"""The exit status of a ``run`` whose cluster did not come up (nothing was checked)."""
 
 
 @click.group()
@@ -88,20 +110,24 @@ def run_command(
 ) -> None:
     """One seeded run; the last line printed is its JSON summary."""
     out_dir = out or Path(tempfile.mkdtemp(prefix=f"highwater-chaos-{seed}-"))
-    summary = run(
-        RunOptions(
-            seed,
-            duration,
-            faults,
-            out_dir,
-            controllers,
-            brokers,
-            coordinators,
-            fuzz_rate,
-            secure=secure,
-        ),
-        echo=_echo,
-    )
+    try:
+        summary = run(
+            RunOptions(
+                seed,
+                duration,
+                faults,
+                out_dir,
+                controllers,
+                brokers,
+                coordinators,
+                fuzz_rate,
+                secure=secure,
+            ),
+            echo=_echo,
+        )
+    except ClusterStartError as e:  # every process it started is stopped already
+        _echo(f"seed {seed}: the cluster did not start: {e}")
+        sys.exit(CLUSTER_NOT_STARTED)
     _echo(f"history: {out_dir / 'history.jsonl'}")
     click.echo(json.dumps(summary))
     sys.exit(1 if summary["anomalies"] else 0)
@@ -124,7 +150,13 @@ def check_command(history: Path) -> None:
 
 
 @main.command("campaign")
-@click.option("--seeds", default="1,2,3", show_default=True, help="Comma-separated seeds.")
+@click.option(
+    "--seeds",
+    default="1,2,3",
+    show_default=True,
+    callback=_seeds,
+    help="Comma-separated seeds and ranges (1-200).",
+)
 @click.option("--duration", type=click.FloatRange(min=5), default=180, show_default=True)
 @click.option("--faults", default="kill,pause,partition,disk", show_default=True, callback=_faults)
 @click.option("--controllers", type=click.IntRange(1, 5), default=3, show_default=True)
@@ -133,7 +165,7 @@ def check_command(history: Path) -> None:
 @click.option("--fuzz", "fuzz_rate", type=click.FloatRange(min=0), default=5, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
 def campaign_command(
-    seeds: str,
+    seeds: list[int],
     duration: float,
     faults: tuple[str, ...],
     controllers: int,
@@ -142,21 +174,92 @@ def campaign_command(
     fuzz_rate: float,
     out: Path,
 ) -> None:
-    """Several seeded runs and ``report.md`` with a timeline plot of each."""
+    """Several seeded runs, one after the other, and ``report.md``: the totals, and each
+    run's summary with its timeline plot (rewritten after every run).
+
+    Each run is a ``run`` command of its own process: a run moves its process into its
+    network namespaces, and threads that gRPC started in an earlier run of the same
+    process stay in that run's (deleted) namespace, so a third run in one process could
+    not reach its own cluster."""
     out.mkdir(parents=True, exist_ok=True)
-    runs = []
-    for seed in (int(s) for s in seeds.split(",") if s.strip()):
-        run_dir = out / f"seed-{seed}"
-        summary = run(
-            RunOptions(
-                seed, duration, faults, run_dir, controllers, brokers, coordinators, fuzz_rate
-            ),
-            echo=_echo,
+    signal.signal(signal.SIGTERM, raise_terminated)  # entry() reports it
+    runs: list[tuple[dict[str, Any], str]] = []
+    not_started: list[int] = []
+    for seed in seeds:
+        summary = _run_in_process(
+            seed,
+            [
+                *("--duration", str(duration), "--faults", ",".join(faults)),
+                *("--controllers", str(controllers), "--brokers", str(brokers)),
+                *("--coordinators", str(coordinators), "--fuzz", str(fuzz_rate)),
+                *("--out", str(out / f"seed-{seed}")),
+            ],
         )
+        if summary is None:
+            _echo(f"seed {seed}: not run")
+            not_started.append(seed)
+            (out / "report.md").write_text(markdown_report(runs, not_started=not_started))
+            continue
         click.echo(json.dumps(summary))
         runs.append((summary, f"seed-{seed}/timeline.svg"))
-        (out / "report.md").write_text(markdown_report(runs))
+        (out / "report.md").write_text(markdown_report(runs, not_started=not_started))
     _echo(f"report: {out / 'report.md'}")
+    sys.exit(1 if any(s["anomalies"] for s, _ in runs) else 0)
+
+
+def _run_in_process(seed: int, args: list[str]) -> dict[str, Any] | None:
+    """``run --seed SEED ARGS`` in a child process; its summary, or None when it ended
+    without one (its cluster did not start, or it failed). SIGTERM to the campaign ends
+    the child cleanly first."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "highwater.chaos", "run", "--seed", str(seed), *args],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        output, _ = child.communicate()
+    except BaseException:  # Terminated, KeyboardInterrupt: stop the run's processes too
+        child.terminate()
+        child.wait()
+        raise
+    lines = output.strip().splitlines()
+    if child.returncode not in (0, 1) or not lines:
+        return None
+    try:
+        summary: dict[str, Any] = json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return None
+    return summary
+
+
+@main.command("report")
+@click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def report_command(out: Path) -> None:
+    """Check the history of every run of a campaign directory again (``seed-N/``) and
+    write its ``report.md``: for a campaign stopped part-way, or checked by a newer
+    checker. The last line is the totals as JSON."""
+    runs: list[tuple[dict[str, Any], str]] = []
+    not_finished: list[int] = []
+    for history in sorted(
+        out.glob("seed-*/history.jsonl"), key=lambda p: int(p.parent.name.split("-")[1])
+    ):
+        ops = read_history(history)
+        if not any(op.get("kind") in ("final", "replica") for op in ops):
+            _echo(f"{history}: the run did not finish; left out")
+            not_finished.append(int(history.parent.name.split("-")[1]))
+            continue
+        setup = next((op for op in ops if "seed" in op), {})
+        faults = sum(1 for op in ops if op.get("kind") == "fault")
+        summary = summarize(
+            int(setup.get("seed", history.parent.name.split("-")[1])),
+            float(setup.get("duration_s", 0.0)),
+            faults,
+            check(ops),
+        )
+        runs.append((summary, f"{history.parent.name}/timeline.svg"))
+    (out / "report.md").write_text(markdown_report(runs, not_started=not_finished))
+    _echo(f"report: {out / 'report.md'}")
+    click.echo(json.dumps({**campaign_totals([s for s, _ in runs]), "not_finished": not_finished}))
     sys.exit(1 if any(s["anomalies"] for s, _ in runs) else 0)
 
 

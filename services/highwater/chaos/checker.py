@@ -38,6 +38,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +83,9 @@ class CheckResult:
     commits_acknowledged: int = 0
     fuzz_calls: int = 0
     longest_unavailability_s: float = 0.0
+    unavailability_by_fault_s: dict[str, float] = field(default_factory=dict)
+    """Per fault kind, the longest gap without an acknowledged write that overlapped a
+    window of that kind (from the fault to its heal)."""
     anomalies: list[Anomaly] = field(default_factory=list)
 
     @property
@@ -113,6 +117,7 @@ def check(ops: list[Op]) -> CheckResult:
     unhandled: dict[str, list[int]] = {}
     disk_full: set[str] = set()  # processes whose disk was filled since they last started
     invoke_times: list[float] = []
+    down_windows = _down_windows(ops)
 
     for index, op in enumerate(ops):
         kind = op.get("kind")
@@ -168,7 +173,7 @@ def check(ops: list[Op]) -> CheckResult:
             replicas[int(op["partition"])].append(index)
         elif kind == "fuzz":
             result.fuzz_calls += 1
-            if _unhandled(op):
+            if _unhandled(op) and not _target_was_down(op, down_windows):
                 unhandled.setdefault(str(op["method"]), []).append(index)
         elif kind == "fault" and op.get("fault") == "disk":
             disk_full.update(op.get("target", []))
@@ -314,6 +319,7 @@ def check(ops: list[Op]) -> CheckResult:
     anomalies.extend(_offsets_backwards(offset_facts))
     anomalies.extend(_replica_divergence(ops, replicas))
     result.longest_unavailability_s = _longest_gap(invoke_times, ack_times)
+    result.unavailability_by_fault_s = _gaps_by_fault(invoke_times, ack_times, fault_windows(ops))
     return result
 
 
@@ -394,10 +400,82 @@ def _unhandled(op: Op) -> bool:
     )
 
 
-def _longest_gap(invoke_times: list[float], ack_times: list[float]) -> float:
-    """The longest time, while writes were being attempted, with no write acknowledged."""
+KILL_RECORD_SLACK_S = 1.0
+"""A fault is recorded once it is done: an answer the kill cut off may be recorded just
+before the kill is."""
+
+
+def _down_windows(ops: Sequence[Op]) -> dict[str, list[tuple[float, float]]]:
+    """Per process, when it was not running: from a kill (or the fill of its disk, when it
+    stopped then) to its heal, ``KILL_RECORD_SLACK_S`` earlier."""
+    restarted_at_heal = {
+        (name, round(float(op["t"]), 1))
+        for op in ops
+        if op.get("kind") == "restart"
+        for name in op.get("target", [])
+    }
+    down: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for start, end, fault, targets in fault_windows(ops):
+        for name in targets.split(","):
+            stopped = fault == "kill" or (
+                fault == "disk" and (name, round(end, 1)) in restarted_at_heal
+            )
+            if stopped:
+                down[name].append((start - KILL_RECORD_SLACK_S, end))
+    return down
+
+
+def _target_was_down(op: Op, down: dict[str, list[tuple[float, float]]]) -> bool:
+    """A fuzzed request whose target was killed (or stopped) while it was answered: the
+    closed connection is the fault's, not the request's."""
+    t = float(op["t"])
+    return any(start <= t <= end for start, end in down.get(str(op.get("target")), ()))
+
+
+def fault_windows(ops: Sequence[Op]) -> list[tuple[float, float, str, str]]:
+    """(start, end, kind, targets) of each fault, from its ``fault`` and ``heal`` entries."""
+    open_faults: dict[tuple[str, str], float] = {}
+    windows = []
+    end = max((float(op["t"]) for op in ops), default=0.0)
+    for op in ops:
+        if op.get("kind") in ("fault", "heal"):
+            key = (str(op["fault"]), ",".join(op["target"]))
+            if op["kind"] == "fault":
+                open_faults[key] = float(op["t"])
+            elif key in open_faults:
+                windows.append((open_faults.pop(key), float(op["t"]), *key))
+    windows += [(start, end, *key) for key, start in open_faults.items()]
+    return sorted(windows)
+
+
+def _gaps(invoke_times: list[float], ack_times: list[float]) -> list[tuple[float, float]]:
+    """The times, while writes were being attempted, between one acknowledged write and
+    the next (from the first attempt, to the last)."""
     if not invoke_times:
-        return 0.0
+        return []
     start, end = min(invoke_times), max(invoke_times)
     points = sorted([start, *(t for t in ack_times if start <= t <= end), end])
-    return round(max(b - a for a, b in itertools.pairwise(points)) if len(points) > 1 else 0.0, 3)
+    return list(itertools.pairwise(points))
+
+
+def _longest_gap(invoke_times: list[float], ack_times: list[float]) -> float:
+    """The longest time, while writes were being attempted, with no write acknowledged."""
+    gaps = _gaps(invoke_times, ack_times)
+    return round(max((b - a for a, b in gaps), default=0.0), 3)
+
+
+def _gaps_by_fault(
+    invoke_times: list[float],
+    ack_times: list[float],
+    windows: list[tuple[float, float, str, str]],
+) -> dict[str, float]:
+    """Per fault kind, the longest gap without an acknowledged write that overlaps one of
+    its windows (:func:`fault_windows`): the unavailability that fault kind caused or took
+    part in (a gap that spans two windows counts for both). A kind injected while no write
+    was attempted is 0."""
+    gaps = _gaps(invoke_times, ack_times)
+    longest: dict[str, float] = {}
+    for start, end, fault, _ in windows:
+        overlapping = (b - a for a, b in gaps if a <= end and b >= start)
+        longest[fault] = round(max(longest.get(fault, 0.0), max(overlapping, default=0.0)), 3)
+    return dict(sorted(longest.items()))

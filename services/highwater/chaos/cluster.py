@@ -37,6 +37,12 @@ STOP_TIMEOUT_S = 15.0
 REPLICA_LAG_TIME_MAX_MS = 10_000
 
 
+class ClusterStartError(RuntimeError):
+    """The cluster did not come up (a process exited while starting, or the brokers and
+    coordinators did not register in time: a machine too loaded): the run has nothing
+    to check, and a campaign goes on with its next seed."""
+
+
 @dataclass
 class ChaosProcess:
     """One process of the cluster, by name (``controller-1``, ``broker-100``, ...)."""
@@ -255,11 +261,11 @@ class Cluster:
         while True:
             dead = [p.name for p in self.processes.values() if not p.alive]
             if dead:
-                raise RuntimeError(f"{', '.join(dead)} exited while starting; see its log")
+                raise ClusterStartError(f"{', '.join(dead)} exited while starting; see its log")
             if any(self.registered(b.address) >= want for b in self.brokers):
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError("the brokers and coordinators did not register in time")
+                raise ClusterStartError("the brokers and coordinators did not register in time")
             time.sleep(0.3)
 
     @staticmethod

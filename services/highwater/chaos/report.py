@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
+from highwater.chaos.checker import fault_windows
 from highwater.chaos.history import Op
 
 WIDTH, HEIGHT = 960, 320
@@ -30,22 +31,6 @@ def throughput(ops: Sequence[Op], bucket_s: float = 1.0) -> list[tuple[float, in
     for t in times:
         buckets[int((t - first) / bucket_s)] += 1
     return [(first + i * bucket_s, n) for i, n in enumerate(buckets)]
-
-
-def fault_windows(ops: Sequence[Op]) -> list[tuple[float, float, str, str]]:
-    """(start, end, kind, targets) of each fault, from its ``fault`` and ``heal`` entries."""
-    open_faults: dict[tuple[str, str], float] = {}
-    windows = []
-    end = max((float(op["t"]) for op in ops), default=0.0)
-    for op in ops:
-        if op.get("kind") in ("fault", "heal"):
-            key = (str(op["fault"]), ",".join(op["target"]))
-            if op["kind"] == "fault":
-                open_faults[key] = float(op["t"])
-            elif key in open_faults:
-                windows.append((open_faults.pop(key), float(op["t"]), *key))
-    windows += [(start, end, *key) for key, start in open_faults.items()]
-    return sorted(windows)
 
 
 def timeline_svg(ops: Sequence[Op], title: str) -> str:
@@ -113,21 +98,68 @@ def timeline_svg(ops: Sequence[Op], title: str) -> str:
     return "\n".join(parts) + "\n"
 
 
-def markdown_report(runs: Sequence[tuple[dict[str, Any], str]]) -> str:
-    """The report of several runs: (summary, timeline SVG file name) each."""
-    lines = [
-        "# Chaos report",
+def campaign_totals(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The totals of several runs' summaries: schedules run, faults injected, writes
+    acknowledged, lost and duplicated, anomalies (and the seeds that had any), and per
+    fault kind the longest unavailability of any run (summaries without the per-kind
+    figures, from an older harness, count in the rest)."""
+    by_fault: dict[str, float] = {}
+    for summary in summaries:
+        for fault, seconds in summary.get("unavailability_by_fault_s", {}).items():
+            by_fault[fault] = max(by_fault.get(fault, 0.0), float(seconds))
+    return {
+        "schedules": len(summaries),
+        "faults_injected": sum(int(s["faults_injected"]) for s in summaries),
+        "writes_acknowledged": sum(int(s["writes_acknowledged"]) for s in summaries),
+        "writes_lost": sum(int(s["writes_lost"]) for s in summaries),
+        "duplicates": sum(int(s["duplicates"]) for s in summaries),
+        "anomalies": sum(len(s["anomalies"]) for s in summaries),
+        "seeds_with_anomalies": [s["seed"] for s in summaries if s["anomalies"]],
+        "longest_unavailability_s": max(
+            (float(s["longest_unavailability_s"]) for s in summaries), default=0.0
+        ),
+        "unavailability_by_fault_s": dict(sorted(by_fault.items())),
+    }
+
+
+def _by_fault(figures: dict[str, float]) -> str:
+    return ", ".join(f"{fault} {seconds}" for fault, seconds in figures.items()) or "-"
+
+
+def markdown_report(
+    runs: Sequence[tuple[dict[str, Any], str]], *, not_started: Sequence[int] = ()
+) -> str:
+    """The report of several runs: (summary, timeline SVG file name) each; the totals
+    first (:func:`campaign_totals`), and the seeds whose run did not start or finish."""
+    totals = campaign_totals([summary for summary, _ in runs])
+    lines = ["# Chaos report", ""]
+    if not_started:
+        lines += [
+            "Not run (the cluster did not start, or the run did not finish): seeds "
+            + ", ".join(str(seed) for seed in not_started)
+            + ".",
+            "",
+        ]
+    lines += [
+        "| schedules | faults | acked writes | lost | duplicates | anomalies | "
+        "longest unavailability s | by fault kind s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"| {totals['schedules']} | {totals['faults_injected']} | "
+        f"{totals['writes_acknowledged']} | {totals['writes_lost']} | {totals['duplicates']} | "
+        f"{totals['anomalies']} | {totals['longest_unavailability_s']} | "
+        f"{_by_fault(totals['unavailability_by_fault_s'])} |",
         "",
         "| seed | duration s | faults | acked writes | lost | duplicates | anomalies | "
-        "longest unavailability s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "longest unavailability s | by fault kind s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for summary, _ in runs:
         lines.append(
             f"| {summary['seed']} | {summary['duration_s']} | {summary['faults_injected']} | "
             f"{summary['writes_acknowledged']} | {summary['writes_lost']} | "
             f"{summary['duplicates']} | {len(summary['anomalies'])} | "
-            f"{summary['longest_unavailability_s']} |"
+            f"{summary['longest_unavailability_s']} | "
+            f"{_by_fault(summary.get('unavailability_by_fault_s', {}))} |"
         )
     for summary, svg in runs:
         lines += ["", f"## Seed {summary['seed']}", "", f"![timeline]({svg})", ""]

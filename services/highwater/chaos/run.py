@@ -52,7 +52,7 @@ class Terminated(Exception):
     """SIGTERM arrived."""
 
 
-def _raise_terminated(_signum: int, _frame: FrameType | None) -> None:
+def raise_terminated(_signum: int, _frame: FrameType | None) -> None:
     raise Terminated()
 
 
@@ -68,6 +68,7 @@ def summarize(
         "duplicates": result.duplicates,
         "anomalies": [a.to_json() for a in result.anomalies],
         "longest_unavailability_s": result.longest_unavailability_s,
+        "unavailability_by_fault_s": result.unavailability_by_fault_s,
         "fuzz_calls": result.fuzz_calls,
     }
 
@@ -92,7 +93,7 @@ def run(options: RunOptions, echo: Any = print) -> dict[str, Any]:
     network: Network = Network()
     disks = SmallDisks()
     cluster: Cluster | None = None
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
     faults_injected = 0
     try:
         if "partition" in kinds:

@@ -43,6 +43,27 @@ class FaultWindow:
         }
 
 
+def parse_seeds(text: str) -> list[int]:
+    """Seeds as ``make chaos`` takes them: comma-separated numbers and inclusive ranges,
+    ``1-200`` or ``1,2,10-12``, in the order given. ``ValueError`` for anything else."""
+    seeds: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        first, dash, last = part.partition("-")
+        try:
+            low = int(first)
+            high = int(last) if dash else low
+        except ValueError:
+            raise ValueError(f"not a seed or a range of seeds: {part!r}") from None
+        if high < low:
+            raise ValueError(f"an empty range of seeds: {part!r}")
+        seeds.extend(range(low, high + 1))
+    if not seeds:
+        raise ValueError("no seeds given")
+    return seeds
+
+
 def parse_faults(text: str) -> tuple[str, ...]:
     """``kill,pause`` -> ("kill", "pause"); ``""`` or ``none`` -> (); ValueError names an
     unknown kind."""

@@ -225,6 +225,29 @@ class PartitionLog:
         """Set by an I/O error: the log takes no more reads or writes (module docstring)."""
         self.on_io_error: IoErrorHandler | None = None
         self.high_watermark = min(max(self.high_watermark, log_start_offset), self._log_end_offset)
+        self.lost_high_watermark: int | None = None
+        """Set by recovery when the log came back shorter than the high watermark this
+        replica had checkpointed: the records up to it were committed and this copy lost
+        them (a torn or unflushed tail). Cleared once appends bring the log end back up to
+        it (:attr:`missing_committed_records`)."""
+
+    @property
+    def high_watermark_to_checkpoint(self) -> int:
+        """What the ``replication-offset-checkpoint`` keeps: the high watermark, or, while
+        this replica lacks committed records, the one it lost them below, so that one more
+        crash before it has them again does not make it forget that it lacks them."""
+        if self.missing_committed_records:
+            assert self.lost_high_watermark is not None
+            return self.lost_high_watermark
+        return self.high_watermark
+
+    @property
+    def missing_committed_records(self) -> bool:
+        """Whether this replica lacks committed records it once had
+        (:attr:`lost_high_watermark`): it must not lead nor count in the ISR until it has
+        fetched them again, or the followers would truncate them away."""
+        lost = self.lost_high_watermark
+        return lost is not None and self._log_end_offset < lost
 
     # -- offsets and segments ---------------------------------------------------------
 
@@ -456,6 +479,11 @@ class PartitionLog:
             segment = self.roll(first.base_offset)
         segment.append_pieces(pieces, positioned, total)
         self._log_end_offset = last.base_offset + last[6] + 1
+        if (
+            self.lost_high_watermark is not None
+            and self._log_end_offset >= self.lost_high_watermark
+        ):
+            self.lost_high_watermark = None
         for _, header in positioned:
             if header.producer_id >= 0:
                 update(header, AppendOrigin.CLIENT)

@@ -138,6 +138,18 @@ def load_partition_log(
             producer_state.update(header, AppendOrigin.REPLICATION)
     producer_state.advance_map_end_offset(log_end_offset)
     partition_log.update_high_watermark(high_watermark)
+    if high_watermark > partition_log.log_end_offset:
+        # Every offset below a checkpointed high watermark was committed: this copy lost
+        # some. Its broker reports it, so that it is neither elected nor kept in the ISR
+        # until it has them again (docs/chaos.md, the 98 lost writes).
+        partition_log.lost_high_watermark = high_watermark
+        log.warning(
+            "%s: the log ends at %d, below its checkpointed high watermark %d: committed "
+            "records were lost; this replica may not lead until it has fetched them again",
+            directory,
+            partition_log.log_end_offset,
+            high_watermark,
+        )
     return partition_log
 
 

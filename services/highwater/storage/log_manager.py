@@ -644,11 +644,12 @@ class LogManager:
     async def truncate_to(self, tp: TopicPartition, offset: int) -> bool:
         """Truncate a replica's log, then make its lowered recovery point durable.
 
-        Neither checkpoint on disk may stay above the truncation. Records appended after the
+        No checkpoint on disk may stay above the truncation. Records appended after the
         recovery point would be trusted, unchecked, after a crash; records appended below
-        the cleaner checkpoint would never be compacted (Kafka's ``maybeTruncateCheckpoint``).
-        Both are written off the event loop, and the caller appends again only once this
-        returns.
+        the cleaner checkpoint would never be compacted (Kafka's ``maybeTruncateCheckpoint``);
+        a high watermark above the log end would, after a crash, say that this replica lost
+        committed records (``PartitionLog.lost_high_watermark``). They are written off the
+        event loop, and the caller appends again only once this returns.
         """
         partition_log = self._logs.get(tp) or self._offline_logs.get(tp)
         if partition_log is None:
@@ -661,6 +662,7 @@ class LogManager:
 
     def _checkpoint_after_truncation(self, tp: TopicPartition, log_end_offset: int) -> None:
         self.checkpoint_recovery_points()
+        self.checkpoint_high_watermarks()
         self.lower_cleaner_checkpoint(tp, log_end_offset)
 
     def lower_cleaner_checkpoint(self, tp: TopicPartition, offset: int) -> None:
@@ -701,7 +703,9 @@ class LogManager:
         self._write_checkpoint(RECOVERY_POINT_CHECKPOINT, lambda lg: lg.recovery_point)
 
     def checkpoint_high_watermarks(self) -> None:
-        self._write_checkpoint(REPLICATION_OFFSET_CHECKPOINT, lambda lg: lg.high_watermark)
+        self._write_checkpoint(
+            REPLICATION_OFFSET_CHECKPOINT, lambda lg: lg.high_watermark_to_checkpoint
+        )
 
     def checkpoint_log_start_offsets(self) -> None:
         self._write_checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda lg: lg.log_start_offset)
