@@ -94,6 +94,11 @@ class _ScramView(Protocol):
     def credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
 
 
+class _RegistrationView(Protocol):
+    @property
+    def principal(self) -> str: ...
+
+
 class SecurityImage(Protocol):
     """What this module reads of a metadata image."""
 
@@ -102,6 +107,8 @@ class SecurityImage(Protocol):
 
     @property
     def scram(self) -> _ScramView: ...
+
+    def broker(self, broker_id: int) -> _RegistrationView | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +168,13 @@ class _Process:
 
     def _credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.image().scram.credential(user, mechanism) if self.image else None
+
+    def node_owner(self, node_id: int) -> str | None:
+        """The principal the metadata records as broker ``node_id``'s (``None``: none)."""
+        if self.image is None:
+            return None
+        registration = self.image().broker(node_id)
+        return registration.principal or None if registration is not None else None
 
     def authorizer(self) -> AclAuthorizer | None:
         if not self.settings.authorizer_on:
@@ -418,13 +432,20 @@ def may_speak_for_node(context: grpc.aio.ServicerContext | None, node_id: int) -
     if authorizer is None:
         return True
     call = principal_of(context)
-    # A super user's first word for a node records it too, so that no one else may
-    # speak for that node afterwards; a super user itself is never refused.
-    if _process.nodes.claim(node_id, call.principal):
+    # The principal of the node's registration in the metadata speaks for it, on every
+    # controller and broker, after failovers and restarts. Before a registration is in
+    # the metadata (or one made with the checks off), the first principal to speak for
+    # the node on this process does. A super user's word records it too, so that no one
+    # else may speak for that node afterwards; a super user itself is never refused.
+    owner = _process.node_owner(node_id)
+    if owner is not None:
+        if owner == call.principal:
+            return True
+    elif _process.nodes.claim(node_id, call.principal):
         return True
     if call.principal in _process.settings.super_users:
         return True
-    _process.log_refusal(call, "CLUSTER_ACTION as a node", f"node {node_id}")
+    _process.log_refusal(call, "act as", f"node {node_id}")
     return False
 
 
