@@ -607,7 +607,12 @@ class _RequestsUntil:
             self._reading = asyncio.ensure_future(self._next())
         reading = self._reading
         remaining = self._deadline - asyncio.get_running_loop().time()
-        done, _ = await asyncio.wait((reading,), timeout=max(remaining, 0.0))
+        try:
+            done, _ = await asyncio.wait((reading,), timeout=max(remaining, 0.0))
+        except asyncio.CancelledError:  # the servicer stopped reading: so does this
+            reading.cancel()
+            reading.add_done_callback(_ignore_outcome)
+            raise
         if not done:
             self.expired = True
             reading.add_done_callback(_ignore_outcome)
