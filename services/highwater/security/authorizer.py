@@ -23,7 +23,8 @@ few dict look-ups (the name, ``*``, each prefix length of the name the caller's 
 and an OR of integers, however many ACLs there are; for a caller with no ACL of its own,
 only ``User:*``'s are read. Whether *any* ACL covers the resource (whatever its
 principal), which only ``allow.everyone.if.no.acl.found`` asks, is answered from a second
-index, by name and prefix, and only when that setting is on and nothing allowed the call.
+index, by name and prefix, and only when that setting is on and nothing allowed the call
+(that index is built at its first use).
 
 Decisions are remembered, by (principal, host, operation, resource), up to
 :data:`DECISIONS_KEPT` of them (then all are forgotten and remembering starts again), as
@@ -140,7 +141,8 @@ class AclAuthorizer:
         self._acls = frozenset(acls)
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
-        self._index = _build_index(self._acls)
+        self._index: dict[ResourceType, _TypeIndex] | None = None
+        """By pattern, for :meth:`matching`: built at its first use."""
         self._grants = _build_grants(self._acls)
         self._decisions: dict[tuple[str, str, AclOperation, ResourceType, str], Decision] = {}
 
@@ -227,6 +229,8 @@ class AclAuthorizer:
 
     def matching(self, resource_type: ResourceType, resource_name: str) -> list[AclBinding]:
         """Every ACL that covers the resource, whatever its principal, host or operation."""
+        if self._index is None:
+            self._index = _build_index(self._acls)
         index = self._index.get(resource_type)
         if index is None:
             return []
