@@ -20,6 +20,7 @@ import grpc
 import grpc.aio
 import pytest
 from highwater.rpc.broker_streams import FetchStream, ProduceStream
+from highwater.security.authentication import SESSION_EXPIRED
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 
@@ -51,11 +52,14 @@ def produce_answered(reply: pb.ProduceResponse) -> int:
 
 class StreamingBroker(broker_pb2_grpc.BrokerServicer):
     """Answers each request of a stream in turn: after ``delays[min_bytes]`` seconds if
-    given; ends the stream after ``end_after`` answers if given."""
+    given; ends the stream after ``end_after`` answers if given; ends its first stream
+    after ``expire_after`` answers as a server ends one its SASL session outlived, with the
+    requests written after those unanswered (``rpc/auth.py``)."""
 
     def __init__(self) -> None:
         self.delays: dict[int, float] = {}
         self.end_after: int | None = None
+        self.expire_after: int | None = None
         self.streams = 0
         self.unary = 0
         self.order: list[int] = []
@@ -67,6 +71,8 @@ class StreamingBroker(broker_pb2_grpc.BrokerServicer):
         self.streams += 1
         sent = 0
         async for request in request_iterator:
+            if sent == self.expire_after and self.streams == 1:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, SESSION_EXPIRED)
             await asyncio.sleep(self.delays.get(request.min_bytes, 0))
             yield answer(request)
             sent += 1
@@ -87,6 +93,9 @@ class StreamingBroker(broker_pb2_grpc.BrokerServicer):
         self.streams += 1
         sent = 0
         async for request in request_iterator:
+            if sent == self.expire_after and self.streams == 1:
+                await asyncio.sleep(0.1)  # the requests in flight behind it are written
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, SESSION_EXPIRED)
             self.order.append(request.timeout_ms)
             await asyncio.sleep(self.delays.get(request.timeout_ms, 0))
             yield produce_answer(request)
@@ -212,6 +221,16 @@ async def test_a_stream_the_broker_ended_is_replaced(
     assert fetches.calls_opened == 2 and broker.streams == 2
 
 
+async def test_a_fetch_on_a_stream_its_session_outlived_is_sent_again_on_a_new_one(
+    streaming: tuple[StreamingBroker, FetchStream],
+) -> None:
+    broker, fetches = streaming
+    broker.expire_after = 1
+    assert answered(await fetches.fetch(asked(1), 5)) == 1
+    assert answered(await fetches.fetch(asked(2), 5)) == 2  # no error: a new call
+    assert fetches.calls_opened == 2 and broker.streams == 2
+
+
 async def test_a_broker_without_the_stream_gets_unary_fetches() -> None:
     broker = UnaryOnlyBroker()
     server, address = await serve(broker)
@@ -291,6 +310,18 @@ async def test_a_produce_stream_the_broker_ended_fails_what_is_in_flight_and_is_
     assert isinstance(second, grpc.aio.AioRpcError)
     assert second.code() == grpc.StatusCode.UNAVAILABLE
     assert produce_answered(await produces.produce(produce_asked(3), 5)) == 3
+    assert produces.calls_opened == 2 and broker.streams == 2
+
+
+async def test_produce_requests_a_session_expiry_left_unanswered_are_sent_again_in_order(
+    producing: tuple[StreamingBroker, ProduceStream],
+) -> None:
+    broker, produces = producing
+    broker.expire_after = 2
+    replies = await asyncio.gather(*(produces.produce(produce_asked(n), 5) for n in range(5)))
+    assert [produce_answered(reply) for reply in replies] == list(range(5))
+    # The first call read 0 and 1 (answered) and 2 (not); 2, 3, 4 went again, in order.
+    assert broker.order == [0, 1, 2, 3, 4]
     assert produces.calls_opened == 2 and broker.streams == 2
 
 

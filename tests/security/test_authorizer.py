@@ -13,6 +13,7 @@ from highwater.security import (
     PatternType,
     ResourceType,
 )
+from highwater.security import authorizer as authorizer_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -111,6 +112,22 @@ def test_with_changes_leaves_the_old_authorizer_alone() -> None:
     assert decide(after, "orders", Op.WRITE) is Decision.ALLOWED
 
 
+def test_remembered_decisions_are_bounded_and_stay_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(authorizer_module, "DECISIONS_KEPT", 4)
+    authorizer = AclAuthorizer(
+        [acl("logs-", Op.READ, pattern=PREFIXED), acl("logs-secret", Op.READ, DENY)]
+    )
+    names = [f"logs-{i}" for i in range(10)] + ["logs-secret", "other"]
+    expected = {
+        name: Decision.DENIED if name in ("logs-secret", "other") else Decision.ALLOWED
+        for name in names
+    }
+    for _ in range(3):  # asked anew, then remembered (or forgotten and asked anew)
+        for name in names:
+            assert decide(authorizer, name, Op.READ) is expected[name], name
+            assert len(authorizer._decisions) <= 4
+
+
 def test_bindings_are_checked() -> None:
     with pytest.raises(ValueError, match="TYPE:NAME"):
         acl("orders", Op.READ, principal="alice")
@@ -200,4 +217,6 @@ def test_decisions_match_the_model(
     expected = model(
         acls, super_users, allow_if_none, principal, host, operation, resource_type, name
     )
+    assert authorizer.authorize(principal, host, operation, resource_type, name) is expected
+    # Asked again: the remembered decision.
     assert authorizer.authorize(principal, host, operation, resource_type, name) is expected

@@ -89,7 +89,12 @@ class ClusterControl:
         )
 
     def register_broker(
-        self, image: MetadataImage, request: RegisterBrokerRequest, now_ms: int
+        self,
+        image: MetadataImage,
+        request: RegisterBrokerRequest,
+        now_ms: int,
+        *,
+        principal: str = "",
     ) -> ControllerResult[RegisterBrokerResponse]:
         """Register a broker (or a new incarnation of it): fenced, with a new broker epoch.
 
@@ -100,6 +105,10 @@ class ClusterControl:
         and ISR memberships (except as a last member) go in the same batch, and without
         the clean-shutdown epoch its ELR memberships too: it may have lost records it had
         not flushed.
+
+        ``principal`` (the caller's, with the ACL checks on) goes into the record: every
+        controller and broker then knows which principal speaks for the node id, across
+        failovers and restarts (``security/node_identities.py``).
         """
         try:
             self._check_cluster_id(request.cluster_id)
@@ -117,6 +126,7 @@ class ClusterControl:
                     and existing.listeners == request.listeners
                     and existing.rack == request.rack
                     and existing.log_dirs == request.log_dirs
+                    and existing.principal == principal
                 ):
                     self.heartbeats.touch(request.broker_id, existing.broker_epoch, now_ms, -1)
                     return ControllerResult(
@@ -150,6 +160,7 @@ class ClusterControl:
             rack=request.rack,
             fenced=True,
             log_dirs=request.log_dirs,
+            principal=principal,
         )
         delta = MetadataDelta(image)
         delta.replay(register)

@@ -153,10 +153,11 @@ class QuorumController:
     # --- Brokers and coordinators ----------------------------------------------------
 
     def register_broker(
-        self, request: RegisterBrokerRequest, now_ms: int
+        self, request: RegisterBrokerRequest, now_ms: int, *, principal: str = ""
     ) -> ControllerResult[RegisterBrokerResponse]:
-        """Register a broker (or a new incarnation): fenced, its record's offset as epoch."""
-        return self.cluster.register_broker(self._image(), request, now_ms)
+        """Register a broker (or a new incarnation): fenced, its record's offset as epoch;
+        ``principal``, the caller's with the ACL checks on, is recorded as the node's."""
+        return self.cluster.register_broker(self._image(), request, now_ms, principal=principal)
 
     def broker_heartbeat(
         self, request: BrokerHeartbeatRequest, now_ms: int

@@ -79,7 +79,13 @@ from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.node import NotLeaderError, RoleChange
 from highwater.raft.state import Role
 from highwater.records import RecordBatch
-from highwater.rpc.auth import follow_image, may_speak_for_node, node_identities, principal_of
+from highwater.rpc.auth import (
+    authorizer_enabled,
+    follow_image,
+    may_speak_for_node,
+    node_identities,
+    principal_of,
+)
 from highwater.rpc.server import GrpcService
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -418,6 +424,8 @@ class _Request:
     rpc: ControllerRpc[Any, Any]
     request: Any
     reply: asyncio.Future[tuple[Any, asyncio.Future[int] | None] | _NotController]
+    principal: str = ""
+    """The caller's principal, recorded with a RegisterBroker (with the ACL checks on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -564,12 +572,15 @@ class ControllerServer:
             while not self.is_active:
                 await asyncio.sleep(0.01)
 
-    async def call(self, rpc: ControllerRpc[Any, Any], request: Any) -> Message:
-        """Serve one request as the gRPC servicer does; the proto response."""
+    async def call(
+        self, rpc: ControllerRpc[Any, Any], request: Any, *, principal: str = ""
+    ) -> Message:
+        """Serve one request as the gRPC servicer does; the proto response. ``principal``:
+        the caller's, which a RegisterBroker records as its node's."""
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if self._stopping:
             return self._not_controller(rpc, None)
-        self._jobs.put_nowait(_Request(rpc, request, reply))
+        self._jobs.put_nowait(_Request(rpc, request, reply, principal))
         outcome = await reply
         if isinstance(outcome, _NotController):
             return self._not_controller(rpc, outcome.controller_id)
@@ -723,7 +734,12 @@ class ControllerServer:
             job.reply.set_result(_NotController(self.raft.leader_id))
             return
         try:
-            result = _CALLS[job.rpc.name](self.controller, job.request, self._clock())
+            if job.rpc.name == "RegisterBroker":
+                result = self.controller.register_broker(
+                    job.request, self._clock(), principal=job.principal
+                )
+            else:
+                result = _CALLS[job.rpc.name](self.controller, job.request, self._clock())
             if result.records:
                 self.store.append(result.records)
             answered.append((job, result.response))
@@ -835,8 +851,9 @@ class ControllerServer:
         except InvalidRequestError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             raise AssertionError("unreachable: abort raises") from e
+        owner = principal_of(context).principal if authorizer_enabled() else ""
         try:
-            answer = await self.call(rpc, request)
+            answer = await self.call(rpc, request, principal=owner)
         except Exception as e:
             log.exception("node %d: %s failed", self.node_id, rpc.name)
             await context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")

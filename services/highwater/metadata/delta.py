@@ -17,6 +17,7 @@ and the image disagree.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from types import MappingProxyType
 from typing import Any, Final
@@ -283,6 +284,7 @@ class MetadataDelta:
             fenced=record.fenced,
             in_controlled_shutdown=record.in_controlled_shutdown,
             log_dirs=record.log_dirs,
+            principal=record.principal,
         )
 
     def _registered(self, broker_id: int, broker_epoch: int, what: str) -> BrokerRegistration:
@@ -307,14 +309,8 @@ class MetadataDelta:
         )
         if new_fenced:
             shutting_down = False  # a fenced broker is out of the cluster, not leaving it
-        self._brokers[broker.broker_id] = BrokerRegistration(
-            broker.broker_id,
-            broker.incarnation_id,
-            broker.broker_epoch,
-            broker.listeners,
-            broker.rack,
-            new_fenced,
-            shutting_down,
+        self._brokers[broker.broker_id] = dataclasses.replace(
+            broker, fenced=new_fenced, in_controlled_shutdown=shutting_down
         )
 
     def _replay_fence_broker(self, record: FenceBrokerRecord) -> None:

@@ -82,6 +82,9 @@ class BrokerRegistration:
     in_controlled_shutdown: bool = False
     log_dirs: tuple[str, ...] = ()
     """The ids of the log directories online when it registered (KIP-858)."""
+    principal: str = ""
+    """The principal that registered it with the ACL checks on ("" otherwise): the only
+    one that may speak for this node id (``security/node_identities.py``)."""
 
     @property
     def is_active(self) -> bool:
@@ -104,6 +107,7 @@ class BrokerRegistration:
             fenced=self.fenced,
             in_controlled_shutdown=self.in_controlled_shutdown,
             log_dirs=self.log_dirs,
+            principal=self.principal,
         )
 
 

@@ -79,6 +79,9 @@ class RegisterBrokerRecord:
     in_controlled_shutdown: bool = False
     log_dirs: tuple[str, ...] = ()
     """The ids of its online log directories (KIP-858's directory ids)."""
+    principal: str = ""
+    """With the ACL checks on, the principal that registered it: the one that speaks for
+    this node id until it is unregistered (``security/node_identities.py``); "" without."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ after the image has it.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import time
@@ -53,6 +54,7 @@ from highwater.errors import SaslAuthenticationError
 from highwater.security.acl import AclOperation, ResourceType
 from highwater.security.authentication import (
     ANONYMOUS,
+    SESSION_EXPIRED,
     SESSION_METADATA_KEY,
     AuthenticationSettings,
     Authenticator,
@@ -99,6 +101,11 @@ class _ScramView(Protocol):
     def credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
 
 
+class _RegistrationView(Protocol):
+    @property
+    def principal(self) -> str: ...
+
+
 class SecurityImage(Protocol):
     """What this module reads of a metadata image."""
 
@@ -107,6 +114,8 @@ class SecurityImage(Protocol):
 
     @property
     def scram(self) -> _ScramView: ...
+
+    def broker(self, broker_id: int) -> _RegistrationView | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +156,9 @@ class CallPrincipal:
     principal: str
     host: str
     authenticated_by: str = "none"
+    session_expires_at_s: float | None = None
+    """When the SASL session the call came with expires (wall-clock seconds); ``None``
+    without one (a certificate's or an anonymous call)."""
 
 
 class _Process:
@@ -163,6 +175,13 @@ class _Process:
 
     def _credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.image().scram.credential(user, mechanism) if self.image else None
+
+    def node_owner(self, node_id: int) -> str | None:
+        """The principal the metadata records as broker ``node_id``'s (``None``: none)."""
+        if self.image is None:
+            return None
+        registration = self.image().broker(node_id)
+        return registration.principal or None if registration is not None else None
 
     def authorizer(self) -> AclAuthorizer | None:
         if not self.settings.authorizer_on:
@@ -325,7 +344,9 @@ def _identify(context: grpc.aio.ServicerContext) -> CallPrincipal:
             raise _Refused(
                 grpc.StatusCode.UNAUTHENTICATED, f"SASL_AUTHENTICATION_FAILED: {e}"
             ) from None
-        return CallPrincipal(session.principal, host, session.mechanism)
+        return CallPrincipal(
+            session.principal, host, session.mechanism, session_expires_at_s=session.expires_at_s
+        )
     pems = (context.auth_context() or {}).get("x509_pem_cert")
     if pems:
         try:
@@ -363,13 +384,13 @@ def _forwarded(context: grpc.aio.ServicerContext, direct: CallPrincipal) -> Call
     return CallPrincipal(principal or host, host if principal else direct.host, "forwarded")
 
 
-def _admit(context: grpc.aio.ServicerContext, method: str) -> None:
+def _admit(context: grpc.aio.ServicerContext, method: str) -> CallPrincipal:
     """Identify the caller and apply the whole-call checks; :class:`_Refused` if refused."""
     call = _forwarded(context, _identify(context))
     _call.set(call)
     authorizer = _process.authorizer()
     if authorizer is None:
-        return
+        return call
     access = access_of(method)
     if access is None:
         _process.log_refusal(call, "call", method)
@@ -386,6 +407,7 @@ def _admit(context: grpc.aio.ServicerContext, method: str) -> None:
                 f"{access.operation.name} on the cluster ({method})",
                 kafka_error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
             )
+    return call
 
 
 def principal_of(context: grpc.aio.ServicerContext | None = None) -> CallPrincipal:
@@ -429,13 +451,20 @@ def may_speak_for_node(context: grpc.aio.ServicerContext | None, node_id: int) -
     if authorizer is None:
         return True
     call = principal_of(context)
-    # A super user's first word for a node records it too, so that no one else may
-    # speak for that node afterwards; a super user itself is never refused.
-    if _process.nodes.claim(node_id, call.principal):
+    # The principal of the node's registration in the metadata speaks for it, on every
+    # controller and broker, after failovers and restarts. Before a registration is in
+    # the metadata (or one made with the checks off), the first principal to speak for
+    # the node on this process does. A super user's word records it too, so that no one
+    # else may speak for that node afterwards; a super user itself is never refused.
+    owner = _process.node_owner(node_id)
+    if owner is not None:
+        if owner == call.principal:
+            return True
+    elif _process.nodes.claim(node_id, call.principal):
         return True
     if call.principal in _process.settings.super_users:
         return True
-    _process.log_refusal(call, "CLUSTER_ACTION as a node", f"node {node_id}")
+    _process.log_refusal(call, "act as", f"node {node_id}")
     return False
 
 
@@ -501,9 +530,13 @@ def _unary(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
 def _streaming(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
     async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
-            _admit(context, method)
+            caller = _admit(context, method)
         except _Refused as e:
             await context.abort(e.code, str(e))
+        if caller.session_expires_at_s is not None:
+            async for answer in _until_session_expires(caller, method, behavior, request, context):
+                yield answer
+            return
         result = behavior(request, context)
         if hasattr(result, "__aiter__"):
             async for answer in result:
@@ -512,3 +545,110 @@ def _streaming(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
             await result
 
     return call
+
+
+SESSION_DRAIN_S: Final = 30.0
+"""How long a stream whose session expired may take to answer the requests it had read
+(a produce waiting for the ISR, a fetch's long poll) before it is cut."""
+
+
+async def _until_session_expires(
+    caller: CallPrincipal,
+    method: str,
+    behavior: Callable[..., Any],
+    request: Any,
+    context: grpc.aio.ServicerContext,
+) -> AsyncIterator[Any]:
+    """A streaming call that lasts no longer than its SASL session (KIP-368: Kafka closes
+    a connection whose session lifetime passed without re-authentication).
+
+    At the session's expiry the servicer reads no further request (its request iterator
+    ends, as when the client half-closes), answers those it had read, and the call then
+    ends ``UNAUTHENTICATED`` with :data:`SESSION_EXPIRED`; so a request the client wrote
+    is either answered or was never read, and the client may send the unanswered ones
+    again on a new call, with a new session. A servicer still busy
+    :data:`SESSION_DRAIN_S` after the expiry is cut there."""
+    assert caller.session_expires_at_s is not None
+    loop = asyncio.get_running_loop()
+    expires_at = loop.time() + (caller.session_expires_at_s - time.time())
+    requests: _RequestsUntil | None = None
+    if hasattr(request, "__aiter__"):
+        request = requests = _RequestsUntil(request, expires_at)
+    result = behavior(request, context)
+    cut_at = expires_at + SESSION_DRAIN_S if requests is not None else expires_at
+    cut = False
+    if hasattr(result, "__aiter__"):
+        answers = aiter(result)
+        while True:
+            try:
+                async with asyncio.timeout_at(cut_at):
+                    answer = await anext(answers)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                cut = True
+                break
+            yield answer
+    else:
+        try:
+            async with asyncio.timeout_at(cut_at):
+                await result
+        except TimeoutError:
+            cut = True
+    if cut or (requests is not None and requests.expired) or loop.time() >= expires_at:
+        log.info(
+            "ended %s of %s from %s: its session expired%s",
+            method,
+            caller.principal,
+            caller.host,
+            f" (cut after {SESSION_DRAIN_S:.0f} s)" if cut and requests is not None else "",
+        )
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, SESSION_EXPIRED)
+
+
+class _RequestsUntil:
+    """A call's requests until ``deadline`` (loop time): then none more (the read under
+    way is left to the call's end)."""
+
+    def __init__(self, requests: Any, deadline: float) -> None:
+        self._requests = aiter(requests)
+        self._deadline = deadline
+        self._reading: asyncio.Task[tuple[bool, Any]] | None = None
+        self.expired = False
+
+    def __aiter__(self) -> _RequestsUntil:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self.expired:
+            raise StopAsyncIteration
+        if self._reading is None:
+            self._reading = asyncio.ensure_future(self._next())
+        reading = self._reading
+        remaining = self._deadline - asyncio.get_running_loop().time()
+        try:
+            done, _ = await asyncio.wait((reading,), timeout=max(remaining, 0.0))
+        except asyncio.CancelledError:  # the servicer stopped reading: so does this
+            reading.cancel()
+            reading.add_done_callback(_ignore_outcome)
+            raise
+        if not done:
+            self.expired = True
+            reading.add_done_callback(_ignore_outcome)
+            raise StopAsyncIteration
+        self._reading = None
+        more, item = reading.result()
+        if not more:
+            raise StopAsyncIteration
+        return item
+
+    async def _next(self) -> tuple[bool, Any]:
+        try:
+            return True, await anext(self._requests)
+        except StopAsyncIteration:
+            return False, None
+
+
+def _ignore_outcome(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -22,6 +22,12 @@ Both look like unary calls to their users: :meth:`FetchStream.fetch` and
 (``DEADLINE_EXCEEDED`` once the timeout passes, ``UNAVAILABLE`` when the broker ended the
 call). A broker that does not serve the stream (one of an older version, during a rolling
 upgrade) answers ``UNIMPLEMENTED``: from then on the requests are unary calls.
+
+A call made with a SASL session ends ``UNAUTHENTICATED`` when the session expires
+(``rpc/auth.py``): the broker has answered every request it read and read none after.
+Both then send the requests the ended call left unanswered again on a new call (whose
+channel has authenticated again by then, ``rpc/client_auth.py``), so a session's expiry
+fails no request.
 """
 
 from __future__ import annotations
@@ -33,10 +39,11 @@ from typing import Final
 import grpc
 import grpc.aio
 
+from highwater.security.authentication import SESSION_EXPIRED
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 
-__all__ = ["CLIENT_ID_METADATA_KEY", "FetchStream", "ProduceStream"]
+__all__ = ["CLIENT_ID_METADATA_KEY", "FetchStream", "ProduceStream", "session_expired"]
 
 CLIENT_ID_METADATA_KEY: Final = "client-id"
 """The call metadata that carries a client's ``client.id`` (Kafka's request header field),
@@ -66,6 +73,17 @@ class FetchStream:
 
     async def fetch(self, request: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse:
         """``request`` answered by the broker within ``timeout_s`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            try:
+                return await self._fetch(request, timeout_s)
+            except grpc.aio.AioRpcError as e:
+                timeout_s = deadline - loop.time()
+                if not session_expired(e) or timeout_s <= 0:
+                    raise
+
+    async def _fetch(self, request: pb.FetchRequest, timeout_s: float) -> pb.FetchResponse:
         if self._unary:
             return await self._stub.Fetch(request, timeout=timeout_s, metadata=self._metadata)
         call = self._idle.pop() if self._idle else None
@@ -81,6 +99,8 @@ class FetchStream:
             raise _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "the fetch timed out") from None
         except (grpc.aio.UsageError, asyncio.InvalidStateError) as e:  # the call had ended
             call.cancel()
+            if call.done() and await _ended_by_expiry(call):
+                raise _rpc_error(grpc.StatusCode.UNAUTHENTICATED, SESSION_EXPIRED) from e
             raise _rpc_error(grpc.StatusCode.UNAVAILABLE, str(e)) from e
         except grpc.aio.AioRpcError as e:
             call.cancel()
@@ -92,6 +112,8 @@ class FetchStream:
             call.cancel()
             raise
         if reply is grpc.aio.EOF:
+            if await _ended_by_expiry(call):
+                raise _rpc_error(grpc.StatusCode.UNAUTHENTICATED, SESSION_EXPIRED)
             raise _rpc_error(grpc.StatusCode.UNAVAILABLE, "the broker ended the fetch stream")
         if self._closed:
             call.cancel()
@@ -131,6 +153,17 @@ class ProduceStream:
     async def produce(self, request: pb.ProduceRequest, timeout_s: float) -> pb.ProduceResponse:
         """``request`` answered by the broker within ``timeout_s`` seconds; requests are
         written in the order of the calls."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            try:
+                return await self._produce(request, timeout_s)
+            except grpc.aio.AioRpcError as e:
+                timeout_s = deadline - loop.time()
+                if not session_expired(e) or timeout_s <= 0:
+                    raise
+
+    async def _produce(self, request: pb.ProduceRequest, timeout_s: float) -> pb.ProduceResponse:
         if self._unary or self._closed:
             return await self._stub.Produce(request, timeout=timeout_s, metadata=self._metadata)
         answer: asyncio.Future[pb.ProduceResponse] = asyncio.get_running_loop().create_future()
@@ -180,7 +213,10 @@ class _Pipeline:
         except grpc.aio.AioRpcError as e:
             self.end(e)
         except (grpc.aio.UsageError, asyncio.InvalidStateError) as e:  # the call had ended
-            self.end(_rpc_error(grpc.StatusCode.UNAVAILABLE, str(e)))
+            if self.call.done() and await _ended_by_expiry(self.call):
+                self.end(_rpc_error(grpc.StatusCode.UNAUTHENTICATED, SESSION_EXPIRED))
+            else:
+                self.end(_rpc_error(grpc.StatusCode.UNAVAILABLE, str(e)))
 
     async def _read(self) -> None:
         """Hand each answer to the oldest request waiting; fail them all once the call ends."""
@@ -210,6 +246,23 @@ class _Pipeline:
             answer = self.pending.popleft()
             if not answer.done():
                 answer.set_exception(error)
+
+
+def session_expired(error: grpc.aio.AioRpcError) -> bool:
+    """Whether ``error`` ended a call because its SASL session expired (``rpc/auth.py``):
+    its unanswered requests were not read, and may be sent again on a new call."""
+    return error.code() == grpc.StatusCode.UNAUTHENTICATED and error.details() == SESSION_EXPIRED
+
+
+async def _ended_by_expiry(call: grpc.aio.Call) -> bool:
+    try:
+        return (await call.code() == grpc.StatusCode.UNAUTHENTICATED) and (
+            await call.details() == SESSION_EXPIRED
+        )
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # the call's outcome is unknown: not an expiry
+        return False
 
 
 def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:

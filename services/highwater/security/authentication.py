@@ -55,6 +55,7 @@ __all__ = [
     "EXCHANGE_TIMEOUT_S",
     "OAUTHBEARER",
     "SASL_MECHANISMS",
+    "SESSION_EXPIRED",
     "SESSION_METADATA_KEY",
     "AuthenticationSettings",
     "Authenticator",
@@ -69,6 +70,9 @@ OAUTHBEARER: Final = "OAUTHBEARER"
 SASL_MECHANISMS: Final = (*SCRAM_MECHANISMS, OAUTHBEARER)
 SESSION_METADATA_KEY: Final = "highwater-session"
 """The call metadata key that carries a session token."""
+SESSION_EXPIRED: Final = "session expired; re-authenticate"
+"""The status details (with ``UNAUTHENTICATED``) of a streaming call that its SASL session
+outlived: the client authenticates again and opens another call."""
 EXCHANGE_TIMEOUT_S: Final = 30.0
 MAX_PENDING_EXCHANGES: Final = 1024
 """Exchanges waiting for their second step; the oldest is dropped past this."""

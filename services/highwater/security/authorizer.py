@@ -13,13 +13,28 @@ it as Kafka's ``StandardAuthorizer`` does:
 5. else, when no ACL at all covers the resource (whatever its principal, host or
    operation), ``allow.everyone.if.no.acl.found`` decides; otherwise the answer is deny.
 
-The index: per resource type, literal ACLs by name and prefixed ACLs by prefix, each by
-principal, plus the set of prefix lengths in use, so a decision looks up the name, ``*``,
-and each prefix length of the name that some ACL uses, and in each the caller's principal
-and ``User:*``: a handful of dict look-ups however many ACLs there are, and only the
-caller's own ACLs (and the wildcard ones) are read. The object is immutable in use:
-:meth:`with_changes` returns a new authorizer (the metadata image replaces it as ACL
-records are applied), so a decision never sees half an update.
+The index is built for that question, principal first: per resource type and principal
+(the caller's, then ``User:*``), the literal names and the prefixes that principal's ACLs
+name, and the prefix lengths *that principal* uses. Each pattern's ACLs are folded, when
+the index is built, into two bit masks of operations per host (``*`` apart): the
+operations they deny (all of them for a DENY ALL) and the operations they allow (with
+ALL and the implied DESCRIBE and DESCRIBE_CONFIGS already expanded). So a decision is a
+few dict look-ups (the name, ``*``, each prefix length of the name the caller's ACLs use)
+and an OR of integers, however many ACLs there are; for a caller with no ACL of its own,
+only ``User:*``'s are read. Whether *any* ACL covers the resource (whatever its
+principal), which only ``allow.everyone.if.no.acl.found`` asks, is answered from a second
+index, by name and prefix, and only when that setting is on and nothing allowed the call
+(that index is built at its first use).
+
+Decisions are remembered, by (principal, host, operation, resource), up to
+:data:`DECISIONS_KEPT` of them (then all are forgotten and remembering starts again), as
+a request's checks are mostly those of the requests before it: the same producer writing
+to the same topics. An authorizer's ACLs never change, so a remembered decision never goes
+stale: a new set of ACLs is a new authorizer, with nothing remembered.
+
+The object is immutable in use: :meth:`with_changes` returns a new authorizer (the
+metadata image replaces it as ACL records are applied), so a decision never sees half an
+update.
 """
 
 from __future__ import annotations
@@ -49,12 +64,54 @@ class Decision(enum.Enum):
 
 
 ALLOWED, DENIED = Decision.ALLOWED, Decision.DENIED
-_DENY, _ALL = AclPermissionType.DENY, AclOperation.ALL
-_ALLOWING: dict[AclOperation, frozenset[AclOperation]] = {
-    operation: frozenset({operation, AclOperation.ALL, *implied_by(operation)})
+
+DECISIONS_KEPT = 65_536
+"""How many decisions an authorizer remembers (all are forgotten when it is full)."""
+_DENY = AclPermissionType.DENY
+
+
+def _bit(operation: AclOperation) -> int:
+    return 1 << int(operation)
+
+
+_BIT: dict[AclOperation, int] = {operation: _bit(operation) for operation in AclOperation}
+"""The bit of each operation in the masks."""
+
+_DENIES: dict[AclOperation, int] = {
+    operation: (sum(_BIT.values()) if operation is AclOperation.ALL else _BIT[operation])
     for operation in AclOperation
 }
-"""The ALLOW operations that allow each operation."""
+"""The operations a DENY of each operation denies: its own, or every one for ALL."""
+
+_ALLOWS: dict[AclOperation, int] = {
+    granted: sum(
+        _BIT[asked]
+        for asked in AclOperation
+        if granted in (asked, AclOperation.ALL) or granted in implied_by(asked)
+    )
+    for granted in AclOperation
+}
+"""The operations an ALLOW of each operation allows: its own, every one for ALL, and
+those it implies (DESCRIBE for READ, WRITE, DELETE and ALTER; DESCRIBE_CONFIGS for
+ALTER_CONFIGS)."""
+
+
+_Masks = tuple[int, int]
+"""(denied, allowed): the operations some ACLs deny and allow, as bits."""
+
+_Pattern = tuple[int, int, dict[str, _Masks] | None]
+"""One principal's ACLs on one resource pattern: the masks of those for any host
+(``*``), and by host those for one host (``None`` when there are none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Grants:
+    """What one principal's ACLs (or ``User:*``'s) say of one resource type."""
+
+    literal: dict[str, _Pattern]
+    prefixed: dict[str, _Pattern]
+    prefix_lengths: tuple[int, ...]
+    """The lengths of the prefixes in ``prefixed``, ascending."""
 
 
 _ByPrincipal = dict[str, tuple[AclBinding, ...]]
@@ -63,7 +120,7 @@ _ByPrincipal = dict[str, tuple[AclBinding, ...]]
 
 @dataclass(frozen=True, slots=True)
 class _TypeIndex:
-    """The ACLs of one resource type."""
+    """The ACLs of one resource type, by pattern (whatever their principal)."""
 
     literal: dict[str, _ByPrincipal]
     prefixed: dict[str, _ByPrincipal]
@@ -84,7 +141,10 @@ class AclAuthorizer:
         self._acls = frozenset(acls)
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
-        self._index = _build_index(self._acls)
+        self._index: dict[ResourceType, _TypeIndex] | None = None
+        """By pattern, for :meth:`matching`: built at its first use."""
+        self._grants = _build_grants(self._acls)
+        self._decisions: dict[tuple[str, str, AclOperation, ResourceType, str], Decision] = {}
 
     @property
     def acls(self) -> frozenset[AclBinding]:
@@ -112,44 +172,65 @@ class AclAuthorizer:
         """May ``principal`` from ``host`` do ``operation`` to the resource?"""
         if principal in self.super_users:
             return ALLOWED
-        index = self._index.get(resource_type)
-        if index is None:
-            return ALLOWED if self.allow_everyone_if_no_acl_found else DENIED
-        allowing = _ALLOWING[operation]
-        allowed = False
-        found = False
-        literal = index.literal
-        candidates = [literal.get(resource_name)]
-        if resource_name != WILDCARD_RESOURCE:
-            candidates.append(literal.get(WILDCARD_RESOURCE))
-        if index.prefix_lengths:
-            prefixed = index.prefixed
+        key = (principal, host, operation, resource_type, resource_name)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = self._decide(principal, host, operation, resource_type, resource_name)
+            if len(self._decisions) >= DECISIONS_KEPT:
+                self._decisions.clear()
+            self._decisions[key] = decision
+        return decision
+
+    def _decide(
+        self,
+        principal: str,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        resource_name: str,
+    ) -> Decision:
+        by_principal = self._grants.get(resource_type)
+        if by_principal is not None:
+            denied = allowed = 0
             size = len(resource_name)
-            for length in index.prefix_lengths:
-                if length > size:
-                    break
-                candidates.append(prefixed.get(resource_name[:length]))
-        for by_principal in candidates:
-            if by_principal is None:
-                continue
-            found = True
-            for acls in (by_principal.get(principal), by_principal.get(WILDCARD_PRINCIPAL)):
-                if acls is None:
+            everyone = (
+                by_principal.get(WILDCARD_PRINCIPAL) if principal != WILDCARD_PRINCIPAL else None
+            )
+            for grants in (by_principal.get(principal), everyone):
+                if grants is None:
                     continue
-                for acl in acls:
-                    if acl.host == host or acl.host == WILDCARD_HOST:
-                        op = acl.operation
-                        if acl.permission is _DENY:
-                            if op is operation or op is _ALL:
-                                return DENIED
-                        elif op in allowing:
-                            allowed = True
-        if allowed or (not found and self.allow_everyone_if_no_acl_found):
+                literal = grants.literal
+                patterns = [literal.get(resource_name), literal.get(WILDCARD_RESOURCE)]
+                if grants.prefix_lengths:
+                    prefixed = grants.prefixed
+                    for length in grants.prefix_lengths:
+                        if length > size:
+                            break
+                        patterns.append(prefixed.get(resource_name[:length]))
+                for pattern in patterns:
+                    if pattern is None:
+                        continue
+                    any_denied, any_allowed, by_host = pattern
+                    denied |= any_denied
+                    allowed |= any_allowed
+                    if by_host is not None:
+                        masks = by_host.get(host)
+                        if masks is not None:
+                            denied |= masks[0]
+                            allowed |= masks[1]
+            bit = _BIT[operation]
+            if denied & bit:
+                return DENIED
+            if allowed & bit:
+                return ALLOWED
+        if self.allow_everyone_if_no_acl_found and not self.matching(resource_type, resource_name):
             return ALLOWED
         return DENIED
 
     def matching(self, resource_type: ResourceType, resource_name: str) -> list[AclBinding]:
         """Every ACL that covers the resource, whatever its principal, host or operation."""
+        if self._index is None:
+            self._index = _build_index(self._acls)
         index = self._index.get(resource_type)
         if index is None:
             return []
@@ -208,3 +289,37 @@ def _build_index(acls: Iterable[AclBinding]) -> dict[ResourceType, _TypeIndex]:
             tuple(sorted({len(prefix) for prefix in by_prefix})),
         )
     return index
+
+
+def _build_grants(acls: Iterable[AclBinding]) -> dict[ResourceType, dict[str, _Grants]]:
+    """The principal-first index :meth:`AclAuthorizer.authorize` reads."""
+    # (type, principal, is literal, name) -> host -> [denied, allowed]
+    folded: dict[tuple[ResourceType, str, bool, str], dict[str, list[int]]] = {}
+    for acl in acls:
+        key = (
+            acl.resource_type,
+            acl.principal,
+            acl.pattern_type is PatternType.LITERAL,
+            acl.resource_name,
+        )
+        masks = folded.setdefault(key, {}).setdefault(acl.host, [0, 0])
+        if acl.permission is _DENY:
+            masks[0] |= _DENIES[acl.operation]
+        else:
+            masks[1] |= _ALLOWS[acl.operation]
+    tables: dict[tuple[ResourceType, str], tuple[dict[str, _Pattern], dict[str, _Pattern]]] = {}
+    for (resource_type, principal, is_literal, name), by_host in folded.items():
+        any_host = by_host.pop(WILDCARD_HOST, [0, 0])
+        pattern: _Pattern = (
+            any_host[0],
+            any_host[1],
+            {host: (m[0], m[1]) for host, m in by_host.items()} or None,
+        )
+        literal, prefixed = tables.setdefault((resource_type, principal), ({}, {}))
+        (literal if is_literal else prefixed)[name] = pattern
+    grants: dict[ResourceType, dict[str, _Grants]] = {}
+    for (resource_type, principal), (literal, prefixed) in tables.items():
+        grants.setdefault(resource_type, {})[principal] = _Grants(
+            literal, prefixed, tuple(sorted({len(prefix) for prefix in prefixed}))
+        )
+    return grants

@@ -3,11 +3,14 @@
 With the authorizer on, a principal with ``CLUSTER_ACTION`` on the cluster may make the
 inter-service calls; this adds that it may make them only *as its own node*. The rule:
 
-- the principal whose call first speaks for node N on a process (a RegisterBroker at the
-  controller, a follower's fetch at a leader, a heartbeat at a controller that took office
-  after the registration) is recorded there as N's;
-- afterwards a call for N from any other principal is refused
-  (``CLUSTER_AUTHORIZATION_FAILED``), whatever ACLs it has, until N is unregistered;
+- the principal that registers broker N is recorded in its registration, in the metadata
+  log (``RegisterBrokerRecord.principal``), so every controller and every broker knows it,
+  after failovers and restarts too (``rpc/auth.py:may_speak_for_node`` reads the image);
+- before a registration with a principal is in the process's image (a call racing the
+  registration's commit, or a node registered while the checks were off), the principal
+  whose call first speaks for node N on the process is N's there: this class keeps those;
+- a call for N from any other principal is refused (``CLUSTER_AUTHORIZATION_FAILED``),
+  whatever ACLs it has, until N is unregistered;
 - super users are exempt (an operator's tools may act for any node).
 
 So a broker's stolen certificate can act only as that broker, not unregister, fence or

@@ -97,6 +97,7 @@ class RegisterBrokerRecord(_message.Message):
     FENCED_FIELD_NUMBER: _builtins.int
     IN_CONTROLLED_SHUTDOWN_FIELD_NUMBER: _builtins.int
     LOG_DIRS_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     incarnation_id: _builtins.str
     """unique per broker process run"""
@@ -105,6 +106,11 @@ class RegisterBrokerRecord(_message.Message):
     rack: _builtins.str
     fenced: _builtins.bool
     in_controlled_shutdown: _builtins.bool
+    principal: _builtins.str
+    """With the ACL checks on, the principal that registered the broker: the only one that
+    may speak for this node id until it is unregistered (docs/security.md). Empty when
+    the checks were off.
+    """
     @_builtins.property
     def listeners(self) -> _containers.RepeatedCompositeFieldContainer[Global___BrokerEndpoint]: ...
     @_builtins.property
@@ -122,10 +128,11 @@ class RegisterBrokerRecord(_message.Message):
         fenced: _builtins.bool = ...,
         in_controlled_shutdown: _builtins.bool = ...,
         log_dirs: _abc.Iterable[_builtins.str] | None = ...,
+        principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_rack", b"_rack", "rack", b"rack"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rack", b"_rack", "broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "fenced", b"fenced", "in_controlled_shutdown", b"in_controlled_shutdown", "incarnation_id", b"incarnation_id", "listeners", b"listeners", "log_dirs", b"log_dirs", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rack", b"_rack", "broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "fenced", b"fenced", "in_controlled_shutdown", b"in_controlled_shutdown", "incarnation_id", b"incarnation_id", "listeners", b"listeners", "log_dirs", b"log_dirs", "principal", b"principal", "rack", b"rack"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__rack: _TypeAlias = _typing.Literal["rack"]  # noqa: Y015
     _WhichOneofArgType__rack: _TypeAlias = _typing.Literal["_rack", b"_rack"]  # noqa: Y015
