@@ -70,7 +70,7 @@ LATENCY_TOPIC = "bench-latency"
 FAILOVER_TOPIC = "bench-failover"
 FAILOVER_PARTITIONS = 1000
 
-# Issue 21's targets (the compiled codec): the producer at 1 M records/s with one broker,
+# The compiled codec's targets: the producer at 1 M records/s with one broker,
 # 600 k with RF 3; the consumer at 1.5 M; end-to-end p50 at most JetStream R3's in the same
 # run (None here: the peer's figure is the limit) and p99 at most 5 ms.
 PRODUCER_TARGETS = {1: 1_000_000.0, 3: 600_000.0}

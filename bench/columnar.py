@@ -1,4 +1,4 @@
-"""Columnar client paths (issue 21, parts 2 and 3): records/s of the producer and the consumer
+"""Columnar client paths: records/s of the producer and the consumer
 per record and by columns, and of the Spark tasks' read and write without Spark.
 
 One ``highwater server`` subprocess; the clients run in the benchmark's process on the
@@ -201,7 +201,7 @@ async def _profile(bootstrap: str, records: int, section: SuiteSection) -> None:
 def run(report: Report) -> None:
     records = max(10_000, int(RECORDS * report.scale))
     with (
-        report.suite("columnar", "Columnar client paths (issue 21, parts 2-3)") as section,
+        report.suite("columnar", "Columnar client paths") as section,
         report.data_dir("columnar") as root,
         embedded_server(root / "server", root / "server.log") as address,
     ):
@@ -309,7 +309,7 @@ def _notes(section: SuiteSection, records: int) -> None:
         "time and takes the buffers each time. The Spark tasks: write_batches of "
         f"{CHUNK:,}-row Arrow batches with a key column to a topic of {SPARK_PARTITIONS} "
         "partitions (the idempotent producer, acks=all), then read_range of each partition "
-        "(the blocking Consumer), timed apart. Targets: issue 21's producer (1 M records/s, "
+        "(the blocking Consumer), timed apart. Targets: the producer's (1 M records/s, "
         "1 broker) and consumer (1.5 M), and its Spark source (500 k) and sink (300 k), "
         "which the Spark suite measures through Spark."
     )

@@ -265,8 +265,8 @@ def _notes(section: SuiteSection, records: int) -> None:
         "value buffers with the idempotent Producer's `produce_batch` (acks=all), encoded "
         "into RecordBatch v2 and partitioned by murmur2 of the key in C. The Parquet peer "
         "keeps the whole pipeline inside the JVM; the Highwater figures include the Python "
-        "workers and the Arrow hand-over between the JVM and them. Targets: issue 21's "
-        "(source 500,000 records/s, sink 300,000, the pipeline 35% of the Parquet peer). "
+        "workers and the Arrow hand-over between the JVM and them. Targets: "
+        "source 500,000 records/s, sink 300,000, the pipeline 35% of the Parquet peer. "
         "The pure-Python codec's figures for the same task code, without Spark, are in the "
         "columnar suite."
     )

@@ -60,8 +60,8 @@ READ_COUNT = 20_000
 READ_MAX_BYTES = 64 * KiB
 READ_P99_TARGET_US = 200.0
 RECOVERY_UNCLEAN_TARGET_S = 5.0
-RECOVERY_SMALL_BATCHES_TARGET_S = 2.0  # issue 21: 1 GiB of ~1 KiB batches
-COMPACTION_TARGET_MBPS = 300.0  # issue 21
+RECOVERY_SMALL_BATCHES_TARGET_S = 2.0  # 1 GiB of ~1 KiB batches
+COMPACTION_TARGET_MBPS = 300.0
 PURE_COMPACTION_BYTES = 256 * MiB  # the pure-Python compaction pass: its rate is per byte
 RECOVERY_CLEAN_TARGET_S = 0.5
 PROFILE_APPEND_BYTES = 128 * MiB
@@ -543,9 +543,8 @@ def _recovery_of_small_batches(context: Context, kept: SmallBatchLog) -> None:
     context.section.note(
         "Recovery with ~1 KiB batches: the random-read log above, its files closed without a "
         "clean shutdown (no producer-state snapshot, indexes as they were), loaded with "
-        "`recovery_point=0, had_clean_shutdown=False`. Not in the original brief (which asks "
-        "for 16 KiB batches); the same 5 s target applies to a 1 GiB partition whatever its "
-        "batches."
+        "`recovery_point=0, had_clean_shutdown=False`. The same target applies to a 1 GiB "
+        "partition whatever its batches."
     )
     if row.passed is False:
         # Profile a smaller copy: cProfile over a whole GiB of small batches takes a minute.
@@ -933,7 +932,7 @@ def bench_compaction(context: Context) -> None:
                 f"offset map ({stats.map_keys:,} keys), {stats.bytes_read:,} read and "
                 f"{stats.bytes_written:,} written to rewrite, segments {stats.segments_before} -> "
                 f"{stats.segments_after}, {stats.duration_s:.2f} s by its own clock. MB/s is the "
-                f"dirty log size over the pass's time. Target: issue 21's 300 MB/s. The "
+                f"dirty log size over the pass's time. Target: 300 MB/s. The "
                 f"pure-Python row cleans a log of {min(total, PURE_COMPACTION_BYTES) / MiB:,.0f} "
                 f"MiB written the same way in a child process (`bench/_pure_python.py`)."
             )

@@ -9,7 +9,7 @@ workloads are the broker suite's (bench/broker.py): ``AsyncProducer`` with 100-b
 records (acks=1), ``AsyncConsumer`` from offset 0, and end-to-end latency at a paced rate
 (acks=all). Both deployments run side by side and each throughput phase runs three times on
 each, alternating between them, so that other work on the machine weighs on both alike; the
-median trial counts. Target (issue 16): TLS costs at most 15% of the throughput.
+median trial counts. Target: TLS costs at most 15% of the throughput.
 """
 
 from __future__ import annotations
@@ -257,8 +257,8 @@ def _notes(section: SuiteSection, sizes: Sizes, plain: Workloads, secured: Workl
         f"{TRIALS} times on each deployment, alternating, the median trial counts. "
         f"Latency: {LATENCY_RATE:,.0f} records/s "
         f"for {sizes.latency_s:.0f} s after {sizes.warmup_s:.0f} s of warm-up, acks=all. "
-        f"Target: TLS costs at most {TLS_COST_LIMIT:.0%} of the throughput "
-        "(issue 16); the latency targets are the broker suite's."
+        f"Target: TLS costs at most {TLS_COST_LIMIT:.0%} of the throughput; "
+        "the latency targets are the broker suite's."
     )
     section.note(
         "Run alone with `.venv/bin/python -m bench tls` (`make bench` runs it with the other "
