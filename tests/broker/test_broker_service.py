@@ -17,10 +17,12 @@ from pathlib import Path
 import grpc.aio
 import pytest
 from embedded_servers import free_port
+from highwater.broker.partitions import PartitionManager
 from highwater.broker.service import BrokerSettings
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.embedded import EmbeddedServer
+from highwater.metadata import MetadataImage
 from highwater.records import SimpleRecord, build_batch, iter_batches
 from highwater.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManagerSettings
 from highwater.v1 import broker_pb2 as pb
@@ -430,5 +432,49 @@ async def test_a_restart_that_lost_committed_records_leaves_the_partition_withou
         replica = partitions.get("torn", 0)
         assert replica.log.log_end_offset == 2 and replica.log.missing_committed_records
         assert replica.registration.isr == (1,) and replica.registration.leader == -1
+    finally:
+        await server.stop()
+
+
+async def test_a_restarted_broker_takes_no_role_before_its_registration_is_in_the_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarting broker replays its previous incarnation's metadata first, in which it
+    still leads in the old leader epoch; acting on it would make a log a crash cut short
+    the leader its followers truncate to (docs/chaos.md). Every image whose roles it takes
+    holds its new registration."""
+    address = f"127.0.0.1:{free_port()}"
+    server = EmbeddedServer(listen=address, data_dir=tmp_path)
+    await server.start()
+    await server.broker.wait_unfenced()
+    try:
+        async with (
+            grpc.aio.insecure_channel(address) as channel,
+            ControllerClient([address]) as admin,
+        ):
+            cluster = Cluster(server, broker_pb2_grpc.BrokerStub(channel), admin)
+            await cluster.create_topic("roles")
+            assert (await cluster.produce("roles", [b"a"])).error == ErrorCode.NONE
+        first_epoch = server.broker.broker_epoch
+    finally:
+        await server.stop()
+
+    applied: list[int | None] = []
+    apply_image = PartitionManager.apply_image
+
+    def recording_apply_image(self: PartitionManager, image: MetadataImage) -> None:
+        registration = image.broker(self.broker_id)
+        applied.append(None if registration is None else registration.broker_epoch)
+        apply_image(self, image)
+
+    monkeypatch.setattr(PartitionManager, "apply_image", recording_apply_image)
+    server = EmbeddedServer(listen=address, data_dir=tmp_path)
+    await server.start()
+    try:
+        await server.broker.wait_unfenced()
+        epoch = server.broker.broker_epoch
+        assert epoch > first_epoch
+        assert applied and set(applied) == {epoch}, applied
+        assert server.broker.partitions.get("roles", 0).is_leader
     finally:
         await server.stop()

@@ -233,7 +233,9 @@ class BrokerServer:
             self.log_manager.previous_broker_epoch,
             log_dirs=[d.directory_id for d in self.log_manager.online_dirs],
         )
-        self.lifecycle.report_readiness(self._metadata.image)
+        # The image may already hold the registration (it reached the metadata before the
+        # answer did): take its roles now rather than at the next change.
+        self._on_image(self._metadata.image)
         self.lifecycle.start_heartbeats()
         self._shrinker = asyncio.create_task(
             expire_isr_forever(
@@ -299,11 +301,31 @@ class BrokerServer:
             self._failed.set()
 
     def _on_image(self, image: MetadataImage) -> None:
-        self.partitions.apply_image(image)
-        if self.lifecycle.is_registered and not self.lifecycle.stopping:
-            self.fetchers.ensure_fetchers()
+        """Take the roles ``image`` gives, once it holds this incarnation's registration.
+
+        A restarting broker first replays the metadata of its previous incarnation, in
+        which it may still lead in an old leader epoch. Acting on those images would make
+        it a leader whose log a crash may have cut short, and its followers would truncate
+        to that log (a diverging epoch) and drop acknowledged records. Kafka's broker waits
+        for its registration in the metadata, after which the controller has moved the old
+        incarnation's leaderships away; so does this one. Until then it serves nothing
+        (its partitions are not open for requests: retriable errors).
+        """
+        if self._holds_registration(image):
+            self.partitions.apply_image(image)
+            if not self.lifecycle.stopping:
+                self.fetchers.ensure_fetchers()
         self.purgatory.notify()
         self.lifecycle.report_readiness(image)
+
+    def _holds_registration(self, image: MetadataImage) -> bool:
+        """Whether ``image`` holds this incarnation's registration (its broker epoch)."""
+        registration = image.broker(self.node_id)
+        return (
+            self.lifecycle.is_registered
+            and registration is not None
+            and registration.broker_epoch == self.lifecycle.broker_epoch
+        )
 
 
 class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
