@@ -58,9 +58,8 @@ import grpc.aio
 from google.protobuf.message import Message
 
 from highwater.controller.config import ControllerConfig
-from highwater.controller.quorum_controller import QuorumController
+from highwater.controller.quorum_controller import CONTROLLER_CALLS, QuorumController
 from highwater.controller.service import ControllerServicer
-from highwater.controller_api import codec
 from highwater.controller_api.codec import ControllerRpc, InvalidRequestError
 from highwater.etcd_metadata.connection import (
     Compare,
@@ -103,36 +102,6 @@ class EtcdControllerSettings:
     """How often the candidate reads etcd (and the active controller ticks)."""
     push_timeout_s: float = 5.0
     seed: int | None = None
-
-
-_CALLS: Mapping[str, Callable[[QuorumController, Any, int], Any]] = {
-    "RegisterBroker": lambda c, r, now: c.register_broker(r, now),
-    "BrokerHeartbeat": lambda c, r, now: c.broker_heartbeat(r, now),
-    "UnregisterBroker": lambda c, r, now: c.unregister_broker(r),
-    "AlterPartition": lambda c, r, now: c.alter_partition(r),
-    "CreateTopics": lambda c, r, now: c.create_topics(r),
-    "DeleteTopics": lambda c, r, now: c.delete_topics(r),
-    "CreatePartitions": lambda c, r, now: c.create_partitions(r),
-    "ElectLeaders": lambda c, r, now: c.elect_leaders(r),
-    "AlterPartitionReassignments": lambda c, r, now: c.alter_partition_reassignments(r),
-    "ListPartitionReassignments": lambda c, r, now: c.list_partition_reassignments(r),
-    "AlterConfigs": lambda c, r, now: c.alter_configs(r),
-    "DescribeConfigs": lambda c, r, now: c.describe_configs(r),
-    "AllocateProducerIds": lambda c, r, now: c.allocate_producer_ids(r),
-    "RegisterCoordinator": lambda c, r, now: c.register_coordinator(r, now),
-    "CoordinatorHeartbeat": lambda c, r, now: c.coordinator_heartbeat(r, now),
-    "UnregisterCoordinator": lambda c, r, now: c.unregister_coordinator(r),
-    "CreateAcls": lambda c, r, now: c.create_acls(r),
-    "DescribeAcls": lambda c, r, now: c.describe_acls(r),
-    "DeleteAcls": lambda c, r, now: c.delete_acls(r),
-    "AlterUserScramCredentials": lambda c, r, now: c.alter_user_scram_credentials(r),
-    "DescribeUserScramCredentials": lambda c, r, now: c.describe_user_scram_credentials(r),
-    "AlterClientQuotas": lambda c, r, now: c.alter_client_quotas(r),
-    "DescribeClientQuotas": lambda c, r, now: c.describe_client_quotas(r),
-}
-"""How each RPC runs on the controller: ``(controller, request, now_ms) -> result``."""
-
-assert set(_CALLS) == set(codec.RPCS)
 
 
 class _StateChanged(Exception):
@@ -458,7 +427,7 @@ class EtcdController:
                     f"the controller serves nothing from an inconsistent metadata store: "
                     f"{self.inconsistency}",
                 )
-            result = _CALLS[rpc.name](self.controller, request, self._clock())
+            result = CONTROLLER_CALLS[rpc.name](self.controller, request, self._clock())
             if result.records:
                 try:
                     await self._append(list(result.records))

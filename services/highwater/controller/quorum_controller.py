@@ -40,7 +40,8 @@ registered and a broker is active.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from highwater.config.definition import LONG_MAX
 from highwater.controller.acl_control import AclControl
@@ -52,6 +53,7 @@ from highwater.controller.heartbeats import BrokerHeartbeatManager
 from highwater.controller.replication_control import ReplicationControl
 from highwater.controller.results import ControllerResult
 from highwater.controller.scram_control import ScramControl
+from highwater.controller_api import codec
 from highwater.controller_api.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
@@ -369,3 +371,37 @@ class QuorumController:
                 created_offsets_topic=bool(offsets_topic),
             ),
         )
+
+
+ControllerCall = Callable[[QuorumController, Any, int], ControllerResult[Any]]
+"""One RPC run on the controller: ``(controller, request, now_ms) -> result``."""
+
+CONTROLLER_CALLS: Final[Mapping[str, ControllerCall]] = {
+    "RegisterBroker": lambda c, r, now: c.register_broker(r, now),
+    "BrokerHeartbeat": lambda c, r, now: c.broker_heartbeat(r, now),
+    "UnregisterBroker": lambda c, r, now: c.unregister_broker(r),
+    "AlterPartition": lambda c, r, now: c.alter_partition(r),
+    "CreateTopics": lambda c, r, now: c.create_topics(r),
+    "DeleteTopics": lambda c, r, now: c.delete_topics(r),
+    "CreatePartitions": lambda c, r, now: c.create_partitions(r),
+    "ElectLeaders": lambda c, r, now: c.elect_leaders(r),
+    "AlterPartitionReassignments": lambda c, r, now: c.alter_partition_reassignments(r),
+    "ListPartitionReassignments": lambda c, r, now: c.list_partition_reassignments(r),
+    "AlterConfigs": lambda c, r, now: c.alter_configs(r),
+    "DescribeConfigs": lambda c, r, now: c.describe_configs(r),
+    "AllocateProducerIds": lambda c, r, now: c.allocate_producer_ids(r),
+    "RegisterCoordinator": lambda c, r, now: c.register_coordinator(r, now),
+    "CoordinatorHeartbeat": lambda c, r, now: c.coordinator_heartbeat(r, now),
+    "UnregisterCoordinator": lambda c, r, now: c.unregister_coordinator(r),
+    "CreateAcls": lambda c, r, now: c.create_acls(r),
+    "DescribeAcls": lambda c, r, now: c.describe_acls(r),
+    "DeleteAcls": lambda c, r, now: c.delete_acls(r),
+    "AlterUserScramCredentials": lambda c, r, now: c.alter_user_scram_credentials(r),
+    "DescribeUserScramCredentials": lambda c, r, now: c.describe_user_scram_credentials(r),
+    "AlterClientQuotas": lambda c, r, now: c.alter_client_quotas(r),
+    "DescribeClientQuotas": lambda c, r, now: c.describe_client_quotas(r),
+}
+"""How each Controller RPC runs on the controller, by name: the gRPC service and the etcd
+mode's candidate both dispatch through it."""
+
+assert set(CONTROLLER_CALLS) == set(codec.RPCS)

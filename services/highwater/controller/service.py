@@ -57,8 +57,7 @@ from google.protobuf.message import Message
 
 from highwater.controller.config import ControllerConfig
 from highwater.controller.metrics import ControllerMetrics
-from highwater.controller.quorum_controller import QuorumController
-from highwater.controller.results import ControllerResult
+from highwater.controller.quorum_controller import CONTROLLER_CALLS, QuorumController
 from highwater.controller.store import NotControllerError
 from highwater.controller_api import codec
 from highwater.controller_api.authorization import merge_refusals, split_admin_request
@@ -369,37 +368,6 @@ def _or_unknown(node_id: int | None) -> int:
 
 
 # --- the controller server -----------------------------------------------------------------
-
-_Call = Callable[[QuorumController, Any, int], ControllerResult[Any]]
-
-_CALLS: Final[Mapping[str, _Call]] = {
-    "RegisterBroker": lambda c, r, now: c.register_broker(r, now),
-    "BrokerHeartbeat": lambda c, r, now: c.broker_heartbeat(r, now),
-    "UnregisterBroker": lambda c, r, now: c.unregister_broker(r),
-    "AlterPartition": lambda c, r, now: c.alter_partition(r),
-    "CreateTopics": lambda c, r, now: c.create_topics(r),
-    "DeleteTopics": lambda c, r, now: c.delete_topics(r),
-    "CreatePartitions": lambda c, r, now: c.create_partitions(r),
-    "ElectLeaders": lambda c, r, now: c.elect_leaders(r),
-    "AlterPartitionReassignments": lambda c, r, now: c.alter_partition_reassignments(r),
-    "ListPartitionReassignments": lambda c, r, now: c.list_partition_reassignments(r),
-    "AlterConfigs": lambda c, r, now: c.alter_configs(r),
-    "DescribeConfigs": lambda c, r, now: c.describe_configs(r),
-    "AllocateProducerIds": lambda c, r, now: c.allocate_producer_ids(r),
-    "RegisterCoordinator": lambda c, r, now: c.register_coordinator(r, now),
-    "CoordinatorHeartbeat": lambda c, r, now: c.coordinator_heartbeat(r, now),
-    "UnregisterCoordinator": lambda c, r, now: c.unregister_coordinator(r),
-    "CreateAcls": lambda c, r, now: c.create_acls(r),
-    "DescribeAcls": lambda c, r, now: c.describe_acls(r),
-    "DeleteAcls": lambda c, r, now: c.delete_acls(r),
-    "AlterUserScramCredentials": lambda c, r, now: c.alter_user_scram_credentials(r),
-    "DescribeUserScramCredentials": lambda c, r, now: c.describe_user_scram_credentials(r),
-    "AlterClientQuotas": lambda c, r, now: c.alter_client_quotas(r),
-    "DescribeClientQuotas": lambda c, r, now: c.describe_client_quotas(r),
-}
-"""How each RPC runs on the controller: ``(controller, request, now_ms) -> result``."""
-
-assert set(_CALLS) == set(codec.RPCS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -739,7 +707,7 @@ class ControllerServer:
                     job.request, self._clock(), principal=job.principal
                 )
             else:
-                result = _CALLS[job.rpc.name](self.controller, job.request, self._clock())
+                result = CONTROLLER_CALLS[job.rpc.name](self.controller, job.request, self._clock())
             if result.records:
                 self.store.append(result.records)
             answered.append((job, result.response))
