@@ -1013,6 +1013,15 @@ class KafkaApis:
 
     # --- admin: forwarded to the active controller -----------------------------------------------
 
+    async def _forward_on_cluster(
+        self, rpc: ControllerRpc[Any, Any], message: Message, operation: AclOperation
+    ) -> Any | int:
+        """:meth:`_forward` if the caller may do ``operation`` on the cluster, else
+        CLUSTER_AUTHORIZATION_FAILED."""
+        if not self._on_cluster(operation):
+            return CLUSTER_AUTHORIZATION_FAILED
+        return await self._forward(rpc, message)
+
     async def _forward(self, rpc: ControllerRpc[Any, Any], message: Message) -> Any | int:
         """The controller's answer (a ``highwater.v1`` message) or an error code; the
         items the caller may not act on are answered here with their refusals
@@ -1227,10 +1236,8 @@ class KafkaApis:
                 message.topic_partitions.add(topic=tp.topic, partitions=tp.partitions)
         R = ElectLeadersResponse
         T = R.ReplicaElectionResult
-        answer = (
-            await self._forward(controller_codec.ELECT_LEADERS, message)
-            if self._on_cluster(AclOperation.ALTER)
-            else CLUSTER_AUTHORIZATION_FAILED
+        answer = await self._forward_on_cluster(
+            controller_codec.ELECT_LEADERS, message, AclOperation.ALTER
         )
         if isinstance(answer, int):
             return R(throttle_time_ms=0, error_code=answer, replica_election_results=[])
@@ -1262,10 +1269,8 @@ class KafkaApis:
                     replicas=p.replicas or [],
                     cancel=p.replicas is None,
                 )
-        answer = (
-            await self._forward(controller_codec.ALTER_PARTITION_REASSIGNMENTS, message)
-            if self._on_cluster(AclOperation.ALTER)
-            else CLUSTER_AUTHORIZATION_FAILED
+        answer = await self._forward_on_cluster(
+            controller_codec.ALTER_PARTITION_REASSIGNMENTS, message, AclOperation.ALTER
         )
         R = AlterPartitionReassignmentsResponse
         T = R.ReassignableTopicResponse
@@ -1292,10 +1297,8 @@ class KafkaApis:
         message = admin_pb2.ListPartitionReassignmentsRequest()
         for topic in body.topics or []:
             message.topic_partitions.add(topic=topic.name, partitions=topic.partition_indexes)
-        answer = (
-            await self._forward(controller_codec.LIST_PARTITION_REASSIGNMENTS, message)
-            if self._on_cluster(AclOperation.DESCRIBE)
-            else CLUSTER_AUTHORIZATION_FAILED
+        answer = await self._forward_on_cluster(
+            controller_codec.LIST_PARTITION_REASSIGNMENTS, message, AclOperation.DESCRIBE
         )
         R = ListPartitionReassignmentsResponse
         T = R.OngoingTopicReassignment
@@ -1334,10 +1337,8 @@ class KafkaApis:
                 operation=c.operation,
                 permission_type=c.permission_type,
             )
-        answer = (
-            await self._forward(controller_codec.CREATE_ACLS, message)
-            if self._on_cluster(AclOperation.ALTER)
-            else CLUSTER_AUTHORIZATION_FAILED
+        answer = await self._forward_on_cluster(
+            controller_codec.CREATE_ACLS, message, AclOperation.ALTER
         )
         if isinstance(answer, int) or answer.error != NONE:
             code = answer if isinstance(answer, int) else answer.error
@@ -1370,10 +1371,8 @@ class KafkaApis:
                 body.permission_type,
             )
         )
-        answer = (
-            await self._forward(controller_codec.DESCRIBE_ACLS, message)
-            if self._on_cluster(AclOperation.DESCRIBE)
-            else CLUSTER_AUTHORIZATION_FAILED
+        answer = await self._forward_on_cluster(
+            controller_codec.DESCRIBE_ACLS, message, AclOperation.DESCRIBE
         )
         if isinstance(answer, int) or answer.error != NONE:
             code = answer if isinstance(answer, int) else answer.error
@@ -1421,10 +1420,8 @@ class KafkaApis:
                 for f in filters
             ]
         )
-        answer = (
-            await self._forward(controller_codec.DELETE_ACLS, message)
-            if self._on_cluster(AclOperation.ALTER)
-            else CLUSTER_AUTHORIZATION_FAILED
+        answer = await self._forward_on_cluster(
+            controller_codec.DELETE_ACLS, message, AclOperation.ALTER
         )
         if isinstance(answer, int) or answer.error != NONE:
             code = answer if isinstance(answer, int) else answer.error
