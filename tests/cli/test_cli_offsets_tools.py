@@ -278,6 +278,7 @@ def test_topics_describe_filters_and_json(server: ServerThread) -> None:
     assert topic["partitions"][1] == {
         "partition": 1, "leader": node, "leader_epoch": topic["partitions"][1]["leader_epoch"],
         "replicas": [node], "isr": [node], "offline_replicas": [],
+        "eligible_leader_replicas": [], "last_known_elr": [],
     }  # fmt: skip
 
 
