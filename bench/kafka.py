@@ -65,9 +65,10 @@ def process_cpu_s(pid: int) -> float:
 
 
 def own_cpu_s() -> float:
-    """This process's CPU seconds (the client: Python and librdkafka's threads)."""
+    """This process's CPU seconds and its reaped children's (the client: Python and
+    librdkafka's threads, or the kcat processes a phase ran and waited for)."""
     times = os.times()
-    return times.user + times.system
+    return times.user + times.system + times.children_user + times.children_system
 
 
 @dataclass
@@ -79,6 +80,8 @@ class Phases:
     counted: dict[str, Counted] = field(default_factory=dict)
     rates: dict[str, list[float]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    records: dict[str, int] = field(default_factory=dict)
+    """phase -> records moved over all its trials."""
     cpu: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     """phase -> (leader broker CPU s, client CPU s, wall s), all trials together."""
 
@@ -96,14 +99,15 @@ class Phases:
             time.perf_counter() - started,
         )
         self.rates[name] = [t.per_second for t in trials]
+        self.records[name] = sum(t.records for t in trials)
         self.counted[name] = sorted(trials, key=lambda t: t.per_second)[len(trials) // 2]
 
-    def broker_cpu_per_million(self, name: str, records: int) -> str:
+    def broker_cpu_per_million(self, name: str) -> str:
         """The leader broker's CPU seconds per million records of phase ``name``: what the
         rate means on a shared machine (the records/s a core would give is 1e6 / this)."""
         if name not in self.cpu:
             return ""
-        per_million = self.cpu[name][0] / (records * TRIALS) * 1_000_000
+        per_million = self.cpu[name][0] / max(1, self.records[name]) * 1_000_000
         return f"<br>leader broker {per_million:.2f} CPU-s per million records"
 
     def cpu_text(self, name: str) -> str:
@@ -339,7 +343,7 @@ def run(report: Report) -> None:
                         target=at_least(target, "records/s"),
                         extra="runs: "
                         + " · ".join(f"{r:,.0f}" for r in rates)
-                        + phases.broker_cpu_per_million(phase, records),
+                        + phases.broker_cpu_per_million(phase),
                         error=phases.errors.get(phase, ""),
                     )
                 )
