@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pstats
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,6 +42,7 @@ from bench.report import REPO_ROOT, Report, Row, at_least
 
 TOPIC = "kafka-bench"
 GRPC_TOPIC = "kafka-bench-grpc"
+KCAT_TOPIC = "kafka-bench-kcat"
 PRODUCE_TARGET = 1_000_000.0
 CONSUME_TARGET = 1_500_000.0
 PRODUCER_CONFIG = {
@@ -63,9 +65,10 @@ def process_cpu_s(pid: int) -> float:
 
 
 def own_cpu_s() -> float:
-    """This process's CPU seconds (the client: Python and librdkafka's threads)."""
+    """This process's CPU seconds and its reaped children's (the client: Python and
+    librdkafka's threads, or the kcat processes a phase ran and waited for)."""
     times = os.times()
-    return times.user + times.system
+    return times.user + times.system + times.children_user + times.children_system
 
 
 @dataclass
@@ -77,6 +80,8 @@ class Phases:
     counted: dict[str, Counted] = field(default_factory=dict)
     rates: dict[str, list[float]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    records: dict[str, int] = field(default_factory=dict)
+    """phase -> records moved over all its trials."""
     cpu: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     """phase -> (leader broker CPU s, client CPU s, wall s), all trials together."""
 
@@ -94,7 +99,16 @@ class Phases:
             time.perf_counter() - started,
         )
         self.rates[name] = [t.per_second for t in trials]
+        self.records[name] = sum(t.records for t in trials)
         self.counted[name] = sorted(trials, key=lambda t: t.per_second)[len(trials) // 2]
+
+    def broker_cpu_per_million(self, name: str) -> str:
+        """The leader broker's CPU seconds per million records of phase ``name``: what the
+        rate means on a shared machine (the records/s a core would give is 1e6 / this)."""
+        if name not in self.cpu:
+            return ""
+        per_million = self.cpu[name][0] / max(1, self.records[name]) * 1_000_000
+        return f"<br>leader broker {per_million:.2f} CPU-s per million records"
 
     def cpu_text(self, name: str) -> str:
         if name not in self.cpu:
@@ -130,6 +144,41 @@ def produce_librdkafka(bootstrap: str, topic: str, acks: str, records: int) -> C
     elapsed = time.perf_counter() - started
     if failures or left:
         raise RuntimeError(f"{len(failures)} records failed, {left} undelivered: {failures[:1]}")
+    return Counted(records, elapsed)
+
+
+KCAT_LINE = bytes(48 + i % 64 for i in range(100)) + b"\n"
+"""One 100-byte printable record per line: kcat -l produces each line (newline dropped)."""
+
+
+def produce_kcat(root: Path, bootstrap: str, topic: str, acks: str, records: int) -> Counted:
+    """``records`` 100-byte records by kcat (librdkafka in C, no Python in the loop)."""
+    lines = root / f"kcat-{records}.txt"
+    if not lines.exists():
+        lines.write_bytes(KCAT_LINE * records)
+    settings = [f"{k}={v}" for k, v in PRODUCER_CONFIG.items() if k != "delivery.report.only.error"]
+    command = ["kcat", "-P", "-b", bootstrap, "-t", topic, "-p", "0", "-X", f"acks={acks}"]
+    for setting in settings:
+        command += ["-X", setting]
+    started = time.perf_counter()
+    done = subprocess.run([*command, "-l", str(lines)], capture_output=True, timeout=300)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"kcat -P exited {done.returncode}: {done.stderr[-300:]!r}")
+    return Counted(records, elapsed)
+
+
+def consume_kcat(bootstrap: str, topic: str, records: int) -> Counted:
+    """Read ``records`` records of partition 0 from offset 0 by kcat, output discarded."""
+    command = ["kcat", "-C", "-b", bootstrap, "-t", topic, "-p", "0", "-o", "beginning",
+               "-c", str(records), "-e", "-q", "-X", "fetch.max.bytes=52428800",
+               "-X", "max.partition.fetch.bytes=10485760",
+               "-X", "queued.min.messages=1000000"]  # fmt: skip
+    started = time.perf_counter()
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"kcat -C exited {done.returncode}: {done.stderr[-300:]!r}")
     return Counted(records, elapsed)
 
 
@@ -183,7 +232,7 @@ def measure(root: Path, brokers: int, records: int, report: Report) -> Phases:
         bootstrap = ",".join(f"127.0.0.1:{p}" for p in kafka_ports.values())
 
         async def prepare() -> None:
-            for topic in (TOPIC, GRPC_TOPIC):
+            for topic in (TOPIC, GRPC_TOPIC, KCAT_TOPIC):
                 await create_topic(
                     cluster.bootstrap, topic, replication_factor=brokers, config=config
                 )
@@ -194,6 +243,14 @@ def measure(root: Path, brokers: int, records: int, report: Report) -> Phases:
         leader = asyncio.run(leader_address(cluster, TOPIC))
         (leader_id,) = [n for n, a in cluster.broker_addresses.items() if a == leader]
         phases.leader_pid = cluster.brokers[leader_id].pid
+        if shutil.which("kcat"):
+            report.progress(f"kafka: {brokers} broker(s): kcat producer (acks={acks})")
+            phases.run(
+                "kcat produce", lambda: produce_kcat(root, bootstrap, KCAT_TOPIC, acks, records)
+            )
+            report.progress(f"kafka: {brokers} broker(s): kcat consumer")
+            kcat_total = records * TRIALS
+            phases.run("kcat consume", lambda: consume_kcat(bootstrap, KCAT_TOPIC, kcat_total))
         report.progress(f"kafka: {brokers} broker(s): librdkafka producer (acks={acks})")
         phases.run("produce", lambda: produce_librdkafka(bootstrap, TOPIC, acks, records))
         report.progress(f"kafka: {brokers} broker(s): librdkafka consumer")
@@ -266,10 +323,14 @@ def run(report: Report) -> None:
         for brokers, label in labels.items():
             phases = results[brokers]
             for phase, what, target in (
-                ("produce", "librdkafka producer", PRODUCE_TARGET),
-                ("consume", "librdkafka consumer", CONSUME_TARGET),
+                ("kcat produce", "kcat producer (C)", PRODUCE_TARGET),
+                ("kcat consume", "kcat consumer (C)", CONSUME_TARGET),
+                ("produce", "confluent-kafka producer", PRODUCE_TARGET),
+                ("consume", "confluent-kafka consumer", CONSUME_TARGET),
             ):
-                grpc = phases.counted.get(f"grpc {phase}")
+                if phase not in phases.cpu and phase not in phases.errors:
+                    continue
+                grpc = phases.counted.get(f"grpc {phase.split()[-1]}")
                 mine = phases.counted.get(phase)
                 rates = phases.rates.get(phase, [])
                 section.add(
@@ -280,14 +341,17 @@ def run(report: Report) -> None:
                         peer_name="Python client over gRPC",
                         peer_value=None if grpc is None else grpc.per_second,
                         target=at_least(target, "records/s"),
-                        extra="runs: " + " · ".join(f"{r:,.0f}" for r in rates),
+                        extra="runs: "
+                        + " · ".join(f"{r:,.0f}" for r in rates)
+                        + phases.broker_cpu_per_million(phase),
                         error=phases.errors.get(phase, ""),
                     )
                 )
         for brokers, label in labels.items():
             phases = results[brokers]
-            spent = [phases.cpu_text(p) for p in ("produce", "consume", "grpc produce",
-                                                   "grpc consume") if p in phases.cpu]  # fmt: skip
+            spent = [phases.cpu_text(p) for p in ("kcat produce", "kcat consume", "produce",
+                                                   "consume", "grpc produce", "grpc consume")
+                     if p in phases.cpu]  # fmt: skip
             if spent:
                 section.note(f"CPU, {label} (3 trials each): " + "; ".join(spent) + ".")
         report.progress("kafka: the one-broker run again, the broker under cProfile")
