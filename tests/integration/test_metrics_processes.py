@@ -3,18 +3,20 @@
 One controller and three brokers, each started with ``--metrics-listen``. A topic with three
 replicas is written to; the leader's endpoint shows the bytes in, the log end offset and
 high watermark, the Produce calls it served and no under-replicated partition. A follower is
-killed -9 and one more record written: once the leader drops the follower from the ISR
+paused (SIGSTOP: its connections stay open, so only the session timeout fences it) and one
+more record written: once the leader drops the follower from the ISR
 (replica.lag.time.max.ms 2 s) it reports one under-replicated partition and an ISR shrink,
-and the controller one fenced broker once the follower's session expired. When the follower
-comes back and catches up, the partition is no longer under-replicated, an expansion is
-counted and no broker is fenced. The controller reports itself active and no offline
-partition throughout. The processes export their spans over OTLP: followers' replica
-fetches and the controller's metadata commits are among them.
+and the controller one fenced broker once the follower's session expired. The follower is
+killed and started again: when it catches up, the partition is no longer
+under-replicated, an expansion is counted and no broker is fenced. The controller reports
+itself active and no offline partition throughout. The processes export their spans over
+OTLP: followers' replica fetches and the controller's metadata commits are among them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -188,10 +190,13 @@ async def test_metrics_follow_isr_shrinks_and_expansions(cluster: Watched) -> No
     assert commit.attributes["highwater.raft.batch.entries"] >= 1
     assert value(controller, "highwater_raft_leader") == 1
 
-    # A follower dies; the next write leaves it behind and the leader drops it from the ISR
-    # once it has not caught up for the lag time. The controller fences it once its
-    # session expires.
-    cluster.brokers[follower_id].kill()
+    # A follower stops; the next write leaves it behind and the leader drops it from the
+    # ISR once it has not caught up for the lag time. The controller fences it once its
+    # session expires (a killed broker would be fenced at once, its connection closed, and
+    # taken out of the ISR by the controller rather than by the leader).
+    paused = cluster.brokers[follower_id]
+    assert paused.process is not None
+    paused.process.send_signal(signal.SIGSTOP)
     async with AsyncProducer({"bootstrap.servers": bootstrap, "acks": "1"}) as producer:
         await producer.produce(TOPIC, b"y" * 100, partition=0)
     shrunk = await eventually(
@@ -207,7 +212,8 @@ async def test_metrics_follow_isr_shrinks_and_expansions(cluster: Watched) -> No
         "the dead broker fenced",
     )
 
-    cluster.brokers[follower_id].start()
+    paused.kill()
+    paused.start()
     healed = await eventually(
         url,
         lambda s: (
