@@ -171,7 +171,8 @@ kustomize-base: venv
 deploy-check: venv deploy-tools
 	$(BIN)/python -m pytest tests/deploy tests/broker/test_rolling.py tests/cli/test_cli_rolling.py
 
-# The long chaos set: seeded runs of a 3-controller cluster under kills, pauses, network
+# The long chaos set: the short chaos runs of tests/chaos/test_chaos_runs.py (pytest -m chaos),
+# then seeded runs of a 3-controller cluster under kills, pauses, network
 # partitions (network namespaces: needs root, iproute2 and nftables) and a full disk, and a report
 # with a timeline plot of each run (docs/chaos.md). CHAOS_SEEDS takes numbers and ranges
 # (CHAOS_SEEDS=1-200 CHAOS_DURATION=120 runs 200 schedules in turn, 6.7 h); `make chaos-report`
@@ -182,6 +183,7 @@ CHAOS_FAULTS ?= kill,pause,partition,disk
 CHAOS_OUT ?= $(RUN_DIR)/chaos-report
 .PHONY: chaos chaos-deps chaos-report
 chaos: venv chaos-deps
+	$(BIN)/python -m pytest -m chaos tests/chaos
 	$(BIN)/python -m highwater.chaos campaign --seeds $(CHAOS_SEEDS) --duration $(CHAOS_DURATION) \
 		--faults $(CHAOS_FAULTS) --out $(CHAOS_OUT)
 chaos-report: venv

@@ -19,7 +19,8 @@ import pytest
 from highwater.chaos.history import read_history
 from highwater.chaos.network import namespaces_available
 
-pytestmark = pytest.mark.timeout(300)
+# Minutes of real processes each: `make chaos` runs them (pytest -m chaos), `make test` not.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.chaos]
 
 SUMMARY_KEYS = {
     "seed",
