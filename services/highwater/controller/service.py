@@ -767,13 +767,14 @@ class ControllerServer:
         outcome = result.response
         log.info(
             "node %d: tick wrote %d records (fenced brokers %s, expired coordinators %s, "
-            "%d preferred and %d unclean elections%s)",
+            "%d preferred and %d unclean elections, %d leader moves%s)",
             self.node_id,
             len(result.records),
             list(outcome.fenced_brokers),
             list(outcome.expired_coordinators),
             outcome.preferred_elections,
             outcome.unclean_elections,
+            outcome.leader_moves,
             ", created __consumer_offsets" if outcome.created_offsets_topic else "",
         )
 
