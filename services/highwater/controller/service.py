@@ -24,8 +24,9 @@ into a controller process, on top of the
   anything earlier to commit. The requests that arrive together — those queued, and
   those a few idle loop turns bring, and while the group before is still on its way to a
   majority every request that arrives until it commits — form a group whose staged
-  records are sealed into one Raft batch (group commit: one append, one fsync per voter and one fetch round trip
-  for the group, as Kafka's QuorumController with its batch accumulator); each answer
+  records are sealed into one Raft batch (group commit: one append, one fsync per voter
+  and one fetch round trip for the group, as Kafka's QuorumController with its batch
+  accumulator); each answer
   goes out once everything appended up to its group is committed. A group decided on an
   image that was then dropped (leadership lost, or Raft refused the batch) is answered
   NOT_CONTROLLER, never acknowledged. A replica that is not the active controller
