@@ -179,24 +179,62 @@ def _controller_rows(
     store.append(tick.records)
     section.add(
         Row(
-            f"tick fencing a silent broker (its leaderships moved), {label}",
+            f"tick fencing a silent broker, its first batch of leader moves, {label}",
             tick_s,
             "s",
             extra=f"{len(tick.records):,} records",
+        )
+    )
+    batches, rest_s = _finish_moves(controller, store, now)
+    section.add(
+        Row(
+            f"the silent broker's remaining leader moves, by the next ticks, {label}",
+            rest_s,
+            "s",
+            extra=f"{batches} more batches, {_moved(store, BROKERS - 1):,} partitions left",
         )
     )
     latest = store.latest_image()
     shutdown, shutdown_s = timed(
         lambda: _heartbeat(controller, latest, BROKERS - 2, now, want_shutdown=True)
     )
+    store.append(shutdown)
     section.add(
         Row(
-            f"controlled shutdown heartbeat (its leaderships moved), {label}",
+            f"controlled shutdown heartbeat, its first batch of leader moves, {label}",
             shutdown_s,
             "s",
             extra=f"{len(shutdown):,} records",
         )
     )
+    batches, rest_s = _finish_moves(controller, store, now)
+    section.add(
+        Row(
+            f"the shutting-down broker's remaining leader moves, by the next ticks, {label}",
+            rest_s,
+            "s",
+            extra=f"{batches} more batches, {_moved(store, BROKERS - 2):,} partitions left",
+        )
+    )
+
+
+def _finish_moves(
+    controller: QuorumController, store: InMemoryMetadataStore, now: int
+) -> tuple[int, float]:
+    """Tick until no leader moves are left; the batches and their seconds, decisions only."""
+    batches, seconds = 0, 0.0
+    while True:
+        tick, tick_s = timed(lambda: controller.tick(now))
+        if not tick.records:
+            return batches, seconds
+        batches += 1
+        seconds += tick_s
+        store.append(tick.records)
+
+
+def _moved(store: InMemoryMetadataStore, broker_id: int) -> int:
+    """The partitions ``broker_id`` still leads (0 once its moves are done)."""
+    return len(store.latest_image().partitions_led_by(broker_id))
 
 
 def run(report: Report) -> None:
@@ -211,7 +249,10 @@ def run(report: Report) -> None:
             f"{BROKERS} brokers, topics of {PARTITIONS_PER_TOPIC:,} partitions, replication "
             "factor 3, leaders spread evenly; one process, pure code: no network, no disk. "
             "The replay is what a controller or broker does with the metadata log from its "
-            "start; the snapshot load is what it does from a snapshot. The fencing tick and "
-            "the controlled shutdown each move a tenth of the leaderships: their records "
-            "are then committed through Raft by the quorum (docs/raft.md)."
+            "start; the snapshot load is what it does from a snapshot (partitions stored in "
+            "columns, `PartitionsRecord`). The fencing tick and the controlled shutdown "
+            "each move a tenth of the leaderships, in batches of at most "
+            f"{ControllerConfig().leader_moves_per_batch:,} partition changes: the first "
+            "with the decision, the rest by the ticks that follow (every 100 ms on a "
+            "controller), each committed through Raft by the quorum (docs/raft.md)."
         )
