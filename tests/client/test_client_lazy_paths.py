@@ -95,6 +95,7 @@ def lazy(
     assert [fields(view[i]) for i in range(len(view))] == got
     assert view.offsets() == [f[2] for f in got]
     assert view.values() == [f[4] for f in got]
+    assert view.keys() == [f[3] for f in got]
     return got, state.position, state.pending_error
 
 

@@ -18,6 +18,7 @@ batch of no records whose :meth:`MessageBatch.error` is set, after the records b
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import overload
 
@@ -47,6 +48,22 @@ class _Binary:
         if not self.validity[row >> 3] >> (row & 7) & 1:
             return None
         return self.data[self.offsets[row] : self.offsets[row + 1]]
+
+    def column(self, length: int) -> list[bytes | None]:
+        """The first ``length`` rows, sliced in one pass; nulls found from the bitmap as
+        one integer."""
+        offsets = self.offsets.tolist()
+        data = self.data
+        rows: list[bytes | None] = [
+            data[start:end] for start, end in itertools.pairwise(offsets[: length + 1])
+        ]
+        every = (1 << length) - 1
+        present = int.from_bytes(self.validity, "little") & every
+        if present != every:
+            for row in range(length):
+                if not present >> row & 1:
+                    rows[row] = None
+        return rows
 
 
 class MessageBatch(Sequence[Message]):
@@ -132,8 +149,11 @@ class MessageBatch(Sequence[Message]):
 
     def values(self) -> list[bytes | None]:
         """Every record's value (None: a tombstone), without a message each."""
-        values = self._values
-        return [values[row] for row in range(len(self))]
+        return self._values.column(len(self)) if self.columns is not None else []
+
+    def keys(self) -> list[bytes | None]:
+        """Every record's key (None: no key), without a message each."""
+        return self._keys.column(len(self)) if self.columns is not None else []
 
     def _headers(self, row: int) -> tuple[tuple[str, bytes | None], ...]:
         offsets = self._header_offsets

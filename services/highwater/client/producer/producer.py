@@ -159,6 +159,7 @@ class AsyncProducer:
         )
         self._topics = self.cluster.topics
         self._batch_size = cfg.batch_size
+        self._ignore_keys = cfg.ignore_keys
         self._sticky = StickyPartitioner(cfg.batch_size, rng=rng)
         self._sticky_choices: dict[str, StickyChoice] = {}
         self._message_factories: dict[tuple[str, int, int], Callable[..., Message]] = {}
@@ -236,6 +237,61 @@ class AsyncProducer:
         """:meth:`produce` with its handle made by the caller, or none at all (None: the
         blocking :class:`Producer`, whose callers get delivery reports only, needs no
         handle per record)."""
+        # The fast lane: a record of plain bytes, without headers, for a partition whose
+        # batch is open (the sticky one, or a named one), appended without the general
+        # path's calls; anything else, or a record that does not fit, takes that path.
+        if (
+            headers is None
+            and (value is None or type(value) is bytes)
+            and (key is None or type(key) is bytes)
+            and self._tracing is None
+            and self._fatal is None
+            and not self._closed
+            and topic not in self._waiting
+        ):
+            choice: StickyChoice | None = None
+            if partition is None or partition < 0:
+                choice = (
+                    self._sticky_choices.get(topic) if key is None or self._ignore_keys else None
+                )
+                q = (
+                    None
+                    if choice is None or choice.info is not self._topics.get(topic)
+                    else choice.queue
+                )
+            else:
+                q = self._queues.get((topic, partition)) if topic in self._topics else None
+            batches = q.batches if q is not None else None
+            if batches and not (batch := batches[-1]).closed:
+                record: RecordFields = (
+                    key,
+                    value,
+                    NO_HEADERS,
+                    timestamp or _time_ns() // 1_000_000,
+                )
+                try:
+                    size = append_fields(batch.builder, record)
+                except HighwaterError:  # the general path reports it to the record
+                    size = 0
+                if size:
+                    # An open batch holds undelivered records: the producer is not idle.
+                    self._pending += 1
+                    callbacks = batch.callbacks
+                    if handle is not None:
+                        handle._batch = batch
+                        handle._index = len(callbacks)
+                    callbacks.append(on_delivery)
+                    if on_delivery is not None:
+                        batch.has_callbacks = True
+                    if batch.builder.estimated_size >= self._batch_size:
+                        batch.closed = True
+                        self._wakeup.set()
+                    if choice is not None:
+                        choice.unreported += size
+                        if choice.unreported >= choice.threshold:
+                            self._sticky.on_produced(topic, choice.partition, choice.unreported)
+                            del self._sticky_choices[topic]
+                    return
         if self._closed:
             raise ProducerClosedError("the producer is closed")
         if not isinstance(topic, str) or not topic:
