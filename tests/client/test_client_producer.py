@@ -258,10 +258,13 @@ async def test_handles_resolve_lazily_and_batch_reports_cover_the_same_offsets(
     assert by_record == {
         (results[i].partition, results[i].offset): b"%03d" % i + b"." * 40 for i in range(0, 40, 3)
     }
-    assert all(e is None for e, _ in reports) and len(reports) > 2
+    failed = [(e, b) for e, b in reports if e is not None]
+    assert len(failed) == 1 and isinstance(failed[0][0], UnknownPartitionError)
+    assert (failed[0][1].partition, failed[0][1].record_count) == (7, 1)
     covered = sorted(
         (b.partition, offset)
-        for _, b in reports
+        for e, b in reports
+        if e is None
         for offset in range(b.offset, b.offset + b.record_count)
     )
     assert covered == sorted([(0, 0)] + [(r.partition, r.offset) for r in results])
@@ -651,7 +654,13 @@ def test_blocking_producer_works_from_sync_code(tmp_path: Path) -> None:
             assert threading.get_ident() == caller  # served by poll/flush in this thread
             reports.append((err, msg.offset(), msg.topic()))
 
-        with Producer({"bootstrap.servers": address}) as producer:
+        batch_reports: list[tuple[BaseException | None, int]] = []
+
+        def on_batch(err: BaseException | None, batch: BatchMetadata) -> None:
+            assert threading.get_ident() == caller
+            batch_reports.append((err, batch.record_count))
+
+        with Producer({"bootstrap.servers": address}, on_delivery_batch=on_batch) as producer:
             for i in range(10):
                 producer.produce("sync", value=b"%d" % i, key=b"k", on_delivery=on_delivery)
             # Bad records are refused in the caller's thread, before anything is queued.
@@ -676,6 +685,11 @@ def test_blocking_producer_works_from_sync_code(tmp_path: Path) -> None:
         assert reports[:10] == [(None, i, "sync") for i in range(10)]
         assert isinstance(reports[10][0], UnknownTopicOrPartitionError)
         assert reports[10][1] == -1
+        # One report per batch, in the caller's thread; the record that never reached a
+        # batch (an unknown topic) is a batch of one.
+        failed = [(err, count) for err, count in batch_reports if err is not None]
+        assert len(failed) == 1 and isinstance(failed[0][0], UnknownTopicOrPartitionError)
+        assert sum(count for _, count in batch_reports) == 10 + 4 * 500 + 1
         with pytest.raises(ProducerClosedError):
             producer.produce("sync", b"late")
     finally:

@@ -14,8 +14,12 @@ are :mod:`~highwater.client.producer.accumulator` and :mod:`~highwater.client.pr
   ``batch.size`` bytes (a single larger record gets a batch of its own). A topic whose
   metadata is not known yet waits in a side queue until the sender has fetched it.
   ``produce()`` is the per-record cost of the library, so it keeps only the record's
-  fields, its future and its callback: the batch is encoded in one pass when it is
-  drained, and messages and :class:`RecordMetadata` are made when it is delivered.
+  fields, its callback and a small :class:`~highwater.client.producer.handle.DeliveryHandle`
+  (index into the batch; a future is made only if the caller awaits it): the batch is
+  encoded in one pass when it is drained, its outcome is set once when it is delivered,
+  and messages are made only for delivery callbacks. A record of plain bytes without
+  headers for a partition whose batch is open takes a fast lane at the top of
+  ``_enqueue``; the rest take the general path (``_place``).
 - The sender task drains a batch once it is full or ``linger.ms`` passed since it was
   opened (at once during :meth:`~AsyncProducer.flush`), and sends one ``Produce`` request per
   leader broker, holding at most one batch per partition.
@@ -32,8 +36,8 @@ are :mod:`~highwater.client.producer.accumulator` and :mod:`~highwater.client.pr
 The sender runs on the same event loop as the code that calls ``produce()``: a loop that
 queues records without awaiting leaves the sender no turn. Give the loop one every few
 hundred records (``await asyncio.sleep(0)``, or ``await producer.poll(0)``): records then
-leave while others are queued, and few wait at a time (each waiting record's future is
-work for the garbage collector).
+leave while others are queued, and few wait at a time (each waiting record is work for
+the garbage collector).
 """
 
 from __future__ import annotations
@@ -146,7 +150,8 @@ class AsyncProducer:
         ``batch.timestamp`` is the first record's create time, or the broker's append
         time): librdkafka's batch-level delivery events, for callers who count or check
         deliveries without a callback per record. Per-record callbacks and handles work
-        beside it.
+        beside it. A record that fails before it reaches a batch (an unknown topic or
+        partition, a timestamp out of range) is reported as a batch of one.
         """
         self.config = ProducerConfig.parse(config)
         self._on_delivery_batch = on_delivery_batch
@@ -696,7 +701,9 @@ class AsyncProducer:
         on_delivery: DeliveryCallback | None,
         error: BaseException,
     ) -> None:
-        """Fail one record's future and call its callback with ``error``."""
+        """Fail one record's handle and call its callback with ``error``; the producer's
+        ``on_delivery_batch`` gets it as a batch of one (it never reached a batch), so a
+        caller who counts batch reports accounts for every record."""
         self._pending -= 1
         if handle is not None:
             handle._fail(error)
@@ -707,6 +714,12 @@ class AsyncProducer:
                 on_delivery(error, message)
             except Exception:
                 log.exception("a delivery callback of %s raised", message)
+        if self._on_delivery_batch is not None:
+            metadata = BatchMetadata(topic, partition, -1, 1, fields[3], TIMESTAMP_CREATE_TIME)
+            try:
+                self._on_delivery_batch(error, metadata)
+            except Exception:
+                log.exception("a batch delivery callback of %s raised", metadata)
 
     def _fail_one(
         self,
