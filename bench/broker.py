@@ -1103,8 +1103,11 @@ def _notes(
         "encoding, the decoding and the messages made in C); the pure-Python rows under them "
         "repeat the same trials in a child process with `HIGHWATER_PURE_PYTHON=1`. What is "
         "left per record is the client's Python around the codec: the `produce()` call, its "
-        "future and partition choice, the delivery report's callback, the consumer's loop "
-        "(see the profiles below)."
+        "handle and the batch's bookkeeping, the delivery report's callback, the consumer's "
+        "loop (see the profiles below). The per-batch rows report deliveries with one "
+        "`on_delivery_batch` call per batch instead of a callback per record; the "
+        "`consume_batches()` rows take each view's values with `values()` and make no "
+        "`Message`."
     )
     section.note(
         f"JetStream: {nats_server_version()} (Debian), file storage (its default sync: every "
