@@ -246,6 +246,8 @@ async def test_handles_resolve_lazily_and_batch_reports_cover_the_same_offsets(
         assert (await waited).offset == 0
         assert await early == handles[5].result()
         assert await asyncio.gather(*handles) == [h.result() for h in handles]
+        done, _ = await asyncio.wait(handles[:3], timeout=5)  # takes handles as futures
+        assert done == set(handles[:3])
         assert isinstance(bad.exception(), UnknownPartitionError) and bad.done()
         with pytest.raises(UnknownPartitionError):
             await bad

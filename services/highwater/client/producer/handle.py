@@ -12,8 +12,9 @@ its records, and the handle reads its own :class:`RecordMetadata` from it when a
 was delivered before); a future made before the delivery is resolved with the batch.
 
 The handle answers what callers asked of the future (``await``, ``result()``,
-``exception()``, ``done()``, ``cancelled()``, ``add_done_callback()``), and ``asyncio.gather``
-and ``asyncio.wait_for`` take it as any awaitable.
+``exception()``, ``done()``, ``cancelled()``, ``add_done_callback()``,
+``remove_done_callback()``, ``get_loop()``): ``asyncio.wait`` takes it as a future, and
+``asyncio.gather`` and ``asyncio.wait_for`` as any awaitable.
 """
 
 from __future__ import annotations
@@ -131,6 +132,17 @@ class DeliveryHandle:
     ) -> None:
         """``callback(future)`` once the record is delivered (makes the future)."""
         self.future().add_done_callback(callback)
+
+    def remove_done_callback(
+        self, callback: Callable[[asyncio.Future[RecordMetadata]], object]
+    ) -> int:
+        """Remove ``callback`` from the future's callbacks; returns how many were removed
+        (``asyncio.wait`` takes the handle as a future and calls this)."""
+        return 0 if self._future is None else self._future.remove_done_callback(callback)
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop of the record's future (made now if it was not)."""
+        return self.future().get_loop()
 
     def __repr__(self) -> str:
         """The outcome so far."""
