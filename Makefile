@@ -32,7 +32,8 @@ test: venv compiled protos-check deploy-tools spark-deps chaos-deps node-deps ru
 # changed (setuptools skips an up-to-date build). `make test` runs the suite on it, then the
 # codec's tests again on the pure-Python reference (HIGHWATER_PURE_PYTHON=1);
 # tests/records/test_records_compiled.py compares the two directly.
-PURE_PYTHON_TESTS := tests/records/test_records_batch.py tests/records/test_records_corruption.py
+PURE_PYTHON_TESTS := tests/records/test_records_batch.py tests/records/test_records_corruption.py \
+	tests/client/test_client_lazy_paths.py
 .PHONY: compiled compiler
 compiled: venv
 	$(BIN)/python setup.py --quiet build_ext --inplace
