@@ -429,3 +429,33 @@ _ERRORS = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PR
 def run_seed(seed: int, *, trace: bool = False) -> dict[str, int]:
     """Run one schedule; raises :class:`GroupInvariantViolation` (with the trace's tail)."""
     return GroupSimulation(seed, trace=trace).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python tests/simulation/sim_groups.py --seeds 200 [--first-seed 0] [--trace]``."""
+    import argparse
+    import time
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--trace", action="store_true")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    failures = 0
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        try:
+            counts = run_seed(seed, trace=args.trace)
+        except GroupInvariantViolation as e:
+            failures += 1
+            print(e)
+        else:
+            if args.seeds == 1:
+                print(f"seed {seed}: {counts}")
+    elapsed = time.monotonic() - started
+    print(f"{args.seeds} schedules in {elapsed:.1f} s, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
