@@ -14,9 +14,11 @@ random source:
   fencing: an append of an epoch lower than one already appended is refused (the data
   path under it is the rest of the simulation's business);
 - taking a partition over: the epoch marker appended, the partition read back and loaded;
-- clients: per group a committer (commits increasing offsets outside group management, one
-  at a time) and fetchers (OffsetFetch), each caching the coordinator it found and looking
-  it up again on NOT_COORDINATOR or a timeout; a connection delivers in order.
+- clients: per group a committer (a member of the group: JoinGroup, SyncGroup as its
+  leader, then increasing offsets in its generation, one commit at a time; it rejoins when
+  the generation is refused) and fetchers (OffsetFetch), each caching the coordinator it
+  found and looking it up again on NOT_COORDINATOR or a timeout; a connection delivers in
+  order.
 
 Faults (from the seed): a coordinator paused past its session (requests queued for it
 run when it resumes: the stale-coordinator story), a coordinator crashed and restarted
@@ -42,18 +44,29 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from highwater.coordinator.core import (
+    CONSUMER_PROTOCOL_TYPE,
     CommitResult,
     GroupCoordinatorCore,
     GroupCoordinatorSettings,
+    JoinRequest,
+    JoinResult,
     OffsetToCommit,
     Reply,
+    SyncRequest,
+    SyncResult,
     Write,
 )
+from highwater.coordinator.group import Protocol
 from highwater.coordinator.lease import SessionLease
 from highwater.coordinator.records import KeyValue, decode_record, encode_epoch_marker
 from highwater.metadata.consumer_offsets import partition_for_group
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1.common_pb2 import ErrorCode
+from highwater.v1.consumer_protocol_pb2 import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+    ConsumerProtocolTopicPartitions,
+)
 
 LEASE_CHECKED = True
 """Mutation switch: False serves requests without checking the session lease."""
@@ -120,6 +133,8 @@ class GroupSimulation:
         self.acked: dict[str, int] = dict.fromkeys(GROUPS, -1)
         self.fetched: dict[str, int] = dict.fromkeys(GROUPS, -1)
         self.position: dict[str, int] = dict.fromkeys(GROUPS, -1)
+        self.membership: dict[str, tuple[str, int]] = dict.fromkeys(GROUPS, ("", -1))
+        """group → (member id, generation) of its committer, a member of the group."""
         self.cut: set[int] = set()
         self.connection_free: dict[tuple[str, int], int] = {}
         self.counts = {"commits": 0, "fetches": 0, "refused": 0, "faults": 0, "moves": 0}
@@ -154,9 +169,10 @@ class GroupSimulation:
     def run(self) -> dict[str, int]:
         for n in self.coordinators:
             self._heartbeat(self.coordinators[n])
+            self._tick(self.coordinators[n])
         self.at(100, self._controller_tick)
         for group in GROUPS:
-            self.at(self.rng.randint(0, 50), lambda g=group: self._commit(g, None))
+            self.at(self.rng.randint(0, 50), lambda g=group: self._join(g, None))
             for f in range(2):
                 self.at(self.rng.randint(0, 50), lambda g=group, f=f: self._fetch(g, f, None))
         self._plan_faults()
@@ -170,7 +186,9 @@ class GroupSimulation:
 
     def _new_coordinator(self, node_id: int, incarnation: int) -> Coordinator:
         core = GroupCoordinatorCore(
-            GroupCoordinatorSettings(), lambda g: partition_for_group(g, PARTITIONS)
+            GroupCoordinatorSettings(group_initial_rebalance_delay_ms=0),
+            lambda g: partition_for_group(g, PARTITIONS),
+            new_member_id=lambda prefix: f"{prefix}-{self.rng.getrandbits(32):08x}",
         )
         lease = SessionLease(SESSION_MS)
         lease.renew(self.now)
@@ -183,6 +201,11 @@ class GroupSimulation:
             for p in list(c.core.owned):
                 self._effects(c, c.core.unload(p))
         return not (LEASE_CHECKED and c.lease.lapsed)
+
+    def _tick(self, c: Coordinator) -> None:
+        if not (LEASE_CHECKED and c.lease.lapsed):
+            self._effects(c, c.core.tick(self.now))
+        self.at(100, self.on(c, lambda: self._tick(c)))
 
     def _heartbeat(self, c: Coordinator) -> None:
         sent = self.now
@@ -319,6 +342,79 @@ class GroupSimulation:
         self._send(client, c, lambda: serve(deliver_answer))
         self.at(CLIENT_TIMEOUT_MS, lambda: answer(None))
 
+    def _join(self, group: str, c: Coordinator | None) -> None:
+        """JoinGroup (twice the first time: MEMBER_ID_REQUIRED), SyncGroup as the group's
+        only member and so its leader, then commits in the generation."""
+        c = c or self._find(group)
+        member_id = self.membership[group][0]
+        subscription = ConsumerProtocolSubscription(topics=[TP.topic]).SerializeToString()
+        request = JoinRequest(
+            group,
+            member_id,
+            None,
+            CONSUMER_PROTOCOL_TYPE,
+            (Protocol("range", subscription),),
+            10_000,
+            10_000,
+        )
+
+        def serve(reply: Callable[[object], None]) -> None:
+            if not self._serving(c):
+                reply(JoinResult(ErrorCode.NOT_COORDINATOR))
+                return
+            token = ("join", group, self.now, self.rng.random())
+            c.pending[token] = reply
+            self._effects(c, c.core.join_group(token, request, self.now))
+
+        def answered(result: object | None) -> None:
+            if not isinstance(result, JoinResult):
+                self.at(self.rng.randint(10, 80), lambda: self._join(group, None))
+            elif result.error == ErrorCode.MEMBER_ID_REQUIRED:
+                self.membership[group] = (result.member_id, -1)
+                self._join(group, c)
+            elif result.error != ErrorCode.NONE:
+                if result.error == ErrorCode.UNKNOWN_MEMBER_ID:
+                    self.membership[group] = ("", -1)
+                self.at(self.rng.randint(10, 80), lambda: self._join(group, None))
+            else:
+                self.membership[group] = (result.member_id, result.generation_id)
+                self._sync(group, c, result)
+
+        self._request(f"committer-{group}", c, serve, answered)
+
+    def _sync(self, group: str, c: Coordinator, joined: JoinResult) -> None:
+        assignment = ConsumerProtocolAssignment(
+            assigned_partitions=[
+                ConsumerProtocolTopicPartitions(topic=TP.topic, partitions=[TP.partition])
+            ]
+        ).SerializeToString()
+        request = SyncRequest(
+            group,
+            joined.generation_id,
+            joined.member_id,
+            None,
+            CONSUMER_PROTOCOL_TYPE,
+            joined.protocol_name,
+            {joined.member_id: assignment} if joined.leader == joined.member_id else {},
+        )
+
+        def serve(reply: Callable[[object], None]) -> None:
+            if not self._serving(c):
+                reply(SyncResult(ErrorCode.NOT_COORDINATOR))
+                return
+            token = ("sync", group, self.now, self.rng.random())
+            c.pending[token] = reply
+            self._effects(c, c.core.sync_group(token, request, self.now))
+
+        def answered(result: object | None) -> None:
+            if isinstance(result, SyncResult) and result.error == ErrorCode.NONE:
+                self.note(f"{group}: {joined.member_id} in generation {joined.generation_id}")
+                self._commit(group, c)
+            else:
+                self.at(self.rng.randint(10, 80), lambda: self._join(group, None))
+
+        self._request(f"committer-{group}", c, serve, answered)
+
     def _commit(self, group: str, c: Coordinator | None) -> None:
         c = c or self._find(group)
         # A consumer's position only grows: each attempt commits past every earlier one
@@ -332,8 +428,9 @@ class GroupSimulation:
                 return
             token = ("commit", group, sent, self.rng.random())
             c.pending[token] = reply
+            member_id, generation = self.membership[group]
             effects = c.core.commit_offsets(
-                token, group, "", -1, None, [OffsetToCommit(TP, offset)], self.now
+                token, group, member_id, generation, None, [OffsetToCommit(TP, offset)], self.now
             )
             self._effects(c, effects)
 
@@ -348,7 +445,15 @@ class GroupSimulation:
                 self.at(self.rng.randint(10, 80), lambda: self._commit(group, c))
             else:
                 self.counts["refused"] += 1
-                self.at(self.rng.randint(10, 80), lambda: self._commit(group, None))
+                errors = (
+                    {o.error for o in result.errors.values()}
+                    if isinstance(result, CommitResult)
+                    else set()
+                )
+                if errors & _REJOIN:
+                    self.at(self.rng.randint(10, 80), lambda: self._join(group, None))
+                else:
+                    self.at(self.rng.randint(10, 80), lambda: self._commit(group, None))
 
         self._request(f"committer-{group}", c, serve, answered)
 
@@ -413,6 +518,7 @@ class GroupSimulation:
                 fresh = self._new_coordinator(node, c.incarnation + 1)
                 self.coordinators[node] = fresh
                 self._heartbeat(fresh)
+                self._tick(fresh)
 
             self.at(length, restart)
         else:
@@ -423,6 +529,9 @@ class GroupSimulation:
         return GroupInvariantViolation(f"seed {self.seed}: {text}\n" + "\n".join(self.trace[-30:]))
 
 
+_REJOIN = frozenset(
+    {ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS}
+)
 _ERRORS = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
 
 
