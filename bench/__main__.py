@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         help="shrink data sizes by this factor for a quick smoke run (results are marked)",
     )
     args = parser.parse_args(argv)
+    args.suites = [s.replace("-", "_") for s in args.suites]  # control-plane: control_plane
     unknown = [s for s in args.suites if s not in suites]
     if unknown:
         parser.error(f"unknown suite(s) {', '.join(unknown)}; known: {', '.join(suites)}")
