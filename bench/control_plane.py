@@ -189,11 +189,37 @@ async def _write_keys(connection: EtcdConnection, keys: dict[str, bytes]) -> Non
         )
 
 
-async def _load_and_push(connection: EtcdConnection, space: KeySpace) -> MetadataImage:
+async def _read_prefix(endpoint: str, prefix: str) -> dict[str, bytes]:
+    """Every key under ``prefix``, in pages of 10,000 keys: one range reply of 100,000
+    partitions (20 MB) exceeds gRPC's 4 MiB receive limit, which
+    ``EtcdConnection.get_prefix`` reads with (see docs/control-plane.md)."""
+    import aetcd
+    from aetcd import rpc
+
+    host, port = endpoint.rsplit(":", 1)
+    raw = prefix.encode()
+    end = raw[:-1] + bytes([raw[-1] + 1])
+    keys: dict[str, bytes] = {}
+    async with aetcd.Client(host=host, port=int(port), timeout=120) as client:
+        start = raw
+        while True:
+            request = rpc.RangeRequest(key=start, range_end=end, limit=10_000)
+            reply = await client.kvstub.Range(request, timeout=120)
+            for kv in reply.kvs:
+                keys[kv.key.decode()] = kv.value
+            if not reply.more:
+                return keys
+            start = reply.kvs[-1].key + b"\0"
+
+
+async def _load_and_push(
+    connection: EtcdConnection, space: KeySpace, endpoint: str
+) -> MetadataImage:
     """A new etcd-era controller: every key read and decoded, the image pushed to each broker
     (each broker decodes the whole push)."""
-    _, keys = await connection.get_prefix(space.prefix)
-    state = {k: v.value for k, v in keys.items() if space.is_state(k)}
+    state = {
+        k: v for k, v in (await _read_prefix(endpoint, space.prefix)).items() if space.is_state(k)
+    }
     image = image_from_keys(state, space, 1)
     _push(image)
     return image
@@ -220,7 +246,7 @@ async def etcd_figures(endpoints: list[str], partitions: int) -> dict[str, float
         await _write_keys(connection, image_keys(image, space))
         # (a) failover: load every key, decode, push to every broker, then take a change.
         started = _clock()
-        image = await _load_and_push(connection, space)
+        image = await _load_and_push(connection, space, endpoints[0])
         store, controller = _active_controller(image)
         created = _create_topic(controller, "after-failover")
         store.append(created)
