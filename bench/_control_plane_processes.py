@@ -1,13 +1,8 @@
-"""The seeds' control-plane experiment: the ZooKeeper-era architecture (the etcd metadata
-mode) against KRaft, as partitions grow.
+"""The control-plane experiment on real processes: the etcd mode against KRaft, each a
+cluster of real ``highwater`` processes (bench/control_plane.py runs it beside the image's
+figures; docs/control-plane.md).
 
-The KRaft article's case for KRaft is a measurement: a new ZooKeeper-era controller must
-read all metadata from the store and push it to every broker before it can act, so its
-failover and a broker's controlled shutdown grow with the partitions; a KRaft standby
-controller already holds the metadata log. This suite measures both modes of Highwater on
-the same machine in the same run (docs/control-plane.md).
-
-**On processes** (``PROCESS_SIZES``): three brokers, replication factor 3; KRaft with a
+``PROCESS_SIZES``: three brokers, replication factor 3; KRaft with a
 quorum of three controller processes, the etcd mode with one etcd member (Debian's
 etcd-server) and every broker a controller candidate. Topics of 100 partitions (each
 created in one etcd transaction under etcd's default ``--max-txn-ops``), leaders spread.
@@ -21,11 +16,9 @@ created in one etcd transaction under etcd's default ``--max-txn-ops``), leaders
 - *cold broker start*: that broker started again, until its Metadata lists every
   partition with a leader and itself as live.
 
-**The image alone** (``IMAGE_SIZES``): what the control plane computes, without processes,
-for sizes the machine cannot hold as processes. etcd: a new controller's read of every
-key from a real etcd, its decoding into the image, and one push (the whole image encoded,
-then decoded by a broker); KRaft: the standby already holds the image, and a restarted
-broker loads a snapshot (encode and load).
+Unlike the image's figures, these include everything a user waits for: failure
+detection (the etcd session TTL; the Raft election timeout), the network hops, Raft's
+commit, the brokers applying what they are told.
 """
 
 from __future__ import annotations
@@ -39,12 +32,11 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench._etcd_peer import etcd_available, etcd_cluster, free_port
+from bench._etcd_peer import etcd_cluster, free_port
 from bench._highwater_cluster import HighwaterProcess, describe_partitions
 from bench.report import Report, Row, SuiteSection
 
-PROCESS_SIZES = (1_000, 3_000)
-IMAGE_SIZES = (10_000, 100_000, 1_000_000)
+PROCESS_SIZES = (1_000,)
 TOPIC_PARTITIONS = 100
 BROKERS = (1, 2, 3)
 CLUSTER = "bench"
@@ -228,7 +220,7 @@ async def _measure(cluster: ProcessCluster, partitions: int) -> ProcessResult:
     )
     victim.start()
     if cluster.mode == "etcd":
-        await _retry(lambda: _serving(cluster, active, topics), 120, 0.5)
+        await _retry(lambda: _serving(cluster, active, topics), 600, 0.5)
 
     # controlled shutdown of a broker that is not the (etcd) controller, then its cold start
     from bench.broker import wait_full_isr
@@ -246,7 +238,7 @@ async def _measure(cluster: ProcessCluster, partitions: int) -> ProcessResult:
     result.shutdown_s = time.monotonic() - began
     broker.reap()
     broker.start()
-    result.cold_start_s = await _retry(lambda: _serving(cluster, node, topics), 120, 0.05)
+    result.cold_start_s = await _retry(lambda: _serving(cluster, node, topics), 600, 0.05)
     return result
 
 
@@ -292,186 +284,29 @@ def _process_rows(
         )
 
 
-# --- the image alone ------------------------------------------------------------------
-
-
-@dataclass
-class ImageResult:
-    etcd_write_s: float = 0.0
-    etcd_read_s: float = 0.0
-    etcd_decode_s: float = 0.0
-    push_encode_s: float = 0.0
-    push_load_s: float = 0.0
-    keys: int = 0
-    bytes: int = 0
-
-
-async def _etcd_image(endpoint: str, partitions: int) -> ImageResult:
-    """A new etcd-era controller's work at ``partitions``: every key read, decoded into the
-    image, and the whole image encoded into one push and loaded by a broker."""
-    from highwater.etcd_metadata.connection import EtcdConnection, Put
-    from highwater.etcd_metadata.endpoints import parse_metadata_store
-    from highwater.etcd_metadata.keys import KeySpace, image_from_keys, image_keys
-    from highwater.metadata import load_snapshot_values, replay, snapshot_values
-
-    from bench.scale import cluster_records
-
-    result = ImageResult()
-    address = parse_metadata_store(f"etcd://{endpoint}/image-{partitions}")
-    space = KeySpace(address.prefix)
-    records = cluster_records(partitions)
-    image = replay(records, len(records) - 1, 1)
-    keys = image_keys(image, space)
-    result.keys = len(keys)
-    result.bytes = sum(len(k) + len(v) for k, v in keys.items())
-    connection = EtcdConnection(address, timeout_s=60, range_timeout_s=600)
-    try:
-        items = list(keys.items())
-        began = time.perf_counter()
-        for start in range(0, len(items), 128):
-            await connection.txn([], [Put(k, v) for k, v in items[start : start + 128]])
-        result.etcd_write_s = time.perf_counter() - began
-        began = time.perf_counter()
-        _, read = await connection.get_prefix(address.prefix)
-        result.etcd_read_s = time.perf_counter() - began
-    finally:
-        await connection.close()
-    state = {k: v.value for k, v in read.items() if space.is_state(k)}
-    began = time.perf_counter()
-    loaded = image_from_keys(state, space, image.offset)
-    result.etcd_decode_s = time.perf_counter() - began
-    assert loaded.partition_count == partitions
-    began = time.perf_counter()
-    values = snapshot_values(loaded)
-    result.push_encode_s = time.perf_counter() - began
-    began = time.perf_counter()
-    pushed = load_snapshot_values(values, loaded.offset, 1)
-    result.push_load_s = time.perf_counter() - began
-    assert pushed.partition_count == partitions
-    return result
-
-
-def _image_rows(section: SuiteSection, partitions: int, r: ImageResult) -> None:
-    label = f"{partitions:,} partitions, image alone"
-    brokers = len(BROKERS)
-    failover = r.etcd_read_s + r.etcd_decode_s + brokers * r.push_encode_s + r.push_load_s
-    section.add(
-        Row(
-            f"etcd mode: a new controller's load and first push, {label}",
-            failover,
-            "s",
-            peer_name="KRaft: the standby holds the image",
-            peer_value=0.0,
-            extra=(
-                f"read {r.keys:,} keys ({r.bytes / 2**20:,.0f} MiB) {r.etcd_read_s:.2f} s · "
-                f"decode {r.etcd_decode_s:.2f} s · encode the image {r.push_encode_s:.2f} s "
-                f"for each of {brokers} brokers · a broker's load {r.push_load_s:.2f} s"
-            ),
-        )
-    )
-    section.add(
-        Row(
-            f"etcd mode: one change pushed (the whole image, encoded and loaded), {label}",
-            r.push_encode_s + r.push_load_s,
-            "s",
-            peer_name="KRaft: one record replayed by each broker",
-            extra=f"writing every key into etcd took {r.etcd_write_s:.1f} s",
-        )
-    )
-
-
-def _plot(path: Path, series: dict[str, dict[int, float]], title: str, ylabel: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(6, 4))
-    for name, points in series.items():
-        xs = sorted(points)
-        axes.plot(xs, [points[x] for x in xs], marker="o", label=name)
-    axes.set_xscale("log")
-    axes.set_yscale("log")
-    axes.set_xlabel("partitions")
-    axes.set_ylabel(ylabel)
-    axes.set_title(title)
-    axes.grid(True, which="both", alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, format="svg")
-    plt.close(figure)
-
-
-PLOT_DIR = Path(__file__).resolve().parent.parent / "docs" / "img"
-
-
-def run(report: Report) -> None:
-    if not etcd_available():
-        raise RuntimeError("etcd is not installed: run `make bench-deps`")
-    process_sizes = sorted(
+def process_rows(report: Report, section: SuiteSection) -> dict[tuple[str, int], ProcessResult]:
+    """Run both modes at each of ``PROCESS_SIZES`` (scaled) and add their rows."""
+    sizes = sorted(
         {
             max(TOPIC_PARTITIONS, int(s * report.scale) // TOPIC_PARTITIONS * TOPIC_PARTITIONS)
             for s in PROCESS_SIZES
         }
     )
-    image_sizes = sorted({max(1_000, int(s * report.scale)) for s in IMAGE_SIZES})
-    process_results: dict[tuple[str, int], ProcessResult] = {}
-    image_results: dict[int, ImageResult] = {}
-    with report.suite("control-plane", "The control plane: the etcd mode against KRaft") as section:
-        for partitions in process_sizes:
-            for mode in MODES:
-                report.progress(f"control-plane: {mode}, {partitions:,} partitions on processes")
-                with report.data_dir(f"control-plane-{mode}-{partitions}") as root:
-                    try:
-                        with contextlib.ExitStack() as stack:
-                            endpoint = ""
-                            if mode == "etcd":
-                                endpoint = stack.enter_context(
-                                    etcd_cluster(root / "etcd", members=1)
-                                )[0]
-                            cluster = stack.enter_context(process_cluster(root, mode, endpoint))
-                            process_results[(mode, partitions)] = asyncio.run(
-                                _measure(cluster, partitions)
-                            )
-                    except (RuntimeError, TimeoutError, OSError) as error:
-                        process_results[(mode, partitions)] = ProcessResult(
-                            error=f"{type(error).__name__}: {error}"
-                        )
-        _process_rows(report, section, process_results)
-        with (
-            report.data_dir("control-plane-image") as root,
-            etcd_cluster(root, members=1) as endpoints,
-        ):
-            for partitions in image_sizes:
-                report.progress(f"control-plane: the image alone, {partitions:,} partitions")
-                image_results[partitions] = asyncio.run(_etcd_image(endpoints[0], partitions))
-                _image_rows(section, partitions, image_results[partitions])
-        PLOT_DIR.mkdir(parents=True, exist_ok=True)
-        for measure, attribute in (
-            ("controller failover", "failover_s"),
-            ("controlled shutdown", "shutdown_s"),
-            ("cold broker start", "cold_start_s"),
-        ):
-            series: dict[str, dict[int, float]] = {}
-            for (mode, partitions), r in process_results.items():
-                value = getattr(r, attribute)
-                if value:
-                    series.setdefault("KRaft" if mode == "kraft" else "etcd mode", {})[
-                        partitions
-                    ] = value
-            if measure == "controller failover":
-                series["etcd mode, a new controller's load (image alone)"] = {
-                    p: r.etcd_read_s
-                    + r.etcd_decode_s
-                    + len(BROKERS) * r.push_encode_s
-                    + r.push_load_s
-                    for p, r in image_results.items()
-                }
-            name = measure.replace(" ", "-")
-            _plot(PLOT_DIR / f"control-plane-{name}.svg", series, measure, "seconds")
-        section.note(
-            "Processes: three brokers (RF 3), KRaft with three controller processes, the etcd "
-            "mode with one etcd member; topics of 100 partitions. The image rows are the "
-            "control plane's computation alone with a real etcd (no broker processes); "
-            "plots in docs/img/control-plane-*.svg, discussion in docs/control-plane.md."
-        )
+    results: dict[tuple[str, int], ProcessResult] = {}
+    for partitions in sizes:
+        for mode in MODES:
+            report.progress(f"control-plane: {mode}, {partitions:,} partitions on processes")
+            with report.data_dir(f"control-plane-{mode}-{partitions}") as root:
+                try:
+                    with contextlib.ExitStack() as stack:
+                        endpoint = ""
+                        if mode == "etcd":
+                            etcd = etcd_cluster(root / "etcd", members=1)
+                            endpoint = stack.enter_context(etcd)[0]
+                        cluster = stack.enter_context(process_cluster(root, mode, endpoint))
+                        results[(mode, partitions)] = asyncio.run(_measure(cluster, partitions))
+                except (RuntimeError, TimeoutError, OSError) as error:
+                    failure = f"{type(error).__name__}: {error}"
+                    results[(mode, partitions)] = ProcessResult(error=failure)
+    _process_rows(section, results)
+    return results
