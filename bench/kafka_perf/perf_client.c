@@ -11,7 +11,7 @@
  *       them without looking at their bytes.
  *
  * NAME=VALUE pairs are librdkafka settings (acks, linger.ms, batch.size, ...). The timed part
- * starts once the partition's leader is known (produce: after one record was delivered) and
+ * starts once the topic's metadata is known (produce: after one record was delivered) and
  * ends when the last record was delivered or read. On success the only output is one line
  * on stdout, "records=N seconds=S"; on failure a message on stderr and exit status 1.
  */
@@ -146,6 +146,11 @@ static int consume(const char *bootstrap, const char *name, long long records, i
     if (rk == NULL) die("consumer", error);
     rd_kafka_topic_t *topic = rd_kafka_topic_new(rk, name, NULL);
     struct consumed seen = {0, 0};
+    /* The connection and the topic's metadata first: not timed. */
+    const struct rd_kafka_metadata *metadata;
+    rd_kafka_resp_err_t found = rd_kafka_metadata(rk, 0, topic, &metadata, 30000);
+    if (found != RD_KAFKA_RESP_ERR_NO_ERROR) die("metadata", rd_kafka_err2str(found));
+    rd_kafka_metadata_destroy(metadata);
     double started = now_s();
     if (rd_kafka_consume_start(topic, 0, RD_KAFKA_OFFSET_BEGINNING) == -1)
         die("consume_start", rd_kafka_err2str(rd_kafka_last_error()));

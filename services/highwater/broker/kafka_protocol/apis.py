@@ -168,8 +168,12 @@ class KafkaApis:
         groups: GroupCalls,
         image: Callable[[], MetadataImage],
         fetch_sessions: FetchSessionCache | None = None,
+        cluster_id: Callable[[], str | None] = lambda: None,
     ) -> None:
+        """``cluster_id``: the cluster's id as the broker knows it (Metadata and
+        DescribeCluster answer it; ``highwater`` while it is not known)."""
         self.node_id = node_id
+        self._cluster_id = cluster_id
         self.requests = requests
         self.controller = controller
         self.groups = groups
@@ -218,6 +222,11 @@ class KafkaApis:
         :class:`~highwater.broker.kafka_protocol.codec.Spliced` one: the records go out
         as read), or ``None`` for a request that gets none (Produce with acks=0)."""
         return await self._handlers[request.api_key](request)
+
+    def cluster_id(self) -> str:
+        """The cluster's id: the metadata quorum's (KRaft), the one etcd holds (etcd mode),
+        or :data:`CLUSTER_ID` while neither is known."""
+        return self._cluster_id() or CLUSTER_ID
 
     def _topic_name_of(self, topic_id: str) -> str | None:
         topic = self._image().topics.by_id.get(topic_id)
@@ -568,7 +577,7 @@ class KafkaApis:
                 R.MetadataResponseBroker(node_id=i, host=h, port=p, rack=rack)
                 for i, h, p, rack in self._brokers()
             ],
-            cluster_id=answer.cluster_id or CLUSTER_ID,
+            cluster_id=answer.cluster_id or self.cluster_id(),
             # Admin requests a client sends to "the controller" are forwarded by any
             # broker (KIP-590): this one.
             controller_id=self.node_id,
@@ -582,7 +591,7 @@ class KafkaApis:
             error_code=NONE,
             error_message=None,
             endpoint_type=1,
-            cluster_id=CLUSTER_ID,
+            cluster_id=self.cluster_id(),
             controller_id=self.node_id,
             brokers=[
                 R.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=rack)

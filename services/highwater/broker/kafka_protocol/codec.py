@@ -79,9 +79,9 @@ __all__ = [
     "decode_request",
     "encode_response",
     "encode_spliced_response",
-    "placeholders",
     "is_flexible",
     "peek_header",
+    "placeholders",
 ]
 
 PRODUCE_KEY: Final = 0
@@ -166,7 +166,7 @@ _HEADER: Final = struct.Struct(">hhi")  # api key, api version, correlation id
 _SIZE: Final = struct.Struct(">i")
 _PLACEHOLDER_BYTES: Final = 16
 
-Frame = bytes | bytearray | list[bytes | memoryview]
+Frame = bytes | bytearray | list[bytes | bytearray | memoryview]
 """A response frame, whole or as pieces written one after the other."""
 
 
@@ -276,7 +276,7 @@ def encode_spliced_response(
     correlation_id: int,
     response: ApiMessage,
     spliced: Mapping[bytes, bytes],
-) -> list[bytes | memoryview]:
+) -> list[bytes | bytearray | memoryview]:
     """The frame of ``response``, whose bytes fields hold placeholders (keys of
     ``spliced``, from :func:`placeholders`), as pieces with each placeholder replaced by its
     bytes (uncopied) and the lengths before them and the frame's size made to match.
@@ -306,7 +306,7 @@ def encode_spliced_response(
         raise ValueError(f"{len(spliced) - len(cuts)} placeholders are not in the answer")
     _SIZE.pack_into(frame, 0, size)
     view = memoryview(frame)
-    pieces: list[bytes | memoryview] = []
+    pieces: list[bytes | bytearray | memoryview] = []
     position = 0
     for start, end, length, data in cuts:
         pieces += (view[position:start], length, data)

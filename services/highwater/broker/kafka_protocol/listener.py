@@ -338,7 +338,7 @@ class KafkaListener:
             elif frame:
                 writer.write(frame)
             if frame and answers.empty():
-                    await writer.drain()
+                await writer.drain()
 
 
 def _log_outcome(security: ConnectionSecurity, outcome: AuthenticateAnswer) -> None:
