@@ -2,7 +2,8 @@
 admin client) and as raw frames otherwise: CreatePartitions, DeleteRecords,
 DescribeCluster (and Metadata's cluster id, the quorum's), ListGroups, DescribeGroups,
 DeleteGroups, OffsetDelete, DescribeLogDirs, ElectLeaders, Alter/ListPartitionReassignments,
-OffsetForLeaderEpoch, Produce with acks=0, and InitProducerId for a transactional producer (refused: there are no transactions)."""
+OffsetForLeaderEpoch, Produce with acks=0, and InitProducerId for a transactional producer
+(refused: there are no transactions)."""
 
 from __future__ import annotations
 
