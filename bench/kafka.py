@@ -366,32 +366,51 @@ def measure(
     return phases
 
 
-def profile_broker(root: Path, records: int, perf_client: Path | None) -> str:
+def profile_broker(root: Path, records: int, perf_client: Path | None) -> dict[str, str]:
     """The one-broker produce and consume against ``highwater server`` under cProfile (by
-    the C load generator if it was built, else by confluent-kafka): the functions with the
-    most own time in the broker's process (its event loop's thread)."""
+    the C load generator if it was built, else by confluent-kafka), each profiled alone
+    (``bench/_profiled_server.py``: from just before the clients start to just after they
+    end): per phase, the functions with the most own time in the broker's event loop."""
     address, kafka = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     root.mkdir(parents=True, exist_ok=True)
     out = root / "broker.prof"
     log = open(root / "profiled-server.log", "wb")  # noqa: SIM115 - closed below
     process = subprocess.Popen(
-        [sys.executable, "-m", "cProfile", "-o", str(out), "-m", "highwater", "server",
-         "--listen", address, "--data-dir", str(root / "profiled"), "--kafka-listen", kafka],
-        stdout=log, stderr=subprocess.STDOUT,
+        [sys.executable, "-m", "bench._profiled_server", str(out),
+         "server", "--listen", address, "--data-dir", str(root / "profiled"),
+         "--kafka-listen", kafka],
+        stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
     )  # fmt: skip
+    produce: Callable[[], object]
+    consume: Callable[[], object]
+    if perf_client is not None:
+        binary = perf_client
+        produce = lambda: produce_perf_client(binary, kafka, TOPIC, "1", records)  # noqa: E731
+        consume = lambda: consume_perf_client(binary, kafka, TOPIC, records)  # noqa: E731
+    else:
+        produce = lambda: produce_librdkafka(kafka, TOPIC, "1", records)  # noqa: E731
+        consume = lambda: consume_librdkafka(kafka, TOPIC, records + 1)  # noqa: E731
+    profiles: dict[str, str] = {}
     try:
         asyncio.run(create_topic(address, TOPIC))
-        if perf_client is not None:
-            produce_perf_client(perf_client, kafka, TOPIC, "1", records)
-            consume_perf_client(perf_client, kafka, TOPIC, records)
-        else:
-            produce_librdkafka(kafka, TOPIC, "1", records)
-            consume_librdkafka(kafka, TOPIC, records + 1)
+        for window, (phase, action) in enumerate((("produce", produce), ("consume", consume))):
+            process.send_signal(signal.SIGUSR1)
+            action()
+            process.send_signal(signal.SIGUSR2)
+            done = out.with_name(f"{out.name}.{window}.done")
+            deadline = time.monotonic() + 60
+            while not done.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            profiles[phase] = _top_functions(out.with_name(f"{out.name}.{window}"))
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(60)
         log.close()
-    stats = pstats.Stats(str(out))
+    return profiles
+
+
+def _top_functions(path: Path) -> str:
+    stats = pstats.Stats(str(path))
     raw = stats.stats  # type: ignore[attr-defined]
     total = sum(entry[2] for entry in raw.values()) or 1.0
     ranked = sorted(raw.items(), key=lambda item: item[1][2], reverse=True)[:16]
@@ -402,6 +421,8 @@ def profile_broker(root: Path, records: int, perf_client: Path | None) -> str:
             where = os.path.relpath(where, REPO_ROOT)
         elif "site-packages/" in where:
             where = where.split("site-packages/", 1)[1]
+        elif "/lib/python3" in where:
+            where = where.split("/lib/", 1)[1]
         name = f"{where}:{line}({function})" if line else function
         lines.append(f"{own:8.3f} {own / total:6.1%} {cumulative:8.3f} {calls:10d}  {name}")
     return "\n".join(lines)
@@ -465,13 +486,15 @@ def run(report: Report) -> None:
                 section.note(f"CPU, {label} (3 trials each): " + "; ".join(spent) + ".")
         report.progress("kafka: the one-broker run again, the broker under cProfile")
         try:
-            profile = profile_broker(root / "profile", records, perf_client)
+            profiles = profile_broker(root / "profile", records, perf_client)
             client = "the C load generator" if perf_client is not None else "confluent-kafka"
-            section.add_profile(
-                f"Where the broker's time goes: {client} producing then consuming "
-                f"{records:,} records, one broker (cProfile, own time)",
-                profile,
-            )
+            for phase, profile in profiles.items():
+                section.add_profile(
+                    f"Where the broker's time goes: {client} {phase.removesuffix('e')}ing "
+                    f"{records:,} records, one broker, acks=1 (cProfile of the broker's "
+                    "event loop over that phase alone, own time)",
+                    profile,
+                )
         except Exception as error:
             section.note(f"The profile did not run: {type(error).__name__}: {error}")
         section.note(
