@@ -492,7 +492,7 @@ def run(report: Report) -> None:
                 section.add_profile(
                     f"Where the broker's time goes: {client} {phase.removesuffix('e')}ing "
                     f"{records:,} records, one broker, acks=1 (cProfile of the broker's "
-                    "event loop over that phase alone, own time)",
+                    "event loop over that phase alone, own CPU time)",
                     profile,
                 )
         except Exception as error:
