@@ -103,12 +103,17 @@ etcd-deps:
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq etcd-server etcd-client; }
 
-# The peers the benchmarks measure beside Highwater, from Debian's packages.
-bench-deps: etcd-deps
+# The peers the benchmarks measure beside Highwater, from Debian's packages; gcc and
+# librdkafka-dev build the Kafka benchmark's C load generator (bench/kafka_perf/).
+bench-deps: etcd-deps kafka-deps
 	@command -v nats-server >/dev/null 2>&1 || { \
 		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nats-server; }
+	@{ command -v gcc && test -f /usr/include/librdkafka/rdkafka.h; } >/dev/null 2>&1 || { \
+		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gcc librdkafka-dev; }
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(RUN_DIR)
