@@ -242,9 +242,7 @@ async def _measure(cluster: ProcessCluster, partitions: int) -> ProcessResult:
     return result
 
 
-def _process_rows(
-    report: Report, section: SuiteSection, results: dict[tuple[str, int], ProcessResult]
-) -> None:
+def _process_rows(section: SuiteSection, results: dict[tuple[str, int], ProcessResult]) -> None:
     for (mode, partitions), r in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         label = (
             f"{'KRaft' if mode == 'kraft' else 'etcd mode'}, {partitions:,} partitions, processes"
