@@ -476,6 +476,8 @@ class Simulation:
         below a high watermark."""
         self.verified: dict[tuple[str, int], int] = {}
         """(broker, partition) -> the end of the committed batches the replica holds."""
+        self._checked: dict[tuple[str, int], tuple[int, int, int, int]] = {}
+        """(broker, partition) -> (log end, HW, committed batches, held) at its last check."""
         self.unclean_elections = 0
         self.power_lost: set[str] = set()
 
@@ -724,6 +726,8 @@ class Simulation:
                 self._note(f"{process.name} disk: {note}")
             for key in [k for k in self.verified if k[0] == process.name]:
                 del self.verified[key]
+            for key in [k for k in self._checked if k[0] == process.name]:
+                del self._checked[key]
         self._note(f"crash {process.name} ({mode})")
 
     def _restart(self, process: Process) -> None:
@@ -1500,13 +1504,20 @@ class Simulation:
         key = (broker.name, index)
         held = self.verified.get(key, 0)
         log_end = partition.log_end_offset
+        high_watermark = partition.high_watermark
+        committed = self.committed.setdefault(index, {})
+        # What the check reads: the log past ``held`` (it changes only with the log end:
+        # every append and truncation is an event checked after it), the high watermark
+        # and the committed batches (which only grow). Unchanged since the last check of
+        # this replica: nothing new to check.
+        seen = (log_end, high_watermark, len(committed), held)
+        if self._checked.get(key) == seen:
+            return
         if log_end < held and not self.scenario.unclean:
             self._fail(
                 f"{broker.name} p{index}: its log was cut to {log_end}, below committed "
                 f"batches it held (up to {held})"
             )
-        high_watermark = partition.high_watermark
-        committed = self.committed.setdefault(index, {})
         for _, _, header in partition.log.iter_batches(min(held, log_end)):
             if header.last_offset < held:
                 continue
@@ -1522,6 +1533,7 @@ class Simulation:
                 break
             held = header.last_offset + 1
         self.verified[key] = held
+        self._checked[key] = (log_end, high_watermark, len(committed), held)
 
     def _check_leader_complete(self, broker: BrokerProcess, partition: Partition) -> None:
         """A new leader (clean election) holds every batch ever below a high watermark:
