@@ -49,8 +49,13 @@ from highwater.controller.results import ControllerApiError, ControllerResult
 from highwater.controller_api import messages as m
 from highwater.errors import HighwaterError
 from highwater.metadata.delta import MetadataDelta
-from highwater.metadata.image import MetadataImage
-from highwater.metadata.records import MetadataRecord, decode_record, encode_record
+from highwater.metadata.image import MetadataImage, PartitionRegistration
+from highwater.metadata.records import (
+    MetadataRecord,
+    PartitionChangeRecord,
+    decode_record,
+    encode_record,
+)
 from highwater.raft.log import InMemoryRaftLog
 from highwater.raft.messages import RaftMessage, is_request
 from highwater.raft.node import NotLeaderError, RaftConfig, RaftNode
@@ -79,6 +84,10 @@ SIM_CONFIG = RaftConfig(
 """The Raft simulation's timings (tests/raft/simulation.py): Kafka's scaled down 10x."""
 FETCH_TIMEOUT_MS = 200
 RPC_TIMEOUT_MS = 300
+BROKER_TICK_MS = 50
+"""The period of a broker's upkeep (heartbeat, ISR shrink, AlterPartition retries, fetch
+timeouts, purgatory expiry). Fetches do not wait for it: the replica fetcher fetches again
+as an answer arrives, or when its backoff ends (:meth:`Simulation._fetch_after_backoff`)."""
 PRODUCE_TIMEOUT_MS = 1500
 FETCH_MAX_BYTES = 16 * 1024
 
@@ -427,7 +436,8 @@ class Simulation:
         self.events = 0
         self.trace: deque[str] = deque(maxlen=300)
         self.messages: Counter[str] = Counter()
-        self.blocked: set[tuple[str, str]] = set()
+        self.blocked: Counter[tuple[str, str]] = Counter()
+        """(source, destination) -> how many partitions in force cut that link."""
         self.chaos = True
         self.history: list[Op] = []
         self.corr = 0
@@ -567,7 +577,7 @@ class Simulation:
             )
 
     def _deliver(self, source: str, target: Process, incarnation: int, message: Any) -> None:
-        if (source, target.name) in self.blocked:
+        if self.blocked[(source, target.name)] > 0:
             return
         if not target.alive or target.incarnation != incarnation:
             if isinstance(message, RaftMessage) and is_request(message) and not target.alive:
@@ -636,8 +646,9 @@ class Simulation:
             }
             if fault.kind == "partition":
                 cut |= {(b, a) for a, b in cut}
-            cut -= self.blocked
-            self.blocked |= cut
+            # Counted per partition: a link two overlapping partitions cut stays cut
+            # until both have healed.
+            self.blocked.update(cut)
             self._at(self.now_ms + fault.duration_ms, self._unblock, cut)
         elif fault.kind == "disk-full":
             for process in targets:
@@ -654,7 +665,8 @@ class Simulation:
         return self.processes[name]
 
     def _unblock(self, cut: set[tuple[str, str]]) -> None:
-        self.blocked -= cut
+        self.blocked.subtract(cut)
+        self.blocked = +self.blocked
         self._note(f"partition healed ({len(cut)} links)")
 
     def _disk_freed(self, broker: BrokerProcess) -> None:
@@ -850,11 +862,42 @@ class Simulation:
         if not records:
             return -1
         appended = ctrl.node.propose([encode_record(r) for r in records], self.now_ms)
+        self._count_unclean_elections(ctrl.image, records)
         ctrl.image = (
             MetadataDelta(ctrl.image).replay_all(records).apply(appended.offset, appended.epoch)
         )
         self._after_raft(ctrl)
         return appended.offset
+
+    def _count_unclean_elections(self, image: MetadataImage, records: list[MetadataRecord]) -> None:
+        """Count the leaders ``records`` elect from outside the ISR and the ELR (KIP-966):
+        unclean elections, wherever the controller made them (its periodic election of
+        leaderless partitions, or fencing a broker that was the last ISR member). With
+        some, the loss of acknowledged writes is expected and reported as such."""
+        partitions: dict[tuple[str, int], PartitionRegistration] = {}
+        for record in records:
+            if not isinstance(record, PartitionChangeRecord):
+                continue
+            key = (record.topic_id, record.partition_id)
+            before = partitions.get(key)
+            if before is None:
+                topic = image.topic_by_id(record.topic_id)
+                before = topic.partition(record.partition_id) if topic is not None else None
+                if before is None:
+                    continue
+            after = before.merge(record)
+            partitions[key] = after
+            if (
+                record.leader is not None
+                and record.leader >= 0
+                and record.leader not in before.isr
+                and record.leader not in before.elr
+            ):
+                self.unclean_elections += 1
+                self._note(
+                    f"unclean election: p{record.partition_id} leader b{record.leader}, "
+                    f"not in the ISR {list(before.isr)} or the ELR {list(before.elr)}"
+                )
 
     def _controller_call(self, ctrl: ControllerProcess, source: str, call: Any) -> None:
         if not isinstance(call, ControllerCall):
@@ -920,11 +963,6 @@ class Simulation:
                         records = list(created.records)
             if records:
                 self._propose(ctrl, records)
-                if result.response.unclean_elections:
-                    self.unclean_elections += result.response.unclean_elections
-                    self._note(
-                        f"{ctrl.name}: {result.response.unclean_elections} unclean elections"
-                    )
         except NotLeaderError:
             return
 
@@ -1016,6 +1054,8 @@ class Simulation:
                     f"{list(partition.registration.isr)}, log end {partition.log_end_offset} "
                     f"hw {partition.high_watermark}"
                 )
+                if partition.follower_state is not None and now[0] >= 0:
+                    self._maybe_fetch(broker, partition)
         self._after_broker(broker)
 
     def _broker_tick(self, broker: BrokerProcess) -> None:
@@ -1053,7 +1093,7 @@ class Simulation:
                 self._maybe_fetch(broker, partition)
         self._expire_purgatory(broker)
         self._after_broker(broker)
-        self._on(broker, 10, self._broker_tick, broker)
+        self._on(broker, BROKER_TICK_MS, self._broker_tick, broker)
 
     def _send_alter_partition(self, broker: BrokerProcess, partition: Partition) -> None:
         state = partition.leader_state
@@ -1234,6 +1274,18 @@ class Simulation:
             delay = 50
         broker.next_fetch[reply.partition] = self.now_ms + delay
         if delay == 0:
+            self._maybe_fetch(broker, partition)
+        else:
+            self._on(broker, delay, self._fetch_after_backoff, broker, reply.partition)
+
+    def _fetch_after_backoff(self, broker: BrokerProcess, index: int) -> None:
+        """A follower's backoff after an empty or failed fetch ended: fetch again."""
+        partition = self._partition(broker, index)
+        if (
+            partition is not None
+            and partition.follower_state is not None
+            and partition.registration.leader >= 0
+        ):
             self._maybe_fetch(broker, partition)
 
     def _produce(self, broker: BrokerProcess, source: str, produce: Produce) -> None:

