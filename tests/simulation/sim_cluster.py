@@ -72,6 +72,9 @@ TOPIC = "events"
 BASE_TIME_MS = 1_700_000_000_000
 """Simulated time 0 as a wall-clock timestamp (record timestamps must look current)."""
 TICK_MS = 20
+OBSERVER_TICK_MS = 40
+"""A broker's Raft observer ticks half as often as a voter: its only timers are its fetch
+and request timeouts (200 and 80 ms); its next fetch goes out as an answer arrives."""
 SIM_CONFIG = RaftConfig(
     election_timeout_ms=100,
     election_backoff_max_ms=100,
@@ -85,6 +88,9 @@ SIM_CONFIG = RaftConfig(
 FETCH_TIMEOUT_MS = 200
 RPC_TIMEOUT_MS = 300
 BROKER_TICK_MS = 50
+HIGH_WATERMARK_CHECKPOINT_MS = 500
+RECOVERY_POINT_CHECKPOINT_ROUNDS = 12
+"""The recovery points are checkpointed every 12th high-watermark round (6 s)."""
 """The period of a broker's upkeep (heartbeat, ISR shrink, AlterPartition retries, fetch
 timeouts, purgatory expiry). Fetches do not wait for it: the replica fetcher fetches again
 as an answer arrives, or when its backoff ends (:meth:`Simulation._fetch_after_backoff`)."""
@@ -108,16 +114,23 @@ class SimulationFailure(AssertionError):
     and the last events."""
 
     def __init__(
-        self, seed: int, reason: str, trace: Sequence[str], faults: Sequence[Fault]
+        self,
+        seed: int,
+        reason: str,
+        trace: Sequence[str],
+        faults: Sequence[Fault],
+        *,
+        chaos_ms: int = 12_000,
     ) -> None:
         self.seed = seed
         self.reason = reason
         self.faults = tuple(faults)
         tail = "\n".join(trace[-60:])
         plan = "\n".join(f"  {f}" for f in faults) or "  (none)"
+        chaos = f" --chaos-ms {chaos_ms}" if chaos_ms != Scenario.chaos_ms else ""
         super().__init__(
             f"seed {seed}: {reason}\n"
-            f"reproduce: python -m tests.simulation --seed {seed} --trace\n"
+            f"reproduce: python -m tests.simulation --seed {seed}{chaos} --trace\n"
             f"faults:\n{plan}\nlast events:\n{tail}"
         )
 
@@ -779,7 +792,7 @@ class Simulation:
                 now_ms=self.now_ms,
             )
             self._after_raft(process)
-            self._on(process, TICK_MS, self._raft_tick, process)
+            self._on(process, self._raft_period(process), self._raft_tick, process)
         self._note(f"start {process.name}")
 
     def _raft_tick(self, member: RaftMember) -> None:
@@ -788,7 +801,11 @@ class Simulation:
         self._after_raft(member)
         if isinstance(member, ControllerProcess) and member.controller is not None:
             self._controller_tick(member)
-        self._on(member, TICK_MS, self._raft_tick, member)
+        self._on(member, self._raft_period(member), self._raft_tick, member)
+
+    @staticmethod
+    def _raft_period(member: RaftMember) -> int:
+        return OBSERVER_TICK_MS if isinstance(member, BrokerProcess) else TICK_MS
 
     def _after_raft(self, member: RaftMember) -> None:
         node = member.node
@@ -994,6 +1011,13 @@ class Simulation:
         self._on(
             broker, self.rng.randint(1, self.scenario.flush_interval_ms), self._broker_flush, broker
         )
+        self._on(
+            broker,
+            self.rng.randint(1, HIGH_WATERMARK_CHECKPOINT_MS),
+            self._broker_checkpoints,
+            broker,
+            1,
+        )
 
     def _wall_ms(self) -> int:
         return BASE_TIME_MS + self.now_ms
@@ -1115,10 +1139,9 @@ class Simulation:
         )
 
     def _broker_flush(self, broker: BrokerProcess) -> None:
-        """The log manager's background flush and checkpoints, as one step."""
+        """The log manager's background flush (``log.flush.interval.ms``, the scenario's)."""
         manager = broker.log_manager
         assert manager is not None and broker.disk is not None
-        flushed = False
         for partition_log in list(manager.logs.values()):
             if partition_log.unflushed_messages == 0:
                 continue
@@ -1128,11 +1151,21 @@ class Simulation:
                 self._note(f"{broker.name}: flush failed: {e}")
                 continue
             broker.disk.flushed((s.log_path, s.size) for s in partition_log.segments)
-            flushed = True
-        if flushed:
-            manager.checkpoint_recovery_points()
-            manager.checkpoint_high_watermarks()
         self._on(broker, self.scenario.flush_interval_ms, self._broker_flush, broker)
+
+    def _broker_checkpoints(self, broker: BrokerProcess, round_: int) -> None:
+        """The log manager's checkpoint tasks at the service's intervals scaled down ten
+        times like every other timing: the high watermarks every 500 ms
+        (``replica.high.watermark.checkpoint.interval.ms``), the recovery points every
+        6 s (``log.flush.offset.checkpoint.interval.ms``). A high watermark may thus be
+        checkpointed past what a power loss keeps of the log (recovery then knows the
+        replica lost committed records), or lag it."""
+        manager = broker.log_manager
+        assert manager is not None
+        manager.checkpoint_high_watermarks()
+        if round_ % RECOVERY_POINT_CHECKPOINT_ROUNDS == 0:
+            manager.checkpoint_recovery_points()
+        self._on(broker, HIGH_WATERMARK_CHECKPOINT_MS, self._broker_checkpoints, broker, round_ + 1)
 
     # --- Brokers: requests ------------------------------------------------------------------
 
@@ -1755,7 +1788,9 @@ class Simulation:
             print(line)
 
     def _fail(self, reason: str) -> NoReturn:
-        raise SimulationFailure(self.seed, reason, list(self.trace), self.faults)
+        raise SimulationFailure(
+            self.seed, reason, list(self.trace), self.faults, chaos_ms=self.scenario.chaos_ms
+        )
 
 
 class _TraceHandler(logging.Handler):
