@@ -219,28 +219,3 @@ def test_the_elr_survives_a_replay_and_a_snapshot() -> None:
     assert replayed.partition(h.topic_id("t"), 0) == expected
     loaded = load_snapshot_values(snapshot_values(h.image), h.image.offset, h.image.epoch)
     assert loaded.partition(h.topic_id("t"), 0) == expected
-
-
-def test_a_last_isr_member_back_from_an_unclean_shutdown_is_not_elected_over_the_elr() -> None:
-    """Seed 2043 of the whole-cluster simulation (docs/simulation.md): the ISR shrank to
-    leader 1 (broker 2 joined the ELR, holding every committed record) and broker 2 went
-    silent; broker 1 lost power and came back without records it had acknowledged but
-    not flushed. Elected again as the last ISR member, it would make broker 2 truncate
-    them when it returns. It registers after an unclean shutdown: the ELR becomes the
-    ISR and the partition waits for broker 2."""
-    h = harness()
-    shrink(h, 1, 2)
-    shrink(h, 1)
-    assert h.partition("t").elr == (2,)
-    fence(h, 2)
-    restart(h, 1, clean=False)  # registers, then heartbeats: active again
-    partition = h.partition("t")
-    assert not h.broker(1).fenced
-    assert partition.leader == NO_LEADER
-    assert partition.isr == (2,) and partition.elr == ()
-    assert partition.last_known_elr == (1,)
-    check_invariants(h.image)
-    h.heartbeat(2)  # broker 2 is back: a clean election
-    partition = h.partition("t")
-    assert partition.leader == 2 and partition.isr == (2,)
-    check_invariants(h.image)

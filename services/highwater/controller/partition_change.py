@@ -11,10 +11,6 @@ rules it enforces:
   partition has no leader (:data:`NO_LEADER`) until one comes back;
 * with no active ISR member, an active eligible leader replica (below) is elected and
   becomes the whole ISR: a clean election, nothing committed is lost;
-* a last ISR member that registers after an unclean shutdown while the ELR is not empty
-  leaves the ISR for the last known ELR, and the ELR becomes the ISR: it may have lost
-  committed records in the crash, which the ELR members hold (Kafka's last member has
-  moved to the ELR by then, and leaves it the same way);
 * with no active ISR or ELR member, an unclean election (allowed by the topic's
   ``unclean.leader.election.enable`` or asked for by ElectLeaders) picks an active member
   of the last known ELR, else the first active replica, which becomes the whole ISR:
@@ -133,13 +129,6 @@ class PartitionChangeBuilder:
             for b in partition.elr
             if b in replicas and b not in isr and b not in self._unclean_shutdown
         )
-        demoted: tuple[int, ...] = ()
-        if elr and all(b in self._unclean_shutdown for b in isr):
-            # The last ISR member registered after an unclean shutdown: it may have lost
-            # committed records it had not flushed, which every ELR member holds. Kafka's
-            # last member is in the ELR by then and leaves it; here the ELR becomes the
-            # ISR (an election from it is clean) and the member joins the last known ELR.
-            demoted, isr, elr = isr, elr, ()
         leader = self._choose_leader(isr, elr)
         if leader is None:
             leader = NO_LEADER
@@ -149,8 +138,6 @@ class PartitionChangeBuilder:
             self.unclean = leader not in elr
             isr = (leader,)
         elr, last_known_elr = self._next_elr(isr, elr)
-        if demoted and len(isr) < self._min_isr:
-            last_known_elr = tuple(dict.fromkeys(last_known_elr + demoted))
         new_isr = None if isr == partition.isr else isr
         new_leader = None if leader == partition.leader else leader
         replicas_changed = (replicas, self._adding, self._removing) != (
