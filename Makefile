@@ -200,10 +200,11 @@ chaos-report: venv
 # `python -m tests.simulation --seed N --trace --shrink` replays and shrinks one.
 SEEDS ?= 100
 FIRST_SEED ?= 0
+CHAOS_MS ?= 12000
 .PHONY: simulate
 simulate: venv
 	PYTHONPATH=services:tests/support $(BIN)/python -m tests.simulation --seeds $(SEEDS) \
-		--first-seed $(FIRST_SEED)
+		--first-seed $(FIRST_SEED) --chaos-ms $(CHAOS_MS)
 
 # Node.js (the machine's, else Debian's) and the npm packages of the Node.js example client
 # (examples/node: @grpc/grpc-js, @grpc/proto-loader, grpc-health-check), which tests run.
