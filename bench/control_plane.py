@@ -36,7 +36,6 @@ from highwater.controller import ControllerConfig, InMemoryMetadataStore, Quorum
 from highwater.controller_api.messages import (
     AlterPartitionItem,
     AlterPartitionRequest,
-    BrokerHeartbeatRequest,
     CreatableTopic,
     CreateTopicsRequest,
 )
@@ -46,15 +45,12 @@ from highwater.etcd_metadata.keys import KeySpace, image_from_keys, image_keys
 from highwater.metadata import (
     MetadataImage,
     MetadataRecord,
-    PartitionRecord,
-    RegisterBrokerRecord,
-    TopicRecord,
-    UnfenceBrokerRecord,
     load_snapshot_values,
     replay,
     snapshot_values,
 )
 
+from bench import scale
 from bench._control_plane_processes import process_rows
 from bench._etcd_peer import etcd_available, etcd_cluster
 from bench.report import Report, Row, SuiteSection
@@ -69,19 +65,7 @@ RATE_SECONDS = 3.0
 
 def cluster_records(partitions: int) -> list[MetadataRecord]:
     """3 brokers registered and unfenced; topics of up to 1,000 partitions, RF 3."""
-    records: list[MetadataRecord] = []
-    for broker_id in range(BROKERS):
-        records.append(RegisterBrokerRecord(broker_id, f"inc-{broker_id}", broker_id))
-        records.append(UnfenceBrokerRecord(broker_id, broker_id))
-    per_topic = min(PARTITIONS_PER_TOPIC, partitions)
-    for topic in range(partitions // per_topic):
-        topic_id = f"topic-id-{topic:013d}"
-        records.append(TopicRecord(f"topic-{topic}", topic_id))
-        for partition_id in range(per_topic):
-            first = (topic + partition_id) % BROKERS
-            replicas = tuple((first + i) % BROKERS for i in range(3))
-            records.append(PartitionRecord(topic_id, partition_id, replicas, replicas, first))
-    return records
+    return scale.cluster_records(partitions, BROKERS)
 
 
 def _clock() -> float:
@@ -89,26 +73,12 @@ def _clock() -> float:
     return time.perf_counter()
 
 
-def _heartbeat(
-    controller: QuorumController,
-    image: MetadataImage,
-    broker_id: int,
-    now_ms: int,
-    *,
-    want_shutdown: bool = False,
-) -> list[MetadataRecord]:
-    request = BrokerHeartbeatRequest(
-        broker_id, image.brokers[broker_id].broker_epoch, image.offset, want_shutdown=want_shutdown
-    )
-    return list(controller.broker_heartbeat(request, now_ms).records)
-
-
 def _active_controller(image: MetadataImage) -> tuple[InMemoryMetadataStore, QuorumController]:
     store = InMemoryMetadataStore(image, epoch=1)
     controller = QuorumController(store.latest_image, ControllerConfig(), seed=1)
     controller.activate(0)
     for broker_id in range(BROKERS):
-        store.append(_heartbeat(controller, store.latest_image(), broker_id, 1))
+        store.append(scale.heartbeat(controller, store.latest_image(), broker_id, 1))
     return store, controller
 
 
@@ -130,7 +100,7 @@ def kraft_figures(partitions: int) -> dict[str, float]:
     # (b) controlled shutdown of broker 2: one heartbeat decides every move.
     latest = store.latest_image()
     started = _clock()
-    moves = _heartbeat(controller, latest, 2, 2, want_shutdown=True)
+    moves = scale.heartbeat(controller, latest, 2, 2, want_shutdown=True)
     store.append(moves)
     figures["controlled_shutdown"] = time.perf_counter() - started
     # (c) cold broker start: the broker loads the latest snapshot.
@@ -257,7 +227,7 @@ async def etcd_figures(endpoints: list[str], partitions: int) -> dict[str, float
         # (b) controlled shutdown of broker 2: each moved partition's key written, one push.
         before = store.latest_image()
         started = _clock()
-        store.append(_heartbeat(controller, before, 2, 2, want_shutdown=True))
+        store.append(scale.heartbeat(controller, before, 2, 2, want_shutdown=True))
         await _write_keys(connection, _changed_keys(before, store.latest_image(), space))
         _push(store.latest_image())
         figures["controlled_shutdown"] = time.perf_counter() - started

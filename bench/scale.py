@@ -49,18 +49,20 @@ SIZES = (100_000, 1_000_000, 2_000_000)
 SESSION_MS = 9_000
 
 
-def cluster_records(partitions: int) -> list[MetadataRecord]:
-    """Brokers registered and unfenced, then topics of 1,000 partitions, RF 3."""
+def cluster_records(partitions: int, brokers: int = BROKERS) -> list[MetadataRecord]:
+    """``brokers`` brokers registered and unfenced, then topics of up to 1,000 partitions,
+    RF 3, leaders spread evenly."""
     records: list[MetadataRecord] = []
-    for broker_id in range(BROKERS):
+    for broker_id in range(brokers):
         records.append(RegisterBrokerRecord(broker_id, f"inc-{broker_id}", broker_id))
         records.append(UnfenceBrokerRecord(broker_id, broker_id))
-    for topic in range(partitions // PARTITIONS_PER_TOPIC):
+    per_topic = min(PARTITIONS_PER_TOPIC, partitions)
+    for topic in range(partitions // per_topic):
         topic_id = f"topic-id-{topic:013d}"
         records.append(TopicRecord(f"topic-{topic}", topic_id))
-        for partition_id in range(PARTITIONS_PER_TOPIC):
-            first = (topic + partition_id) % BROKERS
-            replicas = tuple((first + i) % BROKERS for i in range(3))
+        for partition_id in range(per_topic):
+            first = (topic + partition_id) % brokers
+            replicas = tuple((first + i) % brokers for i in range(3))
             records.append(PartitionRecord(topic_id, partition_id, replicas, replicas, first))
     return records
 
@@ -96,7 +98,7 @@ def _dict_floor(partitions: int) -> float:
     return timed(fill)[1]
 
 
-def _heartbeat(
+def heartbeat(
     controller: QuorumController,
     image: MetadataImage,
     broker_id: int,
@@ -173,7 +175,7 @@ def _controller_rows(
     section.add(Row(f"leader and ISR indexes, first use, {label}", index_s, "s"))
     now += SESSION_MS
     for broker_id in range(BROKERS - 1):
-        store.append(_heartbeat(controller, store.latest_image(), broker_id, now))
+        store.append(heartbeat(controller, store.latest_image(), broker_id, now))
     tick, tick_s = timed(lambda: controller.tick(now))
     assert tick.response.fenced_brokers == (BROKERS - 1,)
     store.append(tick.records)
@@ -196,7 +198,7 @@ def _controller_rows(
     )
     latest = store.latest_image()
     shutdown, shutdown_s = timed(
-        lambda: _heartbeat(controller, latest, BROKERS - 2, now, want_shutdown=True)
+        lambda: heartbeat(controller, latest, BROKERS - 2, now, want_shutdown=True)
     )
     store.append(shutdown)
     section.add(
