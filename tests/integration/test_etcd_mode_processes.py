@@ -35,7 +35,12 @@ from highwater.cli.main import main
 from highwater.client.admin import AdminClient, AdminError, NewTopic
 from highwater.client.errors import InvalidRequestError
 from highwater.client.producer import AsyncProducer
-from highwater.internal.v1 import broker_metadata_pb2, broker_metadata_pb2_grpc
+from highwater.internal.v1 import (
+    broker_metadata_pb2,
+    broker_metadata_pb2_grpc,
+    controller_pb2,
+    controller_pb2_grpc,
+)
 from highwater.rpc.channels import open_channel
 from highwater.v1.common_pb2 import ErrorCode
 from quorum_processes import free_ports
@@ -181,6 +186,34 @@ async def test_data_flows_and_describe_names_the_controller_and_the_mode(
     output = await asyncio.to_thread(describe, brokers[0].address)
     assert f"ControllerId: {claim['broker_id']}" in output
     assert "MetadataMode: etcd" in output
+
+
+async def test_the_liveness_stream_names_the_controller_and_fences_nothing(
+    brokers: list[EtcdBrokerProcess], store: str
+) -> None:
+    """Brokers open a BrokerLiveness stream to the controller in both modes; here the
+    active candidate answers it and holds it open, the others name the active one, and a
+    stream's end fences nothing (the lease is the broker's liveness)."""
+    claim = await controller_claim(store)
+    assert claim is not None
+    request = controller_pb2.BrokerLivenessRequest(broker_id=7, broker_epoch=1)
+    for broker in brokers:
+        async with open_channel(broker.address) as channel:
+            call = controller_pb2_grpc.ControllerStub(channel).BrokerLiveness()
+            await call.write(request)
+            reply = await call.read()
+            if broker.node_id == claim["broker_id"]:
+                assert reply.error == ErrorCode.NONE
+            else:
+                assert reply.error == ErrorCode.NOT_CONTROLLER
+                assert (reply.controller_id, reply.controller_address) == (
+                    claim["broker_id"],
+                    claim["address"],
+                )
+            call.cancel()
+    for broker in brokers:
+        assert "broker_liveness" not in broker.log_text()
+    await wait_cluster_ready(brokers)  # nobody fenced
 
 
 async def test_a_coordinator_in_the_etcd_mode_serves_a_consumer_group(

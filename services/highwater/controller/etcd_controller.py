@@ -51,7 +51,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,7 +83,7 @@ from highwater.etcd_metadata.keys import (
     partition_state_value,
 )
 from highwater.etcd_metadata.session import EtcdSession
-from highwater.internal.v1 import broker_metadata_pb2, broker_metadata_pb2_grpc
+from highwater.internal.v1 import broker_metadata_pb2, broker_metadata_pb2_grpc, controller_pb2
 from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import MetadataRecord
@@ -515,6 +515,40 @@ class EtcdController:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             raise AssertionError("unreachable: abort raises") from e
         return await self.call(rpc, request)
+
+    async def broker_liveness(
+        self,
+        requests: AsyncIterator[controller_pb2.BrokerLivenessRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[controller_pb2.BrokerLivenessResponse]:
+        """A broker's ``BrokerLiveness`` stream. In this mode a broker's liveness is its
+        leased ``brokers/ids`` key (ZooKeeper's ephemeral node), so the stream only tells
+        the broker which candidate is the controller: NOT_CONTROLLER naming the active one,
+        or answered once and held open while this candidate stays controller. Its end
+        fences nothing: the lease's expiry does."""
+        if await anext(requests, None) is None:
+            return
+        epoch = self.epoch
+        if not self.is_active or epoch is None:
+            claim = self.active_claim
+            yield controller_pb2.BrokerLivenessResponse(
+                error=ErrorCode.NOT_CONTROLLER,
+                controller_id=claim.broker_id if claim is not None else -1,
+                controller_address=claim.address if claim is not None else "",
+            )
+            return
+        yield controller_pb2.BrokerLivenessResponse(error=ErrorCode.NONE)
+
+        async def drain() -> None:
+            async for _ in requests:
+                pass
+
+        closed = asyncio.ensure_future(drain())
+        try:
+            while not closed.done() and self.is_active and self.epoch == epoch:
+                await asyncio.wait({closed}, timeout=self.settings.tick_interval_ms / 1000)
+        finally:
+            closed.cancel()
 
     def add_servicer(self, server: grpc.aio.Server) -> None:
         from highwater.internal.v1 import controller_pb2_grpc
