@@ -57,6 +57,17 @@ def allow(operation: AclOperation, resource_type: ResourceType, name: str) -> Ac
     )
 
 
+def as_gina(bootstrap: str) -> dict[str, str]:
+    """The client settings of user gina, speaking SASL_PLAINTEXT with SCRAM."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "gina",
+        "sasl.password": "gina-pw",
+    }
+
+
 async def test_group_calls_need_the_groups_acls(tmp_path: Path, secured_process: None) -> None:
     async with running_embedded_server(tmp_path) as server:
         async with AdminClient(server.listen) as admin:
@@ -73,13 +84,7 @@ async def test_group_calls_need_the_groups_acls(tmp_path: Path, secured_process:
                 ]
             ) == [None, None]
             await admin.alter_consumer_group_offsets("theirs", {("t", 0): 5})
-        gina = {
-            "bootstrap.servers": server.listen,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "SCRAM-SHA-256",
-            "sasl.username": "gina",
-            "sasl.password": "gina-pw",
-        }
+        gina = as_gina(server.listen)
         async with AdminClient(gina) as client:
             await client.alter_consumer_group_offsets("mine", {("t", 0): 3})
             assert {
@@ -122,13 +127,7 @@ async def test_listings_leave_out_what_the_caller_may_not_see_without_logging_re
             await admin.alter_user_scram_credentials([("gina", "SCRAM-SHA-256", "gina-pw")])
             await admin.create_acls([allow(AclOperation.DESCRIBE, ResourceType.TOPIC, "t")])
             await admin.alter_consumer_group_offsets("theirs", {("t", 0): 5})
-        gina = {
-            "bootstrap.servers": server.listen,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "SCRAM-SHA-256",
-            "sasl.username": "gina",
-            "sasl.password": "gina-pw",
-        }
+        gina = as_gina(server.listen)
         async with AdminClient(gina) as client:
             assert [t.name for t in await client.list_topics()] == ["t"]
             assert await client.list_consumer_groups() == []

@@ -25,6 +25,22 @@ SHORT_CHAOS_MS = 5000
 about 0.3 s of CPU each. Together with :data:`SUITE_SEEDS` about 15 s of an idle machine."""
 
 
+def run_all(simulations: Iterable[Simulation]) -> int:
+    """Run every schedule; fail with every failure's report, else the acknowledged writes."""
+    failures = []
+    acknowledged = 0
+    for simulation in simulations:
+        try:
+            result = simulation.run()
+        except SimulationFailure as failure:
+            failures.append(str(failure))
+            continue
+        acknowledged += result.acknowledged
+        assert result.attempted > 0 and result.faults
+    assert not failures, "\n\n".join(failures)
+    return acknowledged
+
+
 def first_failure(seeds: Iterable[int]) -> SimulationFailure | None:
     for seed in seeds:
         try:
@@ -35,32 +51,14 @@ def first_failure(seeds: Iterable[int]) -> SimulationFailure | None:
 
 
 def test_schedules_keep_every_invariant() -> None:
-    failures = []
-    acknowledged = 0
-    for seed in SUITE_SEEDS:
-        try:
-            result = Simulation(seed).run()
-        except SimulationFailure as failure:
-            failures.append(str(failure))
-            continue
-        acknowledged += result.acknowledged
-        assert result.attempted > 0 and result.faults
-    assert not failures, "\n\n".join(failures)
+    acknowledged = run_all(Simulation(seed) for seed in SUITE_SEEDS)
     assert acknowledged > 100 * len(SUITE_SEEDS)
 
 
 def test_short_schedules_keep_every_invariant() -> None:
-    failures = []
-    acknowledged = 0
-    for seed in SHORT_SEEDS:
-        try:
-            result = Simulation(seed, Scenario.from_seed(seed, chaos_ms=SHORT_CHAOS_MS)).run()
-        except SimulationFailure as failure:
-            failures.append(str(failure))
-            continue
-        acknowledged += result.acknowledged
-        assert result.attempted > 0 and result.faults
-    assert not failures, "\n\n".join(failures)
+    acknowledged = run_all(
+        Simulation(seed, Scenario.from_seed(seed, chaos_ms=SHORT_CHAOS_MS)) for seed in SHORT_SEEDS
+    )
     assert acknowledged > 20 * len(SHORT_SEEDS)
 
 
