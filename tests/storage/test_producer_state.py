@@ -373,6 +373,26 @@ def build(directory: Path | None) -> ProducerStateManager:
     return m
 
 
+def test_a_snapshot_is_written_only_when_the_state_moved_past_the_last_one(
+    tmp_path: Path,
+) -> None:
+    idle = ProducerStateManager(tmp_path / "idle")
+    (tmp_path / "idle").mkdir()
+    assert idle.take_snapshot() is None  # an empty log: a restart loads the same from nothing
+    m = build(tmp_path)
+    assert m.take_snapshot() == tmp_path / snapshot_file_name(25)
+    (tmp_path / snapshot_file_name(25)).write_bytes(b"stale")  # a second write would replace it
+    assert m.take_snapshot() is None
+    assert (tmp_path / snapshot_file_name(25)).read_bytes() == b"stale"
+    reloaded = ProducerStateManager(tmp_path)
+    m.delete_snapshots_below(26)  # the file is gone: the same state is written again
+    assert m.take_snapshot() == tmp_path / snapshot_file_name(25)
+    assert reloaded.load(0, 25) == 25
+    assert reloaded.take_snapshot() is None  # loaded from the file at its map end
+    append(reloaded, 9, 0, 0)  # at 25
+    assert reloaded.take_snapshot() == tmp_path / snapshot_file_name(26)
+
+
 def test_snapshot_round_trip(tmp_path: Path) -> None:
     m = build(tmp_path)
     path = m.take_snapshot()

@@ -393,6 +393,10 @@ class ProducerStateManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerStateEntry] = {}
         self._map_end_offset = 0
+        # The offset whose state is already what a restart would load (a snapshot file
+        # written or loaded there, or the empty state at the log start that load() falls
+        # back to): take_snapshot() at that offset has nothing new to write.
+        self._durable_offset: int | None = 0
 
     # --- State ---------------------------------------------------------------------------
 
@@ -506,6 +510,7 @@ class ProducerStateManager:
         self._producers.clear()
         self._delete_snapshots(self.snapshot_offsets())
         self._map_end_offset = offset
+        self._durable_offset = offset  # the log starts here now: load() falls back to it
 
     # --- Snapshots -----------------------------------------------------------------------
 
@@ -519,17 +524,24 @@ class ProducerStateManager:
             return None
         path = self.directory / snapshot_file_name(offset)
         write_atomically(path, data)
+        if offset == self._map_end_offset:
+            self._durable_offset = offset
         return path
 
     def take_snapshot(self) -> Path | None:
-        """Write the state at :attr:`map_end_offset` to its snapshot file, atomically.
+        """Write the state at :attr:`map_end_offset` to its snapshot file, atomically,
+        unless a restart would already load this state: a snapshot written or loaded at
+        this offset, or an empty state at the log start (as Kafka's ``takeSnapshot``
+        writes only when the map end moved past the last snapshot). A broker closing a
+        thousand idle partitions then writes nothing for them.
 
-        Returns the file, or None when the manager has no directory.
+        Returns the file written, or None when nothing was (or there is no directory).
         """
-        if self.directory is None:
+        if self.directory is None or self._durable_offset == self._map_end_offset:
             return None
         path = self.directory / snapshot_file_name(self._map_end_offset)
         write_atomically(path, encode_snapshot(self._map_end_offset, self._producers.values()))
+        self._durable_offset = self._map_end_offset
         return path
 
     def snapshot_offsets(self) -> list[int]:
@@ -568,6 +580,7 @@ class ProducerStateManager:
         """
         self._producers.clear()
         self._map_end_offset = log_start_offset
+        self._durable_offset = log_start_offset  # what load() falls back to without a file
         if self.directory is None:
             return log_start_offset
         _remove_temp_files(self.directory)
@@ -585,6 +598,7 @@ class ProducerStateManager:
                 e.producer_id: e for e in entries if e.last_data_offset >= log_start_offset
             }
             self._map_end_offset = offset
+            self._durable_offset = offset
             return offset
         return log_start_offset
 
@@ -603,6 +617,8 @@ class ProducerStateManager:
         for offset in offsets:
             (self.directory / snapshot_file_name(offset)).unlink(missing_ok=True)
             deleted = True
+            if offset == self._durable_offset:
+                self._durable_offset = None
         if deleted:
             # A deleted snapshot that came back after a crash could be at an offset the
             # log reaches again with different records: make the deletion durable.
