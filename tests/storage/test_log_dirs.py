@@ -46,6 +46,32 @@ def test_new_partitions_go_to_the_directory_with_the_fewest(tmp_path: Path) -> N
     manager.shutdown()
 
 
+def test_a_deleted_topics_logs_leave_every_checkpoint_and_a_new_topic_inherits_nothing(
+    tmp_path: Path,
+) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = started(dirs)
+    doomed = [TopicPartition("t", i) for i in range(6)]
+    for tp in doomed:
+        for _ in range(3):
+            manager.get_or_create_log(tp).append_as_leader(make_batch([b"v"]), 0)
+        manager.logs[tp].flush()
+    manager.get_or_create_log(TopicPartition("kept", 0))
+    manager.checkpoint_all()
+    assert manager.delete_logs([*doomed, TopicPartition("never", 0)]) == 6
+    for d in dirs:
+        assert {p.name for p in d.iterdir() if p.is_dir()} <= {"kept-0"}
+        lines = (d / "recovery-point-offset-checkpoint").read_text().splitlines()
+        assert all(not line.startswith("t ") for line in lines[2:])
+    # The topic created again under its name starts empty, after a restart too.
+    manager.get_or_create_log(TopicPartition("t", 0))
+    manager.shutdown()
+    again = started(dirs)
+    recreated = again.logs[TopicPartition("t", 0)]
+    assert (recreated.log_end_offset, recreated.recovery_point) == (0, 0)
+    again.shutdown()
+
+
 def test_each_directory_has_its_identity_lock_and_checkpoints(tmp_path: Path) -> None:
     dirs = [tmp_path / "a", tmp_path / "b"]
     manager = started(dirs)

@@ -522,10 +522,12 @@ class PartitionManager:
                     "leader" if created.is_leader else "follower",
                     registration.leader_epoch,
                 )
-        for tp in [tp for tp in self._unopened if tp not in wanted]:
+        # Removed in one call: the checkpoints are written once, not once per log.
+        gone = [tp for tp in self._unopened if tp not in wanted]
+        for tp in gone:
             del self._unopened[tp]
-            self.log_manager.delete_log(tp)
         for tp in [tp for tp in self._partitions if tp not in wanted]:
             del self._partitions[tp]
-            self.log_manager.delete_log(tp)
+            gone.append(tp)
             log.info("broker %d: %s removed", self.broker_id, tp)
+        self.log_manager.delete_logs(gone)

@@ -50,6 +50,7 @@ import logging
 import os
 import shutil
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -607,10 +608,9 @@ class LogManager:
         online = self.online_dirs
         if not online:
             raise KafkaStorageError("every log directory is offline")
-        counts = {id(d): 0 for d in online}
-        for directory in self._dir_of.values():
-            if id(directory) in counts:
-                counts[id(directory)] += 1
+        if len(online) == 1:
+            return online[0]  # no count needed: creating N logs stays O(N)
+        counts = Counter(map(id, self._dir_of.values()))
         return min(online, key=lambda d: counts[id(d)])
 
     def get_or_create_log(
@@ -689,17 +689,32 @@ class LogManager:
 
     def delete_log(self, tp: TopicPartition) -> bool:
         """Remove ``tp``'s log (its replica left this broker); a log in a failed directory
-        is only forgotten."""
-        if self._offline_logs.pop(tp, None) is not None:
-            self._dir_of.pop(tp, None)
-            return True
-        partition_log = self._logs.pop(tp, None)
-        if partition_log is None:
-            return False
-        directory = self._dir_of.pop(tp)
-        self.guard_dir(directory, partition_log.delete)
-        self.checkpoint_all()
-        return True
+        is only forgotten. False if there was none."""
+        return self.delete_logs([tp]) == 1
+
+    def delete_logs(self, tps: Iterable[TopicPartition]) -> int:
+        """Remove the logs of ``tps`` (a deleted topic's, say), then write the checkpoints
+        once without them, so that a topic created again under the same name cannot
+        inherit their recovery points or high watermarks. Once per call, not per log: a
+        thousand-partition topic is one checkpoint write, not a thousand of a thousand
+        entries each. Returns how many logs there were."""
+        removed = 0
+        online = 0
+        for tp in tps:
+            if self._offline_logs.pop(tp, None) is not None:
+                self._dir_of.pop(tp, None)
+                removed += 1
+                continue
+            partition_log = self._logs.pop(tp, None)
+            if partition_log is None:
+                continue
+            directory = self._dir_of.pop(tp)
+            self.guard_dir(directory, partition_log.delete)
+            removed += 1
+            online += 1
+        if online:
+            self.checkpoint_all()
+        return removed
 
     # -- checkpoints ----------------------------------------------------------------------
 
