@@ -205,3 +205,41 @@ async def test_produce_keeps_its_typed_errors() -> None:
     finally:
         if producer._sender is not None:
             producer._sender.cancel()
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+async def test_a_written_batch_reports_each_record_and_survives_a_raising_callback(
+    compiled: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from highwater.client.producer import producer as producer_module
+
+    if compiled and codec is None:
+        pytest.skip("HIGHWATER_PURE_PYTHON=1: the Python loop is the only one")
+    if not compiled:
+        monkeypatch.setattr(producer_module, "_deliver_records", None)
+    producer = make_producer(4, lane=True, batch_size=16384)
+    seen: list[tuple[Any, ...]] = []
+
+    def report(error: BaseException | None, message: Message) -> None:
+        seen.append(
+            (error, message.key(), message.value(), message.offset(), message.timestamp()[1])
+        )
+        if message.value() == b"bad":
+            raise ValueError("a caller's bug")
+
+    try:
+        for value in (b"one", b"bad", b"skip", b"three"):
+            producer.produce("a", value, b"k", 1, None, 50, None if value == b"skip" else report)
+        (batch,) = producer._queues["a", 1].batches
+        with caplog.at_level("ERROR"):
+            producer._succeed(batch, 10, -1)
+        assert seen == [
+            (None, b"k", b"one", 10, 50),
+            (None, b"k", b"bad", 11, 50),
+            (None, b"k", b"three", 13, 50),
+        ]
+        assert "a delivery callback of" in caplog.text and "a caller's bug" in caplog.text
+        assert len(producer) == 0
+    finally:
+        if producer._sender is not None:
+            producer._sender.cancel()

@@ -2082,6 +2082,82 @@ done:
 }
 
 /* ---------------------------------------------------------------------------------- */
+/* deliver_records: a written batch's delivery callbacks, each with its message.        */
+
+/* deliver_records(records, callbacks, make_message, offset, step, append_time, start) ->
+ * None when every callback from ``start`` on ran, else (index, exception, message) for the
+ * first that raised (the caller logs it and goes on from index + 1). ``records`` holds the
+ * batch's (key, value, headers, timestamp) tuples and ``callbacks`` each one's callback or
+ * None; record i's offset is offset + i * step, its timestamp append_time when that is >= 0. */
+static PyObject *codec_deliver_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "deliver_records(records: list, callbacks: list, "
+                                         "make_message, offset, step, append_time, start)");
+        return NULL;
+    }
+    PyObject *records = args[0], *callbacks = args[1], *make = args[2];
+    int64_t offset, step, append_time, start;
+    if (as_int64(args[3], &offset) < 0 || as_int64(args[4], &step) < 0 ||
+        as_int64(args[5], &append_time) < 0 || as_int64(args[6], &start) < 0 || start < 0) {
+        PyErr_SetString(PyExc_TypeError, "offset, step, append_time and start must be ints");
+        return NULL;
+    }
+    PyObject *append_ts = NULL;
+    if (append_time >= 0 && (append_ts = PyLong_FromLongLong(append_time)) == NULL) return NULL;
+    for (Py_ssize_t i = (Py_ssize_t)start; i < PyList_GET_SIZE(callbacks); i++) {
+        PyObject *callback = PyList_GET_ITEM(callbacks, i);
+        if (callback == Py_None) continue;
+        if (i >= PyList_GET_SIZE(records)) {
+            PyErr_SetString(PyExc_ValueError, "deliver_records: more callbacks than records");
+            Py_XDECREF(append_ts);
+            return NULL;
+        }
+        PyObject *record = PyList_GET_ITEM(records, i);
+        if (!PyTuple_CheckExact(record) || PyTuple_GET_SIZE(record) != 4) {
+            PyErr_SetString(PyExc_TypeError, "deliver_records: a record is not a 4-tuple");
+            Py_XDECREF(append_ts);
+            return NULL;
+        }
+        Py_INCREF(callback); /* a callback may change the lists */
+        Py_INCREF(record);
+        PyObject *offset_obj = PyLong_FromLongLong(offset + (int64_t)i * step);
+        PyObject *message = NULL;
+        if (offset_obj != NULL) {
+            PyObject *fields[5] = {PyTuple_GET_ITEM(record, 0), PyTuple_GET_ITEM(record, 1),
+                                   PyTuple_GET_ITEM(record, 2),
+                                   append_ts != NULL ? append_ts : PyTuple_GET_ITEM(record, 3),
+                                   offset_obj};
+            message = PyObject_Vectorcall(make, fields, 5, NULL);
+            Py_DECREF(offset_obj);
+        }
+        Py_DECREF(record);
+        if (message == NULL) {
+            Py_DECREF(callback);
+            Py_XDECREF(append_ts);
+            return NULL;
+        }
+        PyObject *call_args[2] = {Py_None, message};
+        PyObject *result = PyObject_Vectorcall(callback, call_args, 2, NULL);
+        Py_DECREF(callback);
+        if (result == NULL) {
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            PyErr_NormalizeException(&type, &value, &traceback);
+            if (traceback != NULL && value != NULL) PyException_SetTraceback(value, traceback);
+            Py_XDECREF(type);
+            Py_XDECREF(traceback);
+            Py_XDECREF(append_ts);
+            PyObject *failed = Py_BuildValue("(nNN)", i, value ? value : Py_NewRef(Py_None), message);
+            return failed;
+        }
+        Py_DECREF(result);
+        Py_DECREF(message);
+    }
+    Py_XDECREF(append_ts);
+    Py_RETURN_NONE;
+}
+
+/* ---------------------------------------------------------------------------------- */
 /* ProduceLane: AsyncProducer.produce()'s common case in one call.                      */
 /*                                                                                      */
 /* A record of bytes (or None) without headers, for a topic with metadata, whose          */
@@ -2546,6 +2622,9 @@ static PyMethodDef codec_methods[] = {
     {"murmur2", codec_murmur2, METH_O, "murmur2(data) -> int (signed int32)"},
     {"encode_rows", (PyCFunction)(void (*)(void))codec_encode_rows, METH_FASTCALL,
      "encode_rows(keys, values, rows, start, max_bytes) -> (records, next)"},
+    {"deliver_records", (PyCFunction)(void (*)(void))codec_deliver_records, METH_FASTCALL,
+     "deliver_records(records, callbacks, make_message, offset, step, append_time, start) -> "
+     "None, or (index, exception, message) of the first callback that raised"},
     {"binary_column", (PyCFunction)(void (*)(void))codec_binary_column, METH_FASTCALL,
      "binary_column(validity, offsets, data, length) -> the rows as bytes (None: null)"},
     {"partition_rows", (PyCFunction)(void (*)(void))codec_partition_rows, METH_FASTCALL,

@@ -122,6 +122,10 @@ log = logging.getLogger(__name__)
 _time_ns = time.time_ns
 
 _ProduceLane: Callable[..., Any] | None = None if codec is None else codec.ProduceLane
+_deliver_records: Callable[..., tuple[int, BaseException, Message] | None] | None = (
+    None if codec is None else codec.deliver_records
+)
+"""The delivery callbacks' loop of a written batch in C, None on the pure-Python paths."""
 """The compiled ``produce()`` (``highwater.records._codec.ProduceLane``), None when the
 pure-Python paths serve (``HIGHWATER_PURE_PYTHON=1``)."""
 
@@ -840,6 +844,25 @@ class AsyncProducer:
             self._delivered_some(batch.count)
             return
         make_message = self._message_factory(topic, partition, timestamp_type)
+        if _deliver_records is not None:  # the loop below, in C
+            start = 0
+            append_time = log_append_time if appended else -1
+            while failed := _deliver_records(
+                batch.builder.records,
+                batch.callbacks,
+                make_message,
+                offset,
+                step,
+                append_time,
+                start,
+            ):
+                index, error, message = failed
+                if not isinstance(error, Exception):
+                    raise error
+                log.error("a delivery callback of %s raised", message, exc_info=error)
+                start = index + 1
+            self._delivered_some(batch.count)
+            return
         for (key, value, headers, timestamp), on_delivery in zip(
             batch.builder.records, batch.callbacks, strict=True
         ):
