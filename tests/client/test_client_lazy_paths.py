@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 from highwater.client.consumer import AsyncConsumer, MessageBatch, TopicPartition
 from highwater.client.consumer.fetcher import PartitionState
+from highwater.client.consumer.message_batch import pure_binary_column
 from highwater.client.message import Message
 from highwater.errors import CorruptRecordError
 from highwater.records import Compression, SimpleRecord, TimestampType, build_batch
 from highwater.records.columnar import PureRecordColumns, RecordColumns, finish_columns
 from highwater.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
+from highwater.records.implementation import codec
 from highwater.v1 import broker_pb2 as pb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -190,3 +192,39 @@ async def test_consume_batches_returns_what_consume_returns_in_views() -> None:
             outcomes.append(([g if not e else g[:7] for g, e in got], positions))
     assert outcomes[0] == outcomes[1]
     assert len(outcomes[0][0]) == 16 + 1 + 20
+
+
+@st.composite
+def binary_columns(draw: st.DrawFn) -> tuple[bytes, memoryview, bytes, int]:
+    """An Arrow binary column as the decoder writes it: validity bits, offsets, data."""
+    rows = draw(st.lists(st.none() | st.binary(max_size=12), max_size=40))
+    bits = sum(1 << row for row, value in enumerate(rows) if value is not None)
+    validity = bits.to_bytes((len(rows) + 7) // 8, "little")
+    offsets = [0]
+    for value in rows:
+        offsets.append(offsets[-1] + len(value or b""))
+    data = b"".join(value or b"" for value in rows)
+    packed = memoryview(struct.pack(f"{len(offsets)}i", *offsets)).cast("i")
+    return validity, packed, data, draw(st.integers(0, len(rows)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(binary_columns())
+def test_a_binary_column_is_sliced_as_the_reference_slices_it(
+    column: tuple[bytes, memoryview, bytes, int],
+) -> None:
+    validity, offsets, data, length = column
+    expected = pure_binary_column(validity, offsets, data, length)
+    assert len(expected) == length
+    if codec is not None:
+        assert codec.binary_column(validity, offsets, data, length) == expected
+
+
+@pytest.mark.skipif(codec is None, reason="HIGHWATER_PURE_PYTHON=1: no compiled slicer")
+def test_the_compiled_slicer_reads_nothing_past_its_buffers() -> None:
+    offsets = memoryview(struct.pack("3i", 0, 2, 5)).cast("i")
+    assert codec.binary_column(b"\x03", offsets, b"abcde", 2) == [b"ab", b"cde"]
+    with pytest.raises(ValueError, match="offset outside the data"):
+        codec.binary_column(b"\x03", offsets, b"abc", 2)
+    with pytest.raises(ValueError, match="fewer offsets than rows"):
+        codec.binary_column(b"\x07", offsets, b"abcde", 3)

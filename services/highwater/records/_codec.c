@@ -19,6 +19,7 @@
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <nmmintrin.h>
@@ -2015,6 +2016,536 @@ finally:
 }
 
 /* ---------------------------------------------------------------------------------- */
+/* binary_column: the rows of an Arrow binary column as a list of bytes (None: null).   */
+
+/* binary_column(validity, offsets, data, length) -> list: the first ``length`` rows; row i
+ * is data[offsets[i]:offsets[i + 1]] (int32 offsets, native order), None where its bit of
+ * ``validity`` is clear (or beyond it). Offsets outside ``data`` are a ValueError. */
+static PyObject *codec_binary_column(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "binary_column(validity, offsets, data, length)");
+        return NULL;
+    }
+    Py_ssize_t length = PyLong_AsSsize_t(args[3]);
+    if (length == -1 && PyErr_Occurred()) return NULL;
+    if (length < 0) {
+        PyErr_SetString(PyExc_ValueError, "length must be >= 0");
+        return NULL;
+    }
+    Py_buffer validity, offsets, data;
+    if (PyObject_GetBuffer(args[0], &validity, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &offsets, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&validity);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &data, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&validity);
+        PyBuffer_Release(&offsets);
+        return NULL;
+    }
+    PyObject *rows = NULL;
+    if (length > 0 && offsets.len / 4 < length + 1) {
+        PyErr_SetString(PyExc_ValueError, "binary_column: fewer offsets than rows");
+        goto done;
+    }
+    rows = PyList_New(length);
+    if (rows == NULL) goto done;
+    const uint8_t *bits = validity.buf, *bytes = data.buf;
+    const char *offs = offsets.buf;
+    for (Py_ssize_t row = 0; row < length; row++) {
+        PyObject *item;
+        if (row >> 3 >= validity.len || !(bits[row >> 3] >> (row & 7) & 1)) {
+            item = Py_None;
+            Py_INCREF(item);
+        } else {
+            int32_t start, end;
+            memcpy(&start, offs + row * 4, 4);
+            memcpy(&end, offs + row * 4 + 4, 4);
+            if (start < 0 || end < start || end > data.len) {
+                PyErr_SetString(PyExc_ValueError, "binary_column: an offset outside the data");
+                Py_CLEAR(rows);
+                goto done;
+            }
+            item = PyBytes_FromStringAndSize((const char *)bytes + start, end - start);
+            if (item == NULL) {
+                Py_CLEAR(rows);
+                goto done;
+            }
+        }
+        PyList_SET_ITEM(rows, row, item);
+    }
+done:
+    PyBuffer_Release(&validity);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&data);
+    return rows;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* deliver_records: a written batch's delivery callbacks, each with its message.        */
+
+/* deliver_records(records, callbacks, make_message, offset, step, append_time, start) ->
+ * None when every callback from ``start`` on ran, else (index, exception, message) for the
+ * first that raised (the caller logs it and goes on from index + 1). ``records`` holds the
+ * batch's (key, value, headers, timestamp) tuples and ``callbacks`` each one's callback or
+ * None; record i's offset is offset + i * step, its timestamp append_time when that is >= 0. */
+static PyObject *codec_deliver_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "deliver_records(records: list, callbacks: list, "
+                                         "make_message, offset, step, append_time, start)");
+        return NULL;
+    }
+    PyObject *records = args[0], *callbacks = args[1], *make = args[2];
+    int64_t offset, step, append_time, start;
+    if (as_int64(args[3], &offset) < 0 || as_int64(args[4], &step) < 0 ||
+        as_int64(args[5], &append_time) < 0 || as_int64(args[6], &start) < 0 || start < 0) {
+        PyErr_SetString(PyExc_TypeError, "offset, step, append_time and start must be ints");
+        return NULL;
+    }
+    PyObject *append_ts = NULL;
+    if (append_time >= 0 && (append_ts = PyLong_FromLongLong(append_time)) == NULL) return NULL;
+    for (Py_ssize_t i = (Py_ssize_t)start; i < PyList_GET_SIZE(callbacks); i++) {
+        PyObject *callback = PyList_GET_ITEM(callbacks, i);
+        if (callback == Py_None) continue;
+        if (i >= PyList_GET_SIZE(records)) {
+            PyErr_SetString(PyExc_ValueError, "deliver_records: more callbacks than records");
+            Py_XDECREF(append_ts);
+            return NULL;
+        }
+        PyObject *record = PyList_GET_ITEM(records, i);
+        if (!PyTuple_CheckExact(record) || PyTuple_GET_SIZE(record) != 4) {
+            PyErr_SetString(PyExc_TypeError, "deliver_records: a record is not a 4-tuple");
+            Py_XDECREF(append_ts);
+            return NULL;
+        }
+        Py_INCREF(callback); /* a callback may change the lists */
+        Py_INCREF(record);
+        PyObject *offset_obj = PyLong_FromLongLong(offset + (int64_t)i * step);
+        PyObject *message = NULL;
+        if (offset_obj != NULL) {
+            PyObject *fields[5] = {PyTuple_GET_ITEM(record, 0), PyTuple_GET_ITEM(record, 1),
+                                   PyTuple_GET_ITEM(record, 2),
+                                   append_ts != NULL ? append_ts : PyTuple_GET_ITEM(record, 3),
+                                   offset_obj};
+            message = PyObject_Vectorcall(make, fields, 5, NULL);
+            Py_DECREF(offset_obj);
+        }
+        Py_DECREF(record);
+        if (message == NULL) {
+            Py_DECREF(callback);
+            Py_XDECREF(append_ts);
+            return NULL;
+        }
+        PyObject *call_args[2] = {Py_None, message};
+        PyObject *result = PyObject_Vectorcall(callback, call_args, 2, NULL);
+        Py_DECREF(callback);
+        if (result == NULL) {
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            PyErr_NormalizeException(&type, &value, &traceback);
+            if (traceback != NULL && value != NULL) PyException_SetTraceback(value, traceback);
+            Py_XDECREF(type);
+            Py_XDECREF(traceback);
+            Py_XDECREF(append_ts);
+            PyObject *failed = Py_BuildValue("(nNN)", i, value ? value : Py_NewRef(Py_None), message);
+            return failed;
+        }
+        Py_DECREF(result);
+        Py_DECREF(message);
+    }
+    Py_XDECREF(append_ts);
+    Py_RETURN_NONE;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* ProduceLane: AsyncProducer.produce()'s common case in one call.                      */
+/*                                                                                      */
+/* A record of bytes (or None) without headers, for a topic with metadata, whose          */
+/* partition (the named one, the sticky one, or murmur2 of its key) has an open batch:    */
+/* the checks, the partition's choice, the append into the batch's builder with its size   */
+/* bookkeeping, the batch's close at batch.size, the sticky partitioner's byte count and   */
+/* the record's DeliveryHandle, all here, on the producer's own attributes (its __dict__)  */
+/* and the dataclasses' slots. Anything else returns None, and the Python path runs, which */
+/* raises the typed errors: nothing has changed then.                                     */
+
+enum { PB_BUILDER, PB_CALLBACKS, PB_HAS_CALLBACKS, PB_CLOSED, PB_SLOTS };
+static const char *pbatch_slot_names[PB_SLOTS] = {"builder", "callbacks", "has_callbacks",
+                                                  "closed"};
+enum { PQ_BATCHES, PQ_SLOTS };
+static const char *pqueue_slot_names[PQ_SLOTS] = {"batches"};
+enum { SC_INFO, SC_PARTITION, SC_QUEUE, SC_THRESHOLD, SC_UNREPORTED, SC_SLOTS };
+static const char *choice_slot_names[SC_SLOTS] = {"info", "partition", "queue", "threshold",
+                                                  "unreported"};
+enum { DH_BATCH, DH_ERROR, DH_FUTURE, DH_INDEX, DH_SLOTS };
+static const char *handle_slot_names[DH_SLOTS] = {"_batch", "_error", "_future", "_index"};
+
+enum {
+    PA_TRACING, PA_FATAL, PA_CLOSED, PA_WAITING, PA_STICKY_CHOICES, PA_TOPICS, PA_QUEUES,
+    PA_IGNORE_KEYS, PA_BATCH_SIZE, PA_PENDING, PA_WAKEUP, PA_STICKY, PA_COUNT
+};
+static const char *producer_attr_names[PA_COUNT] = {
+    "_tracing", "_fatal", "_closed", "_waiting", "_sticky_choices", "_topics", "_queues",
+    "_ignore_keys", "_batch_size", "_pending", "_wakeup", "_sticky"};
+static PyObject *producer_attrs[PA_COUNT]; /* interned names */
+static PyObject *s_num_partitions, *s_set, *s_on_produced;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *attrs;    /* the producer's __dict__ */
+    PyObject *fallback; /* the Python produce(), bound: every call the lane does not take */
+    PyTypeObject *types[4]; /* ProducerBatch, PartitionQueue, StickyChoice, DeliveryHandle */
+    Py_ssize_t batch_off[PB_SLOTS], queue_off[PQ_SLOTS], choice_off[SC_SLOTS],
+        handle_off[DH_SLOTS];
+    vectorcallfunc vectorcall;
+} ProduceLaneObject;
+
+static PyTypeObject ProduceLaneType;
+
+static inline PyObject *at(PyObject *obj, Py_ssize_t offset) { /* borrowed, may be NULL */
+    return *(PyObject **)((char *)obj + offset);
+}
+
+static int resolve_slots(PyTypeObject *cls, const char **names, int n, Py_ssize_t *offsets) {
+    for (int i = 0; i < n; i++) {
+        PyObject *name = PyUnicode_FromString(names[i]);
+        if (name == NULL) return -1;
+        int failed = slot_offset(cls, name, &offsets[i]);
+        Py_DECREF(name);
+        if (failed) return -1;
+    }
+    return 0;
+}
+
+static PyObject *lane_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+static PyObject *produce_arg_names[7]; /* interned: topic, value, ... on_delivery */
+
+static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *attrs, *fallback;
+    PyTypeObject *bt, *qt, *ct, *ht;
+    static char *kwlist[] = {"attrs",       "batch_type", "queue_type", "choice_type",
+                             "handle_type", "fallback",   NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O!O!O:ProduceLane", kwlist, &PyDict_Type,
+                                     &attrs, &PyType_Type, &bt, &PyType_Type, &qt, &PyType_Type,
+                                     &ct, &PyType_Type, &ht, &fallback))
+        return NULL;
+    if (!PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "fallback must be callable");
+        return NULL;
+    }
+    if (builder_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ProduceLane needs bind(builder_type=...) first");
+        return NULL;
+    }
+    ProduceLaneObject *self = (ProduceLaneObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    if (resolve_slots(bt, pbatch_slot_names, PB_SLOTS, self->batch_off) < 0 ||
+        resolve_slots(qt, pqueue_slot_names, PQ_SLOTS, self->queue_off) < 0 ||
+        resolve_slots(ct, choice_slot_names, SC_SLOTS, self->choice_off) < 0 ||
+        resolve_slots(ht, handle_slot_names, DH_SLOTS, self->handle_off) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(attrs);
+    self->attrs = attrs;
+    Py_INCREF(fallback);
+    self->fallback = fallback;
+    PyTypeObject *types[4] = {bt, qt, ct, ht};
+    for (int i = 0; i < 4; i++) {
+        Py_INCREF(types[i]);
+        self->types[i] = types[i];
+    }
+    self->vectorcall = lane_call;
+    return (PyObject *)self;
+}
+
+static int lane_traverse(ProduceLaneObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->attrs);
+    Py_VISIT(self->fallback);
+    for (int i = 0; i < 4; i++) Py_VISIT(self->types[i]);
+    return 0;
+}
+
+static int lane_clear(ProduceLaneObject *self) {
+    Py_CLEAR(self->attrs);
+    Py_CLEAR(self->fallback);
+    for (int i = 0; i < 4; i++) Py_CLEAR(self->types[i]);
+    return 0;
+}
+
+static void lane_dealloc(ProduceLaneObject *self) {
+    PyObject_GC_UnTrack(self);
+    lane_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The producer's attribute ``i`` (borrowed), NULL when absent or on an error. */
+static inline PyObject *producer_attr(ProduceLaneObject *self, int i) {
+    return PyDict_GetItemWithError(self->attrs, producer_attrs[i]);
+}
+
+#define GENERAL_PATH()                                                                     \
+    do {                                                                                   \
+        if (PyErr_Occurred()) goto fail;                                                   \
+        result = Py_None;                                                                  \
+        Py_INCREF(result);                                                                 \
+        goto done;                                                                         \
+    } while (0)
+
+/* The record of produce()'s seven arguments placed: its DeliveryHandle (True when none is
+ * wanted), or None when the Python path must take it (nothing changed then). */
+static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int want_handle) {
+    PyObject *topic = args[0], *value = args[1], *key = args[2], *partition = args[3];
+    PyObject *headers = args[4], *timestamp = args[5], *on_delivery = args[6];
+    PyObject *result = NULL, *batch = NULL, *partition_obj = NULL, *record = NULL;
+    PyObject *ts_obj = NULL, *pending_obj = NULL, *handle = NULL, *index_obj = NULL;
+    PyObject *choice = NULL, *q = NULL, *o;
+
+    if (headers != Py_None || !PyUnicode_CheckExact(topic) || PyUnicode_GET_LENGTH(topic) == 0 ||
+        (value != Py_None && !PyBytes_CheckExact(value)) ||
+        (key != Py_None && !PyBytes_CheckExact(key)))
+        GENERAL_PATH();
+    if (producer_attr(self, PA_TRACING) != Py_None || producer_attr(self, PA_FATAL) != Py_None ||
+        producer_attr(self, PA_CLOSED) != Py_False)
+        GENERAL_PATH();
+    PyObject *waiting = producer_attr(self, PA_WAITING), *topics = producer_attr(self, PA_TOPICS);
+    PyObject *queues = producer_attr(self, PA_QUEUES);
+    if (waiting == NULL || topics == NULL || queues == NULL || !PyDict_CheckExact(waiting) ||
+        !PyDict_CheckExact(topics) || !PyDict_CheckExact(queues))
+        GENERAL_PATH();
+    int contained = PyDict_Contains(waiting, topic);
+    if (contained != 0) GENERAL_PATH();
+    PyObject *info = PyDict_GetItemWithError(topics, topic);
+    if (info == NULL) GENERAL_PATH();
+
+    int64_t requested = -1;
+    if (partition != Py_None) {
+        if (!PyLong_CheckExact(partition) || as_int64(partition, &requested) < 0) GENERAL_PATH();
+    }
+    if (requested < 0) {
+        o = producer_attr(self, PA_IGNORE_KEYS);
+        if (o == NULL) GENERAL_PATH();
+        int ignore_keys = PyObject_IsTrue(o);
+        if (ignore_keys < 0) goto fail;
+        if (key == Py_None || ignore_keys) {
+            PyObject *choices = producer_attr(self, PA_STICKY_CHOICES);
+            if (choices == NULL || !PyDict_CheckExact(choices)) GENERAL_PATH();
+            PyObject *found = PyDict_GetItemWithError(choices, topic);
+            if (found == NULL || !Py_IS_TYPE(found, self->types[2]) ||
+                at(found, self->choice_off[SC_INFO]) != info)
+                GENERAL_PATH();
+            choice = found; /* held: the partitioner's report below may drop the dict's */
+            Py_INCREF(choice);
+            q = at(choice, self->choice_off[SC_QUEUE]);
+        } else { /* Kafka's partitionForKey: murmur2 of the key over all partitions */
+            o = PyObject_GetAttr(info, s_num_partitions);
+            if (o == NULL) goto fail;
+            int64_t n;
+            int bad = as_int64(o, &n);
+            Py_DECREF(o);
+            if (bad < 0 || n < 1) GENERAL_PATH();
+            uint32_t h = murmur2_of((const uint8_t *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
+            partition_obj = PyLong_FromLongLong((long long)((h & 0x7fffffffu) % (uint64_t)n));
+            if (partition_obj == NULL) goto fail;
+        }
+    } else {
+        partition_obj = partition;
+        Py_INCREF(partition_obj);
+    }
+    if (partition_obj != NULL) {
+        PyObject *queue_key = PyTuple_Pack(2, topic, partition_obj);
+        if (queue_key == NULL) goto fail;
+        q = PyDict_GetItemWithError(queues, queue_key);
+        Py_DECREF(queue_key);
+    }
+    if (q == NULL || !Py_IS_TYPE(q, self->types[1])) GENERAL_PATH();
+    PyObject *batches = at(q, self->queue_off[PQ_BATCHES]);
+    if (batches == NULL) GENERAL_PATH();
+    Py_ssize_t nbatches = PyObject_Length(batches);
+    if (nbatches <= 0) GENERAL_PATH();
+    batch = PySequence_GetItem(batches, nbatches - 1);
+    if (batch == NULL) goto fail;
+    if (!Py_IS_TYPE(batch, self->types[0]) || at(batch, self->batch_off[PB_CLOSED]) != Py_False)
+        GENERAL_PATH();
+    PyObject *builder = at(batch, self->batch_off[PB_BUILDER]);
+    PyObject *callbacks = at(batch, self->batch_off[PB_CALLBACKS]);
+    if (builder == NULL || callbacks == NULL || !PyList_CheckExact(callbacks)) GENERAL_PATH();
+    PyObject *pending = producer_attr(self, PA_PENDING), *batch_size_obj;
+    int64_t pending_count, batch_size;
+    if (pending == NULL || as_int64(pending, &pending_count) < 0 ||
+        (batch_size_obj = producer_attr(self, PA_BATCH_SIZE)) == NULL ||
+        as_int64(batch_size_obj, &batch_size) < 0)
+        GENERAL_PATH();
+
+    /* timestamp or time.time_ns() // 1_000_000 */
+    int64_t ts = 0;
+    if (timestamp != Py_None) {
+        if (!PyLong_CheckExact(timestamp)) GENERAL_PATH();
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
+        if (v == -1 && PyErr_Occurred()) goto fail;
+        if (overflow || v != 0) {
+            ts_obj = timestamp; /* the builder checks its range */
+            Py_INCREF(ts_obj);
+        }
+    }
+    if (ts_obj == NULL) {
+        struct timespec now;
+        if (clock_gettime(CLOCK_REALTIME, &now) != 0) GENERAL_PATH();
+        ts = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+        ts_obj = PyLong_FromLongLong(ts);
+        if (ts_obj == NULL) goto fail;
+    }
+    /* What may fail is made before the append, so a record is appended with its handle. */
+    pending_obj = PyLong_FromLongLong(pending_count + 1);
+    index_obj = PyLong_FromSsize_t(PyList_GET_SIZE(callbacks));
+    if (pending_obj == NULL || index_obj == NULL) goto fail;
+    if (want_handle) {
+        PyTypeObject *ht = self->types[3];
+        handle = ht->tp_alloc(ht, 0);
+        if (handle == NULL) goto fail;
+        set_slot(handle, self->handle_off[DH_BATCH], batch);
+        set_slot(handle, self->handle_off[DH_INDEX], index_obj);
+        set_slot(handle, self->handle_off[DH_FUTURE], Py_None);
+        set_slot(handle, self->handle_off[DH_ERROR], Py_None);
+    }
+    record = PyTuple_Pack(4, key, value, empty_tuple, ts_obj);
+    if (record == NULL) goto fail;
+    if (PyList_Append(callbacks, on_delivery) < 0) goto fail;
+    Py_ssize_t size = builder_append(builder, record);
+    if (size <= 0) { /* does not fit, or not one the compiled append takes */
+        Py_ssize_t n = PyList_GET_SIZE(callbacks);
+        if (PyList_SetSlice(callbacks, n - 1, n, NULL) < 0 || size == -2) goto fail;
+        GENERAL_PATH();
+    }
+    if (PyDict_SetItem(self->attrs, producer_attrs[PA_PENDING], pending_obj) < 0) goto fail;
+    if (on_delivery != Py_None) set_slot(batch, self->batch_off[PB_HAS_CALLBACKS], Py_True);
+    int64_t total;
+    if (as_int64(slot_get(builder, B_SIZE), &total) == 0 && total >= batch_size) {
+        set_slot(batch, self->batch_off[PB_CLOSED], Py_True);
+        PyObject *wakeup = producer_attr(self, PA_WAKEUP);
+        if (wakeup == NULL) goto fail_after;
+        o = PyObject_CallMethodNoArgs(wakeup, s_set);
+        if (o == NULL) goto fail_after;
+        Py_DECREF(o);
+    }
+    if (choice != NULL) {
+        int64_t unreported, threshold;
+        if (as_int64(at(choice, self->choice_off[SC_UNREPORTED]), &unreported) < 0 ||
+            as_int64(at(choice, self->choice_off[SC_THRESHOLD]), &threshold) < 0) {
+            PyErr_SetString(PyExc_TypeError, "a StickyChoice's counts must be ints");
+            goto fail_after;
+        }
+        unreported += size;
+        o = PyLong_FromLongLong(unreported);
+        if (o == NULL) goto fail_after;
+        set_slot(choice, self->choice_off[SC_UNREPORTED], o);
+        if (unreported >= threshold) {
+            PyObject *sticky = producer_attr(self, PA_STICKY);
+            PyObject *choices = producer_attr(self, PA_STICKY_CHOICES);
+            if (sticky == NULL || choices == NULL) {
+                Py_DECREF(o);
+                goto fail_after;
+            }
+            PyObject *report = PyObject_CallMethodObjArgs(
+                sticky, s_on_produced, topic, at(choice, self->choice_off[SC_PARTITION]), o, NULL);
+            Py_DECREF(o);
+            if (report == NULL) goto fail_after;
+            Py_DECREF(report);
+            if (PyDict_DelItem(choices, topic) < 0) goto fail_after;
+        } else {
+            Py_DECREF(o);
+        }
+    }
+    if (handle != NULL) {
+        result = handle;
+        handle = NULL;
+    } else {
+        result = Py_True;
+        Py_INCREF(result);
+    }
+    goto done;
+fail_after: /* the record is queued: an error now is the caller's, as in the Python path */
+fail:
+    result = NULL;
+done:
+    Py_XDECREF(batch);
+    Py_XDECREF(partition_obj);
+    Py_XDECREF(record);
+    Py_XDECREF(ts_obj);
+    Py_XDECREF(pending_obj);
+    Py_XDECREF(index_obj);
+    Py_XDECREF(handle);
+    Py_XDECREF(choice);
+    return result;
+}
+#undef GENERAL_PATH
+
+/* lane(topic, value=None, key=None, partition=None, headers=None, timestamp=None,
+ * on_delivery=None): produce() itself; the calls it does not take go to the fallback with
+ * their arguments as given (which raises the typed errors). */
+static PyObject *lane_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    ProduceLaneObject *self = (ProduceLaneObject *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *given[7] = {Py_None, Py_None, Py_None, Py_None, Py_None, Py_None, Py_None};
+    int usable = nargs >= 1 && nargs <= 7;
+    for (Py_ssize_t i = 0; usable && i < nargs; i++) given[i] = args[i];
+    if (usable && kwnames != NULL) {
+        Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t k = 0; usable && k < nkw; k++) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+            int found = -1;
+            for (int j = 0; j < 7; j++) {
+                if (name == produce_arg_names[j]) {
+                    found = j;
+                    break;
+                }
+            }
+            if (found < nargs) usable = 0; /* unknown, or given twice: the fallback says so */
+            else given[found] = args[nargs + k];
+        }
+    }
+    if (usable) {
+        PyObject *result = lane_place(self, given, 1);
+        if (result != Py_None) return result;
+        Py_DECREF(result);
+    }
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+/* lane.place(topic, value, key, partition, headers, timestamp, on_delivery): the blocking
+ * producer's way in, without a handle: True when placed, None for the Python path. */
+static PyObject *lane_place_method(PyObject *op, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "place(topic, value, key, partition, headers, "
+                                         "timestamp, on_delivery)");
+        return NULL;
+    }
+    return lane_place((ProduceLaneObject *)op, args, 0);
+}
+
+static PyMethodDef lane_methods[] = {
+    {"place", (PyCFunction)(void (*)(void))lane_place_method, METH_FASTCALL,
+     "place(topic, value, key, partition, headers, timestamp, on_delivery) -> True, or None "
+     "for the Python path (no handle is made)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ProduceLaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "highwater.records._codec.ProduceLane",
+    .tp_basicsize = sizeof(ProduceLaneObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "ProduceLane(attrs, batch_type, queue_type, choice_type, handle_type, fallback): "
+              "AsyncProducer.produce() with its common case in C",
+    .tp_new = lane_new,
+    .tp_dealloc = (destructor)lane_dealloc,
+    .tp_traverse = (traverseproc)lane_traverse,
+    .tp_clear = (inquiry)lane_clear,
+    .tp_vectorcall_offset = offsetof(ProduceLaneObject, vectorcall),
+    .tp_methods = lane_methods,
+    .tp_call = PyVectorcall_Call,
+};
+
+/* ---------------------------------------------------------------------------------- */
 
 /* bind(record_size=..., check_batch=..., header_type=...): the reference functions the
  * compiled ones hand over to, and the BatchHeader type check_batch returns. */
@@ -2091,6 +2622,11 @@ static PyMethodDef codec_methods[] = {
     {"murmur2", codec_murmur2, METH_O, "murmur2(data) -> int (signed int32)"},
     {"encode_rows", (PyCFunction)(void (*)(void))codec_encode_rows, METH_FASTCALL,
      "encode_rows(keys, values, rows, start, max_bytes) -> (records, next)"},
+    {"deliver_records", (PyCFunction)(void (*)(void))codec_deliver_records, METH_FASTCALL,
+     "deliver_records(records, callbacks, make_message, offset, step, append_time, start) -> "
+     "None, or (index, exception, message) of the first callback that raised"},
+    {"binary_column", (PyCFunction)(void (*)(void))codec_binary_column, METH_FASTCALL,
+     "binary_column(validity, offsets, data, length) -> the rows as bytes (None: null)"},
     {"partition_rows", (PyCFunction)(void (*)(void))codec_partition_rows, METH_FASTCALL,
      "partition_rows(keys, num_partitions) -> the rows of each partition, null keys last"},
     {NULL, NULL, 0, NULL},
@@ -2111,6 +2647,19 @@ PyMODINIT_FUNC PyInit__codec(void) {
     if (empty_tuple == NULL) return NULL;
     if (PyType_Ready(&SlotFactoryType) < 0) return NULL;
     if (PyType_Ready(&RecordColumnsType) < 0) return NULL;
+    if (PyType_Ready(&ProduceLaneType) < 0) return NULL;
+    for (int i = 0; i < PA_COUNT; i++)
+        if ((producer_attrs[i] = PyUnicode_InternFromString(producer_attr_names[i])) == NULL)
+            return NULL;
+    static const char *produce_arg_strings[7] = {"topic",   "value",     "key",        "partition",
+                                                 "headers", "timestamp", "on_delivery"};
+    for (int i = 0; i < 7; i++)
+        if ((produce_arg_names[i] = PyUnicode_InternFromString(produce_arg_strings[i])) == NULL)
+            return NULL;
+    if ((s_num_partitions = PyUnicode_InternFromString("num_partitions")) == NULL ||
+        (s_set = PyUnicode_InternFromString("set")) == NULL ||
+        (s_on_produced = PyUnicode_InternFromString("on_produced")) == NULL)
+        return NULL;
     PyObject *m = PyModule_Create(&codec_module);
     if (m == NULL) return NULL;
     Py_INCREF(&SlotFactoryType);
@@ -2122,6 +2671,12 @@ PyMODINIT_FUNC PyInit__codec(void) {
     Py_INCREF(&RecordColumnsType);
     if (PyModule_AddObject(m, "RecordColumns", (PyObject *)&RecordColumnsType) < 0) {
         Py_DECREF(&RecordColumnsType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&ProduceLaneType);
+    if (PyModule_AddObject(m, "ProduceLane", (PyObject *)&ProduceLaneType) < 0) {
+        Py_DECREF(&ProduceLaneType);
         Py_DECREF(m);
         return NULL;
     }

@@ -106,6 +106,7 @@ from highwater.errors import AuthenticationError, HighwaterError
 from highwater.records import BATCH_HEADER_SIZE, RecordBatchBuilder
 from highwater.records.batch import append_fields
 from highwater.records.columnar import encode_rows, partition_rows
+from highwater.records.implementation import codec
 from highwater.records.partitioner import StickyPartitioner, choose_partition
 from highwater.records.record import RecordFields
 from highwater.telemetry.configure import tracing_enabled
@@ -119,6 +120,14 @@ log = logging.getLogger(__name__)
 
 
 _time_ns = time.time_ns
+
+_ProduceLane: Callable[..., Any] | None = None if codec is None else codec.ProduceLane
+_deliver_records: Callable[..., tuple[int, BaseException, Message] | None] | None = (
+    None if codec is None else codec.deliver_records
+)
+"""The delivery callbacks' loop of a written batch in C, None on the pure-Python paths."""
+"""The compiled ``produce()`` (``highwater.records._codec.ProduceLane``), None when the
+pure-Python paths serve (``HIGHWATER_PURE_PYTHON=1``)."""
 
 _Handle: TypeAlias = "DeliveryHandle | None"
 """A record's handle, or None for a record produced without one (the blocking producer)."""
@@ -188,6 +197,18 @@ class AsyncProducer:
         self._metrics = CLIENT_METRICS
         self._tracing = ProducerTracing() if tracing_enabled() else None
         """``send`` spans, when a tracer provider is installed (checked once, here)."""
+        self._lane: Any = None
+        """The compiled ``produce()`` (see :meth:`produce`), or None."""
+        if _ProduceLane is not None and type(self).produce is AsyncProducer.produce:
+            self._lane = _ProduceLane(
+                self.__dict__,
+                ProducerBatch,
+                PartitionQueue,
+                StickyChoice,
+                DeliveryHandle,
+                self.produce,  # the calls it does not take
+            )
+            self.__dict__["produce"] = self._lane
 
     # --- public API -----------------------------------------------------------------------
 
@@ -223,6 +244,14 @@ class AsyncProducer:
         means now. ``on_delivery(err, msg)`` is called once the record is written (``err``
         None) or failed for good. Raises :class:`ProducerClosedError` after :meth:`close`
         and TypeError for keys or values that are not str or bytes.
+
+        With the compiled codec, an instance's ``produce`` is ``highwater.records._codec.
+        ProduceLane``, this method in C as librdkafka's ``produce()`` is: a record of bytes
+        without headers whose partition (named, sticky, or murmur2 of its key) has an open
+        batch is checked, placed, appended with the batch's size bookkeeping and given its
+        handle in that one call, as ``_enqueue``'s fast lane does in Python (the reference,
+        ``HIGHWATER_PURE_PYTHON=1``); every other call comes here with its arguments as
+        given, so the errors are this method's.
         """
         handle = DeliveryHandle()
         self._enqueue(topic, value, key, partition, headers, timestamp, on_delivery, handle)
@@ -815,6 +844,25 @@ class AsyncProducer:
             self._delivered_some(batch.count)
             return
         make_message = self._message_factory(topic, partition, timestamp_type)
+        if _deliver_records is not None:  # the loop below, in C
+            start = 0
+            append_time = log_append_time if appended else -1
+            while failed := _deliver_records(
+                batch.builder.records,
+                batch.callbacks,
+                make_message,
+                offset,
+                step,
+                append_time,
+                start,
+            ):
+                index, error, message = failed
+                if not isinstance(error, Exception):
+                    raise error
+                log.error("a delivery callback of %s raised", message, exc_info=error)
+                start = index + 1
+            self._delivered_some(batch.count)
+            return
         for (key, value, headers, timestamp), on_delivery in zip(
             batch.builder.records, batch.callbacks, strict=True
         ):
@@ -1196,8 +1244,15 @@ class Producer:
         """On the loop: give the queued records to the async producer, in order."""
         with self._handover_lock:
             records, self._handover = self._handover, []
+        lane = self._producer._lane
         for topic, value, key, partition, headers, timestamp, report in records:
             forward = None if report is None else functools.partial(self._forward, report)
+            if (
+                lane is not None
+                and lane.place(topic, value, key, partition, headers, timestamp, forward)
+                is not None
+            ):
+                continue
             try:
                 self._producer._enqueue(
                     topic, value, key, partition, headers, timestamp, forward, None

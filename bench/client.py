@@ -1,0 +1,125 @@
+"""The broker suite's client rows alone: the Python producer and consumer against real brokers.
+
+``python -m bench.client`` starts what the broker suite starts (one controller and one
+broker, then three brokers for RF 3 with acks=all) and runs the suite's own client loops
+from :mod:`bench.broker` (``produce_with_client``, ``consume_with_client``): the producer
+with a delivery callback per record and with per-batch reports, the consumer's
+``consume()`` and ``consume_batches()``, each ``--trials`` times, the median kept. Beside
+records/s it gives this process's CPU time per record (``time.process_time``: the gRPC
+threads included, the brokers not), which the machine's load changes far less than wall
+time. ``--profile`` adds a cProfile table of each loop (compiled codec). It takes a few
+minutes where the whole broker suite takes twenty; the figures go to docs/benchmarks.md by
+hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from bench._highwater_cluster import HighwaterCluster, highwater_cluster
+from bench.broker import (
+    TOPIC,
+    consume_with_client,
+    create_topic,
+    leader_address,
+    produce_with_client,
+    wait_full_isr,
+)
+from bench.report import hotspots_text
+
+__all__ = ["main"]
+
+Run = Callable[[], Awaitable[object]]
+
+
+async def _measure(label: str, run: Run, records: int, trials: int, profile: bool) -> None:
+    """``run`` ``trials`` times: the median records/s and CPU µs per record, printed."""
+    rates: list[float] = []
+    cpu: list[float] = []
+    for _ in range(trials):
+        wall, started = time.perf_counter(), time.process_time()
+        await run()
+        cpu.append((time.process_time() - started) / records * 1e6)
+        rates.append(records / (time.perf_counter() - wall))
+    print(
+        f"{label}: {statistics.median(rates):,.0f} records/s "
+        f"(trials {', '.join(f'{r:,.0f}' for r in rates)}), "
+        f"{statistics.median(cpu):.2f} CPU µs/record",
+        flush=True,
+    )
+    if profile:
+        profiler = cProfile.Profile(time.process_time)
+        profiler.enable()
+        try:
+            await run()
+        finally:
+            profiler.disable()
+        print(hotspots_text(profiler, top=14), flush=True)
+
+
+async def client_rows(
+    cluster: HighwaterCluster, replication: int, args: argparse.Namespace
+) -> None:
+    """The suite's client loops against one cluster, on a topic made as the suite makes it."""
+    bootstrap = cluster.bootstrap
+    acks = "all" if replication > 1 else "1"
+    config = {"min.insync.replicas": "2"} if replication > 1 else None
+    await create_topic(bootstrap, TOPIC, replication_factor=replication, config=config)
+    await wait_full_isr(await leader_address(cluster, TOPIC), TOPIC, 1, replication)
+    records = args.records
+    for label, run in (
+        (
+            "produce(), a callback per record",
+            lambda: produce_with_client(bootstrap, TOPIC, acks, records),
+        ),
+        (
+            "produce(), on_delivery_batch",
+            lambda: produce_with_client(bootstrap, TOPIC, acks, records, per_batch=True),
+        ),
+        ("consume()", lambda: consume_with_client(bootstrap, TOPIC, records)),
+        (
+            "consume_batches()",
+            lambda: consume_with_client(bootstrap, TOPIC, records, batches=True),
+        ),
+    ):
+        await _measure(f"RF {replication}, {label}", run, records, args.trials, args.profile)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the options, run the rows, print them."""
+    parser = argparse.ArgumentParser(prog="python -m bench.client", description=__doc__)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--replication", type=int, nargs="+", default=[1, 3])
+    parser.add_argument("--profile", action="store_true", help="a cProfile table per loop")
+    parser.add_argument(
+        "--python-produce",
+        action="store_true",
+        help="the producer's produce() in Python (the compiled lane off; the codec stays "
+        "compiled): the before of the C produce(), in the same conditions",
+    )
+    args = parser.parse_args(argv)
+    if args.python_produce:
+        from highwater.client.producer import producer
+
+        producer._ProduceLane = None
+    print(f"load {os.getloadavg()[0]:.1f}; {args.records:,} records of 100 bytes", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-client-") as tmp:
+        for replication in args.replication:
+            root = Path(tmp) / f"rf{replication}"
+            with highwater_cluster(root, replication) as cluster:
+                asyncio.run(client_rows(cluster, replication, args))
+            print(f"load {os.getloadavg()[0]:.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
