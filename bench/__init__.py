@@ -16,7 +16,9 @@ from types import ModuleType
 
 # The order suites run in (and appear in, for a new file); others follow alphabetically.
 SUITE_ORDER = ("storage", "raft", "broker", "replication", "coordinator", "controller", "client")
-_NOT_SUITES = {"report"}
+# Modules that are not suites: client is the broker suite's client rows alone
+# (python -m bench.client).
+_NOT_SUITES = {"report", "client"}
 
 
 def available_suites() -> list[str]:
