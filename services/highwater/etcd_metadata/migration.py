@@ -30,6 +30,7 @@ committed batch is not copied twice: :meth:`MigrationDriver.log_replayed`).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 from collections.abc import Mapping
@@ -37,8 +38,8 @@ from dataclasses import dataclass
 
 from highwater.errors import HighwaterError
 from highwater.etcd_metadata.keys import KeySpace, StateKeys, image_keys, records_from_keys
-from highwater.metadata.image import MetadataImage
-from highwater.metadata.records import MetadataRecord
+from highwater.metadata.image import MetadataImage, MigrationImage
+from highwater.metadata.records import MetadataRecord, MigrationStateRecord
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
@@ -86,6 +87,11 @@ class EtcdSnapshot:
         value = self.keys.get(space.controller_epoch)
         return int(value) if value else 0
 
+    def metadata_offset(self, space: KeySpace) -> int:
+        """etcd mode's image offset (its ``metadata_offset`` counter); -1 if none."""
+        value = self.keys.get(space.metadata_offset)
+        return int(value) if value else -1
+
     def registered_brokers(self, space: KeySpace) -> frozenset[int]:
         """Brokers with a registration record: the ones the migration waits for."""
         prefix = space.prefix + "brokers/registrations/"
@@ -112,7 +118,8 @@ class ClaimEtcdController:
 
 @dataclass(frozen=True, slots=True)
 class ProposeMigrationBatch:
-    """Append ``records`` to the metadata log as one atomic batch."""
+    """Append ``records`` to the metadata log as one atomic batch (the last is the
+    MIGRATING :class:`~highwater.metadata.records.MigrationStateRecord`)."""
 
     cluster_id: str
     records: tuple[MetadataRecord, ...]
@@ -139,7 +146,7 @@ class PushImage:
 
 @dataclass(frozen=True, slots=True)
 class ProposeMigrationEnd:
-    """Append the record that marks the migration over."""
+    """Append the record that marks the migration over (:meth:`MigrationDriver.end_record`)."""
 
 
 MigrationEffect = (
@@ -221,7 +228,10 @@ class MigrationDriver:
             raise MigrationError(f"etcd cannot be copied: {e}") from e
         self.state = MigrationState.COPYING
         assert self.cluster_id is not None
-        return [ProposeMigrationBatch(self.cluster_id, tuple(records))]
+        marker = MigrationStateRecord(
+            MigrationStateRecord.MIGRATING, max(snapshot.metadata_offset(self.space), 0)
+        )
+        return [ProposeMigrationBatch(self.cluster_id, (*records, marker))]
 
     # --- The metadata log ----------------------------------------------------------------
 
@@ -242,7 +252,8 @@ class MigrationDriver:
         if self.state is not MigrationState.DUAL_WRITE:
             return []
         effects: list[MigrationEffect] = []
-        keys = image_keys(image, self.space)
+        # etcd mode has no key for the migration's own state.
+        keys = image_keys(dataclasses.replace(image, migration=MigrationImage()), self.space)
         puts = {k: v for k, v in keys.items() if self._written_value(k) != v}
         deletes = frozenset(self._written) - frozenset(keys)
         if puts or deletes:
@@ -272,6 +283,14 @@ class MigrationDriver:
             self.state = MigrationState.ENDING
             return [ProposeMigrationEnd()]
         return []
+
+    @staticmethod
+    def end_record(image: MetadataImage) -> MigrationStateRecord:
+        """The record :class:`ProposeMigrationEnd` appends, on the committed ``image``."""
+        migration = image.migration
+        return MigrationStateRecord(
+            MigrationStateRecord.ENDED, migration.etcd_metadata_offset, migration.copied_offset
+        )
 
     def end_committed(self) -> list[MigrationEffect]:
         self._ended_in_log = True

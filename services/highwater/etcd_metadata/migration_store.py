@@ -54,13 +54,18 @@ class MigrationStore:
         )
         return result.succeeded
 
-    async def write_state(self, effect: WriteEtcdState) -> bool:
-        """False when a newer controller epoch fenced this write (nothing was written)."""
+    async def write_state(self, effect: WriteEtcdState, *, metadata_offset: int = -1) -> bool:
+        """False when a newer controller epoch fenced this write (nothing was written).
+        ``metadata_offset`` (if not -1) goes to etcd's ``metadata_offset`` counter in the
+        same transaction, so that an etcd-mode controller after a rollback numbers its
+        images (and broker epochs) after the migrated ones."""
         epoch = effect.controller_epoch
         puts = [
             Put(key, partition_state_value(value, epoch) if key.endswith("/state") else value)
             for key, value in sorted(effect.puts.items())
         ]
+        if metadata_offset >= 0:
+            puts.append(Put(self.space.metadata_offset, str(metadata_offset).encode()))
         deletes = [Delete(key) for key in sorted(effect.deletes)]
         result = await self.connection.txn(
             [Compare(self.space.controller_epoch, "value", str(epoch).encode())],
