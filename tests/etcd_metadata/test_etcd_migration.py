@@ -20,10 +20,11 @@ from highwater.etcd_metadata.migration import (
     PushImage,
     WriteEtcdState,
 )
-from highwater.metadata.image import MetadataImage
+from highwater.metadata.image import MetadataImage, MigrationImage
 from highwater.metadata.records import (
     BrokerEndpoint,
     MetadataRecord,
+    MigrationStateRecord,
     PartitionRecord,
     RegisterBrokerRecord,
     TopicRecord,
@@ -53,6 +54,7 @@ def etcd_keys(epoch: int = 4, live: tuple[int, ...] = (1, 2, 3)) -> dict[str, by
     }
     keys[SPACE.cluster_id] = b"etcd-cluster-7"
     keys[SPACE.controller_epoch] = str(epoch).encode()
+    keys[SPACE.metadata_offset] = b"41"
     for broker in live:
         keys[SPACE.broker_id(broker)] = b'{"listeners": []}'
     return keys
@@ -123,8 +125,14 @@ def test_the_copy_is_one_batch_keeping_the_cluster_id_and_the_partition_epochs()
         (1, 6, (1, 2, 3), 9),
         (2, 3, (2, 3), 4),
     ]
-    image = load_snapshot(batch.records, 0, 1)
+    # The batch ends with the record that says it is the copy, and of which etcd offset.
+    assert batch.records[-1] == MigrationStateRecord(MigrationStateRecord.MIGRATING, 41)
+    image = load_snapshot(batch.records, 12, 1)
     assert sorted(image.brokers) == [1, 2, 3]
+    assert image.migration == MigrationImage(MigrationStateRecord.MIGRATING, 41, 12)
+    assert MigrationDriver.end_record(image) == MigrationStateRecord(
+        MigrationStateRecord.ENDED, 41, 12
+    )
 
 
 def test_a_broken_key_stops_the_copy_naming_it() -> None:

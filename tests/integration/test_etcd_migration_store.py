@@ -68,5 +68,8 @@ async def test_the_claim_takes_over_from_an_etcd_controller_and_fences_writes(
         WriteEtcdState(3, {state_key: state.replace(b'"leader":1', b'"leader":2')}, frozenset())
     )
     assert json.loads((await store.read()).keys[state_key])["leader"] == 1
-    assert await store.write_state(WriteEtcdState(4, {}, frozenset({state_key})))
-    assert state_key not in (await store.read()).keys
+    assert await store.write_state(
+        WriteEtcdState(4, {}, frozenset({state_key})), metadata_offset=99
+    )
+    final = await store.read()
+    assert state_key not in final.keys and final.metadata_offset(space) == 99
