@@ -187,6 +187,13 @@ def test_a_new_leader_after_the_copy_claims_again_but_does_not_copy_twice() -> N
     assert driver.etcd_read(snapshot(epoch=5)) == [ClaimEtcdController(expected=5, epoch=6)]
     assert driver.claim_result(True, snapshot(epoch=6)) == []
     assert driver.state is MigrationState.DUAL_WRITE
+    # It writes only what differs from etcd (not every key: etcd's --max-txn-ops).
+    changed = load_snapshot(
+        [*etcd_records()[:5], PartitionRecord(TOPIC_ID, 1, (2, 3, 1), (3,), 3, 4, 5)], 40, 1
+    )
+    write, _ = driver.image_committed(changed)
+    assert isinstance(write, WriteEtcdState) and write.controller_epoch == 6
+    assert list(write.puts) == [SPACE.partition_state("orders", 1)] and not write.deletes
 
 
 def test_losing_leadership_stops_dual_write() -> None:

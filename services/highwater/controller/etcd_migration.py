@@ -192,18 +192,23 @@ class EtcdMigration:
             except Exception:
                 log.exception("node %d: a round of the etcd migration failed", self.node_id)
                 self._step_back()
+            # The brokers still in etcd mode follow the log even while etcd is away.
+            self._push_all()
             await asyncio.sleep(self.poll_interval_s)
+        self._push_to = frozenset()
         await self._release()
         log.info("node %d: the etcd migration is over; etcd is no longer written", self.node_id)
 
-    def _step_back(self) -> None:
-        """Start over from the claim (after a lost claim, a fenced write, an error)."""
+    def _step_back(self, *, leadership_lost: bool = False) -> None:
+        """Start over from the claim (after a lost claim, a fenced write, an error); the
+        pushes go on unless this controller is no longer the active one."""
         if self._leading:
             self.driver.leadership_changed(False)
             self._leading = False
         self._fed_offset = -1
-        self._pushed.clear()
-        self._push_to = frozenset()
+        if leadership_lost:
+            self._pushed.clear()
+            self._push_to = frozenset()
 
     async def _round(self) -> None:
         image = self._committed_image()
@@ -211,7 +216,7 @@ class EtcdMigration:
             self.driver.log_replayed(migrated=True, ended=True)
             return
         if not self._is_active():
-            self._step_back()
+            self._step_back(leadership_lost=True)
             return
         driver = self.driver
         if not self._leading:
@@ -242,7 +247,6 @@ class EtcdMigration:
                 self._fed_offset = image.offset
                 effects.extend(driver.image_committed(image))
             await self._run_effects(effects)
-            self._push_all()
 
     def _moved(self, broker_id: int, image: MetadataImage, snapshot: EtcdSnapshot) -> bool:
         """Restarted with ``--controllers``: no ``brokers/ids`` key in etcd, and registered
@@ -341,9 +345,13 @@ class EtcdMigration:
         return addresses
 
     def _push_all(self) -> None:
-        if self.driver.state is not MigrationState.DUAL_WRITE:
-            return
         image = self._committed_image()
+        if (
+            not self._push_to
+            or not self._is_active()
+            or image.migration.state != MigrationStateRecord.MIGRATING
+        ):
+            return
         for address in self._targets(image):
             if self._pushed.get(address) == image.offset:
                 continue

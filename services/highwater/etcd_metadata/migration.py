@@ -219,8 +219,10 @@ class MigrationDriver:
         self.controller_epoch = snapshot.controller_epoch(self.space)
         self._snapshot = snapshot
         if self._migrated_in_log:
-            # A previous leader copied already: straight to dual write.
+            # A previous leader copied already: straight to dual write, writing only the
+            # keys that differ from what etcd holds.
             self.state = MigrationState.DUAL_WRITE
+            self._written = {k: v for k, v in snapshot.keys.items() if self.space.is_state(k)}
             return []
         try:
             records = records_from_keys(snapshot.keys, self.space)
