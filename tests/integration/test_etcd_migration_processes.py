@@ -32,7 +32,7 @@ from highwater.client.admin import AdminClient, AdminError, NewTopic
 from highwater.client.producer import AsyncProducer
 from quorum_processes import Controller, free_ports
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(240)
 
 CLUSTER = "migrating"
 PREFIX = f"/highwater/{CLUSTER}/"
