@@ -20,7 +20,7 @@ from highwater.broker.forwarding import add_forwarding_servicer
 from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer, BrokerSettings
 from highwater.config.listeners import Listeners, resolve_listeners
 from highwater.controller_api.codec import CONTROLLER_HEALTH_ALIASES, CONTROLLER_SERVICE_NAME
-from highwater.metadata.observer import MetadataObserver, discover_voters
+from highwater.metadata.observer import MetadataObserver, discover_quorum
 from highwater.metadata.records import registered_endpoints
 from highwater.rpc.server import GrpcService
 
@@ -73,7 +73,7 @@ class StandaloneBroker:
         return self.observer.failure if self.observer is not None else None
 
     async def start(self) -> None:
-        voters = await discover_voters(self.controllers)
+        voters, cluster_id = await discover_quorum(self.controllers)
         broker_service = GrpcService(
             BROKER_SERVICE_NAME, lambda server: self._require_broker().add_servicer(server)
         )
@@ -86,6 +86,7 @@ class StandaloneBroker:
             node_id=self.node_id,
             voters=voters,
             data_dir=self.data_dir / "metadata",
+            cluster_id=cluster_id or None,
             listen=self.listen,
             services=[broker_service, admin_service],
             listener_name=self.listeners.host_listener_name,

@@ -8,10 +8,16 @@ answer Controller calls with NOT_CONTROLLER and the active controller's address.
 
 SIGTERM and SIGINT stop the voter gracefully: a leader resigns first (EndQuorumEpoch),
 so the others elect a successor without waiting for a timeout.
+
+``--migration-from etcd://...`` starts the quorum in migration mode
+(:mod:`highwater.controller.etcd_migration`): etcd is read first, and a store that does not
+answer, holds no cluster or holds another cluster than ``--cluster-id`` stops the command
+before anything is written.
 """
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import click
@@ -28,8 +34,22 @@ from highwater.cli.serving import (
     telemetry_option,
     tls_options,
 )
+from highwater.controller.etcd_migration import etcd_cluster_id
 from highwater.controller.service import ControllerServer, ControllerSettings
+from highwater.errors import HighwaterError
+from highwater.etcd_metadata.endpoints import EtcdStoreAddress, parse_metadata_store
 from highwater.raft.driver import RaftServerSettings
+
+
+def _migration_from(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> EtcdStoreAddress | None:
+    if value is None:
+        return None
+    try:
+        return parse_metadata_store(value)
+    except HighwaterError as e:
+        raise click.BadParameter(str(e)) from None
 
 
 @click.command("controller")
@@ -45,6 +65,16 @@ from highwater.raft.driver import RaftServerSettings
     help="Replicas of __consumer_offsets; it is created once this many brokers are up "
     "(offsets.topic.replication.factor).",
 )
+@click.option(
+    "--migration-from",
+    default=None,
+    callback=_migration_from,
+    metavar="etcd://HOST:PORT[,HOST:PORT...][/CLUSTER]",
+    help="Migrate the etcd-mode cluster kept there to this quorum (KIP-866's migration, "
+    "docs/etcd-mode.md): the active controller copies its metadata, dual writes to etcd and "
+    "serves its brokers until every broker was restarted with --controllers. The quorum "
+    "takes etcd's cluster id (a different --cluster-id is refused).",
+)
 @server_config_options
 def controller(
     node_id: int,
@@ -54,6 +84,7 @@ def controller(
     cluster_id: str | None,
     snapshot_bytes: int,
     offsets_topic_replication_factor: int,
+    migration_from: EtcdStoreAddress | None,
     config_file: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
@@ -75,7 +106,14 @@ def controller(
         raise click.BadParameter(
             f"node {node_id} is not among the voters {sorted(voters)}", param_hint="--node-id"
         )
+    if migration_from is not None:
+        # Before anything is written: etcd answers, and its cluster is this quorum's.
+        try:
+            cluster_id = asyncio.run(etcd_cluster_id(migration_from, cluster_id))
+        except HighwaterError as e:
+            raise click.ClickException(f"--migration-from {migration_from}: {e}") from None
     settings = ControllerSettings(
+        migration_from=migration_from,
         raft=RaftServerSettings(
             metadata_log_max_record_bytes_between_snapshots=config.get(
                 "metadata.log.max.record.bytes.between.snapshots"

@@ -58,6 +58,7 @@ import grpc.aio
 from google.protobuf.message import Message
 
 from highwater.controller.config import ControllerConfig
+from highwater.controller.etcd_migration import EtcdMigration, etcd_cluster_id
 from highwater.controller.metrics import ControllerMetrics
 from highwater.controller.quorum_controller import CONTROLLER_CALLS, QuorumController
 from highwater.controller.store import NotControllerError
@@ -70,6 +71,7 @@ from highwater.controller_api.codec import (
     InvalidRequestError,
 )
 from highwater.errors import UnexpectedAppendOffsetError
+from highwater.etcd_metadata.endpoints import EtcdStoreAddress
 from highwater.internal.v1 import controller_pb2, controller_pb2_grpc
 from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage
@@ -392,6 +394,9 @@ class ControllerSettings:
     """How often the active controller runs :meth:`QuorumController.tick`."""
     seed: int | None = None
     """Seeds replica placement and topic ids; ``None``: a random seed."""
+    migration_from: EtcdStoreAddress | None = None
+    """The etcd-mode cluster to migrate to this quorum (``--migration-from``;
+    :mod:`highwater.controller.etcd_migration`); None: no migration."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,7 +432,15 @@ class _BrokerDisconnected:
     leader_epoch: int
 
 
-_Job = _Request | _Activate | _Tick | _BrokerDisconnected
+@dataclass(slots=True)
+class _Propose:
+    """Records the controller appends on its own (the etcd migration's copy and end)."""
+
+    records: tuple[MetadataRecord, ...]
+    reply: asyncio.Future[tuple[Any, asyncio.Future[int] | None] | _NotController]
+
+
+_Job = _Request | _Activate | _Tick | _BrokerDisconnected | _Propose
 
 _GROUP_LINGER_TURNS: Final = 3
 """Idle event-loop turns the worker waits for more requests before sealing a group."""
@@ -490,6 +503,17 @@ class ControllerServer:
         self._leader_epoch: int | None = None
         self._leadership_over: asyncio.Future[None] | None = None
         self._stopping = False
+        self._cluster_id = cluster_id
+        self.migration: EtcdMigration | None = None
+        if self.settings.migration_from is not None:
+            self.migration = EtcdMigration(
+                store=self.settings.migration_from,
+                node_id=node_id,
+                address=voters[node_id],
+                committed_image=lambda: self.machine.image,
+                is_active=lambda: self.store.is_active,
+                propose=self.propose,
+            )
 
     # --- public API --------------------------------------------------------------------
 
@@ -516,7 +540,12 @@ class ControllerServer:
         await self.raft.wait_stopped()
 
     async def start(self) -> None:
-        """Start the Raft server (which serves the Controller service too) and the worker."""
+        """Start the Raft server (which serves the Controller service too) and the worker.
+        With a migration, etcd is checked first (it answers, and holds the cluster this
+        quorum's cluster id names): if not, the typed error is raised and nothing is written."""
+        migration = self.migration
+        if migration is not None:
+            await etcd_cluster_id(migration.store_address, self._cluster_id)
         await self.raft.start()
         config = self.settings.controller
         if not config.cluster_id:
@@ -526,6 +555,8 @@ class ControllerServer:
             seed = random.SystemRandom().getrandbits(64)
         self._controller = QuorumController(self.store.latest_image, config, seed=seed)
         self._worker = asyncio.create_task(self._work(), name=f"controller-{self.node_id}")
+        if migration is not None:
+            await migration.start()
 
     async def stop(self) -> None:
         """Stop serving: pending requests answer NOT_CONTROLLER; the Raft server stops
@@ -535,6 +566,8 @@ class ControllerServer:
             return
         self._stopping = True
         self._lose_leadership()
+        if self.migration is not None:
+            await self.migration.stop()
         for task in (self._worker, self._ticker):
             if task is not None:
                 task.cancel()
@@ -571,6 +604,24 @@ class ControllerServer:
             except NotLeaderError as e:
                 return self._not_controller(rpc, e.leader_id)
         return rpc.response_to_proto(response)
+
+    async def propose(self, records: Sequence[MetadataRecord]) -> bool:
+        """Append ``records`` as the active controller, in the worker's order; whether
+        they were committed (False: not the active controller, or no longer)."""
+        if self._stopping:
+            return False
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._jobs.put_nowait(_Propose(tuple(records), reply))
+        outcome = await reply
+        if isinstance(outcome, _NotController):
+            return False
+        _, waiter = outcome
+        if waiter is not None:
+            try:
+                await asyncio.shield(waiter)
+            except NotLeaderError:
+                return False
+        return True
 
     # --- leadership --------------------------------------------------------------------
 
@@ -656,14 +707,16 @@ class ControllerServer:
             except Exception:
                 log.exception("node %d: controller job %r failed", self.node_id, job)
 
-    async def _run_group(self, first: _Request | _Tick | _BrokerDisconnected) -> _Activate | None:
+    async def _run_group(
+        self, first: _Request | _Tick | _BrokerDisconnected | _Propose
+    ) -> _Activate | None:
         """Run ``first`` and the requests that arrive with it in order, each on the image
         the ones before it made, staging their records; then seal them as one Raft batch
         and answer each once it commits (group commit). Returns an activation that
         arrived meanwhile, to run after the group."""
         store = self.store
         incarnation = store.incarnation
-        answered: list[tuple[_Request, Any]] = []
+        answered: list[tuple[_Request | _Propose, Any]] = []
         activation: _Activate | None = None
         store.begin_batch()
         try:
@@ -720,7 +773,9 @@ class ControllerServer:
         return getter.result() if getter.done() and not getter.cancelled() else None
 
     def _run(
-        self, job: _Request | _Tick | _BrokerDisconnected, answered: list[tuple[_Request, Any]]
+        self,
+        job: _Request | _Tick | _BrokerDisconnected | _Propose,
+        answered: list[tuple[_Request | _Propose, Any]],
     ) -> None:
         if isinstance(job, _Tick):
             self._tick_queued = False
@@ -733,6 +788,13 @@ class ControllerServer:
             return  # the caller gave up
         if not self.store.is_active:
             job.reply.set_result(_NotController(self.raft.leader_id))
+            return
+        if isinstance(job, _Propose):
+            self._run_propose(job, answered)
+            return
+        if self.migration is not None and self.migration.holds_requests():
+            # Migrating, and etcd's state is not copied yet: nothing to answer with.
+            job.reply.set_result(_NotController(self.node_id))
             return
         try:
             if job.rpc.name == "RegisterBroker":
@@ -751,6 +813,18 @@ class ControllerServer:
             job.reply.set_result(_NotController(self.node_id))
         except Exception as e:
             job.reply.set_exception(e)
+
+    def _run_propose(self, job: _Propose, answered: list[tuple[_Request | _Propose, Any]]) -> None:
+        try:
+            self.store.append(job.records)
+        except NotControllerError as e:
+            job.reply.set_result(_NotController(e.controller_id))
+            return
+        except UnexpectedAppendOffsetError as e:
+            self._restart_activation(e)
+            job.reply.set_result(_NotController(self.node_id))
+            return
+        answered.append((job, None))
 
     def _seal(self) -> bool:
         """Seal the staged records into one Raft batch; False if Raft refused it."""

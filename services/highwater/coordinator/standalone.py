@@ -19,7 +19,7 @@ from highwater.coordinator.service import (
     CoordinatorServer,
     CoordinatorSettings,
 )
-from highwater.metadata.observer import MetadataObserver, discover_voters
+from highwater.metadata.observer import MetadataObserver, discover_quorum
 from highwater.metadata.records import registered_endpoints
 from highwater.rpc.server import GrpcService
 
@@ -56,7 +56,7 @@ class StandaloneCoordinator:
         return self.observer.failure if self.observer is not None else None
 
     async def start(self) -> None:
-        voters = await discover_voters(self.controllers)
+        voters, cluster_id = await discover_quorum(self.controllers)
         if self.data_dir is None:
             self._temporary_dir = Path(
                 tempfile.mkdtemp(prefix=f"highwater-coordinator-{self.node_id}-")
@@ -69,6 +69,7 @@ class StandaloneCoordinator:
             node_id=self.node_id,
             voters=voters,
             data_dir=metadata_dir,
+            cluster_id=cluster_id or None,
             listen=self.listen,
             services=[service],
             listener_name=self.listeners.host_listener_name,

@@ -40,6 +40,7 @@ from highwater.metadata.image import (
     CoordinatorsImage,
     IndexChange,
     MetadataImage,
+    MigrationImage,
     PartitionRegistration,
     ProducerIdsImage,
     ScramImage,
@@ -58,6 +59,7 @@ from highwater.metadata.records import (
     CoordinatorAssignmentRecord,
     FenceBrokerRecord,
     MetadataRecord,
+    MigrationStateRecord,
     NoOpRecord,
     PartitionChangeRecord,
     PartitionRecord,
@@ -142,6 +144,7 @@ class MetadataDelta:
         self._acls: dict[str, AclBinding | None] = {}  # by id; None: removed
         self._scram: dict[tuple[str, str], ScramCredential | None] = {}
         self._client_quotas: dict[ClientQuotaEntity, dict[str, float | None]] = {}
+        self._migration: MigrationImage | None = None
         self.record_count = 0
 
     # Reads -----------------------------------------------------------------------------
@@ -483,6 +486,12 @@ class MetadataDelta:
     def _replay_no_op(self, record: NoOpRecord) -> None:
         pass
 
+    def _replay_migration_state(self, record: MigrationStateRecord) -> None:
+        if record.state not in (MigrationStateRecord.MIGRATING, MigrationStateRecord.ENDED):
+            raise MetadataReplayError(f"MigrationStateRecord: unknown state {record.state}")
+        copied = record.copied_offset or self.image.migration.copied_offset
+        self._migration = MigrationImage(record.state, record.etcd_metadata_offset, copied)
+
     def acl(self, acl_id: str) -> AclBinding | None:
         if acl_id in self._acls:
             return self._acls[acl_id]
@@ -573,7 +582,17 @@ class MetadataDelta:
             acls=self._apply_acls(),
             scram=self._apply_scram(),
             client_quotas=self._apply_client_quotas(),
+            migration=self._apply_migration(offset),
         )
+
+    def _apply_migration(self, offset: int) -> MigrationImage:
+        migration = self._migration
+        if migration is None:
+            return self.image.migration
+        if migration.copied_offset < 0:
+            # The batch that copies etcd's state ends with its MIGRATING record.
+            return dataclasses.replace(migration, copied_offset=offset)
+        return migration
 
     def _apply_cluster(self) -> ClusterImage:
         cluster = self.image.cluster
@@ -701,6 +720,7 @@ _HANDLERS: Final[dict[type[Any], Callable[[MetadataDelta, Any], None]]] = {
     UserScramCredentialRecord: MetadataDelta._replay_user_scram_credential,
     RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_user_scram_credential,
     ClientQuotaRecord: MetadataDelta._replay_client_quota,
+    MigrationStateRecord: MetadataDelta._replay_migration_state,
 }
 
 

@@ -478,6 +478,18 @@ class CoordinatorsImage:
     assignments: Mapping[int, CoordinatorAssignment] = field(default_factory=_no_entries)
 
 
+@dataclass(frozen=True, slots=True)
+class MigrationImage:
+    """Where a migration from the etcd metadata mode stands (0: none in this log, else a
+    :class:`~highwater.metadata.records.MigrationStateRecord` state) and etcd's
+    ``metadata_offset`` when its state was copied, and the offset of the batch that copied
+    it (-1: none)."""
+
+    state: int = 0
+    etcd_metadata_offset: int = 0
+    copied_offset: int = -1
+
+
 # --- The image -------------------------------------------------------------------------
 
 
@@ -498,6 +510,7 @@ class MetadataImage:
     acls: AclsImage = field(default_factory=AclsImage)
     scram: ScramImage = field(default_factory=ScramImage)
     client_quotas: ClientQuotasImage = field(default_factory=ClientQuotasImage)
+    migration: MigrationImage = field(default_factory=MigrationImage)
 
     @classmethod
     def empty(cls) -> MetadataImage:

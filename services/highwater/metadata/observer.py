@@ -35,6 +35,16 @@ class QuorumUnreachableError(HighwaterError):
 
 async def discover_voters(controllers: Sequence[str], timeout_s: float = 30) -> dict[int, str]:
     """The quorum's voters (id -> address), from the first controller that names them."""
+    voters, _ = await discover_quorum(controllers, timeout_s)
+    return voters
+
+
+async def discover_quorum(
+    controllers: Sequence[str], timeout_s: float = 30
+) -> tuple[dict[int, str], str]:
+    """The quorum's voters (id -> address) and its cluster id, from the first controller
+    that names them (a quorum migrated from etcd mode has etcd's cluster id, not the one
+    its voters would make)."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     problems: list[str] = []
     while True:
@@ -48,7 +58,7 @@ async def discover_voters(controllers: Sequence[str], timeout_s: float = 30) -> 
                 problems.append(f"{address}: {e.code().name}")
                 continue
             if reply.nodes:
-                return {node.node_id: node.address for node in reply.nodes}
+                return {node.node_id: node.address for node in reply.nodes}, reply.cluster_id
             problems.append(f"{address}: no voters named")
         if asyncio.get_running_loop().time() >= deadline:
             raise QuorumUnreachableError(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Final, TypeAlias
+from typing import Any, ClassVar, Final, TypeAlias
 
 from google.protobuf.message import DecodeError
 
@@ -259,6 +259,24 @@ class NoOpRecord:
     """Changes nothing; written by the active controller to show it is alive (KIP-835)."""
 
 
+@dataclass(frozen=True, slots=True)
+class MigrationStateRecord:
+    """The state of the migration from the etcd metadata mode (KIP-866's
+    ZkMigrationStateRecord): :data:`MIGRATING` closes the batch that copies etcd's state,
+    :data:`ENDED` marks the migration over. ``etcd_metadata_offset``: etcd's
+    ``metadata_offset`` when it was copied (the pushes to brokers still in etcd mode number
+    their images after it); ``copied_offset``: where the copy is in this log (a broker
+    registered after it is one that moved)."""
+
+    MIGRATING: ClassVar[int] = 1
+    ENDED: ClassVar[int] = 2
+
+    state: int
+    etcd_metadata_offset: int = 0
+    copied_offset: int = 0
+    """The offset of the batch that copied etcd's state (0 in that batch: its own)."""
+
+
 # --- Access control --------------------------------------------------------------------
 
 
@@ -350,6 +368,7 @@ MetadataRecord: TypeAlias = (
     | UserScramCredentialRecord
     | RemoveUserScramCredentialRecord
     | ClientQuotaRecord
+    | MigrationStateRecord
 )
 """Any record of the metadata log."""
 
@@ -376,6 +395,7 @@ _ONEOF_FIELDS: Final[dict[type[Any], str]] = {
     UserScramCredentialRecord: "user_scram_credential",
     RemoveUserScramCredentialRecord: "remove_user_scram_credential",
     ClientQuotaRecord: "client_quota",
+    MigrationStateRecord: "migration_state",
 }
 
 

@@ -33,6 +33,7 @@ from highwater.metadata.records import (
     ConfigResourceType,
     CoordinatorAssignmentRecord,
     MetadataRecord,
+    MigrationStateRecord,
     PartitionsRecord,
     ProducerIdsRecord,
     TopicRecord,
@@ -100,6 +101,11 @@ def _records(image: MetadataImage, *, columnar: bool) -> Iterator[MetadataRecord
         yield ClientQuotaRecord(entity.user, entity.client_id, quota_key, quota_value)
     for acl_id, acl in sorted(image.acls.by_id.items()):
         yield AccessControlEntryRecord.of(acl_id, acl)
+    if image.migration.state:
+        migration = image.migration
+        yield MigrationStateRecord(
+            migration.state, migration.etcd_metadata_offset, migration.copied_offset
+        )
 
 
 def partition_columns(

@@ -827,6 +827,42 @@ class PartitionsRecord(_message.Message):
 Global___PartitionsRecord: _TypeAlias = PartitionsRecord  # noqa: Y015
 
 @_typing.final
+class MigrationStateRecord(_message.Message):
+    """The state of a migration from the etcd metadata mode (KIP-866's ZkMigrationStateRecord):
+    written by the active controller started with --migration-from. MIGRATING comes with the
+    batch that copies etcd's state (its last record); ENDED once every broker registered with
+    the quorum, after which etcd is never written again.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATE_FIELD_NUMBER: _builtins.int
+    ETCD_METADATA_OFFSET_FIELD_NUMBER: _builtins.int
+    COPIED_OFFSET_FIELD_NUMBER: _builtins.int
+    state: _builtins.int
+    """1: MIGRATING, 2: ENDED"""
+    etcd_metadata_offset: _builtins.int
+    """etcd's metadata_offset when its state was copied: the image offsets pushed to the
+    brokers still in etcd mode continue from it.
+    """
+    copied_offset: _builtins.int
+    """The offset of the batch that copied etcd's state; 0 in that batch itself (its offset)."""
+    def __init__(
+        self,
+        *,
+        state: _builtins.int = ...,
+        etcd_metadata_offset: _builtins.int = ...,
+        copied_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copied_offset", b"copied_offset", "etcd_metadata_offset", b"etcd_metadata_offset", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MigrationStateRecord: _TypeAlias = MigrationStateRecord  # noqa: Y015
+
+@_typing.final
 class MetadataRecord(_message.Message):
     """The value of one record of __cluster_metadata."""
 
@@ -853,6 +889,7 @@ class MetadataRecord(_message.Message):
     REMOVE_USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _builtins.int
     CLIENT_QUOTA_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    MIGRATION_STATE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register_broker(self) -> Global___RegisterBrokerRecord: ...
     @_builtins.property
@@ -895,6 +932,8 @@ class MetadataRecord(_message.Message):
     def client_quota(self) -> Global___ClientQuotaRecord: ...
     @_builtins.property
     def partitions(self) -> Global___PartitionsRecord: ...
+    @_builtins.property
+    def migration_state(self) -> Global___MigrationStateRecord: ...
     def __init__(
         self,
         *,
@@ -919,12 +958,13 @@ class MetadataRecord(_message.Message):
         remove_user_scram_credential: Global___RemoveUserScramCredentialRecord | None = ...,
         client_quota: Global___ClientQuotaRecord | None = ...,
         partitions: Global___PartitionsRecord | None = ...,
+        migration_state: Global___MigrationStateRecord | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "client_quota", b"client_quota", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "partitions", b"partitions", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator", "user_scram_credential", b"user_scram_credential"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "client_quota", b"client_quota", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "migration_state", b"migration_state", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "partitions", b"partitions", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator", "user_scram_credential", b"user_scram_credential"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "client_quota", b"client_quota", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "partitions", b"partitions", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator", "user_scram_credential", b"user_scram_credential"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "client_quota", b"client_quota", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "migration_state", b"migration_state", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "partitions", b"partitions", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator", "user_scram_credential", b"user_scram_credential"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "fence_broker", "unfence_broker", "broker_registration_change", "unregister_broker", "topic", "partition", "partition_change", "config", "producer_ids", "remove_topic", "register_coordinator", "unregister_coordinator", "coordinator_assignment", "no_op", "access_control_entry", "remove_access_control_entry", "user_scram_credential", "remove_user_scram_credential", "client_quota", "partitions"]  # noqa: Y015
+    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "fence_broker", "unfence_broker", "broker_registration_change", "unregister_broker", "topic", "partition", "partition_change", "config", "producer_ids", "remove_topic", "register_coordinator", "unregister_coordinator", "coordinator_assignment", "no_op", "access_control_entry", "remove_access_control_entry", "user_scram_credential", "remove_user_scram_credential", "client_quota", "partitions", "migration_state"]  # noqa: Y015
     _WhichOneofArgType_record: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_record) -> _WhichOneofReturnType_record | None: ...
 
