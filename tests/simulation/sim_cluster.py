@@ -775,6 +775,12 @@ class Simulation:
             for index in range(self.scenario.partitions):
                 mine = self._partition(other, index)
                 if mine is None:
+                    # Not serving it: not assigned there, or not yet (a restarted broker
+                    # applies its roles once registered: still recovering).
+                    topic = other.image.topic(TOPIC)
+                    registration = topic.partition(index) if topic is not None else None
+                    if registration is not None and other.broker_id in registration.replicas:
+                        return True
                     continue
                 leader = self._partition(
                     self.brokers.get(f"b{mine.registration.leader}", other), index
