@@ -1671,6 +1671,17 @@ class Simulation:
     def _check_broker_now(self, broker: BrokerProcess) -> None:
         """The invariants a broker's partitions must keep after every event."""
         assert broker.manager is not None
+        if broker.log_manager is not None and broker.log_manager.offline_dirs:
+            for tp in broker.log_manager.offline_partitions:
+                replica = broker.manager.replica(tp)
+                if replica is not None and (
+                    replica.leader_state is not None or replica.follower_state is not None
+                ):
+                    role = "leads" if replica.leader_state is not None else "follows"
+                    self._fail(
+                        f"{broker.name} p{tp.partition}: its log directory is offline, "
+                        f"yet it still {role} in leader epoch {replica.leader_epoch}"
+                    )
         for partition in list(broker.manager):
             index = partition.topic_partition.partition
             state = partition.leader_state

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import pytest
 import sim_cluster
-from highwater.broker.partitions import Partition
+from highwater.broker.partitions import Partition, PartitionManager
 from highwater.errors import KafkaStorageError
 from highwater.storage.segment import LogSegment
 from sim_cluster import Scenario, Simulation, SimulationFailure
@@ -166,3 +166,17 @@ def test_a_leader_that_cannot_read_its_log_is_replaced_and_nothing_is_lost() -> 
     assert "leader b3" not in elected and "3" not in elected.split("isr [")[1].split("]")[0], (
         elected
     )
+
+
+def test_finds_a_leader_leading_on_over_its_failed_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The known problem put back: a broker whose log directory failed keeps its offline
+    replicas' roles (no ``stop_offline``): the leader that cannot read its own log still
+    leads in its process. The check after the failing event sees it."""
+    monkeypatch.setattr(PartitionManager, "stop_offline", lambda self: [])
+    fault = sim_cluster.Fault(3000, "dir-failed", ("b3",), 3000, "d0 read")
+    scenario = Scenario(brokers=3, partitions=1, chaos_ms=8000, faults=(fault,))
+    with pytest.raises(SimulationFailure) as found:
+        Simulation(5, scenario).run()
+    assert "its log directory is offline, yet it still leads" in found.value.reason

@@ -434,6 +434,10 @@ class PartitionManager:
         """The partitions this broker serves: not those on a failed log directory."""
         return iter([p for p in self._partitions.values() if not p.log.offline])
 
+    def replica(self, tp: TopicPartition) -> Partition | None:
+        """This broker's replica of ``tp``, served or offline; None if it has none open."""
+        return self._partitions.get(tp)
+
     def offline(self) -> dict[TopicPartition, str]:
         """The replicas assigned here that cannot be served (their log directory failed,
         or it may hold them), by topic id."""
