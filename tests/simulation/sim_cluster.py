@@ -65,7 +65,7 @@ from highwater.records import SimpleRecord, build_batch, iter_batches
 from highwater.storage.log_manager import LogManager
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1.common_pb2 import ErrorCode
-from sim_disk import SimDisk, intercept_segment_writes
+from sim_disk import DiskFaults, SimDisk, intercept_segment_writes
 
 CLUSTER_ID = "sim-cluster"
 TOPIC = "events"
@@ -148,7 +148,10 @@ class Fault:
     and the page cache keeps what it wrote; ``power``, a power loss: what was not flushed
     is lost; ``torn``, a power loss that keeps a random part of it), ``pause``,
     ``partition`` (the targets cut off both ways), ``one-way`` (the targets' outgoing
-    messages lost), ``disk-full`` (a broker's)."""
+    messages lost), ``disk-full`` (a broker's), ``dir-failed`` (one of a broker's two log
+    directories, or both: ``detail`` names them and what fails there, ``read``, ``write``
+    or ``read+write``; when the fault ends the disk is repaired and, if the broker took
+    the directory offline, the broker restarted, as an operator would)."""
     target: tuple[str, ...]
     duration_ms: int
     detail: str = ""
@@ -182,6 +185,9 @@ class Scenario:
     faults: tuple[Fault, ...] | None = None
     """None: planned from the seed; a tuple (a shrunk schedule): exactly these."""
     fault_count: int = 6
+    dir_failures: bool = True
+    """Whether the schedule may fail a log directory (planned apart from the other faults:
+    :func:`plan_faults`)."""
 
     @classmethod
     def from_seed(cls, seed: int, **overrides: Any) -> Scenario:
@@ -236,7 +242,24 @@ def plan_faults(seed: int, scenario: Scenario) -> tuple[Fault, ...]:
             faults.append(Fault(at, "disk-full", (rng.choice(brokers),), duration))
         elif kind == "outage":
             faults.append(Fault(at, "crash", tuple(brokers), duration, "kill"))
+    if scenario.dir_failures:
+        faults.extend(_plan_dir_failures(seed, scenario, brokers))
     return tuple(sorted(faults, key=lambda f: (f.at_ms, f.kind, f.target)))
+
+
+def _plan_dir_failures(seed: int, scenario: Scenario, brokers: list[str]) -> list[Fault]:
+    """A failed log directory in about two schedules of five: from a random source of its
+    own, so that the other faults of a seed stay what they were before this kind existed.
+    Mostly one of the two directories (the broker serves on from the other); now and then
+    both (every directory failed: the broker stops)."""
+    rng = random.Random(f"dir-faults-{seed}")
+    if rng.random() >= 0.4:
+        return []
+    at = rng.randrange(1000, scenario.chaos_ms - 500)
+    duration = rng.randint(300, 4000)
+    what = rng.choice(("read", "write", "read+write"))
+    dirs = "d0,d1" if rng.random() < 0.15 else rng.choice(("d0", "d1"))
+    return [Fault(at, "dir-failed", (rng.choice(brokers),), duration, f"{dirs} {what}")]
 
 
 # --- Messages between processes ----------------------------------------------------------
@@ -407,6 +430,8 @@ class SimulationResult:
     torn_writes: int
     expected_loss: int
     messages: Counter[str]
+    dirs_failed: int = 0
+    """Log directories taken offline by the brokers (after a ``dir-failed`` fault)."""
 
     def summary(self) -> str:
         loss = (
@@ -417,7 +442,7 @@ class SimulationResult:
             f"partitions, {len(self.faults)} faults, {self.events} events, "
             f"{self.simulated_ms} ms simulated, {self.attempted} writes, {self.acknowledged} "
             f"acknowledged, {self.reads} reads, {self.elections} partition leader epochs, "
-            f"{self.torn_writes} torn writes{loss}"
+            f"{self.torn_writes} torn writes, {self.dirs_failed} log directories offline{loss}"
         )
 
 
@@ -503,6 +528,9 @@ class Simulation:
         """(broker, partition) -> (log end, HW, committed batches, held) at its last check."""
         self.unclean_elections = 0
         self.power_lost: set[str] = set()
+        self.disk_faults: DiskFaults | None = None
+        self.dirs_failed = 0
+        """Log directories a broker took offline."""
 
     # --- Running ---------------------------------------------------------------------
 
@@ -513,7 +541,9 @@ class Simulation:
         logger.addHandler(handler)
         logger.propagate = False
         try:
-            with intercept_segment_writes([b.disk for b in self.brokers.values() if b.disk]):
+            with intercept_segment_writes(
+                [b.disk for b in self.brokers.values() if b.disk]
+            ) as self.disk_faults:
                 return self._run()
         finally:
             logger.removeHandler(handler)
@@ -668,6 +698,15 @@ class Simulation:
                 if isinstance(process, BrokerProcess) and process.disk is not None:
                     process.disk.full = True
                     self._at(self.now_ms + fault.duration_ms, self._disk_freed, process)
+        elif fault.kind == "dir-failed":
+            names, what = fault.detail.split()
+            assert self.disk_faults is not None
+            self.disk_faults.arm_failed_dirs()
+            for process in targets:
+                if isinstance(process, BrokerProcess) and process.disk is not None:
+                    for name in names.split(","):
+                        process.disk.fail_dir(process.disk.path / name, what)
+                    self._at(self.now_ms + fault.duration_ms, self._dirs_repaired, process)
 
     def _resolve(self, name: str) -> Process | None:
         if name == "active":
@@ -687,6 +726,23 @@ class Simulation:
             broker.disk.full = False
             self._note(f"{broker.name}: disk space freed")
 
+    def _dirs_repaired(self, broker: BrokerProcess) -> None:
+        """The failed directories of ``broker`` work again. A directory the broker took
+        offline stays offline in this process (Kafka's rule: a failed directory comes
+        back with a restart), so the operator restarts the broker."""
+        disk = broker.disk
+        assert disk is not None
+        repaired = [d for d in disk.log_dirs if disk.repair_dir(d)]
+        if not repaired:
+            return
+        self._note(
+            f"{broker.name}: log directories repaired ({', '.join(d.name for d in repaired)})"
+        )
+        manager = broker.log_manager
+        if broker.alive and manager is not None and manager.offline_dirs:
+            self._crash(broker, mode="kill")
+            self._at(self.now_ms + 100, self._restart, broker)
+
     def _heal(self) -> None:
         """The faults stop: everything comes back; from now on the cluster must converge."""
         self._note("heal: every process running, no partition, no loss")
@@ -696,6 +752,7 @@ class Simulation:
             process.paused_until = min(process.paused_until, self.now_ms)
             if isinstance(process, BrokerProcess) and process.disk is not None:
                 process.disk.full = False
+                self._dirs_repaired(process)
             if not process.alive:
                 self._restart(process)
         self._at(self.now_ms + 100, self._converged)
@@ -718,6 +775,12 @@ class Simulation:
             for index in range(self.scenario.partitions):
                 mine = self._partition(other, index)
                 if mine is None:
+                    # Not serving it: not assigned there, or not yet (a restarted broker
+                    # applies its roles once registered: still recovering).
+                    topic = other.image.topic(TOPIC)
+                    registration = topic.partition(index) if topic is not None else None
+                    if registration is not None and other.broker_id in registration.replicas:
+                        return True
                     continue
                 leader = self._partition(
                     self.brokers.get(f"b{mine.registration.leader}", other), index
@@ -988,9 +1051,13 @@ class Simulation:
     def _start_broker(self, broker: BrokerProcess) -> None:
         assert broker.disk is not None
         manager = SimLogManager(
-            broker.disk.path, default_config=self.log_config, clock=self._wall_ms
+            broker.disk.log_dirs, default_config=self.log_config, clock=self._wall_ms
         )
         manager.disk = broker.disk
+        incarnation = broker.incarnation
+        manager.add_failure_listener(
+            lambda directory: self._log_dir_failed(broker, incarnation, directory.path)
+        )
         manager.startup(cluster_id=CLUSTER_ID, node_id=broker.broker_id)
         broker.log_manager = manager
         broker.manager = PartitionManager(
@@ -1098,12 +1165,7 @@ class Simulation:
                     ),
                 )
         elif now - broker.heartbeat_sent >= CONTROLLER_CONFIG.broker_heartbeat_interval_ms:
-            broker.heartbeat_sent = now
-            self._call_controller(
-                broker,
-                "heartbeat",
-                m.BrokerHeartbeatRequest(broker.broker_id, broker.broker_epoch, broker.applied - 1),
-            )
+            self._send_heartbeat(broker)
         assert broker.manager is not None
         for partition in list(broker.manager):
             index = partition.topic_partition.partition
@@ -1118,6 +1180,47 @@ class Simulation:
         self._expire_purgatory(broker)
         self._after_broker(broker)
         self._on(broker, BROKER_TICK_MS, self._broker_tick, broker)
+
+    def _send_heartbeat(self, broker: BrokerProcess) -> None:
+        """A heartbeat, with the failed log directories and the replicas this broker
+        cannot serve or may not lead (the service's report: ``offline_report``)."""
+        assert broker.manager is not None
+        broker.heartbeat_sent = self.now_ms
+        offline_dirs, offline_replicas = broker.manager.offline_report()
+        self._call_controller(
+            broker,
+            "heartbeat",
+            m.BrokerHeartbeatRequest(
+                broker.broker_id,
+                broker.broker_epoch,
+                broker.applied - 1,
+                offline_log_dirs=tuple(offline_dirs),
+                offline_replicas=tuple(offline_replicas),
+            ),
+        )
+
+    def _log_dir_failed(self, broker: BrokerProcess, incarnation: int, path: Path) -> None:
+        """The log manager took a directory offline (an I/O error in the middle of a
+        request, a flush, a checkpoint): as the service does, its replicas stop
+        replicating at once and the controller hears of it at once; with no directory
+        left the broker stops (restarted once its disk is repaired)."""
+        if not broker.alive or broker.incarnation != incarnation or broker.manager is None:
+            return
+        self.dirs_failed += 1
+        stopped = broker.manager.stop_offline()
+        self._note(
+            f"{broker.name}: log directory {path.name} offline, "
+            f"{', '.join(str(tp) for tp in stopped) or 'no replica'} stopped"
+        )
+        assert broker.log_manager is not None
+        if not broker.log_manager.online_dirs:
+            self._on(broker, 0, self._every_dir_failed, broker)
+        elif broker.broker_epoch >= 0:
+            self._on(broker, 0, self._send_heartbeat, broker)
+
+    def _every_dir_failed(self, broker: BrokerProcess) -> None:
+        self._note(f"{broker.name}: every log directory failed, the broker stops")
+        self._crash(broker, mode="kill")
 
     def _send_alter_partition(self, broker: BrokerProcess, partition: Partition) -> None:
         state = partition.leader_state
@@ -1555,8 +1658,30 @@ class Simulation:
         self._check_broker(broker)
 
     def _check_broker(self, broker: BrokerProcess) -> None:
+        faults = self.disk_faults
+        if faults is None:
+            self._check_broker_now(broker)
+            return
+        faults.suspended = True
+        try:
+            self._check_broker_now(broker)
+        finally:
+            faults.suspended = False
+
+    def _check_broker_now(self, broker: BrokerProcess) -> None:
         """The invariants a broker's partitions must keep after every event."""
         assert broker.manager is not None
+        if broker.log_manager is not None and broker.log_manager.offline_dirs:
+            for tp in broker.log_manager.offline_partitions:
+                replica = broker.manager.replica(tp)
+                if replica is not None and (
+                    replica.leader_state is not None or replica.follower_state is not None
+                ):
+                    role = "leads" if replica.leader_state is not None else "follows"
+                    self._fail(
+                        f"{broker.name} p{tp.partition}: its log directory is offline, "
+                        f"yet it still {role} in leader epoch {replica.leader_epoch}"
+                    )
         for partition in list(broker.manager):
             index = partition.topic_partition.partition
             state = partition.leader_state
@@ -1755,6 +1880,7 @@ class Simulation:
             torn_writes=sum(b.disk.torn_writes for b in self.brokers.values() if b.disk),
             expected_loss=expected_loss,
             messages=self.messages,
+            dirs_failed=self.dirs_failed,
         )
 
     def _read_all(

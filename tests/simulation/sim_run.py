@@ -73,6 +73,7 @@ def run_many(
     failed = 0
     acknowledged = 0
     expected_loss = 0
+    dirs_failed = 0
     for seed in range(first_seed, first_seed + count):
         try:
             result = Simulation(seed, Scenario.from_seed(seed, chaos_ms=chaos_ms)).run()
@@ -82,11 +83,13 @@ def run_many(
             continue
         acknowledged += result.acknowledged
         expected_loss += result.expected_loss
+        dirs_failed += result.dirs_failed
     elapsed = time.perf_counter() - started
     cpu = time.process_time() - cpu_started
     print(
         f"{count} schedules, {failed} failed, {acknowledged} acknowledged writes, "
-        f"{expected_loss} lost under unclean elections (expected), {elapsed:.1f} s, "
+        f"{expected_loss} lost under unclean elections (expected), {dirs_failed} log "
+        f"directories taken offline, {elapsed:.1f} s, "
         f"{count / elapsed:.2f} schedules/s, {count / cpu:.2f} schedules per CPU-second",
         file=out,
     )

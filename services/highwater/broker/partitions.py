@@ -41,6 +41,7 @@ from highwater.broker.replication import (
     UnknownReplicaError,
     find_diverging_epoch,
 )
+from highwater.controller_api import messages as m
 from highwater.errors import HighwaterError, KafkaStorageError, OffsetOutOfRangeError
 from highwater.metadata.image import MetadataImage, PartitionRegistration
 from highwater.storage.log import AppendInfo, FetchData, PartitionLog, wall_clock_ms
@@ -162,6 +163,17 @@ class Partition:
                 replicas=registration.replicas,
             )
         self._sync_high_watermark()
+
+    def stop_replicating(self, registration: PartitionRegistration | None = None) -> None:
+        """The log went offline (its directory failed): neither lead nor follow any more.
+        The leader state goes with its purgatory's hopes and the follower's fetches stop;
+        the broker reports the replica offline and the controller moves the leadership
+        and the ISR membership away (Kafka's ``handleLogDirFailure``). ``registration``:
+        the latest, remembered but not acted on."""
+        if registration is not None:
+            self.registration = registration
+        self.leader_state = None
+        self.follower_state = None
 
     def _follow(self, registration: PartitionRegistration) -> None:
         """Follow ``registration``'s leader: a follower state from the log's offsets when
@@ -422,6 +434,10 @@ class PartitionManager:
         """The partitions this broker serves: not those on a failed log directory."""
         return iter([p for p in self._partitions.values() if not p.log.offline])
 
+    def replica(self, tp: TopicPartition) -> Partition | None:
+        """This broker's replica of ``tp``, served or offline; None if it has none open."""
+        return self._partitions.get(tp)
+
     def offline(self) -> dict[TopicPartition, str]:
         """The replicas assigned here that cannot be served (their log directory failed,
         or it may hold them), by topic id."""
@@ -473,6 +489,46 @@ class PartitionManager:
             f"{topic}-{partition} has no replica on broker {self.broker_id}",
         )
 
+    def stop_offline(self) -> list[TopicPartition]:
+        """A log directory failed: its replicas stop leading and following at once (not at
+        the next metadata change); returns those that were still replicating."""
+        stopped = []
+        for tp, partition in self._partitions.items():
+            if partition.log.offline and (
+                partition.leader_state is not None or partition.follower_state is not None
+            ):
+                partition.stop_replicating()
+                stopped.append(tp)
+        return stopped
+
+    def offline_report(self) -> tuple[list[str], list[m.OfflineReplica]]:
+        """What the heartbeat says of failed log directories (KIP-858): their ids, and
+        the replicas this broker cannot serve, or may not lead because a crash took
+        committed records from them (the controller handles both alike: out of the ISR,
+        passed over in elections)."""
+        offline = self.offline() | self.missing_committed_records()
+        return (
+            # A directory that failed at start may have no id: it could not be read.
+            [d.directory_id for d in self.log_manager.offline_dirs if d.directory_id],
+            [m.OfflineReplica(topic_id, tp.partition) for tp, topic_id in sorted(offline.items())],
+        )
+
+    def _take_role(self, partition: Partition, registration: PartitionRegistration) -> None:
+        """``partition.update``, unless its directory fails meanwhile (a new leader writes
+        its epoch's start to the leader-epoch file): then it stops replicating."""
+        try:
+            partition.update(registration)
+        except KafkaStorageError as e:
+            if not partition.log.offline:
+                raise
+            log.error(
+                "broker %d: %s is offline, it takes no role: %s",
+                self.broker_id,
+                partition.topic_partition,
+                e,
+            )
+            partition.stop_replicating(registration)
+
     def apply_image(self, image: MetadataImage) -> None:
         """Open logs for the partitions assigned here and take the roles the image gives;
         partitions no longer assigned here (a deleted topic) are removed with their logs."""
@@ -488,8 +544,10 @@ class PartitionManager:
                 wanted.add(tp)
                 existing = self._partitions.get(tp)
                 if existing is not None:
-                    if existing.registration != registration:
-                        existing.update(registration)
+                    if existing.log.offline:
+                        existing.stop_replicating(registration)
+                    elif existing.registration != registration:
+                        self._take_role(existing, registration)
                     existing.update_eligibility(image)
                     continue
                 if config is None:
@@ -512,7 +570,7 @@ class PartitionManager:
                     replica_lag_time_max_ms=self.replica_lag_time_max_ms,
                     truncate_log=self.log_manager.truncate_to,
                 )
-                created.update(registration)
+                self._take_role(created, registration)
                 created.update_eligibility(image)
                 self._partitions[tp] = created
                 log.info(

@@ -65,7 +65,6 @@ from highwater.broker.replica_fetcher import Connect, GrpcFetchTransport, Replic
 from highwater.broker.request_handler import RequestHandler
 from highwater.broker.settings import BrokerSettings
 from highwater.broker.telemetry import BrokerTelemetry
-from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.errors import InvalidRequestError, KafkaStorageError
 from highwater.internal.v1 import replication_pb2 as rpb
@@ -154,7 +153,7 @@ class BrokerServer:
             controller=self.controller,
             metadata_offset=lambda: self.partitions.image.offset,
             report_serving=report_serving,
-            offline_report=lambda: self._offline_report(),
+            offline_report=lambda: self.partitions.offline_report(),
         )
         self.purgatory = Purgatory()
         self.alter_partitions = AlterPartitionManager(
@@ -286,22 +285,11 @@ class BrokerServer:
         """Return once the broker failed by itself (:attr:`failure`)."""
         await self._failed.wait()
 
-    def _offline_report(self) -> tuple[list[str], list[m.OfflineReplica]]:
-        """What the heartbeat says of failed log directories (KIP-858): their ids, and
-        the replicas this broker cannot serve, or may not lead because a crash took
-        committed records from them (the controller handles both alike: out of the ISR,
-        passed over in elections)."""
-        offline = self.partitions.offline() | self.partitions.missing_committed_records()
-        return (
-            # A directory that failed at start may have no id: it could not be read.
-            [d.directory_id for d in self.log_manager.offline_dirs if d.directory_id],
-            [m.OfflineReplica(topic_id, tp.partition) for tp, topic_id in sorted(offline.items())],
-        )
-
     def _on_log_dir_failed(self, directory: LogDirectory) -> None:
         """A log directory failed: its partitions stop serving (KAFKA_STORAGE_ERROR), the
         controller hears of it at once, and with no directory left the broker stops, as
         Kafka's does."""
+        self.partitions.stop_offline()
         self.purgatory.notify()
         self.lifecycle.heartbeat_now()
         if not self.log_manager.online_dirs and self.failure is None:

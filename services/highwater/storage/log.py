@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Concatenate, Final, NamedTuple, ParamSpec, TypeVar
+from typing import Concatenate, Final, NamedTuple, NoReturn, ParamSpec, TypeVar
 
 from highwater.config.topic import LogConfig
 from highwater.errors import (
@@ -123,22 +123,11 @@ def _guards_io(
 
     @functools.wraps(method)
     def guarded(self: PartitionLog, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        if self.offline:
-            raise KafkaStorageError(
-                f"{self.topic_partition}: its log directory {self.directory.parent} is offline"
-            )
+        self._refuse_if_offline()
         try:
             return method(self, *args, **kwargs)
         except (OSError, KafkaStorageError) as e:
-            if self.offline or not is_io_failure(e):
-                raise  # bad data; or a nested guarded call (a roll in an append) reported it
-            self.offline = True
-            log.error("%s: I/O error, the log goes offline: %s", self.topic_partition, e)
-            if self.on_io_error is not None:
-                self.on_io_error(self, e)
-            if isinstance(e, KafkaStorageError):
-                raise
-            raise KafkaStorageError(f"{self.topic_partition}: I/O error: {e}") from e
+            self._io_failed(e)
 
     return guarded
 
@@ -275,10 +264,30 @@ class PartitionLog:
         """Index of the segment whose base offset is the largest at or below ``offset``."""
         return max(0, bisect.bisect_right(self._base_offsets, offset) - 1)
 
+    def _refuse_if_offline(self) -> None:
+        if self.offline:
+            raise KafkaStorageError(
+                f"{self.topic_partition}: its log directory {self.directory.parent} is offline"
+            )
+
+    def _io_failed(self, e: OSError | KafkaStorageError) -> NoReturn:
+        """Re-raise ``e``; an I/O failure first takes the log offline (see the module
+        docstring), and is raised as ``KafkaStorageError``."""
+        if self.offline or not is_io_failure(e):
+            raise e  # bad data; or a nested guarded call (a roll in an append) reported it
+        self.offline = True
+        log.error("%s: I/O error, the log goes offline: %s", self.topic_partition, e)
+        if self.on_io_error is not None:
+            self.on_io_error(self, e)
+        if isinstance(e, KafkaStorageError):
+            raise e
+        raise KafkaStorageError(f"{self.topic_partition}: I/O error: {e}") from e
+
     def _refresh_latest_epoch(self) -> None:
         latest = self.leader_epoch_cache.latest_epoch
         self._latest_epoch = -1 if latest is None else latest
 
+    @_guards_io
     def assign_epoch_start(self, epoch: int, start_offset: int) -> None:
         """Record that leader ``epoch`` starts at ``start_offset`` (a new leader's epoch,
         before any record of it: Kafka's ``makeLeader``).
@@ -288,10 +297,13 @@ class PartitionLog:
         behind the log's back would leave the next append of that epoch unrecorded, the
         follower's fetches naming an older epoch, and the leader cutting its committed
         batches as diverging (seeds 100, 104 and 128 of docs/simulation.md).
+
+        It writes the leader-epoch file: a failed disk takes the log offline here too.
         """
         self.leader_epoch_cache.assign(epoch, start_offset)
         self._refresh_latest_epoch()
 
+    @_guards_io
     def forget_epochs_from(self, end_offset: int) -> None:
         """Forget the leader epochs that start at or past ``end_offset``: they hold no
         record of this log (an epoch this replica led without appending in it, or one a
@@ -624,13 +636,22 @@ class PartitionLog:
     def iter_batches(
         self, start_offset: int | None = None
     ) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
-        """Batch headers from ``start_offset`` (default: the first): (segment, position, header)."""
+        """Batch headers from ``start_offset`` (default: the first): (segment, position, header).
+
+        Guarded like the reads (a generator, so by hand): a leader that cannot read its
+        own log goes offline here too, whichever request read it (ListOffsets' largest
+        timestamp, the producer state's replay), instead of leading on over a disk that
+        fails its reads."""
+        self._refuse_if_offline()
         start = self.log_start_offset if start_offset is None else start_offset
-        for segment in list(self._segments[self._segment_index_for(start) :]):
-            found = segment.translate_offset(start)
-            if found is None:
-                continue
-            yield from ((segment, p, h) for p, h in segment.iter_headers(found[0]))
+        try:
+            for segment in list(self._segments[self._segment_index_for(start) :]):
+                found = segment.translate_offset(start)
+                if found is None:
+                    continue
+                yield from ((segment, p, h) for p, h in segment.iter_headers(found[0]))
+        except (OSError, KafkaStorageError) as e:
+            self._io_failed(e)
 
     @_guards_io
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
