@@ -497,13 +497,13 @@ class ReplicationControl:
 
     def replica_log_info(self, image: MetadataImage, response: ReplicaLogInfoResponse) -> None:
         """Remember a broker's answer for the partitions still waiting, against the
-        broker's registration and each partition's epoch it describes."""
+        broker's registration and each partition's epoch it describes. An error (the
+        replica not open yet, or offline) is asked again after the interval."""
         broker = image.broker(response.broker_id)
         if broker is None or broker.broker_epoch != response.broker_epoch:
             return
         for info in response.partitions:
             key = TopicIdPartition(info.topic_id, info.partition_id)
-            self._asked.pop((key, response.broker_id), None)
             topic = image.topic_by_id(info.topic_id)
             partition = topic.partition(info.partition_id) if topic is not None else None
             if (
@@ -512,6 +512,7 @@ class ReplicationControl:
                 or response.broker_id not in partition.last_known_elr
             ):
                 continue
+            self._asked.pop((key, response.broker_id), None)
             self.log_infos.setdefault(key, {})[response.broker_id] = RecoveryAnswer(
                 response.broker_epoch,
                 partition.partition_epoch,
