@@ -27,6 +27,7 @@ from highwater.records import SimpleRecord, build_batch
 from highwater.storage.log import PartitionLog
 from highwater.storage.log_manager import LogManager
 from highwater.storage.topic_partition import TopicPartition
+from highwater.v1.common_pb2 import ErrorCode
 
 SESSION = 9000
 TP = TopicPartition("chaos", 0)
@@ -129,6 +130,11 @@ def test_a_replica_that_lost_committed_records_is_not_elected_and_no_follower_tr
     partitions.apply_image(h.image)
     reported = partitions.missing_committed_records()
     assert reported == {TP: h.topic_id("chaos")}
+    # What it answers unclean recovery (KIP-966's GetReplicaLogInfo): its log as it is.
+    info = partitions.replica_log_info(h.topic_id("chaos"), 0)
+    assert (info.error, info.last_leader_epoch, info.log_end_offset) == (NONE, 0, TORN_AT)
+    missing = partitions.replica_log_info(h.topic_id("chaos"), 1)
+    assert missing.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
     def heartbeat(offline: dict[TopicPartition, str]) -> BrokerHeartbeatRequest:
         return BrokerHeartbeatRequest(
