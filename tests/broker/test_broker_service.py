@@ -22,6 +22,7 @@ from highwater.broker.service import BrokerSettings
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.embedded import EmbeddedServer
+from highwater.internal.v1 import replication_pb2, replication_pb2_grpc
 from highwater.metadata import MetadataImage
 from highwater.records import SimpleRecord, build_batch, iter_batches
 from highwater.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManagerSettings
@@ -496,3 +497,28 @@ async def test_a_restarted_broker_takes_no_role_before_its_registration_is_in_th
         assert server.broker.partitions.get("roles", 0).is_leader
     finally:
         await server.stop()
+
+
+async def test_the_broker_answers_unclean_recovery_from_its_logs(cluster: Cluster) -> None:
+    """KIP-966's GetReplicaLogInfo, as the active controller asks it over gRPC: the last
+    batch's leader epoch and the log end offset of each replica named; an error for a
+    partition it holds no replica of."""
+    await cluster.create_topic("recovered")
+    await cluster.produce("recovered", [b"a", b"b", b"c"])
+    server = cluster.server
+    topic_id = server.broker.partitions.get("recovered", 0).topic_id
+    async with grpc.aio.insecure_channel(server.listeners.inter_broker.address) as channel:
+        answer = await replication_pb2_grpc.ReplicaFetchServiceStub(channel).GetReplicaLogInfo(
+            replication_pb2.GetReplicaLogInfoRequest(
+                broker_id=1,
+                broker_epoch=server.broker.broker_epoch,
+                partitions=[
+                    replication_pb2.ReplicaLogInfoPartition(topic_id=topic_id, partition=0),
+                    replication_pb2.ReplicaLogInfoPartition(topic_id=topic_id, partition=7),
+                ],
+            )
+        )
+    assert (answer.broker_id, answer.broker_epoch) == (1, server.broker.broker_epoch)
+    held, missing = answer.partitions
+    assert (held.error, held.last_leader_epoch, held.log_end_offset) == (ErrorCode.NONE, 0, 3)
+    assert missing.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -252,3 +252,16 @@ def test_a_partition_line_shows_its_eligible_leader_replicas() -> None:
     )
     plain = PartitionInfo(0, 2, 3, (1, 2, 3), (2, 3))
     assert format_partition("t", plain).endswith("\tIsr: 2,3")
+
+
+def test_a_partition_whose_last_isr_member_moved_to_the_elr() -> None:
+    """KIP-966: the ISR is empty, nobody leads; the ELR holds the former members, the last
+    known ELR those that lost the guarantee (an unclean shutdown)."""
+    partition = PartitionInfo(
+        0, None, 4, (1, 2, 3), (), eligible_leader_replicas=(2, 1), last_known_elr=(3,)
+    )
+    assert format_partition("t", partition) == (
+        "\tTopic: t\tPartition: 0\tLeader: none\tReplicas: 1,2,3\tIsr: \tElr: 2,1\tLastKnownElr: 3"
+    )
+    waiting = PartitionInfo(0, None, 4, (1, 2, 3), (), last_known_elr=(3, 1))
+    assert format_partition("t", waiting).endswith("\tIsr: \tElr: \tLastKnownElr: 3,1")

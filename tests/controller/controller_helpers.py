@@ -166,13 +166,17 @@ class Harness:
 
 
 def check_invariants(image: MetadataImage) -> None:
-    """What must hold of every image: leader in ISR, ISR in replicas, ISR not empty, a
-    leader that is active whenever an active ISR member exists, replicas distinct; the ELR
-    and the last known ELR are replicas, outside the ISR and apart from each other."""
+    """What must hold of every image: leader in ISR, ISR in replicas, ISR not empty but
+    when its last member moved to the ELR (KIP-966: then no leader, and the ELR or the last
+    known ELR holds someone), a leader that is active whenever an active ISR member
+    exists, replicas distinct; the ELR and the last known ELR are replicas, outside the
+    ISR and apart from each other."""
     for key, partition in image.partitions():
         assert partition.replicas, key
         assert len(set(partition.replicas)) == len(partition.replicas), (key, partition)
-        assert partition.isr, (key, partition)
+        if not partition.isr:
+            assert partition.leader == NO_LEADER, (key, partition)
+            assert partition.elr or partition.last_known_elr, (key, partition)
         assert set(partition.isr) <= set(partition.replicas), (key, partition)
         assert len(set(partition.isr)) == len(partition.isr), (key, partition)
         active_isr = [b for b in partition.isr if image.is_active_broker(b)]

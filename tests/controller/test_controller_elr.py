@@ -21,6 +21,8 @@ from highwater.controller_api.messages import (
     ElectionType,
     ElectLeadersRequest,
     RegisterBrokerRequest,
+    ReplicaLogInfo,
+    ReplicaLogInfoResponse,
     TopicPartitions,
 )
 from highwater.metadata import (
@@ -219,3 +221,105 @@ def test_the_elr_survives_a_replay_and_a_snapshot() -> None:
     assert replayed.partition(h.topic_id("t"), 0) == expected
     loaded = load_snapshot_values(snapshot_values(h.image), h.image.offset, h.image.epoch)
     assert loaded.partition(h.topic_id("t"), 0) == expected
+
+
+# --- The last ISR member and unclean recovery (KIP-966) ------------------------------
+
+
+def every_member_down(h: Harness) -> None:
+    """The ISR shrinks to broker 1 (2 and 3 join the ELR), then 2, 3 and last 1 are
+    fenced: the last ISR member leaves the ISR for the ELR, and nobody leads."""
+    shrink(h, 1)
+    fence(h, 2)
+    fence(h, 3)
+    fence(h, 1)
+    partition = h.partition("t")
+    assert partition.isr == () and partition.leader == NO_LEADER
+    assert sorted(partition.elr) == [1, 2, 3] and partition.last_known_elr == ()
+    check_invariants(h.image)
+
+
+def answer(h: Harness, broker_id: int, last_epoch: int, end_offset: int) -> None:
+    h.controller.replica_log_info(
+        ReplicaLogInfoResponse(
+            broker_id,
+            h.epochs[broker_id],
+            (ReplicaLogInfo(h.topic_id("t"), 0, last_epoch, end_offset),),
+        )
+    )
+
+
+def asked(h: Harness) -> dict[int, tuple[tuple[str, int], ...]]:
+    return {
+        r.broker_id: r.partitions for r in h.controller.replica_log_info_requests(h.clock.now_ms)
+    }
+
+
+def test_the_last_isr_member_moves_to_the_elr_and_leads_again_after_a_clean_restart() -> None:
+    h = harness()
+    every_member_down(h)
+    restart(h, 1, clean=True)
+    partition = h.partition("t")
+    assert partition.leader == 1 and partition.isr == (1,)
+    check_invariants(h.image)
+
+
+def test_the_last_isr_member_back_from_an_unclean_shutdown_is_not_elected() -> None:
+    h = harness()
+    every_member_down(h)
+    restart(h, 1, clean=False)  # it may have lost records it had acknowledged
+    partition = h.partition("t")
+    assert partition.leader == NO_LEADER
+    assert 1 not in partition.elr and partition.last_known_elr == (1,)
+    restart(h, 2, clean=True)  # an ELR member that lost nothing leads, cleanly
+    partition = h.partition("t")
+    assert partition.leader == 2 and partition.isr == (2,)
+    check_invariants(h.image)
+
+
+def test_unclean_recovery_elects_the_longest_log_once_every_candidate_answered() -> None:
+    h = harness()
+    every_member_down(h)
+    for broker in (1, 2, 3):
+        restart(h, broker, clean=False)
+    partition = h.partition("t")
+    assert partition.isr == () and partition.elr == () and partition.leader == NO_LEADER
+    assert sorted(partition.last_known_elr) == [1, 2, 3]
+    tp = ((h.topic_id("t"), 0),)
+    assert asked(h) == {1: tp, 2: tp, 3: tp}
+    assert asked(h) == {}  # asked again only after a while
+    answer(h, 1, 0, 100)
+    answer(h, 3, 1, 90)  # a later epoch beats a longer log
+    h.tick()
+    assert h.partition("t").leader == NO_LEADER  # Balanced: broker 2 has not answered
+    # An answer of another incarnation than the registered one is ignored.
+    h.controller.replica_log_info(
+        ReplicaLogInfoResponse(2, h.epochs[2] - 1, (ReplicaLogInfo(h.topic_id("t"), 0, 1, 500),))
+    )
+    h.tick()
+    assert h.partition("t").leader == NO_LEADER
+    h.clock.advance(1000)
+    assert asked(h) == {2: tp}
+    answer(h, 2, 1, 80)
+    h.tick()
+    partition = h.partition("t")
+    assert partition.leader == 3 and partition.isr == (3,)
+    check_invariants(h.image)
+
+
+def test_aggressive_recovery_elects_on_the_first_answer_and_none_never_asks() -> None:
+    h = harness(config=ControllerConfig(unclean_recovery_strategy="Aggressive"))
+    every_member_down(h)
+    for broker in (1, 2, 3):
+        restart(h, broker, clean=False)
+    answer(h, 2, 0, 10)
+    h.tick()
+    assert h.partition("t").leader == 2
+    h = harness(config=ControllerConfig(unclean_recovery_strategy="None"))
+    every_member_down(h)
+    for broker in (1, 2, 3):
+        restart(h, broker, clean=False)
+    assert asked(h) == {}
+    answer(h, 2, 0, 10)
+    h.tick()
+    assert h.partition("t").leader == NO_LEADER

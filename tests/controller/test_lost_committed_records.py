@@ -27,6 +27,7 @@ from highwater.records import SimpleRecord, build_batch
 from highwater.storage.log import PartitionLog
 from highwater.storage.log_manager import LogManager
 from highwater.storage.topic_partition import TopicPartition
+from highwater.v1.common_pb2 import ErrorCode
 
 SESSION = 9000
 TP = TopicPartition("chaos", 0)
@@ -80,9 +81,10 @@ def test_a_replica_that_lost_committed_records_is_not_elected_and_no_follower_tr
     h.heartbeat(100)
     h.tick()
     assert (h.partition("chaos").isr, h.partition("chaos").leader) == ((100,), 100)
-    # Broker 100 stops; the last ISR member stays in the ISR, without a leader.
+    # Broker 100 stops; the last ISR member moves to the ELR (KIP-966), without a leader.
     h.heartbeat(100, want_shutdown=True)
-    assert (h.partition("chaos").isr, h.partition("chaos").leader) == ((100,), NO_LEADER)
+    assert (h.partition("chaos").isr, h.partition("chaos").leader) == ((), NO_LEADER)
+    assert 100 in h.partition("chaos").elr
     for broker in (101, 102):  # the others come back: not in the ISR, not leaders
         assert h.register(broker, incarnation=f"back-{broker}").error == NONE
         h.heartbeat(broker)
@@ -128,6 +130,11 @@ def test_a_replica_that_lost_committed_records_is_not_elected_and_no_follower_tr
     partitions.apply_image(h.image)
     reported = partitions.missing_committed_records()
     assert reported == {TP: h.topic_id("chaos")}
+    # What it answers unclean recovery (KIP-966's GetReplicaLogInfo): its log as it is.
+    info = partitions.replica_log_info(h.topic_id("chaos"), 0)
+    assert (info.error, info.last_leader_epoch, info.log_end_offset) == (NONE, 0, TORN_AT)
+    missing = partitions.replica_log_info(h.topic_id("chaos"), 1)
+    assert missing.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
     def heartbeat(offline: dict[TopicPartition, str]) -> BrokerHeartbeatRequest:
         return BrokerHeartbeatRequest(
@@ -137,14 +144,19 @@ def test_a_replica_that_lost_committed_records_is_not_elected_and_no_follower_tr
             offline_replicas=tuple(OfflineReplica(t, tp.partition) for tp, t in offline.items()),
         )
 
-    # Without the report, the unfencing heartbeat elects broker 100 (what the run did).
+    # Without the report, the unfencing heartbeat elected broker 100 as the last ISR
+    # member (what the run did); now its registration without a clean shutdown took it
+    # out of the ELR, so that heartbeat elects nobody either.
+    assert 100 not in h.partition("chaos").elr and 100 in h.partition("chaos").last_known_elr
     unreported = h.controller.broker_heartbeat(heartbeat({}), h.clock.now_ms)
-    assert any(isinstance(r, PartitionChangeRecord) and r.leader == 100 for r in unreported.records)
+    assert not any(
+        isinstance(r, PartitionChangeRecord) and r.leader == 100 for r in unreported.records
+    )
     # With it, broker 100 is unfenced but passed over: the partition waits without a
     # leader (unclean election is off) and no follower truncates anything.
     response = h.commit(h.controller.broker_heartbeat(heartbeat(reported), h.clock.now_ms))
     assert response.error == NONE and not response.is_fenced
-    assert (h.partition("chaos").isr, h.partition("chaos").leader) == ((100,), NO_LEADER)
+    assert (h.partition("chaos").isr, h.partition("chaos").leader) == ((), NO_LEADER)
     for broker in (101, 102):
         assert logs[broker].log_end_offset == COMMITTED
 

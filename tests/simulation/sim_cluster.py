@@ -527,6 +527,7 @@ class Simulation:
         self._checked: dict[tuple[str, int], tuple[int, int, int, int]] = {}
         """(broker, partition) -> (log end, HW, committed batches, held) at its last check."""
         self.unclean_elections = 0
+        self.unclean_recoveries = 0
         self.power_lost: set[str] = set()
         self.disk_faults: DiskFaults | None = None
         self.dirs_failed = 0
@@ -970,6 +971,21 @@ class Simulation:
             if (
                 record.leader is not None
                 and record.leader >= 0
+                and not before.isr
+                and not before.elr
+                and record.leader in before.last_known_elr
+                and not self.scenario.unclean
+            ):
+                # KIP-966's unclean recovery: the longest log among the last known ELR.
+                # Not excused: a loss after it is a violation like any other.
+                self.unclean_recoveries += 1
+                self._note(
+                    f"unclean recovery: p{record.partition_id} leader b{record.leader}, "
+                    f"the longest log of the last known ELR {list(before.last_known_elr)}"
+                )
+            elif (
+                record.leader is not None
+                and record.leader >= 0
                 and record.leader not in before.isr
                 and record.leader not in before.elr
             ):
@@ -980,6 +996,10 @@ class Simulation:
                 )
 
     def _controller_call(self, ctrl: ControllerProcess, source: str, call: Any) -> None:
+        if isinstance(call, m.ReplicaLogInfoResponse):
+            if ctrl.controller is not None:
+                ctrl.controller.replica_log_info(call)
+            return
         if not isinstance(call, ControllerCall):
             return
         controller = ctrl.controller
@@ -1045,6 +1065,9 @@ class Simulation:
                 self._propose(ctrl, records)
         except NotLeaderError:
             return
+        # Unclean recovery's questions go to the brokers over the network (KIP-966).
+        for request in controller.replica_log_info_requests(self.now_ms):
+            self._send(ctrl.name, f"b{request.broker_id}", request)
 
     # --- Brokers: life cycle and metadata ------------------------------------------------
 
@@ -1283,7 +1306,28 @@ class Simulation:
             self._produce(broker, source, message)
         elif isinstance(message, ConsumerFetch):
             self._consumer_fetch(broker, source, message)
+        elif isinstance(message, m.ReplicaLogInfoRequest):
+            self._replica_log_info(broker, source, message)
         self._after_broker(broker)
+
+    def _replica_log_info(
+        self, broker: BrokerProcess, source: str, request: m.ReplicaLogInfoRequest
+    ) -> None:
+        """The broker's answer to unclean recovery's question, from its logs."""
+        if broker.manager is None or broker.broker_epoch < 0:
+            return
+        infos = tuple(broker.manager.replica_log_info(t, p) for t, p in request.partitions)
+        self._note(
+            f"{broker.name}: log info for the controller "
+            + ", ".join(
+                f"p{i.partition_id} {i.last_leader_epoch}/{i.log_end_offset}" for i in infos
+            )
+        )
+        self._send(
+            broker.name,
+            source,
+            m.ReplicaLogInfoResponse(broker.broker_id, broker.broker_epoch, infos),
+        )
 
     def _broker_controller_reply(self, broker: BrokerProcess, reply: ControllerReply) -> None:
         if reply.kind == "not-controller":

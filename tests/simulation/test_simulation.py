@@ -66,6 +66,20 @@ def test_short_schedules_keep_every_invariant() -> None:
     assert dirs_failed > 0, "no schedule failed a log directory (EIO)"
 
 
+def test_the_last_isr_member_back_from_a_power_loss_is_not_elected_over_a_longer_log() -> None:
+    """KIP-966 (docs/simulation.md, "Findings"): the last ISR member moves to the ELR when
+    fenced and leaves it when it registers after a power loss cut its log. Seed 2043: an
+    ELR member that was only paused is elected cleanly. Seeds 2188 and 2032: no ELR member
+    is left, and unclean recovery asks the last known ELR for their logs and elects the
+    longest. Before, the last member was elected and acknowledged writes were lost."""
+    simulations = [
+        Simulation(seed, Scenario.from_seed(seed, chaos_ms=SHORT_CHAOS_MS))
+        for seed in (2043, 2188, 2032)
+    ]
+    run_all(simulations)
+    assert sum(s.unclean_recoveries for s in simulations) >= 2
+
+
 def test_a_schedule_replays_exactly() -> None:
     scenario = Scenario.from_seed(7, chaos_ms=4000)
     first = Simulation(7, scenario)

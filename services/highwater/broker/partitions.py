@@ -42,6 +42,7 @@ from highwater.broker.replication import (
     find_diverging_epoch,
 )
 from highwater.controller_api import messages as m
+from highwater.controller_api.messages import ReplicaLogInfo
 from highwater.errors import HighwaterError, KafkaStorageError, OffsetOutOfRangeError
 from highwater.metadata.image import MetadataImage, PartitionRegistration
 from highwater.storage.log import AppendInfo, FetchData, PartitionLog, wall_clock_ms
@@ -463,6 +464,28 @@ class PartitionManager:
             for tp, partition in self._partitions.items()
             if not partition.log.offline and partition.log.missing_committed_records
         }
+
+    def replica_log_info(self, topic_id: str, partition_id: int) -> ReplicaLogInfo:
+        """This replica's log for the controller's unclean recovery (KIP-966's
+        GetReplicaLogInfo): its last batch's leader epoch and its log end offset.
+        UNKNOWN_TOPIC_OR_PARTITION when there is no open replica of it here (not yet
+        opened after a restart: the controller asks again), KAFKA_STORAGE_ERROR when its
+        log directory failed."""
+        for partition in self._partitions.values():
+            if partition.topic_id == topic_id and partition.topic_partition.partition == (
+                partition_id
+            ):
+                if partition.log.offline:
+                    return ReplicaLogInfo(
+                        topic_id, partition_id, error=ErrorCode.KAFKA_STORAGE_ERROR
+                    )
+                return ReplicaLogInfo(
+                    topic_id,
+                    partition_id,
+                    last_leader_epoch=partition.last_fetched_epoch,
+                    log_end_offset=partition.log_end_offset,
+                )
+        return ReplicaLogInfo(topic_id, partition_id, error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
     def get(self, topic: str, partition: int) -> Partition:
         """The partition, or PartitionError UNKNOWN_TOPIC_OR_PARTITION /

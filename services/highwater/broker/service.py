@@ -506,6 +506,28 @@ class ReplicaFetchServicer(replication_pb2_grpc.ReplicaFetchServiceServicer):
 
     def __init__(self, broker: BrokerServer) -> None:
         self._broker = broker.requests
+        self._server = broker
+
+    async def GetReplicaLogInfo(
+        self, request: rpb.GetReplicaLogInfoRequest, context: grpc.aio.ServicerContext
+    ) -> rpb.GetReplicaLogInfoResponse:
+        """The active controller's unclean recovery asks for this broker's logs of
+        partitions left without ISR and ELR (KIP-966's GetReplicaLogInfo); CLUSTER_ACTION
+        on the cluster, checked by the interceptor."""
+        partitions = self._server.partitions
+        answer = rpb.GetReplicaLogInfoResponse(
+            broker_id=self._server.node_id, broker_epoch=self._server.broker_epoch
+        )
+        for asked in request.partitions:
+            info = partitions.replica_log_info(asked.topic_id, asked.partition)
+            answer.partitions.add(
+                topic_id=info.topic_id,
+                partition=info.partition_id,
+                last_leader_epoch=info.last_leader_epoch,
+                log_end_offset=info.log_end_offset,
+                error=info.error,
+            )
+        return answer
 
     async def ReplicaFetch(
         self,

@@ -123,6 +123,16 @@ _CLUSTER_DEFAULTS: Final = [
         "record and may be elected cleanly when no ISR member is alive.",
     ),
     ConfigKey(
+        "unclean.recovery.strategy",
+        _STRING,
+        "Balanced",
+        one_of("None", "Balanced", "Aggressive"),
+        "How the controller recovers a partition with no ISR or ELR member left (KIP-966): "
+        "it asks the replicas of the last known ELR for their log ends and elects the "
+        "longest log, once all of them answered (Balanced) or the first answered "
+        "(Aggressive); None waits for an operator's unclean election.",
+    ),
+    ConfigKey(
         "log.retention.hours",
         _INT,
         168,

@@ -27,6 +27,7 @@ CONTROLLER_CONFIG_DEF: Final = ConfigDef(
         "default.replication.factor",
         "unclean.leader.election.enable",
         "eligible.leader.replicas.enable",
+        "unclean.recovery.strategy",
         "auto.leader.rebalance.enable",
         "leader.imbalance.per.broker.percentage",
         "leader.imbalance.check.interval.seconds",
@@ -60,6 +61,7 @@ class ControllerConfig:
     default_replication_factor: int = 1
     unclean_leader_election_enable: bool = False
     eligible_leader_replicas_enable: bool = True
+    unclean_recovery_strategy: str = "Balanced"
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_seconds: int = 300

@@ -79,6 +79,7 @@ class PartitionChangeBuilder:
         self._election = Election.NONE
         self._min_isr = min_isr
         self._unclean_shutdown: set[int] = set()
+        self._recovered_leader: int | None = None
         self.unclean = False
         """Whether :meth:`build` made an unclean election."""
 
@@ -87,10 +88,18 @@ class PartitionChangeBuilder:
         return self
 
     def remove_from_isr(self, broker_id: int) -> PartitionChangeBuilder:
-        """Drop ``broker_id`` from the ISR, unless it is the last member."""
+        """Drop ``broker_id`` from the ISR. The last member leaves too when the ELR is in
+        use (``min_isr`` above 1): the ISR becomes empty and it joins the ELR; without
+        the ELR it stays, as before KIP-966."""
         remaining = tuple(b for b in self._target_isr if b != broker_id)
-        if remaining:
+        if remaining or self._min_isr > 1:
             self._target_isr = remaining
+        return self
+
+    def set_recovered_leader(self, broker_id: int) -> PartitionChangeBuilder:
+        """Unclean recovery chose ``broker_id`` (the longest log among the candidates
+        that answered): it leads, and is the whole ISR."""
+        self._recovered_leader = broker_id
         return self
 
     def mark_unclean_shutdown(self, broker_id: int) -> PartitionChangeBuilder:
@@ -120,9 +129,8 @@ class PartitionChangeBuilder:
         """The change record, or None when the partition would not change."""
         partition = self.partition
         replicas = self._replicas
-        isr = self._target_isr if self._target_isr else partition.isr
-        isr = tuple(b for b in isr if b in replicas)
-        if not isr:
+        isr = tuple(b for b in self._target_isr if b in replicas)
+        if not isr and self._target_isr:
             raise ValueError(f"no ISR member of {self.topic_id}-{self.partition_id} is a replica")
         elr = tuple(
             b
@@ -133,9 +141,9 @@ class PartitionChangeBuilder:
         if leader is None:
             leader = NO_LEADER
         elif leader not in isr:
-            # Elected from the ELR (clean) or uncleanly: the new leader's log is the truth
-            # from now on, and it is the whole ISR.
-            self.unclean = leader not in elr
+            # Elected from the ELR (clean), by unclean recovery or uncleanly: the new
+            # leader's log is the truth from now on, and it is the whole ISR.
+            self.unclean = leader not in elr and leader != self._recovered_leader
             isr = (leader,)
         elr, last_known_elr = self._next_elr(isr, elr)
         new_isr = None if isr == partition.isr else isr
@@ -182,7 +190,12 @@ class PartitionChangeBuilder:
             if b not in isr and b in replicas and b not in elr and b not in self._unclean_shutdown
         )
         next_elr = tuple(b for b in elr if b not in isr) + left_isr
-        lost = tuple(b for b in partition.elr if b in self._unclean_shutdown and b in replicas)
+        # Members that lost the guarantee (an unclean shutdown) while in the ELR or the ISR.
+        lost = tuple(
+            b
+            for b in partition.elr + partition.isr
+            if b in self._unclean_shutdown and b in replicas
+        )
         last_known = tuple(
             b
             for b in partition.last_known_elr + lost
@@ -194,6 +207,15 @@ class PartitionChangeBuilder:
         partition = self.partition
         replicas = self._replicas
         active = self._is_active
+        recovered = self._recovered_leader
+        if (
+            recovered is not None
+            and not isr
+            and not any(active(b) for b in elr)
+            and recovered in replicas
+            and active(recovered)
+        ):
+            return recovered
         if self._election is Election.PREFERRED and replicas:
             preferred = replicas[0]
             if preferred in isr and active(preferred):

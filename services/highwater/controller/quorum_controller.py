@@ -97,6 +97,8 @@ from highwater.controller_api.messages import (
     RegisterBrokerResponse,
     RegisterCoordinatorRequest,
     RegisterCoordinatorResponse,
+    ReplicaLogInfoRequest,
+    ReplicaLogInfoResponse,
     TickResult,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
@@ -147,6 +149,7 @@ class QuorumController:
         image = self._image()
         self.heartbeats.reset(image.brokers.values(), now_ms)
         self.replication.offline_replicas.clear()
+        self.replication.log_infos.clear()
         # Leader moves a former controller left half-written are finished by the ticks.
         self.replication.resume_moves(image)
         self.coordinator_sessions.reset_epochs(
@@ -245,6 +248,16 @@ class QuorumController:
             [], self.replication.list_partition_reassignments(self._image(), request)
         )
 
+    def replica_log_info_requests(self, now_ms: int) -> list[ReplicaLogInfoRequest]:
+        """Unclean recovery's questions (KIP-966's GetReplicaLogInfo): the caller sends each
+        to its broker and hands the answers to :meth:`replica_log_info`; :meth:`tick`
+        elects once the candidates answered."""
+        return self.replication.replica_log_info_requests(self._image(), now_ms)
+
+    def replica_log_info(self, response: ReplicaLogInfoResponse) -> None:
+        """A broker's answer to :meth:`replica_log_info_requests` (soft state, no records)."""
+        self.replication.replica_log_info(self._image(), response)
+
     # --- Configs ---------------------------------------------------------------------
 
     def alter_configs(self, request: AlterConfigsRequest) -> ControllerResult[AlterConfigsResponse]:
@@ -340,7 +353,8 @@ class QuorumController:
         controller's config file, fence expired brokers (moving their leaderships in the same
         batch), unregister expired coordinators (moving their ``__consumer_offsets``
         partitions), create ``__consumer_offsets`` if it is due and missing, elect unclean
-        leaders where topics now allow it, and, every
+        leaders where topics now allow it, elect by unclean recovery where the candidates
+        answered, and, every
         ``leader.imbalance.check.interval.seconds``, preferred leaders where a broker's
         imbalance passes ``leader.imbalance.per.broker.percentage``."""
         delta = MetadataDelta(self._image())
@@ -357,6 +371,8 @@ class QuorumController:
         records.extend(offsets_topic)
         unclean = self.replication.unclean_elections(delta)
         records.extend(unclean)
+        recovered = self.replication.unclean_recoveries(delta)
+        records.extend(recovered)
         preferred: list[MetadataRecord] = []
         if self.config.auto_leader_rebalance_enable:
             interval = self.config.leader_imbalance_check_interval_ms
@@ -376,6 +392,7 @@ class QuorumController:
                 leader_moves=len(moved),
                 expired_coordinators=tuple(expired),
                 created_offsets_topic=bool(offsets_topic),
+                unclean_recoveries=len(recovered),
             ),
         )
 

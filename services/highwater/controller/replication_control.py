@@ -12,6 +12,7 @@ partition goes through :class:`~highwater.controller.partition_change.PartitionC
 from __future__ import annotations
 
 import base64
+import functools
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -58,6 +59,8 @@ from highwater.controller_api.messages import (
     OngoingReassignment,
     PartitionReassignment,
     PartitionResult,
+    ReplicaLogInfoRequest,
+    ReplicaLogInfoResponse,
 )
 from highwater.errors import InvalidConfigError, InvalidTopicError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
@@ -116,6 +119,21 @@ def check_min_insync_replicas(
         )
 
 
+RECOVERY_ASK_INTERVAL_MS = 1000
+"""How often unclean recovery asks a candidate that has not answered again."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryAnswer:
+    """A candidate's log, as it answered unclean recovery's question: valid while its
+    registration (``broker_epoch``) and the partition (``partition_epoch``) are the same."""
+
+    broker_epoch: int
+    partition_epoch: int
+    last_leader_epoch: int
+    log_end_offset: int
+
+
 @dataclass(slots=True)
 class LeaderMoves:
     """A broker's partitions whose leadership or ISR membership is still to move off it,
@@ -143,6 +161,10 @@ class ReplicationControl:
         """Per inactive broker, the leaderships and ISR memberships still to move off it
         when :meth:`move_away_from` stopped at its batch size: soft state, recomputed
         from the image by :meth:`resume_moves` when a controller becomes active."""
+        self.log_infos: dict[TopicIdPartition, dict[int, RecoveryAnswer]] = {}
+        """Unclean recovery's answers so far, per waiting partition and candidate: soft
+        state (a new active controller asks again)."""
+        self._asked: dict[tuple[TopicIdPartition, int], int] = {}
 
     def _unclean_allowed(self, delta: MetadataDelta, topic_id: str) -> bool:
         name = delta.topic_name(topic_id)
@@ -410,6 +432,135 @@ class ReplicationControl:
             if record is not None:
                 delta.replay(record)
                 records.append(record)
+        return records
+
+    # --- Unclean recovery (KIP-966) -------------------------------------------------
+
+    def _awaiting_recovery(
+        self, delta: MetadataDelta
+    ) -> list[tuple[TopicIdPartition, PartitionRegistration]]:
+        """Leaderless partitions with neither ISR nor ELR, whose last known ELR unclean
+        recovery elects from (a topic allowing unclean elections has them already)."""
+        if self.config.unclean_recovery_strategy == "None":
+            return []
+        unclean = self._unclean_lookup(delta)
+        waiting = []
+        for key in self._leaderless(delta):
+            partition = delta.partition(key.topic_id, key.partition_id)
+            if (
+                partition is not None
+                and not partition.has_leader
+                and not partition.isr
+                and not partition.elr
+                and partition.last_known_elr
+                and not unclean(key.topic_id)
+            ):
+                waiting.append((key, partition))
+        return waiting
+
+    def replica_log_info_requests(
+        self, image: MetadataImage, now_ms: int
+    ) -> list[ReplicaLogInfoRequest]:
+        """What to ask which broker (KIP-966's GetReplicaLogInfo): the candidates of every
+        partition waiting for unclean recovery that have not answered for its current
+        partition epoch, each asked again at most every :data:`RECOVERY_ASK_INTERVAL_MS`.
+        Registered brokers only, fenced or not: a broker answers from its logs as soon
+        as it runs."""
+        delta = MetadataDelta(image)
+        waiting = self._awaiting_recovery(delta)
+        live = {key for key, _ in waiting}
+        for key in [k for k in self.log_infos if k not in live]:
+            del self.log_infos[key]
+        asks: dict[int, list[tuple[str, int]]] = {}
+        for key, partition in waiting:
+            answers = self.log_infos.get(key, {})
+            for broker_id in partition.last_known_elr:
+                broker = image.broker(broker_id)
+                if broker is None:
+                    continue
+                answer = answers.get(broker_id)
+                if (
+                    answer is not None
+                    and answer.broker_epoch == broker.broker_epoch
+                    and answer.partition_epoch == partition.partition_epoch
+                ):
+                    continue
+                asked = self._asked.get((key, broker_id))
+                if asked is not None and now_ms - asked < RECOVERY_ASK_INTERVAL_MS:
+                    continue
+                self._asked[(key, broker_id)] = now_ms
+                asks.setdefault(broker_id, []).append((key.topic_id, key.partition_id))
+        return [
+            ReplicaLogInfoRequest(b, image.brokers[b].broker_epoch, tuple(parts))
+            for b, parts in sorted(asks.items())
+        ]
+
+    def replica_log_info(self, image: MetadataImage, response: ReplicaLogInfoResponse) -> None:
+        """Remember a broker's answer for the partitions still waiting, against the
+        broker's registration and each partition's epoch it describes. An error (the
+        replica not open yet, or offline) is asked again after the interval."""
+        broker = image.broker(response.broker_id)
+        if broker is None or broker.broker_epoch != response.broker_epoch:
+            return
+        for info in response.partitions:
+            key = TopicIdPartition(info.topic_id, info.partition_id)
+            topic = image.topic_by_id(info.topic_id)
+            partition = topic.partition(info.partition_id) if topic is not None else None
+            if (
+                info.error != ErrorCode.NONE
+                or partition is None
+                or response.broker_id not in partition.last_known_elr
+            ):
+                continue
+            self._asked.pop((key, response.broker_id), None)
+            self.log_infos.setdefault(key, {})[response.broker_id] = RecoveryAnswer(
+                response.broker_epoch,
+                partition.partition_epoch,
+                info.last_leader_epoch,
+                info.log_end_offset,
+            )
+
+    def unclean_recoveries(self, delta: MetadataDelta) -> list[MetadataRecord]:
+        """Leaders for the partitions whose candidates answered (all of them: Balanced;
+        any: Aggressive): the longest log, the highest last leader epoch first, then the
+        highest log end offset, ties to replica order. The choice waits while it is not
+        active (a broker registered again is fenced until it caught up)."""
+        aggressive = self.config.unclean_recovery_strategy == "Aggressive"
+        records: list[MetadataRecord] = []
+        for key, partition in self._awaiting_recovery(delta):
+            answers = self.log_infos.get(key)
+            if not answers:
+                continue
+            current = {}
+            for broker_id in partition.last_known_elr:
+                answer = answers.get(broker_id)
+                broker = delta.broker(broker_id)
+                if (
+                    answer is not None
+                    and broker is not None
+                    and answer.broker_epoch == broker.broker_epoch
+                    and answer.partition_epoch == partition.partition_epoch
+                ):
+                    current[broker_id] = answer
+            if not current or (not aggressive and len(current) < len(partition.last_known_elr)):
+                continue
+            order = {b: i for i, b in enumerate(partition.replicas)}
+            best = max(
+                current,
+                key=lambda b: (
+                    current[b].last_leader_epoch,
+                    current[b].log_end_offset,
+                    -order.get(b, len(order)),
+                ),
+            )
+            builder = self._change(
+                delta, key, partition, False, functools.partial(_recover, leader=best)
+            )
+            record = builder.build()
+            if record is not None and record.leader == best:
+                delta.replay(record)
+                records.append(record)
+                self.log_infos.pop(key, None)
         return records
 
     def rebalance_leaders(self, delta: MetadataDelta) -> list[MetadataRecord]:
@@ -1074,6 +1225,10 @@ class ReplicationControl:
             self._new_partition(delta, topic_id, current + index, tuple(replicas))
             for index, replicas in enumerate(assignments)
         ]
+
+
+def _recover(builder: PartitionChangeBuilder, *, leader: int) -> None:
+    builder.set_recovered_leader(leader)
 
 
 def _collision_key(name: str) -> str:

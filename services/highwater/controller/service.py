@@ -70,9 +70,19 @@ from highwater.controller_api.codec import (
     ControllerRpc,
     InvalidRequestError,
 )
+from highwater.controller_api.messages import (
+    ReplicaLogInfo,
+    ReplicaLogInfoRequest,
+    ReplicaLogInfoResponse,
+)
 from highwater.errors import UnexpectedAppendOffsetError
 from highwater.etcd_metadata.endpoints import EtcdStoreAddress
-from highwater.internal.v1 import controller_pb2, controller_pb2_grpc
+from highwater.internal.v1 import (
+    controller_pb2,
+    controller_pb2_grpc,
+    replication_pb2,
+    replication_pb2_grpc,
+)
 from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import MetadataRecord, NoOpRecord, encode_record
@@ -89,6 +99,7 @@ from highwater.rpc.auth import (
     node_identities,
     principal_of,
 )
+from highwater.rpc.channels import open_channel
 from highwater.rpc.server import GrpcService
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -99,6 +110,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+RECOVERY_ASK_TIMEOUT_S: Final = 5.0
+"""How long the controller waits for a broker's answer to unclean recovery."""
 
 
 def monotonic_ms() -> int:
@@ -514,6 +529,8 @@ class ControllerServer:
                 is_active=lambda: self.store.is_active,
                 propose=self.propose,
             )
+        self._recovery_asks: set[asyncio.Task[None]] = set()
+        """Unclean recovery's questions to brokers in flight (KIP-966's GetReplicaLogInfo)."""
 
     # --- public API --------------------------------------------------------------------
 
@@ -568,7 +585,7 @@ class ControllerServer:
         self._lose_leadership()
         if self.migration is not None:
             await self.migration.stop()
-        for task in (self._worker, self._ticker):
+        for task in (self._worker, self._ticker, *self._recovery_asks):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -862,6 +879,7 @@ class ControllerServer:
         if not self.store.is_active:
             return
         result = self.controller.tick(self._clock())
+        self._ask_replica_logs()
         if not result.records:
             return
         try:
@@ -883,6 +901,65 @@ class ControllerServer:
             outcome.unclean_elections,
             outcome.leader_moves,
             ", created __consumer_offsets" if outcome.created_offsets_topic else "",
+        )
+
+    def _ask_replica_logs(self) -> None:
+        """Send unclean recovery's questions (``QuorumController.replica_log_info_requests``)
+        to the brokers, at the first listener of each one's registration; the answers go
+        back to the controller while this leadership lasts, and :meth:`_tick` elects."""
+        epoch = self._leader_epoch
+        if epoch is None:
+            return
+        image = self.store.latest_image()
+        for request in self.controller.replica_log_info_requests(self._clock()):
+            broker = image.broker(request.broker_id)
+            if broker is None or not broker.listeners:
+                continue
+            address = f"{broker.listeners[0].host}:{broker.listeners[0].port}"
+            task = asyncio.create_task(self._ask_replica_log(address, request, epoch))
+            self._recovery_asks.add(task)
+            task.add_done_callback(self._recovery_asks.discard)
+
+    async def _ask_replica_log(
+        self, address: str, request: ReplicaLogInfoRequest, epoch: int
+    ) -> None:
+        channel = open_channel(address)
+        try:
+            stub = replication_pb2_grpc.ReplicaFetchServiceStub(channel)
+            answer = await stub.GetReplicaLogInfo(
+                replication_pb2.GetReplicaLogInfoRequest(
+                    broker_id=request.broker_id,
+                    broker_epoch=request.broker_epoch,
+                    partitions=[
+                        replication_pb2.ReplicaLogInfoPartition(topic_id=t, partition=p)
+                        for t, p in request.partitions
+                    ],
+                ),
+                timeout=RECOVERY_ASK_TIMEOUT_S,
+            )
+        except grpc.RpcError as e:
+            log.info(
+                "node %d: broker %d did not answer unclean recovery: %s",
+                self.node_id,
+                request.broker_id,
+                e.code() if isinstance(e, grpc.aio.AioRpcError) else e,
+            )
+            return
+        finally:
+            await channel.close()
+        if self._leader_epoch != epoch:
+            return
+        self.controller.replica_log_info(
+            ReplicaLogInfoResponse(
+                answer.broker_id,
+                answer.broker_epoch,
+                tuple(
+                    ReplicaLogInfo(
+                        p.topic_id, p.partition, p.last_leader_epoch, p.log_end_offset, p.error
+                    )
+                    for p in answer.partitions
+                ),
+            )
         )
 
     async def _tick_timer(self, epoch: int) -> None:

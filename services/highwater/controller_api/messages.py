@@ -724,6 +724,41 @@ class UnregisterCoordinatorResponse:
     error_message: str = ""
 
 
+# --- Unclean recovery (KIP-966's GetReplicaLogInfo) -------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLogInfoRequest:
+    """The controller asks ``broker_id`` (of ``broker_epoch``) for its logs of partitions
+    that wait for unclean recovery: ``(topic_id, partition_id)`` pairs."""
+
+    broker_id: int
+    broker_epoch: int
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLogInfo:
+    """One replica's log: its last batch's leader epoch and its log end offset; or
+    ``error`` (UNKNOWN_TOPIC_OR_PARTITION: no such replica here, or it is offline)."""
+
+    topic_id: str
+    partition_id: int
+    last_leader_epoch: int = -1
+    log_end_offset: int = 0
+    error: int = NONE
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLogInfoResponse:
+    """The broker's answer; ``broker_epoch`` is its current registration's (an answer of
+    another incarnation than the one asked is ignored)."""
+
+    broker_id: int
+    broker_epoch: int
+    partitions: tuple[ReplicaLogInfo, ...] = ()
+
+
 # --- Periodic work ---------------------------------------------------------------------
 
 
@@ -739,3 +774,5 @@ class TickResult:
     expired_coordinators: tuple[int, ...] = ()
     """Coordinators whose session expired: unregistered, their partitions moved."""
     created_offsets_topic: bool = False
+    unclean_recoveries: int = 0
+    """Leaders elected by unclean recovery (the longest log among the candidates)."""

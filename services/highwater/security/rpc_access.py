@@ -128,8 +128,10 @@ _COORDINATOR: Final[dict[str, Access]] = {
 
 _REPLICA_FETCH: Final[dict[str, Access]] = {
     "ReplicaFetch": OnCluster(_A.CLUSTER_ACTION, as_node=True),
+    "GetReplicaLogInfo": OnCluster(_A.CLUSTER_ACTION),
 }
-"""Followers' fetches (``ReplicaFetchService``, on every broker's listeners)."""
+"""Followers' fetches (``ReplicaFetchService``, on every broker's listeners), and the
+active controller's questions of unclean recovery."""
 
 _RAFT: Final[dict[str, Access]] = {
     "Vote": OnCluster(_A.CLUSTER_ACTION),

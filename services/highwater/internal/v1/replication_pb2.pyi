@@ -16,6 +16,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from highwater.v1 import broker_pb2 as _broker_pb2
+from highwater.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -161,3 +162,114 @@ class ReplicaFetchResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReplicaFetchResponse: _TypeAlias = ReplicaFetchResponse  # noqa: Y015
+
+@_typing.final
+class GetReplicaLogInfoRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    broker_id: _builtins.int
+    """The broker asked, and the broker epoch of the registration the controller knows."""
+    broker_epoch: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaLogInfoPartition]: ...
+    def __init__(
+        self,
+        *,
+        broker_id: _builtins.int = ...,
+        broker_epoch: _builtins.int = ...,
+        partitions: _abc.Iterable[Global___ReplicaLogInfoPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetReplicaLogInfoRequest: _TypeAlias = GetReplicaLogInfoRequest  # noqa: Y015
+
+@_typing.final
+class ReplicaLogInfoPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    topic_id: _builtins.str
+    partition: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic_id: _builtins.str = ...,
+        partition: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "topic_id", b"topic_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaLogInfoPartition: _TypeAlias = ReplicaLogInfoPartition  # noqa: Y015
+
+@_typing.final
+class GetReplicaLogInfoResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    broker_id: _builtins.int
+    """The broker's own id and current broker epoch (the controller ignores an answer of
+    another registration than the one it knows).
+    """
+    broker_epoch: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaLogInfo]: ...
+    def __init__(
+        self,
+        *,
+        broker_id: _builtins.int = ...,
+        broker_epoch: _builtins.int = ...,
+        partitions: _abc.Iterable[Global___ReplicaLogInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetReplicaLogInfoResponse: _TypeAlias = GetReplicaLogInfoResponse  # noqa: Y015
+
+@_typing.final
+class ReplicaLogInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    LAST_LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    topic_id: _builtins.str
+    partition: _builtins.int
+    last_leader_epoch: _builtins.int
+    """The leader epoch of the log's last batch (-1: none) and its log end offset."""
+    log_end_offset: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    """UNKNOWN_TOPIC_OR_PARTITION: no open replica here; KAFKA_STORAGE_ERROR: offline."""
+    def __init__(
+        self,
+        *,
+        topic_id: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        last_leader_epoch: _builtins.int = ...,
+        log_end_offset: _builtins.int = ...,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "last_leader_epoch", b"last_leader_epoch", "log_end_offset", b"log_end_offset", "partition", b"partition", "topic_id", b"topic_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaLogInfo: _TypeAlias = ReplicaLogInfo  # noqa: Y015

@@ -39,6 +39,11 @@ class ReplicaFetchServiceStub:
                 request_serializer=highwater_dot_internal_dot_v1_dot_replication__pb2.ReplicaFetchRequest.SerializeToString,
                 response_deserializer=highwater_dot_internal_dot_v1_dot_replication__pb2.ReplicaFetchResponse.FromString,
                 _registered_method=True)
+        self.GetReplicaLogInfo = channel.unary_unary(
+                '/highwater.internal.v1.ReplicaFetchService/GetReplicaLogInfo',
+                request_serializer=highwater_dot_internal_dot_v1_dot_replication__pb2.GetReplicaLogInfoRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_replication__pb2.GetReplicaLogInfoResponse.FromString,
+                _registered_method=True)
 
 
 class ReplicaFetchServiceServicer:
@@ -54,6 +59,15 @@ class ReplicaFetchServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetReplicaLogInfo(self, request, context):
+        """The active controller's unclean recovery (KIP-966's GetReplicaLogInfo): this
+        broker's logs of partitions left with neither ISR nor ELR members, so that the
+        controller elects the longest of the last known ELR's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicaFetchServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -61,6 +75,11 @@ def add_ReplicaFetchServiceServicer_to_server(servicer, server):
                     servicer.ReplicaFetch,
                     request_deserializer=highwater_dot_internal_dot_v1_dot_replication__pb2.ReplicaFetchRequest.FromString,
                     response_serializer=highwater_dot_internal_dot_v1_dot_replication__pb2.ReplicaFetchResponse.SerializeToString,
+            ),
+            'GetReplicaLogInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetReplicaLogInfo,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_replication__pb2.GetReplicaLogInfoRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_replication__pb2.GetReplicaLogInfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -90,6 +109,33 @@ class ReplicaFetchService:
             '/highwater.internal.v1.ReplicaFetchService/ReplicaFetch',
             highwater_dot_internal_dot_v1_dot_replication__pb2.ReplicaFetchRequest.SerializeToString,
             highwater_dot_internal_dot_v1_dot_replication__pb2.ReplicaFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetReplicaLogInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.internal.v1.ReplicaFetchService/GetReplicaLogInfo',
+            highwater_dot_internal_dot_v1_dot_replication__pb2.GetReplicaLogInfoRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_replication__pb2.GetReplicaLogInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,

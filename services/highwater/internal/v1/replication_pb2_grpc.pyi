@@ -45,6 +45,11 @@ class ReplicaFetchServiceStub:
     a consumer's Fetch's are, and include the records past the high watermark; a
     partition whose follower log diverged is answered with the diverging epoch instead.
     """
+    GetReplicaLogInfo: _grpc.UnaryUnaryMultiCallable[_replication_pb2.GetReplicaLogInfoRequest, _replication_pb2.GetReplicaLogInfoResponse]
+    """The active controller's unclean recovery (KIP-966's GetReplicaLogInfo): this
+    broker's logs of partitions left with neither ISR nor ELR members, so that the
+    controller elects the longest of the last known ELR's.
+    """
 
 @_typing.type_check_only
 class ReplicaFetchServiceAsyncStub(ReplicaFetchServiceStub):
@@ -54,6 +59,11 @@ class ReplicaFetchServiceAsyncStub(ReplicaFetchServiceStub):
     answered by one response, in order (a long poll each). Answers are per partition, as
     a consumer's Fetch's are, and include the records past the high watermark; a
     partition whose follower log diverged is answered with the diverging epoch instead.
+    """
+    GetReplicaLogInfo: _aio.UnaryUnaryMultiCallable[_replication_pb2.GetReplicaLogInfoRequest, _replication_pb2.GetReplicaLogInfoResponse]  # type: ignore[assignment]
+    """The active controller's unclean recovery (KIP-966's GetReplicaLogInfo): this
+    broker's logs of partitions left with neither ISR nor ELR members, so that the
+    controller elects the longest of the last known ELR's.
     """
 
 class ReplicaFetchServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -67,6 +77,17 @@ class ReplicaFetchServiceServicer(metaclass=_abc_1.ABCMeta):
         answered by one response, in order (a long poll each). Answers are per partition, as
         a consumer's Fetch's are, and include the records past the high watermark; a
         partition whose follower log diverged is answered with the diverging epoch instead.
+        """
+
+    @_abc_1.abstractmethod
+    def GetReplicaLogInfo(
+        self,
+        request: _replication_pb2.GetReplicaLogInfoRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_replication_pb2.GetReplicaLogInfoResponse, _abc.Awaitable[_replication_pb2.GetReplicaLogInfoResponse]]:
+        """The active controller's unclean recovery (KIP-966's GetReplicaLogInfo): this
+        broker's logs of partitions left with neither ISR nor ELR members, so that the
+        controller elects the longest of the last known ELR's.
         """
 
 def add_ReplicaFetchServiceServicer_to_server(servicer: ReplicaFetchServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
