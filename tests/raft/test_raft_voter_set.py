@@ -17,6 +17,7 @@ from highwater.raft.voter_set import (
     Voter,
     VoterNotFoundError,
     VoterSet,
+    VoterSetHistory,
     check_add_voter,
     check_remove_voter,
     check_update_voter,
@@ -165,3 +166,25 @@ def test_majority_overlap_matches_brute_force_and_one_change_always_overlaps() -
             assert a.majorities_overlap(b) == _brute_force_overlap(a, b)
             if len(a.ids ^ b.ids) == 1:
                 assert a.majorities_overlap(b)
+
+
+def test_history_uses_the_latest_set_and_falls_back_on_truncation() -> None:
+    base = three()
+    four = base.with_voter(Voter(4, D4, "h4:9001"))
+    history = VoterSetHistory(base)
+    history.add_at(10, four)
+    assert history.latest() == four  # in use before it commits
+    assert history.pending_change(high_watermark=10)
+    assert history.committed(high_watermark=10) == base
+    assert not history.pending_change(high_watermark=11)
+    assert history.committed(high_watermark=11) == four
+    with pytest.raises(ValueError):
+        history.add_at(10, base)
+    history.truncate_to(10)  # the uncommitted change is cut away
+    assert history.latest() == base and history.latest_offset() == -1
+    history.add_at(12, four)
+    history.add_at(20, four.without(1))
+    history.forget_before(15)
+    assert history.committed(high_watermark=0) == four
+    history.truncate_to(0)
+    assert history.latest() == four  # the snapshot's set is never dropped

@@ -357,3 +357,57 @@ def check_update_voter(view: LeaderView, voter: Voter) -> VoterSet:
             f"no voter {voter.node_id} with directory {voter.directory_id} to update"
         )
     return view.voters.with_voter(voter)
+
+
+# --- The history of voter sets along the log -------------------------------------------
+
+
+class VoterSetHistory:
+    """The voter sets a replica's log holds, by offset (Kafka's ``VoterSetHistory``).
+
+    The set in use is the latest one (:meth:`latest`), committed or not. A follower that
+    truncates its log drops the sets above the truncation point (:meth:`truncate_to`) and
+    falls back to the set before them; a snapshot at offset S keeps only the last set
+    below S, which the snapshot carries (:meth:`forget_before`). ``pending_change`` tells
+    the leader whether a change is still above the high watermark.
+    """
+
+    def __init__(self, bootstrap: VoterSet) -> None:
+        # (offset of the voters record, set); the bootstrap set is at offset -1.
+        self._entries: list[tuple[int, VoterSet]] = [(-1, bootstrap)]
+
+    def add_at(self, offset: int, voters: VoterSet) -> None:
+        """Record the voters record appended or fetched at ``offset``."""
+        last = self._entries[-1][0]
+        if offset <= last:
+            raise ValueError(f"voters record at {offset} is not above the last one at {last}")
+        self._entries.append((offset, voters))
+
+    def latest(self) -> VoterSet:
+        return self._entries[-1][1]
+
+    def latest_offset(self) -> int:
+        return self._entries[-1][0]
+
+    def committed(self, high_watermark: int) -> VoterSet:
+        """The latest set whose record is below ``high_watermark``."""
+        for offset, voters in reversed(self._entries):
+            if offset < high_watermark:
+                return voters
+        return self._entries[0][1]
+
+    def pending_change(self, high_watermark: int) -> bool:
+        return self._entries[-1][0] >= high_watermark
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the sets whose records are at or above ``offset`` (the log was cut there)."""
+        while len(self._entries) > 1 and self._entries[-1][0] >= offset:
+            self._entries.pop()
+
+    def forget_before(self, offset: int) -> None:
+        """Keep only the last set below ``offset`` and those after (a snapshot at ``offset``)."""
+        keep = 0
+        for index, (entry_offset, _) in enumerate(self._entries):
+            if entry_offset < offset:
+                keep = index
+        del self._entries[:keep]
