@@ -184,8 +184,6 @@ def decode_voters_record(value: bytes) -> VoterSet:
             for v in message["voters"]
         )
     except (ValueError, KeyError, TypeError, AttributeError, MembershipChangeError) as exc:
-        if isinstance(exc, InvalidRecordError):
-            raise
         raise InvalidRecordError(f"malformed voters control record: {exc}") from exc
 
 
