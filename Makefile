@@ -32,7 +32,8 @@ test: venv compiled protos-check deploy-tools spark-deps chaos-deps node-deps ru
 # changed (setuptools skips an up-to-date build). `make test` runs the suite on it, then the
 # codec's tests again on the pure-Python reference (HIGHWATER_PURE_PYTHON=1);
 # tests/records/test_records_compiled.py compares the two directly.
-PURE_PYTHON_TESTS := tests/records/test_records_batch.py tests/records/test_records_corruption.py
+PURE_PYTHON_TESTS := tests/records/test_records_batch.py tests/records/test_records_corruption.py \
+	tests/client/test_client_lazy_paths.py
 .PHONY: compiled compiler
 compiled: venv
 	$(BIN)/python setup.py --quiet build_ext --inplace
@@ -102,12 +103,17 @@ etcd-deps:
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq etcd-server etcd-client; }
 
-# The peers the benchmarks measure beside Highwater, from Debian's packages.
-bench-deps: etcd-deps
+# The peers the benchmarks measure beside Highwater, from Debian's packages; gcc and
+# librdkafka-dev build the Kafka benchmark's C load generator (bench/kafka_perf/).
+bench-deps: etcd-deps kafka-deps
 	@command -v nats-server >/dev/null 2>&1 || { \
 		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nats-server; }
+	@{ command -v gcc && test -f /usr/include/librdkafka/rdkafka.h; } >/dev/null 2>&1 || { \
+		SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gcc librdkafka-dev; }
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(RUN_DIR)
@@ -194,10 +200,11 @@ chaos-report: venv
 # `python -m tests.simulation --seed N --trace --shrink` replays and shrinks one.
 SEEDS ?= 100
 FIRST_SEED ?= 0
+CHAOS_MS ?= 12000
 .PHONY: simulate
 simulate: venv
 	PYTHONPATH=services:tests/support $(BIN)/python -m tests.simulation --seeds $(SEEDS) \
-		--first-seed $(FIRST_SEED)
+		--first-seed $(FIRST_SEED) --chaos-ms $(CHAOS_MS)
 
 # Node.js (the machine's, else Debian's) and the npm packages of the Node.js example client
 # (examples/node: @grpc/grpc-js, @grpc/proto-loader, grpc-health-check), which tests run.

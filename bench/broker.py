@@ -110,8 +110,14 @@ class Workloads:
     errors: dict[str, str] = field(default_factory=dict)
     trial_rates: dict[str, list[float]] = field(default_factory=dict)
     """Records/s of every trial of a phase ("produce", "consume", ...), in run order."""
+    produced_per_batch: Counted | None = None
+    """``produce()`` with one ``on_delivery_batch`` report per batch, no callback per record."""
+    consumed_batches: Counted | None = None
+    """``consume_batches()``: views of column buffers, no ``Message`` per record."""
     pure_produced: Counted | None = None
     pure_consumed: Counted | None = None
+    pure_produced_per_batch: Counted | None = None
+    pure_consumed_batches: Counted | None = None
     """The client rows again with the pure-Python codec (a child process)."""
     profiles: list[tuple[str, str]] = field(default_factory=list)
     """(title, cProfile table) of the client's runs, for the report."""
@@ -245,24 +251,43 @@ async def wait_full_isr(
 
 
 async def produce_with_client(
-    bootstrap: str, topic: str, acks: str, records: int, *, timeout_s: float = 180
+    bootstrap: str,
+    topic: str,
+    acks: str,
+    records: int,
+    *,
+    timeout_s: float = 180,
+    per_batch: bool = False,
 ) -> Counted:
-    """``records`` records through ``AsyncProducer``; every delivery report checked."""
-    from highwater.client.producer import AsyncProducer, Message
+    """``records`` records through ``AsyncProducer``; every delivery report checked: one
+    callback per record, or (``per_batch``) one ``on_delivery_batch`` report per batch."""
+    from highwater.client.producer import AsyncProducer, BatchMetadata, Message
 
-    producer = AsyncProducer({"bootstrap.servers": bootstrap, "acks": acks, **PRODUCER_CONFIG})
     failures: list[BaseException] = []
+    reported = 0
 
     def delivered(error: BaseException | None, _message: Message) -> None:
         if error is not None:
             failures.append(error)
+
+    def batch_delivered(error: BaseException | None, batch: BatchMetadata) -> None:
+        nonlocal reported
+        reported += batch.record_count
+        if error is not None:
+            failures.append(error)
+
+    producer = AsyncProducer(
+        {"bootstrap.servers": bootstrap, "acks": acks, **PRODUCER_CONFIG},
+        on_delivery_batch=batch_delivered if per_batch else None,
+    )
+    on_delivery = None if per_batch else delivered
 
     try:
         async with asyncio.timeout(timeout_s):
             await producer.send(topic, PAYLOAD)  # metadata and producer id, not timed
             started = time.perf_counter()
             for index in range(records):
-                producer.produce(topic, PAYLOAD, on_delivery=delivered)
+                producer.produce(topic, PAYLOAD, on_delivery=on_delivery)
                 if index % YIELD_EVERY == YIELD_EVERY - 1:
                     await asyncio.sleep(0)  # let the sender drain what is ready
                     while len(producer) > 200_000:
@@ -271,15 +296,19 @@ async def produce_with_client(
             elapsed = time.perf_counter() - started
     finally:
         await producer.close(5)
-    if failures or left:
+    if failures or left or (per_batch and reported != records + 1):
         raise RuntimeError(f"{len(failures)} records failed, {left} undelivered: {failures[:1]}")
     return Counted(records, elapsed)
 
 
 async def consume_with_client(
-    bootstrap: str, topic: str, records: int, *, timeout_s: float = 120
+    bootstrap: str, topic: str, records: int, *, timeout_s: float = 120, batches: bool = False
 ) -> Counted:
-    """Read ``records`` records from offset 0 through ``AsyncConsumer``."""
+    """Read ``records`` records from offset 0 through ``AsyncConsumer``: ``consume()``'s
+    messages, each checked for an error, or (``batches``) ``consume_batches()``' views,
+    each checked for an error and its values taken (no message per record)."""
+    if batches:
+        return await _consume_batches_with_client(bootstrap, topic, records, timeout_s)
     from highwater.client.consumer import AsyncConsumer, TopicPartition
 
     consumer = AsyncConsumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"})
@@ -439,15 +468,47 @@ async def fetch_raw(address: str, topic: str, records: int) -> Counted:
 # --- Highwater: the runs -------------------------------------------------------------------
 
 
+async def _consume_batches_with_client(
+    bootstrap: str, topic: str, records: int, timeout_s: float
+) -> Counted:
+    from highwater.client.consumer import AsyncConsumer, TopicPartition
+
+    consumer = AsyncConsumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"})
+    seen = 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            started = time.perf_counter()
+            while seen < records:
+                views = await consumer.consume_batches(min(CONSUME_BATCH, records - seen), 5)
+                for view in views:
+                    if view.error() is not None:
+                        raise RuntimeError(f"consumer error: {view.error()}")
+                    seen += len(view.values())
+            elapsed = time.perf_counter() - started
+    finally:
+        await consumer.close()
+    return Counted(seen, elapsed)
+
+
 async def _profile_client(result: Workloads, bootstrap: str, sizes: Sizes) -> None:
     """cProfile tables of one producer run and one consumer run (compiled codec), for the
     client's per-record costs outside the codec (futures, callbacks, messages)."""
     records = max(10_000, sizes.records // 3)
     for title, run in (
         ("producer", lambda: produce_with_client(bootstrap, TOPIC, "1", records)),
+        (
+            "producer, per-batch reports",
+            lambda: produce_with_client(bootstrap, TOPIC, "1", records, per_batch=True),
+        ),
         ("consumer", lambda: consume_with_client(bootstrap, TOPIC, records)),
+        (
+            "consumer, consume_batches()",
+            lambda: consume_with_client(bootstrap, TOPIC, records, batches=True),
+        ),
     ):
-        profiler = cProfile.Profile()
+        # CPU seconds of this process, not wall time: the machine is shared.
+        profiler = cProfile.Profile(time.process_time)
         profiler.enable()
         try:
             await run()
@@ -456,7 +517,7 @@ async def _profile_client(result: Workloads, bootstrap: str, sizes: Sizes) -> No
         result.profiles.append(
             (
                 f"Where the client's time goes: {title}, {records:,} records, 1 broker, acks=1, "
-                "compiled codec (cProfile; the benchmark's own loop included)",
+                "compiled codec (cProfile, CPU seconds; the benchmark's own loop included)",
                 hotspots_text(profiler, top=14),
             )
         )
@@ -467,13 +528,24 @@ async def pure_client_trials(
 ) -> dict[str, list[tuple[int, float]]]:
     """The producer's and the consumer's trials, ``(records, seconds)`` each: what
     ``bench._pure_python`` runs in a child process on the pure-Python codec."""
-    result: dict[str, list[tuple[int, float]]] = {"produce": [], "consume": []}
+    result: dict[str, list[tuple[int, float]]] = {
+        "produce": [],
+        "consume": [],
+        "produce per batch": [],
+        "consume batches": [],
+    }
     for _ in range(TRIALS):
         c = await produce_with_client(bootstrap, topic, acks, records)
         result["produce"].append((c.records, c.seconds))
     for _ in range(TRIALS):
         c = await consume_with_client(bootstrap, topic, records)
         result["consume"].append((c.records, c.seconds))
+    for _ in range(TRIALS):
+        c = await produce_with_client(bootstrap, topic, acks, records, per_batch=True)
+        result["produce per batch"].append((c.records, c.seconds))
+    for _ in range(TRIALS):
+        c = await consume_with_client(bootstrap, topic, records, batches=True)
+        result["consume batches"].append((c.records, c.seconds))
     return result
 
 
@@ -509,6 +581,25 @@ async def highwater_workloads(
             ),
         )
     if produced is not None:
+        report.progress(f"broker: highwater RF {replication}: producer, per-batch reports")
+        result.produced_per_batch = await _guarded(
+            result.errors,
+            "produce per batch",
+            lambda: result.median_trial(
+                "produce per batch",
+                lambda: produce_with_client(bootstrap, TOPIC, acks, sizes.records, per_batch=True),
+            ),
+        )
+        report.progress(f"broker: highwater RF {replication}: consumer, consume_batches()")
+        result.consumed_batches = await _guarded(
+            result.errors,
+            "consume batches",
+            lambda: result.median_trial(
+                "consume batches",
+                lambda: consume_with_client(bootstrap, TOPIC, sizes.records, batches=True),
+            ),
+        )
+    if produced is not None:
         report.progress(f"broker: highwater RF {replication}: the client on the pure-Python codec")
         pure = await _guarded(
             result.errors,
@@ -524,8 +615,12 @@ async def highwater_workloads(
                 median = sorted(counted, key=lambda c: c.per_second)[len(counted) // 2]
                 if phase == "produce":
                     result.pure_produced = median
-                else:
+                elif phase == "consume":
                     result.pure_consumed = median
+                elif phase == "produce per batch":
+                    result.pure_produced_per_batch = median
+                else:
+                    result.pure_consumed_batches = median
     if produced is not None and replication == 1:
         report.progress("broker: highwater RF 1: profiling the client's producer and consumer")
         await _guarded(result.errors, "profile", lambda: _profile_client(result, bootstrap, sizes))
@@ -787,6 +882,22 @@ def _throughput_rows(
             )
         )
         _pure_row(section, mine, "produce", mine.pure_produced, produced)
+        per_batch = mine.produced_per_batch
+        section.add(
+            Row(
+                f"producer, client library, `produce()` with per-batch delivery reports "
+                f"(`on_delivery_batch`, no callback per record), {label}",
+                per_batch.per_second if per_batch else None,
+                "records/s",
+                peer_name=_peer_name(replication),
+                peer_value=peer.produced.per_second if peer.produced else None,
+                target=at_least(PRODUCER_TARGETS[replication], "records/s"),
+                extra=_details(per_batch, mine, "produce per batch"),
+                error=mine.errors.get("produce per batch", "did not run"),
+                peer_extra=peer.trials_text("produce"),
+            )
+        )
+        _pure_row(section, mine, "produce per batch", mine.pure_produced_per_batch, per_batch)
         raw = mine.raw_produced
         section.add(
             Row(
@@ -816,6 +927,22 @@ def _throughput_rows(
             )
         )
         _pure_row(section, mine, "consume", mine.pure_consumed, consumed)
+        views = mine.consumed_batches
+        section.add(
+            Row(
+                f"consumer, client library, `consume_batches()` (views, values taken, no "
+                f"`Message` per record), {label}",
+                views.per_second if views else None,
+                "records/s",
+                peer_name=_peer_name(replication),
+                peer_value=peer.consumed.per_second if peer.consumed else None,
+                target=at_least(CONSUMER_TARGET, "records/s"),
+                extra=_details(views, mine, "consume batches"),
+                error=mine.errors.get("consume batches", "did not run"),
+                peer_extra=peer.trials_text("consume"),
+            )
+        )
+        _pure_row(section, mine, "consume batches", mine.pure_consumed_batches, views)
         fetched = mine.raw_fetched
         section.add(
             Row(
@@ -976,8 +1103,11 @@ def _notes(
         "encoding, the decoding and the messages made in C); the pure-Python rows under them "
         "repeat the same trials in a child process with `HIGHWATER_PURE_PYTHON=1`. What is "
         "left per record is the client's Python around the codec: the `produce()` call, its "
-        "future and partition choice, the delivery report's callback, the consumer's loop "
-        "(see the profiles below)."
+        "handle and the batch's bookkeeping, the delivery report's callback, the consumer's "
+        "loop (see the profiles below). The per-batch rows report deliveries with one "
+        "`on_delivery_batch` call per batch instead of a callback per record; the "
+        "`consume_batches()` rows take each view's values with `values()` and make no "
+        "`Message`."
     )
     section.note(
         f"JetStream: {nats_server_version()} (Debian), file storage (its default sync: every "

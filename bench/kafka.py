@@ -9,8 +9,18 @@ them back from offset 0; beside them, in the same run, the project's Python clie
 gRPC does the same (``bench.broker``'s workloads), so the two doors are compared on the
 same cluster. Each phase runs three times and the median trial is reported.
 
+Beside them, two C clients: kcat (Debian's package; it reads its records as lines of a
+file and prints each record it consumes) and ``bench/kafka_perf/perf_client.c``, a load
+generator in the manner of Kafka's ``kafka-producer-perf-test`` and librdkafka's
+``rdkafka_performance`` (one pre-built 100-byte payload handed to librdkafka uncopied, in
+slices of 10,000 records per ``rd_kafka_produce_batch``; records counted, not looked at,
+as they are consumed), built here with gcc against Debian's ``librdkafka-dev``
+(``make bench-deps``). Its cost per record is librdkafka's alone, so the broker is what it
+measures; the CPU-seconds of the leader broker and of the client are noted per phase.
+
 Where the broker's time goes: the one-broker phase is run again against a broker under
-cProfile, and the functions with the most own time are shown.
+cProfile (producing and consuming with the C load generator, else confluent-kafka), and the
+functions with the most own time are shown.
 """
 
 from __future__ import annotations
@@ -43,6 +53,8 @@ from bench.report import REPO_ROOT, Report, Row, at_least
 TOPIC = "kafka-bench"
 GRPC_TOPIC = "kafka-bench-grpc"
 KCAT_TOPIC = "kafka-bench-kcat"
+PERF_TOPIC = "kafka-bench-c"
+PERF_CLIENT_SOURCE = Path(__file__).parent / "kafka_perf" / "perf_client.c"
 PRODUCE_TARGET = 1_000_000.0
 CONSUME_TARGET = 1_500_000.0
 PRODUCER_CONFIG = {
@@ -107,8 +119,12 @@ class Phases:
         rate means on a shared machine (the records/s a core would give is 1e6 / this)."""
         if name not in self.cpu:
             return ""
-        per_million = self.cpu[name][0] / max(1, self.records[name]) * 1_000_000
-        return f"<br>leader broker {per_million:.2f} CPU-s per million records"
+        broker, client, _wall = self.cpu[name]
+        per_million = 1_000_000 / max(1, self.records[name])
+        return (
+            f"<br>leader broker {broker * per_million:.2f} CPU-s per million records, "
+            f"client {client * per_million:.2f}"
+        )
 
     def cpu_text(self, name: str) -> str:
         if name not in self.cpu:
@@ -182,6 +198,63 @@ def consume_kcat(bootstrap: str, topic: str, records: int) -> Counted:
     return Counted(records, elapsed)
 
 
+def build_perf_client(root: Path) -> Path:
+    """``perf_client.c`` compiled into ``root`` (gcc, librdkafka's headers and library).
+
+    :raises RuntimeError: no compiler, no ``librdkafka-dev`` (``make bench-deps``)."""
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        raise RuntimeError("no C compiler (make bench-deps installs gcc)")
+    root.mkdir(parents=True, exist_ok=True)
+    binary = root / "perf_client"
+    done = subprocess.run(
+        [compiler, "-O2", "-Wall", "-o", str(binary), str(PERF_CLIENT_SOURCE), "-lrdkafka"],
+        capture_output=True,
+        timeout=120,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"building perf_client failed (librdkafka-dev, make bench-deps): {done.stderr[-300:]!r}"
+        )
+    return binary
+
+
+def _perf_client(command: list[str]) -> Counted:
+    """Run the C load generator; its timed part as it measured it."""
+    done = subprocess.run(command, capture_output=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"perf_client exited {done.returncode}: {done.stderr[-300:]!r}")
+    fields = dict(item.split("=", 1) for item in done.stdout.decode().split())
+    return Counted(int(fields["records"]), float(fields["seconds"]))
+
+
+def produce_perf_client(
+    binary: Path, bootstrap: str, topic: str, acks: str, records: int
+) -> Counted:
+    """``records`` 100-byte records by the C load generator, every delivery report checked."""
+    settings = [f"{k}={v}" for k, v in PRODUCER_CONFIG.items() if k != "delivery.report.only.error"]
+    return _perf_client(
+        [str(binary), "produce", bootstrap, topic, str(records), f"acks={acks}", *settings]
+    )
+
+
+def consume_perf_client(binary: Path, bootstrap: str, topic: str, records: int) -> Counted:
+    """Read ``records`` records of partition 0 from its first offset by the C load
+    generator (the timed part includes finding the leader and the first fetch)."""
+    return _perf_client(
+        [str(binary), "consume", bootstrap, topic, str(records), *CONSUMER_FETCH_CONFIG]
+    )
+
+
+CONSUMER_FETCH_CONFIG = [
+    "fetch.max.bytes=52428800",
+    "max.partition.fetch.bytes=10485760",
+    "queued.min.messages=1000000",
+    "fetch.wait.max.ms=100",
+]
+"""The C consumer's settings: the fetch sizes confluent-kafka's consumer here asks for."""
+
+
 def consume_librdkafka(bootstrap: str, topic: str, records: int) -> Counted:
     """Read ``records`` records of partition 0 from offset 0 by confluent-kafka's Consumer."""
     from confluent_kafka import Consumer, TopicPartition
@@ -216,7 +289,9 @@ def consume_librdkafka(bootstrap: str, topic: str, records: int) -> Counted:
     return Counted(seen, elapsed)
 
 
-def measure(root: Path, brokers: int, records: int, report: Report) -> Phases:
+def measure(
+    root: Path, brokers: int, records: int, report: Report, perf_client: Path | None
+) -> Phases:
     kafka_ports: dict[str, int] = {}
 
     def extra(name: str) -> list[str]:
@@ -231,18 +306,25 @@ def measure(root: Path, brokers: int, records: int, report: Report) -> Phases:
     with highwater_cluster(root, brokers, extra_args=extra) as cluster:
         bootstrap = ",".join(f"127.0.0.1:{p}" for p in kafka_ports.values())
 
+        # Every topic led by the same broker (the first of its replicas), so that one
+        # process's CPU is each phase's leader's.
+        replicas = sorted(cluster.broker_addresses)
+
         async def prepare() -> None:
-            for topic in (TOPIC, GRPC_TOPIC, KCAT_TOPIC):
+            for topic in (TOPIC, GRPC_TOPIC, KCAT_TOPIC, PERF_TOPIC):
                 await create_topic(
-                    cluster.bootstrap, topic, replication_factor=brokers, config=config
+                    cluster.bootstrap, topic, assignment={0: replicas}, config=config
                 )
                 leader = await leader_address(cluster, topic)
                 await wait_full_isr(leader, topic, 1, brokers)
 
         asyncio.run(prepare())
-        leader = asyncio.run(leader_address(cluster, TOPIC))
-        (leader_id,) = [n for n, a in cluster.broker_addresses.items() if a == leader]
-        phases.leader_pid = cluster.brokers[leader_id].pid
+        for topic in (TOPIC, GRPC_TOPIC, KCAT_TOPIC, PERF_TOPIC):
+            leader = asyncio.run(leader_address(cluster, topic))
+            (leader_id,) = [n for n, a in cluster.broker_addresses.items() if a == leader]
+            if phases.leader_pid and cluster.brokers[leader_id].pid != phases.leader_pid:
+                raise RuntimeError(f"{topic} is led by broker {leader_id}, not the others' leader")
+            phases.leader_pid = cluster.brokers[leader_id].pid
         if shutil.which("kcat"):
             report.progress(f"kafka: {brokers} broker(s): kcat producer (acks={acks})")
             phases.run(
@@ -251,6 +333,18 @@ def measure(root: Path, brokers: int, records: int, report: Report) -> Phases:
             report.progress(f"kafka: {brokers} broker(s): kcat consumer")
             kcat_total = records * TRIALS
             phases.run("kcat consume", lambda: consume_kcat(bootstrap, KCAT_TOPIC, kcat_total))
+        if perf_client is not None:
+            binary = perf_client
+            report.progress(f"kafka: {brokers} broker(s): C load generator (acks={acks})")
+            phases.run(
+                "c produce",
+                lambda: produce_perf_client(binary, bootstrap, PERF_TOPIC, acks, records),
+            )
+            report.progress(f"kafka: {brokers} broker(s): C load generator consuming")
+            c_total = records * TRIALS
+            phases.run(
+                "c consume", lambda: consume_perf_client(binary, bootstrap, PERF_TOPIC, c_total)
+            )
         report.progress(f"kafka: {brokers} broker(s): librdkafka producer (acks={acks})")
         phases.run("produce", lambda: produce_librdkafka(bootstrap, TOPIC, acks, records))
         report.progress(f"kafka: {brokers} broker(s): librdkafka consumer")
@@ -272,27 +366,51 @@ def measure(root: Path, brokers: int, records: int, report: Report) -> Phases:
     return phases
 
 
-def profile_broker(root: Path, records: int) -> str:
-    """The one-broker produce and consume against ``highwater server`` under cProfile: the
-    functions with the most own time in the broker's process (its event loop's thread)."""
+def profile_broker(root: Path, records: int, perf_client: Path | None) -> dict[str, str]:
+    """The one-broker produce and consume against ``highwater server`` under cProfile (by
+    the C load generator if it was built, else by confluent-kafka), each profiled alone
+    (``bench/_profiled_server.py``: from just before the clients start to just after they
+    end): per phase, the functions with the most own time in the broker's event loop."""
     address, kafka = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     root.mkdir(parents=True, exist_ok=True)
     out = root / "broker.prof"
     log = open(root / "profiled-server.log", "wb")  # noqa: SIM115 - closed below
     process = subprocess.Popen(
-        [sys.executable, "-m", "cProfile", "-o", str(out), "-m", "highwater", "server",
-         "--listen", address, "--data-dir", str(root / "profiled"), "--kafka-listen", kafka],
-        stdout=log, stderr=subprocess.STDOUT,
+        [sys.executable, "-m", "bench._profiled_server", str(out),
+         "server", "--listen", address, "--data-dir", str(root / "profiled"),
+         "--kafka-listen", kafka],
+        stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
     )  # fmt: skip
+    produce: Callable[[], object]
+    consume: Callable[[], object]
+    if perf_client is not None:
+        binary = perf_client
+        produce = lambda: produce_perf_client(binary, kafka, TOPIC, "1", records)  # noqa: E731
+        consume = lambda: consume_perf_client(binary, kafka, TOPIC, records)  # noqa: E731
+    else:
+        produce = lambda: produce_librdkafka(kafka, TOPIC, "1", records)  # noqa: E731
+        consume = lambda: consume_librdkafka(kafka, TOPIC, records + 1)  # noqa: E731
+    profiles: dict[str, str] = {}
     try:
         asyncio.run(create_topic(address, TOPIC))
-        produce_librdkafka(kafka, TOPIC, "1", records)
-        consume_librdkafka(kafka, TOPIC, records + 1)
+        for window, (phase, action) in enumerate((("produce", produce), ("consume", consume))):
+            process.send_signal(signal.SIGUSR1)
+            action()
+            process.send_signal(signal.SIGUSR2)
+            done = out.with_name(f"{out.name}.{window}.done")
+            deadline = time.monotonic() + 60
+            while not done.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            profiles[phase] = _top_functions(out.with_name(f"{out.name}.{window}"))
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(60)
         log.close()
-    stats = pstats.Stats(str(out))
+    return profiles
+
+
+def _top_functions(path: Path) -> str:
+    stats = pstats.Stats(str(path))
     raw = stats.stats  # type: ignore[attr-defined]
     total = sum(entry[2] for entry in raw.values()) or 1.0
     ranked = sorted(raw.items(), key=lambda item: item[1][2], reverse=True)[:16]
@@ -303,6 +421,8 @@ def profile_broker(root: Path, records: int) -> str:
             where = os.path.relpath(where, REPO_ROOT)
         elif "site-packages/" in where:
             where = where.split("site-packages/", 1)[1]
+        elif "/lib/python3" in where:
+            where = where.split("/lib/", 1)[1]
         name = f"{where}:{line}({function})" if line else function
         lines.append(f"{own:8.3f} {own / total:6.1%} {cumulative:8.3f} {calls:10d}  {name}")
     return "\n".join(lines)
@@ -314,15 +434,24 @@ def run(report: Report) -> None:
         report.suite("kafka", "Kafka listener (`highwater.broker.kafka_protocol`)") as section,
         report.data_dir("kafka", need_bytes=2 * 1024**3) as root,
     ):
+        perf_client: Path | None = None
+        try:
+            perf_client = build_perf_client(root / "perf_client")
+        except (RuntimeError, OSError, subprocess.SubprocessError) as error:
+            section.note(f"The C load generator was not built: {error}")
         results: dict[int, Phases] = {}
         for brokers in (1, 3):
             os.sync()
             report.progress(f"kafka: highwater, {brokers} broker(s) with Kafka listeners")
-            results[brokers] = measure(root / f"cluster-{brokers}", brokers, records, report)
+            results[brokers] = measure(
+                root / f"cluster-{brokers}", brokers, records, report, perf_client
+            )
         labels = {1: "1 broker, acks=1", 3: "3 brokers, RF 3, acks=all, min.insync.replicas=2"}
         for brokers, label in labels.items():
             phases = results[brokers]
             for phase, what, target in (
+                ("c produce", "C load generator (librdkafka) producing", PRODUCE_TARGET),
+                ("c consume", "C load generator (librdkafka) consuming", CONSUME_TARGET),
                 ("kcat produce", "kcat producer (C)", PRODUCE_TARGET),
                 ("kcat consume", "kcat consumer (C)", CONSUME_TARGET),
                 ("produce", "confluent-kafka producer", PRODUCE_TARGET),
@@ -349,19 +478,23 @@ def run(report: Report) -> None:
                 )
         for brokers, label in labels.items():
             phases = results[brokers]
-            spent = [phases.cpu_text(p) for p in ("kcat produce", "kcat consume", "produce",
-                                                   "consume", "grpc produce", "grpc consume")
+            spent = [phases.cpu_text(p) for p in ("c produce", "c consume", "kcat produce",
+                                                   "kcat consume", "produce", "consume",
+                                                   "grpc produce", "grpc consume")
                      if p in phases.cpu]  # fmt: skip
             if spent:
                 section.note(f"CPU, {label} (3 trials each): " + "; ".join(spent) + ".")
         report.progress("kafka: the one-broker run again, the broker under cProfile")
         try:
-            profile = profile_broker(root / "profile", records)
-            section.add_profile(
-                "Where the broker's time goes: librdkafka producing then consuming "
-                f"{records:,} records, one broker (cProfile, own time)",
-                profile,
-            )
+            profiles = profile_broker(root / "profile", records, perf_client)
+            client = "the C load generator" if perf_client is not None else "confluent-kafka"
+            for phase, profile in profiles.items():
+                section.add_profile(
+                    f"Where the broker's time goes: {client} {phase.removesuffix('e')}ing "
+                    f"{records:,} records, one broker, acks=1 (cProfile of the broker's "
+                    "event loop over that phase alone, own CPU time)",
+                    profile,
+                )
         except Exception as error:
             section.note(f"The profile did not run: {type(error).__name__}: {error}")
         section.note(

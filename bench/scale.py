@@ -49,18 +49,20 @@ SIZES = (100_000, 1_000_000, 2_000_000)
 SESSION_MS = 9_000
 
 
-def cluster_records(partitions: int) -> list[MetadataRecord]:
-    """Brokers registered and unfenced, then topics of 1,000 partitions, RF 3."""
+def cluster_records(partitions: int, brokers: int = BROKERS) -> list[MetadataRecord]:
+    """``brokers`` brokers registered and unfenced, then topics of up to 1,000 partitions,
+    RF 3, leaders spread evenly."""
     records: list[MetadataRecord] = []
-    for broker_id in range(BROKERS):
+    for broker_id in range(brokers):
         records.append(RegisterBrokerRecord(broker_id, f"inc-{broker_id}", broker_id))
         records.append(UnfenceBrokerRecord(broker_id, broker_id))
-    for topic in range(partitions // PARTITIONS_PER_TOPIC):
+    per_topic = min(PARTITIONS_PER_TOPIC, partitions)
+    for topic in range(partitions // per_topic):
         topic_id = f"topic-id-{topic:013d}"
         records.append(TopicRecord(f"topic-{topic}", topic_id))
-        for partition_id in range(PARTITIONS_PER_TOPIC):
-            first = (topic + partition_id) % BROKERS
-            replicas = tuple((first + i) % BROKERS for i in range(3))
+        for partition_id in range(per_topic):
+            first = (topic + partition_id) % brokers
+            replicas = tuple((first + i) % brokers for i in range(3))
             records.append(PartitionRecord(topic_id, partition_id, replicas, replicas, first))
     return records
 
@@ -96,7 +98,7 @@ def _dict_floor(partitions: int) -> float:
     return timed(fill)[1]
 
 
-def _heartbeat(
+def heartbeat(
     controller: QuorumController,
     image: MetadataImage,
     broker_id: int,
@@ -173,30 +175,68 @@ def _controller_rows(
     section.add(Row(f"leader and ISR indexes, first use, {label}", index_s, "s"))
     now += SESSION_MS
     for broker_id in range(BROKERS - 1):
-        store.append(_heartbeat(controller, store.latest_image(), broker_id, now))
+        store.append(heartbeat(controller, store.latest_image(), broker_id, now))
     tick, tick_s = timed(lambda: controller.tick(now))
     assert tick.response.fenced_brokers == (BROKERS - 1,)
     store.append(tick.records)
     section.add(
         Row(
-            f"tick fencing a silent broker (its leaderships moved), {label}",
+            f"tick fencing a silent broker, its first batch of leader moves, {label}",
             tick_s,
             "s",
             extra=f"{len(tick.records):,} records",
         )
     )
-    latest = store.latest_image()
-    shutdown, shutdown_s = timed(
-        lambda: _heartbeat(controller, latest, BROKERS - 2, now, want_shutdown=True)
-    )
+    batches, rest_s = _finish_moves(controller, store, now)
     section.add(
         Row(
-            f"controlled shutdown heartbeat (its leaderships moved), {label}",
+            f"the silent broker's remaining leader moves, by the next ticks, {label}",
+            rest_s,
+            "s",
+            extra=f"{batches} more batches, {_moved(store, BROKERS - 1):,} partitions left",
+        )
+    )
+    latest = store.latest_image()
+    shutdown, shutdown_s = timed(
+        lambda: heartbeat(controller, latest, BROKERS - 2, now, want_shutdown=True)
+    )
+    store.append(shutdown)
+    section.add(
+        Row(
+            f"controlled shutdown heartbeat, its first batch of leader moves, {label}",
             shutdown_s,
             "s",
             extra=f"{len(shutdown):,} records",
         )
     )
+    batches, rest_s = _finish_moves(controller, store, now)
+    section.add(
+        Row(
+            f"the shutting-down broker's remaining leader moves, by the next ticks, {label}",
+            rest_s,
+            "s",
+            extra=f"{batches} more batches, {_moved(store, BROKERS - 2):,} partitions left",
+        )
+    )
+
+
+def _finish_moves(
+    controller: QuorumController, store: InMemoryMetadataStore, now: int
+) -> tuple[int, float]:
+    """Tick until no leader moves are left; the batches and their seconds, decisions only."""
+    batches, seconds = 0, 0.0
+    while True:
+        tick, tick_s = timed(lambda: controller.tick(now))
+        if not tick.records:
+            return batches, seconds
+        batches += 1
+        seconds += tick_s
+        store.append(tick.records)
+
+
+def _moved(store: InMemoryMetadataStore, broker_id: int) -> int:
+    """The partitions ``broker_id`` still leads (0 once its moves are done)."""
+    return len(store.latest_image().partitions_led_by(broker_id))
 
 
 def run(report: Report) -> None:
@@ -211,7 +251,10 @@ def run(report: Report) -> None:
             f"{BROKERS} brokers, topics of {PARTITIONS_PER_TOPIC:,} partitions, replication "
             "factor 3, leaders spread evenly; one process, pure code: no network, no disk. "
             "The replay is what a controller or broker does with the metadata log from its "
-            "start; the snapshot load is what it does from a snapshot. The fencing tick and "
-            "the controlled shutdown each move a tenth of the leaderships: their records "
-            "are then committed through Raft by the quorum (docs/raft.md)."
+            "start; the snapshot load is what it does from a snapshot (partitions stored in "
+            "columns, `PartitionsRecord`). The fencing tick and the controlled shutdown "
+            "each move a tenth of the leaderships, in batches of at most "
+            f"{ControllerConfig().leader_moves_per_batch:,} partition changes: the first "
+            "with the decision, the rest by the ticks that follow (every 100 ms on a "
+            "controller), each committed through Raft by the quorum (docs/raft.md)."
         )

@@ -111,6 +111,7 @@ class EmbeddedServer:
             report_serving=self.controller.raft.report_serving,
             kafka_listen=kafka_listen,
             kafka_advertised=kafka_advertised,
+            quorum_cluster_id=lambda: self.controller.raft.cluster_id,
         )
         self.coordinator = CoordinatorServer(
             node_id=EMBEDDED_NODE_ID,

@@ -138,6 +138,24 @@ async def test_produced_records_are_fetched_back_up_to_the_high_watermark(
     assert (await cluster.fetch("orders", 3)).records == b""
 
 
+async def test_a_fetch_can_leave_its_records_aside_for_an_edge_that_writes_them(
+    cluster: Cluster,
+) -> None:
+    """The Kafka listener's fetch: the same read, the batches handed over as read beside
+    the answer, whose records fields stay empty."""
+    await cluster.create_topic("aside")
+    await cluster.produce("aside", [b"a", b"b"], acks=1)
+    request = pb.FetchRequest(max_wait_ms=0, min_bytes=1, max_bytes=1 << 20)
+    request.topics.add(topic="aside").partitions.add(
+        partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+    )
+    aside: dict[tuple[str, int], bytes] = {}
+    answer = await cluster.server.broker.requests.fetch(request, records_aside=aside)
+    (partition,) = answer.topics[0].partitions
+    assert (partition.error, partition.high_watermark, partition.records) == (0, 2, b"")
+    assert values_of(aside[("aside", 0)]) == [b"a", b"b"]
+
+
 async def test_acks_zero_gets_no_partition_answers_but_the_records_are_written(
     cluster: Cluster,
 ) -> None:

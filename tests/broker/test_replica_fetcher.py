@@ -12,10 +12,13 @@ lags (the rule of docs/broker.md; Kafka's follower would take the lower value).
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import highwater.storage.segment as segment_module
 import pytest
 from highwater.broker.partitions import Partition, PartitionManager
 from highwater.broker.replica_fetcher import (
@@ -370,3 +373,43 @@ async def test_the_followers_high_watermark_does_not_go_back_when_a_new_leaders_
     three.high_watermark = 6  # (a leader's HW past the follower's LEO is capped by it)
     assert await follower.fetcher(3).fetch_round() is FetchRound.FETCHED
     assert partition.high_watermark == 5
+
+
+async def test_a_follower_whose_append_failed_on_a_full_disk_names_the_new_epoch_after(
+    setup: tuple[Follower, FakeLeader, FakeLeader], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seeds 100, 104 and 128 of the whole-cluster simulation (docs/simulation.md): the
+    follower's append of leader 1's first epoch-2 batch fails on a full disk after the
+    log recorded epoch 2's start; an ISR change then makes the partition forget that
+    empty epoch. Once the disk has room the batch appends, and the next fetch must name
+    epoch 2: naming epoch 0 (the log's stale idea of its latest epoch kept the append
+    from recording epoch 2 again), the leader answers that epoch 0 ends at 2, and the
+    follower cuts the committed batch it holds."""
+    follower, one, _ = setup
+    follow(follower, leader=1)
+    one.log.append_as_leader(batch([b"a", b"b"]), 0)
+    one.high_watermark = 2
+    fetcher = follower.fetcher(1)
+    assert await fetcher.fetch_round() is FetchRound.FETCHED
+    one.log.append_as_leader(batch([b"c"]), 2)
+    one.high_watermark = 3
+    partition = follower.partition
+
+    def disk_full(fd: int, pieces: list[bytes], total: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(segment_module, "_write_fully", disk_full)
+        assert await fetcher.fetch_round() is FetchRound.FETCHED
+    assert partition.log_end_offset == 2  # nothing was appended
+    image = follower.partitions.image
+    shrink = PartitionChangeRecord(TOPIC_ID, 0, isr=(1, 2))
+    follower.partitions.apply_image(replay([shrink], image.offset + 1, image=image))
+
+    assert await fetcher.fetch_round() is FetchRound.FETCHED
+    assert partition.log_end_offset == 3 and partition.last_fetched_epoch == 2
+    assert await fetcher.fetch_round() is FetchRound.FETCHED
+    item = one.requests[-1].topics[0].partitions[0]
+    assert (item.fetch_offset, item.last_fetched_epoch) == (3, 2)
+    assert partition.log_end_offset == 3  # no diverging epoch: nothing cut
+    assert epochs_of(partition.log) == [(0, 0), (2, 2)]

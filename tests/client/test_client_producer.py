@@ -212,6 +212,66 @@ async def test_records_produced_within_linger_share_a_batch(cluster: Cluster) ->
     assert [b.records_count for b in batches] == [10]
 
 
+async def test_handles_resolve_lazily_and_batch_reports_cover_the_same_offsets(
+    cluster: Cluster,
+) -> None:
+    """produce() returns a handle without a future: awaited before or after its delivery,
+    read with result(), or gathered, it gives the offsets the per-record callbacks and the
+    producer's per-batch reports give; a record that fails alone fails only its handle."""
+    await cluster.create_topic("handles", partitions=2)
+    reports: list[tuple[BaseException | None, BatchMetadata]] = []
+    messages: list[Message] = []
+    config = cluster.config(batch_size=400, linger_ms=60000)
+
+    def report(error: BaseException | None, batch: BatchMetadata) -> None:
+        reports.append((error, batch))
+
+    async with AsyncProducer(config, on_delivery_batch=report) as producer:
+        waited = asyncio.ensure_future(producer.produce("handles", b"first", partition=0))
+        handles = [
+            producer.produce(
+                "handles",
+                b"%03d" % i + b"." * 40,
+                partition=i % 2,
+                on_delivery=(lambda _e, msg: messages.append(msg)) if i % 3 == 0 else None,
+            )
+            for i in range(40)
+        ]
+        early = handles[5].future()  # a future made before the delivery
+        bad = producer.produce("handles", b"x", partition=7)
+        assert not handles[0].done() and not early.done()
+        with pytest.raises(asyncio.InvalidStateError):
+            handles[0].result()
+        assert await producer.flush(10) == 0
+        assert (await waited).offset == 0
+        assert await early == handles[5].result()
+        assert await asyncio.gather(*handles) == [h.result() for h in handles]
+        done, _ = await asyncio.wait(handles[:3], timeout=5)  # takes handles as futures
+        assert done == set(handles[:3])
+        assert isinstance(bad.exception(), UnknownPartitionError) and bad.done()
+        with pytest.raises(UnknownPartitionError):
+            await bad
+    results = [h.result() for h in handles]
+    assert all(h.exception() is None and not h.cancelled() for h in handles)
+    assert [r.offset for r in results if r.partition == 0] == list(range(1, 21))
+    assert [r.offset for r in results if r.partition == 1] == list(range(20))
+    assert all(isinstance(r, RecordMetadata) and r.topic == "handles" for r in results)
+    by_record = {(m.partition(), m.offset()): m.value() for m in messages}
+    assert by_record == {
+        (results[i].partition, results[i].offset): b"%03d" % i + b"." * 40 for i in range(0, 40, 3)
+    }
+    failed = [(e, b) for e, b in reports if e is not None]
+    assert len(failed) == 1 and isinstance(failed[0][0], UnknownPartitionError)
+    assert (failed[0][1].partition, failed[0][1].record_count) == (7, 1)
+    covered = sorted(
+        (b.partition, offset)
+        for e, b in reports
+        if e is None
+        for offset in range(b.offset, b.offset + b.record_count)
+    )
+    assert covered == sorted([(0, 0)] + [(r.partition, r.offset) for r in results])
+
+
 async def test_batches_never_exceed_batch_size_except_for_one_large_record(
     cluster: Cluster,
 ) -> None:
@@ -596,7 +656,13 @@ def test_blocking_producer_works_from_sync_code(tmp_path: Path) -> None:
             assert threading.get_ident() == caller  # served by poll/flush in this thread
             reports.append((err, msg.offset(), msg.topic()))
 
-        with Producer({"bootstrap.servers": address}) as producer:
+        batch_reports: list[tuple[BaseException | None, int]] = []
+
+        def on_batch(err: BaseException | None, batch: BatchMetadata) -> None:
+            assert threading.get_ident() == caller
+            batch_reports.append((err, batch.record_count))
+
+        with Producer({"bootstrap.servers": address}, on_delivery_batch=on_batch) as producer:
             for i in range(10):
                 producer.produce("sync", value=b"%d" % i, key=b"k", on_delivery=on_delivery)
             # Bad records are refused in the caller's thread, before anything is queued.
@@ -621,6 +687,11 @@ def test_blocking_producer_works_from_sync_code(tmp_path: Path) -> None:
         assert reports[:10] == [(None, i, "sync") for i in range(10)]
         assert isinstance(reports[10][0], UnknownTopicOrPartitionError)
         assert reports[10][1] == -1
+        # One report per batch, in the caller's thread; the record that never reached a
+        # batch (an unknown topic) is a batch of one.
+        failed = [(err, count) for err, count in batch_reports if err is not None]
+        assert len(failed) == 1 and isinstance(failed[0][0], UnknownTopicOrPartitionError)
+        assert sum(count for _, count in batch_reports) == 10 + 4 * 500 + 1
         with pytest.raises(ProducerClosedError):
             producer.produce("sync", b"late")
     finally:

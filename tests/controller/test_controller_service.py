@@ -416,6 +416,29 @@ async def test_writes_go_on_through_failovers_and_every_image_agrees(quorum3: Qu
     assert not missing, f"acknowledged topics lost: {missing}"
 
 
+async def test_requests_arriving_while_a_batch_is_in_flight_share_the_next(
+    quorum3: Quorum,
+) -> None:
+    active = await quorum3.active()
+    async with ControllerClient(quorum3.addresses) as client:
+        await register_and_unfence(client, 1)
+        created = await client.create_topics(m.CreateTopicsRequest((m.CreatableTopic("g", 1, 1),)))
+        assert created.topics[0].error == NONE
+    store = active.store
+    before = store.sealed_batches
+    # One request a millisecond, each after the worker's idle turns have passed: alone,
+    # each would be a group of its own; those that arrive while the batch before is not
+    # yet committed on a majority wait for it and go to Raft together.
+    calls = []
+    for i in range(30):
+        calls.append(asyncio.ensure_future(active.call(codec.ALTER_CONFIGS, alter("g", str(i)))))
+        await asyncio.sleep(0.001)
+    answers = [codec.ALTER_CONFIGS.response_from_proto(a) for a in await asyncio.gather(*calls)]
+    assert all(a.error == NONE and a.resources[0].error == NONE for a in answers)
+    assert store.sealed_batches - before <= 15
+    assert active.machine.image.topic_config("g") == {"retention.ms": "29"}
+
+
 async def test_a_voter_behind_the_log_start_catches_up_from_a_snapshot(tmp_path: Path) -> None:
     small = ControllerSettings(
         raft=RaftServerSettings(

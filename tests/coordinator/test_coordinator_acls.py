@@ -10,6 +10,7 @@ the users and ACLs up; the user speaks SASL_PLAINTEXT, so its calls are its own.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,6 +57,17 @@ def allow(operation: AclOperation, resource_type: ResourceType, name: str) -> Ac
     )
 
 
+def as_gina(bootstrap: str) -> dict[str, str]:
+    """The client settings of user gina, speaking SASL_PLAINTEXT with SCRAM."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "gina",
+        "sasl.password": "gina-pw",
+    }
+
+
 async def test_group_calls_need_the_groups_acls(tmp_path: Path, secured_process: None) -> None:
     async with running_embedded_server(tmp_path) as server:
         async with AdminClient(server.listen) as admin:
@@ -72,13 +84,7 @@ async def test_group_calls_need_the_groups_acls(tmp_path: Path, secured_process:
                 ]
             ) == [None, None]
             await admin.alter_consumer_group_offsets("theirs", {("t", 0): 5})
-        gina = {
-            "bootstrap.servers": server.listen,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "SCRAM-SHA-256",
-            "sasl.username": "gina",
-            "sasl.password": "gina-pw",
-        }
+        gina = as_gina(server.listen)
         async with AdminClient(gina) as client:
             await client.alter_consumer_group_offsets("mine", {("t", 0): 3})
             assert {
@@ -106,3 +112,28 @@ async def test_group_calls_need_the_groups_acls(tmp_path: Path, secured_process:
             mine = await admin.list_consumer_group_offsets("mine")
         assert {tp: o.offset for tp, o in theirs.items()} == {("t", 0): 5}  # untouched
         assert {tp: o.offset for tp, o in mine.items()} == {("u", 0): 2}  # (t, 0) deleted
+
+
+async def test_listings_leave_out_what_the_caller_may_not_see_without_logging_refusals(
+    tmp_path: Path, secured_process: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Listing every topic (Metadata with no names) or every group is not a refusal of what
+    is left out (Kafka's ``logIfDenied = false``); a topic asked for by name is, and it is
+    logged."""
+    caplog.set_level(logging.WARNING, logger="highwater.rpc.auth")
+    async with running_embedded_server(tmp_path) as server:
+        async with AdminClient(server.listen) as admin:
+            await admin.create_topics([NewTopic("t", 1, 1), NewTopic("u", 1, 1)])
+            await admin.alter_user_scram_credentials([("gina", "SCRAM-SHA-256", "gina-pw")])
+            await admin.create_acls([allow(AclOperation.DESCRIBE, ResourceType.TOPIC, "t")])
+            await admin.alter_consumer_group_offsets("theirs", {("t", 0): 5})
+        gina = as_gina(server.listen)
+        async with AdminClient(gina) as client:
+            assert [t.name for t in await client.list_topics()] == ["t"]
+            assert await client.list_consumer_groups() == []
+            refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+            assert refusals == []
+            with pytest.raises(TopicAuthorizationFailedError):
+                await client.describe_topics(["u"])
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert refusals == ["refused: principal User:gina from 127.0.0.1 may not DESCRIBE Topic:u"]

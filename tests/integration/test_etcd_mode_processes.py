@@ -8,7 +8,9 @@ controller, with errors naming the key, until they are fixed; with etcd stopped 
 brokers keep serving what they lead and admin calls fail clearly, and all recovers when
 etcd returns; etcd paused past the session TTL makes the controller step down and the
 brokers register again with new leases; killing the controller's broker makes another
-broker controller with a higher epoch. Bad start-up input (a wrong endpoint, a data
+broker controller with a higher epoch, and its fence (more partition states than one etcd
+transaction takes) is written in several; a topic too large for one transaction is
+refused naming etcd's limit. Bad start-up input (a wrong endpoint, a data
 directory of another cluster on the prefix) fails with an error naming the endpoint or key.
 """
 
@@ -31,8 +33,14 @@ from etcd_processes import (
 )
 from highwater.cli.main import main
 from highwater.client.admin import AdminClient, AdminError, NewTopic
+from highwater.client.errors import InvalidRequestError
 from highwater.client.producer import AsyncProducer
-from highwater.internal.v1 import broker_metadata_pb2, broker_metadata_pb2_grpc
+from highwater.internal.v1 import (
+    broker_metadata_pb2,
+    broker_metadata_pb2_grpc,
+    controller_pb2,
+    controller_pb2_grpc,
+)
 from highwater.rpc.channels import open_channel
 from highwater.v1.common_pb2 import ErrorCode
 from quorum_processes import free_ports
@@ -180,6 +188,34 @@ async def test_data_flows_and_describe_names_the_controller_and_the_mode(
     assert "MetadataMode: etcd" in output
 
 
+async def test_the_liveness_stream_names_the_controller_and_fences_nothing(
+    brokers: list[EtcdBrokerProcess], store: str
+) -> None:
+    """Brokers open a BrokerLiveness stream to the controller in both modes; here the
+    active candidate answers it and holds it open, the others name the active one, and a
+    stream's end fences nothing (the lease is the broker's liveness)."""
+    claim = await controller_claim(store)
+    assert claim is not None
+    request = controller_pb2.BrokerLivenessRequest(broker_id=7, broker_epoch=1)
+    for broker in brokers:
+        async with open_channel(broker.address) as channel:
+            call = controller_pb2_grpc.ControllerStub(channel).BrokerLiveness()
+            await call.write(request)
+            reply = await call.read()
+            if broker.node_id == claim["broker_id"]:
+                assert reply.error == ErrorCode.NONE
+            else:
+                assert reply.error == ErrorCode.NOT_CONTROLLER
+                assert (reply.controller_id, reply.controller_address) == (
+                    claim["broker_id"],
+                    claim["address"],
+                )
+            call.cancel()
+    for broker in brokers:
+        assert "broker_liveness" not in broker.log_text()
+    await wait_cluster_ready(brokers)  # nobody fenced
+
+
 async def test_a_coordinator_in_the_etcd_mode_serves_a_consumer_group(
     brokers: list[EtcdBrokerProcess], cluster: list[EtcdBrokerProcess]
 ) -> None:
@@ -311,9 +347,28 @@ async def test_etcd_paused_past_the_session_ttl_makes_the_controller_step_down(
     await wait_for(lambda: accepted(brokers), timeout_s=60)
 
 
+async def test_a_topic_too_large_for_one_etcd_transaction_is_refused_naming_the_limit(
+    brokers: list[EtcdBrokerProcess], store: str
+) -> None:
+    """A new topic's keys are written in one transaction (the assignment and each
+    partition's state are valid only together); etcd takes 128 operations in one by
+    default, so 200 partitions are refused with what to change, and nothing is written."""
+    async with AdminClient(bootstrap(brokers), request_timeout_s=30) as admin:
+        with pytest.raises(InvalidRequestError, match="--max-txn-ops"):
+            await admin.create_topics([NewTopic("too-wide", 200, 3)])
+    keys = await read_prefix(store)
+    assert not [k for k in keys if "/topics/too-wide" in k]
+
+
 async def test_killing_the_controllers_broker_elects_another_with_a_higher_epoch(
     brokers: list[EtcdBrokerProcess], store: str
 ) -> None:
+    """The new controller fences the dead broker: it leaves the ISR of 200 partitions,
+    more partition states than one etcd transaction holds (written in several)."""
+    wide = ["wide-a", "wide-b"]
+    async with AdminClient(bootstrap(brokers), request_timeout_s=60) as admin:
+        for name in wide:  # one at a time: a request's topics are one transaction
+            (await admin.create_topics([NewTopic(name, 100, 3)]))[name].raise_for_error()
     before = await controller_claim(store)
     assert before is not None
     victim = next(b for b in brokers if b.node_id == before["broker_id"])
@@ -329,6 +384,19 @@ async def test_killing_the_controllers_broker_elects_another_with_a_higher_epoch
     await create(survivor.address, "after-the-kill", replication_factor=2)
     output = await asyncio.to_thread(describe, survivor.address)
     assert f"ControllerId: {after['broker_id']}" in output
+
+    async def fenced_out_of_every_isr() -> bool:
+        keys = await read_prefix(store)
+        states = [
+            json.loads(v.value)
+            for k, v in keys.items()
+            if any(f"/topics/{name}/partitions/" in k for name in wide)
+        ]
+        return len(states) == 200 and all(
+            victim.node_id not in s["isr"] and s["leader"] != victim.node_id for s in states
+        )
+
+    await wait_for(fenced_out_of_every_isr, timeout_s=60)
 
 
 def test_a_wrong_etcd_endpoint_fails_naming_it(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from highwater.client.admin import AdminClient, NewTopic
 from highwater.client.consumer import AsyncConsumer, TopicPartition
 from highwater.client.errors import AdminError
 from highwater.client.message import Message
-from highwater.client.producer import AsyncProducer, RecordMetadata
+from highwater.client.producer import AsyncProducer, DeliveryHandle
 from highwater.metadata.client_quotas import DEFAULT_ENTITY, ClientQuotaEntity
 from prometheus_client.parser import text_string_to_metric_families
 from quorum_processes import free_ports
@@ -167,7 +167,7 @@ async def produce_for(producer: AsyncProducer, seconds: float) -> float:
         if error is None and loop.time() < end:
             written += len(VALUE)
 
-    pending: list[asyncio.Future[RecordMetadata]] = []
+    pending: list[DeliveryHandle] = []
     while loop.time() < end:
         pending.append(producer.produce(TOPIC, VALUE, partition=0, on_delivery=delivered))
         if len(pending) >= 64:

@@ -1,8 +1,9 @@
 """The Kafka listener's other APIs, each through a real client where one has it (kafka-python's
 admin client) and as raw frames otherwise: CreatePartitions, DeleteRecords,
-DescribeCluster, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete, DescribeLogDirs,
-ElectLeaders, Alter/ListPartitionReassignments, OffsetForLeaderEpoch, Produce with acks=0,
-and InitProducerId for a transactional producer (refused: there are no transactions)."""
+DescribeCluster (and Metadata's cluster id, the quorum's), ListGroups, DescribeGroups,
+DeleteGroups, OffsetDelete, DescribeLogDirs, ElectLeaders, Alter/ListPartitionReassignments,
+OffsetForLeaderEpoch, Produce with acks=0, and InitProducerId for a transactional producer
+(refused: there are no transactions)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import grpc
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import (
@@ -96,7 +99,24 @@ def test_describe_cluster_names_this_broker_as_controller(server: KafkaServer, a
         (1, host, int(port))
     ]
     assert cluster["controller_id"] == 1
-    assert cluster["cluster_id"] == "highwater"
+
+
+def test_metadata_and_describe_cluster_answer_the_quorums_cluster_id(
+    server: KafkaServer, admin: Any
+) -> None:
+    """The cluster id both Kafka answers carry is the metadata quorum's (KRaft), the one
+    the gRPC side describes, not a constant."""
+    with grpc.insecure_channel(server.address) as channel:
+        quorum = raft_pb2_grpc.RaftStub(channel).DescribeQuorum(
+            raft_pb2.DescribeQuorumRequest(), timeout=10
+        )
+    assert quorum.cluster_id and quorum.cluster_id != "highwater"
+    assert admin.describe_cluster()["cluster_id"] == quorum.cluster_id
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "cluster-id"})
+    try:
+        assert consumer.list_topics(timeout=10).cluster_id == quorum.cluster_id
+    finally:
+        consumer.close()
 
 
 def test_list_describe_and_delete_a_group(server: KafkaServer, admin: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hypothesis.strategies as st
+import pytest
 from highwater.metadata import (
     NO_LEADER,
     BrokerEndpoint,
@@ -15,18 +16,24 @@ from highwater.metadata import (
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
+    PartitionRegistration,
+    PartitionsRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RegisterCoordinatorRecord,
     RemoveTopicRecord,
     TopicRecord,
     UnfenceBrokerRecord,
+    decode_record,
+    encode_record,
     load_snapshot,
     load_snapshot_values,
     replay,
     snapshot_records,
     snapshot_values,
 )
+from highwater.metadata.delta import MetadataDelta, MetadataReplayError
+from highwater.metadata.snapshot import partition_columns
 from hypothesis import given, settings
 
 
@@ -111,3 +118,75 @@ def test_a_snapshot_keeps_fencing_shutdown_epochs_and_offline_partitions() -> No
 def test_an_empty_image_has_an_empty_snapshot() -> None:
     assert list(snapshot_records(MetadataImage.empty())) == []
     assert load_snapshot([], -1, -1) == MetadataImage.empty()
+
+
+def _topic_of_seven() -> list[MetadataRecord]:
+    """A topic of 7 partitions: 2 is being reassigned, 5 has an ELR, 3 a shrunk ISR, 6 offline."""
+    records: list[MetadataRecord] = [RegisterBrokerRecord(b, f"i{b}", b) for b in range(4)]
+    records.append(TopicRecord("t", "tid"))
+    for p in range(7):
+        replicas = (p % 4, (p + 1) % 4, (p + 2) % 4)
+        records.append(PartitionRecord("tid", p, replicas, replicas, replicas[0]))
+    records += [
+        PartitionChangeRecord("tid", 2, replicas=(0, 1, 2, 3), adding_replicas=(3,)),
+        PartitionChangeRecord("tid", 3, isr=(3,), leader=3),
+        PartitionChangeRecord("tid", 5, isr=(1,), eligible_leader_replicas=(2,)),
+        PartitionChangeRecord("tid", 6, isr=(), leader=NO_LEADER),
+    ]
+    return records
+
+
+def test_the_stored_snapshot_writes_partitions_in_columns() -> None:
+    records = _topic_of_seven()
+    image = replay(records, len(records) - 1, 4)
+    topic = image.topic("t")
+    assert topic is not None
+    stored = list(partition_columns(topic, per_record=2))
+    # Runs of at most 2 partitions, broken by the reassigned and the ELR partition, in order.
+    assert [type(r).__name__ for r in stored] == [
+        "PartitionsRecord",  # 0, 1
+        "PartitionRecord",  # 2
+        "PartitionsRecord",  # 3, 4
+        "PartitionRecord",  # 5
+        "PartitionsRecord",  # 6
+    ]
+    first = stored[2]
+    assert isinstance(first, PartitionsRecord)
+    assert first.first_partition_id == 3
+    assert first.leaders == (3, 0) and first.leader_epochs == (1, 0)
+    assert first.replica_counts == (3, 3) and first.replicas == (3, 0, 1, 0, 1, 2)
+    assert first.isr_counts == (1, -1) and first.isr == (3,)  # -1: the ISR is the replicas
+    offline = stored[4]
+    assert isinstance(offline, PartitionsRecord)
+    assert offline.leaders == (NO_LEADER,) and offline.isr_counts == (0,)
+    # Encoded, decoded and replayed, the columns give the same image as the records.
+    values = snapshot_values(image)
+    assert len(values) < len(list(snapshot_records(image)))
+    assert decode_record(encode_record(first)) == first
+    assert load_snapshot_values(values, image.offset, 4) == image
+    assert load_snapshot(stored_and_rest(image, stored), image.offset, 4) == image
+
+
+def stored_and_rest(image: MetadataImage, stored: list[MetadataRecord]) -> list[MetadataRecord]:
+    """The image's snapshot records with the topic's partitions replaced by ``stored``."""
+    rest = [r for r in snapshot_records(image) if not isinstance(r, PartitionRecord)]
+    at = next(i for i, r in enumerate(rest) if isinstance(r, TopicRecord)) + 1
+    return rest[:at] + stored + rest[at:]
+
+
+def test_columns_that_do_not_add_up_are_refused() -> None:
+    records = _topic_of_seven()[:5]  # brokers and the topic
+    base = replay(records, len(records) - 1, 1)
+    good = PartitionsRecord("tid", 0, (0, 1), (0, 0), (0, 0), (2, 2), (0, 1, 1, 2), (-1, 1), (1,))
+    assert replay([good], base.offset + 1, image=base).partition("tid", 1) == PartitionRegistration(
+        (1, 2), (1,), 1
+    )
+    for bad in (
+        PartitionsRecord("tid", 0, (0, 1), (0, 0), (0, 0), (2, 2), (0, 1, 1), (-1, 1), (1,)),
+        PartitionsRecord("tid", 0, (0, 1), (0,), (0, 0), (2, 2), (0, 1, 1, 2), (-1, -1), ()),
+        PartitionsRecord("tid", 0, (0, 1), (0, 0), (0, 0), (2, 2), (0, 1, 1, 2), (-1, 1), ()),
+        PartitionsRecord("tid", 3, (0,), (0,), (0,), (1,), (0,), (-1,), ()),  # leaves a hole
+        PartitionsRecord("nope", 0, (0,), (0,), (0,), (1,), (0,), (-1,), ()),
+    ):
+        with pytest.raises(MetadataReplayError):
+            MetadataDelta(base).replay(bad)

@@ -49,8 +49,13 @@ from highwater.controller.results import ControllerApiError, ControllerResult
 from highwater.controller_api import messages as m
 from highwater.errors import HighwaterError
 from highwater.metadata.delta import MetadataDelta
-from highwater.metadata.image import MetadataImage
-from highwater.metadata.records import MetadataRecord, decode_record, encode_record
+from highwater.metadata.image import MetadataImage, PartitionRegistration
+from highwater.metadata.records import (
+    MetadataRecord,
+    PartitionChangeRecord,
+    decode_record,
+    encode_record,
+)
 from highwater.raft.log import InMemoryRaftLog
 from highwater.raft.messages import RaftMessage, is_request
 from highwater.raft.node import NotLeaderError, RaftConfig, RaftNode
@@ -67,6 +72,9 @@ TOPIC = "events"
 BASE_TIME_MS = 1_700_000_000_000
 """Simulated time 0 as a wall-clock timestamp (record timestamps must look current)."""
 TICK_MS = 20
+OBSERVER_TICK_MS = 40
+"""A broker's Raft observer ticks half as often as a voter: its only timers are its fetch
+and request timeouts (200 and 80 ms); its next fetch goes out as an answer arrives."""
 SIM_CONFIG = RaftConfig(
     election_timeout_ms=100,
     election_backoff_max_ms=100,
@@ -79,6 +87,13 @@ SIM_CONFIG = RaftConfig(
 """The Raft simulation's timings (tests/raft/simulation.py): Kafka's scaled down 10x."""
 FETCH_TIMEOUT_MS = 200
 RPC_TIMEOUT_MS = 300
+BROKER_TICK_MS = 50
+HIGH_WATERMARK_CHECKPOINT_MS = 500
+RECOVERY_POINT_CHECKPOINT_ROUNDS = 12
+"""The recovery points are checkpointed every 12th high-watermark round (6 s)."""
+"""The period of a broker's upkeep (heartbeat, ISR shrink, AlterPartition retries, fetch
+timeouts, purgatory expiry). Fetches do not wait for it: the replica fetcher fetches again
+as an answer arrives, or when its backoff ends (:meth:`Simulation._fetch_after_backoff`)."""
 PRODUCE_TIMEOUT_MS = 1500
 FETCH_MAX_BYTES = 16 * 1024
 
@@ -99,16 +114,23 @@ class SimulationFailure(AssertionError):
     and the last events."""
 
     def __init__(
-        self, seed: int, reason: str, trace: Sequence[str], faults: Sequence[Fault]
+        self,
+        seed: int,
+        reason: str,
+        trace: Sequence[str],
+        faults: Sequence[Fault],
+        *,
+        chaos_ms: int = 12_000,
     ) -> None:
         self.seed = seed
         self.reason = reason
         self.faults = tuple(faults)
         tail = "\n".join(trace[-60:])
         plan = "\n".join(f"  {f}" for f in faults) or "  (none)"
+        chaos = f" --chaos-ms {chaos_ms}" if chaos_ms != Scenario.chaos_ms else ""
         super().__init__(
             f"seed {seed}: {reason}\n"
-            f"reproduce: python -m tests.simulation --seed {seed} --trace\n"
+            f"reproduce: python -m tests.simulation --seed {seed}{chaos} --trace\n"
             f"faults:\n{plan}\nlast events:\n{tail}"
         )
 
@@ -427,7 +449,8 @@ class Simulation:
         self.events = 0
         self.trace: deque[str] = deque(maxlen=300)
         self.messages: Counter[str] = Counter()
-        self.blocked: set[tuple[str, str]] = set()
+        self.blocked: Counter[tuple[str, str]] = Counter()
+        """(source, destination) -> how many partitions in force cut that link."""
         self.chaos = True
         self.history: list[Op] = []
         self.corr = 0
@@ -476,6 +499,8 @@ class Simulation:
         below a high watermark."""
         self.verified: dict[tuple[str, int], int] = {}
         """(broker, partition) -> the end of the committed batches the replica holds."""
+        self._checked: dict[tuple[str, int], tuple[int, int, int, int]] = {}
+        """(broker, partition) -> (log end, HW, committed batches, held) at its last check."""
         self.unclean_elections = 0
         self.power_lost: set[str] = set()
 
@@ -565,7 +590,7 @@ class Simulation:
             )
 
     def _deliver(self, source: str, target: Process, incarnation: int, message: Any) -> None:
-        if (source, target.name) in self.blocked:
+        if self.blocked[(source, target.name)] > 0:
             return
         if not target.alive or target.incarnation != incarnation:
             if isinstance(message, RaftMessage) and is_request(message) and not target.alive:
@@ -634,8 +659,9 @@ class Simulation:
             }
             if fault.kind == "partition":
                 cut |= {(b, a) for a, b in cut}
-            cut -= self.blocked
-            self.blocked |= cut
+            # Counted per partition: a link two overlapping partitions cut stays cut
+            # until both have healed.
+            self.blocked.update(cut)
             self._at(self.now_ms + fault.duration_ms, self._unblock, cut)
         elif fault.kind == "disk-full":
             for process in targets:
@@ -652,7 +678,8 @@ class Simulation:
         return self.processes[name]
 
     def _unblock(self, cut: set[tuple[str, str]]) -> None:
-        self.blocked -= cut
+        self.blocked.subtract(cut)
+        self.blocked = +self.blocked
         self._note(f"partition healed ({len(cut)} links)")
 
     def _disk_freed(self, broker: BrokerProcess) -> None:
@@ -724,6 +751,8 @@ class Simulation:
                 self._note(f"{process.name} disk: {note}")
             for key in [k for k in self.verified if k[0] == process.name]:
                 del self.verified[key]
+            for key in [k for k in self._checked if k[0] == process.name]:
+                del self._checked[key]
         self._note(f"crash {process.name} ({mode})")
 
     def _restart(self, process: Process) -> None:
@@ -763,7 +792,7 @@ class Simulation:
                 now_ms=self.now_ms,
             )
             self._after_raft(process)
-            self._on(process, TICK_MS, self._raft_tick, process)
+            self._on(process, self._raft_period(process), self._raft_tick, process)
         self._note(f"start {process.name}")
 
     def _raft_tick(self, member: RaftMember) -> None:
@@ -772,7 +801,11 @@ class Simulation:
         self._after_raft(member)
         if isinstance(member, ControllerProcess) and member.controller is not None:
             self._controller_tick(member)
-        self._on(member, TICK_MS, self._raft_tick, member)
+        self._on(member, self._raft_period(member), self._raft_tick, member)
+
+    @staticmethod
+    def _raft_period(member: RaftMember) -> int:
+        return OBSERVER_TICK_MS if isinstance(member, BrokerProcess) else TICK_MS
 
     def _after_raft(self, member: RaftMember) -> None:
         node = member.node
@@ -846,11 +879,42 @@ class Simulation:
         if not records:
             return -1
         appended = ctrl.node.propose([encode_record(r) for r in records], self.now_ms)
+        self._count_unclean_elections(ctrl.image, records)
         ctrl.image = (
             MetadataDelta(ctrl.image).replay_all(records).apply(appended.offset, appended.epoch)
         )
         self._after_raft(ctrl)
         return appended.offset
+
+    def _count_unclean_elections(self, image: MetadataImage, records: list[MetadataRecord]) -> None:
+        """Count the leaders ``records`` elect from outside the ISR and the ELR (KIP-966):
+        unclean elections, wherever the controller made them (its periodic election of
+        leaderless partitions, or fencing a broker that was the last ISR member). With
+        some, the loss of acknowledged writes is expected and reported as such."""
+        partitions: dict[tuple[str, int], PartitionRegistration] = {}
+        for record in records:
+            if not isinstance(record, PartitionChangeRecord):
+                continue
+            key = (record.topic_id, record.partition_id)
+            before = partitions.get(key)
+            if before is None:
+                topic = image.topic_by_id(record.topic_id)
+                before = topic.partition(record.partition_id) if topic is not None else None
+                if before is None:
+                    continue
+            after = before.merge(record)
+            partitions[key] = after
+            if (
+                record.leader is not None
+                and record.leader >= 0
+                and record.leader not in before.isr
+                and record.leader not in before.elr
+            ):
+                self.unclean_elections += 1
+                self._note(
+                    f"unclean election: p{record.partition_id} leader b{record.leader}, "
+                    f"not in the ISR {list(before.isr)} or the ELR {list(before.elr)}"
+                )
 
     def _controller_call(self, ctrl: ControllerProcess, source: str, call: Any) -> None:
         if not isinstance(call, ControllerCall):
@@ -916,11 +980,6 @@ class Simulation:
                         records = list(created.records)
             if records:
                 self._propose(ctrl, records)
-                if result.response.unclean_elections:
-                    self.unclean_elections += result.response.unclean_elections
-                    self._note(
-                        f"{ctrl.name}: {result.response.unclean_elections} unclean elections"
-                    )
         except NotLeaderError:
             return
 
@@ -951,6 +1010,13 @@ class Simulation:
         self._on(broker, 1, self._broker_tick, broker)
         self._on(
             broker, self.rng.randint(1, self.scenario.flush_interval_ms), self._broker_flush, broker
+        )
+        self._on(
+            broker,
+            self.rng.randint(1, HIGH_WATERMARK_CHECKPOINT_MS),
+            self._broker_checkpoints,
+            broker,
+            1,
         )
 
     def _wall_ms(self) -> int:
@@ -1012,6 +1078,8 @@ class Simulation:
                     f"{list(partition.registration.isr)}, log end {partition.log_end_offset} "
                     f"hw {partition.high_watermark}"
                 )
+                if partition.follower_state is not None and now[0] >= 0:
+                    self._maybe_fetch(broker, partition)
         self._after_broker(broker)
 
     def _broker_tick(self, broker: BrokerProcess) -> None:
@@ -1049,7 +1117,7 @@ class Simulation:
                 self._maybe_fetch(broker, partition)
         self._expire_purgatory(broker)
         self._after_broker(broker)
-        self._on(broker, 10, self._broker_tick, broker)
+        self._on(broker, BROKER_TICK_MS, self._broker_tick, broker)
 
     def _send_alter_partition(self, broker: BrokerProcess, partition: Partition) -> None:
         state = partition.leader_state
@@ -1071,10 +1139,9 @@ class Simulation:
         )
 
     def _broker_flush(self, broker: BrokerProcess) -> None:
-        """The log manager's background flush and checkpoints, as one step."""
+        """The log manager's background flush (``log.flush.interval.ms``, the scenario's)."""
         manager = broker.log_manager
         assert manager is not None and broker.disk is not None
-        flushed = False
         for partition_log in list(manager.logs.values()):
             if partition_log.unflushed_messages == 0:
                 continue
@@ -1084,11 +1151,21 @@ class Simulation:
                 self._note(f"{broker.name}: flush failed: {e}")
                 continue
             broker.disk.flushed((s.log_path, s.size) for s in partition_log.segments)
-            flushed = True
-        if flushed:
-            manager.checkpoint_recovery_points()
-            manager.checkpoint_high_watermarks()
         self._on(broker, self.scenario.flush_interval_ms, self._broker_flush, broker)
+
+    def _broker_checkpoints(self, broker: BrokerProcess, round_: int) -> None:
+        """The log manager's checkpoint tasks at the service's intervals scaled down ten
+        times like every other timing: the high watermarks every 500 ms
+        (``replica.high.watermark.checkpoint.interval.ms``), the recovery points every
+        6 s (``log.flush.offset.checkpoint.interval.ms``). A high watermark may thus be
+        checkpointed past what a power loss keeps of the log (recovery then knows the
+        replica lost committed records), or lag it."""
+        manager = broker.log_manager
+        assert manager is not None
+        manager.checkpoint_high_watermarks()
+        if round_ % RECOVERY_POINT_CHECKPOINT_ROUNDS == 0:
+            manager.checkpoint_recovery_points()
+        self._on(broker, HIGH_WATERMARK_CHECKPOINT_MS, self._broker_checkpoints, broker, round_ + 1)
 
     # --- Brokers: requests ------------------------------------------------------------------
 
@@ -1230,6 +1307,18 @@ class Simulation:
             delay = 50
         broker.next_fetch[reply.partition] = self.now_ms + delay
         if delay == 0:
+            self._maybe_fetch(broker, partition)
+        else:
+            self._on(broker, delay, self._fetch_after_backoff, broker, reply.partition)
+
+    def _fetch_after_backoff(self, broker: BrokerProcess, index: int) -> None:
+        """A follower's backoff after an empty or failed fetch ended: fetch again."""
+        partition = self._partition(broker, index)
+        if (
+            partition is not None
+            and partition.follower_state is not None
+            and partition.registration.leader >= 0
+        ):
             self._maybe_fetch(broker, partition)
 
     def _produce(self, broker: BrokerProcess, source: str, produce: Produce) -> None:
@@ -1500,13 +1589,20 @@ class Simulation:
         key = (broker.name, index)
         held = self.verified.get(key, 0)
         log_end = partition.log_end_offset
+        high_watermark = partition.high_watermark
+        committed = self.committed.setdefault(index, {})
+        # What the check reads: the log past ``held`` (it changes only with the log end:
+        # every append and truncation is an event checked after it), the high watermark
+        # and the committed batches (which only grow). Unchanged since the last check of
+        # this replica: nothing new to check.
+        seen = (log_end, high_watermark, len(committed), held)
+        if self._checked.get(key) == seen:
+            return
         if log_end < held and not self.scenario.unclean:
             self._fail(
                 f"{broker.name} p{index}: its log was cut to {log_end}, below committed "
                 f"batches it held (up to {held})"
             )
-        high_watermark = partition.high_watermark
-        committed = self.committed.setdefault(index, {})
         for _, _, header in partition.log.iter_batches(min(held, log_end)):
             if header.last_offset < held:
                 continue
@@ -1522,6 +1618,7 @@ class Simulation:
                 break
             held = header.last_offset + 1
         self.verified[key] = held
+        self._checked[key] = (log_end, high_watermark, len(committed), held)
 
     def _check_leader_complete(self, broker: BrokerProcess, partition: Partition) -> None:
         """A new leader (clean election) holds every batch ever below a high watermark:
@@ -1691,7 +1788,9 @@ class Simulation:
             print(line)
 
     def _fail(self, reason: str) -> NoReturn:
-        raise SimulationFailure(self.seed, reason, list(self.trace), self.faults)
+        raise SimulationFailure(
+            self.seed, reason, list(self.trace), self.faults, chaos_ms=self.scenario.chaos_ms
+        )
 
 
 class _TraceHandler(logging.Handler):

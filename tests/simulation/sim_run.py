@@ -64,15 +64,18 @@ def shrink(
     return current, failure
 
 
-def run_many(first_seed: int, count: int, *, out=sys.stdout) -> int:
+def run_many(
+    first_seed: int, count: int, *, chaos_ms: int = Scenario.chaos_ms, out=sys.stdout
+) -> int:
     """Run ``count`` schedules from ``first_seed``; the number that failed."""
     started = time.perf_counter()
+    cpu_started = time.process_time()
     failed = 0
     acknowledged = 0
     expected_loss = 0
     for seed in range(first_seed, first_seed + count):
         try:
-            result = Simulation(seed).run()
+            result = Simulation(seed, Scenario.from_seed(seed, chaos_ms=chaos_ms)).run()
         except SimulationFailure as failure:
             failed += 1
             print(f"FAILED {str(failure).splitlines()[0]}", file=out, flush=True)
@@ -80,10 +83,11 @@ def run_many(first_seed: int, count: int, *, out=sys.stdout) -> int:
         acknowledged += result.acknowledged
         expected_loss += result.expected_loss
     elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu_started
     print(
         f"{count} schedules, {failed} failed, {acknowledged} acknowledged writes, "
         f"{expected_loss} lost under unclean elections (expected), {elapsed:.1f} s, "
-        f"{count / elapsed:.2f} schedules/s",
+        f"{count / elapsed:.2f} schedules/s, {count / cpu:.2f} schedules per CPU-second",
         file=out,
     )
     return failed
@@ -98,11 +102,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--shrink", action="store_true", help="shrink --seed's schedule if it fails"
     )
+    parser.add_argument(
+        "--chaos-ms",
+        type=int,
+        default=Scenario.chaos_ms,
+        help="simulated ms of faults before everything heals (the suite's short schedules: 5000)",
+    )
     parser.add_argument("--seeds", type=int, default=0, help="run this many schedules")
     parser.add_argument("--first-seed", type=int, default=0, help="the first of --seeds")
     args = parser.parse_args(argv)
     if args.seed is not None:
-        scenario = Scenario.from_seed(args.seed)
+        scenario = Scenario.from_seed(args.seed, chaos_ms=args.chaos_ms)
         try:
             result = Simulation(args.seed, scenario, trace=args.trace).run()
         except SimulationFailure as failure:
@@ -117,6 +127,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(result.summary())
         return 0
     if args.seeds:
-        return 1 if run_many(args.first_seed, args.seeds) else 0
+        return 1 if run_many(args.first_seed, args.seeds, chaos_ms=args.chaos_ms) else 0
     parser.error("give --seed N or --seeds N")
     return 2

@@ -23,6 +23,18 @@ def test_offset_index_lookup_finds_last_entry_at_or_below(tmp_path: Path) -> Non
     index.close()
 
 
+def test_offset_index_finds_the_last_batch_start_at_or_below_a_position(tmp_path: Path) -> None:
+    index = OffsetIndex(tmp_path / "x.index", 100, 800, writable=True)
+    assert index.batch_start_at_most(5000) is None
+    for i in range(1, 50):
+        index.append(100 + i * 10, i * 1000)
+    assert index.batch_start_at_most(999) is None
+    assert index.batch_start_at_most(1000) == 1000
+    assert index.batch_start_at_most(2500) == 2000
+    assert index.batch_start_at_most(10**9) == 49000
+    index.close()
+
+
 def test_offset_index_rejects_entries_that_do_not_increase(tmp_path: Path) -> None:
     index = OffsetIndex(tmp_path / "x.index", 0, 800, writable=True)
     index.append(10, 100)

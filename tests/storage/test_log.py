@@ -128,6 +128,23 @@ def test_read_bounds(tmp_path: Path) -> None:
     log.close()
 
 
+@pytest.mark.parametrize("interval", [1, 1 << 20])
+def test_a_read_ending_inside_a_batch_returns_the_whole_batches_before_it(
+    tmp_path: Path, interval: int
+) -> None:
+    """Every batch indexed (the read stops at an indexed batch start) or none (it reads
+    into the next batch and cuts it off): the same whole batches either way."""
+    log = open_log(tmp_path / "t-0", **{"index.interval.bytes": str(interval)})
+    for _ in range(5):
+        log.append_as_leader(make_batch(values(2)), 0)
+    size = len(log.read(0, 1 << 20).records) // 5
+    read = log.read(0, size * 2 + size // 2)
+    assert [b.base_offset for b in batches_of(read.records)] == [0, 2]
+    assert len(read.records) == 2 * size
+    assert [b.base_offset for b in batches_of(log.read(2, size * 3).records)] == [2, 4, 6]
+    log.close()
+
+
 def test_offset_for_timestamp(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0", **{"segment.bytes": 400})
     stamps = [100, 300, 200, 500, 400, 900, 700]

@@ -177,9 +177,12 @@ def filter_metadata(
     named = set(request.topics)
     kept = []
     for topic in response.topics:
-        if authorize(context, AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name):
+        asked = topic.name in named  # the topics not asked for are left out silently
+        if authorize(
+            context, AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name, log_if_denied=asked
+        ):
             kept.append(topic)
-        elif topic.name in named:
+        elif asked:
             kept.append(
                 pb.TopicMetadata(name=topic.name, error=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             )

@@ -140,7 +140,7 @@ class Partition:
             # makeLeader): a follower whose last epoch is newer than every epoch of this
             # log (it followed a leader this replica never heard from) is then answered
             # with where that epoch's predecessor ends here, not OFFSET_OUT_OF_RANGE.
-            self.log.leader_epoch_cache.assign(registration.leader_epoch, log_end)
+            self.log.assign_epoch_start(registration.leader_epoch, log_end)
             self.leader_state = LeaderReplicationState(
                 self.broker_id,
                 registration.replicas,
@@ -171,7 +171,7 @@ class Partition:
         nothing: it is forgotten, so that the fetches name the epoch of the last batch (a
         leader that never had the empty epoch would answer with a diverging epoch ending
         at this very log end, again and again)."""
-        self.log.leader_epoch_cache.truncate_from_end(self.log.log_end_offset)
+        self.log.forget_epochs_from(self.log.log_end_offset)
         state = self.follower_state
         if state is None:
             self.follower_state = FollowerReplicationState(

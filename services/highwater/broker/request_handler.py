@@ -315,21 +315,30 @@ class RequestHandler:
     # --- Fetch --------------------------------------------------------------------------
 
     async def fetch(
-        self, request: pb.FetchRequest, caller: QuotaCaller = UNKNOWN_CALLER
+        self,
+        request: pb.FetchRequest,
+        caller: QuotaCaller = UNKNOWN_CALLER,
+        *,
+        records_aside: dict[tuple[str, int], bytes] | None = None,
     ) -> pb.FetchResponse:
         """A consumer's fetch (a long poll): records up to the high watermark. A public
         ``FetchRequest`` cannot name a replica, so nothing it asks moves replication state
         (followers fetch with :meth:`replica_fetch`).
 
         The answer is recorded under the caller's quotas (its bytes and handler time) and
-        carries ``throttle_time_ms``, how long the caller holds it."""
+        carries ``throttle_time_ms``, how long the caller holds it.
+
+        ``records_aside``: where each partition's batches go, by (topic, partition), instead
+        of the answer's ``records`` fields (which stay empty): the bytes as read, for an edge
+        that writes them out itself (the Kafka listener), without the two copies a protobuf
+        field costs (one in, one out)."""
         started = time.monotonic()
         handler = _HandlerTime()
         deadline = started + max(request.max_wait_ms, 0) / 1000
         if request.record_format not in RECORD_FORMATS:
             raise InvalidRequestError(f"record_format {request.record_format} is not known")
         while True:
-            response, total, failed = self._read(request)
+            response, total, failed = self._read(request, records_aside)
             now = time.monotonic()
             if failed or total >= max(request.min_bytes, 1) or now >= deadline:
                 self.telemetry.fetch_duration.record(now - started, CONSUMER)
@@ -375,8 +384,14 @@ class RequestHandler:
             )
         return None
 
-    def _read(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, bool]:
+    def _read(
+        self,
+        request: pb.FetchRequest,
+        records_aside: dict[tuple[str, int], bytes] | None = None,
+    ) -> tuple[pb.FetchResponse, int, bool]:
         response = pb.FetchResponse()
+        if records_aside is not None:
+            records_aside.clear()  # (a long poll reads again: only the last read answers)
         budget = fields.fetch_max_bytes(request, self.settings.fetch_max_bytes)
         plain = request.record_format == pb.RECORD_FORMAT_PLAIN
         total = 0
@@ -403,7 +418,9 @@ class RequestHandler:
                     continue
                 answer.high_watermark = partition.high_watermark
                 answer.log_start_offset = data.log_start_offset
-                if not plain:
+                if records_aside is not None and not plain:
+                    records_aside[(topic.topic, item.partition)] = data.records
+                elif not plain:
                     answer.records = data.records
                 total += len(data.records)
                 if data.records:

@@ -120,6 +120,7 @@ class BrokerServer:
         kafka_advertised: str | None = None,
         listeners: Sequence[BrokerEndpoint] = (),
         cluster_id: str | None = None,
+        quorum_cluster_id: Callable[[], str] | None = None,
     ) -> None:
         """``report_serving``: where the broker says whether it can serve, for its gRPC
         host's health (:meth:`~highwater.rpc.server.GrpcHost.report_serving`);
@@ -129,9 +130,12 @@ class BrokerServer:
         address it listens on) under the listener name ``KAFKA``; ``listeners``: every
         advertised listener, the inter-broker one first (empty: ``advertised`` as the one
         listener ``PLAINTEXT``); ``cluster_id``: the cluster the data directories must
-        belong to (their ``meta.properties`` records it), when the caller knows it."""
+        belong to (their ``meta.properties`` records it), when the caller knows it;
+        ``quorum_cluster_id``: the id of the metadata quorum the broker follows (KRaft),
+        once it has started."""
         self.node_id = node_id
         self.cluster_id = cluster_id
+        self._quorum_cluster_id = quorum_cluster_id
         self.advertised = advertised
         self.settings = settings = settings or BrokerSettings()
         self.log_manager = LogManager(data_dir, settings=settings.log)
@@ -201,6 +205,14 @@ class BrokerServer:
             if kafka_listen is None
             else KafkaDoor(self, listen=kafka_listen, advertised=kafka_advertised)
         )
+
+    def known_cluster_id(self) -> str | None:
+        """The cluster's id: its metadata quorum's (KRaft), else the one the broker was
+        started with (etcd mode), else ``None`` (not known yet)."""
+        if self._quorum_cluster_id is not None:
+            with contextlib.suppress(RuntimeError):  # the quorum has not started
+                return self._quorum_cluster_id()
+        return self.cluster_id
 
     @property
     def broker_epoch(self) -> int:

@@ -82,7 +82,7 @@ class StandaloneBroker:
             lambda server: add_forwarding_servicer(server, self._require_broker().controller),
             health_aliases=CONTROLLER_HEALTH_ALIASES,
         )
-        self.observer = MetadataObserver(
+        self.observer = observer = MetadataObserver(
             node_id=self.node_id,
             voters=voters,
             data_dir=self.data_dir / "metadata",
@@ -102,6 +102,7 @@ class StandaloneBroker:
             report_serving=self._report_serving,
             kafka_listen=self.kafka_listen,
             kafka_advertised=self.kafka_advertised,
+            quorum_cluster_id=lambda: observer.raft.cluster_id,
         )
         await self.observer.start()
         try:

@@ -36,6 +36,7 @@ from highwater.cli.serving import (
     telemetry_option,
     tls_options,
 )
+from highwater.controller.etcd_controller import EtcdControllerSettings
 from highwater.etcd_metadata.endpoints import EtcdStoreAddress
 from highwater.rpc.endpoints import parse_endpoint
 
@@ -67,6 +68,14 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     show_default=True,
     help="With --metadata-store: the TTL of the broker's etcd lease, after which its "
     "ephemeral keys go (ZooKeeper-era Kafka's zookeeper.session.timeout.ms).",
+)
+@click.option(
+    "--etcd-max-txn-ops",
+    type=click.IntRange(min=16),
+    default=128,
+    show_default=True,
+    help="With --metadata-store: etcd's --max-txn-ops, the most operations the controller "
+    "puts in one transaction (larger changes are split where they can be).",
 )
 @click.option(
     "--data-dir",
@@ -106,6 +115,7 @@ def broker(
     controllers: list[str],
     metadata_store: EtcdStoreAddress | None,
     etcd_session_timeout_ms: int,
+    etcd_max_txn_ops: int,
     data_dir: Path,
     log_dirs: tuple[str, ...] | None,
     rack: str | None,
@@ -161,6 +171,7 @@ def broker(
             settings=settings,
             log_dirs=[Path(d) for d in config.get("log.dirs") or ()],
             session_ttl_s=-(-etcd_session_timeout_ms // 1000),
+            controller_settings=EtcdControllerSettings(max_txn_ops=etcd_max_txn_ops),
         )
         run_until_signalled(etcd_broker, "broker")
         return

@@ -254,7 +254,12 @@ class ClusterControl:
                 broker_id, broker.broker_epoch, in_controlled_shutdown=True
             )
             delta.replay(change)
-            records = [change, *self.replication.move_away_from(delta, broker_id)]
+            records = [
+                change,
+                *self.replication.move_away_from(
+                    delta, broker_id, limit=self.config.leader_moves_per_batch
+                ),
+            ]
             self.heartbeats.set_controlled_shutdown_offset(broker_id, image.offset + len(records))
             return ControllerResult(
                 records, BrokerHeartbeatResponse(is_caught_up=caught_up, is_fenced=False)
@@ -262,7 +267,12 @@ class ClusterControl:
         if request.want_fence:
             fence = FenceBrokerRecord(broker_id, broker.broker_epoch)
             delta.replay(fence)
-            records = [fence, *self.replication.move_away_from(delta, broker_id)]
+            records = [
+                fence,
+                *self.replication.move_away_from(
+                    delta, broker_id, limit=self.config.leader_moves_per_batch
+                ),
+            ]
             return ControllerResult(records, BrokerHeartbeatResponse(is_caught_up=caught_up))
         return ControllerResult(
             [], BrokerHeartbeatResponse(is_caught_up=caught_up, is_fenced=False)
@@ -543,7 +553,15 @@ class ClusterControl:
         delta = MetadataDelta(image)
         fence = FenceBrokerRecord(broker_id, broker_epoch)
         delta.replay(fence)
-        return ControllerResult([fence, *self.replication.move_away_from(delta, broker_id)], True)
+        return ControllerResult(
+            [
+                fence,
+                *self.replication.move_away_from(
+                    delta, broker_id, limit=self.config.leader_moves_per_batch
+                ),
+            ],
+            True,
+        )
 
     def fence_expired(
         self, delta: MetadataDelta, now_ms: int, records: list[MetadataRecord]
@@ -557,5 +575,9 @@ class ClusterControl:
             fence = FenceBrokerRecord(broker_id, broker.broker_epoch)
             delta.replay(fence)
             records.append(fence)
-            records.extend(self.replication.move_away_from(delta, broker_id))
+            records.extend(
+                self.replication.move_away_from(
+                    delta, broker_id, limit=self.config.leader_moves_per_batch
+                )
+            )
         return fenced

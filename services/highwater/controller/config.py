@@ -49,7 +49,9 @@ class ControllerConfig:
     controller refuses to alter them. ``cluster_defaults`` are the cluster defaults of the
     controller's config file (:data:`~highwater.config.server.CLUSTER_DEFAULT_KEYS`, Kafka
     string forms): the active controller keeps the metadata's static defaults equal to
-    them.
+    them. ``leader_moves_per_batch`` bounds the partition changes one decision writes when
+    it takes a broker out of service (fenced, shutting down): the rest follow in the next
+    ticks' batches, so the first leaderships move as soon as a small batch commits.
     """
 
     broker_session_timeout_ms: int = 9000
@@ -69,6 +71,7 @@ class ControllerConfig:
     cluster_id: str = ""
     broker_config_definition: ConfigDef | None = None
     cluster_defaults: Mapping[str, str] = field(default_factory=dict)
+    leader_moves_per_batch: int = 10_000
 
     DEFINITION: ClassVar[ConfigDef] = CONTROLLER_CONFIG_DEF
 

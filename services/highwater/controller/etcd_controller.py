@@ -15,11 +15,13 @@ port, serving ``highwater.internal.v1.Controller``:
 * **Decisions** are the quorum controller's own (:class:`QuorumController`, pure): a
   request or a tick on the current image gives records. **Writes**: the image those
   records make is encoded into the state keys (:func:`~highwater.etcd_metadata.keys.image_keys`)
-  and the keys that differ are written in one transaction, guarded by the controller
-  epoch and by each written key's ``mod_revision`` (ZooKeeper's zkVersion: a key changed
-  behind the controller's back, by hand or by another writer, fails the write and makes
-  it read the state again), with the ``metadata_offset`` counter advanced by the number
-  of records: the image's offset, from which broker epochs are taken as in KRaft.
+  and the keys that differ are written in one transaction (or, past etcd's
+  ``--max-txn-ops``, the partition-state updates first in several: :meth:`_write`),
+  guarded by the controller epoch and by each written key's ``mod_revision``
+  (ZooKeeper's zkVersion: a key changed behind the controller's back, by hand or by
+  another writer, fails the write and makes it read the state again), with the
+  ``metadata_offset`` counter advanced by the number of records: the image's offset,
+  from which broker epochs are taken as in KRaft.
   ISR changes arrive as AlterPartition (Kafka 2.7+'s AlterIsr, KIP-497) and are such a
   compare-and-swap write of the partition's state key.
 * **Watching.** Each tick reads etcd's revision; when it moved, the whole prefix: the
@@ -49,7 +51,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,13 +63,16 @@ from highwater.controller.config import ControllerConfig
 from highwater.controller.quorum_controller import CONTROLLER_CALLS, QuorumController
 from highwater.controller.service import ControllerServicer
 from highwater.controller_api.codec import ControllerRpc, InvalidRequestError
+from highwater.errors import HighwaterError
 from highwater.etcd_metadata.connection import (
     Compare,
     Delete,
     EtcdConnection,
+    EtcdRequestTooLargeError,
     EtcdUnavailableError,
     KeyVersion,
     Put,
+    TxnResult,
 )
 from highwater.etcd_metadata.keys import (
     InconsistentMetadataError,
@@ -78,7 +83,7 @@ from highwater.etcd_metadata.keys import (
     partition_state_value,
 )
 from highwater.etcd_metadata.session import EtcdSession
-from highwater.internal.v1 import broker_metadata_pb2, broker_metadata_pb2_grpc
+from highwater.internal.v1 import broker_metadata_pb2, broker_metadata_pb2_grpc, controller_pb2
 from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import MetadataRecord
@@ -86,7 +91,7 @@ from highwater.metadata.snapshot import snapshot_values
 from highwater.rpc.channels import open_channel
 from highwater.v1.common_pb2 import ErrorCode
 
-__all__ = ["EtcdController", "EtcdControllerSettings"]
+__all__ = ["EtcdController", "EtcdControllerSettings", "MetadataWriteTooLargeError"]
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +107,15 @@ class EtcdControllerSettings:
     """How often the candidate reads etcd (and the active controller ticks)."""
     push_timeout_s: float = 5.0
     seed: int | None = None
+    max_txn_ops: int = 128
+    """etcd's ``--max-txn-ops`` (its default: 128): the most compares, and the most
+    operations, one transaction may hold. See :meth:`EtcdController._append`."""
+
+
+class MetadataWriteTooLargeError(HighwaterError):
+    """A change whose keys must be written together exceeds one etcd transaction."""
+
+    code = ErrorCode.INVALID_REQUEST
 
 
 class _StateChanged(Exception):
@@ -380,20 +394,64 @@ class EtcdController:
         offset = parent.offset + len(records)
         image = MetadataDelta(parent).replay_all(records).apply(offset, epoch)
         keys = image_keys(image, self.space)
-        compares = [
-            Compare(self.space.controller_epoch, "value", str(epoch).encode()),
-            Compare(self.space.metadata_offset, "mod", self._offset_revision),
-        ]
-        ops: list[Put | Delete] = [Put(self.space.metadata_offset, str(offset).encode())]
+        updates: list[Put | Delete] = []  # existing partition states: each valid alone
+        structure: list[Put | Delete] = []  # everything else: valid only together
         for key, value in keys.items():
-            if self._written.get(key) != value:
-                compares.append(Compare(key, "mod", self._revisions.get(key, 0)))
-                if "/partitions/" in key:
+            previous = self._written.get(key)
+            if previous != value:
+                is_state = "/partitions/" in key
+                if is_state:
                     value = partition_state_value(value, epoch)
-                ops.append(Put(key, value))
+                batch = updates if is_state and previous is not None else structure
+                batch.append(Put(key, value))
         for key in self._written.keys() - keys.keys():
-            compares.append(Compare(key, "mod", self._revisions.get(key, 0)))
-            ops.append(Delete(key))
+            structure.append(Delete(key))
+        limit = self.settings.max_txn_ops
+        if len(updates) + len(structure) + 2 > limit:
+            if len(structure) + 2 > limit:
+                raise MetadataWriteTooLargeError(
+                    f"this change writes {len(structure)} keys that etcd must take in one "
+                    f"transaction, and etcd takes at most {limit} operations in one "
+                    "(--max-txn-ops): start etcd with a larger --max-txn-ops (and "
+                    "--max-request-bytes), and the brokers with --etcd-max-txn-ops to match"
+                )
+            size = limit - 1
+            chunks = [updates[start : start + size] for start in range(0, len(updates), size)]
+        else:
+            chunks, structure = [], updates + structure
+        written = [(chunk, await self._write(chunk, epoch, offset)) for chunk in chunks]
+        result = await self._write(structure, epoch, offset, final=True)
+        written.append((structure, result))
+        for ops, at in written:  # only once all are in: see _write
+            for op in ops:
+                if isinstance(op, Put):
+                    self._revisions[op.key] = at.revision
+                else:
+                    self._revisions.pop(op.key, None)
+        self._offset_revision = result.revision
+        self._image = image
+        self._written = keys
+        self._push_all()
+
+    async def _write(
+        self, ops: list[Put | Delete], epoch: int, offset: int, *, final: bool = False
+    ) -> TxnResult:
+        """One transaction of ``ops``, guarded by the controller epoch and each key's
+        ``mod_revision``; ``final``: the one that also advances ``metadata_offset``.
+
+        A change too large for one transaction (etcd's ``--max-txn-ops``) is written as
+        several: first the updates of existing partition states (each key valid alone, as
+        each partition's znode was written alone by ZooKeeper-era controllers), in
+        transactions of ``max_txn_ops - 1``, then the rest with the offset. A failure
+        between them leaves some partitions changed: the next read finds keys not as this
+        controller holds them and loads etcd's state again, and the controller decides
+        anew on it."""
+        compares = [Compare(self.space.controller_epoch, "value", str(epoch).encode())]
+        compares += [Compare(op.key, "mod", self._revisions.get(op.key, 0)) for op in ops]
+        ops = list(ops)
+        if final:
+            compares.append(Compare(self.space.metadata_offset, "mod", self._offset_revision))
+            ops.append(Put(self.space.metadata_offset, str(offset).encode()))
         try:
             result = await self.connection.txn(compares, ops)
         except EtcdUnavailableError:
@@ -403,16 +461,7 @@ class EtcdController:
             self._known_revision = -1
             self._wake.set()
             raise _StateChanged(f"a compare failed writing offset {offset}")
-        for op in ops:
-            if isinstance(op, Put):
-                if op.key != self.space.metadata_offset:
-                    self._revisions[op.key] = result.revision
-            else:
-                self._revisions.pop(op.key, None)
-        self._offset_revision = result.revision
-        self._image = image
-        self._written = keys
-        self._push_all()
+        return result
 
     # --- requests ----------------------------------------------------------------------
 
@@ -440,6 +489,8 @@ class EtcdController:
                         ErrorCode.REQUEST_TIMED_OUT,
                         f"the metadata store {self.connection.address} is unreachable: {e}",
                     )
+                except (MetadataWriteTooLargeError, EtcdRequestTooLargeError) as e:
+                    return rpc.error(ErrorCode.INVALID_REQUEST, str(e))
             return rpc.response_to_proto(result.response)
 
     def _not_active(self, rpc: ControllerRpc[Any, Any]) -> Message:
@@ -464,6 +515,40 @@ class EtcdController:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             raise AssertionError("unreachable: abort raises") from e
         return await self.call(rpc, request)
+
+    async def broker_liveness(
+        self,
+        requests: AsyncIterator[controller_pb2.BrokerLivenessRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[controller_pb2.BrokerLivenessResponse]:
+        """A broker's ``BrokerLiveness`` stream. In this mode a broker's liveness is its
+        leased ``brokers/ids`` key (ZooKeeper's ephemeral node), so the stream only tells
+        the broker which candidate is the controller: NOT_CONTROLLER naming the active one,
+        or answered once and held open while this candidate stays controller. Its end
+        fences nothing: the lease's expiry does."""
+        if await anext(requests, None) is None:
+            return
+        epoch = self.epoch
+        if not self.is_active or epoch is None:
+            claim = self.active_claim
+            yield controller_pb2.BrokerLivenessResponse(
+                error=ErrorCode.NOT_CONTROLLER,
+                controller_id=claim.broker_id if claim is not None else -1,
+                controller_address=claim.address if claim is not None else "",
+            )
+            return
+        yield controller_pb2.BrokerLivenessResponse(error=ErrorCode.NONE)
+
+        async def drain() -> None:
+            async for _ in requests:
+                pass
+
+        closed = asyncio.ensure_future(drain())
+        try:
+            while not closed.done() and self.is_active and self.epoch == epoch:
+                await asyncio.wait({closed}, timeout=self.settings.tick_interval_ms / 1000)
+        finally:
+            closed.cancel()
 
     def add_servicer(self, server: grpc.aio.Server) -> None:
         from highwater.internal.v1 import controller_pb2_grpc

@@ -147,6 +147,8 @@ class QuorumController:
         image = self._image()
         self.heartbeats.reset(image.brokers.values(), now_ms)
         self.replication.offline_replicas.clear()
+        # Leader moves a former controller left half-written are finished by the ticks.
+        self.replication.resume_moves(image)
         self.coordinator_sessions.reset_epochs(
             {c: r.registration_epoch for c, r in image.cluster.coordinators.items()}, now_ms
         )
@@ -345,6 +347,10 @@ class QuorumController:
         # The static cluster defaults first: what this tick decides already sees them.
         records: list[MetadataRecord] = self.configs.sync_static_defaults(delta)
         fenced = self.cluster.fence_expired(delta, now_ms, records)
+        # Leader moves of brokers taken out of service that did not fit their first batch.
+        budget = self.config.leader_moves_per_batch - len(records)
+        moved = self.replication.continue_moves(delta, max(0, budget))
+        records.extend(moved)
         expired = self.cluster.expire_coordinators(delta, now_ms, records)
         # Normally created when its last precondition came about; this catches the rest.
         offsets_topic = self.cluster.ensure_offsets_topic(delta)
@@ -367,6 +373,7 @@ class QuorumController:
                 fenced_brokers=tuple(fenced),
                 preferred_elections=len(preferred),
                 unclean_elections=len(unclean),
+                leader_moves=len(moved),
                 expired_coordinators=tuple(expired),
                 created_offsets_topic=bool(offsets_topic),
             ),

@@ -15,6 +15,7 @@ import base64
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from highwater.controller.config import ControllerConfig
 from highwater.controller.config_control import (
@@ -115,9 +116,21 @@ def check_min_insync_replicas(
         )
 
 
+@dataclass(slots=True)
+class LeaderMoves:
+    """A broker's partitions whose leadership or ISR membership is still to move off it,
+    in key order, and how far the moves got (:meth:`ReplicationControl.move_away_from`)."""
+
+    broker_epoch: int
+    unclean_shutdown: bool
+    keys: list[TopicIdPartition]
+    next: int = 0
+
+
 class ReplicationControl:
     """Topic and partition decisions over a :class:`MetadataDelta` or image; no state but
-    the seeded random source of placement and topic ids."""
+    the seeded random source of placement and topic ids, the replicas brokers report
+    offline and the leader moves still to finish."""
 
     def __init__(self, config: ControllerConfig, rng: random.Random) -> None:
         self.config = config
@@ -126,6 +139,10 @@ class ReplicationControl:
         """Per broker, the replicas it reported offline in its last heartbeat (a failed
         log directory, KIP-858): soft state, like the sessions, repeated by every
         heartbeat. Elections never pick a broker for a partition it cannot serve."""
+        self.moves: dict[int, LeaderMoves] = {}
+        """Per inactive broker, the leaderships and ISR memberships still to move off it
+        when :meth:`move_away_from` stopped at its batch size: soft state, recomputed
+        from the image by :meth:`resume_moves` when a controller becomes active."""
 
     def _unclean_allowed(self, delta: MetadataDelta, topic_id: str) -> bool:
         name = delta.topic_name(topic_id)
@@ -150,6 +167,19 @@ class ReplicationControl:
 
         return allowed
 
+    def _min_isr_lookup(self, delta: MetadataDelta) -> Callable[[str], int]:
+        """:meth:`_min_isr` of each topic, looked up once per topic (a move of thousands
+        of partitions touches a few topics many times)."""
+        cache: dict[str, int] = {}
+
+        def min_isr(topic_id: str) -> int:
+            value = cache.get(topic_id)
+            if value is None:
+                value = cache[topic_id] = self._min_isr(delta, topic_id)
+            return value
+
+        return min_isr
+
     def _min_isr(self, delta: MetadataDelta, topic_id: str) -> int:
         """The topic's ``min.insync.replicas`` for its ELR, or 1 when the ELR is off."""
         if not self.config.eligible_leader_replicas_enable:
@@ -171,6 +201,8 @@ class ReplicationControl:
         partition: PartitionRegistration,
         unclean_allowed: bool,
         configure: Callable[[PartitionChangeBuilder], object],
+        *,
+        min_isr: int | None = None,
     ) -> PartitionChangeBuilder:
         offline = self.offline_replicas
 
@@ -185,18 +217,69 @@ class ReplicationControl:
             key.partition_id,
             is_active if offline else delta.is_active_broker,
             unclean_allowed=unclean_allowed,
-            min_isr=self._min_isr(delta, key.topic_id),
+            min_isr=self._min_isr(delta, key.topic_id) if min_isr is None else min_isr,
         )
         configure(builder)
         return builder
 
     def move_away_from(
-        self, delta: MetadataDelta, broker_id: int, *, unclean_shutdown: bool = False
+        self,
+        delta: MetadataDelta,
+        broker_id: int,
+        *,
+        unclean_shutdown: bool = False,
+        limit: int | None = None,
     ) -> list[MetadataRecord]:
         """Records that move leadership off ``broker_id`` (already made inactive in
         ``delta``) and drop it from every ISR where it is not the last member. After an
         ``unclean_shutdown`` (a registration without the clean-shutdown epoch) it also
-        leaves every ELR: it may have lost records it had not flushed."""
+        leaves every ELR: it may have lost records it had not flushed.
+
+        With a ``limit``, at most that many records: the partitions left are remembered
+        (:attr:`moves`) and :meth:`continue_moves` writes them in later batches, so a
+        broker leading hundreds of thousands of partitions does not make one batch that
+        long to decide, append and replay before the first of them has a new leader."""
+        keys = self._move_candidates(delta, broker_id, unclean_shutdown)
+        broker = delta.broker(broker_id)
+        moves = LeaderMoves(broker.broker_epoch if broker else -1, unclean_shutdown, keys)
+        self.moves.pop(broker_id, None)
+        return self._move(delta, broker_id, moves, limit)
+
+    def continue_moves(self, delta: MetadataDelta, limit: int) -> list[MetadataRecord]:
+        """Up to ``limit`` records more of the moves :meth:`move_away_from` left, broker by
+        broker; a broker that is active again or registered anew needs none of them."""
+        records: list[MetadataRecord] = []
+        for broker_id in sorted(self.moves):
+            moves = self.moves.pop(broker_id)
+            broker = delta.broker(broker_id)
+            if (
+                broker is None
+                or broker.broker_epoch != moves.broker_epoch
+                or delta.is_active_broker(broker_id)
+            ):
+                continue
+            if len(records) >= limit:
+                self.moves[broker_id] = moves
+                continue
+            records.extend(self._move(delta, broker_id, moves, limit - len(records)))
+        return records
+
+    def resume_moves(self, image: MetadataImage) -> None:
+        """On a newly active controller: the moves of every inactive broker, recomputed
+        from ``image``, so a fence a former controller wrote in part is finished by
+        :meth:`continue_moves` (moving a partition off an inactive broker twice changes
+        nothing: the moves are idempotent)."""
+        self.moves.clear()
+        delta = MetadataDelta(image)
+        for broker_id, broker in sorted(image.brokers.items()):
+            if not delta.is_active_broker(broker_id):
+                keys = self._move_candidates(delta, broker_id, False)
+                if keys:
+                    self.moves[broker_id] = LeaderMoves(broker.broker_epoch, False, keys)
+
+    def _move_candidates(
+        self, delta: MetadataDelta, broker_id: int, unclean_shutdown: bool
+    ) -> list[TopicIdPartition]:
         base = delta.image
         candidates = set(base.partitions_with_isr_member(broker_id))
         candidates.update(base.partitions_led_by(broker_id))
@@ -209,6 +292,12 @@ class ReplicationControl:
         )
         if unclean_shutdown:
             candidates.update(base.replicas_of(broker_id))
+        return sorted(candidates)
+
+    def _move(
+        self, delta: MetadataDelta, broker_id: int, moves: LeaderMoves, limit: int | None
+    ) -> list[MetadataRecord]:
+        unclean_shutdown = moves.unclean_shutdown
 
         def configure(builder: PartitionChangeBuilder) -> None:
             builder.remove_from_isr(broker_id)
@@ -216,8 +305,17 @@ class ReplicationControl:
                 builder.mark_unclean_shutdown(broker_id)
 
         unclean = self._unclean_lookup(delta)
+        min_isr = self._min_isr_lookup(delta)
         records: list[MetadataRecord] = []
-        for key in sorted(candidates):
+        keys = moves.keys
+        at = moves.next
+        while at < len(keys):
+            if limit is not None and len(records) >= limit:
+                moves.next = at
+                self.moves[broker_id] = moves
+                break
+            key = keys[at]
+            at += 1
             partition = delta.partition(key.topic_id, key.partition_id)
             if partition is None or (
                 broker_id not in partition.isr
@@ -225,7 +323,14 @@ class ReplicationControl:
                 and not (unclean_shutdown and broker_id in partition.elr)
             ):
                 continue
-            record = self._change(delta, key, partition, unclean(key.topic_id), configure).build()
+            record = self._change(
+                delta,
+                key,
+                partition,
+                unclean(key.topic_id),
+                configure,
+                min_isr=min_isr(key.topic_id),
+            ).build()
             if record is not None:
                 delta.replay(record)
                 records.append(record)

@@ -22,9 +22,11 @@ into a controller process, on top of the
   order on the event loop: the request's controller method runs on the latest image and
   its records are staged (the next request already sees them), without waiting for
   anything earlier to commit. The requests that arrive together — those queued, and
-  those a few idle loop turns bring — form a group whose staged records are sealed into
-  one Raft batch (group commit: one append, one fsync per voter and one fetch round trip
-  for the group, as Kafka's QuorumController with its batch accumulator); each answer
+  those a few idle loop turns bring, and while the group before is still on its way to a
+  majority every request that arrives until it commits — form a group whose staged
+  records are sealed into one Raft batch (group commit: one append, one fsync per voter
+  and one fetch round trip for the group, as Kafka's QuorumController with its batch
+  accumulator); each answer
   goes out once everything appended up to its group is committed. A group decided on an
   image that was then dropped (leadership lost, or Raft refused the batch) is answered
   NOT_CONTROLLER, never acknowledged. A replica that is not the active controller
@@ -182,6 +184,8 @@ class RaftMetadataStore:
         self._open: _OpenBatch | None = None
         self._batching = False
         self._incarnation = 0
+        self.sealed_batches = 0
+        """Raft batches appended so far (each holds the records of one group)."""
         machine.speculation = self
 
     # --- leadership ------------------------------------------------------------------
@@ -315,6 +319,7 @@ class RaftMetadataStore:
             self._incarnation += 1
             raise
         self._open = None
+        self.sealed_batches += 1
         committed.add_done_callback(_observe)
         expected = staged.base_offset + len(staged.values) - 1
         if last.offset != expected or last.epoch != staged.epoch:
@@ -327,6 +332,13 @@ class RaftMetadataStore:
         self._pending.append(
             _Pending(staged.base_offset, last, staged.parent, staged.image, committed)
         )
+
+    def in_flight(self) -> asyncio.Future[int] | None:
+        """The commit of the last batch handed to Raft, while it is not committed yet."""
+        if not self._pending:
+            return None
+        committed = self._pending[-1].committed
+        return None if committed.done() else committed
 
     def commit_waiter(self) -> asyncio.Future[int] | None:
         """A future that resolves once everything appended so far is committed (raises
@@ -657,18 +669,29 @@ class ControllerServer:
         try:
             self._run(first, answered)
             idle_turns = 0
+            in_flight = store.in_flight()
             while (
-                idle_turns < _GROUP_LINGER_TURNS
-                and len(answered) < _MAX_REQUESTS_PER_GROUP
+                len(answered) < _MAX_REQUESTS_PER_GROUP
                 and store.staged_records < MAX_RECORDS_PER_BATCH
             ):
                 if self._jobs.empty():
-                    # Requests that reached gRPC together need a few loop turns to get
-                    # here: wait for them, not for anything that is not already arriving.
-                    idle_turns += 1
-                    await asyncio.sleep(0)
-                    continue
-                job = self._jobs.get_nowait()
+                    if idle_turns < _GROUP_LINGER_TURNS:
+                        # Requests that reached gRPC together need a few loop turns to
+                        # get here: wait for them.
+                        idle_turns += 1
+                        await asyncio.sleep(0)
+                        continue
+                    if in_flight is None or in_flight.done():
+                        break
+                    # The batch before is still on its way to a majority: this group
+                    # could not commit before it anyway, so it takes in the requests
+                    # arriving meanwhile, and is sealed when that batch commits (one
+                    # Raft append, fsync and fetch round trip for all of them).
+                    job = await self._next_job_before(in_flight)
+                    if job is None:
+                        break
+                else:
+                    job = self._jobs.get_nowait()
                 if isinstance(job, _Activate):
                     activation = job
                     break
@@ -685,6 +708,16 @@ class ControllerServer:
             else:
                 request.reply.set_result((response, waiter))
         return activation
+
+    async def _next_job_before(self, committed: asyncio.Future[int]) -> _Job | None:
+        """The next job, if one arrives before ``committed`` is done; else ``None``."""
+        getter = asyncio.ensure_future(self._jobs.get())
+        try:
+            await asyncio.wait((getter, committed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not getter.done():
+                getter.cancel()  # nothing is taken off the queue by a cancelled get
+        return getter.result() if getter.done() and not getter.cancelled() else None
 
     def _run(
         self, job: _Request | _Tick | _BrokerDisconnected, answered: list[tuple[_Request, Any]]
@@ -767,13 +800,14 @@ class ControllerServer:
         outcome = result.response
         log.info(
             "node %d: tick wrote %d records (fenced brokers %s, expired coordinators %s, "
-            "%d preferred and %d unclean elections%s)",
+            "%d preferred and %d unclean elections, %d leader moves%s)",
             self.node_id,
             len(result.records),
             list(outcome.fenced_brokers),
             list(outcome.expired_coordinators),
             outcome.preferred_elections,
             outcome.unclean_elections,
+            outcome.leader_moves,
             ", created __consumer_offsets" if outcome.created_offsets_topic else "",
         )
 

@@ -734,6 +734,8 @@ class TickResult:
     fenced_brokers: tuple[int, ...] = ()
     preferred_elections: int = 0
     unclean_elections: int = 0
+    leader_moves: int = 0
+    """Partition changes finishing moves off brokers taken out of service earlier."""
     expired_coordinators: tuple[int, ...] = ()
     """Coordinators whose session expired: unregistered, their partitions moved."""
     created_offsets_topic: bool = False

@@ -126,7 +126,9 @@ def visible_groups(response: pb.ListGroupsResponse, context: Context) -> pb.List
     kept = [
         group
         for group in response.groups
-        if authorize(context, AclOperation.DESCRIBE, ResourceType.GROUP, group.group_id)
+        if authorize(
+            context, AclOperation.DESCRIBE, ResourceType.GROUP, group.group_id, log_if_denied=False
+        )
     ]
     del response.groups[:]
     response.groups.extend(kept)

@@ -53,6 +53,7 @@ from highwater.coordinator.core import (
     Write,
 )
 from highwater.coordinator.group import Protocol as GroupProtocol
+from highwater.coordinator.lease import SessionLease
 from highwater.coordinator.metrics import CoordinatorMetrics
 from highwater.coordinator.offsets_log import (
     CoordinatorFencedError,
@@ -158,9 +159,8 @@ class CoordinatorServer:
         self._timer_wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
-        self._lease_until = 0.0
-        """Monotonic time until which the partitions are this coordinator's to serve."""
-        self._lease_lapsed = False
+        self._lease = SessionLease(self.settings.session_timeout_ms)
+        """Until when (monotonic ms) the partitions are this coordinator's to serve."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -255,9 +255,8 @@ class CoordinatorServer:
         and clients find the new coordinator; nothing is served from a cache another
         coordinator's commits may have overtaken. The partitions still assigned here are
         loaded again from ``__consumer_offsets`` once a heartbeat is acknowledged."""
-        if self._lease_lapsed or time.monotonic() < self._lease_until:
+        if not self._lease.lapse(_monotonic_ms()):
             return
-        self._lease_lapsed = True
         if self._partitions:
             log.warning(
                 "coordinator %d: no heartbeat acknowledged for the session timeout; "
@@ -272,9 +271,7 @@ class CoordinatorServer:
 
     def _renew_lease(self, sent: float) -> None:
         """A heartbeat (or registration) sent at ``sent`` was acknowledged."""
-        self._lease_until = sent + self.settings.session_timeout_ms / 1000
-        if self._lease_lapsed:
-            self._lease_lapsed = False
+        if self._lease.renew(int(sent * 1000)):
             self._on_image(self._metadata.image)
 
     # -- partitions -------------------------------------------------------------------------
@@ -302,7 +299,7 @@ class CoordinatorServer:
         return assignment.coordinator_epoch
 
     def _on_image(self, image: MetadataImage) -> None:
-        if self._stopping or self._lease_lapsed:
+        if self._stopping or self._lease.lapsed:
             return
         wanted: dict[int, int] = {}
         me = image.coordinator(self.node_id)
@@ -331,7 +328,7 @@ class CoordinatorServer:
         me = self._metadata.image.coordinator(self.node_id)
         serving = (
             not self._stopping
-            and not self._lease_lapsed
+            and not self._lease.lapsed
             and me is not None
             and me.incarnation_id == self.incarnation_id
             and not self.core.loading
@@ -849,3 +846,7 @@ def _code(error: int) -> ErrorCode.ValueType:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)

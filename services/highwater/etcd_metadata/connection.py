@@ -3,9 +3,13 @@
 One aetcd client at a time, to one member of the ``etcd://`` address; a call that fails
 to reach it (refused, timed out: etcd down or paused) raises
 :class:`EtcdUnavailableError` naming the member, and the next call goes to the next
-member. Calls are short (``timeout_s`` each): the callers retry on their own schedule.
-Transactions are built from etcd's own request messages so that the answer keeps the
-revision the write got (the ``mod_revision`` of every key it put).
+member. Calls are short (``timeout_s`` each; reading a whole prefix, which grows with the
+partitions, ``range_timeout_s``): the callers retry on their own schedule. A request etcd
+refuses as too large (more operations in a transaction than its ``--max-txn-ops``, more
+bytes than its ``--max-request-bytes``) raises :class:`EtcdRequestTooLargeError` instead:
+retrying it elsewhere cannot help. Transactions are built from etcd's own request
+messages so that the answer keeps the revision the write got (the ``mod_revision`` of
+every key it put).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ __all__ = [
     "Compare",
     "Delete",
     "EtcdConnection",
+    "EtcdRequestTooLargeError",
     "EtcdUnavailableError",
     "KeyVersion",
     "Put",
@@ -40,6 +45,17 @@ class EtcdUnavailableError(HighwaterError):
     """No etcd member answered: the metadata store is down, paused or unreachable."""
 
     code = ErrorCode.NOT_CONTROLLER
+
+
+class EtcdRequestTooLargeError(HighwaterError):
+    """etcd refused a request for its size (``INVALID_ARGUMENT``: too many operations in
+    one transaction, a request too large): the store's limits, not its availability."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+MAX_MESSAGE_BYTES = 512 * 1024 * 1024
+"""The largest answer read from etcd (a whole prefix: about 150 bytes per partition)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +128,12 @@ def _range_end(prefix: bytes) -> bytes:
 class EtcdConnection:
     """Calls to the etcd members of ``address`` (see the module docstring)."""
 
-    def __init__(self, address: EtcdStoreAddress, *, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self, address: EtcdStoreAddress, *, timeout_s: float = 2.0, range_timeout_s: float = 60.0
+    ) -> None:
         self.address = address
         self.timeout_s = timeout_s
+        self.range_timeout_s = range_timeout_s
         self._member = 0
         self._client: aetcd.Client | None = None
 
@@ -126,13 +145,26 @@ class EtcdConnection:
     async def _stub_client(self) -> aetcd.Client:
         if self._client is None:
             host, port = self.address.endpoints[self._member]
-            client = aetcd.Client(host=host, port=port, timeout=self.timeout_s)
+            client = aetcd.Client(
+                host=host,
+                port=port,
+                timeout=self.timeout_s,
+                options={
+                    "grpc.max_receive_message_length": MAX_MESSAGE_BYTES,
+                    "grpc.max_send_message_length": MAX_MESSAGE_BYTES,
+                },
+            )
             await client.connect()
             self._client = client
         return self._client
 
-    async def _failed(self, error: BaseException) -> EtcdUnavailableError:
+    async def _failed(self, error: BaseException) -> HighwaterError:
         member = self.member
+        if (
+            isinstance(error, grpc.aio.AioRpcError)
+            and error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        ):
+            return EtcdRequestTooLargeError(f"etcd at {member} refused: {error.details()}")
         await self.close()
         self._member = (self._member + 1) % len(self.address.endpoints)
         if isinstance(error, grpc.aio.AioRpcError):
@@ -155,7 +187,7 @@ class EtcdConnection:
         request = rpc.RangeRequest(key=raw, range_end=_range_end(raw))
         try:
             client = await self._stub_client()
-            reply = await client.kvstub.Range(request, timeout=self.timeout_s)
+            reply = await client.kvstub.Range(request, timeout=self.range_timeout_s)
         except (TimeoutError, grpc.RpcError, aetcd.ClientError, OSError) as e:
             raise await self._failed(e) from None
         keys = {

@@ -61,6 +61,7 @@ from highwater.metadata.records import (
     NoOpRecord,
     PartitionChangeRecord,
     PartitionRecord,
+    PartitionsRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RegisterCoordinatorRecord,
@@ -358,6 +359,61 @@ class MetadataDelta:
             )
         change.set_partition(record.partition_id, PartitionRegistration.from_record(record))
 
+    def _replay_partitions(self, record: PartitionsRecord) -> None:
+        """A snapshot's column-wise run of partitions: each as its :class:`PartitionRecord`."""
+        change = self._topic_change(record.topic_id, "PartitionsRecord")
+        first = record.first_partition_id
+        count = len(record.leaders)
+        columns = (
+            record.leader_epochs,
+            record.partition_epochs,
+            record.replica_counts,
+            record.isr_counts,
+        )
+        if not 0 <= first <= change.partition_count():
+            raise MetadataReplayError(
+                f"PartitionsRecord: partition {first} of topic {change.name!r} "
+                f"does not follow its {change.partition_count()} partitions"
+            )
+        if any(len(column) != count for column in columns) or (
+            sum(record.replica_counts) != len(record.replicas)
+            or sum(n for n in record.isr_counts if n > 0) != len(record.isr)
+            or min(record.isr_counts, default=0) < -1
+            or min(record.replica_counts, default=0) < 0
+        ):
+            raise MetadataReplayError(
+                f"PartitionsRecord: the columns of topic {change.name!r} from partition "
+                f"{first} do not add up"
+            )
+        all_replicas, all_isr = record.replicas, record.isr
+        # Partitions with the same replicas share one tuple: most of a cluster's
+        # partitions are placed on a few hundred broker combinations.
+        shared: dict[tuple[int, ...], tuple[int, ...]] = {}
+        replicas_at = isr_at = 0
+        new = PartitionRegistration
+        partitions = change.partitions
+        for i, leader, leader_epoch, partition_epoch, replica_count, isr_count in zip(
+            range(first, first + count),
+            record.leaders,
+            record.leader_epochs,
+            record.partition_epochs,
+            record.replica_counts,
+            record.isr_counts,
+            strict=True,
+        ):
+            replicas = all_replicas[replicas_at : replicas_at + replica_count]
+            replicas = shared.setdefault(replicas, replicas)
+            replicas_at += replica_count
+            if isr_count < 0:
+                isr = replicas
+            else:
+                isr = all_isr[isr_at : isr_at + isr_count]
+                isr = shared.setdefault(isr, isr)
+                isr_at += isr_count
+            partitions[i] = new(replicas, isr, leader, leader_epoch, partition_epoch)
+        if first + count > change.count:
+            change.count = first + count
+
     def _replay_partition_change(self, record: PartitionChangeRecord) -> None:
         change = self._topic_change(record.topic_id, "PartitionChangeRecord")
         current = change.partition(record.partition_id)
@@ -631,6 +687,7 @@ _HANDLERS: Final[dict[type[Any], Callable[[MetadataDelta, Any], None]]] = {
     UnregisterBrokerRecord: MetadataDelta._replay_unregister_broker,
     TopicRecord: MetadataDelta._replay_topic,
     PartitionRecord: MetadataDelta._replay_partition,
+    PartitionsRecord: MetadataDelta._replay_partitions,
     PartitionChangeRecord: MetadataDelta._replay_partition_change,
     RemoveTopicRecord: MetadataDelta._replay_remove_topic,
     ConfigRecord: MetadataDelta._replay_config,

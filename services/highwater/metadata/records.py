@@ -172,6 +172,29 @@ class PartitionChangeRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionsRecord:
+    """Consecutive partitions of one topic, column by column: a snapshot's compact form of
+    one :class:`PartitionRecord` per partition (no removing or adding replicas, no ELR).
+
+    Partition ``first_partition_id + i`` has ``replica_counts[i]`` replicas, the next ones
+    of the flat ``replicas``; its ISR is the next ``isr_counts[i]`` of ``isr``, or its
+    replicas when the count is ``-1``. One record carries thousands of partitions as a few
+    packed integer columns, so a snapshot is encoded and parsed by protobuf's C code, not a
+    Python object per partition (:mod:`highwater.metadata.snapshot`).
+    """
+
+    topic_id: str
+    first_partition_id: int
+    leaders: tuple[int, ...]
+    leader_epochs: tuple[int, ...]
+    partition_epochs: tuple[int, ...]
+    replica_counts: tuple[int, ...]
+    replicas: tuple[int, ...]
+    isr_counts: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RemoveTopicRecord:
     """The topic, its partitions and its configs are deleted."""
 
@@ -314,6 +337,7 @@ MetadataRecord: TypeAlias = (
     | TopicRecord
     | PartitionRecord
     | PartitionChangeRecord
+    | PartitionsRecord
     | ConfigRecord
     | ProducerIdsRecord
     | RemoveTopicRecord
@@ -339,6 +363,7 @@ _ONEOF_FIELDS: Final[dict[type[Any], str]] = {
     TopicRecord: "topic",
     PartitionRecord: "partition",
     PartitionChangeRecord: "partition_change",
+    PartitionsRecord: "partitions",
     ConfigRecord: "config",
     ProducerIdsRecord: "producer_ids",
     RemoveTopicRecord: "remove_topic",

@@ -429,9 +429,13 @@ def authorize(
     operation: AclOperation,
     resource_type: ResourceType,
     resource_name: str,
+    *,
+    log_if_denied: bool = True,
 ) -> bool:
     """May the caller do ``operation`` to the resource? Always yes with the authorizer off;
-    a refusal is logged (rate-limited)."""
+    a refusal is logged (rate-limited) unless ``log_if_denied`` is false: listings that
+    leave out what the caller may not see (every topic of a Metadata request, ListGroups)
+    are not refusals, as in Kafka's ``logIfDenied = false``."""
     authorizer = _process.authorizer()
     if authorizer is None:
         return True
@@ -441,7 +445,8 @@ def authorize(
     )
     if decision is Decision.ALLOWED:
         return True
-    _process.log_refusal(call, operation.name, f"{resource_type.name.title()}:{resource_name}")
+    if log_if_denied:
+        _process.log_refusal(call, operation.name, f"{resource_type.name.title()}:{resource_name}")
     return False
 
 

@@ -228,6 +228,11 @@ class OffsetIndex(SparseIndex):
         relative, position = self._entry(slot)
         return self.base_offset + relative, position
 
+    def batch_start_at_most(self, position: int) -> int | None:
+        """The last indexed batch's file position at or below ``position``, or ``None``."""
+        slot = self._largest_at_most(position, 1)
+        return None if slot < 0 else self._entry(slot)[1]
+
     def append(self, offset: int, position: int) -> None:
         relative = offset - self.base_offset
         if self._last is not None:

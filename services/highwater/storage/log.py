@@ -279,6 +279,26 @@ class PartitionLog:
         latest = self.leader_epoch_cache.latest_epoch
         self._latest_epoch = -1 if latest is None else latest
 
+    def assign_epoch_start(self, epoch: int, start_offset: int) -> None:
+        """Record that leader ``epoch`` starts at ``start_offset`` (a new leader's epoch,
+        before any record of it: Kafka's ``makeLeader``).
+
+        Changes to the leader-epoch cache go through the log: an append assigns a batch's
+        epoch only when it is newer than the latest the log knows, so a cache changed
+        behind the log's back would leave the next append of that epoch unrecorded, the
+        follower's fetches naming an older epoch, and the leader cutting its committed
+        batches as diverging (seeds 100, 104 and 128 of docs/simulation.md).
+        """
+        self.leader_epoch_cache.assign(epoch, start_offset)
+        self._refresh_latest_epoch()
+
+    def forget_epochs_from(self, end_offset: int) -> None:
+        """Forget the leader epochs that start at or past ``end_offset``: they hold no
+        record of this log (an epoch this replica led without appending in it, or one a
+        failed append recorded before its write failed)."""
+        self.leader_epoch_cache.truncate_from_end(end_offset)
+        self._refresh_latest_epoch()
+
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to [log start offset, log end offset]."""
         self.high_watermark = min(max(offset, self.log_start_offset), self._log_end_offset)

@@ -430,6 +430,13 @@ class LogSegment:
         want = min(want, self._size - position)
         if want < first.size:
             return None
+        if want < self._size - position:
+            # Up to the last indexed batch start within reach: the read then ends at a batch
+            # boundary and is returned as read, not copied to cut a partial batch off (a
+            # wrong entry only means a partial batch, cut as before).
+            boundary = self.offset_index.batch_start_at_most(position + want)
+            if boundary is not None and boundary >= position + first.size:
+                want = boundary - position
         data = os.pread(self._fd, want, position)
         available = len(data)
         end = first.size

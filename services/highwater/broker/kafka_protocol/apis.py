@@ -85,7 +85,7 @@ from highwater.broker.authorization import (
     produce_extra_check,
     split_topics,
 )
-from highwater.broker.kafka_protocol.codec import SUPPORTED, KafkaRequest
+from highwater.broker.kafka_protocol.codec import SUPPORTED, KafkaRequest, Spliced, placeholders
 from highwater.broker.kafka_protocol.fetch_sessions import FetchPartitionState, FetchSessionCache
 from highwater.broker.request_handler import RequestHandler
 from highwater.controller_api import codec as controller_codec
@@ -168,8 +168,12 @@ class KafkaApis:
         groups: GroupCalls,
         image: Callable[[], MetadataImage],
         fetch_sessions: FetchSessionCache | None = None,
+        cluster_id: Callable[[], str | None] = lambda: None,
     ) -> None:
+        """``cluster_id``: the cluster's id as the broker knows it (Metadata and
+        DescribeCluster answer it; ``highwater`` while it is not known)."""
         self.node_id = node_id
+        self._cluster_id = cluster_id
         self.requests = requests
         self.controller = controller
         self.groups = groups
@@ -214,9 +218,15 @@ class KafkaApis:
         assert set(self._handlers) | {17, 36} == set(SUPPORTED), "every API has a handler"
 
     async def handle(self, request: KafkaRequest) -> Any:
-        """The answer to ``request`` (a ``kafka.protocol`` response), or ``None`` for a
-        request that gets none (Produce with acks=0)."""
+        """The answer to ``request`` (a ``kafka.protocol`` response, or for Fetch a
+        :class:`~highwater.broker.kafka_protocol.codec.Spliced` one: the records go out
+        as read), or ``None`` for a request that gets none (Produce with acks=0)."""
         return await self._handlers[request.api_key](request)
+
+    def cluster_id(self) -> str:
+        """The cluster's id: the metadata quorum's (KRaft), the one etcd holds (etcd mode),
+        or :data:`CLUSTER_ID` while neither is known."""
+        return self._cluster_id() or CLUSTER_ID
 
     def _topic_name_of(self, topic_id: str) -> str | None:
         topic = self._image().topics.by_id.get(topic_id)
@@ -341,16 +351,19 @@ class KafkaApis:
             if state.current_leader_epoch >= 0:
                 item.current_leader_epoch = state.current_leader_epoch
         allowed, denied = authorize_fetch(message, None)
+        read: dict[tuple[str, int], bytes] = {}
         if denied and not allowed.topics:
             answer = pb.FetchResponse()
         else:
-            answer = await self.requests.fetch(allowed)
+            answer = await self.requests.fetch(allowed, records_aside=read)
         add_refused_topics(answer, denied)
         responses: list[Any] = []
+        spliced: dict[bytes, bytes] = {}
+        standing_in = iter(placeholders(len(read)))
         for topic_answer in answer.topics:
             partitions = []
             for p in topic_answer.partitions:
-                records = p.records  # (each read of a bytes field copies it)
+                records = read.get((topic_answer.topic, p.partition), b"")
                 if not resolved.include(
                     (topic_answer.topic, p.partition),
                     p.high_watermark,
@@ -359,6 +372,10 @@ class KafkaApis:
                     bool(records),
                 ):
                     continue
+                if records:  # written out as read, in place of a placeholder
+                    placeholder = next(standing_in)
+                    spliced[placeholder] = records
+                    records = placeholder
                 partitions.append(
                     R.FetchableTopicResponse.PartitionData(
                         partition_index=p.partition,
@@ -375,8 +392,14 @@ class KafkaApis:
                 responses.append(
                     R.FetchableTopicResponse(topic=topic_answer.topic, partitions=partitions)
                 )
-        return R(
-            throttle_time_ms=0, error_code=NONE, session_id=resolved.session_id, responses=responses
+        return Spliced(
+            R(
+                throttle_time_ms=0,
+                error_code=NONE,
+                session_id=resolved.session_id,
+                responses=responses,
+            ),
+            spliced,
         )
 
     # --- offsets ------------------------------------------------------------------------------
@@ -554,7 +577,7 @@ class KafkaApis:
                 R.MetadataResponseBroker(node_id=i, host=h, port=p, rack=rack)
                 for i, h, p, rack in self._brokers()
             ],
-            cluster_id=answer.cluster_id or CLUSTER_ID,
+            cluster_id=answer.cluster_id or self.cluster_id(),
             # Admin requests a client sends to "the controller" are forwarded by any
             # broker (KIP-590): this one.
             controller_id=self.node_id,
@@ -568,7 +591,7 @@ class KafkaApis:
             error_code=NONE,
             error_message=None,
             endpoint_type=1,
-            cluster_id=CLUSTER_ID,
+            cluster_id=self.cluster_id(),
             controller_id=self.node_id,
             brokers=[
                 R.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=rack)

@@ -9,12 +9,20 @@ correlation id, nullable client id) or v2 (the same and tagged fields) when the 
 version is flexible; response header v0 (correlation id) or v1 (and tagged fields), except
 that ApiVersions answers always take header v0 so that a client that does not know the
 broker's versions yet can read it (KIP-511).
+
+A Fetch answer is mostly its records, which the broker read from its log as they are on
+the wire: :func:`encode_spliced_response` encodes the answer with a placeholder in each
+``records`` field and hands back the frame as pieces, the records themselves among them as
+read, so they are never copied in this process (the socket writes the pieces as one
+``writev``).
 """
 
 from __future__ import annotations
 
 import io
+import os
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -63,13 +71,17 @@ __all__ = [
     "SASL_HANDSHAKE_KEY",
     "SUPPORTED",
     "ApiRange",
+    "Frame",
     "KafkaRequest",
     "RequestDecodeError",
+    "Spliced",
     "UnsupportedVersionError",
     "decode_request",
     "encode_response",
+    "encode_spliced_response",
     "is_flexible",
     "peek_header",
+    "placeholders",
 ]
 
 PRODUCE_KEY: Final = 0
@@ -152,6 +164,10 @@ SUPPORTED: Final[dict[int, ApiRange]] = {
 
 _HEADER: Final = struct.Struct(">hhi")  # api key, api version, correlation id
 _SIZE: Final = struct.Struct(">i")
+_PLACEHOLDER_BYTES: Final = 16
+
+Frame = bytes | bytearray | list[bytes | bytearray | memoryview]
+"""A response frame, whole or as pieces written one after the other."""
 
 
 class RequestDecodeError(Exception):
@@ -177,6 +193,15 @@ class KafkaRequest:
     correlation_id: int
     client_id: str | None
     body: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Spliced:
+    """An answer whose bytes fields hold placeholders, and the bytes that go in their
+    place when it is encoded (:func:`encode_spliced_response`)."""
+
+    response: Any
+    spliced: Mapping[bytes, bytes]
 
 
 def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
@@ -223,3 +248,68 @@ def encode_response(
     frame = bytearray(_SIZE.pack(len(header) + len(body)) + header)
     frame += body
     return frame
+
+
+def placeholders(count: int) -> list[bytes]:
+    """``count`` distinct placeholders for :func:`encode_spliced_response`: random, so that
+    no other byte string of an answer (names, numbers) is one by chance."""
+    prefix = os.urandom(_PLACEHOLDER_BYTES - 4)
+    return [prefix + _SIZE.pack(i) for i in range(count)]
+
+
+def _bytes_length(size: int, flexible: bool) -> bytes:
+    """The length before a (nullable) bytes field: INT32, or UNSIGNED_VARINT of size + 1
+    when the version is flexible (a compact field, KIP-482)."""
+    if not flexible:
+        return _SIZE.pack(size)
+    value, out = size + 1, bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_spliced_response(
+    api_key: int,
+    api_version: int,
+    correlation_id: int,
+    response: ApiMessage,
+    spliced: Mapping[bytes, bytes],
+) -> list[bytes | bytearray | memoryview]:
+    """The frame of ``response``, whose bytes fields hold placeholders (keys of
+    ``spliced``, from :func:`placeholders`), as pieces with each placeholder replaced by its
+    bytes (uncopied) and the lengths before them and the frame's size made to match.
+
+    :raises ValueError: a placeholder is not in the encoded answer once, as a bytes field.
+    """
+    frame = encode_response(api_key, api_version, correlation_id, response)
+    flexible = is_flexible(SUPPORTED[api_key].request, api_version)
+    placeholder_length = _bytes_length(_PLACEHOLDER_BYTES, flexible)
+    size = len(frame) - _SIZE.size
+    cuts: list[tuple[int, int, bytes, bytes]] = []  # field start, field end, length, bytes
+    if not spliced:
+        return [frame]
+    prefix = next(iter(spliced))[: _PLACEHOLDER_BYTES - 4]  # (one pass finds them all)
+    at = frame.find(prefix, _SIZE.size)
+    while at >= 0:
+        placeholder = bytes(frame[at : at + _PLACEHOLDER_BYTES])
+        start = at - len(placeholder_length)
+        if placeholder not in spliced or frame[start:at] != placeholder_length:
+            raise ValueError("a placeholder is not a bytes field of the answer")
+        data = spliced[placeholder]
+        length = _bytes_length(len(data), flexible)
+        cuts.append((start, at + _PLACEHOLDER_BYTES, length, data))
+        size += len(length) + len(data) - len(placeholder_length) - _PLACEHOLDER_BYTES
+        at = frame.find(prefix, at + _PLACEHOLDER_BYTES)
+    if len(cuts) != len(spliced):
+        raise ValueError(f"{len(spliced) - len(cuts)} placeholders are not in the answer")
+    _SIZE.pack_into(frame, 0, size)
+    view = memoryview(frame)
+    pieces: list[bytes | bytearray | memoryview] = []
+    position = 0
+    for start, end, length, data in cuts:
+        pieces += (view[position:start], length, data)
+        position = end
+    pieces.append(view[position:])
+    return pieces

@@ -79,6 +79,7 @@ class KafkaDoor:
             controller=broker.controller,
             groups=self.relay,
             image=image,
+            cluster_id=broker.known_cluster_id,
         )
         self.listener = KafkaListener(
             self.apis, host=address.host, port=address.port, protocol=address.protocol, tls=tls

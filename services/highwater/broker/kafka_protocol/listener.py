@@ -52,11 +52,14 @@ from highwater.broker.kafka_protocol.codec import (
     PRODUCE_KEY,
     SASL_AUTHENTICATE_KEY,
     SASL_HANDSHAKE_KEY,
+    Frame,
     KafkaRequest,
     RequestDecodeError,
+    Spliced,
     UnsupportedVersionError,
     decode_request,
     encode_response,
+    encode_spliced_response,
 )
 from highwater.broker.kafka_protocol.sasl import (
     AuthenticateAnswer,
@@ -94,7 +97,7 @@ DEFAULT_MAX_IN_FLIGHT: Final = 1000
 _SIZE: Final = struct.Struct(">i")
 _NO_ANSWER: Final = b""
 
-Answers = asyncio.Queue["asyncio.Future[bytes | bytearray] | None"]
+Answers = asyncio.Queue["asyncio.Future[Frame] | None"]
 """A connection's answers in the order of its requests (``None``: no more requests)."""
 
 
@@ -237,7 +240,7 @@ class KafkaListener:
         except UnsupportedVersionError as e:
             if e.api_key != API_VERSIONS_KEY:
                 return str(e)
-            done: asyncio.Future[bytes | bytearray] = asyncio.get_running_loop().create_future()
+            done: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
             done.set_result(
                 encode_response(API_VERSIONS_KEY, 0, e.correlation_id, api_versions_response(35))
             )
@@ -294,17 +297,25 @@ class KafkaListener:
             await asyncio.sleep(outcome.delay_s)
             return ""
         frame = _SIZE.pack(len(outcome.auth_bytes)) + outcome.auth_bytes
-        done: asyncio.Future[bytes | bytearray] = asyncio.get_running_loop().create_future()
+        done: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
         done.set_result(frame)
         await answers.put(done)
         return None
 
-    async def _answer(self, request: Any, principal: CallPrincipal) -> bytes | bytearray:
+    async def _answer(self, request: Any, principal: CallPrincipal) -> Frame:
         serve_as(principal)  # this request's task only
         response = await self.apis.handle(request)
         if response is None:
             assert request.api_key == PRODUCE_KEY
             return _NO_ANSWER
+        if isinstance(response, Spliced):
+            return encode_spliced_response(
+                request.api_key,
+                request.api_version,
+                request.correlation_id,
+                response.response,
+                response.spliced,
+            )
         return encode_response(
             request.api_key, request.api_version, request.correlation_id, response
         )
@@ -322,10 +333,12 @@ class KafkaListener:
                 log.exception("a Kafka request failed; closing its connection")
                 writer.close()
                 return
-            if frame:
+            if isinstance(frame, list):
+                writer.writelines(frame)  # (one writev: the records are not copied)
+            elif frame:
                 writer.write(frame)
-                if answers.empty():
-                    await writer.drain()
+            if frame and answers.empty():
+                await writer.drain()
 
 
 def _log_outcome(security: ConnectionSecurity, outcome: AuthenticateAnswer) -> None:
@@ -337,15 +350,15 @@ def _log_outcome(security: ConnectionSecurity, outcome: AuthenticateAnswer) -> N
         log.info("Kafka connection from %s: %s", security.host, outcome.log)
 
 
-def _answered(request: KafkaRequest, response: Any) -> asyncio.Future[bytes | bytearray]:
-    done: asyncio.Future[bytes | bytearray] = asyncio.get_running_loop().create_future()
+def _answered(request: KafkaRequest, response: Any) -> asyncio.Future[Frame]:
+    done: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
     done.set_result(
         encode_response(request.api_key, request.api_version, request.correlation_id, response)
     )
     return done
 
 
-async def _later(delay_s: float, request: KafkaRequest, response: Any) -> bytes | bytearray:
+async def _later(delay_s: float, request: KafkaRequest, response: Any) -> Frame:
     """A failed authentication's answer, after ``connection.failed.authentication.delay.ms``."""
     await asyncio.sleep(delay_s)
     return encode_response(request.api_key, request.api_version, request.correlation_id, response)

@@ -5,6 +5,8 @@
   (the blocking wrapper);
 - :mod:`~highwater.client.consumer.fetcher`: topic partitions, their positions, Fetch
   requests and the decoding of fetched batches into messages (pure);
+- :mod:`~highwater.client.consumer.message_batch`: :class:`MessageBatch`, what
+  ``consume_batches()`` returns (records in column buffers, a message made per index);
 - :mod:`~highwater.client.consumer.errors`: the errors it raises or delivers;
 - :mod:`~highwater.client.consumer.config`: the settings (:class:`ConsumerConfig`).
 
@@ -29,6 +31,7 @@ from highwater.client.consumer.fetcher import (
     OFFSET_STORED,
     TopicPartition,
 )
+from highwater.client.consumer.message_batch import MessageBatch
 from highwater.client.message import Message
 
 __all__ = [
@@ -46,6 +49,7 @@ __all__ = [
     "ConsumerGroupMetadata",
     "FetchError",
     "Message",
+    "MessageBatch",
     "NoOffsetForPartitionError",
     "TopicPartition",
 ]

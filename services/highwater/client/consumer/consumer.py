@@ -89,6 +89,7 @@ from highwater.client.consumer.fetcher import (
     TopicPartition,
     create_fetch_request,
 )
+from highwater.client.consumer.message_batch import MessageBatch
 from highwater.client.loop_thread import LoopThread
 from highwater.client.message import Message
 from highwater.client.metrics import CLIENT_METRICS, PartitionLag
@@ -99,6 +100,7 @@ from highwater.errors import (
 from highwater.group.assignors import assignor_for
 from highwater.group.membership import GroupError, GroupMembership, GroupSettings
 from highwater.group.protocol import TopicPartitionKey
+from highwater.records.columnar import RecordColumns, finish_columns
 from highwater.telemetry.configure import tracing_enabled
 from highwater.telemetry.messaging import ConsumerTracing
 from highwater.v1 import broker_pb2 as pb
@@ -381,6 +383,68 @@ class AsyncConsumer:
         if len(columns) > before:
             CLIENT_METRICS.consumed(self.config.group_id, len(columns) - before)
         return error
+
+    async def consume_batches(
+        self, num_records: int = 500, timeout: float | None = None
+    ) -> list[MessageBatch]:
+        """:meth:`consume` as batches: up to about ``num_records`` records (batches are
+        decoded whole, so up to a batch more may come) of the assigned partitions, waiting
+        until that many arrived or ``timeout`` seconds passed (None or negative: no limit).
+
+        Each :class:`MessageBatch` holds a run of one partition's records, decoded into
+        column buffers with no object per record; it makes a :class:`Message` only for the
+        records that are indexed or iterated (see :mod:`~highwater.client.consumer.message_batch`).
+        An error :meth:`consume` would return as an error message comes as a batch of no
+        records whose ``error()`` is set (it counts as one record). The records, their
+        order and the positions are those :meth:`consume` gives.
+        """
+        if num_records < 0:
+            raise ValueError("num_records must be >= 0")
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _timeout_s(timeout)
+        batches: list[MessageBatch] = []
+        taken = 0
+        first = True
+        while True:
+            await self._poll_group()
+            taken += self._take_batches(batches, num_records - taken)
+            remaining = deadline - loop.time()
+            if taken >= num_records or self._closed or (remaining <= 0 and not first):
+                break
+            first = False
+            await self._fetch_round(max(remaining, 0.0))
+        records = taken - sum(1 for batch in batches if batch.error() is not None)
+        if records:
+            CLIENT_METRICS.consumed(self.config.group_id, records)
+        return batches
+
+    def _take_batches(self, batches: list[MessageBatch], limit: int) -> int:
+        """:meth:`_take_buffered` into :class:`MessageBatch` views, a partition's buffered
+        records decoded into one set of columns; returns how many records (and errors)
+        were taken."""
+        taken = 0
+        while taken < limit:
+            if self._errors:
+                message = self._errors.popleft()
+                batches.append(
+                    MessageBatch(
+                        message._topic, message._partition, None, message._error, message._offset
+                    )
+                )
+                taken += 1
+                continue
+            state = next((s for s in self._ready if not s.paused), None)
+            if state is None:
+                break
+            columns = RecordColumns(include_headers=True)
+            state.take_columns(columns, limit - taken)
+            if len(columns):
+                taken += len(columns)
+                batches.append(MessageBatch(state.topic, state.partition, finish_columns(columns)))
+            if not state.buffered():
+                self._finish_buffer(state)
+        return taken
 
     def _take_error(self, state: PartitionState) -> BaseException | None:
         """The first queued error of ``state``'s partition, taken out of the queue."""
@@ -1251,6 +1315,12 @@ class Consumer:
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
         """See :meth:`AsyncConsumer.consume`."""
         return self._call(self._consumer.consume(num_messages, timeout))
+
+    def consume_batches(
+        self, num_records: int = 500, timeout: float | None = None
+    ) -> list[MessageBatch]:
+        """See :meth:`AsyncConsumer.consume_batches`."""
+        return self._call(self._consumer.consume_batches(num_records, timeout))
 
     def consume_columns(
         self,

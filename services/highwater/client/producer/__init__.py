@@ -8,6 +8,8 @@
   what each partition's answer means (pure);
 - :mod:`~highwater.client.producer.delivery`: :class:`RecordMetadata`, the delivery callback
   and the errors a record is delivered with;
+- :mod:`~highwater.client.producer.handle`: :class:`DeliveryHandle`, what ``produce()``
+  returns (a record's delivery report, its future made only when awaited);
 - :mod:`~highwater.client.producer.columns`: the columns ``produce_batch()`` takes (an Arrow
   table or a mapping of sequences);
 - :mod:`~highwater.client.producer.config`: the settings (:class:`ProducerConfig`).
@@ -28,6 +30,7 @@ from highwater.client.producer.delivery import (
     ProducerError,
     RecordMetadata,
 )
+from highwater.client.producer.handle import DeliveryHandle
 from highwater.client.producer.producer import AsyncProducer, Producer
 
 __all__ = [
@@ -38,6 +41,7 @@ __all__ = [
     "BatchDeliveryCallback",
     "BatchMetadata",
     "DeliveryCallback",
+    "DeliveryHandle",
     "DeliveryTimeoutError",
     "Message",
     "ProduceAuthorizationError",

@@ -11,7 +11,6 @@ here too: :meth:`PartitionQueue.acknowledge` moves the acknowledged sequence for
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from collections import deque
 from dataclasses import dataclass, field
@@ -20,11 +19,13 @@ from typing import Final
 from highwater.client.cluster import (
     TopicInfo,
 )
+from highwater.client.message import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
 from highwater.client.producer.delivery import (
     BatchDeliveryCallback,
     DeliveryCallback,
     RecordMetadata,
 )
+from highwater.client.producer.handle import DeliveryHandle
 from highwater.records import RecordBatchBuilder
 from highwater.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
 from highwater.records.record import Header, RecordFields
@@ -53,8 +54,8 @@ class WaitingRecord:
     partition: int
     """The partition produce() named, or -1."""
     fields: RecordFields
-    future: asyncio.Future[RecordMetadata] | None
-    """None for a record produced without a future (the blocking producer's)."""
+    handle: DeliveryHandle | None
+    """None for a record produced without a handle (the blocking producer's)."""
     on_delivery: DeliveryCallback | None
     created: float
     """When produce() was called (monotonic seconds); delivery.timeout.ms counts from it."""
@@ -65,10 +66,14 @@ class ProducerBatch:
     """Records of one partition on their way: first open, then built and sent.
 
     The builder holds each record's ``(key, value, headers, timestamp)`` and encodes them
-    all when the batch is sealed; ``futures`` and ``callbacks`` hold, at the same index,
-    where its delivery report goes. Nothing else exists per record until the report is
-    delivered: a producer may hold hundreds of thousands of records, and every object
-    kept per record adds to the garbage collector's work.
+    all when the batch is sealed; ``callbacks`` holds, at the same index, each record's
+    delivery callback (or None). The outcome (:attr:`delivered`, :attr:`base_offset`,
+    :attr:`log_append_time`, :attr:`error`) is set once for the whole batch: the records'
+    :class:`~highwater.client.producer.handle.DeliveryHandle` objects read theirs from it
+    (:meth:`metadata_of`), and only the handles whose future was asked for before
+    (:attr:`waiters`) are resolved one by one. Nothing else exists per record: a producer
+    may hold hundreds of thousands of records, and every object kept per record adds to
+    the garbage collector's work.
     """
 
     topic: str
@@ -78,8 +83,18 @@ class ProducerBatch:
     """When the batch was opened: linger.ms counts from it."""
     first_created: float
     """When its first record was produced: delivery.timeout.ms counts from it."""
-    futures: list[asyncio.Future[RecordMetadata] | None] = field(default_factory=list)
     callbacks: list[DeliveryCallback | None] = field(default_factory=list)
+    has_callbacks: bool = False
+    """Whether any record has a delivery callback (else delivery needs no loop per record)."""
+    waiters: list[DeliveryHandle] = field(default_factory=list)
+    """Handles whose future was made before the batch's outcome: resolved with it."""
+    delivered: bool = False
+    """The outcome is set: written (:attr:`base_offset`) or failed (:attr:`error`)."""
+    base_offset: int = -1
+    """The first record's offset once written (-1 with ``acks=0``)."""
+    log_append_time: int = -1
+    """The broker's append time (ms) when the topic uses LogAppendTime, else -1."""
+    error: BaseException | None = None
     closed: bool = False
     data: bytes | None = None
     base_sequence: int | None = None
@@ -94,6 +109,29 @@ class ProducerBatch:
     def count(self) -> int:
         """How many records the batch holds."""
         return self.builder.records_count
+
+    def metadata_of(self, index: int) -> RecordMetadata:
+        """The :class:`RecordMetadata` of the batch's ``index``-th record, once written."""
+        builder = self.builder
+        base_offset = self.base_offset
+        offset = base_offset + index if base_offset >= 0 else -1
+        if self.log_append_time >= 0:
+            return RecordMetadata(
+                self.topic, self.partition, offset, self.log_append_time, TIMESTAMP_LOG_APPEND_TIME
+            )
+        timestamp = builder.records[index][3] if not self.columnar else builder.base_timestamp
+        assert timestamp is not None
+        return RecordMetadata(self.topic, self.partition, offset, timestamp, TIMESTAMP_CREATE_TIME)
+
+    def settle(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
+        """Set the batch's outcome and resolve the futures made for its records."""
+        self.delivered = True
+        self.base_offset = base_offset
+        self.log_append_time = log_append_time
+        self.error = error
+        waiters, self.waiters = self.waiters, []
+        for handle in waiters:
+            handle._resolve()
 
     def deadline(self, delivery_timeout_s: float) -> float:
         """When the batch expires: delivery.timeout.ms after its first record."""

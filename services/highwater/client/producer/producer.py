@@ -14,8 +14,12 @@ are :mod:`~highwater.client.producer.accumulator` and :mod:`~highwater.client.pr
   ``batch.size`` bytes (a single larger record gets a batch of its own). A topic whose
   metadata is not known yet waits in a side queue until the sender has fetched it.
   ``produce()`` is the per-record cost of the library, so it keeps only the record's
-  fields, its future and its callback: the batch is encoded in one pass when it is
-  drained, and messages and :class:`RecordMetadata` are made when it is delivered.
+  fields, its callback and a small :class:`~highwater.client.producer.handle.DeliveryHandle`
+  (index into the batch; a future is made only if the caller awaits it): the batch is
+  encoded in one pass when it is drained, its outcome is set once when it is delivered,
+  and messages are made only for delivery callbacks. A record of plain bytes without
+  headers for a partition whose batch is open takes a fast lane at the top of
+  ``_enqueue``; the rest take the general path (``_place``).
 - The sender task drains a batch once it is full or ``linger.ms`` passed since it was
   opened (at once during :meth:`~AsyncProducer.flush`), and sends one ``Produce`` request per
   leader broker, holding at most one batch per partition.
@@ -32,8 +36,8 @@ are :mod:`~highwater.client.producer.accumulator` and :mod:`~highwater.client.pr
 The sender runs on the same event loop as the code that calls ``produce()``: a loop that
 queues records without awaiting leaves the sender no turn. Give the loop one every few
 hundred records (``await asyncio.sleep(0)``, or ``await producer.poll(0)``): records then
-leave while others are queued, and few wait at a time (each waiting record's future is
-work for the garbage collector).
+leave while others are queued, and few wait at a time (each waiting record is work for
+the garbage collector).
 """
 
 from __future__ import annotations
@@ -87,10 +91,10 @@ from highwater.client.producer.delivery import (
     ProducerClosedError,
     ProducerError,
     RecordMetadata,
-    consume_exception,
     headers_list,
     to_bytes,
 )
+from highwater.client.producer.handle import DeliveryHandle
 from highwater.client.producer.sender import (
     answer_error,
     answers_by_partition,
@@ -113,15 +117,11 @@ __all__ = ["AsyncProducer", "Producer"]
 
 log = logging.getLogger(__name__)
 
-# RecordMetadata(...) handles keywords and defaults; a producer makes one per record, so
-# _succeed makes them as tuples of the class directly.
-_new_tuple = tuple.__new__
-
 
 _time_ns = time.time_ns
 
-_Future: TypeAlias = "asyncio.Future[RecordMetadata] | None"
-"""A record's future, or None for a record produced without one (the blocking producer)."""
+_Handle: TypeAlias = "DeliveryHandle | None"
+"""A record's handle, or None for a record produced without one (the blocking producer)."""
 
 
 # --- The asyncio producer ---------------------------------------------------------------
@@ -134,9 +134,27 @@ class AsyncProducer:
     starts the sender there). Delivery callbacks run on that loop.
     """
 
-    def __init__(self, config: Mapping[str, Any], *, rng: random.Random | None = None) -> None:
-        """Validate ``config`` (Kafka's producer settings); nothing connects yet."""
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        *,
+        rng: random.Random | None = None,
+        on_delivery_batch: BatchDeliveryCallback | None = None,
+    ) -> None:
+        """Validate ``config`` (Kafka's producer settings); nothing connects yet.
+
+        ``on_delivery_batch(err, batch)``, if given, is called once per batch of records
+        :meth:`produce` queued, when it is written (``err`` None) or failed for good, with
+        its :class:`BatchMetadata` (its records have the offsets ``batch.offset`` to
+        ``batch.offset + batch.record_count - 1``, in the order they were produced;
+        ``batch.timestamp`` is the first record's create time, or the broker's append
+        time): librdkafka's batch-level delivery events, for callers who count or check
+        deliveries without a callback per record. Per-record callbacks and handles work
+        beside it. A record that fails before it reaches a batch (an unknown topic or
+        partition, a timestamp out of range) is reported as a batch of one.
+        """
         self.config = ProducerConfig.parse(config)
+        self._on_delivery_batch = on_delivery_batch
         cfg = self.config
         self.cluster = ClusterMetadata(
             cfg.bootstrap_servers,
@@ -146,6 +164,7 @@ class AsyncProducer:
         )
         self._topics = self.cluster.topics
         self._batch_size = cfg.batch_size
+        self._ignore_keys = cfg.ignore_keys
         self._sticky = StickyPartitioner(cfg.batch_size, rng=rng)
         self._sticky_choices: dict[str, StickyChoice] = {}
         self._message_factories: dict[tuple[str, int, int], Callable[..., Message]] = {}
@@ -195,20 +214,19 @@ class AsyncProducer:
         headers: HeadersArg = None,
         timestamp: int | None = None,
         on_delivery: DeliveryCallback | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
-        """Queue a record; returns a future of its :class:`RecordMetadata`.
+    ) -> DeliveryHandle:
+        """Queue a record; returns its :class:`DeliveryHandle`: ``await`` it for the
+        record's :class:`RecordMetadata` (or its delivery error), as a future; the future
+        is made only then (see :mod:`~highwater.client.producer.handle`).
 
         ``partition`` None (or -1) lets the partitioner choose; ``timestamp`` None (or 0)
         means now. ``on_delivery(err, msg)`` is called once the record is written (``err``
         None) or failed for good. Raises :class:`ProducerClosedError` after :meth:`close`
         and TypeError for keys or values that are not str or bytes.
         """
-        # The sender's loop once it runs (asking for the running loop costs more than the
-        # future): produce() is called on that loop.
-        loop = self._sender_loop or asyncio.get_running_loop()
-        future: asyncio.Future[RecordMetadata] = asyncio.Future(loop=loop)
-        self._enqueue(topic, value, key, partition, headers, timestamp, on_delivery, future)
-        return future
+        handle = DeliveryHandle()
+        self._enqueue(topic, value, key, partition, headers, timestamp, on_delivery, handle)
+        return handle
 
     def _enqueue(
         self,
@@ -219,11 +237,66 @@ class AsyncProducer:
         headers: HeadersArg,
         timestamp: int | None,
         on_delivery: DeliveryCallback | None,
-        future: _Future,
+        handle: _Handle,
     ) -> None:
-        """:meth:`produce` with its future made by the caller, or none at all (None: the
+        """:meth:`produce` with its handle made by the caller, or none at all (None: the
         blocking :class:`Producer`, whose callers get delivery reports only, needs no
-        future per record)."""
+        handle per record)."""
+        # The fast lane: a record of plain bytes, without headers, for a partition whose
+        # batch is open (the sticky one, or a named one), appended without the general
+        # path's calls; anything else, or a record that does not fit, takes that path.
+        if (
+            headers is None
+            and (value is None or type(value) is bytes)
+            and (key is None or type(key) is bytes)
+            and self._tracing is None
+            and self._fatal is None
+            and not self._closed
+            and topic not in self._waiting
+        ):
+            choice: StickyChoice | None = None
+            if partition is None or partition < 0:
+                choice = (
+                    self._sticky_choices.get(topic) if key is None or self._ignore_keys else None
+                )
+                q = (
+                    None
+                    if choice is None or choice.info is not self._topics.get(topic)
+                    else choice.queue
+                )
+            else:
+                q = self._queues.get((topic, partition)) if topic in self._topics else None
+            batches = q.batches if q is not None else None
+            if batches and not (batch := batches[-1]).closed:
+                record: RecordFields = (
+                    key,
+                    value,
+                    NO_HEADERS,
+                    timestamp or _time_ns() // 1_000_000,
+                )
+                try:
+                    size = append_fields(batch.builder, record)
+                except HighwaterError:  # the general path reports it to the record
+                    size = 0
+                if size:
+                    # An open batch holds undelivered records: the producer is not idle.
+                    self._pending += 1
+                    callbacks = batch.callbacks
+                    if handle is not None:
+                        handle._batch = batch
+                        handle._index = len(callbacks)
+                    callbacks.append(on_delivery)
+                    if on_delivery is not None:
+                        batch.has_callbacks = True
+                    if batch.builder.estimated_size >= self._batch_size:
+                        batch.closed = True
+                        self._wakeup.set()
+                    if choice is not None:
+                        choice.unreported += size
+                        if choice.unreported >= choice.threshold:
+                            self._sticky.on_produced(topic, choice.partition, choice.unreported)
+                            del self._sticky_choices[topic]
+                    return
         if self._closed:
             raise ProducerClosedError("the producer is closed")
         if not isinstance(topic, str) or not topic:
@@ -237,9 +310,9 @@ class AsyncProducer:
         if self._tracing is not None:
             span, record_headers = self._tracing.start_send(topic, partition, record_headers)
             if span.is_recording():
-                if future is None:
-                    future = asyncio.Future(loop=self._sender_loop or asyncio.get_running_loop())
-                future.add_done_callback(functools.partial(ProducerTracing.end_send, span))
+                if handle is None:
+                    handle = DeliveryHandle()
+                handle.add_done_callback(functools.partial(ProducerTracing.end_send, span))
         fields = (key, value, record_headers, timestamp or _time_ns() // 1_000_000)
         self._pending += 1
         if self._pending == 1:
@@ -248,17 +321,17 @@ class AsyncProducer:
             self._ensure_sender()
         requested = -1 if partition is None or partition < 0 else partition
         if self._fatal is not None:
-            self._fail_one(topic, requested, fields, future, on_delivery, self._fatal)
+            self._fail_one(topic, requested, fields, handle, on_delivery, self._fatal)
             return
         info = self._topics.get(topic)
         if info is None or topic in self._waiting:
             assert self._sender_loop is not None
             created = self._sender_loop.time()
-            pending = WaitingRecord(requested, fields, future, on_delivery, created)
+            pending = WaitingRecord(requested, fields, handle, on_delivery, created)
             self._waiting.setdefault(topic, []).append(pending)
             self._wakeup.set()
         else:
-            self._place(topic, requested, fields, future, on_delivery, info, None)
+            self._place(topic, requested, fields, handle, on_delivery, info, None)
 
     async def produce_batch(
         self,
@@ -303,7 +376,7 @@ class AsyncProducer:
                 topic,
                 pending.partition,
                 pending.fields,
-                pending.future,
+                pending.handle,
                 pending.on_delivery,
                 info,
                 pending.created,
@@ -501,7 +574,7 @@ class AsyncProducer:
         topic: str,
         requested: int,
         fields: RecordFields,
-        future: _Future,
+        handle: _Handle,
         on_delivery: DeliveryCallback | None,
         info: TopicInfo,
         created: float | None,
@@ -523,7 +596,7 @@ class AsyncProducer:
             else:
                 if choice is not None and choice.unreported:  # the metadata changed
                     self._sticky.on_produced(topic, choice.partition, choice.unreported)
-                partition = self._choose(topic, requested, key, info, fields, future, on_delivery)
+                partition = self._choose(topic, requested, key, info, fields, handle, on_delivery)
                 if partition < 0:
                     return
                 q = self._queue(topic, partition)
@@ -534,7 +607,7 @@ class AsyncProducer:
                     self._sticky.batch_size - self._sticky.produced_bytes(topic),
                 )
         else:
-            partition = self._choose(topic, requested, key, info, fields, future, on_delivery)
+            partition = self._choose(topic, requested, key, info, fields, handle, on_delivery)
             if partition < 0:
                 return
             q = self._queue(topic, partition)
@@ -549,10 +622,16 @@ class AsyncProducer:
                 batches.append(batch)
                 self._wakeup.set()  # a new batch: the sender times its linger.ms
         except HighwaterError as e:  # a record that cannot be encoded (a bad timestamp)
-            self._fail_one(topic, partition, fields, future, on_delivery, e)
+            self._fail_one(topic, partition, fields, handle, on_delivery, e)
             return
-        batch.futures.append(future)
+        if handle is not None:
+            handle._batch = batch
+            handle._index = len(batch.callbacks)
+            if handle._future is not None:  # awaited while it waited for metadata
+                batch.waiters.append(handle)
         batch.callbacks.append(on_delivery)
+        if on_delivery is not None:
+            batch.has_callbacks = True
         if batch.builder.estimated_size >= self._batch_size:
             batch.closed = True
             self._wakeup.set()
@@ -576,7 +655,7 @@ class AsyncProducer:
         key: bytes | None,
         info: TopicInfo,
         fields: RecordFields,
-        future: _Future,
+        handle: _Handle,
         on_delivery: DeliveryCallback | None,
     ) -> int:
         """:func:`choose_partition` for the record; -1 after failing it if there is none."""
@@ -591,7 +670,7 @@ class AsyncProducer:
                 ignore_keys=self.config.ignore_keys,
             )
         except HighwaterError as e:
-            self._fail_one(topic, requested, fields, future, on_delivery, e)
+            self._fail_one(topic, requested, fields, handle, on_delivery, e)
             return -1
 
     def _new_batch(self, topic: str, partition: int, created: float | None) -> ProducerBatch:
@@ -618,15 +697,16 @@ class AsyncProducer:
         topic: str,
         partition: int,
         fields: RecordFields,
-        future: _Future,
+        handle: _Handle,
         on_delivery: DeliveryCallback | None,
         error: BaseException,
     ) -> None:
-        """Fail one record's future and call its callback with ``error``."""
+        """Fail one record's handle and call its callback with ``error``; the producer's
+        ``on_delivery_batch`` gets it as a batch of one (it never reached a batch), so a
+        caller who counts batch reports accounts for every record."""
         self._pending -= 1
-        if future is not None and not future.done():
-            future.set_exception(error)
-            future.add_done_callback(consume_exception)
+        if handle is not None:
+            handle._fail(error)
         if on_delivery is not None:
             key, value, headers, timestamp = fields
             message = Message(topic, partition, key, value, headers, timestamp, -1, error)
@@ -634,39 +714,50 @@ class AsyncProducer:
                 on_delivery(error, message)
             except Exception:
                 log.exception("a delivery callback of %s raised", message)
+        if self._on_delivery_batch is not None:
+            metadata = BatchMetadata(topic, partition, -1, 1, fields[3], TIMESTAMP_CREATE_TIME)
+            try:
+                self._on_delivery_batch(error, metadata)
+            except Exception:
+                log.exception("a batch delivery callback of %s raised", metadata)
 
     def _fail_one(
         self,
         topic: str,
         partition: int,
         fields: RecordFields,
-        future: _Future,
+        handle: _Handle,
         on_delivery: DeliveryCallback | None,
         error: BaseException,
     ) -> None:
         """Deliver ``error`` to one record."""
-        self._report_error(topic, partition, fields, future, on_delivery, error)
+        self._report_error(topic, partition, fields, handle, on_delivery, error)
         self._delivered_some(1)
 
     def _fail_waiting(self, topic: str, records: list[WaitingRecord], error: BaseException) -> None:
         """Deliver ``error`` to records that waited for metadata."""
         for pending in records:
             self._report_error(
-                topic, pending.partition, pending.fields, pending.future, pending.on_delivery, error
+                topic, pending.partition, pending.fields, pending.handle, pending.on_delivery, error
             )
         self._delivered_some(len(records))
 
     def _fail_batch(self, batch: ProducerBatch, error: BaseException) -> None:
         """Deliver ``error`` to every record of ``batch``."""
-        if batch.columnar:
-            self._pending -= batch.count
-            self._report_batch(batch, error, -1, -1, TIMESTAMP_CREATE_TIME)
-            self._delivered_some(batch.count)
-            return
-        for fields, future, on_delivery in zip(
-            batch.builder.records, batch.futures, batch.callbacks, strict=True
-        ):
-            self._report_error(batch.topic, batch.partition, fields, future, on_delivery, error)
+        self._pending -= batch.count
+        batch.settle(-1, -1, error)
+        self._report_batch(batch, error, -1, -1, TIMESTAMP_CREATE_TIME)
+        if batch.has_callbacks:
+            topic, partition = batch.topic, batch.partition
+            for (key, value, headers, timestamp), on_delivery in zip(
+                batch.builder.records, batch.callbacks, strict=True
+            ):
+                if on_delivery is not None:
+                    message = Message(topic, partition, key, value, headers, timestamp, -1, error)
+                    try:
+                        on_delivery(error, message)
+                    except Exception:
+                        log.exception("a delivery callback of %s raised", message)
         self._delivered_some(batch.count)
 
     def _report_batch(
@@ -677,14 +768,16 @@ class AsyncProducer:
         timestamp: int,
         timestamp_type: int,
     ) -> None:
-        """Call a columnar batch's ``on_delivery_batch``, if it has one."""
-        if batch.report is None:
+        """Call the batch's ``on_delivery_batch``, if it has one: a columnar batch's own,
+        else the producer's."""
+        report = batch.report if batch.columnar else self._on_delivery_batch
+        if report is None:
             return
         metadata = BatchMetadata(
             batch.topic, batch.partition, offset, batch.count, timestamp, timestamp_type
         )
         try:
-            batch.report(error, metadata)
+            report(error, metadata)
         except Exception:
             log.exception("a batch delivery callback of %s raised", metadata)
 
@@ -701,35 +794,32 @@ class AsyncProducer:
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         """Deliver a written batch's records with their offsets.
 
-        One loop per batch, the producer's other per-record cost after produce(): the
-        futures' results and the callbacks' messages are made here, not before.
+        The outcome is set once on the batch (the records' handles read theirs from it);
+        only the futures made before it and the delivery callbacks cost a step per record,
+        and the callbacks' messages are made here, not before.
         """
         topic, partition = batch.topic, batch.partition
         timestamp_type = TIMESTAMP_CREATE_TIME if log_append_time < 0 else TIMESTAMP_LOG_APPEND_TIME
         offset = base_offset if base_offset >= 0 else -1
         step = 1 if base_offset >= 0 else 0
-        new_tuple, metadata_type = _new_tuple, RecordMetadata
         self._metrics.sent(topic, batch.count)
         # The batch's records are no longer pending once it is written, before any callback
         # runs (one may look at len(producer)), as with confluent-kafka.
         self._pending -= batch.count
         appended = log_append_time >= 0
-        if batch.columnar:
-            timestamp = log_append_time if appended else batch.builder.base_timestamp
-            assert timestamp is not None
-            self._report_batch(batch, None, offset, timestamp, timestamp_type)
+        batch.settle(offset, log_append_time, None)
+        first_timestamp = log_append_time if appended else batch.builder.base_timestamp
+        assert first_timestamp is not None
+        self._report_batch(batch, None, offset, first_timestamp, timestamp_type)
+        if not batch.has_callbacks:
             self._delivered_some(batch.count)
             return
         make_message = self._message_factory(topic, partition, timestamp_type)
-        for (key, value, headers, timestamp), future, on_delivery in zip(
-            batch.builder.records, batch.futures, batch.callbacks, strict=True
+        for (key, value, headers, timestamp), on_delivery in zip(
+            batch.builder.records, batch.callbacks, strict=True
         ):
             if appended:
                 timestamp = log_append_time
-            if future is not None and not future.done():
-                future.set_result(
-                    new_tuple(metadata_type, (topic, partition, offset, timestamp, timestamp_type))
-                )
             if on_delivery is not None:
                 message = make_message(key, value, headers, timestamp, offset)
                 try:
@@ -839,7 +929,7 @@ class AsyncProducer:
                     topic,
                     pending.partition,
                     pending.fields,
-                    pending.future,
+                    pending.handle,
                     pending.on_delivery,
                     info,
                     pending.created,
@@ -1035,8 +1125,14 @@ class Producer:
     as in confluent-kafka; call ``poll(0)`` regularly, or ``flush()`` at the end.
     """
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
-        """Validate ``config`` (raising :class:`InvalidConfigError`) and start the thread."""
+    def __init__(
+        self, config: Mapping[str, Any], *, on_delivery_batch: BatchDeliveryCallback | None = None
+    ) -> None:
+        """Validate ``config`` (raising :class:`InvalidConfigError`) and start the thread.
+
+        ``on_delivery_batch(err, batch)``: a report per batch of :meth:`produce`'s records
+        (see :class:`AsyncProducer`), run by :meth:`poll` and :meth:`flush` as the
+        callbacks are."""
         ProducerConfig.parse(config)
         self._callbacks: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._handover_lock = threading.Lock()
@@ -1044,12 +1140,19 @@ class Producer:
         """Records :meth:`produce` queued that the loop has not taken yet."""
         self._loop_thread = LoopThread("highwater-producer")
         self._closed = False
-        self._producer: AsyncProducer = self._call(self._create(dict(config)))
+        forward = (
+            None
+            if on_delivery_batch is None
+            else functools.partial(self._forward, on_delivery_batch)
+        )
+        self._producer: AsyncProducer = self._call(self._create(dict(config), forward))
 
     @staticmethod
-    async def _create(config: dict[str, Any]) -> AsyncProducer:
+    async def _create(
+        config: dict[str, Any], on_delivery_batch: BatchDeliveryCallback | None
+    ) -> AsyncProducer:
         """Build the async producer on the background loop (its events belong to it)."""
-        return AsyncProducer(config)
+        return AsyncProducer(config, on_delivery_batch=on_delivery_batch)
 
     def _call(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
         """Run ``coro`` on the background loop and wait for its result."""

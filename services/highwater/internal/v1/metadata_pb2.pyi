@@ -766,6 +766,67 @@ class ClientQuotaRecord(_message.Message):
 Global___ClientQuotaRecord: _TypeAlias = ClientQuotaRecord  # noqa: Y015
 
 @_typing.final
+class PartitionsRecord(_message.Message):
+    """A run of consecutive partitions of one topic, column by column: what one PartitionRecord
+    per partition would say, in one message. Snapshots write a topic's partitions this way, so
+    that a snapshot of millions of partitions is thousands of messages, not millions (the
+    columns are packed varints, parsed in C). Partition first_partition_id + i has
+    replica_counts[i] replicas, the next ones of replicas; its ISR is the next isr_counts[i]
+    of isr, or its replicas when isr_counts[i] is -1. A partition with removing or adding
+    replicas or (last known) eligible leader replicas is written as a PartitionRecord.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
+    FIRST_PARTITION_ID_FIELD_NUMBER: _builtins.int
+    LEADERS_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCHS_FIELD_NUMBER: _builtins.int
+    PARTITION_EPOCHS_FIELD_NUMBER: _builtins.int
+    REPLICA_COUNTS_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    ISR_COUNTS_FIELD_NUMBER: _builtins.int
+    ISR_FIELD_NUMBER: _builtins.int
+    topic_id: _builtins.str
+    first_partition_id: _builtins.int
+    @_builtins.property
+    def leaders(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """-1: no leader"""
+
+    @_builtins.property
+    def leader_epochs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def partition_epochs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def replica_counts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def isr_counts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        topic_id: _builtins.str = ...,
+        first_partition_id: _builtins.int = ...,
+        leaders: _abc.Iterable[_builtins.int] | None = ...,
+        leader_epochs: _abc.Iterable[_builtins.int] | None = ...,
+        partition_epochs: _abc.Iterable[_builtins.int] | None = ...,
+        replica_counts: _abc.Iterable[_builtins.int] | None = ...,
+        replicas: _abc.Iterable[_builtins.int] | None = ...,
+        isr_counts: _abc.Iterable[_builtins.int] | None = ...,
+        isr: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_partition_id", b"first_partition_id", "isr", b"isr", "isr_counts", b"isr_counts", "leader_epochs", b"leader_epochs", "leaders", b"leaders", "partition_epochs", b"partition_epochs", "replica_counts", b"replica_counts", "replicas", b"replicas", "topic_id", b"topic_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionsRecord: _TypeAlias = PartitionsRecord  # noqa: Y015
+
+@_typing.final
 class MetadataRecord(_message.Message):
     """The value of one record of __cluster_metadata."""
 
@@ -791,6 +852,7 @@ class MetadataRecord(_message.Message):
     USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _builtins.int
     REMOVE_USER_SCRAM_CREDENTIAL_FIELD_NUMBER: _builtins.int
     CLIENT_QUOTA_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register_broker(self) -> Global___RegisterBrokerRecord: ...
     @_builtins.property
@@ -831,6 +893,8 @@ class MetadataRecord(_message.Message):
     def remove_user_scram_credential(self) -> Global___RemoveUserScramCredentialRecord: ...
     @_builtins.property
     def client_quota(self) -> Global___ClientQuotaRecord: ...
+    @_builtins.property
+    def partitions(self) -> Global___PartitionsRecord: ...
     def __init__(
         self,
         *,
@@ -854,12 +918,13 @@ class MetadataRecord(_message.Message):
         user_scram_credential: Global___UserScramCredentialRecord | None = ...,
         remove_user_scram_credential: Global___RemoveUserScramCredentialRecord | None = ...,
         client_quota: Global___ClientQuotaRecord | None = ...,
+        partitions: Global___PartitionsRecord | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "client_quota", b"client_quota", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator", "user_scram_credential", b"user_scram_credential"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "client_quota", b"client_quota", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "partitions", b"partitions", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator", "user_scram_credential", b"user_scram_credential"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "client_quota", b"client_quota", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator", "user_scram_credential", b"user_scram_credential"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_control_entry", b"access_control_entry", "broker_registration_change", b"broker_registration_change", "client_quota", b"client_quota", "config", b"config", "coordinator_assignment", b"coordinator_assignment", "fence_broker", b"fence_broker", "no_op", b"no_op", "partition", b"partition", "partition_change", b"partition_change", "partitions", b"partitions", "producer_ids", b"producer_ids", "record", b"record", "register_broker", b"register_broker", "register_coordinator", b"register_coordinator", "remove_access_control_entry", b"remove_access_control_entry", "remove_topic", b"remove_topic", "remove_user_scram_credential", b"remove_user_scram_credential", "topic", b"topic", "unfence_broker", b"unfence_broker", "unregister_broker", b"unregister_broker", "unregister_coordinator", b"unregister_coordinator", "user_scram_credential", b"user_scram_credential"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "fence_broker", "unfence_broker", "broker_registration_change", "unregister_broker", "topic", "partition", "partition_change", "config", "producer_ids", "remove_topic", "register_coordinator", "unregister_coordinator", "coordinator_assignment", "no_op", "access_control_entry", "remove_access_control_entry", "user_scram_credential", "remove_user_scram_credential", "client_quota"]  # noqa: Y015
+    _WhichOneofReturnType_record: _TypeAlias = _typing.Literal["register_broker", "fence_broker", "unfence_broker", "broker_registration_change", "unregister_broker", "topic", "partition", "partition_change", "config", "producer_ids", "remove_topic", "register_coordinator", "unregister_coordinator", "coordinator_assignment", "no_op", "access_control_entry", "remove_access_control_entry", "user_scram_credential", "remove_user_scram_credential", "client_quota", "partitions"]  # noqa: Y015
     _WhichOneofArgType_record: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_record) -> _WhichOneofReturnType_record | None: ...
 

@@ -1,0 +1,119 @@
+"""Leader moves in bounded batches: a broker taken out of service has its leaderships and
+ISR memberships moved ``leader_moves_per_batch`` partitions at a time, the rest by the
+following ticks, and a newly active controller finishes what a former one left."""
+
+from __future__ import annotations
+
+from controller_helpers import Harness, check_invariants
+from highwater.controller import ControllerConfig, QuorumController
+from highwater.metadata import FenceBrokerRecord, MetadataImage, PartitionChangeRecord
+
+BATCH = 5
+SESSION = ControllerConfig().broker_session_timeout_ms
+
+
+def _cluster(batch: int) -> Harness:
+    """Three brokers, 24 partitions with replication factor 3: each broker leads 8."""
+    h = Harness(ControllerConfig(leader_moves_per_batch=batch))
+    h.start_brokers([0, 1, 2])
+    h.create_topic("t", partitions=24, replication_factor=3)
+    return h
+
+
+def _silence(h: Harness, broker_id: int) -> None:
+    """Let ``broker_id``'s session expire while the others heartbeat."""
+    h.clock.advance(SESSION + 1)
+    for other in h.image.brokers:
+        if other != broker_id:
+            h.heartbeat(other)
+
+
+def _partitions(image: MetadataImage) -> dict[object, object]:
+    return {key: (p.leader, p.isr, p.leader_epoch) for key, p in image.partitions()}
+
+
+def _unbounded_fence_of_broker_0() -> dict[object, object]:
+    h = _cluster(batch=1_000)
+    _silence(h, 0)
+    result = h.controller.tick(h.clock.now_ms)
+    assert result.response.fenced_brokers == (0,)
+    h.commit(result)
+    return _partitions(h.image)
+
+
+def test_a_fence_moves_leaderships_in_batches_of_bounded_size() -> None:
+    h = _cluster(BATCH)
+    assert len(h.image.partitions_with_isr_member(0)) == 24
+    _silence(h, 0)
+    first = h.controller.tick(h.clock.now_ms)
+    assert first.response.fenced_brokers == (0,)
+    assert isinstance(first.records[0], FenceBrokerRecord)
+    assert len(first.records) == 1 + BATCH
+    h.commit(first)
+    batches = []
+    while True:
+        tick = h.controller.tick(h.clock.now_ms)
+        if not tick.records:
+            break
+        assert len(tick.records) <= BATCH
+        assert all(isinstance(r, PartitionChangeRecord) for r in tick.records)
+        assert tick.response.leader_moves == len(tick.records)
+        batches.append(len(tick.records))
+        h.commit(tick)
+    # 24 partitions lose broker 0 from their ISR; 8 of them also get a new leader.
+    assert sum(batches) + BATCH == 24
+    assert not h.image.partitions_led_by(0) and not h.image.partitions_with_isr_member(0)
+    check_invariants(h.image)
+    # The same end state as one unbounded batch.
+    assert _partitions(h.image) == _unbounded_fence_of_broker_0()
+
+
+def test_a_new_controller_finishes_a_half_written_fence() -> None:
+    h = _cluster(BATCH)
+    _silence(h, 0)
+    h.commit(h.controller.tick(h.clock.now_ms))
+    assert len(h.image.partitions_with_isr_member(0)) == 24 - BATCH
+    # The active controller fails; the next one knows only the image.
+    successor = QuorumController(h.store.latest_image, h.config, seed=1)
+    successor.activate(h.clock.now_ms)
+    ticks = 0
+    while (tick := successor.tick(h.clock.now_ms)).records:
+        assert len(tick.records) <= BATCH
+        h.commit(tick)
+        ticks += 1
+    assert ticks == 4  # 19 partitions, 5 at a time
+    assert not h.image.partitions_with_isr_member(0)
+    assert _partitions(h.image) == _unbounded_fence_of_broker_0()
+    # Moving a partition off an inactive broker twice changes nothing.
+    again = QuorumController(h.store.latest_image, h.config, seed=2)
+    again.activate(h.clock.now_ms)
+    assert again.tick(h.clock.now_ms).records == []
+
+
+def test_a_broker_back_in_service_has_no_moves_left() -> None:
+    h = _cluster(BATCH)
+    h.heartbeat(0, want_fence=True)
+    assert h.broker(0).fenced
+    assert len(h.image.partitions_with_isr_member(0)) == 24 - BATCH
+    h.heartbeat(0)  # caught up: unfenced again
+    assert not h.broker(0).fenced
+    tick = h.controller.tick(h.clock.now_ms)
+    assert tick.response.leader_moves == 0
+    assert not tick.records
+    assert len(h.image.partitions_with_isr_member(0)) == 24 - BATCH
+
+
+def test_a_controlled_shutdown_completes_once_its_batches_are_in() -> None:
+    h = _cluster(BATCH)
+    h.heartbeat(1, want_shutdown=True)
+    assert h.broker(1).in_controlled_shutdown
+    assert h.image.partitions_led_by(1)
+    assert not h.heartbeat(1).should_shut_down
+    while (tick := h.controller.tick(h.clock.now_ms)).records:
+        assert len(tick.records) <= BATCH
+        h.commit(tick)
+    assert not h.image.partitions_led_by(1)
+    for broker_id in (0, 2):
+        h.heartbeat(broker_id)
+    assert h.heartbeat(1).should_shut_down
+    check_invariants(h.image)
