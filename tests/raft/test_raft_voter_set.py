@@ -48,16 +48,9 @@ def view(voters: VoterSet | None = None, **overrides: object) -> LeaderView:
     return LeaderView(**fields)  # type: ignore[arg-type]
 
 
-def add(
-    v: LeaderView, voter: Voter, offset: int | None = 100, last_ms: int | None = 950
-) -> VoterSet:
+def add(v: LeaderView, voter: Voter, caught_up_ms: int | None = 950) -> VoterSet:
     return check_add_voter(
-        v,
-        voter,
-        observer_fetch_offset=offset,
-        observer_last_fetch_ms=last_ms,
-        now_ms=1000,
-        catch_up_ms=100,
+        v, voter, observer_caught_up_ms=caught_up_ms, now_ms=1000, catch_up_ms=100
     )
 
 
@@ -95,9 +88,9 @@ def test_add_a_caught_up_observer() -> None:
 
 
 def test_add_refuses_an_observer_not_caught_up() -> None:
-    for offset, last_ms in ((99, 990), (None, None), (100, 800)):
-        with pytest.raises(NotCaughtUpError, match="not caught up") as info:
-            add(view(), Voter(4, D4, "h4:9001"), offset, last_ms)
+    for caught_up_ms in (None, 899):
+        with pytest.raises(NotCaughtUpError, match="not a caught-up observer") as info:
+            add(view(), Voter(4, D4, "h4:9001"), caught_up_ms)
         assert info.value.code == ErrorCode.REQUEST_TIMED_OUT
 
 

@@ -372,12 +372,17 @@ class LeaderState(EpochState):
         self.epoch_start_offset = epoch_start_offset
         self.fetch_timeout_ms = fetch_timeout_ms
         self.high_watermark: int | None = None
-        self.voter_states = {voter: ReplicaState(voter) for voter in voters}
+        # The leader's own progress, counted among the voters' only while it is one.
+        self.local_state = ReplicaState(local_id)
+        self.voter_states = {
+            voter: self.local_state if voter == local_id else ReplicaState(voter)
+            for voter in voters
+        }
         self.observer_states: dict[int, ReplicaState] = {}
         # Voters that know of this epoch (acknowledged BeginQuorumEpoch or fetched).
         self.acknowledged: set[int] = {local_id}
         self.check_quorum_deadline_ms = now_ms + fetch_timeout_ms
-        self._heard_since_check: set[int] = {local_id}
+        self._heard_since_check: set[int] = {local_id} & voters
 
     @property
     def leader_id(self) -> int | None:
@@ -395,11 +400,28 @@ class LeaderState(EpochState):
     def unacknowledged_voters(self) -> list[int]:
         return sorted(self.voters - self.acknowledged)
 
+    def set_voters(self, voters: frozenset[int]) -> bool:
+        """The voter set in use changed (a ``voters`` record was appended): a new voter's
+        progress is taken over from its observer state, a removed one's becomes an
+        observer's; True if the high watermark moved (counted with the new set)."""
+        for removed in self.voter_states.keys() - voters:
+            state = self.voter_states.pop(removed)
+            if removed != self.local_id:
+                self.observer_states[removed] = state
+        for added in voters - self.voter_states.keys():
+            if added == self.local_id:
+                self.voter_states[added] = self.local_state
+            else:
+                self.voter_states[added] = self.observer_states.pop(added, ReplicaState(added))
+        self.voters = voters
+        self._heard_since_check &= voters
+        return self._update_high_watermark()
+
     # --- Progress --------------------------------------------------------------------
 
     def update_local_state(self, flushed_offset: int, end_offset: int, now_ms: int) -> bool:
         """The leader's own progress; True if the high watermark moved."""
-        local = self.voter_states[self.local_id]
+        local = self.local_state
         local.end_offset = flushed_offset
         local.last_fetch_ms = now_ms
         local.last_caught_up_ms = now_ms
@@ -462,7 +484,7 @@ class LeaderState(EpochState):
         self._heard_since_check.add(voter_id)
         if len(self._heard_since_check) >= len(self.voters) // 2 + 1:
             self.check_quorum_deadline_ms = now_ms + self.fetch_timeout_ms
-            self._heard_since_check = {self.local_id}
+            self._heard_since_check = {self.local_id} & self.voters
 
     def has_lost_quorum(self, now_ms: int) -> bool:
         return now_ms >= self.check_quorum_deadline_ms
@@ -653,6 +675,10 @@ class QuorumState:
         return self.state.leader_id
 
     @property
+    def initialized(self) -> bool:
+        return self._state is not None
+
+    @property
     def is_voter(self) -> bool:
         return self.local_id in self.voters
 
@@ -735,7 +761,8 @@ class QuorumState:
         (prospective) or, for an observer, a leader that went quiet."""
         current = self.state
         same_epoch_allowed = isinstance(current, ProspectiveState) or (
-            self.is_observer and isinstance(current, FollowerState | UnattachedState)
+            self.is_observer
+            and isinstance(current, FollowerState | UnattachedState | ResignedState)
         )
         if epoch < current.epoch or (epoch == current.epoch and not same_epoch_allowed):
             raise IllegalTransitionError(
@@ -851,10 +878,6 @@ class QuorumState:
         current = self.state
         if leader_id == self.local_id:
             raise IllegalTransitionError(f"cannot follow ourselves in epoch {epoch}")
-        if leader_id not in self.voters:
-            raise IllegalTransitionError(
-                f"leader {leader_id} is not a voter of {sorted(self.voters)}"
-            )
         if epoch < current.epoch:
             raise IllegalTransitionError(
                 f"cannot follow {leader_id} in epoch {epoch} from {current}"

@@ -282,16 +282,16 @@ def check_add_voter(
     view: LeaderView,
     voter: Voter,
     *,
-    observer_fetch_offset: int | None,
-    observer_last_fetch_ms: int | None,
+    observer_caught_up_ms: int | None,
     now_ms: int,
     catch_up_ms: int,
 ) -> VoterSet:
     """The voter set after adding ``voter``, or a typed refusal.
 
-    The node must be an observer that has fetched up to the leader's log end offset no
-    longer than ``catch_up_ms`` ago; its id must not be a voter (a reused id with a new
-    directory id is refused until the old voter is removed).
+    The node must be an observer whose fetch last reached the leader's log end offset
+    (``observer_caught_up_ms``, None if never) no longer than ``catch_up_ms`` ago; its id
+    must not be a voter (a reused id with a new directory id is refused until the old
+    voter is removed).
     """
     _check_can_change(view)
     existing = view.voters.get(voter.node_id)
@@ -303,16 +303,16 @@ def check_add_voter(
                 "first"
             )
         raise DuplicateVoterError(f"node {voter.node_id} is already a voter")
-    if (
-        observer_fetch_offset is None
-        or observer_last_fetch_ms is None
-        or observer_fetch_offset < view.log_end_offset
-        or now_ms - observer_last_fetch_ms > catch_up_ms
-    ):
-        have = "never fetched" if observer_fetch_offset is None else f"at {observer_fetch_offset}"
+    if observer_caught_up_ms is None or now_ms - observer_caught_up_ms > catch_up_ms:
+        have = (
+            "it never reached the leader's log end"
+            if observer_caught_up_ms is None
+            else f"it last reached the leader's log end {now_ms - observer_caught_up_ms} ms ago"
+        )
         raise NotCaughtUpError(
-            f"node {voter.node_id} is not caught up: {have}, the leader's end is "
-            f"{view.log_end_offset}; start it as an observer and retry"
+            f"node {voter.node_id} is not a caught-up observer ({have}, the bound is "
+            f"{catch_up_ms} ms; the leader's end is {view.log_end_offset}): start it as an "
+            "observer (--bootstrap-controllers) and retry"
         )
     return view.voters.with_voter(voter)
 
@@ -370,9 +370,10 @@ class VoterSetHistory:
     the leader whether a change is still above the high watermark.
     """
 
-    def __init__(self, bootstrap: VoterSet) -> None:
-        # (offset of the voters record, set); the bootstrap set is at offset -1.
-        self._entries: list[tuple[int, VoterSet]] = [(-1, bootstrap)]
+    def __init__(self, bootstrap: VoterSet, offset: int = -1) -> None:
+        # (offset of the voters record, set); the bootstrap set is at offset -1, or at
+        # the offset of the committed record it was kept from.
+        self._entries: list[tuple[int, VoterSet]] = [(offset, bootstrap)]
 
     def add_at(self, offset: int, voters: VoterSet) -> None:
         """Record the voters record appended or fetched at ``offset``."""
@@ -389,10 +390,14 @@ class VoterSetHistory:
 
     def committed(self, high_watermark: int) -> VoterSet:
         """The latest set whose record is below ``high_watermark``."""
+        return self.committed_entry(high_watermark)[1]
+
+    def committed_entry(self, high_watermark: int) -> tuple[int, VoterSet]:
+        """The latest ``(offset, set)`` whose record is below ``high_watermark``."""
         for offset, voters in reversed(self._entries):
             if offset < high_watermark:
-                return voters
-        return self._entries[0][1]
+                return offset, voters
+        return self._entries[0]
 
     def pending_change(self, high_watermark: int) -> bool:
         return self._entries[-1][0] >= high_watermark
