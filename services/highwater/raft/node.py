@@ -242,7 +242,9 @@ class RaftNode:
     ``voters_offset`` (-1 for the bootstrap; the offset of the committed ``voters``
     record the driver kept). In a dynamic quorum the voter set in use is that of the
     latest ``voters`` control record in the log, committed or not: appending or fetching
-    one changes it at once, a truncation reverts it. ``election_state`` is what the driver last persisted (``None`` for a new replica);
+    one changes it at once, a truncation reverts it.
+
+    ``election_state`` is what the driver last persisted (``None`` for a new replica);
     ``random`` drives the randomized timeouts (seed it for reproducible runs); ``now_ms``
     is the driver's clock at construction. A snapshot the store holds is announced in
     the first :class:`Ready` (``load_snapshot``): the state machine starts from it.
@@ -752,8 +754,11 @@ class RaftNode:
         if state.fetch_in_flight is not None and now_ms < state.fetch_in_flight_until_ms:
             return
         log = self._log
-        if self._quorum.is_voter and log.flushed_offset < log.end_offset:
-            return  # fetch again once what was appended is durable: progress we report
+        if (self._quorum.is_voter or not self.is_static) and log.flushed_offset < log.end_offset:
+            # Fetch again once what was appended is durable: progress we report. In a
+            # dynamic quorum an observer too, since the leader may make it a voter and
+            # count the fetch offsets it reported as an observer.
+            return
         state.fetch_in_flight = OffsetAndEpoch(log.end_offset, log.last_epoch)
         state.fetch_in_flight_until_ms = now_ms + self.config.request_timeout_ms
         self._send(self._fetch_request(state.leader_id, state.epoch))
@@ -876,6 +881,8 @@ class RaftNode:
         if epoch < state.epoch:
             return
         if leader_id == self.node_id:
+            if not self._quorum.is_voter and epoch == state.epoch:
+                return  # we led this epoch until our own removal: old news
             if epoch != state.epoch or state.leader_id != self.node_id:
                 raise IllegalTransitionError(
                     f"told that this node leads epoch {epoch}, but it is {state}"
@@ -942,7 +949,10 @@ class RaftNode:
             return answer(ErrorCode.INVALID_REQUEST)
         if request.candidate_epoch < self._quorum.epoch:
             return answer(ErrorCode.FENCED_LEADER_EPOCH)
-        if not self._quorum.is_voter or request.source not in self.voters:
+        # In a dynamic quorum the candidate may be a voter of a set whose record this
+        # replica has not fetched, or has but the candidate has truncated (KIP-853): the
+        # candidate counts by its own set, one change apart from ours, so it is not refused.
+        if not self._quorum.is_voter or (self.is_static and request.source not in self.voters):
             return answer(ErrorCode.INCONSISTENT_VOTER_SET)
         if request.candidate_epoch > self._quorum.epoch:
             self._become_unattached(request.candidate_epoch, now_ms)

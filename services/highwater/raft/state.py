@@ -942,8 +942,6 @@ class QuorumState:
             raise IllegalTransitionError(f"observer {self.local_id} cannot vote")
         if candidate_id == self.local_id:
             raise IllegalTransitionError("a vote for ourselves is a candidacy")
-        if candidate_id not in self.voters:
-            raise IllegalTransitionError(f"candidate {candidate_id} is not a voter")
 
     def _durable_transition(self, state: EpochState) -> None:
         election = state.election()
