@@ -198,7 +198,7 @@ class NodeHarness:
     def __init__(
         self,
         node_id: int = 1,
-        voters: Iterable[int] = (1, 2, 3),
+        voters: Iterable[int] | VoterSet = (1, 2, 3),
         *,
         election_state: ElectionState | None = None,
         log: InMemoryRaftLog | None = None,
@@ -208,7 +208,11 @@ class NodeHarness:
         now_ms: int = 0,
     ) -> None:
         self.node_id = node_id
-        self.voters = frozenset(voters)
+        # A VoterSet makes the quorum dynamic (KIP-853); ids alone, static.
+        self.bootstrap: frozenset[int] | VoterSet = (
+            voters if isinstance(voters, VoterSet) else frozenset(voters)
+        )
+        self.voters = frozenset(voters.ids if isinstance(voters, VoterSet) else voters)
         self.config = config or RaftConfig()
         self.log = log if log is not None else InMemoryRaftLog()
         self.snapshots = snapshots if snapshots is not None else InMemorySnapshotStore()
@@ -221,7 +225,7 @@ class NodeHarness:
     def _new_node(self) -> RaftNode:
         return RaftNode(
             self.node_id,
-            self.voters,
+            self.bootstrap,
             self.log,
             self.snapshots,
             cluster_id=CLUSTER_ID,
