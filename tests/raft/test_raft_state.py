@@ -115,10 +115,12 @@ def test_granting_a_vote_is_persisted_and_only_once_per_epoch() -> None:
     assert q.take_unpersisted() == ElectionState(2, voted_id=3)
 
 
-@pytest.mark.parametrize("candidate", [1, 7])
-def test_a_vote_goes_to_another_voter_only(candidate: int) -> None:
+def test_a_vote_never_goes_to_ourselves() -> None:
     with pytest.raises(IllegalTransitionError):
-        quorum().transition_to_unattached_voted(1, candidate, now_ms=0)
+        quorum().transition_to_unattached_voted(1, 1, now_ms=0)
+    # A candidate outside our voter set is the node's call (a static quorum refuses it;
+    # a dynamic one may not have fetched the record that made it a voter, KIP-853).
+    quorum().transition_to_unattached_voted(1, 7, now_ms=0)
 
 
 def test_observers_neither_vote_nor_campaign() -> None:

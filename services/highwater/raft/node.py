@@ -878,6 +878,8 @@ class RaftNode:
         """Learn from a request or response naming ``epoch`` and its leader (Kafka's
         ``maybeTransition``): follow a newer epoch, or the leader of ours if we knew none."""
         state = self._quorum.state
+        if self.is_static and leader_id is not None and leader_id not in self.voters:
+            leader_id = None  # a static quorum's leader is one of its fixed voters
         if epoch < state.epoch:
             return
         if leader_id == self.node_id:
@@ -1118,10 +1120,10 @@ class RaftNode:
             return ErrorCode.INCONSISTENT_CLUSTER_ID
         if epoch < self._quorum.epoch:
             return ErrorCode.FENCED_LEADER_EPOCH
-        if not self._quorum.is_voter:
+        # In a dynamic quorum the epoch's leader may be a voter this replica has not
+        # fetched the record of yet (KIP-853): the epoch, won by a majority, names it.
+        if not self._quorum.is_voter or (self.is_static and source not in self.voters):
             return ErrorCode.INCONSISTENT_VOTER_SET
-        # The epoch's leader may be a voter this replica has not fetched the record of
-        # yet (KIP-853): the epoch, won by a majority, names it.
         return _NONE
 
     # --- Fetch: the leader's side ----------------------------------------------------------
