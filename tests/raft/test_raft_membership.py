@@ -27,6 +27,7 @@ from simulation import (
     begin_epoch,
     fetch_request,
     fetch_response,
+    vote_request,
     vote_response,
 )
 
@@ -182,3 +183,15 @@ def test_a_leader_that_removes_itself_resigns_once_the_change_commits() -> None:
     h.advance(10_000)
     assert h.node.role is Role.UNATTACHED  # an observer now: no campaign
     assert all(" Vote " not in line for line in h.sent())
+
+
+def test_a_replica_outside_its_own_set_votes_when_a_candidate_of_a_newer_set_asks() -> None:
+    """Node 4 was added by a record it has not fetched: the candidate counts it, so it
+    grants (and persists) its vote; a static quorum's observer never votes."""
+    h = NodeHarness(4, voters(1, 2, 3))
+    assert not h.node.is_voter
+    h.step(vote_request(1, 1, to=4))
+    assert "4->1 VoteResponse leader_id=none leader_epoch=1 vote_granted" in h.sent()
+    assert h.persisted == ElectionState(1, voted_id=1)
+    h.advance(10_000)
+    assert all(" Vote " not in line for line in h.sent())  # it still never campaigns

@@ -290,6 +290,7 @@ class RaftNode:
             retry_backoff_ms=self.config.retry_backoff_ms,
             rng=random,
         )
+        self._quorum.observers_vote = not self.is_static
         self._is_only_voter = self.voters == {node_id}
         self._outbox: list[RaftMessage] = []
         self._high_watermark: int | None = None
@@ -954,7 +955,9 @@ class RaftNode:
         # In a dynamic quorum the candidate may be a voter of a set whose record this
         # replica has not fetched, or has but the candidate has truncated (KIP-853): the
         # candidate counts by its own set, one change apart from ours, so it is not refused.
-        if not self._quorum.is_voter or (self.is_static and request.source not in self.voters):
+        # Nor is a replica that is not in its own set: the candidate, which asks only the
+        # voters of its set, may count it by a record this replica has not fetched yet.
+        if self.is_static and (not self._quorum.is_voter or request.source not in self.voters):
             return answer(ErrorCode.INCONSISTENT_VOTER_SET)
         if request.candidate_epoch > self._quorum.epoch:
             self._become_unattached(request.candidate_epoch, now_ms)

@@ -649,6 +649,9 @@ class QuorumState:
     ) -> None:
         self.local_id = local_id
         self.voters = voters
+        # A dynamic quorum (KIP-853): a replica outside its own voter set may be a voter
+        # of the candidate's newer set it has not fetched yet, so it votes when asked.
+        self.observers_vote = False
         self.election_timeout_ms = election_timeout_ms
         self.fetch_timeout_ms = fetch_timeout_ms
         self.request_timeout_ms = request_timeout_ms
@@ -740,17 +743,21 @@ class QuorumState:
                 election_deadline_ms=now_ms + self.random_election_timeout_ms(),
                 retries=1,
             )
-        elif election.leader_id is not None and election.leader_id in self.voters:
+        elif (
+            election.leader_id is not None
+            and (election.leader_id in self.voters or self.observers_vote)
+            and election.leader_id != local
+        ):
             state = FollowerState(
                 election.epoch,
                 self._tracker(),
                 leader_id=election.leader_id,
-                voted_id=election.voted_id if self.is_voter else None,
+                voted_id=election.voted_id if self.is_voter or self.observers_vote else None,
                 now_ms=now_ms,
                 fetch_timeout_ms=self.fetch_timeout_ms,
             )
         else:
-            voted = election.voted_id if self.is_voter else None
+            voted = election.voted_id if self.is_voter or self.observers_vote else None
             state = self._unattached(election.epoch, voted, now_ms)
         self._durable_transition(state)
 
@@ -938,14 +945,14 @@ class QuorumState:
         return now_ms + self.random_election_timeout_ms()
 
     def _check_can_vote(self, epoch: int, candidate_id: int) -> None:
-        if self.is_observer:
+        if self.is_observer and not self.observers_vote:
             raise IllegalTransitionError(f"observer {self.local_id} cannot vote")
         if candidate_id == self.local_id:
             raise IllegalTransitionError("a vote for ourselves is a candidacy")
 
     def _durable_transition(self, state: EpochState) -> None:
         election = state.election()
-        if self.is_observer:
+        if self.is_observer and not self.observers_vote:
             election = ElectionState(election.epoch, None, election.leader_id)
         if election != self._persisted:
             self._persisted = election
