@@ -23,6 +23,7 @@ import json
 import random
 import sys
 import time
+import uuid
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -45,6 +46,7 @@ from highwater.raft.messages import (
 from highwater.raft.node import NotLeaderError, RaftConfig, RaftNode, Ready
 from highwater.raft.snapshot import InMemorySnapshotStore
 from highwater.raft.state import ElectionState
+from highwater.raft.voter_set import MembershipChangeError, Voter, VoterSet
 from highwater.records import iter_batches
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -196,7 +198,7 @@ class NodeHarness:
     def __init__(
         self,
         node_id: int = 1,
-        voters: Iterable[int] = (1, 2, 3),
+        voters: Iterable[int] | VoterSet = (1, 2, 3),
         *,
         election_state: ElectionState | None = None,
         log: InMemoryRaftLog | None = None,
@@ -206,7 +208,11 @@ class NodeHarness:
         now_ms: int = 0,
     ) -> None:
         self.node_id = node_id
-        self.voters = frozenset(voters)
+        # A VoterSet makes the quorum dynamic (KIP-853); ids alone, static.
+        self.bootstrap: frozenset[int] | VoterSet = (
+            voters if isinstance(voters, VoterSet) else frozenset(voters)
+        )
+        self.voters = frozenset(voters.ids if isinstance(voters, VoterSet) else voters)
         self.config = config or RaftConfig()
         self.log = log if log is not None else InMemoryRaftLog()
         self.snapshots = snapshots if snapshots is not None else InMemorySnapshotStore()
@@ -219,7 +225,7 @@ class NodeHarness:
     def _new_node(self) -> RaftNode:
         return RaftNode(
             self.node_id,
-            self.voters,
+            self.bootstrap,
             self.log,
             self.snapshots,
             cluster_id=CLUSTER_ID,
@@ -311,6 +317,12 @@ class Scenario:
     proposal_interval_ms: int = 40
     fetch_max_bytes: int = 600
     snapshot_chunk_bytes: int = 128
+    membership_changes: int = 0
+    """Voter changes (KIP-853) asked of the leader during the faults: each adds a
+    replica that is not a voter or removes a voter (perhaps the leader itself). Nonzero
+    makes the quorum dynamic (voters as records in the log)."""
+    dynamic: bool = False
+    """A dynamic quorum even without random changes (for planned ones)."""
 
     @classmethod
     def from_seed(cls, seed: int, **overrides: Any) -> Scenario:
@@ -333,6 +345,7 @@ class Scenario:
             proposal_interval_ms=rng.choice((10, 30, 80)),
             fetch_max_bytes=rng.choice((600, 1 << 20)),
             snapshot_chunk_bytes=rng.choice((64, 256, 1 << 20)),
+            membership_changes=rng.choice((0, 0, 2, 6)),
         )
         return cls(**{**scenario.__dict__, **overrides})
 
@@ -371,6 +384,8 @@ class SimNode:
     verified_offset: int = 0
     snapshot_loads: int = 0
     max_flush_delay_ms: int = 8
+    # The committed voter set the driver keeps beside the election state.
+    committed_voters: tuple[int, VoterSet] | None = None
 
 
 @dataclass
@@ -386,6 +401,8 @@ class SimulationResult:
     snapshot_loads: int
     recovery_ms: int
     catch_up_ms: int
+    membership_changes: int = 0
+    membership_refusals: Counter[str] = field(default_factory=Counter)
 
     def summary(self) -> str:
         return (
@@ -417,6 +434,15 @@ class Simulation:
         self.voter_ids = frozenset(range(1, self.scenario.voters + 1))
         observer_ids = range(100, 100 + self.scenario.observers)
         self.nodes = {i: SimNode(i) for i in (*sorted(self.voter_ids), *observer_ids)}
+        self.directory_ids = {
+            i: uuid.UUID(int=random.Random(f"directory-{seed}-{i}").getrandbits(128))
+            for i in self.nodes
+        }
+        self.bootstrap_voters = VoterSet.of(
+            Voter(i, self.directory_ids[i], f"node-{i}") for i in sorted(self.voter_ids)
+        )
+        self.membership_changes = 0
+        self.membership_refusals: Counter[str] = Counter()
         for sim_node in self.nodes.values():
             # Some disks are slower than others.
             sim_node.max_flush_delay_ms = self.rng.randint(1, self.scenario.max_flush_delay_ms)
@@ -486,6 +512,8 @@ class Simulation:
             snapshot_loads=sum(n.snapshot_loads for n in self.nodes.values()),
             recovery_ms=(self.committed_at or self.done_at) - scenario.chaos_ms,
             catch_up_ms=self.done_at - scenario.chaos_ms,
+            membership_changes=self.membership_changes,
+            membership_refusals=self.membership_refusals,
         )
 
     def _schedule(self, at_ms: int, kind: str, payload: Any) -> None:
@@ -509,6 +537,8 @@ class Simulation:
             self._schedule(at, "partition", None)
         for _ in range(scenario.resigns):
             self._schedule(rng.randrange(scenario.chaos_ms), "resign", None)
+        for _ in range(scenario.membership_changes):
+            self._schedule(rng.randrange(scenario.chaos_ms), "membership", None)
         at = rng.randrange(scenario.proposal_interval_ms)
         while at < scenario.chaos_ms:
             self._schedule(at, "propose", None)
@@ -539,6 +569,8 @@ class Simulation:
             self._note(f"partition healed {sorted(payload)}")
         elif kind == "resign":
             self._resign()
+        elif kind == "membership":
+            self._change_membership(*(payload or ()))
         elif kind == "propose":
             self._propose()
         elif kind == "heal":
@@ -555,11 +587,14 @@ class Simulation:
         sim_node.applied_offset = 0
         sim_node.applied = {}
         sim_node.verified_offset = 0
+        dynamic = self.scenario.membership_changes > 0 or self.scenario.dynamic
+        kept = sim_node.committed_voters
         sim_node.node = RaftNode(
             node_id,
-            self.voter_ids,
+            (kept[1] if kept else self.bootstrap_voters) if dynamic else self.voter_ids,
             sim_node.log,
             sim_node.snapshots,
+            voters_offset=kept[0] if kept else -1,
             cluster_id=CLUSTER_ID,
             election_state=sim_node.persisted,
             random=random.Random(f"{self.seed}-{node_id}-{sim_node.incarnation}"),
@@ -624,6 +659,45 @@ class Simulation:
                 self._note(f"resign {sim_node.node_id}")
                 sim_node.node.resign(self.now_ms)
                 self._after(sim_node)
+
+    def change_membership(
+        self, at_ms: int, *, add: int | None = None, remove: int | None = None
+    ) -> None:
+        """Plan a voter change at ``at_ms``: add ``add``, remove ``remove`` (``0``: the
+        leader itself), or (neither) a random one."""
+        self._schedule(at_ms, "membership", (add, remove))
+
+    def _change_membership(self, add: int | None = None, remove: int | None = None) -> None:
+        leaders = [n for n in self.nodes.values() if n.node is not None and n.node.is_leader]
+        if not leaders:
+            return
+        leader = leaders[0]
+        node = leader.node
+        assert node is not None
+        voters = node.voter_set
+        if add is None and remove is None:
+            non_voters = sorted(set(self.nodes) - voters.ids)
+            if non_voters and (len(voters) < 3 or self.rng.random() < 0.5):
+                add = self.rng.choice(non_voters)
+            else:
+                remove = self.rng.choice(sorted(voters.ids))
+        try:
+            if add is not None:
+                voter = Voter(add, self.directory_ids[add], f"node-{add}")
+                appended = node.add_voter(voter, self.now_ms)
+            else:
+                target = leader.node_id if remove == 0 else remove
+                assert target is not None
+                appended = node.remove_voter(target, None, self.now_ms)
+        except MembershipChangeError as refusal:
+            self.membership_refusals[type(refusal).__name__] += 1
+            self._note(f"membership change refused: {refusal}")
+            return
+        self.membership_changes += 1
+        self._note(
+            f"leader {leader.node_id} appends voters {sorted(node.voter_set.ids)} at {appended}"
+        )
+        self._after(leader)
 
     # --- The network -----------------------------------------------------------------
 
@@ -732,6 +806,8 @@ class Simulation:
             return  # nothing happened that a check could see
         if ready.election_state is not None:
             sim_node.persisted = ready.election_state
+        if ready.committed_voters is not None:
+            sim_node.committed_voters = ready.committed_voters
         if ready.must_flush and not sim_node.flush_pending:
             sim_node.flush_pending = True
             self._schedule(
@@ -799,7 +875,13 @@ class Simulation:
                     )
             elif entry.offset == len(self.committed):
                 self.committed.append(record)
-                self._check_durable_on_majority(entry.offset, record)
+                if node.is_leader:
+                    # Counted by a set the leader used: the latest, or the one before it.
+                    self._check_durable_on_majority(
+                        entry.offset,
+                        record,
+                        (node.voter_set.ids, node.committed_voter_set().ids),
+                    )
             else:
                 self._fail(f"committed offset {entry.offset} seen before {len(self.committed)}")
         sim_node.verified_offset = max(sim_node.verified_offset, high_watermark)
@@ -853,19 +935,30 @@ class Simulation:
             self._note(f"node {sim_node.node_id} snapshots at {snapshot_id}")
 
     def _check_durable_on_majority(
-        self, offset: int, record: tuple[int, bytes | None, bool]
+        self,
+        offset: int,
+        record: tuple[int, bytes | None, bool],
+        voter_sets: Iterable[frozenset[int]],
     ) -> None:
         """A committed entry is durable on a majority of voters (flushed, or in a snapshot)."""
+        for voter_ids in voter_sets:
+            durable = self._durable_on(offset, record, voter_ids)
+            if durable > len(voter_ids) // 2:
+                return
+        self._fail(f"offset {offset} is committed but durable on only {durable} voters")
+
+    def _durable_on(
+        self, offset: int, record: tuple[int, bytes | None, bool], voter_ids: frozenset[int]
+    ) -> int:
         durable = 0
-        for voter_id in self.voter_ids:
+        for voter_id in voter_ids:
             log = self.nodes[voter_id].log
             if offset < log.start_offset:
                 durable += 1
             elif offset < log.flushed_offset:
                 entry = log.entry(offset)
                 durable += (entry.epoch, entry.value, entry.is_control) == record
-        if durable <= len(self.voter_ids) // 2:
-            self._fail(f"offset {offset} is committed but durable on only {durable} voters")
+        return durable
 
     def _check_committed_value(self, sim_node: SimNode, offset: int, value: Any) -> None:
         if offset >= len(self.committed):

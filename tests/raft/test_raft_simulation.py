@@ -19,6 +19,7 @@ import os
 from collections import Counter
 
 import pytest
+from highwater.raft.state import Role
 from simulation import Scenario, Simulation, SimulationFailure, run_schedule
 
 SCHEDULES = int(os.environ.get("HIGHWATER_RAFT_SCHEDULES", "2000"))
@@ -50,6 +51,7 @@ def test_the_random_schedules_cover_the_scenarios_asked_for() -> None:
     assert sum(s.late_observer_ms > 0 for s in scenarios) > SCHEDULES // 5
     assert sum(s.outages > 0 for s in scenarios) > SCHEDULES // 3
     assert sum(s.drop_rate > 0 and s.duplicate_rate > 0 for s in scenarios) > SCHEDULES // 3
+    assert sum(s.membership_changes > 0 for s in scenarios) > SCHEDULES // 3
 
 
 def test_a_schedule_replays_identically_from_its_seed() -> None:
@@ -117,3 +119,65 @@ def test_a_partitioned_leader_resigns_and_the_majority_elects_another(voters: in
     assert later, "the majority side elected no new leader"
     assert all(result.leaders[epoch] != old_leader for epoch in later[:1])
     assert result.acknowledged > 0
+
+
+# --- Dynamic membership (KIP-853) ------------------------------------------------------
+
+
+def test_membership_changes_under_faults_keep_one_leader_per_epoch() -> None:
+    """Many changes (adds, removes, the leader removing itself) amid loss, partitions and
+    crashes: every check above holds, and changes both land and get refused."""
+    changes, refusals = 0, Counter[str]()
+    for seed in range(20):
+        result = run_schedule(seed, membership_changes=6)
+        changes += result.membership_changes
+        refusals += result.membership_refusals
+    assert changes >= 20
+    assert refusals["ChangeInProgressError"] > 0
+    assert refusals["NotCaughtUpError"] > 0
+
+
+def test_a_voter_is_replaced_by_an_observer_while_proposals_commit() -> None:
+    simulation = Simulation(21, quiet(dynamic=True, proposal_interval_ms=10))
+    simulation.change_membership(400, remove=3)
+    simulation.change_membership(800, add=100)
+    result = simulation.run()
+    assert result.membership_changes == 2
+    assert len(result.leaders) == 1
+    for node_id, sim_node in simulation.nodes.items():
+        assert sim_node.node is not None
+        assert sim_node.node.voter_set.ids == {1, 2, 100}, node_id
+        assert sim_node.node.is_voter == (node_id != 3)
+    # The new voter is counted: its directory id is the one it was added with.
+    voter = simulation.nodes[1].node.voter_set.get(100)  # type: ignore[union-attr]
+    assert voter is not None and voter.directory_id == simulation.directory_ids[100]
+    assert result.acknowledged > 50
+
+
+def test_a_leader_that_removes_itself_leads_until_the_change_commits_then_resigns() -> None:
+    simulation = Simulation(22, quiet(dynamic=True, proposal_interval_ms=10))
+    simulation.change_membership(500, remove=0)
+    result = simulation.run()
+    first_epoch, *later = sorted(result.leaders)
+    old_leader = result.leaders[first_epoch]
+    assert later and all(result.leaders[epoch] != old_leader for epoch in later)
+    node = simulation.nodes[old_leader].node
+    assert node is not None
+    assert not node.is_voter and node.role is not Role.LEADER
+    assert old_leader not in simulation.nodes[result.leaders[later[-1]]].node.voter_set.ids  # type: ignore[union-attr]
+
+
+def test_refused_changes_a_lagging_observer_two_at_once_and_a_static_quorum() -> None:
+    simulation = Simulation(23, quiet(dynamic=True))
+    simulation.isolate([100], 0, 1400)  # the observer cannot catch up
+    simulation.change_membership(600, add=100)
+    simulation.change_membership(700, remove=2)
+    simulation.change_membership(700, remove=3)  # the first is not committed yet
+    result = simulation.run()
+    assert result.membership_refusals["NotCaughtUpError"] == 1
+    assert result.membership_refusals["ChangeInProgressError"] == 1
+    assert simulation.nodes[1].node.voter_set.ids == {1, 3}  # type: ignore[union-attr]
+
+    static = Simulation(23, quiet())
+    static.change_membership(600, remove=2)
+    assert static.run().membership_refusals == Counter({"StaticQuorumError": 1})

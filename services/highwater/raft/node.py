@@ -39,6 +39,7 @@ The protocol is Kafka's KRaft (KIP-595, KIP-630, KIP-996):
 from __future__ import annotations
 
 import random as _random
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -79,6 +80,20 @@ from highwater.raft.state import (
     SnapshotFetch,
     UnattachedState,
 )
+from highwater.raft.voter_set import (
+    LeaderView,
+    MembershipChangeError,
+    Voter,
+    VoterSet,
+    VoterSetHistory,
+    check_add_voter,
+    check_remove_voter,
+    check_update_voter,
+    decode_voters_record,
+    encode_voters_record,
+    is_voters_record,
+)
+from highwater.records import iter_batches
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
@@ -87,6 +102,7 @@ __all__ = [
     "RaftNode",
     "Ready",
     "RoleChange",
+    "StaticQuorumError",
 ]
 
 _NONE = ErrorCode.NONE
@@ -124,6 +140,9 @@ class RaftConfig:
     retry_backoff_ms: int = 20
     """``quorum.retry.backoff.ms``: the wait after a failed request, and the unit of the
     election backoff."""
+    voter_catch_up_ms: int = 2000
+    """How recently an observer must have fetched up to the leader's log end for
+    AddRaftVoter to accept it (KIP-853's "caught up")."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -132,6 +151,7 @@ class RaftConfig:
             "fetch_max_bytes",
             "snapshot_chunk_bytes",
             "request_timeout_ms",
+            "voter_catch_up_ms",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
@@ -145,6 +165,12 @@ class RaftConfig:
                 raise ValueError(f"{name} must not be negative")
         if self.request_timeout_ms <= self.fetch_max_wait_ms:
             raise ValueError("request_timeout_ms must exceed fetch_max_wait_ms (the long poll)")
+
+
+class StaticQuorumError(MembershipChangeError):
+    """A voter change asked of a quorum whose voters are fixed by ``--voters``."""
+
+    code = ErrorCode.UNSUPPORTED_VERSION
 
 
 class NotLeaderError(HighwaterError):
@@ -186,6 +212,12 @@ class Ready:
     """The new commit point: apply the committed entries below it to the state machine."""
     role: RoleChange | None = None
     """The replica's role, epoch or known leader changed."""
+    voters: VoterSet | None = None
+    """The voter set in use changed (a ``voters`` record was appended, fetched or
+    truncated away): where the voters listen, for the transport."""
+    committed_voters: tuple[int, VoterSet] | None = None
+    """The committed voter set changed: its record's offset and the set, to keep beside
+    the quorum state (a snapshot may later cut the record out of the log)."""
 
     @property
     def is_empty(self) -> bool:
@@ -196,11 +228,21 @@ class Ready:
             and self.load_snapshot is None
             and self.high_watermark is None
             and self.role is None
+            and self.voters is None
+            and self.committed_voters is None
         )
 
 
 class RaftNode:
-    """One replica of the quorum: a voter when ``node_id`` is in ``voters``, else an observer.
+    """One replica of the quorum: a voter when ``node_id`` is in the voter set in use, else
+    an observer.
+
+    ``voters`` is either a fixed set of ids (a static quorum, ``--voters``: no changes)
+    or the bootstrap :class:`VoterSet` of a dynamic quorum (KIP-853), in force from
+    ``voters_offset`` (-1 for the bootstrap; the offset of the committed ``voters``
+    record the driver kept). In a dynamic quorum the voter set in use is that of the
+    latest ``voters`` control record in the log, committed or not: appending or fetching
+    one changes it at once, a truncation reverts it.
 
     ``election_state`` is what the driver last persisted (``None`` for a new replica);
     ``random`` drives the randomized timeouts (seed it for reproducible runs); ``now_ms``
@@ -211,10 +253,11 @@ class RaftNode:
     def __init__(
         self,
         node_id: int,
-        voters: frozenset[int],
+        voters: frozenset[int] | VoterSet,
         log: RaftLog,
         snapshots: SnapshotStore,
         *,
+        voters_offset: int = -1,
         cluster_id: str,
         election_state: ElectionState | None,
         random: _random.Random,
@@ -224,7 +267,14 @@ class RaftNode:
         if not voters:
             raise ValueError("a quorum needs at least one voter")
         self.node_id = node_id
-        self.voters = frozenset(voters)
+        self.is_static = not isinstance(voters, VoterSet)
+        bootstrap = (
+            voters
+            if isinstance(voters, VoterSet)
+            else VoterSet.of(Voter(v, uuid.UUID(int=0), "") for v in voters)
+        )
+        self._history = VoterSetHistory(bootstrap, voters_offset)
+        self.voters = bootstrap.ids
         self.cluster_id = cluster_id
         self.config = config or RaftConfig()
         self._log = log
@@ -240,6 +290,7 @@ class RaftNode:
             retry_backoff_ms=self.config.retry_backoff_ms,
             rng=random,
         )
+        self._quorum.observers_vote = not self.is_static
         self._is_only_voter = self.voters == {node_id}
         self._outbox: list[RaftMessage] = []
         self._high_watermark: int | None = None
@@ -249,6 +300,10 @@ class RaftNode:
         self._reported_state: EpochState | None = None
         # The leader's parked fetches: replica id -> (request, when to answer anyway).
         self._parked: dict[int, tuple[FetchRequest, int]] = {}
+        # A leader that removed itself resigns once the record at this offset commits.
+        self._resign_after: int | None = None
+        self._reported_voters: VoterSet = bootstrap
+        self._reported_committed_offset = voters_offset
 
         latest = snapshots.latest()
         if latest is not None:
@@ -260,6 +315,9 @@ class RaftNode:
                     log.truncate_to_snapshot(latest)
             self._load_snapshot = latest
             self._high_watermark = latest.offset
+        if not self.is_static:
+            self._scan_voters_records(max(log.start_offset, voters_offset + 1))
+            self._voters_changed(now_ms)
         self._quorum.initialize(
             election_state, OffsetAndEpoch(log.end_offset, log.last_epoch), now_ms
         )
@@ -297,6 +355,15 @@ class RaftNode:
     @property
     def high_watermark(self) -> int | None:
         return self._high_watermark
+
+    @property
+    def voter_set(self) -> VoterSet:
+        """The voter set in use: the latest ``voters`` record's, committed or not."""
+        return self._history.latest()
+
+    def committed_voter_set(self) -> VoterSet:
+        """The voter set of the latest ``voters`` record below the high watermark."""
+        return self._history.committed(self._high_watermark or 0)
 
     @property
     def state(self) -> EpochState:
@@ -374,6 +441,119 @@ class RaftNode:
         self._answer_parked(now_ms, lambda request, deadline_ms: request.fetch_offset < end_offset)
         return appended
 
+    # --- Membership changes (KIP-853), on the leader ---------------------------------------
+
+    def add_voter(self, voter: Voter, now_ms: int) -> OffsetAndEpoch:
+        """AddRaftVoter: append a ``voters`` record with ``voter`` added; its id.
+
+        The node must be an observer caught up with this leader (it fetched up to the log
+        end within ``voter_catch_up_ms``). The change is committed once the high watermark
+        passes the returned offset; until then another change is refused. Raises
+        :class:`NotLeaderError` or a :class:`MembershipChangeError` naming the refusal.
+        """
+        now_ms = self._advance(now_ms)
+        state, view = self._membership_view()
+        observer = state.observer_states.get(voter.node_id)
+        new = check_add_voter(
+            view,
+            voter,
+            observer_caught_up_ms=None if observer is None else observer.last_caught_up_ms,
+            now_ms=now_ms,
+            catch_up_ms=self.config.voter_catch_up_ms,
+        )
+        return self._append_voters(state, new, now_ms)
+
+    def remove_voter(
+        self, node_id: int, directory_id: uuid.UUID | None, now_ms: int
+    ) -> OffsetAndEpoch:
+        """RemoveRaftVoter: append a ``voters`` record without the voter; its id.
+
+        Removing this leader is allowed: it leads on, counting the new set, until the
+        record commits, then resigns and stays on as an observer.
+        """
+        now_ms = self._advance(now_ms)
+        state, view = self._membership_view()
+        removal = check_remove_voter(view, node_id, directory_id)
+        appended = self._append_voters(state, removal.voters, now_ms)
+        if removal.leader_resigns:
+            self._resign_after = appended.offset
+            self._poll(now_ms)
+        return appended
+
+    def update_voter(self, voter: Voter, now_ms: int) -> OffsetAndEpoch:
+        """UpdateRaftVoter: append a ``voters`` record with the voter's new endpoint."""
+        now_ms = self._advance(now_ms)
+        state, view = self._membership_view()
+        return self._append_voters(state, check_update_voter(view, voter), now_ms)
+
+    def _membership_view(self) -> tuple[LeaderState, LeaderView]:
+        state = self._quorum.state
+        if not isinstance(state, LeaderState):
+            raise NotLeaderError(self.leader_id, state.epoch)
+        if self.is_static:
+            raise StaticQuorumError(
+                "the voters are fixed by --voters (a static quorum); start the quorum with "
+                "--initial-controllers to change them"
+            )
+        high_watermark = state.high_watermark
+        view = LeaderView(
+            voters=self._history.latest(),
+            leader_id=self.node_id,
+            log_end_offset=self._log.end_offset,
+            pending_change=high_watermark is None or self._history.pending_change(high_watermark),
+            committed_in_epoch=high_watermark is not None,
+        )
+        return state, view
+
+    def _append_voters(self, state: LeaderState, voters: VoterSet, now_ms: int) -> OffsetAndEpoch:
+        appended = self._log.append_as_leader(
+            [encode_voters_record(voters)], state.epoch, control=True
+        )
+        self._history.add_at(appended.offset, voters)
+        self._voters_changed(now_ms)
+        if state.update_local_state(self._log.flushed_offset, self._log.end_offset, now_ms):
+            self._on_leader_high_watermark(state, now_ms)
+        end_offset = self._log.end_offset
+        self._answer_parked(now_ms, lambda request, deadline_ms: request.fetch_offset < end_offset)
+        return appended
+
+    def _scan_voters_records(self, start_offset: int) -> None:
+        """Record the ``voters`` records of the log from ``start_offset`` (at start-up)."""
+        log = self._log
+        offset = start_offset
+        while offset < log.end_offset:
+            data = log.read(offset, self.config.fetch_max_bytes)
+            if not data:
+                return
+            offset = self._note_voters_records(data, start_offset)
+
+    def _note_voters_records(self, batches: bytes, start_offset: int = 0) -> int:
+        """Record the ``voters`` records among ``batches``; the offset after them."""
+        end = start_offset
+        for batch in iter_batches(batches):
+            end = batch.next_offset
+            if not batch.is_control or batch.base_offset < start_offset:
+                continue
+            for index, record in enumerate(batch.records()):
+                value = record.value
+                if value is not None and is_voters_record(value):
+                    offset = batch.base_offset + index
+                    if offset > self._history.latest_offset():
+                        self._history.add_at(offset, decode_voters_record(value))
+        return end
+
+    def _voters_changed(self, now_ms: int) -> None:
+        """Use the latest voter set: the quorum's checks, the leader's counts."""
+        voters = self._history.latest().ids
+        if voters == self.voters:
+            return
+        self.voters = voters
+        self._quorum.voters = voters
+        self._is_only_voter = voters == {self.node_id}
+        state = self._quorum.state if self._quorum.initialized else None
+        if isinstance(state, LeaderState) and state.set_voters(voters):
+            self._on_leader_high_watermark(state, now_ms)
+
     def on_flushed(self, offset: int, now_ms: int) -> None:
         """The driver flushed the log up to ``offset`` (the log's ``flushed_offset`` says
         what is durable): the leader counts it, a follower may fetch again."""
@@ -430,6 +610,7 @@ class RaftNode:
             if not self._log_holds(snapshot_id):
                 raise ValueError(f"snapshot {snapshot_id}: the log has another epoch there")
             log.delete_before(snapshot_id.offset)
+        self._history.forget_before(snapshot_id.offset)
         self._snapshots.delete_before(snapshot_id)
 
     def _log_holds(self, snapshot_id: OffsetAndEpoch) -> bool:
@@ -466,6 +647,15 @@ class RaftNode:
         ):
             high_watermark = self._reported_high_watermark = self._high_watermark
         state = self._quorum.state
+        voters = None
+        if self._history.latest() != self._reported_voters:
+            voters = self._reported_voters = self._history.latest()
+        committed_voters = None
+        if not self.is_static and self._high_watermark is not None:
+            committed = self._history.committed_entry(self._high_watermark)
+            if committed[0] > self._reported_committed_offset:
+                committed_voters = committed
+                self._reported_committed_offset = committed[0]
         role_change = None
         if self._reported_state is not state:
             self._reported_state = state
@@ -480,6 +670,8 @@ class RaftNode:
             load_snapshot=load_snapshot,
             high_watermark=high_watermark,
             role=role_change,
+            voters=voters,
+            committed_voters=committed_voters,
         )
 
     # --- Polling: what each state does as time passes -------------------------------------
@@ -504,7 +696,16 @@ class RaftNode:
             self._poll_resigned(state, now_ms)
 
     def _poll_leader(self, state: LeaderState, now_ms: int) -> None:
-        if len(self.voters) > 1 and state.has_lost_quorum(now_ms):
+        if (
+            self._resign_after is not None
+            and state.high_watermark is not None
+            and state.high_watermark > self._resign_after
+        ):
+            # Our own removal committed: hand over to the remaining voters.
+            self._resign(state, state.preferred_successors(), now_ms)
+            self._poll(now_ms)
+            return
+        if (len(self.voters) > 1 or not self.is_voter) and state.has_lost_quorum(now_ms):
             self._resign(state, (), now_ms)
             self._poll(now_ms)
             return
@@ -554,8 +755,11 @@ class RaftNode:
         if state.fetch_in_flight is not None and now_ms < state.fetch_in_flight_until_ms:
             return
         log = self._log
-        if self._quorum.is_voter and log.flushed_offset < log.end_offset:
-            return  # fetch again once what was appended is durable: progress we report
+        if (self._quorum.is_voter or not self.is_static) and log.flushed_offset < log.end_offset:
+            # Fetch again once what was appended is durable: progress we report. In a
+            # dynamic quorum an observer too, since the leader may make it a voter and
+            # count the fetch offsets it reported as an observer.
+            return
         state.fetch_in_flight = OffsetAndEpoch(log.end_offset, log.last_epoch)
         state.fetch_in_flight_until_ms = now_ms + self.config.request_timeout_ms
         self._send(self._fetch_request(state.leader_id, state.epoch))
@@ -589,6 +793,13 @@ class RaftNode:
             self._send(self._fetch_request(voter, state.epoch))
 
     def _poll_resigned(self, state: ResignedState, now_ms: int) -> None:
+        if not self._quorum.is_voter and (
+            not state.unacknowledged or now_ms >= state.election_deadline_ms
+        ):
+            # A leader that removed itself: from now on an observer looking for the leader.
+            self._become_unattached(state.epoch, now_ms)
+            self._poll(now_ms)
+            return
         if self._is_only_voter or now_ms >= state.election_deadline_ms:
             self._become_prospective(now_ms)
             return
@@ -657,6 +868,8 @@ class RaftNode:
     def _after_transition(self, now_ms: int) -> None:
         """A leader that stepped down answers its parked fetches (with an error naming
         the new epoch and leader, if known)."""
+        if not self.is_leader:
+            self._resign_after = None
         if self._parked and not self.is_leader:
             parked, self._parked = self._parked, {}
             for request, _ in parked.values():
@@ -666,11 +879,13 @@ class RaftNode:
         """Learn from a request or response naming ``epoch`` and its leader (Kafka's
         ``maybeTransition``): follow a newer epoch, or the leader of ours if we knew none."""
         state = self._quorum.state
-        if leader_id is not None and leader_id not in self.voters:
-            leader_id = None
+        if self.is_static and leader_id is not None and leader_id not in self.voters:
+            leader_id = None  # a static quorum's leader is one of its fixed voters
         if epoch < state.epoch:
             return
         if leader_id == self.node_id:
+            if not self._quorum.is_voter and epoch == state.epoch:
+                return  # we led this epoch until our own removal: old news
             if epoch != state.epoch or state.leader_id != self.node_id:
                 raise IllegalTransitionError(
                     f"told that this node leads epoch {epoch}, but it is {state}"
@@ -737,7 +952,12 @@ class RaftNode:
             return answer(ErrorCode.INVALID_REQUEST)
         if request.candidate_epoch < self._quorum.epoch:
             return answer(ErrorCode.FENCED_LEADER_EPOCH)
-        if not self._quorum.is_voter or request.source not in self.voters:
+        # In a dynamic quorum the candidate may be a voter of a set whose record this
+        # replica has not fetched, or has but the candidate has truncated (KIP-853): the
+        # candidate counts by its own set, one change apart from ours, so it is not refused.
+        # Nor is a replica that is not in its own set: the candidate, which asks only the
+        # voters of its set, may count it by a record this replica has not fetched yet.
+        if self.is_static and (not self._quorum.is_voter or request.source not in self.voters):
             return answer(ErrorCode.INCONSISTENT_VOTER_SET)
         if request.candidate_epoch > self._quorum.epoch:
             self._become_unattached(request.candidate_epoch, now_ms)
@@ -903,7 +1123,9 @@ class RaftNode:
             return ErrorCode.INCONSISTENT_CLUSTER_ID
         if epoch < self._quorum.epoch:
             return ErrorCode.FENCED_LEADER_EPOCH
-        if not self._quorum.is_voter or source not in self.voters:
+        # In a dynamic quorum the epoch's leader may be a voter this replica has not
+        # fetched the record of yet (KIP-853): the epoch, won by a majority, names it.
+        if not self._quorum.is_voter or (self.is_static and source not in self.voters):
             return ErrorCode.INCONSISTENT_VOTER_SET
         return _NONE
 
@@ -1138,6 +1360,9 @@ class RaftNode:
         else:
             if response.records:
                 log.append_as_follower(response.records)
+                if not self.is_static:
+                    self._note_voters_records(response.records)
+                    self._voters_changed(now_ms)
             if response.high_watermark >= 0:
                 self._set_high_watermark(min(response.high_watermark, log.end_offset))
 
@@ -1153,6 +1378,8 @@ class RaftNode:
                 f"{self._high_watermark}"
             )
         log.truncate_to(offset)
+        self._history.truncate_to(offset)
+        self._voters_changed(self._now_ms)
 
     def _start_snapshot_fetch(self, state: FollowerState, snapshot_id: OffsetAndEpoch) -> None:
         if snapshot_id in self._snapshots.snapshots():
@@ -1163,6 +1390,9 @@ class RaftNode:
 
     def _install_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
         self._log.truncate_to_snapshot(snapshot_id)
+        self._history.truncate_to(snapshot_id.offset)
+        self._history.forget_before(snapshot_id.offset)
+        self._voters_changed(self._now_ms)
         self._snapshots.delete_before(snapshot_id)
         self._load_snapshot = snapshot_id
         self._set_high_watermark(snapshot_id.offset)

@@ -372,12 +372,17 @@ class LeaderState(EpochState):
         self.epoch_start_offset = epoch_start_offset
         self.fetch_timeout_ms = fetch_timeout_ms
         self.high_watermark: int | None = None
-        self.voter_states = {voter: ReplicaState(voter) for voter in voters}
+        # The leader's own progress, counted among the voters' only while it is one.
+        self.local_state = ReplicaState(local_id)
+        self.voter_states = {
+            voter: self.local_state if voter == local_id else ReplicaState(voter)
+            for voter in voters
+        }
         self.observer_states: dict[int, ReplicaState] = {}
         # Voters that know of this epoch (acknowledged BeginQuorumEpoch or fetched).
         self.acknowledged: set[int] = {local_id}
         self.check_quorum_deadline_ms = now_ms + fetch_timeout_ms
-        self._heard_since_check: set[int] = {local_id}
+        self._heard_since_check: set[int] = {local_id} & voters
 
     @property
     def leader_id(self) -> int | None:
@@ -395,11 +400,28 @@ class LeaderState(EpochState):
     def unacknowledged_voters(self) -> list[int]:
         return sorted(self.voters - self.acknowledged)
 
+    def set_voters(self, voters: frozenset[int]) -> bool:
+        """The voter set in use changed (a ``voters`` record was appended): a new voter's
+        progress is taken over from its observer state, a removed one's becomes an
+        observer's; True if the high watermark moved (counted with the new set)."""
+        for removed in self.voter_states.keys() - voters:
+            state = self.voter_states.pop(removed)
+            if removed != self.local_id:
+                self.observer_states[removed] = state
+        for added in voters - self.voter_states.keys():
+            if added == self.local_id:
+                self.voter_states[added] = self.local_state
+            else:
+                self.voter_states[added] = self.observer_states.pop(added, ReplicaState(added))
+        self.voters = voters
+        self._heard_since_check &= voters
+        return self._update_high_watermark()
+
     # --- Progress --------------------------------------------------------------------
 
     def update_local_state(self, flushed_offset: int, end_offset: int, now_ms: int) -> bool:
         """The leader's own progress; True if the high watermark moved."""
-        local = self.voter_states[self.local_id]
+        local = self.local_state
         local.end_offset = flushed_offset
         local.last_fetch_ms = now_ms
         local.last_caught_up_ms = now_ms
@@ -462,7 +484,7 @@ class LeaderState(EpochState):
         self._heard_since_check.add(voter_id)
         if len(self._heard_since_check) >= len(self.voters) // 2 + 1:
             self.check_quorum_deadline_ms = now_ms + self.fetch_timeout_ms
-            self._heard_since_check = {self.local_id}
+            self._heard_since_check = {self.local_id} & self.voters
 
     def has_lost_quorum(self, now_ms: int) -> bool:
         return now_ms >= self.check_quorum_deadline_ms
@@ -627,6 +649,9 @@ class QuorumState:
     ) -> None:
         self.local_id = local_id
         self.voters = voters
+        # A dynamic quorum (KIP-853): a replica outside its own voter set may be a voter
+        # of the candidate's newer set it has not fetched yet, so it votes when asked.
+        self.observers_vote = False
         self.election_timeout_ms = election_timeout_ms
         self.fetch_timeout_ms = fetch_timeout_ms
         self.request_timeout_ms = request_timeout_ms
@@ -651,6 +676,10 @@ class QuorumState:
     @property
     def leader_id(self) -> int | None:
         return self.state.leader_id
+
+    @property
+    def initialized(self) -> bool:
+        return self._state is not None
 
     @property
     def is_voter(self) -> bool:
@@ -714,17 +743,21 @@ class QuorumState:
                 election_deadline_ms=now_ms + self.random_election_timeout_ms(),
                 retries=1,
             )
-        elif election.leader_id is not None and election.leader_id in self.voters:
+        elif (
+            election.leader_id is not None
+            and (election.leader_id in self.voters or self.observers_vote)
+            and election.leader_id != local
+        ):
             state = FollowerState(
                 election.epoch,
                 self._tracker(),
                 leader_id=election.leader_id,
-                voted_id=election.voted_id if self.is_voter else None,
+                voted_id=election.voted_id if self.is_voter or self.observers_vote else None,
                 now_ms=now_ms,
                 fetch_timeout_ms=self.fetch_timeout_ms,
             )
         else:
-            voted = election.voted_id if self.is_voter else None
+            voted = election.voted_id if self.is_voter or self.observers_vote else None
             state = self._unattached(election.epoch, voted, now_ms)
         self._durable_transition(state)
 
@@ -735,7 +768,8 @@ class QuorumState:
         (prospective) or, for an observer, a leader that went quiet."""
         current = self.state
         same_epoch_allowed = isinstance(current, ProspectiveState) or (
-            self.is_observer and isinstance(current, FollowerState | UnattachedState)
+            self.is_observer
+            and isinstance(current, FollowerState | UnattachedState | ResignedState)
         )
         if epoch < current.epoch or (epoch == current.epoch and not same_epoch_allowed):
             raise IllegalTransitionError(
@@ -851,10 +885,6 @@ class QuorumState:
         current = self.state
         if leader_id == self.local_id:
             raise IllegalTransitionError(f"cannot follow ourselves in epoch {epoch}")
-        if leader_id not in self.voters:
-            raise IllegalTransitionError(
-                f"leader {leader_id} is not a voter of {sorted(self.voters)}"
-            )
         if epoch < current.epoch:
             raise IllegalTransitionError(
                 f"cannot follow {leader_id} in epoch {epoch} from {current}"
@@ -915,16 +945,14 @@ class QuorumState:
         return now_ms + self.random_election_timeout_ms()
 
     def _check_can_vote(self, epoch: int, candidate_id: int) -> None:
-        if self.is_observer:
+        if self.is_observer and not self.observers_vote:
             raise IllegalTransitionError(f"observer {self.local_id} cannot vote")
         if candidate_id == self.local_id:
             raise IllegalTransitionError("a vote for ourselves is a candidacy")
-        if candidate_id not in self.voters:
-            raise IllegalTransitionError(f"candidate {candidate_id} is not a voter")
 
     def _durable_transition(self, state: EpochState) -> None:
         election = state.election()
-        if self.is_observer:
+        if self.is_observer and not self.observers_vote:
             election = ElectionState(election.epoch, None, election.leader_id)
         if election != self._persisted:
             self._persisted = election

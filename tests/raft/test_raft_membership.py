@@ -1,0 +1,197 @@
+"""The core's dynamic membership (KIP-853), one node by hand: the voter set in use follows the
+``voters`` records of the log, and the leader's AddRaftVoter/RemoveRaftVoter/UpdateRaftVoter
+events append them or refuse with a typed error. The simulation (test_raft_simulation.py)
+runs the same changes through faults."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from highwater.raft.log import InMemoryRaftLog
+from highwater.raft.node import NotLeaderError, StaticQuorumError
+from highwater.raft.state import ElectionState, Role
+from highwater.raft.voter_set import (
+    ChangeInProgressError,
+    DuplicateVoterError,
+    LastVoterError,
+    NotCaughtUpError,
+    Voter,
+    VoterNotFoundError,
+    VoterSet,
+    encode_voters_record,
+)
+from highwater.v1.common_pb2 import ErrorCode
+from simulation import (
+    NodeHarness,
+    begin_epoch,
+    fetch_request,
+    fetch_response,
+    vote_request,
+    vote_response,
+)
+
+DIRS = {i: uuid.UUID(int=i) for i in range(1, 10)}
+
+
+def voter(node_id: int, directory: uuid.UUID | None = None) -> Voter:
+    return Voter(node_id, directory or DIRS[node_id], f"h{node_id}:9093")
+
+
+def voters(*ids: int) -> VoterSet:
+    return VoterSet.of(voter(i) for i in ids)
+
+
+def log_of(epoch: int, count: int) -> InMemoryRaftLog:
+    log = InMemoryRaftLog()
+    for _ in range(count):
+        log.append_as_leader([f"e{epoch}@{log.end_offset}".encode()], epoch)
+    log.mark_flushed(log.end_offset)
+    return log
+
+
+def dynamic_leader(*ids: int, committed: bool = True) -> NodeHarness:
+    """Node 1 leading epoch 1 of a dynamic quorum; ``committed``: node 2 fetched its
+    leader-change record, so the high watermark is in its epoch."""
+    h = NodeHarness(1, voters(*ids), election_state=ElectionState(0))
+    h.advance(10_000)
+    others = [v for v in ids if v != 1]
+    h.step(*(vote_response(v, 0, True, pre_vote=True) for v in others))
+    h.step(*(vote_response(v, 1, True) for v in others))
+    assert h.node.is_leader
+    h.flush()
+    h.ready()
+    if committed:
+        h.step(fetch_request(2, 1, (h.log.end_offset, 1)))
+        assert h.node.high_watermark == h.log.end_offset
+    return h
+
+
+def test_a_fetched_voters_record_is_used_at_once_and_a_truncation_reverts_it() -> None:
+    leader_log = log_of(1, 3)
+    leader_log.append_as_leader([encode_voters_record(voters(1, 2, 3, 4))], 2, control=True)
+    follow = NodeHarness(2, voters(1, 2, 3), log=log_of(1, 3))
+    follow.step(begin_epoch(1, 2, to=2))
+    follow.ready()
+    follow.step(fetch_response(1, 2, (3, 1), records=leader_log.read(3, 1 << 20), to=2))
+    assert follow.node.voter_set == voters(1, 2, 3, 4)  # uncommitted, in use
+    assert follow.node.committed_voter_set() == voters(1, 2, 3)
+    assert follow.ready().voters == voters(1, 2, 3, 4)
+    # A new leader whose log never had the record: the follower truncates it away.
+    follow.flush()
+    follow.step(begin_epoch(3, 3, to=2))
+    follow.ready()
+    follow.step(fetch_response(3, 3, (4, 2), diverging=(3, 1), to=2))
+    assert follow.log.end_offset == 3
+    assert follow.node.voter_set == voters(1, 2, 3)
+
+
+def test_a_restarted_replica_finds_its_voters_in_its_log() -> None:
+    log = log_of(1, 2)
+    log.append_as_leader([encode_voters_record(voters(2, 3))], 1, control=True)
+    log.mark_flushed(log.end_offset)
+    h = NodeHarness(1, voters(1, 2, 3), log=log)
+    assert h.node.voter_set == voters(2, 3)
+    assert not h.node.is_voter  # removed: it only observes
+    h.advance(10_000)
+    assert h.node.role is Role.UNATTACHED
+    assert all(" Vote " not in line for line in h.sent())
+
+
+def test_add_voter_appends_a_record_counted_at_once() -> None:
+    h = dynamic_leader(1, 2, 3)
+    end = h.log.end_offset
+    h.step(fetch_request(4, 1, (end, 1)))  # observer 4 has caught up
+    appended = h.node.add_voter(voter(4), h.now_ms)
+    assert appended.offset == end
+    assert h.node.voter_set == voters(1, 2, 3, 4)
+    entry = h.log.entry(end)
+    assert entry.is_control and entry.value == encode_voters_record(voters(1, 2, 3, 4))
+    # Counted by the new set at once: the leader and 2 are no longer a majority of four.
+    h.flush()
+    h.step(fetch_request(2, 1, (end + 1, 1)))
+    assert h.node.high_watermark == end
+    h.step(fetch_request(4, 1, (end + 1, 1)))
+    assert h.node.high_watermark == end + 1
+    assert h.ready().committed_voters == (end, voters(1, 2, 3, 4))
+
+
+def test_each_refusal_is_typed() -> None:
+    fresh = dynamic_leader(1, 2, 3, committed=False)
+    with pytest.raises(ChangeInProgressError) as info:
+        fresh.node.remove_voter(3, None, fresh.now_ms)
+    assert info.value.code == ErrorCode.REQUEST_TIMED_OUT
+
+    h = dynamic_leader(1, 2, 3)
+    with pytest.raises(NotCaughtUpError, match="not a caught-up observer"):
+        h.node.add_voter(voter(4), h.now_ms)  # never fetched
+    h.step(fetch_request(4, 1, (0, 0)))
+    with pytest.raises(NotCaughtUpError):
+        h.node.add_voter(voter(4), h.now_ms)  # fetched, but from far behind
+    with pytest.raises(DuplicateVoterError, match="new incarnation"):
+        h.node.add_voter(voter(2, uuid.UUID(int=99)), h.now_ms)
+    with pytest.raises(VoterNotFoundError):
+        h.node.remove_voter(9, None, h.now_ms)
+    with pytest.raises(VoterNotFoundError):
+        h.node.remove_voter(2, uuid.UUID(int=99), h.now_ms)  # another incarnation
+    with pytest.raises(VoterNotFoundError):
+        h.node.update_voter(voter(2, uuid.UUID(int=99)), h.now_ms)
+    h.node.remove_voter(3, DIRS[3], h.now_ms)
+    with pytest.raises(ChangeInProgressError, match="one change at a time"):
+        h.node.remove_voter(2, None, h.now_ms)
+    assert h.node.voter_set == voters(1, 2)
+
+    single = NodeHarness(1, voters(1))
+    single.flush()
+    with pytest.raises(LastVoterError):
+        single.node.remove_voter(1, None, single.now_ms)
+
+    follow = NodeHarness(2, voters(1, 2, 3))
+    follow.step(begin_epoch(1, 1, to=2))
+    with pytest.raises(NotLeaderError):
+        follow.node.add_voter(voter(4), follow.now_ms)
+
+    static = NodeHarness(1, (1,))
+    static.flush()
+    with pytest.raises(StaticQuorumError) as static_info:
+        static.node.add_voter(voter(2), static.now_ms)
+    assert static_info.value.code == ErrorCode.UNSUPPORTED_VERSION
+
+
+def test_update_voter_changes_the_endpoint_only() -> None:
+    h = dynamic_leader(1, 2, 3)
+    h.node.update_voter(Voter(2, DIRS[2], "new-host:9093"), h.now_ms)
+    updated = h.node.voter_set.get(2)
+    assert updated is not None and updated.endpoint == "new-host:9093"
+    assert h.node.voter_set.ids == {1, 2, 3}
+
+
+def test_a_leader_that_removes_itself_resigns_once_the_change_commits() -> None:
+    h = dynamic_leader(1, 2, 3)
+    end = h.log.end_offset
+    h.node.remove_voter(1, None, h.now_ms)
+    h.flush()
+    assert h.node.is_leader and not h.node.is_voter
+    # Counted without itself: 2 alone is not a majority of {2, 3}.
+    h.step(fetch_request(2, 1, (end + 1, 1)))
+    assert h.node.is_leader and h.node.high_watermark == end
+    h.ready()
+    h.step(fetch_request(3, 1, (end + 1, 1)))
+    assert h.node.high_watermark == end + 1
+    assert h.node.role is Role.RESIGNED
+    assert any("EndQuorumEpoch" in line for line in h.sent())
+    h.advance(10_000)
+    assert h.node.role is Role.UNATTACHED  # an observer now: no campaign
+    assert all(" Vote " not in line for line in h.sent())
+
+
+def test_a_replica_outside_its_own_set_votes_when_a_candidate_of_a_newer_set_asks() -> None:
+    """Node 4 was added by a record it has not fetched: the candidate counts it, so it
+    grants (and persists) its vote; a static quorum's observer never votes."""
+    h = NodeHarness(4, voters(1, 2, 3))
+    assert not h.node.is_voter
+    h.step(vote_request(1, 1, to=4))
+    assert "4->1 VoteResponse leader_id=none leader_epoch=1 vote_granted" in h.sent()
+    assert h.persisted == ElectionState(1, voted_id=1)
+    h.advance(10_000)
+    assert all(" Vote " not in line for line in h.sent())  # it still never campaigns
