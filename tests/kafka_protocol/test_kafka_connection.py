@@ -202,3 +202,13 @@ def test_decoded_records_do_not_share_the_frames_buffer() -> None:
     decoded = request.body.topic_data[0].partition_data[0].records
     assert isinstance(decoded, bytes) and decoded == records
     assert request.client_id == "c" and request.correlation_id == 9
+
+
+async def test_the_clients_end_of_stream_ends_the_requests_but_keeps_the_connection() -> None:
+    connection, _ = connect()
+    feed(connection, framed(b"last") + framed(b"cut")[:5], 4096)
+    assert connection.eof_received() is True, "the answers still go out; the listener closes"
+    assert await connection.read_frame() == b"last"
+    with pytest.raises(IncompleteFrameError):
+        await connection.read_frame()
+    await connection.drain()  # not lost: answers may still be written

@@ -93,8 +93,9 @@ class FrameConnection(asyncio.BufferedProtocol):
         )
         self._stopped = False  # a frame too large was met: nothing more is read
         self._reading_paused = False
-        self._lost = False
+        self._lost = False  # no more requests: the client's end of the stream, or no connection
         self._lost_inside_frame = False
+        self._disconnected = False
         self._readable: asyncio.Future[None] | None = None
         self._writing_paused = False
         self._drained: collections.deque[asyncio.Future[None]] = collections.deque()
@@ -165,18 +166,26 @@ class FrameConnection(asyncio.BufferedProtocol):
             self._start = self._end = 0
 
     def eof_received(self) -> bool | None:
-        return None  # the transport closes itself
+        # The client sent all it will: the requests read so far are still answered, and
+        # the listener closes the connection after (and after logging why, if it must).
+        self._end_of_requests()
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
-        self._lost_inside_frame = self._large is not None or self._end > self._start
-        self._wake_reader()
+        self._disconnected = True
+        self._end_of_requests()
         while self._drained:
             waiter = self._drained.popleft()
             if not waiter.done():
                 waiter.set_exception(ConnectionResetError("the connection was lost"))
         if not self._closed.done():
             self._closed.set_result(None)
+
+    def _end_of_requests(self) -> None:
+        if not self._lost:
+            self._lost = True
+            self._lost_inside_frame = self._large is not None or self._end > self._start
+        self._wake_reader()
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -211,7 +220,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         frame = self._frames.popleft()
         if self._reading_paused and len(self._frames) <= _HIGH_FRAMES // 2 and not self._stopped:
             self._reading_paused = False
-            if self.transport is not None and not self._lost:
+            if self.transport is not None and not self._disconnected:
                 self.transport.resume_reading()
         if isinstance(frame, FrameTooLargeError):
             raise frame
@@ -244,7 +253,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         """Until the transport takes more (its buffer under its high-water mark).
 
         :raises ConnectionResetError: the connection was lost."""
-        if self._lost:
+        if self._disconnected:
             raise ConnectionResetError("the connection was lost")
         if not self._writing_paused:
             return
@@ -268,5 +277,5 @@ class FrameConnection(asyncio.BufferedProtocol):
             self._readable.set_result(None)
 
     def _pause_reading(self) -> None:
-        if self.transport is not None and not self._lost:
+        if self.transport is not None and not self._disconnected:
             self.transport.pause_reading()
