@@ -54,6 +54,9 @@ TOPIC = "kafka-bench"
 GRPC_TOPIC = "kafka-bench-grpc"
 KCAT_TOPIC = "kafka-bench-kcat"
 PERF_TOPIC = "kafka-bench-c"
+SPREAD_TOPIC = "kafka-bench-c-spread"
+SPREAD_PARTITIONS = 2
+"""The partitioned consume: partitions of one topic on the one leader, one consumer each."""
 PERF_CLIENT_SOURCE = Path(__file__).parent / "kafka_perf" / "perf_client.c"
 PRODUCE_TARGET = 1_000_000.0
 CONSUME_TARGET = 1_500_000.0
@@ -238,12 +241,30 @@ def produce_perf_client(
     )
 
 
-def consume_perf_client(binary: Path, bootstrap: str, topic: str, records: int) -> Counted:
-    """Read ``records`` records of partition 0 from its first offset by the C load
-    generator (the timed part includes finding the leader and the first fetch)."""
+def consume_perf_client(
+    binary: Path, bootstrap: str, topic: str, records: int, partitions: int = 1
+) -> Counted:
+    """Read ``records`` records from the first offsets of partitions ``0..partitions-1``
+    by the C load generator, one consumer (librdkafka instance, its own connection) per
+    partition (the timed part includes finding the leader and the first fetch)."""
+    spread = [f"perf.partitions={partitions}", f"perf.consumers={partitions}"]
     return _perf_client(
-        [str(binary), "consume", bootstrap, topic, str(records), *CONSUMER_FETCH_CONFIG]
-    )
+        [str(binary), "consume", bootstrap, topic, str(records), *CONSUMER_FETCH_CONFIG,
+         *(spread if partitions > 1 else [])]
+    )  # fmt: skip
+
+
+def fill_partitions(
+    binary: Path, bootstrap: str, topic: str, acks: str, records: int, partitions: int
+) -> None:
+    """``records`` 100-byte records into each of partitions ``0..partitions-1`` by the C
+    load generator (not timed: what the partitioned consume reads)."""
+    settings = [f"{k}={v}" for k, v in PRODUCER_CONFIG.items() if k != "delivery.report.only.error"]
+    for partition in range(partitions):
+        _perf_client(
+            [str(binary), "produce", bootstrap, topic, str(records), f"acks={acks}",
+             f"perf.partition={partition}", *settings]
+        )  # fmt: skip
 
 
 CONSUMER_FETCH_CONFIG = [
@@ -311,19 +332,27 @@ def measure(
         replicas = sorted(cluster.broker_addresses)
 
         async def prepare() -> None:
-            for topic in (TOPIC, GRPC_TOPIC, KCAT_TOPIC, PERF_TOPIC):
+            for topic in (TOPIC, GRPC_TOPIC, KCAT_TOPIC, PERF_TOPIC, SPREAD_TOPIC):
+                partitions = SPREAD_PARTITIONS if topic == SPREAD_TOPIC else 1
                 await create_topic(
-                    cluster.bootstrap, topic, assignment={0: replicas}, config=config
+                    cluster.bootstrap,
+                    topic,
+                    assignment={p: replicas for p in range(partitions)},
+                    config=config,
                 )
                 leader = await leader_address(cluster, topic)
-                await wait_full_isr(leader, topic, 1, brokers)
+                await wait_full_isr(leader, topic, partitions, brokers)
 
         asyncio.run(prepare())
-        for topic in (TOPIC, GRPC_TOPIC, KCAT_TOPIC, PERF_TOPIC):
-            leader = asyncio.run(leader_address(cluster, topic))
+        led = [(t, 0) for t in (TOPIC, GRPC_TOPIC, KCAT_TOPIC, PERF_TOPIC)]
+        led += [(SPREAD_TOPIC, p) for p in range(SPREAD_PARTITIONS)]
+        for topic, partition in led:
+            leader = asyncio.run(leader_address(cluster, topic, partition))
             (leader_id,) = [n for n, a in cluster.broker_addresses.items() if a == leader]
             if phases.leader_pid and cluster.brokers[leader_id].pid != phases.leader_pid:
-                raise RuntimeError(f"{topic} is led by broker {leader_id}, not the others' leader")
+                raise RuntimeError(
+                    f"{topic} [{partition}] is led by broker {leader_id}, not the others' leader"
+                )
             phases.leader_pid = cluster.brokers[leader_id].pid
         if shutil.which("kcat"):
             report.progress(f"kafka: {brokers} broker(s): kcat producer (acks={acks})")
@@ -344,6 +373,21 @@ def measure(
             c_total = records * TRIALS
             phases.run(
                 "c consume", lambda: consume_perf_client(binary, bootstrap, PERF_TOPIC, c_total)
+            )
+            report.progress(
+                f"kafka: {brokers} broker(s): C load generator consuming {SPREAD_PARTITIONS} "
+                "partitions with as many consumers"
+            )
+            fill_partitions(
+                binary, bootstrap, SPREAD_TOPIC, acks, c_total // SPREAD_PARTITIONS,
+                SPREAD_PARTITIONS,
+            )  # fmt: skip
+            spread_total = c_total // SPREAD_PARTITIONS * SPREAD_PARTITIONS
+            phases.run(
+                "c consume spread",
+                lambda: consume_perf_client(
+                    binary, bootstrap, SPREAD_TOPIC, spread_total, SPREAD_PARTITIONS
+                ),
             )
         report.progress(f"kafka: {brokers} broker(s): librdkafka producer (acks={acks})")
         phases.run("produce", lambda: produce_librdkafka(bootstrap, TOPIC, acks, records))
@@ -447,11 +491,22 @@ def run(report: Report) -> None:
                 root / f"cluster-{brokers}", brokers, records, report, perf_client
             )
         labels = {1: "1 broker, acks=1", 3: "3 brokers, RF 3, acks=all, min.insync.replicas=2"}
+        fetching = ", ".join(CONSUMER_FETCH_CONFIG)
         for brokers, label in labels.items():
             phases = results[brokers]
             for phase, what, target in (
                 ("c produce", "C load generator (librdkafka) producing", PRODUCE_TARGET),
-                ("c consume", "C load generator (librdkafka) consuming", CONSUME_TARGET),
+                (
+                    "c consume",
+                    f"C load generator (librdkafka) consuming 1 partition, 1 consumer ({fetching})",
+                    CONSUME_TARGET,
+                ),
+                (
+                    "c consume spread",
+                    f"C load generator (librdkafka) consuming {SPREAD_PARTITIONS} partitions, "
+                    f"{SPREAD_PARTITIONS} consumers (one connection each; {fetching})",
+                    CONSUME_TARGET,
+                ),
                 ("kcat produce", "kcat producer (C)", PRODUCE_TARGET),
                 ("kcat consume", "kcat consumer (C)", CONSUME_TARGET),
                 ("produce", "confluent-kafka producer", PRODUCE_TARGET),
@@ -459,7 +514,7 @@ def run(report: Report) -> None:
             ):
                 if phase not in phases.cpu and phase not in phases.errors:
                     continue
-                grpc = phases.counted.get(f"grpc {phase.split()[-1]}")
+                grpc = phases.counted.get("grpc consume" if "consume" in phase else "grpc produce")
                 mine = phases.counted.get(phase)
                 rates = phases.rates.get(phase, [])
                 section.add(
@@ -478,7 +533,8 @@ def run(report: Report) -> None:
                 )
         for brokers, label in labels.items():
             phases = results[brokers]
-            spent = [phases.cpu_text(p) for p in ("c produce", "c consume", "kcat produce",
+            spent = [phases.cpu_text(p) for p in ("c produce", "c consume", "c consume spread",
+                                                   "kcat produce",
                                                    "kcat consume", "produce", "consume",
                                                    "grpc produce", "grpc consume")
                      if p in phases.cpu]  # fmt: skip

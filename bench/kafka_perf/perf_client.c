@@ -10,12 +10,21 @@
  *       reads partition 0 from its first offset until RECORDS records have arrived, counting
  *       them without looking at their bytes.
  *
- * NAME=VALUE pairs are librdkafka settings (acks, linger.ms, batch.size, ...). The timed part
+ * NAME=VALUE pairs are librdkafka settings (acks, linger.ms, batch.size, ...), except the
+ * load generator's own, named perf.*:
+ *   perf.partition=P      produce: to partition P instead of 0.
+ *   perf.partitions=N     consume: partitions 0..N-1 (RECORDS in all), from their first
+ *                         offsets.
+ *   perf.consumers=M      consume: M consumers (librdkafka instances, each with its own
+ *                         connection and fetch loop, one thread each), partition i read by
+ *                         consumer i % M, as the members of a consumer group share a topic.
+ * The timed part
  * starts once the topic's metadata is known (produce: after one record was delivered) and
  * ends when the last record was delivered or read. On success the only output is one line
  * on stdout, "records=N seconds=S"; on failure a message on stderr and exit status 1.
  */
 #include <librdkafka/rdkafka.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,11 +34,17 @@
 #define PAYLOAD_BYTES 100
 #define DEADLINE_S 300.0
 #define SLICE 10000
+#define MAX_PARTITIONS 64
 
 static char payload[PAYLOAD_BYTES];
 static long long delivered;
 static long long failed;
 static char first_failure[512];
+
+/* The load generator's own settings (perf.*), apart from librdkafka's. */
+static int partition_produced = 0;
+static int partitions_consumed = 1;
+static int consumers = 1;
 
 static double now_s(void) {
     struct timespec ts;
@@ -40,6 +55,29 @@ static double now_s(void) {
 static void die(const char *what, const char *detail) {
     fprintf(stderr, "perf_client: %s: %s\n", what, detail);
     exit(1);
+}
+
+static int own_setting(const char *name, const char *value) {
+    char *end;
+    long number = strtol(value, &end, 10);
+    int valid = *end == '\0' && end != value;
+    if (strcmp(name, "perf.partition") == 0) {
+        if (!valid || number < 0) die("perf.partition is not a partition", value);
+        partition_produced = (int)number;
+    } else if (strcmp(name, "perf.partitions") == 0) {
+        if (!valid || number < 1 || number > MAX_PARTITIONS)
+            die("perf.partitions is not 1..64", value);
+        partitions_consumed = (int)number;
+    } else if (strcmp(name, "perf.consumers") == 0) {
+        if (!valid || number < 1 || number > MAX_PARTITIONS)
+            die("perf.consumers is not 1..64", value);
+        consumers = (int)number;
+    } else if (strncmp(name, "perf.", 5) == 0) {
+        die("unknown setting", name);
+    } else {
+        return 0;
+    }
+    return 1;
 }
 
 static rd_kafka_conf_t *configure(const char *bootstrap, int argc, char **argv) {
@@ -54,6 +92,7 @@ static rd_kafka_conf_t *configure(const char *bootstrap, int argc, char **argv) 
         char *equals = strchr(setting, '=');
         if (equals == NULL) die("a setting is not NAME=VALUE", argv[i]);
         *equals = '\0';
+        if (own_setting(setting, equals + 1)) continue;
         if (rd_kafka_conf_set(conf, setting, equals + 1, error, sizeof error) != RD_KAFKA_CONF_OK)
             die(setting, error);
     }
@@ -73,7 +112,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void 
 
 static void produce_one(rd_kafka_t *rk, rd_kafka_topic_t *topic) {
     /* Flags 0: librdkafka neither copies nor frees the payload, which outlives the run. */
-    while (rd_kafka_produce(topic, 0, 0, payload, PAYLOAD_BYTES, NULL, 0, NULL) == -1) {
+    while (rd_kafka_produce(topic, partition_produced, 0, payload, PAYLOAD_BYTES, NULL, 0,
+                            NULL) == -1) {
         rd_kafka_resp_err_t err = rd_kafka_last_error();
         if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) die("produce", rd_kafka_err2str(err));
         rd_kafka_poll(rk, 1);
@@ -105,7 +145,7 @@ static int produce(const char *bootstrap, const char *name, long long records, i
             slice[i].payload = payload;
             slice[i].len = PAYLOAD_BYTES;
         }
-        int accepted = rd_kafka_produce_batch(topic, 0, 0, slice, count);
+        int accepted = rd_kafka_produce_batch(topic, partition_produced, 0, slice, count);
         for (int i = accepted; i < count; i++)
             if (slice[i].err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
                 die("produce", rd_kafka_err2str(slice[i].err));
@@ -125,47 +165,103 @@ static int produce(const char *bootstrap, const char *name, long long records, i
     return 0;
 }
 
-struct consumed {
-    long long records;
-    long long errors;
+/* All consumers' count, and the first error any of them met. */
+static pthread_mutex_t consumed_lock = PTHREAD_MUTEX_INITIALIZER;
+static long long consumed_total;
+static long long consume_errors;
+static long long consume_goal;
+
+struct consumer {
+    rd_kafka_t *rk;
+    rd_kafka_topic_t *topic;
+    rd_kafka_queue_t *queue;
+    int partitions[MAX_PARTITIONS];
+    int partition_count;
+    double started;
+    long long seen; /* counted here, added to consumed_total after each callback round */
+    pthread_t thread;
 };
 
 static void on_message(rd_kafka_message_t *message, void *opaque) {
-    struct consumed *seen = opaque;
-    if (message->err == RD_KAFKA_RESP_ERR_NO_ERROR)
-        seen->records++;
-    else if (message->err != RD_KAFKA_RESP_ERR__PARTITION_EOF && seen->errors++ == 0)
-        snprintf(first_failure, sizeof first_failure, "%s", rd_kafka_message_errstr(message));
+    struct consumer *consumer = opaque;
+    if (message->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        consumer->seen++;
+    } else if (message->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        pthread_mutex_lock(&consumed_lock);
+        if (consume_errors++ == 0)
+            snprintf(first_failure, sizeof first_failure, "%s",
+                     rd_kafka_message_errstr(message));
+        pthread_mutex_unlock(&consumed_lock);
+    }
+}
+
+static int consuming(void) {
+    pthread_mutex_lock(&consumed_lock);
+    int more = consumed_total < consume_goal && consume_errors == 0;
+    pthread_mutex_unlock(&consumed_lock);
+    return more;
+}
+
+static void *consume_loop(void *opaque) {
+    struct consumer *consumer = opaque;
+    for (int i = 0; i < consumer->partition_count; i++)
+        if (rd_kafka_consume_start_queue(consumer->topic, consumer->partitions[i],
+                                         RD_KAFKA_OFFSET_BEGINNING, consumer->queue) == -1)
+            die("consume_start", rd_kafka_err2str(rd_kafka_last_error()));
+    while (consuming() && now_s() - consumer->started < DEADLINE_S) {
+        consumer->seen = 0;
+        rd_kafka_consume_callback_queue(consumer->queue, 100, on_message, consumer);
+        pthread_mutex_lock(&consumed_lock);
+        consumed_total += consumer->seen;
+        pthread_mutex_unlock(&consumed_lock);
+    }
+    return NULL;
 }
 
 static int consume(const char *bootstrap, const char *name, long long records, int argc,
                    char **argv) {
     char error[512];
-    rd_kafka_conf_t *conf = configure(bootstrap, argc, argv);
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, error, sizeof error);
-    if (rk == NULL) die("consumer", error);
-    rd_kafka_topic_t *topic = rd_kafka_topic_new(rk, name, NULL);
-    struct consumed seen = {0, 0};
-    /* The connection and the topic's metadata first: not timed. */
-    const struct rd_kafka_metadata *metadata;
-    rd_kafka_resp_err_t found = rd_kafka_metadata(rk, 0, topic, &metadata, 30000);
-    if (found != RD_KAFKA_RESP_ERR_NO_ERROR) die("metadata", rd_kafka_err2str(found));
-    rd_kafka_metadata_destroy(metadata);
+    static struct consumer each[MAX_PARTITIONS];
+    consume_goal = records;
+    for (int c = 0; c < consumers; c++) {
+        rd_kafka_conf_t *conf = configure(bootstrap, argc, argv);
+        each[c].rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, error, sizeof error);
+        if (each[c].rk == NULL) die("consumer", error);
+        each[c].topic = rd_kafka_topic_new(each[c].rk, name, NULL);
+        each[c].queue = rd_kafka_queue_new(each[c].rk);
+        /* The connection and the topic's metadata first: not timed. */
+        const struct rd_kafka_metadata *metadata;
+        rd_kafka_resp_err_t found =
+            rd_kafka_metadata(each[c].rk, 0, each[c].topic, &metadata, 30000);
+        if (found != RD_KAFKA_RESP_ERR_NO_ERROR) die("metadata", rd_kafka_err2str(found));
+        rd_kafka_metadata_destroy(metadata);
+    }
+    if (consumers > partitions_consumed) die("perf.consumers", "more consumers than partitions");
+    for (int p = 0; p < partitions_consumed; p++) {
+        struct consumer *consumer = &each[p % consumers];
+        consumer->partitions[consumer->partition_count++] = p;
+    }
     double started = now_s();
-    if (rd_kafka_consume_start(topic, 0, RD_KAFKA_OFFSET_BEGINNING) == -1)
-        die("consume_start", rd_kafka_err2str(rd_kafka_last_error()));
-    while (seen.records < records && seen.errors == 0 && now_s() - started < DEADLINE_S)
-        rd_kafka_consume_callback(topic, 0, 1000, on_message, &seen);
+    for (int c = 0; c < consumers; c++) {
+        each[c].started = started;
+        if (pthread_create(&each[c].thread, NULL, consume_loop, &each[c]) != 0)
+            die("pthread_create", "failed");
+    }
+    for (int c = 0; c < consumers; c++) pthread_join(each[c].thread, NULL);
     double elapsed = now_s() - started;
-    rd_kafka_consume_stop(topic, 0);
-    rd_kafka_topic_destroy(topic);
-    rd_kafka_destroy(rk);
-    if (seen.errors || seen.records < records) {
+    for (int c = 0; c < consumers; c++) {
+        for (int i = 0; i < each[c].partition_count; i++)
+            rd_kafka_consume_stop(each[c].topic, each[c].partitions[i]);
+        rd_kafka_queue_destroy(each[c].queue);
+        rd_kafka_topic_destroy(each[c].topic);
+        rd_kafka_destroy(each[c].rk);
+    }
+    if (consume_errors || consumed_total < records) {
         fprintf(stderr, "perf_client: read %lld of %lld records, %lld errors (%s)\n",
-                seen.records, records, seen.errors, first_failure);
+                consumed_total, records, consume_errors, first_failure);
         return 1;
     }
-    printf("records=%lld seconds=%.6f\n", seen.records, elapsed);
+    printf("records=%lld seconds=%.6f\n", consumed_total, elapsed);
     return 0;
 }
 
@@ -178,6 +274,7 @@ int main(int argc, char **argv) {
     char *end;
     long long records = strtoll(argv[4], &end, 10);
     if (*end != '\0' || records <= 0) die("RECORDS is not a positive number", argv[4]);
+    rd_kafka_conf_destroy(configure(argv[2], argc - 5, argv + 5)); /* checked, perf.* read */
     if (strcmp(argv[1], "produce") == 0)
         return produce(argv[2], argv[3], records, argc - 5, argv + 5);
     if (strcmp(argv[1], "consume") == 0)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import grpc.aio
@@ -130,15 +130,26 @@ class RequestHandler:
     # --- Produce ------------------------------------------------------------------------
 
     async def produce(
-        self, request: pb.ProduceRequest, caller: QuotaCaller = UNKNOWN_CALLER
+        self,
+        request: pb.ProduceRequest,
+        caller: QuotaCaller = UNKNOWN_CALLER,
+        *,
+        records_aside: Mapping[tuple[str, int], bytes] | None = None,
     ) -> pb.ProduceResponse:
         """Append, wait for the acks, then record the request under the caller's quotas:
         the answer's ``throttle_time_ms`` is how long the caller holds it (the edge
-        waits; this does not)."""
+        waits; this does not).
+
+        ``records_aside``: each partition's batches by (topic, partition), appended as
+        they are instead of the item's ``record_batches`` (the Kafka listener's decoded
+        bytes: copied into the protobuf and out again, a megabyte each way per request,
+        otherwise). An item with batches aside carries only their first batch's header in
+        ``record_batches``, for the checks that read it (authorization's idempotent-write
+        rule)."""
         started = time.monotonic()
         handler = _HandlerTime()
         try:
-            response, produced = await self._produce(request, handler)
+            response, produced = await self._produce(request, handler, records_aside)
         finally:
             self.telemetry.produce_duration.record(
                 time.monotonic() - started, {ACKS: fields.produce_acks(request)}
@@ -151,7 +162,10 @@ class RequestHandler:
         return response
 
     async def _produce(
-        self, request: pb.ProduceRequest, handler: _HandlerTime
+        self,
+        request: pb.ProduceRequest,
+        handler: _HandlerTime,
+        records_aside: Mapping[tuple[str, int], bytes] | None = None,
     ) -> tuple[pb.ProduceResponse, int]:
         """The answer, and the bytes the request carried (what its quota counts)."""
         acks = fields.produce_acks(request)
@@ -177,7 +191,12 @@ class RequestHandler:
                     continue
                 try:
                     partition = self.partitions.get(topic.topic, item.partition)
-                    data = _batch_bytes(item)
+                    aside = (
+                        None
+                        if records_aside is None
+                        else records_aside.get((topic.topic, item.partition))
+                    )
+                    data = _batch_bytes(item) if aside is None else aside
                     produced += len(data)
                     high_watermark = partition.high_watermark
                     info = partition.append(data, acks)

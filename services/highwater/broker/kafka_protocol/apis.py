@@ -94,6 +94,7 @@ from highwater.controller_api.client import ControllerClient, ControllerUnavaila
 from highwater.controller_api.codec import ControllerRpc
 from highwater.errors import HighwaterError, InvalidRequestError
 from highwater.metadata.image import MetadataImage
+from highwater.records.header import BATCH_HEADER_SIZE
 from highwater.rpc.auth import authorize, authorizer_enabled, forwarded_principal_metadata
 from highwater.security.acl import AclOperation, ResourceType
 from highwater.security.rpc_access import CLUSTER_NAME
@@ -257,22 +258,30 @@ class KafkaApis:
         body = request.body
         message = pb.ProduceRequest(acks=body.acks, timeout_ms=body.timeout_ms)
         refused: list[tuple[str, int, int, str]] = []
+        # Each partition's batches go to the request handler beside the protobuf, as the
+        # decoder made them (the protobuf holds the first batch's header for the ACL
+        # check of idempotent writes): not copied into it and out again. A partition
+        # named twice in one request (Kafka's clients never do) goes inside, as it came.
+        named = [(t.name, p.index) for t in body.topic_data for p in t.partition_data]
+        aside: dict[tuple[str, int], bytes] | None = {} if len(set(named)) == len(named) else None
         for topic in body.topic_data:
             produce_topic = message.topics.add(topic=topic.name)
             for item in topic.partition_data:
                 if body.transactional_id is not None:
                     refused.append((topic.name, item.index, INVALID_REQUEST, "no transactions"))
                     continue
-                produce_topic.partitions.add(
-                    partition=item.index, record_batches=item.records or b""
-                )
+                records = item.records or b""
+                if aside is not None:
+                    aside[(topic.name, item.index)] = records
+                    records = records[:BATCH_HEADER_SIZE]
+                produce_topic.partitions.add(partition=item.index, record_batches=records)
         allowed, denied = split_topics(
             message, None, AclOperation.WRITE, extra=produce_extra_check(None)
         )
         if denied and not allowed.topics:
             answer = pb.ProduceResponse()
         else:
-            answer = await self.requests.produce(allowed)
+            answer = await self.requests.produce(allowed, records_aside=aside)
         add_refused_topics(answer, denied)
         if body.acks == 0:
             return None

@@ -164,6 +164,7 @@ SUPPORTED: Final[dict[int, ApiRange]] = {
 
 _HEADER: Final = struct.Struct(">hhi")  # api key, api version, correlation id
 _SIZE: Final = struct.Struct(">i")
+_CLIENT_ID_LENGTH: Final = struct.Struct(">h")
 _PLACEHOLDER_BYTES: Final = 16
 
 Frame = bytes | bytearray | list[bytes | bytearray | memoryview]
@@ -204,7 +205,7 @@ class Spliced:
     spliced: Mapping[bytes, bytes]
 
 
-def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
+def peek_header(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
     """``(api_key, api_version, correlation_id)``, the fixed start of every request header."""
     if len(frame) < _HEADER.size:
         raise RequestDecodeError(f"a request of {len(frame)} bytes has no header")
@@ -216,8 +217,12 @@ def is_flexible(message: Any, version: int) -> bool:
     return bool(message.flexible_version_q(version))
 
 
-def decode_request(frame: bytes) -> KafkaRequest:
+def decode_request(frame: bytes | bytearray | memoryview) -> KafkaRequest:
     """The request in ``frame`` (a frame's bytes without its size).
+
+    The header is read from a copy of the frame's start only (its client id and a little
+    more for tagged fields: the whole frame if those run over), the body from a view of
+    the rest: a 1 MB produce request is not copied to read its header.
 
     :raises UnsupportedVersionError: an API or version not in :data:`SUPPORTED`.
     :raises RequestDecodeError: bytes that are not a request of that version.
@@ -227,13 +232,29 @@ def decode_request(frame: bytes) -> KafkaRequest:
     if api is None or not api.min_version <= version <= api.max_version:
         raise UnsupportedVersionError(key, version, correlation_id)
     flexible = is_flexible(api.request, version)
-    data = io.BytesIO(frame)
     try:
-        header = RequestHeader.decode(data, flexible=flexible)
+        data = io.BytesIO(frame[: _header_bound(frame)])
+        try:
+            header = RequestHeader.decode(data, flexible=flexible)
+        except Exception:  # tagged fields past the bound: the whole frame
+            data = io.BytesIO(frame)
+            header = RequestHeader.decode(data, flexible=flexible)
         body = api.request.decode(memoryview(frame)[data.tell() :], version=version)
     except Exception as e:  # the codec raises whatever its reader met (struct, index, value)
         raise RequestDecodeError(f"{api.name} v{version}: {type(e).__name__}: {e}") from e
     return KafkaRequest(key, version, correlation_id, header.client_id, body)
+
+
+_TAGGED_FIELDS_BOUND: Final = 4096
+
+
+def _header_bound(frame: bytes | bytearray | memoryview) -> int:
+    """How many bytes of ``frame`` hold its header, at most: the fixed part, the client id
+    (a nullable INT16-sized string in every header version), and room for tagged fields."""
+    if len(frame) < _HEADER.size + 2:
+        return len(frame)
+    (client_id_length,) = _CLIENT_ID_LENGTH.unpack_from(frame, _HEADER.size)
+    return _HEADER.size + 2 + max(client_id_length, 0) + _TAGGED_FIELDS_BOUND
 
 
 def encode_response(

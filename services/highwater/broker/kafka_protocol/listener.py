@@ -61,6 +61,11 @@ from highwater.broker.kafka_protocol.codec import (
     encode_response,
     encode_spliced_response,
 )
+from highwater.broker.kafka_protocol.connection import (
+    FrameConnection,
+    FrameTooLargeError,
+    IncompleteFrameError,
+)
 from highwater.broker.kafka_protocol.sasl import (
     AuthenticateAnswer,
     ConnectionSecurity,
@@ -135,12 +140,11 @@ class KafkaListener:
         loop = asyncio.get_running_loop()
         tls = self.tls
 
-        def connection() -> asyncio.StreamReaderProtocol:
+        def connection() -> FrameConnection:
             # Called as a connection is accepted, before its TLS handshake.
             if tls is not None:
                 tls.refresh()
-            reader = asyncio.StreamReader(limit=1 << 20, loop=loop)
-            return asyncio.StreamReaderProtocol(reader, self._serve, loop=loop)
+            return FrameConnection(self._serve, request_max_bytes=self.request_max_bytes, loop=loop)
 
         self._server = await loop.create_server(
             connection,
@@ -152,10 +156,10 @@ class KafkaListener:
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("Kafka listener (%s) on %s:%d", self.protocol.value, self.host, self.port)
 
-    def _security(self, writer: asyncio.StreamWriter, host: str) -> ConnectionSecurity:
+    def _security(self, connection: FrameConnection, host: str) -> ConnectionSecurity:
         """A new connection's security: its certificate's principal, if it showed one."""
         principal = None
-        ssl_object = writer.get_extra_info("ssl_object")
+        ssl_object = connection.get_extra_info("ssl_object")
         if isinstance(ssl_object, ssl.SSLObject | ssl.SSLSocket):
             der = ssl_object.getpeercert(binary_form=True)
             if der:
@@ -177,24 +181,24 @@ class KafkaListener:
             await self._server.wait_closed()
         self._server = None
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, connection: FrameConnection) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
-        peer = writer.get_extra_info("peername")
+        peer = connection.get_extra_info("peername")
         host = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
         try:
-            security = self._security(writer, host)
+            security = self._security(connection, host)
         except SaslAuthenticationError as e:
             log.warning("Kafka connection from %s refused: %s", peer, e)
-            writer.close()
+            connection.close()
             self._connections.discard(task)
             return
         answers: Answers = asyncio.Queue(self.max_in_flight)
-        responder = asyncio.create_task(self._respond(answers, writer))
+        responder = asyncio.create_task(self._respond(answers, connection))
         try:
             while not responder.done():
-                problem = await self._read_one(reader, answers, security)
+                problem = await self._read_one(connection, answers, security)
                 if problem is not None:
                     if problem:
                         log.warning("Kafka connection from %s closed: %s", peer, problem)
@@ -211,30 +215,25 @@ class KafkaListener:
                 pending = answers.get_nowait()
                 if pending is not None:
                     pending.cancel()
-            writer.close()
+            connection.close()
             with contextlib.suppress(Exception):
-                await writer.wait_closed()
+                await connection.wait_closed()
             self._connections.discard(task)
 
     async def _read_one(
-        self, reader: asyncio.StreamReader, answers: Answers, security: ConnectionSecurity
+        self, connection: FrameConnection, answers: Answers, security: ConnectionSecurity
     ) -> str | None:
         """Read and dispatch one request; why the connection ends ("" at a clean end)."""
         try:
-            head = await reader.readexactly(4)
-        except (asyncio.IncompleteReadError, ConnectionError):
+            frame = await connection.read_frame()
+        except (FrameTooLargeError, IncompleteFrameError) as e:
+            return str(e)
+        if frame is None:
             return ""
-        (size,) = _SIZE.unpack(head)
-        if size < 0 or size > self.request_max_bytes:
-            return (
-                f"a request of {size} bytes (socket.request.max.bytes is {self.request_max_bytes})"
-            )
-        try:
-            frame = await reader.readexactly(size)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return "the connection ended inside a request"
         if security.expects_bare_token:
-            return await self._bare_token(frame, answers, security)
+            token = bytes(frame)
+            connection.release(frame)
+            return await self._bare_token(token, answers, security)
         try:
             request = decode_request(frame)
         except UnsupportedVersionError as e:
@@ -248,6 +247,8 @@ class KafkaListener:
             return None
         except RequestDecodeError as e:
             return f"an unreadable request: {e}"
+        finally:
+            connection.release(frame)  # (the request holds copies of what it keeps)
         if request.api_key == SASL_HANDSHAKE_KEY:
             handshake = security.handshake(request.body.mechanism, request.api_version)
             await answers.put(
@@ -320,11 +321,7 @@ class KafkaListener:
             request.api_key, request.api_version, request.correlation_id, response
         )
 
-    async def _respond(
-        self,
-        answers: Answers,
-        writer: asyncio.StreamWriter,
-    ) -> None:
+    async def _respond(self, answers: Answers, writer: FrameConnection) -> None:
         """Write the answers in the order of the requests."""
         while (pending := await answers.get()) is not None:
             try:
