@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aetcd import rpc as aetcd_rpc
 from broker_processes import consume_all, metadata
 from click.testing import CliRunner
 from etcd_processes import (
@@ -35,6 +36,8 @@ from highwater.cli.main import main
 from highwater.client.admin import AdminClient, AdminError, NewTopic
 from highwater.client.errors import InvalidRequestError
 from highwater.client.producer import AsyncProducer
+from highwater.etcd_metadata.connection import EtcdConnection, EtcdWatchBrokenError, Put
+from highwater.etcd_metadata.endpoints import parse_metadata_store
 from highwater.internal.v1 import (
     broker_metadata_pb2,
     broker_metadata_pb2_grpc,
@@ -397,6 +400,29 @@ async def test_killing_the_controllers_broker_elects_another_with_a_higher_epoch
         )
 
     await wait_for(fenced_out_of_every_isr, timeout_s=60)
+
+
+async def test_a_watch_streams_each_change_and_breaks_clearly_on_compaction(
+    etcd: EtcdServer,
+) -> None:
+    """The controller's wake-up: a hand write under the prefix arrives as its revision; a
+    watch from a compacted revision ends with the typed error (read in full, re-watch)."""
+    connection = EtcdConnection(parse_metadata_store(f"etcd://{etcd.endpoint}/watched"))
+    try:
+        first = await connection.txn([], [Put("watched/a", b"1")])
+        changes = connection.watch_prefix("watched/", first.revision)
+        assert await asyncio.wait_for(anext(changes), 10) == first.revision
+        second = await connection.txn([], [Put("watched/b", b"2"), Put("other/c", b"3")])
+        assert await asyncio.wait_for(anext(changes), 10) == second.revision
+        await changes.aclose()
+
+        client = await connection._stub_client()
+        await client.kvstub.Compact(aetcd_rpc.CompactionRequest(revision=second.revision))
+        stale = connection.watch_prefix("watched/", first.revision)
+        with pytest.raises(EtcdWatchBrokenError, match="compacted"):
+            await asyncio.wait_for(anext(stale), 10)
+    finally:
+        await connection.close()
 
 
 def test_a_wrong_etcd_endpoint_fails_naming_it(tmp_path: Path) -> None:

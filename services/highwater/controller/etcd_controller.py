@@ -24,9 +24,15 @@ port, serving ``highwater.internal.v1.Controller``:
   from which broker epochs are taken as in KRaft.
   ISR changes arrive as AlterPartition (Kafka 2.7+'s AlterIsr, KIP-497) and are such a
   compare-and-swap write of the partition's state key.
-* **Watching.** Each tick reads etcd's revision; when it moved, the whole prefix: the
-  live ``brokers/ids`` keys (a registered broker without one has its session expired at
-  once, so the next tick fences it and moves its leaderships, as the controller's
+* **Watching.** An etcd watch on the whole prefix (:meth:`_watch`) wakes the candidate
+  on every change: broker registrations, ISR changes written by leaders, topic and
+  config changes, the ``controller`` key. A woken round reads etcd's revision; when it
+  moved, the whole prefix. While the watch holds, a round without a change reads nothing,
+  except a safety read every ``safety_read_interval_ms``; a watch that breaks (etcd
+  compacted past it, restarted, stopped answering) makes every round read, as polling,
+  until the watch is made again from the revision the next round read. The whole prefix
+  read gives: the live ``brokers/ids`` keys (a registered broker without one has its
+  session expired at once, so the next tick fences it and moves its leaderships, as the controller's
   ``/brokers/ids`` watch did) and the state keys (any not as this controller wrote them
   are loaded again). A state that fails validation
   (:class:`~highwater.etcd_metadata.keys.InconsistentMetadataError`) is not served: no
@@ -70,6 +76,7 @@ from highwater.etcd_metadata.connection import (
     EtcdConnection,
     EtcdRequestTooLargeError,
     EtcdUnavailableError,
+    EtcdWatchBrokenError,
     KeyVersion,
     Put,
     TxnResult,
@@ -104,7 +111,11 @@ def monotonic_ms() -> int:
 class EtcdControllerSettings:
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     tick_interval_ms: int = 200
-    """How often the candidate reads etcd (and the active controller ticks)."""
+    """How often the active controller ticks (and the candidate reads etcd while its watch
+    is down)."""
+    safety_read_interval_ms: int = 5000
+    """While the watch holds: how often a round reads etcd with no change seen (the slow
+    safety net under the watch)."""
     push_timeout_s: float = 5.0
     seed: int | None = None
     max_txn_ops: int = 128
@@ -187,6 +198,15 @@ class EtcdController:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._push_tasks: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
+        self._watch_task: asyncio.Task[None] | None = None
+        self.watching = False
+        """Whether the etcd watch holds (rounds with no change then skip the read)."""
+        self._watch_saw_change = True
+        self._last_read_ms: int | None = None
+        self._read_revision: int | None = None
+        self._read_done = asyncio.Event()
+        self.reads = 0
+        """How many times a round read etcd's revision (a measure of the polling left)."""
         session.add_listener(self._on_session)
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -201,9 +221,16 @@ class EtcdController:
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"etcd-controller-{self.node_id}")
+        self._watch_task = asyncio.create_task(
+            self._watch(), name=f"etcd-controller-watch-{self.node_id}"
+        )
 
     async def stop(self) -> None:
         """Stop campaigning; an active controller gives up its key (best effort)."""
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch_task
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -263,13 +290,49 @@ class EtcdController:
             _, claim = await self.connection.get(self.space.controller)
             self.active_claim = ControllerClaim.decode(claim.value) if claim else None
             return
+        now = self._clock()
+        safety_due = (
+            self._last_read_ms is None
+            or now - self._last_read_ms >= self.settings.safety_read_interval_ms
+        )
+        if self.watching and not self._watch_saw_change and not safety_due:
+            if self.is_active:
+                await self._serialized(self._tick)
+                self._push_all()
+            return
+        self._watch_saw_change = False
+        self._last_read_ms = now
+        self.reads += 1
         revision, _ = await self.connection.get(self.space.controller_epoch)
+        self._read_revision = revision
+        self._read_done.set()
         if revision != self._known_revision or not self.is_active:
             revision, keys = await self.connection.get_prefix(self.space.prefix)
             await self._observe(revision, keys)
         if self.is_active:
             await self._serialized(self._tick)
             self._push_all()
+
+    async def _watch(self) -> None:
+        """Wake the candidate on every change under the prefix (the module docstring's
+        Watching): watch from the revision a round read, so nothing between is missed."""
+        while True:
+            self._read_done.clear()
+            self._read_revision = None
+            self._watch_saw_change = True
+            self._wake.set()
+            await self._read_done.wait()
+            start = (self._read_revision or 0) + 1
+            try:
+                self.watching = True
+                async for _ in self.connection.watch_prefix(self.space.prefix, start):
+                    self._watch_saw_change = True
+                    self._wake.set()
+            except EtcdWatchBrokenError as e:
+                log.info("node %d: %s; reading in full and watching again", self.node_id, e)
+            finally:
+                self.watching = False
+            await asyncio.sleep(self.settings.tick_interval_ms / 1000)
 
     async def _observe(self, revision: int, keys: dict[str, KeyVersion]) -> None:
         """What the whole prefix says: who is controller, which brokers live, the state."""

@@ -10,13 +10,19 @@ bytes than its ``--max-request-bytes``) raises :class:`EtcdRequestTooLargeError`
 retrying it elsewhere cannot help. Transactions are built from etcd's own request
 messages so that the answer keeps the revision the write got (the ``mod_revision`` of
 every key it put).
+
+:meth:`EtcdConnection.watch_prefix` streams the revisions at which keys under a prefix
+changed, over its own channel (a broken watch leaves the unary calls alone). It ends with
+:class:`EtcdWatchBrokenError` when etcd compacted past the start revision, cancelled the
+watch, or stopped answering; the caller then reads the prefix in full and watches again
+from that read's revision, so no change is missed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 import aetcd
@@ -33,6 +39,7 @@ __all__ = [
     "EtcdConnection",
     "EtcdRequestTooLargeError",
     "EtcdUnavailableError",
+    "EtcdWatchBrokenError",
     "KeyVersion",
     "Put",
     "TxnResult",
@@ -45,6 +52,10 @@ class EtcdUnavailableError(HighwaterError):
     """No etcd member answered: the metadata store is down, paused or unreachable."""
 
     code = ErrorCode.NOT_CONTROLLER
+
+
+class EtcdWatchBrokenError(EtcdUnavailableError):
+    """A watch ended without the promise of every change: read in full, then watch again."""
 
 
 class EtcdRequestTooLargeError(HighwaterError):
@@ -262,3 +273,43 @@ class EtcdConnection:
             )
         except (TimeoutError, grpc.RpcError, aetcd.ClientError, OSError) as e:
             raise await self._failed(e) from None
+
+    async def watch_prefix(self, prefix: str, start_revision: int) -> AsyncIterator[int]:
+        """The revisions at which keys under ``prefix`` changed, from ``start_revision``
+        (inclusive) on, one per etcd watch response; raises :class:`EtcdWatchBrokenError`
+        when the watch can no longer promise every change (see the module docstring)."""
+        raw = prefix.encode()
+        host, port = self.address.endpoints[self._member]
+        member = f"{host}:{port}"
+        channel = grpc.aio.insecure_channel(f"{host}:{port}")
+        requests: asyncio.Queue[rpc.WatchRequest | None] = asyncio.Queue()
+        create = rpc.WatchCreateRequest(
+            key=raw, range_end=_range_end(raw), start_revision=start_revision
+        )
+        await requests.put(rpc.WatchRequest(create_request=create))
+
+        async def request_stream() -> AsyncIterator[rpc.WatchRequest]:
+            while (request := await requests.get()) is not None:
+                yield request
+
+        try:
+            call = rpc.WatchStub(channel).Watch(request_stream())
+            async for reply in call:
+                if reply.compact_revision:
+                    raise EtcdWatchBrokenError(
+                        f"etcd at {member} compacted past revision {start_revision}"
+                        f" (to {reply.compact_revision})"
+                    )
+                if reply.canceled:
+                    raise EtcdWatchBrokenError(
+                        f"etcd at {member} cancelled the watch: {reply.cancel_reason}"
+                    )
+                if reply.events:
+                    yield max(event.kv.mod_revision for event in reply.events)
+            raise EtcdWatchBrokenError(f"etcd at {member} ended the watch")
+        except grpc.RpcError as e:
+            detail = f"{e.code().name}: {e.details()}" if isinstance(e, grpc.aio.AioRpcError) else e
+            raise EtcdWatchBrokenError(f"the watch on etcd at {member} broke ({detail})") from None
+        finally:
+            await requests.put(None)
+            await channel.close()
