@@ -8,11 +8,13 @@ directory, pause (SIGSTOP) and resume. :class:`EtcdBrokerProcess` is one broker 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -103,6 +105,17 @@ class EtcdServer:
     def resume(self) -> None:
         assert self.process is not None
         self.process.send_signal(signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def etcd_member(data_dir: Path) -> Iterator[EtcdServer]:
+    """One etcd member started in ``data_dir`` for the ``with`` block (a module's fixture)."""
+    server = EtcdServer(data_dir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @dataclass

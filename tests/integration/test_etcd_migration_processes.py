@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from broker_processes import BrokerProcess, consume_all, metadata
 from click.testing import CliRunner
-from etcd_processes import EtcdBrokerProcess, EtcdServer, read_prefix, wait_for
+from etcd_processes import EtcdBrokerProcess, EtcdServer, etcd_member, read_prefix, wait_for
 from highwater.broker.rolling import ClusterView, under_replicated
 from highwater.cli.main import main
 from highwater.cli.rolling import observe_cluster
@@ -43,10 +43,8 @@ TOPIC = "events"
 
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    server = EtcdServer(tmp_path_factory.mktemp("etcd"))
-    server.start()
-    yield server
-    server.stop()
+    with etcd_member(tmp_path_factory.mktemp("etcd")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from etcd_processes import EtcdServer
+from etcd_processes import EtcdServer, etcd_member
 from highwater.etcd_metadata.connection import EtcdConnection, Put
 from highwater.etcd_metadata.endpoints import parse_metadata_store
 from highwater.etcd_metadata.keys import KeySpace
@@ -19,10 +19,8 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    server = EtcdServer(tmp_path_factory.mktemp("etcd"))
-    server.start()
-    yield server
-    server.stop()
+    with etcd_member(tmp_path_factory.mktemp("etcd")) as server:
+        yield server
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from click.testing import CliRunner
 from etcd_processes import (
     EtcdBrokerProcess,
     EtcdServer,
+    etcd_member,
     put_key,
     read_prefix,
     wait_for,
@@ -56,10 +57,8 @@ CLUSTER = "stories"
 
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    server = EtcdServer(tmp_path_factory.mktemp("etcd"))
-    server.start()
-    yield server
-    server.stop()
+    with etcd_member(tmp_path_factory.mktemp("etcd")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
