@@ -28,6 +28,7 @@ from highwater.cli.server_config import (
     server_config_options,
 )
 from highwater.cli.serving import (
+    etcd_store_option,
     listen_option,
     metadata_replica_options,
     run_until_signalled,
@@ -37,19 +38,8 @@ from highwater.cli.serving import (
 from highwater.controller.etcd_migration import etcd_cluster_id
 from highwater.controller.service import ControllerServer, ControllerSettings
 from highwater.errors import HighwaterError
-from highwater.etcd_metadata.endpoints import EtcdStoreAddress, parse_metadata_store
+from highwater.etcd_metadata.endpoints import EtcdStoreAddress
 from highwater.raft.driver import RaftServerSettings
-
-
-def _migration_from(
-    _ctx: click.Context, _param: click.Parameter, value: str | None
-) -> EtcdStoreAddress | None:
-    if value is None:
-        return None
-    try:
-        return parse_metadata_store(value)
-    except HighwaterError as e:
-        raise click.BadParameter(str(e)) from None
 
 
 @click.command("controller")
@@ -68,7 +58,7 @@ def _migration_from(
 @click.option(
     "--migration-from",
     default=None,
-    callback=_migration_from,
+    callback=etcd_store_option,
     metavar="etcd://HOST:PORT[,HOST:PORT...][/CLUSTER]",
     help="Migrate the etcd-mode cluster kept there to this quorum (KIP-866's migration, "
     "docs/etcd-mode.md): the active controller copies its metadata, dual writes to etcd and "

@@ -167,9 +167,11 @@ def controllers_option(function: F) -> F:
     )(function)
 
 
-def _metadata_store(
+def etcd_store_option(
     _ctx: click.Context, _param: click.Parameter, value: str | None
 ) -> EtcdStoreAddress | None:
+    """A click callback: an ``etcd://HOST:PORT[,HOST:PORT...][/CLUSTER]`` option parsed, or
+    a usage error naming what is wrong with it."""
     if value is None:
         return None
     try:
@@ -183,7 +185,7 @@ def metadata_store_option(function: F) -> F:
     return click.option(
         "--metadata-store",
         default=None,
-        callback=_metadata_store,
+        callback=etcd_store_option,
         metavar="etcd://HOST:PORT[,HOST:PORT...][/CLUSTER]",
         help="Keep the metadata in etcd (the ZooKeeper-era layout, docs/etcd-mode.md) "
         "instead of a controller quorum: replaces --controllers.",
