@@ -89,13 +89,13 @@ from highwater.etcd_metadata.keys import (
     image_keys,
     partition_state_value,
 )
+from highwater.etcd_metadata.pushed import MetadataPushChannels
 from highwater.etcd_metadata.session import EtcdSession
-from highwater.internal.v1 import broker_metadata_pb2, broker_metadata_pb2_grpc, controller_pb2
+from highwater.internal.v1 import broker_metadata_pb2, controller_pb2
 from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import MetadataRecord
 from highwater.metadata.snapshot import snapshot_values
-from highwater.rpc.channels import open_channel
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = ["EtcdController", "EtcdControllerSettings", "MetadataWriteTooLargeError"]
@@ -195,7 +195,7 @@ class EtcdController:
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._pushed: dict[str, int] = {}
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._push_channels = MetadataPushChannels(node_id)
         self._push_tasks: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._watch_task: asyncio.Task[None] | None = None
@@ -244,9 +244,7 @@ class EtcdController:
                     [Delete(self.space.controller)],
                 )
         self._step_down("stopping")
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        await self._push_channels.close()
 
     async def wait_active(self, timeout_s: float = 30) -> None:
         async with asyncio.timeout(timeout_s):
@@ -659,17 +657,10 @@ class EtcdController:
             records=snapshot_values(image),
             controller_address=self.address,
         )
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = open_channel(
-                address, max_message_bytes=256 * 1024 * 1024
-            )
-        try:
-            reply = await broker_metadata_pb2_grpc.BrokerMetadataStub(channel).UpdateMetadata(
-                request, timeout=self.settings.push_timeout_s
-            )
-        except grpc.aio.AioRpcError as e:
-            log.debug("node %d: pushing to %s failed: %s", self.node_id, address, e.code().name)
+        reply = await self._push_channels.update_metadata(
+            address, request, self.settings.push_timeout_s
+        )
+        if reply is None:
             return
         if reply.error == ErrorCode.STALE_CONTROLLER_EPOCH:
             log.warning(

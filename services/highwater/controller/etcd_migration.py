@@ -45,9 +45,6 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-import grpc
-import grpc.aio
-
 from highwater.errors import HighwaterError
 from highwater.etcd_metadata.connection import EtcdConnection, EtcdUnavailableError
 from highwater.etcd_metadata.endpoints import EtcdStoreAddress
@@ -65,12 +62,12 @@ from highwater.etcd_metadata.migration import (
     WriteEtcdState,
 )
 from highwater.etcd_metadata.migration_store import MigrationStore
+from highwater.etcd_metadata.pushed import MetadataPushChannels
 from highwater.etcd_metadata.session import EtcdSession
-from highwater.internal.v1 import broker_metadata_pb2, broker_metadata_pb2_grpc
+from highwater.internal.v1 import broker_metadata_pb2
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import MetadataRecord, MigrationStateRecord
 from highwater.metadata.snapshot import snapshot_values
-from highwater.rpc.channels import open_channel
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = ["EtcdMigration", "etcd_cluster_id"]
@@ -139,7 +136,7 @@ class EtcdMigration:
         self._push_to: frozenset[int] = frozenset()
         self._pushed: dict[str, int] = {}
         self._push_tasks: dict[str, asyncio.Task[None]] = {}
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._push_channels = MetadataPushChannels(node_id)
         self._task: asyncio.Task[None] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -165,9 +162,7 @@ class EtcdMigration:
             task.cancel()
         await self._release()
         await self._store.connection.close()
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        await self._push_channels.close()
 
     async def _release(self) -> None:
         """Give up the claim (its lease, and so the ``controller`` key)."""
@@ -368,17 +363,8 @@ class EtcdMigration:
             records=snapshot_values(image),
             controller_address=self.address,
         )
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = open_channel(
-                address, max_message_bytes=256 * 1024 * 1024
-            )
-        try:
-            reply = await broker_metadata_pb2_grpc.BrokerMetadataStub(channel).UpdateMetadata(
-                request, timeout=self.push_timeout_s
-            )
-        except grpc.aio.AioRpcError as e:
-            log.debug("node %d: pushing to %s failed: %s", self.node_id, address, e.code().name)
+        reply = await self._push_channels.update_metadata(address, request, self.push_timeout_s)
+        if reply is None:
             return
         if reply.error == ErrorCode.NONE:
             self._pushed[address] = image.offset

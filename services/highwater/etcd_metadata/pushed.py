@@ -7,7 +7,8 @@ with its controller epoch and the image's offset (``BrokerMetadata.UpdateMetadat
 :meth:`PushedMetadata.accept` refuses a push from an older controller epoch than the
 newest accepted (STALE_CONTROLLER_EPOCH: a deposed controller that does not know it yet,
 ZooKeeper-era Kafka's controller epoch check) and ignores one that is not newer than the
-image it has.
+image it has. :class:`MetadataPushChannels` is the sending side, which the etcd-mode
+controller and the KRaft controller migrating from etcd share.
 """
 
 from __future__ import annotations
@@ -23,9 +24,15 @@ from highwater.internal.v1 import broker_metadata_pb2_grpc
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import decode_record
 from highwater.metadata.snapshot import load_snapshot
+from highwater.rpc.channels import open_channel
 from highwater.v1.common_pb2 import ErrorCode
 
-__all__ = ["BROKER_METADATA_SERVICE_NAME", "PushedMetadata", "add_pushed_metadata_servicer"]
+__all__ = [
+    "BROKER_METADATA_SERVICE_NAME",
+    "MetadataPushChannels",
+    "PushedMetadata",
+    "add_pushed_metadata_servicer",
+]
 
 log = logging.getLogger(__name__)
 
@@ -104,3 +111,39 @@ def add_pushed_metadata_servicer(server: grpc.aio.Server, pushed: PushedMetadata
     broker_metadata_pb2_grpc.add_BrokerMetadataServicer_to_server(
         BrokerMetadataServicer(pushed), server
     )
+
+
+PUSH_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+"""A push carries the whole image: a million partitions' records fit."""
+
+
+class MetadataPushChannels:
+    """One channel per node pushed to, and the ``UpdateMetadata`` call on it."""
+
+    def __init__(self, node_id: int) -> None:
+        self.node_id = node_id
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    async def update_metadata(
+        self, address: str, request: pb.UpdateMetadataRequest, timeout_s: float
+    ) -> pb.UpdateMetadataResponse | None:
+        """The node's answer, or None if it could not be reached (logged; the caller's next
+        round pushes again)."""
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = open_channel(
+                address, max_message_bytes=PUSH_MAX_MESSAGE_BYTES
+            )
+        try:
+            reply: pb.UpdateMetadataResponse = await broker_metadata_pb2_grpc.BrokerMetadataStub(
+                channel
+            ).UpdateMetadata(request, timeout=timeout_s)
+        except grpc.aio.AioRpcError as e:
+            log.debug("node %d: pushing to %s failed: %s", self.node_id, address, e.code().name)
+            return None
+        return reply
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
