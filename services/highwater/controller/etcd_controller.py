@@ -89,7 +89,7 @@ from highwater.etcd_metadata.keys import (
     image_keys,
     partition_state_value,
 )
-from highwater.etcd_metadata.pushed import MetadataPushChannels
+from highwater.etcd_metadata.pushed import MetadataPushChannels, push_addresses
 from highwater.etcd_metadata.session import EtcdSession
 from highwater.internal.v1 import broker_metadata_pb2, controller_pb2
 from highwater.metadata.delta import MetadataDelta
@@ -621,24 +621,11 @@ class EtcdController:
 
     # --- pushes ------------------------------------------------------------------------
 
-    def _targets(self) -> list[str]:
-        image = self._image
-        addresses = []
-        for broker in image.brokers.values():
-            if broker.listeners:
-                endpoint = broker.listeners[0]
-                addresses.append(f"{endpoint.host}:{endpoint.port}")
-        for coordinator in image.cluster.coordinators.values():
-            if coordinator.listeners:
-                endpoint = coordinator.listeners[0]
-                addresses.append(f"{endpoint.host}:{endpoint.port}")
-        return addresses
-
     def _push_all(self) -> None:
         if not self.is_active or self.inconsistency is not None:
             return
         offset = self._image.offset
-        for address in self._targets():
+        for address in push_addresses(self._image):
             if self._pushed.get(address) == offset:
                 continue
             task = self._push_tasks.get(address)

@@ -62,7 +62,7 @@ from highwater.etcd_metadata.migration import (
     WriteEtcdState,
 )
 from highwater.etcd_metadata.migration_store import MigrationStore
-from highwater.etcd_metadata.pushed import MetadataPushChannels
+from highwater.etcd_metadata.pushed import MetadataPushChannels, push_addresses
 from highwater.etcd_metadata.session import EtcdSession
 from highwater.internal.v1 import broker_metadata_pb2
 from highwater.metadata.image import MetadataImage
@@ -327,18 +327,6 @@ class EtcdMigration:
 
     # --- pushes to the brokers still in etcd mode ------------------------------------------
 
-    def _targets(self, image: MetadataImage) -> list[str]:
-        addresses = []
-        for broker_id in sorted(self._push_to):
-            broker = image.broker(broker_id)
-            if broker is not None and broker.listeners:
-                addresses.append(f"{broker.listeners[0].host}:{broker.listeners[0].port}")
-        for coordinator in image.cluster.coordinators.values():
-            if coordinator.listeners:
-                endpoint = coordinator.listeners[0]
-                addresses.append(f"{endpoint.host}:{endpoint.port}")
-        return addresses
-
     def _push_all(self) -> None:
         image = self._committed_image()
         if (
@@ -347,7 +335,7 @@ class EtcdMigration:
             or image.migration.state != MigrationStateRecord.MIGRATING
         ):
             return
-        for address in self._targets(image):
+        for address in push_addresses(image, self._push_to):
             if self._pushed.get(address) == image.offset:
                 continue
             task = self._push_tasks.get(address)

@@ -32,6 +32,7 @@ __all__ = [
     "MetadataPushChannels",
     "PushedMetadata",
     "add_pushed_metadata_servicer",
+    "push_addresses",
 ]
 
 log = logging.getLogger(__name__)
@@ -147,3 +148,16 @@ class MetadataPushChannels:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
+
+
+def push_addresses(image: MetadataImage, broker_ids: Iterable[int] | None = None) -> list[str]:
+    """Where a push of ``image`` goes: the first listener of each registered broker (of
+    ``broker_ids`` only, if given) and of each coordinator."""
+    brokers = (
+        list(image.brokers.values())
+        if broker_ids is None
+        else [b for b in map(image.broker, sorted(broker_ids)) if b is not None]
+    )
+    listeners = [b.listeners for b in brokers]
+    listeners.extend(c.listeners for c in image.cluster.coordinators.values())
+    return [f"{own[0].host}:{own[0].port}" for own in listeners if own]
