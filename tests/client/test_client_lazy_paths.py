@@ -10,6 +10,7 @@ import struct
 from typing import Any
 
 import pytest
+from compiled_codec import compiled_only
 from highwater.client.consumer import AsyncConsumer, MessageBatch, TopicPartition
 from highwater.client.consumer.fetcher import PartitionState
 from highwater.client.consumer.message_batch import pure_binary_column
@@ -220,7 +221,7 @@ def test_a_binary_column_is_sliced_as_the_reference_slices_it(
         assert codec.binary_column(validity, offsets, data, length) == expected
 
 
-@pytest.mark.skipif(codec is None, reason="HIGHWATER_PURE_PYTHON=1: no compiled slicer")
+@compiled_only
 def test_the_compiled_slicer_reads_nothing_past_its_buffers() -> None:
     offsets = memoryview(struct.pack("3i", 0, 2, 5)).cast("i")
     assert codec.binary_column(b"\x03", offsets, b"abcde", 2) == [b"ab", b"cde"]

@@ -12,19 +12,15 @@ import time
 from typing import Any
 
 import pytest
+from compiled_codec import PURE_PYTHON_RUN, compiled_only
 from highwater.client.cluster import PartitionInfo, TopicInfo
 from highwater.client.producer import AsyncProducer, Message, ProducerClosedError
 from highwater.client.producer.handle import DeliveryHandle
-from highwater.records.implementation import codec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 TOPICS = {"a": 3, "b": 1}
 """The topics with metadata; ``c`` has none (its records wait for it)."""
-
-compiled_only = pytest.mark.skipif(
-    codec is None, reason="HIGHWATER_PURE_PYTHON=1: the Python path is the only one"
-)
 
 
 def set_metadata(producer: AsyncProducer) -> None:
@@ -213,8 +209,8 @@ async def test_a_written_batch_reports_each_record_and_survives_a_raising_callba
 ) -> None:
     from highwater.client.producer import producer as producer_module
 
-    if compiled and codec is None:
-        pytest.skip("HIGHWATER_PURE_PYTHON=1: the Python loop is the only one")
+    if compiled and PURE_PYTHON_RUN:
+        pytest.skip("the pure-Python run of the suite: the Python loop is the only one")
     if not compiled:
         monkeypatch.setattr(producer_module, "_deliver_records", None)
     producer = make_producer(4, lane=True, batch_size=16384)
