@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc.aio
 import pytest
+from broker_roles import leads
 from embedded_servers import free_port
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
@@ -72,7 +73,7 @@ async def test_fuzzed_produce_and_fetch_requests_get_typed_answers(tmp_path: Pat
             )
             assert created.topics[0].error == ErrorCode.NONE
         for _ in range(200):
-            if server.broker.partitions.get(TOPIC, 0).is_leader:
+            if leads(server.broker, TOPIC, 0):
                 break
             await asyncio.sleep(0.02)
         async with grpc.aio.insecure_channel(address) as channel:

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import grpc.aio
 import pytest
+from broker_roles import leads
 from embedded_servers import free_port
 from highwater.broker.partitions import PartitionManager
 from highwater.broker.service import BrokerSettings
+from highwater.config.topic import LogConfig
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.embedded import EmbeddedServer
@@ -26,6 +28,7 @@ from highwater.internal.v1 import replication_pb2, replication_pb2_grpc
 from highwater.metadata import MetadataImage
 from highwater.records import SimpleRecord, build_batch, iter_batches
 from highwater.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManagerSettings
+from highwater.storage.topic_partition import TopicPartition
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -51,9 +54,7 @@ class Cluster:
                 len(found) == partitions
                 and all(p.leader_id == 1 for p in found)
                 # ...and the broker applied the image that made it leader.
-                and all(
-                    self.server.broker.partitions.get(name, p).is_leader for p in range(partitions)
-                )
+                and all(leads(self.server.broker, name, p) for p in range(partitions))
             ):
                 return
             await asyncio.sleep(0.02)
@@ -396,7 +397,7 @@ async def test_producer_state_survives_a_restart_and_still_catches_duplicates(
                     first_offset = (await cluster.produce_bytes("dedup", data)).base_offset
                 else:
                     for _ in range(200):
-                        if server.broker.partitions.get("dedup", 0).is_leader:
+                        if leads(server.broker, "dedup", 0):
                             break
                         await asyncio.sleep(0.02)
                     # The reply was lost before the restart: the producer sends it again.
@@ -481,10 +482,12 @@ async def test_a_restarted_broker_takes_no_role_before_its_registration_is_in_th
     applied: list[int | None] = []
     apply_image = PartitionManager.apply_image
 
-    def recording_apply_image(self: PartitionManager, image: MetadataImage) -> None:
+    def recording_apply_image(
+        self: PartitionManager, image: MetadataImage, *, create_logs: bool = True
+    ) -> list[tuple[TopicPartition, LogConfig]]:
         registration = image.broker(self.broker_id)
         applied.append(None if registration is None else registration.broker_epoch)
-        apply_image(self, image)
+        return apply_image(self, image, create_logs=create_logs)
 
     monkeypatch.setattr(PartitionManager, "apply_image", recording_apply_image)
     server = EmbeddedServer(listen=address, data_dir=tmp_path)

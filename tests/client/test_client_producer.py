@@ -15,6 +15,7 @@ from typing import Any
 import grpc.aio
 import pyarrow as pa
 import pytest
+from broker_roles import leads
 from embedded_servers import free_port
 from highwater.client.cluster import (
     ClusterMetadata,
@@ -64,9 +65,7 @@ class Cluster:
             if (
                 len(found) == partitions
                 and all(p.leader_id == 1 for p in found)
-                and all(
-                    self.server.broker.partitions.get(name, p).is_leader for p in range(partitions)
-                )
+                and all(leads(self.server.broker, name, p) for p in range(partitions))
             ):
                 return
             await asyncio.sleep(0.02)
@@ -638,7 +637,7 @@ def test_blocking_producer_works_from_sync_code(tmp_path: Path) -> None:
                     m.CreateTopicsRequest((m.CreatableTopic("sync", 1, 1),))
                 )
                 assert reply.topics[0].error == ErrorCode.NONE
-                while not server.broker.partitions.get("sync", 0).is_leader:
+                while not leads(server.broker, "sync", 0):
                     await asyncio.sleep(0.02)
             ready.set()
             await stop.wait()

@@ -27,8 +27,9 @@ writes, synchronously; waiting (long polls, acks) is the request handler's busin
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from highwater.broker.replication import (
@@ -41,6 +42,7 @@ from highwater.broker.replication import (
     UnknownReplicaError,
     find_diverging_epoch,
 )
+from highwater.config.topic import LogConfig
 from highwater.controller_api import messages as m
 from highwater.controller_api.messages import ReplicaLogInfo
 from highwater.errors import HighwaterError, KafkaStorageError, OffsetOutOfRangeError
@@ -429,6 +431,11 @@ class PartitionManager:
         self._unopened: dict[TopicPartition, str] = {}
         """Replicas assigned here whose log could not be opened (a failed log directory
         may hold it), by why."""
+        self._creating: set[TopicPartition] = set()
+        """Replicas assigned here whose log is being created off the event loop."""
+        self._adopted_unused: list[TopicPartition] = []
+        """Logs :meth:`create_logs` made that no image has given a role yet: removed if
+        the next image no longer assigns them here (their topic was deleted meanwhile)."""
         self.image = MetadataImage()
 
     def __iter__(self) -> Iterator[Partition]:
@@ -502,6 +509,11 @@ class PartitionManager:
             return found
         if tp in self._unopened:
             raise PartitionError(ErrorCode.KAFKA_STORAGE_ERROR, self._unopened[tp])
+        if tp in self._creating:
+            raise PartitionError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"{tp}: broker {self.broker_id} is still creating its log",
+            )
         topic_image = self.image.topic(topic)
         if topic_image is None or topic_image.partition(partition) is None:
             raise PartitionError(
@@ -552,11 +564,20 @@ class PartitionManager:
             )
             partition.stop_replicating(registration)
 
-    def apply_image(self, image: MetadataImage) -> None:
+    def apply_image(
+        self, image: MetadataImage, *, create_logs: bool = True
+    ) -> list[tuple[TopicPartition, LogConfig]]:
         """Open logs for the partitions assigned here and take the roles the image gives;
-        partitions no longer assigned here (a deleted topic) are removed with their logs."""
+        partitions no longer assigned here (a deleted topic) are removed with their logs.
+
+        With ``create_logs=False`` the replicas that have no log yet are left out and
+        returned, with their configs, for the caller to create off the event loop
+        (:meth:`create_logs`, then this again); until then they answer
+        NOT_LEADER_OR_FOLLOWER, retriable, as Kafka's broker does before it has become
+        leader or follower of a new partition."""
         self.image = image
         wanted: set[TopicPartition] = set()
+        to_create: list[tuple[TopicPartition, LogConfig]] = []
         for topic in image.topics.by_name.values():
             config = None
             for index in range(len(topic.partitions)):
@@ -576,11 +597,15 @@ class PartitionManager:
                 if config is None:
                     config = image.log_config(topic.name, self.log_manager.default_config)
                 try:
-                    partition_log = self.log_manager.get_or_create_log(tp, config)
+                    if create_logs or self.log_manager.get_log(tp) is not None:
+                        partition_log = self.log_manager.get_or_create_log(tp, config)
+                    else:
+                        self.log_manager.check_creatable(tp)
+                        self._unopened.pop(tp, None)
+                        to_create.append((tp, config))
+                        continue
                 except KafkaStorageError as e:
-                    if tp not in self._unopened:
-                        log.error("broker %d: %s is offline: %s", self.broker_id, tp, e)
-                    self._unopened[tp] = str(e)
+                    self._refuse(tp, str(e))
                     continue
                 self._unopened.pop(tp, None)
                 created = Partition(
@@ -603,6 +628,7 @@ class PartitionManager:
                     "leader" if created.is_leader else "follower",
                     registration.leader_epoch,
                 )
+        self._creating = {tp for tp, _ in to_create}
         # Removed in one call: the checkpoints are written once, not once per log.
         gone = [tp for tp in self._unopened if tp not in wanted]
         for tp in gone:
@@ -611,4 +637,33 @@ class PartitionManager:
             del self._partitions[tp]
             gone.append(tp)
             log.info("broker %d: %s removed", self.broker_id, tp)
+        # Logs made off the loop for replicas the image no longer assigns here.
+        gone.extend(
+            tp for tp in self._adopted_unused if tp not in wanted and tp not in self._partitions
+        )
+        self._adopted_unused = []
         self.log_manager.delete_logs(gone)
+        return to_create
+
+    def _refuse(self, tp: TopicPartition, why: str) -> None:
+        """``tp``'s log cannot be opened here (a failed directory may hold it)."""
+        if tp not in self._unopened:
+            log.error("broker %d: %s is offline: %s", self.broker_id, tp, why)
+        self._unopened[tp] = why
+
+    async def create_logs(self, requests: Sequence[tuple[TopicPartition, LogConfig]]) -> None:
+        """Create the logs :meth:`apply_image` left out, their files in a worker thread so
+        the event loop keeps serving (a thousand new logs take seconds of directory
+        creation and fsyncs); the next :meth:`apply_image` gives them their roles."""
+        try:
+            new_logs = self.log_manager.plan_new_logs(requests)
+        except KafkaStorageError as e:
+            for tp, _ in requests:
+                self._refuse(tp, str(e))
+            return
+        await asyncio.to_thread(self.log_manager.load_new_logs, new_logs)
+        for tp, why in self.log_manager.adopt_new_logs(new_logs):
+            self._refuse(tp, why)
+        self._adopted_unused.extend(
+            new_log.topic_partition for new_log in new_logs if new_log.log is not None
+        )

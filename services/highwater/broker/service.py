@@ -47,7 +47,6 @@ from highwater.broker.authorization import (
     authorize_fetch,
     authorize_init_producer_id,
     filter_metadata,
-    produce_extra_check,
     replica_fetch_refusal,
     split_topics,
 )
@@ -65,6 +64,7 @@ from highwater.broker.replica_fetcher import Connect, GrpcFetchTransport, Replic
 from highwater.broker.request_handler import RequestHandler
 from highwater.broker.settings import BrokerSettings
 from highwater.broker.telemetry import BrokerTelemetry
+from highwater.config.topic import LogConfig
 from highwater.controller_api.client import ControllerClient
 from highwater.errors import InvalidRequestError, KafkaStorageError
 from highwater.internal.v1 import replication_pb2 as rpb
@@ -75,6 +75,7 @@ from highwater.rpc.auth import authorizer_enabled, follow_image
 from highwater.rpc.listener_context import current_listener
 from highwater.security.acl import AclOperation
 from highwater.storage.log_manager import LogDirectory, LogManager
+from highwater.storage.topic_partition import TopicPartition
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -195,6 +196,7 @@ class BrokerServer:
         ACL checks of a session's group and topics plug in."""
         self._shrinker: asyncio.Task[None] | None = None
         self._upkeep: asyncio.Task[None] | None = None
+        self._log_creation: asyncio.Task[None] | None = None
         self.failure: BaseException | None = None
         """Why the broker stopped serving by itself (every log directory failed)."""
         self._failed = asyncio.Event()
@@ -269,6 +271,10 @@ class BrokerServer:
         self.lifecycle.stopping = True
         if self.kafka is not None:
             await self.kafka.stop()
+        if self._log_creation is not None:
+            # Its round ends once its worker thread has made the files: not cancelled,
+            # so that every log it made is adopted and closed with the others.
+            await asyncio.shield(self._log_creation)
         await self.fetchers.close()
         for task in (self._shrinker, self._upkeep):
             if task is not None:
@@ -312,11 +318,30 @@ class BrokerServer:
         (its partitions are not open for requests: retriable errors).
         """
         if self._holds_registration(image):
-            self.partitions.apply_image(image)
+            to_create = self.partitions.apply_image(image, create_logs=False)
+            if to_create and self._log_creation is None and not self.lifecycle.stopping:
+                self._log_creation = asyncio.create_task(self._create_logs(to_create))
             if not self.lifecycle.stopping:
                 self.fetchers.ensure_fetchers()
         self.purgatory.notify()
         self.lifecycle.report_readiness(image)
+
+    async def _create_logs(self, to_create: list[tuple[TopicPartition, LogConfig]]) -> None:
+        """Create new replicas' logs off the event loop, then take their roles from the
+        latest image; again while images name more (a topic created meanwhile). One round
+        at a time: an image that arrives during a round leaves its new logs to the next."""
+        try:
+            while to_create and not self.lifecycle.stopping:
+                await self.partitions.create_logs(to_create)
+                image = self._metadata.image
+                if not self._holds_registration(image):
+                    return
+                to_create = self.partitions.apply_image(image, create_logs=False)
+                self.fetchers.ensure_fetchers()
+                self.purgatory.notify()
+                self.lifecycle.report_readiness(image)
+        finally:
+            self._log_creation = None
 
     def _holds_registration(self, image: MetadataImage) -> bool:
         """Whether ``image`` holds this incarnation's registration (its broker epoch)."""
@@ -359,9 +384,7 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
     async def _produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext, caller: QuotaCaller
     ) -> pb.ProduceResponse:
-        allowed, refused = split_topics(
-            request, context, AclOperation.WRITE, extra=produce_extra_check(context)
-        )
+        allowed, refused = split_topics(request, context, AclOperation.WRITE)
         if refused and not allowed.topics:
             return add_refused_topics(pb.ProduceResponse(), refused)
         return add_refused_topics(await self._broker.produce(allowed, caller), refused)

@@ -223,6 +223,18 @@ class _CleanerCheckpoints:
             manager.guard_dir(directory, directory.cleaner_checkpoint.write, by_dir[id(directory)])
 
 
+@dataclass(eq=False)
+class NewLog:
+    """A log being created (:meth:`LogManager.plan_new_logs`): where it goes, then what
+    loading it gave, the log or the I/O error."""
+
+    topic_partition: TopicPartition
+    config: LogConfig
+    directory: LogDirectory
+    log: PartitionLog | None = None
+    error: BaseException | None = None
+
+
 class LogManager:
     """Owns the log directories and every partition log in them (see the module docstring).
 
@@ -605,13 +617,36 @@ class LogManager:
     def next_dir(self) -> LogDirectory:
         """Where a new partition goes: the online directory with the fewest partitions,
         the first listed on a tie (Kafka's ``nextLogDirs``)."""
+        return self._place_new_logs(1)[0]
+
+    def _place_new_logs(self, count: int) -> list[LogDirectory]:
+        """The directories of ``count`` new logs, each placed as :meth:`next_dir` would
+        place it after the ones before it were created."""
         online = self.online_dirs
         if not online:
             raise KafkaStorageError("every log directory is offline")
         if len(online) == 1:
-            return online[0]  # no count needed: creating N logs stays O(N)
+            return online * count  # no count needed: creating N logs stays O(N)
         counts = Counter(map(id, self._dir_of.values()))
-        return min(online, key=lambda d: counts[id(d)])
+        placed = []
+        for _ in range(count):
+            directory = min(online, key=lambda d: counts[id(d)])
+            counts[id(directory)] += 1
+            placed.append(directory)
+        return placed
+
+    def check_creatable(self, tp: TopicPartition) -> None:
+        """Refuse (``KafkaStorageError``) to create ``tp``'s log when it is in a failed
+        directory, or while any directory is offline: that directory may hold it."""
+        if tp in self._offline_logs:
+            directory = self._dir_of[tp]
+            raise KafkaStorageError(f"{tp}: its log directory {directory.path} is offline")
+        offline = self.offline_dirs
+        if offline:
+            raise KafkaStorageError(
+                f"cannot create the log of {tp}: log directories "
+                f"{', '.join(str(d.path) for d in offline)} are offline and may hold it"
+            )
 
     def get_or_create_log(
         self, tp: TopicPartition, config: LogConfig | None = None
@@ -624,33 +659,74 @@ class LogManager:
             if config is not None:
                 existing.config = config
             return existing
-        if tp in self._offline_logs:
-            directory = self._dir_of[tp]
-            raise KafkaStorageError(f"{tp}: its log directory {directory.path} is offline")
-        offline = self.offline_dirs
-        if offline:
-            raise KafkaStorageError(
-                f"cannot create the log of {tp}: log directories "
-                f"{', '.join(str(d.path) for d in offline)} are offline and may hold it"
-            )
-        directory = self.next_dir()
-        try:
-            partition_log = load_partition_log(
-                directory.path / tp.dir_name,
-                config or self.default_config,
-                had_clean_shutdown=True,
-                clock=self.clock,
-                producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
-            )
-        except (OSError, KafkaStorageError) as e:
-            if not is_io_failure(e):
-                raise
-            self.fail_dir(directory, e)
-            raise KafkaStorageError(
-                f"cannot create the log of {tp} in {directory.path}: {e}"
-            ) from e
-        self._adopt(tp, partition_log, directory)
-        return partition_log
+        (new_log,) = self.plan_new_logs([(tp, config)])
+        self.load_new_logs([new_log])
+        refused = self.adopt_new_logs([new_log])
+        if refused:
+            raise KafkaStorageError(refused[0][1])
+        assert new_log.log is not None
+        return new_log.log
+
+    # Creating many logs (a new topic of a thousand partitions) is a directory, files and
+    # fsyncs per log: milliseconds each. A broker does it off its event loop in three
+    # steps: plan (on the loop: refusals and placement), load (in a worker thread: files
+    # only, the manager's state untouched), adopt (on the loop again).
+
+    def plan_new_logs(
+        self, requests: Sequence[tuple[TopicPartition, LogConfig | None]]
+    ) -> list[NewLog]:
+        """Place the new logs of ``requests`` (each ``tp`` without a log here yet), or
+        raise ``KafkaStorageError`` as :meth:`check_creatable` does for the first refused."""
+        for tp, _ in requests:
+            if tp in self._logs:
+                raise ValueError(f"{tp} already has a log")
+            self.check_creatable(tp)
+        directories = self._place_new_logs(len(requests))
+        return [
+            NewLog(tp, config or self.default_config, directory)
+            for (tp, config), directory in zip(requests, directories, strict=True)
+        ]
+
+    def load_new_logs(self, new_logs: Sequence[NewLog]) -> None:
+        """Create the planned logs' files: safe in a worker thread, since it only touches
+        the files and the :class:`NewLog` objects. An I/O failure is kept in the failing
+        log's ``error`` (and those after it in the same directory are not tried)."""
+        failed: dict[int, BaseException] = {}
+        for new_log in new_logs:
+            error = failed.get(id(new_log.directory))
+            if error is not None:
+                new_log.error = error
+                continue
+            try:
+                new_log.log = load_partition_log(
+                    new_log.directory.path / new_log.topic_partition.dir_name,
+                    new_log.config,
+                    had_clean_shutdown=True,
+                    clock=self.clock,
+                    producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
+                )
+            except (OSError, KafkaStorageError) as e:
+                if not is_io_failure(e):
+                    raise
+                new_log.error = failed[id(new_log.directory)] = e
+
+    def adopt_new_logs(self, new_logs: Sequence[NewLog]) -> list[tuple[TopicPartition, str]]:
+        """Take the loaded logs into the manager; returns those refused, with why (the
+        directory failed while their files were made: it is taken offline now)."""
+        refused = []
+        for new_log in new_logs:
+            tp, directory = new_log.topic_partition, new_log.directory
+            if new_log.log is not None and directory.online and tp not in self._logs:
+                self._adopt(tp, new_log.log, directory)
+                continue
+            if new_log.log is not None:
+                with contextlib.suppress(KafkaStorageError, OSError):
+                    new_log.log.close()
+            if new_log.error is not None and directory.online:
+                self.fail_dir(directory, new_log.error)
+            why = new_log.error or directory.error or "its directory is offline"
+            refused.append((tp, f"cannot create the log of {tp} in {directory.path}: {why}"))
+        return refused
 
     async def truncate_to(self, tp: TopicPartition, offset: int) -> bool:
         """Truncate a replica's log, then make its lowered recovery point durable.

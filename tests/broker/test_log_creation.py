@@ -1,0 +1,116 @@
+"""New replicas' logs are created off the broker's event loop, then take their roles.
+
+A thousand new logs are seconds of directories, files and fsyncs; made on the event loop
+they stalled heartbeats, fetches and produce for that long. The broker now plans them on
+the loop, makes their files in a worker thread and adopts them on the loop again
+(``PartitionManager.apply_image(create_logs=False)`` and ``create_logs``).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from highwater.broker.partitions import PartitionError, PartitionManager
+from highwater.metadata import (
+    BrokerEndpoint,
+    MetadataImage,
+    MetadataRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    UnfenceBrokerRecord,
+    replay,
+)
+from highwater.storage import log_manager as log_manager_module
+from highwater.storage.log_manager import LogManager
+from highwater.v1.common_pb2 import ErrorCode
+
+BROKER = 1
+PARTITIONS = 40
+
+
+def with_topic(partitions: int) -> MetadataImage:
+    records: list[MetadataRecord] = []
+    for broker_id in (1, 2, 3):
+        endpoint = BrokerEndpoint("PLAINTEXT", f"b{broker_id}", 9092)
+        records.append(RegisterBrokerRecord(broker_id, f"inc-{broker_id}", broker_id, (endpoint,)))
+        records.append(UnfenceBrokerRecord(broker_id, broker_id))
+    records.append(TopicRecord("orders", "orders-id"))
+    for index in range(partitions):
+        leader = (1, 2, 3)[index % 3]
+        records.append(PartitionRecord("orders-id", index, (1, 2, 3), (1, 2, 3), leader))
+    return replay(records, len(records))
+
+
+@pytest.fixture
+def partitions(tmp_path: Path) -> PartitionManager:
+    logs = LogManager(tmp_path)
+    logs.startup(node_id=BROKER)
+    return PartitionManager(BROKER, logs)
+
+
+async def test_new_logs_are_made_in_a_worker_thread_then_take_their_roles(
+    partitions: PartitionManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    load = log_manager_module.load_partition_log
+    threads: set[int] = set()
+
+    def recording_load(*args: object, **kwargs: object) -> object:
+        threads.add(threading.get_ident())
+        return load(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(log_manager_module, "load_partition_log", recording_load)
+    image = with_topic(PARTITIONS)
+
+    to_create = partitions.apply_image(image, create_logs=False)
+
+    assert sorted(tp.partition for tp, _ in to_create) == list(range(PARTITIONS))
+    assert not threads and not partitions.log_manager.logs
+    with pytest.raises(PartitionError, match="still creating its log") as refused:
+        partitions.get("orders", 0)
+    assert refused.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    await partitions.create_logs(to_create)
+    assert threads and threading.get_ident() not in threads
+    assert len(partitions.log_manager.logs) == PARTITIONS
+
+    assert partitions.apply_image(image, create_logs=False) == []
+    leaders = [p.topic_partition.partition for p in partitions if p.is_leader]
+    assert leaders == [i for i in range(PARTITIONS) if i % 3 == 0]
+
+
+async def test_logs_made_for_a_topic_deleted_meanwhile_are_removed(
+    partitions: PartitionManager, tmp_path: Path
+) -> None:
+    image = with_topic(PARTITIONS)
+    to_create = partitions.apply_image(image, create_logs=False)
+    await partitions.create_logs(to_create)
+    assert any(tmp_path.glob("orders-*"))
+
+    deleted = replay([RemoveTopicRecord("orders-id")], image.offset + 1, image=image)
+    assert partitions.apply_image(deleted, create_logs=False) == []
+
+    assert not partitions.log_manager.logs
+    assert not any(tmp_path.glob("orders-*"))
+    with pytest.raises(PartitionError) as refused:
+        partitions.get("orders", 0)
+    assert refused.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_a_replica_whose_directory_is_offline_is_refused_not_queued(
+    partitions: PartitionManager,
+) -> None:
+    """A log a failed directory may hold is not created elsewhere: the replica is
+    reported offline (KAFKA_STORAGE_ERROR), as when logs are created on the loop."""
+    (directory,) = partitions.log_manager.log_dirs
+    partitions.log_manager.fail_dir(directory, OSError(5, "Input/output error"))
+
+    assert partitions.apply_image(with_topic(3), create_logs=False) == []
+
+    with pytest.raises(PartitionError) as refused:
+        partitions.get("orders", 1)
+    assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert len(partitions.offline()) == 3
