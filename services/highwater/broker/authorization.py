@@ -3,14 +3,14 @@
 Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch and DeleteRecords all carry
 ``topics[].partitions[]`` and answer ``topics[].partitions[]`` with an ``error``:
 :func:`split_topics` keeps the topics the caller may act on and
-:func:`add_refused_topics` answers the others ``TOPIC_AUTHORIZATION_FAILED`` (or
-``CLUSTER_AUTHORIZATION_FAILED``), so a refused topic is never read nor written while
-the others are served. The rules, with the authorizer on:
+:func:`add_refused_topics` answers the others ``TOPIC_AUTHORIZATION_FAILED``, so a
+refused topic is never read nor written while the others are served. The rules, with the
+authorizer on:
 
-- Produce: WRITE on the topic; a batch of an idempotent producer (a producer id) needs
-  IDEMPOTENT_WRITE on the cluster, or WRITE on the topic (Kafka 3's KIP-679, which the
-  topic check already gives); InitProducerId: IDEMPOTENT_WRITE on the cluster or WRITE on
-  some topic (KIP-679), else CLUSTER_AUTHORIZATION_FAILED;
+- Produce: WRITE on the topic, for an idempotent producer's batches too (Kafka 3's
+  KIP-679: WRITE on a topic implies IDEMPOTENT_WRITE for it, so there is no second check);
+  InitProducerId: IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679), else
+  CLUSTER_AUTHORIZATION_FAILED;
 - Fetch: READ on the topic (a Fetch is always a consumer's); a follower's ReplicaFetch
   (the internal ``ReplicaFetchService``) needs CLUSTER_ACTION on the cluster, which the
   server interceptor checks, and to speak for its own node
@@ -24,8 +24,7 @@ the others are served. The rules, with the authorizer on:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc.aio
 from google.protobuf.message import Message
@@ -49,7 +48,6 @@ __all__ = [
     "authorize_fetch",
     "authorize_init_producer_id",
     "filter_metadata",
-    "produce_extra_check",
     "replica_fetch_refusal",
     "split_topics",
 ]
@@ -63,11 +61,8 @@ def split_topics(
     request: M,
     context: grpc.aio.ServicerContext | None,
     operation: AclOperation,
-    *,
-    extra: Callable[[Any], bool] | None = None,
 ) -> tuple[M, Refused]:
-    """``request`` with only the topics the caller may ``operation``, and the refused ones.
-    ``extra(topic)``: a further check of a topic entry (refused CLUSTER_AUTHORIZATION_FAILED)."""
+    """``request`` with only the topics the caller may ``operation``, and the refused ones."""
     if not authorizer_enabled():
         return request, []
     refused: Refused = []
@@ -76,8 +71,6 @@ def split_topics(
         partitions = [p.partition for p in topic.partitions]
         if not authorize(context, operation, ResourceType.TOPIC, topic.topic):
             refused.append((topic.topic, partitions, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
-        elif extra is not None and not extra(topic):
-            refused.append((topic.topic, partitions, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
         else:
             kept.append(topic)
     if not refused:
@@ -100,32 +93,6 @@ def add_refused_topics(response: M, refused: Refused) -> M:
                 answer.log_append_time_ms = -1
                 answer.error_message = "not authorized"
     return response
-
-
-def produce_extra_check(context: grpc.aio.ServicerContext | None) -> Callable[[Any], bool]:
-    """Produce's idempotent-batch rule for one topic entry (see the module docstring)."""
-
-    def allowed(topic: pb.ProduceTopic) -> bool:
-        if not any(_is_idempotent(p) for p in topic.partitions):
-            return True
-        return authorize(
-            context, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
-        ) or authorize(context, AclOperation.WRITE, ResourceType.TOPIC, topic.topic)
-
-    return allowed
-
-
-_PRODUCER_ID_AT = 43
-"""The producer id's byte offset in a RecordBatch v2 header (docs/storage.md)."""
-
-
-def _is_idempotent(partition: pb.ProducePartition) -> bool:
-    if partition.HasField("records"):
-        return partition.records.HasField("producer_id") and partition.records.producer_id >= 0
-    data = partition.record_batches
-    if len(data) < _PRODUCER_ID_AT + 8:
-        return False
-    return int.from_bytes(data[_PRODUCER_ID_AT : _PRODUCER_ID_AT + 8], "big", signed=True) >= 0
 
 
 def authorize_fetch(

@@ -81,10 +81,8 @@ _ADMIN: Final[dict[str, Access]] = {
 """The admin calls, served alike by the Broker service and the Controller service."""
 
 _BROKER: Final[dict[str, Access]] = {
-    "Produce": PerItem(_TOPIC, _A.WRITE, "idempotent batches: IDEMPOTENT_WRITE on the cluster"),
-    "ProduceStream": PerItem(
-        _TOPIC, _A.WRITE, "idempotent batches: IDEMPOTENT_WRITE on the cluster"
-    ),
+    "Produce": PerItem(_TOPIC, _A.WRITE, "idempotent batches too (KIP-679)"),
+    "ProduceStream": PerItem(_TOPIC, _A.WRITE, "idempotent batches too (KIP-679)"),
     "Fetch": PerItem(_TOPIC, _A.READ),
     "FetchStream": PerItem(_TOPIC, _A.READ),
     "ListOffsets": PerItem(_TOPIC, _A.DESCRIBE),

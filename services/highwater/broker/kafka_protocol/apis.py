@@ -82,7 +82,6 @@ from highwater.broker.authorization import (
     authorize_fetch,
     authorize_init_producer_id,
     filter_metadata,
-    produce_extra_check,
     split_topics,
 )
 from highwater.broker.kafka_protocol.codec import SUPPORTED, KafkaRequest, Spliced, placeholders
@@ -275,9 +274,7 @@ class KafkaApis:
                     aside[(topic.name, item.index)] = records
                     records = records[:BATCH_HEADER_SIZE]
                 produce_topic.partitions.add(partition=item.index, record_batches=records)
-        allowed, denied = split_topics(
-            message, None, AclOperation.WRITE, extra=produce_extra_check(None)
-        )
+        allowed, denied = split_topics(message, None, AclOperation.WRITE)
         if denied and not allowed.topics:
             answer = pb.ProduceResponse()
         else:
