@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc.aio
 import pytest
+from broker_roles import leads
 from embedded_servers import free_port
 from highwater.broker.service import BrokerSettings
 from highwater.controller_api import messages as m
@@ -55,11 +56,8 @@ async def server(tmp_path: Path) -> AsyncIterator[EmbeddedServer]:
             )
         assert reply.topics[0].error == ErrorCode.NONE, reply
         for _ in range(200):
-            try:
-                if all(server.broker.partitions.get(TOPIC, p).is_leader for p in range(PARTITIONS)):
-                    break
-            except Exception:
-                pass
+            if all(leads(server.broker, TOPIC, p) for p in range(PARTITIONS)):
+                break
             await asyncio.sleep(0.02)
         yield server
     finally:

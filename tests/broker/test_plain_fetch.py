@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 import grpc.aio
 import pytest
+from broker_roles import leads
 from embedded_servers import free_port
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
@@ -46,11 +47,8 @@ async def broker(tmp_path: Path) -> AsyncIterator[broker_pb2_grpc.BrokerStub]:
             reply = await admin.create_topics(m.CreateTopicsRequest(topics))
         assert all(t.error == ErrorCode.NONE for t in reply.topics), reply
         for _ in range(200):
-            try:
-                if all(server.broker.partitions.get(t.name, 0).is_leader for t in topics):
-                    break
-            except Exception:
-                pass
+            if all(leads(server.broker, t.name, 0) for t in topics):
+                break
             await asyncio.sleep(0.02)
         async with grpc.aio.insecure_channel(address) as channel:
             yield broker_pb2_grpc.BrokerStub(channel)

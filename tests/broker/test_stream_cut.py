@@ -22,6 +22,7 @@ import grpc
 import grpc.aio
 import pytest
 import pytest_asyncio
+from broker_roles import leads
 from cutting_proxy import CuttingProxy
 from embedded_servers import free_port
 from highwater.controller_api import messages as m
@@ -52,7 +53,9 @@ async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Embe
             )
         assert reply.topics[0].error == ErrorCode.NONE, reply
         async with asyncio.timeout(30):
-            while not all(_leads(server, partition) for partition in range(PARTITIONS)):
+            while not all(
+                leads(server.broker, TOPIC, partition) for partition in range(PARTITIONS)
+            ):
                 await asyncio.sleep(0.02)
         async with grpc.aio.insecure_channel(address) as channel:
             stub = broker_pb2_grpc.BrokerStub(channel)
@@ -62,13 +65,6 @@ async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Embe
         yield server
     finally:
         await server.stop()
-
-
-def _leads(server: EmbeddedServer, partition: int) -> bool:
-    try:
-        return server.broker.partitions.get(TOPIC, partition).is_leader
-    except Exception:
-        return False
 
 
 def produce(partition: int, count: int, size: int = 10) -> pb.ProduceRequest:

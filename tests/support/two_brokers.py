@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc.aio
+from broker_roles import leads
 from embedded_servers import free_port
 from highwater.broker.standalone import StandaloneBroker
 from highwater.controller_api import messages as m
@@ -59,12 +60,7 @@ class TwoBrokers:
         brokers = {1: self.embedded.broker, 2: self.standalone.broker}
         for partition, leader in leaders.items():
             broker = brokers.get(leader)
-            if broker is None:
-                return False
-            try:
-                if not broker.partitions.get(topic, partition).is_leader:
-                    return False
-            except Exception:
+            if broker is None or not leads(broker, topic, partition):
                 return False
         return True
 
