@@ -26,12 +26,15 @@ port, serving ``highwater.internal.v1.Controller``:
   compare-and-swap write of the partition's state key.
 * **Watching.** An etcd watch on the whole prefix (:meth:`_watch`) wakes the candidate
   on every change: broker registrations, ISR changes written by leaders, topic and
-  config changes, the ``controller`` key. A woken round reads etcd's revision; when it
-  moved, the whole prefix. While the watch holds, a round without a change reads nothing,
-  except a safety read every ``safety_read_interval_ms``; a watch that breaks (etcd
-  compacted past it, restarted, stopped answering) makes every round read, as polling,
-  until the watch is made again from the revision the next round read. The whole prefix
-  read gives: the live ``brokers/ids`` keys (a registered broker without one has its
+  config changes, the ``controller`` key. Its events carry the changed keys and values,
+  applied to the candidate's :class:`~highwater.etcd_metadata.prefix_view.PrefixView` of
+  the prefix, so a woken round reads nothing from etcd: it looks at the view. While the
+  watch holds, a round reads etcd only for a safety read every
+  ``safety_read_interval_ms`` (etcd's revision; when it moved, the whole prefix, which
+  reloads the view); a watch that breaks (etcd compacted past it, restarted, stopped
+  answering) makes every round read, as polling, until the watch is made again from the
+  revision the next round read and a whole read loads the view again. The view (or the
+  whole prefix read) gives: the live ``brokers/ids`` keys (a registered broker without one has its
   session expired at once, so the next tick fences it and moves its leaderships, as the controller's
   ``/brokers/ids`` watch did) and the state keys (any not as this controller wrote them
   are loaded again). A state that fails validation
@@ -83,6 +86,7 @@ from highwater.etcd_metadata.connection import (
     KeyVersion,
     Put,
     TxnResult,
+    watch_prefix_changes,
 )
 from highwater.etcd_metadata.keys import (
     InconsistentMetadataError,
@@ -92,6 +96,7 @@ from highwater.etcd_metadata.keys import (
     image_keys,
     partition_state_value,
 )
+from highwater.etcd_metadata.prefix_view import KeyChange, PrefixView
 from highwater.etcd_metadata.push_delta import DeltaPush, DeltaPushes
 from highwater.etcd_metadata.pushed import MetadataPushChannels, push_addresses
 from highwater.etcd_metadata.session import EtcdSession
@@ -223,6 +228,9 @@ class EtcdController:
         self._read_done = asyncio.Event()
         self.reads = 0
         """How many times a round read etcd's revision (a measure of the polling left)."""
+        self.view = PrefixView()
+        self.prefix_reads = 0
+        """How many times the whole prefix was read."""
         session.add_listener(self._on_session)
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -309,7 +317,10 @@ class EtcdController:
             self._last_read_ms is None
             or now - self._last_read_ms >= self.settings.safety_read_interval_ms
         )
-        if self.watching and not self._watch_saw_change and not safety_due:
+        if self.watching and not safety_due and (not self._watch_saw_change or self._view_usable()):
+            if self._watch_saw_change:  # what changed is in the view: no read
+                self._watch_saw_change = False
+                await self._observe(self.view.revision, self.view.keys)
             if self.is_active:
                 await self._serialized(self._tick)
                 self._push_all()
@@ -321,11 +332,22 @@ class EtcdController:
         self._read_revision = revision
         self._read_done.set()
         if revision != self._known_revision or not self.is_active:
-            revision, keys = await self.connection.get_prefix(self.space.prefix)
+            revision, keys = await self._read_prefix()
             await self._observe(revision, keys)
         if self.is_active:
             await self._serialized(self._tick)
             self._push_all()
+
+    def _view_usable(self) -> bool:
+        """Whether a woken round may take the view for a read: the view is current and no
+        failed write asked for a read of etcd itself."""
+        return self.view.current and not (self.is_active and self._known_revision == -1)
+
+    async def _read_prefix(self) -> tuple[int, dict[str, KeyVersion]]:
+        revision, keys = await self.connection.get_prefix(self.space.prefix)
+        self.prefix_reads += 1
+        self.view.load(revision, keys)
+        return revision, keys
 
     async def _watch(self) -> None:
         """Wake the candidate on every change under the prefix (the module docstring's
@@ -339,13 +361,18 @@ class EtcdController:
             start = (self._read_revision or 0) + 1
             try:
                 self.watching = True
-                async for _ in self.connection.watch_prefix(self.space.prefix, start):
+                self.view.watching_from(start)
+                async for response in watch_prefix_changes(
+                    self.connection, self.space.prefix, start
+                ):
+                    self.view.apply(KeyChange(*change) for change in response.changes)
                     self._watch_saw_change = True
                     self._wake.set()
             except EtcdWatchBrokenError as e:
                 log.info("node %d: %s; reading in full and watching again", self.node_id, e)
             finally:
                 self.watching = False
+                self.view.watch_broken()
             await asyncio.sleep(self.settings.tick_interval_ms / 1000)
 
     async def _observe(self, revision: int, keys: dict[str, KeyVersion]) -> None:
@@ -398,7 +425,7 @@ class EtcdController:
         )
         if not result.succeeded:
             return
-        revision, keys = await self.connection.get_prefix(self.space.prefix)
+        revision, keys = await self._read_prefix()
         async with self._lock:
             self._load(keys)
             self.epoch = new_epoch
