@@ -308,3 +308,69 @@ def process_rows(report: Report, section: SuiteSection) -> dict[tuple[str, int],
                     results[(mode, partitions)] = ProcessResult(error=failure)
     _process_rows(section, results)
     return results
+
+
+def run_sizes(
+    sizes: tuple[int, ...], modes: tuple[str, ...], data_dir: Path
+) -> dict[tuple[str, int], ProcessResult]:
+    """Each mode at each size (partitions, rounded to whole topics), on processes under
+    ``data_dir``; failures recorded in the result, not raised."""
+    results: dict[tuple[str, int], ProcessResult] = {}
+    for partitions in sizes:
+        partitions = max(TOPIC_PARTITIONS, partitions // TOPIC_PARTITIONS * TOPIC_PARTITIONS)
+        for mode in modes:
+            print(f"control-plane: {mode}, {partitions:,} partitions on processes", flush=True)
+            root = data_dir / f"control-plane-{mode}-{partitions}"
+            root.mkdir(parents=True, exist_ok=True)
+            try:
+                with contextlib.ExitStack() as stack:
+                    endpoint = ""
+                    if mode == "etcd":
+                        etcd = etcd_cluster(root / "etcd", members=1)
+                        endpoint = stack.enter_context(etcd)[0]
+                    cluster = stack.enter_context(process_cluster(root, mode, endpoint))
+                    results[(mode, partitions)] = asyncio.run(_measure(cluster, partitions))
+            except (RuntimeError, TimeoutError, OSError) as error:
+                failure = f"{type(error).__name__}: {error}"
+                results[(mode, partitions)] = ProcessResult(error=failure)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench._control_plane_processes --partitions 10000 --modes etcd``: the
+    processes part alone at chosen sizes (beyond ``PROCESS_SIZES``), as JSON with the
+    machine's load average before and after each run."""
+    import argparse
+    import dataclasses
+    import os
+
+    parser = argparse.ArgumentParser(prog="python -m bench._control_plane_processes")
+    parser.add_argument("--partitions", default=",".join(str(s) for s in PROCESS_SIZES))
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--data-dir", type=Path, default=Path("bench-data/control-plane"))
+    args = parser.parse_args(argv)
+    modes = tuple(m for m in args.modes.split(",") if m)
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        parser.error(f"unknown mode(s) {', '.join(sorted(unknown))}; known: kraft, etcd")
+    sizes = tuple(int(s) for s in args.partitions.split(","))
+    load_before = os.getloadavg()
+    results = run_sizes(sizes, modes, args.data_dir)
+    print(
+        json.dumps(
+            {
+                "load_before": load_before,
+                "load_after": os.getloadavg(),
+                "results": {
+                    f"{mode} {partitions}": dataclasses.asdict(r)
+                    for (mode, partitions), r in results.items()
+                },
+            },
+            indent=1,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,10 +9,13 @@ events on a cluster of 3 brokers with replication factor 3:
   them into an image and pushes the whole image to every broker (each broker decodes it);
 - controlled shutdown: KRaft decides the moves in one heartbeat (records committed once
   through Raft); etcd mode writes each moved partition's state key (compare-and-swap
-  transactions of 128 keys) and pushes the image to the brokers;
+  transactions of 128 keys) and pushes the moves to the brokers as a delta;
 - cold broker start: KRaft's broker loads a snapshot; etcd mode's broker decodes a push;
 - propagation of one topic creation: KRaft's brokers replay one delta; etcd mode writes the
-  keys and pushes the whole image to each of the 3 brokers.
+  keys and pushes the delta (the topic's records) to each of the 3 brokers.
+
+Beside them, one leader move pushed as the etcd-mode controller pushed it before delta
+pushes (the whole image) and as it does now (:func:`push_figures`).
 
 The etcd side runs a real 3-member etcd (Debian's etcd-server, fsync on); the brokers'
 decoding runs in this process. Process clusters holding 100,000 partitions do not fit this
@@ -49,6 +52,8 @@ from highwater.metadata import (
     replay,
     snapshot_values,
 )
+from highwater.metadata.delta import MetadataDelta
+from highwater.metadata.records import PartitionChangeRecord, decode_record, encode_record
 
 from bench import scale
 from bench._control_plane_processes import process_rows
@@ -202,6 +207,13 @@ def _push(image: MetadataImage) -> None:
         load_snapshot_values(values, image.offset, 1)
 
 
+def _push_delta(image: MetadataImage, records: list[MetadataRecord], offset: int) -> None:
+    """A delta push: the records encoded once, each broker applying them to its image."""
+    values = [encode_record(r) for r in records]
+    for _ in range(BROKERS):
+        MetadataDelta(image).replay_all(decode_record(v) for v in values).apply(offset, 1)
+
+
 async def etcd_figures(endpoints: list[str], partitions: int) -> dict[str, float]:
     """Seconds of each event's control-plane part in etcd mode, and CAS ISR changes/s."""
     address = EtcdStoreAddress(
@@ -224,29 +236,62 @@ async def etcd_figures(endpoints: list[str], partitions: int) -> dict[str, float
         await _write_keys(connection, _changed_keys(image, store.latest_image(), space))
         _push(store.latest_image())
         figures["failover"] = time.perf_counter() - started
-        # (b) controlled shutdown of broker 2: each moved partition's key written, one push.
+        # (b) controlled shutdown of broker 2: each moved partition's key written, the moves
+        # pushed to each broker as a delta.
         before = store.latest_image()
         started = _clock()
-        store.append(scale.heartbeat(controller, before, 2, 2, want_shutdown=True))
+        moves = scale.heartbeat(controller, before, 2, 2, want_shutdown=True)
+        store.append(moves)
         await _write_keys(connection, _changed_keys(before, store.latest_image(), space))
-        _push(store.latest_image())
+        _push_delta(before, moves, store.latest_image().offset)
         figures["controlled_shutdown"] = time.perf_counter() - started
         # (c) cold broker start: the broker decodes the push of the whole image.
         values = snapshot_values(store.latest_image())
         started = _clock()
         load_snapshot_values(values, store.latest_image().offset, 1)
         figures["broker_start"] = time.perf_counter() - started
-        # (d) propagation of a topic creation: keys written, the whole image pushed to each.
+        # (d) propagation of a topic creation: keys written, the delta pushed to each.
         before = store.latest_image()
         started = _clock()
-        store.append(_create_topic(controller, "propagated"))
+        created = _create_topic(controller, "propagated")
+        store.append(created)
         await _write_keys(connection, _changed_keys(before, store.latest_image(), space))
-        _push(store.latest_image())
+        _push_delta(before, created, store.latest_image().offset)
         figures["propagation"] = time.perf_counter() - started
         figures["cas_isr_change_per_s"] = await _cas_rate(connection, space)
     finally:
         await connection.close()
     return figures
+
+
+def push_figures(partitions: int) -> dict[str, float]:
+    """One leader move pushed to the 3 brokers, as the etcd-mode controller pushed it before
+    delta pushes (the whole image: encoded once, decoded by each broker) and as it pushes it
+    now (the one record: each broker applies it to its image): seconds and bytes."""
+    records = cluster_records(partitions)
+    image = replay(records, len(records) - 1, 1)
+    topic = next(iter(image.topics.by_name.values()))
+    partition = topic.partitions[0]
+    leader = next(r for r in partition.replicas if r != partition.leader)
+    move = [PartitionChangeRecord(topic.topic_id, 0, leader=leader)]
+    after = MetadataDelta(image).replay_all(move).apply(image.offset + 1, 1)
+    gc.collect()
+    started = time.perf_counter()
+    values = snapshot_values(after)
+    for _ in range(BROKERS):
+        load_snapshot_values(values, after.offset, 1)
+    full_s = time.perf_counter() - started
+    started = time.perf_counter()
+    delta = [encode_record(r) for r in move]
+    for _ in range(BROKERS):
+        MetadataDelta(image).replay_all(decode_record(v) for v in delta).apply(after.offset, 1)
+    delta_s = time.perf_counter() - started
+    return {
+        "leader_move_push_full": full_s,
+        "leader_move_push_delta": delta_s,
+        "leader_move_push_full_bytes": float(sum(len(v) for v in values)),
+        "leader_move_push_delta_bytes": float(sum(len(v) for v in delta)),
+    }
 
 
 def _changed_keys(before: MetadataImage, after: MetadataImage, space: KeySpace) -> dict[str, bytes]:
@@ -293,6 +338,7 @@ def measure(
             for partitions in sizes:
                 print(f"control-plane: etcd, {partitions:,} partitions", flush=True)
                 results["etcd"][partitions] = asyncio.run(etcd_figures(endpoints, partitions))
+                results["etcd"][partitions].update(push_figures(partitions))
                 results["etcd"][partitions]["load"] = os.getloadavg()[0]
     return results
 
@@ -346,6 +392,19 @@ def _add_rows(section: SuiteSection, results: dict[str, dict[int, dict[str, floa
                     peer_name="etcd mode",
                     peer_value=etcd[name] if etcd else None,
                     error="" if kraft else "KRaft not run",
+                )
+            )
+        if etcd and "leader_move_push_full" in etcd:
+            section.add(
+                Row(
+                    f"etcd mode: one leader move pushed to 3 brokers, {partitions:,} partitions "
+                    "(the whole image, as before delta pushes)",
+                    etcd["leader_move_push_full"],
+                    "s",
+                    peer_name="a delta (the one record)",
+                    peer_value=etcd["leader_move_push_delta"],
+                    extra=f"{etcd['leader_move_push_full_bytes']:,.0f} bytes against "
+                    f"{etcd['leader_move_push_delta_bytes']:,.0f}",
                 )
             )
         if kraft and etcd:

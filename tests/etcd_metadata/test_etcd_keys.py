@@ -212,10 +212,12 @@ def test_a_push_from_an_older_controller_epoch_is_refused() -> None:
     )
     assert error == ErrorCode.STALE_CONTROLLER_EPOCH
     assert "controller 3 of epoch 1 was deposed" in message
-    # Not newer than the image: ignored; a newer one of a newer epoch: taken.
+    # Older than the image: ignored; the same again: nothing changes; a newer one of a
+    # newer epoch: taken.
     assert (
-        pushed.accept(controller_id=1, controller_epoch=2, offset=5, values=[])[0] == ErrorCode.NONE
+        pushed.accept(controller_id=1, controller_epoch=2, offset=4, values=[])[0] == ErrorCode.NONE
     )
+    assert pushed.accept(controller_id=1, controller_epoch=2, offset=5, values=values)[0] == 0
     assert (
         pushed.accept(controller_id=2, controller_epoch=3, offset=6, values=values)[0]
         == ErrorCode.NONE

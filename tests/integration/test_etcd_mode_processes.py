@@ -37,8 +37,15 @@ from highwater.cli.main import main
 from highwater.client.admin import AdminClient, AdminError, NewTopic
 from highwater.client.errors import InvalidRequestError
 from highwater.client.producer import AsyncProducer
-from highwater.etcd_metadata.connection import EtcdConnection, EtcdWatchBrokenError, Put
+from highwater.etcd_metadata.connection import (
+    Delete,
+    EtcdConnection,
+    EtcdWatchBrokenError,
+    Put,
+    watch_prefix_changes,
+)
 from highwater.etcd_metadata.endpoints import parse_metadata_store
+from highwater.etcd_metadata.prefix_view import KeyChange, PrefixView
 from highwater.internal.v1 import (
     broker_metadata_pb2,
     broker_metadata_pb2_grpc,
@@ -420,6 +427,32 @@ async def test_a_watch_streams_each_change_and_breaks_clearly_on_compaction(
         stale = connection.watch_prefix("watched/", first.revision)
         with pytest.raises(EtcdWatchBrokenError, match="compacted"):
             await asyncio.wait_for(anext(stale), 10)
+    finally:
+        await connection.close()
+
+
+async def test_watched_changes_carry_keys_and_values_and_keep_a_view_equal_to_a_read(
+    etcd: EtcdServer,
+) -> None:
+    """A woken candidate's read of only what changed: the events of puts and deletes,
+    applied to a view loaded once, give what a whole read of the prefix gives."""
+    connection = EtcdConnection(parse_metadata_store(f"etcd://{etcd.endpoint}/viewed"))
+    try:
+        await connection.txn([], [Put("viewed/a", b"1"), Put("viewed/b", b"2")])
+        revision, keys = await connection.get_prefix("viewed/")
+        view = PrefixView()
+        view.watching_from(revision + 1)
+        view.load(revision, keys)
+        changes = watch_prefix_changes(connection, "viewed/", revision + 1)
+        put = await connection.txn([], [Put("viewed/a", b"3"), Put("other/x", b"4")])
+        gone = await connection.txn([], [Delete("viewed/b"), Put("viewed/c", b"5")])
+        while view.revision < gone.revision:
+            response = await asyncio.wait_for(anext(changes), 10)
+            assert response.revision in (put.revision, gone.revision)
+            view.apply(KeyChange(*change) for change in response.changes)
+        await changes.aclose()
+        assert view.keys == (await connection.get_prefix("viewed/"))[1]
+        assert {k: v.value for k, v in view.keys.items()} == {"viewed/a": b"3", "viewed/c": b"5"}
     finally:
         await connection.close()
 

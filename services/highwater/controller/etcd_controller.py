@@ -26,21 +26,27 @@ port, serving ``highwater.internal.v1.Controller``:
   compare-and-swap write of the partition's state key.
 * **Watching.** An etcd watch on the whole prefix (:meth:`_watch`) wakes the candidate
   on every change: broker registrations, ISR changes written by leaders, topic and
-  config changes, the ``controller`` key. A woken round reads etcd's revision; when it
-  moved, the whole prefix. While the watch holds, a round without a change reads nothing,
-  except a safety read every ``safety_read_interval_ms``; a watch that breaks (etcd
-  compacted past it, restarted, stopped answering) makes every round read, as polling,
-  until the watch is made again from the revision the next round read. The whole prefix
-  read gives: the live ``brokers/ids`` keys (a registered broker without one has its
+  config changes, the ``controller`` key. Its events carry the changed keys and values,
+  applied to the candidate's :class:`~highwater.etcd_metadata.prefix_view.PrefixView` of
+  the prefix, so a woken round reads nothing from etcd: it looks at the view. While the
+  watch holds, a round reads etcd only for a safety read every
+  ``safety_read_interval_ms`` (etcd's revision; when it moved, the whole prefix, which
+  reloads the view); a watch that breaks (etcd compacted past it, restarted, stopped
+  answering) makes every round read, as polling, until the watch is made again from the
+  revision the next round read and a whole read loads the view again. The view (or the
+  whole prefix read) gives: the live ``brokers/ids`` keys (a registered broker without one has its
   session expired at once, so the next tick fences it and moves its leaderships, as the controller's
   ``/brokers/ids`` watch did) and the state keys (any not as this controller wrote them
   are loaded again). A state that fails validation
   (:class:`~highwater.etcd_metadata.keys.InconsistentMetadataError`) is not served: no
   push, and every request is answered with the error naming the key until it is fixed.
-* **Pushes.** After every change, and to any node that missed one, the controller sends
-  the whole image to every registered broker and coordinator
-  (``BrokerMetadata.UpdateMetadata``, its epoch attached): LeaderAndIsr and
-  UpdateMetadata in one.
+* **Pushes.** After every change, and to any node that missed one, the controller pushes
+  to every registered broker and coordinator (``BrokerMetadata.UpdateMetadata``, its
+  epoch attached: LeaderAndIsr and UpdateMetadata in one) only the records made since the
+  image the node last acknowledged, or the whole image when it has no such base: the
+  first push of a controller epoch, a node that (re)registered, a node that answered it
+  could not apply a delta, a base older than the kept history, or an image loaded from
+  etcd rather than made by records (:class:`~highwater.etcd_metadata.push_delta.DeltaPushes`).
 
 Requests run one at a time. A candidate that is not active answers NOT_CONTROLLER with
 the active controller's id and address (from the ``controller`` key), so the brokers'
@@ -80,6 +86,7 @@ from highwater.etcd_metadata.connection import (
     KeyVersion,
     Put,
     TxnResult,
+    watch_prefix_changes,
 )
 from highwater.etcd_metadata.keys import (
     InconsistentMetadataError,
@@ -89,12 +96,19 @@ from highwater.etcd_metadata.keys import (
     image_keys,
     partition_state_value,
 )
+from highwater.etcd_metadata.prefix_view import KeyChange, PrefixView
+from highwater.etcd_metadata.push_delta import DeltaPush, DeltaPushes
 from highwater.etcd_metadata.pushed import MetadataPushChannels, push_addresses
 from highwater.etcd_metadata.session import EtcdSession
 from highwater.internal.v1 import broker_metadata_pb2, controller_pb2
 from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage
-from highwater.metadata.records import MetadataRecord
+from highwater.metadata.records import (
+    MetadataRecord,
+    RegisterBrokerRecord,
+    RegisterCoordinatorRecord,
+    encode_record,
+)
 from highwater.metadata.snapshot import snapshot_values
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -121,6 +135,9 @@ class EtcdControllerSettings:
     max_txn_ops: int = 128
     """etcd's ``--max-txn-ops`` (its default: 128): the most compares, and the most
     operations, one transaction may hold. See :meth:`EtcdController._append`."""
+    push_history_records: int = 100_000
+    """How many records of recent changes are kept for delta pushes: a node further behind
+    is pushed the whole image."""
 
 
 class MetadataWriteTooLargeError(HighwaterError):
@@ -194,7 +211,11 @@ class EtcdController:
         self._live_brokers: set[int] = set()
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
-        self._pushed: dict[str, int] = {}
+        self._pushes = DeltaPushes(max_records=settings.push_history_records)
+        self._full_push: tuple[MetadataImage, list[bytes]] | None = None
+        self.pushes_full = 0
+        self.pushes_delta = 0
+        """Pushes sent (and answered) of the whole image, and of deltas."""
         self._push_channels = MetadataPushChannels(node_id)
         self._push_tasks: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
@@ -207,6 +228,9 @@ class EtcdController:
         self._read_done = asyncio.Event()
         self.reads = 0
         """How many times a round read etcd's revision (a measure of the polling left)."""
+        self.view = PrefixView()
+        self.prefix_reads = 0
+        """How many times the whole prefix was read."""
         session.add_listener(self._on_session)
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -293,7 +317,10 @@ class EtcdController:
             self._last_read_ms is None
             or now - self._last_read_ms >= self.settings.safety_read_interval_ms
         )
-        if self.watching and not self._watch_saw_change and not safety_due:
+        if self.watching and not safety_due and (not self._watch_saw_change or self._view_usable()):
+            if self._watch_saw_change:  # what changed is in the view: no read
+                self._watch_saw_change = False
+                await self._observe(self.view.revision, self.view.keys)
             if self.is_active:
                 await self._serialized(self._tick)
                 self._push_all()
@@ -305,11 +332,22 @@ class EtcdController:
         self._read_revision = revision
         self._read_done.set()
         if revision != self._known_revision or not self.is_active:
-            revision, keys = await self.connection.get_prefix(self.space.prefix)
+            revision, keys = await self._read_prefix()
             await self._observe(revision, keys)
         if self.is_active:
             await self._serialized(self._tick)
             self._push_all()
+
+    def _view_usable(self) -> bool:
+        """Whether a woken round may take the view for a read: the view is current and no
+        failed write asked for a read of etcd itself."""
+        return self.view.current and not (self.is_active and self._known_revision == -1)
+
+    async def _read_prefix(self) -> tuple[int, dict[str, KeyVersion]]:
+        revision, keys = await self.connection.get_prefix(self.space.prefix)
+        self.prefix_reads += 1
+        self.view.load(revision, keys)
+        return revision, keys
 
     async def _watch(self) -> None:
         """Wake the candidate on every change under the prefix (the module docstring's
@@ -323,13 +361,18 @@ class EtcdController:
             start = (self._read_revision or 0) + 1
             try:
                 self.watching = True
-                async for _ in self.connection.watch_prefix(self.space.prefix, start):
+                self.view.watching_from(start)
+                async for response in watch_prefix_changes(
+                    self.connection, self.space.prefix, start
+                ):
+                    self.view.apply(KeyChange(*change) for change in response.changes)
                     self._watch_saw_change = True
                     self._wake.set()
             except EtcdWatchBrokenError as e:
                 log.info("node %d: %s; reading in full and watching again", self.node_id, e)
             finally:
                 self.watching = False
+                self.view.watch_broken()
             await asyncio.sleep(self.settings.tick_interval_ms / 1000)
 
     async def _observe(self, revision: int, keys: dict[str, KeyVersion]) -> None:
@@ -382,7 +425,7 @@ class EtcdController:
         )
         if not result.succeeded:
             return
-        revision, keys = await self.connection.get_prefix(self.space.prefix)
+        revision, keys = await self._read_prefix()
         async with self._lock:
             self._load(keys)
             self.epoch = new_epoch
@@ -391,7 +434,7 @@ class EtcdController:
                 b for key in keys if (b := self.space.broker_id_of(key)) is not None
             }
             self.controller.activate(self._clock())
-            self._pushed.clear()
+            self._pushes.clear(self._image.offset)
         self._expire_dead_brokers()
         self._known_revision = revision
         log.info(
@@ -420,6 +463,7 @@ class EtcdController:
         self.inconsistency = None
         self._image = image
         self._written = image_keys(image, self.space)
+        self._pushes.reset(image.offset)
 
     def _expire_dead_brokers(self) -> None:
         """A registered, unfenced broker without its leased key is gone: its session is
@@ -492,6 +536,11 @@ class EtcdController:
         self._offset_revision = result.revision
         self._image = image
         self._written = keys
+        self._pushes.changed(parent.offset, offset, [encode_record(r) for r in records])
+        for record in records:  # a node that (re)registered is pushed the whole image
+            if isinstance(record, RegisterBrokerRecord | RegisterCoordinatorRecord):
+                for address in self._addresses_of(record):
+                    self._pushes.forget(address)
         self._push_all()
 
     async def _write(
@@ -621,39 +670,79 @@ class EtcdController:
 
     # --- pushes ------------------------------------------------------------------------
 
+    @staticmethod
+    def _addresses_of(record: RegisterBrokerRecord | RegisterCoordinatorRecord) -> list[str]:
+        """Where a registering node is pushed to (its first listener, as
+        :func:`push_addresses`)."""
+        return [f"{e.host}:{e.port}" for e in record.listeners[:1]]
+
     def _push_all(self) -> None:
         if not self.is_active or self.inconsistency is not None:
             return
-        offset = self._image.offset
         for address in push_addresses(self._image):
-            if self._pushed.get(address) == offset:
+            if self._pushes.plan(address) is None:
                 continue
             task = self._push_tasks.get(address)
             if task is not None and not task.done():
-                continue  # the next round pushes what this one missed
+                continue  # it pushes again when done; else the next round does
             self._push_tasks[address] = asyncio.create_task(self._push(address))
 
+    def _full_values(self, image: MetadataImage) -> list[bytes]:
+        """The whole image's records, encoded once per image for every node that needs it."""
+        if self._full_push is None or self._full_push[0] is not image:
+            self._full_push = (image, snapshot_values(image))
+        return self._full_push[1]
+
     async def _push(self, address: str) -> None:
-        epoch, image = self.epoch, self._image
-        if epoch is None:
-            return
-        request = broker_metadata_pb2.UpdateMetadataRequest(
-            controller_id=self.node_id,
-            controller_epoch=epoch,
-            offset=image.offset,
-            records=snapshot_values(image),
-            controller_address=self.address,
-        )
-        reply = await self._push_channels.update_metadata(
-            address, request, self.settings.push_timeout_s
-        )
-        if reply is None:
-            return
-        if reply.error == ErrorCode.STALE_CONTROLLER_EPOCH:
-            log.warning(
-                "node %d: %s refused our push: %s", self.node_id, address, reply.error_message
+        """Push to ``address`` until it holds the current image: a delta when it has a base
+        (see :class:`DeltaPushes`), else the whole image; a few attempts, then the next
+        round's."""
+        for _ in range(4):
+            epoch, image = self.epoch, self._image
+            if epoch is None or self.inconsistency is not None:
+                return
+            plan = self._pushes.plan(address)
+            if plan is None or plan.offset != image.offset:
+                return
+            request = broker_metadata_pb2.UpdateMetadataRequest(
+                controller_id=self.node_id,
+                controller_epoch=epoch,
+                offset=image.offset,
+                controller_address=self.address,
             )
-            self._step_down("a broker knows a newer controller epoch")
-            return
-        if reply.error == ErrorCode.NONE:
-            self._pushed[address] = image.offset
+            if isinstance(plan, DeltaPush):
+                request.delta = True
+                request.base_offset = plan.base_offset
+                request.records.extend(plan.records)
+            else:
+                request.records.extend(self._full_values(image))
+            reply = await self._push_channels.update_metadata(
+                address, request, self.settings.push_timeout_s
+            )
+            if reply is None:
+                return
+            if reply.error == ErrorCode.STALE_CONTROLLER_EPOCH:
+                log.warning(
+                    "node %d: %s refused our push: %s",
+                    self.node_id,
+                    address,
+                    reply.error_message,
+                )
+                self._step_down("a broker knows a newer controller epoch")
+                return
+            if reply.error != ErrorCode.NONE or self.epoch != epoch:
+                return
+            if isinstance(plan, DeltaPush):
+                self.pushes_delta += 1
+            else:
+                self.pushes_full += 1
+            if reply.full_image_needed:
+                log.debug("node %d: %s: %s", self.node_id, address, reply.error_message)
+                self._pushes.forget(address)
+                continue
+            self._pushes.acknowledged(
+                address,
+                image_offset=reply.image_offset,
+                image_epoch=reply.image_controller_epoch,
+                controller_epoch=epoch,
+            )

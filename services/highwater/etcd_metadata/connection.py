@@ -41,8 +41,10 @@ __all__ = [
     "EtcdUnavailableError",
     "EtcdWatchBrokenError",
     "KeyVersion",
+    "PrefixChanges",
     "Put",
     "TxnResult",
+    "watch_prefix_changes",
 ]
 
 log = logging.getLogger(__name__)
@@ -313,3 +315,68 @@ class EtcdConnection:
         finally:
             await requests.put(None)
             await channel.close()
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixChanges:
+    """One watch response: the keys that changed, in revision order (``None``: deleted)."""
+
+    revision: int
+    changes: tuple[tuple[str, int, KeyVersion | None], ...]
+    """``(key, revision, version)`` each."""
+
+
+async def watch_prefix_changes(
+    connection: EtcdConnection, prefix: str, start_revision: int
+) -> AsyncIterator[PrefixChanges]:
+    """As :meth:`EtcdConnection.watch_prefix`, with the changed keys and their values: what
+    a watcher applies to its view instead of reading the prefix again. Raises
+    :class:`EtcdWatchBrokenError` the same way."""
+    raw = prefix.encode()
+    host, port = connection.address.endpoints[connection._member]
+    member = f"{host}:{port}"
+    channel = grpc.aio.insecure_channel(member)
+    requests: asyncio.Queue[rpc.WatchRequest | None] = asyncio.Queue()
+    create = rpc.WatchCreateRequest(
+        key=raw, range_end=_range_end(raw), start_revision=start_revision
+    )
+    await requests.put(rpc.WatchRequest(create_request=create))
+
+    async def request_stream() -> AsyncIterator[rpc.WatchRequest]:
+        while (request := await requests.get()) is not None:
+            yield request
+
+    delete = rpc.Event.EventType.DELETE
+    try:
+        call = rpc.WatchStub(channel).Watch(request_stream())
+        async for reply in call:
+            if reply.compact_revision:
+                raise EtcdWatchBrokenError(
+                    f"etcd at {member} compacted past revision {start_revision}"
+                    f" (to {reply.compact_revision})"
+                )
+            if reply.canceled:
+                raise EtcdWatchBrokenError(
+                    f"etcd at {member} cancelled the watch: {reply.cancel_reason}"
+                )
+            if reply.events:
+                changes = tuple(
+                    (
+                        e.kv.key.decode(),
+                        e.kv.mod_revision,
+                        None
+                        if e.type == delete
+                        else KeyVersion(
+                            e.kv.value, e.kv.create_revision, e.kv.mod_revision, e.kv.lease
+                        ),
+                    )
+                    for e in reply.events
+                )
+                yield PrefixChanges(max(c[1] for c in changes), changes)
+        raise EtcdWatchBrokenError(f"etcd at {member} ended the watch")
+    except grpc.RpcError as e:
+        detail = f"{e.code().name}: {e.details()}" if isinstance(e, grpc.aio.AioRpcError) else e
+        raise EtcdWatchBrokenError(f"the watch on etcd at {member} broke ({detail})") from None
+    finally:
+        await requests.put(None)
+        await channel.close()

@@ -2,12 +2,18 @@
 
 The node's image source in etcd mode, in place of the metadata log observer: it offers
 ``image`` and ``add_listener`` as the observer does, so the rest of the node runs
-unchanged. The active controller sends the whole image (the records that recreate it)
-with its controller epoch and the image's offset (``BrokerMetadata.UpdateMetadata``);
-:meth:`PushedMetadata.accept` refuses a push from an older controller epoch than the
-newest accepted (STALE_CONTROLLER_EPOCH: a deposed controller that does not know it yet,
-ZooKeeper-era Kafka's controller epoch check) and ignores one that is not newer than the
-image it has. :class:`MetadataPushChannels` is the sending side, which the etcd-mode
+unchanged. The active controller sends, with its controller epoch and the image's offset
+(``BrokerMetadata.UpdateMetadata``), either the whole image (the records that recreate
+it: :meth:`PushedMetadata.accept`) or only the records made since the image the node
+acknowledged (:meth:`PushedMetadata.accept_delta`; what to send whom is
+:mod:`highwater.etcd_metadata.push_delta`). Both refuse a push from an older controller
+epoch than the newest accepted (STALE_CONTROLLER_EPOCH: a deposed controller that does not
+know it yet, ZooKeeper-era Kafka's controller epoch check). A whole image older than the
+one held is ignored; one of the same offset replaces it if it differs (a new controller's
+image of that offset is the truth). A delta applies only to an image of exactly its base
+offset built in the same controller epoch; otherwise nothing changes and the node answers
+``full_image_needed``, so a lost, repeated or reordered push leads to a whole image, never
+to a wrong one. :class:`MetadataPushChannels` is the sending side, which the etcd-mode
 controller and the KRaft controller migrating from etcd share.
 """
 
@@ -21,6 +27,7 @@ import grpc.aio
 
 from highwater.internal.v1 import broker_metadata_pb2 as pb
 from highwater.internal.v1 import broker_metadata_pb2_grpc
+from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import decode_record
 from highwater.metadata.snapshot import load_snapshot
@@ -76,17 +83,61 @@ class PushedMetadata:
         self.controller_id = controller_id
         self.controller_epoch = controller_epoch
         self.controller_address = controller_address
-        if offset <= self._image.offset:
+        if offset < self._image.offset:
             return ErrorCode.NONE, ""
         try:
             image = load_snapshot((decode_record(v) for v in values), offset, controller_epoch)
         except Exception as e:  # a push this node cannot replay is refused whole
             log.exception("refused a metadata push at offset %d", offset)
             return ErrorCode.INVALID_REQUEST, f"the pushed records do not replay: {e}"
+        if image != self._image:
+            self._take(image)
+        return ErrorCode.NONE, ""
+
+    def accept_delta(
+        self,
+        *,
+        controller_id: int,
+        controller_epoch: int,
+        base_offset: int,
+        offset: int,
+        values: Iterable[bytes],
+        controller_address: str = "",
+    ) -> tuple[int, str, bool]:
+        """Take a delta push: the records made after ``base_offset`` up to ``offset``;
+        ``(error code, message, full image needed)``."""
+        if controller_epoch < self.controller_epoch:
+            return (
+                ErrorCode.STALE_CONTROLLER_EPOCH,
+                f"controller {controller_id} of epoch {controller_epoch} was deposed: "
+                f"controller {self.controller_id} of epoch {self.controller_epoch} is newer",
+                False,
+            )
+        self.controller_id = controller_id
+        self.controller_epoch = controller_epoch
+        self.controller_address = controller_address
+        held = self._image
+        if held.epoch != controller_epoch or held.offset != base_offset or offset <= base_offset:
+            return (
+                ErrorCode.NONE,
+                f"a delta from offset {base_offset} of controller epoch {controller_epoch} "
+                f"does not apply to this node's image of offset {held.offset} of controller "
+                f"epoch {held.epoch}",
+                True,
+            )
+        try:
+            delta = MetadataDelta(held).replay_all(decode_record(v) for v in values)
+            image = delta.apply(offset, controller_epoch)
+        except Exception as e:  # a delta this node cannot replay: the whole image instead
+            log.warning("a metadata delta to offset %d does not replay: %s", offset, e)
+            return ErrorCode.NONE, f"the pushed delta does not replay: {e}", True
+        self._take(image)
+        return ErrorCode.NONE, "", False
+
+    def _take(self, image: MetadataImage) -> None:
         self._image = image
         for listener in self._listeners:
             listener(image)
-        return ErrorCode.NONE, ""
 
 
 class BrokerMetadataServicer(broker_metadata_pb2_grpc.BrokerMetadataServicer):
@@ -98,14 +149,32 @@ class BrokerMetadataServicer(broker_metadata_pb2_grpc.BrokerMetadataServicer):
     async def UpdateMetadata(
         self, request: pb.UpdateMetadataRequest, context: Any
     ) -> pb.UpdateMetadataResponse:
-        error, message = self._pushed.accept(
-            controller_id=request.controller_id,
-            controller_epoch=request.controller_epoch,
-            offset=request.offset,
-            values=request.records,
-            controller_address=request.controller_address,
+        full_image_needed = False
+        if request.delta:
+            error, message, full_image_needed = self._pushed.accept_delta(
+                controller_id=request.controller_id,
+                controller_epoch=request.controller_epoch,
+                base_offset=request.base_offset,
+                offset=request.offset,
+                values=request.records,
+                controller_address=request.controller_address,
+            )
+        else:
+            error, message = self._pushed.accept(
+                controller_id=request.controller_id,
+                controller_epoch=request.controller_epoch,
+                offset=request.offset,
+                values=request.records,
+                controller_address=request.controller_address,
+            )
+        image = self._pushed.image
+        return pb.UpdateMetadataResponse(
+            error=error,  # type: ignore[arg-type]
+            error_message=message,
+            full_image_needed=full_image_needed,
+            image_offset=image.offset,
+            image_controller_epoch=image.epoch,
         )
-        return pb.UpdateMetadataResponse(error=error, error_message=message)  # type: ignore[arg-type]
 
 
 def add_pushed_metadata_servicer(server: grpc.aio.Server, pushed: PushedMetadata) -> None:
@@ -115,7 +184,7 @@ def add_pushed_metadata_servicer(server: grpc.aio.Server, pushed: PushedMetadata
 
 
 PUSH_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
-"""A push carries the whole image: a million partitions' records fit."""
+"""A whole-image push: a million partitions' records fit."""
 
 
 class MetadataPushChannels:

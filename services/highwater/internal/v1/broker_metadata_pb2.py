@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from highwater.v1 import common_pb2 as highwater_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+highwater/internal/v1/broker_metadata.proto\x12\x15highwater.internal.v1\x1a\x19highwater/v1/common.proto\"\x85\x01\n\x15UpdateMetadataRequest\x12\x15\n\rcontroller_id\x18\x01 \x01(\x05\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0f\n\x07records\x18\x04 \x03(\x0c\x12\x1a\n\x12\x63ontroller_address\x18\x05 \x01(\t\"W\n\x16UpdateMetadataResponse\x12&\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x17.highwater.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t2\x7f\n\x0e\x42rokerMetadata\x12m\n\x0eUpdateMetadata\x12,.highwater.internal.v1.UpdateMetadataRequest\x1a-.highwater.internal.v1.UpdateMetadataResponseBd\n\x18io.highwater.internal.v1P\x01ZFgithub.com/highwater/highwater/gen/go/highwater/internal/v1;internalv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+highwater/internal/v1/broker_metadata.proto\x12\x15highwater.internal.v1\x1a\x19highwater/v1/common.proto\"\xa9\x01\n\x15UpdateMetadataRequest\x12\x15\n\rcontroller_id\x18\x01 \x01(\x05\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0f\n\x07records\x18\x04 \x03(\x0c\x12\x1a\n\x12\x63ontroller_address\x18\x05 \x01(\t\x12\r\n\x05\x64\x65lta\x18\x06 \x01(\x08\x12\x13\n\x0b\x62\x61se_offset\x18\x07 \x01(\x03\"\xa8\x01\n\x16UpdateMetadataResponse\x12&\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x17.highwater.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x19\n\x11\x66ull_image_needed\x18\x03 \x01(\x08\x12\x14\n\x0cimage_offset\x18\x04 \x01(\x03\x12\x1e\n\x16image_controller_epoch\x18\x05 \x01(\x05\x32\x7f\n\x0e\x42rokerMetadata\x12m\n\x0eUpdateMetadata\x12,.highwater.internal.v1.UpdateMetadataRequest\x1a-.highwater.internal.v1.UpdateMetadataResponseBd\n\x18io.highwater.internal.v1P\x01ZFgithub.com/highwater/highwater/gen/go/highwater/internal/v1;internalv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,9 +34,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\030io.highwater.internal.v1P\001ZFgithub.com/highwater/highwater/gen/go/highwater/internal/v1;internalv1'
   _globals['_UPDATEMETADATAREQUEST']._serialized_start=98
-  _globals['_UPDATEMETADATAREQUEST']._serialized_end=231
-  _globals['_UPDATEMETADATARESPONSE']._serialized_start=233
-  _globals['_UPDATEMETADATARESPONSE']._serialized_end=320
-  _globals['_BROKERMETADATA']._serialized_start=322
-  _globals['_BROKERMETADATA']._serialized_end=449
+  _globals['_UPDATEMETADATAREQUEST']._serialized_end=267
+  _globals['_UPDATEMETADATARESPONSE']._serialized_start=270
+  _globals['_UPDATEMETADATARESPONSE']._serialized_end=438
+  _globals['_BROKERMETADATA']._serialized_start=440
+  _globals['_BROKERMETADATA']._serialized_end=567
 # @@protoc_insertion_point(module_scope)

@@ -33,6 +33,8 @@ class UpdateMetadataRequest(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
     CONTROLLER_ADDRESS_FIELD_NUMBER: _builtins.int
+    DELTA_FIELD_NUMBER: _builtins.int
+    BASE_OFFSET_FIELD_NUMBER: _builtins.int
     controller_id: _builtins.int
     """The sender: the active controller's node id and the controller epoch it was
     elected in (the fencing token kept at the controller_epoch key).
@@ -42,6 +44,12 @@ class UpdateMetadataRequest(_message.Message):
     """The metadata offset the image is as of (the etcd-mode metadata counter)."""
     controller_address: _builtins.str
     """The active controller's address ("host:port"), where brokers send controller calls."""
+    delta: _builtins.bool
+    """A delta push: `records` are the records made after `base_offset` up to `offset`, by
+    this controller in this epoch; the node applies them only to an image of exactly
+    `base_offset` from the same controller epoch, else answers `full_image_needed`.
+    """
+    base_offset: _builtins.int
     @_builtins.property
     def records(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
         """The encoded metadata records (metadata.proto's MetadataRecord) that recreate it."""
@@ -54,10 +62,12 @@ class UpdateMetadataRequest(_message.Message):
         offset: _builtins.int = ...,
         records: _abc.Iterable[_builtins.bytes] | None = ...,
         controller_address: _builtins.str = ...,
+        delta: _builtins.bool = ...,
+        base_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_address", b"controller_address", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "offset", b"offset", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "controller_address", b"controller_address", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "delta", b"delta", "offset", b"offset", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -69,17 +79,32 @@ class UpdateMetadataResponse(_message.Message):
 
     ERROR_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    FULL_IMAGE_NEEDED_FIELD_NUMBER: _builtins.int
+    IMAGE_OFFSET_FIELD_NUMBER: _builtins.int
+    IMAGE_CONTROLLER_EPOCH_FIELD_NUMBER: _builtins.int
     error: _common_pb2.ErrorCode.ValueType
     error_message: _builtins.str
+    full_image_needed: _builtins.bool
+    """A delta the node could not apply (its image is not of the delta's base offset and
+    controller epoch): nothing changed; the controller sends the whole image.
+    """
+    image_offset: _builtins.int
+    """The image the node holds after this call: its offset and the controller epoch that
+    built it (the controller's acknowledged base for the next delta).
+    """
+    image_controller_epoch: _builtins.int
     def __init__(
         self,
         *,
         error: _common_pb2.ErrorCode.ValueType = ...,
         error_message: _builtins.str = ...,
+        full_image_needed: _builtins.bool = ...,
+        image_offset: _builtins.int = ...,
+        image_controller_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "full_image_needed", b"full_image_needed", "image_controller_epoch", b"image_controller_epoch", "image_offset", b"image_offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -46,7 +46,8 @@ class BrokerMetadataServicer:
 
     def UpdateMetadata(self, request, context):
         """The whole image as of `offset`: partition leaders, ISRs and leader epochs (Kafka's
-        LeaderAndIsr) and the rest of the cluster's metadata (Kafka's UpdateMetadata).
+        LeaderAndIsr) and the rest of the cluster's metadata (Kafka's UpdateMetadata); or,
+        with `delta`, only the records that changed it since `base_offset`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -38,7 +38,8 @@ class BrokerMetadataStub:
     def __new__(cls, channel: _aio.Channel) -> BrokerMetadataAsyncStub: ...
     UpdateMetadata: _grpc.UnaryUnaryMultiCallable[_broker_metadata_pb2.UpdateMetadataRequest, _broker_metadata_pb2.UpdateMetadataResponse]
     """The whole image as of `offset`: partition leaders, ISRs and leader epochs (Kafka's
-    LeaderAndIsr) and the rest of the cluster's metadata (Kafka's UpdateMetadata).
+    LeaderAndIsr) and the rest of the cluster's metadata (Kafka's UpdateMetadata); or,
+    with `delta`, only the records that changed it since `base_offset`.
     """
 
 @_typing.type_check_only
@@ -46,7 +47,8 @@ class BrokerMetadataAsyncStub(BrokerMetadataStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     UpdateMetadata: _aio.UnaryUnaryMultiCallable[_broker_metadata_pb2.UpdateMetadataRequest, _broker_metadata_pb2.UpdateMetadataResponse]  # type: ignore[assignment]
     """The whole image as of `offset`: partition leaders, ISRs and leader epochs (Kafka's
-    LeaderAndIsr) and the rest of the cluster's metadata (Kafka's UpdateMetadata).
+    LeaderAndIsr) and the rest of the cluster's metadata (Kafka's UpdateMetadata); or,
+    with `delta`, only the records that changed it since `base_offset`.
     """
 
 class BrokerMetadataServicer(metaclass=_abc_1.ABCMeta):
@@ -57,7 +59,8 @@ class BrokerMetadataServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_broker_metadata_pb2.UpdateMetadataResponse, _abc.Awaitable[_broker_metadata_pb2.UpdateMetadataResponse]]:
         """The whole image as of `offset`: partition leaders, ISRs and leader epochs (Kafka's
-        LeaderAndIsr) and the rest of the cluster's metadata (Kafka's UpdateMetadata).
+        LeaderAndIsr) and the rest of the cluster's metadata (Kafka's UpdateMetadata); or,
+        with `delta`, only the records that changed it since `base_offset`.
         """
 
 def add_BrokerMetadataServicer_to_server(servicer: BrokerMetadataServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
