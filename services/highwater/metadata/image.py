@@ -23,6 +23,7 @@ that asks every time pays for the changes, not for the cluster.
 from __future__ import annotations
 
 import enum
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -31,7 +32,12 @@ from typing import Any, Final, NamedTuple, TypeAlias, overload
 from highwater.config.server import merge_cluster_defaults, topic_defaults
 from highwater.config.topic import LogConfig
 from highwater.metadata.client_quotas import ClientQuotasImage
-from highwater.metadata.persistent import EMPTY_PARTITION_SET, PartitionMap, PartitionSet
+from highwater.metadata.persistent import (
+    EMPTY_PARTITION_SET,
+    SET_SPAN,
+    PartitionMap,
+    PartitionSet,
+)
 from highwater.metadata.records import (
     NO_LEADER,
     BrokerEndpoint,
@@ -296,19 +302,44 @@ IndexChange: TypeAlias = tuple[
 
 
 def build_broker_index(topics: Iterable[TopicImage], kind: IndexKind) -> BrokerIndex:
-    """The index of ``kind`` over every partition of ``topics``."""
-    index: dict[int, list[TopicIdPartition]] = {}
+    """The index of ``kind`` over every partition of ``topics``.
+
+    Built a group of :data:`~highwater.metadata.persistent.SET_SPAN` partitions at a
+    time, straight into each broker's :class:`PartitionSet` groups: one pass, one list
+    append per (partition, broker) and one frozenset per group, nothing hashed twice.
+    """
+    groups: dict[int, dict[tuple[str, int], frozenset[TopicIdPartition]]] = {}
     for topic in topics:
-        for key, registration in zip(
-            topic.partition_keys(), topic.partitions.registrations(), strict=True
-        ):
-            for broker in kind.brokers(registration):
-                members = index.get(broker)
-                if members is None:
-                    index[broker] = [key]
-                else:
-                    members.append(key)
-    return _freeze(index)
+        topic_id = topic.topic_id
+        keys = topic.partition_keys()
+        registrations = tuple(topic.partitions.registrations())
+        for span, start in enumerate(range(0, len(keys), SET_SPAN)):
+            members: defaultdict[int, list[TopicIdPartition]] = defaultdict(list)
+            pairs = zip(
+                keys[start : start + SET_SPAN],
+                registrations[start : start + SET_SPAN],
+                strict=True,
+            )
+            if kind is IndexKind.LEADERS:
+                for key, registration in pairs:
+                    members[registration.leader].append(key)
+            elif kind is IndexKind.REPLICAS:
+                for key, registration in pairs:
+                    for broker in registration.replicas:
+                        members[broker].append(key)
+            else:
+                for key, registration in pairs:
+                    for broker in registration.isr:
+                        members[broker].append(key)
+            group = (topic_id, span)
+            for broker, found in members.items():
+                by_group = groups.get(broker)
+                if by_group is None:
+                    by_group = groups[broker] = {}
+                by_group[group] = frozenset(found)
+    return MappingProxyType(
+        {broker: PartitionSet.of_groups(by_group) for broker, by_group in groups.items()}
+    )
 
 
 def derive_broker_index(
@@ -324,10 +355,6 @@ def derive_broker_index(
             for broker in kind.brokers(new):
                 change.add(broker, key)
     return change.result()
-
-
-def _freeze(index: dict[int, list[TopicIdPartition]]) -> BrokerIndex:
-    return MappingProxyType({broker: PartitionSet(keys) for broker, keys in index.items()})
 
 
 class _IndexChange:
