@@ -16,8 +16,10 @@ not the topic.
 The per-broker lookups (partitions a broker leads, hosts, is in the ISR of) come from an
 index of :class:`~highwater.metadata.persistent.PartitionSet` built on first use; the
 next image derives its index from the previous one by the partitions that changed
-(:func:`derive_broker_index`), copying only the hash buckets they touch, so a controller
-that asks every time pays for the changes, not for the cluster.
+(:func:`derive_broker_index`), copying only the groups (a topic's range of partition ids)
+they touch, so a controller that asks every time pays for the changes, not for the
+cluster, and a sorted batch of leader moves pays for its own partitions, not for every
+partition of the broker it moves them off.
 """
 
 from __future__ import annotations
@@ -345,7 +347,7 @@ def build_broker_index(topics: Iterable[TopicImage], kind: IndexKind) -> BrokerI
 def derive_broker_index(
     index: BrokerIndex, changes: Iterable[IndexChange], kind: IndexKind
 ) -> BrokerIndex:
-    """``index`` after ``changes``, copying only the buckets of the brokers they touch."""
+    """``index`` after ``changes``, copying only the groups of the brokers they touch."""
     change = _IndexChange(index)
     for key, old, new in changes:
         if old is not None:
@@ -358,7 +360,7 @@ def derive_broker_index(
 
 
 class _IndexChange:
-    """Additions and removals per broker, applied to copies of only the touched buckets."""
+    """Additions and removals per broker, applied to copies of only the touched groups."""
 
     def __init__(self, base: BrokerIndex) -> None:
         self._base = base
