@@ -14,15 +14,17 @@ import pytest
 from highwater.metadata.persistent import (
     EMPTY_PARTITION_SET,
     PARTITION_CHUNK,
-    SET_BUCKETS,
+    SET_SPAN,
     PartitionMap,
     PartitionSet,
 )
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-KEYS = st.integers(0, 449).map(lambda n: (("orders", "payments", "audit")[n % 3], n // 3))
-"""Partition-like keys: (topic, partition) with partitions 0..149."""
+KEYS = st.integers(0, 3 * 3 * SET_SPAN - 1).map(
+    lambda n: (("orders", "payments", "audit")[n % 3], n // 3)
+)
+"""Partition-like keys: (topic, partition), the partitions spanning three groups of a topic."""
 PICK = st.integers(0, 1_000)
 """Which of the versions made so far a rule starts from (modulo their number)."""
 
@@ -121,10 +123,11 @@ class PartitionSetMachine(RuleBasedStateMachine):
         updated = base.updated(added, removed)
         if not added and not removed:
             assert updated is base
-        touched = {hash(key) % SET_BUCKETS for key in (*added, *removed)}
-        for index, bucket in enumerate(base._buckets):
-            if index not in touched:
-                assert updated._buckets[index] is bucket
+        touched = {(topic, partition // SET_SPAN) for topic, partition in (*added, *removed)}
+        for topic in ("orders", "payments", "audit"):
+            for span in range(3):
+                if (topic, span) not in touched:
+                    assert updated.group(topic, span) is base.group(topic, span)
         # A key both added and removed ends up in the set: additions win.
         new_model = (model - frozenset(removed)) | frozenset(added)
         check_set(updated, new_model)
@@ -142,7 +145,7 @@ def check_set(keys: PartitionSet[tuple[str, int]], model: frozenset[tuple[str, i
     assert keys == model  # the Set ABC's equality, against a frozenset
     for key in list(model)[:20]:
         assert key in keys
-    assert ("orders", 151) not in keys
+    assert ("orders", 3 * SET_SPAN) not in keys
     assert ["unhashable"] not in keys
 
 

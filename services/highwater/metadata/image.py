@@ -16,13 +16,16 @@ not the topic.
 The per-broker lookups (partitions a broker leads, hosts, is in the ISR of) come from an
 index of :class:`~highwater.metadata.persistent.PartitionSet` built on first use; the
 next image derives its index from the previous one by the partitions that changed
-(:func:`derive_broker_index`), copying only the hash buckets they touch, so a controller
-that asks every time pays for the changes, not for the cluster.
+(:func:`derive_broker_index`), copying only the groups (a topic's range of partition ids)
+they touch, so a controller that asks every time pays for the changes, not for the
+cluster, and a sorted batch of leader moves pays for its own partitions, not for every
+partition of the broker it moves them off.
 """
 
 from __future__ import annotations
 
 import enum
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -31,7 +34,12 @@ from typing import Any, Final, NamedTuple, TypeAlias, overload
 from highwater.config.server import merge_cluster_defaults, topic_defaults
 from highwater.config.topic import LogConfig
 from highwater.metadata.client_quotas import ClientQuotasImage
-from highwater.metadata.persistent import EMPTY_PARTITION_SET, PartitionMap, PartitionSet
+from highwater.metadata.persistent import (
+    EMPTY_PARTITION_SET,
+    SET_SPAN,
+    PartitionMap,
+    PartitionSet,
+)
 from highwater.metadata.records import (
     NO_LEADER,
     BrokerEndpoint,
@@ -296,25 +304,50 @@ IndexChange: TypeAlias = tuple[
 
 
 def build_broker_index(topics: Iterable[TopicImage], kind: IndexKind) -> BrokerIndex:
-    """The index of ``kind`` over every partition of ``topics``."""
-    index: dict[int, list[TopicIdPartition]] = {}
+    """The index of ``kind`` over every partition of ``topics``.
+
+    Built a group of :data:`~highwater.metadata.persistent.SET_SPAN` partitions at a
+    time, straight into each broker's :class:`PartitionSet` groups: one pass, one list
+    append per (partition, broker) and one frozenset per group, nothing hashed twice.
+    """
+    groups: dict[int, dict[tuple[str, int], frozenset[TopicIdPartition]]] = {}
     for topic in topics:
-        for key, registration in zip(
-            topic.partition_keys(), topic.partitions.registrations(), strict=True
-        ):
-            for broker in kind.brokers(registration):
-                members = index.get(broker)
-                if members is None:
-                    index[broker] = [key]
-                else:
-                    members.append(key)
-    return _freeze(index)
+        topic_id = topic.topic_id
+        keys = topic.partition_keys()
+        registrations = tuple(topic.partitions.registrations())
+        for span, start in enumerate(range(0, len(keys), SET_SPAN)):
+            members: defaultdict[int, list[TopicIdPartition]] = defaultdict(list)
+            pairs = zip(
+                keys[start : start + SET_SPAN],
+                registrations[start : start + SET_SPAN],
+                strict=True,
+            )
+            if kind is IndexKind.LEADERS:
+                for key, registration in pairs:
+                    members[registration.leader].append(key)
+            elif kind is IndexKind.REPLICAS:
+                for key, registration in pairs:
+                    for broker in registration.replicas:
+                        members[broker].append(key)
+            else:
+                for key, registration in pairs:
+                    for broker in registration.isr:
+                        members[broker].append(key)
+            group = (topic_id, span)
+            for broker, found in members.items():
+                by_group = groups.get(broker)
+                if by_group is None:
+                    by_group = groups[broker] = {}
+                by_group[group] = frozenset(found)
+    return MappingProxyType(
+        {broker: PartitionSet.of_groups(by_group) for broker, by_group in groups.items()}
+    )
 
 
 def derive_broker_index(
     index: BrokerIndex, changes: Iterable[IndexChange], kind: IndexKind
 ) -> BrokerIndex:
-    """``index`` after ``changes``, copying only the buckets of the brokers they touch."""
+    """``index`` after ``changes``, copying only the groups of the brokers they touch."""
     change = _IndexChange(index)
     for key, old, new in changes:
         if old is not None:
@@ -326,12 +359,8 @@ def derive_broker_index(
     return change.result()
 
 
-def _freeze(index: dict[int, list[TopicIdPartition]]) -> BrokerIndex:
-    return MappingProxyType({broker: PartitionSet(keys) for broker, keys in index.items()})
-
-
 class _IndexChange:
-    """Additions and removals per broker, applied to copies of only the touched buckets."""
+    """Additions and removals per broker, applied to copies of only the touched groups."""
 
     def __init__(self, base: BrokerIndex) -> None:
         self._base = base

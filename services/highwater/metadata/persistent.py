@@ -1,27 +1,29 @@
 """Persistent collections the metadata image is built from: a chunked vector and a bucketed set.
 
 Both are immutable; an update returns a new collection that shares every part it did not
-touch (copy-on-write by chunk, or by hash bucket), so an update costs the size of the
+touch (copy-on-write by chunk, or by group of partitions), so an update costs the size of the
 change, not of the collection. The image keeps a topic's partitions in a
 :class:`PartitionMap` and each broker's entry of a per-broker index in a
-:class:`PartitionSet`. The collections are generic in what they hold, so they sit below
-the image (:mod:`highwater.metadata.image`) and know nothing of it.
+:class:`PartitionSet`. The map is generic in what it holds, the set holds
+``(topic_id, partition_id)`` pairs (a ``TopicIdPartition`` is one); both sit below the
+image (:mod:`highwater.metadata.image`) and know nothing of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any, Final, TypeVar
 
 PARTITION_CHUNK: Final = 512
 """Entries per chunk of a :class:`PartitionMap`: the unit of copy-on-write."""
 
-SET_BUCKETS: Final = 64
-"""Hash buckets of a :class:`PartitionSet`: the unit of copy-on-write of the broker index."""
+SET_SPAN: Final = 512
+"""Partitions of one topic per group of a :class:`PartitionSet`: the unit of copy-on-write of
+the broker index."""
 
 _V = TypeVar("_V")
-_K = TypeVar("_K", bound=Hashable)
+_K = TypeVar("_K", bound=tuple[str, int])
 
 
 class PartitionMap(Mapping[int, _V]):
@@ -107,57 +109,86 @@ class PartitionMap(Mapping[int, _V]):
 
 
 class PartitionSet(AbstractSet[_K]):
-    """An immutable set of partitions kept in hash buckets.
+    """An immutable set of partitions ``(topic_id, partition_id)``, grouped by partition range.
 
-    :meth:`updated` copies only the buckets it touches, so adding or removing a few
-    partitions of a broker that hosts 30,000 costs a few hundred entries, not 30,000.
+    A group holds the members among one topic's partitions ``k * SET_SPAN`` to
+    ``(k + 1) * SET_SPAN - 1``, so groups follow the partition order. :meth:`updated`
+    copies only the groups it touches plus the group directory (a dict of one entry per
+    group, a few thousand for a broker of 600,000 partitions in topics of 1,000): a
+    controller that moves a broker's partitions in sorted batches touches the groups of
+    the batch, not every group of the broker, as hash buckets would.
     """
 
-    __slots__ = ("_buckets", "_size")
+    __slots__ = ("_groups", "_size")
 
     def __init__(self, keys: Iterable[_K] = ()) -> None:
-        grouped: list[list[_K]] = [[] for _ in range(SET_BUCKETS)]
+        grouped: dict[tuple[str, int], list[_K]] = {}
         for key in keys:
-            grouped[hash(key) % SET_BUCKETS].append(key)
-        self._buckets: tuple[frozenset[_K], ...] = tuple(
-            frozenset(bucket) if bucket else _NO_KEYS for bucket in grouped
-        )
-        self._size = sum(len(bucket) for bucket in self._buckets)
+            group = (key[0], key[1] // SET_SPAN)
+            members = grouped.get(group)
+            if members is None:
+                grouped[group] = [key]
+            else:
+                members.append(key)
+        self._groups: dict[tuple[str, int], frozenset[_K]] = {
+            group: frozenset(members) for group, members in grouped.items()
+        }
+        self._size = sum(len(members) for members in self._groups.values())
+
+    @classmethod
+    def of_groups(cls, groups: dict[tuple[str, int], frozenset[_K]]) -> PartitionSet[_K]:
+        """A set made of ``groups`` (group -> its non-empty members, all of that group),
+        which it takes over: the caller neither keeps nor changes the dict."""
+        new: PartitionSet[_K] = cls.__new__(cls)
+        new._groups = groups
+        new._size = sum(len(members) for members in groups.values())
+        return new
 
     def __contains__(self, key: object) -> bool:
-        try:
-            return key in self._buckets[hash(key) % SET_BUCKETS]
-        except TypeError:
+        if not isinstance(key, tuple) or len(key) != 2 or not isinstance(key[1], int):
             return False
+        try:
+            members = self._groups.get((key[0], key[1] // SET_SPAN))
+        except TypeError:  # an unhashable topic
+            return False
+        return members is not None and key in members
 
     def __iter__(self) -> Iterator[_K]:
-        for bucket in self._buckets:
-            yield from bucket
+        for members in self._groups.values():
+            yield from members
 
     def __len__(self) -> int:
         return self._size
 
     def __repr__(self) -> str:
-        return f"PartitionSet({sorted(self)!r})"  # type: ignore[type-var]
+        return f"PartitionSet({sorted(self)!r})"
+
+    def group(self, topic_id: str, span: int) -> frozenset[_K]:
+        """The members among ``topic_id``'s partitions ``span * SET_SPAN`` to
+        ``(span + 1) * SET_SPAN - 1`` (the unit :meth:`updated` copies)."""
+        return self._groups.get((topic_id, span), _NO_KEYS)
 
     def updated(self, added: Iterable[_K], removed: Iterable[_K]) -> PartitionSet[_K]:
-        """This set with ``added`` and without ``removed``; untouched buckets are shared."""
-        changes: dict[int, tuple[set[_K], set[_K]]] = {}
+        """This set with ``added`` and without ``removed``; untouched groups are shared."""
+        changes: dict[tuple[str, int], tuple[set[_K], set[_K]]] = {}
         for key in added:
-            changes.setdefault(hash(key) % SET_BUCKETS, (set(), set()))[0].add(key)
+            changes.setdefault((key[0], key[1] // SET_SPAN), (set(), set()))[0].add(key)
         for key in removed:
-            changes.setdefault(hash(key) % SET_BUCKETS, (set(), set()))[1].add(key)
+            changes.setdefault((key[0], key[1] // SET_SPAN), (set(), set()))[1].add(key)
         if not changes:
             return self
-        buckets = list(self._buckets)
+        groups = dict(self._groups)
         size = self._size
-        for index, (adds, removes) in changes.items():
-            old = buckets[index]
+        for group, (adds, removes) in changes.items():
+            old = groups.get(group, _NO_KEYS)
             new = (old - removes) | adds
             size += len(new) - len(old)
-            buckets[index] = frozenset(new) if new else _NO_KEYS
+            if new:
+                groups[group] = new
+            elif old:
+                del groups[group]
         result: PartitionSet[_K] = PartitionSet.__new__(PartitionSet)
-        result._buckets = tuple(buckets)
+        result._groups = groups
         result._size = size
         return result
 
