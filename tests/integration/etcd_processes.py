@@ -128,6 +128,8 @@ class EtcdBrokerProcess:
     store: str
     data_dir: Path
     session_timeout_ms: int = 2000
+    extra_args: tuple[str, ...] = ()
+    """More flags for the process (``--kafka-listen``, the ``--etcd-*-file`` ones...)."""
     process: subprocess.Popen[bytes] | None = None
     _log: IO[bytes] | None = field(default=None, repr=False)
 
@@ -167,6 +169,7 @@ class EtcdBrokerProcess:
                 "--metadata-store",
                 self.store,
                 *role_args,
+                *self.extra_args,
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -161,8 +161,6 @@ def broker(
         quota_window_size_seconds=config.get("quota.window.size.seconds"),
     )
     if metadata_store is not None:
-        if kafka_listen is not None:
-            raise click.UsageError("--kafka-listen is not served in the etcd metadata mode yet")
         etcd_broker = EtcdBroker(
             node_id=node_id,
             listeners=named,
@@ -172,6 +170,8 @@ def broker(
             log_dirs=[Path(d) for d in config.get("log.dirs") or ()],
             session_ttl_s=-(-etcd_session_timeout_ms // 1000),
             controller_settings=EtcdControllerSettings(max_txn_ops=etcd_max_txn_ops),
+            kafka_listen=kafka_listen,
+            kafka_advertised=kafka_advertised_listener,
         )
         run_until_signalled(etcd_broker, "broker")
         return
