@@ -28,6 +28,7 @@ from highwater.cli.server_config import (
 from highwater.cli.serving import (
     check_kafka_listener,
     controllers_option,
+    etcd_tls_options,
     kafka_listener_options,
     listen_option,
     metadata_store_option,
@@ -61,6 +62,7 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 )
 @controllers_option
 @metadata_store_option
+@etcd_tls_options("metadata_store")
 @click.option(
     "--etcd-session-timeout-ms",
     type=click.IntRange(min=1000),
