@@ -415,8 +415,8 @@ async def test_a_watch_streams_each_change_and_breaks_clearly_on_compaction(
         assert await asyncio.wait_for(anext(changes), 10) == second.revision
         await changes.aclose()
 
-        client = await connection._stub_client()
-        await client.kvstub.Compact(aetcd_rpc.CompactionRequest(revision=second.revision))
+        kv, _ = connection._stubs()
+        await kv.Compact(aetcd_rpc.CompactionRequest(revision=second.revision))
         stale = connection.watch_prefix("watched/", first.revision)
         with pytest.raises(EtcdWatchBrokenError, match="compacted"):
             await asyncio.wait_for(anext(stale), 10)
