@@ -361,8 +361,72 @@ def test_the_etcd_metadata_mode_deploys_no_controllers_and_points_the_roles_at_e
     )
 
 
+def test_tls_to_etcd_mounts_the_secret_in_brokers_and_coordinators_and_passes_its_files() -> None:
+    etcd = {"endpoints": ["e:2379"], "cluster": "prod"}
+    docs = documents(
+        render.render(
+            {
+                "metadata": {
+                    "mode": "etcd",
+                    "etcd": {
+                        **etcd,
+                        "tls": {
+                            "enabled": True,
+                            "secret": "etcd-client",
+                            "certKey": "tls.crt",
+                            "keyKey": "tls.key",
+                        },
+                    },
+                }
+            }
+        )
+    )
+    config = by_kind(docs, "ConfigMap")["highwater-config"]["data"]
+    assert config["METADATA_STORE"] == "https://e:2379/prod"
+    assert config["ETCD_CA_FILE"] == "/etc/highwater-etcd-tls/ca.crt"
+    assert config["ETCD_CERT_FILE"] == "/etc/highwater-etcd-tls/tls.crt"
+    assert config["ETCD_KEY_FILE"] == "/etc/highwater-etcd-tls/tls.key"
+    for statefulset in by_kind(docs, "StatefulSet").values():
+        volumes = {v["name"]: v for v in statefulset["spec"]["template"]["spec"]["volumes"]}
+        assert volumes["etcd-tls"]["secret"]["secretName"] == "etcd-client"
+        mounts = {m["name"]: m for m in container(statefulset)["volumeMounts"]}
+        assert mounts["etcd-tls"]["mountPath"] == "/etc/highwater-etcd-tls"
+    server_only = documents(
+        render.render(
+            {
+                "metadata": {
+                    "mode": "etcd",
+                    "etcd": {**etcd, "tls": {"enabled": True, "secret": "etcd-ca"}},
+                }
+            }
+        )
+    )
+    config = by_kind(server_only, "ConfigMap")["highwater-config"]["data"]
+    assert config["ETCD_CA_FILE"] == "/etc/highwater-etcd-tls/ca.crt"
+    assert "ETCD_CERT_FILE" not in config and "ETCD_KEY_FILE" not in config
+    plain = documents(render.render({"metadata": {"mode": "etcd", "etcd": etcd}}))
+    assert "ETCD_CA_FILE" not in by_kind(plain, "ConfigMap")["highwater-config"]["data"]
+
+
 BAD_VALUES = [
     ({"metadata": {"mode": "zookeeper"}}, "/metadata/mode"),
+    (
+        {"metadata": {"mode": "etcd", "etcd": {"endpoints": ["e:2379"], "tls": {"enabled": True}}}},
+        "metadata.etcd.tls.secret",
+    ),
+    (
+        {
+            "metadata": {
+                "mode": "etcd",
+                "etcd": {
+                    "endpoints": ["e:2379"],
+                    "tls": {"enabled": True, "secret": "s", "certKey": "tls.crt"},
+                },
+            }
+        },
+        "a client certificate needs its key",
+    ),
+    ({"metadata": {"etcd": {"tls": {"verify": False}}}}, "/metadata/etcd/tls"),
     ({"metadata": {"mode": "etcd"}}, "metadata.etcd.endpoints"),
     (
         {"metadata": {"mode": "etcd", "etcd": {"endpoints": ["no-port"]}}},

@@ -189,3 +189,22 @@ def test_in_the_etcd_metadata_mode_brokers_and_coordinators_use_the_store(bin_di
         argv = run(bin_dir, script, pod, METADATA_STORE=store)
         assert flag(argv, "--metadata-store") == store
         assert "--controllers" not in argv
+        assert "--etcd-ca-file" not in argv
+
+
+def test_over_tls_to_etcd_brokers_and_coordinators_pass_the_etcd_files(bin_dir: Path) -> None:
+    store = "https://etcd-0.etcd:2379/hw"
+    files = {
+        "ETCD_CA_FILE": "/etc/highwater-etcd-tls/ca.crt",
+        "ETCD_CERT_FILE": "/etc/highwater-etcd-tls/tls.crt",
+        "ETCD_KEY_FILE": "/etc/highwater-etcd-tls/tls.key",
+    }
+    for script, pod in (
+        ("broker.sh", "hw-highwater-broker-0"),
+        ("coordinator.sh", "hw-highwater-coordinator-0"),
+    ):
+        argv = run(bin_dir, script, pod, METADATA_STORE=store, **files)
+        assert flag(argv, "--metadata-store") == store
+        assert flag(argv, "--etcd-ca-file") == files["ETCD_CA_FILE"]
+        assert flag(argv, "--etcd-cert-file") == files["ETCD_CERT_FILE"]
+        assert flag(argv, "--etcd-key-file") == files["ETCD_KEY_FILE"]

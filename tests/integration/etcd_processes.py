@@ -2,7 +2,9 @@
 
 :class:`EtcdServer` runs one etcd member (Debian's ``etcd-server``, started the way
 bench/_etcd_peer.py starts its members) that a test can stop, start again on the same data
-directory, pause (SIGSTOP) and resume. :class:`EtcdBrokerProcess` is one broker in etcd mode.
+directory, pause (SIGSTOP) and resume; with :class:`EtcdServerTls` it serves its clients
+over TLS (and, with a CA, only those with a certificate the CA signed: etcd's
+``--client-cert-auth``). :class:`EtcdBrokerProcess` is one broker in etcd mode.
 """
 
 from __future__ import annotations
@@ -24,13 +26,33 @@ from highwater.etcd_metadata.endpoints import parse_metadata_store
 from quorum_processes import free_ports
 
 
+@dataclass(frozen=True)
+class EtcdServerTls:
+    """etcd's client TLS: its certificate and key and, if given, the CA its clients'
+    certificates must be signed by (``--trusted-ca-file`` with ``--client-cert-auth``)."""
+
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
+
+    def server_args(self) -> list[str]:
+        args = ["--cert-file", str(self.cert_file), "--key-file", str(self.key_file)]
+        if self.client_ca_file is not None:
+            args += ["--trusted-ca-file", str(self.client_ca_file), "--client-cert-auth"]
+        return args
+
+
 @dataclass
 class EtcdServer:
-    """One etcd member on loopback: stop, start again, pause, resume."""
+    """One etcd member on loopback: stop, start again, pause, resume. ``tls`` and
+    ``etcdctl_tls`` (the CA, certificate and key flags etcdctl's health check uses):
+    clients over TLS."""
 
     data_dir: Path
     client_port: int = 0
     peer_port: int = 0
+    tls: EtcdServerTls | None = None
+    etcdctl_tls: tuple[str, ...] = ()
     process: subprocess.Popen[bytes] | None = None
     _log: IO[bytes] | None = field(default=None, repr=False)
 
@@ -45,7 +67,8 @@ class EtcdServer:
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(self.data_dir / "etcd.log", "ab")  # noqa: SIM115 - closed in stop
-        client = f"http://127.0.0.1:{self.client_port}"
+        scheme = "https" if self.tls is not None else "http"
+        client = f"{scheme}://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
         self.process = subprocess.Popen(
             [
@@ -64,6 +87,7 @@ class EtcdServer:
                 peer,
                 "--initial-cluster",
                 f"etcd0={peer}",
+                *(self.tls.server_args() if self.tls is not None else ()),
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -74,7 +98,14 @@ class EtcdServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             result = subprocess.run(
-                ["etcdctl", "--endpoints", self.endpoint, "endpoint", "health"],
+                [
+                    "etcdctl",
+                    "--endpoints",
+                    self.endpoint if self.tls is None else f"https://{self.endpoint}",
+                    *self.etcdctl_tls,
+                    "endpoint",
+                    "health",
+                ],
                 capture_output=True,
                 env=dict(os.environ, ETCDCTL_API="3"),
                 check=False,
@@ -108,9 +139,11 @@ class EtcdServer:
 
 
 @contextlib.contextmanager
-def etcd_member(data_dir: Path) -> Iterator[EtcdServer]:
+def etcd_member(
+    data_dir: Path, tls: EtcdServerTls | None = None, etcdctl_tls: tuple[str, ...] = ()
+) -> Iterator[EtcdServer]:
     """One etcd member started in ``data_dir`` for the ``with`` block (a module's fixture)."""
-    server = EtcdServer(data_dir)
+    server = EtcdServer(data_dir, tls=tls, etcdctl_tls=etcdctl_tls)
     server.start()
     try:
         yield server
@@ -128,6 +161,8 @@ class EtcdBrokerProcess:
     store: str
     data_dir: Path
     session_timeout_ms: int = 2000
+    extra_args: tuple[str, ...] = ()
+    """More flags for the process (``--kafka-listen``, the ``--etcd-*-file`` ones...)."""
     process: subprocess.Popen[bytes] | None = None
     _log: IO[bytes] | None = field(default=None, repr=False)
 
@@ -167,6 +202,7 @@ class EtcdBrokerProcess:
                 "--metadata-store",
                 self.store,
                 *role_args,
+                *self.extra_args,
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -42,7 +42,6 @@ from highwater.etcd_metadata.connection import (
     EtcdConnection,
     EtcdWatchBrokenError,
     Put,
-    watch_prefix_changes,
 )
 from highwater.etcd_metadata.endpoints import parse_metadata_store
 from highwater.etcd_metadata.prefix_view import KeyChange, PrefixView
@@ -422,8 +421,8 @@ async def test_a_watch_streams_each_change_and_breaks_clearly_on_compaction(
         assert await asyncio.wait_for(anext(changes), 10) == second.revision
         await changes.aclose()
 
-        client = await connection._stub_client()
-        await client.kvstub.Compact(aetcd_rpc.CompactionRequest(revision=second.revision))
+        kv, _ = connection._stubs()
+        await kv.Compact(aetcd_rpc.CompactionRequest(revision=second.revision))
         stale = connection.watch_prefix("watched/", first.revision)
         with pytest.raises(EtcdWatchBrokenError, match="compacted"):
             await asyncio.wait_for(anext(stale), 10)
@@ -443,7 +442,7 @@ async def test_watched_changes_carry_keys_and_values_and_keep_a_view_equal_to_a_
         view = PrefixView()
         view.watching_from(revision + 1)
         view.load(revision, keys)
-        changes = watch_prefix_changes(connection, "viewed/", revision + 1)
+        changes = connection.watch_prefix_changes("viewed/", revision + 1)
         put = await connection.txn([], [Put("viewed/a", b"3"), Put("other/x", b"4")])
         gone = await connection.txn([], [Delete("viewed/b"), Put("viewed/c", b"5")])
         while view.revision < gone.revision:

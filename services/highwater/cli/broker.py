@@ -28,6 +28,7 @@ from highwater.cli.server_config import (
 from highwater.cli.serving import (
     check_kafka_listener,
     controllers_option,
+    etcd_tls_options,
     kafka_listener_options,
     listen_option,
     metadata_store_option,
@@ -61,6 +62,7 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 )
 @controllers_option
 @metadata_store_option
+@etcd_tls_options("metadata_store")
 @click.option(
     "--etcd-session-timeout-ms",
     type=click.IntRange(min=1000),
@@ -161,8 +163,6 @@ def broker(
         quota_window_size_seconds=config.get("quota.window.size.seconds"),
     )
     if metadata_store is not None:
-        if kafka_listen is not None:
-            raise click.UsageError("--kafka-listen is not served in the etcd metadata mode yet")
         etcd_broker = EtcdBroker(
             node_id=node_id,
             listeners=named,
@@ -172,6 +172,8 @@ def broker(
             log_dirs=[Path(d) for d in config.get("log.dirs") or ()],
             session_ttl_s=-(-etcd_session_timeout_ms // 1000),
             controller_settings=EtcdControllerSettings(max_txn_ops=etcd_max_txn_ops),
+            kafka_listen=kafka_listen,
+            kafka_advertised=kafka_advertised_listener,
         )
         run_until_signalled(etcd_broker, "broker")
         return

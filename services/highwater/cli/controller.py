@@ -29,6 +29,7 @@ from highwater.cli.server_config import (
 )
 from highwater.cli.serving import (
     etcd_store_option,
+    etcd_tls_options,
     listen_option,
     metadata_replica_options,
     run_until_signalled,
@@ -65,6 +66,7 @@ from highwater.raft.driver import RaftServerSettings
     "serves its brokers until every broker was restarted with --controllers. The quorum "
     "takes etcd's cluster id (a different --cluster-id is refused).",
 )
+@etcd_tls_options("migration_from")
 @server_config_options
 def controller(
     node_id: int,

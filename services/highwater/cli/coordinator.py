@@ -23,6 +23,7 @@ from highwater.cli.server_config import (
 )
 from highwater.cli.serving import (
     controllers_option,
+    etcd_tls_options,
     listen_option,
     metadata_store_option,
     require_one_metadata_source,
@@ -47,6 +48,7 @@ from highwater.etcd_metadata.endpoints import EtcdStoreAddress
 )
 @controllers_option
 @metadata_store_option
+@etcd_tls_options("metadata_store")
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),

@@ -82,7 +82,11 @@ class EtcdBroker:
         log_dirs: Sequence[Path] = (),
         session_ttl_s: int = 6,
         controller_settings: EtcdControllerSettings | None = None,
+        kafka_listen: str | None = None,
+        kafka_advertised: str | None = None,
     ) -> None:
+        """``kafka_listen``, ``kafka_advertised``: the broker's Kafka listener, as in KRaft
+        mode (:class:`~highwater.broker.service.BrokerServer`'s)."""
         self.node_id = node_id
         self.listeners = listeners
         self.store = store
@@ -92,6 +96,8 @@ class EtcdBroker:
         self.settings = settings
         self.session_ttl_s = session_ttl_s
         self.controller_settings = controller_settings
+        self.kafka_listen = kafka_listen
+        self.kafka_advertised = kafka_advertised
         self.advertised = listeners.advertised[0].address
         self.session: EtcdSession | None = None
         self.presence: BrokerPresence | None = None
@@ -166,6 +172,8 @@ class EtcdBroker:
             settings=self.settings,
             report_serving=host.report_serving,
             cluster_id=self.cluster_id,
+            kafka_listen=self.kafka_listen,
+            kafka_advertised=self.kafka_advertised,
         )
         broker.requests.control_plane = lambda: (
             self.cluster_id,

@@ -26,7 +26,11 @@ from highwater.broker.kafka_protocol.sasl import parse_kafka_listener
 from highwater.cli.addresses import parse_addresses
 from highwater.config.server import ServerConfig, load_server_config, read_properties
 from highwater.errors import HighwaterError, InvalidConfigError
-from highwater.etcd_metadata.endpoints import EtcdStoreAddress, parse_metadata_store
+from highwater.etcd_metadata.endpoints import (
+    EtcdStoreAddress,
+    parse_metadata_store,
+    with_client_tls,
+)
 from highwater.rpc.auth import ServerSecurity
 from highwater.rpc.auth import configure as configure_auth
 from highwater.rpc.client_auth import client_security_from_properties, configure_client_sasl
@@ -181,15 +185,82 @@ def etcd_store_option(
 
 
 def metadata_store_option(function: F) -> F:
-    """``--metadata-store etcd://HOST:PORT,...[/CLUSTER]``: the etcd metadata mode."""
+    """``--metadata-store etcd://HOST:PORT,...[/CLUSTER]``: the etcd metadata mode (with
+    TLS to etcd: ``https://...`` and :func:`etcd_tls_options`)."""
     return click.option(
         "--metadata-store",
         default=None,
         callback=etcd_store_option,
         metavar="etcd://HOST:PORT[,HOST:PORT...][/CLUSTER]",
         help="Keep the metadata in etcd (the ZooKeeper-era layout, docs/etcd-mode.md) "
-        "instead of a controller quorum: replaces --controllers.",
+        "instead of a controller quorum: replaces --controllers. https://... for TLS to "
+        "etcd (--etcd-ca-file...).",
     )(function)
+
+
+def etcd_tls_options(store_parameter: str) -> Callable[[F], F]:
+    """``--etcd-ca-file``, ``--etcd-cert-file``, ``--etcd-key-file``: TLS to the etcd of
+    the command's ``store_parameter`` option (``metadata_store``, ``migration_from``),
+    which must then be ``https://``. The files are read before the command runs (a missing
+    or unreadable one is a usage error naming it), and the address the command gets
+    carries them, so every connection to etcd the process makes uses them."""
+
+    def decorate(function: F) -> F:
+        @functools.wraps(function)
+        def command(
+            *args: Any,
+            etcd_ca_file: Path | None,
+            etcd_cert_file: Path | None,
+            etcd_key_file: Path | None,
+            **kwargs: Any,
+        ) -> Any:
+            store = kwargs.get(store_parameter)
+            if store is None:
+                if etcd_ca_file or etcd_cert_file or etcd_key_file:
+                    raise click.UsageError(
+                        "--etcd-ca-file, --etcd-cert-file and --etcd-key-file go with "
+                        f"--{store_parameter.replace('_', '-')}"
+                    )
+            else:
+                try:
+                    kwargs[store_parameter] = with_client_tls(
+                        store,
+                        ca_file=etcd_ca_file,
+                        cert_file=etcd_cert_file,
+                        key_file=etcd_key_file,
+                    )
+                except HighwaterError as e:
+                    raise click.UsageError(str(e)) from None
+            return function(*args, **kwargs)
+
+        path = click.Path(dir_okay=False, path_type=Path)
+        options = [
+            click.option(
+                "--etcd-ca-file",
+                type=path,
+                default=None,
+                help="The CA certificates (PEM) that signed etcd's server certificate "
+                "(etcdctl's --cacert); default: the system's.",
+            ),
+            click.option(
+                "--etcd-cert-file",
+                type=path,
+                default=None,
+                help="A client certificate (PEM) for etcd's --client-cert-auth (etcdctl's "
+                "--cert): mutual TLS. Needs --etcd-key-file.",
+            ),
+            click.option(
+                "--etcd-key-file",
+                type=path,
+                default=None,
+                help="The client certificate's private key (PEM; etcdctl's --key).",
+            ),
+        ]
+        for option in reversed(options):
+            command = option(command)
+        return command  # type: ignore[return-value]
+
+    return decorate
 
 
 def require_one_metadata_source(

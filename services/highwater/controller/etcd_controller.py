@@ -86,7 +86,6 @@ from highwater.etcd_metadata.connection import (
     KeyVersion,
     Put,
     TxnResult,
-    watch_prefix_changes,
 )
 from highwater.etcd_metadata.keys import (
     InconsistentMetadataError,
@@ -362,8 +361,8 @@ class EtcdController:
             try:
                 self.watching = True
                 self.view.watching_from(start)
-                async for response in watch_prefix_changes(
-                    self.connection, self.space.prefix, start
+                async for response in self.connection.watch_prefix_changes(
+                    self.space.prefix, start
                 ):
                     self.view.apply(KeyChange(*change) for change in response.changes)
                     self._watch_saw_change = True

@@ -1,6 +1,10 @@
 """``EtcdConnection``: the calls the etcd metadata mode makes, over aetcd, with typed errors.
 
-One aetcd client at a time, to one member of the ``etcd://`` address; a call that fails
+One gRPC channel at a time, to one member of the ``etcd://`` address, with aetcd's stubs
+and messages for etcd's v3 API (aetcd's ``Client`` opens only plaintext channels, so the
+channel is made here: plaintext for ``etcd://``, TLS for ``https://`` with the address's
+:class:`~highwater.rpc.tls.ClientTls`, whose files are read again for each new channel, so
+rotated certificates reach the next connection). A call that fails
 to reach it (refused, timed out: etcd down or paused) raises
 :class:`EtcdUnavailableError` naming the member, and the next call goes to the next
 member. Calls are short (``timeout_s`` each; reading a whole prefix, which grows with the
@@ -16,6 +20,12 @@ changed, over its own channel (a broken watch leaves the unary calls alone). It 
 :class:`EtcdWatchBrokenError` when etcd compacted past the start revision, cancelled the
 watch, or stopped answering; the caller then reads the prefix in full and watches again
 from that read's revision, so no change is missed.
+The watch's channel is made as the unary calls' is (TLS included).
+
+A TLS handshake that fails (a server certificate the CA given did not sign or that does
+not name the member, a client certificate etcd refused) raises :class:`EtcdTlsError`, an
+:class:`EtcdUnavailableError` whose message says so (the watch: an
+:class:`EtcdWatchBrokenError` with that message).
 """
 
 from __future__ import annotations
@@ -25,12 +35,12 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-import aetcd
 import grpc
 from aetcd import rpc
 
 from highwater.errors import HighwaterError
 from highwater.etcd_metadata.endpoints import EtcdStoreAddress
+from highwater.rpc.tls import TlsConfigError
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
@@ -38,13 +48,13 @@ __all__ = [
     "Delete",
     "EtcdConnection",
     "EtcdRequestTooLargeError",
+    "EtcdTlsError",
     "EtcdUnavailableError",
     "EtcdWatchBrokenError",
     "KeyVersion",
     "PrefixChanges",
     "Put",
     "TxnResult",
-    "watch_prefix_changes",
 ]
 
 log = logging.getLogger(__name__)
@@ -54,6 +64,11 @@ class EtcdUnavailableError(HighwaterError):
     """No etcd member answered: the metadata store is down, paused or unreachable."""
 
     code = ErrorCode.NOT_CONTROLLER
+
+
+class EtcdTlsError(EtcdUnavailableError):
+    """The TLS handshake with an etcd member failed, or the TLS files could not be read:
+    no call reaches it until the certificates (or the address) are fixed."""
 
 
 class EtcdWatchBrokenError(EtcdUnavailableError):
@@ -138,6 +153,37 @@ def _range_end(prefix: bytes) -> bytes:
     return prefix[:-1] + bytes([prefix[-1] + 1])
 
 
+_CALL_ERRORS = (TimeoutError, grpc.RpcError, OSError, TlsConfigError)
+"""What a call to a member can fail with (a channel's TLS files are read as it is made)."""
+
+_HANDSHAKE_WORDS = ("handshake", "ssl_error", "certificate", "tls", "tsi_")
+"""Words of gRPC's status details that mean TLS failed (TSI: its transport security
+layer; a client certificate etcd refuses shows after the handshake, as TSI_DATA_CORRUPTED)."""
+
+
+def _detail(error: BaseException) -> str:
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return str(error) or type(error).__name__
+
+
+def _unavailable(
+    address: EtcdStoreAddress, member: str, error: BaseException
+) -> EtcdUnavailableError:
+    """The typed error for a call to ``member`` that failed with ``error``: a failed TLS
+    handshake (or unreadable TLS files) says so; anything else is "did not answer"."""
+    detail = _detail(error)
+    if isinstance(error, TlsConfigError):
+        return EtcdTlsError(f"etcd at {member}: TLS files: {detail}")
+    if address.tls is not None and any(w in detail.lower() for w in _HANDSHAKE_WORDS):
+        return EtcdTlsError(
+            f"etcd at {member}: the TLS handshake failed ({detail}); etcd's certificate must "
+            f"be signed by the CA of --etcd-ca-file and name {member.rpartition(':')[0]}, and "
+            "a client certificate (--etcd-cert-file) must be one etcd trusts"
+        )
+    return EtcdUnavailableError(f"etcd at {member} did not answer ({detail})")
+
+
 class EtcdConnection:
     """Calls to the etcd members of ``address`` (see the module docstring)."""
 
@@ -148,28 +194,30 @@ class EtcdConnection:
         self.timeout_s = timeout_s
         self.range_timeout_s = range_timeout_s
         self._member = 0
-        self._client: aetcd.Client | None = None
+        self._channel: grpc.aio.Channel | None = None
+        self._kv: rpc.KVStub | None = None
+        self._lease: rpc.LeaseStub | None = None
 
     @property
     def member(self) -> str:
         host, port = self.address.endpoints[self._member]
         return f"{host}:{port}"
 
-    async def _stub_client(self) -> aetcd.Client:
-        if self._client is None:
-            host, port = self.address.endpoints[self._member]
-            client = aetcd.Client(
-                host=host,
-                port=port,
-                timeout=self.timeout_s,
-                options={
-                    "grpc.max_receive_message_length": MAX_MESSAGE_BYTES,
-                    "grpc.max_send_message_length": MAX_MESSAGE_BYTES,
-                },
-            )
-            await client.connect()
-            self._client = client
-        return self._client
+    def open_channel(self) -> grpc.aio.Channel:
+        """A new channel to the current member: TLS when the address says so."""
+        options = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ]
+        if self.address.tls is None:
+            return grpc.aio.insecure_channel(self.member, options=options)
+        return grpc.aio.secure_channel(self.member, self.address.tls.credentials(), options=options)
+
+    def _stubs(self) -> tuple[rpc.KVStub, rpc.LeaseStub]:
+        if self._kv is None or self._lease is None:
+            self._channel = channel = self.open_channel()
+            self._kv, self._lease = rpc.KVStub(channel), rpc.LeaseStub(channel)
+        return self._kv, self._lease
 
     async def _failed(self, error: BaseException) -> HighwaterError:
         member = self.member
@@ -180,28 +228,25 @@ class EtcdConnection:
             return EtcdRequestTooLargeError(f"etcd at {member} refused: {error.details()}")
         await self.close()
         self._member = (self._member + 1) % len(self.address.endpoints)
-        if isinstance(error, grpc.aio.AioRpcError):
-            detail = f"{error.code().name}: {error.details()}"
-        else:
-            detail = str(error) or type(error).__name__
-        return EtcdUnavailableError(f"etcd at {member} did not answer ({detail})")
+        return _unavailable(self.address, member, error)
 
     async def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
+        channel, self._channel = self._channel, None
+        self._kv = self._lease = None
+        if channel is not None:
             try:
-                await asyncio.wait_for(client.close(), self.timeout_s)
+                await asyncio.wait_for(channel.close(), self.timeout_s)
             except (TimeoutError, Exception):
-                log.debug("closing the etcd client failed", exc_info=True)
+                log.debug("closing the etcd channel failed", exc_info=True)
 
     async def get_prefix(self, prefix: str) -> tuple[int, dict[str, KeyVersion]]:
         """The store's revision and every key under ``prefix``."""
         raw = prefix.encode()
         request = rpc.RangeRequest(key=raw, range_end=_range_end(raw))
         try:
-            client = await self._stub_client()
-            reply = await client.kvstub.Range(request, timeout=self.range_timeout_s)
-        except (TimeoutError, grpc.RpcError, aetcd.ClientError, OSError) as e:
+            kv, _ = self._stubs()
+            reply = await kv.Range(request, timeout=self.range_timeout_s)
+        except _CALL_ERRORS as e:
             raise await self._failed(e) from None
         keys = {
             kv.key.decode(): KeyVersion(kv.value, kv.create_revision, kv.mod_revision, kv.lease)
@@ -212,11 +257,9 @@ class EtcdConnection:
     async def get(self, key: str) -> tuple[int, KeyVersion | None]:
         """The store's revision and ``key`` (None: absent)."""
         try:
-            client = await self._stub_client()
-            reply = await client.kvstub.Range(
-                rpc.RangeRequest(key=key.encode()), timeout=self.timeout_s
-            )
-        except (TimeoutError, grpc.RpcError, aetcd.ClientError, OSError) as e:
+            kv, _ = self._stubs()
+            reply = await kv.Range(rpc.RangeRequest(key=key.encode()), timeout=self.timeout_s)
+        except _CALL_ERRORS as e:
             raise await self._failed(e) from None
         if not reply.kvs:
             return reply.header.revision, None
@@ -238,52 +281,58 @@ class EtcdConnection:
             failure=[_op(op) for op in failure],
         )
         try:
-            client = await self._stub_client()
-            reply = await client.kvstub.Txn(request, timeout=self.timeout_s)
-        except (TimeoutError, grpc.RpcError, aetcd.ClientError, OSError) as e:
+            kv, _ = self._stubs()
+            reply = await kv.Txn(request, timeout=self.timeout_s)
+        except _CALL_ERRORS as e:
             raise await self._failed(e) from None
         return TxnResult(reply.succeeded, reply.header.revision)
 
     async def grant_lease(self, ttl_s: int) -> int:
         try:
-            client = await self._stub_client()
-            reply = await client.leasestub.LeaseGrant(
-                rpc.LeaseGrantRequest(TTL=ttl_s), timeout=self.timeout_s
-            )
-        except (TimeoutError, grpc.RpcError, aetcd.ClientError, OSError) as e:
+            _, lease = self._stubs()
+            reply = await lease.LeaseGrant(rpc.LeaseGrantRequest(TTL=ttl_s), timeout=self.timeout_s)
+        except _CALL_ERRORS as e:
             raise await self._failed(e) from None
         return int(reply.ID)
 
     async def keep_alive(self, lease_id: int) -> int:
         """Refresh ``lease_id`` once; its remaining TTL (0 or less: it expired)."""
         try:
-            client = await self._stub_client()
-            call = client.leasestub.LeaseKeepAlive(
+            _, lease = self._stubs()
+            call = lease.LeaseKeepAlive(
                 iter([rpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout=self.timeout_s
             )
             async for reply in call:
                 return int(reply.TTL)
-        except (TimeoutError, grpc.RpcError, aetcd.ClientError, OSError) as e:
+        except _CALL_ERRORS as e:
             raise await self._failed(e) from None
         return 0
 
     async def revoke_lease(self, lease_id: int) -> None:
         try:
-            client = await self._stub_client()
-            await client.leasestub.LeaseRevoke(
-                rpc.LeaseRevokeRequest(ID=lease_id), timeout=self.timeout_s
-            )
-        except (TimeoutError, grpc.RpcError, aetcd.ClientError, OSError) as e:
+            _, lease = self._stubs()
+            await lease.LeaseRevoke(rpc.LeaseRevokeRequest(ID=lease_id), timeout=self.timeout_s)
+        except _CALL_ERRORS as e:
             raise await self._failed(e) from None
 
     async def watch_prefix(self, prefix: str, start_revision: int) -> AsyncIterator[int]:
         """The revisions at which keys under ``prefix`` changed, from ``start_revision``
         (inclusive) on, one per etcd watch response; raises :class:`EtcdWatchBrokenError`
         when the watch can no longer promise every change (see the module docstring)."""
+        async for changes in self.watch_prefix_changes(prefix, start_revision):
+            yield changes.revision
+
+    async def watch_prefix_changes(
+        self, prefix: str, start_revision: int
+    ) -> AsyncIterator[PrefixChanges]:
+        """As :meth:`watch_prefix`, with the changed keys and their values: what a watcher
+        applies to its view instead of reading the prefix again."""
         raw = prefix.encode()
-        host, port = self.address.endpoints[self._member]
-        member = f"{host}:{port}"
-        channel = grpc.aio.insecure_channel(f"{host}:{port}")
+        member = self.member
+        try:
+            channel = self.open_channel()
+        except TlsConfigError as e:
+            raise EtcdWatchBrokenError(f"etcd at {member}: TLS files: {e}") from None
         requests: asyncio.Queue[rpc.WatchRequest | None] = asyncio.Queue()
         create = rpc.WatchCreateRequest(
             key=raw, range_end=_range_end(raw), start_revision=start_revision
@@ -294,6 +343,7 @@ class EtcdConnection:
             while (request := await requests.get()) is not None:
                 yield request
 
+        delete = rpc.Event.EventType.DELETE
         try:
             call = rpc.WatchStub(channel).Watch(request_stream())
             async for reply in call:
@@ -307,11 +357,23 @@ class EtcdConnection:
                         f"etcd at {member} cancelled the watch: {reply.cancel_reason}"
                     )
                 if reply.events:
-                    yield max(event.kv.mod_revision for event in reply.events)
+                    changes = tuple(
+                        (
+                            e.kv.key.decode(),
+                            e.kv.mod_revision,
+                            None
+                            if e.type == delete
+                            else KeyVersion(
+                                e.kv.value, e.kv.create_revision, e.kv.mod_revision, e.kv.lease
+                            ),
+                        )
+                        for e in reply.events
+                    )
+                    yield PrefixChanges(max(c[1] for c in changes), changes)
             raise EtcdWatchBrokenError(f"etcd at {member} ended the watch")
         except grpc.RpcError as e:
-            detail = f"{e.code().name}: {e.details()}" if isinstance(e, grpc.aio.AioRpcError) else e
-            raise EtcdWatchBrokenError(f"the watch on etcd at {member} broke ({detail})") from None
+            failure = _unavailable(self.address, member, e)
+            raise EtcdWatchBrokenError(f"the watch on {failure}") from None
         finally:
             await requests.put(None)
             await channel.close()
@@ -324,59 +386,3 @@ class PrefixChanges:
     revision: int
     changes: tuple[tuple[str, int, KeyVersion | None], ...]
     """``(key, revision, version)`` each."""
-
-
-async def watch_prefix_changes(
-    connection: EtcdConnection, prefix: str, start_revision: int
-) -> AsyncIterator[PrefixChanges]:
-    """As :meth:`EtcdConnection.watch_prefix`, with the changed keys and their values: what
-    a watcher applies to its view instead of reading the prefix again. Raises
-    :class:`EtcdWatchBrokenError` the same way."""
-    raw = prefix.encode()
-    host, port = connection.address.endpoints[connection._member]
-    member = f"{host}:{port}"
-    channel = grpc.aio.insecure_channel(member)
-    requests: asyncio.Queue[rpc.WatchRequest | None] = asyncio.Queue()
-    create = rpc.WatchCreateRequest(
-        key=raw, range_end=_range_end(raw), start_revision=start_revision
-    )
-    await requests.put(rpc.WatchRequest(create_request=create))
-
-    async def request_stream() -> AsyncIterator[rpc.WatchRequest]:
-        while (request := await requests.get()) is not None:
-            yield request
-
-    delete = rpc.Event.EventType.DELETE
-    try:
-        call = rpc.WatchStub(channel).Watch(request_stream())
-        async for reply in call:
-            if reply.compact_revision:
-                raise EtcdWatchBrokenError(
-                    f"etcd at {member} compacted past revision {start_revision}"
-                    f" (to {reply.compact_revision})"
-                )
-            if reply.canceled:
-                raise EtcdWatchBrokenError(
-                    f"etcd at {member} cancelled the watch: {reply.cancel_reason}"
-                )
-            if reply.events:
-                changes = tuple(
-                    (
-                        e.kv.key.decode(),
-                        e.kv.mod_revision,
-                        None
-                        if e.type == delete
-                        else KeyVersion(
-                            e.kv.value, e.kv.create_revision, e.kv.mod_revision, e.kv.lease
-                        ),
-                    )
-                    for e in reply.events
-                )
-                yield PrefixChanges(max(c[1] for c in changes), changes)
-        raise EtcdWatchBrokenError(f"etcd at {member} ended the watch")
-    except grpc.RpcError as e:
-        detail = f"{e.code().name}: {e.details()}" if isinstance(e, grpc.aio.AioRpcError) else e
-        raise EtcdWatchBrokenError(f"the watch on etcd at {member} broke ({detail})") from None
-    finally:
-        await requests.put(None)
-        await channel.close()

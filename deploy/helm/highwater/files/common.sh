@@ -59,10 +59,14 @@ external_address() {
 }
 
 # Where a broker or coordinator finds the metadata: the etcd store in the etcd metadata
-# mode (METADATA_STORE set), else the controllers.
+# mode (METADATA_STORE set, with the ETCD_*_FILE files for TLS to etcd), else the
+# controllers.
 metadata_source() {
     if [ -n "${METADATA_STORE:-}" ]; then
-        echo "--metadata-store $METADATA_STORE"
+        echo "--metadata-store $METADATA_STORE" \
+            ${ETCD_CA_FILE:+--etcd-ca-file "$ETCD_CA_FILE"} \
+            ${ETCD_CERT_FILE:+--etcd-cert-file "$ETCD_CERT_FILE"} \
+            ${ETCD_KEY_FILE:+--etcd-key-file "$ETCD_KEY_FILE"}
     else
         echo "--controllers $(controller_list)"
     fi

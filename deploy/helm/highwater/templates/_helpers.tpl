@@ -95,6 +95,13 @@ digest or tag. */}}
 {{- if and (eq .Values.metadata.mode "etcd") (not .Values.metadata.etcd.endpoints) -}}
 {{- fail "metadata.etcd.endpoints: metadata.mode etcd needs the etcd members' host:port" -}}
 {{- end -}}
+{{- $etcdTls := .Values.metadata.etcd.tls -}}
+{{- if and $etcdTls.enabled (not $etcdTls.secret) -}}
+{{- fail "metadata.etcd.tls.secret: TLS to etcd needs the Secret holding its CA (and a client certificate)" -}}
+{{- end -}}
+{{- if ne (empty $etcdTls.certKey) (empty $etcdTls.keyKey) -}}
+{{- fail "metadata.etcd.tls.certKey, metadata.etcd.tls.keyKey: a client certificate needs its key, and a key its certificate" -}}
+{{- end -}}
 {{- $c := .Values.controller -}}
 {{- $b := .Values.broker -}}
 {{- $g := .Values.coordinator -}}
@@ -461,6 +468,22 @@ OAUTHBEARER_JWKS_FILE: {{ printf "/etc/highwater-jwks/%s" .Values.auth.oauthbear
 OAUTHBEARER_ISSUER: {{ .Values.auth.oauthbearer.issuer | quote }}
 OAUTHBEARER_AUDIENCE: {{ .Values.auth.oauthbearer.audience | quote }}
 {{- end }}
+{{- if include "highwater.etcdTls" . }}
+{{- $etcdTls := .Values.metadata.etcd.tls }}
+ETCD_CA_FILE: {{ printf "/etc/highwater-etcd-tls/%s" $etcdTls.caKey | quote }}
+{{- if $etcdTls.certKey }}
+ETCD_CERT_FILE: {{ printf "/etc/highwater-etcd-tls/%s" $etcdTls.certKey | quote }}
+ETCD_KEY_FILE: {{ printf "/etc/highwater-etcd-tls/%s" $etcdTls.keyKey | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* "true" when the brokers and coordinators reach etcd over TLS (etcd mode with
+metadata.etcd.tls.enabled), else empty. */}}
+{{- define "highwater.etcdTls" -}}
+{{- if and (eq .Values.metadata.mode "etcd") .Values.metadata.etcd.tls.enabled -}}
+true
+{{- end -}}
 {{- end -}}
 
 {{/* The client config of the tools in the pods (probes, gates, hooks, helm test): the
@@ -487,6 +510,12 @@ brokers and coordinators); pass (dict "root" $ "component" c). */}}
   configMap:
     name: {{ .root.Values.auth.oauthbearer.jwksConfigMap }}
 {{- end }}
+{{- if and (include "highwater.etcdTls" .root) (has .component (list "broker" "coordinator")) }}
+- name: etcd-tls
+  secret:
+    secretName: {{ .root.Values.metadata.etcd.tls.secret }}
+    defaultMode: 0440
+{{- end }}
 {{- end -}}
 
 {{- define "highwater.securityMounts" -}}
@@ -500,6 +529,12 @@ brokers and coordinators); pass (dict "root" $ "component" c). */}}
 {{- if and .root.Values.auth.enabled .root.Values.auth.oauthbearer.jwksConfigMap (has .component (list "broker" "coordinator")) }}
 - name: jwks
   mountPath: /etc/highwater-jwks
+  readOnly: true
+{{- end }}
+{{- if and (include "highwater.etcdTls" .root) (has .component (list "broker" "coordinator")) }}
+# TLS to etcd: a directory too, so a renewed client certificate reaches the next connection.
+- name: etcd-tls
+  mountPath: /etc/highwater-etcd-tls
   readOnly: true
 {{- end }}
 {{- end -}}
@@ -546,6 +581,6 @@ PLAINTEXT
 {{/* The etcd metadata store's address (etcd://h:p,h:p/cluster), empty in KRaft mode. */}}
 {{- define "highwater.metadataStore" -}}
 {{- if eq .Values.metadata.mode "etcd" -}}
-etcd://{{ join "," .Values.metadata.etcd.endpoints }}/{{ .Values.metadata.etcd.cluster | default (include "highwater.fullname" .) }}
+{{ ternary "https" "etcd" .Values.metadata.etcd.tls.enabled }}://{{ join "," .Values.metadata.etcd.endpoints }}/{{ .Values.metadata.etcd.cluster | default (include "highwater.fullname" .) }}
 {{- end -}}
 {{- end -}}

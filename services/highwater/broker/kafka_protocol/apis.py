@@ -537,6 +537,18 @@ class KafkaApis:
                 found.append((broker.broker_id, endpoint.host, endpoint.port, broker.rack))
         return found
 
+    def _controller_id(self, brokers: list[tuple[int, str, int, str | None]]) -> int:
+        """The ``controller_id`` Metadata and DescribeCluster answer. KRaft mode: this
+        broker, which forwards the admin calls a client sends to "the controller" (KIP-590).
+        etcd mode: the broker whose candidate is the controller, as ZooKeeper-era brokers
+        answered, while it is among ``brokers`` (it serves a Kafka listener); else this
+        broker, which forwards the admin calls to it all the same."""
+        if self.requests.control_plane is not None:
+            controller_id = self.requests.control_plane()[1]
+            if any(broker_id == controller_id for broker_id, *_ in brokers):
+                return controller_id
+        return self.node_id
+
     async def metadata(self, request: KafkaRequest) -> Any:
         body = request.body
         image = self._image()
@@ -577,31 +589,31 @@ class KafkaApis:
                         ],
                     )
                 )
+        brokers = self._brokers()
         return R(
             throttle_time_ms=0,
             brokers=[
                 R.MetadataResponseBroker(node_id=i, host=h, port=p, rack=rack)
-                for i, h, p, rack in self._brokers()
+                for i, h, p, rack in brokers
             ],
             cluster_id=answer.cluster_id or self.cluster_id(),
-            # Admin requests a client sends to "the controller" are forwarded by any
-            # broker (KIP-590): this one.
-            controller_id=self.node_id,
+            controller_id=self._controller_id(brokers),
             topics=topics,
         )
 
     async def describe_cluster(self, request: KafkaRequest) -> Any:
         R = DescribeClusterResponse
+        brokers = self._brokers()
         return R(
             throttle_time_ms=0,
             error_code=NONE,
             error_message=None,
             endpoint_type=1,
             cluster_id=self.cluster_id(),
-            controller_id=self.node_id,
+            controller_id=self._controller_id(brokers),
             brokers=[
                 R.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=rack)
-                for i, h, p, rack in self._brokers()
+                for i, h, p, rack in brokers
             ],
         )
 
@@ -1088,6 +1100,17 @@ class KafkaApis:
         R = CreateTopicsResponse
         if isinstance(answer, int):
             results = [R.CreatableTopicResult(name=t.name, error_code=answer) for t in body.topics]
+        elif answer.error != NONE and not answer.topics:
+            # Refused whole (etcd mode: a change larger than one etcd transaction): each
+            # topic asked for gets the refusal and its message.
+            results = [
+                R.CreatableTopicResult(
+                    name=t.name,
+                    error_code=answer.error,
+                    error_message=answer.error_message or None,
+                )
+                for t in body.topics
+            ]
         else:
             results = [
                 R.CreatableTopicResult(
@@ -1123,6 +1146,18 @@ class KafkaApis:
                     R.DeletableTopicResult(name=n, error_code=answer) for n in message.names
                 ],
             )
+        if answer.error != NONE and not answer.topics:  # refused whole
+            return R(
+                throttle_time_ms=0,
+                responses=[
+                    R.DeletableTopicResult(
+                        name=n,
+                        error_code=answer.error,
+                        error_message=answer.error_message or None,
+                    )
+                    for n in message.names
+                ],
+            )
         return R(
             throttle_time_ms=0,
             responses=[
@@ -1150,6 +1185,15 @@ class KafkaApis:
         if isinstance(answer, int):
             results = [
                 R.CreatePartitionsTopicResult(name=t.name, error_code=answer) for t in body.topics
+            ]
+        elif answer.error != NONE and not answer.topics:  # refused whole
+            results = [
+                R.CreatePartitionsTopicResult(
+                    name=t.name,
+                    error_code=answer.error,
+                    error_message=answer.error_message or None,
+                )
+                for t in body.topics
             ]
         else:
             results = [
