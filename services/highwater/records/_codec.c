@@ -219,9 +219,32 @@ static inline uint8_t *put_varint64(uint8_t *out, int64_t v) {
 /* ---------------------------------------------------------------------------------- */
 /* Integer arguments.                                                                   */
 
-/* ``o`` as an int64; 0 if it is an int in range, -1 (no exception) otherwise. */
-static int as_int64(PyObject *o, int64_t *out) {
-    if (!PyLong_CheckExact(o) && !PyLong_Check(o)) return -1;
+/* ``o`` as an int64; 0 if it is an int in range, -1 (no exception) otherwise. An exact int
+ * of up to two digits (below 2**60: sizes, counts, timestamps) is read from its digits
+ * where the layout is known (3.11; 3.12 on have a public call for it), the rest through
+ * PyLong_AsLongLongAndOverflow. The producer's lane reads several ints per record. */
+static inline int as_int64(PyObject *o, int64_t *out) {
+    if (PyLong_CheckExact(o)) {
+#if PY_VERSION_HEX >= 0x030C0000
+        if (PyUnstable_Long_IsCompact((PyLongObject *)o)) {
+            *out = (int64_t)PyUnstable_Long_CompactValue((PyLongObject *)o);
+            return 0;
+        }
+#elif PY_VERSION_HEX >= 0x030B0000 && PYLONG_BITS_IN_DIGIT == 30
+        Py_ssize_t n = Py_SIZE(o);
+        const digit *d = ((PyLongObject *)o)->ob_digit;
+        switch (n) {
+        case 0: *out = 0; return 0;
+        case 1: *out = (int64_t)d[0]; return 0;
+        case -1: *out = -(int64_t)d[0]; return 0;
+        case 2: *out = (int64_t)d[0] | ((int64_t)d[1] << PyLong_SHIFT); return 0;
+        case -2: *out = -((int64_t)d[0] | ((int64_t)d[1] << PyLong_SHIFT)); return 0;
+        default: break;
+        }
+#endif
+    } else if (!PyLong_Check(o)) {
+        return -1;
+    }
     int overflow;
     long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (overflow || (v == -1 && PyErr_Occurred())) {
@@ -468,7 +491,7 @@ static PyObject *codec_encode_records(PyObject *self, PyObject *const *args, Py_
         PyObject *r = items[i];
         PyObject *key = PyTuple_GET_ITEM(r, 0), *value = PyTuple_GET_ITEM(r, 1);
         PyObject *headers = PyTuple_GET_ITEM(r, 2);
-        int64_t ts, delta;
+        int64_t ts = 0, delta; /* checked in the sizing pass above */
         as_int64(PyTuple_GET_ITEM(r, 3), &ts);
         delta = ts - base_timestamp;
         /* The length is what record_size_of gave less its own varint. */
@@ -2364,8 +2387,10 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
     if (waiting == NULL || topics == NULL || queues == NULL || !PyDict_CheckExact(waiting) ||
         !PyDict_CheckExact(topics) || !PyDict_CheckExact(queues))
         GENERAL_PATH();
-    int contained = PyDict_Contains(waiting, topic);
-    if (contained != 0) GENERAL_PATH();
+    if (PyDict_GET_SIZE(waiting) != 0) { /* mostly empty: no lookup then */
+        int contained = PyDict_Contains(waiting, topic);
+        if (contained != 0) GENERAL_PATH();
+    }
     PyObject *info = PyDict_GetItemWithError(topics, topic);
     if (info == NULL) GENERAL_PATH();
 
@@ -2374,10 +2399,13 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
         if (!PyLong_CheckExact(partition) || as_int64(partition, &requested) < 0) GENERAL_PATH();
     }
     if (requested < 0) {
-        o = producer_attr(self, PA_IGNORE_KEYS);
-        if (o == NULL) GENERAL_PATH();
-        int ignore_keys = PyObject_IsTrue(o);
-        if (ignore_keys < 0) goto fail;
+        int ignore_keys = 0; /* read only for a keyed record */
+        if (key != Py_None) {
+            o = producer_attr(self, PA_IGNORE_KEYS);
+            if (o == NULL) GENERAL_PATH();
+            ignore_keys = PyObject_IsTrue(o);
+            if (ignore_keys < 0) goto fail;
+        }
         if (key == Py_None || ignore_keys) {
             PyObject *choices = producer_attr(self, PA_STICKY_CHOICES);
             if (choices == NULL || !PyDict_CheckExact(choices)) GENERAL_PATH();
@@ -2449,9 +2477,10 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
     }
     /* What may fail is made before the append, so a record is appended with its handle. */
     pending_obj = PyLong_FromLongLong(pending_count + 1);
-    index_obj = PyLong_FromSsize_t(PyList_GET_SIZE(callbacks));
-    if (pending_obj == NULL || index_obj == NULL) goto fail;
+    if (pending_obj == NULL) goto fail;
     if (want_handle) {
+        index_obj = PyLong_FromSsize_t(PyList_GET_SIZE(callbacks));
+        if (index_obj == NULL) goto fail;
         PyTypeObject *ht = self->types[3];
         handle = ht->tp_alloc(ht, 0);
         if (handle == NULL) goto fail;
