@@ -245,9 +245,9 @@ async def batches_of_partitions(lane: bool) -> Any:
     """Named and keyed records over three partitions, each call with a topic str made anew
     (an equal string, another object), then the same topic object again: the batches."""
     producer = make_producer(5, lane=lane, batch_size=16384)
-    producer._topics["orders"] = TopicInfo(
-        "orders", tuple(PartitionInfo(p, 1, 0) for p in range(3))
-    )
+    topics = producer._topics
+    assert isinstance(topics, dict)
+    topics["orders"] = TopicInfo("orders", tuple(PartitionInfo(p, 1, 0) for p in range(3)))
     try:
         for i in range(60):
             topic = "".join(["ord", "ers"]) if i % 3 else "orders"
