@@ -239,3 +239,36 @@ async def test_a_written_batch_reports_each_record_and_survives_a_raising_callba
     finally:
         if producer._sender is not None:
             producer._sender.cancel()
+
+
+async def batches_of_partitions(lane: bool) -> Any:
+    """Named and keyed records over three partitions, each call with a topic str made anew
+    (an equal string, another object), then the same topic object again: the batches."""
+    producer = make_producer(5, lane=lane, batch_size=16384)
+    topics = producer._topics
+    assert isinstance(topics, dict)
+    topics["orders"] = TopicInfo("orders", tuple(PartitionInfo(p, 1, 0) for p in range(3)))
+    try:
+        for i in range(60):
+            topic = "".join(["ord", "ers"]) if i % 3 else "orders"
+            if i % 2:
+                producer.produce(topic, b"v%d" % i, partition=i % 3, timestamp=100 + i)
+            else:
+                producer.produce(topic, b"w%d" % i, b"key-%d" % (i % 7), timestamp=100 + i)
+        return [
+            (key, [(b.builder.build(), len(b.callbacks)) for b in q.batches])
+            for key, q in sorted(producer._queues.items())
+        ]
+    finally:
+        if producer._sender is not None:
+            producer._sender.cancel()
+
+
+@compiled_only
+async def test_the_lane_finds_each_partition_by_value_not_by_the_topic_object() -> None:
+    # The lane remembers the last partition's queue for the topic object it was found by;
+    # another object of the same name, or another partition, is looked up again.
+    compiled = await batches_of_partitions(lane=True)
+    assert compiled == await batches_of_partitions(lane=False)
+    assert [key for key, _ in compiled] == [("orders", 0), ("orders", 1), ("orders", 2)]
+    assert sum(count for _, batches in compiled for _, count in batches) == 60

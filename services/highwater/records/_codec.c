@@ -219,9 +219,32 @@ static inline uint8_t *put_varint64(uint8_t *out, int64_t v) {
 /* ---------------------------------------------------------------------------------- */
 /* Integer arguments.                                                                   */
 
-/* ``o`` as an int64; 0 if it is an int in range, -1 (no exception) otherwise. */
-static int as_int64(PyObject *o, int64_t *out) {
-    if (!PyLong_CheckExact(o) && !PyLong_Check(o)) return -1;
+/* ``o`` as an int64; 0 if it is an int in range, -1 (no exception) otherwise. An exact int
+ * of up to two digits (below 2**60: sizes, counts, timestamps) is read from its digits
+ * where the layout is known (3.11; 3.12 on have a public call for it), the rest through
+ * PyLong_AsLongLongAndOverflow. The producer's lane reads several ints per record. */
+static inline int as_int64(PyObject *o, int64_t *out) {
+    if (PyLong_CheckExact(o)) {
+#if PY_VERSION_HEX >= 0x030C0000
+        if (PyUnstable_Long_IsCompact((PyLongObject *)o)) {
+            *out = (int64_t)PyUnstable_Long_CompactValue((PyLongObject *)o);
+            return 0;
+        }
+#elif PY_VERSION_HEX >= 0x030B0000 && PYLONG_BITS_IN_DIGIT == 30
+        Py_ssize_t n = Py_SIZE(o);
+        const digit *d = ((PyLongObject *)o)->ob_digit;
+        switch (n) {
+        case 0: *out = 0; return 0;
+        case 1: *out = (int64_t)d[0]; return 0;
+        case -1: *out = -(int64_t)d[0]; return 0;
+        case 2: *out = (int64_t)d[0] | ((int64_t)d[1] << PyLong_SHIFT); return 0;
+        case -2: *out = -((int64_t)d[0] | ((int64_t)d[1] << PyLong_SHIFT)); return 0;
+        default: break;
+        }
+#endif
+    } else if (!PyLong_Check(o)) {
+        return -1;
+    }
     int overflow;
     long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (overflow || (v == -1 && PyErr_Occurred())) {
@@ -360,7 +383,16 @@ static Py_ssize_t builder_append(PyObject *builder, PyObject *fields) {
     if (!first && total + size > max_bytes) return 0;
     PyObject *size_value = PyLong_FromSsize_t(size), *total_value = PyLong_FromLongLong(total + size);
     PyObject *ts_value = NULL;
-    if (first || timestamp > max_ts) ts_value = PyLong_FromLongLong(timestamp);
+    if (first || timestamp > max_ts) {
+        /* The record's own int, as the pure method keeps it (a subclass becomes an int). */
+        PyObject *given = PyTuple_GET_ITEM(fields, 3);
+        if (PyLong_CheckExact(given)) {
+            Py_INCREF(given);
+            ts_value = given;
+        } else {
+            ts_value = PyLong_FromLongLong(timestamp);
+        }
+    }
     if (size_value == NULL || total_value == NULL || ((first || timestamp > max_ts) && !ts_value) ||
         PyList_Append(records, fields) < 0) {
         Py_XDECREF(size_value);
@@ -459,7 +491,7 @@ static PyObject *codec_encode_records(PyObject *self, PyObject *const *args, Py_
         PyObject *r = items[i];
         PyObject *key = PyTuple_GET_ITEM(r, 0), *value = PyTuple_GET_ITEM(r, 1);
         PyObject *headers = PyTuple_GET_ITEM(r, 2);
-        int64_t ts, delta;
+        int64_t ts = 0, delta; /* checked in the sizing pass above */
         as_int64(PyTuple_GET_ITEM(r, 3), &ts);
         delta = ts - base_timestamp;
         /* The length is what record_size_of gave less its own varint. */
@@ -2197,6 +2229,16 @@ typedef struct {
     Py_ssize_t batch_off[PB_SLOTS], queue_off[PQ_SLOTS], choice_off[SC_SLOTS],
         handle_off[DH_SLOTS];
     vectorcallfunc vectorcall;
+    /* The last named or keyed partition's queue: the producer's ``_queues`` dict, the
+     * topic (the str object itself) and partition it was found for. A queue, once made,
+     * stays in that dict for the producer's life, so the entry holds while the dict is the
+     * same object; another topic object or partition, or another dict, looks it up again. */
+    PyObject *cached_queues, *cached_topic, *cached_queue;
+    int64_t cached_partition;
+    /* The last timestamp made for a record produced without one, and its millisecond:
+     * records of the same millisecond share the int. */
+    PyObject *last_timestamp;
+    int64_t last_ms;
 } ProduceLaneObject;
 
 static PyTypeObject ProduceLaneType;
@@ -2262,6 +2304,10 @@ static int lane_traverse(ProduceLaneObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->attrs);
     Py_VISIT(self->fallback);
     for (int i = 0; i < 4; i++) Py_VISIT(self->types[i]);
+    Py_VISIT(self->cached_queues);
+    Py_VISIT(self->cached_topic);
+    Py_VISIT(self->cached_queue);
+    Py_VISIT(self->last_timestamp);
     return 0;
 }
 
@@ -2269,7 +2315,36 @@ static int lane_clear(ProduceLaneObject *self) {
     Py_CLEAR(self->attrs);
     Py_CLEAR(self->fallback);
     for (int i = 0; i < 4; i++) Py_CLEAR(self->types[i]);
+    Py_CLEAR(self->cached_queues);
+    Py_CLEAR(self->cached_topic);
+    Py_CLEAR(self->cached_queue);
+    Py_CLEAR(self->last_timestamp);
     return 0;
+}
+
+/* The queue of ``topic``-``partition`` in ``queues`` (borrowed), from the cache or looked
+ * up and cached; NULL when there is none (or on an error, which is set). */
+static PyObject *lane_queue(ProduceLaneObject *self, PyObject *queues, PyObject *topic,
+                            int64_t partition) {
+    if (queues == self->cached_queues && topic == self->cached_topic &&
+        partition == self->cached_partition && self->cached_queue != NULL)
+        return self->cached_queue;
+    PyObject *partition_obj = PyLong_FromLongLong(partition);
+    if (partition_obj == NULL) return NULL;
+    PyObject *queue_key = PyTuple_Pack(2, topic, partition_obj);
+    Py_DECREF(partition_obj);
+    if (queue_key == NULL) return NULL;
+    PyObject *q = PyDict_GetItemWithError(queues, queue_key);
+    Py_DECREF(queue_key);
+    if (q == NULL) return NULL;
+    Py_INCREF(queues);
+    Py_XSETREF(self->cached_queues, queues);
+    Py_INCREF(topic);
+    Py_XSETREF(self->cached_topic, topic);
+    Py_INCREF(q);
+    Py_XSETREF(self->cached_queue, q);
+    self->cached_partition = partition;
+    return q;
 }
 
 static void lane_dealloc(ProduceLaneObject *self) {
@@ -2296,7 +2371,7 @@ static inline PyObject *producer_attr(ProduceLaneObject *self, int i) {
 static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int want_handle) {
     PyObject *topic = args[0], *value = args[1], *key = args[2], *partition = args[3];
     PyObject *headers = args[4], *timestamp = args[5], *on_delivery = args[6];
-    PyObject *result = NULL, *batch = NULL, *partition_obj = NULL, *record = NULL;
+    PyObject *result = NULL, *batch = NULL, *record = NULL;
     PyObject *ts_obj = NULL, *pending_obj = NULL, *handle = NULL, *index_obj = NULL;
     PyObject *choice = NULL, *q = NULL, *o;
 
@@ -2312,8 +2387,10 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
     if (waiting == NULL || topics == NULL || queues == NULL || !PyDict_CheckExact(waiting) ||
         !PyDict_CheckExact(topics) || !PyDict_CheckExact(queues))
         GENERAL_PATH();
-    int contained = PyDict_Contains(waiting, topic);
-    if (contained != 0) GENERAL_PATH();
+    if (PyDict_GET_SIZE(waiting) != 0) { /* mostly empty: no lookup then */
+        int contained = PyDict_Contains(waiting, topic);
+        if (contained != 0) GENERAL_PATH();
+    }
     PyObject *info = PyDict_GetItemWithError(topics, topic);
     if (info == NULL) GENERAL_PATH();
 
@@ -2322,10 +2399,13 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
         if (!PyLong_CheckExact(partition) || as_int64(partition, &requested) < 0) GENERAL_PATH();
     }
     if (requested < 0) {
-        o = producer_attr(self, PA_IGNORE_KEYS);
-        if (o == NULL) GENERAL_PATH();
-        int ignore_keys = PyObject_IsTrue(o);
-        if (ignore_keys < 0) goto fail;
+        int ignore_keys = 0; /* read only for a keyed record */
+        if (key != Py_None) {
+            o = producer_attr(self, PA_IGNORE_KEYS);
+            if (o == NULL) GENERAL_PATH();
+            ignore_keys = PyObject_IsTrue(o);
+            if (ignore_keys < 0) goto fail;
+        }
         if (key == Py_None || ignore_keys) {
             PyObject *choices = producer_attr(self, PA_STICKY_CHOICES);
             if (choices == NULL || !PyDict_CheckExact(choices)) GENERAL_PATH();
@@ -2344,18 +2424,10 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
             Py_DECREF(o);
             if (bad < 0 || n < 1) GENERAL_PATH();
             uint32_t h = murmur2_of((const uint8_t *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
-            partition_obj = PyLong_FromLongLong((long long)((h & 0x7fffffffu) % (uint64_t)n));
-            if (partition_obj == NULL) goto fail;
+            q = lane_queue(self, queues, topic, (int64_t)((h & 0x7fffffffu) % (uint64_t)n));
         }
     } else {
-        partition_obj = partition;
-        Py_INCREF(partition_obj);
-    }
-    if (partition_obj != NULL) {
-        PyObject *queue_key = PyTuple_Pack(2, topic, partition_obj);
-        if (queue_key == NULL) goto fail;
-        q = PyDict_GetItemWithError(queues, queue_key);
-        Py_DECREF(queue_key);
+        q = lane_queue(self, queues, topic, requested);
     }
     if (q == NULL || !Py_IS_TYPE(q, self->types[1])) GENERAL_PATH();
     PyObject *batches = at(q, self->queue_off[PQ_BATCHES]);
@@ -2392,14 +2464,23 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
         struct timespec now;
         if (clock_gettime(CLOCK_REALTIME, &now) != 0) GENERAL_PATH();
         ts = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-        ts_obj = PyLong_FromLongLong(ts);
-        if (ts_obj == NULL) goto fail;
+        if (self->last_timestamp != NULL && ts == self->last_ms) {
+            ts_obj = self->last_timestamp;
+            Py_INCREF(ts_obj);
+        } else {
+            ts_obj = PyLong_FromLongLong(ts);
+            if (ts_obj == NULL) goto fail;
+            Py_INCREF(ts_obj);
+            Py_XSETREF(self->last_timestamp, ts_obj);
+            self->last_ms = ts;
+        }
     }
     /* What may fail is made before the append, so a record is appended with its handle. */
     pending_obj = PyLong_FromLongLong(pending_count + 1);
-    index_obj = PyLong_FromSsize_t(PyList_GET_SIZE(callbacks));
-    if (pending_obj == NULL || index_obj == NULL) goto fail;
+    if (pending_obj == NULL) goto fail;
     if (want_handle) {
+        index_obj = PyLong_FromSsize_t(PyList_GET_SIZE(callbacks));
+        if (index_obj == NULL) goto fail;
         PyTypeObject *ht = self->types[3];
         handle = ht->tp_alloc(ht, 0);
         if (handle == NULL) goto fail;
@@ -2410,6 +2491,8 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
     }
     record = PyTuple_Pack(4, key, value, empty_tuple, ts_obj);
     if (record == NULL) goto fail;
+    /* bytes or None, (), an int: nothing the collector need visit, as it would find. */
+    PyObject_GC_UnTrack(record);
     if (PyList_Append(callbacks, on_delivery) < 0) goto fail;
     Py_ssize_t size = builder_append(builder, record);
     if (size <= 0) { /* does not fit, or not one the compiled append takes */
@@ -2469,7 +2552,6 @@ fail:
     result = NULL;
 done:
     Py_XDECREF(batch);
-    Py_XDECREF(partition_obj);
     Py_XDECREF(record);
     Py_XDECREF(ts_obj);
     Py_XDECREF(pending_obj);
