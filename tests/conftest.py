@@ -9,12 +9,19 @@ TLS (``rpc/tls.py``), the server's authentication and authorization (``rpc/auth.
 the channels' SASL credentials (``rpc/client_auth.py``) are set per process, as a role's
 flags or a client command's ``--command-config`` set them; a test that sets them in the
 test process (a CLI command run in-process, a TLS test) must not leave them to the next.
+
+Run in worker processes (pytest-xdist, ``make test JOBS=2``: ``-n 2 --dist loadgroup``),
+the tests of one module stay on one worker, so that a module-scoped process cluster starts
+once; so do the tests of a directory whose fixtures are session-scoped (one SparkSession,
+the deployment tools' renders and scans). Each worker has its own temporary directories,
+and process tests take free ports from the kernel (``quorum_processes.free_ports``).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from highwater.rpc import auth, client_auth, tls
@@ -23,6 +30,22 @@ from hypothesis import settings
 settings.register_profile("deterministic", derandomize=True, database=None)
 settings.register_profile("explore", max_examples=1_000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
+
+
+SESSION_SHARED_DIRS = (Path(__file__).parent / "spark", Path(__file__).parent / "deploy")
+"""Directories whose conftest holds session-scoped fixtures: run on one worker together."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup``, one worker group per module (or per directory of
+    :data:`SESSION_SHARED_DIRS`); before xdist turns the groups into node id suffixes."""
+    if not config.pluginmanager.hasplugin("xdist") or config.getoption("dist", "no") != "loadgroup":
+        return
+    for item in items:
+        shared = next((d for d in SESSION_SHARED_DIRS if d in item.path.parents), None)
+        group = shared or item.path
+        item.add_marker(pytest.mark.xdist_group(str(group.relative_to(config.rootpath))))
 
 
 @pytest.fixture(autouse=True)
