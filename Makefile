@@ -23,11 +23,11 @@ LISTEN ?= 127.0.0.1:9092
 run: venv
 	$(BIN)/highwater server --listen $(LISTEN) --data-dir $(RUN_DIR) --demo
 
-# JOBS=2 runs the suite in two worker processes (pytest-xdist, --dist loadgroup: a module's
+# JOBS=2 runs the suite in two worker processes (pytest-xdist, --dist loadscope: a module's
 # tests, and the Spark and deployment tests, stay on one worker; tests/conftest.py).
 JOBS ?=
 test: venv compiled protos-check deploy-tools spark-deps chaos-deps node-deps ruby-deps buf-deps kafka-deps etcd-deps
-	$(SPARK_ENV) $(BIN)/python -m pytest $(if $(JOBS),-n $(JOBS) --dist loadgroup) $(PYTEST_ARGS)
+	$(SPARK_ENV) $(BIN)/python -m pytest $(if $(JOBS),-n $(JOBS) --dist loadscope) $(PYTEST_ARGS)
 	HIGHWATER_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PURE_PYTHON_TESTS)
 
 # The compiled record codec (highwater.records._codec, docs/storage.md): `pip install -e .`
