@@ -23,8 +23,11 @@ LISTEN ?= 127.0.0.1:9092
 run: venv
 	$(BIN)/highwater server --listen $(LISTEN) --data-dir $(RUN_DIR) --demo
 
+# JOBS=2 runs the suite in two worker processes (pytest-xdist, --dist loadscope: a module's
+# tests, and the Spark and deployment tests, stay on one worker; tests/conftest.py).
+JOBS ?=
 test: venv compiled protos-check deploy-tools spark-deps chaos-deps node-deps ruby-deps buf-deps kafka-deps etcd-deps
-	$(SPARK_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(SPARK_ENV) $(BIN)/python -m pytest $(if $(JOBS),-n $(JOBS) --dist loadscope) $(PYTEST_ARGS)
 	HIGHWATER_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PURE_PYTHON_TESTS)
 
 # The compiled record codec (highwater.records._codec, docs/storage.md): `pip install -e .`
@@ -204,7 +207,7 @@ CHAOS_MS ?= 12000
 .PHONY: simulate
 simulate: venv
 	PYTHONPATH=services:tests/support $(BIN)/python -m tests.simulation --seeds $(SEEDS) \
-		--first-seed $(FIRST_SEED) --chaos-ms $(CHAOS_MS)
+		--first-seed $(FIRST_SEED) --chaos-ms $(CHAOS_MS) --jobs $(or $(JOBS),1)
 
 # Node.js (the machine's, else Debian's) and the npm packages of the Node.js example client
 # (examples/node: @grpc/grpc-js, @grpc/proto-loader, grpc-health-check), which tests run.

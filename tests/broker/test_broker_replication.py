@@ -776,7 +776,7 @@ def leader_scenarios(draw: st.DrawFn) -> tuple[LeaderReplicationState, list[tupl
     return state, draw(st.lists(op, min_size=10, max_size=60))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)  # examples: the profile's (tests/conftest.py)
 @given(leader_scenarios())
 def test_leader_high_watermark_invariants(
     scenario: tuple[LeaderReplicationState, list[tuple[object, ...]]],
@@ -854,7 +854,7 @@ def test_leader_high_watermark_invariants(
         assert state.high_watermark == state.log_end_offset
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)  # examples: the profile's (tests/conftest.py)
 @given(
     st.lists(
         st.tuples(

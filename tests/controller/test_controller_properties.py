@@ -236,7 +236,7 @@ class ControllerMachine(RuleBasedStateMachine):
 
 
 ControllerMachine.TestCase.settings = settings(
-    max_examples=300,
+    # Examples: the profile's (tests/conftest.py); each runs up to 50 steps.
     stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

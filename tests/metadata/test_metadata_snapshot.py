@@ -84,7 +84,7 @@ def histories(draw: st.DrawFn) -> list[MetadataRecord]:
     return records
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)  # examples: the profile's (tests/conftest.py)
 @given(histories())
 def test_a_snapshot_recreates_the_image(records: list[MetadataRecord]) -> None:
     image = replay(records, offset=len(records) - 1, epoch=3)

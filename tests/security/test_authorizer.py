@@ -190,7 +190,7 @@ bindings = st.builds(
 )
 
 
-@settings(max_examples=400)
+@settings()  # examples: the profile's (tests/conftest.py)
 @given(
     acls=st.lists(bindings, max_size=12),
     super_users=st.sets(st.sampled_from(["User:alice", "User:admin"]), max_size=1),

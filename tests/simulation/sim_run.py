@@ -3,7 +3,8 @@
 ``python -m tests.simulation --seed N [--trace] [--shrink]`` replays the schedule of seed
 ``N`` exactly (the scenario and faults come from the seed) and exits 1 on a violation;
 ``--seeds N [--first-seed S]`` runs N schedules and reports their throughput and every
-failing seed; ``make simulate SEEDS=N`` is the latter.
+failing seed; ``make simulate SEEDS=N`` is the latter. :func:`run_pool` runs many seeds in
+a pool of worker processes, one per CPU (the suite's short schedules, ``--jobs``).
 
 Shrinking (:func:`shrink`) keeps a failing schedule's scenario and drops its faults one at
 a time, keeping each drop after which the schedule still fails, then shortens the
@@ -13,12 +14,23 @@ remaining faults; what is left is printed as the short schedule that still fails
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from itertools import repeat
+from multiprocessing import get_context
 
-from sim_cluster import Fault, Scenario, Simulation, SimulationFailure, plan_faults
+from sim_cluster import (
+    Fault,
+    Scenario,
+    Simulation,
+    SimulationFailure,
+    SimulationResult,
+    plan_faults,
+)
 
 
 def fails(seed: int, scenario: Scenario) -> SimulationFailure | None:
@@ -28,6 +40,56 @@ def fails(seed: int, scenario: Scenario) -> SimulationFailure | None:
     except SimulationFailure as failure:
         return failure
     return None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One schedule's end: its result, or the report of the invariant it broke."""
+
+    seed: int
+    result: SimulationResult | None
+    failure: str | None
+
+
+def run_one(seed: int, chaos_ms: int = Scenario.chaos_ms) -> Outcome:
+    """The schedule of ``seed`` with ``chaos_ms`` of faults, run to its end. A failure comes
+    back as its report (text crosses a process boundary; the exception's fields do not)."""
+    try:
+        result = Simulation(seed, Scenario.from_seed(seed, chaos_ms=chaos_ms)).run()
+    except SimulationFailure as failure:
+        return Outcome(seed, None, str(failure))
+    return Outcome(seed, result, None)
+
+
+def cpus() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def run_pool(
+    seeds: Iterable[int], *, chaos_ms: int = Scenario.chaos_ms, jobs: int | None = None
+) -> list[Outcome]:
+    """Every seed's outcome, in the seeds' order: :func:`iter_pool` to the end."""
+    return list(iter_pool(seeds, chaos_ms=chaos_ms, jobs=jobs))
+
+
+def iter_pool(
+    seeds: Iterable[int], *, chaos_ms: int = Scenario.chaos_ms, jobs: int | None = None
+) -> Iterator[Outcome]:
+    """Each seed's outcome in the seeds' order as it comes, the schedules run in ``jobs``
+    worker processes (default: one per CPU; 1: in this process). A schedule is a pure
+    function of its seed and ``chaos_ms``, so where it runs changes nothing in it. Workers
+    are spawned, not forked: they start from a clean interpreter whatever threads the caller
+    runs, and see no change the caller made in memory (a test that puts a bug back runs its
+    seeds in-process)."""
+    seeds = list(seeds)
+    jobs = min(jobs or cpus(), len(seeds))
+    if jobs <= 1:
+        yield from (run_one(seed, chaos_ms) for seed in seeds)
+        return
+    chunk = max(1, min(16, len(seeds) // (jobs * 8)))
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+        yield from pool.map(run_one, seeds, repeat(chaos_ms), chunksize=chunk)
 
 
 def shrink(
@@ -65,32 +127,40 @@ def shrink(
 
 
 def run_many(
-    first_seed: int, count: int, *, chaos_ms: int = Scenario.chaos_ms, out=sys.stdout
+    first_seed: int,
+    count: int,
+    *,
+    chaos_ms: int = Scenario.chaos_ms,
+    jobs: int = 1,
+    out=sys.stdout,
 ) -> int:
-    """Run ``count`` schedules from ``first_seed``; the number that failed."""
+    """Run ``count`` schedules from ``first_seed`` in ``jobs`` processes; the number that
+    failed."""
     started = time.perf_counter()
     cpu_started = time.process_time()
     failed = 0
     acknowledged = 0
     expected_loss = 0
     dirs_failed = 0
-    for seed in range(first_seed, first_seed + count):
-        try:
-            result = Simulation(seed, Scenario.from_seed(seed, chaos_ms=chaos_ms)).run()
-        except SimulationFailure as failure:
+    seeds = range(first_seed, first_seed + count)
+    for outcome in iter_pool(seeds, chaos_ms=chaos_ms, jobs=jobs):
+        if outcome.result is None:
             failed += 1
-            print(f"FAILED {str(failure).splitlines()[0]}", file=out, flush=True)
+            print(f"FAILED {str(outcome.failure).splitlines()[0]}", file=out, flush=True)
             continue
-        acknowledged += result.acknowledged
-        expected_loss += result.expected_loss
-        dirs_failed += result.dirs_failed
+        acknowledged += outcome.result.acknowledged
+        expected_loss += outcome.result.expected_loss
+        dirs_failed += outcome.result.dirs_failed
     elapsed = time.perf_counter() - started
     cpu = time.process_time() - cpu_started
+    per_cpu = (
+        f", {count / cpu:.2f} schedules per CPU-second" if jobs == 1 else f" in {jobs} processes"
+    )
     print(
         f"{count} schedules, {failed} failed, {acknowledged} acknowledged writes, "
         f"{expected_loss} lost under unclean elections (expected), {dirs_failed} log "
         f"directories taken offline, {elapsed:.1f} s, "
-        f"{count / elapsed:.2f} schedules/s, {count / cpu:.2f} schedules per CPU-second",
+        f"{count / elapsed:.2f} schedules/s{per_cpu}",
         file=out,
     )
     return failed
@@ -113,6 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--seeds", type=int, default=0, help="run this many schedules")
     parser.add_argument("--first-seed", type=int, default=0, help="the first of --seeds")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="run --seeds in this many processes (0: one per CPU)"
+    )
     args = parser.parse_args(argv)
     if args.seed is not None:
         scenario = Scenario.from_seed(args.seed, chaos_ms=args.chaos_ms)
@@ -130,6 +203,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(result.summary())
         return 0
     if args.seeds:
-        return 1 if run_many(args.first_seed, args.seeds, chaos_ms=args.chaos_ms) else 0
+        return (
+            1
+            if run_many(
+                args.first_seed, args.seeds, chaos_ms=args.chaos_ms, jobs=args.jobs or cpus()
+            )
+            else 0
+        )
     parser.error("give --seed N or --seeds N")
     return 2

@@ -224,7 +224,7 @@ class LogModel(RuleBasedStateMachine):
 
 
 LogModel.TestCase.settings = settings(
-    max_examples=150,
+    # Examples: the profile's (tests/conftest.py).
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
