@@ -10,7 +10,9 @@ reaches a coordinator and its answer comes back, how FindCoordinator is answered
 Per group, a committer (a member of the group: JoinGroup, SyncGroup as its leader, then
 increasing offsets in its generation, one commit at a time; it rejoins when the
 generation is refused) and fetchers (OffsetFetch), each caching the coordinator it found
-and looking it up again on NOT_COORDINATOR or a timeout; a connection delivers in order.
+and looking it up again on NOT_COORDINATOR or a timeout (and, with ``fresh_reader_rate``,
+before some fetches: a new reader, such as a consumer starting or an admin describing the
+group, finds the coordinator first); a connection delivers in order.
 
 The invariant the clients check as answers arrive: an OffsetFetch answer is never older
 than an offset acknowledged, or fetched, before the fetch was sent (committed offsets
@@ -121,10 +123,20 @@ _REJOIN = frozenset(
 class GroupClients:
     """The committers and fetchers of :data:`GROUPS`, and what they have seen."""
 
-    def __init__(self, host: GroupHost, partitions: int, *, fetchers: int = 2) -> None:
+    def __init__(
+        self,
+        host: GroupHost,
+        partitions: int,
+        *,
+        fetchers: int = 2,
+        fresh_reader_rate: float = 0.0,
+    ) -> None:
         self.host = host
         self.partitions = partitions
         self.fetchers = fetchers
+        self.fresh_reader_rate = fresh_reader_rate
+        """How often a fetcher's next OffsetFetch is a new reader's, which looks its
+        coordinator up first (else it keeps the one that answered)."""
         self.acked: dict[str, int] = dict.fromkeys(GROUPS, -1)
         self.fetched: dict[str, int] = dict.fromkeys(GROUPS, -1)
         self.position: dict[str, int] = dict.fromkeys(GROUPS, -1)
@@ -326,7 +338,8 @@ class GroupClients:
                         f"{result}, older than {floor} acknowledged or fetched before it was sent"
                     )
                 self.fetched[group] = max(self.fetched[group], result)
-                self._later(lambda: self._fetch(group, n, coordinator))
+                fresh = self.fresh_reader_rate and host.rng.random() < self.fresh_reader_rate
+                self._later(lambda: self._fetch(group, n, None if fresh else coordinator))
             else:
                 self._later(lambda: self._fetch(group, n, None))
 

@@ -64,8 +64,19 @@ def shrink(
     return current, failure
 
 
+def with_groups(seed: int, groups: str) -> bool:
+    """Whether ``seed``'s schedule runs the group coordinators: ``on``, ``off``, or
+    ``half`` (the odd seeds)."""
+    return groups == "on" or (groups == "half" and seed % 2 == 1)
+
+
 def run_many(
-    first_seed: int, count: int, *, chaos_ms: int = Scenario.chaos_ms, out=sys.stdout
+    first_seed: int,
+    count: int,
+    *,
+    chaos_ms: int = Scenario.chaos_ms,
+    groups: str = "off",
+    out=sys.stdout,
 ) -> int:
     """Run ``count`` schedules from ``first_seed``; the number that failed."""
     started = time.perf_counter()
@@ -76,7 +87,8 @@ def run_many(
     dirs_failed = 0
     for seed in range(first_seed, first_seed + count):
         try:
-            result = Simulation(seed, Scenario.from_seed(seed, chaos_ms=chaos_ms)).run()
+            scenario = Scenario.from_seed(seed, chaos_ms=chaos_ms, groups=with_groups(seed, groups))
+            result = Simulation(seed, scenario).run()
         except SimulationFailure as failure:
             failed += 1
             print(f"FAILED {str(failure).splitlines()[0]}", file=out, flush=True)
@@ -111,11 +123,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=Scenario.chaos_ms,
         help="simulated ms of faults before everything heals (the suite's short schedules: 5000)",
     )
+    parser.add_argument(
+        "--groups",
+        choices=("off", "on", "half"),
+        default="off",
+        help="run the group coordinators and their clients too (half: in the odd seeds)",
+    )
     parser.add_argument("--seeds", type=int, default=0, help="run this many schedules")
     parser.add_argument("--first-seed", type=int, default=0, help="the first of --seeds")
     args = parser.parse_args(argv)
     if args.seed is not None:
-        scenario = Scenario.from_seed(args.seed, chaos_ms=args.chaos_ms)
+        scenario = Scenario.from_seed(
+            args.seed, chaos_ms=args.chaos_ms, groups=with_groups(args.seed, args.groups)
+        )
         try:
             result = Simulation(args.seed, scenario, trace=args.trace).run()
         except SimulationFailure as failure:
@@ -130,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(result.summary())
         return 0
     if args.seeds:
-        return 1 if run_many(args.first_seed, args.seeds, chaos_ms=args.chaos_ms) else 0
+        failed = run_many(args.first_seed, args.seeds, chaos_ms=args.chaos_ms, groups=args.groups)
+        return 1 if failed else 0
     parser.error("give --seed N or --seeds N")
     return 2
