@@ -200,14 +200,16 @@ chaos-report: venv
 
 # The whole-cluster deterministic simulation (tests/simulation, docs/simulation.md): SEEDS
 # schedules from FIRST_SEED, in one process, with their throughput and every failing seed;
-# `python -m tests.simulation --seed N --trace --shrink` replays and shrinks one.
+# `python -m tests.simulation --seed N --trace --shrink` replays and shrinks one. GROUPS:
+# the group coordinators and their clients in the odd seeds (half), every seed (on), none.
 SEEDS ?= 100
 FIRST_SEED ?= 0
 CHAOS_MS ?= 12000
+GROUPS ?= half
 .PHONY: simulate
 simulate: venv
 	PYTHONPATH=services:tests/support $(BIN)/python -m tests.simulation --seeds $(SEEDS) \
-		--first-seed $(FIRST_SEED) --chaos-ms $(CHAOS_MS) --jobs $(or $(JOBS),1)
+		--first-seed $(FIRST_SEED) --chaos-ms $(CHAOS_MS) --groups $(GROUPS) --jobs $(or $(JOBS),1)
 
 # Node.js (the machine's, else Debian's) and the npm packages of the Node.js example client
 # (examples/node: @grpc/grpc-js, @grpc/proto-loader, grpc-health-check), which tests run.

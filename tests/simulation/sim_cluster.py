@@ -38,6 +38,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+import group_clients
+from group_clients import STALE_LOOKUP_RATE, CoordinatorHandle, GroupClients
 from highwater.broker.partitions import Partition, PartitionError, PartitionManager
 from highwater.broker.replication import EpochEndOffset
 from highwater.chaos.checker import check
@@ -47,10 +49,30 @@ from highwater.controller.config import ControllerConfig
 from highwater.controller.quorum_controller import QuorumController
 from highwater.controller.results import ControllerApiError, ControllerResult
 from highwater.controller_api import messages as m
+from highwater.coordinator.core import (
+    GroupCoordinatorCore,
+    GroupCoordinatorSettings,
+    RebalanceCompleted,
+    Reply,
+    Write,
+)
+from highwater.coordinator.lease import SessionLease
+from highwater.coordinator.offsets_log import COORDINATOR_PRODUCER_ID_BASE
+from highwater.coordinator.records import (
+    CorruptOffsetsRecordError,
+    KeyValue,
+    OffsetsRecord,
+    encode_epoch_marker,
+)
+from highwater.coordinator.records import (
+    decode_record as decode_offsets_record,
+)
 from highwater.errors import HighwaterError
+from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
 from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage, PartitionRegistration
 from highwater.metadata.records import (
+    CoordinatorAssignmentRecord,
     MetadataRecord,
     PartitionChangeRecord,
     decode_record,
@@ -105,8 +127,38 @@ CONTROLLER_CONFIG = ControllerConfig(
     broker_session_timeout_ms=900,
     broker_heartbeat_interval_ms=100,
     auto_leader_rebalance_enable=False,
+    offsets_topic_num_partitions=2,
+    coordinator_session_timeout_ms=1_500,
+    coordinator_heartbeat_interval_ms=250,
 )
-"""Kafka's defaults with the session ten times shorter, like the Raft timings."""
+"""Kafka's defaults with the sessions shorter, like the Raft timings; two partitions of
+``__consumer_offsets`` (one per coordinator while both live)."""
+OFFSETS_COMMIT_TIMEOUT_MS = 1_500
+"""``offsets.commit.timeout.ms`` of the coordinators, scaled down like the rest."""
+FRESH_READER_RATE = 0.5
+"""Half the group clients' OffsetFetches are a new reader's, which looks the coordinator up
+first (:class:`group_clients.GroupClients`)."""
+OFFSETS_RETRY_BACKOFF_MS = 20
+OFFSETS_READ_TIMEOUT_MS = 300
+_LEADER_ERRORS = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    }
+)
+_IN_DOUBT_ERRORS = frozenset(
+    {
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.NETWORK_EXCEPTION,
+    }
+)
+_FENCED_ERRORS = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
+"""How the coordinator's appender (:mod:`highwater.coordinator.offsets_log`) sorts a
+broker's answers: not appended, perhaps appended (sent again unchanged), fenced."""
 
 
 class SimulationFailure(AssertionError):
@@ -121,6 +173,7 @@ class SimulationFailure(AssertionError):
         faults: Sequence[Fault],
         *,
         chaos_ms: int = 12_000,
+        groups: bool = False,
     ) -> None:
         self.seed = seed
         self.reason = reason
@@ -128,6 +181,7 @@ class SimulationFailure(AssertionError):
         tail = "\n".join(trace[-60:])
         plan = "\n".join(f"  {f}" for f in faults) or "  (none)"
         chaos = f" --chaos-ms {chaos_ms}" if chaos_ms != Scenario.chaos_ms else ""
+        chaos += " --groups on" if groups else ""
         super().__init__(
             f"seed {seed}: {reason}\n"
             f"reproduce: python -m tests.simulation --seed {seed}{chaos} --trace\n"
@@ -188,6 +242,10 @@ class Scenario:
     dir_failures: bool = True
     """Whether the schedule may fail a log directory (planned apart from the other faults:
     :func:`plan_faults`)."""
+    groups: bool = False
+    """Two group coordinators and the group clients of :mod:`group_clients` (with faults of
+    their own: :func:`_plan_group_faults`); not with unclean elections, which may lose
+    ``__consumer_offsets`` records by design."""
 
     @classmethod
     def from_seed(cls, seed: int, **overrides: Any) -> Scenario:
@@ -244,6 +302,8 @@ def plan_faults(seed: int, scenario: Scenario) -> tuple[Fault, ...]:
             faults.append(Fault(at, "crash", tuple(brokers), duration, "kill"))
     if scenario.dir_failures:
         faults.extend(_plan_dir_failures(seed, scenario, brokers))
+    if scenario.groups and not scenario.unclean:
+        faults.extend(_plan_group_faults(seed, scenario))
     return tuple(sorted(faults, key=lambda f: (f.at_ms, f.kind, f.target)))
 
 
@@ -260,6 +320,29 @@ def _plan_dir_failures(seed: int, scenario: Scenario, brokers: list[str]) -> lis
     what = rng.choice(("read", "write", "read+write"))
     dirs = "d0,d1" if rng.random() < 0.15 else rng.choice(("d0", "d1"))
     return [Fault(at, "dir-failed", (rng.choice(brokers),), duration, f"{dirs} {what}")]
+
+
+def _plan_group_faults(seed: int, scenario: Scenario) -> list[Fault]:
+    """Two or three coordinator faults, from a random source of their own: a coordinator
+    paused past its session (the stale-coordinator story), crashed, or cut from its
+    clients (``cut-clients``)."""
+    rng = random.Random(f"group-faults-{seed}")
+    session = CONTROLLER_CONFIG.coordinator_session_timeout_ms
+    faults = []
+    for _ in range(rng.randint(2, 3)):
+        kind = rng.choice(("pause", "pause", "crash", "cut-clients"))
+        at = rng.randrange(1000, scenario.chaos_ms - 500)
+        target = (rng.choice(COORDINATORS),)
+        if kind == "pause":
+            faults.append(Fault(at, "pause", target, rng.randint(session + 300, session + 2000)))
+        elif kind == "crash":
+            faults.append(Fault(at, "crash", target, rng.randint(300, 3000), "kill"))
+        else:
+            faults.append(Fault(at, "cut-clients", target, rng.randint(300, 3000)))
+    return faults
+
+
+COORDINATORS = ("g1", "g2")
 
 
 # --- Messages between processes ----------------------------------------------------------
@@ -286,6 +369,7 @@ class Fetch:
     fetch_offset: int
     last_fetched_epoch: int
     leader_epoch: int
+    topic: str = TOPIC
 
 
 @dataclass(frozen=True)
@@ -297,6 +381,7 @@ class FetchReply:
     records: bytes = b""
     diverging: EpochEndOffset | None = None
     high_watermark: int = 0
+    topic: str = TOPIC
 
 
 @dataclass(frozen=True)
@@ -304,6 +389,10 @@ class Produce:
     partition: int
     corr: int
     value: str
+    topic: str = TOPIC
+    records: bytes = b""
+    """A batch built by the producer (a coordinator's, with its producer id, epoch and
+    sequence); empty: one record of ``value``."""
 
 
 @dataclass(frozen=True)
@@ -313,12 +402,14 @@ class ProduceReply:
     error: int
     offset: int = -1
     leader_hint: int = -1
+    topic: str = TOPIC
 
 
 @dataclass(frozen=True)
 class ConsumerFetch:
     partition: int
     offset: int
+    topic: str = TOPIC
 
 
 @dataclass(frozen=True)
@@ -328,6 +419,8 @@ class ConsumerFetchReply:
     error: int
     records: bytes = b""
     leader_hint: int = -1
+    topic: str = TOPIC
+    high_watermark: int = -1
 
 
 # --- Processes ---------------------------------------------------------------------------
@@ -386,6 +479,7 @@ class Waiting:
     producer: str
     corr: int
     deadline_ms: int
+    topic: str = TOPIC
 
 
 @dataclass
@@ -399,12 +493,56 @@ class BrokerProcess(RaftMember):
     broker_epoch: int = -1
     registering_since: int = -1
     purgatory: list[Waiting] = field(default_factory=list)
-    fetching: dict[int, int] = field(default_factory=dict)
+    fetching: dict[TopicPartition, int] = field(default_factory=dict)
     """partition -> when its outstanding fetch was sent."""
-    next_fetch: dict[int, int] = field(default_factory=dict)
-    alter_sent: dict[int, int] = field(default_factory=dict)
+    next_fetch: dict[TopicPartition, int] = field(default_factory=dict)
+    alter_sent: dict[TopicPartition, int] = field(default_factory=dict)
     """partition -> when its pending ISR proposal was last sent."""
     heartbeat_sent: int = -1_000_000
+
+
+@dataclass
+class OffsetsPartition:
+    """A coordinator's partition of ``__consumer_offsets`` in one coordinator epoch: taken
+    over (``fencing``: the epoch marker appended; ``reading``: replayed up to it), then
+    ``serving``: the core's writes appended, one batch at a time."""
+
+    epoch: int
+    phase: str = "fencing"
+    next_sequence: int = 0
+    marker_offset: int = -1
+    read_offset: int = 0
+    raw: list[KeyValue] = field(default_factory=list)
+    writes: list[Write] = field(default_factory=list)
+    in_flight: list[Write] | None = None
+    records: list[KeyValue] = field(default_factory=list)
+    """The batch being appended (the marker while fencing)."""
+    corr: int = -1
+    """The outstanding produce or fetch (-1: none; ``retry_at`` says when to send)."""
+    sent_ms: int = 0
+    retry_at: int = 0
+    deadline_ms: int | None = None
+    in_doubt: bool = False
+
+
+@dataclass
+class CoordinatorProcess(RaftMember):
+    """A group coordinator: a Raft observer of the metadata log (the service follows the
+    image the same way), the real core, its session lease, and the service's glue."""
+
+    node_id: int = 0
+    core: GroupCoordinatorCore | None = None
+    lease: SessionLease = field(default_factory=lambda: SessionLease(1))
+    image: MetadataImage = field(default_factory=MetadataImage.empty)
+    applied: int = 0
+    incarnation_id: str = ""
+    registration_epoch: int = -1
+    registering_since: int = -1
+    heartbeat_sent: int = -1_000_000
+    calls: dict[int, int] = field(default_factory=dict)
+    """corr -> when the controller call was sent (an answer renews the lease from then)."""
+    partitions: dict[int, OffsetsPartition] = field(default_factory=dict)
+    pending: dict[object, Callable[[object], None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -432,6 +570,11 @@ class SimulationResult:
     messages: Counter[str]
     dirs_failed: int = 0
     """Log directories taken offline by the brokers (after a ``dir-failed`` fault)."""
+    commits: int = 0
+    """Offset commits acknowledged to the group clients."""
+    offset_fetches: int = 0
+    coordinator_moves: int = 0
+    """``__consumer_offsets`` partitions the controller gave to another coordinator."""
 
     def summary(self) -> str:
         loss = (
@@ -443,6 +586,12 @@ class SimulationResult:
             f"{self.simulated_ms} ms simulated, {self.attempted} writes, {self.acknowledged} "
             f"acknowledged, {self.reads} reads, {self.elections} partition leader epochs, "
             f"{self.torn_writes} torn writes, {self.dirs_failed} log directories offline{loss}"
+            + (
+                f", {self.commits} offset commits, {self.offset_fetches} offset fetches, "
+                f"{self.coordinator_moves} coordinator moves"
+                if self.scenario.groups
+                else ""
+            )
         )
 
 
@@ -500,15 +649,41 @@ class Simulation:
         self.consumers = {
             f"consumer-{i}": Client(f"consumer-{i}") for i in range(self.scenario.consumers)
         }
+        groups = self.scenario.groups and not self.scenario.unclean
+        self.coordinators = {
+            name: CoordinatorProcess(name, raft_id=200 + i, node_id=i)
+            for i, name in enumerate(COORDINATORS if groups else (), start=1)
+        }
         self.processes: dict[str, Process] = {
             **self.controllers,
             **self.brokers,
             **self.producers,
             **self.consumers,
+            **self.coordinators,
         }
         self.raft_names = {
-            p.raft_id: p.name for p in (*self.controllers.values(), *self.brokers.values())
+            p.raft_id: p.name
+            for p in (
+                *self.controllers.values(),
+                *self.brokers.values(),
+                *self.coordinators.values(),
+            )
         }
+        self.group_host = ClusterGroupHost(self)
+        self.group_clients = GroupClients(
+            self.group_host,
+            CONTROLLER_CONFIG.offsets_topic_num_partitions,
+            fresh_reader_rate=FRESH_READER_RATE,
+        )
+        self.connection_free: dict[tuple[str, str], int] = {}
+        self.previous_owner: dict[int, int] = {}
+        """``__consumer_offsets`` partition -> its owner before the controller last moved it
+        (what FindCoordinator answers from metadata that lags)."""
+        self.epoch_actor: dict[tuple[int, int], str] = {}
+        """(partition, coordinator epoch) -> the coordinator that acted in it."""
+        self.markers: dict[int, list[tuple[int, int]]] = {}
+        """partition -> (offset, coordinator epoch) of every epoch marker acknowledged."""
+        self.coordinator_moves = 0
         self.log_config = LogConfig(
             segment_bytes=self.scenario.segment_bytes,
             index_interval_bytes=512,
@@ -516,15 +691,15 @@ class Simulation:
             unclean_leader_election_enable=self.scenario.unclean,
         )
         # What the checks remember.
-        self.epoch_leaders: dict[tuple[int, int], str] = {}
-        self.leader_hw: dict[tuple[str, int, int, int], int] = {}
+        self.epoch_leaders: dict[tuple[TopicPartition, int], str] = {}
+        self.leader_hw: dict[tuple[str, int, TopicPartition, int], int] = {}
         """(broker, incarnation, partition, leader epoch) -> the HW last seen there."""
-        self.committed: dict[int, dict[int, tuple[int, int, int]]] = {}
+        self.committed: dict[TopicPartition, dict[int, tuple[int, int, int]]] = {}
         """partition -> base offset -> (last offset, leader epoch, crc) of every batch seen
         below a high watermark."""
-        self.verified: dict[tuple[str, int], int] = {}
+        self.verified: dict[tuple[str, TopicPartition], int] = {}
         """(broker, partition) -> the end of the committed batches the replica holds."""
-        self._checked: dict[tuple[str, int], tuple[int, int, int, int]] = {}
+        self._checked: dict[tuple[str, TopicPartition], tuple[int, int, int, int]] = {}
         """(broker, partition) -> (log end, HW, committed batches, held) at its last check."""
         self.unclean_elections = 0
         self.unclean_recoveries = 0
@@ -560,6 +735,10 @@ class Simulation:
         for client in (*self.producers.values(), *self.consumers.values()):
             client.alive = True
             self._at(500, self._client_tick, client)
+        for coordinator in self.coordinators.values():
+            self._at(self.rng.randint(0, 50), self._start, coordinator)
+        if self.coordinators:
+            self._at(500, self.group_clients.start)
         for fault in self.faults:
             self._at(fault.at_ms, self._inject, fault)
         self._at(scenario.chaos_ms, self._heal)
@@ -639,6 +818,8 @@ class Simulation:
             self._controller_call(target, source, message)
         elif isinstance(target, BrokerProcess):
             self._broker_message(target, source, message)
+        elif isinstance(target, CoordinatorProcess):
+            self._coordinator_message(target, message)
         elif isinstance(target, Client):
             self._client_reply(target, source, message)
 
@@ -679,9 +860,17 @@ class Simulation:
                     process.paused_until = max(
                         process.paused_until, self.now_ms + fault.duration_ms
                     )
+        elif fault.kind == "cut-clients":
+            names = {p.name for p in targets if p is not None}
+            clients = self.group_clients.names()
+            cut = {(c, n) for c in clients for n in names} | {
+                (n, c) for c in clients for n in names
+            }
+            self.blocked.update(cut)
+            self._at(self.now_ms + fault.duration_ms, self._unblock, cut)
         elif fault.kind in ("partition", "one-way"):
             names = {p.name for p in targets if p is not None}
-            others = set(self.controllers) | set(self.brokers)
+            others = set(self.controllers) | set(self.brokers) | set(self.coordinators)
             cut = {
                 (a, b)
                 for a in names
@@ -773,18 +962,20 @@ class Simulation:
                 continue
             if not other.alive or other.manager is None:
                 return True
-            for index in range(self.scenario.partitions):
-                mine = self._partition(other, index)
+            for tp in self._topic_partitions(other.image):
+                mine = self._partition(other, tp.partition, tp.topic)
                 if mine is None:
                     # Not serving it: not assigned there, or not yet (a restarted broker
                     # applies its roles once registered: still recovering).
-                    topic = other.image.topic(TOPIC)
-                    registration = topic.partition(index) if topic is not None else None
+                    topic = other.image.topic(tp.topic)
+                    registration = topic.partition(tp.partition) if topic is not None else None
                     if registration is not None and other.broker_id in registration.replicas:
                         return True
                     continue
                 leader = self._partition(
-                    self.brokers.get(f"b{mine.registration.leader}", other), index
+                    self.brokers.get(f"b{mine.registration.leader}", other),
+                    tp.partition,
+                    tp.topic,
                 )
                 if (
                     leader is None
@@ -806,6 +997,10 @@ class Simulation:
         if isinstance(process, ControllerProcess):
             process.controller = None
             process.replies.clear()
+        if isinstance(process, CoordinatorProcess):
+            process.core = None
+            process.partitions.clear()
+            process.pending.clear()
         if isinstance(process, BrokerProcess):
             self._stop_broker(process)
             assert process.disk is not None
@@ -842,6 +1037,8 @@ class Simulation:
         process.paused_until = 0
         if isinstance(process, BrokerProcess):
             self._start_broker(process)
+        if isinstance(process, CoordinatorProcess):
+            self._start_coordinator(process)
         if isinstance(process, RaftMember):
             process.flush_pending = False
             process.node = RaftNode(
@@ -869,7 +1066,7 @@ class Simulation:
 
     @staticmethod
     def _raft_period(member: RaftMember) -> int:
-        return OBSERVER_TICK_MS if isinstance(member, BrokerProcess) else TICK_MS
+        return TICK_MS if isinstance(member, ControllerProcess) else OBSERVER_TICK_MS
 
     def _after_raft(self, member: RaftMember) -> None:
         node = member.node
@@ -895,6 +1092,8 @@ class Simulation:
             self._controller_progress(member)
         elif isinstance(member, BrokerProcess) and ready.high_watermark is not None:
             self._broker_metadata(member, ready.high_watermark)
+        elif isinstance(member, CoordinatorProcess) and ready.high_watermark is not None:
+            self._coordinator_metadata(member, ready.high_watermark)
 
     def _raft_flush(self, member: RaftMember) -> None:
         assert member.node is not None
@@ -944,6 +1143,15 @@ class Simulation:
             return -1
         appended = ctrl.node.propose([encode_record(r) for r in records], self.now_ms)
         self._count_unclean_elections(ctrl.image, records)
+        for record in records:
+            if isinstance(record, CoordinatorAssignmentRecord):
+                before = ctrl.image.coordinator_assignment(record.partition_id)
+                if before is not None and before.coordinator_id not in (
+                    -1,
+                    record.coordinator_id,
+                ):
+                    self.coordinator_moves += 1
+                    self.previous_owner[record.partition_id] = before.coordinator_id
         ctrl.image = (
             MetadataDelta(ctrl.image).replay_all(records).apply(appended.offset, appended.epoch)
         )
@@ -1015,6 +1223,10 @@ class Simulation:
                 result = controller.broker_heartbeat(call.body, self.now_ms)
             elif call.kind == "alter_partition":
                 result = controller.alter_partition(call.body)
+            elif call.kind == "register_coordinator":
+                result = controller.register_coordinator(call.body, self.now_ms)
+            elif call.kind == "coordinator_heartbeat":
+                result = controller.coordinator_heartbeat(call.body, self.now_ms)
             else:
                 raise ValueError(call.kind)
         except ControllerApiError as e:
@@ -1109,6 +1321,14 @@ class Simulation:
             1,
         )
 
+    def _topic_partitions(self, image: MetadataImage) -> list[TopicPartition]:
+        """The clients' topic's partitions, then those of ``__consumer_offsets`` in ``image``."""
+        tps = [TopicPartition(TOPIC, i) for i in range(self.scenario.partitions)]
+        offsets = image.topic(CONSUMER_OFFSETS_TOPIC)
+        if offsets is not None:
+            tps += [TopicPartition(CONSUMER_OFFSETS_TOPIC, p) for p in sorted(offsets.partitions)]
+        return tps
+
     def _wall_ms(self) -> int:
         return BASE_TIME_MS + self.now_ms
 
@@ -1155,16 +1375,15 @@ class Simulation:
             return
         assert broker.manager is not None
         before = {
-            p.topic_partition.partition: (p.registration.leader, p.leader_epoch)
-            for p in broker.manager
+            p.topic_partition: (p.registration.leader, p.leader_epoch) for p in broker.manager
         }
         broker.manager.apply_image(broker.image)
         for partition in broker.manager:
-            index = partition.topic_partition.partition
+            tp = partition.topic_partition
             now = (partition.registration.leader, partition.leader_epoch)
-            if before.get(index) != now:
+            if before.get(tp) != now:
                 self._note(
-                    f"{broker.name} p{index}: leader b{now[0]} epoch {now[1]} isr "
+                    f"{broker.name} {_label(tp)}: leader b{now[0]} epoch {now[1]} isr "
                     f"{list(partition.registration.isr)}, log end {partition.log_end_offset} "
                     f"hw {partition.high_watermark}"
                 )
@@ -1191,11 +1410,10 @@ class Simulation:
             self._send_heartbeat(broker)
         assert broker.manager is not None
         for partition in list(broker.manager):
-            index = partition.topic_partition.partition
             proposal = partition.maybe_shrink_isr()
             state = partition.leader_state
             if state is not None and state.pending_proposal is not None:
-                sent = broker.alter_sent.get(index)
+                sent = broker.alter_sent.get(partition.topic_partition)
                 if proposal is not None or sent is None or now - sent > RPC_TIMEOUT_MS:
                     self._send_alter_partition(broker, partition)
             if partition.follower_state is not None and partition.registration.leader >= 0:
@@ -1250,7 +1468,7 @@ class Simulation:
         if state is None or state.pending_proposal is None or broker.broker_epoch < 0:
             return
         proposal = state.pending_proposal
-        broker.alter_sent[partition.topic_partition.partition] = self.now_ms
+        broker.alter_sent[partition.topic_partition] = self.now_ms
         item = m.AlterPartitionItem(
             partition.topic_id,
             partition.topic_partition.partition,
@@ -1346,7 +1564,10 @@ class Simulation:
             for result in body.partitions:
                 if result.error == ErrorCode.NONE:
                     continue
-                partition = self._partition(broker, result.partition_id)
+                topic = broker.image.topic_by_id(result.topic_id)
+                if topic is None:
+                    continue
+                partition = self._partition(broker, result.partition_id, topic.name)
                 state = partition.leader_state if partition is not None else None
                 if state is None or state.pending_proposal is None:
                     continue
@@ -1354,36 +1575,37 @@ class Simulation:
                 if again is not None and partition is not None:
                     self._send_alter_partition(broker, partition)
 
-    def _partition(self, broker: BrokerProcess, index: int) -> Partition | None:
+    def _partition(self, broker: BrokerProcess, index: int, topic: str = TOPIC) -> Partition | None:
         if broker.manager is None:
             return None
         try:
-            return broker.manager.get(TOPIC, index)
+            return broker.manager.get(topic, index)
         except PartitionError:
             return None
 
     def _maybe_fetch(self, broker: BrokerProcess, partition: Partition) -> None:
-        index = partition.topic_partition.partition
-        sent = broker.fetching.get(index)
+        tp = partition.topic_partition
+        sent = broker.fetching.get(tp)
         if sent is not None and self.now_ms - sent < FETCH_TIMEOUT_MS:
             return
-        if self.now_ms < broker.next_fetch.get(index, 0):
+        if self.now_ms < broker.next_fetch.get(tp, 0):
             return
-        broker.fetching[index] = self.now_ms
+        broker.fetching[tp] = self.now_ms
         self._send(
             broker.name,
             f"b{partition.registration.leader}",
             Fetch(
-                index,
+                tp.partition,
                 broker.broker_id,
                 partition.log_end_offset,
                 partition.last_fetched_epoch,
                 partition.leader_epoch,
+                tp.topic,
             ),
         )
 
     def _leader_fetch(self, broker: BrokerProcess, source: str, fetch: Fetch) -> None:
-        partition = self._partition(broker, fetch.partition)
+        partition = self._partition(broker, fetch.partition, fetch.topic)
         if partition is None:
             reply = FetchReply(
                 fetch.partition,
@@ -1416,10 +1638,10 @@ class Simulation:
                 )
                 if read.proposal is not None:
                     self._send_alter_partition(broker, partition)
-        self._send(broker.name, source, reply)
+        self._send(broker.name, source, replace(reply, topic=fetch.topic))
 
     def _follower_fetch_reply(self, broker: BrokerProcess, reply: FetchReply) -> None:
-        partition = self._partition(broker, reply.partition)
+        partition = self._partition(broker, reply.partition, reply.topic)
         if (
             partition is None
             or partition.follower_state is None
@@ -1427,20 +1649,21 @@ class Simulation:
             or partition.log_end_offset != reply.fetch_offset
         ):
             return  # stale: a duplicate, or for an older role or position
-        broker.fetching.pop(reply.partition, None)
+        tp = partition.topic_partition
+        broker.fetching.pop(tp, None)
         delay = 0
         try:
             if reply.error != ErrorCode.NONE:
                 delay = 20
                 self._note(
-                    f"{broker.name} p{reply.partition}: fetch at {reply.fetch_offset} refused: "
+                    f"{broker.name} {_label(tp)}: fetch at {reply.fetch_offset} refused: "
                     f"{ErrorCode.Name(reply.error)}"
                 )
             elif reply.diverging is not None:
                 before = partition.log_end_offset
                 run_sync(partition.truncate_to_diverging_epoch(reply.diverging))
                 self._note(
-                    f"{broker.name} p{reply.partition}: diverging epoch {tuple(reply.diverging)}, "
+                    f"{broker.name} {_label(tp)}: diverging epoch {tuple(reply.diverging)}, "
                     f"truncated {before} -> {partition.log_end_offset}"
                 )
             else:
@@ -1449,18 +1672,18 @@ class Simulation:
                     delay = 15
         except HighwaterError as e:
             self._note(
-                f"{broker.name} p{reply.partition}: follower fetch failed: {type(e).__name__}: {e}"
+                f"{broker.name} {_label(tp)}: follower fetch failed: {type(e).__name__}: {e}"
             )
             delay = 50
-        broker.next_fetch[reply.partition] = self.now_ms + delay
+        broker.next_fetch[tp] = self.now_ms + delay
         if delay == 0:
             self._maybe_fetch(broker, partition)
         else:
-            self._on(broker, delay, self._fetch_after_backoff, broker, reply.partition)
+            self._on(broker, delay, self._fetch_after_backoff, broker, tp)
 
-    def _fetch_after_backoff(self, broker: BrokerProcess, index: int) -> None:
+    def _fetch_after_backoff(self, broker: BrokerProcess, tp: TopicPartition) -> None:
         """A follower's backoff after an empty or failed fetch ended: fetch again."""
-        partition = self._partition(broker, index)
+        partition = self._partition(broker, tp.partition, tp.topic)
         if (
             partition is not None
             and partition.follower_state is not None
@@ -1469,8 +1692,8 @@ class Simulation:
             self._maybe_fetch(broker, partition)
 
     def _produce(self, broker: BrokerProcess, source: str, produce: Produce) -> None:
-        partition = self._partition(broker, produce.partition)
-        hint = broker.image.topic(TOPIC)
+        partition = self._partition(broker, produce.partition, produce.topic)
+        hint = broker.image.topic(produce.topic)
         leader_hint = -1
         if hint is not None and hint.partition(produce.partition) is not None:
             leader_hint = hint.partition(produce.partition).leader  # type: ignore[union-attr]
@@ -1483,27 +1706,36 @@ class Simulation:
                     produce.corr,
                     ErrorCode.NOT_LEADER_OR_FOLLOWER,
                     leader_hint=leader_hint,
+                    topic=produce.topic,
                 ),
                 reliable=True,
             )
             return
-        batch = build_batch([SimpleRecord(value=produce.value.encode(), timestamp=self._wall_ms())])
+        batch = produce.records or build_batch(
+            [SimpleRecord(value=produce.value.encode(), timestamp=self._wall_ms())]
+        )
         try:
             info = partition.append(batch, -1)
         except PartitionError as e:
             self._send(
                 broker.name,
                 source,
-                ProduceReply(produce.partition, produce.corr, e.code, leader_hint=leader_hint),
+                ProduceReply(
+                    produce.partition,
+                    produce.corr,
+                    e.code,
+                    leader_hint=leader_hint,
+                    topic=produce.topic,
+                ),
                 reliable=True,
             )
             return
         except HighwaterError as e:
-            self._note(f"{broker.name} p{produce.partition}: append failed: {e}")
+            self._note(f"{broker.name} {_label(partition.topic_partition)}: append failed: {e}")
             self._send(
                 broker.name,
                 source,
-                ProduceReply(produce.partition, produce.corr, e.code),
+                ProduceReply(produce.partition, produce.corr, e.code, topic=produce.topic),
                 reliable=True,
             )
             return
@@ -1515,13 +1747,14 @@ class Simulation:
                 source,
                 produce.corr,
                 self.now_ms + PRODUCE_TIMEOUT_MS,
+                produce.topic,
             )
         )
 
     def _complete_produces(self, broker: BrokerProcess) -> None:
         still = []
         for waiting in broker.purgatory:
-            partition = self._partition(broker, waiting.partition)
+            partition = self._partition(broker, waiting.partition, waiting.topic)
             if partition is None:
                 completion_error, completed = ErrorCode.NOT_LEADER_OR_FOLLOWER, True
             else:
@@ -1533,7 +1766,11 @@ class Simulation:
                 broker.name,
                 waiting.producer,
                 ProduceReply(
-                    waiting.partition, waiting.corr, completion_error, waiting.first_offset
+                    waiting.partition,
+                    waiting.corr,
+                    completion_error,
+                    waiting.first_offset,
+                    topic=waiting.topic,
                 ),
                 reliable=True,
             )
@@ -1548,12 +1785,17 @@ class Simulation:
             self._send(
                 broker.name,
                 waiting.producer,
-                ProduceReply(waiting.partition, waiting.corr, ErrorCode.REQUEST_TIMED_OUT),
+                ProduceReply(
+                    waiting.partition,
+                    waiting.corr,
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    topic=waiting.topic,
+                ),
                 reliable=True,
             )
 
     def _consumer_fetch(self, broker: BrokerProcess, source: str, fetch: ConsumerFetch) -> None:
-        partition = self._partition(broker, fetch.partition)
+        partition = self._partition(broker, fetch.partition, fetch.topic)
         if partition is None:
             reply = ConsumerFetchReply(
                 fetch.partition, fetch.offset, ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -1562,13 +1804,17 @@ class Simulation:
             try:
                 data = partition.read(fetch.offset, FETCH_MAX_BYTES, -1)
                 reply = ConsumerFetchReply(
-                    fetch.partition, fetch.offset, ErrorCode.NONE, data.records
+                    fetch.partition,
+                    fetch.offset,
+                    ErrorCode.NONE,
+                    data.records,
+                    high_watermark=partition.high_watermark,
                 )
             except PartitionError as e:
                 reply = ConsumerFetchReply(fetch.partition, fetch.offset, e.code)
             except HighwaterError as e:
                 reply = ConsumerFetchReply(fetch.partition, fetch.offset, e.code)
-        self._send(broker.name, source, reply, reliable=True)
+        self._send(broker.name, source, replace(reply, topic=fetch.topic), reliable=True)
 
     # --- Clients -------------------------------------------------------------------------
 
@@ -1693,6 +1939,447 @@ class Simulation:
     def _op(self, kind: str, process: str, **fields: Any) -> Op:
         return {"t": self.now_ms / 1000, "kind": kind, "process": process, **fields}
 
+    # --- Group coordinators ------------------------------------------------------------
+    #
+    # The glue of CoordinatorServer (highwater.coordinator.service) and of its appender
+    # (highwater.coordinator.offsets_log), as events: the registration and heartbeats
+    # with the controller and the session lease; following the metadata image for the
+    # assignments; per partition, fencing with the epoch marker, replaying the partition
+    # from the brokers, then appending the core's writes with acks=all as the partition's
+    # idempotent producer (producer epoch = coordinator epoch).
+
+    def _start_coordinator(self, c: CoordinatorProcess) -> None:
+        c.core = GroupCoordinatorCore(
+            GroupCoordinatorSettings(group_initial_rebalance_delay_ms=0),
+            lambda group: partition_for_group(
+                group, CONTROLLER_CONFIG.offsets_topic_num_partitions
+            ),
+            new_member_id=lambda prefix: f"{prefix}-{self.rng.getrandbits(32):08x}",
+        )
+        c.lease = SessionLease(CONTROLLER_CONFIG.coordinator_session_timeout_ms)
+        c.image = MetadataImage.empty()
+        c.applied = 0
+        c.incarnation_id = f"{c.name}-{c.incarnation}"
+        c.registration_epoch = -1
+        c.registering_since = -1
+        c.heartbeat_sent = -1_000_000
+        c.calls.clear()
+        c.partitions.clear()
+        c.pending.clear()
+        self._on(c, 1, self._coordinator_tick, c)
+
+    def _coordinator_tick(self, c: CoordinatorProcess) -> None:
+        now = self.now_ms
+        self._check_lease(c)
+        if c.registration_epoch < 0:
+            if c.registering_since < 0 or now - c.registering_since > RPC_TIMEOUT_MS:
+                c.registering_since = now
+                self._coordinator_call(
+                    c,
+                    "register_coordinator",
+                    m.RegisterCoordinatorRequest(
+                        c.node_id, c.incarnation_id, cluster_id=CLUSTER_ID
+                    ),
+                )
+        elif now - c.heartbeat_sent >= CONTROLLER_CONFIG.coordinator_heartbeat_interval_ms:
+            c.heartbeat_sent = now
+            self._coordinator_call(
+                c,
+                "coordinator_heartbeat",
+                m.CoordinatorHeartbeatRequest(c.node_id, c.registration_epoch),
+            )
+        assert c.core is not None
+        if not self._lapsed(c):
+            self._coordinator_effects(c, c.core.tick(now))
+        for partition, state in list(c.partitions.items()):
+            if state.corr >= 0 and now - state.sent_ms > (
+                OFFSETS_READ_TIMEOUT_MS if state.phase == "reading" else PRODUCE_TIMEOUT_MS + 200
+            ):
+                # No answer: the connection is gone; a produce's outcome is unknown.
+                state.corr = -1
+                if state.phase != "reading":
+                    self._offsets_produce_answered(
+                        c, partition, state, ErrorCode.NETWORK_EXCEPTION, -1
+                    )
+                    continue
+            if state.corr < 0 and now >= state.retry_at:
+                self._offsets_send(c, partition, state)
+        self._on(c, BROKER_TICK_MS, self._coordinator_tick, c)
+
+    def _coordinator_call(self, c: CoordinatorProcess, kind: str, body: Any) -> None:
+        self.corr += 1
+        c.calls[self.corr] = self.now_ms
+        self._send(c.name, self._controller_for(c), ControllerCall(kind, self.corr, body))
+
+    def _lapsed(self, c: CoordinatorProcess) -> bool:
+        return group_clients.LEASE_CHECKED and c.lease.lapsed
+
+    def _check_lease(self, c: CoordinatorProcess) -> None:
+        """CoordinatorServer.check_lease: once no heartbeat was acknowledged for the
+        session timeout, the controller may have given the partitions away; serve none."""
+        if group_clients.LEASE_CHECKED and c.lease.lapse(self.now_ms) and c.partitions:
+            self._note(f"{c.name}: session lease lapsed, serving nothing")
+            for partition in list(c.partitions):
+                self._drop_offsets_partition(c, partition)
+
+    def _renew_lease(self, c: CoordinatorProcess, sent: int) -> None:
+        if c.lease.renew(sent):
+            self._note(f"{c.name}: session lease renewed")
+            self._coordinator_assignments(c)
+
+    def _coordinator_metadata(self, c: CoordinatorProcess, high_watermark: int) -> None:
+        if high_watermark <= c.applied:
+            return
+        entries = c.raft_log.entries(c.applied, high_watermark)
+        records = [
+            decode_record(e.value) for e in entries if not e.is_control and e.value is not None
+        ]
+        c.applied = high_watermark
+        if not records:
+            return
+        c.image = (
+            MetadataDelta(c.image).replay_all(records).apply(high_watermark - 1, entries[-1].epoch)
+        )
+        self._coordinator_assignments(c)
+
+    def _coordinator_assignments(self, c: CoordinatorProcess) -> None:
+        """CoordinatorServer._on_image: serve the partitions assigned to this incarnation,
+        each in its coordinator epoch; stop serving the others."""
+        if c.core is None or self._lapsed(c):
+            return
+        wanted: dict[int, int] = {}
+        me = c.image.coordinator(c.node_id)
+        if me is not None and me.incarnation_id == c.incarnation_id:
+            for partition, assignment in c.image.coordinators.assignments.items():
+                if assignment.coordinator_id == c.node_id:
+                    wanted[partition] = assignment.coordinator_epoch
+        for partition, state in list(c.partitions.items()):
+            if wanted.get(partition) != state.epoch:
+                self._drop_offsets_partition(c, partition)
+        for partition, epoch in sorted(wanted.items()):
+            if partition not in c.partitions:
+                state = OffsetsPartition(epoch)
+                state.records = [encode_epoch_marker(c.node_id, epoch)]
+                c.partitions[partition] = state
+                c.core.begin_loading(partition)
+                self._note(f"{c.name}: taking over offsets partition {partition} in epoch {epoch}")
+                self._offsets_send(c, partition, state)
+
+    def _drop_offsets_partition(self, c: CoordinatorProcess, partition: int) -> None:
+        c.partitions.pop(partition, None)
+        self._note(f"{c.name}: no longer serves offsets partition {partition}")
+        assert c.core is not None
+        self._coordinator_effects(c, c.core.unload(partition))
+
+    def _coordinator_message(self, c: CoordinatorProcess, message: Any) -> None:
+        if c.core is None:
+            return
+        if isinstance(message, ControllerReply):
+            sent = c.calls.pop(message.corr, None)
+            body = message.body
+            if sent is None:
+                return
+            if isinstance(body, m.RegisterCoordinatorResponse):
+                if body.error == ErrorCode.NONE and c.registration_epoch < 0:
+                    c.registration_epoch = body.registration_epoch
+                    self._note(f"{c.name}: registered, epoch {body.registration_epoch}")
+                    c.lease.renew(sent)
+                    self._coordinator_assignments(c)
+            elif isinstance(body, m.CoordinatorHeartbeatResponse):
+                if body.error == ErrorCode.NONE:
+                    self._renew_lease(c, sent)
+                elif body.error in (
+                    ErrorCode.BROKER_ID_NOT_REGISTERED,
+                    ErrorCode.STALE_BROKER_EPOCH,
+                ):
+                    self._note(f"{c.name}: registration lost; registering again")
+                    self._check_lease(c)
+                    c.registration_epoch = -1
+                    c.registering_since = -1
+        elif isinstance(message, ProduceReply) and message.topic == CONSUMER_OFFSETS_TOPIC:
+            state = c.partitions.get(message.partition)
+            if state is not None and state.corr == message.corr and state.phase != "reading":
+                state.corr = -1
+                self._offsets_produce_answered(
+                    c, message.partition, state, message.error, message.offset
+                )
+        elif isinstance(message, ConsumerFetchReply) and message.topic == CONSUMER_OFFSETS_TOPIC:
+            state = c.partitions.get(message.partition)
+            if (
+                state is not None
+                and state.phase == "reading"
+                and state.corr >= 0
+                and message.offset == state.read_offset
+            ):
+                state.corr = -1
+                self._offsets_read_answered(c, message.partition, state, message)
+        self._coordinator_after(c)
+
+    def _coordinator_after(self, c: CoordinatorProcess) -> None:
+        """Send what became ready: the next batch of a partition with none in flight."""
+        for partition, state in list(c.partitions.items()):
+            if (
+                state.phase == "serving"
+                and state.in_flight is None
+                and state.writes
+                and state.corr < 0
+            ):
+                state.in_flight, state.writes = state.writes, []
+                state.records = [r for w in state.in_flight for r in w.records]
+                state.in_doubt = False
+                state.deadline_ms = self.now_ms + OFFSETS_COMMIT_TIMEOUT_MS
+                self._offsets_send(c, partition, state)
+
+    def _offsets_leader(self, c: CoordinatorProcess, partition: int) -> str | None:
+        topic = c.image.topic(CONSUMER_OFFSETS_TOPIC)
+        registration = topic.partition(partition) if topic is not None else None
+        if registration is None or registration.leader < 0:
+            return None
+        return f"b{registration.leader}"
+
+    def _offsets_send(self, c: CoordinatorProcess, partition: int, state: OffsetsPartition) -> None:
+        """Send the partition's outstanding request (the marker or the batch in flight, or
+        the next read) to the partition's leader in the coordinator's image."""
+        if state.phase == "serving" and state.in_flight is None:
+            return
+        leader = self._offsets_leader(c, partition)
+        if leader is None:
+            state.retry_at = self.now_ms + OFFSETS_RETRY_BACKOFF_MS
+            if state.phase == "serving" and not state.in_doubt:
+                self._offsets_give_up(c, partition, state, ErrorCode.LEADER_NOT_AVAILABLE)
+            return
+        self.corr += 1
+        state.corr = self.corr
+        state.sent_ms = self.now_ms
+        if state.phase == "reading":
+            self._send(
+                c.name,
+                leader,
+                ConsumerFetch(partition, state.read_offset, CONSUMER_OFFSETS_TOPIC),
+                reliable=True,
+            )
+            return
+        batch = build_batch(
+            [SimpleRecord(key=k, value=v, timestamp=self._wall_ms()) for k, v in state.records],
+            producer_id=COORDINATOR_PRODUCER_ID_BASE + partition,
+            producer_epoch=state.epoch,
+            base_sequence=state.next_sequence,
+        )
+        self._send(
+            c.name,
+            leader,
+            Produce(partition, self.corr, "", CONSUMER_OFFSETS_TOPIC, batch),
+            reliable=True,
+        )
+
+    def _offsets_give_up(
+        self, c: CoordinatorProcess, partition: int, state: OffsetsPartition, error: int
+    ) -> None:
+        """A batch refused outright, or not appended within offsets.commit.timeout.ms."""
+        if (
+            state.deadline_ms is not None
+            and self.now_ms < state.deadline_ms
+            and error in (_LEADER_ERRORS | {ErrorCode.NOT_ENOUGH_REPLICAS})
+        ):
+            return
+        writes, state.in_flight = state.in_flight or [], None
+        assert c.core is not None
+        for write in writes:
+            self._coordinator_effects(c, c.core.write_completed(write.write_id, error, self.now_ms))
+
+    def _offsets_produce_answered(
+        self,
+        c: CoordinatorProcess,
+        partition: int,
+        state: OffsetsPartition,
+        error: int,
+        offset: int,
+    ) -> None:
+        """PartitionAppender._append_until_known, one answer at a time."""
+        assert c.core is not None
+        if error == ErrorCode.NONE:
+            state.next_sequence += len(state.records)
+            if state.phase == "fencing":
+                state.marker_offset = offset
+                self.markers.setdefault(partition, []).append((offset, state.epoch))
+                self._act(c, partition, state.epoch)
+                state.phase = "reading"
+                state.read_offset = 0
+                state.raw = []
+                if offset == 0:
+                    self._offsets_loaded(c, partition, state)
+                else:
+                    self._offsets_send(c, partition, state)
+                return
+            for marker_offset, epoch in self.markers.get(partition, []):
+                if epoch > state.epoch and marker_offset < offset:
+                    self._fail(
+                        f"{c.name}: a write of coordinator epoch {state.epoch} to offsets "
+                        f"partition {partition} acknowledged at {offset}, after the marker of "
+                        f"epoch {epoch} at {marker_offset}: a deposed coordinator's commit"
+                    )
+            self._act(c, partition, state.epoch)
+            writes, state.in_flight = state.in_flight or [], None
+            for write in writes:
+                self._coordinator_effects(
+                    c, c.core.write_completed(write.write_id, ErrorCode.NONE, self.now_ms)
+                )
+            return
+        if error in _FENCED_ERRORS:
+            self._note(f"{c.name}: offsets partition {partition} epoch {state.epoch} fenced")
+            self._drop_offsets_partition(c, partition)
+            return
+        if error == ErrorCode.UNKNOWN_PRODUCER_ID and not state.in_doubt:
+            state.next_sequence = 0
+            self._offsets_send(c, partition, state)
+            return
+        state.retry_at = self.now_ms + OFFSETS_RETRY_BACKOFF_MS
+        if error in _IN_DOUBT_ERRORS:
+            state.in_doubt = True
+        elif error not in _LEADER_ERRORS and error != ErrorCode.NOT_ENOUGH_REPLICAS:
+            if state.in_doubt or state.phase == "fencing":
+                self._note(
+                    f"{c.name}: offsets partition {partition} failed: {ErrorCode.Name(error)}"  # type: ignore[arg-type]
+                )
+                self._drop_offsets_partition(c, partition)
+            else:
+                self._offsets_give_up(c, partition, state, error)
+        elif state.phase == "serving" and not state.in_doubt:
+            self._offsets_give_up(c, partition, state, error)
+
+    def _offsets_read_answered(
+        self,
+        c: CoordinatorProcess,
+        partition: int,
+        state: OffsetsPartition,
+        reply: ConsumerFetchReply,
+    ) -> None:
+        """OffsetsTopicClient.read, one answer at a time: every record below the marker."""
+        if reply.error != ErrorCode.NONE:
+            if reply.error in _LEADER_ERRORS or reply.error == ErrorCode.OFFSET_OUT_OF_RANGE:
+                state.retry_at = self.now_ms + OFFSETS_RETRY_BACKOFF_MS
+                return
+            self._note(f"{c.name}: reading offsets partition {partition} failed")
+            self._drop_offsets_partition(c, partition)
+            return
+        for batch in iter_batches(reply.records):
+            if batch.next_offset <= state.read_offset:
+                continue
+            for record in batch.records():
+                if state.read_offset <= record.offset < state.marker_offset:
+                    state.raw.append((record.key, record.value))  # type: ignore[arg-type]
+            state.read_offset = batch.next_offset
+        if state.read_offset >= state.marker_offset:
+            self._offsets_loaded(c, partition, state)
+        elif not reply.records:
+            state.retry_at = self.now_ms + OFFSETS_RETRY_BACKOFF_MS
+        else:
+            self._offsets_send(c, partition, state)
+
+    def _offsets_loaded(
+        self, c: CoordinatorProcess, partition: int, state: OffsetsPartition
+    ) -> None:
+        assert c.core is not None
+        records: list[OffsetsRecord] = []
+        for key, value in state.raw:
+            try:
+                records.append(decode_offsets_record(key, value))
+            except CorruptOffsetsRecordError as e:
+                self._note(f"{c.name}: offsets partition {partition}: skipping a record: {e}")
+        c.core.load(partition, state.epoch, records, self.now_ms)
+        state.phase = "serving"
+        state.raw = []
+        state.records = []
+        self._act(c, partition, state.epoch)
+        self._note(
+            f"{c.name}: serving offsets partition {partition} in epoch {state.epoch} "
+            f"({len(records)} records replayed)"
+        )
+
+    def _coordinator_effects(self, c: CoordinatorProcess, effects: list[Any]) -> None:
+        for effect in effects:
+            if isinstance(effect, Reply):
+                reply = c.pending.pop(effect.token, None)
+                if reply is not None:
+                    reply(effect.result)
+            elif isinstance(effect, RebalanceCompleted):
+                continue
+            elif isinstance(effect, Write):
+                state = c.partitions.get(effect.partition)
+                if state is None:
+                    assert c.core is not None
+                    self._coordinator_effects(
+                        c,
+                        c.core.write_completed(
+                            effect.write_id, ErrorCode.NOT_COORDINATOR, self.now_ms
+                        ),
+                    )
+                    continue
+                state.writes.append(effect)
+        self._coordinator_after(c)
+
+    def _act(self, c: CoordinatorProcess, partition: int, epoch: int) -> None:
+        """One coordinator acts in each coordinator epoch of a partition."""
+        actor = self.epoch_actor.setdefault((partition, epoch), c.name)
+        if actor != c.name:
+            self._fail(
+                f"{actor} and {c.name} both act in coordinator epoch {epoch} of offsets "
+                f"partition {partition}"
+            )
+
+    def _group_request(
+        self,
+        client: str,
+        c: CoordinatorProcess,
+        serve: Callable[[Callable[[object], None]], None],
+        answer: Callable[[object], None],
+    ) -> None:
+        """A group client's request on its in-order connection to ``c`` (lost while a
+        ``cut-clients`` fault or a partition cuts them; queued while ``c`` is paused)."""
+        self.messages["GroupRequest"] += 1
+        key = (client, c.name)
+        delay = self.rng.randint(1, self.scenario.max_delay_ms)
+        when = max(self.connection_free.get(key, 0), self.now_ms + delay)
+        self.connection_free[key] = when
+        incarnation = c.incarnation
+
+        def reply(result: object) -> None:
+            if self.blocked[(c.name, client)] > 0:
+                return
+            back = self.rng.randint(1, self.scenario.max_delay_ms)
+            self._at(self.now_ms + back, answer, result)
+
+        def arrive() -> None:
+            if self.blocked[(client, c.name)] > 0:
+                return
+            self._run_on(c, incarnation, serve, (reply,))
+
+        self._at(when, arrive)
+
+    def _find_coordinator(self, group: str) -> CoordinatorProcess | None:
+        """FindCoordinator, answered by a broker from its metadata image; now and then from
+        metadata that lags (the partition's previous owner)."""
+        partition = partition_for_group(group, CONTROLLER_CONFIG.offsets_topic_num_partitions)
+        brokers = [b for b in self.brokers.values() if b.alive and b.broker_epoch >= 0]
+        if not brokers:
+            return None
+        image = self.rng.choice(brokers).image
+        assignment = image.coordinator_assignment(partition)
+        if assignment is None or assignment.coordinator_id < 0:
+            return None
+        node = assignment.coordinator_id
+        previous = self.previous_owner.get(partition)
+        if previous is not None and self.rng.random() < STALE_LOOKUP_RATE:
+            node = previous
+        return self.coordinators.get(COORDINATORS[node - 1])
+
+    def _serving(self, c: CoordinatorProcess) -> bool:
+        """The edge's check before every request."""
+        if c.core is None:
+            return False
+        self._check_lease(c)
+        return not self._lapsed(c)
+
     # --- Checks at every step ------------------------------------------------------------
 
     def _after_broker(self, broker: BrokerProcess) -> None:
@@ -1723,27 +2410,27 @@ class Simulation:
                 ):
                     role = "leads" if replica.leader_state is not None else "follows"
                     self._fail(
-                        f"{broker.name} p{tp.partition}: its log directory is offline, "
+                        f"{broker.name} {_label(tp)}: its log directory is offline, "
                         f"yet it still {role} in leader epoch {replica.leader_epoch}"
                     )
         for partition in list(broker.manager):
-            index = partition.topic_partition.partition
+            tp = partition.topic_partition
             state = partition.leader_state
             if state is not None:
-                key = (index, state.leader_epoch)
+                key = (tp, state.leader_epoch)
                 leader = self.epoch_leaders.setdefault(key, broker.name)
                 if leader != broker.name:
                     self._fail(
-                        f"p{index}: two leaders in leader epoch {state.leader_epoch}: "
+                        f"{_label(tp)}: two leaders in leader epoch {state.leader_epoch}: "
                         f"{leader} and {broker.name}"
                     )
-                hw_key = (broker.name, broker.incarnation, index, state.leader_epoch)
+                hw_key = (broker.name, broker.incarnation, tp, state.leader_epoch)
                 previous = self.leader_hw.get(hw_key)
                 if previous is None:
                     self._check_leader_complete(broker, partition)
                 elif state.high_watermark < previous:
                     self._fail(
-                        f"{broker.name} p{index}: the leader's high watermark went back "
+                        f"{broker.name} {_label(tp)}: the leader's high watermark went back "
                         f"from {previous} to {state.high_watermark}"
                     )
                 self.leader_hw[hw_key] = state.high_watermark
@@ -1754,12 +2441,12 @@ class Simulation:
         never truncates a batch it holds that is committed (below some replica's high
         watermark): truncation by leader epoch only cuts what diverges from the leader,
         and the leader holds everything committed."""
-        index = partition.topic_partition.partition
-        key = (broker.name, index)
+        tp = partition.topic_partition
+        key = (broker.name, tp)
         held = self.verified.get(key, 0)
         log_end = partition.log_end_offset
         high_watermark = partition.high_watermark
-        committed = self.committed.setdefault(index, {})
+        committed = self.committed.setdefault(tp, {})
         # What the check reads: the log past ``held`` (it changes only with the log end:
         # every append and truncation is an event checked after it), the high watermark
         # and the committed batches (which only grow). Unchanged since the last check of
@@ -1769,7 +2456,7 @@ class Simulation:
             return
         if log_end < held and not self.scenario.unclean:
             self._fail(
-                f"{broker.name} p{index}: its log was cut to {log_end}, below committed "
+                f"{broker.name} {_label(tp)}: its log was cut to {log_end}, below committed "
                 f"batches it held (up to {held})"
             )
         for _, _, header in partition.log.iter_batches(min(held, log_end)):
@@ -1780,8 +2467,9 @@ class Simulation:
                 known = committed.setdefault(header.base_offset, mine)
                 if known != mine and not self.scenario.unclean:
                     self._fail(
-                        f"{broker.name} p{index}: batch at {header.base_offset} is {mine} below "
-                        f"the high watermark {high_watermark}; another replica had {known} there"
+                        f"{broker.name} {_label(tp)}: batch at {header.base_offset} is {mine} "
+                        f"below the high watermark {high_watermark}; another replica had "
+                        f"{known} there"
                     )
             elif committed.get(header.base_offset) != mine:
                 break
@@ -1793,8 +2481,8 @@ class Simulation:
         """A new leader (clean election) holds every batch ever below a high watermark:
         every acknowledged acks=all write included; a fenced or demoted broker's log is
         never the one that serves."""
-        index = partition.topic_partition.partition
-        committed = self.committed.get(index, {})
+        tp = partition.topic_partition
+        committed = self.committed.get(tp, {})
         if not committed or self.scenario.unclean:
             return
         held = {
@@ -1804,9 +2492,9 @@ class Simulation:
         for base, batch in sorted(committed.items()):
             if held.get(base) != batch:
                 self._fail(
-                    f"{broker.name} p{index}: leader in epoch {partition.leader_epoch} lacks the "
-                    f"committed batch at {base} {batch} (it has {held.get(base)}, log end "
-                    f"{partition.log_end_offset})"
+                    f"{broker.name} {_label(tp)}: leader in epoch {partition.leader_epoch} "
+                    f"lacks the committed batch at {base} {batch} (it has {held.get(base)}, "
+                    f"log end {partition.log_end_offset})"
                 )
 
     # --- The end: convergence and the final read ----------------------------------------
@@ -1845,6 +2533,42 @@ class Simulation:
                     return f"p{index}: replica b{replica} has not caught up after healing"
         if any(c.in_flight for c in self.producers.values()):
             return "writes still in flight after healing"
+        if self.coordinators:
+            return self._offsets_not_converged(image)
+        return None
+
+    def _offsets_not_converged(self, image: MetadataImage) -> str | None:
+        """Why ``__consumer_offsets`` has not settled: its replicas, like the clients'
+        topic's, and each partition served by its assigned coordinator."""
+        topic = image.topic(CONSUMER_OFFSETS_TOPIC)
+        if topic is None:
+            return "__consumer_offsets was never created"
+        for index in sorted(topic.partitions):
+            tp = TopicPartition(CONSUMER_OFFSETS_TOPIC, index)
+            registration = topic.partition(index)
+            if registration is None or registration.leader < 0:
+                return f"{tp} has no leader after healing"
+            leader = self.brokers[f"b{registration.leader}"]
+            partition = self._partition(leader, index, tp.topic)
+            if partition is None or partition.leader_state is None:
+                return f"{tp}: b{registration.leader} does not lead it after healing"
+            if set(partition.leader_state.isr) != set(registration.replicas):
+                return f"{tp}: ISR {list(partition.leader_state.isr)} after healing"
+            if partition.high_watermark != partition.log_end_offset or leader.purgatory:
+                return f"{tp}: the high watermark has not caught up after healing"
+            for replica in registration.replicas:
+                follower = self._partition(self.brokers[f"b{replica}"], index, tp.topic)
+                if follower is None or follower.log_end_offset != partition.log_end_offset:
+                    return f"{tp}: replica b{replica} has not caught up after healing"
+            assignment = image.coordinator_assignment(index)
+            if assignment is None or assignment.coordinator_id < 0:
+                return f"{tp} has no coordinator after healing"
+            owner = self.coordinators[COORDINATORS[assignment.coordinator_id - 1]]
+            state = owner.partitions.get(index)
+            if state is None or state.epoch != assignment.coordinator_epoch:
+                return f"{tp}: {owner.name} has not taken it over after healing"
+            if state.phase != "serving" or state.in_flight or state.writes:
+                return f"{tp}: {owner.name} has not loaded it, or is still writing"
         return None
 
     def _final_check(self) -> SimulationResult:
@@ -1900,6 +2624,8 @@ class Simulation:
                         high_watermark=high_watermark,
                     )
                 )
+        if self.coordinators:
+            self._check_offsets_fencing(controller.image)
         result = check(self.history)
         expected_loss = 0
         anomalies = list(result.anomalies)
@@ -1925,7 +2651,34 @@ class Simulation:
             expected_loss=expected_loss,
             messages=self.messages,
             dirs_failed=self.dirs_failed,
+            commits=self.group_clients.counts["commits"],
+            offset_fetches=self.group_clients.counts["fetches"],
+            coordinator_moves=self.coordinator_moves,
         )
+
+    def _check_offsets_fencing(self, image: MetadataImage) -> None:
+        """In the committed log of each ``__consumer_offsets`` partition the producer
+        epochs (coordinator epochs) never go back: after a new owner's marker, no write of
+        an earlier owner."""
+        topic = image.topic(CONSUMER_OFFSETS_TOPIC)
+        assert topic is not None
+        for index in sorted(topic.partitions):
+            registration = topic.partition(index)
+            assert registration is not None
+            leader = self._partition(
+                self.brokers[f"b{registration.leader}"], index, CONSUMER_OFFSETS_TOPIC
+            )
+            assert leader is not None
+            epoch = -1
+            for _, _, header in leader.log.iter_batches():
+                if header.base_offset >= leader.high_watermark:
+                    break
+                if header.producer_epoch < epoch:
+                    self._fail(
+                        f"{CONSUMER_OFFSETS_TOPIC}-{index}: a batch of coordinator epoch "
+                        f"{header.producer_epoch} at {header.base_offset}, after epoch {epoch}"
+                    )
+                epoch = header.producer_epoch
 
     def _read_all(
         self, partition: Partition, high_watermark: int
@@ -1959,7 +2712,74 @@ class Simulation:
 
     def _fail(self, reason: str) -> NoReturn:
         raise SimulationFailure(
-            self.seed, reason, list(self.trace), self.faults, chaos_ms=self.scenario.chaos_ms
+            self.seed,
+            reason,
+            list(self.trace),
+            self.faults,
+            chaos_ms=self.scenario.chaos_ms,
+            groups=self.scenario.groups,
+        )
+
+
+def _label(tp: TopicPartition) -> str:
+    """How the trace names a partition: ``p0`` for the clients' topic, else ``topic-0``."""
+    return f"p{tp.partition}" if tp.topic == TOPIC else str(tp)
+
+
+class ClusterGroupHost:
+    """The whole-cluster simulation as :class:`group_clients.GroupHost`."""
+
+    def __init__(self, simulation: Simulation) -> None:
+        self.simulation = simulation
+        self.rng = simulation.rng
+
+    @property
+    def now(self) -> int:
+        return self.simulation.now_ms
+
+    def at(self, delay: int, action: Callable[[], None]) -> None:
+        self.simulation._at(self.simulation.now_ms + delay, action)
+
+    def find(self, group: str) -> CoordinatorHandle | None:
+        return self.simulation._find_coordinator(group)
+
+    def request(
+        self,
+        client: str,
+        c: CoordinatorHandle,
+        serve: Callable[[Callable[[object], None]], None],
+        answer: Callable[[object], None],
+    ) -> None:
+        assert isinstance(c, CoordinatorProcess)
+        self.simulation._group_request(client, c, serve, answer)
+
+    def serving(self, c: CoordinatorHandle) -> bool:
+        assert isinstance(c, CoordinatorProcess)
+        return self.simulation._serving(c)
+
+    def effects(self, c: CoordinatorHandle, effects: list[object]) -> None:
+        assert isinstance(c, CoordinatorProcess)
+        self.simulation._coordinator_effects(c, effects)
+
+    def act(self, c: CoordinatorHandle, partition: int, epoch: int) -> None:
+        assert isinstance(c, CoordinatorProcess)
+        self.simulation._act(c, partition, epoch)
+
+    def committing(self) -> bool:
+        return self.simulation.chaos
+
+    def note(self, text: str) -> None:
+        self.simulation._note(text)
+
+    def violation(self, text: str) -> AssertionError:
+        simulation = self.simulation
+        return SimulationFailure(
+            simulation.seed,
+            text,
+            list(simulation.trace),
+            simulation.faults,
+            chaos_ms=simulation.scenario.chaos_ms,
+            groups=simulation.scenario.groups,
         )
 
 

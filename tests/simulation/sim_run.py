@@ -51,11 +51,12 @@ class Outcome:
     failure: str | None
 
 
-def run_one(seed: int, chaos_ms: int = Scenario.chaos_ms) -> Outcome:
+def run_one(seed: int, chaos_ms: int = Scenario.chaos_ms, groups: str = "off") -> Outcome:
     """The schedule of ``seed`` with ``chaos_ms`` of faults, run to its end. A failure comes
     back as its report (text crosses a process boundary; the exception's fields do not)."""
     try:
-        result = Simulation(seed, Scenario.from_seed(seed, chaos_ms=chaos_ms)).run()
+        scenario = Scenario.from_seed(seed, chaos_ms=chaos_ms, groups=with_groups(seed, groups))
+        result = Simulation(seed, scenario).run()
     except SimulationFailure as failure:
         return Outcome(seed, None, str(failure))
     return Outcome(seed, result, None)
@@ -67,14 +68,22 @@ def cpus() -> int:
 
 
 def run_pool(
-    seeds: Iterable[int], *, chaos_ms: int = Scenario.chaos_ms, jobs: int | None = None
+    seeds: Iterable[int],
+    *,
+    chaos_ms: int = Scenario.chaos_ms,
+    groups: str = "off",
+    jobs: int | None = None,
 ) -> list[Outcome]:
     """Every seed's outcome, in the seeds' order: :func:`iter_pool` to the end."""
-    return list(iter_pool(seeds, chaos_ms=chaos_ms, jobs=jobs))
+    return list(iter_pool(seeds, chaos_ms=chaos_ms, groups=groups, jobs=jobs))
 
 
 def iter_pool(
-    seeds: Iterable[int], *, chaos_ms: int = Scenario.chaos_ms, jobs: int | None = None
+    seeds: Iterable[int],
+    *,
+    chaos_ms: int = Scenario.chaos_ms,
+    groups: str = "off",
+    jobs: int | None = None,
 ) -> Iterator[Outcome]:
     """Each seed's outcome in the seeds' order as it comes, the schedules run in ``jobs``
     worker processes (default: one per CPU; 1: in this process). A schedule is a pure
@@ -85,11 +94,11 @@ def iter_pool(
     seeds = list(seeds)
     jobs = min(jobs or cpus(), len(seeds))
     if jobs <= 1:
-        yield from (run_one(seed, chaos_ms) for seed in seeds)
+        yield from (run_one(seed, chaos_ms, groups) for seed in seeds)
         return
     chunk = max(1, min(16, len(seeds) // (jobs * 8)))
     with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-        yield from pool.map(run_one, seeds, repeat(chaos_ms), chunksize=chunk)
+        yield from pool.map(run_one, seeds, repeat(chaos_ms), repeat(groups), chunksize=chunk)
 
 
 def shrink(
@@ -126,11 +135,18 @@ def shrink(
     return current, failure
 
 
+def with_groups(seed: int, groups: str) -> bool:
+    """Whether ``seed``'s schedule runs the group coordinators: ``on``, ``off``, or
+    ``half`` (the odd seeds)."""
+    return groups == "on" or (groups == "half" and seed % 2 == 1)
+
+
 def run_many(
     first_seed: int,
     count: int,
     *,
     chaos_ms: int = Scenario.chaos_ms,
+    groups: str = "off",
     jobs: int = 1,
     out=sys.stdout,
 ) -> int:
@@ -143,7 +159,7 @@ def run_many(
     expected_loss = 0
     dirs_failed = 0
     seeds = range(first_seed, first_seed + count)
-    for outcome in iter_pool(seeds, chaos_ms=chaos_ms, jobs=jobs):
+    for outcome in iter_pool(seeds, chaos_ms=chaos_ms, groups=groups, jobs=jobs):
         if outcome.result is None:
             failed += 1
             print(f"FAILED {str(outcome.failure).splitlines()[0]}", file=out, flush=True)
@@ -181,6 +197,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=Scenario.chaos_ms,
         help="simulated ms of faults before everything heals (the suite's short schedules: 5000)",
     )
+    parser.add_argument(
+        "--groups",
+        choices=("off", "on", "half"),
+        default="off",
+        help="run the group coordinators and their clients too (half: in the odd seeds)",
+    )
     parser.add_argument("--seeds", type=int, default=0, help="run this many schedules")
     parser.add_argument("--first-seed", type=int, default=0, help="the first of --seeds")
     parser.add_argument(
@@ -188,7 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.seed is not None:
-        scenario = Scenario.from_seed(args.seed, chaos_ms=args.chaos_ms)
+        scenario = Scenario.from_seed(
+            args.seed, chaos_ms=args.chaos_ms, groups=with_groups(args.seed, args.groups)
+        )
         try:
             result = Simulation(args.seed, scenario, trace=args.trace).run()
         except SimulationFailure as failure:
@@ -203,12 +227,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(result.summary())
         return 0
     if args.seeds:
-        return (
-            1
-            if run_many(
-                args.first_seed, args.seeds, chaos_ms=args.chaos_ms, jobs=args.jobs or cpus()
-            )
-            else 0
+        failed = run_many(
+            args.first_seed,
+            args.seeds,
+            chaos_ms=args.chaos_ms,
+            groups=args.groups,
+            jobs=args.jobs or cpus(),
         )
+        return 1 if failed else 0
     parser.error("give --seed N or --seeds N")
     return 2

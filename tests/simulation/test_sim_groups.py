@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import group_clients
 import pytest
 import sim_groups
 from sim_groups import GroupInvariantViolation, run_seed
@@ -18,7 +19,7 @@ def test_committed_offsets_never_move_back_through_coordinator_faults(seed: int)
 def test_stale_coordinator_without_its_lease_is_found_within_a_few_seeds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(sim_groups, "LEASE_CHECKED", False)
+    monkeypatch.setattr(group_clients, "LEASE_CHECKED", False)
     for seed in range(12):
         try:
             run_seed(seed)
