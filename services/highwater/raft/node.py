@@ -248,6 +248,8 @@ class RaftNode:
     ``random`` drives the randomized timeouts (seed it for reproducible runs); ``now_ms``
     is the driver's clock at construction. A snapshot the store holds is announced in
     the first :class:`Ready` (``load_snapshot``): the state machine starts from it.
+    ``snapshot_voters`` reads the voter set a snapshot carries (offset of its record, set),
+    if it carries one: a replica that installs the leader's snapshot takes that set.
     """
 
     def __init__(
@@ -263,6 +265,7 @@ class RaftNode:
         random: _random.Random,
         config: RaftConfig | None = None,
         now_ms: int = 0,
+        snapshot_voters: Callable[[OffsetAndEpoch], tuple[int, VoterSet] | None] | None = None,
     ) -> None:
         if not voters:
             raise ValueError("a quorum needs at least one voter")
@@ -304,6 +307,7 @@ class RaftNode:
         self._resign_after: int | None = None
         self._reported_voters: VoterSet = bootstrap
         self._reported_committed_offset = voters_offset
+        self._snapshot_voters = snapshot_voters
 
         latest = snapshots.latest()
         if latest is not None:
@@ -364,6 +368,11 @@ class RaftNode:
     def committed_voter_set(self) -> VoterSet:
         """The voter set of the latest ``voters`` record below the high watermark."""
         return self._history.committed(self._high_watermark or 0)
+
+    def voters_at(self, offset: int) -> tuple[int, VoterSet]:
+        """The voter set in force at ``offset`` (the latest record below it) and its
+        record's offset: what a snapshot ending at ``offset`` carries."""
+        return self._history.committed_entry(offset)
 
     @property
     def state(self) -> EpochState:
@@ -1392,6 +1401,15 @@ class RaftNode:
         self._log.truncate_to_snapshot(snapshot_id)
         self._history.truncate_to(snapshot_id.offset)
         self._history.forget_before(snapshot_id.offset)
+        carried = (
+            None
+            if self.is_static or self._snapshot_voters is None
+            else self._snapshot_voters(snapshot_id)
+        )
+        if carried is not None:
+            # The snapshot carries the set committed at its offset (Kafka's VotersRecord
+            # in the snapshot): it replaces whatever this replica had below it.
+            self._history = VoterSetHistory(carried[1], carried[0])
         self._voters_changed(self._now_ms)
         self._snapshots.delete_before(snapshot_id)
         self._load_snapshot = snapshot_id
