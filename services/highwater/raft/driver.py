@@ -343,6 +343,12 @@ class RaftServer:
             raise RuntimeError("the server has not started")
         return self._bound_port
 
+    @property
+    def endpoint(self) -> str:
+        """``HOST:PORT`` this replica serves Raft on (``listen`` with the bound port)."""
+        host, _ = parse_endpoint(self.listen)
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
     def report_serving(self, name: str, serving: bool) -> None:
         """Report ``name`` SERVING or NOT_SERVING on this server's ``grpc.health.v1``
         (:meth:`~highwater.rpc.server.GrpcHost.report_serving`): a service served here,
@@ -488,7 +494,7 @@ class RaftServer:
             on_response=self._on_response,
             on_unreachable=self._on_unreachable,
             fetch_identity=(
-                None if self.directory_id is None else (str(self.directory_id), self.listen)
+                None if self.directory_id is None else (str(self.directory_id), self.endpoint)
             ),
         )
         self._driver = asyncio.create_task(self._drive(), name=f"raft-driver-{self.node_id}")
