@@ -477,6 +477,7 @@ class RaftServer:
                 config=self.settings.raft,
                 now_ms=self._clock(),
                 snapshot_voters=lambda snapshot_id: read_snapshot_voters(snapshots, snapshot_id),
+                directory_id=self.directory_id,
             )
             self._use_voters(self._node.voter_set)
             # A snapshot, if there is one, is loaded by the first Ready (load_snapshot).
@@ -889,6 +890,17 @@ class RaftServer:
             )
         request = request_from_proto(wire, destination=self.node_id)
         if isinstance(wire, raft_pb2.RaftFetchRequest) and wire.replica_directory_id:
+            voter = node.voter_set.get(wire.replica_id) if self.is_dynamic else None
+            if voter is not None and str(voter.directory_id) != wire.replica_directory_id:
+                # Another incarnation of a voter (its disk was wiped): counting its fetch
+                # as the voter's progress could commit what no majority holds.
+                return await abort(
+                    context,
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"node {wire.replica_id}'s voter has directory {voter.directory_id}, not "
+                    f"{wire.replica_directory_id}: remove that voter first "
+                    "(highwater quorum remove-controller --directory-id)",
+                )
             self._replica_keys[wire.replica_id] = (
                 wire.replica_directory_id,
                 wire.replica_endpoint,
