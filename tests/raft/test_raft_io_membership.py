@@ -16,7 +16,10 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from embedded_servers import free_port
+from highwater.cli.main import main
+from highwater.errors import KafkaStorageError
 from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from highwater.raft.driver import MetadataLogLayout, RaftServer, RaftServerSettings
 from highwater.raft.messages import OffsetAndEpoch
@@ -199,6 +202,16 @@ async def test_an_observer_is_added_removed_and_every_refusal_is_typed(cluster: 
     await first.propose([b"after"])
     await until(lambda: cluster.machines[2].values[-1:] == ["after"])
 
+    # Both restart from what they kept: node 2, an observer again, knows the set.
+    await cluster.stop(2)
+    await cluster.stop(1)
+    first = await cluster.start(1)
+    joiner = await cluster.start(2)
+    assert first.voter_set().ids == joiner.voter_set().ids == {1}
+    await until(lambda: first.is_leader)
+    await first.propose([b"restarted"])
+    await until(lambda: cluster.machines[2].values[-1:] == ["restarted"])
+
 
 async def test_snapshots_carry_the_voter_set(cluster: Cluster) -> None:
     first = await cluster.start(1)
@@ -281,3 +294,58 @@ async def test_bootstrap_controllers_refuse_a_static_quorum(tmp_path: Path) -> N
             await joiner.start()
     finally:
         await static.stop()
+
+
+async def test_initial_controllers_refuse_a_directory_of_another_incarnation(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / DIRECTORY_ID_FILE).write_text(f"{uuid.uuid4()}\n")
+    server = RaftServer(
+        node_id=1,
+        listen="127.0.0.1:0",
+        initial_voters=VoterSet.of([Voter(1, uuid.uuid4(), "127.0.0.1:1")]),
+        data_dir=tmp_path,
+        state_machine=Values(),
+        settings=SETTINGS,
+    )
+    with pytest.raises(KafkaStorageError, match="rejoins with --bootstrap-controllers"):
+        await server.start()
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(
+    ("quorum", "message"),
+    [
+        (["--voters", "1@127.0.0.1:9093", "--bootstrap-controllers", "127.0.0.1:9093"], "one way"),
+        ([], "give the quorum one way"),
+        (["--initial-controllers", "1@127.0.0.1:9093"], "bad --initial-controllers entry"),
+        (["--initial-controllers", f"2@127.0.0.1:9093:{uuid.uuid4()}"], "a new controller joins"),
+        (["--bootstrap-controllers", "nowhere"], "is not HOST:PORT"),
+    ],
+)
+def test_controller_quorum_flags_are_checked(
+    tmp_path: Path, quorum: list[str], message: str
+) -> None:
+    code, output = run(
+        "controller", "--node-id", "1", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path),
+        *quorum,
+    )  # fmt: skip
+    assert code == 2 and message in output, output
+    assert not list(tmp_path.iterdir())  # nothing was started
+
+
+def test_quorum_changes_report_bad_input_and_unreachable_controllers() -> None:
+    code, output = run(
+        "quorum", "remove-controller", "--controllers", "127.0.0.1:1", "--node-id", "1",
+        "--directory-id", "nope",
+    )  # fmt: skip
+    assert code == 2 and "is not a directory id" in output
+    code, output = run(
+        "quorum", "add-controller", "--controllers", "127.0.0.1:1", "--node-id", "4",
+        "--timeout", "1",
+    )  # fmt: skip
+    assert code == 1 and "no controller could be reached" in output

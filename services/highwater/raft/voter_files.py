@@ -28,6 +28,7 @@ from highwater.errors import InvalidRecordError, KafkaStorageError
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.voter_set import VoterSet, decode_voters_record, encode_voters_record
 from highwater.storage.checkpoint import write_atomically
+from highwater.storage.log_loader import QUORUM_VOTERS
 
 __all__ = [
     "COMMITTED_VOTERS_FILE",
@@ -37,7 +38,7 @@ __all__ = [
     "wrap_snapshot",
 ]
 
-COMMITTED_VOTERS_FILE: Final = "quorum-voters"
+COMMITTED_VOTERS_FILE: Final = QUORUM_VOTERS
 _SECTION_MAGIC: Final = b"HWVOTERS"
 _SECTION_HEADER = struct.Struct(">8sqI")  # magic, offset of the voters record, JSON length
 _SECTION_MAX_BYTES: Final = 1 << 20
