@@ -31,6 +31,7 @@ from highwater.raft.driver import MetadataLogLayout
 from highwater.raft.partition_raft_log import PartitionRaftLog
 from highwater.raft.snapshot_files import FileSnapshotStore
 from highwater.raft.state_machine import SnapshotReader
+from highwater.raft.voter_files import unwrap_snapshot
 from highwater.records import RecordBatch, iter_batches
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -290,7 +291,8 @@ def replay_image(data_dir: Path, end_offset: int) -> MetadataImage:
         latest = snapshots.latest()
         offset = 0
         if latest is not None and latest.offset <= end_offset:
-            machine.load_snapshot(SnapshotReader(latest, snapshots.read(latest)))
+            _, data = unwrap_snapshot(snapshots.read(latest))  # a dynamic quorum's voters
+            machine.load_snapshot(SnapshotReader(latest, data))
             offset = latest.offset
         raft_log = PartitionRaftLog.open(layout.log_dir, snapshots=snapshots.snapshots())
         try:

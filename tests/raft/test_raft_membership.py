@@ -5,11 +5,12 @@ runs the same changes through faults."""
 
 from __future__ import annotations
 
+import random
 import uuid
 
 import pytest
 from highwater.raft.log import InMemoryRaftLog
-from highwater.raft.node import NotLeaderError, StaticQuorumError
+from highwater.raft.node import NotLeaderError, RaftNode, StaticQuorumError
 from highwater.raft.state import ElectionState, Role
 from highwater.raft.voter_set import (
     ChangeInProgressError,
@@ -23,6 +24,7 @@ from highwater.raft.voter_set import (
 )
 from highwater.v1.common_pb2 import ErrorCode
 from simulation import (
+    CLUSTER_ID,
     NodeHarness,
     begin_epoch,
     fetch_request,
@@ -195,3 +197,29 @@ def test_a_replica_outside_its_own_set_votes_when_a_candidate_of_a_newer_set_ask
     assert h.persisted == ElectionState(1, voted_id=1)
     h.advance(10_000)
     assert all(" Vote " not in line for line in h.sent())  # it still never campaigns
+
+
+def test_a_wiped_voters_new_incarnation_neither_votes_nor_campaigns() -> None:
+    """Node 3 came back with a new directory id while the set still lists its old one:
+    it lost the votes the old incarnation cast, so it must not stand in for it."""
+    h = NodeHarness(3, voters(1, 2, 3))
+    h.node = RaftNode(
+        3,
+        voters(1, 2, 3),
+        h.log,
+        h.snapshots,
+        cluster_id=CLUSTER_ID,
+        election_state=None,
+        random=random.Random(0),
+        directory_id=uuid.UUID(int=99),
+    )
+    assert h.node.is_stale_incarnation() and not h.node.is_voter
+    h.step(vote_request(1, 1, to=3))
+    sent = h.sent()
+    assert "3->1 VoteResponse INCONSISTENT_VOTER_SET leader_id=none leader_epoch=0" in sent
+    assert all("vote_granted" not in line for line in sent)
+    h.advance(10_000)
+    assert all(" Vote " not in line for line in h.sent())  # it never campaigns
+    # Once the old key is removed and the new one added, it is a voter like any other.
+    renewed = VoterSet.of([voter(1), voter(2), voter(3, uuid.UUID(int=99))])
+    assert not h.node.is_stale_incarnation(renewed)

@@ -1,5 +1,12 @@
 """``highwater controller``: run one voter of the metadata quorum (a KRaft controller).
 
+The quorum is given one of three ways: ``--voters`` (a static quorum, fixed for good),
+``--initial-controllers ID@HOST:PORT:DIRECTORY-ID,...`` (a dynamic quorum, KIP-853,
+bootstrapped with these voters; each controller's data directory takes the directory id
+given for it) or ``--bootstrap-controllers HOST:PORT,...`` (join a running dynamic quorum:
+the controller follows as an observer until ``highwater quorum add-controller`` makes it
+a voter; a controller whose disk was wiped rejoins this way, with a new directory id).
+
 The process serves ``highwater.internal.v1.Raft`` and ``highwater.internal.v1.Controller``
 (plus gRPC health and reflection) on ``--listen`` and keeps the metadata log, its snapshots and
 ``quorum-state`` under ``--data-dir``. The voter that Raft elects leader becomes the
@@ -28,10 +35,10 @@ from highwater.cli.server_config import (
     server_config_options,
 )
 from highwater.cli.serving import (
+    controller_replica_options,
     etcd_store_option,
     etcd_tls_options,
     listen_option,
-    metadata_replica_options,
     run_until_signalled,
     telemetry_option,
     tls_options,
@@ -41,12 +48,57 @@ from highwater.controller.service import ControllerServer, ControllerSettings
 from highwater.errors import HighwaterError
 from highwater.etcd_metadata.endpoints import EtcdStoreAddress
 from highwater.raft.driver import RaftServerSettings
+from highwater.raft.voter_set import MembershipChangeError, VoterSet, parse_initial_controllers
+from highwater.rpc.endpoints import parse_endpoint
+
+
+def _initial_controllers(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> VoterSet | None:
+    if value is None:
+        return None
+    try:
+        return parse_initial_controllers(value)
+    except MembershipChangeError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _bootstrap_controllers(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> list[str] | None:
+    if value is None:
+        return None
+    addresses = [part.strip() for part in value.split(",") if part.strip()]
+    if not addresses:
+        raise click.BadParameter("names no controller")
+    for address in addresses:
+        try:
+            parse_endpoint(address)
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+    return addresses
 
 
 @click.command("controller")
 @telemetry_option
 @tls_options
-@metadata_replica_options
+@controller_replica_options
+@click.option(
+    "--initial-controllers",
+    default=None,
+    callback=_initial_controllers,
+    metavar="ID@HOST:PORT:DIRECTORY-ID,...",
+    help="Bootstrap a dynamic quorum (KIP-853) with these voters; the same list on each. "
+    "Voters then change with highwater quorum add-controller / remove-controller.",
+)
+@click.option(
+    "--bootstrap-controllers",
+    default=None,
+    callback=_bootstrap_controllers,
+    metavar="HOST:PORT,...",
+    help="Join the running dynamic quorum these controllers serve, as an observer, until "
+    "highwater quorum add-controller makes this controller a voter.",
+)
 @listen_option(required=True, help="Address to serve the Raft protocol and the Controller API on.")
 @click.option(
     "--offsets-topic-replication-factor",
@@ -71,7 +123,9 @@ from highwater.raft.driver import RaftServerSettings
 def controller(
     node_id: int,
     listen: str,
-    voters: dict[int, str],
+    voters: dict[int, str] | None,
+    initial_controllers: VoterSet | None,
+    bootstrap_controllers: list[str] | None,
     data_dir: Path,
     cluster_id: str | None,
     snapshot_bytes: int,
@@ -94,10 +148,35 @@ def controller(
             "snapshot_bytes": "metadata.log.max.record.bytes.between.snapshots",
         },
     )
-    if node_id not in voters:
+    given = [
+        name
+        for name, value in (
+            ("--voters", voters),
+            ("--initial-controllers", initial_controllers),
+            ("--bootstrap-controllers", bootstrap_controllers),
+        )
+        if value is not None
+    ]
+    if len(given) != 1:
+        raise click.UsageError(
+            "give the quorum one way: --voters (static), --initial-controllers or "
+            "--bootstrap-controllers (dynamic)" + (f", not {' and '.join(given)}" if given else "")
+        )
+    if voters is not None and node_id not in voters:
         raise click.BadParameter(
             f"node {node_id} is not among the voters {sorted(voters)}", param_hint="--node-id"
         )
+    if initial_controllers is not None:
+        mine = initial_controllers.get(node_id)
+        if mine is None:
+            raise click.BadParameter(
+                f"node {node_id} is not among the initial controllers "
+                f"{sorted(initial_controllers.ids)}: a new controller joins with "
+                "--bootstrap-controllers",
+                param_hint="--node-id",
+            )
+    if migration_from is not None and voters is None:
+        raise click.UsageError("--migration-from needs a static quorum (--voters)")
     if migration_from is not None:
         # Before anything is written: etcd answers, and its cluster is this quorum's.
         try:
@@ -117,6 +196,8 @@ def controller(
         node_id=node_id,
         listen=listen,
         voters=voters,
+        initial_voters=initial_controllers,
+        bootstrap_controllers=bootstrap_controllers or (),
         data_dir=data_dir,
         cluster_id=cluster_id,
         settings=settings,

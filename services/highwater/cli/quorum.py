@@ -1,4 +1,4 @@
-"""``highwater quorum describe``: the metadata quorum's leader and progress (kafka-metadata-quorum).
+"""``highwater quorum``: the metadata quorum's leader, progress and voters (kafka-metadata-quorum).
 
 It asks the controllers named by ``--controllers`` for ``DescribeQuorum`` and prints the
 answer of the active controller (the Raft leader, the only one that tracks every
@@ -8,12 +8,26 @@ replica's progress):
   MaxFollowerLagTimeMs, CurrentVoters, CurrentObservers;
 * ``--replication``: one row per replica with NodeId, LogEndOffset, Lag,
   LastFetchTimestamp, LastCaughtUpTimestamp and Status (Leader, Follower, Observer).
+
+In a dynamic quorum (KIP-853, ``highwater controller --initial-controllers``) CurrentVoters
+and CurrentObservers list each replica's id, directory id and endpoint, and two commands
+change the voters, one at a time, through the leader:
+
+* ``add-controller --node-id N``: the observer N (a controller started with
+  ``--bootstrap-controllers``) becomes a voter once caught up; its directory id and
+  endpoint are taken from DescribeQuorum's observers, as kafka-metadata-quorum does;
+* ``remove-controller --node-id N [--directory-id D]``: the voter N stops being one.
+
+Each waits until the new voter set is committed, or prints the leader's refusal.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import click
@@ -134,9 +148,30 @@ def status_lines(response: pb.DescribeQuorumResponse) -> list[tuple[str, str]]:
         ("HighWatermark", str(response.high_watermark)),
         ("MaxFollowerLag", str(max_lag)),
         ("MaxFollowerLagTimeMs", str(max_lag_time)),
-        ("CurrentVoters", "[" + ",".join(str(r.replica_id) for r in voters) + "]"),
-        ("CurrentObservers", "[" + ",".join(str(r.replica_id) for r in observers) + "]"),
+        ("CurrentVoters", _replica_list(voters)),
+        ("CurrentObservers", _replica_list(observers)),
     ]
+
+
+def _is_dynamic(replicas: list[pb.ReplicaState]) -> bool:
+    return any(r.replica_directory_id for r in replicas)
+
+
+def _replica_list(replicas: list[pb.ReplicaState]) -> str:
+    """``[1,2,3]`` in a static quorum; in a dynamic one each replica's id, directory id
+    and endpoint, as kafka-metadata-quorum prints them."""
+    if not _is_dynamic(replicas):
+        return "[" + ",".join(str(r.replica_id) for r in replicas) + "]"
+    return json.dumps([_replica_json(r) for r in replicas], separators=(", ", ": "))
+
+
+def _replica_json(replica: pb.ReplicaState) -> dict[str, object]:
+    entry: dict[str, object] = {"id": replica.replica_id}
+    if replica.replica_directory_id:
+        entry["directoryId"] = replica.replica_directory_id
+    if replica.endpoint:
+        entry["endpoints"] = [replica.endpoint]
+    return entry
 
 
 REPLICATION_COLUMNS = (
@@ -235,9 +270,7 @@ def describe(controllers: list[str], mode: str | None, timeout: float, output_fo
         if output_format == "json":
             print_json(
                 {
-                    name: [int(v) for v in value.strip("[]").split(",") if v]
-                    if name.startswith("Current")
-                    else _typed(value)
+                    name: _current_json(value) if name.startswith("Current") else _typed(value)
                     for name, value in lines
                 }
             )
@@ -251,3 +284,140 @@ def describe(controllers: list[str], mode: str | None, timeout: float, output_fo
         Column(name, re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()) for name in REPLICATION_COLUMNS
     ]
     print_table(columns, rows, output_format)
+
+
+def _current_json(value: str) -> list[object]:
+    if value.startswith("[{"):
+        return list(json.loads(value))
+    return [int(v) for v in value.strip("[]").split(",") if v]
+
+
+# --- voter changes (KIP-853) ---------------------------------------------------------------
+
+_ChangeResponse = pb.AddRaftVoterResponse | pb.RemoveRaftVoterResponse
+
+
+def _leader_address(response: pb.DescribeQuorumResponse) -> str:
+    for node in response.nodes:
+        if node.node_id == response.leader_id:
+            return node.address
+    raise click.ClickException(f"the leader {response.leader_id} has no known address")
+
+
+async def _change(
+    address: str,
+    call: Callable[[raft_pb2_grpc.RaftStub], Awaitable[_ChangeResponse]],
+) -> _ChangeResponse:
+    """Ask ``address``; once more at the leader it names if it no longer leads."""
+    for _ in range(2):
+        try:
+            async with open_channel(address) as channel:
+                response = await call(raft_pb2_grpc.RaftStub(channel))
+        except grpc.aio.AioRpcError as e:
+            raise click.ClickException(f"{address}: {e.code().name}: {e.details()}") from None
+        if response.error != ErrorCode.NOT_LEADER_OR_FOLLOWER or not response.leader_endpoint:
+            return response
+        address = response.leader_endpoint
+    return response
+
+
+def _check(response: _ChangeResponse, what: str) -> None:
+    if response.error != ErrorCode.NONE:
+        raise click.ClickException(
+            f"{what} refused: {ErrorCode.Name(response.error)}: {response.error_message}"
+        )
+
+
+def _controllers_option(function: Callable[..., None]) -> Callable[..., None]:
+    return click.option(
+        "--controllers",
+        "controllers",
+        required=True,
+        callback=_parse_controllers,
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="Controllers to ask; the request goes to the active controller.",
+    )(function)
+
+
+def _timeout_option(function: Callable[..., None]) -> Callable[..., None]:
+    return click.option(
+        "--timeout",
+        type=click.FloatRange(min=0.1),
+        default=30.0,
+        show_default=True,
+        help="Seconds to wait for the change to be committed.",
+    )(function)
+
+
+@quorum.command("add-controller")
+@_controllers_option
+@click.option("--node-id", type=click.IntRange(min=0, max=2**31 - 1), required=True)
+@_timeout_option
+def add_controller(controllers: list[str], node_id: int, timeout: float) -> None:
+    """Make the observer NODE-ID a voter (it must follow the quorum, caught up)."""
+    described = describe_leader(controllers, min(timeout, 5.0))
+    observer = next((r for r in described.observers if r.replica_id == node_id), None)
+    if any(r.replica_id == node_id for r in described.current_voters):
+        raise click.ClickException(
+            f"node {node_id} is a voter already; a controller whose disk was replaced is "
+            "removed first (remove-controller), then added again"
+        )
+    if observer is None or not observer.replica_directory_id or not observer.endpoint:
+        raise click.ClickException(
+            f"node {node_id} is not an observer of the quorum that says who it is: start it "
+            "with highwater controller --bootstrap-controllers and retry"
+        )
+    request = pb.AddRaftVoterRequest(
+        cluster_id=described.cluster_id,
+        voter_id=node_id,
+        voter_directory_id=observer.replica_directory_id,
+        endpoint=observer.endpoint,
+    )
+    response = asyncio.run(
+        _change(
+            _leader_address(described), lambda stub: stub.AddRaftVoter(request, timeout=timeout)
+        )
+    )
+    _check(response, f"adding node {node_id}")
+    click.echo(
+        f"Added controller {node_id} (directory {observer.replica_directory_id}, "
+        f"endpoint {observer.endpoint}) as a voter"
+    )
+
+
+def _parse_directory_id(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> str | None:
+    if value is None:
+        return None
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a directory id (a uuid)") from None
+
+
+@quorum.command("remove-controller")
+@_controllers_option
+@click.option("--node-id", type=click.IntRange(min=0, max=2**31 - 1), required=True)
+@click.option(
+    "--directory-id",
+    default=None,
+    callback=_parse_directory_id,
+    help="Remove the voter only if it has this directory id (by default: whatever it has).",
+)
+@_timeout_option
+def remove_controller(
+    controllers: list[str], node_id: int, directory_id: str | None, timeout: float
+) -> None:
+    """Remove the voter NODE-ID from the quorum (the last voter cannot be removed)."""
+    described = describe_leader(controllers, min(timeout, 5.0))
+    request = pb.RemoveRaftVoterRequest(
+        cluster_id=described.cluster_id, voter_id=node_id, voter_directory_id=directory_id or ""
+    )
+    response = asyncio.run(
+        _change(
+            _leader_address(described), lambda stub: stub.RemoveRaftVoter(request, timeout=timeout)
+        )
+    )
+    _check(response, f"removing node {node_id}")
+    click.echo(f"Removed controller {node_id} from the voters")

@@ -274,14 +274,31 @@ def require_one_metadata_source(
 def metadata_replica_options(function: F) -> F:
     """``--node-id``, ``--voters``, ``--data-dir``, ``--cluster-id`` and the snapshot
     interval: what every replica of the metadata log is started with."""
+    return _replica_options(function, voters_required=True)
+
+
+def controller_replica_options(function: F) -> F:
+    """:func:`metadata_replica_options` with ``--voters`` optional: a controller may be
+    given its dynamic quorum instead (``--initial-controllers``, ``--bootstrap-controllers``)."""
+    return _replica_options(function, voters_required=False)
+
+
+def _voters_or_none(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> dict[int, str] | None:
+    return None if value is None else _voters(ctx, param, value)
+
+
+def _replica_options(function: F, *, voters_required: bool) -> F:
     options = [
         click.option("--node-id", type=click.IntRange(min=0, max=2**31 - 1), required=True),
         click.option(
             "--voters",
-            required=True,
-            callback=_voters,
+            required=voters_required,
+            callback=_voters if voters_required else _voters_or_none,
             metavar="ID@HOST:PORT,...",
-            help="The quorum's voters (Kafka's controller.quorum.voters).",
+            help="The quorum's voters (Kafka's controller.quorum.voters)"
+            + ("." if voters_required else ": a static quorum, fixed for good."),
         ),
         click.option(
             "--data-dir",

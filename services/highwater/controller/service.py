@@ -91,6 +91,7 @@ from highwater.raft.driver import RaftServer, RaftServerSettings
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.node import NotLeaderError, RoleChange
 from highwater.raft.state import Role
+from highwater.raft.voter_set import VoterSet
 from highwater.records import RecordBatch
 from highwater.rpc.auth import (
     authorizer_enabled,
@@ -469,7 +470,9 @@ class ControllerServer:
         *,
         node_id: int,
         listen: str,
-        voters: Mapping[int, str],
+        voters: Mapping[int, str] | None = None,
+        initial_voters: VoterSet | None = None,
+        bootstrap_controllers: Sequence[str] = (),
         data_dir: Path,
         cluster_id: str | None = None,
         settings: ControllerSettings | None = None,
@@ -490,6 +493,8 @@ class ControllerServer:
             node_id=node_id,
             listen=listen,
             voters=voters,
+            initial_voters=initial_voters,
+            bootstrap_controllers=bootstrap_controllers,
             data_dir=data_dir,
             state_machine=self.machine,
             cluster_id=cluster_id,
@@ -522,7 +527,7 @@ class ControllerServer:
             self.migration = EtcdMigration(
                 store=self.settings.migration_from,
                 node_id=node_id,
-                address=voters[node_id],
+                address=self.raft.voters.get(node_id, listen),
                 committed_image=lambda: self.machine.image,
                 is_active=lambda: self.store.is_active,
                 propose=self.propose,

@@ -44,6 +44,7 @@ import itertools
 import logging
 import random
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +54,12 @@ import grpc
 import grpc.aio
 
 from highwater.config.topic import LogConfig
-from highwater.errors import HighwaterError, KafkaStorageError, UnexpectedAppendOffsetError
+from highwater.errors import (
+    HighwaterError,
+    InvalidRecordError,
+    KafkaStorageError,
+    UnexpectedAppendOffsetError,
+)
 from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from highwater.raft.codec import (
     ProtoRequest,
@@ -63,6 +69,7 @@ from highwater.raft.codec import (
     request_from_proto,
     response_to_proto,
 )
+from highwater.raft.membership_service import MembershipRaftServicer, discover_quorum
 from highwater.raft.messages import (
     FetchRequest,
     OffsetAndEpoch,
@@ -90,15 +97,29 @@ from highwater.raft.transport import (
     RAFT_HEALTH_ALIASES,
     RAFT_SERVICE_NAME,
     InboundCalls,
-    RaftServicer,
     Superseded,
     Transport,
     abort,
     expire,
 )
+from highwater.raft.voter_files import (
+    COMMITTED_VOTERS_FILE,
+    CommittedVotersFile,
+    VotersEntry,
+    read_snapshot_voters,
+    unwrap_snapshot,
+    wrap_snapshot,
+)
+from highwater.raft.voter_set import (
+    DIRECTORY_ID_FILE,
+    Voter,
+    VoterSet,
+    load_or_create_directory_id,
+)
 from highwater.records import RecordBatch, iter_batches
 from highwater.rpc.endpoints import parse_endpoint
 from highwater.rpc.server import GrpcHost, GrpcService
+from highwater.storage.checkpoint import write_atomically
 from highwater.storage.data_dir_lock import LOCK_FILE, DataDirLock
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -151,6 +172,11 @@ class MetadataLogLayout:
     def snapshot_dir(self) -> Path:
         return self.raft_dir
 
+    @property
+    def committed_voters_path(self) -> Path:
+        """A dynamic quorum's committed voter set, kept beside ``quorum-state``."""
+        return self.raft_dir / COMMITTED_VOTERS_FILE
+
 
 @dataclass(frozen=True, slots=True)
 class RaftServerSettings:
@@ -165,6 +191,8 @@ class RaftServerSettings:
     """gRPC's cap on one message, both ways (a fetch carries up to ``fetch_max_bytes``)."""
     shutdown_grace_ms: int = 1000
     """How long :meth:`RaftServer.stop` lets a resignation and in-flight calls finish."""
+    discovery_timeout_ms: int = 30_000
+    """How long a replica started with ``bootstrap_controllers`` looks for the quorum."""
 
 
 # --- the server ----------------------------------------------------------------------------
@@ -184,14 +212,32 @@ class _Proposal:
 
 class RaftServer:
     """One replica of the metadata quorum, served over gRPC: a voter, or an observer when
-    ``node_id`` is not among ``voters``."""
+    ``node_id`` is not among the voters.
+
+    The quorum is given one of three ways:
+
+    * ``voters`` (id -> ``HOST:PORT``): a static quorum (``--voters``), fixed for good;
+    * ``initial_voters``: a dynamic quorum (KIP-853) bootstrapped with this set
+      (``--initial-controllers``); this node's directory id is the one the set gives it;
+    * ``bootstrap_controllers`` (``HOST:PORT`` only): join a running dynamic quorum as an
+      observer (``--bootstrap-controllers``), learning its voters and cluster id from
+      their DescribeQuorum at the first start.
+
+    In a dynamic quorum the data directory's ``directory-id`` file names this incarnation,
+    the committed voter set is kept in ``quorum-voters`` (and restored at start, or taken
+    from the latest snapshot when that is newer), every snapshot carries the set, the
+    transport follows the voters' endpoints, and :meth:`add_voter`, :meth:`remove_voter`
+    and :meth:`update_voter` run KIP-853's changes on the leader.
+    """
 
     def __init__(
         self,
         *,
         node_id: int,
         listen: str,
-        voters: Mapping[int, str],
+        voters: Mapping[int, str] | None = None,
+        initial_voters: VoterSet | None = None,
+        bootstrap_controllers: Sequence[str] = (),
         data_dir: Path,
         state_machine: StateMachine,
         cluster_id: str | None = None,
@@ -204,12 +250,27 @@ class RaftServer:
     ) -> None:
         """``listener_name``, ``more_listeners``: named listeners
         (:class:`~highwater.rpc.server.GrpcHost`), ``listen`` being the first."""
-        if not voters:
-            raise ValueError("the quorum needs at least one voter")
+        given = sum((bool(voters), initial_voters is not None, bool(bootstrap_controllers)))
+        if given != 1:
+            raise ValueError(
+                "give the quorum one way: voters, initial_voters or bootstrap_controllers"
+            )
         parse_endpoint(listen)
+        for address in bootstrap_controllers:
+            parse_endpoint(address)
         self.node_id = node_id
         self.listen = listen
-        self.voters = dict(voters)
+        self.is_dynamic = not voters
+        self._initial_voters = initial_voters
+        self._bootstrap_controllers = tuple(bootstrap_controllers)
+        self.voters: dict[int, str] = (
+            dict(voters)
+            if voters
+            else {}
+            if initial_voters is None
+            else {v.node_id: v.endpoint for v in initial_voters}
+        )
+        self.directory_id: uuid.UUID | None = None
         self.layout = MetadataLogLayout(data_dir)
         self.settings = settings or RaftServerSettings()
         self._requested_cluster_id = cluster_id
@@ -222,9 +283,15 @@ class RaftServer:
         self._log: PartitionRaftLog | None = None
         self._snapshots: FileSnapshotStore | None = None
         self._state_file = QuorumStateFile(self.layout.quorum_state_path)
+        self._voters_file = CommittedVotersFile(self.layout.committed_voters_path)
+        self._voters_entry: VotersEntry | None = None
+        # What fetching replicas said they are: id -> (directory id, endpoint).
+        self._replica_keys: dict[int, tuple[str, str]] = {}
         raft = GrpcService(
             RAFT_SERVICE_NAME,
-            lambda server: raft_pb2_grpc.add_RaftServicer_to_server(RaftServicer(self), server),
+            lambda server: raft_pb2_grpc.add_RaftServicer_to_server(
+                MembershipRaftServicer(self), server
+            ),
             serving_at_start=True,
             health_aliases=RAFT_HEALTH_ALIASES,
         )
@@ -273,6 +340,12 @@ class RaftServer:
         if self._bound_port is None:
             raise RuntimeError("the server has not started")
         return self._bound_port
+
+    @property
+    def endpoint(self) -> str:
+        """``HOST:PORT`` this replica serves Raft on (``listen`` with the bound port)."""
+        host, _ = parse_endpoint(self.listen)
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     def report_serving(self, name: str, serving: bool) -> None:
         """Report ``name`` SERVING or NOT_SERVING on this server's ``grpc.health.v1``
@@ -385,19 +458,29 @@ class RaftServer:
             self._lock.release()
             raise
         try:
+            if self.is_dynamic:
+                await self._load_voters(snapshots)
             election_state = await self._load_quorum_state()
             self._snapshots, self._log = snapshots, raft_log
+            quorum: frozenset[int] | VoterSet = frozenset(self.voters)
+            voters_offset = -1
+            if self._voters_entry is not None:
+                voters_offset, quorum = self._voters_entry
             self._node = RaftNode(
                 self.node_id,
-                frozenset(self.voters),
+                quorum,
                 raft_log,
                 snapshots,
+                voters_offset=voters_offset,
                 cluster_id=self.cluster_id,
                 election_state=election_state,
                 random=random.Random(),
                 config=self.settings.raft,
                 now_ms=self._clock(),
+                snapshot_voters=lambda snapshot_id: read_snapshot_voters(snapshots, snapshot_id),
+                directory_id=self.directory_id,
             )
+            self._use_voters(self._node.voter_set)
             # A snapshot, if there is one, is loaded by the first Ready (load_snapshot).
             self._applied_offset = self._high_watermark = raft_log.start_offset
             await self._start_grpc()
@@ -412,6 +495,9 @@ class RaftServer:
             max_message_bytes=self.settings.max_message_bytes,
             on_response=self._on_response,
             on_unreachable=self._on_unreachable,
+            fetch_identity=(
+                None if self.directory_id is None else (str(self.directory_id), self.endpoint)
+            ),
         )
         self._driver = asyncio.create_task(self._drive(), name=f"raft-driver-{self.node_id}")
         log.info(
@@ -440,7 +526,111 @@ class RaftServer:
                 await self._transport.wait_idle(grace_s)
         await self._shutdown()
 
+    # --- membership changes (KIP-853), on the leader ----------------------------------
+
+    async def add_voter(self, voter: Voter) -> int:
+        """AddRaftVoter: make the caught-up observer ``voter`` a voter; the offset of the
+        ``voters`` record once committed. Raises :class:`NotLeaderError` or the core's
+        :class:`~highwater.raft.voter_set.MembershipChangeError`."""
+        node = self._require_leading()
+        return await self._committed(node.add_voter(voter, self._clock()))
+
+    async def remove_voter(self, node_id: int, directory_id: uuid.UUID | None) -> int:
+        """RemoveRaftVoter (``directory_id`` None: whatever the voter's directory)."""
+        node = self._require_leading()
+        return await self._committed(node.remove_voter(node_id, directory_id, self._clock()))
+
+    async def update_voter(self, voter: Voter) -> int:
+        """UpdateRaftVoter: the voter ``voter.key`` now listens at ``voter.endpoint``."""
+        node = self._require_leading()
+        return await self._committed(node.update_voter(voter, self._clock()))
+
+    def voter_set(self) -> VoterSet:
+        """The voter set in use (a static quorum's as ids with nil directory ids)."""
+        return self._require_node().voter_set
+
+    def replica_key(self, node_id: int) -> tuple[str, str] | None:
+        """The directory id and endpoint a fetching replica announced, if it did."""
+        return self._replica_keys.get(node_id)
+
+    def _require_leading(self) -> RaftNode:
+        node = self._require_node()
+        if self._stopping:
+            raise NotLeaderError(None, node.epoch)
+        return node
+
+    async def _committed(self, appended: OffsetAndEpoch) -> int:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        heapq.heappush(
+            self._proposals,
+            _Proposal(appended.offset, next(self._sequence), appended.epoch, future),
+        )
+        self._wakeup.set()
+        return await asyncio.shield(future)
+
+    def _use_voters(self, voters: VoterSet) -> None:
+        """The voter set in use changed: where the voters listen (a static quorum's
+        addresses stay those it was given)."""
+        if not self.is_dynamic:
+            return
+        self.voters = {voter.node_id: voter.endpoint for voter in voters}
+        if self._transport is not None:
+            self._transport.set_peers(
+                {node_id: a for node_id, a in self.voters.items() if node_id != self.node_id}
+            )
+
     # --- startup -------------------------------------------------------------------------
+
+    async def _load_voters(self, snapshots: FileSnapshotStore) -> None:
+        """A dynamic quorum's directory id and voter set at start: the kept committed set,
+        or the latest snapshot's when newer, or the bootstrap (``initial_voters``, or what
+        the ``bootstrap_controllers`` describe)."""
+        data_dir = self.layout.data_dir
+        initial = self._initial_voters
+        mine = None if initial is None else initial.get(self.node_id)
+        id_path = data_dir / DIRECTORY_ID_FILE
+        if mine is not None:
+            kept_id = await asyncio.to_thread(
+                lambda: id_path.read_text().strip() if id_path.exists() else None
+            )
+            if kept_id is None:
+                await asyncio.to_thread(write_directory_id, id_path, mine.directory_id)
+            elif kept_id != str(mine.directory_id):
+                raise KafkaStorageError(
+                    f"{id_path} holds directory id {kept_id}, but --initial-controllers gives "
+                    f"node {self.node_id} directory {mine.directory_id}: a replaced disk "
+                    "rejoins with --bootstrap-controllers"
+                )
+        self.directory_id = await asyncio.to_thread(load_or_create_directory_id, data_dir)
+        entry = await asyncio.to_thread(self._voters_file.read)
+        latest = snapshots.latest()
+        if latest is not None:
+            try:
+                carried = await asyncio.to_thread(read_snapshot_voters, snapshots, latest)
+            except InvalidRecordError as e:
+                raise KafkaStorageError(f"snapshot {latest}: {e}") from e
+            if carried is not None and (entry is None or carried[0] > entry[0]):
+                entry = carried
+        if entry is None:
+            if initial is not None:
+                entry = (-1, initial)
+            else:
+                cluster_id, learned = await discover_quorum(
+                    self._bootstrap_controllers,
+                    timeout_s=self.settings.discovery_timeout_ms / 1000,
+                    max_message_bytes=self.settings.max_message_bytes,
+                )
+                requested = self._requested_cluster_id
+                if requested is not None and requested != cluster_id:
+                    raise KafkaStorageError(
+                        f"the quorum at {', '.join(self._bootstrap_controllers)} belongs to "
+                        f"cluster {cluster_id!r}, not {requested!r}"
+                    )
+                self._requested_cluster_id = cluster_id
+                entry = (-1, learned)
+            await asyncio.to_thread(self._voters_file.write, entry)
+        self._voters_entry = entry
+        self.voters = {voter.node_id: voter.endpoint for voter in entry[1]}
 
     async def _load_quorum_state(self) -> ElectionState | None:
         stored = await asyncio.to_thread(self._state_file.read)
@@ -523,6 +713,11 @@ class RaftServer:
                 )
             finally:
                 self._persisting_election = False
+        if ready.voters is not None:
+            self._use_voters(ready.voters)
+        if ready.committed_voters is not None:
+            self._voters_entry = ready.committed_voters
+            await asyncio.to_thread(self._voters_file.write, ready.committed_voters)
         for message in ready.messages:
             self._dispatch(message)
         if ready.must_flush and self._flushing is None:
@@ -624,6 +819,10 @@ class RaftServer:
     async def _load_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
         store = self._require_snapshots()
         data = await asyncio.to_thread(store.read, snapshot_id)
+        try:
+            _, data = unwrap_snapshot(data)
+        except InvalidRecordError as e:
+            raise KafkaStorageError(f"snapshot {snapshot_id}: {e}") from e
         self._state_machine.load_snapshot(SnapshotReader(snapshot_id, data))
         self._applied_offset = snapshot_id.offset
         self._applied_epoch = snapshot_id.epoch
@@ -692,6 +891,8 @@ class RaftServer:
             return
         data = self._state_machine.snapshot(snapshot_id)
         covered = self._bytes_since_snapshot  # the leader may apply more meanwhile
+        if self.is_dynamic:
+            data = wrap_snapshot(node.voters_at(snapshot_id.offset), data)
         store = self._require_snapshots()
         path = await asyncio.to_thread(store.write_file, snapshot_id, data)
         store.add(snapshot_id, path)
@@ -726,6 +927,22 @@ class RaftServer:
                 context, grpc.StatusCode.UNAVAILABLE, "the Raft server is not running"
             )
         request = request_from_proto(wire, destination=self.node_id)
+        if isinstance(wire, raft_pb2.RaftFetchRequest) and wire.replica_directory_id:
+            voter = node.voter_set.get(wire.replica_id) if self.is_dynamic else None
+            if voter is not None and str(voter.directory_id) != wire.replica_directory_id:
+                # Another incarnation of a voter (its disk was wiped): counting its fetch
+                # as the voter's progress could commit what no majority holds.
+                return await abort(
+                    context,
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"node {wire.replica_id}'s voter has directory {voter.directory_id}, not "
+                    f"{wire.replica_directory_id}: remove that voter first "
+                    "(highwater quorum remove-controller --directory-id)",
+                )
+            self._replica_keys[wire.replica_id] = (
+                wire.replica_directory_id,
+                wire.replica_endpoint,
+            )
         timeout_s = self.settings.raft.request_timeout_ms / 1000
         if isinstance(request, FetchRequest):
             timeout_s += request.max_wait_ms / 1000
@@ -761,8 +978,20 @@ class RaftServer:
         response = describe_quorum_to_proto(
             node.describe(), cluster_id=self.cluster_id, error=error
         )
+        directory_ids = (
+            {v.node_id: str(v.directory_id) for v in node.voter_set} if self.is_dynamic else {}
+        )
         for node_id, address in sorted(self.voters.items()):
-            response.nodes.add(node_id=node_id, address=address)
+            response.nodes.add(
+                node_id=node_id, address=address, directory_id=directory_ids.get(node_id, "")
+            )
+        for replica in response.current_voters:
+            replica.replica_directory_id = directory_ids.get(replica.replica_id, "")
+            replica.endpoint = self.voters.get(replica.replica_id, "")
+        for replica in response.observers:
+            key = self._replica_keys.get(replica.replica_id)
+            if key is not None:
+                replica.replica_directory_id, replica.endpoint = key
         return response
 
     def _on_response(self, response: RaftResponse) -> None:
@@ -852,6 +1081,12 @@ class RaftServer:
 def _fail(proposal: _Proposal, error: HighwaterError) -> None:
     if not proposal.future.done():
         proposal.future.set_exception(error)
+
+
+def write_directory_id(path: Path, directory_id: uuid.UUID) -> None:
+    """Write a data directory's ``directory-id`` (the one ``--initial-controllers`` gave)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, f"{directory_id}\n".encode())
 
 
 def default_cluster_id(voters: Mapping[int, str]) -> str:

@@ -248,6 +248,11 @@ class RaftNode:
     ``random`` drives the randomized timeouts (seed it for reproducible runs); ``now_ms``
     is the driver's clock at construction. A snapshot the store holds is announced in
     the first :class:`Ready` (``load_snapshot``): the state machine starts from it.
+    ``directory_id`` is this replica's incarnation in a dynamic quorum: while the set
+    lists its node id with another directory id (the voter it was before its disk was
+    wiped), it is no voter, grants no votes and campaigns not.
+    ``snapshot_voters`` reads the voter set a snapshot carries (offset of its record, set),
+    if it carries one: a replica that installs the leader's snapshot takes that set.
     """
 
     def __init__(
@@ -263,10 +268,13 @@ class RaftNode:
         random: _random.Random,
         config: RaftConfig | None = None,
         now_ms: int = 0,
+        snapshot_voters: Callable[[OffsetAndEpoch], tuple[int, VoterSet] | None] | None = None,
+        directory_id: uuid.UUID | None = None,
     ) -> None:
         if not voters:
             raise ValueError("a quorum needs at least one voter")
         self.node_id = node_id
+        self.directory_id = directory_id
         self.is_static = not isinstance(voters, VoterSet)
         bootstrap = (
             voters
@@ -274,7 +282,7 @@ class RaftNode:
             else VoterSet.of(Voter(v, uuid.UUID(int=0), "") for v in voters)
         )
         self._history = VoterSetHistory(bootstrap, voters_offset)
-        self.voters = bootstrap.ids
+        self.voters = self._voter_ids(bootstrap)
         self.cluster_id = cluster_id
         self.config = config or RaftConfig()
         self._log = log
@@ -304,6 +312,7 @@ class RaftNode:
         self._resign_after: int | None = None
         self._reported_voters: VoterSet = bootstrap
         self._reported_committed_offset = voters_offset
+        self._snapshot_voters = snapshot_voters
 
         latest = snapshots.latest()
         if latest is not None:
@@ -364,6 +373,11 @@ class RaftNode:
     def committed_voter_set(self) -> VoterSet:
         """The voter set of the latest ``voters`` record below the high watermark."""
         return self._history.committed(self._high_watermark or 0)
+
+    def voters_at(self, offset: int) -> tuple[int, VoterSet]:
+        """The voter set in force at ``offset`` (the latest record below it) and its
+        record's offset: what a snapshot ending at ``offset`` carries."""
+        return self._history.committed_entry(offset)
 
     @property
     def state(self) -> EpochState:
@@ -542,9 +556,26 @@ class RaftNode:
                         self._history.add_at(offset, decode_voters_record(value))
         return end
 
+    def is_stale_incarnation(self, voters: VoterSet | None = None) -> bool:
+        """Whether ``voters`` (by default the set in use) list this node id with another
+        directory id than this replica's: the voter is a former incarnation of it."""
+        voter = (voters or self._history.latest()).get(self.node_id)
+        return (
+            self.directory_id is not None
+            and voter is not None
+            and voter.directory_id != self.directory_id
+        )
+
+    def _voter_ids(self, voters: VoterSet) -> frozenset[int]:
+        """The ids this replica counts as voters: a former incarnation of itself is not
+        counted as itself."""
+        if self.is_stale_incarnation(voters):
+            return voters.ids - {self.node_id}
+        return voters.ids
+
     def _voters_changed(self, now_ms: int) -> None:
         """Use the latest voter set: the quorum's checks, the leader's counts."""
-        voters = self._history.latest().ids
+        voters = self._voter_ids(self._history.latest())
         if voters == self.voters:
             return
         self.voters = voters
@@ -958,6 +989,10 @@ class RaftNode:
         # Nor is a replica that is not in its own set: the candidate, which asks only the
         # voters of its set, may count it by a record this replica has not fetched yet.
         if self.is_static and (not self._quorum.is_voter or request.source not in self.voters):
+            return answer(ErrorCode.INCONSISTENT_VOTER_SET)
+        if self.is_stale_incarnation():
+            # The candidate asks the voter with this id, a former incarnation whose votes
+            # this replica does not hold: granting one could elect two leaders.
             return answer(ErrorCode.INCONSISTENT_VOTER_SET)
         if request.candidate_epoch > self._quorum.epoch:
             self._become_unattached(request.candidate_epoch, now_ms)
@@ -1392,6 +1427,15 @@ class RaftNode:
         self._log.truncate_to_snapshot(snapshot_id)
         self._history.truncate_to(snapshot_id.offset)
         self._history.forget_before(snapshot_id.offset)
+        carried = (
+            None
+            if self.is_static or self._snapshot_voters is None
+            else self._snapshot_voters(snapshot_id)
+        )
+        if carried is not None:
+            # The snapshot carries the set committed at its offset (Kafka's VotersRecord
+            # in the snapshot): it replaces whatever this replica had below it.
+            self._history = VoterSetHistory(carried[1], carried[0])
         self._voters_changed(self._now_ms)
         self._snapshots.delete_before(snapshot_id)
         self._load_snapshot = snapshot_id

@@ -124,8 +124,12 @@ class Transport:
         max_message_bytes: int,
         on_response: Callable[[RaftResponse], None],
         on_unreachable: Callable[[int], None],
+        fetch_identity: tuple[str, str] | None = None,
     ) -> None:
+        """``fetch_identity``: the directory id and endpoint a dynamic quorum's replica
+        puts in its fetches (so the leader knows what to add as a voter)."""
         self._peers = dict(peers)
+        self._fetch_identity = fetch_identity
         self._on_unreachable = on_unreachable
         self._timeout_s = timeout_ms / 1000
         self._max_message_bytes = max_message_bytes
@@ -134,6 +138,21 @@ class Transport:
         self._stubs: dict[int, raft_pb2_grpc.RaftStub] = {}
         self._fetch_streams: dict[int, _PeerFetchStream] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
+
+    def set_peers(self, peers: Mapping[int, str]) -> None:
+        """Use these addresses from now on (a dynamic quorum's voter set changed): the
+        channel of a peer that moved or left is closed."""
+        for node_id in list(self._channels):
+            if peers.get(node_id) != self._peers.get(node_id):
+                stream = self._fetch_streams.pop(node_id, None)
+                if stream is not None:
+                    stream.close()
+                self._stubs.pop(node_id, None)
+                channel = self._channels.pop(node_id)
+                task = asyncio.create_task(channel.close(grace=None))
+                self._in_flight.add(task)
+                task.add_done_callback(self._in_flight.discard)
+        self._peers = dict(peers)
 
     def send(self, request: RaftRequest) -> None:
         stub = self._stub(request.destination)
@@ -148,6 +167,7 @@ class Transport:
                     timeout_s=self._timeout_s,
                     on_response=self._on_response,
                     on_unreachable=self._on_unreachable,
+                    fetch_identity=self._fetch_identity,
                 )
             stream.send(request)
             return
@@ -167,7 +187,7 @@ class Transport:
         return stub
 
     async def _call(self, stub: raft_pb2_grpc.RaftStub, request: RaftRequest) -> None:
-        wire = request_to_proto(request)
+        wire = _to_proto(request, self._fetch_identity)
         method: Any
         match request:
             case VoteRequest():
@@ -228,8 +248,10 @@ class _PeerFetchStream:
         timeout_s: float,
         on_response: Callable[[RaftResponse], None],
         on_unreachable: Callable[[int], None],
+        fetch_identity: tuple[str, str] | None = None,
     ) -> None:
         self._stub = stub
+        self._fetch_identity = fetch_identity
         self._timeout_s = timeout_s
         self._on_response = on_response
         self._on_unreachable = on_unreachable
@@ -255,7 +277,7 @@ class _PeerFetchStream:
                 self._waiting.append((request, 0.0))
                 timeout_s = self._timeout_s + request.max_wait_ms / 1000
                 loop.call_later(timeout_s, self._check_answered, call, request)
-                await call.write(request_to_proto(request))
+                await call.write(_to_proto(request, self._fetch_identity))
         except (grpc.aio.AioRpcError, grpc.aio.UsageError) as e:
             self._break(call, e)
 
@@ -297,6 +319,13 @@ class _PeerFetchStream:
     def close(self) -> None:
         if self._call is not None:
             self._break(self._call, None)
+
+
+def _to_proto(request: RaftRequest, fetch_identity: tuple[str, str] | None) -> ProtoRequest:
+    wire = request_to_proto(request)
+    if fetch_identity is not None and isinstance(wire, raft_pb2.RaftFetchRequest):
+        wire.replica_directory_id, wire.replica_endpoint = fetch_identity
+    return wire
 
 
 # --- the gRPC service ---------------------------------------------------------------------

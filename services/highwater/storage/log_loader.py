@@ -54,6 +54,8 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 QUORUM_STATE = "quorum-state"
 """The Raft election state, kept in ``__cluster_metadata-0/`` beside the metadata log."""
+QUORUM_VOTERS = "quorum-voters"
+"""A dynamic quorum's committed voter set, kept beside ``quorum-state``."""
 _RAFT_SNAPSHOT = re.compile(r"^\d{20}-\d{10}\.checkpoint(\.part)?$")
 """Metadata snapshots (``<end offset>-<epoch>.checkpoint``), also kept beside that log."""
 _SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
@@ -167,7 +169,7 @@ def _settle_leftovers(directory: Path) -> set[int]:
         if name.endswith(".tmp") or name.endswith(CLEANED_SUFFIX) or name.endswith(DELETED_SUFFIX):
             path.unlink()
             continue
-        if name in (LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, QUORUM_STATE):
+        if name in (LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, QUORUM_STATE, QUORUM_VOTERS):
             continue
         if _RAFT_SNAPSHOT.match(name):
             continue

@@ -247,6 +247,8 @@ class RaftFetchRequest(_message.Message):
     MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     LEADER_ID_FIELD_NUMBER: _builtins.int
+    REPLICA_DIRECTORY_ID_FIELD_NUMBER: _builtins.int
+    REPLICA_ENDPOINT_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     replica_id: _builtins.int
     """a voter's or an observer's node id"""
@@ -257,6 +259,12 @@ class RaftFetchRequest(_message.Message):
     max_bytes: _builtins.int
     leader_id: _builtins.int
     """the leader the replica believes it fetches from"""
+    replica_directory_id: _builtins.str
+    """A dynamic quorum's replica says who it is, so that the leader can add it as a voter:
+    the uuid in its data directory's directory-id file
+    """
+    replica_endpoint: _builtins.str
+    """HOST:PORT it serves the Raft protocol on"""
     def __init__(
         self,
         *,
@@ -268,10 +276,12 @@ class RaftFetchRequest(_message.Message):
         max_wait_ms: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
         leader_id: _builtins.int = ...,
+        replica_directory_id: _builtins.str = ...,
+        replica_endpoint: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "current_leader_epoch", b"current_leader_epoch", "fetch_offset", b"fetch_offset", "last_fetched_epoch", b"last_fetched_epoch", "leader_id", b"leader_id", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "replica_id", b"replica_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "current_leader_epoch", b"current_leader_epoch", "fetch_offset", b"fetch_offset", "last_fetched_epoch", b"last_fetched_epoch", "leader_id", b"leader_id", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "replica_directory_id", b"replica_directory_id", "replica_endpoint", b"replica_endpoint", "replica_id", b"replica_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -435,12 +445,18 @@ class ReplicaState(_message.Message):
     LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
     LAST_FETCH_TIMESTAMP_FIELD_NUMBER: _builtins.int
     LAST_CAUGHT_UP_TIMESTAMP_FIELD_NUMBER: _builtins.int
+    REPLICA_DIRECTORY_ID_FIELD_NUMBER: _builtins.int
+    ENDPOINT_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
     log_end_offset: _builtins.int
     last_fetch_timestamp: _builtins.int
     """ms since the epoch, -1 when never"""
     last_caught_up_timestamp: _builtins.int
     """ms since the epoch, -1 when never"""
+    replica_directory_id: _builtins.str
+    """empty in a static quorum or when not known"""
+    endpoint: _builtins.str
+    """HOST:PORT, when known"""
     def __init__(
         self,
         *,
@@ -448,10 +464,12 @@ class ReplicaState(_message.Message):
         log_end_offset: _builtins.int = ...,
         last_fetch_timestamp: _builtins.int = ...,
         last_caught_up_timestamp: _builtins.int = ...,
+        replica_directory_id: _builtins.str = ...,
+        endpoint: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_caught_up_timestamp", b"last_caught_up_timestamp", "last_fetch_timestamp", b"last_fetch_timestamp", "log_end_offset", b"log_end_offset", "replica_id", b"replica_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoint", b"endpoint", "last_caught_up_timestamp", b"last_caught_up_timestamp", "last_fetch_timestamp", b"last_fetch_timestamp", "log_end_offset", b"log_end_offset", "replica_directory_id", b"replica_directory_id", "replica_id", b"replica_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -467,18 +485,22 @@ class QuorumNode(_message.Message):
 
     NODE_ID_FIELD_NUMBER: _builtins.int
     ADDRESS_FIELD_NUMBER: _builtins.int
+    DIRECTORY_ID_FIELD_NUMBER: _builtins.int
     node_id: _builtins.int
     address: _builtins.str
     """HOST:PORT"""
+    directory_id: _builtins.str
+    """the voter's directory id; empty in a static quorum"""
     def __init__(
         self,
         *,
         node_id: _builtins.int = ...,
         address: _builtins.str = ...,
+        directory_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "directory_id", b"directory_id", "node_id", b"node_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -526,3 +548,172 @@ class DescribeQuorumResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeQuorumResponse: _TypeAlias = DescribeQuorumResponse  # noqa: Y015
+
+@_typing.final
+class AddRaftVoterRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    VOTER_ID_FIELD_NUMBER: _builtins.int
+    VOTER_DIRECTORY_ID_FIELD_NUMBER: _builtins.int
+    ENDPOINT_FIELD_NUMBER: _builtins.int
+    cluster_id: _builtins.str
+    voter_id: _builtins.int
+    voter_directory_id: _builtins.str
+    endpoint: _builtins.str
+    """HOST:PORT the new voter serves the Raft protocol on"""
+    def __init__(
+        self,
+        *,
+        cluster_id: _builtins.str = ...,
+        voter_id: _builtins.int = ...,
+        voter_directory_id: _builtins.str = ...,
+        endpoint: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "endpoint", b"endpoint", "voter_directory_id", b"voter_directory_id", "voter_id", b"voter_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddRaftVoterRequest: _TypeAlias = AddRaftVoterRequest  # noqa: Y015
+
+@_typing.final
+class AddRaftVoterResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    LEADER_ID_FIELD_NUMBER: _builtins.int
+    LEADER_ENDPOINT_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    leader_id: _builtins.int
+    """-1 when unknown; with NOT_LEADER_OR_FOLLOWER, whom to ask"""
+    leader_endpoint: _builtins.str
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        leader_id: _builtins.int = ...,
+        leader_endpoint: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "leader_endpoint", b"leader_endpoint", "leader_id", b"leader_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddRaftVoterResponse: _TypeAlias = AddRaftVoterResponse  # noqa: Y015
+
+@_typing.final
+class RemoveRaftVoterRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    VOTER_ID_FIELD_NUMBER: _builtins.int
+    VOTER_DIRECTORY_ID_FIELD_NUMBER: _builtins.int
+    cluster_id: _builtins.str
+    voter_id: _builtins.int
+    voter_directory_id: _builtins.str
+    """empty: the voter with that id, whatever its directory"""
+    def __init__(
+        self,
+        *,
+        cluster_id: _builtins.str = ...,
+        voter_id: _builtins.int = ...,
+        voter_directory_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "voter_directory_id", b"voter_directory_id", "voter_id", b"voter_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveRaftVoterRequest: _TypeAlias = RemoveRaftVoterRequest  # noqa: Y015
+
+@_typing.final
+class RemoveRaftVoterResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    LEADER_ID_FIELD_NUMBER: _builtins.int
+    LEADER_ENDPOINT_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    leader_id: _builtins.int
+    leader_endpoint: _builtins.str
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        leader_id: _builtins.int = ...,
+        leader_endpoint: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "leader_endpoint", b"leader_endpoint", "leader_id", b"leader_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveRaftVoterResponse: _TypeAlias = RemoveRaftVoterResponse  # noqa: Y015
+
+@_typing.final
+class UpdateRaftVoterRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    VOTER_ID_FIELD_NUMBER: _builtins.int
+    VOTER_DIRECTORY_ID_FIELD_NUMBER: _builtins.int
+    ENDPOINT_FIELD_NUMBER: _builtins.int
+    cluster_id: _builtins.str
+    voter_id: _builtins.int
+    voter_directory_id: _builtins.str
+    endpoint: _builtins.str
+    """the voter's new HOST:PORT"""
+    def __init__(
+        self,
+        *,
+        cluster_id: _builtins.str = ...,
+        voter_id: _builtins.int = ...,
+        voter_directory_id: _builtins.str = ...,
+        endpoint: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "endpoint", b"endpoint", "voter_directory_id", b"voter_directory_id", "voter_id", b"voter_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateRaftVoterRequest: _TypeAlias = UpdateRaftVoterRequest  # noqa: Y015
+
+@_typing.final
+class UpdateRaftVoterResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    LEADER_ID_FIELD_NUMBER: _builtins.int
+    LEADER_ENDPOINT_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    leader_id: _builtins.int
+    leader_endpoint: _builtins.str
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        leader_id: _builtins.int = ...,
+        leader_endpoint: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "leader_endpoint", b"leader_endpoint", "leader_id", b"leader_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateRaftVoterResponse: _TypeAlias = UpdateRaftVoterResponse  # noqa: Y015

@@ -69,6 +69,21 @@ class RaftStub:
                 request_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
                 response_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
                 _registered_method=True)
+        self.AddRaftVoter = channel.unary_unary(
+                '/highwater.internal.v1.Raft/AddRaftVoter',
+                request_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.AddRaftVoterRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.AddRaftVoterResponse.FromString,
+                _registered_method=True)
+        self.RemoveRaftVoter = channel.unary_unary(
+                '/highwater.internal.v1.Raft/RemoveRaftVoter',
+                request_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.RemoveRaftVoterRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.RemoveRaftVoterResponse.FromString,
+                _registered_method=True)
+        self.UpdateRaftVoter = channel.unary_unary(
+                '/highwater.internal.v1.Raft/UpdateRaftVoter',
+                request_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.UpdateRaftVoterRequest.SerializeToString,
+                response_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.UpdateRaftVoterResponse.FromString,
+                _registered_method=True)
 
 
 class RaftServicer:
@@ -124,6 +139,26 @@ class RaftServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddRaftVoter(self, request, context):
+        """KIP-853's membership changes, asked of the leader; each answers once the new voter
+        set is committed, or with the leader's typed refusal.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveRaftVoter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateRaftVoter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RaftServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -161,6 +196,21 @@ def add_RaftServicer_to_server(servicer, server):
                     servicer.DescribeQuorum,
                     request_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.DescribeQuorumRequest.FromString,
                     response_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.DescribeQuorumResponse.SerializeToString,
+            ),
+            'AddRaftVoter': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddRaftVoter,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.AddRaftVoterRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.AddRaftVoterResponse.SerializeToString,
+            ),
+            'RemoveRaftVoter': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveRaftVoter,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.RemoveRaftVoterRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.RemoveRaftVoterResponse.SerializeToString,
+            ),
+            'UpdateRaftVoter': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateRaftVoter,
+                    request_deserializer=highwater_dot_internal_dot_v1_dot_raft__pb2.UpdateRaftVoterRequest.FromString,
+                    response_serializer=highwater_dot_internal_dot_v1_dot_raft__pb2.UpdateRaftVoterResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -352,6 +402,87 @@ class Raft:
             '/highwater.internal.v1.Raft/DescribeQuorum',
             highwater_dot_internal_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
             highwater_dot_internal_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddRaftVoter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.internal.v1.Raft/AddRaftVoter',
+            highwater_dot_internal_dot_v1_dot_raft__pb2.AddRaftVoterRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_raft__pb2.AddRaftVoterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveRaftVoter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.internal.v1.Raft/RemoveRaftVoter',
+            highwater_dot_internal_dot_v1_dot_raft__pb2.RemoveRaftVoterRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_raft__pb2.RemoveRaftVoterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateRaftVoter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.internal.v1.Raft/UpdateRaftVoter',
+            highwater_dot_internal_dot_v1_dot_raft__pb2.UpdateRaftVoterRequest.SerializeToString,
+            highwater_dot_internal_dot_v1_dot_raft__pb2.UpdateRaftVoterResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -50,6 +50,12 @@ class RaftStub:
     """A replica too far behind loads the leader's latest snapshot in chunks."""
     DescribeQuorum: _grpc.UnaryUnaryMultiCallable[_raft_pb2.DescribeQuorumRequest, _raft_pb2.DescribeQuorumResponse]
     """Leader, epoch, high watermark and every replica's progress."""
+    AddRaftVoter: _grpc.UnaryUnaryMultiCallable[_raft_pb2.AddRaftVoterRequest, _raft_pb2.AddRaftVoterResponse]
+    """KIP-853's membership changes, asked of the leader; each answers once the new voter
+    set is committed, or with the leader's typed refusal.
+    """
+    RemoveRaftVoter: _grpc.UnaryUnaryMultiCallable[_raft_pb2.RemoveRaftVoterRequest, _raft_pb2.RemoveRaftVoterResponse]
+    UpdateRaftVoter: _grpc.UnaryUnaryMultiCallable[_raft_pb2.UpdateRaftVoterRequest, _raft_pb2.UpdateRaftVoterResponse]
 
 @_typing.type_check_only
 class RaftAsyncStub(RaftStub):
@@ -70,6 +76,12 @@ class RaftAsyncStub(RaftStub):
     """A replica too far behind loads the leader's latest snapshot in chunks."""
     DescribeQuorum: _aio.UnaryUnaryMultiCallable[_raft_pb2.DescribeQuorumRequest, _raft_pb2.DescribeQuorumResponse]  # type: ignore[assignment]
     """Leader, epoch, high watermark and every replica's progress."""
+    AddRaftVoter: _aio.UnaryUnaryMultiCallable[_raft_pb2.AddRaftVoterRequest, _raft_pb2.AddRaftVoterResponse]  # type: ignore[assignment]
+    """KIP-853's membership changes, asked of the leader; each answers once the new voter
+    set is committed, or with the leader's typed refusal.
+    """
+    RemoveRaftVoter: _aio.UnaryUnaryMultiCallable[_raft_pb2.RemoveRaftVoterRequest, _raft_pb2.RemoveRaftVoterResponse]  # type: ignore[assignment]
+    UpdateRaftVoter: _aio.UnaryUnaryMultiCallable[_raft_pb2.UpdateRaftVoterRequest, _raft_pb2.UpdateRaftVoterResponse]  # type: ignore[assignment]
 
 class RaftServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -129,5 +141,29 @@ class RaftServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_raft_pb2.DescribeQuorumResponse, _abc.Awaitable[_raft_pb2.DescribeQuorumResponse]]:
         """Leader, epoch, high watermark and every replica's progress."""
+
+    @_abc_1.abstractmethod
+    def AddRaftVoter(
+        self,
+        request: _raft_pb2.AddRaftVoterRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_raft_pb2.AddRaftVoterResponse, _abc.Awaitable[_raft_pb2.AddRaftVoterResponse]]:
+        """KIP-853's membership changes, asked of the leader; each answers once the new voter
+        set is committed, or with the leader's typed refusal.
+        """
+
+    @_abc_1.abstractmethod
+    def RemoveRaftVoter(
+        self,
+        request: _raft_pb2.RemoveRaftVoterRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_raft_pb2.RemoveRaftVoterResponse, _abc.Awaitable[_raft_pb2.RemoveRaftVoterResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateRaftVoter(
+        self,
+        request: _raft_pb2.UpdateRaftVoterRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_raft_pb2.UpdateRaftVoterResponse, _abc.Awaitable[_raft_pb2.UpdateRaftVoterResponse]]: ...
 
 def add_RaftServicer_to_server(servicer: RaftServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,275 @@
+"""A dynamic quorum (KIP-853) on processes: replace a controller whose disk was wiped.
+
+Three ``highwater controller --initial-controllers`` processes and a broker (registered
+and heartbeating through the Controller API), topic creations going on throughout. One
+follower is killed and its data directory wiped; it comes back with
+``--bootstrap-controllers`` (a new directory id: a new voter that follows as an observer),
+``highwater quorum remove-controller`` removes the old incarnation by its directory id and
+``highwater quorum add-controller`` adds the new one, found among the observers.
+``quorum describe --status`` then lists the new voter set, and every topic creation that
+was acknowledged is in the replaced controller's log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+from click.testing import CliRunner
+from highwater.cli.main import main
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
+from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
+from highwater.v1.common_pb2 import ErrorCode
+from quorum_processes import free_ports, keep_broker_alive, replay_image
+
+pytestmark = pytest.mark.timeout(400)
+
+IDS = (1, 2, 3)
+
+
+@dataclass
+class Node:
+    node_id: int
+    port: int
+    data_dir: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = field(default=None)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, *quorum: str) -> None:
+        with open(self.log_path, "ab") as stderr:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "highwater",
+                    "--log-level",
+                    "INFO",
+                    "controller",
+                    "--node-id",
+                    str(self.node_id),
+                    "--listen",
+                    self.address,
+                    "--data-dir",
+                    str(self.data_dir),
+                    *quorum,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            )
+
+    def stop(self, sig: int = signal.SIGTERM) -> int | None:
+        process, self.process = self.process, None
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(sig)
+        try:
+            return process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return process.wait(10)
+
+
+@dataclass
+class Quorum:
+    nodes: dict[int, Node]
+    directory_ids: dict[int, str]
+    created: dict[str, str] = field(default_factory=dict)
+    """Acknowledged topic creations: name -> topic id."""
+
+    @property
+    def addresses(self) -> list[str]:
+        return [n.address for n in self.nodes.values()]
+
+    def describe(self) -> raft_pb2.DescribeQuorumResponse:
+        """The leader's DescribeQuorum (waits for one: on a loaded machine a controller's
+        start alone can take tens of seconds)."""
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            for node in self.nodes.values():
+                with grpc.insecure_channel(node.address) as channel:
+                    try:
+                        answer = raft_pb2_grpc.RaftStub(channel).DescribeQuorum(
+                            raft_pb2.DescribeQuorumRequest(), timeout=2
+                        )
+                    except grpc.RpcError:
+                        continue
+                if answer.error == ErrorCode.NONE:
+                    return answer
+            time.sleep(0.1)
+        raise AssertionError("no leader; see the controller-*.log files")
+
+
+@pytest.fixture(scope="module")
+def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Quorum]:
+    root = tmp_path_factory.mktemp("membership")
+    ports = free_ports(len(IDS))
+    directory_ids = {n: str(uuid.uuid4()) for n in IDS}
+    initial = ",".join(
+        f"{n}@127.0.0.1:{p}:{directory_ids[n]}" for n, p in zip(IDS, ports, strict=True)
+    )
+    nodes = {
+        n: Node(n, p, root / f"controller-{n}", root / f"controller-{n}.log")
+        for n, p in zip(IDS, ports, strict=True)
+    }
+    for node in nodes.values():
+        node.start("--initial-controllers", initial)
+    try:
+        yield Quorum(nodes, directory_ids)
+    finally:
+        for node in nodes.values():
+            node.stop(signal.SIGKILL)
+
+
+def cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+async def create_topics(quorum: Quorum, client: ControllerClient, stop: asyncio.Event) -> int:
+    """Create topics one after another until ``stop``; how many creations failed."""
+    failed = 0
+    number = 0
+    while not stop.is_set():
+        name = f"topic-{number:05d}"
+        number += 1
+        try:
+            answer = await client.create_topics(
+                m.CreateTopicsRequest((m.CreatableTopic(name, 1, 1),))
+            )
+        except Exception:
+            failed += 1
+            continue
+        (result,) = answer.topics
+        if result.error == ErrorCode.NONE:
+            quorum.created[name] = result.topic_id
+        else:
+            failed += 1
+    return failed
+
+
+async def test_replace_a_controller_whose_disk_was_wiped(quorum: Quorum) -> None:
+    described = await asyncio.to_thread(quorum.describe)
+    assert [(v.replica_id, v.replica_directory_id) for v in described.current_voters] == [
+        (n, quorum.directory_ids[n]) for n in IDS
+    ]
+    controllers = ",".join(quorum.addresses)
+    async with ControllerClient(quorum.addresses, timeout_s=60) as client:
+        heartbeats = asyncio.create_task(keep_broker_alive(client))
+        stop = asyncio.Event()
+        writer: asyncio.Task[int] | None = None
+        try:
+            async with asyncio.timeout(30):
+                while not quorum.created:  # once the broker is unfenced
+                    await create_topics_once(quorum, client)
+            writer = asyncio.create_task(create_topics(quorum, client, stop))
+
+            victim = quorum.nodes[next(n for n in IDS if n != described.leader_id)]
+            old_directory = quorum.directory_ids[victim.node_id]
+            victim.stop(signal.SIGKILL)
+            shutil.rmtree(victim.data_dir)
+            others = ",".join(n.address for n in quorum.nodes.values() if n is not victim)
+            victim.start("--bootstrap-controllers", others)
+
+            # Its old incarnation is still a voter: the leader refuses to count the new
+            # one's fetches, and add-controller names the voter to remove first.
+            code, output = await asyncio.to_thread(
+                cli, "quorum", "add-controller", "--controllers", controllers,
+                "--node-id", str(victim.node_id),
+            )  # fmt: skip
+            assert code == 1 and "is a voter already" in output, output
+            code, output = await asyncio.to_thread(
+                cli, "quorum", "remove-controller", "--controllers", controllers,
+                "--node-id", str(victim.node_id), "--directory-id", old_directory,
+            )  # fmt: skip
+            assert code == 0, output
+
+            # Now it follows as an observer, with a new directory id.
+            async with asyncio.timeout(60):
+                while True:
+                    described = await asyncio.to_thread(quorum.describe)
+                    observer = [r for r in described.observers if r.replica_id == victim.node_id]
+                    if observer and observer[0].replica_directory_id not in ("", old_directory):
+                        break
+                    await asyncio.sleep(0.1)
+            new_directory = observer[0].replica_directory_id
+            assert observer[0].endpoint == victim.address
+            async with asyncio.timeout(60):
+                while True:  # until it is caught up
+                    code, output = await asyncio.to_thread(
+                        cli, "quorum", "add-controller", "--controllers", controllers,
+                        "--node-id", str(victim.node_id),
+                    )  # fmt: skip
+                    if code == 0:
+                        break
+                    assert "REQUEST_TIMED_OUT" in output or "not an observer" in output, output
+                    await asyncio.sleep(0.2)
+            assert f"Added controller {victim.node_id}" in output
+            before = len(quorum.created)
+            async with asyncio.timeout(30):
+                while len(quorum.created) < before + 20:
+                    await asyncio.sleep(0.05)
+        finally:
+            stop.set()
+            failed = await writer if writer is not None else 0
+            heartbeats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeats
+
+    code, output = await asyncio.to_thread(
+        cli, "quorum", "describe", "--controllers", controllers, "--status", "--format", "json"
+    )
+    assert code == 0, output
+    status = json.loads(output)
+    assert [(v["id"], v["directoryId"]) for v in status["CurrentVoters"]] == [
+        (n, new_directory if n == victim.node_id else quorum.directory_ids[n]) for n in IDS
+    ]
+    assert status["CurrentObservers"] == []
+
+    # Every acknowledged creation is in the replaced controller's log.
+    high_watermark = (await asyncio.to_thread(quorum.describe)).high_watermark
+    async with asyncio.timeout(30):
+        while True:
+            voters = (await asyncio.to_thread(quorum.describe)).current_voters
+            ends = {v.replica_id: v.log_end_offset for v in voters}
+            if ends[victim.node_id] >= high_watermark:
+                break
+            await asyncio.sleep(0.1)
+    assert victim.stop() == 0
+    image = replay_image(victim.data_dir, high_watermark)
+    lost = {
+        name: topic_id
+        for name, topic_id in quorum.created.items()
+        if (topic := image.topic(name)) is None or topic.topic_id != topic_id
+    }
+    assert not lost, f"acknowledged topic creations lost: {sorted(lost)[:5]}"
+    assert len(quorum.created) >= 20 and failed < len(quorum.created)
+
+
+async def create_topics_once(quorum: Quorum, client: ControllerClient) -> None:
+    name = f"first-{len(quorum.created)}-{time.monotonic_ns()}"
+    answer = await client.create_topics(m.CreateTopicsRequest((m.CreatableTopic(name, 1, 1),)))
+    if answer.topics[0].error == ErrorCode.NONE:
+        quorum.created[name] = answer.topics[0].topic_id
+    else:
+        await asyncio.sleep(0.1)

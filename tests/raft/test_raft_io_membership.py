@@ -1,0 +1,351 @@
+"""A dynamic quorum (KIP-853) in ``RaftServer``: one event loop, real gRPC, real files.
+
+What the driver and its gRPC edge add to the pure core (``test_raft_membership.py``): a
+replica started with ``bootstrap_controllers`` learns the voters and follows as an
+observer that says who it is; AddRaftVoter and RemoveRaftVoter answer once committed or
+with the core's typed refusal; the committed set is kept in ``quorum-voters`` and every
+snapshot carries it; DescribeQuorum names directory ids and endpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from embedded_servers import free_port
+from highwater.cli.main import main
+from highwater.errors import KafkaStorageError
+from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
+from highwater.raft.driver import MetadataLogLayout, RaftServer, RaftServerSettings
+from highwater.raft.messages import OffsetAndEpoch
+from highwater.raft.node import RaftConfig
+from highwater.raft.partition_raft_log import metadata_log_config
+from highwater.raft.state_machine import SnapshotReader
+from highwater.raft.voter_files import CommittedVotersFile, unwrap_snapshot, wrap_snapshot
+from highwater.raft.voter_set import DIRECTORY_ID_FILE, Voter, VoterSet
+from highwater.records import RecordBatch
+from highwater.rpc.channels import open_channel
+from highwater.v1.common_pb2 import ErrorCode
+
+pytestmark = pytest.mark.timeout(90)
+
+FAST = RaftConfig(
+    election_timeout_ms=300,
+    election_backoff_max_ms=300,
+    fetch_timeout_ms=600,
+    fetch_max_wait_ms=200,
+    request_timeout_ms=500,
+)
+SETTINGS = RaftServerSettings(
+    raft=FAST,
+    log_config=metadata_log_config(segment_bytes=2048),
+    metadata_log_max_record_bytes_between_snapshots=4096,
+    discovery_timeout_ms=10_000,
+)
+
+
+class Values:
+    """Keeps every committed value; snapshots are the JSON list of them."""
+
+    def __init__(self) -> None:
+        self.values: list[str] = []
+        self.loaded = 0
+
+    def apply(self, batches: Sequence[RecordBatch], high_watermark: int) -> None:
+        for batch in batches:
+            for record in batch.records():
+                assert record.value is not None
+                self.values.append(record.value.decode())
+
+    def load_snapshot(self, reader: SnapshotReader) -> None:
+        self.values = json.loads(reader.read())  # the voters section is not handed on
+        self.loaded += 1
+
+    def snapshot(self, snapshot_id: OffsetAndEpoch) -> bytes:
+        return json.dumps(self.values).encode()
+
+
+class Cluster:
+    """Node 1 bootstraps a dynamic quorum alone; others join through its address."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.servers: dict[int, RaftServer] = {}
+        self.machines: dict[int, Values] = {}
+        self.first = Voter(1, uuid.uuid4(), "127.0.0.1:0")
+
+    def address(self, node_id: int) -> str:
+        return f"127.0.0.1:{self.servers[node_id].port}"
+
+    async def start(self, node_id: int, *, listen: str = "127.0.0.1:0") -> RaftServer:
+        machine = self.machines.setdefault(node_id, Values())
+        if node_id == 1:
+            quorum: dict[str, object] = {"initial_voters": VoterSet.of([self.first])}
+            listen = self.first.endpoint
+        else:
+            quorum = {"bootstrap_controllers": [self.address(1)]}
+        server = RaftServer(
+            node_id=node_id,
+            listen=listen,
+            data_dir=self.root / f"node-{node_id}",
+            state_machine=machine,
+            settings=SETTINGS,
+            **quorum,  # type: ignore[arg-type]
+        )
+        await server.start()
+        self.servers[node_id] = server
+        return server
+
+    async def stop(self, node_id: int) -> None:
+        await self.servers.pop(node_id).stop()
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    cluster = Cluster(tmp_path)
+    # A fixed port for node 1: its endpoint is in the bootstrap set every replica learns.
+    cluster.first = Voter(1, uuid.uuid4(), f"127.0.0.1:{free_port()}")
+    try:
+        yield cluster
+    finally:
+        for node_id in list(cluster.servers):
+            await cluster.stop(node_id)
+
+
+async def until(condition: object, timeout_s: float = 15) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():  # type: ignore[operator]
+            await asyncio.sleep(0.02)
+
+
+async def call(address: str, method: str, request: object) -> object:
+    async with open_channel(address) as channel:
+        return await getattr(raft_pb2_grpc.RaftStub(channel), method)(request, timeout=10)
+
+
+async def add(address: str, node_id: int, directory_id: str, endpoint: str, **more: str) -> object:
+    request = raft_pb2.AddRaftVoterRequest(
+        voter_id=node_id, voter_directory_id=directory_id, endpoint=endpoint, **more
+    )
+    return await call(address, "AddRaftVoter", request)
+
+
+async def remove(address: str, node_id: int, directory_id: str = "") -> object:
+    request = raft_pb2.RemoveRaftVoterRequest(voter_id=node_id, voter_directory_id=directory_id)
+    return await call(address, "RemoveRaftVoter", request)
+
+
+async def test_an_observer_is_added_removed_and_every_refusal_is_typed(cluster: Cluster) -> None:
+    first = await cluster.start(1)
+    await until(lambda: first.is_leader)
+    for i in range(5):
+        await first.propose([f"v{i}".encode()])
+    joiner = await cluster.start(2)
+    assert joiner.voter_set().ids == {1}, "it learned the voters from node 1"
+    assert joiner.cluster_id == first.cluster_id
+    directory_id = str(joiner.directory_id)
+    assert (cluster.root / "node-2" / DIRECTORY_ID_FILE).read_text().strip() == directory_id
+    await until(lambda: cluster.machines[2].values == cluster.machines[1].values)
+
+    described = first.describe_quorum_response()
+    observer = next(r for r in described.observers if r.replica_id == 2)
+    assert observer.replica_directory_id == directory_id
+    assert observer.endpoint == cluster.address(2)
+    assert [n.directory_id for n in described.nodes] == [str(cluster.first.directory_id)]
+
+    leader = cluster.address(1)
+    # Refusals, each typed: a node that never fetched, a bad directory id, another
+    # cluster, a follower asked, a static quorum further down.
+    never = await add(leader, 3, str(uuid.uuid4()), "127.0.0.1:9")
+    assert never.error == ErrorCode.REQUEST_TIMED_OUT, never  # type: ignore[attr-defined]
+    assert "not a caught-up observer" in never.error_message  # type: ignore[attr-defined]
+    bad = await add(leader, 2, "not-a-uuid", cluster.address(2))
+    assert bad.error == ErrorCode.INVALID_REQUEST  # type: ignore[attr-defined]
+    other = await add(leader, 2, directory_id, cluster.address(2), cluster_id="other")
+    assert other.error == ErrorCode.INCONSISTENT_CLUSTER_ID  # type: ignore[attr-defined]
+    last = await remove(leader, 1)
+    assert last.error == ErrorCode.INVALID_REQUEST  # type: ignore[attr-defined]
+    assert "last voter" in last.error_message  # type: ignore[attr-defined]
+
+    added = await add(leader, 2, directory_id, cluster.address(2))
+    assert added.error == ErrorCode.NONE, added  # type: ignore[attr-defined]
+    assert first.voter_set().ids == {1, 2}
+    await until(lambda: joiner.voter_set().ids == {1, 2})
+    kept = CommittedVotersFile(MetadataLogLayout(cluster.root / "node-1").committed_voters_path)
+    assert kept.read()[1].ids == {1, 2}  # type: ignore[index]
+    await until(lambda: first.describe_quorum_response().current_voters[-1].replica_id == 2)
+    voters = first.describe_quorum_response().current_voters
+    assert [(v.replica_id, v.replica_directory_id) for v in voters] == [
+        (1, str(cluster.first.directory_id)),
+        (2, directory_id),
+    ]
+
+    again = await add(leader, 2, str(uuid.uuid4()), cluster.address(2))
+    assert again.error == ErrorCode.INVALID_REQUEST  # type: ignore[attr-defined]
+    assert "new incarnation" in again.error_message  # type: ignore[attr-defined]
+    asked_follower = await remove(cluster.address(2), 2)
+    assert asked_follower.error == ErrorCode.NOT_LEADER_OR_FOLLOWER  # type: ignore[attr-defined]
+    assert asked_follower.leader_id == 1  # type: ignore[attr-defined]
+    assert asked_follower.leader_endpoint == leader  # type: ignore[attr-defined]
+    wrong_directory = await remove(leader, 2, str(uuid.uuid4()))
+    assert wrong_directory.error == ErrorCode.INVALID_REQUEST  # type: ignore[attr-defined]
+
+    removed = await remove(leader, 2, directory_id)
+    assert removed.error == ErrorCode.NONE, removed  # type: ignore[attr-defined]
+    assert first.voter_set().ids == {1}
+    await until(lambda: joiner.voter_set().ids == {1})
+    await first.propose([b"after"])
+    await until(lambda: cluster.machines[2].values[-1:] == ["after"])
+
+    # Both restart from what they kept: node 2, an observer again, knows the set.
+    await cluster.stop(2)
+    await cluster.stop(1)
+    first = await cluster.start(1)
+    joiner = await cluster.start(2)
+    assert first.voter_set().ids == joiner.voter_set().ids == {1}
+    await until(lambda: first.is_leader)
+    await first.propose([b"restarted"])
+    await until(lambda: cluster.machines[2].values[-1:] == ["restarted"])
+
+
+async def test_snapshots_carry_the_voter_set(cluster: Cluster) -> None:
+    first = await cluster.start(1)
+    await until(lambda: first.is_leader)
+    joiner = await cluster.start(2)
+    await until(lambda: joiner.applied_offset >= first.high_watermark > 0)
+    added = await add(cluster.address(1), 2, str(joiner.directory_id), cluster.address(2))
+    assert added.error == ErrorCode.NONE, added  # type: ignore[attr-defined]
+    for i in range(150):
+        await first.propose([f"n{i:04d}".encode() + b"y" * 40])
+    layout = MetadataLogLayout(cluster.root / "node-1")
+    assert not (layout.log_dir / "00000000000000000000.log").exists(), "no snapshot yet"
+    # A replica that joins now installs the leader's snapshot and takes its voter set.
+    third = await cluster.start(3)
+    await until(lambda: third.applied_offset >= first.high_watermark)
+    assert cluster.machines[3].loaded and cluster.machines[3].values == cluster.machines[1].values
+    assert third.voter_set().ids == {1, 2}
+    # It learned {1, 2} at its first start too (offset -1); the kept set now names the
+    # offset of the record the snapshot carried.
+    kept = CommittedVotersFile(MetadataLogLayout(cluster.root / "node-3").committed_voters_path)
+    await until(lambda: (kept.read() or (-1, None))[0] >= 0)
+    # Node 1 restarted without its quorum-voters file: the snapshot's set, not the
+    # bootstrap's {1}, is the one in force (node 2 then votes it back in).
+    await cluster.stop(3)
+    await cluster.stop(1)
+    layout.committed_voters_path.unlink()
+    restarted = await cluster.start(1)
+    assert restarted.voter_set().ids == {1, 2}
+    await until(lambda: restarted.is_leader or joiner.is_leader)
+
+
+async def test_a_static_quorum_refuses_changes(tmp_path: Path) -> None:
+    server = RaftServer(
+        node_id=1,
+        listen="127.0.0.1:0",
+        voters={1: "127.0.0.1:1"},
+        data_dir=tmp_path,
+        state_machine=Values(),
+        settings=SETTINGS,
+    )
+    await server.start()
+    try:
+        await until(lambda: server.is_leader)
+        address = f"127.0.0.1:{server.port}"
+        answer = await add(address, 2, str(uuid.uuid4()), "127.0.0.1:9")
+        assert answer.error == ErrorCode.UNSUPPORTED_VERSION  # type: ignore[attr-defined]
+        assert "--initial-controllers" in answer.error_message  # type: ignore[attr-defined]
+        assert not (tmp_path / DIRECTORY_ID_FILE).exists()
+    finally:
+        await server.stop()
+
+
+def test_the_voters_section_of_a_snapshot() -> None:
+    voters = VoterSet.of([Voter(1, uuid.uuid4(), "h:1"), Voter(2, uuid.uuid4(), "h:2")])
+    wrapped = wrap_snapshot((7, voters), b"[1,2]")
+    assert unwrap_snapshot(wrapped) == ((7, voters), b"[1,2]")
+    assert unwrap_snapshot(b"[1,2]") == (None, b"[1,2]")  # a static quorum's snapshot
+
+
+async def test_bootstrap_controllers_refuse_a_static_quorum(tmp_path: Path) -> None:
+    static = RaftServer(
+        node_id=1,
+        listen="127.0.0.1:0",
+        voters={1: "127.0.0.1:1"},
+        data_dir=tmp_path / "static",
+        state_machine=Values(),
+        settings=SETTINGS,
+    )
+    await static.start()
+    try:
+        joiner = RaftServer(
+            node_id=2,
+            listen="127.0.0.1:0",
+            bootstrap_controllers=[f"127.0.0.1:{static.port}"],
+            data_dir=tmp_path / "joiner",
+            state_machine=Values(),
+            settings=SETTINGS,
+        )
+        with pytest.raises(Exception, match="is static"):
+            await joiner.start()
+    finally:
+        await static.stop()
+
+
+async def test_initial_controllers_refuse_a_directory_of_another_incarnation(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / DIRECTORY_ID_FILE).write_text(f"{uuid.uuid4()}\n")
+    server = RaftServer(
+        node_id=1,
+        listen="127.0.0.1:0",
+        initial_voters=VoterSet.of([Voter(1, uuid.uuid4(), "127.0.0.1:1")]),
+        data_dir=tmp_path,
+        state_machine=Values(),
+        settings=SETTINGS,
+    )
+    with pytest.raises(KafkaStorageError, match="rejoins with --bootstrap-controllers"):
+        await server.start()
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(
+    ("quorum", "message"),
+    [
+        (["--voters", "1@127.0.0.1:9093", "--bootstrap-controllers", "127.0.0.1:9093"], "one way"),
+        ([], "give the quorum one way"),
+        (["--initial-controllers", "1@127.0.0.1:9093"], "bad --initial-controllers entry"),
+        (["--initial-controllers", f"2@127.0.0.1:9093:{uuid.uuid4()}"], "a new controller joins"),
+        (["--bootstrap-controllers", "nowhere"], "is not HOST:PORT"),
+    ],
+)
+def test_controller_quorum_flags_are_checked(
+    tmp_path: Path, quorum: list[str], message: str
+) -> None:
+    code, output = run(
+        "controller", "--node-id", "1", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path),
+        *quorum,
+    )  # fmt: skip
+    assert code == 2 and message in output, output
+    assert not list(tmp_path.iterdir())  # nothing was started
+
+
+def test_quorum_changes_report_bad_input_and_unreachable_controllers() -> None:
+    code, output = run(
+        "quorum", "remove-controller", "--controllers", "127.0.0.1:1", "--node-id", "1",
+        "--directory-id", "nope",
+    )  # fmt: skip
+    assert code == 2 and "is not a directory id" in output
+    code, output = run(
+        "quorum", "add-controller", "--controllers", "127.0.0.1:1", "--node-id", "4",
+        "--timeout", "1",
+    )  # fmt: skip
+    assert code == 1 and "no controller could be reached" in output
