@@ -18,6 +18,7 @@ import grpc
 import grpc.aio
 import pytest
 import pytest_asyncio
+from broker_roles import leads
 from embedded_servers import running_embedded_server
 from highwater.client.admin import AdminClient, NewTopic
 from highwater.client.consumer import OFFSET_BEGINNING, AsyncConsumer, TopicPartition
@@ -53,6 +54,9 @@ async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Embe
                 await admin.create_topics([NewTopic(TOPIC, num_partitions=1)])
                 outcome = await admin.alter_user_scram_credentials([(USER, MECHANISM, PASSWORD)])
                 assert outcome == {USER: None}
+            async with asyncio.timeout(30):  # the raw fetches below do not retry
+                while not leads(server.broker, TOPIC, 0):
+                    await asyncio.sleep(0.02)
             yield server
     finally:
         auth.configure(before)
