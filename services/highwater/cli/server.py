@@ -79,7 +79,7 @@ async def run_demo(address: str) -> None:
             produced_record = plain.records.add(value=line.encode())
             if number == len(DEMO_LINES) - 1:
                 produced_record.key = b"demo-key"
-        produced = (await broker.Produce(request)).topics[0].partitions[0]
+        produced = await _produce_once_leading(broker, request)
         if produced.error != ErrorCode.NONE:
             raise click.ClickException(f"produce failed: {produced.error_message}")
         echo(
@@ -99,6 +99,20 @@ async def run_demo(address: str) -> None:
                 value = record.value.decode() if record.value is not None else "-"
                 echo(f"demo: consumed offset {record.offset} key={key} value={value!r}")
         echo(f"demo: high watermark {answer.high_watermark}; serving on {address} (Ctrl-C stops)")
+
+
+async def _produce_once_leading(
+    broker: broker_pb2_grpc.BrokerStub, request: pb.ProduceRequest, timeout_s: float = 10
+) -> pb.ProducePartitionResponse:
+    """Produce ``request``, again while the leader is still taking its role (it makes the
+    new partition's log after the metadata names it: NOT_LEADER_OR_FOLLOWER, retriable),
+    as a Kafka client retries."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        produced = (await broker.Produce(request)).topics[0].partitions[0]
+        if produced.error != ErrorCode.NOT_LEADER_OR_FOLLOWER or time.monotonic() > deadline:
+            return produced
+        await asyncio.sleep(0.05)
 
 
 async def _wait_for_leader(broker: broker_pb2_grpc.BrokerStub, timeout_s: float = 10) -> None:
