@@ -139,6 +139,10 @@ _RAFT: Final[dict[str, Access]] = {
     "FetchStream": OnCluster(_A.CLUSTER_ACTION),
     "FetchSnapshot": OnCluster(_A.CLUSTER_ACTION),
     "DescribeQuorum": OnCluster(_A.DESCRIBE),
+    # KIP-853: an operator adds and removes voters; a voter updates its own endpoint.
+    "AddRaftVoter": OnCluster(_A.ALTER),
+    "RemoveRaftVoter": OnCluster(_A.ALTER),
+    "UpdateRaftVoter": OnCluster(_A.CLUSTER_ACTION),
 }
 
 
