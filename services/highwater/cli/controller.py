@@ -29,6 +29,7 @@ from pathlib import Path
 
 import click
 
+from highwater.cli.addresses import parse_addresses
 from highwater.cli.server_config import (
     controller_config,
     load_role_config,
@@ -49,7 +50,6 @@ from highwater.errors import HighwaterError
 from highwater.etcd_metadata.endpoints import EtcdStoreAddress
 from highwater.raft.driver import RaftServerSettings
 from highwater.raft.voter_set import MembershipChangeError, VoterSet, parse_initial_controllers
-from highwater.rpc.endpoints import parse_endpoint
 
 
 def _initial_controllers(
@@ -66,17 +66,7 @@ def _initial_controllers(
 def _bootstrap_controllers(
     _ctx: click.Context, _param: click.Parameter, value: str | None
 ) -> list[str] | None:
-    if value is None:
-        return None
-    addresses = [part.strip() for part in value.split(",") if part.strip()]
-    if not addresses:
-        raise click.BadParameter("names no controller")
-    for address in addresses:
-        try:
-            parse_endpoint(address)
-        except ValueError as e:
-            raise click.BadParameter(str(e)) from None
-    return addresses
+    return None if value is None else parse_addresses(value)
 
 
 @click.command("controller")
