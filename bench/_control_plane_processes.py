@@ -295,17 +295,7 @@ def process_rows(report: Report, section: SuiteSection) -> dict[tuple[str, int],
         for mode in MODES:
             report.progress(f"control-plane: {mode}, {partitions:,} partitions on processes")
             with report.data_dir(f"control-plane-{mode}-{partitions}") as root:
-                try:
-                    with contextlib.ExitStack() as stack:
-                        endpoint = ""
-                        if mode == "etcd":
-                            etcd = etcd_cluster(root / "etcd", members=1)
-                            endpoint = stack.enter_context(etcd)[0]
-                        cluster = stack.enter_context(process_cluster(root, mode, endpoint))
-                        results[(mode, partitions)] = asyncio.run(_measure(cluster, partitions))
-                except (RuntimeError, TimeoutError, OSError) as error:
-                    failure = f"{type(error).__name__}: {error}"
-                    results[(mode, partitions)] = ProcessResult(error=failure)
+                results[(mode, partitions)] = _measure_mode(root, mode, partitions)
     _process_rows(section, results)
     return results
 
@@ -322,18 +312,23 @@ def run_sizes(
             print(f"control-plane: {mode}, {partitions:,} partitions on processes", flush=True)
             root = data_dir / f"control-plane-{mode}-{partitions}"
             root.mkdir(parents=True, exist_ok=True)
-            try:
-                with contextlib.ExitStack() as stack:
-                    endpoint = ""
-                    if mode == "etcd":
-                        etcd = etcd_cluster(root / "etcd", members=1)
-                        endpoint = stack.enter_context(etcd)[0]
-                    cluster = stack.enter_context(process_cluster(root, mode, endpoint))
-                    results[(mode, partitions)] = asyncio.run(_measure(cluster, partitions))
-            except (RuntimeError, TimeoutError, OSError) as error:
-                failure = f"{type(error).__name__}: {error}"
-                results[(mode, partitions)] = ProcessResult(error=failure)
+            results[(mode, partitions)] = _measure_mode(root, mode, partitions)
     return results
+
+
+def _measure_mode(root: Path, mode: str, partitions: int) -> ProcessResult:
+    """One mode's cluster (and its etcd) started under ``root`` and measured at
+    ``partitions``; a failure to start or measure is the result's ``error``."""
+    try:
+        with contextlib.ExitStack() as stack:
+            endpoint = ""
+            if mode == "etcd":
+                etcd = etcd_cluster(root / "etcd", members=1)
+                endpoint = stack.enter_context(etcd)[0]
+            cluster = stack.enter_context(process_cluster(root, mode, endpoint))
+            return asyncio.run(_measure(cluster, partitions))
+    except (RuntimeError, TimeoutError, OSError) as error:
+        return ProcessResult(error=f"{type(error).__name__}: {error}")
 
 
 def main(argv: list[str] | None = None) -> int:
