@@ -348,32 +348,3 @@ def _batch_from_leader(values: list[tuple[bytes, int]], *, start: int) -> bytes:
     for value, epoch in values:
         leader.append_as_leader([value], epoch)
     return leader.read(start, 1 << 20)
-
-
-def test_recent_batches_are_read_from_memory_as_the_segment_holds_them(log_dir: Path) -> None:
-    """What was just appended is served from memory, byte for byte what the segment would
-    return (whole batches up to max_bytes, at least one), as leader and as follower, and
-    a truncation leaves nothing stale behind."""
-    leader = PartitionRaftLog.open(log_dir)
-    follower = PartitionRaftLog.open(log_dir.parent / "follower" / log_dir.name)
-    try:
-        for i in range(12):
-            leader.append_as_leader([b"v%d" % i] * (1 + i % 3), 1 + i // 6)
-        follower.append_as_follower(leader.read(0, 1 << 20))
-        for raft_log in (leader, follower):
-            on_disk = raft_log.partition_log
-            for batch in iter_batches(on_disk.read(0, 1 << 20).records):
-                for max_bytes in (1, 150, 1 << 20):
-                    from_disk = on_disk.read(batch.base_offset, max_bytes).records
-                    assert raft_log.read(batch.base_offset, max_bytes) == from_disk
-        offsets = [b.base_offset for b in iter_batches(leader.read(0, 1 << 20))]
-        leader.truncate_to(offsets[5])
-        leader.append_as_leader([b"after"], 3)
-        assert _entries(leader)[-1] == (offsets[5], 3, b"after")
-        assert (
-            leader.read(offsets[5], 1 << 20)
-            == leader.partition_log.read(offsets[5], 1 << 20).records
-        )
-    finally:
-        leader.close()
-        follower.close()

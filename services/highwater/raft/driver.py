@@ -135,10 +135,13 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _APPLY_READ_BYTES: Final = 1 << 20
+_APPEND_LINGER_TURNS: Final = 3
 _INLINE_FSYNC_MAX_S: Final = 0.0005
 """An fsync that took longer than this sends the next ones to a worker thread (see
 ``_handle_ready``); one at most this long runs on the loop, where it costs less than the
 hand-off to a thread and back."""
+"""Event-loop turns a leader yields before taking a Ready (see ``_drive``): a request
+needs about three to travel from gRPC to :meth:`RaftServer.append`."""
 
 
 # --- configuration -----------------------------------------------------------------------
@@ -322,7 +325,6 @@ class RaftServer:
         self._bytes_since_snapshot = 0
         self._role: RoleChange | None = None
         self._flushing: asyncio.Task[None] | None = None
-        self._persisting_election = False
         self._last_fsync_s = 0.0
         self.telemetry = RaftTelemetry(self)
 
@@ -427,9 +429,6 @@ class RaftServer:
             self._proposals,
             _Proposal(appended.offset, next(self._sequence), appended.epoch, future),
         )
-        # The followers' parked fetches were answered by the append: they go out now, not
-        # after a turn of the driver's loop.
-        self._dispatch_ready_messages(node)
         self._wakeup.set()
         self.telemetry.appended(future, appended, len(values))
         return appended, future
@@ -673,9 +672,13 @@ class RaftServer:
         loop = asyncio.get_running_loop()
         try:
             while not self._stopping:
-                # No linger here: requests that arrive together are grouped into one batch
-                # by the controller before they reach ``append``, and what is appended
-                # while a flush runs goes into the next one (group commit).
+                if node.is_leader:
+                    # Let what is already runnable run first: requests that arrived
+                    # together reach ``append`` (through gRPC, the servicer and the
+                    # controller's queue) and share one flush and one round of fetch
+                    # answers — a linger that waits for nothing that is not already here.
+                    for _ in range(_APPEND_LINGER_TURNS):
+                        await asyncio.sleep(0)
                 self._wakeup.clear()
                 node.tick(self._clock())
                 ready = node.ready()
@@ -704,15 +707,9 @@ class RaftServer:
     async def _handle_ready(self, node: RaftNode, ready: Ready) -> None:
         raft_log = self._require_log()
         if ready.election_state is not None:
-            # Nothing is sent before the election state is durable, not even what an
-            # append made meanwhile (``_dispatch_ready_messages``).
-            self._persisting_election = True
-            try:
-                await asyncio.to_thread(
-                    self._state_file.write, self._quorum_state(ready.election_state)
-                )
-            finally:
-                self._persisting_election = False
+            await asyncio.to_thread(
+                self._state_file.write, self._quorum_state(ready.election_state)
+            )
         if ready.voters is not None:
             self._use_voters(ready.voters)
         if ready.committed_voters is not None:
@@ -738,11 +735,7 @@ class RaftServer:
                 self._last_fsync_s = time.perf_counter() - started
                 self._flushed(node)
             else:
-                # Handed to the worker thread now, not when the task first runs: the fsync
-                # starts before the state machine's work that follows in this Ready.
-                started = time.perf_counter()
-                fsync = asyncio.get_running_loop().run_in_executor(None, raft_log.flush)
-                self._flushing = asyncio.create_task(self._flush_in_thread(node, fsync, started))
+                self._flushing = asyncio.create_task(self._flush_in_thread(node))
         if ready.load_snapshot is not None:
             await self._load_snapshot(ready.load_snapshot)
         if ready.high_watermark is not None:
@@ -756,11 +749,11 @@ class RaftServer:
         wakes the loop, and the next Ready asks again for what was appended meanwhile."""
         return self._flushing is not None and ready == Ready(must_flush=True)
 
-    async def _flush_in_thread(
-        self, node: RaftNode, fsync: asyncio.Future[int], started: float
-    ) -> None:
+    async def _flush_in_thread(self, node: RaftNode) -> None:
+        raft_log = self._require_log()
         try:
-            await fsync
+            started = time.perf_counter()
+            await asyncio.to_thread(raft_log.flush)
             self._last_fsync_s = time.perf_counter() - started
             if not self._stopping:
                 self._flushed(node)
@@ -772,33 +765,9 @@ class RaftServer:
 
     def _flushed(self, node: RaftNode) -> None:
         node.on_flushed(self._require_log().flushed_offset, self._clock())
-        # A follower's next fetch goes out before the state machine's work that follows;
-        # a leader whose own flush completed a majority applies and answers at once.
-        self._dispatch_ready_messages(node)
-        self._apply_on_leader(node)
-
-    def _dispatch_ready_messages(self, node: RaftNode) -> None:
-        """Send what the node has to send now (see :meth:`RaftNode.ready_messages`)."""
-        if self._persisting_election:
-            return  # they go with the next Ready, after the election state
+        # A follower's next fetch goes out before the state machine's work that follows.
         for message in node.ready_messages():
             self._dispatch(message)
-
-    def _apply_on_leader(self, node: RaftNode) -> None:
-        """The leader's high watermark moved (a follower's fetch, or its own flush): apply
-        the newly committed batches and resolve their proposals now, in the same turn,
-        rather than after a turn of the driver's loop. Only on a leader: a follower's
-        Ready may first have a snapshot to load. The driver's next Ready finds the
-        rest (a snapshot to write, batches beyond the first read)."""
-        high_watermark = node.high_watermark
-        if not node.is_leader or high_watermark is None or high_watermark <= self._high_watermark:
-            return
-        self._high_watermark = high_watermark
-        try:
-            self._apply_batch_read()
-        except Exception as e:
-            self._fail(e)
-        self._wakeup.set()
 
     def _quorum_state(self, election: ElectionState) -> QuorumStateData:
         return QuorumStateData(
@@ -833,44 +802,38 @@ class RaftServer:
             _fail(heapq.heappop(self._proposals), NotLeaderError(self.leader_id, snapshot_id.epoch))
 
     async def _apply_committed(self, node: RaftNode) -> None:
+        raft_log = self._require_log()
         while True:
-            applied = self._apply_batch_read()
+            high_watermark = min(self._high_watermark, raft_log.end_offset)
+            if self._applied_offset >= high_watermark:
+                return
+            if self._applied_offset < raft_log.start_offset:
+                return  # the log was reset to a snapshot: the next Ready loads it first
+            data = raft_log.read(self._applied_offset, _APPLY_READ_BYTES)
+            committed: list[RecordBatch] = []
+            applied_bytes = 0
+            for batch in iter_batches(data):
+                if batch.next_offset <= self._applied_offset:
+                    continue
+                if batch.next_offset > high_watermark:
+                    break
+                self._resolve_proposals(batch)
+                if not batch.is_control:
+                    committed.append(batch)
+                applied_bytes += batch.size
+                self._applied_offset = batch.next_offset
+                self._applied_epoch = batch.partition_leader_epoch
+            if not applied_bytes:
+                return
+            if committed:
+                self._state_machine.apply(committed, high_watermark)
+            self._bytes_since_snapshot += applied_bytes
             if (
                 self._bytes_since_snapshot
                 >= self.settings.metadata_log_max_record_bytes_between_snapshots
             ):
                 await self._write_snapshot(node)
-            if not applied:
-                return
             await asyncio.sleep(0)
-
-    def _apply_batch_read(self) -> int:
-        """Hand the state machine the committed batches of one read of the log (at most
-        ``_APPLY_READ_BYTES``) and resolve their proposals; the bytes applied (0: nothing
-        committed is left unapplied, or the log was reset to a snapshot that the next
-        Ready loads first)."""
-        raft_log = self._require_log()
-        high_watermark = min(self._high_watermark, raft_log.end_offset)
-        if self._applied_offset >= high_watermark or self._applied_offset < raft_log.start_offset:
-            return 0
-        data = raft_log.read(self._applied_offset, _APPLY_READ_BYTES)
-        committed: list[RecordBatch] = []
-        applied_bytes = 0
-        for batch in iter_batches(data):
-            if batch.next_offset <= self._applied_offset:
-                continue
-            if batch.next_offset > high_watermark:
-                break
-            self._resolve_proposals(batch)
-            if not batch.is_control:
-                committed.append(batch)
-            applied_bytes += batch.size
-            self._applied_offset = batch.next_offset
-            self._applied_epoch = batch.partition_leader_epoch
-        if committed:
-            self._state_machine.apply(committed, high_watermark)
-        self._bytes_since_snapshot += applied_bytes
-        return applied_bytes
 
     def _resolve_proposals(self, batch: RecordBatch) -> None:
         proposals = self._proposals
@@ -890,7 +853,6 @@ class RaftServer:
         if snapshot_id.offset <= self._last_snapshot_offset:
             return
         data = self._state_machine.snapshot(snapshot_id)
-        covered = self._bytes_since_snapshot  # the leader may apply more meanwhile
         if self.is_dynamic:
             data = wrap_snapshot(node.voters_at(snapshot_id.offset), data)
         store = self._require_snapshots()
@@ -898,7 +860,7 @@ class RaftServer:
         store.add(snapshot_id, path)
         node.snapshot_written(snapshot_id)
         self._last_snapshot_offset = snapshot_id.offset
-        self._bytes_since_snapshot -= covered
+        self._bytes_since_snapshot = 0
         log.info("node %d: wrote snapshot %s", self.node_id, snapshot_id)
 
     def _on_role_change(self, role: RoleChange) -> None:
@@ -950,8 +912,6 @@ class RaftServer:
         timer = asyncio.get_running_loop().call_later(timeout_s, expire, future)
         try:
             self._step(node, request)
-            if isinstance(request, FetchRequest):
-                self._apply_on_leader(node)
             response = await future
         except TimeoutError:
             return await abort(

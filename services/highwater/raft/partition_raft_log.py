@@ -26,7 +26,6 @@ flushed.
 
 from __future__ import annotations
 
-import collections
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -59,10 +58,6 @@ log = logging.getLogger(__name__)
 
 METADATA_TOPIC_PARTITION: Final = TopicPartition("__cluster_metadata", 0)
 MAX_BATCH_SIZE_BYTES: Final = 8 * 1024 * 1024  # Kafka's KafkaRaftClient.MAX_BATCH_SIZE_BYTES
-RECENT_BATCHES_MAX_BYTES: Final = 4 * 1024 * 1024
-"""How many bytes of the latest batches :class:`PartitionRaftLog` keeps in memory, so that
-the followers' fetches and the state machine's apply of what was just appended do not
-read it back from the segment (a fetch answers at most ``fetch_max_bytes``, 1 MiB)."""
 
 
 def metadata_log_dir(data_dir: Path) -> Path:
@@ -96,7 +91,6 @@ class PartitionRaftLog:
     def __init__(self, partition_log: PartitionLog, *, start_epoch: int = 0) -> None:
         self._log = partition_log
         self._start_epoch = start_epoch
-        self._recent = _RecentBatches(RECENT_BATCHES_MAX_BYTES)
 
     @classmethod
     def open(
@@ -231,9 +225,6 @@ class PartitionRaftLog:
         info = self._log.append_as_leader(
             batch, leader_epoch=epoch, origin=AppendOrigin.COORDINATOR
         )
-        # The log stamps base offset and epoch into the header, which build_batch already
-        # set to the same values: the bytes written are ``batch``'s.
-        self._recent.add(base_offset, info.last_offset + 1, bytes(batch))
         return OffsetAndEpoch(info.last_offset, epoch)
 
     def append_as_follower(self, batches: bytes) -> None:
@@ -241,8 +232,7 @@ class PartitionRaftLog:
             return
         next_offset = self.end_offset
         last_epoch = self.last_epoch
-        headers = iter_headers(batches, verify_crc=False)  # the log checks CRCs
-        for _, header in headers:
+        for _, header in iter_headers(batches, verify_crc=False):  # the log checks CRCs
             if header.base_offset != next_offset:
                 raise UnexpectedAppendOffsetError(
                     f"batch at offset {header.base_offset} does not continue the log at "
@@ -256,20 +246,12 @@ class PartitionRaftLog:
             next_offset = header.next_offset
             last_epoch = header.partition_leader_epoch
         self._log.append_as_follower(batches)
-        data = bytes(batches)
-        for position, header in headers:
-            self._recent.add(
-                header.base_offset, header.next_offset, data[position : position + header.size]
-            )
 
     def read(self, start_offset: int, max_bytes: int) -> bytes:
         if not self.start_offset <= start_offset <= self.end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {start_offset} is outside the log [{self.start_offset}, {self.end_offset}]"
             )
-        recent = self._recent.read(start_offset, max_bytes)
-        if recent is not None:
-            return recent
         return self._log.read(start_offset, max_bytes, min_one_batch=True).records
 
     def truncate_to(self, offset: int) -> None:
@@ -280,12 +262,10 @@ class PartitionRaftLog:
                 f"cannot truncate to {offset}, below the log start {self.start_offset}"
             )
         self._check_boundary(offset)
-        self._recent.clear()
         self._log.truncate_to(offset)
         self._make_truncation_durable()
 
     def truncate_to_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
-        self._recent.clear()
         self._log.truncate_fully_and_start_at(snapshot_id.offset)
         self._start_epoch = snapshot_id.epoch
         self._log.delete_pending_files(force=True)
@@ -348,55 +328,3 @@ class PartitionRaftLog:
         partition_log.active_segment.flush()
         partition_log.leader_epoch_cache.flush()
         fsync_dir(partition_log.directory)
-
-
-class _RecentBatches:
-    """The latest batches of the log as written, up to ``max_bytes`` (at least the last):
-    a contiguous run ending at the log end, so that a read starting at one of them returns
-    what the segment would (whole batches up to ``max_bytes``, at least one)."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self._max_bytes = max_bytes
-        self._batches: collections.deque[tuple[int, int, bytes]] = collections.deque()
-        self._index: dict[int, int] = {}  # base offset -> position counted from _first
-        self._first = 0  # how many batches were ever dropped from the left
-        self._bytes = 0
-
-    def add(self, base_offset: int, next_offset: int, data: bytes) -> None:
-        batches = self._batches
-        if batches and batches[-1][1] != base_offset:
-            self.clear()  # not contiguous: the log changed under us, start afresh
-        self._index[base_offset] = self._first + len(batches)
-        batches.append((base_offset, next_offset, data))
-        self._bytes += len(data)
-        while self._bytes > self._max_bytes and len(batches) > 1:
-            dropped, _, old = batches.popleft()
-            del self._index[dropped]
-            self._first += 1
-            self._bytes -= len(old)
-
-    def read(self, start_offset: int, max_bytes: int) -> bytes | None:
-        """The batches from the one starting at ``start_offset``, or None if not held."""
-        position = self._index.get(start_offset)
-        if position is None:
-            return None
-        batches = self._batches
-        index = position - self._first
-        first = batches[index][2]
-        if index == len(batches) - 1 or len(first) >= max_bytes:
-            return first
-        pieces = [first]
-        total = len(first)
-        for later in range(index + 1, len(batches)):
-            data = batches[later][2]
-            if total + len(data) > max_bytes:
-                break
-            pieces.append(data)
-            total += len(data)
-        return b"".join(pieces)
-
-    def clear(self) -> None:
-        self._first += len(self._batches)
-        self._batches.clear()
-        self._index.clear()
-        self._bytes = 0
