@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from highwater.etcd_metadata.endpoints import (
     with_client_tls,
 )
 from highwater.security.certificate_authority import CertificateAuthority
+from kafka_servers import wait_for
 from quorum_processes import free_ports
 
 pytestmark = pytest.mark.timeout(300)
@@ -60,16 +61,6 @@ class Pki:
         cert, key = self.root / f"{name}.crt", self.root / f"{name}.key"
         (ca or self.ca).issue(name, hosts=["127.0.0.1", "localhost"]).write(cert, key)
         return cert, key
-
-
-def wait_for(condition: Callable[[], Any], timeout_s: float = 30, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what or condition}")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import asyncio
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +29,9 @@ from confluent_kafka.admin import (
 )
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
-from kafka_servers import KafkaServer
+from kafka_servers import KafkaServer, wait_for
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def wait_for(condition: Callable[[], Any], timeout_s: float = 30, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what or condition}")
 
 
 def create_topic(server: KafkaServer, name: str, partitions: int = 1) -> None:

@@ -8,7 +8,8 @@ import socket
 import struct
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,3 +100,15 @@ def recv_exactly(sock: socket.socket, size: int) -> bytes:
             raise ConnectionError("closed")
         data += chunk
     return data
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float = 30, what: str = "") -> Any:
+    """``condition()``'s first truthy value, polled every 50 ms; AssertionError after
+    ``timeout_s``, naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what or condition}")
