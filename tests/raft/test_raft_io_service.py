@@ -324,6 +324,39 @@ async def test_three_voters_elect_replicate_and_fail_over(quorum3: Quorum) -> No
     assert Role.LEADER in roles and Role.RESIGNED in roles
 
 
+async def test_a_deposed_leaders_truncated_proposals_fail(quorum3: Quorum) -> None:
+    """The old leader's two uncommitted entries are truncated when it follows the new
+    leader, whose log ends before the second: both proposals fail at once, rather than
+    the second waiting for a write that covers its offset."""
+    for node_id in quorum3.voters:
+        await quorum3.start(node_id)
+    deposed = await quorum3.leader()
+    await quorum3.propose("committed")
+    followers = [n for n in quorum3.voters if n != deposed.node_id]
+    for node_id in followers:
+        await quorum3.stop(node_id)
+    _, first = deposed.append([b"lost-1"])
+    _, second = deposed.append([b"lost-2"])
+    # The followers come back unable to reach the old leader, and elect one of their own.
+    unreachable = {**quorum3.voters, deposed.node_id: f"127.0.0.1:{free_ports(1)[0]}"}
+    for node_id in followers:
+        server = RaftServer(
+            node_id=node_id,
+            listen=quorum3.voters[node_id],
+            voters=unreachable,
+            data_dir=quorum3.root / f"node-{node_id}",
+            state_machine=quorum3.machines[node_id],
+            settings=quorum3.settings,
+        )
+        await server.start()
+        quorum3.servers[node_id] = server
+    for proposal in (first, second):
+        with pytest.raises(NotLeaderError):
+            await asyncio.wait_for(asyncio.shield(proposal), 15)
+    assert not deposed.is_leader
+    assert quorum3.machines[deposed.node_id].values == ["committed"]
+
+
 async def test_grpc_describe_quorum_health_and_reflection(quorum3: Quorum) -> None:
     for node_id in quorum3.voters:
         await quorum3.start(node_id)

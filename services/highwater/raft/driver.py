@@ -741,6 +741,8 @@ class RaftServer:
         if ready.high_watermark is not None:
             self._high_watermark = max(self._high_watermark, ready.high_watermark)
         await self._apply_committed(node)
+        if self._proposals and not node.is_leader:
+            self._fail_truncated_proposals(raft_log.end_offset, node.epoch)
         if ready.role is not None:
             self._on_role_change(ready.role)
 
@@ -847,6 +849,24 @@ class RaftServer:
                     proposal.future.set_result(proposal.offset)
             else:
                 _fail(proposal, NotLeaderError(self.leader_id, batch.partition_leader_epoch))
+
+    def _fail_truncated_proposals(self, end_offset: int, epoch: int) -> None:
+        """Fail the proposals whose entries a follower's truncation removed: a deposed
+        leader's uncommitted tail can never commit. ``_resolve_proposals`` fails such a
+        proposal only once the new leader's committed entries cover its offset, and a
+        proposal past the new leader's log end would wait for writes that may never come.
+        An entry truncated and written again before this check keeps its proposal until
+        the batch at its offset commits (in another epoch, so it fails there)."""
+        if all(proposal.offset < end_offset for proposal in self._proposals):
+            return
+        kept: list[_Proposal] = []
+        for proposal in self._proposals:
+            if proposal.offset >= end_offset:
+                _fail(proposal, NotLeaderError(self.leader_id, epoch))
+            else:
+                kept.append(proposal)
+        heapq.heapify(kept)
+        self._proposals = kept
 
     async def _write_snapshot(self, node: RaftNode) -> None:
         snapshot_id = OffsetAndEpoch(self._applied_offset, self._applied_epoch)
