@@ -227,6 +227,31 @@ async def test_the_next_fetch_is_sent_ahead_while_the_buffer_is_taken(
         assert state.fetch_ahead_offset() is None  # the answer reached the high watermark
 
 
+async def test_an_idle_partition_does_not_hold_back_the_records_fetched_ahead(
+    server: ServerThread,
+) -> None:
+    """While a fetch ahead is on its way, the other partitions' fetches do not long-poll:
+    the records of a busy partition come one answer after another, not one per
+    fetch.max.wait.ms of its idle neighbour."""
+    await create_topic(server.address, "c-ahead-idle", partitions=2)
+    async with AsyncProducer({"bootstrap.servers": server.address, "linger.ms": 0}) as producer:
+        for i in range(4):  # four batches of three records in partition 0; 1 stays empty
+            await asyncio.gather(
+                *(producer.produce("c-ahead-idle", f"v{3 * i + j}", partition=0) for j in range(3))
+            )
+    config = {
+        "bootstrap.servers": server.address,
+        "max.partition.fetch.bytes": 1,  # one batch per answer
+        "fetch.max.wait.ms": 20_000,
+    }
+    async with AsyncConsumer(config) as consumer:
+        consumer.assign([TopicPartition("c-ahead-idle", p, 0) for p in (0, 1)])
+        started = time.monotonic()
+        got = await poll_n(consumer, 12, timeout=40)
+        assert values(got) == [f"v{i}".encode() for i in range(12)]
+        assert time.monotonic() - started < 10  # each long poll of partition 1 is 20
+
+
 async def test_pause_and_resume(server: ServerThread, consumer: AsyncConsumer) -> None:
     await create_topic(server.address, "c-pause", 2)
     await produce(server.address, "c-pause", 3, partition=0)

@@ -45,7 +45,9 @@ How records arrive (Kafka's ``Fetcher``):
   own, one per leader, and its answer is buffered after the rest, so the round trip is
   not on the caller's path. A partition is not fetched again while such a fetch is
   unanswered; its answer is dropped if a seek, an assignment or an error moved the
-  partition meanwhile, and an error it carries is left to the fetch that follows.
+  partition meanwhile, and an error it carries is left to the fetch that follows. While
+  one is on its way the other partitions' fetches do not long-poll, so an idle partition
+  does not hold the busy one's records back for ``fetch.max.wait.ms``.
 - ``OFFSET_OUT_OF_RANGE`` resets the position by ``auto.offset.reset`` (``none``: an error
   message, and the partition waits for a :meth:`~AsyncConsumer.seek`). Leader errors
   (``NOT_LEADER_OR_FOLLOWER``, ``FENCED_LEADER_EPOCH``, ``UNKNOWN_LEADER_EPOCH``,
@@ -559,12 +561,19 @@ class AsyncConsumer:
                 by_leader.setdefault(address, []).append(state)
         if not by_leader:
             return
-        max_wait_ms = int(min(self.config.fetch_max_wait_ms, budget * 1000))
+        # While a fetch ahead is on its way, the others do not long-poll: an idle partition
+        # would hold the records coming ahead back for up to fetch.max.wait.ms.
+        ahead = bool(self._ahead)
+        max_wait_ms = 0 if ahead else int(min(self.config.fetch_max_wait_ms, budget * 1000))
+        started = loop.time()
         fetches = [self._fetch(address, group, max_wait_ms) for address, group in by_leader.items()]
         if len(fetches) == 1:
             await fetches[0]  # one leader: no task to run it in, one loop turn less per fetch
         else:
             await asyncio.gather(*fetches)
+        if ahead and self._ahead and not self._ready and not self._errors:
+            remaining = max(budget - (loop.time() - started), 0.0)
+            await asyncio.wait(self._ahead, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
 
     async def _refresh_metadata(self, states: Sequence[PartitionState]) -> None:
         """Refresh the topics whose leaders are unknown or stale."""
