@@ -190,6 +190,68 @@ async def test_a_position_inside_a_batch_skips_the_batch_records_before_it(
     assert values(messages) == [f"v{i}".encode() for i in range(4, 10)]
 
 
+async def test_the_next_fetch_is_sent_ahead_while_the_buffer_is_taken(
+    server: ServerThread,
+) -> None:
+    """With records known to be on the broker past the buffered answer (its high
+    watermark), taking from the buffer sends the next Fetch from the answer's end at once;
+    its answer lands after the buffer, so the records come once each and in order, and a
+    seek meanwhile drops it."""
+    await create_topic(server.address, "c-ahead")
+    async with AsyncProducer({"bootstrap.servers": server.address, "linger.ms": 0}) as producer:
+        for i in range(4):  # four batches of three records
+            await asyncio.gather(
+                *(producer.produce("c-ahead", f"v{3 * i + j}", partition=0) for j in range(3))
+            )
+    tp = TopicPartition("c-ahead", 0)
+    config = {"bootstrap.servers": server.address, "max.partition.fetch.bytes": 1}
+    async with AsyncConsumer(config) as consumer:  # one batch per answer
+        consumer.assign([TopicPartition("c-ahead", 0, 0)])
+        state = consumer._states[tp.key()]
+        assert values(await poll_n(consumer, 1)) == [b"v0"]
+        assert consumer._ahead  # sent while two records of the first answer wait
+        await asyncio.wait(consumer._ahead)
+        assert state.fetched_end == 6 and len(state.batches) == 1
+        assert consumer.position([tp])[0].offset == 1
+        got = await consumer.consume_batches(11, timeout=5)
+        offsets = [m.offset() for batch in got for m in batch]
+        assert offsets == list(range(1, 12))
+        assert consumer.position([tp])[0].offset == 12
+
+        consumer.seek(TopicPartition("c-ahead", 0, 0))
+        assert values(await poll_n(consumer, 1)) == [b"v0"]
+        consumer.seek(TopicPartition("c-ahead", 0, 7))  # the fetch ahead from 3 is dropped
+        await asyncio.wait(consumer._ahead)
+        assert not state.buffered()
+        assert values(await poll_n(consumer, 5)) == [f"v{i}".encode() for i in range(7, 12)]
+        assert state.fetch_ahead_offset() is None  # the answer reached the high watermark
+
+
+async def test_an_idle_partition_does_not_hold_back_the_records_fetched_ahead(
+    server: ServerThread,
+) -> None:
+    """While a fetch ahead is on its way, the other partitions' fetches do not long-poll:
+    the records of a busy partition come one answer after another, not one per
+    fetch.max.wait.ms of its idle neighbour."""
+    await create_topic(server.address, "c-ahead-idle", partitions=2)
+    async with AsyncProducer({"bootstrap.servers": server.address, "linger.ms": 0}) as producer:
+        for i in range(4):  # four batches of three records in partition 0; 1 stays empty
+            await asyncio.gather(
+                *(producer.produce("c-ahead-idle", f"v{3 * i + j}", partition=0) for j in range(3))
+            )
+    config = {
+        "bootstrap.servers": server.address,
+        "max.partition.fetch.bytes": 1,  # one batch per answer
+        "fetch.max.wait.ms": 20_000,
+    }
+    async with AsyncConsumer(config) as consumer:
+        consumer.assign([TopicPartition("c-ahead-idle", p, 0) for p in (0, 1)])
+        started = time.monotonic()
+        got = await poll_n(consumer, 12, timeout=40)
+        assert values(got) == [f"v{i}".encode() for i in range(12)]
+        assert time.monotonic() - started < 10  # each long poll of partition 1 is 20
+
+
 async def test_pause_and_resume(server: ServerThread, consumer: AsyncConsumer) -> None:
     await create_topic(server.address, "c-pause", 2)
     await produce(server.address, "c-pause", 3, partition=0)

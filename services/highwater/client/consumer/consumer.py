@@ -38,6 +38,16 @@ How records arrive (Kafka's ``Fetcher``):
   :meth:`~AsyncConsumer.consume` take them (as Kafka's ``CompletedFetch`` does), records
   below the position skipped. Only what the caller takes becomes messages: a seek drops
   the rest undecoded, and a large answer is not held as thousands of objects.
+- While the caller takes a partition's buffered records, the next ``Fetch`` of the
+  partition is already on its way (Kafka's fetch pipelining): once at most half of the
+  answer's batches are left, and when its high watermark says the broker holds records
+  after it, a ``Fetch`` from the answer's end (no long poll) goes out in a task of its
+  own, one per leader, and its answer is buffered after the rest, so the round trip is
+  not on the caller's path. A partition is not fetched again while such a fetch is
+  unanswered; its answer is dropped if a seek, an assignment or an error moved the
+  partition meanwhile, and an error it carries is left to the fetch that follows. While
+  one is on its way the other partitions' fetches do not long-poll, so an idle partition
+  does not hold the busy one's records back for ``fetch.max.wait.ms``.
 - ``OFFSET_OUT_OF_RANGE`` resets the position by ``auto.offset.reset`` (``none``: an error
   message, and the partition waits for a :meth:`~AsyncConsumer.seek`). Leader errors
   (``NOT_LEADER_OR_FOLLOWER``, ``FENCED_LEADER_EPOCH``, ``UNKNOWN_LEADER_EPOCH``,
@@ -167,6 +177,8 @@ class AsyncConsumer:
         self._next_metadata_check = 0.0
         self._partition_counts: dict[str, int] = {}
         self._commits: set[asyncio.Task[object]] = set()
+        self._ahead: set[asyncio.Task[None]] = set()
+        """Fetches ahead of the buffers in flight (:meth:`_fetch_ahead`)."""
         self._tracing = ConsumerTracing(self.config.group_id) if tracing_enabled() else None
         CLIENT_METRICS.observe_lag(self)
         """``receive`` and ``process`` spans, when a tracer provider is installed."""
@@ -369,6 +381,7 @@ class AsyncConsumer:
                 state.take_columns(columns, target)
                 if not state.buffered():
                     self._finish_buffer(state)
+                self._fetch_ahead()
                 error = self._take_error(state)
             remaining = deadline - loop.time()
             if (
@@ -444,6 +457,7 @@ class AsyncConsumer:
                 batches.append(MessageBatch(state.topic, state.partition, finish_columns(columns)))
             if not state.buffered():
                 self._finish_buffer(state)
+        self._fetch_ahead()
         return taken
 
     def _take_error(self, state: PartitionState) -> BaseException | None:
@@ -470,10 +484,11 @@ class AsyncConsumer:
                 continue
             state = next((s for s in self._ready if not s.paused), None)
             if state is None:
-                return
+                break
             state.take(messages, limit)
             if not state.buffered():
                 self._finish_buffer(state)
+        self._fetch_ahead()
 
     def _finish_buffer(self, state: PartitionState) -> None:
         """The partition's buffer is empty: move past what the answer covered."""
@@ -528,6 +543,10 @@ class AsyncConsumer:
         fetchable = [s for s in self._states.values() if s.fetchable(now)]
         if self._errors:
             return
+        if not fetchable and self._ahead:
+            # Answers to fetches ahead are on their way: wait for one, not an idle turn.
+            await asyncio.wait(self._ahead, timeout=budget, return_when=asyncio.FIRST_COMPLETED)
+            return
         if not fetchable:
             waits = [s.backoff_until - now for s in self._states.values() if s.backoff_until > now]
             await self._idle(min([budget, *waits]) if waits else min(budget, backoff))
@@ -542,12 +561,19 @@ class AsyncConsumer:
                 by_leader.setdefault(address, []).append(state)
         if not by_leader:
             return
-        max_wait_ms = int(min(self.config.fetch_max_wait_ms, budget * 1000))
+        # While a fetch ahead is on its way, the others do not long-poll: an idle partition
+        # would hold the records coming ahead back for up to fetch.max.wait.ms.
+        ahead = bool(self._ahead)
+        max_wait_ms = 0 if ahead else int(min(self.config.fetch_max_wait_ms, budget * 1000))
+        started = loop.time()
         fetches = [self._fetch(address, group, max_wait_ms) for address, group in by_leader.items()]
         if len(fetches) == 1:
             await fetches[0]  # one leader: no task to run it in, one loop turn less per fetch
         else:
             await asyncio.gather(*fetches)
+        if ahead and self._ahead and not self._ready and not self._errors:
+            remaining = max(budget - (loop.time() - started), 0.0)
+            await asyncio.wait(self._ahead, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
 
     async def _refresh_metadata(self, states: Sequence[PartitionState]) -> None:
         """Refresh the topics whose leaders are unknown or stale."""
@@ -654,6 +680,84 @@ class AsyncConsumer:
                     continue  # unassigned or sought meanwhile
                 self._handle_answer(state, offset, answer)
 
+    def _fetch_ahead(self) -> None:
+        """Send the next Fetch of each buffered partition that wants one
+        (:meth:`PartitionState.fetch_ahead_offset`) while the caller works through its
+        records, one request per leader in a task of its own: the next answer is on its
+        way, or already buffered, when the buffer runs out, instead of a round trip on the
+        caller's path (Kafka's fetch pipelining)."""
+        if self._closed or not self._ready:
+            return
+        by_leader: dict[str, list[PartitionState]] = {}
+        for state in self._ready:
+            if state.fetch_ahead_offset() is None:
+                continue
+            try:
+                address = self.cluster.leader_address(state.topic, state.partition)
+            except HighwaterError:
+                continue  # the fetch at the buffer's end finds out and acts
+            by_leader.setdefault(address, []).append(state)
+        cfg = self.config
+        for address, states in by_leader.items():
+            request, sent = create_fetch_request(
+                states,
+                self.cluster.leader_epoch,
+                max_wait_ms=0,
+                min_bytes=cfg.fetch_min_bytes,
+                max_bytes=cfg.fetch_max_bytes,
+                partition_max_bytes=cfg.max_partition_fetch_bytes,
+                ahead=True,
+            )
+            for state in states:
+                state.ahead_generation = state.generation
+            task = asyncio.get_running_loop().create_task(
+                self._fetch_ahead_from(address, request, sent)
+            )
+            self._ahead.add(task)
+            task.add_done_callback(self._ahead.discard)
+
+    async def _fetch_ahead_from(
+        self,
+        address: str,
+        request: pb.FetchRequest,
+        sent: dict[tuple[str, int], tuple[PartitionState, int, int]],
+    ) -> None:
+        """A Fetch ahead (``request``, asking what ``sent`` says) to ``address``: each
+        answer with records is buffered after what its partition holds, if nothing moved
+        the partition meanwhile; an answer with an error, or a failed request, is dropped
+        (the fetch sent when the buffer runs out meets it again and acts on it)."""
+        cfg = self.config
+        try:
+            reply = await self.cluster.fetch(address, request, cfg.request_timeout_ms / 1000)
+        except grpc.aio.AioRpcError as e:
+            log.debug("consumer: Fetch ahead from %s failed: %s", address, e.code())
+            reply = None
+        except ClusterError:  # closed meanwhile
+            reply = None
+        finally:
+            for state, _, generation in sent.values():
+                if state.ahead_generation == generation:
+                    state.ahead_generation = -1
+        for topic_answer in () if reply is None else reply.topics:
+            for answer in topic_answer.partitions:
+                entry = sent.get((topic_answer.topic, answer.partition))
+                if entry is None or answer.error != ErrorCode.NONE:
+                    continue
+                state, offset, generation = entry
+                if (
+                    self._states.get((state.topic, state.partition)) is not state
+                    or state.generation != generation
+                    or state.failed
+                    or state.fetched_end != (offset if state.buffered() else -1)
+                ):
+                    continue  # unassigned, sought, failed or drained and fetched meanwhile
+                if not state.buffered() and state.position != offset:
+                    continue
+                state.high_watermark = answer.high_watermark
+                state.log_start_offset = answer.log_start_offset
+                self._buffer(state, offset, answer.records)
+        self._wakeup.set()
+
     def _handle_answer(
         self, state: PartitionState, offset: int, answer: pb.FetchPartitionResponse
     ) -> None:
@@ -692,7 +796,7 @@ class AsyncConsumer:
         """Buffer a fetched answer's batches (:meth:`PartitionState.buffer`): the partition
         joins the ready ones, or its error is delivered."""
         ready, error = state.buffer(offset, data, self.config.check_crcs)
-        if ready:
+        if ready and state not in self._ready:
             self._ready.append(state)
         if error is not None:
             self._deliver_error(state, error)
@@ -1149,6 +1253,10 @@ class AsyncConsumer:
         with contextlib.suppress(HighwaterError, TimeoutError):
             await self._close_group()
         self._closed = True
+        for task in list(self._ahead):
+            task.cancel()
+        if self._ahead:
+            await asyncio.wait(self._ahead)
         self._states = {}
         self._ready.clear()
         self._errors.clear()

@@ -115,6 +115,11 @@ class PartitionState:
     log_start_offset: int = OFFSET_INVALID
     generation: int = 0
     """Bumped by every seek: answers to fetches sent before it are dropped."""
+    ahead_generation: int = -1
+    """The :attr:`generation` a fetch ahead (:meth:`fetch_ahead_offset`) was sent in while
+    it is unanswered, else -1: the partition is not fetched again meanwhile."""
+    answer_batches: int = 0
+    """How many batches the last buffered answer brought."""
 
     message_makers: tuple[RecordFactory[Message], RecordFactory[Message]] = field(init=False)
     """What makes a decoded record a message, by the batch's
@@ -133,6 +138,27 @@ class PartitionState:
         self.batches.clear()
         self.fetched_end = -1
         self.pending_error = None
+
+    def fetch_ahead_offset(self) -> int | None:
+        """Where to fetch the partition ahead of its buffer, while the caller works through
+        it (Kafka's fetch pipelining); None when not now.
+
+        Only while the broker is known to hold records after the buffered answer (its end
+        is below the answer's high watermark: the fetch is answered at once, no long poll),
+        none is in flight, and at most half of the last answer's batches are left, so a
+        partition buffers at most about one and a half answers.
+        """
+        end = self.fetched_end
+        if (
+            0 <= end < self.high_watermark
+            and self.ahead_generation != self.generation
+            and self.pending_error is None
+            and not self.paused
+            and not self.failed
+            and len(self.batches) * 2 <= self.answer_batches
+        ):
+            return end
+        return None
 
     def buffered(self) -> bool:
         """Whether records (decoded or not) wait to be returned."""
@@ -239,6 +265,7 @@ class PartitionState:
         the position, moves the position past them.
         """
         batches = self.batches
+        before = len(batches)
         end = offset
         error: CorruptRecordError | None = None
         try:
@@ -250,11 +277,12 @@ class PartitionState:
                     batches.append(batch)
         except CorruptRecordError as e:
             error = CorruptRecordError(f"{self.topic}-{self.partition}: {e}")
-        if batches:
-            self.fetched_end = end
+        self.answer_batches = len(batches) - before
+        if batches or (end > offset and self.buffered()):
+            self.fetched_end = end  # after a fetch ahead, records before it may wait
         elif error is None and end > offset:
             self.position = end  # only control batches or records below the position
-        if error is not None and batches:
+        if error is not None and self.buffered():
             self.fetched_end = -1  # stop at the corruption, report it after the records
             self.pending_error = error
             error = None
@@ -268,6 +296,7 @@ class PartitionState:
             and self.position is not None
             and not self.buffered()
             and self.backoff_until <= now
+            and self.ahead_generation != self.generation
         )
 
 
@@ -279,23 +308,27 @@ def create_fetch_request(
     min_bytes: int,
     max_bytes: int,
     partition_max_bytes: int,
+    ahead: bool = False,
 ) -> tuple[pb.FetchRequest, dict[tuple[str, int], tuple[PartitionState, int, int]]]:
     """One Fetch request for ``states`` (each with a position), grouped by topic, and what
     was asked of each partition: ``(state, fetch offset, generation)`` by ``(topic,
-    partition)``, to match the answers against (a seek meanwhile bumps the generation)."""
+    partition)``, to match the answers against (a seek meanwhile bumps the generation).
+    ``ahead``: each from the end of its buffered answer
+    (:meth:`PartitionState.fetch_ahead_offset`), not from its position."""
     request = pb.FetchRequest(max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes)
     topics: dict[str, pb.FetchTopic] = {}
     sent: dict[tuple[str, int], tuple[PartitionState, int, int]] = {}
     for state in states:
-        assert state.position is not None
+        offset = state.fetched_end if ahead else state.position
+        assert offset is not None and offset >= 0
         topic = topics.get(state.topic)
         if topic is None:
             topic = topics[state.topic] = request.topics.add(topic=state.topic)
         topic.partitions.add(
             partition=state.partition,
             current_leader_epoch=leader_epoch(state.topic, state.partition),
-            fetch_offset=state.position,
+            fetch_offset=offset,
             partition_max_bytes=partition_max_bytes,
         )
-        sent[(state.topic, state.partition)] = (state, state.position, state.generation)
+        sent[(state.topic, state.partition)] = (state, offset, state.generation)
     return request, sent

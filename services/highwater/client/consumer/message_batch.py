@@ -129,10 +129,9 @@ class MessageBatch(Sequence[Message]):
         self._header_values = _Binary(
             columns.header_value_validity, columns.header_value_offsets, columns.header_value_data
         )
-        self._makers: tuple[RecordFactory[Message], RecordFactory[Message]] = (
-            message_factory(topic, partition, TIMESTAMP_CREATE_TIME),
-            message_factory(topic, partition, TIMESTAMP_LOG_APPEND_TIME),
-        )
+        # What makes a row a message, made with the first message: a caller taking
+        # values() or the columns never pays for it.
+        self._makers: tuple[RecordFactory[Message], RecordFactory[Message]] | None = None
 
     def topic(self) -> str:
         """The records' topic."""
@@ -181,7 +180,14 @@ class MessageBatch(Sequence[Message]):
         )
 
     def _message(self, row: int) -> Message:
-        make = self._makers[self._timestamp_types[row]]
+        makers = self._makers
+        if makers is None:
+            topic, partition = self._topic, self._partition
+            makers = self._makers = (
+                message_factory(topic, partition, TIMESTAMP_CREATE_TIME),
+                message_factory(topic, partition, TIMESTAMP_LOG_APPEND_TIME),
+            )
+        make = makers[self._timestamp_types[row]]
         return make(
             self._keys[row],
             self._values[row],
