@@ -69,6 +69,30 @@ def dynamic_leader(*ids: int, committed: bool = True) -> NodeHarness:
     return h
 
 
+def test_the_first_leader_writes_the_bootstrap_set_as_the_first_voters_record() -> None:
+    h = dynamic_leader(1, 2, 3, committed=False)
+    leader_change, bootstrap = h.log.entry(0), h.log.entry(1)
+    assert leader_change.is_control and b"leader_change" in leader_change.value
+    assert bootstrap.is_control and bootstrap.value == encode_voters_record(voters(1, 2, 3))
+    assert h.log.end_offset == 2
+    h.step(fetch_request(2, 1, (2, 1)))
+    assert h.ready().committed_voters == (1, voters(1, 2, 3)), "kept with its record's offset"
+    # A replica that replicates from offset 0 learns the set from the log.
+    follow = NodeHarness(2, voters(1, 2, 3))
+    follow.step(begin_epoch(1, 1, to=2))
+    follow.ready()
+    follow.step(
+        fetch_response(1, 1, (0, 0), records=h.log.read(0, 1 << 20), high_watermark=2, to=2)
+    )
+    assert follow.node.voters_at(2) == (1, voters(1, 2, 3))
+    # A later leader finds the set in its log and writes no second record.
+    h.restart()
+    h.advance(10_000)
+    h.step(vote_response(2, 1, True, pre_vote=True), vote_response(2, 2, True))
+    assert h.node.is_leader and h.node.epoch == 2
+    assert h.log.end_offset == 3 and b"leader_change" in h.log.entry(2).value
+
+
 def test_a_fetched_voters_record_is_used_at_once_and_a_truncation_reverts_it() -> None:
     leader_log = log_of(1, 3)
     leader_log.append_as_leader([encode_voters_record(voters(1, 2, 3, 4))], 2, control=True)

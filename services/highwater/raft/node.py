@@ -869,9 +869,18 @@ class RaftNode:
         log = self._log
         state = self._quorum.transition_to_leader(log.end_offset, now_ms)
         self._after_transition(now_ms)
-        log.append_as_leader(
-            [encode_leader_change(self.node_id, sorted(self.voters))], state.epoch, control=True
-        )
+        values = [encode_leader_change(self.node_id, sorted(self.voters))]
+        # KIP-853: a dynamic quorum's set still in force from the bootstrap (no record in
+        # the log yet: ``--initial-controllers``) is written as the first ``voters``
+        # record, beside the leader change, so a replica that replicates from offset 0
+        # learns it from the log; once committed it is what ``quorum-voters`` keeps.
+        from_log = self.is_static or self._history.latest_offset() >= 0
+        bootstrap = None if from_log else self._history.latest()
+        if bootstrap is not None:
+            values.append(encode_voters_record(bootstrap))
+        appended = log.append_as_leader(values, state.epoch, control=True)
+        if bootstrap is not None:
+            self._history.add_at(appended.offset, bootstrap)
         if state.update_local_state(log.flushed_offset, log.end_offset, now_ms):
             self._on_leader_high_watermark(state, now_ms)
         self._poll(now_ms)
