@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import random
 import uuid
+from dataclasses import replace
 
 import pytest
 from highwater.raft.log import InMemoryRaftLog
+from highwater.raft.messages import VoteRequest
 from highwater.raft.node import NotLeaderError, RaftNode, StaticQuorumError
 from highwater.raft.state import ElectionState, Role
 from highwater.raft.voter_set import (
@@ -247,3 +249,39 @@ def test_a_wiped_voters_new_incarnation_neither_votes_nor_campaigns() -> None:
     # Once the old key is removed and the new one added, it is a voter like any other.
     renewed = VoterSet.of([voter(1), voter(2), voter(3, uuid.UUID(int=99))])
     assert not h.node.is_stale_incarnation(renewed)
+
+
+def test_a_vote_request_names_the_voter_key_and_another_incarnation_refuses() -> None:
+    """KIP-853's VoteRequest carries the directory id the candidate's set gives the voter
+    it asks: a wiped node's new incarnation that has not learned the set yet (its own
+    names node 4 nowhere) refuses, the incarnation named grants."""
+    candidate = NodeHarness(1, voters(1, 2, 3, 4))
+    candidate.advance(10_000)
+    asks = [m for m in candidate.node.ready().messages if isinstance(m, VoteRequest)]
+    assert {(m.destination, m.voter_directory_id) for m in asks} == {
+        (n, DIRS[n]) for n in (2, 3, 4)
+    }
+    assert NodeHarness(1, (1, 2, 3))._new_node()._directory_id_of(2) is None  # static
+
+    def replica(directory_id: uuid.UUID) -> NodeHarness:
+        h = NodeHarness(4, voters(1, 2, 3))  # it has not fetched the record adding it
+        h.node = RaftNode(
+            4,
+            voters(1, 2, 3),
+            h.log,
+            h.snapshots,
+            cluster_id=CLUSTER_ID,
+            election_state=None,
+            random=random.Random(0),
+            directory_id=directory_id,
+        )
+        return h
+
+    ask = replace(vote_request(1, 1, to=4), voter_directory_id=DIRS[4])
+    wiped = replica(uuid.UUID(int=99))
+    wiped.step(ask)
+    assert "4->1 VoteResponse INCONSISTENT_VOTER_SET" in " ".join(wiped.sent())
+    assert wiped.persisted == ElectionState(0), "nothing voted, no epoch bumped"
+    named = replica(DIRS[4])
+    named.step(ask)
+    assert "4->1 VoteResponse leader_id=none leader_epoch=1 vote_granted" in named.sent()

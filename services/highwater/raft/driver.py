@@ -57,6 +57,7 @@ from highwater.config.topic import LogConfig
 from highwater.errors import (
     HighwaterError,
     InvalidRecordError,
+    InvalidRequestError,
     KafkaStorageError,
     UnexpectedAppendOffsetError,
 )
@@ -950,7 +951,10 @@ class RaftServer:
             return await abort(
                 context, grpc.StatusCode.UNAVAILABLE, "the Raft server is not running"
             )
-        request = request_from_proto(wire, destination=self.node_id)
+        try:
+            request = request_from_proto(wire, destination=self.node_id)
+        except InvalidRequestError as e:
+            return await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
         if isinstance(wire, raft_pb2.RaftFetchRequest) and wire.replica_directory_id:
             voter = node.voter_set.get(wire.replica_id) if self.is_dynamic else None
             if voter is not None and str(voter.directory_id) != wire.replica_directory_id:

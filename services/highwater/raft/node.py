@@ -1003,6 +1003,14 @@ class RaftNode:
             # The candidate asks the voter with this id, a former incarnation whose votes
             # this replica does not hold: granting one could elect two leaders.
             return answer(ErrorCode.INCONSISTENT_VOTER_SET)
+        if (
+            request.voter_directory_id is not None
+            and self.directory_id is not None
+            and request.voter_directory_id != self.directory_id
+        ):
+            # KIP-853's voter key: the candidate's set names another incarnation of this
+            # node id (this one's disk was wiped, and it may not know the set yet).
+            return answer(ErrorCode.INCONSISTENT_VOTER_SET)
         if request.candidate_epoch > self._quorum.epoch:
             self._become_unattached(request.candidate_epoch, now_ms)
         state = self._quorum.state
@@ -1064,8 +1072,16 @@ class RaftNode:
                         last_offset_epoch=log.last_epoch,
                         last_offset=log.end_offset,
                         pre_vote=pre_vote,
+                        voter_directory_id=self._directory_id_of(voter),
                     )
                 )
+
+    def _directory_id_of(self, voter_id: int) -> uuid.UUID | None:
+        """The directory id the voter set in use gives ``voter_id`` (None: static)."""
+        if self.is_static:
+            return None
+        voter = self._history.latest().get(voter_id)
+        return None if voter is None else voter.directory_id
 
     def _election_backoff_ms(self, retries: int) -> int:
         """Binary exponential backoff with jitter, capped (Kafka's election backoff)."""
