@@ -359,6 +359,7 @@ def run(*args: str) -> tuple[int, str]:
         (["--initial-controllers", "1@127.0.0.1:9093"], "bad --initial-controllers entry"),
         (["--initial-controllers", f"2@127.0.0.1:9093:{uuid.uuid4()}"], "a new controller joins"),
         (["--bootstrap-controllers", "nowhere"], "is not HOST:PORT"),
+        (["--voters", "2@127.0.0.1:9093", "--advertised-listener", "nowhere"], "not HOST:PORT"),
     ],
 )
 def test_controller_quorum_flags_are_checked(
@@ -370,6 +371,20 @@ def test_controller_quorum_flags_are_checked(
     )  # fmt: skip
     assert code == 2 and message in output, output
     assert not list(tmp_path.iterdir())  # nothing was started
+
+
+@pytest.mark.parametrize(
+    ("quorum", "message"),
+    [
+        ([], "give the quorum one way"),
+        (["--voters", "1@127.0.0.1:9093", "--controllers", "127.0.0.1:9093"], "one way"),
+        (["--controllers", "nowhere"], "is not HOST:PORT"),
+    ],
+)
+def test_observer_quorum_flags_are_checked(tmp_path: Path, quorum: list[str], message: str) -> None:
+    code, output = run("observer", "--node-id", "9", "--data-dir", str(tmp_path), *quorum)
+    assert code == 2 and message in output, output
+    assert not list(tmp_path.iterdir())
 
 
 def test_quorum_changes_report_bad_input_and_unreachable_controllers() -> None:
