@@ -141,6 +141,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _APPLY_READ_BYTES: Final = 1 << 20
+_ENDPOINT_CHECK_S: Final = 0.1
+"""How often a dynamic quorum's replica checks that the voter set names it at its endpoint."""
 _APPEND_LINGER_TURNS: Final = 3
 _INLINE_FSYNC_MAX_S: Final = 0.0005
 """An fsync that took longer than this sends the next ones to a worker thread (see
@@ -617,9 +619,9 @@ class RaftServer:
         the voter set names it at another endpoint than the one it serves on now (it
         restarted on a new address, or with another ``advertised``): to its own node when
         it leads, else to the leader; retried until the new set is in use."""
-        backoff_s = self.settings.raft.retry_backoff_ms / 1000
+        settle_s = self.settings.raft.fetch_timeout_ms / 1000
         while not self._stopping:
-            await asyncio.sleep(backoff_s)
+            await asyncio.sleep(_ENDPOINT_CHECK_S)
             voter = self._stale_endpoint()
             leader_id = self.leader_id
             if voter is None or leader_id is None:
@@ -638,6 +640,12 @@ class RaftServer:
                         log.debug("node %d: UpdateRaftVoter: %s", self.node_id, problem)
                         continue
                 log.info("node %d: the voter set now names it at %s", self.node_id, voter.endpoint)
+                # Committed: give this replica's fetch the time to bring the record before
+                # asking again.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(settle_s):
+                        while self._stale_endpoint() == voter:
+                            await asyncio.sleep(_ENDPOINT_CHECK_S)
             except (NotLeaderError, MembershipChangeError) as e:
                 log.debug("node %d: UpdateRaftVoter: %s", self.node_id, e)
 
