@@ -229,7 +229,9 @@ class RaftServer:
 
     * ``voters`` (id -> ``HOST:PORT``): a static quorum (``--voters``), fixed for good;
     * ``initial_voters``: a dynamic quorum (KIP-853) bootstrapped with this set
-      (``--initial-controllers``); this node's directory id is the one the set gives it;
+      (``--initial-controllers``); this node's directory id is the one the set gives it.
+      A node not in the set (a broker's metadata observer, given the set a DescribeQuorum
+      named) starts from it and follows the changes it replicates;
     * ``bootstrap_controllers`` (``HOST:PORT`` only): join a running dynamic quorum as an
       observer (``--bootstrap-controllers``), learning its voters and cluster id from
       their DescribeQuorum at the first start.
@@ -238,7 +240,9 @@ class RaftServer:
     the committed voter set is kept in ``quorum-voters`` (and restored at start, or taken
     from the latest snapshot when that is newer), every snapshot carries the set, the
     transport follows the voters' endpoints, and :meth:`add_voter`, :meth:`remove_voter`
-    and :meth:`update_voter` run KIP-853's changes on the leader.
+    and :meth:`update_voter` run KIP-853's changes on the leader. ``advertised`` is the
+    endpoint this replica announces (else ``listen``'s); a voter the set names at another
+    endpoint sends UpdateRaftVoter itself.
     """
 
     def __init__(
