@@ -2,8 +2,9 @@
 
 Three ``highwater controller --initial-controllers`` processes and a broker (registered
 and heartbeating through the Controller API), topic creations going on throughout. One
-follower is killed and its data directory wiped; it comes back with
-``--bootstrap-controllers`` (a new directory id: a new voter that follows as an observer),
+follower is killed and its data directory wiped; it comes back on another port, listening
+on ``0.0.0.0`` with ``--advertised-listener``, with ``--bootstrap-controllers`` (a new
+directory id: a new voter that follows as an observer, announcing its new endpoint),
 ``highwater quorum remove-controller`` removes the old incarnation by its directory id and
 ``highwater quorum add-controller`` adds the new one, found among the observers.
 ``quorum describe --status`` then lists the new voter set, and every topic creation that
@@ -48,12 +49,17 @@ class Node:
     data_dir: Path
     log_path: Path
     process: subprocess.Popen[bytes] | None = field(default=None)
+    listen: str | None = None
+    """``--listen`` when not ``address`` (which is then ``--advertised-listener``)."""
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self, *quorum: str) -> None:
+        where = ["--listen", self.address]
+        if self.listen is not None:
+            where = ["--listen", self.listen, "--advertised-listener", self.address]
         with open(self.log_path, "ab") as stderr:
             self.process = subprocess.Popen(
                 [
@@ -65,8 +71,7 @@ class Node:
                     "controller",
                     "--node-id",
                     str(self.node_id),
-                    "--listen",
-                    self.address,
+                    *where,
                     "--data-dir",
                     str(self.data_dir),
                     *quorum,
@@ -189,6 +194,8 @@ async def test_replace_a_controller_whose_disk_was_wiped(quorum: Quorum) -> None
             victim.stop(signal.SIGKILL)
             shutil.rmtree(victim.data_dir)
             others = ",".join(n.address for n in quorum.nodes.values() if n is not victim)
+            (victim.port,) = free_ports(1)  # it moves: the others learn where from it
+            victim.listen = f"0.0.0.0:{victim.port}"
             victim.start("--bootstrap-controllers", others)
 
             # Its old incarnation is still a voter: the leader refuses to count the new
@@ -245,6 +252,8 @@ async def test_replace_a_controller_whose_disk_was_wiped(quorum: Quorum) -> None
         (n, new_directory if n == victim.node_id else quorum.directory_ids[n]) for n in IDS
     ]
     assert status["CurrentObservers"] == []
+    moved = [v.get("endpoints") for v in status["CurrentVoters"] if v["id"] == victim.node_id]
+    assert moved == [[victim.address]], status  # its advertised endpoint, on the new port
 
     # Every acknowledged creation is in the replaced controller's log.
     high_watermark = (await asyncio.to_thread(quorum.describe)).high_watermark

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+from highwater.errors import InvalidRequestError
 from highwater.internal.v1 import raft_pb2 as pb
 from highwater.raft.codec import (
     RESPONSE_FOR,
@@ -50,6 +53,7 @@ REQUESTS: list[RaftRequest] = [
     FetchSnapshotRequest(
         2, 1, "c", current_leader_epoch=5, snapshot_id=OffsetAndEpoch(100, 3), position=2048
     ),
+    VoteRequest(1, 2, "c", 5, 4, 99, voter_directory_id=uuid.UUID(int=7)),  # KIP-853's key
 ]
 
 RESPONSES: list[tuple[RaftResponse, RaftRequest]] = [
@@ -172,6 +176,12 @@ def test_wire_names_the_routing_fields() -> None:
     assert reply.replica_id == 2
     assert (reply.fetch_offset, reply.last_fetched_epoch) == (120, 4)  # the echo
     assert not reply.HasField("diverging_epoch")
+
+
+def test_a_vote_request_with_a_directory_id_that_is_not_a_uuid_is_refused() -> None:
+    wire = pb.VoteRequest(cluster_id="c", candidate_id=1, voter_id=2, voter_directory_id="x")
+    with pytest.raises(InvalidRequestError, match="not a uuid"):
+        request_from_proto(wire, destination=2)
 
 
 def test_describe_quorum_round_trip() -> None:

@@ -82,7 +82,9 @@ class Cluster:
     def address(self, node_id: int) -> str:
         return f"127.0.0.1:{self.servers[node_id].port}"
 
-    async def start(self, node_id: int, *, listen: str = "127.0.0.1:0") -> RaftServer:
+    async def start(
+        self, node_id: int, *, listen: str = "127.0.0.1:0", advertised: str | None = None
+    ) -> RaftServer:
         machine = self.machines.setdefault(node_id, Values())
         if node_id == 1:
             quorum: dict[str, object] = {"initial_voters": VoterSet.of([self.first])}
@@ -95,6 +97,7 @@ class Cluster:
             data_dir=self.root / f"node-{node_id}",
             state_machine=machine,
             settings=SETTINGS,
+            advertised=advertised,
             **quorum,  # type: ignore[arg-type]
         )
         await server.start()
@@ -214,6 +217,36 @@ async def test_an_observer_is_added_removed_and_every_refusal_is_typed(cluster: 
     await until(lambda: cluster.machines[2].values[-1:] == ["restarted"])
 
 
+async def test_a_voter_announces_its_advertised_endpoint_and_its_move(cluster: Cluster) -> None:
+    first = await cluster.start(1)
+    await until(lambda: first.is_leader)
+    port = free_port()
+    advertised = f"127.0.0.1:{port}"
+    joiner = await cluster.start(2, listen=f"0.0.0.0:{port}", advertised=advertised)
+    assert joiner.endpoint == advertised
+    await until(lambda: joiner.applied_offset >= first.high_watermark > 0)
+    # The bootstrap set came into the log as its first voters record: the joiner keeps
+    # it with that record's offset, not as a set learned at start (-1).
+    kept = CommittedVotersFile(MetadataLogLayout(cluster.root / "node-2").committed_voters_path)
+    await until(lambda: (kept.read() or (-1, None))[0] >= 0)
+    observer = next(r for r in first.describe_quorum_response().observers if r.replica_id == 2)
+    assert observer.endpoint == advertised, "its fetches announce the advertised endpoint"
+    added = await add(cluster.address(1), 2, str(joiner.directory_id), observer.endpoint)
+    assert added.error == ErrorCode.NONE, added  # type: ignore[attr-defined]
+    assert first.voter_set().get(2) == Voter(2, joiner.directory_id, advertised)  # type: ignore[arg-type]
+
+    # It restarts on another address: it sends UpdateRaftVoter itself, and the leader's
+    # transport follows the committed set.
+    await cluster.stop(2)
+    moved = f"127.0.0.1:{free_port()}"
+    joiner = await cluster.start(2, listen=moved)
+    await until(lambda: first.voter_set().get(2).endpoint == moved)  # type: ignore[union-attr]
+    await until(lambda: joiner.voter_set().get(2).endpoint == moved)  # type: ignore[union-attr]
+    assert first.voters[2] == moved
+    await first.propose([b"after the move"])  # committed by both voters
+    await until(lambda: cluster.machines[2].values[-1:] == ["after the move"])
+
+
 async def test_snapshots_carry_the_voter_set(cluster: Cluster) -> None:
     first = await cluster.start(1)
     await until(lambda: first.is_leader)
@@ -326,6 +359,7 @@ def run(*args: str) -> tuple[int, str]:
         (["--initial-controllers", "1@127.0.0.1:9093"], "bad --initial-controllers entry"),
         (["--initial-controllers", f"2@127.0.0.1:9093:{uuid.uuid4()}"], "a new controller joins"),
         (["--bootstrap-controllers", "nowhere"], "is not HOST:PORT"),
+        (["--voters", "2@127.0.0.1:9093", "--advertised-listener", "nowhere"], "not HOST:PORT"),
     ],
 )
 def test_controller_quorum_flags_are_checked(
@@ -337,6 +371,20 @@ def test_controller_quorum_flags_are_checked(
     )  # fmt: skip
     assert code == 2 and message in output, output
     assert not list(tmp_path.iterdir())  # nothing was started
+
+
+@pytest.mark.parametrize(
+    ("quorum", "message"),
+    [
+        ([], "give the quorum one way"),
+        (["--voters", "1@127.0.0.1:9093", "--controllers", "127.0.0.1:9093"], "one way"),
+        (["--controllers", "nowhere"], "is not HOST:PORT"),
+    ],
+)
+def test_observer_quorum_flags_are_checked(tmp_path: Path, quorum: list[str], message: str) -> None:
+    code, output = run("observer", "--node-id", "9", "--data-dir", str(tmp_path), *quorum)
+    assert code == 2 and message in output, output
+    assert not list(tmp_path.iterdir())
 
 
 def test_quorum_changes_report_bad_input_and_unreachable_controllers() -> None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import random
 import uuid
+from dataclasses import replace
 
 import pytest
 from highwater.raft.log import InMemoryRaftLog
+from highwater.raft.messages import VoteRequest
 from highwater.raft.node import NotLeaderError, RaftNode, StaticQuorumError
 from highwater.raft.state import ElectionState, Role
 from highwater.raft.voter_set import (
@@ -67,6 +69,30 @@ def dynamic_leader(*ids: int, committed: bool = True) -> NodeHarness:
         h.step(fetch_request(2, 1, (h.log.end_offset, 1)))
         assert h.node.high_watermark == h.log.end_offset
     return h
+
+
+def test_the_first_leader_writes_the_bootstrap_set_as_the_first_voters_record() -> None:
+    h = dynamic_leader(1, 2, 3, committed=False)
+    leader_change, bootstrap = h.log.entry(0), h.log.entry(1)
+    assert leader_change.is_control and b"leader_change" in leader_change.value
+    assert bootstrap.is_control and bootstrap.value == encode_voters_record(voters(1, 2, 3))
+    assert h.log.end_offset == 2
+    h.step(fetch_request(2, 1, (2, 1)))
+    assert h.ready().committed_voters == (1, voters(1, 2, 3)), "kept with its record's offset"
+    # A replica that replicates from offset 0 learns the set from the log.
+    follow = NodeHarness(2, voters(1, 2, 3))
+    follow.step(begin_epoch(1, 1, to=2))
+    follow.ready()
+    follow.step(
+        fetch_response(1, 1, (0, 0), records=h.log.read(0, 1 << 20), high_watermark=2, to=2)
+    )
+    assert follow.node.voters_at(2) == (1, voters(1, 2, 3))
+    # A later leader finds the set in its log and writes no second record.
+    h.restart()
+    h.advance(10_000)
+    h.step(vote_response(2, 1, True, pre_vote=True), vote_response(2, 2, True))
+    assert h.node.is_leader and h.node.epoch == 2
+    assert h.log.end_offset == 3 and b"leader_change" in h.log.entry(2).value
 
 
 def test_a_fetched_voters_record_is_used_at_once_and_a_truncation_reverts_it() -> None:
@@ -223,3 +249,39 @@ def test_a_wiped_voters_new_incarnation_neither_votes_nor_campaigns() -> None:
     # Once the old key is removed and the new one added, it is a voter like any other.
     renewed = VoterSet.of([voter(1), voter(2), voter(3, uuid.UUID(int=99))])
     assert not h.node.is_stale_incarnation(renewed)
+
+
+def test_a_vote_request_names_the_voter_key_and_another_incarnation_refuses() -> None:
+    """KIP-853's VoteRequest carries the directory id the candidate's set gives the voter
+    it asks: a wiped node's new incarnation that has not learned the set yet (its own
+    names node 4 nowhere) refuses, the incarnation named grants."""
+    candidate = NodeHarness(1, voters(1, 2, 3, 4))
+    candidate.advance(10_000)
+    asks = [m for m in candidate.node.ready().messages if isinstance(m, VoteRequest)]
+    assert {(m.destination, m.voter_directory_id) for m in asks} == {
+        (n, DIRS[n]) for n in (2, 3, 4)
+    }
+    assert NodeHarness(1, (1, 2, 3))._new_node()._directory_id_of(2) is None  # static
+
+    def replica(directory_id: uuid.UUID) -> NodeHarness:
+        h = NodeHarness(4, voters(1, 2, 3))  # it has not fetched the record adding it
+        h.node = RaftNode(
+            4,
+            voters(1, 2, 3),
+            h.log,
+            h.snapshots,
+            cluster_id=CLUSTER_ID,
+            election_state=None,
+            random=random.Random(0),
+            directory_id=directory_id,
+        )
+        return h
+
+    ask = replace(vote_request(1, 1, to=4), voter_directory_id=DIRS[4])
+    wiped = replica(uuid.UUID(int=99))
+    wiped.step(ask)
+    assert "4->1 VoteResponse INCONSISTENT_VOTER_SET" in " ".join(wiped.sent())
+    assert wiped.persisted == ElectionState(0), "nothing voted, no epoch bumped"
+    named = replica(DIRS[4])
+    named.step(ask)
+    assert "4->1 VoteResponse leader_id=none leader_epoch=1 vote_granted" in named.sent()

@@ -6,6 +6,9 @@ bootstrapped with these voters; each controller's data directory takes the direc
 given for it) or ``--bootstrap-controllers HOST:PORT,...`` (join a running dynamic quorum:
 the controller follows as an observer until ``highwater quorum add-controller`` makes it
 a voter; a controller whose disk was wiped rejoins this way, with a new directory id).
+``--advertised-listener HOST:PORT`` is the endpoint it announces to the quorum, when the
+others cannot reach it at ``--listen``; a voter that finds the voter set naming it at
+another endpoint (it restarted on a new address) sends UpdateRaftVoter itself.
 
 The process serves ``highwater.internal.v1.Raft`` and ``highwater.internal.v1.Controller``
 (plus gRPC health and reflection) on ``--listen`` and keeps the metadata log, its snapshots and
@@ -50,6 +53,7 @@ from highwater.errors import HighwaterError
 from highwater.etcd_metadata.endpoints import EtcdStoreAddress
 from highwater.raft.driver import RaftServerSettings
 from highwater.raft.voter_set import MembershipChangeError, VoterSet, parse_initial_controllers
+from highwater.rpc.endpoints import parse_endpoint
 
 
 def _initial_controllers(
@@ -67,6 +71,17 @@ def _bootstrap_controllers(
     _ctx: click.Context, _param: click.Parameter, value: str | None
 ) -> list[str] | None:
     return None if value is None else parse_addresses(value)
+
+
+def _advertised_listener(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> str | None:
+    if value is not None:
+        try:
+            parse_endpoint(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+    return value
 
 
 @click.command("controller")
@@ -91,6 +106,15 @@ def _bootstrap_controllers(
 )
 @listen_option(required=True, help="Address to serve the Raft protocol and the Controller API on.")
 @click.option(
+    "--advertised-listener",
+    default=None,
+    callback=_advertised_listener,
+    metavar="HOST:PORT",
+    help="Where the other controllers and observers reach this one, if not --listen (a "
+    "controller listening on 0.0.0.0, or behind a proxy): the endpoint a dynamic quorum's "
+    "voter announces. A voter whose endpoint changed sends UpdateRaftVoter itself at start.",
+)
+@click.option(
     "--offsets-topic-replication-factor",
     type=click.IntRange(1, 32767),
     default=3,
@@ -113,6 +137,7 @@ def _bootstrap_controllers(
 def controller(
     node_id: int,
     listen: str,
+    advertised_listener: str | None,
     voters: dict[int, str] | None,
     initial_controllers: VoterSet | None,
     bootstrap_controllers: list[str] | None,
@@ -191,5 +216,6 @@ def controller(
         data_dir=data_dir,
         cluster_id=cluster_id,
         settings=settings,
+        advertised=advertised_listener,
     )
     run_until_signalled(server, "controller")

@@ -482,10 +482,13 @@ class ControllerServer:
         services: Sequence[GrpcService] = (),
         listener_name: str | None = None,
         more_listeners: Sequence[tuple[str, str]] = (),
+        advertised: str | None = None,
     ) -> None:
         """``services``: more gRPC services to serve on the same port (a co-located
         broker's, in ``highwater server``); ``listener_name`` names ``listen``,
-        ``more_listeners`` (name, ``HOST:PORT``) serve the same (its named listeners)."""
+        ``more_listeners`` (name, ``HOST:PORT``) serve the same (its named listeners);
+        ``advertised``: the endpoint the other controllers reach this one at, if not
+        ``listen`` (:class:`~highwater.raft.driver.RaftServer`)."""
         self.node_id = node_id
         self.settings = settings or ControllerSettings()
         self._clock = clock
@@ -512,6 +515,7 @@ class ControllerServer:
             ],
             listener_name=listener_name,
             more_listeners=more_listeners,
+            advertised=advertised,
         )
         self.store = RaftMetadataStore(self.raft, self.machine)
         self.metrics = ControllerMetrics(self)

@@ -8,6 +8,13 @@ voter does, and hands what is committed to a
 :class:`~highwater.metadata.state_machine.MetadataStateMachine`: :attr:`image` is the
 committed :class:`~highwater.metadata.image.MetadataImage`. The leader lists it among the
 observers of DescribeQuorum. It never votes and never counts toward the commit.
+
+A static quorum's voters (``--voters``: ids and addresses) are fixed. A dynamic quorum's
+(KIP-853, the voters a DescribeQuorum names with their directory ids) are only where the
+observer starts: it follows the ``voters`` records it replicates (and the set a snapshot
+carries) as any replica of a dynamic quorum does, asks the voters of the set in use for
+the leader, and keeps the latest committed set in its ``quorum-voters`` file, so a
+controller replaced on a new address is found without a restart.
 """
 
 from __future__ import annotations
@@ -23,10 +30,15 @@ from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.state_machine import ImageListener, MetadataStateMachine
 from highwater.raft.driver import RaftServer, RaftServerSettings
+from highwater.raft.membership_service import voters_of
+from highwater.raft.voter_set import VoterSet
 from highwater.rpc.channels import open_channel
 from highwater.rpc.server import GrpcService
 
-__all__ = ["MetadataObserver", "QuorumUnreachableError", "discover_voters"]
+__all__ = ["MetadataObserver", "QuorumUnreachableError", "QuorumVoters", "discover_voters"]
+
+QuorumVoters = Mapping[int, str] | VoterSet
+"""A static quorum's voters (id -> ``HOST:PORT``) or a dynamic quorum's voter set."""
 
 
 class QuorumUnreachableError(HighwaterError):
@@ -36,15 +48,18 @@ class QuorumUnreachableError(HighwaterError):
 async def discover_voters(controllers: Sequence[str], timeout_s: float = 30) -> dict[int, str]:
     """The quorum's voters (id -> address), from the first controller that names them."""
     voters, _ = await discover_quorum(controllers, timeout_s)
-    return voters
+    if isinstance(voters, VoterSet):
+        return {voter.node_id: voter.endpoint for voter in voters}
+    return dict(voters)
 
 
 async def discover_quorum(
     controllers: Sequence[str], timeout_s: float = 30
-) -> tuple[dict[int, str], str]:
-    """The quorum's voters (id -> address) and its cluster id, from the first controller
-    that names them (a quorum migrated from etcd mode has etcd's cluster id, not the one
-    its voters would make)."""
+) -> tuple[QuorumVoters, str]:
+    """The quorum's voters and its cluster id, from the first controller that names them
+    (a quorum migrated from etcd mode has etcd's cluster id, not the one its voters would
+    make): a dynamic quorum's :class:`VoterSet` when the answer names directory ids, else
+    the static voters (id -> address)."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     problems: list[str] = []
     while True:
@@ -58,6 +73,9 @@ async def discover_quorum(
                 problems.append(f"{address}: {e.code().name}")
                 continue
             if reply.nodes:
+                voter_set = voters_of(reply)
+                if voter_set is not None:
+                    return voter_set, reply.cluster_id
                 return {node.node_id: node.address for node in reply.nodes}, reply.cluster_id
             problems.append(f"{address}: no voters named")
         if asyncio.get_running_loop().time() >= deadline:
@@ -70,13 +88,14 @@ async def discover_quorum(
 class MetadataObserver:
     """Follows the metadata quorum ``voters`` as observer ``node_id``, keeping the log and
     its snapshots in ``data_dir``. ``listen`` serves DescribeQuorum and health (port 0:
-    any free port)."""
+    any free port). ``voters``: a static quorum's addresses, or the voter set of a
+    dynamic quorum, followed as it changes (see the module docstring)."""
 
     def __init__(
         self,
         *,
         node_id: int,
-        voters: Mapping[int, str],
+        voters: QuorumVoters,
         data_dir: Path,
         listen: str = "127.0.0.1:0",
         cluster_id: str | None = None,
@@ -88,7 +107,8 @@ class MetadataObserver:
         """``services``: more gRPC services to serve on ``listen`` (a broker's);
         ``listener_name`` names that listener, ``more_listeners`` (name, ``HOST:PORT``) are
         the process's other listeners, serving the same."""
-        if node_id in voters:
+        dynamic, static = (voters, None) if isinstance(voters, VoterSet) else (None, voters)
+        if node_id in (dynamic.ids if dynamic is not None else voters):
             raise ValueError(f"node {node_id} is a voter: an observer needs an id of its own")
         self._machine = MetadataStateMachine()
         self._machine.add_listener(self._on_image)
@@ -96,7 +116,8 @@ class MetadataObserver:
         self.raft = RaftServer(
             node_id=node_id,
             listen=listen,
-            voters=voters,
+            voters=static,
+            initial_voters=dynamic,
             data_dir=data_dir,
             state_machine=self._machine,
             cluster_id=cluster_id,

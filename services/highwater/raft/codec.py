@@ -9,8 +9,10 @@ that received it, and a response with the request it answers (which also gives b
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, TypeAlias
 
+from highwater.errors import InvalidRequestError
 from highwater.internal.v1 import raft_pb2 as pb
 from highwater.raft.messages import (
     NO_LEADER,
@@ -71,6 +73,16 @@ RESPONSE_FOR: dict[type, type] = {
 # -- OffsetAndEpoch -------------------------------------------------------------------------
 
 
+def _directory_id(text: str) -> uuid.UUID | None:
+    """A request's directory id (empty: none given); one that is not a uuid is refused."""
+    if not text:
+        return None
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise InvalidRequestError(f"directory id {text!r} is not a uuid") from None
+
+
 def _offset_and_epoch_to_proto(value: OffsetAndEpoch) -> pb.OffsetAndEpoch:
     return pb.OffsetAndEpoch(offset=value.offset, epoch=value.epoch)
 
@@ -101,6 +113,9 @@ def request_to_proto(request: RaftRequest) -> ProtoRequest:
                 last_offset_epoch=request.last_offset_epoch,
                 last_offset=request.last_offset,
                 pre_vote=request.pre_vote,
+                voter_directory_id=(
+                    "" if request.voter_directory_id is None else str(request.voter_directory_id)
+                ),
             )
         case BeginQuorumEpochRequest():
             return pb.BeginQuorumEpochRequest(
@@ -152,6 +167,7 @@ def request_from_proto(request: ProtoRequest, *, destination: int) -> RaftReques
                 last_offset_epoch=request.last_offset_epoch,
                 last_offset=request.last_offset,
                 pre_vote=request.pre_vote,
+                voter_directory_id=_directory_id(request.voter_directory_id),
             )
         case pb.BeginQuorumEpochRequest():
             return BeginQuorumEpochRequest(

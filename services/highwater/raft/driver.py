@@ -57,6 +57,7 @@ from highwater.config.topic import LogConfig
 from highwater.errors import (
     HighwaterError,
     InvalidRecordError,
+    InvalidRequestError,
     KafkaStorageError,
     UnexpectedAppendOffsetError,
 )
@@ -69,7 +70,11 @@ from highwater.raft.codec import (
     request_from_proto,
     response_to_proto,
 )
-from highwater.raft.membership_service import MembershipRaftServicer, discover_quorum
+from highwater.raft.membership_service import (
+    MembershipRaftServicer,
+    discover_quorum,
+    send_update_voter,
+)
 from highwater.raft.messages import (
     FetchRequest,
     OffsetAndEpoch,
@@ -112,6 +117,7 @@ from highwater.raft.voter_files import (
 )
 from highwater.raft.voter_set import (
     DIRECTORY_ID_FILE,
+    MembershipChangeError,
     Voter,
     VoterSet,
     load_or_create_directory_id,
@@ -135,6 +141,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _APPLY_READ_BYTES: Final = 1 << 20
+_ENDPOINT_CHECK_S: Final = 0.1
+"""How often a dynamic quorum's replica checks that the voter set names it at its endpoint."""
 _APPEND_LINGER_TURNS: Final = 3
 _INLINE_FSYNC_MAX_S: Final = 0.0005
 """An fsync that took longer than this sends the next ones to a worker thread (see
@@ -221,7 +229,9 @@ class RaftServer:
 
     * ``voters`` (id -> ``HOST:PORT``): a static quorum (``--voters``), fixed for good;
     * ``initial_voters``: a dynamic quorum (KIP-853) bootstrapped with this set
-      (``--initial-controllers``); this node's directory id is the one the set gives it;
+      (``--initial-controllers``); this node's directory id is the one the set gives it.
+      A node not in the set (a broker's metadata observer, given the set a DescribeQuorum
+      named) starts from it and follows the changes it replicates;
     * ``bootstrap_controllers`` (``HOST:PORT`` only): join a running dynamic quorum as an
       observer (``--bootstrap-controllers``), learning its voters and cluster id from
       their DescribeQuorum at the first start.
@@ -230,7 +240,9 @@ class RaftServer:
     the committed voter set is kept in ``quorum-voters`` (and restored at start, or taken
     from the latest snapshot when that is newer), every snapshot carries the set, the
     transport follows the voters' endpoints, and :meth:`add_voter`, :meth:`remove_voter`
-    and :meth:`update_voter` run KIP-853's changes on the leader.
+    and :meth:`update_voter` run KIP-853's changes on the leader. ``advertised`` is the
+    endpoint this replica announces (else ``listen``'s); a voter the set names at another
+    endpoint sends UpdateRaftVoter itself.
     """
 
     def __init__(
@@ -250,19 +262,26 @@ class RaftServer:
         services: Sequence[GrpcService] = (),
         listener_name: str | None = None,
         more_listeners: Sequence[tuple[str, str]] = (),
+        advertised: str | None = None,
     ) -> None:
         """``listener_name``, ``more_listeners``: named listeners
-        (:class:`~highwater.rpc.server.GrpcHost`), ``listen`` being the first."""
+        (:class:`~highwater.rpc.server.GrpcHost`), ``listen`` being the first.
+        ``advertised`` (``HOST:PORT``): where the other replicas reach this one, when not
+        at ``listen`` (a controller listening on ``0.0.0.0``, or behind a proxy); it is
+        the endpoint a dynamic quorum's replica announces."""
         given = sum((bool(voters), initial_voters is not None, bool(bootstrap_controllers)))
         if given != 1:
             raise ValueError(
                 "give the quorum one way: voters, initial_voters or bootstrap_controllers"
             )
         parse_endpoint(listen)
+        if advertised is not None:
+            parse_endpoint(advertised)
         for address in bootstrap_controllers:
             parse_endpoint(address)
         self.node_id = node_id
         self.listen = listen
+        self.advertised = advertised
         self.is_dynamic = not voters
         self._initial_voters = initial_voters
         self._bootstrap_controllers = tuple(bootstrap_controllers)
@@ -326,6 +345,7 @@ class RaftServer:
         self._role: RoleChange | None = None
         self._flushing: asyncio.Task[None] | None = None
         self._last_fsync_s = 0.0
+        self._announcer: asyncio.Task[None] | None = None
         self.telemetry = RaftTelemetry(self)
 
     # --- public API --------------------------------------------------------------------
@@ -345,7 +365,10 @@ class RaftServer:
 
     @property
     def endpoint(self) -> str:
-        """``HOST:PORT`` this replica serves Raft on (``listen`` with the bound port)."""
+        """``HOST:PORT`` where the other replicas reach this one: ``advertised`` if given,
+        else ``listen`` with the bound port."""
+        if self.advertised is not None:
+            return self.advertised
         host, _ = parse_endpoint(self.listen)
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
@@ -499,6 +522,10 @@ class RaftServer:
             ),
         )
         self._driver = asyncio.create_task(self._drive(), name=f"raft-driver-{self.node_id}")
+        if self.is_dynamic:
+            self._announcer = asyncio.create_task(
+                self._announce_endpoint(), name=f"raft-endpoint-{self.node_id}"
+            )
         log.info(
             "node %d serving the metadata quorum of cluster %s on port %d (voters %s)",
             self.node_id,
@@ -577,6 +604,54 @@ class RaftServer:
             self._transport.set_peers(
                 {node_id: a for node_id, a in self.voters.items() if node_id != self.node_id}
             )
+
+    def _stale_endpoint(self) -> Voter | None:
+        """This replica as a voter with its endpoint now, if the voter set in use names it
+        (this incarnation) at another endpoint."""
+        node = self._node
+        if node is None or self.directory_id is None:
+            return None
+        voter = node.voter_set.get(self.node_id)
+        if voter is None or voter.directory_id != self.directory_id:
+            return None
+        if voter.endpoint == self.endpoint:
+            return None
+        return Voter(self.node_id, self.directory_id, self.endpoint)
+
+    async def _announce_endpoint(self) -> None:
+        """UpdateRaftVoter, sent by the voter itself (as Kafka's controllers do) whenever
+        the voter set names it at another endpoint than the one it serves on now (it
+        restarted on a new address, or with another ``advertised``): to its own node when
+        it leads, else to the leader; retried until the new set is in use."""
+        settle_s = self.settings.raft.fetch_timeout_ms / 1000
+        while not self._stopping:
+            await asyncio.sleep(_ENDPOINT_CHECK_S)
+            voter = self._stale_endpoint()
+            leader_id = self.leader_id
+            if voter is None or leader_id is None:
+                continue
+            try:
+                if leader_id == self.node_id:
+                    await self.update_voter(voter)
+                elif leader_id in self.voters:
+                    problem = await send_update_voter(
+                        self.voters[leader_id],
+                        self.cluster_id,
+                        voter,
+                        timeout_s=self.settings.raft.request_timeout_ms / 1000,
+                    )
+                    if problem is not None:
+                        log.debug("node %d: UpdateRaftVoter: %s", self.node_id, problem)
+                        continue
+                log.info("node %d: the voter set now names it at %s", self.node_id, voter.endpoint)
+                # Committed: give this replica's fetch the time to bring the record before
+                # asking again.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(settle_s):
+                        while self._stale_endpoint() == voter:
+                            await asyncio.sleep(_ENDPOINT_CHECK_S)
+            except (NotLeaderError, MembershipChangeError) as e:
+                log.debug("node %d: UpdateRaftVoter: %s", self.node_id, e)
 
     # --- startup -------------------------------------------------------------------------
 
@@ -908,7 +983,10 @@ class RaftServer:
             return await abort(
                 context, grpc.StatusCode.UNAVAILABLE, "the Raft server is not running"
             )
-        request = request_from_proto(wire, destination=self.node_id)
+        try:
+            request = request_from_proto(wire, destination=self.node_id)
+        except InvalidRequestError as e:
+            return await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
         if isinstance(wire, raft_pb2.RaftFetchRequest) and wire.replica_directory_id:
             voter = node.voter_set.get(wire.replica_id) if self.is_dynamic else None
             if voter is not None and str(voter.directory_id) != wire.replica_directory_id:
@@ -1014,6 +1092,11 @@ class RaftServer:
         self._wakeup.set()
         try:
             await self._host.enter_graceful_shutdown()
+            announcer = self._announcer
+            if announcer is not None and not announcer.done():
+                announcer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await announcer
             driver = self._driver
             if driver is not None and driver is not asyncio.current_task() and not driver.done():
                 driver.cancel()

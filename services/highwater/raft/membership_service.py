@@ -10,6 +10,8 @@ NOT_LEADER_OR_FOLLOWER with the leader's id and endpoint, REQUEST_TIMED_OUT for 
 that is not caught up or a change still in progress, INVALID_REQUEST for a duplicate
 voter, an unknown voter or the last voter, UNSUPPORTED_VERSION for a static quorum.
 
+:func:`send_update_voter` is a voter's own UpdateRaftVoter, sent when the voter set names it
+at another endpoint than the one it serves on (it restarted on a new address).
 :func:`discover_quorum` is what ``--bootstrap-controllers`` does at a replica's first
 start: it knows only addresses, asks them for DescribeQuorum and takes the cluster id and
 the voters (ids, directory ids, endpoints) of the first answer that names them.
@@ -36,7 +38,12 @@ from highwater.rpc.channels import open_channel
 from highwater.rpc.endpoints import parse_endpoint
 from highwater.v1.common_pb2 import ErrorCode
 
-__all__ = ["MembershipRaftServicer", "QuorumDiscoveryError", "discover_quorum"]
+__all__ = [
+    "MembershipRaftServicer",
+    "QuorumDiscoveryError",
+    "discover_quorum",
+    "send_update_voter",
+]
 
 _Response = TypeVar(
     "_Response",
@@ -168,6 +175,29 @@ def _voter(node_id: int, directory_id: str, endpoint: str) -> Voter:
         raise InvalidVoterError(f"voter endpoint: {e}") from None
     del host, port
     return Voter(_node_id(node_id), _directory_id(directory_id), endpoint)
+
+
+async def send_update_voter(
+    leader: str, cluster_id: str, voter: Voter, *, timeout_s: float
+) -> str | None:
+    """Send UpdateRaftVoter for ``voter`` (this replica, at its endpoint now) to the leader
+    at ``leader``; ``None`` once the new set is committed, else what went wrong."""
+    request = raft_pb2.UpdateRaftVoterRequest(
+        cluster_id=cluster_id,
+        voter_id=voter.node_id,
+        voter_directory_id=str(voter.directory_id),
+        endpoint=voter.endpoint,
+    )
+    try:
+        async with open_channel(leader) as channel:
+            response = await raft_pb2_grpc.RaftStub(channel).UpdateRaftVoter(
+                request, timeout=timeout_s
+            )
+    except grpc.aio.AioRpcError as e:
+        return f"{leader}: {e.code().name}"
+    if response.error != ErrorCode.NONE:
+        return f"{leader}: {ErrorCode.Name(response.error)}: {response.error_message}"
+    return None
 
 
 # --- discovery ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@ error code of the request they answer (``ErrorCode`` values from ``common.proto`
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
 from highwater.v1.common_pb2 import ErrorCode
@@ -33,6 +34,9 @@ class VoteRequest:
     last_offset_epoch: int
     last_offset: int
     pre_vote: bool = False
+    voter_directory_id: uuid.UUID | None = None
+    """The directory id the candidate's voter set gives the voter asked (KIP-853's voter
+    key); ``None`` in a static quorum."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -869,9 +869,18 @@ class RaftNode:
         log = self._log
         state = self._quorum.transition_to_leader(log.end_offset, now_ms)
         self._after_transition(now_ms)
-        log.append_as_leader(
-            [encode_leader_change(self.node_id, sorted(self.voters))], state.epoch, control=True
-        )
+        values = [encode_leader_change(self.node_id, sorted(self.voters))]
+        # KIP-853: a dynamic quorum's set still in force from the bootstrap (no record in
+        # the log yet: ``--initial-controllers``) is written as the first ``voters``
+        # record, beside the leader change, so a replica that replicates from offset 0
+        # learns it from the log; once committed it is what ``quorum-voters`` keeps.
+        from_log = self.is_static or self._history.latest_offset() >= 0
+        bootstrap = None if from_log else self._history.latest()
+        if bootstrap is not None:
+            values.append(encode_voters_record(bootstrap))
+        appended = log.append_as_leader(values, state.epoch, control=True)
+        if bootstrap is not None:
+            self._history.add_at(appended.offset, bootstrap)
         if state.update_local_state(log.flushed_offset, log.end_offset, now_ms):
             self._on_leader_high_watermark(state, now_ms)
         self._poll(now_ms)
@@ -994,6 +1003,14 @@ class RaftNode:
             # The candidate asks the voter with this id, a former incarnation whose votes
             # this replica does not hold: granting one could elect two leaders.
             return answer(ErrorCode.INCONSISTENT_VOTER_SET)
+        if (
+            request.voter_directory_id is not None
+            and self.directory_id is not None
+            and request.voter_directory_id != self.directory_id
+        ):
+            # KIP-853's voter key: the candidate's set names another incarnation of this
+            # node id (this one's disk was wiped, and it may not know the set yet).
+            return answer(ErrorCode.INCONSISTENT_VOTER_SET)
         if request.candidate_epoch > self._quorum.epoch:
             self._become_unattached(request.candidate_epoch, now_ms)
         state = self._quorum.state
@@ -1055,8 +1072,16 @@ class RaftNode:
                         last_offset_epoch=log.last_epoch,
                         last_offset=log.end_offset,
                         pre_vote=pre_vote,
+                        voter_directory_id=self._directory_id_of(voter),
                     )
                 )
+
+    def _directory_id_of(self, voter_id: int) -> uuid.UUID | None:
+        """The directory id the voter set in use gives ``voter_id`` (None: static)."""
+        if self.is_static:
+            return None
+        voter = self._history.latest().get(voter_id)
+        return None if voter is None else voter.directory_id
 
     def _election_backoff_ms(self, retries: int) -> int:
         """Binary exponential backoff with jitter, capped (Kafka's election backoff)."""

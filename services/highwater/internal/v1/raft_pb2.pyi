@@ -57,6 +57,7 @@ class VoteRequest(_message.Message):
     LAST_OFFSET_EPOCH_FIELD_NUMBER: _builtins.int
     LAST_OFFSET_FIELD_NUMBER: _builtins.int
     PRE_VOTE_FIELD_NUMBER: _builtins.int
+    VOTER_DIRECTORY_ID_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     candidate_id: _builtins.int
     candidate_epoch: _builtins.int
@@ -68,6 +69,11 @@ class VoteRequest(_message.Message):
     last_offset: _builtins.int
     pre_vote: _builtins.bool
     """Pre-vote (KIP-996): asks whether a vote would be granted, without bumping epochs."""
+    voter_directory_id: _builtins.str
+    """KIP-853: the directory id of the voter asked, as the candidate's voter set names it
+    (empty in a static quorum). A replica of another directory (a wiped voter's new
+    incarnation) refuses: its vote would be counted as the old voter's.
+    """
     def __init__(
         self,
         *,
@@ -78,10 +84,11 @@ class VoteRequest(_message.Message):
         last_offset_epoch: _builtins.int = ...,
         last_offset: _builtins.int = ...,
         pre_vote: _builtins.bool = ...,
+        voter_directory_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidate_epoch", b"candidate_epoch", "candidate_id", b"candidate_id", "cluster_id", b"cluster_id", "last_offset", b"last_offset", "last_offset_epoch", b"last_offset_epoch", "pre_vote", b"pre_vote", "voter_id", b"voter_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidate_epoch", b"candidate_epoch", "candidate_id", b"candidate_id", "cluster_id", b"cluster_id", "last_offset", b"last_offset", "last_offset_epoch", b"last_offset_epoch", "pre_vote", b"pre_vote", "voter_directory_id", b"voter_directory_id", "voter_id", b"voter_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,112 @@
+"""A dynamic quorum's controllers (KIP-853) and the metadata observers that follow them, in
+one event loop over loopback gRPC.
+
+A broker's (or coordinator's, or ``highwater observer``'s) metadata replica is a
+``MetadataObserver`` started with what DescribeQuorum named: for a dynamic quorum that is
+only where it starts, it follows the ``voters`` records it replicates. Here the only
+controller is replaced by one on another address and then stopped: the observer finds
+the new one through the voter set in its log, and keeps applying what it commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from embedded_servers import free_port
+from highwater.controller.service import ControllerServer, ControllerSettings
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
+from highwater.metadata.observer import MetadataObserver, discover_quorum
+from highwater.raft.driver import RaftServerSettings
+from highwater.raft.node import RaftConfig
+from highwater.raft.voter_set import NotCaughtUpError, Voter, VoterSet
+from highwater.v1.common_pb2 import ErrorCode
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = RaftConfig(
+    election_timeout_ms=300,
+    election_backoff_max_ms=300,
+    fetch_timeout_ms=600,
+    fetch_max_wait_ms=200,
+    request_timeout_ms=500,
+)
+RAFT = RaftServerSettings(raft=FAST, discovery_timeout_ms=10_000)
+
+
+async def until(condition: Callable[[], object], timeout_s: float = 20) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.02)
+
+
+async def register(address: str, broker_id: int) -> None:
+    async with ControllerClient([address], timeout_s=15) as client:
+        answer = await client.register_broker(
+            m.RegisterBrokerRequest(broker_id, f"incarnation-{broker_id}")
+        )
+    assert answer.error == ErrorCode.NONE, answer
+
+
+async def test_an_observer_follows_the_voters_to_a_controller_on_a_new_address(
+    tmp_path: Path,
+) -> None:
+    settings = ControllerSettings(raft=RAFT)
+    first_voter = Voter(1, uuid.uuid4(), f"127.0.0.1:{free_port()}")
+    first = ControllerServer(
+        node_id=1,
+        listen=first_voter.endpoint,
+        initial_voters=VoterSet.of([first_voter]),
+        data_dir=tmp_path / "c1",
+        settings=settings,
+    )
+    second: ControllerServer | None = None
+    observer: MetadataObserver | None = None
+    await first.start()
+    try:
+        await until(lambda: first.raft.is_leader)
+        voters, cluster_id = await discover_quorum([first_voter.endpoint])
+        assert voters == VoterSet.of([first_voter]), "a dynamic quorum: the voter set"
+        observer = MetadataObserver(
+            node_id=100, voters=voters, data_dir=tmp_path / "observer", settings=RAFT
+        )
+        await observer.start()
+        assert observer.raft.cluster_id == cluster_id
+        await register(first_voter.endpoint, 10)
+        await until(lambda: observer.image.broker(10) is not None)  # type: ignore[union-attr]
+
+        # Controller 2 joins on another address and replaces controller 1.
+        second = ControllerServer(
+            node_id=2,
+            listen=f"127.0.0.1:{free_port()}",
+            bootstrap_controllers=[first_voter.endpoint],
+            data_dir=tmp_path / "c2",
+            settings=settings,
+        )
+        await second.start()
+        joined = Voter(2, second.raft.directory_id, second.raft.endpoint)  # type: ignore[arg-type]
+        async with asyncio.timeout(20):
+            while True:
+                try:
+                    await first.raft.add_voter(joined)
+                    break
+                except NotCaughtUpError:
+                    await asyncio.sleep(0.05)
+        await first.raft.remove_voter(1, first_voter.directory_id)
+        await until(lambda: second.raft.is_leader)  # type: ignore[union-attr]
+        await first.stop()
+
+        # Nothing is left at the address the observer started with: it asks the voter
+        # its log names and applies what controller 2 commits.
+        await register(second.raft.endpoint, 11)
+        await until(lambda: observer.image.broker(11) is not None)  # type: ignore[union-attr]
+        assert observer.raft.voters == {2: second.raft.endpoint}
+        assert observer.raft.voter_set().ids == {2}
+    finally:
+        for server in (observer, second, first):
+            if server is not None:
+                await server.stop()
