@@ -2098,11 +2098,10 @@ class Simulation:
     ) -> None:
         """The end of CoordinatorServer._serve_partition: fenced by a newer owner (the
         image will show the move), or failed (most likely still assigned here in this
-        epoch: the ownership decides at once)."""
-        c.ownership.lost(partition, state.epoch)
+        epoch); the ownership decides what next."""
+        c.ownership.lost(partition, state.epoch, fenced=not failed)
         self._stop_offsets_partition(c, partition)
-        if failed:
-            self._coordinator_assignments(c)
+        self._coordinator_assignments(c)
 
     def _coordinator_message(self, c: CoordinatorProcess, message: Any) -> None:
         if c.core is None:

@@ -62,9 +62,9 @@ class OwnershipChange:
 class PartitionOwnership:
     """The partitions one coordinator process serves (see the module docstring).
 
-    The edge calls :meth:`follow` with each new image and after :meth:`renew` reports a
-    lapsed lease renewed, :meth:`lapse` before serving anything, :meth:`lost` when it
-    gives a partition up on its own (fenced or failed), and registers
+    The edge calls :meth:`follow` with each new image, after :meth:`renew` reports a
+    lapsed lease renewed and after :meth:`lost` (it gave a partition up on its own:
+    fenced or failed); :meth:`lapse` before serving anything; and it registers
     :attr:`incarnation_id` whenever :attr:`register_again` is set, reporting the answer
     with :meth:`registered`.
     """
@@ -88,6 +88,8 @@ class PartitionOwnership:
         """partition -> the coordinator epoch it is taken over (or being taken over) in."""
         self._taken: dict[int, int] = {}
         """partition -> the highest coordinator epoch this process took it over in."""
+        self._fenced: dict[int, int] = {}
+        """partition -> the highest coordinator epoch a newer owner fenced it in here."""
 
     @property
     def lapsed(self) -> bool:
@@ -95,15 +97,20 @@ class PartitionOwnership:
 
     def follow(self, image: MetadataImage) -> OwnershipChange:
         """Serve what ``image`` assigns to this incarnation, each in its coordinator epoch;
-        stop serving the rest. Nothing is taken over while the lease has lapsed. When the
-        image assigns a partition in an epoch it was taken over in before, every partition
-        is given up and a new incarnation waits to be registered (:attr:`register_again`)."""
+        stop serving the rest. Nothing is taken over while the lease has lapsed, nor in an
+        epoch a newer owner fenced (the image has not caught up with the move yet). When
+        the image assigns a partition in an epoch it was taken over in before, every
+        partition is given up and a new incarnation waits to be registered
+        (:attr:`register_again`)."""
         if self.lease.lapsed:
             return OwnershipChange()
         wanted = self._assigned(image)
         stop = [p for p, epoch in self.serving.items() if wanted.get(p) != epoch]
         for partition in stop:
             del self.serving[partition]
+        for partition, epoch in list(wanted.items()):
+            if epoch <= self._fenced.get(partition, -1):
+                del wanted[partition]
         again = [
             p
             for p, epoch in wanted.items()
@@ -136,11 +143,15 @@ class PartitionOwnership:
         lease had lapsed: :meth:`follow` the image again."""
         return self.lease.renew(sent_ms)
 
-    def lost(self, partition: int, epoch: int) -> None:
+    def lost(self, partition: int, epoch: int, *, fenced: bool) -> None:
         """The edge stopped serving ``partition`` in ``epoch`` on its own: a newer owner
-        fenced it, or taking it over or appending failed."""
+        fenced it (``fenced``: the image will move it), or taking it over or appending
+        failed (the next :meth:`follow` registers a new incarnation if the image still
+        assigns it here in ``epoch``)."""
         if self.serving.get(partition) == epoch:
             del self.serving[partition]
+        if fenced:
+            self._fenced[partition] = max(epoch, self._fenced.get(partition, -1))
 
     def registered(self, incarnation_id: str) -> None:
         """The controller acknowledged the registration of ``incarnation_id``."""

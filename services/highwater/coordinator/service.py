@@ -350,7 +350,7 @@ class CoordinatorServer:
         state = self._partitions.pop(partition, None)
         if state is None:
             return
-        self.ownership.lost(partition, state.epoch)
+        self.ownership.lost(partition, state.epoch, fenced=False)
         self._drop(partition, state)
         if state.task is not None:
             with contextlib.suppress(asyncio.CancelledError):
@@ -365,7 +365,7 @@ class CoordinatorServer:
             state.epoch,
             still_owner=lambda: self._partitions.get(partition) is state,
         )
-        failed = True
+        fenced = False
         try:
             started = time.monotonic()
             marker_offset = await appender.fence()
@@ -395,20 +395,18 @@ class CoordinatorServer:
         except CoordinatorFencedError as e:
             # A newer owner appended: the image will show the partition moved.
             log.warning("coordinator %d: %s", self.node_id, e)
-            failed = False
+            fenced = True
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("coordinator %d: partition %d failed", self.node_id, partition)
         if self._partitions.get(partition) is state:
             self._partitions.pop(partition)
-            self.ownership.lost(partition, state.epoch)
+            self.ownership.lost(partition, state.epoch, fenced=fenced)
             self._apply(self.core.unload(partition))
-            if failed:
-                # Still assigned here in this epoch, most likely: the ownership has a new
-                # incarnation registered, for new epochs (``_heartbeat_forever``).
-                self._on_image(self._metadata.image)
-            self._report_readiness()
+            # Failed, it is most likely still assigned here in this epoch: the ownership
+            # then has a new incarnation registered, for new epochs (_heartbeat_forever).
+            self._on_image(self._metadata.image)
 
     # -- effects and time -------------------------------------------------------------------
 
