@@ -2,9 +2,10 @@
 
 It registers with the controller and heartbeats (its session keeps its partitions of
 ``__consumer_offsets``); it follows the metadata image (an observer of the metadata log,
-or the embedded server's own image) and serves the partitions the controller assigns it:
-for each it fences earlier owners and replays the partition
-(:mod:`highwater.coordinator.offsets_log`), then hands requests to the pure
+or the embedded server's own image) and serves the partitions the controller assigns it,
+as :class:`~highwater.coordinator.ownership.PartitionOwnership` decides (never one taken
+over twice in a coordinator epoch): for each it fences earlier owners and replays the
+partition (:mod:`highwater.coordinator.offsets_log`), then hands requests to the pure
 :class:`~highwater.coordinator.core.GroupCoordinatorCore`. The core's effects are carried
 out here: replies resolve the futures of waiting gRPC calls, writes go to the partition's
 appender (writes queued while one is in flight go together as one batch), and a timer
@@ -272,8 +273,10 @@ class CoordinatorServer:
         last acknowledged heartbeat was sent a session timeout ago or more (a long pause,
         a network cut from the controller). Waiting requests are answered NOT_COORDINATOR
         and clients find the new coordinator; nothing is served from a cache another
-        coordinator's commits may have overtaken. The partitions still assigned here are
-        loaded again from ``__consumer_offsets`` once a heartbeat is acknowledged."""
+        coordinator's commits may have overtaken. Once a heartbeat is acknowledged, the
+        partitions still assigned here are taken over again, in new coordinator epochs: the
+        coordinator registers again as a new incarnation first
+        (:mod:`highwater.coordinator.ownership`)."""
         stop = self.ownership.lapse(_monotonic_ms())
         if stop is None:
             return
