@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import itertools
 import logging
 import random
 import tempfile
@@ -56,8 +57,8 @@ from highwater.coordinator.core import (
     Reply,
     Write,
 )
-from highwater.coordinator.lease import SessionLease
 from highwater.coordinator.offsets_log import COORDINATOR_PRODUCER_ID_BASE
+from highwater.coordinator.ownership import PartitionOwnership
 from highwater.coordinator.records import (
     CorruptOffsetsRecordError,
     KeyValue,
@@ -532,15 +533,19 @@ class CoordinatorProcess(RaftMember):
 
     node_id: int = 0
     core: GroupCoordinatorCore | None = None
-    lease: SessionLease = field(default_factory=lambda: SessionLease(1))
+    ownership: PartitionOwnership = field(
+        default_factory=lambda: PartitionOwnership(0, 1, lambda: "")
+    )
+    """The real decisions: which partitions, in which epochs, the lease, the incarnation."""
     image: MetadataImage = field(default_factory=MetadataImage.empty)
     applied: int = 0
-    incarnation_id: str = ""
     registration_epoch: int = -1
     registering_since: int = -1
     heartbeat_sent: int = -1_000_000
-    calls: dict[int, int] = field(default_factory=dict)
-    """corr -> when the controller call was sent (an answer renews the lease from then)."""
+    calls: dict[int, tuple[int, object]] = field(default_factory=dict)
+    """corr -> when the controller call was sent (an answer renews the lease from then)
+    and what it was sent for: the incarnation id registered, or the registration epoch
+    of a heartbeat."""
     partitions: dict[int, OffsetsPartition] = field(default_factory=dict)
     pending: dict[object, Callable[[object], None]] = field(default_factory=dict)
 
@@ -575,6 +580,10 @@ class SimulationResult:
     offset_fetches: int = 0
     coordinator_moves: int = 0
     """``__consumer_offsets`` partitions the controller gave to another coordinator."""
+    reincarnations: int = 0
+    """Times a coordinator registered again as a new incarnation, to take partitions still
+    assigned to it in an epoch it had taken them over in (after a lapsed lease or a
+    failed take-over) back in new epochs."""
 
     def summary(self) -> str:
         loss = (
@@ -588,7 +597,8 @@ class SimulationResult:
             f"{self.torn_writes} torn writes, {self.dirs_failed} log directories offline{loss}"
             + (
                 f", {self.commits} offset commits, {self.offset_fetches} offset fetches, "
-                f"{self.coordinator_moves} coordinator moves"
+                f"{self.coordinator_moves} coordinator moves, "
+                f"{self.reincarnations} coordinator reincarnations"
                 if self.scenario.groups
                 else ""
             )
@@ -684,6 +694,7 @@ class Simulation:
         self.markers: dict[int, list[tuple[int, int]]] = {}
         """partition -> (offset, coordinator epoch) of every epoch marker acknowledged."""
         self.coordinator_moves = 0
+        self.reincarnations = 0
         self.log_config = LogConfig(
             segment_bytes=self.scenario.segment_bytes,
             index_interval_bytes=512,
@@ -1956,10 +1967,12 @@ class Simulation:
             ),
             new_member_id=lambda prefix: f"{prefix}-{self.rng.getrandbits(32):08x}",
         )
-        c.lease = SessionLease(CONTROLLER_CONFIG.coordinator_session_timeout_ms)
+        names = (f"{c.name}-{c.incarnation}-{n}" for n in itertools.count())
+        c.ownership = PartitionOwnership(
+            c.node_id, CONTROLLER_CONFIG.coordinator_session_timeout_ms, lambda: next(names)
+        )
         c.image = MetadataImage.empty()
         c.applied = 0
-        c.incarnation_id = f"{c.name}-{c.incarnation}"
         c.registration_epoch = -1
         c.registering_since = -1
         c.heartbeat_sent = -1_000_000
@@ -1973,20 +1986,14 @@ class Simulation:
         self._check_lease(c)
         if c.registration_epoch < 0:
             if c.registering_since < 0 or now - c.registering_since > RPC_TIMEOUT_MS:
-                c.registering_since = now
-                self._coordinator_call(
-                    c,
-                    "register_coordinator",
-                    m.RegisterCoordinatorRequest(
-                        c.node_id, c.incarnation_id, cluster_id=CLUSTER_ID
-                    ),
-                )
+                self._register_coordinator(c)
         elif now - c.heartbeat_sent >= CONTROLLER_CONFIG.coordinator_heartbeat_interval_ms:
             c.heartbeat_sent = now
             self._coordinator_call(
                 c,
                 "coordinator_heartbeat",
                 m.CoordinatorHeartbeatRequest(c.node_id, c.registration_epoch),
+                c.registration_epoch,
             )
         assert c.core is not None
         if not self._lapsed(c):
@@ -2006,24 +2013,40 @@ class Simulation:
                 self._offsets_send(c, partition, state)
         self._on(c, BROKER_TICK_MS, self._coordinator_tick, c)
 
-    def _coordinator_call(self, c: CoordinatorProcess, kind: str, body: Any) -> None:
+    def _register_coordinator(self, c: CoordinatorProcess) -> None:
+        """CoordinatorServer._register: the incarnation the ownership names."""
+        c.registering_since = self.now_ms
+        incarnation_id = c.ownership.incarnation_id
+        self._coordinator_call(
+            c,
+            "register_coordinator",
+            m.RegisterCoordinatorRequest(c.node_id, incarnation_id, cluster_id=CLUSTER_ID),
+            incarnation_id,
+        )
+
+    def _coordinator_call(
+        self, c: CoordinatorProcess, kind: str, body: Any, sent_for: object
+    ) -> None:
         self.corr += 1
-        c.calls[self.corr] = self.now_ms
+        c.calls[self.corr] = (self.now_ms, sent_for)
         self._send(c.name, self._controller_for(c), ControllerCall(kind, self.corr, body))
 
     def _lapsed(self, c: CoordinatorProcess) -> bool:
-        return group_clients.LEASE_CHECKED and c.lease.lapsed
+        return c.ownership.lapsed  # never, with LEASE_CHECKED off: lapse() is not called
 
     def _check_lease(self, c: CoordinatorProcess) -> None:
         """CoordinatorServer.check_lease: once no heartbeat was acknowledged for the
         session timeout, the controller may have given the partitions away; serve none."""
-        if group_clients.LEASE_CHECKED and c.lease.lapse(self.now_ms) and c.partitions:
+        if not group_clients.LEASE_CHECKED:
+            return
+        stop = c.ownership.lapse(self.now_ms)
+        if stop:
             self._note(f"{c.name}: session lease lapsed, serving nothing")
-            for partition in list(c.partitions):
-                self._drop_offsets_partition(c, partition)
+        for partition in stop or ():
+            self._stop_offsets_partition(c, partition)
 
     def _renew_lease(self, c: CoordinatorProcess, sent: int) -> None:
-        if c.lease.renew(sent):
+        if c.ownership.renew(sent):
             self._note(f"{c.name}: session lease renewed")
             self._coordinator_assignments(c)
 
@@ -2043,49 +2066,68 @@ class Simulation:
         self._coordinator_assignments(c)
 
     def _coordinator_assignments(self, c: CoordinatorProcess) -> None:
-        """CoordinatorServer._on_image: serve the partitions assigned to this incarnation,
-        each in its coordinator epoch; stop serving the others."""
-        if c.core is None or self._lapsed(c):
+        """CoordinatorServer._on_image: carry out what the ownership decides."""
+        if c.core is None:
             return
-        wanted: dict[int, int] = {}
-        me = c.image.coordinator(c.node_id)
-        if me is not None and me.incarnation_id == c.incarnation_id:
-            for partition, assignment in c.image.coordinators.assignments.items():
-                if assignment.coordinator_id == c.node_id:
-                    wanted[partition] = assignment.coordinator_epoch
-        for partition, state in list(c.partitions.items()):
-            if wanted.get(partition) != state.epoch:
-                self._drop_offsets_partition(c, partition)
-        for partition, epoch in sorted(wanted.items()):
-            if partition not in c.partitions:
-                state = OffsetsPartition(epoch)
-                state.records = [encode_epoch_marker(c.node_id, epoch)]
-                c.partitions[partition] = state
-                c.core.begin_loading(partition)
-                self._note(f"{c.name}: taking over offsets partition {partition} in epoch {epoch}")
-                self._offsets_send(c, partition, state)
+        incarnations = c.ownership.incarnations
+        change = c.ownership.follow(c.image)
+        for partition in change.stop:
+            self._stop_offsets_partition(c, partition)
+        if c.ownership.incarnations != incarnations:
+            self.reincarnations += 1
+            self._note(
+                f"{c.name}: a partition is still assigned in an epoch taken over before; "
+                f"registering again as {c.ownership.incarnation_id}"
+            )
+        for partition, epoch in change.take_over:
+            state = OffsetsPartition(epoch)
+            state.records = [encode_epoch_marker(c.node_id, epoch)]
+            c.partitions[partition] = state
+            c.core.begin_loading(partition)
+            self._note(f"{c.name}: taking over offsets partition {partition} in epoch {epoch}")
+            self._offsets_send(c, partition, state)
 
-    def _drop_offsets_partition(self, c: CoordinatorProcess, partition: int) -> None:
+    def _stop_offsets_partition(self, c: CoordinatorProcess, partition: int) -> None:
         c.partitions.pop(partition, None)
         self._note(f"{c.name}: no longer serves offsets partition {partition}")
         assert c.core is not None
         self._coordinator_effects(c, c.core.unload(partition))
 
+    def _lose_offsets_partition(
+        self, c: CoordinatorProcess, partition: int, state: OffsetsPartition, *, failed: bool
+    ) -> None:
+        """The end of CoordinatorServer._serve_partition: fenced by a newer owner (the
+        image will show the move), or failed (most likely still assigned here in this
+        epoch); the ownership decides what next."""
+        c.ownership.lost(partition, state.epoch, fenced=not failed)
+        self._stop_offsets_partition(c, partition)
+        self._coordinator_assignments(c)
+
     def _coordinator_message(self, c: CoordinatorProcess, message: Any) -> None:
         if c.core is None:
             return
         if isinstance(message, ControllerReply):
-            sent = c.calls.pop(message.corr, None)
+            call = c.calls.pop(message.corr, None)
             body = message.body
-            if sent is None:
+            if call is None:
                 return
+            sent, sent_for = call
             if isinstance(body, m.RegisterCoordinatorResponse):
-                if body.error == ErrorCode.NONE and c.registration_epoch < 0:
+                if (
+                    body.error == ErrorCode.NONE
+                    and sent_for == c.ownership.incarnation_id
+                    and (c.registration_epoch < 0 or c.ownership.register_again)
+                ):
                     c.registration_epoch = body.registration_epoch
-                    self._note(f"{c.name}: registered, epoch {body.registration_epoch}")
-                    c.lease.renew(sent)
+                    c.registering_since = -1
+                    c.ownership.registered(sent_for)
+                    self._note(f"{c.name}: registered {sent_for}, epoch {body.registration_epoch}")
+                    c.ownership.renew(sent)
                     self._coordinator_assignments(c)
-            elif isinstance(body, m.CoordinatorHeartbeatResponse):
+            elif (
+                isinstance(body, m.CoordinatorHeartbeatResponse)
+                and sent_for == c.registration_epoch
+            ):
                 if body.error == ErrorCode.NONE:
                     self._renew_lease(c, sent)
                 elif body.error in (
@@ -2096,6 +2138,16 @@ class Simulation:
                     self._check_lease(c)
                     c.registration_epoch = -1
                     c.registering_since = -1
+                if (
+                    c.ownership.register_again
+                    and c.registration_epoch >= 0
+                    and (
+                        c.registering_since < 0
+                        or self.now_ms - c.registering_since > RPC_TIMEOUT_MS
+                    )
+                ):
+                    # CoordinatorServer._heartbeat_forever: register after the heartbeat.
+                    self._register_coordinator(c)
         elif isinstance(message, ProduceReply) and message.topic == CONSUMER_OFFSETS_TOPIC:
             state = c.partitions.get(message.partition)
             if state is not None and state.corr == message.corr and state.phase != "reading":
@@ -2227,7 +2279,7 @@ class Simulation:
             return
         if error in _FENCED_ERRORS:
             self._note(f"{c.name}: offsets partition {partition} epoch {state.epoch} fenced")
-            self._drop_offsets_partition(c, partition)
+            self._lose_offsets_partition(c, partition, state, failed=False)
             return
         if error == ErrorCode.UNKNOWN_PRODUCER_ID and not state.in_doubt:
             state.next_sequence = 0
@@ -2241,7 +2293,7 @@ class Simulation:
                 self._note(
                     f"{c.name}: offsets partition {partition} failed: {ErrorCode.Name(error)}"  # type: ignore[arg-type]
                 )
-                self._drop_offsets_partition(c, partition)
+                self._lose_offsets_partition(c, partition, state, failed=True)
             else:
                 self._offsets_give_up(c, partition, state, error)
         elif state.phase == "serving" and not state.in_doubt:
@@ -2260,7 +2312,7 @@ class Simulation:
                 state.retry_at = self.now_ms + OFFSETS_RETRY_BACKOFF_MS
                 return
             self._note(f"{c.name}: reading offsets partition {partition} failed")
-            self._drop_offsets_partition(c, partition)
+            self._lose_offsets_partition(c, partition, state, failed=True)
             return
         for batch in iter_batches(reply.records):
             if batch.next_offset <= state.read_offset:
@@ -2654,6 +2706,7 @@ class Simulation:
             commits=self.group_clients.counts["commits"],
             offset_fetches=self.group_clients.counts["fetches"],
             coordinator_moves=self.coordinator_moves,
+            reincarnations=self.reincarnations,
         )
 
     def _check_offsets_fencing(self, image: MetadataImage) -> None:

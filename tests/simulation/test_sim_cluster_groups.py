@@ -26,6 +26,18 @@ def test_coordinators_in_the_cluster_keep_every_invariant() -> None:
     assert moves >= 2  # the controller moved partitions between coordinators
 
 
+def test_a_coordinator_whose_lease_lapsed_takes_its_partition_back_in_a_new_epoch() -> None:
+    """Issue 20, short seed 1118: g2 is paused past its session while the controllers lose
+    and elect a leader (the new active controller starts every session afresh), so nobody
+    expires it; its lease lapses and it stops serving partition 1, still its own in epoch
+    0. Taking it over again in epoch 0 restarted the producer sequence at 0 and the broker
+    refused it for good; g2 registers as a new incarnation and serves it in epoch 1."""
+    seed = 1118
+    result = Simulation(seed, Scenario.from_seed(seed, chaos_ms=5_000, groups=True)).run()
+    assert result.reincarnations >= 1
+    assert result.commits > 0
+
+
 def test_finds_a_deposed_coordinator_serving_from_its_cache(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

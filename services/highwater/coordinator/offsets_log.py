@@ -258,11 +258,17 @@ class PartitionAppender:
 
     async def fence(self) -> int:
         """Append the epoch marker (sequence 0); its offset. After it, the partition's
-        earlier owners can append nothing more."""
+        earlier owners can append nothing more.
+
+        Raises :class:`CoordinatorFencedError` when a newer owner has appended, and
+        :class:`HighwaterError` when the broker refused the marker for another reason (an
+        appender is for one take-over: a second one in the same epoch restarts at
+        sequence 0, which the broker refuses as OUT_OF_ORDER_SEQUENCE_NUMBER; see
+        :mod:`highwater.coordinator.ownership`)."""
         marker = encode_epoch_marker(self.coordinator_id, self.coordinator_epoch)
         error, offset = await self._append_until_known([marker], give_up_after_ms=None)
         if error != ErrorCode.NONE:
-            raise CoordinatorFencedError(
+            raise HighwaterError(
                 f"{CONSUMER_OFFSETS_TOPIC}-{self.partition}: taking over in epoch "
                 f"{self.coordinator_epoch} failed with {_name(error)}"
             )

@@ -2,9 +2,10 @@
 
 It registers with the controller and heartbeats (its session keeps its partitions of
 ``__consumer_offsets``); it follows the metadata image (an observer of the metadata log,
-or the embedded server's own image) and serves the partitions the controller assigns it:
-for each it fences earlier owners and replays the partition
-(:mod:`highwater.coordinator.offsets_log`), then hands requests to the pure
+or the embedded server's own image) and serves the partitions the controller assigns it,
+as :class:`~highwater.coordinator.ownership.PartitionOwnership` decides (never one taken
+over twice in a coordinator epoch): for each it fences earlier owners and replays the
+partition (:mod:`highwater.coordinator.offsets_log`), then hands requests to the pure
 :class:`~highwater.coordinator.core.GroupCoordinatorCore`. The core's effects are carried
 out here: replies resolve the futures of waiting gRPC calls, writes go to the partition's
 appender (writes queued while one is in flight go together as one batch), and a timer
@@ -53,7 +54,6 @@ from highwater.coordinator.core import (
     Write,
 )
 from highwater.coordinator.group import Protocol as GroupProtocol
-from highwater.coordinator.lease import SessionLease
 from highwater.coordinator.metrics import CoordinatorMetrics
 from highwater.coordinator.offsets_log import (
     CoordinatorFencedError,
@@ -61,6 +61,7 @@ from highwater.coordinator.offsets_log import (
     OffsetsTopicClient,
     PartitionAppender,
 )
+from highwater.coordinator.ownership import PartitionOwnership
 from highwater.coordinator.records import CorruptOffsetsRecordError, OffsetsRecord, decode_record
 from highwater.errors import HighwaterError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
@@ -151,7 +152,11 @@ class CoordinatorServer:
         self.core = GroupCoordinatorCore(self.settings.group, self.partition_for)
         self.metrics = CoordinatorMetrics(self.core)
         self.offsets = OffsetsTopicClient(metadata, self.settings.offsets_log)
-        self.incarnation_id = str(uuid.uuid4())
+        self.ownership = PartitionOwnership(
+            node_id, self.settings.session_timeout_ms, lambda: str(uuid.uuid4())
+        )
+        """Which partitions this coordinator serves, in which epochs, under which
+        incarnation, and until when (its session lease, in monotonic ms)."""
         self.registration_epoch = -1
         self._partitions: dict[int, _Partition] = {}
         self._waiting: dict[int, asyncio.Future[object]] = {}
@@ -159,15 +164,16 @@ class CoordinatorServer:
         self._timer_wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
-        self._lease = SessionLease(self.settings.session_timeout_ms)
-        """Until when (monotonic ms) the partitions are this coordinator's to serve."""
+
+    @property
+    def incarnation_id(self) -> str:
+        """The incarnation registered (or being registered) with the controller."""
+        return self.ownership.incarnation_id
 
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        sent = time.monotonic()
-        self.registration_epoch = await self._register()
-        self._renew_lease(sent)
+        await self._register()
         self._metadata.add_listener(self._on_image)
         self._tasks = [
             asyncio.create_task(self._heartbeat_forever()),
@@ -200,18 +206,24 @@ class CoordinatorServer:
         await self.offsets.close()
         await self.controller.close()
 
-    async def _register(self) -> int:
+    async def _register(self) -> None:
+        """Register the current incarnation; its lease runs from the first attempt sent."""
+        sent = time.monotonic()
+        incarnation_id = self.ownership.incarnation_id
         host, port = parse_endpoint(self.advertised)
         request = m.RegisterCoordinatorRequest(
             coordinator_id=self.node_id,
-            incarnation_id=self.incarnation_id,
+            incarnation_id=incarnation_id,
             listeners=self.listeners or (BrokerEndpoint(DEFAULT_LISTENER_NAME, host, port),),
             rack=self.settings.rack,
         )
         while True:
             reply = await self.controller.register_coordinator(request)
             if reply.error == ErrorCode.NONE:
-                return reply.registration_epoch
+                self.registration_epoch = reply.registration_epoch
+                self.ownership.registered(incarnation_id)
+                self._renew_lease(sent)
+                return
             if reply.error != ErrorCode.DUPLICATE_BROKER_REGISTRATION:
                 raise HighwaterError(
                     f"coordinator {self.node_id} could not register: {reply.error_message}"
@@ -236,11 +248,19 @@ class CoordinatorServer:
                         "coordinator %d: registration lost; registering again", self.node_id
                     )
                     self.check_lease()
-                    sent = time.monotonic()
-                    self.registration_epoch = await self._register()
-                    self._renew_lease(sent)
+                    await self._register()
                 elif reply.error == ErrorCode.NONE:
                     self._renew_lease(sent)
+                if self.ownership.register_again:
+                    # A partition still assigned in an epoch it was taken over in (after
+                    # a lapse or a failure): a new incarnation gets new epochs.
+                    log.warning(
+                        "coordinator %d: registering again as incarnation %s to take its "
+                        "partitions over in new coordinator epochs",
+                        self.node_id,
+                        self.ownership.incarnation_id,
+                    )
+                    await self._register()
             except HighwaterError as e:
                 log.warning("coordinator %d: heartbeat failed: %s", self.node_id, e)
             self.check_lease()
@@ -253,25 +273,26 @@ class CoordinatorServer:
         last acknowledged heartbeat was sent a session timeout ago or more (a long pause,
         a network cut from the controller). Waiting requests are answered NOT_COORDINATOR
         and clients find the new coordinator; nothing is served from a cache another
-        coordinator's commits may have overtaken. The partitions still assigned here are
-        loaded again from ``__consumer_offsets`` once a heartbeat is acknowledged."""
-        if not self._lease.lapse(_monotonic_ms()):
+        coordinator's commits may have overtaken. Once a heartbeat is acknowledged, the
+        partitions still assigned here are taken over again, in new coordinator epochs: the
+        coordinator registers again as a new incarnation first
+        (:mod:`highwater.coordinator.ownership`)."""
+        stop = self.ownership.lapse(_monotonic_ms())
+        if stop is None:
             return
-        if self._partitions:
+        if stop:
             log.warning(
                 "coordinator %d: no heartbeat acknowledged for the session timeout; "
                 "not serving partitions %s until one is",
                 self.node_id,
-                sorted(self._partitions),
+                sorted(stop),
             )
-        for partition, state in list(self._partitions.items()):
-            self._partitions.pop(partition)
-            self._drop(partition, state)
+        self._stop_serving(stop)
         self._report_readiness()
 
     def _renew_lease(self, sent: float) -> None:
         """A heartbeat (or registration) sent at ``sent`` was acknowledged."""
-        if self._lease.renew(int(sent * 1000)):
+        if self.ownership.renew(int(sent * 1000)):
             self._on_image(self._metadata.image)
 
     # -- partitions -------------------------------------------------------------------------
@@ -287,37 +308,24 @@ class CoordinatorServer:
         assigned = image.coordinators.assignments
         return max(assigned) + 1 if assigned else DEFAULT_OFFSETS_TOPIC_PARTITIONS
 
-    def _assigned_epoch(self, partition: int) -> int | None:
-        """The coordinator epoch of ``partition`` if it is assigned to this incarnation."""
-        image = self._metadata.image
-        me = image.coordinator(self.node_id)
-        if me is None or me.incarnation_id != self.incarnation_id:
-            return None
-        assignment = image.coordinator_assignment(partition)
-        if assignment is None or assignment.coordinator_id != self.node_id:
-            return None
-        return assignment.coordinator_epoch
-
     def _on_image(self, image: MetadataImage) -> None:
-        if self._stopping or self._lease.lapsed:
+        """Carry out what :meth:`PartitionOwnership.follow` decides for ``image``."""
+        if self._stopping:
             return
-        wanted: dict[int, int] = {}
-        me = image.coordinator(self.node_id)
-        if me is not None and me.incarnation_id == self.incarnation_id:
-            for partition, assignment in image.coordinators.assignments.items():
-                if assignment.coordinator_id == self.node_id:
-                    wanted[partition] = assignment.coordinator_epoch
-        for partition, state in list(self._partitions.items()):
-            if wanted.get(partition) != state.epoch:
-                self._partitions.pop(partition)
-                self._drop(partition, state)
-        for partition, epoch in wanted.items():
-            if partition not in self._partitions:
-                state = _Partition(epoch)
-                self._partitions[partition] = state
-                self.core.begin_loading(partition)
-                state.task = asyncio.create_task(self._serve_partition(partition, state))
+        change = self.ownership.follow(image)
+        self._stop_serving(change.stop)
+        for partition, epoch in change.take_over:
+            state = _Partition(epoch)
+            self._partitions[partition] = state
+            self.core.begin_loading(partition)
+            state.task = asyncio.create_task(self._serve_partition(partition, state))
         self._report_readiness()
+
+    def _stop_serving(self, partitions: Iterable[int]) -> None:
+        for partition in partitions:
+            state = self._partitions.pop(partition, None)
+            if state is not None:
+                self._drop(partition, state)
 
     def _report_readiness(self) -> None:
         """Health: the GroupCoordinator service is SERVING while this incarnation is
@@ -328,9 +336,9 @@ class CoordinatorServer:
         me = self._metadata.image.coordinator(self.node_id)
         serving = (
             not self._stopping
-            and not self._lease.lapsed
+            and not self.ownership.lapsed
             and me is not None
-            and me.incarnation_id == self.incarnation_id
+            and me.incarnation_id == self.ownership.incarnation_id
             and not self.core.loading
         )
         self._report_serving(COORDINATOR_SERVICE_NAME, serving)
@@ -345,6 +353,7 @@ class CoordinatorServer:
         state = self._partitions.pop(partition, None)
         if state is None:
             return
+        self.ownership.lost(partition, state.epoch, fenced=False)
         self._drop(partition, state)
         if state.task is not None:
             with contextlib.suppress(asyncio.CancelledError):
@@ -359,6 +368,7 @@ class CoordinatorServer:
             state.epoch,
             still_owner=lambda: self._partitions.get(partition) is state,
         )
+        fenced = False
         try:
             started = time.monotonic()
             marker_offset = await appender.fence()
@@ -386,16 +396,20 @@ class CoordinatorServer:
                 for write in writes:
                     self._apply(self.core.write_completed(write.write_id, error, now))
         except CoordinatorFencedError as e:
+            # A newer owner appended: the image will show the partition moved.
             log.warning("coordinator %d: %s", self.node_id, e)
+            fenced = True
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("coordinator %d: partition %d failed", self.node_id, partition)
         if self._partitions.get(partition) is state:
-            # Fenced or failed: stop serving it; the controller's next assignment decides.
             self._partitions.pop(partition)
+            self.ownership.lost(partition, state.epoch, fenced=fenced)
             self._apply(self.core.unload(partition))
-            self._report_readiness()
+            # Failed, it is most likely still assigned here in this epoch: the ownership
+            # then has a new incarnation registered, for new epochs (_heartbeat_forever).
+            self._on_image(self._metadata.image)
 
     # -- effects and time -------------------------------------------------------------------
 
