@@ -16,7 +16,6 @@ import click
 
 from highwater.broker.service import BrokerSettings
 from highwater.broker.standalone import StandaloneBroker
-from highwater.cli.etcd_mode import EtcdBroker
 from highwater.cli.server_config import (
     LISTENER_FLAGS,
     listener_options,
@@ -37,7 +36,6 @@ from highwater.cli.serving import (
     telemetry_option,
     tls_options,
 )
-from highwater.controller.etcd_controller import EtcdControllerSettings
 from highwater.etcd_metadata.endpoints import EtcdStoreAddress
 from highwater.rpc.endpoints import parse_endpoint
 
@@ -163,6 +161,10 @@ def broker(
         quota_window_size_seconds=config.get("quota.window.size.seconds"),
     )
     if metadata_store is not None:
+        # Imported here: the etcd client and controller are only loaded by brokers using them.
+        from highwater.cli.etcd_mode import EtcdBroker
+        from highwater.controller.etcd_controller import EtcdControllerSettings
+
         etcd_broker = EtcdBroker(
             node_id=node_id,
             listeners=named,
