@@ -56,7 +56,8 @@ class LazyGroup(click.Group):
     """A click group whose subcommands named in ``lazy_commands`` are imported on first use
     (click's lazy-loading group pattern), then kept in :attr:`commands` as added ones are.
 
-    ``commands`` holds only the loaded ones; :meth:`command` (or ``get_command``) finds any.
+    ``commands`` holds only the loaded ones; ``get_command`` (or :meth:`command_named`)
+    finds any.
     """
 
     def __init__(self, *args: object, lazy_commands: dict[str, str], **kwargs: object) -> None:
