@@ -66,6 +66,18 @@ def test_overrides_beat_the_file_which_beats_the_defaults(tmp_path: Path) -> Non
         ("auto.create.topics.enable=true\n", [], "auto.create.topics.enable"),
         ("log.dirs=/d1,/d2,/d1\n", [], r"log\.dirs: '/d1' is listed twice"),
         ("", ["log.dirs=/d1,,/d2"], r"log\.dirs.*empty element"),
+        ("", ["broker.heartbeat.interval.ms=0"], "broker.heartbeat.interval.ms"),
+        (
+            "broker.session.timeout.ms=1500\n",
+            [],
+            r"broker\.heartbeat\.interval\.ms \(2000\) must be less than "
+            r"broker\.session\.timeout\.ms \(1500\)",
+        ),
+        (
+            "",
+            ["broker.heartbeat.interval.ms=9000"],
+            r"broker\.heartbeat\.interval\.ms \(9000\) must be less than",
+        ),
     ],
 )
 def test_unknown_keys_and_bad_values_are_refused_naming_the_key(

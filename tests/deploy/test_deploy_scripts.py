@@ -68,7 +68,9 @@ def run(bin_dir: Path, script: str, pod: str, *args: str, **env: str) -> list[st
     names = []
     while isinstance(command, click.Group):
         names.append(argv[len(names)])
-        command = command.commands[names[-1]]
+        found = command.get_command(click.Context(command), names[-1])
+        assert found is not None, names
+        command = found
     command.make_context(" ".join(names), argv[len(names) :])
     return argv
 

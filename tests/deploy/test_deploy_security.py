@@ -193,7 +193,9 @@ def script_argv(
     names: list[str] = []
     while isinstance(command, click.Group):
         names.append(argv[len(names)])
-        command = command.commands[names[-1]]
+        found = command.get_command(click.Context(command), names[-1])
+        assert found is not None, names
+        command = found
     known = {opt for param in command.params for opt in param.opts}
     parsed, skip = [], False
     for i, arg in enumerate(argv[len(names) :], len(names)):
@@ -399,7 +401,9 @@ def test_the_users_job_creates_each_user_of_the_secret(
     assert len(calls) == 2
     for user, call in zip(("alice", "bob"), calls, strict=True):
         argv = ["users", *call.splitlines()]
-        main.commands["users"].commands["create"].make_context("users create", argv[2:])
+        users_command = main.command_named("users")
+        assert isinstance(users_command, click.Group)
+        users_command.commands["create"].make_context("users create", argv[2:])
         assert flag(argv, "--user") == user
         assert flag(argv, "--password-file") == str(users / user)
         assert flag(argv, "--mechanism") == "SCRAM-SHA-512"

@@ -4,7 +4,10 @@ segment files back.
 
 A :class:`BrokerProcess` runs ``python -m highwater broker``, with
 ``--replica-lag-time-max-ms`` and ``--advertised-listener`` (a proxy in front of the broker)
-when a test needs them.
+when a test needs them. It heartbeats every :data:`HEARTBEAT_INTERVAL_MS` (Kafka's 2 s
+otherwise): a controlled shutdown waits for every other broker's next heartbeat (each must
+report it replayed the leader moves), and a test may give the controller a session timeout
+of a few seconds (:data:`SHORT_SESSION_ARGS`) where it waits for a paused broker's fencing.
 """
 
 from __future__ import annotations
@@ -32,6 +35,12 @@ from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 from quorum_processes import Controller, free_ports
 
+HEARTBEAT_INTERVAL_MS = 250
+"""The brokers' ``--broker-heartbeat-interval-ms`` (Kafka's default: 2,000)."""
+SHORT_SESSION_ARGS = ("--override", "broker.session.timeout.ms=4000")
+"""Controller arguments: a broker session of 4 s (sixteen heartbeats), not 9 s, for tests
+that wait for a broker whose connection stays open (paused) to be fenced."""
+
 
 @dataclass
 class BrokerProcess:
@@ -47,6 +56,7 @@ class BrokerProcess:
     None: the listen address."""
     replica_lag_time_max_ms: int | None = None
     extra_args: tuple[str, ...] = ()
+    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
     process: subprocess.Popen[bytes] | None = None
     _log: IO[bytes] | None = field(default=None, repr=False)
 
@@ -77,6 +87,8 @@ class BrokerProcess:
             self.controllers,
             "--data-dir",
             str(self.data_dir),
+            "--broker-heartbeat-interval-ms",
+            str(self.heartbeat_interval_ms),
         ]
         if self.advertised is not None:
             common += ["--advertised-listener", self.advertised]

@@ -185,6 +185,9 @@ class EtcdBrokerProcess:
                 str(self.data_dir),
                 "--etcd-session-timeout-ms",
                 str(self.session_timeout_ms),
+                # A controlled shutdown waits for every other broker's next heartbeat.
+                "--broker-heartbeat-interval-ms",
+                "250",
             ]
             if self.role == "broker"
             else ["--group-initial-rebalance-delay-ms", "0"]

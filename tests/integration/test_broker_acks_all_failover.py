@@ -284,8 +284,15 @@ async def test_a_partition_whose_isr_died_waits_for_it_unless_unclean_election_i
         moved = await partition_state(cluster, not_led_by=leader.node_id, timeout_s=90)
         assert moved.leader_id == follower.node_id
     else:
-        await asyncio.sleep(12)  # beyond the leader's session: it is fenced by now
-        reply = await metadata(follower.address, TOPIC)
+        # Both decisions taken: the dead leader fenced (its connection closed), the
+        # follower back and active (unfenced); neither may have elected the follower.
+        async with asyncio.timeout(60):
+            while True:
+                reply = await metadata(follower.address, TOPIC)
+                active = set() if reply is None else {b.node_id for b in reply.brokers}
+                if follower.node_id in active and leader.node_id not in active:
+                    break
+                await asyncio.sleep(0.1)
         assert reply is not None
         offline = reply.topics[0].partitions[0]
         assert offline.leader_id == -1 and offline.error == ErrorCode.LEADER_NOT_AVAILABLE

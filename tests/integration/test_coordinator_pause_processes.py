@@ -23,15 +23,15 @@ from broker_processes import BrokerProcess, ProcessCluster, create_topic, proces
 from coordinator_processes import CoordinatorProcess
 from highwater.client.admin import AdminClient, NewTopic, OffsetAndMetadata
 from highwater.errors import HighwaterError
+from highwater.rpc.channels import open_channel
+from highwater.v1 import broker_pb2, broker_pb2_grpc, coordinator_pb2_grpc
 from highwater.v1 import coordinator_pb2 as pb
-from highwater.v1 import coordinator_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 from quorum_processes import free_ports
 
 pytestmark = pytest.mark.timeout(150)
 
 GROUP, TOPIC = "ledger", "entries"
-PAUSE_S = 13  # the session timeout is 9 s
 
 
 @dataclass
@@ -89,6 +89,21 @@ async def commit(bootstrap: str, offset: int, timeout_s: float = 60) -> int:
             await asyncio.sleep(0.5)
 
 
+async def wait_coordinator_moved(bootstrap: str, away_from: int, timeout_s: float = 60) -> int:
+    """The group's coordinator as the broker's FindCoordinator names it, once it is not
+    ``away_from`` (the controller moved the group's partition of ``__consumer_offsets``)."""
+    async with asyncio.timeout(timeout_s), open_channel(bootstrap) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        while True:
+            reply = await stub.FindCoordinator(
+                broker_pb2.FindCoordinatorRequest(keys=[GROUP]), timeout=5
+            )
+            (answer,) = reply.coordinators
+            if answer.error == ErrorCode.NONE and answer.node_id != away_from:
+                return answer.node_id
+            await asyncio.sleep(0.2)
+
+
 async def fetch_directly(address: str) -> pb.OffsetFetchResponse:
     async with grpc.aio.insecure_channel(address) as channel:
         stub = coordinator_pb2_grpc.GroupCoordinatorStub(channel)
@@ -109,9 +124,10 @@ async def test_a_paused_coordinator_answers_not_coordinator_when_it_wakes(
 
     paused.pause()
     try:
-        await asyncio.sleep(PAUSE_S)  # the controller moves the group's partition meanwhile
+        # Its session (9 s) expires: the controller moves the group's partition.
+        moved_to = await wait_coordinator_moved(cluster.broker.address, away_from=first)
         second = await commit(cluster.broker.address, 9)
-        assert second != first
+        assert second == moved_to != first
     finally:
         paused.resume()
     woken = await fetch_directly(paused.address)

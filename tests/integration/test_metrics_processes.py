@@ -6,7 +6,7 @@ high watermark, the Produce calls it served and no under-replicated partition. A
 paused (SIGSTOP: its connections stay open, so only the session timeout fences it) and one
 more record written: once the leader drops the follower from the ISR
 (replica.lag.time.max.ms 2 s) it reports one under-replicated partition and an ISR shrink,
-and the controller one fenced broker once the follower's session expired. The follower is
+and the controller one fenced broker once the follower's session (4 s here) expired. The follower is
 killed and started again: when it catches up, the partition is no longer
 under-replicated, an expansion is counted and no broker is fenced. The controller reports
 itself active and no offline partition throughout. The processes export their spans over
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from broker_processes import (
+    SHORT_SESSION_ARGS,
     BrokerProcess,
     ProcessCluster,
     create_topic,
@@ -75,7 +76,11 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Watched
         processes = process_cluster(
             tmp_path,
             ids,
-            controller_args=("--metrics-listen", f"127.0.0.1:{controller_port}"),
+            controller_args=(
+                "--metrics-listen",
+                f"127.0.0.1:{controller_port}",
+                *SHORT_SESSION_ARGS,
+            ),
             replica_lag_time_max_ms=REPLICA_LAG_TIME_MAX_MS,
             broker_args=lambda node_id: ("--metrics-listen", f"127.0.0.1:{metrics[node_id]}"),
             taken=[controller_port, *ports],

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from broker_processes import BrokerProcess
+from click.testing import CliRunner
+from highwater.cli.main import main
 from quorum_processes import Controller, free_ports
 
 pytestmark = pytest.mark.timeout(180)
@@ -31,6 +33,13 @@ def highwater(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
         check=False,
     )
+
+
+def in_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``highwater ARGS...`` run by click's test runner in this process: the exit status
+    and the stdout and stderr a process would give, for commands refused before they start."""
+    result = CliRunner().invoke(main, list(args))
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
 
 
 def until_ok(*args: str, timeout_s: float = 60) -> str:
@@ -217,6 +226,8 @@ def test_cluster_describe(server: str) -> None:
     ids=lambda role: role[0],
 )  # fmt: skip
 def test_unknown_keys_and_bad_values_stop_every_role(tmp_path: Path, role: list[str]) -> None:
+    """The typo as a real process (its exit status and stderr); the other refusals, which
+    take the same path, through click's test runner in this process (no start-up to pay)."""
     (port,) = free_ports(1)
     command = [arg.format(port=port, dir=tmp_path / "data") for arg in role]
     config = tmp_path / "server.properties"
@@ -225,10 +236,10 @@ def test_unknown_keys_and_bad_values_stop_every_role(tmp_path: Path, role: list[
     assert "'default.replicaton.factor'" in typo and "default.replication.factor" in typo
     config.write_text("num.partitions=3\n")
     bad = one_error_line(
-        highwater(*command, "--config", str(config), "--override", "min.insync.replicas=none")
+        in_process(*command, "--config", str(config), "--override", "min.insync.replicas=none")
     )
     assert "min.insync.replicas" in bad and "'none'" in bad
-    missing = one_error_line(highwater(*command, "--config", str(tmp_path / "absent.properties")))
+    missing = one_error_line(in_process(*command, "--config", str(tmp_path / "absent.properties")))
     assert "absent.properties" in missing
     assert not (tmp_path / "data").exists()  # refused before anything was written
 

@@ -34,7 +34,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import grpc
 import grpc.aio
@@ -53,7 +53,6 @@ from highwater.broker.authorization import (
 from highwater.broker.consumer_session import ConsumerSessions
 from highwater.broker.forwarding import ForwardedAdminCalls
 from highwater.broker.isr_expiration import expire_isr_forever
-from highwater.broker.kafka_protocol.door import KafkaDoor
 from highwater.broker.leader_channels import LeaderChannels
 from highwater.broker.lifecycle import BROKER_SERVICE_NAME, BrokerLifecycle, ServingReport
 from highwater.broker.partitions import PartitionManager
@@ -79,6 +78,9 @@ from highwater.storage.topic_partition import TopicPartition
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
+
+if TYPE_CHECKING:
+    from highwater.broker.kafka_protocol.door import KafkaDoor
 
 __all__ = [
     "BROKER_SERVICE_NAME",
@@ -201,11 +203,12 @@ class BrokerServer:
         """Why the broker stopped serving by itself (every log directory failed)."""
         self._failed = asyncio.Event()
         self.log_manager.add_failure_listener(self._on_log_dir_failed)
-        self.kafka: KafkaDoor | None = (
-            None
-            if kafka_listen is None
-            else KafkaDoor(self, listen=kafka_listen, advertised=kafka_advertised)
-        )
+        self.kafka: KafkaDoor | None = None
+        if kafka_listen is not None:
+            # Imported here: Kafka's protocol (kafka-python's codec) only for brokers serving it.
+            from highwater.broker.kafka_protocol.door import KafkaDoor
+
+            self.kafka = KafkaDoor(self, listen=kafka_listen, advertised=kafka_advertised)
 
     def known_cluster_id(self) -> str | None:
         """The cluster's id: its metadata quorum's (KRaft), else the one the broker was

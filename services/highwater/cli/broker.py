@@ -16,7 +16,6 @@ import click
 
 from highwater.broker.service import BrokerSettings
 from highwater.broker.standalone import StandaloneBroker
-from highwater.cli.etcd_mode import EtcdBroker
 from highwater.cli.server_config import (
     LISTENER_FLAGS,
     listener_options,
@@ -37,7 +36,6 @@ from highwater.cli.serving import (
     telemetry_option,
     tls_options,
 )
-from highwater.controller.etcd_controller import EtcdControllerSettings
 from highwater.etcd_metadata.endpoints import EtcdStoreAddress
 from highwater.rpc.endpoints import parse_endpoint
 
@@ -109,6 +107,14 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     show_default=True,
     help="A follower not caught up for this long leaves the ISR (replica.lag.time.max.ms).",
 )
+@click.option(
+    "--broker-heartbeat-interval-ms",
+    type=click.IntRange(min=1),
+    default=BrokerSettings().heartbeat_interval_ms,
+    show_default=True,
+    help="How often the broker heartbeats to the active controller once unfenced "
+    "(broker.heartbeat.interval.ms; below the controllers' broker.session.timeout.ms).",
+)
 @kafka_listener_options
 @server_config_options
 def broker(
@@ -123,6 +129,7 @@ def broker(
     rack: str | None,
     advertised_listener: str | None,
     replica_lag_time_max_ms: int,
+    broker_heartbeat_interval_ms: int,
     kafka_listen: str | None,
     kafka_advertised_listener: str | None,
     listeners: str | None,
@@ -134,8 +141,9 @@ def broker(
     """Run a broker: serve partitions, replicate them, follow the metadata.
 
     Of its --config file and --override keys the broker uses log.dirs, broker.rack,
-    replica.lag.time.max.ms, quota.window.num, quota.window.size.seconds and the listeners
-    (listeners, advertised.listeners, inter.broker.listener.name); the cluster defaults
+    replica.lag.time.max.ms, broker.heartbeat.interval.ms, quota.window.num,
+    quota.window.size.seconds and the listeners (listeners, advertised.listeners,
+    inter.broker.listener.name); the cluster defaults
     (num.partitions...) are the controllers', read from the metadata.
     """
     config = load_role_config(
@@ -144,6 +152,7 @@ def broker(
         {
             "rack": "broker.rack",
             "replica_lag_time_max_ms": "replica.lag.time.max.ms",
+            "broker_heartbeat_interval_ms": "broker.heartbeat.interval.ms",
             "log_dirs": "log.dirs",
             **LISTENER_FLAGS,
         },
@@ -157,12 +166,17 @@ def broker(
                 f"a broker needs a real port, not 0 ({listener})", param_hint="--listen"
             )
     settings = BrokerSettings(
+        heartbeat_interval_ms=config.get("broker.heartbeat.interval.ms"),
         rack=config.get("broker.rack") or None,
         replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
         quota_window_num=config.get("quota.window.num"),
         quota_window_size_seconds=config.get("quota.window.size.seconds"),
     )
     if metadata_store is not None:
+        # Imported here: the etcd client and controller are only loaded by brokers using them.
+        from highwater.cli.etcd_mode import EtcdBroker
+        from highwater.controller.etcd_controller import EtcdControllerSettings
+
         etcd_broker = EtcdBroker(
             node_id=node_id,
             listeners=named,

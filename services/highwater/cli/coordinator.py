@@ -13,7 +13,6 @@ from pathlib import Path
 
 import click
 
-from highwater.cli.etcd_mode import EtcdCoordinator
 from highwater.cli.server_config import (
     LISTENER_FLAGS,
     listener_options,
@@ -101,6 +100,9 @@ def coordinator(
         )
     )
     if metadata_store is not None:
+        # Imported here: the etcd client is only loaded by coordinators using it.
+        from highwater.cli.etcd_mode import EtcdCoordinator
+
         run_until_signalled(
             EtcdCoordinator(
                 node_id=node_id, listeners=named, store=metadata_store, settings=settings

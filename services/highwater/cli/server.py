@@ -195,6 +195,7 @@ def server(
                 controller=controller_config(config),
             ),
             broker_settings=BrokerSettings(
+                heartbeat_interval_ms=config.get("broker.heartbeat.interval.ms"),
                 rack=config.get("broker.rack") or None,
                 replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
                 quota_window_num=config.get("quota.window.num"),

@@ -21,8 +21,6 @@ from typing import Any, Protocol, TypeVar
 import click
 import uvloop
 
-from highwater.broker.kafka_protocol.door import kafka_listener_security
-from highwater.broker.kafka_protocol.sasl import parse_kafka_listener
 from highwater.cli.addresses import parse_addresses
 from highwater.config.server import ServerConfig, load_server_config, read_properties
 from highwater.errors import HighwaterError, InvalidConfigError
@@ -115,6 +113,9 @@ def _optional_address(
 
 def _kafka_listener(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     if value is not None:
+        # Imported here, as each Kafka-protocol import: only processes serving it load it.
+        from highwater.broker.kafka_protocol.sasl import parse_kafka_listener
+
         try:
             parse_kafka_listener(value)
         except ValueError as e:
@@ -148,6 +149,8 @@ def check_kafka_listener(kafka_listen: str | None) -> None:
     process's security settings (TLS files, SASL mechanisms), before anything is bound."""
     if kafka_listen is None:
         return
+    from highwater.broker.kafka_protocol.door import kafka_listener_security
+
     try:
         kafka_listener_security(kafka_listen)
     except InvalidConfigError as e:

@@ -270,7 +270,8 @@ _CONTROLLER_SETTINGS: Final = [
         _INT,
         2000,
         at_least(1),
-        "How often brokers are expected to heartbeat.",
+        "How often a registered, unfenced broker heartbeats to the active controller; "
+        "below broker.session.timeout.ms.",
     ),
     ConfigKey(
         "auto.leader.rebalance.enable",
@@ -676,6 +677,13 @@ class ServerConfig:
                 hint = f" (did you mean {close[0]}?)" if close else ""
                 raise InvalidConfigError(f"Unknown configuration {name!r}{hint}")
         object.__setattr__(self, "given", SERVER_CONFIG_DEF.parse(self.given, with_defaults=False))
+        if self.get("broker.heartbeat.interval.ms") >= self.get("broker.session.timeout.ms"):
+            # Kafka's KafkaConfig refuses it too: the controller would fence a live broker.
+            raise InvalidConfigError(
+                "broker.heartbeat.interval.ms "
+                f"({self.get('broker.heartbeat.interval.ms')}) must be less than "
+                f"broker.session.timeout.ms ({self.get('broker.session.timeout.ms')})"
+            )
 
     def get(self, name: str) -> Any:
         """The value of ``name``: given, else its default (None for a key without one)."""
