@@ -39,6 +39,7 @@ from highwater.metadata import (
     replay,
     snapshot_values,
 )
+from highwater.metadata.heap import ImageHeapFreezer
 
 from bench.report import Report, Row, SuiteSection
 
@@ -88,6 +89,34 @@ def traced_bytes(action: Callable[[], T]) -> tuple[T, int]:
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     return result, after - before
+
+
+class FullCollections:
+    """The CPU seconds of each full (generation 2) garbage collection while in use."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._started = 0.0
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            self.pauses.append(time.process_time() - self._started)
+
+    def __enter__(self) -> FullCollections:
+        gc.callbacks.append(self._on_gc)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._on_gc)
+
+    def describe(self) -> str:
+        if not self.pauses:
+            return "no full collection"
+        return f"{len(self.pauses)} full collections, {sum(self.pauses):.2f} s of CPU in all"
 
 
 def _dict_floor(partitions: int) -> float:
@@ -170,6 +199,9 @@ def _controller_rows(
     """The controller's decisions that move a tenth of the leaderships at once."""
     label = f"{partitions:,} partitions"
     report.progress(f"scale: {label}: controller")
+    # As a controller's metadata state machine does once it loaded an image this large.
+    gc.unfreeze()
+    ImageHeapFreezer().after_publish(image)
     store = InMemoryMetadataStore(image, epoch=1)
     controller = QuorumController(store.latest_image, ControllerConfig(), seed=1)
     now = 0
@@ -191,7 +223,16 @@ def _controller_rows(
             extra=f"{len(tick.records):,} records",
         )
     )
-    batches, rest_s = _finish_moves(controller, store, now)
+    with FullCollections() as collections:
+        batches, rest_s = _finish_moves(controller, store, now)
+    section.add(
+        Row(
+            f"longest full garbage collection during those moves (image frozen), {label}",
+            max(collections.pauses, default=0.0) * 1e3,
+            "ms",
+            extra=collections.describe(),
+        )
+    )
     section.add(
         Row(
             f"the silent broker's remaining leader moves, by the next ticks, {label}",
@@ -259,6 +300,7 @@ def run(report: Report) -> None:
         for size in SIZES:
             partitions = max(PARTITIONS_PER_TOPIC, int(size * report.scale))
             _controller_rows(report, section, partitions, _image_rows(report, section, partitions))
+            gc.unfreeze()
             gc.collect()
         section.note(
             f"{BROKERS} brokers, topics of {PARTITIONS_PER_TOPIC:,} partitions, replication "

@@ -15,8 +15,10 @@ import pytest
 from highwater.broker.partitions import PartitionError, PartitionManager
 from highwater.metadata import (
     BrokerEndpoint,
+    FenceBrokerRecord,
     MetadataImage,
     MetadataRecord,
+    PartitionChangeRecord,
     PartitionRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
@@ -114,3 +116,44 @@ async def test_a_replica_whose_directory_is_offline_is_refused_not_queued(
         partitions.get("orders", 1)
     assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR
     assert len(partitions.offline()) == 3
+
+
+async def test_an_image_costs_the_topics_it_changed_and_still_applies_every_change(
+    partitions: PartitionManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Topics an image shares with the one applied before are passed over; a changed
+    topic, a new one, and a broker fenced (eligibility of every led partition) are not."""
+    image = with_topic(PARTITIONS)
+    await partitions.create_logs(partitions.apply_image(image, create_logs=False))
+    assert partitions.apply_image(image, create_logs=False) == []
+
+    applied: list[str] = []
+    apply_topic = PartitionManager._apply_topic
+
+    def recording(self: PartitionManager, image: MetadataImage, topic: object, *a: object):  # type: ignore[no-untyped-def]
+        applied.append(topic.name)  # type: ignore[attr-defined]
+        return apply_topic(self, image, topic, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(PartitionManager, "_apply_topic", recording)
+    records: list[MetadataRecord] = [TopicRecord("audit", "audit-id")]
+    records += [PartitionRecord("audit-id", i, (1, 2, 3), (1, 2, 3), 1) for i in range(3)]
+    grown = replay(records, image.offset + len(records), image=image)
+    await partitions.create_logs(partitions.apply_image(grown, create_logs=False))
+    partitions.apply_image(grown, create_logs=False)
+    assert applied == ["audit", "audit"]  # planned, then adopted; "orders" untouched
+    assert partitions.get("audit", 0).is_leader
+
+    applied.clear()
+    shrunk = replay(
+        [PartitionChangeRecord("orders-id", 0, isr=(1, 2))], grown.offset + 1, image=grown
+    )
+    partitions.apply_image(shrunk, create_logs=False)
+    assert applied == ["orders"]
+    assert partitions.get("orders", 0).registration.isr == (1, 2)
+
+    applied.clear()
+    fenced = replay([FenceBrokerRecord(3, 3)], shrunk.offset + 1, image=shrunk)
+    partitions.apply_image(fenced, create_logs=False)
+    assert sorted(applied) == ["audit", "orders"]
+    leader_state = partitions.get("orders", 3).leader_state
+    assert leader_state is not None and leader_state.ineligible_replicas == frozenset({3})

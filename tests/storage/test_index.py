@@ -48,8 +48,9 @@ def test_offset_index_rejects_entries_that_do_not_increase(tmp_path: Path) -> No
 def test_offset_index_is_preallocated_then_trimmed(tmp_path: Path) -> None:
     path = tmp_path / "x.index"
     index = OffsetIndex(path, 0, 800, writable=True)
-    assert path.stat().st_size == 800
+    assert path.stat().st_size == 0  # the room is made with the first entry
     index.append(5, 50)
+    assert path.stat().st_size == 800
     index.append(9, 90)
     index.trim()
     assert path.stat().st_size == 16
@@ -58,6 +59,38 @@ def test_offset_index_is_preallocated_then_trimmed(tmp_path: Path) -> None:
     assert reopened.entries == 2
     assert reopened.lookup(9) == (9, 90)
     reopened.close()
+
+
+def test_indexes_hold_a_descriptor_only_once_they_have_an_entry(tmp_path: Path) -> None:
+    """A broker holds thousands of idle logs: their empty indexes keep no file open (a
+    map keeps a duplicate descriptor), and one with entries keeps only its map's."""
+
+    def open_descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_descriptors()
+    indexes = [
+        (
+            OffsetIndex(tmp_path / f"{n}.index", 0, 800, writable=True),
+            TimeIndex(tmp_path / f"{n}.timeindex", 0, 1200, writable=True),
+        )
+        for n in range(20)
+    ]
+    assert open_descriptors() == before
+    offsets, times = indexes[0]
+    offsets.append(5, 50)
+    times.maybe_append(1_000, 5)
+    assert open_descriptors() == before + 2
+    assert offsets.lookup(7) == (5, 50) and times.lookup_before(2_000) == (1_000, 5)
+    offsets.flush()
+    times.flush()
+    for offset_index, time_index in indexes:
+        offset_index.trim()
+        offset_index.close()
+        time_index.close()
+    assert open_descriptors() == before
+    assert (tmp_path / "0.index").stat().st_size == 8
+    assert OffsetIndex(tmp_path / "0.index", 0, 800, writable=False).lookup(9) == (5, 50)
 
 
 def test_offset_index_full(tmp_path: Path) -> None:

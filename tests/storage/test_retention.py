@@ -102,8 +102,10 @@ def test_time_retention_on_a_log(tmp_path: Path) -> None:
     directory = tmp_path / "t-0"
     assert list(directory.glob("*.log.deleted"))
     assert log.delete_pending_files() == 0
+    assert log.has_pending_deletions
     clock.advance(5_000)
     assert log.delete_pending_files() == deleted
+    assert not log.has_pending_deletions
     assert not list(directory.glob("*.deleted"))
     log.close()
 

@@ -46,7 +46,7 @@ from highwater.config.topic import LogConfig
 from highwater.controller_api import messages as m
 from highwater.controller_api.messages import ReplicaLogInfo
 from highwater.errors import HighwaterError, KafkaStorageError, OffsetOutOfRangeError
-from highwater.metadata.image import MetadataImage, PartitionRegistration
+from highwater.metadata.image import ClusterImage, MetadataImage, PartitionRegistration, TopicImage
 from highwater.storage.log import AppendInfo, FetchData, PartitionLog, wall_clock_ms
 from highwater.storage.log_manager import LogManager
 from highwater.storage.topic_partition import TopicPartition
@@ -436,6 +436,11 @@ class PartitionManager:
         self._adopted_unused: list[TopicPartition] = []
         """Logs :meth:`create_logs` made that no image has given a role yet: removed if
         the next image no longer assigns them here (their topic was deleted meanwhile)."""
+        self._settled: dict[str, tuple[TopicImage, tuple[TopicPartition, ...]]] = {}
+        """By topic name: the topic image :meth:`apply_image` last applied in full (every
+        replica assigned here open or offline, none left to create), and those replicas."""
+        self._settled_cluster: ClusterImage | None = None
+        """The brokers' image the settled topics' roles and eligibility were taken under."""
         self.image = MetadataImage()
 
     def __iter__(self) -> Iterator[Partition]:
@@ -574,60 +579,33 @@ class PartitionManager:
         returned, with their configs, for the caller to create off the event loop
         (:meth:`create_logs`, then this again); until then they answer
         NOT_LEADER_OR_FOLLOWER, retriable, as Kafka's broker does before it has become
-        leader or follower of a new partition."""
+        leader or follower of a new partition.
+
+        Images share the topics no record touched (:mod:`highwater.metadata.image`), so a
+        topic whose image is the one applied in full last time, under the same brokers'
+        image, is passed over: an image costs the topics it changed, not every partition
+        held here (a cluster of 10,000 partitions created topic by topic would otherwise
+        scan them all once per topic)."""
         self.image = image
         wanted: set[TopicPartition] = set()
         to_create: list[tuple[TopicPartition, LogConfig]] = []
+        if image.cluster is not self._settled_cluster:
+            # A broker fenced, unfenced or shutting down changes who is eligible for the
+            # ISR of any partition: every topic again.
+            self._settled = {}
+        settled: dict[str, tuple[TopicImage, tuple[TopicPartition, ...]]] = {}
         for topic in image.topics.by_name.values():
-            config = None
-            for index in range(len(topic.partitions)):
-                registration = topic.partition(index)
-                if registration is None or self.broker_id not in registration.replicas:
-                    continue
-                tp = TopicPartition(topic.name, index)
-                wanted.add(tp)
-                existing = self._partitions.get(tp)
-                if existing is not None:
-                    if existing.log.offline:
-                        existing.stop_replicating(registration)
-                    elif existing.registration != registration:
-                        self._take_role(existing, registration)
-                    existing.update_eligibility(image)
-                    continue
-                if config is None:
-                    config = image.log_config(topic.name, self.log_manager.default_config)
-                try:
-                    if create_logs or self.log_manager.get_log(tp) is not None:
-                        partition_log = self.log_manager.get_or_create_log(tp, config)
-                    else:
-                        self.log_manager.check_creatable(tp)
-                        self._unopened.pop(tp, None)
-                        to_create.append((tp, config))
-                        continue
-                except KafkaStorageError as e:
-                    self._refuse(tp, str(e))
-                    continue
-                self._unopened.pop(tp, None)
-                created = Partition(
-                    tp,
-                    topic.topic_id,
-                    partition_log,
-                    registration,
-                    self.broker_id,
-                    clock=self.clock,
-                    replica_lag_time_max_ms=self.replica_lag_time_max_ms,
-                    truncate_log=self.log_manager.truncate_to,
-                )
-                self._take_role(created, registration)
-                created.update_eligibility(image)
-                self._partitions[tp] = created
-                log.info(
-                    "broker %d: %s as %s in leader epoch %d",
-                    self.broker_id,
-                    tp,
-                    "leader" if created.is_leader else "follower",
-                    registration.leader_epoch,
-                )
+            previous = self._settled.get(topic.name)
+            if previous is not None and previous[0] is topic:
+                settled[topic.name] = previous
+                wanted.update(previous[1])
+                continue
+            here, done = self._apply_topic(image, topic, create_logs, to_create)
+            wanted.update(here)
+            if done:
+                settled[topic.name] = (topic, here)
+        self._settled = settled
+        self._settled_cluster = image.cluster
         self._creating = {tp for tp, _ in to_create}
         # Removed in one call: the checkpoints are written once, not once per log.
         gone = [tp for tp in self._unopened if tp not in wanted]
@@ -644,6 +622,71 @@ class PartitionManager:
         self._adopted_unused = []
         self.log_manager.delete_logs(gone)
         return to_create
+
+    def _apply_topic(
+        self,
+        image: MetadataImage,
+        topic: TopicImage,
+        create_logs: bool,
+        to_create: list[tuple[TopicPartition, LogConfig]],
+    ) -> tuple[tuple[TopicPartition, ...], bool]:
+        """:meth:`apply_image` for one topic: its replicas assigned here, and whether each
+        of them is settled (its log open or offline; none to create or refused, which
+        the next image tries again)."""
+        here: list[TopicPartition] = []
+        done = True
+        config = None
+        for index in range(len(topic.partitions)):
+            registration = topic.partition(index)
+            if registration is None or self.broker_id not in registration.replicas:
+                continue
+            tp = TopicPartition(topic.name, index)
+            here.append(tp)
+            existing = self._partitions.get(tp)
+            if existing is not None:
+                if existing.log.offline:
+                    existing.stop_replicating(registration)
+                elif existing.registration != registration:
+                    self._take_role(existing, registration)
+                existing.update_eligibility(image)
+                continue
+            if config is None:
+                config = image.log_config(topic.name, self.log_manager.default_config)
+            try:
+                if create_logs or self.log_manager.get_log(tp) is not None:
+                    partition_log = self.log_manager.get_or_create_log(tp, config)
+                else:
+                    self.log_manager.check_creatable(tp)
+                    self._unopened.pop(tp, None)
+                    to_create.append((tp, config))
+                    done = False
+                    continue
+            except KafkaStorageError as e:
+                self._refuse(tp, str(e))
+                done = False
+                continue
+            self._unopened.pop(tp, None)
+            created = Partition(
+                tp,
+                topic.topic_id,
+                partition_log,
+                registration,
+                self.broker_id,
+                clock=self.clock,
+                replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                truncate_log=self.log_manager.truncate_to,
+            )
+            self._take_role(created, registration)
+            created.update_eligibility(image)
+            self._partitions[tp] = created
+            log.info(
+                "broker %d: %s as %s in leader epoch %d",
+                self.broker_id,
+                tp,
+                "leader" if created.is_leader else "follower",
+                registration.leader_epoch,
+            )
+        return tuple(here), done
 
     def _refuse(self, tp: TopicPartition, why: str) -> None:
         """``tp``'s log cannot be opened here (a failed directory may hold it)."""

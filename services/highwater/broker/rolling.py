@@ -149,10 +149,19 @@ def readiness(view: ClusterView, node_id: int) -> Decision:
 
 def broker_readiness(image: MetadataImage, node_id: int) -> Decision:
     """:func:`readiness` of broker ``node_id`` from a metadata image, as the broker itself
-    decides it (only the partitions it holds a replica of are looked at)."""
+    decides it (only the partitions it holds a replica of and is not in the ISR of are
+    looked at).
+
+    The broker asks at every image, so this costs the partitions it is behind on, not
+    every partition it holds: the image's per-broker indexes count its replicas and its
+    ISR memberships, and an ISR is a subset of the replicas, so equal counts mean it is
+    in the ISR of each of its replicas without a look at any of them."""
     live = frozenset(b.broker_id for b in image.active_brokers())
+    replicas = image.replicas_of(node_id)
+    in_isr = image.partitions_with_isr_member(node_id)
+    behind = () if len(in_isr) == len(replicas) else [k for k in replicas if k not in in_isr]
     partitions = []
-    for key in sorted(image.replicas_of(node_id)):
+    for key in sorted(behind):
         registration = image.partition(key)
         name = image.topic_name(key.topic_id)
         if registration is None or name is None:

@@ -17,6 +17,7 @@ from typing import Final, Protocol
 
 from highwater.errors import CorruptRecordError
 from highwater.metadata.delta import MetadataLoader
+from highwater.metadata.heap import ImageHeapFreezer
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import decode_record
 from highwater.metadata.snapshot import load_snapshot_values, snapshot_values
@@ -103,6 +104,7 @@ class MetadataStateMachine:
         self._loader = MetadataLoader(image)
         self.speculation: Speculation | None = None
         self._listeners: list[ImageListener] = []
+        self._heap = ImageHeapFreezer()
 
     @property
     def image(self) -> MetadataImage:
@@ -141,6 +143,7 @@ class MetadataStateMachine:
         return encode_snapshot(self._loader.image)
 
     def _published(self, image: MetadataImage) -> None:
+        self._heap.after_publish(image)
         if self.speculation is not None:
             self.speculation.on_committed(image)
         for listener in self._listeners:

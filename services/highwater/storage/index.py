@@ -11,7 +11,11 @@ searches over the memory map:
   that carried it.
 
 The index of the active segment is preallocated to ``segment.index.bytes`` and trimmed to
-its entries when the segment rolls or the log closes. An index is never trusted blindly:
+its entries when the segment rolls or the log closes. An index holds no file descriptor of
+its own: it opens its file for a resize or an fsync and closes it again, and the memory
+map (which keeps a duplicate descriptor) exists only once the index has an entry. A broker
+with 10,000 idle partitions then holds one descriptor per partition (its ``.log``), not
+five, and stays under a limit of 20,000 open files. An index is never trusted blindly:
 :meth:`SparseIndex.sanity_check` rejects files whose entries are not increasing, and a
 segment rebuilds its indexes from the log whenever one fails.
 """
@@ -55,10 +59,13 @@ class SparseIndex:
         self.max_index_size = max_index_size
         self._max_entries = max(1, max_index_size // entry_size)
         exists = path.exists()
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        file_size = os.fstat(self._fd).st_size
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            file_size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        self._file_size = file_size
         if file_size % entry_size:
-            os.close(self._fd)
             raise CorruptIndexError(
                 f"{path}: size {file_size} is not a multiple of the entry size {entry_size}"
             )
@@ -88,18 +95,38 @@ class SparseIndex:
             self._mmap.close()
             self._mmap = None
         if size > 0:
-            self._mmap = mmap.mmap(self._fd, size)
+            fd = os.open(self.path, os.O_RDWR)
+            try:
+                self._mmap = mmap.mmap(fd, size)
+            finally:
+                os.close(fd)
+
+    def _set_file_size(self, size: int) -> None:
+        if size != self._file_size:
+            fd = os.open(self.path, os.O_RDWR)
+            try:
+                os.ftruncate(fd, size)
+            finally:
+                os.close(fd)
+            self._file_size = size
 
     def resize(self, new_size: int) -> None:
-        """Set the file size (rounded down to whole entries, never below the entries held)."""
+        """Set the file size (rounded down to whole entries, never below the entries held).
+        An index without entries keeps an empty file and no map: room for ``new_size``
+        is made when the first entry is written."""
         entry_size = self._entry_size
         new_size = max(new_size - new_size % entry_size, self._entries * entry_size)
+        self._max_entries = new_size // entry_size
+        if self._entries == 0:
+            self._map(0)
+            self._set_file_size(0)
+            self._dirty = True
+            return
         if self._mmap is not None and self._mmap.size() == new_size:
             return
         self._map(0)
-        os.ftruncate(self._fd, new_size)
+        self._set_file_size(new_size)
         self._map(new_size)
-        self._max_entries = new_size // entry_size
         self._dirty = True
 
     def trim(self) -> None:
@@ -115,13 +142,17 @@ class SparseIndex:
         self._dirty = False
         if self._mmap is not None:
             self._mmap.flush()
-        os.fsync(self._fd)
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # renamed for deletion meanwhile: nothing left to make durable
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         self._map(0)
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
 
     def rename(self, new_path: Path) -> None:
         os.replace(self.path, new_path)
@@ -153,6 +184,10 @@ class SparseIndex:
     def _write_entry(self, a: int, b: int) -> None:
         if self._entries >= self._max_entries:
             raise IndexFullError(f"{self.path}: index is full ({self._entries} entries)")
+        if self._mmap is None:  # the first entry: make the room resize() left unmade
+            size = self._max_entries * self._entry_size
+            self._set_file_size(size)
+            self._map(size)
         assert self._mmap is not None
         self.ENTRY.pack_into(self._mmap, self._entries * self._entry_size, a, b)
         self._entries += 1
@@ -192,8 +227,8 @@ class SparseIndex:
                 # per 10 MiB index: seconds for a broker with a thousand partitions).
                 mapped = self._mmap.size()
                 self._map(0)
-                os.ftruncate(self._fd, start)
-                os.ftruncate(self._fd, mapped)
+                self._set_file_size(start)
+                self._set_file_size(mapped)
                 self._map(mapped)
             self._dirty = True
         self._entries = n

@@ -830,6 +830,11 @@ class PartitionLog:
             PendingDeletion(self.clock() + self.config.file_delete_delay_ms, segments)
         )
 
+    @property
+    def has_pending_deletions(self) -> bool:
+        """Whether segments wait for their ``file.delete.delay.ms`` to be removed."""
+        return bool(self._pending_deletions)
+
     @_guards_io
     def delete_pending_files(self, *, force: bool = False) -> int:
         """Remove ``.deleted`` segments whose ``file.delete.delay.ms`` has passed."""

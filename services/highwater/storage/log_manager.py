@@ -829,8 +829,10 @@ class LogManager:
         return deleted
 
     def delete_pending_files(self) -> int:
+        """Remove the ``.deleted`` segments that are due. Runs every second: the logs with
+        nothing pending (nearly all of a broker's thousands) cost one attribute test."""
         deleted = 0
-        for partition_log in list(self._logs.values()):
+        for partition_log in [p for p in self._logs.values() if p.has_pending_deletions]:
             with contextlib.suppress(KafkaStorageError):
                 deleted += partition_log.delete_pending_files()
         return deleted
