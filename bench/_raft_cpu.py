@@ -111,7 +111,7 @@ async def _measure(
                     latencies.append((time.perf_counter() - started) * 1000)
                 value += 1
 
-        async def window() -> tuple[float, dict[int, float], float, int, int, tuple[float, float]]:
+        async def window() -> tuple[float, dict[int, float], float, int, tuple[float, float]]:
             nonlocal measuring
             await asyncio.sleep(warmup_s)
             start_offset = _log_end(leader)
@@ -131,12 +131,12 @@ async def _measure(
             if profile:
                 assert leader.process is not None
                 leader.process.send_signal(signal.SIGUSR2)
-            return elapsed, cpu, client, start_offset, 0, (load_before, os.getloadavg()[0])
+            return elapsed, cpu, client, start_offset, (load_before, os.getloadavg()[0])
 
         measured, *_ = await asyncio.gather(window(), *(writer(i) for i in range(writers)))
     finally:
         await cluster.close()
-    elapsed, cpu, client, start_offset, _, load = measured
+    elapsed, cpu, client, start_offset, load = measured
     latencies.sort()
     batches, records = _batches_since(leader, start_offset)
     return CpuRun(
