@@ -44,14 +44,21 @@ class ControllerProcess:
     voters: str
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
+    profile_out: Path | None = None
+    """Run under ``bench._profiled_server`` (cProfile windows opened by SIGUSR1, written
+    to ``profile_out.N`` by SIGUSR2) instead of plain ``python -m highwater``."""
 
     def start(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
+        launcher = (
+            ["-m", "highwater"]
+            if self.profile_out is None
+            else ["-m", "bench._profiled_server", str(self.profile_out)]
+        )
         self.process = subprocess.Popen(
             [
                 sys.executable,
-                "-m",
-                "highwater",
+                *launcher,
                 "controller",
                 "--node-id",
                 str(self.node_id),
@@ -84,12 +91,21 @@ class ControllerProcess:
 
 
 @contextlib.contextmanager
-def controller_quorum(root: Path, voters: int = 3) -> Iterator[list[ControllerProcess]]:
+def controller_quorum(
+    root: Path, voters: int = 3, *, profiled: bool = False
+) -> Iterator[list[ControllerProcess]]:
+    """``voters`` controller processes on loopback; ``profiled``: each under
+    ``bench._profiled_server``, writing its profiles to ``root/cN.prof.W``."""
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(voters)]
     spec = ",".join(f"{i + 1}@{address}" for i, address in enumerate(addresses))
     processes = [
         ControllerProcess(
-            i + 1, address, root / f"controller-{i + 1}", spec, root / f"c{i + 1}.log"
+            i + 1,
+            address,
+            root / f"controller-{i + 1}",
+            spec,
+            root / f"c{i + 1}.log",
+            profile_out=root / f"c{i + 1}.prof" if profiled else None,
         )
         for i, address in enumerate(addresses)
     ]

@@ -458,6 +458,62 @@ class _Propose:
 
 _Job = _Request | _Activate | _Tick | _BrokerDisconnected | _Propose
 
+
+class _JobQueue:
+    """The worker's jobs, in arrival order, for one consumer (the worker).
+
+    Waiting costs one future, woken by the next job or by another future's end
+    (:meth:`get_before`): not a task per wait, as ``asyncio.wait`` on a queue's ``get``
+    would cost for every request that joins a group."""
+
+    def __init__(self) -> None:
+        self._jobs: deque[_Job] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, job: _Job) -> None:
+        self._jobs.append(job)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def empty(self) -> bool:
+        return not self._jobs
+
+    def get_nowait(self) -> _Job:
+        """The oldest job; ``IndexError`` if there is none."""
+        return self._jobs.popleft()
+
+    async def get(self) -> _Job:
+        while not self._jobs:
+            await self._wait(None)
+        return self._jobs.popleft()
+
+    async def get_before(self, done: asyncio.Future[Any]) -> _Job | None:
+        """The next job, if one arrives before ``done`` is done; else ``None``."""
+        while not self._jobs:
+            if done.done():
+                return None
+            await self._wait(done)
+        return self._jobs.popleft()
+
+    async def _wait(self, also: asyncio.Future[Any] | None) -> None:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake(_: asyncio.Future[Any]) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        self._waiter = waiter
+        if also is not None:
+            also.add_done_callback(wake)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if also is not None:
+                also.remove_done_callback(wake)
+
+
 _GROUP_LINGER_TURNS: Final = 3
 """Idle event-loop turns the worker waits for more requests before sealing a group."""
 _MAX_REQUESTS_PER_GROUP: Final = 1024
@@ -520,7 +576,7 @@ class ControllerServer:
         self.store = RaftMetadataStore(self.raft, self.machine)
         self.metrics = ControllerMetrics(self)
         self._controller: QuorumController | None = None
-        self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
+        self._jobs = _JobQueue()
         self._worker: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._tick_queued = False
@@ -766,7 +822,7 @@ class ControllerServer:
                     # could not commit before it anyway, so it takes in the requests
                     # arriving meanwhile, and is sealed when that batch commits (one
                     # Raft append, fsync and fetch round trip for all of them).
-                    job = await self._next_job_before(in_flight)
+                    job = await self._jobs.get_before(in_flight)
                     if job is None:
                         break
                 else:
@@ -787,16 +843,6 @@ class ControllerServer:
             else:
                 request.reply.set_result((response, waiter))
         return activation
-
-    async def _next_job_before(self, committed: asyncio.Future[int]) -> _Job | None:
-        """The next job, if one arrives before ``committed`` is done; else ``None``."""
-        getter = asyncio.ensure_future(self._jobs.get())
-        try:
-            await asyncio.wait((getter, committed), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not getter.done():
-                getter.cancel()  # nothing is taken off the queue by a cancelled get
-        return getter.result() if getter.done() and not getter.cancelled() else None
 
     def _run(
         self,
