@@ -29,8 +29,7 @@ from pathlib import Path
 
 from bench._etcd_peer import percentile
 from bench.raft import TOPIC_PREFIX, ControllerProcess, _Cluster, controller_quorum, wait_for_leader
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from bench.report import profile_entry_name
 
 
 def process_cpu_s(pid: int) -> float:
@@ -211,23 +210,13 @@ def _top(stats: pstats.Stats, writes: int, limit: int) -> str:
         f"{'cum ms/w':>9} {'own ms/w':>9} {'calls/w':>8}  function",
     ]
 
-    def name(key: tuple[str, int, str]) -> str:
-        filename, line, function = key
-        if filename.startswith(str(REPO_ROOT)):
-            filename = os.path.relpath(filename, REPO_ROOT)
-        elif "site-packages/" in filename:
-            filename = filename.split("site-packages/", 1)[1]
-        elif "/lib/python3" in filename:
-            filename = filename.split("/lib/", 1)[1]
-        return f"{filename}:{line}({function})" if line else function
-
     for title, index in (("by cumulative time", 3), ("by own time", 2)):
         lines.append(f"-- {title}")
         ranked = sorted(raw.items(), key=lambda item: item[1][index], reverse=True)[:limit]
         for key, (_cc, calls, own, cumulative, _callers) in ranked:
             lines.append(
                 f"{1000 * cumulative / max(1, writes):9.3f} {1000 * own / max(1, writes):9.3f} "
-                f"{calls / max(1, writes):8.2f}  {name(key)}"
+                f"{calls / max(1, writes):8.2f}  {profile_entry_name(key)}"
             )
     return "\n".join(lines)
 

@@ -48,7 +48,7 @@ from bench.broker import (
     produce_with_client,
     wait_full_isr,
 )
-from bench.report import REPO_ROOT, Report, Row, at_least
+from bench.report import REPO_ROOT, Report, Row, at_least, profile_entry_name
 
 TOPIC = "kafka-bench"
 GRPC_TOPIC = "kafka-bench-grpc"
@@ -460,14 +460,7 @@ def _top_functions(path: Path) -> str:
     ranked = sorted(raw.items(), key=lambda item: item[1][2], reverse=True)[:16]
     lines = [f"{'own s':>8} {'own %':>6} {'cum s':>8} {'calls':>10}  function"]
     for (filename, line, function), (_cc, calls, own, cumulative, _callers) in ranked:
-        where = filename
-        if where.startswith(str(REPO_ROOT)):
-            where = os.path.relpath(where, REPO_ROOT)
-        elif "site-packages/" in where:
-            where = where.split("site-packages/", 1)[1]
-        elif "/lib/python3" in where:
-            where = where.split("/lib/", 1)[1]
-        name = f"{where}:{line}({function})" if line else function
+        name = profile_entry_name((filename, line, function))
         lines.append(f"{own:8.3f} {own / total:6.1%} {cumulative:8.3f} {calls:10d}  {name}")
     return "\n".join(lines)
 

@@ -559,3 +559,17 @@ def _short_path(filename: str) -> str:
         if marker in filename:
             return filename.split(marker, 1)[1]
     return filename
+
+
+def profile_entry_name(key: tuple[str, int, str]) -> str:
+    """A cProfile entry's ``(file, line, function)`` as ``file:line(function)``, the file
+    relative to the repository, site-packages or the standard library, for the profiles the
+    benchmarks print."""
+    filename, line, function = key
+    if filename.startswith(str(REPO_ROOT)):
+        filename = os.path.relpath(filename, REPO_ROOT)
+    elif "site-packages/" in filename:
+        filename = filename.split("site-packages/", 1)[1]
+    elif "/lib/python3" in filename:
+        filename = filename.split("/lib/", 1)[1]
+    return f"{filename}:{line}({function})" if line else function

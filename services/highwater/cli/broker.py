@@ -31,22 +31,13 @@ from highwater.cli.serving import (
     kafka_listener_options,
     listen_option,
     metadata_store_option,
+    optional_address,
     require_one_metadata_source,
     run_until_signalled,
     telemetry_option,
     tls_options,
 )
 from highwater.etcd_metadata.endpoints import EtcdStoreAddress
-from highwater.rpc.endpoints import parse_endpoint
-
-
-def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    if value is not None:
-        try:
-            parse_endpoint(value)
-        except ValueError as e:
-            raise click.BadParameter(str(e)) from None
-    return value
 
 
 @click.command("broker")
@@ -95,7 +86,7 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 @click.option(
     "--advertised-listener",
     default=None,
-    callback=_address,
+    callback=optional_address,
     metavar="HOST:PORT",
     help="Where clients and other brokers connect, if not --listen (a proxy in front).",
 )

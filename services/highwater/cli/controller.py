@@ -43,6 +43,7 @@ from highwater.cli.serving import (
     etcd_store_option,
     etcd_tls_options,
     listen_option,
+    optional_address,
     run_until_signalled,
     telemetry_option,
     tls_options,
@@ -53,7 +54,6 @@ from highwater.errors import HighwaterError
 from highwater.etcd_metadata.endpoints import EtcdStoreAddress
 from highwater.raft.driver import RaftServerSettings
 from highwater.raft.voter_set import MembershipChangeError, VoterSet, parse_initial_controllers
-from highwater.rpc.endpoints import parse_endpoint
 
 
 def _initial_controllers(
@@ -71,17 +71,6 @@ def _bootstrap_controllers(
     _ctx: click.Context, _param: click.Parameter, value: str | None
 ) -> list[str] | None:
     return None if value is None else parse_addresses(value)
-
-
-def _advertised_listener(
-    _ctx: click.Context, _param: click.Parameter, value: str | None
-) -> str | None:
-    if value is not None:
-        try:
-            parse_endpoint(value)
-        except ValueError as e:
-            raise click.BadParameter(str(e)) from None
-    return value
 
 
 @click.command("controller")
@@ -108,7 +97,7 @@ def _advertised_listener(
 @click.option(
     "--advertised-listener",
     default=None,
-    callback=_advertised_listener,
+    callback=optional_address,
     metavar="HOST:PORT",
     help="Where the other controllers and observers reach this one, if not --listen (a "
     "controller listening on 0.0.0.0, or behind a proxy): the endpoint a dynamic quorum's "

@@ -100,9 +100,9 @@ def listen_option(*, required: bool, default: str | None = None, help: str) -> C
     )
 
 
-def _optional_address(
-    _ctx: click.Context, _param: click.Parameter, value: str | None
-) -> str | None:
+def optional_address(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A click callback for an optional HOST:PORT option (an advertised address): checked
+    when given, a usage error naming the option when malformed."""
     if value is not None:
         try:
             parse_endpoint(value)
