@@ -22,19 +22,12 @@ from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.metadata.observer import MetadataObserver, discover_quorum
 from highwater.raft.driver import RaftServerSettings
-from highwater.raft.node import RaftConfig
 from highwater.raft.voter_set import NotCaughtUpError, Voter, VoterSet
 from highwater.v1.common_pb2 import ErrorCode
+from raft_timing import FAST
 
 pytestmark = pytest.mark.timeout(60)
 
-FAST = RaftConfig(
-    election_timeout_ms=300,
-    election_backoff_max_ms=300,
-    fetch_timeout_ms=600,
-    fetch_max_wait_ms=200,
-    request_timeout_ms=500,
-)
 RAFT = RaftServerSettings(raft=FAST, discovery_timeout_ms=10_000)
 
 

@@ -28,19 +28,12 @@ from highwater.internal.v1 import controller_pb2_grpc
 from highwater.metadata import BrokerEndpoint, ConfigResourceType, MetadataImage
 from highwater.metadata.snapshot import snapshot_values
 from highwater.raft.driver import MetadataLogLayout, RaftServerSettings
-from highwater.raft.node import RaftConfig
 from highwater.raft.partition_raft_log import metadata_log_config
 from highwater.v1.common_pb2 import ErrorCode
+from raft_timing import FAST
 
 pytestmark = pytest.mark.timeout(120)
 
-FAST = RaftConfig(
-    election_timeout_ms=300,
-    election_backoff_max_ms=300,
-    fetch_timeout_ms=600,
-    fetch_max_wait_ms=200,
-    request_timeout_ms=500,
-)
 NONE = ErrorCode.NONE
 TOPIC = ConfigResourceType.TOPIC
 

@@ -23,7 +23,6 @@ from highwater.errors import KafkaStorageError
 from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from highwater.raft.driver import MetadataLogLayout, RaftServer, RaftServerSettings
 from highwater.raft.messages import OffsetAndEpoch
-from highwater.raft.node import RaftConfig
 from highwater.raft.partition_raft_log import metadata_log_config
 from highwater.raft.state_machine import SnapshotReader
 from highwater.raft.voter_files import CommittedVotersFile, unwrap_snapshot, wrap_snapshot
@@ -31,16 +30,10 @@ from highwater.raft.voter_set import DIRECTORY_ID_FILE, Voter, VoterSet
 from highwater.records import RecordBatch
 from highwater.rpc.channels import open_channel
 from highwater.v1.common_pb2 import ErrorCode
+from raft_timing import FAST
 
 pytestmark = pytest.mark.timeout(90)
 
-FAST = RaftConfig(
-    election_timeout_ms=300,
-    election_backoff_max_ms=300,
-    fetch_timeout_ms=600,
-    fetch_max_wait_ms=200,
-    request_timeout_ms=500,
-)
 SETTINGS = RaftServerSettings(
     raft=FAST,
     log_config=metadata_log_config(segment_bytes=2048),

@@ -28,23 +28,16 @@ from highwater.raft.driver import (
     default_cluster_id,
 )
 from highwater.raft.messages import OffsetAndEpoch
-from highwater.raft.node import NotLeaderError, RaftConfig, RoleChange
+from highwater.raft.node import NotLeaderError, RoleChange
 from highwater.raft.partition_raft_log import metadata_log_config
 from highwater.raft.quorum_state_file import CorruptQuorumStateError, QuorumStateFile
 from highwater.raft.state import Role
 from highwater.raft.state_machine import SnapshotReader
 from highwater.records import RecordBatch
 from highwater.v1.common_pb2 import ErrorCode
+from raft_timing import FAST
 
 pytestmark = pytest.mark.timeout(120)
-
-FAST = RaftConfig(
-    election_timeout_ms=300,
-    election_backoff_max_ms=300,
-    fetch_timeout_ms=600,
-    fetch_max_wait_ms=200,
-    request_timeout_ms=500,
-)
 
 
 class RecordingStateMachine:

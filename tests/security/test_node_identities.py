@@ -26,19 +26,11 @@ from highwater.internal.v1 import controller_pb2 as pb
 from highwater.internal.v1 import controller_pb2_grpc
 from highwater.metadata import MetadataImage
 from highwater.raft.driver import RaftServerSettings
-from highwater.raft.node import RaftConfig
 from highwater.rpc import auth
 from highwater.v1.common_pb2 import ErrorCode
+from raft_timing import FAST
 
 pytestmark = pytest.mark.timeout(60)
-
-FAST = RaftConfig(
-    election_timeout_ms=300,
-    election_backoff_max_ms=300,
-    fetch_timeout_ms=600,
-    fetch_max_wait_ms=200,
-    request_timeout_ms=500,
-)
 
 
 class Quorum:
