@@ -68,6 +68,27 @@ def test_a_fence_moves_leaderships_in_batches_of_bounded_size() -> None:
     assert _partitions(h.image) == _unbounded_fence_of_broker_0()
 
 
+def test_brokers_fenced_together_share_one_batch_budget() -> None:
+    def fence_brokers_0_and_1(batch: int) -> tuple[int, dict[object, object]]:
+        h = _cluster(batch)
+        h.clock.advance(SESSION + 1)
+        h.heartbeat(2)
+        first = h.controller.tick(h.clock.now_ms)
+        assert first.response.fenced_brokers == (0, 1)
+        h.commit(first)
+        largest = len(first.records) - 2  # beside the two fence records
+        while (tick := h.controller.tick(h.clock.now_ms)).records:
+            largest = max(largest, len(tick.records))
+            h.commit(tick)
+        assert not h.image.partitions_led_by(0) and not h.image.partitions_led_by(1)
+        check_invariants(h.image)
+        return largest, _partitions(h.image)
+
+    largest, bounded = fence_brokers_0_and_1(BATCH)
+    assert largest == BATCH
+    assert bounded == fence_brokers_0_and_1(1_000)[1]
+
+
 def test_a_new_controller_finishes_a_half_written_fence() -> None:
     h = _cluster(BATCH)
     _silence(h, 0)

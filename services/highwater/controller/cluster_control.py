@@ -567,17 +567,21 @@ class ClusterControl:
         self, delta: MetadataDelta, now_ms: int, records: list[MetadataRecord]
     ) -> list[int]:
         """Fence every broker whose session expired, moving its leaderships and ISR
-        memberships in the same batch; appends the records, returns the brokers."""
+        memberships in the same batch; appends the records, returns the brokers.
+
+        The brokers share one ``leader_moves_per_batch`` budget: when several expire
+        together (a lost rack, or a controller that was starved), the batch stays bounded
+        and the moves left go in the next ticks (:meth:`ReplicationControl.continue_moves`).
+        """
         fenced = self.heartbeats.expired(delta.brokers(), now_ms)
+        budget = self.config.leader_moves_per_batch
         for broker_id in fenced:
             broker = delta.broker(broker_id)
             assert broker is not None
             fence = FenceBrokerRecord(broker_id, broker.broker_epoch)
             delta.replay(fence)
             records.append(fence)
-            records.extend(
-                self.replication.move_away_from(
-                    delta, broker_id, limit=self.config.leader_moves_per_batch
-                )
-            )
+            moves = self.replication.move_away_from(delta, broker_id, limit=budget)
+            records.extend(moves)
+            budget = max(0, budget - len(moves))
         return fenced
