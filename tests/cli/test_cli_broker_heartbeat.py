@@ -1,5 +1,6 @@
-"""``highwater broker --broker-heartbeat-interval-ms`` and ``broker.heartbeat.interval.ms``:
-a bad value stops the broker before it starts, naming the flag or the key."""
+"""``highwater broker --broker-heartbeat-interval-ms`` and ``broker.heartbeat.interval.ms``
+(and a coordinator's ``coordinator.heartbeat.interval.ms``): a bad value stops the process
+before it starts, naming the flag or the key."""
 
 from __future__ import annotations
 
@@ -66,4 +67,33 @@ def test_a_heartbeat_interval_the_session_would_not_survive_stops_the_broker(
     code, output = run_broker(tmp_path / "data", *args)
     assert code == 1
     assert output.strip() == f"Error: {named}"
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_coordinator_heartbeat_interval_its_lease_would_not_survive_stops_it(
+    tmp_path: Path,
+) -> None:
+    result = CliRunner().invoke(
+        main,
+        [
+            "coordinator",
+            "--node-id",
+            "1",
+            "--listen",
+            "127.0.0.1:1",
+            "--controllers",
+            "127.0.0.1:2",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--override",
+            "coordinator.heartbeat.interval.ms=5000",
+            "--override",
+            "coordinator.session.timeout.ms=4000",
+        ],
+    )
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "Error: coordinator.heartbeat.interval.ms (5000) must be less than "
+        "coordinator.session.timeout.ms (4000)"
+    )
     assert not (tmp_path / "data").exists()

@@ -78,6 +78,12 @@ def test_overrides_beat_the_file_which_beats_the_defaults(tmp_path: Path) -> Non
             ["broker.heartbeat.interval.ms=9000"],
             r"broker\.heartbeat\.interval\.ms \(9000\) must be less than",
         ),
+        (
+            "coordinator.session.timeout.ms=2000\n",
+            [],
+            r"coordinator\.heartbeat\.interval\.ms \(2000\) must be less than "
+            r"coordinator\.session\.timeout\.ms \(2000\)",
+        ),
     ],
 )
 def test_unknown_keys_and_bad_values_are_refused_naming_the_key(

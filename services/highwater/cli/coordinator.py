@@ -79,8 +79,10 @@ def coordinator(
 ) -> None:
     """Run a group coordinator: consumer groups, rebalances and committed offsets.
 
-    Of its --config file and --override keys it uses group.initial.rebalance.delay.ms
-    and the listeners (listeners, advertised.listeners, inter.broker.listener.name).
+    Of its --config file and --override keys it uses group.initial.rebalance.delay.ms,
+    coordinator.heartbeat.interval.ms and coordinator.session.timeout.ms (its lease: keep
+    it no longer than the controllers'), and the listeners (listeners,
+    advertised.listeners, inter.broker.listener.name).
     """
     require_one_metadata_source(controllers, metadata_store)
     config = load_role_config(
@@ -97,7 +99,9 @@ def coordinator(
     settings = CoordinatorSettings(
         group=GroupCoordinatorSettings(
             group_initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms")
-        )
+        ),
+        heartbeat_interval_ms=config.get("coordinator.heartbeat.interval.ms"),
+        session_timeout_ms=config.get("coordinator.session.timeout.ms"),
     )
     if metadata_store is not None:
         # Imported here: the etcd client is only loaded by coordinators using it.

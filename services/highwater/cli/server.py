@@ -202,7 +202,9 @@ def server(
                 quota_window_size_seconds=config.get("quota.window.size.seconds"),
             ),
             coordinator_settings=CoordinatorSettings(
-                group=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=delay)
+                group=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=delay),
+                heartbeat_interval_ms=config.get("coordinator.heartbeat.interval.ms"),
+                session_timeout_ms=config.get("coordinator.session.timeout.ms"),
             ),
             log_dirs=[Path(d) for d in config.get("log.dirs") or ()],
             kafka_listen=kafka_listen,

@@ -332,7 +332,8 @@ _CONTROLLER_SETTINGS: Final = [
         _INT,
         2000,
         at_least(1),
-        "How often group coordinators are expected to heartbeat.",
+        "How often a group coordinator heartbeats to the active controller; below "
+        "coordinator.session.timeout.ms.",
     ),
     ConfigKey(
         "metadata.log.max.record.bytes.between.snapshots",
@@ -683,6 +684,16 @@ class ServerConfig:
                 "broker.heartbeat.interval.ms "
                 f"({self.get('broker.heartbeat.interval.ms')}) must be less than "
                 f"broker.session.timeout.ms ({self.get('broker.session.timeout.ms')})"
+            )
+        interval, session = (
+            self.get("coordinator.heartbeat.interval.ms"),
+            self.get("coordinator.session.timeout.ms"),
+        )
+        if interval >= session:
+            # The same rule for group coordinators' sessions with the controller.
+            raise InvalidConfigError(
+                f"coordinator.heartbeat.interval.ms ({interval}) must be less than "
+                f"coordinator.session.timeout.ms ({session})"
             )
 
     def get(self, name: str) -> Any:
