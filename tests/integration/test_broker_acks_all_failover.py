@@ -94,13 +94,20 @@ async def partition_state(
 
 
 async def produce(address: str, values: list[bytes]) -> pb.ProducePartitionResponse:
+    """One acks=all produce, retried while the broker answers NOT_LEADER_OR_FOLLOWER (as a
+    client retries it): a leader named in the metadata may still be creating its log."""
     request = pb.ProduceRequest(acks=-1, timeout_ms=10_000)
     plain = request.topics.add(topic=TOPIC).partitions.add(partition=0).records
     for value in values:
         plain.records.add(value=value)
+    deadline = time.monotonic() + 10
     async with grpc.aio.insecure_channel(address) as channel:
-        reply = await broker_pb2_grpc.BrokerStub(channel).Produce(request, timeout=15)
-    return reply.topics[0].partitions[0]
+        while True:
+            reply = await broker_pb2_grpc.BrokerStub(channel).Produce(request, timeout=15)
+            answer = reply.topics[0].partitions[0]
+            if answer.error != ErrorCode.NOT_LEADER_OR_FOLLOWER or time.monotonic() > deadline:
+                return answer
+            await asyncio.sleep(0.1)
 
 
 async def read_all(address: str) -> tuple[list[bytes], int]:
