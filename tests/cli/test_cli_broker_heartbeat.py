@@ -11,11 +11,11 @@ from click.testing import CliRunner
 from highwater.cli.main import main
 
 
-def run_broker(data_dir: Path, *args: str) -> tuple[int, str]:
+def run_role(data_dir: Path, *args: str, role: str = "broker") -> tuple[int, str]:
     result = CliRunner().invoke(
         main,
         [
-            "broker",
+            role,
             "--node-id",
             "1",
             "--listen",
@@ -34,7 +34,7 @@ def run_broker(data_dir: Path, *args: str) -> tuple[int, str]:
 def test_a_heartbeat_interval_that_is_not_a_positive_int_is_a_usage_error(
     tmp_path: Path, value: str
 ) -> None:
-    code, output = run_broker(tmp_path / "data", "--broker-heartbeat-interval-ms", value)
+    code, output = run_role(tmp_path / "data", "--broker-heartbeat-interval-ms", value)
     assert code == 2
     assert "--broker-heartbeat-interval-ms" in output
     assert not (tmp_path / "data").exists()
@@ -64,7 +64,7 @@ def test_a_heartbeat_interval_that_is_not_a_positive_int_is_a_usage_error(
 def test_a_heartbeat_interval_the_session_would_not_survive_stops_the_broker(
     tmp_path: Path, args: tuple[str, ...], named: str
 ) -> None:
-    code, output = run_broker(tmp_path / "data", *args)
+    code, output = run_role(tmp_path / "data", *args)
     assert code == 1
     assert output.strip() == f"Error: {named}"
     assert not (tmp_path / "data").exists()
@@ -73,26 +73,16 @@ def test_a_heartbeat_interval_the_session_would_not_survive_stops_the_broker(
 def test_a_coordinator_heartbeat_interval_its_lease_would_not_survive_stops_it(
     tmp_path: Path,
 ) -> None:
-    result = CliRunner().invoke(
-        main,
-        [
-            "coordinator",
-            "--node-id",
-            "1",
-            "--listen",
-            "127.0.0.1:1",
-            "--controllers",
-            "127.0.0.1:2",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--override",
-            "coordinator.heartbeat.interval.ms=5000",
-            "--override",
-            "coordinator.session.timeout.ms=4000",
-        ],
+    code, output = run_role(
+        tmp_path / "data",
+        "--override",
+        "coordinator.heartbeat.interval.ms=5000",
+        "--override",
+        "coordinator.session.timeout.ms=4000",
+        role="coordinator",
     )
-    assert result.exit_code == 1
-    assert result.output.strip() == (
+    assert code == 1
+    assert output.strip() == (
         "Error: coordinator.heartbeat.interval.ms (5000) must be less than "
         "coordinator.session.timeout.ms (4000)"
     )

@@ -8,8 +8,7 @@ OffsetForLeaderEpoch, Produce with acks=0, and InitProducerId for a transactiona
 from __future__ import annotations
 
 import struct
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -24,7 +23,7 @@ from kafka.protocol.producer import (
     ProduceRequest,
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafka_servers import KafkaServer, connect, read_frame, request_frame
+from kafka_servers import KafkaServer, connect, read_frame, request_frame, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -38,16 +37,6 @@ def admin(server: KafkaServer) -> Iterator[Any]:
         yield client
     finally:
         client.close()
-
-
-def wait_for(condition: Callable[[], Any], timeout_s: float = 30) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {condition}")
 
 
 def new_topic(admin: Any, name: str, partitions: int = 1) -> None:
