@@ -5,7 +5,9 @@ A broker's (or coordinator's, or ``highwater observer``'s) metadata replica is a
 ``MetadataObserver`` started with what DescribeQuorum named: for a dynamic quorum that is
 only where it starts, it follows the ``voters`` records it replicates. Here the only
 controller is replaced by one on another address and then stopped: the observer finds
-the new one through the voter set in its log, and keeps applying what it commits.
+the new one through the voter set in its log, and keeps applying what it commits. An
+observer that was down through such a replacement takes the set its next DescribeQuorum
+names, which is newer than the one it kept.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from embedded_servers import free_port
 from highwater.controller.service import ControllerServer, ControllerSettings
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
-from highwater.metadata.observer import MetadataObserver, discover_quorum
+from highwater.metadata.observer import DescribedQuorum, MetadataObserver, discover_quorum
 from highwater.raft.driver import RaftServerSettings
+from highwater.raft.voter_files import CommittedVotersFile
 from highwater.raft.voter_set import NotCaughtUpError, Voter, VoterSet
 from highwater.v1.common_pb2 import ErrorCode
 from raft_timing import FAST
@@ -62,13 +65,13 @@ async def test_an_observer_follows_the_voters_to_a_controller_on_a_new_address(
     await first.start()
     try:
         await until(lambda: first.raft.is_leader)
-        voters, cluster_id = await discover_quorum([first_voter.endpoint])
-        assert voters == VoterSet.of([first_voter]), "a dynamic quorum: the voter set"
+        quorum = await discover_quorum([first_voter.endpoint])
+        assert quorum.voters == VoterSet.of([first_voter]), "a dynamic quorum: the voter set"
         observer = MetadataObserver(
-            node_id=100, voters=voters, data_dir=tmp_path / "observer", settings=RAFT
+            node_id=100, voters=quorum.voters, data_dir=tmp_path / "observer", settings=RAFT
         )
         await observer.start()
-        assert observer.raft.cluster_id == cluster_id
+        assert observer.raft.cluster_id == quorum.cluster_id
         await register(first_voter.endpoint, 10)
         await until(lambda: observer.image.broker(10) is not None)  # type: ignore[union-attr]
 
@@ -99,6 +102,86 @@ async def test_an_observer_follows_the_voters_to_a_controller_on_a_new_address(
         await until(lambda: observer.image.broker(11) is not None)  # type: ignore[union-attr]
         assert observer.raft.voters == {2: second.raft.endpoint}
         assert observer.raft.voter_set().ids == {2}
+    finally:
+        for server in (observer, second, first):
+            if server is not None:
+                await server.stop()
+
+
+async def replace(first: ControllerServer, first_voter: Voter, tmp_path: Path) -> ControllerServer:
+    """Controller 2 joins on another address, is added, and controller 1 is removed and
+    stopped: nothing is left at ``first_voter``'s address."""
+    second = ControllerServer(
+        node_id=2,
+        listen=f"127.0.0.1:{free_port()}",
+        bootstrap_controllers=[first_voter.endpoint],
+        data_dir=tmp_path / "c2",
+        settings=ControllerSettings(raft=RAFT),
+    )
+    await second.start()
+    joined = Voter(2, second.raft.directory_id, second.raft.endpoint)  # type: ignore[arg-type]
+    async with asyncio.timeout(20):
+        while True:
+            try:
+                await first.raft.add_voter(joined)
+                break
+            except NotCaughtUpError:
+                await asyncio.sleep(0.05)
+    await first.raft.remove_voter(1, first_voter.directory_id)
+    await until(lambda: second.raft.is_leader)
+    await first.stop()
+    return second
+
+
+async def test_an_observer_down_while_every_voter_was_replaced_takes_the_described_set(
+    tmp_path: Path,
+) -> None:
+    first_voter = Voter(1, uuid.uuid4(), f"127.0.0.1:{free_port()}")
+    first = ControllerServer(
+        node_id=1,
+        listen=first_voter.endpoint,
+        initial_voters=VoterSet.of([first_voter]),
+        data_dir=tmp_path / "c1",
+        settings=ControllerSettings(raft=RAFT),
+    )
+    second: ControllerServer | None = None
+    observer: MetadataObserver | None = None
+    await first.start()
+    try:
+        await until(lambda: first.raft.is_leader)
+        await register(first_voter.endpoint, 10)
+        await until(lambda: first.raft.voter_set().ids == {1})
+
+        def observe(quorum: DescribedQuorum) -> MetadataObserver:
+            return MetadataObserver(
+                node_id=100,
+                voters=quorum.voters,
+                voters_offset=quorum.voters_offset,
+                data_dir=tmp_path / "observer",
+                settings=RAFT,
+            )
+
+        described = await discover_quorum([first_voter.endpoint])
+        assert described.voters_offset >= 0, "the bootstrap record is committed"
+        observer = observe(described)
+        await observer.start()
+        await until(lambda: observer.image.broker(10) is not None)  # type: ignore[union-attr]
+        await observer.stop()
+        kept = CommittedVotersFile(observer.raft.layout.committed_voters_path).read()
+        observer = None
+        assert kept is not None and kept[1].ids == {1}
+
+        second = await replace(first, first_voter, tmp_path)
+        await register(second.raft.endpoint, 11)
+
+        # Restarted, the observer kept a set naming only controller 1, whose address is
+        # dead: the set described now is newer, so it is the one followed.
+        described = await discover_quorum([second.raft.endpoint])
+        assert described.voters_offset > kept[0]
+        observer = observe(described)
+        await observer.start()
+        await until(lambda: observer.image.broker(11) is not None)  # type: ignore[union-attr]
+        assert observer.raft.voters == {2: second.raft.endpoint}
     finally:
         for server in (observer, second, first):
             if server is not None:

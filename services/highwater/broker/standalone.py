@@ -73,7 +73,7 @@ class StandaloneBroker:
         return self.observer.failure if self.observer is not None else None
 
     async def start(self) -> None:
-        voters, cluster_id = await discover_quorum(self.controllers)
+        quorum = await discover_quorum(self.controllers)
         broker_service = GrpcService(
             BROKER_SERVICE_NAME, lambda server: self._require_broker().add_servicer(server)
         )
@@ -84,9 +84,10 @@ class StandaloneBroker:
         )
         self.observer = observer = MetadataObserver(
             node_id=self.node_id,
-            voters=voters,
+            voters=quorum.voters,
+            voters_offset=quorum.voters_offset,
             data_dir=self.data_dir / "metadata",
-            cluster_id=cluster_id or None,
+            cluster_id=quorum.cluster_id or None,
             listen=self.listen,
             services=[broker_service, admin_service],
             listener_name=self.listeners.host_listener_name,

@@ -30,7 +30,7 @@ from highwater.cli.serving import (
     telemetry_option,
 )
 from highwater.metadata.image import MetadataImage
-from highwater.metadata.observer import MetadataObserver, QuorumVoters, discover_quorum
+from highwater.metadata.observer import DescribedQuorum, MetadataObserver, discover_quorum
 from highwater.raft.driver import RaftServerSettings
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class _ObserverOfControllers:
     def __init__(
         self,
         controllers: Sequence[str],
-        make: Callable[[QuorumVoters, str], MetadataObserver],
+        make: Callable[[DescribedQuorum], MetadataObserver],
     ) -> None:
         self._controllers = controllers
         self._make = make
@@ -76,8 +76,7 @@ class _ObserverOfControllers:
         return None if self._observer is None else self._observer.failure
 
     async def start(self) -> None:
-        voters, cluster_id = await discover_quorum(self._controllers)
-        self._observer = self._make(voters, cluster_id)
+        self._observer = self._make(await discover_quorum(self._controllers))
         await self._observer.start()
 
     async def stop(self) -> None:
@@ -126,13 +125,14 @@ def observer(
             param_hint="--node-id",
         )
 
-    def make(quorum: QuorumVoters, found_cluster_id: str | None) -> MetadataObserver:
+    def make(quorum: DescribedQuorum) -> MetadataObserver:
         server = MetadataObserver(
             node_id=node_id,
             listen=listen,
-            voters=quorum,
+            voters=quorum.voters,
+            voters_offset=quorum.voters_offset,
             data_dir=data_dir,
-            cluster_id=cluster_id or found_cluster_id,
+            cluster_id=cluster_id or quorum.cluster_id or None,
             settings=RaftServerSettings(
                 metadata_log_max_record_bytes_between_snapshots=snapshot_bytes
             ),
@@ -141,7 +141,7 @@ def observer(
         return server
 
     if voters is not None:
-        run_until_signalled(make(voters, None), "observer")
+        run_until_signalled(make(DescribedQuorum(voters, "")), "observer")
     else:
         assert controllers is not None
         run_until_signalled(_ObserverOfControllers(controllers, make), "observer")

@@ -56,7 +56,7 @@ class StandaloneCoordinator:
         return self.observer.failure if self.observer is not None else None
 
     async def start(self) -> None:
-        voters, cluster_id = await discover_quorum(self.controllers)
+        quorum = await discover_quorum(self.controllers)
         if self.data_dir is None:
             self._temporary_dir = Path(
                 tempfile.mkdtemp(prefix=f"highwater-coordinator-{self.node_id}-")
@@ -67,9 +67,10 @@ class StandaloneCoordinator:
         )
         self.observer = MetadataObserver(
             node_id=self.node_id,
-            voters=voters,
+            voters=quorum.voters,
+            voters_offset=quorum.voters_offset,
             data_dir=metadata_dir,
-            cluster_id=cluster_id or None,
+            cluster_id=quorum.cluster_id or None,
             listen=self.listen,
             services=[service],
             listener_name=self.listeners.host_listener_name,

@@ -14,13 +14,17 @@ A static quorum's voters (``--voters``: ids and addresses) are fixed. A dynamic 
 observer starts: it follows the ``voters`` records it replicates (and the set a snapshot
 carries) as any replica of a dynamic quorum does, asks the voters of the set in use for
 the leader, and keeps the latest committed set in its ``quorum-voters`` file, so a
-controller replaced on a new address is found without a restart.
+controller replaced on a new address is found without a restart. A DescribeQuorum names
+the offset of its set's ``voters`` record (once committed): an observer that was down while
+the voters changed (perhaps all of them, each to a new address) takes the described set at
+its next start when it is newer than the one it kept.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc.aio
@@ -35,7 +39,14 @@ from highwater.raft.voter_set import VoterSet
 from highwater.rpc.channels import open_channel
 from highwater.rpc.server import GrpcService
 
-__all__ = ["MetadataObserver", "QuorumUnreachableError", "QuorumVoters", "discover_voters"]
+__all__ = [
+    "DescribedQuorum",
+    "MetadataObserver",
+    "QuorumUnreachableError",
+    "QuorumVoters",
+    "discover_quorum",
+    "discover_voters",
+]
 
 QuorumVoters = Mapping[int, str] | VoterSet
 """A static quorum's voters (id -> ``HOST:PORT``) or a dynamic quorum's voter set."""
@@ -45,21 +56,29 @@ class QuorumUnreachableError(HighwaterError):
     """None of the controllers given answered DescribeQuorum with the voters."""
 
 
+@dataclass(frozen=True, slots=True)
+class DescribedQuorum:
+    """What a controller's DescribeQuorum says of the quorum: its voters (a dynamic quorum's
+    :class:`VoterSet` when the answer names directory ids, else the static voters), the
+    cluster id (a quorum migrated from etcd mode has etcd's, not the one its voters would
+    make), and the offset of the committed ``voters`` record the set comes from (-1: the
+    bootstrap set, a static quorum, or a set not committed yet)."""
+
+    voters: QuorumVoters
+    cluster_id: str
+    voters_offset: int = -1
+
+
 async def discover_voters(controllers: Sequence[str], timeout_s: float = 30) -> dict[int, str]:
     """The quorum's voters (id -> address), from the first controller that names them."""
-    voters, _ = await discover_quorum(controllers, timeout_s)
+    voters = (await discover_quorum(controllers, timeout_s)).voters
     if isinstance(voters, VoterSet):
         return {voter.node_id: voter.endpoint for voter in voters}
     return dict(voters)
 
 
-async def discover_quorum(
-    controllers: Sequence[str], timeout_s: float = 30
-) -> tuple[QuorumVoters, str]:
-    """The quorum's voters and its cluster id, from the first controller that names them
-    (a quorum migrated from etcd mode has etcd's cluster id, not the one its voters would
-    make): a dynamic quorum's :class:`VoterSet` when the answer names directory ids, else
-    the static voters (id -> address)."""
+async def discover_quorum(controllers: Sequence[str], timeout_s: float = 30) -> DescribedQuorum:
+    """The quorum as the first controller that names its voters describes it."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     problems: list[str] = []
     while True:
@@ -75,8 +94,10 @@ async def discover_quorum(
             if reply.nodes:
                 voter_set = voters_of(reply)
                 if voter_set is not None:
-                    return voter_set, reply.cluster_id
-                return {node.node_id: node.address for node in reply.nodes}, reply.cluster_id
+                    offset = reply.voters_offset if reply.HasField("voters_offset") else -1
+                    return DescribedQuorum(voter_set, reply.cluster_id, offset)
+                static = {node.node_id: node.address for node in reply.nodes}
+                return DescribedQuorum(static, reply.cluster_id)
             problems.append(f"{address}: no voters named")
         if asyncio.get_running_loop().time() >= deadline:
             raise QuorumUnreachableError(
@@ -89,7 +110,9 @@ class MetadataObserver:
     """Follows the metadata quorum ``voters`` as observer ``node_id``, keeping the log and
     its snapshots in ``data_dir``. ``listen`` serves DescribeQuorum and health (port 0:
     any free port). ``voters``: a static quorum's addresses, or the voter set of a
-    dynamic quorum, followed as it changes (see the module docstring)."""
+    dynamic quorum, followed as it changes (see the module docstring); ``voters_offset``:
+    the offset of that set's committed ``voters`` record, as :func:`discover_quorum`
+    found it (-1: unknown or the bootstrap set)."""
 
     def __init__(
         self,
@@ -103,6 +126,7 @@ class MetadataObserver:
         services: Sequence[GrpcService] = (),
         listener_name: str | None = None,
         more_listeners: Sequence[tuple[str, str]] = (),
+        voters_offset: int = -1,
     ) -> None:
         """``services``: more gRPC services to serve on ``listen`` (a broker's);
         ``listener_name`` names that listener, ``more_listeners`` (name, ``HOST:PORT``) are
@@ -118,6 +142,7 @@ class MetadataObserver:
             listen=listen,
             voters=static,
             initial_voters=dynamic,
+            initial_voters_offset=voters_offset if dynamic is not None else -1,
             data_dir=data_dir,
             state_machine=self._machine,
             cluster_id=cluster_id,

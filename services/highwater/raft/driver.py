@@ -252,6 +252,7 @@ class RaftServer:
         listen: str,
         voters: Mapping[int, str] | None = None,
         initial_voters: VoterSet | None = None,
+        initial_voters_offset: int = -1,
         bootstrap_controllers: Sequence[str] = (),
         data_dir: Path,
         state_machine: StateMachine,
@@ -268,7 +269,10 @@ class RaftServer:
         (:class:`~highwater.rpc.server.GrpcHost`), ``listen`` being the first.
         ``advertised`` (``HOST:PORT``): where the other replicas reach this one, when not
         at ``listen`` (a controller listening on ``0.0.0.0``, or behind a proxy); it is
-        the endpoint a dynamic quorum's replica announces."""
+        the endpoint a dynamic quorum's replica announces. ``initial_voters_offset``: the
+        offset of the ``voters`` record ``initial_voters`` was read from (an observer's
+        set, from a DescribeQuorum's ``voters_offset``), -1 for a bootstrap set: a set kept
+        from an earlier start that is older gives way to it."""
         given = sum((bool(voters), initial_voters is not None, bool(bootstrap_controllers)))
         if given != 1:
             raise ValueError(
@@ -284,6 +288,7 @@ class RaftServer:
         self.advertised = advertised
         self.is_dynamic = not voters
         self._initial_voters = initial_voters
+        self._initial_voters_offset = initial_voters_offset
         self._bootstrap_controllers = tuple(bootstrap_controllers)
         self.voters: dict[int, str] = (
             dict(voters)
@@ -685,9 +690,16 @@ class RaftServer:
                 raise KafkaStorageError(f"snapshot {latest}: {e}") from e
             if carried is not None and (entry is None or carried[0] > entry[0]):
                 entry = carried
-        if entry is None:
+        if entry is not None and initial is not None:
+            if self._initial_voters_offset > entry[0]:
+                # A set described at this start that is newer than the one kept: this
+                # replica was down while the voters changed (perhaps every one of them,
+                # to new addresses), and the kept set may name none that still serves.
+                entry = (self._initial_voters_offset, initial)
+                await asyncio.to_thread(self._voters_file.write, entry)
+        elif entry is None:
             if initial is not None:
-                entry = (-1, initial)
+                entry = (self._initial_voters_offset, initial)
             else:
                 cluster_id, learned = await discover_quorum(
                     self._bootstrap_controllers,
@@ -1039,6 +1051,10 @@ class RaftServer:
         directory_ids = (
             {v.node_id: str(v.directory_id) for v in node.voter_set} if self.is_dynamic else {}
         )
+        committed_below = node.high_watermark or 0
+        if self.is_dynamic and 0 <= node.voters_offset < committed_below:
+            # Only a committed set's offset: an observer keeps what it takes as committed.
+            response.voters_offset = node.voters_offset
         for node_id, address in sorted(self.voters.items()):
             response.nodes.add(
                 node_id=node_id, address=address, directory_id=directory_ids.get(node_id, "")

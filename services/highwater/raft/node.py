@@ -370,6 +370,11 @@ class RaftNode:
         """The voter set in use: the latest ``voters`` record's, committed or not."""
         return self._history.latest()
 
+    @property
+    def voters_offset(self) -> int:
+        """The offset of the ``voters`` record of the set in use; -1 for the bootstrap set."""
+        return self._history.latest_offset()
+
     def committed_voter_set(self) -> VoterSet:
         """The voter set of the latest ``voters`` record below the high watermark."""
         return self._history.committed(self._high_watermark or 0)

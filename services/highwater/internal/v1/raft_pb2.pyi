@@ -525,11 +525,18 @@ class DescribeQuorumResponse(_message.Message):
     CURRENT_VOTERS_FIELD_NUMBER: _builtins.int
     OBSERVERS_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
+    VOTERS_OFFSET_FIELD_NUMBER: _builtins.int
     error: _common_pb2.ErrorCode.ValueType
     cluster_id: _builtins.str
     leader_id: _builtins.int
     leader_epoch: _builtins.int
     high_watermark: _builtins.int
+    voters_offset: _builtins.int
+    """The offset of the `voters` record whose set `nodes` lists (a dynamic quorum, KIP-853),
+    once that record is committed; absent for the bootstrap set, a set not committed yet and
+    a static quorum. An observer that restarts compares it with the set it kept, and takes
+    the newer.
+    """
     @_builtins.property
     def current_voters(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaState]: ...
     @_builtins.property
@@ -547,12 +554,15 @@ class DescribeQuorumResponse(_message.Message):
         current_voters: _abc.Iterable[Global___ReplicaState] | None = ...,
         observers: _abc.Iterable[Global___ReplicaState] | None = ...,
         nodes: _abc.Iterable[Global___QuorumNode] | None = ...,
+        voters_offset: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_voters_offset", b"_voters_offset", "voters_offset", b"voters_offset"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "current_voters", b"current_voters", "error", b"error", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "nodes", b"nodes", "observers", b"observers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_voters_offset", b"_voters_offset", "cluster_id", b"cluster_id", "current_voters", b"current_voters", "error", b"error", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "nodes", b"nodes", "observers", b"observers", "voters_offset", b"voters_offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__voters_offset: _TypeAlias = _typing.Literal["voters_offset"]  # noqa: Y015
+    _WhichOneofArgType__voters_offset: _TypeAlias = _typing.Literal["_voters_offset", b"_voters_offset"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__voters_offset) -> _WhichOneofReturnType__voters_offset | None: ...
 
 Global___DescribeQuorumResponse: _TypeAlias = DescribeQuorumResponse  # noqa: Y015
 
