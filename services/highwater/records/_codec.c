@@ -2491,6 +2491,42 @@ static const char *producer_attr_names[PA_COUNT] = {
 static PyObject *producer_attrs[PA_COUNT]; /* interned names */
 static PyObject *s_num_partitions, *s_set, *s_on_produced;
 
+/* A dict lookup remembered while the dict does not change: the dict's version tag
+ * (CPython 3.11's ma_version_tag, a global counter every change of any dict moves on)
+ * says so, as the interpreter's own caches of globals do. The value is borrowed: the
+ * unchanged dict still holds it. The key is held, as its identity is what is compared.
+ * Later Pythons deprecate the tag: there every call looks the key up. */
+#if PY_VERSION_HEX < 0x030C0000
+#define HW_DICT_VERSIONS 1
+static inline uint64_t dict_version(PyObject *d) { return ((PyDictObject *)d)->ma_version_tag; }
+#endif
+
+typedef struct {
+    PyObject *dict; /* compared only, never dereferenced */
+    PyObject *key;  /* held */
+    PyObject *value;
+    uint64_t version;
+} DictMemo;
+
+/* dict[key], borrowed; NULL when missing (or on an error, which is set). */
+static PyObject *memo_get(DictMemo *m, PyObject *dict, PyObject *key) {
+#ifdef HW_DICT_VERSIONS
+    if (m->value != NULL && m->dict == dict && m->key == key && dict_version(dict) == m->version)
+        return m->value;
+#endif
+    PyObject *value = PyDict_GetItemWithError(dict, key);
+    m->value = NULL;
+    if (value == NULL) return NULL;
+#ifdef HW_DICT_VERSIONS
+    Py_INCREF(key);
+    Py_XSETREF(m->key, key);
+    m->dict = dict;
+    m->version = dict_version(dict);
+    m->value = value;
+#endif
+    return value;
+}
+
 typedef struct {
     PyObject_HEAD
     PyObject *attrs;    /* the producer's __dict__ */
@@ -2505,6 +2541,12 @@ typedef struct {
      * same object; another topic object or partition, or another dict, looks it up again. */
     PyObject *cached_queues, *cached_topic, *cached_queue;
     int64_t cached_partition;
+    /* The producer's attributes as last read (borrowed from its __dict__) and the dict's
+     * version then; the topic's metadata and sticky choice likewise (DictMemo). */
+    PyObject *attr_values[PA_COUNT];
+    uint64_t attrs_version;
+    int attrs_read;
+    DictMemo topic_info, topic_choice;
 } ProduceLaneObject;
 
 static PyTypeObject ProduceLaneType;
@@ -2583,6 +2625,10 @@ static int lane_clear(ProduceLaneObject *self) {
     Py_CLEAR(self->cached_queues);
     Py_CLEAR(self->cached_topic);
     Py_CLEAR(self->cached_queue);
+    self->attrs_read = 0;
+    self->topic_info.value = self->topic_choice.value = NULL;
+    Py_CLEAR(self->topic_info.key);
+    Py_CLEAR(self->topic_choice.key);
     return 0;
 }
 
@@ -2622,6 +2668,26 @@ static inline PyObject *producer_attr(ProduceLaneObject *self, int i) {
     return PyDict_GetItemWithError(self->attrs, producer_attrs[i]);
 }
 
+/* Read the producer's attributes into attr_values unless its __dict__ is unchanged since
+ * they were read: -1 on an error (set), else 0 (an absent one is NULL). */
+static int lane_read_attrs(ProduceLaneObject *self) {
+#ifdef HW_DICT_VERSIONS
+    if (self->attrs_read && dict_version(self->attrs) == self->attrs_version) return 0;
+#endif
+    for (int i = 0; i < PA_COUNT; i++) {
+        self->attr_values[i] = producer_attr(self, i);
+        if (self->attr_values[i] == NULL && PyErr_Occurred()) {
+            self->attrs_read = 0;
+            return -1;
+        }
+    }
+#ifdef HW_DICT_VERSIONS
+    self->attrs_version = dict_version(self->attrs);
+#endif
+    self->attrs_read = 1;
+    return 0;
+}
+
 #define GENERAL_PATH()                                                                     \
     do {                                                                                   \
         if (PyErr_Occurred()) goto fail;                                                   \
@@ -2643,11 +2709,11 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
         (value != Py_None && !PyBytes_CheckExact(value)) ||
         (key != Py_None && !PyBytes_CheckExact(key)))
         GENERAL_PATH();
-    if (producer_attr(self, PA_TRACING) != Py_None || producer_attr(self, PA_FATAL) != Py_None ||
-        producer_attr(self, PA_CLOSED) != Py_False)
+    if (lane_read_attrs(self) < 0) goto fail;
+    PyObject **attr = self->attr_values;
+    if (attr[PA_TRACING] != Py_None || attr[PA_FATAL] != Py_None || attr[PA_CLOSED] != Py_False)
         GENERAL_PATH();
-    PyObject *waiting = producer_attr(self, PA_WAITING), *topics = producer_attr(self, PA_TOPICS);
-    PyObject *queues = producer_attr(self, PA_QUEUES);
+    PyObject *waiting = attr[PA_WAITING], *topics = attr[PA_TOPICS], *queues = attr[PA_QUEUES];
     if (waiting == NULL || topics == NULL || queues == NULL || !PyDict_CheckExact(waiting) ||
         !PyDict_CheckExact(topics) || !PyDict_CheckExact(queues))
         GENERAL_PATH();
@@ -2655,7 +2721,7 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
         int contained = PyDict_Contains(waiting, topic);
         if (contained != 0) GENERAL_PATH();
     }
-    PyObject *info = PyDict_GetItemWithError(topics, topic);
+    PyObject *info = memo_get(&self->topic_info, topics, topic);
     if (info == NULL) GENERAL_PATH();
 
     int64_t requested = -1;
@@ -2665,15 +2731,15 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
     if (requested < 0) {
         int ignore_keys = 0; /* read only for a keyed record */
         if (key != Py_None) {
-            o = producer_attr(self, PA_IGNORE_KEYS);
+            o = attr[PA_IGNORE_KEYS];
             if (o == NULL) GENERAL_PATH();
             ignore_keys = PyObject_IsTrue(o);
             if (ignore_keys < 0) goto fail;
         }
         if (key == Py_None || ignore_keys) {
-            PyObject *choices = producer_attr(self, PA_STICKY_CHOICES);
+            PyObject *choices = attr[PA_STICKY_CHOICES];
             if (choices == NULL || !PyDict_CheckExact(choices)) GENERAL_PATH();
-            PyObject *found = PyDict_GetItemWithError(choices, topic);
+            PyObject *found = memo_get(&self->topic_choice, choices, topic);
             if (found == NULL || !Py_IS_TYPE(found, self->types[2]) ||
                 at(found, self->choice_off[SC_INFO]) != info)
                 GENERAL_PATH();
@@ -2711,10 +2777,9 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
     PyObject *buffer_obj = slot_get(builder, B_BUFFER);
     if (buffer_obj == NULL || !Py_IS_TYPE(buffer_obj, &RecordBufferType)) GENERAL_PATH();
     RecordBufferObject *buffer = (RecordBufferObject *)buffer_obj;
-    PyObject *pending = producer_attr(self, PA_PENDING), *batch_size_obj;
+    PyObject *pending = attr[PA_PENDING], *batch_size_obj = attr[PA_BATCH_SIZE];
     int64_t pending_count, batch_size;
-    if (pending == NULL || as_int64(pending, &pending_count) < 0 ||
-        (batch_size_obj = producer_attr(self, PA_BATCH_SIZE)) == NULL ||
+    if (pending == NULL || as_int64(pending, &pending_count) < 0 || batch_size_obj == NULL ||
         as_int64(batch_size_obj, &batch_size) < 0)
         GENERAL_PATH();
 
@@ -2750,7 +2815,18 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
         if (PyList_SetSlice(callbacks, n - 1, n, NULL) < 0 || size == -2) goto fail;
         GENERAL_PATH();
     }
+    /* Only _pending changes: the attributes read stay valid past the dict's new version. */
+    int attrs_fresh = self->attrs_read;
+#ifdef HW_DICT_VERSIONS
+    attrs_fresh = attrs_fresh && dict_version(self->attrs) == self->attrs_version;
+#endif
     if (PyDict_SetItem(self->attrs, producer_attrs[PA_PENDING], pending_obj) < 0) goto fail;
+    if (attrs_fresh) {
+        attr[PA_PENDING] = pending_obj; /* the dict holds it now */
+#ifdef HW_DICT_VERSIONS
+        self->attrs_version = dict_version(self->attrs);
+#endif
+    }
     if (on_delivery != Py_None) set_slot(batch, self->batch_off[PB_HAS_CALLBACKS], Py_True);
     if (buffer_size(buffer) >= batch_size) {
         set_slot(batch, self->batch_off[PB_CLOSED], Py_True);
