@@ -2483,11 +2483,11 @@ static const char *handle_slot_names[DH_SLOTS] = {"_batch", "_error", "_future",
 
 enum {
     PA_TRACING, PA_FATAL, PA_CLOSED, PA_WAITING, PA_STICKY_CHOICES, PA_TOPICS, PA_QUEUES,
-    PA_IGNORE_KEYS, PA_BATCH_SIZE, PA_PENDING, PA_WAKEUP, PA_STICKY, PA_COUNT
+    PA_IGNORE_KEYS, PA_BATCH_SIZE, PA_WAKEUP, PA_STICKY, PA_COUNT
 };
 static const char *producer_attr_names[PA_COUNT] = {
     "_tracing", "_fatal", "_closed", "_waiting", "_sticky_choices", "_topics", "_queues",
-    "_ignore_keys", "_batch_size", "_pending", "_wakeup", "_sticky"};
+    "_ignore_keys", "_batch_size", "_wakeup", "_sticky"};
 static PyObject *producer_attrs[PA_COUNT]; /* interned names */
 static PyObject *s_num_partitions, *s_set, *s_on_produced;
 
@@ -2547,6 +2547,10 @@ typedef struct {
     uint64_t attrs_version;
     int attrs_read;
     DictMemo topic_info, topic_choice;
+    /* The producer's records not delivered yet (its ``_pending``, a property over this). */
+    int64_t pending;
+    /* 0, 1, 2...: the handles' indexes, shared (a batch holds about a thousand records). */
+    PyObject *indexes;
 } ProduceLaneObject;
 
 static PyTypeObject ProduceLaneType;
@@ -2625,6 +2629,7 @@ static int lane_clear(ProduceLaneObject *self) {
     Py_CLEAR(self->cached_queues);
     Py_CLEAR(self->cached_topic);
     Py_CLEAR(self->cached_queue);
+    Py_CLEAR(self->indexes);
     self->attrs_read = 0;
     self->topic_info.value = self->topic_choice.value = NULL;
     Py_CLEAR(self->topic_info.key);
@@ -2688,6 +2693,22 @@ static int lane_read_attrs(ProduceLaneObject *self) {
     return 0;
 }
 
+/* The int ``i`` (a new reference), from the lane's shared ones below 4096. */
+static PyObject *lane_index(ProduceLaneObject *self, Py_ssize_t i) {
+    if (i >= 4096) return PyLong_FromSsize_t(i);
+    if (self->indexes == NULL && (self->indexes = PyList_New(0)) == NULL) return NULL;
+    while (PyList_GET_SIZE(self->indexes) <= i) {
+        PyObject *n = PyLong_FromSsize_t(PyList_GET_SIZE(self->indexes));
+        if (n == NULL) return NULL;
+        int failed = PyList_Append(self->indexes, n);
+        Py_DECREF(n);
+        if (failed) return NULL;
+    }
+    PyObject *n = PyList_GET_ITEM(self->indexes, i);
+    Py_INCREF(n);
+    return n;
+}
+
 #define GENERAL_PATH()                                                                     \
     do {                                                                                   \
         if (PyErr_Occurred()) goto fail;                                                   \
@@ -2701,8 +2722,7 @@ static int lane_read_attrs(ProduceLaneObject *self) {
 static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int want_handle) {
     PyObject *topic = args[0], *value = args[1], *key = args[2], *partition = args[3];
     PyObject *headers = args[4], *timestamp = args[5], *on_delivery = args[6];
-    PyObject *result = NULL, *batch = NULL;
-    PyObject *pending_obj = NULL, *handle = NULL, *index_obj = NULL;
+    PyObject *result = NULL, *batch = NULL, *handle = NULL, *index_obj = NULL;
     PyObject *choice = NULL, *q = NULL, *o;
 
     if (headers != Py_None || !PyUnicode_CheckExact(topic) || PyUnicode_GET_LENGTH(topic) == 0 ||
@@ -2777,11 +2797,9 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
     PyObject *buffer_obj = slot_get(builder, B_BUFFER);
     if (buffer_obj == NULL || !Py_IS_TYPE(buffer_obj, &RecordBufferType)) GENERAL_PATH();
     RecordBufferObject *buffer = (RecordBufferObject *)buffer_obj;
-    PyObject *pending = attr[PA_PENDING], *batch_size_obj = attr[PA_BATCH_SIZE];
-    int64_t pending_count, batch_size;
-    if (pending == NULL || as_int64(pending, &pending_count) < 0 || batch_size_obj == NULL ||
-        as_int64(batch_size_obj, &batch_size) < 0)
-        GENERAL_PATH();
+    PyObject *batch_size_obj = attr[PA_BATCH_SIZE];
+    int64_t batch_size;
+    if (batch_size_obj == NULL || as_int64(batch_size_obj, &batch_size) < 0) GENERAL_PATH();
 
     /* timestamp (0 or None: now, time.time_ns() // 1_000_000) */
     int64_t ts = 0;
@@ -2794,10 +2812,8 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
         ts = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
     }
     /* What may fail is made before the append, so a record is appended with its handle. */
-    pending_obj = PyLong_FromLongLong(pending_count + 1);
-    if (pending_obj == NULL) goto fail;
     if (want_handle) {
-        index_obj = PyLong_FromSsize_t(PyList_GET_SIZE(callbacks));
+        index_obj = lane_index(self, PyList_GET_SIZE(callbacks));
         if (index_obj == NULL) goto fail;
         PyTypeObject *ht = self->types[3];
         handle = ht->tp_alloc(ht, 0);
@@ -2815,18 +2831,7 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
         if (PyList_SetSlice(callbacks, n - 1, n, NULL) < 0 || size == -2) goto fail;
         GENERAL_PATH();
     }
-    /* Only _pending changes: the attributes read stay valid past the dict's new version. */
-    int attrs_fresh = self->attrs_read;
-#ifdef HW_DICT_VERSIONS
-    attrs_fresh = attrs_fresh && dict_version(self->attrs) == self->attrs_version;
-#endif
-    if (PyDict_SetItem(self->attrs, producer_attrs[PA_PENDING], pending_obj) < 0) goto fail;
-    if (attrs_fresh) {
-        attr[PA_PENDING] = pending_obj; /* the dict holds it now */
-#ifdef HW_DICT_VERSIONS
-        self->attrs_version = dict_version(self->attrs);
-#endif
-    }
+    self->pending++;
     if (on_delivery != Py_None) set_slot(batch, self->batch_off[PB_HAS_CALLBACKS], Py_True);
     if (buffer_size(buffer) >= batch_size) {
         set_slot(batch, self->batch_off[PB_CLOSED], Py_True);
@@ -2877,7 +2882,6 @@ fail:
     result = NULL;
 done:
     Py_XDECREF(batch);
-    Py_XDECREF(pending_obj);
     Py_XDECREF(index_obj);
     Py_XDECREF(handle);
     Py_XDECREF(choice);
@@ -2928,6 +2932,26 @@ static PyObject *lane_place_method(PyObject *op, PyObject *const *args, Py_ssize
     return lane_place((ProduceLaneObject *)op, args, 0);
 }
 
+static PyObject *lane_get_pending(ProduceLaneObject *self, void *unused) {
+    return PyLong_FromLongLong(self->pending);
+}
+
+static int lane_set_pending(ProduceLaneObject *self, PyObject *value, void *unused) {
+    int64_t n;
+    if (value == NULL || as_int64(value, &n) < 0) {
+        PyErr_SetString(PyExc_TypeError, "pending must be an int64");
+        return -1;
+    }
+    self->pending = n;
+    return 0;
+}
+
+static PyGetSetDef lane_getset[] = {
+    {"pending", (getter)lane_get_pending, (setter)lane_set_pending,
+     "the producer's records not delivered yet", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef lane_methods[] = {
     {"place", (PyCFunction)(void (*)(void))lane_place_method, METH_FASTCALL,
      "place(topic, value, key, partition, headers, timestamp, on_delivery) -> True, or None "
@@ -2947,6 +2971,7 @@ static PyTypeObject ProduceLaneType = {
     .tp_clear = (inquiry)lane_clear,
     .tp_vectorcall_offset = offsetof(ProduceLaneObject, vectorcall),
     .tp_methods = lane_methods,
+    .tp_getset = lane_getset,
     .tp_call = PyVectorcall_Call,
 };
 
