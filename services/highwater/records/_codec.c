@@ -2464,11 +2464,12 @@ static PyTypeObject RecordBufferType = {
 /*                                                                                      */
 /* A record of bytes (or None) without headers, for a topic with metadata, whose          */
 /* partition (the named one, the sticky one, or murmur2 of its key) has an open batch:    */
-/* the checks, the partition's choice, the append into the batch's builder with its size   */
-/* bookkeeping, the batch's close at batch.size, the sticky partitioner's byte count and   */
-/* the record's DeliveryHandle, all here, on the producer's own attributes (its __dict__)  */
-/* and the dataclasses' slots. Anything else returns None, and the Python path runs, which */
-/* raises the typed errors: nothing has changed then.                                     */
+/* the checks, the partition's choice, the record's bytes written into the open batch's    */
+/* RecordBuffer, the batch's close at batch.size, the producer's count of undelivered      */
+/* records (held here: its _pending is a property over it), the sticky partitioner's byte  */
+/* count and the record's DeliveryHandle, all here, on the producer's own attributes (its  */
+/* __dict__) and the dataclasses' slots. Anything else returns None, and the Python path   */
+/* runs, which raises the typed errors: nothing has changed then.                         */
 
 enum { PB_BUILDER, PB_CALLBACKS, PB_HAS_CALLBACKS, PB_CLOSED, PB_SLOTS };
 static const char *pbatch_slot_names[PB_SLOTS] = {"builder", "callbacks", "has_callbacks",
