@@ -2244,7 +2244,12 @@ static int buffer_reserve(RecordBufferObject *b, Py_ssize_t more) {
         PyErr_NoMemory();
         return -1;
     }
-    Py_ssize_t cap = b->cap ? b->cap : 4096, need = b->len + more;
+    /* The first block holds a full batch (up to 1 MiB): no copy as the batch grows. */
+    Py_ssize_t cap = b->cap, need = b->len + more;
+    if (cap == 0) {
+        int64_t full = b->max_bytes - b->header_size;
+        cap = full < 4096 ? 4096 : full > (1 << 20) ? (1 << 20) : (Py_ssize_t)full;
+    }
     while (cap < need) cap *= 2;
     uint8_t *p = PyMem_Realloc(b->data, (size_t)cap);
     if (p == NULL) {
