@@ -506,6 +506,22 @@ for i in range(1500):
             check_batch(data[: rng.randrange(len(data) + 1)], pos)
         except HighwaterError:
             pass
+# The open batch's buffer: appends that grow it past its first block, odd records the
+# pure code takes or refuses, its records read back and the batch built.
+from highwater.records.batch import RecordBatchBuilder, append_fields
+for i in range(300):
+    builder = RecordBatchBuilder(max_bytes=rng.choice([0, 100, 5000, 1 << 16]))
+    for _ in range(rng.randrange(1, 30)):
+        headers = rng.choice([(), [("k", b"v")], [("k", 5)], [("\ud800", None)], ["x"]])
+        value = rng.choice([None, rng.randbytes(rng.randrange(9000)), bytearray(b"ab"), 7])
+        fields = (rng.choice([None, b"key"]), value, headers, rng.randrange(1 << 41))
+        try:
+            append_fields(builder, fields)
+        except (HighwaterError, TypeError, ValueError, UnicodeError):
+            pass
+    builder.records
+    if builder.records_count:
+        list(RecordBatch(builder.build()).records())
 print("ok")
 """
 
