@@ -266,9 +266,9 @@ class AsyncProducer:
         ProduceLane``, this method in C as librdkafka's ``produce()`` is: a record of bytes
         without headers whose partition (named, sticky, or murmur2 of its key) has an open
         batch is checked, placed, written into the batch's bytes with its size bookkeeping,
-        counted and given its handle in that one call, as ``_enqueue``'s fast lane does in Python (the reference,
-        ``HIGHWATER_PURE_PYTHON=1``); every other call comes here with its arguments as
-        given, so the errors are this method's.
+        counted and given its handle in that one call, as ``_enqueue``'s fast lane does in
+        Python (the reference, ``HIGHWATER_PURE_PYTHON=1``); every other call comes here
+        with its arguments as given, so the errors are this method's.
         """
         handle = DeliveryHandle()
         self._enqueue(topic, value, key, partition, headers, timestamp, on_delivery, handle)
