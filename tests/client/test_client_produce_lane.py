@@ -272,3 +272,32 @@ async def test_the_lane_finds_each_partition_by_value_not_by_the_topic_object() 
     assert compiled == await batches_of_partitions(lane=False)
     assert [key for key, _ in compiled] == [("orders", 0), ("orders", 1), ("orders", 2)]
     assert sum(count for _, batches in compiled for _, count in batches) == 60
+
+
+@compiled_only
+async def test_the_lane_sees_every_change_of_the_producers_state() -> None:
+    """The lane remembers the producer's attributes, a topic's metadata and its sticky
+    choice while their dicts are unchanged: any change is seen by the next call."""
+    producer = make_producer(3, lane=True, batch_size=16384)
+    try:
+        producer.produce("a", b"v", partition=1, timestamp=5)
+        producer.produce("a", b"v", partition=1, timestamp=5)
+        batch = producer._queues["a", 1].batches[-1]
+        assert not batch.closed and len(producer) == 2
+        producer._batch_size = 10  # the next record closes the batch it goes into
+        producer.produce("a", b"v", partition=1, timestamp=5)
+        assert batch.closed and batch.builder.records_count == 3 and len(producer) == 3
+        producer._pending = 10  # the lane counts on from what the producer holds
+        producer.produce("a", b"v", partition=1, timestamp=5)
+        assert len(producer) == 11
+        sticky = producer.produce("b", b"v", timestamp=5)  # b's one partition, sticky
+        assert sticky._batch is producer._queues["b", 0].batches[-1]
+        del producer._topics["b"]  # no metadata now: the record waits for it
+        waiting = producer.produce("b", b"w", timestamp=5)
+        assert waiting._batch is None and [w.fields[1] for w in producer._waiting["b"]] == [b"w"]
+        producer._closed = True
+        with pytest.raises(ProducerClosedError):
+            producer.produce("a", b"v", partition=1, timestamp=5)
+    finally:
+        if producer._sender is not None:
+            producer._sender.cancel()

@@ -506,6 +506,22 @@ for i in range(1500):
             check_batch(data[: rng.randrange(len(data) + 1)], pos)
         except HighwaterError:
             pass
+# The open batch's buffer: appends that grow it past its first block, odd records the
+# pure code takes or refuses, its records read back and the batch built.
+from highwater.records.batch import RecordBatchBuilder, append_fields
+for i in range(300):
+    builder = RecordBatchBuilder(max_bytes=rng.choice([0, 100, 5000, 1 << 16]))
+    for _ in range(rng.randrange(1, 30)):
+        headers = rng.choice([(), [("k", b"v")], [("k", 5)], [("\ud800", None)], ["x"]])
+        value = rng.choice([None, rng.randbytes(rng.randrange(9000)), bytearray(b"ab"), 7])
+        fields = (rng.choice([None, b"key"]), value, headers, rng.randrange(1 << 41))
+        try:
+            append_fields(builder, fields)
+        except (HighwaterError, TypeError, ValueError, UnicodeError):
+            pass
+    builder.records
+    if builder.records_count:
+        list(RecordBatch(builder.build()).records())
 print("ok")
 """
 
@@ -607,7 +623,9 @@ def test_append_fields_is_the_reference(
     appends: list[tuple[Any, Any, Any, int]], max_bytes: int
 ) -> None:
     compiled = batch_module.RecordBatchBuilder(max_bytes=max_bytes)
-    reference = batch_module.RecordBatchBuilder(max_bytes=max_bytes)
+    with pure():  # the reference keeps its records as tuples, encoded at build
+        reference = batch_module.RecordBatchBuilder(max_bytes=max_bytes)
+    assert compiled._buffer is not None and reference._buffer is None
 
     def state(b: batch_module.RecordBatchBuilder) -> tuple[Any, ...]:
         return (b.records, b.estimated_size, b.max_timestamp, b.records_count)
@@ -619,3 +637,119 @@ def test_append_fields_is_the_reference(
     assert outcome(compiled.build) == outcome(reference.build)
     with pytest.raises(RuntimeError):
         batch_module.append_fields(compiled, (None, b"v", (), 1))
+
+
+# --- the open batch's buffer (RecordBuffer): records written as they are appended -------
+
+# Headers as a producer gives them (a list of pairs, values bytes, bytearray or None) and
+# as the batch layer takes them (a tuple); keys and values at the varint boundaries.
+producer_headers = (
+    st.lists(
+        st.tuples(
+            header_keys, st.none() | st.binary(max_size=20) | st.binary(max_size=5).map(bytearray)
+        ),
+        max_size=3,
+    )
+    | header_lists
+)
+
+
+@pytest.mark.parametrize("compression", list(Compression))
+@given(
+    appends=st.lists(
+        st.tuples(small | sized, small | sized, producer_headers, timestamps), max_size=20
+    ),
+    max_bytes=st.sampled_from([0, 200, 5000, 1 << 21]),
+)
+@settings(max_examples=25, deadline=None, suppress_health_check=SLOW)
+def test_the_buffered_builder_builds_the_references_batch(
+    compression: Compression, appends: list[tuple[Any, Any, Any, int]], max_bytes: int
+) -> None:
+    """Record by record the same answers (size, does not fit, typed error), the same
+    state, the same records read back, and the same batch bytes as the pure builder."""
+    compiled = batch_module.RecordBatchBuilder(max_bytes=max_bytes, compression=compression)
+    with pure():
+        reference = batch_module.RecordBatchBuilder(max_bytes=max_bytes, compression=compression)
+    assert compiled._buffer is not None and reference._buffer is None
+
+    def state(b: batch_module.RecordBatchBuilder) -> tuple[Any, ...]:
+        return (b.estimated_size, b.base_timestamp, b.max_timestamp, b.records_count)
+
+    for fields in appends:
+        got = outcome(lambda f=fields: batch_module.append_fields(compiled, f))
+        with pure():
+            expected = outcome(lambda f=fields: batch_module.pure_append_fields(reference, f))
+        assert got == expected
+        assert state(compiled) == state(reference)
+    # Read back from the bytes: the fields as given, headers as a tuple of (str, bytes).
+    assert compiled.records == [
+        (
+            None if k is None else bytes(k),
+            None if v is None else bytes(v),
+            tuple((hk, None if hv is None else bytes(hv)) for hk, hv in h),
+            t,
+        )
+        for k, v, h, t in reference.records
+    ]
+    with pure():
+        built = outcome(reference.build)
+    assert outcome(compiled.build) == built
+    if built[0] == "ok" and compression in (Compression.NONE, Compression.GZIP):
+        decoded_both(built[1])
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        (b"k", b"v", [("h", 5)], 1),  # a header value that is not bytes
+        (b"k", b"v", [(b"h", b"v")], 1),  # a header key that is not str
+        (b"k", b"v", [("\ud800", b"v")], 1),  # a key that does not encode
+        (b"k", b"v", ["h"], 1),  # a header that is not a pair
+        (b"k", 7, (), 1),  # a value that is not bytes
+        (memoryview(b"k"), bytearray(b"v"), [["h", memoryview(b"x")]], 1),  # taken
+        (None, None, (), 1 << 63),  # a timestamp past int64
+        (None, None, (), -(1 << 63) - 1),
+    ],
+)
+@pytest.mark.parametrize("first", [True, False])
+def test_the_buffered_builder_takes_or_refuses_what_the_reference_does(
+    fields: tuple[Any, ...], first: bool
+) -> None:
+    """Odd records go through the pure checks into the buffer: the same error (type and
+    message) or the same bytes, whether the record opens the batch or follows one."""
+
+    def run() -> tuple[Any, ...]:
+        b = batch_module.RecordBatchBuilder(max_bytes=1 << 20)
+        if not first:
+            batch_module.append_fields(b, (b"k0", b"v0", (), 1_000))
+        try:
+            added: Any = batch_module.append_fields(b, fields)
+        except Exception as e:  # the builder's errors are not all Highwater's (TypeError)
+            added = (type(e).__name__, str(e))
+        return added, b.records_count, b.estimated_size, b.build()
+
+    compiled = run()
+    with pure():
+        reference = run()
+    assert compiled == reference
+
+
+def test_the_buffer_writes_from_c_and_refuses_what_it_does_not_take() -> None:
+    buffer = _C.RecordBuffer(BATCH_HEADER_SIZE + 30, BATCH_HEADER_SIZE)
+    assert (buffer.count, buffer.size, buffer.base_timestamp, buffer.max_timestamp) == (
+        0,
+        BATCH_HEADER_SIZE,
+        None,
+        -1,
+    )
+    assert buffer.append(None, b"v" * 40, (), 100) == 47  # the first always fits
+    assert buffer.append(b"k", b"v", (), 90) == 0  # past max_bytes: nothing appended
+    assert buffer.append(b"k", 5, (), 90) is None  # not bytes: the pure code's
+    assert buffer.append(b"k", b"v", (), 1 << 64) is None  # not an int64
+    assert buffer.count == 1 and buffer.size == BATCH_HEADER_SIZE + 47
+    assert buffer.records() == [(None, b"v" * 40, (), 100)]
+    batch = buffer.batch()
+    assert isinstance(batch, bytearray) and batch[:BATCH_HEADER_SIZE] == bytes(BATCH_HEADER_SIZE)
+    assert bytes(batch[BATCH_HEADER_SIZE:]) == record.pure_encode_records(
+        [(None, b"v" * 40, (), 100)], 100
+    )

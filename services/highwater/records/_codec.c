@@ -334,10 +334,13 @@ static PyObject *codec_record_size(PyObject *self, PyObject *const *args, Py_ssi
 /* ---------------------------------------------------------------------------------- */
 /* append_fields: RecordBatchBuilder.append_fields, on the builder's slots.              */
 
-enum { B_BUILT, B_RECORDS, B_SIZES, B_SIZE, B_BASE_TS, B_MAX_TS, B_MAX_BYTES, B_ENCODED, B_SLOTS };
+enum {
+    B_BUILT, B_RECORDS, B_SIZES, B_SIZE, B_BASE_TS, B_MAX_TS, B_MAX_BYTES, B_ENCODED, B_BUFFER,
+    B_SLOTS
+};
 static const char *builder_slot_names[B_SLOTS] = {
     "_built",         "_records",       "_sizes",     "_size",
-    "_base_timestamp", "_max_timestamp", "_max_bytes", "_encoded"};
+    "_base_timestamp", "_max_timestamp", "_max_bytes", "_encoded", "_buffer"};
 static PyTypeObject *builder_type;
 static Py_ssize_t builder_offsets[B_SLOTS];
 static PyObject *fallback_append_fields; /* batch.RecordBatchBuilder.append_fields (pure) */
@@ -355,6 +358,11 @@ static inline void slot_put(PyObject *obj, int i, PyObject *value) { /* steals v
     Py_XDECREF(old);
 }
 
+typedef struct RecordBufferObject RecordBufferObject;
+static PyTypeObject RecordBufferType;
+static Py_ssize_t buffer_append(RecordBufferObject *b, PyObject *key, PyObject *value,
+                                PyObject *headers, int64_t timestamp);
+
 /* The builder's append when every value is one handled here: the size added (0: it does
  * not fit), -1 to hand over to the pure method (nothing changed), -2 on an error. */
 static Py_ssize_t builder_append(PyObject *builder, PyObject *fields) {
@@ -364,7 +372,17 @@ static Py_ssize_t builder_append(PyObject *builder, PyObject *fields) {
     PyObject *sizes = slot_get(builder, B_SIZES), *size_obj = slot_get(builder, B_SIZE);
     PyObject *base_obj = slot_get(builder, B_BASE_TS), *max_obj = slot_get(builder, B_MAX_TS);
     PyObject *max_bytes_obj = slot_get(builder, B_MAX_BYTES);
-    if (built != Py_None || slot_get(builder, B_ENCODED) != Py_None || records == NULL || !PyList_CheckExact(records) || sizes == NULL ||
+    PyObject *buffer = slot_get(builder, B_BUFFER);
+    if (built == Py_None && buffer != NULL && Py_IS_TYPE(buffer, &RecordBufferType) &&
+        slot_get(builder, B_ENCODED) == Py_None) { /* the records go straight into bytes */
+        int64_t ts;
+        if (as_int64(PyTuple_GET_ITEM(fields, 3), &ts) < 0) return -1;
+        return buffer_append((RecordBufferObject *)buffer, PyTuple_GET_ITEM(fields, 0),
+                             PyTuple_GET_ITEM(fields, 1), PyTuple_GET_ITEM(fields, 2), ts);
+    }
+    if (buffer != Py_None) return -1;
+    if (built != Py_None || slot_get(builder, B_ENCODED) != Py_None || records == NULL ||
+        !PyList_CheckExact(records) || sizes == NULL ||
         !PyList_CheckExact(sizes) || size_obj == NULL || base_obj == NULL || max_obj == NULL ||
         max_bytes_obj == NULL)
         return -1;
@@ -452,6 +470,34 @@ static inline uint8_t *put_bytes_field(uint8_t *out, PyObject *o) {
     return out + n;
 }
 
+/* One record's bytes at ``out``, of ``size`` bytes (record_size_of's, which checked the
+ * fields: their types, that a header key encodes); returns where they end. */
+static uint8_t *write_record_at(uint8_t *out, Py_ssize_t size, int64_t delta,
+                                int64_t offset_delta, PyObject *key, PyObject *value,
+                                PyObject *headers) {
+    /* The length is what record_size_of gave less its own varint. */
+    Py_ssize_t body = size - 1;
+    while (size_of_varint64(body) + body > size) body--;
+    out = put_varint64(out, body);
+    *out++ = 0; /* attributes */
+    out = put_varint64(out, delta);
+    out = put_varint64(out, offset_delta);
+    out = put_bytes_field(out, key);
+    out = put_bytes_field(out, value);
+    Py_ssize_t hcount = PySequence_Fast_GET_SIZE(headers);
+    PyObject **hitems = PySequence_Fast_ITEMS(headers);
+    out = put_varint64(out, hcount);
+    for (Py_ssize_t j = 0; j < hcount; j++) {
+        Py_ssize_t kn;
+        const char *k = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(hitems[j], 0), &kn);
+        out = put_varint64(out, kn);
+        memcpy(out, k, (size_t)kn);
+        out += kn;
+        out = put_bytes_field(out, PyTuple_GET_ITEM(hitems[j], 1));
+    }
+    return out;
+}
+
 /* encode_records(records, base_timestamp) -> bytes, or None when a record is not one
  * the compiled code writes (the caller then runs the pure function). */
 static PyObject *codec_encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -494,28 +540,9 @@ static PyObject *codec_encode_records(PyObject *self, PyObject *const *args, Py_
         int64_t ts = 0, delta; /* checked in the sizing pass above */
         as_int64(PyTuple_GET_ITEM(r, 3), &ts);
         delta = ts - base_timestamp;
-        /* The length is what record_size_of gave less its own varint. */
         Py_ssize_t size = record_size_of(i, delta, key, value, headers);
-        Py_ssize_t body = size - 1;
-        while (size_of_varint64(body) + body > size) body--;
         uint8_t *start = out;
-        out = put_varint64(out, body);
-        *out++ = 0; /* attributes */
-        out = put_varint64(out, delta);
-        out = put_varint64(out, i);
-        out = put_bytes_field(out, key);
-        out = put_bytes_field(out, value);
-        Py_ssize_t hcount = PySequence_Fast_GET_SIZE(headers);
-        PyObject **hitems = PySequence_Fast_ITEMS(headers);
-        out = put_varint64(out, hcount);
-        for (Py_ssize_t j = 0; j < hcount; j++) {
-            Py_ssize_t kn;
-            const char *k = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(hitems[j], 0), &kn);
-            out = put_varint64(out, kn);
-            memcpy(out, k, (size_t)kn);
-            out += kn;
-            out = put_bytes_field(out, PyTuple_GET_ITEM(hitems[j], 1));
-        }
+        out = write_record_at(out, size, delta, i, key, value, headers);
         if (out - start != size) { /* cannot happen: the sizes are computed alike */
             Py_DECREF(result);
             PyErr_SetString(PyExc_SystemError, "encode_records: record size mismatch");
@@ -2190,15 +2217,264 @@ static PyObject *codec_deliver_records(PyObject *self, PyObject *const *args, Py
 }
 
 /* ---------------------------------------------------------------------------------- */
+/* RecordBuffer: an open batch's records, written as RecordBatch v2 bodies as they come. */
+/*                                                                                      */
+/* The compiled RecordBatchBuilder's store (its ``_buffer``): each append checks and     */
+/* sizes the record (record_size_of), refuses it when the batch would pass max_bytes      */
+/* (the first record always fits), writes its varint-framed body into one growing block   */
+/* and keeps the batch's counts and timestamps in C: no Python object per record. The      */
+/* records are decoded back only when asked for (delivery callbacks, a handle's           */
+/* metadata), once per length.                                                            */
+
+struct RecordBufferObject {
+    PyObject_HEAD
+    uint8_t *data;
+    Py_ssize_t len, cap;        /* bytes written, allocated */
+    Py_ssize_t count;           /* records */
+    Py_ssize_t header_size;     /* counted in size: the batch header */
+    int64_t max_bytes;
+    int64_t base_timestamp, max_timestamp; /* valid once count > 0 */
+    PyObject *decoded;          /* records() of the first decoded_count records, or NULL */
+    Py_ssize_t decoded_count;
+};
+
+static int buffer_reserve(RecordBufferObject *b, Py_ssize_t more) {
+    if (more <= b->cap - b->len) return 0;
+    if (more > PY_SSIZE_T_MAX / 2 - b->len) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    /* The first block holds a full batch (up to 1 MiB): no copy as the batch grows. */
+    Py_ssize_t cap = b->cap, need = b->len + more;
+    if (cap == 0) {
+        int64_t full = b->max_bytes - b->header_size;
+        cap = full < 4096 ? 4096 : full > (1 << 20) ? (1 << 20) : (Py_ssize_t)full;
+    }
+    while (cap < need) cap *= 2;
+    uint8_t *p = PyMem_Realloc(b->data, (size_t)cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+/* The batch's bytes so far, header included (what RecordBatchBuilder.estimated_size is). */
+static inline int64_t buffer_size(const RecordBufferObject *b) {
+    return (int64_t)b->header_size + b->len;
+}
+
+/* Append one record: the bytes it adds, 0 when it does not fit, -1 (no exception) when it
+ * is not one the compiled code writes (the pure code decides, and raises), -2 on an
+ * error. Nothing changes unless it is appended. */
+static Py_ssize_t buffer_append(RecordBufferObject *b, PyObject *key, PyObject *value,
+                                PyObject *headers, int64_t timestamp) {
+    int first = b->count == 0;
+    int64_t delta = 0;
+    if (!first && __builtin_sub_overflow(timestamp, b->base_timestamp, &delta)) return -1;
+    Py_ssize_t size = record_size_of(b->count, delta, key, value, headers);
+    if (size < 0) return PyErr_Occurred() ? -2 : -1;
+    if (!first && buffer_size(b) + size > b->max_bytes) return 0;
+    if (buffer_reserve(b, size) < 0) return -2;
+    uint8_t *start = b->data + b->len;
+    if (write_record_at(start, size, delta, b->count, key, value, headers) - start != size) {
+        PyErr_SetString(PyExc_SystemError, "RecordBuffer: record size mismatch");
+        return -2;
+    }
+    b->len += size;
+    b->count++;
+    if (first) b->base_timestamp = b->max_timestamp = timestamp;
+    else if (timestamp > b->max_timestamp) b->max_timestamp = timestamp;
+    return size;
+}
+
+static PyObject *buffer_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    long long max_bytes;
+    Py_ssize_t header_size;
+    static char *kwlist[] = {"max_bytes", "header_size", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Ln:RecordBuffer", kwlist, &max_bytes,
+                                     &header_size))
+        return NULL;
+    if (header_size < 0) {
+        PyErr_SetString(PyExc_ValueError, "header_size must not be negative");
+        return NULL;
+    }
+    RecordBufferObject *b = (RecordBufferObject *)type->tp_alloc(type, 0);
+    if (b == NULL) return NULL;
+    b->max_bytes = max_bytes;
+    b->header_size = header_size;
+    return (PyObject *)b;
+}
+
+static void buffer_dealloc(RecordBufferObject *b) {
+    PyMem_Free(b->data);
+    Py_XDECREF(b->decoded);
+    Py_TYPE(b)->tp_free((PyObject *)b);
+}
+
+/* append(key, value, headers, timestamp) -> the bytes added, 0 when it does not fit, or
+ * None when the record is not one the compiled code writes (nothing appended). */
+static PyObject *buffer_append_method(PyObject *op, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "append(key, value, headers, timestamp)");
+        return NULL;
+    }
+    int64_t ts;
+    if (as_int64(args[3], &ts) < 0) Py_RETURN_NONE;
+    Py_ssize_t size = buffer_append((RecordBufferObject *)op, args[0], args[1], args[2], ts);
+    if (size == -2) return NULL;
+    if (size == -1) Py_RETURN_NONE;
+    return PyLong_FromSsize_t(size);
+}
+
+/* append_encoded(record, timestamp): a record the pure code checked, sized and wrote
+ * (write_record's bytes, at offset delta ``count``, its timestamp delta from the base). */
+static PyObject *buffer_append_encoded(PyObject *op, PyObject *const *args, Py_ssize_t nargs) {
+    RecordBufferObject *b = (RecordBufferObject *)op;
+    int64_t ts;
+    if (nargs != 2 || !PyBytes_Check(args[0]) || as_int64(args[1], &ts) < 0) {
+        PyErr_SetString(PyExc_TypeError, "append_encoded(record: bytes, timestamp: int64)");
+        return NULL;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
+    if (buffer_reserve(b, n) < 0) return NULL;
+    memcpy(b->data + b->len, PyBytes_AS_STRING(args[0]), (size_t)n);
+    b->len += n;
+    if (b->count++ == 0) b->base_timestamp = b->max_timestamp = ts;
+    else if (ts > b->max_timestamp) b->max_timestamp = ts;
+    Py_RETURN_NONE;
+}
+
+/* records() -> [(key, value, headers, timestamp)], in order; decoded once per length. */
+static PyObject *buffer_records(PyObject *op, PyObject *unused) {
+    RecordBufferObject *b = (RecordBufferObject *)op;
+    if (b->decoded != NULL && b->decoded_count == b->count) {
+        Py_INCREF(b->decoded);
+        return b->decoded;
+    }
+    PyObject *out = PyList_New(b->count);
+    if (out == NULL) return NULL;
+    Py_ssize_t pos = 0;
+    PyObject *last_ts = NULL; /* records of one millisecond share their int */
+    int64_t last = 0;
+    for (Py_ssize_t i = 0; i < b->count; i++) {
+        Decoded d;
+        int r = decode_one(b->data, pos, b->len, &d);
+        if (r < 0) goto error;
+        int64_t ts;
+        if (r == 0 || __builtin_add_overflow(b->base_timestamp, d.timestamp_delta, &ts)) {
+            if (r > 0) {
+                Py_DECREF(d.key);
+                Py_DECREF(d.value);
+                Py_DECREF(d.headers);
+            }
+            PyErr_SetString(PyExc_SystemError, "RecordBuffer: a record it wrote does not decode");
+            goto error;
+        }
+        if (last_ts == NULL || ts != last) {
+            Py_XSETREF(last_ts, PyLong_FromLongLong(ts));
+            last = ts;
+        }
+        PyObject *record = last_ts == NULL ? NULL : PyTuple_New(4);
+        if (record == NULL) {
+            Py_DECREF(d.key);
+            Py_DECREF(d.value);
+            Py_DECREF(d.headers);
+            goto error;
+        }
+        Py_INCREF(last_ts);
+        PyTuple_SET_ITEM(record, 0, d.key);
+        PyTuple_SET_ITEM(record, 1, d.value);
+        PyTuple_SET_ITEM(record, 2, d.headers);
+        PyTuple_SET_ITEM(record, 3, last_ts);
+        PyList_SET_ITEM(out, i, record);
+        pos = d.end;
+    }
+    Py_XDECREF(last_ts);
+    Py_XSETREF(b->decoded, out);
+    b->decoded_count = b->count;
+    Py_INCREF(out);
+    return out;
+error:
+    Py_XDECREF(last_ts);
+    Py_DECREF(out); /* its unset items are NULL, which a list's deallocation skips */
+    return NULL;
+}
+
+/* batch() -> bytearray: header_size zero bytes (the header, to be filled) and the records. */
+static PyObject *buffer_batch(PyObject *op, PyObject *unused) {
+    RecordBufferObject *b = (RecordBufferObject *)op;
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, b->header_size + b->len);
+    if (out == NULL) return NULL;
+    char *p = PyByteArray_AS_STRING(out);
+    memset(p, 0, (size_t)b->header_size);
+    if (b->len) memcpy(p + b->header_size, b->data, (size_t)b->len);
+    return out;
+}
+
+static PyObject *buffer_get_count(RecordBufferObject *b, void *unused) {
+    return PyLong_FromSsize_t(b->count);
+}
+static PyObject *buffer_get_size(RecordBufferObject *b, void *unused) {
+    return PyLong_FromLongLong(buffer_size(b));
+}
+static PyObject *buffer_get_base_timestamp(RecordBufferObject *b, void *unused) {
+    if (b->count == 0) Py_RETURN_NONE;
+    return PyLong_FromLongLong(b->base_timestamp);
+}
+static PyObject *buffer_get_max_timestamp(RecordBufferObject *b, void *unused) {
+    return PyLong_FromLongLong(b->count == 0 ? -1 : b->max_timestamp);
+}
+static PyObject *buffer_get_max_bytes(RecordBufferObject *b, void *unused) {
+    return PyLong_FromLongLong(b->max_bytes);
+}
+
+static PyMethodDef buffer_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))buffer_append_method, METH_FASTCALL,
+     "append(key, value, headers, timestamp) -> bytes added, 0: does not fit, None: the pure "
+     "code's to take"},
+    {"append_encoded", (PyCFunction)(void (*)(void))buffer_append_encoded, METH_FASTCALL,
+     "append_encoded(record, timestamp): a record written by the pure code"},
+    {"records", buffer_records, METH_NOARGS, "records() -> [(key, value, headers, timestamp)]"},
+    {"batch", buffer_batch, METH_NOARGS, "batch() -> bytearray of the header's room and records"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef buffer_getset[] = {
+    {"count", (getter)buffer_get_count, NULL, "records appended", NULL},
+    {"size", (getter)buffer_get_size, NULL, "header_size plus the records' bytes", NULL},
+    {"base_timestamp", (getter)buffer_get_base_timestamp, NULL, "the first record's, or None",
+     NULL},
+    {"max_timestamp", (getter)buffer_get_max_timestamp, NULL, "the largest, -1 when empty",
+     NULL},
+    {"max_bytes", (getter)buffer_get_max_bytes, NULL, "the limit of size", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RecordBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "highwater.records._codec.RecordBuffer",
+    .tp_basicsize = sizeof(RecordBufferObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RecordBuffer(max_bytes, header_size): an open batch's records as bytes",
+    .tp_new = buffer_new,
+    .tp_dealloc = (destructor)buffer_dealloc,
+    .tp_methods = buffer_methods,
+    .tp_getset = buffer_getset,
+};
+
+/* ---------------------------------------------------------------------------------- */
 /* ProduceLane: AsyncProducer.produce()'s common case in one call.                      */
 /*                                                                                      */
 /* A record of bytes (or None) without headers, for a topic with metadata, whose          */
 /* partition (the named one, the sticky one, or murmur2 of its key) has an open batch:    */
-/* the checks, the partition's choice, the append into the batch's builder with its size   */
-/* bookkeeping, the batch's close at batch.size, the sticky partitioner's byte count and   */
-/* the record's DeliveryHandle, all here, on the producer's own attributes (its __dict__)  */
-/* and the dataclasses' slots. Anything else returns None, and the Python path runs, which */
-/* raises the typed errors: nothing has changed then.                                     */
+/* the checks, the partition's choice, the record's bytes written into the open batch's    */
+/* RecordBuffer, the batch's close at batch.size, the producer's count of undelivered      */
+/* records (held here: its _pending is a property over it), the sticky partitioner's byte  */
+/* count and the record's DeliveryHandle, all here, on the producer's own attributes (its  */
+/* __dict__) and the dataclasses' slots. Anything else returns None, and the Python path   */
+/* runs, which raises the typed errors: nothing has changed then.                         */
 
 enum { PB_BUILDER, PB_CALLBACKS, PB_HAS_CALLBACKS, PB_CLOSED, PB_SLOTS };
 static const char *pbatch_slot_names[PB_SLOTS] = {"builder", "callbacks", "has_callbacks",
@@ -2213,13 +2489,49 @@ static const char *handle_slot_names[DH_SLOTS] = {"_batch", "_error", "_future",
 
 enum {
     PA_TRACING, PA_FATAL, PA_CLOSED, PA_WAITING, PA_STICKY_CHOICES, PA_TOPICS, PA_QUEUES,
-    PA_IGNORE_KEYS, PA_BATCH_SIZE, PA_PENDING, PA_WAKEUP, PA_STICKY, PA_COUNT
+    PA_IGNORE_KEYS, PA_BATCH_SIZE, PA_WAKEUP, PA_STICKY, PA_COUNT
 };
 static const char *producer_attr_names[PA_COUNT] = {
     "_tracing", "_fatal", "_closed", "_waiting", "_sticky_choices", "_topics", "_queues",
-    "_ignore_keys", "_batch_size", "_pending", "_wakeup", "_sticky"};
+    "_ignore_keys", "_batch_size", "_wakeup", "_sticky"};
 static PyObject *producer_attrs[PA_COUNT]; /* interned names */
 static PyObject *s_num_partitions, *s_set, *s_on_produced;
+
+/* A dict lookup remembered while the dict does not change: the dict's version tag
+ * (CPython 3.11's ma_version_tag, a global counter every change of any dict moves on)
+ * says so, as the interpreter's own caches of globals do. The value is borrowed: the
+ * unchanged dict still holds it. The key is held, as its identity is what is compared.
+ * Later Pythons deprecate the tag: there every call looks the key up. */
+#if PY_VERSION_HEX < 0x030C0000
+#define HW_DICT_VERSIONS 1
+static inline uint64_t dict_version(PyObject *d) { return ((PyDictObject *)d)->ma_version_tag; }
+#endif
+
+typedef struct {
+    PyObject *dict; /* compared only, never dereferenced */
+    PyObject *key;  /* held */
+    PyObject *value;
+    uint64_t version;
+} DictMemo;
+
+/* dict[key], borrowed; NULL when missing (or on an error, which is set). */
+static PyObject *memo_get(DictMemo *m, PyObject *dict, PyObject *key) {
+#ifdef HW_DICT_VERSIONS
+    if (m->value != NULL && m->dict == dict && m->key == key && dict_version(dict) == m->version)
+        return m->value;
+#endif
+    PyObject *value = PyDict_GetItemWithError(dict, key);
+    m->value = NULL;
+    if (value == NULL) return NULL;
+#ifdef HW_DICT_VERSIONS
+    Py_INCREF(key);
+    Py_XSETREF(m->key, key);
+    m->dict = dict;
+    m->version = dict_version(dict);
+    m->value = value;
+#endif
+    return value;
+}
 
 typedef struct {
     PyObject_HEAD
@@ -2235,10 +2547,16 @@ typedef struct {
      * same object; another topic object or partition, or another dict, looks it up again. */
     PyObject *cached_queues, *cached_topic, *cached_queue;
     int64_t cached_partition;
-    /* The last timestamp made for a record produced without one, and its millisecond:
-     * records of the same millisecond share the int. */
-    PyObject *last_timestamp;
-    int64_t last_ms;
+    /* The producer's attributes as last read (borrowed from its __dict__) and the dict's
+     * version then; the topic's metadata and sticky choice likewise (DictMemo). */
+    PyObject *attr_values[PA_COUNT];
+    uint64_t attrs_version;
+    int attrs_read;
+    DictMemo topic_info, topic_choice;
+    /* The producer's records not delivered yet (its ``_pending``, a property over this). */
+    int64_t pending;
+    /* 0, 1, 2...: the handles' indexes, shared (a batch holds about a thousand records). */
+    PyObject *indexes;
 } ProduceLaneObject;
 
 static PyTypeObject ProduceLaneType;
@@ -2307,7 +2625,6 @@ static int lane_traverse(ProduceLaneObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->cached_queues);
     Py_VISIT(self->cached_topic);
     Py_VISIT(self->cached_queue);
-    Py_VISIT(self->last_timestamp);
     return 0;
 }
 
@@ -2318,7 +2635,11 @@ static int lane_clear(ProduceLaneObject *self) {
     Py_CLEAR(self->cached_queues);
     Py_CLEAR(self->cached_topic);
     Py_CLEAR(self->cached_queue);
-    Py_CLEAR(self->last_timestamp);
+    Py_CLEAR(self->indexes);
+    self->attrs_read = 0;
+    self->topic_info.value = self->topic_choice.value = NULL;
+    Py_CLEAR(self->topic_info.key);
+    Py_CLEAR(self->topic_choice.key);
     return 0;
 }
 
@@ -2358,6 +2679,42 @@ static inline PyObject *producer_attr(ProduceLaneObject *self, int i) {
     return PyDict_GetItemWithError(self->attrs, producer_attrs[i]);
 }
 
+/* Read the producer's attributes into attr_values unless its __dict__ is unchanged since
+ * they were read: -1 on an error (set), else 0 (an absent one is NULL). */
+static int lane_read_attrs(ProduceLaneObject *self) {
+#ifdef HW_DICT_VERSIONS
+    if (self->attrs_read && dict_version(self->attrs) == self->attrs_version) return 0;
+#endif
+    for (int i = 0; i < PA_COUNT; i++) {
+        self->attr_values[i] = producer_attr(self, i);
+        if (self->attr_values[i] == NULL && PyErr_Occurred()) {
+            self->attrs_read = 0;
+            return -1;
+        }
+    }
+#ifdef HW_DICT_VERSIONS
+    self->attrs_version = dict_version(self->attrs);
+#endif
+    self->attrs_read = 1;
+    return 0;
+}
+
+/* The int ``i`` (a new reference), from the lane's shared ones below 4096. */
+static PyObject *lane_index(ProduceLaneObject *self, Py_ssize_t i) {
+    if (i >= 4096) return PyLong_FromSsize_t(i);
+    if (self->indexes == NULL && (self->indexes = PyList_New(0)) == NULL) return NULL;
+    while (PyList_GET_SIZE(self->indexes) <= i) {
+        PyObject *n = PyLong_FromSsize_t(PyList_GET_SIZE(self->indexes));
+        if (n == NULL) return NULL;
+        int failed = PyList_Append(self->indexes, n);
+        Py_DECREF(n);
+        if (failed) return NULL;
+    }
+    PyObject *n = PyList_GET_ITEM(self->indexes, i);
+    Py_INCREF(n);
+    return n;
+}
+
 #define GENERAL_PATH()                                                                     \
     do {                                                                                   \
         if (PyErr_Occurred()) goto fail;                                                   \
@@ -2371,19 +2728,18 @@ static inline PyObject *producer_attr(ProduceLaneObject *self, int i) {
 static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int want_handle) {
     PyObject *topic = args[0], *value = args[1], *key = args[2], *partition = args[3];
     PyObject *headers = args[4], *timestamp = args[5], *on_delivery = args[6];
-    PyObject *result = NULL, *batch = NULL, *record = NULL;
-    PyObject *ts_obj = NULL, *pending_obj = NULL, *handle = NULL, *index_obj = NULL;
+    PyObject *result = NULL, *batch = NULL, *handle = NULL, *index_obj = NULL;
     PyObject *choice = NULL, *q = NULL, *o;
 
     if (headers != Py_None || !PyUnicode_CheckExact(topic) || PyUnicode_GET_LENGTH(topic) == 0 ||
         (value != Py_None && !PyBytes_CheckExact(value)) ||
         (key != Py_None && !PyBytes_CheckExact(key)))
         GENERAL_PATH();
-    if (producer_attr(self, PA_TRACING) != Py_None || producer_attr(self, PA_FATAL) != Py_None ||
-        producer_attr(self, PA_CLOSED) != Py_False)
+    if (lane_read_attrs(self) < 0) goto fail;
+    PyObject **attr = self->attr_values;
+    if (attr[PA_TRACING] != Py_None || attr[PA_FATAL] != Py_None || attr[PA_CLOSED] != Py_False)
         GENERAL_PATH();
-    PyObject *waiting = producer_attr(self, PA_WAITING), *topics = producer_attr(self, PA_TOPICS);
-    PyObject *queues = producer_attr(self, PA_QUEUES);
+    PyObject *waiting = attr[PA_WAITING], *topics = attr[PA_TOPICS], *queues = attr[PA_QUEUES];
     if (waiting == NULL || topics == NULL || queues == NULL || !PyDict_CheckExact(waiting) ||
         !PyDict_CheckExact(topics) || !PyDict_CheckExact(queues))
         GENERAL_PATH();
@@ -2391,7 +2747,7 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
         int contained = PyDict_Contains(waiting, topic);
         if (contained != 0) GENERAL_PATH();
     }
-    PyObject *info = PyDict_GetItemWithError(topics, topic);
+    PyObject *info = memo_get(&self->topic_info, topics, topic);
     if (info == NULL) GENERAL_PATH();
 
     int64_t requested = -1;
@@ -2401,15 +2757,15 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
     if (requested < 0) {
         int ignore_keys = 0; /* read only for a keyed record */
         if (key != Py_None) {
-            o = producer_attr(self, PA_IGNORE_KEYS);
+            o = attr[PA_IGNORE_KEYS];
             if (o == NULL) GENERAL_PATH();
             ignore_keys = PyObject_IsTrue(o);
             if (ignore_keys < 0) goto fail;
         }
         if (key == Py_None || ignore_keys) {
-            PyObject *choices = producer_attr(self, PA_STICKY_CHOICES);
+            PyObject *choices = attr[PA_STICKY_CHOICES];
             if (choices == NULL || !PyDict_CheckExact(choices)) GENERAL_PATH();
-            PyObject *found = PyDict_GetItemWithError(choices, topic);
+            PyObject *found = memo_get(&self->topic_choice, choices, topic);
             if (found == NULL || !Py_IS_TYPE(found, self->types[2]) ||
                 at(found, self->choice_off[SC_INFO]) != info)
                 GENERAL_PATH();
@@ -2440,46 +2796,30 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
         GENERAL_PATH();
     PyObject *builder = at(batch, self->batch_off[PB_BUILDER]);
     PyObject *callbacks = at(batch, self->batch_off[PB_CALLBACKS]);
-    if (builder == NULL || callbacks == NULL || !PyList_CheckExact(callbacks)) GENERAL_PATH();
-    PyObject *pending = producer_attr(self, PA_PENDING), *batch_size_obj;
-    int64_t pending_count, batch_size;
-    if (pending == NULL || as_int64(pending, &pending_count) < 0 ||
-        (batch_size_obj = producer_attr(self, PA_BATCH_SIZE)) == NULL ||
-        as_int64(batch_size_obj, &batch_size) < 0)
+    if (builder == NULL || callbacks == NULL || !PyList_CheckExact(callbacks) ||
+        builder_type == NULL || !Py_IS_TYPE(builder, builder_type) ||
+        slot_get(builder, B_BUILT) != Py_None || slot_get(builder, B_ENCODED) != Py_None)
         GENERAL_PATH();
+    PyObject *buffer_obj = slot_get(builder, B_BUFFER);
+    if (buffer_obj == NULL || !Py_IS_TYPE(buffer_obj, &RecordBufferType)) GENERAL_PATH();
+    RecordBufferObject *buffer = (RecordBufferObject *)buffer_obj;
+    PyObject *batch_size_obj = attr[PA_BATCH_SIZE];
+    int64_t batch_size;
+    if (batch_size_obj == NULL || as_int64(batch_size_obj, &batch_size) < 0) GENERAL_PATH();
 
-    /* timestamp or time.time_ns() // 1_000_000 */
+    /* timestamp (0 or None: now, time.time_ns() // 1_000_000) */
     int64_t ts = 0;
     if (timestamp != Py_None) {
-        if (!PyLong_CheckExact(timestamp)) GENERAL_PATH();
-        int overflow;
-        long long v = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
-        if (v == -1 && PyErr_Occurred()) goto fail;
-        if (overflow || v != 0) {
-            ts_obj = timestamp; /* the builder checks its range */
-            Py_INCREF(ts_obj);
-        }
+        if (!PyLong_CheckExact(timestamp) || as_int64(timestamp, &ts) < 0) GENERAL_PATH();
     }
-    if (ts_obj == NULL) {
+    if (ts == 0) {
         struct timespec now;
         if (clock_gettime(CLOCK_REALTIME, &now) != 0) GENERAL_PATH();
         ts = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-        if (self->last_timestamp != NULL && ts == self->last_ms) {
-            ts_obj = self->last_timestamp;
-            Py_INCREF(ts_obj);
-        } else {
-            ts_obj = PyLong_FromLongLong(ts);
-            if (ts_obj == NULL) goto fail;
-            Py_INCREF(ts_obj);
-            Py_XSETREF(self->last_timestamp, ts_obj);
-            self->last_ms = ts;
-        }
     }
     /* What may fail is made before the append, so a record is appended with its handle. */
-    pending_obj = PyLong_FromLongLong(pending_count + 1);
-    if (pending_obj == NULL) goto fail;
     if (want_handle) {
-        index_obj = PyLong_FromSsize_t(PyList_GET_SIZE(callbacks));
+        index_obj = lane_index(self, PyList_GET_SIZE(callbacks));
         if (index_obj == NULL) goto fail;
         PyTypeObject *ht = self->types[3];
         handle = ht->tp_alloc(ht, 0);
@@ -2489,21 +2829,17 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
         set_slot(handle, self->handle_off[DH_FUTURE], Py_None);
         set_slot(handle, self->handle_off[DH_ERROR], Py_None);
     }
-    record = PyTuple_Pack(4, key, value, empty_tuple, ts_obj);
-    if (record == NULL) goto fail;
-    /* bytes or None, (), an int: nothing the collector need visit, as it would find. */
-    PyObject_GC_UnTrack(record);
     if (PyList_Append(callbacks, on_delivery) < 0) goto fail;
-    Py_ssize_t size = builder_append(builder, record);
+    /* The record's bytes go straight into the batch: nothing is kept of it per record. */
+    Py_ssize_t size = buffer_append(buffer, key, value, empty_tuple, ts);
     if (size <= 0) { /* does not fit, or not one the compiled append takes */
         Py_ssize_t n = PyList_GET_SIZE(callbacks);
         if (PyList_SetSlice(callbacks, n - 1, n, NULL) < 0 || size == -2) goto fail;
         GENERAL_PATH();
     }
-    if (PyDict_SetItem(self->attrs, producer_attrs[PA_PENDING], pending_obj) < 0) goto fail;
+    self->pending++;
     if (on_delivery != Py_None) set_slot(batch, self->batch_off[PB_HAS_CALLBACKS], Py_True);
-    int64_t total;
-    if (as_int64(slot_get(builder, B_SIZE), &total) == 0 && total >= batch_size) {
+    if (buffer_size(buffer) >= batch_size) {
         set_slot(batch, self->batch_off[PB_CLOSED], Py_True);
         PyObject *wakeup = producer_attr(self, PA_WAKEUP);
         if (wakeup == NULL) goto fail_after;
@@ -2552,9 +2888,6 @@ fail:
     result = NULL;
 done:
     Py_XDECREF(batch);
-    Py_XDECREF(record);
-    Py_XDECREF(ts_obj);
-    Py_XDECREF(pending_obj);
     Py_XDECREF(index_obj);
     Py_XDECREF(handle);
     Py_XDECREF(choice);
@@ -2605,6 +2938,26 @@ static PyObject *lane_place_method(PyObject *op, PyObject *const *args, Py_ssize
     return lane_place((ProduceLaneObject *)op, args, 0);
 }
 
+static PyObject *lane_get_pending(ProduceLaneObject *self, void *unused) {
+    return PyLong_FromLongLong(self->pending);
+}
+
+static int lane_set_pending(ProduceLaneObject *self, PyObject *value, void *unused) {
+    int64_t n;
+    if (value == NULL || as_int64(value, &n) < 0) {
+        PyErr_SetString(PyExc_TypeError, "pending must be an int64");
+        return -1;
+    }
+    self->pending = n;
+    return 0;
+}
+
+static PyGetSetDef lane_getset[] = {
+    {"pending", (getter)lane_get_pending, (setter)lane_set_pending,
+     "the producer's records not delivered yet", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef lane_methods[] = {
     {"place", (PyCFunction)(void (*)(void))lane_place_method, METH_FASTCALL,
      "place(topic, value, key, partition, headers, timestamp, on_delivery) -> True, or None "
@@ -2624,6 +2977,7 @@ static PyTypeObject ProduceLaneType = {
     .tp_clear = (inquiry)lane_clear,
     .tp_vectorcall_offset = offsetof(ProduceLaneObject, vectorcall),
     .tp_methods = lane_methods,
+    .tp_getset = lane_getset,
     .tp_call = PyVectorcall_Call,
 };
 
@@ -2730,6 +3084,7 @@ PyMODINIT_FUNC PyInit__codec(void) {
     if (PyType_Ready(&SlotFactoryType) < 0) return NULL;
     if (PyType_Ready(&RecordColumnsType) < 0) return NULL;
     if (PyType_Ready(&ProduceLaneType) < 0) return NULL;
+    if (PyType_Ready(&RecordBufferType) < 0) return NULL;
     for (int i = 0; i < PA_COUNT; i++)
         if ((producer_attrs[i] = PyUnicode_InternFromString(producer_attr_names[i])) == NULL)
             return NULL;
@@ -2759,6 +3114,12 @@ PyMODINIT_FUNC PyInit__codec(void) {
     Py_INCREF(&ProduceLaneType);
     if (PyModule_AddObject(m, "ProduceLane", (PyObject *)&ProduceLaneType) < 0) {
         Py_DECREF(&ProduceLaneType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&RecordBufferType);
+    if (PyModule_AddObject(m, "RecordBuffer", (PyObject *)&RecordBufferType) < 0) {
+        Py_DECREF(&RecordBufferType);
         Py_DECREF(m);
         return NULL;
     }

@@ -50,6 +50,7 @@ from .record import (
     RecordFields,
     SimpleRecordLike,
     SlotFactory,
+    encode_record,
     encode_records,
     read_record,
     read_records,
@@ -297,12 +298,20 @@ class RecordBatchBuilder:
     which is much cheaper per record than encoding each on its own, and then compressed,
     given a header and a CRC. The size limit applies to :attr:`estimated_size`, the
     header plus the records before compression (an upper bound for compressible data).
+
+    With the compiled codec the builder keeps no Python object per record: its
+    ``_buffer`` (``highwater.records._codec.RecordBuffer``) writes each appended record's
+    varint-framed body into one block of bytes at once and keeps the count, the size and
+    the timestamps in C; :attr:`records` decodes them back when asked (the producer's
+    delivery callbacks and handles), and :meth:`build` takes the block as it is. The bytes
+    built are the same either way (tests/records/test_records_compiled.py).
     """
 
     __slots__ = (
         "_base_offset",
         "_base_sequence",
         "_base_timestamp",
+        "_buffer",
         "_built",
         "_compression",
         "_compression_level",
@@ -350,6 +359,9 @@ class RecordBatchBuilder:
         self._max_timestamp = NO_TIMESTAMP
         self._built: bytes | None = None
         self._encoded: tuple[bytes, int] | None = None
+        self._buffer: Any = (
+            None if codec is None else codec.RecordBuffer(max_bytes, BATCH_HEADER_SIZE)
+        )
 
     def append(
         self,
@@ -378,6 +390,15 @@ class RecordBatchBuilder:
         key, value, headers, timestamp = fields
         if not INT64_MIN <= timestamp <= INT64_MAX:
             raise InvalidRecordError(f"timestamp {timestamp} does not fit in an int64")
+        buffer = self._buffer
+        if buffer is not None:  # what the compiled append leaves: checked and written here
+            count = buffer.count
+            delta = 0 if count == 0 else timestamp - buffer.base_timestamp
+            size = record_size(count, delta, key, value, headers)
+            if count and buffer.size + size > self._max_bytes:
+                return 0
+            buffer.append_encoded(encode_record(count, delta, key, value, headers), timestamp)
+            return size
         records = self._records
         base_timestamp = self._base_timestamp
         if base_timestamp is None:
@@ -400,7 +421,12 @@ class RecordBatchBuilder:
         :func:`~highwater.records.columnar.encode_rows` writes them), as the whole batch:
         the columnar way in, with nothing kept per record. The builder must be empty, and
         takes no record after them."""
-        if self._built is not None or self._records or self._encoded is not None:
+        if (
+            self._built is not None
+            or self._records
+            or self._encoded is not None
+            or (self._buffer is not None and self._buffer.count)
+        ):
             raise RuntimeError("records are adopted by an empty builder only")
         if not 0 < count <= INT32_MAX:
             raise InvalidRecordError(f"records count {count} is outside [1, {INT32_MAX}]")
@@ -429,18 +455,30 @@ class RecordBatchBuilder:
 
     @property
     def records_count(self) -> int:
-        return len(self._records) if self._encoded is None else self._encoded[1]
+        if self._encoded is not None:
+            return self._encoded[1]
+        return len(self._records) if self._buffer is None else int(self._buffer.count)
 
     @property
     def records(self) -> list[RecordFields]:
         """The records appended, as ``(key, value, headers, timestamp)``, in order (kept
-        after :meth:`build`: a producer reports on them). Do not modify the list."""
-        return self._records
+        after :meth:`build`: a producer reports on them). Do not modify the list.
+
+        With the compiled codec they are decoded from the batch's bytes (once for each
+        number of records): keys and values as bytes, headers as a tuple of pairs."""
+        if self._buffer is None or self._encoded is not None:
+            return self._records
+        records: list[RecordFields] = self._buffer.records()
+        return records
 
     @property
     def estimated_size(self) -> int:
         """Header plus records as they will be encoded, before compression."""
-        return self._size if self._built is None else len(self._built)
+        if self._built is not None:
+            return len(self._built)
+        if self._buffer is None or self._encoded is not None:
+            return self._size
+        return int(self._buffer.size)
 
     @property
     def max_bytes(self) -> int:
@@ -449,11 +487,16 @@ class RecordBatchBuilder:
     @property
     def base_timestamp(self) -> int | None:
         """The first record's timestamp; ``None`` before any append."""
-        return self._base_timestamp
+        if self._buffer is None or self._encoded is not None:
+            return self._base_timestamp
+        base: int | None = self._buffer.base_timestamp
+        return base
 
     @property
     def max_timestamp(self) -> int:
-        return self._max_timestamp
+        if self._buffer is None or self._encoded is not None:
+            return self._max_timestamp
+        return int(self._buffer.max_timestamp)
 
     @property
     def is_built(self) -> bool:
@@ -462,21 +505,26 @@ class RecordBatchBuilder:
     def build(self) -> bytes:
         """The finished batch. The builder is closed afterwards; calling again returns it."""
         if self._built is None:
-            count = len(self._records)
-            base_timestamp = self._base_timestamp
-            out = bytearray(BATCH_HEADER_SIZE)
+            count = self.records_count
+            base_timestamp = self.base_timestamp
+            buffer = self._buffer
             if self._encoded is not None:
+                out = bytearray(BATCH_HEADER_SIZE)
                 out += self._encoded[0]
-                count = self._encoded[1]
+            elif buffer is not None:
+                out = buffer.batch()  # the header's room, then the records as written
             elif count:
+                out = bytearray(BATCH_HEADER_SIZE)
                 assert base_timestamp is not None
                 out += encode_records(self._records, base_timestamp, self._sizes)
+            else:
+                out = bytearray(BATCH_HEADER_SIZE)
             self._built = _finish_batch(
                 out,
                 records_count=count,
                 last_offset_delta=max(count - 1, 0),
                 base_timestamp=NO_TIMESTAMP if base_timestamp is None else base_timestamp,
-                max_timestamp=self._max_timestamp,
+                max_timestamp=self.max_timestamp,
                 base_offset=self._base_offset,
                 partition_leader_epoch=self._partition_leader_epoch,
                 compression=self._compression,

@@ -65,9 +65,10 @@ class WaitingRecord:
 class ProducerBatch:
     """Records of one partition on their way: first open, then built and sent.
 
-    The builder holds each record's ``(key, value, headers, timestamp)`` and encodes them
-    all when the batch is sealed; ``callbacks`` holds, at the same index, each record's
-    delivery callback (or None). The outcome (:attr:`delivered`, :attr:`base_offset`,
+    The builder holds the records (with the compiled codec as their encoded bytes, written
+    as each is produced; else as ``(key, value, headers, timestamp)`` tuples encoded when
+    the batch is sealed); ``callbacks`` holds, at the same index, each record's delivery
+    callback (or None). The outcome (:attr:`delivered`, :attr:`base_offset`,
     :attr:`log_append_time`, :attr:`error`) is set once for the whole batch: the records'
     :class:`~highwater.client.producer.handle.DeliveryHandle` objects read theirs from it
     (:meth:`metadata_of`), and only the handles whose future was asked for before

@@ -179,7 +179,10 @@ class AsyncProducer:
         self._message_factories: dict[tuple[str, int, int], Callable[..., Message]] = {}
         self._queues: dict[tuple[str, int], PartitionQueue] = {}
         self._waiting: dict[str, list[WaitingRecord]] = {}
-        self._pending = 0
+        self._lane: Any = None
+        """The compiled ``produce()`` (see :meth:`produce`), or None."""
+        self._pending_records = 0
+        """:attr:`_pending` without the compiled lane."""
         self._idle = asyncio.Event()
         self._idle.set()
         self._wakeup = asyncio.Event()
@@ -197,8 +200,6 @@ class AsyncProducer:
         self._metrics = CLIENT_METRICS
         self._tracing = ProducerTracing() if tracing_enabled() else None
         """``send`` spans, when a tracer provider is installed (checked once, here)."""
-        self._lane: Any = None
-        """The compiled ``produce()`` (see :meth:`produce`), or None."""
         if _ProduceLane is not None and type(self).produce is AsyncProducer.produce:
             self._lane = _ProduceLane(
                 self.__dict__,
@@ -226,6 +227,22 @@ class AsyncProducer:
         """How many produced records have had no delivery report yet."""
         return self._pending
 
+    @property
+    def _pending(self) -> int:
+        """Records produced and not delivered yet: counted by the compiled lane where there
+        is one (it adds each record it places without a Python int or a write to this
+        object's ``__dict__``), else here."""
+        lane = self._lane
+        return self._pending_records if lane is None else int(lane.pending)
+
+    @_pending.setter
+    def _pending(self, count: int) -> None:
+        lane = self._lane
+        if lane is None:
+            self._pending_records = count
+        else:
+            lane.pending = count
+
     def produce(
         self,
         topic: str,
@@ -248,10 +265,10 @@ class AsyncProducer:
         With the compiled codec, an instance's ``produce`` is ``highwater.records._codec.
         ProduceLane``, this method in C as librdkafka's ``produce()`` is: a record of bytes
         without headers whose partition (named, sticky, or murmur2 of its key) has an open
-        batch is checked, placed, appended with the batch's size bookkeeping and given its
-        handle in that one call, as ``_enqueue``'s fast lane does in Python (the reference,
-        ``HIGHWATER_PURE_PYTHON=1``); every other call comes here with its arguments as
-        given, so the errors are this method's.
+        batch is checked, placed, written into the batch's bytes with its size bookkeeping,
+        counted and given its handle in that one call, as ``_enqueue``'s fast lane does in
+        Python (the reference, ``HIGHWATER_PURE_PYTHON=1``); every other call comes here
+        with its arguments as given, so the errors are this method's.
         """
         handle = DeliveryHandle()
         self._enqueue(topic, value, key, partition, headers, timestamp, on_delivery, handle)
