@@ -15,6 +15,7 @@ import time
 import grpc
 from highwater.v1 import admin_pb2, broker_pb2_grpc
 from highwater.v1 import broker_pb2 as pb
+from highwater.v1.common_pb2 import ErrorCode
 
 
 def main(address: str, topic: str) -> None:
@@ -44,7 +45,13 @@ def main(address: str, topic: str) -> None:
         records = produce.topics.add(topic=topic).partitions.add(partition=0).records
         records.records.add(value=b"one")
         records.records.add(key=b"k", value=b"two")
-        answer = broker.Produce(produce, timeout=10).topics[0].partitions[0]
+        # A leader named in the metadata may still be creating its log: retried while it
+        # answers NOT_LEADER_OR_FOLLOWER, as a client retries it.
+        while True:
+            answer = broker.Produce(produce, timeout=10).topics[0].partitions[0]
+            if answer.error != ErrorCode.NOT_LEADER_OR_FOLLOWER or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         out["produce"] = {"error": answer.error, "base_offset": answer.base_offset}
 
         fetch = pb.FetchRequest()
