@@ -192,6 +192,7 @@ class BrokerServer:
             ),
             leaders=self.leaders,
         )
+        self.partitions.on_change = self.requests.replica_sessions.partition_changed
         self.sessions = ConsumerSessions(self.requests, self.leaders)
         self.sessions.authorizer = authorize_consumer_session
         """Consumer sessions (``Broker.ConsumerSession``); ``sessions.authorizer`` is where
