@@ -169,3 +169,17 @@ def test_a_cache_and_a_handler_agree_round_after_round() -> None:
         assert answer.session is not None
         assert answer.session.partitions == handler.sent
         fetched[A] = state(offset)
+
+
+def test_a_followers_new_session_closes_its_earlier_ones() -> None:
+    cache = FetchSessionCache()
+    first = cache.resolve(0, 0, [(A, state(0))], owner=FOLLOWER, one_per_owner=True)
+    other = cache.resolve(0, 0, [(A, state(0))], owner=3, one_per_owner=True)
+    again = cache.resolve(0, 0, [(A, state(0))], owner=FOLLOWER, one_per_owner=True)
+    assert cache.resolve(first.session_id, 1, [], owner=FOLLOWER).error == (
+        FETCH_SESSION_ID_NOT_FOUND
+    )
+    assert {s.session_id for s in cache.sessions_holding(A)} == {
+        other.session_id,
+        again.session_id,
+    }

@@ -22,6 +22,7 @@ import pytest
 from highwater.broker.partitions import Partition, PartitionManager
 from highwater.broker.purgatory import Purgatory
 from highwater.broker.replica_fetcher import FetchRound, ReplicaFetcher
+from highwater.broker.replication import AlterPartitionProposal, IsrChange
 from highwater.broker.request_handler import RequestHandler
 from highwater.broker.settings import BrokerSettings
 from highwater.broker.telemetry import BrokerTelemetry
@@ -29,6 +30,7 @@ from highwater.controller_api.client import ControllerClient
 from highwater.internal.v1 import replication_pb2 as rpb
 from highwater.metadata import (
     BrokerEndpoint,
+    FenceBrokerRecord,
     MetadataImage,
     MetadataRecord,
     PartitionChangeRecord,
@@ -105,6 +107,8 @@ class Brokers:
     clock: Clock
     reads: list[int]
     """Partitions the leader read for followers, in order."""
+    proposals: list[tuple[int, AlterPartitionProposal]]
+    """The ISR changes the leader proposed, by partition."""
 
     async def append(self, index: int, *values: bytes) -> None:
         batch = build_batch([SimpleRecord(key=None, value=v, timestamp=1_000) for v in values])
@@ -127,6 +131,7 @@ class Brokers:
 @pytest.fixture
 async def brokers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Brokers]:
     clock = Clock()
+    proposals: list[tuple[int, AlterPartitionProposal]] = []
     managers = []
     partition_managers = []
     for node in (LEADER, FOLLOWER):
@@ -145,7 +150,9 @@ async def brokers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
         telemetry=BrokerTelemetry(leader_partitions),
         controller=ControllerClient(["127.0.0.1:1"]),
         broker_epoch=lambda: 1,
-        propose=lambda partition, proposal: None,
+        propose=lambda partition, proposal: proposals.append(
+            (partition.topic_partition.partition, proposal)
+        ),
     )
     leader_partitions.on_change = handler.replica_sessions.partition_changed
     reads: list[int] = []
@@ -165,7 +172,7 @@ async def brokers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
         settings=SETTINGS,
         connect=lambda address: leader,
     )
-    yield Brokers(leader, leader_partitions, follower_partitions, fetcher, clock, reads)
+    yield Brokers(leader, leader_partitions, follower_partitions, fetcher, clock, reads, proposals)
     await handler.controller.close()
     for logs in managers:
         logs.shutdown()
@@ -297,3 +304,29 @@ async def test_skipped_fetches_keep_a_quiet_follower_caught_up(brokers: Brokers)
     brokers.clock.now_ms += LAG_MS + 1
     await brokers.append(0, b"nobody fetched")
     assert leader.leader_state.out_of_sync_replicas(brokers.clock.now_ms) == {FOLLOWER}
+
+
+async def test_a_caught_up_follower_that_becomes_eligible_is_proposed_into_the_isr(
+    brokers: Brokers,
+) -> None:
+    """It fetches nothing new, so only its session's read of the partition, made when the
+    leader learns it is eligible, can propose it (Kafka's leader reads every partition of
+    every fetch)."""
+    await brokers.fetcher.fetch_round()
+    fenced = replay(
+        [FenceBrokerRecord(FOLLOWER, FOLLOWER_EPOCH), PartitionChangeRecord(TOPIC_ID, 0, isr=(1,))],
+        11,
+        image=image(),
+    )
+    brokers.leader_partitions.apply_image(fenced)
+    for _ in range(3):
+        await brokers.fetcher.fetch_round()
+    assert brokers.proposals == []  # caught up, but fenced: not eligible
+    brokers.reads.clear()
+    unfenced = replay([UnfenceBrokerRecord(FOLLOWER, FOLLOWER_EPOCH)], 12, image=fenced)
+    brokers.leader_partitions.apply_image(unfenced)
+    await brokers.fetcher.fetch_round()
+    assert 0 in brokers.reads
+    assert [(index, p.change, p.new_isr) for index, p in brokers.proposals] == [
+        (0, IsrChange.EXPAND, (LEADER, FOLLOWER))
+    ]

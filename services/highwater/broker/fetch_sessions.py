@@ -172,11 +172,15 @@ class FetchSessionCache:
         owner: int = -1,
         now_ms: int = 0,
         changed_only: bool = False,
+        one_per_owner: bool = False,
     ) -> SessionFetch:
         """The fetch ``(session_id, epoch)`` with the request's partitions and forgotten
         partitions, as the module docstring says. ``owner``: who fetches (a session opened
         by another owner is not found); ``changed_only``: an incremental fetch reads the
-        partitions it names and those marked changed, not the whole session."""
+        partitions it names and those marked changed, not the whole session;
+        ``one_per_owner``: a new session closes the owner's others (a follower broker
+        fetches from a leader over one session: the others are its earlier incarnations'
+        or connections', abandoned)."""
         requested = list(partitions)
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             if session_id:
@@ -185,6 +189,9 @@ class FetchSessionCache:
                     self._drop(session_id)
             if epoch == FINAL_EPOCH:
                 return SessionFetch(0, requested, incremental=False)
+            if one_per_owner:
+                for other in [i for i, s in self._sessions.items() if s.owner == owner]:
+                    self._drop(other)
             session = self._new_session(requested, owner, now_ms)
             return SessionFetch(
                 0 if session is None else session.session_id,

@@ -202,7 +202,8 @@ class Partition:
     def update_eligibility(self, image: MetadataImage) -> bool:
         """Followers that are fenced or shutting down may not join the ISR (the controller
         would refuse them with INELIGIBLE_REPLICA): tell the leader state which. True if
-        the high watermark moved."""
+        that changed (a follower that became eligible may join the ISR at its next fetch,
+        the high watermark may have moved)."""
         state = self.leader_state
         if state is None:
             return False
@@ -213,9 +214,9 @@ class Partition:
         )
         if ineligible == state.ineligible_replicas:
             return False
-        moved = state.update_ineligible_replicas(ineligible, self.clock())
+        state.update_ineligible_replicas(ineligible, self.clock())
         self._sync_high_watermark()
-        return moved
+        return True
 
     def _leader(self, current_leader_epoch: int) -> LeaderReplicationState:
         self.check_leader(current_leader_epoch)

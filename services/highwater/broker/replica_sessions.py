@@ -87,6 +87,7 @@ class ReplicaFetchSessions:
             owner=request.replica_id,
             now_ms=self._clock(),
             changed_only=True,
+            one_per_owner=True,
         )
         if fetch.session is not None and not fetch.incremental:
             # A session opened (and maybe another evicted or closed): drop the wakers of

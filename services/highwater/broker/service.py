@@ -167,6 +167,9 @@ class BrokerServer:
             on_proposed=lambda partition, proposal: self.telemetry.isr_change_proposed(
                 proposal, partition.topic_partition.topic
             ),
+            on_dropped=lambda partition: self.requests.replica_sessions.partition_changed(
+                partition.topic_partition
+            ),
         )
         self.fetchers = ReplicaFetcherManager(
             self.partitions,
