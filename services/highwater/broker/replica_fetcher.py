@@ -342,9 +342,10 @@ class ReplicaFetcher:
     ) -> bool:
         """Hand each answer of ``reply`` to its partition (``fetched``: the partitions
         fetched, each with the leader epoch it was fetched in); False if every answer was
-        an error (then the fetcher backs off). The partitions answered are the ones whose
-        fetch state the next fetch looks at; one whose answer could not be applied is
-        named again, so that the leader sends it again."""
+        an error (then the fetcher backs off). The partitions answered with records or a
+        diverging epoch are the ones whose fetch state the next fetch looks at (a high
+        watermark alone moves none); one whose answer could not be applied is named again,
+        so that the leader sends it again."""
         answered = False
         touched = self._touched
         for topic in reply.topics:
@@ -364,8 +365,8 @@ class ReplicaFetcher:
                     )
                     continue
                 answered = True
-                if touched is not None:
-                    touched.add(key)
+                if touched is not None and (answer.records or answer.HasField("diverging_epoch")):
+                    touched.add(key)  # its log end (and last fetched epoch) moves
                 if answer.HasField("diverging_epoch"):
                     diverging = EpochEndOffset(
                         answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset
