@@ -189,8 +189,8 @@ class ProcessResult:
     error: str = ""
 
 
-async def _measure(cluster: ProcessCluster, partitions: int) -> ProcessResult:
-    result = ProcessResult()
+async def _measure(cluster: ProcessCluster, partitions: int, result: ProcessResult) -> None:
+    """Fill ``result`` step by step: a step that fails leaves the earlier figures in it."""
     bootstrap = ",".join(cluster.addresses.values())
     topics = [f"cp-{i}" for i in range(partitions // TOPIC_PARTITIONS)]
     started = time.monotonic()
@@ -239,7 +239,6 @@ async def _measure(cluster: ProcessCluster, partitions: int) -> ProcessResult:
     broker.reap()
     broker.start()
     result.cold_start_s = await _retry(lambda: _serving(cluster, node, topics), 600, 0.05)
-    return result
 
 
 def _process_rows(section: SuiteSection, results: dict[tuple[str, int], ProcessResult]) -> None:
@@ -318,7 +317,9 @@ def run_sizes(
 
 def _measure_mode(root: Path, mode: str, partitions: int) -> ProcessResult:
     """One mode's cluster (and its etcd) started under ``root`` and measured at
-    ``partitions``; a failure to start or measure is the result's ``error``."""
+    ``partitions``; a failure to start or measure is the result's ``error``, beside the
+    figures of the steps done before it."""
+    result = ProcessResult()
     try:
         with contextlib.ExitStack() as stack:
             endpoint = ""
@@ -326,9 +327,10 @@ def _measure_mode(root: Path, mode: str, partitions: int) -> ProcessResult:
                 etcd = etcd_cluster(root / "etcd", members=1)
                 endpoint = stack.enter_context(etcd)[0]
             cluster = stack.enter_context(process_cluster(root, mode, endpoint))
-            return asyncio.run(_measure(cluster, partitions))
+            asyncio.run(_measure(cluster, partitions, result))
     except (RuntimeError, TimeoutError, OSError) as error:
-        return ProcessResult(error=f"{type(error).__name__}: {error}")
+        result.error = f"{type(error).__name__}: {error}"
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

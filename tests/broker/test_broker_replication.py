@@ -225,6 +225,23 @@ def test_a_silent_follower_with_the_leader_log_is_not_shrunk() -> None:
     assert state.maybe_shrink_isr(now_ms=100 * LAG) is None
 
 
+def test_an_incremental_fetch_that_skipped_the_partition_counts_as_a_fetch() -> None:
+    state = leader_state(log_end_offset=10)
+    state.on_follower_fetch(2, 10, now_ms=0)
+    state.on_follower_fetch(3, 4, now_ms=0)  # behind: gains nothing from skipped fetches
+    # Follower 2's session fetched at 2 * LAG without naming the partition; then an append.
+    state.on_follower_session_fetch(2, 10, fetched_at_ms=2 * LAG, leader_log_end_offset=10)
+    state.on_follower_session_fetch(3, 4, fetched_at_ms=2 * LAG, leader_log_end_offset=10)
+    state.on_append(11, now_ms=2 * LAG + 1)
+    assert state.replica(2).last_caught_up_time_ms == 2 * LAG
+    assert state.out_of_sync_replicas(now_ms=2 * LAG + 1) == {3}
+    # Another offset than the one it last named, an older time: nothing moves.
+    state.on_follower_session_fetch(2, 9, fetched_at_ms=3 * LAG, leader_log_end_offset=11)
+    state.on_follower_session_fetch(2, 10, fetched_at_ms=LAG, leader_log_end_offset=10)
+    assert state.replica(2).last_caught_up_time_ms == 2 * LAG
+    assert state.replica(2).log_end_offset == 10 and state.high_watermark == 4
+
+
 def test_the_leader_is_never_shrunk_out() -> None:
     state = leader_state(log_end_offset=10, now_ms=0)
     proposal = state.maybe_shrink_isr(now_ms=LAG + 1)  # no follower ever fetched

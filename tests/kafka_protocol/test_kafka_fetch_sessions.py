@@ -6,13 +6,13 @@ import socket
 import time
 
 import pytest
-from highwater.broker.kafka_protocol.codec import SUPPORTED, decode_request
-from highwater.broker.kafka_protocol.fetch_sessions import (
+from highwater.broker.fetch_sessions import (
     FETCH_SESSION_ID_NOT_FOUND,
     INVALID_FETCH_SESSION_EPOCH,
     FetchPartitionState,
     FetchSessionCache,
 )
+from highwater.broker.kafka_protocol.codec import SUPPORTED, decode_request
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.producer import ProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder

@@ -53,8 +53,14 @@ class AlterPartitionManager:
         broker_epoch: Callable[[], int],
         retry_backoff_ms: int,
         on_proposed: Callable[[Partition, AlterPartitionProposal], None] | None = None,
+        on_dropped: Callable[[Partition], None] | None = None,
     ) -> None:
+        """``on_dropped``: told, after the retry backoff, of each partition whose proposal
+        the controller refused for good (the leader state dropped it): a follower that
+        may join the ISR is proposed again at its next fetch, which a fetch session must
+        then make (it would not read a caught-up follower's partition otherwise)."""
         self._controller = controller
+        self._on_dropped = on_dropped
         self._broker_id = broker_id
         self._broker_epoch = broker_epoch
         self._retry_backoff_s = retry_backoff_ms / 1000
@@ -138,4 +144,8 @@ class AlterPartitionManager:
             if again is not None:
                 asyncio.get_running_loop().call_later(
                     self._retry_backoff_s, self.propose, partition, again
+                )
+            elif self._on_dropped is not None and partition.leader_state.pending_proposal is None:
+                asyncio.get_running_loop().call_later(
+                    self._retry_backoff_s, self._on_dropped, partition
                 )

@@ -199,20 +199,24 @@ class Partition:
         else:
             state.on_leader_change(registration.leader, registration.leader_epoch)
 
-    def update_eligibility(self, image: MetadataImage) -> None:
+    def update_eligibility(self, image: MetadataImage) -> bool:
         """Followers that are fenced or shutting down may not join the ISR (the controller
-        would refuse them with INELIGIBLE_REPLICA): tell the leader state which."""
+        would refuse them with INELIGIBLE_REPLICA): tell the leader state which. True if
+        that changed (a follower that became eligible may join the ISR at its next fetch,
+        the high watermark may have moved)."""
         state = self.leader_state
         if state is None:
-            return
+            return False
         ineligible = frozenset(
             replica
             for replica in self.registration.replicas
             if replica != self.broker_id and not image.is_active_broker(replica)
         )
-        if ineligible != state.ineligible_replicas:
-            state.update_ineligible_replicas(ineligible, self.clock())
-            self._sync_high_watermark()
+        if ineligible == state.ineligible_replicas:
+            return False
+        state.update_ineligible_replicas(ineligible, self.clock())
+        self._sync_high_watermark()
+        return True
 
     def _leader(self, current_leader_epoch: int) -> LeaderReplicationState:
         self.check_leader(current_leader_epoch)
@@ -322,6 +326,19 @@ class Partition:
             raise PartitionError(ErrorCode.NOT_LEADER_OR_FOLLOWER, str(e)) from None
         self._sync_high_watermark()
         return FollowerRead(data, None, outcome.proposal, outcome.high_watermark_moved)
+
+    def note_session_fetch(
+        self, replica_id: int, fetch_offset: int, fetched_at_ms: int, leader_log_end_offset: int
+    ) -> None:
+        """A follower's fetch session fetched at ``fetched_at_ms`` without naming this
+        partition, still at ``fetch_offset`` while this log ended at
+        ``leader_log_end_offset`` (see
+        :meth:`~highwater.broker.replication.LeaderReplicationState.on_follower_session_fetch`);
+        nothing when this replica does not lead."""
+        if self.leader_state is not None:
+            self.leader_state.on_follower_session_fetch(
+                replica_id, fetch_offset, fetched_at_ms, leader_log_end_offset
+            )
 
     # --- as follower ---------------------------------------------------------------------
 
@@ -442,6 +459,19 @@ class PartitionManager:
         self._settled_cluster: ClusterImage | None = None
         """The brokers' image the settled topics' roles and eligibility were taken under."""
         self.image = MetadataImage()
+        self.on_change: Callable[[TopicPartition], None] | None = None
+        """Told of each partition whose role, ISR, eligibility or high watermark an image
+        changed, that was created, removed or went offline: what a leader's fetch sessions
+        mark (:mod:`highwater.broker.replica_sessions`)."""
+        self.roles_version = 0
+        """Goes up whenever a partition is added, removed, goes offline or changes leader or
+        leader epoch: the replica fetchers work out what they follow again only then."""
+
+    def _changed(self, tp: TopicPartition, *, role: bool = True) -> None:
+        if role:
+            self.roles_version += 1
+        if self.on_change is not None:
+            self.on_change(tp)
 
     def __iter__(self) -> Iterator[Partition]:
         """The partitions this broker serves: not those on a failed log directory."""
@@ -539,6 +569,7 @@ class PartitionManager:
             ):
                 partition.stop_replicating()
                 stopped.append(tp)
+                self._changed(tp)
         return stopped
 
     def offline_report(self) -> tuple[list[str], list[m.OfflineReplica]]:
@@ -556,6 +587,12 @@ class PartitionManager:
     def _take_role(self, partition: Partition, registration: PartitionRegistration) -> None:
         """``partition.update``, unless its directory fails meanwhile (a new leader writes
         its epoch's start to the leader-epoch file): then it stops replicating."""
+        before = partition.registration
+        self._changed(
+            partition.topic_partition,
+            role=before.leader != registration.leader
+            or before.leader_epoch != registration.leader_epoch,
+        )
         try:
             partition.update(registration)
         except KafkaStorageError as e:
@@ -614,6 +651,7 @@ class PartitionManager:
         for tp in [tp for tp in self._partitions if tp not in wanted]:
             del self._partitions[tp]
             gone.append(tp)
+            self._changed(tp)
             log.info("broker %d: %s removed", self.broker_id, tp)
         # Logs made off the loop for replicas the image no longer assigns here.
         gone.extend(
@@ -648,7 +686,8 @@ class PartitionManager:
                     existing.stop_replicating(registration)
                 elif existing.registration != registration:
                     self._take_role(existing, registration)
-                existing.update_eligibility(image)
+                if existing.update_eligibility(image):
+                    self._changed(tp, role=False)
                 continue
             if config is None:
                 config = image.log_config(topic.name, self.log_manager.default_config)
@@ -679,6 +718,7 @@ class PartitionManager:
             self._take_role(created, registration)
             created.update_eligibility(image)
             self._partitions[tp] = created
+            self._changed(tp)
             log.info(
                 "broker %d: %s as %s in leader epoch %d",
                 self.broker_id,

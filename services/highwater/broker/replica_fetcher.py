@@ -4,10 +4,11 @@ Kafka's ``ReplicaFetcherManager`` and ``ReplicaFetcherThread``, on the event loo
 :class:`ReplicaFetcherManager` keeps one :class:`ReplicaFetcher` per leader this broker
 follows partitions of. A fetcher's round: the partitions it follows now (those whose
 leader in the metadata image is its leader: a leader change moves a partition to another
-fetcher, and a fetcher left with none ends), one ``ReplicaFetchRequest`` for them all
-(this broker's id and broker epoch, each partition's log end offset, last fetched epoch,
-log start offset and current leader epoch, long-polled ``replica.fetch.wait.max.ms``),
-then each answer goes to its
+fetcher, and a fetcher left with none ends; worked out again only when the partition
+manager's roles changed, :attr:`~highwater.broker.partitions.PartitionManager.roles_version`),
+one ``ReplicaFetchRequest`` (this broker's id and broker epoch, each partition's log end
+offset, last fetched epoch, log start offset and current leader epoch, long-polled
+``replica.fetch.wait.max.ms``), then each answer goes to its
 :class:`~highwater.broker.partitions.Partition`: records are appended and the follower's
 high watermark taken (:meth:`~highwater.broker.partitions.Partition.append_as_follower`),
 a diverging epoch truncates the log
@@ -16,6 +17,16 @@ for a partition that changed leader or leader epoch since the fetch was sent is 
 A fetch that fails, or whose every partition is an error, is followed by
 ``replica.fetch.backoff.ms``; an answer with nothing new is not (the leader already held
 it for its long poll).
+
+The fetches run in a KIP-227 fetch session with the leader
+(:class:`~highwater.broker.fetch_sessions.FetchSessionHandler`): the first names every
+partition followed and opens the session; each later one names only the partitions whose
+fetch state changed (those whose answers were applied, or all of them after a change of
+roles) and forgets those no longer followed, and the leader answers only the partitions
+with something new. A session error (the leader evicted the session, or lost count of its
+epoch), a failed fetch or another leader address: the next fetch is full again. The log
+start offset a fetch names is sent when the partition is named for another reason (the
+leader does not act on it); a change of it alone does not make a partition named.
 
 The fetches go over a :class:`FetchTransport` to the leader's address, made by a
 :data:`Connect` function: over gRPC a :class:`GrpcFetchTransport` (one ``ReplicaFetch``
@@ -30,11 +41,17 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 import grpc.aio
 
+from highwater.broker.fetch_sessions import (
+    FetchPartitionState,
+    FetchSessionHandler,
+    SessionRequest,
+    TopicPartitionKey,
+)
 from highwater.broker.partitions import Partition, PartitionManager
 from highwater.broker.replication import EpochEndOffset
 from highwater.broker.settings import BrokerSettings
@@ -177,14 +194,29 @@ class ReplicaFetcher:
         self._sleep = sleep
         self._transport: FetchTransport | None = None
         self._address = ""
+        self.session = FetchSessionHandler()
+        self._followed: dict[TopicPartitionKey, Partition] = {}
+        self._roles_version = -1
+        self._touched: set[TopicPartitionKey] | None = None
+        """Partitions whose fetch state may have changed since the last fetch (answers
+        applied); None: any (the roles changed)."""
 
     def followed(self) -> list[Partition]:
         """The partitions this broker follows from the leader now."""
-        return [
-            p
-            for p in self._partitions
-            if p.follower_state is not None and p.registration.leader == self.leader_id
-        ]
+        return list(self._followed_now().values())
+
+    def _followed_now(self) -> dict[TopicPartitionKey, Partition]:
+        """:meth:`followed` by key, worked out again only when the roles changed."""
+        version = self._partitions.roles_version
+        if version != self._roles_version:
+            self._roles_version = version
+            self._touched = None
+            self._followed = {
+                (p.topic_partition.topic, p.topic_partition.partition): p
+                for p in self._partitions
+                if p.follower_state is not None and p.registration.leader == self.leader_id
+            }
+        return self._followed
 
     def leader_address(self) -> str | None:
         """The leader's first listener in the metadata image; None while it has none."""
@@ -207,14 +239,16 @@ class ReplicaFetcher:
             await self.close()
 
     async def close(self) -> None:
-        """Close the transport (a later round opens another)."""
+        """Close the transport (a later round opens another, and a new session)."""
         transport, self._transport, self._address = self._transport, None, ""
+        self.session = FetchSessionHandler()
         if transport is not None:
             await transport.close()
 
     async def fetch_round(self) -> FetchRound:
-        """One fetch for the followed partitions, its answers applied."""
-        followed = self.followed()
+        """One fetch for the followed partitions (in the session: those that changed), its
+        answers applied."""
+        followed = self._followed_now()
         if not followed:
             return FetchRound.IDLE
         address = self.leader_address()
@@ -223,29 +257,53 @@ class ReplicaFetcher:
         if address != self._address or self._transport is None:
             await self.close()
             self._address, self._transport = address, self._connect(address)
-        request = self.fetch_request(followed)
-        epochs = {p.topic_partition: p.leader_epoch for p in followed}  # as fetched
+        touched, self._touched = self._touched, set()
+        built = self.session.build(followed, self._fetch_state, touched)
+        request = self.fetch_request(built)
         timeout_s = self._settings.replica_fetch_max_wait_ms / 1000 + 30
         try:
             reply = await self._transport.fetch(request, timeout_s)
         except ReplicaFetchError as e:
             log.debug("broker %d: %s", self._replica_id, e)
+            self.session.failed()
             return FetchRound.BACK_OFF
+        if not self.session.handle(built, reply.session_id, reply.error):
+            log.debug(
+                "broker %d: fetch session %d with broker %d: %s; fetching in full",
+                self._replica_id,
+                built.session_id,
+                self.leader_id,
+                ErrorCode.Name(reply.error),
+            )
+            return FetchRound.FETCHED
         span = (
             None
             if self._telemetry is None
             else self._telemetry.replica_fetch_span(self.leader_id, reply)
         )
         try:
-            answered = await self.apply(reply, epochs)
+            # Each partition was fetched in the leader epoch the session last named.
+            answered = await self.apply(reply, self.session.sent)
         finally:
             if span is not None:
                 span.end()
         return FetchRound.FETCHED if answered else FetchRound.BACK_OFF
 
-    def fetch_request(self, followed: Iterable[Partition]) -> rpb.ReplicaFetchRequest:
-        """The follower's fetch for ``followed``: from each log's end, with its last
-        fetched epoch and the leader epoch it follows in."""
+    def _fetch_state(self, key: TopicPartitionKey) -> FetchPartitionState:
+        """What a fetch names for followed partition ``key``: from its log's end, with its
+        last fetched epoch and the leader epoch it follows in."""
+        partition = self._followed[key]
+        return FetchPartitionState(
+            fetch_offset=partition.log_end_offset,
+            partition_max_bytes=self._settings.replica_fetch_max_bytes,
+            current_leader_epoch=partition.leader_epoch,
+            last_fetched_epoch=partition.last_fetched_epoch,
+            log_start_offset=partition.log.log_start_offset,
+        )
+
+    def fetch_request(self, built: SessionRequest) -> rpb.ReplicaFetchRequest:
+        """The follower's fetch: the session's id and epoch, the partitions ``built``
+        names and those it forgets."""
         settings = self._settings
         request = rpb.ReplicaFetchRequest(
             replica_id=self._replica_id,
@@ -253,34 +311,49 @@ class ReplicaFetcher:
             max_wait_ms=settings.replica_fetch_max_wait_ms,
             min_bytes=1,
             max_bytes=settings.replica_fetch_response_max_bytes,
+            session_id=built.session_id,
+            session_epoch=built.epoch,
         )
         topics: dict[str, rpb.ReplicaFetchTopic] = {}
-        for partition in followed:
-            tp = partition.topic_partition
-            topic = topics.get(tp.topic)
+        for (name, index), state in built.partitions:
+            topic = topics.get(name)
             if topic is None:
-                topic = topics[tp.topic] = request.topics.add(topic=tp.topic)
+                topic = topics[name] = request.topics.add(topic=name)
             topic.partitions.add(
-                partition=tp.partition,
-                current_leader_epoch=partition.leader_epoch,
-                fetch_offset=partition.log_end_offset,
-                last_fetched_epoch=partition.last_fetched_epoch,
-                log_start_offset=partition.log.log_start_offset,
-                partition_max_bytes=settings.replica_fetch_max_bytes,
+                partition=index,
+                current_leader_epoch=state.current_leader_epoch,
+                fetch_offset=state.fetch_offset,
+                last_fetched_epoch=state.last_fetched_epoch,
+                log_start_offset=state.log_start_offset,
+                partition_max_bytes=state.partition_max_bytes,
             )
+        forgotten: dict[str, rpb.ReplicaFetchForgottenTopic] = {}
+        for name, index in built.forgotten:
+            gone = forgotten.get(name)
+            if gone is None:
+                gone = forgotten[name] = request.forgotten_topics.add(topic=name)
+            gone.partitions.append(index)
         return request
 
     async def apply(
-        self, reply: rpb.ReplicaFetchResponse, requested: dict[TopicPartition, int]
+        self,
+        reply: rpb.ReplicaFetchResponse,
+        fetched: Mapping[TopicPartitionKey, FetchPartitionState],
     ) -> bool:
-        """Hand each answer of ``reply`` to its partition (``requested``: the partitions
-        fetched and the leader epoch each was fetched in); False if every answer was an
-        error (then the fetcher backs off)."""
+        """Hand each answer of ``reply`` to its partition (``fetched``: the partitions
+        fetched, each with the leader epoch it was fetched in); False if every answer was
+        an error (then the fetcher backs off). The partitions answered with records or a
+        diverging epoch are the ones whose fetch state the next fetch looks at (a high
+        watermark alone moves none); one whose answer could not be applied is named again,
+        so that the leader sends it again."""
         answered = False
+        touched = self._touched
         for topic in reply.topics:
             for answer in topic.partitions:
+                key = (topic.topic, answer.partition)
                 tp = TopicPartition(topic.topic, answer.partition)
-                partition = self._current(tp, requested.get(tp))
+                state = fetched.get(key)
+                partition = self._current(tp, None if state is None else state.current_leader_epoch)
                 if partition is None:
                     continue
                 if answer.error != ErrorCode.NONE:
@@ -292,6 +365,8 @@ class ReplicaFetcher:
                     )
                     continue
                 answered = True
+                if touched is not None and (answer.records or answer.HasField("diverging_epoch")):
+                    touched.add(key)  # its log end (and last fetched epoch) moves
                 if answer.HasField("diverging_epoch"):
                     diverging = EpochEndOffset(
                         answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset
@@ -300,6 +375,7 @@ class ReplicaFetcher:
                         decision = await partition.truncate_to_diverging_epoch(diverging)
                     except HighwaterError as e:  # its log directory failed
                         log.error("broker %d: %s: cannot truncate: %s", self._replica_id, tp, e)
+                        self.session.forget(key)
                         continue
                     log.info(
                         "broker %d: %s truncated to %d (diverging epoch %d)",
@@ -318,6 +394,7 @@ class ReplicaFetcher:
                         tp,
                         e,
                     )
+                    self.session.forget(key)
         if self._on_change is not None:
             self._on_change()
         return answered

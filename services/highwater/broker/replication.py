@@ -493,6 +493,34 @@ class LeaderReplicationState:
         moved = self._maybe_increment_high_watermark(now_ms)
         return FollowerFetchOutcome(moved, proposal)
 
+    def on_follower_session_fetch(
+        self, replica_id: int, fetch_offset: int, fetched_at_ms: int, leader_log_end_offset: int
+    ) -> None:
+        """A follower's incremental fetch at ``fetched_at_ms`` left this partition out: it
+        still fetches from ``fetch_offset``, as last named, while the leader's log ended at
+        ``leader_log_end_offset`` (KIP-227 between brokers).
+
+        Kafka's leader reads every partition of a session at every fetch, so each one
+        updates the follower's progress (``updateFollowerFetchState``); here an idle
+        partition is not read, and the broker applies the fetches it skipped when the
+        partition changes, before the change counts: a follower that had the leader's whole
+        log then was caught up at its session's last fetch, not only at the last fetch that
+        named the partition (else the first append after a quiet spell longer than
+        ``replica.lag.time.max.ms`` would find every follower out of sync). Nothing else
+        moves: the follower's LEO is the same, so the HW and the ISR are as they were.
+        Unknown followers, another LEO or an older time: no change.
+        """
+        progress = self._followers.get(replica_id)
+        if progress is None or progress.log_end_offset != fetch_offset:
+            return
+        if progress.last_fetch_time_ms is not None and fetched_at_ms <= progress.last_fetch_time_ms:
+            return
+        if fetch_offset > leader_log_end_offset:
+            return
+        self._followers[replica_id] = progress.after_fetch(
+            fetch_offset, fetched_at_ms, leader_log_end_offset
+        )
+
     def out_of_sync_replicas(self, now_ms: int) -> frozenset[int]:
         """ISR members that are not caught up (Kafka's ``getOutOfSyncReplicas``).
 

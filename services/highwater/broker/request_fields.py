@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from highwater.broker.fetch_sessions import FetchPartitionState
 from highwater.internal.v1 import replication_pb2 as rpb
 from highwater.v1 import broker_pb2 as pb
 
@@ -70,7 +71,9 @@ def fetch_max_bytes(request: pb.FetchRequest | rpb.ReplicaFetchRequest, limit: i
     return max(1, min(wanted, limit))
 
 
-def partition_fetch_max_bytes(item: pb.FetchPartition | rpb.ReplicaFetchPartition) -> int:
+def partition_fetch_max_bytes(
+    item: pb.FetchPartition | rpb.ReplicaFetchPartition | FetchPartitionState,
+) -> int:
     if isinstance(item, pb.FetchPartition):
         given = item.HasField("partition_max_bytes")
     else:

@@ -27,11 +27,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import grpc.aio
 
 from highwater.broker import request_fields as fields
+from highwater.broker.fetch_sessions import FetchPartitionState, SessionFetch, TopicPartitionKey
 from highwater.broker.leader_channels import LeaderChannels
 from highwater.broker.partitions import Partition, PartitionError, PartitionManager
 from highwater.broker.plain_records import add_plain_records
@@ -39,7 +41,8 @@ from highwater.broker.purgatory import Purgatory
 from highwater.broker.quota_caller import UNKNOWN_CALLER, QuotaCaller
 from highwater.broker.quotas import ClientQuotaManager, Throttle, percentage_of_handler
 from highwater.broker.record_placement import place_records
-from highwater.broker.replication import AlterPartitionProposal
+from highwater.broker.replica_sessions import ReplicaFetchSessions
+from highwater.broker.replication import AlterPartitionProposal, EpochEndOffset
 from highwater.broker.settings import BrokerSettings
 from highwater.broker.telemetry import ACKS, CONSUMER, REPLICA, TOPIC, BrokerTelemetry
 from highwater.controller_api import messages as m
@@ -50,6 +53,7 @@ from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partitio
 from highwater.metadata.records import BrokerEndpoint
 from highwater.records import SimpleRecord, build_batch
 from highwater.records.partitioner import StickyPartitioner
+from highwater.storage.topic_partition import TopicPartition
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -96,6 +100,9 @@ class RequestHandler:
         self.throttle = throttle or Throttle()
         self.leaders = leaders if leaders is not None else LeaderChannels(lambda: partitions.image)
         self._sticky = StickyPartitioner()
+        self.replica_sessions = ReplicaFetchSessions(partitions, clock=partitions.clock)
+        """The followers' fetch sessions (KIP-227); the broker tells it of each partition
+        that changed (``PartitionManager.on_change``)."""
         self.control_plane: Callable[[], tuple[str, int, str]] | None = None
         """Where Metadata answers get the cluster id, the active controller's id and the
         metadata mode from (etcd mode sets it: the pushes say who the controller is); None:
@@ -199,11 +206,13 @@ class RequestHandler:
                     data = _batch_bytes(item) if aside is None else aside
                     produced += len(data)
                     high_watermark = partition.high_watermark
+                    log_end_offset = partition.log_end_offset
                     info = partition.append(data, acks)
                     committed = committed or partition.high_watermark != high_watermark
                 except HighwaterError as e:
                     _fail(answer, getattr(e, "code", ErrorCode.UNKNOWN_SERVER_ERROR), str(e))
                     continue
+                self.replica_sessions.partition_changed(partition.topic_partition, log_end_offset)
                 self.telemetry.bytes_in.add(len(data), {TOPIC: topic.topic})
                 answer.base_offset = info.first_offset
                 answer.log_append_time_ms = info.log_append_time
@@ -374,20 +383,87 @@ class RequestHandler:
         Broker ``replica_id`` must be registered with the epoch the fetch names, or every
         partition's answer is STALE_BROKER_EPOCH and nothing moves: an earlier incarnation
         of the broker, or anyone else naming its id, cannot pass for the follower.
-        Followers' fetches are exempt from client quotas."""
+        Followers' fetches are exempt from client quotas.
+
+        In a fetch session (:mod:`highwater.broker.replica_sessions`) an incremental fetch
+        reads the partitions it names and those changed since the session's last answer,
+        parks on its session until one changes, and answers only the partitions with
+        something new to say; a fetch without a session reads and answers every partition
+        it names, parked on the broker's purgatory."""
         started = time.monotonic()
         handler = _HandlerTime()
         deadline = started + max(request.max_wait_ms, 0) / 1000
         refusal = self._follower_refusal(request)
         if refusal is not None:
             return _fail_replica_fetch(request, ErrorCode.STALE_BROKER_EPOCH, refusal)
+        fetch = self.replica_sessions.resolve(request)
+        if fetch.error:
+            self.telemetry.fetch_duration.record(time.monotonic() - started, REPLICA)
+            return rpb.ReplicaFetchResponse(error=fetch.error)  # type: ignore[arg-type]
+        session = fetch.session
+        budget = fields.fetch_max_bytes(request, self.settings.fetch_max_bytes)
+        answers: dict[TopicPartitionKey, _FollowerAnswer] = {}
+        to_read = fetch.partitions
+        failed = False
         while True:
-            response, total, failed = self._read_for_follower(request)
+            failed = self._read_for_follower(request.replica_id, to_read, answers, budget, fetch)
+            total = sum(len(answer.records) for answer in answers.values())
             now = time.monotonic()
             if failed or total >= max(request.min_bytes, 1) or now >= deadline:
-                self.telemetry.fetch_duration.record(now - started, REPLICA)
-                return response
-            await handler.wait(self._purgatory, deadline - now, appended=True)
+                break
+            if session is None:
+                await handler.wait(self._purgatory, deadline - now, appended=True)
+            else:
+                waited = time.perf_counter()
+                await self.replica_sessions.wait(session, deadline - now)
+                handler.waited(time.perf_counter() - waited)
+                to_read = session.take_changed()
+        self.telemetry.fetch_duration.record(time.monotonic() - started, REPLICA)
+        return self._replica_fetch_answer(fetch, answers)
+
+    def _replica_fetch_answer(
+        self, fetch: SessionFetch, answers: dict[TopicPartitionKey, _FollowerAnswer]
+    ) -> rpb.ReplicaFetchResponse:
+        """The answers a fetch reads, trimmed to what is new in an incremental one; a
+        partition whose answer left records behind (the answer's byte budget ran out) is
+        marked to be read at the session's next fetch."""
+        response = rpb.ReplicaFetchResponse(session_id=fetch.session_id)
+        session = fetch.session
+        topics: dict[str, pb.FetchTopicResponse] = {}
+        for key, answer in answers.items():
+            diverging = answer.diverging is not None
+            if session is not None and answer.error == ErrorCode.NONE and not answer.records:
+                state = session.partitions.get(key)
+                replica = self.partitions.replica(TopicPartition(*key))
+                if (
+                    not diverging
+                    and state is not None
+                    and replica is not None
+                    and state.fetch_offset < replica.log_end_offset
+                ):
+                    session.mark(key)  # left out of a full answer: read it next time
+            if not fetch.include(
+                key,
+                answer.high_watermark,
+                answer.log_start_offset,
+                answer.error,
+                bool(answer.records) or diverging,
+            ):
+                continue
+            topic = topics.get(key[0])
+            if topic is None:
+                topic = topics[key[0]] = response.topics.add(topic=key[0])
+            out = topic.partitions.add(
+                partition=key[1],
+                error=answer.error,
+                high_watermark=answer.high_watermark,
+                log_start_offset=answer.log_start_offset,
+                records=answer.records,
+            )
+            if answer.diverging is not None:
+                out.diverging_epoch.epoch = answer.diverging.epoch
+                out.diverging_epoch.end_offset = answer.diverging.end_offset
+        return response
 
     def _follower_refusal(self, request: rpb.ReplicaFetchRequest) -> str | None:
         """Why a fetch that claims to come from broker ``replica_id`` is not that broker's
@@ -447,57 +523,66 @@ class RequestHandler:
         return response, total, failed
 
     def _read_for_follower(
-        self, request: rpb.ReplicaFetchRequest
-    ) -> tuple[rpb.ReplicaFetchResponse, int, bool]:
-        """A follower's fetch: records past the high watermark too, or the diverging epoch;
-        its progress moves the high watermark and may bring it back into the ISR."""
-        response = rpb.ReplicaFetchResponse()
-        budget = fields.fetch_max_bytes(request, self.settings.fetch_max_bytes)
-        total = 0
+        self,
+        replica_id: int,
+        partitions: list[tuple[TopicPartitionKey, FetchPartitionState]],
+        answers: dict[TopicPartitionKey, _FollowerAnswer],
+        budget: int,
+        fetch: SessionFetch,
+    ) -> bool:
+        """A follower's fetch of ``partitions`` into ``answers`` (an answer read again
+        replaces the earlier one): records past the high watermark too, or the diverging
+        epoch; its progress moves the high watermark and may bring it back into the ISR.
+        True if some answer must go at once (an error, a diverging epoch)."""
+        total = sum(len(answer.records) for answer in answers.values())
         failed = False
         moved = False
-        for topic in request.topics:
-            topic_response = response.topics.add(topic=topic.topic)
-            for item in topic.partitions:
-                answer = topic_response.partitions.add(partition=item.partition)
-                answer.high_watermark = answer.log_start_offset = -1
-                room = budget - total
-                try:
-                    partition = self.partitions.get(topic.topic, item.partition)
-                    read = partition.read_for_follower(
-                        request.replica_id,
-                        item.fetch_offset,
-                        item.last_fetched_epoch,
-                        max(min(fields.partition_fetch_max_bytes(item), room), 0),
-                        item.current_leader_epoch,
-                        min_one_batch=room > 0,
-                    )
-                except HighwaterError as e:  # a failed log directory: KAFKA_STORAGE_ERROR
-                    answer.error = e.code  # type: ignore[assignment]
-                    failed = True
-                    continue
-                moved = moved or read.high_watermark_moved
-                answer.high_watermark = partition.high_watermark
-                answer.log_start_offset = partition.log.log_start_offset
-                if read.proposal is not None:
-                    self._propose(partition, read.proposal)
-                if read.diverging is not None:
-                    answer.diverging_epoch.epoch = read.diverging.epoch
-                    answer.diverging_epoch.end_offset = read.diverging.end_offset
-                    failed = True  # answer at once: the follower truncates first
-                    continue
-                assert read.data is not None
-                answer.records = read.data.records
-                total += len(read.data.records)
-                if read.data.records:
-                    self.telemetry.bytes_out.add(
-                        len(read.data.records), {**REPLICA, TOPIC: topic.topic}
-                    )
+        session_id = fetch.session.session_id if fetch.session is not None else 0
+        for key, item in partitions:
+            topic, index = key
+            answer = _FollowerAnswer()
+            previous = answers.pop(key, None)
+            if previous is not None:
+                total -= len(previous.records)
+            answers[key] = answer
+            room = budget - total
+            try:
+                partition = self.partitions.get(topic, index)
+                read = partition.read_for_follower(
+                    replica_id,
+                    item.fetch_offset,
+                    item.last_fetched_epoch,
+                    max(min(fields.partition_fetch_max_bytes(item), room), 0),
+                    item.current_leader_epoch,
+                    min_one_batch=room > 0,
+                )
+            except HighwaterError as e:  # a failed log directory: KAFKA_STORAGE_ERROR
+                answer.error = getattr(e, "code", ErrorCode.UNKNOWN_SERVER_ERROR)
+                failed = True
+                continue
+            if read.high_watermark_moved:
+                moved = True
+                self.replica_sessions.partition_changed(
+                    partition.topic_partition, except_session=session_id
+                )
+            answer.high_watermark = partition.high_watermark
+            answer.log_start_offset = partition.log.log_start_offset
+            if read.proposal is not None:
+                self._propose(partition, read.proposal)
+            if read.diverging is not None:
+                answer.diverging = read.diverging
+                failed = True  # answer at once: the follower truncates first
+                continue
+            assert read.data is not None
+            answer.records = read.data.records
+            total += len(read.data.records)
+            if read.data.records:
+                self.telemetry.bytes_out.add(len(read.data.records), {**REPLICA, TOPIC: topic})
         if moved:
             # acks=all produces and consumers wait for the high watermark; the other
             # followers' fetches do not (they would only find nothing new).
             self._purgatory.notify(appended=False)
-        return response, total, failed
+        return failed
 
     # --- offsets and metadata -------------------------------------------------------------
 
@@ -629,6 +714,7 @@ class RequestHandler:
                 except HighwaterError as e:  # a failed log directory: KAFKA_STORAGE_ERROR
                     answer.error = e.code  # type: ignore[assignment]
                     continue
+                self.replica_sessions.partition_changed(partition.topic_partition)
                 answer.low_watermark = partition.log.log_start_offset
         return response
 
@@ -740,6 +826,18 @@ class RequestHandler:
         return response
 
 
+@dataclass(slots=True)
+class _FollowerAnswer:
+    """One partition's answer to a follower's fetch, before the fetch session decides
+    whether it goes into the response."""
+
+    error: int = ErrorCode.NONE
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    diverging: EpochEndOffset | None = None
+
+
 class _HandlerTime:
     """The time a request kept the handler busy: since it began, less its waits in the
     purgatory (``request_percentage`` counts handler time, not waiting)."""
@@ -756,6 +854,10 @@ class _HandlerTime:
             await purgatory.wait(timeout_s, **kwargs)
         finally:
             self._waited += time.perf_counter() - began
+
+    def waited(self, seconds: float) -> None:
+        """Count ``seconds`` spent waiting elsewhere (a fetch session's park)."""
+        self._waited += seconds
 
     def busy(self) -> float:
         return time.perf_counter() - self._started - self._waited

@@ -167,6 +167,9 @@ class BrokerServer:
             on_proposed=lambda partition, proposal: self.telemetry.isr_change_proposed(
                 proposal, partition.topic_partition.topic
             ),
+            on_dropped=lambda partition: self.requests.replica_sessions.partition_changed(
+                partition.topic_partition
+            ),
         )
         self.fetchers = ReplicaFetcherManager(
             self.partitions,
@@ -192,6 +195,7 @@ class BrokerServer:
             ),
             leaders=self.leaders,
         )
+        self.partitions.on_change = self.requests.replica_sessions.partition_changed
         self.sessions = ConsumerSessions(self.requests, self.leaders)
         self.sessions.authorizer = authorize_consumer_session
         """Consumer sessions (``Broker.ConsumerSession``); ``sessions.authorizer`` is where

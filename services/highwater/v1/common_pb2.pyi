@@ -79,6 +79,12 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 59
     NON_EMPTY_GROUP: _ErrorCode.ValueType  # 68
     GROUP_ID_NOT_FOUND: _ErrorCode.ValueType  # 69
+    FETCH_SESSION_ID_NOT_FOUND: _ErrorCode.ValueType  # 70
+    """An incremental fetch named a fetch session the leader does not hold (evicted, never
+    opened, or another fetcher's): fetch again in full.
+    """
+    INVALID_FETCH_SESSION_EPOCH: _ErrorCode.ValueType  # 71
+    """An incremental fetch carried another epoch than its session expects: fetch in full."""
     FENCED_LEADER_EPOCH: _ErrorCode.ValueType  # 74
     UNKNOWN_LEADER_EPOCH: _ErrorCode.ValueType  # 75
     STALE_BROKER_EPOCH: _ErrorCode.ValueType  # 77
@@ -170,6 +176,12 @@ SASL_AUTHENTICATION_FAILED: ErrorCode.ValueType  # 58
 UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 59
 NON_EMPTY_GROUP: ErrorCode.ValueType  # 68
 GROUP_ID_NOT_FOUND: ErrorCode.ValueType  # 69
+FETCH_SESSION_ID_NOT_FOUND: ErrorCode.ValueType  # 70
+"""An incremental fetch named a fetch session the leader does not hold (evicted, never
+opened, or another fetcher's): fetch again in full.
+"""
+INVALID_FETCH_SESSION_EPOCH: ErrorCode.ValueType  # 71
+"""An incremental fetch carried another epoch than its session expects: fetch in full."""
 FENCED_LEADER_EPOCH: ErrorCode.ValueType  # 74
 UNKNOWN_LEADER_EPOCH: ErrorCode.ValueType  # 75
 STALE_BROKER_EPOCH: ErrorCode.ValueType  # 77

@@ -4,12 +4,13 @@
 from Kafka's own JSON message schemas; docs/kafka-protocol.md says why): the APIs and
 versions served, request headers, response frames. ``apis`` translates each Kafka request
 into the broker's own (``highwater.v1``) request, hands it to the same code the gRPC
-servicer uses, and translates the answer back. ``fetch_sessions`` is KIP-227's cache of
-incremental fetch sessions. ``listener`` is the asyncio TCP server: framing, the
-``socket.request.max.bytes`` limit, pipelined requests answered in order per connection,
-TLS. ``sasl`` is a connection's authentication (SaslHandshake, SaslAuthenticate, KIP-368's
-re-authentication) over the process's ``Authenticator``; ``door`` assembles the listener
-over a broker and its security protocol.
+servicer uses, and translates the answer back (its KIP-227 fetch sessions are the broker's
+:mod:`highwater.broker.fetch_sessions`, shared with the replica fetches). ``listener`` is
+the asyncio TCP server: framing, the ``socket.request.max.bytes`` limit, pipelined
+requests answered in order per connection, TLS. ``sasl`` is a connection's authentication
+(SaslHandshake, SaslAuthenticate, KIP-368's re-authentication) over the process's
+``Authenticator``; ``door`` assembles the listener over a broker and its security
+protocol.
 """
 
 import warnings

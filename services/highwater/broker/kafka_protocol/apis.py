@@ -7,11 +7,11 @@ the group's coordinator for the group calls), and the answer is translated back.
 codes are Kafka's numbers on both sides, so they pass unchanged.
 
 What is Kafka's only and lives here: the API versions answer (KIP-511), fetch sessions
-(KIP-227, :mod:`.fetch_sessions`), Metadata's and FindCoordinator's addresses (each broker's
-Kafka listener, registered as the listener named ``KAFKA``; a group's coordinator is the
-broker asked, which relays the group calls to the coordinator service), and the null/empty
-conventions of the wire format. ``throttle_time_ms`` is 0 in every answer: no quota
-throttles a Kafka connection yet.
+(KIP-227, over the broker's :mod:`highwater.broker.fetch_sessions`), Metadata's and
+FindCoordinator's addresses (each broker's Kafka listener, registered as the listener
+named ``KAFKA``; a group's coordinator is the broker asked, which relays the group calls
+to the coordinator service), and the null/empty conventions of the wire format.
+``throttle_time_ms`` is 0 in every answer: no quota throttles a Kafka connection yet.
 
 **ACLs.** Each request runs as its connection's principal (the listener sets it with
 :func:`~highwater.rpc.auth.serve_as`), and the checks are the gRPC handlers' own
@@ -84,8 +84,8 @@ from highwater.broker.authorization import (
     filter_metadata,
     split_topics,
 )
+from highwater.broker.fetch_sessions import FetchPartitionState, FetchSessionCache
 from highwater.broker.kafka_protocol.codec import SUPPORTED, KafkaRequest, Spliced, placeholders
-from highwater.broker.kafka_protocol.fetch_sessions import FetchPartitionState, FetchSessionCache
 from highwater.broker.request_handler import RequestHandler
 from highwater.controller_api import codec as controller_codec
 from highwater.controller_api.authorization import merge_refusals, split_admin_request

@@ -26,7 +26,7 @@ from highwater.v1 import broker_pb2 as highwater_dot_v1_dot_broker__pb2
 from highwater.v1 import common_pb2 as highwater_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'highwater/internal/v1/replication.proto\x12\x15highwater.internal.v1\x1a\x19highwater/v1/broker.proto\x1a\x19highwater/v1/common.proto\"\xb5\x01\n\x13ReplicaFetchRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\x05\x12\x15\n\rreplica_epoch\x18\x02 \x01(\x03\x12\x13\n\x0bmax_wait_ms\x18\x03 \x01(\x05\x12\x11\n\tmin_bytes\x18\x04 \x01(\x05\x12\x11\n\tmax_bytes\x18\x05 \x01(\x05\x12\x38\n\x06topics\x18\x06 \x03(\x0b\x32(.highwater.internal.v1.ReplicaFetchTopic\"d\n\x11ReplicaFetchTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12@\n\npartitions\x18\x02 \x03(\x0b\x32,.highwater.internal.v1.ReplicaFetchPartition\"\xb1\x01\n\x15ReplicaFetchPartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x02 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x03 \x01(\x03\x12\x1a\n\x12last_fetched_epoch\x18\x04 \x01(\x05\x12\x18\n\x10log_start_offset\x18\x05 \x01(\x03\x12\x1b\n\x13partition_max_bytes\x18\x06 \x01(\x05\"H\n\x14ReplicaFetchResponse\x12\x30\n\x06topics\x18\x01 \x03(\x0b\x32 .highwater.v1.FetchTopicResponse\"\x87\x01\n\x18GetReplicaLogInfoRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x42\n\npartitions\x18\x03 \x03(\x0b\x32..highwater.internal.v1.ReplicaLogInfoPartition\">\n\x17ReplicaLogInfoPartition\x12\x10\n\x08topic_id\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"\x7f\n\x19GetReplicaLogInfoResponse\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x39\n\npartitions\x18\x03 \x03(\x0b\x32%.highwater.internal.v1.ReplicaLogInfo\"\x90\x01\n\x0eReplicaLogInfo\x12\x10\n\x08topic_id\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x19\n\x11last_leader_epoch\x18\x03 \x01(\x05\x12\x16\n\x0elog_end_offset\x18\x04 \x01(\x03\x12&\n\x05\x65rror\x18\x05 \x01(\x0e\x32\x17.highwater.v1.ErrorCode2\xfa\x01\n\x13ReplicaFetchService\x12k\n\x0cReplicaFetch\x12*.highwater.internal.v1.ReplicaFetchRequest\x1a+.highwater.internal.v1.ReplicaFetchResponse(\x01\x30\x01\x12v\n\x11GetReplicaLogInfo\x12/.highwater.internal.v1.GetReplicaLogInfoRequest\x1a\x30.highwater.internal.v1.GetReplicaLogInfoResponseBd\n\x18io.highwater.internal.v1P\x01ZFgithub.com/highwater/highwater/gen/go/highwater/internal/v1;internalv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'highwater/internal/v1/replication.proto\x12\x15highwater.internal.v1\x1a\x19highwater/v1/broker.proto\x1a\x19highwater/v1/common.proto\"\xc4\x02\n\x13ReplicaFetchRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\x05\x12\x15\n\rreplica_epoch\x18\x02 \x01(\x03\x12\x13\n\x0bmax_wait_ms\x18\x03 \x01(\x05\x12\x11\n\tmin_bytes\x18\x04 \x01(\x05\x12\x11\n\tmax_bytes\x18\x05 \x01(\x05\x12\x38\n\x06topics\x18\x06 \x03(\x0b\x32(.highwater.internal.v1.ReplicaFetchTopic\x12\x12\n\nsession_id\x18\x07 \x01(\x05\x12\x1a\n\rsession_epoch\x18\x08 \x01(\x05H\x00\x88\x01\x01\x12K\n\x10\x66orgotten_topics\x18\t \x03(\x0b\x32\x31.highwater.internal.v1.ReplicaFetchForgottenTopicB\x10\n\x0e_session_epoch\"?\n\x1aReplicaFetchForgottenTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\x05\"d\n\x11ReplicaFetchTopic\x12\r\n\x05topic\x18\x01 \x01(\t\x12@\n\npartitions\x18\x02 \x03(\x0b\x32,.highwater.internal.v1.ReplicaFetchPartition\"\xb1\x01\n\x15ReplicaFetchPartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x02 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x03 \x01(\x03\x12\x1a\n\x12last_fetched_epoch\x18\x04 \x01(\x05\x12\x18\n\x10log_start_offset\x18\x05 \x01(\x03\x12\x1b\n\x13partition_max_bytes\x18\x06 \x01(\x05\"\x84\x01\n\x14ReplicaFetchResponse\x12\x30\n\x06topics\x18\x01 \x03(\x0b\x32 .highwater.v1.FetchTopicResponse\x12&\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x17.highwater.v1.ErrorCode\x12\x12\n\nsession_id\x18\x03 \x01(\x05\"\x87\x01\n\x18GetReplicaLogInfoRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x42\n\npartitions\x18\x03 \x03(\x0b\x32..highwater.internal.v1.ReplicaLogInfoPartition\">\n\x17ReplicaLogInfoPartition\x12\x10\n\x08topic_id\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"\x7f\n\x19GetReplicaLogInfoResponse\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x39\n\npartitions\x18\x03 \x03(\x0b\x32%.highwater.internal.v1.ReplicaLogInfo\"\x90\x01\n\x0eReplicaLogInfo\x12\x10\n\x08topic_id\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x19\n\x11last_leader_epoch\x18\x03 \x01(\x05\x12\x16\n\x0elog_end_offset\x18\x04 \x01(\x03\x12&\n\x05\x65rror\x18\x05 \x01(\x0e\x32\x17.highwater.v1.ErrorCode2\xfa\x01\n\x13ReplicaFetchService\x12k\n\x0cReplicaFetch\x12*.highwater.internal.v1.ReplicaFetchRequest\x1a+.highwater.internal.v1.ReplicaFetchResponse(\x01\x30\x01\x12v\n\x11GetReplicaLogInfo\x12/.highwater.internal.v1.GetReplicaLogInfoRequest\x1a\x30.highwater.internal.v1.GetReplicaLogInfoResponseBd\n\x18io.highwater.internal.v1P\x01ZFgithub.com/highwater/highwater/gen/go/highwater/internal/v1;internalv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,21 +35,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\030io.highwater.internal.v1P\001ZFgithub.com/highwater/highwater/gen/go/highwater/internal/v1;internalv1'
   _globals['_REPLICAFETCHREQUEST']._serialized_start=121
-  _globals['_REPLICAFETCHREQUEST']._serialized_end=302
-  _globals['_REPLICAFETCHTOPIC']._serialized_start=304
-  _globals['_REPLICAFETCHTOPIC']._serialized_end=404
-  _globals['_REPLICAFETCHPARTITION']._serialized_start=407
-  _globals['_REPLICAFETCHPARTITION']._serialized_end=584
-  _globals['_REPLICAFETCHRESPONSE']._serialized_start=586
-  _globals['_REPLICAFETCHRESPONSE']._serialized_end=658
-  _globals['_GETREPLICALOGINFOREQUEST']._serialized_start=661
-  _globals['_GETREPLICALOGINFOREQUEST']._serialized_end=796
-  _globals['_REPLICALOGINFOPARTITION']._serialized_start=798
-  _globals['_REPLICALOGINFOPARTITION']._serialized_end=860
-  _globals['_GETREPLICALOGINFORESPONSE']._serialized_start=862
-  _globals['_GETREPLICALOGINFORESPONSE']._serialized_end=989
-  _globals['_REPLICALOGINFO']._serialized_start=992
-  _globals['_REPLICALOGINFO']._serialized_end=1136
-  _globals['_REPLICAFETCHSERVICE']._serialized_start=1139
-  _globals['_REPLICAFETCHSERVICE']._serialized_end=1389
+  _globals['_REPLICAFETCHREQUEST']._serialized_end=445
+  _globals['_REPLICAFETCHFORGOTTENTOPIC']._serialized_start=447
+  _globals['_REPLICAFETCHFORGOTTENTOPIC']._serialized_end=510
+  _globals['_REPLICAFETCHTOPIC']._serialized_start=512
+  _globals['_REPLICAFETCHTOPIC']._serialized_end=612
+  _globals['_REPLICAFETCHPARTITION']._serialized_start=615
+  _globals['_REPLICAFETCHPARTITION']._serialized_end=792
+  _globals['_REPLICAFETCHRESPONSE']._serialized_start=795
+  _globals['_REPLICAFETCHRESPONSE']._serialized_end=927
+  _globals['_GETREPLICALOGINFOREQUEST']._serialized_start=930
+  _globals['_GETREPLICALOGINFOREQUEST']._serialized_end=1065
+  _globals['_REPLICALOGINFOPARTITION']._serialized_start=1067
+  _globals['_REPLICALOGINFOPARTITION']._serialized_end=1129
+  _globals['_GETREPLICALOGINFORESPONSE']._serialized_start=1131
+  _globals['_GETREPLICALOGINFORESPONSE']._serialized_end=1258
+  _globals['_REPLICALOGINFO']._serialized_start=1261
+  _globals['_REPLICALOGINFO']._serialized_end=1405
+  _globals['_REPLICAFETCHSERVICE']._serialized_start=1408
+  _globals['_REPLICAFETCHSERVICE']._serialized_end=1658
 # @@protoc_insertion_point(module_scope)

@@ -38,6 +38,9 @@ class ReplicaFetchRequest(_message.Message):
     MIN_BYTES_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    SESSION_EPOCH_FIELD_NUMBER: _builtins.int
+    FORGOTTEN_TOPICS_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
     """The follower's node id."""
     replica_epoch: _builtins.int
@@ -53,8 +56,26 @@ class ReplicaFetchRequest(_message.Message):
     """The most the whole answer carries (at least one batch); held to the leader's
     fetch.max.bytes. 0: 1 MiB.
     """
+    session_id: _builtins.int
+    """KIP-227's fetch session: 0 with an epoch of 0 opens one (a full fetch), an id with
+    the next epoch continues it (incremental), an id with epoch 0 closes it and opens
+    another, -1 closes it without opening one. Unset epoch: a full fetch without a session
+    (what followers that predate sessions send).
+    """
+    session_epoch: _builtins.int
     @_builtins.property
-    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaFetchTopic]: ...
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaFetchTopic]:
+        """The partitions fetched: all of them in a full fetch; in an incremental one (a fetch
+        session's epoch > 0) only those added or whose fetch state changed since the session's
+        last fetch (offset, last fetched epoch, leader epoch, log start offset).
+        """
+
+    @_builtins.property
+    def forgotten_topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaFetchForgottenTopic]:
+        """Partitions the session drops (an incremental fetch only): no longer followed from
+        this leader.
+        """
+
     def __init__(
         self,
         *,
@@ -64,14 +85,42 @@ class ReplicaFetchRequest(_message.Message):
         min_bytes: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
         topics: _abc.Iterable[Global___ReplicaFetchTopic] | None = ...,
+        session_id: _builtins.int = ...,
+        session_epoch: _builtins.int | None = ...,
+        forgotten_topics: _abc.Iterable[Global___ReplicaFetchForgottenTopic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_session_epoch", b"_session_epoch", "session_epoch", b"session_epoch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_session_epoch", b"_session_epoch", "forgotten_topics", b"forgotten_topics", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "replica_epoch", b"replica_epoch", "replica_id", b"replica_id", "session_epoch", b"session_epoch", "session_id", b"session_id", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__session_epoch: _TypeAlias = _typing.Literal["session_epoch"]  # noqa: Y015
+    _WhichOneofArgType__session_epoch: _TypeAlias = _typing.Literal["_session_epoch", b"_session_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__session_epoch) -> _WhichOneofReturnType__session_epoch | None: ...
+
+Global___ReplicaFetchRequest: _TypeAlias = ReplicaFetchRequest  # noqa: Y015
+
+@_typing.final
+class ReplicaFetchForgottenTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "replica_epoch", b"replica_epoch", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___ReplicaFetchRequest: _TypeAlias = ReplicaFetchRequest  # noqa: Y015
+Global___ReplicaFetchForgottenTopic: _TypeAlias = ReplicaFetchForgottenTopic  # noqa: Y015
 
 @_typing.final
 class ReplicaFetchTopic(_message.Message):
@@ -144,20 +193,34 @@ class ReplicaFetchResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOPICS_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    error: _common_pb2.ErrorCode.ValueType
+    """FETCH_SESSION_ID_NOT_FOUND or INVALID_FETCH_SESSION_EPOCH: the fetch was refused as a
+    whole (no topics); the follower fetches again in full.
+    """
+    session_id: _builtins.int
+    """The session the fetch belongs to (a full fetch: the one it opened; 0: none, as when
+    the leader holds no more sessions, or predates them).
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[_broker_pb2.FetchTopicResponse]:
         """Each partition's answer: error, high watermark, log start offset, and either the
-        records (whole RecordBatch v2 batches) or the diverging epoch.
+        records (whole RecordBatch v2 batches) or the diverging epoch. In an incremental fetch,
+        only the partitions with something new to say: records, a high watermark, log start
+        offset or error other than the session's last answer, a diverging epoch.
         """
 
     def __init__(
         self,
         *,
         topics: _abc.Iterable[_broker_pb2.FetchTopicResponse] | None = ...,
+        error: _common_pb2.ErrorCode.ValueType = ...,
+        session_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "session_id", b"session_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,372 @@
+"""Incremental fetch sessions (KIP-227): a leader remembers what a fetcher fetches.
+
+Shared by the two kinds of fetchers a broker answers: Kafka clients on the Kafka listener
+(:mod:`highwater.broker.kafka_protocol.apis`) and follower brokers on the internal
+``ReplicaFetch`` stream (:mod:`highwater.broker.replica_sessions`). A fetch names a
+session id and an epoch:
+
+* ``(0, -1)`` — no session: a full fetch, answered with session id 0;
+* ``(0, 0)`` or ``(id, 0)`` — a new session (closing ``id``): a full fetch, answered with
+  the new session's id (0 when the cache is full), whose partitions the leader keeps;
+* ``(id, n)``, ``n > 0`` — the next fetch of session ``id``: its partitions are added to or
+  updated in the session, its forgotten partitions removed; the answer lists only the
+  partitions that have records or whose high watermark, log start offset or error changed
+  since the session's last answer. An unknown id (or one another fetcher owns) is
+  FETCH_SESSION_ID_NOT_FOUND, an epoch other than the expected one
+  INVALID_FETCH_SESSION_EPOCH; the fetcher then starts over with a full fetch;
+* ``(id, -1)`` — close session ``id``, then a full fetch without a session.
+
+Which partitions an incremental fetch reads is the leader's choice. The Kafka listener
+reads every partition of the session (:attr:`SessionFetch.partitions`, Kafka's
+``IncrementalFetchContext``) and trims the answer. Replica fetches read only what can have
+something to say (``changed_only``): the partitions the request names, and those the
+leader marked *changed* (:meth:`FetchSessionCache.mark_changed`: records appended, a high
+watermark, log start offset or role that moved) since the session's last answer, so an
+idle round costs what changed, not the session's size. The cache keeps an index from
+partition to the sessions holding it, so a mark costs the sessions that hold the
+partition, not a scan.
+
+The fetcher's side is :class:`FetchSessionHandler` (Kafka's ``FetchSessionHandler``): the
+session id and next epoch, the partitions as the leader's session holds them, and what
+the next fetch names: everything in a full fetch; in an incremental one the partitions
+whose fetch state differs from the session's, and those no longer fetched (forgotten).
+
+Pure: no I/O, no clock (``now_ms`` comes in); the cache holds at most ``max_sessions``
+sessions and evicts the least recently used (Kafka's
+``max.incremental.fetch.session.cache.slots``, 1000).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+__all__ = [
+    "FETCH_SESSION_ID_NOT_FOUND",
+    "FINAL_EPOCH",
+    "INITIAL_EPOCH",
+    "INVALID_FETCH_SESSION_EPOCH",
+    "FetchPartitionState",
+    "FetchSession",
+    "FetchSessionCache",
+    "FetchSessionHandler",
+    "SessionFetch",
+    "SessionRequest",
+    "TopicPartitionKey",
+    "next_epoch",
+]
+
+FETCH_SESSION_ID_NOT_FOUND: Final = 70
+INVALID_FETCH_SESSION_EPOCH: Final = 71
+INITIAL_EPOCH: Final = 0
+"""A fetch that opens a session (full)."""
+FINAL_EPOCH: Final = -1
+"""A fetch without a session (full), closing the one it names."""
+
+TopicPartitionKey = tuple[str, int]
+
+
+def next_epoch(epoch: int) -> int:
+    """The session epoch after ``epoch`` (wrapping to 1, as Kafka's ``nextEpoch``)."""
+    return epoch + 1 if epoch < 2**31 - 1 else 1
+
+
+@dataclass(slots=True)
+class FetchPartitionState:
+    """What a fetch asks of one partition, and (in a session) what it was last told."""
+
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
+    log_start_offset: int = -1
+    answered: tuple[int, int, int] | None = None
+    """(high watermark, log start offset, error) of the last answer that carried it."""
+
+
+@dataclass(slots=True)
+class FetchSession:
+    """One session: its partitions as last fetched, the epoch its next fetch must carry,
+    and (replica fetches) the partitions marked changed since its last answer."""
+
+    session_id: int
+    next_epoch: int
+    partitions: dict[TopicPartitionKey, FetchPartitionState] = field(default_factory=dict)
+    owner: int = -1
+    """Who may use the session (a follower's broker id; -1: anyone)."""
+    last_fetch_ms: int = 0
+    """When its latest fetch arrived (``now_ms`` of :meth:`FetchSessionCache.resolve`)."""
+    changed: set[TopicPartitionKey] = field(default_factory=set)
+    """Partitions marked changed since the session's last answer (to read next)."""
+
+    def take_changed(self) -> list[tuple[TopicPartitionKey, FetchPartitionState]]:
+        """The partitions marked changed, with their states; the marks are cleared."""
+        keys, self.changed = self.changed, set()
+        partitions = self.partitions
+        return [(key, partitions[key]) for key in keys if key in partitions]
+
+    def mark(self, key: TopicPartitionKey) -> None:
+        """Read ``key`` again at the next fetch (its answer left records behind)."""
+        if key in self.partitions:
+            self.changed.add(key)
+
+
+@dataclass(slots=True)
+class SessionFetch:
+    """One fetch resolved against the cache: the partitions to read, and how to trim the
+    answer. ``error`` set: the fetch is refused as a whole."""
+
+    session_id: int
+    partitions: list[tuple[TopicPartitionKey, FetchPartitionState]]
+    incremental: bool
+    session: FetchSession | None = None
+    error: int = 0
+
+    def include(
+        self,
+        key: TopicPartitionKey,
+        high_watermark: int,
+        log_start: int,
+        error: int,
+        has_records: bool,
+    ) -> bool:
+        """Whether partition ``key``'s answer goes into the response (always in a full
+        fetch; in an incremental one when something changed), remembering what was sent."""
+        if self.session is None:
+            return True
+        state = self.session.partitions.get(key)
+        if state is None:
+            return True
+        answered = (high_watermark, log_start, error)
+        changed = state.answered != answered
+        state.answered = answered
+        return not self.incremental or has_records or changed or error != 0
+
+
+class FetchSessionCache:
+    """A leader's fetch sessions (see the module docstring)."""
+
+    def __init__(self, max_sessions: int = 1000) -> None:
+        self.max_sessions = max_sessions
+        self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
+        self._holding: dict[TopicPartitionKey, set[int]] = {}
+        """Partition -> the ids of the sessions that hold it."""
+        self._ids = itertools.count(1)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, session_id: int) -> FetchSession | None:
+        return self._sessions.get(session_id)
+
+    def resolve(
+        self,
+        session_id: int,
+        epoch: int,
+        partitions: Iterable[tuple[TopicPartitionKey, FetchPartitionState]],
+        forgotten: Iterable[TopicPartitionKey] = (),
+        *,
+        owner: int = -1,
+        now_ms: int = 0,
+        changed_only: bool = False,
+        one_per_owner: bool = False,
+    ) -> SessionFetch:
+        """The fetch ``(session_id, epoch)`` with the request's partitions and forgotten
+        partitions, as the module docstring says. ``owner``: who fetches (a session opened
+        by another owner is not found); ``changed_only``: an incremental fetch reads the
+        partitions it names and those marked changed, not the whole session;
+        ``one_per_owner``: a new session closes the owner's others (a follower broker
+        fetches from a leader over one session: the others are its earlier incarnations'
+        or connections', abandoned)."""
+        requested = list(partitions)
+        if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+            if session_id:
+                known = self._sessions.get(session_id)
+                if known is not None and known.owner == owner:
+                    self._drop(session_id)
+            if epoch == FINAL_EPOCH:
+                return SessionFetch(0, requested, incremental=False)
+            if one_per_owner:
+                for other in [i for i, s in self._sessions.items() if s.owner == owner]:
+                    self._drop(other)
+            session = self._new_session(requested, owner, now_ms)
+            return SessionFetch(
+                0 if session is None else session.session_id,
+                requested,
+                incremental=False,
+                session=session,
+            )
+        session = self._sessions.get(session_id)
+        if session is None or session.owner != owner:
+            return SessionFetch(0, [], False, error=FETCH_SESSION_ID_NOT_FOUND)
+        if epoch != session.next_epoch:
+            return SessionFetch(0, [], False, error=INVALID_FETCH_SESSION_EPOCH)
+        self._sessions.move_to_end(session_id)
+        session.next_epoch = next_epoch(epoch)
+        session.last_fetch_ms = now_ms
+        for key in forgotten:
+            if session.partitions.pop(key, None) is not None:
+                session.changed.discard(key)
+                self._unhold(key, session_id)
+        for key, state in requested:
+            previous = session.partitions.get(key)
+            if previous is not None:
+                state.answered = previous.answered
+            else:
+                self._holding.setdefault(key, set()).add(session_id)
+            session.partitions[key] = state
+        if not changed_only:
+            read = list(session.partitions.items())
+        else:
+            named = {key for key, _ in requested}
+            read = requested + [(k, s) for k, s in session.take_changed() if k not in named]
+        return SessionFetch(session_id, read, incremental=True, session=session)
+
+    def mark_changed(
+        self, key: TopicPartitionKey, *, except_session: int = 0
+    ) -> list[FetchSession]:
+        """Partition ``key`` has something new to say: mark it in every session that holds
+        it but ``except_session``. Returns the sessions in which it was not marked yet
+        (those to wake)."""
+        ids = self._holding.get(key)
+        if not ids:
+            return []
+        woken = []
+        for session_id in ids:
+            session = self._sessions[session_id]
+            if session_id != except_session and key not in session.changed:
+                session.changed.add(key)
+                woken.append(session)
+        return woken
+
+    def sessions_holding(self, key: TopicPartitionKey) -> list[FetchSession]:
+        """The sessions that hold partition ``key``."""
+        return [self._sessions[session_id] for session_id in self._holding.get(key, ())]
+
+    def _new_session(
+        self,
+        partitions: list[tuple[TopicPartitionKey, FetchPartitionState]],
+        owner: int,
+        now_ms: int,
+    ) -> FetchSession | None:
+        if self.max_sessions <= 0:
+            return None
+        while len(self._sessions) >= self.max_sessions:
+            self._drop(next(iter(self._sessions)))
+        session_id = next(self._ids) & 0x7FFFFFFF or next(self._ids)
+        session = FetchSession(
+            session_id,
+            next_epoch=1,
+            partitions=dict(partitions),
+            owner=owner,
+            last_fetch_ms=now_ms,
+        )
+        self._sessions[session_id] = session
+        for key in session.partitions:
+            self._holding.setdefault(key, set()).add(session_id)
+        return session
+
+    def _drop(self, session_id: int) -> None:
+        session = self._sessions.pop(session_id)
+        for key in session.partitions:
+            self._unhold(key, session_id)
+
+    def _unhold(self, key: TopicPartitionKey, session_id: int) -> None:
+        ids = self._holding.get(key)
+        if ids is not None:
+            ids.discard(session_id)
+            if not ids:
+                del self._holding[key]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRequest:
+    """What a fetcher's next fetch carries: its session id and epoch, the partitions it
+    names (with their fetch states) and those it forgets."""
+
+    session_id: int
+    epoch: int
+    partitions: list[tuple[TopicPartitionKey, FetchPartitionState]]
+    forgotten: list[TopicPartitionKey]
+
+    @property
+    def full(self) -> bool:
+        return self.epoch in (INITIAL_EPOCH, FINAL_EPOCH)
+
+
+class FetchSessionHandler:
+    """The fetcher's side of a session with one leader (Kafka's ``FetchSessionHandler``).
+
+    :meth:`build` the next fetch from the partitions fetched now, then :meth:`handle` the
+    answer's session id and error, or :meth:`failed` when no answer came. A full fetch is
+    sent when there is no session yet, after an answer with a session error (the session
+    is closed and another opened) and after a failed fetch (whether the leader saw it is
+    unknown); a leader that answers with session id 0 (no room, or no sessions at all)
+    gets full fetches, each asking for a session again.
+    """
+
+    def __init__(self) -> None:
+        self.session_id = 0
+        self.epoch = INITIAL_EPOCH
+        self.sent: dict[TopicPartitionKey, FetchPartitionState] = {}
+        """The partitions as the leader's session holds them (after the fetch built)."""
+        self._resend: set[TopicPartitionKey] = set()
+
+    def build(
+        self,
+        fetched: Collection[TopicPartitionKey],
+        state_of: Callable[[TopicPartitionKey], FetchPartitionState],
+        candidates: Iterable[TopicPartitionKey] | None = None,
+    ) -> SessionRequest:
+        """The next fetch for the partitions ``fetched`` now, each fetch state given by
+        ``state_of``. ``candidates``: the only partitions whose state may have changed since
+        the last fetch (None: any of them, and some may be gone: what is fetched changed).
+        An incremental fetch asks ``state_of`` for the candidates only."""
+        if self.session_id == 0 or self.epoch == INITIAL_EPOCH:
+            self._resend.clear()
+            self.sent = {key: state_of(key) for key in fetched}
+            return SessionRequest(self.session_id, INITIAL_EPOCH, list(self.sent.items()), [])
+        sent = self.sent
+        forgotten: list[TopicPartitionKey] = []
+        resend, self._resend = self._resend, set()
+        if candidates is None:
+            candidates = fetched
+            forgotten = [key for key in sent if key not in fetched]
+            for key in forgotten:
+                del sent[key]
+        named = []
+        for key in {*candidates, *resend}:
+            if key not in fetched:
+                continue
+            state = state_of(key)
+            if key in resend or sent.get(key) != state:
+                sent[key] = state
+                named.append((key, state))
+        return SessionRequest(self.session_id, self.epoch, named, forgotten)
+
+    def handle(self, request: SessionRequest, session_id: int, error: int) -> bool:
+        """The leader's answer to ``request``: its session id and whole-fetch error. False
+        if the fetch was refused (a session error): the next fetch is full."""
+        if error:
+            # Close the session the leader may still hold, and open another.
+            self.session_id = 0 if error == FETCH_SESSION_ID_NOT_FOUND else request.session_id
+            self.epoch = INITIAL_EPOCH
+            return False
+        if request.full:
+            self.session_id = session_id
+            self.epoch = 1 if session_id else INITIAL_EPOCH
+        else:
+            self.epoch = next_epoch(self.epoch)
+        return True
+
+    def failed(self) -> None:
+        """No answer came: the next fetch closes the session and opens another."""
+        self.epoch = INITIAL_EPOCH
+
+    def forget(self, key: TopicPartitionKey) -> None:
+        """Send ``key``'s fetch state again at the next fetch, changed or not (its last
+        answer could not be applied: the leader would not send it again by itself)."""
+        self._resend.add(key)

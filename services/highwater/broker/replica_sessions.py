@@ -1,0 +1,140 @@
+"""A leader's fetch sessions for its followers: KIP-227 on the ``ReplicaFetch`` stream.
+
+The pure cache (:mod:`highwater.broker.fetch_sessions`) holds each follower's session: the
+partitions it follows from this broker, as it last named them, and what each was last
+answered. This is its edge on the broker's event loop:
+
+* :meth:`ReplicaFetchSessions.resolve` turns a ``ReplicaFetchRequest`` into the
+  partitions to read: all of a full fetch; of an incremental one, those it names and those
+  marked changed since the session's last answer (``changed_only``), so an idle round
+  reads nothing;
+* :meth:`ReplicaFetchSessions.partition_changed` is told of every change to a partition a
+  follower's answer reports (an append, a high watermark or log start offset that moved, a
+  new role or ISR, a partition created, removed or offline). It marks the partition in
+  each session holding it and wakes those sessions' parked fetches: the long poll is
+  woken per changed partition, by the sessions that hold it, never by a scan. Where the
+  partition was idle in a session, the follower's progress first takes the fetches that
+  skipped it (:meth:`~highwater.broker.partitions.Partition.note_session_fetch`), as
+  Kafka's leader counts every fetch of every partition of a session;
+* :meth:`ReplicaFetchSessions.wait` parks a session's fetch until a mark or a timeout.
+
+Followers that send no session epoch (older brokers) fetch in full each time, without a
+session; their long polls wait on the broker's
+:class:`~highwater.broker.purgatory.Purgatory` as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from highwater.broker.fetch_sessions import (
+    FINAL_EPOCH,
+    FetchPartitionState,
+    FetchSession,
+    FetchSessionCache,
+    SessionFetch,
+)
+from highwater.broker.partitions import PartitionManager
+from highwater.internal.v1 import replication_pb2 as rpb
+from highwater.storage.log import wall_clock_ms
+from highwater.storage.topic_partition import TopicPartition
+
+__all__ = ["ReplicaFetchSessions"]
+
+
+class ReplicaFetchSessions:
+    """The fetch sessions of the followers of broker ``partitions.broker_id`` (see the
+    module docstring)."""
+
+    def __init__(
+        self,
+        partitions: PartitionManager,
+        *,
+        max_sessions: int = 1000,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self._partitions = partitions
+        self._clock = clock
+        self.cache = FetchSessionCache(max_sessions)
+        self._wakers: dict[int, asyncio.Event] = {}
+
+    def resolve(self, request: rpb.ReplicaFetchRequest) -> SessionFetch:
+        """The fetch ``request`` is, against its follower's session (see the module
+        docstring); ``error`` set when its session is unknown or its epoch is wrong."""
+        epoch = request.session_epoch if request.HasField("session_epoch") else FINAL_EPOCH
+        requested = [
+            (
+                (topic.topic, item.partition),
+                FetchPartitionState(
+                    fetch_offset=item.fetch_offset,
+                    partition_max_bytes=item.partition_max_bytes,
+                    current_leader_epoch=item.current_leader_epoch,
+                    last_fetched_epoch=item.last_fetched_epoch,
+                    log_start_offset=item.log_start_offset,
+                ),
+            )
+            for topic in request.topics
+            for item in topic.partitions
+        ]
+        forgotten = [(t.topic, p) for t in request.forgotten_topics for p in t.partitions]
+        fetch = self.cache.resolve(
+            request.session_id,
+            epoch,
+            requested,
+            forgotten,
+            owner=request.replica_id,
+            now_ms=self._clock(),
+            changed_only=True,
+            one_per_owner=True,
+        )
+        if fetch.session is not None and not fetch.incremental:
+            # A session opened (and maybe another evicted or closed): drop the wakers of
+            # sessions that are gone.
+            for session_id in [i for i in self._wakers if self.cache.get(i) is None]:
+                del self._wakers[session_id]
+        return fetch
+
+    def partition_changed(
+        self,
+        tp: TopicPartition,
+        log_end_offset_before: int | None = None,
+        *,
+        except_session: int = 0,
+    ) -> None:
+        """Partition ``tp`` has something new for its followers (see the module docstring).
+        ``log_end_offset_before``: this log's end before the change (an append), for the
+        followers' skipped fetches; ``except_session``: the session whose fetch made the
+        change (its answer carries it already)."""
+        key = (tp.topic, tp.partition)
+        marked = self.cache.mark_changed(key, except_session=except_session)
+        if not marked:
+            return
+        partition = self._partitions.replica(tp)
+        for session in marked:
+            if partition is not None:
+                partition.note_session_fetch(
+                    session.owner,
+                    session.partitions[key].fetch_offset,
+                    session.last_fetch_ms,
+                    partition.log_end_offset
+                    if log_end_offset_before is None
+                    else log_end_offset_before,
+                )
+            waker = self._wakers.get(session.session_id)
+            if waker is not None:
+                waker.set()
+
+    async def wait(self, session: FetchSession, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for a partition of ``session`` to be marked changed (at
+        once if one is)."""
+        if timeout_s <= 0 or session.changed:
+            return
+        waker = self._wakers.get(session.session_id)
+        if waker is None:
+            waker = self._wakers[session.session_id] = asyncio.Event()
+        waker.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await waker.wait()

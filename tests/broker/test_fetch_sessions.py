@@ -1,0 +1,185 @@
+"""KIP-227's fetch sessions, pure: the leader's cache with changed-partition marks, and the
+fetcher's side (what each fetch names), through full → incremental → forgotten → epoch
+mismatch → fallback to a full fetch."""
+
+from __future__ import annotations
+
+from highwater.broker.fetch_sessions import (
+    FETCH_SESSION_ID_NOT_FOUND,
+    INVALID_FETCH_SESSION_EPOCH,
+    FetchPartitionState,
+    FetchSessionCache,
+    FetchSessionHandler,
+    TopicPartitionKey,
+)
+
+A, B, C = ("t", 0), ("t", 1), ("u", 0)
+FOLLOWER = 2
+
+
+def state(offset: int, leader_epoch: int = 3) -> FetchPartitionState:
+    return FetchPartitionState(
+        fetch_offset=offset, partition_max_bytes=1 << 20, current_leader_epoch=leader_epoch
+    )
+
+
+def keys(partitions: list[tuple[TopicPartitionKey, FetchPartitionState]]) -> set[TopicPartitionKey]:
+    return {key for key, _ in partitions}
+
+
+def test_a_replica_session_reads_what_it_names_and_what_was_marked_changed() -> None:
+    cache = FetchSessionCache()
+    full = cache.resolve(0, 0, [(A, state(0)), (B, state(0)), (C, state(5))], owner=FOLLOWER)
+    assert full.session_id > 0 and not full.incremental
+    assert keys(full.partitions) == {A, B, C}
+    session = full.session
+    assert session is not None and session.owner == FOLLOWER
+
+    idle = cache.resolve(full.session_id, 1, [], owner=FOLLOWER, now_ms=500, changed_only=True)
+    assert idle.incremental and idle.partitions == []  # nothing changed: nothing to read
+    assert session.last_fetch_ms == 500
+
+    assert cache.mark_changed(B) == [session]
+    assert cache.mark_changed(B) == []  # marked already: nobody to wake again
+    assert cache.mark_changed(("t", 9)) == []  # held by no session
+    moved = cache.resolve(full.session_id, 2, [(A, state(4))], owner=FOLLOWER, changed_only=True)
+    assert keys(moved.partitions) == {A, B}
+    assert session.partitions[A].fetch_offset == 4 and not session.changed
+
+    # The session trims its answer: B told once, then only when something moved.
+    assert moved.include(B, 10, 0, 0, has_records=True)
+    assert not cache.resolve(full.session_id, 3, [], owner=FOLLOWER, changed_only=True).include(
+        B, 10, 0, 0, has_records=False
+    )
+
+
+def test_a_forgotten_partition_leaves_the_session_and_its_index() -> None:
+    cache = FetchSessionCache()
+    session_id = cache.resolve(0, 0, [(A, state(0)), (B, state(0))], owner=FOLLOWER).session_id
+    cache.mark_changed(B)
+    fetch = cache.resolve(session_id, 1, [], [B], owner=FOLLOWER, changed_only=True)
+    assert fetch.partitions == []  # B's mark went with it
+    assert cache.mark_changed(B) == []
+    assert cache.sessions_holding(A) == [fetch.session]
+
+
+def test_session_errors_and_who_may_use_a_session() -> None:
+    cache = FetchSessionCache()
+    session_id = cache.resolve(0, 0, [(A, state(0))], owner=FOLLOWER).session_id
+    assert cache.resolve(session_id, 7, [], owner=FOLLOWER).error == INVALID_FETCH_SESSION_EPOCH
+    assert cache.resolve(session_id, 1, [], owner=3).error == FETCH_SESSION_ID_NOT_FOUND
+    assert cache.resolve(session_id, 1, [], owner=FOLLOWER).error == 0
+    # Another owner cannot close it either.
+    cache.resolve(session_id, 0, [], owner=3)
+    assert cache.resolve(session_id, 2, [], owner=FOLLOWER).error == 0
+
+
+def test_an_evicted_session_drops_out_of_the_partition_index() -> None:
+    cache = FetchSessionCache(max_sessions=1)
+    first = cache.resolve(0, 0, [(A, state(0))], owner=FOLLOWER).session_id
+    second = cache.resolve(0, 0, [(B, state(0))], owner=3)
+    assert cache.resolve(first, 1, [], owner=FOLLOWER).error == FETCH_SESSION_ID_NOT_FOUND
+    assert cache.mark_changed(A) == []
+    assert cache.mark_changed(B) == [second.session]
+
+
+def test_the_fetcher_names_everything_once_then_only_what_changed() -> None:
+    handler = FetchSessionHandler()
+    fetched = {A: state(0), B: state(0), C: state(5)}
+    asked: list[TopicPartitionKey] = []
+
+    def state_of(key: TopicPartitionKey) -> FetchPartitionState:
+        asked.append(key)
+        return fetched[key]
+
+    full = handler.build(fetched.keys(), state_of)
+    assert (full.session_id, full.epoch, keys(full.partitions)) == (0, 0, {A, B, C})
+    assert handler.handle(full, session_id=42, error=0)
+
+    asked.clear()
+    unchanged = handler.build(fetched.keys(), state_of, candidates=[A])
+    assert (unchanged.session_id, unchanged.epoch, unchanged.partitions) == (42, 1, [])
+    assert asked == [A]  # only the candidate's state was looked at
+    assert handler.handle(unchanged, 42, 0)
+
+    fetched[A] = state(3)
+    moved = handler.build(fetched.keys(), state_of, candidates=[A])
+    assert (moved.epoch, moved.partitions) == (2, [(A, state(3))])
+    handler.handle(moved, 42, 0)
+
+    # B is no longer fetched (its leader changed): forgotten; C's epoch moved: named.
+    del fetched[B]
+    fetched[C] = state(5, leader_epoch=4)
+    roles = handler.build(fetched.keys(), state_of, candidates=None)
+    assert (roles.epoch, roles.forgotten, keys(roles.partitions)) == (3, [B], {C})
+    handler.handle(roles, 42, 0)
+
+    # An answer that could not be applied: named again though its state is the same.
+    handler.forget(A)
+    again = handler.build(fetched.keys(), state_of, candidates=[])
+    assert again.partitions == [(A, state(3))]
+
+
+def test_the_fetcher_falls_back_to_a_full_fetch() -> None:
+    handler = FetchSessionHandler()
+    fetched = {A: state(0), B: state(0)}
+    handler.handle(handler.build(fetched.keys(), fetched.__getitem__), 42, 0)
+
+    # The leader lost count of the epoch: the session is closed and another opened.
+    stale = handler.build(fetched.keys(), fetched.__getitem__, candidates=[])
+    assert not handler.handle(stale, 0, INVALID_FETCH_SESSION_EPOCH)
+    reopen = handler.build(fetched.keys(), fetched.__getitem__, candidates=[])
+    assert (reopen.session_id, reopen.epoch, keys(reopen.partitions)) == (42, 0, {A, B})
+    handler.handle(reopen, 43, 0)
+
+    # The leader evicted it: a new session, with nothing to close.
+    evicted = handler.build(fetched.keys(), fetched.__getitem__, candidates=[])
+    assert not handler.handle(evicted, 0, FETCH_SESSION_ID_NOT_FOUND)
+    assert handler.build(fetched.keys(), fetched.__getitem__).session_id == 0
+
+    # No answer: whether the leader saw the fetch is unknown, so the next one is full.
+    handler.handle(handler.build(fetched.keys(), fetched.__getitem__), 44, 0)
+    handler.failed()
+    assert handler.build(fetched.keys(), fetched.__getitem__, candidates=[]).full
+
+    # A leader without sessions (or room for one) answers with id 0: full every time.
+    handler = FetchSessionHandler()
+    for _ in range(2):
+        request = handler.build(fetched.keys(), fetched.__getitem__, candidates=[])
+        assert request.full and keys(request.partitions) == {A, B}
+        handler.handle(request, 0, 0)
+
+
+def test_a_cache_and_a_handler_agree_round_after_round() -> None:
+    """The fetcher's view of the session (``sent``) is the leader's, fetch after fetch."""
+    cache = FetchSessionCache()
+    handler = FetchSessionHandler()
+    fetched = {A: state(0), B: state(0), C: state(0)}
+    for offset in range(1, 6):
+        request = handler.build(fetched.keys(), fetched.__getitem__, candidates=[A])
+        answer = cache.resolve(
+            request.session_id,
+            request.epoch,
+            request.partitions,
+            request.forgotten,
+            owner=FOLLOWER,
+            changed_only=True,
+        )
+        assert handler.handle(request, answer.session_id, answer.error)
+        assert answer.session is not None
+        assert answer.session.partitions == handler.sent
+        fetched[A] = state(offset)
+
+
+def test_a_followers_new_session_closes_its_earlier_ones() -> None:
+    cache = FetchSessionCache()
+    first = cache.resolve(0, 0, [(A, state(0))], owner=FOLLOWER, one_per_owner=True)
+    other = cache.resolve(0, 0, [(A, state(0))], owner=3, one_per_owner=True)
+    again = cache.resolve(0, 0, [(A, state(0))], owner=FOLLOWER, one_per_owner=True)
+    assert cache.resolve(first.session_id, 1, [], owner=FOLLOWER).error == (
+        FETCH_SESSION_ID_NOT_FOUND
+    )
+    assert {s.session_id for s in cache.sessions_holding(A)} == {
+        other.session_id,
+        again.session_id,
+    }
