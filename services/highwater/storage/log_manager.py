@@ -795,22 +795,43 @@ class LogManager:
     # -- checkpoints ----------------------------------------------------------------------
 
     def _write_checkpoint(self, name: str, value: Callable[[PartitionLog], int]) -> None:
-        for directory in self.online_dirs:
-            offsets = {
-                tp: value(lg) for tp, lg in self._logs.items() if self._dir_of.get(tp) is directory
-            }
-            self.guard_dir(directory, directory.checkpoints[name].write, offsets)
+        self._write_offsets(name, self._offsets_by_dir(value))
+
+    def _offsets_by_dir(
+        self, value: Callable[[PartitionLog], int]
+    ) -> list[tuple[LogDirectory, dict[TopicPartition, int]]]:
+        """Each online directory's logs' ``value``: read where the logs live (the event
+        loop), since the loop adds and removes logs while a checkpoint is written."""
+        return [
+            (
+                directory,
+                {
+                    tp: value(lg)
+                    for tp, lg in self._logs.items()
+                    if self._dir_of.get(tp) is directory
+                },
+            )
+            for directory in self.online_dirs
+        ]
+
+    def _write_offsets(
+        self, name: str, offsets: list[tuple[LogDirectory, dict[TopicPartition, int]]]
+    ) -> None:
+        """Write the offsets :meth:`_offsets_by_dir` read; blocking, any thread."""
+        for directory, by_partition in offsets:
+            self.guard_dir(directory, directory.checkpoints[name].write, by_partition)
+
+    async def _checkpoint_off_loop(self, name: str, value: Callable[[PartitionLog], int]) -> None:
+        await asyncio.to_thread(self._write_offsets, name, self._offsets_by_dir(value))
 
     def checkpoint_recovery_points(self) -> None:
-        self._write_checkpoint(RECOVERY_POINT_CHECKPOINT, lambda lg: lg.recovery_point)
+        self._write_checkpoint(RECOVERY_POINT_CHECKPOINT, _recovery_point)
 
     def checkpoint_high_watermarks(self) -> None:
-        self._write_checkpoint(
-            REPLICATION_OFFSET_CHECKPOINT, lambda lg: lg.high_watermark_to_checkpoint
-        )
+        self._write_checkpoint(REPLICATION_OFFSET_CHECKPOINT, _high_watermark)
 
     def checkpoint_log_start_offsets(self) -> None:
-        self._write_checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda lg: lg.log_start_offset)
+        self._write_checkpoint(LOG_START_OFFSET_CHECKPOINT, _log_start_offset)
 
     def checkpoint_all(self) -> None:
         self.checkpoint_recovery_points()
@@ -900,11 +921,11 @@ class LogManager:
         self.delete_pending_files()
 
     async def _checkpoint_recovery(self) -> None:
-        await asyncio.to_thread(self.checkpoint_recovery_points)
-        await asyncio.to_thread(self.checkpoint_log_start_offsets)
+        await self._checkpoint_off_loop(RECOVERY_POINT_CHECKPOINT, _recovery_point)
+        await self._checkpoint_off_loop(LOG_START_OFFSET_CHECKPOINT, _log_start_offset)
 
     async def _checkpoint_hw(self) -> None:
-        await asyncio.to_thread(self.checkpoint_high_watermarks)
+        await self._checkpoint_off_loop(REPLICATION_OFFSET_CHECKPOINT, _high_watermark)
 
     async def _probe(self) -> None:
         # The probe's I/O runs in a thread; taking a directory offline touches the logs,
@@ -919,6 +940,18 @@ class LogManager:
         if self._cleaner is None:
             self._cleaner = LogCleaner(self)
         await self._cleaner.clean_once_async()
+
+
+def _recovery_point(partition_log: PartitionLog) -> int:
+    return partition_log.recovery_point
+
+
+def _high_watermark(partition_log: PartitionLog) -> int:
+    return partition_log.high_watermark_to_checkpoint
+
+
+def _log_start_offset(partition_log: PartitionLog) -> int:
+    return partition_log.log_start_offset
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
