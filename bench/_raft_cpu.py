@@ -9,6 +9,10 @@ and their rate, the CPU milliseconds per committed write of the leader, of each 
 process), and how many writes each Raft batch held (the leader's log read back after the
 run: the data batches appended during the measured window).
 
+``--floor`` measures the same for ``bench._grpc_floor`` (the no-op Controller service of
+the floor rows of ``bench raft``) with the same client and requests: the server CPU per
+call that gRPC and the servicer's plumbing cost before any controller work.
+
 ``--profile`` runs the controllers under ``bench._profiled_server`` and profiles the
 leader's event loop (CPU time) over each measured window; the functions with the most
 cumulative and own time are printed, and the raw profile is kept beside the data.
@@ -22,19 +26,39 @@ import os
 import pstats
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench._etcd_peer import percentile
-from bench.raft import TOPIC_PREFIX, ControllerProcess, _Cluster, controller_quorum, wait_for_leader
+from bench._etcd_peer import free_port, percentile
+from bench.raft import (
+    TOPIC_PREFIX,
+    ControllerProcess,
+    _Cluster,
+    _wait_serving,
+    controller_quorum,
+    wait_for_leader,
+)
 from bench.report import profile_entry_name
 
 
 def process_cpu_s(pid: int) -> float:
     """User and system CPU seconds process ``pid`` has used (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return _stat_cpu_s(Path(f"/proc/{pid}/stat"))
+
+
+def main_thread_cpu_s(pid: int) -> float:
+    """User and system CPU seconds of process ``pid``'s main thread: a server's event
+    loop, where all its Python runs; the rest is gRPC's own threads (its event engine,
+    which polls the sockets and moves the bytes) and the fsyncs handed to worker threads."""
+    return _stat_cpu_s(Path(f"/proc/{pid}/task/{pid}/stat"))
+
+
+def _stat_cpu_s(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -48,6 +72,8 @@ class CpuRun:
     p50_ms: float
     leader_id: int
     cpu_s: dict[int, float]
+    loop_cpu_s: dict[int, float]
+    """Of ``cpu_s``, each process's main thread's (its event loop)."""
     client_cpu_s: float
     batches: int
     records: int
@@ -70,10 +96,12 @@ class CpuRun:
         followers = " ".join(
             f"{per_write[n]:.2f}" for n in sorted(per_write) if n != self.leader_id
         )
+        leader_loop = 1000 * self.loop_cpu_s[self.leader_id] / max(1, self.writes)
         return (
             f"{self.writers:>3} writers: {self.writes:>6} writes in {self.seconds:.1f} s "
             f"({self.writes / self.seconds:,.0f}/s, p50 {self.p50_ms:.2f} ms); CPU ms per "
-            f"write: leader {per_write[self.leader_id]:.2f}, followers {followers}, client "
+            f"write: leader {per_write[self.leader_id]:.2f} (event loop {leader_loop:.2f}), "
+            f"followers {followers}, client "
             f"{1000 * self.client_cpu_s / max(1, self.writes):.2f}; {self.batches} Raft "
             f"batches, {self.records / max(1, self.batches):.2f} records per batch; "
             f"load {self.load[0]:.1f} -> {self.load[1]:.1f}"
@@ -110,7 +138,9 @@ async def _measure(
                     latencies.append((time.perf_counter() - started) * 1000)
                 value += 1
 
-        async def window() -> tuple[float, dict[int, float], float, int, tuple[float, float]]:
+        async def window() -> tuple[
+            float, dict[int, float], dict[int, float], float, int, tuple[float, float]
+        ]:
             nonlocal measuring
             await asyncio.sleep(warmup_s)
             start_offset = _log_end(leader)
@@ -120,22 +150,27 @@ async def _measure(
                 leader.process.send_signal(signal.SIGUSR1)
             measuring = True
             cpu = {p.node_id: process_cpu_s(_pid(p)) for p in processes}
+            loop_cpu = {p.node_id: main_thread_cpu_s(_pid(p)) for p in processes}
             client = time.process_time()
             started = time.monotonic()
             await asyncio.sleep(seconds)
             measuring = False
             elapsed = time.monotonic() - started
             cpu = {p.node_id: process_cpu_s(_pid(p)) - cpu[p.node_id] for p in processes}
+            loop_cpu = {
+                p.node_id: main_thread_cpu_s(_pid(p)) - loop_cpu[p.node_id] for p in processes
+            }
             client = time.process_time() - client
             if profile:
                 assert leader.process is not None
                 leader.process.send_signal(signal.SIGUSR2)
-            return elapsed, cpu, client, start_offset, (load_before, os.getloadavg()[0])
+            load = (load_before, os.getloadavg()[0])
+            return elapsed, cpu, loop_cpu, client, start_offset, load
 
         measured, *_ = await asyncio.gather(window(), *(writer(i) for i in range(writers)))
     finally:
         await cluster.close()
-    elapsed, cpu, client, start_offset, load = measured
+    elapsed, cpu, loop_cpu, client, start_offset, load = measured
     latencies.sort()
     batches, records = _batches_since(leader, start_offset)
     return CpuRun(
@@ -145,11 +180,88 @@ async def _measure(
         percentile(latencies, 0.5) if latencies else float("nan"),
         leader_id,
         cpu,
+        loop_cpu,
         client,
         batches,
         records,
         load,
     )
+
+
+async def _measure_floor(
+    address: str, pid: int, writers: int, warmup_s: float, seconds: float
+) -> str:
+    """The write workload against the no-op server at ``address`` (process ``pid``): its
+    CPU per call."""
+    cluster = _Cluster([address])
+    try:
+        await cluster.setup()
+        calls = 0
+        latencies: list[float] = []
+        measuring = False
+        stop_at = time.monotonic() + warmup_s + seconds
+
+        async def writer(number: int) -> None:
+            nonlocal calls
+            value = 86_400_000
+            while time.monotonic() < stop_at:
+                started = time.perf_counter()
+                counted = measuring
+                await cluster.alter_config(f"{TOPIC_PREFIX}{number:03d}", value)
+                if counted and measuring:
+                    calls += 1
+                    latencies.append((time.perf_counter() - started) * 1000)
+                value += 1
+
+        async def window() -> tuple[float, float, float, tuple[float, float]]:
+            nonlocal measuring
+            await asyncio.sleep(warmup_s)
+            load_before = os.getloadavg()[0]
+            measuring = True
+            cpu, loop_cpu, client = process_cpu_s(pid), main_thread_cpu_s(pid), time.process_time()
+            started = time.monotonic()
+            await asyncio.sleep(seconds)
+            measuring = False
+            elapsed = time.monotonic() - started
+            cpu, loop_cpu = process_cpu_s(pid) - cpu, main_thread_cpu_s(pid) - loop_cpu
+            client = time.process_time() - client
+            return elapsed, cpu, loop_cpu, (load_before, os.getloadavg()[0])
+
+        measured, *_ = await asyncio.gather(window(), *(writer(i) for i in range(writers)))
+    finally:
+        await cluster.close()
+    elapsed, cpu, loop_cpu, load = measured
+    latencies.sort()
+    p50 = percentile(latencies, 0.5) if latencies else float("nan")
+    return (
+        f"{writers:>3} writers, no-op floor server: {calls:>6} calls in {elapsed:.1f} s "
+        f"({calls / elapsed:,.0f}/s, p50 {p50:.2f} ms); CPU ms per call: server "
+        f"{1000 * cpu / max(1, calls):.2f} (event loop {1000 * loop_cpu / max(1, calls):.2f}); "
+        f"load {load[0]:.1f} -> {load[1]:.1f}"
+    )
+
+
+def _run_floor(root: Path, args: argparse.Namespace) -> None:
+    port = free_port()
+    with open(root / "floor.log", "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bench._grpc_floor", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    address = f"127.0.0.1:{port}"
+    try:
+        asyncio.run(_wait_serving(address))
+        for _ in range(args.runs):
+            for writers in args.writers:
+                if writers:
+                    summary = asyncio.run(
+                        _measure_floor(address, process.pid, writers, args.warmup, args.seconds)
+                    )
+                    print(summary, flush=True)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
 
 
 def _pid(process: ControllerProcess) -> int:
@@ -228,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before measuring")
     parser.add_argument("--runs", type=int, default=1, help="runs per number of writers")
     parser.add_argument("--profile", action="store_true", help="cProfile the leader")
+    parser.add_argument(
+        "--floor", action="store_true", help="also measure the no-op gRPC floor server"
+    )
     parser.add_argument("--top", type=int, default=30, help="functions listed per profile")
     parser.add_argument("--keep", type=Path, help="keep the data and profiles here")
     args = parser.parse_args(argv)
@@ -235,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     windows: dict[int, int] = {}
     try:
+        if args.floor:
+            _run_floor(root, args)
         with controller_quorum(root, profiled=args.profile) as processes:
             for _ in range(args.runs):
                 for writers in args.writers:

@@ -432,6 +432,34 @@ async def test_requests_arriving_while_a_batch_is_in_flight_share_the_next(
     assert active.machine.image.topic_config("g") == {"retention.ms": "29"}
 
 
+async def test_a_caller_gone_while_its_group_commits_leaves_the_others_answered(
+    single: tuple[ControllerServer, ControllerClient],
+) -> None:
+    server, client = single
+    await register_and_unfence(client, 1)
+    created = await client.create_topics(m.CreateTopicsRequest((m.CreatableTopic("g", 1, 1),)))
+    assert created.topics[0].error == NONE
+    # The whole group is answered by one callback on its batch's commit; a caller that
+    # stops waiting (its gRPC call cancelled) must not take the commit, or the other
+    # callers' answers, with it.
+    calls = [
+        asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, alter("g", str(i))))
+        for i in range(8)
+    ]
+    async with asyncio.timeout(10):
+        while server.store.in_flight() is None:
+            await asyncio.sleep(0)
+    calls[0].cancel()
+    answers = await asyncio.gather(*calls[1:])
+    assert calls[0].cancelled()
+    for answer in answers:
+        response = codec.ALTER_CONFIGS.response_from_proto(answer)
+        assert response.error == NONE and response.resources[0].error == NONE
+    assert server.machine.image.topic_config("g") == {"retention.ms": "7"}
+    after = await client.alter_configs(alter("g", "8"))
+    assert after.resources[0].error == NONE
+
+
 async def test_a_voter_behind_the_log_start_catches_up_from_a_snapshot(tmp_path: Path) -> None:
     small = ControllerSettings(
         raft=RaftServerSettings(

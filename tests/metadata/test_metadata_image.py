@@ -199,6 +199,33 @@ def test_configs_are_set_and_deleted(image: MetadataImage) -> None:
     assert topic not in image.configs.resources
 
 
+def test_a_config_change_leaves_the_image_it_was_applied_on_as_it_was(
+    image: MetadataImage,
+) -> None:
+    orders = ConfigResource(ConfigResourceType.TOPIC, "orders")
+    payments = ConfigResource(ConfigResourceType.TOPIC, "payments")
+    before = replay(
+        [
+            ConfigRecord(ConfigResourceType.TOPIC, "orders", "retention.ms", "1000"),
+            ConfigRecord(ConfigResourceType.TOPIC, "payments", "retention.ms", "2000"),
+        ],
+        11,
+        image=image,
+    )
+    after = replay(
+        [ConfigRecord(ConfigResourceType.TOPIC, "orders", "retention.ms", "3000")],
+        12,
+        image=before,
+    )
+    assert before.configs.get(orders) == {"retention.ms": "1000"}
+    assert after.configs.get(orders) == {"retention.ms": "3000"}
+    assert after.configs.get(payments) is before.configs.get(payments)
+    assert dict(after.configs.resources) == {
+        orders: {"retention.ms": "3000"},
+        payments: {"retention.ms": "2000"},
+    }
+
+
 def test_producer_ids_only_grow() -> None:
     image = replay([ProducerIdsRecord(1, 0, 1000), ProducerIdsRecord(2, 1, 2000)], 1)
     assert image.next_producer_id == 2000

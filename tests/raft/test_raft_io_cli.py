@@ -332,7 +332,14 @@ def test_describe_follows_a_follower_to_the_leader(tmp_path: Path) -> None:
             time.sleep(0.2)
         assert leader.strip() in {"1", "2", "3"}
         follower = next(a for i, a in enumerate(addresses) if str(i + 1) != leader.strip())
-        code, output = run("quorum", "describe", "--controllers", follower, "--replication")
+        # Two voters elect a leader while the third may still be starting: ask until the
+        # follower listens.
+        deadline = time.monotonic() + 60
+        while True:
+            code, output = run("quorum", "describe", "--controllers", follower, "--replication")
+            if code == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert code == 0, output
         rows = [line.split() for line in output.splitlines()[1:]]
         assert {row[0] for row in rows} == {"1", "2", "3"}

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import random
 import time
@@ -424,7 +425,8 @@ class _NotController:
 class _Request:
     rpc: ControllerRpc[Any, Any]
     request: Any
-    reply: asyncio.Future[tuple[Any, asyncio.Future[int] | None] | _NotController]
+    reply: asyncio.Future[Any]
+    """The response once its records are committed, or :class:`_NotController`."""
     principal: str = ""
     """The caller's principal, recorded with a RegisterBroker (with the ACL checks on)."""
 
@@ -453,7 +455,8 @@ class _Propose:
     """Records the controller appends on its own (the etcd migration's copy and end)."""
 
     records: tuple[MetadataRecord, ...]
-    reply: asyncio.Future[tuple[Any, asyncio.Future[int] | None] | _NotController]
+    reply: asyncio.Future[Any]
+    """``None`` once the records are committed, or :class:`_NotController`."""
 
 
 _Job = _Request | _Activate | _Tick | _BrokerDisconnected | _Propose
@@ -679,13 +682,7 @@ class ControllerServer:
         outcome = await reply
         if isinstance(outcome, _NotController):
             return self._not_controller(rpc, outcome.controller_id)
-        response, waiter = outcome
-        if waiter is not None:
-            try:
-                await asyncio.shield(waiter)
-            except NotLeaderError as e:
-                return self._not_controller(rpc, e.leader_id)
-        return rpc.response_to_proto(response)
+        return rpc.response_to_proto(outcome)
 
     async def propose(self, records: Sequence[MetadataRecord]) -> bool:
         """Append ``records`` as the active controller, in the worker's order; whether
@@ -695,15 +692,7 @@ class ControllerServer:
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._jobs.put_nowait(_Propose(tuple(records), reply))
         outcome = await reply
-        if isinstance(outcome, _NotController):
-            return False
-        _, waiter = outcome
-        if waiter is not None:
-            try:
-                await asyncio.shield(waiter)
-            except NotLeaderError:
-                return False
-        return True
+        return not isinstance(outcome, _NotController)
 
     # --- leadership --------------------------------------------------------------------
 
@@ -833,16 +822,45 @@ class ControllerServer:
                 self._run(job, answered)
         finally:
             sealed = self._seal()
-        waiter = store.commit_waiter() if sealed and store.incarnation == incarnation else None
-        for request, response in answered:
-            if request.reply.done():
-                continue
-            if not sealed or store.incarnation != incarnation:
-                # Decided on an image that is gone: never acknowledged.
-                request.reply.set_result(_NotController(self.raft.leader_id))
-            else:
-                request.reply.set_result((response, waiter))
+        if not sealed or store.incarnation != incarnation:
+            # Decided on an image that is gone: never acknowledged.
+            for request, _ in answered:
+                if not request.reply.done():
+                    request.reply.set_result(_NotController(self.raft.leader_id))
+            return activation
+        waiter = store.commit_waiter()
+        if waiter is None or waiter.done():
+            self._answer(answered, waiter)
+        else:
+            # One callback for the whole group: each caller wakes once, with its answer.
+            waiter.add_done_callback(functools.partial(self._answer, answered))
         return activation
+
+    def _answer(
+        self,
+        answered: list[tuple[_Request | _Propose, Any]],
+        committed: asyncio.Future[int] | None,
+    ) -> None:
+        """Answer a group's requests once ``committed`` (their batch's commit, ``None``:
+        nothing to wait for) is done: their responses, or NOT_CONTROLLER if the batch
+        will never commit (another leader's entry replaced it)."""
+        outcome: Any = None
+        if committed is not None:
+            if committed.cancelled():
+                for request, _ in answered:
+                    request.reply.cancel()
+                return
+            error = committed.exception()
+            if isinstance(error, NotLeaderError):
+                outcome = _NotController(error.leader_id)
+            elif error is not None:
+                for request, _ in answered:
+                    if not request.reply.done():
+                        request.reply.set_exception(error)
+                return
+        for request, response in answered:
+            if not request.reply.done():
+                request.reply.set_result(response if outcome is None else outcome)
 
     def _run(
         self,

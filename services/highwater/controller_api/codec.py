@@ -114,21 +114,24 @@ value with a number of its own too (admin.proto)."""
 
 
 def _enum(name: str, enum_type: type[enum.IntEnum]) -> tuple[_Setter, _Getter]:
-    aliases = _PROTO_ALIASES.get(enum_type, {})
+    # Each proto number's member, aliases included: one dict lookup per field, where
+    # calling the enum type runs ``EnumType.__call__`` and ``__new__`` in Python.
+    members: dict[int, enum.IntEnum] = {
+        **{member.value: member for member in enum_type},
+        **_PROTO_ALIASES.get(enum_type, {}),
+    }
 
     def set_(value: Any, message: Any) -> None:
         setattr(message, name, int(getattr(value, name)))
 
     def get(message: Any) -> Any:
         raw = getattr(message, name)
-        if raw in aliases:
-            return aliases[raw]
-        try:
-            return enum_type(raw)
-        except ValueError:
+        member = members.get(raw)
+        if member is None:
             raise InvalidRequestError(
                 f"{type(message).__name__}.{name}: {raw} is not a known {enum_type.__name__}"
-            ) from None
+            )
+        return member
 
     return set_, get
 
@@ -182,7 +185,7 @@ def _messages(name: str, plan: _Plan) -> tuple[_Setter, _Getter]:
             plan.to_proto(item, out.add())
 
     def get(message: Any) -> Any:
-        return tuple(plan.from_proto(item) for item in getattr(message, name))
+        return tuple([plan.from_proto(item) for item in getattr(message, name)])
 
     return set_, get
 

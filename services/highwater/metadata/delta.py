@@ -18,9 +18,9 @@ and the image disagree.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from highwater.config.server import merge_cluster_defaults
 from highwater.errors import HighwaterError
@@ -123,6 +123,23 @@ class _TopicChange:
         return self.count
 
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _copy(mapping: Mapping[_K, _V]) -> dict[_K, _V]:
+    """A dict of ``mapping``'s entries. The image's maps are read-only proxies of dicts:
+    their ``copy`` is the dict's (a copy of its table, each key's hash kept), where
+    ``dict()`` over a proxy walks it through the mapping protocol, a lookup and a hash per
+    key (36 µs against 0.8 µs for the config overrides of 64 topics, on every
+    AlterConfigs the controller appends)."""
+    if isinstance(mapping, dict | MappingProxyType):
+        copied = mapping.copy()
+        if type(copied) is dict:
+            return copied
+    return dict(mapping)
+
+
 class MetadataDelta:
     """Records replayed on top of an image; :meth:`apply` gives the next image.
 
@@ -156,7 +173,7 @@ class MetadataDelta:
 
     def brokers(self) -> dict[int, BrokerRegistration]:
         """Every registered broker, by id."""
-        brokers = dict(self.image.cluster.brokers)
+        brokers = _copy(self.image.cluster.brokers)
         for broker_id, registration in self._brokers.items():
             if registration is None:
                 brokers.pop(broker_id, None)
@@ -174,7 +191,7 @@ class MetadataDelta:
         return self.image.cluster.coordinators.get(coordinator_id)
 
     def coordinators(self) -> dict[int, CoordinatorRegistration]:
-        coordinators = dict(self.image.cluster.coordinators)
+        coordinators = _copy(self.image.cluster.coordinators)
         for coordinator_id, registration in self._coordinators.items():
             if registration is None:
                 coordinators.pop(coordinator_id, None)
@@ -189,7 +206,7 @@ class MetadataDelta:
 
     def coordinator_assignments(self) -> dict[int, CoordinatorAssignment]:
         """Every ``__consumer_offsets`` partition's assignment, by partition id."""
-        assignments = dict(self.image.coordinators.assignments)
+        assignments = _copy(self.image.coordinators.assignments)
         assignments.update(self._assignments)
         return assignments
 
@@ -243,7 +260,9 @@ class MetadataDelta:
 
     def config(self, resource: ConfigResource) -> dict[str, str]:
         """The resource's dynamic overrides after the replayed records."""
-        values = {} if resource in self._cleared_configs else dict(self.image.configs.get(resource))
+        values = (
+            {} if resource in self._cleared_configs else _copy(self.image.configs.get(resource))
+        )
         for name, value in self._configs.get(resource, {}).items():
             if value is None:
                 values.pop(name, None)
@@ -541,7 +560,7 @@ class MetadataDelta:
 
     def client_quota_values(self, entity: ClientQuotaEntity) -> dict[str, float]:
         """The keys ``entity`` sets after the records replayed so far."""
-        values = dict(self.image.client_quotas.values(entity))
+        values = _copy(self.image.client_quotas.values(entity))
         for key, value in self._client_quotas.get(entity, {}).items():
             if value is None:
                 values.pop(key, None)
@@ -610,8 +629,8 @@ class MetadataDelta:
         topics = self.image.topics
         if not self._topics and not self._removed_topics:
             return topics
-        by_id = dict(topics.by_id)
-        by_name = dict(topics.by_name)
+        by_id = _copy(topics.by_id)
+        by_name = _copy(topics.by_name)
         index_changes: list[IndexChange] = []
         built = topics.built_indexes()
         track = bool(built)
@@ -647,7 +666,7 @@ class MetadataDelta:
         configs = self.image.configs
         if not self._configs and not self._cleared_configs:
             return configs
-        resources = dict(configs.resources)
+        resources = _copy(configs.resources)
         for resource in self._cleared_configs | set(self._configs):
             values = self.config(resource)
             if values:
@@ -660,7 +679,7 @@ class MetadataDelta:
         acls = self.image.acls
         if not self._acls:
             return acls
-        by_id = dict(acls.by_id)
+        by_id = _copy(acls.by_id)
         for acl_id, binding in self._acls.items():
             if binding is None:
                 by_id.pop(acl_id, None)
@@ -672,7 +691,7 @@ class MetadataDelta:
         scram = self.image.scram
         if not self._scram:
             return scram
-        credentials = dict(scram.credentials)
+        credentials = _copy(scram.credentials)
         for key, credential in self._scram.items():
             if credential is None:
                 credentials.pop(key, None)
@@ -693,7 +712,7 @@ class MetadataDelta:
         coordinators = self.image.coordinators
         if not self._assignments:
             return coordinators
-        assignments = dict(coordinators.assignments)
+        assignments = _copy(coordinators.assignments)
         assignments.update(self._assignments)
         return CoordinatorsImage(MappingProxyType(assignments))
 

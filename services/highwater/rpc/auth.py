@@ -271,11 +271,16 @@ def serve_as(call: CallPrincipal) -> None:
     _call.set(call)
 
 
-def _metadata(context: grpc.aio.ServicerContext, key: str) -> str | None:
-    for item_key, value in context.invocation_metadata() or ():
-        if item_key == key:
-            return value if isinstance(value, str) else value.decode()
-    return None
+def _call_metadata(context: grpc.aio.ServicerContext) -> tuple[str | None, str | None]:
+    """The call's session token and forwarded principal (metadata), in one pass."""
+    token = forwarded = None
+    for key, value in context.invocation_metadata() or ():
+        if key == SESSION_METADATA_KEY:
+            if token is None:
+                token = value if isinstance(value, str) else value.decode()
+        elif key == FORWARDED_PRINCIPAL_KEY and forwarded is None:
+            forwarded = value if isinstance(value, str) else value.decode()
+    return token, forwarded
 
 
 def peer_host(context: grpc.aio.ServicerContext) -> str:
@@ -332,11 +337,11 @@ def _error_answer(method: str, refusal: _Refused) -> Message | None:
     return answer
 
 
-def _identify(context: grpc.aio.ServicerContext) -> CallPrincipal:
-    """The caller (steps 1-3 of the module docstring); :class:`_Refused` if it cannot be."""
+def _identify(context: grpc.aio.ServicerContext, token: str | None) -> CallPrincipal:
+    """The caller (steps 1-3 of the module docstring; ``token``: the call's session
+    token); :class:`_Refused` if it cannot be."""
     process = _process
     host = peer_host(context)
-    token = _metadata(context, SESSION_METADATA_KEY)
     if token is not None:
         try:
             session = process.authenticator.session(token, time.time())
@@ -356,8 +361,9 @@ def _identify(context: grpc.aio.ServicerContext) -> CallPrincipal:
     return CallPrincipal(ANONYMOUS, host)
 
 
-def _forwarded(context: grpc.aio.ServicerContext, direct: CallPrincipal) -> CallPrincipal:
-    forwarded = _metadata(context, FORWARDED_PRINCIPAL_KEY)
+def _forwarded(direct: CallPrincipal, forwarded: str | None) -> CallPrincipal:
+    """The caller ``direct``, or the principal it forwards (``forwarded``: the call's
+    forwarded-principal metadata) if it may forward calls."""
     if forwarded is None:
         return direct
     authorizer = _process.authorizer()
@@ -386,7 +392,8 @@ def _forwarded(context: grpc.aio.ServicerContext, direct: CallPrincipal) -> Call
 
 def _admit(context: grpc.aio.ServicerContext, method: str) -> CallPrincipal:
     """Identify the caller and apply the whole-call checks; :class:`_Refused` if refused."""
-    call = _forwarded(context, _identify(context))
+    token, forwarded = _call_metadata(context)
+    call = _forwarded(_identify(context, token), forwarded)
     _call.set(call)
     authorizer = _process.authorizer()
     if authorizer is None:
@@ -418,8 +425,9 @@ def principal_of(context: grpc.aio.ServicerContext | None = None) -> CallPrincip
         return call
     if context is None:
         return CallPrincipal(ANONYMOUS, "")
+    token, forwarded = _call_metadata(context)
     try:
-        return _forwarded(context, _identify(context))
+        return _forwarded(_identify(context, token), forwarded)
     except _Refused:
         return CallPrincipal(ANONYMOUS, peer_host(context))
 
@@ -482,40 +490,58 @@ def forwarded_principal_metadata(
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Identifies and admits every call (see the module docstring)."""
+    """Identifies and admits every call (see the module docstring).
+
+    The wrapped handler of each method is built once, at the method's first call, and
+    kept: the servicers are registered before the server starts and the interceptors
+    after this one keep theirs per method too, so the handler below a method never
+    changes. What is cached is only the wrapping: the identity and ACL checks run inside
+    it, on every call, against the image of that moment."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, grpc.RpcMethodHandler | None] = {}
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Any],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
         method = handler_call_details.method
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                _unary(method, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                _streaming(method, handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                _unary(method, handler.stream_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return grpc.stream_stream_rpc_method_handler(
-            _streaming(method, handler.stream_stream),
+        try:
+            return self._handlers[method]
+        except KeyError:
+            pass
+        handler = await continuation(handler_call_details)
+        wrapped = None if handler is None else _admitting(method, handler)
+        self._handlers[method] = wrapped
+        return wrapped
+
+
+def _admitting(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """``handler`` with every call of ``method`` identified and admitted first."""
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(
+            _unary(method, handler.unary_unary),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(
+            _streaming(method, handler.unary_stream),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(
+            _unary(method, handler.stream_unary),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return grpc.stream_stream_rpc_method_handler(
+        _streaming(method, handler.stream_stream),
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
 
 
 def _unary(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:

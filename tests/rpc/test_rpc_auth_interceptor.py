@@ -1,0 +1,149 @@
+"""The server's AuthInterceptor keeps one admitting handler per method, and still checks
+every call: an unauthorised caller is refused at each call, and an ACL added or removed in
+the image applies from the next call on."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+from highwater.internal.v1 import controller_pb2_grpc
+from highwater.metadata.image import AclsImage, MetadataImage
+from highwater.rpc import auth
+from highwater.rpc.server import bind, new_server
+from highwater.security.acl import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
+from highwater.v1 import admin_pb2 as admin
+from highwater.v1.common_pb2 import ErrorCode
+
+DESCRIBE_ACLS = "/highwater.internal.v1.Controller/DescribeAcls"
+ANONYMOUS_MAY_DESCRIBE = AclBinding(
+    ResourceType.CLUSTER,
+    "kafka-cluster",
+    PatternType.LITERAL,
+    "User:ANONYMOUS",
+    "*",
+    AclOperation.DESCRIBE,
+    AclPermissionType.ALLOW,
+)
+
+
+class Controller(controller_pb2_grpc.ControllerServicer):
+    """Answers DescribeAcls, counting the calls that reached it."""
+
+    def __init__(self) -> None:
+        self.served = 0
+
+    async def DescribeAcls(
+        self, request: admin.DescribeAclsRequest, context: grpc.aio.ServicerContext
+    ) -> admin.DescribeAclsResponse:
+        self.served += 1
+        return admin.DescribeAclsResponse()
+
+
+@dataclass
+class Served:
+    controller: Controller
+    address: str
+    image: MetadataImage
+
+    def with_acls(self, *acls: AclBinding) -> None:
+        self.image = dataclasses.replace(
+            self.image, acls=AclsImage({f"acl-{i}": acl for i, acl in enumerate(acls)})
+        )
+
+    async def describe_acls(self) -> admin.DescribeAclsResponse:
+        async with grpc.aio.insecure_channel(self.address) as channel:
+            reply: admin.DescribeAclsResponse = await controller_pb2_grpc.ControllerStub(
+                channel
+            ).DescribeAcls(admin.DescribeAclsRequest(), timeout=10)
+        return reply
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[Served]:
+    auth.configure(auth.ServerSecurity(authorizer="acl"))
+    controller = Controller()
+    server = new_server(max_message_bytes=1 << 20)
+    controller_pb2_grpc.add_ControllerServicer_to_server(controller, server)
+    port = bind(server, "127.0.0.1:0")
+    await server.start()
+    state = Served(controller, f"127.0.0.1:{port}", MetadataImage.empty())
+    auth.follow_image(lambda: state.image)
+    try:
+        yield state
+    finally:
+        await server.stop(0)
+
+
+async def test_an_unauthorised_caller_is_refused_at_every_call(served: Served) -> None:
+    for _ in range(3):
+        reply = await served.describe_acls()
+        assert reply.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        assert "User:ANONYMOUS may not DESCRIBE on the cluster" in reply.error_message
+    assert served.controller.served == 0
+
+
+async def test_an_acl_change_applies_from_the_next_call(served: Served) -> None:
+    assert (await served.describe_acls()).error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+    served.with_acls(ANONYMOUS_MAY_DESCRIBE)
+    for _ in range(2):
+        assert (await served.describe_acls()).error == ErrorCode.NONE
+    assert served.controller.served == 2
+
+    served.with_acls()
+    assert (await served.describe_acls()).error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert served.controller.served == 2
+
+
+async def test_an_unknown_method_stays_unimplemented(served: Served) -> None:
+    async with grpc.aio.insecure_channel(served.address) as channel:
+        call = channel.unary_unary(
+            "/highwater.internal.v1.Controller/NoSuchMethod",
+            request_serializer=admin.DescribeAclsRequest.SerializeToString,
+            response_deserializer=admin.DescribeAclsResponse.FromString,
+        )
+        for _ in range(2):
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await call(admin.DescribeAclsRequest(), timeout=10)
+            assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+@dataclass(frozen=True)
+class CallDetails:
+    """What the server hands an interceptor about a call: its method and metadata."""
+
+    method: str
+    invocation_metadata: Sequence[tuple[str, str]] = ()
+
+
+async def test_each_method_s_handler_is_looked_up_and_wrapped_once() -> None:
+    interceptor = auth.AuthInterceptor()
+    looked_up: list[str] = []
+
+    async def behaviour(request: Any, context: Any) -> Any:
+        return request
+
+    async def continuation(details: CallDetails) -> grpc.RpcMethodHandler | None:
+        looked_up.append(details.method)
+        if details.method != DESCRIBE_ACLS:
+            return None
+        return grpc.unary_unary_rpc_method_handler(behaviour)
+
+    first = await interceptor.intercept_service(continuation, CallDetails(DESCRIBE_ACLS))
+    again = await interceptor.intercept_service(continuation, CallDetails(DESCRIBE_ACLS))
+    assert first is again and first.unary_unary is not behaviour
+    assert await interceptor.intercept_service(continuation, CallDetails("/x.Y/Z")) is None
+    assert await interceptor.intercept_service(continuation, CallDetails("/x.Y/Z")) is None
+    assert looked_up == [DESCRIBE_ACLS, "/x.Y/Z"]
