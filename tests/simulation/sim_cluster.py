@@ -712,6 +712,8 @@ class Simulation:
         """(broker, partition) -> the end of the committed batches the replica holds."""
         self._checked: dict[tuple[str, TopicPartition], tuple[int, int, int, int]] = {}
         """(broker, partition) -> (log end, HW, committed batches, held) at its last check."""
+        self._leading: dict[tuple[str, TopicPartition], tuple[object, int, int]] = {}
+        """(broker, partition) -> (its leader state, leader epoch, HW) at its last check."""
         self.unclean_elections = 0
         self.unclean_recoveries = 0
         self.power_lost: set[str] = set()
@@ -755,9 +757,11 @@ class Simulation:
         self._at(scenario.chaos_ms, self._heal)
         self.done = False
         deadline = scenario.chaos_ms + scenario.converge_ms
+        queue = self._queue
+        pop = heapq.heappop
         try:
-            while self._queue and not self.done:
-                at, _, action, args = heapq.heappop(self._queue)
+            while queue and not self.done:
+                at, _, action, args = pop(queue)
                 if at > deadline:
                     self._fail(self._not_converged())
                 self.now_ms = at
@@ -778,7 +782,16 @@ class Simulation:
     def _on(self, process: Process, delay_ms: int, action: Callable[..., None], *args: Any) -> None:
         """Run ``action`` on ``process`` after ``delay_ms``, unless it crashed meanwhile;
         while it is paused, when the pause ends."""
-        self._at(self.now_ms + delay_ms, self._run_on, process, process.incarnation, action, args)
+        self._seq += 1
+        heapq.heappush(
+            self._queue,
+            (
+                self.now_ms + delay_ms,
+                self._seq,
+                self._run_on,
+                (process, process.incarnation, action, args),
+            ),
+        )
 
     def _run_on(
         self, process: Process, incarnation: int, action: Callable[..., None], args: tuple[Any, ...]
@@ -797,21 +810,31 @@ class Simulation:
         during the chaos. ``reliable``: a client's request on one connection (TCP neither
         loses nor duplicates; the client's timeout covers a partition)."""
         self.messages[type(message).__name__] += 1
+        rng = self.rng
+        scenario = self.scenario
         copies = 1
         if self.chaos and not reliable:
-            if self.rng.random() < self.scenario.drop_rate:
+            if rng.random() < scenario.drop_rate:
                 return
-            if self.rng.random() < self.scenario.duplicate_rate:
+            if rng.random() < scenario.duplicate_rate:
                 copies = 2
         target = self.processes[destination]
+        args = (source, target, target.incarnation, message)
         for _ in range(copies):
-            delay = self.rng.randint(1, self.scenario.max_delay_ms)
-            self._at(
-                self.now_ms + delay, self._deliver, source, target, target.incarnation, message
+            self._seq += 1
+            heapq.heappush(
+                self._queue,
+                (
+                    self.now_ms + rng.randint(1, scenario.max_delay_ms),
+                    self._seq,
+                    self._deliver,
+                    args,
+                ),
             )
 
     def _deliver(self, source: str, target: Process, incarnation: int, message: Any) -> None:
-        if self.blocked[(source, target.name)] > 0:
+        blocked = self.blocked
+        if blocked and blocked.get((source, target.name), 0) > 0:
             return
         if not target.alive or target.incarnation != incarnation:
             if isinstance(message, RaftMessage) and is_request(message) and not target.alive:
@@ -1023,6 +1046,8 @@ class Simulation:
                 del self.verified[key]
             for key in [k for k in self._checked if k[0] == process.name]:
                 del self._checked[key]
+            for key in [k for k in self._leading if k[0] == process.name]:
+                del self._leading[key]
         self._note(f"crash {process.name} ({mode})")
 
     def _restart(self, process: Process) -> None:
@@ -1071,9 +1096,12 @@ class Simulation:
         assert member.node is not None
         member.node.tick(self.now_ms)
         self._after_raft(member)
-        if isinstance(member, ControllerProcess) and member.controller is not None:
-            self._controller_tick(member)
-        self._on(member, self._raft_period(member), self._raft_tick, member)
+        if isinstance(member, ControllerProcess):
+            if member.controller is not None:
+                self._controller_tick(member)
+            self._on(member, TICK_MS, self._raft_tick, member)
+        else:
+            self._on(member, OBSERVER_TICK_MS, self._raft_tick, member)
 
     @staticmethod
     def _raft_period(member: RaftMember) -> int:
@@ -1623,6 +1651,7 @@ class Simulation:
                 fetch.leader_epoch,
                 fetch.fetch_offset,
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                topic=fetch.topic,
             )
         else:
             try:
@@ -1634,9 +1663,21 @@ class Simulation:
                     fetch.leader_epoch,
                 )
             except PartitionError as e:
-                reply = FetchReply(fetch.partition, fetch.leader_epoch, fetch.fetch_offset, e.code)
+                reply = FetchReply(
+                    fetch.partition,
+                    fetch.leader_epoch,
+                    fetch.fetch_offset,
+                    e.code,
+                    topic=fetch.topic,
+                )
             except HighwaterError as e:
-                reply = FetchReply(fetch.partition, fetch.leader_epoch, fetch.fetch_offset, e.code)
+                reply = FetchReply(
+                    fetch.partition,
+                    fetch.leader_epoch,
+                    fetch.fetch_offset,
+                    e.code,
+                    topic=fetch.topic,
+                )
             else:
                 reply = FetchReply(
                     fetch.partition,
@@ -1646,10 +1687,11 @@ class Simulation:
                     read.data.records if read.data is not None else b"",
                     read.diverging,
                     partition.high_watermark,
+                    fetch.topic,
                 )
                 if read.proposal is not None:
                     self._send_alter_partition(broker, partition)
-        self._send(broker.name, source, replace(reply, topic=fetch.topic))
+        self._send(broker.name, source, reply)
 
     def _follower_fetch_reply(self, broker: BrokerProcess, reply: FetchReply) -> None:
         partition = self._partition(broker, reply.partition, reply.topic)
@@ -1763,6 +1805,8 @@ class Simulation:
         )
 
     def _complete_produces(self, broker: BrokerProcess) -> None:
+        if not broker.purgatory:
+            return
         still = []
         for waiting in broker.purgatory:
             partition = self._partition(broker, waiting.partition, waiting.topic)
@@ -1809,7 +1853,7 @@ class Simulation:
         partition = self._partition(broker, fetch.partition, fetch.topic)
         if partition is None:
             reply = ConsumerFetchReply(
-                fetch.partition, fetch.offset, ErrorCode.NOT_LEADER_OR_FOLLOWER
+                fetch.partition, fetch.offset, ErrorCode.NOT_LEADER_OR_FOLLOWER, topic=fetch.topic
             )
         else:
             try:
@@ -1819,13 +1863,14 @@ class Simulation:
                     fetch.offset,
                     ErrorCode.NONE,
                     data.records,
+                    topic=fetch.topic,
                     high_watermark=partition.high_watermark,
                 )
             except PartitionError as e:
-                reply = ConsumerFetchReply(fetch.partition, fetch.offset, e.code)
+                reply = ConsumerFetchReply(fetch.partition, fetch.offset, e.code, topic=fetch.topic)
             except HighwaterError as e:
-                reply = ConsumerFetchReply(fetch.partition, fetch.offset, e.code)
-        self._send(broker.name, source, replace(reply, topic=fetch.topic), reliable=True)
+                reply = ConsumerFetchReply(fetch.partition, fetch.offset, e.code, topic=fetch.topic)
+        self._send(broker.name, source, reply, reliable=True)
 
     # --- Clients -------------------------------------------------------------------------
 
@@ -2465,10 +2510,22 @@ class Simulation:
                         f"{broker.name} {_label(tp)}: its log directory is offline, "
                         f"yet it still {role} in leader epoch {replica.leader_epoch}"
                     )
-        for partition in list(broker.manager):
+        name = broker.name
+        checked = self._checked
+        verified = self.verified
+        for partition in broker.manager:
             tp = partition.topic_partition
             state = partition.leader_state
-            if state is not None:
+            last = self._leading.get((name, tp)) if state is not None else None
+            if state is not None and (
+                last is None
+                or last[0] is not state
+                or last[1] != state.leader_epoch
+                or last[2] != state.high_watermark
+            ):
+                # The same leader state (this incarnation's, in this epoch) checked already
+                # at this high watermark has nothing new to check.
+                self._leading[(name, tp)] = (state, state.leader_epoch, state.high_watermark)
                 key = (tp, state.leader_epoch)
                 leader = self.epoch_leaders.setdefault(key, broker.name)
                 if leader != broker.name:
@@ -2486,6 +2543,17 @@ class Simulation:
                         f"from {previous} to {state.high_watermark}"
                     )
                 self.leader_hw[hw_key] = state.high_watermark
+            # What the check below reads, unchanged since the last check of this replica:
+            # nothing new to check (see _check_below_high_watermark).
+            key = (name, tp)
+            committed = self.committed.get(tp)
+            if committed is not None and checked.get(key) == (
+                partition.log_end_offset,
+                partition.high_watermark,
+                len(committed),
+                verified.get(key, 0),
+            ):
+                continue
             self._check_below_high_watermark(broker, partition)
 
     def _check_below_high_watermark(self, broker: BrokerProcess, partition: Partition) -> None:
