@@ -1992,7 +1992,9 @@ class Simulation:
             self._coordinator_call(
                 c,
                 "coordinator_heartbeat",
-                m.CoordinatorHeartbeatRequest(c.node_id, c.registration_epoch),
+                m.CoordinatorHeartbeatRequest(
+                    c.node_id, c.registration_epoch, metadata_offset=c.ownership.applied_offset
+                ),
                 c.registration_epoch,
             )
         assert c.core is not None

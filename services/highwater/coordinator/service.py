@@ -236,7 +236,11 @@ class CoordinatorServer:
             sent = time.monotonic()
             try:
                 reply = await self.controller.coordinator_heartbeat(
-                    m.CoordinatorHeartbeatRequest(self.node_id, self.registration_epoch)
+                    m.CoordinatorHeartbeatRequest(
+                        self.node_id,
+                        self.registration_epoch,
+                        metadata_offset=self.ownership.applied_offset,
+                    )
                 )
                 if reply.error in (
                     ErrorCode.BROKER_ID_NOT_REGISTERED,
