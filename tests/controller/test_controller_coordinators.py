@@ -37,7 +37,7 @@ from highwater.metadata import (
     snapshot_records,
 )
 from highwater.v1.common_pb2 import ErrorCode
-from hypothesis import given
+from hypothesis import example, given
 
 
 def test_producer_ids_come_in_blocks_of_1000() -> None:
@@ -75,6 +75,13 @@ def owners(h: Harness) -> Counter[int]:
     return Counter(a.coordinator_id for a in h.image.coordinators.assignments.values())
 
 
+def hand_over(h: Harness) -> None:
+    """Every registered coordinator heartbeats with the store's offset (its image has every
+    record): the partitions revoked from it go to their next owners."""
+    for c, registration in sorted(h.image.cluster.coordinators.items()):
+        beat(h, c, registration.registration_epoch)
+
+
 def test_coordinators_share_the_offsets_partitions() -> None:
     h = Harness(
         ControllerConfig(offsets_topic_num_partitions=10, offsets_topic_replication_factor=1)
@@ -86,11 +93,17 @@ def test_coordinators_share_the_offsets_partitions() -> None:
     assignments = [r for r in first.records if isinstance(r, CoordinatorAssignmentRecord)]
     assert assignments == [CoordinatorAssignmentRecord(p, 1, 0) for p in range(10)]
     h.commit(first)
+    # Balancing takes partitions from the live coordinator 1: revoked first (epoch 1),
+    # given to 2 (epoch 2) once 1's heartbeat shows its image has the revocation.
     h.commit(register(h, 2))
+    assert owners(h) == {1: 5, NO_LEADER: 5}
+    revoked = [p for p, a in h.image.coordinators.assignments.items() if a.revoked_from == 1]
+    assert len(revoked) == 5
+    hand_over(h)
     assert owners(h) == {1: 5, 2: 5}
-    moved = [p for p, a in h.image.coordinators.assignments.items() if a.coordinator_id == 2]
-    assert all(h.image.coordinators.assignments[p].coordinator_epoch == 1 for p in moved)
+    assert all(h.image.coordinators.assignments[p].coordinator_epoch == 2 for p in revoked)
     h.commit(register(h, 3))
+    hand_over(h)
     assert sorted(owners(h).values()) == [3, 3, 4]
     # A retried registration changes nothing.
     assert register(h, 3).records == []
@@ -269,6 +282,7 @@ def test_assignment_follows_the_topics_partition_count() -> None:
     h.start_brokers([1])
     h.commit(register(h, 1))
     h.commit(register(h, 2))
+    hand_over(h)
     assert sorted(h.image.coordinators.assignments) == [0, 1, 2, 3]
     # Growing the topic assigns the new partitions in the same batch.
     grown = h.controller.create_partitions(
@@ -281,6 +295,7 @@ def test_assignment_follows_the_topics_partition_count() -> None:
     # Assignments past the topic's partitions (a topic smaller than they say) are dropped.
     h.store.append([CoordinatorAssignmentRecord(9, 1, 0)])
     h.commit(register(h, 3))
+    hand_over(h)
     assert h.image.coordinator_assignment(9) == CoordinatorAssignment(NO_LEADER, 1)
     assert sorted(Counter(owners(h)).values()) == [1, 2, 2, 2]  # -1 holds partition 9
 
@@ -303,11 +318,19 @@ def test_coordinator_registration_errors() -> None:
 
 
 def beat(
-    h: Harness, coordinator_id: int, epoch: int, *, want_shutdown: bool = False
+    h: Harness,
+    coordinator_id: int,
+    epoch: int,
+    *,
+    want_shutdown: bool = False,
+    metadata_offset: int | None = None,
 ) -> CoordinatorHeartbeatResponse:
+    """A heartbeat reporting ``metadata_offset`` (default: the store's, caught up)."""
+    offset = h.image.offset if metadata_offset is None else metadata_offset
     return h.commit(
         h.controller.coordinator_heartbeat(
-            CoordinatorHeartbeatRequest(coordinator_id, epoch, want_shutdown), h.clock.now_ms
+            CoordinatorHeartbeatRequest(coordinator_id, epoch, want_shutdown, offset),
+            h.clock.now_ms,
         )
     )
 
@@ -321,6 +344,7 @@ def test_an_expired_coordinator_loses_its_partitions_to_the_live_ones() -> None:
     h = Harness(config)
     h.start_brokers([1])
     epochs = {c: h.commit(register(h, c)).registration_epoch for c in (1, 2, 3)}
+    hand_over(h)
     assert owners(h) == {1: 4, 2: 4, 3: 4}
     before = dict(h.image.coordinators.assignments)
     for _ in range(4):
@@ -353,6 +377,7 @@ def test_an_expired_coordinator_loses_its_partitions_to_the_live_ones() -> None:
     # partitions back, each with a higher coordinator epoch than any it had.
     again = h.commit(register(h, 3))
     assert again.registration_epoch > epochs[3]
+    hand_over(h)
     assert owners(h) == {1: 4, 2: 4, 3: 4}
     for p, assignment in h.image.coordinators.assignments.items():
         if assignment.coordinator_id == 3:
@@ -451,38 +476,164 @@ def test_a_new_active_controller_gives_every_coordinator_a_full_session() -> Non
     assert successor.tick(h.clock.now_ms).response.expired_coordinators == (1,)
 
 
+# --- Moving a partition off a live coordinator: revoke first, assign after -------------
+
+
+def revocations(h: Harness) -> dict[int, int]:
+    """partition -> the coordinator it is being taken from."""
+    return {
+        p: a.revoked_from
+        for p, a in h.image.coordinators.assignments.items()
+        if a.revoked_from is not None
+    }
+
+
+def test_a_partition_leaves_a_live_coordinator_only_after_it_let_it_go() -> None:
+    """Issue 20, seed 1190: a coordinator paused with a request queued keeps its lease
+    (and answers from its cache) until a session after its last heartbeat. A partition
+    balanced off it while it lives is revoked, and gets its next owner only once the old
+    owner's heartbeat shows an image with the revocation; expiry still moves at once."""
+    h = Harness(
+        ControllerConfig(offsets_topic_num_partitions=4, offsets_topic_replication_factor=1)
+    )
+    h.start_brokers([1])
+    epochs = {1: h.commit(register(h, 1)).registration_epoch}
+    before_move = h.image.offset
+    second = register(h, 2)
+    epochs[2] = second.response.registration_epoch
+    moves = [r for r in second.records if isinstance(r, CoordinatorAssignmentRecord)]
+    # Nobody is named the new owner yet: the partitions are revoked from 1, epochs + 1.
+    assert {(r.coordinator_id, r.coordinator_epoch, r.revoked_from) for r in moves} == {
+        (NO_LEADER, 1, 1)
+    }
+    h.commit(second)
+    revoked = sorted(revocations(h))
+    assert len(revoked) == 2
+    h.tick()
+    # Neither the new owner's heartbeat nor one of 1 from before the revocation moves them.
+    beat(h, 2, epochs[2])
+    beat(h, 1, epochs[1], metadata_offset=before_move)
+    assert sorted(revocations(h)) == revoked
+    # 1's image has the revocation: it serves them no more, and 2 gets them.
+    release = h.controller.coordinator_heartbeat(
+        CoordinatorHeartbeatRequest(1, epochs[1], metadata_offset=h.image.offset),
+        h.clock.now_ms,
+    )
+    assert release.records == [CoordinatorAssignmentRecord(p, 2, 2) for p in revoked]
+    h.commit(release)
+    assert owners(h) == {1: 2, 2: 2}
+    # A third coordinator: one partition is revoked from 1 or 2. Its old owner goes
+    # silent; at the end of its session it is unregistered and the partition moves in the
+    # same batch, with the others of the expired coordinator.
+    epochs[3] = h.commit(register(h, 3)).registration_epoch
+    ((partition, silent),) = revocations(h).items()
+    alive = 3 - silent
+    for _ in range(5):
+        h.clock.advance(2_000)
+        beat(h, alive, epochs[alive], metadata_offset=-1)
+        beat(h, 3, epochs[3])
+        h.tick()
+    assert h.image.coordinator(silent) is None
+    assert partition not in revocations(h)
+    assert h.image.coordinator_assignment(partition).coordinator_id in (alive, 3)
+    assert set(owners(h)) == {alive, 3}
+    assert h.replayed() == h.image
+
+
+def test_a_new_active_controller_hands_over_the_revocations_in_flight() -> None:
+    h = Harness(
+        ControllerConfig(offsets_topic_num_partitions=4, offsets_topic_replication_factor=1)
+    )
+    h.start_brokers([1])
+    first = h.commit(register(h, 1)).registration_epoch
+    h.commit(register(h, 2))
+    revoked = revocations(h)
+    assert revoked and set(revoked.values()) == {1}
+    # The snapshot keeps them; a controller taking over the log notes them from its image.
+    assert load_snapshot(list(snapshot_records(h.image)), h.image.offset, 0) == h.image
+    successor = QuorumController(h.store.latest_image, h.config, seed=1)
+    successor.activate(h.clock.now_ms)
+    early = successor.coordinator_heartbeat(
+        CoordinatorHeartbeatRequest(1, first, metadata_offset=h.image.offset - 1), h.clock.now_ms
+    )
+    assert not early.records
+    late = successor.coordinator_heartbeat(
+        CoordinatorHeartbeatRequest(1, first, metadata_offset=h.image.offset), h.clock.now_ms
+    )
+    h.commit(late)
+    assert not revocations(h) and owners(h) == {1: 2, 2: 2}
+
+
+def _applied(
+    current: dict[int, CoordinatorAssignment], records: list[CoordinatorAssignmentRecord]
+) -> dict[int, CoordinatorAssignment]:
+    """``records`` applied to ``current``, each with the epoch one higher (0 for a new one)."""
+    result = dict(current)
+    for record in records:
+        previous = result.get(record.partition_id)
+        assert record.coordinator_epoch == (
+            0 if previous is None else previous.coordinator_epoch + 1
+        )
+        assert record.revoked_from is None or record.coordinator_id == NO_LEADER
+        result[record.partition_id] = CoordinatorAssignment(
+            record.coordinator_id, record.coordinator_epoch, record.revoked_from
+        )
+    return result
+
+
 @given(
     st.integers(1, 60),
     st.lists(st.integers(0, 6), max_size=5, unique=True),
-    st.dictionaries(st.integers(0, 59), st.tuples(st.integers(-1, 8), st.integers(0, 3))),
+    st.dictionaries(
+        st.integers(0, 59), st.tuples(st.integers(-1, 8), st.integers(0, 3), st.booleans())
+    ),
+    st.lists(st.integers(0, 6), max_size=2, unique=True),
 )
+@example(2, [0, 1], {0: (0, 0, False), 1: (0, 0, False)}, [])  # a move off a live owner
+@example(3, [1, 2], {0: (1, 0, False), 1: (1, 1, True), 2: (1, 0, False)}, [])  # revoking
 def test_assignment_is_balanced_sticky_and_fencing(
-    partitions: int, coordinators: list[int], current_raw: dict[int, tuple[int, int]]
+    partitions: int,
+    coordinators: list[int],
+    current_raw: dict[int, tuple[int, int, bool]],
+    restarted_raw: list[int],
 ) -> None:
     current = {
-        p: CoordinatorAssignment(owner, epoch)
-        for p, (owner, epoch) in current_raw.items()
+        p: (
+            CoordinatorAssignment(NO_LEADER, epoch, revoked_from=owner)
+            if revoking and owner >= 0
+            else CoordinatorAssignment(owner, epoch)
+        )
+        for p, (owner, epoch, revoking) in current_raw.items()
         if p < partitions
     }
-    records = assign_coordinators(partitions, coordinators, current)
-    result = dict(current)
+    restarted = [c for c in restarted_raw if c in coordinators]
+    records = assign_coordinators(partitions, coordinators, current, restarted=restarted)
+    revoked = _applied(current, records)
+    # Revoke first: no record names a new owner for a partition that a live coordinator
+    # (the same incarnation) holds or has not let go yet.
     for record in records:
-        previous = current.get(record.partition_id)
-        expected_epoch = 0 if previous is None else previous.coordinator_epoch + 1
-        assert record.coordinator_epoch == expected_epoch
-        result[record.partition_id] = CoordinatorAssignment(
-            record.coordinator_id, record.coordinator_epoch
-        )
+        before = current.get(record.partition_id)
+        if before is None or record.coordinator_id == NO_LEADER:
+            continue
+        holder = before.coordinator_id if before.revoked_from is None else before.revoked_from
+        if holder in coordinators and holder not in restarted:
+            assert record.coordinator_id == holder
+    # Every old owner lets its revoked partitions go: then they are assigned.
+    released = {p for p, a in revoked.items() if a.revoked_from is not None}
+    handed_over = assign_coordinators(partitions, coordinators, revoked, released=released)
+    result = _applied(revoked, handed_over)
     if not coordinators:
         assert all(a.coordinator_id == -1 for a in result.values())
         return
     assert sorted(result) == list(range(partitions))
+    assert not any(a.revoked_from is not None for a in result.values())
     counts = Counter(a.coordinator_id for a in result.values())
     assert set(counts) <= set(coordinators)
     loads = [counts.get(c, 0) for c in coordinators]
     assert max(loads) - min(loads) <= 1
     # Sticky: a partition kept by a live owner whose share allowed it is not moved.
-    for record in records:
-        previous = current.get(record.partition_id)
-        if previous is not None and previous.coordinator_id in coordinators:
-            assert counts[previous.coordinator_id] >= partitions // len(coordinators)
+    for p, before in current.items():
+        if before.coordinator_id in coordinators and result[p].coordinator_id != (
+            before.coordinator_id
+        ):
+            assert counts[before.coordinator_id] >= partitions // len(coordinators)

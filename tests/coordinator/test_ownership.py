@@ -12,6 +12,7 @@ import itertools
 from highwater.controller import assign_coordinators
 from highwater.coordinator.ownership import OwnershipChange, PartitionOwnership
 from highwater.metadata import (
+    NO_LEADER,
     CoordinatorAssignmentRecord,
     MetadataImage,
     RegisterCoordinatorRecord,
@@ -122,3 +123,22 @@ def test_a_partition_fenced_by_a_newer_owner_waits_for_the_image_to_move_it() ->
     moved_back = replay([CoordinatorAssignmentRecord(1, OTHER, 1)], 5, image=image)
     moved_back = replay([CoordinatorAssignmentRecord(1, ME, 2)], 6, image=moved_back)
     assert owner.follow(moved_back) == OwnershipChange(take_over=((1, 2),))
+
+
+def test_the_offset_its_heartbeat_reports_is_of_an_image_acted_on() -> None:
+    """The controller gives a partition revoked from this coordinator to its next owner
+    once the heartbeat reports an offset at or past the revocation: by then the
+    coordinator has stopped serving it (issue 20, seed 1190)."""
+    owner = ownership()
+    image = first_image()
+    assert owner.applied_offset == -1
+    owner.follow(image)
+    assert owner.applied_offset == image.offset
+    revoked = replay(
+        [CoordinatorAssignmentRecord(1, NO_LEADER, 1, revoked_from=ME)], 5, image=image
+    )
+    assert owner.follow(revoked) == OwnershipChange(stop=(1,))
+    assert owner.applied_offset == 5 and owner.serving == {0: 0}
+    # Given back to it (the other coordinator left meanwhile), in a new epoch.
+    back = replay([CoordinatorAssignmentRecord(1, ME, 2)], 6, image=revoked)
+    assert owner.follow(back) == OwnershipChange(take_over=((1, 2),))

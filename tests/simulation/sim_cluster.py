@@ -580,6 +580,9 @@ class SimulationResult:
     offset_fetches: int = 0
     coordinator_moves: int = 0
     """``__consumer_offsets`` partitions the controller gave to another coordinator."""
+    coordinator_revocations: int = 0
+    """Of those, the partitions revoked from a live coordinator first (handed over once
+    its heartbeat showed the revocation applied, or its session ended)."""
     reincarnations: int = 0
     """Times a coordinator registered again as a new incarnation, to take partitions still
     assigned to it in an epoch it had taken them over in (after a lapsed lease or a
@@ -597,7 +600,8 @@ class SimulationResult:
             f"{self.torn_writes} torn writes, {self.dirs_failed} log directories offline{loss}"
             + (
                 f", {self.commits} offset commits, {self.offset_fetches} offset fetches, "
-                f"{self.coordinator_moves} coordinator moves, "
+                f"{self.coordinator_moves} coordinator moves "
+                f"({self.coordinator_revocations} revoked first), "
                 f"{self.reincarnations} coordinator reincarnations"
                 if self.scenario.groups
                 else ""
@@ -694,6 +698,7 @@ class Simulation:
         self.markers: dict[int, list[tuple[int, int]]] = {}
         """partition -> (offset, coordinator epoch) of every epoch marker acknowledged."""
         self.coordinator_moves = 0
+        self.coordinator_revocations = 0
         self.reincarnations = 0
         self.log_config = LogConfig(
             segment_bytes=self.scenario.segment_bytes,
@@ -1191,6 +1196,8 @@ class Simulation:
                 ):
                     self.coordinator_moves += 1
                     self.previous_owner[record.partition_id] = before.coordinator_id
+                    if record.revoked_from is not None:
+                        self.coordinator_revocations += 1
         ctrl.image = (
             MetadataDelta(ctrl.image).replay_all(records).apply(appended.offset, appended.epoch)
         )
@@ -2037,7 +2044,9 @@ class Simulation:
             self._coordinator_call(
                 c,
                 "coordinator_heartbeat",
-                m.CoordinatorHeartbeatRequest(c.node_id, c.registration_epoch),
+                m.CoordinatorHeartbeatRequest(
+                    c.node_id, c.registration_epoch, metadata_offset=c.ownership.applied_offset
+                ),
                 c.registration_epoch,
             )
         assert c.core is not None
@@ -2774,6 +2783,7 @@ class Simulation:
             commits=self.group_clients.counts["commits"],
             offset_fetches=self.group_clients.counts["fetches"],
             coordinator_moves=self.coordinator_moves,
+            coordinator_revocations=self.coordinator_revocations,
             reincarnations=self.reincarnations,
         )
 

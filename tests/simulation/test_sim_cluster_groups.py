@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import group_clients
 import pytest
+from highwater.controller import coordinators
 from sim_cluster import Scenario, Simulation, SimulationFailure
 
 GROUP_SEEDS = (1, 3)
@@ -36,6 +37,37 @@ def test_a_coordinator_whose_lease_lapsed_takes_its_partition_back_in_a_new_epoc
     result = Simulation(seed, Scenario.from_seed(seed, chaos_ms=5_000, groups=True)).run()
     assert result.reincarnations >= 1
     assert result.commits > 0
+
+
+HANDOVER_SEED = 1190
+"""Short seed (5 s of faults) of the balancing move off a paused, live coordinator."""
+
+
+def test_a_partition_moved_off_a_paused_coordinator_waits_until_it_let_it_go() -> None:
+    """Issue 20, short seed 1190: g1 comes back as a new incarnation while g2, paused with
+    its lease still valid, owns partition 1; the controller, balancing, revokes partition 1
+    from g2 and gives it to g1 only once g2 has let it go or its session expired. Before,
+    g1 got it at once and answered 85 while g2 resumed and answered a queued OffsetFetch
+    from its cache: 81."""
+    simulation = Simulation(
+        HANDOVER_SEED, Scenario.from_seed(HANDOVER_SEED, chaos_ms=5_000, groups=True)
+    )
+    result = simulation.run()
+    assert result.coordinator_revocations >= 1
+    assert result.offset_fetches > 100
+
+
+def test_finds_a_partition_moved_off_a_live_coordinator_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rule taken out (a partition goes straight from a live coordinator to the next
+    owner, as before the fix): the paused coordinator of seed 1190 serves a stale offset."""
+    monkeypatch.setattr(coordinators, "_leaves_at_once", lambda *_: True)
+    with pytest.raises(SimulationFailure) as failure:
+        Simulation(
+            HANDOVER_SEED, Scenario.from_seed(HANDOVER_SEED, chaos_ms=5_000, groups=True)
+        ).run()
+    assert "OffsetFetch" in failure.value.reason
 
 
 def test_finds_a_deposed_coordinator_serving_from_its_cache(

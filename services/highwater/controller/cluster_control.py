@@ -14,6 +14,9 @@ fenced state: one that leaves (UnregisterCoordinator, a heartbeat with
 ``want_shutdown``) or is not heard from for ``coordinator.session.timeout.ms`` gets an
 ``UnregisterCoordinatorRecord``, and in the same batch its partitions go to the live
 coordinators with their coordinator epochs one higher; it registers again to come back.
+A partition moved off a *live* coordinator (balancing) is revoked first and assigned once
+that coordinator's heartbeat reports a metadata offset at or past the revocation
+(:mod:`~highwater.controller.coordinators`).
 The controller creates ``__consumer_offsets`` once a coordinator is registered and a
 broker is active, whichever comes last, and assigns its partitions in the same batch.
 """
@@ -26,6 +29,7 @@ from highwater.controller.config import ControllerConfig
 from highwater.controller.coordinators import (
     assign_coordinators,
     offsets_topic_configs,
+    revoked_from,
 )
 from highwater.controller.heartbeats import BrokerHeartbeatManager
 from highwater.controller.replication_control import ReplicationControl
@@ -87,6 +91,12 @@ class ClusterControl:
             if coordinator_sessions is not None
             else BrokerHeartbeatManager(config.coordinator_session_timeout_ms)
         )
+        self.revocations: dict[tuple[int, int], int] = {}
+        """(partition, coordinator epoch of its revocation) -> a metadata offset at or
+        past the revocation record: the partition's old owner has let it go once its
+        heartbeat reports that offset. Soft state, noted from the image the first time
+        this controller sees the revocation (:meth:`note_revocations`), so a controller
+        that becomes active notes the revocations in flight anew."""
 
     def register_broker(
         self,
@@ -425,9 +435,38 @@ class ClusterControl:
                 records, CoordinatorHeartbeatResponse(is_fenced=True, should_shut_down=True)
             )
         self.coordinator_sessions.touch(
-            coordinator.coordinator_id, coordinator.registration_epoch, now_ms, -1
+            coordinator.coordinator_id,
+            coordinator.registration_epoch,
+            now_ms,
+            request.metadata_offset,
         )
-        return ControllerResult([], CoordinatorHeartbeatResponse(is_fenced=False))
+        # Partitions being taken from this coordinator that its image shows revoked (it
+        # serves them no more) go to their next owners now.
+        self.note_revocations(image)
+        released = {
+            partition_id
+            for partition_id, epoch in revoked_from(
+                coordinator.coordinator_id, image.coordinators.assignments
+            ).items()
+            if request.metadata_offset >= self.revocations[partition_id, epoch]
+        }
+        records = (
+            self._coordinator_assignments(MetadataDelta(image), set(), released) if released else []
+        )
+        return ControllerResult(records, CoordinatorHeartbeatResponse(is_fenced=False))
+
+    def note_revocations(self, image: MetadataImage) -> None:
+        """Note an offset for each revocation in ``image`` not noted yet: ``image.offset``,
+        at or past the revocation record since ``image`` has it (the exact offset is not in
+        the image, and a bound a little late only delays the handover by a heartbeat).
+        Forgets the revocations that are over."""
+        self.revocations = {
+            (partition_id, assignment.coordinator_epoch): self.revocations.get(
+                (partition_id, assignment.coordinator_epoch), image.offset
+            )
+            for partition_id, assignment in image.coordinators.assignments.items()
+            if assignment.revoked_from is not None
+        }
 
     def unregister_coordinator(
         self, image: MetadataImage, request: UnregisterCoordinatorRequest
@@ -524,9 +563,10 @@ class ClusterControl:
             return []
 
     def _coordinator_assignments(
-        self, delta: MetadataDelta, restarted: set[int]
+        self, delta: MetadataDelta, restarted: set[int], released: set[int] | None = None
     ) -> list[MetadataRecord]:
-        """Balance the partitions the offsets topic has (none before it exists)."""
+        """Balance the partitions the offsets topic has (none before it exists);
+        ``released``: revoked partitions whose old owner has let them go."""
         topic_id = delta.topic_id(CONSUMER_OFFSETS_TOPIC)
         num_partitions = 0 if topic_id is None else delta.partition_count(topic_id)
         records: list[MetadataRecord] = []
@@ -535,6 +575,7 @@ class ClusterControl:
             delta.coordinators(),
             delta.coordinator_assignments(),
             restarted=restarted,
+            released=released or (),
         ):
             delta.replay(record)
             records.append(record)

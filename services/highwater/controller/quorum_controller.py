@@ -155,6 +155,8 @@ class QuorumController:
         self.coordinator_sessions.reset_epochs(
             {c: r.registration_epoch for c, r in image.cluster.coordinators.items()}, now_ms
         )
+        self.cluster.revocations.clear()
+        self.cluster.note_revocations(image)
         self._next_imbalance_check_ms = now_ms + self.config.leader_imbalance_check_interval_ms
 
     # --- Brokers and coordinators ----------------------------------------------------
@@ -366,6 +368,8 @@ class QuorumController:
         moved = self.replication.continue_moves(delta, max(0, budget))
         records.extend(moved)
         expired = self.cluster.expire_coordinators(delta, now_ms, records)
+        # Revocations of earlier batches, for the heartbeats that will show them applied.
+        self.cluster.note_revocations(delta.image)
         # Normally created when its last precondition came about; this catches the rest.
         offsets_topic = self.cluster.ensure_offsets_topic(delta)
         records.extend(offsets_topic)

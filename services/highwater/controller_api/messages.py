@@ -698,6 +698,8 @@ class CoordinatorHeartbeatRequest:
     coordinator_id: int
     registration_epoch: int
     want_shutdown: bool = False
+    metadata_offset: int = -1
+    """The last metadata offset the coordinator has applied and acted on (-1: none)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,12 @@ flight (INVALID_PRODUCER_EPOCH once the new marker is in), exactly as a move to 
 coordinator does. It costs a reload of every partition the coordinator keeps, which only
 happens after a lapse or a failure.
 
+The controller takes a partition from a live coordinator in two steps (revoked, then
+assigned to the next owner: :mod:`highwater.controller.coordinators`), and moves it on only
+once this coordinator's heartbeat carries :attr:`PartitionOwnership.applied_offset` at or
+past the revocation: the offset of the last image :meth:`~PartitionOwnership.follow` has
+acted on, so by then the partition is no longer served here.
+
 Pure: the lease's times are integers of milliseconds the edge passes in, and new
 incarnation ids come from the function the edge gives (a random UUID in the service, a
 name derived from the seed in the simulation).
@@ -90,6 +96,9 @@ class PartitionOwnership:
         """partition -> the highest coordinator epoch this process took it over in."""
         self._fenced: dict[int, int] = {}
         """partition -> the highest coordinator epoch a newer owner fenced it in here."""
+        self.applied_offset = -1
+        """The offset of the last image :meth:`follow` acted on, which the heartbeat
+        carries: every partition revoked by then is no longer served."""
 
     @property
     def lapsed(self) -> bool:
@@ -102,6 +111,8 @@ class PartitionOwnership:
         the image assigns a partition in an epoch it was taken over in before, every
         partition is given up and a new incarnation waits to be registered
         (:attr:`register_again`)."""
+        # Whatever the decision below, nothing the image does not assign is served after.
+        self.applied_offset = max(self.applied_offset, image.offset)
         if self.lease.lapsed:
             return OwnershipChange()
         wanted = self._assigned(image)

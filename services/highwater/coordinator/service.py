@@ -184,17 +184,19 @@ class CoordinatorServer:
         log.info("coordinator %d registered with epoch %d", self.node_id, self.registration_epoch)
 
     async def stop(self) -> None:
-        """Give the partitions back to the controller, then stop serving them."""
+        """Stop serving the partitions, then give them back to the controller, which
+        moves them at once: a partition leaves a live coordinator only once it has let it
+        go (:mod:`highwater.controller.coordinators`), and this one has."""
         self._stopping = True
         self._report_readiness()
+        for partition in list(self._partitions):
+            await self._release(partition)
         if self.registration_epoch >= 0:
             with contextlib.suppress(HighwaterError, TimeoutError, grpc.aio.AioRpcError):
                 async with asyncio.timeout(self.settings.unregister_timeout_ms / 1000):
                     await self.controller.unregister_coordinator(
                         m.UnregisterCoordinatorRequest(self.node_id, self.registration_epoch)
                     )
-        for partition in list(self._partitions):
-            await self._release(partition)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -236,7 +238,11 @@ class CoordinatorServer:
             sent = time.monotonic()
             try:
                 reply = await self.controller.coordinator_heartbeat(
-                    m.CoordinatorHeartbeatRequest(self.node_id, self.registration_epoch)
+                    m.CoordinatorHeartbeatRequest(
+                        self.node_id,
+                        self.registration_epoch,
+                        metadata_offset=self.ownership.applied_offset,
+                    )
                 )
                 if reply.error in (
                     ErrorCode.BROKER_ID_NOT_REGISTERED,

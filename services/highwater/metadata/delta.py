@@ -499,7 +499,7 @@ class MetadataDelta:
                 f"epoch {current.coordinator_epoch}, the record {record.coordinator_epoch}"
             )
         self._assignments[record.partition_id] = CoordinatorAssignment(
-            record.coordinator_id, record.coordinator_epoch
+            record.coordinator_id, record.coordinator_epoch, record.revoked_from
         )
 
     def _replay_no_op(self, record: NoOpRecord) -> None:

@@ -141,10 +141,12 @@ class CoordinatorRegistration:
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorAssignment:
-    """Who owns one ``__consumer_offsets`` partition, and since which coordinator epoch."""
+    """Who owns one ``__consumer_offsets`` partition, and since which coordinator epoch;
+    ``revoked_from``: nobody, while the partition is taken from that live coordinator."""
 
     coordinator_id: int
     coordinator_epoch: int
+    revoked_from: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

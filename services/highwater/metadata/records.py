@@ -247,11 +247,16 @@ class UnregisterCoordinatorRecord:
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorAssignmentRecord:
-    """A ``__consumer_offsets`` partition is owned by a coordinator (``-1``: by none)."""
+    """A ``__consumer_offsets`` partition is owned by a coordinator (``-1``: by none).
+
+    ``revoked_from`` (with owner ``-1``): the partition is being taken from that live
+    coordinator, and nobody gets it until that coordinator has let it go
+    (:mod:`highwater.controller.coordinators`)."""
 
     partition_id: int
     coordinator_id: int
     coordinator_epoch: int
+    revoked_from: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,7 +86,10 @@ def _records(image: MetadataImage, *, columnar: bool) -> Iterator[MetadataRecord
         )
     for partition_id, assignment in sorted(image.coordinators.assignments.items()):
         yield CoordinatorAssignmentRecord(
-            partition_id, assignment.coordinator_id, assignment.coordinator_epoch
+            partition_id,
+            assignment.coordinator_id,
+            assignment.coordinator_epoch,
+            assignment.revoked_from,
         )
     for (user, mechanism), credential in sorted(image.scram.credentials.items()):
         yield UserScramCredentialRecord(

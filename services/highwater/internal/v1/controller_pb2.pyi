@@ -637,20 +637,27 @@ class CoordinatorHeartbeatRequest(_message.Message):
     COORDINATOR_ID_FIELD_NUMBER: _builtins.int
     REGISTRATION_EPOCH_FIELD_NUMBER: _builtins.int
     WANT_SHUTDOWN_FIELD_NUMBER: _builtins.int
+    METADATA_OFFSET_FIELD_NUMBER: _builtins.int
     coordinator_id: _builtins.int
     registration_epoch: _builtins.int
     want_shutdown: _builtins.bool
     """The coordinator is stopping: its partitions move to the others now."""
+    metadata_offset: _builtins.int
+    """The offset of the last metadata record the coordinator has applied (and acted on:
+    partitions revoked by then are no longer served); -1 before any. A partition taken
+    from a live coordinator goes to its next owner once this reaches the revocation.
+    """
     def __init__(
         self,
         *,
         coordinator_id: _builtins.int = ...,
         registration_epoch: _builtins.int = ...,
         want_shutdown: _builtins.bool = ...,
+        metadata_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_id", b"coordinator_id", "registration_epoch", b"registration_epoch", "want_shutdown", b"want_shutdown"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_id", b"coordinator_id", "metadata_offset", b"metadata_offset", "registration_epoch", b"registration_epoch", "want_shutdown", b"want_shutdown"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -550,22 +550,31 @@ class CoordinatorAssignmentRecord(_message.Message):
     PARTITION_ID_FIELD_NUMBER: _builtins.int
     COORDINATOR_ID_FIELD_NUMBER: _builtins.int
     COORDINATOR_EPOCH_FIELD_NUMBER: _builtins.int
+    REVOKED_FROM_FIELD_NUMBER: _builtins.int
     partition_id: _builtins.int
     coordinator_id: _builtins.int
     """-1: unassigned"""
     coordinator_epoch: _builtins.int
+    revoked_from: _builtins.int
+    """Set with coordinator_id -1: the partition is being taken from this live coordinator.
+    Nobody owns it until that coordinator's heartbeat shows its metadata has this record
+    (it no longer serves the partition) or its session ends; then it is assigned again.
+    """
     def __init__(
         self,
         *,
         partition_id: _builtins.int = ...,
         coordinator_id: _builtins.int = ...,
         coordinator_epoch: _builtins.int = ...,
+        revoked_from: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_revoked_from", b"_revoked_from", "revoked_from", b"revoked_from"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_epoch", b"coordinator_epoch", "coordinator_id", b"coordinator_id", "partition_id", b"partition_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_revoked_from", b"_revoked_from", "coordinator_epoch", b"coordinator_epoch", "coordinator_id", b"coordinator_id", "partition_id", b"partition_id", "revoked_from", b"revoked_from"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__revoked_from: _TypeAlias = _typing.Literal["revoked_from"]  # noqa: Y015
+    _WhichOneofArgType__revoked_from: _TypeAlias = _typing.Literal["_revoked_from", b"_revoked_from"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__revoked_from) -> _WhichOneofReturnType__revoked_from | None: ...
 
 Global___CoordinatorAssignmentRecord: _TypeAlias = CoordinatorAssignmentRecord  # noqa: Y015
 
