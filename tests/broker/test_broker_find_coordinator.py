@@ -69,6 +69,19 @@ class Cluster:
         )
         return list(reply.coordinators)
 
+    async def heartbeat(self, coordinator_id: int, epoch: int) -> None:
+        """Heartbeat as a live coordinator does until cancelled, reporting the broker's
+        image as the metadata it has applied: a partition moved off it to balance goes to
+        its next owner only once its heartbeat shows the revocation."""
+        while True:
+            reply = await self.admin.coordinator_heartbeat(
+                m.CoordinatorHeartbeatRequest(
+                    coordinator_id, epoch, metadata_offset=self.image.offset
+                )
+            )
+            assert reply.error == ErrorCode.NONE and not reply.is_fenced, reply
+            await asyncio.sleep(0.1)
+
     async def wait_for(self, condition: Callable[[MetadataImage], bool], what: str) -> None:
         for _ in range(500):
             if condition(self.image):
@@ -154,9 +167,15 @@ async def test_no_coordinator_yet_and_bad_keys(cluster: Cluster) -> None:
 
 
 async def test_groups_are_answered_with_their_partitions_owner(cluster: Cluster) -> None:
-    await cluster.register(10, "coordinator-a", 9100)
-    await cluster.register(11, "coordinator-b", 9101)
-    await cluster.wait_for(all_assigned_to({10, 11}), "both coordinators own partitions")
+    epoch_a = await cluster.register(10, "coordinator-a", 9100)
+    beating = asyncio.create_task(cluster.heartbeat(10, epoch_a))
+    try:
+        await cluster.register(11, "coordinator-b", 9101)
+        await cluster.wait_for(all_assigned_to({10, 11}), "both coordinators own partitions")
+    finally:
+        beating.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beating
     topic = cluster.image.topic(CONSUMER_OFFSETS_TOPIC)
     assert topic is not None and len(topic.partitions) == 50
     # Kafka's partitionFor over 50 partitions (values from a JVM).
@@ -178,23 +197,14 @@ async def test_groups_are_answered_with_their_partitions_owner(cluster: Cluster)
 
 async def test_a_coordinator_that_stops_heartbeating_loses_its_groups(cluster: Cluster) -> None:
     epoch_a = await cluster.register(10, "coordinator-a", 9100)
-    epoch_b = await cluster.register(11, "coordinator-b", 9101)
-    await cluster.wait_for(all_assigned_to({10, 11}), "both coordinators own partitions")
-    group_of_b = next(
-        g for g in (f"group-{i}" for i in range(100)) if owner(cluster.image, g) == 11
-    )
-    assert (await cluster.find(group_of_b))[0].node_id == 11
-
-    async def heartbeat_a() -> None:
-        while True:
-            reply = await cluster.admin.coordinator_heartbeat(
-                m.CoordinatorHeartbeatRequest(10, epoch_a)
-            )
-            assert reply.error == ErrorCode.NONE and not reply.is_fenced, reply
-            await asyncio.sleep(0.1)
-
-    beating = asyncio.create_task(heartbeat_a())
+    beating = asyncio.create_task(cluster.heartbeat(10, epoch_a))
     try:
+        epoch_b = await cluster.register(11, "coordinator-b", 9101)
+        await cluster.wait_for(all_assigned_to({10, 11}), "both coordinators own partitions")
+        group_of_b = next(
+            g for g in (f"group-{i}" for i in range(100)) if owner(cluster.image, g) == 11
+        )
+        assert (await cluster.find(group_of_b))[0].node_id == 11
         await cluster.wait_for(all_assigned_to({10}), "coordinator 11 expire")
         answer = (await cluster.find(group_of_b))[0]
         assert (answer.error, answer.node_id, answer.host) == (ErrorCode.NONE, 10, "coordinator-a")
