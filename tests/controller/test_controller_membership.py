@@ -76,25 +76,8 @@ async def test_an_observer_follows_the_voters_to_a_controller_on_a_new_address(
         await until(lambda: observer.image.broker(10) is not None)  # type: ignore[union-attr]
 
         # Controller 2 joins on another address and replaces controller 1.
-        second = ControllerServer(
-            node_id=2,
-            listen=f"127.0.0.1:{free_port()}",
-            bootstrap_controllers=[first_voter.endpoint],
-            data_dir=tmp_path / "c2",
-            settings=settings,
-        )
-        await second.start()
-        joined = Voter(2, second.raft.directory_id, second.raft.endpoint)  # type: ignore[arg-type]
-        async with asyncio.timeout(20):
-            while True:
-                try:
-                    await first.raft.add_voter(joined)
-                    break
-                except NotCaughtUpError:
-                    await asyncio.sleep(0.05)
-        await first.raft.remove_voter(1, first_voter.directory_id)
-        await until(lambda: second.raft.is_leader)  # type: ignore[union-attr]
-        await first.stop()
+        second = joining_controller(first_voter, tmp_path)
+        await replace(first, first_voter, second)
 
         # Nothing is left at the address the observer started with: it asks the voter
         # its log names and applies what controller 2 commits.
@@ -108,16 +91,20 @@ async def test_an_observer_follows_the_voters_to_a_controller_on_a_new_address(
                 await server.stop()
 
 
-async def replace(first: ControllerServer, first_voter: Voter, tmp_path: Path) -> ControllerServer:
-    """Controller 2 joins on another address, is added, and controller 1 is removed and
-    stopped: nothing is left at ``first_voter``'s address."""
-    second = ControllerServer(
+def joining_controller(first_voter: Voter, tmp_path: Path) -> ControllerServer:
+    """Controller 2, to join the quorum through ``first_voter`` on an address of its own."""
+    return ControllerServer(
         node_id=2,
         listen=f"127.0.0.1:{free_port()}",
         bootstrap_controllers=[first_voter.endpoint],
         data_dir=tmp_path / "c2",
         settings=ControllerSettings(raft=RAFT),
     )
+
+
+async def replace(first: ControllerServer, first_voter: Voter, second: ControllerServer) -> None:
+    """``second`` starts, catches up and is added; controller 1 is removed and stopped:
+    nothing is left at ``first_voter``'s address."""
     await second.start()
     joined = Voter(2, second.raft.directory_id, second.raft.endpoint)  # type: ignore[arg-type]
     async with asyncio.timeout(20):
@@ -130,7 +117,6 @@ async def replace(first: ControllerServer, first_voter: Voter, tmp_path: Path) -
     await first.raft.remove_voter(1, first_voter.directory_id)
     await until(lambda: second.raft.is_leader)
     await first.stop()
-    return second
 
 
 async def test_an_observer_down_while_every_voter_was_replaced_takes_the_described_set(
@@ -171,7 +157,8 @@ async def test_an_observer_down_while_every_voter_was_replaced_takes_the_describ
         observer = None
         assert kept is not None and kept[1].ids == {1}
 
-        second = await replace(first, first_voter, tmp_path)
+        second = joining_controller(first_voter, tmp_path)
+        await replace(first, first_voter, second)
         await register(second.raft.endpoint, 11)
 
         # Restarted, the observer kept a set naming only controller 1, whose address is
