@@ -333,6 +333,8 @@ class RaftServer:
         self._inbound = InboundCalls()
         self._driver: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
+        self._appended = False
+        """Whether ``append`` ran since the driver last took a Ready."""
         self._idle = asyncio.Event()
         self._stopping = False
         self._stopped = asyncio.Event()
@@ -457,6 +459,7 @@ class RaftServer:
             self._proposals,
             _Proposal(appended.offset, next(self._sequence), appended.epoch, future),
         )
+        self._appended = True
         self._wakeup.set()
         self.telemetry.appended(future, appended, len(values))
         return appended, future
@@ -759,13 +762,16 @@ class RaftServer:
         loop = asyncio.get_running_loop()
         try:
             while not self._stopping:
-                if node.is_leader:
+                if node.is_leader and self._appended:
                     # Let what is already runnable run first: requests that arrived
                     # together reach ``append`` (through gRPC, the servicer and the
-                    # controller's queue) and share one flush and one round of fetch
-                    # answers — a linger that waits for nothing that is not already here.
+                    # controller's queue) and share one flush — a linger that waits for
+                    # nothing that is not already here. Only after an append: a wake-up
+                    # by a fetch, a flush's end or the tick has nothing to gather, and
+                    # lingering there cost each commit about ten loop turns.
                     for _ in range(_APPEND_LINGER_TURNS):
                         await asyncio.sleep(0)
+                self._appended = False
                 self._wakeup.clear()
                 node.tick(self._clock())
                 ready = node.ready()
