@@ -928,7 +928,10 @@ class RaftServer:
                 >= self.settings.metadata_log_max_record_bytes_between_snapshots
             ):
                 await self._write_snapshot(node)
-            await asyncio.sleep(0)
+            if self._applied_offset < min(self._high_watermark, raft_log.end_offset):
+                # More than one read's worth is committed: let the loop serve between.
+                # Not after the last read: a commit's apply would cost a loop turn more.
+                await asyncio.sleep(0)
 
     def _resolve_proposals(self, batch: RecordBatch) -> None:
         proposals = self._proposals
