@@ -143,7 +143,6 @@ log = logging.getLogger(__name__)
 _APPLY_READ_BYTES: Final = 1 << 20
 _ENDPOINT_CHECK_S: Final = 0.1
 """How often a dynamic quorum's replica checks that the voter set names it at its endpoint."""
-_APPEND_LINGER_TURNS: Final = 3
 _INLINE_FSYNC_MAX_S: Final = 0.0005
 """An fsync that took longer than this sends the next ones to a worker thread (see
 ``_handle_ready``); one at most this long runs on the loop, where it costs less than the
@@ -333,8 +332,6 @@ class RaftServer:
         self._inbound = InboundCalls()
         self._driver: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
-        self._appended = False
-        """Whether ``append`` ran since the driver last took a Ready."""
         self._idle = asyncio.Event()
         self._stopping = False
         self._stopped = asyncio.Event()
@@ -459,7 +456,6 @@ class RaftServer:
             self._proposals,
             _Proposal(appended.offset, next(self._sequence), appended.epoch, future),
         )
-        self._appended = True
         self._wakeup.set()
         self.telemetry.appended(future, appended, len(values))
         return appended, future
@@ -762,16 +758,10 @@ class RaftServer:
         loop = asyncio.get_running_loop()
         try:
             while not self._stopping:
-                if node.is_leader and self._appended:
-                    # Let what is already runnable run first: requests that arrived
-                    # together reach ``append`` (through gRPC, the servicer and the
-                    # controller's queue) and share one flush — a linger that waits for
-                    # nothing that is not already here. Only after an append: a wake-up
-                    # by a fetch, a flush's end or the tick has nothing to gather, and
-                    # lingering there cost each commit about ten loop turns.
-                    for _ in range(_APPEND_LINGER_TURNS):
-                        await asyncio.sleep(0)
-                self._appended = False
+                # No linger before taking a Ready: the one appender, the controller's
+                # worker, groups concurrent requests into one batch itself, so turns
+                # spent here gathered nothing and delayed the fetch answers a new
+                # batch makes (docs/raft.md, "Where a commit's time goes").
                 self._wakeup.clear()
                 node.tick(self._clock())
                 ready = node.ready()
