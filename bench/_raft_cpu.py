@@ -13,9 +13,12 @@ run: the data batches appended during the measured window).
 the floor rows of ``bench raft``) with the same client and requests: the server CPU per
 call that gRPC and the servicer's plumbing cost before any controller work.
 
-``--profile`` runs the controllers under ``bench._profiled_server`` and profiles the
-leader's event loop (CPU time) over each measured window; the functions with the most
-cumulative and own time are printed, and the raw profile is kept beside the data.
+``--profile`` runs the controllers under ``bench._profiled_server`` and profiles every
+controller's event loop (CPU time) over each measured window; for the leader and for one
+follower the functions with the most cumulative and own time are printed, per committed
+write (the calls column counts messages, wake-ups and thread hand-offs per commit: e.g.
+the driver's ``_step`` per message in, ``_dispatch`` per message out, ``to_thread`` per
+fsync handed to a thread), and the raw profiles are kept beside the data.
 """
 
 from __future__ import annotations
@@ -116,7 +119,7 @@ async def _measure(
     profile: bool,
 ) -> CpuRun:
     """Warm up, then run ``writers`` writers for ``seconds`` and measure; ``profile``: open
-    and close a profile window of the leader around the measurement."""
+    and close a profile window of every controller around the measurement."""
     leader_id = await wait_for_leader(processes)
     leader = next(p for p in processes if p.node_id == leader_id)
     cluster = _Cluster([p.address for p in processes])
@@ -146,8 +149,7 @@ async def _measure(
             start_offset = _log_end(leader)
             load_before = os.getloadavg()[0]
             if profile:
-                assert leader.process is not None
-                leader.process.send_signal(signal.SIGUSR1)
+                _signal_all(processes, signal.SIGUSR1)
             measuring = True
             cpu = {p.node_id: process_cpu_s(_pid(p)) for p in processes}
             loop_cpu = {p.node_id: main_thread_cpu_s(_pid(p)) for p in processes}
@@ -162,8 +164,7 @@ async def _measure(
             }
             client = time.process_time() - client
             if profile:
-                assert leader.process is not None
-                leader.process.send_signal(signal.SIGUSR2)
+                _signal_all(processes, signal.SIGUSR2)
             load = (load_before, os.getloadavg()[0])
             return elapsed, cpu, loop_cpu, client, start_offset, load
 
@@ -304,6 +305,19 @@ def _read_batches(process: ControllerProcess) -> list[tuple[int, int, int, bool]
     return found
 
 
+def _profile_window(process: ControllerProcess, windows: dict[int, int]) -> Path:
+    """Where ``process`` writes its current profile window (each numbers its own)."""
+    assert process.profile_out is not None
+    name = f"{process.profile_out.name}.{windows.get(process.node_id, 0)}"
+    return process.profile_out.with_name(name)
+
+
+def _signal_all(processes: list[ControllerProcess], signum: int) -> None:
+    for process in processes:
+        assert process.process is not None
+        process.process.send_signal(signum)
+
+
 def _wait_profile(out: Path, timeout_s: float = 60) -> pstats.Stats | None:
     done = out.with_name(out.name + ".done")
     deadline = time.monotonic() + timeout_s
@@ -312,13 +326,13 @@ def _wait_profile(out: Path, timeout_s: float = 60) -> pstats.Stats | None:
     return pstats.Stats(str(out)) if done.exists() else None
 
 
-def _top(stats: pstats.Stats, writes: int, limit: int) -> str:
+def _top(stats: pstats.Stats, writes: int, limit: int, role: str) -> str:
     """The functions with the most cumulative and the most own CPU time, per write."""
     raw = stats.stats  # type: ignore[attr-defined]
     total = sum(entry[2] for entry in raw.values())
     lines = [
-        f"profiled {total:.2f} s of the leader's event loop, {1000 * total / max(1, writes):.3f} "
-        "ms per write",
+        f"profiled {total:.2f} s of the {role}'s event loop, "
+        f"{1000 * total / max(1, writes):.3f} ms per write",
         f"{'cum ms/w':>9} {'own ms/w':>9} {'calls/w':>8}  function",
     ]
 
@@ -339,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="measured window per run")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before measuring")
     parser.add_argument("--runs", type=int, default=1, help="runs per number of writers")
-    parser.add_argument("--profile", action="store_true", help="cProfile the leader")
+    parser.add_argument("--profile", action="store_true", help="cProfile the leader and a follower")
     parser.add_argument(
         "--floor", action="store_true", help="also measure the no-op gRPC floor server"
     )
@@ -366,15 +380,16 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     print(run.summary(), flush=True)
                     if args.profile:
-                        leader = next(p for p in processes if p.node_id == run.leader_id)
-                        assert leader.profile_out is not None
-                        # Each process numbers its own profile windows.
-                        window = windows.get(run.leader_id, 0)
-                        windows[run.leader_id] = window + 1
-                        out = leader.profile_out.with_name(f"{leader.profile_out.name}.{window}")
-                        stats = _wait_profile(out)
-                        if stats is not None:
-                            print(_top(stats, run.writes, args.top), flush=True)
+                        follower = next(p for p in processes if p.node_id != run.leader_id)
+                        for role, process in (
+                            ("leader", next(p for p in processes if p.node_id == run.leader_id)),
+                            ("follower", follower),
+                        ):
+                            stats = _wait_profile(_profile_window(process, windows))
+                            if stats is not None:
+                                print(_top(stats, run.writes, args.top, role), flush=True)
+                        for process in processes:  # every process numbers its own windows
+                            windows[process.node_id] = windows.get(process.node_id, 0) + 1
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -191,6 +191,34 @@ def test_truncate_to_snapshot(raft_log: Any) -> None:
     assert _entries(raft_log) == [(10, 5, b"k")]
 
 
+def test_a_read_repeated_after_a_change_sees_the_change(raft_log: Any) -> None:
+    # The same read (offset and size) before and after each change: the partition log
+    # keeps its last read, which must not outlive a truncation, an append or a new start.
+    def values(offset: int) -> list[bytes | None]:
+        return [r.value for b in iter_batches(raft_log.read(offset, 1 << 20)) for r in b.records()]
+
+    raft_log.append_as_leader([b"a"], 1)  # 0
+    raft_log.append_as_leader([b"b"], 1)  # 1
+    assert values(1) == [b"b"]
+    raft_log.truncate_to(1)
+    assert values(1) == []
+    raft_log.append_as_leader([b"c"], 2)  # 1 again, another entry
+    assert values(1) == [b"c"]
+    raft_log.append_as_leader([b"d"], 2)  # 2
+    assert values(1) == [b"c", b"d"]
+    follower = InMemoryRaftLog()
+    follower.append_as_leader([b"x"], 1)
+    follower.append_as_leader([b"y"], 3)
+    raft_log.truncate_to(1)
+    assert values(1) == []
+    raft_log.append_as_follower(follower.read(1, 1 << 20))
+    assert values(1) == [b"y"]
+    raft_log.delete_before(1)
+    assert values(1) == [b"y"]
+    raft_log.truncate_to_snapshot(OffsetAndEpoch(1, 3))
+    assert values(1) == []
+
+
 # --- the disk: flushes, restarts, snapshots ----------------------------------------------
 
 

@@ -143,13 +143,11 @@ log = logging.getLogger(__name__)
 _APPLY_READ_BYTES: Final = 1 << 20
 _ENDPOINT_CHECK_S: Final = 0.1
 """How often a dynamic quorum's replica checks that the voter set names it at its endpoint."""
-_APPEND_LINGER_TURNS: Final = 3
 _INLINE_FSYNC_MAX_S: Final = 0.0005
 """An fsync that took longer than this sends the next ones to a worker thread (see
 ``_handle_ready``); one at most this long runs on the loop, where it costs less than the
-hand-off to a thread and back."""
-"""Event-loop turns a leader yields before taking a Ready (see ``_drive``): a request
-needs about three to travel from gRPC to :meth:`RaftServer.append`."""
+hand-off to a thread and back. Timed around the flush alone, in the thread too: the
+hand-off's own delay is not the disk's."""
 
 
 # --- configuration -----------------------------------------------------------------------
@@ -759,13 +757,10 @@ class RaftServer:
         loop = asyncio.get_running_loop()
         try:
             while not self._stopping:
-                if node.is_leader:
-                    # Let what is already runnable run first: requests that arrived
-                    # together reach ``append`` (through gRPC, the servicer and the
-                    # controller's queue) and share one flush and one round of fetch
-                    # answers — a linger that waits for nothing that is not already here.
-                    for _ in range(_APPEND_LINGER_TURNS):
-                        await asyncio.sleep(0)
+                # No linger before taking a Ready: the one appender, the controller's
+                # worker, groups concurrent requests into one batch itself, so turns
+                # spent here gathered nothing and delayed the fetch answers a new
+                # batch makes (docs/raft.md, "Where a commit's time goes").
                 self._wakeup.clear()
                 node.tick(self._clock())
                 ready = node.ready()
@@ -841,9 +836,10 @@ class RaftServer:
     async def _flush_in_thread(self, node: RaftNode) -> None:
         raft_log = self._require_log()
         try:
-            started = time.perf_counter()
-            await asyncio.to_thread(raft_log.flush)
-            self._last_fsync_s = time.perf_counter() - started
+            # Timed in the thread: the round trip through the thread pool and back to a
+            # busy loop took more than the limit on its own, so once in a thread the
+            # flushes never came back to the loop even when the disk was fast again.
+            self._last_fsync_s = await asyncio.to_thread(_timed_flush, raft_log)
             if not self._stopping:
                 self._flushed(node)
         except Exception as e:
@@ -922,7 +918,10 @@ class RaftServer:
                 >= self.settings.metadata_log_max_record_bytes_between_snapshots
             ):
                 await self._write_snapshot(node)
-            await asyncio.sleep(0)
+            if self._applied_offset < min(self._high_watermark, raft_log.end_offset):
+                # More than one read's worth is committed: let the loop serve between.
+                # Not after the last read: a commit's apply would cost a loop turn more.
+                await asyncio.sleep(0)
 
     def _resolve_proposals(self, batch: RecordBatch) -> None:
         proposals = self._proposals
@@ -1155,6 +1154,13 @@ class RaftServer:
         if self._snapshots is None:
             raise RuntimeError("the Raft server has not started")
         return self._snapshots
+
+
+def _timed_flush(raft_log: PartitionRaftLog) -> float:
+    """Flush ``raft_log``; the seconds it took."""
+    started = time.perf_counter()
+    raft_log.flush()
+    return time.perf_counter() - started
 
 
 def _fail(proposal: _Proposal, error: HighwaterError) -> None:

@@ -1247,7 +1247,13 @@ class RaftNode:
                 # The common prefix ends inside the snapshot: start from the snapshot.
                 return self._snapshot_answer(request, state, latest_snapshot), 0
             return self._fetch_answer(request, state, diverging_epoch=end), 0
-        records = log.read(fetch_offset, min(request.max_bytes, self.config.fetch_max_bytes))
+        # A fetch at the log end (a follower that caught up, reporting its position) has
+        # nothing to read: no segment lookup for it, on the path of every commit.
+        records = (
+            log.read(fetch_offset, min(request.max_bytes, self.config.fetch_max_bytes))
+            if fetch_offset < log.end_offset
+            else b""
+        )
         if state.update_replica_state(request.source, fetch_offset, log.end_offset, now_ms):
             self._on_leader_high_watermark(state, now_ms, skip=request.source)
         answer = self._fetch_answer(request, state, records=records)

@@ -97,6 +97,10 @@ class PartitionRaftLog:
     def __init__(self, partition_log: PartitionLog, *, start_epoch: int = 0) -> None:
         self._log = partition_log
         self._start_epoch = start_epoch
+        self._generation = 0
+        """Counts the changes to the entries (see :meth:`_changed`)."""
+        self._last_read: tuple[tuple[int, int, int], bytes] | None = None
+        """The last :meth:`read`: ((generation, start offset, max bytes), records)."""
 
     @classmethod
     def open(
@@ -228,6 +232,7 @@ class PartitionRaftLog:
             partition_leader_epoch=epoch,
             is_control=control,
         )
+        self._changed()
         info = self._log.append_as_leader(
             batch, leader_epoch=epoch, origin=AppendOrigin.COORDINATOR
         )
@@ -251,14 +256,27 @@ class PartitionRaftLog:
                 )
             next_offset = header.next_offset
             last_epoch = header.partition_leader_epoch
+        self._changed()
         self._log.append_as_follower(batches)
 
     def read(self, start_offset: int, max_bytes: int) -> bytes:
+        """Whole batches from ``start_offset``, up to ``max_bytes`` (at least one).
+
+        The last read is kept until the log changes: on the leader a batch just appended
+        is read once per parked follower fetch it answers and once more to apply it, with
+        the same offset and size, so one segment lookup and ``pread`` serve all three.
+        """
         if not self.start_offset <= start_offset <= self.end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {start_offset} is outside the log [{self.start_offset}, {self.end_offset}]"
             )
-        return self._log.read(start_offset, max_bytes, min_one_batch=True).records
+        key = (self._generation, start_offset, max_bytes)
+        last = self._last_read
+        if last is not None and last[0] == key:
+            return last[1]
+        records = self._log.read(start_offset, max_bytes, min_one_batch=True).records
+        self._last_read = (key, records)
+        return records
 
     def truncate_to(self, offset: int) -> None:
         if offset >= self.end_offset:
@@ -268,10 +286,12 @@ class PartitionRaftLog:
                 f"cannot truncate to {offset}, below the log start {self.start_offset}"
             )
         self._check_boundary(offset)
+        self._changed()
         self._log.truncate_to(offset)
         self._make_truncation_durable()
 
     def truncate_to_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
+        self._changed()
         self._log.truncate_fully_and_start_at(snapshot_id.offset)
         self._start_epoch = snapshot_id.epoch
         self._log.delete_pending_files(force=True)
@@ -286,6 +306,7 @@ class PartitionRaftLog:
             )
         self._check_boundary(offset)
         start_epoch = self._epoch_of_offset(offset - 1)
+        self._changed()
         partition_log = self._log
         partition_log.update_high_watermark(max(partition_log.high_watermark, offset))
         partition_log.maybe_increment_log_start_offset(offset)
@@ -315,6 +336,12 @@ class PartitionRaftLog:
         )
 
     # --- internals -------------------------------------------------------------------
+
+    def _changed(self) -> None:
+        """The entries change (an append, a truncation, a new log start): the kept read
+        may no longer be what the log holds."""
+        self._generation += 1
+        self._last_read = None
 
     def _epoch_of_offset(self, offset: int) -> int | None:
         if not self._log.log_start_offset <= offset < self._log.log_end_offset:
