@@ -1019,18 +1019,17 @@ class AsyncProducer:
                     ),
                 )
         for q in self._queues.values():
-            for batch in list(q.batches):
-                if batch.deadline(timeout_s) <= now:
-                    q.batches.remove(batch)
-                    self._give_up(
-                        q,
-                        batch,
-                        DeliveryTimeoutError(
-                            f"{batch.count} record(s) for {batch.topic}-{batch.partition} "
-                            f"expired: not written within delivery.timeout.ms "
-                            f"({self.config.delivery_timeout_ms} ms)"
-                        ),
-                    )
+            for batch in q.expired(now, timeout_s):
+                q.batches.remove(batch)
+                self._give_up(
+                    q,
+                    batch,
+                    DeliveryTimeoutError(
+                        f"{batch.count} record(s) for {batch.topic}-{batch.partition} "
+                        f"expired: not written within delivery.timeout.ms "
+                        f"({self.config.delivery_timeout_ms} ms)"
+                    ),
+                )
 
     def _drain(self, now: float) -> float | None:
         """Send every batch that is ready; returns the seconds until the next is (None: idle)."""
