@@ -20,6 +20,8 @@ are :mod:`~highwater.client.producer.accumulator` and :mod:`~highwater.client.pr
   and messages are made only for delivery callbacks. A record of plain bytes without
   headers for a partition whose batch is open takes a fast lane at the top of
   ``_enqueue``; the rest take the general path (``_place``).
+  :meth:`AsyncProducer.produce_without_handle` is the same without the handle, for callers
+  that learn of deliveries only through callbacks (confluent-kafka's ``produce()``).
 - The sender task drains a batch once it is full or ``linger.ms`` passed since it was
   opened (at once during :meth:`~AsyncProducer.flush`), and sends one ``Produce`` request per
   leader broker, holding at most one batch per partition.
