@@ -291,7 +291,7 @@ class AsyncProducer:
         reported only through ``on_delivery`` and the producer's ``on_delivery_batch``, as
         confluent-kafka's ``produce()`` (which returns None) reports it. The same checks and
         typed errors as :meth:`produce`; what is saved is the handle's allocation and its
-        fields, about a fifth of the compiled ``produce()``'s own cost (docs/client.md).
+        fields, about a quarter of the compiled ``produce()``'s own cost (docs/client.md).
         """
         self._enqueue(topic, value, key, partition, headers, timestamp, on_delivery, None)
 
