@@ -258,9 +258,11 @@ async def produce_with_client(
     *,
     timeout_s: float = 180,
     per_batch: bool = False,
+    handles: bool = True,
 ) -> Counted:
     """``records`` records through ``AsyncProducer``; every delivery report checked: one
-    callback per record, or (``per_batch``) one ``on_delivery_batch`` report per batch."""
+    callback per record, or (``per_batch``) one ``on_delivery_batch`` report per batch.
+    ``handles`` False: through ``produce_without_handle()``, which returns no handle."""
     from highwater.client.producer import AsyncProducer, BatchMetadata, Message
 
     failures: list[BaseException] = []
@@ -281,13 +283,14 @@ async def produce_with_client(
         on_delivery_batch=batch_delivered if per_batch else None,
     )
     on_delivery = None if per_batch else delivered
+    produce = producer.produce if handles else producer.produce_without_handle
 
     try:
         async with asyncio.timeout(timeout_s):
             await producer.send(topic, PAYLOAD)  # metadata and producer id, not timed
             started = time.perf_counter()
             for index in range(records):
-                producer.produce(topic, PAYLOAD, on_delivery=on_delivery)
+                produce(topic, PAYLOAD, on_delivery=on_delivery)
                 if index % YIELD_EVERY == YIELD_EVERY - 1:
                     await asyncio.sleep(0)  # let the sender drain what is ready
                     while len(producer) > 200_000:

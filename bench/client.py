@@ -3,7 +3,8 @@
 ``python -m bench.client`` starts what the broker suite starts (one controller and one
 broker, then three brokers for RF 3 with acks=all) and runs the suite's own client loops
 from :mod:`bench.broker` (``produce_with_client``, ``consume_with_client``): the producer
-with a delivery callback per record and with per-batch reports, the consumer's
+with a delivery callback per record and with per-batch reports (``produce()``, and
+``produce_without_handle()``, which makes no handle per record), the consumer's
 ``consume()`` and ``consume_batches()``, each ``--trials`` times, the median kept. Beside
 records/s it gives this process's CPU time per record (``time.process_time``: the gRPC
 threads included, the brokers not), which the machine's load changes far less than wall
@@ -83,6 +84,12 @@ async def client_rows(
         (
             "produce(), on_delivery_batch",
             lambda: produce_with_client(bootstrap, TOPIC, acks, records, per_batch=True),
+        ),
+        (
+            "produce_without_handle(), on_delivery_batch",
+            lambda: produce_with_client(
+                bootstrap, TOPIC, acks, records, per_batch=True, handles=False
+            ),
         ),
         ("consume()", lambda: consume_with_client(bootstrap, TOPIC, records)),
         (

@@ -5,7 +5,8 @@ The sink writes the columns spark-sql-kafka writes: ``value`` (required), ``key`
 partitioner chooses) and ``headers``; both ``key`` and ``value`` may be strings or binary.
 Other columns are ignored. Each task produces its rows, flushes, and reports what was
 written in a :class:`WrittenRecords` commit message; a record that could not be delivered
-fails the task.
+fails the task. The producer's ``batch.size`` is :data:`SINK_BATCH_SIZE` unless the
+options give one.
 
 Rows for the ``topic`` option with no ``partition`` or ``headers`` column (the common case)
 go through :meth:`~highwater.client.producer.Producer.produce_batch`: the Arrow batch's key
@@ -34,6 +35,7 @@ from pyspark.sql.types import (
 )
 
 __all__ = [
+    "SINK_BATCH_SIZE",
     "DeliveryError",
     "SinkSchemaError",
     "WrittenRecords",
@@ -44,6 +46,12 @@ __all__ = [
 _BYTES_TYPES: Final = (StringType, BinaryType)
 #: Flush delivery reports every so many records, so the queue of callbacks stays short.
 _POLL_EVERY: Final = 2_000
+#: The sink's ``batch.size`` unless ``highwater.batch.size`` gives one: 512 KiB, under the
+#: broker's default ``message.max.bytes`` (1 MiB). A task hands over whole Arrow batches of
+#: rows at once, so batches fill at once and linger nowhere; at the producer's default of
+#: 16 KiB (about 145 records of 100 bytes) the sender's work per batch and per request, not
+#: the records, was most of a task's time.
+SINK_BATCH_SIZE: Final = 512 * 1024
 
 
 class SinkSchemaError(ValueError):
@@ -140,7 +148,7 @@ def write_batches(
             return
         written.note(batch.topic, batch.partition, batch.offset, batch.record_count)
 
-    producer = Producer(producer_config)
+    producer = Producer({"batch.size": SINK_BATCH_SIZE, **producer_config})
     sent = 0
     try:
         for batch in _batches(batches):

@@ -7,8 +7,12 @@ by hand and the sender never gets a turn).
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +20,7 @@ from compiled_codec import PURE_PYTHON_RUN, compiled_only
 from highwater.client.cluster import PartitionInfo, TopicInfo
 from highwater.client.producer import AsyncProducer, Message, ProducerClosedError
 from highwater.client.producer.handle import DeliveryHandle
+from highwater.records.implementation import PURE_PYTHON_ENV
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -47,6 +52,7 @@ def make_producer(seed: int, *, lane: bool, batch_size: int = 600) -> AsyncProdu
     if not lane:  # the Python produce(), the reference
         producer._lane = None
         producer.__dict__.pop("produce", None)
+        producer.__dict__.pop("produce_without_handle", None)
     return producer
 
 
@@ -71,12 +77,13 @@ async def run_calls(calls: list[Any], seed: int, *, lane: bool) -> Any:
 
     outcomes: list[Any] = []
     try:
-        for topic, value, key, partition, headers, timestamp, with_callback in calls:
+        for topic, value, key, partition, headers, timestamp, with_callback, handled in calls:
             if topic == "refresh":  # new metadata, the same partitions: sticky choices lapse
                 set_metadata(producer)
                 continue
+            produce = producer.produce if handled else producer.produce_without_handle
             try:
-                handle = producer.produce(
+                handle = produce(
                     topic,
                     value,
                     key,
@@ -133,6 +140,7 @@ call = st.tuples(
     st.none() | st.just([("h", b"v")]),
     st.integers(1, 1 << 44) | st.sampled_from([-5, 1 << 70]),
     st.booleans(),
+    st.booleans(),  # produce(), or produce_without_handle() (which returns None)
 )
 
 
@@ -178,6 +186,28 @@ async def test_the_lane_takes_plain_records_and_leaves_the_rest_to_python() -> N
         with pytest.raises(TypeError, match="multiple values for argument 'value'"):
             producer.produce("a", b"v", value=b"w")  # type: ignore[misc]
         assert len(producer) == 3
+    finally:
+        if producer._sender is not None:
+            producer._sender.cancel()
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+async def test_produce_without_handle_queues_the_record_and_returns_none(compiled: bool) -> None:
+    producer = make_producer(3, lane=compiled, batch_size=16384)  # no lane in a pure run
+    try:
+        assert producer.produce_without_handle("a", b"first", partition=1, timestamp=5) is None
+        assert producer.produce_without_handle("a", b"v", None, 1, None, 6, None) is None
+        batch = producer._queues["a", 1].batches[-1]
+        assert batch.builder.records == [(None, b"first", (), 5), (None, b"v", (), 6)]
+        assert len(producer) == 2
+        with pytest.raises(TypeError, match="value must be str, bytes or None"):
+            producer.produce_without_handle("a", 12, partition=1)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+            producer.produce_without_handle("a", b"v", colour=1)  # type: ignore[call-arg]
+        producer._closed = True
+        with pytest.raises(ProducerClosedError):
+            producer.produce_without_handle("a", b"v", partition=1, timestamp=3)
+        assert len(producer) == 2
     finally:
         if producer._sender is not None:
             producer._sender.cancel()
@@ -301,3 +331,58 @@ async def test_the_lane_sees_every_change_of_the_producers_state() -> None:
     finally:
         if producer._sender is not None:
             producer._sender.cancel()
+
+
+DEBUG_SCRIPT = """
+import asyncio, random, sys
+sys.path[:0] = sys.argv[1:]
+from test_client_produce_lane import make_producer, set_metadata
+
+async def main():
+    rng = random.Random(5)
+    reported = []
+    producer = make_producer(5, lane=True, batch_size=700)
+    produce, quiet = producer.produce, producer.produce_without_handle
+    for i in range(1500):
+        topic = rng.choice(["a", "a", "b", "c"])
+        value = rng.choice([None, b"v" * rng.randrange(300), "text", 7])
+        key = rng.choice([None, None, b"k%d" % i, "key"])
+        partition = rng.choice([None, None, -1, 0, 2, 9])
+        headers = rng.choice([None, None, [("h", b"v")]])
+        timestamp = rng.choice([None, 0, 5, 1 << 70])
+        on_delivery = rng.choice([None, lambda e, m: reported.append(e)])
+        call = rng.choice([produce, quiet])
+        try:
+            if rng.random() < 0.5:
+                call(topic, value, key, partition, headers, timestamp, on_delivery)
+            else:
+                call(topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
+        except (TypeError, ValueError):
+            pass
+        if i % 500 == 0:
+            set_metadata(producer)
+    producer._sender.cancel()
+    await asyncio.gather(producer._sender, return_exceptions=True)
+
+asyncio.run(main())
+print("ok")
+"""
+
+
+@compiled_only
+def test_the_lane_under_the_debug_allocator() -> None:
+    """produce() and produce_without_handle() through the lane and its fallbacks in a
+    child process under ``PYTHONMALLOC=debug`` (writes past a block, use after free)."""
+    root = Path(__file__).resolve().parents[2]
+    paths = [str(root / "services"), str(root / "tests" / "support"), str(Path(__file__).parent)]
+    env = {k: v for k, v in os.environ.items() if k != PURE_PYTHON_ENV}
+    env["PYTHONMALLOC"] = "debug"
+    result = subprocess.run(
+        [sys.executable, "-X", "dev", "-c", DEBUG_SCRIPT, *paths],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "ok"

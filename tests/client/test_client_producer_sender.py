@@ -181,3 +181,19 @@ def test_a_resending_queue_sends_one_batch_at_a_time_until_caught_up() -> None:
     queue.acknowledge(resent)
     assert queue.send_delay(20.0, 0.0, False, 5) == 0.0
     assert not queue.retrying  # nothing sent before is left: new batches flow again
+
+
+def test_expiry_looks_at_resent_batches_and_stops_at_the_first_live_new_one() -> None:
+    timeout_s = 5.0
+    resent_live = opened_at(9.0)
+    resent_expired = opened_at(4.0)
+    for made in (resent_live, resent_expired):
+        made.attempts = 1
+    new_expired, new_live = opened_at(4.5), opened_at(6.0)
+    # Cannot happen (new batches are queued as they are made); it shows where the scan stops.
+    out_of_order = opened_at(1.0)
+    queue = PartitionQueue("a", 0)
+    queue.batches.extend([resent_live, resent_expired, new_expired, new_live, out_of_order])
+    assert queue.expired(10.0, timeout_s) == [resent_expired, new_expired]
+    assert queue.expired(11.0, timeout_s) == [resent_expired, new_expired, new_live, out_of_order]
+    assert queue.expired(3.0, timeout_s) == []

@@ -4,15 +4,17 @@ real embedded server."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from embedded_servers import ServerThread
 from highwater.client.admin import AdminClient
+from highwater.records import iter_batches
 from highwater.records.partitioner import partition_for_key
 from pyspark_highwater.offsets import OffsetRange
 from pyspark_highwater.reading import DataLossError, ReadTimeoutError, read_range
-from pyspark_highwater.writing import DeliveryError, write_batches
+from pyspark_highwater.writing import SINK_BATCH_SIZE, DeliveryError, write_batches
 from spark_topics import consume_all, create_topic, produce, unique_topic
 
 
@@ -137,3 +139,25 @@ def test_a_row_for_a_missing_topic_fails_the_task(server: ServerThread) -> None:
     batch = pa.RecordBatch.from_pydict({"value": ["a"], "topic": ["no-such-topic-anywhere"]})
     with pytest.raises(DeliveryError, match="no-such-topic-anywhere"):
         write_batches({"bootstrap.servers": server.address}, None, [batch])
+
+
+def stored_batch_sizes(server: ServerThread, topic: str) -> list[int]:
+    """The record count of each batch partition 0 of ``topic`` holds, read from its log."""
+    logs = sorted(Path(server.data_dir).rglob(f"{topic}-0/*.log"))
+    return [b.header.records_count for path in logs for b in iter_batches(path.read_bytes())]
+
+
+def test_the_sink_writes_large_batches_unless_the_options_give_a_batch_size(
+    server: ServerThread,
+) -> None:
+    rows = pa.RecordBatch.from_pydict({"value": [b"v" * 100] * 3000})  # about 330 KB
+    assert SINK_BATCH_SIZE == 512 * 1024
+    default = unique_topic("task-batch-size")
+    create_topic(server.address, default, 1)
+    write_batches({"bootstrap.servers": server.address}, default, [rows])
+    assert stored_batch_sizes(server, default) == [3000]
+    given = unique_topic("task-batch-size")
+    create_topic(server.address, given, 1)
+    write_batches({"bootstrap.servers": server.address, "batch.size": 16384}, given, [rows])
+    sizes = stored_batch_sizes(server, given)
+    assert sum(sizes) == 3000 and len(sizes) > 15 and max(sizes) < 150

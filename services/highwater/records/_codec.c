@@ -2895,36 +2895,65 @@ done:
 }
 #undef GENERAL_PATH
 
+/* produce()'s arguments as given (positional and keywords) into its seven, None where not
+ * given: 1, or 0 when the call is not one the lane takes (too many or too few positional
+ * arguments, an unknown keyword or one given twice: the fallback says what is wrong). */
+static int lane_arguments(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                          PyObject **given) {
+    for (int i = 0; i < 7; i++) given[i] = Py_None;
+    if (nargs < 1 || nargs > 7) return 0;
+    for (Py_ssize_t i = 0; i < nargs; i++) given[i] = args[i];
+    if (kwnames == NULL) return 1;
+    Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        int found = -1;
+        for (int j = 0; j < 7; j++) {
+            if (name == produce_arg_names[j]) {
+                found = j;
+                break;
+            }
+        }
+        if (found < nargs) return 0; /* unknown, or given twice */
+        given[found] = args[nargs + k];
+    }
+    return 1;
+}
+
 /* lane(topic, value=None, key=None, partition=None, headers=None, timestamp=None,
  * on_delivery=None): produce() itself; the calls it does not take go to the fallback with
  * their arguments as given (which raises the typed errors). */
 static PyObject *lane_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     ProduceLaneObject *self = (ProduceLaneObject *)op;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *given[7] = {Py_None, Py_None, Py_None, Py_None, Py_None, Py_None, Py_None};
-    int usable = nargs >= 1 && nargs <= 7;
-    for (Py_ssize_t i = 0; usable && i < nargs; i++) given[i] = args[i];
-    if (usable && kwnames != NULL) {
-        Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
-        for (Py_ssize_t k = 0; usable && k < nkw; k++) {
-            PyObject *name = PyTuple_GET_ITEM(kwnames, k);
-            int found = -1;
-            for (int j = 0; j < 7; j++) {
-                if (name == produce_arg_names[j]) {
-                    found = j;
-                    break;
-                }
-            }
-            if (found < nargs) usable = 0; /* unknown, or given twice: the fallback says so */
-            else given[found] = args[nargs + k];
-        }
-    }
-    if (usable) {
+    PyObject *given[7];
+    if (lane_arguments(args, PyVectorcall_NARGS(nargsf), kwnames, given)) {
         PyObject *result = lane_place(self, given, 1);
         if (result != Py_None) return result;
         Py_DECREF(result);
     }
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+/* lane.produce_without_handle(...): produce()'s arguments, no handle made; None. The calls
+ * the lane does not take go to the fallback (produce(), whose handle is dropped: one per
+ * batch, where the lane opens none). */
+static PyObject *lane_produce_without_handle(PyObject *op, PyObject *const *args,
+                                             Py_ssize_t nargs, PyObject *kwnames) {
+    ProduceLaneObject *self = (ProduceLaneObject *)op;
+    PyObject *given[7];
+    PyObject *result = NULL;
+    if (lane_arguments(args, nargs, kwnames, given)) {
+        result = lane_place(self, given, 0);
+        if (result == NULL) return NULL;
+        if (result == Py_None) {
+            Py_DECREF(result);
+            result = NULL;
+        }
+    }
+    if (result == NULL) result = PyObject_Vectorcall(self->fallback, args, nargs, kwnames);
+    if (result == NULL) return NULL;
+    Py_DECREF(result);
+    Py_RETURN_NONE;
 }
 
 /* lane.place(topic, value, key, partition, headers, timestamp, on_delivery): the blocking
@@ -2962,6 +2991,10 @@ static PyMethodDef lane_methods[] = {
     {"place", (PyCFunction)(void (*)(void))lane_place_method, METH_FASTCALL,
      "place(topic, value, key, partition, headers, timestamp, on_delivery) -> True, or None "
      "for the Python path (no handle is made)"},
+    {"produce_without_handle", (PyCFunction)(void (*)(void))lane_produce_without_handle,
+     METH_FASTCALL | METH_KEYWORDS,
+     "produce_without_handle(topic, value=None, key=None, partition=None, headers=None, "
+     "timestamp=None, on_delivery=None) -> None: produce() without its DeliveryHandle"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -196,6 +196,24 @@ class PartitionQueue:
             index += 1
         self.batches.insert(index, batch)
 
+    def expired(self, now: float, delivery_timeout_s: float) -> list[ProducerBatch]:
+        """The queued batches whose ``delivery.timeout.ms`` has passed at ``now``.
+
+        Batches never sent are queued in the order they were made, so their deadlines
+        rise: the scan stops at the first of them that has not expired, as Kafka's
+        ``RecordAccumulator.expiredBatches`` does. Resent batches, put back at the front in
+        sequence order (:meth:`requeue`), are all looked at. The sender asks at every turn,
+        and :meth:`~highwater.client.producer.AsyncProducer.produce_batch` queues hundreds
+        of batches at once: a scan of them all each time was most of its cost per batch.
+        """
+        expired: list[ProducerBatch] = []
+        for batch in self.batches:
+            if batch.deadline(delivery_timeout_s) <= now:
+                expired.append(batch)
+            elif batch.attempts == 0:
+                break
+        return expired
+
     def has_sequenced_queued(self) -> bool:
         """Whether a batch that was sent before waits in the queue."""
         return any(b.base_sequence is not None for b in self.batches)

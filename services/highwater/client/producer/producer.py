@@ -20,6 +20,8 @@ are :mod:`~highwater.client.producer.accumulator` and :mod:`~highwater.client.pr
   and messages are made only for delivery callbacks. A record of plain bytes without
   headers for a partition whose batch is open takes a fast lane at the top of
   ``_enqueue``; the rest take the general path (``_place``).
+  :meth:`AsyncProducer.produce_without_handle` is the same without the handle, for callers
+  that learn of deliveries only through callbacks (confluent-kafka's ``produce()``).
 - The sender task drains a batch once it is full or ``linger.ms`` passed since it was
   opened (at once during :meth:`~AsyncProducer.flush`), and sends one ``Produce`` request per
   leader broker, holding at most one batch per partition.
@@ -210,6 +212,7 @@ class AsyncProducer:
                 self.produce,  # the calls it does not take
             )
             self.__dict__["produce"] = self._lane
+            self.__dict__["produce_without_handle"] = self._lane.produce_without_handle
 
     # --- public API -----------------------------------------------------------------------
 
@@ -273,6 +276,24 @@ class AsyncProducer:
         handle = DeliveryHandle()
         self._enqueue(topic, value, key, partition, headers, timestamp, on_delivery, handle)
         return handle
+
+    def produce_without_handle(
+        self,
+        topic: str,
+        value: str | bytes | None = None,
+        key: str | bytes | None = None,
+        partition: int | None = None,
+        headers: HeadersArg = None,
+        timestamp: int | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> None:
+        """:meth:`produce` without the :class:`DeliveryHandle`: the record's delivery is
+        reported only through ``on_delivery`` and the producer's ``on_delivery_batch``, as
+        confluent-kafka's ``produce()`` (which returns None) reports it. The same checks and
+        typed errors as :meth:`produce`; what is saved is the handle's allocation and its
+        fields, about a quarter of the compiled ``produce()``'s own cost (docs/client.md).
+        """
+        self._enqueue(topic, value, key, partition, headers, timestamp, on_delivery, None)
 
     def _enqueue(
         self,
@@ -1019,18 +1040,17 @@ class AsyncProducer:
                     ),
                 )
         for q in self._queues.values():
-            for batch in list(q.batches):
-                if batch.deadline(timeout_s) <= now:
-                    q.batches.remove(batch)
-                    self._give_up(
-                        q,
-                        batch,
-                        DeliveryTimeoutError(
-                            f"{batch.count} record(s) for {batch.topic}-{batch.partition} "
-                            f"expired: not written within delivery.timeout.ms "
-                            f"({self.config.delivery_timeout_ms} ms)"
-                        ),
-                    )
+            for batch in q.expired(now, timeout_s):
+                q.batches.remove(batch)
+                self._give_up(
+                    q,
+                    batch,
+                    DeliveryTimeoutError(
+                        f"{batch.count} record(s) for {batch.topic}-{batch.partition} "
+                        f"expired: not written within delivery.timeout.ms "
+                        f"({self.config.delivery_timeout_ms} ms)"
+                    ),
+                )
 
     def _drain(self, now: float) -> float | None:
         """Send every batch that is ready; returns the seconds until the next is (None: idle)."""
