@@ -363,6 +363,9 @@ SIM_CONFIG = RaftConfig(
 scenario sets fetch and snapshot chunk sizes (small ones page through logs and snapshots)."""
 
 TICK_MS = 20
+"""Unused by the schedules, which tick each node only when its next timer is due
+(:meth:`RaftNode.next_deadline_ms`), as the driver does: a timer the core forgot to
+report would stall a schedule's elections or fetches, which the liveness checks see."""
 
 
 @dataclass
@@ -386,6 +389,8 @@ class SimNode:
     max_flush_delay_ms: int = 8
     # The committed voter set the driver keeps beside the election state.
     committed_voters: tuple[int, VoterSet] | None = None
+    # When this incarnation's next tick is scheduled (None: none is).
+    tick_at: int | None = None
 
 
 @dataclass
@@ -602,17 +607,33 @@ class Simulation:
             now_ms=self.now_ms,
         )
         self._note(f"start {node_id} with {sim_node.persisted} {sim_node.log!r}")
+        sim_node.tick_at = None
         self._after(sim_node)
-        self._schedule(self.now_ms + TICK_MS, "tick", (node_id, sim_node.incarnation))
 
-    def _tick(self, payload: tuple[int, int]) -> None:
-        node_id, incarnation = payload
+    def _tick(self, payload: tuple[int, int, int]) -> None:
+        node_id, incarnation, at_ms = payload
         sim_node = self.nodes[node_id]
-        if sim_node.node is None or sim_node.incarnation != incarnation:
-            return
+        if (
+            sim_node.node is None
+            or sim_node.incarnation != incarnation
+            or sim_node.tick_at != at_ms
+        ):
+            return  # a crashed incarnation's, or replaced by an earlier deadline
+        sim_node.tick_at = None
         sim_node.node.tick(self.now_ms)
         self._after(sim_node)
-        self._schedule(self.now_ms + TICK_MS, "tick", payload)
+
+    def _arm_tick(self, sim_node: SimNode) -> None:
+        """Schedule the node's next tick at its next deadline, as the driver sleeps."""
+        assert sim_node.node is not None
+        deadline_ms = sim_node.node.next_deadline_ms()
+        if deadline_ms is None:
+            return
+        at_ms = max(deadline_ms, self.now_ms + 1)
+        if sim_node.tick_at is not None and sim_node.tick_at <= at_ms:
+            return
+        sim_node.tick_at = at_ms
+        self._schedule(at_ms, "tick", (sim_node.node_id, sim_node.incarnation, at_ms))
 
     def _unreachable(self, node_id: int, incarnation: int, peer_id: int) -> None:
         sim_node = self.nodes[node_id]
@@ -801,6 +822,7 @@ class Simulation:
         node = sim_node.node
         if node is None:
             return
+        self._arm_tick(sim_node)
         ready = node.ready()
         if ready.is_empty and not self.healed:
             return  # nothing happened that a check could see

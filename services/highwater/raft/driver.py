@@ -15,7 +15,8 @@ It owns a pure :class:`~highwater.raft.node.RaftNode` and does all of its I/O:
   with the response the node emits for it (:meth:`RaftServer.serve`); the node's own
   requests go out over the :class:`~highwater.raft.transport.Transport` and their replies
   are stepped back in;
-* the loop: the node is ticked every ``tick_interval_ms`` and after every event its
+* the loop: the node is ticked when its next timer is due (between ``tick_interval_ms``
+  and ``max_tick_interval_ms`` after the last event or tick) and after every event its
   :class:`~highwater.raft.node.Ready` is applied in order — persist the election state
   (fsync, in a worker thread), send the messages, flush the log if asked (then
   ``on_flushed``; appends made meanwhile go in the next flush: group commit), load a
@@ -194,6 +195,10 @@ class RaftServerSettings:
     raft: RaftConfig = field(default_factory=RaftConfig)
     log_config: LogConfig = field(default_factory=metadata_log_config)
     tick_interval_ms: int = 10
+    """The shortest wait between two ticks without an event: the timers' resolution."""
+    max_tick_interval_ms: int = 100
+    """The longest: with no timer due sooner (:meth:`RaftNode.next_deadline_ms`) the
+    driver still ticks, and reads its clock, this often."""
     metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
     """Kafka's setting: applied batch bytes after which the state machine writes a snapshot."""
     max_message_bytes: int = 64 * 1024 * 1024
@@ -753,7 +758,8 @@ class RaftServer:
 
     async def _drive(self) -> None:
         node = self._require_node()
-        interval_s = self.settings.tick_interval_ms / 1000
+        min_wait_ms = self.settings.tick_interval_ms
+        max_wait_ms = max(min_wait_ms, self.settings.max_tick_interval_ms)
         loop = asyncio.get_running_loop()
         try:
             while not self._stopping:
@@ -768,7 +774,15 @@ class RaftServer:
                     await self._handle_ready(node, ready)
                     continue
                 self._idle.set()
-                timer = loop.call_later(interval_s, self._wakeup.set)
+                # Tick when the core's next timer is due, not on a fixed period: an idle
+                # replica's ticks found nothing to do ~100 times a second (docs/raft.md).
+                deadline_ms = node.next_deadline_ms()
+                wait_ms = (
+                    max_wait_ms
+                    if deadline_ms is None
+                    else min(max(deadline_ms - self._clock(), min_wait_ms), max_wait_ms)
+                )
+                timer = loop.call_later(wait_ms / 1000, self._wakeup.set)
                 try:
                     await self._wakeup.wait()
                 finally:
@@ -987,8 +1001,12 @@ class RaftServer:
 
     # --- serving requests ------------------------------------------------------------------
 
-    async def serve(self, wire: ProtoRequest, context: grpc.aio.ServicerContext) -> ProtoResponse:
-        """Step a request into the node and wait for the node's answer to it."""
+    async def serve(
+        self, wire: ProtoRequest, context: grpc.aio.ServicerContext, *, timed: bool = True
+    ) -> ProtoResponse:
+        """Step a request into the node and wait for the node's answer to it; ``timed``:
+        for at most the request timeout (and a fetch's ``max_wait_ms``), else until the
+        caller cancels (a ``FetchStream``'s fetcher times its fetches itself)."""
         node = self._node
         if node is None or self._stopping:
             return await abort(
@@ -1014,11 +1032,13 @@ class RaftServer:
                 wire.replica_directory_id,
                 wire.replica_endpoint,
             )
-        timeout_s = self.settings.raft.request_timeout_ms / 1000
-        if isinstance(request, FetchRequest):
-            timeout_s += request.max_wait_ms / 1000
         future = self._inbound.expect(request)
-        timer = asyncio.get_running_loop().call_later(timeout_s, expire, future)
+        timer = None
+        if timed:
+            timeout_s = self.settings.raft.request_timeout_ms / 1000
+            if isinstance(request, FetchRequest):
+                timeout_s += request.max_wait_ms / 1000
+            timer = asyncio.get_running_loop().call_later(timeout_s, expire, future)
         try:
             self._step(node, request)
             response = await future
@@ -1033,7 +1053,8 @@ class RaftServer:
                 "a newer request from the same replica replaced it",
             )
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
             self._inbound.forget(request, future)
             if not future.done():
                 future.cancel()

@@ -42,6 +42,7 @@ import random as _random
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, overload
 
 from highwater.errors import HighwaterError
 from highwater.raft.log import RaftLog, encode_leader_change
@@ -411,6 +412,52 @@ class RaftNode:
     def tick(self, now_ms: int) -> None:
         """Time passed: fire the timers that are due, send what is due."""
         self._poll(self._advance(now_ms))
+
+    def next_deadline_ms(self) -> int | None:
+        """When a :meth:`tick` may next have something to do, if no event comes first
+        (None: only an event can give it work). A driver may sleep until then instead
+        of ticking on a fixed period: every timer of the state (the election, fetch and
+        check-quorum timeouts, a request's retry or backoff, a parked fetch's answer) is
+        counted, and any event may bring a deadline forward, so ask again after each.
+        Never later than the earliest timer; earlier only costs an idle tick."""
+        state = self._quorum.state
+        now_ms = self._now_ms
+        deadlines: list[int] = []
+        if isinstance(state, LeaderState):
+            if len(self.voters) > 1 or not self.is_voter:
+                deadlines.append(state.check_quorum_deadline_ms)
+            deadlines.extend(state.requests.ready_at(v) for v in state.unacknowledged_voters())
+            deadlines.extend(deadline_ms for _, deadline_ms in self._parked.values())
+        elif isinstance(state, FollowerState):
+            deadlines.append(state.fetch_deadline_ms)
+            snapshot_fetch = state.snapshot_fetch
+            if now_ms < state.next_fetch_ms:
+                deadlines.append(state.next_fetch_ms)
+            elif snapshot_fetch is not None:
+                if snapshot_fetch.requested_position is not None:
+                    deadlines.append(snapshot_fetch.requested_until_ms)
+            elif state.fetch_in_flight is not None:
+                deadlines.append(state.fetch_in_flight_until_ms)
+            # else a fetch waits for ``on_flushed``: an event.
+        elif isinstance(state, CandidateState):
+            if state.backoff_until_ms is not None:
+                deadlines.append(state.backoff_until_ms)
+            else:
+                deadlines.append(state.election_deadline_ms)
+                deadlines.extend(state.requests.ready_at(v) for v in state.votes.unanswered())
+        elif isinstance(state, ProspectiveState):
+            deadlines.append(state.election_deadline_ms)
+            deadlines.extend(state.requests.ready_at(v) for v in state.pre_votes.unanswered())
+        elif isinstance(state, UnattachedState):
+            if self._quorum.is_voter:
+                if state.election_deadline_ms is not None:
+                    deadlines.append(state.election_deadline_ms)
+            else:
+                deadlines.append(state.requests.ready_at(_LEADER_DISCOVERY))
+        elif isinstance(state, ResignedState):
+            deadlines.append(state.election_deadline_ms)
+            deadlines.extend(state.requests.ready_at(v) for v in state.unacknowledged)
+        return min(deadlines) if deadlines else None
 
     def step(self, message: RaftMessage, now_ms: int) -> None:
         """Handle one message addressed to this node."""
@@ -1218,17 +1265,30 @@ class RaftNode:
         ):
             self._send(self._fetch_error(request, ErrorCode.INVALID_REQUEST))
             return
-        response, park_ms = self._complete_fetch(request, now_ms)
-        park_ms = min(park_ms, request.max_wait_ms)
-        if park_ms > 0:
+        response, park_ms = self._complete_fetch(request, now_ms, may_park=True)
+        if response is None:
             self._parked[request.source] = (request, now_ms + park_ms)
         else:
             self._send_fetch_response(response)
 
-    def _complete_fetch(self, request: FetchRequest, now_ms: int) -> tuple[FetchResponse, int]:
+    @overload
+    def _complete_fetch(
+        self, request: FetchRequest, now_ms: int, *, may_park: Literal[False] = False
+    ) -> tuple[FetchResponse, int]: ...
+
+    @overload
+    def _complete_fetch(
+        self, request: FetchRequest, now_ms: int, *, may_park: bool
+    ) -> tuple[FetchResponse | None, int]: ...
+
+    def _complete_fetch(
+        self, request: FetchRequest, now_ms: int, *, may_park: bool = False
+    ) -> tuple[FetchResponse | None, int]:
         """The answer to ``request`` now, and how long it may be parked instead: as long as
         the long poll when it tells nothing new, the linger when it tells only a voter's
-        new high watermark, not at all otherwise."""
+        new high watermark, not at all otherwise (capped by the request's
+        ``max_wait_ms``). With ``may_park``, a fetch that will be parked gets no answer
+        built (None): it would be thrown away, and the parked fetch answered later."""
         error = self._validate_leader_only_request(request.current_leader_epoch)
         state = self._quorum.state
         if error != _NONE or not isinstance(state, LeaderState):
@@ -1256,13 +1316,16 @@ class RaftNode:
         )
         if state.update_replica_state(request.source, fetch_offset, log.end_offset, now_ms):
             self._on_leader_high_watermark(state, now_ms, skip=request.source)
-        answer = self._fetch_answer(request, state, records=records)
-        if records:
-            return answer, 0
-        replica = state.replica_state(request.source)
-        if replica is not None and replica.high_watermark_sent != state.high_watermark:
-            return answer, self._high_watermark_linger_ms(request.source)
-        return answer, request.max_wait_ms
+        park_ms = 0
+        if not records:
+            replica = state.replica_state(request.source)
+            if replica is not None and replica.high_watermark_sent != state.high_watermark:
+                park_ms = min(self._high_watermark_linger_ms(request.source), request.max_wait_ms)
+            else:
+                park_ms = request.max_wait_ms
+        if may_park and park_ms > 0:
+            return None, park_ms
+        return self._fetch_answer(request, state, records=records), park_ms
 
     def _high_watermark_linger_ms(self, replica_id: int) -> int:
         return self.config.high_watermark_linger_ms if replica_id in self.voters else 0

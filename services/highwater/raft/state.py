@@ -109,6 +109,12 @@ class RequestTracker:
     def is_in_flight(self, destination: int, now_ms: int) -> bool:
         return self._in_flight_until.get(destination, now_ms) > now_ms
 
+    def ready_at(self, destination: int) -> int:
+        """When a request to ``destination`` may be sent (0: at any time)."""
+        return max(
+            self._in_flight_until.get(destination, 0), self._backoff_until.get(destination, 0)
+        )
+
     def on_sent(self, destination: int, now_ms: int) -> None:
         self._in_flight_until[destination] = now_ms + self.request_timeout_ms
         self._backoff_until.pop(destination, None)

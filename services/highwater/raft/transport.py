@@ -334,8 +334,11 @@ def _to_proto(request: RaftRequest, fetch_identity: tuple[str, str] | None) -> P
 class RaftRequestHandler(Protocol):
     """What the servicer hands requests to: the driver, which steps them into the node."""
 
-    async def serve(self, wire: ProtoRequest, context: grpc.aio.ServicerContext) -> ProtoResponse:
-        """Step a request into the node and wait for the node's answer to it."""
+    async def serve(
+        self, wire: ProtoRequest, context: grpc.aio.ServicerContext, *, timed: bool = True
+    ) -> ProtoResponse:
+        """Step a request into the node and wait for the node's answer to it (``timed``:
+        for no longer than the request's timeout)."""
         ...
 
     def describe_quorum_response(self) -> raft_pb2.DescribeQuorumResponse:
@@ -374,8 +377,11 @@ class RaftServicer(raft_pb2_grpc.RaftServicer):
         request_iterator: AsyncIterator[raft_pb2.RaftFetchRequest],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[raft_pb2.RaftFetchResponse]:
+        # Untimed: the fetching replica breaks the stream if an answer is overdue
+        # (``_PeerFetchStream``), which cancels the wait here; a timer per message would
+        # cost a loop timer scheduled and cancelled on the path of every commit.
         async for request in request_iterator:
-            yield await self._server.serve(request, context)  # type: ignore[misc]
+            yield await self._server.serve(request, context, timed=False)  # type: ignore[misc]
 
     async def FetchSnapshot(
         self, request: raft_pb2.FetchSnapshotRequest, context: grpc.aio.ServicerContext
