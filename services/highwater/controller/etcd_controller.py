@@ -14,9 +14,11 @@ port, serving ``highwater.internal.v1.Controller``:
   makes the controller step down at once, before etcd can have elected another.
 * **Decisions** are the quorum controller's own (:class:`QuorumController`, pure): a
   request or a tick on the current image gives records. **Writes**: the image those
-  records make is encoded into the state keys (:func:`~highwater.etcd_metadata.keys.image_keys`)
-  and the keys that differ are written in one transaction (or, past etcd's
-  ``--max-txn-ops``, the partition-state updates first in several: :meth:`_write`),
+  records make differs from the last in the state keys those records touch
+  (:func:`~highwater.etcd_metadata.keys.changed_keys`: only their scopes are encoded, so
+  a change costs what it touches, not the image), and those keys are written in one
+  transaction (:func:`plan_writes`; or, past etcd's ``--max-txn-ops``, the
+  partition-state updates first in several: :meth:`_write`),
   guarded by the controller epoch and by each written key's ``mod_revision``
   (ZooKeeper's zkVersion: a key changed behind the controller's back, by hand or by
   another writer, fails the write and makes it read the state again), with the
@@ -89,10 +91,10 @@ from highwater.etcd_metadata.connection import (
 )
 from highwater.etcd_metadata.keys import (
     InconsistentMetadataError,
+    KeyChanges,
     KeySpace,
-    StateKeys,
+    changed_keys,
     image_from_keys,
-    image_keys,
     partition_state_value,
 )
 from highwater.etcd_metadata.prefix_view import KeyChange, PrefixView
@@ -111,7 +113,13 @@ from highwater.metadata.records import (
 from highwater.metadata.snapshot import snapshot_values
 from highwater.v1.common_pb2 import ErrorCode
 
-__all__ = ["EtcdController", "EtcdControllerSettings", "MetadataWriteTooLargeError"]
+__all__ = [
+    "EtcdController",
+    "EtcdControllerSettings",
+    "MetadataWriteTooLargeError",
+    "WritePlan",
+    "plan_writes",
+]
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +177,47 @@ class ControllerClaim:
             return None
 
 
+@dataclass(frozen=True, slots=True)
+class WritePlan:
+    """The transactions of one change (see :meth:`EtcdController._write`): ``chunks`` of
+    partition-state updates, each valid alone, then ``final``, what is valid only together
+    (written with the ``metadata_offset`` counter)."""
+
+    chunks: list[list[Put | Delete]]
+    final: list[Put | Delete]
+
+
+def plan_writes(changes: KeyChanges, epoch: int, max_txn_ops: int) -> WritePlan:
+    """How ``changes`` are written by the controller of ``epoch`` (pure): partition states
+    stamped with the epoch; in one transaction when it fits etcd's ``--max-txn-ops`` with
+    the epoch compare and the offset counter, else the existing partitions' states in
+    transactions of ``max_txn_ops - 1`` first. :class:`MetadataWriteTooLargeError` when
+    what must be written together does not fit one transaction."""
+    updates: list[Put | Delete] = []  # existing partition states: each valid alone
+    structure: list[Put | Delete] = []  # everything else: valid only together
+    for key, value in changes.updated.items():
+        if "/partitions/" in key:
+            updates.append(Put(key, partition_state_value(value, epoch)))
+        else:
+            structure.append(Put(key, value))
+    for key, value in changes.created.items():
+        if "/partitions/" in key:
+            value = partition_state_value(value, epoch)
+        structure.append(Put(key, value))
+    structure.extend(Delete(key) for key in sorted(changes.deleted))
+    if len(updates) + len(structure) + 2 <= max_txn_ops:
+        return WritePlan([], updates + structure)
+    if len(structure) + 2 > max_txn_ops:
+        raise MetadataWriteTooLargeError(
+            f"this change writes {len(structure)} keys that etcd must take in one "
+            f"transaction, and etcd takes at most {max_txn_ops} operations in one "
+            "(--max-txn-ops): start etcd with a larger --max-txn-ops (and "
+            "--max-request-bytes), and the brokers with --etcd-max-txn-ops to match"
+        )
+    size = max_txn_ops - 1
+    return WritePlan([updates[i : i + size] for i in range(0, len(updates), size)], structure)
+
+
 class EtcdController:
     """A controller candidate over etcd (see the module docstring): ``await start()``,
     ``await stop()``; serve :meth:`add_servicer` on the process's gRPC server."""
@@ -203,7 +252,6 @@ class EtcdController:
         self.inconsistency: InconsistentMetadataError | None = None
         self.unreachable: EtcdUnavailableError | None = None
         """The last failure to reach etcd, until it answers again."""
-        self._written: StateKeys = {}
         self._revisions: dict[str, int] = {}
         self._offset_revision = 0
         self._known_revision = -1
@@ -241,6 +289,12 @@ class EtcdController:
     @property
     def image(self) -> MetadataImage:
         return self._image
+
+    def records_since(self, offset: int) -> tuple[bytes, ...] | None:
+        """The encoded records that took this controller's image from ``offset`` to the
+        current one (what a delta push from there carries); None when its history of
+        changes does not reach back there (``push_history_records``)."""
+        return self._pushes.history.since(offset)
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"etcd-controller-{self.node_id}")
@@ -461,7 +515,6 @@ class EtcdController:
             log.info("node %d: the metadata in etcd is consistent again", self.node_id)
         self.inconsistency = None
         self._image = image
-        self._written = image_keys(image, self.space)
         self._pushes.reset(image.offset)
 
     def _expire_dead_brokers(self) -> None:
@@ -497,32 +550,10 @@ class EtcdController:
         parent = self._image
         offset = parent.offset + len(records)
         image = MetadataDelta(parent).replay_all(records).apply(offset, epoch)
-        keys = image_keys(image, self.space)
-        updates: list[Put | Delete] = []  # existing partition states: each valid alone
-        structure: list[Put | Delete] = []  # everything else: valid only together
-        for key, value in keys.items():
-            previous = self._written.get(key)
-            if previous != value:
-                is_state = "/partitions/" in key
-                if is_state:
-                    value = partition_state_value(value, epoch)
-                batch = updates if is_state and previous is not None else structure
-                batch.append(Put(key, value))
-        for key in self._written.keys() - keys.keys():
-            structure.append(Delete(key))
-        limit = self.settings.max_txn_ops
-        if len(updates) + len(structure) + 2 > limit:
-            if len(structure) + 2 > limit:
-                raise MetadataWriteTooLargeError(
-                    f"this change writes {len(structure)} keys that etcd must take in one "
-                    f"transaction, and etcd takes at most {limit} operations in one "
-                    "(--max-txn-ops): start etcd with a larger --max-txn-ops (and "
-                    "--max-request-bytes), and the brokers with --etcd-max-txn-ops to match"
-                )
-            size = limit - 1
-            chunks = [updates[start : start + size] for start in range(0, len(updates), size)]
-        else:
-            chunks, structure = [], updates + structure
+        plan = plan_writes(
+            changed_keys(parent, image, records, self.space), epoch, self.settings.max_txn_ops
+        )
+        chunks, structure = plan.chunks, plan.final
         written = [(chunk, await self._write(chunk, epoch, offset)) for chunk in chunks]
         result = await self._write(structure, epoch, offset, final=True)
         written.append((structure, result))
@@ -534,7 +565,6 @@ class EtcdController:
                     self._revisions.pop(op.key, None)
         self._offset_revision = result.revision
         self._image = image
-        self._written = keys
         self._pushes.changed(parent.offset, offset, [encode_record(r) for r in records])
         for record in records:  # a node that (re)registered is pushed the whole image
             if isinstance(record, RegisterBrokerRecord | RegisterCoordinatorRecord):

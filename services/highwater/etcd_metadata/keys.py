@@ -39,24 +39,39 @@ from google.protobuf import json_format
 
 from highwater.errors import HighwaterError
 from highwater.internal.v1 import metadata_pb2
-from highwater.metadata.image import MetadataImage
+from highwater.metadata.image import (
+    ConfigResource,
+    MetadataImage,
+    PartitionRegistration,
+    TopicImage,
+)
 from highwater.metadata.records import (
+    BrokerRegistrationChangeRecord,
     ConfigRecord,
     ConfigResourceType,
+    FenceBrokerRecord,
     MetadataRecord,
+    NoOpRecord,
+    PartitionChangeRecord,
     PartitionRecord,
+    PartitionsRecord,
     RegisterBrokerRecord,
+    RemoveTopicRecord,
     TopicRecord,
+    UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
     from_proto,
     to_proto,
 )
-from highwater.metadata.snapshot import load_snapshot, snapshot_records
+from highwater.metadata.snapshot import load_snapshot, other_records
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
     "InconsistentMetadataError",
+    "KeyChanges",
     "KeySpace",
     "StateKeys",
+    "changed_keys",
     "image_from_keys",
     "image_keys",
     "partition_state_value",
@@ -183,42 +198,164 @@ def image_keys(image: MetadataImage, space: KeySpace) -> StateKeys:
     """The state keys of ``image`` (canonical values; partition states without the
     controller epoch, which the writer stamps: :func:`partition_state_value`)."""
     keys: StateKeys = {}
-    topic_names: dict[str, str] = {}
-    assignments: dict[str, dict[str, list[int]]] = {}
-    configs: dict[str, dict[str, str]] = {}
-    for record in snapshot_records(image):
-        if isinstance(record, RegisterBrokerRecord):
-            keys[space.registration(record.broker_id)] = _record_json(record)
-        elif isinstance(record, TopicRecord):
-            topic_names[record.topic_id] = record.name
-            assignments[record.name] = {}
-        elif isinstance(record, PartitionRecord):
-            name = topic_names[record.topic_id]
-            assignments[name][str(record.partition_id)] = list(record.replicas)
-            keys[space.partition_state(name, record.partition_id)] = _json(
-                {
-                    "leader": record.leader,
-                    "leader_epoch": record.leader_epoch,
-                    "isr": list(record.isr),
-                    "partition_epoch": record.partition_epoch,
-                    "adding_replicas": list(record.adding_replicas),
-                    "removing_replicas": list(record.removing_replicas),
-                }
-            )
-        elif isinstance(record, ConfigRecord):
-            if record.value is not None:
-                key = space.config(record.resource_type, record.resource_name)
-                configs.setdefault(key, {})[record.name] = record.value
-        else:
-            kind = to_proto(record).WhichOneof("record")
-            assert kind is not None
-            value = _record_json(record)
-            keys[space.record(kind, value)] = value
-    for topic_id, name in topic_names.items():
-        keys[space.topic(name)] = _json({"topic_id": topic_id, "partitions": assignments[name]})
-    for key, values in configs.items():
-        keys[key] = _json(values)
+    for broker in image.cluster.brokers.values():
+        keys[space.registration(broker.broker_id)] = _record_json(broker.to_record())
+    for topic in image.topics.by_name.values():
+        keys.update(_topic_keys(topic, space))
+    for resource, values in image.configs.resources.items():
+        value = _config_value(values)
+        if value is not None:
+            keys[space.config(resource.type, resource.name)] = value
+    keys.update(_other_keys(image, space))
     return keys
+
+
+def _partition_state(registration: PartitionRegistration) -> bytes:
+    return _json(
+        {
+            "leader": registration.leader,
+            "leader_epoch": registration.leader_epoch,
+            "isr": list(registration.isr),
+            "partition_epoch": registration.partition_epoch,
+            "adding_replicas": list(registration.adding_replicas),
+            "removing_replicas": list(registration.removing_replicas),
+        }
+    )
+
+
+def _assignment_value(topic: TopicImage) -> bytes:
+    partitions = {
+        str(p): list(registration.replicas)
+        for p, registration in enumerate(topic.partitions.registrations())
+    }
+    return _json({"topic_id": topic.topic_id, "partitions": partitions})
+
+
+def _topic_keys(topic: TopicImage, space: KeySpace) -> StateKeys:
+    """A topic's key (its assignment) and its partitions' state keys."""
+    keys = {space.topic(topic.name): _assignment_value(topic)}
+    for partition_id, registration in enumerate(topic.partitions.registrations()):
+        keys[space.partition_state(topic.name, partition_id)] = _partition_state(registration)
+    return keys
+
+
+def _config_value(values: Mapping[str, str | None]) -> bytes | None:
+    present = {k: v for k, v in values.items() if v is not None}
+    return _json(present) if present else None
+
+
+def _other_keys(image: MetadataImage, space: KeySpace) -> StateKeys:
+    """The ``records/`` keys: every record kind the key space keeps as protobuf JSON."""
+    keys: StateKeys = {}
+    for record in other_records(image):
+        kind = to_proto(record).WhichOneof("record")
+        assert kind is not None
+        value = _record_json(record)
+        keys[space.record(kind, value)] = value
+    return keys
+
+
+@dataclass(frozen=True, slots=True)
+class KeyChanges:
+    """What a change does to the state keys: ``updated`` keys that existed (new values),
+    ``created`` keys, ``deleted`` keys. Partition states carry no controller epoch yet."""
+
+    updated: StateKeys
+    created: StateKeys
+    deleted: frozenset[str]
+
+    def __len__(self) -> int:
+        return len(self.updated) + len(self.created) + len(self.deleted)
+
+
+_BROKER_RECORDS: Final = (
+    RegisterBrokerRecord,
+    FenceBrokerRecord,
+    UnfenceBrokerRecord,
+    BrokerRegistrationChangeRecord,
+    UnregisterBrokerRecord,
+)
+
+
+def changed_keys(
+    parent: MetadataImage,
+    image: MetadataImage,
+    records: Iterable[MetadataRecord],
+    space: KeySpace,
+) -> KeyChanges:
+    """The state keys ``records`` changed between ``parent`` and ``image`` (the image the
+    records make from it): equal to comparing :func:`image_keys` of both, at the cost of
+    what the records touch, not of the whole image. Each record names its scope (a
+    broker's registration, a topic with all its partitions, one partition's state, one
+    config resource, the ``records/`` keys), and only the keys of those scopes are
+    encoded, before and after."""
+    brokers: set[int] = set()
+    topics: set[str] = set()
+    partitions: set[tuple[str, int]] = set()
+    assignments: set[str] = set()
+    configs: set[ConfigResource] = set()
+    others = False
+    for record in records:
+        if isinstance(record, PartitionChangeRecord):
+            partitions.add((record.topic_id, record.partition_id))
+            if record.replicas is not None:
+                assignments.add(record.topic_id)
+        elif isinstance(record, _BROKER_RECORDS):
+            brokers.add(record.broker_id)
+        elif isinstance(record, TopicRecord):
+            topics.add(record.name)
+        elif isinstance(record, PartitionRecord | PartitionsRecord | RemoveTopicRecord):
+            for side in (parent, image):
+                name = side.topic_name(record.topic_id)
+                if name is not None:
+                    topics.add(name)
+                    configs.add(ConfigResource(ConfigResourceType.TOPIC, name))
+        elif isinstance(record, ConfigRecord):
+            configs.add(ConfigResource(record.resource_type, record.resource_name))
+        elif not isinstance(record, NoOpRecord):
+            others = True
+    before: StateKeys = {}
+    after: StateKeys = {}
+    for broker_id in brokers:
+        for side, keys in ((parent, before), (image, after)):
+            broker = side.cluster.brokers.get(broker_id)
+            if broker is not None:
+                keys[space.registration(broker_id)] = _record_json(broker.to_record())
+    for name in topics:
+        for side, keys in ((parent, before), (image, after)):
+            topic = side.topic(name)
+            if topic is not None:
+                keys.update(_topic_keys(topic, space))
+    for topic_id, partition_id in partitions:
+        for side, keys in ((parent, before), (image, after)):
+            topic = side.topics.by_id.get(topic_id)
+            registration = topic.partition(partition_id) if topic is not None else None
+            if topic is not None and topic.name not in topics and registration is not None:
+                keys[space.partition_state(topic.name, partition_id)] = _partition_state(
+                    registration
+                )
+    for topic_id in assignments:
+        for side, keys in ((parent, before), (image, after)):
+            topic = side.topics.by_id.get(topic_id)
+            if topic is not None and topic.name not in topics:
+                keys[space.topic(topic.name)] = _assignment_value(topic)
+    for resource in configs:
+        for side, keys in ((parent, before), (image, after)):
+            value = _config_value(side.configs.get(resource))
+            if value is not None:
+                keys[space.config(resource.type, resource.name)] = value
+    if others:
+        before.update(_other_keys(parent, space))
+        after.update(_other_keys(image, space))
+    updated: StateKeys = {}
+    created: StateKeys = {}
+    for key, value in after.items():
+        previous = before.get(key)
+        if previous is None:
+            created[key] = value
+        elif previous != value:
+            updated[key] = value
+    return KeyChanges(updated, created, frozenset(before.keys() - after.keys()))
 
 
 def _load_json(key: str, value: bytes) -> Any:
