@@ -428,6 +428,7 @@ def measure(
             print(f"control-plane: kraft, {partitions:,} partitions", flush=True)
             results["kraft"][partitions] = kraft_figures(partitions)
             results["kraft"][partitions]["load"] = os.getloadavg()[0]
+            print(json.dumps({"kraft": {partitions: results["kraft"][partitions]}}), flush=True)
     if "etcd" in modes:
         if not etcd_available():
             raise RuntimeError("etcd is not installed (Debian's etcd-server)")
@@ -437,6 +438,7 @@ def measure(
                 results["etcd"][partitions] = asyncio.run(etcd_figures(endpoints, partitions))
                 results["etcd"][partitions].update(push_figures(partitions))
                 results["etcd"][partitions]["load"] = os.getloadavg()[0]
+                print(json.dumps({"etcd": {partitions: results["etcd"][partitions]}}), flush=True)
     return results
 
 

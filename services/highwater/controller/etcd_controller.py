@@ -32,14 +32,20 @@ port, serving ``highwater.internal.v1.Controller``:
   applied to the candidate's :class:`~highwater.etcd_metadata.prefix_view.PrefixView` of
   the prefix, so a woken round reads nothing from etcd: it looks at the view. While the
   watch holds, a round reads etcd only for a safety read every
-  ``safety_read_interval_ms`` (etcd's revision; when it moved, the whole prefix, which
-  reloads the view); a watch that breaks (etcd compacted past it, restarted, stopped
-  answering) makes every round read, as polling, until the watch is made again from the
-  revision the next round read and a whole read loads the view again. The view (or the
-  whole prefix read) gives: the live ``brokers/ids`` keys (a registered broker without one has its
-  session expired at once, so the next tick fences it and moves its leaderships, as the controller's
+  ``safety_read_interval_ms``: etcd's revision, and when it moved and the watch delivered
+  nothing since the last such read, the whole prefix, which reloads the view (a revision
+  that moved while events arrive is events in flight: an active controller writing a
+  shutdown's batches would otherwise read every key every few seconds). A watch that
+  breaks (etcd compacted past it, restarted, stopped answering) makes every round read,
+  as polling, until the watch is made again from the revision the next round read and a
+  whole read loads the view again. The view (or the whole prefix read) gives: the live
+  ``brokers/ids`` keys (a registered broker without one has its session expired at once,
+  so the next tick fences it and moves its leaderships, as the controller's
   ``/brokers/ids`` watch did) and the state keys (any not as this controller wrote them
-  are loaded again). A state that fails validation
+  are loaded again). A candidate that wins an election takes a whole read of the
+  prefix as its state: the one that found the key free, or one made then if its view
+  did; the claim holds only if nothing under the prefix changed since that read
+  (:meth:`_campaign`). A state that fails validation
   (:class:`~highwater.etcd_metadata.keys.InconsistentMetadataError`) is not served: no
   push, and every request is answered with the error naming the key until it is fixed.
 * **Pushes.** After every change, and to any node that missed one, the controller pushes
@@ -275,6 +281,12 @@ class EtcdController:
         self._read_done = asyncio.Event()
         self.reads = 0
         """How many times a round read etcd's revision (a measure of the polling left)."""
+        self._watch_responses = 0
+        self._responses_seen = 0
+        self._safety_revision = -1
+        """Watch responses received, and their count and etcd's revision at the last read
+        of the revision: a watch that delivered since is alive, and a revision that moved
+        is its events in flight, not a reason to read the whole prefix."""
         self.view = PrefixView()
         self.prefix_reads = 0
         """How many times the whole prefix was read."""
@@ -384,9 +396,16 @@ class EtcdController:
         revision, _ = await self.connection.get(self.space.controller_epoch)
         self._read_revision = revision
         self._read_done.set()
-        if revision != self._known_revision or not self.is_active:
+        moved = revision != self._safety_revision
+        silent = self._watch_responses == self._responses_seen
+        self._safety_revision, self._responses_seen = revision, self._watch_responses
+        if (
+            not (self.watching and self.view.current)
+            or (self.is_active and self._known_revision == -1)
+            or (moved and silent)
+        ):
             revision, keys = await self._read_prefix()
-            await self._observe(revision, keys)
+            await self._observe(revision, keys, read=True)
         if self.is_active:
             await self._serialized(self._tick)
             self._push_all()
@@ -419,6 +438,7 @@ class EtcdController:
                     self.space.prefix, start
                 ):
                     self.view.apply(KeyChange(*change) for change in response.changes)
+                    self._watch_responses += 1
                     self._watch_saw_change = True
                     self._wake.set()
             except EtcdWatchBrokenError as e:
@@ -428,40 +448,79 @@ class EtcdController:
                 self.view.watch_broken()
             await asyncio.sleep(self.settings.tick_interval_ms / 1000)
 
-    async def _observe(self, revision: int, keys: dict[str, KeyVersion]) -> None:
-        """What the whole prefix says: who is controller, which brokers live, the state."""
+    async def _observe(
+        self, revision: int, keys: dict[str, KeyVersion], *, read: bool = False
+    ) -> None:
+        """What the whole prefix says: who is controller, which brokers live, the state.
+        ``read``: ``keys`` come from a whole read of etcd (else from the view)."""
         claim_kv = keys.get(self.space.controller)
         claim = ControllerClaim.decode(claim_kv.value) if claim_kv is not None else None
         self.active_claim = claim
         epoch_kv = keys.get(self.space.controller_epoch)
-        self._live_brokers = {b for key in keys if (b := self.space.broker_id_of(key)) is not None}
+        # From the view: only the keys changed since the last look (all after a load).
+        changed = None if read else self.view.take_changes()
+        if changed is None:
+            self._live_brokers = {
+                b for key in keys if (b := self.space.broker_id_of(key)) is not None
+            }
+        else:
+            for key in changed:
+                if (broker_id := self.space.broker_id_of(key)) is not None:
+                    if key in keys:
+                        self._live_brokers.add(broker_id)
+                    else:
+                        self._live_brokers.discard(broker_id)
         if self.is_active:
             if claim is None or claim.epoch != self.epoch or claim.broker_id != self.node_id:
                 self._step_down(f"the controller key now names {claim}")
             else:
                 async with self._lock:
                     # A read from before this controller's last write is stale, not a change.
-                    if revision >= self._offset_revision and self._state_changed(keys):
+                    if revision >= self._offset_revision and self._state_changed(keys, changed):
                         self._load(keys)
                 self._expire_dead_brokers()
                 self._known_revision = revision
                 return
         if claim is None:
-            await self._campaign(epoch_kv)
+            await self._campaign(epoch_kv, (revision, keys) if read else None)
 
-    def _state_changed(self, keys: Mapping[str, KeyVersion]) -> bool:
-        state = {k: v.mod_revision for k, v in keys.items() if self.space.is_state(k)}
+    def _state_changed(self, keys: Mapping[str, KeyVersion], changed: set[str] | None) -> bool:
+        """Whether a state key (of ``changed`` only, when given) is not as this controller
+        last wrote or read it."""
         offset_kv = keys.get(self.space.metadata_offset)
         offset_revision = offset_kv.mod_revision if offset_kv is not None else 0
-        return state != self._revisions or offset_revision != self._offset_revision
+        if offset_revision != self._offset_revision:
+            return True
+        if changed is not None:
+            for key in changed:
+                if self.space.is_state(key):
+                    held = keys.get(key)
+                    if (held.mod_revision if held else None) != self._revisions.get(key):
+                        return True
+            return False
+        state = {k: v.mod_revision for k, v in keys.items() if self.space.is_state(k)}
+        return state != self._revisions
 
-    async def _campaign(self, epoch_kv: KeyVersion | None) -> None:
+    async def _campaign(
+        self,
+        epoch_kv: KeyVersion | None,
+        read: tuple[int, Mapping[str, KeyVersion]] | None,
+    ) -> None:
+        """Claim the ``controller`` key and take a whole read of the prefix as the state
+        (``read``: the one that found the key free; None: found free in the view, so read
+        now). The new controller reads every key, as a ZooKeeper-era one did; the claim
+        holds only if nothing under the prefix was put since that read (etcd's range
+        compare) and ``metadata_offset`` is unchanged (a deposed controller's deletions
+        come with its offset), so one whole read per election is enough: the read is the
+        state as of the claim."""
         lease = self.session.lease_id
         if lease is None:
             return
         current = int(epoch_kv.value) if epoch_kv is not None else 0
         new_epoch = current + 1
         claim = ControllerClaim(self.node_id, self.address, new_epoch)
+        revision, keys = read if read is not None else await self._read_prefix()
+        offset_kv = keys.get(self.space.metadata_offset)
         result = await self.connection.txn(
             [
                 Compare(self.space.controller, "create", 0),
@@ -470,15 +529,20 @@ class EtcdController:
                     "mod",
                     epoch_kv.mod_revision if epoch_kv is not None else 0,
                 ),
+                Compare(self.space.prefix, "prefix_mod_below", revision + 1),
+                Compare(
+                    self.space.metadata_offset,
+                    "mod",
+                    offset_kv.mod_revision if offset_kv is not None else 0,
+                ),
             ],
             [
                 Put(self.space.controller, claim.encode(), lease),
                 Put(self.space.controller_epoch, str(new_epoch).encode()),
             ],
         )
-        if not result.succeeded:
+        if not result.succeeded:  # the key is taken, or the prefix moved: the next round
             return
-        revision, keys = await self._read_prefix()
         async with self._lock:
             self._load(keys)
             self.epoch = new_epoch
@@ -489,7 +553,8 @@ class EtcdController:
             self.controller.activate(self._clock())
             self._pushes.clear(self._image.offset)
         self._expire_dead_brokers()
-        self._known_revision = revision
+        # Nothing under the prefix changed between the read and the claim but the claim.
+        self._known_revision = result.revision
         log.info(
             "node %d: the controller of epoch %d, from metadata offset %d",
             self.node_id,
