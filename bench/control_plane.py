@@ -236,8 +236,11 @@ async def _controller_call(controller: EtcdController, rpc: Any, request: Any) -
         raise RuntimeError(f"the etcd-mode controller refused {rpc.name}: {response}")
 
 
-async def etcd_figures(endpoints: list[str], partitions: int) -> dict[str, float]:
-    """Seconds of each event's control-plane part in etcd mode, and CAS ISR changes/s.
+async def etcd_figures(
+    endpoints: list[str], partitions: int, figures: dict[str, float] | None = None
+) -> dict[str, float]:
+    """Seconds of each event's control-plane part in etcd mode, and CAS ISR changes/s
+    (into ``figures``, each printed as it is measured).
 
     The controller is the mode's own :class:`EtcdController` over the real etcd, in this
     process: it campaigns, reads the prefix and builds its image, decides, and writes the
@@ -253,7 +256,7 @@ async def etcd_figures(endpoints: list[str], partitions: int) -> dict[str, float
     # Generous per-call timeouts: the machine is shared, and no kill detection is measured.
     connection = EtcdConnection(address, timeout_s=60.0, range_timeout_s=600.0)
     session = EtcdSession(connection, ttl_s=600)
-    figures: dict[str, float] = {}
+    figures = _Figures(f"etcd, {partitions:,}", figures if figures is not None else {})
     controller: EtcdController | None = None
     try:
         records = cluster_records(partitions)
@@ -356,7 +359,19 @@ async def etcd_figures(endpoints: list[str], partitions: int) -> dict[str, float
             await controller.stop()
         await session.stop()
         await connection.close()
-    return figures
+    return figures.values
+
+
+class _Figures:
+    """The figures of one size, each printed as it is set."""
+
+    def __init__(self, label: str, values: dict[str, float]) -> None:
+        self.label = label
+        self.values = values
+
+    def __setitem__(self, name: str, value: float) -> None:
+        self.values[name] = value
+        print(f"control-plane: {self.label}: {name} = {value:.6g}", flush=True)
 
 
 def _since(controller: EtcdController, offset: int) -> tuple[bytes, ...]:
@@ -421,25 +436,36 @@ async def _cas_rate(connection: EtcdConnection, space: KeySpace) -> float:
 def measure(
     sizes: tuple[int, ...], modes: tuple[str, ...], data_dir: Path
 ) -> dict[str, dict[int, dict[str, float]]]:
-    """``{mode: {partitions: {measure: value}}}``."""
+    """``{mode: {partitions: {measure: value}}}``, the modes in the order given; each
+    size's figures printed as JSON as they are known (a long run stopped early keeps
+    them), the whole-image push figures (:func:`push_figures`) last."""
     results: dict[str, dict[int, dict[str, float]]] = {m: {} for m in modes}
-    for partitions in sizes:
-        if "kraft" in modes:
-            print(f"control-plane: kraft, {partitions:,} partitions", flush=True)
-            results["kraft"][partitions] = kraft_figures(partitions)
-            results["kraft"][partitions]["load"] = os.getloadavg()[0]
-            print(json.dumps({"kraft": {partitions: results["kraft"][partitions]}}), flush=True)
-    if "etcd" in modes:
+    for mode in modes:
+        if mode == "kraft":
+            for partitions in sizes:
+                print(f"control-plane: kraft, {partitions:,} partitions", flush=True)
+                results["kraft"][partitions] = kraft_figures(partitions)
+                results["kraft"][partitions]["load"] = os.getloadavg()[0]
+                _print_figures("kraft", partitions, results["kraft"][partitions])
+            continue
         if not etcd_available():
             raise RuntimeError("etcd is not installed (Debian's etcd-server)")
         with etcd_cluster(data_dir, extra_args=ETCD_ARGS) as endpoints:
             for partitions in sizes:
                 print(f"control-plane: etcd, {partitions:,} partitions", flush=True)
-                results["etcd"][partitions] = asyncio.run(etcd_figures(endpoints, partitions))
-                results["etcd"][partitions].update(push_figures(partitions))
-                results["etcd"][partitions]["load"] = os.getloadavg()[0]
-                print(json.dumps({"etcd": {partitions: results["etcd"][partitions]}}), flush=True)
+                figures = results["etcd"][partitions] = {}
+                asyncio.run(etcd_figures(endpoints, partitions, figures))
+                figures["load"] = os.getloadavg()[0]
+                _print_figures("etcd", partitions, figures)
+    if "etcd" in modes:
+        for partitions in sizes:
+            results["etcd"][partitions].update(push_figures(partitions))
+            _print_figures("etcd", partitions, results["etcd"][partitions])
     return results
+
+
+def _print_figures(mode: str, partitions: int, figures: dict[str, float]) -> None:
+    print(json.dumps({mode: {partitions: figures}}), flush=True)
 
 
 MEASURES = {
