@@ -42,10 +42,9 @@ port, serving ``highwater.internal.v1.Controller``:
   ``brokers/ids`` keys (a registered broker without one has its session expired at once,
   so the next tick fences it and moves its leaderships, as the controller's
   ``/brokers/ids`` watch did) and the state keys (any not as this controller wrote them
-  are loaded again). A candidate that wins an election takes a whole read of the
-  prefix as its state: the one that found the key free, or one made then if its view
-  did; the claim holds only if nothing under the prefix changed since that read
-  (:meth:`_campaign`). A state that fails validation
+  are loaded again). A candidate without a current view reads the ``controller`` key
+  first and campaigns at once when it is free; the candidate that wins reads the whole
+  prefix once, after its claim, and takes it as its state. A state that fails validation
   (:class:`~highwater.etcd_metadata.keys.InconsistentMetadataError`) is not served: no
   push, and every request is answered with the error naming the key until it is fixed.
 * **Pushes.** After every change, and to any node that missed one, the controller pushes
@@ -393,9 +392,19 @@ class EtcdController:
         self._watch_saw_change = False
         self._last_read_ms = now
         self.reads += 1
-        revision, _ = await self.connection.get(self.space.controller_epoch)
+        revision, epoch_kv = await self.connection.get(self.space.controller_epoch)
         self._read_revision = revision
         self._read_done.set()
+        if not self.is_active and not (self.watching and self.view.current):
+            # Without a view: the key alone says whether to campaign, and an election
+            # reads the whole prefix once, after its claim.
+            _, claim_kv = await self.connection.get(self.space.controller)
+            if claim_kv is None:
+                await self._campaign(epoch_kv)
+                if self.is_active:
+                    await self._serialized(self._tick)
+                    self._push_all()
+                return
         moved = revision != self._safety_revision
         silent = self._watch_responses == self._responses_seen
         self._safety_revision, self._responses_seen = revision, self._watch_responses
@@ -482,7 +491,7 @@ class EtcdController:
                 self._known_revision = revision
                 return
         if claim is None:
-            await self._campaign(epoch_kv, (revision, keys) if read else None)
+            await self._campaign(epoch_kv)
 
     def _state_changed(self, keys: Mapping[str, KeyVersion], changed: set[str] | None) -> bool:
         """Whether a state key (of ``changed`` only, when given) is not as this controller
@@ -501,26 +510,15 @@ class EtcdController:
         state = {k: v.mod_revision for k, v in keys.items() if self.space.is_state(k)}
         return state != self._revisions
 
-    async def _campaign(
-        self,
-        epoch_kv: KeyVersion | None,
-        read: tuple[int, Mapping[str, KeyVersion]] | None,
-    ) -> None:
-        """Claim the ``controller`` key and take a whole read of the prefix as the state
-        (``read``: the one that found the key free; None: found free in the view, so read
-        now). The new controller reads every key, as a ZooKeeper-era one did; the claim
-        holds only if nothing under the prefix was put since that read (etcd's range
-        compare) and ``metadata_offset`` is unchanged (a deposed controller's deletions
-        come with its offset), so one whole read per election is enough: the read is the
-        state as of the claim."""
+    async def _campaign(self, epoch_kv: KeyVersion | None) -> None:
+        """Claim the ``controller`` key, then read the whole prefix and take it as the
+        state: the new controller reads every key, as a ZooKeeper-era one did."""
         lease = self.session.lease_id
         if lease is None:
             return
         current = int(epoch_kv.value) if epoch_kv is not None else 0
         new_epoch = current + 1
         claim = ControllerClaim(self.node_id, self.address, new_epoch)
-        revision, keys = read if read is not None else await self._read_prefix()
-        offset_kv = keys.get(self.space.metadata_offset)
         result = await self.connection.txn(
             [
                 Compare(self.space.controller, "create", 0),
@@ -529,20 +527,15 @@ class EtcdController:
                     "mod",
                     epoch_kv.mod_revision if epoch_kv is not None else 0,
                 ),
-                Compare(self.space.prefix, "prefix_mod_below", revision + 1),
-                Compare(
-                    self.space.metadata_offset,
-                    "mod",
-                    offset_kv.mod_revision if offset_kv is not None else 0,
-                ),
             ],
             [
                 Put(self.space.controller, claim.encode(), lease),
                 Put(self.space.controller_epoch, str(new_epoch).encode()),
             ],
         )
-        if not result.succeeded:  # the key is taken, or the prefix moved: the next round
+        if not result.succeeded:
             return
+        revision, keys = await self._read_prefix()
         async with self._lock:
             self._load(keys)
             self.epoch = new_epoch
@@ -553,8 +546,7 @@ class EtcdController:
             self.controller.activate(self._clock())
             self._pushes.clear(self._image.offset)
         self._expire_dead_brokers()
-        # Nothing under the prefix changed between the read and the claim but the claim.
-        self._known_revision = result.revision
+        self._known_revision = revision
         log.info(
             "node %d: the controller of epoch %d, from metadata offset %d",
             self.node_id,

@@ -99,10 +99,7 @@ class KeyVersion:
 
 @dataclass(frozen=True, slots=True)
 class Compare:
-    """``key``'s ``target`` (``"mod"``, ``"create"``, ``"value"``) equals ``expected``;
-    or, with target ``"prefix_mod_below"``, every key under the prefix ``key`` was last
-    changed before revision ``expected`` (etcd's range compare: a prefix unchanged since a
-    read of it at ``expected - 1``, puts seen, deletions not)."""
+    """``key``'s ``target`` (``"mod"``, ``"create"``, ``"value"``) equals ``expected``."""
 
     key: str
     target: str
@@ -139,11 +136,6 @@ def _compare(compare: Compare) -> rpc.Compare:
         message.target = rpc.Compare.VALUE
         assert isinstance(compare.expected, bytes)
         message.value = compare.expected
-    elif compare.target == "prefix_mod_below":
-        message.target = rpc.Compare.MOD
-        message.result = rpc.Compare.LESS
-        message.range_end = _range_end(message.key)
-        message.mod_revision = int(compare.expected)
     else:
         raise ValueError(f"unknown compare target {compare.target!r}")
     return message
