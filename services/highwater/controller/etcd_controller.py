@@ -415,6 +415,8 @@ class EtcdController:
         ):
             revision, keys = await self._read_prefix()
             await self._observe(revision, keys, read=True)
+        elif not self.is_active:  # a campaign that failed is tried again from the view
+            await self._observe(self.view.revision, self.view.keys)
         if self.is_active:
             await self._serialized(self._tick)
             self._push_all()
@@ -492,6 +494,16 @@ class EtcdController:
                 return
         if claim is None:
             await self._campaign(epoch_kv)
+        elif (
+            claim.broker_id == self.node_id
+            and claim_kv is not None
+            and claim_kv.lease == self.session.lease_id
+            and epoch_kv is not None
+            and epoch_kv.value == str(claim.epoch).encode()
+        ):
+            # Our own claim, under our own lease, whose answer was lost (the call timed
+            # out after etcd applied it): take it up as if the answer had come.
+            await self._take_claim(claim)
 
     def _state_changed(self, keys: Mapping[str, KeyVersion], changed: set[str] | None) -> bool:
         """Whether a state key (of ``changed`` only, when given) is not as this controller
@@ -535,10 +547,15 @@ class EtcdController:
         )
         if not result.succeeded:
             return
+        await self._take_claim(claim)
+
+    async def _take_claim(self, claim: ControllerClaim) -> None:
+        """Become the controller of ``claim.epoch``: read the whole prefix once and take
+        it as the state."""
         revision, keys = await self._read_prefix()
         async with self._lock:
             self._load(keys)
-            self.epoch = new_epoch
+            self.epoch = claim.epoch
             self.active_claim = claim
             self._live_brokers = {
                 b for key in keys if (b := self.space.broker_id_of(key)) is not None
@@ -550,7 +567,7 @@ class EtcdController:
         log.info(
             "node %d: the controller of epoch %d, from metadata offset %d",
             self.node_id,
-            new_epoch,
+            claim.epoch,
             self._image.offset,
         )
 
