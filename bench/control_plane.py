@@ -5,24 +5,29 @@ For each partition count the suite measures, in both modes, the control-plane pa
 events on a cluster of 3 brokers with replication factor 3:
 
 - failover: KRaft's new active controller already holds the image (it replayed the log as a
-  follower) and only decides; etcd mode's new controller reads every key from etcd, decodes
-  them into an image and pushes the whole image to every broker (each broker decodes it);
-- controlled shutdown: KRaft decides the moves in one heartbeat (records committed once
-  through Raft); etcd mode writes each moved partition's state key (compare-and-swap
-  transactions of 128 keys) and pushes the moves to the brokers as a delta;
-- cold broker start: KRaft's broker loads a snapshot; etcd mode's broker decodes a push;
-- propagation of one topic creation: KRaft's brokers replay one delta; etcd mode writes the
-  keys and pushes the delta (the topic's records) to each of the 3 brokers.
+  follower) and only decides; etcd mode's new controller (the mode's own
+  :class:`EtcdController`, in this process, over a real etcd) claims the controller key,
+  reads every key once, decodes them into its image; the whole image is pushed to every
+  broker (each broker decodes it); then each takes a topic creation;
+- propagation of one topic creation (before the shutdown, while 3 brokers can take RF 3):
+  KRaft's brokers replay one delta; the etcd-mode controller writes the keys it changed
+  and the records are pushed to, and applied by, each of the 3 brokers;
+- controlled shutdown, until the broker leads nothing: the heartbeat and the ticks after
+  it decide the moves in batches of ``leader_moves_per_batch``; KRaft's brokers replay
+  them; the etcd-mode controller writes each changed partition's state key (its
+  compare-and-swap transactions) and the moves are pushed to the brokers as deltas;
+- cold broker start: KRaft's broker loads a snapshot; etcd mode's broker decodes a push.
 
 Beside them, one leader move pushed as the etcd-mode controller pushed it before delta
 pushes (the whole image) and as it does now (:func:`push_figures`).
 
-The etcd side runs a real 3-member etcd (Debian's etcd-server, fsync on); the brokers'
-decoding runs in this process. Process clusters holding 100,000 partitions do not fit this
-2-core machine, so no figure includes broker processes, their gRPC hops or Raft's commit:
-these are the costs that grow with the partition count. Beside them, the metadata write rate:
-ISR changes per second through compare-and-swap on partition keys in etcd, and the KRaft
-controller's AlterPartition decisions per second (before Raft's commit), same run.
+The brokers' decoding runs in this process (the brokers registered here have no
+listeners: the controller pushes to nobody and the benchmark decodes what it would push).
+Process clusters holding 100,000 partitions do not fit this 2-core machine, so no figure
+includes broker processes, their gRPC hops or Raft's commit: these are the costs that grow
+with the partition count. Beside them, the metadata write rate: ISR changes per second
+through compare-and-swap on partition keys in etcd, and the KRaft controller's
+AlterPartition decisions per second (before Raft's commit), same run.
 """
 
 from __future__ import annotations
