@@ -261,13 +261,13 @@ async def etcd_figures(
     # Generous per-call timeouts: the machine is shared, and no kill detection is measured.
     connection = EtcdConnection(address, timeout_s=60.0, range_timeout_s=600.0)
     session = EtcdSession(connection, ttl_s=600)
-    figures = _Figures(f"etcd, {partitions:,}", figures if figures is not None else {})
+    recorded = _Figures(f"etcd, {partitions:,}", figures if figures is not None else {})
     controller: EtcdController | None = None
     try:
         records = cluster_records(partitions)
         image = replay(records, len(records) - 1, 1)
         keys = image_keys(image, space)
-        figures["etcd_keys"] = float(len(keys))
+        recorded["etcd_keys"] = float(len(keys))
         await _fill(
             connection,
             {k: partition_state_value(v, 0) if "/partitions/" in k else v for k, v in keys.items()},
@@ -301,11 +301,11 @@ async def etcd_figures(
         started = _clock()
         await controller.start()
         await controller.wait_active(timeout_s=3600)
-        figures["failover_load"] = time.perf_counter() - started
+        recorded["failover_load"] = time.perf_counter() - started
         loaded = controller.image
         pushed_at = time.perf_counter()
         brokers_image = _push(loaded)
-        figures["failover_push"] = time.perf_counter() - pushed_at
+        recorded["failover_push"] = time.perf_counter() - pushed_at
         created_at = time.perf_counter()
         await _controller_call(
             controller,
@@ -315,8 +315,8 @@ async def etcd_figures(
         brokers_image = _push_delta(
             brokers_image, _since(controller, loaded.offset), controller.image.offset
         )
-        figures["failover_change"] = time.perf_counter() - created_at
-        figures["failover"] = time.perf_counter() - started
+        recorded["failover_change"] = time.perf_counter() - created_at
+        recorded["failover"] = time.perf_counter() - started
         # (d) propagation of a topic creation (before the shutdown, while 3 brokers can take
         # RF 3): keys written, the delta pushed to each.
         before = controller.image
@@ -329,7 +329,7 @@ async def etcd_figures(
         brokers_image = _push_delta(
             brokers_image, _since(controller, before.offset), controller.image.offset
         )
-        figures["propagation"] = time.perf_counter() - started
+        recorded["propagation"] = time.perf_counter() - started
         # (b) controlled shutdown of broker 2: the heartbeat and the ticks after it decide
         # the moves in batches (leader_moves_per_batch), each written (the moved
         # partitions' state keys); the moves pushed to each broker.
@@ -346,25 +346,25 @@ async def etcd_figures(
         brokers_image = _push_delta(
             brokers_image, _since(controller, before.offset), controller.image.offset
         )
-        figures["controlled_shutdown"] = time.perf_counter() - started
-        figures["controlled_shutdown_moves"] = float(len(before.partitions_led_by(2)))
+        recorded["controlled_shutdown"] = time.perf_counter() - started
+        recorded["controlled_shutdown_moves"] = float(len(before.partitions_led_by(2)))
         # (c) cold broker start: the broker decodes the push of the whole image.
         latest = controller.image
         values = snapshot_values(latest)
         started = _clock()
         load_snapshot_values(values, latest.offset, 1)
-        figures["broker_start"] = time.perf_counter() - started
+        recorded["broker_start"] = time.perf_counter() - started
         del values
-        figures["prefix_reads"] = float(controller.prefix_reads)
+        recorded["prefix_reads"] = float(controller.prefix_reads)
         await controller.stop()
         controller = None
-        figures["cas_isr_change_per_s"] = await _cas_rate(connection, space)
+        recorded["cas_isr_change_per_s"] = await _cas_rate(connection, space)
     finally:
         if controller is not None:
             await controller.stop()
         await session.stop()
         await connection.close()
-    return figures.values
+    return recorded.values
 
 
 class _Figures:
