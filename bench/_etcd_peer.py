@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,8 +47,11 @@ def etcd_available() -> bool:
 
 
 @contextlib.contextmanager
-def etcd_cluster(data_dir: Path, members: int = 3) -> Iterator[list[str]]:
-    """Start ``members`` etcd servers on loopback (fsync on, the default); yield client URLs."""
+def etcd_cluster(
+    data_dir: Path, members: int = 3, extra_args: Sequence[str] = ()
+) -> Iterator[list[str]]:
+    """Start ``members`` etcd servers on loopback (fsync on, the default), each with
+    ``extra_args`` besides; yield client URLs."""
     names = [f"etcd{i}" for i in range(members)]
     peer_ports = [free_port() for _ in names]
     client_ports = [free_port() for _ in names]
@@ -83,6 +86,7 @@ def etcd_cluster(data_dir: Path, members: int = 3) -> Iterator[list[str]]:
                         "new",
                         "--initial-cluster-token",
                         "highwater-bench",
+                        *extra_args,
                     ],
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -5,24 +5,29 @@ For each partition count the suite measures, in both modes, the control-plane pa
 events on a cluster of 3 brokers with replication factor 3:
 
 - failover: KRaft's new active controller already holds the image (it replayed the log as a
-  follower) and only decides; etcd mode's new controller reads every key from etcd, decodes
-  them into an image and pushes the whole image to every broker (each broker decodes it);
-- controlled shutdown: KRaft decides the moves in one heartbeat (records committed once
-  through Raft); etcd mode writes each moved partition's state key (compare-and-swap
-  transactions of 128 keys) and pushes the moves to the brokers as a delta;
-- cold broker start: KRaft's broker loads a snapshot; etcd mode's broker decodes a push;
-- propagation of one topic creation: KRaft's brokers replay one delta; etcd mode writes the
-  keys and pushes the delta (the topic's records) to each of the 3 brokers.
+  follower) and only decides; etcd mode's new controller (the mode's own
+  :class:`EtcdController`, in this process, over a real etcd) claims the controller key,
+  reads every key once, decodes them into its image; the whole image is pushed to every
+  broker (each broker decodes it); then each takes a topic creation;
+- propagation of one topic creation (before the shutdown, while 3 brokers can take RF 3):
+  KRaft's brokers replay one delta; the etcd-mode controller writes the keys it changed
+  and the records are pushed to, and applied by, each of the 3 brokers;
+- controlled shutdown, until the broker leads nothing: the heartbeat and the ticks after
+  it decide the moves in batches of ``leader_moves_per_batch``; KRaft's brokers replay
+  them; the etcd-mode controller writes each changed partition's state key (its
+  compare-and-swap transactions) and the moves are pushed to the brokers as deltas;
+- cold broker start: KRaft's broker loads a snapshot; etcd mode's broker decodes a push.
 
 Beside them, one leader move pushed as the etcd-mode controller pushed it before delta
 pushes (the whole image) and as it does now (:func:`push_figures`).
 
-The etcd side runs a real 3-member etcd (Debian's etcd-server, fsync on); the brokers'
-decoding runs in this process. Process clusters holding 100,000 partitions do not fit this
-2-core machine, so no figure includes broker processes, their gRPC hops or Raft's commit:
-these are the costs that grow with the partition count. Beside them, the metadata write rate:
-ISR changes per second through compare-and-swap on partition keys in etcd, and the KRaft
-controller's AlterPartition decisions per second (before Raft's commit), same run.
+The brokers' decoding runs in this process (the brokers registered here have no
+listeners: the controller pushes to nobody and the benchmark decodes what it would push).
+Process clusters holding 100,000 partitions do not fit this 2-core machine, so no figure
+includes broker processes, their gRPC hops or Raft's commit: these are the costs that grow
+with the partition count. Beside them, the metadata write rate: ISR changes per second
+through compare-and-swap on partition keys in etcd, and the KRaft controller's
+AlterPartition decisions per second (before Raft's commit), same run.
 """
 
 from __future__ import annotations
@@ -33,18 +38,24 @@ import gc
 import json
 import os
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from highwater.controller import ControllerConfig, InMemoryMetadataStore, QuorumController
+from highwater.controller.etcd_controller import EtcdController, EtcdControllerSettings
+from highwater.controller_api import codec
 from highwater.controller_api.messages import (
     AlterPartitionItem,
     AlterPartitionRequest,
+    BrokerHeartbeatRequest,
     CreatableTopic,
     CreateTopicsRequest,
 )
 from highwater.etcd_metadata.connection import Compare, EtcdConnection, Put
 from highwater.etcd_metadata.endpoints import EtcdStoreAddress
-from highwater.etcd_metadata.keys import KeySpace, image_from_keys, image_keys
+from highwater.etcd_metadata.keys import KeySpace, image_keys, partition_state_value
+from highwater.etcd_metadata.session import EtcdSession
 from highwater.metadata import (
     MetadataImage,
     MetadataRecord,
@@ -64,7 +75,6 @@ BROKERS = 3
 PARTITIONS_PER_TOPIC = 1_000
 SIZES = (1_000, 10_000, 100_000)
 MODES = ("kraft", "etcd")
-TXN_OPS = 128  # etcd's default --max-txn-ops
 RATE_SECONDS = 3.0
 
 
@@ -89,7 +99,10 @@ def _active_controller(image: MetadataImage) -> tuple[InMemoryMetadataStore, Quo
 
 def _create_topic(controller: QuorumController, name: str) -> list[MetadataRecord]:
     request = CreateTopicsRequest((CreatableTopic(name, 1, 3),))
-    return list(controller.create_topics(request).records)
+    result = controller.create_topics(request)
+    if not result.records:
+        raise RuntimeError(f"the controller refused topic {name}: {result.response}")
+    return list(result.records)
 
 
 def kraft_figures(partitions: int) -> dict[str, float]:
@@ -102,24 +115,37 @@ def kraft_figures(partitions: int) -> dict[str, float]:
     store, controller = _active_controller(image)
     store.append(_create_topic(controller, "after-failover"))
     figures["failover"] = time.perf_counter() - started
-    # (b) controlled shutdown of broker 2: one heartbeat decides every move.
-    latest = store.latest_image()
-    started = _clock()
-    moves = scale.heartbeat(controller, latest, 2, 2, want_shutdown=True)
-    store.append(moves)
-    figures["controlled_shutdown"] = time.perf_counter() - started
-    # (c) cold broker start: the broker loads the latest snapshot.
-    values = snapshot_values(store.latest_image())
-    started = _clock()
-    load_snapshot_values(values, store.latest_image().offset, 1)
-    figures["broker_start"] = time.perf_counter() - started
-    # (d) propagation: a topic creation, then each broker replays the delta.
+    # (d) propagation (before the shutdown, while 3 brokers can take RF 3): a topic
+    # creation, then each broker replays the delta.
     brokers = [store.latest_image() for _ in range(BROKERS)]
     started = _clock()
     delta = _create_topic(controller, "propagated")
     for image_of_broker in brokers:
         replay(delta, image_of_broker.offset + len(delta), image=image_of_broker)
     figures["propagation"] = time.perf_counter() - started
+    # (b) controlled shutdown of broker 2: the heartbeat and the ticks after it decide the
+    # moves in batches (leader_moves_per_batch); each broker replays them.
+    latest = store.latest_image()
+    started = _clock()
+    moves = scale.heartbeat(controller, latest, 2, 2, want_shutdown=True)
+    store.append(moves)
+    now_ms = 2
+    while store.latest_image().partitions_led_by(2):
+        now_ms += 1
+        batch = list(controller.tick(now_ms).records)
+        if not batch:
+            raise RuntimeError("a controlled shutdown's leader moves stopped before the end")
+        store.append(batch)
+        moves += batch
+    for _ in range(BROKERS):
+        replay(moves, store.latest_image().offset, image=latest)
+    figures["controlled_shutdown"] = time.perf_counter() - started
+    figures["controlled_shutdown_moves"] = float(len(latest.partitions_led_by(2)))
+    # (c) cold broker start: the broker loads the latest snapshot.
+    values = snapshot_values(store.latest_image())
+    started = _clock()
+    load_snapshot_values(values, store.latest_image().offset, 1)
+    figures["broker_start"] = time.perf_counter() - started
     # AlterPartition rate: ISR shrinks and expands of one partition, decided by the controller.
     figures["alter_partition_per_s"] = _alter_partition_rate(store, controller)
     return figures
@@ -152,10 +178,25 @@ def _alter_partition_rate(store: InMemoryMetadataStore, controller: QuorumContro
     return changes / (time.perf_counter() - started)
 
 
-async def _write_keys(connection: EtcdConnection, keys: dict[str, bytes]) -> None:
-    """Put ``keys`` in transactions of at most 128 operations, 8 in flight."""
+SETUP_TXN_OPS = 1024
+"""Keys per transaction when the benchmark fills etcd before a measure (its etcd is started
+with ``--max-txn-ops`` this large; the controller keeps etcd's default of 128)."""
+ETCD_ARGS = (
+    "--quota-backend-bytes",
+    str(8 * 1024**3),
+    "--max-txn-ops",
+    str(SETUP_TXN_OPS),
+)
+"""The benchmark's etcd: a backend quota of 8 GiB (etcd's largest recommended; the default
+2 GiB is about 4 copies of a 1,000,000-partition prefix, and nothing is compacted between
+sizes) and larger set-up transactions. ``--max-request-bytes`` stays at etcd's 1.5 MiB:
+1,024 partition states are about 150 KB, a topic key of 1,000 partitions about 16 KB."""
+
+
+async def _fill(connection: EtcdConnection, keys: dict[str, bytes]) -> None:
+    """The set-up: put ``keys`` in transactions of :data:`SETUP_TXN_OPS`, 8 in flight."""
     items = list(keys.items())
-    batches = [items[i : i + TXN_OPS] for i in range(0, len(items), TXN_OPS)]
+    batches = [items[i : i + SETUP_TXN_OPS] for i in range(0, len(items), SETUP_TXN_OPS)]
     for first in range(0, len(batches), 8):
         await asyncio.gather(
             *(
@@ -165,103 +206,184 @@ async def _write_keys(connection: EtcdConnection, keys: dict[str, bytes]) -> Non
         )
 
 
-async def _read_prefix(endpoint: str, prefix: str) -> dict[str, bytes]:
-    """Every key under ``prefix``, in pages of 10,000 keys: one range reply of 100,000
-    partitions (20 MB) exceeds gRPC's 4 MiB receive limit, which
-    ``EtcdConnection.get_prefix`` reads with (see docs/control-plane.md)."""
-    import aetcd
-    from aetcd import rpc
-
-    host, port = endpoint.rsplit(":", 1)
-    raw = prefix.encode()
-    end = raw[:-1] + bytes([raw[-1] + 1])
-    keys: dict[str, bytes] = {}
-    async with aetcd.Client(host=host, port=int(port), timeout=120) as client:
-        start = raw
-        while True:
-            request = rpc.RangeRequest(key=start, range_end=end, limit=10_000)
-            reply = await client.kvstub.Range(request, timeout=120)
-            for kv in reply.kvs:
-                keys[kv.key.decode()] = kv.value
-            if not reply.more:
-                return keys
-            start = reply.kvs[-1].key + b"\0"
-
-
-async def _load_and_push(
-    connection: EtcdConnection, space: KeySpace, endpoint: str
-) -> MetadataImage:
-    """A new etcd-era controller: every key read and decoded, the image pushed to each broker
-    (each broker decodes the whole push)."""
-    state = {
-        k: v for k, v in (await _read_prefix(endpoint, space.prefix)).items() if space.is_state(k)
-    }
-    image = image_from_keys(state, space, 1)
-    _push(image)
-    return image
-
-
-def _push(image: MetadataImage) -> None:
+def _push(image: MetadataImage) -> MetadataImage:
+    """A push of the whole image: encoded once, decoded by each broker; one broker's image."""
     values = snapshot_values(image)
+    pushed = image
     for _ in range(BROKERS):
-        load_snapshot_values(values, image.offset, 1)
+        pushed = load_snapshot_values(values, image.offset, 1)
+    return pushed
 
 
-def _push_delta(image: MetadataImage, records: list[MetadataRecord], offset: int) -> None:
-    """A delta push: the records encoded once, each broker applying them to its image."""
-    values = [encode_record(r) for r in records]
+def _push_delta(image: MetadataImage, values: Sequence[bytes], offset: int) -> MetadataImage:
+    """A delta push: each broker applies the encoded ``values`` to its image (of the same
+    base: one image stands for the 3)."""
+    applied = image
     for _ in range(BROKERS):
-        MetadataDelta(image).replay_all(decode_record(v) for v in values).apply(offset, 1)
+        applied = MetadataDelta(image).replay_all(decode_record(v) for v in values).apply(offset, 1)
+    return applied
 
 
-async def etcd_figures(endpoints: list[str], partitions: int) -> dict[str, float]:
-    """Seconds of each event's control-plane part in etcd mode, and CAS ISR changes/s."""
+async def _settled(controller: EtcdController, done: Callable[[MetadataImage], bool]) -> None:
+    """Until the controller's image satisfies ``done`` (its ticks write the rest of a
+    shutdown's leader moves, batch by batch)."""
+    async with asyncio.timeout(3600):
+        while not done(controller.image):
+            await asyncio.sleep(0.02)
+
+
+async def _controller_call(controller: EtcdController, rpc: Any, request: Any) -> None:
+    response = await controller.call(rpc, request)
+    error = getattr(response, "error", 0) or next(
+        (t.error for t in getattr(response, "topics", ()) if t.error), 0
+    )
+    if error:
+        raise RuntimeError(f"the etcd-mode controller refused {rpc.name}: {response}")
+
+
+async def etcd_figures(
+    endpoints: list[str], partitions: int, figures: dict[str, float] | None = None
+) -> dict[str, float]:
+    """Seconds of each event's control-plane part in etcd mode, and CAS ISR changes/s
+    (into ``figures``, each printed as it is measured).
+
+    The controller is the mode's own :class:`EtcdController` over the real etcd, in this
+    process: it campaigns, reads the prefix and builds its image, decides, and writes the
+    keys its decisions changed (:func:`~highwater.etcd_metadata.keys.changed_keys`,
+    :func:`~highwater.controller.etcd_controller.plan_writes`). The 3 brokers here have no
+    listeners, so it pushes to nobody: the benchmark decodes each push as the 3 brokers
+    would (the whole image after a failover, the records of a change otherwise)."""
     address = EtcdStoreAddress(
         tuple((h, int(p)) for h, p in (e.rsplit(":", 1) for e in endpoints)),
         cluster=f"bench-{partitions}",
     )
     space = KeySpace(address.prefix)
-    connection = EtcdConnection(address, timeout_s=120.0)
-    figures: dict[str, float] = {}
+    # Generous per-call timeouts: the machine is shared, and no kill detection is measured.
+    connection = EtcdConnection(address, timeout_s=60.0, range_timeout_s=600.0)
+    session = EtcdSession(connection, ttl_s=600)
+    recorded = _Figures(f"etcd, {partitions:,}", figures if figures is not None else {})
+    controller: EtcdController | None = None
     try:
         records = cluster_records(partitions)
         image = replay(records, len(records) - 1, 1)
-        await _write_keys(connection, image_keys(image, space))
-        # (a) failover: load every key, decode, push to every broker, then take a change.
+        keys = image_keys(image, space)
+        recorded["etcd_keys"] = float(len(keys))
+        await _fill(
+            connection,
+            {k: partition_state_value(v, 0) if "/partitions/" in k else v for k, v in keys.items()},
+        )
+        del keys
+        await connection.txn((), [Put(space.metadata_offset, str(image.offset).encode())])
+        await session.start()
+        lease = session.lease_id
+        assert lease is not None
+        await connection.txn(
+            (), [Put(space.broker_id(b), b'{"listeners": []}', lease) for b in range(BROKERS)]
+        )
+        del image
+        controller = EtcdController(
+            node_id=0,
+            address="127.0.0.1:1",
+            connection=connection,
+            space=space,
+            session=session,
+            cluster_id="bench",
+            settings=EtcdControllerSettings(
+                # No failure detection is measured: sessions outlive the run.
+                controller=ControllerConfig(broker_session_timeout_ms=3_600_000),
+                push_history_records=10 * partitions,
+                seed=1,
+            ),
+        )
+        # (a) failover: the candidate reads every key, builds its image and claims the
+        # controller key; the whole image is pushed to every broker; then it takes a topic
+        # creation (its keys written, the records pushed).
         started = _clock()
-        image = await _load_and_push(connection, space, endpoints[0])
-        store, controller = _active_controller(image)
-        created = _create_topic(controller, "after-failover")
-        store.append(created)
-        await _write_keys(connection, _changed_keys(image, store.latest_image(), space))
-        _push(store.latest_image())
-        figures["failover"] = time.perf_counter() - started
-        # (b) controlled shutdown of broker 2: each moved partition's key written, the moves
-        # pushed to each broker as a delta.
-        before = store.latest_image()
+        await controller.start()
+        await controller.wait_active(timeout_s=3600)
+        recorded["failover_load"] = time.perf_counter() - started
+        loaded = controller.image
+        pushed_at = time.perf_counter()
+        brokers_image = _push(loaded)
+        recorded["failover_push"] = time.perf_counter() - pushed_at
+        created_at = time.perf_counter()
+        await _controller_call(
+            controller,
+            codec.CREATE_TOPICS,
+            CreateTopicsRequest((CreatableTopic("after-failover", 1, 3),)),
+        )
+        brokers_image = _push_delta(
+            brokers_image, _since(controller, loaded.offset), controller.image.offset
+        )
+        recorded["failover_change"] = time.perf_counter() - created_at
+        recorded["failover"] = time.perf_counter() - started
+        # (d) propagation of a topic creation (before the shutdown, while 3 brokers can take
+        # RF 3): keys written, the delta pushed to each.
+        before = controller.image
         started = _clock()
-        moves = scale.heartbeat(controller, before, 2, 2, want_shutdown=True)
-        store.append(moves)
-        await _write_keys(connection, _changed_keys(before, store.latest_image(), space))
-        _push_delta(before, moves, store.latest_image().offset)
-        figures["controlled_shutdown"] = time.perf_counter() - started
+        await _controller_call(
+            controller,
+            codec.CREATE_TOPICS,
+            CreateTopicsRequest((CreatableTopic("propagated", 1, 3),)),
+        )
+        brokers_image = _push_delta(
+            brokers_image, _since(controller, before.offset), controller.image.offset
+        )
+        recorded["propagation"] = time.perf_counter() - started
+        # (b) controlled shutdown of broker 2: the heartbeat and the ticks after it decide
+        # the moves in batches (leader_moves_per_batch), each written (the moved
+        # partitions' state keys); the moves pushed to each broker.
+        before = controller.image
+        started = _clock()
+        await _controller_call(
+            controller,
+            codec.BROKER_HEARTBEAT,
+            BrokerHeartbeatRequest(
+                2, before.brokers[2].broker_epoch, before.offset, want_shutdown=True
+            ),
+        )
+        await _settled(controller, lambda image: not image.partitions_led_by(2))
+        brokers_image = _push_delta(
+            brokers_image, _since(controller, before.offset), controller.image.offset
+        )
+        recorded["controlled_shutdown"] = time.perf_counter() - started
+        recorded["controlled_shutdown_moves"] = float(len(before.partitions_led_by(2)))
         # (c) cold broker start: the broker decodes the push of the whole image.
-        values = snapshot_values(store.latest_image())
+        latest = controller.image
+        values = snapshot_values(latest)
         started = _clock()
-        load_snapshot_values(values, store.latest_image().offset, 1)
-        figures["broker_start"] = time.perf_counter() - started
-        # (d) propagation of a topic creation: keys written, the delta pushed to each.
-        before = store.latest_image()
-        started = _clock()
-        created = _create_topic(controller, "propagated")
-        store.append(created)
-        await _write_keys(connection, _changed_keys(before, store.latest_image(), space))
-        _push_delta(before, created, store.latest_image().offset)
-        figures["propagation"] = time.perf_counter() - started
-        figures["cas_isr_change_per_s"] = await _cas_rate(connection, space)
+        load_snapshot_values(values, latest.offset, 1)
+        recorded["broker_start"] = time.perf_counter() - started
+        del values
+        recorded["prefix_reads"] = float(controller.prefix_reads)
+        await controller.stop()
+        controller = None
+        recorded["cas_isr_change_per_s"] = await _cas_rate(connection, space)
     finally:
+        if controller is not None:
+            await controller.stop()
+        await session.stop()
         await connection.close()
-    return figures
+    return recorded.values
+
+
+class _Figures:
+    """The figures of one size, each printed as it is set."""
+
+    def __init__(self, label: str, values: dict[str, float]) -> None:
+        self.label = label
+        self.values = values
+
+    def __setitem__(self, name: str, value: float) -> None:
+        self.values[name] = value
+        print(f"control-plane: {self.label}: {name} = {value:.6g}", flush=True)
+
+
+def _since(controller: EtcdController, offset: int) -> tuple[bytes, ...]:
+    values = controller.records_since(offset)
+    if values is None:
+        raise RuntimeError(f"the controller's history does not reach back to offset {offset}")
+    return values
 
 
 def push_figures(partitions: int) -> dict[str, float]:
@@ -294,11 +416,6 @@ def push_figures(partitions: int) -> dict[str, float]:
     }
 
 
-def _changed_keys(before: MetadataImage, after: MetadataImage, space: KeySpace) -> dict[str, bytes]:
-    old = image_keys(before, space)
-    return {k: v for k, v in image_keys(after, space).items() if old.get(k) != v}
-
-
 async def _cas_rate(connection: EtcdConnection, space: KeySpace) -> float:
     """ISR changes of one partition, each a compare-and-swap on its state key's revision."""
     key = space.partition_state("topic-0", 0)
@@ -324,23 +441,36 @@ async def _cas_rate(connection: EtcdConnection, space: KeySpace) -> float:
 def measure(
     sizes: tuple[int, ...], modes: tuple[str, ...], data_dir: Path
 ) -> dict[str, dict[int, dict[str, float]]]:
-    """``{mode: {partitions: {measure: value}}}``."""
+    """``{mode: {partitions: {measure: value}}}``, the modes in the order given; each
+    size's figures printed as JSON as they are known (a long run stopped early keeps
+    them), the whole-image push figures (:func:`push_figures`) last."""
     results: dict[str, dict[int, dict[str, float]]] = {m: {} for m in modes}
-    for partitions in sizes:
-        if "kraft" in modes:
-            print(f"control-plane: kraft, {partitions:,} partitions", flush=True)
-            results["kraft"][partitions] = kraft_figures(partitions)
-            results["kraft"][partitions]["load"] = os.getloadavg()[0]
-    if "etcd" in modes:
+    for mode in modes:
+        if mode == "kraft":
+            for partitions in sizes:
+                print(f"control-plane: kraft, {partitions:,} partitions", flush=True)
+                results["kraft"][partitions] = kraft_figures(partitions)
+                results["kraft"][partitions]["load"] = os.getloadavg()[0]
+                _print_figures("kraft", partitions, results["kraft"][partitions])
+            continue
         if not etcd_available():
             raise RuntimeError("etcd is not installed (Debian's etcd-server)")
-        with etcd_cluster(data_dir) as endpoints:
+        with etcd_cluster(data_dir, extra_args=ETCD_ARGS) as endpoints:
             for partitions in sizes:
                 print(f"control-plane: etcd, {partitions:,} partitions", flush=True)
-                results["etcd"][partitions] = asyncio.run(etcd_figures(endpoints, partitions))
-                results["etcd"][partitions].update(push_figures(partitions))
-                results["etcd"][partitions]["load"] = os.getloadavg()[0]
+                figures = results["etcd"][partitions] = {}
+                asyncio.run(etcd_figures(endpoints, partitions, figures))
+                figures["load"] = os.getloadavg()[0]
+                _print_figures("etcd", partitions, figures)
+    if "etcd" in modes:
+        for partitions in sizes:
+            results["etcd"][partitions].update(push_figures(partitions))
+            _print_figures("etcd", partitions, results["etcd"][partitions])
     return results
+
+
+def _print_figures(mode: str, partitions: int, figures: dict[str, float]) -> None:
+    print(json.dumps({mode: {partitions: figures}}), flush=True)
 
 
 MEASURES = {

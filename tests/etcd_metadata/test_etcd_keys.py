@@ -10,21 +10,32 @@ from highwater.errors import InvalidConfigError
 from highwater.etcd_metadata.endpoints import parse_metadata_store
 from highwater.etcd_metadata.keys import (
     InconsistentMetadataError,
+    KeyChanges,
     KeySpace,
+    changed_keys,
     image_from_keys,
     image_keys,
     partition_state_value,
 )
 from highwater.etcd_metadata.pushed import PushedMetadata
+from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import (
+    AccessControlEntryRecord,
     BrokerEndpoint,
+    BrokerRegistrationChangeRecord,
     ConfigRecord,
     ConfigResourceType,
+    CoordinatorAssignmentRecord,
+    FenceBrokerRecord,
     MetadataRecord,
+    NoOpRecord,
+    PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RegisterCoordinatorRecord,
+    RemoveTopicRecord,
     TopicRecord,
     encode_record,
 )
@@ -87,6 +98,78 @@ def test_an_image_survives_the_trip_through_the_keys() -> None:
     assert image_keys(again, SPACE) == keys
 
 
+ORDERS = "AAAAAAAAAAAAAAAAAAAAAA"
+CHANGES: list[list[MetadataRecord]] = [
+    [PartitionChangeRecord(ORDERS, 1, leader=3, isr=(3, 1))],
+    [PartitionChangeRecord(ORDERS, 0, replicas=(1, 2, 3, 4), adding_replicas=(4,))],
+    [FenceBrokerRecord(2, 12), BrokerRegistrationChangeRecord(1, 11, in_controlled_shutdown=True)],
+    [
+        TopicRecord("events", "BBBBBBBBBBBBBBBBBBBBBB"),
+        PartitionRecord("BBBBBBBBBBBBBBBBBBBBBB", 0, (2, 1), (2, 1), 2),
+        ConfigRecord(ConfigResourceType.TOPIC, "events", "cleanup.policy", "compact"),
+    ],
+    [PartitionRecord(ORDERS, 2, (3, 1, 2), (3, 1, 2), 3)],
+    [RemoveTopicRecord(ORDERS)],
+    [
+        ConfigRecord(ConfigResourceType.BROKER, "", "log.retention.ms", None),
+        ConfigRecord(ConfigResourceType.BROKER, "2", "log.retention.ms", "10"),
+    ],
+    [
+        ProducerIdsRecord(1, 11, 3000),
+        RegisterCoordinatorRecord(7, "inc-7", 21),
+        CoordinatorAssignmentRecord(0, 7, 21),
+        AccessControlEntryRecord("acl-1", 2, "orders", 3, "User:alice", "*", 3, 3),
+    ],
+    [NoOpRecord()],
+]
+
+
+@pytest.mark.parametrize("records", CHANGES, ids=lambda r: type(r[0]).__name__)
+def test_the_keys_a_change_touches_are_the_keys_that_differ(
+    records: list[MetadataRecord],
+) -> None:
+    parent = image_of(cluster_records())
+    image = MetadataDelta(parent).replay_all(records).apply(parent.offset + len(records), 1)
+    before, after = image_keys(parent, SPACE), image_keys(image, SPACE)
+    expected = KeyChanges(
+        {k: v for k, v in after.items() if k in before and before[k] != v},
+        {k: v for k, v in after.items() if k not in before},
+        frozenset(before.keys() - after.keys()),
+    )
+    assert changed_keys(parent, image, records, SPACE) == expected
+    assert len(expected) > 0 or records == [NoOpRecord()]
+
+
+def test_one_partition_change_encodes_one_key_however_large_the_cluster() -> None:
+    topics = [TopicRecord(f"t{t}", f"{t:022d}") for t in range(20)]
+    partitions = [
+        PartitionRecord(f"{t:022d}", p, (1, 2, 3), (1, 2, 3), 1)
+        for t in range(20)
+        for p in range(50)
+    ]
+    parent = image_of([*cluster_records()[:3], *topics, *partitions])
+    move = [PartitionChangeRecord(f"{7:022d}", 9, leader=2)]
+    image = MetadataDelta(parent).replay_all(move).apply(parent.offset + 1, 1)
+    changes = changed_keys(parent, image, move, SPACE)
+    assert list(changes.updated) == [SPACE.partition_state("t7", 9)]
+    assert json.loads(changes.updated[SPACE.partition_state("t7", 9)])["leader"] == 2
+    assert not changes.created and not changes.deleted
+
+
+def test_partitions_read_in_columns_around_a_reassignment_make_the_same_image() -> None:
+    topic = "CCCCCCCCCCCCCCCCCCCCCC"
+    records = [
+        *cluster_records()[:3],
+        TopicRecord("wide", topic),
+        *(PartitionRecord(topic, p, (1, 2, 3), (1, 2), 1, p, p) for p in range(3)),
+        PartitionRecord(topic, 3, (1, 2, 3), (1, 2, 3), 2, adding_replicas=(3,)),
+        *(PartitionRecord(topic, p, (3, 1), (3, 1), 3) for p in range(4, 7)),
+    ]
+    image = image_of(records)
+    again = image_from_keys(image_keys(image, SPACE), SPACE, 20)
+    assert list(snapshot_records(again)) == list(snapshot_records(image))
+
+
 def keys_with(change: tuple[str, object]) -> dict[str, bytes]:
     keys = image_keys(image_of(cluster_records()), SPACE)
     key, value = change
@@ -117,6 +200,12 @@ TOPIC = "/highwater/test/brokers/topics/orders"
             "leader must be an integer",
         ),
         (STATE, b"{not json", "not JSON"),
+        (
+            # Equal to partition 1's replicas, already checked, but for a JSON true.
+            "/highwater/test/brokers/topics/orders/partitions/1/state",
+            {"leader": 2, "leader_epoch": 0, "isr": [2, 3, True], "partition_epoch": 0},
+            "isr must be a list of broker ids, not [2, 3, True]",
+        ),
         (
             TOPIC,
             {"topic_id": "AAAAAAAAAAAAAAAAAAAAAA", "partitions": {"0": [1, 2, 42], "1": [2, 3, 1]}},

@@ -46,3 +46,17 @@ def test_changes_newer_than_a_read_in_flight_survive_its_answer() -> None:
     view.load(11, {"a": kv(b"1", 11)})
     assert view.keys == {"a": kv(b"1", 11), "b": kv(b"2", 12)} and view.revision == 12
     assert view.current
+
+
+def test_a_reader_is_told_the_keys_changed_since_it_last_looked_or_all_after_a_load() -> None:
+    view = PrefixView()
+    view.watching_from(11)
+    view.load(10, {"a": kv(b"1", 5), "b": kv(b"2", 9)})
+    assert view.take_changes() is None  # loaded: any key may have changed
+    assert view.take_changes() == set()
+    view.apply([KeyChange("a", 11, kv(b"3", 11)), KeyChange("b", 12, None)])
+    view.apply([KeyChange("a", 10, kv(b"old", 10))])  # older than the view: not a change
+    assert view.take_changes() == {"a", "b"}
+    assert view.take_changes() == set()
+    view.load(20, {"c": kv(b"4", 20)})
+    assert view.take_changes() is None

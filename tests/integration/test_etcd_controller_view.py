@@ -82,3 +82,39 @@ async def test_woken_rounds_apply_the_watched_changes_without_reading_the_prefix
         for session in sessions:
             await session.stop()
         await writer.close()
+
+
+async def test_a_claim_etcd_applied_under_our_own_lease_is_taken_up(
+    etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """The claim's answer was lost (the call timed out after etcd applied it): the key names
+    this candidate under its own lease, so it becomes controller of that epoch instead of
+    waiting behind itself until its lease expires."""
+    address = parse_metadata_store(f"etcd://{etcd.endpoint}/lost-answer")
+    space = KeySpace(address.prefix)
+    session = EtcdSession(EtcdConnection(address), ttl_s=5)
+    candidate = EtcdController(
+        node_id=3,
+        address="127.0.0.1:9003",
+        connection=EtcdConnection(address),
+        space=space,
+        session=session,
+        cluster_id="lost-answer-cluster",
+        settings=EtcdControllerSettings(seed=1),
+    )
+    writer = EtcdConnection(address)
+    try:
+        await session.start()
+        lease = session.lease_id
+        assert lease is not None
+        claim = json.dumps({"address": "127.0.0.1:9003", "broker_id": 3, "epoch": 4}).encode()
+        await writer.txn(
+            [], [Put(space.controller, claim, lease), Put(space.controller_epoch, b"4")]
+        )
+        await candidate.start()
+        await candidate.wait_active(30)
+        assert candidate.epoch == 4
+    finally:
+        await candidate.stop()
+        await session.stop()
+        await writer.close()

@@ -14,9 +14,11 @@ port, serving ``highwater.internal.v1.Controller``:
   makes the controller step down at once, before etcd can have elected another.
 * **Decisions** are the quorum controller's own (:class:`QuorumController`, pure): a
   request or a tick on the current image gives records. **Writes**: the image those
-  records make is encoded into the state keys (:func:`~highwater.etcd_metadata.keys.image_keys`)
-  and the keys that differ are written in one transaction (or, past etcd's
-  ``--max-txn-ops``, the partition-state updates first in several: :meth:`_write`),
+  records make differs from the last in the state keys those records touch
+  (:func:`~highwater.etcd_metadata.keys.changed_keys`: only their scopes are encoded, so
+  a change costs what it touches, not the image), and those keys are written in one
+  transaction (:func:`plan_writes`; or, past etcd's ``--max-txn-ops``, the
+  partition-state updates first in several: :meth:`_write`),
   guarded by the controller epoch and by each written key's ``mod_revision``
   (ZooKeeper's zkVersion: a key changed behind the controller's back, by hand or by
   another writer, fails the write and makes it read the state again), with the
@@ -30,14 +32,19 @@ port, serving ``highwater.internal.v1.Controller``:
   applied to the candidate's :class:`~highwater.etcd_metadata.prefix_view.PrefixView` of
   the prefix, so a woken round reads nothing from etcd: it looks at the view. While the
   watch holds, a round reads etcd only for a safety read every
-  ``safety_read_interval_ms`` (etcd's revision; when it moved, the whole prefix, which
-  reloads the view); a watch that breaks (etcd compacted past it, restarted, stopped
-  answering) makes every round read, as polling, until the watch is made again from the
-  revision the next round read and a whole read loads the view again. The view (or the
-  whole prefix read) gives: the live ``brokers/ids`` keys (a registered broker without one has its
-  session expired at once, so the next tick fences it and moves its leaderships, as the controller's
+  ``safety_read_interval_ms``: etcd's revision, and when it moved and the watch delivered
+  nothing since the last such read, the whole prefix, which reloads the view (a revision
+  that moved while events arrive is events in flight: an active controller writing a
+  shutdown's batches would otherwise read every key every few seconds). A watch that
+  breaks (etcd compacted past it, restarted, stopped answering) makes every round read,
+  as polling, until the watch is made again from the revision the next round read and a
+  whole read loads the view again. The view (or the whole prefix read) gives: the live
+  ``brokers/ids`` keys (a registered broker without one has its session expired at once,
+  so the next tick fences it and moves its leaderships, as the controller's
   ``/brokers/ids`` watch did) and the state keys (any not as this controller wrote them
-  are loaded again). A state that fails validation
+  are loaded again). A candidate without a current view reads the ``controller`` key
+  first and campaigns at once when it is free; the candidate that wins reads the whole
+  prefix once, after its claim, and takes it as its state. A state that fails validation
   (:class:`~highwater.etcd_metadata.keys.InconsistentMetadataError`) is not served: no
   push, and every request is answered with the error naming the key until it is fixed.
 * **Pushes.** After every change, and to any node that missed one, the controller pushes
@@ -89,10 +96,10 @@ from highwater.etcd_metadata.connection import (
 )
 from highwater.etcd_metadata.keys import (
     InconsistentMetadataError,
+    KeyChanges,
     KeySpace,
-    StateKeys,
+    changed_keys,
     image_from_keys,
-    image_keys,
     partition_state_value,
 )
 from highwater.etcd_metadata.prefix_view import KeyChange, PrefixView
@@ -111,7 +118,13 @@ from highwater.metadata.records import (
 from highwater.metadata.snapshot import snapshot_values
 from highwater.v1.common_pb2 import ErrorCode
 
-__all__ = ["EtcdController", "EtcdControllerSettings", "MetadataWriteTooLargeError"]
+__all__ = [
+    "EtcdController",
+    "EtcdControllerSettings",
+    "MetadataWriteTooLargeError",
+    "WritePlan",
+    "plan_writes",
+]
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +182,47 @@ class ControllerClaim:
             return None
 
 
+@dataclass(frozen=True, slots=True)
+class WritePlan:
+    """The transactions of one change (see :meth:`EtcdController._write`): ``chunks`` of
+    partition-state updates, each valid alone, then ``final``, what is valid only together
+    (written with the ``metadata_offset`` counter)."""
+
+    chunks: list[list[Put | Delete]]
+    final: list[Put | Delete]
+
+
+def plan_writes(changes: KeyChanges, epoch: int, max_txn_ops: int) -> WritePlan:
+    """How ``changes`` are written by the controller of ``epoch`` (pure): partition states
+    stamped with the epoch; in one transaction when it fits etcd's ``--max-txn-ops`` with
+    the epoch compare and the offset counter, else the existing partitions' states in
+    transactions of ``max_txn_ops - 1`` first. :class:`MetadataWriteTooLargeError` when
+    what must be written together does not fit one transaction."""
+    updates: list[Put | Delete] = []  # existing partition states: each valid alone
+    structure: list[Put | Delete] = []  # everything else: valid only together
+    for key, value in changes.updated.items():
+        if "/partitions/" in key:
+            updates.append(Put(key, partition_state_value(value, epoch)))
+        else:
+            structure.append(Put(key, value))
+    for key, value in changes.created.items():
+        if "/partitions/" in key:
+            value = partition_state_value(value, epoch)
+        structure.append(Put(key, value))
+    structure.extend(Delete(key) for key in sorted(changes.deleted))
+    if len(updates) + len(structure) + 2 <= max_txn_ops:
+        return WritePlan([], updates + structure)
+    if len(structure) + 2 > max_txn_ops:
+        raise MetadataWriteTooLargeError(
+            f"this change writes {len(structure)} keys that etcd must take in one "
+            f"transaction, and etcd takes at most {max_txn_ops} operations in one "
+            "(--max-txn-ops): start etcd with a larger --max-txn-ops (and "
+            "--max-request-bytes), and the brokers with --etcd-max-txn-ops to match"
+        )
+    size = max_txn_ops - 1
+    return WritePlan([updates[i : i + size] for i in range(0, len(updates), size)], structure)
+
+
 class EtcdController:
     """A controller candidate over etcd (see the module docstring): ``await start()``,
     ``await stop()``; serve :meth:`add_servicer` on the process's gRPC server."""
@@ -203,7 +257,6 @@ class EtcdController:
         self.inconsistency: InconsistentMetadataError | None = None
         self.unreachable: EtcdUnavailableError | None = None
         """The last failure to reach etcd, until it answers again."""
-        self._written: StateKeys = {}
         self._revisions: dict[str, int] = {}
         self._offset_revision = 0
         self._known_revision = -1
@@ -227,6 +280,12 @@ class EtcdController:
         self._read_done = asyncio.Event()
         self.reads = 0
         """How many times a round read etcd's revision (a measure of the polling left)."""
+        self._watch_responses = 0
+        self._responses_seen = 0
+        self._safety_revision = -1
+        """Watch responses received, and their count and etcd's revision at the last read
+        of the revision: a watch that delivered since is alive, and a revision that moved
+        is its events in flight, not a reason to read the whole prefix."""
         self.view = PrefixView()
         self.prefix_reads = 0
         """How many times the whole prefix was read."""
@@ -241,6 +300,12 @@ class EtcdController:
     @property
     def image(self) -> MetadataImage:
         return self._image
+
+    def records_since(self, offset: int) -> tuple[bytes, ...] | None:
+        """The encoded records that took this controller's image from ``offset`` to the
+        current one (what a delta push from there carries); None when its history of
+        changes does not reach back there (``push_history_records``)."""
+        return self._pushes.history.since(offset)
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"etcd-controller-{self.node_id}")
@@ -327,12 +392,31 @@ class EtcdController:
         self._watch_saw_change = False
         self._last_read_ms = now
         self.reads += 1
-        revision, _ = await self.connection.get(self.space.controller_epoch)
+        revision, epoch_kv = await self.connection.get(self.space.controller_epoch)
         self._read_revision = revision
         self._read_done.set()
-        if revision != self._known_revision or not self.is_active:
+        if not self.is_active and not (self.watching and self.view.current):
+            # Without a view: the key alone says whether to campaign, and an election
+            # reads the whole prefix once, after its claim.
+            _, claim_kv = await self.connection.get(self.space.controller)
+            if claim_kv is None:
+                await self._campaign(epoch_kv)
+                if self.is_active:
+                    await self._serialized(self._tick)
+                    self._push_all()
+                return
+        moved = revision != self._safety_revision
+        silent = self._watch_responses == self._responses_seen
+        self._safety_revision, self._responses_seen = revision, self._watch_responses
+        if (
+            not (self.watching and self.view.current)
+            or (self.is_active and self._known_revision == -1)
+            or (moved and silent)
+        ):
             revision, keys = await self._read_prefix()
-            await self._observe(revision, keys)
+            await self._observe(revision, keys, read=True)
+        elif not self.is_active:  # a campaign that failed is tried again from the view
+            await self._observe(self.view.revision, self.view.keys)
         if self.is_active:
             await self._serialized(self._tick)
             self._push_all()
@@ -365,6 +449,7 @@ class EtcdController:
                     self.space.prefix, start
                 ):
                     self.view.apply(KeyChange(*change) for change in response.changes)
+                    self._watch_responses += 1
                     self._watch_saw_change = True
                     self._wake.set()
             except EtcdWatchBrokenError as e:
@@ -374,34 +459,72 @@ class EtcdController:
                 self.view.watch_broken()
             await asyncio.sleep(self.settings.tick_interval_ms / 1000)
 
-    async def _observe(self, revision: int, keys: dict[str, KeyVersion]) -> None:
-        """What the whole prefix says: who is controller, which brokers live, the state."""
+    async def _observe(
+        self, revision: int, keys: dict[str, KeyVersion], *, read: bool = False
+    ) -> None:
+        """What the whole prefix says: who is controller, which brokers live, the state.
+        ``read``: ``keys`` come from a whole read of etcd (else from the view)."""
         claim_kv = keys.get(self.space.controller)
         claim = ControllerClaim.decode(claim_kv.value) if claim_kv is not None else None
         self.active_claim = claim
         epoch_kv = keys.get(self.space.controller_epoch)
-        self._live_brokers = {b for key in keys if (b := self.space.broker_id_of(key)) is not None}
+        # From the view: only the keys changed since the last look (all after a load).
+        changed = None if read else self.view.take_changes()
+        if changed is None:
+            self._live_brokers = {
+                b for key in keys if (b := self.space.broker_id_of(key)) is not None
+            }
+        else:
+            for key in changed:
+                if (broker_id := self.space.broker_id_of(key)) is not None:
+                    if key in keys:
+                        self._live_brokers.add(broker_id)
+                    else:
+                        self._live_brokers.discard(broker_id)
         if self.is_active:
             if claim is None or claim.epoch != self.epoch or claim.broker_id != self.node_id:
                 self._step_down(f"the controller key now names {claim}")
             else:
                 async with self._lock:
                     # A read from before this controller's last write is stale, not a change.
-                    if revision >= self._offset_revision and self._state_changed(keys):
+                    if revision >= self._offset_revision and self._state_changed(keys, changed):
                         self._load(keys)
                 self._expire_dead_brokers()
                 self._known_revision = revision
                 return
         if claim is None:
             await self._campaign(epoch_kv)
+        elif (
+            claim.broker_id == self.node_id
+            and claim_kv is not None
+            and claim_kv.lease == self.session.lease_id
+            and epoch_kv is not None
+            and epoch_kv.value == str(claim.epoch).encode()
+        ):
+            # Our own claim, under our own lease, whose answer was lost (the call timed
+            # out after etcd applied it): take it up as if the answer had come.
+            await self._take_claim(claim)
 
-    def _state_changed(self, keys: Mapping[str, KeyVersion]) -> bool:
-        state = {k: v.mod_revision for k, v in keys.items() if self.space.is_state(k)}
+    def _state_changed(self, keys: Mapping[str, KeyVersion], changed: set[str] | None) -> bool:
+        """Whether a state key (of ``changed`` only, when given) is not as this controller
+        last wrote or read it."""
         offset_kv = keys.get(self.space.metadata_offset)
         offset_revision = offset_kv.mod_revision if offset_kv is not None else 0
-        return state != self._revisions or offset_revision != self._offset_revision
+        if offset_revision != self._offset_revision:
+            return True
+        if changed is not None:
+            for key in changed:
+                if self.space.is_state(key):
+                    held = keys.get(key)
+                    if (held.mod_revision if held else None) != self._revisions.get(key):
+                        return True
+            return False
+        state = {k: v.mod_revision for k, v in keys.items() if self.space.is_state(k)}
+        return state != self._revisions
 
     async def _campaign(self, epoch_kv: KeyVersion | None) -> None:
+        """Claim the ``controller`` key, then read the whole prefix and take it as the
+        state: the new controller reads every key, as a ZooKeeper-era one did."""
         lease = self.session.lease_id
         if lease is None:
             return
@@ -424,10 +547,15 @@ class EtcdController:
         )
         if not result.succeeded:
             return
+        await self._take_claim(claim)
+
+    async def _take_claim(self, claim: ControllerClaim) -> None:
+        """Become the controller of ``claim.epoch``: read the whole prefix once and take
+        it as the state."""
         revision, keys = await self._read_prefix()
         async with self._lock:
             self._load(keys)
-            self.epoch = new_epoch
+            self.epoch = claim.epoch
             self.active_claim = claim
             self._live_brokers = {
                 b for key in keys if (b := self.space.broker_id_of(key)) is not None
@@ -439,7 +567,7 @@ class EtcdController:
         log.info(
             "node %d: the controller of epoch %d, from metadata offset %d",
             self.node_id,
-            new_epoch,
+            claim.epoch,
             self._image.offset,
         )
 
@@ -461,7 +589,6 @@ class EtcdController:
             log.info("node %d: the metadata in etcd is consistent again", self.node_id)
         self.inconsistency = None
         self._image = image
-        self._written = image_keys(image, self.space)
         self._pushes.reset(image.offset)
 
     def _expire_dead_brokers(self) -> None:
@@ -497,32 +624,10 @@ class EtcdController:
         parent = self._image
         offset = parent.offset + len(records)
         image = MetadataDelta(parent).replay_all(records).apply(offset, epoch)
-        keys = image_keys(image, self.space)
-        updates: list[Put | Delete] = []  # existing partition states: each valid alone
-        structure: list[Put | Delete] = []  # everything else: valid only together
-        for key, value in keys.items():
-            previous = self._written.get(key)
-            if previous != value:
-                is_state = "/partitions/" in key
-                if is_state:
-                    value = partition_state_value(value, epoch)
-                batch = updates if is_state and previous is not None else structure
-                batch.append(Put(key, value))
-        for key in self._written.keys() - keys.keys():
-            structure.append(Delete(key))
-        limit = self.settings.max_txn_ops
-        if len(updates) + len(structure) + 2 > limit:
-            if len(structure) + 2 > limit:
-                raise MetadataWriteTooLargeError(
-                    f"this change writes {len(structure)} keys that etcd must take in one "
-                    f"transaction, and etcd takes at most {limit} operations in one "
-                    "(--max-txn-ops): start etcd with a larger --max-txn-ops (and "
-                    "--max-request-bytes), and the brokers with --etcd-max-txn-ops to match"
-                )
-            size = limit - 1
-            chunks = [updates[start : start + size] for start in range(0, len(updates), size)]
-        else:
-            chunks, structure = [], updates + structure
+        plan = plan_writes(
+            changed_keys(parent, image, records, self.space), epoch, self.settings.max_txn_ops
+        )
+        chunks, structure = plan.chunks, plan.final
         written = [(chunk, await self._write(chunk, epoch, offset)) for chunk in chunks]
         result = await self._write(structure, epoch, offset, final=True)
         written.append((structure, result))
@@ -534,7 +639,6 @@ class EtcdController:
                     self._revisions.pop(op.key, None)
         self._offset_revision = result.revision
         self._image = image
-        self._written = keys
         self._pushes.changed(parent.offset, offset, [encode_record(r) for r in records])
         for record in records:  # a node that (re)registered is pushed the whole image
             if isinstance(record, RegisterBrokerRecord | RegisterCoordinatorRecord):

@@ -39,24 +39,39 @@ from google.protobuf import json_format
 
 from highwater.errors import HighwaterError
 from highwater.internal.v1 import metadata_pb2
-from highwater.metadata.image import MetadataImage
+from highwater.metadata.image import (
+    ConfigResource,
+    MetadataImage,
+    PartitionRegistration,
+    TopicImage,
+)
 from highwater.metadata.records import (
+    BrokerRegistrationChangeRecord,
     ConfigRecord,
     ConfigResourceType,
+    FenceBrokerRecord,
     MetadataRecord,
+    NoOpRecord,
+    PartitionChangeRecord,
     PartitionRecord,
+    PartitionsRecord,
     RegisterBrokerRecord,
+    RemoveTopicRecord,
     TopicRecord,
+    UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
     from_proto,
     to_proto,
 )
-from highwater.metadata.snapshot import load_snapshot, snapshot_records
+from highwater.metadata.snapshot import load_snapshot, other_records
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
     "InconsistentMetadataError",
+    "KeyChanges",
     "KeySpace",
     "StateKeys",
+    "changed_keys",
     "image_from_keys",
     "image_keys",
     "partition_state_value",
@@ -183,42 +198,179 @@ def image_keys(image: MetadataImage, space: KeySpace) -> StateKeys:
     """The state keys of ``image`` (canonical values; partition states without the
     controller epoch, which the writer stamps: :func:`partition_state_value`)."""
     keys: StateKeys = {}
-    topic_names: dict[str, str] = {}
-    assignments: dict[str, dict[str, list[int]]] = {}
-    configs: dict[str, dict[str, str]] = {}
-    for record in snapshot_records(image):
-        if isinstance(record, RegisterBrokerRecord):
-            keys[space.registration(record.broker_id)] = _record_json(record)
-        elif isinstance(record, TopicRecord):
-            topic_names[record.topic_id] = record.name
-            assignments[record.name] = {}
-        elif isinstance(record, PartitionRecord):
-            name = topic_names[record.topic_id]
-            assignments[name][str(record.partition_id)] = list(record.replicas)
-            keys[space.partition_state(name, record.partition_id)] = _json(
-                {
-                    "leader": record.leader,
-                    "leader_epoch": record.leader_epoch,
-                    "isr": list(record.isr),
-                    "partition_epoch": record.partition_epoch,
-                    "adding_replicas": list(record.adding_replicas),
-                    "removing_replicas": list(record.removing_replicas),
-                }
-            )
-        elif isinstance(record, ConfigRecord):
-            if record.value is not None:
-                key = space.config(record.resource_type, record.resource_name)
-                configs.setdefault(key, {})[record.name] = record.value
-        else:
-            kind = to_proto(record).WhichOneof("record")
-            assert kind is not None
-            value = _record_json(record)
-            keys[space.record(kind, value)] = value
-    for topic_id, name in topic_names.items():
-        keys[space.topic(name)] = _json({"topic_id": topic_id, "partitions": assignments[name]})
-    for key, values in configs.items():
-        keys[key] = _json(values)
+    for broker in image.cluster.brokers.values():
+        keys[space.registration(broker.broker_id)] = _record_json(broker.to_record())
+    for topic in image.topics.by_name.values():
+        keys.update(_topic_keys(topic, space))
+    for resource, values in image.configs.resources.items():
+        value = _config_value(values)
+        if value is not None:
+            keys[space.config(resource.type, resource.name)] = value
+    keys.update(_other_keys(image, space))
     return keys
+
+
+def _partition_state(registration: PartitionRegistration) -> bytes:
+    return _json(
+        {
+            "leader": registration.leader,
+            "leader_epoch": registration.leader_epoch,
+            "isr": list(registration.isr),
+            "partition_epoch": registration.partition_epoch,
+            "adding_replicas": list(registration.adding_replicas),
+            "removing_replicas": list(registration.removing_replicas),
+        }
+    )
+
+
+def _state_fields(registration: PartitionRegistration) -> tuple[object, ...]:
+    """What a partition's state key holds of its registration (see :func:`_partition_state`)."""
+    return (
+        registration.leader,
+        registration.leader_epoch,
+        registration.isr,
+        registration.partition_epoch,
+        registration.adding_replicas,
+        registration.removing_replicas,
+    )
+
+
+def _assignment_value(topic: TopicImage) -> bytes:
+    partitions = {
+        str(p): list(registration.replicas)
+        for p, registration in enumerate(topic.partitions.registrations())
+    }
+    return _json({"topic_id": topic.topic_id, "partitions": partitions})
+
+
+def _topic_keys(topic: TopicImage, space: KeySpace) -> StateKeys:
+    """A topic's key (its assignment) and its partitions' state keys."""
+    keys = {space.topic(topic.name): _assignment_value(topic)}
+    for partition_id, registration in enumerate(topic.partitions.registrations()):
+        keys[space.partition_state(topic.name, partition_id)] = _partition_state(registration)
+    return keys
+
+
+def _config_value(values: Mapping[str, str | None]) -> bytes | None:
+    present = {k: v for k, v in values.items() if v is not None}
+    return _json(present) if present else None
+
+
+def _other_keys(image: MetadataImage, space: KeySpace) -> StateKeys:
+    """The ``records/`` keys: every record kind the key space keeps as protobuf JSON."""
+    keys: StateKeys = {}
+    for record in other_records(image):
+        kind = to_proto(record).WhichOneof("record")
+        assert kind is not None
+        value = _record_json(record)
+        keys[space.record(kind, value)] = value
+    return keys
+
+
+@dataclass(frozen=True, slots=True)
+class KeyChanges:
+    """What a change does to the state keys: ``updated`` keys that existed (new values),
+    ``created`` keys, ``deleted`` keys. Partition states carry no controller epoch yet."""
+
+    updated: StateKeys
+    created: StateKeys
+    deleted: frozenset[str]
+
+    def __len__(self) -> int:
+        return len(self.updated) + len(self.created) + len(self.deleted)
+
+
+_BROKER_RECORDS: Final = (
+    RegisterBrokerRecord,
+    FenceBrokerRecord,
+    UnfenceBrokerRecord,
+    BrokerRegistrationChangeRecord,
+    UnregisterBrokerRecord,
+)
+
+
+def changed_keys(
+    parent: MetadataImage,
+    image: MetadataImage,
+    records: Iterable[MetadataRecord],
+    space: KeySpace,
+) -> KeyChanges:
+    """The state keys ``records`` changed between ``parent`` and ``image`` (the image the
+    records make from it): equal to comparing :func:`image_keys` of both, at the cost of
+    what the records touch, not of the whole image. Each record names its scope (a
+    broker's registration, a topic with all its partitions, one partition's state, one
+    config resource, the ``records/`` keys), and only the keys of those scopes are
+    encoded, before and after; a partition's state is compared by its fields and encoded
+    only when they changed."""
+    brokers: set[int] = set()
+    topics: set[str] = set()
+    partitions: set[tuple[str, int]] = set()
+    assignments: set[str] = set()
+    configs: set[ConfigResource] = set()
+    others = False
+    for record in records:
+        if isinstance(record, PartitionChangeRecord):
+            partitions.add((record.topic_id, record.partition_id))
+            if record.replicas is not None:
+                assignments.add(record.topic_id)
+        elif isinstance(record, _BROKER_RECORDS):
+            brokers.add(record.broker_id)
+        elif isinstance(record, TopicRecord):
+            topics.add(record.name)
+        elif isinstance(record, PartitionRecord | PartitionsRecord | RemoveTopicRecord):
+            for side in (parent, image):
+                name = side.topic_name(record.topic_id)
+                if name is not None:
+                    topics.add(name)
+                    configs.add(ConfigResource(ConfigResourceType.TOPIC, name))
+        elif isinstance(record, ConfigRecord):
+            configs.add(ConfigResource(record.resource_type, record.resource_name))
+        elif not isinstance(record, NoOpRecord):
+            others = True
+    before: StateKeys = {}
+    after: StateKeys = {}
+    for broker_id in brokers:
+        for side, keys in ((parent, before), (image, after)):
+            broker = side.cluster.brokers.get(broker_id)
+            if broker is not None:
+                keys[space.registration(broker_id)] = _record_json(broker.to_record())
+    for name in topics:
+        for side, keys in ((parent, before), (image, after)):
+            topic = side.topic(name)
+            if topic is not None:
+                keys.update(_topic_keys(topic, space))
+    updated: StateKeys = {}
+    for topic_id, partition_id in partitions:
+        old_topic, new_topic = parent.topics.by_id.get(topic_id), image.topics.by_id.get(topic_id)
+        if old_topic is None or new_topic is None or new_topic.name in topics:
+            continue  # the topic came or went in this change: its whole scope is compared
+        old, new = old_topic.partition(partition_id), new_topic.partition(partition_id)
+        if old is None or new is None:
+            continue
+        # The state's fields compared before encoding: only a changed state is encoded.
+        if _state_fields(old) != _state_fields(new):
+            updated[space.partition_state(new_topic.name, partition_id)] = _partition_state(new)
+    for topic_id in assignments:
+        for side, keys in ((parent, before), (image, after)):
+            topic = side.topics.by_id.get(topic_id)
+            if topic is not None and topic.name not in topics:
+                keys[space.topic(topic.name)] = _assignment_value(topic)
+    for resource in configs:
+        for side, keys in ((parent, before), (image, after)):
+            value = _config_value(side.configs.get(resource))
+            if value is not None:
+                keys[space.config(resource.type, resource.name)] = value
+    if others:
+        before.update(_other_keys(parent, space))
+        after.update(_other_keys(image, space))
+    created: StateKeys = {}
+    for key, value in after.items():
+        previous = before.get(key)
+        if previous is None:
+            created[key] = value
+        elif previous != value:
+            updated[key] = value
+    return KeyChanges(updated, created, frozenset(before.keys() - after.keys()))
 
 
 def _load_json(key: str, value: bytes) -> Any:
@@ -228,14 +380,32 @@ def _load_json(key: str, value: bytes) -> Any:
         raise InconsistentMetadataError(key, f"not JSON ({e})") from None
 
 
-def _broker_ids(key: str, value: Any, what: str) -> tuple[int, ...]:
+_IDS: Final = frozenset({int})
+
+
+def _broker_ids(
+    key: str, value: Any, what: str, seen: dict[tuple[int, ...], tuple[int, ...]] | None = None
+) -> tuple[int, ...]:
+    """``value`` as a tuple of distinct broker ids, or the error naming ``key``. ``seen``:
+    the lists already validated in this read, each kept once (a cluster's partitions share
+    a few replica and ISR lists), so a repeated list costs one lookup and a type check."""
+    if seen is not None and type(value) is list:
+        try:
+            known = seen.get(tuple(value))
+        except TypeError:  # an unhashable member: the checks below name it
+            known = None
+        if known is not None and _IDS.issuperset(map(type, value)):
+            return known
     if not isinstance(value, list) or not all(
         isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in value
     ):
         raise InconsistentMetadataError(key, f"{what} must be a list of broker ids, not {value!r}")
     if len(set(value)) != len(value):
         raise InconsistentMetadataError(key, f"{what} names a broker twice: {value}")
-    return tuple(value)
+    ids = tuple(value)
+    if seen is not None:
+        seen[ids] = ids
+    return ids
 
 
 def _int(key: str, fields: Mapping[str, Any], name: str) -> int:
@@ -253,16 +423,21 @@ def _record_from_json(key: str, value: bytes) -> MetadataRecord:
         raise InconsistentMetadataError(key, f"not a metadata record ({e})") from None
 
 
-def records_from_keys(keys: Mapping[str, bytes], space: KeySpace) -> list[MetadataRecord]:
+def records_from_keys(
+    keys: Mapping[str, bytes], space: KeySpace, *, columnar: bool = False
+) -> list[MetadataRecord]:
     """The records that recreate the image the state ``keys`` hold (other keys under the
     prefix are ignored); :class:`InconsistentMetadataError` naming the key of an
-    impossible state."""
+    impossible state. ``columnar``: each topic's partitions as :class:`PartitionsRecord`
+    columns (what a snapshot stores, and what replays fastest) instead of a
+    :class:`PartitionRecord` each; a partition being reassigned stays its own record."""
     prefix = space.prefix
     registrations: dict[int, MetadataRecord] = {}
     topics: dict[str, tuple[str, Any]] = {}
     states: dict[tuple[str, int], tuple[str, Any]] = {}
     configs: list[ConfigRecord] = []
     others: list[tuple[str, MetadataRecord]] = []
+    seen: dict[tuple[int, ...], tuple[int, ...]] = {}
     for key in sorted(keys):
         if not key.startswith(prefix):
             continue
@@ -294,7 +469,9 @@ def records_from_keys(keys: Mapping[str, bytes], space: KeySpace) -> list[Metada
     records: list[MetadataRecord] = list(registrations.values())
     records.extend(r for _, r in others if to_proto(r).WhichOneof("record") == _RECORD_ORDER[0])
     for name, (key, fields) in sorted(topics.items()):
-        records.extend(_topic_records(space, name, key, fields, states, registrations))
+        records.extend(
+            _topic_records(space, name, key, fields, states, registrations, columnar, seen)
+        )
         records.extend(
             c
             for c in configs
@@ -324,6 +501,8 @@ def _topic_records(
     fields: Any,
     states: Mapping[tuple[str, int], tuple[str, Any]],
     registrations: Mapping[int, MetadataRecord],
+    columnar: bool,
+    seen: dict[tuple[int, ...], tuple[int, ...]],
 ) -> Iterable[MetadataRecord]:
     if not isinstance(fields, dict) or not isinstance(fields.get("topic_id"), str):
         raise InconsistentMetadataError(key, "a topic needs a topic_id and partitions")
@@ -336,51 +515,117 @@ def _topic_records(
         )
     topic_id = fields["topic_id"]
     yield TopicRecord(name=name, topic_id=topic_id)
+    run = _Columns(topic_id, 0)
+    # Replica lists, and (replicas, ISR) pairs, already found valid in this topic.
+    placed: set[tuple[int, ...]] = set()
+    checked: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
     for partition in range(len(assignment)):
-        replicas = _broker_ids(key, assignment[str(partition)], f"partition {partition}")
-        if not replicas:
-            raise InconsistentMetadataError(key, f"partition {partition} has no replicas")
-        for broker in replicas:
-            if broker not in registrations:
-                raise InconsistentMetadataError(
-                    key,
-                    f"partition {partition} is assigned to broker {broker}, which never "
-                    f"registered (no {space.registration(broker)})",
-                )
+        replicas = _broker_ids(key, assignment[str(partition)], f"partition {partition}", seen)
+        if replicas not in placed:
+            if not replicas:
+                raise InconsistentMetadataError(key, f"partition {partition} has no replicas")
+            for broker in replicas:
+                if broker not in registrations:
+                    raise InconsistentMetadataError(
+                        key,
+                        f"partition {partition} is assigned to broker {broker}, which never "
+                        f"registered (no {space.registration(broker)})",
+                    )
+            placed.add(replicas)
         state_key = space.partition_state(name, partition)
-        if (name, partition) not in states:
+        held = states.get((name, partition))
+        if held is None:
             raise InconsistentMetadataError(state_key, "missing: the partition has no state")
-        state = states[(name, partition)][1]
+        state = held[1]
         if not isinstance(state, dict):
             raise InconsistentMetadataError(state_key, "a partition state must be an object")
         leader = _int(state_key, state, "leader")
-        isr = _broker_ids(state_key, state.get("isr"), "isr")
-        for member in isr:
-            if member not in replicas:
-                raise InconsistentMetadataError(
-                    state_key, f"ISR member {member} is not a replica {list(replicas)}"
-                )
+        isr = _broker_ids(state_key, state.get("isr"), "isr", seen)
+        if (replicas, isr) not in checked:
+            for member in isr:
+                if member not in replicas:
+                    raise InconsistentMetadataError(
+                        state_key, f"ISR member {member} is not a replica {list(replicas)}"
+                    )
+            checked.add((replicas, isr))
         if leader != -1 and leader not in isr:
             raise InconsistentMetadataError(
                 state_key, f"leader {leader} is not in the ISR {list(isr)}"
             )
+        leader_epoch = _int(state_key, state, "leader_epoch")
+        partition_epoch = _int(state_key, state, "partition_epoch")
+        removing = _broker_ids(
+            state_key, state.get("removing_replicas", []), "removing_replicas", seen
+        )
+        adding = _broker_ids(state_key, state.get("adding_replicas", []), "adding_replicas", seen)
+        if columnar and not removing and not adding:
+            run.add(replicas, isr, leader, leader_epoch, partition_epoch)
+            continue
+        if run.leaders:
+            yield run.record()
+        run = _Columns(topic_id, partition + 1)
         yield PartitionRecord(
             topic_id=topic_id,
             partition_id=partition,
             replicas=replicas,
             isr=isr,
             leader=leader,
-            leader_epoch=_int(state_key, state, "leader_epoch"),
-            partition_epoch=_int(state_key, state, "partition_epoch"),
-            removing_replicas=_broker_ids(
-                state_key, state.get("removing_replicas", []), "removing_replicas"
-            ),
-            adding_replicas=_broker_ids(
-                state_key, state.get("adding_replicas", []), "adding_replicas"
-            ),
+            leader_epoch=leader_epoch,
+            partition_epoch=partition_epoch,
+            removing_replicas=removing,
+            adding_replicas=adding,
+        )
+    if run.leaders:
+        yield run.record()
+
+
+class _Columns:
+    """Consecutive partitions of one topic gathered into a :class:`PartitionsRecord`."""
+
+    def __init__(self, topic_id: str, first: int) -> None:
+        self.topic_id = topic_id
+        self.first = first
+        self.leaders: list[int] = []
+        self.leader_epochs: list[int] = []
+        self.partition_epochs: list[int] = []
+        self.replica_counts: list[int] = []
+        self.replicas: list[int] = []
+        self.isr_counts: list[int] = []
+        self.isr: list[int] = []
+
+    def add(
+        self,
+        replicas: tuple[int, ...],
+        isr: tuple[int, ...],
+        leader: int,
+        leader_epoch: int,
+        partition_epoch: int,
+    ) -> None:
+        self.leaders.append(leader)
+        self.leader_epochs.append(leader_epoch)
+        self.partition_epochs.append(partition_epoch)
+        self.replica_counts.append(len(replicas))
+        self.replicas += replicas
+        if isr == replicas:
+            self.isr_counts.append(-1)
+        else:
+            self.isr_counts.append(len(isr))
+            self.isr += isr
+
+    def record(self) -> PartitionsRecord:
+        return PartitionsRecord(
+            topic_id=self.topic_id,
+            first_partition_id=self.first,
+            leaders=tuple(self.leaders),
+            leader_epochs=tuple(self.leader_epochs),
+            partition_epochs=tuple(self.partition_epochs),
+            replica_counts=tuple(self.replica_counts),
+            replicas=tuple(self.replicas),
+            isr_counts=tuple(self.isr_counts),
+            isr=tuple(self.isr),
         )
 
 
 def image_from_keys(keys: Mapping[str, bytes], space: KeySpace, offset: int) -> MetadataImage:
     """The image the state ``keys`` hold, as of ``offset``."""
-    return load_snapshot(records_from_keys(keys, space), offset, 0)
+    return load_snapshot(records_from_keys(keys, space, columnar=True), offset, 0)

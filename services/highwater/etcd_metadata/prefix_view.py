@@ -46,6 +46,7 @@ class PrefixView:
         self._watch_start: int | None = None
         self._recent: list[KeyChange] = []
         self._overflowed = False
+        self._changed: set[str] | None = None
 
     @property
     def current(self) -> bool:
@@ -68,6 +69,7 @@ class PrefixView:
     def load(self, revision: int, keys: Mapping[str, KeyVersion]) -> None:
         """A whole read at ``revision``; changes already seen that are newer are kept."""
         self.keys = dict(keys)
+        self._changed = None
         self.revision = revision
         self._loaded = not self._overflowed  # changes newer than the read may be lost
         self._overflowed = False
@@ -90,9 +92,17 @@ class PrefixView:
                 self.keys.pop(change.key, None)
             else:
                 self.keys[change.key] = change.version
+            if self._changed is not None:
+                self._changed.add(change.key)
             self.revision = change.revision
             changed = True
         if len(self._recent) > MAX_RECENT_CHANGES:
             self._recent.clear()
             self._overflowed = True
+        return changed
+
+    def take_changes(self) -> set[str] | None:
+        """The keys changed since the last call (None: the view was loaded since, so any
+        key may have): what a reader of the view looks at instead of every key."""
+        changed, self._changed = self._changed, set()
         return changed

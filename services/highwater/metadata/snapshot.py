@@ -60,8 +60,7 @@ def _records(image: MetadataImage, *, columnar: bool) -> Iterator[MetadataRecord
     """:func:`snapshot_records`, with each topic's partitions in columns if ``columnar``."""
     for _, broker in sorted(image.cluster.brokers.items()):
         yield broker.to_record()
-    for _, coordinator in sorted(image.cluster.coordinators.items()):
-        yield coordinator.to_record()
+    yield from _coordinator_records(image)
     for name, topic in sorted(image.topics.by_name.items()):
         yield TopicRecord(name=name, topic_id=topic.topic_id)
         for key, value in sorted(image.topic_config(name).items()):
@@ -77,6 +76,24 @@ def _records(image: MetadataImage, *, columnar: bool) -> Iterator[MetadataRecord
             continue  # written with its topic
         for key, value in sorted(values.items()):
             yield ConfigRecord(resource.type, resource.name, key, value)
+    yield from _tail_records(image)
+
+
+def other_records(image: MetadataImage) -> Iterator[MetadataRecord]:
+    """The records of :func:`snapshot_records` other than brokers, topics, partitions and
+    configs (coordinators, the producer-id block, coordinator assignments, SCRAM
+    credentials, quotas, ACLs, the migration state), without walking the topics: their
+    cost does not grow with the partition count."""
+    yield from _coordinator_records(image)
+    yield from _tail_records(image)
+
+
+def _coordinator_records(image: MetadataImage) -> Iterator[MetadataRecord]:
+    for _, coordinator in sorted(image.cluster.coordinators.items()):
+        yield coordinator.to_record()
+
+
+def _tail_records(image: MetadataImage) -> Iterator[MetadataRecord]:
     producer_ids = image.producer_ids
     if producer_ids.next_producer_id > 0:
         yield ProducerIdsRecord(
