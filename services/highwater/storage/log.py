@@ -334,7 +334,7 @@ class PartitionLog:
 
         With the compiled codec one call (:data:`~highwater.records.header.stamp_batches`)
         makes every check of the batches and returns them stamped in one piece of bytes,
-        which one ``write`` appends; the Python left per append is the producer state (for
+        which one ``writev`` appends; the Python left per append is the producer state (for
         batches with a producer id), the roll rules and the index bookkeeping. Batches it
         does not take (anything a check refuses), compacted topics (whose keys are checked
         record by record) and the pure-Python implementation go through

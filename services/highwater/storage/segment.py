@@ -295,9 +295,7 @@ class LogSegment:
         start = self._size
         total = len(data)
         try:
-            written = os.write(self._fd, data)
-            if written != total:
-                _write_fully(self._fd, [memoryview(data)[written:]], total - written)
+            _write_fully(self._fd, [data], total)  # the one place segment writes go through
         except OSError as e:
             self._undo_partial_write(start, e)
         if len(headers) > 1:
