@@ -12,6 +12,7 @@ after free.
 from __future__ import annotations
 
 import os
+import random
 import struct
 import subprocess
 import sys
@@ -40,7 +41,7 @@ from highwater.records.partitioner import murmur2, pure_murmur2
 from highwater.records.varint import encode_varint, encode_varlong
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from records_helpers import replace_records, resign
+from records_helpers import replace_records, resign, simple_records
 
 if codec is None and os.environ.get(PURE_PYTHON_ENV, "") in ("", "0"):
     raise RuntimeError(
@@ -433,6 +434,16 @@ def test_crc32c_is_the_packages(data: bytes, skip: int) -> None:
     assert _C.crc32c(view) == crc32c_package.crc32c(view)
 
 
+@given(st.integers(0, 3 * 3 * 4096 + 900), st.integers(0, 7), st.integers(0, 1 << 32))
+@settings(deadline=None, suppress_health_check=SLOW)
+def test_crc32c_of_long_buffers_is_the_packages(length: int, skip: int, seed: int) -> None:
+    """Buffers long enough for the three-stream blocks (3 x 256 and 3 x 4096 bytes) and
+    the shifts that join them, at every alignment."""
+    data = random.Random(seed).randbytes(length + skip)
+    view = memoryview(data)[skip:]
+    assert _C.crc32c(view) == crc32c_package.crc32c(view)
+
+
 def test_slot_factories_make_what_the_class_makes() -> None:
     args = (b"k", None, (("h", b"v"),), 12, 34)
     made = [
@@ -494,6 +505,16 @@ for i in range(1500):
         RecordBatch(data).read_columns(RecordColumns(include_headers=i % 2 == 0))
     except HighwaterError:
         pass
+    stamp_args = [rng.choice([0, 5, (1 << 63) - 3, "x"]), rng.choice([0, -1, 1 << 31]),
+                  rng.choice([100, 1 << 20]), 1 << 30, 1 << 40, 1 << 62, 1 << 62,
+                  rng.choice([-1, 7])]
+    for stamp_data in (data, data * 2, data[: rng.randrange(len(data) + 1)], bytearray(data)):
+        implementation.codec.stamp_batches(stamp_data, *stamp_args)
+    try:
+        RecordBatch(data).filter_records({b"k": 5, b"": 1 << 70}, 0, None, 1)
+        RecordBatch(data).map_keys({}, rng.randrange(-1, 9))
+    except HighwaterError:
+        pass
     column = (data[:2], data[: 4 * rng.randrange(1, 12)], data, rng.randrange(3), 8)
     for encode in (lambda: encode_rows(column, column, data[:8], 0, 100),
                    lambda: partition_rows(column, 3)):
@@ -540,6 +561,53 @@ def test_the_adversarial_corpus_under_the_debug_allocator() -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "ok"
+
+
+# --- the cleaner's passes ---------------------------------------------------------------------
+
+
+@given(
+    records=simple_records(max_size=8),
+    compression=st.sampled_from(list(Compression)),
+    damage=st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), max_size=3),
+    cut=st.none() | st.integers(0, 1 << 16),
+    now=st.integers(0, 1 << 41),
+)
+@settings(max_examples=100, deadline=None, suppress_health_check=SLOW)
+def test_the_cleaners_compiled_passes_take_only_what_the_reference_takes(
+    records: list[SimpleRecord],
+    compression: Compression,
+    damage: list[tuple[int, int]],
+    cut: int | None,
+    now: int,
+) -> None:
+    """Records bytes damaged inside a batch re-signed as valid: the compiled offset map
+    stores what the reference stores or defers to it, and the compiled filter answers only
+    for a batch whose records the reference decodes whole (it raises on the others)."""
+    data = bytearray(build_batch(records, base_offset=100, compression=compression))
+    for position, value in damage:
+        data[BATCH_HEADER_SIZE + position % max(1, len(data) - BATCH_HEADER_SIZE)] = value
+    if cut is not None:
+        del data[BATCH_HEADER_SIZE + cut % max(1, len(data) - BATCH_HEADER_SIZE) :]
+        struct.pack_into(">i", data, 8, len(data) - 12)
+    batch_bytes = bytes(resign(data))
+    offsets = {r.key: 100 + i for i, r in enumerate(records) if r.key is not None and i % 2}
+
+    def mapped() -> dict[bytes, int]:
+        found: dict[bytes, int] = {}
+        RecordBatch(batch_bytes).map_keys(found, 101)
+        return found
+
+    compiled_map = outcome(mapped)
+    found = outcome(lambda: RecordBatch(batch_bytes).filter_records(offsets, now, None, now + 9))
+    with pure():
+        assert outcome(mapped) == compiled_map
+        reference = outcome(lambda: list(RecordBatch(batch_bytes).records()))
+        keys = outcome(lambda: list(RecordBatch(batch_bytes).iter_keys()))
+    if found[0] == "ok" and found[1] is not None:
+        assert reference[0] == keys[0] == "ok"
+        kept, keyless = found[1][:2]
+        assert kept + keyless <= len(reference[1]) == len(keys[1])
 
 
 # --- the recovery walk ------------------------------------------------------------------------

@@ -78,6 +78,84 @@ static uint32_t crc32c_soft(uint32_t crc, const uint8_t *p, size_t n) {
 #ifdef HW_CRC_X86
 static int crc_hw;
 
+/* Three independent streams hide the crc32 instruction's latency (three cycles, one per
+ * cycle in flight): a block of 3 * len bytes is summed as three runs from zero, which are
+ * then joined by shifting the first over len zero bytes (a GF(2) matrix applied with four
+ * 256-entry tables, built once for each of the two block lengths) and adding the next.
+ * The method of Mark Adler's crc32c.c, written here from its description. A 16 KiB batch
+ * costs about half of one stream's time. */
+#define CRC_LONG 4096
+#define CRC_SHORT 256
+static uint32_t crc_shift_long[4][256], crc_shift_short[4][256];
+
+static uint32_t gf2_times(const uint32_t *matrix, uint32_t vector) {
+    uint32_t sum = 0;
+    for (; vector; vector >>= 1, matrix++)
+        if (vector & 1) sum ^= *matrix;
+    return sum;
+}
+
+static void gf2_square(uint32_t *square, const uint32_t *matrix) {
+    for (int n = 0; n < 32; n++) square[n] = gf2_times(matrix, matrix[n]);
+}
+
+/* The tables that shift a CRC register over ``length`` zero bytes (a power of two). */
+static void crc_shift_tables(uint32_t tables[4][256], size_t length) {
+    uint32_t odd[32], even[32], *op;
+    odd[0] = 0x82F63B78u; /* one zero bit */
+    for (int n = 1; n < 32; n++) odd[n] = 1u << (n - 1);
+    gf2_square(even, odd); /* two bits */
+    gf2_square(odd, even); /* four bits */
+    op = odd;
+    for (;;) {
+        gf2_square(even, odd); /* 8, 32, 128... bits: 1, 4, 16... bytes */
+        op = even;
+        length >>= 1;
+        if (length == 0) break;
+        gf2_square(odd, even);
+        op = odd;
+        length >>= 1;
+        if (length == 0) break;
+    }
+    for (uint32_t n = 0; n < 256; n++) {
+        tables[0][n] = gf2_times(op, n);
+        tables[1][n] = gf2_times(op, n << 8);
+        tables[2][n] = gf2_times(op, n << 16);
+        tables[3][n] = gf2_times(op, n << 24);
+    }
+}
+
+static inline uint64_t crc_shift(uint32_t tables[4][256], uint64_t crc) {
+    return tables[0][crc & 0xFF] ^ tables[1][(crc >> 8) & 0xFF] ^ tables[2][(crc >> 16) & 0xFF] ^
+           tables[3][(crc >> 24) & 0xFF];
+}
+
+__attribute__((target("sse4.2"))) static uint64_t crc_blocks(uint64_t c, const uint8_t **pp,
+                                                             size_t *np, size_t block,
+                                                             uint32_t tables[4][256]) {
+    const uint8_t *p = *pp;
+    size_t n = *np;
+    while (n >= 3 * block) {
+        uint64_t c1 = 0, c2 = 0;
+        for (const uint8_t *end = p + block; p < end; p += 8) {
+            uint64_t a, b, d;
+            memcpy(&a, p, 8);
+            memcpy(&b, p + block, 8);
+            memcpy(&d, p + 2 * block, 8);
+            c = _mm_crc32_u64(c, a);
+            c1 = _mm_crc32_u64(c1, b);
+            c2 = _mm_crc32_u64(c2, d);
+        }
+        c = crc_shift(tables, c) ^ c1;
+        c = crc_shift(tables, c) ^ c2;
+        p += 2 * block;
+        n -= 3 * block;
+    }
+    *pp = p;
+    *np = n;
+    return c;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p,
                                                              size_t n) {
     uint64_t c = crc;
@@ -85,22 +163,8 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const 
         c = _mm_crc32_u8((uint32_t)c, *p++);
         n--;
     }
-    /* Three independent streams hide the instruction's latency; they are combined by
-     * running the first two over zeros... which costs as much as it saves for the
-     * batch sizes here, so one stream of 8-byte words it is. */
-    while (n >= 32) {
-        uint64_t a, b, d, e;
-        memcpy(&a, p, 8);
-        memcpy(&b, p + 8, 8);
-        memcpy(&d, p + 16, 8);
-        memcpy(&e, p + 24, 8);
-        c = _mm_crc32_u64(c, a);
-        c = _mm_crc32_u64(c, b);
-        c = _mm_crc32_u64(c, d);
-        c = _mm_crc32_u64(c, e);
-        p += 32;
-        n -= 32;
-    }
+    c = crc_blocks(c, &p, &n, CRC_LONG, crc_shift_long);
+    c = crc_blocks(c, &p, &n, CRC_SHORT, crc_shift_short);
     while (n >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
@@ -1273,29 +1337,82 @@ static PyObject *codec_check_batch(PyObject *self, PyObject *const *args, size_t
     return PyObject_Vectorcall(fallback_check_batch, args, nargsf, kwnames);
 }
 
+/* A growable byte buffer for the storage functions below (index entries, filtered
+ * records). */
+typedef struct {
+    uint8_t *p;
+    Py_ssize_t n, cap;
+} StoreBuf;
+
+static int sb_reserve(StoreBuf *b, Py_ssize_t extra) {
+    if (extra <= b->cap - b->n) return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 256;
+    while (cap - b->n < extra) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
+    uint8_t *p = PyMem_Realloc(b->p, (size_t)cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static inline void put_be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+static inline void put_be64(uint8_t *p, uint64_t v) {
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
+static PyObject *sb_bytes(StoreBuf *b) {
+    return PyBytes_FromStringAndSize((const char *)b->p, b->n);
+}
+
+static void sb_free(StoreBuf *b) {
+    PyMem_Free(b->p);
+    b->p = NULL;
+    b->n = b->cap = 0;
+}
+
 /* scan_batches(buf, pos, end, next_offset, max_offset, max_batch_size, index_interval,
- *              since_index_entry, max_timestamp, offset_of_max_timestamp)
- *   -> (end, next_offset, max_timestamp, offset_of_max, since, index_entries, notable)
- * or None when an argument is out of the range handled here. The walk of
- * header.scan_batches, with a Python object only per index entry and notable batch. */
+ *              since_index_entry, max_timestamp, offset_of_max_timestamp, index_base_offset)
+ *   -> (end, next_offset, max_timestamp, offset_of_max, since, offset_index, time_index,
+ *       notable)
+ * or None when an argument or an index entry is out of the range handled here. The walk
+ * of header.scan_batches, with a Python object only per notable batch: the index entries
+ * come encoded as the index files hold them. */
 static PyObject *codec_scan_batches(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "scan_batches takes 10 arguments");
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "scan_batches takes 11 arguments");
         return NULL;
     }
-    int64_t v[9];
-    for (int i = 0; i < 9; i++) {
+    int64_t v[10];
+    for (int i = 0; i < 10; i++) {
         if (as_int64(args[i + 1], &v[i]) < 0) Py_RETURN_NONE;
     }
     int64_t pos = v[0], end = v[1], next_offset = v[2], max_offset = v[3];
     int64_t max_batch_size = v[4], interval = v[5], since = v[6], max_ts = v[7], offset_of_max = v[8];
+    int64_t index_base = v[9];
     if (pos < 0 || batch_header_type == NULL) Py_RETURN_NONE;
     Bytes b;
     if (bytes_get(args[0], &b) < 0) Py_RETURN_NONE;
     if (end > b.n) end = b.n;
-    PyObject *entries = PyList_New(0), *notable = PyList_New(0), *result = NULL;
-    if (entries == NULL || notable == NULL) goto finally;
-    int64_t valid = pos, epoch = -1;
+    StoreBuf offsets = {0}, times = {0};
+    PyObject *notable = PyList_New(0), *result = NULL, *offset_index = NULL, *time_index = NULL;
+    if (notable == NULL) goto finally;
+    int64_t valid = pos, epoch = -1, time_last = 0;
+    int have_time = 0, out_of_range = 0;
     while (valid < end) {
         if (!batch_ok(b.p, (Py_ssize_t)end, (Py_ssize_t)valid, 1)) break;
         const uint8_t *h = b.p + valid;
@@ -1308,12 +1425,26 @@ static PyObject *codec_scan_batches(PyObject *self, PyObject *const *args, Py_ss
             offset_of_max = last_offset;
         }
         if (since > interval) {
-            PyObject *entry = Py_BuildValue("(LLLL)", (long long)last_offset, (long long)valid,
-                                            (long long)max_ts, (long long)offset_of_max);
-            if (entry == NULL) goto finally;
-            int failed = PyList_Append(entries, entry);
-            Py_DECREF(entry);
-            if (failed) goto finally;
+            int64_t relative, time_relative;
+            if (__builtin_sub_overflow(last_offset, index_base, &relative) ||
+                __builtin_sub_overflow(offset_of_max, index_base, &time_relative) ||
+                relative < INT32_MIN || relative > INT32_MAX || time_relative < INT32_MIN ||
+                time_relative > INT32_MAX || valid > INT32_MAX) {
+                out_of_range = 1; /* the pure walk raises struct.error, as the index would */
+                break;
+            }
+            if (sb_reserve(&offsets, 8) < 0) goto finally;
+            put_be32(offsets.p + offsets.n, (uint32_t)(int32_t)relative);
+            put_be32(offsets.p + offsets.n + 4, (uint32_t)(int32_t)valid);
+            offsets.n += 8;
+            if (!have_time || max_ts > time_last) {
+                if (sb_reserve(&times, 12) < 0) goto finally;
+                put_be64(times.p + times.n, (uint64_t)max_ts);
+                put_be32(times.p + times.n + 8, (uint32_t)(int32_t)time_relative);
+                times.n += 12;
+                have_time = 1;
+                time_last = max_ts;
+            }
             since = 0;
         }
         since += size;
@@ -1329,11 +1460,22 @@ static PyObject *codec_scan_batches(PyObject *self, PyObject *const *args, Py_ss
         next_offset = last_offset + 1;
         valid += size;
     }
-    result = Py_BuildValue("(LLLLLOO)", (long long)valid, (long long)next_offset, (long long)max_ts,
-                           (long long)offset_of_max, (long long)since, entries, notable);
+    if (out_of_range) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto finally;
+    }
+    if ((offset_index = sb_bytes(&offsets)) == NULL || (time_index = sb_bytes(&times)) == NULL)
+        goto finally;
+    result = Py_BuildValue("(LLLLLOOO)", (long long)valid, (long long)next_offset,
+                           (long long)max_ts, (long long)offset_of_max, (long long)since,
+                           offset_index, time_index, notable);
 finally:
-    Py_XDECREF(entries);
     Py_XDECREF(notable);
+    Py_XDECREF(offset_index);
+    Py_XDECREF(time_index);
+    sb_free(&offsets);
+    sb_free(&times);
     bytes_release(&b);
     return result;
 }
@@ -1351,6 +1493,375 @@ static PyObject *codec_crc32c(PyObject *self, PyObject *data) {
     }
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLong(crc);
+}
+
+
+/* ---------------------------------------------------------------------------------- */
+/* The log cleaner's per-record loops (storage.cleaner).                                */
+
+/* map_keys(data, pos, end, count, base_offset, last_offset_delta, min_offset, offsets)
+ *   -> (decoded, pos)
+ * The offset map's step for one batch: offsets[key] = offset for every record with a key
+ * at or above min_offset, the framing checked as scan_keys (RecordBatch.iter_keys) does.
+ * Returns (records decoded, position after them). It stops at the first record it does
+ * not take; the caller then runs the pure loop over the whole batch, which stores the
+ * same values again and raises the typed error. */
+static PyObject *codec_map_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8 || !PyDict_CheckExact(args[7])) {
+        PyErr_SetString(PyExc_TypeError, "map_keys takes 7 ints and a dict");
+        return NULL;
+    }
+    int64_t v[6];
+    for (int i = 0; i < 6; i++) {
+        if (as_int64(args[i + 1], &v[i]) < 0) return Py_BuildValue("(ii)", 0, -1);
+    }
+    Py_ssize_t pos = (Py_ssize_t)v[0], end = (Py_ssize_t)v[1];
+    int64_t count = v[2], base_offset = v[3], last_delta = v[4], min_offset = v[5];
+    PyObject *offsets = args[7];
+    Bytes b;
+    if (pos < 0 || bytes_get(args[0], &b) < 0) return Py_BuildValue("(ii)", 0, -1);
+    if (end > b.n) end = b.n;
+    const uint8_t *buf = b.p;
+    int64_t done = 0, previous = -1;
+    while (done < count && pos < end) {
+        Py_ssize_t p = pos;
+        int32_t length, delta, kn, vn;
+        int64_t td, offset;
+        if (get_varint(buf, &p, end, &length) < 0 || length < 6 || length > end - p) break;
+        Py_ssize_t record_end = p + length;
+        p += 1;
+        if (get_varlong(buf, &p, record_end, &td) < 0) break;
+        if (get_varint(buf, &p, record_end, &delta) < 0) break;
+        if (delta <= previous || delta > last_delta ||
+            __builtin_add_overflow(base_offset, (int64_t)delta, &offset))
+            break;
+        if (get_varint(buf, &p, record_end, &kn) < 0 || kn < -1 || kn > record_end - p) break;
+        const uint8_t *key = buf + p;
+        if (kn > 0) p += kn;
+        if (get_varint(buf, &p, record_end, &vn) < 0 || vn < -1) break;
+        if (p + (vn > 0 ? vn : 0) >= record_end) break;
+        if (kn >= 0 && offset >= min_offset) {
+            PyObject *k = PyBytes_FromStringAndSize((const char *)key, kn);
+            PyObject *o = k == NULL ? NULL : PyLong_FromLongLong(offset);
+            if (o == NULL || PyDict_SetItem(offsets, k, o) < 0) {
+                Py_XDECREF(k);
+                Py_XDECREF(o);
+                bytes_release(&b);
+                return NULL;
+            }
+            Py_DECREF(k);
+            Py_DECREF(o);
+        }
+        previous = delta;
+        pos = record_end;
+        done++;
+    }
+    bytes_release(&b);
+    return Py_BuildValue("(Ln)", (long long)done, pos);
+}
+
+/* A varint of exactly the bytes write_varint would give (the kept records' bytes are
+ * copied, so they must be what re-encoding them would write). */
+static inline int get_canonical_varint(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end,
+                                       int32_t *out) {
+    Py_ssize_t start = *pos;
+    if (get_varint(buf, pos, end, out) < 0) return -1;
+    return *pos - start == size_of_varint64(*out) ? 0 : -1;
+}
+
+/* filter_records(data, pos, end, count, base_offset, last_offset_delta, base_timestamp,
+ *                log_append_time, offsets, now, horizon, new_horizon)
+ *   -> (kept, keyless_removed, tombstones_removed, tombstones_kept, horizon, records,
+ *       base_timestamp, max_timestamp), or None
+ * One batch's pass of the cleaner (LogCleaner._clean_into and _rebuild): a record is
+ * dropped without a key, below the offset map's offset for its key, or as a tombstone
+ * whose batch's delete horizon (None: none) has passed at ``now``. The horizon written is
+ * the batch's, else ``new_horizon`` when a tombstone is kept. When a record is dropped or
+ * the horizon changes, ``records`` holds the kept records as build_batch writes them
+ * (attributes 0, timestamp deltas from the new base timestamp: the horizon, else the
+ * first kept record's timestamp; offset deltas kept; keys, values and headers copied),
+ * with that base and the kept records' largest timestamp; otherwise ``records`` is None
+ * (the batch is copied as it is). ``log_append_time`` (None: CreateTime) is each record's
+ * timestamp in a LogAppendTime batch. Every record must be one RecordBatch.records()
+ * takes, in canonical varints; anything else gives None and the pure cleaner runs. */
+static PyObject *codec_filter_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 12 || !PyDict_CheckExact(args[8])) {
+        PyErr_SetString(PyExc_TypeError, "filter_records takes 12 arguments, the 9th a dict");
+        return NULL;
+    }
+    int64_t v[6], append_time = 0, now, horizon = 0, new_horizon;
+    int has_append_time = args[7] != Py_None, has_horizon = args[10] != Py_None;
+    for (int i = 0; i < 6; i++) {
+        if (as_int64(args[i + 1], &v[i]) < 0) Py_RETURN_NONE;
+    }
+    if ((has_append_time && as_int64(args[7], &append_time) < 0) ||
+        as_int64(args[9], &now) < 0 || (has_horizon && as_int64(args[10], &horizon) < 0) ||
+        as_int64(args[11], &new_horizon) < 0)
+        Py_RETURN_NONE;
+    Py_ssize_t pos = (Py_ssize_t)v[0], end = (Py_ssize_t)v[1];
+    int64_t count = v[2], base_offset = v[3], last_delta = v[4], base_ts = v[5];
+    PyObject *offsets = args[8];
+    if (pos < 0 || count < 0 || count > INT32_MAX) Py_RETURN_NONE;
+    Bytes b;
+    if (bytes_get(args[0], &b) < 0) Py_RETURN_NONE;
+    if (end > b.n) end = b.n;
+    const uint8_t *buf = b.p;
+    /* Where each kept record's tail (from its key length on) lies, and its timestamp. */
+    typedef struct {
+        Py_ssize_t tail, tail_end;
+        int64_t timestamp;
+        int32_t delta;
+    } Kept;
+    Kept *kept = PyMem_Malloc(sizeof(Kept) * (size_t)(count ? count : 1));
+    StoreBuf out = {0};
+    PyObject *result = NULL;
+    if (kept == NULL) {
+        bytes_release(&b);
+        return PyErr_NoMemory();
+    }
+    int64_t nkept = 0, keyless = 0, tombstones_removed = 0, previous = -1, done = 0;
+    int tombstones_kept = 0, refuse = 0;
+    while (done < count) {
+        Py_ssize_t p = pos;
+        int32_t length, delta, kn, vn, hn;
+        int64_t td, offset, timestamp;
+        if (pos >= end || get_canonical_varint(buf, &p, end, &length) < 0 || length < 6 ||
+            length > end - p)
+            goto refused;
+        Py_ssize_t record_end = p + length;
+        p += 1; /* attributes: build_batch writes 0 */
+        Py_ssize_t ts_start = p;
+        if (get_varlong(buf, &p, record_end, &td) < 0 || p - ts_start != size_of_varint64(td))
+            goto refused;
+        if (get_canonical_varint(buf, &p, record_end, &delta) < 0 || delta <= previous ||
+            delta > last_delta || __builtin_add_overflow(base_offset, (int64_t)delta, &offset))
+            goto refused;
+        if (has_append_time) timestamp = append_time;
+        else if (__builtin_add_overflow(base_ts, td, &timestamp)) goto refused;
+        Py_ssize_t tail = p;
+        if (get_canonical_varint(buf, &p, record_end, &kn) < 0 || kn < -1 || kn > record_end - p)
+            goto refused;
+        const uint8_t *key = buf + p;
+        if (kn > 0) p += kn;
+        if (get_canonical_varint(buf, &p, record_end, &vn) < 0 || vn < -1 ||
+            vn > record_end - p)
+            goto refused;
+        if (vn > 0) p += vn;
+        if (get_canonical_varint(buf, &p, record_end, &hn) < 0 || hn < 0) goto refused;
+        for (int32_t i = 0; i < hn; i++) {
+            int32_t hk, hv;
+            if (get_canonical_varint(buf, &p, record_end, &hk) < 0 || hk < 0 ||
+                hk > record_end - p)
+                goto refused;
+            int ok = utf8_ok(buf + p, hk);
+            if (ok < 0) goto failed;
+            if (!ok) goto refused;
+            p += hk;
+            if (get_canonical_varint(buf, &p, record_end, &hv) < 0 || hv < -1 ||
+                hv > record_end - p)
+                goto refused;
+            if (hv > 0) p += hv;
+        }
+        if (p != record_end) goto refused;
+        previous = delta;
+        pos = record_end;
+        done++;
+        /* The cleaner's decision. */
+        if (kn < 0) {
+            keyless++;
+            continue;
+        }
+        PyObject *k = PyBytes_FromStringAndSize((const char *)key, kn);
+        if (k == NULL) goto failed;
+        PyObject *latest = PyDict_GetItemWithError(offsets, k);
+        Py_DECREF(k);
+        if (latest == NULL && PyErr_Occurred()) goto failed;
+        if (latest != NULL) {
+            int64_t latest_offset;
+            if (as_int64(latest, &latest_offset) < 0) goto refused;
+            if (offset < latest_offset) {
+                if (vn < 0) tombstones_removed++;
+                continue;
+            }
+        }
+        if (vn < 0) {
+            if (has_horizon && now >= horizon) {
+                tombstones_removed++;
+                continue;
+            }
+            tombstones_kept = 1;
+        }
+        kept[nkept].tail = tail;
+        kept[nkept].tail_end = record_end;
+        kept[nkept].timestamp = timestamp;
+        kept[nkept].delta = delta;
+        nkept++;
+    }
+    if (pos != end) goto refused;
+    int has_written_horizon = has_horizon || tombstones_kept;
+    int64_t written_horizon = has_horizon ? horizon : new_horizon;
+    PyObject *records = Py_None, *horizon_object;
+    int64_t new_base = 0, max_ts = -1;
+    Py_INCREF(records);
+    if (nkept && (nkept < count || has_written_horizon != has_horizon)) {
+        new_base = has_written_horizon ? written_horizon : kept[0].timestamp;
+        for (int64_t i = 0; i < nkept; i++) {
+            int64_t ts_delta;
+            if (__builtin_sub_overflow(kept[i].timestamp, new_base, &ts_delta)) {
+                Py_DECREF(records);
+                goto refused;
+            }
+            if (i == 0 || kept[i].timestamp > max_ts) max_ts = kept[i].timestamp;
+            Py_ssize_t tail_size = kept[i].tail_end - kept[i].tail;
+            int64_t body = 1 + size_of_varint64(ts_delta) + size_of_varint64(kept[i].delta) +
+                           tail_size;
+            if (body > INT32_MAX || sb_reserve(&out, (Py_ssize_t)body + 5) < 0) {
+                Py_DECREF(records);
+                if (body > INT32_MAX) goto refused;
+                goto failed;
+            }
+            uint8_t *o = out.p + out.n;
+            o = put_varint64(o, body);
+            *o++ = 0;
+            o = put_varint64(o, ts_delta);
+            o = put_varint64(o, kept[i].delta);
+            memcpy(o, buf + kept[i].tail, (size_t)tail_size);
+            o += tail_size;
+            out.n = o - out.p;
+        }
+        Py_DECREF(records);
+        if ((records = sb_bytes(&out)) == NULL) goto failed;
+    }
+    if (has_written_horizon) {
+        horizon_object = PyLong_FromLongLong(written_horizon);
+        if (horizon_object == NULL) {
+            Py_DECREF(records);
+            goto failed;
+        }
+    } else {
+        horizon_object = Py_None;
+        Py_INCREF(horizon_object);
+    }
+    result = Py_BuildValue("(LLLONNLL)", (long long)nkept, (long long)keyless,
+                           (long long)tombstones_removed, tombstones_kept ? Py_True : Py_False,
+                           horizon_object, records, (long long)new_base, (long long)max_ts);
+    goto finally;
+refused:
+    refuse = 1;
+failed:
+    if (refuse) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+finally:
+    PyMem_Free(kept);
+    sb_free(&out);
+    bytes_release(&b);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* stamp_batches: a leader's append in one call (storage.log.PartitionLog).             */
+
+/* stamp_batches(data, next_offset, leader_epoch, max_batch_size, segment_bytes, now,
+ *               before_ms, after_ms, log_append_time)
+ *   -> (stamped, headers, records, max_timestamp, offset_of_max, tracked), or None
+ * Every check PartitionLog.append_as_leader makes of client batches (check_batch's, CRC
+ * included; the size limits; records_count == last_offset_delta + 1; with CreateTime
+ * (log_append_time < 0) the timestamp type and window), then a copy of ``data`` with each
+ * batch's base offset and partition leader epoch stamped (and with LogAppendTime its
+ * timestamp type, max timestamp and CRC), the stamped headers, the records' count, the
+ * largest max timestamp with the last offset of its batch, and whether any batch carries
+ * a producer id. None whenever anything is not as those checks want (or out of the range
+ * handled here): the log then runs its pure checks, which raise the typed error. */
+static PyObject *codec_stamp_batches(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "stamp_batches takes 9 arguments");
+        return NULL;
+    }
+    int64_t v[8];
+    for (int i = 0; i < 8; i++) {
+        if (as_int64(args[i + 1], &v[i]) < 0) Py_RETURN_NONE;
+    }
+    int64_t next_offset = v[0], leader_epoch = v[1], max_batch_size = v[2], segment_bytes = v[3];
+    int64_t now = v[4], before = v[5], after = v[6], append_time = v[7];
+    if (leader_epoch < INT32_MIN || leader_epoch > INT32_MAX || batch_header_type == NULL)
+        Py_RETURN_NONE;
+    Bytes b;
+    if (bytes_get(args[0], &b) < 0) Py_RETURN_NONE;
+    const uint8_t *buf = b.p;
+    Py_ssize_t n = b.n, pos = 0;
+    int64_t records = 0, max_ts = -1, offset_of_max = next_offset, offset = next_offset;
+    int tracked = 0, batches = 0;
+    /* First every check, on the caller's bytes, before anything is made. */
+    while (pos < n) {
+        if (!batch_ok(buf, n, pos, 1)) goto refuse;
+        const uint8_t *h = buf + pos;
+        int64_t size = (int64_t)be32(h + 8) + LOG_OVERHEAD;
+        int64_t count = (int64_t)be32(h + 23) + 1, last_offset;
+        if (size > max_batch_size || size > segment_bytes || (int64_t)be32(h + 57) != count)
+            goto refuse;
+        if (append_time < 0) {
+            int64_t base_ts = be64(h + 27), batch_max = be64(h + 35), low, late, early;
+            low = base_ts < batch_max ? base_ts : batch_max;
+            if ((be16(h + 21) & 0x08) || __builtin_sub_overflow(now, low, &late) ||
+                __builtin_sub_overflow(batch_max, now, &early) || late > before || early > after)
+                goto refuse;
+        }
+        if (__builtin_add_overflow(offset, count - 1, &last_offset) || last_offset == INT64_MAX)
+            goto refuse;
+        int64_t batch_max = append_time >= 0 ? append_time : be64(h + 35);
+        if (batch_max > max_ts) {
+            max_ts = batch_max;
+            offset_of_max = last_offset;
+        }
+        records += count;
+        if (be64(h + 43) >= 0) tracked = 1;
+        offset = last_offset + 1;
+        pos += (Py_ssize_t)size;
+        batches++;
+    }
+    if (batches == 0) goto refuse;
+    PyObject *stamped = PyBytes_FromStringAndSize(NULL, n);
+    PyObject *headers = PyList_New(batches);
+    if (stamped == NULL || headers == NULL) {
+        Py_XDECREF(stamped);
+        Py_XDECREF(headers);
+        bytes_release(&b);
+        return NULL;
+    }
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(stamped);
+    memcpy(out, buf, (size_t)n);
+    bytes_release(&b);
+    pos = 0;
+    offset = next_offset;
+    for (int i = 0; i < batches; i++) {
+        uint8_t *h = out + pos;
+        Py_ssize_t size = (Py_ssize_t)be32(h + 8) + LOG_OVERHEAD;
+        put_be64(h, (uint64_t)offset);
+        put_be32(h + 12, (uint32_t)(int32_t)leader_epoch);
+        if (append_time >= 0) {
+            uint16_t attributes = (uint16_t)be16(h + 21) | 0x08;
+            h[21] = (uint8_t)(attributes >> 8);
+            h[22] = (uint8_t)attributes;
+            put_be64(h + 35, (uint64_t)append_time);
+            put_be32(h + 17, crc32c_of(h + 21, (size_t)(size - 21)));
+        }
+        PyObject *header = header_tuple(h);
+        if (header == NULL) {
+            Py_DECREF(stamped);
+            Py_DECREF(headers);
+            return NULL;
+        }
+        PyList_SET_ITEM(headers, i, header);
+        offset += (int64_t)be32(h + 23) + 1;
+        pos += size;
+    }
+    return Py_BuildValue("(NNLLLO)", stamped, headers, (long long)records, (long long)max_ts,
+                         (long long)offset_of_max, tracked ? Py_True : Py_False);
+refuse:
+    bytes_release(&b);
+    Py_RETURN_NONE;
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -3087,6 +3598,12 @@ static PyMethodDef codec_methods[] = {
      METH_FASTCALL | METH_KEYWORDS, "check_batch(buf, pos=0, *, verify_crc=True) -> BatchHeader"},
     {"scan_batches", (PyCFunction)(void (*)(void))codec_scan_batches, METH_FASTCALL,
      "scan_batches(...) -> the walk of header.scan_batches, or None to defer to it"},
+    {"map_keys", (PyCFunction)(void (*)(void))codec_map_keys, METH_FASTCALL,
+     "map_keys(...) -> (decoded, pos): the cleaner's offset map step for one batch"},
+    {"filter_records", (PyCFunction)(void (*)(void))codec_filter_records, METH_FASTCALL,
+     "filter_records(...) -> the cleaner's pass over one batch's records, or None to defer"},
+    {"stamp_batches", (PyCFunction)(void (*)(void))codec_stamp_batches, METH_FASTCALL,
+     "stamp_batches(...) -> a leader append's checks and stamping, or None to defer"},
     {"crc32c", codec_crc32c, METH_O, "crc32c(data) -> int"},
     {"murmur2", codec_murmur2, METH_O, "murmur2(data) -> int (signed int32)"},
     {"encode_rows", (PyCFunction)(void (*)(void))codec_encode_rows, METH_FASTCALL,
@@ -3111,6 +3628,10 @@ PyMODINIT_FUNC PyInit__codec(void) {
 #ifdef HW_CRC_X86
     __builtin_cpu_init();
     crc_hw = __builtin_cpu_supports("sse4.2");
+    if (crc_hw) {
+        crc_shift_tables(crc_shift_long, CRC_LONG);
+        crc_shift_tables(crc_shift_short, CRC_SHORT);
+    }
 #endif
     empty_tuple = PyTuple_New(0);
     if (empty_tuple == NULL) return NULL;

@@ -290,6 +290,52 @@ def build_batch(
     )
 
 
+def build_batch_of_records(
+    records: bytes,
+    records_count: int,
+    *,
+    base_offset: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    compression: Compression,
+    timestamp_type: TimestampType,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    partition_leader_epoch: int,
+    is_transactional: bool,
+    delete_horizon_ms: int | None,
+) -> bytes:
+    """A batch of records already encoded as :func:`build_batch` encodes them (relative to
+    ``base_timestamp``; ``delete_horizon_ms`` when given, as there): its last step, the
+    compression, header and CRC. What the log cleaner writes for a batch it filtered
+    (:meth:`RecordBatch.filter_records`), byte for byte what :func:`build_batch` of the
+    kept records would give."""
+    if delete_horizon_ms is not None:
+        _check_range("delete horizon", delete_horizon_ms, INT64_MIN, INT64_MAX)
+    out = bytearray(BATCH_HEADER_SIZE)
+    out += records
+    return _finish_batch(
+        out,
+        records_count=records_count,
+        last_offset_delta=last_offset_delta,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        compression=compression,
+        timestamp_type=timestamp_type,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+        is_control=False,
+        has_delete_horizon=delete_horizon_ms is not None,
+        compression_level=None,
+    )
+
+
 class RecordBatchBuilder:
     """Accumulates records into one batch, the way a producer fills a ``batch.size`` buffer.
 
@@ -963,6 +1009,66 @@ class RecordBatch:
             yield base_offset + delta, key, value_length == -1
         if pos != end and (count or not h.attributes & COMPRESSION_MASK):
             raise self._trailing_error(end - pos)
+
+    def map_keys(
+        self,
+        offsets: dict[bytes, int],
+        min_offset: int,
+        *,
+        max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+    ) -> None:
+        """``offsets[key] = offset`` for each record with a key at ``min_offset`` or above:
+        the log cleaner's offset map, one batch at a time. The reference is the loop over
+        :meth:`iter_keys`; the compiled codec stores the keys without a tuple per record,
+        and leaves a batch it does not take whole to that loop (which stores the same
+        values again and raises the same error)."""
+        if codec is not None:
+            h = self.header
+            count = h.records_count
+            data, pos, end = self._payload(max_decompressed_size)
+            self._check_count(pos, end)
+            done, pos = codec.map_keys(
+                data, pos, end, count, h.base_offset, h.last_offset_delta, min_offset, offsets
+            )
+            if done == count and (pos == end or (not count and h.attributes & COMPRESSION_MASK)):
+                return
+        for offset, key, _ in self.iter_keys(max_decompressed_size=max_decompressed_size):
+            if key is not None and offset >= min_offset:
+                offsets[key] = offset
+
+    def filter_records(
+        self,
+        offsets: dict[bytes, int],
+        now: int,
+        horizon: int | None,
+        new_horizon: int,
+        *,
+        max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+    ) -> tuple[int, int, int, bool, int | None, bytes | None, int, int] | None:
+        """The log cleaner's pass over this batch's records, compiled; None on the
+        pure-Python implementation, or for a batch the compiled pass does not take (the
+        cleaner then runs its own loop, the reference).
+
+        A record is dropped without a key, below ``offsets[key]``, or as a tombstone once
+        the batch's delete ``horizon`` (None: none) has passed at ``now``; the horizon to
+        write is the batch's, else ``new_horizon`` if a tombstone is kept. Returns ``(kept,
+        keyless_removed, tombstones_removed, tombstones_kept, horizon, records,
+        base_timestamp, max_timestamp)``: ``records`` is None when the batch is to be copied
+        as it is, else the kept records encoded as :func:`build_batch` writes them (offset
+        deltas kept, timestamp deltas from ``base_timestamp``: the horizon, or the first
+        kept record's timestamp), for :func:`build_batch_of_records`."""
+        if codec is None:
+            return None
+        h = self.header
+        data, pos, end = self._payload(max_decompressed_size)
+        self._check_count(pos, end)
+        log_append_time = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else None
+        found: tuple[int, int, int, bool, int | None, bytes | None, int, int] | None
+        found = codec.filter_records(
+            data, pos, end, h.records_count, h.base_offset, h.last_offset_delta,
+            h.base_timestamp, log_append_time, offsets, now, horizon, new_horizon,
+        )  # fmt: skip
+        return found
 
 
 _MAKE_RECORD = SlotFactory(Record, ("key", "value", "headers", "timestamp", "offset"), {})

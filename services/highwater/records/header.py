@@ -28,6 +28,7 @@ from __future__ import annotations
 import enum
 import mmap
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
 
 import crc32c as _crc32c
@@ -240,6 +241,12 @@ if codec is not None:
     check_batch = codec.check_batch
 
 
+OFFSET_INDEX_ENTRY = struct.Struct(">ii")
+"""An entry of a segment's ``.index``: (last offset of a batch - base offset, position)."""
+TIME_INDEX_ENTRY = struct.Struct(">qi")
+"""An entry of a segment's ``.timeindex``: (largest timestamp so far, its offset - base)."""
+
+
 class BatchScan(NamedTuple):
     """What :func:`scan_batches` found: the valid batches from its start, in one pass."""
 
@@ -251,9 +258,12 @@ class BatchScan(NamedTuple):
     offset_of_max_timestamp: int
     since_index_entry: int
     """Bytes of batches after the last index entry."""
-    index_entries: list[tuple[int, int, int, int]]
-    """``(last_offset, position, max_timestamp, offset_of_max_timestamp)``: where an offset-
-    index entry (and a time-index entry, if its timestamp grew) falls, in order."""
+    offset_index: bytes
+    """The offset-index entries (:data:`OFFSET_INDEX_ENTRY`, relative to the scan's
+    ``index_base_offset``) of the batches where one falls, in order, as the file holds them."""
+    time_index: bytes
+    """The time-index entries (:data:`TIME_INDEX_ENTRY`) written beside them, as an empty
+    time index takes them: the first, then one whenever the largest timestamp grew."""
     notable: list[BatchHeader]
     """The headers of the batches that raise the partition leader epoch above every earlier
     one of the scan, or carry a producer id: the only ones recovery needs to see."""
@@ -271,6 +281,7 @@ def scan_batches(
     since_index_entry: int = 0,
     max_timestamp: int = -1,
     offset_of_max_timestamp: int = 0,
+    index_base_offset: int = 0,
 ) -> BatchScan:
     """Walk and check (:func:`check_batch`, CRC included) the batches of ``buf[pos:end]``
     as crash recovery does, stopping at the first that is invalid, starts below
@@ -278,10 +289,16 @@ def scan_batches(
 
     An index entry falls at a batch once more than ``index_interval`` bytes of batches
     went by since the last one (``since_index_entry`` counts those before ``pos``); the
-    largest timestamp is carried along with the offset that has it. The compiled twin does
-    the whole walk in C, with no Python object per batch but the notable ones.
+    largest timestamp is carried along with the offset that has it. The entries come
+    encoded as a segment based at ``index_base_offset`` holds them, so that recovery writes
+    each index with one copy (an offset or position that does not fit an entry raises
+    ``struct.error``, as appending it to the index would). The compiled twin does the
+    whole walk in C, with no Python object per batch but the notable ones.
     """
-    entries: list[tuple[int, int, int, int]] = []
+    offset_entries = bytearray()
+    time_entries = bytearray()
+    pack_offset, pack_time = OFFSET_INDEX_ENTRY.pack, TIME_INDEX_ENTRY.pack
+    last_time_entry: int | None = None
     notable: list[BatchHeader] = []
     since = since_index_entry
     epoch = -1
@@ -304,7 +321,12 @@ def scan_batches(
         if header[8] > max_timestamp:
             max_timestamp, offset_of_max_timestamp = header[8], last_offset
         if since > index_interval:
-            entries.append((last_offset, valid, max_timestamp, offset_of_max_timestamp))
+            offset_entries += pack_offset(last_offset - index_base_offset, valid)
+            if last_time_entry is None or max_timestamp > last_time_entry:
+                time_entries += pack_time(
+                    max_timestamp, offset_of_max_timestamp - index_base_offset
+                )
+                last_time_entry = max_timestamp
             since = 0
         since += batch_size
         if header[2] > epoch or header[9] >= 0:
@@ -313,7 +335,14 @@ def scan_batches(
         next_offset = last_offset + 1
         valid += batch_size
     return BatchScan(
-        valid, next_offset, max_timestamp, offset_of_max_timestamp, since, entries, notable
+        valid,
+        next_offset,
+        max_timestamp,
+        offset_of_max_timestamp,
+        since,
+        bytes(offset_entries),
+        bytes(time_entries),
+        notable,
     )
 
 
@@ -334,11 +363,12 @@ if codec is not None:
         since_index_entry: int = 0,
         max_timestamp: int = -1,
         offset_of_max_timestamp: int = 0,
+        index_base_offset: int = 0,
     ) -> BatchScan:
         """:func:`pure_scan_batches`, compiled."""
         found = codec.scan_batches(
             buf, pos, end, next_offset, max_offset, max_batch_size, index_interval,
-            since_index_entry, max_timestamp, offset_of_max_timestamp,
+            since_index_entry, max_timestamp, offset_of_max_timestamp, index_base_offset,
         )  # fmt: skip
         if found is None:
             return pure_scan_batches(
@@ -346,8 +376,31 @@ if codec is not None:
                 max_batch_size=max_batch_size, index_interval=index_interval,
                 since_index_entry=since_index_entry, max_timestamp=max_timestamp,
                 offset_of_max_timestamp=offset_of_max_timestamp,
+                index_base_offset=index_base_offset,
             )  # fmt: skip
         return BatchScan._make(found)
+
+
+StampBatches = Callable[
+    [ReadableBuffer, int, int, int, int, int, int, int, int],
+    tuple[bytes, list[BatchHeader], int, int, int, bool] | None,
+]
+
+stamp_batches: StampBatches | None = codec.stamp_batches if codec is not None else None
+"""A leader's append in one compiled call, or None on the pure-Python implementation:
+``stamp_batches(data, next_offset, leader_epoch, max_batch_size, segment_bytes, now,
+before_ms, after_ms, log_append_time)`` makes every check
+:meth:`~highwater.storage.log.PartitionLog.append_as_leader` makes of client batches
+(:func:`check_batch`'s with the CRC, the two size limits, ``records_count ==
+last_offset_delta + 1``, and, when ``log_append_time`` is negative, CreateTime and the
+timestamp window ``[now - before_ms, now + after_ms]``) and returns ``(stamped, headers,
+records, max_timestamp, offset_of_max_timestamp, tracked)``: a copy of ``data`` with
+offsets assigned from ``next_offset`` and the leader epoch stamped (with LogAppendTime
+also the timestamp type, the max timestamp and the CRC, as :func:`set_log_append_time`),
+the stamped headers, the records' count, the largest max timestamp with its batch's last
+offset, and whether a batch carries a producer id. It returns None, and the log runs the
+same checks in Python (the reference, which raises the typed error), for anything they
+refuse or any value out of its range. The storage tests compare the two paths."""
 
 
 def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:

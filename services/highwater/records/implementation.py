@@ -5,8 +5,10 @@
 this package: :func:`~.batch.append_fields`, :func:`~.record.record_size`,
 :func:`~.record.encode_records`, :func:`~.record.read_records` (and
 :meth:`~.batch.RecordBatch.records`), :meth:`~.batch.RecordBatch.iter_keys`,
-:func:`~.header.check_batch`, :func:`~.header.scan_batches` and the producer's
-``murmur2``. The pure-Python functions
+:func:`~.header.check_batch`, :func:`~.header.scan_batches`, the leader's append checks
+(:data:`~.header.stamp_batches`), the log cleaner's per-batch loops
+(:meth:`~.batch.RecordBatch.map_keys`, :meth:`~.batch.RecordBatch.filter_records`) and the
+producer's ``murmur2``. The pure-Python functions
 stay the reference: ``HIGHWATER_PURE_PYTHON=1`` in the environment selects them, and they
 also run wherever the compiled code meets a record it does not take (anything unusual or
 corrupt), so both give the same bytes, the same records and the same typed errors.

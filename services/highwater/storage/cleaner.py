@@ -34,7 +34,14 @@ The dirtiest cleanable log is cleaned first.
    A batch whose records are all kept is copied byte for byte; otherwise it is rebuilt
    with its base offset, ``last_offset_delta``, producer id/epoch/base sequence, partition
    leader epoch, compression and timestamp type, so offsets and idempotent producers'
-   sequence ranges stay as they were. A batch left empty is dropped, unless it is the last
+   sequence ranges stay as they were. Its records keep their offset deltas; their
+   timestamp deltas count from the first kept record's timestamp (or the delete horizon),
+   as :func:`~highwater.records.batch.build_batch` writes them. With the compiled codec the
+   map's step and this filtering run in C, a batch at a time (:meth:`RecordBatch.map_keys`,
+   :meth:`RecordBatch.filter_records`): the kept records' bytes are copied from their key
+   on and only their first fields written again, the same bytes as the reference
+   (:meth:`LogCleaner._filter`, record by record), which runs for whatever the C code does
+   not take. A batch left empty is dropped, unless it is the last
    batch of an active producer (kept empty, so producer state survives a rebuild from the
    log) or the last batch of its group (kept empty so that the cleaned segment spans its
    group's whole offset range, which makes crash recovery exact, see below).
@@ -81,7 +88,7 @@ from typing import TYPE_CHECKING
 from highwater.config.definition import UNLIMITED
 from highwater.config.topic import LogConfig
 from highwater.errors import CorruptSegmentError, HighwaterError
-from highwater.records.batch import RecordBatch, build_batch
+from highwater.records.batch import RecordBatch, build_batch, build_batch_of_records
 from highwater.records.header import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
@@ -387,9 +394,7 @@ class _CleaningPass:
                     header = batch.header
                     if header.last_offset < first_dirty:
                         continue
-                    for offset, key, _ in batch.iter_keys():
-                        if key is not None and offset >= first_dirty:
-                            offsets[key] = offset
+                    batch.map_keys(offsets, first_dirty)
                     stats.map_bytes_read += header.size
                     stats.map_records_read += header.records_count
                     self.offset_map.latest_offset = header.last_offset
@@ -512,10 +517,7 @@ class _CleaningPass:
         return cleaned
 
     def _clean_into(self, group: list[LogSegment], cleaned: LogSegment) -> None:
-        offset_map = self.offset_map._offsets
         end = self.end_offset
-        now = self.now_ms
-        retention = self.config.delete_retention_ms
         last_of_producer = self.last_offsets_of_active_producers
         stats = self.stats
         out = bytearray()
@@ -543,28 +545,11 @@ class _CleaningPass:
                     write(batch.view(), header)
                     continue
                 horizon = header.base_timestamp if header.has_delete_horizon else None
-                kept: list[int] = []
-                count = 0
-                tombstones_kept = False
-                for offset, key, value_is_null in batch.iter_keys():
-                    count += 1
-                    if key is None:
-                        stats.keyless_records_removed += 1
-                        continue
-                    latest = offset_map.get(key)
-                    if latest is not None and offset < latest:
-                        if value_is_null:
-                            stats.tombstones_removed += 1
-                        continue
-                    if value_is_null:
-                        if horizon is not None and now >= horizon:
-                            stats.tombstones_removed += 1
-                            continue
-                        tombstones_kept = True
-                    kept.append(offset)
-                new_horizon = horizon
-                if tombstones_kept and new_horizon is None:
-                    new_horizon = now + retention
+                filtered = self._filter_compiled(batch, horizon)
+                if filtered is None:
+                    filtered = self._filter(batch, horizon)
+                kept, tombstones_kept, data = filtered
+                count = header.records_count
                 if not kept:
                     if (
                         header.has_producer_id
@@ -575,9 +560,6 @@ class _CleaningPass:
                     else:
                         dropped = header
                     continue
-                data: bytes | None = None  # None: every record kept, copy the batch as it is
-                if len(kept) < count or new_horizon != horizon:
-                    data = self._rebuild(batch, kept, count, horizon, new_horizon)
                 if data is None:
                     write(batch.view(), header)
                     written_horizon = horizon
@@ -587,7 +569,7 @@ class _CleaningPass:
                     written_horizon = (
                         new_header.base_timestamp if new_header.has_delete_horizon else None
                     )
-                stats.records_retained += len(kept) if data is not None else count
+                stats.records_retained += kept if data is not None else count
                 if (
                     tombstones_kept
                     and written_horizon is not None
@@ -601,6 +583,81 @@ class _CleaningPass:
             write(data, read_header(data))
         if written:
             cleaned.append(out, written)
+
+    def _filter(self, batch: RecordBatch, horizon: int | None) -> tuple[int, bool, bytes | None]:
+        """Which records of ``batch`` (not a control batch, below the end offset) the pass
+        keeps: ``(kept, tombstones_kept, data)``, ``data`` the rewritten batch or None to
+        copy it as it is. The reference, record by record in Python; it counts the records
+        removed in the stats."""
+        offset_map = self.offset_map._offsets
+        now = self.now_ms
+        stats = self.stats
+        kept: list[int] = []
+        count = 0
+        tombstones_kept = False
+        for offset, key, value_is_null in batch.iter_keys():
+            count += 1
+            if key is None:
+                stats.keyless_records_removed += 1
+                continue
+            latest = offset_map.get(key)
+            if latest is not None and offset < latest:
+                if value_is_null:
+                    stats.tombstones_removed += 1
+                continue
+            if value_is_null:
+                if horizon is not None and now >= horizon:
+                    stats.tombstones_removed += 1
+                    continue
+                tombstones_kept = True
+            kept.append(offset)
+        new_horizon = horizon
+        if tombstones_kept and new_horizon is None:
+            new_horizon = now + self.config.delete_retention_ms
+        data: bytes | None = None  # None: every record kept, copy the batch as it is
+        if kept and (len(kept) < count or new_horizon != horizon):
+            data = self._rebuild(batch, kept, count, horizon, new_horizon)
+        return len(kept), tombstones_kept, data
+
+    def _filter_compiled(
+        self, batch: RecordBatch, horizon: int | None
+    ) -> tuple[int, bool, bytes | None] | None:
+        """:meth:`_filter` in one compiled call (:meth:`RecordBatch.filter_records`): the
+        kept records' bytes are copied with their offset deltas, only their timestamp deltas
+        re-encoded, so the batch written is the one :meth:`_rebuild` would build. None when
+        the compiled pass does not take the batch, or when the rewritten batch would pass
+        ``segment.bytes`` with a new horizon (the reference then writes it without one)."""
+        now = self.now_ms
+        found = batch.filter_records(
+            self.offset_map._offsets, now, horizon, now + self.config.delete_retention_ms
+        )
+        if found is None:
+            return None
+        kept, keyless, tombstones_removed, tombstones_kept, new_horizon, records = found[:6]
+        data: bytes | None = None
+        if records is not None:
+            header = batch.header
+            data = build_batch_of_records(
+                records,
+                kept,
+                base_offset=header.base_offset,
+                last_offset_delta=header.last_offset_delta,
+                base_timestamp=found[6],
+                max_timestamp=found[7],
+                compression=header.compression,
+                timestamp_type=header.timestamp_type,
+                producer_id=header.producer_id,
+                producer_epoch=header.producer_epoch,
+                base_sequence=header.base_sequence,
+                partition_leader_epoch=header.partition_leader_epoch,
+                is_transactional=header.is_transactional,
+                delete_horizon_ms=new_horizon,
+            )
+            if len(data) > self.config.segment_bytes and new_horizon != horizon:
+                return None
+        self.stats.keyless_records_removed += keyless
+        self.stats.tombstones_removed += tombstones_removed
+        return kept, tombstones_kept, data
 
     def _rebuild(
         self,

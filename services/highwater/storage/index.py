@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from highwater.errors import KafkaStorageError
+from highwater.records.header import OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY
 
 
 class CorruptIndexError(KafkaStorageError):
@@ -194,6 +195,36 @@ class SparseIndex:
         self._last = (a, b)
         self._dirty = True
 
+    def _write_entries(self, data: bytes) -> None:
+        """Write whole encoded entries after the last one with one copy into the map.
+
+        The caller vouches that they are ordered as the file requires and follow the last
+        entry (crash recovery's walk encodes them so: :attr:`BatchScan.offset_index
+        <highwater.records.header.BatchScan.offset_index>`). Entries beyond the room left
+        raise :class:`IndexFullError` and none is written.
+        """
+        entry_size = self._entry_size
+        count, partial = divmod(len(data), entry_size)
+        if partial:
+            raise ValueError(f"{len(data)} bytes are not whole {entry_size}-byte entries")
+        if not count:
+            return
+        if self._entries + count > self._max_entries:
+            raise IndexFullError(
+                f"{self.path}: index is full ({self._entries} entries, {count} more to write)"
+            )
+        if self._mmap is None:
+            size = self._max_entries * entry_size
+            self._set_file_size(size)
+            self._map(size)
+        assert self._mmap is not None
+        start = self._entries * entry_size
+        self._mmap[start : start + len(data)] = data
+        self._entries += count
+        a, b = self.ENTRY.unpack_from(data, len(data) - entry_size)
+        self._last = (a, b)
+        self._dirty = True
+
     def _largest_at_most(self, key: int, key_field: int) -> int:
         """Slot of the last entry whose ``key_field`` is <= key, or -1."""
         lo, hi = 0, self._entries - 1
@@ -241,7 +272,7 @@ class SparseIndex:
 class OffsetIndex(SparseIndex):
     """The ``.index`` file: last offset of a batch (relative) -> file position of the batch."""
 
-    ENTRY = struct.Struct(">ii")
+    ENTRY = OFFSET_INDEX_ENTRY
     SUFFIX = ".index"
 
     def last_entry(self) -> tuple[int, int]:
@@ -270,14 +301,43 @@ class OffsetIndex(SparseIndex):
 
     def append(self, offset: int, position: int) -> None:
         relative = offset - self.base_offset
-        if self._last is not None:
-            last_relative, last_position = self._last
+        last = self._last
+        if last is not None:
+            last_relative, last_position = last
             if relative <= last_relative or position <= last_position:
                 raise CorruptIndexError(
                     f"{self.path}: entry ({offset}, {position}) does not follow "
                     f"({self.base_offset + last_relative}, {last_position})"
                 )
-        self._write_entry(relative, position)
+        entries = self._entries
+        mm = self._mmap
+        if mm is None or entries >= self._max_entries:
+            self._write_entry(relative, position)  # the first entry, or a full index
+            return
+        # _write_entry's steps, inline: an append of a 16 KiB batch makes one entry.
+        OFFSET_INDEX_ENTRY.pack_into(mm, entries * 8, relative, position)
+        self._entries = entries + 1
+        self._last = (relative, position)
+        self._dirty = True
+
+    def append_encoded(self, data: bytes) -> None:
+        """Append entries already encoded (crash recovery rebuilding the index in one copy).
+
+        The first must follow the last entry held, as :meth:`append` checks; the rest
+        follow one another by the encoder's construction."""
+        if data and self._last is not None:
+            relative, position = self.ENTRY.unpack_from(data)
+            self._check_follows(relative, position)
+        self._write_entries(data)
+
+    def _check_follows(self, relative: int, position: int) -> None:
+        assert self._last is not None
+        last_relative, last_position = self._last
+        if relative <= last_relative or position <= last_position:
+            raise CorruptIndexError(
+                f"{self.path}: entry ({self.base_offset + relative}, {position}) does not "
+                f"follow ({self.base_offset + last_relative}, {last_position})"
+            )
 
     def truncate_to(self, offset: int) -> None:
         """Remove the entries for offsets >= ``offset``."""
@@ -307,7 +367,7 @@ class OffsetIndex(SparseIndex):
 class TimeIndex(SparseIndex):
     """The ``.timeindex`` file: largest timestamp so far -> the (relative) offset carrying it."""
 
-    ENTRY = struct.Struct(">qi")
+    ENTRY = TIME_INDEX_ENTRY
     SUFFIX = ".timeindex"
 
     def last_entry(self) -> tuple[int, int] | None:
@@ -348,6 +408,20 @@ class TimeIndex(SparseIndex):
         if skip_full_check and self.is_full:
             self.resize((self._entries + 1) * self._entry_size)
         self._write_entry(timestamp, relative)
+
+    def append_encoded(self, data: bytes) -> None:
+        """Append entries already encoded, as :meth:`maybe_append` would have taken them one
+        by one (crash recovery rebuilding the index in one copy). The first must carry a
+        larger timestamp than the last entry held and not go back in offsets."""
+        if data and self._last is not None:
+            timestamp, relative = self.ENTRY.unpack_from(data)
+            last_ts, last_relative = self._last
+            if timestamp <= last_ts or relative < last_relative:
+                raise CorruptIndexError(
+                    f"{self.path}: entry ({timestamp}, {self.base_offset + relative}) does "
+                    f"not follow ({last_ts}, {self.base_offset + last_relative})"
+                )
+        self._write_entries(data)
 
     def truncate_to(self, offset: int) -> None:
         """Remove the entries pointing at offsets >= ``offset``."""

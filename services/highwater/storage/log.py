@@ -63,6 +63,7 @@ from highwater.records.header import (
     BatchHeader,
     check_batch,
     set_log_append_time,
+    stamp_batches,
     stamped_header,
 )
 from highwater.storage.leader_epoch import LeaderEpochCache
@@ -72,7 +73,7 @@ from highwater.storage.producer_state import (
     ProducerStateManager,
 )
 from highwater.storage.retention import RetentionReason, SegmentSummary, deletable_segments
-from highwater.storage.segment import DELETED_SUFFIX, INT32_MAX, LogSegment, SegmentRead
+from highwater.storage.segment import DELETED_SUFFIX, LogSegment, SegmentRead
 from highwater.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -318,7 +319,6 @@ class PartitionLog:
 
     # -- appends ----------------------------------------------------------------------
 
-    @_guards_io
     def append_as_leader(
         self,
         data: bytes | bytearray | memoryview,
@@ -328,16 +328,106 @@ class PartitionLog:
     ) -> AppendInfo:
         """Validate client batches, assign offsets, stamp the leader epoch and append them.
 
-        The bytes are not re-encoded: each batch's header is stamped (base offset and
-        partition leader epoch lie outside the CRC) and written beside the untouched
-        record bytes. A duplicate retry of an idempotent producer's batch writes nothing
-        and returns the offsets the first attempt got.
+        The record bytes are not re-encoded: each batch's header is stamped (base offset
+        and partition leader epoch lie outside the CRC). A duplicate retry of an idempotent
+        producer's batch writes nothing and returns the offsets the first attempt got.
+
+        With the compiled codec one call (:data:`~highwater.records.header.stamp_batches`)
+        makes every check of the batches and returns them stamped in one piece of bytes,
+        which one ``writev`` appends; the Python left per append is the producer state (for
+        batches with a producer id), the roll rules and the index bookkeeping. Batches it
+        does not take (anything a check refuses), compacted topics (whose keys are checked
+        record by record) and the pure-Python implementation go through
+        :meth:`_append_checked`, the reference, which raises the typed errors. Guarded as
+        :func:`_guards_io` does, inline (this is the hottest call of a broker).
         """
+        if self.offline:
+            self._refuse_if_offline()
+        try:
+            config = self.config
+            now = self.clock()
+            log_append_time = now if config.message_timestamp_type == "LogAppendTime" else -1
+            stamped = (
+                None
+                if stamp_batches is None or config.compact
+                else stamp_batches(
+                    data,
+                    self._log_end_offset,
+                    leader_epoch,
+                    config.max_message_bytes,
+                    config.segment_bytes,
+                    now,
+                    config.message_timestamp_before_max_ms,
+                    config.message_timestamp_after_max_ms,
+                    log_append_time,
+                )
+            )
+            if stamped is None:
+                return self._append_checked(data, leader_epoch, origin, now, log_append_time)
+            batch_bytes, headers, records, max_timestamp, offset_of_max, tracked = stamped
+            if tracked:
+                try:
+                    self.producer_state.check_appends(headers, origin)
+                except DuplicateBatchError as duplicate:
+                    if len(headers) == 1:
+                        return self._duplicate_info(duplicate)
+                    raise
+            first_offset = self._log_end_offset
+            if leader_epoch >= 0 and leader_epoch > self._latest_epoch:
+                self.leader_epoch_cache.assign(leader_epoch, first_offset)
+                self._latest_epoch = leader_epoch
+            last = headers[-1]
+            end = last[0] + last[6] + 1
+            total = len(batch_bytes)
+            segment = self._segments[-1]
+            if segment.should_roll(
+                total,
+                end - 1,
+                last[8],
+                config.segment_bytes,
+                config.segment_ms - config.segment_jitter_ms,
+            ):
+                segment = self.roll(first_offset)
+            segment.append_stamped(batch_bytes, headers)
+            self._log_end_offset = end
+            if self.lost_high_watermark is not None and end >= self.lost_high_watermark:
+                self.lost_high_watermark = None
+            if tracked:
+                update = self.producer_state.update
+                for header in headers:
+                    if header[9] >= 0:
+                        update(header, AppendOrigin.CLIENT)
+            # AppendInfo(...) without the named tuple's Python-level __new__.
+            return tuple.__new__(
+                AppendInfo,
+                (
+                    first_offset,
+                    end - 1,
+                    max_timestamp,
+                    offset_of_max,
+                    log_append_time,
+                    self.log_start_offset,
+                    records,
+                    total,
+                    False,
+                ),
+            )
+        except (OSError, KafkaStorageError) as e:
+            self._io_failed(e)
+
+    def _append_checked(
+        self,
+        data: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        origin: AppendOrigin,
+        now: int,
+        log_append_time: int,
+    ) -> AppendInfo:
+        """:meth:`append_as_leader` with each check made in Python: the reference, whose
+        errors the compiled checks leave it to raise."""
         view = memoryview(data)
         config = self.config
         batches = self._validate(view, config.max_message_bytes)
-        now = self.clock()
-        log_append_time = now if config.message_timestamp_type == "LogAppendTime" else -1
         if log_append_time < 0:
             self._check_timestamps(batches, now)
         if config.compact:
@@ -533,23 +623,16 @@ class PartitionLog:
     # -- rolling ----------------------------------------------------------------------
 
     def _should_roll(self, segment: LogSegment, incoming: int, last: BatchHeader) -> bool:
-        """Kafka's roll rules, checked before an append of ``incoming`` bytes."""
-        relative = last[0] + last[6] - segment.base_offset
-        if not 0 <= relative <= INT32_MAX:
-            return True
-        size = segment.size
-        if size == 0:
-            return False
+        """Kafka's roll rules, checked before an append of ``incoming`` bytes whose last
+        batch is ``last`` (:meth:`LogSegment.should_roll`)."""
         config = self.config
-        if size > config.segment_bytes - incoming:
-            return True
-        first_ts = segment.first_batch_timestamp
-        if (
-            first_ts is not None
-            and last.max_timestamp - first_ts > config.segment_ms - config.segment_jitter_ms
-        ):
-            return True
-        return segment.index_full
+        return segment.should_roll(
+            incoming,
+            last[0] + last[6],
+            last[8],
+            config.segment_bytes,
+            config.segment_ms - config.segment_jitter_ms,
+        )
 
     @_guards_io
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:

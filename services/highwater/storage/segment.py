@@ -226,6 +226,34 @@ class LogSegment:
             self._first_batch_timestamp = header.max_timestamp
         return self._first_batch_timestamp
 
+    def should_roll(
+        self,
+        incoming: int,
+        last_offset: int,
+        max_timestamp: int,
+        segment_bytes: int,
+        roll_after_ms: int,
+    ) -> bool:
+        """Kafka's roll rules for an append of ``incoming`` bytes ending at ``last_offset``
+        whose largest timestamp is ``max_timestamp``: roll when the offset does not fit the
+        32-bit relative offsets, or, unless the segment is empty, when the bytes would pass
+        ``segment_bytes``, when the records are more than ``roll_after_ms`` (``segment.ms``
+        less its jitter) younger than the first batch's, or when an index is full. Read
+        from the fields directly: every append asks."""
+        if not 0 <= last_offset - self.base_offset <= INT32_MAX:
+            return True
+        size = self._size
+        if size == 0:
+            return False
+        if size > segment_bytes - incoming:
+            return True
+        first_ts = self._first_batch_timestamp
+        if first_ts is None:
+            first_ts = self.first_batch_timestamp
+        if first_ts is not None and max_timestamp - first_ts > roll_after_ms:
+            return True
+        return self.offset_index.is_full or self.time_index.is_full
+
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= INT32_MAX
 
@@ -257,23 +285,62 @@ class LogSegment:
             _write_fully(self._fd, pieces, total)
         except OSError as e:
             self._undo_partial_write(start, e)
+        self._note_appended(start, total, [header for _, header in batches])
+
+    def append_stamped(self, data: bytes, headers: list[BatchHeader]) -> None:
+        """Append whole, validated batches given as one piece of bytes (a leader's append,
+        stamped by :data:`~highwater.records.header.stamp_batches`), ``headers`` in order."""
+        if self._failed is not None:
+            raise self._failed
+        start = self._size
+        total = len(data)
+        try:
+            _write_fully(self._fd, [data], total)  # the one place segment writes go through
+        except OSError as e:
+            self._undo_partial_write(start, e)
+        if len(headers) > 1:
+            self._note_appended(start, total, headers)
+            return
+        # One batch (what producers send): _note_appended's steps, inline.
+        header = headers[0]
+        last_offset = header[0] + header[6]
+        if header[8] > self._max_timestamp:
+            self._max_timestamp = header[8]
+            self._offset_of_max_timestamp = last_offset
+        since = self._bytes_since_last_index_entry
+        if since > self.index_interval_bytes:
+            self.offset_index.append(last_offset, start)
+            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+            since = 0
+        self._bytes_since_last_index_entry = since + total
+        if start == 0 and self._first_batch_timestamp is None:
+            self._first_batch_timestamp = header[8]
+        self._size = start + total
+        self._next_offset = last_offset + 1
+
+    def _note_appended(self, start: int, total: int, headers: list[BatchHeader]) -> None:
+        """The bookkeeping after ``total`` bytes of consecutive batches were written at
+        ``start``: largest timestamp, sparse index entries, size and next offset."""
         interval = self.index_interval_bytes
         since = self._bytes_since_last_index_entry
-        for relative_position, header in batches:
+        position = start
+        for header in headers:
             last_offset = header[0] + header[6]
-            if header.max_timestamp > self._max_timestamp:
-                self._max_timestamp = header.max_timestamp
+            if header[8] > self._max_timestamp:
+                self._max_timestamp = header[8]
                 self._offset_of_max_timestamp = last_offset
             if since > interval:
-                self.offset_index.append(last_offset, start + relative_position)
+                self.offset_index.append(last_offset, position)
                 self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
                 since = 0
-            since += header[1] + LOG_OVERHEAD
+            size = header[1] + LOG_OVERHEAD
+            since += size
+            position += size
         self._bytes_since_last_index_entry = since
         if self._first_batch_timestamp is None and start == 0:
-            self._first_batch_timestamp = batches[0][1].max_timestamp
+            self._first_batch_timestamp = headers[0][8]
         self._size = start + total
-        last = batches[-1][1]
+        last = headers[-1]
         self._next_offset = last[0] + last[6] + 1
 
     def _undo_partial_write(self, size: int, error: OSError) -> NoReturn:
@@ -565,7 +632,8 @@ class LogSegment:
         if size:
             with mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) as mm:
                 # One walk over the whole segment (compiled, with the compiled codec): no
-                # Python object per batch but the index entries and the notable batches.
+                # Python object per batch but the notable batches; the index entries come
+                # encoded as the index files hold them, each index written with one copy.
                 scan = scan_batches(
                     mm,
                     0,
@@ -575,10 +643,10 @@ class LogSegment:
                     max_batch_size=max_batch_size,
                     index_interval=self.index_interval_bytes,
                     offset_of_max_timestamp=self.base_offset,
+                    index_base_offset=self.base_offset,
                 )
-            for last_offset, position, max_timestamp, offset_of_max in scan.index_entries:
-                self.offset_index.append(last_offset, position)
-                self.time_index.maybe_append(max_timestamp, offset_of_max)
+            self.offset_index.append_encoded(scan.offset_index)
+            self.time_index.append_encoded(scan.time_index)
             if on_batch is not None:
                 for header in scan.notable:
                     on_batch(header)

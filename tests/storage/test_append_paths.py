@@ -1,0 +1,134 @@
+"""A leader's append on the compiled path against the reference path, on the same batches.
+
+With the compiled codec, :meth:`PartitionLog.append_as_leader` checks and stamps client
+batches in one call (``stamp_batches``) and falls back on its checks in Python, the
+reference, for whatever that call refuses. Each example appends the same sequence of
+batches (valid, damaged, out of the timestamp window, too large, duplicates of an
+idempotent producer, several per call) to two logs, one on each path, and compares what
+every append returned or raised (type and message) and, at the end, every file of the two
+partition directories byte for byte: segments, indexes, producer snapshots, epochs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from highwater.errors import HighwaterError
+from highwater.records import SimpleRecord, build_batch
+from highwater.records.header import stamp_batches
+from highwater.storage import log as log_module
+from highwater.storage.log import PartitionLog
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from storage_helpers import BASE_TS, FakeClock, open_log
+
+pytestmark = pytest.mark.skipif(
+    stamp_batches is None, reason="the pure-Python run: there is no compiled path to compare"
+)
+
+
+@contextlib.contextmanager
+def reference_path() -> Iterator[None]:
+    """Appends run the checks in Python, as on the pure-Python implementation."""
+    saved = log_module.stamp_batches
+    log_module.stamp_batches = None
+    try:
+        yield
+    finally:
+        log_module.stamp_batches = saved
+
+
+def resigned(data: bytearray) -> bytes:
+    from highwater.records.header import crc32c
+
+    struct.pack_into(">I", data, 17, crc32c(memoryview(data)[21:]))
+    return bytes(data)
+
+
+@st.composite
+def client_batch(draw: st.DrawFn, sequence: list[int]) -> bytes:
+    count = draw(st.integers(1, 4))
+    timestamp = BASE_TS + draw(st.sampled_from([0, -5, 7, -(10**12), 10**12]))
+    records = [
+        SimpleRecord(None, b"v" * draw(st.integers(0, 400)), (), timestamp + i)
+        for i in range(count)
+    ]
+    producer: dict[str, int] = {}
+    if draw(st.booleans()):
+        producer = {"producer_id": 7, "producer_epoch": 0, "base_sequence": sequence[0]}
+        if draw(st.integers(0, 4)):  # mostly in order; else a duplicate or a gap
+            sequence[0] += count
+    data = bytearray(build_batch(records, **producer))
+    damage = draw(st.sampled_from(["none"] * 6 + ["flip", "cut", "count", "magic", "type"]))
+    if damage == "flip":
+        data[draw(st.integers(0, len(data) - 1))] ^= 1 << draw(st.integers(0, 7))
+    elif damage == "cut":
+        del data[draw(st.integers(0, len(data) - 1)) :]
+    elif damage == "count":
+        struct.pack_into(">i", data, 57, count + draw(st.sampled_from([-1, 1])))
+        data = bytearray(resigned(data))
+    elif damage == "magic":
+        data[16] = 1
+    elif damage == "type":
+        data[22] |= 0x08  # LogAppendTime from a producer
+        data = bytearray(resigned(data))
+    return bytes(data)
+
+
+@st.composite
+def appends(draw: st.DrawFn) -> list[tuple[bytes, int]]:
+    sequence = [0]
+    calls = []
+    for _ in range(draw(st.integers(1, 8))):
+        batches = [draw(client_batch(sequence)) for _ in range(draw(st.integers(1, 3)))]
+        calls.append((b"".join(batches), draw(st.sampled_from([0, 0, 3, -1]))))
+        if draw(st.integers(0, 5)) == 0:
+            calls.append(calls[-1])  # a retry
+    return calls
+
+
+def outcome(log: PartitionLog, data: bytes, epoch: int) -> object:
+    try:
+        return log.append_as_leader(data, epoch)
+    except HighwaterError as error:
+        return type(error), str(error)
+
+
+def files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+@given(
+    calls=appends(),
+    timestamp_type=st.sampled_from(["CreateTime", "LogAppendTime"]),
+    max_message_bytes=st.sampled_from([600, 1 << 20]),
+    segment_bytes=st.sampled_from([1500, 1 << 30]),
+)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_the_compiled_append_is_the_reference(
+    calls: list[tuple[bytes, int]], timestamp_type: str, max_message_bytes: int, segment_bytes: int
+) -> None:
+    config = {
+        "message.timestamp.type": timestamp_type,
+        "max.message.bytes": max_message_bytes,
+        "segment.bytes": segment_bytes,
+        "index.interval.bytes": 200,
+        "message.timestamp.before.max.ms": 10**9,
+        "message.timestamp.after.max.ms": 10**9,
+    }
+    with tempfile.TemporaryDirectory() as root:
+        fast = open_log(Path(root) / "fast" / "t-0", FakeClock(), **config)
+        reference = open_log(Path(root) / "reference" / "t-0", FakeClock(), **config)
+        for data, epoch in calls:
+            got = outcome(fast, data, epoch)
+            with reference_path():
+                expected = outcome(reference, data, epoch)
+            assert got == expected
+        fast.close()
+        reference.close()
+        assert files(fast.directory) == files(reference.directory)
