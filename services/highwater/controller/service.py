@@ -517,6 +517,8 @@ class _JobQueue:
                 also.remove_done_callback(wake)
 
 
+_LATE_TICK_WARNING_S: Final = 1.0
+"""A tick timer this late means the controller's loop was blocked: logged."""
 _GROUP_LINGER_TURNS: Final = 3
 """Idle event-loop turns the worker waits for more requests before sealing a group."""
 _MAX_REQUESTS_PER_GROUP: Final = 1024
@@ -1055,8 +1057,17 @@ class ControllerServer:
 
     async def _tick_timer(self, epoch: int) -> None:
         interval_s = self.settings.tick_interval_ms / 1000
+        loop = asyncio.get_running_loop()
         while self._leader_epoch == epoch:
+            slept = loop.time()
             await asyncio.sleep(interval_s)
+            late_s = loop.time() - slept - interval_s
+            if late_s >= _LATE_TICK_WARNING_S:
+                # The loop could not run (blocked, or the process starved of CPU): the
+                # sessions do not count this (controller/heartbeats.py); say so.
+                log.warning(
+                    "node %d: the controller's loop could not run for %.1f s", self.node_id, late_s
+                )
             if not self._tick_queued:
                 self._tick_queued = True
                 self._jobs.put_nowait(_Tick())
