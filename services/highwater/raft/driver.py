@@ -144,11 +144,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_APPLY_READ_BYTES: Final = 64 << 10
-"""Committed batches handed to the state machine in one step of the loop (at least one
-batch, however large): about 1,000 partition changes, so that a standby or a broker
-catching up on thousands of leader moves yields between steps (it was 1 MiB, about
-20,000 records, one step of seconds under load: docs/control-plane.md)."""
+_APPLY_READ_BYTES: Final = 1 << 20
 _ENDPOINT_CHECK_S: Final = 0.1
 """How often a dynamic quorum's replica checks that the voter set names it at its endpoint."""
 _APPEND_LINGER_TURNS: Final = 3
