@@ -369,24 +369,3 @@ async def test_leadership_loss_drops_the_staged_records(log: Log) -> None:
     assert store.latest_image() is machine.image
     store.seal()  # nothing left to append
     assert raft.entries[-1].batch.base_offset < 2
-
-
-async def test_a_group_is_sealed_into_raft_batches_of_at_most_a_thousand_records(
-    log: Log,
-) -> None:
-    # Ticks that run while a commit is in flight stage 1,000 leader moves each; their
-    # group goes to Raft in batches a standby or broker applies in one short step.
-    raft, _, store = log
-    await activate(raft, store)
-    entries = len(raft.entries)
-    store.begin_batch()
-    for value in range(2_500):
-        store.append([config("a", str(value))])
-    store.seal()
-    sizes = [e.batch.next_offset - e.batch.base_offset for e in raft.entries[entries:]]
-    assert sizes == [1_000, 1_000, 500]
-    # One request's records are never split, however many.
-    store.begin_batch()
-    store.append([config("a", str(value)) for value in range(1_500)])
-    store.seal()
-    assert raft.entries[-1].batch.next_offset - raft.entries[-1].batch.base_offset == 1_500

@@ -168,13 +168,10 @@ class _OpenBatch:
         return self.parent.offset + 1
 
 
-MAX_RECORDS_PER_BATCH: Final = 1_000
+MAX_RECORDS_PER_BATCH: Final = 10_000
 """Records staged together in one Raft batch before it is sealed (Kafka's
 ``QuorumController`` bounds its batches the same way); one request's records are never
-split, however many. The bound matches ``leader_moves_per_batch``: every standby and
-broker applies a Raft batch in one step of its loop, and a group of the ticks that run
-while a commit is in flight (each with its 1,000 leader moves) made batches of up to
-10,000 records again when the bound was 10,000 (docs/control-plane.md)."""
+split, however many."""
 
 
 def _observe(future: asyncio.Future[Any]) -> None:
