@@ -81,8 +81,11 @@ class ProcessCluster:
 
 
 @contextlib.contextmanager
-def process_cluster(root: Path, mode: str, endpoint: str = "") -> Iterator[ProcessCluster]:
-    """Three brokers and, in KRaft mode, three controllers; everything stopped at the end."""
+def process_cluster(
+    root: Path, mode: str, endpoint: str = "", etcd_session_timeout_ms: int | None = None
+) -> Iterator[ProcessCluster]:
+    """Three brokers and, in KRaft mode, three controllers; everything stopped at the end.
+    ``etcd_session_timeout_ms``: the brokers' etcd lease TTL (None: the broker's default)."""
     addresses = {n: f"127.0.0.1:{free_port()}" for n in BROKERS}
     cluster = ProcessCluster(mode, {}, addresses)
     if mode == "kraft":
@@ -108,6 +111,8 @@ def process_cluster(root: Path, mode: str, endpoint: str = "") -> Iterator[Proce
     else:
         cluster.store = f"etcd://{endpoint}/{CLUSTER}"
         source = ["--metadata-store", cluster.store]
+        if etcd_session_timeout_ms is not None:
+            source += ["--etcd-session-timeout-ms", str(etcd_session_timeout_ms)]
     for n, address in addresses.items():
         cluster.brokers[n] = HighwaterProcess(
             f"broker {n}",
@@ -300,7 +305,10 @@ def process_rows(report: Report, section: SuiteSection) -> dict[tuple[str, int],
 
 
 def run_sizes(
-    sizes: tuple[int, ...], modes: tuple[str, ...], data_dir: Path
+    sizes: tuple[int, ...],
+    modes: tuple[str, ...],
+    data_dir: Path,
+    etcd_session_timeout_ms: int | None = None,
 ) -> dict[tuple[str, int], ProcessResult]:
     """Each mode at each size (partitions, rounded to whole topics), on processes under
     ``data_dir``; failures recorded in the result, not raised."""
@@ -311,11 +319,15 @@ def run_sizes(
             print(f"control-plane: {mode}, {partitions:,} partitions on processes", flush=True)
             root = data_dir / f"control-plane-{mode}-{partitions}"
             root.mkdir(parents=True, exist_ok=True)
-            results[(mode, partitions)] = _measure_mode(root, mode, partitions)
+            results[(mode, partitions)] = _measure_mode(
+                root, mode, partitions, etcd_session_timeout_ms
+            )
     return results
 
 
-def _measure_mode(root: Path, mode: str, partitions: int) -> ProcessResult:
+def _measure_mode(
+    root: Path, mode: str, partitions: int, etcd_session_timeout_ms: int | None = None
+) -> ProcessResult:
     """One mode's cluster (and its etcd) started under ``root`` and measured at
     ``partitions``; a failure to start or measure is the result's ``error``, beside the
     figures of the steps done before it."""
@@ -326,7 +338,9 @@ def _measure_mode(root: Path, mode: str, partitions: int) -> ProcessResult:
             if mode == "etcd":
                 etcd = etcd_cluster(root / "etcd", members=1)
                 endpoint = stack.enter_context(etcd)[0]
-            cluster = stack.enter_context(process_cluster(root, mode, endpoint))
+            cluster = stack.enter_context(
+                process_cluster(root, mode, endpoint, etcd_session_timeout_ms)
+            )
             asyncio.run(_measure(cluster, partitions, result))
     except (RuntimeError, TimeoutError, OSError) as error:
         result.error = f"{type(error).__name__}: {error}"
@@ -345,6 +359,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", default=",".join(str(s) for s in PROCESS_SIZES))
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--data-dir", type=Path, default=Path("bench-data/control-plane"))
+    parser.add_argument(
+        "--etcd-session-timeout-ms",
+        type=int,
+        default=None,
+        help="the etcd mode's broker lease TTL (default: the broker's, 6,000 ms)",
+    )
     args = parser.parse_args(argv)
     modes = tuple(m for m in args.modes.split(",") if m)
     unknown = set(modes) - set(MODES)
@@ -352,12 +372,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown mode(s) {', '.join(sorted(unknown))}; known: kraft, etcd")
     sizes = tuple(int(s) for s in args.partitions.split(","))
     load_before = os.getloadavg()
-    results = run_sizes(sizes, modes, args.data_dir)
+    results = run_sizes(sizes, modes, args.data_dir, args.etcd_session_timeout_ms)
     print(
         json.dumps(
             {
                 "load_before": load_before,
                 "load_after": os.getloadavg(),
+                "etcd_session_timeout_ms": args.etcd_session_timeout_ms,
                 "results": {
                     f"{mode} {partitions}": dataclasses.asdict(r)
                     for (mode, partitions), r in results.items()

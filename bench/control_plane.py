@@ -90,7 +90,10 @@ def _clock() -> float:
 
 def _active_controller(image: MetadataImage) -> tuple[InMemoryMetadataStore, QuorumController]:
     store = InMemoryMetadataStore(image, epoch=1)
-    controller = QuorumController(store.latest_image, ControllerConfig(), seed=1)
+    # Every move of the controlled shutdown (b) in the one decision it times (by default
+    # the controller writes 1,000 partition changes a batch, the rest in later ticks).
+    config = ControllerConfig(leader_moves_per_batch=max(image.partition_count, 1))
+    controller = QuorumController(store.latest_image, config, seed=1)
     controller.activate(0)
     for broker_id in range(BROKERS):
         store.append(scale.heartbeat(controller, store.latest_image(), broker_id, 1))

@@ -53,10 +53,14 @@ class Harness:
     config: ControllerConfig = field(default_factory=ControllerConfig)
     seed: int = 0
     clock: FakeClock = field(default_factory=FakeClock)
+    credit_stalls: bool = False
+    """As the controller service runs (``QuorumController``'s ``credit_stalls``)."""
 
     def __post_init__(self) -> None:
         self.store = InMemoryMetadataStore()
-        self.controller = QuorumController(self.store.latest_image, self.config, seed=self.seed)
+        self.controller = QuorumController(
+            self.store.latest_image, self.config, seed=self.seed, credit_stalls=self.credit_stalls
+        )
         self.controller.activate(self.clock.now_ms)
         self.epochs: dict[int, int] = {}
 

@@ -138,3 +138,26 @@ def test_a_controlled_shutdown_completes_once_its_batches_are_in() -> None:
         h.heartbeat(broker_id)
     assert h.heartbeat(1).should_shut_down
     check_invariants(h.image)
+
+
+def test_by_default_a_fence_of_thousands_of_partitions_goes_in_batches_of_a_thousand() -> None:
+    # Broker 0 is in the ISR of 2,500 partitions (RF 3 on 3 brokers) and leads a third.
+    default = ControllerConfig().leader_moves_per_batch
+    assert default == 1_000
+    h = Harness()
+    h.start_brokers([0, 1, 2])
+    for topic in range(5):
+        h.create_topic(f"t{topic}", partitions=500, replication_factor=3)
+    held = len(h.image.partitions_with_isr_member(0))
+    assert held == 2_500
+    _silence(h, 0)
+    sizes = []
+    tick = h.controller.tick(h.clock.now_ms)
+    assert tick.response.fenced_brokers == (0,)
+    while tick.records:
+        sizes.append(sum(isinstance(r, PartitionChangeRecord) for r in tick.records))
+        h.commit(tick)
+        tick = h.controller.tick(h.clock.now_ms)
+    assert sizes == [1_000, 1_000, 500]  # ceil(2,500 / 1,000) batches
+    assert not h.image.partitions_with_isr_member(0) and not h.image.partitions_led_by(0)
+    check_invariants(h.image)

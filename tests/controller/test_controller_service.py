@@ -309,9 +309,10 @@ async def test_requests_behind_a_large_tick_batch_are_served_in_order(tmp_path: 
                 created = await client.create_topics(m.CreateTopicsRequest(topics))
                 assert all(t.error == NONE for t in created.topics)
                 assert len(server.machine.image.partitions_led_by(1)) == 1000
-                # Broker 1 stops heartbeating: a tick fences it and moves 1,000
-                # leaderships in one batch. Requests keep coming meanwhile, one after the
-                # other in a known order; each sets the config to its own number.
+                # Broker 1 stops heartbeating: a tick fences it and starts moving its
+                # 1,000 leaderships and 2,000 ISR memberships, 1,000 partitions a batch.
+                # Requests keep coming meanwhile, one after the other in a known order;
+                # each sets the config to its own number.
                 beating_first.cancel()
                 answers = []
                 async with asyncio.timeout(20):
@@ -332,6 +333,9 @@ async def test_requests_behind_a_large_tick_batch_are_served_in_order(tmp_path: 
         assert server.machine.image.broker(1).fenced  # type: ignore[union-attr]
         decoded = [codec.ALTER_CONFIGS.response_from_proto(a) for a in answers]
         assert all(a.error == NONE and a.resources[0].error == NONE for a in decoded)
+        async with asyncio.timeout(20):  # the next ticks' batches
+            while server.machine.image.partitions_with_isr_member(1):
+                await asyncio.sleep(0.02)
         assert not server.machine.image.partitions_led_by(1)
         last = 1000 * round_number + 9
         assert server.machine.image.topic_config("t0") == {"retention.ms": str(last)}

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -272,12 +273,20 @@ class BrokerLifecycle:
     async def _heartbeat_forever(self) -> None:
         while True:
             self._wake.clear()
+            sent = time.monotonic()
             try:
                 reply = await self.controller.broker_heartbeat(self._heartbeat_request())
                 if reply.error == ErrorCode.NONE:
                     self.is_fenced = reply.is_fenced
             except HighwaterError as e:
                 log.warning("broker %d: heartbeat failed: %s", self.node_id, e)
+            waited_s = time.monotonic() - sent
+            if waited_s * 1000 >= self.settings.heartbeat_interval_ms:
+                # The next heartbeat waits for this answer: the controller heard nothing
+                # else from this broker meanwhile (a slow commit, or this loop blocked).
+                log.warning(
+                    "broker %d: a heartbeat took %.1f s to be answered", self.node_id, waited_s
+                )
             interval_ms = (
                 self.settings.fenced_heartbeat_interval_ms
                 if self.is_fenced

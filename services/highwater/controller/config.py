@@ -51,8 +51,13 @@ class ControllerConfig:
     controller's config file (:data:`~highwater.config.server.CLUSTER_DEFAULT_KEYS`, Kafka
     string forms): the active controller keeps the metadata's static defaults equal to
     them. ``leader_moves_per_batch`` bounds the partition changes one decision writes when
-    it takes a broker out of service (fenced, shutting down): the rest follow in the next
-    ticks' batches, so the first leaderships move as soon as a small batch commits.
+    it takes a broker out of service (fenced, shutting down): the rest
+    follow in the next ticks' batches, so the first leaderships move as soon as a small
+    batch commits, and no step of the controller's loop (deciding, appending, replaying
+    the batch) nor of a standby's or a broker's (applying it) grows with the partitions a
+    broker held: at 10,000 partitions on processes one batch of 10,000 blocked the active
+    controller's loop for seconds under load, past the quorum's fetch timeout
+    (docs/control-plane.md).
     """
 
     broker_session_timeout_ms: int = 9000
@@ -73,7 +78,7 @@ class ControllerConfig:
     cluster_id: str = ""
     broker_config_definition: ConfigDef | None = None
     cluster_defaults: Mapping[str, str] = field(default_factory=dict)
-    leader_moves_per_batch: int = 10_000
+    leader_moves_per_batch: int = 1_000
 
     DEFINITION: ClassVar[ConfigDef] = CONTROLLER_CONFIG_DEF
 

@@ -9,6 +9,22 @@ to find the new controller. A session belongs to one epoch of a node (a broker e
 coordinator's registration epoch): a new registration starts a new one. The same class
 keeps coordinators' sessions; they use only the liveness part. Time is whatever
 ``now_ms`` the caller passes.
+
+Two rules keep a controller that falls behind from fencing brokers it could not hear,
+as Kafka's heartbeat tracker does:
+
+- *Contact is when a heartbeat arrived*, not when the controller got round to it: the
+  I/O layer calls :meth:`BrokerHeartbeatManager.note_contact` as a heartbeat comes in,
+  before it waits in the controller's queue behind other work (a batch of thousands of
+  leader moves being decided, appended and committed); the heartbeat's own processing
+  comes later.
+- *Time the controller could not listen does not count*: expiry is checked every tick
+  (100 ms); a gap between two checks longer than ``max_unheard_gap_ms`` (the heartbeat
+  interval) means the controller's own loop was blocked or starved of CPU, and the
+  heartbeats sent meanwhile may still be unread on its sockets. Every session is then
+  extended by the excess, so such a stall costs a session at most ``max_unheard_gap_ms``.
+  A broker that is really gone is still fenced: the time the controller runs counts in
+  full (and a dead process's broken liveness stream fences it at once).
 """
 
 from __future__ import annotations
@@ -34,9 +50,15 @@ class BrokerSession:
 class BrokerHeartbeatManager:
     """Sessions of registered brokers, and which have expired."""
 
-    def __init__(self, session_timeout_ms: int) -> None:
+    def __init__(self, session_timeout_ms: int, max_unheard_gap_ms: int | None = None) -> None:
+        """``max_unheard_gap_ms``: the longest gap between two expiry checks that counts in
+        full (see the module docstring); ``None``: every gap counts."""
         self.session_timeout_ms = session_timeout_ms
+        self.max_unheard_gap_ms = max_unheard_gap_ms
         self._sessions: dict[int, BrokerSession] = {}
+        self._last_check_ms: int | None = None
+        self.unheard_ms = 0
+        """Time not counted against sessions so far (the controller's stalls)."""
 
     def session(self, broker_id: int) -> BrokerSession | None:
         return self._sessions.get(broker_id)
@@ -49,6 +71,7 @@ class BrokerHeartbeatManager:
         """Forget everything; every node of ``epochs`` (id -> epoch) was last heard from
         at ``now_ms``."""
         self._sessions = {node: BrokerSession(epoch, now_ms) for node, epoch in epochs.items()}
+        self._last_check_ms = now_ms
 
     def register(self, broker_id: int, broker_epoch: int, now_ms: int) -> None:
         """A new registration (or incarnation): a fresh session."""
@@ -65,6 +88,14 @@ class BrokerHeartbeatManager:
             self._sessions[broker_id] = session
         session.last_contact_ms = max(session.last_contact_ms, now_ms)
         session.metadata_offset = max(session.metadata_offset, metadata_offset)
+
+    def note_contact(self, broker_id: int, broker_epoch: int, now_ms: int) -> None:
+        """A heartbeat of this incarnation arrived at ``now_ms`` (it is processed later):
+        its session counts from then. Nothing for an unknown session or another epoch:
+        the heartbeat's processing decides about those."""
+        session = self._sessions.get(broker_id)
+        if session is not None and session.broker_epoch == broker_epoch:
+            session.last_contact_ms = max(session.last_contact_ms, now_ms)
 
     def has_valid_session(self, broker_id: int, broker_epoch: int, now_ms: int) -> bool:
         """Whether this incarnation was heard from within the session timeout."""
@@ -87,7 +118,9 @@ class BrokerHeartbeatManager:
     def expired_epochs(self, epochs: Mapping[int, int], now_ms: int) -> list[int]:
         """The nodes of ``epochs`` (id -> the epoch registered) whose session of that epoch
         expired, by id. A node this controller never heard from in that epoch starts its
-        session at ``now_ms``."""
+        session at ``now_ms``. A gap since the last check longer than
+        ``max_unheard_gap_ms`` extends every session by the excess first."""
+        self._credit_unheard(now_ms)
         expired = []
         for node, epoch in sorted(epochs.items()):
             session = self._sessions.get(node)
@@ -97,6 +130,17 @@ class BrokerHeartbeatManager:
             if now_ms - session.last_contact_ms >= self.session_timeout_ms:
                 expired.append(node)
         return expired
+
+    def _credit_unheard(self, now_ms: int) -> None:
+        last, self._last_check_ms = self._last_check_ms, now_ms
+        if last is None or self.max_unheard_gap_ms is None:
+            return
+        unheard = now_ms - last - self.max_unheard_gap_ms
+        if unheard <= 0:
+            return
+        self.unheard_ms += unheard
+        for session in self._sessions.values():
+            session.last_contact_ms += unheard
 
     def set_controlled_shutdown_offset(self, broker_id: int, offset: int) -> None:
         session = self._sessions.get(broker_id)

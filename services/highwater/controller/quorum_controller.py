@@ -126,12 +126,22 @@ class QuorumController:
         config: ControllerConfig | None = None,
         *,
         seed: int = 0,
+        credit_stalls: bool = False,
     ) -> None:
+        """``credit_stalls``: a gap between two ticks longer than the heartbeat interval
+        is time this controller could not listen (its loop blocked or starved), and
+        sessions do not count the excess (:mod:`~highwater.controller.heartbeats`); the
+        services, which tick every 100 ms, run so. Without it every millisecond between
+        ticks counts, for callers that drive the clock in jumps without ticking."""
         self._image = image_supplier
         self.config = config if config is not None else ControllerConfig()
-        self.heartbeats = BrokerHeartbeatManager(self.config.broker_session_timeout_ms)
+        self.heartbeats = BrokerHeartbeatManager(
+            self.config.broker_session_timeout_ms,
+            self.config.broker_heartbeat_interval_ms if credit_stalls else None,
+        )
         self.coordinator_sessions = BrokerHeartbeatManager(
-            self.config.coordinator_session_timeout_ms
+            self.config.coordinator_session_timeout_ms,
+            self.config.coordinator_heartbeat_interval_ms if credit_stalls else None,
         )
         self.replication = ReplicationControl(self.config, random.Random(seed))
         self.cluster = ClusterControl(

@@ -517,6 +517,8 @@ class _JobQueue:
                 also.remove_done_callback(wake)
 
 
+_LATE_TICK_WARNING_S: Final = 1.0
+"""A tick timer this late means the controller's loop was blocked: logged."""
 _GROUP_LINGER_TURNS: Final = 3
 """Idle event-loop turns the worker waits for more requests before sealing a group."""
 _MAX_REQUESTS_PER_GROUP: Final = 1024
@@ -638,7 +640,9 @@ class ControllerServer:
         seed = self.settings.seed
         if seed is None:
             seed = random.SystemRandom().getrandbits(64)
-        self._controller = QuorumController(self.store.latest_image, config, seed=seed)
+        self._controller = QuorumController(
+            self.store.latest_image, config, seed=seed, credit_stalls=True
+        )
         self._worker = asyncio.create_task(self._work(), name=f"controller-{self.node_id}")
         if migration is not None:
             await migration.start()
@@ -678,11 +682,27 @@ class ControllerServer:
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if self._stopping:
             return self._not_controller(rpc, None)
+        self._note_contact(rpc, request)
         self._jobs.put_nowait(_Request(rpc, request, reply, principal))
         outcome = await reply
         if isinstance(outcome, _NotController):
             return self._not_controller(rpc, outcome.controller_id)
         return rpc.response_to_proto(outcome)
+
+    def _note_contact(self, rpc: ControllerRpc[Any, Any], request: Any) -> None:
+        """A heartbeat's contact time is when it arrived, not when the worker reaches it
+        behind earlier work (``controller/heartbeats.py``, as Kafka's heartbeat tracker)."""
+        controller = self._controller
+        if controller is None or not self.store.is_active:
+            return
+        if rpc.name == "BrokerHeartbeat":
+            controller.heartbeats.note_contact(
+                request.broker_id, request.broker_epoch, self._clock()
+            )
+        elif rpc.name == "CoordinatorHeartbeat":
+            controller.coordinator_sessions.note_contact(
+                request.coordinator_id, request.registration_epoch, self._clock()
+            )
 
     async def propose(self, records: Sequence[MetadataRecord]) -> bool:
         """Append ``records`` as the active controller, in the worker's order; whether
@@ -1037,8 +1057,17 @@ class ControllerServer:
 
     async def _tick_timer(self, epoch: int) -> None:
         interval_s = self.settings.tick_interval_ms / 1000
+        loop = asyncio.get_running_loop()
         while self._leader_epoch == epoch:
+            slept = loop.time()
             await asyncio.sleep(interval_s)
+            late_s = loop.time() - slept - interval_s
+            if late_s >= _LATE_TICK_WARNING_S:
+                # The loop could not run (blocked, or the process starved of CPU): the
+                # sessions do not count this (controller/heartbeats.py); say so.
+                log.warning(
+                    "node %d: the controller's loop could not run for %.1f s", self.node_id, late_s
+                )
             if not self._tick_queued:
                 self._tick_queued = True
                 self._jobs.put_nowait(_Tick())

@@ -31,7 +31,10 @@ passes in, which also writes snapshots every
 ``metadata.log.max.record.bytes.between.snapshots`` bytes of applied batches.
 
 Time is the wall clock in milliseconds, as Kafka's raft client uses: DescribeQuorum
-reports fetch times as timestamps.
+reports fetch times as timestamps; but the time this replica's loop could not run
+(blocked applying a large batch, starved of CPU) counts at most half a second per stall
+(:class:`~highwater.raft.loop_clock.LoopClock`), so that a slow apply does not trip the
+fetch and election timeouts.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ from highwater.raft.codec import (
     request_from_proto,
     response_to_proto,
 )
+from highwater.raft.loop_clock import LoopClock
 from highwater.raft.membership_service import (
     MembershipRaftServicer,
     discover_quorum,
@@ -307,7 +311,7 @@ class RaftServer:
         self._state_machine = state_machine
         self._role_listeners = list(role_listeners)
         self._services = tuple(services)
-        self._clock = clock
+        self._clock = LoopClock(clock)  # stalls of this loop do not count (loop_clock.py)
         self._cluster_id: str | None = None
         self._node: RaftNode | None = None
         self._log: PartitionRaftLog | None = None
