@@ -200,3 +200,14 @@ def test_finds_a_leader_leading_on_over_its_failed_directory(
     with pytest.raises(SimulationFailure) as found:
         Simulation(5, scenario).run()
     assert "its log directory is offline, yet it still leads" in found.value.reason
+
+
+def test_healing_ends_a_pause_at_once() -> None:
+    """A pause that outlasts the faults ends with them: what the paused broker put off
+    (its ticks, the messages sent to it) runs at the heal, not at the pause's planned end,
+    so the healed cluster converges long before it."""
+    fault = sim_cluster.Fault(1500, "pause", ("b2",), 8000)
+    scenario = Scenario(brokers=3, partitions=1, chaos_ms=2500, faults=(fault,))
+    result = Simulation(5, scenario).run()
+    assert result.acknowledged > 0
+    assert result.simulated_ms < fault.at_ms + fault.duration_ms, result.summary()
