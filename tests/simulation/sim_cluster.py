@@ -109,10 +109,6 @@ SIM_CONFIG = RaftConfig(
 )
 """The Raft simulation's timings (tests/raft/simulation.py): Kafka's scaled down 10x."""
 FETCH_TIMEOUT_MS = 200
-REPLICA_FETCH_WAIT_MS = 50
-"""A follower's fetch is a long poll (``replica.fetch.wait.max.ms``, 500 ms, scaled down
-ten times): a leader with nothing new for it holds it until records are appended past its
-offset or the wait ends, and the follower fetches again as the answer arrives."""
 RPC_TIMEOUT_MS = 300
 BROKER_TICK_MS = 50
 HIGH_WATERMARK_CHECKPOINT_MS = 500
@@ -510,9 +506,6 @@ class BrokerProcess(RaftMember):
     purgatory: list[Waiting] = field(default_factory=list)
     fetching: dict[TopicPartition, int] = field(default_factory=dict)
     """partition -> when its outstanding fetch was sent."""
-    parked: dict[tuple[TopicPartition, int], tuple[str, Fetch]] = field(default_factory=dict)
-    """(partition, follower) -> the follower's fetch this leader holds (its long poll),
-    and who sent it."""
     next_fetch: dict[TopicPartition, int] = field(default_factory=dict)
     alter_sent: dict[TopicPartition, int] = field(default_factory=dict)
     """partition -> when its pending ISR proposal was last sent."""
@@ -1397,7 +1390,6 @@ class Simulation:
         broker.registering_since = -1
         broker.purgatory.clear()
         broker.fetching.clear()
-        broker.parked.clear()
         broker.next_fetch.clear()
         broker.alter_sent.clear()
         self._on(broker, 1, self._broker_tick, broker)
@@ -1696,16 +1688,6 @@ class Simulation:
         )
 
     def _leader_fetch(self, broker: BrokerProcess, source: str, fetch: Fetch) -> None:
-        """A follower's fetch at its leader: answered at once if there is something to
-        answer (records, a diverging epoch, an error), else held (:meth:`_park`)."""
-        self._answer_fetch(broker, source, fetch, may_park=True)
-
-    def _answer_fetch(
-        self, broker: BrokerProcess, source: str, fetch: Fetch, *, may_park: bool
-    ) -> None:
-        """Read for ``fetch`` (each read moves the follower's replication state, as the
-        service's long poll does at each wake) and answer it, unless ``may_park`` and the
-        read found nothing new: then hold it."""
         partition = self._partition(broker, fetch.partition, fetch.topic)
         if partition is None:
             self._send(broker.name, source, fetch.refused(ErrorCode.NOT_LEADER_OR_FOLLOWER))
@@ -1721,59 +1703,19 @@ class Simulation:
         except HighwaterError as e:  # PartitionError among them: the edge answers its code
             self._send(broker.name, source, fetch.refused(e.code))
             return
-        if read.proposal is not None:
-            self._send_alter_partition(broker, partition)
-        records = read.data.records if read.data is not None else b""
-        if may_park and not records and read.diverging is None:
-            self._park(broker, partition, source, fetch)
-            return
         reply = FetchReply(
             fetch.partition,
             fetch.leader_epoch,
             fetch.fetch_offset,
             ErrorCode.NONE,
-            records,
+            read.data.records if read.data is not None else b"",
             read.diverging,
             partition.high_watermark,
             fetch.topic,
         )
+        if read.proposal is not None:
+            self._send_alter_partition(broker, partition)
         self._send(broker.name, source, reply)
-
-    def _park(self, broker: BrokerProcess, partition: Partition, source: str, fetch: Fetch) -> None:
-        """Hold a fetch with nothing new to answer (the purgatory of the service's
-        ``replica_fetch``): :meth:`_wake_parked` answers it once records are appended
-        past its offset or the partition's leadership changed, :meth:`_parked_due` when
-        :data:`REPLICA_FETCH_WAIT_MS` ends. A later fetch of the same follower replaces it
-        (a duplicate, or a retry after its timeout)."""
-        key = (partition.topic_partition, fetch.replica_id)
-        broker.parked[key] = (source, fetch)
-        self._on(broker, REPLICA_FETCH_WAIT_MS, self._parked_due, broker, key, fetch)
-
-    def _parked_due(
-        self, broker: BrokerProcess, key: tuple[TopicPartition, int], fetch: Fetch
-    ) -> None:
-        held = broker.parked.get(key)
-        if held is None or held[1] is not fetch:
-            return  # answered already, or replaced by a later fetch
-        del broker.parked[key]
-        self._answer_fetch(broker, held[0], fetch, may_park=False)
-
-    def _wake_parked(self, broker: BrokerProcess) -> None:
-        """Answer the held fetches that now have records to read, or whose partition this
-        broker no longer leads in the fetch's epoch (the read refuses them)."""
-        woken = []
-        for key, (source, fetch) in broker.parked.items():
-            partition = self._partition(broker, fetch.partition, fetch.topic)
-            if (
-                partition is None
-                or partition.leader_state is None
-                or partition.leader_epoch != fetch.leader_epoch
-                or partition.log_end_offset > fetch.fetch_offset
-            ):
-                woken.append((key, source, fetch))
-        for key, source, fetch in woken:
-            del broker.parked[key]
-            self._answer_fetch(broker, source, fetch, may_park=False)
 
     def _follower_fetch_reply(self, broker: BrokerProcess, reply: FetchReply) -> None:
         partition = self._partition(broker, reply.partition, reply.topic)
@@ -1802,9 +1744,9 @@ class Simulation:
                     f"truncated {before} -> {partition.log_end_offset}"
                 )
             else:
-                # Fetch again at once, even after an empty answer: the leader held it
-                # for its long poll.
                 partition.append_as_follower(reply.records, reply.high_watermark)
+                if not reply.records:
+                    delay = 15
         except HighwaterError as e:
             self._note(
                 f"{broker.name} {_label(tp)}: follower fetch failed: {type(e).__name__}: {e}"
@@ -2563,8 +2505,6 @@ class Simulation:
     def _after_broker(self, broker: BrokerProcess) -> None:
         if broker.manager is None:
             return
-        if broker.parked:
-            self._wake_parked(broker)
         self._complete_produces(broker)
         self._check_broker(broker)
 
