@@ -372,6 +372,12 @@ class Fetch:
     leader_epoch: int
     topic: str = TOPIC
 
+    def refused(self, error: int) -> FetchReply:
+        """The leader's answer that it cannot serve this fetch: ``error``, no records."""
+        return FetchReply(
+            self.partition, self.leader_epoch, self.fetch_offset, error, topic=self.topic
+        )
+
 
 @dataclass(frozen=True)
 class FetchReply:
@@ -411,6 +417,10 @@ class ConsumerFetch:
     partition: int
     offset: int
     topic: str = TOPIC
+
+    def refused(self, error: int) -> ConsumerFetchReply:
+        """The leader's answer that it cannot serve this read: ``error``, no records."""
+        return ConsumerFetchReply(self.partition, self.offset, error, topic=self.topic)
 
 
 @dataclass(frozen=True)
@@ -804,9 +814,34 @@ class Simulation:
         if not process.alive or process.incarnation != incarnation:
             return
         if process.paused_until > self.now_ms:
-            self._at(process.paused_until, self._run_on, process, incarnation, action, args)
+            self._put_off(process, self._run_on, process, incarnation, action, args)
             return
         action(*args)
+
+    def _put_off(self, process: Process, action: Callable[..., None], *args: Any) -> None:
+        """Run ``action`` when ``process``'s pause ends (it checks the pause again: a
+        later pause may have lengthened it). :meth:`_heal` brings these forward when it
+        cuts a pause short."""
+        self._at(process.paused_until, self._resume, process, action, args)
+
+    @staticmethod
+    def _resume(process: Process, action: Callable[..., None], args: tuple[Any, ...]) -> None:
+        action(*args)
+
+    def _bring_forward_put_off(self, processes: set[str]) -> None:
+        """Run now what ``processes`` put off to the end of a pause that was cut short
+        (each keeps its place among the events of this millisecond by its sequence
+        number)."""
+        queue = self._queue
+        now = self.now_ms
+        resume = Simulation._resume
+        moved = False
+        for index, (at, seq, action, args) in enumerate(queue):
+            if action is resume and at > now and args[0].name in processes:
+                queue[index] = (now, seq, action, args)
+                moved = True
+        if moved:
+            heapq.heapify(queue)
 
     # --- The network -----------------------------------------------------------------
 
@@ -847,7 +882,7 @@ class Simulation:
                 self._on(sender, 1, self._unreachable, sender, message.destination)
             return
         if target.paused_until > self.now_ms:
-            self._at(target.paused_until, self._deliver, source, target, incarnation, message)
+            self._put_off(target, self._deliver, source, target, incarnation, message)
             return
         if isinstance(message, RaftMessage):
             assert isinstance(target, RaftMember) and target.node is not None
@@ -977,6 +1012,8 @@ class Simulation:
         self._note("heal: every process running, no partition, no loss")
         self.chaos = False
         self.blocked.clear()
+        paused = {p.name for p in self.processes.values() if p.paused_until > self.now_ms}
+        self._bring_forward_put_off(paused)
         for process in self.processes.values():
             process.paused_until = min(process.paused_until, self.now_ms)
             if isinstance(process, BrokerProcess) and process.disk is not None:
@@ -1653,51 +1690,31 @@ class Simulation:
     def _leader_fetch(self, broker: BrokerProcess, source: str, fetch: Fetch) -> None:
         partition = self._partition(broker, fetch.partition, fetch.topic)
         if partition is None:
-            reply = FetchReply(
-                fetch.partition,
-                fetch.leader_epoch,
+            self._send(broker.name, source, fetch.refused(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            return
+        try:
+            read = partition.read_for_follower(
+                fetch.replica_id,
                 fetch.fetch_offset,
-                ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                topic=fetch.topic,
+                fetch.last_fetched_epoch,
+                FETCH_MAX_BYTES,
+                fetch.leader_epoch,
             )
-        else:
-            try:
-                read = partition.read_for_follower(
-                    fetch.replica_id,
-                    fetch.fetch_offset,
-                    fetch.last_fetched_epoch,
-                    FETCH_MAX_BYTES,
-                    fetch.leader_epoch,
-                )
-            except PartitionError as e:
-                reply = FetchReply(
-                    fetch.partition,
-                    fetch.leader_epoch,
-                    fetch.fetch_offset,
-                    e.code,
-                    topic=fetch.topic,
-                )
-            except HighwaterError as e:
-                reply = FetchReply(
-                    fetch.partition,
-                    fetch.leader_epoch,
-                    fetch.fetch_offset,
-                    e.code,
-                    topic=fetch.topic,
-                )
-            else:
-                reply = FetchReply(
-                    fetch.partition,
-                    fetch.leader_epoch,
-                    fetch.fetch_offset,
-                    ErrorCode.NONE,
-                    read.data.records if read.data is not None else b"",
-                    read.diverging,
-                    partition.high_watermark,
-                    fetch.topic,
-                )
-                if read.proposal is not None:
-                    self._send_alter_partition(broker, partition)
+        except HighwaterError as e:  # PartitionError among them: the edge answers its code
+            self._send(broker.name, source, fetch.refused(e.code))
+            return
+        reply = FetchReply(
+            fetch.partition,
+            fetch.leader_epoch,
+            fetch.fetch_offset,
+            ErrorCode.NONE,
+            read.data.records if read.data is not None else b"",
+            read.diverging,
+            partition.high_watermark,
+            fetch.topic,
+        )
+        if read.proposal is not None:
+            self._send_alter_partition(broker, partition)
         self._send(broker.name, source, reply)
 
     def _follower_fetch_reply(self, broker: BrokerProcess, reply: FetchReply) -> None:
@@ -1859,12 +1876,13 @@ class Simulation:
     def _consumer_fetch(self, broker: BrokerProcess, source: str, fetch: ConsumerFetch) -> None:
         partition = self._partition(broker, fetch.partition, fetch.topic)
         if partition is None:
-            reply = ConsumerFetchReply(
-                fetch.partition, fetch.offset, ErrorCode.NOT_LEADER_OR_FOLLOWER, topic=fetch.topic
-            )
+            reply = fetch.refused(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         else:
             try:
                 data = partition.read(fetch.offset, FETCH_MAX_BYTES, -1)
+            except HighwaterError as e:  # PartitionError among them: the edge answers its code
+                reply = fetch.refused(e.code)
+            else:
                 reply = ConsumerFetchReply(
                     fetch.partition,
                     fetch.offset,
@@ -1873,10 +1891,6 @@ class Simulation:
                     topic=fetch.topic,
                     high_watermark=partition.high_watermark,
                 )
-            except PartitionError as e:
-                reply = ConsumerFetchReply(fetch.partition, fetch.offset, e.code, topic=fetch.topic)
-            except HighwaterError as e:
-                reply = ConsumerFetchReply(fetch.partition, fetch.offset, e.code, topic=fetch.topic)
         self._send(broker.name, source, reply, reliable=True)
 
     # --- Clients -------------------------------------------------------------------------
