@@ -4,7 +4,8 @@
 //
 // It waits for the cluster to serve (grpc.health.v1), creates TOPIC with three partitions
 // through the broker, produces keyed records to partition -1 (the broker places each by
-// murmur2 of its key, as Kafka's default partitioner, and says where it went), reads them
+// murmur2 of its key, as Kafka's default partitioner, and says where it went; records
+// refused while a new leader creates its log are sent again, as a Kafka producer retries), reads them
 // back decoded (RECORD_FORMAT_PLAIN, no RecordBatch codec needed), consumes them again as
 // a member of GROUP through a consumer session (the broker runs the group protocol),
 // acknowledging and committing as it goes, reads the committed offsets back at the
@@ -101,6 +102,34 @@ function consumeInGroup(broker, topic, group) {
   });
 }
 
+// Errors a Kafka producer retries: the leader is moving or still creating its log.
+const RETRIABLE = new Set(['NOT_LEADER_OR_FOLLOWER', 'LEADER_NOT_AVAILABLE', 'UNKNOWN_TOPIC_OR_PARTITION']);
+
+// Produce records to partition -1 (the broker places each by its key); a record refused
+// with a retriable error is sent again after a pause, the others keep their placement.
+// Resolves to the error name ('NONE' once every record is placed) and the placements.
+async function producePlaced(broker, topic, records) {
+  const placements = new Array(records.length).fill(null);
+  for (let attempt = 0; attempt < 100; attempt += 1) {
+    const pending = [...placements.keys()].filter((i) => placements[i] === null);
+    if (pending.length === 0) return ['NONE', placements];
+    const produced = await call(broker, 'Produce', {
+      topics: [{ topic, partitions: [{ partition: -1, records: { records: pending.map((i) => records[i]) } }] }],
+    });
+    const placed = produced.topics[0].partitions[0];
+    const error = placed.error || 'NONE';
+    const answers = placed.placements || [];
+    if (answers.length === 0 && !RETRIABLE.has(error)) return [error, placements];
+    for (let j = 0; j < answers.length; j += 1) {
+      const placementError = answers[j].error || 'NONE';
+      if (placementError === 'NONE') placements[pending[j]] = answers[j];
+      else if (!RETRIABLE.has(placementError)) return [placementError, placements];
+    }
+    await sleep(100);
+  }
+  throw new Error(`${topic}: records still refused after 100 tries`);
+}
+
 async function main() {
   const [address, topic, group] = process.argv.slice(2);
   const v1 = load(
@@ -126,12 +155,9 @@ async function main() {
       headers: [{ key: 'source', value: Buffer.from('node') }],
     });
   }
-  const produced = await call(broker, 'Produce', {
-    topics: [{ topic, partitions: [{ partition: -1, records: { records } }] }],
-  });
-  const placed = produced.topics[0].partitions[0];
-  out.produce_error = placed.error || 'NONE';
-  out.placements = placed.placements.map((p, i) => [`key-${i}`, p.partition || 0, Number(p.offset || 0)]);
+  const [produceError, placements] = await producePlaced(broker, topic, records);
+  out.produce_error = produceError;
+  out.placements = placements.map((p, i) => [`key-${i}`, p.partition || 0, Number(p.offset || 0)]);
 
   // Consume: every partition from offset 0, records decoded by the broker.
   const positions = new Array(PARTITIONS).fill(0);

@@ -6,8 +6,9 @@
 #
 # The same story as examples/node/client.js: wait for the cluster to serve, create TOPIC
 # with three partitions, produce keyed records to partition -1 (the broker places them by
-# murmur2 of the key), consume them as a member of GROUP through a consumer session
-# (acknowledging each delivery, committing at the end; the stream's end ends the
+# murmur2 of the key; records refused while a new leader creates its log are sent again,
+# as a Kafka producer retries), consume them as a member of GROUP through a consumer
+# session (acknowledging each delivery, committing at the end; the stream's end ends the
 # membership), read the committed offsets back and list the latest offsets. It prints one
 # JSON object of what it saw.
 require 'json'
@@ -42,6 +43,38 @@ def wait_leaders(broker, topic)
     sleep 0.1
   end
   raise "#{topic} got no leaders"
+end
+
+# Errors a Kafka producer retries: the leader is moving or still creating its log.
+RETRIABLE = %i[NOT_LEADER_OR_FOLLOWER LEADER_NOT_AVAILABLE UNKNOWN_TOPIC_OR_PARTITION].freeze
+
+# Produce records to partition -1 (the broker places each by its key); a record refused
+# with a retriable error is sent again after a pause, the others keep their placement.
+# Returns the error name ('NONE' once every record is placed) and the placements.
+def produce_placed(broker, topic, records)
+  placements = Array.new(records.size)
+  100.times do
+    pending = placements.each_index.select { |i| placements[i].nil? }
+    return ['NONE', placements] if pending.empty?
+
+    produced = broker.produce(V1::ProduceRequest.new(
+      topics: [V1::ProduceTopic.new(topic: topic, partitions: [V1::ProducePartition.new(
+        partition: -1, records: V1::PlainRecords.new(records: pending.map { |i| records[i] })
+      )])]
+    ))
+    placed = produced.topics.first.partitions.first
+    return [placed.error.to_s, placements] if placed.placements.empty? && !RETRIABLE.include?(placed.error)
+
+    placed.placements.each_with_index do |p, j|
+      if p.error == :NONE
+        placements[pending[j]] = p
+      elsif !RETRIABLE.include?(p.error)
+        return [p.error.to_s, placements]
+      end
+    end
+    sleep 0.1
+  end
+  raise "#{topic}: records still refused after 100 tries"
 end
 
 # Requests of a consumer session come from a queue; nil ends the stream.
@@ -89,12 +122,8 @@ out['create_topics'] = created.topics.first.error.to_s
 wait_leaders(broker, topic)
 
 records = (0...RECORDS).map { |i| V1::Record.new(key: "key-#{i}", value: "value-#{i}") }
-produced = broker.produce(V1::ProduceRequest.new(
-  topics: [V1::ProduceTopic.new(topic: topic, partitions: [V1::ProducePartition.new(partition: -1, records: V1::PlainRecords.new(records: records))])]
-))
-placed = produced.topics.first.partitions.first
-out['produce_error'] = placed.error.to_s
-out['placements'] = placed.placements.each_with_index.map { |p, i| ["key-#{i}", p.partition, p.offset] }
+out['produce_error'], placements = produce_placed(broker, topic, records)
+out['placements'] = placements.each_with_index.map { |p, i| ["key-#{i}", p.partition, p.offset] }
 
 out['session'] = consume_in_group(broker, topic, group)
 
