@@ -18,8 +18,10 @@ It owns a pure :class:`~highwater.raft.node.RaftNode` and does all of its I/O:
 * the loop: the node is ticked when its next timer is due (between ``tick_interval_ms``
   and ``max_tick_interval_ms`` after the last event or tick) and after every event its
   :class:`~highwater.raft.node.Ready` is applied in order — persist the election state
-  (fsync, in a worker thread), send the messages, flush the log if asked (then
-  ``on_flushed``; appends made meanwhile go in the next flush: group commit), load a
+  (fsync, in a worker thread), send the messages, flush the log if asked (on the loop
+  while fsyncs are fast, else in the :class:`~highwater.raft.log_flusher.LogFlusher`'s
+  thread; then ``on_flushed``; appends made meanwhile go in the next flush: group
+  commit), load a
   snapshot into the state machine, hand it the newly committed batches, tell the role
   listeners.
 
@@ -74,6 +76,7 @@ from highwater.raft.codec import (
     request_from_proto,
     response_to_proto,
 )
+from highwater.raft.log_flusher import LogFlusher
 from highwater.raft.loop_clock import LoopClock
 from highwater.raft.membership_service import (
     MembershipRaftServicer,
@@ -356,6 +359,7 @@ class RaftServer:
         self._bytes_since_snapshot = 0
         self._role: RoleChange | None = None
         self._flushing: asyncio.Task[None] | None = None
+        self._flusher: LogFlusher | None = None
         self._last_fsync_s = 0.0
         self._announcer: asyncio.Task[None] | None = None
         self.telemetry = RaftTelemetry(self)
@@ -857,7 +861,7 @@ class RaftServer:
             # Timed in the thread: the round trip through the thread pool and back to a
             # busy loop took more than the limit on its own, so once in a thread the
             # flushes never came back to the loop even when the disk was fast again.
-            self._last_fsync_s = await asyncio.to_thread(_timed_flush, raft_log)
+            self._last_fsync_s = await self._require_flusher().flush(raft_log.flush)
             if not self._stopping:
                 self._flushed(node)
         except Exception as e:
@@ -865,6 +869,11 @@ class RaftServer:
         finally:
             self._flushing = None
             self._wakeup.set()
+
+    def _require_flusher(self) -> LogFlusher:
+        if self._flusher is None:
+            self._flusher = LogFlusher(f"raft-{self.node_id}-flusher")
+        return self._flusher
 
     def _flushed(self, node: RaftNode) -> None:
         node.on_flushed(self._require_log().flushed_offset, self._clock())
@@ -1147,6 +1156,8 @@ class RaftServer:
             if flushing is not None:
                 with contextlib.suppress(Exception):
                     await flushing
+            if self._flusher is not None:
+                self._flusher.close()
             if self._transport is not None:
                 await self._transport.close()
             self._inbound.fail_all()
@@ -1179,13 +1190,6 @@ class RaftServer:
         if self._snapshots is None:
             raise RuntimeError("the Raft server has not started")
         return self._snapshots
-
-
-def _timed_flush(raft_log: PartitionRaftLog) -> float:
-    """Flush ``raft_log``; the seconds it took."""
-    started = time.perf_counter()
-    raft_log.flush()
-    return time.perf_counter() - started
 
 
 def _fail(proposal: _Proposal, error: HighwaterError) -> None:

@@ -239,7 +239,13 @@ class _PeerFetchStream:
     order, a reader task hands each response to the request it answers (the oldest
     waiting). An error, the peer ending the call or an overdue answer breaks the stream:
     the requests waiting are dropped (the node's timers fetch again) and the next fetch
-    opens a new call."""
+    opens a new call.
+
+    Overdue answers are watched by one timer per stream, not one per fetch: a fetch arms
+    it at its deadline when none is pending (or the pending one is later), and when it fires it
+    breaks the stream if a request still waiting is overdue, else re-arms at the
+    earliest deadline of those now waiting (if any). A stream whose fetches are answered in time
+    schedules one timer per timeout, whatever the number of fetches."""
 
     def __init__(
         self,
@@ -258,7 +264,9 @@ class _PeerFetchStream:
         self._call: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._outbox: asyncio.Queue[FetchRequest] = asyncio.Queue()
+        # Each waiting request with its answer's deadline (the loop's clock).
         self._waiting: collections.deque[tuple[FetchRequest, float]] = collections.deque()
+        self._deadline_timer: asyncio.TimerHandle | None = None
 
     def send(self, request: FetchRequest) -> None:
         if self._call is None:
@@ -274,9 +282,13 @@ class _PeerFetchStream:
         try:
             while True:
                 request = await self._outbox.get()
-                self._waiting.append((request, 0.0))
-                timeout_s = self._timeout_s + request.max_wait_ms / 1000
-                loop.call_later(timeout_s, self._check_answered, call, request)
+                deadline = loop.time() + self._timeout_s + request.max_wait_ms / 1000
+                self._waiting.append((request, deadline))
+                timer = self._deadline_timer
+                if timer is None or deadline < timer.when():
+                    if timer is not None:
+                        timer.cancel()  # a shorter max_wait_ms than a waiting long poll's
+                    self._deadline_timer = loop.call_at(deadline, self._check_answered, call)
                 await call.write(_to_proto(request, self._fetch_identity))
         except (grpc.aio.AioRpcError, grpc.aio.UsageError) as e:
             self._break(call, e)
@@ -293,9 +305,20 @@ class _PeerFetchStream:
         except grpc.aio.AioRpcError as e:
             self._break(call, e)
 
-    def _check_answered(self, call: Any, request: FetchRequest) -> None:
-        if call is self._call and any(waiting is request for waiting, _ in self._waiting):
+    def _check_answered(self, call: Any) -> None:
+        """The deadline timer fired: break the stream if a waiting request is overdue,
+        else re-arm at the earliest deadline of those waiting (none waiting: unarmed)."""
+        self._deadline_timer = None
+        if call is not self._call or not self._waiting:
+            return
+        # Deadlines need not be in the order sent (max_wait_ms differs): the earliest.
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        next_deadline = min(deadline for _, deadline in self._waiting)
+        if next_deadline <= now:
             self._break(call, None)
+        else:
+            self._deadline_timer = loop.call_at(next_deadline, self._check_answered, call)
 
     def _break(self, call: Any, error: grpc.aio.AioRpcError | None) -> None:
         if call is not self._call:
@@ -303,6 +326,9 @@ class _PeerFetchStream:
         destination = self._waiting[0][0].destination if self._waiting else None
         self._call = None
         self._waiting.clear()
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
         while not self._outbox.empty():
             self._outbox.get_nowait()
         call.cancel()

@@ -1,0 +1,102 @@
+"""The metadata log's flusher thread: flushes run there in order, their time and errors
+come back to the loop, and a write handed to it is acknowledged only once flushed."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from highwater.raft.driver import RaftServer, RaftServerSettings
+from highwater.raft.log_flusher import LogFlusher
+from highwater.raft.messages import OffsetAndEpoch
+from highwater.raft.state_machine import SnapshotReader
+from highwater.records import RecordBatch
+from raft_timing import FAST
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_flushes_run_in_the_thread_in_order_and_errors_come_back() -> None:
+    flusher = LogFlusher("test-flusher")
+    ran: list[tuple[str, int]] = []
+
+    def flush(name: str) -> None:
+        ran.append((name, threading.get_ident()))
+
+    def broken() -> None:
+        raise OSError(5, "Input/output error")
+
+    try:
+        first, second = flusher.flush(lambda: flush("a")), flusher.flush(lambda: flush("b"))
+        assert await first >= 0 and await second >= 0
+        with pytest.raises(OSError, match="Input/output error"):
+            await flusher.flush(broken)
+        assert await flusher.flush(lambda: flush("c")) >= 0  # the thread goes on
+    finally:
+        flusher.close()
+    assert [name for name, _ in ran] == ["a", "b", "c"]
+    assert {thread for _, thread in ran} != {threading.get_ident()}
+    assert len({thread for _, thread in ran}) == 1
+    with pytest.raises(RuntimeError, match="closed"):
+        flusher.flush(lambda: None)
+
+
+class _Values:
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    def apply(self, batches: Sequence[RecordBatch], high_watermark: int) -> None:
+        for batch in batches:
+            self.values.extend(r.value or b"" for r in batch.records())
+
+    def load_snapshot(self, reader: SnapshotReader) -> None:
+        raise AssertionError("no snapshot here")
+
+    def snapshot(self, snapshot_id: OffsetAndEpoch) -> bytes:
+        return b""
+
+
+async def test_a_write_flushed_in_the_thread_commits_only_once_flushed(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    machine = _Values()
+    server = RaftServer(
+        node_id=1,
+        listen=f"127.0.0.1:{port}",
+        voters={1: f"127.0.0.1:{port}"},
+        data_dir=tmp_path,
+        state_machine=machine,
+        settings=RaftServerSettings(raft=FAST),
+    )
+    await server.start()
+    try:
+        await server.propose([b"first"])
+        raft_log = server._log
+        assert raft_log is not None
+        # A disk that was slow: the next flushes go to the flusher's thread, where this
+        # one waits until released.
+        server._last_fsync_s = 1.0
+        release = threading.Event()
+        real_flush = raft_log.flush
+
+        def gated_flush() -> int:
+            assert release.wait(10)
+            return real_flush()
+
+        raft_log.flush = gated_flush  # type: ignore[method-assign]
+        proposal = asyncio.ensure_future(server.propose([b"second"]))
+        await asyncio.sleep(0.3)
+        assert not proposal.done(), "a single voter commits only what it flushed"
+        assert raft_log.flushed_offset < raft_log.end_offset
+        release.set()
+        offset = await asyncio.wait_for(proposal, 10)
+        assert raft_log.flushed_offset > offset
+        assert machine.values == [b"first", b"second"]
+    finally:
+        release.set()
+        await server.stop()
