@@ -7,20 +7,16 @@ by hand and the sender never gets a turn).
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from compiled_codec import PURE_PYTHON_RUN, compiled_only
+from compiled_codec import PURE_PYTHON_RUN, compiled_only, run_under_debug_allocator
 from highwater.client.cluster import PartitionInfo, TopicInfo
 from highwater.client.producer import AsyncProducer, Message, ProducerClosedError
 from highwater.client.producer.handle import DeliveryHandle
-from highwater.records.implementation import PURE_PYTHON_ENV
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -373,16 +369,4 @@ print("ok")
 def test_the_lane_under_the_debug_allocator() -> None:
     """produce() and produce_without_handle() through the lane and its fallbacks in a
     child process under ``PYTHONMALLOC=debug`` (writes past a block, use after free)."""
-    root = Path(__file__).resolve().parents[2]
-    paths = [str(root / "services"), str(root / "tests" / "support"), str(Path(__file__).parent)]
-    env = {k: v for k, v in os.environ.items() if k != PURE_PYTHON_ENV}
-    env["PYTHONMALLOC"] = "debug"
-    result = subprocess.run(
-        [sys.executable, "-X", "dev", "-c", DEBUG_SCRIPT, *paths],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == "ok"
+    run_under_debug_allocator(DEBUG_SCRIPT, Path(__file__).parent)

@@ -23,6 +23,7 @@ from typing import Any
 
 import crc32c as crc32c_package
 import pytest
+from compiled_codec import run_under_debug_allocator
 from highwater.client.message import Message
 from highwater.errors import HighwaterError
 from highwater.records import (
@@ -548,19 +549,7 @@ print("ok")
 
 
 def test_the_adversarial_corpus_under_the_debug_allocator() -> None:
-    root = Path(__file__).resolve().parents[2]
-    paths = [str(root / "services"), str(root / "tests" / "support"), str(Path(__file__).parent)]
-    env = {k: v for k, v in os.environ.items() if k != PURE_PYTHON_ENV}
-    env["PYTHONMALLOC"] = "debug"
-    result = subprocess.run(
-        [sys.executable, "-X", "dev", "-c", DEBUG_SCRIPT, *paths],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == "ok"
+    run_under_debug_allocator(DEBUG_SCRIPT, Path(__file__).parent)
 
 
 # --- the cleaner's passes ---------------------------------------------------------------------
