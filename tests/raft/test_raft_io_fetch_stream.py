@@ -69,6 +69,17 @@ def _fetch(offset: int, max_wait_ms: int = 0) -> FetchRequest:
     )
 
 
+def _transport(address: str, timeout_ms: int, responses: list[RaftResponse]) -> Transport:
+    """A transport to the leader at ``address`` that keeps every response it steps in."""
+    return Transport(
+        {1: address},
+        timeout_ms=timeout_ms,
+        max_message_bytes=1 << 20,
+        on_response=responses.append,
+        on_unreachable=lambda _: None,
+    )
+
+
 async def _answers(responses: list[RaftResponse], count: int) -> None:
     async with asyncio.timeout(20):
         while len(responses) < count:
@@ -80,13 +91,7 @@ async def test_many_fetches_leave_a_bounded_number_of_timers(
 ) -> None:
     servicer, address = leader
     responses: list[RaftResponse] = []
-    transport = Transport(
-        {1: address},
-        timeout_ms=2000,
-        max_message_bytes=1 << 20,
-        on_response=responses.append,
-        on_unreachable=lambda _: None,
-    )
+    transport = _transport(address, 2000, responses)
     loop = asyncio.get_running_loop()
     # asyncio keeps pending (and recently cancelled) timers in the loop's heap.
     timers_before = len(loop._scheduled)  # type: ignore[attr-defined]
@@ -109,13 +114,7 @@ async def test_an_overdue_answer_breaks_the_stream_and_the_next_fetch_opens_anot
 ) -> None:
     servicer, address = leader
     responses: list[RaftResponse] = []
-    transport = Transport(
-        {1: address},
-        timeout_ms=300,
-        max_message_bytes=1 << 20,
-        on_response=responses.append,
-        on_unreachable=lambda _: None,
-    )
+    transport = _transport(address, 300, responses)
     loop = asyncio.get_running_loop()
     try:
         # Answered fetches first, so the stalled one's deadline is watched by a timer
