@@ -648,6 +648,10 @@ async def highwater_workloads(
         )
     if replication > 1:
         report.progress(f"broker: highwater RF {replication}: end-to-end latency")
+        # The throughput phases' writes are written out first, so that the kernel's
+        # writeback of their pages does not stall the brokers' appends while latency is
+        # measured (it held the first second's records for 200-500 ms).
+        os.sync()
         latencies = await _guarded(
             result.errors,
             "latency",
@@ -791,6 +795,7 @@ async def jetstream_workloads(
             )
         if replicas > 1:
             report.progress(f"broker: JetStream R{replicas}: end-to-end latency")
+            os.sync()  # as before Highwater's latency phase
             latencies = await _guarded(
                 result.errors,
                 "latency",
@@ -1092,7 +1097,8 @@ def _notes(
         "default) from offset 0 of the same partition. All clients run in the benchmark's "
         "one Python process, on the same 2 CPUs as the servers; each deployment starts "
         "after `sync`, so that the kernel does not write one system's files out during "
-        "another's runs. Each throughput phase, "
+        "another's runs, and so does each latency phase (the throughput phases' pages are "
+        "written out before it). Each throughput phase, "
         f"Highwater's and JetStream's alike, runs {TRIALS} times in a row; the trial of median "
         "rate is the figure, and every trial's rate is listed under it."
     )
