@@ -393,17 +393,18 @@ before_ms, after_ms, log_append_time)`` makes every check
 :meth:`~highwater.storage.log.PartitionLog.append_as_leader` makes of client batches
 (:func:`check_batch`'s with the CRC, the two size limits, ``records_count ==
 last_offset_delta + 1``, and, when ``log_append_time`` is negative, CreateTime and the
-timestamp window ``[now - before_ms, now + after_ms]``) and returns ``(heads, headers,
-records, max_timestamp, offset_of_max_timestamp, tracked)``: each batch's 61-byte
-header with its offsets assigned from ``next_offset`` and the leader epoch stamped (with
-LogAppendTime also the timestamp type, the max timestamp and the CRC, as
-:func:`set_log_append_time`), one after another in the ``bytes`` ``heads`` and as tuples in
-``headers``, the records' count, the largest max timestamp with its batch's last
-offset, and whether a batch carries a producer id. The record bytes after each header
-are not copied: the segment writes the stamped headers beside them
-(:meth:`~highwater.storage.segment.LogSegment.append_stamped`). It returns None, and the
-log runs the same checks in Python (the reference, which raises the typed error), for
-anything they refuse or any value out of its range. The storage tests compare the two paths."""
+timestamp window ``[now - before_ms, now + after_ms]``) and returns ``(stamped, headers,
+records, max_timestamp, offset_of_max_timestamp, tracked)``: ``stamped`` holds the
+batches with their offsets assigned from ``next_offset`` and the leader epoch stamped
+(with LogAppendTime also the timestamp type, the max timestamp and the CRC, as
+:func:`set_log_append_time`): a request of at most 32 KiB whole, in a copy, a larger one
+only as its stamped 61-byte headers one after another, whose record bytes the segment
+writes from ``data`` beside them
+(:meth:`~highwater.storage.segment.LogSegment.append_stamped`); the stamped headers as
+tuples in ``headers``, the records' count, the largest max timestamp with its batch's last
+offset, and whether a batch carries a producer id. It returns None, and the log runs the
+same checks in Python (the reference, which raises the typed error), for anything they
+refuse or any value out of its range. The storage tests compare the two paths."""
 
 
 def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:

@@ -362,9 +362,11 @@ class PartitionLog:
         producer's batch writes nothing and returns the offsets the first attempt got.
 
         With the compiled codec one call (:data:`~highwater.records.header.stamp_batches`)
-        makes every check of the batches and returns their headers stamped (61 bytes
-        each); one ``writev`` appends each stamped header beside the rest of its batch,
-        taken from ``data`` without a copy. The Python left per append is the producer state (for
+        makes every check of the batches and returns them stamped: a request of up to
+        32 KiB in a copy, which one ``write`` appends, a larger one as its stamped 61-byte
+        headers, which one ``writev`` appends each beside the rest of its batch, taken from
+        ``data`` without a copy (a 1 MiB batch is not copied in memory). The Python left
+        per append is the producer state (for
         batches with a producer id), the roll rules and the index bookkeeping. Batches it
         does not take (anything a check refuses), compacted topics (whose keys are checked
         record by record) and the pure-Python implementation go through
@@ -396,7 +398,7 @@ class PartitionLog:
             )
             if stamped is None:
                 return self._append_checked(data, leader_epoch, origin, now, log_append_time)
-            heads, headers, records, max_timestamp, offset_of_max, tracked = stamped
+            stamped_bytes, headers, records, max_timestamp, offset_of_max, tracked = stamped
             if tracked:
                 try:
                     self.producer_state.check_appends(headers, origin)
@@ -418,7 +420,7 @@ class PartitionLog:
                 total, end - 1, last[8], limits.segment_bytes, limits.roll_after_ms
             ):
                 segment = self.roll(first_offset)
-            segment.append_stamped(heads, data, headers)
+            segment.append_stamped(stamped_bytes, data, headers)
             self._log_end_offset = end
             if self.lost_high_watermark is not None and end >= self.lost_high_watermark:
                 self.lost_high_watermark = None

@@ -303,25 +303,26 @@ class LogSegment:
         self._note_appended(start, total, [header for _, header in batches])
 
     def append_stamped(
-        self, heads: bytes, data: bytes | memoryview, headers: list[BatchHeader]
+        self, stamped: bytes, data: bytes | memoryview, headers: list[BatchHeader]
     ) -> None:
         """Append whole, validated batches (a leader's append): ``data`` holds them as the
-        producer sent them, ``heads`` their 61-byte headers stamped by
-        :data:`~highwater.records.header.stamp_batches` one after another, ``headers`` the
-        same as tuples, in order. One ``writev`` writes each stamped header followed by
-        the rest of its batch from ``data``, which is not copied (``data`` is ``bytes`` or
-        a memoryview of bytes)."""
+        producer sent them, ``headers`` their stamped headers in order, and ``stamped``
+        (from :data:`~highwater.records.header.stamp_batches`) either all of ``data``
+        stamped (as long as it) or only the stamped 61-byte headers one after another. In
+        the second case one ``writev`` writes each stamped header followed by the rest of
+        its batch from ``data``, which is not copied (``data`` is ``bytes`` or a
+        memoryview of bytes)."""
         if self._failed is not None:
             raise self._failed
         start = self._size
         total = len(data)
-        if len(headers) == 1:
-            pieces: list[bytes | bytearray | memoryview] = [
-                heads,
-                memoryview(data)[BATCH_HEADER_SIZE:],
-            ]
+        pieces: list[bytes | bytearray | memoryview]
+        if len(stamped) == total:
+            pieces = [stamped]
+        elif len(headers) == 1:
+            pieces = [stamped, memoryview(data)[BATCH_HEADER_SIZE:]]
         else:
-            pieces = _interleaved(heads, memoryview(data), headers)
+            pieces = _interleaved(stamped, memoryview(data), headers)
         try:
             _write_fully(self._fd, pieces, total)  # the one place segment writes go through
         except OSError as e:
