@@ -81,18 +81,25 @@ def client_batch(draw: st.DrawFn, sequence: list[int]) -> bytes:
 
 
 @st.composite
-def appends(draw: st.DrawFn) -> list[tuple[bytes, int]]:
+def appends(draw: st.DrawFn) -> list[tuple[bytes | bytearray | memoryview, int]]:
     sequence = [0]
-    calls = []
+    calls: list[tuple[bytes | bytearray | memoryview, int]] = []
     for _ in range(draw(st.integers(1, 8))):
         batches = [draw(client_batch(sequence)) for _ in range(draw(st.integers(1, 3)))]
-        calls.append((b"".join(batches), draw(st.sampled_from([0, 0, 3, -1]))))
+        data = b"".join(batches)
+        # The compiled path writes the record bytes from the caller's buffer: every kind.
+        kind = draw(st.sampled_from(["bytes", "bytes", "bytearray", "memoryview"]))
+        if kind == "bytearray":
+            data = bytearray(data)
+        elif kind == "memoryview":
+            data = memoryview(b"xy" + data)[2:]
+        calls.append((data, draw(st.sampled_from([0, 0, 3, -1]))))
         if draw(st.integers(0, 5)) == 0:
             calls.append(calls[-1])  # a retry
     return calls
 
 
-def outcome(log: PartitionLog, data: bytes, epoch: int) -> object:
+def outcome(log: PartitionLog, data: bytes | bytearray | memoryview, epoch: int) -> object:
     try:
         return log.append_as_leader(data, epoch)
     except HighwaterError as error:
@@ -111,7 +118,10 @@ def files(directory: Path) -> dict[str, bytes]:
 )
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_the_compiled_append_is_the_reference(
-    calls: list[tuple[bytes, int]], timestamp_type: str, max_message_bytes: int, segment_bytes: int
+    calls: list[tuple[bytes | bytearray | memoryview, int]],
+    timestamp_type: str,
+    max_message_bytes: int,
+    segment_bytes: int,
 ) -> None:
     config = {
         "message.timestamp.type": timestamp_type,
@@ -121,6 +131,43 @@ def test_the_compiled_append_is_the_reference(
         "message.timestamp.before.max.ms": 10**9,
         "message.timestamp.after.max.ms": 10**9,
     }
+    appends_alike(calls, config)
+
+
+@pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
+def test_requests_past_32_kib_are_written_from_the_callers_bytes(timestamp_type: str) -> None:
+    """Requests of more than 32 KiB come back from ``stamp_batches`` as stamped headers
+    only, written beside the caller's record bytes: one batch and several, from each kind
+    of buffer, a refused one among them, give the reference's results and files."""
+
+    def batch(values: int, value_bytes: int, first: int) -> bytes:
+        return build_batch(
+            [
+                SimpleRecord(None, bytes([first + i]) * value_bytes, (), BASE_TS + first + i)
+                for i in range(values)
+            ]
+        )
+
+    big, other = batch(3, 20_000, 0), batch(2, 30_000, 3)
+    several = big + batch(1, 100, 5) + other
+    damaged = bytearray(several)
+    damaged[len(big) + 70] ^= 1  # the second batch's records: its CRC fails
+    calls: list[tuple[bytes | bytearray | memoryview, int]] = [
+        (big, 0),
+        (several, 0),
+        (bytearray(other), 1),
+        (memoryview(b"xy" + several)[2:], 1),
+        (bytes(damaged), 1),
+        (big, 2),
+    ]
+    appends_alike(calls, {"message.timestamp.type": timestamp_type, "index.interval.bytes": 200})
+
+
+def appends_alike(
+    calls: list[tuple[bytes | bytearray | memoryview, int]], config: dict[str, object]
+) -> None:
+    """Make ``calls`` on a log on the compiled path and on one on the reference path:
+    the same results or errors, and the same files byte for byte."""
     with tempfile.TemporaryDirectory() as root:
         fast = open_log(Path(root) / "fast" / "t-0", FakeClock(), **config)
         reference = open_log(Path(root) / "reference" / "t-0", FakeClock(), **config)

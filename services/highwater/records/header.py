@@ -394,10 +394,14 @@ before_ms, after_ms, log_append_time)`` makes every check
 (:func:`check_batch`'s with the CRC, the two size limits, ``records_count ==
 last_offset_delta + 1``, and, when ``log_append_time`` is negative, CreateTime and the
 timestamp window ``[now - before_ms, now + after_ms]``) and returns ``(stamped, headers,
-records, max_timestamp, offset_of_max_timestamp, tracked)``: a copy of ``data`` with
-offsets assigned from ``next_offset`` and the leader epoch stamped (with LogAppendTime
-also the timestamp type, the max timestamp and the CRC, as :func:`set_log_append_time`),
-the stamped headers, the records' count, the largest max timestamp with its batch's last
+records, max_timestamp, offset_of_max_timestamp, tracked)``: ``stamped`` holds the
+batches with their offsets assigned from ``next_offset`` and the leader epoch stamped
+(with LogAppendTime also the timestamp type, the max timestamp and the CRC, as
+:func:`set_log_append_time`): a request of at most 32 KiB whole, in a copy, a larger one
+only as its stamped 61-byte headers one after another, whose record bytes the segment
+writes from ``data`` beside them
+(:meth:`~highwater.storage.segment.LogSegment.append_stamped`); the stamped headers as
+tuples in ``headers``, the records' count, the largest max timestamp with its batch's last
 offset, and whether a batch carries a producer id. It returns None, and the log runs the
 same checks in Python (the reference, which raises the typed error), for anything they
 refuse or any value out of its range. The storage tests compare the two paths."""

@@ -174,6 +174,34 @@ class PendingDeletion:
     segments: list[LogSegment] = field(default_factory=list)
 
 
+class _AppendLimits(NamedTuple):
+    """What a leader's append reads of the topic config, read once per config object (a
+    config change replaces :attr:`PartitionLog.config` whole): an append reads one tuple
+    instead of a property and eight attributes."""
+
+    config: LogConfig
+    compacted: bool  # keys are checked record by record: the reference path
+    log_append_time: bool
+    max_message_bytes: int
+    segment_bytes: int
+    before_ms: int
+    after_ms: int
+    roll_after_ms: int
+
+    @classmethod
+    def of(cls, config: LogConfig) -> _AppendLimits:
+        return cls(
+            config,
+            config.compact,
+            config.message_timestamp_type == "LogAppendTime",
+            config.max_message_bytes,
+            config.segment_bytes,
+            config.message_timestamp_before_max_ms,
+            config.message_timestamp_after_max_ms,
+            config.segment_ms - config.segment_jitter_ms,
+        )
+
+
 class PartitionLog:
     """One partition replica's log. Not thread-safe: one owner thread, except :meth:`flush`."""
 
@@ -211,6 +239,7 @@ class PartitionLog:
         self._pending_deletions: list[PendingDeletion] = []
         self._pending_snapshots: list[tuple[int, bytes]] = []
         self._closed = False
+        self._append_limits = _AppendLimits.of(config)
         self.offline = False
         """Set by an I/O error: the log takes no more reads or writes (module docstring)."""
         self.on_io_error: IoErrorHandler | None = None
@@ -333,8 +362,11 @@ class PartitionLog:
         producer's batch writes nothing and returns the offsets the first attempt got.
 
         With the compiled codec one call (:data:`~highwater.records.header.stamp_batches`)
-        makes every check of the batches and returns them stamped in one piece of bytes,
-        which one ``writev`` appends; the Python left per append is the producer state (for
+        makes every check of the batches and returns them stamped: a request of up to
+        32 KiB in a copy, which one ``write`` appends, a larger one as its stamped 61-byte
+        headers, which one ``writev`` appends each beside the rest of its batch, taken from
+        ``data`` without a copy (a 1 MiB batch is not copied in memory). The Python left
+        per append is the producer state (for
         batches with a producer id), the roll rules and the index bookkeeping. Batches it
         does not take (anything a check refuses), compacted topics (whose keys are checked
         record by record) and the pure-Python implementation go through
@@ -344,27 +376,29 @@ class PartitionLog:
         if self.offline:
             self._refuse_if_offline()
         try:
-            config = self.config
+            limits = self._append_limits
+            if limits[0] is not self.config:
+                limits = self._append_limits = _AppendLimits.of(self.config)
             now = self.clock()
-            log_append_time = now if config.message_timestamp_type == "LogAppendTime" else -1
+            log_append_time = now if limits.log_append_time else -1
             stamped = (
                 None
-                if stamp_batches is None or config.compact
+                if limits.compacted or stamp_batches is None
                 else stamp_batches(
                     data,
                     self._log_end_offset,
                     leader_epoch,
-                    config.max_message_bytes,
-                    config.segment_bytes,
+                    limits.max_message_bytes,
+                    limits.segment_bytes,
                     now,
-                    config.message_timestamp_before_max_ms,
-                    config.message_timestamp_after_max_ms,
+                    limits.before_ms,
+                    limits.after_ms,
                     log_append_time,
                 )
             )
             if stamped is None:
                 return self._append_checked(data, leader_epoch, origin, now, log_append_time)
-            batch_bytes, headers, records, max_timestamp, offset_of_max, tracked = stamped
+            stamped_bytes, headers, records, max_timestamp, offset_of_max, tracked = stamped
             if tracked:
                 try:
                     self.producer_state.check_appends(headers, origin)
@@ -378,17 +412,15 @@ class PartitionLog:
                 self._latest_epoch = leader_epoch
             last = headers[-1]
             end = last[0] + last[6] + 1
-            total = len(batch_bytes)
+            if type(data) is not bytes:
+                data = memoryview(data).cast("B")  # a memoryview's len() is in items
+            total = len(data)
             segment = self._segments[-1]
             if segment.should_roll(
-                total,
-                end - 1,
-                last[8],
-                config.segment_bytes,
-                config.segment_ms - config.segment_jitter_ms,
+                total, end - 1, last[8], limits.segment_bytes, limits.roll_after_ms
             ):
                 segment = self.roll(first_offset)
-            segment.append_stamped(batch_bytes, headers)
+            segment.append_stamped(stamped_bytes, data, headers)
             self._log_end_offset = end
             if self.lost_high_watermark is not None and end >= self.lost_high_watermark:
                 self.lost_high_watermark = None

@@ -81,6 +81,21 @@ def _drop_written(views: list[memoryview], written: int) -> None:
             written = 0
 
 
+def _interleaved(
+    heads: bytes, view: memoryview, headers: list[BatchHeader]
+) -> list[bytes | bytearray | memoryview]:
+    """The pieces of several stamped batches: each stamped header (a slice of ``heads``),
+    then the rest of its batch from ``view``."""
+    pieces: list[bytes | bytearray | memoryview] = []
+    position = 0
+    for i, header in enumerate(headers):
+        end = position + header[1] + LOG_OVERHEAD
+        pieces.append(heads[i * BATCH_HEADER_SIZE : (i + 1) * BATCH_HEADER_SIZE])
+        pieces.append(view[position + BATCH_HEADER_SIZE : end])
+        position = end
+    return pieces
+
+
 def file_name(base_offset: int, suffix: str) -> str:
     """``00000000000000000042.log`` for base offset 42 and suffix ``.log``."""
     return f"{base_offset:020d}{suffix}"
@@ -287,15 +302,29 @@ class LogSegment:
             self._undo_partial_write(start, e)
         self._note_appended(start, total, [header for _, header in batches])
 
-    def append_stamped(self, data: bytes, headers: list[BatchHeader]) -> None:
-        """Append whole, validated batches given as one piece of bytes (a leader's append,
-        stamped by :data:`~highwater.records.header.stamp_batches`), ``headers`` in order."""
+    def append_stamped(
+        self, stamped: bytes, data: bytes | memoryview, headers: list[BatchHeader]
+    ) -> None:
+        """Append whole, validated batches (a leader's append): ``data`` holds them as the
+        producer sent them, ``headers`` their stamped headers in order, and ``stamped``
+        (from :data:`~highwater.records.header.stamp_batches`) either all of ``data``
+        stamped (as long as it) or only the stamped 61-byte headers one after another. In
+        the second case one ``writev`` writes each stamped header followed by the rest of
+        its batch from ``data``, which is not copied (``data`` is ``bytes`` or a
+        memoryview of bytes)."""
         if self._failed is not None:
             raise self._failed
         start = self._size
         total = len(data)
+        pieces: list[bytes | bytearray | memoryview]
+        if len(stamped) == total:
+            pieces = [stamped]
+        elif len(headers) == 1:
+            pieces = [stamped, memoryview(data)[BATCH_HEADER_SIZE:]]
+        else:
+            pieces = _interleaved(stamped, memoryview(data), headers)
         try:
-            _write_fully(self._fd, [data], total)  # the one place segment writes go through
+            _write_fully(self._fd, pieces, total)  # the one place segment writes go through
         except OSError as e:
             self._undo_partial_write(start, e)
         if len(headers) > 1:
