@@ -41,19 +41,44 @@ __all__ = ["main"]
 Run = Callable[[], Awaitable[object]]
 
 
-async def _measure(label: str, run: Run, records: int, trials: int, profile: bool) -> None:
-    """``run`` ``trials`` times: the median records/s and CPU µs per record, printed."""
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system, its threads included) process ``pid`` has used."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
+
+
+async def _measure(
+    label: str,
+    run: Run,
+    records: int,
+    trials: int,
+    profile: bool,
+    others: dict[str, int],
+) -> None:
+    """``run`` ``trials`` times: the median records/s and CPU µs per record (this process's,
+    and each of ``others``' by name -> pid), printed."""
     rates: list[float] = []
     cpu: list[float] = []
+    cpu_of: dict[str, list[float]] = {name: [] for name in others}
     for _ in range(trials):
+        before = {name: process_cpu_seconds(pid) for name, pid in others.items()}
         wall, started = time.perf_counter(), time.process_time()
         await run()
         cpu.append((time.process_time() - started) / records * 1e6)
         rates.append(records / (time.perf_counter() - wall))
+        for name, pid in others.items():
+            cpu_of[name].append((process_cpu_seconds(pid) - before[name]) / records * 1e6)
+    elsewhere = "".join(
+        f", {name} {statistics.median(spent):.2f}" for name, spent in cpu_of.items()
+    )
     print(
         f"{label}: {statistics.median(rates):,.0f} records/s "
         f"(trials {', '.join(f'{r:,.0f}' for r in rates)}), "
-        f"{statistics.median(cpu):.2f} CPU µs/record",
+        f"{statistics.median(cpu):.2f} CPU µs/record{elsewhere}",
         flush=True,
     )
     if profile:
@@ -76,6 +101,7 @@ async def client_rows(
     await create_topic(bootstrap, TOPIC, replication_factor=replication, config=config)
     await wait_full_isr(await leader_address(cluster, TOPIC), TOPIC, 1, replication)
     records = args.records
+    others = {p.name: p.pid for p in cluster.all_processes()}
     for label, run in (
         (
             "produce(), a callback per record",
@@ -97,7 +123,11 @@ async def client_rows(
             lambda: consume_with_client(bootstrap, TOPIC, records, batches=True),
         ),
     ):
-        await _measure(f"RF {replication}, {label}", run, records, args.trials, args.profile)
+        if args.only and not any(part in label for part in args.only):
+            continue
+        await _measure(
+            f"RF {replication}, {label}", run, records, args.trials, args.profile, others
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--replication", type=int, nargs="+", default=[1, 3])
+    parser.add_argument(
+        "--only", nargs="+", default=[], help="only the rows whose label contains one of these"
+    )
     parser.add_argument("--profile", action="store_true", help="a cProfile table per loop")
     parser.add_argument(
         "--python-produce",
