@@ -5,12 +5,19 @@ broker, then three brokers for RF 3 with acks=all) and runs the suite's own clie
 from :mod:`bench.broker` (``produce_with_client``, ``consume_with_client``): the producer
 with a delivery callback per record and with per-batch reports (``produce()``, and
 ``produce_without_handle()``, which makes no handle per record), the consumer's
-``consume()`` and ``consume_batches()``, each ``--trials`` times, the median kept. Beside
-records/s it gives this process's CPU time per record (``time.process_time``: the gRPC
-threads included, the brokers not), which the machine's load changes far less than wall
-time. ``--profile`` adds a cProfile table of each loop (compiled codec). It takes a few
-minutes where the whole broker suite takes twenty; the figures go to docs/benchmarks.md by
-hand.
+``consume()`` and ``consume_batches()``, each ``--trials`` times, the median kept.
+
+The producer rows run at each ``--batch-size``: by default the broker suite's 128 KiB, then
+the 1,000,000 bytes the Kafka suite gives librdkafka (bench/kafka.py), a producer set up
+for throughput. A batch costs the client, the leader and each follower a request whatever
+its size, so the larger batch takes about half the CPU per record at RF 3.
+
+Beside records/s it gives this process's CPU time per record (``time.process_time``: the
+gRPC threads included), and each broker's and the controller's (``/proc/<pid>/stat``):
+they share this machine's CPUs with the client, so theirs counts too. CPU time per record
+moves far less with the machine's load than wall time. ``--profile`` adds a cProfile table
+of each loop (compiled codec). It takes a few minutes where the whole broker suite takes
+twenty; the figures go to docs/benchmarks.md by hand.
 """
 
 from __future__ import annotations
@@ -23,10 +30,12 @@ import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 from bench._highwater_cluster import HighwaterCluster, highwater_cluster
 from bench.broker import (
+    PRODUCER_CONFIG,
     TOPIC,
     consume_with_client,
     create_topic,
@@ -34,11 +43,18 @@ from bench.broker import (
     produce_with_client,
     wait_full_isr,
 )
+from bench.kafka import PRODUCER_CONFIG as PEER_PRODUCER_CONFIG
 from bench.report import hotspots_text
 
 __all__ = ["main"]
 
 Run = Callable[[], Awaitable[object]]
+
+_peer_batch_size = PEER_PRODUCER_CONFIG["batch.size"]
+assert isinstance(_peer_batch_size, int)
+PEER_BATCH_SIZE: int = _peer_batch_size
+"""The batch.size the Kafka suite gives librdkafka's producer (bench/kafka.py): a producer
+configured for throughput, as Kafka's own performance tests configure theirs."""
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -102,27 +118,49 @@ async def client_rows(
     await wait_full_isr(await leader_address(cluster, TOPIC), TOPIC, 1, replication)
     records = args.records
     others = {p.name: p.pid for p in cluster.all_processes()}
-    for label, run in (
-        (
-            "produce(), a callback per record",
-            lambda: produce_with_client(bootstrap, TOPIC, acks, records),
-        ),
-        (
-            "produce(), on_delivery_batch",
-            lambda: produce_with_client(bootstrap, TOPIC, acks, records, per_batch=True),
-        ),
-        (
-            "produce_without_handle(), on_delivery_batch",
-            lambda: produce_with_client(
-                bootstrap, TOPIC, acks, records, per_batch=True, handles=False
+    rows: list[tuple[str, Run]] = []
+    for batch_size in args.batch_size:
+        producer = {"batch.size": batch_size}
+        rows += [
+            (
+                f"produce(), a callback per record, batch.size {batch_size:,}",
+                partial(produce_with_client, bootstrap, TOPIC, acks, records, config=producer),
             ),
-        ),
-        ("consume()", lambda: consume_with_client(bootstrap, TOPIC, records)),
+            (
+                f"produce(), on_delivery_batch, batch.size {batch_size:,}",
+                partial(
+                    produce_with_client,
+                    bootstrap,
+                    TOPIC,
+                    acks,
+                    records,
+                    per_batch=True,
+                    config=producer,
+                ),
+            ),
+            (
+                f"produce_without_handle(), on_delivery_batch, batch.size {batch_size:,}",
+                partial(
+                    produce_with_client,
+                    bootstrap,
+                    TOPIC,
+                    acks,
+                    records,
+                    per_batch=True,
+                    handles=False,
+                    config=producer,
+                ),
+            ),
+        ]
+    # The consumer reads the first records from offset 0: those of the first producer row.
+    rows += [
+        ("consume()", partial(consume_with_client, bootstrap, TOPIC, records)),
         (
             "consume_batches()",
-            lambda: consume_with_client(bootstrap, TOPIC, records, batches=True),
+            partial(consume_with_client, bootstrap, TOPIC, records, batches=True),
         ),
-    ):
+    ]
+    for label, run in rows:
         if args.only and not any(part in label for part in args.only):
             continue
         await _measure(
@@ -136,6 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--replication", type=int, nargs="+", default=[1, 3])
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        nargs="+",
+        default=[int(PRODUCER_CONFIG["batch.size"]), PEER_BATCH_SIZE],
+        help="the producer rows' batch.size (bytes), each in turn: by default the broker "
+        "suite's, then the one bench/kafka.py gives librdkafka",
+    )
     parser.add_argument(
         "--only", nargs="+", default=[], help="only the rows whose label contains one of these"
     )
