@@ -10,7 +10,7 @@ with a delivery callback per record and with per-batch reports (``produce()``, a
 The producer rows run at each ``--batch-size``: by default the broker suite's 128 KiB, then
 the 1,000,000 bytes the Kafka suite gives librdkafka (bench/kafka.py), a producer set up
 for throughput. A batch costs the client, the leader and each follower a request whatever
-its size, so the larger batch takes about half the CPU per record at RF 3.
+its size, so the larger batch takes a half to two thirds of the CPU per record at RF 3.
 
 Beside records/s it gives this process's CPU time per record (``time.process_time``: the
 gRPC threads included), and each broker's and the controller's (``/proc/<pid>/stat``):
