@@ -252,6 +252,25 @@ async def test_an_idle_partition_does_not_hold_back_the_records_fetched_ahead(
         assert time.monotonic() - started < 10  # each long poll of partition 1 is 20
 
 
+async def test_a_fetch_answer_past_grpcs_default_4_mib_is_received(server: ServerThread) -> None:
+    """At the default fetch sizes (fetch.max.bytes 50 MiB, max.partition.fetch.bytes 1 MiB)
+    one answer for six partitions of 900 KB each is 5.4 MB, past gRPC's default 4 MiB
+    receive limit: the consumer's channel takes what a broker may send, and the records
+    come (with the default limit the Fetch failed and was sent again, for ever)."""
+    topic, partitions, size = "c-large-answer", 6, 900_000
+    await create_topic(server.address, topic, partitions)
+    async with AsyncProducer({"bootstrap.servers": server.address, "linger.ms": 0}) as producer:
+        await asyncio.gather(
+            *(producer.produce(topic, bytes([p]) * size, partition=p) for p in range(partitions))
+        )
+    async with AsyncConsumer({"bootstrap.servers": server.address}) as consumer:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        got = await poll_n(consumer, partitions, timeout=10)
+    assert sorted((m.partition(), m.value()) for m in got) == [
+        (p, bytes([p]) * size) for p in range(partitions)
+    ]
+
+
 async def test_pause_and_resume(server: ServerThread, consumer: AsyncConsumer) -> None:
     await create_topic(server.address, "c-pause", 2)
     await produce(server.address, "c-pause", 3, partition=0)

@@ -17,6 +17,7 @@ from highwater.client.producer.sender import (
     answers_by_partition,
     create_produce_request,
     is_retriable_answer,
+    split_requests,
 )
 from highwater.records import RecordBatchBuilder, iter_batches
 from highwater.v1 import broker_pb2 as pb
@@ -59,6 +60,19 @@ def test_a_produce_request_carries_each_batch_grouped_by_topic() -> None:
     sent = {(t.topic, p.partition): p.record_batches for t in request.topics for p in t.partitions}
     assert sent == {(b.topic, b.partition): b.data for b in batches}
     assert [t.topic for t in request.topics] == ["a", "b"]
+
+
+def test_batches_for_one_broker_go_in_as_few_requests_as_fit_in_order() -> None:
+    batches = [batch("a", p, 3) for p in range(5)]
+    size = len(batches[0].data or b"")
+    assert split_requests(batches, max_bytes=2 * size) == [
+        batches[0:2],
+        batches[2:4],
+        batches[4:5],
+    ]
+    assert split_requests(batches, max_bytes=5 * size) == [batches]
+    assert split_requests(batches, max_bytes=size - 1) == [[b] for b in batches]  # alone
+    assert split_requests([]) == []
 
 
 def test_answers_are_found_by_partition_and_errors_name_it() -> None:

@@ -61,6 +61,7 @@ from highwater.v1 import broker_pb2_grpc, coordinator_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
+    "BROKER_MESSAGE_MAX_BYTES",
     "INVALIDATING_ERRORS",
     "BrokerNotAvailableError",
     "BrokerPolicy",
@@ -74,6 +75,11 @@ __all__ = [
     "UnknownTopicOrPartitionError",
     "parse_bootstrap_servers",
 ]
+
+BROKER_MESSAGE_MAX_BYTES = 64 << 20
+"""The largest gRPC message a broker's server takes and sends (both ways). A Fetch answer
+carries up to the broker's ``fetch.max.bytes`` (55 MiB) and one batch more, far past
+gRPC's default 4 MiB receive limit: a consumer's channels take what the broker may send."""
 
 #: Partition error codes after which the client's leader for that partition is stale.
 INVALIDATING_ERRORS: frozenset[int] = frozenset(

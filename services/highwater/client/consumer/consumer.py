@@ -73,6 +73,7 @@ import grpc
 import grpc.aio
 
 from highwater.client.cluster import (
+    BROKER_MESSAGE_MAX_BYTES,
     ClusterError,
     ClusterMetadata,
     LeaderNotAvailableError,
@@ -158,6 +159,7 @@ class AsyncConsumer:
         self.cluster = ClusterMetadata(
             self.config.bootstrap_servers,
             request_timeout_s=self.config.request_timeout_ms / 1000,
+            max_message_bytes=BROKER_MESSAGE_MAX_BYTES,
             client_id=self.config.client_id,
             security=self.config.security,
         )

@@ -103,6 +103,7 @@ from highwater.client.producer.sender import (
     create_produce_request,
     is_retriable_answer,
     request_failure,
+    split_requests,
 )
 from highwater.errors import AuthenticationError, HighwaterError
 from highwater.records import BATCH_HEADER_SIZE, RecordBatchBuilder
@@ -1092,9 +1093,10 @@ class AsyncProducer:
             q.in_flight.append(head)
             requests.setdefault(address, []).append(head)
         for address, batches in requests.items():
-            task = asyncio.get_running_loop().create_task(self._send(address, batches))
-            self._requests.add(task)
-            task.add_done_callback(self._requests.discard)
+            for carried in split_requests(batches):
+                task = asyncio.get_running_loop().create_task(self._send(address, carried))
+                self._requests.add(task)
+                task.add_done_callback(self._requests.discard)
         if requests:
             return 0.0
         return wait

@@ -9,18 +9,20 @@ handling its response.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 import grpc
 import grpc.aio
 
+from highwater.client.cluster import BROKER_MESSAGE_MAX_BYTES
 from highwater.client.producer.accumulator import PartitionQueue, ProducerBatch
 from highwater.client.producer.delivery import ProduceError, produce_error
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
+    "PRODUCE_REQUEST_MAX_BYTES",
     "RETRIABLE_ERRORS",
     "RETRIABLE_STATUS",
     "SEQUENCE_ERRORS",
@@ -29,6 +31,7 @@ __all__ = [
     "create_produce_request",
     "is_retriable_answer",
     "request_failure",
+    "split_requests",
 ]
 
 #: Error codes after which a batch is sent again (with the same sequence number).
@@ -65,6 +68,35 @@ RETRIABLE_STATUS: Final[frozenset[grpc.StatusCode]] = frozenset(
         grpc.StatusCode.UNKNOWN,
     }
 )
+
+
+PRODUCE_REQUEST_MAX_BYTES: Final = BROKER_MESSAGE_MAX_BYTES - (1 << 20)
+"""The most batch bytes one Produce request carries: the brokers' gRPC message limit, less
+room for the request's own fields. Batches ready for one broker at once (one per
+partition) go in as few requests as fit, as Kafka's producer holds a request to
+``max.request.size``. One request of them all was refused whole past the limit and resent
+whole: 70 partitions' 1 MB batches on one broker were refused three times, until the
+retries' timing happened to split them."""
+
+
+def split_requests(
+    batches: Sequence[ProducerBatch], max_bytes: int = PRODUCE_REQUEST_MAX_BYTES
+) -> list[list[ProducerBatch]]:
+    """``batches`` (sealed, for one broker) as the requests that carry them, in their order:
+    each request up to ``max_bytes`` of batch bytes, a batch larger than that alone."""
+    requests: list[list[ProducerBatch]] = []
+    current: list[ProducerBatch] = []
+    size = 0
+    for batch in batches:
+        assert batch.data is not None
+        if current and size + len(batch.data) > max_bytes:
+            requests.append(current)
+            current, size = [], 0
+        current.append(batch)
+        size += len(batch.data)
+    if current:
+        requests.append(current)
+    return requests
 
 
 def create_produce_request(
