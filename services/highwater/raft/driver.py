@@ -831,15 +831,19 @@ class RaftServer:
             # hand-offs (docs/raft.md). Once one took longer (a busy disk), the next run
             # in a worker thread while the loop goes on serving requests and appending
             # them; entries appended meanwhile go in the next flush (group commit).
-            if ready.messages:
-                await asyncio.sleep(0)  # let the sends start first
             if self._last_fsync_s <= _INLINE_FSYNC_MAX_S:
+                if ready.messages:
+                    await asyncio.sleep(0)  # let the sends start before the loop blocks
                 started = time.perf_counter()
                 raft_log.flush()
                 self._last_fsync_s = time.perf_counter() - started
                 self._flushed(node)
             else:
-                self._flushing = asyncio.create_task(self._flush_in_thread(node))
+                # Handed to the thread now, not from a task's first step: the thread
+                # starts the fsync while the loop sends and serves, a loop turn or two
+                # earlier (a follower's fsync is on every commit's path).
+                flushed = self._require_flusher().flush(raft_log.flush)
+                self._flushing = asyncio.create_task(self._flush_in_thread(node, flushed))
         if ready.load_snapshot is not None:
             await self._load_snapshot(ready.load_snapshot)
         if ready.high_watermark is not None:
@@ -855,13 +859,14 @@ class RaftServer:
         wakes the loop, and the next Ready asks again for what was appended meanwhile."""
         return self._flushing is not None and ready == Ready(must_flush=True)
 
-    async def _flush_in_thread(self, node: RaftNode) -> None:
-        raft_log = self._require_log()
+    async def _flush_in_thread(self, node: RaftNode, flushed: asyncio.Future[float]) -> None:
+        """Wait for the flush handed to the flusher thread (``flushed``: the seconds it took
+        there), then count it."""
         try:
             # Timed in the thread: the round trip through the thread pool and back to a
             # busy loop took more than the limit on its own, so once in a thread the
             # flushes never came back to the loop even when the disk was fast again.
-            self._last_fsync_s = await self._require_flusher().flush(raft_log.flush)
+            self._last_fsync_s = await flushed
             if not self._stopping:
                 self._flushed(node)
         except Exception as e:
