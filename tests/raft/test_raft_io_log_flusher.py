@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -43,6 +44,42 @@ async def test_flushes_run_in_the_thread_in_order_and_errors_come_back() -> None
     assert len({thread for _, thread in ran}) == 1
     with pytest.raises(RuntimeError, match="closed"):
         flusher.flush(lambda: None)
+
+
+async def test_a_hand_off_returns_once_the_thread_started_the_flush() -> None:
+    # A generous bound: the hand-off returns as soon as the thread starts, not after it.
+    flusher = LogFlusher("test-flusher", start_wait_s=10)
+    began, release = threading.Event(), threading.Event()
+
+    def flush() -> None:
+        began.set()
+        assert release.wait(10)
+
+    try:
+        done = flusher.flush(flush)
+        assert began.is_set(), "the flush runs in the thread before the loop goes on"
+        assert not done.done()
+        release.set()
+        assert await done >= 0
+    finally:
+        release.set()
+        flusher.close()
+
+
+async def test_a_hand_off_waits_at_most_start_wait_s_for_a_busy_thread() -> None:
+    flusher = LogFlusher("test-flusher", start_wait_s=0.05)
+    release = threading.Event()
+    try:
+        first = flusher.flush(lambda: release.wait(10))
+        started = time.perf_counter()
+        second = flusher.flush(lambda: None)  # queued behind the first: not started
+        waited = time.perf_counter() - started
+        assert 0.04 <= waited < 5
+        release.set()
+        assert await first >= 0 and await second >= 0
+    finally:
+        release.set()
+        flusher.close()
 
 
 class _Values:
