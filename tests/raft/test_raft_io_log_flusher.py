@@ -137,3 +137,61 @@ async def test_a_write_flushed_in_the_thread_commits_only_once_flushed(tmp_path:
     finally:
         release.set()
         await server.stop()
+
+
+async def test_a_followers_flush_in_the_thread_gates_the_commit(tmp_path: Path) -> None:
+    """Two voters, so a commit needs the follower's flush. Its flushes go to the thread
+    (a slow disk), started from the fetch answer's callback (``_flush_early``): the
+    entry is in the follower's log, but the leader acknowledges it only once the
+    follower's flush returned in the thread and its next fetch reported it."""
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    voters = {i + 1: f"127.0.0.1:{port}" for i, port in enumerate(ports)}
+    servers = {
+        node_id: RaftServer(
+            node_id=node_id,
+            listen=address,
+            voters=voters,
+            data_dir=tmp_path / f"n{node_id}",
+            state_machine=_Values(),
+            settings=RaftServerSettings(raft=FAST),
+        )
+        for node_id, address in voters.items()
+    }
+    release = threading.Event()
+    for server in servers.values():
+        await server.start()
+    try:
+        async with asyncio.timeout(20):
+            while not any(server.is_leader for server in servers.values()):
+                await asyncio.sleep(0.02)
+        leader = next(server for server in servers.values() if server.is_leader)
+        follower = next(server for server in servers.values() if not server.is_leader)
+        await leader.propose([b"first"])
+        raft_log = follower._log
+        assert raft_log is not None
+        follower._last_fsync_s = 1.0  # a slow disk: the next flushes go to the thread
+        real_flush = raft_log.flush
+
+        def gated_flush() -> int:
+            assert release.wait(10)
+            return real_flush()
+
+        raft_log.flush = gated_flush  # type: ignore[method-assign]
+        proposal = asyncio.ensure_future(leader.propose([b"second"]))
+        async with asyncio.timeout(10):
+            while raft_log.end_offset <= raft_log.flushed_offset:
+                await asyncio.sleep(0.01)  # the entry reached the follower's log
+        await asyncio.sleep(0.3)
+        assert follower._flushing is not None, "its flush is under way in the thread"
+        assert not proposal.done(), "acknowledged before a majority flushed it"
+        release.set()
+        offset = await asyncio.wait_for(proposal, 10)
+        assert raft_log.flushed_offset > offset
+    finally:
+        release.set()
+        for server in servers.values():
+            await server.stop()

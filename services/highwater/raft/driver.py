@@ -85,6 +85,7 @@ from highwater.raft.membership_service import (
 )
 from highwater.raft.messages import (
     FetchRequest,
+    FetchResponse,
     OffsetAndEpoch,
     QuorumDescription,
     RaftMessage,
@@ -1112,6 +1113,27 @@ class RaftServer:
             return
         with contextlib.suppress(Exception):  # _step stopped the server already
             self._step(node, response)
+            if isinstance(response, FetchResponse) and response.records:
+                self._flush_early(node)
+
+    def _flush_early(self, node: RaftNode) -> None:
+        """A fetch answer appended entries to this follower's log: hand their flush to the
+        flusher thread now, from the answer's callback, rather than once the driver's loop
+        wakes and takes the Ready (a loop turn, a tick and a Ready later, on the path of
+        every commit). Only when flushes go to the thread anyway and none runs; the Ready
+        that asks for this flush finds it under way (``_waits_for_flush``). Nothing is
+        claimed earlier for it: the node learns of it by ``on_flushed`` once it returned
+        in the thread, as of any flush, and the next fetch goes out only then."""
+        raft_log = self._require_log()
+        if (
+            self._flushing is not None
+            or self._stopping
+            or self._last_fsync_s <= _INLINE_FSYNC_MAX_S
+            or raft_log.flushed_offset >= raft_log.end_offset
+        ):
+            return
+        flushed = self._require_flusher().flush(raft_log.flush)
+        self._flushing = asyncio.create_task(self._flush_in_thread(node, flushed))
 
     def _on_unreachable(self, peer_id: int) -> None:
         node = self._node
