@@ -355,9 +355,12 @@ def timeline_counts(run: CpuRun, events: dict[int, list[Event]]) -> str:
     for node_id in sorted(events):
         role = "leader" if node_id == run.leader_id else "follower"
         counts = dict.fromkeys(_COUNTED[role], 0)
-        for _, kind, _ in events[node_id]:
+        counts["fsync in the thread"] = 0
+        for _, kind, value in events[node_id]:
             if kind in counts:
                 counts[kind] += 1
+            if kind == "fsync" and value:
+                counts["fsync in the thread"] += 1
         lines.append(
             f"  node {node_id} ({role}): "
             + ", ".join(f"{kind} {count / batches:.2f}" for kind, count in counts.items())

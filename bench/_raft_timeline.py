@@ -8,8 +8,8 @@ the machine) while a window is open: SIGUSR1 opens one, SIGUSR2 writes what it s
 
 * ``request`` / ``answer``: a Controller call enters the servicer / is answered;
 * ``append``: the leader appends a Raft batch (VALUE: its records);
-* ``fsync`` / ``fsynced``: a flush of the metadata log starts / returns (in the flusher
-  thread when it runs there);
+* ``fsync`` / ``fsynced``: a flush of the metadata log starts (VALUE: 1 in the flusher
+  thread, 0 on the event loop) / returns;
 * ``fetch_out`` / ``fetch_in``: a Raft fetch request sent / stepped in (VALUE: its
   offset); ``records_out`` / ``records_in``: a fetch answer carrying records (VALUE: their
   bytes); ``empty_out`` / ``empty_in``: one carrying none (news of the high watermark, or a
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -89,7 +90,7 @@ def _instrument(recorder: _Recorder) -> None:
 
     def flush(original: Callable[..., Any]) -> Any:
         def flush(self: Any) -> Any:
-            note("fsync")
+            note("fsync", int(threading.current_thread() is not threading.main_thread()))
             try:
                 return original(self)
             finally:

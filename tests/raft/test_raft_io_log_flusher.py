@@ -14,6 +14,7 @@ import pytest
 from highwater.raft.driver import RaftServer, RaftServerSettings
 from highwater.raft.log_flusher import LogFlusher
 from highwater.raft.messages import OffsetAndEpoch
+from highwater.raft.node import RaftNode
 from highwater.raft.state_machine import SnapshotReader
 from highwater.records import RecordBatch
 from raft_timing import FAST
@@ -181,12 +182,22 @@ async def test_a_followers_flush_in_the_thread_gates_the_commit(tmp_path: Path) 
             return real_flush()
 
         raft_log.flush = gated_flush  # type: ignore[method-assign]
+        handed_early: list[bool] = []
+        flush_early = follower._flush_early
+
+        def watched_flush_early(node: RaftNode) -> None:
+            was_idle = follower._flushing is None
+            flush_early(node)
+            handed_early.append(was_idle and follower._flushing is not None)
+
+        follower._flush_early = watched_flush_early  # type: ignore[method-assign]
         proposal = asyncio.ensure_future(leader.propose([b"second"]))
         async with asyncio.timeout(10):
             while raft_log.end_offset <= raft_log.flushed_offset:
                 await asyncio.sleep(0.01)  # the entry reached the follower's log
         await asyncio.sleep(0.3)
         assert follower._flushing is not None, "its flush is under way in the thread"
+        assert any(handed_early), "handed over from the fetch answer's callback"
         assert not proposal.done(), "acknowledged before a majority flushed it"
         release.set()
         offset = await asyncio.wait_for(proposal, 10)
