@@ -365,6 +365,13 @@ def timeline_counts(run: CpuRun, events: dict[int, list[Event]]) -> str:
             f"  node {node_id} ({role}): "
             + ", ".join(f"{kind} {count / batches:.2f}" for kind, count in counts.items())
         )
+        handoffs = sorted(value for _, kind, value in events[node_id] if kind == "handoff")
+        if handoffs:
+            lines.append(
+                f"    flush hand-offs to the thread: {len(handoffs)}, the loop waited p50 "
+                f"{percentile(handoffs, 0.5):.0f} µs, p90 {percentile(handoffs, 0.9):.0f}, "
+                f"max {handoffs[-1]} ({sum(handoffs) / 1000:.1f} ms in all)"
+            )
     return "\n".join(lines)
 
 

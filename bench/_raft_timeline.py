@@ -15,7 +15,9 @@ the machine) while a window is open: SIGUSR1 opens one, SIGUSR2 writes what it s
   bytes); ``empty_out`` / ``empty_in``: one carrying none (news of the high watermark, or a
   long poll's end);
 * ``high_watermark``: a step moved this replica's high watermark (VALUE: the new one);
-* ``apply``: the driver hands a committed batch to the state machine.
+* ``apply``: the driver hands a committed batch to the state machine;
+* ``handoff``: a flush handed to the flusher thread (VALUE: the microseconds the loop
+  spent in the hand-off, waiting for the thread to start it).
 
 ``bench._raft_cpu --timeline`` reads the windows back (:func:`read_window`). Wrapping
 costs a few microseconds per step: CPU figures come from runs without it.
@@ -63,6 +65,7 @@ class _Recorder:
 def _instrument(recorder: _Recorder) -> None:
     from highwater.controller.service import ControllerServer
     from highwater.raft.driver import RaftServer
+    from highwater.raft.log_flusher import LogFlusher
     from highwater.raft.messages import FetchRequest, FetchResponse
     from highwater.raft.partition_raft_log import PartitionRaftLog
 
@@ -132,6 +135,17 @@ def _instrument(recorder: _Recorder) -> None:
 
         return resolve
 
+    def handoff(original: Callable[..., Any]) -> Any:
+        def handoff(self: Any, flush: Any, **kwargs: Any) -> Any:
+            started = time.monotonic_ns()
+            try:
+                return original(self, flush, **kwargs)
+            finally:
+                note("handoff", (time.monotonic_ns() - started) // 1000)
+
+        return handoff
+
+    wrap(LogFlusher, "flush", handoff)
     wrap(ControllerServer, "serve", serve)
     wrap(RaftServer, "append", append)
     wrap(PartitionRaftLog, "flush", flush)

@@ -57,7 +57,7 @@ async def test_a_hand_off_returns_once_the_thread_started_the_flush() -> None:
         assert release.wait(10)
 
     try:
-        done = flusher.flush(flush)
+        done = flusher.flush(flush, wait_started=True)
         assert began.is_set(), "the flush runs in the thread before the loop goes on"
         assert not done.done()
         release.set()
@@ -73,7 +73,8 @@ async def test_a_hand_off_waits_at_most_start_wait_s_for_a_busy_thread() -> None
     try:
         first = flusher.flush(lambda: release.wait(10))
         started = time.perf_counter()
-        second = flusher.flush(lambda: None)  # queued behind the first: not started
+        # Queued behind the first: not started.
+        second = flusher.flush(lambda: None, wait_started=True)
         waited = time.perf_counter() - started
         assert 0.04 <= waited < 5
         release.set()

@@ -843,8 +843,7 @@ class RaftServer:
                 # Handed to the thread now, not from a task's first step: the thread
                 # starts the fsync while the loop sends and serves, a loop turn or two
                 # earlier (a follower's fsync is on every commit's path).
-                flushed = self._require_flusher().flush(raft_log.flush)
-                self._flushing = asyncio.create_task(self._flush_in_thread(node, flushed))
+                self._hand_flush_to_thread(node)
         if ready.load_snapshot is not None:
             await self._load_snapshot(ready.load_snapshot)
         if ready.high_watermark is not None:
@@ -1132,7 +1131,18 @@ class RaftServer:
             or raft_log.flushed_offset >= raft_log.end_offset
         ):
             return
-        flushed = self._require_flusher().flush(raft_log.flush)
+        self._hand_flush_to_thread(node)
+
+    def _hand_flush_to_thread(self, node: RaftNode) -> None:
+        """Start a flush in the flusher thread; a voter that follows waits until the thread
+        has started it (``LogFlusher``): its fsync is on the path of every commit and its
+        loop has nothing of the commit's to do first. A leader does not wait (its own
+        fsync runs beside the replication, and its loop serves the requests), nor does an
+        observer (a broker's loop serves its clients)."""
+        wait_started = node.is_voter and not node.is_leader
+        flushed = self._require_flusher().flush(
+            self._require_log().flush, wait_started=wait_started
+        )
         self._flushing = asyncio.create_task(self._flush_in_thread(node, flushed))
 
     def _on_unreachable(self, peer_id: int) -> None:
