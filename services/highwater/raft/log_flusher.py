@@ -39,7 +39,10 @@ _START_WAIT_S: Final = 0.001
 loaded that the thread is not scheduled soon; the flush runs whenever it starts."""
 
 _Request = tuple[
-    Callable[[], object], asyncio.AbstractEventLoop, asyncio.Future[float], threading.Event
+    Callable[[], object],
+    asyncio.AbstractEventLoop,
+    asyncio.Future[float],
+    threading.Event | None,
 ]
 
 
@@ -64,9 +67,9 @@ class LogFlusher:
             raise RuntimeError("the log flusher is closed")
         loop = asyncio.get_running_loop()
         done: asyncio.Future[float] = loop.create_future()
-        started = threading.Event()
+        started = threading.Event() if wait_started and self._start_wait_s > 0 else None
         self._requests.put((flush, loop, done, started))
-        if wait_started and self._start_wait_s > 0:
+        if started is not None:
             started.wait(self._start_wait_s)
         return done
 
@@ -80,7 +83,8 @@ class LogFlusher:
     def _run(self) -> None:
         while (request := self._requests.get()) is not None:
             flush, loop, done, started = request
-            started.set()
+            if started is not None:
+                started.set()
             began = time.perf_counter()
             try:
                 flush()
