@@ -19,12 +19,24 @@ follower the functions with the most cumulative and own time are printed, per co
 write (the calls column counts messages, wake-ups and thread hand-offs per commit: e.g.
 the driver's ``_step`` per message in, ``_dispatch`` per message out, ``to_thread`` per
 fsync handed to a thread), and the raw profiles are kept beside the data.
+
+Each run also prints how many writes each Raft batch held as a histogram, and the sum of
+the CPU per write of every process that carries the workload with the rate it allows on
+this machine's CPUs (throughput cannot pass the CPUs divided by that sum).
+
+``--timeline`` runs the controllers under ``bench._raft_timeline`` instead and reports,
+per Raft batch, how many requests, fsyncs, fetch answers and fetches each process handled
+(whether concurrent writes share them), and with one writer the median time from the
+client's send to each step of a commit on the leader and on the followers.
+``--fsync N`` first times N ``fdatasync`` calls of 100-byte appends in the data
+directory's file system: the disk's share of the physical floor of a commit.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import pstats
 import shutil
@@ -37,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench._etcd_peer import free_port, percentile
+from bench._raft_timeline import Event, read_window
 from bench.raft import (
     TOPIC_PREFIX,
     ControllerProcess,
@@ -78,11 +91,19 @@ class CpuRun:
     loop_cpu_s: dict[int, float]
     """Of ``cpu_s``, each process's main thread's (its event loop)."""
     client_cpu_s: float
-    batches: int
-    records: int
+    batch_sizes: list[int]
+    """Records of each data batch the leader appended in the window."""
     load: tuple[float, float]
-    profile: str = ""
-    notes: list[str] = field(default_factory=list)
+    client_stamps: list[tuple[int, int]] = field(default_factory=list)
+    """(sent, answered) ``time.monotonic_ns()`` of each write measured."""
+
+    @property
+    def batches(self) -> int:
+        return len(self.batch_sizes)
+
+    @property
+    def records(self) -> int:
+        return sum(self.batch_sizes)
 
     def summary(self) -> str:
         if not self.writers:
@@ -107,8 +128,48 @@ class CpuRun:
             f"followers {followers}, client "
             f"{1000 * self.client_cpu_s / max(1, self.writes):.2f}; {self.batches} Raft "
             f"batches, {self.records / max(1, self.batches):.2f} records per batch; "
-            f"load {self.load[0]:.1f} -> {self.load[1]:.1f}"
+            f"load {self.load[0]:.1f} -> {self.load[1]:.1f}\n"
+            f"      records per Raft batch: {batch_histogram(self.batch_sizes)}\n"
+            f"      {self.cpu_bound()}"
         )
+
+    def cpu_bound(self) -> str:
+        """The sum of every process's CPU per write, and the rate the machine's CPUs allow."""
+        per_write = {
+            f"node {n}" + (" (leader)" if n == self.leader_id else ""): 1000
+            * s
+            / max(1, self.writes)
+            for n, s in self.cpu_s.items()
+        }
+        per_write["client"] = 1000 * self.client_cpu_s / max(1, self.writes)
+        return cpu_bound_line(per_write)
+
+
+def cpu_bound_line(per_write_ms: dict[str, float]) -> str:
+    """``per_write_ms``: CPU ms per write of each process; their sum, the largest share and
+    the rate ``os.cpu_count()`` CPUs allow at that cost."""
+    total = sum(per_write_ms.values())
+    name, most = max(per_write_ms.items(), key=lambda item: item[1])
+    cpus = os.cpu_count() or 1
+    return (
+        f"sum of CPU per write {total:.2f} ms (largest: {name} {100 * most / total:.0f} %): "
+        f"{cpus} CPUs allow at most {1000 * cpus / total:,.0f} writes/s"
+    )
+
+
+def batch_histogram(sizes: list[int]) -> str:
+    """How many batches held 1, 2-3, 4-7, ... records, and the median."""
+    if not sizes:
+        return "none"
+    counts: dict[int, int] = {}
+    for size in sizes:
+        bucket = 1 << int(math.log2(max(1, size)))
+        counts[bucket] = counts.get(bucket, 0) + 1
+    parts = [
+        f"{low if low == 2 * low - 1 else f'{low}-{2 * low - 1}'}: {count}"
+        for low, count in sorted(counts.items())
+    ]
+    return ", ".join(parts) + f" (median {percentile(sorted(sizes), 0.5):g})"
 
 
 async def _measure(
@@ -116,10 +177,11 @@ async def _measure(
     writers: int,
     warmup_s: float,
     seconds: float,
-    profile: bool,
+    windowed: bool,
 ) -> CpuRun:
-    """Warm up, then run ``writers`` writers for ``seconds`` and measure; ``profile``: open
-    and close a profile window of every controller around the measurement."""
+    """Warm up, then run ``writers`` writers for ``seconds`` and measure; ``windowed``:
+    open and close a profile or timeline window of every controller around the
+    measurement."""
     leader_id = await wait_for_leader(processes)
     leader = next(p for p in processes if p.node_id == leader_id)
     cluster = _Cluster([p.address for p in processes])
@@ -128,17 +190,20 @@ async def _measure(
         await cluster.create_topics([f"{TOPIC_PREFIX}{i:03d}" for i in range(writers)])
         measuring = False
         latencies: list[float] = []
+        stamps: list[tuple[int, int]] = []
         stop_at = time.monotonic() + warmup_s + seconds
 
         async def writer(number: int) -> None:
             topic = f"{TOPIC_PREFIX}{number:03d}"
             value = 86_400_000 + 1_000_000 * writers
             while time.monotonic() < stop_at:
-                started = time.perf_counter()
+                started = time.monotonic_ns()
                 counted = measuring
                 await cluster.alter_config(topic, value)
                 if counted and measuring:
-                    latencies.append((time.perf_counter() - started) * 1000)
+                    answered = time.monotonic_ns()
+                    latencies.append((answered - started) / 1e6)
+                    stamps.append((started, answered))
                 value += 1
 
         async def window() -> tuple[
@@ -148,7 +213,7 @@ async def _measure(
             await asyncio.sleep(warmup_s)
             start_offset = _log_end(leader)
             load_before = os.getloadavg()[0]
-            if profile:
+            if windowed:
                 _signal_all(processes, signal.SIGUSR1)
             measuring = True
             cpu = {p.node_id: process_cpu_s(_pid(p)) for p in processes}
@@ -163,7 +228,7 @@ async def _measure(
                 p.node_id: main_thread_cpu_s(_pid(p)) - loop_cpu[p.node_id] for p in processes
             }
             client = time.process_time() - client
-            if profile:
+            if windowed:
                 _signal_all(processes, signal.SIGUSR2)
             load = (load_before, os.getloadavg()[0])
             return elapsed, cpu, loop_cpu, client, start_offset, load
@@ -173,7 +238,6 @@ async def _measure(
         await cluster.close()
     elapsed, cpu, loop_cpu, client, start_offset, load = measured
     latencies.sort()
-    batches, records = _batches_since(leader, start_offset)
     return CpuRun(
         writers,
         len(latencies),
@@ -183,9 +247,9 @@ async def _measure(
         cpu,
         loop_cpu,
         client,
-        batches,
-        records,
+        _batch_sizes_since(leader, start_offset),
         load,
+        stamps,
     )
 
 
@@ -226,19 +290,23 @@ async def _measure_floor(
             elapsed = time.monotonic() - started
             cpu, loop_cpu = process_cpu_s(pid) - cpu, main_thread_cpu_s(pid) - loop_cpu
             client = time.process_time() - client
-            return elapsed, cpu, loop_cpu, (load_before, os.getloadavg()[0])
+            return elapsed, cpu, loop_cpu, client, (load_before, os.getloadavg()[0])
 
         measured, *_ = await asyncio.gather(window(), *(writer(i) for i in range(writers)))
     finally:
         await cluster.close()
-    elapsed, cpu, loop_cpu, load = measured
+    elapsed, cpu, loop_cpu, client, load = measured
     latencies.sort()
     p50 = percentile(latencies, 0.5) if latencies else float("nan")
     return (
         f"{writers:>3} writers, no-op floor server: {calls:>6} calls in {elapsed:.1f} s "
         f"({calls / elapsed:,.0f}/s, p50 {p50:.2f} ms); CPU ms per call: server "
-        f"{1000 * cpu / max(1, calls):.2f} (event loop {1000 * loop_cpu / max(1, calls):.2f}); "
-        f"load {load[0]:.1f} -> {load[1]:.1f}"
+        f"{1000 * cpu / max(1, calls):.2f} (event loop {1000 * loop_cpu / max(1, calls):.2f}), "
+        f"client {1000 * client / max(1, calls):.2f}; load {load[0]:.1f} -> {load[1]:.1f}\n"
+        "      "
+        + cpu_bound_line(
+            {"server": 1000 * cpu / max(1, calls), "client": 1000 * client / max(1, calls)}
+        )
     )
 
 
@@ -265,6 +333,152 @@ def _run_floor(root: Path, args: argparse.Namespace) -> None:
         process.wait()
 
 
+_COUNTED: dict[str, tuple[str, ...]] = {
+    "leader": (
+        "request", "append", "fsync", "records_out", "empty_out", "fetch_in", "high_watermark",
+    ),
+    "follower": ("records_in", "empty_in", "fsync", "fetch_out", "apply"),
+}  # fmt: skip
+
+
+def timeline_counts(run: CpuRun, events: dict[int, list[Event]]) -> str:
+    """Per Raft batch the leader appended in the window: each step's count on every
+    process (1 fsync and 1 answer with records per follower per batch is group commit at
+    work; more means a batch's writes did not share them)."""
+    leader = events[run.leader_id]
+    appends = [value for _, kind, value in leader if kind == "append"]
+    batches = max(1, len(appends))
+    lines = [
+        f"timeline: {len(appends)} Raft appends of {sum(appends) / batches:.2f} records on "
+        f"average in the window; per Raft batch:"
+    ]
+    for node_id in sorted(events):
+        role = "leader" if node_id == run.leader_id else "follower"
+        counts = dict.fromkeys(_COUNTED[role], 0)
+        counts["fsync in the thread"] = 0
+        for _, kind, value in events[node_id]:
+            if kind in counts:
+                counts[kind] += 1
+            if kind == "fsync" and value:
+                counts["fsync in the thread"] += 1
+        lines.append(
+            f"  node {node_id} ({role}): "
+            + ", ".join(f"{kind} {count / batches:.2f}" for kind, count in counts.items())
+        )
+        handoffs = sorted(value for _, kind, value in events[node_id] if kind == "handoff")
+        if handoffs:
+            lines.append(
+                f"    flush hand-offs to the thread: {len(handoffs)}, the loop waited p50 "
+                f"{percentile(handoffs, 0.5):.0f} µs, p90 {percentile(handoffs, 0.9):.0f}, "
+                f"max {handoffs[-1]} ({sum(handoffs) / 1000:.1f} ms in all)"
+            )
+    return "\n".join(lines)
+
+
+def _first(events: list[Event], kind: str, after: int, until: int) -> int | None:
+    for t, k, _ in events:
+        if after <= t <= until and k == kind:
+            return t
+    return None
+
+
+def _commit_steps(
+    stamp: tuple[int, int], leader: list[Event], followers: list[list[Event]]
+) -> dict[str, int] | None:
+    """The times of one lone write's steps (None if one is missing, e.g. the write
+    arrived while a leftover high-watermark answer was in flight)."""
+    sent, answered = stamp
+    steps: dict[str, int] = {"client send": sent}
+
+    def take(name: str, events: list[Event], kind: str, after: int) -> int | None:
+        t = _first(events, kind, after, answered)
+        if t is not None:
+            steps[name] = t
+        return t
+
+    if (t := take("leader: request in", leader, "request", sent)) is None:
+        return None
+    if (appended := take("leader: append", leader, "append", t)) is None:
+        return None
+    if (t := take("leader: fsync start", leader, "fsync", appended)) is not None:
+        take("leader: fsync end", leader, "fsynced", t)
+    if take("leader: records out", leader, "records_out", appended) is None:
+        return None
+    ends = []
+    for events in followers:
+        received = _first(events, "records_in", appended, answered)
+        if received is None:
+            continue
+        started = _first(events, "fsync", received, answered)
+        flushed = None if started is None else _first(events, "fsynced", started, answered)
+        fetched = None if flushed is None else _first(events, "fetch_out", flushed, answered)
+        if fetched is not None:
+            ends.append((fetched, received, started, flushed))
+    if not ends:
+        return None
+    # The first follower whose next fetch went out makes the majority.
+    fetched, received, started, flushed = min(ends)
+    steps |= {
+        "follower: records in": received,
+        "follower: fsync start": started,
+        "follower: fsync end": flushed,
+        "follower: next fetch out": fetched,
+    }
+    if (t := take("leader: high watermark moves", leader, "high_watermark", fetched)) is None:
+        return None
+    if (t := take("leader: apply", leader, "apply", t)) is None:
+        return None
+    if take("leader: answer", leader, "answer", t) is None:
+        return None
+    steps["client answered"] = answered
+    return steps
+
+
+def commit_timeline(run: CpuRun, events: dict[int, list[Event]]) -> str:
+    """One writer: the median time from the client's send to each step of a commit."""
+    leader = events[run.leader_id]
+    followers = [e for n, e in sorted(events.items()) if n != run.leader_id]
+    found = [
+        s for s in (_commit_steps(stamp, leader, followers) for stamp in run.client_stamps) if s
+    ]
+    if not found:
+        return "timeline: no write with every step found"
+    names = list(found[0])
+    lines = [
+        f"timeline of a lone write ({len(found)} of {len(run.client_stamps)} writes had every "
+        "step; median µs since the client's send, and since the step before):"
+    ]
+    before = 0.0
+    for name in names:
+        values = sorted((s[name] - s["client send"]) / 1000 for s in found if name in s)
+        median = percentile(values, 0.5)
+        lines.append(f"  {median:8.0f} {median - before:+8.0f}  {name}")
+        before = median
+    return "\n".join(lines)
+
+
+def fsync_probe(directory: Path, count: int) -> str:
+    """``count`` fdatasyncs of 100-byte appends to a file in ``directory``: the disk alone."""
+    path = directory / "fsync-probe"
+    latencies = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        for _ in range(count):
+            os.write(fd, b"x" * 100)
+            started = time.perf_counter()
+            os.fdatasync(fd)
+            latencies.append((time.perf_counter() - started) * 1000)
+    finally:
+        os.close(fd)
+        path.unlink()
+    latencies.sort()
+    return (
+        f"fdatasync of a 100-byte append, {count} times: p50 {percentile(latencies, 0.5):.2f} "
+        f"ms, p90 {percentile(latencies, 0.9):.2f}, p99 {percentile(latencies, 0.99):.2f}; "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
+
+
 def _pid(process: ControllerProcess) -> int:
     assert process.process is not None
     return process.process.pid
@@ -283,14 +497,13 @@ def _log_end(process: ControllerProcess) -> int:
     return end
 
 
-def _batches_since(process: ControllerProcess, offset: int) -> tuple[int, int]:
-    """Data batches (not control batches) at or after ``offset``, and their records."""
-    batches = records = 0
-    for base, _next, count, control in _read_batches(process):
-        if base >= offset and not control:
-            batches += 1
-            records += count
-    return batches, records
+def _batch_sizes_since(process: ControllerProcess, offset: int) -> list[int]:
+    """The records of each data batch (not control batches) at or after ``offset``."""
+    return [
+        count
+        for base, _next, count, control in _read_batches(process)
+        if base >= offset and not control
+    ]
 
 
 def _read_batches(process: ControllerProcess) -> list[tuple[int, int, int, bool]]:
@@ -306,10 +519,19 @@ def _read_batches(process: ControllerProcess) -> list[tuple[int, int, int, bool]
 
 
 def _profile_window(process: ControllerProcess, windows: dict[int, int]) -> Path:
-    """Where ``process`` writes its current profile window (each numbers its own)."""
-    assert process.profile_out is not None
-    name = f"{process.profile_out.name}.{windows.get(process.node_id, 0)}"
-    return process.profile_out.with_name(name)
+    """Where ``process`` writes its current profile or timeline window (each numbers its
+    own)."""
+    out = process.profile_out or process.timeline_out
+    assert out is not None
+    return out.with_name(f"{out.name}.{windows.get(process.node_id, 0)}")
+
+
+def _wait_done(out: Path, timeout_s: float = 60) -> bool:
+    done = out.with_name(out.name + ".done")
+    deadline = time.monotonic() + timeout_s
+    while not done.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return done.exists()
 
 
 def _signal_all(processes: list[ControllerProcess], signum: int) -> None:
@@ -318,12 +540,8 @@ def _signal_all(processes: list[ControllerProcess], signum: int) -> None:
         process.process.send_signal(signum)
 
 
-def _wait_profile(out: Path, timeout_s: float = 60) -> pstats.Stats | None:
-    done = out.with_name(out.name + ".done")
-    deadline = time.monotonic() + timeout_s
-    while not done.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return pstats.Stats(str(out)) if done.exists() else None
+def _wait_profile(out: Path) -> pstats.Stats | None:
+    return pstats.Stats(str(out)) if _wait_done(out) else None
 
 
 def _top(stats: pstats.Stats, writes: int, limit: int, role: str) -> str:
@@ -355,18 +573,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1, help="runs per number of writers")
     parser.add_argument("--profile", action="store_true", help="cProfile the leader and a follower")
     parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="record each process's commit-path steps (not with --profile)",
+    )
+    parser.add_argument(
+        "--fsync", type=int, default=0, metavar="N", help="first time N fdatasyncs of the disk"
+    )
+    parser.add_argument(
         "--floor", action="store_true", help="also measure the no-op gRPC floor server"
     )
     parser.add_argument("--top", type=int, default=30, help="functions listed per profile")
     parser.add_argument("--keep", type=Path, help="keep the data and profiles here")
     args = parser.parse_args(argv)
+    if args.profile and args.timeline:
+        parser.error("--profile and --timeline each wrap the controllers: give one")
     root = Path(tempfile.mkdtemp(prefix="raft-cpu-")) if args.keep is None else args.keep
     root.mkdir(parents=True, exist_ok=True)
     windows: dict[int, int] = {}
     try:
+        if args.fsync:
+            print(fsync_probe(root, args.fsync), flush=True)
         if args.floor:
             _run_floor(root, args)
-        with controller_quorum(root, profiled=args.profile) as processes:
+        with controller_quorum(root, profiled=args.profile, timeline=args.timeline) as processes:
             for _ in range(args.runs):
                 for writers in args.writers:
                     run = asyncio.run(
@@ -375,10 +605,20 @@ def main(argv: list[str] | None = None) -> int:
                             writers,
                             args.warmup,
                             args.seconds,
-                            args.profile,
+                            args.profile or args.timeline,
                         )
                     )
                     print(run.summary(), flush=True)
+                    if args.timeline:
+                        events = {}
+                        for process in processes:
+                            out = _profile_window(process, windows)
+                            if _wait_done(out):
+                                events[process.node_id] = read_window(out)
+                        if run.leader_id in events:
+                            print(timeline_counts(run, events), flush=True)
+                            if run.writers == 1:
+                                print(commit_timeline(run, events), flush=True)
                     if args.profile:
                         follower = next(p for p in processes if p.node_id != run.leader_id)
                         for role, process in (
@@ -388,6 +628,7 @@ def main(argv: list[str] | None = None) -> int:
                             stats = _wait_profile(_profile_window(process, windows))
                             if stats is not None:
                                 print(_top(stats, run.writes, args.top, role), flush=True)
+                    if args.profile or args.timeline:
                         for process in processes:  # every process numbers its own windows
                             windows[process.node_id] = windows.get(process.node_id, 0) + 1
     finally:

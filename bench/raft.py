@@ -47,14 +47,16 @@ class ControllerProcess:
     profile_out: Path | None = None
     """Run under ``bench._profiled_server`` (cProfile windows opened by SIGUSR1, written
     to ``profile_out.N`` by SIGUSR2) instead of plain ``python -m highwater``."""
+    timeline_out: Path | None = None
+    """Run under ``bench._raft_timeline`` (commit-path timeline windows, the same signals)."""
 
     def start(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
-        launcher = (
-            ["-m", "highwater"]
-            if self.profile_out is None
-            else ["-m", "bench._profiled_server", str(self.profile_out)]
-        )
+        launcher = ["-m", "highwater"]
+        if self.profile_out is not None:
+            launcher = ["-m", "bench._profiled_server", str(self.profile_out)]
+        elif self.timeline_out is not None:
+            launcher = ["-m", "bench._raft_timeline", str(self.timeline_out)]
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -92,10 +94,11 @@ class ControllerProcess:
 
 @contextlib.contextmanager
 def controller_quorum(
-    root: Path, voters: int = 3, *, profiled: bool = False
+    root: Path, voters: int = 3, *, profiled: bool = False, timeline: bool = False
 ) -> Iterator[list[ControllerProcess]]:
     """``voters`` controller processes on loopback; ``profiled``: each under
-    ``bench._profiled_server``, writing its profiles to ``root/cN.prof.W``."""
+    ``bench._profiled_server``, writing its profiles to ``root/cN.prof.W``; ``timeline``:
+    under ``bench._raft_timeline``, writing its windows to ``root/cN.timeline.W``."""
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(voters)]
     spec = ",".join(f"{i + 1}@{address}" for i, address in enumerate(addresses))
     processes = [
@@ -106,6 +109,7 @@ def controller_quorum(
             spec,
             root / f"c{i + 1}.log",
             profile_out=root / f"c{i + 1}.prof" if profiled else None,
+            timeline_out=root / f"c{i + 1}.timeline" if timeline else None,
         )
         for i, address in enumerate(addresses)
     ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from highwater.raft.driver import RaftServer, RaftServerSettings
 from highwater.raft.log_flusher import LogFlusher
 from highwater.raft.messages import OffsetAndEpoch
+from highwater.raft.node import RaftNode
 from highwater.raft.state_machine import SnapshotReader
 from highwater.records import RecordBatch
 from raft_timing import FAST
@@ -43,6 +45,43 @@ async def test_flushes_run_in_the_thread_in_order_and_errors_come_back() -> None
     assert len({thread for _, thread in ran}) == 1
     with pytest.raises(RuntimeError, match="closed"):
         flusher.flush(lambda: None)
+
+
+async def test_a_hand_off_returns_once_the_thread_started_the_flush() -> None:
+    # A generous bound: the hand-off returns as soon as the thread starts, not after it.
+    flusher = LogFlusher("test-flusher", start_wait_s=10)
+    began, release = threading.Event(), threading.Event()
+
+    def flush() -> None:
+        began.set()
+        assert release.wait(10)
+
+    try:
+        done = flusher.flush(flush, wait_started=True)
+        assert began.is_set(), "the flush runs in the thread before the loop goes on"
+        assert not done.done()
+        release.set()
+        assert await done >= 0
+    finally:
+        release.set()
+        flusher.close()
+
+
+async def test_a_hand_off_waits_at_most_start_wait_s_for_a_busy_thread() -> None:
+    flusher = LogFlusher("test-flusher", start_wait_s=0.05)
+    release = threading.Event()
+    try:
+        first = flusher.flush(lambda: release.wait(10))
+        started = time.perf_counter()
+        # Queued behind the first: not started.
+        second = flusher.flush(lambda: None, wait_started=True)
+        waited = time.perf_counter() - started
+        assert 0.04 <= waited < 5
+        release.set()
+        assert await first >= 0 and await second >= 0
+    finally:
+        release.set()
+        flusher.close()
 
 
 class _Values:
@@ -100,3 +139,71 @@ async def test_a_write_flushed_in_the_thread_commits_only_once_flushed(tmp_path:
     finally:
         release.set()
         await server.stop()
+
+
+async def test_a_followers_flush_in_the_thread_gates_the_commit(tmp_path: Path) -> None:
+    """Two voters, so a commit needs the follower's flush. Its flushes go to the thread
+    (a slow disk), started from the fetch answer's callback (``_flush_early``): the
+    entry is in the follower's log, but the leader acknowledges it only once the
+    follower's flush returned in the thread and its next fetch reported it."""
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    voters = {i + 1: f"127.0.0.1:{port}" for i, port in enumerate(ports)}
+    servers = {
+        node_id: RaftServer(
+            node_id=node_id,
+            listen=address,
+            voters=voters,
+            data_dir=tmp_path / f"n{node_id}",
+            state_machine=_Values(),
+            settings=RaftServerSettings(raft=FAST),
+        )
+        for node_id, address in voters.items()
+    }
+    release = threading.Event()
+    for server in servers.values():
+        await server.start()
+    try:
+        async with asyncio.timeout(20):
+            while not any(server.is_leader for server in servers.values()):
+                await asyncio.sleep(0.02)
+        leader = next(server for server in servers.values() if server.is_leader)
+        follower = next(server for server in servers.values() if not server.is_leader)
+        await leader.propose([b"first"])
+        raft_log = follower._log
+        assert raft_log is not None
+        follower._last_fsync_s = 1.0  # a slow disk: the next flushes go to the thread
+        real_flush = raft_log.flush
+
+        def gated_flush() -> int:
+            assert release.wait(10)
+            return real_flush()
+
+        raft_log.flush = gated_flush  # type: ignore[method-assign]
+        handed_early: list[bool] = []
+        flush_early = follower._flush_early
+
+        def watched_flush_early(node: RaftNode) -> None:
+            was_idle = follower._flushing is None
+            flush_early(node)
+            handed_early.append(was_idle and follower._flushing is not None)
+
+        follower._flush_early = watched_flush_early  # type: ignore[method-assign]
+        proposal = asyncio.ensure_future(leader.propose([b"second"]))
+        async with asyncio.timeout(10):
+            while raft_log.end_offset <= raft_log.flushed_offset:
+                await asyncio.sleep(0.01)  # the entry reached the follower's log
+        await asyncio.sleep(0.3)
+        assert follower._flushing is not None, "its flush is under way in the thread"
+        assert any(handed_early), "handed over from the fetch answer's callback"
+        assert not proposal.done(), "acknowledged before a majority flushed it"
+        release.set()
+        offset = await asyncio.wait_for(proposal, 10)
+        assert raft_log.flushed_offset > offset
+    finally:
+        release.set()
+        for server in servers.values():
+            await server.stop()

@@ -85,6 +85,7 @@ from highwater.raft.membership_service import (
 )
 from highwater.raft.messages import (
     FetchRequest,
+    FetchResponse,
     OffsetAndEpoch,
     QuorumDescription,
     RaftMessage,
@@ -831,15 +832,18 @@ class RaftServer:
             # hand-offs (docs/raft.md). Once one took longer (a busy disk), the next run
             # in a worker thread while the loop goes on serving requests and appending
             # them; entries appended meanwhile go in the next flush (group commit).
-            if ready.messages:
-                await asyncio.sleep(0)  # let the sends start first
             if self._last_fsync_s <= _INLINE_FSYNC_MAX_S:
+                if ready.messages:
+                    await asyncio.sleep(0)  # let the sends start before the loop blocks
                 started = time.perf_counter()
                 raft_log.flush()
                 self._last_fsync_s = time.perf_counter() - started
                 self._flushed(node)
             else:
-                self._flushing = asyncio.create_task(self._flush_in_thread(node))
+                # Handed to the thread now, not from a task's first step: the thread
+                # starts the fsync while the loop sends and serves, a loop turn or two
+                # earlier (a follower's fsync is on every commit's path).
+                self._hand_flush_to_thread(node)
         if ready.load_snapshot is not None:
             await self._load_snapshot(ready.load_snapshot)
         if ready.high_watermark is not None:
@@ -855,13 +859,14 @@ class RaftServer:
         wakes the loop, and the next Ready asks again for what was appended meanwhile."""
         return self._flushing is not None and ready == Ready(must_flush=True)
 
-    async def _flush_in_thread(self, node: RaftNode) -> None:
-        raft_log = self._require_log()
+    async def _flush_in_thread(self, node: RaftNode, flushed: asyncio.Future[float]) -> None:
+        """Wait for the flush handed to the flusher thread (``flushed``: the seconds it took
+        there), then count it."""
         try:
             # Timed in the thread: the round trip through the thread pool and back to a
             # busy loop took more than the limit on its own, so once in a thread the
             # flushes never came back to the loop even when the disk was fast again.
-            self._last_fsync_s = await self._require_flusher().flush(raft_log.flush)
+            self._last_fsync_s = await flushed
             if not self._stopping:
                 self._flushed(node)
         except Exception as e:
@@ -1107,6 +1112,38 @@ class RaftServer:
             return
         with contextlib.suppress(Exception):  # _step stopped the server already
             self._step(node, response)
+            if isinstance(response, FetchResponse) and response.records:
+                self._flush_early(node)
+
+    def _flush_early(self, node: RaftNode) -> None:
+        """A fetch answer appended entries to this follower's log: hand their flush to the
+        flusher thread now, from the answer's callback, rather than once the driver's loop
+        wakes and takes the Ready (a loop turn, a tick and a Ready later, on the path of
+        every commit). Only when flushes go to the thread anyway and none runs; the Ready
+        that asks for this flush finds it under way (``_waits_for_flush``). Nothing is
+        claimed earlier for it: the node learns of it by ``on_flushed`` once it returned
+        in the thread, as of any flush, and the next fetch goes out only then."""
+        raft_log = self._require_log()
+        if (
+            self._flushing is not None
+            or self._stopping
+            or self._last_fsync_s <= _INLINE_FSYNC_MAX_S
+            or raft_log.flushed_offset >= raft_log.end_offset
+        ):
+            return
+        self._hand_flush_to_thread(node)
+
+    def _hand_flush_to_thread(self, node: RaftNode) -> None:
+        """Start a flush in the flusher thread; a voter that follows waits until the thread
+        has started it (``LogFlusher``): its fsync is on the path of every commit and its
+        loop has nothing of the commit's to do first. A leader does not wait (its own
+        fsync runs beside the replication, and its loop serves the requests), nor does an
+        observer (a broker's loop serves its clients)."""
+        wait_started = node.is_voter and not node.is_leader
+        flushed = self._require_flusher().flush(
+            self._require_log().flush, wait_started=wait_started
+        )
+        self._flushing = asyncio.create_task(self._flush_in_thread(node, flushed))
 
     def _on_unreachable(self, peer_id: int) -> None:
         node = self._node
