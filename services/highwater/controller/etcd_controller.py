@@ -375,8 +375,12 @@ class EtcdController:
                 self.unreachable = e
             except Exception:
                 log.exception("node %d: the etcd controller's round failed", self.node_id)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), interval_s)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the inner
+            # result when a cancellation arrives as the event is set, swallowing it, and
+            # stop() then waits for this loop forever.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval_s):
+                    await self._wake.wait()
 
     async def _round(self) -> None:
         if self.session.lease_id is None:
