@@ -558,9 +558,10 @@ def _add_rows(section: SuiteSection, results: dict[str, dict[int, dict[str, floa
 
 
 def run(report: Report) -> None:
-    """The suite: every size of :data:`SIZES` in both modes (about 20 minutes of the
-    suite's time on a quiet 2-core machine, most of it the 1,000,000-partition size); a
-    full-scale run also writes the plots and their figures to docs/img."""
+    """The suite: every size of :data:`SIZES` in both modes (28.5 minutes on the 2-core
+    machine at a load of 16 to 27, most of it the 1,000,000-partition size; less when the
+    machine is quiet); a full-scale run also writes the plots and their figures to
+    docs/img."""
     sizes = tuple(sorted({max(1_000, int(s * report.scale)) for s in SIZES}))
     with (
         report.suite("control_plane", "The control plane: KRaft against etcd mode") as section,
