@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from etcd_processes import (
     EtcdBrokerProcess,
     EtcdServer,
     etcd_member,
+    highwater_cli,
     put_key,
     read_prefix,
     wait_for,
@@ -169,27 +169,6 @@ async def wait_cluster_ready(brokers: list[EtcdBrokerProcess]) -> None:
         return len(description.nodes) == 3 and description.controller_id is not None
 
     await wait_for(ready, timeout_s=90, interval_s=0.25)
-
-
-async def highwater_cli(*args: str) -> str:
-    """``highwater ARGS`` in a process of its own; its output (asserting it succeeded).
-
-    Not ``CliRunner`` in a thread: the command runs its own event loop (``asyncio.run``)
-    with gRPC channels of its own, and grpc.aio serves one event loop per process (a second
-    loop in another thread shares the first's completion queue: grpc/grpc#25364). That
-    is the likely cause of an UNAVAILABLE the describe below once got from a live broker.
-    """
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "highwater",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    output, _ = await asyncio.wait_for(process.communicate(), 90)
-    assert process.returncode == 0, output.decode()
-    return output.decode()
 
 
 async def describe(bootstrap_server: str) -> str:
