@@ -24,7 +24,14 @@ from pathlib import Path
 import pytest
 from broker_processes import BrokerProcess, consume_all, metadata
 from click.testing import CliRunner
-from etcd_processes import EtcdBrokerProcess, EtcdServer, etcd_member, read_prefix, wait_for
+from etcd_processes import (
+    EtcdBrokerProcess,
+    EtcdServer,
+    etcd_member,
+    highwater_cli,
+    read_prefix,
+    wait_for,
+)
 from highwater.broker.rolling import ClusterView, under_replicated
 from highwater.cli.main import main
 from highwater.cli.rolling import observe_cluster
@@ -176,12 +183,8 @@ class Writer:
             await self._task
 
 
-def describe(bootstrap_server: str) -> str:
-    result = CliRunner().invoke(
-        main, ["cluster", "describe", "--bootstrap-server", bootstrap_server]
-    )
-    assert result.exit_code == 0, result.output
-    return result.output
+async def describe(bootstrap_server: str) -> str:
+    return await highwater_cli("cluster", "describe", "--bootstrap-server", bootstrap_server)
 
 
 def partition_state(keys, partition: int = 0) -> dict:  # type: ignore[no-untyped-def]
@@ -221,7 +224,7 @@ async def test_a_rolling_restart_moves_the_cluster_to_kraft_losing_nothing(
         assert claim["epoch"] > before["controller_epoch"]
 
         async def described_by_kraft() -> bool:
-            output = await asyncio.to_thread(describe, cluster.etcd_brokers[1].address)
+            output = await describe(cluster.etcd_brokers[1].address)
             return f"ControllerId: {CONTROLLER_ID}" in output and "MetadataMode: etcd" in output
 
         await wait_for(described_by_kraft, timeout_s=30)
@@ -272,7 +275,7 @@ async def test_a_rolling_restart_moves_the_cluster_to_kraft_losing_nothing(
     assert len(writer.acknowledged) > 40
     missing = [v for v in writer.acknowledged if v not in set(consumed)]
     assert missing == []
-    output = await asyncio.to_thread(describe, cluster.bootstrap)
+    output = await describe(cluster.bootstrap)
     assert "MetadataMode: kraft" in output
     assert f"ControllerId: {CONTROLLER_ID}" in output
 

@@ -29,6 +29,7 @@ from etcd_processes import (
     EtcdBrokerProcess,
     EtcdServer,
     etcd_member,
+    highwater_cli,
     put_key,
     read_prefix,
     wait_for,
@@ -170,12 +171,8 @@ async def wait_cluster_ready(brokers: list[EtcdBrokerProcess]) -> None:
     await wait_for(ready, timeout_s=90, interval_s=0.25)
 
 
-def describe(bootstrap_server: str) -> str:
-    result = CliRunner().invoke(
-        main, ["cluster", "describe", "--bootstrap-server", bootstrap_server]
-    )
-    assert result.exit_code == 0, result.output
-    return result.output
+async def describe(bootstrap_server: str) -> str:
+    return await highwater_cli("cluster", "describe", "--bootstrap-server", bootstrap_server)
 
 
 async def test_data_flows_and_describe_names_the_controller_and_the_mode(
@@ -191,7 +188,7 @@ async def test_data_flows_and_describe_names_the_controller_and_the_mode(
     assert await consume_all(bootstrap(brokers), "orders") == [b"a", b"b", b"c"]
     claim = await controller_claim(store)
     assert claim is not None
-    output = await asyncio.to_thread(describe, brokers[0].address)
+    output = await describe(brokers[0].address)
     assert f"ControllerId: {claim['broker_id']}" in output
     assert "MetadataMode: etcd" in output
 
@@ -246,9 +243,8 @@ async def test_a_coordinator_in_the_etcd_mode_serves_a_consumer_group(
         "--bootstrap-server",
         bootstrap(brokers),
     ]
-    result = await asyncio.to_thread(CliRunner().invoke, main, args)
-    assert result.exit_code == 0, result.output
-    assert [line for line in result.output.splitlines() if len(line) == 1] == ["a", "b", "c"]
+    output = await highwater_cli(*args)
+    assert [line for line in output.splitlines() if len(line) == 1] == ["a", "b", "c"]
     async with AdminClient(bootstrap(brokers)) as admin:
         offsets = await admin.list_consumer_group_offsets("readers")
     assert offsets[("orders", 0)].offset == 3
@@ -390,7 +386,7 @@ async def test_killing_the_controllers_broker_elects_another_with_a_higher_epoch
     assert int(after["epoch"]) > int(before["epoch"])
     survivor = next(b for b in brokers if b.process is not None)
     await create(survivor.address, "after-the-kill", replication_factor=2)
-    output = await asyncio.to_thread(describe, survivor.address)
+    output = await describe(survivor.address)
     assert f"ControllerId: {after['broker_id']}" in output
 
     async def fenced_out_of_every_isr() -> bool:

@@ -18,7 +18,7 @@ port, serving ``highwater.internal.v1.Controller``:
   (:func:`~highwater.etcd_metadata.keys.changed_keys`: only their scopes are encoded, so
   a change costs what it touches, not the image), and those keys are written in one
   transaction (:func:`plan_writes`; or, past etcd's ``--max-txn-ops``, the
-  partition-state updates first in several: :meth:`_write`),
+  partition-state updates first in several, pipelined: :meth:`_write_pipelined`),
   guarded by the controller epoch and by each written key's ``mod_revision``
   (ZooKeeper's zkVersion: a key changed behind the controller's back, by hand or by
   another writer, fails the write and makes it read the state again), with the
@@ -147,6 +147,9 @@ class EtcdControllerSettings:
     max_txn_ops: int = 128
     """etcd's ``--max-txn-ops`` (its default: 128): the most compares, and the most
     operations, one transaction may hold. See :meth:`EtcdController._append`."""
+    write_pipeline: int = 8
+    """How many of a large change's partition-state transactions are in flight at once
+    (:meth:`EtcdController._write_pipelined`)."""
     push_history_records: int = 100_000
     """How many records of recent changes are kept for delta pushes: a node further behind
     is pushed the whole image."""
@@ -357,6 +360,12 @@ class EtcdController:
     async def _run(self) -> None:
         interval_s = self.settings.tick_interval_ms / 1000
         while True:
+            # Cleared before the round, not after: a change seen during it (the watch's
+            # events of the round's own writes, among others) starts the next round at
+            # once. So a controlled shutdown's batches follow one another as fast as etcd
+            # takes them; clearing after the round made each batch wait a whole
+            # ``tick_interval_ms`` (at 1,000,000 partitions, 1,000 batches: 200 s idle).
+            self._wake.clear()
             try:
                 await self._round()
                 self.unreachable = None
@@ -366,9 +375,12 @@ class EtcdController:
                 self.unreachable = e
             except Exception:
                 log.exception("node %d: the etcd controller's round failed", self.node_id)
-            self._wake.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), interval_s)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the inner
+            # result when a cancellation arrives as the event is set, swallowing it, and
+            # stop() then waits for this loop forever.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval_s):
+                    await self._wake.wait()
 
     async def _round(self) -> None:
         if self.session.lease_id is None:
@@ -628,7 +640,8 @@ class EtcdController:
             changed_keys(parent, image, records, self.space), epoch, self.settings.max_txn_ops
         )
         chunks, structure = plan.chunks, plan.final
-        written = [(chunk, await self._write(chunk, epoch, offset)) for chunk in chunks]
+        results = await self._write_pipelined(chunks, epoch, offset)
+        written = list(zip(chunks, results, strict=True))
         result = await self._write(structure, epoch, offset, final=True)
         written.append((structure, result))
         for ops, at in written:  # only once all are in: see _write
@@ -646,6 +659,36 @@ class EtcdController:
                     self._pushes.forget(address)
         self._push_all()
 
+    async def _write_pipelined(
+        self, chunks: list[list[Put | Delete]], epoch: int, offset: int
+    ) -> list[TxnResult]:
+        """The transactions of ``chunks`` (a plan's partition-state updates: disjoint keys,
+        each valid alone), up to ``write_pipeline`` of them in flight, as ZooKeeper-era
+        controllers sent their znode writes asynchronously and waited for the answers:
+        each is still guarded by the controller epoch and its keys' revisions (see
+        :meth:`_write`). The first failure stops sending more; those in flight are
+        answered before it is raised (the caller then reads etcd again, as after a failure
+        between sequential chunks: some partitions are changed, others not)."""
+        results: list[TxnResult | None] = [None] * len(chunks)
+        pending = iter(range(len(chunks)))
+        failures: list[BaseException] = []
+
+        async def send() -> None:
+            for index in pending:
+                if failures:
+                    return
+                try:
+                    results[index] = await self._write(chunks[index], epoch, offset)
+                except (_StateChanged, EtcdUnavailableError, EtcdRequestTooLargeError) as e:
+                    failures.append(e)
+                    return
+
+        senders = min(self.settings.write_pipeline, len(chunks))
+        await asyncio.gather(*(send() for _ in range(senders)))
+        if failures:
+            raise failures[0]
+        return [r for r in results if r is not None]
+
     async def _write(
         self, ops: list[Put | Delete], epoch: int, offset: int, *, final: bool = False
     ) -> TxnResult:
@@ -655,7 +698,8 @@ class EtcdController:
         A change too large for one transaction (etcd's ``--max-txn-ops``) is written as
         several: first the updates of existing partition states (each key valid alone, as
         each partition's znode was written alone by ZooKeeper-era controllers), in
-        transactions of ``max_txn_ops - 1``, then the rest with the offset. A failure
+        transactions of ``max_txn_ops - 1``, several in flight
+        (:meth:`_write_pipelined`), then, once all are in, the rest with the offset. A failure
         between them leaves some partitions changed: the next read finds keys not as this
         controller holds them and loads etcd's state again, and the controller decides
         anew on it."""

@@ -7,8 +7,10 @@ channel is made here: plaintext for ``etcd://``, TLS for ``https://`` with the a
 rotated certificates reach the next connection). A call that fails
 to reach it (refused, timed out: etcd down or paused) raises
 :class:`EtcdUnavailableError` naming the member, and the next call goes to the next
-member. Calls are short (``timeout_s`` each; reading a whole prefix, which grows with the
-partitions, ``range_timeout_s``): the callers retry on their own schedule. A request etcd
+member. Calls are short (``timeout_s`` each; each page of a whole prefix's read,
+``range_timeout_s``): the callers retry on their own schedule. A whole prefix is read in
+pages of ``page_keys`` keys, every page at the revision of the first, so that the read is
+one snapshot however large the prefix (:meth:`EtcdConnection.prefix_pages`). A request etcd
 refuses as too large (more operations in a transaction than its ``--max-txn-ops``, more
 bytes than its ``--max-request-bytes``) raises :class:`EtcdRequestTooLargeError` instead:
 retrying it elsewhere cannot help. Transactions are built from etcd's own request
@@ -44,8 +46,10 @@ from highwater.rpc.tls import TlsConfigError
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
+    "PAGE_KEYS",
     "Compare",
     "Delete",
+    "EtcdCompactedError",
     "EtcdConnection",
     "EtcdRequestTooLargeError",
     "EtcdTlsError",
@@ -75,6 +79,11 @@ class EtcdWatchBrokenError(EtcdUnavailableError):
     """A watch ended without the promise of every change: read in full, then watch again."""
 
 
+class EtcdCompactedError(EtcdUnavailableError):
+    """The revision a paged read of a prefix was taken at was compacted before its last
+    page: the read must start again."""
+
+
 class EtcdRequestTooLargeError(HighwaterError):
     """etcd refused a request for its size (``INVALID_ARGUMENT``: too many operations in
     one transaction, a request too large): the store's limits, not its availability."""
@@ -83,7 +92,15 @@ class EtcdRequestTooLargeError(HighwaterError):
 
 
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
-"""The largest answer read from etcd (a whole prefix: about 150 bytes per partition)."""
+"""The largest message to or from etcd (a page of a prefix is far smaller: see
+:data:`PAGE_KEYS`)."""
+
+PAGE_KEYS = 10_000
+"""Keys per page of a whole prefix read (about 200 bytes a partition: about 2 MB a page).
+One answer for the whole prefix was about 228 MB at 1,000,000 partitions, under the
+512 MiB limit only up to about 2.3 million."""
+
+_COMPACTED_RETRIES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,11 +205,17 @@ class EtcdConnection:
     """Calls to the etcd members of ``address`` (see the module docstring)."""
 
     def __init__(
-        self, address: EtcdStoreAddress, *, timeout_s: float = 2.0, range_timeout_s: float = 60.0
+        self,
+        address: EtcdStoreAddress,
+        *,
+        timeout_s: float = 2.0,
+        range_timeout_s: float = 60.0,
+        page_keys: int = PAGE_KEYS,
     ) -> None:
         self.address = address
         self.timeout_s = timeout_s
         self.range_timeout_s = range_timeout_s
+        self.page_keys = page_keys
         self._member = 0
         self._channel: grpc.aio.Channel | None = None
         self._kv: rpc.KVStub | None = None
@@ -219,15 +242,21 @@ class EtcdConnection:
             self._kv, self._lease = rpc.KVStub(channel), rpc.LeaseStub(channel)
         return self._kv, self._lease
 
-    async def _failed(self, error: BaseException) -> HighwaterError:
+    async def _failed(
+        self, error: BaseException, channel: grpc.aio.Channel | None
+    ) -> HighwaterError:
+        """The typed error of a call made on ``channel`` (None: it failed before it had
+        one); the next call goes to the next member, unless another failed call on the
+        same channel already moved on (calls in flight together fail together)."""
         member = self.member
         if (
             isinstance(error, grpc.aio.AioRpcError)
             and error.code() == grpc.StatusCode.INVALID_ARGUMENT
         ):
             return EtcdRequestTooLargeError(f"etcd at {member} refused: {error.details()}")
-        await self.close()
-        self._member = (self._member + 1) % len(self.address.endpoints)
+        if channel is None or channel is self._channel:
+            await self.close()
+            self._member = (self._member + 1) % len(self.address.endpoints)
         return _unavailable(self.address, member, error)
 
     async def close(self) -> None:
@@ -240,27 +269,75 @@ class EtcdConnection:
                 log.debug("closing the etcd channel failed", exc_info=True)
 
     async def get_prefix(self, prefix: str) -> tuple[int, dict[str, KeyVersion]]:
-        """The store's revision and every key under ``prefix``."""
+        """The store's revision and every key under ``prefix``, as of that one revision
+        (read in pages: :meth:`prefix_pages`). A revision compacted between two pages
+        starts the read again, a few times."""
+        for attempt in range(_COMPACTED_RETRIES):
+            keys: dict[str, KeyVersion] = {}
+            revision = 0
+            try:
+                async for at, page in self.prefix_pages(prefix):
+                    revision = at
+                    keys.update(page)
+            except EtcdCompactedError:
+                if attempt + 1 == _COMPACTED_RETRIES:
+                    raise
+                continue
+            return revision, keys
+        raise AssertionError("unreachable")
+
+    async def prefix_pages(
+        self, prefix: str, page_keys: int | None = None
+    ) -> AsyncIterator[tuple[int, dict[str, KeyVersion]]]:
+        """Every key under ``prefix`` in pages of at most ``page_keys`` keys (default: the
+        connection's ``page_keys``), in key order, each with the revision of the whole
+        read: the first page is read at etcd's current revision R, every later one at R
+        (a range with ``revision=R`` starting after the last key read), so the pages
+        together are one snapshot, whatever is written between them; a watch from R + 1
+        then gives every change after it. A write between pages is in none of them.
+        Raises :class:`EtcdCompactedError` if etcd compacted R away between pages."""
         raw = prefix.encode()
-        request = rpc.RangeRequest(key=raw, range_end=_range_end(raw))
-        try:
-            kv, _ = self._stubs()
-            reply = await kv.Range(request, timeout=self.range_timeout_s)
-        except _CALL_ERRORS as e:
-            raise await self._failed(e) from None
-        keys = {
-            kv.key.decode(): KeyVersion(kv.value, kv.create_revision, kv.mod_revision, kv.lease)
-            for kv in reply.kvs
-        }
-        return reply.header.revision, keys
+        end = _range_end(raw)
+        limit = page_keys or self.page_keys
+        start, revision = raw, 0
+        while True:
+            request = rpc.RangeRequest(key=start, range_end=end, limit=limit, revision=revision)
+            channel = None
+            try:
+                kv, _ = self._stubs()
+                channel = self._channel
+                reply = await kv.Range(request, timeout=self.range_timeout_s)
+            except _CALL_ERRORS as e:
+                if (
+                    revision
+                    and isinstance(e, grpc.aio.AioRpcError)
+                    and e.code() == grpc.StatusCode.OUT_OF_RANGE
+                ):
+                    raise EtcdCompactedError(
+                        f"etcd at {self.member} compacted revision {revision} while "
+                        f"{prefix} was read at it ({e.details()})"
+                    ) from None
+                raise await self._failed(e, channel) from None
+            if not revision:
+                revision = reply.header.revision
+            page = {
+                kv.key.decode(): KeyVersion(kv.value, kv.create_revision, kv.mod_revision, kv.lease)
+                for kv in reply.kvs
+            }
+            yield revision, page
+            if not reply.more or not reply.kvs:
+                return
+            start = reply.kvs[-1].key + b"\0"
 
     async def get(self, key: str) -> tuple[int, KeyVersion | None]:
         """The store's revision and ``key`` (None: absent)."""
+        channel = None
         try:
             kv, _ = self._stubs()
+            channel = self._channel
             reply = await kv.Range(rpc.RangeRequest(key=key.encode()), timeout=self.timeout_s)
         except _CALL_ERRORS as e:
-            raise await self._failed(e) from None
+            raise await self._failed(e, channel) from None
         if not reply.kvs:
             return reply.header.revision, None
         kv = reply.kvs[0]
@@ -280,40 +357,48 @@ class EtcdConnection:
             success=[_op(op) for op in success],
             failure=[_op(op) for op in failure],
         )
+        channel = None
         try:
             kv, _ = self._stubs()
+            channel = self._channel
             reply = await kv.Txn(request, timeout=self.timeout_s)
         except _CALL_ERRORS as e:
-            raise await self._failed(e) from None
+            raise await self._failed(e, channel) from None
         return TxnResult(reply.succeeded, reply.header.revision)
 
     async def grant_lease(self, ttl_s: int) -> int:
+        channel = None
         try:
             _, lease = self._stubs()
+            channel = self._channel
             reply = await lease.LeaseGrant(rpc.LeaseGrantRequest(TTL=ttl_s), timeout=self.timeout_s)
         except _CALL_ERRORS as e:
-            raise await self._failed(e) from None
+            raise await self._failed(e, channel) from None
         return int(reply.ID)
 
     async def keep_alive(self, lease_id: int) -> int:
         """Refresh ``lease_id`` once; its remaining TTL (0 or less: it expired)."""
+        channel = None
         try:
             _, lease = self._stubs()
+            channel = self._channel
             call = lease.LeaseKeepAlive(
                 iter([rpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout=self.timeout_s
             )
             async for reply in call:
                 return int(reply.TTL)
         except _CALL_ERRORS as e:
-            raise await self._failed(e) from None
+            raise await self._failed(e, channel) from None
         return 0
 
     async def revoke_lease(self, lease_id: int) -> None:
+        channel = None
         try:
             _, lease = self._stubs()
+            channel = self._channel
             await lease.LeaseRevoke(rpc.LeaseRevokeRequest(ID=lease_id), timeout=self.timeout_s)
         except _CALL_ERRORS as e:
-            raise await self._failed(e) from None
+            raise await self._failed(e, channel) from None
 
     async def watch_prefix(self, prefix: str, start_revision: int) -> AsyncIterator[int]:
         """The revisions at which keys under ``prefix`` changed, from ``start_revision``

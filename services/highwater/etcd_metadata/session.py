@@ -2,10 +2,11 @@
 
 The process's ephemeral keys (a broker's ``brokers/ids/<id>``, the controller's claim)
 are attached to one lease of ``ttl_s`` seconds, refreshed every third of it. Like a
-ZooKeeper client, the session decides on its own side when it is over: once no refresh
-succeeded for ``ttl_s`` (etcd down, paused, or cut off), the lease may be gone, so the
-session is *expired*: listeners hear it at once (a controller steps down before etcd
-could have elected another), and from then on the session tries to grant a new lease,
+ZooKeeper client, the session decides on its own side when it is over: ``ttl_s`` after the
+last refresh that succeeded was sent, once refreshes fail (etcd down, paused, or cut off),
+the lease may be gone, so the session is *expired*: listeners hear it at once (a
+controller steps down before etcd could have elected another, unless a refresh was still
+in flight then), and from then on the session tries to grant a new lease,
 telling the listeners the new id when it has one. A refresh that etcd answers with a TTL
 of 0 (the lease was revoked while we were away) expires the session too.
 """
@@ -47,8 +48,9 @@ class EtcdSession:
     async def start(self) -> None:
         """Grant the first lease (raises :class:`EtcdUnavailableError` if etcd does not
         answer) and keep it alive."""
+        sent = time.monotonic()
         self._set_lease(await self.connection.grant_lease(self.ttl_s))
-        self._task = asyncio.create_task(self._keep_alive(), name="etcd-session")
+        self._task = asyncio.create_task(self._keep_alive(sent), name="etcd-session")
 
     async def wait_alive(self, timeout_s: float) -> int:
         async with asyncio.timeout(timeout_s):
@@ -81,28 +83,52 @@ class EtcdSession:
             except Exception:
                 log.exception("an etcd session listener failed")
 
-    async def _keep_alive(self) -> None:
+    async def _keep_alive(self, granted_at: float) -> None:
+        """Refresh the lease every third of its TTL. The session is judged over ``ttl_s``
+        after the last refresh etcd answered was *sent* (``granted_at`` for the first):
+        etcd renewed the lease no earlier than that, so on etcd's side it lasts at least
+        until then. Once a refresh failed, the loop wakes at that moment and ends the
+        session then, without waiting for another call to fail (before, the end came only
+        when a later refresh failed: up to a refresh interval plus a call's timeout after
+        etcd could have let another candidate claim). A refresh still in flight at that
+        moment is waited for (up to the call's timeout), so that a slow but answered
+        refresh under load does not end a live session."""
         interval_s = self.ttl_s / 3
-        last_ok = time.monotonic()
+        refreshed = granted_at
+        failed: EtcdUnavailableError | None = None
         while True:
-            await asyncio.sleep(interval_s)
             if self.lease_id is None:
+                await asyncio.sleep(interval_s)
+                sent = time.monotonic()
                 try:
                     self._set_lease(await self.connection.grant_lease(self.ttl_s))
-                    last_ok = time.monotonic()
+                    refreshed, failed = sent, None
                     log.info("etcd session renewed: lease %x", self.lease_id)
                 except EtcdUnavailableError as e:
                     log.debug("etcd session: no new lease yet: %s", e)
                 continue
+            deadline = refreshed + self.ttl_s
+            await asyncio.sleep(max(0.0, min(interval_s, deadline - time.monotonic())))
+            if failed is not None and time.monotonic() >= deadline:
+                self._expire(failed)
+                failed = None
+                continue
+            sent = time.monotonic()
             try:
                 remaining = await self.connection.keep_alive(self.lease_id)
             except EtcdUnavailableError as e:
-                if time.monotonic() - last_ok >= self.ttl_s:
-                    log.warning("etcd session expired (no refresh for %ds): %s", self.ttl_s, e)
-                    self._set_lease(None)
+                failed = e
+                if time.monotonic() >= deadline:
+                    self._expire(e)
+                    failed = None
                 continue
+            failed = None
             if remaining <= 0:
                 log.warning("etcd session expired: lease %x is gone", self.lease_id)
                 self._set_lease(None)
                 continue
-            last_ok = time.monotonic()
+            refreshed = sent
+
+    def _expire(self, error: EtcdUnavailableError) -> None:
+        log.warning("etcd session expired (no refresh for %ds): %s", self.ttl_s, error)
+        self._set_lease(None)
