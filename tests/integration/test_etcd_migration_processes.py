@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 from broker_processes import BrokerProcess, consume_all, metadata
+from cli_process import highwater_cli
 from click.testing import CliRunner
 from etcd_processes import (
     EtcdBrokerProcess,
     EtcdServer,
     etcd_member,
-    highwater_cli,
     read_prefix,
     wait_for,
 )

@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 from aetcd import rpc as aetcd_rpc
 from broker_processes import consume_all, metadata
+from cli_process import highwater_cli
 from click.testing import CliRunner
 from etcd_processes import (
     EtcdBrokerProcess,
     EtcdServer,
     etcd_member,
-    highwater_cli,
     put_key,
     read_prefix,
     wait_for,

@@ -24,8 +24,7 @@ from pathlib import Path
 import grpc.aio
 import pytest
 from broker_processes import create_topic, metadata, process_cluster
-from click.testing import CliRunner
-from highwater.cli.main import main
+from cli_process import highwater_cli
 from highwater.client.admin import AdminClient, NewTopic
 from highwater.client.consumer import OFFSET_BEGINNING, AsyncConsumer, TopicPartition
 from highwater.client.producer import AsyncProducer
@@ -99,12 +98,9 @@ async def fetch_error(address: str, partition: int) -> int:
 
 
 async def describe_log_dirs_cli(bootstrap: str, *args: str) -> dict[str, object]:
-    """``highwater describe-log-dirs`` as an operator types it (in a thread of this process:
-    the command runs an event loop of its own)."""
-    command = ["describe-log-dirs", "--bootstrap-server", bootstrap, *args]
-    done = await asyncio.to_thread(CliRunner().invoke, main, command)
-    assert done.exit_code == 0, done.output
-    lines = done.output.splitlines()
+    """``highwater describe-log-dirs`` as an operator types it (in a process of its own)."""
+    output = await highwater_cli("describe-log-dirs", "--bootstrap-server", bootstrap, *args)
+    lines = output.splitlines()
     assert lines[0] == "Querying brokers for log directories information"
     assert lines[1].startswith("Received log directory information from brokers ")
     document: dict[str, object] = json.loads(lines[2])
