@@ -191,7 +191,8 @@ async def test_idle_rounds_name_and_read_nothing_and_an_append_is_answered_alone
 
     brokers.reads.clear()
     for epoch in (1, 2):
-        assert await brokers.fetcher.fetch_round() is FetchRound.BACK_OFF  # nothing new
+        # Nothing new: an empty answer, and the next fetch goes at once (no back-off).
+        assert await brokers.fetcher.fetch_round() is FetchRound.FETCHED
         request = brokers.leader.requests[-1]
         assert (request.session_id, request.session_epoch) == (session_id, epoch)
         assert brokers.named() == [] and brokers.answered() == []

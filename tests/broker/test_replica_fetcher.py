@@ -80,13 +80,16 @@ class FakeLeader:
     """A leader's answers to a follower's fetches, from a real log: records from the fetch
     offset (past the high watermark too) or, where the follower's last epoch ends earlier
     here, the diverging epoch (KIP-320). ``fail`` makes the next fetches fail; ``error``
-    answers the partition with that code; ``on_fetch`` runs as each fetch arrives."""
+    answers the partition with that code; ``empty`` answers the next fetches with no
+    partition (an incremental fetch's long poll that ended with nothing new); ``on_fetch``
+    runs as each fetch arrives."""
 
     log: PartitionLog
     high_watermark: int = 0
     requests: list[rpb.ReplicaFetchRequest] = field(default_factory=list)
     fail: int = 0
     error: int = ErrorCode.NONE
+    empty: int = 0
     on_fetch: Callable[[], None] | None = None
     closed: int = 0
 
@@ -101,6 +104,9 @@ class FakeLeader:
             self.fail -= 1
             raise ReplicaFetchError("the leader is unreachable")
         response = rpb.ReplicaFetchResponse()
+        if self.empty:
+            self.empty -= 1
+            return response
         for topic in request.topics:
             answers = response.topics.add(topic=topic.topic)
             for item in topic.partitions:
@@ -287,6 +293,30 @@ async def test_failed_fetches_and_error_answers_back_off(
     assert len(one.requests) == 4
     assert one.closed == 1
     assert follower.partition.log_end_offset == 0
+
+
+async def test_an_answer_with_nothing_new_is_followed_by_the_next_fetch_at_once(
+    setup: tuple[Follower, FakeLeader, FakeLeader],
+) -> None:
+    # The leader held the fetch for its long poll and had nothing to say: a back-off here
+    # would hold the records produced meanwhile by replica.fetch.backoff.ms.
+    follower, one, _ = setup
+    follow(follower, leader=1)
+    fetcher = follower.fetcher(1)
+    one.empty = 1
+    assert await fetcher.fetch_round() is FetchRound.FETCHED
+
+    # In ``run``: two empty answers, one with the record, then the partition follows
+    # another leader while the fourth fetch is under way (its stale answer is the one
+    # back-off), and the fetcher ends.
+    one.empty = 2
+    one.log.append_as_leader(batch([b"a"]), 0)
+    one.high_watermark = 1
+    one.on_fetch = lambda: follower.change_leader(3) if len(one.requests) == 5 else None
+    await asyncio.wait_for(fetcher.run(), 5)
+    assert len(one.requests) == 5
+    assert follower.partition.log_end_offset == 1
+    assert follower.sleeps == [SETTINGS.replica_fetch_backoff_ms / 1000]
 
 
 async def test_an_answer_from_a_leader_no_longer_followed_is_dropped(

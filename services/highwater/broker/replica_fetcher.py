@@ -157,8 +157,8 @@ class FetchRound(enum.Enum):
     FETCHED = "fetched"
     """Some partition was answered: fetch again at once."""
     BACK_OFF = "back off"
-    """The fetch failed, every answer was an error, or the leader has no address yet:
-    wait ``replica.fetch.backoff.ms``."""
+    """The fetch failed, no answer it held could be applied (errors, stale answers), or
+    the leader has no address yet: wait ``replica.fetch.backoff.ms``."""
     IDLE = "idle"
     """This broker follows no partition of the leader (any more): the fetcher ends."""
 
@@ -341,15 +341,22 @@ class ReplicaFetcher:
         fetched: Mapping[TopicPartitionKey, FetchPartitionState],
     ) -> bool:
         """Hand each answer of ``reply`` to its partition (``fetched``: the partitions
-        fetched, each with the leader epoch it was fetched in); False if every answer was
-        an error (then the fetcher backs off). The partitions answered with records or a
+        fetched, each with the leader epoch it was fetched in); False if it held answers
+        and none could be applied (each an error, or for a partition no longer followed
+        from this leader in that epoch): then the fetcher backs off. A reply with no
+        answer at all is the leader's long poll ending with nothing new (an incremental
+        fetch answers only the partitions with news): the fetcher fetches again at once, as
+        Kafka's does, since a back-off there would hold the records produced during it by
+        ``replica.fetch.backoff.ms`` (100 ms). The partitions answered with records or a
         diverging epoch are the ones whose fetch state the next fetch looks at (a high
         watermark alone moves none); one whose answer could not be applied is named again,
         so that the leader sends it again."""
         answered = False
+        held = False
         touched = self._touched
         for topic in reply.topics:
             for answer in topic.partitions:
+                held = True
                 key = (topic.topic, answer.partition)
                 tp = TopicPartition(topic.topic, answer.partition)
                 state = fetched.get(key)
@@ -397,7 +404,7 @@ class ReplicaFetcher:
                     self.session.forget(key)
         if self._on_change is not None:
             self._on_change()
-        return answered
+        return answered or not held
 
     def _current(self, tp: TopicPartition, fetched_epoch: int | None) -> Partition | None:
         """The partition if it still follows this fetcher's leader in the epoch it was

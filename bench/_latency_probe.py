@@ -1,0 +1,136 @@
+"""The broker suite's end-to-end latency phase alone, on a fresh cluster, with every
+process's event-loop stalls: where a loaded machine's p99 goes.
+
+``python -m bench._latency_probe [--seconds 5] [--rate 10000] [--profile]``: one controller
+and three brokers (bench/_highwater_cluster.py) with :mod:`bench._loop_watch` in each, a
+topic of one partition (RF 3, min.insync.replicas=2), then
+:func:`bench.broker.latencies_with_client` (acks=all, linger.ms=0, ``poll()``) after a 1 s
+warm-up. It prints the latency percentiles; for the benchmark's process (producer and
+consumer) its CPU seconds and its loop's stalls; and for each server process its CPU
+seconds, its stalls over 2 ms split into those its own thread spent on the CPU (our code
+holding the loop) and the rest (the process waiting for a CPU: the machine), and its
+garbage collections. ``--profile`` adds a cProfile of each server's loop thread and of
+the benchmark's process (its overhead inflates the latencies: read the profiles, not the
+percentiles, of such a run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+from bench import broker
+from bench._highwater_cluster import HighwaterCluster, highwater_cluster
+
+WATCH_DIR = Path(__file__).parent / "_loop_watch"
+OWN_CPU_SHARE = 0.7
+"""A stall the thread spent at least this share of on the CPU counts as our code's."""
+
+
+async def _bench_stalls(stalls: list[float]) -> None:
+    last = time.perf_counter()
+    while True:
+        await asyncio.sleep(0.001)
+        now = time.perf_counter()
+        if now - last - 0.001 > 0.002:
+            stalls.append((now - last - 0.001) * 1e3)
+        last = now
+
+
+def _quantile(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+async def probe(
+    cluster: HighwaterCluster, out: str, *, seconds: float, rate: float, profile: bool
+) -> None:
+    bootstrap = cluster.bootstrap
+    topic = broker.LATENCY_TOPIC
+    await broker.create_topic(
+        bootstrap, topic, replication_factor=3, config={"min.insync.replicas": "2"}
+    )
+    leader = await broker.leader_address(cluster, topic)
+    await broker.wait_full_isr(leader, topic, 1, 3)
+    stalls: list[float] = []
+    watch = asyncio.create_task(_bench_stalls(stalls))
+    for process in cluster.all_processes():
+        os.kill(process.pid, signal.SIGUSR1)
+    profiler = cProfile.Profile(time.thread_time) if profile else None
+    if profiler is not None:
+        profiler.enable()
+    cpu = time.process_time()
+    latencies = await broker.latencies_with_client(
+        bootstrap, topic, rate=rate, duration_s=seconds, warmup_s=1
+    )
+    cpu = time.process_time() - cpu
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(f"{out}.bench.prof")
+    for process in cluster.all_processes():
+        os.kill(process.pid, signal.SIGUSR2)
+    watch.cancel()
+    await asyncio.sleep(1)  # the servers write their windows
+    latencies.sort()
+    print(
+        f"{len(latencies):,} records: p50 {_quantile(latencies, 0.5):.1f} ms, "
+        f"p90 {_quantile(latencies, 0.9):.1f}, p99 {_quantile(latencies, 0.99):.1f}, "
+        f"p99.9 {_quantile(latencies, 0.999):.1f}, max {latencies[-1]:.1f}"
+    )
+    print(
+        f"benchmark process (producer, consumer): CPU {cpu:.2f} s; loop stalls > 2 ms: "
+        f"{len(stalls)}, {sum(stalls):.0f} ms in all, longest {max(stalls, default=0):.1f}"
+    )
+    for process in cluster.all_processes():
+        path = Path(f"{out}.{process.pid}.json")
+        if not path.exists():
+            print(f"{process.name}: no loop window written")
+            continue
+        window = json.loads(path.read_text())
+        name = process.name
+        if (
+            process.name.startswith("broker ")
+            and cluster.broker_addresses.get(int(process.name.split()[1])) == leader
+        ):
+            name += " (leader)"
+        all_stalls = window["stalls"]
+        own = [s for s in all_stalls if s[1] >= OWN_CPU_SHARE * s[0]]
+        print(
+            f"{name}: CPU {window['cpu_s']:.2f} s in {window['window_s']:.1f} s; "
+            f"stalls > 2 ms {len(all_stalls)} ({sum(s[0] for s in all_stalls):.0f} ms, "
+            f"longest {max((s[0] for s in all_stalls), default=0):.1f}), of them on its own "
+            f"CPU {len(own)} ({sum(s[0] for s in own):.0f} ms, longest "
+            f"{max((s[0] for s in own), default=0):.1f}); GC by generation "
+            f"{window['gc_count']}, {window['gc_s'] * 1e3:.1f} ms, longest "
+            f"{window['gc_max_s'] * 1e3:.1f}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rate", type=float, default=broker.LATENCY_RATE)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="latency-probe-"))
+    out = str(root / "loop")
+    env = {
+        "LOOP_WATCH_OUT": out,
+        "PYTHONPATH": os.pathsep.join([str(WATCH_DIR), os.environ.get("PYTHONPATH", "")]),
+    }
+    if args.profile:
+        env["LOOP_WATCH_PROFILE"] = "1"
+    print(f"load average {os.getloadavg()[0]:.1f}; files under {root}")
+    with highwater_cluster(root, 3, env=env) as cluster:
+        asyncio.run(probe(cluster, out, seconds=args.seconds, rate=args.rate, profile=args.profile))
+    print(f"load average {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

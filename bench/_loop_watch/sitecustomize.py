@@ -1,0 +1,109 @@
+"""Event-loop stalls of a ``highwater`` server process, for bench/_latency_probe.py.
+
+Imported at the start of every process whose ``PYTHONPATH`` begins with this directory
+(Python imports ``sitecustomize`` by itself), and active only where ``LOOP_WATCH_OUT`` is
+set: it wraps ``uvloop.run`` (the servers' loop) so that a ticker task runs beside the
+server, asleep 1 ms at a time. A tick later than 2 ms past its due time is a stall; each
+is recorded with the thread's CPU time during it and the garbage collector's pauses in it
+(``gc.callbacks``). A stall the thread spent on the CPU was our code holding the loop; one
+it did not was the machine (the process waiting for a CPU, or the disk). SIGUSR1 starts a
+window (and, with ``LOOP_WATCH_PROFILE`` set, a cProfile of the loop's thread in CPU
+time), SIGUSR2 writes it to ``$LOOP_WATCH_OUT.<pid>.json`` (and ``.prof``).
+"""
+
+from __future__ import annotations
+
+import os
+
+if os.environ.get("LOOP_WATCH_OUT"):
+    import asyncio
+    import cProfile
+    import gc
+    import json
+    import signal
+    import sys
+    import time
+    from collections.abc import Coroutine
+    from types import FrameType
+    from typing import Any
+
+    import uvloop
+
+    _OUT = os.environ["LOOP_WATCH_OUT"]
+    _TICK_S = 0.001
+    _STALL_S = 0.002
+    _window: dict[str, Any] = {}
+    _gc_started = [0.0]
+    _gc_in_tick = [0.0]
+    _profile: list[cProfile.Profile] = []
+
+    def _on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            _gc_started[0] = time.perf_counter()
+            return
+        pause = time.perf_counter() - _gc_started[0]
+        _gc_in_tick[0] += pause
+        if _window:
+            _window["gc_count"][info["generation"]] += 1
+            _window["gc_s"] += pause
+            _window["gc_max_s"] = max(_window["gc_max_s"], pause)
+
+    async def _ticker() -> None:
+        last, last_cpu = time.perf_counter(), time.thread_time()
+        while True:
+            _gc_in_tick[0] = 0.0
+            await asyncio.sleep(_TICK_S)
+            now, cpu = time.perf_counter(), time.thread_time()
+            late = now - last - _TICK_S
+            if late > _STALL_S and _window:
+                # (late ms, the thread's CPU ms in it, GC ms in it)
+                _window["stalls"].append(
+                    (round(late * 1e3, 2), round((cpu - last_cpu) * 1e3, 2), _gc_in_tick[0] * 1e3)
+                )
+            last, last_cpu = now, cpu
+
+    _uvloop_run = uvloop.run
+
+    def _run(main: Coroutine[Any, Any, Any], **kwargs: Any) -> Any:
+        async def watched() -> Any:
+            ticker = asyncio.get_running_loop().create_task(_ticker())
+            try:
+                return await main
+            finally:
+                ticker.cancel()
+
+        return _uvloop_run(watched(), **kwargs)
+
+    def _start(_signal: int, _frame: FrameType | None) -> None:
+        _window.clear()
+        _window.update(
+            stalls=[],
+            gc_count=[0, 0, 0],
+            gc_s=0.0,
+            gc_max_s=0.0,
+            started=time.perf_counter(),
+            cpu_started=time.process_time(),
+        )
+        if os.environ.get("LOOP_WATCH_PROFILE"):
+            _profile[:] = [cProfile.Profile(time.thread_time)]
+            _profile[0].enable()
+
+    def _dump(_signal: int, _frame: FrameType | None) -> None:
+        if not _window:
+            return
+        if _profile:
+            _profile[0].disable()
+            _profile[0].dump_stats(f"{_OUT}.{os.getpid()}.prof")
+            _profile.clear()
+        window = dict(_window)
+        window["window_s"] = time.perf_counter() - window.pop("started")
+        window["cpu_s"] = time.process_time() - window.pop("cpu_started")
+        window["argv"] = sys.argv
+        with open(f"{_OUT}.{os.getpid()}.json", "w") as out:
+            json.dump(window, out)
+        _window.clear()
+
+    gc.callbacks.append(_on_gc)
+    uvloop.run = _run  # type: ignore[assignment]
+    signal.signal(signal.SIGUSR1, _start)
+    signal.signal(signal.SIGUSR2, _dump)
