@@ -1,15 +1,20 @@
 """What the Spark driver asks the cluster: the partitions a subscription reads and their offsets.
 
-Each call opens an :class:`~highwater.client.admin.AdminClient` on a fresh event loop and
-closes it: the driver's planning calls are few (one or two per micro-batch), and Spark calls
-them from a worker process with no event loop of its own.
+Spark calls the planning methods from a Python process with no event loop of its own, so
+each call runs an :class:`~highwater.client.admin.AdminClient` on an event loop of its own.
+A call opens a client and closes it, unless it runs inside :meth:`ClusterOffsets.session`:
+then the calls share one client and one loop, opened for the session. A micro-batch's
+planning asks for partitions and offsets up to a dozen times (the latest offsets for
+AvailableNow's target, the batch's end and the progress report, the earliest offsets for
+the data-loss check), and each client's connections were most of the planning's time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from highwater.client.admin import AdminClient, OffsetSpec
@@ -33,8 +38,40 @@ class ClusterOffsets:
     def __init__(self, bootstrap_servers: str, request_timeout_s: float = 30.0) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.request_timeout_s = request_timeout_s
+        self._session: tuple[asyncio.AbstractEventLoop, AdminClient] | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        # A session's loop and client stay in the process that opened them.
+        return {**self.__dict__, "_session": None}
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """Calls made inside share one client and one event loop, closed at the end
+        (nested sessions use the outer one)."""
+        if self._session is not None:
+            yield
+            return
+
+        async def open_client() -> AdminClient:
+            return AdminClient(self.bootstrap_servers, request_timeout_s=self.request_timeout_s)
+
+        loop = asyncio.new_event_loop()
+        try:
+            admin = loop.run_until_complete(open_client())
+            self._session = (loop, admin)
+            try:
+                yield
+            finally:
+                self._session = None
+                loop.run_until_complete(admin.close())
+        finally:
+            loop.close()
 
     def _run(self, call: Callable[[AdminClient], Awaitable[_T]]) -> _T:
+        if self._session is not None:
+            loop, admin = self._session
+            return loop.run_until_complete(call(admin))
+
         async def with_client() -> _T:
             async with AdminClient(
                 self.bootstrap_servers, request_timeout_s=self.request_timeout_s

@@ -181,11 +181,12 @@ class BatchReader(DataSourceReader):
         options = self.options
         starting, ending = options.batch_bounds()
         cluster = ClusterOffsets(options.bootstrap_servers)
-        partitions = cluster.partitions(options.subscription)
-        earliest = cluster.earliest(partitions)
-        latest = cluster.latest(partitions)
-        start = cluster.resolve(starting, partitions)
-        end = cluster.resolve(ending, partitions, unnamed=-1)
+        with cluster.session():
+            partitions = cluster.partitions(options.subscription)
+            earliest = cluster.earliest(partitions)
+            latest = cluster.latest(partitions)
+            start = cluster.resolve(starting, partitions)
+            end = cluster.resolve(ending, partitions, unnamed=-1)
         start = _checked_start(options, start, earliest)
         for tp, offset in end.items():
             if offset > latest[tp]:
@@ -211,8 +212,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts: ``startingOffsets`` (default latest)."""
-        partitions = self.cluster.partitions(self.options.subscription)
-        start = self.cluster.resolve(self.options.stream_start(), partitions)
+        with self.cluster.session():
+            partitions = self.cluster.partitions(self.options.subscription)
+            start = self.cluster.resolve(self.options.stream_start(), partitions)
         return to_json_dict(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -225,8 +227,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target = self._latest()
 
     def _latest(self) -> PartitionOffsets:
-        partitions = self.cluster.partitions(self.options.subscription)
-        return self.cluster.latest(partitions)
+        with self.cluster.session():
+            partitions = self.cluster.partitions(self.options.subscription)
+            return self.cluster.latest(partitions)
 
     def _start_with_new(
         self, start: PartitionOffsets, latest: PartitionOffsets
@@ -239,8 +242,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the next micro-batch: the latest offsets, cut by ``limit`` and by the
         AvailableNow target."""
         begin = from_json_dict(start, "start offset")
-        latest = self._latest()
-        begin = self._start_with_new(begin, latest)
+        with self.cluster.session():
+            latest = self._latest()
+            begin = self._start_with_new(begin, latest)
         end = next_end(
             begin,
             latest,
@@ -261,6 +265,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         until = from_json_dict(end, "end offset")
         if begin == until:
             return []
+        with self.cluster.session():
+            return self._ranges_between(begin, until)
+
+    def _ranges_between(
+        self, begin: PartitionOffsets, until: PartitionOffsets
+    ) -> Sequence[InputPartition]:
+        """The ranges from ``begin`` to ``until``, checked against the earliest offsets."""
         options = self.options
         current = self.cluster.partitions(options.subscription)
         gone = missing_partitions(until, current)
