@@ -15,13 +15,13 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
-
-from highwater.client.admin import AdminClient, OffsetSpec
-from highwater.client.admin import UnknownTopicOrPartitionError as AdminUnknownTopicError
+from typing import TYPE_CHECKING, TypeVar
 
 from pyspark_highwater.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartitionKey
 from pyspark_highwater.options import OffsetBound, Subscription
+
+if TYPE_CHECKING:
+    from highwater.client.admin import AdminClient
 
 __all__ = ["ClusterOffsets", "UnknownTopicError"]
 
@@ -52,6 +52,8 @@ class ClusterOffsets:
             yield
             return
 
+        from highwater.client.admin import AdminClient
+
         async def open_client() -> AdminClient:
             return AdminClient(self.bootstrap_servers, request_timeout_s=self.request_timeout_s)
 
@@ -72,6 +74,8 @@ class ClusterOffsets:
             loop, admin = self._session
             return loop.run_until_complete(call(admin))
 
+        from highwater.client.admin import AdminClient
+
         async def with_client() -> _T:
             async with AdminClient(
                 self.bootstrap_servers, request_timeout_s=self.request_timeout_s
@@ -90,6 +94,8 @@ class ClusterOffsets:
 
         For a time, a partition without a record at or after it gets its latest offset.
         """
+        from highwater.client.admin import OffsetSpec
+
         wanted = list(partitions)
         if not wanted:
             return {}
@@ -107,10 +113,14 @@ class ClusterOffsets:
 
     def earliest(self, partitions: Iterable[TopicPartitionKey]) -> PartitionOffsets:
         """Each partition's log start offset."""
+        from highwater.client.admin import OffsetSpec
+
         return self.offsets(partitions, OffsetSpec.EARLIEST)
 
     def latest(self, partitions: Iterable[TopicPartitionKey]) -> PartitionOffsets:
         """Each partition's high watermark (the offset after the last readable record)."""
+        from highwater.client.admin import OffsetSpec
+
         return self.offsets(partitions, OffsetSpec.LATEST)
 
     def resolve(
@@ -123,6 +133,8 @@ class ClusterOffsets:
         """The concrete offsets ``bound`` means for ``partitions``. A per-partition bound
         may hold -2 (earliest) and -1 (latest); partitions it does not name get ``unnamed``
         (earliest for a start, latest for an end)."""
+        from highwater.client.admin import OffsetSpec
+
         wanted = list(partitions)
         if bound.kind == "earliest":
             return self.earliest(wanted)
@@ -138,6 +150,8 @@ class ClusterOffsets:
 
 
 async def _partitions(admin: AdminClient, subscription: Subscription) -> list[TopicPartitionKey]:
+    from highwater.client.admin import UnknownTopicOrPartitionError as AdminUnknownTopicError
+
     if subscription.kind == "subscribePattern":
         pattern = re.compile(subscription.pattern)
         topics = [t.name for t in await admin.list_topics() if pattern.fullmatch(t.name)]

@@ -77,12 +77,16 @@ class HighwaterDataSource(DataSource):
         """The format name Spark knows the source by."""
         return "highwater"
 
-    def _read_options(self) -> ReadOptions:
-        return parse_read_options(dict(self.options))
+    def _read_options(self, check_client_settings: bool = False) -> ReadOptions:
+        return parse_read_options(dict(self.options), check_client_settings=check_client_settings)
 
     def schema(self) -> StructType:
-        """The fixed columns; the options are checked, and named topics must exist."""
-        options = self._read_options()
+        """The fixed columns; the options are checked, and named topics must exist.
+
+        Spark asks for the schema when the DataFrame is defined (``load()``): the
+        ``highwater.<setting>`` options are checked here, not again in the Python processes
+        that plan the query's reads (:meth:`reader`, :meth:`streamReader`)."""
+        options = self._read_options(check_client_settings=True)
         ClusterOffsets(options.bootstrap_servers).partitions(options.subscription)
         return source_schema(options.include_headers)
 
