@@ -311,3 +311,14 @@ def _notes(section: SuiteSection, records: int) -> None:
         "The pure-Python codec's figures for the same task code, without Spark, are in the "
         "columnar suite."
     )
+    section.note(
+        "The floor rows run the same queries with a trivial Python data source "
+        "(`bench/_spark_floor.py`) in place of Highwater: a source yielding prepared Arrow "
+        "batches of the same columns (10,000 rows each, 2 partitions) and a sink that drops "
+        "what it is handed, importing nothing but PySpark and pyarrow. They are what "
+        "PySpark's Python Data Source API costs on this machine: per query, Spark starts a "
+        "Python process for the source's driver-side calls and forks Python workers that "
+        "plan the read and the write, each importing PySpark and the data source afresh; "
+        "the rows cross between the JVM and the Python workers as Arrow batches. A "
+        "Highwater row cannot beat its floor: compare the targets with the floors."
+    )
