@@ -24,6 +24,7 @@ Source API costs on this machine with no Highwater code, client or server in the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import statistics
 import sys
@@ -181,7 +182,8 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
 
     p.spark.dataSource.register(FloorSource)
     p.timed(p.highwater_stream("bench-warm"), "bench-warm-out")
-    p.timed(p.floor_stream(2_000), FLOOR)
+    with contextlib.suppress(Exception):  # a failing floor reports itself in its rows
+        p.timed(p.floor_stream(2_000), FLOOR)
     parquet = root / "records.parquet"
     (
         p.spark.read.format("highwater")
@@ -213,9 +215,20 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
         "Parquet → Highwater",
         lambda: p.timed(p.parquet_stream(parquet), f"bench-out-{next(outputs)}"),
     )
-    floor_source = rate("floor source → noop", lambda: p.timed(p.floor_stream(records), None))
-    floor_sink = rate("Parquet → floor sink", lambda: p.timed(p.parquet_stream(parquet), FLOOR))
-    floor_pipeline = rate(
+
+    def floor_rate(name: str, query: Callable[[], float]) -> float | str:
+        """:func:`rate`, or why the floor's query failed (its row says so; the suite's
+        other rows stand)."""
+        try:
+            return rate(name, query)
+        except Exception as e:  # a floor is context: its failure must not lose the rest
+            return f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+
+    floor_source = floor_rate("floor source → noop", lambda: p.timed(p.floor_stream(records), None))
+    floor_sink = floor_rate(
+        "Parquet → floor sink", lambda: p.timed(p.parquet_stream(parquet), FLOOR)
+    )
+    floor_pipeline = floor_rate(
         "floor source → floor sink", lambda: p.timed(p.floor_stream(records), FLOOR)
     )
     read_rate = rate(
@@ -274,10 +287,11 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
         section.add(
             Row(
                 f"floor of the {role}: {query} (a Python data source without Highwater)",
-                value,
+                value if isinstance(value, float) else None,
                 "records/s",
                 peer_name=peer_name,
                 peer_value=peer,
+                error=value if isinstance(value, str) else "",
             )
         )
     section.add(
