@@ -15,12 +15,16 @@ The transform is the same everywhere: ``upper(value)``, with the key kept.
 The peer of each is the same query with Spark's built-in Parquet source (a stream over the
 same records written as Parquet files) in place of Highwater, and the ``noop`` sink in place
 of the Highwater sink: what Spark itself does on this machine with no Python data source in
-the way.
+the way. The floor of each is the same query with the trivial Python data source of
+:mod:`bench._spark_floor` in place of Highwater (a source yielding prepared Arrow batches of
+the same columns, a sink dropping the batches it is handed): what PySpark's Python Data
+Source API costs on this machine with no Highwater code, client or server in the way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import statistics
 import sys
@@ -40,6 +44,8 @@ VALUE_BYTES = 100
 RECORDS = 300_000
 #: Each figure is the median of this many runs.
 REPEATS = 3
+#: The format name of the floor's trivial Python data source (:mod:`bench._spark_floor`).
+FLOOR = "highwater-floor"
 
 
 async def _prepare(address: str, topics: list[str], records: int, source: str) -> None:
@@ -63,6 +69,11 @@ async def _prepare(address: str, topics: list[str], records: int, source: str) -
 
 def _session() -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    # Spark's Python processes import the floor's data source (bench._spark_floor) by name.
+    root = str(Path(__file__).resolve().parent.parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    )
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
@@ -104,15 +115,22 @@ class Pipelines:
     def transform(df: Any) -> Any:
         return df.selectExpr("key", "upper(cast(value as string)) as value")
 
+    def floor_stream(self, records: int) -> Any:
+        """The trivial Python source of :mod:`bench._spark_floor`: ``records`` rows."""
+        return self.spark.readStream.format(FLOOR).option("records", str(records)).load()
+
     def timed(self, df: Any, sink: str | None) -> float:
         """Seconds from start() to the end of an AvailableNow query writing to ``sink``
-        (a topic) or, if None, to the noop sink."""
+        (a topic; :data:`FLOOR`: the floor's sink, which drops the rows) or, if None, to
+        the noop sink."""
         self.runs += 1
         writer = self.transform(df).writeStream.option(
             "checkpointLocation", str(self.root / f"checkpoint-{self.runs}")
         )
         if sink is None:
             writer = writer.format("noop")
+        elif sink == FLOOR:
+            writer = writer.format(FLOOR)
         else:
             writer = (
                 writer.format("highwater")
@@ -160,7 +178,12 @@ def run(report: Report) -> None:
 
 def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, root: Path) -> None:
     report.progress("spark: warm-up and the Parquet copy of the records")
+    from bench._spark_floor import FloorSource
+
+    p.spark.dataSource.register(FloorSource)
     p.timed(p.highwater_stream("bench-warm"), "bench-warm-out")
+    with contextlib.suppress(Exception):  # a failing floor reports itself in its rows
+        p.timed(p.floor_stream(2_000), FLOOR)
     parquet = root / "records.parquet"
     (
         p.spark.read.format("highwater")
@@ -191,6 +214,22 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
     sink = rate(
         "Parquet → Highwater",
         lambda: p.timed(p.parquet_stream(parquet), f"bench-out-{next(outputs)}"),
+    )
+
+    def floor_rate(name: str, query: Callable[[], float]) -> float | str:
+        """:func:`rate`, or why the floor's query failed (its row says so; the suite's
+        other rows stand)."""
+        try:
+            return rate(name, query)
+        except Exception as e:  # a floor is context: its failure must not lose the rest
+            return f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+
+    floor_source = floor_rate("floor source → noop", lambda: p.timed(p.floor_stream(records), None))
+    floor_sink = floor_rate(
+        "Parquet → floor sink", lambda: p.timed(p.parquet_stream(parquet), FLOOR)
+    )
+    floor_pipeline = floor_rate(
+        "floor source → floor sink", lambda: p.timed(p.floor_stream(records), FLOOR)
     )
     read_rate = rate(
         "batch read",
@@ -239,6 +278,22 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
             target=at_least(300_000, "records/s"),
         )
     )
+    floors = (
+        ("pipeline", "floor source → upper(value) → floor sink", floor_pipeline),
+        ("source", "floor source → upper(value) → noop", floor_source),
+        ("sink", "Parquet → upper(value) → floor sink", floor_sink),
+    )
+    for role, query, value in floors:
+        section.add(
+            Row(
+                f"floor of the {role}: {query} (a Python data source without Highwater)",
+                value if isinstance(value, float) else None,
+                "records/s",
+                peer_name=peer_name,
+                peer_value=peer,
+                error=value if isinstance(value, str) else "",
+            )
+        )
     section.add(
         Row(
             'batch read: spark.read.format("highwater"), count and sum(length(value))',
@@ -269,4 +324,15 @@ def _notes(section: SuiteSection, records: int) -> None:
         "source 500,000 records/s, sink 300,000, the pipeline 35% of the Parquet peer. "
         "The pure-Python codec's figures for the same task code, without Spark, are in the "
         "columnar suite."
+    )
+    section.note(
+        "The floor rows run the same queries with a trivial Python data source "
+        "(`bench/_spark_floor.py`) in place of Highwater: a source yielding prepared Arrow "
+        "batches of the same columns (10,000 rows each, 2 partitions) and a sink that drops "
+        "what it is handed, importing nothing but PySpark and pyarrow. They are what "
+        "PySpark's Python Data Source API costs on this machine: per query, Spark starts a "
+        "Python process for the source's driver-side calls and forks Python workers that "
+        "plan the read and the write, each importing PySpark and the data source afresh; "
+        "the rows cross between the JVM and the Python workers as Arrow batches. A "
+        "Highwater row cannot beat its floor: compare the targets with the floors."
     )

@@ -16,8 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from highwater.client.consumer import CONSUMER_CONFIG_DEF, ConsumerConfig
-from highwater.client.producer import PRODUCER_CONFIG_DEF, ProducerConfig
 from highwater.errors import InvalidConfigError
 
 from pyspark_highwater.offsets import (
@@ -357,8 +355,15 @@ def _bound(
         raise HighwaterOptionError(str(e)) from None
 
 
-def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
-    """Validate the source's options (see :data:`READ_OPTIONS`)."""
+def parse_read_options(
+    options: Mapping[str, str], *, check_client_settings: bool = True
+) -> ReadOptions:
+    """Validate the source's options (see :data:`READ_OPTIONS`).
+
+    ``check_client_settings=False`` passes the ``highwater.<setting>`` options on unchecked,
+    for options already checked when the DataFrame was defined: checking them imports the
+    consumer, most of what a Python process that only plans a read would import.
+    """
     lowered = _lowered(options)
     known = _check_known(lowered, READ_OPTIONS, "source")
     subscription = _subscription(known)
@@ -367,14 +372,23 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     for bound, name in ((starting, "startingOffsets"), (ending, "endingOffsets")):
         if bound is not None and bound.kind == "offsets":
             _check_bound_partitions(bound.offsets, subscription, name)
-    settings = _client_settings(
-        lowered, CONSUMER_CONFIG_DEF.names(), _OWNED_CONSUMER_KEYS, "consumer"
-    )
     bootstrap = _bootstrap(known)
-    try:
-        ConsumerConfig.parse({**settings, "bootstrap.servers": bootstrap})
-    except InvalidConfigError as e:
-        raise HighwaterOptionError(str(e)) from None
+    if check_client_settings:
+        from highwater.client.consumer import CONSUMER_CONFIG_DEF, ConsumerConfig
+
+        settings = _client_settings(
+            lowered, CONSUMER_CONFIG_DEF.names(), _OWNED_CONSUMER_KEYS, "consumer"
+        )
+        try:
+            ConsumerConfig.parse({**settings, "bootstrap.servers": bootstrap})
+        except InvalidConfigError as e:
+            raise HighwaterOptionError(str(e)) from None
+    else:
+        settings = {
+            key[len(CLIENT_PREFIX) :]: value
+            for key, value in lowered.items()
+            if key.startswith(CLIENT_PREFIX)
+        }
     poll_timeout = _positive_int(known, "pollTimeoutMs")
     return ReadOptions(
         bootstrap_servers=bootstrap,
@@ -408,6 +422,8 @@ def _check_bound_partitions(
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     """Validate the sink's options (see :data:`WRITE_OPTIONS`)."""
+    from highwater.client.producer import PRODUCER_CONFIG_DEF, ProducerConfig
+
     lowered = _lowered(options)
     known = _check_known(lowered, WRITE_OPTIONS, "sink")
     settings = _client_settings(

@@ -13,14 +13,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
-from highwater.client.consumer import Consumer, NoOffsetForPartitionError, TopicPartition
 from highwater.errors import OffsetOutOfRangeError
 
 from pyspark_highwater.offsets import DataLoss, OffsetRange
 from pyspark_highwater.records import RecordBatchBuilder
+
+if TYPE_CHECKING:
+    from highwater.client.consumer import Consumer
 
 __all__ = ["BATCH_RECORDS", "DataLossError", "ReadTimeoutError", "read_range"]
 
@@ -63,6 +65,8 @@ def read_range(
     retention before they were read raise :class:`DataLossError` or are skipped, as
     ``fail_on_data_loss`` says.
     """
+    from highwater.client.consumer import Consumer, TopicPartition
+
     builder = RecordBatchBuilder(include_headers)
     tp = TopicPartition(r.topic, r.partition, r.start)
     consumer = Consumer(consumer_config)
@@ -120,6 +124,8 @@ def _after_error(
 ) -> int:
     """Where to go on after an error message at ``position``; raises what cannot be
     handled."""
+    from highwater.client.consumer import NoOffsetForPartitionError, TopicPartition
+
     if not isinstance(error, OffsetOutOfRangeError | NoOffsetForPartitionError):
         raise error
     earliest, _ = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition))

@@ -14,7 +14,6 @@ from typing import Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from highwater.records.columnar import RecordColumns, finish_columns
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -67,6 +66,8 @@ class RecordBatchBuilder:
     def __init__(self, include_headers: bool) -> None:
         self.include_headers = include_headers
         self.schema = to_arrow_schema(source_schema(include_headers), timezone="UTC")
+        from highwater.records.columnar import RecordColumns
+
         self.columns = RecordColumns(include_headers=include_headers)
 
     def __len__(self) -> int:
@@ -75,6 +76,8 @@ class RecordBatchBuilder:
     def take(self, topic: str, partition: int, end: int | None = None) -> pa.RecordBatch:
         """The collected records of ``topic``/``partition`` (those before offset ``end``
         when it is given) as one batch; starts afresh."""
+        from highwater.records.columnar import finish_columns
+
         b = finish_columns(self.columns)
         count = b.length
         if end is not None:

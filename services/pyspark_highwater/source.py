@@ -77,12 +77,16 @@ class HighwaterDataSource(DataSource):
         """The format name Spark knows the source by."""
         return "highwater"
 
-    def _read_options(self) -> ReadOptions:
-        return parse_read_options(dict(self.options))
+    def _read_options(self, check_client_settings: bool = False) -> ReadOptions:
+        return parse_read_options(dict(self.options), check_client_settings=check_client_settings)
 
     def schema(self) -> StructType:
-        """The fixed columns; the options are checked, and named topics must exist."""
-        options = self._read_options()
+        """The fixed columns; the options are checked, and named topics must exist.
+
+        Spark asks for the schema when the DataFrame is defined (``load()``): the
+        ``highwater.<setting>`` options are checked here, not again in the Python processes
+        that plan the query's reads (:meth:`reader`, :meth:`streamReader`)."""
+        options = self._read_options(check_client_settings=True)
         ClusterOffsets(options.bootstrap_servers).partitions(options.subscription)
         return source_schema(options.include_headers)
 
@@ -181,11 +185,12 @@ class BatchReader(DataSourceReader):
         options = self.options
         starting, ending = options.batch_bounds()
         cluster = ClusterOffsets(options.bootstrap_servers)
-        partitions = cluster.partitions(options.subscription)
-        earliest = cluster.earliest(partitions)
-        latest = cluster.latest(partitions)
-        start = cluster.resolve(starting, partitions)
-        end = cluster.resolve(ending, partitions, unnamed=-1)
+        with cluster.session():
+            partitions = cluster.partitions(options.subscription)
+            earliest = cluster.earliest(partitions)
+            latest = cluster.latest(partitions)
+            start = cluster.resolve(starting, partitions)
+            end = cluster.resolve(ending, partitions, unnamed=-1)
         start = _checked_start(options, start, earliest)
         for tp, offset in end.items():
             if offset > latest[tp]:
@@ -211,8 +216,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts: ``startingOffsets`` (default latest)."""
-        partitions = self.cluster.partitions(self.options.subscription)
-        start = self.cluster.resolve(self.options.stream_start(), partitions)
+        with self.cluster.session():
+            partitions = self.cluster.partitions(self.options.subscription)
+            start = self.cluster.resolve(self.options.stream_start(), partitions)
         return to_json_dict(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -225,8 +231,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target = self._latest()
 
     def _latest(self) -> PartitionOffsets:
-        partitions = self.cluster.partitions(self.options.subscription)
-        return self.cluster.latest(partitions)
+        with self.cluster.session():
+            partitions = self.cluster.partitions(self.options.subscription)
+            return self.cluster.latest(partitions)
 
     def _start_with_new(
         self, start: PartitionOffsets, latest: PartitionOffsets
@@ -239,8 +246,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the next micro-batch: the latest offsets, cut by ``limit`` and by the
         AvailableNow target."""
         begin = from_json_dict(start, "start offset")
-        latest = self._latest()
-        begin = self._start_with_new(begin, latest)
+        with self.cluster.session():
+            latest = self._latest()
+            begin = self._start_with_new(begin, latest)
         end = next_end(
             begin,
             latest,
@@ -261,6 +269,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         until = from_json_dict(end, "end offset")
         if begin == until:
             return []
+        with self.cluster.session():
+            return self._ranges_between(begin, until)
+
+    def _ranges_between(
+        self, begin: PartitionOffsets, until: PartitionOffsets
+    ) -> Sequence[InputPartition]:
+        """The ranges from ``begin`` to ``until``, checked against the earliest offsets."""
         options = self.options
         current = self.cluster.partitions(options.subscription)
         gone = missing_partitions(until, current)

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
-from highwater.client.producer import BatchMetadata, Message, Producer
 from highwater.errors import HighwaterError
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import (
@@ -33,6 +32,9 @@ from pyspark.sql.types import (
     StringType,
     StructType,
 )
+
+if TYPE_CHECKING:
+    from highwater.client.producer import BatchMetadata, Message
 
 __all__ = [
     "SINK_BATCH_SIZE",
@@ -147,6 +149,8 @@ def write_batches(
                 failures.append(f"{batch.topic}: {error}")
             return
         written.note(batch.topic, batch.partition, batch.offset, batch.record_count)
+
+    from highwater.client.producer import Producer
 
     producer = Producer({"batch.size": SINK_BATCH_SIZE, **producer_config})
     sent = 0

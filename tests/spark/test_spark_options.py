@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from pyspark_highwater.options import (
     HighwaterOptionError,
@@ -134,3 +138,34 @@ def test_bad_write_options_fail_with_a_clear_message(options: dict[str, str], me
 
 def test_spark_s_own_options_are_accepted() -> None:
     parse_write_options({**BOOTSTRAP, "topic": "a", "checkpointLocation": "/tmp/x", "path": "p"})
+
+
+def test_client_settings_already_checked_pass_on_unchecked() -> None:
+    settings = {"highwater.fetch.max.bytes": "-5", "highwater.Check.CRCs": "false"}
+    with pytest.raises(HighwaterOptionError, match=r"fetch\.max\.bytes"):
+        parse_read_options(read(subscribe="a", **settings))
+    options = parse_read_options(read(subscribe="a", **settings), check_client_settings=False)
+    assert options.consumer_config()["fetch.max.bytes"] == "-5"
+    assert options.consumer_config()["check.crcs"] == "false"
+    with pytest.raises(HighwaterOptionError, match="startingofsets"):
+        parse_read_options(
+            read(subscribe="a", startingOfsets="earliest"), check_client_settings=False
+        )
+
+
+def test_planning_a_stream_imports_no_client() -> None:
+    """Spark plans a query in Python processes that import the source afresh: only the one
+    that checks the options at load() and the ones that ask the cluster import the client."""
+    code = (
+        "import sys, pyspark_highwater\n"
+        "from pyspark_highwater.records import source_schema\n"
+        "source = pyspark_highwater.DefaultSource({'bootstrap.servers': '127.0.0.1:1', "
+        "'subscribe': 't', 'highwater.fetch.max.bytes': '1024'})\n"
+        "source.streamReader(source_schema(False))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('highwater.client')))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"

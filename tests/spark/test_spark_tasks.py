@@ -4,6 +4,7 @@ real embedded server."""
 from __future__ import annotations
 
 import asyncio
+import pickle
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,7 +13,9 @@ from embedded_servers import ServerThread
 from highwater.client.admin import AdminClient
 from highwater.records import iter_batches
 from highwater.records.partitioner import partition_for_key
+from pyspark_highwater.cluster import ClusterOffsets
 from pyspark_highwater.offsets import OffsetRange
+from pyspark_highwater.options import Subscription
 from pyspark_highwater.reading import DataLossError, ReadTimeoutError, read_range
 from pyspark_highwater.writing import SINK_BATCH_SIZE, DeliveryError, write_batches
 from spark_topics import consume_all, create_topic, produce, unique_topic
@@ -161,3 +164,28 @@ def test_the_sink_writes_large_batches_unless_the_options_give_a_batch_size(
     write_batches({"bootstrap.servers": server.address, "batch.size": 16384}, given, [rows])
     sizes = stored_batch_sizes(server, given)
     assert sum(sizes) == 3000 and len(sizes) > 15 and max(sizes) < 150
+
+
+def test_planning_calls_in_a_session_share_one_client_and_answer_the_same(
+    server: ServerThread,
+) -> None:
+    topic = unique_topic("plan-session")
+    create_topic(server.address, topic, 2)
+    produce(server.address, topic, [f"v{i}" for i in range(6)], partitions=2)
+    cluster = ClusterOffsets(server.address)
+    subscription = Subscription("subscribe", topics=(topic,))
+    alone = cluster.latest(cluster.partitions(subscription))
+    with cluster.session():
+        opened = cluster._session
+        assert opened is not None
+        partitions = cluster.partitions(subscription)
+        assert partitions == [(topic, 0), (topic, 1)]
+        assert cluster.latest(partitions) == alone
+        assert cluster.earliest(partitions) == {(topic, 0): 0, (topic, 1): 0}
+        with cluster.session():
+            assert cluster._session is opened
+        assert cluster._session is opened
+        assert pickle.loads(pickle.dumps(cluster))._session is None
+    assert cluster._session is None
+    assert opened[0].is_closed()
+    assert cluster.latest(partitions) == alone
