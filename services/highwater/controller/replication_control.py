@@ -397,8 +397,13 @@ class ReplicationControl:
         self.offline_replicas.pop(broker_id, None)
 
     def _leaderless(self, delta: MetadataDelta) -> list[TopicIdPartition]:
-        keys = set(delta.image.partitions_without_leader())
-        keys.update(key for key, p in delta.changed_partitions() if not p.has_leader)
+        without = delta.image.partitions_without_leader()
+        changed = [key for key, p in delta.changed_partitions() if not p.has_leader]
+        if not changed:
+            # Every tick asks, and most find none: no set to build then.
+            return sorted(without) if without else []
+        keys = set(without)
+        keys.update(changed)
         return sorted(keys)
 
     def elect_for_unfenced(self, delta: MetadataDelta, broker_id: int) -> list[MetadataRecord]:
