@@ -715,9 +715,11 @@ class LeaderReplicationState:
         return self._pending
 
     def _maybe_increment_high_watermark(self, now_ms: int) -> bool:
+        candidate = self._log_end_offset
+        if candidate <= self._high_watermark:
+            return False  # at the log end already (every idle follower's fetch): no scan
         if self.is_under_min_isr:
             return False
-        candidate = self._log_end_offset
         maximal = frozenset(self.maximal_isr)
         for replica_id, progress in self._followers.items():
             waits = replica_id in maximal or (
