@@ -2544,10 +2544,12 @@ class Simulation:
         name = broker.name
         checked = self._checked
         verified = self.verified
+        leading = self._leading
         for partition in broker.manager:
             tp = partition.topic_partition
+            key = (name, tp)
             state = partition.leader_state
-            last = self._leading.get((name, tp)) if state is not None else None
+            last = leading.get(key) if state is not None else None
             if state is not None and (
                 last is None
                 or last[0] is not state
@@ -2556,7 +2558,7 @@ class Simulation:
             ):
                 # The same leader state (this incarnation's, in this epoch) checked already
                 # at this high watermark has nothing new to check.
-                self._leading[(name, tp)] = (state, state.leader_epoch, state.high_watermark)
+                leading[key] = (state, state.leader_epoch, state.high_watermark)
                 key = (tp, state.leader_epoch)
                 leader = self.epoch_leaders.setdefault(key, broker.name)
                 if leader != broker.name:
@@ -2576,11 +2578,11 @@ class Simulation:
                 self.leader_hw[hw_key] = state.high_watermark
             # What the check below reads, unchanged since the last check of this replica:
             # nothing new to check (see _check_below_high_watermark).
-            key = (name, tp)
             committed = self.committed.get(tp)
+            log = partition.log
             if committed is not None and checked.get(key) == (
-                partition.log_end_offset,
-                partition.high_watermark,
+                log.log_end_offset,
+                log.high_watermark,
                 len(committed),
                 verified.get(key, 0),
             ):
