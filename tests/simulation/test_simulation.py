@@ -19,14 +19,16 @@ from sim_run import run_pool, shrink
 
 SUITE_SEEDS = range(0, 3)
 """Whole schedules (12 s of faults) in the suite; ``make simulate`` runs thousands."""
-SHORT_SEEDS = range(1000, 1800)
+SHORT_SEEDS = range(1000, 2200)
 SHORT_CHAOS_MS = 5000
 SHORT_JOBS = 2
 """Short schedules (5 s of faults, as many faults as a whole one: denser) in the suite, a
-fixed range, in a pool of two worker processes (``sim_run.run_pool``; CI has two CPUs):
-about 0.28 s of CPU each (700 of them took 194 CPU-s, pytest and its workers, at load
-4), so about 110 s of an idle two-CPU machine; every seed of the range has run and
-passed (docs/simulation.md, "Throughput"). A failure names its seed and how to replay it."""
+fixed range, in a pool of two worker processes (``sim_run.run_pool``; CI has two CPUs).
+The 800 of 1000-1799 took 88-90 s of a quiet ``make test``; these 1,200 took 339 CPU-s
+(pytest and its workers, 0.28 s each, at load 5-12), about 130-140 s quiet, within the
+150 s the simulation may take of the suite (1000-1999 if a quiet run shows more); every
+seed of the range has run and passed (docs/simulation.md, "Throughput"). A failure names
+its seed and how to replay it."""
 
 
 def run_all(

@@ -112,6 +112,7 @@ ends, ``(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)`` when there is none."""
 # AlterPartition errors after which the proposal is dropped: the controller says it did
 # not apply it and the partition epoch we hold is current (Kafka's OPERATION_NOT_ATTEMPTED
 # has no code in common.proto).
+_NONE: Final = ErrorCode.NONE  # an enum attribute is a method call: looked up once
 _ALTER_PARTITION_REJECTED: Final = frozenset({ErrorCode.INELIGIBLE_REPLICA})
 # AlterPartition errors after which the proposal stays pending until the metadata log
 # brings the partition's state (handleAlterPartitionError: no retry, no reset).
@@ -660,7 +661,7 @@ class LeaderReplicationState:
         """Before an acks=all append: ``NOT_ENOUGH_REPLICAS`` if the committed ISR is smaller
         than the effective min ISR (nothing is appended then), else ``NONE``. Produces with
         acks 0 or 1 do not ask."""
-        return ErrorCode.NOT_ENOUGH_REPLICAS if self.is_under_min_isr else ErrorCode.NONE
+        return ErrorCode.NOT_ENOUGH_REPLICAS if self.is_under_min_isr else _NONE
 
     def can_complete_produce(self, required_offset: int) -> ProduceCompletion:
         """Whether an acks=all produce whose records end before ``required_offset`` (the
@@ -672,10 +673,10 @@ class LeaderReplicationState:
         than required hold them).
         """
         if self._high_watermark < required_offset:
-            return ProduceCompletion(False, ErrorCode.NONE)
+            return ProduceCompletion(False, _NONE)
         if len(self.maximal_isr) < self.effective_min_isr:
             return ProduceCompletion(True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
-        return ProduceCompletion(True, ErrorCode.NONE)
+        return ProduceCompletion(True, _NONE)
 
     # --- Internals ---------------------------------------------------------------------
 
@@ -715,9 +716,11 @@ class LeaderReplicationState:
         return self._pending
 
     def _maybe_increment_high_watermark(self, now_ms: int) -> bool:
+        candidate = self._log_end_offset
+        if candidate <= self._high_watermark:
+            return False  # at the log end already (every idle follower's fetch): no scan
         if self.is_under_min_isr:
             return False
-        candidate = self._log_end_offset
         maximal = frozenset(self.maximal_isr)
         for replica_id, progress in self._followers.items():
             waits = replica_id in maximal or (

@@ -186,6 +186,8 @@ class ConfigurationControl:
         target = ConfigResource(ConfigResourceType.STATIC_CLUSTER_DEFAULT, "")
         current = delta.config(target)
         wanted = dict(self.config.cluster_defaults)
+        if current == wanted:
+            return []  # every tick asks; they differ only after a config or leader change
         records: list[MetadataRecord] = [
             ConfigRecord(target.type, target.name, name, wanted.get(name))
             for name in sorted(set(current) | set(wanted))

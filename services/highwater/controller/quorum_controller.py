@@ -107,7 +107,7 @@ from highwater.controller_api.messages import (
 )
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
 from highwater.metadata.delta import MetadataDelta
-from highwater.metadata.image import MetadataImage
+from highwater.metadata.image import MetadataImage, TopicIdPartition
 from highwater.metadata.records import MetadataRecord, ProducerIdsRecord
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -152,6 +152,18 @@ class QuorumController:
         self.scram = ScramControl()
         self.client_quotas = ClientQuotaControl()
         self._next_imbalance_check_ms: int | None = None
+        self._quiet: (
+            tuple[
+                MetadataImage,
+                ConfigurationControl,
+                ReplicationControl,
+                dict[int, frozenset[TopicIdPartition]],
+            ]
+            | None
+        ) = None
+        """The image of the last tick that wrote nothing, the parts that decided, and the
+        replicas known offline then: a tick on that image, with them unchanged, decides as
+        it did (see :meth:`tick`)."""
 
     def activate(self, now_ms: int) -> None:
         """This node became the active controller at ``now_ms``: fresh sessions for all,
@@ -168,6 +180,7 @@ class QuorumController:
         self.cluster.revocations.clear()
         self.cluster.note_revocations(image)
         self._next_imbalance_check_ms = now_ms + self.config.leader_imbalance_check_interval_ms
+        self._quiet = None
 
     # --- Brokers and coordinators ----------------------------------------------------
 
@@ -368,10 +381,27 @@ class QuorumController:
         leaders where topics now allow it, elect by unclean recovery where the candidates
         answered, and, every
         ``leader.imbalance.check.interval.seconds``, preferred leaders where a broker's
-        imbalance passes ``leader.imbalance.per.broker.percentage``."""
-        delta = MetadataDelta(self._image())
+        imbalance passes ``leader.imbalance.per.broker.percentage``.
+
+        Most ticks change nothing. The decisions that read only the image (the static
+        defaults, unclean elections) and the replicas known offline are not taken again on
+        the image of the last tick that wrote nothing, while those replicas are as they
+        were, no answer for unclean recovery waits and the timed decisions write nothing
+        either: they would come out empty again."""
+        image = self._image()
+        replication = self.replication
+        last = self._quiet
+        quiet = (
+            last is not None
+            and last[0] is image
+            and last[1] is self.configs
+            and last[2] is replication
+            and last[3] == replication.offline_replicas
+            and not replication.log_infos
+        )
+        delta = MetadataDelta(image)
         # The static cluster defaults first: what this tick decides already sees them.
-        records: list[MetadataRecord] = self.configs.sync_static_defaults(delta)
+        records: list[MetadataRecord] = [] if quiet else self.configs.sync_static_defaults(delta)
         fenced = self.cluster.fence_expired(delta, now_ms, records)
         # Leader moves of brokers taken out of service that did not fit their first batch.
         budget = self.config.leader_moves_per_batch - len(records)
@@ -383,9 +413,12 @@ class QuorumController:
         # Normally created when its last precondition came about; this catches the rest.
         offsets_topic = self.cluster.ensure_offsets_topic(delta)
         records.extend(offsets_topic)
-        unclean = self.replication.unclean_elections(delta)
+        # Quiet and nothing written so far: the delta is the image the last quiet tick
+        # found nothing to elect in.
+        skip = quiet and not records
+        unclean = [] if skip else replication.unclean_elections(delta)
         records.extend(unclean)
-        recovered = self.replication.unclean_recoveries(delta)
+        recovered = [] if skip else replication.unclean_recoveries(delta)
         records.extend(recovered)
         preferred: list[MetadataRecord] = []
         if self.config.auto_leader_rebalance_enable:
@@ -397,6 +430,11 @@ class QuorumController:
                 self._next_imbalance_check_ms = now_ms + interval
                 preferred = self.replication.rebalance_leaders(delta)
                 records.extend(preferred)
+        self._quiet = (
+            None
+            if records
+            else (image, self.configs, replication, dict(replication.offline_replicas))
+        )
         return ControllerResult(
             records,
             TickResult(

@@ -165,6 +165,8 @@ class ReplicationControl:
         """Unclean recovery's answers so far, per waiting partition and candidate: soft
         state (a new active controller asks again)."""
         self._asked: dict[tuple[TopicIdPartition, int], int] = {}
+        self._none_awaiting: MetadataImage | None = None
+        """An image in which no partition waits for unclean recovery (asked every tick)."""
 
     def _unclean_allowed(self, delta: MetadataDelta, topic_id: str) -> bool:
         name = delta.topic_name(topic_id)
@@ -397,8 +399,13 @@ class ReplicationControl:
         self.offline_replicas.pop(broker_id, None)
 
     def _leaderless(self, delta: MetadataDelta) -> list[TopicIdPartition]:
-        keys = set(delta.image.partitions_without_leader())
-        keys.update(key for key, p in delta.changed_partitions() if not p.has_leader)
+        without = delta.image.partitions_without_leader()
+        changed = [key for key, p in delta.changed_partitions() if not p.has_leader]
+        if not changed:
+            # Every tick asks, and most find none: no set to build then.
+            return sorted(without) if without else []
+        keys = set(without)
+        keys.update(changed)
         return sorted(keys)
 
     def elect_for_unfenced(self, delta: MetadataDelta, broker_id: int) -> list[MetadataRecord]:
@@ -466,8 +473,12 @@ class ReplicationControl:
         partition epoch, each asked again at most every :data:`RECOVERY_ASK_INTERVAL_MS`.
         Registered brokers only, fenced or not: a broker answers from its logs as soon
         as it runs."""
+        if image is self._none_awaiting and not self.log_infos:
+            return []  # as below with nothing waiting, asked again on the same image
         delta = MetadataDelta(image)
         waiting = self._awaiting_recovery(delta)
+        if not waiting:
+            self._none_awaiting = image
         live = {key for key, _ in waiting}
         for key in [k for k in self.log_infos if k not in live]:
             del self.log_infos[key]
