@@ -359,8 +359,11 @@ SIM_CONFIG = RaftConfig(
     request_timeout_ms=80,
     retry_backoff_ms=5,
 )
-"""Kafka's timings scaled down 10x (ratios kept), so that schedules are short; the
-scenario sets fetch and snapshot chunk sizes (small ones page through logs and snapshots)."""
+"""Kafka's timings scaled down so that schedules are short: the election timeout, its
+backoff and the fetch timeout by 10x (1,000, 1,000 and 2,000 ms in Kafka), so their ratios
+hold; the fetch's long poll by 12.5x (500 ms), the request timeout by 25x (2,000 ms) and the
+retry backoff by 4x (20 ms). The scenario sets fetch and snapshot chunk sizes (small ones
+page through logs and snapshots)."""
 
 TICK_MS = 20
 """Unused by the schedules, which tick each node only when its next timer is due
