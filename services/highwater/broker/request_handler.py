@@ -234,7 +234,12 @@ class RequestHandler:
                 for answer, _, _ in waiting:
                     _fail(answer, ErrorCode.REQUEST_TIMED_OUT, "not replicated to the ISR in time")
                 break
-            await handler.wait(self._purgatory, remaining)
+            # Parked on the first partition not yet replicated: woken when its high
+            # watermark covers the append (or by any other change), then all are checked.
+            answer, topic_name, end = waiting[0]
+            began = time.perf_counter()
+            await self._purgatory.wait_replicated((topic_name, answer.partition), end, remaining)
+            handler.waited(time.perf_counter() - began)
         return response, produced
 
     async def _produce_placed(
@@ -536,7 +541,6 @@ class RequestHandler:
         True if some answer must go at once (an error, a diverging epoch)."""
         total = sum(len(answer.records) for answer in answers.values())
         failed = False
-        moved = False
         session_id = fetch.session.session_id if fetch.session is not None else 0
         for key, item in partitions:
             topic, index = key
@@ -561,7 +565,9 @@ class RequestHandler:
                 failed = True
                 continue
             if read.high_watermark_moved:
-                moved = True
+                # acks=all produces and consumers wait for the high watermark; the other
+                # followers' fetches do not (they would only find nothing new).
+                self._purgatory.high_watermark_moved(key, partition.high_watermark)
                 self.replica_sessions.partition_changed(
                     partition.topic_partition, except_session=session_id
                 )
@@ -578,10 +584,6 @@ class RequestHandler:
             total += len(read.data.records)
             if read.data.records:
                 self.telemetry.bytes_out.add(len(read.data.records), {**REPLICA, TOPIC: topic})
-        if moved:
-            # acks=all produces and consumers wait for the high watermark; the other
-            # followers' fetches do not (they would only find nothing new).
-            self._purgatory.notify(appended=False)
         return failed
 
     # --- offsets and metadata -------------------------------------------------------------

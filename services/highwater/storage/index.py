@@ -231,6 +231,11 @@ class SparseIndex:
         result = -1
         if hi < 0:
             return result
+        last = self._last
+        if last is not None and last[key_field] <= key:
+            # Past the last entry: a read at the log's tail (a follower's fetch, a caught
+            # up consumer's) needs no search.
+            return hi
         unpack = self.ENTRY.unpack_from
         mm = self._mmap
         assert mm is not None
