@@ -1,12 +1,20 @@
 """Leader moves in bounded batches: a broker taken out of service has its leaderships and
-ISR memberships moved ``leader_moves_per_batch`` partitions at a time, the rest by the
-following ticks, and a newly active controller finishes what a former one left."""
+ISR memberships moved ``leader_moves_per_batch`` partitions at a time (its leaderships
+first), the rest by the following ticks, and a newly active controller finishes what a
+former one left; a restarted broker's registration moves its old incarnation's the same
+way, and the new incarnation stays fenced until they are written."""
 
 from __future__ import annotations
 
 from controller_helpers import Harness, check_invariants
 from highwater.controller import ControllerConfig, QuorumController
-from highwater.metadata import FenceBrokerRecord, MetadataImage, PartitionChangeRecord
+from highwater.controller_api.messages import RegisterBrokerRequest
+from highwater.metadata import (
+    FenceBrokerRecord,
+    MetadataImage,
+    PartitionChangeRecord,
+    RegisterBrokerRecord,
+)
 
 BATCH = 5
 SESSION = ControllerConfig().broker_session_timeout_ms
@@ -160,4 +168,58 @@ def test_by_default_a_fence_of_thousands_of_partitions_goes_in_batches_of_a_thou
         tick = h.controller.tick(h.clock.now_ms)
     assert sizes == [1_000, 1_000, 500]  # ceil(2,500 / 1,000) batches
     assert not h.image.partitions_with_isr_member(0) and not h.image.partitions_led_by(0)
+    check_invariants(h.image)
+
+
+def test_a_fence_moves_the_broker_s_leaderships_before_its_other_isr_memberships() -> None:
+    h = _cluster(batch=8)
+    assert len(h.image.partitions_led_by(0)) == 8
+    _silence(h, 0)
+    h.commit(h.controller.tick(h.clock.now_ms))
+    # The first batch is the 8 partitions broker 0 led: all have a new leader.
+    assert not h.image.partitions_led_by(0)
+    assert len(h.image.partitions_with_isr_member(0)) == 16
+
+
+def test_a_restarted_broker_s_registration_moves_its_old_leaderships_in_batches() -> None:
+    h = _cluster(BATCH)
+    h.clock.advance(SESSION)  # the old incarnation's session expired, no tick fenced it yet
+    h.heartbeat(1)
+    h.heartbeat(2)
+    result = h.controller.register_broker(
+        RegisterBrokerRequest(0, "restarted", h.broker(0).listeners), h.clock.now_ms
+    )
+    assert isinstance(result.records[0], RegisterBrokerRecord)
+    assert len(result.records) == 1 + BATCH
+    h.epochs[0] = h.commit(result).broker_epoch
+    # Caught up, but the old incarnation's moves are not all written: still fenced.
+    assert h.heartbeat(0).is_fenced and h.broker(0).fenced
+    ticks = 0
+    while (tick := h.controller.tick(h.clock.now_ms)).records:
+        assert len(tick.records) <= BATCH
+        h.commit(tick)
+        ticks += 1
+        h.heartbeat(1)
+        h.heartbeat(2)
+    assert ticks == 4  # 19 partitions left, 5 at a time
+    assert not h.image.partitions_led_by(0) and not h.image.partitions_with_isr_member(0)
+    check_invariants(h.image)
+    assert not h.heartbeat(0).is_fenced
+    assert not h.broker(0).fenced
+
+
+def test_a_new_controller_keeps_a_registered_broker_fenced_until_its_moves_are_in() -> None:
+    h = _cluster(BATCH)
+    h.clock.advance(SESSION)
+    h.heartbeat(1)
+    h.heartbeat(2)
+    h.epochs[0] = h.register(0, incarnation="restarted").broker_epoch
+    assert h.image.partitions_with_isr_member(0)
+    successor = QuorumController(h.store.latest_image, h.config, seed=1)
+    successor.activate(h.clock.now_ms)
+    h.controller = successor
+    assert h.heartbeat(0).is_fenced
+    while (tick := successor.tick(h.clock.now_ms)).records:
+        h.commit(tick)
+    assert not h.heartbeat(0).is_fenced
     check_invariants(h.image)

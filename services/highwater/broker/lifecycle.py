@@ -15,9 +15,19 @@ controller (controller.proto): when the broker's process dies the kernel closes 
 connection, the stream ends without the broker's word that it is leaving, and the
 controller fences it at once instead of after ``broker.session.timeout.ms``. A broker
 that stops on purpose says it is leaving first; one that is only slow or paused keeps
-its connection and is judged by its heartbeats alone. The stream follows the active
+its connection and is judged by its session. The stream follows the active
 controller: when a controller stops being active it ends the stream, and the broker
 opens one to the next.
+
+The broker also writes a message on the open stream every heartbeat interval, and the
+controller counts each as contact when it arrives. A heartbeat is answered only once
+everything the controller appended before it has committed, and the next heartbeat goes
+only after that answer (an attempt cut at the client's 5 s deadline is retried, possibly
+by way of another controller): with commits slower than the session (a loaded machine,
+a quorum electing), heartbeats alone leave gaps longer than the session and a live
+broker is fenced. The stream's messages wait for nothing. A paused broker writes none,
+so it is still fenced once its session expires (a pause shorter than the session keeps
+its leaderships).
 
 Readiness: the Broker service is SERVING while this incarnation is registered, unfenced
 and not shutting down in the metadata image; :data:`~highwater.broker.rolling.READY_SERVICE`
@@ -98,6 +108,8 @@ class BrokerLifecycle:
         self._heartbeats: asyncio.Task[None] | None = None
         self._liveness: asyncio.Task[None] | None = None
         self._liveness_call: Any = None
+        self._liveness_writes = asyncio.Lock()
+        """One write at a time on the liveness stream (the pings and the leaving word)."""
         self._leaving = False
         self._offline_report = offline_report
         self._wake = asyncio.Event()
@@ -191,7 +203,7 @@ class BrokerLifecycle:
                 # stream's task returns (cancelling the call first would look like a
                 # dead broker to the controller).
                 with contextlib.suppress(Exception):
-                    async with asyncio.timeout(1):
+                    async with asyncio.timeout(1), self._liveness_writes:
                         await call.write(
                             pb_internal.BrokerLivenessRequest(
                                 broker_id=self.node_id,
@@ -232,7 +244,14 @@ class BrokerLifecycle:
                         address, reply.error, reply.controller_address
                     )
                     if reply.error == ErrorCode.NONE:
-                        await call.read()  # held open until that controller steps down
+                        # Held open until that controller steps down; pinged meanwhile.
+                        pings = asyncio.create_task(self._ping_liveness(call))
+                        try:
+                            await call.read()
+                        finally:
+                            pings.cancel()
+                            with contextlib.suppress(asyncio.CancelledError):
+                                await pings
                         if self._leaving:
                             return
                         continue
@@ -252,6 +271,23 @@ class BrokerLifecycle:
             if error == ErrorCode.STALE_BROKER_EPOCH:
                 log.debug("broker %d: liveness stream refused: stale epoch", self.node_id)
             await asyncio.sleep(backoff_s)
+
+    async def _ping_liveness(self, call: Any) -> None:
+        """Write a message on the open liveness stream every heartbeat interval: contact
+        the controller counts on arrival (the module docstring). Ends with the stream."""
+        ping = pb_internal.BrokerLivenessRequest(
+            broker_id=self.node_id, broker_epoch=self.broker_epoch
+        )
+        interval_s = self.settings.heartbeat_interval_ms / 1000
+        while not self._leaving:
+            await asyncio.sleep(interval_s)
+            async with self._liveness_writes:
+                if self._leaving:
+                    return
+                try:
+                    await call.write(ping)
+                except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+                    return  # the stream ended: _liveness_forever opens the next one
 
     def heartbeat_now(self) -> None:
         """Send the next heartbeat without waiting for the interval (a log directory

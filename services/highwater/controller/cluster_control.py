@@ -1,10 +1,12 @@
 """Broker and coordinator membership (Kafka's ``ClusterControlManager``): registration and liveness.
 
 Brokers register (fenced, with the offset of their record as broker epoch), heartbeat,
-are unfenced once they have replayed the log up to their registration, may ask to be
+are unfenced once they have replayed the log up to their registration (and the moves
+off their previous incarnation are written), may ask to be
 fenced or to shut down, and are fenced when their session expires. Each step that
-takes a broker out of service moves its leaderships and ISR memberships in the same
-batch (:meth:`ReplicationControl.move_away_from`); a broker coming back gets the
+takes a broker out of service moves its leaderships and ISR memberships, the first
+``leader_moves_per_batch`` in the same batch, the rest by the next ticks
+(:meth:`ReplicationControl.move_away_from`); a broker coming back gets the
 leaderless partitions it can lead.
 
 Coordinators register (the offset of their record is the registration epoch),
@@ -112,9 +114,12 @@ class ClusterControl:
         registration. A retry of the same registration gets the same epoch and no record.
         A new incarnation while the old one still has a session and did not shut down
         cleanly is a DUPLICATE_BROKER_REGISTRATION. The old incarnation's leaderships
-        and ISR memberships (except as a last member) go in the same batch, and without
-        the clean-shutdown epoch its ELR memberships too: it may have lost records it had
-        not flushed.
+        and ISR memberships (except as a last member) move off it, and without the
+        clean-shutdown epoch its ELR memberships too: it may have lost records it had not
+        flushed. They go ``leader_moves_per_batch`` partitions at a time, as a fence's:
+        the first batch with the registration, the rest by the ticks that follow; the new
+        incarnation is not unfenced before the last is written (it must not lead, or count
+        as in sync, on the old one's behalf).
 
         ``principal`` (the caller's, with the ACL checks on) goes into the record: every
         controller and broker then knows which principal speaks for the node id, across
@@ -180,7 +185,11 @@ class ClusterControl:
         )
         records.extend(
             self.replication.move_away_from(
-                delta, request.broker_id, unclean_shutdown=unclean_shutdown
+                delta,
+                request.broker_id,
+                unclean_shutdown=unclean_shutdown,
+                limit=self.config.leader_moves_per_batch,
+                before_unfence=True,
             )
         )
         self.replication.forget_offline_replicas(request.broker_id)
@@ -240,7 +249,11 @@ class ClusterControl:
                 return ControllerResult(
                     [], BrokerHeartbeatResponse(is_caught_up=caught_up, should_shut_down=True)
                 )
-            if request.want_fence or not caught_up:
+            if (
+                request.want_fence
+                or not caught_up
+                or self.replication.unfence_waits_for_moves(broker_id, broker.broker_epoch)
+            ):
                 return ControllerResult([], BrokerHeartbeatResponse(is_caught_up=caught_up))
             unfence = UnfenceBrokerRecord(broker_id, broker.broker_epoch)
             delta.replay(unfence)

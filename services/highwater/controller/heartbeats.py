@@ -17,7 +17,9 @@ as Kafka's heartbeat tracker does:
   I/O layer calls :meth:`BrokerHeartbeatManager.note_contact` as a heartbeat comes in,
   before it waits in the controller's queue behind other work (a batch of thousands of
   leader moves being decided, appended and committed); the heartbeat's own processing
-  comes later.
+  comes later. A broker's messages on its liveness stream are contact too, noted the
+  same way: they wait for no answer, so a broker whose heartbeats' answers are held
+  behind slow commits (and whose next heartbeat waits for that answer) is still heard.
 - *Time the controller could not listen does not count*: expiry is checked every tick
   (100 ms); a gap between two checks longer than ``max_unheard_gap_ms`` (the heartbeat
   interval) means the controller's own loop was blocked or starved of CPU, and the

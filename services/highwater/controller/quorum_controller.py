@@ -108,7 +108,7 @@ from highwater.controller_api.messages import (
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
 from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage, TopicIdPartition
-from highwater.metadata.records import MetadataRecord, ProducerIdsRecord
+from highwater.metadata.records import NO_LEADER, MetadataRecord, ProducerIdsRecord
 from highwater.v1.common_pb2 import ErrorCode
 
 
@@ -167,8 +167,14 @@ class QuorumController:
 
     def activate(self, now_ms: int) -> None:
         """This node became the active controller at ``now_ms``: fresh sessions for all,
-        and no replica known offline until the brokers' heartbeats say so again."""
+        no replica known offline until the brokers' heartbeats say so again, and the
+        per-broker indexes its decisions read built."""
         image = self._image()
+        # The leader and ISR indexes a fence reads, built now (seconds at a million
+        # partitions) rather than by the first fence: a broker's failover does not wait
+        # for them, and every later image derives them from this one's.
+        image.partitions_led_by(NO_LEADER)
+        image.partitions_with_isr_member(NO_LEADER)
         self.heartbeats.reset(image.brokers.values(), now_ms)
         self.replication.offline_replicas.clear()
         self.replication.log_infos.clear()

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import base64
 import functools
+import itertools
 import random
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from highwater.controller.config import ControllerConfig
@@ -71,6 +72,7 @@ from highwater.metadata.image import (
     PartitionRegistration,
     TopicIdPartition,
 )
+from highwater.metadata.persistent import SET_SPAN
 from highwater.metadata.placement import (
     InvalidReplicationFactorError,
     PlacementBroker,
@@ -136,13 +138,25 @@ class RecoveryAnswer:
 
 @dataclass(slots=True)
 class LeaderMoves:
-    """A broker's partitions whose leadership or ISR membership is still to move off it,
-    in key order, and how far the moves got (:meth:`ReplicationControl.move_away_from`)."""
+    """A broker's partitions whose leadership or ISR membership is still to move off it
+    (:meth:`ReplicationControl.move_away_from`), as a lazy sequence of candidates.
+
+    The candidates come from the image of the decision (immutable, so the sequence stays
+    valid while later batches change the latest image): first the partitions changed in
+    the decision's own batch, then those the broker *leads* (their clients wait for a new
+    leader), then the rest of its ISR memberships, then, after an unclean shutdown, its
+    other replicas (ELR memberships). Each index is walked topic by topic and group by
+    group (:class:`~highwater.metadata.persistent.PartitionSet`), each group sorted: the
+    order is deterministic, a batch touches few groups, and nothing proportional to the
+    broker's partitions is built or sorted before the first batch. A candidate already
+    moved (a partition both led and in the ISR) is skipped when its turn comes again."""
 
     broker_epoch: int
     unclean_shutdown: bool
-    keys: list[TopicIdPartition]
-    next: int = 0
+    candidates: Iterator[TopicIdPartition]
+    before_unfence: bool = False
+    """The broker may not be unfenced before these moves are written: they take an old
+    incarnation's leaderships and memberships from a new one's registration."""
 
 
 class ReplicationControl:
@@ -253,6 +267,7 @@ class ReplicationControl:
         *,
         unclean_shutdown: bool = False,
         limit: int | None = None,
+        before_unfence: bool = False,
     ) -> list[MetadataRecord]:
         """Records that move leadership off ``broker_id`` (already made inactive in
         ``delta``) and drop it from every ISR where it is not the last member. After an
@@ -262,10 +277,16 @@ class ReplicationControl:
         With a ``limit``, at most that many records: the partitions left are remembered
         (:attr:`moves`) and :meth:`continue_moves` writes them in later batches, so a
         broker leading hundreds of thousands of partitions does not make one batch that
-        long to decide, append and replay before the first of them has a new leader."""
-        keys = self._move_candidates(delta, broker_id, unclean_shutdown)
+        long to decide, append and replay before the first of them has a new leader.
+        ``before_unfence``: the broker stays fenced until they are all written
+        (:meth:`unfence_waits_for_moves`), as a registration's moves need."""
         broker = delta.broker(broker_id)
-        moves = LeaderMoves(broker.broker_epoch if broker else -1, unclean_shutdown, keys)
+        moves = LeaderMoves(
+            broker.broker_epoch if broker else -1,
+            unclean_shutdown,
+            self._move_candidates(delta, broker_id, unclean_shutdown),
+            before_unfence,
+        )
         self.moves.pop(broker_id, None)
         return self._move(delta, broker_id, moves, limit)
 
@@ -288,35 +309,60 @@ class ReplicationControl:
             records.extend(self._move(delta, broker_id, moves, limit - len(records)))
         return records
 
+    def unfence_waits_for_moves(self, broker_id: int, broker_epoch: int) -> bool:
+        """Whether this incarnation of ``broker_id`` must stay fenced for moves not
+        written yet (a registration's, or any a newly active controller resumed)."""
+        moves = self.moves.get(broker_id)
+        return moves is not None and moves.before_unfence and moves.broker_epoch == broker_epoch
+
     def resume_moves(self, image: MetadataImage) -> None:
         """On a newly active controller: the moves of every inactive broker, recomputed
         from ``image``, so a fence a former controller wrote in part is finished by
         :meth:`continue_moves` (moving a partition off an inactive broker twice changes
-        nothing: the moves are idempotent)."""
+        nothing: the moves are idempotent). An unclean shutdown's ELR removals are not
+        in the image: a registration's moves resumed here remove leaderships and ISR
+        memberships only. Whether moves were a registration's is not in the image
+        either, so every resumed move keeps its broker fenced until it is written."""
         self.moves.clear()
         delta = MetadataDelta(image)
         for broker_id, broker in sorted(image.brokers.items()):
-            if not delta.is_active_broker(broker_id):
-                keys = self._move_candidates(delta, broker_id, False)
-                if keys:
-                    self.moves[broker_id] = LeaderMoves(broker.broker_epoch, False, keys)
+            if not delta.is_active_broker(broker_id) and (
+                image.partitions_led_by(broker_id) or image.partitions_with_isr_member(broker_id)
+            ):
+                self.moves[broker_id] = LeaderMoves(
+                    broker.broker_epoch,
+                    False,
+                    self._move_candidates(delta, broker_id, False),
+                    before_unfence=True,
+                )
 
     def _move_candidates(
         self, delta: MetadataDelta, broker_id: int, unclean_shutdown: bool
-    ) -> list[TopicIdPartition]:
+    ) -> Iterator[TopicIdPartition]:
+        """The candidates of :class:`LeaderMoves`, in its order; only the delta's own
+        changes (a batch's worth) are gathered now."""
         base = delta.image
-        candidates = set(base.partitions_with_isr_member(broker_id))
-        candidates.update(base.partitions_led_by(broker_id))
-        candidates.update(
+        changed = sorted(
             key
             for key, partition in delta.changed_partitions()
             if broker_id in partition.isr
             or partition.leader == broker_id
             or (unclean_shutdown and broker_id in partition.elr)
         )
+        indexes = [base.partitions_led_by(broker_id), base.partitions_with_isr_member(broker_id)]
         if unclean_shutdown:
-            candidates.update(base.replicas_of(broker_id))
-        return sorted(candidates)
+            indexes.append(base.replicas_of(broker_id))
+        spans = [
+            (topic_id, span)
+            for topic_id, topic in sorted(base.topics.by_id.items())
+            for span in range(-(-len(topic.partitions) // SET_SPAN))
+        ]
+        return itertools.chain(
+            changed,
+            itertools.chain.from_iterable(
+                sorted(index.group(topic_id, span)) for index in indexes for topic_id, span in spans
+            ),
+        )
 
     def _move(
         self, delta: MetadataDelta, broker_id: int, moves: LeaderMoves, limit: int | None
@@ -331,15 +377,11 @@ class ReplicationControl:
         unclean = self._unclean_lookup(delta)
         min_isr = self._min_isr_lookup(delta)
         records: list[MetadataRecord] = []
-        keys = moves.keys
-        at = moves.next
-        while at < len(keys):
-            if limit is not None and len(records) >= limit:
-                moves.next = at
-                self.moves[broker_id] = moves
-                break
-            key = keys[at]
-            at += 1
+        candidates = moves.candidates
+        while limit is None or len(records) < limit:
+            key = next(candidates, None)
+            if key is None:
+                return records
             partition = delta.partition(key.topic_id, key.partition_id)
             if partition is None or (
                 broker_id not in partition.isr
@@ -358,6 +400,7 @@ class ReplicationControl:
             if record is not None:
                 delta.replay(record)
                 records.append(record)
+        self.moves[broker_id] = moves
         return records
 
     def set_offline_replicas(

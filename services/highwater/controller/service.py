@@ -704,6 +704,14 @@ class ControllerServer:
                 request.coordinator_id, request.registration_epoch, self._clock()
             )
 
+    def _note_liveness(self, broker_id: int, broker_epoch: int) -> None:
+        """A message on broker ``broker_id``'s liveness stream: contact for that epoch's
+        session (a heartbeat's answer may be held behind commits; the stream's messages
+        never are)."""
+        controller = self._controller
+        if controller is not None and self.store.is_active:
+            controller.heartbeats.note_contact(broker_id, broker_epoch, self._clock())
+
     async def propose(self, records: Sequence[MetadataRecord]) -> bool:
         """Append ``records`` as the active controller, in the worker's order; whether
         they were committed (False: not the active controller, or no longer)."""
@@ -1123,10 +1131,12 @@ class ControllerServer:
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[controller_pb2.BrokerLivenessResponse]:
         """A broker's liveness stream (controller.proto's ``BrokerLiveness``): answered
-        once, then held open while this replica is the active controller. If it ends
-        without the broker saying it is leaving, the broker's process is gone (the kernel
-        closed its connection: a paused broker keeps it open), and that broker epoch is
-        fenced at once rather than after the session timeout."""
+        once, then held open while this replica is the active controller. Each message
+        the broker writes on it meanwhile (one per heartbeat interval) is contact for its
+        session, noted on arrival. If it ends without the broker saying it is leaving,
+        the broker's process is gone (the kernel closed its connection: a paused broker
+        keeps it open), and that broker epoch is fenced at once rather than after the
+        session timeout."""
         first = await anext(requests, None)
         if first is None:
             return
@@ -1172,6 +1182,9 @@ class ControllerServer:
                 if message is None:
                     break
                 leaving = leaving or message.leaving
+                if not leaving:
+                    # A ping: contact on arrival, as a heartbeat's, queued behind nothing.
+                    self._note_liveness(first.broker_id, first.broker_epoch)
         finally:
             # The call ended: the broker half-closed it, or gRPC cancelled it because the
             # connection closed. Either way, unless the broker said it leaves (or this

@@ -309,8 +309,11 @@ Global___BrokerHeartbeatResponse: _TypeAlias = BrokerHeartbeatResponse  # noqa: 
 
 @_typing.final
 class BrokerLivenessRequest(_message.Message):
-    """The first message names the broker incarnation the stream speaks for; a broker that
-    leaves on purpose sends one more with `leaving` set before it half-closes the call.
+    """The first message names the broker incarnation the stream speaks for. The broker then
+    writes one more every heartbeat interval, which the controller counts as contact for
+    that incarnation's session when it arrives (a heartbeat's answer may wait behind
+    commits, these never do); a broker that leaves on purpose sends one with `leaving` set
+    before it half-closes the call.
     """
 
     DESCRIPTOR: _descriptor.Descriptor

@@ -322,7 +322,8 @@ class ControllerServicer:
         controller. If the call ends without the broker saying it is leaving (its process
         died: the kernel closed or reset its connection) the controller fences that broker
         epoch at once instead of waiting for the session timeout. A broker that is merely
-        slow or paused keeps its connection, and only the session timeout applies to it.
+        slow or paused keeps its connection, and only the session timeout applies to it
+        (the broker's messages on the stream, as its heartbeats, keep its session).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -174,7 +174,8 @@ class ControllerStub:
     controller. If the call ends without the broker saying it is leaving (its process
     died: the kernel closed or reset its connection) the controller fences that broker
     epoch at once instead of waiting for the session timeout. A broker that is merely
-    slow or paused keeps its connection, and only the session timeout applies to it.
+    slow or paused keeps its connection, and only the session timeout applies to it
+    (the broker's messages on the stream, as its heartbeats, keep its session).
     """
 
 @_typing.type_check_only
@@ -228,7 +229,8 @@ class ControllerAsyncStub(ControllerStub):
     controller. If the call ends without the broker saying it is leaving (its process
     died: the kernel closed or reset its connection) the controller fences that broker
     epoch at once instead of waiting for the session timeout. A broker that is merely
-    slow or paused keeps its connection, and only the session timeout applies to it.
+    slow or paused keeps its connection, and only the session timeout applies to it
+    (the broker's messages on the stream, as its heartbeats, keep its session).
     """
 
 class ControllerServicer(metaclass=_abc_1.ABCMeta):
@@ -423,7 +425,8 @@ class ControllerServicer(metaclass=_abc_1.ABCMeta):
         controller. If the call ends without the broker saying it is leaving (its process
         died: the kernel closed or reset its connection) the controller fences that broker
         epoch at once instead of waiting for the session timeout. A broker that is merely
-        slow or paused keeps its connection, and only the session timeout applies to it.
+        slow or paused keeps its connection, and only the session timeout applies to it
+        (the broker's messages on the stream, as its heartbeats, keep its session).
         """
 
 def add_ControllerServicer_to_server(servicer: ControllerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

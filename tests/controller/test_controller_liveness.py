@@ -1,0 +1,82 @@
+"""A broker's liveness stream keeps its session: each message the broker writes on it is
+contact, noted on arrival by the active controller (``ControllerServer.broker_liveness``),
+so a broker whose heartbeats' answers wait behind slow commits is not fenced; a broker
+that writes nothing (paused, its connection open) is still fenced when its session
+expires. One controller voter over loopback gRPC, with a session of 600 ms."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from highwater.controller import ControllerConfig
+from highwater.controller.service import ControllerServer, ControllerSettings
+from highwater.controller_api import messages as m
+from highwater.controller_api.client import ControllerClient
+from highwater.internal.v1 import controller_pb2 as pb
+from highwater.raft.driver import RaftServerSettings
+from highwater.v1.common_pb2 import ErrorCode
+from raft_timing import FAST
+
+pytestmark = pytest.mark.timeout(60)
+
+SESSION_MS = 600
+PING_S = 0.1
+
+
+def _free_address() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def _fenced(server: ControllerServer, broker_id: int) -> bool:
+    broker = server.store.latest_image().broker(broker_id)
+    assert broker is not None
+    return broker.fenced
+
+
+async def test_stream_messages_keep_a_session_without_heartbeats_and_silence_fences(
+    tmp_path: Path,
+) -> None:
+    address = _free_address()
+    server = ControllerServer(
+        node_id=1,
+        listen=address,
+        voters={1: address},
+        data_dir=tmp_path / "controller",
+        settings=ControllerSettings(
+            raft=RaftServerSettings(raft=FAST),
+            controller=ControllerConfig(broker_session_timeout_ms=SESSION_MS),
+            seed=7,
+        ),
+    )
+    await server.start()
+    try:
+        await server.wait_active()
+        async with ControllerClient([address]) as client:
+            registered = await client.register_broker(m.RegisterBrokerRequest(1, "i-1"))
+            epoch = registered.broker_epoch
+            beat = await client.broker_heartbeat(m.BrokerHeartbeatRequest(1, epoch, epoch))
+            assert not beat.is_fenced
+            _, call = client.open_broker_liveness()
+            await call.write(pb.BrokerLivenessRequest(broker_id=1, broker_epoch=epoch))
+            assert (await call.read()).error == ErrorCode.NONE
+            # Three sessions with no heartbeat at all, only the stream's messages.
+            started = time.monotonic()
+            while time.monotonic() - started < 3 * SESSION_MS / 1000:
+                await call.write(pb.BrokerLivenessRequest(broker_id=1, broker_epoch=epoch))
+                await asyncio.sleep(PING_S)
+                assert not _fenced(server, 1)
+            # Paused: the connection stays open, nothing is written. Fenced by its session.
+            paused = time.monotonic()
+            async with asyncio.timeout(10):
+                while not _fenced(server, 1):
+                    await asyncio.sleep(0.02)
+            assert time.monotonic() - paused >= SESSION_MS / 1000 - PING_S
+            call.cancel()
+    finally:
+        await server.stop()
