@@ -25,8 +25,8 @@ SHORT_JOBS = 2
 """Short schedules (5 s of faults, as many faults as a whole one: denser) in the suite, a
 fixed range, in a pool of two worker processes (``sim_run.run_pool``; CI has two CPUs).
 The 800 of 1000-1799 took 88-90 s of a quiet ``make test``; these 1,200 took 339 CPU-s
-(pytest and its workers, 0.28 s each, at load 5-12), about 130-140 s quiet, within the
-150 s the simulation may take of the suite (1000-1999 if a quiet run shows more); every
+(pytest and its workers, 0.28 s each, at load 5-12) and 147 s of a quiet ``make test``,
+within the 150 s the simulation may take of the suite (1000-1999 if it grows past); every
 seed of the range has run and passed (docs/simulation.md, "Throughput"). A failure names
 its seed and how to replay it."""
 
