@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from controller_helpers import Harness, check_invariants
 from highwater.controller import ControllerConfig, QuorumController
+from highwater.controller.store import InMemoryMetadataStore
 from highwater.controller_api.messages import RegisterBrokerRequest
 from highwater.metadata import (
     FenceBrokerRecord,
@@ -15,6 +16,7 @@ from highwater.metadata import (
     PartitionChangeRecord,
     RegisterBrokerRecord,
 )
+from highwater.metadata.image import IndexKind, build_broker_index
 
 BATCH = 5
 SESSION = ControllerConfig().broker_session_timeout_ms
@@ -223,3 +225,29 @@ def test_a_new_controller_keeps_a_registered_broker_fenced_until_its_moves_are_i
         h.commit(tick)
     assert not h.heartbeat(0).is_fenced
     check_invariants(h.image)
+
+
+def test_a_prepared_standby_s_later_images_carry_the_indexes_its_activation_reads() -> None:
+    h = _cluster(BATCH)
+    # A standby's store: the same log replayed, on images that never built an index.
+    standby, cold = InMemoryMetadataStore(), InMemoryMetadataStore()
+    for _, batch in h.store.batches:
+        standby.append(batch)
+        cold.append(batch)
+    assert not standby.latest_image().topics.built_indexes()
+    QuorumController(standby.latest_image, h.config, seed=1).prepare_standby()
+    # Later changes, replayed as a standby follows the log.
+    moved = PartitionChangeRecord(*_first_partition(h.image), isr=(1, 2), leader=1)
+    for store in (standby, cold):
+        store.append([moved])
+    after = standby.latest_image()
+    for kind in (IndexKind.LEADERS, IndexKind.ISR):
+        assert after.topics.built_indexes()[kind] == build_broker_index(
+            after.topics.by_id.values(), kind
+        )
+    assert not cold.latest_image().topics.built_indexes()
+
+
+def _first_partition(image: MetadataImage) -> tuple[str, int]:
+    key, _ = next(iter(image.partitions()))
+    return key.topic_id, key.partition_id

@@ -165,16 +165,25 @@ class QuorumController:
         replicas known offline then: a tick on that image, with them unchanged, decides as
         it did (see :meth:`tick`)."""
 
+    def prepare_standby(self) -> None:
+        """Build the per-broker leader and ISR indexes the active controller's decisions
+        read, on the image this controller follows now. Every later image derives them
+        by its own changes, so a standby that calls this once (seconds at a million
+        partitions) activates without building them, as Kafka's standbys keep their state
+        hot: a failover does not wait for them."""
+        image = self._image()
+        image.partitions_led_by(NO_LEADER)
+        image.partitions_with_isr_member(NO_LEADER)
+
     def activate(self, now_ms: int) -> None:
         """This node became the active controller at ``now_ms``: fresh sessions for all,
         no replica known offline until the brokers' heartbeats say so again, and the
-        per-broker indexes its decisions read built."""
+        per-broker indexes its decisions read built (already, on a prepared standby's
+        image: :meth:`prepare_standby`)."""
         image = self._image()
-        # The leader and ISR indexes a fence reads, built now (seconds at a million
-        # partitions) rather than by the first fence: a broker's failover does not wait
-        # for them, and every later image derives them from this one's.
-        image.partitions_led_by(NO_LEADER)
-        image.partitions_with_isr_member(NO_LEADER)
+        # Built now, if this image has none, rather than by the first fence: a broker's
+        # failover does not wait for them.
+        self.prepare_standby()
         self.heartbeats.reset(image.brokers.values(), now_ms)
         self.replication.offline_replicas.clear()
         self.replication.log_infos.clear()

@@ -643,6 +643,9 @@ class ControllerServer:
         self._controller = QuorumController(
             self.store.latest_image, config, seed=seed, credit_stalls=True
         )
+        # The image replayed at start: its indexes built now, each later image derives
+        # them, and this controller's activation, whenever it comes, finds them built.
+        self._controller.prepare_standby()
         self._worker = asyncio.create_task(self._work(), name=f"controller-{self.node_id}")
         if migration is not None:
             await migration.start()
