@@ -1176,6 +1176,41 @@ finally:
 /* ---------------------------------------------------------------------------------- */
 /* scan_keys: (offset, key, value_is_null) of each record, for the log cleaner.          */
 
+/* One record's framing as the key scans read it (RecordBatch.iter_keys): its length,
+ * attributes, timestamp delta, an offset delta above ``previous`` and at most
+ * ``last_delta``, the key, and a value that leaves at least one byte for the header count.
+ * 0 with ``out`` filled; -1 where the scan stops (the pure loop then raises the typed error). */
+typedef struct {
+    Py_ssize_t end; /* where the next record starts */
+    int32_t delta, key_length, value_length;
+    int64_t offset;
+    const uint8_t *key;
+} KeyedRecord;
+
+static inline int next_keyed_record(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end,
+                                    int64_t base_offset, int64_t last_delta, int64_t previous,
+                                    KeyedRecord *out) {
+    Py_ssize_t p = pos;
+    int32_t length, delta, kn, vn;
+    int64_t td, offset;
+    if (get_varint(buf, &p, end, &length) < 0 || length < 6 || length > end - p) return -1;
+    Py_ssize_t record_end = p + length;
+    p += 1;
+    if (get_varlong(buf, &p, record_end, &td) < 0) return -1;
+    if (get_varint(buf, &p, record_end, &delta) < 0) return -1;
+    if (delta <= previous || delta > last_delta ||
+        __builtin_add_overflow(base_offset, (int64_t)delta, &offset))
+        return -1;
+    if (get_varint(buf, &p, record_end, &kn) < 0 || kn < -1 || kn > record_end - p) return -1;
+    const uint8_t *key = buf + p;
+    if (kn > 0) p += kn;
+    if (get_varint(buf, &p, record_end, &vn) < 0 || vn < -1) return -1;
+    /* The value, then at least one byte of header count, must fit. */
+    if (p + (vn > 0 ? vn : 0) >= record_end) return -1;
+    *out = (KeyedRecord){record_end, delta, kn, vn, offset, key};
+    return 0;
+}
+
 /* scan_keys(data, pos, end, count, base_offset, last_offset_delta)
  *   -> (keys, pos, decoded, previous_delta)
  * As RecordBatch.iter_keys: values and headers are skipped (not parsed), the framing
@@ -1199,39 +1234,24 @@ static PyObject *codec_scan_keys(PyObject *self, PyObject *const *args, Py_ssize
     if (end > b.n) end = b.n;
     const uint8_t *buf = b.p;
     PyObject *result = NULL;
-    while (done < count && pos >= 0 && pos < end) {
-        Py_ssize_t p = pos;
-        int32_t length, delta, kn, vn;
-        int64_t td, offset;
-        if (get_varint(buf, &p, end, &length) < 0 || length < 6 || length > end - p) break;
-        Py_ssize_t record_end = p + length;
-        p += 1;
-        if (get_varlong(buf, &p, record_end, &td) < 0) break;
-        if (get_varint(buf, &p, record_end, &delta) < 0) break;
-        if (delta <= previous || delta > last_delta ||
-            __builtin_add_overflow(base_offset, (int64_t)delta, &offset))
-            break;
-        if (get_varint(buf, &p, record_end, &kn) < 0 || kn < -1 || kn > record_end - p) break;
-        const uint8_t *key = buf + p;
-        if (kn > 0) p += kn;
-        if (get_varint(buf, &p, record_end, &vn) < 0 || vn < -1) break;
-        /* The value, then at least one byte of header count, must fit. */
-        if (p + (vn > 0 ? vn : 0) >= record_end) break;
+    KeyedRecord r;
+    while (done < count && pos >= 0 && pos < end &&
+           next_keyed_record(buf, pos, end, base_offset, last_delta, previous, &r) == 0) {
         PyObject *k;
-        if (kn == -1) {
+        if (r.key_length == -1) {
             k = Py_None;
             Py_INCREF(k);
-        } else if ((k = PyBytes_FromStringAndSize((const char *)key, kn)) == NULL) {
+        } else if ((k = PyBytes_FromStringAndSize((const char *)r.key, r.key_length)) == NULL) {
             goto finally;
         }
-        PyObject *item = Py_BuildValue("(LNO)", (long long)offset, k,
-                                       vn == -1 ? Py_True : Py_False);
+        PyObject *item = Py_BuildValue("(LNO)", (long long)r.offset, k,
+                                       r.value_length == -1 ? Py_True : Py_False);
         if (item == NULL) goto finally;
         int failed = PyList_Append(keys, item);
         Py_DECREF(item);
         if (failed) goto finally;
-        previous = delta;
-        pos = record_end;
+        previous = r.delta;
+        pos = r.end;
         done++;
     }
     result = Py_BuildValue("(OnnL)", keys, pos, done, (long long)previous);
@@ -1532,26 +1552,12 @@ static PyObject *codec_map_keys(PyObject *self, PyObject *const *args, Py_ssize_
     if (end > b.n) end = b.n;
     const uint8_t *buf = b.p;
     int64_t done = 0, previous = -1;
-    while (done < count && pos < end) {
-        Py_ssize_t p = pos;
-        int32_t length, delta, kn, vn;
-        int64_t td, offset;
-        if (get_varint(buf, &p, end, &length) < 0 || length < 6 || length > end - p) break;
-        Py_ssize_t record_end = p + length;
-        p += 1;
-        if (get_varlong(buf, &p, record_end, &td) < 0) break;
-        if (get_varint(buf, &p, record_end, &delta) < 0) break;
-        if (delta <= previous || delta > last_delta ||
-            __builtin_add_overflow(base_offset, (int64_t)delta, &offset))
-            break;
-        if (get_varint(buf, &p, record_end, &kn) < 0 || kn < -1 || kn > record_end - p) break;
-        const uint8_t *key = buf + p;
-        if (kn > 0) p += kn;
-        if (get_varint(buf, &p, record_end, &vn) < 0 || vn < -1) break;
-        if (p + (vn > 0 ? vn : 0) >= record_end) break;
-        if (kn >= 0 && offset >= min_offset) {
-            PyObject *k = PyBytes_FromStringAndSize((const char *)key, kn);
-            PyObject *o = k == NULL ? NULL : PyLong_FromLongLong(offset);
+    KeyedRecord r;
+    while (done < count && pos < end &&
+           next_keyed_record(buf, pos, end, base_offset, last_delta, previous, &r) == 0) {
+        if (r.key_length >= 0 && r.offset >= min_offset) {
+            PyObject *k = PyBytes_FromStringAndSize((const char *)r.key, r.key_length);
+            PyObject *o = k == NULL ? NULL : PyLong_FromLongLong(r.offset);
             if (o == NULL || PyDict_SetItem(offsets, k, o) < 0) {
                 Py_XDECREF(k);
                 Py_XDECREF(o);
@@ -1561,8 +1567,8 @@ static PyObject *codec_map_keys(PyObject *self, PyObject *const *args, Py_ssize_
             Py_DECREF(k);
             Py_DECREF(o);
         }
-        previous = delta;
-        pos = record_end;
+        previous = r.delta;
+        pos = r.end;
         done++;
     }
     bytes_release(&b);
