@@ -14,11 +14,13 @@ from highwater.broker.fetch_sessions import (
 )
 from highwater.broker.kafka_protocol.codec import SUPPORTED, decode_request
 from kafka.protocol.consumer import FetchRequest, FetchResponse
-from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka_servers import KafkaServer, connect, read_frame, request_frame
 
 pytestmark = pytest.mark.timeout(60)
+
+NOT_LEADER_OR_FOLLOWER = 6
 
 
 def state(offset: int) -> FetchPartitionState:
@@ -88,7 +90,8 @@ def test_every_api_served_decodes_at_its_lowest_and_highest_version(api_key: int
         assert decoded.client_id == "codec"
 
 
-def produce_one(sock: socket.socket, topic: str, value: bytes, correlation_id: int) -> None:
+def produce_one(sock: socket.socket, topic: str, value: bytes, correlation_id: int) -> int:
+    """Send one record with acks=1 and return the partition's error code."""
     builder = DefaultRecordBatchBuilder(
         magic=2, compression_type=0, is_transactional=False, producer_id=-1,
         producer_epoch=-1, base_sequence=-1, batch_size=1 << 20,
@@ -101,7 +104,9 @@ def produce_one(sock: socket.socket, topic: str, value: bytes, correlation_id: i
             R.TopicProduceData.PartitionProduceData(index=0, records=bytes(builder.build()))])],
     )  # fmt: skip
     sock.sendall(request_frame(request, 9, correlation_id))
-    read_frame(sock)
+    response = ProduceResponse.decode(read_frame(sock)[5:], version=9)
+    (topic_response,) = response.responses
+    return int(topic_response.partition_responses[0].error_code)
 
 
 def fetch(sock: socket.socket, session: int, epoch: int, partitions: list[tuple[str, int, int]],
@@ -125,11 +130,14 @@ def test_an_incremental_fetch_session_over_the_listener(server: KafkaServer) -> 
     admin = AdminClient({"bootstrap.servers": server.bootstrap})
     for future in admin.create_topics([NewTopic("sessions", 1, 1)]).values():
         future.result(30)
-    deadline = time.monotonic() + 30
-    while admin.list_topics("sessions", timeout=10).topics["sessions"].partitions[0].leader < 0:
-        assert time.monotonic() < deadline
     with connect(server) as sock:
-        produce_one(sock, "sessions", b"first", 1)
+        # A new partition answers NOT_LEADER_OR_FOLLOWER (retriable) until its leader has
+        # opened its log, even once the metadata names that leader: retried as a client does.
+        deadline = time.monotonic() + 30
+        while (error := produce_one(sock, "sessions", b"first", 1)) == NOT_LEADER_OR_FOLLOWER:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert error == 0
         full: object = fetch(sock, 0, 0, [("sessions", 0, 0)], 2)
         session = full.session_id  # type: ignore[attr-defined]
         assert session > 0
@@ -139,7 +147,7 @@ def test_an_incremental_fetch_session_over_the_listener(server: KafkaServer) -> 
         # The client moves its position (the partition is sent again): nothing new.
         unchanged = fetch(sock, session, 1, [("sessions", 0, 1)], 3)
         assert unchanged.responses == []  # type: ignore[attr-defined]
-        produce_one(sock, "sessions", b"second", 4)
+        assert produce_one(sock, "sessions", b"second", 4) == 0
         # Nothing named: the session's partition is fetched, and has a record now.
         (topic,) = fetch(sock, session, 2, [], 5).responses  # type: ignore[attr-defined]
         assert topic.partitions[0].high_watermark == 2 and topic.partitions[0].records
