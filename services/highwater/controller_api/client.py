@@ -30,7 +30,7 @@ from highwater.controller_api import messages as m
 from highwater.controller_api.codec import CONTROLLER_SERVICE_NAME, ControllerRpc
 from highwater.errors import HighwaterError
 from highwater.internal.v1 import controller_pb2
-from highwater.rpc.channels import open_channel
+from highwater.rpc.channels import MAX_MESSAGE_BYTES, open_channel
 from highwater.rpc.client_auth import ClientSecurity
 from highwater.rpc.endpoints import parse_endpoint
 from highwater.v1.common_pb2 import ErrorCode
@@ -73,7 +73,7 @@ class ControllerClient:
         attempt_timeout_s: float = 5.0,
         retry_backoff_ms: int = 50,
         max_retry_backoff_ms: int = 1000,
-        max_message_bytes: int = 64 * 1024 * 1024,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
         security: ClientSecurity | None = None,
     ) -> None:
         """``security``: the channels' TLS and SASL (else the process's, ``rpc/client_auth.py``)."""
