@@ -273,7 +273,10 @@ class AsyncProducer:
         ``partition`` None (or -1) lets the partitioner choose; ``timestamp`` None (or 0)
         means now. ``on_delivery(err, msg)`` is called once the record is written (``err``
         None) or failed for good. Raises :class:`ProducerClosedError` after :meth:`close`
-        and TypeError for keys or values that are not str or bytes.
+        and TypeError for keys or values that are not str or bytes. A record larger than
+        ``max.request.size`` as a batch of its own is failed before this returns (its
+        handle done with :class:`RecordTooLargeError`, ``on_delivery`` called) and never
+        sent, once the topic's metadata is known (else when it arrives).
 
         With the compiled codec, an instance's ``produce`` is ``highwater.records._codec.
         ProduceLane``, this method in C as librdkafka's ``produce()`` is: a record of bytes
