@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import re
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import grpc
 import pytest
+from dev_cluster import dev_cluster
 from highwater.client.admin import (
     AdminClient,
     NewTopic,
@@ -26,46 +22,11 @@ from highwater.v1 import broker_pb2, broker_pb2_grpc
 pytestmark = pytest.mark.timeout(120)
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie waiting for its parent counts as gone.
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split()[2] != "Z"
-
-
 def test_a_dev_cluster_serves_and_stops_every_process_it_started(tmp_path: Path) -> None:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "highwater",
-            "dev-cluster",
-            "--data-dir",
-            str(tmp_path),
-            "--controllers",
-            "1",
-            "--brokers",
-            "2",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    children: list[int] = []
-    try:
-        assert process.stdout is not None
-        bootstrap = ""
-        for line in process.stdout:
-            if match := re.search(r"\(pid (\d+)\)", line):
-                children.append(int(match[1]))
-            if line.startswith("bootstrap: "):
-                bootstrap = line.removeprefix("bootstrap: ").strip()
-                break
+    with dev_cluster(tmp_path, "--controllers", "1", "--brokers", "2") as cluster:
+        bootstrap = cluster.bootstrap
         # 1 controller, 2 brokers, 2 coordinators.
-        assert bootstrap and len(children) == 5, "the cluster did not come up"
+        assert len(cluster.children) == 5, cluster.printed
 
         async def create_and_describe() -> list[int]:
             async with AdminClient(bootstrap) as admin:
@@ -95,47 +56,20 @@ def test_a_dev_cluster_serves_and_stops_every_process_it_started(tmp_path: Path)
 
         # The coordinators serve groups, their state on __consumer_offsets (2 replicas).
         assert asyncio.run(commit_and_read_group_offsets()) == {("dev", 0): 7, ("dev", 1): 9}
-        process.send_signal(signal.SIGINT)
-        assert process.wait(60) == 0
-        assert not [pid for pid in children if pid_alive(pid)], "a process was left running"
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
-        for pid in children:
-            if pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        cluster.stop()
 
 
 def test_a_secure_dev_cluster_needs_its_certificates_and_acls(tmp_path: Path) -> None:
     """--secure: mutual TLS between every process, the ACLs on, and the admin's client
     properties printed; the admin creates a topic and uses a group, a client without a
     certificate gets nothing, and a SCRAM user without ACLs is refused."""
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "highwater", "dev-cluster", "--secure"),
-            *("--data-dir", str(tmp_path), "--controllers", "1", "--brokers", "1"),
-            *("--coordinators", "1"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    children: list[int] = []
-    try:
-        assert process.stdout is not None
-        bootstrap = properties = ""
-        for line in process.stdout:
-            if match := re.search(r"\(pid (\d+)\)", line):
-                children.append(int(match[1]))
-            if line.startswith("bootstrap: "):
-                bootstrap = line.removeprefix("bootstrap: ").strip()
-            if line.startswith("client properties: "):
-                properties = line.removeprefix("client properties: ").split(" ")[0]
-                break
-        assert bootstrap and properties, "the secure cluster did not come up"
+    with dev_cluster(
+        tmp_path,
+        *("--secure", "--controllers", "1", "--brokers", "1", "--coordinators", "1"),
+        up="client properties",
+    ) as cluster:
+        bootstrap = cluster.bootstrap
+        properties = cluster.fields["client properties"].split(" ")[0]
         admin_config = {"bootstrap.servers": bootstrap, **read_properties(Path(properties))}
 
         async def as_admin() -> dict[tuple[str, int], int]:
@@ -175,15 +109,4 @@ def test_a_secure_dev_cluster_needs_its_certificates_and_acls(tmp_path: Path) ->
                 return [t.name for t in await mallory.list_topics()]
 
         assert asyncio.run(without_acls()) == []  # nothing it may describe
-        process.send_signal(signal.SIGINT)
-        assert process.wait(60) == 0
-        assert not [pid for pid in children if pid_alive(pid)], "a process was left running"
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
-        for pid in children:
-            if pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        cluster.stop()

@@ -29,6 +29,8 @@ from highwater.client.admin import (
 )
 from highwater.embedded import EMBEDDED_NODE_ID, EmbeddedServer
 from highwater.errors import InvalidTopicError
+from highwater.raft.driver import RaftServerSettings
+from highwater.rpc.channels import MAX_MESSAGE_BYTES
 from highwater.v1.common_pb2 import ErrorCode
 
 pytestmark = pytest.mark.timeout(60)
@@ -247,3 +249,13 @@ async def test_bad_bootstrap_addresses_are_refused() -> None:
     await client.close()
     with pytest.raises(RuntimeError, match="closed"):
         await client.list_topics()
+
+
+async def test_the_admins_channels_take_the_messages_the_servers_send() -> None:
+    # One limit for both ends: the servers' (every process's one gRPC server) and the admin
+    # client's channels to the brokers and the controllers, from the shared rpc layer.
+    server_limit = RaftServerSettings().max_message_bytes
+    assert server_limit == MAX_MESSAGE_BYTES
+    async with AdminClient("127.0.0.1:1", controllers="127.0.0.1:2") as client:
+        assert client.cluster._max_message_bytes == server_limit
+        assert client._controller._max_message_bytes == server_limit

@@ -22,6 +22,7 @@ from highwater.client.cluster import (
     UnknownTopicOrPartitionError,
 )
 from highwater.client.producer import (
+    PRODUCER_CONFIG_DEF,
     AsyncProducer,
     BatchMetadata,
     DeliveryTimeoutError,
@@ -30,7 +31,10 @@ from highwater.client.producer import (
     ProducerClosedError,
     ProducerConfig,
     RecordMetadata,
+    RecordTooLargeError,
 )
+from highwater.client.security_config import SECURITY_CONFIG_KEYS
+from highwater.config.definition import NO_DEFAULT
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.embedded import EmbeddedServer
@@ -573,6 +577,59 @@ async def test_a_record_too_large_for_the_topic_gets_the_brokers_error(cluster: 
     assert ok.offset == 0
 
 
+async def test_a_record_over_max_request_size_fails_at_produce_and_is_never_sent(
+    cluster: Cluster,
+) -> None:
+    await cluster.create_topic("capped", partitions=3)
+    limit = 2000
+    # batch.size far above max.request.size: batches and requests are held to the latter.
+    config = cluster.config(max_request_size=limit, batch_size=100_000, linger_ms=60_000)
+    carried: list[int] = []  # the batch bytes of each Produce request sent
+    errors: list[BaseException | None] = []
+    reports: list[tuple[BaseException | None, BatchMetadata]] = []
+    async with AsyncProducer(config) as producer:
+        produce = producer.cluster.produce
+
+        async def recording(
+            address: str, request: pb.ProduceRequest, timeout_s: float
+        ) -> pb.ProduceResponse:
+            carried.append(sum(len(p.record_batches) for t in request.topics for p in t.partitions))
+            return await produce(address, request, timeout_s)
+
+        producer.cluster.produce = recording  # type: ignore[method-assign]
+        await producer.cluster.refresh(["capped"])  # records are placed at produce()
+        first = producer.produce("capped", b"first", partition=0)
+        big = producer.produce(
+            "capped", b"x" * limit, partition=0, on_delivery=lambda e, m: errors.append(e)
+        )
+        assert big.done()  # failed at produce(), before any request
+        small = [producer.produce("capped", b"%03d" % i * 100, partition=i % 3) for i in range(30)]
+        assert (
+            await producer.produce_batch(
+                "capped",
+                {"value": [b"a", b"x" * limit, b"b"]},
+                partition=1,
+                on_delivery_batch=lambda e, b: reports.append((e, b)),
+            )
+            == 3
+        )
+        assert [e is None for e, _ in reports] == [False]  # the large one, at once
+        assert await producer.flush(10) == 0
+    with pytest.raises(RecordTooLargeError, match=r"larger than 2000.*max\.request\.size"):
+        big.result()
+    assert isinstance(errors[0], RecordTooLargeError) and len(errors) == 1
+    assert errors[0].code == ErrorCode.MESSAGE_TOO_LARGE
+    assert first.result().offset == 0
+    assert [f.result().partition for f in small] == [i % 3 for i in range(30)]
+    assert [(e is None, b.record_count) for e, b in reports] == [(False, 1), (True, 1), (True, 1)]
+    stored = [await cluster.batches("capped", p) for p in range(3)]
+    sizes = [len(b.to_bytes()) for batches in stored for b in batches]
+    assert max(sizes) <= limit and len(stored[0]) > 1
+    assert [r.value for b in stored[1] for r in b.records()][-2:] == [b"a", b"b"]
+    # Every batch went alone: two would pass the limit (three ready at once, one broker).
+    assert sorted(carried) == sorted(sizes) and max(carried) <= limit
+
+
 async def test_no_reachable_broker_times_out_with_a_typed_error() -> None:
     config = {
         "bootstrap.servers": f"127.0.0.1:{free_port()}",
@@ -720,6 +777,9 @@ def test_defaults_are_kafkas() -> None:
         ({"bootstrap.servers": "a:1", "lingr.ms": 5}, "lingr.ms"),
         ({"bootstrap.servers": "a:1", "acks": "2"}, "acks"),
         ({"bootstrap.servers": "a:1", "batch.size": 0}, "batch.size"),
+        ({"bootstrap.servers": "a:1", "max.request.size": 0}, "max.request.size"),
+        # past what the brokers' gRPC message limit lets one request carry
+        ({"bootstrap.servers": "a:1", "max.request.size": 64 << 20}, "max.request.size"),
         ({"bootstrap.servers": "a:1", "compression.type": "brotli"}, "compression.type"),
         ({"bootstrap.servers": "a:1", "linger.ms": "soon"}, "linger.ms"),
         ({"bootstrap.servers": "nohost"}, "bootstrap.servers"),
@@ -778,3 +838,26 @@ async def test_sticky_partitions_switch_after_batch_size_bytes_without_a_server(
     assert all(a[0] != b[0] for a, b in itertools.pairwise(runs))
     producer._sender = None
     producer._closed = True
+
+
+def test_docs_client_md_lists_every_producer_setting_with_its_default() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "client.md").read_text()
+    rows = {
+        cells[0].strip("`"): cells[1]
+        for line in doc.splitlines()
+        if line.startswith("| `")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    security = {key.name for key in SECURITY_CONFIG_KEYS}
+    for key in PRODUCER_CONFIG_DEF:
+        if key.name in security:
+            continue
+        default = key.default
+        shown = (
+            "(required)"
+            if default is NO_DEFAULT
+            else "empty"
+            if default == ""
+            else str(default).lower()
+        )
+        assert rows.get(key.name) == shown, key.name

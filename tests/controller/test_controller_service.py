@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import grpc.aio
 import pytest
+from cutting_proxy import CuttingProxy
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from highwater.controller import ControllerConfig
@@ -379,6 +380,36 @@ async def test_followers_answer_not_controller_with_the_active_one(quorum3: Quor
         assert client.active_controller == quorum3.voters[active.node_id]
     image = await quorum3.converged()
     assert not image.broker(1).fenced  # type: ignore[union-attr]
+
+
+async def test_a_timed_out_attempt_is_retried_at_the_active_controller_not_a_standby(
+    quorum3: Quorum,
+) -> None:
+    active = await quorum3.active()
+    first, second = (n for n in quorum3.voters if n != active.node_id)
+    async with (
+        CuttingProxy(quorum3.voters[active.node_id]) as to_active,
+        CuttingProxy(quorum3.voters[first]) as to_first,
+        CuttingProxy(quorum3.voters[second]) as to_second,
+    ):
+        bootstrap = [to_active.address, to_first.address, to_second.address]
+        async with ControllerClient(bootstrap, attempt_timeout_s=1.0) as client:
+            epoch = await register_and_unfence(client, 1)
+            assert client.active_controller == to_active.address
+            beat = m.BrokerHeartbeatRequest(1, epoch, epoch)
+            # Slow: the first attempt times out, the second goes to the active controller
+            # again and is answered once the held frames go through.
+            to_active.stall()
+            asyncio.get_running_loop().call_later(1.2, to_active.resume)
+            assert (await client.broker_heartbeat(beat)).error == NONE
+            assert (to_first.accepted, to_second.accepted) == (0, 0)
+            assert client.active_controller == to_active.address
+            # Hung: a second timeout in a row there, and the next address is asked (a
+            # standby, whose NOT_CONTROLLER names the active controller's own address).
+            to_active.stall()
+            assert (await client.broker_heartbeat(beat)).error == NONE
+            assert (to_first.accepted, to_second.accepted) == (1, 0)
+            assert client.active_controller == quorum3.voters[active.node_id]
 
 
 async def test_writes_go_on_through_failovers_and_every_image_agrees(quorum3: Quorum) -> None:

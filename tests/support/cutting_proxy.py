@@ -8,6 +8,11 @@ that carries the gRPC message's 5-byte prefix and the first half of its body, wi
 END_STREAM; then both connections are reset (RST, via SO_LINGER 0). The server has read a
 message's beginning and never gets its end, as when a network path dies under a client
 mid-write. :attr:`CuttingProxy.forwarded` is how many bytes reached the server by then.
+
+:meth:`CuttingProxy.stall` holds what clients send (the frames wait in the proxy, the
+connections stay up) until :meth:`CuttingProxy.resume`: a server that is slow to answer,
+or hung, as its clients see it. :attr:`CuttingProxy.accepted` counts the connections
+clients opened.
 """
 
 from __future__ import annotations
@@ -40,6 +45,10 @@ class CuttingProxy:
         """Set once a message was cut and the connections reset."""
         self.forwarded = 0
         """Bytes sent to the server from the clients' side, over every connection."""
+        self.accepted = 0
+        """Connections clients opened to the proxy."""
+        self._flowing = asyncio.Event()
+        self._flowing.set()
         self.address = ""
 
     async def __aenter__(self) -> CuttingProxy:
@@ -58,6 +67,14 @@ class CuttingProxy:
                 await task
         await self._server.wait_closed()
 
+    def stall(self) -> None:
+        """Hold every frame clients send from now on, until :meth:`resume`."""
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        """Forward the held frames, in order, and every frame after them."""
+        self._flowing.set()
+
     def cut_next_message(self) -> None:
         """Cut the next DATA frame a client sends (see the module docstring)."""
         self.cut.clear()
@@ -67,6 +84,7 @@ class CuttingProxy:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        self.accepted += 1
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._upstream)
         except OSError:
@@ -115,6 +133,7 @@ class CuttingProxy:
             await self._send(writer, header + payload)
 
     async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        await self._flowing.wait()
         writer.write(data)
         await writer.drain()
         self.forwarded += len(data)

@@ -51,7 +51,7 @@ from typing import Final, TypeVar
 import grpc
 import grpc.aio
 
-from highwater.client.cluster import BrokerPolicy, ClusterMetadata
+from highwater.client.cluster import BROKER_MESSAGE_MAX_BYTES, BrokerPolicy, ClusterMetadata
 from highwater.client.errors import (
     AdminError,
     BrokerUnavailableError,
@@ -531,7 +531,7 @@ class AdminClient:
         self.cluster = ClusterMetadata(
             self.bootstrap_servers,
             request_timeout_s=request_timeout_s,
-            max_message_bytes=64 << 20,
+            max_message_bytes=BROKER_MESSAGE_MAX_BYTES,
             policy=_ADMIN_BROKERS,
             security=security,
         )

@@ -53,7 +53,7 @@ from highwater.client.errors import (
     UnknownTopicOrPartitionError,
 )
 from highwater.rpc.broker_streams import CLIENT_ID_METADATA_KEY, FetchStream, ProduceStream
-from highwater.rpc.channels import open_channel
+from highwater.rpc.channels import MAX_MESSAGE_BYTES, open_channel
 from highwater.rpc.client_auth import ClientSecurity
 from highwater.telemetry.configure import tracing_enabled
 from highwater.v1 import broker_pb2 as pb
@@ -76,8 +76,9 @@ __all__ = [
     "parse_bootstrap_servers",
 ]
 
-BROKER_MESSAGE_MAX_BYTES = 64 << 20
-"""The largest gRPC message a broker's server takes and sends (both ways). A Fetch answer
+BROKER_MESSAGE_MAX_BYTES = MAX_MESSAGE_BYTES
+"""The largest gRPC message a broker's server takes and sends (both ways): the shared
+:data:`~highwater.rpc.channels.MAX_MESSAGE_BYTES` its server is made with. A Fetch answer
 carries up to the broker's ``fetch.max.bytes`` (55 MiB) and one batch more, far past
 gRPC's default 4 MiB receive limit: a consumer's channels take what the broker may send."""
 

@@ -4,8 +4,13 @@ Give it the controllers' addresses (``--controllers HOST:PORT,...``, any subset 
 voters). Each call goes to the controller that last answered, or else the next address
 in turn; an answer of NOT_CONTROLLER that names the active controller's address sends
 the call there, one without a hint (an election under way) to the next address after a
-short backoff, and so does a controller that cannot be reached (``UNAVAILABLE``,
-a per-attempt timeout, a call cut by a stopping server). It gives up with
+short backoff, and so does a controller that cannot be reached (``UNAVAILABLE``, a call
+cut by a stopping server). A per-attempt timeout (``attempt_timeout_s``) at the controller
+known to be active is retried there, after the backoff: a slow controller (a long commit
+under load) is still the active one, and a standby would only answer NOT_CONTROLLER and
+send the call back, a detour on every retry. A second timeout in a row there counts as
+unreachable (a hung or cut-off process, which a connected channel does not reveal) and
+the next address is asked, as after a timeout at any other address. It gives up with
 :class:`ControllerUnavailableError` when ``timeout_s`` has passed.
 
 A retried write may have been carried out by the controller that did not answer (it
@@ -30,7 +35,7 @@ from highwater.controller_api import messages as m
 from highwater.controller_api.codec import CONTROLLER_SERVICE_NAME, ControllerRpc
 from highwater.errors import HighwaterError
 from highwater.internal.v1 import controller_pb2
-from highwater.rpc.channels import open_channel
+from highwater.rpc.channels import MAX_MESSAGE_BYTES, open_channel
 from highwater.rpc.client_auth import ClientSecurity
 from highwater.rpc.endpoints import parse_endpoint
 from highwater.v1.common_pb2 import ErrorCode
@@ -73,7 +78,7 @@ class ControllerClient:
         attempt_timeout_s: float = 5.0,
         retry_backoff_ms: int = 50,
         max_retry_backoff_ms: int = 1000,
-        max_message_bytes: int = 64 * 1024 * 1024,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
         security: ClientSecurity | None = None,
     ) -> None:
         """``security``: the channels' TLS and SASL (else the process's, ``rpc/client_auth.py``)."""
@@ -233,6 +238,7 @@ class ControllerClient:
         backoff_ms = self.retry_backoff_ms
         problems: list[str] = []
         redirected = False
+        timed_out: str | None = None  # the active controller, after one attempt there timed out
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -246,14 +252,23 @@ class ControllerClient:
                     wire, timeout=min(self.attempt_timeout_s, remaining), metadata=metadata
                 )
             except grpc.aio.AioRpcError as e:
-                if e.code() not in _RETRIABLE:
+                status = e.code()
+                if status not in _RETRIABLE:
                     raise
-                problems.append(f"{address}: {e.code().name}")
-                self._failed(address)
+                problems.append(f"{address}: {status.name}")
+                slow_active = (
+                    status == grpc.StatusCode.DEADLINE_EXCEEDED
+                    and address == self._active
+                    and timed_out != address
+                )
+                timed_out = address if slow_active else None
+                if not slow_active:
+                    self._failed(address)
             else:
                 if reply.error != ErrorCode.NOT_CONTROLLER:
                     self._active = address
                     return rpc.response_from_proto(reply)
+                timed_out = None
                 hint = reply.controller_address
                 problems.append(f"{address}: NOT_CONTROLLER (active: {hint or 'unknown'})")
                 if hint:

@@ -132,6 +132,7 @@ from highwater.raft.voter_set import (
     load_or_create_directory_id,
 )
 from highwater.records import RecordBatch, iter_batches
+from highwater.rpc.channels import MAX_MESSAGE_BYTES
 from highwater.rpc.endpoints import parse_endpoint
 from highwater.rpc.server import GrpcHost, GrpcService
 from highwater.storage.checkpoint import write_atomically
@@ -209,7 +210,7 @@ class RaftServerSettings:
     driver still ticks, and reads its clock, this often."""
     metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
     """Kafka's setting: applied batch bytes after which the state machine writes a snapshot."""
-    max_message_bytes: int = 64 * 1024 * 1024
+    max_message_bytes: int = MAX_MESSAGE_BYTES
     """gRPC's cap on one message, both ways (a fetch carries up to ``fetch_max_bytes``)."""
     shutdown_grace_ms: int = 1000
     """How long :meth:`RaftServer.stop` lets a resignation and in-flight calls finish."""

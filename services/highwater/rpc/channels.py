@@ -8,7 +8,7 @@ once.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import grpc
 import grpc.aio
@@ -17,7 +17,15 @@ from highwater.rpc.client_auth import ClientSecurity, SaslSession, client_sasl
 from highwater.rpc.tls import ClientTls, client_tls
 from highwater.telemetry.rpc import client_interceptors
 
-__all__ = ["channel_options", "open_blocking_channel", "open_channel"]
+__all__ = ["MAX_MESSAGE_BYTES", "channel_options", "open_blocking_channel", "open_channel"]
+
+MAX_MESSAGE_BYTES: Final = 64 << 20
+"""The largest gRPC message the package's servers take and send, both ways (a process's
+one server: :class:`~highwater.rpc.server.GrpcHost`), and what the channels of clients that
+send or receive large messages (produce requests, fetch answers, the controller's
+metadata) are opened with: one number, so that what a client may send is what a server
+takes. A Fetch answer carries up to the broker's ``fetch.max.bytes`` (55 MiB) and one batch
+more, far past gRPC's default 4 MiB."""
 
 
 def channel_options(max_message_bytes: int) -> list[tuple[str, Any]]:

@@ -29,6 +29,7 @@ from highwater.client.producer.delivery import (
     ProducerClosedError,
     ProducerError,
     RecordMetadata,
+    RecordTooLargeError,
 )
 from highwater.client.producer.handle import DeliveryHandle
 from highwater.client.producer.producer import AsyncProducer, Producer
@@ -51,4 +52,5 @@ __all__ = [
     "ProducerConfig",
     "ProducerError",
     "RecordMetadata",
+    "RecordTooLargeError",
 ]

@@ -9,6 +9,7 @@ from typing import Any, Final
 from highwater.client.cluster import (
     parse_bootstrap_servers,
 )
+from highwater.client.producer.sender import PRODUCE_REQUEST_MAX_BYTES
 from highwater.client.security_config import SECURITY_CONFIG_KEYS, security_from_config
 from highwater.config.definition import (
     INT_MAX,
@@ -60,6 +61,16 @@ PRODUCER_CONFIG_DEF: Final = ConfigDef(
             at_least(1),
             "The most bytes of records (before compression) one batch holds; a single larger "
             "record is sent alone.",
+        ),
+        ConfigKey(
+            "max.request.size",
+            ConfigType.INT,
+            1048576,
+            between(1, PRODUCE_REQUEST_MAX_BYTES),
+            "The most bytes of batches one Produce request carries, and the largest batch: "
+            "a record larger than it as a batch of its own fails at produce() with "
+            "RecordTooLargeError; batches hold at most min(batch.size, max.request.size). At "
+            "most the brokers' gRPC message limit less 1 MiB.",
         ),
         ConfigKey(
             "compression.type",
@@ -140,6 +151,7 @@ class ProducerConfig:
     acks: int
     linger_ms: int
     batch_size: int
+    max_request_size: int
     compression: Compression
     compression_level: int | None
     enable_idempotence: bool
@@ -206,6 +218,7 @@ class ProducerConfig:
             acks=acks_value,
             linger_ms=values["linger.ms"],
             batch_size=values["batch.size"],
+            max_request_size=values["max.request.size"],
             compression=Compression.parse(values["compression.type"]),
             compression_level=None if level < 0 else level,
             enable_idempotence=idempotent,

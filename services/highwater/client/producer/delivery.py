@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple, TypeAlias
 
+from highwater import errors
 from highwater.client.message import TIMESTAMP_CREATE_TIME, Message
 from highwater.errors import AuthorizationError, HighwaterError
 from highwater.v1.common_pb2 import ErrorCode
@@ -25,6 +26,7 @@ __all__ = [
     "ProducerClosedError",
     "ProducerError",
     "RecordMetadata",
+    "RecordTooLargeError",
     "consume_exception",
     "headers_list",
     "produce_error",
@@ -44,6 +46,13 @@ class DeliveryTimeoutError(ProducerError):
     """The record was not acknowledged within ``delivery.timeout.ms``."""
 
     code = ErrorCode.REQUEST_TIMED_OUT
+
+
+class RecordTooLargeError(ProducerError, errors.RecordTooLargeError):
+    """The record is larger than ``max.request.size`` as a batch of its own (its size
+    encoded, before compression, plus a batch header): it failed at ``produce()`` and was
+    never sent, as Kafka's producer raises ``RecordTooLargeException``. Code
+    ``MESSAGE_TOO_LARGE``, the broker's for a batch over a topic's ``max.message.bytes``."""
 
 
 class ProduceError(ProducerError):

@@ -11,8 +11,10 @@ are :mod:`~highwater.client.producer.accumulator` and :mod:`~highwater.client.pr
 - :meth:`AsyncProducer.produce` picks the partition (:func:`choose_partition`: the named one,
   else murmur2 of the key over all partitions, else the topic's sticky partition) and appends
   the record to the partition's open batch, a :class:`RecordBatchBuilder` of at most
-  ``batch.size`` bytes (a single larger record gets a batch of its own). A topic whose
-  metadata is not known yet waits in a side queue until the sender has fetched it.
+  ``batch.size`` bytes, and never more than ``max.request.size`` (a single larger record
+  gets a batch of its own; one larger than ``max.request.size`` fails with
+  :class:`RecordTooLargeError` and is never sent). A topic whose metadata is not known yet
+  waits in a side queue until the sender has fetched it.
   ``produce()`` is the per-record cost of the library, so it keeps only the record's
   fields, its callback and a small :class:`~highwater.client.producer.handle.DeliveryHandle`
   (index into the batch; a future is made only if the caller awaits it): the batch is
@@ -23,8 +25,9 @@ are :mod:`~highwater.client.producer.accumulator` and :mod:`~highwater.client.pr
   :meth:`AsyncProducer.produce_without_handle` is the same without the handle, for callers
   that learn of deliveries only through callbacks (confluent-kafka's ``produce()``).
 - The sender task drains a batch once it is full or ``linger.ms`` passed since it was
-  opened (at once during :meth:`~AsyncProducer.flush`), and sends one ``Produce`` request per
-  leader broker, holding at most one batch per partition.
+  opened (at once during :meth:`~AsyncProducer.flush`), and sends the batches of each
+  leader broker in as few ``Produce`` requests of at most ``max.request.size`` batch bytes
+  as hold them, at most one batch per partition.
 - With ``enable.idempotence`` (the default) the producer gets a producer id and epoch from
   ``InitProducerId`` once, and stamps each batch, when it is first drained, with the
   partition's next sequence number. Up to ``max.in.flight.requests.per.connection`` batches
@@ -93,11 +96,13 @@ from highwater.client.producer.delivery import (
     ProducerClosedError,
     ProducerError,
     RecordMetadata,
+    RecordTooLargeError,
     headers_list,
     to_bytes,
 )
 from highwater.client.producer.handle import DeliveryHandle
 from highwater.client.producer.sender import (
+    PRODUCE_REQUEST_MAX_BYTES,
     answer_error,
     answers_by_partition,
     create_produce_request,
@@ -175,9 +180,13 @@ class AsyncProducer:
             security=cfg.security,
         )
         self._topics = self.cluster.topics
-        self._batch_size = cfg.batch_size
+        self._max_request_size = min(cfg.max_request_size, PRODUCE_REQUEST_MAX_BYTES)
+        """The most batch bytes of one Produce request, and of one batch."""
+        self._batch_size = min(cfg.batch_size, self._max_request_size)
+        """The bytes at which a batch is closed (and the most its builder takes): no batch of
+        more than one record is larger than ``max.request.size``."""
         self._ignore_keys = cfg.ignore_keys
-        self._sticky = StickyPartitioner(cfg.batch_size, rng=rng)
+        self._sticky = StickyPartitioner(self._batch_size, rng=rng)
         self._sticky_choices: dict[str, StickyChoice] = {}
         self._message_factories: dict[tuple[str, int, int], Callable[..., Message]] = {}
         self._queues: dict[tuple[str, int], PartitionQueue] = {}
@@ -264,7 +273,10 @@ class AsyncProducer:
         ``partition`` None (or -1) lets the partitioner choose; ``timestamp`` None (or 0)
         means now. ``on_delivery(err, msg)`` is called once the record is written (``err``
         None) or failed for good. Raises :class:`ProducerClosedError` after :meth:`close`
-        and TypeError for keys or values that are not str or bytes.
+        and TypeError for keys or values that are not str or bytes. A record larger than
+        ``max.request.size`` as a batch of its own is failed before this returns (its
+        handle done with :class:`RecordTooLargeError`, ``on_delivery`` called) and never
+        sent, once the topic's metadata is known (else when it arrives).
 
         With the compiled codec, an instance's ``produce`` is ``highwater.records._codec.
         ProduceLane``, this method in C as librdkafka's ``produce()`` is: a record of bytes
@@ -505,17 +517,20 @@ class AsyncProducer:
         report: BatchDeliveryCallback | None,
     ) -> None:
         """Queue a batch of ``count`` records encoded already (:meth:`produce_batch`)."""
-        q = self._queue(topic, partition)
-        open_batch = q.open_batch()
-        if open_batch is not None:
-            open_batch.closed = True  # records stay in the order they were produced
         batch = self._new_batch(topic, partition, None)
         batch.builder.adopt_records(body, count, timestamp)
         batch.closed = batch.columnar = True
         batch.report = report
-        q.batches.append(batch)
         self._pending += count
         self._idle.clear()
+        if batch.builder.estimated_size > self._max_request_size:  # one record, too large
+            self._fail_batch(batch, self._too_large(batch.builder.estimated_size))
+            return
+        q = self._queue(topic, partition)
+        open_batch = q.open_batch()
+        if open_batch is not None:
+            open_batch.closed = True  # records stay in the order they were produced
+        q.batches.append(batch)
         self._wakeup.set()
 
     async def send(
@@ -683,13 +698,16 @@ class AsyncProducer:
         batch = batches[-1] if batches else None
         try:
             if batch is None or batch.closed or not (size := append_fields(batch.builder, fields)):
+                fresh = self._new_batch(topic, partition, created)
+                size = append_fields(fresh.builder, fields)  # the first record always fits
+                if fresh.builder.estimated_size > self._max_request_size:
+                    raise self._too_large(fresh.builder.estimated_size)
                 if batch is not None:
                     batch.closed = True
-                batch = self._new_batch(topic, partition, created)
-                size = append_fields(batch.builder, fields)  # the first record always fits
+                batch = fresh
                 batches.append(batch)
                 self._wakeup.set()  # a new batch: the sender times its linger.ms
-        except HighwaterError as e:  # a record that cannot be encoded (a bad timestamp)
+        except HighwaterError as e:  # a bad timestamp, a record over max.request.size
             self._fail_one(topic, partition, fields, handle, on_delivery, e)
             return
         if handle is not None:
@@ -708,6 +726,15 @@ class AsyncProducer:
             if choice.unreported >= choice.threshold:
                 self._sticky.on_produced(topic, partition, choice.unreported)
                 del self._sticky_choices[topic]
+
+    def _too_large(self, size: int) -> RecordTooLargeError:
+        """The error of a record that is ``size`` bytes as a batch of its own, past
+        ``max.request.size`` (Kafka's message, with its names)."""
+        return RecordTooLargeError(
+            f"The message is {size} bytes when serialized which is larger than "
+            f"{self._max_request_size}, which is the value of the max.request.size "
+            "configuration."
+        )
 
     def _queue(self, topic: str, partition: int) -> PartitionQueue:
         """The queue of a partition's batches, made on first use."""
@@ -744,7 +771,7 @@ class AsyncProducer:
     def _new_batch(self, topic: str, partition: int, created: float | None) -> ProducerBatch:
         """An empty open batch for ``topic``-``partition``; ``created`` as in :meth:`_place`."""
         builder = RecordBatchBuilder(
-            max_bytes=self.config.batch_size,
+            max_bytes=self._batch_size,
             compression=self.config.compression,
             compression_level=self.config.compression_level,
         )
@@ -1093,7 +1120,7 @@ class AsyncProducer:
             q.in_flight.append(head)
             requests.setdefault(address, []).append(head)
         for address, batches in requests.items():
-            for carried in split_requests(batches):
+            for carried in split_requests(batches, self._max_request_size):
                 task = asyncio.get_running_loop().create_task(self._send(address, carried))
                 self._requests.add(task)
                 task.add_done_callback(self._requests.discard)
