@@ -1,10 +1,11 @@
 """The broker suite's end-to-end latency phase alone, on a fresh cluster, with every
 process's event-loop stalls: where a loaded machine's p99 goes.
 
-``python -m bench._latency_probe [--seconds 5] [--rate 10000] [--profile]``: one controller
-and three brokers (bench/_highwater_cluster.py) with :mod:`bench._loop_watch` in each, a
-topic of one partition (RF 3, min.insync.replicas=2), then
-:func:`bench.broker.latencies_with_client` (acks=all, linger.ms=0, ``poll()``) after a 1 s
+``python -m bench._latency_probe [--seconds 5] [--rate 10000] [--profile] [--producer
+KEY=VALUE ...]``: one controller and three brokers (bench/_highwater_cluster.py) with
+:mod:`bench._loop_watch` in each, a topic of one partition (RF 3,
+min.insync.replicas=2), then :func:`bench.broker.latencies_with_client` (acks=all,
+linger.ms=0, ``poll()``, and each ``--producer`` setting over the suite's) after a 1 s
 warm-up. It prints the latency percentiles; for the benchmark's process (producer and
 consumer) its CPU seconds and its loop's stalls; and for each server process its CPU
 seconds, its stalls over 2 ms split into those its own thread spent on the CPU (our code
@@ -54,7 +55,13 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 async def probe(
-    cluster: HighwaterCluster, out: str, *, seconds: float, rate: float, profile: bool
+    cluster: HighwaterCluster,
+    out: str,
+    *,
+    seconds: float,
+    rate: float,
+    profile: bool,
+    producer_config: dict[str, object] | None = None,
 ) -> None:
     bootstrap = cluster.bootstrap
     topic = broker.LATENCY_TOPIC
@@ -73,7 +80,12 @@ async def probe(
     cpu = time.process_time()
     with _counting_produce_requests() as requests:
         latencies = await broker.latencies_with_client(
-            bootstrap, topic, rate=rate, duration_s=seconds, warmup_s=1
+            bootstrap,
+            topic,
+            rate=rate,
+            duration_s=seconds,
+            warmup_s=1,
+            producer_config=producer_config,
         )
     cpu = time.process_time() - cpu
     if profiler is not None:
@@ -152,7 +164,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rate", type=float, default=broker.LATENCY_RATE)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--producer",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a producer setting over the suite's (e.g. max.in.flight.requests.per.connection=1)",
+    )
     args = parser.parse_args()
+    producer_config: dict[str, object] = {}
+    for setting in args.producer:
+        key, _, value = setting.partition("=")
+        producer_config[key] = int(value) if value.lstrip("-").isdigit() else value
     root = Path(tempfile.mkdtemp(prefix="latency-probe-"))
     out = str(root / "loop")
     env = {
@@ -163,7 +186,16 @@ def main() -> None:
         env["LOOP_WATCH_PROFILE"] = "1"
     print(f"load average {os.getloadavg()[0]:.1f}; files under {root}")
     with highwater_cluster(root, 3, env=env) as cluster:
-        asyncio.run(probe(cluster, out, seconds=args.seconds, rate=args.rate, profile=args.profile))
+        asyncio.run(
+            probe(
+                cluster,
+                out,
+                seconds=args.seconds,
+                rate=args.rate,
+                profile=args.profile,
+                producer_config=producer_config,
+            )
+        )
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 
