@@ -5,10 +5,10 @@
 
 Covered: the first fetch is full and opens the session; idle rounds name no partition and
 read none on the leader; an append is answered for its partition alone, and wakes a
-parked fetch, as a high watermark alone does not; a leader change forgets the partition;
-a session the leader lost makes the follower fetch in full again; partitions the answer's
-byte budget left out come next; the follower's skipped fetches keep it caught up across a
-quiet spell longer than ``replica.lag.time.max.ms``.
+parked fetch; a leader change forgets the partition; a session the leader lost makes the
+follower fetch in full again; partitions the answer's byte budget left out come next; the
+follower's skipped fetches keep it caught up across a quiet spell longer than
+``replica.lag.time.max.ms``.
 """
 
 from __future__ import annotations
@@ -233,38 +233,6 @@ async def test_a_parked_fetch_is_woken_by_an_append_to_one_of_its_partitions(
     assert not parked.done()
     brokers.reads.clear()
     await brokers.append(1, b"x")
-    answer = await asyncio.wait_for(parked, 5)
-    assert [p.partition for t in answer.topics for p in t.partitions] == [1]
-    assert brokers.reads == [1]
-
-
-async def test_a_high_watermark_alone_marks_a_parked_fetch_without_waking_it(
-    brokers: Brokers,
-) -> None:
-    """At RF 3 the high watermark moves at one follower's fetch: the other's parked fetch
-    is not woken to read nothing; its next answer, which an append brings, carries it."""
-    await brokers.fetcher.fetch_round()
-    session_id = brokers.leader.answers[0].session_id
-    parked = asyncio.create_task(
-        brokers.leader.handler.replica_fetch(
-            rpb.ReplicaFetchRequest(
-                replica_id=FOLLOWER,
-                replica_epoch=FOLLOWER_EPOCH,
-                max_wait_ms=20_000,
-                min_bytes=1,
-                session_id=session_id,
-                session_epoch=1,
-            )
-        )
-    )
-    await asyncio.sleep(0.05)
-    brokers.reads.clear()
-    sessions = brokers.leader.handler.replica_sessions
-    leader = brokers.leader_partitions.get(TOPIC, 1)
-    sessions.partition_changed(leader.topic_partition, wake=False)
-    await asyncio.sleep(0.05)
-    assert not parked.done() and brokers.reads == []
-    await brokers.append(1, b"x")  # marked already, woken all the same
     answer = await asyncio.wait_for(parked, 5)
     assert [p.partition for t in answer.topics for p in t.partitions] == [1]
     assert brokers.reads == [1]

@@ -12,9 +12,7 @@ answered. This is its edge on the broker's event loop:
   follower's answer reports (an append, a high watermark or log start offset that moved, a
   new role or ISR, a partition created, removed or offline). It marks the partition in
   each session holding it and wakes those sessions' parked fetches: the long poll is
-  woken per changed partition, by the sessions that hold it, never by a scan. A high
-  watermark that moved, and nothing else, marks without waking: a follower's long poll
-  waits for records, and carries the new high watermark when it ends. Where the
+  woken per changed partition, by the sessions that hold it, never by a scan. Where the
   partition was idle in a session, the follower's progress first takes the fetches that
   skipped it (:meth:`~highwater.broker.partitions.Partition.note_session_fetch`), as
   Kafka's leader counts every fetch of every partition of a session;
@@ -104,45 +102,29 @@ class ReplicaFetchSessions:
         log_end_offset_before: int | None = None,
         *,
         except_session: int = 0,
-        wake: bool = True,
     ) -> None:
         """Partition ``tp`` has something new for its followers (see the module docstring).
         ``log_end_offset_before``: this log's end before the change (an append), for the
         followers' skipped fetches; ``except_session``: the session whose fetch made the
-        change (its answer carries it already).
-
-        ``wake=False`` (a high watermark that moved, and nothing else): the partition is
-        marked, so the session's next answer carries it, but a parked fetch is not woken
-        for it. A follower's long poll waits for records, as Kafka's delayed follower
-        fetch does; woken, it would read the log's end, find nothing and park again (a
-        fifth of the leader's reads for its followers at RF 3, where each produce's high
-        watermark move came from one follower and woke the other). A later change that
-        wakes wakes every session holding the partition, marked already or not."""
+        change (its answer carries it already)."""
         key = (tp.topic, tp.partition)
         marked = self.cache.mark_changed(key, except_session=except_session)
-        if marked:
-            partition = self._partitions.replica(tp)
+        if not marked:
+            return
+        partition = self._partitions.replica(tp)
+        for session in marked:
             if partition is not None:
-                leader_end = (
+                partition.note_session_fetch(
+                    session.owner,
+                    session.partitions[key].fetch_offset,
+                    session.last_fetch_ms,
                     partition.log_end_offset
                     if log_end_offset_before is None
-                    else log_end_offset_before
+                    else log_end_offset_before,
                 )
-                for session in marked:
-                    partition.note_session_fetch(
-                        session.owner,
-                        session.partitions[key].fetch_offset,
-                        session.last_fetch_ms,
-                        leader_end,
-                    )
-        if not wake:
-            return
-        wakers = self._wakers
-        for session in self.cache.sessions_holding(key):
-            if session.session_id != except_session:
-                waker = wakers.get(session.session_id)
-                if waker is not None:
-                    waker.set()
+            waker = self._wakers.get(session.session_id)
+            if waker is not None:
+                waker.set()
 
     async def wait(self, session: FetchSession, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for a partition of ``session`` to be marked changed (at

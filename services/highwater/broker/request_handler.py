@@ -566,11 +566,10 @@ class RequestHandler:
                 continue
             if read.high_watermark_moved:
                 # acks=all produces and consumers wait for the high watermark; the other
-                # followers' fetches do not (they would only find nothing new): their
-                # sessions carry the new high watermark in their next answers.
+                # followers' fetches do not (they would only find nothing new).
                 self._purgatory.high_watermark_moved(key, partition.high_watermark)
                 self.replica_sessions.partition_changed(
-                    partition.topic_partition, except_session=session_id, wake=False
+                    partition.topic_partition, except_session=session_id
                 )
             answer.high_watermark = partition.high_watermark
             answer.log_start_offset = partition.log.log_start_offset
