@@ -1,30 +1,36 @@
 """The broker suite's end-to-end latency phase alone, on a fresh cluster, with every
 process's event-loop stalls: where a loaded machine's p99 goes.
 
-``python -m bench._latency_probe [--seconds 5] [--rate 10000] [--profile]``: one controller
-and three brokers (bench/_highwater_cluster.py) with :mod:`bench._loop_watch` in each, a
-topic of one partition (RF 3, min.insync.replicas=2), then
-:func:`bench.broker.latencies_with_client` (acks=all, linger.ms=0, ``poll()``) after a 1 s
+``python -m bench._latency_probe [--seconds 5] [--rate 10000] [--profile] [--producer
+KEY=VALUE ...]``: one controller and three brokers (bench/_highwater_cluster.py) with
+:mod:`bench._loop_watch` in each, a topic of one partition (RF 3,
+min.insync.replicas=2), then :func:`bench.broker.latencies_with_client` (acks=all,
+linger.ms=0, ``poll()``, and each ``--producer`` setting over the suite's) after a 1 s
 warm-up. It prints the latency percentiles; for the benchmark's process (producer and
 consumer) its CPU seconds and its loop's stalls; and for each server process its CPU
 seconds, its stalls over 2 ms split into those its own thread spent on the CPU (our code
 holding the loop) and the rest (the process waiting for a CPU: the machine), and its
-garbage collections. ``--profile`` adds a cProfile of each server's loop thread and of
-the benchmark's process (its overhead inflates the latencies: read the profiles, not the
-percentiles, of such a run).
+garbage collections; and the Produce requests the producer sent, with each server's CPU
+per request and per record over the phase. ``--profile`` adds a cProfile of each server's
+loop thread and of the benchmark's process (its overhead inflates the latencies: read the
+profiles, not the percentiles, of such a run).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import json
 import os
 import signal
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+from highwater.v1 import broker_pb2 as pb
 
 from bench import broker
 from bench._highwater_cluster import HighwaterCluster, highwater_cluster
@@ -49,7 +55,13 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 async def probe(
-    cluster: HighwaterCluster, out: str, *, seconds: float, rate: float, profile: bool
+    cluster: HighwaterCluster,
+    out: str,
+    *,
+    seconds: float,
+    rate: float,
+    profile: bool,
+    producer_config: dict[str, object] | None = None,
 ) -> None:
     bootstrap = cluster.bootstrap
     topic = broker.LATENCY_TOPIC
@@ -66,9 +78,15 @@ async def probe(
     if profiler is not None:
         profiler.enable()
     cpu = time.process_time()
-    latencies = await broker.latencies_with_client(
-        bootstrap, topic, rate=rate, duration_s=seconds, warmup_s=1
-    )
+    with _counting_produce_requests() as requests:
+        latencies = await broker.latencies_with_client(
+            bootstrap,
+            topic,
+            rate=rate,
+            duration_s=seconds,
+            warmup_s=1,
+            producer_config=producer_config,
+        )
     cpu = time.process_time() - cpu
     if profiler is not None:
         profiler.disable()
@@ -78,6 +96,11 @@ async def probe(
     watch.cancel()
     await asyncio.sleep(1)  # the servers write their windows
     latencies.sort()
+    sent = int(rate * (seconds + 1))  # the warm-up's records too, as the windows hold
+    print(
+        f"Produce requests: {requests[0]:,} for {sent:,} records "
+        f"({sent / max(requests[0], 1):.1f} records a request)"
+    )
     print(
         f"{len(latencies):,} records: p50 {_quantile(latencies, 0.5):.1f} ms, "
         f"p90 {_quantile(latencies, 0.9):.1f}, p99 {_quantile(latencies, 0.99):.1f}, "
@@ -108,8 +131,32 @@ async def probe(
             f"CPU {len(own)} ({sum(s[0] for s in own):.0f} ms, longest "
             f"{max((s[0] for s in own), default=0):.1f}); GC by generation "
             f"{window['gc_count']}, {window['gc_s'] * 1e3:.1f} ms, longest "
-            f"{window['gc_max_s'] * 1e3:.1f}"
+            f"{window['gc_max_s'] * 1e3:.1f}; CPU per Produce request "
+            f"{window['cpu_s'] / max(requests[0], 1) * 1e3:.3f} ms, per record "
+            f"{window['cpu_s'] / sent * 1e6:.1f} µs"
         )
+
+
+@contextlib.contextmanager
+def _counting_produce_requests() -> Iterator[list[int]]:
+    """Count the Produce requests the client library sends meanwhile (its one way out:
+    ``ClusterMetadata.produce``), in the list's one item."""
+    from highwater.client.cluster import ClusterMetadata
+
+    count = [0]
+    produce = ClusterMetadata.produce
+
+    async def counted(
+        self: ClusterMetadata, address: str, request: pb.ProduceRequest, timeout_s: float
+    ) -> pb.ProduceResponse:
+        count[0] += 1
+        return await produce(self, address, request, timeout_s)
+
+    ClusterMetadata.produce = counted  # type: ignore[method-assign]
+    try:
+        yield count
+    finally:
+        ClusterMetadata.produce = produce  # type: ignore[method-assign]
 
 
 def main() -> None:
@@ -117,7 +164,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rate", type=float, default=broker.LATENCY_RATE)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--producer",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a producer setting over the suite's (e.g. max.in.flight.requests.per.connection=1)",
+    )
     args = parser.parse_args()
+    producer_config: dict[str, object] = {}
+    for setting in args.producer:
+        key, _, value = setting.partition("=")
+        producer_config[key] = int(value) if value.lstrip("-").isdigit() else value
     root = Path(tempfile.mkdtemp(prefix="latency-probe-"))
     out = str(root / "loop")
     env = {
@@ -128,7 +186,16 @@ def main() -> None:
         env["LOOP_WATCH_PROFILE"] = "1"
     print(f"load average {os.getloadavg()[0]:.1f}; files under {root}")
     with highwater_cluster(root, 3, env=env) as cluster:
-        asyncio.run(probe(cluster, out, seconds=args.seconds, rate=args.rate, profile=args.profile))
+        asyncio.run(
+            probe(
+                cluster,
+                out,
+                seconds=args.seconds,
+                rate=args.rate,
+                profile=args.profile,
+                producer_config=producer_config,
+            )
+        )
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 

@@ -340,16 +340,29 @@ async def consume_with_client(
 
 
 async def latencies_with_client(
-    bootstrap: str, topic: str, *, rate: float, duration_s: float, warmup_s: float
+    bootstrap: str,
+    topic: str,
+    *,
+    rate: float,
+    duration_s: float,
+    warmup_s: float,
+    producer_config: dict[str, object] | None = None,
 ) -> list[float]:
     """Produce at ``rate`` records/s (acks=all) for ``duration_s`` after ``warmup_s``; each
     record's milliseconds from ``produce()`` to its arrival at a consumer polling the
-    partition in this process (the send time travels in the record's value)."""
+    partition in this process (the send time travels in the record's value).
+    ``producer_config``: settings over :data:`LATENCY_PRODUCER_CONFIG` (the probe's
+    experiments; the suite uses none)."""
     from highwater.client.consumer import AsyncConsumer, TopicPartition
     from highwater.client.producer import AsyncProducer
 
     producer = AsyncProducer(
-        {"bootstrap.servers": bootstrap, "acks": "all", **LATENCY_PRODUCER_CONFIG}
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            **LATENCY_PRODUCER_CONFIG,
+            **(producer_config or {}),
+        }
     )
     consumer = AsyncConsumer({"bootstrap.servers": bootstrap, "fetch.max.wait.ms": 500})
     latencies: list[float] = []
