@@ -1114,10 +1114,16 @@ class RaftServer:
         node = self._node
         if node is None or self._stopping:
             return
-        with contextlib.suppress(Exception):  # _step stopped the server already
-            self._step(node, response)
-            if isinstance(response, FetchResponse) and response.records:
-                self._flush_early(node)
+        try:
+            with contextlib.suppress(Exception):  # _step stopped the server already
+                self._step(node, response, wake=False)
+                if isinstance(response, FetchResponse) and response.records:
+                    self._flush_early(node)
+        finally:
+            # The driver wakes after the flush: a follower that flushed on its loop has
+            # queued its next fetch, whose writer then runs before the driver's Ready (the
+            # apply of what the answer committed), not after it.
+            self._wakeup.set()
 
     def _flush_early(self, node: RaftNode) -> None:
         """A fetch answer appended entries to this follower's log: hand their flush to the
@@ -1179,8 +1185,9 @@ class RaftServer:
             self._fail(e)
         self._wakeup.set()
 
-    def _step(self, node: RaftNode, message: RaftMessage) -> None:
-        """Step a message into the node; any failure but a bad snapshot transfer is fatal."""
+    def _step(self, node: RaftNode, message: RaftMessage, *, wake: bool = True) -> None:
+        """Step a message into the node; any failure but a bad snapshot transfer is fatal.
+        ``wake``: wake the driver for the Ready (False: the caller does, later)."""
         try:
             node.step(message, self._clock())
         except CorruptSnapshotError as e:
@@ -1190,7 +1197,8 @@ class RaftServer:
             self._fail(e)
             raise
         finally:
-            self._wakeup.set()
+            if wake:
+                self._wakeup.set()
 
     # --- shutdown ---------------------------------------------------------------------------
 
