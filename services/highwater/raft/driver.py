@@ -20,8 +20,9 @@ It owns a pure :class:`~highwater.raft.node.RaftNode` and does all of its I/O:
   :class:`~highwater.raft.node.Ready` is applied in order — persist the election state
   (fsync, in a worker thread), send the messages, flush the log if asked (on the loop
   while fsyncs are fast, else in the :class:`~highwater.raft.log_flusher.LogFlusher`'s
-  thread; then ``on_flushed``; appends made meanwhile go in the next flush: group
-  commit), load a
+  thread; a voter that follows always on the loop, from the fetch answer's callback,
+  ``RaftServerSettings.follower_flushes_on_loop``; then ``on_flushed``; appends made
+  meanwhile go in the next flush: group commit), load a
   snapshot into the state machine, hand it the newly committed batches, tell the role
   listeners.
 
