@@ -253,11 +253,19 @@ async def test_a_follower_flushes_on_its_loop_before_its_next_fetch(tmp_path: Pa
             dispatch(message)
 
         follower._dispatch = watched_dispatch  # type: ignore[method-assign]
+        handed: list[RaftNode] = []
+        hand_flush_to_thread = follower._hand_flush_to_thread
+
+        def watched_hand_off(node: RaftNode) -> None:
+            handed.append(node)
+            hand_flush_to_thread(node)
+
+        follower._hand_flush_to_thread = watched_hand_off  # type: ignore[method-assign]
         offsets = [await asyncio.wait_for(leader.propose([b"w%d" % i]), 10) for i in range(5)]
         assert raft_log.flushed_offset > offsets[-1]
         assert flushes, "the follower flushed the entries"
         assert {thread for thread, _ in flushes} == {loop_thread}, "on the loop, not the thread"
-        assert follower._flusher is None, "nothing was handed to the flusher thread"
+        assert not handed, "nothing was handed to the flusher thread"
         assert not fetched_past_flushed, "a fetch reported an offset not flushed yet"
     finally:
         for server in servers.values():
