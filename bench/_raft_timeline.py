@@ -116,11 +116,11 @@ def _instrument(recorder: _Recorder) -> None:
         return dispatch
 
     def step(original: Callable[..., Any]) -> Any:
-        def step(self: Any, node: Any, value: Any) -> Any:
+        def step(self: Any, node: Any, value: Any, **kwargs: Any) -> Any:
             message("in", value)
             before = node.high_watermark
             try:
-                return original(self, node, value)
+                return original(self, node, value, **kwargs)
             finally:
                 after = node.high_watermark
                 if after is not None and after != before:

@@ -9,11 +9,12 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from highwater.raft.driver import RaftServer, RaftServerSettings
 from highwater.raft.log_flusher import LogFlusher
-from highwater.raft.messages import OffsetAndEpoch
+from highwater.raft.messages import FetchRequest, OffsetAndEpoch
 from highwater.raft.node import RaftNode
 from highwater.raft.state_machine import SnapshotReader
 from highwater.records import RecordBatch
@@ -141,37 +142,47 @@ async def test_a_write_flushed_in_the_thread_commits_only_once_flushed(tmp_path:
         await server.stop()
 
 
-async def test_a_followers_flush_in_the_thread_gates_the_commit(tmp_path: Path) -> None:
-    """Two voters, so a commit needs the follower's flush. Its flushes go to the thread
-    (a slow disk), started from the fetch answer's callback (``_flush_early``): the
-    entry is in the follower's log, but the leader acknowledges it only once the
-    follower's flush returned in the thread and its next fetch reported it."""
+def _two_voters(tmp_path: Path, settings: RaftServerSettings) -> dict[int, RaftServer]:
     ports = []
     for _ in range(2):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             ports.append(s.getsockname()[1])
     voters = {i + 1: f"127.0.0.1:{port}" for i, port in enumerate(ports)}
-    servers = {
+    return {
         node_id: RaftServer(
             node_id=node_id,
             listen=address,
             voters=voters,
             data_dir=tmp_path / f"n{node_id}",
             state_machine=_Values(),
-            settings=RaftServerSettings(raft=FAST),
+            settings=settings,
         )
         for node_id, address in voters.items()
     }
+
+
+async def _leader_and_follower(servers: dict[int, RaftServer]) -> tuple[RaftServer, RaftServer]:
+    async with asyncio.timeout(20):
+        while not any(server.is_leader for server in servers.values()):
+            await asyncio.sleep(0.02)
+    leader = next(server for server in servers.values() if server.is_leader)
+    follower = next(server for server in servers.values() if not server.is_leader)
+    return leader, follower
+
+
+async def test_a_followers_flush_in_the_thread_gates_the_commit(tmp_path: Path) -> None:
+    """Two voters, so a commit needs the follower's flush. Its flushes go to the thread
+    (a slow disk, ``follower_flushes_on_loop`` off), started from the fetch answer's
+    callback (``_flush_early``): the entry is in the follower's log, but the leader
+    acknowledges it only once the follower's flush returned in the thread and its next
+    fetch reported it."""
+    servers = _two_voters(tmp_path, RaftServerSettings(raft=FAST, follower_flushes_on_loop=False))
     release = threading.Event()
     for server in servers.values():
         await server.start()
     try:
-        async with asyncio.timeout(20):
-            while not any(server.is_leader for server in servers.values()):
-                await asyncio.sleep(0.02)
-        leader = next(server for server in servers.values() if server.is_leader)
-        follower = next(server for server in servers.values() if not server.is_leader)
+        leader, follower = await _leader_and_follower(servers)
         await leader.propose([b"first"])
         raft_log = follower._log
         assert raft_log is not None
@@ -205,5 +216,57 @@ async def test_a_followers_flush_in_the_thread_gates_the_commit(tmp_path: Path) 
         assert raft_log.flushed_offset > offset
     finally:
         release.set()
+        for server in servers.values():
+            await server.stop()
+
+
+async def test_a_follower_flushes_on_its_loop_before_its_next_fetch(tmp_path: Path) -> None:
+    """With ``follower_flushes_on_loop`` (the default) a voter that follows fsyncs a fetch
+    answer's entries on its loop, from the answer's callback, even after a slow fsync
+    (which sends a leader's or an observer's flushes to the thread): no hand-off to the
+    flusher thread. Every fetch it sends names an offset it has flushed, so the leader
+    counts (and acknowledges) only what the follower's disk holds."""
+    servers = _two_voters(tmp_path, RaftServerSettings(raft=FAST))
+    for server in servers.values():
+        await server.start()
+    try:
+        leader, follower = await _leader_and_follower(servers)
+        await leader.propose([b"first"])
+        raft_log = follower._log
+        assert raft_log is not None
+        follower._last_fsync_s = 1.0  # a slow disk
+        loop_thread = threading.get_ident()
+        flushes: list[tuple[int, int]] = []
+        real_flush = raft_log.flush
+
+        def watched_flush() -> int:
+            flushes.append((threading.get_ident(), raft_log.end_offset))
+            return real_flush()
+
+        raft_log.flush = watched_flush  # type: ignore[method-assign]
+        fetched_past_flushed: list[tuple[int, int]] = []
+        dispatch = follower._dispatch
+
+        def watched_dispatch(message: Any) -> None:
+            if isinstance(message, FetchRequest) and message.fetch_offset > raft_log.flushed_offset:
+                fetched_past_flushed.append((message.fetch_offset, raft_log.flushed_offset))
+            dispatch(message)
+
+        follower._dispatch = watched_dispatch  # type: ignore[method-assign]
+        handed: list[RaftNode] = []
+        hand_flush_to_thread = follower._hand_flush_to_thread
+
+        def watched_hand_off(node: RaftNode) -> None:
+            handed.append(node)
+            hand_flush_to_thread(node)
+
+        follower._hand_flush_to_thread = watched_hand_off  # type: ignore[method-assign]
+        offsets = [await asyncio.wait_for(leader.propose([b"w%d" % i]), 10) for i in range(5)]
+        assert raft_log.flushed_offset > offsets[-1]
+        assert flushes, "the follower flushed the entries"
+        assert {thread for thread, _ in flushes} == {loop_thread}, "on the loop, not the thread"
+        assert not handed, "nothing was handed to the flusher thread"
+        assert not fetched_past_flushed, "a fetch reported an offset not flushed yet"
+    finally:
         for server in servers.values():
             await server.stop()

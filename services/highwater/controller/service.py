@@ -22,8 +22,8 @@ into a controller process, on top of the
   order on the event loop: the request's controller method runs on the latest image and
   its records are staged (the next request already sees them), without waiting for
   anything earlier to commit. The requests that arrive together — those queued, and
-  those a few idle loop turns bring, and while the group before is still on its way to a
-  majority every request that arrives until it commits — form a group whose staged
+  while the group before is still on its way to a majority every request that arrives
+  until it commits — form a group whose staged
   records are sealed into one Raft batch (group commit: one append, one fsync per voter
   and one fetch round trip for the group, as Kafka's QuorumController with its batch
   accumulator); each answer
@@ -519,8 +519,6 @@ class _JobQueue:
 
 _LATE_TICK_WARNING_S: Final = 1.0
 """A tick timer this late means the controller's loop was blocked: logged."""
-_GROUP_LINGER_TURNS: Final = 3
-"""Idle event-loop turns the worker waits for more requests before sealing a group."""
 _MAX_REQUESTS_PER_GROUP: Final = 1024
 
 
@@ -823,20 +821,16 @@ class ControllerServer:
         store.begin_batch()
         try:
             self._run(first, answered)
-            idle_turns = 0
             in_flight = store.in_flight()
             while (
                 len(answered) < _MAX_REQUESTS_PER_GROUP
                 and store.staged_records < MAX_RECORDS_PER_BATCH
             ):
                 if self._jobs.empty():
-                    if idle_turns < _GROUP_LINGER_TURNS:
-                        # Requests that reached gRPC together need a few loop turns to
-                        # get here: wait for them.
-                        idle_turns += 1
-                        await asyncio.sleep(0)
-                        continue
                     if in_flight is None or in_flight.done():
+                        # Nothing on its way to a majority: sealed at once, no idle loop
+                        # turns first (they were on a lone write's path). Requests that
+                        # arrive next gather while this batch is in flight (below).
                         break
                     # The batch before is still on its way to a majority: this group
                     # could not commit before it anyway, so it takes in the requests

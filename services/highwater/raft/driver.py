@@ -20,8 +20,9 @@ It owns a pure :class:`~highwater.raft.node.RaftNode` and does all of its I/O:
   :class:`~highwater.raft.node.Ready` is applied in order — persist the election state
   (fsync, in a worker thread), send the messages, flush the log if asked (on the loop
   while fsyncs are fast, else in the :class:`~highwater.raft.log_flusher.LogFlusher`'s
-  thread; then ``on_flushed``; appends made meanwhile go in the next flush: group
-  commit), load a
+  thread; a voter that follows always on the loop, from the fetch answer's callback,
+  ``RaftServerSettings.follower_flushes_on_loop``; then ``on_flushed``; appends made
+  meanwhile go in the next flush: group commit), load a
   snapshot into the state machine, hand it the newly committed batches, tell the role
   listeners.
 
@@ -216,6 +217,13 @@ class RaftServerSettings:
     """How long :meth:`RaftServer.stop` lets a resignation and in-flight calls finish."""
     discovery_timeout_ms: int = 30_000
     """How long a replica started with ``bootstrap_controllers`` looks for the quorum."""
+    follower_flushes_on_loop: bool = True
+    """A voter that follows fsyncs a fetch answer's entries on its loop, from the answer's
+    callback, and sends its next fetch right after, whatever the disk's speed: its loop
+    has nothing of the commit's to do meanwhile, and a hand-off to the flusher thread
+    cost a thread wake-up and a loop wake-up on every commit's path (docs/raft.md,
+    "Fifth pass"). False: a follower's flushes go to the thread once the disk is slow,
+    as a leader's and an observer's do (a broker's loop must not block on them)."""
 
 
 # --- the server ----------------------------------------------------------------------------
@@ -833,13 +841,10 @@ class RaftServer:
             # hand-offs (docs/raft.md). Once one took longer (a busy disk), the next run
             # in a worker thread while the loop goes on serving requests and appending
             # them; entries appended meanwhile go in the next flush (group commit).
-            if self._last_fsync_s <= _INLINE_FSYNC_MAX_S:
+            if self._last_fsync_s <= _INLINE_FSYNC_MAX_S or self._flushes_on_loop(node):
                 if ready.messages:
                     await asyncio.sleep(0)  # let the sends start before the loop blocks
-                started = time.perf_counter()
-                raft_log.flush()
-                self._last_fsync_s = time.perf_counter() - started
-                self._flushed(node)
+                self._flush_on_loop(node)
             else:
                 # Handed to the thread now, not from a task's first step: the thread
                 # starts the fsync while the loop sends and serves, a loop turn or two
@@ -1111,10 +1116,16 @@ class RaftServer:
         node = self._node
         if node is None or self._stopping:
             return
-        with contextlib.suppress(Exception):  # _step stopped the server already
-            self._step(node, response)
-            if isinstance(response, FetchResponse) and response.records:
-                self._flush_early(node)
+        try:
+            with contextlib.suppress(Exception):  # _step stopped the server already
+                self._step(node, response, wake=False)
+                if isinstance(response, FetchResponse) and response.records:
+                    self._flush_early(node)
+        finally:
+            # The driver wakes after the flush: a follower that flushed on its loop has
+            # queued its next fetch, whose writer then runs before the driver's Ready (the
+            # apply of what the answer committed), not after it.
+            self._wakeup.set()
 
     def _flush_early(self, node: RaftNode) -> None:
         """A fetch answer appended entries to this follower's log: hand their flush to the
@@ -1128,11 +1139,31 @@ class RaftServer:
         if (
             self._flushing is not None
             or self._stopping
-            or self._last_fsync_s <= _INLINE_FSYNC_MAX_S
             or raft_log.flushed_offset >= raft_log.end_offset
         ):
             return
+        if self._flushes_on_loop(node):
+            try:
+                self._flush_on_loop(node)
+            except Exception as e:
+                self._fail(e)
+            return
+        if self._last_fsync_s <= _INLINE_FSYNC_MAX_S:
+            return
         self._hand_flush_to_thread(node)
+
+    def _flushes_on_loop(self, node: RaftNode) -> bool:
+        """Whether this replica's flushes run on its loop whatever the disk's speed: a voter
+        that follows (``RaftServerSettings.follower_flushes_on_loop``)."""
+        return self.settings.follower_flushes_on_loop and node.is_voter and not node.is_leader
+
+    def _flush_on_loop(self, node: RaftNode) -> None:
+        """Fsync the log on the loop (the GIL is released meanwhile: gRPC's threads go on
+        taking messages in), then tell the node, whose next fetch goes out at once."""
+        started = time.perf_counter()
+        self._require_log().flush()
+        self._last_fsync_s = time.perf_counter() - started
+        self._flushed(node)
 
     def _hand_flush_to_thread(self, node: RaftNode) -> None:
         """Start a flush in the flusher thread; a voter that follows waits until the thread
@@ -1156,8 +1187,9 @@ class RaftServer:
             self._fail(e)
         self._wakeup.set()
 
-    def _step(self, node: RaftNode, message: RaftMessage) -> None:
-        """Step a message into the node; any failure but a bad snapshot transfer is fatal."""
+    def _step(self, node: RaftNode, message: RaftMessage, *, wake: bool = True) -> None:
+        """Step a message into the node; any failure but a bad snapshot transfer is fatal.
+        ``wake``: wake the driver for the Ready (False: the caller does, later)."""
         try:
             node.step(message, self._clock())
         except CorruptSnapshotError as e:
@@ -1167,7 +1199,8 @@ class RaftServer:
             self._fail(e)
             raise
         finally:
-            self._wakeup.set()
+            if wake:
+                self._wakeup.set()
 
     # --- shutdown ---------------------------------------------------------------------------
 
