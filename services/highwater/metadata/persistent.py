@@ -170,18 +170,23 @@ class PartitionSet(AbstractSet[_K]):
 
     def updated(self, added: Iterable[_K], removed: Iterable[_K]) -> PartitionSet[_K]:
         """This set with ``added`` and without ``removed``; untouched groups are shared."""
-        changes: dict[tuple[str, int], tuple[set[_K], set[_K]]] = {}
-        for key in added:
-            changes.setdefault((key[0], key[1] // SET_SPAN), (set(), set()))[0].add(key)
-        for key in removed:
-            changes.setdefault((key[0], key[1] // SET_SPAN), (set(), set()))[1].add(key)
+        changes: dict[tuple[str, int], tuple[list[_K], list[_K]]] = {}
+        for side, keys in ((0, added), (1, removed)):
+            for key in keys:
+                group = (key[0], key[1] // SET_SPAN)
+                entry = changes.get(group)
+                if entry is None:
+                    entry = changes[group] = ([], [])
+                entry[side].append(key)
         if not changes:
             return self
         groups = dict(self._groups)
         size = self._size
         for group, (adds, removes) in changes.items():
             old = groups.get(group, _NO_KEYS)
-            new = (old - removes) | adds
+            new = old.difference(removes) if removes else old
+            if adds:
+                new = new.union(adds)
             size += len(new) - len(old)
             if new:
                 groups[group] = new
