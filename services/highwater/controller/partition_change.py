@@ -258,7 +258,7 @@ def removal_change(
     broker_id: int,
     active: Container[int],
     min_isr: int,
-) -> PartitionChangeRecord | None | Literal[Undecided.BUILDER]:
+) -> PartitionChangeRecord | Literal[Undecided.BUILDER] | None:
     """The change that takes ``broker_id`` (inactive) out of ``partition``'s ISR and
     leadership, when it is the common one: exactly what ``PartitionChangeBuilder(...)
     .remove_from_isr(broker_id).build()`` returns, decided without the builder.

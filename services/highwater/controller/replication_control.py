@@ -407,8 +407,8 @@ class ReplicationControl:
                 and not (unclean_shutdown and broker_id in partition.elr)
             ):
                 continue
-            record: PartitionChangeRecord | None | Undecided = Undecided.BUILDER
-            if fast and not any(key in keys for keys in offline):
+            record: PartitionChangeRecord | Undecided | None = Undecided.BUILDER
+            if fast and (not offline or not any(key in keys for keys in offline)):
                 record = removal_change(
                     partition, topic_id, partition_id, broker_id, active, min_isr(topic_id)
                 )

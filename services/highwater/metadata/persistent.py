@@ -85,23 +85,27 @@ class PartitionMap(Mapping[int, _V]):
                 f"partitions {sorted(changes)} do not extend partitions 0..{size - 1} densely"
             )
         chunks = list(self._chunks)
-        by_chunk: dict[int, list[tuple[int, _V]]] = {}
-        for partition_id, registration in changes.items():
-            by_chunk.setdefault(partition_id // PARTITION_CHUNK, []).append(
-                (partition_id % PARTITION_CHUNK, registration)
-            )
-        for index in sorted(by_chunk):
-            if index < len(chunks):
-                chunk = list(chunks[index])
-            else:
-                chunk = []
-                chunks.append(())
-            for slot, registration in sorted(by_chunk[index], key=lambda item: item[0]):
-                if slot < len(chunk):
-                    chunk[slot] = registration
+        # In partition order, one chunk at a time: each touched chunk is copied once, and
+        # new partitions append to the last one in order.
+        current = -1
+        chunk: list[_V] = []
+        for partition_id in sorted(changes):
+            index = partition_id // PARTITION_CHUNK
+            if index != current:
+                if current >= 0:
+                    chunks[current] = tuple(chunk)
+                current = index
+                if index < len(chunks):
+                    chunk = list(chunks[index])
                 else:
-                    chunk.append(registration)
-            chunks[index] = tuple(chunk)
+                    chunk = []
+                    chunks.append(())
+            slot = partition_id - index * PARTITION_CHUNK
+            if slot < len(chunk):
+                chunk[slot] = changes[partition_id]
+            else:
+                chunk.append(changes[partition_id])
+        chunks[current] = tuple(chunk)
         return PartitionMap._of(tuple(chunks), new_size)
 
     def __repr__(self) -> str:
