@@ -374,14 +374,14 @@ def derive_broker_index(
 
     if kind is IndexKind.LEADERS:
         for key, old, new in changes:
-            before = NO_LEADER if old is None else old.leader
-            after = NO_LEADER if new is None else new.leader
-            if old is not None and new is not None and before == after:
+            leader_before = NO_LEADER if old is None else old.leader
+            leader_after = NO_LEADER if new is None else new.leader
+            if old is not None and new is not None and leader_before == leader_after:
                 continue
             if old is not None:
-                note(removed, before, key)
+                note(removed, leader_before, key)
             if new is not None:
-                note(added, after, key)
+                note(added, leader_after, key)
     else:
         replicas = kind is IndexKind.REPLICAS
         for key, old, new in changes:
