@@ -584,14 +584,20 @@ _PARTITION_CHANGE_TAG: Final = b"\x42"
 """MetadataRecord field 8 (``partition_change``), length-delimited."""
 _ID_LIST_TAGS: Final = (b"\x1a", b"\x2a", b"\x32", b"\x3a", b"\x42", b"\x4a")
 """Fields 3, 5, 6, 7, 8, 9 of PartitionChangeRecord: the broker id lists, in number order."""
-_ID_LIST_FIELDS: Final = {
-    0x1A: "isr",
-    0x2A: "replicas",
-    0x32: "removing_replicas",
-    0x3A: "adding_replicas",
-    0x42: "eligible_leader_replicas",
-    0x4A: "last_known_elr",
+_FIELD_SLOTS: Final = {
+    0x0A: 0,
+    0x10: 1,
+    0x1A: 2,
+    0x20: 3,
+    0x2A: 4,
+    0x32: 5,
+    0x3A: 6,
+    0x42: 7,
+    0x4A: 8,
 }
+"""Each PartitionChangeRecord field's tag (one byte: fields 1 to 9) and its position in
+the record's constructor: topic_id, partition_id, isr, leader, replicas,
+removing_replicas, adding_replicas, eligible_leader_replicas, last_known_elr."""
 
 
 def _varint(value: int) -> bytes:
@@ -695,43 +701,42 @@ def _decode_partition_change(data: bytes) -> PartitionChangeRecord | None:
     """The record of ``data`` in the form :func:`_encode_partition_change` writes, or None
     (another form, or malformed: protobuf's parser decides)."""
     try:
-        length, at = _read_varint(data, 1)
+        length = data[1]
+        at = 2
+        if length >= 0x80:
+            length, at = _read_varint(data, 1)
         end = at + length
         if end != len(data):
             return None
-        values: dict[str, Any] = {}
+        values: list[Any] = ["", 0, None, None, None, None, None, None, None]
+        slots = _FIELD_SLOTS
         last_tag = 0
         while at < end:
             tag = data[at]
-            at += 1
-            if tag <= last_tag:
-                return None  # out of order or repeated: not the canonical form
+            slot = slots.get(tag)
+            if slot is None or tag <= last_tag:
+                return None  # unknown, out of order or repeated: not the canonical form
             last_tag = tag
-            if tag == 0x0A:
-                size, at = _read_varint(data, at)
-                if at + size > end:
-                    return None
-                values["topic_id"] = data[at : at + size].decode()
-                at += size
-            elif tag == 0x10 or tag == 0x20:
-                value, at = _read_varint(data, at)
-                values["partition_id" if tag == 0x10 else "leader"] = _int32(value)
+            value = data[at + 1]
+            at += 2
+            if value >= 0x80:
+                value, at = _read_varint(data, at - 1)
+            if slot == 1 or slot == 3:  # partition_id, leader: int32 varints
+                values[slot] = value if value < 0x80000000 else _int32(value)
+                continue
+            # A length-delimited field of ``value`` bytes.
+            if at + value > end:
+                return None
+            if slot == 0:
+                values[0] = data[at : at + value].decode()
             else:
-                name = _ID_LIST_FIELDS.get(tag)
-                if name is None:
-                    return None
-                size, at = _read_varint(data, at)
-                if at + size > end:
-                    return None
-                ids = _read_ids(data, at, at + size)
+                ids = _read_ids(data, at, at + value)
                 if ids is None:
                     return None
-                values[name] = ids
-                at += size
+                values[slot] = ids
+            at += value
         if at != end:
             return None
-        topic_id = values.pop("topic_id", "")
-        partition_id = values.pop("partition_id", 0)
-        return PartitionChangeRecord(topic_id, partition_id, **values)
+        return PartitionChangeRecord(*values)
     except (IndexError, UnicodeDecodeError):
         return None
