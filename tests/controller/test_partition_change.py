@@ -3,10 +3,15 @@ replicas (1, 2, 3) with ``min.insync.replicas`` 2 (the ELR in use) or 1 (not).""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable
 
-from highwater.controller.partition_change import PartitionChangeBuilder
-from highwater.metadata import NO_LEADER, PartitionRegistration
+from highwater.controller.partition_change import (
+    PartitionChangeBuilder,
+    Undecided,
+    removal_change,
+)
+from highwater.metadata import NO_LEADER, PartitionChangeRecord, PartitionRegistration
 
 
 def partition(
@@ -93,3 +98,58 @@ def test_the_isr_back_at_min_isr_clears_both_lists() -> None:
     before = partition((2,), 2, elr=(3,), last_known_elr=(1,))
     now = after(before, builder(before, [1, 2, 3]).set_target_isr((2, 1)))
     assert (now.isr, now.elr, now.last_known_elr) == ((2, 1), (), ())
+
+
+def test_removal_change_decides_as_the_builder_does() -> None:
+    """:func:`removal_change` (a fence's or a shutdown's fast path) gives the builder's
+    record wherever it decides, over random partitions, ISRs, ELRs, reassignments, active
+    brokers and ``min.insync.replicas``; and it does decide the common case itself."""
+    rng = random.Random(22)
+    decided = 0
+    for _ in range(10_000):
+        replicas = tuple(rng.sample(range(6), rng.randint(1, 4)))
+        isr = tuple(b for b in replicas if rng.random() < 0.7)
+        leader = rng.choice((*isr, NO_LEADER, rng.choice(replicas))) if isr else NO_LEADER
+        elr = tuple(b for b in replicas if b not in isr and rng.random() < 0.2)
+        last_known = tuple(b for b in replicas if b not in isr + elr and rng.random() < 0.1)
+        reassigning = rng.random() < 0.1
+        registration = PartitionRegistration(
+            replicas=replicas,
+            isr=isr,
+            leader=leader,
+            leader_epoch=3,
+            partition_epoch=7,
+            adding_replicas=replicas[-1:] if reassigning else (),
+            elr=elr,
+            last_known_elr=last_known,
+        )
+        broker = rng.choice((*isr, leader) if isr else replicas)
+        active = {b for b in range(6) if b != broker and rng.random() < 0.75}
+        min_isr = rng.randint(1, 3)
+        fast = removal_change(registration, "topic", 4, broker, active, min_isr)
+        if fast is Undecided.BUILDER:
+            continue
+        decided += 1
+        for unclean_allowed in (False, True):
+            expected = (
+                PartitionChangeBuilder(
+                    registration,
+                    "topic",
+                    4,
+                    active.__contains__,
+                    unclean_allowed=unclean_allowed,
+                    min_isr=min_isr,
+                )
+                .remove_from_isr(broker)
+                .build()
+            )
+            assert fast == expected, (registration, broker, active, min_isr)
+    assert decided > 1_500
+
+
+def test_removal_change_moves_the_leadership_of_a_broker_shutting_down() -> None:
+    # Replicas (1, 2, 3), all in sync, 1 leading and shutting down: 2 leads, 1 leaves.
+    fast = removal_change(partition((1, 2, 3), 1), "topic", 0, 1, {2, 3}, 2)
+    assert fast == PartitionChangeRecord("topic", 0, isr=(2, 3), leader=2)
+    # Below min.insync.replicas the ELR rules apply: the builder decides.
+    assert removal_change(partition((1, 2), 1), "topic", 0, 1, {2, 3}, 2) is Undecided.BUILDER

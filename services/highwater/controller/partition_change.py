@@ -36,7 +36,8 @@ an election skips it while it is inactive, which elects the same leaders.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
+from typing import Final, Literal
 
 from highwater.metadata.image import PartitionRegistration
 from highwater.metadata.records import NO_LEADER, PartitionChangeRecord
@@ -239,3 +240,63 @@ class PartitionChangeBuilder:
                 if active(broker):
                     return broker
         return None
+
+
+class Undecided(enum.Enum):
+    """:func:`removal_change` leaves the partition to :class:`PartitionChangeBuilder`."""
+
+    BUILDER = "builder"
+
+
+_new_change: Final = PartitionChangeRecord
+
+
+def removal_change(
+    partition: PartitionRegistration,
+    topic_id: str,
+    partition_id: int,
+    broker_id: int,
+    active: Container[int],
+    min_isr: int,
+) -> PartitionChangeRecord | Literal[Undecided.BUILDER] | None:
+    """The change that takes ``broker_id`` (inactive) out of ``partition``'s ISR and
+    leadership, when it is the common one: exactly what ``PartitionChangeBuilder(...)
+    .remove_from_isr(broker_id).build()`` returns, decided without the builder.
+
+    A controlled shutdown or a fence decides this for every partition the broker leads
+    or follows in sync (a million changes at a million partitions), and in almost all of
+    them nothing but the ISR and the leader moves: the partition has no ELR, no last
+    known ELR and no reassignment, the ISR left behind still has ``min_isr`` members (so
+    no ELR starts), and one of them is ``active`` (so the leader is the current one when
+    it stays active and in sync, else the first such replica in replica order, as the
+    builder's clean election). Then the change is the new ISR and leader, built here
+    directly. Anything else (an ELR to keep, an ISR falling below ``min_isr``, no active
+    member left, a replica set being reassigned, an ISR member that is not a replica)
+    answers :attr:`Undecided.BUILDER`: the builder decides, as before.
+    ``tests/controller/test_partition_change.py`` checks that both agree."""
+    replicas, isr, leader = partition.replicas, partition.isr, partition.leader
+    if partition.elr or partition.last_known_elr or partition.adding_replicas:
+        return Undecided.BUILDER
+    if partition.removing_replicas:
+        return Undecided.BUILDER
+    remaining = tuple(b for b in isr if b != broker_id)
+    if not remaining or len(remaining) < min_isr:
+        return Undecided.BUILDER
+    for b in remaining:
+        if b not in replicas:
+            return Undecided.BUILDER
+    if leader in remaining and leader in replicas and leader in active:
+        new_leader = leader
+    else:
+        for b in replicas:
+            if b in remaining and b in active:
+                new_leader = b
+                break
+        else:
+            return Undecided.BUILDER
+    new_isr = None if remaining == isr else remaining
+    if new_leader == leader:
+        if new_isr is None:
+            return None
+        return _new_change(topic_id, partition_id, new_isr)
+    return _new_change(topic_id, partition_id, new_isr, new_leader)

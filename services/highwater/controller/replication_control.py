@@ -24,7 +24,12 @@ from highwater.controller.config_control import (
     UNCLEAN_LEADER_ELECTION_ENABLE,
     validate_topic_configs,
 )
-from highwater.controller.partition_change import Election, PartitionChangeBuilder
+from highwater.controller.partition_change import (
+    Election,
+    PartitionChangeBuilder,
+    Undecided,
+    removal_change,
+)
 from highwater.controller.reassignment import (
     is_reassigning,
     original_replicas,
@@ -83,6 +88,7 @@ from highwater.metadata.records import (
     ConfigRecord,
     ConfigResourceType,
     MetadataRecord,
+    PartitionChangeRecord,
     PartitionRecord,
     RemoveTopicRecord,
     TopicRecord,
@@ -367,6 +373,12 @@ class ReplicationControl:
     def _move(
         self, delta: MetadataDelta, broker_id: int, moves: LeaderMoves, limit: int | None
     ) -> list[MetadataRecord]:
+        """Up to ``limit`` records of ``moves``, each replayed on ``delta`` as it is made
+        (a partition met again further on sees its change). The common change (the
+        broker leaves an ISR that keeps ``min.insync.replicas`` and an active member, no
+        ELR involved) is decided by :func:`removal_change` against the active brokers,
+        read once: the brokers' states do not change while the batch is decided; the
+        rest, and every partition a broker reported offline, by the builder."""
         unclean_shutdown = moves.unclean_shutdown
 
         def configure(builder: PartitionChangeBuilder) -> None:
@@ -376,29 +388,41 @@ class ReplicationControl:
 
         unclean = self._unclean_lookup(delta)
         min_isr = self._min_isr_lookup(delta)
+        active = frozenset(b for b, r in delta.brokers().items() if r.is_active)
+        offline = [keys for keys in self.offline_replicas.values() if keys]
+        fast = not unclean_shutdown
+        replay = delta.replay
+        partition_of = delta.partition
         records: list[MetadataRecord] = []
         candidates = moves.candidates
         while limit is None or len(records) < limit:
             key = next(candidates, None)
             if key is None:
                 return records
-            partition = delta.partition(key.topic_id, key.partition_id)
+            topic_id, partition_id = key
+            partition = partition_of(topic_id, partition_id)
             if partition is None or (
                 broker_id not in partition.isr
                 and partition.leader != broker_id
                 and not (unclean_shutdown and broker_id in partition.elr)
             ):
                 continue
-            record = self._change(
-                delta,
-                key,
-                partition,
-                unclean(key.topic_id),
-                configure,
-                min_isr=min_isr(key.topic_id),
-            ).build()
+            record: PartitionChangeRecord | Undecided | None = Undecided.BUILDER
+            if fast and (not offline or not any(key in keys for keys in offline)):
+                record = removal_change(
+                    partition, topic_id, partition_id, broker_id, active, min_isr(topic_id)
+                )
+            if record is Undecided.BUILDER:
+                record = self._change(
+                    delta,
+                    key,
+                    partition,
+                    unclean(topic_id),
+                    configure,
+                    min_isr=min_isr(topic_id),
+                ).build()
             if record is not None:
-                delta.replay(record)
+                replay(record)
                 records.append(record)
         self.moves[broker_id] = moves
         return records

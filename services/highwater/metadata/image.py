@@ -191,34 +191,32 @@ class PartitionRegistration(NamedTuple):
 
     def merge(self, change: PartitionChangeRecord) -> PartitionRegistration:
         """This partition with ``change`` applied: the partition epoch grows by one, the
-        leader epoch too when the change names a leader."""
-        leader, leader_epoch = self.leader, self.leader_epoch
+        leader epoch too when the change names a leader.
+
+        Every controller decision and every replay of a ``PartitionChangeRecord`` runs
+        this (five times per leader move in a controlled shutdown: the decision, the
+        store's replay and each broker's), so it unpacks the fields once and builds the
+        tuple positionally (``tuple.__new__``), without the named tuple's keyword
+        ``__new__``."""
+        replicas, isr, leader, leader_epoch, epoch, removing, adding, elr, last_known = self
         if change.leader is not None:
-            leader, leader_epoch = change.leader, leader_epoch + 1
-        replicas = self.replicas if change.replicas is None else change.replicas
-        isr = self.isr if change.isr is None else _share(change.isr, replicas)
-        return PartitionRegistration(
-            replicas=replicas,
-            isr=isr,
-            leader=leader,
-            leader_epoch=leader_epoch,
-            partition_epoch=self.partition_epoch + 1,
-            removing_replicas=(
-                self.removing_replicas
-                if change.removing_replicas is None
-                else change.removing_replicas
-            ),
-            adding_replicas=(
-                self.adding_replicas if change.adding_replicas is None else change.adding_replicas
-            ),
-            elr=(
-                self.elr
-                if change.eligible_leader_replicas is None
-                else change.eligible_leader_replicas
-            ),
-            last_known_elr=(
-                self.last_known_elr if change.last_known_elr is None else change.last_known_elr
-            ),
+            leader = change.leader
+            leader_epoch += 1
+        if change.replicas is not None:
+            replicas = change.replicas
+        if change.isr is not None:
+            isr = replicas if change.isr == replicas else change.isr
+        if change.removing_replicas is not None:
+            removing = change.removing_replicas
+        if change.adding_replicas is not None:
+            adding = change.adding_replicas
+        if change.eligible_leader_replicas is not None:
+            elr = change.eligible_leader_replicas
+        if change.last_known_elr is not None:
+            last_known = change.last_known_elr
+        return _new_tuple(
+            PartitionRegistration,
+            (replicas, isr, leader, leader_epoch, epoch + 1, removing, adding, elr, last_known),
         )
 
     @classmethod
@@ -249,6 +247,10 @@ class PartitionRegistration(NamedTuple):
             eligible_leader_replicas=self.elr,
             last_known_elr=self.last_known_elr,
         )
+
+
+_new_tuple: Final = tuple.__new__
+"""Builds a named tuple from a plain tuple of its fields, in order (no keyword parsing)."""
 
 
 def _share(isr: tuple[int, ...], replicas: tuple[int, ...]) -> tuple[int, ...]:
@@ -349,56 +351,68 @@ def build_broker_index(topics: Iterable[TopicImage], kind: IndexKind) -> BrokerI
 def derive_broker_index(
     index: BrokerIndex, changes: Iterable[IndexChange], kind: IndexKind
 ) -> BrokerIndex:
-    """``index`` after ``changes``, copying only the groups of the brokers they touch."""
-    change = _IndexChange(index)
-    for key, old, new in changes:
-        if old is not None:
-            for broker in kind.brokers(old):
-                change.remove(broker, key)
-        if new is not None:
-            for broker in kind.brokers(new):
-                change.add(broker, key)
-    return change.result()
+    """``index`` after ``changes`` (each partition at most once), copying only the groups
+    of the brokers they touch.
 
+    Only the brokers a change really moves the partition between count: a leader move
+    touches the old and the new leader's entries of the leader index, an ISR shrink the
+    ISR entry of the broker that left, and a change that keeps them (an epoch bump, an
+    ELR update) touches nothing. The keys are gathered per broker in one pass and each
+    broker's entry is updated once (:meth:`PartitionSet.updated`, group by group): a
+    controlled shutdown's batch costs the index one list append per partition the broker
+    leaves, not a set operation per ISR member and leader of every partition it changed.
+    """
+    added: dict[int, list[TopicIdPartition]] = {}
+    removed: dict[int, list[TopicIdPartition]] = {}
 
-class _IndexChange:
-    """Additions and removals per broker, applied to copies of only the touched groups."""
-
-    def __init__(self, base: BrokerIndex) -> None:
-        self._base = base
-        self._added: dict[int, set[TopicIdPartition]] = {}
-        self._removed: dict[int, set[TopicIdPartition]] = {}
-
-    def add(self, broker: int, key: TopicIdPartition) -> None:
-        removed = self._removed.get(broker)
-        if removed is not None and key in removed:
-            removed.discard(key)
+    def note(into: dict[int, list[TopicIdPartition]], broker: int, key: TopicIdPartition) -> None:
+        keys = into.get(broker)
+        if keys is None:
+            into[broker] = [key]
         else:
-            self._added.setdefault(broker, set()).add(key)
+            keys.append(key)
 
-    def remove(self, broker: int, key: TopicIdPartition) -> None:
-        added = self._added.get(broker)
-        if added is not None and key in added:
-            added.discard(key)
-        else:
-            self._removed.setdefault(broker, set()).add(key)
-
-    def result(self) -> BrokerIndex:
-        touched = {b for b, keys in self._added.items() if keys} | {
-            b for b, keys in self._removed.items() if keys
-        }
-        if not touched:
-            return self._base
-        index = dict(self._base)
-        for broker in touched:
-            keys = index.get(broker, EMPTY_PARTITION_SET).updated(
-                self._added.get(broker, ()), self._removed.get(broker, ())
-            )
-            if keys:
-                index[broker] = keys
+    if kind is IndexKind.LEADERS:
+        for key, old, new in changes:
+            leader_before = NO_LEADER if old is None else old.leader
+            leader_after = NO_LEADER if new is None else new.leader
+            if old is not None and new is not None and leader_before == leader_after:
+                continue
+            if old is not None:
+                note(removed, leader_before, key)
+            if new is not None:
+                note(added, leader_after, key)
+    else:
+        replicas = kind is IndexKind.REPLICAS
+        for key, old, new in changes:
+            if old is None:
+                before: tuple[int, ...] = ()
             else:
-                index.pop(broker, None)
-        return MappingProxyType(index)
+                before = old.replicas if replicas else old.isr
+            if new is None:
+                after: tuple[int, ...] = ()
+            else:
+                after = new.replicas if replicas else new.isr
+            if before is after or before == after:
+                continue
+            for broker in before:
+                if broker not in after:
+                    note(removed, broker, key)
+            for broker in after:
+                if broker not in before:
+                    note(added, broker, key)
+    if not added and not removed:
+        return index
+    result = dict(index)
+    for broker in added.keys() | removed.keys():
+        keys = result.get(broker, EMPTY_PARTITION_SET).updated(
+            added.get(broker, ()), removed.get(broker, ())
+        )
+        if keys:
+            result[broker] = keys
+        else:
+            result.pop(broker, None)
+    return MappingProxyType(result)
 
 
 @dataclass(frozen=True, slots=True)

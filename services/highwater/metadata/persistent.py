@@ -85,23 +85,27 @@ class PartitionMap(Mapping[int, _V]):
                 f"partitions {sorted(changes)} do not extend partitions 0..{size - 1} densely"
             )
         chunks = list(self._chunks)
-        by_chunk: dict[int, list[tuple[int, _V]]] = {}
-        for partition_id, registration in changes.items():
-            by_chunk.setdefault(partition_id // PARTITION_CHUNK, []).append(
-                (partition_id % PARTITION_CHUNK, registration)
-            )
-        for index in sorted(by_chunk):
-            if index < len(chunks):
-                chunk = list(chunks[index])
-            else:
-                chunk = []
-                chunks.append(())
-            for slot, registration in sorted(by_chunk[index], key=lambda item: item[0]):
-                if slot < len(chunk):
-                    chunk[slot] = registration
+        # In partition order, one chunk at a time: each touched chunk is copied once, and
+        # new partitions append to the last one in order.
+        current = -1
+        chunk: list[_V] = []
+        for partition_id in sorted(changes):
+            index = partition_id // PARTITION_CHUNK
+            if index != current:
+                if current >= 0:
+                    chunks[current] = tuple(chunk)
+                current = index
+                if index < len(chunks):
+                    chunk = list(chunks[index])
                 else:
-                    chunk.append(registration)
-            chunks[index] = tuple(chunk)
+                    chunk = []
+                    chunks.append(())
+            slot = partition_id - index * PARTITION_CHUNK
+            if slot < len(chunk):
+                chunk[slot] = changes[partition_id]
+            else:
+                chunk.append(changes[partition_id])
+        chunks[current] = tuple(chunk)
         return PartitionMap._of(tuple(chunks), new_size)
 
     def __repr__(self) -> str:
@@ -170,18 +174,23 @@ class PartitionSet(AbstractSet[_K]):
 
     def updated(self, added: Iterable[_K], removed: Iterable[_K]) -> PartitionSet[_K]:
         """This set with ``added`` and without ``removed``; untouched groups are shared."""
-        changes: dict[tuple[str, int], tuple[set[_K], set[_K]]] = {}
-        for key in added:
-            changes.setdefault((key[0], key[1] // SET_SPAN), (set(), set()))[0].add(key)
-        for key in removed:
-            changes.setdefault((key[0], key[1] // SET_SPAN), (set(), set()))[1].add(key)
+        changes: dict[tuple[str, int], tuple[list[_K], list[_K]]] = {}
+        for side, keys in ((0, added), (1, removed)):
+            for key in keys:
+                group = (key[0], key[1] // SET_SPAN)
+                entry = changes.get(group)
+                if entry is None:
+                    entry = changes[group] = ([], [])
+                entry[side].append(key)
         if not changes:
             return self
         groups = dict(self._groups)
         size = self._size
         for group, (adds, removes) in changes.items():
             old = groups.get(group, _NO_KEYS)
-            new = (old - removes) | adds
+            new = old.difference(removes) if removes else old
+            if adds:
+                new = new.union(adds)
             size += len(new) - len(old)
             if new:
                 groups[group] = new
