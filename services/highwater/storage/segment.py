@@ -32,6 +32,7 @@ from highwater.records.header import (
     BatchHeader,
     check_batch,
     scan_batches,
+    write_stamped,
 )
 from highwater.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 
@@ -79,21 +80,6 @@ def _drop_written(views: list[memoryview], written: int) -> None:
         else:
             views[0] = views[0][written:]
             written = 0
-
-
-def _interleaved(
-    heads: bytes, view: memoryview, headers: list[BatchHeader]
-) -> list[bytes | bytearray | memoryview]:
-    """The pieces of several stamped batches: each stamped header (a slice of ``heads``),
-    then the rest of its batch from ``view``."""
-    pieces: list[bytes | bytearray | memoryview] = []
-    position = 0
-    for i, header in enumerate(headers):
-        end = position + header[1] + LOG_OVERHEAD
-        pieces.append(heads[i * BATCH_HEADER_SIZE : (i + 1) * BATCH_HEADER_SIZE])
-        pieces.append(view[position + BATCH_HEADER_SIZE : end])
-        position = end
-    return pieces
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -307,24 +293,17 @@ class LogSegment:
     ) -> None:
         """Append whole, validated batches (a leader's append): ``data`` holds them as the
         producer sent them, ``headers`` their stamped headers in order, and ``stamped``
-        (from :data:`~highwater.records.header.stamp_batches`) either all of ``data``
-        stamped (as long as it) or only the stamped 61-byte headers one after another. In
-        the second case one ``writev`` writes each stamped header followed by the rest of
-        its batch from ``data``, which is not copied (``data`` is ``bytes`` or a
-        memoryview of bytes)."""
+        (from :data:`~highwater.records.header.stamp_batches`) the stamped 61-byte headers
+        one after another. :data:`~highwater.records.header.write_stamped` writes each
+        stamped header followed by the rest of its batch from ``data``, which is not copied
+        (``data`` is ``bytes`` or a memoryview of bytes), in one compiled ``writev``."""
         if self._failed is not None:
             raise self._failed
         start = self._size
         total = len(data)
-        pieces: list[bytes | bytearray | memoryview]
-        if len(stamped) == total:
-            pieces = [stamped]
-        elif len(headers) == 1:
-            pieces = [stamped, memoryview(data)[BATCH_HEADER_SIZE:]]
-        else:
-            pieces = _interleaved(stamped, memoryview(data), headers)
+        assert write_stamped is not None, "stamped batches come from the compiled codec"
         try:
-            _write_fully(self._fd, pieces, total)  # the one place segment writes go through
+            write_stamped(self._fd, stamped, data)  # the one place a leader's appends are written
         except OSError as e:
             self._undo_partial_write(start, e)
         if len(headers) > 1:
