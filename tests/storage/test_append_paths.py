@@ -24,6 +24,7 @@ from highwater.errors import HighwaterError
 from highwater.records import SimpleRecord, build_batch
 from highwater.records.header import stamp_batches, write_stamped
 from highwater.storage import log as log_module
+from highwater.storage import segment as segment_module
 from highwater.storage.log import PartitionLog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -220,3 +221,30 @@ def test_write_stamped_refuses_headers_that_do_not_match_and_reports_os_errors(
     with pytest.raises(OSError) as failed:
         write_stamped(fd, stamped[0], data)  # closed
     assert failed.value.errno == errno.EBADF
+
+
+def test_a_replaced_write_seam_receives_the_leaders_appends(tmp_path: Path) -> None:
+    """While ``segment._write_fully`` is replaced (the simulation's disk faults), a leader's
+    append hands it its pieces instead of writing them itself: the seam sees every byte
+    the file gets, and a write it fails leaves nothing appended."""
+    log = open_log(tmp_path / "t-0", FakeClock())
+    data = build_batch([SimpleRecord(None, b"v" * 300, (), BASE_TS)]) * 3
+    seen: list[bytes] = []
+    real = segment_module._write_fully
+
+    def recording(fd: int, pieces: list[bytes | bytearray | memoryview], total: int) -> None:
+        seen.append(b"".join(bytes(p) for p in pieces))
+        real(fd, pieces, total)
+
+    def disk_full(fd: int, pieces: list[bytes | bytearray | memoryview], total: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(segment_module, "_write_fully", recording)
+        log.append_as_leader(data, 0)
+        patched.setattr(segment_module, "_write_fully", disk_full)
+        with pytest.raises(HighwaterError):
+            log.append_as_leader(data, 0)
+    assert log.log_end_offset == 3
+    assert seen == [log.active_segment.log_path.read_bytes()]
+    log.close()
