@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import random
+import resource
 import shutil
 import signal
 import subprocess
@@ -182,11 +183,13 @@ def _append_loop(
     *,
     flush: bool,
     progress: Callable[[str], None] | None = None,
-) -> int:
-    """Append ``count`` batches cycling through ``pool`` (then flush); the time in ns."""
+) -> tuple[int, int]:
+    """Append ``count`` batches cycling through ``pool`` (then flush); the wall time and the
+    process's CPU time in ns."""
     append = partition_log.append_as_leader
     size = len(pool)
     step = max(1, count // 4)
+    cpu_start = time.process_time_ns()
     start = time.perf_counter_ns()
     for i in range(count):
         append(pool[i % size], leader_epoch=0)
@@ -194,7 +197,7 @@ def _append_loop(
             progress(f"{(i + 1) / count:4.0%}")
     if flush:
         partition_log.flush()
-    return time.perf_counter_ns() - start
+    return time.perf_counter_ns() - start, time.process_time_ns() - cpu_start
 
 
 def _append_run(
@@ -205,19 +208,22 @@ def _append_run(
     flush: bool,
     progress: Callable[[str], None] | None = None,
     profile: bool = False,
-) -> tuple[int, str]:
-    """:func:`_append_loop` on a fresh log, deleted afterwards: (ns, cProfile text if asked)."""
+) -> tuple[int, int, str]:
+    """:func:`_append_loop` on a fresh log, deleted afterwards: (wall ns, CPU ns, cProfile
+    text if asked)."""
     shutil.rmtree(directory, ignore_errors=True)
     partition_log = _open_log(directory)
     try:
         if profile:
-            return 0, profile_hotspots(
-                lambda: _append_loop(partition_log, pool, count, flush=flush)
+            return (
+                0,
+                0,
+                profile_hotspots(lambda: _append_loop(partition_log, pool, count, flush=flush)),
             )
-        elapsed = _append_loop(partition_log, pool, count, flush=flush, progress=progress)
+        elapsed, cpu = _append_loop(partition_log, pool, count, flush=flush, progress=progress)
         if partition_log.log_end_offset <= 0:
             raise AssertionError("nothing was appended")
-        return elapsed, ""
+        return elapsed, cpu, ""
     finally:
         _close_files_only(partition_log)
         shutil.rmtree(directory)
@@ -240,15 +246,19 @@ def _write_loop(path: Path, pool: list[bytes], count: int, *, fsync: bool) -> in
         path.unlink()
 
 
-def _dd_run(path: Path, block_size: int, count: int, *, fsync: bool) -> int:
-    """``dd if=/dev/zero of=path bs=block_size count=count [conv=fdatasync]``; the time in ns."""
+def _dd_run(path: Path, block_size: int, count: int, *, fsync: bool) -> tuple[int, int]:
+    """``dd if=/dev/zero of=path bs=block_size count=count [conv=fdatasync]``: the wall time
+    and dd's own CPU time (user and system, from the children's resource usage) in ns."""
     command = ["dd", "if=/dev/zero", f"of={path}", f"bs={block_size}", f"count={count}"]
     command += ["status=none"] + (["conv=fdatasync"] if fsync else [])
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter_ns()
     subprocess.run(command, check=True)
     elapsed = time.perf_counter_ns() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     path.unlink()
-    return elapsed
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return elapsed, int(cpu * 1e9)
 
 
 def bench_append(context: Context) -> None:
@@ -261,6 +271,7 @@ def bench_append(context: Context) -> None:
     page_cache: list[Row] = []
     bare: dict[tuple[str, bool], tuple[float, float, float]] = {}
     aligned: dict[str, float] = {}  # ns per os.write of dd's blocks
+    cpu: dict[str, tuple[float, float]] = {}  # page cache: CPU ns per append, per dd block
     for label, batch_size, pool_size in (("16 KiB", 16 * KiB, 64), ("1 MiB", MiB, 8)):
         context.progress(f"append: building {pool_size} batches of {label}")
         pool = [sized_batch(batch_size, rng) for _ in range(pool_size)]
@@ -273,13 +284,14 @@ def bench_append(context: Context) -> None:
         for fsync in (True, False):
             mode = "fsync at end" if fsync else "page cache, no fsync"
             best_ours = best_dd = None
+            cpu_ours = cpu_dd = None
             for attempt in range(1, APPEND_REPEATS + 1):
                 tag = f"append {label} ({mode}) {attempt}/{APPEND_REPEATS}"
                 _settle()
-                dd_ns = _dd_run(dd_path, batch_size, dd_count, fsync=fsync)
+                dd_ns, dd_cpu = _dd_run(dd_path, batch_size, dd_count, fsync=fsync)
                 context.progress(f"{tag}: dd {_mbps(dd_bytes, dd_ns):,.0f} MB/s")
                 _settle()
-                ours_ns, _ = _append_run(
+                ours_ns, ours_cpu, _ = _append_run(
                     directory,
                     pool,
                     count,
@@ -289,7 +301,12 @@ def bench_append(context: Context) -> None:
                 context.progress(f"{tag}: ours {_mbps(nbytes, ours_ns):,.0f} MB/s")
                 best_dd = dd_ns if best_dd is None else min(best_dd, dd_ns)
                 best_ours = ours_ns if best_ours is None else min(best_ours, ours_ns)
+                cpu_dd = dd_cpu if cpu_dd is None else min(cpu_dd, dd_cpu)
+                cpu_ours = ours_cpu if cpu_ours is None else min(cpu_ours, ours_cpu)
             assert best_ours is not None and best_dd is not None
+            assert cpu_ours is not None and cpu_dd is not None
+            if not fsync:
+                cpu[label] = (cpu_ours / count, cpu_dd / dd_count)
             _settle()
             bare_ns = _write_loop(dd_path, pool, count, fsync=fsync)
             bare[label, fsync] = (_mbps(nbytes, bare_ns), bare_ns / count, best_ours / count)
@@ -351,6 +368,18 @@ def bench_append(context: Context) -> None:
         "one ended in, so the page cache takes it in more, smaller pieces (partial pages "
         "zeroed and looked up again, smaller folios), whatever the code above it does."
     )
+    context.section.note(
+        "Append by CPU time, which a loaded machine distorts less than the wall clock (page "
+        "cache rows, the least over the attempts of the process's CPU time for ours and of "
+        "dd's own user and system time): "
+        + "; ".join(
+            f"{label} {format_value(ours / 1000, 'µs')} per `append_as_leader` against "
+            f"{format_value(dd / 1000, 'µs')} per dd block ({dd / ours:.2f}x dd's rate)"
+            for label, (ours, dd) in cpu.items()
+            if ours > 0
+        )
+        + "."
+    )
 
 
 def _tagged(context: Context, tag: str, message: str) -> None:
@@ -366,7 +395,7 @@ def _profile_append(
 ) -> None:
     count = max(1, PROFILE_APPEND_BYTES // len(pool[0]))
     context.progress(f"append {label}: missed the target, profiling {count} appends")
-    _, text = _append_run(directory, pool, count, flush=fsync, profile=True)
+    _, _, text = _append_run(directory, pool, count, flush=fsync, profile=True)
     mode = "with flush" if fsync else "no flush"
     context.section.add_profile(
         f"Where append time goes: {label} batches, {mode} (cProfile, {count:,} appends)", text

@@ -470,8 +470,9 @@ def test_slot_factories_make_what_the_class_makes() -> None:
 # --- under the debug allocator ------------------------------------------------------------
 
 DEBUG_SCRIPT = r"""
-import random, struct, sys
+import os, random, struct, sys
 sys.path[:0] = sys.argv[1:]
+null = os.open(os.devnull, os.O_WRONLY)
 from highwater.records import RecordBatch, SimpleRecord, build_batch, implementation
 from highwater.records.header import check_batch
 from highwater.records.columnar import RecordColumns, encode_rows, partition_rows
@@ -512,7 +513,13 @@ for i in range(1500):
     # data * 700: a request past the 32 KiB stamped in a copy (only its headers stamped).
     for stamp_data in (data, data * 2, data[: rng.randrange(len(data) + 1)], bytearray(data),
                        data * 700):
-        implementation.codec.stamp_batches(stamp_data, *stamp_args)
+        stamped = implementation.codec.stamp_batches(stamp_data, *stamp_args)
+        if stamped is not None:  # written from C beside the caller's bytes (to /dev/null)
+            implementation.codec.write_stamped(null, stamped[0], stamp_data)
+        try:  # headers that do not match the batches
+            implementation.codec.write_stamped(null, data[:61 * rng.randrange(3)], stamp_data)
+        except ValueError:
+            pass
     try:
         RecordBatch(data).filter_records({b"k": 5, b"": 1 << 70}, 0, None, 1)
         RecordBatch(data).map_keys({}, rng.randrange(-1, 9))

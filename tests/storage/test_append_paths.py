@@ -12,6 +12,8 @@ partition directories byte for byte: segments, indexes, producer snapshots, epoc
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import struct
 import tempfile
 from collections.abc import Iterator
@@ -20,8 +22,9 @@ from pathlib import Path
 import pytest
 from highwater.errors import HighwaterError
 from highwater.records import SimpleRecord, build_batch
-from highwater.records.header import stamp_batches
+from highwater.records.header import stamp_batches, write_stamped
 from highwater.storage import log as log_module
+from highwater.storage import segment as segment_module
 from highwater.storage.log import PartitionLog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -135,10 +138,11 @@ def test_the_compiled_append_is_the_reference(
 
 
 @pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
-def test_requests_past_32_kib_are_written_from_the_callers_bytes(timestamp_type: str) -> None:
-    """Requests of more than 32 KiB come back from ``stamp_batches`` as stamped headers
-    only, written beside the caller's record bytes: one batch and several, from each kind
-    of buffer, a refused one among them, give the reference's results and files."""
+def test_large_requests_are_written_from_the_callers_bytes(timestamp_type: str) -> None:
+    """``stamp_batches`` returns stamped headers only and ``write_stamped`` writes them
+    beside the caller's record bytes: batches of tens of KiB, one and several a request,
+    from each kind of buffer, a refused one among them, and a request of 600 batches (more
+    pieces than one ``writev`` takes) give the reference's results and files."""
 
     def batch(values: int, value_bytes: int, first: int) -> bytes:
         return build_batch(
@@ -159,6 +163,7 @@ def test_requests_past_32_kib_are_written_from_the_callers_bytes(timestamp_type:
         (memoryview(b"xy" + several)[2:], 1),
         (bytes(damaged), 1),
         (big, 2),
+        (b"".join(batch(1, 10, i % 200) for i in range(600)), 2),
     ]
     appends_alike(calls, {"message.timestamp.type": timestamp_type, "index.interval.bytes": 200})
 
@@ -179,3 +184,67 @@ def appends_alike(
         fast.close()
         reference.close()
         assert files(fast.directory) == files(reference.directory)
+
+
+def test_write_stamped_refuses_headers_that_do_not_match_and_reports_os_errors(
+    tmp_path: Path,
+) -> None:
+    """Stamped headers that are not one per batch of the data are refused before a byte
+    is written; a failed write raises ``OSError`` with its errno."""
+    assert write_stamped is not None
+    data = build_batch([SimpleRecord(None, b"v" * 50, (), BASE_TS)]) * 2
+    stamped = stamp_batches(data, 0, 0, 1 << 20, 1 << 30, BASE_TS, 10**9, 10**9, -1)
+    assert stamped is not None
+    path = tmp_path / "out"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        for heads, body in [
+            (stamped[0][:61], data),  # one header for two batches
+            (stamped[0] + stamped[0][:61], data),  # three for two
+            (stamped[0][:100], data),  # not whole headers
+            (stamped[0], data[:-1]),  # the last batch cut short
+            (b"", b""),
+        ]:
+            with pytest.raises(ValueError, match="do not match"):
+                write_stamped(fd, heads, body)
+        assert path.stat().st_size == 0
+        write_stamped(fd, stamped[0], data)
+    finally:
+        os.close(fd)
+    assert (
+        path.read_bytes()
+        == stamped[0][:61]
+        + data[61 : len(data) // 2]
+        + stamped[0][61:]
+        + data[len(data) // 2 + 61 :]
+    )
+    with pytest.raises(OSError) as failed:
+        write_stamped(fd, stamped[0], data)  # closed
+    assert failed.value.errno == errno.EBADF
+
+
+def test_a_replaced_write_seam_receives_the_leaders_appends(tmp_path: Path) -> None:
+    """While ``segment._write_fully`` is replaced (the simulation's disk faults), a leader's
+    append hands it its pieces instead of writing them itself: the seam sees every byte
+    the file gets, and a write it fails leaves nothing appended."""
+    log = open_log(tmp_path / "t-0", FakeClock())
+    data = build_batch([SimpleRecord(None, b"v" * 300, (), BASE_TS)]) * 3
+    seen: list[bytes] = []
+    real = segment_module._write_fully
+
+    def recording(fd: int, pieces: list[bytes | bytearray | memoryview], total: int) -> None:
+        seen.append(b"".join(bytes(p) for p in pieces))
+        real(fd, pieces, total)
+
+    def disk_full(fd: int, pieces: list[bytes | bytearray | memoryview], total: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(segment_module, "_write_fully", recording)
+        log.append_as_leader(data, 0)
+        patched.setattr(segment_module, "_write_fully", disk_full)
+        with pytest.raises(HighwaterError):
+            log.append_as_leader(data, 0)
+    assert log.log_end_offset == 3
+    assert seen == [log.active_segment.log_path.read_bytes()]
+    log.close()

@@ -20,6 +20,14 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <errno.h>
+#include <limits.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#ifndef IOV_MAX
+#define IOV_MAX 1024
+#endif
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <nmmintrin.h>
@@ -1778,8 +1786,6 @@ finally:
 /* ---------------------------------------------------------------------------------- */
 /* stamp_batches: a leader's append in one call (storage.log.PartitionLog).             */
 
-#define STAMP_COPY_MAX (32 * 1024)
-
 /* stamp_batches(data, next_offset, leader_epoch, max_batch_size, segment_bytes, now,
  *               before_ms, after_ms, log_append_time)
  *   -> (stamped, headers, records, max_timestamp, offset_of_max, tracked), or None
@@ -1788,10 +1794,9 @@ finally:
  * (log_append_time < 0) the timestamp type and window), then each batch's 61-byte header
  * stamped with its base offset and partition leader epoch (and with LogAppendTime its
  * timestamp type, max timestamp and CRC, the CRC summed over the stamped header's bytes
- * 21..61 and then the caller's record bytes), ``stamped``: the whole request stamped in a
- * copy when it is at most STAMP_COPY_MAX bytes, else the stamped headers one after another
- * (the record bytes are not copied: the segment writes each stamped header beside the
- * caller's bytes after it, one writev); the stamped headers as tuples in ``headers``, the
+ * 21..61 and then the caller's record bytes), ``stamped``: the stamped 61-byte headers one
+ * after another (the record bytes are not copied: write_stamped writes each stamped header
+ * beside the caller's bytes after it, one writev); the stamped headers as tuples in ``headers``, the
  * records' count, the largest max timestamp with the last offset of its batch, and
  * whether any batch carries a producer id. None whenever anything is not as those checks want
  * (or out of the range handled here): the log then runs its pure checks, which raise the
@@ -1844,12 +1849,9 @@ static PyObject *codec_stamp_batches(PyObject *self, PyObject *const *args, Py_s
         batches++;
     }
     if (batches == 0) goto refuse;
-    /* A request of at most STAMP_COPY_MAX bytes comes back whole, stamped in a copy (one
-     * piece to write: for a 16 KiB batch the copy costs less than the pieces); a larger
-     * one as its stamped headers only, the record bytes written from the caller's buffer. */
-    int whole = n <= STAMP_COPY_MAX;
-    PyObject *heads =
-        PyBytes_FromStringAndSize(NULL, whole ? n : (Py_ssize_t)batches * HEADER_SIZE);
+    /* Only the stamped headers: write_stamped writes the record bytes from the caller's
+     * buffer beside them (no copy of a batch, whatever its size). */
+    PyObject *heads = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)batches * HEADER_SIZE);
     PyObject *headers = PyList_New(batches);
     if (heads == NULL || headers == NULL) {
         Py_XDECREF(heads);
@@ -1858,14 +1860,13 @@ static PyObject *codec_stamp_batches(PyObject *self, PyObject *const *args, Py_s
         return NULL;
     }
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(heads);
-    if (whole) memcpy(out, buf, (size_t)n);
     pos = 0;
     offset = next_offset;
     for (int i = 0; i < batches; i++) {
         const uint8_t *in = buf + pos;
         Py_ssize_t size = (Py_ssize_t)be32(in + 8) + LOG_OVERHEAD;
-        uint8_t *h = whole ? out + pos : out + (Py_ssize_t)i * HEADER_SIZE;
-        if (!whole) memcpy(h, in, HEADER_SIZE);
+        uint8_t *h = out + (Py_ssize_t)i * HEADER_SIZE;
+        memcpy(h, in, HEADER_SIZE);
         put_be64(h, (uint64_t)offset);
         put_be32(h + 12, (uint32_t)(int32_t)leader_epoch);
         if (append_time >= 0) {
@@ -1894,6 +1895,98 @@ static PyObject *codec_stamp_batches(PyObject *self, PyObject *const *args, Py_s
 refuse:
     bytes_release(&b);
     Py_RETURN_NONE;
+}
+
+
+/* write_stamped(fd, stamped, data) -> None
+ * The storage edge of a leader's append (storage.segment.LogSegment.append_stamped):
+ * writes the batches of ``data`` to ``fd`` with each batch's first 61 bytes taken from
+ * ``stamped`` (stamp_batches' stamped headers, one after another) and the rest of the
+ * batch from ``data`` itself, so no batch is copied in memory. One writev (IOV_MAX pieces
+ * at a time), made without the GIL as os.writev is, continued after a short write and
+ * retried on EINTR after the signal handlers ran (PEP 475, as os.writev); an error raises
+ * OSError with its errno, some bytes possibly written (the segment cuts them off).
+ * ``stamped`` and ``data`` must agree (as many headers as ``data`` has batches, each
+ * batch's length inside ``data``): ValueError otherwise, before anything is written. */
+static PyObject *codec_write_stamped(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "write_stamped takes 3 arguments");
+        return NULL;
+    }
+    int fd = PyObject_AsFileDescriptor(args[0]);
+    if (fd < 0) return NULL;
+    Bytes hb, db;
+    if (bytes_get(args[1], &hb) < 0) {
+        PyErr_SetString(PyExc_TypeError, "write_stamped needs the stamped headers as bytes");
+        return NULL;
+    }
+    if (bytes_get(args[2], &db) < 0) {
+        bytes_release(&hb);
+        PyErr_SetString(PyExc_TypeError, "write_stamped needs the batches as a buffer");
+        return NULL;
+    }
+    Py_ssize_t count = hb.n / HEADER_SIZE, pos = 0, i = 0;
+    struct iovec small[16], *iov = small;
+    PyObject *result = NULL;
+    if (hb.n % HEADER_SIZE || count == 0) goto mismatch;
+    if (count > 8) {
+        iov = PyMem_New(struct iovec, (size_t)count * 2);
+        if (iov == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    for (; pos < db.n; i++) {
+        if (i >= count || db.n - pos < HEADER_SIZE) goto mismatch;
+        int64_t size = (int64_t)be32(db.p + pos + 8) + LOG_OVERHEAD;
+        if (size < HEADER_SIZE || size > db.n - pos) goto mismatch;
+        iov[2 * i].iov_base = (void *)(hb.p + i * HEADER_SIZE);
+        iov[2 * i].iov_len = HEADER_SIZE;
+        iov[2 * i + 1].iov_base = (void *)(db.p + pos + HEADER_SIZE);
+        iov[2 * i + 1].iov_len = (size_t)(size - HEADER_SIZE);
+        pos += (Py_ssize_t)size;
+    }
+    if (i != count) goto mismatch;
+    Py_ssize_t next = 0, pieces = 2 * count;
+    while (next < pieces) {
+        int chunk = pieces - next < IOV_MAX ? (int)(pieces - next) : IOV_MAX;
+        ssize_t written;
+        int error;
+        Py_BEGIN_ALLOW_THREADS written = writev(fd, iov + next, chunk);
+        error = errno;
+        Py_END_ALLOW_THREADS if (written == 0) {
+            written = -1;
+            error = EIO; /* a regular file takes a byte or fails: never loop on nothing */
+        }
+        if (written < 0) {
+            if (error == EINTR) {
+                if (PyErr_CheckSignals() < 0) goto done;
+                continue;
+            }
+            errno = error;
+            PyErr_SetFromErrno(PyExc_OSError);
+            goto done;
+        }
+        while (written > 0 || (next < pieces && iov[next].iov_len == 0)) {
+            if ((size_t)written >= iov[next].iov_len) {
+                written -= (ssize_t)iov[next].iov_len;
+                next++;
+            } else {
+                iov[next].iov_base = (uint8_t *)iov[next].iov_base + written;
+                iov[next].iov_len -= (size_t)written;
+                written = 0;
+            }
+        }
+    }
+    result = Py_NewRef(Py_None);
+    goto done;
+mismatch:
+    PyErr_SetString(PyExc_ValueError, "write_stamped: the stamped headers do not match the batches");
+done:
+    if (iov != small) PyMem_Free(iov);
+    bytes_release(&hb);
+    bytes_release(&db);
+    return result;
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -3636,6 +3729,8 @@ static PyMethodDef codec_methods[] = {
      "filter_records(...) -> the cleaner's pass over one batch's records, or None to defer"},
     {"stamp_batches", (PyCFunction)(void (*)(void))codec_stamp_batches, METH_FASTCALL,
      "stamp_batches(...) -> a leader append's checks and stamping, or None to defer"},
+    {"write_stamped", (PyCFunction)(void (*)(void))codec_write_stamped, METH_FASTCALL,
+     "write_stamped(fd, stamped, data) -> None: stamp_batches' result written, one writev"},
     {"crc32c", codec_crc32c, METH_O, "crc32c(data) -> int"},
     {"murmur2", codec_murmur2, METH_O, "murmur2(data) -> int (signed int32)"},
     {"encode_rows", (PyCFunction)(void (*)(void))codec_encode_rows, METH_FASTCALL,

@@ -71,6 +71,9 @@ class SparseIndex:
                 f"{path}: size {file_size} is not a multiple of the entry size {entry_size}"
             )
         self._entries = file_size // entry_size if exists else 0
+        self.is_full = False
+        """Whether no entry fits any more (the segment rolls): a field, kept with the entry
+        count and the room wherever either changes, because every append reads it."""
         self._mmap: mmap.mmap | None = None
         self._dirty = True
         """Changed since the last :meth:`flush` (or not flushed since opened: its pages
@@ -81,6 +84,7 @@ class SparseIndex:
         else:
             self._map(file_size)
             self._max_entries = self._entries
+            self.is_full = True
         self._last: tuple[int, int] | None = (
             self._entry(self._entries - 1) if self._entries else None
         )
@@ -118,6 +122,7 @@ class SparseIndex:
         entry_size = self._entry_size
         new_size = max(new_size - new_size % entry_size, self._entries * entry_size)
         self._max_entries = new_size // entry_size
+        self.is_full = self._entries >= self._max_entries
         if self._entries == 0:
             self._map(0)
             self._set_file_size(0)
@@ -170,10 +175,6 @@ class SparseIndex:
         return self._entries
 
     @property
-    def is_full(self) -> bool:
-        return self._entries >= self._max_entries
-
-    @property
     def size_in_bytes(self) -> int:
         return self._entries * self._entry_size
 
@@ -192,6 +193,7 @@ class SparseIndex:
         assert self._mmap is not None
         self.ENTRY.pack_into(self._mmap, self._entries * self._entry_size, a, b)
         self._entries += 1
+        self.is_full = self._entries >= self._max_entries
         self._last = (a, b)
         self._dirty = True
 
@@ -221,6 +223,7 @@ class SparseIndex:
         start = self._entries * entry_size
         self._mmap[start : start + len(data)] = data
         self._entries += count
+        self.is_full = self._entries >= self._max_entries
         a, b = self.ENTRY.unpack_from(data, len(data) - entry_size)
         self._last = (a, b)
         self._dirty = True
@@ -268,6 +271,7 @@ class SparseIndex:
                 self._map(mapped)
             self._dirty = True
         self._entries = n
+        self.is_full = n >= self._max_entries
         self._last = self._entry(n - 1) if n else None
 
     def reset(self) -> None:
@@ -322,6 +326,7 @@ class OffsetIndex(SparseIndex):
         # _write_entry's steps, inline: an append of a 16 KiB batch makes one entry.
         OFFSET_INDEX_ENTRY.pack_into(mm, entries * 8, relative, position)
         self._entries = entries + 1
+        self.is_full = entries + 1 >= self._max_entries
         self._last = (relative, position)
         self._dirty = True
 

@@ -379,20 +379,22 @@ class PartitionLog:
             limits = self._append_limits
             if limits[0] is not self.config:
                 limits = self._append_limits = _AppendLimits.of(self.config)
+            # One unpacking instead of a field lookup per limit (this runs per append).
+            _, compacted, append_time, max_bytes, segment_bytes, before, after, roll_after = limits
             now = self.clock()
-            log_append_time = now if limits.log_append_time else -1
+            log_append_time = now if append_time else -1
             stamped = (
                 None
-                if limits.compacted or stamp_batches is None
+                if compacted or stamp_batches is None
                 else stamp_batches(
                     data,
                     self._log_end_offset,
                     leader_epoch,
-                    limits.max_message_bytes,
-                    limits.segment_bytes,
+                    max_bytes,
+                    segment_bytes,
                     now,
-                    limits.before_ms,
-                    limits.after_ms,
+                    before,
+                    after,
                     log_append_time,
                 )
             )
@@ -416,9 +418,7 @@ class PartitionLog:
                 data = memoryview(data).cast("B")  # a memoryview's len() is in items
             total = len(data)
             segment = self._segments[-1]
-            if segment.should_roll(
-                total, end - 1, last[8], limits.segment_bytes, limits.roll_after_ms
-            ):
+            if segment.should_roll(total, end - 1, last[8], segment_bytes, roll_after):
                 segment = self.roll(first_offset)
             segment.append_stamped(stamped_bytes, data, headers)
             self._log_end_offset = end

@@ -32,6 +32,7 @@ from highwater.records.header import (
     BatchHeader,
     check_batch,
     scan_batches,
+    write_stamped,
 )
 from highwater.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 
@@ -54,7 +55,12 @@ _SCAN_CHUNK = 16 * 1024
 
 
 def _write_fully(fd: int, pieces: list[bytes | bytearray | memoryview], total: int) -> None:
-    """writev ``pieces`` to ``fd``, continuing after short writes."""
+    """writev ``pieces`` to ``fd``, continuing after short writes.
+
+    The seam every segment write goes through (the simulation's disk faults replace it):
+    a leader's append, written by the compiled ``write_stamped`` while this function is the
+    one defined here, gives its pieces to a replacement instead
+    (:meth:`LogSegment.append_stamped`)."""
     if len(pieces) <= _IOV_MAX:
         written = os.writev(fd, pieces)
         if written == total:
@@ -71,6 +77,11 @@ def _write_fully(fd: int, pieces: list[bytes | bytearray | memoryview], total: i
         _drop_written(views, written)
 
 
+_WRITE_FULLY = _write_fully
+"""The seam as defined here: while ``_write_fully`` is it, a leader's append is written by
+the compiled ``write_stamped`` (the same ``writev``, without a Python list of pieces)."""
+
+
 def _drop_written(views: list[memoryview], written: int) -> None:
     while written and views:
         if written >= len(views[0]):
@@ -84,8 +95,8 @@ def _drop_written(views: list[memoryview], written: int) -> None:
 def _interleaved(
     heads: bytes, view: memoryview, headers: list[BatchHeader]
 ) -> list[bytes | bytearray | memoryview]:
-    """The pieces of several stamped batches: each stamped header (a slice of ``heads``),
-    then the rest of its batch from ``view``."""
+    """The pieces of stamped batches as the seam takes them: each stamped header (a slice
+    of ``heads``), then the rest of its batch from ``view``."""
     pieces: list[bytes | bytearray | memoryview] = []
     position = 0
     for i, header in enumerate(headers):
@@ -307,24 +318,21 @@ class LogSegment:
     ) -> None:
         """Append whole, validated batches (a leader's append): ``data`` holds them as the
         producer sent them, ``headers`` their stamped headers in order, and ``stamped``
-        (from :data:`~highwater.records.header.stamp_batches`) either all of ``data``
-        stamped (as long as it) or only the stamped 61-byte headers one after another. In
-        the second case one ``writev`` writes each stamped header followed by the rest of
-        its batch from ``data``, which is not copied (``data`` is ``bytes`` or a
-        memoryview of bytes)."""
+        (from :data:`~highwater.records.header.stamp_batches`) the stamped 61-byte headers
+        one after another. :data:`~highwater.records.header.write_stamped` writes each
+        stamped header followed by the rest of its batch from ``data``, which is not copied
+        (``data`` is ``bytes`` or a memoryview of bytes), in one compiled ``writev``; while
+        the write seam :func:`_write_fully` is replaced (the simulation's disk faults), the
+        same pieces go to the replacement instead, so that no write escapes it."""
         if self._failed is not None:
             raise self._failed
         start = self._size
         total = len(data)
-        pieces: list[bytes | bytearray | memoryview]
-        if len(stamped) == total:
-            pieces = [stamped]
-        elif len(headers) == 1:
-            pieces = [stamped, memoryview(data)[BATCH_HEADER_SIZE:]]
-        else:
-            pieces = _interleaved(stamped, memoryview(data), headers)
         try:
-            _write_fully(self._fd, pieces, total)  # the one place segment writes go through
+            if _write_fully is _WRITE_FULLY and write_stamped is not None:
+                write_stamped(self._fd, stamped, data)
+            else:
+                _write_fully(self._fd, _interleaved(stamped, memoryview(data), headers), total)
         except OSError as e:
             self._undo_partial_write(start, e)
         if len(headers) > 1:
