@@ -542,7 +542,7 @@ class LogSegment:
             first = self._batch_at_read_end(data, start_offset)
             if first is None:
                 data = None
-                del self._read_ends[start_offset]
+                self._read_ends.pop(start_offset, None)
         if first is None:
             found = self.translate_offset(start_offset)
             if found is None:
