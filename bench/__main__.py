@@ -7,6 +7,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from highwater.rpc.allocator import keep_large_buffers
+
 from bench import available_suites, load_suite
 from bench.report import DEFAULT_DATA_ROOT, DEFAULT_OUTPUT, Report
 
@@ -45,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.scale <= 1:
         parser.error("--scale must be in (0, 1]")
 
+    # The clients run in this process: its malloc keeps MiB-sized message buffers mapped,
+    # as a broker's does (highwater.rpc.allocator; docs/client.md).
+    keep_large_buffers()
     report = Report(args.output, args.data_dir.resolve(), scale=args.scale)
     print(f"machine: {report.machine.summary}", flush=True)
     failed: list[str] = []

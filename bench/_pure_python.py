@@ -40,9 +40,11 @@ def run_pure(function: str, *args: Any, timeout_s: float = 1800) -> Any:
 
 def main() -> None:
     from highwater.records import IMPLEMENTATION
+    from highwater.rpc.allocator import keep_large_buffers
 
     if IMPLEMENTATION != "pure-python":
         raise SystemExit(f"expected the pure-Python codec, {IMPLEMENTATION} is loaded")
+    keep_large_buffers()  # as the benchmark's own process (bench/__main__.py)
     module_name, name = sys.argv[1].split(":")
     function = getattr(importlib.import_module(module_name), name)
     result = function(*json.loads(sys.argv[2]))

@@ -33,6 +33,8 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
+from highwater.rpc.allocator import keep_large_buffers
+
 from bench._highwater_cluster import HighwaterCluster, highwater_cluster
 from bench.broker import (
     PRODUCER_CONFIG,
@@ -193,7 +195,15 @@ def main(argv: list[str] | None = None) -> int:
         help="the producer's produce() in Python (the compiled lane off; the codec stays "
         "compiled): the before of the C produce(), in the same conditions",
     )
+    parser.add_argument(
+        "--default-malloc",
+        action="store_true",
+        help="leave this process's malloc thresholds at glibc's defaults (the brokers' are "
+        "raised whatever this says): the before of highwater.rpc.allocator",
+    )
     args = parser.parse_args(argv)
+    if not args.default_malloc:
+        keep_large_buffers()  # as `python -m bench` and the brokers do
     if args.python_produce:
         from highwater.client.producer import producer
 

@@ -9,6 +9,7 @@ each test uses topics of its own.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import struct
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -225,6 +226,35 @@ async def test_the_next_fetch_is_sent_ahead_while_the_buffer_is_taken(
         assert not state.buffered()
         assert values(await poll_n(consumer, 5)) == [f"v{i}".encode() for i in range(7, 12)]
         assert state.fetch_ahead_offset() is None  # the answer reached the high watermark
+
+
+async def test_a_fetch_ahead_leaves_before_the_records_go_back_to_the_caller(
+    server: ServerThread,
+) -> None:
+    """A call answered from the buffer (no wait of its own) gives the event loop a turn
+    before it returns when a fetch ahead is in flight: the fetch made while taking the
+    records has sent its request when the caller gets them, so the broker works on the
+    next answer while the caller works on these (not only once the buffer ran dry)."""
+    await create_topic(server.address, "c-ahead-sent")
+    async with AsyncProducer({"bootstrap.servers": server.address, "linger.ms": 0}) as producer:
+        for i in range(4):  # four batches of three records
+            await asyncio.gather(
+                *(producer.produce("c-ahead-sent", f"v{3 * i + j}", partition=0) for j in range(3))
+            )
+    config = {"bootstrap.servers": server.address, "max.partition.fetch.bytes": 1}
+    async with AsyncConsumer(config) as consumer:  # one batch per answer
+        consumer.assign([TopicPartition("c-ahead-sent", 0, 0)])
+        assert values(await consumer.consume(1, timeout=5)) == [b"v0"]
+        assert consumer._ahead  # made while the records were taken: from offset 3
+        states = {inspect.getcoroutinestate(task.get_coro()) for task in consumer._ahead}
+        assert states == {inspect.CORO_SUSPENDED}  # started: awaiting its answer
+        await asyncio.wait(consumer._ahead)
+        consumer.seek(TopicPartition("c-ahead-sent", 0, 6))
+        message = await consumer.poll(5)
+        assert message is not None and message.value() == b"v6"
+        states = {inspect.getcoroutinestate(task.get_coro()) for task in consumer._ahead}
+        assert states == {inspect.CORO_SUSPENDED}  # poll() too: the one from 9 has left
+        await asyncio.wait(consumer._ahead)
 
 
 async def test_an_idle_partition_does_not_hold_back_the_records_fetched_ahead(

@@ -6,7 +6,7 @@ import contextlib
 import os
 import resource
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,7 @@ from highwater.errors import (
 )
 from highwater.records import RecordBatch, TimestampType, build_batch
 from highwater.records.header import check_batch
+from highwater.storage.log import FetchData
 from storage_helpers import BASE_TS, FakeClock, batches_of, make_batch, open_log, read_all
 
 
@@ -591,4 +592,82 @@ def test_a_segment_that_cannot_be_rolled_leaves_the_active_one_in_place(tmp_path
     log.append_as_leader(make_batch(values(8, 100)), leader_epoch=0)
     assert len(log.segments) == 2 and log.log_end_offset == 12
     assert [r.offset for r in read_all(log)] == list(range(12))
+    log.close()
+
+
+class _CountedPreads:
+    """``os.pread`` counted: the segment's reads of its ``.log`` file go through it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        real = os.pread
+
+        def pread(fd: int, length: int, position: int) -> bytes:
+            self.calls += 1
+            return real(fd, length, position)
+
+        monkeypatch.setattr(os, "pread", pread)
+
+    def during(
+        self, read: Callable[..., FetchData], *args: int, **kwargs: int
+    ) -> tuple[int, FetchData]:
+        """How many preads ``read(*args, **kwargs)`` made, and what it returned."""
+        before = self.calls
+        result = read(*args, **kwargs)
+        return self.calls - before, result
+
+
+def test_a_read_from_where_the_last_one_ended_takes_one_pread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer or follower reading on from the end of its last answer (batches larger
+    than the header scan's 16 KiB chunk) reads the file once; the first read, which looks
+    the offset up, reads it three times. The bytes are those a lookup finds."""
+    log = open_log(tmp_path / "t-0")
+    for _ in range(6):
+        log.append_as_leader(make_batch(values(40, size=500)), 0)  # ~20 KiB a batch
+    whole = log.read(0, 1 << 20).records
+    size = len(whole) // 6
+    preads = _CountedPreads(monkeypatch)
+    calls, first = preads.during(log.read, 40, size * 2)
+    assert calls == 3  # the index's entry is batch 0: a chunk, the next chunk, the read
+    got, offset, counts = [first.records], first.next_offset, []
+    for high_watermark in (200, 240):  # on to a high watermark of 200, then past it
+        calls, read = preads.during(log.read, offset, size * 2, max_offset=high_watermark)
+        got.append(read.records)
+        counts.append(calls)
+        offset = read.next_offset
+    assert offset == 240
+    assert counts == [1, 1]
+    assert b"".join(got) == whole[size:]
+    # A follower at the log end: the next batch appended is read with one pread too.
+    log.append_as_leader(make_batch(values(40, size=500)), 0)
+    calls, read = preads.during(log.read, offset, 1 << 20)
+    assert calls == 1
+    assert [b.base_offset for b in batches_of(read.records)] == [240]
+    log.close()
+
+
+def test_a_read_after_truncation_looks_its_offset_up_again(tmp_path: Path) -> None:
+    """A read end remembered before a truncation does not outlive it: where the batches
+    written after the cut put a sound batch at the old end position (here the one of
+    offset 11, where offset 9 once began), a read of 9 still starts at the batch holding 9."""
+    rewritten = [make_batch(values(6, tag="a")), make_batch(values(2, tag="b"))]  # 3..8, 9..10
+    span = sum(len(batch) for batch in rewritten)
+    cut = make_batch(values(5))  # 4..8 before the cut
+    one = next(  # offset 3 before the cut: a single record, sized so that 3..8 span `span`
+        batch
+        for length in range(1, span)
+        if len(batch := make_batch([b"x" * length])) + len(cut) == span
+    )
+    log = open_log(tmp_path / "t-0")
+    for batch in (make_batch(values(3)), one, cut):
+        log.append_as_leader(batch, 0)
+    assert log.read(0, 1 << 20).next_offset == 9  # remembers 9 -> the file's end
+    log.truncate_to(3)
+    for batch in [*rewritten, make_batch(values(2, tag="c"))]:  # 11..12 at the old end
+        log.append_as_leader(batch, 1)
+    records = read_all(log, 9)
+    assert [r.offset for r in records] == [9, 10, 11, 12]
+    assert [r.value for r in records] == values(2, tag="b") + values(2, tag="c")
     log.close()

@@ -38,6 +38,7 @@ from highwater.cli.serving import (
     tls_options,
 )
 from highwater.etcd_metadata.endpoints import EtcdStoreAddress
+from highwater.rpc.allocator import keep_large_buffers
 
 
 @click.command("broker")
@@ -150,6 +151,7 @@ def broker(
     )
     require_one_metadata_source(controllers, metadata_store)
     check_kafka_listener(kafka_listen)
+    keep_large_buffers()  # Fetch answers' MiB-sized buffers: no page faults per answer
     named = role_listeners(config, listen, advertised_listener)
     for listener in named.bound:
         if listener.port == 0:

@@ -52,6 +52,9 @@ _INT64 = struct.Struct(">q")
 _PREFIX = struct.Struct(">qiib")  # base offset, batch length, partition leader epoch, magic
 _IOV_MAX = 1024
 _SCAN_CHUNK = 16 * 1024
+_READ_ENDS_KEPT = 8
+"""How many earlier reads' end positions a segment keeps (:meth:`LogSegment.read`): one
+for each reader at its tail (a consumer, the followers)."""
 
 
 def _write_fully(fd: int, pieces: list[bytes | bytearray | memoryview], total: int) -> None:
@@ -162,6 +165,10 @@ class LogSegment:
         self._offset_of_max_timestamp = base_offset
         self._next_offset: int | None = None
         self._first_batch_timestamp: int | None = None
+        self._read_ends: dict[int, int] = {}
+        """Where earlier reads ended: the offset after a read's last batch -> the file
+        position after it (the next batch's start), oldest first; forgotten when the file
+        is cut (truncation, recovery)."""
 
     @classmethod
     def for_config(
@@ -523,25 +530,47 @@ class LogSegment:
         Batches whose base offset is ``max_offset`` or more are left out (a consumer reads up
         to the high watermark). With ``min_one_batch`` the first batch is returned even when
         it is larger than ``max_bytes``, so that a consumer always makes progress.
+
+        A read that starts where an earlier one ended (a consumer's or a follower's next
+        fetch, at the offset after the last batch it got) starts at that read's end
+        position (:attr:`_read_ends`): one ``pread`` of the batches, where the index lookup
+        and header scan take one or two more (the index's entry is the batch before, and a
+        batch larger than the scan's 16 KiB chunk takes a second chunk).
         """
-        found = self.translate_offset(start_offset)
-        if found is None:
-            return None
-        position, first = found
+        size = self._size
+        position = self._read_ends.get(start_offset, -1)
+        data: bytes | None = None
+        first: BatchHeader | None = None
+        if position >= 0 and position + BATCH_HEADER_SIZE <= size:
+            want = min(max_bytes, size - position)
+            boundary = self.offset_index.batch_start_at_most(position + want)
+            if want < size - position and boundary is not None and boundary > position:
+                want = boundary - position
+            data = os.pread(self._fd, max(want, BATCH_HEADER_SIZE), position)
+            first = self._batch_at_read_end(data, start_offset)
+            if first is None:
+                data = None
+                self._read_ends.pop(start_offset, None)
+        if first is None:
+            found = self.translate_offset(start_offset)
+            if found is None:
+                return None
+            position, first = found
         if max_offset is not None and first.base_offset >= max_offset:
             return None
         want = max(max_bytes, first.size) if min_one_batch else max_bytes
-        want = min(want, self._size - position)
+        want = min(want, size - position)
         if want < first.size:
             return None
-        if want < self._size - position:
-            # Up to the last indexed batch start within reach: the read then ends at a batch
-            # boundary and is returned as read, not copied to cut a partial batch off (a
-            # wrong entry only means a partial batch, cut as before).
-            boundary = self.offset_index.batch_start_at_most(position + want)
-            if boundary is not None and boundary >= position + first.size:
-                want = boundary - position
-        data = os.pread(self._fd, want, position)
+        if data is None or len(data) < first.size:
+            if want < size - position:
+                # Up to the last indexed batch start within reach: the read then ends at a
+                # batch boundary and is returned as read, not copied to cut a partial batch
+                # off (a wrong entry only means a partial batch, cut as before).
+                boundary = self.offset_index.batch_start_at_most(position + want)
+                if boundary is not None and boundary >= position + first.size:
+                    want = boundary - position
+            data = os.pread(self._fd, want, position)
         available = len(data)
         end = first.size
         last_position = 0
@@ -563,12 +592,34 @@ class LogSegment:
             next_offset = last_base + _INT32.unpack_from(data, last_position + 23)[0] + 1
         else:
             next_offset = first.next_offset
+        read_ends = self._read_ends
+        read_ends.pop(start_offset, None)
+        if len(read_ends) >= _READ_ENDS_KEPT:
+            del read_ends[next(iter(read_ends))]  # the oldest
+        read_ends[next_offset] = position + end
         return SegmentRead(
             data=data if end == available else data[:end],
             position=position,
             first_offset=first.base_offset,
             next_offset=next_offset,
         )
+
+    def _batch_at_read_end(self, data: bytes, start_offset: int) -> BatchHeader | None:
+        """The header at the start of ``data``, read at an earlier read's end position for
+        ``start_offset``, if it is the batch such a read starts with (a sound header whose
+        last offset is at or after ``start_offset``); None: look the offset up instead."""
+        if len(data) < BATCH_HEADER_SIZE:
+            return None
+        header = BatchHeader._make(HEADER_STRUCT.unpack_from(data, 0))
+        if (
+            header.magic != MAGIC
+            or header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD
+            or header.base_offset < self.base_offset
+            or header.last_offset_delta < 0
+            or header.base_offset + header.last_offset_delta < start_offset
+        ):
+            return None
+        return header
 
     def read_bytes(self, position: int, size: int) -> bytes:
         return os.pread(self._fd, size, position)
@@ -702,6 +753,7 @@ class LogSegment:
         if truncated:
             os.ftruncate(self._fd, valid)
             self._size = valid
+            self._read_ends.clear()
         self._next_offset = next_offset
         self.needs_index_rebuild = False
         if not self.active:
@@ -795,6 +847,7 @@ class LogSegment:
         self.time_index.truncate_to(header.base_offset)
         os.ftruncate(self._fd, position)
         self._size = position
+        self._read_ends.clear()
         if position == 0:
             self._first_batch_timestamp = None
         self._next_offset = None

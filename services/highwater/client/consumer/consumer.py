@@ -181,6 +181,9 @@ class AsyncConsumer:
         self._commits: set[asyncio.Task[object]] = set()
         self._ahead: set[asyncio.Task[None]] = set()
         """Fetches ahead of the buffers in flight (:meth:`_fetch_ahead`)."""
+        self._ahead_unsent = False
+        """A fetch ahead was made since the loop last had a turn: its request is not sent
+        yet (:meth:`_run_fetches_ahead`)."""
         self._tracing = ConsumerTracing(self.config.group_id) if tracing_enabled() else None
         CLIENT_METRICS.observe_lag(self)
         """``receive`` and ``process`` spans, when a tracer provider is installed."""
@@ -314,6 +317,8 @@ class AsyncConsumer:
             await self._poll_group()
             message = self._next_message()
             if message is not None:
+                if self._ahead_unsent:
+                    await self._run_fetches_ahead()
                 return message
             remaining = deadline - loop.time()
             if self._closed or (remaining <= 0 and not first):
@@ -341,6 +346,7 @@ class AsyncConsumer:
             # What else is buffered is taken at once, not one poll() per message: a
             # poll's group duties and awaits cost more than the message itself.
             self._take_buffered(messages, num_messages)
+        await self._run_fetches_ahead()
         if messages:
             CLIENT_METRICS.consumed(self.config.group_id, len(messages))
             if tracing is not None:
@@ -395,6 +401,7 @@ class AsyncConsumer:
                 break
             first = False
             await self._fetch_round(max(remaining, 0.0))
+        await self._run_fetches_ahead()
         if len(columns) > before:
             CLIENT_METRICS.consumed(self.config.group_id, len(columns) - before)
         return error
@@ -429,6 +436,7 @@ class AsyncConsumer:
                 break
             first = False
             await self._fetch_round(max(remaining, 0.0))
+        await self._run_fetches_ahead()
         records = taken - sum(1 for batch in batches if batch.error() is not None)
         if records:
             CLIENT_METRICS.consumed(self.config.group_id, records)
@@ -717,6 +725,20 @@ class AsyncConsumer:
             )
             self._ahead.add(task)
             task.add_done_callback(self._ahead.discard)
+            self._ahead_unsent = True
+
+    async def _run_fetches_ahead(self) -> None:
+        """One turn of the event loop while fetches ahead are in flight, before records go
+        back to the caller: a fetch ahead made meanwhile sends its request, and an answer
+        that arrived is received and buffered. Without it, a caller whose calls are answered
+        from the buffer (no await that waits) never lets the loop run: the fetch ahead
+        would leave only when the buffer ran dry, a round trip on the caller's path, and
+        the broker's work on the next answer would not overlap the caller's on this one.
+        One turn per ``consume``/``consume_batches`` call, per ``poll`` only when a fetch
+        ahead was just made."""
+        if self._ahead:
+            self._ahead_unsent = False
+            await asyncio.sleep(0)
 
     async def _fetch_ahead_from(
         self,
