@@ -790,7 +790,8 @@ class RaftNode:
     # --- Polling: what each state does as time passes -------------------------------------
 
     def _advance(self, now_ms: int) -> int:
-        self._now_ms = max(self._now_ms, now_ms)
+        if now_ms > self._now_ms:
+            self._now_ms = now_ms
         return self._now_ms
 
     def _poll(self, now_ms: int) -> None:
