@@ -37,7 +37,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, get_args
 
 import group_clients
 from group_clients import STALE_LOOKUP_RATE, CoordinatorHandle, GroupClients
@@ -96,6 +96,9 @@ NONE = ErrorCode.NONE
 """Looked up once: a protobuf enum's attribute is a method call (every fetch answer)."""
 BASE_TIME_MS = 1_700_000_000_000
 """Simulated time 0 as a wall-clock timestamp (record timestamps must look current)."""
+RAFT_MESSAGES = frozenset(get_args(RaftMessage))
+"""The Raft messages' classes: a message is one when its type is among them (no message
+class derives from another)."""
 TICK_MS = 20
 OBSERVER_TICK_MS = 40
 """A broker's Raft observer ticks half as often as a voter: its only timers are its fetch
@@ -743,6 +746,8 @@ class Simulation:
         self.disk_faults: DiskFaults | None = None
         self.dirs_failed = 0
         """Log directories a broker took offline."""
+        self._decoded: dict[bytes, MetadataRecord] = {}
+        """A committed metadata entry's value -> its record (see :meth:`_decode`)."""
 
     # --- Running ---------------------------------------------------------------------
 
@@ -873,7 +878,9 @@ class Simulation:
             heapq.heappush(
                 self._queue,
                 (
-                    self.now_ms + rng.randint(1, scenario.max_delay_ms),
+                    # ``rng.randint(1, n)``'s own draw (CPython's randint is
+                    # ``1 + _randbelow(n)``), without its two calls on every message.
+                    self.now_ms + 1 + rng._randbelow(scenario.max_delay_ms),  # type: ignore[attr-defined]
                     self._seq,
                     self._deliver,
                     args,
@@ -885,14 +892,14 @@ class Simulation:
         if blocked and blocked.get((source, target.name), 0) > 0:
             return
         if not target.alive or target.incarnation != incarnation:
-            if isinstance(message, RaftMessage) and is_request(message) and not target.alive:
+            if type(message) in RAFT_MESSAGES and is_request(message) and not target.alive:
                 sender = self.processes[source]
                 self._on(sender, 1, self._unreachable, sender, message.destination)
             return
         if target.paused_until > self.now_ms:
             self._put_off(target, self._deliver, source, target, incarnation, message)
             return
-        if isinstance(message, RaftMessage):
+        if type(message) in RAFT_MESSAGES:
             assert isinstance(target, RaftMember) and target.node is not None
             target.node.step(message, self.now_ms)
             self._after_raft(target)
@@ -1209,7 +1216,7 @@ class Simulation:
                 e for e in ctrl.raft_log.entries(0, ctrl.raft_log.end_offset) if not e.is_control
             ]
             if entries:
-                records = [decode_record(e.value) for e in entries if e.value is not None]
+                records = [self._decode(e.value) for e in entries if e.value is not None]
                 image = (
                     MetadataDelta(image).replay_all(records).apply(entries[-1].offset, node.epoch)
                 )
@@ -1433,13 +1440,21 @@ class Simulation:
         self.corr += 1
         self._send(broker.name, self._controller_for(broker), ControllerCall(kind, self.corr, body))
 
+    def _decode(self, value: bytes) -> MetadataRecord:
+        """The metadata record stored as ``value``, decoded once per schedule: every broker,
+        coordinator and new active controller replays the same committed entries, and a
+        record is immutable (a frozen dataclass), so they share it."""
+        record = self._decoded.get(value)
+        if record is None:
+            record = self._decoded[value] = decode_record(value)
+        return record
+
     def _broker_metadata(self, broker: BrokerProcess, high_watermark: int) -> None:
         if high_watermark <= broker.applied:
             return
         entries = broker.raft_log.entries(broker.applied, high_watermark)
-        records = [
-            decode_record(e.value) for e in entries if not e.is_control and e.value is not None
-        ]
+        decode = self._decode
+        records = [decode(e.value) for e in entries if not e.is_control and e.value is not None]
         broker.applied = high_watermark
         if not records:
             return
@@ -2130,9 +2145,8 @@ class Simulation:
         if high_watermark <= c.applied:
             return
         entries = c.raft_log.entries(c.applied, high_watermark)
-        records = [
-            decode_record(e.value) for e in entries if not e.is_control and e.value is not None
-        ]
+        decode = self._decode
+        records = [decode(e.value) for e in entries if not e.is_control and e.value is not None]
         c.applied = high_watermark
         if not records:
             return
@@ -2530,8 +2544,9 @@ class Simulation:
     def _check_broker_now(self, broker: BrokerProcess) -> None:
         """The invariants a broker's partitions must keep after every event."""
         assert broker.manager is not None
-        if broker.log_manager is not None and broker.log_manager.offline_dirs:
-            for tp in broker.log_manager.offline_partitions:
+        log_manager = broker.log_manager
+        if log_manager is not None and not all(d.online for d in log_manager.log_dirs):
+            for tp in log_manager.offline_partitions:
                 replica = broker.manager.replica(tp)
                 if replica is not None and (
                     replica.leader_state is not None or replica.follower_state is not None
@@ -2559,8 +2574,7 @@ class Simulation:
                 # The same leader state (this incarnation's, in this epoch) checked already
                 # at this high watermark has nothing new to check.
                 leading[key] = (state, state.leader_epoch, state.high_watermark)
-                key = (tp, state.leader_epoch)
-                leader = self.epoch_leaders.setdefault(key, broker.name)
+                leader = self.epoch_leaders.setdefault((tp, state.leader_epoch), broker.name)
                 if leader != broker.name:
                     self._fail(
                         f"{_label(tp)}: two leaders in leader epoch {state.leader_epoch}: "

@@ -96,7 +96,9 @@ def iter_pool(
     if jobs <= 1:
         yield from (run_one(seed, chaos_ms, groups) for seed in seeds)
         return
-    chunk = max(1, min(16, len(seeds) // (jobs * 8)))
+    # Small chunks: the workers end within a schedule or two of each other (a chunk of
+    # 16 left one worker idle for up to 16 schedules at the end).
+    chunk = max(1, min(4, len(seeds) // (jobs * 8)))
     with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
         yield from pool.map(run_one, seeds, repeat(chaos_ms), repeat(groups), chunksize=chunk)
 

@@ -234,6 +234,11 @@ class Ready:
         )
 
 
+_NOTHING_READY = Ready()
+"""What :meth:`RaftNode.ready` returns when nothing is new: shared, so a driver reads a
+Ready and never changes it (its ``messages`` list above all)."""
+
+
 class RaftNode:
     """One replica of the quorum: a voter when ``node_id`` is in the voter set in use, else
     an observer.
@@ -464,7 +469,11 @@ class RaftNode:
         if message.destination != self.node_id:
             raise ValueError(f"message for {message.destination} delivered to {self.node_id}")
         now_ms = self._advance(now_ms)
-        match message:
+        match message:  # the fetches first: nearly every message is one
+            case FetchRequest():
+                self._handle_fetch_request(message, now_ms)
+            case FetchResponse():
+                self._handle_fetch_response(message, now_ms)
             case VoteRequest():
                 self._handle_vote_request(message, now_ms)
             case VoteResponse():
@@ -477,10 +486,6 @@ class RaftNode:
                 self._handle_end_quorum_epoch_request(message, now_ms)
             case EndQuorumEpochResponse():
                 self._handle_end_quorum_epoch_response(message, now_ms)
-            case FetchRequest():
-                self._handle_fetch_request(message, now_ms)
-            case FetchResponse():
-                self._handle_fetch_response(message, now_ms)
             case FetchSnapshotRequest():
                 self._handle_fetch_snapshot_request(message, now_ms)
             case FetchSnapshotResponse():
@@ -721,7 +726,32 @@ class RaftNode:
         return messages
 
     def ready(self) -> Ready:
-        """Take the effects accumulated so far (see :class:`Ready` for the order)."""
+        """Take the effects accumulated so far (see :class:`Ready` for the order).
+
+        Most calls find nothing new (a tick or an answer that changed nothing): those
+        return the one empty :class:`Ready` without building one, after the same
+        comparisons the full path makes (each field's would come out empty)."""
+        if (
+            not self._outbox
+            and self._load_snapshot is None
+            and self._quorum.state is self._reported_state
+            and not self._quorum.has_unpersisted
+            and self._history.latest() is self._reported_voters
+            and (
+                self._high_watermark is None
+                or (
+                    self._reported_high_watermark is not None
+                    and self._high_watermark <= self._reported_high_watermark
+                    and (
+                        self.is_static
+                        or self._history.committed_entry(self._high_watermark)[0]
+                        <= self._reported_committed_offset
+                    )
+                )
+            )
+            and self._log.flushed_offset >= self._log.end_offset
+        ):
+            return _NOTHING_READY
         messages, self._outbox = self._outbox, []
         high_watermark = None
         if self._high_watermark is not None and (
@@ -760,7 +790,8 @@ class RaftNode:
     # --- Polling: what each state does as time passes -------------------------------------
 
     def _advance(self, now_ms: int) -> int:
-        self._now_ms = max(self._now_ms, now_ms)
+        if now_ms > self._now_ms:
+            self._now_ms = now_ms
         return self._now_ms
 
     def _poll(self, now_ms: int) -> None:
@@ -1399,6 +1430,8 @@ class RaftNode:
 
     def _answer_parked(self, now_ms: int, due: Callable[[FetchRequest, int], bool]) -> None:
         """Answer the parked fetches that are ``due`` (answering one may answer others)."""
+        if not self._parked:
+            return
         while True:
             due_ids = [r for r, (req, deadline) in self._parked.items() if due(req, deadline)]
             if not due_ids:

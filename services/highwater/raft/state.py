@@ -462,14 +462,10 @@ class LeaderState(EpochState):
         return self.voter_states.get(replica_id) or self.observer_states.get(replica_id)
 
     def _update_high_watermark(self) -> bool:
-        offsets = sorted(
-            (
-                state.end_offset
-                for state in self.voter_states.values()
-                if state.end_offset is not None
-            ),
-            reverse=True,
-        )
+        offsets = [
+            state.end_offset for state in self.voter_states.values() if state.end_offset is not None
+        ]
+        offsets.sort(reverse=True)
         majority = len(self.voters) // 2 + 1
         if len(offsets) < majority:
             return False
