@@ -9,6 +9,7 @@ reflection services, and typed errors for damaged files.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 from collections.abc import AsyncIterator, Sequence
@@ -321,10 +322,26 @@ async def test_three_voters_elect_replicate_and_fail_over(quorum3: Quorum) -> No
     assert Role.LEADER in roles and Role.RESIGNED in roles
 
 
-async def test_a_deposed_leaders_truncated_proposals_fail(quorum3: Quorum) -> None:
+@pytest.fixture
+async def patient_quorum3(tmp_path: Path) -> AsyncIterator[Quorum]:
+    """Three voters whose leader keeps leading 3 s without hearing from its followers
+    (FAST's is 600 ms): stopping two voters on a loaded machine can take longer than that."""
+    quorum = Quorum(
+        tmp_path, 3, RaftServerSettings(raft=dataclasses.replace(FAST, fetch_timeout_ms=3000))
+    )
+    try:
+        yield quorum
+    finally:
+        for node_id in list(quorum.servers):
+            await quorum.stop(node_id)
+
+
+async def test_a_deposed_leaders_truncated_proposals_fail(patient_quorum3: Quorum) -> None:
     """The old leader's two uncommitted entries are truncated when it follows the new
     leader, whose log ends before the second: both proposals fail at once, rather than
-    the second waiting for a write that covers its offset."""
+    the second waiting for a write that covers its offset. The leader must still lead
+    when it appends them after its followers stopped, hence the patient quorum."""
+    quorum3 = patient_quorum3
     for node_id in quorum3.voters:
         await quorum3.start(node_id)
     deposed = await quorum3.leader()
