@@ -5,7 +5,9 @@ The consumer is assigned the range's partition at its start offset, without a gr
 and a start below the log start offset comes back as an out-of-range error instead of a
 silent jump. Records arrive as Arrow batches of about :data:`BATCH_RECORDS` records, decoded
 straight into Arrow's buffers (:meth:`~highwater.client.consumer.Consumer.consume_columns`),
-not into a message per record.
+not into a message per record. The next batch's records are fetched and decoded on the
+consumer's thread (:meth:`~highwater.client.consumer.Consumer.consume_columns_ahead`) while
+Spark takes the last batch from the task, instead of after it.
 
 A fetched RecordBatch is decoded whole, so the builder usually holds somewhat more than
 :data:`BATCH_RECORDS` when a batch is handed to Spark: the surplus stays in that batch (up to
@@ -16,9 +18,11 @@ the benchmark's 256 KiB producer batches).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
@@ -78,19 +82,29 @@ def read_range(
     builder = RecordBatchBuilder(include_headers)
     tp = TopicPartition(r.topic, r.partition, r.start)
     consumer = Consumer(consumer_config)
+    timeout_s = poll_timeout_ms / 1000
+    position = r.start
+
+    def consume_ahead() -> Future[BaseException | None]:
+        """The next records, fetched and decoded into the builder on the consumer's thread."""
+        return consumer.consume_columns_ahead(
+            tp,
+            builder.columns,
+            max(min(BATCH_RECORDS - len(builder), r.end - position), 1),
+            timeout=min(1.0, timeout_s),
+        )
+
+    ahead: Future[BaseException | None] | None = None
     try:
         consumer.assign([tp])
-        position = r.start
-        timeout_s = poll_timeout_ms / 1000
         deadline = time.monotonic() + timeout_s
+        before = 0
         while position < r.end:
-            before = len(builder)
-            error = consumer.consume_columns(
-                tp,
-                builder.columns,
-                max(min(BATCH_RECORDS - before, r.end - position), 1),
-                timeout=min(1.0, timeout_s),
-            )
+            if ahead is None:
+                before = len(builder)
+                ahead = consume_ahead()
+            error = ahead.result()
+            ahead = None
             if len(builder) > before:
                 deadline = time.monotonic() + timeout_s
                 position = builder.columns.last_offset + 1
@@ -110,10 +124,17 @@ def read_range(
                     )
                 continue
             if len(builder) >= BATCH_RECORDS or builder.columns.nbytes >= BATCH_BYTES:
-                yield from _split(builder.take(r.topic, r.partition, r.end))
+                batch = builder.take(r.topic, r.partition, r.end)
+                if position < r.end:  # fill the emptied builder while Spark takes the batch
+                    before = 0
+                    ahead = consume_ahead()
+                yield from _split(batch)
         if len(builder):
             yield from _split(builder.take(r.topic, r.partition, r.end))
     finally:
+        if ahead is not None:  # the task ends early (Spark stopped reading, or an error)
+            with contextlib.suppress(Exception):
+                ahead.result()
         consumer.close()
 
 
