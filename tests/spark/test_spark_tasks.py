@@ -11,12 +11,19 @@ import pyarrow as pa
 import pytest
 from embedded_servers import ServerThread
 from highwater.client.admin import AdminClient
+from highwater.client.producer import Producer
 from highwater.records import iter_batches
 from highwater.records.partitioner import partition_for_key
 from pyspark_highwater.cluster import ClusterOffsets
 from pyspark_highwater.offsets import OffsetRange
 from pyspark_highwater.options import Subscription
-from pyspark_highwater.reading import DataLossError, ReadTimeoutError, read_range
+from pyspark_highwater.reading import (
+    BATCH_RECORDS,
+    BATCH_RECORDS_MAX,
+    DataLossError,
+    ReadTimeoutError,
+    read_range,
+)
 from pyspark_highwater.writing import SINK_BATCH_SIZE, DeliveryError, write_batches
 from spark_topics import consume_all, create_topic, produce, unique_topic
 
@@ -47,8 +54,31 @@ def test_a_range_is_read_exactly_in_arrow_batches(server: ServerThread) -> None:
         )
     )
     assert offsets(batches) == list(range(100, 11_900))
-    assert max(b.num_rows for b in batches) <= 10_000
+    # a fetched batch's records past BATCH_RECORDS stay in the Arrow batch: no small batch
+    # follows each full one (only the range's tail may be small)
+    assert all(BATCH_RECORDS <= b.num_rows <= BATCH_RECORDS_MAX for b in batches[:-1])
+    assert batches[-1].num_rows <= BATCH_RECORDS_MAX
     assert batches[0].column("value").to_pylist()[0] == b"v100"
+
+
+def test_a_fetched_batch_above_the_largest_arrow_batch_is_cut(server: ServerThread) -> None:
+    topic = unique_topic("task-cut")
+    create_topic(server.address, topic, 1)
+    records = BATCH_RECORDS_MAX + BATCH_RECORDS // 2
+    with Producer({"bootstrap.servers": server.address, "batch.size": 1 << 20}) as producer:
+        producer.produce_batch(topic, {"value": [b"%d" % i for i in range(records)]}, partition=0)
+        assert producer.flush(30) == 0
+    batches = list(
+        read_range(
+            config(server),
+            OffsetRange(topic, 0, 0, records),
+            include_headers=False,
+            fail_on_data_loss=True,
+            poll_timeout_ms=10_000,
+        )
+    )
+    assert offsets(batches) == list(range(records))
+    assert [b.num_rows for b in batches] == [BATCH_RECORDS, BATCH_RECORDS, BATCH_RECORDS // 2]
 
 
 def test_a_range_below_the_log_start_fails_or_skips_in_the_task(server: ServerThread) -> None:

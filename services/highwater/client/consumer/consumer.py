@@ -66,6 +66,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from concurrent.futures import Future as ConcurrentFuture
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -1348,10 +1349,14 @@ class Consumer:
 
     def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
         """Run ``coro`` on the background loop and wait for its result."""
+        return self._submit(coro).result()
+
+    def _submit(self, coro: Coroutine[Any, Any, _T]) -> ConcurrentFuture[_T]:
+        """Start ``coro`` on the background loop; its future."""
         if self._closed:
             coro.close()
             raise ConsumerClosedError("the consumer is closed")
-        return self._loop_thread.run(coro)
+        return self._loop_thread.submit(coro)
 
     def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
         """Call a plain method of the async consumer on its loop."""
@@ -1463,6 +1468,22 @@ class Consumer:
     ) -> BaseException | None:
         """See :meth:`AsyncConsumer.consume_columns`."""
         return self._call(self._consumer.consume_columns(partition, columns, num_records, timeout))
+
+    def consume_columns_ahead(
+        self,
+        partition: TopicPartition,
+        columns: Any,
+        num_records: int,
+        timeout: float | None = None,
+    ) -> ConcurrentFuture[BaseException | None]:
+        """:meth:`consume_columns` started on the consumer's thread, returning at once: its
+        future's result is what :meth:`consume_columns` returns. The records are fetched and
+        decoded into ``columns`` while the caller does other work (the Spark source hands
+        its last batch to Spark meanwhile). Until the future is done the caller must leave
+        ``columns`` alone and make no other call on the consumer."""
+        return self._submit(
+            self._consumer.consume_columns(partition, columns, num_records, timeout)
+        )
 
     def get_watermark_offsets(
         self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
