@@ -325,20 +325,27 @@ class ReplicationControl:
         """On a newly active controller: the moves of every inactive broker, recomputed
         from ``image``, so a fence a former controller wrote in part is finished by
         :meth:`continue_moves` (moving a partition off an inactive broker twice changes
-        nothing: the moves are idempotent). An unclean shutdown's ELR removals are not
-        in the image: a registration's moves resumed here remove leaderships and ISR
-        memberships only. Whether moves were a registration's is not in the image
-        either, so every resumed move keeps its broker fenced until it is written."""
+        nothing: the moves are idempotent). A broker registered after an unclean shutdown
+        and not unfenced since (``BrokerRegistration.unclean_shutdown``, from its
+        ``RegisterBrokerRecord``) gets an unclean shutdown's moves: it also leaves every
+        ELR, whether or not it still leads or is in an ISR. Whether moves were a
+        registration's is not in the image, so every resumed move keeps its broker fenced
+        until it is written."""
         self.moves.clear()
         delta = MetadataDelta(image)
         for broker_id, broker in sorted(image.brokers.items()):
-            if not delta.is_active_broker(broker_id) and (
-                image.partitions_led_by(broker_id) or image.partitions_with_isr_member(broker_id)
+            if delta.is_active_broker(broker_id):
+                continue
+            unclean_shutdown = broker.unclean_shutdown
+            if (
+                unclean_shutdown
+                or image.partitions_led_by(broker_id)
+                or image.partitions_with_isr_member(broker_id)
             ):
                 self.moves[broker_id] = LeaderMoves(
                     broker.broker_epoch,
-                    False,
-                    self._move_candidates(delta, broker_id, False),
+                    unclean_shutdown,
+                    self._move_candidates(delta, broker_id, unclean_shutdown),
                     before_unfence=True,
                 )
 

@@ -93,6 +93,10 @@ class BrokerRegistration:
     principal: str = ""
     """The principal that registered it with the ACL checks on ("" otherwise): the only
     one that may speak for this node id (``security/node_identities.py``)."""
+    unclean_shutdown: bool = False
+    """Registered after an unclean shutdown (KIP-966) and not unfenced since: the
+    removals from its ELR memberships are still owed, and whichever controller is active
+    writes them before unfencing it (``ReplicationControl.resume_moves``)."""
 
     @property
     def is_active(self) -> bool:
@@ -116,6 +120,7 @@ class BrokerRegistration:
             in_controlled_shutdown=self.in_controlled_shutdown,
             log_dirs=self.log_dirs,
             principal=self.principal,
+            unclean_shutdown=self.unclean_shutdown,
         )
 
 
