@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from highwater.metadata import (
     NO_LEADER,
@@ -120,6 +122,24 @@ def test_registrations_start_fenced_and_change_state() -> None:
     image = replay([UnregisterBrokerRecord(1, 5)], 4, image=image)
     assert image.broker(1) is None
     assert [b.broker_id for b in image.active_brokers()] == []
+
+
+def test_an_unclean_shutdown_is_owed_until_the_registration_is_first_unfenced() -> None:
+    image = replay([dataclasses.replace(broker(1, 5), unclean_shutdown=True)], 0)
+    assert image.brokers[1].unclean_shutdown
+    # Fenced again before it was ever unfenced (a session that expired): still owed.
+    image = replay([FenceBrokerRecord(1, 5)], 1, image=image)
+    assert image.brokers[1].unclean_shutdown
+    unfenced = replay([UnfenceBrokerRecord(1, 5)], 2, image=image)
+    assert not unfenced.brokers[1].unclean_shutdown
+    changed = replay([BrokerRegistrationChangeRecord(1, 5, fenced=False)], 2, image=image)
+    assert not changed.brokers[1].unclean_shutdown
+    # A change that leaves it fenced leaves the debt.
+    shut = replay([BrokerRegistrationChangeRecord(1, 5, fenced=True)], 2, image=image)
+    assert shut.brokers[1].unclean_shutdown
+    # The next registration says for itself.
+    again = replay([broker(1, 9)], 3, image=unfenced)
+    assert not again.brokers[1].unclean_shutdown
 
 
 def test_a_partition_change_bumps_epochs(image: MetadataImage) -> None:
