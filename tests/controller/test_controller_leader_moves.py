@@ -250,7 +250,7 @@ def test_a_prepared_standby_s_later_images_carry_the_indexes_its_activation_read
     for store in (standby, cold):
         store.append([moved])
     after = standby.latest_image()
-    for kind in (IndexKind.LEADERS, IndexKind.ISR):
+    for kind in (IndexKind.LEADERS, IndexKind.ISR, IndexKind.ELR):
         assert after.topics.built_indexes()[kind] == build_broker_index(
             after.topics.by_id.values(), kind
         )

@@ -345,7 +345,8 @@ def test_derived_index_equals_a_rebuilt_one(image: MetadataImage) -> None:
         RemoveTopicRecord(T2),
         TopicRecord("new", "new-id"),
         PartitionRecord("new-id", 0, (3, 1), (3, 1), 3),
-        PartitionChangeRecord("new-id", 0, isr=(3,)),
+        PartitionChangeRecord("new-id", 0, isr=(3,), eligible_leader_replicas=(1,)),
+        PartitionChangeRecord(T1, 1, isr=(1,), eligible_leader_replicas=(2, 3)),
     ]
     after = replay(records, 20, image=image)
     assert set(after.topics.built_indexes()) == {IndexKind.LEADERS}
@@ -354,7 +355,10 @@ def test_derived_index_equals_a_rebuilt_one(image: MetadataImage) -> None:
     )
     image.replicas_of(1)
     image.partitions_with_isr_member(1)
+    image.partitions_with_elr_member(1)
     after = replay(records, 20, image=image)
+    assert after.partitions_with_elr_member(1) == {TopicIdPartition("new-id", 0)}
+    assert after.partitions_with_elr_member(3) == {TopicIdPartition(T1, 1)}
     for kind in IndexKind:
         assert after.topics.built_indexes()[kind] == build_broker_index(
             after.topics.by_id.values(), kind

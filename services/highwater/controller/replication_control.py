@@ -151,7 +151,7 @@ class LeaderMoves:
     valid while later batches change the latest image): first the partitions changed in
     the decision's own batch, then those the broker *leads* (their clients wait for a new
     leader), then the rest of its ISR memberships, then, after an unclean shutdown, its
-    other replicas (ELR memberships). Each index is walked topic by topic and group by
+    ELR memberships. Each index is walked topic by topic and group by
     group (:class:`~highwater.metadata.persistent.PartitionSet`), each group sorted: the
     order is deterministic, a batch touches few groups, and nothing proportional to the
     broker's partitions is built or sorted before the first batch. A candidate already
@@ -338,9 +338,9 @@ class ReplicationControl:
                 continue
             unclean_shutdown = broker.unclean_shutdown
             if (
-                unclean_shutdown
-                or image.partitions_led_by(broker_id)
+                image.partitions_led_by(broker_id)
                 or image.partitions_with_isr_member(broker_id)
+                or (unclean_shutdown and image.partitions_with_elr_member(broker_id))
             ):
                 self.moves[broker_id] = LeaderMoves(
                     broker.broker_epoch,
@@ -364,7 +364,10 @@ class ReplicationControl:
         )
         indexes = [base.partitions_led_by(broker_id), base.partitions_with_isr_member(broker_id)]
         if unclean_shutdown:
-            indexes.append(base.replicas_of(broker_id))
+            # Its ELR memberships (Kafka's BrokersToElrs), not all of its replicas: most of
+            # a restarted broker's partitions hold it in neither, and walking them cost the
+            # decision (and a new controller's first tick) the broker's partition count.
+            indexes.append(base.partitions_with_elr_member(broker_id))
         spans = [
             (topic_id, span)
             for topic_id, topic in sorted(base.topics.by_id.items())
