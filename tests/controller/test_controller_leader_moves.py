@@ -2,10 +2,15 @@
 ISR memberships moved ``leader_moves_per_batch`` partitions at a time (its leaderships
 first), the rest by the following ticks, and a newly active controller finishes what a
 former one left; a restarted broker's registration moves its old incarnation's the same
-way, and the new incarnation stays fenced until they are written."""
+way, and the new incarnation stays fenced until they are written. After an unclean
+shutdown those moves include its ELR memberships, and the registration record says so:
+a controller that becomes active mid-way (from the log or a snapshot) finishes them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
 from controller_helpers import Harness, check_invariants
 from highwater.controller import ControllerConfig, QuorumController
 from highwater.controller.store import InMemoryMetadataStore
@@ -15,8 +20,12 @@ from highwater.metadata import (
     MetadataImage,
     PartitionChangeRecord,
     RegisterBrokerRecord,
+    load_snapshot_values,
+    replay,
+    snapshot_values,
 )
 from highwater.metadata.image import IndexKind, build_broker_index
+from highwater.metadata.records import decode_record, encode_record
 
 BATCH = 5
 SESSION = ControllerConfig().broker_session_timeout_ms
@@ -241,7 +250,7 @@ def test_a_prepared_standby_s_later_images_carry_the_indexes_its_activation_read
     for store in (standby, cold):
         store.append([moved])
     after = standby.latest_image()
-    for kind in (IndexKind.LEADERS, IndexKind.ISR):
+    for kind in (IndexKind.LEADERS, IndexKind.ISR, IndexKind.ELR):
         assert after.topics.built_indexes()[kind] == build_broker_index(
             after.topics.by_id.values(), kind
         )
@@ -251,3 +260,122 @@ def test_a_prepared_standby_s_later_images_carry_the_indexes_its_activation_read
 def _first_partition(image: MetadataImage) -> tuple[str, int]:
     key, _ = next(iter(image.partitions()))
     return key.topic_id, key.partition_id
+
+
+# --- An unclean shutdown's ELR removals (KIP-966) ------------------------------------
+
+ELR_PARTITIONS = 12
+
+
+def _broker_1_in_every_elr(batch: int) -> Harness:
+    """Brokers 0, 1, 2; a topic of ``ELR_PARTITIONS`` partitions, replication factor 3,
+    ``min.insync.replicas`` 2. Broker 2 is fenced (the ISRs keep 0 and 1), then broker 1
+    (the ISRs fall to 0 alone, below min ISR: 1 holds every committed record and joins
+    every ELR). Broker 1 then leads nothing and is in no ISR: its ELR memberships are all
+    an unclean restart has to remove."""
+    h = Harness(ControllerConfig(leader_moves_per_batch=batch))
+    h.start_brokers([0, 1, 2])
+    h.create_topic(
+        "t", partitions=ELR_PARTITIONS, replication_factor=3, configs={"min.insync.replicas": "2"}
+    )
+    for silent, alive in ((2, (0, 1)), (1, (0,))):
+        h.clock.advance(SESSION + 1)
+        for broker_id in alive:
+            h.heartbeat(broker_id)
+        while (tick := h.controller.tick(h.clock.now_ms)).records:
+            h.commit(tick)
+        assert h.broker(silent).fenced
+    assert all(p.elr == (1,) and p.isr == (0,) for _, p in h.image.partitions())
+    return h
+
+
+def _register_unclean(h: Harness, broker_id: int, incarnation: str, previous: int = -1) -> None:
+    result = h.controller.register_broker(
+        RegisterBrokerRequest(
+            broker_id, incarnation, h.broker(broker_id).listeners, previous_broker_epoch=previous
+        ),
+        h.clock.now_ms,
+    )
+    h.epochs[broker_id] = h.commit(result).broker_epoch
+
+
+def _in_an_elr(image: MetadataImage, broker_id: int) -> int:
+    return sum(broker_id in p.elr for _, p in image.partitions())
+
+
+def _unbounded_unclean_restart_of_broker_1() -> dict[object, object]:
+    h = _broker_1_in_every_elr(batch=1_000)
+    _register_unclean(h, 1, "restarted")
+    assert not h.heartbeat(1).is_fenced
+    return dict(h.image.partitions())
+
+
+def _from_the_log(h: Harness) -> InMemoryMetadataStore:
+    """A store whose image was replayed from the log's bytes, record by record."""
+    records = [decode_record(encode_record(r)) for r in h.store.records]
+    return InMemoryMetadataStore(replay(records, h.image.offset, h.image.epoch))
+
+
+def _from_a_snapshot(h: Harness) -> InMemoryMetadataStore:
+    image = h.image
+    return InMemoryMetadataStore(
+        load_snapshot_values(snapshot_values(image), image.offset, image.epoch)
+    )
+
+
+@pytest.mark.parametrize("successor_store", [_from_the_log, _from_a_snapshot])
+def test_a_new_controller_finishes_an_unclean_shutdown_s_elr_removals_before_unfencing(
+    successor_store: Callable[[Harness], InMemoryMetadataStore],
+) -> None:
+    h = _broker_1_in_every_elr(BATCH)
+    _register_unclean(h, 1, "restarted")
+    registration = h.store.batches[-1][1][0]
+    assert isinstance(registration, RegisterBrokerRecord) and registration.unclean_shutdown
+    assert _in_an_elr(h.image, 1) == ELR_PARTITIONS - BATCH
+    # The active controller fails mid-way; the next one knows only the log (or a snapshot).
+    h.store = successor_store(h)
+    assert h.broker(1).unclean_shutdown
+    h.controller = QuorumController(h.store.latest_image, h.config, seed=1)
+    h.controller.activate(h.clock.now_ms)
+    assert h.heartbeat(1).is_fenced  # caught up, but still in ELRs: it may have lost records
+    ticks = 0
+    while (tick := h.controller.tick(h.clock.now_ms)).records:
+        assert len(tick.records) <= BATCH
+        h.commit(tick)
+        ticks += 1
+        if _in_an_elr(h.image, 1):
+            assert h.heartbeat(1).is_fenced
+    assert ticks == 2  # 7 partitions left, 5 at a time
+    assert _in_an_elr(h.image, 1) == 0
+    assert not h.heartbeat(1).is_fenced
+    assert not h.broker(1).unclean_shutdown  # its unfencing settled what was owed
+    assert dict(h.image.partitions()) == _unbounded_unclean_restart_of_broker_1()
+    check_invariants(h.image)
+
+
+def test_a_clean_stop_of_an_incarnation_that_still_owed_elr_removals_passes_them_on() -> None:
+    h = _broker_1_in_every_elr(BATCH)
+    _register_unclean(h, 1, "restarted")
+    assert _in_an_elr(h.image, 1) == ELR_PARTITIONS - BATCH
+    # That incarnation stops cleanly before the ticks wrote the rest: what it lost before
+    # is still lost, so the next registration owes the same removals.
+    _register_unclean(h, 1, "restarted-again", previous=h.epochs[1])
+    assert h.broker(1).unclean_shutdown
+    assert h.heartbeat(1).is_fenced
+    while (tick := h.controller.tick(h.clock.now_ms)).records:
+        h.commit(tick)
+    assert _in_an_elr(h.image, 1) == 0
+    assert not h.heartbeat(1).is_fenced
+    check_invariants(h.image)
+
+
+def test_a_clean_restart_after_the_removals_were_written_owes_nothing() -> None:
+    h = _broker_1_in_every_elr(BATCH)
+    _register_unclean(h, 1, "restarted")
+    while (tick := h.controller.tick(h.clock.now_ms)).records:
+        h.commit(tick)
+    assert not h.heartbeat(1).is_fenced
+    _register_unclean(h, 1, "restarted-cleanly", previous=h.epochs[1])
+    assert not h.broker(1).unclean_shutdown
+    registration = h.store.batches[-1][1][0]
+    assert isinstance(registration, RegisterBrokerRecord) and not registration.unclean_shutdown

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from highwater.metadata import (
     NO_LEADER,
@@ -120,6 +122,24 @@ def test_registrations_start_fenced_and_change_state() -> None:
     image = replay([UnregisterBrokerRecord(1, 5)], 4, image=image)
     assert image.broker(1) is None
     assert [b.broker_id for b in image.active_brokers()] == []
+
+
+def test_an_unclean_shutdown_is_owed_until_the_registration_is_first_unfenced() -> None:
+    image = replay([dataclasses.replace(broker(1, 5), unclean_shutdown=True)], 0)
+    assert image.brokers[1].unclean_shutdown
+    # Fenced again before it was ever unfenced (a session that expired): still owed.
+    image = replay([FenceBrokerRecord(1, 5)], 1, image=image)
+    assert image.brokers[1].unclean_shutdown
+    unfenced = replay([UnfenceBrokerRecord(1, 5)], 2, image=image)
+    assert not unfenced.brokers[1].unclean_shutdown
+    changed = replay([BrokerRegistrationChangeRecord(1, 5, fenced=False)], 2, image=image)
+    assert not changed.brokers[1].unclean_shutdown
+    # A change that leaves it fenced leaves the debt.
+    shut = replay([BrokerRegistrationChangeRecord(1, 5, fenced=True)], 2, image=image)
+    assert shut.brokers[1].unclean_shutdown
+    # The next registration says for itself.
+    again = replay([broker(1, 9)], 3, image=unfenced)
+    assert not again.brokers[1].unclean_shutdown
 
 
 def test_a_partition_change_bumps_epochs(image: MetadataImage) -> None:
@@ -325,7 +345,8 @@ def test_derived_index_equals_a_rebuilt_one(image: MetadataImage) -> None:
         RemoveTopicRecord(T2),
         TopicRecord("new", "new-id"),
         PartitionRecord("new-id", 0, (3, 1), (3, 1), 3),
-        PartitionChangeRecord("new-id", 0, isr=(3,)),
+        PartitionChangeRecord("new-id", 0, isr=(3,), eligible_leader_replicas=(1,)),
+        PartitionChangeRecord(T1, 1, isr=(1,), eligible_leader_replicas=(2, 3)),
     ]
     after = replay(records, 20, image=image)
     assert set(after.topics.built_indexes()) == {IndexKind.LEADERS}
@@ -334,7 +355,10 @@ def test_derived_index_equals_a_rebuilt_one(image: MetadataImage) -> None:
     )
     image.replicas_of(1)
     image.partitions_with_isr_member(1)
+    image.partitions_with_elr_member(1)
     after = replay(records, 20, image=image)
+    assert after.partitions_with_elr_member(1) == {TopicIdPartition("new-id", 0)}
+    assert after.partitions_with_elr_member(3) == {TopicIdPartition(T1, 1)}
     for kind in IndexKind:
         assert after.topics.built_indexes()[kind] == build_broker_index(
             after.topics.by_id.values(), kind

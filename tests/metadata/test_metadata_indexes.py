@@ -67,7 +67,8 @@ def as_sets(image: MetadataImage, kind: IndexKind) -> dict[int, frozenset[object
 CHANGE = st.tuples(
     st.integers(0, 10_000),  # which partition (modulo the topic's size)
     st.integers(-1, BROKERS - 1),  # the new leader (-1: none; NO_LEADER)
-    st.integers(0, 3),  # 0: ISR only, 1: leader and ISR, 2: reassignment, 3: leaderless
+    st.integers(0, 4),  # 0: ISR only, 1: leader and ISR, 2: reassignment, 3: leaderless,
+    # 4: the ISR down to its first replica, the others eligible (or the ELR emptied)
 )
 
 
@@ -113,6 +114,19 @@ class DerivedIndexes(RuleBasedStateMachine):
                 )
             elif how == 3:
                 records.append(PartitionChangeRecord(topic.topic_id, p, leader=NO_LEADER))
+            elif how == 4:
+                current = topic.partitions[p]
+                first, *others = current.replicas
+                elr = () if current.elr else tuple(others[: 1 + n % 2])
+                records.append(
+                    PartitionChangeRecord(
+                        topic.topic_id,
+                        p,
+                        isr=(first,) if elr else current.replicas,
+                        leader=first,
+                        eligible_leader_replicas=elr,
+                    )
+                )
             else:
                 current = topic.partitions[p]
                 isr = tuple(b for b in current.replicas if (b + n) % 2 == 0) or current.replicas

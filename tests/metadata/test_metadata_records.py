@@ -53,7 +53,15 @@ resource_types = st.sampled_from(list(ConfigResourceType))
 
 records: st.SearchStrategy[MetadataRecord] = st.one_of(
     st.builds(
-        RegisterBrokerRecord, ids, names, epochs, endpoints, racks, st.booleans(), st.booleans()
+        RegisterBrokerRecord,
+        ids,
+        names,
+        epochs,
+        endpoints,
+        racks,
+        st.booleans(),
+        st.booleans(),
+        unclean_shutdown=st.booleans(),
     ),
     st.builds(FenceBrokerRecord, ids, epochs),
     st.builds(UnfenceBrokerRecord, ids, epochs),
@@ -104,6 +112,21 @@ def test_every_record_round_trips(record: MetadataRecord) -> None:
     assert decode_record(data) == record
     assert from_proto(to_proto(record)) == record
     assert encode_record(decode_record(data)) == data  # deterministic bytes
+
+
+def test_a_registration_after_an_unclean_shutdown_says_so_and_old_ones_read_as_clean() -> None:
+    owed = RegisterBrokerRecord(4, "inc-4", 17, rack="r1", unclean_shutdown=True)
+    assert decode_record(encode_record(owed)) == owed
+    # A registration as logs written before the field hold it (bytes of that version).
+    before_the_field = bytes.fromhex(
+        "0a2f08041205696e632d341811221c0a09504c41494e544558541201681884472209504c41494e"
+        "544558542a0272313001"
+    )
+    old = decode_record(before_the_field)
+    assert isinstance(old, RegisterBrokerRecord) and old.broker_epoch == 17
+    assert not old.unclean_shutdown
+    # A clean registration is written as before the field: false is not on the wire.
+    assert encode_record(old) == before_the_field
 
 
 def test_absent_and_empty_lists_differ_in_a_change_record() -> None:

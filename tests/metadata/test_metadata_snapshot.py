@@ -115,6 +115,23 @@ def test_a_snapshot_keeps_fencing_shutdown_epochs_and_offline_partitions() -> No
     assert load_snapshot(snapshot, 6, 2) == image
 
 
+def test_a_snapshot_keeps_an_unclean_shutdown_that_is_still_owed() -> None:
+    records: list[MetadataRecord] = [
+        RegisterBrokerRecord(1, "i1", 0, unclean_shutdown=True),
+        RegisterBrokerRecord(2, "i2", 1, unclean_shutdown=True),
+        UnfenceBrokerRecord(2, 1),
+    ]
+    image = replay(records, 2, 1)
+    snapshot = list(snapshot_records(image))
+    assert snapshot == [
+        RegisterBrokerRecord(1, "i1", 0, fenced=True, unclean_shutdown=True),
+        RegisterBrokerRecord(2, "i2", 1, fenced=False, unclean_shutdown=False),
+    ]
+    loaded = load_snapshot_values(snapshot_values(image), 2, 1)
+    assert loaded == image
+    assert loaded.brokers[1].unclean_shutdown and not loaded.brokers[2].unclean_shutdown
+
+
 def test_an_empty_image_has_an_empty_snapshot() -> None:
     assert list(snapshot_records(MetadataImage.empty())) == []
     assert load_snapshot([], -1, -1) == MetadataImage.empty()

@@ -119,7 +119,12 @@ class ClusterControl:
         flushed. They go ``leader_moves_per_batch`` partitions at a time, as a fence's:
         the first batch with the registration, the rest by the ticks that follow; the new
         incarnation is not unfenced before the last is written (it must not lead, or count
-        as in sync, on the old one's behalf).
+        as in sync, on the old one's behalf). The record says whether the shutdown was
+        unclean (``unclean_shutdown``, kept in the image until the broker is unfenced), so
+        that a controller that becomes active before the last batch finishes the ELR
+        removals too (:meth:`ReplicationControl.resume_moves`). An incarnation that was
+        never unfenced after an unclean shutdown passes that on to the next one, even a
+        cleanly stopped one: its ELR removals may not be written yet.
 
         ``principal`` (the caller's, with the ACL checks on) goes into the record: every
         controller and broker then knows which principal speaks for the node id, across
@@ -167,6 +172,12 @@ class ClusterControl:
         epoch = image.offset + 1
         if existing is not None:
             epoch = max(epoch, existing.broker_epoch + 1)
+        # Without the clean-shutdown epoch the broker may have lost what it had not
+        # flushed. An incarnation that still owed those removals (never unfenced since its
+        # own unclean registration) passes them on: a clean stop of it brought nothing back.
+        unclean_shutdown = existing is not None and (
+            request.previous_broker_epoch != existing.broker_epoch or existing.unclean_shutdown
+        )
         register = RegisterBrokerRecord(
             broker_id=request.broker_id,
             incarnation_id=request.incarnation_id,
@@ -176,13 +187,11 @@ class ClusterControl:
             fenced=True,
             log_dirs=request.log_dirs,
             principal=principal,
+            unclean_shutdown=unclean_shutdown,
         )
         delta = MetadataDelta(image)
         delta.replay(register)
         records: list[MetadataRecord] = [register]
-        unclean_shutdown = existing is not None and request.previous_broker_epoch != (
-            existing.broker_epoch
-        )
         records.extend(
             self.replication.move_away_from(
                 delta,

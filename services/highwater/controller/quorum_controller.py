@@ -166,14 +166,15 @@ class QuorumController:
         it did (see :meth:`tick`)."""
 
     def prepare_standby(self) -> None:
-        """Build the per-broker leader and ISR indexes the active controller's decisions
-        read, on the image this controller follows now. Every later image derives them
+        """Build the per-broker leader, ISR and ELR indexes the active controller's
+        decisions read, on the image this controller follows now. Every later image derives them
         by its own changes, so a standby that calls this once (seconds at a million
         partitions) activates without building them, as Kafka's standbys keep their state
         hot: a failover does not wait for them."""
         image = self._image()
         image.partitions_led_by(NO_LEADER)
         image.partitions_with_isr_member(NO_LEADER)
+        image.partitions_with_elr_member(NO_LEADER)
 
     def activate(self, now_ms: int) -> None:
         """This node became the active controller at ``now_ms``: fresh sessions for all,

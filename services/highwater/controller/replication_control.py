@@ -151,7 +151,7 @@ class LeaderMoves:
     valid while later batches change the latest image): first the partitions changed in
     the decision's own batch, then those the broker *leads* (their clients wait for a new
     leader), then the rest of its ISR memberships, then, after an unclean shutdown, its
-    other replicas (ELR memberships). Each index is walked topic by topic and group by
+    ELR memberships. Each index is walked topic by topic and group by
     group (:class:`~highwater.metadata.persistent.PartitionSet`), each group sorted: the
     order is deterministic, a batch touches few groups, and nothing proportional to the
     broker's partitions is built or sorted before the first batch. A candidate already
@@ -325,20 +325,27 @@ class ReplicationControl:
         """On a newly active controller: the moves of every inactive broker, recomputed
         from ``image``, so a fence a former controller wrote in part is finished by
         :meth:`continue_moves` (moving a partition off an inactive broker twice changes
-        nothing: the moves are idempotent). An unclean shutdown's ELR removals are not
-        in the image: a registration's moves resumed here remove leaderships and ISR
-        memberships only. Whether moves were a registration's is not in the image
-        either, so every resumed move keeps its broker fenced until it is written."""
+        nothing: the moves are idempotent). A broker registered after an unclean shutdown
+        and not unfenced since (``BrokerRegistration.unclean_shutdown``, from its
+        ``RegisterBrokerRecord``) gets an unclean shutdown's moves: it also leaves every
+        ELR, whether or not it still leads or is in an ISR. Whether moves were a
+        registration's is not in the image, so every resumed move keeps its broker fenced
+        until it is written."""
         self.moves.clear()
         delta = MetadataDelta(image)
         for broker_id, broker in sorted(image.brokers.items()):
-            if not delta.is_active_broker(broker_id) and (
-                image.partitions_led_by(broker_id) or image.partitions_with_isr_member(broker_id)
+            if delta.is_active_broker(broker_id):
+                continue
+            unclean_shutdown = broker.unclean_shutdown
+            if (
+                image.partitions_led_by(broker_id)
+                or image.partitions_with_isr_member(broker_id)
+                or (unclean_shutdown and image.partitions_with_elr_member(broker_id))
             ):
                 self.moves[broker_id] = LeaderMoves(
                     broker.broker_epoch,
-                    False,
-                    self._move_candidates(delta, broker_id, False),
+                    unclean_shutdown,
+                    self._move_candidates(delta, broker_id, unclean_shutdown),
                     before_unfence=True,
                 )
 
@@ -357,7 +364,10 @@ class ReplicationControl:
         )
         indexes = [base.partitions_led_by(broker_id), base.partitions_with_isr_member(broker_id)]
         if unclean_shutdown:
-            indexes.append(base.replicas_of(broker_id))
+            # Its ELR memberships (Kafka's BrokersToElrs), not all of its replicas: most of
+            # a restarted broker's partitions hold it in neither, and walking them cost the
+            # decision (and a new controller's first tick) the broker's partition count.
+            indexes.append(base.partitions_with_elr_member(broker_id))
         spans = [
             (topic_id, span)
             for topic_id, topic in sorted(base.topics.by_id.items())

@@ -315,6 +315,7 @@ class MetadataDelta:
             in_controlled_shutdown=record.in_controlled_shutdown,
             log_dirs=record.log_dirs,
             principal=record.principal,
+            unclean_shutdown=record.unclean_shutdown,
         )
 
     def _registered(self, broker_id: int, broker_epoch: int, what: str) -> BrokerRegistration:
@@ -339,8 +340,14 @@ class MetadataDelta:
         )
         if new_fenced:
             shutting_down = False  # a fenced broker is out of the cluster, not leaving it
+        # Unfenced, an incarnation registered after an unclean shutdown has left every
+        # ELR: the controller unfences it only once those moves are written.
+        unclean_shutdown = broker.unclean_shutdown and new_fenced
         self._brokers[broker.broker_id] = dataclasses.replace(
-            broker, fenced=new_fenced, in_controlled_shutdown=shutting_down
+            broker,
+            fenced=new_fenced,
+            in_controlled_shutdown=shutting_down,
+            unclean_shutdown=unclean_shutdown,
         )
 
     def _replay_fence_broker(self, record: FenceBrokerRecord) -> None:

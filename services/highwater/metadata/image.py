@@ -13,7 +13,7 @@ image; a changed topic shares the untouched chunks of its partition vector (a
 :data:`~highwater.metadata.persistent.PARTITION_CHUNK` entries and the chunk directory,
 not the topic.
 
-The per-broker lookups (partitions a broker leads, hosts, is in the ISR of) come from an
+The per-broker lookups (partitions a broker leads, hosts, is in the ISR or the ELR of) come from an
 index of :class:`~highwater.metadata.persistent.PartitionSet` built on first use; the
 next image derives its index from the previous one by the partitions that changed
 (:func:`derive_broker_index`), copying only the groups (a topic's range of partition ids)
@@ -25,8 +25,9 @@ partition of the broker it moves them off.
 from __future__ import annotations
 
 import enum
+import operator
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple, TypeAlias, overload
@@ -93,6 +94,10 @@ class BrokerRegistration:
     principal: str = ""
     """The principal that registered it with the ACL checks on ("" otherwise): the only
     one that may speak for this node id (``security/node_identities.py``)."""
+    unclean_shutdown: bool = False
+    """Registered after an unclean shutdown (KIP-966) and not unfenced since: the
+    removals from its ELR memberships are still owed, and whichever controller is active
+    writes them before unfencing it (``ReplicationControl.resume_moves``)."""
 
     @property
     def is_active(self) -> bool:
@@ -116,6 +121,7 @@ class BrokerRegistration:
             in_controlled_shutdown=self.in_controlled_shutdown,
             log_dirs=self.log_dirs,
             principal=self.principal,
+            unclean_shutdown=self.unclean_shutdown,
         )
 
 
@@ -283,11 +289,13 @@ class TopicImage:
 
 
 class IndexKind(enum.Enum):
-    """A per-broker index of partitions: the ones it leads, hosts, or is in the ISR of."""
+    """A per-broker index of partitions: the ones it leads, hosts, is in the ISR of, or is
+    an eligible leader replica of (KIP-966; Kafka's ``BrokersToElrs``)."""
 
     LEADERS = "leaders"
     REPLICAS = "replicas"
     ISR = "isr"
+    ELR = "elr"
 
     def brokers(self, partition: PartitionRegistration) -> tuple[int, ...]:
         """The brokers under which ``partition`` is indexed (its leader may be NO_LEADER)."""
@@ -295,8 +303,17 @@ class IndexKind(enum.Enum):
             return (partition.leader,)
         if self is IndexKind.REPLICAS:
             return partition.replicas
+        if self is IndexKind.ELR:
+            return partition.elr
         return partition.isr
 
+
+_MEMBERS: Final[dict[IndexKind, Callable[[PartitionRegistration], tuple[int, ...]]]] = {
+    IndexKind.REPLICAS: operator.attrgetter("replicas"),
+    IndexKind.ISR: operator.attrgetter("isr"),
+    IndexKind.ELR: operator.attrgetter("elr"),
+}
+"""The brokers a partition is indexed under, per kind of index that holds lists of them."""
 
 BrokerIndex: TypeAlias = Mapping[int, PartitionSet[TopicIdPartition]]
 """Broker id -> the partitions indexed under it."""
@@ -332,6 +349,10 @@ def build_broker_index(topics: Iterable[TopicImage], kind: IndexKind) -> BrokerI
             elif kind is IndexKind.REPLICAS:
                 for key, registration in pairs:
                     for broker in registration.replicas:
+                        members[broker].append(key)
+            elif kind is IndexKind.ELR:
+                for key, registration in pairs:
+                    for broker in registration.elr:
                         members[broker].append(key)
             else:
                 for key, registration in pairs:
@@ -383,16 +404,10 @@ def derive_broker_index(
             if new is not None:
                 note(added, leader_after, key)
     else:
-        replicas = kind is IndexKind.REPLICAS
+        members = _MEMBERS[kind]
         for key, old, new in changes:
-            if old is None:
-                before: tuple[int, ...] = ()
-            else:
-                before = old.replicas if replicas else old.isr
-            if new is None:
-                after: tuple[int, ...] = ()
-            else:
-                after = new.replicas if replicas else new.isr
+            before: tuple[int, ...] = () if old is None else members(old)
+            after: tuple[int, ...] = () if new is None else members(new)
             if before is after or before == after:
                 continue
             for broker in before:
@@ -628,6 +643,10 @@ class MetadataImage:
     def partitions_with_isr_member(self, broker_id: int) -> PartitionSet[TopicIdPartition]:
         """The partitions whose ISR includes ``broker_id``."""
         return self.topics.broker_index(IndexKind.ISR).get(broker_id, EMPTY_PARTITION_SET)
+
+    def partitions_with_elr_member(self, broker_id: int) -> PartitionSet[TopicIdPartition]:
+        """The partitions whose eligible leader replicas (KIP-966) include ``broker_id``."""
+        return self.topics.broker_index(IndexKind.ELR).get(broker_id, EMPTY_PARTITION_SET)
 
     def topic_name(self, topic_id: str) -> str | None:
         topic = self.topics.by_id.get(topic_id)

@@ -83,6 +83,12 @@ class RegisterBrokerRecord:
     principal: str = ""
     """With the ACL checks on, the principal that registered it: the one that speaks for
     this node id until it is unregistered (``security/node_identities.py``); "" without."""
+    unclean_shutdown: bool = False
+    """Registered without the previous incarnation's clean-shutdown epoch (KIP-966), or
+    replacing an incarnation that still owed its removals: the broker may have lost
+    records it had not flushed, and must leave every ELR (an ISR it is in for the last
+    known ELR) before it is unfenced. Its first unfencing clears it (a snapshot's record
+    says whether it is still owed); false in logs written before the field."""
 
 
 @dataclass(frozen=True, slots=True)

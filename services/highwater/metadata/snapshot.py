@@ -1,7 +1,8 @@
 """Metadata snapshots: an image as the list of records that recreates it, and back (KIP-630).
 
 A snapshot of ``__cluster_metadata`` at offset N holds no history, only the state: one
-:class:`RegisterBrokerRecord` per broker (with its fencing and controlled-shutdown state),
+:class:`RegisterBrokerRecord` per broker (with its fencing and controlled-shutdown state,
+and whether an unclean shutdown's ELR removals are still owed),
 one :class:`TopicRecord` and one :class:`PartitionRecord` per partition per topic (with
 its epochs), one :class:`ConfigRecord` per override, the producer-id high mark, and the
 coordinators with their assignments. Replaying them into an empty image gives an image

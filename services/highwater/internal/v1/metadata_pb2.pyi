@@ -98,6 +98,7 @@ class RegisterBrokerRecord(_message.Message):
     IN_CONTROLLED_SHUTDOWN_FIELD_NUMBER: _builtins.int
     LOG_DIRS_FIELD_NUMBER: _builtins.int
     PRINCIPAL_FIELD_NUMBER: _builtins.int
+    UNCLEAN_SHUTDOWN_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     incarnation_id: _builtins.str
     """unique per broker process run"""
@@ -110,6 +111,15 @@ class RegisterBrokerRecord(_message.Message):
     """With the ACL checks on, the principal that registered the broker: the only one that
     may speak for this node id until it is unregistered (docs/security.md). Empty when
     the checks were off.
+    """
+    unclean_shutdown: _builtins.bool
+    """The broker registered without its previous incarnation's clean-shutdown epoch
+    (KIP-966's previous_broker_epoch) and has not been unfenced since: it may have lost
+    records it had not flushed, so it is still to leave every ELR (and ISR, for the last
+    known ELR) it is in before it may be unfenced. Set by the registration (also when the
+    incarnation it replaces still owed them), cleared by its first unfencing; a newly
+    active controller finishes the removals from it (docs/controller.md). Absent in logs
+    written before it: false.
     """
     @_builtins.property
     def listeners(self) -> _containers.RepeatedCompositeFieldContainer[Global___BrokerEndpoint]: ...
@@ -129,10 +139,11 @@ class RegisterBrokerRecord(_message.Message):
         in_controlled_shutdown: _builtins.bool = ...,
         log_dirs: _abc.Iterable[_builtins.str] | None = ...,
         principal: _builtins.str = ...,
+        unclean_shutdown: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_rack", b"_rack", "rack", b"rack"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rack", b"_rack", "broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "fenced", b"fenced", "in_controlled_shutdown", b"in_controlled_shutdown", "incarnation_id", b"incarnation_id", "listeners", b"listeners", "log_dirs", b"log_dirs", "principal", b"principal", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rack", b"_rack", "broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "fenced", b"fenced", "in_controlled_shutdown", b"in_controlled_shutdown", "incarnation_id", b"incarnation_id", "listeners", b"listeners", "log_dirs", b"log_dirs", "principal", b"principal", "rack", b"rack", "unclean_shutdown", b"unclean_shutdown"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__rack: _TypeAlias = _typing.Literal["rack"]  # noqa: Y015
     _WhichOneofArgType__rack: _TypeAlias = _typing.Literal["_rack", b"_rack"]  # noqa: Y015
