@@ -7,13 +7,13 @@ KEY=VALUE ...]``: one controller and three brokers (bench/_highwater_cluster.py)
 min.insync.replicas=2), then :func:`bench.broker.latencies_with_client` (acks=all,
 linger.ms=0, ``poll()``, and each ``--producer`` setting over the suite's) after a 1 s
 warm-up. It prints the latency percentiles; for the benchmark's process (producer and
-consumer) its CPU seconds and its loop's stalls; and for each server process its CPU
-seconds, its stalls over 2 ms split into those its own thread spent on the CPU (our code
-holding the loop) and the rest (the process waiting for a CPU: the machine), and its
-garbage collections; and the Produce requests the producer sent, with each server's CPU
-per request and per record over the phase. ``--profile`` adds a cProfile of each server's
-loop thread and of the benchmark's process (its overhead inflates the latencies: read the
-profiles, not the percentiles, of such a run).
+consumer) its CPU seconds (also per Produce request and per record) and its loop's stalls;
+and for each server process its CPU seconds, its stalls over 2 ms split into those its own
+thread spent on the CPU (our code holding the loop) and the rest (the process waiting for
+a CPU: the machine), and its garbage collections; and the Produce requests the producer
+sent, with each server's CPU per request and per record over the phase. ``--profile`` adds
+a cProfile of each server's loop thread and of the benchmark's process (its overhead
+inflates the latencies: read the profiles, not the percentiles, of such a run).
 """
 
 from __future__ import annotations
@@ -107,7 +107,9 @@ async def probe(
         f"p99.9 {_quantile(latencies, 0.999):.1f}, max {latencies[-1]:.1f}"
     )
     print(
-        f"benchmark process (producer, consumer): CPU {cpu:.2f} s; loop stalls > 2 ms: "
+        f"benchmark process (producer, consumer): CPU {cpu:.2f} s "
+        f"({cpu / max(requests[0], 1) * 1e3:.3f} ms per Produce request, "
+        f"{cpu / sent * 1e6:.1f} µs per record); loop stalls > 2 ms: "
         f"{len(stalls)}, {sum(stalls):.0f} ms in all, longest {max(stalls, default=0):.1f}"
     )
     for process in cluster.all_processes():

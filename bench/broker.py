@@ -1153,7 +1153,8 @@ def _notes(
         f"after a {sizes.warmup_s:.0f} s warm-up (not counted); each record carries "
         "`perf_counter_ns()` taken just before `produce()`/`publish_async()`, and the "
         "consumer in the same process subtracts it on receipt. Highwater: acks=all, "
-        f"linger.ms={LATENCY_PRODUCER_CONFIG['linger.ms']}, `AsyncConsumer.poll()`; "
+        f"linger.ms={LATENCY_PRODUCER_CONFIG['linger.ms']} (a batch that is not full waits "
+        "for its partition's request in flight, docs/client.md), `AsyncConsumer.poll()`; "
         "JetStream: an ordered push consumer (deliver policy new)."
     )
     section.note(

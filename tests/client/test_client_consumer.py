@@ -191,6 +191,39 @@ async def test_a_position_inside_a_batch_skips_the_batch_records_before_it(
     assert values(messages) == [f"v{i}".encode() for i in range(4, 10)]
 
 
+async def test_poll_takes_a_decoded_batch_record_by_record(
+    server: ServerThread, consumer: AsyncConsumer
+) -> None:
+    """``poll()`` one record at a time from one batch (its short way, no fetch between):
+    each in order with the position after it; a pause or a seek in the middle of the
+    batch holds at the next poll."""
+    await create_topic(server.address, "c-poll-one")
+    async with AsyncProducer({"bootstrap.servers": server.address, "linger.ms": 200}) as producer:
+        await asyncio.gather(
+            *(producer.produce("c-poll-one", f"v{i}", partition=0) for i in range(10))
+        )
+    tp = TopicPartition("c-poll-one", 0)
+
+    async def next_offset() -> int:
+        message = await consumer.poll(5)
+        assert message is not None and message.error() is None
+        assert message.value() == f"v{message.offset()}".encode()
+        return message.offset()
+
+    consumer.assign([TopicPartition("c-poll-one", 0, 0)])
+    for i in range(4):
+        assert await next_offset() == i
+        assert consumer.position([tp])[0].offset == i + 1
+    consumer.pause([tp])
+    assert await consumer.poll(0.1) is None
+    consumer.resume([tp])
+    assert await next_offset() == 4
+    consumer.seek(TopicPartition("c-poll-one", 0, 2))
+    assert [await next_offset() for _ in range(8)] == list(range(2, 10))
+    assert await consumer.poll(0.1) is None
+    assert consumer.position([tp])[0].offset == 10
+
+
 async def test_the_next_fetch_is_sent_ahead_while_the_buffer_is_taken(
     server: ServerThread,
 ) -> None:

@@ -181,9 +181,26 @@ def test_a_queue_waits_for_its_back_off_and_its_in_flight_limit() -> None:
     queue.batches.append(opened_at(10.0))
     assert queue.send_delay(11.5, 0.0, False, 5) == pytest.approx(0.5)
     assert queue.send_delay(12.0, 0.0, False, 5) == 0.0
+    queue.batches[0].closed = True  # full (an open one waits for the answers: below)
     queue.in_flight += [batch("a", 0, 1, base_sequence=i) for i in range(2)]
     assert queue.send_delay(12.0, 0.0, False, 2) is None  # as many in flight as allowed
     assert queue.send_delay(12.0, 0.0, False, 3) == 0.0
+
+
+def test_at_linger_zero_a_batch_that_is_not_full_waits_for_the_answer_in_flight() -> None:
+    queue = PartitionQueue("a", 0)
+    queue.batches.append(opened_at(10.0))
+    assert queue.send_delay(10.0, 0.0, False, 5) == 0.0  # nothing in flight: at once
+    sent = batch("a", 0, 1, base_sequence=0)
+    queue.in_flight.append(sent)
+    assert queue.send_delay(10.5, 0.0, False, 5) is None  # only the answer moves it
+    assert queue.send_delay(10.5, 0.0, True, 5) == 0.0  # flushing
+    assert queue.send_delay(10.5, 0.001, False, 5) == 0.0  # lingered: Nagle's rule is linger 0's
+    queue.batches[0].closed = True  # full: pipelined up to the in-flight limit
+    assert queue.send_delay(10.5, 0.0, False, 5) == 0.0
+    queue.batches[0].closed = False
+    queue.acknowledge(sent)
+    assert queue.send_delay(10.5, 0.0, False, 5) == 0.0
 
 
 def test_a_resending_queue_sends_one_batch_at_a_time_until_caught_up() -> None:

@@ -47,6 +47,7 @@ class ClientMetrics:
             unit="{message}",
             description="Records handed to the application by poll and consume",
         )
+        self._consumed_attributes: dict[str, dict[str, str]] = {}
         self._consumers: weakref.WeakSet[LagSource] = weakref.WeakSet()
         client_meter.create_observable_gauge(
             "highwater.consumer.lag",
@@ -59,9 +60,13 @@ class ClientMetrics:
         self._sent.add(count, {**_SYSTEM, messaging.MESSAGING_DESTINATION_NAME: topic})
 
     def consumed(self, group_id: str, count: int) -> None:
-        attributes = dict(_SYSTEM)
-        if group_id:
-            attributes[messaging.MESSAGING_CONSUMER_GROUP_NAME] = group_id
+        # Called per poll(): the attributes of each group are made once.
+        attributes = self._consumed_attributes.get(group_id)
+        if attributes is None:
+            attributes = dict(_SYSTEM)
+            if group_id:
+                attributes[messaging.MESSAGING_CONSUMER_GROUP_NAME] = group_id
+            self._consumed_attributes[group_id] = attributes
         self._consumed.add(count, attributes)
 
     def observe_lag(self, consumer: LagSource) -> None:
