@@ -245,20 +245,21 @@ def main() -> None:
     print(f"data and logs under {root}", flush=True)
     os.environ[LOG_ENV] = str(root / "tasks.jsonl")
     with embedded_server(root / "server", root / "server.log") as address:
-        server_pid = _server_pid(address)
+        server = server_pid(address)
         for size in (1_000, 4_000, 1_000):
-            figures = broker_cpu_per_record(address, server_pid, size)
+            figures = broker_cpu_per_record(address, server, size)
             print(f"broker, raw batches of {size}: {figures}", flush=True)
         outputs = [f"out-{i}" for i in range(args.repeats * 2 + 2)]
         asyncio.run(_prepare(address, ["in", *outputs], args.records, "in"))
         spark = _session()
         try:
-            _queries(spark, address, root, server_pid, args, iter(outputs))
+            _queries(spark, address, root, server, args, iter(outputs))
         finally:
             spark.stop()
 
 
-def _server_pid(address: str) -> int:
+def server_pid(address: str) -> int:
+    """The PID of the ``highwater server`` this process started listening at ``address``."""
     port = address.rsplit(":", 1)[1]
     for pid in os.listdir("/proc"):
         if pid.isdigit():
