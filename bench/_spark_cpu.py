@@ -31,6 +31,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -161,12 +162,31 @@ def _stat(pid: int) -> tuple[int, str, float, float] | None:
     return int(fields[1]), name, own, children
 
 
-def tree_cpu(server_pid: int) -> dict[str, float]:
-    """CPU seconds so far of this process's tree (and the server's), by category: ``jvm``,
-    ``broker`` and ``driver`` (this process) on their own, ``python`` every other process
-    of the tree with what its ended children spent (each Python process Spark starts is
-    waited for by its parent in the tree, the JVM or PySpark's daemon). The difference of
-    two snapshots counts processes that started and ended between them too."""
+def _module(pid: int) -> str:
+    """The module a Python process of Spark's runs (``-m pyspark.daemon <module>``, ``-m
+    <module>``), or ``python``."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return "python"
+    names = [a for a in args if a.startswith("pyspark.")]
+    return "python " + names[-1].rsplit(".", 1)[-1] if names else "python"
+
+
+@dataclass(frozen=True)
+class Process:
+    """One process of the tree in a :func:`snapshot`."""
+
+    parent: int
+    category: str
+    own: float
+    children: float
+
+
+def snapshot(server_pid: int, by_module: bool = False) -> dict[int, Process]:
+    """The processes of this process's tree (and the server's) now: each with its CPU
+    seconds and those of its ended children, and its category: ``jvm``, ``broker``,
+    ``driver`` (this process), else ``python`` (with ``by_module``: ``python <module>``)."""
     root = os.getpid()
     stats = {}
     for entry in os.listdir("/proc"):
@@ -174,23 +194,65 @@ def tree_cpu(server_pid: int) -> dict[str, float]:
             stat = _stat(int(entry))
             if stat is not None:
                 stats[int(entry)] = stat
-    out = {"jvm": 0.0, "broker": 0.0, "driver": 0.0, "python": 0.0}
-    for pid, (_, name, own, children) in stats.items():
+    out = {}
+    for pid, (parent, name, own, children) in stats.items():
         ancestor = pid
         while ancestor not in (root, server_pid) and ancestor in stats and ancestor > 1:
             ancestor = stats[ancestor][0]
         if ancestor not in (root, server_pid):
             continue
         if pid == server_pid:
-            out["broker"] += own
-            out["python"] += children
+            category = "broker"
         elif pid == root:
-            out["driver"] += own  # its children (the JVM, the server) are alive and counted
+            category = "driver"
         elif name == "java":
-            out["jvm"] += own
-            out["python"] += children
+            category = "jvm"
         else:
-            out["python"] += own + children
+            category = _module(pid) if by_module else "python"
+        out[pid] = Process(parent, category, own, children)
+    return out
+
+
+def cpu_between(before: dict[int, Process], after: dict[int, Process]) -> dict[str, float]:
+    """CPU seconds spent between two snapshots, by category (``python`` also holds every
+    ``python <module>``). The JVM's, the server's and this process's own CPU count as
+    theirs; what their ended children spent, and every other process with its ended
+    children, as Python (each Python process Spark starts is waited for by its parent in
+    the tree, the JVM or PySpark's daemon, whose children's CPU then holds it: so processes
+    that started and ended between the snapshots count too). A process that left the tree
+    alive (its parent ended first) counts by its own figures. The case this gets wrong: a
+    process whose parent ended first and that ended itself before the second snapshot (a
+    daemon stopped with its workers) is counted short by all it ever spent."""
+    out = {"jvm": 0.0, "broker": 0.0, "driver": 0.0, "python": 0.0}
+
+    def add(category: str, seconds: float) -> None:
+        out[category] = out.get(category, 0.0) + seconds
+        if category.startswith("python "):
+            out["python"] += seconds
+
+    for pid, now in after.items():
+        then = before.get(pid, Process(now.parent, now.category, 0.0, 0.0))
+        own, children = now.own - then.own, now.children - then.children
+        if now.category in ("jvm", "broker", "driver"):
+            add(now.category, own)
+            add("python", children)
+        else:
+            add(now.category, own + children)
+    for pid, then in before.items():
+        if pid in after:
+            continue
+        stat = _stat(pid)
+        if stat is not None:  # alive, but no longer in the tree (its parent ended first)
+            add(then.category, stat[2] + stat[3] - then.own - then.children)
+            continue
+        ancestor = then.parent
+        while ancestor in before and ancestor not in after:
+            ancestor = before[ancestor].parent
+        if ancestor in after:
+            # it ended, and (through its ended parents) a process still in the tree waited
+            # for it: that one's children's CPU holds all it ever spent, of which what it had
+            # spent by the first snapshot is not this span's
+            add("python", -(then.own + then.children))
     return out
 
 
@@ -347,7 +409,8 @@ def _queries(
             print(f"{i + 1} {name}: " + _fmt(results[name][-1]), flush=True)
     print("\nmedians, µs per record (wall; CPU per process; util of 2 CPUs):")
     for name, runs in results.items():
-        medians = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        keys = {k: None for r in runs for k in r}
+        medians = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
         print(f"{name:24s} " + _fmt(medians))
 
 
@@ -368,20 +431,21 @@ def _run(
     log = Path(os.environ[LOG_ENV])
     log.write_text("")
     checkpoint = str(root / f"checkpoint-{time.monotonic_ns()}")
-    before = tree_cpu(server_pid)
+    before = snapshot(server_pid, by_module=True)
     began = time.monotonic()
     query = sink(source(), checkpoint).trigger(availableNow=True).start()
     query.awaitTermination()
     wall = time.monotonic() - began
-    after = tree_cpu(server_pid)
+    after = snapshot(server_pid, by_module=True)
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))
-    cpu = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    cpu = cpu_between(before, after)
+    modules = {k: v for k, v in cpu.items() if k.startswith("python ") and v > 0.05}
     tasks: dict[str, float] = {}
     for line in log.read_text().splitlines():
         entry = json.loads(line)
         tasks[entry["role"]] = tasks.get(entry["role"], 0.0) + entry["cpu"]
-    total = sum(cpu.values())
+    total = sum(v for k, v in cpu.items() if not k.startswith("python "))
     figures = {
         "wall": wall,
         "jvm": cpu.get("jvm", 0.0),
@@ -390,6 +454,7 @@ def _run(
         **tasks,
         "other python": cpu.get("python", 0.0) - sum(tasks.values()),
         "total cpu": total,
+        **modules,
     }
     figures["util"] = total / (wall * 2)
     return figures

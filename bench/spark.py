@@ -121,7 +121,7 @@ class Pipelines:
         self.root = root
         self.runs = 0
         self.server_pid = server_pid(address)
-        #: CPU seconds of the last timed query, by process (:func:`bench._spark_cpu.tree_cpu`).
+        #: CPU seconds of the last timed query, by process (:func:`bench._spark_cpu.cpu_between`).
         self.last_cpu: dict[str, float] = {}
 
     def highwater_stream(self, topic: str) -> Any:
@@ -173,17 +173,16 @@ class Pipelines:
                 .option("bootstrap.servers", self.address)
                 .option("topic", sink)
             )
-        from bench._spark_cpu import tree_cpu
+        from bench._spark_cpu import cpu_between, snapshot
 
-        cpu = tree_cpu(self.server_pid)
+        before = snapshot(self.server_pid)
         began = time.monotonic()
         query = writer.trigger(availableNow=True).start()
         query.awaitTermination()
         elapsed = time.monotonic() - began
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()))
-        after = tree_cpu(self.server_pid)
-        self.last_cpu = {k: after[k] - cpu[k] for k in after}
+        self.last_cpu = cpu_between(before, snapshot(self.server_pid))
         return elapsed
 
     def timed_batch_count(self, df: Any, records: int) -> float:
