@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -318,6 +319,7 @@ def main() -> None:
             _queries(spark, address, root, server, args, iter(outputs))
         finally:
             spark.stop()
+    shutil.rmtree(root)  # kept, with the server's log, when the run failed
 
 
 def server_pid(address: str) -> int:
