@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -55,6 +54,19 @@ FLOOR = "highwater-floor"
 START_ATTEMPTS = 3
 #: How Spark reports that miss.
 CONNECT_BACK_FAILED = "failed to connect back"
+#: The peer's progress name.
+PEER = "Parquet → noop (the peer)"
+
+
+def _cpu_text(cpu: dict[str, float], seconds: float, records: int) -> str:
+    """A query's CPU per record by process, and its share of the machine's 2 CPUs."""
+    total = sum(cpu.values())
+    python = cpu["python"] + cpu["driver"]
+    return (
+        f"CPU {total * 1e6 / records:.2f} µs/record (JVM {cpu['jvm'] * 1e6 / records:.2f}, "
+        f"server {cpu['broker'] * 1e6 / records:.2f}, Python {python * 1e6 / records:.2f}), "
+        f"{total / (seconds * 2):.0%} of 2 CPUs"
+    )
 
 
 async def _prepare(address: str, topics: list[str], records: int, source: str) -> None:
@@ -102,10 +114,15 @@ class Pipelines:
     """The queries the suite times, over one server and one Spark session."""
 
     def __init__(self, spark: Any, address: str, root: Path) -> None:
+        from bench._spark_cpu import server_pid
+
         self.spark = spark
         self.address = address
         self.root = root
         self.runs = 0
+        self.server_pid = server_pid(address)
+        #: CPU seconds of the last timed query, by process (:func:`bench._spark_cpu.cpu_between`).
+        self.last_cpu: dict[str, float] = {}
 
     def highwater_stream(self, topic: str) -> Any:
         return (
@@ -156,12 +173,16 @@ class Pipelines:
                 .option("bootstrap.servers", self.address)
                 .option("topic", sink)
             )
+        from bench._spark_cpu import cpu_between, snapshot
+
+        before = snapshot(self.server_pid)
         began = time.monotonic()
         query = writer.trigger(availableNow=True).start()
         query.awaitTermination()
         elapsed = time.monotonic() - began
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()))
+        self.last_cpu = cpu_between(before, snapshot(self.server_pid))
         return elapsed
 
     def timed_batch_count(self, df: Any, records: int) -> float:
@@ -215,15 +236,23 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
     )
     p.timed(p.parquet_stream(parquet), None)
 
+    cpu_notes: dict[str, str] = {}
+
     def rate(name: str, query: Callable[[], float]) -> float:
-        """Records/s of the median of :data:`REPEATS` runs of ``query``."""
-        seconds = []
+        """Records/s of the median of :data:`REPEATS` runs of ``query``; the median run's
+        CPU goes to ``cpu_notes``."""
+        runs = []
         for i in range(REPEATS):
             report.progress(f"spark: {name} ({i + 1}/{REPEATS})")
-            seconds.append(query())
-        return records / statistics.median(seconds)
+            p.last_cpu = {}
+            seconds = query()
+            runs.append((seconds, p.last_cpu))
+        seconds, cpu = sorted(runs, key=lambda run: run[0])[len(runs) // 2]
+        if cpu:
+            cpu_notes[name] = _cpu_text(cpu, seconds, records)
+        return records / seconds
 
-    peer = rate("Parquet → noop (the peer)", lambda: p.timed(p.parquet_stream(parquet), None))
+    peer = rate(PEER, lambda: p.timed(p.parquet_stream(parquet), None))
     outputs = iter(range(REPEATS * 2))
     pipeline = rate(
         "Highwater → Highwater",
@@ -274,7 +303,9 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
             peer_name=peer_name,
             peer_value=peer,
             target=ratio_at_least(0.35, "the Parquet → noop peer"),
-            extra=f"{records:,} records of {VALUE_BYTES} B, {PARTITIONS} partitions",
+            extra=f"{records:,} records of {VALUE_BYTES} B, {PARTITIONS} partitions; "
+            + cpu_notes.get("Highwater → Highwater", ""),
+            peer_extra=cpu_notes.get(PEER, ""),
         )
     )
     section.add(
@@ -285,6 +316,7 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
             peer_name=peer_name,
             peer_value=peer,
             target=at_least(500_000, "records/s"),
+            extra=cpu_notes.get("Highwater → noop", ""),
         )
     )
     section.add(
@@ -295,6 +327,7 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
             peer_name=peer_name,
             peer_value=peer,
             target=at_least(300_000, "records/s"),
+            extra=cpu_notes.get("Parquet → Highwater", ""),
         )
     )
     floors = (
@@ -303,6 +336,7 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
         ("sink", "Parquet → upper(value) → floor sink", floor_sink),
     )
     for role, query, value in floors:
+        name = query.replace(" → upper(value)", "")
         section.add(
             Row(
                 f"floor of the {role}: {query} (a Python data source without Highwater)",
@@ -311,6 +345,7 @@ def _measure(report: Report, section: SuiteSection, p: Pipelines, records: int, 
                 peer_name=peer_name,
                 peer_value=peer,
                 error=value if isinstance(value, str) else "",
+                extra=cpu_notes.get(name, ""),
             )
         )
     section.add(
@@ -354,4 +389,11 @@ def _notes(section: SuiteSection, records: int) -> None:
         "plan the read and the write, each importing PySpark and the data source afresh; "
         "the rows cross between the JVM and the Python workers as Arrow batches. A "
         "Highwater row cannot beat its floor: compare the targets with the floors."
+    )
+    section.note(
+        "Under each streaming figure, the CPU of the median run per record, from /proc "
+        "(`bench/_spark_cpu.py`): Spark's JVM, the server, and every Python process (the "
+        "tasks' workers, the processes Spark starts per query, this one), and its share of "
+        "the machine's 2 CPUs over the query's wall time. `python -m bench._spark_cpu` "
+        "splits the Python part into the source's and the sink's tasks and the rest."
     )

@@ -13,7 +13,6 @@ import bisect
 from typing import Final
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -76,6 +75,9 @@ class RecordBatchBuilder:
     def take(self, topic: str, partition: int, end: int | None = None) -> pa.RecordBatch:
         """The collected records of ``topic``/``partition`` (those before offset ``end``
         when it is given) as one batch; starts afresh."""
+        # Imported here, not with the module: pyarrow.compute costs about 40 ms of CPU, and
+        # of the Python processes Spark starts for a query only the tasks' take batches.
+        import pyarrow.compute as pc
         from highwater.records.columnar import finish_columns
 
         b = finish_columns(self.columns)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from embedded_servers import ServerThread
+from spark_queries import started
 from spark_topics import consume_all, create_topic, produce, unique_topic
 
 
@@ -82,20 +83,22 @@ def test_a_streaming_pipeline_reads_transforms_and_writes_a_topic(
     produce(server.address, source, [f"v{i}" for i in range(120)], partitions=2)
 
     def run() -> None:
-        query = (
-            spark.readStream.format("highwater")
-            .option("bootstrap.servers", server.address)
-            .option("subscribe", source)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", "50")
-            .load()
-            .selectExpr("key", "upper(cast(value as string)) as value", "partition")
-            .writeStream.format("highwater")
-            .option("bootstrap.servers", server.address)
-            .option("topic", sink)
-            .option("checkpointLocation", str(tmp_path / "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
+        query = started(
+            lambda: (
+                spark.readStream.format("highwater")
+                .option("bootstrap.servers", server.address)
+                .option("subscribe", source)
+                .option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", "50")
+                .load()
+                .selectExpr("key", "upper(cast(value as string)) as value", "partition")
+                .writeStream.format("highwater")
+                .option("bootstrap.servers", server.address)
+                .option("topic", sink)
+                .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                .trigger(availableNow=True)
+                .start()
+            )
         )
         assert query.awaitTermination(120)
         assert query.exception() is None

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from embedded_servers import ServerThread
 from highwater.client.admin import AdminClient
+from spark_queries import started
 from spark_topics import create_topic, produce, unique_topic
 from test_spark_batch import EXPECTED_SCHEMA
 
@@ -51,11 +52,13 @@ def stream(spark: Any, server: ServerThread, topic: str, **options: str) -> Any:
 
 
 def run_available_now(df: Any, sink: KeyedSink, checkpoint: Path) -> None:
-    query = (
-        df.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
+    query = started(
+        lambda: (
+            df.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
     )
     assert query.awaitTermination(120), "the availableNow query did not finish in 120 s"
     assert query.exception() is None
@@ -110,13 +113,13 @@ def test_a_running_query_stopped_and_restarted_loses_nothing(
             assert time.monotonic() < deadline, f"{len(sink.offsets())} of {count} records read"
             time.sleep(0.2)
 
-    query = start()
+    query = started(start)
     produce(server.address, topic, [f"v{i}" for i in range(200)], partitions=2)
     wait_for(100)
     query.stop()
     assert query.exception() is None
     produce(server.address, topic, [f"v{i}" for i in range(200, 300)], partitions=2, start=200)
-    query = start()
+    query = started(start)
     wait_for(300)
     query.stop()
     assert sink.offsets() == expected(topic, 2, 300)
@@ -185,12 +188,14 @@ def test_records_removed_by_retention_before_they_were_read(
             await admin.delete_records({(topic, 0): 20})
 
     asyncio.run(delete())
-    query = (
-        stream(spark, server, topic)
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
+    query = started(
+        lambda: (
+            stream(spark, server, topic)
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
     )
     with pytest.raises(Exception, match="offsets 10 to 19 were removed"):
         query.awaitTermination(120)
@@ -205,11 +210,13 @@ def test_a_stream_with_an_end_fails_as_it_starts(
 ) -> None:
     topic = unique_topic("ending")
     create_topic(server.address, topic, 1)
-    query = (
-        stream(spark, server, topic, endingOffsets="latest")
-        .writeStream.format("noop")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .start()
+    query = started(
+        lambda: (
+            stream(spark, server, topic, endingOffsets="latest")
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .start()
+        )
     )
     with pytest.raises(Exception, match="batch queries only"):
         query.awaitTermination(60)
