@@ -155,17 +155,33 @@ class _Pending:
 class _OpenBatch:
     """Requests' records decided and staged, not yet handed to Raft: they go as one batch.
 
-    ``image`` holds them at the offsets they will get (the batch starts right after
-    ``parent``)."""
+    ``delta`` holds every staged record replayed on ``parent`` (one delta for the whole
+    group, as a replica's loader replays a batch); ``image`` is the image it makes, at
+    the offsets the records will get (the batch starts right after ``parent``), built
+    only when asked for (:meth:`RaftMetadataStore.latest_image`) and dropped by the next
+    append: a group of requests that read the delta alone builds one image, at
+    :meth:`RaftMetadataStore.seal`."""
 
     parent: MetadataImage
-    image: MetadataImage
+    delta: MetadataDelta
     epoch: int
-    values: list[bytes]
+    values: list[bytes] = field(default_factory=list)
+    records: list[MetadataRecord] = field(default_factory=list)
+    image: MetadataImage | None = None
 
     @property
     def base_offset(self) -> int:
         return self.parent.offset + 1
+
+    @property
+    def last_offset(self) -> int:
+        return self.parent.offset + len(self.values)
+
+    def built_image(self) -> MetadataImage:
+        image = self.image
+        if image is None:
+            image = self.image = self.delta.apply(self.last_offset, self.epoch)
+        return image
 
 
 MAX_RECORDS_PER_BATCH: Final = 10_000
@@ -246,7 +262,14 @@ class RaftMetadataStore:
     def latest_image(self) -> MetadataImage:
         """The committed image plus every record appended since (while active)."""
         if self._open is not None:
-            return self._open.image
+            return self._open.built_image()
+        return self._pending[-1].image if self._pending else self._machine.image
+
+    def latest_view(self) -> MetadataImage | MetadataDelta:
+        """What :meth:`latest_image` holds, without building it: while records are
+        staged, the group's delta (read it, never replay into it); otherwise the image."""
+        if self._open is not None:
+            return self._open.delta
         return self._pending[-1].image if self._pending else self._machine.image
 
     def committed_image(self) -> MetadataImage:
@@ -292,17 +315,25 @@ class RaftMetadataStore:
             return self.latest_image().offset
         if self._open is not None and len(self._open.values) + len(records) > MAX_RECORDS_PER_BATCH:
             self._seal_open()
-        parent = self.latest_image()
-        delta = MetadataDelta(parent).replay_all(records)
         values = [encode_record(record) for record in records]
-        last_offset = parent.offset + len(values)
-        image = delta.apply(last_offset, epoch)
         staged = self._open
         if staged is None:
-            self._open = _OpenBatch(parent, image, epoch, values)
+            parent = self._pending[-1].image if self._pending else self._machine.image
+            # A record that does not replay raises before anything is staged.
+            staged = _OpenBatch(parent, MetadataDelta(parent).replay_all(records), epoch)
+            self._open = staged
         else:
-            staged.values.extend(values)
-            staged.image = image
+            try:
+                staged.delta.replay_all(records)
+            except BaseException:
+                # Part of this request's records may be in the group's delta: rebuilt
+                # from the records staged before it, which it leaves as they were.
+                staged.delta = MetadataDelta(staged.parent).replay_all(staged.records)
+                raise
+            staged.image = None
+        staged.records.extend(records)
+        staged.values.extend(values)
+        last_offset = staged.last_offset
         if not self._batching:
             self._seal_open()
         return last_offset
@@ -325,6 +356,7 @@ class RaftMetadataStore:
         staged = self._open
         if staged is None:
             return
+        image = staged.built_image()
         try:
             last, committed = self._raft.append(
                 staged.values, epoch=staged.epoch, base_offset=staged.base_offset
@@ -348,9 +380,7 @@ class RaftMetadataStore:
                 f"the batch staged for offsets {staged.base_offset}..{expected} of epoch "
                 f"{staged.epoch} was appended ending at {last.offset} in epoch {last.epoch}"
             )
-        self._pending.append(
-            _Pending(staged.base_offset, last, staged.parent, staged.image, committed)
-        )
+        self._pending.append(_Pending(staged.base_offset, last, staged.parent, image, committed))
 
     def in_flight(self) -> asyncio.Future[int] | None:
         """The commit of the last batch handed to Raft, while it is not committed yet."""
@@ -639,7 +669,11 @@ class ControllerServer:
         if seed is None:
             seed = random.SystemRandom().getrandbits(64)
         self._controller = QuorumController(
-            self.store.latest_image, config, seed=seed, credit_stalls=True
+            self.store.latest_image,
+            config,
+            seed=seed,
+            credit_stalls=True,
+            view_supplier=self.store.latest_view,
         )
         # The image replayed at start: its indexes built now, each later image derives
         # them, and this controller's activation, whenever it comes, finds them built.
