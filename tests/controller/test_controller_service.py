@@ -499,6 +499,65 @@ async def test_a_caller_gone_while_its_group_commits_leaves_the_others_answered(
     assert after.resources[0].error == NONE
 
 
+async def test_a_group_of_alter_configs_is_decided_in_order_on_one_batch(
+    single: tuple[ControllerServer, ControllerClient],
+) -> None:
+    server, client = single
+    await register_and_unfence(client, 1)
+    created = await client.create_topics(m.CreateTopicsRequest((m.CreatableTopic("g", 1, 1),)))
+    assert created.topics[0].error == NONE
+    store = server.store
+    before = store.sealed_batches
+
+    def change(*configs: m.AlterableConfig, topic: str = "g") -> m.AlterConfigsResource:
+        return m.AlterConfigsResource(TOPIC, topic, configs)
+
+    requests = [
+        m.AlterConfigsRequest((change(m.AlterableConfig("cleanup.policy", value="compact")),)),
+        # Decided on the group's state after the request before it: compact, then delete.
+        m.AlterConfigsRequest(
+            (change(m.AlterableConfig("cleanup.policy", m.AlterConfigOp.APPEND, "delete")),)
+        ),
+        # Refused: no records, and the others of the group are not affected.
+        m.AlterConfigsRequest(
+            (
+                change(
+                    m.AlterableConfig("retention.ms", value="5"),
+                    m.AlterableConfig("segment.bytes", value="forever"),
+                ),
+            )
+        ),
+        # Answered per item: the unknown topic refused, the change to g made.
+        m.AlterConfigsRequest(
+            (
+                change(m.AlterableConfig("retention.ms", value="1"), topic="ghost"),
+                change(m.AlterableConfig("max.message.bytes", value="2048")),
+            )
+        ),
+        m.AlterConfigsRequest(
+            (change(m.AlterableConfig("cleanup.policy", m.AlterConfigOp.APPEND, "compact")),)
+        ),
+    ]
+    # Queued together, before the worker runs: one group, one Raft batch.
+    calls = [
+        asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, request)) for request in requests
+    ]
+    answers = [codec.ALTER_CONFIGS.response_from_proto(a) for a in await asyncio.gather(*calls)]
+    assert store.sealed_batches - before == 1
+    assert [[r.error for r in a.resources] for a in answers] == [
+        [NONE],
+        [NONE],
+        [ErrorCode.INVALID_CONFIG],
+        [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, NONE],
+        [NONE],
+    ]
+    assert server.machine.image.topic_config("g") == {
+        "cleanup.policy": "compact,delete",
+        "max.message.bytes": "2048",
+    }
+    assert server.machine.image.topic_config("ghost") == {}
+
+
 async def test_a_voter_behind_the_log_start_catches_up_from_a_snapshot(tmp_path: Path) -> None:
     small = ControllerSettings(
         raft=RaftServerSettings(
