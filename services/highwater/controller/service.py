@@ -184,10 +184,18 @@ class _OpenBatch:
         return image
 
 
+DEFAULT_APPEND_LINGER_MS: Final = 0
+"""``ControllerSettings.append_linger_ms`` by default."""
+
 MAX_RECORDS_PER_BATCH: Final = 10_000
 """Records staged together in one Raft batch before it is sealed (Kafka's
 ``QuorumController`` bounds its batches the same way); one request's records are never
 split, however many."""
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _observe(future: asyncio.Future[Any]) -> None:
@@ -439,6 +447,11 @@ class ControllerSettings:
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     tick_interval_ms: int = 100
     """How often the active controller runs :meth:`QuorumController.tick`."""
+    append_linger_ms: int = DEFAULT_APPEND_LINGER_MS
+    """How long a group of requests started while the batch before it is on its way to a
+    majority keeps taking requests in (from its first), besides waiting for that batch to
+    commit (Kafka's ``controller.quorum.append.linger.ms``). A group started with nothing
+    in flight (a lone writer) is sealed at once whatever this says."""
     seed: int | None = None
     """Seeds replica placement and topic ids; ``None``: a random seed."""
     migration_from: EtcdStoreAddress | None = None
@@ -852,27 +865,43 @@ class ControllerServer:
         incarnation = store.incarnation
         answered: list[tuple[_Request | _Propose, Any]] = []
         activation: _Activate | None = None
+        loop = asyncio.get_running_loop()
+        linger_until: float | None = None
+        linger: asyncio.Future[None] | None = None
+        linger_timer: asyncio.TimerHandle | None = None
         store.begin_batch()
         try:
             self._run(first, answered)
             in_flight = store.in_flight()
+            if in_flight is not None and self.settings.append_linger_ms > 0:
+                linger_until = loop.time() + self.settings.append_linger_ms / 1000
             while (
                 len(answered) < _MAX_REQUESTS_PER_GROUP
                 and store.staged_records < MAX_RECORDS_PER_BATCH
             ):
                 if self._jobs.empty():
-                    if in_flight is None or in_flight.done():
-                        # Nothing on its way to a majority: sealed at once, no idle loop
-                        # turns first (they were on a lone write's path). Requests that
-                        # arrive next gather while this batch is in flight (below).
+                    # Nothing on its way to a majority when the group started: sealed at
+                    # once, no idle loop turns first (they were on a lone write's path).
+                    # Requests that arrive next gather while this batch is in flight.
+                    #
+                    # The batch before still on its way to a majority: this group could
+                    # not commit before it anyway, so it takes in the requests arriving
+                    # meanwhile, and is sealed when that batch commits (one Raft append,
+                    # fsync and fetch round trip for all of them) and its linger
+                    # (``append_linger_ms`` since the group started) has passed.
+                    wait_for: asyncio.Future[Any] | None = None
+                    if in_flight is not None and not in_flight.done():
+                        wait_for = in_flight
+                    elif linger_until is not None and loop.time() < linger_until:
+                        if linger is None:
+                            linger = loop.create_future()
+                            linger_timer = loop.call_at(linger_until, _resolve, linger)
+                        wait_for = linger
+                    if wait_for is None:
                         break
-                    # The batch before is still on its way to a majority: this group
-                    # could not commit before it anyway, so it takes in the requests
-                    # arriving meanwhile, and is sealed when that batch commits (one
-                    # Raft append, fsync and fetch round trip for all of them).
-                    job = await self._jobs.get_before(in_flight)
+                    job = await self._jobs.get_before(wait_for)
                     if job is None:
-                        break
+                        continue
                 else:
                     job = self._jobs.get_nowait()
                 if isinstance(job, _Activate):
@@ -880,6 +909,8 @@ class ControllerServer:
                     break
                 self._run(job, answered)
         finally:
+            if linger_timer is not None:
+                linger_timer.cancel()
             sealed = self._seal()
         if not sealed or store.incarnation != incarnation:
             # Decided on an image that is gone: never acknowledged.
