@@ -8,7 +8,7 @@ into a controller process, on top of the
 * :class:`RaftMetadataStore` is the :class:`~highwater.controller.store.MetadataStore`
   over a :class:`~highwater.raft.driver.RaftServer`: the latest image is the committed
   one plus the records this controller appended that are not committed yet (a
-  speculative image per append). An append goes to Raft at once
+  speculative image per batch). An append goes to Raft at once
   (:meth:`RaftServer.append`, guarded by the leader epoch and the expected base offset,
   so the offsets the records were decided with — broker epochs are record offsets —
   are the offsets they get). When a batch the store appended commits, the committed
@@ -23,7 +23,7 @@ into a controller process, on top of the
   its records are staged (the next request already sees them), without waiting for
   anything earlier to commit. The requests that arrive together — those queued, and
   while the group before is still on its way to a majority every request that arrives
-  until it commits — form a group whose staged
+  until it commits (and ``append_linger_ms`` since its first) — form a group whose staged
   records are sealed into one Raft batch (group commit: one append, one fsync per voter
   and one fetch round trip for the group, as Kafka's QuorumController with its batch
   accumulator); each answer
