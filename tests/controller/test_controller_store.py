@@ -410,20 +410,25 @@ async def test_records_that_do_not_replay_leave_the_staged_group_as_it_was(log: 
     await activate(raft, store)
     store.begin_batch()
     store.append(topic_records("a", "id-a"))
+    store.latest_image()  # built: what follows is staged on top of this image
     store.append([config("a", "1")])
-    before = store.latest_image()
     bad = PartitionRecord("no-such-topic", 0, (1,), (1,), 1)
-    # The first record replays into the group's delta before the second fails.
+    # The first two records replay into the staged delta before the third fails.
     with pytest.raises(MetadataReplayError):
         store.append([config("a", "2"), TopicRecord("b", "id-b"), bad])
     assert store.staged_records == 3
     view = store.latest_view()
     assert isinstance(view, MetadataDelta) and view.topic_id("b") is None
     assert view.config(ConfigResource(ConfigResourceType.TOPIC, "a")) == {"retention.ms": "1"}
-    assert store.latest_image() is before
+    image = store.latest_image()
+    assert image.topic("b") is None and image.topic_config("a") == {"retention.ms": "1"}
+    # Nothing built yet since: the failure leaves the image as it was.
+    with pytest.raises(MetadataReplayError):
+        store.append([TopicRecord("c", "id-c"), bad])
+    assert store.latest_image() is image
     store.append([config("a", "4")])
     store.seal()
     raft.commit()
-    assert machine.image.topic("b") is None
+    assert machine.image.topic("b") is None and machine.image.topic("c") is None
     assert machine.image.topic_config("a") == {"retention.ms": "4"}
     assert raft.entries[-1].batch.next_offset - raft.entries[-1].batch.base_offset == 4

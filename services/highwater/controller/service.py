@@ -155,19 +155,24 @@ class _Pending:
 class _OpenBatch:
     """Requests' records decided and staged, not yet handed to Raft: they go as one batch.
 
-    ``delta`` holds every staged record replayed on ``parent`` (one delta for the whole
-    group, as a replica's loader replays a batch); ``image`` is the image it makes, at
-    the offsets the records will get (the batch starts right after ``parent``), built
-    only when asked for (:meth:`RaftMetadataStore.latest_image`) and dropped by the next
-    append: a group of requests that read the delta alone builds one image, at
-    :meth:`RaftMetadataStore.seal`."""
+    The state they make is ``base`` (``parent`` at first, then the image last built for
+    them) plus ``since``, the records staged after it replayed on it (``None``: none).
+    Each append replays its records into ``since`` (the check that they apply); an image,
+    at the offsets the records will get (the batch starts right after ``parent``), is
+    built from it only when asked for (:meth:`RaftMetadataStore.latest_image`, and at
+    the seal). A request that only reads the state decides on ``since`` itself
+    (:meth:`RaftMetadataStore.latest_view`): a group of such requests replays each
+    record once and builds one image, and a group whose every request reads an image
+    builds one per request from that request's records, as each did before."""
 
     parent: MetadataImage
-    delta: MetadataDelta
     epoch: int
+    base: MetadataImage
+    since: MetadataDelta | None
     values: list[bytes] = field(default_factory=list)
     records: list[MetadataRecord] = field(default_factory=list)
-    image: MetadataImage | None = None
+    base_records: int = 0
+    """How many of ``records`` ``base`` holds."""
 
     @property
     def base_offset(self) -> int:
@@ -177,11 +182,33 @@ class _OpenBatch:
     def last_offset(self) -> int:
         return self.parent.offset + len(self.values)
 
+    def view(self) -> MetadataImage | MetadataDelta:
+        return self.base if self.since is None else self.since
+
     def built_image(self) -> MetadataImage:
-        image = self.image
-        if image is None:
-            image = self.image = self.delta.apply(self.last_offset, self.epoch)
-        return image
+        since = self.since
+        if since is not None:
+            self.base = since.apply(self.last_offset, self.epoch)
+            self.base_records = len(self.records)
+            self.since = None
+        return self.base
+
+    def stage(self, records: Sequence[MetadataRecord], values: list[bytes]) -> None:
+        """Replay ``records`` on the staged state and stage them; a record that does not
+        replay raises, and leaves the state as the records staged before made it."""
+        since = self.since
+        if since is None:
+            self.since = MetadataDelta(self.base).replay_all(records)
+        else:
+            try:
+                since.replay_all(records)
+            except BaseException:
+                # Part of them may be in the delta: rebuilt from the ones staged before.
+                rebuilt = MetadataDelta(self.base).replay_all(self.records[self.base_records :])
+                self.since = rebuilt
+                raise
+        self.records.extend(records)
+        self.values.extend(values)
 
 
 DEFAULT_APPEND_LINGER_MS: Final = 0
@@ -277,7 +304,7 @@ class RaftMetadataStore:
         """What :meth:`latest_image` holds, without building it: while records are
         staged, the group's delta (read it, never replay into it); otherwise the image."""
         if self._open is not None:
-            return self._open.delta
+            return self._open.view()
         return self._pending[-1].image if self._pending else self._machine.image
 
     def committed_image(self) -> MetadataImage:
@@ -327,20 +354,11 @@ class RaftMetadataStore:
         staged = self._open
         if staged is None:
             parent = self._pending[-1].image if self._pending else self._machine.image
-            # A record that does not replay raises before anything is staged.
-            staged = _OpenBatch(parent, MetadataDelta(parent).replay_all(records), epoch)
+            staged = _OpenBatch(parent, epoch, parent, None)
+            staged.stage(records, values)  # raises before anything is staged
             self._open = staged
         else:
-            try:
-                staged.delta.replay_all(records)
-            except BaseException:
-                # Part of this request's records may be in the group's delta: rebuilt
-                # from the records staged before it, which it leaves as they were.
-                staged.delta = MetadataDelta(staged.parent).replay_all(staged.records)
-                raise
-            staged.image = None
-        staged.records.extend(records)
-        staged.values.extend(values)
+            staged.stage(records, values)
         last_offset = staged.last_offset
         if not self._batching:
             self._seal_open()
