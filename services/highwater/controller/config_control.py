@@ -73,9 +73,9 @@ class ConfigurationControl:
         brokers, validated against their definitions; each resource on its own.
 
         ``base`` is the state to decide on: an image, or a delta over one (the controller
-        store's staged group, read and never replayed into). Each resource sees the ones
-        before it in the request through an overlay of the overrides they changed, so no
-        delta (and no image) is built per request."""
+        store's staged records, read and never replayed into). Each resource sees the ones
+        before it in the request through an overlay of the overrides they changed, so
+        nothing is replayed and no image is built to decide a request."""
         view = base if isinstance(base, MetadataDelta) else MetadataDelta(base)
         changed: dict[ConfigResource, dict[str, str]] = {}
         records: list[MetadataRecord] = []

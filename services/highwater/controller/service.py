@@ -302,7 +302,8 @@ class RaftMetadataStore:
 
     def latest_view(self) -> MetadataImage | MetadataDelta:
         """What :meth:`latest_image` holds, without building it: while records are
-        staged, the group's delta (read it, never replay into it); otherwise the image."""
+        staged since the image last built, their delta over it (read it, never replay into
+        it); otherwise that image."""
         if self._open is not None:
             return self._open.view()
         return self._pending[-1].image if self._pending else self._machine.image
