@@ -583,6 +583,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--floor", action="store_true", help="also measure the no-op gRPC floor server"
     )
+    parser.add_argument(
+        "--append-linger-ms",
+        type=int,
+        default=None,
+        help="run the controllers with this --append-linger-ms (default: theirs)",
+    )
     parser.add_argument("--top", type=int, default=30, help="functions listed per profile")
     parser.add_argument("--keep", type=Path, help="keep the data and profiles here")
     args = parser.parse_args(argv)
@@ -596,7 +602,14 @@ def main(argv: list[str] | None = None) -> int:
             print(fsync_probe(root, args.fsync), flush=True)
         if args.floor:
             _run_floor(root, args)
-        with controller_quorum(root, profiled=args.profile, timeline=args.timeline) as processes:
+        extra = (
+            ()
+            if args.append_linger_ms is None
+            else ("--append-linger-ms", str(args.append_linger_ms))
+        )
+        with controller_quorum(
+            root, profiled=args.profile, timeline=args.timeline, extra_args=extra
+        ) as processes:
             for _ in range(args.runs):
                 for writers in args.writers:
                     run = asyncio.run(

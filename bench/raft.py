@@ -49,6 +49,8 @@ class ControllerProcess:
     to ``profile_out.N`` by SIGUSR2) instead of plain ``python -m highwater``."""
     timeline_out: Path | None = None
     """Run under ``bench._raft_timeline`` (commit-path timeline windows, the same signals)."""
+    extra_args: tuple[str, ...] = ()
+    """More ``highwater controller`` arguments (``--append-linger-ms N``)."""
 
     def start(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
@@ -70,6 +72,7 @@ class ControllerProcess:
                 self.voters,
                 "--data-dir",
                 str(self.data_dir),
+                *self.extra_args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -94,11 +97,17 @@ class ControllerProcess:
 
 @contextlib.contextmanager
 def controller_quorum(
-    root: Path, voters: int = 3, *, profiled: bool = False, timeline: bool = False
+    root: Path,
+    voters: int = 3,
+    *,
+    profiled: bool = False,
+    timeline: bool = False,
+    extra_args: tuple[str, ...] = (),
 ) -> Iterator[list[ControllerProcess]]:
     """``voters`` controller processes on loopback; ``profiled``: each under
     ``bench._profiled_server``, writing its profiles to ``root/cN.prof.W``; ``timeline``:
-    under ``bench._raft_timeline``, writing its windows to ``root/cN.timeline.W``."""
+    under ``bench._raft_timeline``, writing its windows to ``root/cN.timeline.W``;
+    ``extra_args``: more arguments for each ``highwater controller``."""
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(voters)]
     spec = ",".join(f"{i + 1}@{address}" for i, address in enumerate(addresses))
     processes = [
@@ -110,6 +119,7 @@ def controller_quorum(
             root / f"c{i + 1}.log",
             profile_out=root / f"c{i + 1}.prof" if profiled else None,
             timeline_out=root / f"c{i + 1}.timeline" if timeline else None,
+            extra_args=extra_args,
         )
         for i, address in enumerate(addresses)
     ]

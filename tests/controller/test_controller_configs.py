@@ -22,7 +22,8 @@ from highwater.controller_api.messages import (
     DescribeConfigsResource,
 )
 from highwater.errors import InvalidConfigError
-from highwater.metadata import ConfigRecord, ConfigResourceType
+from highwater.metadata import ConfigRecord, ConfigResource, ConfigResourceType
+from highwater.metadata.delta import MetadataDelta
 from highwater.v1.common_pb2 import ErrorCode
 
 TOPIC = ConfigResourceType.TOPIC
@@ -307,3 +308,31 @@ def test_described_sources_follow_kafkas_precedence() -> None:
     assert topic["segment.bytes"] == ("1000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
     assert topic["cleanup.policy"] == ("delete", ConfigSource.DEFAULT_CONFIG)
     assert h.image.log_config("t").retention_ms == 3_600_000
+
+
+def test_decided_on_a_delta_it_reads_and_leaves_as_it_was(h: Harness) -> None:
+    # The controller store hands a staged group's delta: read, never replayed into.
+    delta = MetadataDelta(h.store.latest_image())
+    delta.replay(ConfigRecord(TOPIC, "t", "retention.ms", "2000"))
+    request = AlterConfigsRequest(
+        (
+            AlterConfigsResource(
+                TOPIC, "t", (AlterableConfig("cleanup.policy", AlterConfigOp.SET, "compact"),)
+            ),
+            # The same resource again in one request sees the change before it.
+            AlterConfigsResource(
+                TOPIC,
+                "t",
+                (AlterableConfig("cleanup.policy", AlterConfigOp.APPEND, "delete"),),
+            ),
+        )
+    )
+    records = delta.record_count
+    result = ConfigurationControl(h.config).alter_configs(delta, request)
+    assert [r.error for r in result.response.resources] == [NONE, NONE]
+    assert result.records == [
+        ConfigRecord(TOPIC, "t", "cleanup.policy", "compact"),
+        ConfigRecord(TOPIC, "t", "cleanup.policy", "compact,delete"),
+    ]
+    assert delta.record_count == records
+    assert delta.config(ConfigResource(TOPIC, "t")) == {"retention.ms": "2000"}

@@ -9,6 +9,7 @@ every voter's image is the same.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -497,6 +498,107 @@ async def test_a_caller_gone_while_its_group_commits_leaves_the_others_answered(
     assert server.machine.image.topic_config("g") == {"retention.ms": "7"}
     after = await client.alter_configs(alter("g", "8"))
     assert after.resources[0].error == NONE
+
+
+async def test_a_group_of_alter_configs_is_decided_in_order_on_one_batch(
+    single: tuple[ControllerServer, ControllerClient],
+) -> None:
+    server, client = single
+    await register_and_unfence(client, 1)
+    created = await client.create_topics(m.CreateTopicsRequest((m.CreatableTopic("g", 1, 1),)))
+    assert created.topics[0].error == NONE
+    store = server.store
+    before = store.sealed_batches
+
+    def change(*configs: m.AlterableConfig, topic: str = "g") -> m.AlterConfigsResource:
+        return m.AlterConfigsResource(TOPIC, topic, configs)
+
+    requests = [
+        m.AlterConfigsRequest((change(m.AlterableConfig("cleanup.policy", value="compact")),)),
+        # Decided on the group's state after the request before it: compact, then delete.
+        m.AlterConfigsRequest(
+            (change(m.AlterableConfig("cleanup.policy", m.AlterConfigOp.APPEND, "delete")),)
+        ),
+        # Refused: no records, and the others of the group are not affected.
+        m.AlterConfigsRequest(
+            (
+                change(
+                    m.AlterableConfig("retention.ms", value="5"),
+                    m.AlterableConfig("segment.bytes", value="forever"),
+                ),
+            )
+        ),
+        # Answered per item: the unknown topic refused, the change to g made.
+        m.AlterConfigsRequest(
+            (
+                change(m.AlterableConfig("retention.ms", value="1"), topic="ghost"),
+                change(m.AlterableConfig("max.message.bytes", value="2048")),
+            )
+        ),
+        m.AlterConfigsRequest(
+            (change(m.AlterableConfig("cleanup.policy", m.AlterConfigOp.APPEND, "compact")),)
+        ),
+    ]
+    # Queued together, before the worker runs: one group, one Raft batch.
+    calls = [
+        asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, request)) for request in requests
+    ]
+    answers = [codec.ALTER_CONFIGS.response_from_proto(a) for a in await asyncio.gather(*calls)]
+    assert store.sealed_batches - before == 1
+    assert [[r.error for r in a.resources] for a in answers] == [
+        [NONE],
+        [NONE],
+        [ErrorCode.INVALID_CONFIG],
+        [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, NONE],
+        [NONE],
+    ]
+    assert server.machine.image.topic_config("g") == {
+        "cleanup.policy": "compact,delete",
+        "max.message.bytes": "2048",
+    }
+    assert server.machine.image.topic_config("ghost") == {}
+
+
+async def test_a_group_started_behind_a_batch_in_flight_lingers_a_lone_request_does_not(
+    tmp_path: Path,
+) -> None:
+    quorum = Quorum(tmp_path, 1, dataclasses.replace(settings(), append_linger_ms=300))
+    server = await quorum.start(1)
+    try:
+        await server.wait_active()
+        async with ControllerClient(quorum.addresses) as client:
+            await register_and_unfence(client, 1)
+            created = await client.create_topics(
+                m.CreateTopicsRequest((m.CreatableTopic("g", 1, 1),))
+            )
+            assert created.topics[0].error == NONE
+        store = server.store
+        loop = asyncio.get_running_loop()
+        # Nothing in flight: a lone request is sealed at once, not held for the linger.
+        started = loop.time()
+        before = store.sealed_batches
+        await server.call(codec.ALTER_CONFIGS, alter("g", "1"))
+        assert loop.time() - started < 0.25 and store.sealed_batches == before + 1
+        # Behind a batch in flight, the next group takes in requests for the linger,
+        # long after that batch committed: one batch for the nine spread over 108 ms.
+        calls = [asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, alter("g", "2")))]
+        async with asyncio.timeout(10):
+            while store.in_flight() is None:
+                await asyncio.sleep(0)
+        for i in range(3, 12):
+            calls.append(
+                asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, alter("g", str(i))))
+            )
+            await asyncio.sleep(0.012)
+        answers = [codec.ALTER_CONFIGS.response_from_proto(a) for a in await asyncio.gather(*calls)]
+        assert all(a.resources[0].error == NONE for a in answers)
+        # 1, 2, then 3..11 together (3 may miss batch 2 in flight on a slow machine and
+        # go alone: then 4..11 linger behind it); without the linger each of the nine,
+        # 12 ms apart, is a batch of its own.
+        assert store.sealed_batches - before <= 4, store.sealed_batches - before
+        assert server.machine.image.topic_config("g") == {"retention.ms": "11"}
+    finally:
+        await quorum.stop_all()
 
 
 async def test_a_voter_behind_the_log_start_catches_up_from_a_snapshot(tmp_path: Path) -> None:

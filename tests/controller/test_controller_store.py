@@ -16,6 +16,7 @@ from highwater.controller.service import RaftMetadataStore
 from highwater.errors import UnexpectedAppendOffsetError
 from highwater.metadata import (
     ConfigRecord,
+    ConfigResource,
     ConfigResourceType,
     MetadataImage,
     MetadataRecord,
@@ -27,6 +28,7 @@ from highwater.metadata import (
     encode_record,
     replay,
 )
+from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.snapshot import snapshot_values
 from highwater.metadata.state_machine import MetadataStateMachine, decode_snapshot, encode_snapshot
 from highwater.raft.messages import OffsetAndEpoch
@@ -369,3 +371,64 @@ async def test_leadership_loss_drops_the_staged_records(log: Log) -> None:
     assert store.latest_image() is machine.image
     store.seal()  # nothing left to append
     assert raft.entries[-1].batch.base_offset < 2
+
+
+async def test_a_staged_group_is_read_through_its_delta_and_builds_its_image_once(
+    log: Log,
+) -> None:
+    raft, machine, store = log
+    await activate(raft, store)
+    store.append(topic_records("a", "id-a"))
+    raft.commit()
+    store.begin_batch()
+    assert store.latest_view() is store.latest_image()  # nothing staged: the image
+    store.append([config("a", "1")])
+    store.append([config("a", "2"), ConfigRecord(ConfigResourceType.TOPIC, "a", "x.y", "z")])
+    view = store.latest_view()
+    assert isinstance(view, MetadataDelta)  # the group's records, no image built
+    assert view.config(ConfigResource(ConfigResourceType.TOPIC, "a")) == {
+        "retention.ms": "2",
+        "x.y": "z",
+    }
+    image = store.latest_image()
+    assert store.latest_image() is image  # built once, until the next append
+    assert image.offset == raft.end_offset + 2 and image.topic_config("a")["retention.ms"] == "2"
+    store.append([config("a", "3")])
+    assert store.latest_image() is not image
+    store.seal()
+    sealed = store.latest_image()
+    raft.commit()
+    assert machine.image is sealed and machine.image.topic_config("a")["retention.ms"] == "3"
+    # The follower's image, replayed batch by batch from the log, is the same.
+    replica = MetadataStateMachine()
+    replica.apply([e.batch for e in raft.entries if not e.control], raft.end_offset)
+    assert snapshot_values(replica.image) == snapshot_values(machine.image)
+
+
+async def test_records_that_do_not_replay_leave_the_staged_group_as_it_was(log: Log) -> None:
+    raft, machine, store = log
+    await activate(raft, store)
+    store.begin_batch()
+    store.append(topic_records("a", "id-a"))
+    store.latest_image()  # built: what follows is staged on top of this image
+    store.append([config("a", "1")])
+    bad = PartitionRecord("no-such-topic", 0, (1,), (1,), 1)
+    # The first two records replay into the staged delta before the third fails.
+    with pytest.raises(MetadataReplayError):
+        store.append([config("a", "2"), TopicRecord("b", "id-b"), bad])
+    assert store.staged_records == 3
+    view = store.latest_view()
+    assert isinstance(view, MetadataDelta) and view.topic_id("b") is None
+    assert view.config(ConfigResource(ConfigResourceType.TOPIC, "a")) == {"retention.ms": "1"}
+    image = store.latest_image()
+    assert image.topic("b") is None and image.topic_config("a") == {"retention.ms": "1"}
+    # Nothing built yet since: the failure leaves the image as it was.
+    with pytest.raises(MetadataReplayError):
+        store.append([TopicRecord("c", "id-c"), bad])
+    assert store.latest_image() is image
+    store.append([config("a", "4")])
+    store.seal()
+    raft.commit()
+    assert machine.image.topic("b") is None and machine.image.topic("c") is None
+    assert machine.image.topic_config("a") == {"retention.ms": "4"}
+    assert raft.entries[-1].batch.next_offset - raft.entries[-1].batch.base_offset == 4

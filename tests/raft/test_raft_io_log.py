@@ -27,7 +27,7 @@ from highwater.raft.partition_raft_log import (
     metadata_log_config,
     metadata_log_dir,
 )
-from highwater.records import iter_batches
+from highwater.records import SimpleRecord, build_batch, iter_batches
 
 LogFactory = Callable[[], Any]
 
@@ -376,3 +376,20 @@ def _batch_from_leader(values: list[tuple[bytes, int]], *, start: int) -> bytes:
     for value, epoch in values:
         leader.append_as_leader([value], epoch)
     return leader.read(start, 1 << 20)
+
+
+def test_a_leaders_data_batch_is_the_bytes_build_batch_makes(log_dir: Path) -> None:
+    # Written by the producer's builder (the compiled codec's per-record path): a
+    # follower, a snapshot or a replay reads the same batch as the reference encoder's.
+    raft_log = PartitionRaftLog.open(log_dir, config=metadata_log_config())
+    raft_log.append_as_leader([b"first"], epoch=2)
+    values = [b"", b"x" * 300, bytes(range(256)), b"last"]
+    raft_log.append_as_leader(values, epoch=3)
+    data = bytes(raft_log.read(1, 1 << 20))
+    batch = next(iter_batches(data))
+    expected = build_batch(
+        [SimpleRecord(value=value, timestamp=batch.max_timestamp) for value in values],
+        base_offset=1,
+        partition_leader_epoch=3,
+    )
+    assert data == expected

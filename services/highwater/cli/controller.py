@@ -49,7 +49,11 @@ from highwater.cli.serving import (
     tls_options,
 )
 from highwater.controller.etcd_migration import etcd_cluster_id
-from highwater.controller.service import ControllerServer, ControllerSettings
+from highwater.controller.service import (
+    DEFAULT_APPEND_LINGER_MS,
+    ControllerServer,
+    ControllerSettings,
+)
 from highwater.errors import HighwaterError
 from highwater.etcd_metadata.endpoints import EtcdStoreAddress
 from highwater.raft.driver import RaftServerSettings
@@ -121,6 +125,15 @@ def _bootstrap_controllers(
     "serves its brokers until every broker was restarted with --controllers. The quorum "
     "takes etcd's cluster id (a different --cluster-id is refused).",
 )
+@click.option(
+    "--append-linger-ms",
+    type=click.IntRange(0, 1000),
+    default=DEFAULT_APPEND_LINGER_MS,
+    show_default=True,
+    help="How long a group of Controller requests that started while the one before is "
+    "being committed keeps taking requests in before it goes to Raft as one batch "
+    "(controller.quorum.append.linger.ms). A lone request is never held.",
+)
 @etcd_tls_options("migration_from")
 @server_config_options
 def controller(
@@ -135,6 +148,7 @@ def controller(
     snapshot_bytes: int,
     offsets_topic_replication_factor: int,
     migration_from: EtcdStoreAddress | None,
+    append_linger_ms: int,
     config_file: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
@@ -188,6 +202,7 @@ def controller(
         except HighwaterError as e:
             raise click.ClickException(f"--migration-from {migration_from}: {e}") from None
     settings = ControllerSettings(
+        append_linger_ms=append_linger_ms,
         migration_from=migration_from,
         raft=RaftServerSettings(
             metadata_log_max_record_bytes_between_snapshots=config.get(

@@ -8,7 +8,6 @@ operations: SET, DELETE, and APPEND / SUBTRACT for list settings.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 
 from highwater.config.definition import ConfigDef, ConfigKey, ConfigType
@@ -42,6 +41,10 @@ from highwater.metadata.records import (
 )
 from highwater.v1.common_pb2 import ErrorCode
 
+_TOPIC_DEFINITION: ConfigDef = LogConfig.DEFINITION
+_RESOURCE_TYPES: Mapping[int, ConfigResourceType] = {t.value: t for t in ConfigResourceType}
+"""Each resource type by its number: a dict lookup, not an enum call, per request."""
+
 UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
 
@@ -64,16 +67,22 @@ class ConfigurationControl:
         self.config = config
 
     def alter_configs(
-        self, image: MetadataImage, request: AlterConfigsRequest
+        self, base: MetadataImage | MetadataDelta, request: AlterConfigsRequest
     ) -> ControllerResult[AlterConfigsResponse]:
         """Incremental config changes (SET, DELETE, APPEND, SUBTRACT) of topics and
-        brokers, validated against their definitions; each resource on its own."""
-        delta = MetadataDelta(image)
+        brokers, validated against their definitions; each resource on its own.
+
+        ``base`` is the state to decide on: an image, or a delta over one (the controller
+        store's staged records, read and never replayed into). Each resource sees the ones
+        before it in the request through an overlay of the overrides they changed, so
+        nothing is replayed and no image is built to decide a request."""
+        view = base if isinstance(base, MetadataDelta) else MetadataDelta(base)
+        changed: dict[ConfigResource, dict[str, str]] = {}
         records: list[MetadataRecord] = []
         results: list[AlterConfigsResourceResult] = []
         for resource in request.resources:
             try:
-                resource_records = self._alter_resource(delta, resource)
+                target, updated, resource_records = self._alter_resource(view, changed, resource)
             except ControllerApiError as e:
                 results.append(
                     AlterConfigsResourceResult(
@@ -93,7 +102,7 @@ class ConfigurationControl:
                 AlterConfigsResourceResult(resource.resource_type, resource.resource_name)
             )
             if not request.validate_only:
-                delta.replay_all(resource_records)
+                changed[target] = updated
                 records.extend(resource_records)
         return ControllerResult(records, AlterConfigsResponse(resources=tuple(results)))
 
@@ -101,7 +110,7 @@ class ConfigurationControl:
         if resource_type == ConfigResourceType.TOPIC:
             if delta.topic_id(name) is None:
                 raise refuse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No topic {name!r}")
-            return LogConfig.DEFINITION
+            return _TOPIC_DEFINITION
         if resource_type == ConfigResourceType.BROKER:
             if name and not name.isdigit():
                 raise refuse(
@@ -117,49 +126,58 @@ class ConfigurationControl:
         raise refuse(ErrorCode.INVALID_REQUEST, f"Unknown config resource type {resource_type}")
 
     def _alter_resource(
-        self, delta: MetadataDelta, resource: AlterConfigsResource
-    ) -> list[MetadataRecord]:
-        definition = self._definition(delta, resource.resource_type, resource.resource_name)
-        target = ConfigResource(ConfigResourceType(resource.resource_type), resource.resource_name)
-        current = delta.config(target)
+        self,
+        delta: MetadataDelta,
+        changed: Mapping[ConfigResource, Mapping[str, str]],
+        resource: AlterConfigsResource,
+    ) -> tuple[ConfigResource, dict[str, str], list[MetadataRecord]]:
+        """The resource, its overrides after the change and the records that make it;
+        ``changed``: the overrides the request's earlier resources set (over ``delta``)."""
+        resource_type = resource.resource_type
+        definition = self._definition(delta, resource_type, resource.resource_name)
+        target = ConfigResource(_RESOURCE_TYPES[resource_type], resource.resource_name)
+        earlier = changed.get(target)
+        current = dict(earlier) if earlier is not None else delta.config(target)
         updated = dict(current)
-        names = Counter(change.name for change in resource.configs)
-        for change in resource.configs:
-            if names[change.name] > 1:
+        configs = resource.configs
+        repeated: set[str] = set()
+        if len(configs) > 1:
+            names = [change.name for change in configs]
+            if len(set(names)) != len(names):
+                repeated = {name for name in names if names.count(name) > 1}
+        broker_override = resource_type == ConfigResourceType.BROKER and resource.resource_name
+        for change in configs:
+            if change.name in repeated:
                 raise refuse(
                     ErrorCode.INVALID_REQUEST, f"Configuration {change.name} is changed twice"
                 )
             key = definition.key(change.name)
-            if (
-                resource.resource_type == ConfigResourceType.BROKER
-                and resource.resource_name
-                and key.name in CLUSTER_DEFAULT_KEYS
-            ):
+            if broker_override and key.name in CLUSTER_DEFAULT_KEYS:
                 raise refuse(
                     ErrorCode.INVALID_REQUEST,
                     f"Configuration {key.name} is cluster-wide: alter it on the default "
                     "broker resource (--entity-default), not on broker "
                     f"{resource.resource_name}",
                 )
-            if change.op == AlterConfigOp.SET:
+            op = change.op
+            if op == AlterConfigOp.SET:
                 if change.value is None:
                     raise refuse(ErrorCode.INVALID_REQUEST, f"SET of {change.name} needs a value")
                 updated[key.name] = key.to_string(key.parse(change.value))
-            elif change.op == AlterConfigOp.DELETE:
+            elif op == AlterConfigOp.DELETE:
                 updated.pop(key.name, None)
-            elif change.op in (AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT):
-                updated[key.name] = self._list_change(
-                    key, updated.get(key.name), change.op, change.value
-                )
+            elif op in (AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT):
+                updated[key.name] = self._list_change(key, updated.get(key.name), op, change.value)
             else:
-                raise refuse(ErrorCode.INVALID_REQUEST, f"Unknown config operation {change.op}")
-        if resource.resource_type == ConfigResourceType.TOPIC:
+                raise refuse(ErrorCode.INVALID_REQUEST, f"Unknown config operation {op}")
+        if resource_type == ConfigResourceType.TOPIC:
             self._check_topic_min_insync(delta, resource.resource_name, updated)
-        return [
+        records: list[MetadataRecord] = [
             ConfigRecord(target.type, target.name, name, updated.get(name))
-            for name in sorted(set(current) | set(updated))
+            for name in sorted(current.keys() | updated.keys())
             if current.get(name) != updated.get(name)
         ]
+        return target, updated, records
 
     @staticmethod
     def _check_topic_min_insync(

@@ -127,13 +127,20 @@ class QuorumController:
         *,
         seed: int = 0,
         credit_stalls: bool = False,
+        view_supplier: Callable[[], MetadataImage | MetadataDelta] | None = None,
     ) -> None:
         """``credit_stalls``: a gap between two ticks longer than the heartbeat interval
         is time this controller could not listen (its loop blocked or starved), and
         sessions do not count the excess (:mod:`~highwater.controller.heartbeats`); the
         services, which tick every 100 ms, run so. Without it every millisecond between
-        ticks counts, for callers that drive the clock in jumps without ticking."""
+        ticks counts, for callers that drive the clock in jumps without ticking.
+
+        ``view_supplier``: the same state as ``image_supplier``, as an image or as a
+        delta over one (the store's ``latest_view``: a group's staged records replayed,
+        the image not built), for the requests that only read it (AlterConfigs): a
+        group of them builds no image per request."""
         self._image = image_supplier
+        self._view = image_supplier if view_supplier is None else view_supplier
         self.config = config if config is not None else ControllerConfig()
         self.heartbeats = BrokerHeartbeatManager(
             self.config.broker_session_timeout_ms,
@@ -303,7 +310,7 @@ class QuorumController:
 
     def alter_configs(self, request: AlterConfigsRequest) -> ControllerResult[AlterConfigsResponse]:
         """Incremental config changes of topics and brokers, validated by their definitions."""
-        return self.configs.alter_configs(self._image(), request)
+        return self.configs.alter_configs(self._view(), request)
 
     def describe_configs(
         self, request: DescribeConfigsRequest

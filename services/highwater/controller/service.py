@@ -8,7 +8,7 @@ into a controller process, on top of the
 * :class:`RaftMetadataStore` is the :class:`~highwater.controller.store.MetadataStore`
   over a :class:`~highwater.raft.driver.RaftServer`: the latest image is the committed
   one plus the records this controller appended that are not committed yet (a
-  speculative image per append). An append goes to Raft at once
+  speculative image per batch). An append goes to Raft at once
   (:meth:`RaftServer.append`, guarded by the leader epoch and the expected base offset,
   so the offsets the records were decided with — broker epochs are record offsets —
   are the offsets they get). When a batch the store appended commits, the committed
@@ -23,7 +23,7 @@ into a controller process, on top of the
   its records are staged (the next request already sees them), without waiting for
   anything earlier to commit. The requests that arrive together — those queued, and
   while the group before is still on its way to a majority every request that arrives
-  until it commits — form a group whose staged
+  until it commits (and ``append_linger_ms`` since its first) — form a group whose staged
   records are sealed into one Raft batch (group commit: one append, one fsync per voter
   and one fetch round trip for the group, as Kafka's QuorumController with its batch
   accumulator); each answer
@@ -155,23 +155,74 @@ class _Pending:
 class _OpenBatch:
     """Requests' records decided and staged, not yet handed to Raft: they go as one batch.
 
-    ``image`` holds them at the offsets they will get (the batch starts right after
-    ``parent``)."""
+    The state they make is ``base`` (``parent`` at first, then the image last built for
+    them) plus ``since``, the records staged after it replayed on it (``None``: none).
+    Each append replays its records into ``since`` (the check that they apply); an image,
+    at the offsets the records will get (the batch starts right after ``parent``), is
+    built from it only when asked for (:meth:`RaftMetadataStore.latest_image`, and at
+    the seal). A request that only reads the state decides on ``since`` itself
+    (:meth:`RaftMetadataStore.latest_view`): a group of such requests replays each
+    record once and builds one image, and a group whose every request reads an image
+    builds one per request from that request's records, as each did before."""
 
     parent: MetadataImage
-    image: MetadataImage
     epoch: int
-    values: list[bytes]
+    base: MetadataImage
+    since: MetadataDelta | None
+    values: list[bytes] = field(default_factory=list)
+    records: list[MetadataRecord] = field(default_factory=list)
+    base_records: int = 0
+    """How many of ``records`` ``base`` holds."""
 
     @property
     def base_offset(self) -> int:
         return self.parent.offset + 1
 
+    @property
+    def last_offset(self) -> int:
+        return self.parent.offset + len(self.values)
+
+    def view(self) -> MetadataImage | MetadataDelta:
+        return self.base if self.since is None else self.since
+
+    def built_image(self) -> MetadataImage:
+        since = self.since
+        if since is not None:
+            self.base = since.apply(self.last_offset, self.epoch)
+            self.base_records = len(self.records)
+            self.since = None
+        return self.base
+
+    def stage(self, records: Sequence[MetadataRecord], values: list[bytes]) -> None:
+        """Replay ``records`` on the staged state and stage them; a record that does not
+        replay raises, and leaves the state as the records staged before made it."""
+        since = self.since
+        if since is None:
+            self.since = MetadataDelta(self.base).replay_all(records)
+        else:
+            try:
+                since.replay_all(records)
+            except BaseException:
+                # Part of them may be in the delta: rebuilt from the ones staged before.
+                rebuilt = MetadataDelta(self.base).replay_all(self.records[self.base_records :])
+                self.since = rebuilt
+                raise
+        self.records.extend(records)
+        self.values.extend(values)
+
+
+DEFAULT_APPEND_LINGER_MS: Final = 0
+"""``ControllerSettings.append_linger_ms`` by default."""
 
 MAX_RECORDS_PER_BATCH: Final = 10_000
 """Records staged together in one Raft batch before it is sealed (Kafka's
 ``QuorumController`` bounds its batches the same way); one request's records are never
 split, however many."""
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _observe(future: asyncio.Future[Any]) -> None:
@@ -246,7 +297,15 @@ class RaftMetadataStore:
     def latest_image(self) -> MetadataImage:
         """The committed image plus every record appended since (while active)."""
         if self._open is not None:
-            return self._open.image
+            return self._open.built_image()
+        return self._pending[-1].image if self._pending else self._machine.image
+
+    def latest_view(self) -> MetadataImage | MetadataDelta:
+        """What :meth:`latest_image` holds, without building it: while records are
+        staged since the image last built, their delta over it (read it, never replay into
+        it); otherwise that image."""
+        if self._open is not None:
+            return self._open.view()
         return self._pending[-1].image if self._pending else self._machine.image
 
     def committed_image(self) -> MetadataImage:
@@ -292,17 +351,16 @@ class RaftMetadataStore:
             return self.latest_image().offset
         if self._open is not None and len(self._open.values) + len(records) > MAX_RECORDS_PER_BATCH:
             self._seal_open()
-        parent = self.latest_image()
-        delta = MetadataDelta(parent).replay_all(records)
         values = [encode_record(record) for record in records]
-        last_offset = parent.offset + len(values)
-        image = delta.apply(last_offset, epoch)
         staged = self._open
         if staged is None:
-            self._open = _OpenBatch(parent, image, epoch, values)
+            parent = self._pending[-1].image if self._pending else self._machine.image
+            staged = _OpenBatch(parent, epoch, parent, None)
+            staged.stage(records, values)  # raises before anything is staged
+            self._open = staged
         else:
-            staged.values.extend(values)
-            staged.image = image
+            staged.stage(records, values)
+        last_offset = staged.last_offset
         if not self._batching:
             self._seal_open()
         return last_offset
@@ -325,6 +383,7 @@ class RaftMetadataStore:
         staged = self._open
         if staged is None:
             return
+        image = staged.built_image()
         try:
             last, committed = self._raft.append(
                 staged.values, epoch=staged.epoch, base_offset=staged.base_offset
@@ -348,9 +407,7 @@ class RaftMetadataStore:
                 f"the batch staged for offsets {staged.base_offset}..{expected} of epoch "
                 f"{staged.epoch} was appended ending at {last.offset} in epoch {last.epoch}"
             )
-        self._pending.append(
-            _Pending(staged.base_offset, last, staged.parent, staged.image, committed)
-        )
+        self._pending.append(_Pending(staged.base_offset, last, staged.parent, image, committed))
 
     def in_flight(self) -> asyncio.Future[int] | None:
         """The commit of the last batch handed to Raft, while it is not committed yet."""
@@ -409,6 +466,11 @@ class ControllerSettings:
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     tick_interval_ms: int = 100
     """How often the active controller runs :meth:`QuorumController.tick`."""
+    append_linger_ms: int = DEFAULT_APPEND_LINGER_MS
+    """How long a group of requests started while the batch before it is on its way to a
+    majority keeps taking requests in (from its first), besides waiting for that batch to
+    commit (Kafka's ``controller.quorum.append.linger.ms``). A group started with nothing
+    in flight (a lone writer) is sealed at once whatever this says."""
     seed: int | None = None
     """Seeds replica placement and topic ids; ``None``: a random seed."""
     migration_from: EtcdStoreAddress | None = None
@@ -639,7 +701,11 @@ class ControllerServer:
         if seed is None:
             seed = random.SystemRandom().getrandbits(64)
         self._controller = QuorumController(
-            self.store.latest_image, config, seed=seed, credit_stalls=True
+            self.store.latest_image,
+            config,
+            seed=seed,
+            credit_stalls=True,
+            view_supplier=self.store.latest_view,
         )
         # The image replayed at start: its indexes built now, each later image derives
         # them, and this controller's activation, whenever it comes, finds them built.
@@ -818,27 +884,43 @@ class ControllerServer:
         incarnation = store.incarnation
         answered: list[tuple[_Request | _Propose, Any]] = []
         activation: _Activate | None = None
+        loop = asyncio.get_running_loop()
+        linger_until: float | None = None
+        linger: asyncio.Future[None] | None = None
+        linger_timer: asyncio.TimerHandle | None = None
         store.begin_batch()
         try:
             self._run(first, answered)
             in_flight = store.in_flight()
+            if in_flight is not None and self.settings.append_linger_ms > 0:
+                linger_until = loop.time() + self.settings.append_linger_ms / 1000
             while (
                 len(answered) < _MAX_REQUESTS_PER_GROUP
                 and store.staged_records < MAX_RECORDS_PER_BATCH
             ):
                 if self._jobs.empty():
-                    if in_flight is None or in_flight.done():
-                        # Nothing on its way to a majority: sealed at once, no idle loop
-                        # turns first (they were on a lone write's path). Requests that
-                        # arrive next gather while this batch is in flight (below).
+                    # Nothing on its way to a majority when the group started: sealed at
+                    # once, no idle loop turns first (they were on a lone write's path).
+                    # Requests that arrive next gather while this batch is in flight.
+                    #
+                    # The batch before still on its way to a majority: this group could
+                    # not commit before it anyway, so it takes in the requests arriving
+                    # meanwhile, and is sealed when that batch commits (one Raft append,
+                    # fsync and fetch round trip for all of them) and its linger
+                    # (``append_linger_ms`` since the group started) has passed.
+                    wait_for: asyncio.Future[Any] | None = None
+                    if in_flight is not None and not in_flight.done():
+                        wait_for = in_flight
+                    elif linger_until is not None and loop.time() < linger_until:
+                        if linger is None:
+                            linger = loop.create_future()
+                            linger_timer = loop.call_at(linger_until, _resolve, linger)
+                        wait_for = linger
+                    if wait_for is None:
                         break
-                    # The batch before is still on its way to a majority: this group
-                    # could not commit before it anyway, so it takes in the requests
-                    # arriving meanwhile, and is sealed when that batch commits (one
-                    # Raft append, fsync and fetch round trip for all of them).
-                    job = await self._jobs.get_before(in_flight)
+                    job = await self._jobs.get_before(wait_for)
                     if job is None:
-                        break
+                        continue
                 else:
                     job = self._jobs.get_nowait()
                 if isinstance(job, _Activate):
@@ -846,6 +928,8 @@ class ControllerServer:
                     break
                 self._run(job, answered)
         finally:
+            if linger_timer is not None:
+                linger_timer.cancel()
             sealed = self._seal()
         if not sealed or store.incarnation != incarnation:
             # Decided on an image that is gone: never acknowledged.

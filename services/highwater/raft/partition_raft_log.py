@@ -40,6 +40,7 @@ from highwater.errors import (
 )
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.records import SimpleRecord, build_batch
+from highwater.records.batch import RecordBatchBuilder, append_fields
 from highwater.records.header import iter_headers
 from highwater.storage.checkpoint import fsync_dir
 from highwater.storage.log import PartitionLog, wall_clock_ms
@@ -88,6 +89,11 @@ def metadata_log_config(**overrides: int) -> LogConfig:
     for name, value in overrides.items():
         settings[name.replace("_", ".")] = value
     return LogConfig.from_properties(settings)
+
+
+_UNBOUNDED_BATCH_BYTES: Final = (1 << 31) - 1
+"""The builder's size limit for a leader's batch: none (a batch past what its length
+field holds is refused when built)."""
 
 
 class PartitionRaftLog:
@@ -226,12 +232,24 @@ class PartitionRaftLog:
             )
         base_offset = self._log.log_end_offset
         timestamp = self._log.clock()
-        batch = build_batch(
-            [SimpleRecord(value=value, timestamp=timestamp) for value in values],
-            base_offset=base_offset,
-            partition_leader_epoch=epoch,
-            is_control=control,
-        )
+        if control:
+            batch = build_batch(
+                [SimpleRecord(value=value, timestamp=timestamp) for value in values],
+                base_offset=base_offset,
+                partition_leader_epoch=epoch,
+                is_control=True,
+            )
+        else:
+            # The producer's builder (each record written by the compiled codec): the
+            # same bytes as build_batch, several times cheaper per record.
+            builder = RecordBatchBuilder(
+                max_bytes=_UNBOUNDED_BATCH_BYTES,
+                base_offset=base_offset,
+                partition_leader_epoch=epoch,
+            )
+            for value in values:
+                append_fields(builder, (None, value, (), timestamp))
+            batch = builder.build()
         self._changed()
         info = self._log.append_as_leader(
             batch, leader_epoch=epoch, origin=AppendOrigin.COORDINATOR
