@@ -75,3 +75,19 @@ def test_an_unattached_voter_and_a_prospective_time_out_at_their_deadlines() -> 
     assert len(sent) == 2  # the pre-votes
     tick_at_deadline(h)  # no answers: the pre-vote's election times out
     assert h.node.role is Role.UNATTACHED
+
+
+def test_a_prospective_back_to_its_leader_on_a_tick_fetches_at_the_next() -> None:
+    """A follower whose fetch timed out stands as prospective; when its pre-vote's election
+    times out, a tick sends it back to the leader it knew, with no fetch in flight: the
+    fetch is due at once, so its deadline is now, not the new fetch timeout's."""
+    h = NodeHarness(2, (1, 2, 3))
+    h.step(begin_epoch(1, 1, to=2))
+    h.sent()
+    tick_at_deadline(h)
+    assert h.node.role is Role.PROSPECTIVE
+    tick_at_deadline(h)  # no pre-vote answers: back to following 1
+    assert h.node.role is Role.FOLLOWER
+    assert h.node.next_deadline_ms() == h.now_ms
+    h.advance(0)
+    assert [m.split()[1] for m in h.sent()] == ["Fetch"]

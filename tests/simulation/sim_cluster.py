@@ -100,6 +100,7 @@ RAFT_MESSAGES = frozenset(get_args(RaftMessage))
 """The Raft messages' classes: a message is one when its type is among them (no message
 class derives from another)."""
 TICK_MS = 20
+NEVER = 1 << 62
 OBSERVER_TICK_MS = 40
 """A broker's Raft observer ticks half as often as a voter: its only timers are its fetch
 and request timeouts (200 and 80 ms); its next fetch goes out as an answer arrives."""
@@ -466,6 +467,10 @@ class RaftMember(Process):
     persisted: ElectionState | None = None
     node: RaftNode | None = None
     flush_pending: bool = False
+    tick_due_ms: int = 0
+    """Before this, a tick of ``node`` has nothing to do (its
+    :meth:`~highwater.raft.node.RaftNode.next_deadline_ms` after its last tick); 0 once
+    any other event reached the node, which may bring a deadline forward."""
 
 
 @dataclass
@@ -1150,9 +1155,17 @@ class Simulation:
         self._note(f"start {process.name}")
 
     def _raft_tick(self, member: RaftMember) -> None:
-        assert member.node is not None
-        member.node.tick(self.now_ms)
-        self._after_raft(member)
+        """The member's timers. A tick before the node's next deadline, with no other
+        event on the node since the last tick, would fire nothing and send nothing
+        (``next_deadline_ms`` is never later than the earliest timer): the node is not
+        called, and the tick stays on its period (the same ticks at the same times)."""
+        node = member.node
+        assert node is not None
+        if self.now_ms >= member.tick_due_ms:
+            node.tick(self.now_ms)
+            self._after_raft(member)
+            deadline = node.next_deadline_ms()
+            member.tick_due_ms = NEVER if deadline is None else deadline
         if isinstance(member, ControllerProcess):
             if member.controller is not None:
                 self._controller_tick(member)
@@ -1168,6 +1181,7 @@ class Simulation:
         node = member.node
         if node is None:
             return
+        member.tick_due_ms = 0
         ready = node.ready()
         if ready.election_state is not None:
             member.persisted = ready.election_state

@@ -443,6 +443,13 @@ class RaftNode:
                     deadlines.append(snapshot_fetch.requested_until_ms)
             elif state.fetch_in_flight is not None:
                 deadlines.append(state.fetch_in_flight_until_ms)
+            elif not (
+                (self._quorum.is_voter or not self.is_static)
+                and self._log.flushed_offset < self._log.end_offset
+            ):
+                # A fetch is due now (a follower a tick made, after a pre-vote lost,
+                # whose poll ran before it followed).
+                deadlines.append(now_ms)
             # else a fetch waits for ``on_flushed``: an event.
         elif isinstance(state, CandidateState):
             if state.backoff_until_ms is not None:
