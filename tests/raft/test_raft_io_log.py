@@ -7,6 +7,7 @@ are the disk's own: recovery, the log start after snapshots, group-commit flushe
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -283,6 +284,52 @@ def test_unflushed_tail_that_reached_the_disk_counts_as_flushed_after_a_crash(
     finally:
         reopened.close()
         raft_log.partition_log.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names fds through /proc")
+def test_a_flush_syncs_the_logs_and_a_load_rebuilds_the_indexes_it_left(
+    log_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every load re-validates every segment and rebuilds its indexes from the log, so a
+    flush (on a voter, before each acknowledgement) syncs the segments' logs only; here
+    the process dies after flushing and the index files' pages never reached the disk."""
+    config = metadata_log_config(segment_bytes=400)
+    raft_log = PartitionRaftLog.open(log_dir, config=config)
+    raft_log.append_as_leader([b"v" * 50], 1)
+    raft_log.flush()  # the first flush also writes the epoch checkpoint
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    for _ in range(9):
+        raft_log.append_as_leader([b"v" * 50], 1)
+        raft_log.flush()
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert sum(name.endswith(".log") for name in synced) >= 9
+    assert not [name for name in synced if name.endswith(("index", "timeindex"))]
+    segments = raft_log.partition_log.segments
+    assert len(segments) > 1
+    before = _entries(raft_log)
+    indexed = [(s.offset_index.entries, s.time_index.entries) for s in segments]
+    assert sum(entries for entries, _ in indexed) >= 5
+    for segment in segments:
+        for index in (segment.offset_index, segment.time_index):
+            index.path.write_bytes(b"")  # lost with the page cache
+    reopened = PartitionRaftLog.open(log_dir, config=config)
+    try:
+        assert _entries(reopened) == before
+        assert [
+            (s.offset_index.entries, s.time_index.entries) for s in reopened.partition_log.segments
+        ] == indexed
+        assert reopened.end_offset_for_epoch(1) == OffsetAndEpoch(10, 1)
+    finally:
+        reopened.close()
+        for segment in segments:
+            segment.close()
 
 
 def test_torn_tail_is_cut_on_open(log_dir: Path) -> None:

@@ -1006,11 +1006,16 @@ class PartitionLog:
         return None
 
     @_guards_io
-    def flush(self, up_to: int | None = None) -> int:
+    def flush(self, up_to: int | None = None, *, indexes: bool = True) -> int:
         """fsync every segment holding offsets below ``up_to`` (default: the log end offset).
 
         Safe to call from a worker thread while the owner keeps appending; returns the new
-        recovery point.
+        recovery point. ``indexes=False`` syncs the segments' logs only: for a log that is
+        always loaded as after a crash from offset 0 (the metadata log,
+        ``raft.partition_raft_log``), whose every segment is re-validated and has its
+        indexes rebuilt from the log on every load, so synced indexes would never be read.
+        An index left unsynced stays marked changed, and a later flush with ``indexes``
+        (a clean :meth:`close`'s) syncs it.
         """
         with self._flush_lock:
             target = self._log_end_offset if up_to is None else min(up_to, self._log_end_offset)
@@ -1019,7 +1024,7 @@ class PartitionLog:
             first = self._segment_index_for(self.recovery_point)
             segments = [s for s in self._segments[first:] if s.base_offset < target]
             for segment in segments:
-                segment.flush()
+                segment.flush(indexes=indexes)
             self.leader_epoch_cache.flush()
             snapshots, self._pending_snapshots = self._pending_snapshots, []
             for offset, data in snapshots:

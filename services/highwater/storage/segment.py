@@ -873,11 +873,18 @@ class LogSegment:
     def index_full(self) -> bool:
         return self.offset_index.is_full or self.time_index.is_full
 
-    def flush(self) -> None:
-        """fsync the log and both indexes. Safe to run in a worker thread."""
+    def flush(self, *, indexes: bool = True) -> None:
+        """fsync the log and (unless ``indexes`` is false) both indexes. Safe to run in a
+        worker thread. An index left unsynced stays marked changed, so the next flush that
+        includes the indexes syncs it."""
         fd = self._fd
         if fd >= 0:
             os.fsync(fd)
+        if indexes:
+            self.flush_indexes()
+
+    def flush_indexes(self) -> None:
+        """fsync both indexes where they changed since their last sync."""
         self.offset_index.flush()
         self.time_index.flush()
 
