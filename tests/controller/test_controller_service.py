@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import socket
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -560,7 +562,7 @@ async def test_a_group_of_alter_configs_is_decided_in_order_on_one_batch(
 
 
 async def test_a_group_started_behind_a_batch_in_flight_lingers_a_lone_request_does_not(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     quorum = Quorum(tmp_path, 1, dataclasses.replace(settings(), append_linger_ms=300))
     server = await quorum.start(1)
@@ -579,8 +581,18 @@ async def test_a_group_started_behind_a_batch_in_flight_lingers_a_lone_request_d
         before = store.sealed_batches
         await server.call(codec.ALTER_CONFIGS, alter("g", "1"))
         assert loop.time() - started < 0.25 and store.sealed_batches == before + 1
+        # A disk whose fsync takes 20 ms keeps each batch in flight that long (the lone
+        # voter commits on its own flush; a fast disk commits a batch before the next
+        # request arrives, and nothing would be in flight to linger behind).
+        real_fsync = os.fsync
+
+        def slow_fsync(fd: int) -> None:
+            time.sleep(0.02)
+            real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", slow_fsync)
         # Behind a batch in flight, the next group takes in requests for the linger,
-        # long after that batch committed: one batch for the nine spread over 108 ms.
+        # long after that batch committed: one batch for the nine spread over 48 ms.
         calls = [asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, alter("g", "2")))]
         async with asyncio.timeout(10):
             while store.in_flight() is None:
@@ -589,15 +601,17 @@ async def test_a_group_started_behind_a_batch_in_flight_lingers_a_lone_request_d
             calls.append(
                 asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, alter("g", str(i))))
             )
-            await asyncio.sleep(0.012)
+            await asyncio.sleep(0.006)
         answers = [codec.ALTER_CONFIGS.response_from_proto(a) for a in await asyncio.gather(*calls)]
         assert all(a.resources[0].error == NONE for a in answers)
         # 1, 2, then 3..11 together (3 may miss batch 2 in flight on a slow machine and
-        # go alone: then 4..11 linger behind it); without the linger each of the nine,
-        # 12 ms apart, is a batch of its own.
+        # go alone: then 4..11 linger behind it). Without the linger a group is sealed
+        # when the batch before it commits, every 20 ms or more: 3..11 then take three
+        # batches or more.
         assert store.sealed_batches - before <= 4, store.sealed_batches - before
         assert server.machine.image.topic_config("g") == {"retention.ms": "11"}
     finally:
+        monkeypatch.undo()
         await quorum.stop_all()
 
 
