@@ -36,6 +36,11 @@ Metadata lists them; each knows only the groups of its partitions of
 ``COORDINATOR_NOT_AVAILABLE`` and ``COORDINATOR_LOAD_IN_PROGRESS`` (a coordinator moving or
 loading) are retried, the coordinator looked up again, until ``request_timeout_s`` runs
 out. ``list_offsets`` asks partition leaders for earliest, latest or by-time offsets.
+
+The Controller API (its messages, codec and client, and through them
+the metadata records) is imported by the methods that call the controllers, not by this
+module: every ``highwater`` command on the admin client imports it, and the commands that
+only describe (from the brokers) do not pay for it.
 """
 
 from __future__ import annotations
