@@ -1,6 +1,8 @@
 """The ``highwater`` command imports a subcommand's module only when that command runs: an
 operator tool does not load the broker, the controller or Kafka's protocol codec, and help
-still lists every command."""
+still lists every command. A command on the admin client does not load what only some
+commands use: the Controller API's messages and codec, the metadata image, the SCRAM and
+JWT libraries."""
 
 from __future__ import annotations
 
@@ -18,7 +20,10 @@ try:
 except SystemExit as e:
     assert e.code == 0, e.code
 loaded = [m for m in ("highwater.broker.service", "highwater.controller.service",
-                      "highwater.coordinator.service", "kafka") if m in sys.modules]
+                      "highwater.coordinator.service", "kafka",
+                      "highwater.controller_api.messages", "highwater.metadata", "scramp",
+                      "jwt") if m in sys.modules]
+assert "highwater.client.admin" in sys.modules
 print("loaded:", ",".join(loaded))
 """
 

@@ -259,3 +259,16 @@ async def test_the_admins_channels_take_the_messages_the_servers_send() -> None:
     async with AdminClient("127.0.0.1:1", controllers="127.0.0.1:2") as client:
         assert client.cluster._max_message_bytes == server_limit
         assert client._controller._max_message_bytes == server_limit
+
+
+def test_the_controller_api_enums_are_still_exported() -> None:
+    """``ElectionType`` and ``ConfigSource`` come from the Controller API's messages, which
+    the module imports only when they (or a controller call) are first used."""
+    from highwater.client import admin
+    from highwater.controller_api import messages
+
+    assert admin.ElectionType is messages.ElectionType
+    assert admin.ConfigSource is messages.ConfigSource
+    assert {"ElectionType", "ConfigSource"} <= set(admin.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        admin.Nothing  # noqa: B018

@@ -516,6 +516,39 @@ async def test_closed_consumer_refuses_calls(server: ServerThread) -> None:
         consumer.assign([TopicPartition("t", 0)])
 
 
+async def test_closing_a_consumer_closes_its_channels_and_ends_their_calls(
+    server: ServerThread,
+) -> None:
+    """When ``close`` returns, the consumer's channels are closed and gRPC has delivered the
+    end of every call they had open: the status task gRPC keeps per streaming call (the
+    consumer's fetch stream, idle between fetches) is done. Before, a loop closed right
+    after ``close`` left that task's wake-up to fail on the closed loop, logged by another
+    loop's thread as "Event loop is closed"."""
+    await create_topic(server.address, "c-close")
+    await produce(server.address, "c-close", 1)
+    consumer = AsyncConsumer({"bootstrap.servers": server.address, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition("c-close", 0)])
+    await poll_n(consumer, 1)
+    channels = list(consumer.cluster._channels.values())
+    assert channels
+
+    def grpc_status_tasks() -> list[asyncio.Task[object]]:
+        return [
+            task
+            for task in asyncio.all_tasks()
+            if not task.done()
+            and getattr(task.get_coro(), "__qualname__", "")
+            == "_AioCall._handle_status_once_received"
+        ]
+
+    assert grpc_status_tasks()  # the fetch stream's call is open
+    await consumer.close()
+    assert grpc_status_tasks() == []
+    for channel in channels:
+        with pytest.raises(grpc.aio.UsageError):
+            await broker_pb2_grpc.BrokerStub(channel).Metadata(pb.MetadataRequest())
+
+
 # --- the blocking consumer ---------------------------------------------------------------
 
 

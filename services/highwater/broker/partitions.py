@@ -3,7 +3,8 @@ rules a partition leader applies to produce, fetch and offset requests.
 
 :class:`PartitionManager` follows the :class:`~highwater.metadata.image.MetadataImage`:
 every partition that names this broker among its replicas gets a log in the data
-directory (created empty, with the topic's effective config) and a role — leader in the
+directory (created empty, with the topic's effective config, which an image that changes
+it gives the open logs again) and a role — leader in the
 partition's leader epoch, or follower. The leader appends produced batches through the
 storage engine (which checks them, stamps offsets and the leader epoch, and detects an
 idempotent producer's duplicates) and serves reads up to the high watermark.
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from highwater.broker.replication import (
@@ -46,7 +47,15 @@ from highwater.config.topic import LogConfig
 from highwater.controller_api import messages as m
 from highwater.controller_api.messages import ReplicaLogInfo
 from highwater.errors import HighwaterError, KafkaStorageError, OffsetOutOfRangeError
-from highwater.metadata.image import ClusterImage, MetadataImage, PartitionRegistration, TopicImage
+from highwater.metadata.image import (
+    ClusterImage,
+    ConfigResource,
+    ConfigurationsImage,
+    MetadataImage,
+    PartitionRegistration,
+    TopicImage,
+)
+from highwater.metadata.records import ConfigResourceType
 from highwater.storage.log import AppendInfo, FetchData, PartitionLog, wall_clock_ms
 from highwater.storage.log_manager import LogManager
 from highwater.storage.topic_partition import TopicPartition
@@ -69,6 +78,9 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 NO_EPOCH = -1
+
+_STATIC_CLUSTER_DEFAULTS = ConfigResource(ConfigResourceType.STATIC_CLUSTER_DEFAULT, "")
+"""The controllers' static cluster defaults, one of the sources of a topic's config."""
 
 LogTruncation = Callable[[TopicPartition, int], Awaitable[bool]]
 """Truncates a partition's log and makes the lowered recovery point durable
@@ -458,6 +470,11 @@ class PartitionManager:
         replica assigned here open or offline, none left to create), and those replicas."""
         self._settled_cluster: ClusterImage | None = None
         """The brokers' image the settled topics' roles and eligibility were taken under."""
+        self._log_configs: dict[str, tuple[tuple[Mapping[str, str], ...], LogConfig]] = {}
+        """By topic name: the config mappings its effective config was parsed from (its
+        overrides, the static and dynamic cluster defaults) and that config."""
+        self._applied_configs: ConfigurationsImage | None = None
+        """The configs image whose changes the open logs have taken."""
         self.image = MetadataImage()
         self.on_change: Callable[[TopicPartition], None] | None = None
         """Told of each partition whose role, ISR, eligibility or high watermark an image
@@ -624,6 +641,8 @@ class PartitionManager:
         held here (a cluster of 10,000 partitions created topic by topic would otherwise
         scan them all once per topic)."""
         self.image = image
+        if image.configs is not self._applied_configs:
+            self._apply_log_configs(image)
         wanted: set[TopicPartition] = set()
         to_create: list[tuple[TopicPartition, LogConfig]] = []
         if image.cluster is not self._settled_cluster:
@@ -690,7 +709,7 @@ class PartitionManager:
                     self._changed(tp, role=False)
                 continue
             if config is None:
-                config = image.log_config(topic.name, self.log_manager.default_config)
+                config = self._log_config(image, topic.name)
             try:
                 if create_logs or self.log_manager.get_log(tp) is not None:
                     partition_log = self.log_manager.get_or_create_log(tp, config)
@@ -727,6 +746,38 @@ class PartitionManager:
                 registration.leader_epoch,
             )
         return tuple(here), done
+
+    def _log_config(self, image: MetadataImage, topic: str) -> LogConfig:
+        """``topic``'s effective config in ``image``, parsed again only when its overrides
+        or the cluster defaults changed: an image shares the config mappings its records
+        left alone with the image before it, so the mappings' identity says which."""
+        sources = (
+            image.topic_config(topic),
+            image.configs.get(_STATIC_CLUSTER_DEFAULTS),
+            image.broker_config(""),
+        )
+        cached = self._log_configs.get(topic)
+        if cached is not None and all(
+            now is before for now, before in zip(sources, cached[0], strict=True)
+        ):
+            return cached[1]
+        config = image.log_config(topic, self.log_manager.default_config)
+        self._log_configs[topic] = (sources, config)
+        return config
+
+    def _apply_log_configs(self, image: MetadataImage) -> None:
+        """The open logs take their topics' configs as ``image`` has them (a topic's
+        AlterConfigs, or the cluster defaults, changed): each topic whose config mappings
+        changed is parsed once, the others keep their config object. ``min.insync.replicas``
+        reaches a leader's replication state when it next takes a leader epoch."""
+        self._applied_configs = image.configs
+        names = image.topics.by_name
+        for topic in [t for t in self._log_configs if t not in names]:
+            del self._log_configs[topic]
+        for tp, partition in self._partitions.items():
+            config = self._log_config(image, tp.topic)
+            if partition.log.config is not config:
+                partition.log.config = config
 
     def _refuse(self, tp: TopicPartition, why: str) -> None:
         """``tp``'s log cannot be opened here (a failed directory may hold it)."""

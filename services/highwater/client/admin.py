@@ -36,6 +36,11 @@ Metadata lists them; each knows only the groups of its partitions of
 ``COORDINATOR_NOT_AVAILABLE`` and ``COORDINATOR_LOAD_IN_PROGRESS`` (a coordinator moving or
 loading) are retried, the coordinator looked up again, until ``request_timeout_s`` runs
 out. ``list_offsets`` asks partition leaders for earliest, latest or by-time offsets.
+
+The Controller API (its messages, codec and client, and through them
+the metadata records) is imported by the methods that call the controllers, not by this
+module: every ``highwater`` command on the admin client imports it, and the commands that
+only describe (from the brokers) do not pay for it.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import grpc
 import grpc.aio
@@ -79,15 +84,11 @@ from highwater.client.errors import (
     error_for_code,
 )
 from highwater.client.security_config import security_from_config
-from highwater.controller_api import messages as m
-from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
 from highwater.group.protocol import (
     MalformedConsumerProtocolError,
     TopicPartitionKey,
     decode_assignment,
 )
-from highwater.metadata.client_quotas import ClientQuotaEntity
-from highwater.metadata.records import ConfigResourceType
 from highwater.rpc.endpoints import format_endpoint, parse_endpoint
 from highwater.security import (
     AclBinding,
@@ -157,8 +158,32 @@ Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 _T = TypeVar("_T")
 
-ElectionType = m.ElectionType
-ConfigSource = m.ConfigSource
+if TYPE_CHECKING:
+    from highwater.controller_api import messages as m
+    from highwater.controller_api.client import ControllerClient
+    from highwater.metadata.client_quotas import ClientQuotaEntity
+    from highwater.metadata.records import ConfigResourceType
+
+    ElectionType = m.ElectionType
+    ConfigSource = m.ConfigSource
+
+_CONTROLLER_API_NAMES: Final = frozenset({"ElectionType", "ConfigSource"})
+"""The Controller API's enums this module re-exports, imported on first use
+(:func:`__getattr__`)."""
+
+
+def __getattr__(name: str) -> object:
+    """``ElectionType`` and ``ConfigSource``, from the Controller API's messages on first
+    use: importing this module does not load the Controller API (its messages and codec
+    are a third of the import's CPU), which only the calls to the controllers need."""
+    if name in _CONTROLLER_API_NAMES:
+        from highwater.controller_api import messages
+
+        value = getattr(messages, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _RETRIABLE_BROKER_CODES: Final = frozenset(
     {
@@ -329,6 +354,8 @@ class ConfigEntry:
     @property
     def is_default(self) -> bool:
         """Whether the value is the config's default (not an override of any kind)."""
+        from highwater.controller_api import messages as m
+
         return self.source == m.ConfigSource.DEFAULT_CONFIG
 
 
@@ -522,12 +549,8 @@ class AdminClient:
             self.bootstrap_servers if controllers is None else tuple(_split_addresses(controllers))
         )
         self.request_timeout_s = request_timeout_s
-        self._controller = ControllerClient(
-            list(self.controllers),
-            timeout_s=request_timeout_s,
-            attempt_timeout_s=min(5.0, request_timeout_s),
-            security=security,
-        )
+        self._security = security
+        self._controller_client: ControllerClient | None = None
         self.cluster = ClusterMetadata(
             self.bootstrap_servers,
             request_timeout_s=request_timeout_s,
@@ -552,7 +575,26 @@ class AdminClient:
         try:
             await self.cluster.close()
         finally:
-            await self._controller.close()
+            if self._controller_client is not None:
+                await self._controller_client.close()
+
+    @property
+    def _controller(self) -> ControllerClient:
+        """The Controller API client, made by the first call that goes to the controllers:
+        a client that only describes topics, groups or offsets (from the brokers) never
+        imports the Controller API's messages and codec."""
+        client = self._controller_client
+        if client is None:
+            self._check_open()
+            from highwater.controller_api.client import ControllerClient
+
+            client = self._controller_client = ControllerClient(
+                list(self.controllers),
+                timeout_s=self.request_timeout_s,
+                attempt_timeout_s=min(5.0, self.request_timeout_s),
+                security=self._security,
+            )
+        return client
 
     # --- Topics ---------------------------------------------------------------------------
 
@@ -564,6 +606,8 @@ class AdminClient:
         With ``validate_only`` the controller only checks the request (names, counts,
         replication factor, configs) and creates nothing.
         """
+        from highwater.controller_api import messages as m
+
         topics = tuple(_creatable(topic) for topic in new_topics)
         if not topics:
             return {}
@@ -584,6 +628,8 @@ class AdminClient:
 
     async def delete_topics(self, names: Iterable[str]) -> dict[str, TopicResult]:
         """Delete topics by name; one :class:`TopicResult` per name (unknown: an error)."""
+        from highwater.controller_api import messages as m
+
         wanted = tuple(names)
         if not wanted:
             return {}
@@ -606,6 +652,8 @@ class AdminClient:
         The controller places the new partitions; a count that does not grow the topic is
         an :class:`InvalidPartitionsError` in that topic's result.
         """
+        from highwater.controller_api import messages as m
+
         topics = tuple(m.CreatePartitionsTopic(name, count) for name, count in new_counts.items())
         if not topics:
             return {}
@@ -691,6 +739,8 @@ class AdminClient:
     async def create_acls(self, acls: Iterable[AclBinding]) -> list[AdminError | None]:
         """Create ACLs (Kafka's ``createAcls``): one outcome per ACL, in order (``None``:
         created, or there already). An ACL that exists already is not created twice."""
+        from highwater.controller_api import messages as m
+
         entries = tuple(m.AclEntry.of(acl) for acl in acls)
         if not entries:
             return []
@@ -704,6 +754,8 @@ class AdminClient:
         """The ACLs ``acl_filter`` matches (every ACL without one): Kafka's ``describeAcls``
         (an unset field matches anything; pattern type 2, MATCH, every pattern covering
         the name)."""
+        from highwater.controller_api import messages as m
+
         reply = await self._call_controller(
             self._controller.describe_acls, m.DescribeAclsRequest(acl_filter or m.AclFilter())
         )
@@ -713,6 +765,8 @@ class AdminClient:
     async def delete_acls(self, filters: Iterable[m.AclFilter]) -> list[list[AclBinding]]:
         """Delete the ACLs each filter matches (Kafka's ``deleteAcls``): what each
         removed, in order. A filter with an unknown code raises :class:`AdminError`."""
+        from highwater.controller_api import messages as m
+
         wanted = tuple(filters)
         if not wanted:
             return []
@@ -737,6 +791,8 @@ class AdminClient:
         """Set ``(user, mechanism, password)`` credentials and remove ``(user, mechanism)``
         ones (Kafka's ``alterUserScramCredentials``): an outcome per user. The password
         never leaves this process: a fresh salt and the salted password are sent."""
+        from highwater.controller_api import messages as m
+
         upserts = []
         for user, mechanism, password in upsertions:
             salt = os.urandom(16)
@@ -759,6 +815,8 @@ class AdminClient:
     ) -> dict[str, list[tuple[str, int]]]:
         """Each user's SCRAM mechanisms and iteration counts (every user without
         ``users``); a user named that has none raises :class:`AdminError`."""
+        from highwater.controller_api import messages as m
+
         reply = await self._call_controller(
             self._controller.describe_user_scram_credentials,
             m.DescribeUserScramCredentialsRequest(tuple(users)),
@@ -784,6 +842,8 @@ class AdminClient:
         {key: value})``, a ``None`` value removing the key; one outcome per entity, in order
         (``None``: done). An unknown key or a value that is not positive (whole, for the
         byte rates) refuses that entity's changes, naming the key."""
+        from highwater.controller_api import messages as m
+
         entries = tuple(
             m.ClientQuotaAlteration(
                 _quota_components(entity),
@@ -810,6 +870,9 @@ class AdminClient:
     ) -> dict[ClientQuotaEntity, dict[str, float]]:
         """The quota entities the filter matches and their keys (Kafka's
         ``describeClientQuotas``; no components: every entity)."""
+        from highwater.controller_api import messages as m
+        from highwater.metadata.client_quotas import ClientQuotaEntity
+
         reply = await self._call_controller(
             self._controller.describe_client_quotas,
             m.DescribeClientQuotasRequest(tuple(components), strict),
@@ -827,15 +890,20 @@ class AdminClient:
         topic: str,
         names: Iterable[str] = (),
         *,
-        resource_type: ConfigResourceType = ConfigResourceType.TOPIC,
+        resource_type: ConfigResourceType | None = None,
     ) -> dict[str, ConfigEntry]:
         """Every config of ``topic`` (or the named ones) by name, with value and source.
 
         Overrides have source ``DYNAMIC_TOPIC_CONFIG``; ``entry.is_default`` tells the rest.
         Raises :class:`UnknownTopicOrPartitionError` for an unknown topic. With
         ``resource_type`` BROKER, ``topic`` is a broker id, or ``""`` for the cluster-wide
-        defaults (Kafka's default broker resource).
+        defaults (Kafka's default broker resource); TOPIC when not given.
         """
+        from highwater.controller_api import messages as m
+        from highwater.metadata.records import ConfigResourceType
+
+        if resource_type is None:
+            resource_type = ConfigResourceType.TOPIC
         resource = m.DescribeConfigsResource(resource_type, topic, tuple(names))
         reply = await self._call_controller(
             self._controller.describe_configs, m.DescribeConfigsRequest((resource,))
@@ -864,7 +932,7 @@ class AdminClient:
         changes: Mapping[str, str | None],
         *,
         validate_only: bool = False,
-        resource_type: ConfigResourceType = ConfigResourceType.TOPIC,
+        resource_type: ConfigResourceType | None = None,
     ) -> None:
         """Change ``topic``'s config overrides incrementally (Kafka's IncrementalAlterConfigs).
 
@@ -873,6 +941,9 @@ class AdminClient:
         or a key or value is invalid; then nothing is changed. ``resource_type`` as for
         :meth:`describe_configs`.
         """
+        from highwater.controller_api import messages as m
+        from highwater.metadata.records import ConfigResourceType
+
         if not changes:
             return
         ops = tuple(
@@ -881,6 +952,8 @@ class AdminClient:
             else m.AlterableConfig(key, m.AlterConfigOp.SET, value)
             for key, value in changes.items()
         )
+        if resource_type is None:
+            resource_type = ConfigResourceType.TOPIC
         resource = m.AlterConfigsResource(resource_type, topic, ops)
         reply = await self._call_controller(
             self._controller.alter_configs, m.AlterConfigsRequest((resource,), validate_only)
@@ -903,6 +976,8 @@ class AdminClient:
         election was needed are reported. Each pair maps to ``None`` (a new leader) or
         its typed error (``ElectionNotNeededError`` when the leader is already right).
         """
+        from highwater.controller_api import messages as m
+
         kind = (
             m.ElectionType[election_type.upper()]
             if isinstance(election_type, str)
@@ -939,6 +1014,8 @@ class AdminClient:
         or the partition's typed error (``InvalidReplicaAssignmentError``,
         ``NoReassignmentInProgressError``, ``UnknownTopicOrPartitionError``).
         """
+        from highwater.controller_api import messages as m
+
         items = tuple(
             m.PartitionReassignment(topic, partition, cancel=True)
             if replicas is None
@@ -961,6 +1038,8 @@ class AdminClient:
         self, partitions: Iterable[TopicPartitionKey] | None = None
     ) -> dict[TopicPartitionKey, PartitionReassignment]:
         """The reassignments in progress (of ``partitions``, or of every partition)."""
+        from highwater.controller_api import messages as m
+
         by_topic: dict[str, list[int]] = {}
         for topic, partition in partitions or ():
             by_topic.setdefault(topic, []).append(partition)
@@ -979,6 +1058,8 @@ class AdminClient:
     async def unregister_broker(self, broker_id: int) -> None:
         """Remove a broker from the cluster for good (scaling down): refused with a typed
         error while it still holds replicas, which must be reassigned first."""
+        from highwater.controller_api import messages as m
+
         reply = await self._call_controller(
             self._controller.unregister_broker, m.UnregisterBrokerRequest(broker_id)
         )
@@ -1503,6 +1584,8 @@ class AdminClient:
         self, method: Callable[[Req], Awaitable[Resp]], request: Req
     ) -> Resp:
         """Call the Controller API; a request it rejects as a whole is an AdminError."""
+        from highwater.controller_api.client import ControllerUnavailableError
+
         self._check_open()
         try:
             return await method(request)
@@ -1624,6 +1707,8 @@ def _leaders(
 
 
 def _creatable(topic: NewTopic) -> m.CreatableTopic:
+    from highwater.controller_api import messages as m
+
     assignments: tuple[tuple[int, ...], ...] = ()
     if topic.replica_assignment is not None:
         given = dict(topic.replica_assignment)
@@ -1644,4 +1729,6 @@ def _creatable(topic: NewTopic) -> m.CreatableTopic:
 
 def _quota_components(entity: ClientQuotaEntity) -> tuple[m.ClientQuotaEntityComponent, ...]:
     """The wire components of a quota entity (a default has no name)."""
+    from highwater.controller_api import messages as m
+
     return tuple(m.ClientQuotaEntityComponent(t, n) for t, n in entity.components().items())

@@ -53,7 +53,7 @@ from highwater.client.errors import (
     UnknownTopicOrPartitionError,
 )
 from highwater.rpc.broker_streams import CLIENT_ID_METADATA_KEY, FetchStream, ProduceStream
-from highwater.rpc.channels import MAX_MESSAGE_BYTES, open_channel
+from highwater.rpc.channels import MAX_MESSAGE_BYTES, close_channels, open_channel
 from highwater.rpc.client_auth import ClientSecurity
 from highwater.telemetry.configure import tracing_enabled
 from highwater.v1 import broker_pb2 as pb
@@ -321,7 +321,9 @@ class ClusterMetadata:
         return loop.time()
 
     async def close(self) -> None:
-        """Close every channel; the object cannot be used afterwards."""
+        """Close every channel, their calls' ends delivered before it returns
+        (:func:`~highwater.rpc.channels.close_channels`); the object cannot be used
+        afterwards."""
         self._closed = True
         for streams in (self._fetch_streams, self._produce_streams):
             for stream in streams.values():
@@ -331,8 +333,7 @@ class ClusterMetadata:
         self._channels.clear()
         self._stubs.clear()
         self._coordinator_stubs.clear()
-        for channel in channels:
-            await channel.close()
+        await close_channels(channels)
 
     # --- metadata -------------------------------------------------------------------------
 

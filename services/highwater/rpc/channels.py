@@ -3,11 +3,13 @@
 Every channel of the package is opened here, so that what all of them share (the message
 size caps and reconnect backoff of :func:`channel_options`, the trace-context interceptor,
 and transport security: the process's :func:`~highwater.rpc.tls.client_tls`) is decided
-once.
+once, and every asyncio channel closed through :func:`close_channels`.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
 from typing import Any, Final
 
 import grpc
@@ -17,7 +19,13 @@ from highwater.rpc.client_auth import ClientSecurity, SaslSession, client_sasl
 from highwater.rpc.tls import ClientTls, client_tls
 from highwater.telemetry.rpc import client_interceptors
 
-__all__ = ["MAX_MESSAGE_BYTES", "channel_options", "open_blocking_channel", "open_channel"]
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "channel_options",
+    "close_channels",
+    "open_blocking_channel",
+    "open_channel",
+]
 
 MAX_MESSAGE_BYTES: Final = 64 << 20
 """The largest gRPC message the package's servers take and send, both ways (a process's
@@ -87,3 +95,43 @@ def open_blocking_channel(address: str, *, tls: ClientTls | None = None) -> grpc
     if security is not None:
         return grpc.secure_channel(address, security.credentials())
     return grpc.insecure_channel(address)
+
+
+_GRPC_STATUS_TASK: Final = "_AioCall._handle_status_once_received"
+"""The coroutine of the task grpc.aio starts for each streaming call to receive its status."""
+
+
+async def close_channels(
+    channels: Iterable[grpc.aio.Channel], *, settle_s: float = 0.02, grace_s: float = 1.0
+) -> None:
+    """Close ``channels``, then let gRPC deliver the ends of the calls that closing cancelled.
+
+    ``grpc.aio.Channel.close`` cancels the calls still open and returns at once. A streaming
+    call's status is received by a task of gRPC's own, which gRPC's completion queue wakes
+    through the call's event loop (``call_soon_threadsafe``) once its core has processed
+    the cancellation, a millisecond or so later. A loop closed before that (``asyncio.run``
+    returning right after a client's ``close``) makes that wake-up fail, and the thread of
+    another loop that polled the completion queue logs "Exception in callback
+    PollerCompletionQueue._handle_events ... Event loop is closed". So after closing, this
+    waits for those status tasks of the loop: until none is left, or ``settle_s`` passes
+    with none ending (the calls of other clients on the loop, still open, are not waited
+    for), at most ``grace_s`` in all. The tasks are known by their coroutine's name
+    (:data:`_GRPC_STATUS_TASK`); if a gRPC release renames it, this only closes.
+    """
+    for channel in channels:
+        await channel.close()
+    current = asyncio.current_task()
+    pending = {
+        task
+        for task in asyncio.all_tasks()
+        if task is not current
+        and getattr(task.get_coro(), "__qualname__", None) == _GRPC_STATUS_TASK
+    }
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    while pending:
+        done, pending = await asyncio.wait(
+            pending, timeout=min(settle_s, max(deadline - loop.time(), 0.0))
+        )
+        if not done or loop.time() >= deadline:
+            return

@@ -18,9 +18,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
-
-import jwt
+from typing import TYPE_CHECKING, Any, Final
 
 from highwater.errors import SaslAuthenticationError
 
@@ -71,8 +69,16 @@ def parse_client_message(message: bytes) -> str:
     raise SaslAuthenticationError("the OAUTHBEARER message has no auth value")
 
 
+if TYPE_CHECKING:
+    import jwt
+
+
 class JwtValidator:
-    """Checks tokens against one JWKS, issuer and audience (see the module docstring)."""
+    """Checks tokens against one JWKS, issuer and audience (see the module docstring).
+
+    PyJWT (and the ``cryptography`` it loads) is imported by the validator, not by this
+    module: clients import the SASL layer, and only a broker that validates tokens needs it.
+    """
 
     def __init__(
         self,
@@ -83,6 +89,8 @@ class JwtValidator:
         subject_claim: str = "sub",
         clock_skew_s: float = 30,
     ) -> None:
+        import jwt
+
         try:
             self._keys = jwt.PyJWKSet.from_dict(dict(jwks))
         except jwt.PyJWTError as e:
@@ -104,6 +112,8 @@ class JwtValidator:
 
     def validate(self, token: str, now_s: float) -> ValidatedToken:
         """The subject and expiry of ``token`` if it is valid at ``now_s``."""
+        import jwt
+
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError as e:

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
-from scramp import ScramClient, ScramException
+from typing import TYPE_CHECKING
 
 from highwater.errors import SaslAuthenticationError
 from highwater.security.authentication import OAUTHBEARER, SASL_MECHANISMS
@@ -69,9 +68,14 @@ class SaslCredentials:
             ) from None
 
 
+if TYPE_CHECKING:
+    from scramp import ScramClient
+
+
 class ClientExchange:
     """One exchange: :meth:`first`, then :meth:`respond` to each server message until
-    :attr:`complete`."""
+    :attr:`complete`. ``scramp`` is imported by a SCRAM exchange's first message: a
+    client without SASL, or with OAUTHBEARER, does not load it."""
 
     def __init__(self, credentials: SaslCredentials) -> None:
         self.mechanism = credentials.mechanism
@@ -82,6 +86,8 @@ class ClientExchange:
     def first(self) -> bytes:
         if self.mechanism == OAUTHBEARER:
             return oauthbearer_client_message(self._credentials.bearer_token())
+        from scramp import ScramClient
+
         self._scram = ScramClient(
             [self.mechanism], self._credentials.username, self._credentials.password
         )
@@ -93,6 +99,8 @@ class ClientExchange:
         Raises :class:`SaslAuthenticationError` when the server's messages do not."""
         if self._scram is None:
             return None
+        from scramp import ScramException
+
         try:
             if self._step == 1:
                 self._scram.set_server_first(server_message.decode())

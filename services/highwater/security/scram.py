@@ -22,9 +22,7 @@ import hmac
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
-
-from scramp import ScramException, ScramMechanism
+from typing import TYPE_CHECKING, Final
 
 from highwater.errors import (
     IllegalSaslStateError,
@@ -71,7 +69,15 @@ class ScramCredential:
     iterations: int
 
 
+if TYPE_CHECKING:
+    from scramp import ScramMechanism
+
+
 def _mechanism(name: str) -> ScramMechanism:
+    """``scramp``'s mechanism ``name``; scramp is imported here, on first use, so that a
+    client that never runs a SCRAM exchange (most CLI commands) does not load it."""
+    from scramp import ScramMechanism
+
     if name not in SCRAM_MECHANISMS:
         raise UnsupportedSaslMechanismError(
             f"{name} is not a SCRAM mechanism here ({', '.join(SCRAM_MECHANISMS)})"
@@ -175,6 +181,8 @@ class ScramExchange:
         :class:`~highwater.errors.SaslAuthenticationError` when the client's proof does
         not match (or the message is malformed), and
         :class:`~highwater.errors.IllegalSaslStateError` after the exchange ended."""
+        from scramp import ScramException
+
         try:
             text = client_message.decode("utf-8")
         except UnicodeDecodeError:

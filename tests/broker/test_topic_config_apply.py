@@ -1,0 +1,110 @@
+"""A broker's open logs take their topics' configs from each metadata image.
+
+A topic's effective config (Kafka's defaults, the cluster defaults, the topic's
+overrides) is parsed again only when one of those changed: an image whose records left a
+topic's config alone keeps that topic's parsed ``LogConfig`` object, and a changed topic
+(its AlterConfigs, or the cluster defaults) is parsed once and given to its open logs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from highwater.broker.partitions import PartitionManager
+from highwater.config.topic import LogConfig
+from highwater.metadata import (
+    BrokerEndpoint,
+    ConfigRecord,
+    MetadataImage,
+    MetadataRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+    UnfenceBrokerRecord,
+    replay,
+)
+from highwater.metadata.records import ConfigResourceType
+from highwater.storage.log_manager import LogManager
+
+BROKER = 1
+
+
+def cluster_with(*topics: str) -> MetadataImage:
+    records: list[MetadataRecord] = []
+    for broker_id in (1, 2, 3):
+        endpoint = BrokerEndpoint("PLAINTEXT", f"b{broker_id}", 9092)
+        records.append(RegisterBrokerRecord(broker_id, f"inc-{broker_id}", broker_id, (endpoint,)))
+        records.append(UnfenceBrokerRecord(broker_id, broker_id))
+    for name in topics:
+        records.append(TopicRecord(name, f"{name}-id"))
+        for index in range(2):
+            records.append(PartitionRecord(f"{name}-id", index, (1, 2, 3), (1, 2, 3), 1))
+    return replay(records, len(records))
+
+
+def then(image: MetadataImage, *records: MetadataRecord) -> MetadataImage:
+    return replay(list(records), image.offset + len(records), image=image)
+
+
+def configs(partitions: PartitionManager, topic: str) -> list[LogConfig]:
+    return [partitions.get(topic, index).log.config for index in range(2)]
+
+
+@pytest.fixture
+def partitions(tmp_path: Path) -> PartitionManager:
+    logs = LogManager(tmp_path)
+    logs.startup(node_id=BROKER)
+    return PartitionManager(BROKER, logs)
+
+
+def test_only_a_topic_whose_config_changed_is_parsed_again(
+    partitions: PartitionManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parsed: list[str] = []
+    log_config = MetadataImage.log_config
+
+    def counting(self: MetadataImage, name: str, defaults: LogConfig | None = None) -> LogConfig:
+        parsed.append(name)
+        return log_config(self, name, defaults)
+
+    monkeypatch.setattr(MetadataImage, "log_config", counting)
+    image = cluster_with("orders", "audit")
+    partitions.apply_image(image)
+    assert sorted(parsed) == ["audit", "orders"]
+    orders_config, audit_config = configs(partitions, "orders")[0], configs(partitions, "audit")[0]
+    assert configs(partitions, "orders") == [orders_config, orders_config]
+
+    parsed.clear()
+    altered = then(image, ConfigRecord(ConfigResourceType.TOPIC, "audit", "retention.ms", "60000"))
+    partitions.apply_image(altered)
+    assert parsed == ["audit"]
+    assert all(config is orders_config for config in configs(partitions, "orders"))
+    assert all(config.retention_ms == 60_000 for config in configs(partitions, "audit"))
+    assert orders_config.retention_ms == audit_config.retention_ms != 60_000
+
+    # An image that changed no config parses nothing.
+    parsed.clear()
+    partitions.apply_image(then(altered, TopicRecord("empty", "empty-id")))
+    assert parsed == []
+
+
+def test_a_cluster_default_reaches_every_topic_that_does_not_override_it(
+    partitions: PartitionManager,
+) -> None:
+    image = then(
+        cluster_with("orders", "audit"),
+        ConfigRecord(ConfigResourceType.TOPIC, "audit", "segment.bytes", "1048576"),
+    )
+    partitions.apply_image(image)
+    defaults = then(
+        image, ConfigRecord(ConfigResourceType.BROKER, "", "log.segment.bytes", "2097152")
+    )
+    partitions.apply_image(defaults)
+    assert {config.segment_bytes for config in configs(partitions, "orders")} == {2_097_152}
+    assert {config.segment_bytes for config in configs(partitions, "audit")} == {1_048_576}
+
+    # The override deleted: the topic takes the cluster default.
+    cleared = then(defaults, ConfigRecord(ConfigResourceType.TOPIC, "audit", "segment.bytes", None))
+    partitions.apply_image(cleared)
+    assert {config.segment_bytes for config in configs(partitions, "audit")} == {2_097_152}
