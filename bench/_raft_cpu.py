@@ -473,6 +473,81 @@ def commit_timeline(run: CpuRun, events: dict[int, list[Event]]) -> str:
     return "\n".join(lines)
 
 
+def _round_steps(
+    appended: int, until: int, leader: list[Event], followers: list[list[Event]]
+) -> dict[str, int] | None:
+    """The times of one Raft round's steps, from the leader's append at ``appended`` to
+    the first answer after its apply (before ``until``, the next append but one)."""
+    steps: dict[str, int] = {"leader: append": appended}
+    out = _first(leader, "records_out", appended, until)
+    if out is None:
+        return None
+    steps["leader: fetch answers out"] = out
+    ends = []
+    for events in followers:
+        received = _first(events, "records_in", out, until)
+        started = None if received is None else _first(events, "fsync", received, until)
+        flushed = None if started is None else _first(events, "fsynced", started, until)
+        fetched = None if flushed is None else _first(events, "fetch_out", flushed, until)
+        if fetched is not None and received is not None and started is not None:
+            ends.append((fetched, received, started, flushed))
+    if not ends:
+        return None
+    fetched, received, started, flushed = min(ends)
+    steps |= {
+        "follower: records in": received,
+        "follower: fsync start": started,
+        "follower: fsync end": flushed or started,
+        "follower: next fetch out": fetched,
+    }
+    for name, kind in (
+        ("leader: that fetch in", "fetch_in"),
+        ("leader: high watermark moves", "high_watermark"),
+        ("leader: apply", "apply"),
+        ("leader: first answer", "answer"),
+    ):
+        t = _first(leader, kind, steps[next(reversed(steps))], until)
+        if t is None:
+            return None
+        steps[name] = t
+    return steps
+
+
+def round_timeline(run: CpuRun, events: dict[int, list[Event]]) -> str:
+    """Many writers: the median time from each Raft append on the leader to each step of
+    its round (the first follower whose next fetch comes back makes the majority)."""
+    leader = events[run.leader_id]
+    followers = [e for n, e in sorted(events.items()) if n != run.leader_id]
+    appends = [t for t, kind, _ in leader if kind == "append"]
+    found = [
+        steps
+        for appended, until in zip(appends, appends[2:], strict=False)
+        if (steps := _round_steps(appended, until, leader, followers)) is not None
+    ]
+    if not found:
+        return "timeline: no Raft round with every step found"
+    lines = [
+        f"a Raft round's steps ({len(found)} of {len(appends)} rounds had every step; "
+        "median µs since the append, and since the step before):"
+    ]
+    before = 0.0
+    for name in found[0]:
+        median = percentile(sorted((s[name] - s["leader: append"]) / 1000 for s in found), 0.5)
+        lines.append(f"  {median:8.0f} {median - before:+8.0f}  {name}")
+        before = median
+    flushed = sorted(
+        (t - appended) / 1000
+        for appended, until in zip(appends, appends[2:], strict=False)
+        if (t := _first(leader, "fsynced", appended, until)) is not None
+    )
+    if flushed:
+        lines.append(
+            f"  the leader's own fsync ends {percentile(flushed, 0.5):,.0f} µs after the "
+            "append (p50; the high watermark needs it or the second follower)"
+        )
+    return "\n".join(lines)
+
+
 def where_writes_wait(run: CpuRun, events: dict[int, list[Event]]) -> str:
     """Many writers: where a write's time goes, each write followed by its writer's number
     from the client's send to the leader's servicer (``request``), to the servicer's
@@ -736,6 +811,7 @@ def main(argv: list[str] | None = None) -> int:
                                 print(commit_timeline(run, events), flush=True)
                             else:
                                 print(where_writes_wait(run, events), flush=True)
+                                print(round_timeline(run, events), flush=True)
                     if args.profile:
                         follower = next(p for p in processes if p.node_id != run.leader_id)
                         for role, process in (
