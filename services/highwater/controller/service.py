@@ -24,12 +24,11 @@ into a controller process, on top of the
   anything earlier to commit. The requests that arrive together — those queued, and
   while the group before is still on its way to a majority every request that arrives
   until it commits (and ``append_linger_ms`` since its first; with an
-  ``append_pipeline_depth`` of N, a group waits so only behind N batches in flight) —
-  form a group whose staged
-  records are sealed into one Raft batch (group commit: one append, one fsync per voter
-  and one fetch round trip for the group, as Kafka's QuorumController with its batch
-  accumulator); each answer
-  goes out once everything appended up to its group is committed. A group decided on an
+  ``append_pipeline_depth`` of N, a group waits only while N batches are in flight, for
+  the oldest's commit) — form a group whose staged records are sealed into one Raft
+  batch (group commit: one append, one fsync per voter and one fetch round trip for the
+  group, as Kafka's QuorumController with its batch accumulator); each answer goes out
+  once everything appended up to its group is committed. A group decided on an
   image that was then dropped (leadership lost, or Raft refused the batch) is answered
   NOT_CONTROLLER, never acknowledged. A replica that is not the active controller
   answers NOT_CONTROLLER with the leader's id and address (from the voters).
