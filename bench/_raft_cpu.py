@@ -27,7 +27,12 @@ this machine's CPUs (throughput cannot pass the CPUs divided by that sum).
 ``--timeline`` runs the controllers under ``bench._raft_timeline`` instead and reports,
 per Raft batch, how many requests, fsyncs, fetch answers and fetches each process handled
 (whether concurrent writes share them), and with one writer the median time from the
-client's send to each step of a commit on the leader and on the followers.
+client's send to each step of a commit on the leader and on the followers; with many,
+where a write waits (each followed by its writer's number from its send to the leader's
+servicer, its answer and back) and the median time from a Raft append to each step of
+its round. ``--floor-delay-ms N`` makes the floor answer each call after N ms of waiting
+(gRPC's intake with the calls held as a commit holds them, without the CPU);
+``--append-pipeline-depth N`` runs the controllers with N batches in flight at most.
 ``--fsync N`` first times N ``fdatasync`` calls of 100-byte appends in the data
 directory's file system: the disk's share of the physical floor of a commit.
 """
