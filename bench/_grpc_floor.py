@@ -6,10 +6,17 @@ answered at once by an empty response of the right type, on grpc.aio and uvloop 
 quorum, it measures what the client, gRPC and the machine allow before any validation,
 Raft round trip or fsync: the floor of the quorum benchmarks' latency and the ceiling of
 their throughput.
+
+``python -m bench._grpc_floor PORT DELAY_MS`` answers each call after ``DELAY_MS`` of
+waiting on the event loop instead (no CPU: a stand-in for a commit's round trips and
+fsyncs): with N writers, gRPC could then answer up to N / DELAY_MS calls per
+millisecond if it took calls in concurrently; what it reaches is the intake's own
+ceiling on this machine (docs/raft.md, "Seventh pass").
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from typing import Any
 
@@ -20,7 +27,7 @@ from google.protobuf import message_factory
 from highwater.internal.v1 import controller_pb2
 
 
-def _handlers() -> grpc.GenericRpcHandler:
+def _handlers(delay_ms: float) -> grpc.GenericRpcHandler:
     service = controller_pb2.DESCRIPTOR.services_by_name["Controller"]
     handlers = {}
     for method in service.methods:
@@ -30,21 +37,27 @@ def _handlers() -> grpc.GenericRpcHandler:
         def answer(_request: Any, _context: Any, response_type: Any = response_type) -> Any:
             return response_type()
 
+        async def answer_later(
+            _request: Any, _context: Any, response_type: Any = response_type
+        ) -> Any:
+            await asyncio.sleep(delay_ms / 1000)
+            return response_type()
+
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-            answer,
+            answer_later if delay_ms > 0 else answer,
             request_deserializer=request_type.FromString,
             response_serializer=response_type.SerializeToString,
         )
     return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
 
-async def serve(port: int) -> None:
+async def serve(port: int, delay_ms: float = 0.0) -> None:
     server = grpc.aio.server()
-    server.add_generic_rpc_handlers((_handlers(),))
+    server.add_generic_rpc_handlers((_handlers(delay_ms),))
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     await server.wait_for_termination()
 
 
 if __name__ == "__main__":
-    uvloop.run(serve(int(sys.argv[1])))
+    uvloop.run(serve(int(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else 0.0))

@@ -27,7 +27,12 @@ this machine's CPUs (throughput cannot pass the CPUs divided by that sum).
 ``--timeline`` runs the controllers under ``bench._raft_timeline`` instead and reports,
 per Raft batch, how many requests, fsyncs, fetch answers and fetches each process handled
 (whether concurrent writes share them), and with one writer the median time from the
-client's send to each step of a commit on the leader and on the followers.
+client's send to each step of a commit on the leader and on the followers; with many,
+where a write waits (each followed by its writer's number from its send to the leader's
+servicer, its answer and back) and the median time from a Raft append to each step of
+its round. ``--floor-delay-ms N`` makes the floor answer each call after N ms of waiting
+(gRPC's intake with the calls held as a commit holds them, without the CPU);
+``--append-pipeline-depth N`` runs the controllers with N batches in flight at most.
 ``--fsync N`` first times N ``fdatasync`` calls of 100-byte appends in the data
 directory's file system: the disk's share of the physical floor of a commit.
 """
@@ -36,6 +41,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
+import itertools
 import math
 import os
 import pstats
@@ -96,6 +103,8 @@ class CpuRun:
     load: tuple[float, float]
     client_stamps: list[tuple[int, int]] = field(default_factory=list)
     """(sent, answered) ``time.monotonic_ns()`` of each write measured."""
+    client_writers: list[int] = field(default_factory=list)
+    """The writer (its topic's number) of each of ``client_stamps``."""
 
     @property
     def batches(self) -> int:
@@ -191,6 +200,7 @@ async def _measure(
         measuring = False
         latencies: list[float] = []
         stamps: list[tuple[int, int]] = []
+        stamp_writers: list[int] = []
         stop_at = time.monotonic() + warmup_s + seconds
 
         async def writer(number: int) -> None:
@@ -204,6 +214,7 @@ async def _measure(
                     answered = time.monotonic_ns()
                     latencies.append((answered - started) / 1e6)
                     stamps.append((started, answered))
+                    stamp_writers.append(number)
                 value += 1
 
         async def window() -> tuple[
@@ -250,11 +261,12 @@ async def _measure(
         _batch_sizes_since(leader, start_offset),
         load,
         stamps,
+        stamp_writers,
     )
 
 
 async def _measure_floor(
-    address: str, pid: int, writers: int, warmup_s: float, seconds: float
+    address: str, pid: int, writers: int, warmup_s: float, seconds: float, delay_ms: float = 0.0
 ) -> str:
     """The write workload against the no-op server at ``address`` (process ``pid``): its
     CPU per call."""
@@ -299,7 +311,9 @@ async def _measure_floor(
     latencies.sort()
     p50 = percentile(latencies, 0.5) if latencies else float("nan")
     return (
-        f"{writers:>3} writers, no-op floor server: {calls:>6} calls in {elapsed:.1f} s "
+        f"{writers:>3} writers, no-op floor server"
+        + (f" (answers after {delay_ms:g} ms)" if delay_ms else "")
+        + f": {calls:>6} calls in {elapsed:.1f} s "
         f"({calls / elapsed:,.0f}/s, p50 {p50:.2f} ms); CPU ms per call: server "
         f"{1000 * cpu / max(1, calls):.2f} (event loop {1000 * loop_cpu / max(1, calls):.2f}), "
         f"client {1000 * client / max(1, calls):.2f}; load {load[0]:.1f} -> {load[1]:.1f}\n"
@@ -314,7 +328,7 @@ def _run_floor(root: Path, args: argparse.Namespace) -> None:
     port = free_port()
     with open(root / "floor.log", "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "bench._grpc_floor", str(port)],
+            [sys.executable, "-m", "bench._grpc_floor", str(port), str(args.floor_delay_ms)],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -325,7 +339,14 @@ def _run_floor(root: Path, args: argparse.Namespace) -> None:
             for writers in args.writers:
                 if writers:
                     summary = asyncio.run(
-                        _measure_floor(address, process.pid, writers, args.warmup, args.seconds)
+                        _measure_floor(
+                            address,
+                            process.pid,
+                            writers,
+                            args.warmup,
+                            args.seconds,
+                            args.floor_delay_ms,
+                        )
                     )
                     print(summary, flush=True)
     finally:
@@ -457,6 +478,155 @@ def commit_timeline(run: CpuRun, events: dict[int, list[Event]]) -> str:
     return "\n".join(lines)
 
 
+def _round_steps(
+    appended: int, until: int, leader: list[Event], followers: list[list[Event]]
+) -> dict[str, int] | None:
+    """The times of one Raft round's steps, from the leader's append at ``appended`` to
+    the first answer after its apply (before ``until``, the next append but one)."""
+    steps: dict[str, int] = {"leader: append": appended}
+    out = _first(leader, "records_out", appended, until)
+    if out is None:
+        return None
+    steps["leader: fetch answers out"] = out
+    ends = []
+    for events in followers:
+        received = _first(events, "records_in", out, until)
+        started = None if received is None else _first(events, "fsync", received, until)
+        flushed = None if started is None else _first(events, "fsynced", started, until)
+        fetched = None if flushed is None else _first(events, "fetch_out", flushed, until)
+        if fetched is not None and received is not None and started is not None:
+            ends.append((fetched, received, started, flushed))
+    if not ends:
+        return None
+    fetched, received, started, flushed = min(ends)
+    steps |= {
+        "follower: records in": received,
+        "follower: fsync start": started,
+        "follower: fsync end": flushed or started,
+        "follower: next fetch out": fetched,
+    }
+    for name, kind in (
+        ("leader: that fetch in", "fetch_in"),
+        ("leader: high watermark moves", "high_watermark"),
+        ("leader: apply", "apply"),
+        ("leader: first answer", "answer"),
+    ):
+        t = _first(leader, kind, steps[next(reversed(steps))], until)
+        if t is None:
+            return None
+        steps[name] = t
+    return steps
+
+
+def round_timeline(run: CpuRun, events: dict[int, list[Event]]) -> str:
+    """Many writers: the median time from each Raft append on the leader to each step of
+    its round (the first follower whose next fetch comes back makes the majority)."""
+    leader = events[run.leader_id]
+    followers = [e for n, e in sorted(events.items()) if n != run.leader_id]
+    appends = [t for t, kind, _ in leader if kind == "append"]
+    found = [
+        steps
+        for appended, until in zip(appends, appends[2:], strict=False)
+        if (steps := _round_steps(appended, until, leader, followers)) is not None
+    ]
+    if not found:
+        return "timeline: no Raft round with every step found"
+    lines = [
+        f"a Raft round's steps ({len(found)} of {len(appends)} rounds had every step; "
+        "median µs since the append, and since the step before):"
+    ]
+    before = 0.0
+    for name in found[0]:
+        median = percentile(sorted((s[name] - s["leader: append"]) / 1000 for s in found), 0.5)
+        lines.append(f"  {median:8.0f} {median - before:+8.0f}  {name}")
+        before = median
+    flushed = sorted(
+        (t - appended) / 1000
+        for appended, until in zip(appends, appends[2:], strict=False)
+        if (t := _first(leader, "fsynced", appended, until)) is not None
+    )
+    if flushed:
+        lines.append(
+            f"  the leader's own fsync ends {percentile(flushed, 0.5):,.0f} µs after the "
+            "append (p50; the high watermark needs it or the second follower)"
+        )
+    return "\n".join(lines)
+
+
+def where_writes_wait(run: CpuRun, events: dict[int, list[Event]]) -> str:
+    """Many writers: where a write's time goes, each write followed by its writer's number
+    from the client's send to the leader's servicer (``request``), to the servicer's
+    answer, and back to the client.
+
+    Before the servicer is the client's call, the bytes and gRPC's admission of the call
+    on the leader; inside it the worker, the group's seal and the commit; after it the
+    answer's way back. With Little's law, the writes on average in each stage; and the Raft
+    rounds: from each append to the high watermark's next move on the leader, and from that
+    move to the next append (the worker seals a group when the batch before it commits)."""
+    leader = events[run.leader_id]
+    requests: dict[int, list[int]] = {}
+    answers: dict[int, list[int]] = {}
+    for t, kind, value in leader:
+        if kind == "request":
+            requests.setdefault(value, []).append(t)
+        elif kind == "answer":
+            answers.setdefault(value, []).append(t)
+    stages: dict[str, list[float]] = {"before": [], "inside": [], "after": []}
+    for (sent, answered), writer in zip(run.client_stamps, run.client_writers, strict=True):
+        ins, outs = requests.get(writer, []), answers.get(writer, [])
+        i = bisect.bisect_left(ins, sent)
+        if i == len(ins) or ins[i] > answered:
+            continue
+        j = bisect.bisect_left(outs, ins[i])
+        if j == len(outs) or outs[j] > answered:
+            continue
+        stages["before"].append((ins[i] - sent) / 1000)
+        stages["inside"].append((outs[j] - ins[i]) / 1000)
+        stages["after"].append((answered - outs[j]) / 1000)
+    followed = len(stages["before"])
+    if not followed:
+        return "timeline: no write followed from its send to its answer"
+    window_us = run.seconds * 1e6 * followed / max(1, run.writes)
+    lines = [
+        f"where a write waits ({run.writers} writers; {followed} of {run.writes} writes "
+        "followed; µs p50 and mean, and the writes in each stage on average):"
+    ]
+    for stage, label in (
+        ("before", "sent, not yet in the leader's servicer"),
+        ("inside", "in the leader's servicer"),
+        ("after", "answered, not yet back at the client"),
+    ):
+        values = sorted(stages[stage])
+        lines.append(
+            f"  {label:40} p50 {percentile(values, 0.5):8,.0f}  mean "
+            f"{sum(values) / len(values):8,.0f}  writes {sum(values) / window_us:5.1f}"
+        )
+    arrivals = [t for t, kind, _ in leader if kind == "request"]
+    gaps = sorted((b - a) / 1000 for a, b in itertools.pairwise(arrivals))
+    if gaps:
+        lines.append(
+            f"  calls entering the leader's servicer: one every {percentile(gaps, 0.5):,.0f} "
+            f"µs p50, p90 {percentile(gaps, 0.9):,.0f}"
+        )
+    appends = [t for t, kind, _ in leader if kind == "append"]
+    moves = [t for t, kind, _ in leader if kind == "high_watermark"]
+    to_commit = sorted(
+        (moves[i] - t) / 1000 for t in appends if (i := bisect.bisect_right(moves, t)) < len(moves)
+    )
+    to_seal = sorted(
+        (appends[i] - t) / 1000
+        for t in moves
+        if (i := bisect.bisect_right(appends, t)) < len(appends)
+    )
+    if to_commit and to_seal:
+        lines.append(
+            f"  Raft rounds: append to the next high-watermark move p50 "
+            f"{percentile(to_commit, 0.5):,.0f} µs, that move to the next append p50 "
+            f"{percentile(to_seal, 0.5):,.0f} µs"
+        )
+    return "\n".join(lines)
+
+
 def fsync_probe(directory: Path, count: int) -> str:
     """``count`` fdatasyncs of 100-byte appends to a file in ``directory``: the disk alone."""
     path = directory / "fsync-probe"
@@ -584,10 +754,22 @@ def main(argv: list[str] | None = None) -> int:
         "--floor", action="store_true", help="also measure the no-op gRPC floor server"
     )
     parser.add_argument(
+        "--floor-delay-ms",
+        type=float,
+        default=0.0,
+        help="the floor server answers each call after this long (gRPC's intake alone)",
+    )
+    parser.add_argument(
         "--append-linger-ms",
         type=int,
         default=None,
         help="run the controllers with this --append-linger-ms (default: theirs)",
+    )
+    parser.add_argument(
+        "--append-pipeline-depth",
+        type=int,
+        default=None,
+        help="run the controllers with this --append-pipeline-depth (default: theirs)",
     )
     parser.add_argument("--top", type=int, default=30, help="functions listed per profile")
     parser.add_argument("--keep", type=Path, help="keep the data and profiles here")
@@ -602,11 +784,11 @@ def main(argv: list[str] | None = None) -> int:
             print(fsync_probe(root, args.fsync), flush=True)
         if args.floor:
             _run_floor(root, args)
-        extra = (
-            ()
-            if args.append_linger_ms is None
-            else ("--append-linger-ms", str(args.append_linger_ms))
-        )
+        extra: tuple[str, ...] = ()
+        if args.append_linger_ms is not None:
+            extra += ("--append-linger-ms", str(args.append_linger_ms))
+        if args.append_pipeline_depth is not None:
+            extra += ("--append-pipeline-depth", str(args.append_pipeline_depth))
         with controller_quorum(
             root, profiled=args.profile, timeline=args.timeline, extra_args=extra
         ) as processes:
@@ -632,6 +814,9 @@ def main(argv: list[str] | None = None) -> int:
                             print(timeline_counts(run, events), flush=True)
                             if run.writers == 1:
                                 print(commit_timeline(run, events), flush=True)
+                            else:
+                                print(where_writes_wait(run, events), flush=True)
+                                print(round_timeline(run, events), flush=True)
                     if args.profile:
                         follower = next(p for p in processes if p.node_id != run.leader_id)
                         for role, process in (

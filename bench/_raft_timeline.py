@@ -6,7 +6,10 @@ the machine) while a window is open: SIGUSR1 opens one, SIGUSR2 writes what it s
 ``OUT.N`` (one ``TIME KIND VALUE`` line per event, N counting the windows from 0) and then
 ``OUT.N.done``. The steps (wrapped methods of the driver, the log and the servicer):
 
-* ``request`` / ``answer``: a Controller call enters the servicer / is answered;
+* ``request`` / ``answer``: a Controller call enters the servicer (VALUE: for an
+  ``AlterConfigs`` of the benchmark's topics, the number its first topic's name ends with:
+  the writer's, so that a write is followed from the client's send to its answer) / is
+  answered (VALUE: the same);
 * ``append``: the leader appends a Raft batch (VALUE: its records);
 * ``fsync`` / ``fsynced``: a flush of the metadata log starts (VALUE: 1 in the flusher
   thread, 0 on the event loop) / returns;
@@ -62,6 +65,15 @@ class _Recorder:
         self.windows += 1
 
 
+def _writer_of(message: Any) -> int:
+    """The writer number an ``AlterConfigs`` of the benchmark's topics carries; else -1."""
+    resources = getattr(message, "resources", None)
+    if not resources:
+        return -1
+    digits = str(getattr(resources[0], "resource_name", "")).rpartition("-")[2]
+    return int(digits) if digits.isdigit() else -1
+
+
 def _instrument(recorder: _Recorder) -> None:
     from highwater.controller.service import ControllerServer
     from highwater.raft.driver import RaftServer
@@ -76,11 +88,12 @@ def _instrument(recorder: _Recorder) -> None:
 
     def serve(original: Callable[..., Any]) -> Any:
         async def serve(self: Any, *args: Any, **kwargs: Any) -> Any:
-            note("request")
+            writer = _writer_of(args[1]) if len(args) > 1 else -1
+            note("request", writer)
             try:
                 return await original(self, *args, **kwargs)
             finally:
-                note("answer")
+                note("answer", writer)
 
         return serve
 

@@ -615,6 +615,63 @@ async def test_a_group_started_behind_a_batch_in_flight_lingers_a_lone_request_d
         await quorum.stop_all()
 
 
+async def test_a_pipeline_depth_of_two_seals_a_group_behind_one_batch_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    quorum = Quorum(tmp_path, 1, dataclasses.replace(settings(), append_pipeline_depth=2))
+    server = await quorum.start(1)
+    try:
+        await server.wait_active()
+        async with ControllerClient(quorum.addresses) as client:
+            await register_and_unfence(client, 1)
+            created = await client.create_topics(
+                m.CreateTopicsRequest((m.CreatableTopic("g", 1, 1),))
+            )
+            assert created.topics[0].error == NONE
+        store = server.store
+        real_fsync = os.fsync
+
+        def slow_fsync(fd: int) -> None:
+            time.sleep(0.05)
+            real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", slow_fsync)
+        # One slow flush sends the next ones to the flusher thread: from then on a batch
+        # stays in flight (uncommitted: the lone voter commits on its own flush) for 50 ms
+        # while the loop goes on.
+        await server.call(codec.ALTER_CONFIGS, alter("g", "0"))
+        before = store.sealed_batches
+        first = asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, alter("g", "1")))
+        async with asyncio.timeout(10):
+            while store.in_flight() is None:
+                await asyncio.sleep(0)
+        # With one batch in flight the next group is sealed at once, not at its commit:
+        # two batches on their way at the same time, neither answered yet.
+        second = asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, alter("g", "2")))
+        async with asyncio.timeout(10):
+            while store.sealed_batches < before + 2:
+                await asyncio.sleep(0)
+        assert store.in_flight(2) is not None
+        assert not first.done() and not second.done()
+        # With two in flight, the next group waits for the older one's commit: the
+        # requests arriving meanwhile share one batch.
+        rest = [
+            asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, alter("g", str(i))))
+            for i in range(3, 8)
+        ]
+        answers = [
+            codec.ALTER_CONFIGS.response_from_proto(a)
+            for a in await asyncio.gather(first, second, *rest)
+        ]
+        assert all(a.error == NONE and a.resources[0].error == NONE for a in answers)
+        assert store.sealed_batches - before <= 4, store.sealed_batches - before
+        assert server.machine.image.topic_config("g") == {"retention.ms": "7"}
+        assert store.in_flight() is None
+    finally:
+        monkeypatch.undo()
+        await quorum.stop_all()
+
+
 async def test_a_voter_behind_the_log_start_catches_up_from_a_snapshot(tmp_path: Path) -> None:
     small = ControllerSettings(
         raft=RaftServerSettings(

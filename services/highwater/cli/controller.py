@@ -51,6 +51,7 @@ from highwater.cli.serving import (
 from highwater.controller.etcd_migration import etcd_cluster_id
 from highwater.controller.service import (
     DEFAULT_APPEND_LINGER_MS,
+    DEFAULT_APPEND_PIPELINE_DEPTH,
     ControllerServer,
     ControllerSettings,
 )
@@ -134,6 +135,15 @@ def _bootstrap_controllers(
     "being committed keeps taking requests in before it goes to Raft as one batch "
     "(controller.quorum.append.linger.ms). A lone request is never held.",
 )
+@click.option(
+    "--append-pipeline-depth",
+    type=click.IntRange(1, 64),
+    default=DEFAULT_APPEND_PIPELINE_DEPTH,
+    show_default=True,
+    help="How many batches of Controller requests may be on their way to a majority at "
+    "once; a group of requests started while that many are keeps taking requests in until "
+    "the oldest commits.",
+)
 @etcd_tls_options("migration_from")
 @server_config_options
 def controller(
@@ -149,6 +159,7 @@ def controller(
     offsets_topic_replication_factor: int,
     migration_from: EtcdStoreAddress | None,
     append_linger_ms: int,
+    append_pipeline_depth: int,
     config_file: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
@@ -203,6 +214,7 @@ def controller(
             raise click.ClickException(f"--migration-from {migration_from}: {e}") from None
     settings = ControllerSettings(
         append_linger_ms=append_linger_ms,
+        append_pipeline_depth=append_pipeline_depth,
         migration_from=migration_from,
         raft=RaftServerSettings(
             metadata_log_max_record_bytes_between_snapshots=config.get(

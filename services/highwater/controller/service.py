@@ -23,11 +23,12 @@ into a controller process, on top of the
   its records are staged (the next request already sees them), without waiting for
   anything earlier to commit. The requests that arrive together — those queued, and
   while the group before is still on its way to a majority every request that arrives
-  until it commits (and ``append_linger_ms`` since its first) — form a group whose staged
-  records are sealed into one Raft batch (group commit: one append, one fsync per voter
-  and one fetch round trip for the group, as Kafka's QuorumController with its batch
-  accumulator); each answer
-  goes out once everything appended up to its group is committed. A group decided on an
+  until it commits (and ``append_linger_ms`` since its first; with an
+  ``append_pipeline_depth`` of N, a group waits only while N batches are in flight, for
+  the oldest's commit) — form a group whose staged records are sealed into one Raft
+  batch (group commit: one append, one fsync per voter and one fetch round trip for the
+  group, as Kafka's QuorumController with its batch accumulator); each answer goes out
+  once everything appended up to its group is committed. A group decided on an
   image that was then dropped (leadership lost, or Raft refused the batch) is answered
   NOT_CONTROLLER, never acknowledged. A replica that is not the active controller
   answers NOT_CONTROLLER with the leader's id and address (from the voters).
@@ -213,6 +214,9 @@ class _OpenBatch:
 
 DEFAULT_APPEND_LINGER_MS: Final = 0
 """``ControllerSettings.append_linger_ms`` by default."""
+
+DEFAULT_APPEND_PIPELINE_DEPTH: Final = 1
+"""``ControllerSettings.append_pipeline_depth`` by default."""
 
 MAX_RECORDS_PER_BATCH: Final = 10_000
 """Records staged together in one Raft batch before it is sealed (Kafka's
@@ -409,11 +413,15 @@ class RaftMetadataStore:
             )
         self._pending.append(_Pending(staged.base_offset, last, staged.parent, image, committed))
 
-    def in_flight(self) -> asyncio.Future[int] | None:
-        """The commit of the last batch handed to Raft, while it is not committed yet."""
-        if not self._pending:
+    def in_flight(self, depth: int = 1) -> asyncio.Future[int] | None:
+        """While ``depth`` or more batches handed to Raft are not committed yet, the commit
+        of the ``depth``-th last of them (the one whose commit leaves fewer than ``depth``
+        in flight); else ``None``. Batches commit in log order, so one done means every
+        batch before it is done too."""
+        pending = self._pending
+        if len(pending) < depth:
             return None
-        committed = self._pending[-1].committed
+        committed = pending[-depth].committed
         return None if committed.done() else committed
 
     def commit_waiter(self) -> asyncio.Future[int] | None:
@@ -471,6 +479,11 @@ class ControllerSettings:
     majority keeps taking requests in (from its first), besides waiting for that batch to
     commit (Kafka's ``controller.quorum.append.linger.ms``). A group started with nothing
     in flight (a lone writer) is sealed at once whatever this says."""
+    append_pipeline_depth: int = DEFAULT_APPEND_PIPELINE_DEPTH
+    """How many sealed batches may be on their way to a majority at once. A group started
+    while that many are in flight keeps taking requests in until the oldest of them
+    commits; with fewer in flight it is sealed as soon as the requests queued are run.
+    With 1 (the default) a group is sealed when the batch before it commits."""
     seed: int | None = None
     """Seeds replica placement and topic ids; ``None``: a random seed."""
     migration_from: EtcdStoreAddress | None = None
@@ -891,7 +904,7 @@ class ControllerServer:
         store.begin_batch()
         try:
             self._run(first, answered)
-            in_flight = store.in_flight()
+            in_flight = store.in_flight(self.settings.append_pipeline_depth)
             if in_flight is not None and self.settings.append_linger_ms > 0:
                 linger_until = loop.time() + self.settings.append_linger_ms / 1000
             while (
