@@ -829,8 +829,8 @@ class RequestHandler:
         return response
 
 
-# A metric's attributes per request, made once each (the meter neither keeps nor changes
-# them): building the dict per request and partition showed in the produce path's profile.
+# Metric attributes made once each and shared (a meter does not change the attributes it
+# is given), instead of a dict built per request and partition.
 
 
 @functools.lru_cache(maxsize=1024)
