@@ -53,6 +53,27 @@ def test_a_replica_session_reads_what_it_names_and_what_was_marked_changed() -> 
     )
 
 
+def test_a_high_watermark_alone_is_read_with_the_next_read_and_wakes_nobody() -> None:
+    cache = FetchSessionCache()
+    mover = cache.resolve(0, 0, [(A, state(0))], owner=FOLLOWER).session
+    other = cache.resolve(0, 0, [(A, state(0)), (B, state(0))], owner=3).session
+    assert mover is not None and other is not None
+    cache.mark_high_watermark(A, except_session=mover.session_id)
+    assert not other.changed and not mover.lagging  # nothing to wake, the mover told already
+    # An append after it still wakes the session (the weaker mark does not hide it) ...
+    woken = cache.mark_changed(A)
+    assert sorted(s.session_id for s in woken) == sorted([mover.session_id, other.session_id])
+    assert {key for key, _ in other.take_changed()} == {A}
+    # ... and without one the partition is read with the session's next read.
+    cache.mark_high_watermark(A, except_session=mover.session_id)
+    fetch = cache.resolve(other.session_id, 1, [], owner=3, changed_only=True)
+    assert keys(fetch.partitions) == {A} and not other.lagging
+    assert fetch.include(A, 7, 0, 0, has_records=False)  # the new high watermark is answered
+    # A forgotten partition's weaker mark goes with it.
+    cache.mark_high_watermark(A)
+    assert cache.resolve(other.session_id, 2, [], [A], owner=3, changed_only=True).partitions == []
+
+
 def test_a_forgotten_partition_leaves_the_session_and_its_index() -> None:
     cache = FetchSessionCache()
     session_id = cache.resolve(0, 0, [(A, state(0)), (B, state(0))], owner=FOLLOWER).session_id

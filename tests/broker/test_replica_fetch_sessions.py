@@ -238,6 +238,41 @@ async def test_a_parked_fetch_is_woken_by_an_append_to_one_of_its_partitions(
     assert brokers.reads == [1]
 
 
+async def test_a_high_watermark_moved_by_another_fetch_does_not_wake_a_parked_fetch(
+    brokers: Brokers,
+) -> None:
+    """A follower's fetch is answered early for records, not for a high watermark another
+    follower's fetch moved: that is read with the session's next read (here, the long
+    poll's end) and the answer carries it."""
+    await brokers.fetcher.fetch_round()
+    sessions = brokers.leader.handler.replica_sessions
+    session_id = brokers.leader.answers[0].session_id
+    session = sessions.cache.get(session_id)
+    assert session is not None
+    parked = asyncio.create_task(sessions.wait(session, 0.3))
+    await asyncio.sleep(0.02)
+    sessions.high_watermark_moved((TOPIC, 1), except_session=session_id + 1)
+    await asyncio.sleep(0.05)
+    assert not parked.done()  # no wake-up
+    sessions.partition_changed(brokers.leader_partitions.get(TOPIC, 1).topic_partition)
+    await asyncio.wait_for(parked, 1)  # an append's mark wakes it
+
+    await brokers.fetcher.fetch_round()
+    brokers.reads.clear()
+    sessions.high_watermark_moved((TOPIC, 3), except_session=session_id + 1)
+    request = rpb.ReplicaFetchRequest(
+        replica_id=FOLLOWER,
+        replica_epoch=FOLLOWER_EPOCH,
+        max_wait_ms=100,
+        min_bytes=1,
+        session_id=session_id,
+        session_epoch=2,
+    )
+    answer = await brokers.leader.handler.replica_fetch(request)
+    assert brokers.reads == [3]  # read once, with the fetch, and not answered (nothing new)
+    assert [p.partition for t in answer.topics for p in t.partitions] == []
+
+
 async def test_a_leader_change_forgets_the_partition(brokers: Brokers) -> None:
     await brokers.fetcher.fetch_round()
     change = PartitionChangeRecord(TOPIC_ID, 3, leader=FOLLOWER)

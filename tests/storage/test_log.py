@@ -645,6 +645,11 @@ def test_a_read_from_where_the_last_one_ended_takes_one_pread(
     calls, read = preads.during(log.read, offset, 1 << 20)
     assert calls == 1
     assert [b.base_offset for b in batches_of(read.records)] == [240]
+    # The other readers at the tail (a second follower, a consumer) read it from the same
+    # offset: one pread each as well.
+    for _ in range(2):
+        calls, again = preads.during(log.read, offset, 1 << 20)
+        assert calls == 1 and again.records == read.records
     log.close()
 
 

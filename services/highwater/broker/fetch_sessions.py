@@ -26,6 +26,16 @@ idle round costs what changed, not the session's size. The cache keeps an index 
 partition to the sessions holding it, so a mark costs the sessions that hold the
 partition, not a scan.
 
+A high watermark that another follower's fetch moved is a weaker mark
+(:meth:`FetchSessionCache.mark_high_watermark`): the partition is read with the session's
+next read (the next fetch, a wake-up for another change, or the long poll's end), but it is
+no reason to answer a parked fetch early, as Kafka's delayed follower fetch completes on new
+records or its max wait, not on the high watermark. The follower's high watermark bounds
+nothing on the leader (acks=all, ``min.insync.replicas`` and the ISR follow the followers'
+log ends; consumers read from leaders only): it reaches the follower with the next records
+or within ``replica.fetch.wait.max.ms``, which is all a follower that becomes leader needs
+(its high watermark then only catches up, as Kafka's does).
+
 The fetcher's side is :class:`FetchSessionHandler` (Kafka's ``FetchSessionHandler``): the
 session id and next epoch, the partitions as the leader's session holds them, and what
 the next fetch names: everything in a full fetch; in an incremental one the partitions
@@ -100,11 +110,19 @@ class FetchSession:
     last_fetch_ms: int = 0
     """When its latest fetch arrived (``now_ms`` of :meth:`FetchSessionCache.resolve`)."""
     changed: set[TopicPartitionKey] = field(default_factory=set)
-    """Partitions marked changed since the session's last answer (to read next)."""
+    """Partitions marked changed since the session's last answer (to read next; a parked
+    fetch is woken for them)."""
+    lagging: set[TopicPartitionKey] = field(default_factory=set)
+    """Partitions whose high watermark alone moved since they were last read (read with the
+    next read; no reason to wake a parked fetch)."""
 
     def take_changed(self) -> list[tuple[TopicPartitionKey, FetchPartitionState]]:
-        """The partitions marked changed, with their states; the marks are cleared."""
+        """The partitions marked changed or lagging, with their states; the marks are
+        cleared."""
         keys, self.changed = self.changed, set()
+        if self.lagging:
+            keys |= self.lagging
+            self.lagging = set()
         partitions = self.partitions
         return [(key, partitions[key]) for key in keys if key in partitions]
 
@@ -210,6 +228,7 @@ class FetchSessionCache:
         for key in forgotten:
             if session.partitions.pop(key, None) is not None:
                 session.changed.discard(key)
+                session.lagging.discard(key)
                 self._unhold(key, session_id)
         for key, state in requested:
             previous = session.partitions.get(key)
@@ -241,6 +260,14 @@ class FetchSessionCache:
                 session.changed.add(key)
                 woken.append(session)
         return woken
+
+    def mark_high_watermark(self, key: TopicPartitionKey, *, except_session: int = 0) -> None:
+        """Partition ``key``'s high watermark moved, and nothing else: every session that
+        holds it but ``except_session`` reads it with its next read, none is woken (see
+        the module docstring)."""
+        for session_id in self._holding.get(key, ()):
+            if session_id != except_session:
+                self._sessions[session_id].lagging.add(key)
 
     def sessions_holding(self, key: TopicPartitionKey) -> list[FetchSession]:
         """The sessions that hold partition ``key``."""

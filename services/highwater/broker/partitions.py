@@ -550,8 +550,11 @@ class PartitionManager:
         """The partition, or PartitionError UNKNOWN_TOPIC_OR_PARTITION /
         NOT_LEADER_OR_FOLLOWER (it exists, on other brokers) / KAFKA_STORAGE_ERROR (its
         log directory failed)."""
+        # (A plain tuple finds a TopicPartition key: a NamedTuple hashes and compares as one.)
+        found = self._partitions.get((topic, partition))  # type: ignore[call-overload]
+        if found is not None and not found.log.offline:
+            return found
         tp = TopicPartition(topic, partition)
-        found = self._partitions.get(tp)
         if found is not None:
             if found.log.offline:
                 raise PartitionError(

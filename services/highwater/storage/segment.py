@@ -535,7 +535,9 @@ class LogSegment:
         fetch, at the offset after the last batch it got) starts at that read's end
         position (:attr:`_read_ends`): one ``pread`` of the batches, where the index lookup
         and header scan take one or two more (the index's entry is the batch before, and a
-        batch larger than the scan's 16 KiB chunk takes a second chunk).
+        batch larger than the scan's 16 KiB chunk takes a second chunk). The entry is kept
+        after it is used, so every reader at the tail (at RF 3 two followers and a consumer
+        read each new batch from the same offset) takes the short way.
         """
         size = self._size
         position = self._read_ends.get(start_offset, -1)
@@ -592,11 +594,13 @@ class LogSegment:
             next_offset = last_base + _INT32.unpack_from(data, last_position + 23)[0] + 1
         else:
             next_offset = first.next_offset
+        # The entry this read started from stays: the other readers at the tail (each
+        # follower, the consumers) start there too.
         read_ends = self._read_ends
-        read_ends.pop(start_offset, None)
-        if len(read_ends) >= _READ_ENDS_KEPT:
-            del read_ends[next(iter(read_ends))]  # the oldest
-        read_ends[next_offset] = position + end
+        if next_offset not in read_ends:
+            if len(read_ends) >= _READ_ENDS_KEPT:
+                del read_ends[next(iter(read_ends))]  # the oldest
+            read_ends[next_offset] = position + end
         return SegmentRead(
             data=data if end == available else data[:end],
             position=position,
