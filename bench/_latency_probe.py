@@ -24,6 +24,7 @@ import contextlib
 import cProfile
 import json
 import os
+import resource
 import signal
 import tempfile
 import time
@@ -40,14 +41,26 @@ OWN_CPU_SHARE = 0.7
 """A stall the thread spent at least this share of on the CPU counts as our code's."""
 
 
-async def _bench_stalls(stalls: list[float]) -> None:
+def _watch_bench_stalls(stalls: list[float]) -> asyncio.Future[None]:
+    """Tick every 1 ms on the benchmark's loop (a timer callback, cheaper than a task
+    asleep, since its CPU counts in the process's figure) and record in ``stalls`` each
+    tick over 2 ms late, in ms; until the returned future is cancelled."""
+    loop = asyncio.get_running_loop()
+    watching: asyncio.Future[None] = loop.create_future()
     last = time.perf_counter()
-    while True:
-        await asyncio.sleep(0.001)
+
+    def tick() -> None:
+        nonlocal last
+        if watching.done():
+            return
         now = time.perf_counter()
         if now - last - 0.001 > 0.002:
             stalls.append((now - last - 0.001) * 1e3)
         last = now
+        loop.call_later(0.001, tick)
+
+    loop.call_later(0.001, tick)
+    return watching
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -71,12 +84,19 @@ async def probe(
     leader = await broker.leader_address(cluster, topic)
     await broker.wait_full_isr(leader, topic, 1, 3)
     stalls: list[float] = []
-    watch = asyncio.create_task(_bench_stalls(stalls))
+    watch = _watch_bench_stalls(stalls)
     for process in cluster.all_processes():
         os.kill(process.pid, signal.SIGUSR1)
+    # The client's modules are imported before the CPU is counted: the phase's figure is
+    # the records', not the interpreter's first import of the library.
+    import highwater.client.consumer
+    import highwater.client.producer  # noqa: F401
+
     profiler = cProfile.Profile(time.thread_time) if profile else None
     if profiler is not None:
         profiler.enable()
+    threads = _thread_cpu()
+    rusage = resource.getrusage(resource.RUSAGE_SELF)
     cpu = time.process_time()
     with _counting_produce_requests() as requests:
         latencies = await broker.latencies_with_client(
@@ -88,6 +108,8 @@ async def probe(
             producer_config=producer_config,
         )
     cpu = time.process_time() - cpu
+    rusage_after = resource.getrusage(resource.RUSAGE_SELF)
+    threads_after = _thread_cpu()
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(f"{out}.bench.prof")
@@ -111,6 +133,15 @@ async def probe(
         f"({cpu / max(requests[0], 1) * 1e3:.3f} ms per Produce request, "
         f"{cpu / sent * 1e6:.1f} µs per record); loop stalls > 2 ms: "
         f"{len(stalls)}, {sum(stalls):.0f} ms in all, longest {max(stalls, default=0):.1f}"
+    )
+    user = rusage_after.ru_utime - rusage.ru_utime
+    system = rusage_after.ru_stime - rusage.ru_stime
+    by_thread: dict[str, float] = {}
+    for tid, (name, seconds) in threads_after.items():
+        by_thread[name] = by_thread.get(name, 0.0) + seconds - threads.get(tid, (name, 0.0))[1]
+    print(
+        f"  of it user {user:.2f} s, system {system:.2f} s; by thread: "
+        + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in sorted(by_thread.items()))
     )
     for process in cluster.all_processes():
         path = Path(f"{out}.{process.pid}.json")
@@ -137,6 +168,20 @@ async def probe(
             f"{window['cpu_s'] / max(requests[0], 1) * 1e3:.3f} ms, per record "
             f"{window['cpu_s'] / sent * 1e6:.1f} µs"
         )
+
+
+def _thread_cpu() -> dict[int, tuple[str, float]]:
+    """This process's threads: id -> (name, CPU seconds so far), from /proc (Linux)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    threads: dict[int, tuple[str, float]] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        threads[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+    return threads
 
 
 @contextlib.contextmanager
