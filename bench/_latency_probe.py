@@ -121,7 +121,8 @@ async def probe(
     sent = int(rate * (seconds + 1))  # the warm-up's records too, as the windows hold
     print(
         f"Produce requests: {requests[0]:,} for {sent:,} records "
-        f"({sent / max(requests[0], 1):.1f} records a request)"
+        f"({sent / max(requests[0], 1):.1f} records a request); the consumer's Fetch "
+        f"requests: {requests[1]:,} ({requests[2]:,} answered without records)"
     )
     print(
         f"{len(latencies):,} records: p50 {_quantile(latencies, 0.5):.1f} ms, "
@@ -186,12 +187,14 @@ def _thread_cpu() -> dict[int, tuple[str, float]]:
 
 @contextlib.contextmanager
 def _counting_produce_requests() -> Iterator[list[int]]:
-    """Count the Produce requests the client library sends meanwhile (its one way out:
-    ``ClusterMetadata.produce``), in the list's one item."""
+    """Count the Produce and Fetch requests the client library sends meanwhile (their one
+    way out: ``ClusterMetadata.produce`` and ``fetch``) in the list's first two items, and
+    the Fetch answers without records in its third."""
     from highwater.client.cluster import ClusterMetadata
 
-    count = [0]
+    count = [0, 0, 0]
     produce = ClusterMetadata.produce
+    fetch = ClusterMetadata.fetch
 
     async def counted(
         self: ClusterMetadata, address: str, request: pb.ProduceRequest, timeout_s: float
@@ -199,11 +202,22 @@ def _counting_produce_requests() -> Iterator[list[int]]:
         count[0] += 1
         return await produce(self, address, request, timeout_s)
 
+    async def counted_fetch(
+        self: ClusterMetadata, address: str, request: pb.FetchRequest, timeout_s: float
+    ) -> pb.FetchResponse:
+        count[1] += 1
+        reply = await fetch(self, address, request, timeout_s)
+        if not any(p.records for t in reply.topics for p in t.partitions):
+            count[2] += 1
+        return reply
+
     ClusterMetadata.produce = counted  # type: ignore[method-assign]
+    ClusterMetadata.fetch = counted_fetch  # type: ignore[method-assign]
     try:
         yield count
     finally:
         ClusterMetadata.produce = produce  # type: ignore[method-assign]
+        ClusterMetadata.fetch = fetch  # type: ignore[method-assign]
 
 
 def main() -> None:
