@@ -1,7 +1,7 @@
 """The broker suite's end-to-end latency phase alone, on a fresh cluster, with every
 process's event-loop stalls: where a loaded machine's p99 goes.
 
-``python -m bench._latency_probe [--seconds 5] [--rate 10000] [--profile] [--producer
+``python -m bench._latency_probe [--seconds 5] [--rate 10000] [--profile] [--no-stalls] [--producer
 KEY=VALUE ...]``: one controller and three brokers (bench/_highwater_cluster.py) with
 :mod:`bench._loop_watch` in each, a topic of one partition (RF 3,
 min.insync.replicas=2), then :func:`bench.broker.latencies_with_client` (acks=all,
@@ -11,7 +11,10 @@ consumer) its CPU seconds (also per Produce request and per record) and its loop
 and for each server process its CPU seconds, its stalls over 2 ms split into those its own
 thread spent on the CPU (our code holding the loop) and the rest (the process waiting for
 a CPU: the machine), and its garbage collections; and the Produce requests the producer
-sent, with each server's CPU per request and per record over the phase. ``--profile`` adds
+sent (and the consumer's Fetch requests), with each server's CPU per request and per record
+over the phase. The stall tickers (one wake-up a millisecond in every process) cost each
+process about 50 ms of CPU a second, which the CPU figures include; ``--no-stalls`` leaves
+them out, for CPU figures of the work alone. ``--profile`` adds
 a cProfile of each server's loop thread and of the benchmark's process (its overhead
 inflates the latencies: read the profiles, not the percentiles, of such a run).
 """
@@ -75,6 +78,7 @@ async def probe(
     rate: float,
     profile: bool,
     producer_config: dict[str, object] | None = None,
+    tick: bool = True,
 ) -> None:
     bootstrap = cluster.bootstrap
     topic = broker.LATENCY_TOPIC
@@ -84,7 +88,7 @@ async def probe(
     leader = await broker.leader_address(cluster, topic)
     await broker.wait_full_isr(leader, topic, 1, 3)
     stalls: list[float] = []
-    watch = _watch_bench_stalls(stalls)
+    watch = _watch_bench_stalls(stalls) if tick else None
     for process in cluster.all_processes():
         os.kill(process.pid, signal.SIGUSR1)
     # The client's modules are imported before the CPU is counted: the phase's figure is
@@ -115,7 +119,8 @@ async def probe(
         profiler.dump_stats(f"{out}.bench.prof")
     for process in cluster.all_processes():
         os.kill(process.pid, signal.SIGUSR2)
-    watch.cancel()
+    if watch is not None:
+        watch.cancel()
     await asyncio.sleep(1)  # the servers write their windows
     latencies.sort()
     sent = int(rate * (seconds + 1))  # the warm-up's records too, as the windows hold
@@ -226,6 +231,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=broker.LATENCY_RATE)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
+        "--no-stalls",
+        action="store_true",
+        help="no 1 ms ticker in any process (no stalls reported): each costs its process "
+        "about 50 ms of CPU per second, which the CPU figures then leave out",
+    )
+    parser.add_argument(
         "--producer",
         action="append",
         default=[],
@@ -245,6 +256,8 @@ def main() -> None:
     }
     if args.profile:
         env["LOOP_WATCH_PROFILE"] = "1"
+    if args.no_stalls:
+        env["LOOP_WATCH_TICK"] = "0"
     print(f"load average {os.getloadavg()[0]:.1f}; files under {root}")
     with highwater_cluster(root, 3, env=env) as cluster:
         asyncio.run(
@@ -255,6 +268,7 @@ def main() -> None:
                 rate=args.rate,
                 profile=args.profile,
                 producer_config=producer_config,
+                tick=not args.no_stalls,
             )
         )
     print(f"load average {os.getloadavg()[0]:.1f}")
