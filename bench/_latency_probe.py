@@ -1,9 +1,9 @@
 """The broker suite's end-to-end latency phase alone, on a fresh cluster, with every
 process's event-loop stalls: where a loaded machine's p99 goes.
 
-``python -m bench._latency_probe [--seconds 5] [--rate 10000] [--profile] [--no-stalls] [--producer
-KEY=VALUE ...]``: one controller and three brokers (bench/_highwater_cluster.py) with
-:mod:`bench._loop_watch` in each, a topic of one partition (RF 3,
+``python -m bench._latency_probe [--seconds 5] [--rate 10000] [--profile] [--no-stalls]
+[--uvloop] [--producer KEY=VALUE ...]``: one controller and three brokers
+(bench/_highwater_cluster.py) with :mod:`bench._loop_watch` in each, a topic of one partition (RF 3,
 min.insync.replicas=2), then :func:`bench.broker.latencies_with_client` (acks=all,
 linger.ms=0, ``poll()``, and each ``--producer`` setting over the suite's) after a 1 s
 warm-up. It prints the latency percentiles; for the benchmark's process (producer and
@@ -231,6 +231,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=broker.LATENCY_RATE)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
+        "--uvloop",
+        action="store_true",
+        help="run the benchmark's process (producer, consumer, pacing) on uvloop, as the "
+        "servers run, instead of asyncio's own loop (the suite's)",
+    )
+    parser.add_argument(
         "--no-stalls",
         action="store_true",
         help="no 1 ms ticker in any process (no stalls reported): each costs its process "
@@ -259,8 +265,13 @@ def main() -> None:
     if args.no_stalls:
         env["LOOP_WATCH_TICK"] = "0"
     print(f"load average {os.getloadavg()[0]:.1f}; files under {root}")
+    run = asyncio.run
+    if args.uvloop:
+        import uvloop
+
+        run = uvloop.run  # type: ignore[assignment]
     with highwater_cluster(root, 3, env=env) as cluster:
-        asyncio.run(
+        run(
             probe(
                 cluster,
                 out,
