@@ -402,8 +402,10 @@ async def latencies_with_client(
             def pace() -> None:
                 # Every millisecond, the records due by now. A timer callback, not a task
                 # asleep: no future, task step and coroutine resumption per tick, about a
-                # third of each tick's CPU (bench/_latency_probe.py).
+                # third of each tick's CPU (docs/benchmarks.md, issue 21).
                 nonlocal sent, measured
+                if paced.done():  # the phase was cancelled (its timeout) or failed
+                    return
                 try:
                     due = min(total, int((time.perf_counter() - started) * rate) + 1)
                     while sent < due:
@@ -412,12 +414,11 @@ async def latencies_with_client(
                         sent += 1
                         measured += now >= measuring_from
                 except Exception as error:  # raised by the phase's await below
-                    if not paced.done():
-                        paced.set_exception(error)
+                    paced.set_exception(error)
                     return
                 if sent < total:
                     loop.call_later(PACING_TICK_S, pace)
-                elif not paced.done():
+                else:
                     paced.set_result(None)
 
             pace()
