@@ -1,9 +1,9 @@
 """The broker suite's end-to-end latency phase alone, on a fresh cluster, with every
 process's event-loop stalls: where a loaded machine's p99 goes.
 
-``python -m bench._latency_probe [--seconds 5] [--rate 10000] [--profile] [--producer
-KEY=VALUE ...]``: one controller and three brokers (bench/_highwater_cluster.py) with
-:mod:`bench._loop_watch` in each, a topic of one partition (RF 3,
+``python -m bench._latency_probe [--seconds 5] [--rate 10000] [--profile] [--no-stalls]
+[--uvloop] [--producer KEY=VALUE ...]``: one controller and three brokers
+(bench/_highwater_cluster.py) with :mod:`bench._loop_watch` in each, a topic of one partition (RF 3,
 min.insync.replicas=2), then :func:`bench.broker.latencies_with_client` (acks=all,
 linger.ms=0, ``poll()``, and each ``--producer`` setting over the suite's) after a 1 s
 warm-up. It prints the latency percentiles; for the benchmark's process (producer and
@@ -11,7 +11,10 @@ consumer) its CPU seconds (also per Produce request and per record) and its loop
 and for each server process its CPU seconds, its stalls over 2 ms split into those its own
 thread spent on the CPU (our code holding the loop) and the rest (the process waiting for
 a CPU: the machine), and its garbage collections; and the Produce requests the producer
-sent, with each server's CPU per request and per record over the phase. ``--profile`` adds
+sent (and the consumer's Fetch requests), with each server's CPU per request and per record
+over the phase. The stall tickers (one wake-up a millisecond in every process) cost each
+process about 50 ms of CPU a second, which the CPU figures include; ``--no-stalls`` leaves
+them out, for CPU figures of the work alone. ``--profile`` adds
 a cProfile of each server's loop thread and of the benchmark's process (its overhead
 inflates the latencies: read the profiles, not the percentiles, of such a run).
 """
@@ -24,6 +27,7 @@ import contextlib
 import cProfile
 import json
 import os
+import resource
 import signal
 import tempfile
 import time
@@ -40,14 +44,26 @@ OWN_CPU_SHARE = 0.7
 """A stall the thread spent at least this share of on the CPU counts as our code's."""
 
 
-async def _bench_stalls(stalls: list[float]) -> None:
+def _watch_bench_stalls(stalls: list[float]) -> asyncio.Future[None]:
+    """Tick every 1 ms on the benchmark's loop (a timer callback, cheaper than a task
+    asleep, since its CPU counts in the process's figure) and record in ``stalls`` each
+    tick over 2 ms late, in ms; until the returned future is cancelled."""
+    loop = asyncio.get_running_loop()
+    watching: asyncio.Future[None] = loop.create_future()
     last = time.perf_counter()
-    while True:
-        await asyncio.sleep(0.001)
+
+    def tick() -> None:
+        nonlocal last
+        if watching.done():
+            return
         now = time.perf_counter()
         if now - last - 0.001 > 0.002:
             stalls.append((now - last - 0.001) * 1e3)
         last = now
+        loop.call_later(0.001, tick)
+
+    loop.call_later(0.001, tick)
+    return watching
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -62,6 +78,7 @@ async def probe(
     rate: float,
     profile: bool,
     producer_config: dict[str, object] | None = None,
+    tick: bool = True,
 ) -> None:
     bootstrap = cluster.bootstrap
     topic = broker.LATENCY_TOPIC
@@ -71,12 +88,19 @@ async def probe(
     leader = await broker.leader_address(cluster, topic)
     await broker.wait_full_isr(leader, topic, 1, 3)
     stalls: list[float] = []
-    watch = asyncio.create_task(_bench_stalls(stalls))
+    watch = _watch_bench_stalls(stalls) if tick else None
     for process in cluster.all_processes():
         os.kill(process.pid, signal.SIGUSR1)
+    # The client's modules are imported before the CPU is counted: the phase's figure is
+    # the records', not the interpreter's first import of the library.
+    import highwater.client.consumer
+    import highwater.client.producer  # noqa: F401
+
     profiler = cProfile.Profile(time.thread_time) if profile else None
     if profiler is not None:
         profiler.enable()
+    threads = _thread_cpu()
+    rusage = resource.getrusage(resource.RUSAGE_SELF)
     cpu = time.process_time()
     with _counting_produce_requests() as requests:
         latencies = await broker.latencies_with_client(
@@ -88,18 +112,22 @@ async def probe(
             producer_config=producer_config,
         )
     cpu = time.process_time() - cpu
+    rusage_after = resource.getrusage(resource.RUSAGE_SELF)
+    threads_after = _thread_cpu()
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(f"{out}.bench.prof")
     for process in cluster.all_processes():
         os.kill(process.pid, signal.SIGUSR2)
-    watch.cancel()
+    if watch is not None:
+        watch.cancel()
     await asyncio.sleep(1)  # the servers write their windows
     latencies.sort()
     sent = int(rate * (seconds + 1))  # the warm-up's records too, as the windows hold
     print(
         f"Produce requests: {requests[0]:,} for {sent:,} records "
-        f"({sent / max(requests[0], 1):.1f} records a request)"
+        f"({sent / max(requests[0], 1):.1f} records a request); the consumer's Fetch "
+        f"requests: {requests[1]:,} ({requests[2]:,} answered without records)"
     )
     print(
         f"{len(latencies):,} records: p50 {_quantile(latencies, 0.5):.1f} ms, "
@@ -111,6 +139,15 @@ async def probe(
         f"({cpu / max(requests[0], 1) * 1e3:.3f} ms per Produce request, "
         f"{cpu / sent * 1e6:.1f} µs per record); loop stalls > 2 ms: "
         f"{len(stalls)}, {sum(stalls):.0f} ms in all, longest {max(stalls, default=0):.1f}"
+    )
+    user = rusage_after.ru_utime - rusage.ru_utime
+    system = rusage_after.ru_stime - rusage.ru_stime
+    by_thread: dict[str, float] = {}
+    for tid, (name, seconds) in threads_after.items():
+        by_thread[name] = by_thread.get(name, 0.0) + seconds - threads.get(tid, (name, 0.0))[1]
+    print(
+        f"  of it user {user:.2f} s, system {system:.2f} s; by thread: "
+        + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in sorted(by_thread.items()))
     )
     for process in cluster.all_processes():
         path = Path(f"{out}.{process.pid}.json")
@@ -139,14 +176,30 @@ async def probe(
         )
 
 
+def _thread_cpu() -> dict[int, tuple[str, float]]:
+    """This process's threads: id -> (name, CPU seconds so far), from /proc (Linux)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    threads: dict[int, tuple[str, float]] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        threads[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+    return threads
+
+
 @contextlib.contextmanager
 def _counting_produce_requests() -> Iterator[list[int]]:
-    """Count the Produce requests the client library sends meanwhile (its one way out:
-    ``ClusterMetadata.produce``), in the list's one item."""
+    """Count the Produce and Fetch requests the client library sends meanwhile (their one
+    way out: ``ClusterMetadata.produce`` and ``fetch``) in the list's first two items, and
+    the Fetch answers without records in its third."""
     from highwater.client.cluster import ClusterMetadata
 
-    count = [0]
+    count = [0, 0, 0]
     produce = ClusterMetadata.produce
+    fetch = ClusterMetadata.fetch
 
     async def counted(
         self: ClusterMetadata, address: str, request: pb.ProduceRequest, timeout_s: float
@@ -154,11 +207,22 @@ def _counting_produce_requests() -> Iterator[list[int]]:
         count[0] += 1
         return await produce(self, address, request, timeout_s)
 
+    async def counted_fetch(
+        self: ClusterMetadata, address: str, request: pb.FetchRequest, timeout_s: float
+    ) -> pb.FetchResponse:
+        count[1] += 1
+        reply = await fetch(self, address, request, timeout_s)
+        if not any(p.records for t in reply.topics for p in t.partitions):
+            count[2] += 1
+        return reply
+
     ClusterMetadata.produce = counted  # type: ignore[method-assign]
+    ClusterMetadata.fetch = counted_fetch  # type: ignore[method-assign]
     try:
         yield count
     finally:
         ClusterMetadata.produce = produce  # type: ignore[method-assign]
+        ClusterMetadata.fetch = fetch  # type: ignore[method-assign]
 
 
 def main() -> None:
@@ -166,6 +230,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rate", type=float, default=broker.LATENCY_RATE)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--uvloop",
+        action="store_true",
+        help="run the benchmark's process (producer, consumer, pacing) on uvloop, as the "
+        "servers run, instead of asyncio's own loop (the suite's)",
+    )
+    parser.add_argument(
+        "--no-stalls",
+        action="store_true",
+        help="no 1 ms ticker in any process (no stalls reported): each costs its process "
+        "about 50 ms of CPU per second, which the CPU figures then leave out",
+    )
     parser.add_argument(
         "--producer",
         action="append",
@@ -186,9 +262,16 @@ def main() -> None:
     }
     if args.profile:
         env["LOOP_WATCH_PROFILE"] = "1"
+    if args.no_stalls:
+        env["LOOP_WATCH_TICK"] = "0"
     print(f"load average {os.getloadavg()[0]:.1f}; files under {root}")
+    run = asyncio.run
+    if args.uvloop:
+        import uvloop
+
+        run = uvloop.run  # type: ignore[assignment]
     with highwater_cluster(root, 3, env=env) as cluster:
-        asyncio.run(
+        run(
             probe(
                 cluster,
                 out,
@@ -196,6 +279,7 @@ def main() -> None:
                 rate=args.rate,
                 profile=args.profile,
                 producer_config=producer_config,
+                tick=not args.no_stalls,
             )
         )
     print(f"load average {os.getloadavg()[0]:.1f}")

@@ -84,6 +84,8 @@ LATENCY_TARGETS: dict[str, float | None] = {"p50": None, "p99": 5.0}
 # `python -m bench.client` prints every producer row at both sizes.
 PRODUCER_CONFIG = {"linger.ms": 5, "batch.size": 1_000_000}
 LATENCY_PRODUCER_CONFIG = {"linger.ms": 0, "batch.size": 16 * 1024}
+# The latency phase's pacing: each tick produces the records due by then (10 at 10,000/s).
+PACING_TICK_S = 0.001
 # How many records the producing loop queues between turns it gives the event loop: the
 # sender sends, and delivery reports come back, only on those turns. Every 2,000 records,
 # about 150,000 records were left waiting at a time and the garbage collector's passes over
@@ -390,18 +392,37 @@ async def latencies_with_client(
             _low, high = await consumer.get_watermark_offsets(TopicPartition(topic, 0))
             consumer.assign([TopicPartition(topic, 0, high)])
             receiver = asyncio.create_task(receive())
+            loop = asyncio.get_running_loop()
             started = time.perf_counter()
             measuring_from = time.perf_counter_ns() + int(warmup_s * 1e9)
             total = int(rate * (warmup_s + duration_s))
             sent = measured = 0
-            while sent < total:
-                due = min(total, int((time.perf_counter() - started) * rate) + 1)
-                while sent < due:
-                    now = time.perf_counter_ns()
-                    producer.produce(topic, SEND_TIME.pack(now) + padding)
-                    sent += 1
-                    measured += now >= measuring_from
-                await asyncio.sleep(0.001)
+            paced = loop.create_future()
+
+            def pace() -> None:
+                # Every millisecond, the records due by now. A timer callback, not a task
+                # asleep: no future, task step and coroutine resumption per tick, about a
+                # third of each tick's CPU (docs/benchmarks.md, issue 21).
+                nonlocal sent, measured
+                if paced.done():  # the phase was cancelled (its timeout) or failed
+                    return
+                try:
+                    due = min(total, int((time.perf_counter() - started) * rate) + 1)
+                    while sent < due:
+                        now = time.perf_counter_ns()
+                        producer.produce(topic, SEND_TIME.pack(now) + padding)
+                        sent += 1
+                        measured += now >= measuring_from
+                except Exception as error:  # raised by the phase's await below
+                    paced.set_exception(error)
+                    return
+                if sent < total:
+                    loop.call_later(PACING_TICK_S, pace)
+                else:
+                    paced.set_result(None)
+
+            pace()
+            await paced
             await producer.flush()
             deadline = time.monotonic() + 10
             while len(latencies) < measured and time.monotonic() < deadline:

@@ -548,6 +548,36 @@ async def test_many_in_flight_batches_keep_their_order(cluster: Cluster) -> None
         assert await cluster.values("pipeline", p) == [b"%04d" % i for i in range(p, 300, 2)]
 
 
+async def test_at_linger_zero_the_sender_takes_one_turn_per_answer(cluster: Cluster) -> None:
+    """A batch opened while its partition's request is in flight waits for the answer
+    (Nagle's rule at linger.ms=0): the sender is not woken for it, and after a send it does
+    not take another turn unless a queue holds more. Two requests, three sender turns: the
+    first send, the second on the first answer, nothing on the second answer."""
+    await cluster.create_topic("nagle")
+    async with AsyncProducer(cluster.config(linger_ms=0)) as producer:
+        await producer.send("nagle", b"start")
+        await asyncio.sleep(0.05)  # the start's answer and the turns it wakes are over
+        turns = 0
+        drain = producer._drain
+
+        def counted(now: float) -> float | None:
+            nonlocal turns
+            turns += 1
+            return drain(now)
+
+        producer._drain = counted  # type: ignore[method-assign]
+        producer.produce("nagle", b"a")
+        queue = producer._queues[("nagle", 0)]
+        while not queue.in_flight:
+            await asyncio.sleep(0)
+        held = [producer.produce("nagle", b"%d" % i) for i in range(9)]
+        assert len(queue.batches) == 1  # opened behind the request in flight, not sent
+        assert (await held[-1]).offset == 10
+        await asyncio.sleep(0.05)
+    assert turns == 3
+    assert [b.records_count for b in await cluster.batches("nagle")] == [1, 1, 9]
+
+
 # --- errors ---------------------------------------------------------------------------------
 
 

@@ -42,7 +42,7 @@ import contextlib
 import enum
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol
+from typing import Final, Protocol
 
 import grpc.aio
 
@@ -60,7 +60,6 @@ from highwater.errors import HighwaterError
 from highwater.internal.v1 import replication_pb2 as rpb
 from highwater.internal.v1 import replication_pb2_grpc
 from highwater.rpc.channels import open_channel
-from highwater.storage.topic_partition import TopicPartition
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
@@ -74,6 +73,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_NO_ERROR: Final = ErrorCode.NONE
+"""Looked up once: each ``ErrorCode.X`` is a Python-level attribute lookup of protobuf's
+enum wrapper, and every answer of every fetch is compared with it."""
 
 
 class ReplicaFetchError(HighwaterError):
@@ -358,12 +361,14 @@ class ReplicaFetcher:
             for answer in topic.partitions:
                 held = True
                 key = (topic.topic, answer.partition)
-                tp = TopicPartition(topic.topic, answer.partition)
                 state = fetched.get(key)
-                partition = self._current(tp, None if state is None else state.current_leader_epoch)
+                partition = self._current(
+                    key, None if state is None else state.current_leader_epoch
+                )
                 if partition is None:
                     continue
-                if answer.error != ErrorCode.NONE:
+                tp = partition.topic_partition
+                if answer.error != _NO_ERROR:
                     log.debug(
                         "broker %d: %s: %s from the leader",
                         self._replica_id,
@@ -372,9 +377,10 @@ class ReplicaFetcher:
                     )
                     continue
                 answered = True
-                if touched is not None and (answer.records or answer.HasField("diverging_epoch")):
+                diverges = answer.HasField("diverging_epoch")
+                if touched is not None and (diverges or answer.records):
                     touched.add(key)  # its log end (and last fetched epoch) moves
-                if answer.HasField("diverging_epoch"):
+                if diverges:
                     diverging = EpochEndOffset(
                         answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset
                     )
@@ -406,13 +412,13 @@ class ReplicaFetcher:
             self._on_change()
         return answered or not held
 
-    def _current(self, tp: TopicPartition, fetched_epoch: int | None) -> Partition | None:
-        """The partition if it still follows this fetcher's leader in the epoch it was
+    def _current(self, key: TopicPartitionKey, fetched_epoch: int | None) -> Partition | None:
+        """Partition ``key`` if it still follows this fetcher's leader in the epoch it was
         fetched in; None for an answer that is stale or was not asked for."""
         if fetched_epoch is None:
             return None
         try:
-            partition = self._partitions.get(tp.topic, tp.partition)
+            partition = self._partitions.get(*key)
         except HighwaterError:
             return None  # no longer a replica here
         if (

@@ -68,7 +68,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future as ConcurrentFuture
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import grpc
 import grpc.aio
@@ -121,6 +121,10 @@ from highwater.v1.common_pb2 import ErrorCode
 __all__ = ["AsyncConsumer", "Consumer", "ConsumerGroupMetadata", "RebalanceCallback"]
 
 log = logging.getLogger(__name__)
+
+_NO_ERROR: Final = ErrorCode.NONE
+"""Looked up once: each ``ErrorCode.X`` is a Python-level attribute lookup of protobuf's
+enum wrapper, and the fetch path compares every answer with it."""
 
 
 RebalanceCallback = Callable[[Any, list["TopicPartition"]], object]
@@ -185,6 +189,8 @@ class AsyncConsumer:
         self._ahead_unsent = False
         """A fetch ahead was made since the loop last had a turn: its request is not sent
         yet (:meth:`_run_fetches_ahead`)."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop the consumer was last polled on (:meth:`_running_loop`)."""
         self._tracing = ConsumerTracing(self.config.group_id) if tracing_enabled() else None
         CLIENT_METRICS.observe_lag(self)
         """``receive`` and ``process`` spans, when a tracer provider is installed."""
@@ -315,10 +321,20 @@ class AsyncConsumer:
                 tracing.received([message], started)
         return message
 
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The running event loop, kept: ``asyncio.get_running_loop`` makes a ``getpid``
+        system call per call in CPython 3.11, and a waiting ``poll()`` asked for it several
+        times per fetch. Looked up again when the kept loop is not running (the consumer
+        moved to another loop)."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
+
     async def _poll(self, timeout: float | None) -> Message | None:
         """:meth:`poll` without its spans."""
         self._check_open()
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         deadline = loop.time() + _timeout_s(timeout)
         first = True
         while True:
@@ -566,7 +582,7 @@ class AsyncConsumer:
     async def _fetch_round(self, budget: float) -> None:
         """One round: refresh metadata, resolve positions, fetch from every leader once;
         waits at most ``budget`` seconds (a short idle wait when nothing can be fetched)."""
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         backoff = self.config.retry_backoff_ms / 1000
         states = [s for s in self._states.values() if not s.failed]
         if not states:
@@ -579,7 +595,9 @@ class AsyncConsumer:
             await self._idle(min(backoff, budget))
             return
         try:
-            await self._reset_positions([s for s in states if s.position is None and not s.paused])
+            unpositioned = [s for s in states if s.position is None and not s.paused]
+            if unpositioned:
+                await self._reset_positions(unpositioned)
         except ClusterError as e:
             log.info("consumer: offset lookup failed: %s", e)
             await self._idle(min(backoff, budget))
@@ -733,10 +751,11 @@ class AsyncConsumer:
         caller's path (Kafka's fetch pipelining)."""
         if self._closed or not self._ready:
             return
+        wanting = [state for state in self._ready if state.fetch_ahead_offset() is not None]
+        if not wanting:  # the common case, checked per poll(): nothing more to make
+            return
         by_leader: dict[str, list[PartitionState]] = {}
-        for state in self._ready:
-            if state.fetch_ahead_offset() is None:
-                continue
+        for state in wanting:
             try:
                 address = self.cluster.leader_address(state.topic, state.partition)
             except HighwaterError:
@@ -755,9 +774,7 @@ class AsyncConsumer:
             )
             for state in states:
                 state.ahead_generation = state.generation
-            task = asyncio.get_running_loop().create_task(
-                self._fetch_ahead_from(address, request, sent)
-            )
+            task = self._running_loop().create_task(self._fetch_ahead_from(address, request, sent))
             self._ahead.add(task)
             task.add_done_callback(self._ahead.discard)
             self._ahead_unsent = True
@@ -800,7 +817,7 @@ class AsyncConsumer:
         for topic_answer in () if reply is None else reply.topics:
             for answer in topic_answer.partitions:
                 entry = sent.get((topic_answer.topic, answer.partition))
-                if entry is None or answer.error != ErrorCode.NONE:
+                if entry is None or answer.error != _NO_ERROR:
                     continue
                 state, offset, generation = entry
                 if (
@@ -822,7 +839,7 @@ class AsyncConsumer:
     ) -> None:
         """Buffer a partition's fetched records, or act on its error code."""
         code = answer.error
-        if code == ErrorCode.NONE:
+        if code == _NO_ERROR:
             state.high_watermark = answer.high_watermark
             state.log_start_offset = answer.log_start_offset
             self._buffer(state, offset, answer.records)
