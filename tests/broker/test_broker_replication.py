@@ -498,6 +498,20 @@ def test_the_high_watermark_stands_still_under_min_isr() -> None:
     assert state.high_watermark == 8
 
 
+def test_a_changed_min_insync_replicas_applies_at_once() -> None:
+    state = leader_state(isr=(1, 2), log_end_offset=0, min_insync_replicas=2)
+    state.on_append(4, now_ms=1)
+    assert state.update_min_insync_replicas(3, now_ms=2) is False
+    assert state.check_min_isr() == ErrorCode.NOT_ENOUGH_REPLICAS
+    state.on_follower_fetch(2, 4, now_ms=3)
+    assert state.high_watermark == 0  # strict min ISR under the new value
+    assert state.update_min_insync_replicas(2, now_ms=4) is True
+    assert state.high_watermark == 4
+    assert state.can_complete_produce(4) == ProduceCompletion(True, ErrorCode.NONE)
+    with pytest.raises(ValueError):
+        state.update_min_insync_replicas(0, now_ms=5)
+
+
 def test_a_pending_expansion_counts_for_acks_all() -> None:
     state = leader_state(log_end_offset=0, min_insync_replicas=3)
     state.on_append(5, now_ms=0)

@@ -4,6 +4,7 @@ A topic's effective config (Kafka's defaults, the cluster defaults, the topic's
 overrides) is parsed again only when one of those changed: an image whose records left a
 topic's config alone keeps that topic's parsed ``LogConfig`` object, and a changed topic
 (its AlterConfigs, or the cluster defaults) is parsed once and given to its open logs.
+A leader takes a changed ``min.insync.replicas`` at once, as Kafka's does.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from highwater.broker.partitions import PartitionManager
+from highwater.broker.partitions import PartitionError, PartitionManager
+from highwater.broker.replication import ProduceCompletion
 from highwater.config.topic import LogConfig
 from highwater.metadata import (
     BrokerEndpoint,
@@ -25,7 +27,9 @@ from highwater.metadata import (
     replay,
 )
 from highwater.metadata.records import ConfigResourceType
+from highwater.records import SimpleRecord, build_batch
 from highwater.storage.log_manager import LogManager
+from highwater.v1.common_pb2 import ErrorCode
 
 BROKER = 1
 
@@ -108,3 +112,53 @@ def test_a_cluster_default_reaches_every_topic_that_does_not_override_it(
     cleared = then(defaults, ConfigRecord(ConfigResourceType.TOPIC, "audit", "segment.bytes", None))
     partitions.apply_image(cleared)
     assert {config.segment_bytes for config in configs(partitions, "audit")} == {2_097_152}
+
+
+def test_a_leader_takes_a_changed_min_insync_replicas_at_once(
+    partitions: PartitionManager,
+) -> None:
+    """Replicas 1, 2, 3 with an ISR of 1 and 2, led here: min.insync.replicas=2 lets an
+    acks=all produce in; raised to 3 by an image, the next one is refused, and one that
+    waited completes only under the value of its completion."""
+    records: list[MetadataRecord] = []
+    for broker_id in (1, 2, 3):
+        endpoint = BrokerEndpoint("PLAINTEXT", f"b{broker_id}", 9092)
+        records.append(RegisterBrokerRecord(broker_id, f"inc-{broker_id}", broker_id, (endpoint,)))
+        records.append(UnfenceBrokerRecord(broker_id, broker_id))
+    records += [
+        TopicRecord("orders", "orders-id"),
+        PartitionRecord("orders-id", 0, (1, 2, 3), (1, 2), BROKER),
+        ConfigRecord(ConfigResourceType.TOPIC, "orders", "min.insync.replicas", "2"),
+    ]
+    image = replay(records, len(records))
+    partitions.apply_image(image)
+    leader = partitions.get("orders", 0)
+    batch = build_batch([SimpleRecord(value=b"v")])
+
+    first = leader.append(batch, -1)
+    end = first.last_offset + 1
+    leader.read_for_follower(2, end, 0, 1 << 20, leader.leader_epoch)
+    assert leader.produce_completion(end) == ProduceCompletion(True, ErrorCode.NONE)
+    waiting = leader.append(batch, -1)  # in purgatory: follower 2 has not fetched it yet
+    waiting_end = waiting.last_offset + 1
+
+    three = then(
+        image, ConfigRecord(ConfigResourceType.TOPIC, "orders", "min.insync.replicas", "3")
+    )
+    partitions.apply_image(three)
+    with pytest.raises(PartitionError) as refused:
+        leader.append(batch, -1)
+    assert refused.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert leader.log_end_offset == waiting_end  # nothing appended
+    # The waiting produce: its follower caught up, but the ISR is below the new minimum
+    # and the high watermark stands still (strict min ISR).
+    leader.read_for_follower(2, waiting_end, 0, 1 << 20, leader.leader_epoch)
+    assert leader.high_watermark == end
+    assert leader.produce_completion(waiting_end).completed is False
+
+    # Back to 2: the high watermark moves at once and the waiting produce completes.
+    two = then(three, ConfigRecord(ConfigResourceType.TOPIC, "orders", "min.insync.replicas", "2"))
+    partitions.apply_image(two)
+    assert leader.high_watermark == leader.log.high_watermark == waiting_end
+    assert leader.produce_completion(waiting_end) == ProduceCompletion(True, ErrorCode.NONE)
+    leader.append(batch, -1)

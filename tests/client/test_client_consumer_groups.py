@@ -1,5 +1,6 @@
 """The consumer in a group, against a real embedded server: rebalances with the eager and
-the cooperative protocol, static membership, auto-commit, commit errors, close."""
+the cooperative protocol, static membership, auto-commit, commit errors, close (its
+connections closed even when leaving the group failed)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,21 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import grpc.aio
 import pytest
 from embedded_servers import running_embedded_server
 from highwater.client.admin import AdminClient, NewTopic
 from highwater.client.consumer import (
     AsyncConsumer,
     CommitFailedError,
+    ConsumerClosedError,
     ConsumerError,
     TopicPartition,
 )
 from highwater.client.producer import AsyncProducer
 from highwater.embedded import EmbeddedServer
+from highwater.v1 import broker_pb2 as pb
+from highwater.v1 import broker_pb2_grpc
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -206,3 +211,31 @@ async def test_commits_are_checked_against_the_membership(server: EmbeddedServer
     with pytest.raises(ConsumerError, match=r"group\.id"):
         no_group.subscribe([TOPIC])
     await no_group.close()
+
+
+async def test_close_closes_the_connections_when_leaving_the_group_fails(
+    server: EmbeddedServer,
+) -> None:
+    """An ``on_revoke`` that raises while the consumer leaves its group: ``close`` raises
+    that error, after closing the consumer and every channel all the same."""
+
+    def on_revoke(_c: AsyncConsumer, _partitions: list[TopicPartition]) -> None:
+        raise RuntimeError("the application failed to revoke")
+
+    consumer = AsyncConsumer({"bootstrap.servers": server.listen, "group.id": "app"})
+    consumer.subscribe([TOPIC], on_revoke=on_revoke)
+    for _ in range(200):
+        await consumer.poll(0.05)
+        if len(consumer.assignment()) == PARTITIONS:
+            break
+    assert len(consumer.assignment()) == PARTITIONS
+    channels = list(consumer.cluster._channels.values())
+    assert channels
+    with pytest.raises(RuntimeError, match="failed to revoke"):
+        await consumer.close()
+    for channel in channels:
+        with pytest.raises(grpc.aio.UsageError):
+            await broker_pb2_grpc.BrokerStub(channel).Metadata(pb.MetadataRequest())
+    with pytest.raises(ConsumerClosedError):
+        await consumer.poll(0)
+    await consumer.close()  # closed: nothing more

@@ -891,3 +891,25 @@ def test_docs_client_md_lists_every_producer_setting_with_its_default() -> None:
             else str(default).lower()
         )
         assert rows.get(key.name) == shown, key.name
+
+
+async def test_a_close_cancelled_while_it_flushes_still_closes_the_connections() -> None:
+    """A close cancelled in its flush (no broker answers: the record waits for its
+    topic's metadata): the record fails, the producer is closed and so are its channels."""
+    producer = AsyncProducer({"bootstrap.servers": f"127.0.0.1:{free_port()}"})
+    waiting = producer.produce("t", b"b")
+    closing = asyncio.create_task(producer.close())
+    await asyncio.sleep(0.3)
+    assert not closing.done()  # flushing: the record waits for its topic
+    channels = list(producer.cluster._channels.values())
+    assert channels
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    with pytest.raises(ProducerClosedError):
+        waiting.result()
+    for channel in channels:
+        with pytest.raises(grpc.aio.UsageError):
+            await broker_pb2_grpc.BrokerStub(channel).Metadata(pb.MetadataRequest())
+    with pytest.raises(ProducerClosedError):
+        producer.produce("t", b"c")

@@ -647,6 +647,17 @@ class LeaderReplicationState:
         self._ineligible = frozenset(replica_ids)
         return self._maybe_increment_high_watermark(now_ms)
 
+    def update_min_insync_replicas(self, min_insync_replicas: int, now_ms: int) -> bool:
+        """The topic's ``min.insync.replicas`` changed (an image altered the topic or the
+        cluster default): it applies from now on, as Kafka's leader reads its log config at
+        each check. The next acks=all append is checked against it, and so is a produce
+        already waiting when it completes (:meth:`can_complete_produce`); a lower value may
+        let the HW move again (strict min ISR), so True if it did. ``ValueError`` below 1."""
+        if min_insync_replicas < 1:
+            raise ValueError(f"min_insync_replicas must be >= 1: {min_insync_replicas}")
+        self._min_insync_replicas = min_insync_replicas
+        return self._maybe_increment_high_watermark(now_ms)
+
     def maybe_increment_high_watermark(self, now_ms: int) -> bool:
         """Recompute the HW at ``now_ms``; True if it moved.
 

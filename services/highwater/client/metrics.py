@@ -3,6 +3,7 @@ client metrics) and each consumer's lag per partition (Kafka's ``records-lag``).
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Iterable
 from typing import Final, Protocol
@@ -57,7 +58,8 @@ class ClientMetrics:
         )
 
     def sent(self, topic: str, count: int) -> None:
-        self._sent.add(count, {**_SYSTEM, messaging.MESSAGING_DESTINATION_NAME: topic})
+        # Called per acknowledged batch: the attributes of each topic are made once.
+        self._sent.add(count, _sent_attributes(topic))
 
     def consumed(self, group_id: str, count: int) -> None:
         # Called per poll(): the attributes of each group are made once.
@@ -87,6 +89,13 @@ class ClientMetrics:
                 }
                 observations.append(Observation(lag, attributes))
         return observations
+
+
+@functools.lru_cache(maxsize=1024)
+def _sent_attributes(topic: str) -> dict[str, str]:
+    """A topic's attributes for ``messaging.client.sent.messages``, made once and shared
+    (a meter does not change the attributes it is given), as the broker's are."""
+    return {**_SYSTEM, messaging.MESSAGING_DESTINATION_NAME: topic}
 
 
 CLIENT_METRICS: Final = ClientMetrics()

@@ -1321,23 +1321,32 @@ class AsyncConsumer:
 
     async def close(self) -> None:
         """Stop: drop the assignment and close the connections; later calls raise
-        :class:`ConsumerClosedError` (closing again does nothing)."""
+        :class:`ConsumerClosedError` (closing again does nothing).
+
+        Leaving the group may fail: a broker's error or a timeout is passed over, anything
+        else (an ``on_revoke`` callback that raised, a cancellation) is raised once the
+        consumer is closed all the same, its connections too (as Kafka's consumer closes
+        everything and then throws the first error)."""
         if self._closed:
             return
         if self._tracing is not None:
             self._tracing.end_processing()
-        with contextlib.suppress(HighwaterError, TimeoutError):
-            await self._close_group()
-        self._closed = True
-        for task in list(self._ahead):
-            task.cancel()
-        if self._ahead:
-            await asyncio.wait(self._ahead)
-        self._states = {}
-        self._ready.clear()
-        self._errors.clear()
-        self._wakeup.set()
-        await self.cluster.close()
+        try:
+            with contextlib.suppress(HighwaterError, TimeoutError):
+                await self._close_group()
+        finally:
+            self._closed = True
+            try:
+                for task in list(self._ahead):
+                    task.cancel()
+                if self._ahead:
+                    await asyncio.wait(self._ahead)
+                self._states = {}
+                self._ready.clear()
+                self._errors.clear()
+                self._wakeup.set()
+            finally:
+                await self.cluster.close()
 
     def _check_open(self) -> None:
         """Raise :class:`ConsumerClosedError` after close."""
@@ -1556,9 +1565,11 @@ class Consumer:
         """Close the consumer and stop its thread; closing again does nothing."""
         if self._closed:
             return
-        self._call(self._consumer.close())
-        self._closed = True
-        self._loop_thread.stop()
+        try:
+            self._call(self._consumer.close())
+        finally:
+            self._closed = True
+            self._loop_thread.stop()
 
     def __enter__(self) -> Consumer:
         """``with Consumer(...)``: closes on exit."""

@@ -586,8 +586,20 @@ class AsyncProducer:
         """
         if self._closed:
             return 0
-        remaining = await self.flush(timeout)
-        self._closed = True
+        try:
+            remaining = await self.flush(timeout)
+        finally:
+            # A flush that raised (or was cancelled) still closes the producer and its
+            # connections; the error goes on to the caller.
+            self._closed = True
+            try:
+                await self._stop_sending()
+            finally:
+                await self.cluster.close()
+        return remaining
+
+    async def _stop_sending(self) -> None:
+        """Stop the sender and the requests in flight; fail the undelivered records."""
         tasks = [t for t in (self._sender, *self._requests) if t is not None]
         for task in tasks:
             task.cancel()
@@ -600,8 +612,6 @@ class AsyncProducer:
         self._fail_all(
             ProducerClosedError("the producer was closed before the record was delivered")
         )
-        await self.cluster.close()
-        return remaining
 
     async def __aenter__(self) -> AsyncProducer:
         """``async with AsyncProducer(...)``: closes (after flushing) on exit."""
@@ -1435,11 +1445,15 @@ class Producer:
         returns how many records failed undelivered."""
         if self._closed:
             return 0
-        remaining = self.flush(timeout)
-        self._closed = True
-        self._call(self._producer.close(0))
-        self.poll(0)
-        self._loop_thread.stop()
+        try:
+            remaining = self.flush(timeout)
+        finally:
+            self._closed = True
+            try:
+                self._call(self._producer.close(0))
+                self.poll(0)
+            finally:
+                self._loop_thread.stop()
         return remaining
 
     def __enter__(self) -> Producer:
