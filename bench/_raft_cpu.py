@@ -403,6 +403,24 @@ def _first(events: list[Event], kind: str, after: int, until: int) -> int | None
     return None
 
 
+def _first_follower(
+    followers: list[list[Event]], after: int, until: int
+) -> tuple[int, int, int, int] | None:
+    """Of the followers that took a batch sent at ``after``, fsynced it and fetched again
+    before ``until``, the first to fetch again (it makes the majority): the times of that
+    fetch, the batch's arrival, the fsync's start and its end; None if none did."""
+    ends = []
+    for events in followers:
+        received = _first(events, "records_in", after, until)
+        started = None if received is None else _first(events, "fsync", received, until)
+        flushed = None if started is None else _first(events, "fsynced", started, until)
+        fetched = None if flushed is None else _first(events, "fetch_out", flushed, until)
+        if fetched is not None and received is not None and started is not None:
+            assert flushed is not None  # fetched is looked for only after it
+            ends.append((fetched, received, started, flushed))
+    return min(ends) if ends else None
+
+
 def _commit_steps(
     stamp: tuple[int, int], leader: list[Event], followers: list[list[Event]]
 ) -> dict[str, int] | None:
@@ -425,20 +443,10 @@ def _commit_steps(
         take("leader: fsync end", leader, "fsynced", t)
     if take("leader: records out", leader, "records_out", appended) is None:
         return None
-    ends = []
-    for events in followers:
-        received = _first(events, "records_in", appended, answered)
-        if received is None:
-            continue
-        started = _first(events, "fsync", received, answered)
-        flushed = None if started is None else _first(events, "fsynced", started, answered)
-        fetched = None if flushed is None else _first(events, "fetch_out", flushed, answered)
-        if fetched is not None:
-            ends.append((fetched, received, started, flushed))
-    if not ends:
+    first = _first_follower(followers, appended, answered)
+    if first is None:
         return None
-    # The first follower whose next fetch went out makes the majority.
-    fetched, received, started, flushed = min(ends)
+    fetched, received, started, flushed = first
     steps |= {
         "follower: records in": received,
         "follower: fsync start": started,
@@ -488,21 +496,14 @@ def _round_steps(
     if out is None:
         return None
     steps["leader: fetch answers out"] = out
-    ends = []
-    for events in followers:
-        received = _first(events, "records_in", out, until)
-        started = None if received is None else _first(events, "fsync", received, until)
-        flushed = None if started is None else _first(events, "fsynced", started, until)
-        fetched = None if flushed is None else _first(events, "fetch_out", flushed, until)
-        if fetched is not None and received is not None and started is not None:
-            ends.append((fetched, received, started, flushed))
-    if not ends:
+    first = _first_follower(followers, out, until)
+    if first is None:
         return None
-    fetched, received, started, flushed = min(ends)
+    fetched, received, started, flushed = first
     steps |= {
         "follower: records in": received,
         "follower: fsync start": started,
-        "follower: fsync end": flushed or started,
+        "follower: fsync end": flushed,
         "follower: next fetch out": fetched,
     }
     for name, kind in (
