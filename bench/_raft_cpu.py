@@ -403,12 +403,11 @@ def _first(events: list[Event], kind: str, after: int, until: int) -> int | None
     return None
 
 
-def _first_follower(
-    followers: list[list[Event]], after: int, until: int
-) -> tuple[int, int, int, int] | None:
+def _first_follower(followers: list[list[Event]], after: int, until: int) -> dict[str, int] | None:
     """Of the followers that took a batch sent at ``after``, fsynced it and fetched again
-    before ``until``, the first to fetch again (it makes the majority): the times of that
-    fetch, the batch's arrival, the fsync's start and its end; None if none did."""
+    before ``until``, the first to fetch again (it makes the majority): the times of the
+    batch's arrival, the fsync's start and end and that fetch, by step name; None if none
+    did."""
     ends = []
     for events in followers:
         received = _first(events, "records_in", after, until)
@@ -418,7 +417,15 @@ def _first_follower(
         if fetched is not None and received is not None and started is not None:
             assert flushed is not None  # fetched is looked for only after it
             ends.append((fetched, received, started, flushed))
-    return min(ends) if ends else None
+    if not ends:
+        return None
+    fetched, received, started, flushed = min(ends)
+    return {
+        "follower: records in": received,
+        "follower: fsync start": started,
+        "follower: fsync end": flushed,
+        "follower: next fetch out": fetched,
+    }
 
 
 def _commit_steps(
@@ -446,13 +453,8 @@ def _commit_steps(
     first = _first_follower(followers, appended, answered)
     if first is None:
         return None
-    fetched, received, started, flushed = first
-    steps |= {
-        "follower: records in": received,
-        "follower: fsync start": started,
-        "follower: fsync end": flushed,
-        "follower: next fetch out": fetched,
-    }
+    steps |= first
+    fetched = first["follower: next fetch out"]
     if (t := take("leader: high watermark moves", leader, "high_watermark", fetched)) is None:
         return None
     if (t := take("leader: apply", leader, "apply", t)) is None:
@@ -499,13 +501,7 @@ def _round_steps(
     first = _first_follower(followers, out, until)
     if first is None:
         return None
-    fetched, received, started, flushed = first
-    steps |= {
-        "follower: records in": received,
-        "follower: fsync start": started,
-        "follower: fsync end": flushed,
-        "follower: next fetch out": fetched,
-    }
+    steps |= first
     for name, kind in (
         ("leader: that fetch in", "fetch_in"),
         ("leader: high watermark moves", "high_watermark"),
