@@ -149,6 +149,31 @@ async def heartbeat_forever(client: ControllerClient, broker_id: int, epoch: int
         await asyncio.sleep(0.1)
 
 
+async def lone_voter_with_topic(quorum: Quorum, topic: str) -> ControllerServer:
+    """``quorum``'s voter 1 started and active, with broker 1 registered and unfenced and
+    ``topic`` (one partition) created."""
+    server = await quorum.start(1)
+    await server.wait_active()
+    async with ControllerClient(quorum.addresses) as client:
+        await register_and_unfence(client, 1)
+        created = await client.create_topics(
+            m.CreateTopicsRequest((m.CreatableTopic(topic, 1, 1),))
+        )
+        assert created.topics[0].error == NONE
+    return server
+
+
+def slow_fsync(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Every ``os.fsync`` takes ``seconds`` more (a slow disk)."""
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        time.sleep(seconds)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
 def alter(topic: str, value: str) -> m.AlterConfigsRequest:
     return m.AlterConfigsRequest(
         (m.AlterConfigsResource(TOPIC, topic, (m.AlterableConfig("retention.ms", value=value),)),)
@@ -565,15 +590,8 @@ async def test_a_group_started_behind_a_batch_in_flight_lingers_a_lone_request_d
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     quorum = Quorum(tmp_path, 1, dataclasses.replace(settings(), append_linger_ms=300))
-    server = await quorum.start(1)
     try:
-        await server.wait_active()
-        async with ControllerClient(quorum.addresses) as client:
-            await register_and_unfence(client, 1)
-            created = await client.create_topics(
-                m.CreateTopicsRequest((m.CreatableTopic("g", 1, 1),))
-            )
-            assert created.topics[0].error == NONE
+        server = await lone_voter_with_topic(quorum, "g")
         store = server.store
         loop = asyncio.get_running_loop()
         # Nothing in flight: a lone request is sealed at once, not held for the linger.
@@ -584,13 +602,7 @@ async def test_a_group_started_behind_a_batch_in_flight_lingers_a_lone_request_d
         # A disk whose fsync takes 20 ms keeps each batch in flight that long (the lone
         # voter commits on its own flush; a fast disk commits a batch before the next
         # request arrives, and nothing would be in flight to linger behind).
-        real_fsync = os.fsync
-
-        def slow_fsync(fd: int) -> None:
-            time.sleep(0.02)
-            real_fsync(fd)
-
-        monkeypatch.setattr(os, "fsync", slow_fsync)
+        slow_fsync(monkeypatch, 0.02)
         # Behind a batch in flight, the next group takes in requests for the linger,
         # long after that batch committed: one batch for the nine spread over 48 ms.
         calls = [asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, alter("g", "2")))]
@@ -619,23 +631,10 @@ async def test_a_pipeline_depth_of_two_seals_a_group_behind_one_batch_in_flight(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     quorum = Quorum(tmp_path, 1, dataclasses.replace(settings(), append_pipeline_depth=2))
-    server = await quorum.start(1)
     try:
-        await server.wait_active()
-        async with ControllerClient(quorum.addresses) as client:
-            await register_and_unfence(client, 1)
-            created = await client.create_topics(
-                m.CreateTopicsRequest((m.CreatableTopic("g", 1, 1),))
-            )
-            assert created.topics[0].error == NONE
+        server = await lone_voter_with_topic(quorum, "g")
         store = server.store
-        real_fsync = os.fsync
-
-        def slow_fsync(fd: int) -> None:
-            time.sleep(0.05)
-            real_fsync(fd)
-
-        monkeypatch.setattr(os, "fsync", slow_fsync)
+        slow_fsync(monkeypatch, 0.05)
         # One slow flush sends the next ones to the flusher thread: from then on a batch
         # stays in flight (uncommitted: the lone voter commits on its own flush) for 50 ms
         # while the loop goes on.
