@@ -20,7 +20,9 @@ Leader (:class:`LeaderReplicationState`)
   A follower whose LEO is unknown (no fetch in this leadership yet) holds it where it
   is. It only moves forward, and (KIP-966's strict min ISR, Kafka 3.7+) not at all while
   the committed ISR is smaller than the effective ``min.insync.replicas``
-  (``min(min.insync.replicas, replication factor)``).
+  (``min(min.insync.replicas, replication factor)``). It is recomputed on the events
+  Kafka's is (an append, a follower fetch, a committed ISR change, a leadership change),
+  not when ``min.insync.replicas`` changes.
 * ISR changes are proposals (:class:`AlterPartitionProposal`) to the controller; only the
   committed change (:meth:`LeaderReplicationState.apply_partition_change`, from the
   AlterPartition answer or the metadata log) changes the ISR. One proposal at a time
@@ -647,16 +649,20 @@ class LeaderReplicationState:
         self._ineligible = frozenset(replica_ids)
         return self._maybe_increment_high_watermark(now_ms)
 
-    def update_min_insync_replicas(self, min_insync_replicas: int, now_ms: int) -> bool:
+    def update_min_insync_replicas(self, min_insync_replicas: int) -> None:
         """The topic's ``min.insync.replicas`` changed (an image altered the topic or the
         cluster default): it applies from now on, as Kafka's leader reads its log config at
         each check. The next acks=all append is checked against it, and so is a produce
-        already waiting when it completes (:meth:`can_complete_produce`); a lower value may
-        let the HW move again (strict min ISR), so True if it did. ``ValueError`` below 1."""
+        already waiting when it completes (:meth:`can_complete_produce`).
+
+        The change does not recompute the HW itself, as Kafka's does not (a topic config
+        change only updates the log's config; ``Partition.maybeIncrementLeaderHW`` runs on
+        an append, a follower fetch, an ISR change or a leadership change): a HW that the
+        strict min ISR held moves under a lower value at the next of those events, not at
+        once. ``ValueError`` below 1."""
         if min_insync_replicas < 1:
             raise ValueError(f"min_insync_replicas must be >= 1: {min_insync_replicas}")
         self._min_insync_replicas = min_insync_replicas
-        return self._maybe_increment_high_watermark(now_ms)
 
     def maybe_increment_high_watermark(self, now_ms: int) -> bool:
         """Recompute the HW at ``now_ms``; True if it moved.

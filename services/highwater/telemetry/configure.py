@@ -18,32 +18,30 @@ environment, and set up by :func:`configure_telemetry`:
 
 OTLP goes over gRPC (``OTEL_EXPORTER_OTLP_PROTOCOL`` ``grpc``, the only protocol shipped);
 the exporters read their endpoint, headers and timeouts from the environment themselves.
+
+The SDK is imported by :func:`configure_telemetry` only, not with this module: the client
+library asks :func:`tracing_enabled` on its paths, and a program that uses it with
+telemetry off does not pay for loading the SDK (tens of milliseconds).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import (
-    ConsoleMetricExporter,
-    MetricReader,
-    PeriodicExportingMetricReader,
-)
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    ConsoleSpanExporter,
-    SpanExporter,
-)
 
 from highwater.errors import HighwaterError
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 __all__ = [
     "MetricsTls",
@@ -51,6 +49,7 @@ __all__ = [
     "TelemetryConfigError",
     "TelemetryPlan",
     "configure_telemetry",
+    "metrics_enabled",
     "telemetry_plan",
     "tracing_enabled",
 ]
@@ -197,6 +196,8 @@ class Telemetry:
 
 def _span_exporter(name: str) -> SpanExporter:
     if name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
         return ConsoleSpanExporter()
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
@@ -204,6 +205,11 @@ def _span_exporter(name: str) -> SpanExporter:
 
 
 def _metric_reader(name: str) -> MetricReader:
+    from opentelemetry.sdk.metrics.export import (
+        ConsoleMetricExporter,
+        PeriodicExportingMetricReader,
+    )
+
     if name == "console":
         return PeriodicExportingMetricReader(ConsoleMetricExporter())
     from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
@@ -237,6 +243,11 @@ def configure_telemetry(
         if plan.prometheus_listen is not None:
             log.warning("OTEL_SDK_DISABLED=true: --metrics-listen serves nothing")
         return telemetry
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
     attributes = {} if plan.service_name is None else {"service.name": plan.service_name}
     resource = Resource.create(attributes)
     if plan.tracing or span_processors:
@@ -277,5 +288,19 @@ def configure_telemetry(
 
 def tracing_enabled() -> bool:
     """Whether spans are recorded: an SDK tracer provider is installed (by
-    :func:`configure_telemetry` or by the program that uses the client library)."""
-    return isinstance(trace.get_tracer_provider(), TracerProvider)
+    :func:`configure_telemetry` or by the program that uses the client library).
+
+    Asked without importing the SDK: while its trace module is not loaded, no provider of
+    its kind can have been made, so the answer is no."""
+    sdk_trace = sys.modules.get("opentelemetry.sdk.trace")
+    return sdk_trace is not None and isinstance(
+        trace.get_tracer_provider(), sdk_trace.TracerProvider
+    )
+
+
+def metrics_enabled() -> bool:
+    """Whether an SDK meter provider is installed (asked as :func:`tracing_enabled` is)."""
+    sdk_metrics = sys.modules.get("opentelemetry.sdk.metrics")
+    return sdk_metrics is not None and isinstance(
+        metrics.get_meter_provider(), sdk_metrics.MeterProvider
+    )

@@ -19,23 +19,17 @@ from typing import Any, Final
 import grpc
 import grpc.aio
 from opentelemetry import context as otel_context
-from opentelemetry import metrics, propagate, trace
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry import propagate, trace
 from opentelemetry.semconv._incubating.attributes import rpc_attributes as rpc
 from opentelemetry.semconv._incubating.metrics import rpc_metrics
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from highwater.telemetry.configure import tracing_enabled
+from highwater.telemetry.configure import metrics_enabled, tracing_enabled
 from highwater.telemetry.instruments import duration_histogram, meter, tracer
 
 __all__ = ["client_interceptors", "metrics_enabled", "server_interceptors"]
 
 _GRPC: Final = rpc.RpcSystemValues.GRPC.value
-
-
-def metrics_enabled() -> bool:
-    """Whether an SDK meter provider is installed."""
-    return isinstance(metrics.get_meter_provider(), MeterProvider)
 
 
 class ServerTelemetryInterceptor(grpc.aio.ServerInterceptor):
