@@ -185,7 +185,7 @@ async def produce_for(producer: AsyncProducer, seconds: float) -> float:
     return written / seconds
 
 
-async def test_a_producer_is_throttled_to_its_rate_and_a_new_rate_applies_at_once(
+async def test_a_producer_is_throttled_to_its_rate_and_a_new_rate_applies_without_a_restart(
     server: str, metrics_url: str
 ) -> None:
     config = {
