@@ -59,23 +59,23 @@ OWN_CPU_SHARE = 0.7
 """A stall the thread spent at least this share of on the CPU counts as our code's."""
 
 
-def _watch_bench_stalls(stalls: list[tuple[float, float]]) -> asyncio.Future[None]:
+def _watch_bench_stalls(stalls: list[tuple[float, float, float]]) -> asyncio.Future[None]:
     """Tick every 1 ms on the benchmark's loop (a timer callback, cheaper than a task
     asleep, since its CPU counts in the process's figure) and record in ``stalls`` each
-    tick over 2 ms late (ms late, ``perf_counter`` at its end); until the returned future
-    is cancelled."""
+    tick over 2 ms late (ms late, the thread's CPU ms in it, ``perf_counter`` at its end);
+    until the returned future is cancelled."""
     loop = asyncio.get_running_loop()
     watching: asyncio.Future[None] = loop.create_future()
-    last = time.perf_counter()
+    last, last_cpu = time.perf_counter(), time.thread_time()
 
     def tick() -> None:
-        nonlocal last
+        nonlocal last, last_cpu
         if watching.done():
             return
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.thread_time()
         if now - last - 0.001 > 0.002:
-            stalls.append(((now - last - 0.001) * 1e3, now))
-        last = now
+            stalls.append(((now - last - 0.001) * 1e3, (cpu - last_cpu) * 1e3, now))
+        last, last_cpu = now, cpu
         loop.call_later(0.001, tick)
 
     loop.call_later(0.001, tick)
@@ -104,7 +104,7 @@ async def probe(
     )
     leader = await broker.leader_address(cluster, topic)
     await broker.wait_full_isr(leader, topic, 1, 3)
-    stalls: list[tuple[float, float]] = []
+    stalls: list[tuple[float, float, float]] = []
     watch = _watch_bench_stalls(stalls) if tick else None
     for process in cluster.all_processes():
         os.kill(process.pid, signal.SIGUSR1)
@@ -277,7 +277,7 @@ def _series(events: list[tuple[Any, ...]], value_at: int = 2) -> tuple[list[floa
 
 def _attribute(
     trace: ClientTrace,
-    bench_stalls: list[tuple[float, float]],
+    bench_stalls: list[tuple[float, float, float]],
     servers: dict[str, ProcessTrace],
     leader: str,
     followers: dict[int, str],
@@ -318,7 +318,7 @@ def _attribute(
         for replica, name in followers.items()
         if name in servers
     }
-    bench = ProcessTrace("bench", [(ms, 0.0, end) for ms, end in bench_stalls], trace.gcs)
+    bench = ProcessTrace("bench", bench_stalls, trace.gcs)
     rows: list[tuple[float, list[float], list[str]]] = []
     in_flight_at_produce = 0
     sent_times = sorted(p[0] for p in trace.produces)
