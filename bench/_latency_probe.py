@@ -96,6 +96,7 @@ async def probe(
     producer_config: dict[str, object] | None = None,
     tick: bool = True,
     trace: bool = False,
+    freeze: bool = False,
 ) -> None:
     bootstrap = cluster.bootstrap
     topic = broker.LATENCY_TOPIC
@@ -112,6 +113,10 @@ async def probe(
     # the records', not the interpreter's first import of the library.
     import highwater.client.consumer
     import highwater.client.producer  # noqa: F401
+
+    if freeze:  # the start-up's objects out of every later collection
+        gc.collect()
+        gc.freeze()
 
     profiler = cProfile.Profile(time.thread_time) if profile else None
     if profiler is not None:
@@ -281,9 +286,11 @@ def _attribute(
     servers: dict[str, ProcessTrace],
     leader: str,
     followers: dict[int, str],
+    warmup_s: float = 1.0,
 ) -> None:
     """Split each record's path into :data:`HOPS` and print where the records over p90 and
-    p99 waited."""
+    p99 waited (those of the first ``warmup_s`` left out, as the percentiles leave them;
+    the times of generation-2 collections are printed from the first request's)."""
     from highwater.records import iter_batches
 
     produced: dict[int, tuple[float, float, float]] = {}  # offset -> (t0, sent, answered)
@@ -323,9 +330,10 @@ def _attribute(
     in_flight_at_produce = 0
     sent_times = sorted(p[0] for p in trace.produces)
     answers = {p[0]: p[1] for p in trace.produces}
+    started = min(p[0] for p in trace.produces)
     for offset, (t0, sent, _answered) in produced.items():
-        if offset not in polled or offset not in fetched:
-            continue
+        if offset not in polled or offset not in fetched or t0 < started + warmup_s:
+            continue  # the warm-up's records are not counted, as in the percentiles
         t_append = _first_after(*appends, offset)
         t_hw = _first_after(*high_watermarks, offset)
         t_read = _first_after(*reads, offset)
@@ -364,7 +372,8 @@ def _attribute(
         return
     rows.sort(key=lambda row: row[0])
     print(
-        f"trace: {len(rows):,} records followed ({len(produced):,} produced); "
+        f"trace: {len(rows):,} records after the warm-up followed ({len(produced):,} "
+        "produced); "
         f"{in_flight_at_produce / len(rows):.0%} were produced while a Produce request was "
         "in flight"
     )
@@ -393,10 +402,10 @@ def _attribute(
         for (hop, doing), n in sorted(causes.items(), key=lambda item: -item[1]):
             print(f"    {hop}: {doing}: {n} ({n / len(group):.0%})")
     for name, process in [("bench", bench), *servers.items()]:
-        gen2 = [pause for _start, pause, generation in process.gcs if generation == 2]
+        gen2 = [(start, pause) for start, pause, generation in process.gcs if generation == 2]
         print(
-            f"  {name}: {len(process.gcs)} collections, {len(gen2)} of generation 2 "
-            f"({sum(gen2) * 1e3:.1f} ms)"
+            f"  {name}: {len(process.gcs)} collections, {len(gen2)} of generation 2"
+            + "".join(f", {p * 1e3:.1f} ms at {s - started:.2f} s" for s, p in gen2)
         )
 
 
@@ -528,6 +537,12 @@ def main() -> None:
         help="note each record's hops and every process's stalls and garbage collections, "
         "and print which hop the records over p90 and p99 waited on, and why",
     )
+    parser.add_argument(
+        "--freeze",
+        action="store_true",
+        help="gc.collect() and gc.freeze() in the benchmark's process before the phase: "
+        "its start-up's objects are then left out of every collection",
+    )
     args = parser.parse_args()
     producer_config: dict[str, object] = {}
     for setting in args.producer:
@@ -562,6 +577,7 @@ def main() -> None:
                 producer_config=producer_config,
                 tick=not args.no_stalls,
                 trace=args.trace,
+                freeze=args.freeze,
             )
         )
     print(f"load average {os.getloadavg()[0]:.1f}")
