@@ -2,7 +2,7 @@
 process's event-loop stalls: where a loaded machine's p99 goes.
 
 ``python -m bench._latency_probe [--seconds 5] [--rate 10000] [--profile] [--no-stalls]
-[--uvloop] [--trace] [--producer KEY=VALUE ...]``: one controller and three brokers
+[--uvloop] [--trace] [--freeze] [--producer KEY=VALUE ...]``: one controller and three brokers
 (bench/_highwater_cluster.py) with :mod:`bench._loop_watch` in each, a topic of one partition (RF 3,
 min.insync.replicas=2), then :func:`bench.broker.latencies_with_client` (acks=all,
 linger.ms=0, ``poll()``, and each ``--producer`` setting over the suite's) after a 1 s
@@ -25,7 +25,10 @@ benchmark's process notes each Produce request's departure and answer, each cons
 Fetch answer and each record ``poll()`` returned. Each record's path is then split into
 its hops (:data:`HOPS`), and for the records over p90 and over p99 the probe prints which
 hop was the longest and what the process owning that hop did meanwhile: a loop stall of
-its own CPU, a stall waiting for a CPU, a garbage collection, or none of them.
+its own CPU, a stall waiting for a CPU, a garbage collection, or none of them; and the
+Produce requests' round trips and the gap from each answer to the next request's
+departure. ``--freeze`` runs ``gc.collect()`` and ``gc.freeze()`` in the benchmark's
+process before the phase.
 """
 
 from __future__ import annotations
@@ -370,6 +373,19 @@ def _attribute(
     if not rows:
         print("trace: no record could be followed along its path")
         return
+    requests = sorted((sent, answered) for sent, answered, _request, _response in trace.produces)
+    round_trips = sorted(answered - sent for sent, answered in requests)
+    gaps = sorted(
+        b[0] - a[1] for a, b in itertools.pairwise(requests) if b[0] >= a[1]
+    )  # an answer to the next request's departure, when it waited for the answer
+    print(
+        f"trace: Produce round trips mean {sum(round_trips) / len(round_trips) * 1e3:.2f} ms, "
+        f"p99 {_quantile(round_trips, 0.99) * 1e3:.2f}; from an answer to the next "
+        f"request's departure ({len(gaps):,} of {len(requests):,}) mean "
+        f"{sum(gaps) / max(len(gaps), 1) * 1e3:.3f} ms, p99 {_quantile(gaps, 0.99) * 1e3:.3f}"
+        if gaps
+        else "trace: no request waited for an answer"
+    )
     rows.sort(key=lambda row: row[0])
     print(
         f"trace: {len(rows):,} records after the warm-up followed ({len(produced):,} "
