@@ -189,6 +189,8 @@ async def test_a_timed_out_fetch_ends_its_call_and_its_late_answer_goes_nowhere(
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await fetches.fetch(asked(2), 0.1)
     assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0  # the deadline's cancel is taken back
     assert answered(await fetches.fetch(asked(3), 5)) == 3
     await asyncio.sleep(0.6)  # past the moment the late answer would have come
     assert answered(await fetches.fetch(asked(4), 5)) == 4
