@@ -328,7 +328,14 @@ def _run_floor(root: Path, args: argparse.Namespace) -> None:
     port = free_port()
     with open(root / "floor.log", "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "bench._grpc_floor", str(port), str(args.floor_delay_ms)],
+            [
+                sys.executable,
+                "-m",
+                "bench._grpc_floor",
+                str(port),
+                str(args.floor_delay_ms),
+                args.floor_server,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -757,6 +764,17 @@ def main(argv: list[str] | None = None) -> int:
         help="the floor server answers each call after this long (gRPC's intake alone)",
     )
     parser.add_argument(
+        "--floor-server",
+        choices=("bare", "project"),
+        default="bare",
+        help="the floor's server: a bare grpc.aio.server() or the project's new_server()",
+    )
+    parser.add_argument(
+        "--only-floor",
+        action="store_true",
+        help="measure the floor server alone (with --floor), not the quorum",
+    )
+    parser.add_argument(
         "--append-linger-ms",
         type=int,
         default=None,
@@ -781,6 +799,8 @@ def main(argv: list[str] | None = None) -> int:
             print(fsync_probe(root, args.fsync), flush=True)
         if args.floor:
             _run_floor(root, args)
+            if args.only_floor:
+                return 0
         extra: tuple[str, ...] = ()
         if args.append_linger_ms is not None:
             extra += ("--append-linger-ms", str(args.append_linger_ms))
