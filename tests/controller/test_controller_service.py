@@ -32,6 +32,7 @@ from highwater.internal.v1 import controller_pb2 as pb
 from highwater.internal.v1 import controller_pb2_grpc
 from highwater.metadata import BrokerEndpoint, ConfigResourceType, MetadataImage
 from highwater.metadata.snapshot import snapshot_values
+from highwater.raft import driver as raft_driver
 from highwater.raft.driver import MetadataLogLayout, RaftServerSettings
 from highwater.raft.partition_raft_log import metadata_log_config
 from highwater.v1.common_pb2 import ErrorCode
@@ -622,9 +623,9 @@ async def test_a_group_behind_a_batch_in_flight_lingers_while_smaller_than_the_o
                 while store.in_flight() is None:
                     await asyncio.sleep(0)
 
-        # One slow flush sends the next ones to the flusher thread: from then on a batch
+        # Every flush in the flusher thread (not only those after a slow one): each batch
         # stays in flight for 20 ms while the loop goes on.
-        await server.call(codec.ALTER_CONFIGS, alter("g", "1"))
+        monkeypatch.setattr(raft_driver, "_INLINE_FSYNC_MAX_S", -1.0)
         # Six queued together, nothing in flight: one group, sealed at once.
         before = store.sealed_batches
         calls = send(2, 6)

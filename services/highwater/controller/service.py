@@ -961,7 +961,8 @@ class ControllerServer:
             if linger_timer is not None:
                 linger_timer.cancel()
             sealed = self._seal()
-            self._last_group_size = len(answered)
+            if answered:  # a tick's group (no request) says nothing of the writers
+                self._last_group_size = len(answered)
         if not sealed or store.incarnation != incarnation:
             # Decided on an image that is gone: never acknowledged.
             for request, _ in answered:
