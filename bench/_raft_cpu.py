@@ -11,7 +11,10 @@ run: the data batches appended during the measured window).
 
 ``--floor`` measures the same for ``bench._grpc_floor`` (the no-op Controller service of
 the floor rows of ``bench raft``) with the same client and requests: the server CPU per
-call that gRPC and the servicer's plumbing cost before any controller work.
+call that gRPC and the servicer's plumbing cost before any controller work;
+``--floor-server project`` builds that server with the project's ``new_server`` (its
+interceptors and options) instead of a bare ``grpc.aio.server()``, and ``--only-floor``
+measures the floor alone.
 
 ``--profile`` runs the controllers under ``bench._profiled_server`` and profiles every
 controller's event loop (CPU time) over each measured window; for the leader and for one
