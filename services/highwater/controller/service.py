@@ -929,11 +929,12 @@ class ControllerServer:
                     # (``append_linger_ms`` since the group started) has passed.
                     #
                     # The linger holds the group only while it is smaller than the
-                    # group sealed before it: under steady concurrency a batch is no
-                    # smaller than the one before (fewer Raft rounds, fsyncs and stream
-                    # messages per write, and fewer of the leader's loop turns between
-                    # two calls gRPC takes in), while a few writers, all of whom are in
-                    # the group already, are not kept waiting for nobody.
+                    # group sealed before it: under steady concurrency a batch is as
+                    # large as the one before unless the linger runs out (fewer Raft
+                    # rounds, fsyncs and stream messages per write, and fewer of the
+                    # leader's loop turns between two calls gRPC takes in), while a few
+                    # writers, all of whom are in the group already, are not kept
+                    # waiting for nobody.
                     wait_for: asyncio.Future[Any] | None = None
                     if in_flight is not None and not in_flight.done():
                         wait_for = in_flight
