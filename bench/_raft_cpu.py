@@ -11,7 +11,10 @@ run: the data batches appended during the measured window).
 
 ``--floor`` measures the same for ``bench._grpc_floor`` (the no-op Controller service of
 the floor rows of ``bench raft``) with the same client and requests: the server CPU per
-call that gRPC and the servicer's plumbing cost before any controller work.
+call that gRPC and the servicer's plumbing cost before any controller work;
+``--floor-server project`` builds that server with the project's ``new_server`` (its
+interceptors and options) instead of a bare ``grpc.aio.server()``, and ``--only-floor``
+measures the floor alone.
 
 ``--profile`` runs the controllers under ``bench._profiled_server`` and profiles every
 controller's event loop (CPU time) over each measured window; for the leader and for one
@@ -328,7 +331,14 @@ def _run_floor(root: Path, args: argparse.Namespace) -> None:
     port = free_port()
     with open(root / "floor.log", "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "bench._grpc_floor", str(port), str(args.floor_delay_ms)],
+            [
+                sys.executable,
+                "-m",
+                "bench._grpc_floor",
+                str(port),
+                str(args.floor_delay_ms),
+                args.floor_server,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -757,6 +767,17 @@ def main(argv: list[str] | None = None) -> int:
         help="the floor server answers each call after this long (gRPC's intake alone)",
     )
     parser.add_argument(
+        "--floor-server",
+        choices=("bare", "project"),
+        default="bare",
+        help="the floor's server: a bare grpc.aio.server() or the project's new_server()",
+    )
+    parser.add_argument(
+        "--only-floor",
+        action="store_true",
+        help="measure the floor server alone (with --floor), not the quorum",
+    )
+    parser.add_argument(
         "--append-linger-ms",
         type=int,
         default=None,
@@ -781,6 +802,8 @@ def main(argv: list[str] | None = None) -> int:
             print(fsync_probe(root, args.fsync), flush=True)
         if args.floor:
             _run_floor(root, args)
+            if args.only_floor:
+                return 0
         extra: tuple[str, ...] = ()
         if args.append_linger_ms is not None:
             extra += ("--append-linger-ms", str(args.append_linger_ms))

@@ -15,6 +15,7 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -31,6 +32,7 @@ from highwater.internal.v1 import controller_pb2 as pb
 from highwater.internal.v1 import controller_pb2_grpc
 from highwater.metadata import BrokerEndpoint, ConfigResourceType, MetadataImage
 from highwater.metadata.snapshot import snapshot_values
+from highwater.raft import driver as raft_driver
 from highwater.raft.driver import MetadataLogLayout, RaftServerSettings
 from highwater.raft.partition_raft_log import metadata_log_config
 from highwater.v1.common_pb2 import ErrorCode
@@ -586,7 +588,7 @@ async def test_a_group_of_alter_configs_is_decided_in_order_on_one_batch(
     assert server.machine.image.topic_config("ghost") == {}
 
 
-async def test_a_group_started_behind_a_batch_in_flight_lingers_a_lone_request_does_not(
+async def test_a_group_behind_a_batch_in_flight_lingers_while_smaller_than_the_one_before(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     quorum = Quorum(tmp_path, 1, dataclasses.replace(settings(), append_linger_ms=300))
@@ -603,25 +605,53 @@ async def test_a_group_started_behind_a_batch_in_flight_lingers_a_lone_request_d
         # voter commits on its own flush; a fast disk commits a batch before the next
         # request arrives, and nothing would be in flight to linger behind).
         slow_fsync(monkeypatch, 0.02)
-        # Behind a batch in flight, the next group takes in requests for the linger,
-        # long after that batch committed: one batch for the nine spread over 48 ms.
-        calls = [asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, alter("g", "2")))]
-        async with asyncio.timeout(10):
-            while store.in_flight() is None:
-                await asyncio.sleep(0)
-        for i in range(3, 12):
-            calls.append(
+
+        def send(first: int, count: int) -> list[asyncio.Future[Any]]:
+            return [
                 asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, alter("g", str(i))))
-            )
-            await asyncio.sleep(0.006)
-        answers = [codec.ALTER_CONFIGS.response_from_proto(a) for a in await asyncio.gather(*calls)]
-        assert all(a.resources[0].error == NONE for a in answers)
-        # 1, 2, then 3..11 together (3 may miss batch 2 in flight on a slow machine and
-        # go alone: then 4..11 linger behind it). Without the linger a group is sealed
-        # when the batch before it commits, every 20 ms or more: 3..11 then take three
-        # batches or more.
-        assert store.sealed_batches - before <= 4, store.sealed_batches - before
-        assert server.machine.image.topic_config("g") == {"retention.ms": "11"}
+                for i in range(first, first + count)
+            ]
+
+        async def answered(calls: list[asyncio.Future[Any]]) -> None:
+            answers = [
+                codec.ALTER_CONFIGS.response_from_proto(a) for a in await asyncio.gather(*calls)
+            ]
+            assert all(a.resources[0].error == NONE for a in answers)
+
+        async def until_in_flight() -> None:
+            async with asyncio.timeout(10):
+                while store.in_flight() is None:
+                    await asyncio.sleep(0)
+
+        # Every flush in the flusher thread (not only those after a slow one): each batch
+        # stays in flight for 20 ms while the loop goes on.
+        monkeypatch.setattr(raft_driver, "_INLINE_FSYNC_MAX_S", -1.0)
+        # Six queued together, nothing in flight: one group, sealed at once.
+        before = store.sealed_batches
+        calls = send(2, 6)
+        await until_in_flight()
+        assert store.sealed_batches == before + 1
+        # Behind it, six more spread over 48 ms: the group they start holds fewer than
+        # six when the batch in flight commits (20 ms), so it keeps taking requests in,
+        # up to six, long before its 300 ms linger: one batch. Without the linger it is
+        # sealed at that commit, and the rest take a batch or more of their own.
+        for i in range(8, 14):
+            calls += send(i, 1)
+            await asyncio.sleep(0.008)
+        await answered(calls)
+        assert store.sealed_batches - before == 2, store.sealed_batches - before
+        # Six queued behind six in flight: as large as the group before at that batch's
+        # commit, so sealed then, not held for the linger (a few writers, all of them in
+        # the group already, wait for nobody).
+        before = store.sealed_batches
+        started = loop.time()
+        calls = send(14, 6)
+        await until_in_flight()
+        calls += send(20, 6)
+        await answered(calls)
+        assert store.sealed_batches - before == 2, store.sealed_batches - before
+        assert loop.time() - started < 0.25
+        assert server.machine.image.topic_config("g") == {"retention.ms": "25"}
     finally:
         monkeypatch.undo()
         await quorum.stop_all()

@@ -133,7 +133,8 @@ def _bootstrap_controllers(
     show_default=True,
     help="How long a group of Controller requests that started while the one before is "
     "being committed keeps taking requests in before it goes to Raft as one batch "
-    "(controller.quorum.append.linger.ms). A lone request is never held.",
+    "(controller.quorum.append.linger.ms), while it holds fewer requests than the group "
+    "before it. A lone request is never held.",
 )
 @click.option(
     "--append-pipeline-depth",

@@ -23,7 +23,8 @@ into a controller process, on top of the
   its records are staged (the next request already sees them), without waiting for
   anything earlier to commit. The requests that arrive together — those queued, and
   while the group before is still on its way to a majority every request that arrives
-  until it commits (and ``append_linger_ms`` since its first; with an
+  until it commits (and ``append_linger_ms`` since its first while it holds fewer
+  requests than the group before it; with an
   ``append_pipeline_depth`` of N, a group waits only while N batches are in flight, for
   the oldest's commit) — form a group whose staged records are sealed into one Raft
   batch (group commit: one append, one fsync per voter and one fetch round trip for the
@@ -212,8 +213,8 @@ class _OpenBatch:
         self.values.extend(values)
 
 
-DEFAULT_APPEND_LINGER_MS: Final = 0
-"""``ControllerSettings.append_linger_ms`` by default."""
+DEFAULT_APPEND_LINGER_MS: Final = 10
+"""``ControllerSettings.append_linger_ms`` by default (docs/raft.md, "Eighth pass")."""
 
 DEFAULT_APPEND_PIPELINE_DEPTH: Final = 1
 """``ControllerSettings.append_pipeline_depth`` by default."""
@@ -476,9 +477,11 @@ class ControllerSettings:
     """How often the active controller runs :meth:`QuorumController.tick`."""
     append_linger_ms: int = DEFAULT_APPEND_LINGER_MS
     """How long a group of requests started while the batch before it is on its way to a
-    majority keeps taking requests in (from its first), besides waiting for that batch to
-    commit (Kafka's ``controller.quorum.append.linger.ms``). A group started with nothing
-    in flight (a lone writer) is sealed at once whatever this says."""
+    majority may keep taking requests in (from its first), besides waiting for that batch
+    to commit (Kafka's ``controller.quorum.append.linger.ms``), while it holds fewer
+    requests than the group sealed before it. A group started with nothing in flight (a
+    lone writer) is sealed at once whatever this says, and so is one as large as the
+    group before it (a few writers, all in it already)."""
     append_pipeline_depth: int = DEFAULT_APPEND_PIPELINE_DEPTH
     """How many sealed batches may be on their way to a majority at once. A group started
     while that many are in flight keeps taking requests in until the oldest of them
@@ -655,6 +658,9 @@ class ControllerServer:
         self.metrics = ControllerMetrics(self)
         self._controller: QuorumController | None = None
         self._jobs = _JobQueue()
+        self._last_group_size = 0
+        """How many requests the group sealed last held: a group lingers
+        (``append_linger_ms``) only while it holds fewer."""
         self._worker: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._tick_queued = False
@@ -921,10 +927,22 @@ class ControllerServer:
                     # meanwhile, and is sealed when that batch commits (one Raft append,
                     # fsync and fetch round trip for all of them) and its linger
                     # (``append_linger_ms`` since the group started) has passed.
+                    #
+                    # The linger holds the group only while it is smaller than the
+                    # group sealed before it: under steady concurrency a batch is as
+                    # large as the one before unless the linger runs out (fewer Raft
+                    # rounds, fsyncs and stream messages per write, and fewer of the
+                    # leader's loop turns between two calls gRPC takes in), while a few
+                    # writers, all of whom are in the group already, are not kept
+                    # waiting for nobody.
                     wait_for: asyncio.Future[Any] | None = None
                     if in_flight is not None and not in_flight.done():
                         wait_for = in_flight
-                    elif linger_until is not None and loop.time() < linger_until:
+                    elif (
+                        linger_until is not None
+                        and len(answered) < self._last_group_size
+                        and loop.time() < linger_until
+                    ):
                         if linger is None:
                             linger = loop.create_future()
                             linger_timer = loop.call_at(linger_until, _resolve, linger)
@@ -944,6 +962,8 @@ class ControllerServer:
             if linger_timer is not None:
                 linger_timer.cancel()
             sealed = self._seal()
+            if answered:  # a tick's group (no request) says nothing of the writers
+                self._last_group_size = len(answered)
         if not sealed or store.incarnation != incarnation:
             # Decided on an image that is gone: never acknowledged.
             for request, _ in answered:
