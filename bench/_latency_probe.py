@@ -23,7 +23,9 @@ clock on the machine) each garbage collection and, in the brokers, each append, 
 fetch, high-watermark move and consumer read of the partition (bench/_loop_watch); the
 benchmark's process notes each Produce request's departure and answer, each consumer
 Fetch answer and each record ``poll()`` returned. Each record's path is then split into
-its hops (:data:`HOPS`), and for the records over p90 and over p99 the probe prints which
+its hops (:data:`HOPS`): the probe prints each hop's mean over all records, over the
+records around the median (p45 to p55) and over p90 and p99, and each hop's own median;
+for the records over p90 and over p99 it prints which
 hop was the longest and what the process owning that hop did meanwhile: a loop stall of
 its own CPU, a stall waiting for a CPU, a garbage collection, or none of them; and the
 Produce requests' round trips and the gap from each answer to the next request's
@@ -395,9 +397,12 @@ def _attribute(
     )
     header = " | ".join(name for name, _what, _owner in HOPS)
     print(f"  mean hop ms: records | end to end | {header}")
-    p90, p99 = _quantile([r[0] for r in rows], 0.9), _quantile([r[0] for r in rows], 0.99)
+    totals = [r[0] for r in rows]
+    p45, p55 = _quantile(totals, 0.45), _quantile(totals, 0.55)
+    p90, p99 = _quantile(totals, 0.9), _quantile(totals, 0.99)
     groups = {
         "all": rows,
+        f"p45 to p55 ({p45:.1f} to {p55:.1f} ms)": [r for r in rows if p45 <= r[0] <= p55],
         f"over p90 ({p90:.1f} ms)": [r for r in rows if r[0] > p90],
         f"over p99 ({p99:.1f} ms)": [r for r in rows if r[0] > p99],
     }
@@ -409,7 +414,12 @@ def _attribute(
             f"  {label}: {len(group):,} | {sum(r[0] for r in group) / len(group):.2f} | "
             + " | ".join(f"{m:.2f}" for m in means)
         )
-    for label, group in list(groups.items())[1:]:
+    medians = [_quantile(sorted(r[1][j] for r in rows), 0.5) for j in range(len(HOPS))]
+    print(
+        f"  each hop's own median: {len(rows):,} | {_quantile(totals, 0.5):.2f} | "
+        + " | ".join(f"{m:.2f}" for m in medians)
+    )
+    for label, group in list(groups.items())[2:]:
         causes: dict[tuple[str, str], int] = {}
         for row in group:
             key = (row[2][0], row[2][1])

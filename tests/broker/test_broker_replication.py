@@ -307,7 +307,9 @@ def test_a_pending_expansion_already_holds_the_high_watermark() -> None:
     # The controller refuses it: the maximal ISR is the committed one again.
     assert state.on_alter_partition_error(proposal, ErrorCode.INELIGIBLE_REPLICA) is None
     assert state.pending_proposal is None
-    assert state.maybe_increment_high_watermark(now_ms=t) is True
+    # The next fetch of the other follower, at its unchanged LEO, moves the HW: with a
+    # follower outside the ISR, every fetch recomputes it.
+    assert state.on_follower_fetch(2, 20, now_ms=t + 1).high_watermark_moved is True
     assert state.high_watermark == 20
 
 
@@ -498,25 +500,57 @@ def test_the_high_watermark_stands_still_under_min_isr() -> None:
     assert state.high_watermark == 8
 
 
-def test_a_changed_min_insync_replicas_applies_at_once_and_the_next_event_moves_the_hw() -> None:
+def test_a_changed_min_insync_replicas_applies_at_once_and_moves_the_hw_at_once() -> None:
     state = leader_state(isr=(1, 2), log_end_offset=0, min_insync_replicas=2)
     state.on_append(4, now_ms=1)
-    state.update_min_insync_replicas(3)
+    assert state.update_min_insync_replicas(3, now_ms=2) is False
     assert state.check_min_isr() == ErrorCode.NOT_ENOUGH_REPLICAS
     state.on_follower_fetch(2, 4, now_ms=3)
     assert state.high_watermark == 0  # strict min ISR under the new value
-    # Lowered again: the next check takes it, but the HW held by the strict min ISR waits
-    # for the next event that recomputes it (an append here), as Kafka's does: a topic
-    # config change does not run Partition.maybeIncrementLeaderHW.
-    state.update_min_insync_replicas(2)
+    # Lowered again: the HW that the strict min ISR held moves with the change itself,
+    # with no append or fetch after it (a fetch at an unchanged LEO would not recompute it).
+    assert state.update_min_insync_replicas(2, now_ms=4) is True
     assert state.check_min_isr() == ErrorCode.NONE
-    assert state.high_watermark == 0
-    assert state.can_complete_produce(4) == ProduceCompletion(False, ErrorCode.NONE)
-    assert state.on_append(6, now_ms=4) is True
     assert state.high_watermark == 4
     assert state.can_complete_produce(4) == ProduceCompletion(True, ErrorCode.NONE)
     with pytest.raises(ValueError):
-        state.update_min_insync_replicas(0)
+        state.update_min_insync_replicas(0, now_ms=5)
+
+
+def test_a_fetch_at_an_unchanged_log_end_moves_the_hw_only_while_time_can() -> None:
+    # The whole assignment in the ISR: the HW is the ISR's minimum LEO, so a fetch at
+    # the same LEO (the read an append wakes, an idle long poll) has nothing to move.
+    state = leader_state(log_end_offset=10, now_ms=0)
+    state.on_follower_fetch(2, 10, now_ms=0)
+    assert state.on_follower_fetch(3, 10, now_ms=0).high_watermark_moved is True
+    state.on_append(15, now_ms=1)
+    assert state.on_follower_fetch(2, 10, now_ms=2).high_watermark_moved is False
+    assert state.on_follower_fetch(2, 15, now_ms=3).high_watermark_moved is False  # 3 at 10
+    assert state.on_follower_fetch(3, 15, now_ms=4).high_watermark_moved is True
+    assert state.high_watermark == 15
+    # 3 leaves the ISR while caught up: it holds the HW (Kafka's caught-up rule) until it
+    # has not been caught up for the lag time; then the other follower's idle fetch, at
+    # its unchanged LEO, moves the HW, with no append or ISR change.
+    state.apply_partition_change((1, 2), 5, 11, now_ms=5)
+    state.on_append(20, now_ms=6)
+    state.on_follower_fetch(2, 20, now_ms=7)
+    assert state.high_watermark == 15
+    outcome = state.on_follower_fetch(2, 20, now_ms=15 + LAG + 1)
+    assert outcome.high_watermark_moved is True
+    assert state.high_watermark == 20
+
+
+def test_an_isr_shrink_moves_the_hw_with_no_fetch_after_it() -> None:
+    state = leader_state(log_end_offset=10, now_ms=0)
+    state.on_follower_fetch(2, 10, now_ms=0)
+    state.on_follower_fetch(3, 10, now_ms=0)
+    state.on_append(20, now_ms=1)
+    state.on_follower_fetch(2, 20, now_ms=2)
+    state.on_follower_fetch(2, 20, now_ms=3)  # unchanged LEO: nothing to recompute
+    assert state.high_watermark == 10  # 3 (in the ISR) is at 10
+    outcome = state.apply_partition_change((1, 2), 5, 11, now_ms=LAG + 4)
+    assert outcome.high_watermark_moved is True
+    assert state.high_watermark == 20
 
 
 def test_a_pending_expansion_counts_for_acks_all() -> None:
@@ -851,7 +885,6 @@ def test_leader_high_watermark_invariants(
             case ("tick", int(dt)):
                 now += dt
                 state.maybe_shrink_isr(now)
-                state.maybe_increment_high_watermark(now)
             case ("accept",):
                 if (pending := state.pending_proposal) is not None:
                     applied = state.apply_partition_change(

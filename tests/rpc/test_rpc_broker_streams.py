@@ -297,6 +297,32 @@ async def test_a_timed_out_produce_request_ends_the_call_and_those_in_flight_beh
     assert produces.calls_opened == 2
 
 
+async def test_a_produce_request_timed_out_in_its_own_task_takes_its_cancel_back(
+    producing: tuple[StreamingBroker, ProduceStream],
+) -> None:
+    broker, produces = producing
+    broker.delays[1] = 0.3
+    with pytest.raises(grpc.aio.AioRpcError) as timed_out:
+        await produces.produce(produce_asked(1), 0.05)
+    assert timed_out.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+
+
+async def test_a_cancelled_produce_request_stays_cancelled(
+    producing: tuple[StreamingBroker, ProduceStream],
+) -> None:
+    broker, produces = producing
+    broker.delays[1] = 0.3
+    waiting = asyncio.create_task(produces.produce(produce_asked(1), 5))
+    await asyncio.sleep(0.05)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await asyncio.sleep(0.3)  # its late answer goes nowhere
+    assert produce_answered(await produces.produce(produce_asked(2), 5)) == 2
+
+
 async def test_a_produce_stream_the_broker_ended_fails_what_is_in_flight_and_is_replaced(
     producing: tuple[StreamingBroker, ProduceStream],
 ) -> None:

@@ -179,15 +179,19 @@ class Partition:
             )
         self._sync_high_watermark()
 
-    def apply_config(self, config: LogConfig) -> None:
+    def apply_config(self, config: LogConfig) -> bool:
         """The topic's config changed: the log takes it, and a leader's replication state
         its ``min.insync.replicas`` at once (Kafka's leader reads it from the log config
-        at each check); the high watermark is not recomputed by it, as Kafka's is not
-        (:meth:`LeaderReplicationState.update_min_insync_replicas`)."""
+        at each check), which recomputes the high watermark
+        (:meth:`LeaderReplicationState.update_min_insync_replicas`). True if the high
+        watermark moved: the caller wakes what waits for it."""
         self.log.config = config
         state = self.leader_state
-        if state is not None and state.min_insync_replicas != config.min_insync_replicas:
-            state.update_min_insync_replicas(config.min_insync_replicas)
+        if state is None or state.min_insync_replicas == config.min_insync_replicas:
+            return False
+        moved = state.update_min_insync_replicas(config.min_insync_replicas, self.clock())
+        self._sync_high_watermark()
+        return moved
 
     def stop_replicating(self, registration: PartitionRegistration | None = None) -> None:
         """The log went offline (its directory failed): neither lead nor follow any more.
@@ -782,16 +786,18 @@ class PartitionManager:
         """The open logs take their topics' configs as ``image`` has them (a topic's
         AlterConfigs, or the cluster defaults, changed): each topic whose config mappings
         changed is parsed once, the others keep their config object. A leader takes a
-        changed ``min.insync.replicas`` at once (:meth:`Partition.apply_config`): a waiting
-        produce completes under the new value when the next event moves the HW."""
+        changed ``min.insync.replicas`` at once (:meth:`Partition.apply_config`), which
+        recomputes its high watermark; one that moved is a change its followers' fetch
+        sessions hear of, and the broker wakes the produces and consumers that wait
+        (``Purgatory.notify`` after every image)."""
         self._applied_configs = image.configs
         names = image.topics.by_name
         for topic in [t for t in self._log_configs if t not in names]:
             del self._log_configs[topic]
         for tp, partition in self._partitions.items():
             config = self._log_config(image, tp.topic)
-            if partition.log.config is not config:
-                partition.apply_config(config)
+            if partition.log.config is not config and partition.apply_config(config):
+                self._changed(tp, role=False)
 
     def _refuse(self, tp: TopicPartition, why: str) -> None:
         """``tp``'s log cannot be opened here (a failed directory may hold it)."""

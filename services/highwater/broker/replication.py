@@ -473,7 +473,16 @@ class LeaderReplicationState:
 
         Updates the follower's progress, then may propose adding it to the ISR (the
         proposal becomes pending at once, so the HW waits for it from now on), then
-        recomputes the HW.
+        recomputes the HW if the fetch can have moved it: when the follower's LEO changed
+        (Kafka's ``Partition.updateFollowerFetchState`` recomputes only then), or whenever
+        some assigned replica is outside the committed ISR or an ISR change is pending.
+        While the whole assignment is in the ISR, the HW is the minimum of the ISR's LEOs
+        and moves only with one of them (this fetch's, an append's), an ISR change or a
+        ``min.insync.replicas`` change, each of which recomputes it; a fetch at the same
+        LEO (the read that an append wakes, every idle long poll) cannot move it. Outside
+        that, time can: a caught-up follower outside the ISR stops holding the HW once it
+        has not been caught up for ``replica.lag.time.max.ms``, and a refused expansion
+        no longer holds it, so every fetch recomputes, as before.
         """
         self._check_leader_epoch(current_leader_epoch)
         progress = self.replica(replica_id)
@@ -493,6 +502,12 @@ class LeaderReplicationState:
             fetch_offset, now_ms, leader_log_end_offset
         )
         proposal = self._maybe_expand_isr(replica_id)
+        if (
+            progress.log_end_offset == fetch_offset
+            and self._pending is None
+            and len(self._isr) == len(self._replicas)
+        ):
+            return FollowerFetchOutcome(False, proposal)
         moved = self._maybe_increment_high_watermark(now_ms)
         return FollowerFetchOutcome(moved, proposal)
 
@@ -649,27 +664,20 @@ class LeaderReplicationState:
         self._ineligible = frozenset(replica_ids)
         return self._maybe_increment_high_watermark(now_ms)
 
-    def update_min_insync_replicas(self, min_insync_replicas: int) -> None:
+    def update_min_insync_replicas(self, min_insync_replicas: int, now_ms: int) -> bool:
         """The topic's ``min.insync.replicas`` changed (an image altered the topic or the
         cluster default): it applies from now on, as Kafka's leader reads its log config at
         each check. The next acks=all append is checked against it, and so is a produce
         already waiting when it completes (:meth:`can_complete_produce`).
 
-        The change does not recompute the HW itself, as Kafka's does not (a topic config
-        change only updates the log's config; ``Partition.maybeIncrementLeaderHW`` runs on
-        an append, a follower fetch, an ISR change or a leadership change): a HW that the
-        strict min ISR held moves under a lower value at the next of those events, not at
-        once. ``ValueError`` below 1."""
+        The HW is recomputed at once; True if it moved (a HW that the strict min ISR held
+        moves under a lower value). Kafka's waits for the next append, follower fetch, ISR
+        or leadership change; here a follower's fetch at an unchanged LEO does not
+        recompute it (:meth:`on_follower_fetch`), so the change does, lest an idle
+        partition's HW wait for the next append. ``ValueError`` below 1."""
         if min_insync_replicas < 1:
             raise ValueError(f"min_insync_replicas must be >= 1: {min_insync_replicas}")
         self._min_insync_replicas = min_insync_replicas
-
-    def maybe_increment_high_watermark(self, now_ms: int) -> bool:
-        """Recompute the HW at ``now_ms``; True if it moved.
-
-        The events above already do; this is for a periodic check, since a follower
-        outside the ISR that stops being caught up stops holding the HW back by time alone.
-        """
         return self._maybe_increment_high_watermark(now_ms)
 
     # --- Produce -----------------------------------------------------------------------
@@ -733,6 +741,12 @@ class LeaderReplicationState:
         return self._pending
 
     def _maybe_increment_high_watermark(self, now_ms: int) -> bool:
+        """The HW rule, the one place it lives (Kafka's ``maybeIncrementLeaderHW``): the
+        minimum LEO of the leader and of every follower in the maximal ISR or caught up and
+        eligible, unless the committed ISR is under the effective min ISR; it only moves
+        forward. True if it moved. Every event that can change its inputs calls it: an
+        append, a follower fetch that can move it (:meth:`on_follower_fetch`), a partition
+        change, an eligibility or ``min.insync.replicas`` change."""
         candidate = self._log_end_offset
         if candidate <= self._high_watermark:
             return False  # at the log end already (every idle follower's fetch): no scan

@@ -43,7 +43,13 @@ from highwater.security.authentication import SESSION_EXPIRED
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 
-__all__ = ["CLIENT_ID_METADATA_KEY", "FetchStream", "ProduceStream", "session_expired"]
+__all__ = [
+    "CLIENT_ID_METADATA_KEY",
+    "Expiry",
+    "FetchStream",
+    "ProduceStream",
+    "session_expired",
+]
 
 CLIENT_ID_METADATA_KEY: Final = "client-id"
 """The call metadata that carries a client's ``client.id`` (Kafka's request header field),
@@ -98,7 +104,7 @@ class FetchStream:
         task = asyncio.current_task()
         assert task is not None
         cancelling = task.cancelling()
-        expiry = _Expiry(task)
+        expiry = Expiry(task)
         timer = task.get_loop().call_later(timeout_s, expiry.fire)
         try:
             try:
@@ -143,8 +149,12 @@ class FetchStream:
         self._idle.clear()
 
 
-class _Expiry:
-    """A fetch's deadline: cancels its task when fired, and remembers that it did."""
+class Expiry:
+    """A request's deadline on a stream (a fetch, a produce request, a follower's
+    ``ReplicaFetch``): fired by a bare timer handle, it cancels its task and remembers that
+    it did, so that the caller turns its own cancellation into a timeout and takes it back
+    (``task.uncancel()``) while one from outside stays a cancellation, as with
+    ``asyncio.timeout`` but without its context manager's coroutines and object."""
 
     __slots__ = ("fired", "task")
 
@@ -194,10 +204,18 @@ class ProduceStream:
     async def _produce(self, request: pb.ProduceRequest, timeout_s: float) -> pb.ProduceResponse:
         if self._unary or self._closed:
             return await self._stub.Produce(request, timeout=timeout_s, metadata=self._metadata)
-        answer: asyncio.Future[pb.ProduceResponse] = asyncio.get_running_loop().create_future()
+        task = asyncio.current_task()
+        assert task is not None
+        loop = task.get_loop()
+        answer: asyncio.Future[pb.ProduceResponse] = loop.create_future()
         pipeline: _Pipeline | None = None
+        # The deadline is the bare timer of FetchStream's fetches (Expiry), not an
+        # asyncio.timeout: the same rules, about 4 µs less per request.
+        cancelling = task.cancelling()
+        expiry = Expiry(task)
+        timer = loop.call_later(timeout_s, expiry.fire)
         try:
-            async with asyncio.timeout(timeout_s):
+            try:
                 async with self._write_lock:
                     pipeline = self._pipeline
                     if pipeline is None or pipeline.ended:
@@ -208,7 +226,11 @@ class ProduceStream:
                     pipeline.pending.append(answer)
                     await pipeline.write(request)
                 return await answer
-        except TimeoutError:
+            finally:
+                timer.cancel()
+        except asyncio.CancelledError:
+            if not expiry.fired or task.uncancel() > cancelling:
+                raise
             error = _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "the produce request timed out")
             if pipeline is not None:  # the answers after it would wait behind it
                 pipeline.end(error)
