@@ -124,20 +124,16 @@ class GrpcFetchTransport:
             call = self._call = self._stub.ReplicaFetch()
         # The deadline is a bare timer that cancels this task (Expiry), not an
         # asyncio.timeout: the same rules, about 4 µs less per fetch.
-        task = asyncio.current_task()
-        assert task is not None
-        cancelling = task.cancelling()
-        expiry = Expiry(task)
-        timer = task.get_loop().call_later(timeout_s, expiry.fire)
+        expiry = Expiry(timeout_s)
         try:
             try:
                 await call.write(request)
                 reply = await call.read()
             finally:
-                timer.cancel()
+                expiry.disarm()
         except asyncio.CancelledError:
             self._end_call()  # the answer would come to the next fetch
-            if expiry.fired and task.uncancel() <= cancelling:
+            if expiry.expired():
                 raise ReplicaFetchError(f"fetch from {self.address}: timed out") from None
             raise
         except grpc.aio.AioRpcError as e:

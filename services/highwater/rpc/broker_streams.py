@@ -101,20 +101,16 @@ class FetchStream:
         # of a follower's CPU per fetch of the 6 that ``asyncio.timeout`` cost on uvloop
         # (docs/broker.md, "The tail"). A cancellation of our own becomes DEADLINE_EXCEEDED;
         # one from outside (or both at once) stays a cancellation, as with asyncio.timeout.
-        task = asyncio.current_task()
-        assert task is not None
-        cancelling = task.cancelling()
-        expiry = Expiry(task)
-        timer = task.get_loop().call_later(timeout_s, expiry.fire)
+        expiry = Expiry(timeout_s)
         try:
             try:
                 await call.write(request)
                 reply = await call.read()
             finally:
-                timer.cancel()  # before any await below, which it would cancel
+                expiry.disarm()  # before any await below, which it would cancel
         except asyncio.CancelledError:
             call.cancel()  # the answer, if any, would come to the next fetch
-            if expiry.fired and task.uncancel() <= cancelling:
+            if expiry.expired():
                 raise _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "the fetch timed out") from None
             raise
         except (grpc.aio.UsageError, asyncio.InvalidStateError) as e:  # the call had ended
@@ -151,20 +147,37 @@ class FetchStream:
 
 class Expiry:
     """A request's deadline on a stream (a fetch, a produce request, a follower's
-    ``ReplicaFetch``): fired by a bare timer handle, it cancels its task and remembers that
-    it did, so that the caller turns its own cancellation into a timeout and takes it back
-    (``task.uncancel()``) while one from outside stays a cancellation, as with
-    ``asyncio.timeout`` but without its context manager's coroutines and object."""
+    ``ReplicaFetch``), as ``asyncio.timeout`` but without its context manager's coroutines
+    and object: a bare timer handle that cancels the current task when it fires.
 
-    __slots__ = ("fired", "task")
+    Made on entry (armed for ``timeout_s``), :meth:`disarm` in a ``finally`` before any
+    other await; on a ``CancelledError``, :meth:`expired` says whether this deadline caused
+    it and, if so, takes its cancellation back (``task.uncancel()``), so that the caller
+    raises its timeout error; a cancellation from outside (or both at once) stays one.
+    """
 
-    def __init__(self, task: asyncio.Task[object]) -> None:
+    __slots__ = ("_cancelling", "_timer", "fired", "task")
+
+    def __init__(self, timeout_s: float) -> None:
+        task = asyncio.current_task()
+        assert task is not None
         self.task = task
         self.fired = False
+        self._cancelling = task.cancelling()
+        self._timer = task.get_loop().call_later(timeout_s, self._fire)
 
-    def fire(self) -> None:
+    def _fire(self) -> None:
         self.fired = True
         self.task.cancel()
+
+    def disarm(self) -> None:
+        """The request ended (answered, failed or cancelled): the timer will not fire."""
+        self._timer.cancel()
+
+    def expired(self) -> bool:
+        """After a ``CancelledError``: True if this deadline fired and its cancellation was
+        the only one (taken back now); False for a cancellation from outside."""
+        return self.fired and self.task.uncancel() <= self._cancelling
 
 
 class ProduceStream:
@@ -204,16 +217,11 @@ class ProduceStream:
     async def _produce(self, request: pb.ProduceRequest, timeout_s: float) -> pb.ProduceResponse:
         if self._unary or self._closed:
             return await self._stub.Produce(request, timeout=timeout_s, metadata=self._metadata)
-        task = asyncio.current_task()
-        assert task is not None
-        loop = task.get_loop()
-        answer: asyncio.Future[pb.ProduceResponse] = loop.create_future()
+        answer: asyncio.Future[pb.ProduceResponse] = asyncio.get_running_loop().create_future()
         pipeline: _Pipeline | None = None
         # The deadline is the bare timer of FetchStream's fetches (Expiry), not an
         # asyncio.timeout: the same rules, about 4 µs less per request.
-        cancelling = task.cancelling()
-        expiry = Expiry(task)
-        timer = loop.call_later(timeout_s, expiry.fire)
+        expiry = Expiry(timeout_s)
         try:
             try:
                 async with self._write_lock:
@@ -227,9 +235,9 @@ class ProduceStream:
                     await pipeline.write(request)
                 return await answer
             finally:
-                timer.cancel()
+                expiry.disarm()
         except asyncio.CancelledError:
-            if not expiry.fired or task.uncancel() > cancelling:
+            if not expiry.expired():
                 raise
             error = _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "the produce request timed out")
             if pipeline is not None:  # the answers after it would wait behind it
