@@ -18,7 +18,7 @@ Run in worker processes (pytest-xdist, ``make test JOBS=2``: ``-n 2 --dist loads
 the tests of one module stay on one worker, so that a module-scoped process cluster starts
 once; so do the tests of a directory whose fixtures are session-scoped (one SparkSession,
 the deployment tools' renders and scans). Each worker has its own temporary directories,
-and process tests take free ports from the kernel (``quorum_processes.free_ports``).
+and process tests take free ports from the kernel (``highwater.rpc.endpoints.free_loopback_ports``).
 """
 
 from __future__ import annotations

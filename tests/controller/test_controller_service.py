@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -35,6 +34,7 @@ from highwater.metadata.snapshot import snapshot_values
 from highwater.raft import driver as raft_driver
 from highwater.raft.driver import MetadataLogLayout, RaftServerSettings
 from highwater.raft.partition_raft_log import metadata_log_config
+from highwater.rpc.endpoints import free_loopback_ports
 from highwater.v1.common_pb2 import ErrorCode
 from raft_timing import FAST
 
@@ -44,22 +44,11 @@ NONE = ErrorCode.NONE
 TOPIC = ConfigResourceType.TOPIC
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 class Quorum:
     """``size`` controller voters on loopback, started and stopped one by one."""
 
     def __init__(self, root: Path, size: int, settings: ControllerSettings) -> None:
-        ports = free_ports(size)
+        ports = free_loopback_ports(size)
         self.root = root
         self.voters = {n: f"127.0.0.1:{p}" for n, p in zip(range(1, size + 1), ports, strict=True)}
         self.settings = settings

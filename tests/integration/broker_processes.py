@@ -30,10 +30,11 @@ from highwater.client.consumer import OFFSET_BEGINNING, AsyncConsumer, TopicPart
 from highwater.controller_api.client import ControllerUnavailableError
 from highwater.records import RecordBatch, iter_batches
 from highwater.rpc.channels import open_channel
+from highwater.rpc.endpoints import free_loopback_ports
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
-from quorum_processes import Controller, free_ports
+from quorum_processes import Controller
 
 HEARTBEAT_INTERVAL_MS = 250
 """The brokers' ``--broker-heartbeat-interval-ms`` (Kafka's default: 2,000)."""
@@ -315,9 +316,9 @@ def process_cluster(
     ``taken``: ports the caller already chose for something else."""
     ids = list(broker_ids)
     avoid = set(taken)
-    controller_port, *ports = [p for p in free_ports(1 + len(ids) + len(avoid)) if p not in avoid][
-        : 1 + len(ids)
-    ]
+    controller_port, *ports = [
+        p for p in free_loopback_ports(1 + len(ids) + len(avoid)) if p not in avoid
+    ][: 1 + len(ids)]
     controller = Controller(
         1,
         controller_port,

@@ -23,7 +23,7 @@ from typing import IO
 
 from highwater.etcd_metadata.connection import EtcdConnection, KeyVersion
 from highwater.etcd_metadata.endpoints import parse_metadata_store
-from quorum_processes import free_ports
+from highwater.rpc.endpoints import free_loopback_ports
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class EtcdServer:
 
     def __post_init__(self) -> None:
         if not self.client_port:
-            self.client_port, self.peer_port = free_ports(2)
+            self.client_port, self.peer_port = free_loopback_ports(2)
 
     @property
     def endpoint(self) -> str:

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,24 +32,12 @@ from highwater.raft.snapshot_files import FileSnapshotStore
 from highwater.raft.state_machine import SnapshotReader
 from highwater.raft.voter_files import unwrap_snapshot
 from highwater.records import RecordBatch, iter_batches
+from highwater.rpc.endpoints import free_loopback_ports
 from highwater.v1.common_pb2 import ErrorCode
 
 VOTERS = (1, 2, 3)
 BROKER = 1
 NONE = ErrorCode.NONE
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 @dataclass
@@ -143,7 +130,7 @@ class Cluster:
     """Three voters on loopback, and what was acknowledged to the writes sent to them."""
 
     def __init__(self, root: Path, *extra_args: str) -> None:
-        ports = free_ports(len(VOTERS))
+        ports = free_loopback_ports(len(VOTERS))
         self.voters = ",".join(f"{n}@127.0.0.1:{p}" for n, p in zip(VOTERS, ports, strict=True))
         self.controllers = {
             n: Controller(

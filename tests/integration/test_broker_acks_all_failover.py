@@ -22,10 +22,11 @@ import pytest
 from broker_processes import BrokerProcess, metadata
 from highwater.client.admin import AdminClient, AdminError, NewTopic, TopicExistsError
 from highwater.records import iter_batches
+from highwater.rpc.endpoints import free_loopback_ports
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
-from quorum_processes import Controller, free_ports
+from quorum_processes import Controller
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -46,7 +47,7 @@ class Cluster:
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    ports = free_ports(1 + len(BROKERS))
+    ports = free_loopback_ports(1 + len(BROKERS))
     controller = Controller(
         1,
         ports[0],

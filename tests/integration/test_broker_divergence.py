@@ -37,12 +37,13 @@ from highwater.client.admin import NewTopic
 from highwater.client.producer import AsyncProducer, RecordMetadata
 from highwater.internal.v1 import replication_pb2 as rpb
 from highwater.internal.v1 import replication_pb2_grpc
+from highwater.rpc.endpoints import free_loopback_ports
 from highwater.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
-from quorum_processes import Controller, free_ports
+from quorum_processes import Controller
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -69,7 +70,7 @@ class TwoReplicas:
 
 @pytest.fixture
 async def replicas(tmp_path: Path) -> AsyncIterator[TwoReplicas]:
-    controller_port, port_a, port_b = free_ports(3)
+    controller_port, port_a, port_b = free_loopback_ports(3)
     controller = Controller(
         1,
         controller_port,

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 from broker_processes import BrokerProcess, create_topic, metadata
 from highwater.client.admin import NewTopic
-from quorum_processes import Controller, free_ports
+from highwater.rpc.endpoints import free_loopback_ports
+from quorum_processes import Controller
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -44,7 +45,7 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root: Path = tmp_path_factory.mktemp("liveness")
-    ports = free_ports(1 + len(BROKERS))
+    ports = free_loopback_ports(1 + len(BROKERS))
     controller = Controller(
         1,
         ports[0],

@@ -31,8 +31,9 @@ from broker_processes import (
 )
 from highwater.client.admin import NewTopic
 from highwater.client.producer import AsyncProducer, ProduceError, RecordMetadata
+from highwater.rpc.endpoints import free_loopback_ports
 from highwater.v1.common_pb2 import ErrorCode
-from quorum_processes import Controller, free_ports
+from quorum_processes import Controller
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -58,7 +59,7 @@ class ThreeBrokers:
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[ThreeBrokers]:
-    controller_port, *ports = free_ports(4)
+    controller_port, *ports = free_loopback_ports(4)
     controller = Controller(
         1,
         controller_port,

@@ -27,7 +27,8 @@ from coordinator_processes import CoordinatorProcess
 from highwater.client.admin import AdminClient, NewTopic
 from highwater.client.producer import AsyncProducer
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
-from quorum_processes import Controller, free_ports
+from highwater.rpc.endpoints import free_loopback_ports
+from quorum_processes import Controller
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -123,7 +124,7 @@ class Cluster:
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    controller_port, *ports = free_ports(1 + len(BROKER_IDS) + len(COORDINATOR_IDS))
+    controller_port, *ports = free_loopback_ports(1 + len(BROKER_IDS) + len(COORDINATOR_IDS))
     controller = Controller(
         1,
         controller_port,

@@ -34,8 +34,9 @@ from highwater.cli.main import main
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
+from highwater.rpc.endpoints import free_loopback_ports
 from highwater.v1.common_pb2 import ErrorCode
-from quorum_processes import free_ports, keep_broker_alive, replay_image
+from quorum_processes import keep_broker_alive, replay_image
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -128,7 +129,7 @@ class Quorum:
 @pytest.fixture(scope="module")
 def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Quorum]:
     root = tmp_path_factory.mktemp("membership")
-    ports = free_ports(len(IDS))
+    ports = free_loopback_ports(len(IDS))
     directory_ids = {n: str(uuid.uuid4()) for n in IDS}
     initial = ",".join(
         f"{n}@127.0.0.1:{p}:{directory_ids[n]}" for n, p in zip(IDS, ports, strict=True)
@@ -194,7 +195,7 @@ async def test_replace_a_controller_whose_disk_was_wiped(quorum: Quorum) -> None
             victim.stop(signal.SIGKILL)
             shutil.rmtree(victim.data_dir)
             others = ",".join(n.address for n in quorum.nodes.values() if n is not victim)
-            (victim.port,) = free_ports(1)  # it moves: the others learn where from it
+            (victim.port,) = free_loopback_ports(1)  # it moves: the others learn where from it
             victim.listen = f"0.0.0.0:{victim.port}"
             victim.start("--bootstrap-controllers", others)
 

@@ -24,10 +24,10 @@ from coordinator_processes import CoordinatorProcess
 from highwater.client.admin import AdminClient, NewTopic, OffsetAndMetadata
 from highwater.errors import HighwaterError
 from highwater.rpc.channels import open_channel
+from highwater.rpc.endpoints import free_loopback_ports
 from highwater.v1 import broker_pb2, broker_pb2_grpc, coordinator_pb2_grpc
 from highwater.v1 import coordinator_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
-from quorum_processes import free_ports
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -49,7 +49,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     processes = process_cluster(
         tmp_path, [11], controller_args=("--offsets-topic-replication-factor", "1")
     )
-    ports = free_ports(2 + 2)  # more than needed: the cluster's may be among them
+    ports = free_loopback_ports(2 + 2)  # more than needed: the cluster's may be among them
     taken = {processes.controller.port, processes.brokers[11].port}
     free = [p for p in ports if p not in taken]
     coordinators = {

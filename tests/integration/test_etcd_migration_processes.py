@@ -37,7 +37,8 @@ from highwater.cli.main import main
 from highwater.cli.rolling import observe_cluster
 from highwater.client.admin import AdminClient, AdminError, NewTopic
 from highwater.client.producer import AsyncProducer
-from quorum_processes import Controller, free_ports
+from highwater.rpc.endpoints import free_loopback_ports
+from quorum_processes import Controller
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -91,7 +92,7 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(store: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("migration")
-    controller_port, *ports = free_ports(1 + len(BROKERS))
+    controller_port, *ports = free_loopback_ports(1 + len(BROKERS))
     etcd_brokers = {
         node: EtcdBrokerProcess(node, port, store, root / f"b{node}")
         for node, port in zip(BROKERS, ports, strict=True)
@@ -286,8 +287,8 @@ def start_controller(args: list[str]) -> tuple[int, str]:
 
 
 def test_an_unreachable_store_stops_the_controller_before_it_writes(tmp_path: Path) -> None:
-    (port,) = free_ports(1)
-    (dead,) = free_ports(1)
+    (port,) = free_loopback_ports(1)
+    (dead,) = free_loopback_ports(1)
     data_dir = tmp_path / "controller"
     code, output = start_controller(
         [
@@ -304,7 +305,7 @@ def test_an_unreachable_store_stops_the_controller_before_it_writes(tmp_path: Pa
 def test_a_cluster_id_other_than_etcds_stops_the_controller_before_it_writes(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    (port,) = free_ports(1)
+    (port,) = free_loopback_ports(1)
     data_dir = tmp_path / "controller"
     code, output = start_controller(
         [

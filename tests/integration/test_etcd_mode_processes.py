@@ -53,8 +53,8 @@ from highwater.internal.v1 import (
     controller_pb2_grpc,
 )
 from highwater.rpc.channels import open_channel
+from highwater.rpc.endpoints import free_loopback_ports
 from highwater.v1.common_pb2 import ErrorCode
-from quorum_processes import free_ports
 
 # A hang fails its test instead of the whole run.
 pytestmark = pytest.mark.timeout(300)
@@ -79,7 +79,7 @@ def cluster(
 ) -> Iterator[list[EtcdBrokerProcess]]:
     """Three brokers and, last, a group coordinator (node 200)."""
     root = tmp_path_factory.mktemp("brokers")
-    ports = free_ports(4)
+    ports = free_loopback_ports(4)
     processes = [
         EtcdBrokerProcess(node_id, port, store, root / f"b{node_id}")
         for node_id, port in zip((1, 2, 3), ports, strict=False)
@@ -453,7 +453,7 @@ async def test_watched_changes_carry_keys_and_values_and_keep_a_view_equal_to_a_
 
 
 def test_a_wrong_etcd_endpoint_fails_naming_it(tmp_path: Path) -> None:
-    [port] = free_ports(1)
+    [port] = free_loopback_ports(1)
     result = CliRunner().invoke(
         main,
         [
@@ -461,7 +461,7 @@ def test_a_wrong_etcd_endpoint_fails_naming_it(tmp_path: Path) -> None:
             "--node-id",
             "7",
             "--listen",
-            f"127.0.0.1:{free_ports(1)[0]}",
+            f"127.0.0.1:{free_loopback_ports(1)[0]}",
             "--data-dir",
             str(tmp_path),
             "--metadata-store",
@@ -485,7 +485,7 @@ def test_a_data_directory_of_another_cluster_is_refused_naming_the_key(
             "--node-id",
             "8",
             "--listen",
-            f"127.0.0.1:{free_ports(1)[0]}",
+            f"127.0.0.1:{free_loopback_ports(1)[0]}",
             "--data-dir",
             str(tmp_path),
             "--metadata-store",

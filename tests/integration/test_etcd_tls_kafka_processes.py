@@ -37,9 +37,9 @@ from highwater.etcd_metadata.endpoints import (
     parse_metadata_store,
     with_client_tls,
 )
+from highwater.rpc.endpoints import free_loopback_ports
 from highwater.security.certificate_authority import CertificateAuthority
 from kafka_servers import wait_for
-from quorum_processes import free_ports
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -103,7 +103,7 @@ def bootstrap(
     """Three brokers with Kafka listeners and a coordinator, all over mutual TLS to etcd;
     the Kafka bootstrap servers, once every broker is in Kafka's Metadata."""
     root = tmp_path_factory.mktemp("cluster")
-    ports = free_ports(7)
+    ports = free_loopback_ports(7)
     kafka_ports = ports[4:]
     processes = [
         EtcdBrokerProcess(
@@ -287,7 +287,7 @@ def test_clients_without_the_ca_or_a_trusted_certificate_are_refused(
             "--node-id",
             "9",
             "--listen",
-            f"127.0.0.1:{free_ports(1)[0]}",
+            f"127.0.0.1:{free_loopback_ports(1)[0]}",
             "--data-dir",
             str(pki.root / "b9"),
             "--metadata-store",

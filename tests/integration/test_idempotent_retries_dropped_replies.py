@@ -32,7 +32,8 @@ from broker_processes import (
 from dropping_proxy import DroppingProxy
 from highwater.client.admin import NewTopic
 from highwater.client.producer import AsyncProducer, RecordMetadata
-from quorum_processes import Controller, free_ports
+from highwater.rpc.endpoints import free_loopback_ports
+from quorum_processes import Controller
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,7 +51,7 @@ class ProxiedBroker:
 
 @pytest.fixture
 async def proxied(tmp_path: Path) -> AsyncIterator[ProxiedBroker]:
-    controller_port, broker_port, proxy_port = free_ports(3)
+    controller_port, broker_port, proxy_port = free_loopback_ports(3)
     controller = Controller(
         1,
         controller_port,

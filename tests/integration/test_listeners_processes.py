@@ -33,9 +33,10 @@ from highwater.client.producer import AsyncProducer
 from highwater.controller_api import client as controller_client
 from highwater.group import membership
 from highwater.rpc.channels import open_channel
+from highwater.rpc.endpoints import free_loopback_ports
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
-from quorum_processes import Controller, free_ports
+from quorum_processes import Controller
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -115,7 +116,7 @@ def two_listeners(internal_port: int, external_port: int) -> str:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
     """A controller, a broker (100) and a coordinator (200) with INTERNAL and EXTERNAL."""
     root = tmp_path_factory.mktemp("listeners")
-    controller_port, broker_in, broker_out, coordinator_in, coordinator_out = free_ports(5)
+    controller_port, broker_in, broker_out, coordinator_in, coordinator_out = free_loopback_ports(5)
     overrides = ("offsets.topic.replication.factor=1", "offsets.topic.num.partitions=2")
     controller = Controller(
         0,
@@ -152,7 +153,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
     """``highwater server`` with INTERNAL and EXTERNAL, advertised as bound."""
     root = tmp_path_factory.mktemp("listeners-server")
-    internal, external = free_ports(2)
+    internal, external = free_loopback_ports(2)
     processes = Processes(root)
     try:
         processes.start(

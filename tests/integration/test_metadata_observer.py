@@ -22,11 +22,11 @@ from highwater.raft.driver import MetadataLogLayout
 from highwater.raft.messages import OffsetAndEpoch
 from highwater.raft.partition_raft_log import PartitionRaftLog
 from highwater.raft.snapshot_files import parse_snapshot_file_name
+from highwater.rpc.endpoints import free_loopback_ports
 from quorum_processes import (
     VOTERS,
     Cluster,
     Controller,
-    free_ports,
     keep_broker_alive,
     replay_image,
 )
@@ -89,7 +89,7 @@ async def test_an_observer_catches_up_from_the_leaders_snapshot(
     for controller in cluster.controllers.values():
         controller.start()
     await asyncio.to_thread(cluster.leader)
-    (port,) = free_ports(1)
+    (port,) = free_loopback_ports(1)
     observer = Controller(
         OBSERVER,
         port,

@@ -34,9 +34,9 @@ from broker_processes import (
 )
 from highwater.client.admin import NewTopic
 from highwater.client.producer import AsyncProducer
+from highwater.rpc.endpoints import free_loopback_ports
 from otlp_receiver import OtlpReceiver, otlp_receiver
 from prometheus_client.parser import text_string_to_metric_families
-from quorum_processes import free_ports
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -71,7 +71,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Watched
         }.items():
             monkeypatch.setenv(name, value)
         ids = BROKERS
-        controller_port, *ports = free_ports(1 + len(ids))
+        controller_port, *ports = free_loopback_ports(1 + len(ids))
         metrics = dict(zip(ids, ports, strict=True))
         processes = process_cluster(
             tmp_path,

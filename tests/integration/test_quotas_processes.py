@@ -33,8 +33,8 @@ from highwater.client.errors import AdminError
 from highwater.client.message import Message
 from highwater.client.producer import AsyncProducer, DeliveryHandle
 from highwater.metadata.client_quotas import DEFAULT_ENTITY, ClientQuotaEntity
+from highwater.rpc.endpoints import free_loopback_ports
 from prometheus_client.parser import text_string_to_metric_families
-from quorum_processes import free_ports
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -58,7 +58,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
     """``highwater server`` with two one-second quota windows: its address, once it
     answers with the topic created, and its metrics URL."""
     root = tmp_path_factory.mktemp("quotas")
-    port, metrics_port = free_ports(2)
+    port, metrics_port = free_loopback_ports(2)
     address = f"127.0.0.1:{port}"
     with open(root / "server.log", "wb") as log:
         process = subprocess.Popen(

@@ -35,7 +35,8 @@ from highwater.broker.rolling import (
 from highwater.cli.rolling import observe_cluster
 from highwater.client.admin import AdminClient, NewTopic
 from highwater.client.producer import AsyncProducer
-from quorum_processes import Controller, free_ports
+from highwater.rpc.endpoints import free_loopback_ports
+from quorum_processes import Controller
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -86,7 +87,7 @@ class Cluster:
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    controller_port, *ports = free_ports(1 + len(BROKERS))
+    controller_port, *ports = free_loopback_ports(1 + len(BROKERS))
     controller = Controller(
         1,
         controller_port,

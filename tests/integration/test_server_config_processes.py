@@ -18,7 +18,8 @@ import pytest
 from broker_processes import BrokerProcess
 from click.testing import CliRunner
 from highwater.cli.main import main
-from quorum_processes import Controller, free_ports
+from highwater.rpc.endpoints import free_loopback_ports
+from quorum_processes import Controller
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -80,7 +81,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     config.write_text(
         "# cluster defaults\nnum.partitions=4\nlog.retention.hours=2\nbroker.rack=rack-a\n"
     )
-    (port,) = free_ports(1)
+    (port,) = free_loopback_ports(1)
     address = f"127.0.0.1:{port}"
     with open(root / "server.log", "wb") as log:
         process = subprocess.Popen(
@@ -228,7 +229,7 @@ def test_cluster_describe(server: str) -> None:
 def test_unknown_keys_and_bad_values_stop_every_role(tmp_path: Path, role: list[str]) -> None:
     """The typo as a real process (its exit status and stderr); the other refusals, which
     take the same path, through click's test runner in this process (no start-up to pay)."""
-    (port,) = free_ports(1)
+    (port,) = free_loopback_ports(1)
     command = [arg.format(port=port, dir=tmp_path / "data") for arg in role]
     config = tmp_path / "server.properties"
     config.write_text("num.partitions=3\ndefault.replicaton.factor=3\n")
@@ -248,7 +249,7 @@ def test_unknown_keys_and_bad_values_stop_every_role(tmp_path: Path, role: list[
 
 
 def test_a_cluster_takes_the_controllers_defaults(tmp_path: Path) -> None:
-    controller_port, *broker_ports = free_ports(4)
+    controller_port, *broker_ports = free_loopback_ports(4)
     controller_config = tmp_path / "controller.properties"
     controller_config.write_text(
         "default.replication.factor=3\nmin.insync.replicas=2\nnum.partitions=4\n"

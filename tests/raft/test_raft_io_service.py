@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import socket
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from highwater.raft.quorum_state_file import CorruptQuorumStateError, QuorumStat
 from highwater.raft.state import Role
 from highwater.raft.state_machine import SnapshotReader
 from highwater.records import RecordBatch
+from highwater.rpc.endpoints import free_loopback_ports
 from highwater.v1.common_pb2 import ErrorCode
 from raft_timing import FAST
 
@@ -65,20 +65,9 @@ class RecordingStateMachine:
         return json.dumps(self.values).encode()
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 class Quorum:
     def __init__(self, root: Path, size: int, settings: RaftServerSettings) -> None:
-        ports = free_ports(size)
+        ports = free_loopback_ports(size)
         self.root = root
         self.voters = {n: f"127.0.0.1:{p}" for n, p in zip(range(1, size + 1), ports, strict=True)}
         self.settings = settings
@@ -352,7 +341,7 @@ async def test_a_deposed_leaders_truncated_proposals_fail(patient_quorum3: Quoru
     _, first = deposed.append([b"lost-1"])
     _, second = deposed.append([b"lost-2"])
     # The followers come back unable to reach the old leader, and elect one of their own.
-    unreachable = {**quorum3.voters, deposed.node_id: f"127.0.0.1:{free_ports(1)[0]}"}
+    unreachable = {**quorum3.voters, deposed.node_id: f"127.0.0.1:{free_loopback_ports(1)[0]}"}
     for node_id in followers:
         server = RaftServer(
             node_id=node_id,

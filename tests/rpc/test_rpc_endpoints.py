@@ -1,9 +1,17 @@
-"""Endpoints as configured: ``HOST:PORT`` and ``controller.quorum.voters``, parsed and printed."""
+"""``HOST:PORT`` endpoints and ``controller.quorum.voters`` parsed and printed; free ports."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+
 import pytest
-from highwater.rpc.endpoints import format_endpoint, parse_endpoint, parse_quorum_voters
+from highwater.rpc.endpoints import (
+    format_endpoint,
+    free_loopback_ports,
+    parse_endpoint,
+    parse_quorum_voters,
+)
 
 
 def test_parse_quorum_voters() -> None:
@@ -35,3 +43,12 @@ def test_an_endpoint_formats_to_what_parses_back(host: str, port: int, text: str
 def test_a_bad_endpoint_is_a_value_error_naming_it(bad: str) -> None:
     with pytest.raises(ValueError, match=r"HOST:PORT|out of range"):
         parse_endpoint(bad)
+
+
+def test_free_loopback_ports_are_distinct_and_bindable() -> None:
+    ports = free_loopback_ports(8)
+    assert len(set(ports)) == 8 and all(0 < port < 65536 for port in ports)
+    with contextlib.ExitStack() as stack:
+        for port in ports:
+            listener = stack.enter_context(socket.socket())
+            listener.bind(("127.0.0.1", port))

@@ -9,20 +9,18 @@ tests that drive it from blocking code (the blocking clients, the CLI).
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from highwater.embedded import EmbeddedServer
+from highwater.rpc.endpoints import free_loopback_ports
 
 
 def free_port() -> int:
     """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_loopback_ports(1)[0]
 
 
 @asynccontextmanager

@@ -18,27 +18,15 @@ import contextlib
 import ctypes
 import os
 import shutil
-import socket
 import subprocess
 import uuid
 from collections.abc import Sequence
 
+from highwater.rpc.endpoints import free_loopback_ports
+
 CLONE_NEWNET = 0x40000000
 SUBNET = "10.213.0"
 PORT = 9000
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class Network:
@@ -49,13 +37,13 @@ class Network:
 
     def assign(self, names: Sequence[str]) -> dict[str, str]:
         """An address (HOST:PORT) for each process name."""
-        ports = free_ports(len(names))
+        ports = free_loopback_ports(len(names))
         return {name: f"127.0.0.1:{port}" for name, port in zip(names, ports, strict=True)}
 
     def second_address(self, name: str, address: str) -> str:
         """Another address of process ``name`` (assigned ``address``), for a second listener
         (a broker's Kafka listener)."""
-        return f"127.0.0.1:{free_ports(1)[0]}"
+        return f"127.0.0.1:{free_loopback_ports(1)[0]}"
 
     def wrap(self, name: str, command: list[str]) -> list[str]:
         """The command line that runs ``command`` as process ``name``."""

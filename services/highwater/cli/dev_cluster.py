@@ -40,6 +40,7 @@ import click
 import grpc
 
 from highwater.rpc.channels import open_blocking_channel
+from highwater.rpc.endpoints import free_loopback_ports
 from highwater.rpc.tls import ClientTls
 from highwater.security.certificate_authority import secure_server_args, write_cluster_pki
 from highwater.v1 import broker_pb2, broker_pb2_grpc
@@ -85,19 +86,6 @@ class _Child:
         if self.log is not None:
             self.log.close()
             self.log = None
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def _registered(address: str, tls: ClientTls | None = None) -> tuple[int, int]:
@@ -163,7 +151,7 @@ def dev_cluster(
             raise click.UsageError("--secure is not offered with --metadata-store etcd yet")
         _etcd_cluster(data_dir, brokers, coordinators, start_timeout)
         return
-    ports = _free_ports(controllers + brokers + coordinators)
+    ports = free_loopback_ports(controllers + brokers + coordinators)
     controller_ports = ports[:controllers]
     broker_ports = ports[controllers : controllers + brokers]
     coordinator_ports = ports[controllers + brokers :]
@@ -287,7 +275,7 @@ def _wait_listening(port: int, deadline: float, child: _Child) -> None:
 def _etcd_cluster(data_dir: Path, brokers: int, coordinators: int, start_timeout: float) -> None:
     """The etcd metadata mode: one etcd (Debian's etcd-server) under ``<data dir>/etcd``,
     brokers each running a controller candidate, and coordinators, all pointed at it."""
-    etcd_port, peer_port, *ports = _free_ports(2 + brokers + coordinators)
+    etcd_port, peer_port, *ports = free_loopback_ports(2 + brokers + coordinators)
     broker_ports, coordinator_ports = ports[:brokers], ports[brokers:]
     store = f"etcd://127.0.0.1:{etcd_port}/dev"
     client_url, peer_url = f"http://127.0.0.1:{etcd_port}", f"http://127.0.0.1:{peer_port}"

@@ -1,10 +1,11 @@
-"""Network addresses as configured: ``HOST:PORT`` endpoints and Kafka's quorum voters list."""
+"""Network addresses: ``HOST:PORT`` endpoints, Kafka's quorum voters list, free loopback ports."""
 
 from __future__ import annotations
 
 import re
+import socket
 
-__all__ = ["format_endpoint", "parse_endpoint", "parse_quorum_voters"]
+__all__ = ["format_endpoint", "free_loopback_ports", "parse_endpoint", "parse_quorum_voters"]
 
 _ENDPOINT = re.compile(
     r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+)):(?P<port>[0-9]+)"
@@ -45,3 +46,22 @@ def parse_quorum_voters(text: str) -> dict[int, str]:
             raise ValueError(f"{entry!r}: a voter needs a real port, not 0")
         voters[voter_id] = format_endpoint(host, port)
     return voters
+
+
+def free_loopback_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports on 127.0.0.1 that nothing listens on right now.
+
+    All are bound at once before any is released, so the kernel cannot hand the same port out
+    twice; a process started a moment later may still lose one to another program (the port is
+    free, not reserved), which is why only local clusters and tests use this.
+    """
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sockets.append(sock)
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
