@@ -603,6 +603,33 @@ async def test_at_linger_zero_records_held_behind_a_failed_request_still_go(
     assert [b.base_sequence for b in batches] == [0, 1, 2]
 
 
+async def test_at_linger_zero_flush_and_close_send_the_records_held_behind_a_request(
+    cluster: Cluster,
+) -> None:
+    """A batch held behind its partition's request in flight (Nagle's rule at linger.ms=0)
+    is delivered by a flush, and by close(), after the record before it."""
+    await cluster.create_topic("held-flush")
+    producer = AsyncProducer(cluster.config(linger_ms=0))
+    try:
+        await producer.send("held-flush", b"start")
+        queue = producer._queues[("held-flush", 0)]
+        for round_number in range(2):
+            first = producer.produce("held-flush", b"%d-a" % round_number)
+            while not queue.in_flight:
+                await asyncio.sleep(0)
+            held = producer.produce("held-flush", b"%d-b" % round_number)
+            assert len(queue.batches) == 1 and not held.done()
+            if round_number == 0:
+                assert await producer.flush(5) == 0
+                assert not queue.in_flight and not queue.batches
+            else:
+                assert await producer.close(5) == 0
+            assert (await first).offset < (await held).offset
+    finally:
+        await producer.close()
+    assert await cluster.values("held-flush") == [b"start", b"0-a", b"0-b", b"1-a", b"1-b"]
+
+
 # --- errors ---------------------------------------------------------------------------------
 
 
