@@ -32,8 +32,8 @@ into a controller process, on top of the
   once everything appended up to its group is committed. A group decided on an
   image that was then dropped (leadership lost, or Raft refused the batch) is answered
   NOT_CONTROLLER, never acknowledged; so is every group still waiting for its commit when
-  the leadership ends (the outcome is not known then). A replica that is not the active controller
-  answers NOT_CONTROLLER with the leader's id and address (from the voters).
+  the leadership ends (the outcome is not known then). A replica that is not the active
+  controller answers NOT_CONTROLLER with the leader's id and address (from the voters).
 
 Activation (Kafka's ``claim``): when Raft reports this replica leader of an epoch, the
 controller appends a ``NoOpRecord`` and waits until it is committed and applied, so the
