@@ -703,6 +703,37 @@ async def test_a_group_behind_a_batch_in_flight_lingers_while_smaller_than_the_o
         await quorum.stop_all()
 
 
+async def test_requests_of_a_group_waiting_behind_a_batch_in_flight_fail_when_it_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    quorum = Quorum(tmp_path, 1, settings())
+    try:
+        server = await lone_voter_with_topic(quorum, "g")
+        # Every flush in the flusher thread and 500 ms long: a batch stays in flight (the
+        # lone voter commits on its own flush) while the loop goes on.
+        slow_fsync(monkeypatch, 0.5)
+        monkeypatch.setattr(raft_driver, "_INLINE_FSYNC_MAX_S", -1.0)
+        sealed = asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, alter("g", "1")))
+        async with asyncio.timeout(10):
+            while server.store.in_flight() is None:
+                await asyncio.sleep(0)
+        waiting = asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, alter("g", "2")))
+        for _ in range(5):
+            await asyncio.sleep(0)  # the worker runs it and waits for the batch in flight
+        assert server.store.staged_records == 1
+        # Stopped meanwhile: whatever its batch's fate, each caller gets an answer.
+        await quorum.stop(1)
+        async with asyncio.timeout(2):
+            answers = [
+                codec.ALTER_CONFIGS.response_from_proto(a)
+                for a in await asyncio.gather(sealed, waiting)
+            ]
+        assert answers[1].error == ErrorCode.NOT_CONTROLLER
+    finally:
+        monkeypatch.undo()
+        await quorum.stop_all()
+
+
 async def test_a_pipeline_depth_of_two_seals_a_group_behind_one_batch_in_flight(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -965,6 +965,11 @@ class ControllerServer:
                     activation = job
                     break
                 self._run(job, answered)
+        except BaseException:
+            # The worker cancelled (the server stops) or failed while the group gathered:
+            # its requests are answered all the same, never left waiting.
+            self._renounce(answered)
+            raise
         finally:
             if linger_timer is not None:
                 linger_timer.cancel()
@@ -1002,14 +1007,19 @@ class ControllerServer:
             over.remove_done_callback(done)
             if committed.done():
                 self._answer(answered, committed)
-                return
-            leader = _NotController(self.raft.leader_id)
-            for request, _response in answered:
-                if not request.reply.done():
-                    request.reply.set_result(leader)
+            else:
+                self._renounce(answered)
 
         committed.add_done_callback(done)
         over.add_done_callback(done)
+
+    def _renounce(self, answered: list[tuple[_Request | _Propose, Any]]) -> None:
+        """Answer NOT_CONTROLLER to a group's requests not answered yet: their batch's
+        outcome is not known (it may still commit under the next leader)."""
+        leader = _NotController(self.raft.leader_id)
+        for request, _response in answered:
+            if not request.reply.done():
+                request.reply.set_result(leader)
 
     def _answer(
         self,
