@@ -578,6 +578,58 @@ async def test_at_linger_zero_the_sender_takes_one_turn_per_answer(cluster: Clus
     assert [b.records_count for b in await cluster.batches("nagle")] == [1, 1, 9]
 
 
+async def test_at_linger_zero_records_held_behind_a_failed_request_still_go(
+    cluster: Cluster,
+) -> None:
+    """Records produced while their partition's only request is in flight wait for its
+    answer (Nagle's rule at linger.ms=0), and the sender is not woken for them: an answer
+    that fails the request (resent after the back-off) must still send them, after it and
+    with the sequences after its own."""
+    await cluster.create_topic("held")
+    async with AsyncProducer(cluster.config(linger_ms=0, retry_backoff_ms=1)) as producer:
+        await producer.send("held", b"start")
+        answer_errors(producer, [ErrorCode.NETWORK_EXCEPTION])
+        first = producer.produce("held", b"a")
+        queue = producer._queues[("held", 0)]
+        while not queue.in_flight:
+            await asyncio.sleep(0)
+        held = [producer.produce("held", b"%d" % i) for i in range(3)]
+        assert len(queue.batches) == 1  # opened behind the request in flight, not sent
+        async with asyncio.timeout(5):
+            offsets = [(await handle).offset for handle in (first, *held)]
+    assert offsets == [1, 2, 3, 4]
+    batches = await cluster.batches("held")
+    assert [r.value for b in batches for r in b.records()] == [b"start", b"a", b"0", b"1", b"2"]
+    assert [b.base_sequence for b in batches] == [0, 1, 2]
+
+
+async def test_at_linger_zero_flush_and_close_send_the_records_held_behind_a_request(
+    cluster: Cluster,
+) -> None:
+    """A batch held behind its partition's request in flight (Nagle's rule at linger.ms=0)
+    is delivered by a flush, and by close(), after the record before it."""
+    await cluster.create_topic("held-flush")
+    producer = AsyncProducer(cluster.config(linger_ms=0))
+    try:
+        await producer.send("held-flush", b"start")
+        queue = producer._queues[("held-flush", 0)]
+        for round_number in range(2):
+            first = producer.produce("held-flush", b"%d-a" % round_number)
+            while not queue.in_flight:
+                await asyncio.sleep(0)
+            held = producer.produce("held-flush", b"%d-b" % round_number)
+            assert len(queue.batches) == 1 and not held.done()
+            if round_number == 0:
+                assert await producer.flush(5) == 0
+                assert not queue.in_flight and not queue.batches
+            else:
+                assert await producer.close(5) == 0
+            assert (await first).offset < (await held).offset
+    finally:
+        await producer.close()
+    assert await cluster.values("held-flush") == [b"start", b"0-a", b"0-b", b"1-a", b"1-b"]
+
+
 # --- errors ---------------------------------------------------------------------------------
 
 

@@ -490,6 +490,52 @@ async def test_requests_arriving_while_a_batch_is_in_flight_share_the_next(
     assert active.machine.image.topic_config("g") == {"retention.ms": "29"}
 
 
+async def test_a_leader_cut_off_from_the_quorum_fails_its_groups_when_it_resigns(
+    tmp_path: Path,
+) -> None:
+    # The leader resigns 1.5 s after it last heard from a majority: time enough to stop
+    # the followers and send both requests first, however loaded the machine.
+    patient = dataclasses.replace(FAST, fetch_timeout_ms=1500)
+    quorum = Quorum(
+        tmp_path, 3, dataclasses.replace(settings(), raft=RaftServerSettings(raft=patient))
+    )
+    try:
+        for node_id in quorum.voters:
+            await quorum.start(node_id)
+        active = await quorum.active()
+        async with ControllerClient(quorum.addresses) as client:
+            await register_and_unfence(client, 1)
+            created = await client.create_topics(
+                m.CreateTopicsRequest((m.CreatableTopic("g", 1, 1),))
+            )
+            assert created.topics[0].error == NONE
+        # The followers gone, the leader's next batch can never commit, and it never
+        # hears of a successor that would fail it (Raft fails a proposal when another
+        # leader's entry commits over it). It resigns after fetch_timeout_ms with a
+        # majority unheard: the request of the sealed batch and the one whose group waits
+        # for that batch's commit are answered NOT_CONTROLLER then, as Kafka's controller
+        # fails its deferred events when it renounces, not left waiting until their
+        # callers give up.
+        await asyncio.gather(*(quorum.stop(n) for n in quorum.voters if n != active.node_id))
+        sealed = asyncio.ensure_future(active.call(codec.ALTER_CONFIGS, alter("g", "1")))
+        async with asyncio.timeout(10):
+            while active.store.in_flight() is None:
+                await asyncio.sleep(0)
+        lingering = asyncio.ensure_future(active.call(codec.ALTER_CONFIGS, alter("g", "2")))
+        async with asyncio.timeout(10):
+            while active.is_active:
+                assert not sealed.done() and not lingering.done()
+                await asyncio.sleep(0.02)
+        async with asyncio.timeout(2):
+            answers = [
+                codec.ALTER_CONFIGS.response_from_proto(a)
+                for a in await asyncio.gather(sealed, lingering)
+            ]
+        assert [a.error for a in answers] == [ErrorCode.NOT_CONTROLLER] * 2
+    finally:
+        await quorum.stop_all()
+
+
 async def test_a_caller_gone_while_its_group_commits_leaves_the_others_answered(
     single: tuple[ControllerServer, ControllerClient],
 ) -> None:
@@ -641,6 +687,37 @@ async def test_a_group_behind_a_batch_in_flight_lingers_while_smaller_than_the_o
         assert store.sealed_batches - before == 2, store.sealed_batches - before
         assert loop.time() - started < 0.25
         assert server.machine.image.topic_config("g") == {"retention.ms": "25"}
+    finally:
+        monkeypatch.undo()
+        await quorum.stop_all()
+
+
+async def test_requests_of_a_group_waiting_behind_a_batch_in_flight_fail_when_it_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    quorum = Quorum(tmp_path, 1, settings())
+    try:
+        server = await lone_voter_with_topic(quorum, "g")
+        # Every flush in the flusher thread and 500 ms long: a batch stays in flight (the
+        # lone voter commits on its own flush) while the loop goes on.
+        slow_fsync(monkeypatch, 0.5)
+        monkeypatch.setattr(raft_driver, "_INLINE_FSYNC_MAX_S", -1.0)
+        sealed = asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, alter("g", "1")))
+        async with asyncio.timeout(10):
+            while server.store.in_flight() is None:
+                await asyncio.sleep(0)
+        waiting = asyncio.ensure_future(server.call(codec.ALTER_CONFIGS, alter("g", "2")))
+        for _ in range(5):
+            await asyncio.sleep(0)  # the worker runs it and waits for the batch in flight
+        assert server.store.staged_records == 1
+        # Stopped meanwhile: whatever its batch's fate, each caller gets an answer.
+        await quorum.stop(1)
+        async with asyncio.timeout(2):
+            answers = [
+                codec.ALTER_CONFIGS.response_from_proto(a)
+                for a in await asyncio.gather(sealed, waiting)
+            ]
+        assert answers[1].error == ErrorCode.NOT_CONTROLLER
     finally:
         monkeypatch.undo()
         await quorum.stop_all()

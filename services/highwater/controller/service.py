@@ -31,8 +31,9 @@ into a controller process, on top of the
   group, as Kafka's QuorumController with its batch accumulator); each answer goes out
   once everything appended up to its group is committed. A group decided on an
   image that was then dropped (leadership lost, or Raft refused the batch) is answered
-  NOT_CONTROLLER, never acknowledged. A replica that is not the active controller
-  answers NOT_CONTROLLER with the leader's id and address (from the voters).
+  NOT_CONTROLLER, never acknowledged; so is every group still waiting for its commit when
+  the leadership ends (the outcome is not known then). A replica that is not the active
+  controller answers NOT_CONTROLLER with the leader's id and address (from the voters).
 
 Activation (Kafka's ``claim``): when Raft reports this replica leader of an epoch, the
 controller appends a ``NoOpRecord`` and waits until it is committed and applied, so the
@@ -46,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import random
 import time
@@ -566,18 +566,18 @@ class _JobQueue:
 
     async def get(self) -> _Job:
         while not self._jobs:
-            await self._wait(None)
+            await self._wait(())
         return self._jobs.popleft()
 
-    async def get_before(self, done: asyncio.Future[Any]) -> _Job | None:
-        """The next job, if one arrives before ``done`` is done; else ``None``."""
+    async def get_before(self, *done: asyncio.Future[Any]) -> _Job | None:
+        """The next job, if one arrives before any of ``done`` is done; else ``None``."""
         while not self._jobs:
-            if done.done():
+            if any(future.done() for future in done):
                 return None
             await self._wait(done)
         return self._jobs.popleft()
 
-    async def _wait(self, also: asyncio.Future[Any] | None) -> None:
+    async def _wait(self, also: Sequence[asyncio.Future[Any]]) -> None:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def wake(_: asyncio.Future[Any]) -> None:
@@ -585,14 +585,14 @@ class _JobQueue:
                 waiter.set_result(None)
 
         self._waiter = waiter
-        if also is not None:
-            also.add_done_callback(wake)
+        for future in also:
+            future.add_done_callback(wake)
         try:
             await waiter
         finally:
             self._waiter = None
-            if also is not None:
-                also.remove_done_callback(wake)
+            for future in also:
+                future.remove_done_callback(wake)
 
 
 _LATE_TICK_WARNING_S: Final = 1.0
@@ -901,6 +901,11 @@ class ControllerServer:
         arrived meanwhile, to run after the group."""
         store = self.store
         incarnation = store.incarnation
+        # Resolved when this leadership ends (_lose_leadership): the group stops waiting,
+        # and once sealed its requests fail if their batch has not committed by then
+        # (Raft fails a deposed leader's batch only when another leader's entry commits
+        # over it, which a leader cut off from the quorum never hears of).
+        over = self._leadership_over
         answered: list[tuple[_Request | _Propose, Any]] = []
         activation: _Activate | None = None
         loop = asyncio.get_running_loop()
@@ -916,6 +921,8 @@ class ControllerServer:
             while (
                 len(answered) < _MAX_REQUESTS_PER_GROUP
                 and store.staged_records < MAX_RECORDS_PER_BATCH
+                and over is not None
+                and not over.done()
             ):
                 if self._jobs.empty():
                     # Nothing on its way to a majority when the group started: sealed at
@@ -949,7 +956,7 @@ class ControllerServer:
                         wait_for = linger
                     if wait_for is None:
                         break
-                    job = await self._jobs.get_before(wait_for)
+                    job = await self._jobs.get_before(wait_for, over)
                     if job is None:
                         continue
                 else:
@@ -958,6 +965,11 @@ class ControllerServer:
                     activation = job
                     break
                 self._run(job, answered)
+        except BaseException:
+            # The worker cancelled (the server stops) or failed while the group gathered:
+            # its requests are answered all the same, never left waiting.
+            self._renounce(answered)
+            raise
         finally:
             if linger_timer is not None:
                 linger_timer.cancel()
@@ -973,10 +985,41 @@ class ControllerServer:
         waiter = store.commit_waiter()
         if waiter is None or waiter.done():
             self._answer(answered, waiter)
-        else:
-            # One callback for the whole group: each caller wakes once, with its answer.
-            waiter.add_done_callback(functools.partial(self._answer, answered))
+        elif answered:
+            assert over is not None  # the store is active only while a leadership lasts
+            self._answer_at_commit(answered, waiter, over)
         return activation
+
+    def _answer_at_commit(
+        self,
+        answered: list[tuple[_Request | _Propose, Any]],
+        committed: asyncio.Future[int],
+        over: asyncio.Future[None],
+    ) -> None:
+        """Answer a sealed group when its batch commits (:meth:`_answer`), or NOT_CONTROLLER
+        if this leadership ends first: a leader that resigns renounces what it has not
+        committed, as Kafka's controller fails its deferred events (the batch may still
+        commit under the next leader: NOT_CONTROLLER says the outcome is not known). One
+        callback for the whole group: each caller wakes once, with its answer."""
+
+        def done(_: asyncio.Future[Any]) -> None:
+            committed.remove_done_callback(done)
+            over.remove_done_callback(done)
+            if committed.done():
+                self._answer(answered, committed)
+            else:
+                self._renounce(answered)
+
+        committed.add_done_callback(done)
+        over.add_done_callback(done)
+
+    def _renounce(self, answered: list[tuple[_Request | _Propose, Any]]) -> None:
+        """Answer NOT_CONTROLLER to a group's requests not answered yet: their batch's
+        outcome is not known (it may still commit under the next leader)."""
+        leader = _NotController(self.raft.leader_id)
+        for request, _response in answered:
+            if not request.reply.done():
+                request.reply.set_result(leader)
 
     def _answer(
         self,
