@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
 import grpc
 import grpc.aio
 import pytest
-from highwater.rpc.broker_streams import FetchStream, ProduceStream
+from highwater.rpc.broker_streams import Expiry, FetchStream, ProduceStream
 from highwater.security.authentication import SESSION_EXPIRED
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
@@ -364,3 +365,55 @@ async def test_a_broker_without_the_produce_stream_gets_unary_produce_requests()
             assert produces.is_unary and broker.unary == 3
     finally:
         await server.stop(None)
+
+
+async def _park_under_expiry(timeout_s: float, parked: asyncio.Future[None]) -> str:
+    """Wait on ``parked`` under an :class:`Expiry` as the streams do: 'answered', 'expired'
+    (the deadline's own cancellation, taken back) or 'cancelled' (one from outside)."""
+    expiry = Expiry(timeout_s)
+    try:
+        try:
+            await parked
+        finally:
+            expiry.disarm()
+    except asyncio.CancelledError:
+        if expiry.expired():
+            return "expired"
+        raise
+    return "answered"
+
+
+async def test_an_expiry_and_a_cancel_from_outside_in_one_loop_turn_stay_a_cancellation() -> None:
+    """The deadline fires, and a cancellation from outside arrives in the same loop turn,
+    before the task resumes: the caller sees the cancellation, with one request counted
+    (the outside one)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.create_task(_park_under_expiry(0.01, loop.create_future()))
+    await asyncio.sleep(0)  # parked, its deadline armed
+    loop.call_later(0.015, task.cancel)  # due after the deadline
+    time.sleep(0.03)  # both due: the next loop turn runs the deadline, then the cancel
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelling() == 1
+
+
+async def test_an_expiry_inside_the_callers_own_timeout_leaves_it_a_timeout() -> None:
+    """The caller's own ``asyncio.timeout`` and the deadline fire in one loop turn: the
+    caller's timeout raises TimeoutError and no cancellation request is left counted."""
+    loop = asyncio.get_running_loop()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0):
+            await _park_under_expiry(0, loop.create_future())
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+
+
+async def test_an_answer_before_the_deadline_disarms_it() -> None:
+    """Answered in time: the timer is cancelled, so it cancels nothing later on."""
+    loop = asyncio.get_running_loop()
+    answered = loop.create_future()
+    loop.call_soon(answered.set_result, None)
+    assert await _park_under_expiry(0.01, answered) == "answered"
+    await asyncio.sleep(0.03)  # past the deadline: the task was not cancelled
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0

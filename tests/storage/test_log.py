@@ -313,6 +313,32 @@ def test_truncate_across_segments_lowers_recovery_point_and_high_watermark(tmp_p
     log.close()
 
 
+def test_two_segments_of_one_base_offset_pending_deletion_are_both_deleted(
+    tmp_path: Path,
+) -> None:
+    """A follower truncated twice to the same segment boundary within
+    ``file.delete.delay.ms`` (it rolls there again in between) dooms two segments of one
+    base offset: the second's rename to ``.deleted`` replaces the first's files, so the
+    first deletion removes both sets. The second is then no I/O error: the log (and its
+    directory) stays online."""
+    log = open_log(tmp_path / "t-0", **{"index.interval.bytes": 0})
+    for _ in range(3):
+        log.append_as_leader(make_batch(values(2)), 0)
+    boundary = log.log_end_offset
+    for appended in (3, 4):
+        log.roll()
+        assert log.segments[-1].base_offset == boundary
+        for _ in range(appended):  # index entries, in a preallocated (active) index
+            log.append_as_leader(make_batch(values(2)), 0)
+        log.truncate_to(boundary)
+    assert log.delete_pending_files(force=True) == 2
+    assert not log.offline
+    assert not list((tmp_path / "t-0").glob("*.deleted"))
+    log.append_as_leader(make_batch(values(1)), 0)
+    assert [r.offset for r in read_all(log)] == list(range(boundary + 1))
+    log.close()
+
+
 def test_truncate_below_log_start_starts_afresh(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0")
     for _ in range(5):

@@ -21,8 +21,9 @@ Leader (:class:`LeaderReplicationState`)
   is. It only moves forward, and (KIP-966's strict min ISR, Kafka 3.7+) not at all while
   the committed ISR is smaller than the effective ``min.insync.replicas``
   (``min(min.insync.replicas, replication factor)``). It is recomputed on the events
-  Kafka's is (an append, a follower fetch, a committed ISR change, a leadership change),
-  not when ``min.insync.replicas`` changes.
+  Kafka's is (an append, a follower fetch that can move it, a committed ISR change, a
+  leadership change), and also when eligibility or ``min.insync.replicas`` changes
+  (:meth:`LeaderReplicationState.update_min_insync_replicas` says why).
 * ISR changes are proposals (:class:`AlterPartitionProposal`) to the controller; only the
   committed change (:meth:`LeaderReplicationState.apply_partition_change`, from the
   AlterPartition answer or the metadata log) changes the ISR. One proposal at a time

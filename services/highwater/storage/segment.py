@@ -926,7 +926,18 @@ class LogSegment:
         self.suffix = new
 
     def delete_files(self) -> None:
-        self.close()
+        """Close the segment and remove its files. The indexes are not trimmed first:
+        nothing of them is kept, and their paths may no longer name their files. A segment
+        pending deletion shares its ``.deleted`` names with a later one of the same base
+        offset doomed meanwhile (a follower truncated twice to one segment boundary within
+        ``file.delete.delay.ms``), whose rename replaced its files; the first deletion
+        then removes the second's files, and trimming by path would fail on them (an I/O
+        error that took the log directory offline)."""
+        self.offset_index.close()
+        self.time_index.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
         for path in self.files():
             path.unlink(missing_ok=True)
 
