@@ -68,7 +68,7 @@ from highwater.coordinator.records import (
 from highwater.coordinator.records import (
     decode_record as decode_offsets_record,
 )
-from highwater.errors import HighwaterError
+from highwater.errors import HighwaterError, KafkaStorageError
 from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
 from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import MetadataImage, PartitionRegistration
@@ -748,6 +748,9 @@ class Simulation:
         self.unclean_elections = 0
         self.unclean_recoveries = 0
         self.power_lost: set[str] = set()
+        self.halted_at_startup: set[str] = set()
+        self.refused_starts = 0
+        """Brokers whose start found no usable log directory, restarted once it is repaired."""
         self.disk_faults: DiskFaults | None = None
         self.dirs_failed = 0
         """Log directories a broker took offline."""
@@ -1013,7 +1016,8 @@ class Simulation:
     def _dirs_repaired(self, broker: BrokerProcess) -> None:
         """The failed directories of ``broker`` work again. A directory the broker took
         offline stays offline in this process (Kafka's rule: a failed directory comes
-        back with a restart), so the operator restarts the broker."""
+        back with a restart), so the operator restarts the broker; and starts it again if it
+        could not start for want of a usable directory."""
         disk = broker.disk
         assert disk is not None
         repaired = [d for d in disk.log_dirs if disk.repair_dir(d)]
@@ -1022,6 +1026,10 @@ class Simulation:
         self._note(
             f"{broker.name}: log directories repaired ({', '.join(d.name for d in repaired)})"
         )
+        if broker.name in self.halted_at_startup:
+            self.halted_at_startup.discard(broker.name)
+            self._at(self.now_ms + 100, self._restart, broker)
+            return
         manager = broker.log_manager
         if broker.alive and manager is not None and manager.offline_dirs:
             self._crash(broker, mode="kill")
@@ -1135,6 +1143,8 @@ class Simulation:
         process.paused_until = 0
         if isinstance(process, BrokerProcess):
             self._start_broker(process)
+            if not process.alive:
+                return
         if isinstance(process, CoordinatorProcess):
             self._start_coordinator(process)
         if isinstance(process, RaftMember):
@@ -1405,7 +1415,16 @@ class Simulation:
         manager.add_failure_listener(
             lambda directory: self._log_dir_failed(broker, incarnation, directory.path)
         )
-        manager.startup(cluster_id=CLUSTER_ID, node_id=broker.broker_id)
+        try:
+            manager.startup(cluster_id=CLUSTER_ID, node_id=broker.broker_id)
+        except KafkaStorageError as e:
+            # No log directory loads (every one failed): the broker process exits, as
+            # Kafka's halts, and its operator starts it again once the disk is repaired.
+            broker.alive = False
+            self.halted_at_startup.add(broker.name)
+            self.refused_starts += 1
+            self._note(f"{broker.name} does not start: {e}")
+            return
         broker.log_manager = manager
         broker.manager = PartitionManager(
             broker.broker_id,

@@ -88,6 +88,16 @@ def test_the_last_isr_member_back_from_a_power_loss_is_not_elected_over_a_longer
     assert sum(s.unclean_recoveries for s in simulations) >= 2
 
 
+def test_a_broker_restarted_with_every_log_directory_failed_waits_for_the_repair() -> None:
+    """Seed 9500134: b4 comes back from a power loss while both its log directories fail
+    every read and write. Its start finds no usable directory, so the broker stays down (a
+    Kafka broker halts) until the disk is repaired, and then starts. Before, the start's
+    KafkaStorageError ended the schedule as a failure of the cluster."""
+    simulation = Simulation(9500134)
+    simulation.run()
+    assert simulation.refused_starts >= 1
+
+
 def test_a_schedule_replays_exactly() -> None:
     scenario = Scenario.from_seed(7, chaos_ms=4000)
     first = Simulation(7, scenario)
