@@ -63,6 +63,24 @@ def test_rolls_on_segment_bytes_and_reads_across_segments(tmp_path: Path) -> Non
     log.close()
 
 
+def test_a_read_without_room_for_its_first_batch_returns_nothing_and_skips_nothing(
+    tmp_path: Path,
+) -> None:
+    """Without ``min_one_batch`` a first batch larger than ``max_bytes`` is not returned, and
+    neither is anything after it: not a smaller batch of a later segment (the reader would
+    skip the big one's records), nor a next offset past it."""
+    log = open_log(tmp_path / "t-0", **{"segment.bytes": 1000})
+    log.append_as_leader(make_batch(values(4, 200)), leader_epoch=0)  # 0-3, about 900 bytes
+    log.roll()
+    log.append_as_leader(make_batch(values(1, 10)), leader_epoch=0)  # 4, in a new segment
+    assert len(log.segments) == 2
+    for max_bytes in (0, 200):
+        fetched = log.read(0, max_bytes, min_one_batch=False)
+        assert (fetched.records, fetched.next_offset) == (b"", 0)
+    assert [b.base_offset for b in batches_of(log.read(0, 200).records)] == [0]
+    log.close()
+
+
 def test_rolls_on_segment_ms_by_record_time(tmp_path: Path) -> None:
     clock = FakeClock()
     log = open_log(tmp_path / "t-0", clock, **{"segment.ms": 60_000})

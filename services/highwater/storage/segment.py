@@ -525,11 +525,14 @@ class LogSegment:
         max_offset: int | None = None,
         min_one_batch: bool = True,
     ) -> SegmentRead | None:
-        """Whole batches from the one holding ``start_offset``, at most ``max_bytes`` of them.
+        """Whole batches from the one holding ``start_offset``, at most ``max_bytes`` of them;
+        ``None`` if this segment has none at or after ``start_offset`` below ``max_offset``.
 
         Batches whose base offset is ``max_offset`` or more are left out (a consumer reads up
         to the high watermark). With ``min_one_batch`` the first batch is returned even when
-        it is larger than ``max_bytes``, so that a consumer always makes progress.
+        it is larger than ``max_bytes``, so that a consumer always makes progress; without
+        it, a first batch larger than ``max_bytes`` gives an empty read that ends where it
+        started.
 
         A read that starts where an earlier one ended (a consumer's or a follower's next
         fetch, at the offset after the last batch it got) starts at that read's end
@@ -563,7 +566,9 @@ class LogSegment:
         want = max(max_bytes, first.size) if min_one_batch else max_bytes
         want = min(want, size - position)
         if want < first.size:
-            return None
+            # No room for the first batch (without ``min_one_batch``): nothing is read, and
+            # the next read starts here again; a later batch must not be returned instead.
+            return SegmentRead(b"", position, start_offset, start_offset)
         if data is None or len(data) < first.size:
             if want < size - position:
                 # Up to the last indexed batch start within reach: the read then ends at a
