@@ -323,3 +323,36 @@ def test_aggressive_recovery_elects_on_the_first_answer_and_none_never_asks() ->
     answer(h, 2, 0, 10)
     h.tick()
     assert h.partition("t").leader == NO_LEADER
+
+
+def test_unclean_recovery_asks_every_replica_and_elects_one_outside_the_last_known_elr() -> None:
+    """Seed 9700852 of the simulation: broker 3 leaves the ISR while it keeps
+    ``min.insync.replicas`` members (it is not eligible), then 2 and last 1 are fenced
+    and both come back from power losses (last known ELR [2, 1], ISR and ELR empty).
+    Broker 3 runs on, unfenced, with the longest log: recovery asks it too, waits for
+    its answer (an active replica answers at once) and elects it over the shorter logs
+    of the last known ELR."""
+    h = harness()
+    fence(h, 3)
+    partition = h.partition("t")
+    assert partition.isr == (1, 2) and partition.elr == ()
+    fence(h, 2)
+    fence(h, 1)
+    restart(h, 2, clean=False)
+    restart(h, 1, clean=False)
+    h.heartbeat(3)  # broker 3 reaches the controller again and is unfenced
+    assert not h.broker(3).fenced
+    partition = h.partition("t")
+    assert partition.isr == () and partition.elr == () and partition.leader == NO_LEADER
+    assert sorted(partition.last_known_elr) == [1, 2]
+    tp = ((h.topic_id("t"), 0),)
+    assert asked(h) == {1: tp, 2: tp, 3: tp}
+    answer(h, 2, 0, 112)
+    answer(h, 1, 0, 129)
+    h.tick()
+    assert h.partition("t").leader == NO_LEADER  # Balanced: active broker 3 has not answered
+    answer(h, 3, 0, 133)
+    h.tick()
+    partition = h.partition("t")
+    assert partition.leader == 3 and partition.isr == (3,)
+    check_invariants(h.image)

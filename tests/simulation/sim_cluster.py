@@ -1303,15 +1303,17 @@ class Simulation:
                 and record.leader >= 0
                 and not before.isr
                 and not before.elr
-                and record.leader in before.last_known_elr
+                and before.last_known_elr
                 and not self.scenario.unclean
             ):
-                # KIP-966's unclean recovery: the longest log among the last known ELR.
+                # KIP-966's unclean recovery: the longest log among the replicas that
+                # answered (the last known ELR and any other replica, seed 9700852).
                 # Not excused: a loss after it is a violation like any other.
                 self.unclean_recoveries += 1
                 self._note(
                     f"unclean recovery: p{record.partition_id} leader b{record.leader}, "
-                    f"the longest log of the last known ELR {list(before.last_known_elr)}"
+                    f"the longest log of the replicas (last known ELR "
+                    f"{list(before.last_known_elr)})"
                 )
             elif (
                 record.leader is not None

@@ -98,6 +98,18 @@ def test_a_broker_restarted_with_every_log_directory_failed_waits_for_the_repair
     assert simulation.refused_starts >= 1
 
 
+def test_unclean_recovery_asks_a_replica_outside_the_last_known_elr() -> None:
+    """Seed 9700852: b1 leaves p1's ISR while two members remain (it is not eligible),
+    then b2 and b3 are fenced and come back from power losses (last known ELR [b2, b3]),
+    b3 short of a committed batch. b1 ran on with the longest log. Unclean recovery asks
+    every replica and elects b1 with nothing lost. Before, only b2 and b3 were asked; b3
+    answered the longest log but could not lead, and p1 had no leader after healing."""
+    simulation = Simulation(9700852)
+    simulation.run()
+    assert simulation.unclean_recoveries >= 1
+    assert simulation.unclean_elections == 0
+
+
 def test_a_schedule_replays_exactly() -> None:
     scenario = Scenario.from_seed(7, chaos_ms=4000)
     first = Simulation(7, scenario)

@@ -545,11 +545,13 @@ class ReplicationControl:
     def replica_log_info_requests(
         self, image: MetadataImage, now_ms: int
     ) -> list[ReplicaLogInfoRequest]:
-        """What to ask which broker (KIP-966's GetReplicaLogInfo): the candidates of every
-        partition waiting for unclean recovery that have not answered for its current
+        """What to ask which broker (KIP-966's GetReplicaLogInfo): every replica of every
+        partition waiting for unclean recovery that has not answered for its current
         partition epoch, each asked again at most every :data:`RECOVERY_ASK_INTERVAL_MS`.
-        Registered brokers only, fenced or not: a broker answers from its logs as soon
-        as it runs."""
+        Every replica, not only the last known ELR: a replica that left the ISR while it
+        kept ``min.insync.replicas`` members was never eligible, but may have run on and
+        hold the longest log (docs/simulation.md, seed 9700852). Registered brokers
+        only, fenced or not: a broker answers from its logs as soon as it runs."""
         if image is self._none_awaiting and not self.log_infos:
             return []  # as below with nothing waiting, asked again on the same image
         delta = MetadataDelta(image)
@@ -562,7 +564,7 @@ class ReplicationControl:
         asks: dict[int, list[tuple[str, int]]] = {}
         for key, partition in waiting:
             answers = self.log_infos.get(key, {})
-            for broker_id in partition.last_known_elr:
+            for broker_id in partition.replicas:
                 broker = image.broker(broker_id)
                 if broker is None:
                     continue
@@ -597,7 +599,7 @@ class ReplicationControl:
             if (
                 info.error != ErrorCode.NONE
                 or partition is None
-                or response.broker_id not in partition.last_known_elr
+                or response.broker_id not in partition.replicas
             ):
                 continue
             self._asked.pop((key, response.broker_id), None)
@@ -609,18 +611,22 @@ class ReplicationControl:
             )
 
     def unclean_recoveries(self, delta: MetadataDelta) -> list[MetadataRecord]:
-        """Leaders for the partitions whose candidates answered (all of them: Balanced;
-        any: Aggressive): the longest log, the highest last leader epoch first, then the
-        highest log end offset, ties to replica order. The choice waits while it is not
-        active (a broker registered again is fenced until it caught up)."""
+        """Leaders for the partitions whose replicas answered: the longest log among the
+        answers, the highest last leader epoch first, then the highest log end offset,
+        ties to replica order. ``Aggressive`` chooses on the first answer; ``Balanced``
+        waits for every member of the last known ELR and every active replica (it runs,
+        and answers within a round trip), so that a shorter log is not chosen while a
+        longer one is a question away. The choice waits while it is not active (a
+        broker registered again is fenced until it caught up)."""
         aggressive = self.config.unclean_recovery_strategy == "Aggressive"
+        offline = self.offline_replicas
         records: list[MetadataRecord] = []
         for key, partition in self._awaiting_recovery(delta):
             answers = self.log_infos.get(key)
             if not answers:
                 continue
             current = {}
-            for broker_id in partition.last_known_elr:
+            for broker_id in partition.replicas:
                 answer = answers.get(broker_id)
                 broker = delta.broker(broker_id)
                 if (
@@ -630,8 +636,17 @@ class ReplicationControl:
                     and answer.partition_epoch == partition.partition_epoch
                 ):
                     current[broker_id] = answer
-            if not current or (not aggressive and len(current) < len(partition.last_known_elr)):
+            if not current:
                 continue
+            if not aggressive:
+                # An active replica that reports this partition offline cannot answer.
+                awaited = set(partition.last_known_elr).union(
+                    b
+                    for b in partition.replicas
+                    if delta.is_active_broker(b) and key not in offline.get(b, frozenset())
+                )
+                if not awaited <= current.keys():
+                    continue
             order = {b: i for i, b in enumerate(partition.replicas)}
             best = max(
                 current,
