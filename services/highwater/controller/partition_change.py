@@ -26,7 +26,8 @@ it left, and cannot move while the ISR is that small): it joins the partition's 
 ELR is emptied once the ISR is back at ``min.insync.replicas`` (the high watermark moves
 again), and a replica leaves it when it rejoins the ISR, leaves the replica set, or
 registers after an unclean shutdown (it may have lost records it had not flushed): then
-it moves to the last known ELR, which only an unclean election looks at. With
+it moves to the last known ELR, which only an unclean election and unclean recovery look
+at (recovery waits for its members' answers, :mod:`.replication_control`). With
 ``min.insync.replicas`` 1, or ELR turned off (a ``min_isr`` of 1 here), the ELR stays
 empty and elections are as before KIP-966. Kafka lets the ISR become empty and moves its
 last member into the ELR; here the last member stays in the ISR (as before KIP-966) and
