@@ -522,3 +522,21 @@ def test_an_undecodable_subscription_keeps_every_offset() -> None:
     result = h.replies.pop(token)
     assert isinstance(result, OffsetDeleteResult)
     assert result.partitions[TP0].error == ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+
+
+def test_a_static_rejoin_whose_write_fails_leaves_the_old_member_in_place() -> None:
+    # Kafka reverts the replacement when the group metadata cannot be stored: memory must not
+    # hold a member id the log never recorded, nor fence the incarnation still in place.
+    h = Harness(auto_write=False)
+    a_join = h.join(G, instance_id="pod-a", client_id="a")
+    h.complete_writes(ErrorCode.NONE)
+    a = h.join_result(a_join)
+    h.sync(G, a.member_id, a.generation_id, {a.member_id: b"A"}, instance_id="pod-a")
+    h.complete_writes(ErrorCode.NONE)
+    assert h.core.groups[G].state is GroupState.STABLE
+    rejoin = h.join(G, instance_id="pod-a", client_id="a")
+    h.complete_writes(ErrorCode.NOT_ENOUGH_REPLICAS)
+    failed = h.join_result(rejoin)
+    assert failed.error == ErrorCode.COORDINATOR_NOT_AVAILABLE and failed.member_id == ""
+    assert h.heartbeat(G, a.member_id, a.generation_id, "pod-a") == ErrorCode.NONE
+    assert set(h.core.groups[G].members) == {a.member_id}

@@ -437,6 +437,7 @@ class GroupCoordinatorCore:
         unchanged = group.protocol_name is not None and _metadata_for(
             request.protocols, group.protocol_name
         ) == old.metadata_for(group.protocol_name)
+        old_protocols = old.protocols
         member = group.replace_static_member(request.group_instance_id, member_id)
         member.client_id, member.client_host = request.client_id, request.client_host
         member.session_timeout_ms = request.session_timeout_ms
@@ -450,6 +451,17 @@ class GroupCoordinatorCore:
 
             def done(error: int, _now: int) -> list[Effect]:
                 if error != NONE:
+                    # As Kafka does: the log never recorded the new member id, so the old one
+                    # keeps the instance's place (and is not fenced) while the group is stable,
+                    # and the reply gives no member id (a rejoin with it would be fenced).
+                    instance_id = member.group_instance_id
+                    if (
+                        instance_id is not None
+                        and group.is_in(STABLE)
+                        and group.static_members.get(instance_id) == member_id
+                    ):
+                        group.replace_static_member(instance_id, old_id).protocols = old_protocols
+                        return [Reply(token, JoinResult(_write_error(error)))]
                     return [Reply(token, JoinResult(_write_error(error), member_id=member_id))]
                 return [Reply(token, result)]
 
