@@ -50,6 +50,7 @@ BAD_REQUESTS = {
     "truncated body": header(3, 12, 1)[:-1],
     "garbage body": header(3, 12, 1) + b"\x00\xff\xff\xff\xff\x07" * 5,
     "shorter than a header": b"\x00\x03",
+    "empty frame": b"",
 }
 
 
