@@ -261,6 +261,36 @@ async def test_the_next_fetch_is_sent_ahead_while_the_buffer_is_taken(
         assert state.fetch_ahead_offset() is None  # the answer reached the high watermark
 
 
+async def test_a_fetch_ahead_in_flight_is_dropped_when_the_assignment_changes(
+    server: ServerThread,
+) -> None:
+    """An answer to a fetch ahead made under one assignment never fills the buffer of the
+    next: re-assigning the partition from another offset, or dropping it and taking it back,
+    while the fetch ahead is on its way, starts the records at the new assignment's offset."""
+    await create_topic(server.address, "c-ahead-assign", partitions=2)
+    async with AsyncProducer({"bootstrap.servers": server.address, "linger.ms": 0}) as producer:
+        for i in range(4):  # four batches of three records
+            await asyncio.gather(
+                *(
+                    producer.produce("c-ahead-assign", f"v{3 * i + j}", partition=0)
+                    for j in range(3)
+                )
+            )
+    config = {"bootstrap.servers": server.address, "max.partition.fetch.bytes": 1}
+    async with AsyncConsumer(config) as consumer:  # one batch per answer
+        consumer.assign([TopicPartition("c-ahead-assign", 0, 0)])
+        assert values(await poll_n(consumer, 1)) == [b"v0"]
+        assert consumer._ahead  # from offset 3
+        consumer.assign([TopicPartition("c-ahead-assign", 0, 7)])
+        await asyncio.wait(consumer._ahead)
+        assert values(await poll_n(consumer, 2)) == [b"v7", b"v8"]
+        assert consumer._ahead  # from offset 9
+        consumer.assign([TopicPartition("c-ahead-assign", 1, 0)])
+        consumer.assign([TopicPartition("c-ahead-assign", 0, 1)])
+        await asyncio.wait(consumer._ahead)
+        assert values(await poll_n(consumer, 2)) == [b"v1", b"v2"]
+
+
 async def test_a_fetch_ahead_leaves_before_the_records_go_back_to_the_caller(
     server: ServerThread,
 ) -> None:
