@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import tempfile
 import time
 from collections.abc import Sequence
@@ -51,6 +50,7 @@ from highwater.metadata import (
 )
 from highwater.metadata.state_machine import MetadataStateMachine
 from highwater.raft.messages import OffsetAndEpoch
+from highwater.rpc.endpoints import free_loopback_ports
 
 TOPICS = 64
 
@@ -124,9 +124,7 @@ async def _per_request_us(requests: int, group: int) -> float:
 async def _through_server(writers: int, seconds: float) -> tuple[float, float]:
     """CPU microseconds per committed write of a lone voter answering ``writers`` writer
     tasks for ``seconds`` (after a second of warm-up), and the writes per Raft batch."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    address = f"127.0.0.1:{free_loopback_ports(1)[0]}"
     with tempfile.TemporaryDirectory(prefix="request-cost-") as root:
         server = ControllerServer(
             node_id=1,

@@ -7,7 +7,6 @@ expires. One controller voter over loopback gRPC, with a session of 600 ms."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.internal.v1 import controller_pb2 as pb
 from highwater.raft.driver import RaftServerSettings
+from highwater.rpc.endpoints import free_loopback_ports
 from highwater.v1.common_pb2 import ErrorCode
 from raft_timing import FAST
 
@@ -28,9 +28,7 @@ PING_S = 0.1
 
 
 def _free_address() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+    return f"127.0.0.1:{free_loopback_ports(1)[0]}"
 
 
 def _fenced(server: ControllerServer, broker_id: int) -> bool:

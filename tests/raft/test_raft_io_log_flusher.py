@@ -4,7 +4,6 @@ come back to the loop, and a write handed to it is acknowledged only once flushe
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ from highwater.raft.messages import FetchRequest, OffsetAndEpoch
 from highwater.raft.node import RaftNode
 from highwater.raft.state_machine import SnapshotReader
 from highwater.records import RecordBatch
+from highwater.rpc.endpoints import free_loopback_ports
 from raft_timing import FAST
 
 pytestmark = pytest.mark.timeout(60)
@@ -101,9 +101,7 @@ class _Values:
 
 
 async def test_a_write_flushed_in_the_thread_commits_only_once_flushed(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    (port,) = free_loopback_ports(1)
     machine = _Values()
     server = RaftServer(
         node_id=1,
@@ -143,11 +141,7 @@ async def test_a_write_flushed_in_the_thread_commits_only_once_flushed(tmp_path:
 
 
 def _two_voters(tmp_path: Path, settings: RaftServerSettings) -> dict[int, RaftServer]:
-    ports = []
-    for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
+    ports = free_loopback_ports(2)
     voters = {i + 1: f"127.0.0.1:{port}" for i, port in enumerate(ports)}
     return {
         node_id: RaftServer(
