@@ -611,6 +611,30 @@ def test_blocking_consumer_from_sync_code(server: ServerThread) -> None:
         consumer.poll(0)
 
 
+def test_consume_columns_ahead_fetches_on_the_consumers_thread(server: ServerThread) -> None:
+    """consume_columns_ahead() returns a future at once; the consumer's thread fetches and
+    decodes into the columns meanwhile, so records produced after the call arrive in them,
+    and the future's result is consume_columns()'s (None, no error)."""
+    asyncio.run(create_topic(server.address, "c-columns-ahead", 1))
+    with Consumer(
+        {"bootstrap.servers": server.address, "auto.offset.reset": "earliest"}
+    ) as consumer:
+        t = TopicPartition("c-columns-ahead", 0)
+        consumer.assign([t])
+        columns = RecordColumns()
+        future = consumer.consume_columns_ahead(t, columns, 4, timeout=20)
+        assert not future.done()  # nothing to read yet: it waits on the consumer's thread
+        with Producer({"bootstrap.servers": server.address}) as producer:
+            for i in range(4):
+                producer.produce("c-columns-ahead", f"v{i}", partition=0)
+            assert producer.flush(10) == 0
+        assert future.result(timeout=20) is None
+        got = finish_columns(columns)
+        assert struct.unpack(f"<{got.length}q", got.offsets) == (0, 1, 2, 3)
+        assert got.value_data == b"v0v1v2v3"
+        assert consumer.position([t])[0].offset == 4
+
+
 # --- decoding fetched batches ------------------------------------------------------------
 
 
