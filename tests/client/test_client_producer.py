@@ -33,6 +33,7 @@ from highwater.client.producer import (
     RecordMetadata,
     RecordTooLargeError,
 )
+from highwater.client.producer.accumulator import MAX_PRODUCER_EPOCH
 from highwater.client.security_config import SECURITY_CONFIG_KEYS
 from highwater.config.definition import NO_DEFAULT
 from highwater.controller_api import messages as m
@@ -425,6 +426,79 @@ async def test_a_batch_whose_reply_is_lost_is_resent_and_stored_once(cluster: Cl
     assert [b.base_sequence for b in batches] == [0, 1, 2]
 
 
+async def test_a_batch_that_may_be_written_expires_without_giving_its_sequences_away(
+    cluster: Cluster,
+) -> None:
+    """A batch whose reply is lost (the broker wrote it) and whose resends all fail until
+    ``delivery.timeout.ms`` fails with DeliveryTimeoutError, as Kafka's does, although it
+    may be in the log. The next batch must not take its sequence numbers: the broker would
+    answer it as a duplicate of the expired one, and the producer would report as written
+    records the log does not hold. It goes from sequence 0 under a new producer epoch."""
+    await cluster.create_topic("expired")
+    config = cluster.config(
+        retry_backoff_ms=20, delivery_timeout_ms=600, request_timeout_ms=200, linger_ms=0
+    )
+    async with AsyncProducer(config) as producer:
+        await producer.send("expired", b"zero")
+        produce = producer.cluster.produce
+        expired = producer.produce("expired", b"one")
+        calls = 0
+
+        async def lost_then_unreachable(
+            address: str, request: pb.ProduceRequest, timeout_s: float
+        ) -> pb.ProduceResponse:
+            nonlocal calls
+            calls += 1
+            if expired.done():  # the broker is reachable again
+                return await produce(address, request, timeout_s)
+            if calls == 1:  # written, and the reply lost
+                reply = await produce(address, request, timeout_s)
+                reply.topics[0].partitions[0].error = ErrorCode.NETWORK_EXCEPTION
+                return reply
+            reply = pb.ProduceResponse()  # the leader is away: nothing written
+            for topic in request.topics:
+                answers = reply.topics.add(topic=topic.topic)
+                for part in topic.partitions:
+                    answers.partitions.add(
+                        partition=part.partition, error=ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    )
+            return reply
+
+        producer.cluster.produce = lost_then_unreachable  # type: ignore[method-assign]
+        await asyncio.sleep(0.3)
+        after = producer.produce("expired", b"two")
+        assert await producer.flush(10) == 0
+    with pytest.raises(DeliveryTimeoutError):
+        expired.result()
+    assert calls > 2
+    assert await cluster.values("expired") == [b"zero", b"one", b"two"]
+    assert after.result().offset == 2
+    batches = await cluster.batches("expired")
+    assert [(b.producer_epoch - batches[0].producer_epoch, b.base_sequence) for b in batches] == [
+        (0, 0),
+        (0, 1),
+        (1, 0),
+    ]
+
+
+async def test_a_restart_past_the_last_epoch_takes_a_new_producer_id(cluster: Cluster) -> None:
+    """A partition whose sequences start again while its epoch is the last one (32767)
+    waits for a new producer id from InitProducerId and starts from 0 under it."""
+    await cluster.create_topic("last-epoch")
+    async with AsyncProducer(cluster.config()) as producer:
+        await producer.send("last-epoch", b"zero")
+        first_id = producer.producer_id
+        queue = producer._queues[("last-epoch", 0)]
+        queue.producer_epoch, queue.restart_pending = MAX_PRODUCER_EPOCH, True
+        after = await producer.send("last-epoch", b"one")
+    assert after.offset == 1
+    batches = await cluster.batches("last-epoch")
+    assert [(b.producer_id == first_id, b.producer_epoch, b.base_sequence) for b in batches] == [
+        (True, 0, 0),
+        (False, 0, 0),
+    ]
+
+
 async def test_not_leader_refreshes_metadata_and_the_retry_is_deduplicated(
     cluster: Cluster,
 ) -> None:
@@ -496,9 +570,12 @@ async def test_batches_in_flight_reach_the_broker_in_order_without_a_retry(
     assert await cluster.values("pipelined") == [b"start"] + [b"%04d" % i for i in range(200)]
 
 
-async def test_a_refused_batch_gives_its_sequences_to_the_batches_in_flight_after_it(
+async def test_the_batches_in_flight_after_a_refused_one_go_again_under_a_new_epoch(
     cluster: Cluster,
 ) -> None:
+    """A batch refused for good leaves a gap in the partition's sequences: the batches
+    sent after it are refused for their sequence, then numbered again from 0 under the
+    next producer epoch and stored once each, in order."""
     await cluster.create_topic("gap", 1, **{"max.message.bytes": "300"})
     # batch.size=1: every record is a batch of its own, and up to five are in flight at once.
     config = cluster.config(batch_size=1, linger_ms=0, retry_backoff_ms=1)
@@ -513,7 +590,10 @@ async def test_a_refused_batch_gives_its_sequences_to_the_batches_in_flight_afte
     assert [f.result().offset for f in small] == list(range(1, 9))
     assert await cluster.values("gap") == [b"warm"] + [b"%d" % i for i in range(8)]
     batches = await cluster.batches("gap")
-    assert [b.base_sequence for b in batches] == list(range(9))
+    epoch = batches[0].producer_epoch
+    assert [(b.producer_epoch - epoch, b.base_sequence) for b in batches] == [(0, 0)] + [
+        (1, i) for i in range(8)
+    ]
 
 
 async def test_the_same_built_batch_sent_twice_is_stored_once(cluster: Cluster) -> None:

@@ -1,5 +1,6 @@
 """The producer's pure parts: Produce requests from batches, what an answer means, and the
-sequence numbers of a partition's queue (acknowledged, and renumbered when a batch fails).
+sequence numbers of a partition's queue (acknowledged, and started again under a new epoch
+when a batch fails for good).
 """
 
 from __future__ import annotations
@@ -42,14 +43,11 @@ def batch(
     return made
 
 
-def stamped_sequence(made: ProducerBatch) -> int:
-    """The base sequence written in the batch's bytes (their CRC checked)."""
+def stamped_sequence(made: ProducerBatch, epoch: int = PRODUCER_EPOCH) -> int:
+    """The base sequence written in the batch's bytes (their CRC checked), under ``epoch``."""
     assert made.data is not None
     (parsed,) = iter_batches(made.data, verify_crc=True)
-    assert (parsed.header.producer_id, parsed.header.producer_epoch) == (
-        PRODUCER_ID,
-        PRODUCER_EPOCH,
-    )
+    assert (parsed.header.producer_id, parsed.header.producer_epoch) == (PRODUCER_ID, epoch)
     return parsed.header.base_sequence
 
 
@@ -128,33 +126,41 @@ def test_acknowledging_wraps_around_the_sequence_space() -> None:
     assert queue.acked_sequence == 1
 
 
-def test_a_failed_batch_gives_its_sequences_to_the_later_ones() -> None:
-    failed = batch("a", 0, 3, base_sequence=10)
-    in_flight = batch("a", 0, 2, base_sequence=13)
-    queued = batch("a", 0, 4, base_sequence=15)
-    earlier = batch("a", 0, 5, base_sequence=5)
-    queue = PartitionQueue("a", 0, next_sequence=19, acked_sequence=10)
-    queue.in_flight += [earlier, in_flight]
-    queue.batches.append(queued)
-    queue.close_gap(failed, PRODUCER_ID, PRODUCER_EPOCH)
-    assert (in_flight.base_sequence, queued.base_sequence) == (10, 12)
-    assert (stamped_sequence(in_flight), stamped_sequence(queued)) == (10, 12)
-    assert earlier.base_sequence == 5 and stamped_sequence(earlier) == 5
-    assert queue.next_sequence == 16
-    assert queue.retrying  # the renumbered in-flight batch is sent again
+def test_a_restart_waits_for_the_answers_in_flight_and_for_the_first_sent_batch() -> None:
+    """After a sent batch failed for good, the sequences start again only once nothing is
+    in flight and the first sent batch still queued is known not to be in the log (its
+    last answer a sequence error), or none is queued."""
+    queue = PartitionQueue("a", 0, next_sequence=9, acked_sequence=5)
+    resent, fresh = batch("a", 0, 2, base_sequence=7), batch("a", 0, 1)
+    queue.batches.extend([resent, fresh])
+    assert not queue.restart_due()  # none pending
+    queue.restart_pending = True
+    queue.in_flight.append(batch("a", 0, 2, base_sequence=5))
+    assert not queue.restart_due()  # an answer that may acknowledge it is on its way
+    queue.in_flight.clear()
+    assert not queue.restart_due()  # 7 may be in the log: resend it under the old numbers
+    resent.sequence_refused = True
+    assert queue.restart_due()  # refused for its sequence: neither 7 nor later is held
+    queue.batches.popleft()
+    assert queue.restart_due()  # only a batch never sent is left
+    queue.batches.clear()
+    assert queue.restart_due()
 
 
-def test_a_failed_last_batch_only_takes_back_its_sequences() -> None:
-    failed = batch("a", 0, 3, base_sequence=10)
-    queue = PartitionQueue("a", 0, next_sequence=13, acked_sequence=10)
-    queue.close_gap(failed, PRODUCER_ID, PRODUCER_EPOCH)
-    assert queue.next_sequence == 10 and not queue.retrying
-
-
-def test_a_batch_without_sequences_leaves_the_queue_alone() -> None:
-    queue = PartitionQueue("a", 0, next_sequence=4)
-    queue.close_gap(batch("a", 0, 2), PRODUCER_ID, PRODUCER_EPOCH)
-    assert queue.next_sequence == 4
+def test_a_restart_numbers_the_sent_batches_from_zero_under_the_new_epoch() -> None:
+    first, second = batch("a", 0, 2, base_sequence=7), batch("a", 0, 3, base_sequence=9)
+    fresh = batch("a", 0, 4)
+    first.sequence_refused = True
+    queue = PartitionQueue("a", 0, next_sequence=12, acked_sequence=7, restart_pending=True)
+    queue.batches.extend([first, second, fresh])
+    queue.restart_sequences(PRODUCER_ID, PRODUCER_EPOCH + 1)
+    assert (queue.producer_id, queue.producer_epoch) == (PRODUCER_ID, PRODUCER_EPOCH + 1)
+    assert (first.base_sequence, second.base_sequence, fresh.base_sequence) == (0, 2, None)
+    assert stamped_sequence(first, PRODUCER_EPOCH + 1) == 0
+    assert stamped_sequence(second, PRODUCER_EPOCH + 1) == 2
+    assert not first.sequence_refused
+    assert (queue.next_sequence, queue.acked_sequence) == (5, 0)
+    assert not queue.restart_pending
 
 
 def opened_at(created: float, count: int = 1) -> ProducerBatch:

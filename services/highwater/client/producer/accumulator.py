@@ -6,7 +6,8 @@ A record goes into its partition's open :class:`ProducerBatch` (a
 numbers when the producer is idempotent. Records of a topic whose metadata is not known
 yet wait as :class:`WaitingRecord`. The sequence arithmetic (modulo 2**31, as Kafka's) is
 here too: :meth:`PartitionQueue.acknowledge` moves the acknowledged sequence forward, and
-:meth:`PartitionQueue.close_gap` renumbers the later batches when one fails for good.
+:meth:`PartitionQueue.restart_sequences` starts them again under a new producer epoch
+after a batch failed for good.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from highwater.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, crc32c
 from highwater.records.record import Header, RecordFields
 
 __all__ = [
+    "MAX_PRODUCER_EPOCH",
     "NO_HEADERS",
     "SEQUENCE_MODULUS",
     "PartitionQueue",
@@ -41,6 +43,8 @@ __all__ = [
 ]
 
 SEQUENCE_MODULUS: Final = 1 << 31
+MAX_PRODUCER_EPOCH: Final = (1 << 15) - 1
+"""A producer epoch is an int16: past this one the producer needs a new producer id."""
 _PRODUCER_ID_OFFSET: Final = 43
 _PRODUCER_STATE = struct.Struct(">qhi")  # producer id, producer epoch, base sequence
 _UINT32 = struct.Struct(">I")
@@ -100,6 +104,10 @@ class ProducerBatch:
     data: bytes | None = None
     base_sequence: int | None = None
     attempts: int = 0
+    sequence_refused: bool = False
+    """Its last attempt was answered with a sequence error (OUT_OF_ORDER_SEQUENCE_NUMBER,
+    UNKNOWN_PRODUCER_ID): the broker does not hold it, so neither any later batch of the
+    partition (:meth:`PartitionQueue.restart_due`)."""
     columnar: bool = False
     """A batch of :meth:`~highwater.client.producer.AsyncProducer.produce_batch`: its records
     came encoded, with no future or callback per record."""
@@ -177,6 +185,15 @@ class PartitionQueue:
     retrying: bool = False
     """A batch is being resent: send one at a time, nothing new, until caught up."""
     backoff_until: float = 0.0
+    producer_id: int = -1
+    producer_epoch: int = -1
+    """The producer id and epoch the partition's sequence numbers belong to (-1 until its
+    first batch is sealed). The broker keeps a producer's sequence per partition, so one
+    partition may move to a new epoch (:meth:`restart_sequences`) while the others go on."""
+    restart_pending: bool = False
+    """A sequenced batch failed for good: the partition's sequences start again from 0
+    under a new epoch once it is known which of its batches the broker holds
+    (:meth:`restart_due`)."""
 
     def open_batch(self) -> ProducerBatch | None:
         """The batch new records go into, if one is open."""
@@ -269,29 +286,46 @@ class PartitionQueue:
             if (end - self.acked_sequence) % SEQUENCE_MODULUS < SEQUENCE_MODULUS // 2:
                 self.acked_sequence = end
 
-    def close_gap(self, batch: ProducerBatch, producer_id: int, producer_epoch: int) -> None:
-        """``batch`` failed for good: the later batches take its sequence numbers.
+    def restart_due(self) -> bool:
+        """Whether the pending restart of the sequences (:attr:`restart_pending`) may
+        happen now.
 
-        They are restamped (and, when in flight, resent with their new numbers, since the
-        queue then retries), as Kafka's producer adjusts them.
+        A batch that failed for good may be in the log all the same (its reply was lost,
+        or it was appended and its answer said otherwise), so its sequence numbers cannot
+        be given to the later batches, as they could if it certainly was not: the broker
+        would answer a later batch carrying them as a duplicate of the failed one, and its
+        records would be reported written without being in the log. Kafka's idempotent
+        producer bumps its epoch instead, and so does this queue, once nothing is in flight
+        and its first sent batch still queued is known not to be in the log (its last
+        answer was a sequence error), or none is queued: the broker accepts a producer's batches
+        only in sequence order, so no later one is in the log either, and all of them may
+        take new numbers. Until then the first one is resent under the old numbers, one
+        batch at a time (:attr:`retrying`): written, it is acknowledged (or answered as a
+        duplicate); not written, it is refused for its sequence.
         """
-        if batch.base_sequence is None:
-            return
-        failed, count = batch.base_sequence, batch.count
-        later = [
-            b
-            for b in (*self.in_flight, *self.batches)
-            if b.base_sequence is not None
-            and (b.base_sequence - failed) % SEQUENCE_MODULUS < SEQUENCE_MODULUS // 2
-            and b.base_sequence != failed
-        ]
-        for other in later:
-            assert other.base_sequence is not None and other.data is not None
-            other.base_sequence = (other.base_sequence - count) % SEQUENCE_MODULUS
-            other.data = restamp(other.data, producer_id, producer_epoch, other.base_sequence)
-        self.next_sequence = (self.next_sequence - count) % SEQUENCE_MODULUS
-        if later:
-            self.retrying = True
+        if not self.restart_pending or self.in_flight:
+            return False
+        head = self.batches[0] if self.batches else None
+        return head is None or head.base_sequence is None or head.sequence_refused
+
+    def restart_sequences(self, producer_id: int, producer_epoch: int) -> None:
+        """Number the sent batches still queued again from 0 under ``producer_epoch``
+        (and ``producer_id``), in their order, and go on from there
+        (:meth:`restart_due` says when)."""
+        assert not self.in_flight
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        sequence = 0
+        for batch in self.batches:
+            if batch.base_sequence is None:
+                break  # sent batches are queued first, in sequence order (requeue)
+            assert batch.data is not None
+            batch.base_sequence = sequence
+            batch.sequence_refused = False
+            batch.data = restamp(batch.data, producer_id, producer_epoch, sequence)
+            sequence = (sequence + batch.count) % SEQUENCE_MODULUS
+        self.next_sequence = sequence
+        self.acked_sequence = 0
+        self.restart_pending = False
 
 
 def restamp(data: bytes, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:

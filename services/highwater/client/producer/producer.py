@@ -36,7 +36,10 @@ are :mod:`~highwater.client.producer.accumulator` and :mod:`~highwater.client.pr
   one at a time until the partition has caught up; the broker answers a resent batch it
   already holds with the original offset, so nothing is written twice.
 - A batch is delivered with an error when it fails for good: a non-retriable error code,
-  ``retries`` exhausted, or ``delivery.timeout.ms`` passed since it was opened.
+  ``retries`` exhausted, or ``delivery.timeout.ms`` passed since it was opened. Sent, it may
+  be in the log all the same, so its partition's sequences start again from 0 under a new
+  producer epoch (:meth:`~highwater.client.producer.accumulator.PartitionQueue.restart_due`)
+  instead of the later batches taking its numbers.
 
 The sender runs on the same event loop as the code that calls ``produce()``: a loop that
 queues records without awaiting leaves the sender no turn. Give the loop one every few
@@ -76,6 +79,7 @@ from highwater.client.message import (
 )
 from highwater.client.metrics import CLIENT_METRICS
 from highwater.client.producer.accumulator import (
+    MAX_PRODUCER_EPOCH,
     NO_HEADERS,
     SEQUENCE_MODULUS,
     PartitionQueue,
@@ -103,6 +107,7 @@ from highwater.client.producer.delivery import (
 from highwater.client.producer.handle import DeliveryHandle
 from highwater.client.producer.sender import (
     PRODUCE_REQUEST_MAX_BYTES,
+    SEQUENCE_ERRORS,
     answer_error,
     answers_by_partition,
     create_produce_request,
@@ -1140,6 +1145,9 @@ class AsyncProducer:
             if self.config.enable_idempotence and self._producer_id < 0:
                 wake_in(self.config.retry_backoff_ms / 1000)
                 continue
+            if q.restart_pending and q.restart_due() and not self._restart_sequences(q):
+                wake_in(self.config.retry_backoff_ms / 1000)
+                continue
             try:
                 address = self.cluster.leader_address(q.topic, q.partition)
             except ClusterError:
@@ -1175,11 +1183,11 @@ class AsyncProducer:
         if batch.data is not None:
             return
         if self.config.enable_idempotence:
+            if q.producer_id < 0:
+                q.producer_id, q.producer_epoch = self._producer_id, self._producer_epoch
             batch.base_sequence = q.next_sequence
             q.next_sequence = (q.next_sequence + batch.count) % SEQUENCE_MODULUS
-            batch.builder.set_producer_state(
-                self._producer_id, self._producer_epoch, batch.base_sequence
-            )
+            batch.builder.set_producer_state(q.producer_id, q.producer_epoch, batch.base_sequence)
         batch.data = batch.builder.build()
 
     async def _send(self, address: str, batches: list[ProducerBatch]) -> None:
@@ -1187,6 +1195,7 @@ class AsyncProducer:
         cfg = self.config
         for batch in batches:
             batch.attempts += 1
+            batch.sequence_refused = False
         request = create_produce_request(batches, cfg.acks, cfg.request_timeout_ms)
         try:
             reply = await self.cluster.produce(address, request, cfg.request_timeout_ms / 1000)
@@ -1222,6 +1231,7 @@ class AsyncProducer:
                 self._succeed(batch, answer.base_offset, answer.log_append_time_ms)
                 continue
             self.cluster.handle_error(batch.topic, batch.partition, code)
+            batch.sequence_refused = code in SEQUENCE_ERRORS
             retriable = is_retriable_answer(code, batch, q)
             self._on_failure(batch, answer_error(batch, answer), retriable=retriable)
         self._wakeup.set()
@@ -1246,10 +1256,36 @@ class AsyncProducer:
         self._give_up(q, batch, error)
 
     def _give_up(self, q: PartitionQueue, batch: ProducerBatch, error: BaseException) -> None:
-        """Deliver ``error`` to a batch's records; the later batches of the partition take
-        its sequence numbers (:meth:`PartitionQueue.close_gap`)."""
-        q.close_gap(batch, self._producer_id, self._producer_epoch)
+        """Deliver ``error`` to a batch's records. Had it been sent, the partition's
+        sequences start again under a new epoch (:meth:`PartitionQueue.restart_due`):
+        it may be in the log although it failed."""
+        if batch.base_sequence is not None:
+            q.restart_pending = True
+            q.retrying = True  # one batch at a time until the restart
+            self._wakeup.set()
         self._fail_batch(batch, error)
+
+    def _restart_sequences(self, q: PartitionQueue) -> bool:
+        """Start the partition's sequences again (:meth:`PartitionQueue.restart_sequences`)
+        under the next epoch of its producer id, or under the producer's id if that
+        changed since; False while a new producer id is needed first. An id whose epochs
+        are used up is replaced by a new one from InitProducerId, as Kafka's producer
+        does."""
+        if q.producer_id != self._producer_id:
+            q.restart_sequences(self._producer_id, self._producer_epoch)
+        elif q.producer_epoch < MAX_PRODUCER_EPOCH:
+            q.restart_sequences(q.producer_id, q.producer_epoch + 1)
+        else:
+            self._producer_id = self._producer_epoch = -1
+            return False
+        log.info(
+            "%s-%s: sequences start again at 0 under producer %d epoch %d",
+            q.topic,
+            q.partition,
+            q.producer_id,
+            q.producer_epoch,
+        )
+        return True
 
 
 # --- The blocking producer --------------------------------------------------------------
