@@ -15,8 +15,10 @@ Taking a partition over (:meth:`PartitionAppender.fence`): append a
 epoch, then read the partition from its start up to the marker (it is committed: it was
 appended with ``acks=all``) and replay that. Appends after it carry increasing sequence
 numbers, one batch in flight at a time; a batch whose outcome is unknown (a timeout, a
-lost connection) is sent again unchanged until the broker answers for it, and the
-broker's duplicate detection makes that safe.
+lost connection, a leader that lost its leadership while it waited for the followers) is
+sent again unchanged until the broker answers for it, and the broker's duplicate
+detection makes that safe. Given up, its sequence numbers would go to the next batch,
+which the broker would take for a duplicate of it if it was appended after all.
 """
 
 from __future__ import annotations
@@ -51,9 +53,10 @@ controller's producer-id blocks start at 0 and never reach them."""
 MAX_COORDINATOR_EPOCH: Final = (1 << 15) - 1
 """A batch's producer epoch is 16 bits: how many times a partition can change owner."""
 
+_NOT_LEADER: Final = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
 _LEADER_ERRORS: Final = frozenset(
     {
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
         ErrorCode.LEADER_NOT_AVAILABLE,
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.FENCED_LEADER_EPOCH,
@@ -63,9 +66,15 @@ _LEADER_ERRORS: Final = frozenset(
 """The batch was not appended: the partition is led elsewhere, or by nobody right now."""
 
 _IN_DOUBT_ERRORS: Final = frozenset(
-    {ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
+    {
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        _NOT_LEADER,
+    }
 )
-"""The batch may have been appended: it must be sent again unchanged."""
+"""The batch may have been appended: it must be sent again unchanged. A broker answers
+NOT_LEADER_OR_FOLLOWER also when it lost its leadership after the append, while it
+waited for the followers, and the new leader may hold the batch."""
 
 _FENCED_ERRORS: Final = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
 
@@ -206,7 +215,7 @@ class OffsetsTopicClient:
                 first = False
                 continue
             if answer.error != ErrorCode.NONE:
-                if answer.error in _LEADER_ERRORS:
+                if answer.error in _LEADER_ERRORS or answer.error == _NOT_LEADER:
                     await asyncio.sleep(backoff)
                     continue
                 raise HighwaterError(
