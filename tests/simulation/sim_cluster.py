@@ -155,7 +155,6 @@ OFFSETS_RETRY_BACKOFF_MS = 20
 OFFSETS_READ_TIMEOUT_MS = 300
 _LEADER_ERRORS = frozenset(
     {
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
         ErrorCode.LEADER_NOT_AVAILABLE,
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.FENCED_LEADER_EPOCH,
@@ -167,6 +166,7 @@ _IN_DOUBT_ERRORS = frozenset(
         ErrorCode.REQUEST_TIMED_OUT,
         ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
         ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,  # also after the append (offsets_log)
     }
 )
 _FENCED_ERRORS = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
@@ -2433,7 +2433,10 @@ class Simulation:
     ) -> None:
         """OffsetsTopicClient.read, one answer at a time: every record below the marker."""
         if reply.error != NONE:
-            if reply.error in _LEADER_ERRORS or reply.error == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if reply.error in _LEADER_ERRORS or reply.error in (
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+            ):
                 state.retry_at = self.now_ms + OFFSETS_RETRY_BACKOFF_MS
                 return
             self._note(f"{c.name}: reading offsets partition {partition} failed")
