@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from group_harness import REBALANCE_MS, SESSION_MS, Harness, partition_for
 from highwater.coordinator.core import (
+    CommitResult,
     DeleteResult,
     GroupCoordinatorCore,
     GroupCoordinatorSettings,
     JoinResult,
     OffsetDeleteResult,
+    OffsetToCommit,
     Outcome,
 )
 from highwater.coordinator.group import GroupState
@@ -540,3 +542,28 @@ def test_a_static_rejoin_whose_write_fails_leaves_the_old_member_in_place() -> N
     assert failed.error == ErrorCode.COORDINATOR_NOT_AVAILABLE and failed.member_id == ""
     assert h.heartbeat(G, a.member_id, a.generation_id, "pod-a") == ErrorCode.NONE
     assert set(h.core.groups[G].members) == {a.member_id}
+
+
+def test_offsets_with_a_commit_in_flight_do_not_expire() -> None:
+    # Kafka's removeExpiredOffsets skips partitions with a pending commit and keeps a group
+    # that has one: the tombstone would land after the commit and erase an acknowledged offset.
+    settings = GroupCoordinatorSettings(
+        group_initial_rebalance_delay_ms=0,
+        offsets_retention_ms=60_000,
+        offsets_retention_check_interval_ms=10_000,
+    )
+    h = Harness(settings=settings)
+    h.commit("standalone", "", -1, {TP0: 1})
+    h.advance(55_000)  # a retention check finds nothing to expire yet
+    h.auto_write = False
+    token = h.token()
+    h.run(h.core.commit_offsets(token, "standalone", "", -1, None, [OffsetToCommit(TP0, 2)], h.now))
+    h.advance(10_000)  # the next check runs while the commit is being appended
+    h.complete_writes()
+    result = h.replies.pop(token)
+    assert isinstance(result, CommitResult) and result.errors[TP0].error == ErrorCode.NONE
+    assert h.core.fetch_offsets("standalone", [TP0])[1][TP0].offset == 2
+    successor = GroupCoordinatorCore(settings, partition_for)
+    partition = partition_for("standalone")
+    successor.load(partition, 1, h.records(partition), h.now)
+    assert successor.fetch_offsets("standalone", [TP0])[1][TP0].offset == 2

@@ -867,8 +867,14 @@ class GroupCoordinatorCore:
             return [Reply(token, CommitResult(errors))]
         records = tuple(encode_offset_commit(group_id, tp, o) for tp, o in accepted.items())
         target = group
+        for tp in accepted:
+            target.pending_commits[tp] = target.pending_commits.get(tp, 0) + 1
 
         def done(error: int, _now: int) -> list[Effect]:
+            for tp in accepted:
+                left = target.pending_commits.pop(tp, 1) - 1
+                if left:
+                    target.pending_commits[tp] = left
             if error == NONE:
                 target.offsets.update(accepted)
                 errors.update(dict.fromkeys(accepted, Outcome()))
@@ -1094,21 +1100,28 @@ class GroupCoordinatorCore:
     def _expire_offsets(self, now: int) -> list[Effect]:
         """KIP-211: offsets of an empty consumer group expire ``offsets.retention.minutes``
         after it became empty; a group without a protocol (assign() commits) expires each
-        offset that long after its commit. A group with nothing left goes."""
+        offset that long after its commit. A group with nothing left goes. As in Kafka, an
+        offset with a commit being appended does not expire, and its group stays."""
         retention = self.settings.offsets_retention_ms
         effects: list[Effect] = []
         for group in list(self.groups.values()):
             if not group.is_in(EMPTY) or group.members:
                 continue
             if group.protocol_type is not None:
-                expired = list(group.offsets) if group.state_timestamp + retention <= now else []
+                expired = (
+                    [tp for tp in group.offsets if tp not in group.pending_commits]
+                    if group.state_timestamp + retention <= now
+                    else []
+                )
             else:
                 expired = [
-                    tp for tp, o in group.offsets.items() if o.commit_timestamp + retention <= now
+                    tp
+                    for tp, o in group.offsets.items()
+                    if o.commit_timestamp + retention <= now and tp not in group.pending_commits
                 ]
-            if not expired and group.offsets:
+            if not expired and (group.offsets or group.pending_commits):
                 continue
-            remove_group = len(expired) == len(group.offsets)
+            remove_group = len(expired) == len(group.offsets) and not group.pending_commits
             records: list[KeyValue] = [
                 encode_offset_tombstone(group.group_id, tp) for tp in expired
             ]

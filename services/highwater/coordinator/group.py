@@ -119,6 +119,10 @@ class Group:
     pending_members: dict[str, int] = field(default_factory=dict)
     """Member ids handed out with MEMBER_ID_REQUIRED → when they lapse unless used (ms)."""
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    pending_commits: dict[TopicPartition, int] = field(default_factory=dict)
+    """Partitions with commits being appended → how many: their offsets do not expire,
+    nor does the group go, until they are answered (a tombstone appended after such a
+    commit would erase an acknowledged offset)."""
     state_timestamp: int = 0
     """When the group entered its current state (ms); offsets of an Empty group expire
     ``offsets.retention.minutes`` after it."""
