@@ -567,3 +567,25 @@ def test_offsets_with_a_commit_in_flight_do_not_expire() -> None:
     partition = partition_for("standalone")
     successor.load(partition, 1, h.records(partition), h.now)
     assert successor.fetch_offsets("standalone", [TP0])[1][TP0].offset == 2
+
+
+def test_a_member_waiting_for_the_leaders_assignment_is_not_expired() -> None:
+    # A member whose SyncGroup waits cannot heartbeat (the Python consumer does not while it
+    # joins); as Kafka's hasSatisfiedHeartbeat, waiting keeps it alive, its session counting
+    # again from the answer.
+    h = Harness()
+    first = h.join_result(h.join_new(G))
+    h.sync(G, first.member_id, first.generation_id, {first.member_id: b"a"})
+    second = h.join_new(G)
+    leader = h.join_result(h.join(G, first.member_id))
+    follower = h.join_result(second)
+    follower_sync = h.sync(G, follower.member_id, follower.generation_id)
+    for _ in range(3):  # the leader's assignor takes longer than a session
+        h.advance(SESSION_MS // 2)
+        assert h.heartbeat(G, leader.member_id, leader.generation_id) == ErrorCode.NONE
+    assert not h.answered(follower_sync)
+    h.sync(G, leader.member_id, leader.generation_id, {follower.member_id: b"F"})
+    assert h.sync_result(follower_sync).assignment == b"F"
+    h.advance(SESSION_MS - 1)
+    assert h.heartbeat(G, follower.member_id, follower.generation_id) == ErrorCode.NONE
+    assert h.core.groups[G].state is GroupState.STABLE

@@ -566,6 +566,7 @@ class GroupCoordinatorCore:
                     result = SyncResult(ErrorCode.REBALANCE_IN_PROGRESS, "a new rebalance began")
                     effects.append(Reply(member.sync_token, result))
                     member.sync_token = None
+                    member.heartbeat_deadline = now + member.session_timeout_ms
             group.assignment_write = None
             group.sync_deadline = None
         was_empty = group.is_in(EMPTY)
@@ -679,6 +680,7 @@ class GroupCoordinatorCore:
                     if m.sync_token is not None:
                         out.append(Reply(m.sync_token, SyncResult(_write_error(error))))
                         m.sync_token = None
+                        m.heartbeat_deadline = when + m.session_timeout_ms
                 return out + self._prepare_rebalance(group, when)
             return self._complete_sync(group, when)
 
@@ -698,6 +700,7 @@ class GroupCoordinatorCore:
             if member.sync_token is not None:
                 effects.append(Reply(member.sync_token, self._sync_result(group, member)))
                 member.sync_token = None
+                member.heartbeat_deadline = now + member.session_timeout_ms
         return effects
 
     def _sync_result(self, group: Group, member: Member) -> SyncResult:
@@ -1052,7 +1055,7 @@ class GroupCoordinatorCore:
                 deadlines.append(group.sync_deadline)
             deadlines.extend(group.pending_members.values())
             deadlines.extend(
-                m.heartbeat_deadline for m in group.members.values() if not m.awaiting_join
+                m.heartbeat_deadline for m in group.members.values() if m.session_may_expire
             )
         return min(deadlines, default=None)
 
@@ -1069,7 +1072,7 @@ class GroupCoordinatorCore:
             expired = [
                 m.member_id
                 for m in group.members.values()
-                if not m.awaiting_join and m.heartbeat_deadline <= now
+                if m.session_may_expire and m.heartbeat_deadline <= now
             ]
             for member_id in expired:
                 if member_id in group.members:

@@ -91,6 +91,16 @@ class Member:
     def awaiting_join(self) -> bool:
         return self.join_token is not None
 
+    @property
+    def awaiting_sync(self) -> bool:
+        return self.sync_token is not None
+
+    @property
+    def session_may_expire(self) -> bool:
+        """A member waiting in JoinGroup or SyncGroup cannot heartbeat, and is kept alive
+        (Kafka's ``hasSatisfiedHeartbeat``); its session counts again from the answer."""
+        return not (self.awaiting_join or self.awaiting_sync)
+
     def metadata_for(self, protocol_name: str) -> bytes:
         for protocol in self.protocols:
             if protocol.name == protocol_name:
