@@ -15,7 +15,7 @@ from highwater.coordinator.core import (
     Outcome,
 )
 from highwater.coordinator.group import GroupState
-from highwater.coordinator.records import OffsetCommitRecord
+from highwater.coordinator.records import OffsetCommitRecord, decode_record
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1.common_pb2 import ErrorCode
 from highwater.v1.consumer_protocol_pb2 import (
@@ -589,3 +589,24 @@ def test_a_member_waiting_for_the_leaders_assignment_is_not_expired() -> None:
     h.advance(SESSION_MS - 1)
     assert h.heartbeat(G, follower.member_id, follower.generation_id) == ErrorCode.NONE
     assert h.core.groups[G].state is GroupState.STABLE
+
+
+def test_a_deleted_group_stays_deleted_once_the_log_is_compacted() -> None:
+    # A commit appended just before the deletion must get its own tombstone: the group's
+    # tombstone alone hides it from a load only until the cleaner drops that tombstone.
+    h = Harness()
+    h.commit("idle", "", -1, {TP1: 3})
+    h.auto_write = False
+    commit, delete = h.token(), h.token()
+    h.run(h.core.commit_offsets(commit, "idle", "", -1, None, [OffsetToCommit(TP0, 5)], h.now))
+    h.run(h.core.delete_groups(delete, ["idle"], h.now))
+    h.complete_writes()
+    deleted = h.replies.pop(delete)
+    assert isinstance(deleted, DeleteResult) and deleted.errors["idle"].error == ErrorCode.NONE
+    partition = partition_for("idle")
+    latest = dict(h.log[partition])  # the cleaner keeps each key's last value...
+    compacted = [(k, v) for k, v in latest.items() if v is not None]  # ...and drops tombstones
+    for log in (h.log[partition], compacted):
+        successor = GroupCoordinatorCore(GroupCoordinatorSettings(), partition_for)
+        successor.load(partition, 1, [decode_record(k, v) for k, v in log], h.now)
+        assert "idle" not in successor.groups

@@ -972,8 +972,14 @@ class GroupCoordinatorCore:
         effects: list[Effect] = []
         for group in deletable:
             group.transition(DEAD, now)
+            # Offsets with a commit still being appended get a tombstone too: it lands after
+            # the commit, where the group's tombstone alone would hide the commit from a load
+            # only until the cleaner removes that tombstone.
             records = (
-                *(encode_offset_tombstone(group.group_id, tp) for tp in group.offsets),
+                *(
+                    encode_offset_tombstone(group.group_id, tp)
+                    for tp in {**group.offsets, **group.pending_commits}
+                ),
                 encode_group_tombstone(group.group_id),
             )
 
