@@ -3,7 +3,7 @@ offsets, deletion and reloading, driven by a fake clock."""
 
 from __future__ import annotations
 
-from group_harness import REBALANCE_MS, SESSION_MS, Harness, partition_for
+from group_harness import PARTITIONS, REBALANCE_MS, SESSION_MS, Harness, partition_for
 from highwater.coordinator.core import (
     CommitResult,
     DeleteResult,
@@ -284,7 +284,7 @@ def test_commits_outside_group_management_go_to_an_empty_group() -> None:
     result = h.commit("standalone", "", -1, {TP0: 10})
     assert result.errors[TP0].error == ErrorCode.NONE
     assert h.core.fetch_offsets("standalone", None)[1][TP0].offset == 10
-    listing = h.core.list_groups()
+    _, listing = h.core.list_groups()
     assert [(g.group_id, g.state) for g in listing] == [("standalone", GroupState.EMPTY)]
 
 
@@ -405,8 +405,8 @@ def test_describe_and_list_show_state_members_and_assignments() -> None:
         (follower, b"F"),
     }
     assert all(m.client_host == "/127.0.0.1" for m in described.members)
-    assert [g.group_id for g in h.core.list_groups(["stable"])] == [G]
-    assert h.core.list_groups(["Empty"]) == []
+    assert [g.group_id for g in h.core.list_groups(["stable"])[1]] == [G]
+    assert h.core.list_groups(["Empty"])[1] == []
     assert h.core.describe_group("unknown").state is GroupState.DEAD
 
 
@@ -610,3 +610,16 @@ def test_a_deleted_group_stays_deleted_once_the_log_is_compacted() -> None:
         successor = GroupCoordinatorCore(GroupCoordinatorSettings(), partition_for)
         successor.load(partition, 1, [decode_record(k, v) for k, v in log], h.now)
         assert "idle" not in successor.groups
+
+
+def test_listing_groups_while_a_partition_loads_says_so() -> None:
+    # As Kafka's handleListGroups: the groups known, and COORDINATOR_LOAD_IN_PROGRESS while a
+    # partition loads (its groups are missing yet), which the admin client retries.
+    h = Harness()
+    h.commit("standalone", "", -1, {TP0: 1})
+    outcome, listing = h.core.list_groups()
+    assert outcome.error == ErrorCode.NONE and [g.group_id for g in listing] == ["standalone"]
+    h.core.begin_loading((partition_for("standalone") + 1) % PARTITIONS)
+    outcome, listing = h.core.list_groups()
+    assert outcome.error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert [g.group_id for g in listing] == ["standalone"]

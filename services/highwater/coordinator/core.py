@@ -911,13 +911,24 @@ class GroupCoordinatorCore:
 
     # -- ListGroups, DescribeGroups, DeleteGroups -------------------------------------------
 
-    def list_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
+    def list_groups(self, states: Iterable[str] = ()) -> tuple[Outcome, list[GroupListing]]:
+        """The groups served (only those in ``states`` if given), and, as Kafka answers,
+        COORDINATOR_LOAD_IN_PROGRESS while a partition loads: its groups are not listed yet,
+        and the caller asks again."""
         wanted = {s.lower() for s in states}
-        return [
+        listing = [
             GroupListing(g.group_id, g.protocol_type or "", g.state)
             for g in sorted(self.groups.values(), key=lambda g: g.group_id)
             if not g.is_in(DEAD) and (not wanted or g.state.value.lower() in wanted)
         ]
+        if self.loading:
+            loading = ", ".join(str(p) for p in sorted(self.loading))
+            outcome = Outcome(
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                f"partitions {loading} of __consumer_offsets are being loaded",
+            )
+            return outcome, listing
+        return Outcome(), listing
 
     def describe_group(self, group_id: str) -> GroupDescription:
         try:

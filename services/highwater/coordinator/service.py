@@ -625,8 +625,11 @@ class CoordinatorServer:
         return response
 
     def list_groups(self, request: pb.ListGroupsRequest) -> pb.ListGroupsResponse:
-        response = pb.ListGroupsResponse()
-        for listing in self.core.list_groups(request.states_filter):
+        outcome, listings = self.core.list_groups(request.states_filter)
+        response = pb.ListGroupsResponse(
+            error=_code(outcome.error), error_message=outcome.error_message
+        )
+        for listing in listings:
             response.groups.add(
                 group_id=listing.group_id,
                 protocol_type=listing.protocol_type,
