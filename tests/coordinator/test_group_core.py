@@ -623,3 +623,34 @@ def test_listing_groups_while_a_partition_loads_says_so() -> None:
     outcome, listing = h.core.list_groups()
     assert outcome.error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     assert [g.group_id for g in listing] == ["standalone"]
+
+
+def test_a_member_may_commit_what_it_gives_up_after_a_generation_that_never_came_into_force() -> (
+    None
+):
+    def assignment(*partitions: int) -> bytes:
+        entry = ConsumerProtocolTopicPartitions(topic="orders", partitions=partitions)
+        return ConsumerProtocolAssignment(assigned_partitions=[entry]).SerializeToString()
+
+    h = Harness()
+    first = h.join_result(h.join_new(G))
+    h.sync(G, first.member_id, first.generation_id, {first.member_id: assignment(0, 1)})
+    a = first.member_id
+    second = h.join_new(G)
+    h.join_result(h.join(G, a))
+    b = h.join_result(second).member_id
+    # The next generation's assignment is never stored: that generation never comes into force.
+    h.auto_write = False
+    h.sync(G, a, first.generation_id + 1, {a: assignment(0), b: assignment()})
+    h.complete_writes(ErrorCode.NOT_ENOUGH_REPLICAS)
+    h.auto_write = True
+    b_join = h.join(G, b)
+    leader = h.join_result(h.join(G, a))
+    h.join_result(b_join)
+    h.sync(G, b, leader.generation_id)
+    h.sync(G, a, leader.generation_id, {a: assignment(0), b: assignment(1)})
+    assert h.core.groups[G].state is GroupState.STABLE
+    # Partition 1 moves from a, which owned it in the last generation in force: a commits it
+    # as it gives it up (KIP-429).
+    result = h.commit(G, a, leader.generation_id, {TP0: 1, TP1: 2})
+    assert {o.error for o in result.errors.values()} == {ErrorCode.NONE}

@@ -560,8 +560,10 @@ class GroupCoordinatorCore:
             return []
         effects: list[Effect] = []
         if group.is_in(COMPLETING):
-            # The assignment of the generation being completed will never come into force.
+            # The assignment of the generation being completed will never come into force:
+            # what a member owned before it stays what it may still commit.
             for member in group.members.values():
+                member.assignment = member.previous_assignment
                 if member.sync_token is not None:
                     result = SyncResult(ErrorCode.REBALANCE_IN_PROGRESS, "a new rebalance began")
                     effects.append(Reply(member.sync_token, result))
