@@ -654,3 +654,36 @@ def test_a_member_may_commit_what_it_gives_up_after_a_generation_that_never_came
     # as it gives it up (KIP-429).
     result = h.commit(G, a, leader.generation_id, {TP0: 1, TP1: 2})
     assert {o.error for o in result.errors.values()} == {ErrorCode.NONE}
+
+
+def test_a_stable_groups_offsets_of_topics_no_member_subscribes_to_expire() -> None:
+    # KIP-496 (Kafka's removeExpiredOffsets): in a Stable consumer group, an offset of a topic
+    # no member subscribes to expires the retention after its commit; subscribed topics keep
+    # theirs however old, and the group stays.
+    settings = GroupCoordinatorSettings(
+        group_initial_rebalance_delay_ms=0,
+        offsets_retention_ms=60_000,
+        offsets_retention_check_interval_ms=10_000,
+    )
+    h = Harness(settings=settings)
+    audit = TopicPartition("audit", 0)
+    h.commit(G, "", -1, {audit: 7})  # before the group had members (assign())
+    subscription = ConsumerProtocolSubscription(topics=["orders"]).SerializeToString()
+    joined = h.join_result(h.join_new(G, protocols=(("range", subscription),)))
+    owned = ConsumerProtocolAssignment(
+        assigned_partitions=[ConsumerProtocolTopicPartitions(topic="orders", partitions=[0])]
+    ).SerializeToString()
+    h.sync(G, joined.member_id, joined.generation_id, {joined.member_id: owned})
+    h.commit(G, joined.member_id, joined.generation_id, {TP0: 5})
+    for _ in range(14):
+        h.advance(5_000)
+        assert h.heartbeat(G, joined.member_id, joined.generation_id) == ErrorCode.NONE
+    _, offsets = h.core.fetch_offsets(G, None)
+    assert {tp: o.offset for tp, o in offsets.items()} == {TP0: 5}
+    assert h.core.groups[G].state is GroupState.STABLE
+    tombstones = [
+        r.topic_partition
+        for r in h.records(partition_for(G))
+        if isinstance(r, OffsetCommitRecord) and r.offset is None
+    ]
+    assert tombstones == [audit]

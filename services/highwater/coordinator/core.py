@@ -1122,28 +1122,38 @@ class GroupCoordinatorCore:
     def _expire_offsets(self, now: int) -> list[Effect]:
         """KIP-211: offsets of an empty consumer group expire ``offsets.retention.minutes``
         after it became empty; a group without a protocol (assign() commits) expires each
-        offset that long after its commit. A group with nothing left goes. As in Kafka, an
-        offset with a commit being appended does not expire, and its group stays."""
+        offset that long after its commit; a Stable consumer group, each offset of a topic
+        none of its members subscribes to that long after its commit (KIP-496). An empty
+        group with nothing left goes. As in Kafka, an offset with a commit being appended
+        does not expire, and its group stays."""
         retention = self.settings.offsets_retention_ms
         effects: list[Effect] = []
         for group in list(self.groups.values()):
-            if not group.is_in(EMPTY) or group.members:
-                continue
-            if group.protocol_type is not None:
-                expired = (
-                    [tp for tp in group.offsets if tp not in group.pending_commits]
-                    if group.state_timestamp + retention <= now
-                    else []
-                )
-            else:
+            settled = {tp: o for tp, o in group.offsets.items() if tp not in group.pending_commits}
+            if group.is_in(EMPTY) and not group.members:
+                if group.protocol_type is None:
+                    expired = [
+                        tp for tp, o in settled.items() if o.commit_timestamp + retention <= now
+                    ]
+                else:
+                    expired = list(settled) if group.state_timestamp + retention <= now else []
+                if not expired and (group.offsets or group.pending_commits):
+                    continue
+                remove_group = len(expired) == len(group.offsets) and not group.pending_commits
+            elif group.is_in(STABLE) and group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+                subscribed = _subscribed_topics(group)
                 expired = [
                     tp
-                    for tp, o in group.offsets.items()
-                    if o.commit_timestamp + retention <= now and tp not in group.pending_commits
+                    for tp, o in settled.items()
+                    if subscribed is not None
+                    and tp.topic not in subscribed
+                    and o.commit_timestamp + retention <= now
                 ]
-            if not expired and (group.offsets or group.pending_commits):
+                if not expired:
+                    continue
+                remove_group = False
+            else:
                 continue
-            remove_group = len(expired) == len(group.offsets) and not group.pending_commits
             records: list[KeyValue] = [
                 encode_offset_tombstone(group.group_id, tp) for tp in expired
             ]
