@@ -448,6 +448,10 @@ class CoordinatorServer:
             self._timer_wake.clear()
             delay = None if deadline is None else (deadline - _now_ms()) / 1000
             if delay is not None and delay <= 0:
+                # A coordinator that wakes from a pause acts on no group before it knows
+                # its lease holds: it would expire members that were heartbeating to
+                # nobody while it slept, and store the groups it emptied so.
+                self.check_lease()
                 self._apply(self.core.tick(_now_ms()))
                 continue
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow the
