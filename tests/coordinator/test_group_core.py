@@ -687,3 +687,40 @@ def test_a_stable_groups_offsets_of_topics_no_member_subscribes_to_expire() -> N
         if isinstance(r, OffsetCommitRecord) and r.offset is None
     ]
     assert tombstones == [audit]
+
+
+def test_a_member_id_handed_out_and_never_used_lapses_after_the_session() -> None:
+    # KIP-394: the join phase waits for a member given MEMBER_ID_REQUIRED, but only for its
+    # session, not for the whole rebalance timeout; then its id is unknown.
+    h = Harness()
+    leader, follower, generation = stable_pair(h)
+    ghost = h.join_result(h.join(G))
+    assert ghost.error == ErrorCode.MEMBER_ID_REQUIRED
+    assert h.leave(G, follower) == ErrorCode.NONE
+    rejoin = h.join(G, leader)
+    h.advance(SESSION_MS - 1)
+    assert not h.answered(rejoin)
+    h.advance(1)
+    result = h.join_result(rejoin)
+    assert result.generation_id == generation + 1
+    assert [m.member_id for m in result.members] == [leader]
+    assert h.join_result(h.join(G, ghost.member_id)).error == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_the_leader_leaving_mid_rebalance_hands_the_lead_to_a_member_that_rejoined() -> None:
+    h = Harness()
+    leader, follower, generation = stable_pair(h)
+    newcomer = h.join_new(G)
+    leader_join, follower_join = h.join(G, leader), h.join(G, follower)
+    h.join_result(leader_join)
+    third = h.join_result(newcomer).member_id
+    follower_sync = h.sync(G, follower, h.join_result(follower_join).generation_id)
+    assert h.leave(G, leader) == ErrorCode.NONE  # in CompletingRebalance, before assigning
+    assert h.sync_result(follower_sync).error == ErrorCode.REBALANCE_IN_PROGRESS
+    follower_again, third_again = h.join(G, follower), h.join(G, third)
+    results = [h.join_result(follower_again), h.join_result(third_again)]
+    assert {r.generation_id for r in results} == {generation + 2}
+    [new_leader] = {r.leader for r in results}
+    assert new_leader in (follower, third)
+    [chosen] = [r for r in results if r.members]
+    assert {m.member_id for m in chosen.members} == {follower, third}
