@@ -724,3 +724,21 @@ def test_the_leader_leaving_mid_rebalance_hands_the_lead_to_a_member_that_rejoin
     assert new_leader in (follower, third)
     [chosen] = [r for r in results if r.members]
     assert {m.member_id for m in chosen.members} == {follower, third}
+
+
+def test_a_member_joining_during_completing_rebalance_starts_another_rebalance() -> None:
+    h = Harness()
+    leader, follower, generation = stable_pair(h)
+    h.leave(G, follower)
+    alone = h.join_result(h.join(G, leader))  # CompletingRebalance in generation + 1
+    late = h.join_new(G)
+    group = h.core.groups[G]
+    assert group.state is GroupState.PREPARING_REBALANCE
+    # The leader's assignment for the generation it was given no longer counts.
+    stale = h.sync(G, leader, alone.generation_id, {leader: b"L"})
+    assert h.sync_result(stale).error == ErrorCode.REBALANCE_IN_PROGRESS
+    assert h.heartbeat(G, leader, alone.generation_id) == ErrorCode.REBALANCE_IN_PROGRESS
+    again = h.join_result(h.join(G, leader))
+    newcomer = h.join_result(late)
+    assert again.generation_id == newcomer.generation_id == generation + 2
+    assert {m.member_id for m in again.members} == {leader, newcomer.member_id}
