@@ -742,3 +742,26 @@ def test_a_member_joining_during_completing_rebalance_starts_another_rebalance()
     newcomer = h.join_result(late)
     assert again.generation_id == newcomer.generation_id == generation + 2
     assert {m.member_id for m in again.members} == {leader, newcomer.member_id}
+
+
+def test_a_failed_expiry_is_tried_again_at_the_next_check() -> None:
+    # A failed append of the expiry's tombstones must not restart the group's retention.
+    settings = GroupCoordinatorSettings(
+        group_initial_rebalance_delay_ms=0,
+        offsets_retention_ms=60_000,
+        offsets_retention_check_interval_ms=10_000,
+    )
+    h = Harness(settings=settings)
+    joined = h.join_result(h.join_new(G))
+    h.sync(G, joined.member_id, joined.generation_id, {joined.member_id: b"a"})
+    h.commit(G, joined.member_id, joined.generation_id, {TP0: 1})
+    h.leave(G, joined.member_id)
+    assert h.core.groups[G].state is GroupState.EMPTY
+    h.auto_write = False
+    h.advance(65_000)  # the check that expires the group's offsets
+    assert h.pending_writes
+    h.complete_writes(ErrorCode.NOT_ENOUGH_REPLICAS)
+    assert h.core.fetch_offsets(G, [TP0])[1][TP0].offset == 1
+    h.auto_write = True
+    h.advance(10_000)  # the next check
+    assert G not in h.core.groups

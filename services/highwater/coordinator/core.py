@@ -984,6 +984,7 @@ class GroupCoordinatorCore:
         remaining = {g.group_id for g in deletable}
         effects: list[Effect] = []
         for group in deletable:
+            empty_since = group.state_timestamp
             group.transition(DEAD, now)
             # Offsets with a commit still being appended get a tombstone too: it lands after
             # the commit, where the group's tombstone alone would hide the commit from a load
@@ -996,12 +997,14 @@ class GroupCoordinatorCore:
                 encode_group_tombstone(group.group_id),
             )
 
-            def done(error: int, _now: int, group: Group = group) -> list[Effect]:
+            def done(
+                error: int, _now: int, group: Group = group, empty_since: int = empty_since
+            ) -> list[Effect]:
                 if error == NONE:
                     self.groups.pop(group.group_id, None)
                     errors[group.group_id] = Outcome()
                 else:
-                    group.transition(EMPTY, _now)
+                    group.transition(EMPTY, empty_since)
                     errors[group.group_id] = Outcome(_write_error(error), "could not be deleted")
                 remaining.discard(group.group_id)
                 return [] if remaining else [Reply(token, DeleteResult(errors))]
@@ -1157,20 +1160,22 @@ class GroupCoordinatorCore:
             records: list[KeyValue] = [
                 encode_offset_tombstone(group.group_id, tp) for tp in expired
             ]
+            empty_since = group.state_timestamp
             if remove_group:
                 records.append(encode_group_tombstone(group.group_id))
                 group.transition(DEAD, now)
 
             def done(
                 error: int,
-                when: int,
+                _when: int,
                 group: Group = group,
                 expired: list[TopicPartition] = expired,
                 remove_group: bool = remove_group,
+                empty_since: int = empty_since,
             ) -> list[Effect]:
                 if error != NONE:
-                    if remove_group:
-                        group.transition(EMPTY, when)
+                    if remove_group:  # still empty since then: the next check tries again
+                        group.transition(EMPTY, empty_since)
                     return []
                 for tp in expired:
                     group.offsets.pop(tp, None)
