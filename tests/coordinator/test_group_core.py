@@ -765,3 +765,60 @@ def test_a_failed_expiry_is_tried_again_at_the_next_check() -> None:
     h.auto_write = True
     h.advance(10_000)  # the next check
     assert G not in h.core.groups
+
+
+def test_a_compacted_log_loads_the_groups_the_whole_log_does() -> None:
+    # Offsets before and after a group's metadata, a deleted offset, a group deleted and
+    # used again by assign() commits, a group whose members left: the cleaner keeps each
+    # key's last record and in the end drops tombstones; a load must not tell the difference.
+    h = Harness()
+    leader, follower, generation = stable_pair(h)  # G's metadata after...
+    h.commit(G, leader, generation, {TP0: 1, TP1: 2})
+    h.commit(G, follower, generation, {TP0: 3})  # ...and before its last offsets
+    reused = "orders-app-2"  # deleted, then used by assign() commits
+    h.commit(reused, "", -1, {TP0: 7})
+    token = h.token()
+    h.run(h.core.delete_groups(token, [reused], h.now))
+    h.replies.pop(token)
+    h.commit(reused, "", -1, {TP1: 9})
+    left = "orders-app-3"  # its only member left: Empty, with its offsets but one deleted
+    first = h.join_result(h.join_new(left))
+    h.sync(left, first.member_id, first.generation_id, {first.member_id: b"a"})
+    h.commit(left, first.member_id, first.generation_id, {TP0: 11, TP1: 12})
+    h.leave(left, first.member_id)
+    token = h.token()
+    h.run(h.core.delete_offsets(token, left, [TP1], h.now))
+    assert isinstance(h.replies.pop(token), OffsetDeleteResult)
+
+    def loaded(log: list[tuple[bytes, bytes | None]], partition: int) -> dict[str, object]:
+        core = GroupCoordinatorCore(GroupCoordinatorSettings(), partition_for)
+        core.load(partition, 1, [decode_record(k, v) for k, v in log], h.now)
+        return {
+            g.group_id: (
+                g.state,
+                g.generation_id,
+                g.protocol_type,
+                sorted(g.members),
+                {tp: o.offset for tp, o in g.offsets.items()},
+            )
+            for g in core.groups.values()
+        }
+
+    for partition, log in h.log.items():
+        latest = dict(log)
+        compacted = [(k, v) for k, v in latest.items() if v is not None]
+        assert loaded(compacted, partition) == loaded(log, partition)
+    everything: dict[str, object] = {}
+    for partition, log in h.log.items():
+        everything.update(loaded(log, partition))
+    assert everything == {
+        G: (
+            GroupState.STABLE,
+            generation,
+            "consumer",
+            sorted([leader, follower]),
+            {TP0: 3, TP1: 2},
+        ),
+        reused: (GroupState.EMPTY, 0, None, [], {TP1: 9}),
+        left: (GroupState.EMPTY, 2, "consumer", [], {TP0: 11}),
+    }
