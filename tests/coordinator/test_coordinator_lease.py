@@ -95,6 +95,9 @@ async def test_a_coordinator_whose_lease_lapsed_serves_again_in_new_epochs(
                 coordinator.check_lease()
             assert coordinator.ownership.lapsed
             assert await fetch(stub) == (ErrorCode.NOT_COORDINATOR, -1)
+            # Its groups are not listed meanwhile: the listing says so, not just leaves them out.
+            listed = await stub.ListGroups(pb.ListGroupsRequest(), timeout=10)
+            assert listed.error == ErrorCode.COORDINATOR_NOT_AVAILABLE and not listed.groups
 
             await until_committed(stub, 7)  # the next heartbeat renews the lease
             assert await fetch(stub) == (ErrorCode.NONE, 7)

@@ -633,6 +633,11 @@ class CoordinatorServer:
         response = pb.ListGroupsResponse(
             error=_code(outcome.error), error_message=outcome.error_message
         )
+        if self.ownership.lapsed or self._stopping:
+            # Its partitions are not served (their groups are missing from the list) until
+            # a heartbeat renews the lease: as Kafka's inactive coordinator, say so.
+            response.error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            response.error_message = f"coordinator {self.node_id} serves no partition now"
         for listing in listings:
             response.groups.add(
                 group_id=listing.group_id,
