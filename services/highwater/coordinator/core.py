@@ -992,7 +992,7 @@ class GroupCoordinatorCore:
             records = (
                 *(
                     encode_offset_tombstone(group.group_id, tp)
-                    for tp in {**group.offsets, **group.pending_commits}
+                    for tp in dict.fromkeys((*group.offsets, *group.pending_commits))
                 ),
                 encode_group_tombstone(group.group_id),
             )
