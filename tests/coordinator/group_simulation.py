@@ -270,10 +270,12 @@ class Simulation:
         self.logged_offsets: dict[TopicPartition, CommittedOffset] = {}
         """The group's offsets as the log holds them (the last commit of each partition)."""
         self.writes: deque[Write] = deque()
-        """The core's writes not yet completed, appended one at a time in the order issued,
-        as the service edge does (the core relies on it: a later generation's metadata must
-        not land before an earlier one's)."""
-        self.writing = False
+        """The core's writes not yet completed, appended in the order issued, as the service
+        edge does (the core relies on it: a later generation's metadata must not land before
+        an earlier one's): those queued while a batch is being appended go together in the
+        next batch, as the edge's appends do."""
+        self.writing = 0
+        """How many of :attr:`writes` the batch being appended holds (0: none)."""
         # The consumers, and who waits on which token.
         self.consumers = [
             Consumer(f"c{i}", f"static-{i}" if i < self.scenario.static_consumers else None)
@@ -386,24 +388,26 @@ class Simulation:
 
     def _next_write(self) -> None:
         if self.writes and not self.writing:
-            self.writing = True
+            self.writing = len(self.writes)
             delay = self.rng.randint(0, self.scenario.max_write_delay_ms)
             self._schedule(delay, "write", self.coordinator_epoch)
 
     def _write_done(self, epoch: int) -> None:
         if epoch != self.coordinator_epoch:
             return  # issued by a coordinator since fenced
-        self.writing = False
-        write = self.writes.popleft()
+        batch = [self.writes.popleft() for _ in range(self.writing)]
+        self.writing = 0
         failed = not self.faults_over and self.rng.random() < self.scenario.write_failure_rate
         if failed:
             self.counts["failed writes"] += 1
-            self._note(f"write {write.write_id} failed")
+            self._note(f"writes {[w.write_id for w in batch]} failed")
             error = self.rng.choice((ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS))
         else:
-            self._append(write.records)
             error = ErrorCode.NONE
-        self._effects(self.core.write_completed(write.write_id, error, self.now))
+        for write in batch:  # each appended, then answered, in turn
+            if error == ErrorCode.NONE:
+                self._append(write.records)
+            self._effects(self.core.write_completed(write.write_id, error, self.now))
         self._next_write()
 
     def _append(self, records: Sequence[KeyValue]) -> None:
@@ -421,7 +425,7 @@ class Simulation:
         for write in list(self.writes)[:reached_log]:
             self._append(write.records)
         self.writes.clear()
-        self.writing = False
+        self.writing = 0
         old = self.core
         self.coordinator_epoch += 1
         self.core = self._new_core()

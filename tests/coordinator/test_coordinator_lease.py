@@ -95,6 +95,9 @@ async def test_a_coordinator_whose_lease_lapsed_serves_again_in_new_epochs(
                 coordinator.check_lease()
             assert coordinator.ownership.lapsed
             assert await fetch(stub) == (ErrorCode.NOT_COORDINATOR, -1)
+            # Its groups are not listed meanwhile: the listing says so, not just leaves them out.
+            listed = await stub.ListGroups(pb.ListGroupsRequest(), timeout=10)
+            assert listed.error == ErrorCode.COORDINATOR_NOT_AVAILABLE and not listed.groups
 
             await until_committed(stub, 7)  # the next heartbeat renews the lease
             assert await fetch(stub) == (ErrorCode.NONE, 7)
@@ -114,5 +117,77 @@ async def test_a_coordinator_whose_lease_lapsed_serves_again_in_new_epochs(
             if isinstance(r, OffsetCommitRecord) and r.group_id == GROUP and r.offset
         ]
         assert commits == [5, 7]
+    finally:
+        await server.stop()
+
+
+async def test_a_coordinator_waking_from_a_pause_past_its_lease_expires_no_member(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pause longer than the lease and a member's session: the timer wakes first. It must
+    not expire the member (which heartbeated to nobody meanwhile) and store the group empty;
+    the partition is loaded again and the member carries on in its generation."""
+    server = EmbeddedServer(
+        listen=f"127.0.0.1:{free_port()}",
+        data_dir=tmp_path,
+        coordinator_settings=CoordinatorSettings(
+            group=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=0),
+            heartbeat_interval_ms=200,
+        ),
+    )
+    await server.start()
+    try:
+        await server.broker.wait_unfenced()
+        coordinator = server.coordinator
+        async with grpc.aio.insecure_channel(server.listen) as channel:
+            stub = coordinator_pb2_grpc.GroupCoordinatorStub(channel)
+            join = pb.JoinGroupRequest(
+                group_id=GROUP,
+                protocol_type="consumer",
+                session_timeout_ms=6_000,
+                rebalance_timeout_ms=6_000,
+            )
+            join.protocols.add(name="range", metadata=b"sub")
+            deadline = time.monotonic() + 20
+            while (joined := await stub.JoinGroup(join, timeout=10)).error in (
+                ErrorCode.NOT_COORDINATOR,
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                ErrorCode.MEMBER_ID_REQUIRED,
+            ):
+                join.member_id = joined.member_id
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            assert joined.error == ErrorCode.NONE
+            member, generation = joined.member_id, joined.generation_id
+            synced = await stub.SyncGroup(
+                pb.SyncGroupRequest(
+                    group_id=GROUP,
+                    generation_id=generation,
+                    member_id=member,
+                    assignments=[pb.SyncGroupAssignment(member_id=member, assignment=b"A")],
+                ),
+                timeout=10,
+            )
+            assert synced.error == ErrorCode.NONE
+
+            later_ms = int((time.monotonic() + 60) * 1000)
+            wall_ms = time.time_ns() // 1_000_000 + 60_000
+            with monkeypatch.context() as clock:  # a minute's pause: the timer runs first
+                clock.setattr(service, "_monotonic_ms", lambda: later_ms)
+                clock.setattr(service, "_now_ms", lambda: wall_ms)
+                coordinator._timer_wake.set()
+                for _ in range(5):
+                    await asyncio.sleep(0)
+            heartbeat = pb.HeartbeatRequest(
+                group_id=GROUP, generation_id=generation, member_id=member
+            )
+            deadline = time.monotonic() + 20
+            while (beat := await stub.Heartbeat(heartbeat, timeout=10)).error in (
+                ErrorCode.NOT_COORDINATOR,
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            ):
+                assert time.monotonic() < deadline, "the group's partition is not served again"
+                await asyncio.sleep(0.05)
+            assert beat.error == ErrorCode.NONE
     finally:
         await server.stop()

@@ -3,17 +3,19 @@ offsets, deletion and reloading, driven by a fake clock."""
 
 from __future__ import annotations
 
-from group_harness import REBALANCE_MS, SESSION_MS, Harness, partition_for
+from group_harness import PARTITIONS, REBALANCE_MS, SESSION_MS, Harness, partition_for
 from highwater.coordinator.core import (
+    CommitResult,
     DeleteResult,
     GroupCoordinatorCore,
     GroupCoordinatorSettings,
     JoinResult,
     OffsetDeleteResult,
+    OffsetToCommit,
     Outcome,
 )
 from highwater.coordinator.group import GroupState
-from highwater.coordinator.records import OffsetCommitRecord
+from highwater.coordinator.records import OffsetCommitRecord, decode_record
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1.common_pb2 import ErrorCode
 from highwater.v1.consumer_protocol_pb2 import (
@@ -282,7 +284,7 @@ def test_commits_outside_group_management_go_to_an_empty_group() -> None:
     result = h.commit("standalone", "", -1, {TP0: 10})
     assert result.errors[TP0].error == ErrorCode.NONE
     assert h.core.fetch_offsets("standalone", None)[1][TP0].offset == 10
-    listing = h.core.list_groups()
+    _, listing = h.core.list_groups()
     assert [(g.group_id, g.state) for g in listing] == [("standalone", GroupState.EMPTY)]
 
 
@@ -403,8 +405,8 @@ def test_describe_and_list_show_state_members_and_assignments() -> None:
         (follower, b"F"),
     }
     assert all(m.client_host == "/127.0.0.1" for m in described.members)
-    assert [g.group_id for g in h.core.list_groups(["stable"])] == [G]
-    assert h.core.list_groups(["Empty"]) == []
+    assert [g.group_id for g in h.core.list_groups(["stable"])[1]] == [G]
+    assert h.core.list_groups(["Empty"])[1] == []
     assert h.core.describe_group("unknown").state is GroupState.DEAD
 
 
@@ -540,3 +542,283 @@ def test_a_static_rejoin_whose_write_fails_leaves_the_old_member_in_place() -> N
     assert failed.error == ErrorCode.COORDINATOR_NOT_AVAILABLE and failed.member_id == ""
     assert h.heartbeat(G, a.member_id, a.generation_id, "pod-a") == ErrorCode.NONE
     assert set(h.core.groups[G].members) == {a.member_id}
+
+
+def test_offsets_with_a_commit_in_flight_do_not_expire() -> None:
+    # Kafka's removeExpiredOffsets skips partitions with a pending commit and keeps a group
+    # that has one: the tombstone would land after the commit and erase an acknowledged offset.
+    settings = GroupCoordinatorSettings(
+        group_initial_rebalance_delay_ms=0,
+        offsets_retention_ms=60_000,
+        offsets_retention_check_interval_ms=10_000,
+    )
+    h = Harness(settings=settings)
+    h.commit("standalone", "", -1, {TP0: 1})
+    h.advance(55_000)  # a retention check finds nothing to expire yet
+    h.auto_write = False
+    token = h.token()
+    h.run(h.core.commit_offsets(token, "standalone", "", -1, None, [OffsetToCommit(TP0, 2)], h.now))
+    h.advance(10_000)  # the next check runs while the commit is being appended
+    h.complete_writes()
+    result = h.replies.pop(token)
+    assert isinstance(result, CommitResult) and result.errors[TP0].error == ErrorCode.NONE
+    assert h.core.fetch_offsets("standalone", [TP0])[1][TP0].offset == 2
+    successor = GroupCoordinatorCore(settings, partition_for)
+    partition = partition_for("standalone")
+    successor.load(partition, 1, h.records(partition), h.now)
+    assert successor.fetch_offsets("standalone", [TP0])[1][TP0].offset == 2
+
+
+def test_a_member_waiting_for_the_leaders_assignment_is_not_expired() -> None:
+    # A member whose SyncGroup waits cannot heartbeat (the Python consumer does not while it
+    # joins); as Kafka's hasSatisfiedHeartbeat, waiting keeps it alive, its session counting
+    # again from the answer.
+    h = Harness()
+    first = h.join_result(h.join_new(G))
+    h.sync(G, first.member_id, first.generation_id, {first.member_id: b"a"})
+    second = h.join_new(G)
+    leader = h.join_result(h.join(G, first.member_id))
+    follower = h.join_result(second)
+    follower_sync = h.sync(G, follower.member_id, follower.generation_id)
+    for _ in range(3):  # the leader's assignor takes longer than a session
+        h.advance(SESSION_MS // 2)
+        assert h.heartbeat(G, leader.member_id, leader.generation_id) == ErrorCode.NONE
+    assert not h.answered(follower_sync)
+    h.sync(G, leader.member_id, leader.generation_id, {follower.member_id: b"F"})
+    assert h.sync_result(follower_sync).assignment == b"F"
+    h.advance(SESSION_MS - 1)
+    assert h.heartbeat(G, follower.member_id, follower.generation_id) == ErrorCode.NONE
+    assert h.core.groups[G].state is GroupState.STABLE
+
+
+def test_a_deleted_group_stays_deleted_once_the_log_is_compacted() -> None:
+    # A commit appended just before the deletion must get its own tombstone: the group's
+    # tombstone alone hides it from a load only until the cleaner drops that tombstone.
+    h = Harness()
+    h.commit("idle", "", -1, {TP1: 3})
+    h.auto_write = False
+    commit, delete = h.token(), h.token()
+    h.run(h.core.commit_offsets(commit, "idle", "", -1, None, [OffsetToCommit(TP0, 5)], h.now))
+    h.run(h.core.delete_groups(delete, ["idle"], h.now))
+    h.complete_writes()
+    deleted = h.replies.pop(delete)
+    assert isinstance(deleted, DeleteResult) and deleted.errors["idle"].error == ErrorCode.NONE
+    partition = partition_for("idle")
+    latest = dict(h.log[partition])  # the cleaner keeps each key's last value...
+    compacted = [(k, v) for k, v in latest.items() if v is not None]  # ...and drops tombstones
+    for log in (h.log[partition], compacted):
+        successor = GroupCoordinatorCore(GroupCoordinatorSettings(), partition_for)
+        successor.load(partition, 1, [decode_record(k, v) for k, v in log], h.now)
+        assert "idle" not in successor.groups
+
+
+def test_listing_groups_while_a_partition_loads_says_so() -> None:
+    # As Kafka's handleListGroups: the groups known, and COORDINATOR_LOAD_IN_PROGRESS while a
+    # partition loads (its groups are missing yet), which the admin client retries.
+    h = Harness()
+    h.commit("standalone", "", -1, {TP0: 1})
+    outcome, listing = h.core.list_groups()
+    assert outcome.error == ErrorCode.NONE and [g.group_id for g in listing] == ["standalone"]
+    h.core.begin_loading((partition_for("standalone") + 1) % PARTITIONS)
+    outcome, listing = h.core.list_groups()
+    assert outcome.error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert [g.group_id for g in listing] == ["standalone"]
+
+
+def test_a_member_may_commit_what_it_gives_up_after_a_generation_that_never_came_into_force() -> (
+    None
+):
+    def assignment(*partitions: int) -> bytes:
+        entry = ConsumerProtocolTopicPartitions(topic="orders", partitions=partitions)
+        return ConsumerProtocolAssignment(assigned_partitions=[entry]).SerializeToString()
+
+    h = Harness()
+    first = h.join_result(h.join_new(G))
+    h.sync(G, first.member_id, first.generation_id, {first.member_id: assignment(0, 1)})
+    a = first.member_id
+    second = h.join_new(G)
+    h.join_result(h.join(G, a))
+    b = h.join_result(second).member_id
+    # The next generation's assignment is never stored: that generation never comes into force.
+    h.auto_write = False
+    h.sync(G, a, first.generation_id + 1, {a: assignment(0), b: assignment()})
+    h.complete_writes(ErrorCode.NOT_ENOUGH_REPLICAS)
+    h.auto_write = True
+    b_join = h.join(G, b)
+    leader = h.join_result(h.join(G, a))
+    h.join_result(b_join)
+    h.sync(G, b, leader.generation_id)
+    h.sync(G, a, leader.generation_id, {a: assignment(0), b: assignment(1)})
+    assert h.core.groups[G].state is GroupState.STABLE
+    # Partition 1 moves from a, which owned it in the last generation in force: a commits it
+    # as it gives it up (KIP-429).
+    result = h.commit(G, a, leader.generation_id, {TP0: 1, TP1: 2})
+    assert {o.error for o in result.errors.values()} == {ErrorCode.NONE}
+
+
+def test_a_stable_groups_offsets_of_topics_no_member_subscribes_to_expire() -> None:
+    # KIP-496 (Kafka's removeExpiredOffsets): in a Stable consumer group, an offset of a topic
+    # no member subscribes to expires the retention after its commit; subscribed topics keep
+    # theirs however old, and the group stays.
+    settings = GroupCoordinatorSettings(
+        group_initial_rebalance_delay_ms=0,
+        offsets_retention_ms=60_000,
+        offsets_retention_check_interval_ms=10_000,
+    )
+    h = Harness(settings=settings)
+    audit = TopicPartition("audit", 0)
+    h.commit(G, "", -1, {audit: 7})  # before the group had members (assign())
+    subscription = ConsumerProtocolSubscription(topics=["orders"]).SerializeToString()
+    joined = h.join_result(h.join_new(G, protocols=(("range", subscription),)))
+    owned = ConsumerProtocolAssignment(
+        assigned_partitions=[ConsumerProtocolTopicPartitions(topic="orders", partitions=[0])]
+    ).SerializeToString()
+    h.sync(G, joined.member_id, joined.generation_id, {joined.member_id: owned})
+    h.commit(G, joined.member_id, joined.generation_id, {TP0: 5})
+    for _ in range(14):
+        h.advance(5_000)
+        assert h.heartbeat(G, joined.member_id, joined.generation_id) == ErrorCode.NONE
+    _, offsets = h.core.fetch_offsets(G, None)
+    assert {tp: o.offset for tp, o in offsets.items()} == {TP0: 5}
+    assert h.core.groups[G].state is GroupState.STABLE
+    tombstones = [
+        r.topic_partition
+        for r in h.records(partition_for(G))
+        if isinstance(r, OffsetCommitRecord) and r.offset is None
+    ]
+    assert tombstones == [audit]
+
+
+def test_a_member_id_handed_out_and_never_used_lapses_after_the_session() -> None:
+    # KIP-394: the join phase waits for a member given MEMBER_ID_REQUIRED, but only for its
+    # session, not for the whole rebalance timeout; then its id is unknown.
+    h = Harness()
+    leader, follower, generation = stable_pair(h)
+    ghost = h.join_result(h.join(G))
+    assert ghost.error == ErrorCode.MEMBER_ID_REQUIRED
+    assert h.leave(G, follower) == ErrorCode.NONE
+    rejoin = h.join(G, leader)
+    h.advance(SESSION_MS - 1)
+    assert not h.answered(rejoin)
+    h.advance(1)
+    result = h.join_result(rejoin)
+    assert result.generation_id == generation + 1
+    assert [m.member_id for m in result.members] == [leader]
+    assert h.join_result(h.join(G, ghost.member_id)).error == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_the_leader_leaving_mid_rebalance_hands_the_lead_to_a_member_that_rejoined() -> None:
+    h = Harness()
+    leader, follower, generation = stable_pair(h)
+    newcomer = h.join_new(G)
+    leader_join, follower_join = h.join(G, leader), h.join(G, follower)
+    h.join_result(leader_join)
+    third = h.join_result(newcomer).member_id
+    follower_sync = h.sync(G, follower, h.join_result(follower_join).generation_id)
+    assert h.leave(G, leader) == ErrorCode.NONE  # in CompletingRebalance, before assigning
+    assert h.sync_result(follower_sync).error == ErrorCode.REBALANCE_IN_PROGRESS
+    follower_again, third_again = h.join(G, follower), h.join(G, third)
+    results = [h.join_result(follower_again), h.join_result(third_again)]
+    assert {r.generation_id for r in results} == {generation + 2}
+    [new_leader] = {r.leader for r in results}
+    assert new_leader in (follower, third)
+    [chosen] = [r for r in results if r.members]
+    assert {m.member_id for m in chosen.members} == {follower, third}
+
+
+def test_a_member_joining_during_completing_rebalance_starts_another_rebalance() -> None:
+    h = Harness()
+    leader, follower, generation = stable_pair(h)
+    h.leave(G, follower)
+    alone = h.join_result(h.join(G, leader))  # CompletingRebalance in generation + 1
+    late = h.join_new(G)
+    group = h.core.groups[G]
+    assert group.state is GroupState.PREPARING_REBALANCE
+    # The leader's assignment for the generation it was given no longer counts.
+    stale = h.sync(G, leader, alone.generation_id, {leader: b"L"})
+    assert h.sync_result(stale).error == ErrorCode.REBALANCE_IN_PROGRESS
+    assert h.heartbeat(G, leader, alone.generation_id) == ErrorCode.REBALANCE_IN_PROGRESS
+    again = h.join_result(h.join(G, leader))
+    newcomer = h.join_result(late)
+    assert again.generation_id == newcomer.generation_id == generation + 2
+    assert {m.member_id for m in again.members} == {leader, newcomer.member_id}
+
+
+def test_a_failed_expiry_is_tried_again_at_the_next_check() -> None:
+    # A failed append of the expiry's tombstones must not restart the group's retention.
+    settings = GroupCoordinatorSettings(
+        group_initial_rebalance_delay_ms=0,
+        offsets_retention_ms=60_000,
+        offsets_retention_check_interval_ms=10_000,
+    )
+    h = Harness(settings=settings)
+    joined = h.join_result(h.join_new(G))
+    h.sync(G, joined.member_id, joined.generation_id, {joined.member_id: b"a"})
+    h.commit(G, joined.member_id, joined.generation_id, {TP0: 1})
+    h.leave(G, joined.member_id)
+    assert h.core.groups[G].state is GroupState.EMPTY
+    h.auto_write = False
+    h.advance(65_000)  # the check that expires the group's offsets
+    assert h.pending_writes
+    h.complete_writes(ErrorCode.NOT_ENOUGH_REPLICAS)
+    assert h.core.fetch_offsets(G, [TP0])[1][TP0].offset == 1
+    h.auto_write = True
+    h.advance(10_000)  # the next check
+    assert G not in h.core.groups
+
+
+def test_a_compacted_log_loads_the_groups_the_whole_log_does() -> None:
+    # Offsets before and after a group's metadata, a deleted offset, a group deleted and
+    # used again by assign() commits, a group whose members left: the cleaner keeps each
+    # key's last record and in the end drops tombstones; a load must not tell the difference.
+    h = Harness()
+    leader, follower, generation = stable_pair(h)  # G's metadata after...
+    h.commit(G, leader, generation, {TP0: 1, TP1: 2})
+    h.commit(G, follower, generation, {TP0: 3})  # ...and before its last offsets
+    reused = "orders-app-2"  # deleted, then used by assign() commits
+    h.commit(reused, "", -1, {TP0: 7})
+    token = h.token()
+    h.run(h.core.delete_groups(token, [reused], h.now))
+    h.replies.pop(token)
+    h.commit(reused, "", -1, {TP1: 9})
+    left = "orders-app-3"  # its only member left: Empty, with its offsets but one deleted
+    first = h.join_result(h.join_new(left))
+    h.sync(left, first.member_id, first.generation_id, {first.member_id: b"a"})
+    h.commit(left, first.member_id, first.generation_id, {TP0: 11, TP1: 12})
+    h.leave(left, first.member_id)
+    token = h.token()
+    h.run(h.core.delete_offsets(token, left, [TP1], h.now))
+    assert isinstance(h.replies.pop(token), OffsetDeleteResult)
+
+    def loaded(log: list[tuple[bytes, bytes | None]], partition: int) -> dict[str, object]:
+        core = GroupCoordinatorCore(GroupCoordinatorSettings(), partition_for)
+        core.load(partition, 1, [decode_record(k, v) for k, v in log], h.now)
+        return {
+            g.group_id: (
+                g.state,
+                g.generation_id,
+                g.protocol_type,
+                sorted(g.members),
+                {tp: o.offset for tp, o in g.offsets.items()},
+            )
+            for g in core.groups.values()
+        }
+
+    for partition, log in h.log.items():
+        latest = dict(log)
+        compacted = [(k, v) for k, v in latest.items() if v is not None]
+        assert loaded(compacted, partition) == loaded(log, partition)
+    everything: dict[str, object] = {}
+    for partition, log in h.log.items():
+        everything.update(loaded(log, partition))
+    assert everything == {
+        G: (
+            GroupState.STABLE,
+            generation,
+            "consumer",
+            sorted([leader, follower]),
+            {TP0: 3, TP1: 2},
+        ),
+        reused: (GroupState.EMPTY, 0, None, [], {TP1: 9}),
+        left: (GroupState.EMPTY, 2, "consumer", [], {TP0: 11}),
+    }

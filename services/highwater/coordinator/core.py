@@ -560,12 +560,15 @@ class GroupCoordinatorCore:
             return []
         effects: list[Effect] = []
         if group.is_in(COMPLETING):
-            # The assignment of the generation being completed will never come into force.
+            # The assignment of the generation being completed will never come into force:
+            # what a member owned before it stays what it may still commit.
             for member in group.members.values():
+                member.assignment = member.previous_assignment
                 if member.sync_token is not None:
                     result = SyncResult(ErrorCode.REBALANCE_IN_PROGRESS, "a new rebalance began")
                     effects.append(Reply(member.sync_token, result))
                     member.sync_token = None
+                    member.heartbeat_deadline = now + member.session_timeout_ms
             group.assignment_write = None
             group.sync_deadline = None
         was_empty = group.is_in(EMPTY)
@@ -679,6 +682,7 @@ class GroupCoordinatorCore:
                     if m.sync_token is not None:
                         out.append(Reply(m.sync_token, SyncResult(_write_error(error))))
                         m.sync_token = None
+                        m.heartbeat_deadline = when + m.session_timeout_ms
                 return out + self._prepare_rebalance(group, when)
             return self._complete_sync(group, when)
 
@@ -698,6 +702,7 @@ class GroupCoordinatorCore:
             if member.sync_token is not None:
                 effects.append(Reply(member.sync_token, self._sync_result(group, member)))
                 member.sync_token = None
+                member.heartbeat_deadline = now + member.session_timeout_ms
         return effects
 
     def _sync_result(self, group: Group, member: Member) -> SyncResult:
@@ -867,8 +872,14 @@ class GroupCoordinatorCore:
             return [Reply(token, CommitResult(errors))]
         records = tuple(encode_offset_commit(group_id, tp, o) for tp, o in accepted.items())
         target = group
+        for tp in accepted:
+            target.pending_commits[tp] = target.pending_commits.get(tp, 0) + 1
 
         def done(error: int, _now: int) -> list[Effect]:
+            for tp in accepted:
+                left = target.pending_commits.pop(tp, 1) - 1
+                if left:
+                    target.pending_commits[tp] = left
             if error == NONE:
                 target.offsets.update(accepted)
                 errors.update(dict.fromkeys(accepted, Outcome()))
@@ -902,13 +913,24 @@ class GroupCoordinatorCore:
 
     # -- ListGroups, DescribeGroups, DeleteGroups -------------------------------------------
 
-    def list_groups(self, states: Iterable[str] = ()) -> list[GroupListing]:
+    def list_groups(self, states: Iterable[str] = ()) -> tuple[Outcome, list[GroupListing]]:
+        """The groups served (only those in ``states`` if given), and, as Kafka answers,
+        COORDINATOR_LOAD_IN_PROGRESS while a partition loads: its groups are not listed yet,
+        and the caller asks again."""
         wanted = {s.lower() for s in states}
-        return [
+        listing = [
             GroupListing(g.group_id, g.protocol_type or "", g.state)
             for g in sorted(self.groups.values(), key=lambda g: g.group_id)
             if not g.is_in(DEAD) and (not wanted or g.state.value.lower() in wanted)
         ]
+        if self.loading:
+            loading = ", ".join(str(p) for p in sorted(self.loading))
+            outcome = Outcome(
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                f"partitions {loading} of __consumer_offsets are being loaded",
+            )
+            return outcome, listing
+        return Outcome(), listing
 
     def describe_group(self, group_id: str) -> GroupDescription:
         try:
@@ -962,18 +984,27 @@ class GroupCoordinatorCore:
         remaining = {g.group_id for g in deletable}
         effects: list[Effect] = []
         for group in deletable:
+            empty_since = group.state_timestamp
             group.transition(DEAD, now)
+            # Offsets with a commit still being appended get a tombstone too: it lands after
+            # the commit, where the group's tombstone alone would hide the commit from a load
+            # only until the cleaner removes that tombstone.
             records = (
-                *(encode_offset_tombstone(group.group_id, tp) for tp in group.offsets),
+                *(
+                    encode_offset_tombstone(group.group_id, tp)
+                    for tp in dict.fromkeys((*group.offsets, *group.pending_commits))
+                ),
                 encode_group_tombstone(group.group_id),
             )
 
-            def done(error: int, _now: int, group: Group = group) -> list[Effect]:
+            def done(
+                error: int, _now: int, group: Group = group, empty_since: int = empty_since
+            ) -> list[Effect]:
                 if error == NONE:
                     self.groups.pop(group.group_id, None)
                     errors[group.group_id] = Outcome()
                 else:
-                    group.transition(EMPTY, _now)
+                    group.transition(EMPTY, empty_since)
                     errors[group.group_id] = Outcome(_write_error(error), "could not be deleted")
                 remaining.discard(group.group_id)
                 return [] if remaining else [Reply(token, DeleteResult(errors))]
@@ -1046,7 +1077,7 @@ class GroupCoordinatorCore:
                 deadlines.append(group.sync_deadline)
             deadlines.extend(group.pending_members.values())
             deadlines.extend(
-                m.heartbeat_deadline for m in group.members.values() if not m.awaiting_join
+                m.heartbeat_deadline for m in group.members.values() if m.session_may_expire
             )
         return min(deadlines, default=None)
 
@@ -1063,7 +1094,7 @@ class GroupCoordinatorCore:
             expired = [
                 m.member_id
                 for m in group.members.values()
-                if not m.awaiting_join and m.heartbeat_deadline <= now
+                if m.session_may_expire and m.heartbeat_deadline <= now
             ]
             for member_id in expired:
                 if member_id in group.members:
@@ -1094,38 +1125,57 @@ class GroupCoordinatorCore:
     def _expire_offsets(self, now: int) -> list[Effect]:
         """KIP-211: offsets of an empty consumer group expire ``offsets.retention.minutes``
         after it became empty; a group without a protocol (assign() commits) expires each
-        offset that long after its commit. A group with nothing left goes."""
+        offset that long after its commit; a Stable consumer group, each offset of a topic
+        none of its members subscribes to that long after its commit (KIP-496). An empty
+        group with nothing left goes. As in Kafka, an offset with a commit being appended
+        does not expire, and its group stays."""
         retention = self.settings.offsets_retention_ms
         effects: list[Effect] = []
         for group in list(self.groups.values()):
-            if not group.is_in(EMPTY) or group.members:
-                continue
-            if group.protocol_type is not None:
-                expired = list(group.offsets) if group.state_timestamp + retention <= now else []
-            else:
+            settled = {tp: o for tp, o in group.offsets.items() if tp not in group.pending_commits}
+            if group.is_in(EMPTY) and not group.members:
+                if group.protocol_type is None:
+                    expired = [
+                        tp for tp, o in settled.items() if o.commit_timestamp + retention <= now
+                    ]
+                else:
+                    expired = list(settled) if group.state_timestamp + retention <= now else []
+                if not expired and (group.offsets or group.pending_commits):
+                    continue
+                remove_group = len(expired) == len(group.offsets) and not group.pending_commits
+            elif group.is_in(STABLE) and group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+                subscribed = _subscribed_topics(group)
                 expired = [
-                    tp for tp, o in group.offsets.items() if o.commit_timestamp + retention <= now
+                    tp
+                    for tp, o in settled.items()
+                    if subscribed is not None
+                    and tp.topic not in subscribed
+                    and o.commit_timestamp + retention <= now
                 ]
-            if not expired and group.offsets:
+                if not expired:
+                    continue
+                remove_group = False
+            else:
                 continue
-            remove_group = len(expired) == len(group.offsets)
             records: list[KeyValue] = [
                 encode_offset_tombstone(group.group_id, tp) for tp in expired
             ]
+            empty_since = group.state_timestamp
             if remove_group:
                 records.append(encode_group_tombstone(group.group_id))
                 group.transition(DEAD, now)
 
             def done(
                 error: int,
-                when: int,
+                _when: int,
                 group: Group = group,
                 expired: list[TopicPartition] = expired,
                 remove_group: bool = remove_group,
+                empty_since: int = empty_since,
             ) -> list[Effect]:
                 if error != NONE:
-                    if remove_group:
-                        group.transition(EMPTY, when)
+                    if remove_group:  # still empty since then: the next check tries again
+                        group.transition(EMPTY, empty_since)
                     return []
                 for tp in expired:
                     group.offsets.pop(tp, None)

@@ -91,6 +91,16 @@ class Member:
     def awaiting_join(self) -> bool:
         return self.join_token is not None
 
+    @property
+    def awaiting_sync(self) -> bool:
+        return self.sync_token is not None
+
+    @property
+    def session_may_expire(self) -> bool:
+        """A member waiting in JoinGroup or SyncGroup cannot heartbeat, and is kept alive
+        (Kafka's ``hasSatisfiedHeartbeat``); its session counts again from the answer."""
+        return not (self.awaiting_join or self.awaiting_sync)
+
     def metadata_for(self, protocol_name: str) -> bytes:
         for protocol in self.protocols:
             if protocol.name == protocol_name:
@@ -119,6 +129,10 @@ class Group:
     pending_members: dict[str, int] = field(default_factory=dict)
     """Member ids handed out with MEMBER_ID_REQUIRED → when they lapse unless used (ms)."""
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    pending_commits: dict[TopicPartition, int] = field(default_factory=dict)
+    """Partitions with commits being appended → how many: their offsets do not expire,
+    nor does the group go, until they are answered (a tombstone appended after such a
+    commit would erase an acknowledged offset)."""
     state_timestamp: int = 0
     """When the group entered its current state (ms); offsets of an Empty group expire
     ``offsets.retention.minutes`` after it."""

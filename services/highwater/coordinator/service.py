@@ -448,6 +448,10 @@ class CoordinatorServer:
             self._timer_wake.clear()
             delay = None if deadline is None else (deadline - _now_ms()) / 1000
             if delay is not None and delay <= 0:
+                # A coordinator that wakes from a pause acts on no group before it knows
+                # its lease holds: it would expire members that were heartbeating to
+                # nobody while it slept, and store the groups it emptied so.
+                self.check_lease()
                 self._apply(self.core.tick(_now_ms()))
                 continue
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow the
@@ -625,8 +629,16 @@ class CoordinatorServer:
         return response
 
     def list_groups(self, request: pb.ListGroupsRequest) -> pb.ListGroupsResponse:
-        response = pb.ListGroupsResponse()
-        for listing in self.core.list_groups(request.states_filter):
+        outcome, listings = self.core.list_groups(request.states_filter)
+        response = pb.ListGroupsResponse(
+            error=_code(outcome.error), error_message=outcome.error_message
+        )
+        if self.ownership.lapsed or self._stopping:
+            # Its partitions are not served (their groups are missing from the list) until
+            # a heartbeat renews the lease: as Kafka's inactive coordinator, say so.
+            response.error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            response.error_message = f"coordinator {self.node_id} serves no partition now"
+        for listing in listings:
             response.groups.add(
                 group_id=listing.group_id,
                 protocol_type=listing.protocol_type,
