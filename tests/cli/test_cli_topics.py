@@ -122,6 +122,8 @@ def test_alter_partitions(server: ServerThread) -> None:
     message = fails(server, "alter", "--topic", "cli-grow", "--partitions", "2")
     assert "3 partition(s)" in message and "not be an increase" in message
     assert "does not exist" in fails(server, "alter", "--topic", "cli-nope", "--partitions", "2")
+    message = fails(server, "alter", "--topic", "__consumer_offsets", "--partitions", "99")
+    assert "partitions of __consumer_offsets cannot be changed" in message
 
 
 def test_alter_configs_sets_and_deletes_overrides(server: ServerThread) -> None:

@@ -53,6 +53,7 @@ from highwater.client.admin import (
     UnknownTopicOrPartitionError,
 )
 from highwater.errors import HighwaterError
+from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
 
 __all__ = [
     "Connection",
@@ -489,6 +490,14 @@ def alter(
     """Add partitions to a topic, or set and delete its config overrides."""
     if partitions is None and not config_pairs and not delete_keys:
         raise click.UsageError("give --partitions, --config or --delete-config")
+    if partitions is not None and topic == CONSUMER_OFFSETS_TOPIC:
+        # As Kafka's kafka-topics refuses it: a group's partition is the hash of its id
+        # modulo the partition count, so more partitions move groups away from their state.
+        raise click.ClickException(
+            f"The number of partitions of {CONSUMER_OFFSETS_TOPIC} cannot be changed: each "
+            "group's offsets and metadata live in the partition its id hashes to, and with "
+            "more partitions most groups would be looked for in another one"
+        )
     changes: dict[str, str | None] = dict(parse_config_pairs(config_pairs))
     for key in delete_keys:
         if key in changes:
