@@ -8,9 +8,10 @@ Each method is one of:
   (``kafka-cluster``), checked by the server interceptor before the servicer runs; a
   refusal is ``PERMISSION_DENIED`` with ``CLUSTER_AUTHORIZATION_FAILED`` in its details.
   The inter-service calls (Raft, broker and coordinator registration and heartbeats,
-  AlterPartition, AllocateProducerIds, followers' ReplicaFetch) need ``CLUSTER_ACTION``,
-  and ``as_node`` marks those where a broker speaks for a node id: only the principal
-  that registered the node may (``security/node_identities.py``);
+  AlterPartition, AllocateProducerIds, followers' ReplicaFetch, the etcd mode's
+  UpdateMetadata) need ``CLUSTER_ACTION``, and ``as_node`` marks those where a broker
+  speaks for a node id: only the principal that registered the node may
+  (``security/node_identities.py``);
 - :class:`PerItem`: the servicer checks each topic, group or resource of the request
   (``resource`` and ``operation`` say which, for the docs) and answers a refused item with
   its typed error (``TOPIC_AUTHORIZATION_FAILED``, ``GROUP_AUTHORIZATION_FAILED``,
@@ -131,6 +132,13 @@ _REPLICA_FETCH: Final[dict[str, Access]] = {
 """Followers' fetches (``ReplicaFetchService``, on every broker's listeners), and the
 active controller's questions of unclean recovery."""
 
+_BROKER_METADATA: Final[dict[str, Access]] = {
+    "UpdateMetadata": OnCluster(_A.CLUSTER_ACTION),
+}
+"""The etcd mode's push of metadata to brokers and coordinators (``BrokerMetadata``), by
+the active controller, and by a KRaft controller migrating from etcd: Kafka's
+UpdateMetadata and LeaderAndIsr, which need CLUSTER_ACTION."""
+
 _RAFT: Final[dict[str, Access]] = {
     "Vote": OnCluster(_A.CLUSTER_ACTION),
     "BeginQuorumEpoch": OnCluster(_A.CLUSTER_ACTION),
@@ -156,6 +164,7 @@ RPC_ACCESS: Final[dict[str, Access]] = {
     **_methods("highwater.v1.GroupCoordinator", _COORDINATOR),
     **_methods("highwater.internal.v1.Raft", _RAFT),
     **_methods("highwater.internal.v1.ReplicaFetchService", _REPLICA_FETCH),
+    **_methods("highwater.internal.v1.BrokerMetadata", _BROKER_METADATA),
     "/highwater.v1.Authentication/Authenticate": PUBLIC,
 }
 
