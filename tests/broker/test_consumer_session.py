@@ -21,6 +21,7 @@ import grpc.aio
 import pytest
 import pytest_asyncio
 from highwater.client.admin import AdminClient
+from highwater.controller_api import messages as m
 from highwater.rpc import auth
 from highwater.security import (
     AclBinding,
@@ -341,6 +342,78 @@ async def test_the_acls_refuse_a_group_or_topic_the_caller_may_not_read(
             assert words in (refused.value.details() or "")
     finally:
         auth.configure(before)
+
+
+async def test_a_session_ends_at_its_next_fetch_once_its_topic_read_is_removed(
+    cluster: TwoBrokers, broker: broker_pb2_grpc.BrokerStub
+) -> None:
+    """Kafka checks every fetch, so a READ removed while a consumer reads fails its next
+    poll: a session reading on the broker's behalf (its fetches are the broker's own, or
+    from the other leader as the broker) ends PERMISSION_DENIED at its next round of
+    fetches, naming the topic, rather than reading on under the broker's rights."""
+    anonymous = "User:ANONYMOUS"
+    topic_read = AclBinding(
+        ResourceType.TOPIC,
+        TOPIC,
+        PatternType.LITERAL,
+        anonymous,
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    granted = [
+        AclBinding(
+            ResourceType.CLUSTER,
+            "kafka-cluster",
+            PatternType.LITERAL,
+            anonymous,
+            "*",
+            AclOperation.ALL,
+            AclPermissionType.ALLOW,
+        ),
+        AclBinding(
+            ResourceType.GROUP,
+            "revoked",
+            PatternType.LITERAL,
+            anonymous,
+            "*",
+            AclOperation.READ,
+            AclPermissionType.ALLOW,
+        ),
+        AclBinding(  # the coordinator's writes, in this one-principal process
+            ResourceType.TOPIC,
+            "__",
+            PatternType.PREFIXED,
+            anonymous,
+            "*",
+            AclOperation.ALL,
+            AclPermissionType.ALLOW,
+        ),
+        topic_read,
+    ]
+    async with AdminClient(cluster.address) as admin:
+        assert await admin.create_acls(granted) == [None] * len(granted)
+    before = auth.server_security()
+    auth.configure(auth.ServerSecurity(authorizer="acl"))
+    session = Session(broker)
+    try:
+        await session.write(start("revoked"))
+        await session.consume(RECORDS)
+        async with AdminClient(cluster.address) as admin:
+            assert await admin.delete_acls(
+                [m.AclFilter(resource_type=ResourceType.TOPIC, resource_name=TOPIC)]
+            ) == [[topic_read]]
+        ended, _ = await asyncio.wait({session.reader}, timeout=10)
+        assert ended, "the session read on after its READ was removed"
+        assert await session.call.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert f"TOPIC_AUTHORIZATION_FAILED: {anonymous} may not read topic {TOPIC}" in (
+            await session.call.details() or ""
+        )
+    finally:
+        auth.configure(before)
+        await session.drop()
+        async with AdminClient(cluster.address) as admin:
+            await admin.delete_acls([m.AclFilter(principal=anonymous)])
 
 
 async def test_hundreds_of_sessions_opened_and_dropped_leave_nothing_behind(
