@@ -1,6 +1,7 @@
 """The server's AuthInterceptor keeps one admitting handler per method, and still checks
 every call: an unauthorised caller is refused at each call, and an ACL added or removed in
-the image applies from the next call on."""
+the image applies from the next call on, and from the next message of a stream checked
+whole."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
-from highwater.internal.v1 import controller_pb2_grpc
+from highwater.internal.v1 import controller_pb2_grpc, replication_pb2_grpc
+from highwater.internal.v1 import replication_pb2 as rpb
 from highwater.metadata.image import AclsImage, MetadataImage
 from highwater.rpc import auth
 from highwater.rpc.server import bind, new_server
@@ -118,6 +120,56 @@ async def test_an_unknown_method_stays_unimplemented(served: Served) -> None:
             with pytest.raises(grpc.aio.AioRpcError) as raised:
                 await call(admin.DescribeAclsRequest(), timeout=10)
             assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+class Replicas(replication_pb2_grpc.ReplicaFetchServiceServicer):
+    """Answers each ReplicaFetch request of a stream, counting them."""
+
+    def __init__(self) -> None:
+        self.served = 0
+
+    async def ReplicaFetch(
+        self,
+        request_iterator: AsyncIterator[rpb.ReplicaFetchRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[rpb.ReplicaFetchResponse]:
+        async for _request in request_iterator:
+            self.served += 1
+            yield rpb.ReplicaFetchResponse()
+
+
+async def test_a_stream_checked_whole_ends_at_its_next_message_once_its_acl_is_removed(
+    served: Served,
+) -> None:
+    """Kafka checks CLUSTER_ACTION on every follower fetch: a follower stream (or a Raft
+    fetch stream, a broker's liveness stream) whose ACL is removed while it is open is
+    refused at its next message, not served on until it reconnects."""
+    anonymous_may_act = dataclasses.replace(
+        ANONYMOUS_MAY_DESCRIBE, operation=AclOperation.CLUSTER_ACTION
+    )
+    served.with_acls(anonymous_may_act)
+    replicas = Replicas()
+    server = new_server(max_message_bytes=1 << 20)
+    replication_pb2_grpc.add_ReplicaFetchServiceServicer_to_server(replicas, server)
+    port = bind(server, "127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = replication_pb2_grpc.ReplicaFetchServiceStub(channel).ReplicaFetch(timeout=10)
+            for _ in range(2):
+                await call.write(rpb.ReplicaFetchRequest(replica_id=2))
+                assert (await call.read()).error == ErrorCode.NONE
+            served.with_acls()
+            await call.write(rpb.ReplicaFetchRequest(replica_id=2))
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await call.read()
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "CLUSTER_AUTHORIZATION_FAILED: User:ANONYMOUS may not CLUSTER_ACTION" in (
+                refused.value.details() or ""
+            )
+        assert replicas.served == 2
+    finally:
+        await server.stop(0)
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,11 @@ anyone else (``PERMISSION_DENIED``).
 
 With the authorizer on (``--authorizer acl`` or ``--super-users``), the interceptor then
 applies the table of ``security/rpc_access.py``: the whole-call checks (``OnCluster``)
-there, refused with ``CLUSTER_AUTHORIZATION_FAILED`` in the answer's ``error`` where the
-answer has one (the Broker, Controller and GroupCoordinator calls), else with the status
-``PERMISSION_DENIED`` (the Raft service, streams); the per-item checks in the servicers, through
-:func:`authorize`, which answer a refused item with its typed error. Every refusal is
+there (for a stream, again on each request it reads), refused with
+``CLUSTER_AUTHORIZATION_FAILED`` in the answer's ``error`` where the answer has one (the
+Broker, Controller and GroupCoordinator calls), else with the status
+``PERMISSION_DENIED`` (the Raft service, streams); the per-item checks in the servicers,
+through :func:`authorize`, which answer a refused item with its typed error. Every refusal is
 logged, once per principal, operation and resource every :data:`REFUSAL_LOG_INTERVAL_S`.
 
 :func:`principal_of` is the one way to ask a call's principal (the servicers, quotas).
@@ -403,18 +404,39 @@ def _admit(context: grpc.aio.ServicerContext, method: str) -> CallPrincipal:
         _process.log_refusal(call, "call", method)
         raise _Refused(grpc.StatusCode.PERMISSION_DENIED, f"{method} is not open to callers")
     if isinstance(access, OnCluster):
-        decision = authorizer.authorize(
-            call.principal, call.host, access.operation, ResourceType.CLUSTER, CLUSTER_NAME
-        )
-        if decision is not Decision.ALLOWED:
-            _process.log_refusal(call, access.operation.name, f"Cluster:{CLUSTER_NAME} ({method})")
-            raise _Refused(
-                grpc.StatusCode.PERMISSION_DENIED,
-                f"CLUSTER_AUTHORIZATION_FAILED: {call.principal} may not "
-                f"{access.operation.name} on the cluster ({method})",
-                kafka_error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-            )
+        _check_on_cluster(authorizer, call, access, method)
     return call
+
+
+def _check_on_cluster(
+    authorizer: AclAuthorizer, call: CallPrincipal, access: OnCluster, method: str
+) -> None:
+    """A whole-call check (:class:`OnCluster`); :class:`_Refused` if refused."""
+    decision = authorizer.authorize(
+        call.principal, call.host, access.operation, ResourceType.CLUSTER, CLUSTER_NAME
+    )
+    if decision is not Decision.ALLOWED:
+        _process.log_refusal(call, access.operation.name, f"Cluster:{CLUSTER_NAME} ({method})")
+        raise _Refused(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"CLUSTER_AUTHORIZATION_FAILED: {call.principal} may not "
+            f"{access.operation.name} on the cluster ({method})",
+            kafka_error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        )
+
+
+async def _checked_each(
+    requests: Any, call: CallPrincipal, access: OnCluster, method: str
+) -> AsyncIterator[Any]:
+    """The requests of a stream checked whole, each checked again as it is read, against
+    the image of that moment: Kafka checks every request (a follower's every Fetch), so an
+    ACL removed while the stream is open refuses its next request, which the servicer
+    never sees (:class:`_Refused` ends the call)."""
+    async for request in requests:
+        authorizer = _process.authorizer()
+        if authorizer is not None:
+            _check_on_cluster(authorizer, call, access, method)
+        yield request
 
 
 def principal_of(context: grpc.aio.ServicerContext | None = None) -> CallPrincipal:
@@ -559,21 +581,34 @@ def _unary(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _streaming(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+    access = access_of(method)
+
     async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
             caller = _admit(context, method)
         except _Refused as e:
             await context.abort(e.code, str(e))
-        if caller.session_expires_at_s is not None:
-            async for answer in _until_session_expires(caller, method, behavior, request, context):
-                yield answer
-            return
-        result = behavior(request, context)
-        if hasattr(result, "__aiter__"):
-            async for answer in result:
-                yield answer
-        else:
-            await result
+        if (
+            isinstance(access, OnCluster)
+            and hasattr(request, "__aiter__")
+            and _process.authorizer() is not None
+        ):
+            request = _checked_each(request, caller, access, method)
+        try:
+            if caller.session_expires_at_s is not None:
+                async for answer in _until_session_expires(
+                    caller, method, behavior, request, context
+                ):
+                    yield answer
+                return
+            result = behavior(request, context)
+            if hasattr(result, "__aiter__"):
+                async for answer in result:
+                    yield answer
+            else:
+                await result
+        except _Refused as e:  # a request of the stream, refused as it was read
+            await context.abort(e.code, str(e))
 
     return call
 
