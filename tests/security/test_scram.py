@@ -4,6 +4,8 @@ user fails alike, and messages out of turn or malformed are refused."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from highwater.errors import (
     IllegalSaslStateError,
@@ -70,6 +72,28 @@ def test_an_unknown_users_salt_is_stable_like_a_real_one() -> None:
         return dict(part.split("=", 1) for part in first.split(","))["s"]
 
     assert salt_of("mallory") == salt_of("mallory") != salt_of("eve")
+
+
+@pytest.mark.parametrize("mechanism", SCRAM_MECHANISMS)
+def test_an_unknown_user_is_answered_as_fast_as_a_known_one(mechanism: str) -> None:
+    """The server-first message must not tell which names exist by its timing either: an
+    unknown user's stand-in credential once ran PBKDF2 at every attempt, 40 times the CPU
+    of a known user's look-up, measurable from afar. CPU time, known and unknown
+    interleaved, so the machine's load weighs on both alike."""
+    credentials = store(("alice", mechanism, "s3cret"))
+
+    def server_first(user: str) -> float:
+        exchange = ScramExchange(mechanism, lambda u, m: credentials.get((u, m)))
+        started = time.process_time()
+        exchange.respond(f"n,,n={user},r=fyko+d2lbbFgONRv9qkxdawL".encode())
+        return time.process_time() - started
+
+    server_first("alice"), server_first("warm-up")
+    known = unknown = 0.0
+    for attempt in range(50):
+        known += server_first("alice")
+        unknown += server_first(f"mallory-{attempt}")
+    assert unknown < 3 * known, (unknown, known)
 
 
 def test_malformed_and_out_of_turn_messages_are_refused() -> None:
