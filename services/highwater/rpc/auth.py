@@ -13,7 +13,8 @@ makes) gives each call its principal before the servicer runs:
 A call a broker forwards to the controller (an admin call, KIP-590) also carries the
 original caller's principal (metadata ``highwater-forwarded-principal``); the controller
 takes it only from a caller allowed ``CLUSTER_ACTION`` on the cluster and refuses it from
-anyone else (``PERMISSION_DENIED``).
+anyone else (``PERMISSION_DENIED``), and only on the calls a broker forwards (the admin
+calls, the group calls: ``rpc_access.FORWARDABLE``); on any other it refuses the call.
 
 With the authorizer on (``--authorizer acl`` or ``--super-users``), the interceptor then
 applies the table of ``security/rpc_access.py``: the whole-call checks (``OnCluster``)
@@ -63,7 +64,7 @@ from highwater.security.authentication import (
 from highwater.security.authorizer import AclAuthorizer, Decision
 from highwater.security.node_identities import NodeIdentities
 from highwater.security.principal import SslPrincipalMapper
-from highwater.security.rpc_access import CLUSTER_NAME, OnCluster, access_of
+from highwater.security.rpc_access import CLUSTER_NAME, FORWARDABLE, OnCluster, access_of
 from highwater.security.scram import ScramCredential
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -362,11 +363,20 @@ def _identify(context: grpc.aio.ServicerContext, token: str | None) -> CallPrinc
     return CallPrincipal(ANONYMOUS, host)
 
 
-def _forwarded(direct: CallPrincipal, forwarded: str | None) -> CallPrincipal:
+def _forwarded(direct: CallPrincipal, forwarded: str | None, method: str | None) -> CallPrincipal:
     """The caller ``direct``, or the principal it forwards (``forwarded``: the call's
-    forwarded-principal metadata) if it may forward calls."""
+    forwarded-principal metadata) if it may forward calls and ``method`` is one a broker
+    forwards (``FORWARDABLE``; ``None``: not known, no interceptor ran)."""
     if forwarded is None:
         return direct
+    if method is not None and method not in FORWARDABLE:
+        _process.log_refusal(direct, "forward", method)
+        raise _Refused(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"CLUSTER_AUTHORIZATION_FAILED: {method} is not a call a broker forwards "
+            f"in another principal's name ({direct.principal})",
+            kafka_error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        )
     authorizer = _process.authorizer()
     if authorizer is None:
         # Nothing is checked; still, only a service (a certificate) may speak for another.
@@ -394,7 +404,7 @@ def _forwarded(direct: CallPrincipal, forwarded: str | None) -> CallPrincipal:
 def _admit(context: grpc.aio.ServicerContext, method: str) -> CallPrincipal:
     """Identify the caller and apply the whole-call checks; :class:`_Refused` if refused."""
     token, forwarded = _call_metadata(context)
-    call = _forwarded(_identify(context, token), forwarded)
+    call = _forwarded(_identify(context, token), forwarded, method)
     _call.set(call)
     authorizer = _process.authorizer()
     if authorizer is None:
@@ -449,7 +459,7 @@ def principal_of(context: grpc.aio.ServicerContext | None = None) -> CallPrincip
         return CallPrincipal(ANONYMOUS, "")
     token, forwarded = _call_metadata(context)
     try:
-        return _forwarded(_identify(context, token), forwarded)
+        return _forwarded(_identify(context, token), forwarded, None)
     except _Refused:
         return CallPrincipal(ANONYMOUS, peer_host(context))
 

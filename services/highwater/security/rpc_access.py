@@ -28,7 +28,7 @@ from typing import Final
 
 from highwater.security.acl import AclOperation, ResourceType
 
-__all__ = ["PUBLIC", "RPC_ACCESS", "OnCluster", "PerItem", "Public", "access_of"]
+__all__ = ["FORWARDABLE", "PUBLIC", "RPC_ACCESS", "OnCluster", "PerItem", "Public", "access_of"]
 
 CLUSTER_NAME: Final = "kafka-cluster"
 
@@ -152,6 +152,17 @@ _RAFT: Final[dict[str, Access]] = {
     "RemoveRaftVoter": OnCluster(_A.ALTER),
     "UpdateRaftVoter": OnCluster(_A.CLUSTER_ACTION),
 }
+
+
+FORWARDABLE: Final[frozenset[str]] = frozenset(
+    [f"/highwater.internal.v1.Controller/{name}" for name in _ADMIN]
+    + [f"/highwater.v1.GroupCoordinator/{name}" for name in _COORDINATOR]
+)
+"""The methods a broker calls in its caller's name (KIP-590's forwardable APIs): the admin
+calls it forwards to the controller and the group calls its Kafka listener sends on to
+the coordinator. Only these may carry a forwarded principal: on any other (a broker's
+registration, heartbeat or ISR change, a fetch) it would let a principal allowed to
+forward speak as another, for another's node."""
 
 
 def _methods(service: str, table: dict[str, Access]) -> dict[str, Access]:
