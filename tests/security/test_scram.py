@@ -7,11 +7,14 @@ from __future__ import annotations
 import time
 
 import pytest
+from highwater.controller_api import messages as m
 from highwater.errors import (
     IllegalSaslStateError,
     SaslAuthenticationError,
     UnsupportedSaslMechanismError,
 )
+from highwater.metadata.records import UserScramCredentialRecord
+from highwater.security.sasl_client import SaslCredentials
 from highwater.security.scram import (
     SCRAM_MECHANISMS,
     ScramCredential,
@@ -125,3 +128,28 @@ def test_a_salted_password_gives_the_credential_scramp_derives(mechanism: str) -
     assert credential_from_salted_password(mechanism, salt, salted, 4096) == make_credential(
         mechanism, "s3cret", salt=salt
     )
+
+
+def test_secrets_are_left_out_of_reprs() -> None:
+    """What a log line or an error may print of a credential (a failed controller job is
+    logged with its request's repr): never the password, the token, the salted password
+    (a SCRAM login as good as the password) nor the stored and server keys."""
+    credential = make_credential("SCRAM-SHA-256", "s3cret")
+    salted = salted_password("SCRAM-SHA-256", "s3cret", credential.salt, 4096)
+    secrets = [b"s3cret", salted, credential.stored_key, credential.server_key]
+    shown = [
+        SaslCredentials("SCRAM-SHA-256", username="alice", password="s3cret"),
+        SaslCredentials("OAUTHBEARER", token="s3cret"),
+        credential,
+        UserScramCredentialRecord(
+            "alice", 1, credential.salt, credential.stored_key, credential.server_key, 4096
+        ),
+        m.AlterUserScramCredentialsRequest(
+            upsertions=(m.ScramCredentialUpsertion("alice", 1, 4096, credential.salt, salted),)
+        ),
+    ]
+    for thing in shown:
+        text = repr(thing)
+        assert "alice" in text or "OAUTHBEARER" in text or "SCRAM-SHA-256" in text
+        for secret in secrets:
+            assert repr(secret)[2:-1] not in text and secret.decode("latin-1") not in text, text

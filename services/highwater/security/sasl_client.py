@@ -11,7 +11,7 @@ know the password cannot complete the exchange.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,8 +33,9 @@ class SaslCredentials:
 
     mechanism: str
     username: str = ""
-    password: str = ""
-    token: str = ""
+    password: str = field(default="", repr=False)
+    token: str = field(default="", repr=False)
+    """The password and the token are left out of the repr: a log line never shows them."""
     token_file: Path | None = None
     """Read at each authentication: a token refreshed in the file is used at the next."""
 

@@ -21,7 +21,7 @@ import hashlib
 import hmac
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from highwater.errors import (
@@ -63,8 +63,10 @@ class ScramCredential:
 
     mechanism: str
     salt: bytes
-    stored_key: bytes
-    server_key: bytes
+    stored_key: bytes = field(repr=False)
+    server_key: bytes = field(repr=False)
+    """The keys are left out of the repr: with the salt they allow a dictionary attack on
+    the password, and the server key to pose as the server."""
     iterations: int
 
 
