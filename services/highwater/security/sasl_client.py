@@ -84,8 +84,18 @@ class ClientExchange:
         self._scram: ScramClient | None = None
         self._step = 0
 
+    @property
+    def complete(self) -> bool:
+        """Whether the server proved itself: a SCRAM server's final message checked out
+        (RFC 5802's mutual authentication); OAUTHBEARER has nothing to check of it, once
+        the token is sent."""
+        if self.mechanism == OAUTHBEARER:
+            return self._step > 0
+        return self._step == 3
+
     def first(self) -> bytes:
         if self.mechanism == OAUTHBEARER:
+            self._step = 1
             return oauthbearer_client_message(self._credentials.bearer_token())
         from scramp import ScramClient
 
@@ -102,12 +112,15 @@ class ClientExchange:
             return None
         from scramp import ScramException
 
+        if self._step == 3:
+            raise SaslAuthenticationError("the server's SCRAM exchange went on past its end")
         try:
             if self._step == 1:
                 self._scram.set_server_first(server_message.decode())
                 self._step = 2
                 return self._scram.get_client_final().encode()
             self._scram.set_server_final(server_message.decode())
+            self._step = 3
         except (ScramException, UnicodeDecodeError) as e:
             raise SaslAuthenticationError(
                 f"the server's SCRAM message does not check out: {e}"
