@@ -5,6 +5,7 @@ whole."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -45,11 +46,13 @@ class Controller(controller_pb2_grpc.ControllerServicer):
 
     def __init__(self) -> None:
         self.served = 0
+        self.principals: list[str] = []
 
     async def DescribeAcls(
         self, request: admin.DescribeAclsRequest, context: grpc.aio.ServicerContext
     ) -> admin.DescribeAclsResponse:
         self.served += 1
+        self.principals.append(auth.principal_of(context).principal)
         return admin.DescribeAclsResponse()
 
 
@@ -120,6 +123,34 @@ async def test_an_unknown_method_stays_unimplemented(served: Served) -> None:
             with pytest.raises(grpc.aio.AioRpcError) as raised:
                 await call(admin.DescribeAclsRequest(), timeout=10)
             assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+@pytest.mark.parametrize("principal", ["User:jösé", "User:ops\tteam", "User:plain"])
+async def test_a_forwarded_principal_of_any_name_reaches_the_controller(
+    served: Served, principal: str
+) -> None:
+    """A broker forwards its caller's principal whatever its name: a SCRAM user's or a
+    token's subject may be any Unicode, which gRPC's text metadata cannot carry."""
+    served.with_acls(
+        dataclasses.replace(ANONYMOUS_MAY_DESCRIBE, operation=AclOperation.CLUSTER_ACTION),
+        dataclasses.replace(ANONYMOUS_MAY_DESCRIBE, principal=principal),
+    )
+
+    async def forward() -> admin.DescribeAclsResponse:
+        auth.serve_as(auth.CallPrincipal(principal, "10.0.0.9", "SCRAM-SHA-256"))
+        async with grpc.aio.insecure_channel(served.address) as channel:
+            reply: admin.DescribeAclsResponse = await controller_pb2_grpc.ControllerStub(
+                channel
+            ).DescribeAcls(
+                admin.DescribeAclsRequest(),
+                metadata=auth.forwarded_principal_metadata(None),
+                timeout=10,
+            )
+        return reply
+
+    reply = await asyncio.create_task(forward())  # its own context: serve_as stays there
+    assert reply.error == ErrorCode.NONE, reply
+    assert served.controller.principals == [principal]
 
 
 class Replicas(replication_pb2_grpc.ReplicaFetchServiceServicer):

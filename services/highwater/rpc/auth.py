@@ -69,6 +69,7 @@ from highwater.security.scram import ScramCredential
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
+    "FORWARDED_PRINCIPAL_BIN_KEY",
     "FORWARDED_PRINCIPAL_KEY",
     "AuthInterceptor",
     "CallPrincipal",
@@ -90,6 +91,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FORWARDED_PRINCIPAL_KEY: Final = "highwater-forwarded-principal"
+FORWARDED_PRINCIPAL_BIN_KEY: Final = "highwater-forwarded-principal-bin"
+"""The same, UTF-8, for a principal gRPC's text metadata cannot carry (printable ASCII
+only): a SCRAM user's or a token subject's name may be any Unicode."""
 REFUSAL_LOG_INTERVAL_S: Final = 10.0
 
 
@@ -280,8 +284,8 @@ def _call_metadata(context: grpc.aio.ServicerContext) -> tuple[str | None, str |
         if key == SESSION_METADATA_KEY:
             if token is None:
                 token = value if isinstance(value, str) else value.decode()
-        elif key == FORWARDED_PRINCIPAL_KEY and forwarded is None:
-            forwarded = value if isinstance(value, str) else value.decode()
+        elif key in (FORWARDED_PRINCIPAL_KEY, FORWARDED_PRINCIPAL_BIN_KEY) and forwarded is None:
+            forwarded = value if isinstance(value, str) else value.decode("utf-8", "replace")
     return token, forwarded
 
 
@@ -515,10 +519,14 @@ def may_speak_for_node(context: grpc.aio.ServicerContext | None, node_id: int) -
 
 def forwarded_principal_metadata(
     context: grpc.aio.ServicerContext | None,
-) -> tuple[tuple[str, str], ...]:
-    """The metadata that carries the caller's principal on a forwarded call."""
+) -> tuple[tuple[str, str | bytes], ...]:
+    """The metadata that carries the caller's principal on a forwarded call (the binary
+    key when the principal is not printable ASCII)."""
     call = principal_of(context)
-    return ((FORWARDED_PRINCIPAL_KEY, f"{call.host}|{call.principal}"),)
+    value = f"{call.host}|{call.principal}"
+    if value.isascii() and value.isprintable():
+        return ((FORWARDED_PRINCIPAL_KEY, value),)
+    return ((FORWARDED_PRINCIPAL_BIN_KEY, value.encode()),)
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
