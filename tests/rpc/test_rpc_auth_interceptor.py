@@ -14,7 +14,12 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
-from highwater.internal.v1 import controller_pb2_grpc, replication_pb2_grpc
+from highwater.internal.v1 import (
+    controller_pb2_grpc,
+    raft_pb2,
+    raft_pb2_grpc,
+    replication_pb2_grpc,
+)
 from highwater.internal.v1 import replication_pb2 as rpb
 from highwater.metadata.image import AclsImage, MetadataImage
 from highwater.rpc import auth
@@ -151,6 +156,39 @@ async def test_a_forwarded_principal_of_any_name_reaches_the_controller(
     reply = await asyncio.create_task(forward())  # its own context: serve_as stays there
     assert reply.error == ErrorCode.NONE, reply
     assert served.controller.principals == [principal]
+
+
+class Quorum(raft_pb2_grpc.RaftServicer):
+    async def DescribeQuorum(
+        self, request: raft_pb2.DescribeQuorumRequest, context: grpc.aio.ServicerContext
+    ) -> raft_pb2.DescribeQuorumResponse:
+        return raft_pb2.DescribeQuorumResponse(cluster_id="c")
+
+
+async def test_describe_quorum_is_an_operators_and_the_services_own(served: Served) -> None:
+    """DescribeQuorum needs DESCRIBE on the cluster (Kafka's rule, an operator's) or
+    CLUSTER_ACTION: a broker or coordinator process asks it at its start to find the
+    voters, and the services may be granted CLUSTER_ACTION alone rather than be super
+    users (docs/security.md)."""
+    server = new_server(max_message_bytes=1 << 20)
+    raft_pb2_grpc.add_RaftServicer_to_server(Quorum(), server)
+    port = bind(server, "127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = raft_pb2_grpc.RaftStub(channel)
+            for operation in (AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE):
+                served.with_acls(dataclasses.replace(ANONYMOUS_MAY_DESCRIBE, operation=operation))
+                reply = await stub.DescribeQuorum(raft_pb2.DescribeQuorumRequest(), timeout=10)
+                assert reply.cluster_id == "c"
+            idempotent = AclOperation.IDEMPOTENT_WRITE  # implies no DESCRIBE (READ would)
+            served.with_acls(dataclasses.replace(ANONYMOUS_MAY_DESCRIBE, operation=idempotent))
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.DescribeQuorum(raft_pb2.DescribeQuorumRequest(), timeout=10)
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "may not DESCRIBE on the cluster" in (refused.value.details() or "")
+    finally:
+        await server.stop(0)
 
 
 class Replicas(replication_pb2_grpc.ReplicaFetchServiceServicer):

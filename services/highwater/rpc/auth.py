@@ -429,6 +429,10 @@ def _check_on_cluster(
     decision = authorizer.authorize(
         call.principal, call.host, access.operation, ResourceType.CLUSTER, CLUSTER_NAME
     )
+    if decision is not Decision.ALLOWED and access.or_operation is not None:
+        decision = authorizer.authorize(
+            call.principal, call.host, access.or_operation, ResourceType.CLUSTER, CLUSTER_NAME
+        )
     if decision is not Decision.ALLOWED:
         _process.log_refusal(call, access.operation.name, f"Cluster:{CLUSTER_NAME} ({method})")
         raise _Refused(

@@ -40,10 +40,12 @@ class Public:
 
 @dataclass(frozen=True, slots=True)
 class OnCluster:
-    """The whole call needs ``operation`` on the cluster."""
+    """The whole call needs ``operation`` on the cluster (or ``or_operation``)."""
 
     operation: AclOperation
     as_node: bool = False
+    or_operation: AclOperation | None = None
+    """Another operation that allows the call too (DescribeQuorum: CLUSTER_ACTION)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +148,9 @@ _RAFT: Final[dict[str, Access]] = {
     "Fetch": OnCluster(_A.CLUSTER_ACTION),
     "FetchStream": OnCluster(_A.CLUSTER_ACTION),
     "FetchSnapshot": OnCluster(_A.CLUSTER_ACTION),
-    "DescribeQuorum": OnCluster(_A.DESCRIBE),
+    # An operator's (Kafka's DESCRIBE), and the services' own: a broker or coordinator
+    # process asks it at its start to find the voters, with CLUSTER_ACTION alone.
+    "DescribeQuorum": OnCluster(_A.DESCRIBE, or_operation=_A.CLUSTER_ACTION),
     # KIP-853: an operator adds and removes voters; a voter updates its own endpoint.
     "AddRaftVoter": OnCluster(_A.ALTER),
     "RemoveRaftVoter": OnCluster(_A.ALTER),
