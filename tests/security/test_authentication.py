@@ -166,6 +166,29 @@ def test_failures_are_rate_limited_per_host(authenticator: Authenticator) -> Non
     assert login(authenticator, right, now=NOW + 11).complete  # the window has passed
 
 
+def test_a_login_between_guesses_does_not_clear_the_host_s_failures(
+    credentials: dict[tuple[str, str], ScramCredential], validator: JwtValidator
+) -> None:
+    """An attacker with an account of its own cannot lift the limit on guessing another's
+    password by logging in as itself between guesses: the failures count until their
+    window has passed, whatever succeeds meanwhile from that host."""
+    authenticator = Authenticator(
+        AuthenticationSettings(enabled_mechanisms=("SCRAM-SHA-256",)),
+        lambda user, mechanism: {
+            **credentials,
+            ("mallory", mechanism): make_credential(mechanism, "mallory-secret"),
+        }.get((user, mechanism)),
+    )
+    guess = SaslCredentials("SCRAM-SHA-256", "alice", "guess")
+    own = SaslCredentials("SCRAM-SHA-256", "mallory", "mallory-secret")
+    for attempt in range(5):
+        assert login(authenticator, guess, now=NOW + attempt).failed
+        if attempt < 4:
+            assert login(authenticator, own, now=NOW + attempt).complete
+    refused = login(authenticator, guess, now=NOW + 5)
+    assert "too many failed authentications" in refused.error_message
+
+
 def token_for(key: Any, **claims: Any) -> str:
     payload = {"iss": ISSUER, "aud": AUDIENCE, "sub": "svc", "exp": NOW + 120, **claims}
     return jwt.encode(payload, key, algorithm="RS256", headers={"kid": "k1"})

@@ -24,7 +24,8 @@ token stolen from one broker opens no other.
 - failed authentications are counted per peer host: each failure is answered after
   ``failed_authentication_delay_ms`` (Kafka's ``connection.failed.authentication.delay.ms``,
   the servicer waits), and after ``max_failures`` failures within ``failure_window_s`` the
-  host is refused without an exchange until the window has passed.
+  host is refused without an exchange until the window has passed (a success meanwhile
+  clears nothing).
 
 The clock is a parameter everywhere (seconds since the epoch).
 """
@@ -163,9 +164,6 @@ class FailedAuthentications:
                 del self._by_host[stale]
         self._by_host.setdefault(host, _Failures()).times.append(now_s)
 
-    def succeeded(self, host: str) -> None:
-        self._by_host.pop(host, None)
-
 
 @dataclass(frozen=True, slots=True)
 class AuthenticationSettings:
@@ -272,8 +270,9 @@ class Authenticator:
             return StepResult(
                 error=int(getattr(e, "code", -1)), error_message=str(e), failed=failed
             )
-        if result.complete:
-            self.failures.succeeded(host)
+        # A success does not clear the host's failures: they count until their window has
+        # passed, else a caller with an account of its own could log in as itself between
+        # guesses at another's password and never reach the limit.
         return result
 
     def _step(
