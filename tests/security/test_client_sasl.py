@@ -1,7 +1,9 @@
 """A client's SASL exchange checks the server too: SCRAM is mutual (RFC 5802), so a
 server that calls the exchange complete without proving that it knows the credential (no
 server-final message, or one out of turn) is refused, and its session token is never
-used. The impostor is a stand-in Authentication service on loopback."""
+used; and a server that asks for fewer iterations than SCRAM's minimum (4096) gets no
+proof to crack cheaply offline, as Kafka's client refuses it. The impostor is a stand-in
+Authentication service on loopback."""
 
 from __future__ import annotations
 
@@ -65,3 +67,40 @@ async def test_a_server_that_does_not_prove_the_credential_is_refused(impostor: 
     )
     with pytest.raises(SaslAuthenticationError, match="server"):
         await session.token()
+
+
+class Counting(Impostor):
+    """Answers a server-first message with ``iterations``; counts the client-finals."""
+
+    def __init__(self, iterations: int) -> None:
+        super().__init__(self._answer)
+        self.iterations = iterations
+        self.finals = 0
+
+    def _answer(self, request: pb.AuthenticateRequest) -> pb.AuthenticateResponse:
+        if request.exchange_id:
+            self.finals += 1
+            return pb.AuthenticateResponse(error=58, error_message="no")
+        nonce = dict(part.split("=", 1) for part in request.auth_bytes.decode().split(",")[2:])
+        first = f"r={nonce['r']}server,s=c2FsdHNhbHRzYWx0c2FsdA==,i={self.iterations}"
+        return pb.AuthenticateResponse(auth_bytes=first.encode(), exchange_id="x")
+
+
+@pytest.mark.parametrize("iterations", [1, 4095])
+async def test_a_server_asking_for_too_few_iterations_gets_no_proof(iterations: int) -> None:
+    impostor = Counting(iterations)
+    server = new_server(max_message_bytes=1 << 20)
+    security_pb2_grpc.add_AuthenticationServicer_to_server(impostor, server)
+    target = f"127.0.0.1:{bind(server, '127.0.0.1:0')}"
+    await server.start()
+    try:
+        session = SaslSession(
+            target,
+            SaslCredentials("SCRAM-SHA-512", username="alice", password="s3cret"),
+            lambda: grpc.aio.insecure_channel(target),
+        )
+        with pytest.raises(SaslAuthenticationError, match="4096"):
+            await session.token()
+        assert impostor.finals == 0
+    finally:
+        await server.stop(0)
