@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from highwater.errors import SaslAuthenticationError
 from highwater.security.acl import AclOperation
 from highwater.security.authentication import (
+    MAX_PENDING_EXCHANGES,
     AuthenticationSettings,
     Authenticator,
     SessionTokens,
@@ -142,6 +143,25 @@ def test_an_exchange_belongs_to_its_host_and_expires(authenticator: Authenticato
     assert final is not None
     expired = authenticator.step(HOST, "SCRAM-SHA-512", final, begun.exchange_id, NOW + 31)
     assert expired.error == ErrorCode.ILLEGAL_SASL_STATE
+
+
+def test_one_host_s_flood_of_exchanges_does_not_evict_another_s(
+    authenticator: Authenticator,
+) -> None:
+    """Exchanges waiting for their second step are bounded; one host that begins more than
+    its share (client-first messages cost it nothing) drops its own oldest, not another
+    host's exchange under way."""
+    right = SaslCredentials("SCRAM-SHA-256", "alice", "alice-secret")
+    exchange = right.exchange()
+    first = authenticator.step(HOST, "SCRAM-SHA-256", exchange.first(), "", NOW)
+    assert first.exchange_id
+    flood = b"n,,n=mallory,r=0123456789abcdef"
+    for _ in range(MAX_PENDING_EXCHANGES + 10):
+        assert authenticator.step("10.6.6.6", "SCRAM-SHA-256", flood, "", NOW).exchange_id
+    final = exchange.respond(first.auth_bytes)
+    assert final is not None
+    answer = authenticator.step(HOST, "SCRAM-SHA-256", final, first.exchange_id, NOW + 1)
+    assert answer.complete, answer
 
 
 def test_unsupported_mechanism(credentials: dict[tuple[str, str], ScramCredential]) -> None:
