@@ -13,6 +13,7 @@ leave no task behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
@@ -21,6 +22,7 @@ import grpc.aio
 import pytest
 import pytest_asyncio
 from highwater.client.admin import AdminClient
+from highwater.controller_api import messages as m
 from highwater.rpc import auth
 from highwater.security import (
     AclBinding,
@@ -29,6 +31,7 @@ from highwater.security import (
     PatternType,
     ResourceType,
 )
+from highwater.security.authentication import SESSION_METADATA_KEY
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -91,8 +94,10 @@ class Session:
     """A client's end of a consumer session: its events read into a queue as they come
     (a read given up on a timeout would cancel the call)."""
 
-    def __init__(self, broker: broker_pb2_grpc.BrokerStub) -> None:
-        self.call: Call = broker.ConsumerSession()
+    def __init__(
+        self, broker: broker_pb2_grpc.BrokerStub, metadata: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        self.call: Call = broker.ConsumerSession(metadata=metadata)
         self.events: asyncio.Queue[pb.ConsumerSessionResponse | None] = asyncio.Queue()
         self.reader = asyncio.create_task(self._read())
 
@@ -341,6 +346,72 @@ async def test_the_acls_refuse_a_group_or_topic_the_caller_may_not_read(
             assert words in (refused.value.details() or "")
     finally:
         auth.configure(before)
+
+
+ANONYMOUS = "User:ANONYMOUS"
+READER = "User:reader"
+
+
+def allow(resource_type: ResourceType, name: str, operation: AclOperation) -> AclBinding:
+    return AclBinding(
+        resource_type, name, PatternType.LITERAL, READER, "*", operation, AclPermissionType.ALLOW
+    )
+
+
+@contextlib.asynccontextmanager
+async def reading_allowed(
+    cluster: TwoBrokers, group: str
+) -> AsyncIterator[tuple[AclBinding, tuple[tuple[str, str], ...]]]:
+    """The ACL checks on, the services' own calls (User:ANONYMOUS here) super users as in
+    a deployment, and User:reader (a SASL session of this process) allowed to read
+    ``group`` and the topic; yields the topic's READ and the reader's call metadata."""
+    topic_read = allow(ResourceType.TOPIC, TOPIC, AclOperation.READ)
+    granted = [allow(ResourceType.GROUP, group, AclOperation.READ), topic_read]
+    async with AdminClient(cluster.address) as admin:
+        assert await admin.create_acls(granted) == [None] * len(granted)
+    before = auth.server_security()
+    auth.configure(auth.ServerSecurity(authorizer="acl", super_users=frozenset({ANONYMOUS})))
+    token = auth.authenticator().tokens.issue(READER, "SCRAM-SHA-256", time.time() + 120)
+    try:
+        yield topic_read, ((SESSION_METADATA_KEY, token),)
+    finally:
+        auth.configure(before)
+        async with AdminClient(cluster.address) as admin:
+            await admin.delete_acls([m.AclFilter(principal=READER)])
+
+
+async def remove(cluster: TwoBrokers, acl: AclBinding) -> None:
+    async with AdminClient(cluster.address) as admin:
+        assert await admin.delete_acls(
+            [m.AclFilter(resource_type=acl.resource_type, resource_name=acl.resource_name)]
+        ) == [[acl]]
+
+
+async def ended_refused(session: Session) -> str:
+    """The details of the session's end, which must be PERMISSION_DENIED within 10 s."""
+    ended, _ = await asyncio.wait({session.reader}, timeout=10)
+    assert ended, "the session read on after its READ was removed"
+    assert await session.call.code() == grpc.StatusCode.PERMISSION_DENIED
+    return await session.call.details() or ""
+
+
+async def test_a_session_ends_at_its_next_fetch_once_its_topic_read_is_removed(
+    cluster: TwoBrokers, broker: broker_pb2_grpc.BrokerStub
+) -> None:
+    """Kafka checks every fetch, so a READ removed while a consumer reads fails its next
+    poll: a session reading on the broker's behalf (its fetches are the broker's own, or
+    from the other leader as the broker) ends PERMISSION_DENIED at its next round of
+    fetches, naming the topic, rather than reading on under the broker's rights."""
+    async with reading_allowed(cluster, "revoked") as (topic_read, reader):
+        session = Session(broker, reader)
+        try:
+            await session.write(start("revoked"))
+            await session.consume(RECORDS)
+            await remove(cluster, topic_read)
+            refusal = f"TOPIC_AUTHORIZATION_FAILED: {READER} may not read topic {TOPIC}"
+            assert refusal in await ended_refused(session)
+        finally:
+            await session.drop()
 
 
 async def test_hundreds_of_sessions_opened_and_dropped_leave_nothing_behind(

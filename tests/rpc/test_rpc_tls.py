@@ -99,3 +99,27 @@ def test_client_settings_with_kafkas_names(files: dict[str, Path]) -> None:
     assert tls.client_tls_from_properties(
         {"security.protocol": "SASL_SSL", "ssl.ca.location": str(files["ca.crt"])}
     ) == tls.ClientTls(files["ca.crt"])
+
+
+def test_a_half_rotated_pair_keeps_the_pair_in_use(tmp_path: Path) -> None:
+    """Certificate and key files rotated one after the other, or caught half-written
+    (the PEM header there, its end not yet): the server keeps the pair it serves, as it
+    does for an unreadable file, until the new pair is whole and matches; gRPC would
+    otherwise take it and fail every handshake meanwhile."""
+    ca = CertificateAuthority()
+    cert, key = tmp_path / "server.crt", tmp_path / "server.key"
+    ca.issue("server", hosts=["127.0.0.1"]).write(cert, key)
+    server = tls.ServerTls(cert, key)
+    renewed = ca.issue("server", hosts=["127.0.0.1"])
+
+    cert.write_bytes(renewed.certificate_pem)  # the certificate first, the key not yet
+    assert server._fetch() is None
+    key.write_bytes(renewed.key_pem[: len(renewed.key_pem) // 2])  # the key half-written
+    assert server._fetch() is None
+    key.write_bytes(renewed.key_pem)
+    assert server._fetch() is not None  # the whole new pair
+
+    other_key = tmp_path / "other.key"  # at start, a pair that does not match is refused
+    ca.issue("other").write(tmp_path / "other.crt", other_key)
+    with pytest.raises(tls.TlsConfigError, match="the key does not match the certificate"):
+        tls.ServerTls(cert, other_key)

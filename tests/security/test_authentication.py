@@ -5,16 +5,21 @@ host; a broker speaks only for its own node id."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 from pathlib import Path
 from typing import Any
 
+import highwater.internal.v1
+import highwater.v1
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from highwater.errors import SaslAuthenticationError
-from highwater.internal.v1 import controller_pb2, raft_pb2
+from highwater.security.acl import AclOperation
 from highwater.security.authentication import (
+    MAX_PENDING_EXCHANGES,
     AuthenticationSettings,
     Authenticator,
     SessionTokens,
@@ -25,7 +30,6 @@ from highwater.security.oauthbearer import JwtValidator
 from highwater.security.rpc_access import RPC_ACCESS, OnCluster, PerItem, access_of
 from highwater.security.sasl_client import SaslCredentials
 from highwater.security.scram import ScramCredential, make_credential
-from highwater.v1 import broker_pb2, coordinator_pb2
 from highwater.v1.common_pb2 import ErrorCode
 
 NOW = 1_800_000_000.0
@@ -141,6 +145,25 @@ def test_an_exchange_belongs_to_its_host_and_expires(authenticator: Authenticato
     assert expired.error == ErrorCode.ILLEGAL_SASL_STATE
 
 
+def test_one_host_s_flood_of_exchanges_does_not_evict_another_s(
+    authenticator: Authenticator,
+) -> None:
+    """Exchanges waiting for their second step are bounded; one host that begins more than
+    its share (client-first messages cost it nothing) drops its own oldest, not another
+    host's exchange under way."""
+    right = SaslCredentials("SCRAM-SHA-256", "alice", "alice-secret")
+    exchange = right.exchange()
+    first = authenticator.step(HOST, "SCRAM-SHA-256", exchange.first(), "", NOW)
+    assert first.exchange_id
+    flood = b"n,,n=mallory,r=0123456789abcdef"
+    for _ in range(MAX_PENDING_EXCHANGES + 10):
+        assert authenticator.step("10.6.6.6", "SCRAM-SHA-256", flood, "", NOW).exchange_id
+    final = exchange.respond(first.auth_bytes)
+    assert final is not None
+    answer = authenticator.step(HOST, "SCRAM-SHA-256", final, first.exchange_id, NOW + 1)
+    assert answer.complete, answer
+
+
 def test_unsupported_mechanism(credentials: dict[tuple[str, str], ScramCredential]) -> None:
     only_512 = Authenticator(
         AuthenticationSettings(enabled_mechanisms=("SCRAM-SHA-512",)),
@@ -161,6 +184,29 @@ def test_failures_are_rate_limited_per_host(authenticator: Authenticator) -> Non
     assert "too many failed authentications" in refused.error_message
     assert login(authenticator, right, host="10.1.1.1", now=NOW + 5).complete  # other hosts
     assert login(authenticator, right, now=NOW + 11).complete  # the window has passed
+
+
+def test_a_login_between_guesses_does_not_clear_the_host_s_failures(
+    credentials: dict[tuple[str, str], ScramCredential], validator: JwtValidator
+) -> None:
+    """An attacker with an account of its own cannot lift the limit on guessing another's
+    password by logging in as itself between guesses: the failures count until their
+    window has passed, whatever succeeds meanwhile from that host."""
+    authenticator = Authenticator(
+        AuthenticationSettings(enabled_mechanisms=("SCRAM-SHA-256",)),
+        lambda user, mechanism: {
+            **credentials,
+            ("mallory", mechanism): make_credential(mechanism, "mallory-secret"),
+        }.get((user, mechanism)),
+    )
+    guess = SaslCredentials("SCRAM-SHA-256", "alice", "guess")
+    own = SaslCredentials("SCRAM-SHA-256", "mallory", "mallory-secret")
+    for attempt in range(5):
+        assert login(authenticator, guess, now=NOW + attempt).failed
+        if attempt < 4:
+            assert login(authenticator, own, now=NOW + attempt).complete
+    refused = login(authenticator, guess, now=NOW + 5)
+    assert "too many failed authentications" in refused.error_message
 
 
 def token_for(key: Any, **claims: Any) -> str:
@@ -216,17 +262,29 @@ def test_a_node_id_belongs_to_the_principal_that_first_spoke_for_it() -> None:
 
 
 def test_every_rpc_of_every_service_is_in_the_access_table() -> None:
-    services = {
-        "highwater.v1.Broker": broker_pb2,
-        "highwater.internal.v1.Controller": controller_pb2,
-        "highwater.v1.GroupCoordinator": coordinator_pb2,
-        "highwater.internal.v1.Raft": raft_pb2,
+    """Every service of every generated module, the internal ones too (a followers'
+    ReplicaFetch, the etcd mode's UpdateMetadata push): one left out is refused to every
+    caller, the services' own included, as soon as the authorizer is on."""
+    modules = [
+        importlib.import_module(f"{package.__name__}.{info.name}")
+        for package in (highwater.v1, highwater.internal.v1)
+        for info in pkgutil.iter_modules(package.__path__)
+        if info.name.endswith("_pb2")
+    ]
+    services = [
+        service for module in modules for service in module.DESCRIPTOR.services_by_name.values()
+    ]
+    assert {s.full_name for s in services} >= {
+        "highwater.internal.v1.ReplicaFetchService",
+        "highwater.internal.v1.BrokerMetadata",
     }
-    for name, module in services.items():
-        service = module.DESCRIPTOR.services_by_name[name.rpartition(".")[2]]
+    for service in services:
         for method in service.methods:
-            access = access_of(f"/{name}/{method.name}")
-            assert access is not None, f"{name}/{method.name} has no ACL rule"
+            access = access_of(f"/{service.full_name}/{method.name}")
+            assert access is not None, f"{service.full_name}/{method.name} has no ACL rule"
+    assert RPC_ACCESS["/highwater.internal.v1.BrokerMetadata/UpdateMetadata"] == OnCluster(
+        AclOperation.CLUSTER_ACTION
+    )
     assert isinstance(RPC_ACCESS["/highwater.internal.v1.Raft/Vote"], OnCluster)
     assert isinstance(RPC_ACCESS["/highwater.v1.Broker/Produce"], PerItem)
     assert access_of("/grpc.health.v1.Health/Check") is not None

@@ -3,7 +3,13 @@ test against a model that checks every ACL one by one (no index)."""
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
+
 import pytest
+from highwater.broker.authorization import authorize_init_producer_id
+from highwater.metadata.image import AclsImage, MetadataImage
+from highwater.rpc import auth
 from highwater.security import (
     AclAuthorizer,
     AclBinding,
@@ -220,3 +226,50 @@ def test_decisions_match_the_model(
     assert authorizer.authorize(principal, host, operation, resource_type, name) is expected
     # Asked again: the remembered decision.
     assert authorizer.authorize(principal, host, operation, resource_type, name) is expected
+
+
+@pytest.mark.parametrize(
+    ("acls", "allowed"),
+    [
+        ([acl("orders", Op.WRITE)], True),
+        ([acl("ord", Op.ALL, pattern=PREFIXED)], True),
+        ([acl("*", Op.WRITE, principal="User:*")], True),
+        ([acl("orders", Op.READ)], False),
+        ([acl("orders", Op.WRITE, host="10.0.0.2")], False),
+        ([acl("orders", Op.WRITE, principal="User:bob")], False),
+        ([acl("orders", Op.WRITE, resource_type=GROUP)], False),
+        # Kafka's authorizeByResourceType: a DENY that covers the ALLOW's pattern wins.
+        ([acl("orders", Op.WRITE), acl("*", Op.WRITE, DENY)], False),
+        ([acl("orders", Op.WRITE), acl("*", Op.ALL, DENY, principal="User:*")], False),
+        ([acl("orders", Op.WRITE), acl("orders", Op.WRITE, DENY)], False),
+        ([acl("orders", Op.WRITE), acl("ord", Op.WRITE, DENY, pattern=PREFIXED)], False),
+        ([acl("ord", Op.WRITE, pattern=PREFIXED), acl("o", Op.ALL, DENY, pattern=PREFIXED)], False),
+        # ...and one that covers less, another topic, or another operation does not.
+        ([acl("ord", Op.WRITE, pattern=PREFIXED), acl("orders", Op.WRITE, DENY)], True),
+        ([acl("orders", Op.WRITE), acl("payments", Op.WRITE, DENY)], True),
+        ([acl("orders", Op.WRITE), acl("orders", Op.READ, DENY)], True),
+        ([acl("orders", Op.WRITE), acl("*", Op.WRITE, DENY, host="10.0.0.2")], True),
+    ],
+)
+def test_init_producer_id_needs_write_on_some_topic_that_no_deny_covers(
+    acls: list[AclBinding], allowed: bool
+) -> None:
+    """KIP-679: InitProducerId without IDEMPOTENT_WRITE on the cluster is allowed with an
+    ALLOW of WRITE on some topic, as Kafka's ``authorizeByResourceType`` answers it: not
+    when a DENY of WRITE (or ALL) on ``*``, on the same name or on a prefix of it takes
+    that ALLOW back."""
+    image = dataclasses.replace(
+        MetadataImage.empty(), acls=AclsImage({f"acl-{i}": a for i, a in enumerate(acls)})
+    )
+    before = auth.server_security()
+    auth.configure(auth.ServerSecurity(authorizer="acl"))
+    auth.follow_image(lambda: image)
+
+    def asked() -> bool:
+        auth.serve_as(auth.CallPrincipal("User:alice", "10.0.0.1"))
+        return authorize_init_producer_id(None)
+
+    try:
+        assert contextvars.copy_context().run(asked) is allowed
+    finally:
+        auth.configure(before)

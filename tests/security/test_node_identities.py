@@ -3,18 +3,20 @@ whose process knows nothing of earlier calls, another principal claiming the nod
 refused (CLUSTER_AUTHORIZATION_FAILED naming it), and the principal that registered the
 node goes on speaking for it.
 
-Three controller voters in this process with the ACL checks on. The callers' principals
-are carried as a broker forwards an admin call's (``highwater-forwarded-principal``,
-taken from ``User:ANONYMOUS``, a super user here): ``User:broker-a`` and ``User:rogue``,
-neither a super user, both allowed CLUSTER_ACTION (no ACL covers the cluster and
-``allow.everyone.if.no.acl.found`` is on), so only the node-id rule tells them apart.
-The process's security state is made anew at the failover (``auth.configure``), as a
-controller process that restarts or takes office has it: no principal in memory.
+Three controller voters in this process with the ACL checks on. The callers are
+``User:broker-a`` and ``User:rogue``, each with a session token of the process (as a SASL
+login gives), neither a super user, both allowed CLUSTER_ACTION (no ACL covers the
+cluster and ``allow.everyone.if.no.acl.found`` is on), so only the node-id rule tells
+them apart. The process's security state is made anew at the failover
+(``auth.configure``), as a controller process that restarts or takes office has it: no
+principal in memory. A principal that may forward admin calls cannot speak for another's
+node by forwarding a broker's call in its name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from highwater.internal.v1 import controller_pb2_grpc
 from highwater.metadata import MetadataImage
 from highwater.raft.driver import RaftServerSettings
 from highwater.rpc import auth
+from highwater.security.authentication import SESSION_METADATA_KEY
 from highwater.v1.common_pb2 import ErrorCode
 from raft_timing import FAST
 
@@ -81,8 +84,13 @@ SECURITY = auth.ServerSecurity(
 NODE = 7
 
 
-def speaking_as(principal: str) -> tuple[tuple[str, str], ...]:
-    return ((auth.FORWARDED_PRINCIPAL_KEY, f"127.0.0.1|{principal}"),)
+def speaking_as(principal: str, *, forwarding: str | None = None) -> tuple[tuple[str, str], ...]:
+    """A call as ``principal`` (its session token here), forwarding ``forwarding``'s."""
+    token = auth.authenticator().tokens.issue(principal, "SCRAM-SHA-256", time.time() + 60)
+    metadata = [(SESSION_METADATA_KEY, token)]
+    if forwarding is not None:
+        metadata.append((auth.FORWARDED_PRINCIPAL_KEY, f"127.0.0.1|{forwarding}"))
+    return tuple(metadata)
 
 
 @pytest.fixture
@@ -114,7 +122,9 @@ async def register(
     return reply
 
 
-async def heartbeat(address: str, principal: str, epoch: int) -> pb.BrokerHeartbeatResponse:
+async def heartbeat(
+    address: str, principal: str, epoch: int, *, forwarding: str | None = None
+) -> pb.BrokerHeartbeatResponse:
     async with grpc.aio.insecure_channel(address) as channel:
         reply: pb.BrokerHeartbeatResponse = await controller_pb2_grpc.ControllerStub(
             channel
@@ -122,7 +132,7 @@ async def heartbeat(address: str, principal: str, epoch: int) -> pb.BrokerHeartb
             pb.BrokerHeartbeatRequest(
                 broker_id=NODE, broker_epoch=epoch, current_metadata_offset=epoch
             ),
-            metadata=speaking_as(principal),
+            metadata=speaking_as(principal, forwarding=forwarding),
             timeout=10,
         )
     return reply
@@ -158,3 +168,23 @@ async def test_a_forged_node_id_is_refused_after_a_failover(quorum: Quorum) -> N
     renewed = (await quorum.converged()).broker(NODE)
     assert renewed is not None and renewed.principal == "User:broker-a"
     assert renewed.incarnation_id == "second"
+
+
+async def test_a_broker_call_forwarded_in_another_principal_s_name_is_refused(
+    quorum: Quorum,
+) -> None:
+    """Only admin calls are forwarded (KIP-590's forwardable APIs): a principal allowed
+    CLUSTER_ACTION, so allowed to forward, that sends a heartbeat for another's node in
+    that node's principal's name is refused, and the node's registration is untouched."""
+    active = await quorum.active()
+    address = quorum.voters[active.node_id]
+    registered = await register(address, "User:broker-a", "first")
+    assert registered.error == ErrorCode.NONE, registered
+    registration = (await quorum.converged()).broker(NODE)
+
+    beat = await heartbeat(
+        address, "User:rogue", registered.broker_epoch, forwarding="User:broker-a"
+    )
+    assert beat.error == ErrorCode.CLUSTER_AUTHORIZATION_FAILED, beat
+    assert "BrokerHeartbeat" in beat.error_message
+    assert (await quorum.converged()).broker(NODE) == registration

@@ -74,6 +74,13 @@ def test_a_valid_token_names_its_principal(keys: dict[str, Any], validator: JwtV
         (lambda k: token(k["rsa"], "rsa-1", exp=None), "exp"),
         (lambda k: token("secret-key-of-32-bytes-or-more!!", "rsa-1", "HS256"), "HS256"),
         (lambda k: "not.a.jwt", "not a JWT"),
+        # An algorithm that does not fit the named key, or times that are not numbers:
+        # refused as any bad token, not an error escaping the check.
+        (lambda k: token(k["ec"], "rsa-1", "ES256"), "ES256 does not fit"),
+        (lambda k: token(k["rsa"], "ec-1", "PS256"), "PS256 does not fit"),
+        (lambda k: token(k["rsa"], "rsa-1", exp="soon"), "exp"),
+        (lambda k: token(k["rsa"], "rsa-1", nbf=[NOW]), "nbf"),
+        (lambda k: token(k["rsa"], "rsa-1", exp=10**400), "exp"),
     ],
 )
 def test_bad_tokens_are_refused_with_the_reason(

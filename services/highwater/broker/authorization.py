@@ -9,8 +9,8 @@ authorizer on:
 
 - Produce: WRITE on the topic, for an idempotent producer's batches too (Kafka 3's
   KIP-679: WRITE on a topic implies IDEMPOTENT_WRITE for it, so there is no second check);
-  InitProducerId: IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679), else
-  CLUSTER_AUTHORIZATION_FAILED;
+  InitProducerId: IDEMPOTENT_WRITE on the cluster or WRITE on some topic that no DENY
+  takes back (KIP-679), else CLUSTER_AUTHORIZATION_FAILED;
 - Fetch: READ on the topic (a Fetch is always a consumer's); a follower's ReplicaFetch
   (the internal ``ReplicaFetchService``) needs CLUSTER_ACTION on the cluster, which the
   server interceptor checks, and to speak for its own node
@@ -37,7 +37,8 @@ from highwater.rpc.auth import (
     may_speak_for_node,
     principal_of,
 )
-from highwater.security.acl import AclOperation, AclPermissionType, ResourceType
+from highwater.security.acl import AclOperation, ResourceType
+from highwater.security.authorizer import Decision
 from highwater.security.rpc_access import CLUSTER_NAME
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
@@ -116,21 +117,18 @@ def replica_fetch_refusal(
 
 
 def authorize_init_producer_id(context: grpc.aio.ServicerContext | None) -> bool:
-    """IDEMPOTENT_WRITE on the cluster, or an ALLOW of WRITE on some topic (KIP-679)."""
+    """IDEMPOTENT_WRITE on the cluster, or WRITE on some topic that no DENY takes back
+    (KIP-679, Kafka's ``authorizeByResourceType``)."""
     if authorize(context, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME):
         return True
     authorizer = current_authorizer()
     if authorizer is None:
         return True
     call = principal_of(context)
-    return any(
-        acl.resource_type is ResourceType.TOPIC
-        and acl.permission is AclPermissionType.ALLOW
-        and acl.operation in (AclOperation.WRITE, AclOperation.ALL)
-        and acl.principal in (call.principal, "User:*")
-        and acl.host in (call.host, "*")
-        for acl in authorizer.acls
+    decision = authorizer.authorize_by_resource_type(
+        call.principal, call.host, AclOperation.WRITE, ResourceType.TOPIC
     )
+    return decision is Decision.ALLOWED
 
 
 def filter_metadata(

@@ -29,8 +29,13 @@ sessions opened and dropped by the thousand leave nothing behind.
 
 Authorization: :attr:`ConsumerSessions.authorizer` is asked before a session starts
 whether the caller may read the group and the topics (Kafka's READ on Group and on
-Topic); the broker sets it to the ACL check of :mod:`highwater.broker.authorization`, and
-the default allows everything (a broker without an authorizer).
+Topic), and again before each round of fetches for the group and the topics of the
+partitions fetched (Kafka checks every Fetch, so a READ removed while a consumer reads
+fails its next poll): a refusal ends the session ``PERMISSION_DENIED``. The fetches
+themselves are the broker's own (its request handler, or the leader's ``Fetch`` as the
+broker), so this check is the only one the caller's principal meets. The broker sets it
+to the ACL check of :mod:`highwater.broker.authorization`, and the default allows
+everything (a broker without an authorizer).
 """
 
 from __future__ import annotations
@@ -250,7 +255,8 @@ class ConsumerSessions:
         refusal = await self.authorizer(context, _start_message(start))
         if refusal is not None:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal)
-        session = _Session(self, start)
+        authorizer = self.authorizer
+        session = _Session(self, start, lambda check: authorizer(context, check))
         self._sessions.add(session)
         try:
             async for event in session.run(requests):
@@ -294,8 +300,16 @@ _END: Final = object()
 class _Session:
     """One consumer session (see the module docstring)."""
 
-    def __init__(self, sessions: ConsumerSessions, start: _SessionStart) -> None:
+    def __init__(
+        self,
+        sessions: ConsumerSessions,
+        start: _SessionStart,
+        authorized: Callable[[pb.SessionStart], Awaitable[str | None]],
+    ) -> None:
+        """``authorized``: the caller's ACL check (:data:`SessionAuthorizer`), asked again
+        before each round of fetches."""
         self._requests = sessions.requests
+        self._authorized = authorized
         self._leaders = sessions.leaders
         self.start = start
         self.state = SessionState(start.max_records, start.max_bytes)
@@ -453,6 +467,14 @@ class _Session:
                 if not wanted:
                     await self._wait_for_wake()
                     continue
+                refusal = await self._authorized(
+                    pb.SessionStart(
+                        group_id=self.start.group_id, topics=sorted({tp[0] for tp, _ in wanted})
+                    )
+                )
+                if refusal is not None:
+                    self._out.put_nowait(SessionEnded(grpc.StatusCode.PERMISSION_DENIED, refusal))
+                    return
                 await self._fetch_interruptibly(wanted)
         except GroupError as e:
             self._out.put_nowait(SessionEnded(grpc.StatusCode.ABORTED, str(e)))

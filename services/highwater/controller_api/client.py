@@ -228,7 +228,7 @@ class ControllerClient:
         request: Req,
         *,
         timeout_s: float | None = None,
-        metadata: tuple[tuple[str, str], ...] | None = None,
+        metadata: tuple[tuple[str, str | bytes], ...] | None = None,
     ) -> Resp:
         """Send ``request`` to the active controller, retrying as the module says;
         ``metadata`` goes with each attempt (a forwarded call's principal)."""

@@ -536,7 +536,8 @@ class ScramCredentialUpsertion:
     mechanism: int
     iterations: int
     salt: bytes
-    salted_password: bytes
+    salted_password: bytes = field(repr=False)
+    """Left out of the repr: it logs in as well as the password does."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Final, TypeAlias
 
 from google.protobuf.message import DecodeError
@@ -334,8 +334,8 @@ class UserScramCredentialRecord:
     name: str
     mechanism: int
     salt: bytes
-    stored_key: bytes
-    server_key: bytes
+    stored_key: bytes = field(repr=False)  # secrets: never in a log line
+    server_key: bytes = field(repr=False)
     iterations: int
 
 

@@ -13,14 +13,16 @@ makes) gives each call its principal before the servicer runs:
 A call a broker forwards to the controller (an admin call, KIP-590) also carries the
 original caller's principal (metadata ``highwater-forwarded-principal``); the controller
 takes it only from a caller allowed ``CLUSTER_ACTION`` on the cluster and refuses it from
-anyone else (``PERMISSION_DENIED``).
+anyone else (``PERMISSION_DENIED``), and only on the calls a broker forwards (the admin
+calls, the group calls: ``rpc_access.FORWARDABLE``); on any other it refuses the call.
 
 With the authorizer on (``--authorizer acl`` or ``--super-users``), the interceptor then
 applies the table of ``security/rpc_access.py``: the whole-call checks (``OnCluster``)
-there, refused with ``CLUSTER_AUTHORIZATION_FAILED`` in the answer's ``error`` where the
-answer has one (the Broker, Controller and GroupCoordinator calls), else with the status
-``PERMISSION_DENIED`` (the Raft service, streams); the per-item checks in the servicers, through
-:func:`authorize`, which answer a refused item with its typed error. Every refusal is
+there (for a stream, again on each request it reads), refused with
+``CLUSTER_AUTHORIZATION_FAILED`` in the answer's ``error`` where the answer has one (the
+Broker, Controller and GroupCoordinator calls), else with the status
+``PERMISSION_DENIED`` (the Raft service, streams); the per-item checks in the servicers,
+through :func:`authorize`, which answer a refused item with its typed error. Every refusal is
 logged, once per principal, operation and resource every :data:`REFUSAL_LOG_INTERVAL_S`.
 
 :func:`principal_of` is the one way to ask a call's principal (the servicers, quotas).
@@ -62,11 +64,12 @@ from highwater.security.authentication import (
 from highwater.security.authorizer import AclAuthorizer, Decision
 from highwater.security.node_identities import NodeIdentities
 from highwater.security.principal import SslPrincipalMapper
-from highwater.security.rpc_access import CLUSTER_NAME, OnCluster, access_of
+from highwater.security.rpc_access import CLUSTER_NAME, FORWARDABLE, OnCluster, access_of
 from highwater.security.scram import ScramCredential
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
+    "FORWARDED_PRINCIPAL_BIN_KEY",
     "FORWARDED_PRINCIPAL_KEY",
     "AuthInterceptor",
     "CallPrincipal",
@@ -88,6 +91,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FORWARDED_PRINCIPAL_KEY: Final = "highwater-forwarded-principal"
+FORWARDED_PRINCIPAL_BIN_KEY: Final = "highwater-forwarded-principal-bin"
+"""The same, UTF-8, for a principal gRPC's text metadata cannot carry (printable ASCII
+only): a SCRAM user's or a token subject's name may be any Unicode."""
 REFUSAL_LOG_INTERVAL_S: Final = 10.0
 
 
@@ -278,8 +284,8 @@ def _call_metadata(context: grpc.aio.ServicerContext) -> tuple[str | None, str |
         if key == SESSION_METADATA_KEY:
             if token is None:
                 token = value if isinstance(value, str) else value.decode()
-        elif key == FORWARDED_PRINCIPAL_KEY and forwarded is None:
-            forwarded = value if isinstance(value, str) else value.decode()
+        elif key in (FORWARDED_PRINCIPAL_KEY, FORWARDED_PRINCIPAL_BIN_KEY) and forwarded is None:
+            forwarded = value if isinstance(value, str) else value.decode("utf-8", "replace")
     return token, forwarded
 
 
@@ -361,11 +367,20 @@ def _identify(context: grpc.aio.ServicerContext, token: str | None) -> CallPrinc
     return CallPrincipal(ANONYMOUS, host)
 
 
-def _forwarded(direct: CallPrincipal, forwarded: str | None) -> CallPrincipal:
+def _forwarded(direct: CallPrincipal, forwarded: str | None, method: str | None) -> CallPrincipal:
     """The caller ``direct``, or the principal it forwards (``forwarded``: the call's
-    forwarded-principal metadata) if it may forward calls."""
+    forwarded-principal metadata) if it may forward calls and ``method`` is one a broker
+    forwards (``FORWARDABLE``; ``None``: not known, no interceptor ran)."""
     if forwarded is None:
         return direct
+    if method is not None and method not in FORWARDABLE:
+        _process.log_refusal(direct, "forward", method)
+        raise _Refused(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"CLUSTER_AUTHORIZATION_FAILED: {method} is not a call a broker forwards "
+            f"in another principal's name ({direct.principal})",
+            kafka_error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        )
     authorizer = _process.authorizer()
     if authorizer is None:
         # Nothing is checked; still, only a service (a certificate) may speak for another.
@@ -393,7 +408,7 @@ def _forwarded(direct: CallPrincipal, forwarded: str | None) -> CallPrincipal:
 def _admit(context: grpc.aio.ServicerContext, method: str) -> CallPrincipal:
     """Identify the caller and apply the whole-call checks; :class:`_Refused` if refused."""
     token, forwarded = _call_metadata(context)
-    call = _forwarded(_identify(context, token), forwarded)
+    call = _forwarded(_identify(context, token), forwarded, method)
     _call.set(call)
     authorizer = _process.authorizer()
     if authorizer is None:
@@ -403,18 +418,43 @@ def _admit(context: grpc.aio.ServicerContext, method: str) -> CallPrincipal:
         _process.log_refusal(call, "call", method)
         raise _Refused(grpc.StatusCode.PERMISSION_DENIED, f"{method} is not open to callers")
     if isinstance(access, OnCluster):
-        decision = authorizer.authorize(
-            call.principal, call.host, access.operation, ResourceType.CLUSTER, CLUSTER_NAME
-        )
-        if decision is not Decision.ALLOWED:
-            _process.log_refusal(call, access.operation.name, f"Cluster:{CLUSTER_NAME} ({method})")
-            raise _Refused(
-                grpc.StatusCode.PERMISSION_DENIED,
-                f"CLUSTER_AUTHORIZATION_FAILED: {call.principal} may not "
-                f"{access.operation.name} on the cluster ({method})",
-                kafka_error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-            )
+        _check_on_cluster(authorizer, call, access, method)
     return call
+
+
+def _check_on_cluster(
+    authorizer: AclAuthorizer, call: CallPrincipal, access: OnCluster, method: str
+) -> None:
+    """A whole-call check (:class:`OnCluster`); :class:`_Refused` if refused."""
+    decision = authorizer.authorize(
+        call.principal, call.host, access.operation, ResourceType.CLUSTER, CLUSTER_NAME
+    )
+    if decision is not Decision.ALLOWED and access.or_operation is not None:
+        decision = authorizer.authorize(
+            call.principal, call.host, access.or_operation, ResourceType.CLUSTER, CLUSTER_NAME
+        )
+    if decision is not Decision.ALLOWED:
+        _process.log_refusal(call, access.operation.name, f"Cluster:{CLUSTER_NAME} ({method})")
+        raise _Refused(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"CLUSTER_AUTHORIZATION_FAILED: {call.principal} may not "
+            f"{access.operation.name} on the cluster ({method})",
+            kafka_error=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        )
+
+
+async def _checked_each(
+    requests: Any, call: CallPrincipal, access: OnCluster, method: str
+) -> AsyncIterator[Any]:
+    """The requests of a stream checked whole, each checked again as it is read, against
+    the image of that moment: Kafka checks every request (a follower's every Fetch), so an
+    ACL removed while the stream is open refuses its next request, which the servicer
+    never sees (:class:`_Refused` ends the call)."""
+    async for request in requests:
+        authorizer = _process.authorizer()
+        if authorizer is not None:
+            _check_on_cluster(authorizer, call, access, method)
+        yield request
 
 
 def principal_of(context: grpc.aio.ServicerContext | None = None) -> CallPrincipal:
@@ -427,7 +467,7 @@ def principal_of(context: grpc.aio.ServicerContext | None = None) -> CallPrincip
         return CallPrincipal(ANONYMOUS, "")
     token, forwarded = _call_metadata(context)
     try:
-        return _forwarded(_identify(context, token), forwarded)
+        return _forwarded(_identify(context, token), forwarded, None)
     except _Refused:
         return CallPrincipal(ANONYMOUS, peer_host(context))
 
@@ -483,10 +523,14 @@ def may_speak_for_node(context: grpc.aio.ServicerContext | None, node_id: int) -
 
 def forwarded_principal_metadata(
     context: grpc.aio.ServicerContext | None,
-) -> tuple[tuple[str, str], ...]:
-    """The metadata that carries the caller's principal on a forwarded call."""
+) -> tuple[tuple[str, str | bytes], ...]:
+    """The metadata that carries the caller's principal on a forwarded call (the binary
+    key when the principal is not printable ASCII)."""
     call = principal_of(context)
-    return ((FORWARDED_PRINCIPAL_KEY, f"{call.host}|{call.principal}"),)
+    value = f"{call.host}|{call.principal}"
+    if value.isascii() and value.isprintable():
+        return ((FORWARDED_PRINCIPAL_KEY, value),)
+    return ((FORWARDED_PRINCIPAL_BIN_KEY, value.encode()),)
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
@@ -559,21 +603,34 @@ def _unary(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _streaming(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+    access = access_of(method)
+
     async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
             caller = _admit(context, method)
         except _Refused as e:
             await context.abort(e.code, str(e))
-        if caller.session_expires_at_s is not None:
-            async for answer in _until_session_expires(caller, method, behavior, request, context):
-                yield answer
-            return
-        result = behavior(request, context)
-        if hasattr(result, "__aiter__"):
-            async for answer in result:
-                yield answer
-        else:
-            await result
+        if (
+            isinstance(access, OnCluster)
+            and hasattr(request, "__aiter__")
+            and _process.authorizer() is not None
+        ):
+            request = _checked_each(request, caller, access, method)
+        try:
+            if caller.session_expires_at_s is not None:
+                async for answer in _until_session_expires(
+                    caller, method, behavior, request, context
+                ):
+                    yield answer
+                return
+            result = behavior(request, context)
+            if hasattr(result, "__aiter__"):
+                async for answer in result:
+                    yield answer
+            else:
+                await result
+        except _Refused as e:  # a request of the stream, refused as it was read
+            await context.abort(e.code, str(e))
 
     return call
 

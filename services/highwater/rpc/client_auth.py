@@ -181,6 +181,11 @@ class SaslSession:
                 exchange_id = answer.exchange_id
                 reply = exchange.respond(answer.auth_bytes) if answer.auth_bytes else None
                 if answer.complete:
+                    if not exchange.complete:  # SCRAM is mutual: no session without proof
+                        raise SaslAuthenticationError(
+                            f"{self.address}: the server ended the {exchange.mechanism} "
+                            "exchange without proving that it knows the credential"
+                        )
                     break
                 message = reply
                 if message is None:

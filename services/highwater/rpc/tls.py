@@ -10,8 +10,9 @@ coordinator to broker), as Kafka's inter-broker listener does with its keystore.
 - :class:`ServerTls`: the certificate and key a server presents and, with a CA file, the
   client certificates it requires (``required``) or not (``none``). The files are read
   again when they change, at the next handshake, without a restart: cert-manager rotates
-  them in place. A file caught half-written is skipped (the previous certificate stays)
-  and read again at the next handshake.
+  them in place. A file caught half-written, or a certificate and key that do not match
+  (one renewed, the other not yet), is skipped (the previous pair stays) and read again
+  at the next handshake; at start either is refused, naming the file.
 - :class:`ClientTls`: the CA a channel trusts and, for mutual TLS, the certificate and key
   it presents. Each new channel reads the files, so rotated files reach new connections.
 
@@ -42,6 +43,8 @@ from pathlib import Path
 from typing import Final
 
 import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 __all__ = [
     "ClientAuth",
@@ -79,6 +82,24 @@ def _read(path: Path, what: str) -> bytes:
     if b"-----BEGIN " not in data:
         raise TlsConfigError(f"{what} {path}: not a PEM file")
     return data
+
+
+def _check_pair(cert: bytes, key: bytes, cert_file: Path) -> None:
+    """:class:`TlsConfigError` unless ``cert`` and ``key`` are whole PEM and the key is
+    the certificate's: gRPC takes any bytes and fails every handshake after, so a pair
+    caught half-rotated (one file renewed, the other not yet) or half-written must be
+    seen here, where the pair in use can be kept (:meth:`ServerTls._fetch`)."""
+    try:
+        certificate = x509.load_pem_x509_certificate(cert)
+        private_key = serialization.load_pem_private_key(key, password=None)
+    except (ValueError, TypeError) as e:
+        raise TlsConfigError(f"{cert_file} and its key: not whole PEM ({e})") from None
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    der = serialization.Encoding.DER
+    if certificate.public_key().public_bytes(der, spki) != private_key.public_key().public_bytes(
+        der, spki
+    ):
+        raise TlsConfigError(f"{cert_file}: the key does not match the certificate")
 
 
 def _stamp(paths: tuple[Path, ...]) -> tuple[tuple[int, int], ...]:
@@ -125,6 +146,7 @@ class ServerTls:
         key = _read(self.key_file, "TLS key")
         cert = _read(self.cert_file, "TLS certificate")
         ca = _read(self.ca_file, "TLS CA") if self.ca_file is not None else None
+        _check_pair(cert, key, self.cert_file)
         return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
 
     def credentials(self) -> grpc.ServerCredentials:

@@ -17,14 +17,17 @@ token stolen from one broker opens no other.
 :class:`Authenticator` runs the server's side:
 
 - an exchange that needs a second step is kept under a random ``exchange_id`` for
-  :data:`EXCHANGE_TIMEOUT_S` and for the peer host that began it; a finished, failed or
-  expired id is ``ILLEGAL_SASL_STATE``. SCRAM's server nonce makes every exchange new, so
-  a recorded exchange replayed fails at its client-final message;
+  :data:`EXCHANGE_TIMEOUT_S` and for the peer host that began it (at most
+  :data:`MAX_PENDING_PER_HOST` of one host's, :data:`MAX_PENDING_EXCHANGES` in all, the
+  oldest dropped); a finished, failed, dropped or expired id is ``ILLEGAL_SASL_STATE``.
+  SCRAM's server nonce makes every exchange new, so a recorded exchange replayed fails at
+  its client-final message;
 - an unknown user and a wrong password fail alike (``security/scram.py``);
 - failed authentications are counted per peer host: each failure is answered after
   ``failed_authentication_delay_ms`` (Kafka's ``connection.failed.authentication.delay.ms``,
   the servicer waits), and after ``max_failures`` failures within ``failure_window_s`` the
-  host is refused without an exchange until the window has passed.
+  host is refused without an exchange until the window has passed (a success meanwhile
+  clears nothing).
 
 The clock is a parameter everywhere (seconds since the epoch).
 """
@@ -53,6 +56,8 @@ from highwater.security.scram import SCRAM_MECHANISMS, ScramCredential, ScramExc
 __all__ = [
     "ANONYMOUS",
     "EXCHANGE_TIMEOUT_S",
+    "MAX_PENDING_EXCHANGES",
+    "MAX_PENDING_PER_HOST",
     "OAUTHBEARER",
     "SASL_MECHANISMS",
     "SESSION_EXPIRED",
@@ -76,6 +81,10 @@ outlived: the client authenticates again and opens another call."""
 EXCHANGE_TIMEOUT_S: Final = 30.0
 MAX_PENDING_EXCHANGES: Final = 1024
 """Exchanges waiting for their second step; the oldest is dropped past this."""
+MAX_PENDING_PER_HOST: Final = 64
+"""Exchanges of one peer host waiting for their second step; its own oldest is dropped
+past this, so that one host's flood of client-first messages (they cost it nothing)
+cannot push out the exchanges of the others."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,9 +172,6 @@ class FailedAuthentications:
                 del self._by_host[stale]
         self._by_host.setdefault(host, _Failures()).times.append(now_s)
 
-    def succeeded(self, host: str) -> None:
-        self._by_host.pop(host, None)
-
 
 @dataclass(frozen=True, slots=True)
 class AuthenticationSettings:
@@ -243,6 +249,7 @@ class Authenticator:
         self.tokens = tokens or SessionTokens()
         self._credentials = credentials
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
+        self._pending_by_host: dict[str, int] = {}
         self.failures = FailedAuthentications(
             max_failures=settings.max_failures, window_s=settings.failure_window_s
         )
@@ -272,15 +279,16 @@ class Authenticator:
             return StepResult(
                 error=int(getattr(e, "code", -1)), error_message=str(e), failed=failed
             )
-        if result.complete:
-            self.failures.succeeded(host)
+        # A success does not clear the host's failures: they count until their window has
+        # passed, else a caller with an account of its own could log in as itself between
+        # guesses at another's password and never reach the limit.
         return result
 
     def _step(
         self, host: str, mechanism: str, auth_bytes: bytes, exchange_id: str, now_s: float
     ) -> StepResult:
         if exchange_id:
-            pending = self._pending.pop(exchange_id, None)
+            pending = self._forget(exchange_id)
             if pending is None or pending.host != host:
                 raise IllegalSaslStateError(
                     "no SASL exchange under that id here (finished, expired or never begun)"
@@ -301,11 +309,25 @@ class Authenticator:
             return self._complete(token.principal, mechanism, now_s, token.expires_at_s, b"")
         exchange = ScramExchange(mechanism, self._credentials)
         answer = exchange.respond(auth_bytes)
+        if self._pending_by_host.get(host, 0) >= MAX_PENDING_PER_HOST:
+            self._forget(next(i for i, p in self._pending.items() if p.host == host))
+        while len(self._pending) >= MAX_PENDING_EXCHANGES:
+            self._forget(next(iter(self._pending)))
         new_id = secrets.token_urlsafe(18)
         self._pending[new_id] = _Pending(exchange, host, now_s)
-        while len(self._pending) > MAX_PENDING_EXCHANGES:
-            self._pending.popitem(last=False)
+        self._pending_by_host[host] = self._pending_by_host.get(host, 0) + 1
         return StepResult(auth_bytes=answer, exchange_id=new_id)
+
+    def _forget(self, exchange_id: str) -> _Pending | None:
+        """Take ``exchange_id`` out of the exchanges waiting (``None``: not there)."""
+        pending = self._pending.pop(exchange_id, None)
+        if pending is not None:
+            left = self._pending_by_host[pending.host] - 1
+            if left:
+                self._pending_by_host[pending.host] = left
+            else:
+                del self._pending_by_host[pending.host]
+        return pending
 
     def _complete(
         self,
@@ -332,7 +354,7 @@ class Authenticator:
             exchange_id, pending = next(iter(self._pending.items()))
             if pending.started_s > now_s - EXCHANGE_TIMEOUT_S:
                 break
-            del self._pending[exchange_id]
+            self._forget(exchange_id)
 
     def session(self, token: str, now_s: float) -> Session:
         """The session of a token presented with a call (raises if not valid)."""

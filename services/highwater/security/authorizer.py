@@ -227,6 +227,50 @@ class AclAuthorizer:
             return ALLOWED
         return DENIED
 
+    def authorize_by_resource_type(
+        self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType
+    ) -> Decision:
+        """May ``principal`` from ``host`` do ``operation`` to *some* resource of the type?
+        Kafka's ``authorizeByResourceType`` (KIP-679: InitProducerId with WRITE on some
+        topic): a super user may; otherwise some ALLOW of the operation (or ALL) for the
+        caller (or ``User:*``) and its host (or ``*``) that no such DENY takes back: a DENY
+        on the literal ``*`` takes back every one, a literal DENY the literal ALLOW of its
+        name, a prefixed DENY every ALLOW whose name it is a prefix of. An ALLOW on ``*``
+        that only the literal ``*`` could take back allows. Every ACL is read: it is
+        asked once per producer, not per request."""
+        if principal in self.super_users:
+            return ALLOWED
+        denied_literal: set[str] = set()
+        denied_prefixes: set[str] = set()
+        allowed: list[tuple[bool, str]] = []
+        wildcard_allowed = False
+        for acl in self._acls:
+            if (
+                acl.resource_type is not resource_type
+                or acl.principal not in (principal, WILDCARD_PRINCIPAL)
+                or acl.host not in (host, WILDCARD_HOST)
+                or acl.operation not in (operation, AclOperation.ALL)
+            ):
+                continue
+            literal = acl.pattern_type is PatternType.LITERAL
+            if acl.permission is _DENY:
+                if literal and acl.resource_name == WILDCARD_RESOURCE:
+                    return DENIED
+                (denied_literal if literal else denied_prefixes).add(acl.resource_name)
+            elif literal and acl.resource_name == WILDCARD_RESOURCE:
+                wildcard_allowed = True
+            else:
+                allowed.append((literal, acl.resource_name))
+        if wildcard_allowed:
+            return ALLOWED
+        for literal, name in allowed:
+            if literal and name in denied_literal:
+                continue
+            if any(name[:length] in denied_prefixes for length in range(1, len(name) + 1)):
+                continue
+            return ALLOWED
+        return DENIED
+
     def matching(self, resource_type: ResourceType, resource_name: str) -> list[AclBinding]:
         """Every ACL that covers the resource, whatever its principal, host or operation."""
         if self._index is None:

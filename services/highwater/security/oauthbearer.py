@@ -15,6 +15,7 @@ The clock is a parameter (seconds since the epoch), so the check is pure.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,27 @@ ALGORITHMS: Final = (
     "ES512",
     "EdDSA",
 )
+
+
+_KEY_TYPES: Final = {"RS": "RSA", "PS": "RSA", "ES": "EC", "Ed": "OKP"}
+"""The JWK key type (``kty``) each algorithm family of :data:`ALGORITHMS` signs with."""
+
+
+def _seconds(claims: Mapping[str, Any], name: str) -> float:
+    """A NumericDate claim (RFC 7519: seconds since the epoch, a finite number); PyJWT
+    checks their type only when it checks the times, which it does not here."""
+    value = claims[name]
+    try:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(name)
+        seconds = float(value)  # OverflowError for an integer beyond any float
+        if not math.isfinite(seconds):
+            raise ValueError(name)
+    except (TypeError, ValueError, OverflowError):
+        raise SaslAuthenticationError(
+            f"the token's {name} claim is not a number of seconds"
+        ) from None
+    return seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +148,11 @@ class JwtValidator:
             key = self._keys[kid] if kid is not None else self._only_key()
         except KeyError:
             raise SaslAuthenticationError(f"no key {kid!r} in the JWKS") from None
+        if key.key_type != _KEY_TYPES[algorithm[:2]]:
+            # PyJWT raises TypeError, not one of its errors, for such a pair.
+            raise SaslAuthenticationError(
+                f"the token's algorithm {algorithm} does not fit key {kid!r} ({key.key_type})"
+            )
         try:
             claims = jwt.decode(
                 token,
@@ -144,11 +171,11 @@ class JwtValidator:
             )
         except jwt.PyJWTError as e:
             raise SaslAuthenticationError(f"the token is not valid: {e}") from None
-        expires = float(claims["exp"])
+        expires = _seconds(claims, "exp")
         if expires + self.clock_skew_s <= now_s:
             raise SaslAuthenticationError("the token has expired")
-        not_before = claims.get("nbf")
-        if not_before is not None and float(not_before) - self.clock_skew_s > now_s:
+        not_before = _seconds(claims, "nbf") if "nbf" in claims else None
+        if not_before is not None and not_before - self.clock_skew_s > now_s:
             raise SaslAuthenticationError("the token is not valid yet")
         subject = claims[self.subject_claim]
         if not isinstance(subject, str) or not subject:

@@ -8,9 +8,10 @@ Each method is one of:
   (``kafka-cluster``), checked by the server interceptor before the servicer runs; a
   refusal is ``PERMISSION_DENIED`` with ``CLUSTER_AUTHORIZATION_FAILED`` in its details.
   The inter-service calls (Raft, broker and coordinator registration and heartbeats,
-  AlterPartition, AllocateProducerIds, followers' ReplicaFetch) need ``CLUSTER_ACTION``,
-  and ``as_node`` marks those where a broker speaks for a node id: only the principal
-  that registered the node may (``security/node_identities.py``);
+  AlterPartition, AllocateProducerIds, followers' ReplicaFetch, the etcd mode's
+  UpdateMetadata) need ``CLUSTER_ACTION``, and ``as_node`` marks those where a broker
+  speaks for a node id: only the principal that registered the node may
+  (``security/node_identities.py``);
 - :class:`PerItem`: the servicer checks each topic, group or resource of the request
   (``resource`` and ``operation`` say which, for the docs) and answers a refused item with
   its typed error (``TOPIC_AUTHORIZATION_FAILED``, ``GROUP_AUTHORIZATION_FAILED``,
@@ -27,7 +28,7 @@ from typing import Final
 
 from highwater.security.acl import AclOperation, ResourceType
 
-__all__ = ["PUBLIC", "RPC_ACCESS", "OnCluster", "PerItem", "Public", "access_of"]
+__all__ = ["FORWARDABLE", "PUBLIC", "RPC_ACCESS", "OnCluster", "PerItem", "Public", "access_of"]
 
 CLUSTER_NAME: Final = "kafka-cluster"
 
@@ -39,10 +40,12 @@ class Public:
 
 @dataclass(frozen=True, slots=True)
 class OnCluster:
-    """The whole call needs ``operation`` on the cluster."""
+    """The whole call needs ``operation`` on the cluster (or ``or_operation``)."""
 
     operation: AclOperation
     as_node: bool = False
+    or_operation: AclOperation | None = None
+    """Another operation that allows the call too (DescribeQuorum: CLUSTER_ACTION)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,13 @@ _REPLICA_FETCH: Final[dict[str, Access]] = {
 """Followers' fetches (``ReplicaFetchService``, on every broker's listeners), and the
 active controller's questions of unclean recovery."""
 
+_BROKER_METADATA: Final[dict[str, Access]] = {
+    "UpdateMetadata": OnCluster(_A.CLUSTER_ACTION),
+}
+"""The etcd mode's push of metadata to brokers and coordinators (``BrokerMetadata``), by
+the active controller, and by a KRaft controller migrating from etcd: Kafka's
+UpdateMetadata and LeaderAndIsr, which need CLUSTER_ACTION."""
+
 _RAFT: Final[dict[str, Access]] = {
     "Vote": OnCluster(_A.CLUSTER_ACTION),
     "BeginQuorumEpoch": OnCluster(_A.CLUSTER_ACTION),
@@ -138,12 +148,25 @@ _RAFT: Final[dict[str, Access]] = {
     "Fetch": OnCluster(_A.CLUSTER_ACTION),
     "FetchStream": OnCluster(_A.CLUSTER_ACTION),
     "FetchSnapshot": OnCluster(_A.CLUSTER_ACTION),
-    "DescribeQuorum": OnCluster(_A.DESCRIBE),
+    # An operator's (Kafka's DESCRIBE), and the services' own: a broker or coordinator
+    # process asks it at its start to find the voters, with CLUSTER_ACTION alone.
+    "DescribeQuorum": OnCluster(_A.DESCRIBE, or_operation=_A.CLUSTER_ACTION),
     # KIP-853: an operator adds and removes voters; a voter updates its own endpoint.
     "AddRaftVoter": OnCluster(_A.ALTER),
     "RemoveRaftVoter": OnCluster(_A.ALTER),
     "UpdateRaftVoter": OnCluster(_A.CLUSTER_ACTION),
 }
+
+
+FORWARDABLE: Final[frozenset[str]] = frozenset(
+    [f"/highwater.internal.v1.Controller/{name}" for name in _ADMIN]
+    + [f"/highwater.v1.GroupCoordinator/{name}" for name in _COORDINATOR]
+)
+"""The methods a broker calls in its caller's name (KIP-590's forwardable APIs): the admin
+calls it forwards to the controller and the group calls its Kafka listener sends on to
+the coordinator. Only these may carry a forwarded principal: on any other (a broker's
+registration, heartbeat or ISR change, a fetch) it would let a principal allowed to
+forward speak as another, for another's node."""
 
 
 def _methods(service: str, table: dict[str, Access]) -> dict[str, Access]:
@@ -156,6 +179,7 @@ RPC_ACCESS: Final[dict[str, Access]] = {
     **_methods("highwater.v1.GroupCoordinator", _COORDINATOR),
     **_methods("highwater.internal.v1.Raft", _RAFT),
     **_methods("highwater.internal.v1.ReplicaFetchService", _REPLICA_FETCH),
+    **_methods("highwater.internal.v1.BrokerMetadata", _BROKER_METADATA),
     "/highwater.v1.Authentication/Authenticate": PUBLIC,
 }
 

@@ -11,7 +11,7 @@ know the password cannot complete the exchange.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,8 +33,9 @@ class SaslCredentials:
 
     mechanism: str
     username: str = ""
-    password: str = ""
-    token: str = ""
+    password: str = field(default="", repr=False)
+    token: str = field(default="", repr=False)
+    """The password and the token are left out of the repr: a log line never shows them."""
     token_file: Path | None = None
     """Read at each authentication: a token refreshed in the file is used at the next."""
 
@@ -83,8 +84,18 @@ class ClientExchange:
         self._scram: ScramClient | None = None
         self._step = 0
 
+    @property
+    def complete(self) -> bool:
+        """Whether the server proved itself: a SCRAM server's final message checked out
+        (RFC 5802's mutual authentication); OAUTHBEARER has nothing to check of it, once
+        the token is sent."""
+        if self.mechanism == OAUTHBEARER:
+            return self._step > 0
+        return self._step == 3
+
     def first(self) -> bytes:
         if self.mechanism == OAUTHBEARER:
+            self._step = 1
             return oauthbearer_client_message(self._credentials.bearer_token())
         from scramp import ScramClient
 
@@ -101,12 +112,15 @@ class ClientExchange:
             return None
         from scramp import ScramException
 
+        if self._step == 3:
+            raise SaslAuthenticationError("the server's SCRAM exchange went on past its end")
         try:
             if self._step == 1:
                 self._scram.set_server_first(server_message.decode())
                 self._step = 2
                 return self._scram.get_client_final().encode()
             self._scram.set_server_final(server_message.decode())
+            self._step = 3
         except (ScramException, UnicodeDecodeError) as e:
             raise SaslAuthenticationError(
                 f"the server's SCRAM message does not check out: {e}"
