@@ -53,7 +53,6 @@ from highwater.client.admin import (
     UnknownTopicOrPartitionError,
 )
 from highwater.errors import HighwaterError
-from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
 
 __all__ = [
     "Connection",
@@ -490,6 +489,8 @@ def alter(
     """Add partitions to a topic, or set and delete its config overrides."""
     if partitions is None and not config_pairs and not delete_keys:
         raise click.UsageError("give --partitions, --config or --delete-config")
+    from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC  # not at --help
+
     if partitions is not None and topic == CONSUMER_OFFSETS_TOPIC:
         # As Kafka's kafka-topics refuses it: a group's partition is the hash of its id
         # modulo the partition count, so more partitions move groups away from their state.
