@@ -90,6 +90,9 @@ async def test_group_calls_need_the_groups_acls(tmp_path: Path, secured_process:
             assert {
                 tp: o.offset for tp, o in (await client.list_consumer_group_offsets("mine")).items()
             } == {("t", 0): 3}
+            # A topic named that gina may not describe is refused, not left out quietly.
+            with pytest.raises(TopicAuthorizationFailedError):
+                await client.list_consumer_group_offsets("mine", [("t", 0), ("u", 0)])
             with pytest.raises(GroupAuthorizationFailedError):
                 await client.alter_consumer_group_offsets("theirs", {("t", 0): 9})
             with pytest.raises(TopicAuthorizationFailedError):

@@ -4,11 +4,12 @@ With the authorizer on: JoinGroup, SyncGroup, Heartbeat, LeaveGroup need READ on
 (else the answer's ``error`` is GROUP_AUTHORIZATION_FAILED and the group is untouched);
 OffsetCommit needs READ on the group and READ on each topic (a refused topic's partitions
 are TOPIC_AUTHORIZATION_FAILED and not committed); OffsetFetch needs DESCRIBE on the
-group and shows only the topics the caller may DESCRIBE; ListGroups shows only the groups
-the caller may DESCRIBE; DescribeGroups needs DESCRIBE and DeleteGroups DELETE on each
-group (a refused one is answered GROUP_AUTHORIZATION_FAILED); OffsetDelete needs DELETE on
-the group and READ on each topic (a refused topic's partitions are
-TOPIC_AUTHORIZATION_FAILED and keep their offsets).
+group, and of the topics the caller may not DESCRIBE it leaves them out when asked for
+every topic and answers their partitions TOPIC_AUTHORIZATION_FAILED when they are named;
+ListGroups shows only the groups the caller may DESCRIBE; DescribeGroups needs DESCRIBE
+and DeleteGroups DELETE on each group (a refused one is answered
+GROUP_AUTHORIZATION_FAILED); OffsetDelete needs DELETE on the group and READ on each topic
+(a refused topic's partitions are TOPIC_AUTHORIZATION_FAILED and keep their offsets).
 """
 
 from __future__ import annotations
@@ -104,18 +105,31 @@ def narrow_offset_delete(
 
 
 def narrow_offset_fetch(
-    response: pb.OffsetFetchResponse, context: Context
+    response: pb.OffsetFetchResponse, context: Context, *, all_topics: bool
 ) -> pb.OffsetFetchResponse:
-    """Only the topics the caller may describe."""
+    """Only what the caller may describe, as Kafka's ``handleOffsetFetchRequest``: asked
+    for every topic, the others are left out (not logged as refusals); asked for by name,
+    a refused topic's partitions are answered TOPIC_AUTHORIZATION_FAILED with no offset."""
     if not authorizer_enabled():
         return response
-    kept = [
-        topic
-        for topic in response.topics
-        if authorize(context, AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name)
-    ]
-    del response.topics[:]
-    response.topics.extend(kept)
+    for topic in list(response.topics):
+        if authorize(
+            context,
+            AclOperation.DESCRIBE,
+            ResourceType.TOPIC,
+            topic.name,
+            log_if_denied=not all_topics,
+        ):
+            continue
+        if all_topics:
+            response.topics.remove(topic)
+            continue
+        for partition in topic.partitions:
+            partition.committed_offset = -1
+            partition.committed_leader_epoch = -1
+            partition.metadata = ""
+            partition.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            partition.error_message = f"not authorized to describe topic {topic.name}"
     return response
 
 

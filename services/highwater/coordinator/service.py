@@ -769,7 +769,9 @@ class _Servicer(coordinator_pb2_grpc.GroupCoordinatorServicer):
         self._check_lease()
         if not group_allowed(context, AclOperation.DESCRIBE, request.group_id):
             return pb.OffsetFetchResponse(error=_DENIED, error_message=_denied(request.group_id))
-        return narrow_offset_fetch(self.server.offset_fetch(request), context)
+        return narrow_offset_fetch(
+            self.server.offset_fetch(request), context, all_topics=request.all_topics
+        )
 
     async def ListGroups(
         self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
