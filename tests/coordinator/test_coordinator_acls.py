@@ -138,5 +138,11 @@ async def test_listings_leave_out_what_the_caller_may_not_see_without_logging_re
             assert refusals == []
             with pytest.raises(TopicAuthorizationFailedError):
                 await client.describe_topics(["u"])
+        async with AdminClient(server.listen) as admin:
+            await admin.create_acls(
+                [allow(AclOperation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster")]
+            )
+        async with AdminClient(gina) as client:  # DESCRIBE on the cluster: every group
+            assert [g.group_id for g in await client.list_consumer_groups()] == ["theirs"]
     refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert refusals == ["refused: principal User:gina from 127.0.0.1 may not DESCRIBE Topic:u"]

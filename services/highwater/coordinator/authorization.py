@@ -6,7 +6,8 @@ OffsetCommit needs READ on the group and READ on each topic (a refused topic's p
 are TOPIC_AUTHORIZATION_FAILED and not committed); OffsetFetch needs DESCRIBE on the
 group, and of the topics the caller may not DESCRIBE it leaves them out when asked for
 every topic and answers their partitions TOPIC_AUTHORIZATION_FAILED when they are named;
-ListGroups shows only the groups the caller may DESCRIBE; DescribeGroups needs DESCRIBE
+ListGroups shows every group to a caller that may DESCRIBE the cluster, else only the groups
+it may DESCRIBE; DescribeGroups needs DESCRIBE
 and DeleteGroups DELETE on each group (a refused one is answered
 GROUP_AUTHORIZATION_FAILED); OffsetDelete needs DELETE on the group and READ on each topic
 (a refused topic's partitions are TOPIC_AUTHORIZATION_FAILED and keep their offsets).
@@ -21,6 +22,7 @@ import grpc.aio
 
 from highwater.rpc.auth import authorize, authorizer_enabled
 from highwater.security.acl import AclOperation, ResourceType
+from highwater.security.rpc_access import CLUSTER_NAME
 from highwater.v1 import coordinator_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -134,8 +136,11 @@ def narrow_offset_fetch(
 
 
 def visible_groups(response: pb.ListGroupsResponse, context: Context) -> pb.ListGroupsResponse:
-    """Only the groups the caller may describe."""
-    if not authorizer_enabled():
+    """Every group for a caller that may DESCRIBE the cluster, else only the groups it may
+    describe (Kafka's ``handleListGroupsRequest``)."""
+    if not authorizer_enabled() or authorize(
+        context, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False
+    ):
         return response
     kept = [
         group
