@@ -7,6 +7,8 @@ OffsetForLeaderEpoch, Produce with acks=0, and InitProducerId for a transactiona
 
 from __future__ import annotations
 
+import contextlib
+import re
 import struct
 from collections.abc import Iterator
 from typing import Any
@@ -197,6 +199,26 @@ def test_produce_with_acks_0_gets_no_answer_and_is_appended(
         answer = read_frame(sock)
         assert struct.unpack(">i", answer[:4]) == (22,)  # the produce got none
     wait_for(lambda: watermarks(server, "acks-zero") == (0, 1))
+
+
+def test_produce_with_acks_0_that_fails_closes_the_connection(server: KafkaServer) -> None:
+    """An acks=0 producer reads no answer, so a failed produce (here an unknown topic) is
+    told by closing the connection (Kafka's ``closeConnection``): the producer then
+    refreshes its metadata instead of sending to the wrong place for ever. The requests
+    behind it are not answered."""
+    R = ProduceRequest
+    request = R(
+        transactional_id=None, acks=0, timeout_ms=5000,
+        topic_data=[R.TopicProduceData(name="acks-zero-nowhere", partition_data=[
+            R.TopicProduceData.PartitionProduceData(index=0, records=batch(b"lost"))])],
+    )  # fmt: skip
+    with connect(server) as sock:
+        port = sock.getsockname()[1]
+        sock.sendall(request_frame(request, 9, 23) + request_frame(MetadataRequest(), 12, 24))
+        with contextlib.suppress(ConnectionResetError):
+            assert sock.recv(1) == b""
+    line = rf"Kafka connection from \('127\.0\.0\.1', {port}\) closed: .*acks=0.*"
+    assert re.search(line + "acks-zero-nowhere", server.log.read_text())
 
 
 def test_a_transactional_producer_is_refused(server: KafkaServer) -> None:

@@ -101,7 +101,7 @@ from highwater.v1 import admin_pb2, coordinator_pb2
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
-__all__ = ["KAFKA_LISTENER_NAME", "GroupCalls", "KafkaApis"]
+__all__ = ["KAFKA_LISTENER_NAME", "CloseConnectionError", "GroupCalls", "KafkaApis"]
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +154,13 @@ def topic_uuid(topic_id: str) -> uuid.UUID:
 
 def topic_id_string(value: uuid.UUID) -> str:
     return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode("ascii")
+
+
+class CloseConnectionError(Exception):
+    """A request answered by closing its connection, as Kafka's ``closeConnection``: a
+    Produce with acks=0 that failed (its client reads no answer: the closed connection
+    makes it refresh its metadata and reconnect, rather than keep sending where its
+    records are refused). The message says why, for the log."""
 
 
 class KafkaApis:
@@ -220,7 +227,9 @@ class KafkaApis:
     async def handle(self, request: KafkaRequest) -> Any:
         """The answer to ``request`` (a ``kafka.protocol`` response, or for Fetch a
         :class:`~highwater.broker.kafka_protocol.codec.Spliced` one: the records go out
-        as read), or ``None`` for a request that gets none (Produce with acks=0)."""
+        as read), or ``None`` for a request that gets none (Produce with acks=0).
+
+        :raises CloseConnectionError: a Produce with acks=0 failed."""
         return await self._handlers[request.api_key](request)
 
     def cluster_id(self) -> str:
@@ -278,9 +287,22 @@ class KafkaApis:
         if denied and not allowed.topics:
             answer = pb.ProduceResponse()
         else:
-            answer = await self.requests.produce(allowed, records_aside=aside)
+            answer = await self.requests.produce(
+                allowed, records_aside=aside, failures_with_acks_0=True
+            )
         add_refused_topics(answer, denied)
         if body.acks == 0:
+            failed = [
+                f"{t.topic}-{p.partition}: {p.error}"
+                for t in answer.topics
+                for p in t.partitions
+                if p.error != NONE
+            ] + [f"{name}-{index}: {code}" for name, index, code, _ in refused]
+            if failed:
+                raise CloseConnectionError(
+                    f"Produce with acks=0 (correlation id {request.correlation_id}) failed: "
+                    + ", ".join(failed)
+                )
             return None
         R = ProduceResponse
         P = R.TopicProduceResponse.PartitionProduceResponse

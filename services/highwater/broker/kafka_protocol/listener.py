@@ -7,7 +7,8 @@ connection: a client may pipeline (``max.in.flight.requests.per.connection``). E
 request is a task started in arrival order, and a produce request's appends are its
 task's first step (they wait for nothing), so the batches of a partition reach the log in
 the order they were sent, while earlier requests may still wait for the ISR. Produce with
-acks=0 gets no answer.
+acks=0 gets no answer; if it failed, its connection is closed instead (after the answers
+before it, and with a log line naming the partitions), as Kafka tells such a producer.
 
 Each connection has its :class:`~highwater.broker.kafka_protocol.sasl.ConnectionSecurity`:
 on an ``SSL`` or ``SASL_SSL`` listener the TLS handshake comes first (the process's
@@ -46,7 +47,11 @@ import grpc.aio
 from google.protobuf.message import Message
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
-from highwater.broker.kafka_protocol.apis import KafkaApis, api_versions_response
+from highwater.broker.kafka_protocol.apis import (
+    CloseConnectionError,
+    KafkaApis,
+    api_versions_response,
+)
 from highwater.broker.kafka_protocol.codec import (
     API_VERSIONS_KEY,
     PRODUCE_KEY,
@@ -195,7 +200,7 @@ class KafkaListener:
             self._connections.discard(task)
             return
         answers: Answers = asyncio.Queue(self.max_in_flight)
-        responder = asyncio.create_task(self._respond(answers, connection))
+        responder = asyncio.create_task(self._respond(answers, connection, peer))
         try:
             while not responder.done():
                 problem = await self._read_one(connection, answers, security)
@@ -321,11 +326,16 @@ class KafkaListener:
             request.api_key, request.api_version, request.correlation_id, response
         )
 
-    async def _respond(self, answers: Answers, writer: FrameConnection) -> None:
-        """Write the answers in the order of the requests."""
+    async def _respond(self, answers: Answers, writer: FrameConnection, peer: Any) -> None:
+        """Write the answers in the order of the requests (until one is a close: the
+        answers after it are not written)."""
         while (pending := await answers.get()) is not None:
             try:
                 frame = await pending
+            except CloseConnectionError as e:
+                log.warning("Kafka connection from %s closed: %s", peer, e)
+                writer.close()
+                return
             except Exception:
                 log.exception("a Kafka request failed; closing its connection")
                 writer.close()
