@@ -209,8 +209,16 @@ class KafkaListener:
                         log.warning("Kafka connection from %s closed: %s", peer, problem)
                     break
             await answers.put(None)
-            with contextlib.suppress(Exception):
-                await responder
+            # The answers still due go out, unless the connection is lost meanwhile (a
+            # reset): then nothing can be answered, and the work parked for them (a fetch's
+            # long poll, a produce waiting on the ISR) is cancelled below.
+            lost = asyncio.ensure_future(connection.wait_closed())
+            try:
+                await asyncio.wait((responder, lost), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                lost.cancel()
+            if responder.done() and not responder.cancelled():
+                responder.exception()  # (a write to a lost connection's: nothing to add)
         except asyncio.CancelledError:
             responder.cancel()
             raise
