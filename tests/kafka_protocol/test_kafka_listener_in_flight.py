@@ -51,3 +51,33 @@ async def test_a_connection_reset_with_a_request_parked_cancels_the_request() ->
         assert await asyncio.wait_for(apis.cancelled.get(), 5) == 7
     finally:
         await listener.stop()
+
+
+class FailingFirstApis(ParkedApis):
+    """Fails the request of correlation id 1 (a handler's unexpected error); parks the
+    others."""
+
+    async def handle(self, request: KafkaRequest) -> Any:
+        if request.correlation_id == 1:
+            await self.started.put(1)
+            raise RuntimeError("a handler's bug")
+        return await super().handle(request)
+
+
+async def test_a_failed_request_with_the_in_flight_queue_full_closes_and_cancels_the_rest() -> None:
+    """The failed request closes the connection while the reader waits for room for the
+    next request: the reader stops too, and the request queued behind is cancelled."""
+    apis = FailingFirstApis()
+    listener = KafkaListener(cast(KafkaApis, apis), host="127.0.0.1", port=0, max_in_flight=1)
+    await listener.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(
+            b"".join(request_frame(MetadataRequest(topics=None), 12, i) for i in (1, 2, 3))
+        )
+        await writer.drain()
+        assert await reader.read() == b""  # closed, unanswered
+        assert await asyncio.wait_for(apis.cancelled.get(), 5) == 2
+        writer.close()
+    finally:
+        await listener.stop()

@@ -208,7 +208,8 @@ class KafkaListener:
                     if problem:
                         log.warning("Kafka connection from %s closed: %s", peer, problem)
                     break
-            await answers.put(None)
+            if not responder.done():  # (else the queue may be full, and nobody reads it)
+                await answers.put(None)
             # The answers still due go out, unless the connection is lost meanwhile (a
             # reset): then nothing can be answered, and the work parked for them (a fetch's
             # long poll, a produce waiting on the ISR) is cancelled below.
@@ -336,24 +337,33 @@ class KafkaListener:
 
     async def _respond(self, answers: Answers, writer: FrameConnection, peer: Any) -> None:
         """Write the answers in the order of the requests (until one is a close: the
-        answers after it are not written)."""
-        while (pending := await answers.get()) is not None:
-            try:
-                frame = await pending
-            except CloseConnectionError as e:
-                log.warning("Kafka connection from %s closed: %s", peer, e)
-                writer.close()
-                return
-            except Exception:
-                log.exception("a Kafka request failed; closing its connection")
-                writer.close()
-                return
-            if isinstance(frame, list):
-                writer.writelines(frame)  # (one writev: the records are not copied)
-            elif frame:
-                writer.write(frame)
-            if frame and answers.empty():
-                await writer.drain()
+        answers after it are not written).
+
+        However it ends, the answers still queued are cancelled and taken out, so that a
+        reader waiting for room in a full queue goes on (and sees this ended)."""
+        try:
+            while (pending := await answers.get()) is not None:
+                try:
+                    frame = await pending
+                except CloseConnectionError as e:
+                    log.warning("Kafka connection from %s closed: %s", peer, e)
+                    writer.close()
+                    return
+                except Exception:
+                    log.exception("a Kafka request failed; closing its connection")
+                    writer.close()
+                    return
+                if isinstance(frame, list):
+                    writer.writelines(frame)  # (one writev: the records are not copied)
+                elif frame:
+                    writer.write(frame)
+                if frame and answers.empty():
+                    await writer.drain()
+        finally:
+            while not answers.empty():
+                left = answers.get_nowait()
+                if left is not None:
+                    left.cancel()
 
 
 def _log_outcome(security: ConnectionSecurity, outcome: AuthenticateAnswer) -> None:
