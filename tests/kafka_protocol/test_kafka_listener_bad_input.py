@@ -49,6 +49,7 @@ BAD_REQUESTS = {
     "unsupported version": header(0, 2, 1) + b"\x00" * 16,  # Produce v2: before RecordBatch v2
     "truncated body": header(3, 12, 1)[:-1],
     "garbage body": header(3, 12, 1) + b"\x00\xff\xff\xff\xff\x07" * 5,
+    "a length past the end": header(3, 1, 1) + struct.pack(">ih", 1, 10) + b"abc",
     "shorter than a header": b"\x00\x03",
     "empty frame": b"",
 }

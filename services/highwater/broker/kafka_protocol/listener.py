@@ -20,11 +20,12 @@ ACL check reads it from there).
 
 Bad input closes the connection, with one log line for it: a frame larger than
 ``socket.request.max.bytes`` (100 MiB) or of a negative size, bytes that are not a request
-of the version they claim (garbage, a truncated request), a request of an API or version
-not served (except ApiVersions: a client newer than the broker gets the v0 answer with
-UNSUPPORTED_VERSION and the versions served, KIP-511), a request whose handling failed
-unexpectedly, a request other than ApiVersions and SASL's on a ``SASL_*`` listener before
-authentication or after the session expired, a failed authentication (after its answer).
+of the version they claim (garbage, a truncated request, a length past its end), a
+request of an API or version not served (except ApiVersions: a client newer than the
+broker gets the v0 answer with UNSUPPORTED_VERSION and the versions served, KIP-511), a
+request whose handling failed unexpectedly, a request other than ApiVersions and SASL's
+on a ``SASL_*`` listener before authentication or after the session expired, a failed
+authentication (after its answer).
 Nothing else is affected: other connections and the requests already answered stand.
 
 :class:`GroupCoordinatorRelay` carries the group calls a Kafka client sends to this broker
