@@ -113,6 +113,8 @@ NONE: Final = 0
 UNKNOWN_SERVER_ERROR: Final = -1
 UNSUPPORTED_VERSION: Final = 35
 INVALID_REQUEST: Final = 42
+UNSUPPORTED_COMPRESSION_TYPE: Final = 76
+INVALID_RECORD: Final = 87
 COORDINATOR_NOT_AVAILABLE: Final = 15
 REQUEST_TIMED_OUT: Final = 7
 CLUSTER_AUTHORIZATION_FAILED: Final = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
@@ -279,6 +281,10 @@ class KafkaApis:
                     refused.append((topic.name, item.index, INVALID_REQUEST, "no transactions"))
                     continue
                 records = item.records or b""
+                invalid = invalid_produce_records(records, request.api_version)
+                if invalid is not None:
+                    refused.append((topic.name, item.index, *invalid))
+                    continue
                 if aside is not None:
                     aside[(topic.name, item.index)] = records
                     records = records[:BATCH_HEADER_SIZE]
@@ -1577,6 +1583,40 @@ def _acl_filter(
     if host is not None:
         acl_filter.host = host
     return acl_filter
+
+
+_LOG_OVERHEAD: Final = 12  # a batch's base offset and length
+_MAGIC_AT: Final = 16
+_ATTRIBUTES_AT: Final = 21
+_ZSTD: Final = 4
+
+
+def _batch_end(records: bytes, start: int) -> int | None:
+    """Where the batch at ``start`` ends, or ``None`` if ``records`` hold no whole batch
+    there (as Kafka's batch iterator: a length running past the end is no batch)."""
+    if len(records) - start < _LOG_OVERHEAD:
+        return None
+    end = start + _LOG_OVERHEAD + int.from_bytes(records[start + 8 : start + 12], signed=True)
+    return end if end <= len(records) else None
+
+
+def invalid_produce_records(records: bytes, version: int) -> tuple[int, str] | None:
+    """Kafka's ``ProduceRequest.validateRecords`` (Produce v3+): a partition's records are
+    exactly one batch, of magic 2, compressed with zstd only from v7; else the error
+    code and message its partition is answered (a batch too short to have a magic is
+    the log's to refuse, CORRUPT_MESSAGE)."""
+    first_end = _batch_end(records, 0)
+    if first_end is None:
+        return INVALID_RECORD, f"Produce v{version} must have at least one record batch"
+    if first_end <= _ATTRIBUTES_AT + 1:
+        return None
+    if records[_MAGIC_AT] != 2:
+        return INVALID_RECORD, f"Produce v{version} takes record batches of magic 2 only"
+    if version < 7 and records[_ATTRIBUTES_AT + 1] & 0x07 == _ZSTD:
+        return UNSUPPORTED_COMPRESSION_TYPE, f"Produce v{version} cannot carry zstd (v7+)"
+    if _batch_end(records, first_end) is not None:
+        return INVALID_RECORD, f"Produce v{version} takes exactly one record batch per partition"
+    return None
 
 
 def api_versions_response(error_code: int) -> Any:
