@@ -1,7 +1,7 @@
 """A Kafka connection's SASL state, pure: the listener's declaration, requests gated until
 authentication, SCRAM through SaslHandshake and SaslAuthenticate, a failure answered
 SASL_AUTHENTICATION_FAILED and closing, KIP-368's session lifetime and re-authentication
-(same principal only), and requests after the session expired refused."""
+(same mechanism and principal only), and requests after the session expired refused."""
 
 from __future__ import annotations
 
@@ -156,3 +156,23 @@ def test_a_session_is_reauthenticated_by_its_principal_only_and_expires(
     assert login(other, "alice", PASSWORDS["alice"]) == ErrorCode.NONE
     assert login(other, "bob", PASSWORDS["bob"]) == ErrorCode.SASL_AUTHENTICATION_FAILED
     assert other.principal.principal == "User:alice"
+
+
+def test_a_reauthentication_keeps_its_mechanism() -> None:
+    """KIP-368 (Kafka's ``saslMechanismUnchanged``): a session is re-authenticated with the
+    mechanism that opened it; another fails at its first token and closes the connection,
+    even for the same user."""
+    both = ("SCRAM-SHA-256", MECHANISM)
+    known = {m: make_credential(m, PASSWORDS["alice"]) for m in both}
+    settings = AuthenticationSettings(enabled_mechanisms=both, max_session_s=60)
+    security = ConnectionSecurity(
+        SecurityProtocol.SASL_SSL,
+        HOST,
+        Authenticator(settings, lambda user, mechanism: known[mechanism]),
+    )
+    assert login(security, "alice", PASSWORDS["alice"]) == ErrorCode.NONE
+    assert security.handshake("SCRAM-SHA-256").error_code == ErrorCode.NONE
+    first = SaslCredentials("SCRAM-SHA-256", "alice", PASSWORDS["alice"]).exchange().first()
+    answer = security.authenticate(first, NOW + 10)
+    assert (answer.error_code, answer.close) == (ErrorCode.SASL_AUTHENTICATION_FAILED, True)
+    assert "mechanism" in answer.log

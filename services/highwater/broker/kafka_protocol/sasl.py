@@ -29,8 +29,9 @@ and the connection is closed.
 ``session_lifetime_ms``: ``connections.max.reauth.ms``, shortened to a token's expiry. The
 client re-authenticates on the same connection before then (``SaslHandshake`` and
 ``SaslAuthenticate`` again, its other requests still served meanwhile); a
-re-authentication must prove the same principal, else it fails and the connection is
-closed. A request other than those after the session has expired closes the connection.
+re-authentication must use the same mechanism and prove the same principal, else it fails
+and the connection is closed. A request other than those after the session has expired
+closes the connection.
 """
 
 from __future__ import annotations
@@ -146,6 +147,8 @@ class ConnectionSecurity:
         self._bare_tokens = False
         self._exchange_id = ""
         self._expires_at_s: float | None = None
+        self._authenticated_with: str | None = None
+        """The mechanism of the SASL authentication that opened the session."""
 
     @property
     def principal(self) -> CallPrincipal:
@@ -196,6 +199,14 @@ class ConnectionSecurity:
                 close=True,
                 log="SaslAuthenticate without a SaslHandshake before it",
             )
+        if self._authenticated_with not in (None, mechanism):
+            self._mechanism, self._exchange_id = None, ""
+            return self._refused(
+                ErrorCode.SASL_AUTHENTICATION_FAILED,
+                "cannot change the SASL mechanism during re-authentication",
+                f"re-authentication with {mechanism} of a session opened with "
+                f"{self._authenticated_with} (the mechanism cannot change)",
+            )
         step = self._authenticator.step(self.host, mechanism, auth_bytes, self._exchange_id, now_s)
         if step.error:
             self._mechanism, self._exchange_id = None, ""
@@ -216,6 +227,7 @@ class ConnectionSecurity:
             )
         again = self._authenticated
         self._authenticated = True
+        self._authenticated_with = mechanism
         self._principal = CallPrincipal(step.principal, self.host, mechanism)
         self._expires_at_s = now_s + step.session_lifetime_ms / 1000
         return AuthenticateAnswer(
