@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
@@ -115,6 +116,8 @@ UNSUPPORTED_VERSION: Final = 35
 INVALID_REQUEST: Final = 42
 UNSUPPORTED_COMPRESSION_TYPE: Final = 76
 INVALID_RECORD: Final = 87
+_SOFTWARE: Final = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+"""A valid client software name or version (ApiVersions v3+, KIP-511)."""
 COORDINATOR_NOT_AVAILABLE: Final = 15
 REQUEST_TIMED_OUT: Final = 7
 CLUSTER_AUTHORIZATION_FAILED: Final = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
@@ -260,6 +263,15 @@ class KafkaApis:
     # --- ApiVersions ---------------------------------------------------------------------------
 
     async def api_versions(self, request: KafkaRequest) -> Any:
+        body = request.body
+        if request.api_version >= 3 and not (
+            _SOFTWARE.fullmatch(body.client_software_name or "")
+            and _SOFTWARE.fullmatch(body.client_software_version or "")
+        ):
+            # Kafka's ApiVersionsRequest.isValid: INVALID_REQUEST, no versions; the
+            # connection goes on.
+            R = ApiVersionsResponse
+            return R(error_code=INVALID_REQUEST, api_keys=[], throttle_time_ms=0)
         return api_versions_response(NONE)
 
     # --- Produce ------------------------------------------------------------------------------
