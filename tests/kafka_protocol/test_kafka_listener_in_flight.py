@@ -66,7 +66,9 @@ class FailingFirstApis(ParkedApis):
         return await super().handle(request)
 
 
-async def test_a_failed_request_with_the_in_flight_queue_full_closes_and_cancels_the_rest() -> None:
+async def test_a_failed_request_with_the_in_flight_queue_full_closes_and_cancels_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The failed request closes the connection while the reader waits for room for the
     next request: the reader stops too, and the request queued behind is cancelled."""
     apis = FailingFirstApis()
@@ -80,6 +82,8 @@ async def test_a_failed_request_with_the_in_flight_queue_full_closes_and_cancels
         await writer.drain()
         assert await reader.read() == b""  # closed, unanswered
         assert await asyncio.wait_for(apis.cancelled.get(), 5) == 2
+        port = writer.get_extra_info("sockname")[1]
+        assert f"closing its connection, from ('127.0.0.1', {port})" in caplog.text
         writer.close()
     finally:
         await listener.stop()

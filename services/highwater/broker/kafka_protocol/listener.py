@@ -351,7 +351,7 @@ class KafkaListener:
                     writer.close()
                     return
                 except Exception:
-                    log.exception("a Kafka request failed; closing its connection")
+                    log.exception("a Kafka request failed; closing its connection, from %s", peer)
                     writer.close()
                     return
                 if isinstance(frame, list):
