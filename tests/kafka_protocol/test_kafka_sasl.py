@@ -82,7 +82,7 @@ def test_a_certificate_is_the_principal_on_ssl_but_not_on_sasl_ssl(
         SecurityProtocol.SSL, HOST, authenticator, certificate_principal="User:writer"
     )
     assert ssl.principal.principal == "User:writer" and ssl.admit(PRODUCE, NOW) is None
-    # No SASL on an SSL listener: a handshake is out of turn and ends the connection.
+    # No SASL on an SSL listener: a handshake is answered ILLEGAL_SASL_STATE.
     assert ssl.handshake(MECHANISM).error_code == ErrorCode.ILLEGAL_SASL_STATE
     sasl = ConnectionSecurity(
         SecurityProtocol.SASL_SSL, HOST, authenticator, certificate_principal="User:writer"
@@ -176,3 +176,23 @@ def test_a_reauthentication_keeps_its_mechanism() -> None:
     answer = security.authenticate(first, NOW + 10)
     assert (answer.error_code, answer.close) == (ErrorCode.SASL_AUTHENTICATION_FAILED, True)
     assert "mechanism" in answer.log
+
+
+def test_sasl_requests_where_no_authentication_is_under_way_are_answered_not_closed(
+    authenticator: Authenticator,
+) -> None:
+    """Kafka answers these in ``KafkaApis`` (its SASL authenticator is done or absent):
+    SaslHandshake on a listener without SASL, and SaslAuthenticate without a handshake
+    on a connection already authenticated, are ILLEGAL_SASL_STATE, and the connection
+    goes on."""
+    plain = ConnectionSecurity(SecurityProtocol.PLAINTEXT, HOST, authenticator)
+    handshake = plain.handshake(MECHANISM)
+    assert (handshake.error_code, handshake.close) == (ErrorCode.ILLEGAL_SASL_STATE, False)
+    answer = plain.authenticate(b"n,,n=alice,r=abc", NOW)
+    assert (answer.error_code, answer.close) == (ErrorCode.ILLEGAL_SASL_STATE, False)
+    assert plain.admit(PRODUCE, NOW) is None
+    sasl = ConnectionSecurity(SecurityProtocol.SASL_SSL, HOST, authenticator)
+    assert login(sasl, "alice", PASSWORDS["alice"]) == ErrorCode.NONE
+    answer = sasl.authenticate(b"n,,n=alice,r=abc", NOW)
+    assert (answer.error_code, answer.close) == (ErrorCode.ILLEGAL_SASL_STATE, False)
+    assert sasl.principal.principal == "User:alice" and sasl.admit(PRODUCE, NOW) is None

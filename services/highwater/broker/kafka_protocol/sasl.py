@@ -32,6 +32,11 @@ client re-authenticates on the same connection before then (``SaslHandshake`` an
 re-authentication must use the same mechanism and prove the same principal, else it fails
 and the connection is closed. A request other than those after the session has expired
 closes the connection.
+
+Where no authentication is under way (a listener without SASL, or a connection
+authenticated and not re-authenticating), ``SaslHandshake`` and ``SaslAuthenticate`` are
+answered ILLEGAL_SASL_STATE and the connection goes on, as Kafka's ``KafkaApis`` answers
+them.
 """
 
 from __future__ import annotations
@@ -181,7 +186,9 @@ class ConnectionSecurity:
     def handshake(self, mechanism: str, version: int = 1) -> HandshakeAnswer:
         """``version``: the request's (0: the tokens that follow are bare frames)."""
         enabled = self._authenticator.enabled_mechanisms
-        if not self.protocol.uses_sasl or self._mechanism is not None:
+        if not self.protocol.uses_sasl:  # (answered as Kafka's KafkaApis does: no SASL here)
+            return HandshakeAnswer(ErrorCode.ILLEGAL_SASL_STATE, ())
+        if self._mechanism is not None:
             return HandshakeAnswer(ErrorCode.ILLEGAL_SASL_STATE, enabled, close=True)
         if mechanism not in enabled:
             return HandshakeAnswer(ErrorCode.UNSUPPORTED_SASL_MECHANISM, enabled, close=True)
@@ -192,6 +199,13 @@ class ConnectionSecurity:
 
     def authenticate(self, auth_bytes: bytes, now_s: float) -> AuthenticateAnswer:
         mechanism = self._mechanism
+        if mechanism is None and self._authenticated:
+            # No authentication under way (no SASL here, or done and no re-authentication
+            # begun): answered as Kafka's KafkaApis does, the connection going on.
+            return AuthenticateAnswer(
+                ErrorCode.ILLEGAL_SASL_STATE,
+                "SaslAuthenticate request received after successful authentication",
+            )
         if mechanism is None:
             return AuthenticateAnswer(
                 ErrorCode.ILLEGAL_SASL_STATE,
