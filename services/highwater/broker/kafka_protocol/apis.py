@@ -867,6 +867,10 @@ class KafkaApis:
                 if version >= 6 and item.committed_leader_epoch >= 0:
                     p.committed_leader_epoch = item.committed_leader_epoch
         answer = await self._group_call(body.group_id, "OffsetCommit", message)
+        if not isinstance(answer, int) and answer.error != NONE and not answer.topics:
+            # Refused whole (GROUP_AUTHORIZATION_FAILED): Kafka's answer lists the code
+            # in every partition, as a client reads it.
+            answer = int(answer.error)
         R = OffsetCommitResponse
         T = R.OffsetCommitResponseTopic
         if isinstance(answer, int):
