@@ -381,7 +381,8 @@ class KafkaApis:
         if resolved.error:
             return R(throttle_time_ms=0, error_code=resolved.error, session_id=0, responses=[])
         message = pb.FetchRequest(
-            max_wait_ms=body.max_wait_ms,
+            # Kafka answers min_bytes 0 at once; the broker's FetchRequest reads 0 as 1.
+            max_wait_ms=body.max_wait_ms if body.min_bytes > 0 else 0,
             min_bytes=body.min_bytes,
             max_bytes=body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF,
         )
