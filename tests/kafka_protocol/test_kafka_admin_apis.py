@@ -7,6 +7,8 @@ OffsetForLeaderEpoch, Produce with acks=0, and InitProducerId for a transactiona
 
 from __future__ import annotations
 
+import contextlib
+import re
 import struct
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +23,7 @@ from kafka.protocol.producer import (
     InitProducerIdRequest,
     InitProducerIdResponse,
     ProduceRequest,
+    ProduceResponse,
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka_servers import KafkaServer, connect, read_frame, request_frame, wait_for
@@ -197,6 +200,62 @@ def test_produce_with_acks_0_gets_no_answer_and_is_appended(
         answer = read_frame(sock)
         assert struct.unpack(">i", answer[:4]) == (22,)  # the produce got none
     wait_for(lambda: watermarks(server, "acks-zero") == (0, 1))
+
+
+def test_produce_with_acks_0_that_fails_closes_the_connection(server: KafkaServer) -> None:
+    """An acks=0 producer reads no answer, so a failed produce (here an unknown topic) is
+    told by closing the connection (Kafka's ``closeConnection``): the producer then
+    refreshes its metadata instead of sending to the wrong place for ever. The requests
+    behind it are not answered."""
+    R = ProduceRequest
+    request = R(
+        transactional_id=None, acks=0, timeout_ms=5000,
+        topic_data=[R.TopicProduceData(name="acks-zero-nowhere", partition_data=[
+            R.TopicProduceData.PartitionProduceData(index=0, records=batch(b"lost"))])],
+    )  # fmt: skip
+    with connect(server) as sock:
+        port = sock.getsockname()[1]
+        sock.sendall(request_frame(request, 9, 23) + request_frame(MetadataRequest(), 12, 24))
+        with contextlib.suppress(ConnectionResetError):
+            assert sock.recv(1) == b""
+    line = rf"Kafka connection from \('127\.0\.0\.1', {port}\) closed: .*acks=0.*"
+    assert re.search(line + "acks-zero-nowhere", server.log.read_text())
+
+
+def test_produce_records_must_be_one_batch_of_magic_2_as_kafka_validates_them(
+    server: KafkaServer, admin: Any
+) -> None:
+    """Kafka's ``ProduceRequest.validateRecords`` (Produce v3+): exactly one batch per
+    partition, of magic 2, and zstd only from v7; else INVALID_RECORD (87), or
+    UNSUPPORTED_COMPRESSION_TYPE (76), and nothing is appended."""
+    new_topic(admin, "one-batch")
+    good = batch(b"one")
+    magic_1 = good[:16] + b"\x01" + good[17:]
+    zstd = DefaultRecordBatchBuilder(
+        magic=2, compression_type=4, is_transactional=False, producer_id=-1,
+        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20,
+    )  # fmt: skip
+    zstd.append(0, timestamp=None, key=None, value=b"z" * 100, headers=[])
+    R = ProduceRequest
+    with connect(server) as sock:
+
+        def produce(records: bytes, version: int = 9) -> tuple[int, str | None]:
+            request = R(
+                transactional_id=None, acks=1, timeout_ms=5000,
+                topic_data=[R.TopicProduceData(name="one-batch", partition_data=[
+                    R.TopicProduceData.PartitionProduceData(index=0, records=records)])],
+            )  # fmt: skip
+            sock.sendall(request_frame(request, version, 61))
+            answer = ProduceResponse.decode(read_frame(sock)[4 + (version >= 9) :], version=version)
+            (partition,) = answer.responses[0].partition_responses
+            return partition.error_code, partition.error_message
+
+        wait_for(lambda: produce(good)[0] == 0)
+        assert produce(good + batch(b"two"))[0] == 87
+        assert produce(magic_1)[0] == 87
+        assert produce(bytes(zstd.build()), version=6)[0] == 76
+        assert produce(bytes(zstd.build()), version=7)[0] == 0
+    assert watermarks(server, "one-batch") == (0, 2)
 
 
 def test_a_transactional_producer_is_refused(server: KafkaServer) -> None:

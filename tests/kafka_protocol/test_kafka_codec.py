@@ -5,10 +5,13 @@ three bytes); a placeholder the answer does not hold is an error, not a wrong fr
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import pytest
 from highwater.broker.kafka_protocol.codec import (
+    RequestDecodeError,
+    decode_request,
     encode_response,
     encode_spliced_response,
     placeholders,
@@ -79,3 +82,33 @@ def test_a_placeholder_outside_a_bytes_field_is_an_error() -> None:
     )
     with pytest.raises(ValueError, match="not a bytes field"):
         encode_spliced_response(FETCH_KEY, 11, 1, response, {placeholder: b"records"})
+
+
+def _metadata_v1(name_length: int) -> bytes:
+    """A Metadata v1 request for one topic, ``abc``, whose name's length says
+    ``name_length``."""
+    client_id = b"raw"
+    header = struct.pack(">hhih", 3, 1, 7, len(client_id)) + client_id
+    return header + struct.pack(">ih", 1, name_length) + b"abc"
+
+
+def _metadata_v12(name_length: int) -> bytes:
+    """The same at v12 (flexible): a compact string, the tagged fields after it."""
+    client_id = b"raw"
+    header = struct.pack(">hhih", 3, 12, 7, len(client_id)) + client_id + b"\x00"
+    topic = bytes(16) + bytes([name_length + 1]) + b"abc" + b"\x00"  # topic id, name, tags
+    return header + bytes([2]) + topic + b"\x00\x00" + b"\x00"  # 1 topic, two flags, tags
+
+
+def test_a_length_that_runs_past_the_end_of_the_request_is_refused() -> None:
+    """The last field's length is the one nothing after it would catch: without a check,
+    the name would be cut to what is there and the request served."""
+    assert decode_request(_metadata_v1(3)).body.topics[0].name == "abc"
+    with pytest.raises(RequestDecodeError, match="past the end"):
+        decode_request(_metadata_v1(10))
+
+
+def test_a_compact_string_that_runs_past_the_end_of_the_request_is_refused() -> None:
+    assert decode_request(_metadata_v12(3)).body.topics[0].name == "abc"
+    with pytest.raises(RequestDecodeError):
+        decode_request(_metadata_v12(60))

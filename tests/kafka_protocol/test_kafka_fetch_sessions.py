@@ -110,10 +110,10 @@ def produce_one(sock: socket.socket, topic: str, value: bytes, correlation_id: i
 
 
 def fetch(sock: socket.socket, session: int, epoch: int, partitions: list[tuple[str, int, int]],
-          correlation_id: int) -> object:  # fmt: skip
+          correlation_id: int, max_wait_ms: int = 0) -> object:  # fmt: skip
     R = FetchRequest
     request = R(
-        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
         session_id=session, session_epoch=epoch,
         topics=[R.FetchTopic(topic=t, partitions=[R.FetchTopic.FetchPartition(
             partition=p, fetch_offset=o, partition_max_bytes=1 << 20, current_leader_epoch=-1,
@@ -156,3 +156,24 @@ def test_an_incremental_fetch_session_over_the_listener(server: KafkaServer) -> 
         assert stale.error_code == INVALID_FETCH_SESSION_EPOCH  # type: ignore[attr-defined]
         unknown = fetch(sock, session + 1000, 1, [], 7)
         assert unknown.error_code == FETCH_SESSION_ID_NOT_FOUND  # type: ignore[attr-defined]
+
+
+def test_a_fetch_with_min_bytes_0_is_answered_at_once(server: KafkaServer) -> None:
+    """Kafka answers a fetch of min_bytes 0 at once whatever its max_wait_ms (nothing is
+    too little), where the broker's own FetchRequest reads 0 as 1: it must not wait."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    for future in admin.create_topics([NewTopic("min-bytes-0", 1, 1)]).values():
+        future.result(30)
+    with connect(server) as sock:
+        deadline = time.monotonic() + 30
+        while (error := produce_one(sock, "min-bytes-0", b"one", 1)) == NOT_LEADER_OR_FOLLOWER:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert error == 0
+        started = time.monotonic()
+        answer = fetch(sock, 0, -1, [("min-bytes-0", 0, 1)], 2, max_wait_ms=5000)
+        assert time.monotonic() - started < 2.5
+        (topic,) = answer.responses  # type: ignore[attr-defined]
+        assert topic.partitions[0].high_watermark == 1 and not topic.partitions[0].records

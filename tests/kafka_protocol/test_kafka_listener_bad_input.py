@@ -49,6 +49,7 @@ BAD_REQUESTS = {
     "unsupported version": header(0, 2, 1) + b"\x00" * 16,  # Produce v2: before RecordBatch v2
     "truncated body": header(3, 12, 1)[:-1],
     "garbage body": header(3, 12, 1) + b"\x00\xff\xff\xff\xff\x07" * 5,
+    "a length past the end": header(3, 1, 1) + struct.pack(">ih", 1, 10) + b"abc",
     "shorter than a header": b"\x00\x03",
     "empty frame": b"",
 }
@@ -147,3 +148,23 @@ def test_pipelined_requests_are_answered_in_order_without_api_versions_first(
     assert [b.node_id for b in first.brokers] == [1]
     assert f"{first.brokers[0].host}:{first.brokers[0].port}" == server.bootstrap
     assert MetadataResponse.decode(answers[2][5:], version=9).topics == []
+
+
+def test_api_versions_v3_with_an_invalid_client_software_name_is_invalid_request(
+    server: KafkaServer,
+) -> None:
+    """Kafka's ApiVersionsRequest.isValid (KIP-511): v3+ client software names and
+    versions are letters, digits, '-' and '.', starting and ending with a letter or
+    digit; else INVALID_REQUEST (42) with no versions, and the connection stays open."""
+    with connect(server) as sock:
+        bad = ApiVersionsRequest(client_software_name="bad name!", client_software_version="1")
+        sock.sendall(request_frame(bad, 3, 51))
+        # (kafka-python's reader takes any error answer for a v0 one: the bytes, then.)
+        # v3: error 42, no api keys (a compact array), throttle 0, no tagged fields.
+        assert read_frame(sock) == struct.pack(">ih", 51, 42) + b"\x01" + bytes(4) + b"\x00"
+        good = ApiVersionsRequest(
+            client_software_name="confluent-kafka-python",
+            client_software_version="2.3.0-rdkafka-2.3.0",
+        )
+        sock.sendall(request_frame(good, 3, 52))
+        assert ApiVersionsResponse.decode(read_frame(sock)[4:], version=3).error_code == 0

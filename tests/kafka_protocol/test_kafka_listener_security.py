@@ -57,6 +57,7 @@ from kafka.admin import (
 )
 from kafka.admin import ResourceType as KafkaResourceType
 from kafka.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -423,6 +424,29 @@ def test_a_connection_reauthenticates_as_its_principal_only(
         other = _scram_login(sock, "bob", PASSWORDS["bob"], 30)
         assert other.error_code == 58  # SASL_AUTHENTICATION_FAILED
         assert _closed(sock)
+
+
+def test_an_offset_commit_to_a_group_not_allowed_answers_each_partition(
+    pki: Pki, sasl_ssl: KafkaServer
+) -> None:
+    """Kafka answers a refused group in every partition of the OffsetCommit
+    (GROUP_AUTHORIZATION_FAILED, 30): a client reads the partitions' errors, and one
+    missing reads as an answer that lost it."""
+    R = OffsetCommitRequest
+    request = R(
+        group_id=GROUP, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+        retention_time_ms=-1,
+        topics=[R.OffsetCommitRequestTopic(name=TOPIC, partitions=[
+            R.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=0, committed_leader_epoch=-1,
+                committed_metadata="")])],
+    )  # fmt: skip
+    with _tls_socket(pki, sasl_ssl) as sock:
+        assert _scram_login(sock, "bob", PASSWORDS["bob"], 1).error_code == 0
+        sock.sendall(request_frame(request, 8, 10))
+        answer = OffsetCommitResponse.decode(read_frame(sock)[5:], version=8)
+    assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions])
+            for t in answer.topics] == [(TOPIC, [(0, 30)])]  # fmt: skip
 
 
 def test_a_v0_handshake_takes_bare_tokens(pki: Pki, sasl_ssl: KafkaServer) -> None:

@@ -1,7 +1,7 @@
 """A Kafka connection's SASL state, pure: the listener's declaration, requests gated until
 authentication, SCRAM through SaslHandshake and SaslAuthenticate, a failure answered
 SASL_AUTHENTICATION_FAILED and closing, KIP-368's session lifetime and re-authentication
-(same principal only), and requests after the session expired refused."""
+(same mechanism and principal only), and requests after the session expired refused."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_a_certificate_is_the_principal_on_ssl_but_not_on_sasl_ssl(
         SecurityProtocol.SSL, HOST, authenticator, certificate_principal="User:writer"
     )
     assert ssl.principal.principal == "User:writer" and ssl.admit(PRODUCE, NOW) is None
-    # No SASL on an SSL listener: a handshake is out of turn and ends the connection.
+    # No SASL on an SSL listener: a handshake is answered ILLEGAL_SASL_STATE.
     assert ssl.handshake(MECHANISM).error_code == ErrorCode.ILLEGAL_SASL_STATE
     sasl = ConnectionSecurity(
         SecurityProtocol.SASL_SSL, HOST, authenticator, certificate_principal="User:writer"
@@ -156,3 +156,43 @@ def test_a_session_is_reauthenticated_by_its_principal_only_and_expires(
     assert login(other, "alice", PASSWORDS["alice"]) == ErrorCode.NONE
     assert login(other, "bob", PASSWORDS["bob"]) == ErrorCode.SASL_AUTHENTICATION_FAILED
     assert other.principal.principal == "User:alice"
+
+
+def test_a_reauthentication_keeps_its_mechanism() -> None:
+    """KIP-368 (Kafka's ``saslMechanismUnchanged``): a session is re-authenticated with the
+    mechanism that opened it; another fails at its first token and closes the connection,
+    even for the same user."""
+    both = ("SCRAM-SHA-256", MECHANISM)
+    known = {m: make_credential(m, PASSWORDS["alice"]) for m in both}
+    settings = AuthenticationSettings(enabled_mechanisms=both, max_session_s=60)
+    security = ConnectionSecurity(
+        SecurityProtocol.SASL_SSL,
+        HOST,
+        Authenticator(settings, lambda user, mechanism: known[mechanism]),
+    )
+    assert login(security, "alice", PASSWORDS["alice"]) == ErrorCode.NONE
+    assert security.handshake("SCRAM-SHA-256").error_code == ErrorCode.NONE
+    first = SaslCredentials("SCRAM-SHA-256", "alice", PASSWORDS["alice"]).exchange().first()
+    answer = security.authenticate(first, NOW + 10)
+    assert (answer.error_code, answer.close) == (ErrorCode.SASL_AUTHENTICATION_FAILED, True)
+    assert "mechanism" in answer.log
+
+
+def test_sasl_requests_where_no_authentication_is_under_way_are_answered_not_closed(
+    authenticator: Authenticator,
+) -> None:
+    """Kafka answers these in ``KafkaApis`` (its SASL authenticator is done or absent):
+    SaslHandshake on a listener without SASL, and SaslAuthenticate without a handshake
+    on a connection already authenticated, are ILLEGAL_SASL_STATE, and the connection
+    goes on."""
+    plain = ConnectionSecurity(SecurityProtocol.PLAINTEXT, HOST, authenticator)
+    handshake = plain.handshake(MECHANISM)
+    assert (handshake.error_code, handshake.close) == (ErrorCode.ILLEGAL_SASL_STATE, False)
+    answer = plain.authenticate(b"n,,n=alice,r=abc", NOW)
+    assert (answer.error_code, answer.close) == (ErrorCode.ILLEGAL_SASL_STATE, False)
+    assert plain.admit(PRODUCE, NOW) is None
+    sasl = ConnectionSecurity(SecurityProtocol.SASL_SSL, HOST, authenticator)
+    assert login(sasl, "alice", PASSWORDS["alice"]) == ErrorCode.NONE
+    answer = sasl.authenticate(b"n,,n=alice,r=abc", NOW)
+    assert (answer.error_code, answer.close) == (ErrorCode.ILLEGAL_SASL_STATE, False)
+    assert sasl.principal.principal == "User:alice" and sasl.admit(PRODUCE, NOW) is None

@@ -142,10 +142,13 @@ class RequestHandler:
         caller: QuotaCaller = UNKNOWN_CALLER,
         *,
         records_aside: Mapping[tuple[str, int], bytes] | None = None,
+        failures_with_acks_0: bool = False,
     ) -> pb.ProduceResponse:
         """Append, wait for the acks, then record the request under the caller's quotas:
         the answer's ``throttle_time_ms`` is how long the caller holds it (the edge
-        waits; this does not).
+        waits; this does not). With acks=0 the answer has no partitions, or with
+        ``failures_with_acks_0`` the partitions that failed (the Kafka listener closes
+        the connection of an acks=0 produce that failed, as Kafka does).
 
         ``records_aside``: each partition's batches by (topic, partition), appended as
         they are instead of the item's ``record_batches`` (the Kafka listener's decoded
@@ -156,7 +159,9 @@ class RequestHandler:
         started = time.monotonic()
         handler = _HandlerTime()
         try:
-            response, produced = await self._produce(request, handler, records_aside)
+            response, produced = await self._produce(
+                request, handler, records_aside, failures_with_acks_0
+            )
         finally:
             self.telemetry.produce_duration.record(
                 time.monotonic() - started, _acks_attributes(fields.produce_acks(request))
@@ -173,6 +178,7 @@ class RequestHandler:
         request: pb.ProduceRequest,
         handler: _HandlerTime,
         records_aside: Mapping[tuple[str, int], bytes] | None = None,
+        failures_with_acks_0: bool = False,
     ) -> tuple[pb.ProduceResponse, int]:
         """The answer, and the bytes the request carried (what its quota counts)."""
         acks = fields.produce_acks(request)
@@ -223,7 +229,13 @@ class RequestHandler:
         if placed:
             await asyncio.gather(*placed)
         if acks == 0:
-            return pb.ProduceResponse(), produced
+            failed = pb.ProduceResponse()
+            if failures_with_acks_0:
+                for topic_response in response.topics:
+                    errors = [p for p in topic_response.partitions if p.error != ErrorCode.NONE]
+                    if errors:
+                        failed.topics.add(topic=topic_response.topic).partitions.extend(errors)
+            return failed, produced
         deadline = time.monotonic() + max(fields.produce_timeout_ms(request), 0) / 1000
         while waiting:
             waiting = [w for w in waiting if not self._replicated(*w)]

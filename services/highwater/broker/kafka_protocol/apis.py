@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
@@ -101,7 +102,7 @@ from highwater.v1 import admin_pb2, coordinator_pb2
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
-__all__ = ["KAFKA_LISTENER_NAME", "GroupCalls", "KafkaApis"]
+__all__ = ["KAFKA_LISTENER_NAME", "CloseConnectionError", "GroupCalls", "KafkaApis"]
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,10 @@ NONE: Final = 0
 UNKNOWN_SERVER_ERROR: Final = -1
 UNSUPPORTED_VERSION: Final = 35
 INVALID_REQUEST: Final = 42
+UNSUPPORTED_COMPRESSION_TYPE: Final = 76
+INVALID_RECORD: Final = 87
+_SOFTWARE: Final = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+"""A valid client software name or version (ApiVersions v3+, KIP-511)."""
 COORDINATOR_NOT_AVAILABLE: Final = 15
 REQUEST_TIMED_OUT: Final = 7
 CLUSTER_AUTHORIZATION_FAILED: Final = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
@@ -154,6 +159,13 @@ def topic_uuid(topic_id: str) -> uuid.UUID:
 
 def topic_id_string(value: uuid.UUID) -> str:
     return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode("ascii")
+
+
+class CloseConnectionError(Exception):
+    """A request answered by closing its connection, as Kafka's ``closeConnection``: a
+    Produce with acks=0 that failed (its client reads no answer: the closed connection
+    makes it refresh its metadata and reconnect, rather than keep sending where its
+    records are refused). The message says why, for the log."""
 
 
 class KafkaApis:
@@ -220,7 +232,9 @@ class KafkaApis:
     async def handle(self, request: KafkaRequest) -> Any:
         """The answer to ``request`` (a ``kafka.protocol`` response, or for Fetch a
         :class:`~highwater.broker.kafka_protocol.codec.Spliced` one: the records go out
-        as read), or ``None`` for a request that gets none (Produce with acks=0)."""
+        as read), or ``None`` for a request that gets none (Produce with acks=0).
+
+        :raises CloseConnectionError: a Produce with acks=0 failed."""
         return await self._handlers[request.api_key](request)
 
     def cluster_id(self) -> str:
@@ -249,6 +263,15 @@ class KafkaApis:
     # --- ApiVersions ---------------------------------------------------------------------------
 
     async def api_versions(self, request: KafkaRequest) -> Any:
+        body = request.body
+        if request.api_version >= 3 and not (
+            _SOFTWARE.fullmatch(body.client_software_name or "")
+            and _SOFTWARE.fullmatch(body.client_software_version or "")
+        ):
+            # Kafka's ApiVersionsRequest.isValid: INVALID_REQUEST, no versions; the
+            # connection goes on.
+            R = ApiVersionsResponse
+            return R(error_code=INVALID_REQUEST, api_keys=[], throttle_time_ms=0)
         return api_versions_response(NONE)
 
     # --- Produce ------------------------------------------------------------------------------
@@ -270,6 +293,10 @@ class KafkaApis:
                     refused.append((topic.name, item.index, INVALID_REQUEST, "no transactions"))
                     continue
                 records = item.records or b""
+                invalid = invalid_produce_records(records, request.api_version)
+                if invalid is not None:
+                    refused.append((topic.name, item.index, *invalid))
+                    continue
                 if aside is not None:
                     aside[(topic.name, item.index)] = records
                     records = records[:BATCH_HEADER_SIZE]
@@ -278,9 +305,22 @@ class KafkaApis:
         if denied and not allowed.topics:
             answer = pb.ProduceResponse()
         else:
-            answer = await self.requests.produce(allowed, records_aside=aside)
+            answer = await self.requests.produce(
+                allowed, records_aside=aside, failures_with_acks_0=True
+            )
         add_refused_topics(answer, denied)
         if body.acks == 0:
+            failed = [
+                f"{t.topic}-{p.partition}: {p.error}"
+                for t in answer.topics
+                for p in t.partitions
+                if p.error != NONE
+            ] + [f"{name}-{index}: {code}" for name, index, code, _ in refused]
+            if failed:
+                raise CloseConnectionError(
+                    f"Produce with acks=0 (correlation id {request.correlation_id}) failed: "
+                    + ", ".join(failed)
+                )
             return None
         R = ProduceResponse
         P = R.TopicProduceResponse.PartitionProduceResponse
@@ -341,7 +381,8 @@ class KafkaApis:
         if resolved.error:
             return R(throttle_time_ms=0, error_code=resolved.error, session_id=0, responses=[])
         message = pb.FetchRequest(
-            max_wait_ms=body.max_wait_ms,
+            # Kafka answers min_bytes 0 at once; the broker's FetchRequest reads 0 as 1.
+            max_wait_ms=body.max_wait_ms if body.min_bytes > 0 else 0,
             min_bytes=body.min_bytes,
             max_bytes=body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF,
         )
@@ -827,6 +868,10 @@ class KafkaApis:
                 if version >= 6 and item.committed_leader_epoch >= 0:
                     p.committed_leader_epoch = item.committed_leader_epoch
         answer = await self._group_call(body.group_id, "OffsetCommit", message)
+        if not isinstance(answer, int) and answer.error != NONE and not answer.topics:
+            # Refused whole (GROUP_AUTHORIZATION_FAILED): Kafka's answer lists the code
+            # in every partition, as a client reads it.
+            answer = int(answer.error)
         R = OffsetCommitResponse
         T = R.OffsetCommitResponseTopic
         if isinstance(answer, int):
@@ -1555,6 +1600,40 @@ def _acl_filter(
     if host is not None:
         acl_filter.host = host
     return acl_filter
+
+
+_LOG_OVERHEAD: Final = 12  # a batch's base offset and length
+_MAGIC_AT: Final = 16
+_ATTRIBUTES_AT: Final = 21
+_ZSTD: Final = 4
+
+
+def _batch_end(records: bytes, start: int) -> int | None:
+    """Where the batch at ``start`` ends, or ``None`` if ``records`` hold no whole batch
+    there (as Kafka's batch iterator: a length running past the end is no batch)."""
+    if len(records) - start < _LOG_OVERHEAD:
+        return None
+    end = start + _LOG_OVERHEAD + int.from_bytes(records[start + 8 : start + 12], signed=True)
+    return end if end <= len(records) else None
+
+
+def invalid_produce_records(records: bytes, version: int) -> tuple[int, str] | None:
+    """Kafka's ``ProduceRequest.validateRecords`` (Produce v3+): a partition's records are
+    exactly one batch, of magic 2, compressed with zstd only from v7; else the error
+    code and message its partition is answered (a batch too short to have a magic is
+    the log's to refuse, CORRUPT_MESSAGE)."""
+    first_end = _batch_end(records, 0)
+    if first_end is None:
+        return INVALID_RECORD, f"Produce v{version} must have at least one record batch"
+    if first_end <= _ATTRIBUTES_AT + 1:
+        return None
+    if records[_MAGIC_AT] != 2:
+        return INVALID_RECORD, f"Produce v{version} takes record batches of magic 2 only"
+    if version < 7 and records[_ATTRIBUTES_AT + 1] & 0x07 == _ZSTD:
+        return UNSUPPORTED_COMPRESSION_TYPE, f"Produce v{version} cannot carry zstd (v7+)"
+    if _batch_end(records, first_end) is not None:
+        return INVALID_RECORD, f"Produce v{version} takes exactly one record batch per partition"
+    return None
 
 
 def api_versions_response(error_code: int) -> Any:

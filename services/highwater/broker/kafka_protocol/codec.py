@@ -239,10 +239,26 @@ def decode_request(frame: bytes | bytearray | memoryview) -> KafkaRequest:
         except Exception:  # tagged fields past the bound: the whole frame
             data = io.BytesIO(frame)
             header = RequestHeader.decode(data, flexible=flexible)
-        body = api.request.decode(memoryview(frame)[data.tell() :], version=version)
+        body, end = _decode_body(api.request, memoryview(frame)[data.tell() :], version)
     except Exception as e:  # the codec raises whatever its reader met (struct, index, value)
         raise RequestDecodeError(f"{api.name} v{version}: {type(e).__name__}: {e}") from e
+    if end > len(frame) - data.tell():
+        # A string's, an array's or a bytes field's length ran past the end, and nothing
+        # read after it noticed (the codec's reader slices without a check): Kafka's
+        # reader fails there (a buffer underflow), and so does this one.
+        raise RequestDecodeError(f"{api.name} v{version}: a length runs past the end")
     return KafkaRequest(key, version, correlation_id, header.client_id, body)
+
+
+def _decode_body(request: Any, body: memoryview, version: int) -> tuple[Any, int]:
+    """``request``'s body at ``version`` and where its reading ended: past the end of
+    ``body`` if a length lied (``ApiMessage.decode`` with the end it does not return)."""
+    flexible = is_flexible(request, version)
+    decode_from = request._struct.compiled_decode_from(
+        version, compact=flexible, tagged=flexible, data_class=request[None]
+    )
+    message, end = decode_from(body, 0)
+    return message, int(end)
 
 
 _TAGGED_FIELDS_BOUND: Final = 4096

@@ -7,7 +7,8 @@ connection: a client may pipeline (``max.in.flight.requests.per.connection``). E
 request is a task started in arrival order, and a produce request's appends are its
 task's first step (they wait for nothing), so the batches of a partition reach the log in
 the order they were sent, while earlier requests may still wait for the ISR. Produce with
-acks=0 gets no answer.
+acks=0 gets no answer; if it failed, its connection is closed instead (after the answers
+before it, and with a log line naming the partitions), as Kafka tells such a producer.
 
 Each connection has its :class:`~highwater.broker.kafka_protocol.sasl.ConnectionSecurity`:
 on an ``SSL`` or ``SASL_SSL`` listener the TLS handshake comes first (the process's
@@ -19,11 +20,12 @@ ACL check reads it from there).
 
 Bad input closes the connection, with one log line for it: a frame larger than
 ``socket.request.max.bytes`` (100 MiB) or of a negative size, bytes that are not a request
-of the version they claim (garbage, a truncated request), a request of an API or version
-not served (except ApiVersions: a client newer than the broker gets the v0 answer with
-UNSUPPORTED_VERSION and the versions served, KIP-511), a request whose handling failed
-unexpectedly, a request other than ApiVersions and SASL's on a ``SASL_*`` listener before
-authentication or after the session expired, a failed authentication (after its answer).
+of the version they claim (garbage, a truncated request, a length past its end), a
+request of an API or version not served (except ApiVersions: a client newer than the
+broker gets the v0 answer with UNSUPPORTED_VERSION and the versions served, KIP-511), a
+request whose handling failed unexpectedly, a request other than ApiVersions and SASL's
+on a ``SASL_*`` listener before authentication or after the session expired, a failed
+authentication (after its answer).
 Nothing else is affected: other connections and the requests already answered stand.
 
 :class:`GroupCoordinatorRelay` carries the group calls a Kafka client sends to this broker
@@ -46,7 +48,11 @@ import grpc.aio
 from google.protobuf.message import Message
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
-from highwater.broker.kafka_protocol.apis import KafkaApis, api_versions_response
+from highwater.broker.kafka_protocol.apis import (
+    CloseConnectionError,
+    KafkaApis,
+    api_versions_response,
+)
 from highwater.broker.kafka_protocol.codec import (
     API_VERSIONS_KEY,
     PRODUCE_KEY,
@@ -195,7 +201,7 @@ class KafkaListener:
             self._connections.discard(task)
             return
         answers: Answers = asyncio.Queue(self.max_in_flight)
-        responder = asyncio.create_task(self._respond(answers, connection))
+        responder = asyncio.create_task(self._respond(answers, connection, peer))
         try:
             while not responder.done():
                 problem = await self._read_one(connection, answers, security)
@@ -203,9 +209,18 @@ class KafkaListener:
                     if problem:
                         log.warning("Kafka connection from %s closed: %s", peer, problem)
                     break
-            await answers.put(None)
-            with contextlib.suppress(Exception):
-                await responder
+            if not responder.done():  # (else the queue may be full, and nobody reads it)
+                await answers.put(None)
+            # The answers still due go out, unless the connection is lost meanwhile (a
+            # reset): then nothing can be answered, and the work parked for them (a fetch's
+            # long poll, a produce waiting on the ISR) is cancelled below.
+            lost = asyncio.ensure_future(connection.wait_closed())
+            try:
+                await asyncio.wait((responder, lost), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                lost.cancel()
+            if responder.done() and not responder.cancelled():
+                responder.exception()  # (a write to a lost connection's: nothing to add)
         except asyncio.CancelledError:
             responder.cancel()
             raise
@@ -321,21 +336,35 @@ class KafkaListener:
             request.api_key, request.api_version, request.correlation_id, response
         )
 
-    async def _respond(self, answers: Answers, writer: FrameConnection) -> None:
-        """Write the answers in the order of the requests."""
-        while (pending := await answers.get()) is not None:
-            try:
-                frame = await pending
-            except Exception:
-                log.exception("a Kafka request failed; closing its connection")
-                writer.close()
-                return
-            if isinstance(frame, list):
-                writer.writelines(frame)  # (one writev: the records are not copied)
-            elif frame:
-                writer.write(frame)
-            if frame and answers.empty():
-                await writer.drain()
+    async def _respond(self, answers: Answers, writer: FrameConnection, peer: Any) -> None:
+        """Write the answers in the order of the requests (until one is a close: the
+        answers after it are not written).
+
+        However it ends, the answers still queued are cancelled and taken out, so that a
+        reader waiting for room in a full queue goes on (and sees this ended)."""
+        try:
+            while (pending := await answers.get()) is not None:
+                try:
+                    frame = await pending
+                except CloseConnectionError as e:
+                    log.warning("Kafka connection from %s closed: %s", peer, e)
+                    writer.close()
+                    return
+                except Exception:
+                    log.exception("a Kafka request failed; closing its connection, from %s", peer)
+                    writer.close()
+                    return
+                if isinstance(frame, list):
+                    writer.writelines(frame)  # (one writev: the records are not copied)
+                elif frame:
+                    writer.write(frame)
+                if frame and answers.empty():
+                    await writer.drain()
+        finally:
+            while not answers.empty():
+                left = answers.get_nowait()
+                if left is not None:
+                    left.cancel()
 
 
 def _log_outcome(security: ConnectionSecurity, outcome: AuthenticateAnswer) -> None:

@@ -29,8 +29,14 @@ and the connection is closed.
 ``session_lifetime_ms``: ``connections.max.reauth.ms``, shortened to a token's expiry. The
 client re-authenticates on the same connection before then (``SaslHandshake`` and
 ``SaslAuthenticate`` again, its other requests still served meanwhile); a
-re-authentication must prove the same principal, else it fails and the connection is
-closed. A request other than those after the session has expired closes the connection.
+re-authentication must use the same mechanism and prove the same principal, else it fails
+and the connection is closed. A request other than those after the session has expired
+closes the connection.
+
+Where no authentication is under way (a listener without SASL, or a connection
+authenticated and not re-authenticating), ``SaslHandshake`` and ``SaslAuthenticate`` are
+answered ILLEGAL_SASL_STATE and the connection goes on, as Kafka's ``KafkaApis`` answers
+them.
 """
 
 from __future__ import annotations
@@ -146,6 +152,8 @@ class ConnectionSecurity:
         self._bare_tokens = False
         self._exchange_id = ""
         self._expires_at_s: float | None = None
+        self._authenticated_with: str | None = None
+        """The mechanism of the SASL authentication that opened the session."""
 
     @property
     def principal(self) -> CallPrincipal:
@@ -178,7 +186,9 @@ class ConnectionSecurity:
     def handshake(self, mechanism: str, version: int = 1) -> HandshakeAnswer:
         """``version``: the request's (0: the tokens that follow are bare frames)."""
         enabled = self._authenticator.enabled_mechanisms
-        if not self.protocol.uses_sasl or self._mechanism is not None:
+        if not self.protocol.uses_sasl:  # (answered as Kafka's KafkaApis does: no SASL here)
+            return HandshakeAnswer(ErrorCode.ILLEGAL_SASL_STATE, ())
+        if self._mechanism is not None:
             return HandshakeAnswer(ErrorCode.ILLEGAL_SASL_STATE, enabled, close=True)
         if mechanism not in enabled:
             return HandshakeAnswer(ErrorCode.UNSUPPORTED_SASL_MECHANISM, enabled, close=True)
@@ -189,12 +199,27 @@ class ConnectionSecurity:
 
     def authenticate(self, auth_bytes: bytes, now_s: float) -> AuthenticateAnswer:
         mechanism = self._mechanism
+        if mechanism is None and self._authenticated:
+            # No authentication under way (no SASL here, or done and no re-authentication
+            # begun): answered as Kafka's KafkaApis does, the connection going on.
+            return AuthenticateAnswer(
+                ErrorCode.ILLEGAL_SASL_STATE,
+                "SaslAuthenticate request received after successful authentication",
+            )
         if mechanism is None:
             return AuthenticateAnswer(
                 ErrorCode.ILLEGAL_SASL_STATE,
                 "SaslAuthenticate without a SaslHandshake before it",
                 close=True,
                 log="SaslAuthenticate without a SaslHandshake before it",
+            )
+        if self._authenticated_with not in (None, mechanism):
+            self._mechanism, self._exchange_id = None, ""
+            return self._refused(
+                ErrorCode.SASL_AUTHENTICATION_FAILED,
+                "cannot change the SASL mechanism during re-authentication",
+                f"re-authentication with {mechanism} of a session opened with "
+                f"{self._authenticated_with} (the mechanism cannot change)",
             )
         step = self._authenticator.step(self.host, mechanism, auth_bytes, self._exchange_id, now_s)
         if step.error:
@@ -216,6 +241,7 @@ class ConnectionSecurity:
             )
         again = self._authenticated
         self._authenticated = True
+        self._authenticated_with = mechanism
         self._principal = CallPrincipal(step.principal, self.host, mechanism)
         self._expires_at_s = now_s + step.session_lifetime_ms / 1000
         return AuthenticateAnswer(
