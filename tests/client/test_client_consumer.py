@@ -291,6 +291,43 @@ async def test_a_fetch_ahead_in_flight_is_dropped_when_the_assignment_changes(
         assert values(await poll_n(consumer, 2)) == [b"v1", b"v2"]
 
 
+async def test_a_fetch_ahead_answered_with_a_stale_leader_error_is_not_sent_again(
+    server: ServerThread,
+) -> None:
+    """A fetch ahead answered with an error that says the leader is stale (here the topic
+    is gone) forgets the partition's leader: the next records taken from the buffer send
+    no fetch ahead to the same broker again, one per round trip, until the fetch at the
+    buffer's end meets the error and acts on it."""
+    await create_topic(server.address, "c-ahead-gone")
+    async with AsyncProducer({"bootstrap.servers": server.address, "linger.ms": 0}) as producer:
+        for i in range(4):  # four batches of three records
+            await asyncio.gather(
+                *(producer.produce("c-ahead-gone", f"v{3 * i + j}", partition=0) for j in range(3))
+            )
+    config = {"bootstrap.servers": server.address, "max.partition.fetch.bytes": 1}
+    async with AsyncConsumer(config) as consumer:  # one batch per answer
+        consumer.assign([TopicPartition("c-ahead-gone", 0, 0)])
+        assert values(await poll_n(consumer, 1)) == [b"v0"]
+        await asyncio.wait(consumer._ahead)  # 3..5 buffered behind 1 and 2
+        async with AdminClient(server.address, request_timeout_s=10) as admin:
+            (await admin.delete_topics(["c-ahead-gone"]))["c-ahead-gone"].raise_for_error()
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            for _ in range(500):
+                reply = await stub.Metadata(pb.MetadataRequest(topics=["c-ahead-gone"]))
+                if reply.topics[0].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    break
+                await asyncio.sleep(0.01)
+        assert values(await poll_n(consumer, 3)) == [b"v1", b"v2", b"v3"]
+        assert consumer._ahead  # from 6, while 4 and 5 wait
+        await asyncio.wait(consumer._ahead)  # answered UNKNOWN_TOPIC_OR_PARTITION
+        assert values(await poll_n(consumer, 1)) == [b"v4"]
+        assert not consumer._ahead
+        last, gone = await consumer.consume(2, timeout=5)
+        assert last.value() == b"v5"
+        assert isinstance(gone.error(), UnknownTopicOrPartitionError)
+
+
 async def test_a_fetch_ahead_leaves_before_the_records_go_back_to_the_caller(
     server: ServerThread,
 ) -> None:

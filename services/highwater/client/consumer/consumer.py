@@ -801,7 +801,9 @@ class AsyncConsumer:
         """A Fetch ahead (``request``, asking what ``sent`` says) to ``address``: each
         answer with records is buffered after what its partition holds, if nothing moved
         the partition meanwhile; an answer with an error, or a failed request, is dropped
-        (the fetch sent when the buffer runs out meets it again and acts on it)."""
+        (the fetch sent when the buffer runs out meets it again and acts on it), and an
+        error that says the leader is stale forgets the leader, so no fetch ahead goes to
+        it again meanwhile."""
         cfg = self.config
         try:
             reply = await self.cluster.fetch(address, request, cfg.request_timeout_ms / 1000)
@@ -817,7 +819,12 @@ class AsyncConsumer:
         for topic_answer in () if reply is None else reply.topics:
             for answer in topic_answer.partitions:
                 entry = sent.get((topic_answer.topic, answer.partition))
-                if entry is None or answer.error != _NO_ERROR:
+                if entry is None:
+                    continue
+                if answer.error != _NO_ERROR:
+                    # A stale leader: forget it, so that no fetch ahead goes to it again
+                    # while the buffer lasts (its end's fetch refreshes the metadata).
+                    self.cluster.handle_error(topic_answer.topic, answer.partition, answer.error)
                     continue
                 state, offset, generation = entry
                 if (
