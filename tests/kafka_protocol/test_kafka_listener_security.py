@@ -57,7 +57,12 @@ from kafka.admin import (
 )
 from kafka.admin import ResourceType as KafkaResourceType
 from kafka.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
-from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
+from kafka.protocol.consumer import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -447,6 +452,30 @@ def test_an_offset_commit_to_a_group_not_allowed_answers_each_partition(
         answer = OffsetCommitResponse.decode(read_frame(sock)[5:], version=8)
     assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions])
             for t in answer.topics] == [(TOPIC, [(0, 30)])]  # fmt: skip
+
+
+def test_an_offset_fetch_below_v2_answers_a_refused_group_in_each_partition(
+    pki: Pki, sasl_ssl: KafkaServer
+) -> None:
+    """OffsetFetch v0 and v1 have no top-level error: Kafka puts the group's error
+    (GROUP_AUTHORIZATION_FAILED, 30) in each partition asked, with offset -1, else a client
+    reads "no committed offsets". A v1 request that names no partition has nowhere to put
+    it (as in Kafka); v2 and later answer it at the top, with no partitions."""
+    R = OffsetFetchRequest
+    asked = [R.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=[0, 1])]
+    with _tls_socket(pki, sasl_ssl) as sock:
+        assert _scram_login(sock, "bob", PASSWORDS["bob"], 1).error_code == 0
+        sock.sendall(request_frame(R(group_id=GROUP, topics=asked), 1, 10))
+        v1 = OffsetFetchResponse.decode(read_frame(sock)[4:], version=1)
+        sock.sendall(request_frame(R(group_id=GROUP, topics=[]), 1, 11))
+        v1_none = OffsetFetchResponse.decode(read_frame(sock)[4:], version=1)
+        sock.sendall(request_frame(R(group_id=GROUP, topics=asked), 3, 12))
+        v3 = OffsetFetchResponse.decode(read_frame(sock)[4:], version=3)
+    assert [(t.name, [(p.partition_index, p.error_code, p.committed_offset, p.metadata)
+                      for p in t.partitions]) for t in v1.topics] == [
+        (TOPIC, [(0, 30, -1, ""), (1, 30, -1, "")])]  # fmt: skip
+    assert v1_none.topics == []
+    assert (v3.error_code, v3.topics) == (30, [])
 
 
 def test_a_v0_handshake_takes_bare_tokens(pki: Pki, sasl_ssl: KafkaServer) -> None:

@@ -918,6 +918,32 @@ class KafkaApis:
         answer = await self._group_call(body.group_id, "OffsetFetch", message)
         R = OffsetFetchResponse
         T = R.OffsetFetchResponseTopic
+        group_error = answer if isinstance(answer, int) else int(answer.error)
+        if group_error != NONE and request.api_version < 2:
+            # v0 and v1 have no top-level error: Kafka's OffsetFetchResponse puts the group's
+            # error (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, GROUP_AUTHORIZATION_FAILED)
+            # in each partition asked, with no offset, else the client reads "nothing
+            # committed". A request that named no partition gets none, as in Kafka.
+            return R(
+                throttle_time_ms=0,
+                error_code=group_error,
+                topics=[
+                    T(
+                        name=topic.name,
+                        partitions=[
+                            T.OffsetFetchResponsePartition(
+                                partition_index=index,
+                                committed_offset=-1,
+                                committed_leader_epoch=-1,
+                                metadata="",
+                                error_code=group_error,
+                            )
+                            for index in topic.partition_indexes
+                        ],
+                    )
+                    for topic in body.topics or []
+                ],
+            )
         if isinstance(answer, int):
             return R(throttle_time_ms=0, topics=[], error_code=answer)
         return R(
