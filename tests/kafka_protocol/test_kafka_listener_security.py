@@ -63,7 +63,7 @@ from kafka.protocol.consumer import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
-from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest, MetadataResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -525,6 +525,47 @@ def _kcat() -> str:
     kcat = shutil.which("kcat")
     assert kcat is not None, "kcat is installed by `make test` (Debian's kcat package)"
     return kcat
+
+
+def _certificate_socket(pki: Pki, server: KafkaServer, client: str) -> ssl.SSLSocket:
+    host, port = server.bootstrap.rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(pki.ca_file))
+    context.load_cert_chain(*pki.files(client))
+    raw = socket.create_connection((host, int(port)), timeout=10)
+    return context.wrap_socket(raw, server_hostname=host)
+
+
+def _metadata_v12(sock: ssl.SSLSocket, topic: MetadataRequest.MetadataRequestTopic) -> Any:
+    request = MetadataRequest(
+        topics=[topic], allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+    sock.sendall(request_frame(request, 12, 40))
+    return MetadataResponse.decode(read_frame(sock)[5:], version=12).topics[0]
+
+
+def test_metadata_by_topic_id_names_no_topic_the_caller_may_not_describe(
+    pki: Pki, ssl_listener: KafkaServer
+) -> None:
+    """Metadata v12 asked by topic id, as Kafka answers it: an unknown id is
+    UNKNOWN_TOPIC_ID (100), and a topic the caller may not describe
+    TOPIC_AUTHORIZATION_FAILED (29) with a null name (the id is not secret, the name is);
+    both with no partitions."""
+    T = MetadataRequest.MetadataRequestTopic
+    with _certificate_socket(pki, ssl_listener, "writer") as sock:
+        known = _metadata_v12(sock, T(topic_id=uuid.UUID(int=0), name=TOPIC))
+    assert (known.error_code, known.name) == (0, TOPIC)
+    unknown_id = uuid.uuid4()
+    with _certificate_socket(pki, ssl_listener, "nobody") as sock:
+        refused = _metadata_v12(sock, T(topic_id=known.topic_id, name=None))
+        unknown = _metadata_v12(sock, T(topic_id=unknown_id, name=None))
+    assert (refused.error_code, refused.name, refused.topic_id, refused.partitions) == (
+        29,
+        None,
+        known.topic_id,
+        [],
+    )
+    assert (unknown.error_code, unknown.name, unknown.topic_id, unknown.partitions) == (
+        100, None, unknown_id, [])  # fmt: skip
 
 
 def test_kcat_over_ssl_with_a_client_certificate(pki: Pki, ssl_listener: KafkaServer) -> None:
