@@ -57,6 +57,7 @@ from kafka.admin import (
 )
 from kafka.admin import ResourceType as KafkaResourceType
 from kafka.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
+from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 from kafka.protocol.consumer import (
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -566,6 +567,37 @@ def test_metadata_by_topic_id_names_no_topic_the_caller_may_not_describe(
     )
     assert (unknown.error_code, unknown.name, unknown.topic_id, unknown.partitions) == (
         100, None, unknown_id, [])  # fmt: skip
+
+
+def test_delete_topics_by_id_names_only_what_the_caller_may_describe(
+    pki: Pki, ssl_listener: KafkaServer
+) -> None:
+    """DeleteTopics v6 by topic id, as Kafka's ControllerApis answers it: an id that names
+    no topic is UNKNOWN_TOPIC_ID (100) to anyone (ids are not secret); a topic the caller
+    may not delete is TOPIC_AUTHORIZATION_FAILED (29), with its name when the caller may
+    describe it (User:writer may READ it) and a null one when not (User:nobody)."""
+    T = MetadataRequest.MetadataRequestTopic
+    with _certificate_socket(pki, ssl_listener, "writer") as sock:
+        topic_id = _metadata_v12(sock, T(topic_id=uuid.UUID(int=0), name=TOPIC)).topic_id
+    unknown_id = uuid.uuid4()
+    R = DeleteTopicsRequest
+    request = R(
+        topics=[R.DeleteTopicState(name=None, topic_id=i) for i in (topic_id, unknown_id)],
+        timeout_ms=10_000,
+    )
+    answers = {}
+    for client in ("writer", "nobody"):
+        with _certificate_socket(pki, ssl_listener, client) as sock:
+            sock.sendall(request_frame(request, 6, 50))
+            answer = DeleteTopicsResponse.decode(read_frame(sock)[5:], version=6)
+        answers[client] = sorted(
+            ((r.topic_id == topic_id, r.name, r.error_code) for r in answer.responses),
+            key=lambda r: r[0],
+        )
+    assert answers == {
+        "writer": [(False, None, 100), (True, TOPIC, 29)],
+        "nobody": [(False, None, 100), (True, None, 29)],
+    }
 
 
 def test_kcat_over_ssl_with_a_client_certificate(pki: Pki, ssl_listener: KafkaServer) -> None:

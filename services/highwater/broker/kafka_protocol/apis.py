@@ -1267,7 +1267,9 @@ class KafkaApis:
             throttle_time_ms=0,
             responses=[
                 R.DeletableTopicResult(
-                    name=t.name,
+                    # A topic asked by id is answered without its name where the caller
+                    # may not know it (null, from v6 on).
+                    name=t.name or (None if request.api_version >= 6 else ""),
                     topic_id=topic_uuid(t.topic_id) if t.topic_id else uuid.UUID(int=0),
                     error_code=t.error if answer.error == NONE else answer.error,
                     error_message=t.error_message or None,
