@@ -433,8 +433,8 @@ class GroupCoordinatorRelay:
         group's largest member rebalance timeout, which the relay cannot see (it keeps no
         groups; a SyncGroup names none), and a join or sync cut short answers
         COORDINATOR_NOT_AVAILABLE while the coordinator still holds it. The deadline is a
-        backstop: the coordinator answers within its bound, and a Kafka client that gives
-        up closes its connection, which cancels the call."""
+        backstop for a coordinator that never answers: a live one answers within its
+        bound."""
         if method not in self._LONG_CALLS:
             return self.timeout_s
         if isinstance(message, coordinator_pb2.JoinGroupRequest):
