@@ -1234,22 +1234,40 @@ class KafkaApis:
     async def delete_topics(self, request: KafkaRequest) -> Any:
         body = request.body
         message = admin_pb2.DeleteTopicsRequest()
+        R = DeleteTopicsResponse
+        # Each topic is named by its name or by its id (v6): Kafka's controller answers an
+        # entry with neither, or both, INVALID_REQUEST, and goes on with the others.
+        invalid: list[Any] = []
         if request.api_version >= 6:
             for topic in body.topics:
-                if topic.name is not None:
+                topic_id = topic.topic_id or uuid.UUID(int=0)
+                if (topic.name is None) == (topic_id.int == 0):
+                    invalid.append(
+                        R.DeletableTopicResult(
+                            name=topic.name,
+                            topic_id=topic_id,
+                            error_code=INVALID_REQUEST,
+                            error_message=(
+                                "neither a topic name nor a topic id"
+                                if topic.name is None
+                                else "a topic name and a topic id both"
+                            ),
+                        )
+                    )
+                elif topic.name is not None:
                     message.names.append(topic.name)
                 else:
-                    message.topic_ids.append(topic_id_string(topic.topic_id))
+                    message.topic_ids.append(topic_id_string(topic_id))
         else:
             message.names.extend(body.topic_names)
+        if invalid and not message.names and not message.topic_ids:
+            return R(throttle_time_ms=0, responses=invalid)
         answer = await self._forward(controller_codec.DELETE_TOPICS, message)
-        R = DeleteTopicsResponse
         if isinstance(answer, int):
             return R(
                 throttle_time_ms=0,
-                responses=[
-                    R.DeletableTopicResult(name=n, error_code=answer) for n in message.names
-                ],
+                responses=[R.DeletableTopicResult(name=n, error_code=answer) for n in message.names]
+                + invalid,
             )
         if answer.error != NONE and not answer.topics:  # refused whole
             return R(
@@ -1261,11 +1279,13 @@ class KafkaApis:
                         error_message=answer.error_message or None,
                     )
                     for n in message.names
-                ],
+                ]
+                + invalid,
             )
         return R(
             throttle_time_ms=0,
-            responses=[
+            responses=invalid
+            + [
                 R.DeletableTopicResult(
                     # A topic asked by id is answered without its name where the caller
                     # may not know it (null, from v6 on).
