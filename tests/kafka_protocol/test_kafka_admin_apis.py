@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import re
 import struct
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +18,7 @@ import grpc
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
+from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import (
@@ -265,6 +267,28 @@ def test_a_transactional_producer_is_refused(server: KafkaServer) -> None:
         answer = InitProducerIdResponse.decode(read_frame(sock)[5:], version=4)
     assert answer.error_code == 42  # INVALID_REQUEST: Highwater has no transactions
     assert answer.producer_id == -1
+
+
+def test_delete_topics_needs_a_name_or_an_id_not_both(server: KafkaServer) -> None:
+    """DeleteTopics v6 names each topic by name or by id: Kafka's controller answers an
+    entry with neither, or with both, INVALID_REQUEST (42), and goes on with the others
+    (here an unknown name: 3). An entry with neither closed the connection."""
+    R = DeleteTopicsRequest
+    both = uuid.uuid4()
+    request = R(
+        topics=[
+            R.DeleteTopicState(name=None, topic_id=uuid.UUID(int=0)),
+            R.DeleteTopicState(name="named-and-id", topic_id=both),
+            R.DeleteTopicState(name="no-such-topic", topic_id=uuid.UUID(int=0)),
+        ],
+        timeout_ms=10_000,
+    )
+    with connect(server) as sock:
+        sock.sendall(request_frame(request, 6, 32))
+        answer = DeleteTopicsResponse.decode(read_frame(sock)[5:], version=6)
+    assert sorted(
+        ((r.name or "", r.topic_id, r.error_code) for r in answer.responses), key=str
+    ) == sorted([("", None, 42), ("named-and-id", both, 42), ("no-such-topic", None, 3)], key=str)
 
 
 def test_delete_group_offsets_and_describe_log_dirs(server: KafkaServer, admin: Any) -> None:

@@ -57,8 +57,14 @@ from kafka.admin import (
 )
 from kafka.admin import ResourceType as KafkaResourceType
 from kafka.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
-from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
-from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
+from kafka.protocol.consumer import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest, MetadataResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -449,6 +455,30 @@ def test_an_offset_commit_to_a_group_not_allowed_answers_each_partition(
             for t in answer.topics] == [(TOPIC, [(0, 30)])]  # fmt: skip
 
 
+def test_an_offset_fetch_below_v2_answers_a_refused_group_in_each_partition(
+    pki: Pki, sasl_ssl: KafkaServer
+) -> None:
+    """OffsetFetch v0 and v1 have no top-level error: Kafka puts the group's error
+    (GROUP_AUTHORIZATION_FAILED, 30) in each partition asked, with offset -1, else a client
+    reads "no committed offsets". A v1 request that names no partition has nowhere to put
+    it (as in Kafka); v2 and later answer it at the top, with no partitions."""
+    R = OffsetFetchRequest
+    asked = [R.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=[0, 1])]
+    with _tls_socket(pki, sasl_ssl) as sock:
+        assert _scram_login(sock, "bob", PASSWORDS["bob"], 1).error_code == 0
+        sock.sendall(request_frame(R(group_id=GROUP, topics=asked), 1, 10))
+        v1 = OffsetFetchResponse.decode(read_frame(sock)[4:], version=1)
+        sock.sendall(request_frame(R(group_id=GROUP, topics=[]), 1, 11))
+        v1_none = OffsetFetchResponse.decode(read_frame(sock)[4:], version=1)
+        sock.sendall(request_frame(R(group_id=GROUP, topics=asked), 3, 12))
+        v3 = OffsetFetchResponse.decode(read_frame(sock)[4:], version=3)
+    assert [(t.name, [(p.partition_index, p.error_code, p.committed_offset, p.metadata)
+                      for p in t.partitions]) for t in v1.topics] == [
+        (TOPIC, [(0, 30, -1, ""), (1, 30, -1, "")])]  # fmt: skip
+    assert v1_none.topics == []
+    assert (v3.error_code, v3.topics) == (30, [])
+
+
 def test_a_v0_handshake_takes_bare_tokens(pki: Pki, sasl_ssl: KafkaServer) -> None:
     """KIP-43's framing: after SaslHandshake v0 the SCRAM messages are bare frames both ways;
     then the connection is served as the user."""
@@ -496,6 +526,78 @@ def _kcat() -> str:
     kcat = shutil.which("kcat")
     assert kcat is not None, "kcat is installed by `make test` (Debian's kcat package)"
     return kcat
+
+
+def _certificate_socket(pki: Pki, server: KafkaServer, client: str) -> ssl.SSLSocket:
+    host, port = server.bootstrap.rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(pki.ca_file))
+    context.load_cert_chain(*pki.files(client))
+    raw = socket.create_connection((host, int(port)), timeout=10)
+    return context.wrap_socket(raw, server_hostname=host)
+
+
+def _metadata_v12(sock: ssl.SSLSocket, topic: MetadataRequest.MetadataRequestTopic) -> Any:
+    request = MetadataRequest(
+        topics=[topic], allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+    sock.sendall(request_frame(request, 12, 40))
+    return MetadataResponse.decode(read_frame(sock)[5:], version=12).topics[0]
+
+
+def test_metadata_by_topic_id_names_no_topic_the_caller_may_not_describe(
+    pki: Pki, ssl_listener: KafkaServer
+) -> None:
+    """Metadata v12 asked by topic id, as Kafka answers it: an unknown id is
+    UNKNOWN_TOPIC_ID (100), and a topic the caller may not describe
+    TOPIC_AUTHORIZATION_FAILED (29) with a null name (the id is not secret, the name is);
+    both with no partitions."""
+    T = MetadataRequest.MetadataRequestTopic
+    with _certificate_socket(pki, ssl_listener, "writer") as sock:
+        known = _metadata_v12(sock, T(topic_id=uuid.UUID(int=0), name=TOPIC))
+    assert (known.error_code, known.name) == (0, TOPIC)
+    unknown_id = uuid.uuid4()
+    with _certificate_socket(pki, ssl_listener, "nobody") as sock:
+        refused = _metadata_v12(sock, T(topic_id=known.topic_id, name=None))
+        unknown = _metadata_v12(sock, T(topic_id=unknown_id, name=None))
+    assert (refused.error_code, refused.name, refused.topic_id, refused.partitions) == (
+        29,
+        None,
+        known.topic_id,
+        [],
+    )
+    assert (unknown.error_code, unknown.name, unknown.topic_id, unknown.partitions) == (
+        100, None, unknown_id, [])  # fmt: skip
+
+
+def test_delete_topics_by_id_names_only_what_the_caller_may_describe(
+    pki: Pki, ssl_listener: KafkaServer
+) -> None:
+    """DeleteTopics v6 by topic id, as Kafka's ControllerApis answers it: an id that names
+    no topic is UNKNOWN_TOPIC_ID (100) to anyone (ids are not secret); a topic the caller
+    may not delete is TOPIC_AUTHORIZATION_FAILED (29), with its name when the caller may
+    describe it (User:writer may READ it) and a null one when not (User:nobody)."""
+    T = MetadataRequest.MetadataRequestTopic
+    with _certificate_socket(pki, ssl_listener, "writer") as sock:
+        topic_id = _metadata_v12(sock, T(topic_id=uuid.UUID(int=0), name=TOPIC)).topic_id
+    unknown_id = uuid.uuid4()
+    R = DeleteTopicsRequest
+    request = R(
+        topics=[R.DeleteTopicState(name=None, topic_id=i) for i in (topic_id, unknown_id)],
+        timeout_ms=10_000,
+    )
+    answers = {}
+    for client in ("writer", "nobody"):
+        with _certificate_socket(pki, ssl_listener, client) as sock:
+            sock.sendall(request_frame(request, 6, 50))
+            answer = DeleteTopicsResponse.decode(read_frame(sock)[5:], version=6)
+        answers[client] = sorted(
+            ((r.topic_id == topic_id, r.name, r.error_code) for r in answer.responses),
+            key=lambda r: r[0],
+        )
+    assert answers == {
+        "writer": [(False, None, 100), (True, TOPIC, 29)],
+        "nobody": [(False, None, 100), (True, None, 29)],
+    }
 
 
 def test_kcat_over_ssl_with_a_client_certificate(pki: Pki, ssl_listener: KafkaServer) -> None:

@@ -1234,7 +1234,11 @@ class ReplicationControl:
                     DeletableTopicResult(
                         given_name or "",
                         given_id or "",
-                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        (
+                            ErrorCode.UNKNOWN_TOPIC_ID
+                            if given_id is not None
+                            else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                        ),
                         f"No topic {given_name if given_name is not None else given_id!r}",
                     )
                 )

@@ -9,7 +9,8 @@ rest. A request left with no item is not sent on: nothing is written. The rules 
 Kafka's ``KafkaApis``:
 
 - CreateTopics: CREATE on the cluster, else CREATE on each topic;
-- DeleteTopics: DELETE on each topic (a topic named by id: on its name, else refused);
+- DeleteTopics: DELETE on each topic (one named by id: on its name, answered with the
+  name only if the caller may DESCRIBE it; an unknown id is UNKNOWN_TOPIC_ID);
 - CreatePartitions: ALTER on each topic;
 - AlterConfigs / DescribeConfigs: ALTER_CONFIGS / DESCRIBE_CONFIGS on each topic, or on the
   cluster for broker and cluster-default resources.
@@ -85,14 +86,31 @@ def _delete_topics(
             )
     for topic_id in request.topic_ids:
         topic_name = topic_name_of(topic_id)
-        if topic_name is not None and authorize(context, AclOperation.DELETE, _TOPIC, topic_name):
-            kept.topic_ids.append(topic_id)
-        else:
+        if topic_name is None:
+            # Kafka's ControllerApis: an id that names no topic is UNKNOWN_TOPIC_ID to
+            # anyone (ids are not secret, and there is no name to check).
             refused.append(
                 pb.DeletableTopicResult(
                     topic_id=topic_id,
+                    error=ErrorCode.UNKNOWN_TOPIC_ID,
+                    error_message=f"no topic has the id {topic_id}",
+                )
+            )
+        elif authorize(context, AclOperation.DELETE, _TOPIC, topic_name):
+            kept.topic_ids.append(topic_id)
+        else:
+            # The name only to a caller that may describe the topic, as Kafka answers.
+            describable = authorize(
+                context, AclOperation.DESCRIBE, _TOPIC, topic_name, log_if_denied=False
+            )
+            refused.append(
+                pb.DeletableTopicResult(
+                    name=topic_name if describable else "",
+                    topic_id=topic_id,
                     error=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                    error_message=_message("delete", f"topic {topic_id}"),
+                    error_message=_message(
+                        "delete", f"topic {topic_name if describable else topic_id}"
+                    ),
                 )
             )
     return kept, refused

@@ -18,15 +18,16 @@ to the coordinator service), and the null/empty conventions of the wire format.
 (``broker/authorization.py``, ``controller_api/authorization.py``), run here before the
 request goes on, their refusals answered in Kafka's shapes: a refused topic's partitions
 TOPIC_AUTHORIZATION_FAILED in Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch and
-DeleteRecords, nothing of it written or read; Metadata shows only the topics the caller
-may describe; FindCoordinator is GROUP_AUTHORIZATION_FAILED for a group it may not
-describe; InitProducerId needs IDEMPOTENT_WRITE (KIP-679: or WRITE on some topic); the
-admin calls are split per topic or resource, and those checked whole (ElectLeaders,
-reassignments, DescribeLogDirs, the ACL calls) answer CLUSTER_AUTHORIZATION_FAILED. The
-admin calls go on to the controller, and the group calls to the coordinator, with the
-caller's principal as forwarded calls carry it, so the controller and the coordinator
-check it again (the group calls are checked there only: GROUP_AUTHORIZATION_FAILED, and
-ListGroups shows only the groups the caller may describe).
+DeleteRecords, nothing of it written or read; Metadata shows only the topics the caller may
+describe (one asked by id and refused is answered with a null name); FindCoordinator is
+GROUP_AUTHORIZATION_FAILED for a group it may not describe; InitProducerId needs
+IDEMPOTENT_WRITE (KIP-679: or WRITE on some topic); the admin calls are split per topic or
+resource, and those checked whole (ElectLeaders, reassignments, DescribeLogDirs, the ACL
+calls) answer CLUSTER_AUTHORIZATION_FAILED. The admin calls go on to the controller, and
+the group calls to the coordinator, with the caller's principal as forwarded calls carry
+it, so the controller and the coordinator check it again (the group calls are checked there
+only: GROUP_AUTHORIZATION_FAILED, and ListGroups shows only the groups the caller may
+describe).
 
 **CreateAcls, DescribeAcls, DeleteAcls** go to the controller as the gRPC admin calls do,
 and act on the same ACL records; a filter's ANY codes and null strings match anything.
@@ -121,6 +122,8 @@ _SOFTWARE: Final = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 COORDINATOR_NOT_AVAILABLE: Final = 15
 REQUEST_TIMED_OUT: Final = 7
 CLUSTER_AUTHORIZATION_FAILED: Final = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+TOPIC_AUTHORIZATION_FAILED: Final = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+UNKNOWN_TOPIC_ID: Final = int(ErrorCode.UNKNOWN_TOPIC_ID)
 
 # Kafka's DescribeConfigs ConfigType (int8) by the controller's type names.
 _CONFIG_TYPES: Final = {
@@ -594,6 +597,9 @@ class KafkaApis:
         body = request.body
         image = self._image()
         names: list[str] | None
+        # Topics asked by id (v12): the id each known one was asked by, and the unknown ids.
+        asked_by_id: dict[str, uuid.UUID] = {}
+        unknown_ids: list[uuid.UUID] = []
         if body.topics is None:
             names = None
         else:
@@ -601,15 +607,33 @@ class KafkaApis:
             for topic in body.topics:
                 if topic.name is not None:
                     names.append(topic.name)
-                elif topic.topic_id is not None:
-                    found = image.topics.by_id.get(topic_id_string(topic.topic_id))
-                    names.append(found.name if found is not None else "")
+                    continue
+                topic_id = topic.topic_id or uuid.UUID(int=0)
+                found = image.topics.by_id.get(topic_id_string(topic_id))
+                if found is None:
+                    unknown_ids.append(topic_id)
+                else:
+                    names.append(found.name)
+                    asked_by_id[found.name] = topic_id
         asked = pb.MetadataRequest(topics=names or [])
         answer = filter_metadata(asked, self.requests.metadata(asked), None)
         R = MetadataResponse
         topics = []
         if names is None or names:
             for t in answer.topics:
+                if t.name in asked_by_id and t.error == TOPIC_AUTHORIZATION_FAILED:
+                    # Asked by id but not to be described: Kafka answers the id (ids are
+                    # not secret) and a null name (names are).
+                    topics.append(
+                        R.MetadataResponseTopic(
+                            error_code=TOPIC_AUTHORIZATION_FAILED,
+                            name=None,
+                            topic_id=asked_by_id[t.name],
+                            is_internal=False,
+                            partitions=[],
+                        )
+                    )
+                    continue
                 topics.append(
                     R.MetadataResponseTopic(
                         error_code=t.error,
@@ -630,6 +654,16 @@ class KafkaApis:
                         ],
                     )
                 )
+        topics.extend(
+            R.MetadataResponseTopic(
+                error_code=UNKNOWN_TOPIC_ID,
+                name=None,
+                topic_id=topic_id,
+                is_internal=False,
+                partitions=[],
+            )
+            for topic_id in unknown_ids
+        )
         brokers = self._brokers()
         return R(
             throttle_time_ms=0,
@@ -918,6 +952,32 @@ class KafkaApis:
         answer = await self._group_call(body.group_id, "OffsetFetch", message)
         R = OffsetFetchResponse
         T = R.OffsetFetchResponseTopic
+        group_error = answer if isinstance(answer, int) else int(answer.error)
+        if group_error != NONE and request.api_version < 2:
+            # v0 and v1 have no top-level error: Kafka's OffsetFetchResponse puts the group's
+            # error (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, GROUP_AUTHORIZATION_FAILED)
+            # in each partition asked, with no offset, else the client reads "nothing
+            # committed". A request that named no partition gets none, as in Kafka.
+            return R(
+                throttle_time_ms=0,
+                error_code=group_error,
+                topics=[
+                    T(
+                        name=topic.name,
+                        partitions=[
+                            T.OffsetFetchResponsePartition(
+                                partition_index=index,
+                                committed_offset=-1,
+                                committed_leader_epoch=-1,
+                                metadata="",
+                                error_code=group_error,
+                            )
+                            for index in topic.partition_indexes
+                        ],
+                    )
+                    for topic in body.topics or []
+                ],
+            )
         if isinstance(answer, int):
             return R(throttle_time_ms=0, topics=[], error_code=answer)
         return R(
@@ -1174,22 +1234,40 @@ class KafkaApis:
     async def delete_topics(self, request: KafkaRequest) -> Any:
         body = request.body
         message = admin_pb2.DeleteTopicsRequest()
+        R = DeleteTopicsResponse
+        # Each topic is named by its name or by its id (v6): Kafka's controller answers an
+        # entry with neither, or both, INVALID_REQUEST, and goes on with the others.
+        invalid: list[Any] = []
         if request.api_version >= 6:
             for topic in body.topics:
-                if topic.name is not None:
+                topic_id = topic.topic_id or uuid.UUID(int=0)
+                if (topic.name is None) == (topic_id.int == 0):
+                    invalid.append(
+                        R.DeletableTopicResult(
+                            name=topic.name,
+                            topic_id=topic_id,
+                            error_code=INVALID_REQUEST,
+                            error_message=(
+                                "neither a topic name nor a topic id"
+                                if topic.name is None
+                                else "a topic name and a topic id both"
+                            ),
+                        )
+                    )
+                elif topic.name is not None:
                     message.names.append(topic.name)
                 else:
-                    message.topic_ids.append(topic_id_string(topic.topic_id))
+                    message.topic_ids.append(topic_id_string(topic_id))
         else:
             message.names.extend(body.topic_names)
+        if invalid and not message.names and not message.topic_ids:
+            return R(throttle_time_ms=0, responses=invalid)
         answer = await self._forward(controller_codec.DELETE_TOPICS, message)
-        R = DeleteTopicsResponse
         if isinstance(answer, int):
             return R(
                 throttle_time_ms=0,
-                responses=[
-                    R.DeletableTopicResult(name=n, error_code=answer) for n in message.names
-                ],
+                responses=[R.DeletableTopicResult(name=n, error_code=answer) for n in message.names]
+                + invalid,
             )
         if answer.error != NONE and not answer.topics:  # refused whole
             return R(
@@ -1201,13 +1279,17 @@ class KafkaApis:
                         error_message=answer.error_message or None,
                     )
                     for n in message.names
-                ],
+                ]
+                + invalid,
             )
         return R(
             throttle_time_ms=0,
-            responses=[
+            responses=invalid
+            + [
                 R.DeletableTopicResult(
-                    name=t.name,
+                    # A topic asked by id is answered without its name where the caller
+                    # may not know it (null, from v6 on).
+                    name=t.name or (None if request.api_version >= 6 else ""),
                     topic_id=topic_uuid(t.topic_id) if t.topic_id else uuid.UUID(int=0),
                     error_code=t.error if answer.error == NONE else answer.error,
                     error_message=t.error_message or None,

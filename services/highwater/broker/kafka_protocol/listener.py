@@ -90,7 +90,7 @@ from highwater.rpc.auth import (
 from highwater.rpc.channels import open_channel
 from highwater.rpc.tls import SocketTls
 from highwater.v1 import broker_pb2 as pb
-from highwater.v1 import coordinator_pb2_grpc
+from highwater.v1 import coordinator_pb2, coordinator_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
@@ -401,7 +401,11 @@ class GroupCoordinatorRelay:
     coordinator checks the client's ACLs, not the broker's; it takes it from the broker
     because the broker may ``CLUSTER_ACTION``."""
 
-    # JoinGroup and SyncGroup wait up to the group's rebalance timeout (at most 5 min).
+    # JoinGroup and SyncGroup are held at the coordinator: a join until every member has
+    # rejoined, a sync until the leader's assignment comes, each bounded by the group's
+    # rebalance timeout (the largest its members asked for, Kafka's ``max.poll.interval.ms``),
+    # as Kafka's delayed join and pending sync are. Their deadline follows the rebalance
+    # timeouts JoinGroups through this listener name (see ``_deadline_s``).
     _LONG_CALLS: Final = frozenset({"JoinGroup", "SyncGroup"})
 
     def __init__(
@@ -414,9 +418,30 @@ class GroupCoordinatorRelay:
     ) -> None:
         self.requests = requests
         self._image = image
+        """``timeout_s``: the deadline of a group call, and the margin added to a rebalance
+        timeout; ``long_timeout_s``: the least deadline of a JoinGroup or SyncGroup (a
+        Kafka client's default ``max.poll.interval.ms``, 5 min, and the margin)."""
         self.timeout_s = timeout_s
         self.long_timeout_s = long_timeout_s
+        self._longest_rebalance_timeout_ms = 0
         self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def _deadline_s(self, method: str, message: Message) -> float:
+        """The deadline of ``method``'s call. A JoinGroup or SyncGroup gets the longest
+        rebalance timeout a JoinGroup through this listener has named (this one's
+        included), plus the margin: the coordinator bounds a join and a sync by the
+        group's largest member rebalance timeout, which the relay cannot see (it keeps no
+        groups; a SyncGroup names none), and a join or sync cut short answers
+        COORDINATOR_NOT_AVAILABLE while the coordinator still holds it. The deadline is a
+        backstop for a coordinator that never answers: a live one answers within its
+        bound."""
+        if method not in self._LONG_CALLS:
+            return self.timeout_s
+        if isinstance(message, coordinator_pb2.JoinGroupRequest):
+            self._longest_rebalance_timeout_ms = max(
+                self._longest_rebalance_timeout_ms, message.rebalance_timeout_ms
+            )
+        return max(self.long_timeout_s, self._longest_rebalance_timeout_ms / 1000 + self.timeout_s)
 
     def _stub(self, address: str) -> coordinator_pb2_grpc.GroupCoordinatorStub:
         channel = self._channels.get(address)
@@ -425,7 +450,7 @@ class GroupCoordinatorRelay:
         return coordinator_pb2_grpc.GroupCoordinatorStub(channel)
 
     async def _call_at(self, address: str, method: str, message: Message) -> Any:
-        timeout = self.long_timeout_s if method in self._LONG_CALLS else self.timeout_s
+        timeout = self._deadline_s(method, message)
         try:
             return await getattr(self._stub(address), method)(
                 message, timeout=timeout, metadata=forwarded_principal_metadata(None)
