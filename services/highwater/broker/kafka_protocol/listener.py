@@ -418,11 +418,11 @@ class GroupCoordinatorRelay:
     ) -> None:
         self.requests = requests
         self._image = image
-        """``timeout_s``: the deadline of a group call, and the margin added to a rebalance
-        timeout; ``long_timeout_s``: the least deadline of a JoinGroup or SyncGroup (a
-        Kafka client's default ``max.poll.interval.ms``, 5 min, and the margin)."""
         self.timeout_s = timeout_s
+        """The deadline of a group call, and the margin added to a rebalance timeout."""
         self.long_timeout_s = long_timeout_s
+        """The least deadline of a JoinGroup or SyncGroup (a Kafka client's default
+        ``max.poll.interval.ms``, 5 min, and the margin)."""
         self._longest_rebalance_timeout_ms = 0
         self._channels: dict[str, grpc.aio.Channel] = {}
 
