@@ -29,6 +29,7 @@ from confluent_kafka.admin import (
 )
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+from highwater.v1.common_pb2 import ErrorCode
 from kafka_servers import KafkaServer, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -330,8 +331,16 @@ def test_a_record_produced_over_grpc_reads_back_identically_over_kafka(
     )  # fmt: skip
     records.records.add(value=b"no key", timestamp_ms=1_700_000_000_456)
     with grpc.insecure_channel(server.address) as channel:
-        answer = broker_pb2_grpc.BrokerStub(channel).Produce(request, timeout=30)
-    assert answer.topics[0].partitions[0].error == 0
+        stub = broker_pb2_grpc.BrokerStub(channel)
+
+        def produced() -> bool:
+            # Metadata names the leader once the image does, a moment before the broker
+            # has made the partition's log (Kafka's window too): that is retriable.
+            error = stub.Produce(request, timeout=30).topics[0].partitions[0].error
+            assert error in (0, ErrorCode.NOT_LEADER_OR_FOLLOWER), error
+            return error == 0
+
+        wait_for(produced, what="the produce over gRPC to be taken")
     first, second = read_all(server, "grpc-to-kafka", 0, 2)
     assert (first.key(), first.value()) == (b"the key", b"the value")
     assert first.headers() == [("trace", b"abc"), ("empty", None)]
