@@ -63,14 +63,18 @@ def test_a_wrong_epoch_or_an_unknown_session_is_refused_and_a_final_epoch_closes
     assert cache.resolve(session, 1, []).error == FETCH_SESSION_ID_NOT_FOUND
 
 
-def test_the_cache_evicts_the_least_recently_used_session() -> None:
+def test_a_full_cache_evicts_only_a_session_idle_past_the_eviction_time() -> None:
     cache = FetchSessionCache(max_sessions=2)
-    first = cache.resolve(0, 0, []).session_id
-    second = cache.resolve(0, 0, []).session_id
-    cache.resolve(first, 1, [])  # first is used: second is now the oldest
-    cache.resolve(0, 0, [])
-    assert cache.resolve(second, 1, []).error == FETCH_SESSION_ID_NOT_FOUND
-    assert cache.resolve(first, 2, []).error == 0
+    first = cache.resolve(0, 0, [], now_ms=0).session_id
+    second = cache.resolve(0, 0, [], now_ms=0).session_id
+    cache.resolve(first, 1, [], now_ms=1_000)  # first is used: second is now the oldest
+    # Both active: a newcomer gets no session (a full fetch) and evicts nobody.
+    assert cache.resolve(0, 0, [], now_ms=2_000).session_id == 0
+    assert cache.resolve(second, 1, [], now_ms=2_000).error == 0
+    # Idle past the eviction time (120 s): the least recently used makes room.
+    assert cache.resolve(0, 0, [], now_ms=122_001).session_id > 0
+    assert cache.resolve(first, 2, [], now_ms=122_001).error == FETCH_SESSION_ID_NOT_FOUND
+    assert cache.resolve(second, 2, [], now_ms=122_001).error == 0
 
 
 @pytest.mark.parametrize("api_key", sorted(SUPPORTED))
