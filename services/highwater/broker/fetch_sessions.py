@@ -200,9 +200,8 @@ class SessionFetch:
 class FetchSessionCache:
     """A leader's fetch sessions (see the module docstring)."""
 
-    def __init__(self, max_sessions: int = 1000, *, eviction_ms: int = MIN_EVICTION_MS) -> None:
+    def __init__(self, max_sessions: int = 1000) -> None:
         self.max_sessions = max_sessions
-        self.eviction_ms = eviction_ms
         self.evictions = 0
         """Sessions evicted to make room for a new one."""
         self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
@@ -339,7 +338,7 @@ class FetchSessionCache:
         sessions = self._sessions
         if not sessions:
             return False
-        eviction_ms = self.eviction_ms
+        eviction_ms = MIN_EVICTION_MS
         # Ordered by latest fetch: the first is the least recently used.
         oldest = next(iter(sessions.values()))
         if now_ms - oldest.last_fetch_ms > eviction_ms:
