@@ -15,6 +15,7 @@ from highwater.broker.fetch_sessions import (
 
 A, B, C = ("t", 0), ("t", 1), ("u", 0)
 FOLLOWER = 2
+EVICTION_MS = 120_000  # Kafka's min.incremental.fetch.session.eviction.ms
 
 
 def state(offset: int, leader_epoch: int = 3) -> FetchPartitionState:
@@ -98,10 +99,57 @@ def test_session_errors_and_who_may_use_a_session() -> None:
 def test_an_evicted_session_drops_out_of_the_partition_index() -> None:
     cache = FetchSessionCache(max_sessions=1)
     first = cache.resolve(0, 0, [(A, state(0))], owner=FOLLOWER).session_id
-    second = cache.resolve(0, 0, [(B, state(0))], owner=3)
+    second = cache.resolve(0, 0, [(B, state(0))], owner=3, now_ms=EVICTION_MS + 1)
     assert cache.resolve(first, 1, [], owner=FOLLOWER).error == FETCH_SESSION_ID_NOT_FOUND
     assert cache.mark_changed(A) == []
     assert cache.mark_changed(B) == [second.session]
+
+
+def test_a_full_cache_of_active_sessions_keeps_them_and_opens_none() -> None:
+    cache = FetchSessionCache(max_sessions=1)
+    active = cache.resolve(0, 0, [(A, state(0))], now_ms=0).session_id
+    newcomer = cache.resolve(0, 0, [(B, state(0))], now_ms=1_000)
+    # No session: the fetch is answered in full, with session id 0 and no error.
+    assert (newcomer.session_id, newcomer.session, newcomer.error) == (0, None, 0)
+    assert not newcomer.incremental and keys(newcomer.partitions) == {B}
+    assert cache.resolve(active, 1, [], now_ms=1_000).error == 0
+
+
+def test_a_session_idle_past_the_eviction_time_makes_room_least_recently_used_first() -> None:
+    cache = FetchSessionCache(max_sessions=2)
+    idle = cache.resolve(0, 0, [(A, state(0))], now_ms=0).session_id
+    used = cache.resolve(0, 0, [(A, state(0))], now_ms=0).session_id
+    cache.resolve(used, 1, [], now_ms=60_000)
+    # Idle for exactly the eviction time is not stale yet.
+    assert cache.resolve(0, 0, [(B, state(0))], now_ms=EVICTION_MS).session_id == 0
+    newcomer = cache.resolve(0, 0, [(B, state(0))], now_ms=EVICTION_MS + 1)
+    assert newcomer.session_id > 0
+    assert cache.resolve(idle, 1, [], now_ms=EVICTION_MS + 1).error == FETCH_SESSION_ID_NOT_FOUND
+    assert cache.resolve(used, 2, [], now_ms=EVICTION_MS + 1).error == 0
+    assert cache.evictions == 1
+
+
+def test_a_higher_ranked_newcomer_evicts_the_lowest_ranked_session_not_created_recently() -> None:
+    cache = FetchSessionCache(max_sessions=2)
+    small = cache.resolve(0, 0, [(A, state(0))], now_ms=0).session_id
+    big = cache.resolve(0, 0, [(A, state(0)), (B, state(0)), (C, state(0))], now_ms=0).session_id
+    now = 200_000  # both still fetching, created more than the eviction time ago
+    cache.resolve(small, 1, [], now_ms=now)
+    cache.resolve(big, 1, [], now_ms=now)
+    # A consumer's session with more partitions than the smallest takes its slot.
+    pair = cache.resolve(0, 0, [(A, state(0)), (B, state(0))], now_ms=now + 1).session_id
+    assert pair > 0
+    assert cache.resolve(small, 2, [], now_ms=now + 1).error == FETCH_SESSION_ID_NOT_FOUND
+    # Another of that size: the recent session is not evictable, the bigger one outranks it.
+    assert cache.resolve(0, 0, [(A, state(0)), (B, state(0))], now_ms=now + 2).session_id == 0
+    # A follower's session outranks any consumer's, however recent or large.
+    first = cache.resolve(0, 0, [(A, state(0))], owner=FOLLOWER, now_ms=now + 3).session_id
+    assert first > 0 and cache.resolve(pair, 1, [], now_ms=now + 3).error != 0
+    second = cache.resolve(0, 0, [(A, state(0))], owner=3, now_ms=now + 4).session_id
+    assert second > 0 and cache.resolve(big, 2, [], now_ms=now + 4).error != 0
+    # But not a follower's session created within the eviction time.
+    third = cache.resolve(0, 0, [(A, state(0)), (B, state(0))], owner=4, now_ms=now + 5)
+    assert third.session_id == 0 and (len(cache), cache.evictions) == (2, 3)
 
 
 def test_the_fetcher_names_everything_once_then_only_what_changed() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
+from typing import Any, cast
 
 import pytest
 from highwater.broker.fetch_sessions import (
@@ -12,7 +14,12 @@ from highwater.broker.fetch_sessions import (
     FetchPartitionState,
     FetchSessionCache,
 )
+from highwater.broker.kafka_protocol.apis import GroupCalls, KafkaApis
 from highwater.broker.kafka_protocol.codec import SUPPORTED, decode_request
+from highwater.broker.request_handler import RequestHandler
+from highwater.controller_api.client import ControllerClient
+from highwater.metadata.image import MetadataImage
+from highwater.v1 import broker_pb2 as pb
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -63,14 +70,51 @@ def test_a_wrong_epoch_or_an_unknown_session_is_refused_and_a_final_epoch_closes
     assert cache.resolve(session, 1, []).error == FETCH_SESSION_ID_NOT_FOUND
 
 
-def test_the_cache_evicts_the_least_recently_used_session() -> None:
+def test_a_full_cache_evicts_only_a_session_idle_past_the_eviction_time() -> None:
     cache = FetchSessionCache(max_sessions=2)
-    first = cache.resolve(0, 0, []).session_id
-    second = cache.resolve(0, 0, []).session_id
-    cache.resolve(first, 1, [])  # first is used: second is now the oldest
-    cache.resolve(0, 0, [])
-    assert cache.resolve(second, 1, []).error == FETCH_SESSION_ID_NOT_FOUND
-    assert cache.resolve(first, 2, []).error == 0
+    first = cache.resolve(0, 0, [], now_ms=0).session_id
+    second = cache.resolve(0, 0, [], now_ms=0).session_id
+    cache.resolve(first, 1, [], now_ms=1_000)  # first is used: second is now the oldest
+    # Both active: a newcomer gets no session (a full fetch) and evicts nobody.
+    assert cache.resolve(0, 0, [], now_ms=2_000).session_id == 0
+    assert cache.resolve(second, 1, [], now_ms=2_000).error == 0
+    # Idle past the eviction time (120 s): the least recently used makes room.
+    assert cache.resolve(0, 0, [], now_ms=122_001).session_id > 0
+    assert cache.resolve(first, 2, [], now_ms=122_001).error == FETCH_SESSION_ID_NOT_FOUND
+    assert cache.resolve(second, 2, [], now_ms=122_001).error == 0
+
+
+class NothingToRead:
+    """Stands in for the broker's reads: every fetch answers no partition."""
+
+    async def fetch(self, request: pb.FetchRequest, *args: Any, **kwargs: Any) -> pb.FetchResponse:
+        return pb.FetchResponse()
+
+
+async def test_the_listener_uses_its_sessions_at_its_clocks_time() -> None:
+    """The cache's eviction follows the times its callers pass: the listener passes its
+    clock's."""
+    now = 5_000
+    apis = KafkaApis(
+        node_id=1,
+        requests=cast(RequestHandler, NothingToRead()),
+        controller=cast(ControllerClient, None),
+        groups=cast(GroupCalls, None),
+        image=cast(Callable[[], MetadataImage], None),
+        clock=lambda: now,
+    )
+
+    async def fetch_over(session: int, epoch: int) -> int:
+        frame = request_frame(fetch_request(session, epoch, [("t", 0, 0)]), 12, epoch)
+        answer = await apis.fetch(decode_request(frame[4:]))
+        return int(answer.response.session_id)
+
+    session = await fetch_over(0, 0)
+    found = apis.fetch_sessions.get(session)
+    assert found is not None and (found.created_ms, found.last_fetch_ms) == (5_000, 5_000)
+    now = 7_000
+    assert await fetch_over(session, 1) == session
+    assert found.last_fetch_ms == 7_000
 
 
 @pytest.mark.parametrize("api_key", sorted(SUPPORTED))
@@ -109,10 +153,10 @@ def produce_one(sock: socket.socket, topic: str, value: bytes, correlation_id: i
     return int(topic_response.partition_responses[0].error_code)
 
 
-def fetch(sock: socket.socket, session: int, epoch: int, partitions: list[tuple[str, int, int]],
-          correlation_id: int, max_wait_ms: int = 0) -> object:  # fmt: skip
+def fetch_request(session: int, epoch: int, partitions: list[tuple[str, int, int]],
+                  max_wait_ms: int = 0) -> Any:  # fmt: skip
     R = FetchRequest
-    request = R(
+    return R(
         replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
         session_id=session, session_epoch=epoch,
         topics=[R.FetchTopic(topic=t, partitions=[R.FetchTopic.FetchPartition(
@@ -120,6 +164,11 @@ def fetch(sock: socket.socket, session: int, epoch: int, partitions: list[tuple[
             last_fetched_epoch=-1, log_start_offset=-1)]) for t, p, o in partitions],
         forgotten_topics_data=[], rack_id="",
     )  # fmt: skip
+
+
+def fetch(sock: socket.socket, session: int, epoch: int, partitions: list[tuple[str, int, int]],
+          correlation_id: int, max_wait_ms: int = 0) -> object:  # fmt: skip
+    request = fetch_request(session, epoch, partitions, max_wait_ms)
     sock.sendall(request_frame(request, 12, correlation_id))
     return FetchResponse.decode(read_frame(sock)[5:], version=12)
 

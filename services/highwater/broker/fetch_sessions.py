@@ -7,7 +7,8 @@ session id and an epoch:
 
 * ``(0, -1)`` — no session: a full fetch, answered with session id 0;
 * ``(0, 0)`` or ``(id, 0)`` — a new session (closing ``id``): a full fetch, answered with
-  the new session's id (0 when the cache is full), whose partitions the leader keeps;
+  the new session's id (0 when the cache is full and no session may be evicted: see
+  below), whose partitions the leader keeps;
 * ``(id, n)``, ``n > 0`` — the next fetch of session ``id``: its partitions are added to or
   updated in the session, its forgotten partitions removed; the answer lists only the
   partitions that have records or whose high watermark, log start offset or error changed
@@ -41,9 +42,30 @@ session id and next epoch, the partitions as the leader's session holds them, an
 the next fetch names: everything in a full fetch; in an incremental one the partitions
 whose fetch state differs from the session's, and those no longer fetched (forgotten).
 
-Pure: no I/O, no clock (``now_ms`` comes in); the cache holds at most ``max_sessions``
-sessions and evicts the least recently used (Kafka's
-``max.incremental.fetch.session.cache.slots``, 1000).
+Pure: no I/O, no clock (``now_ms`` comes in: each caller passes its clock's time). The
+cache holds at most ``max_sessions`` sessions (Kafka's
+``max.incremental.fetch.session.cache.slots``, 1000) and, full, evicts as Kafka's
+``FetchSessionCache.tryEvict`` does, never merely the least recently used: with more
+fetchers than slots that would make every new session evict an active one, whose fetcher
+then gets FETCH_SESSION_ID_NOT_FOUND and opens another with a full fetch, evicting the
+next: a cascade of full fetches. A new session takes a slot
+
+* from the least recently used session, if it has been idle for more than
+  :data:`MIN_EVICTION_MS` (Kafka's ``min.incremental.fetch.session.eviction.ms``, a
+  constant: 120 s);
+* otherwise from the lowest-ranked evictable session, if the newcomer ranks higher. A
+  session ranks by (privileged, number of partitions, id): a follower's session
+  (*privileged*: it has an owner) outranks any consumer's, then more partitions outrank
+  fewer. A session is evictable once its latest fetch came more than
+  :data:`MIN_EVICTION_MS` after its creation (one created recently has had no chance to
+  prove itself); for a follower's newcomer every consumer's session is evictable too.
+
+Otherwise the newcomer gets no session: session id 0, its fetch answered in full without
+error, as Kafka answers it; its fetcher keeps fetching in full, asking for a session each
+time, which is correct, only costlier. :attr:`FetchSessionCache.evictions` counts the
+sessions evicted (Kafka's ``IncrementalFetchSessionEvictionsPerSec``). Looking for the
+lowest-ranked session scans the cache: it happens only when the cache is full and no
+session is stale.
 """
 
 from __future__ import annotations
@@ -59,6 +81,7 @@ __all__ = [
     "FINAL_EPOCH",
     "INITIAL_EPOCH",
     "INVALID_FETCH_SESSION_EPOCH",
+    "MIN_EVICTION_MS",
     "FetchPartitionState",
     "FetchSession",
     "FetchSessionCache",
@@ -75,6 +98,9 @@ INITIAL_EPOCH: Final = 0
 """A fetch that opens a session (full)."""
 FINAL_EPOCH: Final = -1
 """A fetch without a session (full), closing the one it names."""
+MIN_EVICTION_MS: Final = 120_000
+"""How long a session must be idle to be evicted by any newcomer, and how long after its
+creation it starts to compete on rank (Kafka's ``min.incremental.fetch.session.eviction.ms``)."""
 
 TopicPartitionKey = tuple[str, int]
 
@@ -109,12 +135,19 @@ class FetchSession:
     """Who may use the session (a follower's broker id; -1: anyone)."""
     last_fetch_ms: int = 0
     """When its latest fetch arrived (``now_ms`` of :meth:`FetchSessionCache.resolve`)."""
+    created_ms: int = 0
+    """When its first (full) fetch arrived."""
     changed: set[TopicPartitionKey] = field(default_factory=set)
     """Partitions marked changed since the session's last answer (to read next; a parked
     fetch is woken for them)."""
     lagging: set[TopicPartitionKey] = field(default_factory=set)
     """Partitions whose high watermark alone moved since they were last read (read with the
     next read; no reason to wake a parked fetch)."""
+
+    @property
+    def privileged(self) -> bool:
+        """A follower's session (it has an owner): it outranks a consumer's in eviction."""
+        return self.owner >= 0
 
     def take_changed(self) -> list[tuple[TopicPartitionKey, FetchPartitionState]]:
         """The partitions marked changed or lagging, with their states; the marks are
@@ -169,6 +202,8 @@ class FetchSessionCache:
 
     def __init__(self, max_sessions: int = 1000) -> None:
         self.max_sessions = max_sessions
+        self.evictions = 0
+        """Sessions evicted to make room for a new one."""
         self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
         self._holding: dict[TopicPartitionKey, set[int]] = {}
         """Partition -> the ids of the sessions that hold it."""
@@ -279,22 +314,51 @@ class FetchSessionCache:
         owner: int,
         now_ms: int,
     ) -> FetchSession | None:
-        if self.max_sessions <= 0:
-            return None
+        held = dict(partitions)
         while len(self._sessions) >= self.max_sessions:
-            self._drop(next(iter(self._sessions)))
+            if not self._evict_for(owner >= 0, len(held), now_ms):
+                return None
         session_id = next(self._ids) & 0x7FFFFFFF or next(self._ids)
         session = FetchSession(
             session_id,
             next_epoch=1,
-            partitions=dict(partitions),
+            partitions=held,
             owner=owner,
             last_fetch_ms=now_ms,
+            created_ms=now_ms,
         )
         self._sessions[session_id] = session
         for key in session.partitions:
             self._holding.setdefault(key, set()).add(session_id)
         return session
+
+    def _evict_for(self, privileged: bool, size: int, now_ms: int) -> bool:
+        """Evict a session to make room for a new one (a follower's if ``privileged``, of
+        ``size`` partitions), as the module docstring says; False if none may go."""
+        sessions = self._sessions
+        if not sessions:
+            return False
+        eviction_ms = MIN_EVICTION_MS
+        # Ordered by latest fetch: the first is the least recently used.
+        oldest = next(iter(sessions.values()))
+        if now_ms - oldest.last_fetch_ms > eviction_ms:
+            victim = oldest
+        else:
+            lowest = min(
+                (
+                    s
+                    for s in sessions.values()
+                    if s.last_fetch_ms - s.created_ms > eviction_ms or (privileged and s.owner < 0)
+                ),
+                key=lambda s: (s.owner >= 0, len(s.partitions), s.session_id),
+                default=None,
+            )
+            if lowest is None or (privileged, size) <= (lowest.privileged, len(lowest.partitions)):
+                return False
+            victim = lowest
+        self._drop(victim.session_id)
+        self.evictions += 1
+        return True
 
     def _drop(self, session_id: int) -> None:
         session = self._sessions.pop(session_id)

@@ -99,6 +99,7 @@ from highwater.records.header import BATCH_HEADER_SIZE
 from highwater.rpc.auth import authorize, authorizer_enabled, forwarded_principal_metadata
 from highwater.security.acl import AclOperation, ResourceType
 from highwater.security.rpc_access import CLUSTER_NAME
+from highwater.storage.log import wall_clock_ms
 from highwater.v1 import admin_pb2, coordinator_pb2
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
@@ -184,9 +185,11 @@ class KafkaApis:
         image: Callable[[], MetadataImage],
         fetch_sessions: FetchSessionCache | None = None,
         cluster_id: Callable[[], str | None] = lambda: None,
+        clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         """``cluster_id``: the cluster's id as the broker knows it (Metadata and
-        DescribeCluster answer it; ``highwater`` while it is not known)."""
+        DescribeCluster answer it; ``highwater`` while it is not known); ``clock``: the
+        time in ms the fetch sessions are used at (their eviction follows it)."""
         self.node_id = node_id
         self._cluster_id = cluster_id
         self.requests = requests
@@ -194,6 +197,7 @@ class KafkaApis:
         self.groups = groups
         self._image = image
         self.fetch_sessions = fetch_sessions or FetchSessionCache()
+        self._clock = clock
         self._handlers: dict[int, Callable[[KafkaRequest], Awaitable[Any]]] = {
             0: self.produce,
             1: self.fetch,
@@ -379,7 +383,9 @@ class KafkaApis:
             if version >= 7
             else []
         )
-        resolved = self.fetch_sessions.resolve(session_id, epoch, requested, forgotten)
+        resolved = self.fetch_sessions.resolve(
+            session_id, epoch, requested, forgotten, now_ms=self._clock()
+        )
         R = FetchResponse
         if resolved.error:
             return R(throttle_time_ms=0, error_code=resolved.error, session_id=0, responses=[])

@@ -80,6 +80,7 @@ class KafkaDoor:
             groups=self.relay,
             image=image,
             cluster_id=broker.known_cluster_id,
+            clock=broker.partitions.clock,
         )
         self.listener = KafkaListener(
             self.apis, host=address.host, port=address.port, protocol=address.protocol, tls=tls
