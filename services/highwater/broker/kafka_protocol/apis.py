@@ -196,7 +196,7 @@ class KafkaApis:
         self.controller = controller
         self.groups = groups
         self._image = image
-        self.fetch_sessions = fetch_sessions or FetchSessionCache()
+        self.fetch_sessions = FetchSessionCache() if fetch_sessions is None else fetch_sessions
         self._clock = clock
         self._handlers: dict[int, Callable[[KafkaRequest], Awaitable[Any]]] = {
             0: self.produce,
