@@ -224,6 +224,15 @@ async def test_poll_takes_a_decoded_batch_record_by_record(
     assert consumer.position([tp])[0].offset == 10
 
 
+async def produce_four_batches_of_three(address: str, topic: str) -> None:
+    """Records v0..v11 in partition 0 of ``topic``, as four batches of three."""
+    async with AsyncProducer({"bootstrap.servers": address, "linger.ms": 0}) as producer:
+        for i in range(4):
+            await asyncio.gather(
+                *(producer.produce(topic, f"v{3 * i + j}", partition=0) for j in range(3))
+            )
+
+
 async def test_the_next_fetch_is_sent_ahead_while_the_buffer_is_taken(
     server: ServerThread,
 ) -> None:
@@ -232,11 +241,7 @@ async def test_the_next_fetch_is_sent_ahead_while_the_buffer_is_taken(
     its answer lands after the buffer, so the records come once each and in order, and a
     seek meanwhile drops it."""
     await create_topic(server.address, "c-ahead")
-    async with AsyncProducer({"bootstrap.servers": server.address, "linger.ms": 0}) as producer:
-        for i in range(4):  # four batches of three records
-            await asyncio.gather(
-                *(producer.produce("c-ahead", f"v{3 * i + j}", partition=0) for j in range(3))
-            )
+    await produce_four_batches_of_three(server.address, "c-ahead")
     tp = TopicPartition("c-ahead", 0)
     config = {"bootstrap.servers": server.address, "max.partition.fetch.bytes": 1}
     async with AsyncConsumer(config) as consumer:  # one batch per answer
@@ -268,14 +273,7 @@ async def test_a_fetch_ahead_in_flight_is_dropped_when_the_assignment_changes(
     next: re-assigning the partition from another offset, or dropping it and taking it back,
     while the fetch ahead is on its way, starts the records at the new assignment's offset."""
     await create_topic(server.address, "c-ahead-assign", partitions=2)
-    async with AsyncProducer({"bootstrap.servers": server.address, "linger.ms": 0}) as producer:
-        for i in range(4):  # four batches of three records
-            await asyncio.gather(
-                *(
-                    producer.produce("c-ahead-assign", f"v{3 * i + j}", partition=0)
-                    for j in range(3)
-                )
-            )
+    await produce_four_batches_of_three(server.address, "c-ahead-assign")
     config = {"bootstrap.servers": server.address, "max.partition.fetch.bytes": 1}
     async with AsyncConsumer(config) as consumer:  # one batch per answer
         consumer.assign([TopicPartition("c-ahead-assign", 0, 0)])
@@ -299,11 +297,7 @@ async def test_a_fetch_ahead_answered_with_a_stale_leader_error_is_not_sent_agai
     no fetch ahead to the same broker again, one per round trip, until the fetch at the
     buffer's end meets the error and acts on it."""
     await create_topic(server.address, "c-ahead-gone")
-    async with AsyncProducer({"bootstrap.servers": server.address, "linger.ms": 0}) as producer:
-        for i in range(4):  # four batches of three records
-            await asyncio.gather(
-                *(producer.produce("c-ahead-gone", f"v{3 * i + j}", partition=0) for j in range(3))
-            )
+    await produce_four_batches_of_three(server.address, "c-ahead-gone")
     config = {"bootstrap.servers": server.address, "max.partition.fetch.bytes": 1}
     async with AsyncConsumer(config) as consumer:  # one batch per answer
         consumer.assign([TopicPartition("c-ahead-gone", 0, 0)])
@@ -336,11 +330,7 @@ async def test_a_fetch_ahead_leaves_before_the_records_go_back_to_the_caller(
     records has sent its request when the caller gets them, so the broker works on the
     next answer while the caller works on these (not only once the buffer ran dry)."""
     await create_topic(server.address, "c-ahead-sent")
-    async with AsyncProducer({"bootstrap.servers": server.address, "linger.ms": 0}) as producer:
-        for i in range(4):  # four batches of three records
-            await asyncio.gather(
-                *(producer.produce("c-ahead-sent", f"v{3 * i + j}", partition=0) for j in range(3))
-            )
+    await produce_four_batches_of_three(server.address, "c-ahead-sent")
     config = {"bootstrap.servers": server.address, "max.partition.fetch.bytes": 1}
     async with AsyncConsumer(config) as consumer:  # one batch per answer
         consumer.assign([TopicPartition("c-ahead-sent", 0, 0)])
@@ -364,11 +354,7 @@ async def test_an_idle_partition_does_not_hold_back_the_records_fetched_ahead(
     the records of a busy partition come one answer after another, not one per
     fetch.max.wait.ms of its idle neighbour."""
     await create_topic(server.address, "c-ahead-idle", partitions=2)
-    async with AsyncProducer({"bootstrap.servers": server.address, "linger.ms": 0}) as producer:
-        for i in range(4):  # four batches of three records in partition 0; 1 stays empty
-            await asyncio.gather(
-                *(producer.produce("c-ahead-idle", f"v{3 * i + j}", partition=0) for j in range(3))
-            )
+    await produce_four_batches_of_three(server.address, "c-ahead-idle")  # partition 1 stays empty
     config = {
         "bootstrap.servers": server.address,
         "max.partition.fetch.bytes": 1,  # one batch per answer

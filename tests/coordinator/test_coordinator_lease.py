@@ -65,17 +65,23 @@ async def until_committed(stub: coordinator_pb2_grpc.GroupCoordinatorStub, offse
         await asyncio.sleep(0.05)
 
 
-async def test_a_coordinator_whose_lease_lapsed_serves_again_in_new_epochs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    server = EmbeddedServer(
+def embedded_server(data_dir: Path) -> EmbeddedServer:
+    """An embedded server whose coordinator renews its lease every 200 ms and forms groups
+    at once."""
+    return EmbeddedServer(
         listen=f"127.0.0.1:{free_port()}",
-        data_dir=tmp_path,
+        data_dir=data_dir,
         coordinator_settings=CoordinatorSettings(
             group=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=0),
             heartbeat_interval_ms=200,
         ),
     )
+
+
+async def test_a_coordinator_whose_lease_lapsed_serves_again_in_new_epochs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = embedded_server(tmp_path)
     await server.start()
     try:
         await server.broker.wait_unfenced()
@@ -127,14 +133,7 @@ async def test_a_coordinator_waking_from_a_pause_past_its_lease_expires_no_membe
     """A pause longer than the lease and a member's session: the timer wakes first. It must
     not expire the member (which heartbeated to nobody meanwhile) and store the group empty;
     the partition is loaded again and the member carries on in its generation."""
-    server = EmbeddedServer(
-        listen=f"127.0.0.1:{free_port()}",
-        data_dir=tmp_path,
-        coordinator_settings=CoordinatorSettings(
-            group=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=0),
-            heartbeat_interval_ms=200,
-        ),
-    )
+    server = embedded_server(tmp_path)
     await server.start()
     try:
         await server.broker.wait_unfenced()

@@ -375,13 +375,16 @@ def test_deleting_groups_needs_them_empty_and_leaves_tombstones() -> None:
     assert [(r.group_id, r.topic_partition) for r in tombstones] == [("idle", TP1)]
 
 
+RETENTION_OF_A_MINUTE = GroupCoordinatorSettings(
+    group_initial_rebalance_delay_ms=0,
+    offsets_retention_ms=60_000,
+    offsets_retention_check_interval_ms=10_000,
+)
+"""Offsets kept a minute after the group emptied (or their commit), checked every 10 s."""
+
+
 def test_offsets_of_an_empty_group_expire_after_the_retention() -> None:
-    settings = GroupCoordinatorSettings(
-        group_initial_rebalance_delay_ms=0,
-        offsets_retention_ms=60_000,
-        offsets_retention_check_interval_ms=10_000,
-    )
-    h = Harness(settings=settings)
+    h = Harness(settings=RETENTION_OF_A_MINUTE)
     leader, follower, generation = stable_pair(h)
     h.commit(G, leader, generation, {TP0: 1})
     h.leave(G, follower)
@@ -547,12 +550,7 @@ def test_a_static_rejoin_whose_write_fails_leaves_the_old_member_in_place() -> N
 def test_offsets_with_a_commit_in_flight_do_not_expire() -> None:
     # Kafka's removeExpiredOffsets skips partitions with a pending commit and keeps a group
     # that has one: the tombstone would land after the commit and erase an acknowledged offset.
-    settings = GroupCoordinatorSettings(
-        group_initial_rebalance_delay_ms=0,
-        offsets_retention_ms=60_000,
-        offsets_retention_check_interval_ms=10_000,
-    )
-    h = Harness(settings=settings)
+    h = Harness(settings=RETENTION_OF_A_MINUTE)
     h.commit("standalone", "", -1, {TP0: 1})
     h.advance(55_000)  # a retention check finds nothing to expire yet
     h.auto_write = False
@@ -563,7 +561,7 @@ def test_offsets_with_a_commit_in_flight_do_not_expire() -> None:
     result = h.replies.pop(token)
     assert isinstance(result, CommitResult) and result.errors[TP0].error == ErrorCode.NONE
     assert h.core.fetch_offsets("standalone", [TP0])[1][TP0].offset == 2
-    successor = GroupCoordinatorCore(settings, partition_for)
+    successor = GroupCoordinatorCore(RETENTION_OF_A_MINUTE, partition_for)
     partition = partition_for("standalone")
     successor.load(partition, 1, h.records(partition), h.now)
     assert successor.fetch_offsets("standalone", [TP0])[1][TP0].offset == 2
@@ -660,12 +658,7 @@ def test_a_stable_groups_offsets_of_topics_no_member_subscribes_to_expire() -> N
     # KIP-496 (Kafka's removeExpiredOffsets): in a Stable consumer group, an offset of a topic
     # no member subscribes to expires the retention after its commit; subscribed topics keep
     # theirs however old, and the group stays.
-    settings = GroupCoordinatorSettings(
-        group_initial_rebalance_delay_ms=0,
-        offsets_retention_ms=60_000,
-        offsets_retention_check_interval_ms=10_000,
-    )
-    h = Harness(settings=settings)
+    h = Harness(settings=RETENTION_OF_A_MINUTE)
     audit = TopicPartition("audit", 0)
     h.commit(G, "", -1, {audit: 7})  # before the group had members (assign())
     subscription = ConsumerProtocolSubscription(topics=["orders"]).SerializeToString()
@@ -746,12 +739,7 @@ def test_a_member_joining_during_completing_rebalance_starts_another_rebalance()
 
 def test_a_failed_expiry_is_tried_again_at_the_next_check() -> None:
     # A failed append of the expiry's tombstones must not restart the group's retention.
-    settings = GroupCoordinatorSettings(
-        group_initial_rebalance_delay_ms=0,
-        offsets_retention_ms=60_000,
-        offsets_retention_check_interval_ms=10_000,
-    )
-    h = Harness(settings=settings)
+    h = Harness(settings=RETENTION_OF_A_MINUTE)
     joined = h.join_result(h.join_new(G))
     h.sync(G, joined.member_id, joined.generation_id, {joined.member_id: b"a"})
     h.commit(G, joined.member_id, joined.generation_id, {TP0: 1})
