@@ -57,6 +57,12 @@ def stable_pair(h: Harness) -> tuple[str, str, int]:
     return leader.member_id, follower.member_id, leader.generation_id
 
 
+def assignment(*partitions: int) -> bytes:
+    """A consumer-protocol assignment of partitions of the topic "orders"."""
+    entry = ConsumerProtocolTopicPartitions(topic="orders", partitions=partitions)
+    return ConsumerProtocolAssignment(assigned_partitions=[entry]).SerializeToString()
+
+
 def test_a_first_join_needs_a_member_id_then_forms_generation_one() -> None:
     h = Harness()
     first = h.join_result(h.join(G, client_id="c1"))
@@ -426,14 +432,6 @@ def test_joins_with_bad_settings_are_refused_with_typed_errors() -> None:
 
 
 def test_a_member_commits_only_the_partitions_it_was_assigned() -> None:
-    from highwater.v1.consumer_protocol_pb2 import (
-        ConsumerProtocolAssignment,
-        ConsumerProtocolTopicPartitions,
-    )
-
-    def assignment(*partitions: int) -> bytes:
-        entry = ConsumerProtocolTopicPartitions(topic="orders", partitions=partitions)
-        return ConsumerProtocolAssignment(assigned_partitions=[entry]).SerializeToString()
 
     h = Harness()
     first = h.join_result(h.join_new(G))
@@ -446,14 +444,6 @@ def test_a_member_commits_only_the_partitions_it_was_assigned() -> None:
 
 
 def test_a_member_may_commit_what_it_gives_up_in_the_next_generation() -> None:
-    from highwater.v1.consumer_protocol_pb2 import (
-        ConsumerProtocolAssignment,
-        ConsumerProtocolTopicPartitions,
-    )
-
-    def assignment(*partitions: int) -> bytes:
-        entry = ConsumerProtocolTopicPartitions(topic="orders", partitions=partitions)
-        return ConsumerProtocolAssignment(assigned_partitions=[entry]).SerializeToString()
 
     h = Harness()
     first = h.join_result(h.join_new(G))
@@ -626,10 +616,6 @@ def test_listing_groups_while_a_partition_loads_says_so() -> None:
 def test_a_member_may_commit_what_it_gives_up_after_a_generation_that_never_came_into_force() -> (
     None
 ):
-    def assignment(*partitions: int) -> bytes:
-        entry = ConsumerProtocolTopicPartitions(topic="orders", partitions=partitions)
-        return ConsumerProtocolAssignment(assigned_partitions=[entry]).SerializeToString()
-
     h = Harness()
     first = h.join_result(h.join_new(G))
     h.sync(G, first.member_id, first.generation_id, {first.member_id: assignment(0, 1)})
