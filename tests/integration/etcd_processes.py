@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from highwater.etcd_metadata.connection import EtcdConnection, KeyVersion
 from highwater.etcd_metadata.endpoints import parse_metadata_store
 from highwater.rpc.endpoints import free_loopback_ports
@@ -175,6 +177,8 @@ class EtcdBrokerProcess:
         return self.data_dir.parent / f"{self.role}-{self.node_id}.log"
 
     role: str = "broker"
+    log_level: str | None = None
+    """``--log-level`` for the process (its default, WARNING, when None)."""
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -197,6 +201,7 @@ class EtcdBrokerProcess:
                 sys.executable,
                 "-m",
                 "highwater",
+                *(() if self.log_level is None else ("--log-level", self.log_level)),
                 self.role,
                 "--node-id",
                 str(self.node_id),
@@ -235,6 +240,32 @@ class EtcdBrokerProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def describe(self, lines: int = 40) -> str:
+        """Whether the process runs (or how it exited) and its log's last ``lines``: what a
+        failed wait on it should say."""
+        code = None if self.process is None else self.process.poll()
+        state = "running" if self.process is not None and code is None else f"exited {code}"
+        tail = "\n".join(self.log_text().splitlines()[-lines:])
+        return f"{self.role} {self.node_id} ({state}); its log ends:\n{tail}"
+
+    def wait_serving(self, service: str, timeout_s: float = 120) -> None:
+        """Until the process's gRPC health reports ``service`` SERVING; AssertionError
+        with :meth:`describe` after ``timeout_s`` or once the process exits."""
+        deadline = time.monotonic() + timeout_s
+        with grpc.insecure_channel(self.address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            while time.monotonic() < deadline:
+                if self.process is None or self.process.poll() is not None:
+                    break
+                try:
+                    answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=2)
+                    if answer.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass  # not listening yet, or the service not registered yet
+                time.sleep(0.1)
+        raise AssertionError(f"{service} not SERVING: {self.describe()}")
 
 
 async def read_prefix(store: str) -> dict[str, KeyVersion]:

@@ -31,6 +31,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 from etcd_processes import EtcdBrokerProcess, EtcdServer, EtcdServerTls, etcd_member
 from highwater.cli.main import main
+from highwater.coordinator.service import COORDINATOR_SERVICE_NAME
 from highwater.etcd_metadata.connection import EtcdConnection, EtcdTlsError, KeyVersion
 from highwater.etcd_metadata.endpoints import (
     EtcdStoreAddress,
@@ -96,12 +97,22 @@ def etcd_tls_args(pki: Pki, name: str) -> tuple[str, ...]:
     )
 
 
+@dataclass(frozen=True)
+class KafkaCluster:
+    bootstrap: str
+    processes: list[EtcdBrokerProcess]
+
+    def describe(self) -> str:
+        """Each process's state and log tail, for a failure's message."""
+        return "\n\n".join(process.describe() for process in self.processes)
+
+
 @pytest.fixture(scope="module")
-def bootstrap(
+def cluster(
     pki: Pki, etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    """Three brokers with Kafka listeners and a coordinator, all over mutual TLS to etcd;
-    the Kafka bootstrap servers, once every broker is in Kafka's Metadata."""
+) -> Iterator[KafkaCluster]:
+    """Three brokers with Kafka listeners and a coordinator, all over mutual TLS to etcd,
+    once every broker is in Kafka's Metadata and the coordinator serves."""
     root = tmp_path_factory.mktemp("cluster")
     ports = free_loopback_ports(7)
     kafka_ports = ports[4:]
@@ -116,6 +127,7 @@ def bootstrap(
                 "--kafka-listen",
                 f"PLAINTEXT://127.0.0.1:{kafka_port}",
             ),
+            log_level="INFO",
         )
         for node_id, port, kafka_port in zip((1, 2, 3), ports, kafka_ports, strict=False)
     ]
@@ -127,6 +139,7 @@ def bootstrap(
             root / "c200",
             role="coordinator",
             extra_args=etcd_tls_args(pki, "coordinator-200"),
+            log_level="INFO",
         )
     )
     for process in processes:
@@ -142,10 +155,18 @@ def bootstrap(
                 return False
 
         wait_for(registered, timeout_s=120, what="three brokers in Kafka's Metadata")
-        yield servers
+        # The consumer group needs the coordinator: SERVING once it has registered and
+        # loaded its __consumer_offsets partitions.
+        processes[-1].wait_serving(COORDINATOR_SERVICE_NAME)
+        yield KafkaCluster(servers, processes)
     finally:
         for process in reversed(processes):
             process.terminate(timeout_s=15)
+
+
+@pytest.fixture(scope="module")
+def bootstrap(cluster: KafkaCluster) -> str:
+    return cluster.bootstrap
 
 
 def secured(pki: Pki, etcd: EtcdServer, name: str = "reader") -> EtcdStoreAddress:
@@ -171,8 +192,9 @@ def etcd_controller(pki: Pki, etcd: EtcdServer) -> int:
 
 
 def test_brokers_register_over_mutual_tls_and_kafka_clients_create_produce_consume_delete(
-    pki: Pki, etcd: EtcdServer, bootstrap: str
+    pki: Pki, etcd: EtcdServer, cluster: KafkaCluster
 ) -> None:
+    bootstrap = cluster.bootstrap
     keys = asyncio.run(read_prefix(secured(pki, etcd)))
     assert {k.rsplit("/", 1)[1] for k in keys if "/brokers/ids/" in k} == {"1", "2", "3"}
 
@@ -224,7 +246,8 @@ def test_brokers_register_over_mutual_tls_and_kafka_clients_create_produce_consu
                 continue
             assert message.error() is None, message.error()
             values.add(message.value())
-        assert values == {f"v{i}".encode() for i in range(40)}
+        print("CONSUMED-IN", time.monotonic() - deadline + 30, len(values))
+        assert values == {f"v{i}".encode() for i in range(40)}, cluster.describe()
         consumer.commit(asynchronous=False)
         committed = consumer.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], 10)
         assert sorted(tp.offset for tp in committed) == [20, 20]
