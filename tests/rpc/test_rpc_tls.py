@@ -123,3 +123,21 @@ def test_a_half_rotated_pair_keeps_the_pair_in_use(tmp_path: Path) -> None:
     ca.issue("other").write(tmp_path / "other.crt", other_key)
     with pytest.raises(tls.TlsConfigError, match="the key does not match the certificate"):
         tls.ServerTls(cert, other_key)
+
+
+def test_a_half_written_ca_file_keeps_the_ca_in_use(tmp_path: Path) -> None:
+    """A CA bundle caught half-written is not handed to gRPC, which would refuse every
+    client certificate until the file is whole; at start it is refused, naming the file."""
+    ca = CertificateAuthority()
+    cert, key, ca_file = tmp_path / "server.crt", tmp_path / "server.key", tmp_path / "ca.crt"
+    ca.issue("server", hosts=["127.0.0.1"]).write(cert, key)
+    ca_file.write_bytes(ca.certificate_pem)
+    server = tls.ServerTls(cert, key, ca_file)
+    bundle = ca.certificate_pem + CertificateAuthority("next").certificate_pem
+    ca_file.write_bytes(bundle[: len(bundle) - 200])  # the second CA's end not written yet
+    assert server._fetch() is None
+    ca_file.write_bytes(bundle)
+    assert server._fetch() is not None
+    ca_file.write_bytes(ca.certificate_pem[:300])
+    with pytest.raises(tls.TlsConfigError, match=r"ca\.crt"):
+        tls.ServerTls(cert, key, ca_file)

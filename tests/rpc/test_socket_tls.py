@@ -95,3 +95,30 @@ def test_client_certificates_as_ssl_client_auth_says(
     assert handshake(SocketTls(server, ClientAuth.NONE).context, ca_file, alice)[1] is None
     with pytest.raises(TlsConfigError, match="needs --tls-ca-file"):
         SocketTls(ServerTls(cert, key, client_auth=ClientAuth.NONE), ClientAuth.REQUESTED)
+
+
+def test_a_ca_taken_out_of_the_file_is_no_longer_trusted_after_a_refresh(
+    ca: CertificateAuthority, tmp_path: Path
+) -> None:
+    """A CA file rewritten without a CA (rotated away from it, or it leaked) stops the
+    listener trusting that CA from the next refresh, as the gRPC servers do."""
+    cert, key, ca_file = files(ca, tmp_path)
+    ca.issue("alice", server=False).write(tmp_path / "alice.crt", tmp_path / "alice.key")
+    alice = (tmp_path / "alice.crt", tmp_path / "alice.key")
+    successor = CertificateAuthority("successor")
+    successor.issue("bob", server=False).write(tmp_path / "bob.crt", tmp_path / "bob.key")
+    bob = (tmp_path / "bob.crt", tmp_path / "bob.key")
+    server_ca = tmp_path / "server-ca.crt"  # what the clients trust the server by
+    server_ca.write_bytes(ca.certificate_pem)
+    tls = SocketTls(ServerTls(cert, key, ca_file))
+    assert handshake(tls.context, server_ca, alice)[1] is not None
+    # Both CAs while clients move over, then the successor alone.
+    ca_file.write_bytes(ca.certificate_pem + successor.certificate_pem)
+    tls.refresh()
+    assert handshake(tls.context, server_ca, alice)[1] is not None
+    assert handshake(tls.context, server_ca, bob)[1] is not None
+    ca_file.write_bytes(successor.certificate_pem)
+    tls.refresh()
+    with pytest.raises(ssl.SSLError):
+        handshake(tls.context, server_ca, alice)
+    assert handshake(tls.context, server_ca, bob)[1] is not None

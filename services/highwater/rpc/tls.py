@@ -25,9 +25,12 @@ ask for one, so ``requested`` is refused at start with that reason.
   called as each connection is accepted (before its handshake), loads a changed
   certificate and key into the context, so new connections get them and established ones
   keep theirs. Python's ``ssl`` can ask for a client certificate without requiring one, so
-  ``requested`` is served there. A rotated CA file adds its certificates to those trusted;
-  a CA taken out of the file stays trusted until the process restarts (OpenSSL's store
-  only grows).
+  ``requested`` is served there. Each load builds a new context (certificate, key and
+  the CA file's certificates, nothing kept from the last), and the listener's context
+  hands each handshake to the newest one as the client's hello arrives (its SNI
+  callback), so a CA taken out of the file is no longer trusted from the next refresh.
+- A CA file is parsed before it is used, as the certificate and key are: one caught
+  half-written keeps the CAs in use (at start it is refused, naming the file).
 """
 
 from __future__ import annotations
@@ -102,6 +105,21 @@ def _check_pair(cert: bytes, key: bytes, cert_file: Path) -> None:
         raise TlsConfigError(f"{cert_file}: the key does not match the certificate")
 
 
+def _check_ca(ca: bytes, ca_file: Path) -> None:
+    """:class:`TlsConfigError` unless ``ca`` is a whole PEM bundle of certificates: gRPC
+    and OpenSSL take a bundle cut short (its last certificate half-written) and trust
+    what came before, or nothing."""
+    try:
+        whole = len(x509.load_pem_x509_certificates(ca))
+    except ValueError as e:
+        raise TlsConfigError(f"TLS CA {ca_file}: not whole PEM certificates ({e})") from None
+    begun = ca.count(b"-----BEGIN ")
+    if whole != begun:  # the parser skips a block without its end line
+        raise TlsConfigError(
+            f"TLS CA {ca_file}: {begun} PEM blocks begun, {whole} whole certificates"
+        )
+
+
 def _stamp(paths: tuple[Path, ...]) -> tuple[tuple[int, int], ...]:
     stamps = []
     for path in paths:
@@ -147,6 +165,9 @@ class ServerTls:
         cert = _read(self.cert_file, "TLS certificate")
         ca = _read(self.ca_file, "TLS CA") if self.ca_file is not None else None
         _check_pair(cert, key, self.cert_file)
+        if ca is not None:
+            assert self.ca_file is not None
+            _check_ca(ca, self.ca_file)
         return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
 
     def credentials(self) -> grpc.ServerCredentials:
@@ -189,40 +210,45 @@ class SocketTls:
         self.client_auth = client_auth or server.client_auth
         if self.client_auth is not ClientAuth.NONE and server.ca_file is None:
             raise TlsConfigError(f"ssl.client.auth={self.client_auth.value} needs --tls-ca-file")
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self.context.verify_mode = self._VERIFY[self.client_auth]
-        self._stamp = self._load()
+        self._stamp = _stamp(server._paths)
+        self._current = self._build()
+        self.context = self._build()
+        """The listener's context (given to asyncio once): each handshake is moved to the
+        newest loaded context as the client's hello arrives."""
+        self.context.sni_callback = self._to_current
 
-    def _load(self) -> tuple[tuple[int, int], ...]:
-        """Load the files into the context; their stamp (raises if they cannot be read)."""
+    def _to_current(
+        self, connection: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, _: object
+    ) -> None:
+        # Called for every hello, with or without a server name: the handshake goes on
+        # with the newest certificate, key and trusted CAs.
+        connection.context = self._current
+
+    def _build(self) -> ssl.SSLContext:
+        """A context of the files as they are now (raises if they cannot be used)."""
         server = self.server
-        stamp = _stamp(server._paths)
         _read(server.cert_file, "TLS certificate")
         _read(server.key_file, "TLS key")
-        verify = server.ca_file is not None and self.client_auth is not ClientAuth.NONE
-        if verify:
-            assert server.ca_file is not None
-            _read(server.ca_file, "TLS CA")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.verify_mode = self._VERIFY[self.client_auth]
         try:
-            # A scratch context first: a certificate that does not match its key (one
-            # file rotated, the other not yet) must not reach the context in use.
-            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(
-                server.cert_file, server.key_file
-            )
-            self.context.load_cert_chain(server.cert_file, server.key_file)
-            if verify:
-                self.context.load_verify_locations(cafile=server.ca_file)
+            context.load_cert_chain(server.cert_file, server.key_file)
+            if server.ca_file is not None and self.client_auth is not ClientAuth.NONE:
+                ca = _read(server.ca_file, "TLS CA")
+                _check_ca(ca, server.ca_file)
+                context.load_verify_locations(cadata=ca.decode("ascii", "replace"))
         except (ssl.SSLError, OSError) as e:
             raise TlsConfigError(f"{server.cert_file}: {e}") from None
-        return stamp
+        return context
 
     def refresh(self) -> None:
         """Load the files again if they changed (a half-written file: keep the old)."""
         try:
-            if _stamp(self.server._paths) == self._stamp:
+            stamp = _stamp(self.server._paths)
+            if stamp == self._stamp:
                 return
-            self._stamp = self._load()
+            self._current, self._stamp = self._build(), stamp
         except (OSError, TlsConfigError) as e:
             log.warning("TLS files changed but cannot be read yet (%s); keeping the old", e)
             return
