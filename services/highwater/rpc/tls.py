@@ -113,7 +113,7 @@ def _check_ca(ca: bytes, ca_file: Path) -> None:
         whole = len(x509.load_pem_x509_certificates(ca))
     except ValueError as e:
         raise TlsConfigError(f"TLS CA {ca_file}: not whole PEM certificates ({e})") from None
-    begun = ca.count(b"-----BEGIN ")
+    begun = ca.count(b"-----BEGIN CERTIFICATE-----")
     if whole != begun:  # the parser skips a block without its end line
         raise TlsConfigError(
             f"TLS CA {ca_file}: {begun} PEM blocks begun, {whole} whole certificates"
