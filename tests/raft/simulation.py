@@ -152,9 +152,24 @@ def end_epoch(
 
 
 def fetch_request(
-    source: int, epoch: int, position: Position = (0, 0), *, max_wait_ms: int = 500, to: int = 1
+    source: int,
+    epoch: int,
+    position: Position = (0, 0),
+    *,
+    max_wait_ms: int = 500,
+    to: int = 1,
+    directory: uuid.UUID | None = None,
 ) -> FetchRequest:
-    return FetchRequest(source, to, CLUSTER_ID, epoch, position[0], position[1], max_wait_ms)
+    return FetchRequest(
+        source,
+        to,
+        CLUSTER_ID,
+        epoch,
+        position[0],
+        position[1],
+        max_wait_ms,
+        replica_directory_id=directory,
+    )
 
 
 def fetch_response(
@@ -608,6 +623,7 @@ class Simulation:
             random=random.Random(f"{self.seed}-{node_id}-{sim_node.incarnation}"),
             config=self.config,
             now_ms=self.now_ms,
+            directory_id=self.directory_ids[node_id] if dynamic else None,
         )
         self._note(f"start {node_id} with {sim_node.persisted} {sim_node.log!r}")
         sim_node.tick_at = None
