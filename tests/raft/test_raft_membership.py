@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 from highwater.raft.log import InMemoryRaftLog
-from highwater.raft.messages import VoteRequest
+from highwater.raft.messages import FetchRequest, VoteRequest
 from highwater.raft.node import NotLeaderError, RaftNode, StaticQuorumError
 from highwater.raft.state import ElectionState, Role
 from highwater.raft.voter_set import (
@@ -295,6 +295,34 @@ def test_a_wiped_voters_new_incarnation_neither_votes_nor_campaigns() -> None:
     # Once the old key is removed and the new one added, it is a voter like any other.
     renewed = VoterSet.of([voter(1), voter(2), voter(3, uuid.UUID(int=99))])
     assert not h.node.is_stale_incarnation(renewed)
+
+
+def test_a_wiped_leaders_new_incarnation_told_that_it_leads_learns_the_epoch_only() -> None:
+    """Node 1 led epoch 3, its disk was wiped and it came back (epoch 0, a new directory
+    id) before the others noticed: they answer its search for the leader with "node 1
+    leads epoch 3". That was its former incarnation, not a broken invariant: it takes the
+    epoch with no leader known and goes on looking, as the observer it is."""
+    h = NodeHarness(1, voters(1, 2, 3))
+    h.node = RaftNode(
+        1,
+        voters(1, 2, 3),
+        h.log,
+        h.snapshots,
+        cluster_id=CLUSTER_ID,
+        election_state=None,
+        random=random.Random(0),
+        directory_id=uuid.UUID(int=99),
+    )
+    h.advance(100)
+    asks = [m for m in h.node.ready().messages if isinstance(m, FetchRequest)]
+    assert asks, "an observer looks for the leader"
+    asked = asks[0].destination
+    h.step(fetch_response(asked, 3, (0, 0), error=ErrorCode.NOT_LEADER_OR_FOLLOWER, leader=1, to=1))
+    assert h.node.role is Role.UNATTACHED and h.node.epoch == 3
+    assert h.node.leader_id is None and not h.node.is_voter
+    # The others elect a new leader, whom the next answer names: it follows as an observer.
+    h.step(fetch_response(3, 4, (0, 0), error=ErrorCode.NOT_LEADER_OR_FOLLOWER, leader=2, to=1))
+    assert h.node.role is Role.FOLLOWER and h.node.leader_id == 2
 
 
 def test_a_vote_request_names_the_voter_key_and_another_incarnation_refuses() -> None:

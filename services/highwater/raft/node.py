@@ -1017,6 +1017,12 @@ class RaftNode:
         if leader_id == self.node_id:
             if not self._quorum.is_voter and epoch == state.epoch:
                 return  # we led this epoch until our own removal: old news
+            if epoch > state.epoch and not self.is_static and self.directory_id is not None:
+                # An epoch this replica never knew, so never led: a former incarnation of
+                # this node id did, before its disk was wiped (its election state went with
+                # it). Take the epoch; its leader is gone.
+                self._become_unattached(epoch, now_ms)
+                return
             if epoch != state.epoch or state.leader_id != self.node_id:
                 raise IllegalTransitionError(
                     f"told that this node leads epoch {epoch}, but it is {state}"
