@@ -20,7 +20,8 @@ import os
 from collections import Counter
 
 import pytest
-from highwater.raft.state import Role
+from highwater.raft.node import RaftNode
+from highwater.raft.state import LeaderState, Role
 from simulation import Scenario, Simulation, SimulationFailure, run_schedule
 
 SCHEDULES = int(os.environ.get("HIGHWATER_RAFT_SCHEDULES", "2000"))
@@ -187,6 +188,35 @@ def test_a_wiped_leader_comes_back_as_a_new_incarnation_and_is_replaced(seed: in
     assert node is not None and not node.is_voter
     assert node.directory_id == simulation.directory_ids[wiped]  # its new one
     assert len(result.leaders) >= 2
+
+
+def test_the_checks_fail_a_leader_that_counts_a_removed_voter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A leader that goes on counting a voter its latest set removed commits entries a
+    majority of that set does not hold: the durability check, by the latest set in the
+    leader's log, fails the schedule (seeds 3 and 9)."""
+    set_voters = LeaderState.set_voters
+
+    def keep_removed(self: LeaderState, voters: frozenset[int]) -> bool:
+        return set_voters(self, voters | self.voters if len(voters) < len(self.voters) else voters)
+
+    monkeypatch.setattr(LeaderState, "set_voters", keep_removed)
+    with pytest.raises(SimulationFailure, match="durable on only"):
+        for seed in range(10):
+            run_schedule(seed, membership_changes=6, wipes=2)
+
+
+def test_the_checks_fail_a_leader_that_counts_a_wiped_voters_new_incarnation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the leader's check of the fetcher's directory id, a wiped voter's new
+    incarnation is counted as the voter: entries commit that a majority of the set's keys
+    does not hold (seeds 5 and 9)."""
+    monkeypatch.setattr(RaftNode, "_is_other_incarnation", lambda *_: False)
+    with pytest.raises(SimulationFailure, match="durable on only"):
+        for seed in range(10):
+            run_schedule(seed, membership_changes=6, wipes=2)
 
 
 def test_refused_changes_a_lagging_observer_two_at_once_and_a_static_quorum() -> None:
