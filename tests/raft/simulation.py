@@ -7,7 +7,9 @@ a manual clock, and renders what it sends as one line per message
 :class:`Simulation` runs voters and observers over a simulated clock and network — loss,
 delay, reordering, duplication, partitions that heal — with crash-restarts that keep or
 lose unflushed entries (the persisted election state always survives), a client
-proposing values and, optionally, state machines that snapshot and clean their logs.
+proposing values and, optionally, state machines that snapshot and clean their logs. A
+dynamic quorum's schedules also change the voters and wipe data directories (a replica
+back empty under a new directory id).
 Everything random comes from one seed. After every event it checks the safety
 properties; after the faults stop it checks liveness. A failing schedule raises
 :class:`SimulationFailure` naming its seed, and reproduces with::
@@ -46,7 +48,14 @@ from highwater.raft.messages import (
 from highwater.raft.node import NotLeaderError, RaftConfig, RaftNode, Ready
 from highwater.raft.snapshot import InMemorySnapshotStore
 from highwater.raft.state import ElectionState
-from highwater.raft.voter_set import MembershipChangeError, Voter, VoterSet
+from highwater.raft.voter_set import (
+    MembershipChangeError,
+    Voter,
+    VoterSet,
+    decode_voters_record,
+    encode_voters_record,
+    is_voters_record,
+)
 from highwater.records import iter_batches
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -152,9 +161,24 @@ def end_epoch(
 
 
 def fetch_request(
-    source: int, epoch: int, position: Position = (0, 0), *, max_wait_ms: int = 500, to: int = 1
+    source: int,
+    epoch: int,
+    position: Position = (0, 0),
+    *,
+    max_wait_ms: int = 500,
+    to: int = 1,
+    directory: uuid.UUID | None = None,
 ) -> FetchRequest:
-    return FetchRequest(source, to, CLUSTER_ID, epoch, position[0], position[1], max_wait_ms)
+    return FetchRequest(
+        source,
+        to,
+        CLUSTER_ID,
+        epoch,
+        position[0],
+        position[1],
+        max_wait_ms,
+        replica_directory_id=directory,
+    )
 
 
 def fetch_response(
@@ -323,6 +347,12 @@ class Scenario:
     makes the quorum dynamic (voters as records in the log)."""
     dynamic: bool = False
     """A dynamic quorum even without random changes (for planned ones)."""
+    wipes: int = 0
+    """Replicas whose data directory is wiped during the faults (a dynamic quorum's): each
+    comes back empty under a new directory id, learns the voters as
+    ``--bootstrap-controllers`` does (from a replica that answers) and, while the set
+    still names its former incarnation, must neither vote nor be counted as it. Once the
+    faults stop the operator removes the former incarnation's key."""
 
     @classmethod
     def from_seed(cls, seed: int, **overrides: Any) -> Scenario:
@@ -347,7 +377,9 @@ class Scenario:
             snapshot_chunk_bytes=rng.choice((64, 256, 1 << 20)),
             membership_changes=rng.choice((0, 0, 2, 6)),
         )
-        return cls(**{**scenario.__dict__, **overrides})
+        # Drawn last, so that the fields above stay what each seed always gave.
+        wipes = rng.choice((0, 1, 2)) if scenario.membership_changes else 0
+        return cls(**{**scenario.__dict__, "wipes": wipes, **overrides})
 
 
 SIM_CONFIG = RaftConfig(
@@ -394,6 +426,8 @@ class SimNode:
     committed_voters: tuple[int, VoterSet] | None = None
     # When this incarnation's next tick is scheduled (None: none is).
     tick_at: int | None = None
+    # Its data directory was wiped: the next start learns the voters from another replica.
+    wiped: bool = False
 
 
 @dataclass
@@ -451,6 +485,7 @@ class Simulation:
         )
         self.membership_changes = 0
         self.membership_refusals: Counter[str] = Counter()
+        self.wipes = 0
         for sim_node in self.nodes.values():
             # Some disks are slower than others.
             sim_node.max_flush_delay_ms = self.rng.randint(1, self.scenario.max_flush_delay_ms)
@@ -469,6 +504,10 @@ class Simulation:
         self.committed: list[tuple[int, bytes | None, bool]] = []
         self.leaders: dict[int, int] = {}
         self.votes: dict[tuple[int, int], int] = {}  # (voter, epoch) -> candidate
+        # What each wiped replica held durably when its disk went, by its former voter key:
+        # (log start offset, the entries from there), for the durability check of the sets
+        # that still name that key.
+        self.former: dict[tuple[int, uuid.UUID], tuple[int, list[Any]]] = {}
         self.proposals = 0
         self.pending: dict[bytes, tuple[int, OffsetAndEpoch]] = {}
         self.acknowledged: dict[bytes, OffsetAndEpoch] = {}
@@ -547,6 +586,8 @@ class Simulation:
             self._schedule(rng.randrange(scenario.chaos_ms), "resign", None)
         for _ in range(scenario.membership_changes):
             self._schedule(rng.randrange(scenario.chaos_ms), "membership", None)
+        for _ in range(scenario.wipes):
+            self._schedule(rng.randrange(scenario.chaos_ms), "wipe", None)
         at = rng.randrange(scenario.proposal_interval_ms)
         while at < scenario.chaos_ms:
             self._schedule(at, "propose", None)
@@ -577,6 +618,10 @@ class Simulation:
             self._note(f"partition healed {sorted(payload)}")
         elif kind == "resign":
             self._resign()
+        elif kind == "wipe":
+            self._wipe(payload)
+        elif kind == "operator":
+            self._remove_former_incarnations()
         elif kind == "membership":
             self._change_membership(*(payload or ()))
         elif kind == "propose":
@@ -595,8 +640,15 @@ class Simulation:
         sim_node.applied_offset = 0
         sim_node.applied = {}
         sim_node.verified_offset = 0
-        dynamic = self.scenario.membership_changes > 0 or self.scenario.dynamic
+        dynamic = self.is_dynamic
+        if sim_node.wiped:
+            sim_node.wiped = False
+            sim_node.committed_voters = (-1, self._discover_voters(node_id))
         kept = sim_node.committed_voters
+        latest = sim_node.snapshots.latest()
+        carried = None if latest is None or not dynamic else _snapshot_voters(sim_node, latest)
+        if carried is not None and (kept is None or carried[0] > kept[0]):
+            kept = carried  # the driver's rule: the latest snapshot's set when it is newer
         sim_node.node = RaftNode(
             node_id,
             (kept[1] if kept else self.bootstrap_voters) if dynamic else self.voter_ids,
@@ -608,10 +660,18 @@ class Simulation:
             random=random.Random(f"{self.seed}-{node_id}-{sim_node.incarnation}"),
             config=self.config,
             now_ms=self.now_ms,
+            directory_id=self.directory_ids[node_id] if dynamic else None,
+            snapshot_voters=(
+                (lambda snapshot_id: _snapshot_voters(sim_node, snapshot_id)) if dynamic else None
+            ),
         )
         self._note(f"start {node_id} with {sim_node.persisted} {sim_node.log!r}")
         sim_node.tick_at = None
         self._after(sim_node)
+
+    @property
+    def is_dynamic(self) -> bool:
+        return self.scenario.membership_changes > 0 or self.scenario.dynamic
 
     def _tick(self, payload: tuple[int, int, int]) -> None:
         node_id, incarnation, at_ms = payload
@@ -673,6 +733,116 @@ class Simulation:
         if not self.healed:
             self._schedule(self.now_ms + self.rng.randint(20, 600), "restart", node_id)
 
+    def wipe(self, at_ms: int, node_id: int = 0) -> None:
+        """Plan the wipe of ``node_id``'s data directory at ``at_ms`` (``0``: the leader's)."""
+        self._schedule(at_ms, "wipe", node_id)
+
+    def _wipe(self, node_id: int | None = None) -> None:
+        """A replica's data directory is lost: it crashes and comes back empty, under a new
+        directory id (its log, snapshots, election state and kept voters are gone).
+        ``node_id`` None: a random replica that may be; 0: the leader."""
+        up = sorted(i for i, n in self.nodes.items() if n.node is not None)
+        if node_id == 0:
+            up = [i for i in up if self.nodes[i].node.is_leader]  # type: ignore[union-attr]
+        elif node_id is not None:
+            up = [i for i in up if i == node_id]
+        candidates = [i for i in up if self._may_wipe(i)]
+        if not candidates:
+            self._note("no replica may be wiped without losing the quorum for good")
+            return
+        node_id = self.rng.choice(candidates)
+        self.wipes += 1
+        self._crash(node_id, lose_unflushed=True)
+        sim_node = self.nodes[node_id]
+        log = sim_node.log
+        self.former[(node_id, self.directory_ids[node_id])] = (
+            log.start_offset,
+            [
+                (e.offset, (e.epoch, e.value, e.is_control))
+                for e in log.entries(log.start_offset, log.end_offset)
+            ],
+        )
+        sim_node.log = InMemoryRaftLog()
+        sim_node.snapshots = InMemorySnapshotStore()
+        sim_node.persisted = None
+        sim_node.committed_voters = None
+        sim_node.last_snapshot_offset = 0
+        sim_node.wiped = True
+        self.directory_ids[node_id] = uuid.UUID(int=self.rng.getrandbits(128))
+        self._note(f"wipe {node_id}: new directory {self.directory_ids[node_id]}")
+
+    def _voter_sets(self) -> list[VoterSet]:
+        """Every voter set a replica uses, keeps, or would use on restart (its log's)."""
+        sets = []
+        for sim_node in self.nodes.values():
+            if sim_node.node is not None:
+                sets.append(sim_node.node.voter_set)
+            if sim_node.committed_voters is not None:
+                sets.append(sim_node.committed_voters[1])
+            log = sim_node.log
+            in_log = [
+                entry.value
+                for entry in log.entries(log.start_offset, log.end_offset)
+                if entry.is_control and entry.value is not None and is_voters_record(entry.value)
+            ]
+            if in_log:
+                sets.append(decode_voters_record(in_log[-1]))
+        return sets
+
+    def _is_former(self, voter: Voter) -> bool:
+        """Whether ``voter`` is the key of a replica's incarnation before a wipe."""
+        return voter.directory_id != self.directory_ids[voter.node_id]
+
+    def _may_wipe(self, node_id: int) -> bool:
+        """Whether a wipe of ``node_id`` leaves the quorum able to elect a leader once the
+        faults stop. A disk loss is no fault Raft tolerates by itself (only stable storage
+        makes a vote or an acknowledgement count), so the schedule loses at most what a
+        set can spare: one key of a set of at least three, and only while every replica
+        uses and keeps the same set. During a change a lost disk can wedge the quorum for
+        good: the sole other holder of an uncommitted record that removes a voter is that
+        voter, which the record makes an observer (it never campaigns) and whose longer
+        log refuses the votes the others need."""
+        sets = self._voter_sets()
+        if any(voters != sets[0] for voters in sets):
+            return False
+        voters = sets[0]
+        if node_id not in voters.ids:
+            return True
+        return len(voters) >= 3 and not any(self._is_former(v) for v in voters)
+
+    def _discover_voters(self, node_id: int) -> VoterSet:
+        """The voters a wiped replica's ``--bootstrap-controllers`` discovery finds: the set
+        in use of a replica that answers DescribeQuorum (the newest among them), or what
+        one that is down last kept."""
+        found: list[tuple[int, VoterSet]] = []
+        for other_id, other in sorted(self.nodes.items()):
+            if other_id == node_id:
+                continue
+            if other.node is not None:
+                found.append((other.node.voters_offset, other.node.voter_set))
+            elif other.committed_voters is not None:
+                found.append(other.committed_voters)
+        return max(found, key=lambda entry: entry[0])[1] if found else self.bootstrap_voters
+
+    def _remove_former_incarnations(self) -> None:
+        """The operator, once the faults stop: remove a voter key whose replica was wiped
+        (``quorum remove-controller --directory-id``), until none is left."""
+        leaders = [n for n in self.nodes.values() if n.node is not None and n.node.is_leader]
+        stale = []
+        if leaders:
+            node = leaders[0].node
+            assert node is not None
+            stale = [v for v in node.voter_set if v.directory_id != self.directory_ids[v.node_id]]
+            if stale:
+                try:
+                    node.remove_voter(stale[0].node_id, stale[0].directory_id, self.now_ms)
+                    self._note(f"operator removes former incarnation {stale[0]}")
+                except MembershipChangeError as refusal:
+                    self._note(f"operator's removal refused: {refusal}")
+                self._after(leaders[0])
+        if not leaders or stale:
+            self._schedule(self.now_ms + 50, "operator", None)
+
     def _restart(self, node_id: int) -> None:
         if self.nodes[node_id].node is None:
             self._start(node_id)
@@ -701,7 +871,10 @@ class Simulation:
         voters = node.voter_set
         if add is None and remove is None:
             non_voters = sorted(set(self.nodes) - voters.ids)
-            if non_voters and (len(voters) < 3 or self.rng.random() < 0.5):
+            former = [v for v in voters if self.is_dynamic and self._is_former(v)]
+            if former:
+                remove = former[0].node_id  # the operator replaces a wiped voter first
+            elif non_voters and (len(voters) < 3 or self.rng.random() < 0.5):
                 add = self.rng.choice(non_voters)
             else:
                 remove = self.rng.choice(sorted(voters.ids))
@@ -786,6 +959,8 @@ class Simulation:
         for node_id, sim_node in self.nodes.items():
             if sim_node.node is None:
                 self._start(node_id)
+        if self.wipes:
+            self._schedule(self.now_ms + 50, "operator", None)
 
     # --- The client ------------------------------------------------------------------
 
@@ -901,12 +1076,8 @@ class Simulation:
             elif entry.offset == len(self.committed):
                 self.committed.append(record)
                 if node.is_leader:
-                    # Counted by a set the leader used: the latest, or the one before it.
-                    self._check_durable_on_majority(
-                        entry.offset,
-                        record,
-                        (node.voter_set.ids, node.committed_voter_set().ids),
-                    )
+                    # Counted by the set the leader uses: the latest in its log.
+                    self._check_durable_on_majority(entry.offset, record, (node.voter_set,))
             else:
                 self._fail(f"committed offset {entry.offset} seen before {len(self.committed)}")
         sim_node.verified_offset = max(sim_node.verified_offset, high_watermark)
@@ -947,13 +1118,17 @@ class Simulation:
         ):
             offset = sim_node.applied_offset
             snapshot_id = OffsetAndEpoch(offset, log.entry(offset - 1).epoch)
-            data = {
+            data: dict[str, Any] = {
                 "offset": offset,
                 "entries": [
                     [o, None if v is None else v.decode()]
                     for o, v in sorted(sim_node.applied.items())
                 ],
             }
+            if self.is_dynamic:
+                # The driver's voters section: the set in force at the snapshot's offset.
+                voters_offset, voters = node.voters_at(offset)
+                data["voters"] = [voters_offset, encode_voters_record(voters).decode()]
             sim_node.snapshots.write(snapshot_id, json.dumps(data).encode())
             node.snapshot_written(snapshot_id)
             sim_node.last_snapshot_offset = offset
@@ -963,21 +1138,27 @@ class Simulation:
         self,
         offset: int,
         record: tuple[int, bytes | None, bool],
-        voter_sets: Iterable[frozenset[int]],
+        voter_sets: Iterable[VoterSet],
     ) -> None:
         """A committed entry is durable on a majority of voters (flushed, or in a snapshot)."""
-        for voter_ids in voter_sets:
-            durable = self._durable_on(offset, record, voter_ids)
-            if durable > len(voter_ids) // 2:
+        for voters in voter_sets:
+            durable = self._durable_on(offset, record, voters)
+            if durable > len(voters) // 2:
                 return
         self._fail(f"offset {offset} is committed but durable on only {durable} voters")
 
     def _durable_on(
-        self, offset: int, record: tuple[int, bytes | None, bool], voter_ids: frozenset[int]
+        self, offset: int, record: tuple[int, bytes | None, bool], voters: VoterSet
     ) -> int:
+        """On how many of ``voters``' keys the entry is durable: a wiped replica's former
+        key by what it held when its disk went (its new incarnation is another replica)."""
         durable = 0
-        for voter_id in voter_ids:
-            log = self.nodes[voter_id].log
+        for voter in voters:
+            if self.is_dynamic and self._is_former(voter):
+                start, entries = self.former.get(voter.key, (0, []))
+                durable += offset < start or (offset, record) in entries
+                continue
+            log = self.nodes[voter.node_id].log
             if offset < log.start_offset:
                 durable += 1
             elif offset < log.flushed_offset:
@@ -1061,6 +1242,15 @@ class Simulation:
 
 
 _CONTROL = object()
+
+
+def _snapshot_voters(sim_node: SimNode, snapshot_id: OffsetAndEpoch) -> tuple[int, VoterSet] | None:
+    """The voter set a snapshot carries (its record's offset, the set), as
+    ``voter_files.read_snapshot_voters`` reads the driver's voters section."""
+    carried = json.loads(sim_node.snapshots.read(snapshot_id)).get("voters")
+    if carried is None:
+        return None
+    return int(carried[0]), decode_voters_record(carried[1].encode())
 
 
 def run_schedule(seed: int, *, trace: bool = False, **overrides: Any) -> SimulationResult:

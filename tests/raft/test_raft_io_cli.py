@@ -293,6 +293,27 @@ def test_describe_a_running_controller(single_controller: str) -> None:
     assert row.split()[0] == "1" and row.split()[-1] == "Leader"
 
 
+def test_voter_changes_asked_of_a_static_quorum_say_that_it_is_static(
+    single_controller: str,
+) -> None:
+    """A ``--voters`` quorum's voters are fixed: both commands say so and what to do
+    instead, rather than send the operator after an observer that cannot exist."""
+    deadline = time.monotonic() + 60  # a process's start-up on a loaded machine
+    while run("quorum", "describe", "--controllers", single_controller, "--status")[0] != 0:
+        assert time.monotonic() < deadline, "the controller never answered"
+        time.sleep(0.2)
+    code, output = run(
+        "quorum", "add-controller", "--controllers", single_controller, "--node-id", "2"
+    )
+    assert code == 1
+    assert "static" in output and "--initial-controllers" in output, output
+    code, output = run(
+        "quorum", "remove-controller", "--controllers", single_controller, "--node-id", "1"
+    )
+    assert code == 1
+    assert "UNSUPPORTED_VERSION" in output and "--initial-controllers" in output, output
+
+
 def test_describe_follows_a_follower_to_the_leader(tmp_path: Path) -> None:
     """Any one voter's address is enough: a follower names the leader and its address."""
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]

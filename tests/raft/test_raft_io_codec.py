@@ -54,6 +54,7 @@ REQUESTS: list[RaftRequest] = [
         2, 1, "c", current_leader_epoch=5, snapshot_id=OffsetAndEpoch(100, 3), position=2048
     ),
     VoteRequest(1, 2, "c", 5, 4, 99, voter_directory_id=uuid.UUID(int=7)),  # KIP-853's key
+    FetchRequest(2, 1, "c", 5, 120, 4, replica_directory_id=uuid.UUID(int=8)),  # the fetcher's
 ]
 
 RESPONSES: list[tuple[RaftResponse, RaftRequest]] = [

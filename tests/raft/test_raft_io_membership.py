@@ -160,6 +160,10 @@ async def test_an_observer_is_added_removed_and_every_refusal_is_typed(cluster: 
     never = await add(leader, 3, str(uuid.uuid4()), "127.0.0.1:9")
     assert never.error == ErrorCode.REQUEST_TIMED_OUT, never  # type: ignore[attr-defined]
     assert "not a caught-up observer" in never.error_message  # type: ignore[attr-defined]
+    # Node 2 caught up, but under another directory id than its fetches carry.
+    mismatched = await add(leader, 2, str(uuid.uuid4()), cluster.address(2))
+    assert mismatched.error == ErrorCode.REQUEST_TIMED_OUT  # type: ignore[attr-defined]
+    assert f"fetches with directory {directory_id}" in mismatched.error_message  # type: ignore[attr-defined]
     bad = await add(leader, 2, "not-a-uuid", cluster.address(2))
     assert bad.error == ErrorCode.INVALID_REQUEST  # type: ignore[attr-defined]
     other = await add(leader, 2, directory_id, cluster.address(2), cluster_id="other")

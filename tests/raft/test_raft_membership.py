@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 from highwater.raft.log import InMemoryRaftLog
-from highwater.raft.messages import VoteRequest
+from highwater.raft.messages import FetchRequest, VoteRequest
 from highwater.raft.node import NotLeaderError, RaftNode, StaticQuorumError
 from highwater.raft.state import ElectionState, Role
 from highwater.raft.voter_set import (
@@ -129,7 +129,7 @@ def test_a_restarted_replica_finds_its_voters_in_its_log() -> None:
 def test_add_voter_appends_a_record_counted_at_once() -> None:
     h = dynamic_leader(1, 2, 3)
     end = h.log.end_offset
-    h.step(fetch_request(4, 1, (end, 1)))  # observer 4 has caught up
+    h.step(fetch_request(4, 1, (end, 1), directory=DIRS[4]))  # observer 4 has caught up
     appended = h.node.add_voter(voter(4), h.now_ms)
     assert appended.offset == end
     assert h.node.voter_set == voters(1, 2, 3, 4)
@@ -139,7 +139,7 @@ def test_add_voter_appends_a_record_counted_at_once() -> None:
     h.flush()
     h.step(fetch_request(2, 1, (end + 1, 1)))
     assert h.node.high_watermark == end
-    h.step(fetch_request(4, 1, (end + 1, 1)))
+    h.step(fetch_request(4, 1, (end + 1, 1), directory=DIRS[4]))
     assert h.node.high_watermark == end + 1
     assert h.ready().committed_voters == (end, voters(1, 2, 3, 4))
 
@@ -153,7 +153,7 @@ def test_each_refusal_is_typed() -> None:
     h = dynamic_leader(1, 2, 3)
     with pytest.raises(NotCaughtUpError, match="not a caught-up observer"):
         h.node.add_voter(voter(4), h.now_ms)  # never fetched
-    h.step(fetch_request(4, 1, (0, 0)))
+    h.step(fetch_request(4, 1, (0, 0), directory=DIRS[4]))
     with pytest.raises(NotCaughtUpError):
         h.node.add_voter(voter(4), h.now_ms)  # fetched, but from far behind
     with pytest.raises(DuplicateVoterError, match="new incarnation"):
@@ -184,6 +184,52 @@ def test_each_refusal_is_typed() -> None:
     with pytest.raises(StaticQuorumError) as static_info:
         static.node.add_voter(voter(2), static.now_ms)
     assert static_info.value.code == ErrorCode.UNSUPPORTED_VERSION
+
+
+def test_add_voter_takes_the_observer_only_with_the_directory_id_it_fetches_with() -> None:
+    """KIP-853 keys a replica by (id, directory id): adding node 4 under a directory id
+    its fetches do not carry would name a voter no replica is (the real node 4 would
+    count itself a stale incarnation), so it is refused as Kafka refuses an unknown key."""
+    h = dynamic_leader(1, 2, 3)
+    end = h.log.end_offset
+    h.step(fetch_request(4, 1, (end, 1), directory=DIRS[4]))
+    with pytest.raises(NotCaughtUpError, match=f"fetches with directory {DIRS[4]}") as info:
+        h.node.add_voter(voter(4, uuid.UUID(int=99)), h.now_ms)
+    assert info.value.code == ErrorCode.REQUEST_TIMED_OUT
+    h.ready()
+    h.step(fetch_request(4, 1, (end, 1)))  # a fetch that names no directory id
+    with pytest.raises(NotCaughtUpError, match="names no directory id"):
+        h.node.add_voter(voter(4), h.now_ms)
+    h.ready()
+    h.step(fetch_request(4, 1, (end, 1), directory=DIRS[4]))
+    h.node.add_voter(voter(4), h.now_ms)
+    assert h.node.voter_set == voters(1, 2, 3, 4)
+
+
+def test_an_observer_wiped_and_back_under_a_new_directory_id_starts_uncaught_up() -> None:
+    """The caught-up time belongs to the incarnation that earned it."""
+    h = dynamic_leader(1, 2, 3)
+    end = h.log.end_offset
+    h.step(fetch_request(4, 1, (end, 1), directory=uuid.UUID(int=98)))
+    h.ready()
+    h.step(fetch_request(4, 1, (0, 0), directory=DIRS[4]))  # wiped: from the start
+    with pytest.raises(NotCaughtUpError, match="never reached"):
+        h.node.add_voter(voter(4), h.now_ms)
+
+
+def test_a_fetch_from_another_incarnation_of_a_voter_is_not_the_voters_progress() -> None:
+    """Node 2's disk was wiped and it came back with a new directory id while the set still
+    names its old one: its fetch offsets are not what the voter acknowledged, and its
+    fetches are not the voter's contact with the leader. The leader refuses them
+    (INCONSISTENT_VOTER_SET) and counts nothing."""
+    h = dynamic_leader(1, 2, 3, committed=False)
+    end = h.log.end_offset
+    h.ready()
+    h.step(fetch_request(2, 1, (end, 1), directory=uuid.UUID(int=99)))
+    assert h.node.high_watermark is None
+    assert any("1->2 FetchResponse INCONSISTENT_VOTER_SET" in line for line in h.sent())
+    h.step(fetch_request(2, 1, (end, 1), directory=DIRS[2]))  # the voter itself
+    assert h.node.high_watermark == end
 
 
 def test_update_voter_changes_the_endpoint_only() -> None:
@@ -249,6 +295,34 @@ def test_a_wiped_voters_new_incarnation_neither_votes_nor_campaigns() -> None:
     # Once the old key is removed and the new one added, it is a voter like any other.
     renewed = VoterSet.of([voter(1), voter(2), voter(3, uuid.UUID(int=99))])
     assert not h.node.is_stale_incarnation(renewed)
+
+
+def test_a_wiped_leaders_new_incarnation_told_that_it_leads_learns_the_epoch_only() -> None:
+    """Node 1 led epoch 3, its disk was wiped and it came back (epoch 0, a new directory
+    id) before the others noticed: they answer its search for the leader with "node 1
+    leads epoch 3". That was its former incarnation, not a broken invariant: it takes the
+    epoch with no leader known and goes on looking, as the observer it is."""
+    h = NodeHarness(1, voters(1, 2, 3))
+    h.node = RaftNode(
+        1,
+        voters(1, 2, 3),
+        h.log,
+        h.snapshots,
+        cluster_id=CLUSTER_ID,
+        election_state=None,
+        random=random.Random(0),
+        directory_id=uuid.UUID(int=99),
+    )
+    h.advance(100)
+    asks = [m for m in h.node.ready().messages if isinstance(m, FetchRequest)]
+    assert asks, "an observer looks for the leader"
+    asked = asks[0].destination
+    h.step(fetch_response(asked, 3, (0, 0), error=ErrorCode.NOT_LEADER_OR_FOLLOWER, leader=1, to=1))
+    assert h.node.role is Role.UNATTACHED and h.node.epoch == 3
+    assert h.node.leader_id is None and not h.node.is_voter
+    # The others elect a new leader, whom the next answer names: it follows as an observer.
+    h.step(fetch_response(3, 4, (0, 0), error=ErrorCode.NOT_LEADER_OR_FOLLOWER, leader=2, to=1))
+    assert h.node.role is Role.FOLLOWER and h.node.leader_id == 2
 
 
 def test_a_vote_request_names_the_voter_key_and_another_incarnation_refuses() -> None:

@@ -1,6 +1,7 @@
 """The deterministic cluster simulation: thousands of seeded fault schedules, targeted scenarios.
 
-Every schedule checks, after every event: at most one leader per epoch; a new leader holds
+Every schedule checks, after every event: at most one leader per epoch; one vote per node
+id and epoch (a wiped replica's new incarnation included); a new leader holds
 every committed entry; a committed entry is durable on a majority of voters when it is
 first reported committed, and never changes on any replica that holds it; replicas agree
 up to their high watermarks; state machines (and the snapshots they load) hold exactly the
@@ -19,7 +20,8 @@ import os
 from collections import Counter
 
 import pytest
-from highwater.raft.state import Role
+from highwater.raft.node import RaftNode
+from highwater.raft.state import LeaderState, Role
 from simulation import Scenario, Simulation, SimulationFailure, run_schedule
 
 SCHEDULES = int(os.environ.get("HIGHWATER_RAFT_SCHEDULES", "2000"))
@@ -52,6 +54,7 @@ def test_the_random_schedules_cover_the_scenarios_asked_for() -> None:
     assert sum(s.outages > 0 for s in scenarios) > SCHEDULES // 3
     assert sum(s.drop_rate > 0 and s.duplicate_rate > 0 for s in scenarios) > SCHEDULES // 3
     assert sum(s.membership_changes > 0 for s in scenarios) > SCHEDULES // 3
+    assert sum(s.wipes > 0 for s in scenarios) > SCHEDULES // 5
 
 
 def test_a_schedule_replays_identically_from_its_seed() -> None:
@@ -165,6 +168,55 @@ def test_a_leader_that_removes_itself_leads_until_the_change_commits_then_resign
     assert node is not None
     assert not node.is_voter and node.role is not Role.LEADER
     assert old_leader not in simulation.nodes[result.leaders[later[-1]]].node.voter_set.ids  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("seed", [5, 24, 37, 42])  # 5, 37, 42: told that it leads
+def test_a_wiped_leader_comes_back_as_a_new_incarnation_and_is_replaced(seed: int) -> None:
+    """The leader's data directory is lost: it comes back empty under a new directory id,
+    perhaps before the others notice, who then tell it that it leads their epoch (its
+    former incarnation did). Its new incarnation neither votes nor is counted as the
+    voter; once the faults stop the operator removes the former key, and it catches up
+    as an observer. Every check of the schedule holds throughout."""
+    simulation = Simulation(seed, quiet(dynamic=True, proposal_interval_ms=10))
+    simulation.wipe(400)
+    result = simulation.run()
+    assert simulation.wipes == 1
+    wiped = result.leaders[min(result.leaders)]
+    current = simulation.nodes[result.leaders[max(result.leaders)]].node
+    assert current is not None and wiped not in current.voter_set.ids
+    node = simulation.nodes[wiped].node
+    assert node is not None and not node.is_voter
+    assert node.directory_id == simulation.directory_ids[wiped]  # its new one
+    assert len(result.leaders) >= 2
+
+
+def test_the_checks_fail_a_leader_that_counts_a_removed_voter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A leader that goes on counting a voter its latest set removed commits entries a
+    majority of that set does not hold: the durability check, by the latest set in the
+    leader's log, fails the schedule (seeds 3 and 9)."""
+    set_voters = LeaderState.set_voters
+
+    def keep_removed(self: LeaderState, voters: frozenset[int]) -> bool:
+        return set_voters(self, voters | self.voters if len(voters) < len(self.voters) else voters)
+
+    monkeypatch.setattr(LeaderState, "set_voters", keep_removed)
+    with pytest.raises(SimulationFailure, match="durable on only"):
+        for seed in range(10):
+            run_schedule(seed, membership_changes=6, wipes=2)
+
+
+def test_the_checks_fail_a_leader_that_counts_a_wiped_voters_new_incarnation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the leader's check of the fetcher's directory id, a wiped voter's new
+    incarnation is counted as the voter: entries commit that a majority of the set's keys
+    does not hold (seeds 5 and 9)."""
+    monkeypatch.setattr(RaftNode, "_is_other_incarnation", lambda *_: False)
+    with pytest.raises(SimulationFailure, match="durable on only"):
+        for seed in range(10):
+            run_schedule(seed, membership_changes=6, wipes=2)
 
 
 def test_refused_changes_a_lagging_observer_two_at_once_and_a_static_quorum() -> None:

@@ -50,7 +50,12 @@ def view(voters: VoterSet | None = None, **overrides: object) -> LeaderView:
 
 def add(v: LeaderView, voter: Voter, caught_up_ms: int | None = 950) -> VoterSet:
     return check_add_voter(
-        v, voter, observer_caught_up_ms=caught_up_ms, now_ms=1000, catch_up_ms=100
+        v,
+        voter,
+        observer_caught_up_ms=caught_up_ms,
+        observer_directory_id=voter.directory_id,
+        now_ms=1000,
+        catch_up_ms=100,
     )
 
 

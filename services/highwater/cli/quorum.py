@@ -356,6 +356,11 @@ def _timeout_option(function: Callable[..., None]) -> Callable[..., None]:
 def add_controller(controllers: list[str], node_id: int, timeout: float) -> None:
     """Make the observer NODE-ID a voter (it must follow the quorum, caught up)."""
     described = describe_leader(controllers, min(timeout, 5.0))
+    if described.nodes and not any(node.directory_id for node in described.nodes):
+        raise click.ClickException(
+            "the quorum is static (its controllers were started with --voters): its voters "
+            "cannot change; a quorum started with --initial-controllers takes new controllers"
+        )
     observer = next((r for r in described.observers if r.replica_id == node_id), None)
     if any(r.replica_id == node_id for r in described.current_voters):
         raise click.ClickException(

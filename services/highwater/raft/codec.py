@@ -142,6 +142,11 @@ def request_to_proto(request: RaftRequest) -> ProtoRequest:
                 max_wait_ms=request.max_wait_ms,
                 max_bytes=request.max_bytes,
                 leader_id=request.destination,
+                replica_directory_id=(
+                    ""
+                    if request.replica_directory_id is None
+                    else str(request.replica_directory_id)
+                ),
             )
         case FetchSnapshotRequest():
             return pb.FetchSnapshotRequest(
@@ -194,6 +199,7 @@ def request_from_proto(request: ProtoRequest, *, destination: int) -> RaftReques
                 last_fetched_epoch=request.last_fetched_epoch,
                 max_wait_ms=request.max_wait_ms,
                 max_bytes=request.max_bytes,
+                replica_directory_id=_directory_id(request.replica_directory_id),
             )
         case pb.FetchSnapshotRequest():
             return FetchSnapshotRequest(

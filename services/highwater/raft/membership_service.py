@@ -7,7 +7,8 @@ that parses, an endpoint that is ``HOST:PORT``), turned into the leader event of
 (:meth:`~highwater.raft.driver.RaftServer.add_voter` and its siblings, which wait until the
 new voter set is committed) and answered with the core's typed refusal when there is one:
 NOT_LEADER_OR_FOLLOWER with the leader's id and endpoint, REQUEST_TIMED_OUT for a node
-that is not caught up or a change still in progress, INVALID_REQUEST for a duplicate
+that is not caught up (or fetches under another directory id than the one asked) or a
+change still in progress, INVALID_REQUEST for a duplicate
 voter, an unknown voter or the last voter, UNSUPPORTED_VERSION for a static quorum.
 
 :func:`send_update_voter` is a voter's own UpdateRaftVoter, sent when the voter set names it

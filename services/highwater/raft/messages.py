@@ -95,6 +95,10 @@ class FetchRequest:
     last_fetched_epoch: int
     max_wait_ms: int = 500
     max_bytes: int = 1 << 20
+    replica_directory_id: uuid.UUID | None = None
+    """The fetching replica's directory id (KIP-853's replica key with ``source``); None in
+    a static quorum. The leader counts a fetch as a voter's only from the incarnation the
+    voter set names, and adds an observer as a voter only under the id it fetches with."""
 
 
 @dataclass(frozen=True, slots=True)

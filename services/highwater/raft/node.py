@@ -536,6 +536,7 @@ class RaftNode:
             view,
             voter,
             observer_caught_up_ms=None if observer is None else observer.last_caught_up_ms,
+            observer_directory_id=None if observer is None else observer.directory_id,
             now_ms=now_ms,
             catch_up_ms=self.config.voter_catch_up_ms,
         )
@@ -1016,6 +1017,12 @@ class RaftNode:
         if leader_id == self.node_id:
             if not self._quorum.is_voter and epoch == state.epoch:
                 return  # we led this epoch until our own removal: old news
+            if epoch > state.epoch and not self.is_static and self.directory_id is not None:
+                # An epoch this replica never knew, so never led: a former incarnation of
+                # this node id did, before its disk was wiped (its election state went with
+                # it). Take the epoch; its leader is gone.
+                self._become_unattached(epoch, now_ms)
+                return
             if epoch != state.epoch or state.leader_id != self.node_id:
                 raise IllegalTransitionError(
                     f"told that this node leads epoch {epoch}, but it is {state}"
@@ -1331,6 +1338,11 @@ class RaftNode:
         state = self._quorum.state
         if error != _NONE or not isinstance(state, LeaderState):
             return self._fetch_error(request, error), 0
+        if self._is_other_incarnation(request.source, request.replica_directory_id):
+            # The set names another incarnation of this node id (its disk was wiped): what
+            # this one has fetched is not what the voter acknowledged, nor is its fetch the
+            # voter's contact. Nothing is counted until the old key is removed.
+            return self._fetch_error(request, ErrorCode.INCONSISTENT_VOTER_SET), 0
         state.record_contact(request.source, now_ms)  # a voter that follows us, in sync or not
         log = self._log
         latest_snapshot = self._snapshots.latest()
@@ -1352,7 +1364,13 @@ class RaftNode:
             if fetch_offset < log.end_offset
             else b""
         )
-        if state.update_replica_state(request.source, fetch_offset, log.end_offset, now_ms):
+        if state.update_replica_state(
+            request.source,
+            fetch_offset,
+            log.end_offset,
+            now_ms,
+            directory_id=request.replica_directory_id,
+        ):
             self._on_leader_high_watermark(state, now_ms, skip=request.source)
         park_ms = 0
         if not records:
@@ -1364,6 +1382,14 @@ class RaftNode:
         if may_park and park_ms > 0:
             return None, park_ms
         return self._fetch_answer(request, state, records=records), park_ms
+
+    def _is_other_incarnation(self, replica_id: int, directory_id: uuid.UUID | None) -> bool:
+        """Whether the voter set in use names ``replica_id`` with another directory id than
+        the one its request carries (None: not known, a static quorum)."""
+        if self.is_static or directory_id is None:
+            return False
+        voter = self._history.latest().get(replica_id)
+        return voter is not None and voter.directory_id != directory_id
 
     def _high_watermark_linger_ms(self, replica_id: int) -> int:
         return self.config.high_watermark_linger_ms if replica_id in self.voters else 0
@@ -1496,6 +1522,7 @@ class RaftNode:
             last_fetched_epoch=log.last_epoch,
             max_wait_ms=self.config.fetch_max_wait_ms,
             max_bytes=self.config.fetch_max_bytes,
+            replica_directory_id=None if self.is_static else self.directory_id,
         )
 
     def _handle_fetch_response(self, response: FetchResponse, now_ms: int) -> None:

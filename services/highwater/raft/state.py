@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import enum
 import random
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -172,6 +173,9 @@ class ReplicaState:
     """The leader's view of one replica: what it has fetched up to, and when."""
 
     replica_id: int
+    # The directory id its fetches carry (KIP-853's replica key with the id; None: static,
+    # or not heard from yet).
+    directory_id: uuid.UUID | None = None
     end_offset: int | None = None
     last_fetch_ms: int | None = None
     last_caught_up_ms: int | None = None
@@ -440,16 +444,31 @@ class LeaderState(EpochState):
         return self._update_high_watermark()
 
     def update_replica_state(
-        self, replica_id: int, fetch_offset: int, leader_end_offset: int, now_ms: int
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        leader_end_offset: int,
+        now_ms: int,
+        *,
+        directory_id: uuid.UUID | None = None,
     ) -> bool:
-        """A replica fetched from ``fetch_offset``; True if the high watermark moved."""
+        """A replica fetched from ``fetch_offset``; True if the high watermark moved.
+
+        An observer that fetches under another ``directory_id`` than before is another
+        incarnation (its disk was wiped): its progress starts anew, as Kafka keys
+        observers by id and directory id.
+        """
         is_voter = replica_id in self.voters
         if is_voter:
             replica = self.voter_states[replica_id]
             self.acknowledged.add(replica_id)
             self.record_contact(replica_id, now_ms)
         else:
-            replica = self.observer_states.setdefault(replica_id, ReplicaState(replica_id))
+            known = self.observer_states.get(replica_id)
+            if known is None or known.directory_id != directory_id:
+                known = self.observer_states[replica_id] = ReplicaState(replica_id)
+            replica = known
+        replica.directory_id = directory_id
         if fetch_offset >= leader_end_offset:
             replica.last_caught_up_ms = now_ms
         elif (

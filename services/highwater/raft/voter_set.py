@@ -283,15 +283,18 @@ def check_add_voter(
     voter: Voter,
     *,
     observer_caught_up_ms: int | None,
+    observer_directory_id: uuid.UUID | None,
     now_ms: int,
     catch_up_ms: int,
 ) -> VoterSet:
     """The voter set after adding ``voter``, or a typed refusal.
 
     The node must be an observer whose fetch last reached the leader's log end offset
-    (``observer_caught_up_ms``, None if never) no longer than ``catch_up_ms`` ago; its id
-    must not be a voter (a reused id with a new directory id is refused until the old
-    voter is removed).
+    (``observer_caught_up_ms``, None if never) no longer than ``catch_up_ms`` ago, and
+    whose fetches carry ``voter``'s directory id (``observer_directory_id``: KIP-853 keys
+    a replica by id and directory id, so a voter added under another one would be no
+    replica at all, and the node itself a stale incarnation of it). Its id must not be a
+    voter (a reused id with a new directory id is refused until the old voter is removed).
     """
     _check_can_change(view)
     existing = view.voters.get(voter.node_id)
@@ -313,6 +316,17 @@ def check_add_voter(
             f"node {voter.node_id} is not a caught-up observer ({have}, the bound is "
             f"{catch_up_ms} ms; the leader's end is {view.log_end_offset}): start it as an "
             "observer (--bootstrap-controllers) and retry"
+        )
+    if observer_directory_id != voter.directory_id:
+        fetches = (
+            "names no directory id"
+            if observer_directory_id is None
+            else f"fetches with directory {observer_directory_id}"
+        )
+        raise NotCaughtUpError(
+            f"node {voter.node_id} {fetches}, not {voter.directory_id}: add it under the "
+            "directory id its observer fetches with (highwater quorum describe --status "
+            "lists it)"
         )
     return view.voters.with_voter(voter)
 
