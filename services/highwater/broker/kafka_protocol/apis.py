@@ -601,6 +601,31 @@ class KafkaApis:
 
     async def metadata(self, request: KafkaRequest) -> Any:
         body = request.body
+        R = MetadataResponse
+        if request.api_version < 12 and any(
+            t.name is None or (t.topic_id is not None and t.topic_id.int != 0)
+            for t in body.topics or ()
+        ):
+            # v10 and v11 carry a topic id but cannot look a topic up by it: Kafka's
+            # handleTopicMetadataRequest refuses such a request whole (INVALID_REQUEST),
+            # and MetadataRequest's error response answers each entry asked (a null name
+            # as "": no null names before v12), with no brokers.
+            return R(
+                throttle_time_ms=0,
+                brokers=[],
+                cluster_id=None,
+                controller_id=-1,
+                topics=[
+                    R.MetadataResponseTopic(
+                        error_code=INVALID_REQUEST,
+                        name=t.name or "",
+                        topic_id=t.topic_id or uuid.UUID(int=0),
+                        is_internal=False,
+                        partitions=[],
+                    )
+                    for t in body.topics
+                ],
+            )
         image = self._image()
         names: list[str] | None
         # Topics asked by id (v12): the id each known one was asked by, and the unknown ids.
@@ -623,7 +648,6 @@ class KafkaApis:
                     asked_by_id[found.name] = topic_id
         asked = pb.MetadataRequest(topics=names or [])
         answer = filter_metadata(asked, self.requests.metadata(asked), None)
-        R = MetadataResponse
         topics = []
         if names is None or names:
             for t in answer.topics:
