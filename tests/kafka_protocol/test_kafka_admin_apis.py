@@ -368,3 +368,44 @@ def _metadata_topic_id(server: KafkaServer, name: str) -> uuid.UUID:
         answer = MetadataResponse.decode(read_frame(sock)[5:], version=12)
     assert answer.topics[0].error_code == 0
     return cast(uuid.UUID, answer.topics[0].topic_id)
+
+
+def test_delete_topics_answers_a_duplicate_name_or_id_invalid_request_and_deletes_neither(
+    server: KafkaServer, admin: Any
+) -> None:
+    """As Kafka's ControllerApis.deleteTopics: a name asked twice, an id asked twice, and a
+    name whose topic's id is asked too are each answered INVALID_REQUEST (42) once, and
+    those topics stay; the other entries go on (an unknown name: 3). The controller
+    deleted the first of two and answered the second as unknown."""
+    for name in ("twice-by-name", "twice-by-id", "by-name-and-id"):
+        new_topic(admin, name)
+    by_id, both = (_metadata_topic_id(server, n) for n in ("twice-by-id", "by-name-and-id"))
+    R = DeleteTopicsRequest
+    zero = uuid.UUID(int=0)
+    request = R(
+        topics=[
+            R.DeleteTopicState(name="twice-by-name", topic_id=zero),
+            R.DeleteTopicState(name="twice-by-name", topic_id=zero),
+            R.DeleteTopicState(name=None, topic_id=by_id),
+            R.DeleteTopicState(name=None, topic_id=by_id),
+            R.DeleteTopicState(name="by-name-and-id", topic_id=zero),
+            R.DeleteTopicState(name=None, topic_id=both),
+            R.DeleteTopicState(name="no-such-topic", topic_id=zero),
+        ],
+        timeout_ms=10_000,
+    )
+    with connect(server) as sock:
+        sock.sendall(request_frame(request, 6, 62))
+        answer = DeleteTopicsResponse.decode(read_frame(sock)[5:], version=6)
+    assert sorted(((r.name, r.topic_id, r.error_code) for r in answer.responses), key=str) == (
+        sorted(
+            [
+                ("twice-by-name", None, 42),
+                (None, by_id, 42),
+                ("by-name-and-id", both, 42),
+                ("no-such-topic", None, 3),
+            ],
+            key=str,
+        )
+    )
+    assert {"twice-by-name", "twice-by-id", "by-name-and-id"} <= set(admin.list_topics())
