@@ -1,6 +1,6 @@
 """KIP-227's fetch sessions, pure: the leader's cache with changed-partition marks, and the
 fetcher's side (what each fetch names), through full → incremental → forgotten → epoch
-mismatch → fallback to a full fetch."""
+mismatch → fallback to a full fetch; and the caches' metrics."""
 
 from __future__ import annotations
 
@@ -12,10 +12,14 @@ from highwater.broker.fetch_sessions import (
     FetchSessionHandler,
     TopicPartitionKey,
 )
+from highwater.broker.telemetry import REPLICA, FetchSessionMetrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 A, B, C = ("t", 0), ("t", 1), ("u", 0)
 FOLLOWER = 2
 EVICTION_MS = 120_000  # Kafka's min.incremental.fetch.session.eviction.ms
+(REPLICA_KEY,) = REPLICA
 
 
 def state(offset: int, leader_epoch: int = 3) -> FetchPartitionState:
@@ -252,3 +256,42 @@ def test_a_followers_new_session_closes_its_earlier_ones() -> None:
         other.session_id,
         again.session_id,
     }
+
+
+def test_the_broker_reports_its_fetch_sessions_partitions_and_evictions() -> None:
+    """Kafka's NumIncrementalFetchSessions, NumIncrementalFetchPartitionsCached and
+    IncrementalFetchSessionEvictionsPerSec, per cache: followers' sessions
+    (highwater.fetch.replica=true) and consumers' (false). No metric counted them."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    metrics = FetchSessionMetrics(provider.get_meter("fetch-sessions"))
+    followers, consumers = FetchSessionCache(max_sessions=4), FetchSessionCache(max_sessions=1)
+    metrics.watch(followers, replica=True)
+    metrics.watch(consumers, replica=False)
+    followers.resolve(0, 0, [(A, state(0)), (B, state(0))], owner=FOLLOWER)
+    followers.resolve(0, 0, [(A, state(0))], owner=3)
+    consumers.resolve(0, 0, [(C, state(0))], now_ms=0)
+    consumers.resolve(0, 0, [(A, state(0)), (B, state(0))], now_ms=EVICTION_MS + 1)
+
+    def read() -> dict[tuple[str, bool], int]:
+        data = reader.get_metrics_data()
+        assert data is not None
+        return {
+            (metric.name.removeprefix("highwater.broker."), point.attributes[REPLICA_KEY]): (
+                point.value
+            )
+            for resource in data.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            for point in metric.data.data_points
+        }
+
+    assert read() == {
+        ("fetch_session_count", True): 2,
+        ("fetch_session_count", False): 1,
+        ("fetch_session_partition_count", True): 3,
+        ("fetch_session_partition_count", False): 2,
+        ("fetch_session.evictions", True): 0,
+        ("fetch_session.evictions", False): 1,
+    }
+    provider.shutdown()

@@ -63,7 +63,8 @@ next: a cascade of full fetches. A new session takes a slot
 Otherwise the newcomer gets no session: session id 0, its fetch answered in full without
 error, as Kafka answers it; its fetcher keeps fetching in full, asking for a session each
 time, which is correct, only costlier. :attr:`FetchSessionCache.evictions` counts the
-sessions evicted (Kafka's ``IncrementalFetchSessionEvictionsPerSec``). Looking for the
+sessions evicted (Kafka's ``IncrementalFetchSessionEvictionsPerSec``; the broker's telemetry
+reports it, with the sessions and partitions held). Looking for the
 lowest-ranked session scans the cache: it happens only when the cache is full and no
 session is stale.
 """
@@ -211,6 +212,11 @@ class FetchSessionCache:
 
     def __len__(self) -> int:
         return len(self._sessions)
+
+    def partitions_cached(self) -> int:
+        """The partitions the sessions hold, counted once per session holding one (Kafka's
+        ``NumIncrementalFetchPartitionsCached``)."""
+        return sum(len(ids) for ids in self._holding.values())
 
     def get(self, session_id: int) -> FetchSession | None:
         return self._sessions.get(session_id)
