@@ -4,6 +4,10 @@ mismatch → fallback to a full fetch; and the caches' metrics."""
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
+import pytest
 from highwater.broker.fetch_sessions import (
     FETCH_SESSION_ID_NOT_FOUND,
     INVALID_FETCH_SESSION_EPOCH,
@@ -295,3 +299,79 @@ def test_the_broker_reports_its_fetch_sessions_partitions_and_evictions() -> Non
         ("fetch_session.evictions", False): 1,
     }
     provider.shutdown()
+
+
+class ScanningModel:
+    """The eviction rule written as a scan of every session (the module docstring's words),
+    to hold the cache's heaps to: the same sessions evicted, the same newcomers refused."""
+
+    def __init__(self, max_sessions: int) -> None:
+        self.max_sessions = max_sessions
+        # id -> [owner, created_ms, last_fetch_ms, partitions], least recently used first
+        self.sessions: dict[int, list[Any]] = {}
+
+    def new_session_allowed(self, owner: int, size: int, now: int) -> bool:
+        while len(self.sessions) >= self.max_sessions:
+            oldest_id, oldest = next(iter(self.sessions.items()))
+            if now - oldest[2] > EVICTION_MS:
+                del self.sessions[oldest_id]
+                continue
+            privileged = owner >= 0
+            candidates = [
+                ((o >= 0, len(p), i), i)
+                for i, (o, created, last, p) in self.sessions.items()
+                if last - created > EVICTION_MS or (privileged and o < 0)
+            ]
+            if not candidates or (privileged, size) <= min(candidates)[0][:2]:
+                return False
+            del self.sessions[min(candidates)[1]]
+        return True
+
+    def fetched(self, session_id: int, now: int, partitions: set[TopicPartitionKey]) -> None:
+        session = self.sessions.pop(session_id)
+        session[2], session[3] = now, partitions
+        self.sessions[session_id] = session
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_heaps_choose_the_session_a_scan_of_the_cache_would(seed: int) -> None:
+    """A full cache finds the session to evict in O(log n), in heaps of ranks kept as
+    sessions are created, fetched (resized, forgotten from) and closed, as Kafka keeps
+    sorted sets, rather than scanning every session per newcomer: over random rounds it
+    evicts and refuses exactly as the scan does."""
+    rng = random.Random(seed)
+    cache, model = FetchSessionCache(max_sessions=6), ScanningModel(6)
+    universe = [("t", p) for p in range(8)]
+    epochs: dict[int, int] = {}
+    now = 0
+    for _ in range(400):
+        now += rng.choice([0, 1, 1_000, 30_000, 90_000])
+        roll = rng.random()
+        if roll < 0.4 or not model.sessions:
+            owner = rng.choice([-1, -1, 2, 3])
+            partitions = rng.sample(universe, rng.randint(1, 5))
+            allowed = model.new_session_allowed(owner, len(partitions), now)
+            opened = cache.resolve(0, 0, [(k, state(0)) for k in partitions], owner=owner,
+                                   now_ms=now)  # fmt: skip
+            assert (opened.session_id > 0) == allowed
+            if allowed:
+                model.sessions[opened.session_id] = [owner, now, now, set(partitions)]
+                epochs[opened.session_id] = 1
+        elif roll < 0.9:
+            session_id = rng.choice(list(model.sessions))
+            owner, _, _, held = model.sessions[session_id]
+            added = set(rng.sample(universe, rng.randint(0, 2)))
+            forgotten = set(rng.sample(sorted(held), rng.randint(0, len(held) - 1))) - added
+            fetch = cache.resolve(session_id, epochs[session_id],
+                                  [(k, state(1)) for k in added], sorted(forgotten),
+                                  owner=owner, now_ms=now)  # fmt: skip
+            assert fetch.error == 0
+            epochs[session_id] += 1
+            model.fetched(session_id, now, (held | added) - forgotten)
+        else:
+            session_id = rng.choice(list(model.sessions))
+            cache.resolve(session_id, -1, [], owner=model.sessions.pop(session_id)[0], now_ms=now)
+        assert {i: len(p) for i, (_, _, _, p) in model.sessions.items()} == {
+            i: len(cache.get(i).partitions) for i in model.sessions if cache.get(i) is not None
+        }
+        assert len(cache) == len(model.sessions)
