@@ -655,3 +655,29 @@ def test_a_wrong_password_is_refused(pki: Pki, sasl_ssl: KafkaServer) -> None:
     assert errors and errors[0].code() == KafkaError._AUTHENTICATION, errors
     assert "authentication failed" in errors[0].str()
     producer.purge()
+
+
+def test_a_duplicate_in_delete_topics_is_invalid_before_it_is_authorized(
+    pki: Pki, ssl_listener: KafkaServer
+) -> None:
+    """Kafka's ControllerApis finds duplicates before it authorizes: a name or an id asked
+    twice is INVALID_REQUEST (42) once, whoever asks, and nothing is deleted; each entry
+    was refused TOPIC_AUTHORIZATION_FAILED instead."""
+    T = MetadataRequest.MetadataRequestTopic
+    with _certificate_socket(pki, ssl_listener, "writer") as sock:
+        topic_id = _metadata_v12(sock, T(topic_id=uuid.UUID(int=0), name=TOPIC)).topic_id
+    R = DeleteTopicsRequest
+    zero = uuid.UUID(int=0)
+    request = R(
+        topics=[R.DeleteTopicState(name=TOPIC, topic_id=zero)] * 2
+        + [R.DeleteTopicState(name=None, topic_id=topic_id)] * 2,
+        timeout_ms=10_000,
+    )
+    with _certificate_socket(pki, ssl_listener, "nobody") as sock:
+        sock.sendall(request_frame(request, 6, 51))
+        answer = DeleteTopicsResponse.decode(read_frame(sock)[5:], version=6)
+    assert sorted(((r.name, r.topic_id, r.error_code) for r in answer.responses), key=str) == (
+        sorted([(TOPIC, None, 42), (None, topic_id, 42)], key=str)
+    )
+    with _certificate_socket(pki, ssl_listener, "writer") as sock:
+        assert _metadata_v12(sock, T(topic_id=uuid.UUID(int=0), name=TOPIC)).error_code == 0
