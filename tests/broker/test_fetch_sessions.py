@@ -1,9 +1,13 @@
 """KIP-227's fetch sessions, pure: the leader's cache with changed-partition marks, and the
 fetcher's side (what each fetch names), through full → incremental → forgotten → epoch
-mismatch → fallback to a full fetch."""
+mismatch → fallback to a full fetch; and the caches' metrics."""
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
+import pytest
 from highwater.broker.fetch_sessions import (
     FETCH_SESSION_ID_NOT_FOUND,
     INVALID_FETCH_SESSION_EPOCH,
@@ -12,10 +16,14 @@ from highwater.broker.fetch_sessions import (
     FetchSessionHandler,
     TopicPartitionKey,
 )
+from highwater.broker.telemetry import REPLICA, FetchSessionMetrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 A, B, C = ("t", 0), ("t", 1), ("u", 0)
 FOLLOWER = 2
 EVICTION_MS = 120_000  # Kafka's min.incremental.fetch.session.eviction.ms
+(REPLICA_KEY,) = REPLICA
 
 
 def state(offset: int, leader_epoch: int = 3) -> FetchPartitionState:
@@ -252,3 +260,118 @@ def test_a_followers_new_session_closes_its_earlier_ones() -> None:
         other.session_id,
         again.session_id,
     }
+
+
+def test_the_broker_reports_its_fetch_sessions_partitions_and_evictions() -> None:
+    """Kafka's NumIncrementalFetchSessions, NumIncrementalFetchPartitionsCached and
+    IncrementalFetchSessionEvictionsPerSec, per cache: followers' sessions
+    (highwater.fetch.replica=true) and consumers' (false). No metric counted them."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    metrics = FetchSessionMetrics(provider.get_meter("fetch-sessions"))
+    followers, consumers = FetchSessionCache(max_sessions=4), FetchSessionCache(max_sessions=1)
+    metrics.watch(followers, replica=True)
+    metrics.watch(consumers, replica=False)
+    followers.resolve(0, 0, [(A, state(0)), (B, state(0))], owner=FOLLOWER)
+    followers.resolve(0, 0, [(A, state(0))], owner=3)
+    consumers.resolve(0, 0, [(C, state(0))], now_ms=0)
+    consumers.resolve(0, 0, [(A, state(0)), (B, state(0))], now_ms=EVICTION_MS + 1)
+
+    def read() -> dict[tuple[str, bool], int]:
+        data = reader.get_metrics_data()
+        assert data is not None
+        return {
+            (metric.name.removeprefix("highwater.broker."), point.attributes[REPLICA_KEY]): (
+                point.value
+            )
+            for resource in data.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            for point in metric.data.data_points
+        }
+
+    assert read() == {
+        ("fetch_session_count", True): 2,
+        ("fetch_session_count", False): 1,
+        ("fetch_session_partition_count", True): 3,
+        ("fetch_session_partition_count", False): 2,
+        ("fetch_session.evictions", True): 0,
+        ("fetch_session.evictions", False): 1,
+    }
+    provider.shutdown()
+
+
+class ScanningModel:
+    """The eviction rule written as a scan of every session (the module docstring's words),
+    to hold the cache's heaps to: the same sessions evicted, the same newcomers refused."""
+
+    def __init__(self, max_sessions: int) -> None:
+        self.max_sessions = max_sessions
+        # id -> [owner, created_ms, last_fetch_ms, partitions], least recently used first
+        self.sessions: dict[int, list[Any]] = {}
+
+    def new_session_allowed(self, owner: int, size: int, now: int) -> bool:
+        while len(self.sessions) >= self.max_sessions:
+            oldest_id, oldest = next(iter(self.sessions.items()))
+            if now - oldest[2] > EVICTION_MS:
+                del self.sessions[oldest_id]
+                continue
+            privileged = owner >= 0
+            candidates = [
+                ((o >= 0, len(p), i), i)
+                for i, (o, created, last, p) in self.sessions.items()
+                if last - created > EVICTION_MS or (privileged and o < 0)
+            ]
+            if not candidates or (privileged, size) <= min(candidates)[0][:2]:
+                return False
+            del self.sessions[min(candidates)[1]]
+        return True
+
+    def fetched(self, session_id: int, now: int, partitions: set[TopicPartitionKey]) -> None:
+        session = self.sessions.pop(session_id)
+        session[2], session[3] = now, partitions
+        self.sessions[session_id] = session
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_heaps_choose_the_session_a_scan_of_the_cache_would(seed: int) -> None:
+    """A full cache finds the session to evict in O(log n), in heaps of ranks kept as
+    sessions are created, fetched (resized, forgotten from) and closed, as Kafka keeps
+    sorted sets, rather than scanning every session per newcomer: over random rounds it
+    evicts and refuses exactly as the scan does."""
+    rng = random.Random(seed)
+    cache, model = FetchSessionCache(max_sessions=6), ScanningModel(6)
+    universe = [("t", p) for p in range(8)]
+    epochs: dict[int, int] = {}
+    now = 0
+    for _ in range(400):
+        now += rng.choice([0, 1, 1_000, 30_000, 90_000])
+        roll = rng.random()
+        if roll < 0.4 or not model.sessions:
+            owner = rng.choice([-1, -1, 2, 3])
+            partitions = rng.sample(universe, rng.randint(1, 5))
+            allowed = model.new_session_allowed(owner, len(partitions), now)
+            opened = cache.resolve(0, 0, [(k, state(0)) for k in partitions], owner=owner,
+                                   now_ms=now)  # fmt: skip
+            assert (opened.session_id > 0) == allowed
+            if allowed:
+                model.sessions[opened.session_id] = [owner, now, now, set(partitions)]
+                epochs[opened.session_id] = 1
+        elif roll < 0.9:
+            session_id = rng.choice(list(model.sessions))
+            owner, _, _, held = model.sessions[session_id]
+            added = set(rng.sample(universe, rng.randint(0, 2)))
+            forgotten = set(rng.sample(sorted(held), rng.randint(0, len(held) - 1))) - added
+            fetch = cache.resolve(session_id, epochs[session_id],
+                                  [(k, state(1)) for k in added], sorted(forgotten),
+                                  owner=owner, now_ms=now)  # fmt: skip
+            assert fetch.error == 0
+            epochs[session_id] += 1
+            model.fetched(session_id, now, (held | added) - forgotten)
+        else:
+            session_id = rng.choice(list(model.sessions))
+            cache.resolve(session_id, -1, [], owner=model.sessions.pop(session_id)[0], now_ms=now)
+        assert {i: len(p) for i, (_, _, _, p) in model.sessions.items()} == {
+            i: len(cache.get(i).partitions) for i in model.sessions if cache.get(i) is not None
+        }
+        assert len(cache) == len(model.sessions)

@@ -12,7 +12,7 @@ import re
 import struct
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
-from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -323,3 +323,89 @@ def kafka_no_error() -> Any:
     from kafka.errors import NoError
 
     return NoError
+
+
+@pytest.mark.parametrize("version", [10, 11])
+def test_metadata_before_v12_with_a_null_name_or_a_topic_id_is_an_invalid_request(
+    server: KafkaServer, admin: Any, version: int
+) -> None:
+    """Metadata v10 and v11 carry a topic id field but cannot look a topic up by it: as
+    Kafka's ``handleTopicMetadataRequest`` does, an entry with a null name or a non-zero
+    id makes the whole request INVALID_REQUEST (42), answered for each entry asked (a null
+    name as "", as the response has no null names before v12), with no brokers and no
+    topic described; the door looked the id up instead."""
+    new_topic(admin, f"metadata-v{version}")
+    topic_id = _metadata_topic_id(server, f"metadata-v{version}")
+    T = MetadataRequest.MetadataRequestTopic
+    for entries in (
+        [T(name=None, topic_id=topic_id)],
+        [T(name=f"metadata-v{version}", topic_id=topic_id)],
+        [T(name=f"metadata-v{version}", topic_id=uuid.UUID(int=0)), T(name=None, topic_id=None)],
+    ):
+        request = MetadataRequest(
+            topics=entries,
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        with connect(server) as sock:
+            sock.sendall(request_frame(request, version, 60))
+            answer = MetadataResponse.decode(read_frame(sock)[5:], version=version)
+        assert answer.brokers == [] and answer.controller_id == -1
+        assert [(t.error_code, t.name, t.topic_id, t.partitions) for t in answer.topics] == [
+            (42, e.name or "", e.topic_id if e.topic_id and e.topic_id.int else None, [])
+            for e in entries
+        ]
+
+
+def _metadata_topic_id(server: KafkaServer, name: str) -> uuid.UUID:
+    request = MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=name, topic_id=uuid.UUID(int=0))],
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    with connect(server) as sock:
+        sock.sendall(request_frame(request, 12, 61))
+        answer = MetadataResponse.decode(read_frame(sock)[5:], version=12)
+    assert answer.topics[0].error_code == 0
+    return cast(uuid.UUID, answer.topics[0].topic_id)
+
+
+def test_delete_topics_answers_a_duplicate_name_or_id_invalid_request_and_deletes_neither(
+    server: KafkaServer, admin: Any
+) -> None:
+    """As Kafka's ControllerApis.deleteTopics: a name asked twice, an id asked twice, and a
+    name whose topic's id is asked too are each answered INVALID_REQUEST (42) once, and
+    those topics stay; the other entries go on (an unknown name: 3). The controller
+    deleted the first of two and answered the second as unknown."""
+    for name in ("twice-by-name", "twice-by-id", "by-name-and-id"):
+        new_topic(admin, name)
+    by_id, both = (_metadata_topic_id(server, n) for n in ("twice-by-id", "by-name-and-id"))
+    R = DeleteTopicsRequest
+    zero = uuid.UUID(int=0)
+    request = R(
+        topics=[
+            R.DeleteTopicState(name="twice-by-name", topic_id=zero),
+            R.DeleteTopicState(name="twice-by-name", topic_id=zero),
+            R.DeleteTopicState(name=None, topic_id=by_id),
+            R.DeleteTopicState(name=None, topic_id=by_id),
+            R.DeleteTopicState(name="by-name-and-id", topic_id=zero),
+            R.DeleteTopicState(name=None, topic_id=both),
+            R.DeleteTopicState(name="no-such-topic", topic_id=zero),
+        ],
+        timeout_ms=10_000,
+    )
+    with connect(server) as sock:
+        sock.sendall(request_frame(request, 6, 62))
+        answer = DeleteTopicsResponse.decode(read_frame(sock)[5:], version=6)
+    assert sorted(((r.name, r.topic_id, r.error_code) for r in answer.responses), key=str) == (
+        sorted(
+            [
+                ("twice-by-name", None, 42),
+                (None, by_id, 42),
+                ("by-name-and-id", both, 42),
+                ("no-such-topic", None, 3),
+            ],
+            key=str,
+        )
+    )
+    assert {"twice-by-name", "twice-by-id", "by-name-and-id"} <= set(admin.list_topics())

@@ -1,8 +1,8 @@
 """The Kafka listener's requests in flight, in process over loopback with an ``apis`` that
-parks each request until the test lets it go: a connection lost (reset) while a request is
-parked cancels the request's work; a failed request with the in-flight queue full closes
-the connection and cancels what was queued; a later request done first is answered after
-the earlier one."""
+parks each request until the test lets it go: a connection lost (reset) or closed by the
+client (FIN) while a request is parked cancels the request's work; a failed request with
+the in-flight queue full closes the connection and cancels what was queued; a later
+request done first is answered after the earlier one."""
 
 from __future__ import annotations
 
@@ -51,6 +51,30 @@ async def test_a_connection_reset_with_a_request_parked_cancels_the_request() ->
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.close()
         assert await asyncio.wait_for(apis.cancelled.get(), 5) == 7
+    finally:
+        await listener.stop()
+
+
+@pytest.mark.parametrize("max_in_flight", [1, 5])
+async def test_a_clean_close_with_requests_parked_cancels_them(max_in_flight: int) -> None:
+    """A client that closes its socket (FIN) is gone as surely as one that resets it: as
+    Kafka's SocketServer closes the channel at once, the work parked for it is cancelled,
+    also while the listener waits for room for the next request (one in flight). It was
+    kept until it ended (a fetch's ``max_wait_ms``) to answer nobody."""
+    apis = ParkedApis()
+    listener = KafkaListener(
+        cast(KafkaApis, apis), host="127.0.0.1", port=0, max_in_flight=max_in_flight
+    )
+    await listener.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(b"".join(request_frame(MetadataRequest(topics=None), 12, i) for i in (7, 8)))
+        await writer.drain()
+        assert await asyncio.wait_for(apis.started.get(), 5) == 7
+        writer.write_eof()
+        assert await asyncio.wait_for(apis.cancelled.get(), 5) == 7
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, unanswered
+        writer.close()
     finally:
         await listener.stop()
 

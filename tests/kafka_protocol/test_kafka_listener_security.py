@@ -417,12 +417,13 @@ def test_a_request_before_authentication_closes_the_connection(
 def test_a_connection_reauthenticates_as_its_principal_only(
     pki: Pki, sasl_ssl: KafkaServer
 ) -> None:
-    """KIP-368: the answer carries the session's lifetime (connections.max.reauth.ms); the
-    same user authenticates again on the connection and goes on; another user's
-    credentials are refused and the connection closed."""
+    """KIP-368: the answer carries the session's lifetime, 0 with Kafka's default
+    connections.max.reauth.ms (0: the session never expires, whatever the gRPC session
+    tokens' lifetime); the same user authenticates again on the connection and goes on;
+    another user's credentials are refused and the connection closed."""
     with _tls_socket(pki, sasl_ssl) as sock:
         first = _scram_login(sock, "alice", PASSWORDS["alice"], 1)
-        assert first.error_code == 0 and first.session_lifetime_ms > 0
+        assert (first.error_code, first.session_lifetime_ms) == (0, 0)
         again = _scram_login(sock, "alice", PASSWORDS["alice"], 10)
         assert again.error_code == 0
         sock.sendall(request_frame(MetadataRequest(topics=None), 9, 20))
@@ -654,3 +655,29 @@ def test_a_wrong_password_is_refused(pki: Pki, sasl_ssl: KafkaServer) -> None:
     assert errors and errors[0].code() == KafkaError._AUTHENTICATION, errors
     assert "authentication failed" in errors[0].str()
     producer.purge()
+
+
+def test_a_duplicate_in_delete_topics_is_invalid_before_it_is_authorized(
+    pki: Pki, ssl_listener: KafkaServer
+) -> None:
+    """Kafka's ControllerApis finds duplicates before it authorizes: a name or an id asked
+    twice is INVALID_REQUEST (42) once, whoever asks, and nothing is deleted; each entry
+    was refused TOPIC_AUTHORIZATION_FAILED instead."""
+    T = MetadataRequest.MetadataRequestTopic
+    with _certificate_socket(pki, ssl_listener, "writer") as sock:
+        topic_id = _metadata_v12(sock, T(topic_id=uuid.UUID(int=0), name=TOPIC)).topic_id
+    R = DeleteTopicsRequest
+    zero = uuid.UUID(int=0)
+    request = R(
+        topics=[R.DeleteTopicState(name=TOPIC, topic_id=zero)] * 2
+        + [R.DeleteTopicState(name=None, topic_id=topic_id)] * 2,
+        timeout_ms=10_000,
+    )
+    with _certificate_socket(pki, ssl_listener, "nobody") as sock:
+        sock.sendall(request_frame(request, 6, 51))
+        answer = DeleteTopicsResponse.decode(read_frame(sock)[5:], version=6)
+    assert sorted(((r.name, r.topic_id, r.error_code) for r in answer.responses), key=str) == (
+        sorted([(TOPIC, None, 42), (None, topic_id, 42)], key=str)
+    )
+    with _certificate_socket(pki, ssl_listener, "writer") as sock:
+        assert _metadata_v12(sock, T(topic_id=uuid.UUID(int=0), name=TOPIC)).error_code == 0

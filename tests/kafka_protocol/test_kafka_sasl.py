@@ -1,19 +1,28 @@
 """A Kafka connection's SASL state, pure: the listener's declaration, requests gated until
 authentication, SCRAM through SaslHandshake and SaslAuthenticate, a failure answered
 SASL_AUTHENTICATION_FAILED and closing, KIP-368's session lifetime and re-authentication
-(same mechanism and principal only), and requests after the session expired refused."""
+(same mechanism and principal only), and requests after the session expired refused; with
+``connections.max.reauth.ms`` 0 (Kafka's default) no session expires but one whose
+credential does (an OAUTHBEARER token)."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
 from highwater.broker.kafka_protocol.sasl import (
     ConnectionSecurity,
     KafkaListenerAddress,
     SecurityProtocol,
+    kafka_session,
     parse_kafka_listener,
 )
 from highwater.security.authentication import AuthenticationSettings, Authenticator
-from highwater.security.sasl_client import SaslCredentials
+from highwater.security.oauthbearer import JwtValidator
+from highwater.security.sasl_client import SaslCredentials, oauthbearer_client_message
 from highwater.security.scram import ScramCredential, make_credential
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -32,7 +41,7 @@ def credentials() -> dict[str, ScramCredential]:
 @pytest.fixture
 def authenticator(credentials: dict[str, ScramCredential]) -> Authenticator:
     settings = AuthenticationSettings(
-        enabled_mechanisms=(MECHANISM,), max_session_s=60, failed_authentication_delay_ms=100
+        enabled_mechanisms=(MECHANISM,), max_reauth_s=60, failed_authentication_delay_ms=100
     )
     return Authenticator(settings, lambda user, mechanism: credentials.get(user))
 
@@ -164,7 +173,7 @@ def test_a_reauthentication_keeps_its_mechanism() -> None:
     even for the same user."""
     both = ("SCRAM-SHA-256", MECHANISM)
     known = {m: make_credential(m, PASSWORDS["alice"]) for m in both}
-    settings = AuthenticationSettings(enabled_mechanisms=both, max_session_s=60)
+    settings = AuthenticationSettings(enabled_mechanisms=both, max_reauth_s=60)
     security = ConnectionSecurity(
         SecurityProtocol.SASL_SSL,
         HOST,
@@ -196,3 +205,64 @@ def test_sasl_requests_where_no_authentication_is_under_way_are_answered_not_clo
     answer = sasl.authenticate(b"n,,n=alice,r=abc", NOW)
     assert (answer.error_code, answer.close) == (ErrorCode.ILLEGAL_SASL_STATE, False)
     assert sasl.principal.principal == "User:alice" and sasl.admit(PRODUCE, NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("max_reauth_s", "credential_expires_s", "answered"),
+    [
+        (0, None, (0, None)),  # Kafka's default: no re-authentication, no expiry
+        (60, None, (60_000, NOW + 60)),
+        (0, NOW + 30, (30_000, NOW + 30)),  # the token's expiry bounds the session anyway
+        (60, NOW + 30, (30_000, NOW + 30)),
+        (20, NOW + 30, (20_000, NOW + 20)),
+    ],
+)
+def test_the_session_is_the_shorter_of_connections_max_reauth_ms_and_the_credential(
+    max_reauth_s: float, credential_expires_s: float | None, answered: tuple[int, float | None]
+) -> None:
+    """Kafka's SaslServerAuthenticator.calcCompletionTimesAndReturnSessionLifetimeMs."""
+    assert kafka_session(max_reauth_s, credential_expires_s, NOW) == answered
+
+
+def test_with_connections_max_reauth_ms_0_a_scram_session_never_expires(
+    credentials: dict[str, ScramCredential],
+) -> None:
+    """Kafka's default (0): the answer's session_lifetime_ms is 0, so a client without
+    KIP-368 (kafka-python, aiokafka) is never cut off; the gRPC session tokens keep their
+    own lifetime. Every session expired after ``connections.max.reauth.ms`` (1 hour)."""
+    settings = AuthenticationSettings(enabled_mechanisms=(MECHANISM,))
+    assert (settings.max_reauth_s, settings.max_session_s) == (0, 3600)
+    security = ConnectionSecurity(
+        SecurityProtocol.SASL_SSL,
+        HOST,
+        Authenticator(settings, lambda user, mechanism: credentials.get(user)),
+    )
+    assert security.handshake(MECHANISM).error_code == ErrorCode.NONE
+    exchange = SaslCredentials(MECHANISM, "alice", PASSWORDS["alice"]).exchange()
+    final = exchange.respond(security.authenticate(exchange.first(), NOW).auth_bytes)
+    assert final is not None
+    last = security.authenticate(final, NOW)
+    assert (last.error_code, last.session_lifetime_ms) == (ErrorCode.NONE, 0)
+    assert security.session_expires_at_s is None
+    assert security.admit(PRODUCE, NOW + 30 * 86_400) is None
+
+
+def test_with_connections_max_reauth_ms_0_an_oauthbearer_session_ends_with_its_token() -> None:
+    key: Any = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    validator = JwtValidator({"keys": [{**jwk, "kid": "k1"}]}, issuer="idp", audience="hw")
+    settings = AuthenticationSettings(enabled_mechanisms=("OAUTHBEARER",), jwt_validator=validator)
+    security = ConnectionSecurity(
+        SecurityProtocol.SASL_SSL, HOST, Authenticator(settings, lambda user, mechanism: None)
+    )
+    token = jwt.encode(
+        {"iss": "idp", "aud": "hw", "sub": "svc", "exp": NOW + 120},
+        key,
+        algorithm="RS256",
+        headers={"kid": "k1"},
+    )
+    assert security.handshake("OAUTHBEARER").error_code == ErrorCode.NONE
+    answer = security.authenticate(oauthbearer_client_message(token), NOW)
+    assert (answer.error_code, answer.session_lifetime_ms) == (ErrorCode.NONE, 120_000)
+    assert security.admit(PRODUCE, NOW + 119) is None
+    assert security.admit(PRODUCE, NOW + 120) is not None

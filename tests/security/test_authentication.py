@@ -16,7 +16,7 @@ import highwater.v1
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
-from highwater.errors import SaslAuthenticationError
+from highwater.errors import InvalidConfigError, SaslAuthenticationError
 from highwater.security.acl import AclOperation
 from highwater.security.authentication import (
     MAX_PENDING_EXCHANGES,
@@ -289,3 +289,35 @@ def test_every_rpc_of_every_service_is_in_the_access_table() -> None:
     assert isinstance(RPC_ACCESS["/highwater.v1.Broker/Produce"], PerItem)
     assert access_of("/grpc.health.v1.Health/Check") is not None
     assert access_of("/highwater.v1.Broker/NotARealCall") is None
+
+
+@pytest.mark.parametrize(
+    ("given", "kafka_reauth_s", "grpc_token_s"),
+    [
+        ({}, 0, 3600),  # Kafka's default on the Kafka listener; the tokens' own hour
+        ({"connections.max.reauth.ms": "60000"}, 60, 60),  # one positive value sets both
+        ({"connections.max.reauth.ms": "60000", "grpc.session.token.lifetime.ms": "7200000"},
+         60, 7200),
+        ({"grpc.session.token.lifetime.ms": "120000"}, 0, 120),
+    ],
+)  # fmt: skip
+def test_connections_max_reauth_ms_is_kafkas_and_the_grpc_tokens_have_their_own_lifetime(
+    given: dict[str, str], kafka_reauth_s: float, grpc_token_s: float
+) -> None:
+    """``connections.max.reauth.ms`` means on the Kafka listener what it means in Kafka
+    (0 by default: no re-authentication); the gRPC session tokens need a positive lifetime,
+    ``grpc.session.token.lifetime.ms``, which a positive ``connections.max.reauth.ms`` still
+    sets when it is not given. Kafka's default 0 was refused."""
+    from highwater.cli.serving import server_security_from_config
+    from highwater.config.server import ServerConfig
+
+    settings = server_security_from_config(ServerConfig(given)).authentication
+    assert (settings.max_reauth_s, settings.max_session_s) == (kafka_reauth_s, grpc_token_s)
+
+
+def test_connections_max_reauth_ms_0_is_accepted_and_negative_refused() -> None:
+    from highwater.config.server import ServerConfig
+
+    assert ServerConfig({"connections.max.reauth.ms": "0"}).get("connections.max.reauth.ms") == 0
+    with pytest.raises(InvalidConfigError, match=r"connections\.max\.reauth\.ms"):
+        ServerConfig({"connections.max.reauth.ms": "-1"})

@@ -4,7 +4,7 @@ client library authenticates again and carries on over new calls, so that a prod
 a consumer run across several expiries without one failed request.
 
 One embedded server in this process for the module, with SCRAM-SHA-256 offered and
-``connections.max.reauth.ms`` at one second.
+the session tokens' lifetime (``grpc.session.token.lifetime.ms``) at one second.
 """
 
 from __future__ import annotations

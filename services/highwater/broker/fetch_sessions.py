@@ -63,13 +63,22 @@ next: a cascade of full fetches. A new session takes a slot
 Otherwise the newcomer gets no session: session id 0, its fetch answered in full without
 error, as Kafka answers it; its fetcher keeps fetching in full, asking for a session each
 time, which is correct, only costlier. :attr:`FetchSessionCache.evictions` counts the
-sessions evicted (Kafka's ``IncrementalFetchSessionEvictionsPerSec``). Looking for the
-lowest-ranked session scans the cache: it happens only when the cache is full and no
-session is stale.
+sessions evicted (Kafka's ``IncrementalFetchSessionEvictionsPerSec``; the broker's telemetry
+reports it, with the sessions and partitions held).
+
+Finding the lowest-ranked session does not scan the cache: as Kafka keeps its sorted
+``evictableByAll`` and ``evictableByPrivileged`` sets, the cache keeps two heaps of ranks,
+updated when a session is created or fetched (when its rank and whether it competes can
+change): the sessions any newcomer may evict (their latest fetch came more than
+:data:`MIN_EVICTION_MS` after their creation), and those a follower's newcomer may (those,
+and every consumer's). An entry whose session has since been fetched again, resized or
+dropped is stale and skipped when it reaches the top; a heap grown to more than twice its
+live entries is rebuilt. So a newcomer to a full cache costs O(log n), amortised.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
@@ -208,9 +217,18 @@ class FetchSessionCache:
         self._holding: dict[TopicPartitionKey, set[int]] = {}
         """Partition -> the ids of the sessions that hold it."""
         self._ids = itertools.count(1)
+        self._by_all = _RankHeap()
+        """The sessions any newcomer may evict, by rank."""
+        self._by_privileged = _RankHeap()
+        """The sessions a follower's newcomer may evict, by rank."""
 
     def __len__(self) -> int:
         return len(self._sessions)
+
+    def partitions_cached(self) -> int:
+        """The partitions the sessions hold, counted once per session holding one (Kafka's
+        ``NumIncrementalFetchPartitionsCached``)."""
+        return sum(len(ids) for ids in self._holding.values())
 
     def get(self, session_id: int) -> FetchSession | None:
         return self._sessions.get(session_id)
@@ -260,6 +278,19 @@ class FetchSessionCache:
         self._sessions.move_to_end(session_id)
         session.next_epoch = next_epoch(epoch)
         session.last_fetch_ms = now_ms
+        fetch = self._fetch_in(session, requested, forgotten, changed_only)
+        self._rank(session)
+        return fetch
+
+    def _fetch_in(
+        self,
+        session: FetchSession,
+        requested: list[tuple[TopicPartitionKey, FetchPartitionState]],
+        forgotten: Iterable[TopicPartitionKey],
+        changed_only: bool,
+    ) -> SessionFetch:
+        """An incremental fetch of ``session``: its partitions updated, what it reads."""
+        session_id = session.session_id
         for key in forgotten:
             if session.partitions.pop(key, None) is not None:
                 session.changed.discard(key)
@@ -330,7 +361,20 @@ class FetchSessionCache:
         self._sessions[session_id] = session
         for key in session.partitions:
             self._holding.setdefault(key, set()).add(session_id)
+        self._rank(session)
         return session
+
+    def _rank(self, session: FetchSession) -> None:
+        """Put ``session`` in the eviction heaps it belongs in now, at its rank now (after
+        its creation or a fetch: Kafka's ``FetchSessionCache.touch``)."""
+        rank = (session.privileged, len(session.partitions), session.session_id)
+        competes = session.last_fetch_ms - session.created_ms > MIN_EVICTION_MS
+        self._by_all.put(session.session_id, rank if competes else None, len(self._sessions))
+        self._by_privileged.put(
+            session.session_id,
+            rank if competes or not session.privileged else None,
+            len(self._sessions),
+        )
 
     def _evict_for(self, privileged: bool, size: int, now_ms: int) -> bool:
         """Evict a session to make room for a new one (a follower's if ``privileged``, of
@@ -344,24 +388,18 @@ class FetchSessionCache:
         if now_ms - oldest.last_fetch_ms > eviction_ms:
             victim = oldest
         else:
-            lowest = min(
-                (
-                    s
-                    for s in sessions.values()
-                    if s.last_fetch_ms - s.created_ms > eviction_ms or (privileged and s.owner < 0)
-                ),
-                key=lambda s: (s.owner >= 0, len(s.partitions), s.session_id),
-                default=None,
-            )
-            if lowest is None or (privileged, size) <= (lowest.privileged, len(lowest.partitions)):
+            lowest = (self._by_privileged if privileged else self._by_all).lowest()
+            if lowest is None or (privileged, size) <= lowest[:2]:
                 return False
-            victim = lowest
+            victim = sessions[lowest[2]]
         self._drop(victim.session_id)
         self.evictions += 1
         return True
 
     def _drop(self, session_id: int) -> None:
         session = self._sessions.pop(session_id)
+        self._by_all.put(session_id, None, len(self._sessions))
+        self._by_privileged.put(session_id, None, len(self._sessions))
         for key in session.partitions:
             self._unhold(key, session_id)
 
@@ -371,6 +409,39 @@ class FetchSessionCache:
             ids.discard(session_id)
             if not ids:
                 del self._holding[key]
+
+
+_Rank = tuple[bool, int, int]
+"""A session's rank in eviction: (privileged, number of partitions, id), lowest first."""
+
+
+class _RankHeap:
+    """Sessions by rank, the lowest first: a heap whose stale entries (a session's earlier
+    ranks, or a session taken out) are skipped when they reach the top."""
+
+    def __init__(self) -> None:
+        self._heap: list[_Rank] = []
+        self._current: dict[int, _Rank] = {}
+
+    def put(self, session_id: int, rank: _Rank | None, sessions: int) -> None:
+        """``session_id`` at ``rank`` (``None``: not in the heap); ``sessions``: how many
+        the cache holds (the heap is rebuilt beyond twice as many entries)."""
+        if rank is None:
+            self._current.pop(session_id, None)
+            return
+        if self._current.get(session_id) == rank:
+            return
+        self._current[session_id] = rank
+        heapq.heappush(self._heap, rank)
+        if len(self._heap) > 2 * max(sessions, len(self._current)) + 16:
+            self._heap = list(self._current.values())
+            heapq.heapify(self._heap)
+
+    def lowest(self) -> _Rank | None:
+        heap = self._heap
+        while heap and self._current.get(heap[0][2]) != heap[0]:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -196,6 +196,7 @@ class BrokerServer:
             leaders=self.leaders,
         )
         self.partitions.on_change = self.requests.replica_sessions.partition_changed
+        self.telemetry.fetch_sessions.watch(self.requests.replica_sessions.cache, replica=True)
         self.sessions = ConsumerSessions(self.requests, self.leaders)
         self.sessions.authorizer = authorize_consumer_session
         """Consumer sessions (``Broker.ConsumerSession``); ``sessions.authorizer`` is where

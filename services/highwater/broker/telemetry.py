@@ -1,22 +1,29 @@
 """The broker's telemetry: bytes in and out per topic, produce and fetch durations, ISR
-changes, client-quota throttle times per quota type and entity, gauges of its partitions,
-and (with tracing on) a span for each replica fetch that brought records.
+changes, client-quota throttle times per quota type and entity, gauges of its partitions
+and of its fetch sessions, and (with tracing on) a span for each replica fetch that
+brought records.
 
 Gauges are read from the partitions at collection time, as Kafka's ReplicaManager gauges
 are: under-replicated partitions (led here, ISR smaller than the replica set), partitions
 under their min ISR (Kafka's UnderMinIsrPartitionCount), partitions led here, replicas
-held, and each replica's log end offset and high watermark.
+held, and each replica's log end offset and high watermark. The fetch session caches
+(KIP-227: the Kafka listener's, of consumers, and the replica fetch's, of followers) are
+read the same way, for Kafka's ``FetchSessionCache`` metrics: sessions
+(``NumIncrementalFetchSessions``), partitions cached (``NumIncrementalFetchPartitionsCached``)
+and sessions evicted (``IncrementalFetchSessionEvictionsPerSec``, as a cumulative count).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 from typing import Final
 
-from opentelemetry.metrics import Observation
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from opentelemetry.semconv._incubating.attributes import messaging_attributes as messaging
 from opentelemetry.trace import Span
 
+from highwater.broker.fetch_sessions import FetchSessionCache
 from highwater.broker.partitions import PartitionManager
 from highwater.broker.replication import AlterPartitionProposal, IsrChange
 from highwater.internal.v1 import replication_pb2 as rpb
@@ -40,6 +47,7 @@ __all__ = [
     "REPLICA",
     "TOPIC",
     "BrokerTelemetry",
+    "FetchSessionMetrics",
 ]
 
 TOPIC: Final = messaging.MESSAGING_DESTINATION_NAME
@@ -141,6 +149,7 @@ class BrokerTelemetry:
                 unit=unit,
                 description=description,
             )
+        self.fetch_sessions = FetchSessionMetrics(broker_meter)
 
     def replica_fetch_span(self, leader_id: int, reply: rpb.ReplicaFetchResponse) -> Span | None:
         """A ``replica fetch`` span for a follower's fetch answer that carried records
@@ -174,6 +183,53 @@ class BrokerTelemetry:
     def isr_change_proposed(self, proposal: AlterPartitionProposal, topic: str) -> None:
         counter = self._isr_shrinks if proposal.change is IsrChange.SHRINK else self._isr_expands
         counter.add(1, {TOPIC: topic})
+
+
+class FetchSessionMetrics:
+    """Kafka's fetch session cache metrics over the caches :meth:`watch` is given (read at
+    collection time, while each cache lives), with ``highwater.fetch.replica`` saying whose
+    sessions they are: ``true`` for followers' (the replica fetch's cache), ``false`` for
+    consumers' (the Kafka listener's)."""
+
+    def __init__(self, meter_: Meter) -> None:
+        self._caches: list[tuple[weakref.ref[FetchSessionCache], dict[str, bool]]] = []
+        meter_.create_observable_gauge(
+            "highwater.broker.fetch_session_count",
+            [self._reader(len)],
+            unit="{session}",
+            description="Incremental fetch sessions held (Kafka's NumIncrementalFetchSessions)",
+        )
+        meter_.create_observable_gauge(
+            "highwater.broker.fetch_session_partition_count",
+            [self._reader(FetchSessionCache.partitions_cached)],
+            unit="{partition}",
+            description="Partitions held by the incremental fetch sessions, once per session "
+            "(Kafka's NumIncrementalFetchPartitionsCached)",
+        )
+        meter_.create_observable_counter(
+            "highwater.broker.fetch_session.evictions",
+            [self._reader(lambda cache: cache.evictions)],
+            unit="{session}",
+            description="Fetch sessions evicted to make room for a new one (Kafka's "
+            "IncrementalFetchSessionEvictionsPerSec, as a count: its rate is the metric's)",
+        )
+
+    def watch(self, cache: FetchSessionCache, *, replica: bool) -> None:
+        """Report ``cache`` (followers' sessions if ``replica``, else consumers')."""
+        self._caches.append((weakref.ref(cache), REPLICA if replica else CONSUMER))
+
+    def _reader(
+        self, read: Callable[[FetchSessionCache], int]
+    ) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def callback(_options: CallbackOptions) -> Iterable[Observation]:
+            observed = []
+            for ref, attributes in self._caches:
+                cache = ref()
+                if cache is not None:
+                    observed.append(Observation(read(cache), attributes))
+            return observed
+
+        return callback
 
 
 def _under_replicated(partitions: PartitionManager) -> Iterable[Observation]:

@@ -566,7 +566,8 @@ def server_security_from_config(config: ServerConfig) -> ServerSecurity:
         authentication=AuthenticationSettings(
             enabled_mechanisms=mechanisms,
             jwt_validator=validator,
-            max_session_s=config.get("connections.max.reauth.ms") / 1000,
+            max_session_s=config.grpc_session_token_lifetime_ms() / 1000,
+            max_reauth_s=config.get("connections.max.reauth.ms") / 1000,
             failed_authentication_delay_ms=config.get("connection.failed.authentication.delay.ms"),
         ),
         authorizer=config.get("authorizer.class.name"),

@@ -67,6 +67,7 @@ from highwater.errors import InvalidConfigError
 __all__ = [
     "BROKER_DYNAMIC_CONFIG_DEF",
     "CLUSTER_DEFAULT_KEYS",
+    "GRPC_SESSION_TOKEN_LIFETIME_MS",
     "SERVER_CONFIG_DEF",
     "ServerConfig",
     "load_server_config",
@@ -75,6 +76,8 @@ __all__ = [
     "read_properties",
     "topic_defaults",
 ]
+
+GRPC_SESSION_TOKEN_LIFETIME_MS: Final = "grpc.session.token.lifetime.ms"
 
 _INT = ConfigType.INT
 _LONG = ConfigType.LONG
@@ -464,10 +467,21 @@ _SECURITY_SETTINGS: Final = [
     ConfigKey(
         "connections.max.reauth.ms",
         _LONG,
+        0,
+        at_least(0),
+        "As in Kafka, on the Kafka listener: the longest a connection's SASL session lasts "
+        "before the client must re-authenticate (KIP-368); 0: no limit (an OAUTHBEARER "
+        "token's expiry still ends it). A positive value is also the gRPC session tokens' "
+        "lifetime unless grpc.session.token.lifetime.ms is set.",
+    ),
+    ConfigKey(
+        GRPC_SESSION_TOKEN_LIFETIME_MS,
+        _LONG,
         3_600_000,
         at_least(1000),
-        "The longest a SASL session lasts before the client must authenticate again (an "
-        "OAUTHBEARER token's expiry may end it sooner).",
+        "The longest a gRPC session token (from the Authenticate call) lasts before the "
+        "client must authenticate again (an OAUTHBEARER token's expiry may end it sooner); "
+        "when not set, a positive connections.max.reauth.ms, else one hour.",
     ),
     ConfigKey(
         "connection.failed.authentication.delay.ms",
@@ -717,6 +731,15 @@ class ServerConfig:
             for name, value in self.given.items()
             if name in CLUSTER_DEFAULT_KEYS
         }
+
+    def grpc_session_token_lifetime_ms(self) -> int:
+        """The gRPC session tokens' lifetime: ``grpc.session.token.lifetime.ms`` if set,
+        else ``connections.max.reauth.ms`` if positive (so one positive value still sets
+        both), else the former's default (one hour)."""
+        reauth_ms = int(self.get("connections.max.reauth.ms"))
+        if self.is_given(GRPC_SESSION_TOKEN_LIFETIME_MS) or reauth_ms <= 0:
+            return int(self.get(GRPC_SESSION_TOKEN_LIFETIME_MS))
+        return reauth_ms
 
     def subset(self, names: Iterable[str]) -> dict[str, Any]:
         """The values (given or default) of ``names``, by name."""

@@ -1220,12 +1220,43 @@ class ReplicationControl:
         self, image: MetadataImage, request: DeleteTopicsRequest
     ) -> ControllerResult[DeleteTopicsResponse]:
         """Delete topics by name or id: each gets a RemoveTopicRecord (which drops its
-        partitions and configs)."""
+        partitions and configs).
+
+        A topic asked for more than once (a name twice, an id twice, or a name and its
+        topic's id) is not deleted: it is answered INVALID_REQUEST once, as Kafka's
+        ``ControllerApis.deleteTopics`` answers it."""
         delta = MetadataDelta(image)
         records: list[MetadataRecord] = []
         results: list[DeletableTopicResult] = []
-        targets: list[tuple[str | None, str | None]] = [(name, None) for name in request.names]
-        targets += [(None, topic_id) for topic_id in request.topic_ids]
+        names, ids = Counter(request.names), Counter(request.topic_ids)
+        results += [
+            DeletableTopicResult(name, "", ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+            for name, count in names.items()
+            if count > 1
+        ]
+        results += [
+            DeletableTopicResult("", topic_id, ErrorCode.INVALID_REQUEST, "Duplicate topic id.")
+            for topic_id, count in ids.items()
+            if count > 1
+        ]
+        targets: list[tuple[str | None, str | None]] = []
+        for asked_name, count in names.items():
+            named_id = delta.topic_id(asked_name)
+            if count > 1:
+                continue
+            if named_id is not None and named_id in ids:
+                ids.pop(named_id)
+                results.append(
+                    DeletableTopicResult(
+                        asked_name,
+                        named_id,
+                        ErrorCode.INVALID_REQUEST,
+                        "The provided topic name maps to an ID that was already supplied.",
+                    )
+                )
+            else:
+                targets.append((asked_name, None))
+        targets += [(None, asked_id) for asked_id, count in ids.items() if count == 1]
         for given_name, given_id in targets:
             topic_id = given_id if given_id is not None else delta.topic_id(given_name or "")
             name = delta.topic_name(topic_id) if topic_id is not None else None

@@ -10,7 +10,8 @@ Kafka's ``KafkaApis``:
 
 - CreateTopics: CREATE on the cluster, else CREATE on each topic;
 - DeleteTopics: DELETE on each topic (one named by id: on its name, answered with the
-  name only if the caller may DESCRIBE it; an unknown id is UNKNOWN_TOPIC_ID);
+  name only if the caller may DESCRIBE it; an unknown id is UNKNOWN_TOPIC_ID; a name or
+  id asked twice is left to the controller, which refuses it INVALID_REQUEST);
 - CreatePartitions: ALTER on each topic;
 - AlterConfigs / DescribeConfigs: ALTER_CONFIGS / DESCRIBE_CONFIGS on each topic, or on the
   cluster for broker and cluster-default resources.
@@ -21,6 +22,7 @@ interceptor's (``rpc/auth.py``).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -73,7 +75,13 @@ def _delete_topics(
 ) -> tuple[Message, list[Message]]:
     kept = pb.DeleteTopicsRequest()
     refused: list[Message] = []
-    for name in request.names:
+    # A name or an id asked twice goes on unchecked: Kafka's ControllerApis answers a
+    # duplicate INVALID_REQUEST before it authorizes anything, and so does the controller
+    # (deleting nothing of it).
+    names, ids = Counter(request.names), Counter(request.topic_ids)
+    kept.names.extend(name for name, count in names.items() for _ in range(count) if count > 1)
+    kept.topic_ids.extend(i for i, count in ids.items() for _ in range(count) if count > 1)
+    for name in (name for name, count in names.items() if count == 1):
         if authorize(context, AclOperation.DELETE, _TOPIC, name):
             kept.names.append(name)
         else:
@@ -84,7 +92,7 @@ def _delete_topics(
                     error_message=_message("delete", f"topic {name}"),
                 )
             )
-    for topic_id in request.topic_ids:
+    for topic_id in (topic_id for topic_id, count in ids.items() if count == 1):
         topic_name = topic_name_of(topic_id)
         if topic_name is None:
             # Kafka's ControllerApis: an id that names no topic is UNKNOWN_TOPIC_ID to

@@ -6,7 +6,9 @@ the process it talks to (SCRAM-SHA-256/512 in two steps, OAUTHBEARER in one) and
 **session token**, which it puts in the metadata of every later call to that process. The
 token is good until ``session_lifetime_ms`` runs out, bounded by the credential's own
 lifetime (a JWT's ``exp``); the client authenticates again before then, as a Kafka client
-re-authenticates a connection (``connections.max.reauth.ms``).
+re-authenticates a connection. Its lifetime is ``grpc.session.token.lifetime.ms`` (else a
+positive ``connections.max.reauth.ms``, else an hour); the Kafka listener's sessions follow
+``connections.max.reauth.ms`` as Kafka does (``broker/kafka_protocol/sasl.py``).
 
 A token is good **only on the process that issued it**, like Kafka's per-connection SASL:
 it is an HMAC, under a secret each process draws at start and never shares, of the
@@ -182,7 +184,12 @@ class AuthenticationSettings:
     jwt_validator: JwtValidator | None = None
     """OAUTHBEARER's token check (``--oauthbearer-jwks-file``, issuer, audience)."""
     max_session_s: float = 3600.0
-    """``connections.max.reauth.ms``: the longest session; a JWT's expiry may shorten it."""
+    """``grpc.session.token.lifetime.ms``: the longest a gRPC session token lasts; a JWT's
+    expiry may shorten it."""
+    max_reauth_s: float = 0.0
+    """``connections.max.reauth.ms``, as Kafka means it, for the Kafka listener: the longest
+    a connection's SASL session lasts before the client must re-authenticate (KIP-368);
+    0: no limit of its own (a credential's expiry still ends the session, as in Kafka)."""
     failed_authentication_delay_ms: int = 100
     """``connection.failed.authentication.delay.ms``: how long a failure's answer waits."""
     max_failures: int = 5
@@ -199,7 +206,9 @@ class AuthenticationSettings:
                 "and --oauthbearer-audience"
             )
         if self.max_session_s <= 0:
-            raise ValueError("connections.max.reauth.ms must be positive")
+            raise ValueError("grpc.session.token.lifetime.ms must be positive")
+        if self.max_reauth_s < 0:
+            raise ValueError("connections.max.reauth.ms must not be negative")
 
     @staticmethod
     def parse_mechanisms(text: str) -> tuple[str, ...]:
@@ -223,6 +232,8 @@ class StepResult:
     session_token: str = ""
     session_lifetime_ms: int = 0
     principal: str = ""
+    credential_expires_s: float | None = None
+    """When the credential proved expires (a JWT's ``exp``; ``None``: it does not)."""
     failed: bool = False
     """A failed authentication (its answer is delayed and counted)."""
 
@@ -347,6 +358,7 @@ class Authenticator:
             session_token=self.tokens.issue(principal, mechanism, expires),
             session_lifetime_ms=lifetime_ms,
             principal=principal,
+            credential_expires_s=credential_expires_s,
         )
 
     def _expire(self, now_s: float) -> None:

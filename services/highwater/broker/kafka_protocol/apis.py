@@ -601,6 +601,31 @@ class KafkaApis:
 
     async def metadata(self, request: KafkaRequest) -> Any:
         body = request.body
+        R = MetadataResponse
+        if request.api_version < 12 and any(
+            t.name is None or (t.topic_id is not None and t.topic_id.int != 0)
+            for t in body.topics or ()
+        ):
+            # v10 and v11 carry a topic id but cannot look a topic up by it: Kafka's
+            # handleTopicMetadataRequest refuses such a request whole (INVALID_REQUEST),
+            # and MetadataRequest's error response answers each entry asked (a null name
+            # as "": no null names before v12), with no brokers.
+            return R(
+                throttle_time_ms=0,
+                brokers=[],
+                cluster_id=None,
+                controller_id=-1,
+                topics=[
+                    R.MetadataResponseTopic(
+                        error_code=INVALID_REQUEST,
+                        name=t.name or "",
+                        topic_id=t.topic_id or uuid.UUID(int=0),
+                        is_internal=False,
+                        partitions=[],
+                    )
+                    for t in body.topics
+                ],
+            )
         image = self._image()
         names: list[str] | None
         # Topics asked by id (v12): the id each known one was asked by, and the unknown ids.
@@ -623,7 +648,6 @@ class KafkaApis:
                     asked_by_id[found.name] = topic_id
         asked = pb.MetadataRequest(topics=names or [])
         answer = filter_metadata(asked, self.requests.metadata(asked), None)
-        R = MetadataResponse
         topics = []
         if names is None or names:
             for t in answer.topics:
@@ -1174,10 +1198,19 @@ class KafkaApis:
             return CLUSTER_AUTHORIZATION_FAILED
         return await self._forward(rpc, message)
 
-    async def _forward(self, rpc: ControllerRpc[Any, Any], message: Message) -> Any | int:
+    async def _forward(
+        self,
+        rpc: ControllerRpc[Any, Any],
+        message: Message,
+        failed: Callable[[Message, int], Message] | None = None,
+    ) -> Any | int:
         """The controller's answer (a ``highwater.v1`` message) or an error code; the
         items the caller may not act on are answered here with their refusals
-        (``controller_api/authorization.py``) and the rest goes on with its principal."""
+        (``controller_api/authorization.py``) and the rest goes on with its principal.
+
+        ``failed``: the answer to the items sent on when the call fails (from them and the
+        error code), with the refusals kept; without it the call's error code is returned
+        (and the caller answers every item with it)."""
         to_run, denied = split_admin_request(rpc.name, message, None, self._topic_name_of)
         if to_run is None:
             return merge_refusals(rpc.name, rpc.proto_response(), denied)
@@ -1187,11 +1220,13 @@ class KafkaApis:
             )
         except (InvalidRequestError, controller_codec.InvalidRequestError) as e:
             log.info("%s refused: %s", rpc.name, e)
-            return INVALID_REQUEST
+            error = INVALID_REQUEST
         except ControllerUnavailableError as e:
             log.warning("%s: %s", rpc.name, e)
-            return REQUEST_TIMED_OUT
-        return merge_refusals(rpc.name, rpc.response_to_proto(response), denied)
+            error = REQUEST_TIMED_OUT
+        else:
+            return merge_refusals(rpc.name, rpc.response_to_proto(response), denied)
+        return error if failed is None else merge_refusals(rpc.name, failed(to_run, error), denied)
 
     async def create_topics(self, request: KafkaRequest) -> Any:
         body = request.body
@@ -1268,26 +1303,40 @@ class KafkaApis:
             message.names.extend(body.topic_names)
         if invalid and not message.names and not message.topic_ids:
             return R(throttle_time_ms=0, responses=invalid)
-        answer = await self._forward(controller_codec.DELETE_TOPICS, message)
-        if isinstance(answer, int):
-            return R(
-                throttle_time_ms=0,
-                responses=[R.DeletableTopicResult(name=n, error_code=answer) for n in message.names]
-                + invalid,
-            )
-        if answer.error != NONE and not answer.topics:  # refused whole
-            return R(
-                throttle_time_ms=0,
-                responses=[
-                    R.DeletableTopicResult(
-                        name=n,
-                        error_code=answer.error,
-                        error_message=answer.error_message or None,
+
+        def unanswered(sent: Message, error: int, why: str = "") -> admin_pb2.DeleteTopicsResponse:
+            """Each topic ``sent`` answered ``error`` (the forwarding failed, or the
+            controller refused the request whole)."""
+            assert isinstance(sent, admin_pb2.DeleteTopicsRequest)
+            return admin_pb2.DeleteTopicsResponse(
+                topics=[
+                    admin_pb2.DeletableTopicResult(
+                        name=n, error=ErrorCode.ValueType(error), error_message=why
                     )
-                    for n in message.names
+                    for n in sent.names
                 ]
-                + invalid,
+                + [
+                    admin_pb2.DeletableTopicResult(
+                        topic_id=i, error=ErrorCode.ValueType(error), error_message=why
+                    )
+                    for i in sent.topic_ids
+                ]
             )
+
+        answer = await self._forward(controller_codec.DELETE_TOPICS, message, unanswered)
+        assert not isinstance(answer, int)  # (a failed call is answered by ``unanswered``)
+        if answer.error != NONE:
+            # Refused whole (etcd mode: a change larger than one etcd transaction): the
+            # controller answered no topic, and the refusals made here stand.
+            refused = list(answer.topics)
+            names = {t.name for t in refused if t.name}
+            ids = {t.topic_id for t in refused if t.topic_id}
+            rest = admin_pb2.DeleteTopicsRequest(
+                names=[n for n in message.names if n not in names],
+                topic_ids=[i for i in message.topic_ids if i not in ids],
+            )
+            answer = unanswered(rest, answer.error, answer.error_message)
+            answer.topics.extend(refused)
         return R(
             throttle_time_ms=0,
             responses=invalid
@@ -1297,7 +1346,7 @@ class KafkaApis:
                     # may not know it (null, from v6 on).
                     name=t.name or (None if request.api_version >= 6 else ""),
                     topic_id=topic_uuid(t.topic_id) if t.topic_id else uuid.UUID(int=0),
-                    error_code=t.error if answer.error == NONE else answer.error,
+                    error_code=t.error,
                     error_message=t.error_message or None,
                 )
                 for t in answer.topics

@@ -64,6 +64,9 @@ class FrameTooLargeError(Exception):
 class IncompleteFrameError(Exception):
     """The connection ended inside a frame."""
 
+    def __init__(self) -> None:
+        super().__init__("the connection ended inside a request")
+
 
 class FrameConnection(asyncio.BufferedProtocol):
     """One connection: :meth:`read_frame` for each request, ``write``/``writelines`` and
@@ -100,6 +103,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._writing_paused = False
         self._drained: collections.deque[asyncio.Future[None]] = collections.deque()
         self._closed: asyncio.Future[None] = loop.create_future()
+        self._ended: asyncio.Future[None] = loop.create_future()
 
     # --- asyncio's side -----------------------------------------------------------------------
 
@@ -166,8 +170,9 @@ class FrameConnection(asyncio.BufferedProtocol):
             self._start = self._end = 0
 
     def eof_received(self) -> bool | None:
-        # The client sent all it will: the requests read so far are still answered, and
-        # the listener closes the connection after (and after logging why, if it must).
+        # The client closed its end: as after a reset, the listener answers nothing more,
+        # cancels the requests in flight and closes the connection (logging why, if it
+        # must). Kafka's SocketServer closes such a channel at once.
         self._end_of_requests()
         return True
 
@@ -186,6 +191,8 @@ class FrameConnection(asyncio.BufferedProtocol):
             self._lost = True
             self._lost_inside_frame = self._large is not None or self._end > self._start
         self._wake_reader()
+        if not self._ended.done():
+            self._ended.set_result(None)
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -210,7 +217,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         while not self._frames:
             if self._lost:
                 if self._lost_inside_frame:
-                    raise IncompleteFrameError("the connection ended inside a request")
+                    raise IncompleteFrameError()
                 return None
             self._readable = self._loop.create_future()
             try:
@@ -271,6 +278,16 @@ class FrameConnection(asyncio.BufferedProtocol):
 
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed)
+
+    async def wait_ended(self) -> None:
+        """Until the client has closed its end (FIN) or the connection is lost (a reset,
+        or closed here): nothing sent after this reaches the client."""
+        await asyncio.shield(self._ended)
+
+    @property
+    def ended_inside_frame(self) -> bool:
+        """The client's end came inside a request frame."""
+        return self._lost_inside_frame
 
     def _wake_reader(self) -> None:
         if self._readable is not None and not self._readable.done():

@@ -82,6 +82,7 @@ class KafkaDoor:
             cluster_id=broker.known_cluster_id,
             clock=broker.partitions.clock,
         )
+        broker.telemetry.fetch_sessions.watch(self.apis.fetch_sessions, replica=False)
         self.listener = KafkaListener(
             self.apis, host=address.host, port=address.port, protocol=address.protocol, tls=tls
         )

@@ -27,6 +27,9 @@ request whose handling failed unexpectedly, a request other than ApiVersions and
 on a ``SASL_*`` listener before authentication or after the session expired, a failed
 authentication (after its answer).
 Nothing else is affected: other connections and the requests already answered stand.
+A client that goes, by a reset or by closing its end of the stream (FIN), gets nothing
+more: its connection is closed and its requests' work cancelled, as Kafka's
+``SocketServer`` closes such a channel at once.
 
 :class:`GroupCoordinatorRelay` carries the group calls a Kafka client sends to this broker
 (FindCoordinator names it) to the coordinator service that owns the group, over gRPC.
@@ -202,29 +205,33 @@ class KafkaListener:
             return
         answers: Answers = asyncio.Queue(self.max_in_flight)
         responder = asyncio.create_task(self._respond(answers, connection, peer))
+        reading = asyncio.create_task(self._read_all(connection, answers, security, responder))
+        ended = asyncio.ensure_future(connection.wait_ended())
         try:
-            while not responder.done():
-                problem = await self._read_one(connection, answers, security)
-                if problem is not None:
-                    if problem:
-                        log.warning("Kafka connection from %s closed: %s", peer, problem)
-                    break
-            if not responder.done():  # (else the queue may be full, and nobody reads it)
-                await answers.put(None)
-            # The answers still due go out, unless the connection is lost meanwhile (a
-            # reset): then nothing can be answered, and the work parked for them (a fetch's
-            # long poll, a produce waiting on the ISR) is cancelled below.
-            lost = asyncio.ensure_future(connection.wait_closed())
-            try:
-                await asyncio.wait((responder, lost), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                lost.cancel()
+            await asyncio.wait((reading, ended), return_when=asyncio.FIRST_COMPLETED)
+            if reading.done():
+                problem = reading.result()
+            else:  # (waiting for room in the in-flight queue when the client went)
+                reading.cancel()
+                problem = str(IncompleteFrameError()) if connection.ended_inside_frame else ""
+            if problem:
+                log.warning("Kafka connection from %s closed: %s", peer, problem)
+            # The answers still due go out unless the client has gone (its end of the
+            # stream or a reset, as Kafka's SocketServer closes such a channel at once):
+            # then nothing is answered, and the work parked for them (a fetch's long poll,
+            # a produce waiting on the ISR) is cancelled below.
+            if not ended.done():
+                if not responder.done():  # (else the queue may be full, and nobody reads it)
+                    await answers.put(None)
+                await asyncio.wait((responder, ended), return_when=asyncio.FIRST_COMPLETED)
             if responder.done() and not responder.cancelled():
                 responder.exception()  # (a write to a lost connection's: nothing to add)
         except asyncio.CancelledError:
             responder.cancel()
             raise
         finally:
+            ended.cancel()
+            reading.cancel()
             responder.cancel()
             while not answers.empty():
                 pending = answers.get_nowait()
@@ -234,6 +241,21 @@ class KafkaListener:
             with contextlib.suppress(Exception):
                 await connection.wait_closed()
             self._connections.discard(task)
+
+    async def _read_all(
+        self,
+        connection: FrameConnection,
+        answers: Answers,
+        security: ConnectionSecurity,
+        responder: asyncio.Task[None],
+    ) -> str:
+        """Read and dispatch requests until the connection ends or a request ends it; why
+        ("" at a clean end, or when the answers' writing ended)."""
+        while not responder.done():
+            problem = await self._read_one(connection, answers, security)
+            if problem is not None:
+                return problem
+        return ""
 
     async def _read_one(
         self, connection: FrameConnection, answers: Answers, security: ConnectionSecurity

@@ -26,7 +26,11 @@ more than that; the reason is logged), after ``connection.failed.authentication.
 and the connection is closed.
 
 **Sessions** (KIP-368): the last ``SaslAuthenticate`` answer (v1+) carries
-``session_lifetime_ms``: ``connections.max.reauth.ms``, shortened to a token's expiry. The
+``session_lifetime_ms``, as Kafka's ``SaslServerAuthenticator`` computes it: 0 (the session
+never expires) when ``connections.max.reauth.ms`` is 0, its default, and the credential
+does not expire (SCRAM); else the shorter of ``connections.max.reauth.ms`` (if positive)
+and the time to the credential's expiry (an OAUTHBEARER token's ``exp``, which bounds the
+session even when ``connections.max.reauth.ms`` is 0). The
 client re-authenticates on the same connection before then (``SaslHandshake`` and
 ``SaslAuthenticate`` again, its other requests still served meanwhile); a
 re-authentication must use the same mechanism and prove the same principal, else it fails
@@ -56,6 +60,7 @@ __all__ = [
     "HandshakeAnswer",
     "KafkaListenerAddress",
     "SecurityProtocol",
+    "kafka_session",
     "parse_kafka_listener",
 ]
 
@@ -126,6 +131,21 @@ class AuthenticateAnswer:
     close: bool = False
     delay_s: float = 0.0
     log: str = ""
+
+
+def kafka_session(
+    max_reauth_s: float, credential_expires_s: float | None, now_s: float
+) -> tuple[int, float | None]:
+    """A Kafka connection's SASL session from an authentication completed at ``now_s``:
+    the ``session_lifetime_ms`` to answer and when the session expires (``None``: never),
+    as Kafka's ``SaslServerAuthenticator`` computes them (see the module docstring)."""
+    limits = [] if credential_expires_s is None else [credential_expires_s - now_s]
+    if max_reauth_s > 0:
+        limits.append(max_reauth_s)
+    if not limits:
+        return 0, None
+    lifetime_s = max(min(limits), 0.0)
+    return int(lifetime_s * 1000), now_s + lifetime_s
 
 
 class ConnectionSecurity:
@@ -243,10 +263,12 @@ class ConnectionSecurity:
         self._authenticated = True
         self._authenticated_with = mechanism
         self._principal = CallPrincipal(step.principal, self.host, mechanism)
-        self._expires_at_s = now_s + step.session_lifetime_ms / 1000
+        lifetime_ms, self._expires_at_s = kafka_session(
+            self._authenticator.settings.max_reauth_s, step.credential_expires_s, now_s
+        )
         return AuthenticateAnswer(
             auth_bytes=step.auth_bytes,
-            session_lifetime_ms=step.session_lifetime_ms,
+            session_lifetime_ms=lifetime_ms,
             log=f"{step.principal} {'re-' if again else ''}authenticated with {mechanism}",
         )
 
