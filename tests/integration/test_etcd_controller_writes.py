@@ -285,3 +285,37 @@ async def test_a_read_whose_revision_is_compacted_between_pages_says_so(
     finally:
         await channel.close()
         await connection.close()
+
+
+async def test_a_broker_without_its_leased_key_stays_fenced_though_it_heartbeats(
+    etcd: EtcdServer,
+) -> None:
+    """Liveness is the leased key, as the ephemeral znode was: a broker whose key went (its
+    session expired, or it is cut off from etcd but not from the controller) is fenced and
+    its heartbeats do not unfence it until its key is back."""
+    async with active_controller(etcd.endpoint, "keyless") as (controller, connection, space):
+        lease = controller.session.lease_id
+        assert lease is not None
+        await connection.txn((), [Delete(space.broker_id(2))])
+        async with asyncio.timeout(30):
+            while not controller.image.brokers[2].fenced:
+                await asyncio.sleep(0.02)
+        assert not controller.image.partitions_led_by(2)
+
+        def heartbeat() -> BrokerHeartbeatRequest:
+            image = controller.image
+            return BrokerHeartbeatRequest(2, image.brokers[2].broker_epoch, image.offset)
+
+        response = await controller.call(codec.BROKER_HEARTBEAT, heartbeat())
+        assert response.error == ErrorCode.NONE
+        assert response.is_fenced
+        assert controller.image.brokers[2].fenced
+
+        await connection.txn((), [Put(space.broker_id(2), b'{"listeners": []}', lease)])
+        async with asyncio.timeout(30):
+            while True:
+                response = await controller.call(codec.BROKER_HEARTBEAT, heartbeat())
+                if not response.is_fenced:
+                    break
+                await asyncio.sleep(0.05)
+        assert not controller.image.brokers[2].fenced

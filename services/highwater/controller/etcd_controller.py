@@ -82,6 +82,7 @@ from highwater.controller.config import ControllerConfig
 from highwater.controller.quorum_controller import CONTROLLER_CALLS, QuorumController
 from highwater.controller.service import ControllerServicer
 from highwater.controller_api.codec import ControllerRpc, InvalidRequestError
+from highwater.controller_api.messages import BrokerHeartbeatRequest
 from highwater.errors import HighwaterError
 from highwater.etcd_metadata.connection import (
     Compare,
@@ -733,6 +734,15 @@ class EtcdController:
                     f"the controller serves nothing from an inconsistent metadata store: "
                     f"{self.inconsistency}",
                 )
+            if (
+                isinstance(request, BrokerHeartbeatRequest)
+                and request.broker_id not in self._live_brokers
+                and not request.want_fence
+            ):
+                # Liveness is the leased key (the ephemeral znode): a broker without one
+                # (its session expired, or it is cut off from etcd) is fenced by its
+                # heartbeat too, and none unfences it until its key is back.
+                request = dataclasses.replace(request, want_fence=True)
             result = CONTROLLER_CALLS[rpc.name](self.controller, request, self._clock())
             if result.records:
                 try:
