@@ -18,12 +18,17 @@ from etcd_processes import EtcdServer, etcd_member
 from highwater.controller.config import ControllerConfig
 from highwater.controller.etcd_controller import EtcdController, EtcdControllerSettings
 from highwater.controller_api import codec
-from highwater.controller_api.messages import BrokerHeartbeatRequest
+from highwater.controller_api.messages import (
+    BrokerHeartbeatRequest,
+    CreatableTopic,
+    CreateTopicsRequest,
+)
 from highwater.etcd_metadata.connection import (
     Compare,
     Delete,
     EtcdCompactedError,
     EtcdConnection,
+    PrefixChanges,
     Put,
     TxnResult,
 )
@@ -77,6 +82,21 @@ class CountingConnection(EtcdConnection):
             self.in_flight -= 1
 
 
+class GatedWatchConnection(CountingConnection):
+    """The real connection whose watch holds back every response past ``release_through``
+    until the test raises it: a watch that delivers late, as under load."""
+
+    release_through = 2**62
+
+    async def watch_prefix_changes(
+        self, prefix: str, start_revision: int
+    ) -> AsyncIterator[PrefixChanges]:
+        async for changes in super().watch_prefix_changes(prefix, start_revision):
+            while changes.revision > self.release_through:
+                await asyncio.sleep(0.01)
+            yield changes
+
+
 def cluster_image() -> MetadataImage:
     """3 brokers registered and unfenced; 10 topics of 10 partitions, RF 3, leaders spread."""
     records: list[MetadataRecord] = []
@@ -94,7 +114,7 @@ def cluster_image() -> MetadataImage:
 
 @contextlib.asynccontextmanager
 async def active_controller(
-    endpoint: str, cluster: str
+    endpoint: str, cluster: str, connection_type: type[CountingConnection] = CountingConnection
 ) -> AsyncIterator[tuple[EtcdController, CountingConnection, KeySpace]]:
     """A controller over ``cluster``'s prefix holding :func:`cluster_image`, its 3 brokers'
     leased keys present; etcd taking at most ``MAX_TXN_OPS`` operations per transaction
@@ -102,7 +122,7 @@ async def active_controller(
     address = parse_metadata_store(f"etcd://{endpoint}/{cluster}")
     space = KeySpace(address.prefix)
     image = cluster_image()
-    connection = CountingConnection(address)
+    connection = connection_type(address)
     session = EtcdSession(EtcdConnection(address), ttl_s=30)
     keys = {
         k: partition_state_value(v, 0) if "/partitions/" in k else v
@@ -319,3 +339,42 @@ async def test_a_broker_without_its_leased_key_stays_fenced_though_it_heartbeats
                     break
                 await asyncio.sleep(0.05)
         assert not controller.image.brokers[2].fenced
+
+
+async def test_a_hand_edit_seen_before_the_controllers_own_write_is_not_lost(
+    etcd: EtcdServer,
+) -> None:
+    """A key edited behind the controller's back, whose event the watch delivers after the
+    controller wrote something else (a view older than its own write), is still noticed
+    once the view catches up: the controller takes etcd's state again."""
+    async with active_controller(etcd.endpoint, "late-watch", GatedWatchConnection) as (
+        controller,
+        connection,
+        space,
+    ):
+        key = space.partition_state("topic-0", 0)
+        _, held = await connection.get(key)
+        assert held is not None
+        state = json.loads(held.value)
+        assert len(state["isr"]) == 3
+        state["isr"] = [state["leader"]]
+        state["partition_epoch"] += 1
+        connection.release_through = held.mod_revision  # nothing newer reaches the view
+        edit = await connection.txn((), [Put(key, json.dumps(state).encode())])
+        response = await controller.call(
+            codec.CREATE_TOPICS,
+            CreateTopicsRequest((CreatableTopic("late", 1, 1),)),
+        )
+        assert response.error == ErrorCode.NONE
+        assert response.topics[0].error == ErrorCode.NONE
+        # The edit reaches the view, the controller's own write not yet: a round looks.
+        connection.release_through = edit.revision
+        async with asyncio.timeout(30):
+            while controller.view.revision < edit.revision:
+                await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)
+        connection.release_through = 2**62
+        async with asyncio.timeout(15):
+            while len(controller.image.topics.by_name["topic-0"].partitions[0].isr) != 1:
+                await asyncio.sleep(0.05)
+        assert "late" in controller.image.topics.by_name

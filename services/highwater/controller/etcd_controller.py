@@ -499,8 +499,14 @@ class EtcdController:
                 self._step_down(f"the controller key now names {claim}")
             else:
                 async with self._lock:
-                    # A read from before this controller's last write is stale, not a change.
-                    if revision >= self._offset_revision and self._state_changed(keys, changed):
+                    # A view from before this controller's last write is stale, not a
+                    # change: the keys it changed are looked at again once it caught up
+                    # (else an edit behind the controller's back whose event came before
+                    # the controller's own write's events went unseen).
+                    if revision < self._offset_revision:
+                        if changed is not None:
+                            self.view.keep_changes(changed)
+                    elif self._state_changed(keys, changed):
                         self._load(keys)
                 self._expire_dead_brokers()
                 self._known_revision = revision
