@@ -196,11 +196,18 @@ class WritePlan:
     final: list[Put | Delete]
 
 
+FENCE_COMPARES = 2
+"""The compares every write of the controller holds besides its keys' own: the
+``controller_epoch`` it was elected in, and the ``controller`` key it claimed (its
+``mod_revision``: gone with the lease, or overwritten by a newer claim)."""
+
+
 def plan_writes(changes: KeyChanges, epoch: int, max_txn_ops: int) -> WritePlan:
     """How ``changes`` are written by the controller of ``epoch`` (pure): partition states
     stamped with the epoch; in one transaction when it fits etcd's ``--max-txn-ops`` with
-    the epoch compare and the offset counter, else the existing partitions' states in
-    transactions of ``max_txn_ops - 1`` first. :class:`MetadataWriteTooLargeError` when
+    the two fencing compares (the epoch, the claimed ``controller`` key) and the offset
+    counter, else the existing partitions' states in transactions of ``max_txn_ops - 2``
+    first. :class:`MetadataWriteTooLargeError` when
     what must be written together does not fit one transaction."""
     updates: list[Put | Delete] = []  # existing partition states: each valid alone
     structure: list[Put | Delete] = []  # everything else: valid only together
@@ -214,16 +221,17 @@ def plan_writes(changes: KeyChanges, epoch: int, max_txn_ops: int) -> WritePlan:
             value = partition_state_value(value, epoch)
         structure.append(Put(key, value))
     structure.extend(Delete(key) for key in sorted(changes.deleted))
-    if len(updates) + len(structure) + 2 <= max_txn_ops:
+    # Compares: the epoch, the claimed key, one per key written, the offset counter.
+    if len(updates) + len(structure) + FENCE_COMPARES + 1 <= max_txn_ops:
         return WritePlan([], updates + structure)
-    if len(structure) + 2 > max_txn_ops:
+    if len(structure) + FENCE_COMPARES + 1 > max_txn_ops:
         raise MetadataWriteTooLargeError(
             f"this change writes {len(structure)} keys that etcd must take in one "
             f"transaction, and etcd takes at most {max_txn_ops} operations in one "
             "(--max-txn-ops): start etcd with a larger --max-txn-ops (and "
             "--max-request-bytes), and the brokers with --etcd-max-txn-ops to match"
         )
-    size = max_txn_ops - 1
+    size = max_txn_ops - FENCE_COMPARES
     return WritePlan([updates[i : i + size] for i in range(0, len(updates), size)], structure)
 
 
@@ -258,6 +266,8 @@ class EtcdController:
         """The controller epoch this candidate is active in; None while not active."""
         self.active_claim: ControllerClaim | None = None
         """Who holds the ``controller`` key, as last read."""
+        self._claim_revision = 0
+        """The ``mod_revision`` of this controller's ``controller`` key (while active)."""
         self.inconsistency: InconsistentMetadataError | None = None
         self.unreachable: EtcdUnavailableError | None = None
         """The last failure to reach etcd, until it answers again."""
@@ -522,7 +532,7 @@ class EtcdController:
         ):
             # Our own claim, under our own lease, whose answer was lost (the call timed
             # out after etcd applied it): take it up as if the answer had come.
-            await self._take_claim(claim)
+            await self._take_claim(claim, claim_kv.mod_revision)
 
     def _state_changed(self, keys: Mapping[str, KeyVersion], changed: set[str] | None) -> bool:
         """Whether a state key (of ``changed`` only, when given) is not as this controller
@@ -566,15 +576,16 @@ class EtcdController:
         )
         if not result.succeeded:
             return
-        await self._take_claim(claim)
+        await self._take_claim(claim, result.revision)
 
-    async def _take_claim(self, claim: ControllerClaim) -> None:
-        """Become the controller of ``claim.epoch``: read the whole prefix once and take
-        it as the state."""
+    async def _take_claim(self, claim: ControllerClaim, claim_revision: int) -> None:
+        """Become the controller of ``claim.epoch`` (its key put at ``claim_revision``):
+        read the whole prefix once and take it as the state."""
         revision, keys = await self._read_prefix()
         async with self._lock:
             self._load(keys)
             self.epoch = claim.epoch
+            self._claim_revision = claim_revision
             self.active_claim = claim
             self._live_brokers = {
                 b for key in keys if (b := self.space.broker_id_of(key)) is not None
@@ -637,9 +648,10 @@ class EtcdController:
         """Write the image ``records`` make (see the module docstring); raises
         :class:`_StateChanged` (and reads etcd again) if a compare failed, or
         :class:`EtcdUnavailableError`."""
-        epoch = self.epoch
+        epoch, claim_revision = self.epoch, self._claim_revision
         if epoch is None:
             raise _StateChanged("not the controller")
+        fence = (epoch, claim_revision)
         parent = self._image
         offset = parent.offset + len(records)
         image = MetadataDelta(parent).replay_all(records).apply(offset, epoch)
@@ -647,9 +659,9 @@ class EtcdController:
             changed_keys(parent, image, records, self.space), epoch, self.settings.max_txn_ops
         )
         chunks, structure = plan.chunks, plan.final
-        results = await self._write_pipelined(chunks, epoch, offset)
+        results = await self._write_pipelined(chunks, fence, offset)
         written = list(zip(chunks, results, strict=True))
-        result = await self._write(structure, epoch, offset, final=True)
+        result = await self._write(structure, fence, offset, final=True)
         written.append((structure, result))
         for ops, at in written:  # only once all are in: see _write
             for op in ops:
@@ -667,7 +679,7 @@ class EtcdController:
         self._push_all()
 
     async def _write_pipelined(
-        self, chunks: list[list[Put | Delete]], epoch: int, offset: int
+        self, chunks: list[list[Put | Delete]], fence: tuple[int, int], offset: int
     ) -> list[TxnResult]:
         """The transactions of ``chunks`` (a plan's partition-state updates: disjoint keys,
         each valid alone), up to ``write_pipeline`` of them in flight, as ZooKeeper-era
@@ -685,7 +697,7 @@ class EtcdController:
                 if failures:
                     return
                 try:
-                    results[index] = await self._write(chunks[index], epoch, offset)
+                    results[index] = await self._write(chunks[index], fence, offset)
                 except (_StateChanged, EtcdUnavailableError, EtcdRequestTooLargeError) as e:
                     failures.append(e)
                     return
@@ -697,20 +709,27 @@ class EtcdController:
         return [r for r in results if r is not None]
 
     async def _write(
-        self, ops: list[Put | Delete], epoch: int, offset: int, *, final: bool = False
+        self, ops: list[Put | Delete], fence: tuple[int, int], offset: int, *, final: bool = False
     ) -> TxnResult:
-        """One transaction of ``ops``, guarded by the controller epoch and each key's
-        ``mod_revision``; ``final``: the one that also advances ``metadata_offset``.
+        """One transaction of ``ops``, guarded by ``fence`` (the controller epoch, and the
+        ``mod_revision`` of the ``controller`` key this controller claimed: a controller
+        whose lease is gone, paused past it, writes nothing even before another is
+        elected) and each key's ``mod_revision``; ``final``: the one that also advances
+        ``metadata_offset``.
 
         A change too large for one transaction (etcd's ``--max-txn-ops``) is written as
         several: first the updates of existing partition states (each key valid alone, as
         each partition's znode was written alone by ZooKeeper-era controllers), in
-        transactions of ``max_txn_ops - 1``, several in flight
+        transactions of ``max_txn_ops - 2``, several in flight
         (:meth:`_write_pipelined`), then, once all are in, the rest with the offset. A failure
         between them leaves some partitions changed: the next read finds keys not as this
         controller holds them and loads etcd's state again, and the controller decides
         anew on it."""
-        compares = [Compare(self.space.controller_epoch, "value", str(epoch).encode())]
+        epoch, claim_revision = fence
+        compares = [
+            Compare(self.space.controller_epoch, "value", str(epoch).encode()),
+            Compare(self.space.controller, "mod", claim_revision),
+        ]
         compares += [Compare(op.key, "mod", self._revisions.get(op.key, 0)) for op in ops]
         ops = list(ops)
         if final:
