@@ -10,7 +10,9 @@ port, serving ``highwater.internal.v1.Controller``:
   the key goes when the session does, as the ephemeral ``/controller`` znode) and the
   epoch plus one. The epoch fences: every write the controller makes compares
   ``controller_epoch`` with its own, so a deposed controller's writes fail, and brokers
-  refuse pushes of an older epoch. A session that expires (no lease refresh for its TTL)
+  refuse pushes of an older epoch; and the ``controller`` key's ``mod_revision`` with its
+  claim's, so a controller whose lease is gone writes nothing even before another is
+  elected. A session that expires (no lease refresh for its TTL)
   makes the controller step down at once, before etcd can have elected another.
 * **Decisions** are the quorum controller's own (:class:`QuorumController`, pure): a
   request or a tick on the current image gives records. **Writes**: the image those
