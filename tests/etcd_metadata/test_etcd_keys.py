@@ -98,6 +98,28 @@ def test_an_image_survives_the_trip_through_the_keys() -> None:
     assert image_keys(again, SPACE) == keys
 
 
+def test_a_partitions_eligible_leader_replicas_survive_the_trip_through_the_keys() -> None:
+    """The ELR (KIP-966), which the controller's decisions keep, is in the state key: a
+    controller that reads etcd again (a failover) may still elect a replica that left the
+    ISR below min.insync.replicas holding every committed record, as the one before it."""
+    records = cluster_records()
+    records[5] = PartitionRecord(ORDERS, 0, (1, 2, 3), (1,), 1, 4, 7, (), (), (2,), (3,))
+    image = image_of(records)
+    keys = image_keys(image, SPACE)
+    written = {
+        k: partition_state_value(v, 3) if k.endswith("/state") else v for k, v in keys.items()
+    }
+    again = image_from_keys(written, SPACE, 20)
+    partition = again.topics.by_name["orders"].partitions[0]
+    assert (partition.elr, partition.last_known_elr) == ((2,), (3,))
+    assert list(snapshot_records(again)) == list(snapshot_records(image))
+    # An ELR change alone (the partition epoch with it) is a change of the state key.
+    change = [PartitionChangeRecord(ORDERS, 0, eligible_leader_replicas=(2, 3))]
+    after = MetadataDelta(image).replay_all(change).apply(image.offset + 1, 1)
+    updated = changed_keys(image, after, change, SPACE).updated
+    assert json.loads(updated[SPACE.partition_state("orders", 0)])["elr"] == [2, 3]
+
+
 ORDERS = "AAAAAAAAAAAAAAAAAAAAAA"
 CHANGES: list[list[MetadataRecord]] = [
     [PartitionChangeRecord(ORDERS, 1, leader=3, isr=(3, 1))],

@@ -41,16 +41,16 @@ def test_a_small_change_is_one_transaction_with_partition_states_stamped() -> No
 
 def test_past_the_limit_existing_states_go_first_in_transactions_that_fit() -> None:
     plan = plan_writes(KeyChanges(states(300), {SPACE.topic("u"): b"{}"}, frozenset()), 1, 128)
-    assert [len(chunk) for chunk in plan.chunks] == [127, 127, 46]
+    assert [len(chunk) for chunk in plan.chunks] == [126, 126, 48]
     assert plan.final == [Put(SPACE.topic("u"), b"{}")]
     assert sum(len(c) for c in plan.chunks) == 300
 
 
 def test_what_must_be_written_together_beyond_one_transaction_is_refused() -> None:
-    created = {SPACE.partition_state("big", p): STATE for p in range(127)}
+    created = {SPACE.partition_state("big", p): STATE for p in range(126)}
     with pytest.raises(MetadataWriteTooLargeError, match="--max-txn-ops"):
         plan_writes(KeyChanges({}, created, frozenset()), 1, 128)
     assert isinstance(
-        plan_writes(KeyChanges({}, dict(list(created.items())[:126]), frozenset()), 1, 128),
+        plan_writes(KeyChanges({}, dict(list(created.items())[:125]), frozenset()), 1, 128),
         WritePlan,
     )

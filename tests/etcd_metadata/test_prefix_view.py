@@ -60,3 +60,17 @@ def test_a_reader_is_told_the_keys_changed_since_it_last_looked_or_all_after_a_l
     assert view.take_changes() == set()
     view.load(20, {"c": kv(b"4", 20)})
     assert view.take_changes() is None
+
+
+def test_changes_a_reader_kept_back_are_given_again_with_the_newer_ones() -> None:
+    view = PrefixView()
+    view.watching_from(11)
+    view.load(10, {"a": kv(b"1", 5)})
+    assert view.take_changes() is None
+    view.apply([KeyChange("a", 11, kv(b"2", 11))])
+    taken = view.take_changes()
+    assert taken == {"a"}
+    view.keep_changes(taken)  # the reader could not judge them yet
+    view.apply([KeyChange("b", 12, kv(b"3", 12))])
+    assert view.take_changes() == {"a", "b"}
+    assert view.take_changes() == set()

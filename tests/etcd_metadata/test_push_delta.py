@@ -164,6 +164,33 @@ def test_a_whole_image_of_the_same_offset_replaces_a_different_one() -> None:
     assert pushed.image == other  # older: ignored
 
 
+def test_a_newer_controller_epochs_whole_image_replaces_one_of_a_higher_offset() -> None:
+    """Offsets order images within one controller epoch only: a new controller's image is
+    the truth even at a lower offset (its etcd counter behind what a former controller
+    pushed, as after a rollback of a migration whose dual writes lagged), and the node
+    takes it instead of keeping the deposed controller's and being pushed it forever."""
+    pushed = PushedMetadata()
+    ahead = load_snapshot([*_brokers(), TopicRecord("t", "T" * 22)], 9, 4)
+    pushed.accept(controller_id=1, controller_epoch=4, offset=9, values=snapshot_values(ahead))
+    behind = load_snapshot(_brokers(), 6, 5)
+    pushes = DeltaPushes()
+    pushes.clear(6)
+    assert isinstance(pushes.plan(NODE), FullPush)
+    error, _ = pushed.accept(
+        controller_id=2, controller_epoch=5, offset=6, values=snapshot_values(behind)
+    )
+    assert error == ErrorCode.NONE
+    assert pushed.image == behind
+    pushes.acknowledged(
+        NODE, image_offset=pushed.image.offset, image_epoch=pushed.image.epoch, controller_epoch=5
+    )
+    assert pushes.plan(NODE) is None
+    # Within the new epoch an older whole image is a reordered push: ignored.
+    older = load_snapshot(_brokers()[:2], 5, 5)
+    pushed.accept(controller_id=2, controller_epoch=5, offset=5, values=snapshot_values(older))
+    assert pushed.image == behind
+
+
 # --- the property ---------------------------------------------------------------------
 
 

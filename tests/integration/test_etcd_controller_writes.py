@@ -18,12 +18,17 @@ from etcd_processes import EtcdServer, etcd_member
 from highwater.controller.config import ControllerConfig
 from highwater.controller.etcd_controller import EtcdController, EtcdControllerSettings
 from highwater.controller_api import codec
-from highwater.controller_api.messages import BrokerHeartbeatRequest
+from highwater.controller_api.messages import (
+    BrokerHeartbeatRequest,
+    CreatableTopic,
+    CreateTopicsRequest,
+)
 from highwater.etcd_metadata.connection import (
     Compare,
     Delete,
     EtcdCompactedError,
     EtcdConnection,
+    PrefixChanges,
     Put,
     TxnResult,
 )
@@ -77,6 +82,21 @@ class CountingConnection(EtcdConnection):
             self.in_flight -= 1
 
 
+class GatedWatchConnection(CountingConnection):
+    """The real connection whose watch holds back every response past ``release_through``
+    until the test raises it: a watch that delivers late, as under load."""
+
+    release_through = 2**62
+
+    async def watch_prefix_changes(
+        self, prefix: str, start_revision: int
+    ) -> AsyncIterator[PrefixChanges]:
+        async for changes in super().watch_prefix_changes(prefix, start_revision):
+            while changes.revision > self.release_through:
+                await asyncio.sleep(0.01)
+            yield changes
+
+
 def cluster_image() -> MetadataImage:
     """3 brokers registered and unfenced; 10 topics of 10 partitions, RF 3, leaders spread."""
     records: list[MetadataRecord] = []
@@ -94,7 +114,7 @@ def cluster_image() -> MetadataImage:
 
 @contextlib.asynccontextmanager
 async def active_controller(
-    endpoint: str, cluster: str
+    endpoint: str, cluster: str, connection_type: type[CountingConnection] = CountingConnection
 ) -> AsyncIterator[tuple[EtcdController, CountingConnection, KeySpace]]:
     """A controller over ``cluster``'s prefix holding :func:`cluster_image`, its 3 brokers'
     leased keys present; etcd taking at most ``MAX_TXN_OPS`` operations per transaction
@@ -102,7 +122,7 @@ async def active_controller(
     address = parse_metadata_store(f"etcd://{endpoint}/{cluster}")
     space = KeySpace(address.prefix)
     image = cluster_image()
-    connection = CountingConnection(address)
+    connection = connection_type(address)
     session = EtcdSession(EtcdConnection(address), ttl_s=30)
     keys = {
         k: partition_state_value(v, 0) if "/partitions/" in k else v
@@ -166,9 +186,10 @@ async def test_a_controlled_shutdown_past_max_txn_ops_is_written_pipelined(
             while controller.image.partitions_led_by(2):
                 await asyncio.sleep(0.02)
         after = controller.image
-        # Broker 2 left every ISR: 100 state keys changed, at most 15 a transaction (the
-        # epoch compare takes one of etcd's 16 compares), several in flight, the offset last.
-        assert connection.transactions >= -(-TOPICS * PARTITIONS_PER_TOPIC // 15) + 1
+        # Broker 2 left every ISR: 100 state keys changed, at most 14 a transaction (the
+        # epoch's and the controller key's compares take two of etcd's 16), several in
+        # flight, the offset last.
+        assert connection.transactions >= -(-TOPICS * PARTITIONS_PER_TOPIC // 14) + 1
         assert 1 < connection.most_in_flight <= PIPELINE
         _, stored = await connection.get_prefix(space.prefix)
         states = partition_states({k: v.value for k, v in stored.items()})
@@ -285,3 +306,103 @@ async def test_a_read_whose_revision_is_compacted_between_pages_says_so(
     finally:
         await channel.close()
         await connection.close()
+
+
+async def test_a_broker_without_its_leased_key_stays_fenced_though_it_heartbeats(
+    etcd: EtcdServer,
+) -> None:
+    """Liveness is the leased key, as the ephemeral znode was: a broker whose key went (its
+    session expired, or it is cut off from etcd but not from the controller) is fenced and
+    its heartbeats do not unfence it until its key is back."""
+    async with active_controller(etcd.endpoint, "keyless") as (controller, connection, space):
+        lease = controller.session.lease_id
+        assert lease is not None
+        await connection.txn((), [Delete(space.broker_id(2))])
+        async with asyncio.timeout(30):
+            while not controller.image.brokers[2].fenced:
+                await asyncio.sleep(0.02)
+        assert not controller.image.partitions_led_by(2)
+
+        def heartbeat() -> BrokerHeartbeatRequest:
+            image = controller.image
+            return BrokerHeartbeatRequest(2, image.brokers[2].broker_epoch, image.offset)
+
+        response = await controller.call(codec.BROKER_HEARTBEAT, heartbeat())
+        assert response.error == ErrorCode.NONE
+        assert response.is_fenced
+        assert controller.image.brokers[2].fenced
+
+        await connection.txn((), [Put(space.broker_id(2), b'{"listeners": []}', lease)])
+        async with asyncio.timeout(30):
+            while True:
+                response = await controller.call(codec.BROKER_HEARTBEAT, heartbeat())
+                if not response.is_fenced:
+                    break
+                await asyncio.sleep(0.05)
+        assert not controller.image.brokers[2].fenced
+
+
+async def test_a_hand_edit_seen_before_the_controllers_own_write_is_not_lost(
+    etcd: EtcdServer,
+) -> None:
+    """A key edited behind the controller's back, whose event the watch delivers after the
+    controller wrote something else (a view older than its own write), is still noticed
+    once the view catches up: the controller takes etcd's state again."""
+    async with active_controller(etcd.endpoint, "late-watch", GatedWatchConnection) as (
+        controller,
+        connection,
+        space,
+    ):
+        key = space.partition_state("topic-0", 0)
+        _, held = await connection.get(key)
+        assert held is not None
+        state = json.loads(held.value)
+        assert len(state["isr"]) == 3
+        state["isr"] = [state["leader"]]
+        state["partition_epoch"] += 1
+        connection.release_through = held.mod_revision  # nothing newer reaches the view
+        edit = await connection.txn((), [Put(key, json.dumps(state).encode())])
+        response = await controller.call(
+            codec.CREATE_TOPICS,
+            CreateTopicsRequest((CreatableTopic("late", 1, 1),)),
+        )
+        assert response.error == ErrorCode.NONE
+        assert response.topics[0].error == ErrorCode.NONE
+        # The edit reaches the view, the controller's own write not yet: a round looks.
+        connection.release_through = edit.revision
+        async with asyncio.timeout(30):
+            while controller.view.revision < edit.revision:
+                await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)
+        connection.release_through = 2**62
+        async with asyncio.timeout(15):
+            while len(controller.image.topics.by_name["topic-0"].partitions[0].isr) != 1:
+                await asyncio.sleep(0.05)
+        assert "late" in controller.image.topics.by_name
+
+
+async def test_a_controller_whose_lease_is_gone_writes_nothing_though_no_other_was_elected(
+    etcd: EtcdServer,
+) -> None:
+    """Paused past its lease: the ``controller`` key went with the lease, and no other
+    candidate has claimed yet (the epoch is unchanged). The controller, not knowing it yet
+    (its session not refreshed since, the key's deletion not yet delivered), must not write:
+    every write is conditional on the key it claimed, not only on the epoch."""
+    async with active_controller(etcd.endpoint, "lease-gone", GatedWatchConnection) as (
+        controller,
+        connection,
+        space,
+    ):
+        lease = controller.session.lease_id
+        assert lease is not None and controller.is_active
+        revision, _ = await connection.get(space.controller)
+        connection.release_through = revision  # the key's deletion stays unseen
+        await connection.revoke_lease(lease)
+        _, claim = await connection.get(space.controller)
+        assert claim is None
+        response = await controller.call(
+            codec.CREATE_TOPICS, CreateTopicsRequest((CreatableTopic("unleased", 1, 1),))
+        )
+        assert response.error == ErrorCode.NOT_CONTROLLER
+        _, topic = await connection.get(space.topic("unleased"))
+        assert topic is None

@@ -6,11 +6,18 @@ whose lease stays alive is another live process using the id, refused naming the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 from etcd_processes import EtcdServer, etcd_member
-from highwater.etcd_metadata.connection import EtcdConnection, Put
+from highwater.etcd_metadata.connection import (
+    Compare,
+    Delete,
+    EtcdConnection,
+    EtcdUnavailableError,
+    Put,
+    TxnResult,
+)
 from highwater.etcd_metadata.endpoints import parse_metadata_store
 from highwater.etcd_metadata.keys import KeySpace
 from highwater.etcd_metadata.registration import BrokerPresence, DuplicateBrokerError
@@ -79,3 +86,56 @@ async def test_a_key_held_by_a_live_lease_is_another_broker_named_in_the_error(
         await mine.stop()
         await other.stop()
         await connection.close()
+
+
+class AnswerLostOnce(EtcdConnection):
+    """The real connection whose first transaction etcd applies but whose answer is lost
+    (the call timed out after etcd applied it)."""
+
+    lost = False
+
+    async def txn(
+        self,
+        compares: Sequence[Compare],
+        success: Sequence[Put | Delete],
+        failure: Sequence[Put | Delete] = (),
+    ) -> TxnResult:
+        result = await super().txn(compares, success, failure)
+        if not self.lost:
+            self.lost = True
+            raise EtcdUnavailableError("the answer was lost")
+        return result
+
+
+async def test_a_registration_whose_answer_was_lost_is_still_renewed_with_the_session(
+    etcd: EtcdServer,
+) -> None:
+    """The key was created but its answer lost: the retry finds it under its own lease and
+    takes it as registered, so when the session expires and gets a new lease, the key is
+    created again with it, as after any registration."""
+    address = parse_metadata_store(f"etcd://{etcd.endpoint}/lost")
+    space = KeySpace(address.prefix)
+    connection = AnswerLostOnce(address)
+    writer = EtcdConnection(address)
+    session = EtcdSession(EtcdConnection(address), ttl_s=3)
+    presence = BrokerPresence(connection, space, session, 6, b"{}", timeout_s=20)
+    try:
+        await session.start()
+        first = session.lease_id
+        assert first is not None
+        await presence.register()
+        _, held = await writer.get(space.broker_id(6))
+        assert held is not None and held.lease == first and connection.lost
+        await writer.revoke_lease(first)  # the session is over (the key goes with it)
+        async with asyncio.timeout(20):
+            while True:
+                _, held = await writer.get(space.broker_id(6))
+                if held is not None and held.lease != first:
+                    break
+                await asyncio.sleep(0.1)
+        assert held.lease == session.lease_id
+    finally:
+        await presence.stop()
+        await session.stop()
+        await connection.close()
+        await writer.close()

@@ -710,6 +710,7 @@ class PartitionManager:
         here: list[TopicPartition] = []
         done = True
         config = None
+        self._drop_replaced(topic)
         for index in range(len(topic.partitions)):
             registration = topic.partition(index)
             if registration is None or self.broker_id not in registration.replicas:
@@ -763,6 +764,32 @@ class PartitionManager:
                 registration.leader_epoch,
             )
         return tuple(here), done
+
+    def _drop_replaced(self, topic: TopicImage) -> None:
+        """Remove, with their logs, the replicas held here under ``topic``'s name but of
+        another topic id: the name's topic was deleted and created again, and this image
+        is the first to show it (a delta holding both changes, or a whole image after
+        missed ones). Before the new topic's replicas are made, so that they start with
+        empty logs instead of taking the old topic's records as theirs."""
+        replaced = [
+            tp
+            for index in range(len(topic.partitions))
+            if (held := self._partitions.get(tp := TopicPartition(topic.name, index))) is not None
+            and held.topic_id != topic.topic_id
+        ]
+        if not replaced:
+            return
+        for tp in replaced:
+            del self._partitions[tp]
+            self._changed(tp)
+        self.log_manager.delete_logs(replaced)
+        log.info(
+            "broker %d: %d replicas of a former topic %s removed: the name is topic %s now",
+            self.broker_id,
+            len(replaced),
+            topic.name,
+            topic.topic_id,
+        )
 
     def _log_config(self, image: MetadataImage, topic: str) -> LogConfig:
         """``topic``'s effective config in ``image``, parsed again only when its overrides

@@ -10,7 +10,9 @@ port, serving ``highwater.internal.v1.Controller``:
   the key goes when the session does, as the ephemeral ``/controller`` znode) and the
   epoch plus one. The epoch fences: every write the controller makes compares
   ``controller_epoch`` with its own, so a deposed controller's writes fail, and brokers
-  refuse pushes of an older epoch. A session that expires (no lease refresh for its TTL)
+  refuse pushes of an older epoch; and the ``controller`` key's ``mod_revision`` with its
+  claim's, so a controller whose lease is gone writes nothing even before another is
+  elected. A session that expires (no lease refresh for its TTL)
   makes the controller step down at once, before etcd can have elected another.
 * **Decisions** are the quorum controller's own (:class:`QuorumController`, pure): a
   request or a tick on the current image gives records. **Writes**: the image those
@@ -82,6 +84,7 @@ from highwater.controller.config import ControllerConfig
 from highwater.controller.quorum_controller import CONTROLLER_CALLS, QuorumController
 from highwater.controller.service import ControllerServicer
 from highwater.controller_api.codec import ControllerRpc, InvalidRequestError
+from highwater.controller_api.messages import BrokerHeartbeatRequest
 from highwater.errors import HighwaterError
 from highwater.etcd_metadata.connection import (
     Compare,
@@ -195,11 +198,18 @@ class WritePlan:
     final: list[Put | Delete]
 
 
+FENCE_COMPARES = 2
+"""The compares every write of the controller holds besides its keys' own: the
+``controller_epoch`` it was elected in, and the ``controller`` key it claimed (its
+``mod_revision``: gone with the lease, or overwritten by a newer claim)."""
+
+
 def plan_writes(changes: KeyChanges, epoch: int, max_txn_ops: int) -> WritePlan:
     """How ``changes`` are written by the controller of ``epoch`` (pure): partition states
     stamped with the epoch; in one transaction when it fits etcd's ``--max-txn-ops`` with
-    the epoch compare and the offset counter, else the existing partitions' states in
-    transactions of ``max_txn_ops - 1`` first. :class:`MetadataWriteTooLargeError` when
+    the two fencing compares (the epoch, the claimed ``controller`` key) and the offset
+    counter, else the existing partitions' states in transactions of ``max_txn_ops - 2``
+    first. :class:`MetadataWriteTooLargeError` when
     what must be written together does not fit one transaction."""
     updates: list[Put | Delete] = []  # existing partition states: each valid alone
     structure: list[Put | Delete] = []  # everything else: valid only together
@@ -213,16 +223,17 @@ def plan_writes(changes: KeyChanges, epoch: int, max_txn_ops: int) -> WritePlan:
             value = partition_state_value(value, epoch)
         structure.append(Put(key, value))
     structure.extend(Delete(key) for key in sorted(changes.deleted))
-    if len(updates) + len(structure) + 2 <= max_txn_ops:
+    # Compares: the epoch, the claimed key, one per key written, the offset counter.
+    if len(updates) + len(structure) + FENCE_COMPARES + 1 <= max_txn_ops:
         return WritePlan([], updates + structure)
-    if len(structure) + 2 > max_txn_ops:
+    if len(structure) + FENCE_COMPARES + 1 > max_txn_ops:
         raise MetadataWriteTooLargeError(
             f"this change writes {len(structure)} keys that etcd must take in one "
             f"transaction, and etcd takes at most {max_txn_ops} operations in one "
             "(--max-txn-ops): start etcd with a larger --max-txn-ops (and "
             "--max-request-bytes), and the brokers with --etcd-max-txn-ops to match"
         )
-    size = max_txn_ops - 1
+    size = max_txn_ops - FENCE_COMPARES
     return WritePlan([updates[i : i + size] for i in range(0, len(updates), size)], structure)
 
 
@@ -257,6 +268,8 @@ class EtcdController:
         """The controller epoch this candidate is active in; None while not active."""
         self.active_claim: ControllerClaim | None = None
         """Who holds the ``controller`` key, as last read."""
+        self._claim_revision = 0
+        """The ``mod_revision`` of this controller's ``controller`` key (while active)."""
         self.inconsistency: InconsistentMetadataError | None = None
         self.unreachable: EtcdUnavailableError | None = None
         """The last failure to reach etcd, until it answers again."""
@@ -498,8 +511,14 @@ class EtcdController:
                 self._step_down(f"the controller key now names {claim}")
             else:
                 async with self._lock:
-                    # A read from before this controller's last write is stale, not a change.
-                    if revision >= self._offset_revision and self._state_changed(keys, changed):
+                    # A view from before this controller's last write is stale, not a
+                    # change: the keys it changed are looked at again once it caught up
+                    # (else an edit behind the controller's back whose event came before
+                    # the controller's own write's events went unseen).
+                    if revision < self._offset_revision:
+                        if changed is not None:
+                            self.view.keep_changes(changed)
+                    elif self._state_changed(keys, changed):
                         self._load(keys)
                 self._expire_dead_brokers()
                 self._known_revision = revision
@@ -515,7 +534,7 @@ class EtcdController:
         ):
             # Our own claim, under our own lease, whose answer was lost (the call timed
             # out after etcd applied it): take it up as if the answer had come.
-            await self._take_claim(claim)
+            await self._take_claim(claim, claim_kv.mod_revision)
 
     def _state_changed(self, keys: Mapping[str, KeyVersion], changed: set[str] | None) -> bool:
         """Whether a state key (of ``changed`` only, when given) is not as this controller
@@ -559,15 +578,16 @@ class EtcdController:
         )
         if not result.succeeded:
             return
-        await self._take_claim(claim)
+        await self._take_claim(claim, result.revision)
 
-    async def _take_claim(self, claim: ControllerClaim) -> None:
-        """Become the controller of ``claim.epoch``: read the whole prefix once and take
-        it as the state."""
+    async def _take_claim(self, claim: ControllerClaim, claim_revision: int) -> None:
+        """Become the controller of ``claim.epoch`` (its key put at ``claim_revision``):
+        read the whole prefix once and take it as the state."""
         revision, keys = await self._read_prefix()
         async with self._lock:
             self._load(keys)
             self.epoch = claim.epoch
+            self._claim_revision = claim_revision
             self.active_claim = claim
             self._live_brokers = {
                 b for key in keys if (b := self.space.broker_id_of(key)) is not None
@@ -630,9 +650,10 @@ class EtcdController:
         """Write the image ``records`` make (see the module docstring); raises
         :class:`_StateChanged` (and reads etcd again) if a compare failed, or
         :class:`EtcdUnavailableError`."""
-        epoch = self.epoch
+        epoch, claim_revision = self.epoch, self._claim_revision
         if epoch is None:
             raise _StateChanged("not the controller")
+        fence = (epoch, claim_revision)
         parent = self._image
         offset = parent.offset + len(records)
         image = MetadataDelta(parent).replay_all(records).apply(offset, epoch)
@@ -640,9 +661,9 @@ class EtcdController:
             changed_keys(parent, image, records, self.space), epoch, self.settings.max_txn_ops
         )
         chunks, structure = plan.chunks, plan.final
-        results = await self._write_pipelined(chunks, epoch, offset)
+        results = await self._write_pipelined(chunks, fence, offset)
         written = list(zip(chunks, results, strict=True))
-        result = await self._write(structure, epoch, offset, final=True)
+        result = await self._write(structure, fence, offset, final=True)
         written.append((structure, result))
         for ops, at in written:  # only once all are in: see _write
             for op in ops:
@@ -660,7 +681,7 @@ class EtcdController:
         self._push_all()
 
     async def _write_pipelined(
-        self, chunks: list[list[Put | Delete]], epoch: int, offset: int
+        self, chunks: list[list[Put | Delete]], fence: tuple[int, int], offset: int
     ) -> list[TxnResult]:
         """The transactions of ``chunks`` (a plan's partition-state updates: disjoint keys,
         each valid alone), up to ``write_pipeline`` of them in flight, as ZooKeeper-era
@@ -678,7 +699,7 @@ class EtcdController:
                 if failures:
                     return
                 try:
-                    results[index] = await self._write(chunks[index], epoch, offset)
+                    results[index] = await self._write(chunks[index], fence, offset)
                 except (_StateChanged, EtcdUnavailableError, EtcdRequestTooLargeError) as e:
                     failures.append(e)
                     return
@@ -690,20 +711,27 @@ class EtcdController:
         return [r for r in results if r is not None]
 
     async def _write(
-        self, ops: list[Put | Delete], epoch: int, offset: int, *, final: bool = False
+        self, ops: list[Put | Delete], fence: tuple[int, int], offset: int, *, final: bool = False
     ) -> TxnResult:
-        """One transaction of ``ops``, guarded by the controller epoch and each key's
-        ``mod_revision``; ``final``: the one that also advances ``metadata_offset``.
+        """One transaction of ``ops``, guarded by ``fence`` (the controller epoch, and the
+        ``mod_revision`` of the ``controller`` key this controller claimed: a controller
+        whose lease is gone, paused past it, writes nothing even before another is
+        elected) and each key's ``mod_revision``; ``final``: the one that also advances
+        ``metadata_offset``.
 
         A change too large for one transaction (etcd's ``--max-txn-ops``) is written as
         several: first the updates of existing partition states (each key valid alone, as
         each partition's znode was written alone by ZooKeeper-era controllers), in
-        transactions of ``max_txn_ops - 1``, several in flight
+        transactions of ``max_txn_ops - 2``, several in flight
         (:meth:`_write_pipelined`), then, once all are in, the rest with the offset. A failure
         between them leaves some partitions changed: the next read finds keys not as this
         controller holds them and loads etcd's state again, and the controller decides
         anew on it."""
-        compares = [Compare(self.space.controller_epoch, "value", str(epoch).encode())]
+        epoch, claim_revision = fence
+        compares = [
+            Compare(self.space.controller_epoch, "value", str(epoch).encode()),
+            Compare(self.space.controller, "mod", claim_revision),
+        ]
         compares += [Compare(op.key, "mod", self._revisions.get(op.key, 0)) for op in ops]
         ops = list(ops)
         if final:
@@ -733,6 +761,15 @@ class EtcdController:
                     f"the controller serves nothing from an inconsistent metadata store: "
                     f"{self.inconsistency}",
                 )
+            if (
+                isinstance(request, BrokerHeartbeatRequest)
+                and request.broker_id not in self._live_brokers
+                and not request.want_fence
+            ):
+                # Liveness is the leased key (the ephemeral znode): a broker without one
+                # (its session expired, or it is cut off from etcd) is fenced by its
+                # heartbeat too, and none unfences it until its key is back.
+                request = dataclasses.replace(request, want_fence=True)
             result = CONTROLLER_CALLS[rpc.name](self.controller, request, self._clock())
             if result.records:
                 try:

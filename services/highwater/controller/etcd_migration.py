@@ -134,7 +134,10 @@ class EtcdMigration:
         self._leading = False
         self._fed_offset = -1
         self._push_to: frozenset[int] = frozenset()
-        self._pushed: dict[str, int] = {}
+        self._pushed: dict[str, tuple[int, int]] = {}
+        """Each node's last answered push: its claimed controller epoch and log offset. A
+        new claim's epoch pushes again though the log did not move: the node may hold an
+        image an etcd-mode candidate pushed in between."""
         self._push_tasks: dict[str, asyncio.Task[None]] = {}
         self._push_channels = MetadataPushChannels(node_id)
         self._task: asyncio.Task[None] | None = None
@@ -335,8 +338,9 @@ class EtcdMigration:
             or image.migration.state != MigrationStateRecord.MIGRATING
         ):
             return
+        pushing = (self.driver.controller_epoch, image.offset)
         for address in push_addresses(image, self._push_to):
-            if self._pushed.get(address) == image.offset:
+            if self._pushed.get(address) == pushing:
                 continue
             task = self._push_tasks.get(address)
             if task is not None and not task.done():
@@ -344,9 +348,10 @@ class EtcdMigration:
             self._push_tasks[address] = asyncio.create_task(self._push(address, image))
 
     async def _push(self, address: str, image: MetadataImage) -> None:
+        epoch = self.driver.controller_epoch
         request = broker_metadata_pb2.UpdateMetadataRequest(
             controller_id=self.node_id,
-            controller_epoch=self.driver.controller_epoch,
+            controller_epoch=epoch,
             offset=image.migration.etcd_metadata_offset + 1 + image.offset,
             records=snapshot_values(image),
             controller_address=self.address,
@@ -355,7 +360,7 @@ class EtcdMigration:
         if reply is None:
             return
         if reply.error == ErrorCode.NONE:
-            self._pushed[address] = image.offset
+            self._pushed[address] = (epoch, image.offset)
         else:
             log.warning(
                 "node %d: %s refused our push: %s", self.node_id, address, reply.error_message

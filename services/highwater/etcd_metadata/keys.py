@@ -11,7 +11,8 @@ ZooKeeper-era Kafka gave its znodes::
     brokers/registrations/<id>                  the broker's registration record
     brokers/topics/<topic>                      {"topic_id", "partitions": {"0": [1, 2]}}
     brokers/topics/<topic>/partitions/<p>/state {"leader", "leader_epoch", "isr",
-                                                 "partition_epoch", "controller_epoch"}
+                                                 "partition_epoch", "controller_epoch",
+                                                 and "elr", "last_known_elr" if any}
     config/<topics|brokers|cluster>/<name>      {"retention.ms": "..."}
     records/<NN>-<kind>/<digest>                any other record (coordinators, producer
                                                 ids, ACLs, SCRAM, quotas)
@@ -211,16 +212,21 @@ def image_keys(image: MetadataImage, space: KeySpace) -> StateKeys:
 
 
 def _partition_state(registration: PartitionRegistration) -> bytes:
-    return _json(
-        {
-            "leader": registration.leader,
-            "leader_epoch": registration.leader_epoch,
-            "isr": list(registration.isr),
-            "partition_epoch": registration.partition_epoch,
-            "adding_replicas": list(registration.adding_replicas),
-            "removing_replicas": list(registration.removing_replicas),
-        }
-    )
+    fields: dict[str, object] = {
+        "leader": registration.leader,
+        "leader_epoch": registration.leader_epoch,
+        "isr": list(registration.isr),
+        "partition_epoch": registration.partition_epoch,
+        "adding_replicas": list(registration.adding_replicas),
+        "removing_replicas": list(registration.removing_replicas),
+    }
+    # KIP-966's ELR, which the controller's elections read: only when there is one, so a
+    # partition with its ISR at min.insync.replicas or above is written as before.
+    if registration.elr:
+        fields["elr"] = list(registration.elr)
+    if registration.last_known_elr:
+        fields["last_known_elr"] = list(registration.last_known_elr)
+    return _json(fields)
 
 
 def _state_fields(registration: PartitionRegistration) -> tuple[object, ...]:
@@ -232,6 +238,8 @@ def _state_fields(registration: PartitionRegistration) -> tuple[object, ...]:
         registration.partition_epoch,
         registration.adding_replicas,
         registration.removing_replicas,
+        registration.elr,
+        registration.last_known_elr,
     )
 
 
@@ -558,7 +566,18 @@ def _topic_records(
             state_key, state.get("removing_replicas", []), "removing_replicas", seen
         )
         adding = _broker_ids(state_key, state.get("adding_replicas", []), "adding_replicas", seen)
-        if columnar and not removing and not adding:
+        elr: tuple[int, ...] = ()
+        last_known_elr: tuple[int, ...] = ()
+        if "elr" in state:
+            elr = _broker_ids(state_key, state["elr"], "elr", seen)
+        if "last_known_elr" in state:
+            last_known_elr = _broker_ids(state_key, state["last_known_elr"], "last_known_elr")
+        for member in (*elr, *last_known_elr):
+            if member not in replicas:
+                raise InconsistentMetadataError(
+                    state_key, f"ELR member {member} is not a replica {list(replicas)}"
+                )
+        if columnar and not removing and not adding and not elr and not last_known_elr:
             run.add(replicas, isr, leader, leader_epoch, partition_epoch)
             continue
         if run.leaders:
@@ -574,6 +593,8 @@ def _topic_records(
             partition_epoch=partition_epoch,
             removing_replicas=removing,
             adding_replicas=adding,
+            eligible_leader_replicas=elr,
+            last_known_elr=last_known_elr,
         )
     if run.leaders:
         yield run.record()

@@ -101,6 +101,12 @@ class PrefixView:
             self._overflowed = True
         return changed
 
+    def keep_changes(self, keys: Iterable[str]) -> None:
+        """Keys a reader took but could not judge yet (its view was behind what it knows):
+        the next :meth:`take_changes` gives them again."""
+        if self._changed is not None:
+            self._changed.update(keys)
+
     def take_changes(self) -> set[str] | None:
         """The keys changed since the last call (None: the view was loaded since, so any
         key may have): what a reader of the view looks at instead of every key."""

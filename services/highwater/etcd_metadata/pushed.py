@@ -8,9 +8,11 @@ it: :meth:`PushedMetadata.accept`) or only the records made since the image the 
 acknowledged (:meth:`PushedMetadata.accept_delta`; what to send whom is
 :mod:`highwater.etcd_metadata.push_delta`). Both refuse a push from an older controller
 epoch than the newest accepted (STALE_CONTROLLER_EPOCH: a deposed controller that does not
-know it yet, ZooKeeper-era Kafka's controller epoch check). A whole image older than the
-one held is ignored; one of the same offset replaces it if it differs (a new controller's
-image of that offset is the truth). A delta applies only to an image of exactly its base
+know it yet, ZooKeeper-era Kafka's controller epoch check). A whole image of the held
+image's controller epoch but an older offset is a reordered push and is ignored; one of
+the same offset replaces it if it differs, and one of a newer controller epoch replaces it
+whatever its offset (a new controller's image is the truth: offsets order the images of
+one controller epoch only). A delta applies only to an image of exactly its base
 offset built in the same controller epoch; otherwise nothing changes and the node answers
 ``full_image_needed``, so a lost, repeated or reordered push leads to a whole image, never
 to a wrong one. :class:`MetadataPushChannels` is the sending side, which the etcd-mode
@@ -83,8 +85,8 @@ class PushedMetadata:
         self.controller_id = controller_id
         self.controller_epoch = controller_epoch
         self.controller_address = controller_address
-        if offset < self._image.offset:
-            return ErrorCode.NONE, ""
+        if controller_epoch == self._image.epoch and offset < self._image.offset:
+            return ErrorCode.NONE, ""  # a reordered push of this epoch: older than held
         try:
             image = load_snapshot((decode_record(v) for v in values), offset, controller_epoch)
         except Exception as e:  # a push this node cannot replay is refused whole

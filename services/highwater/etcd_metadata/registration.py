@@ -151,6 +151,10 @@ class BrokerPresence:
                 held = None
                 log.debug("registering %s: %s", self.key, e)
             if held is not None and held.lease == lease:
+                # Ours: a creation whose answer was lost. Registered as any other, so a
+                # renewed session creates the key again.
+                self.registrations += 1
+                log.info("registered %s with lease %x (its answer was lost)", self.key, lease)
                 return
             if held is not None:
                 self.waited_for_old_key = True
