@@ -594,10 +594,25 @@ class GroupCoordinatorCore:
         return []
 
     def _complete_join(self, group: Group, now: int) -> list[Effect]:
-        """End the join phase: drop who did not rejoin, open the next generation."""
+        """End the join phase: drop the dynamic members that did not rejoin, open the next
+        generation.
+
+        A static member that did not rejoin keeps its place, as in Kafka's
+        ``onCompleteJoin``: it is in the leader's member list (and gets a share of the
+        assignment), and it goes only when its session ends or it never syncs. Its
+        JoinGroup comes later, as a known member's, and gets this generation. When no
+        member at all rejoined (only such static members are left), no generation can
+        form: the join phase waits another rebalance timeout for them or their sessions.
+        """
         effects: list[Effect] = []
         for member in [m for m in group.members.values() if not m.awaiting_join]:
-            group.remove_member(member.member_id)
+            if not member.is_static:
+                group.remove_member(member.member_id)
+        joined = [m.member_id for m in group.members.values() if m.awaiting_join]
+        if group.members and not joined:
+            group.in_initial_delay = False
+            group.join_deadline = now + group.max_rebalance_timeout_ms()
+            return effects
         group.pending_members.clear()
         group.join_deadline = None
         group.in_initial_delay = False
@@ -607,13 +622,13 @@ class GroupCoordinatorCore:
             group.transition(EMPTY, now)
             return effects + self._persist_empty_group(group)
         group.protocol_name = group.select_protocol()
-        if group.leader_id not in group.members:
-            group.leader_id = next(iter(group.members))
+        if group.leader_id not in joined:
+            group.leader_id = joined[0]
         group.transition(COMPLETING, now)
         group.sync_deadline = now + group.max_rebalance_timeout_ms()
         for member in group.members.values():
-            assert member.join_token is not None
-            effects.append(Reply(member.join_token, self._join_result(group, member)))
+            if member.join_token is not None:
+                effects.append(Reply(member.join_token, self._join_result(group, member)))
             member.join_token = None
             member.synced = False
             member.previous_assignment = member.assignment
