@@ -855,3 +855,25 @@ def test_a_join_waits_while_only_static_members_that_have_not_rejoined_remain() 
     h.sync(G, a, rejoined.generation_id, {a: b"A"}, instance_id="pod-a")
     h.advance(SESSION_MS)
     assert group.state is GroupState.EMPTY and not group.members
+
+
+def test_an_empty_group_takes_the_protocol_type_of_its_next_first_member() -> None:
+    h = Harness()
+    first = h.join_result(h.join_new(G))
+    h.sync(G, first.member_id, first.generation_id, {first.member_id: b"a"})
+    h.commit(G, first.member_id, first.generation_id, {TP0: 5})
+    assert h.leave(G, first.member_id) == ErrorCode.NONE
+    group = h.core.groups[G]
+    assert group.state is GroupState.EMPTY and group.protocol_type == "consumer"
+    # Empty: a member of another protocol type may form the group (Kafka's supportsProtocols).
+    joined = h.join_result(h.join_new(G, protocol_type="connect", protocols=[("v1", b"w")]))
+    assert (joined.error, joined.protocol_type, joined.protocol_name) == (
+        ErrorCode.NONE,
+        "connect",
+        "v1",
+    )
+    assert group.protocol_type == "connect"
+    assert h.core.fetch_offsets(G, [TP0])[1][TP0].offset == 5
+    # Not empty any more: a consumer is refused.
+    refused = h.join_result(h.join(G))
+    assert refused.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
