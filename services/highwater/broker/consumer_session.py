@@ -511,6 +511,8 @@ class _Session:
             await self._revoke(before)
         self._wake.clear()
         rebalance = await membership.join(self.start.topics)
+        if rebalance is None:
+            return  # the membership was lost while joining: the next round gives it up
         if rebalance.change.revoked:
             await self._revoke(rebalance.change.revoked)
         added = rebalance.change.added

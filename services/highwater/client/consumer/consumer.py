@@ -15,7 +15,11 @@ committed offset, else where ``auto.offset.reset`` says.
 Rebalances happen inside :meth:`~AsyncConsumer.poll`, as in Kafka: the ``on_revoke``
 callback runs before partitions go (with auto-commit on, their positions are committed
 first), ``on_assign`` after new ones arrive, ``on_lost`` when the membership was lost and
-the partitions may already be another member's. Which partitions go depends on the
+the partitions may already be another member's (the coordinator answered
+UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or FENCED_INSTANCE_ID, or ``max.poll.interval.ms``
+passed without a poll; a static member fenced by another consumer of its
+``group.instance.id`` then gets the error from :meth:`~AsyncConsumer.poll` instead of
+taking the place back). Which partitions go depends on the
 rebalance protocol of the configured ``partition.assignment.strategy``: all of them under
 the eager protocol (``range``, ``roundrobin``, ``sticky``), only those moving elsewhere
 under the cooperative one (``cooperative-sticky``). Callbacks take ``(consumer,
@@ -1168,6 +1172,8 @@ class AsyncConsumer:
             await self._revoke(before)
         self._partition_counts = self._current_partition_counts()
         rebalance = await membership.join(topics)
+        if rebalance is None:
+            return  # the membership was lost while joining: the next round gives it up
         if rebalance.change.revoked:
             await self._revoke(rebalance.change.revoked)
         added = rebalance.change.added
