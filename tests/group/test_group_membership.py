@@ -204,3 +204,20 @@ async def test_a_fenced_static_member_loses_its_partitions_and_fails_instead_of_
         assert len(scripted.join_requests) == joins
     finally:
         await member.close()
+
+
+async def test_a_cooperative_member_gives_up_the_topics_it_no_longer_subscribes_to_before_joining(
+    coordinator: tuple[ScriptedCoordinator, Cluster],
+) -> None:
+    scripted, cluster = coordinator
+    member = await member_of_generation_one(scripted, cluster)
+    try:
+        # As Kafka's onJoinPrepare: the partitions it keeps consuming through a cooperative
+        # rebalance are those of topics it still subscribes to.
+        assert member.partitions_to_revoke_before_join(["orders", "payments"]) == ()
+        assert member.partitions_to_revoke_before_join(["payments"]) == (TP0, TP1)
+        eager = GroupMembership(cluster, GroupSettings(GROUP), [assignor_for("range")])
+        eager.assigned([TP0, TP1])
+        assert eager.partitions_to_revoke_before_join(["orders"]) == (TP0, TP1)
+    finally:
+        await member.close()

@@ -506,7 +506,7 @@ class _Session:
             self.state.remove(lost)
             self._send_assignment(lost, lost=True)
         membership.lost = False
-        before = membership.partitions_to_revoke_before_join()
+        before = membership.partitions_to_revoke_before_join(self.start.topics)
         if before:
             await self._revoke(before)
         self._wake.clear()

@@ -243,10 +243,17 @@ class GroupMembership:
         finally:
             self._joining = False
 
-    def partitions_to_revoke_before_join(self) -> tuple[TopicPartitionKey, ...]:
-        """What a member gives up before it joins: everything under the eager protocol
-        (Kafka's ``onJoinPrepare``), nothing under the cooperative one."""
-        return self.owned if self.protocol is RebalanceProtocol.EAGER else ()
+    def partitions_to_revoke_before_join(
+        self, topics: Sequence[str]
+    ) -> tuple[TopicPartitionKey, ...]:
+        """What a member subscribed to ``topics`` gives up before it joins (Kafka's
+        ``onJoinPrepare``): everything under the eager protocol; under the cooperative one
+        only the partitions of topics it no longer subscribes to (it keeps consuming the
+        others through the rebalance, and claims them as owned in its subscription)."""
+        if self.protocol is RebalanceProtocol.EAGER:
+            return self.owned
+        subscribed = set(topics)
+        return tuple(tp for tp in self.owned if tp[0] not in subscribed)
 
     def revoked(self, partitions: Sequence[TopicPartitionKey]) -> None:
         """The consumer stopped consuming ``partitions``."""

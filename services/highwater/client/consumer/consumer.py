@@ -22,7 +22,8 @@ passed without a poll; a static member fenced by another consumer of its
 taking the place back). Which partitions go depends on the
 rebalance protocol of the configured ``partition.assignment.strategy``: all of them under
 the eager protocol (``range``, ``roundrobin``, ``sticky``), only those moving elsewhere
-under the cooperative one (``cooperative-sticky``). Callbacks take ``(consumer,
+under the cooperative one (``cooperative-sticky``): before it joins, those of topics no
+longer subscribed; after, those the new assignment gives to others. Callbacks take ``(consumer,
 partitions)`` as confluent-kafka's do, and may be coroutine functions.
 
 How records arrive (Kafka's ``Fetcher``):
@@ -1167,7 +1168,7 @@ class AsyncConsumer:
             self._remove_partitions(lost)
             await self._invoke(self._on_lost or self._on_revoke, lost)
         membership.lost = False
-        before = membership.partitions_to_revoke_before_join()
+        before = membership.partitions_to_revoke_before_join(topics)
         if before:
             await self._revoke(before)
         self._partition_counts = self._current_partition_counts()
