@@ -44,6 +44,7 @@ class ScriptedCoordinator(coordinator_pb2_grpc.GroupCoordinatorServicer):
     heartbeat_error: int = ErrorCode.NONE
     join_requests: list[pb.JoinGroupRequest] = field(default_factory=list)
     heartbeats: int = 0
+    leaving: list[str] = field(default_factory=list)
 
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: Any) -> pb.JoinGroupResponse:
         self.join_requests.append(request)
@@ -60,6 +61,12 @@ class ScriptedCoordinator(coordinator_pb2_grpc.GroupCoordinatorServicer):
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Any) -> pb.HeartbeatResponse:
         self.heartbeats += 1
         return pb.HeartbeatResponse(error=self.heartbeat_error)  # type: ignore[arg-type]
+
+    async def LeaveGroup(
+        self, request: pb.LeaveGroupRequest, context: Any
+    ) -> pb.LeaveGroupResponse:
+        self.leaving.extend(m.member_id for m in request.members)
+        return pb.LeaveGroupResponse()
 
 
 @dataclass
@@ -219,5 +226,38 @@ async def test_a_cooperative_member_gives_up_the_topics_it_no_longer_subscribes_
         eager = GroupMembership(cluster, GroupSettings(GROUP), [assignor_for("range")])
         eager.assigned([TP0, TP1])
         assert eager.partitions_to_revoke_before_join(["orders"]) == (TP0, TP1)
+    finally:
+        await member.close()
+
+
+async def test_a_member_not_polled_within_max_poll_interval_leaves_and_rejoins_when_polled(
+    coordinator: tuple[ScriptedCoordinator, Cluster],
+) -> None:
+    scripted, cluster = coordinator
+    member = await member_of_generation_one(
+        scripted, cluster, heartbeat_interval_ms=20, max_poll_interval_ms=300
+    )
+    try:
+        member.polled()
+        # The application stops polling: the heartbeats leave the group for it.
+        async with asyncio.timeout(5):
+            while not member.lost:
+                await asyncio.sleep(0.01)
+        assert scripted.leaving == ["m-1"]
+        assert (member.member_id, member.generation_id) == ("", -1)
+        assert member.rejoin_needed and member.owned == (TP0, TP1)
+        heartbeats = scripted.heartbeats
+        await asyncio.sleep(0.1)
+        assert scripted.heartbeats == heartbeats  # no longer a member: no heartbeats
+        # The next poll gives the partitions up (on_lost) and joins afresh.
+        member.polled()
+        member.revoked(member.owned)
+        member.lost = False
+        scripted.joins.append(joined(2, "m-2"))
+        scripted.syncs.append(synced(TP1))
+        rebalance = await member.join(["orders"])
+        assert rebalance is not None and rebalance.change.added == (TP1,)
+        assert scripted.join_requests[-1].member_id == ""
+        assert (member.member_id, member.generation_id) == ("m-2", 2)
     finally:
         await member.close()
