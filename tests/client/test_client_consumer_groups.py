@@ -239,3 +239,33 @@ async def test_close_closes_the_connections_when_leaving_the_group_fails(
     with pytest.raises(ConsumerClosedError):
         await consumer.poll(0)
     await consumer.close()  # closed: nothing more
+
+
+async def test_commits_carry_the_leader_epoch_of_the_records_consumed(
+    server: EmbeddedServer,
+) -> None:
+    """As Kafka's consumer commits ``FetchPosition.offsetEpoch``: the leader epoch of the
+    batch the last consumed record came in, and a partition started at a committed offset
+    keeps that offset's epoch until it consumes more."""
+    a = Member(server.listen, "a", **{"enable.auto.commit": False})
+    a.start()
+    await eventually(lambda: len(a.records) == 60, "every record read")
+    await a.stop_polling()
+    await a.consumer.commit(asynchronous=False)
+    async with AdminClient(server.listen) as admin:
+        described = (await admin.describe_topics([TOPIC]))[TOPIC].partitions
+        epochs = {p.partition: p.leader_epoch for p in described}
+        committed = await admin.list_consumer_group_offsets("app")
+        assert {tp: (o.offset, o.leader_epoch) for tp, o in committed.items()} == {
+            (TOPIC, p): (10, epochs[p]) for p in range(PARTITIONS)
+        }
+        await a.close()
+        # b starts at the committed offsets and commits before consuming anything.
+        b = Member(server.listen, "b", **{"enable.auto.commit": False})
+        b.start()
+        await eventually(lambda: len(b.owned()) == PARTITIONS, "b owns everything")
+        await b.stop_polling()
+        await b.consumer.commit(asynchronous=False)
+        again = await admin.list_consumer_group_offsets("app")
+        assert again == committed
+        await b.close()

@@ -10,7 +10,10 @@ among the members, :mod:`highwater.group.membership`) or are named by hand
 (:meth:`AsyncConsumer.assign`). With a ``group.id`` the consumer commits offsets to the
 group's coordinator (:meth:`~AsyncConsumer.commit`, and every ``auto.commit.interval.ms``
 while ``enable.auto.commit`` is on) and a partition it starts on begins at the group's
-committed offset, else where ``auto.offset.reset`` says.
+committed offset, else where ``auto.offset.reset`` says. A commit of the positions carries
+the leader epoch of the batch the last consumed record came in (the committed offset's
+epoch until a record is consumed), as Kafka's consumer commits ``offsetEpoch``; offsets
+given to :meth:`~AsyncConsumer.commit` carry none.
 
 Rebalances happen inside :meth:`~AsyncConsumer.poll`, as in Kafka: the ``on_revoke``
 callback runs before partitions go (with auto-commit on, their positions are committed
@@ -284,9 +287,13 @@ class AsyncConsumer:
             states.append(state)
         return states
 
-    def _set_offset(self, state: PartitionState, offset: int | None) -> None:
-        """Start ``state`` at ``offset`` (a logical offset means a lookup)."""
+    def _set_offset(
+        self, state: PartitionState, offset: int | None, leader_epoch: int = -1
+    ) -> None:
+        """Start ``state`` at ``offset`` (a logical offset means a lookup), a committed
+        offset with its ``leader_epoch``."""
         state.clear_buffer()
+        state.position_epoch = leader_epoch
         state.failed = False
         state.backoff_until = 0.0
         state.generation += 1
@@ -531,6 +538,7 @@ class AsyncConsumer:
             return None
         state.taken = i + 1
         state.position = message._offset + 1
+        state.position_epoch = state.records_epoch
         self._fetch_ahead()
         return message
 
@@ -1220,7 +1228,10 @@ class AsyncConsumer:
         for key in partitions:
             state = PartitionState(key[0], key[1], reset=self.config.auto_offset_reset)
             found = committed.get(key)
-            self._set_offset(state, None if found is None else found[0])
+            if found is None:
+                self._set_offset(state, None)
+            else:
+                self._set_offset(state, found[0], found[1])
             self._states[key] = state
         self._wakeup.set()
 
@@ -1231,13 +1242,16 @@ class AsyncConsumer:
                 with contextlib.suppress(ValueError):
                     self._ready.remove(state)
 
-    def _positions(self, partitions: Sequence[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        """The known positions of ``partitions``: what a commit of "consumed so far" sends."""
+    def _positions(
+        self, partitions: Sequence[TopicPartitionKey]
+    ) -> dict[TopicPartitionKey, tuple[int, int]]:
+        """The known positions of ``partitions`` and their leader epochs: what a commit of
+        "consumed so far" sends."""
         positions = {}
         for key in partitions:
             state = self._states.get(key)
             if state is not None and state.position is not None:
-                positions[key] = state.position
+                positions[key] = (state.position, state.position_epoch)
         return positions
 
     async def commit(
@@ -1256,13 +1270,13 @@ class AsyncConsumer:
         self._check_open()
         self._group()
         if message is not None:
-            to_commit = {(message.topic(), message.partition()): message.offset() + 1}
+            to_commit = {(message.topic(), message.partition()): (message.offset() + 1, -1)}
         elif offsets is not None:
             to_commit = {}
             for tp in offsets:
                 if tp.offset is None or tp.offset < 0:
                     raise ValueError(f"{tp.topic}-{tp.partition}: commit needs an offset >= 0")
-                to_commit[tp.key()] = tp.offset
+                to_commit[tp.key()] = (tp.offset, -1)
         else:
             to_commit = self._positions(list(self._states))
         if asynchronous:
@@ -1270,7 +1284,7 @@ class AsyncConsumer:
             return None
         return await self._commit(to_commit, raise_errors=True)
 
-    def _commit_in_background(self, offsets: dict[TopicPartitionKey, int]) -> None:
+    def _commit_in_background(self, offsets: dict[TopicPartitionKey, tuple[int, int]]) -> None:
         if not offsets:
             return
         task: asyncio.Task[object] = asyncio.create_task(self._commit(offsets, raise_errors=False))
@@ -1278,15 +1292,16 @@ class AsyncConsumer:
         task.add_done_callback(self._commits.discard)
 
     async def _commit(
-        self, offsets: Mapping[TopicPartitionKey, int], *, raise_errors: bool
+        self, offsets: Mapping[TopicPartitionKey, tuple[int, int]], *, raise_errors: bool
     ) -> list[TopicPartition]:
+        """Commit ``{(topic, partition): (offset, leader epoch)}`` (epoch -1: not known)."""
         membership = self._group()
         if not offsets:
             return []
-        errors = await membership.commit({k: (o, -1, "") for k, o in offsets.items()})
+        errors = await membership.commit({k: (o, e, "") for k, (o, e) in offsets.items()})
         result = []
         failed = []
-        for key, offset in offsets.items():
+        for key, (offset, _) in offsets.items():
             code, detail = errors.get(key, (ErrorCode.NONE, ""))
             text = _code_name(code) + (f" ({detail})" if detail else "")
             error = None if code == ErrorCode.NONE else GroupError(code, text)
