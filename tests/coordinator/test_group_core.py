@@ -877,3 +877,47 @@ def test_an_empty_group_takes_the_protocol_type_of_its_next_first_member() -> No
     # Not empty any more: a consumer is refused.
     refused = h.join_result(h.join(G))
     assert refused.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_a_member_that_never_syncs_is_removed_even_once_the_group_is_stable() -> None:
+    h = Harness()
+    first = h.join_result(h.join_new(G))
+    h.sync(G, first.member_id, first.generation_id, {first.member_id: b"a"})
+    second = h.join_new(G)
+    leader = h.join_result(h.join(G, first.member_id))
+    follower = h.join_result(second)
+    generation = leader.generation_id
+    # The leader's assignment makes the group Stable; the follower heartbeats but never
+    # sends SyncGroup, so it never learns the share the others think it consumes.
+    h.sync(G, leader.member_id, generation, {leader.member_id: b"L", follower.member_id: b"F"})
+    group = h.core.groups[G]
+    assert group.state is GroupState.STABLE
+    for _ in range(REBALANCE_MS // 5_000 - 1):
+        h.advance(5_000)
+        assert h.heartbeat(G, follower.member_id, generation) == ErrorCode.NONE
+        assert h.heartbeat(G, leader.member_id, generation) == ErrorCode.NONE
+    h.advance(5_000)
+    # As Kafka's pending-sync expiry: removed after the rebalance timeout, and a rebalance.
+    assert follower.member_id not in group.members
+    assert group.state is GroupState.PREPARING_REBALANCE
+    assert h.heartbeat(G, leader.member_id, generation) == ErrorCode.REBALANCE_IN_PROGRESS
+
+
+def test_members_that_all_synced_in_a_stable_group_stay() -> None:
+    h = Harness()
+    leader, follower, generation = stable_pair(h)
+    third = h.join_new(G)  # a third member: generation + 1
+    leader_join, follower_join = h.join(G, leader), h.join(G, follower)
+    h.join_result(leader_join)
+    h.join_result(follower_join)
+    first = h.join_result(third)
+    new_generation = generation + 1
+    h.sync(G, leader, new_generation, {leader: b"L", follower: b"F", first.member_id: b"T"})
+    # The others sync after the group became Stable: no one is removed.
+    h.sync(G, follower, new_generation)
+    h.sync(G, first.member_id, new_generation)
+    for _ in range(REBALANCE_MS // 5_000 + 1):
+        h.advance(5_000)
+        for member in (leader, follower, first.member_id):
+            assert h.heartbeat(G, member, new_generation) == ErrorCode.NONE
+    assert h.core.groups[G].state is GroupState.STABLE

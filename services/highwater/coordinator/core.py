@@ -673,6 +673,9 @@ class GroupCoordinatorCore:
         if group.is_in(PREPARING):
             raise _Refused(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing")
         if group.is_in(STABLE):
+            member.synced = True
+            if all(m.synced for m in group.members.values()):
+                group.sync_deadline = None
             return [Reply(token, self._sync_result(group, member))]
         # CompletingRebalance
         if member.sync_token is not None:
@@ -708,8 +711,12 @@ class GroupCoordinatorCore:
         return [*effects, write]
 
     def _complete_sync(self, group: Group, now: int) -> list[Effect]:
+        """The leader's assignment is stored: Stable, and every waiting SyncGroup answered.
+        Members that have not sent SyncGroup yet keep their sync deadline (Kafka's pending
+        sync members): they are removed if it passes first, as in CompletingRebalance."""
         group.transition(STABLE, now)
-        group.sync_deadline = None
+        if all(m.synced for m in group.members.values()):
+            group.sync_deadline = None
         effects: list[Effect] = [
             RebalanceCompleted(group.group_id, group.generation_id, now - group.rebalance_started)
         ]
@@ -1116,7 +1123,8 @@ class GroupCoordinatorCore:
                     effects += self._remove_member_and_rebalance(group, member_id, now)
             if group.is_in(PREPARING) and _passed(group.join_deadline, now):
                 effects += self._join_deadline_passed(group, now)
-            if group.is_in(COMPLETING) and _passed(group.sync_deadline, now):
+            if group.is_in(COMPLETING, STABLE) and _passed(group.sync_deadline, now):
+                group.sync_deadline = None
                 for member in [m for m in group.members.values() if not m.synced]:
                     effects += self._remove_member_and_rebalance(group, member.member_id, now)
         if self._next_expiry_check is not None and self._next_expiry_check <= now:
