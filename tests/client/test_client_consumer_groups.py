@@ -269,3 +269,48 @@ async def test_commits_carry_the_leader_epoch_of_the_records_consumed(
         again = await admin.list_consumer_group_offsets("app")
         assert again == committed
         await b.close()
+
+
+async def test_an_eager_member_hears_on_revoke_at_the_start_of_every_rebalance_even_with_nothing(
+    server: EmbeddedServer,
+) -> None:
+    """Kafka's ConsumerRebalanceListener: with eager rebalancing ``onPartitionsRevoked`` is
+    always called at the start of a rebalance (not at the first join, which has no
+    generation), ``onPartitionsAssigned`` at the end of every one, even with no partitions."""
+    a = Member(server.listen, "a", **{"partition.assignment.strategy": "range"})
+    a.start()
+    await eventually(lambda: len(a.owned()) == PARTITIONS, "a owns everything")
+    calls: list[tuple[str, list[tuple[str, int]]]] = []
+
+    def on_assign(_c: AsyncConsumer, partitions: list[TopicPartition]) -> None:
+        calls.append(("assign", [tp.key() for tp in partitions]))
+
+    def on_revoke(_c: AsyncConsumer, partitions: list[TopicPartition]) -> None:
+        calls.append(("revoke", [tp.key() for tp in partitions]))
+
+    idle = AsyncConsumer(
+        {
+            "bootstrap.servers": server.listen,
+            "group.id": "app",
+            "partition.assignment.strategy": "range",
+            "heartbeat.interval.ms": 200,
+            "session.timeout.ms": 6000,
+        }
+    )
+    idle.subscribe(["no-such-topic"], on_assign=on_assign, on_revoke=on_revoke)
+
+    async def poll() -> None:
+        while True:
+            await idle.poll(0.1)
+
+    task = asyncio.create_task(poll())
+    try:
+        await eventually(lambda: calls == [("assign", [])], "the idle member's first generation")
+        await a.close()  # a rebalance: the idle member has nothing, and is told so
+        await eventually(lambda: len(calls) == 3, "the idle member's second generation")
+        assert calls == [("assign", []), ("revoke", []), ("assign", [])]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await idle.close()

@@ -22,12 +22,14 @@ the partitions may already be another member's (the coordinator answered
 UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or FENCED_INSTANCE_ID, or ``max.poll.interval.ms``
 passed without a poll; a static member fenced by another consumer of its
 ``group.instance.id`` then gets the error from :meth:`~AsyncConsumer.poll` instead of
-taking the place back). Which partitions go depends on the
-rebalance protocol of the configured ``partition.assignment.strategy``: all of them under
-the eager protocol (``range``, ``roundrobin``, ``sticky``), only those moving elsewhere
-under the cooperative one (``cooperative-sticky``): before it joins, those of topics no
-longer subscribed; after, those the new assignment gives to others. Callbacks take ``(consumer,
-partitions)`` as confluent-kafka's do, and may be coroutine functions.
+taking the place back). Which partitions go depends on the rebalance protocol of the
+configured ``partition.assignment.strategy``: all of them under the eager protocol
+(``range``, ``roundrobin``, ``sticky``), where ``on_revoke`` starts every rebalance of a
+member of a generation even with nothing to give up; only those moving elsewhere under
+the cooperative one (``cooperative-sticky``): before it joins, those of topics no longer
+subscribed; after, those the new assignment gives to others. ``on_assign`` ends every
+rebalance, with no partitions too. Callbacks take ``(consumer, partitions)`` as
+confluent-kafka's do, and may be coroutine functions.
 
 How records arrive (Kafka's ``Fetcher``):
 
@@ -119,7 +121,7 @@ from highwater.errors import (
 )
 from highwater.group.assignors import assignor_for
 from highwater.group.membership import GroupError, GroupMembership, GroupSettings
-from highwater.group.protocol import TopicPartitionKey
+from highwater.group.protocol import RebalanceProtocol, TopicPartitionKey
 from highwater.records.columnar import RecordColumns, finish_columns
 from highwater.telemetry.configure import tracing_enabled
 from highwater.telemetry.messaging import ConsumerTracing
@@ -1179,6 +1181,10 @@ class AsyncConsumer:
         before = membership.partitions_to_revoke_before_join(topics)
         if before:
             await self._revoke(before)
+        elif membership.protocol is RebalanceProtocol.EAGER and membership.is_member():
+            # Eager: on_revoke starts every rebalance of a member of a generation, even
+            # one with nothing to give up (Kafka's ConsumerRebalanceListener).
+            await self._invoke(self._on_revoke, ())
         self._partition_counts = self._current_partition_counts()
         rebalance = await membership.join(topics)
         if rebalance is None:
