@@ -44,6 +44,8 @@ class ScriptedCoordinator(coordinator_pb2_grpc.GroupCoordinatorServicer):
     heartbeat_error: int = ErrorCode.NONE
     join_requests: list[pb.JoinGroupRequest] = field(default_factory=list)
     heartbeats: int = 0
+    heartbeat_answer_held: asyncio.Event | None = None
+    """While set and not yet fired, heartbeats are answered only when it fires."""
     leaving: list[str] = field(default_factory=list)
 
     async def JoinGroup(self, request: pb.JoinGroupRequest, context: Any) -> pb.JoinGroupResponse:
@@ -60,7 +62,10 @@ class ScriptedCoordinator(coordinator_pb2_grpc.GroupCoordinatorServicer):
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Any) -> pb.HeartbeatResponse:
         self.heartbeats += 1
-        return pb.HeartbeatResponse(error=self.heartbeat_error)  # type: ignore[arg-type]
+        error = self.heartbeat_error
+        if self.heartbeat_answer_held is not None:
+            await self.heartbeat_answer_held.wait()
+        return pb.HeartbeatResponse(error=error)  # type: ignore[arg-type]
 
     async def LeaveGroup(
         self, request: pb.LeaveGroupRequest, context: Any
@@ -259,5 +264,35 @@ async def test_a_member_not_polled_within_max_poll_interval_leaves_and_rejoins_w
         assert rebalance is not None and rebalance.change.added == (TP1,)
         assert scripted.join_requests[-1].member_id == ""
         assert (member.member_id, member.generation_id) == ("m-2", 2)
+    finally:
+        await member.close()
+
+
+async def test_a_heartbeat_answer_about_a_generation_the_member_has_left_is_ignored(
+    coordinator: tuple[ScriptedCoordinator, Cluster],
+) -> None:
+    scripted, cluster = coordinator
+    member = await member_of_generation_one(scripted, cluster, heartbeat_interval_ms=20)
+    try:
+        # A heartbeat of generation 1 is answered ILLEGAL_GENERATION, late: the member
+        # has joined generation 2 meanwhile (Kafka's generationUnchanged()).
+        scripted.heartbeat_answer_held = asyncio.Event()
+        scripted.heartbeat_error = ErrorCode.ILLEGAL_GENERATION
+        async with asyncio.timeout(5):
+            while not scripted.heartbeats:
+                await asyncio.sleep(0.005)
+        scripted.heartbeat_error = ErrorCode.NONE
+        member.rejoin_needed = True
+        scripted.joins.append(joined(2))
+        scripted.syncs.append(synced(TP0, TP1))
+        rebalance = await member.join(["orders"])
+        assert rebalance is not None and member.generation_id == 2
+        scripted.heartbeat_answer_held.set()
+        heartbeats = scripted.heartbeats
+        async with asyncio.timeout(5):
+            while scripted.heartbeats < heartbeats + 3 and not member.lost:
+                await asyncio.sleep(0.01)
+        assert not member.lost and not member.rejoin_needed
+        assert (member.member_id, member.generation_id) == ("m-1", 2)
     finally:
         await member.close()

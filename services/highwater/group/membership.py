@@ -423,6 +423,7 @@ class GroupMembership:
                 await self.leave()
                 self._membership_lost(ErrorCode.UNKNOWN_MEMBER_ID)
                 continue
+            sent = (self.member_id, self.generation_id)
             try:
                 stub = await self._stub()
                 request = pb.HeartbeatRequest(
@@ -438,7 +439,9 @@ class GroupMembership:
             except (grpc.aio.AioRpcError, HighwaterError):
                 self._coordinator_unknown()
                 continue
-            if self._joining:
+            if self._joining or (self.member_id, self.generation_id) != sent:
+                # The answer is about a generation the member has left meanwhile (Kafka's
+                # generationUnchanged): acting on it would lose the new one.
                 continue
             if reply.error == ErrorCode.REBALANCE_IN_PROGRESS:
                 self._request_rejoin()
