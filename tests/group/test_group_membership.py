@@ -45,6 +45,8 @@ class ScriptedCoordinator(coordinator_pb2_grpc.GroupCoordinatorServicer):
     join_requests: list[pb.JoinGroupRequest] = field(default_factory=list)
     heartbeats: int = 0
     heartbeat_answer_held: asyncio.Event | None = None
+    commit_error: int = ErrorCode.NONE
+    commit_answer_held: asyncio.Event | None = None
     """While set and not yet fired, heartbeats are answered only when it fires."""
     leaving: list[str] = field(default_factory=list)
 
@@ -66,6 +68,19 @@ class ScriptedCoordinator(coordinator_pb2_grpc.GroupCoordinatorServicer):
         if self.heartbeat_answer_held is not None:
             await self.heartbeat_answer_held.wait()
         return pb.HeartbeatResponse(error=error)  # type: ignore[arg-type]
+
+    async def OffsetCommit(
+        self, request: pb.OffsetCommitRequest, context: Any
+    ) -> pb.OffsetCommitResponse:
+        error = self.commit_error
+        if self.commit_answer_held is not None:
+            await self.commit_answer_held.wait()
+        answer = pb.OffsetCommitResponse()
+        for topic in request.topics:
+            entry = answer.topics.add(name=topic.name)
+            for p in topic.partitions:
+                entry.partitions.add(partition_index=p.partition_index, error=error)  # type: ignore[arg-type]
+        return answer
 
     async def LeaveGroup(
         self, request: pb.LeaveGroupRequest, context: Any
@@ -292,6 +307,29 @@ async def test_a_heartbeat_answer_about_a_generation_the_member_has_left_is_igno
         async with asyncio.timeout(5):
             while scripted.heartbeats < heartbeats + 3 and not member.lost:
                 await asyncio.sleep(0.01)
+        assert not member.lost and not member.rejoin_needed
+        assert (member.member_id, member.generation_id) == ("m-1", 2)
+    finally:
+        await member.close()
+
+
+async def test_a_commit_answer_about_a_generation_the_member_has_left_does_not_lose_the_new_one(
+    coordinator: tuple[ScriptedCoordinator, Cluster],
+) -> None:
+    scripted, cluster = coordinator
+    member = await member_of_generation_one(scripted, cluster)
+    try:
+        scripted.commit_answer_held = asyncio.Event()
+        scripted.commit_error = ErrorCode.ILLEGAL_GENERATION
+        commit = asyncio.create_task(member.commit({TP0: (5, -1, "")}))
+        await asyncio.sleep(0.05)  # the commit of generation 1 is on its way
+        member.rejoin_needed = True
+        scripted.joins.append(joined(2))
+        scripted.syncs.append(synced(TP0, TP1))
+        assert await member.join(["orders"]) is not None
+        scripted.commit_answer_held.set()
+        assert await commit == {TP0: (ErrorCode.ILLEGAL_GENERATION, "")}
+        # The commit failed, but generation 2 stands (Kafka's generationUnchanged).
         assert not member.lost and not member.rejoin_needed
         assert (member.member_id, member.generation_id) == ("m-1", 2)
     finally:

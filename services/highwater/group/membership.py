@@ -493,6 +493,7 @@ class GroupMembership:
         )
         if self.settings.group_instance_id is not None and self.member_id:
             request.group_instance_id = self.settings.group_instance_id
+        sent = (self.member_id, self.generation_id)
         by_topic: dict[str, pb.OffsetCommitTopic] = {}
         for (topic, partition), (offset, epoch, metadata) in sorted(offsets.items()):
             entry = by_topic.get(topic)
@@ -522,6 +523,10 @@ class GroupMembership:
                 self._coordinator_unknown()
                 await self._backoff()
                 continue
+            if (self.member_id, self.generation_id) != sent:
+                # About a generation the member has left meanwhile: the commit failed, the
+                # membership stands (Kafka's generationUnchanged).
+                return answers
             lost = [e for e in errors.values() if e in _MEMBERSHIP_LOST]
             if lost and ErrorCode.FENCED_INSTANCE_ID not in lost:
                 # A fenced static member's commit fails (as in Kafka, the caller sees the
