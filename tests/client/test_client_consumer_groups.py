@@ -25,7 +25,8 @@ from highwater.client.consumer import (
 from highwater.client.producer import AsyncProducer
 from highwater.embedded import EmbeddedServer
 from highwater.v1 import broker_pb2 as pb
-from highwater.v1 import broker_pb2_grpc
+from highwater.v1 import broker_pb2_grpc, coordinator_pb2_grpc
+from highwater.v1 import coordinator_pb2 as cpb
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -314,3 +315,53 @@ async def test_an_eager_member_hears_on_revoke_at_the_start_of_every_rebalance_e
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await idle.close()
+
+
+@pytest.mark.parametrize("how", ["close", "unsubscribe"])
+async def test_leaving_after_the_membership_was_lost_reports_the_partitions_lost(
+    server: EmbeddedServer, how: str
+) -> None:
+    """Kafka's onLeavePrepare: a consumer that leaves while its generation is gone (here
+    the coordinator removed it) gives its partitions up with ``on_lost``, not
+    ``on_revoke``, and commits nothing (they may be another member's already)."""
+    calls: list[tuple[str, int]] = []
+    consumer = AsyncConsumer(
+        {
+            "bootstrap.servers": server.listen,
+            "group.id": "app",
+            "auto.offset.reset": "earliest",
+            "heartbeat.interval.ms": 100,
+            "session.timeout.ms": 6000,
+        }
+    )
+    consumer.subscribe(
+        [TOPIC],
+        on_revoke=lambda _c, ps: calls.append(("revoke", len(ps))),
+        on_lost=lambda _c, ps: calls.append(("lost", len(ps))),
+    )
+    for _ in range(200):
+        await consumer.poll(0.05)
+        if len(consumer.assignment()) == PARTITIONS:
+            break
+    metadata = consumer.consumer_group_metadata()
+    assert len(consumer.assignment()) == PARTITIONS
+    async with grpc.aio.insecure_channel(server.listen) as channel:
+        left = await coordinator_pb2_grpc.GroupCoordinatorStub(channel).LeaveGroup(
+            cpb.LeaveGroupRequest(
+                group_id="app", members=[cpb.LeavingMember(member_id=metadata.member_id)]
+            )
+        )
+    assert left.error == 0
+    await eventually(
+        lambda: consumer.consumer_group_metadata().generation_id == -1, "the heartbeat hears it"
+    )
+    if how == "close":
+        await consumer.close()
+    else:
+        await consumer.unsubscribe()
+        await consumer.close()
+    assert calls == [("lost", PARTITIONS)]
+    probe = AsyncConsumer({"bootstrap.servers": server.listen, "group.id": "app"})
+    committed = await probe.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+    assert all(tp.offset is not None and tp.offset < 0 for tp in committed)
+    await probe.close()

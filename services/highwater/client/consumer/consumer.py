@@ -1125,11 +1125,12 @@ class AsyncConsumer:
         )
 
     async def unsubscribe(self) -> None:
-        """Give the partitions back (``on_revoke``) and leave the group."""
+        """Give the partitions back (``on_revoke``; ``on_lost`` when the membership was
+        lost) and leave the group."""
         if self._subscription is None or self._membership is None:
             return
         membership = self._membership
-        await self._revoke(membership.owned)
+        await self._give_up_before_leaving(membership)
         await membership.leave()
         self._subscription = None
 
@@ -1172,12 +1173,8 @@ class AsyncConsumer:
 
     async def _rebalance(self, membership: GroupMembership, topics: tuple[str, ...]) -> None:
         """One rebalance: give up what must go, join, and start on what arrived."""
-        if membership.lost and membership.owned:
-            lost = membership.owned
-            membership.revoked(lost)
-            self._remove_partitions(lost)
-            await self._invoke(self._on_lost or self._on_revoke, lost)
-        membership.lost = False
+        if membership.lost:
+            await self._lose(membership)
         before = membership.partitions_to_revoke_before_join(topics)
         if before:
             await self._revoke(before)
@@ -1201,6 +1198,25 @@ class AsyncConsumer:
             len(membership.owned),
         )
         await self._invoke(self._on_assign, added)
+
+    async def _lose(self, membership: GroupMembership) -> None:
+        """The membership was lost: drop its partitions with ``on_lost`` (``on_revoke``
+        without one), and no commit: they may be another member's already."""
+        lost = membership.owned
+        membership.lost = False
+        if lost:
+            membership.revoked(lost)
+            self._remove_partitions(lost)
+            await self._invoke(self._on_lost or self._on_revoke, lost)
+
+    async def _give_up_before_leaving(self, membership: GroupMembership) -> None:
+        """Before leaving the group (close, unsubscribe): the partitions go with
+        ``on_revoke`` (committed first with auto-commit), or as lost when the membership
+        is gone (Kafka's ``onLeavePrepare``)."""
+        if membership.lost or not membership.is_member():
+            await self._lose(membership)
+        else:
+            await self._revoke(membership.owned)
 
     async def _revoke(self, partitions: Sequence[TopicPartitionKey]) -> None:
         """Commit (with auto-commit on), tell ``on_revoke``, and stop consuming ``partitions``."""
@@ -1342,7 +1358,7 @@ class AsyncConsumer:
             return
         try:
             if self._subscription is not None:
-                await self._revoke(membership.owned)
+                await self._give_up_before_leaving(membership)
             elif self.config.enable_auto_commit and self._states:
                 with contextlib.suppress(HighwaterError):
                     await self._commit(self._positions(list(self._states)), raise_errors=False)
