@@ -168,9 +168,10 @@ async def test_two_members_consume_a_topic_once_and_are_described_with_lag(
         assert description.leader in {m.member_id for m in members}
 
         offsets = await admin.list_consumer_group_offsets("billing")
-        assert offsets == {("orders", p): OffsetAndMetadata(10) for p in range(4)}
+        # The commits carry the leader epoch of the records consumed (the first leader's, 0).
+        assert offsets == {("orders", p): OffsetAndMetadata(10, 0) for p in range(4)}
         assert await admin.list_consumer_group_offsets("billing", [("orders", 1)]) == {
-            ("orders", 1): OffsetAndMetadata(10)
+            ("orders", 1): OffsetAndMetadata(10, 0)
         }
 
         await produce(server.listen, "orders", {0: 3})

@@ -25,7 +25,8 @@ from highwater.client.consumer import (
 from highwater.client.producer import AsyncProducer
 from highwater.embedded import EmbeddedServer
 from highwater.v1 import broker_pb2 as pb
-from highwater.v1 import broker_pb2_grpc
+from highwater.v1 import broker_pb2_grpc, coordinator_pb2_grpc
+from highwater.v1 import coordinator_pb2 as cpb
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -239,3 +240,128 @@ async def test_close_closes_the_connections_when_leaving_the_group_fails(
     with pytest.raises(ConsumerClosedError):
         await consumer.poll(0)
     await consumer.close()  # closed: nothing more
+
+
+async def test_commits_carry_the_leader_epoch_of_the_records_consumed(
+    server: EmbeddedServer,
+) -> None:
+    """As Kafka's consumer commits ``FetchPosition.offsetEpoch``: the leader epoch of the
+    batch the last consumed record came in, and a partition started at a committed offset
+    keeps that offset's epoch until it consumes more."""
+    a = Member(server.listen, "a", **{"enable.auto.commit": False})
+    a.start()
+    await eventually(lambda: len(a.records) == 60, "every record read")
+    await a.stop_polling()
+    await a.consumer.commit(asynchronous=False)
+    async with AdminClient(server.listen) as admin:
+        described = (await admin.describe_topics([TOPIC]))[TOPIC].partitions
+        epochs = {p.partition: p.leader_epoch for p in described}
+        committed = await admin.list_consumer_group_offsets("app")
+        assert {tp: (o.offset, o.leader_epoch) for tp, o in committed.items()} == {
+            (TOPIC, p): (10, epochs[p]) for p in range(PARTITIONS)
+        }
+        await a.close()
+        # b starts at the committed offsets and commits before consuming anything.
+        b = Member(server.listen, "b", **{"enable.auto.commit": False})
+        b.start()
+        await eventually(lambda: len(b.owned()) == PARTITIONS, "b owns everything")
+        await b.stop_polling()
+        await b.consumer.commit(asynchronous=False)
+        again = await admin.list_consumer_group_offsets("app")
+        assert again == committed
+        await b.close()
+
+
+async def test_an_eager_member_hears_on_revoke_at_the_start_of_every_rebalance_even_with_nothing(
+    server: EmbeddedServer,
+) -> None:
+    """Kafka's ConsumerRebalanceListener: with eager rebalancing ``onPartitionsRevoked`` is
+    always called at the start of a rebalance (not at the first join, which has no
+    generation), ``onPartitionsAssigned`` at the end of every one, even with no partitions."""
+    a = Member(server.listen, "a", **{"partition.assignment.strategy": "range"})
+    a.start()
+    await eventually(lambda: len(a.owned()) == PARTITIONS, "a owns everything")
+    calls: list[tuple[str, list[tuple[str, int]]]] = []
+
+    def on_assign(_c: AsyncConsumer, partitions: list[TopicPartition]) -> None:
+        calls.append(("assign", [tp.key() for tp in partitions]))
+
+    def on_revoke(_c: AsyncConsumer, partitions: list[TopicPartition]) -> None:
+        calls.append(("revoke", [tp.key() for tp in partitions]))
+
+    idle = AsyncConsumer(
+        {
+            "bootstrap.servers": server.listen,
+            "group.id": "app",
+            "partition.assignment.strategy": "range",
+            "heartbeat.interval.ms": 200,
+            "session.timeout.ms": 6000,
+        }
+    )
+    idle.subscribe(["no-such-topic"], on_assign=on_assign, on_revoke=on_revoke)
+
+    async def poll() -> None:
+        while True:
+            await idle.poll(0.1)
+
+    task = asyncio.create_task(poll())
+    try:
+        await eventually(lambda: calls == [("assign", [])], "the idle member's first generation")
+        await a.close()  # a rebalance: the idle member has nothing, and is told so
+        await eventually(lambda: len(calls) == 3, "the idle member's second generation")
+        assert calls == [("assign", []), ("revoke", []), ("assign", [])]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await idle.close()
+
+
+@pytest.mark.parametrize("how", ["close", "unsubscribe"])
+async def test_leaving_after_the_membership_was_lost_reports_the_partitions_lost(
+    server: EmbeddedServer, how: str
+) -> None:
+    """Kafka's onLeavePrepare: a consumer that leaves while its generation is gone (here
+    the coordinator removed it) gives its partitions up with ``on_lost``, not
+    ``on_revoke``, and commits nothing (they may be another member's already)."""
+    calls: list[tuple[str, int]] = []
+    consumer = AsyncConsumer(
+        {
+            "bootstrap.servers": server.listen,
+            "group.id": "app",
+            "auto.offset.reset": "earliest",
+            "heartbeat.interval.ms": 100,
+            "session.timeout.ms": 6000,
+        }
+    )
+    consumer.subscribe(
+        [TOPIC],
+        on_revoke=lambda _c, ps: calls.append(("revoke", len(ps))),
+        on_lost=lambda _c, ps: calls.append(("lost", len(ps))),
+    )
+    for _ in range(200):
+        await consumer.poll(0.05)
+        if len(consumer.assignment()) == PARTITIONS:
+            break
+    metadata = consumer.consumer_group_metadata()
+    assert len(consumer.assignment()) == PARTITIONS
+    async with grpc.aio.insecure_channel(server.listen) as channel:
+        left = await coordinator_pb2_grpc.GroupCoordinatorStub(channel).LeaveGroup(
+            cpb.LeaveGroupRequest(
+                group_id="app", members=[cpb.LeavingMember(member_id=metadata.member_id)]
+            )
+        )
+    assert left.error == 0
+    await eventually(
+        lambda: consumer.consumer_group_metadata().generation_id == -1, "the heartbeat hears it"
+    )
+    if how == "close":
+        await consumer.close()
+    else:
+        await consumer.unsubscribe()
+        await consumer.close()
+    assert calls == [("lost", PARTITIONS)]
+    probe = AsyncConsumer({"bootstrap.servers": server.listen, "group.id": "app"})
+    committed = await probe.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+    assert all(tp.offset is not None and tp.offset < 0 for tp in committed)
+    await probe.close()

@@ -796,3 +796,128 @@ def test_a_compacted_log_loads_the_groups_the_whole_log_does() -> None:
         reused: (GroupState.EMPTY, 0, None, [], {TP1: 9}),
         left: (GroupState.EMPTY, 2, "consumer", [], {TP0: 11}),
     }
+
+
+def stable_static_pair(h: Harness) -> tuple[str, str, int]:
+    """Static members pod-a (the leader) and pod-b in a Stable generation: their member ids
+    and the generation."""
+    a = h.join_result(h.join(G, instance_id="pod-a", client_id="a"))
+    h.sync(G, a.member_id, a.generation_id, {a.member_id: b"A"}, instance_id="pod-a")
+    b_token = h.join(G, instance_id="pod-b", client_id="b")
+    leader = h.join_result(h.join(G, a.member_id, instance_id="pod-a"))
+    b = h.join_result(b_token)
+    h.sync(G, b.member_id, b.generation_id, instance_id="pod-b")
+    assignments = {a.member_id: b"A", b.member_id: b"B"}
+    h.sync(G, a.member_id, leader.generation_id, assignments, instance_id="pod-a")
+    assert h.core.groups[G].state is GroupState.STABLE
+    return a.member_id, b.member_id, leader.generation_id
+
+
+def test_a_static_member_that_does_not_rejoin_in_time_keeps_its_place_until_its_session_ends() -> (
+    None
+):
+    h = Harness()
+    a, b, generation = stable_static_pair(h)
+    newcomer = h.join_new(G)
+    a_join = h.join(G, a, instance_id="pod-a")
+    # pod-b is slow to rejoin but alive: it heartbeats through the whole rebalance timeout.
+    for _ in range(REBALANCE_MS // 5_000 - 1):
+        h.advance(5_000)
+        assert h.heartbeat(G, b, generation, "pod-b") == ErrorCode.REBALANCE_IN_PROGRESS
+    h.advance(5_000)
+    joined = h.join_result(a_join)
+    assert joined.generation_id == generation + 1 and joined.leader == a
+    # The leader assigns to every member, the static one that has not rejoined too.
+    assert {m.member_id for m in joined.members} == {a, b, h.join_result(newcomer).member_id}
+    group = h.core.groups[G]
+    assert b in group.members and group.static_members["pod-b"] == b
+    # pod-b learns of the new generation and joins it without another rebalance.
+    assert h.heartbeat(G, b, generation, "pod-b") == ErrorCode.ILLEGAL_GENERATION
+    again = h.join_result(h.join(G, b, instance_id="pod-b"))
+    assert (again.error, again.generation_id) == (ErrorCode.NONE, generation + 1)
+
+
+def test_a_join_waits_while_only_static_members_that_have_not_rejoined_remain() -> None:
+    h = Harness()
+    a, _, generation = stable_static_pair(h)
+    assert h.leave(G, "", "pod-b") == ErrorCode.NONE  # a rebalance without pod-b
+    # pod-a keeps heartbeating but does not rejoin within the rebalance timeout: no member
+    # joined, so no generation can form; the join phase is extended.
+    for _ in range(REBALANCE_MS // 5_000 + 1):
+        h.advance(5_000)
+        assert h.heartbeat(G, a, generation, "pod-a") == ErrorCode.REBALANCE_IN_PROGRESS
+    group = h.core.groups[G]
+    assert group.state is GroupState.PREPARING_REBALANCE
+    assert group.generation_id == generation and group.members.keys() == {a}
+    rejoined = h.join_result(h.join(G, a, instance_id="pod-a"))
+    assert (rejoined.generation_id, rejoined.leader) == (generation + 1, a)
+    # A static member whose session ends is removed, as any member.
+    h.sync(G, a, rejoined.generation_id, {a: b"A"}, instance_id="pod-a")
+    h.advance(SESSION_MS)
+    assert group.state is GroupState.EMPTY and not group.members
+
+
+def test_an_empty_group_takes_the_protocol_type_of_its_next_first_member() -> None:
+    h = Harness()
+    first = h.join_result(h.join_new(G))
+    h.sync(G, first.member_id, first.generation_id, {first.member_id: b"a"})
+    h.commit(G, first.member_id, first.generation_id, {TP0: 5})
+    assert h.leave(G, first.member_id) == ErrorCode.NONE
+    group = h.core.groups[G]
+    assert group.state is GroupState.EMPTY and group.protocol_type == "consumer"
+    # Empty: a member of another protocol type may form the group (Kafka's supportsProtocols).
+    joined = h.join_result(h.join_new(G, protocol_type="connect", protocols=[("v1", b"w")]))
+    assert (joined.error, joined.protocol_type, joined.protocol_name) == (
+        ErrorCode.NONE,
+        "connect",
+        "v1",
+    )
+    assert group.protocol_type == "connect"
+    assert h.core.fetch_offsets(G, [TP0])[1][TP0].offset == 5
+    # Not empty any more: a consumer is refused.
+    refused = h.join_result(h.join(G))
+    assert refused.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_a_member_that_never_syncs_is_removed_even_once_the_group_is_stable() -> None:
+    h = Harness()
+    first = h.join_result(h.join_new(G))
+    h.sync(G, first.member_id, first.generation_id, {first.member_id: b"a"})
+    second = h.join_new(G)
+    leader = h.join_result(h.join(G, first.member_id))
+    follower = h.join_result(second)
+    generation = leader.generation_id
+    # The leader's assignment makes the group Stable; the follower heartbeats but never
+    # sends SyncGroup, so it never learns the share the others think it consumes.
+    h.sync(G, leader.member_id, generation, {leader.member_id: b"L", follower.member_id: b"F"})
+    group = h.core.groups[G]
+    assert group.state is GroupState.STABLE
+    for _ in range(REBALANCE_MS // 5_000 - 1):
+        h.advance(5_000)
+        assert h.heartbeat(G, follower.member_id, generation) == ErrorCode.NONE
+        assert h.heartbeat(G, leader.member_id, generation) == ErrorCode.NONE
+    h.advance(5_000)
+    # As Kafka's pending-sync expiry: removed after the rebalance timeout, and a rebalance.
+    assert follower.member_id not in group.members
+    assert group.state is GroupState.PREPARING_REBALANCE
+    assert h.heartbeat(G, leader.member_id, generation) == ErrorCode.REBALANCE_IN_PROGRESS
+
+
+def test_members_that_all_synced_in_a_stable_group_stay() -> None:
+    h = Harness()
+    leader, follower, generation = stable_pair(h)
+    third = h.join_new(G)  # a third member: generation + 1
+    leader_join, follower_join = h.join(G, leader), h.join(G, follower)
+    h.join_result(leader_join)
+    h.join_result(follower_join)
+    first = h.join_result(third)
+    new_generation = generation + 1
+    h.sync(G, leader, new_generation, {leader: b"L", follower: b"F", first.member_id: b"T"})
+    # The others sync after the group became Stable: no one is removed.
+    h.sync(G, follower, new_generation)
+    h.sync(G, first.member_id, new_generation)
+    for _ in range(REBALANCE_MS // 5_000 + 1):
+        h.advance(5_000)
+        for member in (leader, follower, first.member_id):
+            assert h.heartbeat(G, member, new_generation) == ErrorCode.NONE
+    assert h.core.groups[G].state is GroupState.STABLE

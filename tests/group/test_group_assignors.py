@@ -511,6 +511,24 @@ def test_cooperative_rounds_with_different_subscriptions_are_always_safe(
     check_balanced(members, owned)
 
 
+def test_cooperative_gives_a_partition_two_members_claim_in_one_generation_to_no_one() -> None:
+    # As Kafka's AbstractStickyAssignor (partitionsWithMultiplePreviousOwners): both
+    # claimants may be consuming t-1, so not even the one the target gives it to keeps it;
+    # both revoke it, and the next round deals it out.
+    counts = {"t": 4}
+    tie = {
+        "A": Subscription(("t",), owned_partitions=(tp("t", 0), tp("t", 1)), generation_id=4),
+        "B": Subscription(("t",), owned_partitions=(tp("t", 1), tp("t", 2)), generation_id=4),
+    }
+    first = CooperativeStickyAssignor().assign(counts, tie)
+    assert parts(first) == {"A": [tp("t", 0)], "B": [tp("t", 2), tp("t", 3)]}
+    after = {
+        m: Subscription(("t",), owned_partitions=first[m].partitions, generation_id=5) for m in tie
+    }
+    second = CooperativeStickyAssignor().assign(counts, after)
+    assert parts(second) == {"A": [tp("t", 0), tp("t", 1)], "B": [tp("t", 2), tp("t", 3)]}
+
+
 def test_cooperative_moves_a_partition_in_two_rounds() -> None:
     assignor = CooperativeStickyAssignor()
     counts = {"t": 3}

@@ -506,11 +506,13 @@ class _Session:
             self.state.remove(lost)
             self._send_assignment(lost, lost=True)
         membership.lost = False
-        before = membership.partitions_to_revoke_before_join()
+        before = membership.partitions_to_revoke_before_join(self.start.topics)
         if before:
             await self._revoke(before)
         self._wake.clear()
         rebalance = await membership.join(self.start.topics)
+        if rebalance is None:
+            return  # the membership was lost while joining: the next round gives it up
         if rebalance.change.revoked:
             await self._revoke(rebalance.change.revoked)
         added = rebalance.change.added

@@ -46,6 +46,7 @@ only describe (from the brokers) do not pay for it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -105,6 +106,8 @@ from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc, coordinator_pb2_grpc
 from highwater.v1 import coordinator_pb2 as cpb
 from highwater.v1.common_pb2 import ErrorCode
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "AdminClient",
@@ -1433,7 +1436,10 @@ class AdminClient:
         """The group's committed offsets: of every partition it has one for, or of the
         ``(topic, partition)`` pairs given (those without one are left out).
 
-        A group that does not exist has no offsets: the answer is empty.
+        A group that does not exist has no offsets: the answer is empty. A group-level
+        error raises its typed error; a partition answered an error (a topic the caller
+        may not describe: TOPIC_AUTHORIZATION_FAILED) is left out with a warning, as
+        Kafka's ``ListConsumerGroupOffsetsHandler`` does, and the others are returned.
         """
         request = cpb.OffsetFetchRequest(group_id=group_id)
         if partitions is None:
@@ -1457,7 +1463,15 @@ class AdminClient:
         for topic in reply.topics:
             for p in topic.partitions:
                 if p.error != ErrorCode.NONE:
-                    raise _group_error(group_id, p.error, p.error_message)
+                    log.warning(
+                        "group %r: offset of %s-%d left out: %s: %s",
+                        group_id,
+                        topic.name,
+                        p.partition_index,
+                        _code_name(p.error),
+                        p.error_message,
+                    )
+                    continue
                 if p.committed_offset >= 0:
                     offsets[(topic.name, p.partition_index)] = OffsetAndMetadata(
                         p.committed_offset,

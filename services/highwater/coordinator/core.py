@@ -594,10 +594,25 @@ class GroupCoordinatorCore:
         return []
 
     def _complete_join(self, group: Group, now: int) -> list[Effect]:
-        """End the join phase: drop who did not rejoin, open the next generation."""
+        """End the join phase: drop the dynamic members that did not rejoin, open the next
+        generation.
+
+        A static member that did not rejoin keeps its place, as in Kafka's
+        ``onCompleteJoin``: it is in the leader's member list (and gets a share of the
+        assignment), and it goes only when its session ends or it never syncs. Its
+        JoinGroup comes later, as a known member's, and gets this generation. When no
+        member at all rejoined (only such static members are left), no generation can
+        form: the join phase waits another rebalance timeout for them or their sessions.
+        """
         effects: list[Effect] = []
         for member in [m for m in group.members.values() if not m.awaiting_join]:
-            group.remove_member(member.member_id)
+            if not member.is_static:
+                group.remove_member(member.member_id)
+        joined = [m.member_id for m in group.members.values() if m.awaiting_join]
+        if group.members and not joined:
+            group.in_initial_delay = False
+            group.join_deadline = now + group.max_rebalance_timeout_ms()
+            return effects
         group.pending_members.clear()
         group.join_deadline = None
         group.in_initial_delay = False
@@ -607,13 +622,13 @@ class GroupCoordinatorCore:
             group.transition(EMPTY, now)
             return effects + self._persist_empty_group(group)
         group.protocol_name = group.select_protocol()
-        if group.leader_id not in group.members:
-            group.leader_id = next(iter(group.members))
+        if group.leader_id not in joined:
+            group.leader_id = joined[0]
         group.transition(COMPLETING, now)
         group.sync_deadline = now + group.max_rebalance_timeout_ms()
         for member in group.members.values():
-            assert member.join_token is not None
-            effects.append(Reply(member.join_token, self._join_result(group, member)))
+            if member.join_token is not None:
+                effects.append(Reply(member.join_token, self._join_result(group, member)))
             member.join_token = None
             member.synced = False
             member.previous_assignment = member.assignment
@@ -658,6 +673,9 @@ class GroupCoordinatorCore:
         if group.is_in(PREPARING):
             raise _Refused(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing")
         if group.is_in(STABLE):
+            member.synced = True
+            if all(m.synced for m in group.members.values()):
+                group.sync_deadline = None
             return [Reply(token, self._sync_result(group, member))]
         # CompletingRebalance
         if member.sync_token is not None:
@@ -693,8 +711,12 @@ class GroupCoordinatorCore:
         return [*effects, write]
 
     def _complete_sync(self, group: Group, now: int) -> list[Effect]:
+        """The leader's assignment is stored: Stable, and every waiting SyncGroup answered.
+        Members that have not sent SyncGroup yet keep their sync deadline (Kafka's pending
+        sync members): they are removed if it passes first, as in CompletingRebalance."""
         group.transition(STABLE, now)
-        group.sync_deadline = None
+        if all(m.synced for m in group.members.values()):
+            group.sync_deadline = None
         effects: list[Effect] = [
             RebalanceCompleted(group.group_id, group.generation_id, now - group.rebalance_started)
         ]
@@ -1101,7 +1123,8 @@ class GroupCoordinatorCore:
                     effects += self._remove_member_and_rebalance(group, member_id, now)
             if group.is_in(PREPARING) and _passed(group.join_deadline, now):
                 effects += self._join_deadline_passed(group, now)
-            if group.is_in(COMPLETING) and _passed(group.sync_deadline, now):
+            if group.is_in(COMPLETING, STABLE) and _passed(group.sync_deadline, now):
+                group.sync_deadline = None
                 for member in [m for m in group.members.values() if not m.synced]:
                     effects += self._remove_member_and_rebalance(group, member.member_id, now)
         if self._next_expiry_check is not None and self._next_expiry_check <= now:

@@ -161,13 +161,15 @@ class Group:
         self.state_timestamp = now
 
     def add_member(self, member: Member) -> None:
+        """Add ``member``; the first member of a group without members sets its protocol
+        type (an Empty group forgets the one its former members had)."""
+        if not self.members:
+            self.protocol_type = member.protocol_type
         self.members[member.member_id] = member
         if member.group_instance_id is not None:
             self.static_members[member.group_instance_id] = member.member_id
         if self.leader_id is None:
             self.leader_id = member.member_id
-        if self.protocol_type is None:
-            self.protocol_type = member.protocol_type
 
     def remove_member(self, member_id: str) -> Member | None:
         member = self.members.pop(member_id, None)
@@ -216,14 +218,17 @@ class Group:
         return candidates
 
     def supports(self, protocol_type: str, protocols: tuple[Protocol, ...]) -> bool:
-        """Whether a member with these protocols may join (Kafka's ``supportsProtocols``)."""
+        """Whether a member with these protocols may join (Kafka's ``supportsProtocols``):
+        any member may join an Empty group, whatever protocol type its former members had;
+        otherwise the member must have the group's protocol type and a protocol every
+        member supports."""
         if not protocols or not protocol_type:
             return False
-        if not self.members:
-            return self.protocol_type is None or self.protocol_type == protocol_type
+        if self.is_in(GroupState.EMPTY):
+            return True
         if self.protocol_type != protocol_type:
             return False
-        return bool(self.candidate_protocols() & {p.name for p in protocols})
+        return not self.members or bool(self.candidate_protocols() & {p.name for p in protocols})
 
     def select_protocol(self) -> str:
         """The candidate protocol most members prefer (ties: the leader's preference)."""

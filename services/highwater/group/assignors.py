@@ -380,7 +380,8 @@ class CooperativeStickyAssignor(ConsumerPartitionAssignor):
     owner's assignment no longer has it, so the old owner revokes it and rejoins, and the next
     rebalance, where nobody owns it any more, gives it to its new member. So no partition is
     ever assigned to a member while another member may still be consuming it, and a rebalance
-    that moves partitions settles in two rounds.
+    that moves partitions settles in two rounds. A partition two members claim in the same
+    (highest) generation is withheld from everyone, its claimants too, as Kafka does.
     """
 
     name = "cooperative-sticky"
@@ -395,13 +396,23 @@ class CooperativeStickyAssignor(ConsumerPartitionAssignor):
         }
         target = sticky_assignment(partitions_per_topic, subscriptions, claims)
         owners: dict[TopicPartitionKey, set[str]] = {}
+        claimed_in: dict[TopicPartitionKey, list[int]] = {}
         for member, subscription in subscriptions.items():
             for tp in subscription.owned_partitions:
                 owners.setdefault(tp, set()).add(member)
+                claimed_in.setdefault(tp, []).append(subscription.generation_id)
+        # Claimed by several members of the highest generation claiming it: any of them
+        # may be consuming it, so it goes to none this round (Kafka's
+        # partitionsWithMultiplePreviousOwners).
+        contested = {tp for tp, gens in claimed_in.items() if gens.count(max(gens)) > 1}
         # A partition is withheld when the member did not own it and someone else does.
         return {
             member: Assignment(
-                tuple(tp for tp in assignment.partitions if member in owners.get(tp, {member}))
+                tuple(
+                    tp
+                    for tp in assignment.partitions
+                    if member in owners.get(tp, {member}) and tp not in contested
+                )
             )
             for member, assignment in target.items()
         }

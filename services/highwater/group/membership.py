@@ -172,8 +172,10 @@ class GroupMembership:
         """The last assignment received (the sticky assignor's user data)."""
         self.rejoin_needed = True
         self.lost = False
-        """Set when the coordinator no longer knows this member: its partitions are lost
-        (they may already be another member's), not revoked."""
+        """Set when the coordinator no longer counts this member in its generation: its
+        partitions are lost (they may already be another member's), not revoked."""
+        self._fatal: GroupError | None = None
+        """An error the next :meth:`join` raises instead of joining (a fenced static member)."""
         self._coordinator: str | None = None
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._heartbeats: asyncio.Task[None] | None = None
@@ -207,28 +209,51 @@ class GroupMembership:
     def is_member(self) -> bool:
         return bool(self.member_id) and self.generation_id >= 0
 
-    def reset_membership(self) -> None:
-        """Forget the member id and generation: the next join starts afresh."""
-        self.member_id = ""
+    def reset_membership(self, *, keep_member_id: bool = False) -> None:
+        """Forget the generation, and the member id unless ``keep_member_id``: the next
+        join starts afresh (with the member id kept, the coordinator need not wait for
+        the old one to rejoin or expire)."""
+        if not keep_member_id:
+            self.member_id = ""
         self.generation_id = DEFAULT_GENERATION
 
-    async def join(self, topics: Sequence[str]) -> Rebalance:
+    async def join(self, topics: Sequence[str]) -> Rebalance | None:
         """Join (or rejoin) the group subscribed to ``topics`` until a generation is formed
         and this member has its assignment. The caller revoked what it had to first
-        (everything under the eager protocol, see :meth:`partitions_to_revoke_before_join`)."""
+        (everything under the eager protocol, see :meth:`partitions_to_revoke_before_join`).
+
+        None when the coordinator answered that this member is not in the generation
+        (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION) while it still owns partitions: they are
+        :attr:`lost`, and the caller gives them up (``on_lost``) before it joins again,
+        as Kafka's ``onJoinPrepare`` does after such an answer. A fenced static member's
+        error (:class:`GroupError`, FENCED_INSTANCE_ID, seen by a heartbeat) is raised
+        instead of joining: joining again would take the place back from the consumer
+        that now has it."""
+        if self._fatal is not None:
+            error, self._fatal = self._fatal, None
+            raise error
         self._joining = True
         try:
             while True:
                 rebalance = await self._join_once(topics)
                 if rebalance is not None:
                     return rebalance
+                if self.lost and self.owned:
+                    return None
         finally:
             self._joining = False
 
-    def partitions_to_revoke_before_join(self) -> tuple[TopicPartitionKey, ...]:
-        """What a member gives up before it joins: everything under the eager protocol
-        (Kafka's ``onJoinPrepare``), nothing under the cooperative one."""
-        return self.owned if self.protocol is RebalanceProtocol.EAGER else ()
+    def partitions_to_revoke_before_join(
+        self, topics: Sequence[str]
+    ) -> tuple[TopicPartitionKey, ...]:
+        """What a member subscribed to ``topics`` gives up before it joins (Kafka's
+        ``onJoinPrepare``): everything under the eager protocol; under the cooperative one
+        only the partitions of topics it no longer subscribes to (it keeps consuming the
+        others through the rebalance, and claims them as owned in its subscription)."""
+        if self.protocol is RebalanceProtocol.EAGER:
+            return self.owned
+        subscribed = set(topics)
+        return tuple(tp for tp in self.owned if tp[0] not in subscribed)
 
     def revoked(self, partitions: Sequence[TopicPartitionKey]) -> None:
         """The consumer stopped consuming ``partitions``."""
@@ -365,7 +390,7 @@ class GroupMembership:
         elif error == ErrorCode.REBALANCE_IN_PROGRESS:
             pass  # join again at once: the new generation is forming
         elif error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
-            self.reset_membership()
+            self._membership_lost(error)
         elif error == ErrorCode.FENCED_INSTANCE_ID:
             raise GroupError(
                 error,
@@ -396,8 +421,9 @@ class GroupMembership:
                     self.settings.max_poll_interval_ms,
                 )
                 await self.leave()
-                self._membership_lost()
+                self._membership_lost(ErrorCode.UNKNOWN_MEMBER_ID)
                 continue
+            sent = (self.member_id, self.generation_id)
             try:
                 stub = await self._stub()
                 request = pb.HeartbeatRequest(
@@ -413,7 +439,9 @@ class GroupMembership:
             except (grpc.aio.AioRpcError, HighwaterError):
                 self._coordinator_unknown()
                 continue
-            if self._joining:
+            if self._joining or (self.member_id, self.generation_id) != sent:
+                # The answer is about a generation the member has left meanwhile (Kafka's
+                # generationUnchanged): acting on it would lose the new one.
                 continue
             if reply.error == ErrorCode.REBALANCE_IN_PROGRESS:
                 self._request_rejoin()
@@ -423,7 +451,14 @@ class GroupMembership:
                     self.settings.group_id,
                     ErrorCode.Name(reply.error),
                 )
-                self._membership_lost()
+                if reply.error == ErrorCode.FENCED_INSTANCE_ID:
+                    self._fatal = GroupError(
+                        reply.error,
+                        f"group {self.settings.group_id}: another consumer with "
+                        f"group.instance.id {self.settings.group_instance_id!r} took this "
+                        "one's place",
+                    )
+                self._membership_lost(reply.error)
             elif reply.error in _COORDINATOR_ERRORS:
                 self._coordinator_unknown()
 
@@ -432,8 +467,11 @@ class GroupMembership:
             self.rejoin_needed = True
             self.on_rejoin_needed()
 
-    def _membership_lost(self) -> None:
-        self.reset_membership()
+    def _membership_lost(self, error: int) -> None:
+        """The coordinator answered ``error``: this member is not in the generation. As
+        Kafka's ``resetStateOnResponseError``, ILLEGAL_GENERATION keeps the member id (the
+        coordinator may still know it), UNKNOWN_MEMBER_ID and FENCED_INSTANCE_ID do not."""
+        self.reset_membership(keep_member_id=error == ErrorCode.ILLEGAL_GENERATION)
         self.lost = True
         self.rejoin_needed = True
         self.on_rejoin_needed()
@@ -455,6 +493,7 @@ class GroupMembership:
         )
         if self.settings.group_instance_id is not None and self.member_id:
             request.group_instance_id = self.settings.group_instance_id
+        sent = (self.member_id, self.generation_id)
         by_topic: dict[str, pb.OffsetCommitTopic] = {}
         for (topic, partition), (offset, epoch, metadata) in sorted(offsets.items()):
             entry = by_topic.get(topic)
@@ -484,8 +523,15 @@ class GroupMembership:
                 self._coordinator_unknown()
                 await self._backoff()
                 continue
-            if any(e in _MEMBERSHIP_LOST for e in errors.values()):
-                self._membership_lost()
+            if (self.member_id, self.generation_id) != sent:
+                # About a generation the member has left meanwhile: the commit failed, the
+                # membership stands (Kafka's generationUnchanged).
+                return answers
+            lost = [e for e in errors.values() if e in _MEMBERSHIP_LOST]
+            if lost and ErrorCode.FENCED_INSTANCE_ID not in lost:
+                # A fenced static member's commit fails (as in Kafka, the caller sees the
+                # error); its membership is left to its heartbeats.
+                self._membership_lost(lost[0])
             elif ErrorCode.REBALANCE_IN_PROGRESS in errors.values():
                 self._request_rejoin()
             return answers

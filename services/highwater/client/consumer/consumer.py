@@ -10,16 +10,26 @@ among the members, :mod:`highwater.group.membership`) or are named by hand
 (:meth:`AsyncConsumer.assign`). With a ``group.id`` the consumer commits offsets to the
 group's coordinator (:meth:`~AsyncConsumer.commit`, and every ``auto.commit.interval.ms``
 while ``enable.auto.commit`` is on) and a partition it starts on begins at the group's
-committed offset, else where ``auto.offset.reset`` says.
+committed offset, else where ``auto.offset.reset`` says. A commit of the positions carries
+the leader epoch of the batch the last consumed record came in (the committed offset's
+epoch until a record is consumed), as Kafka's consumer commits ``offsetEpoch``; offsets
+given to :meth:`~AsyncConsumer.commit` carry none.
 
 Rebalances happen inside :meth:`~AsyncConsumer.poll`, as in Kafka: the ``on_revoke``
 callback runs before partitions go (with auto-commit on, their positions are committed
 first), ``on_assign`` after new ones arrive, ``on_lost`` when the membership was lost and
-the partitions may already be another member's. Which partitions go depends on the
-rebalance protocol of the configured ``partition.assignment.strategy``: all of them under
-the eager protocol (``range``, ``roundrobin``, ``sticky``), only those moving elsewhere
-under the cooperative one (``cooperative-sticky``). Callbacks take ``(consumer,
-partitions)`` as confluent-kafka's do, and may be coroutine functions.
+the partitions may already be another member's (the coordinator answered
+UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or FENCED_INSTANCE_ID, or ``max.poll.interval.ms``
+passed without a poll; a static member fenced by another consumer of its
+``group.instance.id`` then gets the error from :meth:`~AsyncConsumer.poll` instead of
+taking the place back). Which partitions go depends on the rebalance protocol of the
+configured ``partition.assignment.strategy``: all of them under the eager protocol
+(``range``, ``roundrobin``, ``sticky``), where ``on_revoke`` starts every rebalance of a
+member of a generation even with nothing to give up; only those moving elsewhere under
+the cooperative one (``cooperative-sticky``): before it joins, those of topics no longer
+subscribed; after, those the new assignment gives to others. ``on_assign`` ends every
+rebalance, with no partitions too. Callbacks take ``(consumer, partitions)`` as
+confluent-kafka's do, and may be coroutine functions.
 
 How records arrive (Kafka's ``Fetcher``):
 
@@ -111,7 +121,7 @@ from highwater.errors import (
 )
 from highwater.group.assignors import assignor_for
 from highwater.group.membership import GroupError, GroupMembership, GroupSettings
-from highwater.group.protocol import TopicPartitionKey
+from highwater.group.protocol import RebalanceProtocol, TopicPartitionKey
 from highwater.records.columnar import RecordColumns, finish_columns
 from highwater.telemetry.configure import tracing_enabled
 from highwater.telemetry.messaging import ConsumerTracing
@@ -279,9 +289,13 @@ class AsyncConsumer:
             states.append(state)
         return states
 
-    def _set_offset(self, state: PartitionState, offset: int | None) -> None:
-        """Start ``state`` at ``offset`` (a logical offset means a lookup)."""
+    def _set_offset(
+        self, state: PartitionState, offset: int | None, leader_epoch: int = -1
+    ) -> None:
+        """Start ``state`` at ``offset`` (a logical offset means a lookup), a committed
+        offset with its ``leader_epoch``."""
         state.clear_buffer()
+        state.position_epoch = leader_epoch
         state.failed = False
         state.backoff_until = 0.0
         state.generation += 1
@@ -526,6 +540,7 @@ class AsyncConsumer:
             return None
         state.taken = i + 1
         state.position = message._offset + 1
+        state.position_epoch = state.records_epoch
         self._fetch_ahead()
         return message
 
@@ -1110,11 +1125,12 @@ class AsyncConsumer:
         )
 
     async def unsubscribe(self) -> None:
-        """Give the partitions back (``on_revoke``) and leave the group."""
+        """Give the partitions back (``on_revoke``; ``on_lost`` when the membership was
+        lost) and leave the group."""
         if self._subscription is None or self._membership is None:
             return
         membership = self._membership
-        await self._revoke(membership.owned)
+        await self._give_up_before_leaving(membership)
         await membership.leave()
         self._subscription = None
 
@@ -1157,17 +1173,19 @@ class AsyncConsumer:
 
     async def _rebalance(self, membership: GroupMembership, topics: tuple[str, ...]) -> None:
         """One rebalance: give up what must go, join, and start on what arrived."""
-        if membership.lost and membership.owned:
-            lost = membership.owned
-            membership.revoked(lost)
-            self._remove_partitions(lost)
-            await self._invoke(self._on_lost or self._on_revoke, lost)
-        membership.lost = False
-        before = membership.partitions_to_revoke_before_join()
+        if membership.lost:
+            await self._lose(membership)
+        before = membership.partitions_to_revoke_before_join(topics)
         if before:
             await self._revoke(before)
+        elif membership.protocol is RebalanceProtocol.EAGER and membership.is_member():
+            # Eager: on_revoke starts every rebalance of a member of a generation, even
+            # one with nothing to give up (Kafka's ConsumerRebalanceListener).
+            await self._invoke(self._on_revoke, ())
         self._partition_counts = self._current_partition_counts()
         rebalance = await membership.join(topics)
+        if rebalance is None:
+            return  # the membership was lost while joining: the next round gives it up
         if rebalance.change.revoked:
             await self._revoke(rebalance.change.revoked)
         added = rebalance.change.added
@@ -1180,6 +1198,25 @@ class AsyncConsumer:
             len(membership.owned),
         )
         await self._invoke(self._on_assign, added)
+
+    async def _lose(self, membership: GroupMembership) -> None:
+        """The membership was lost: drop its partitions with ``on_lost`` (``on_revoke``
+        without one), and no commit: they may be another member's already."""
+        lost = membership.owned
+        membership.lost = False
+        if lost:
+            membership.revoked(lost)
+            self._remove_partitions(lost)
+            await self._invoke(self._on_lost or self._on_revoke, lost)
+
+    async def _give_up_before_leaving(self, membership: GroupMembership) -> None:
+        """Before leaving the group (close, unsubscribe): the partitions go with
+        ``on_revoke`` (committed first with auto-commit), or as lost when the membership
+        is gone (Kafka's ``onLeavePrepare``)."""
+        if membership.lost or not membership.is_member():
+            await self._lose(membership)
+        else:
+            await self._revoke(membership.owned)
 
     async def _revoke(self, partitions: Sequence[TopicPartitionKey]) -> None:
         """Commit (with auto-commit on), tell ``on_revoke``, and stop consuming ``partitions``."""
@@ -1213,7 +1250,10 @@ class AsyncConsumer:
         for key in partitions:
             state = PartitionState(key[0], key[1], reset=self.config.auto_offset_reset)
             found = committed.get(key)
-            self._set_offset(state, None if found is None else found[0])
+            if found is None:
+                self._set_offset(state, None)
+            else:
+                self._set_offset(state, found[0], found[1])
             self._states[key] = state
         self._wakeup.set()
 
@@ -1224,13 +1264,16 @@ class AsyncConsumer:
                 with contextlib.suppress(ValueError):
                     self._ready.remove(state)
 
-    def _positions(self, partitions: Sequence[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        """The known positions of ``partitions``: what a commit of "consumed so far" sends."""
+    def _positions(
+        self, partitions: Sequence[TopicPartitionKey]
+    ) -> dict[TopicPartitionKey, tuple[int, int]]:
+        """The known positions of ``partitions`` and their leader epochs: what a commit of
+        "consumed so far" sends."""
         positions = {}
         for key in partitions:
             state = self._states.get(key)
             if state is not None and state.position is not None:
-                positions[key] = state.position
+                positions[key] = (state.position, state.position_epoch)
         return positions
 
     async def commit(
@@ -1249,13 +1292,13 @@ class AsyncConsumer:
         self._check_open()
         self._group()
         if message is not None:
-            to_commit = {(message.topic(), message.partition()): message.offset() + 1}
+            to_commit = {(message.topic(), message.partition()): (message.offset() + 1, -1)}
         elif offsets is not None:
             to_commit = {}
             for tp in offsets:
                 if tp.offset is None or tp.offset < 0:
                     raise ValueError(f"{tp.topic}-{tp.partition}: commit needs an offset >= 0")
-                to_commit[tp.key()] = tp.offset
+                to_commit[tp.key()] = (tp.offset, -1)
         else:
             to_commit = self._positions(list(self._states))
         if asynchronous:
@@ -1263,7 +1306,7 @@ class AsyncConsumer:
             return None
         return await self._commit(to_commit, raise_errors=True)
 
-    def _commit_in_background(self, offsets: dict[TopicPartitionKey, int]) -> None:
+    def _commit_in_background(self, offsets: dict[TopicPartitionKey, tuple[int, int]]) -> None:
         if not offsets:
             return
         task: asyncio.Task[object] = asyncio.create_task(self._commit(offsets, raise_errors=False))
@@ -1271,15 +1314,16 @@ class AsyncConsumer:
         task.add_done_callback(self._commits.discard)
 
     async def _commit(
-        self, offsets: Mapping[TopicPartitionKey, int], *, raise_errors: bool
+        self, offsets: Mapping[TopicPartitionKey, tuple[int, int]], *, raise_errors: bool
     ) -> list[TopicPartition]:
+        """Commit ``{(topic, partition): (offset, leader epoch)}`` (epoch -1: not known)."""
         membership = self._group()
         if not offsets:
             return []
-        errors = await membership.commit({k: (o, -1, "") for k, o in offsets.items()})
+        errors = await membership.commit({k: (o, e, "") for k, (o, e) in offsets.items()})
         result = []
         failed = []
-        for key, offset in offsets.items():
+        for key, (offset, _) in offsets.items():
             code, detail = errors.get(key, (ErrorCode.NONE, ""))
             text = _code_name(code) + (f" ({detail})" if detail else "")
             error = None if code == ErrorCode.NONE else GroupError(code, text)
@@ -1314,7 +1358,7 @@ class AsyncConsumer:
             return
         try:
             if self._subscription is not None:
-                await self._revoke(membership.owned)
+                await self._give_up_before_leaving(membership)
             elif self.config.enable_auto_commit and self._states:
                 with contextlib.suppress(HighwaterError):
                     await self._commit(self._positions(list(self._states)), raise_errors=False)

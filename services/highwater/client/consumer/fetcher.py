@@ -96,6 +96,10 @@ class PartitionState:
     partition: int
     position: int | None = None
     """The next offset to return; None: to be looked up (``reset``) first."""
+    position_epoch: int = -1
+    """The leader epoch of the batch the record before the position came in (-1: not
+    known): what a commit of the position carries, Kafka's ``FetchPosition.offsetEpoch``.
+    A partition started at a committed offset starts with that offset's epoch."""
     reset: str = "latest"
     """Where a lookup goes: earliest, latest or none."""
     paused: bool = False
@@ -103,6 +107,8 @@ class PartitionState:
     """An error was delivered: not fetched again until sought or reassigned."""
     records: list[Message] = field(default_factory=list)
     """The records of the batch decoded last; those from :attr:`taken` on are not returned."""
+    records_epoch: int = -1
+    """The partition leader epoch of the batch :attr:`records` came in."""
     taken: int = 0
     batches: deque[RecordBatch] = field(default_factory=deque)
     """Fetched batches not decoded yet, in offset order."""
@@ -184,6 +190,7 @@ class PartitionState:
             if chunk:
                 messages += chunk
                 position = self.position = chunk[-1]._offset + 1
+                self.position_epoch = self.records_epoch
             self.taken = i + len(chunk)
 
     def take_columns(self, columns: Any, limit: int) -> None:
@@ -214,6 +221,7 @@ class PartitionState:
                         message._offset,
                     )
                     position = self.position = message._offset + 1
+                    self.position_epoch = self.records_epoch
                 self.taken = i
                 continue
             if not self.batches:
@@ -231,8 +239,10 @@ class PartitionState:
                 self.pending_error = CorruptRecordError(f"{self.topic}-{self.partition}: {e}")
                 if columns.last_offset >= position:
                     self.position = columns.last_offset + 1
+                    self.position_epoch = batch.partition_leader_epoch
                 return
             position = self.position = batch.next_offset
+            self.position_epoch = batch.partition_leader_epoch
 
     def _decode_next_batch(self) -> bool:
         """Decode the next buffered batch into :attr:`records`; False if none is left.
@@ -251,6 +261,7 @@ class PartitionState:
             self.fetched_end = -1
             self.pending_error = CorruptRecordError(f"{self.topic}-{self.partition}: {e}")
         self.records, self.taken = decoded, 0
+        self.records_epoch = batch.partition_leader_epoch
         return True
 
     def buffer(
