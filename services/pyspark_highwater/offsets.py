@@ -24,12 +24,14 @@ __all__ = [
     "DataLoss",
     "OffsetJsonError",
     "OffsetRange",
+    "OffsetsWentBack",
     "PartitionOffsets",
     "TopicPartitionKey",
     "from_json_dict",
     "limit_total",
     "missing_partitions",
     "next_end",
+    "offsets_went_back",
     "parse_offsets_json",
     "plan_ranges",
     "reconcile_start",
@@ -225,18 +227,55 @@ def next_end(
     ``target`` (Trigger.AvailableNow) caps each partition and drops those it does not know;
     ``max_records`` shares that many records out (:func:`limit_total`); with
     ``min_records`` nothing is read until that many wait (except under a target, which must
-    be reached). A partition's end never goes below its start (a log truncated below it
-    keeps the position), and every partition in ``start`` stays in the result.
+    be reached). Every partition in ``start`` stays in the result. A partition whose latest
+    offset is below its start (the topic was recreated, or its log truncated below what was
+    read) ends there, below its start, whatever the limits: planning the batch reports it
+    (:func:`offsets_went_back`) and the query goes on from the new offsets, as
+    spark-sql-kafka does; keeping the old position would skip the new records below it
+    without a word.
     """
     available = dict(latest)
     if target is not None:
         available = {tp: min(o, target[tp]) for tp, o in available.items() if tp in target}
-    waiting = sum(max(0, o - start.get(tp, o)) for tp, o in available.items())
+    back = {tp: o for tp, o in available.items() if o < start.get(tp, o)}
+    forward = {tp: o for tp, o in available.items() if tp not in back}
+    waiting = sum(o - start.get(tp, o) for tp, o in forward.items())
     if min_records is not None and waiting < min_records and target is None:
-        available = {}
+        forward = {}
     elif max_records is not None:
-        available = limit_total(start, available, max_records)
-    return {**start, **{tp: max(o, start.get(tp, o)) for tp, o in available.items()}}
+        forward = limit_total(start, forward, max_records)
+    return {**start, **forward, **back}
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsWentBack:
+    """A partition whose end offset is below the start of a micro-batch: the topic was
+    deleted and created again under its name, or its log was truncated below what the query
+    had read. Records may have been missed."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    def describe(self) -> str:
+        """A sentence for the error or the warning."""
+        return (
+            f"{self.topic}-{self.partition}: its offsets went back from {self.start} to "
+            f"{self.end} (was the topic deleted and created again, or its log truncated?); "
+            "records may have been missed"
+        )
+
+
+def offsets_went_back(
+    begin: Mapping[TopicPartitionKey, int], until: Mapping[TopicPartitionKey, int]
+) -> list[OffsetsWentBack]:
+    """The partitions whose end in ``until`` is below their start in ``begin``."""
+    return [
+        OffsetsWentBack(tp[0], tp[1], begin[tp], end)
+        for tp, end in sorted(until.items())
+        if tp in begin and end < begin[tp]
+    ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ group is used.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -40,6 +41,7 @@ from pyspark_highwater.offsets import (
     from_json_dict,
     missing_partitions,
     next_end,
+    offsets_went_back,
     plan_ranges,
     reconcile_start,
     to_json_dict,
@@ -59,6 +61,13 @@ from pyspark_highwater.writing import WrittenRecords, check_sink_schema, write_b
 __all__ = ["HighwaterDataSource"]
 
 log = logging.getLogger(__name__)
+
+#: How often the driver asks for the latest offsets when some are below the micro-batch's
+#: start, and how long it waits between the questions (spark-sql-kafka's
+#: ``fetchOffset.numRetries`` and ``fetchOffset.retryIntervalMs``): a leader that has just
+#: taken over may answer with a high watermark that has not caught up yet.
+LATEST_ATTEMPTS = 3
+LATEST_RETRY_INTERVAL_S = 0.5
 
 
 class RangePartition(InputPartition):
@@ -248,6 +257,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = from_json_dict(start, "start offset")
         with self.cluster.session():
             latest = self._latest()
+            for _ in range(LATEST_ATTEMPTS - 1):
+                if not offsets_went_back(begin, latest):
+                    break
+                time.sleep(LATEST_RETRY_INTERVAL_S)
+                latest = self._latest()
             begin = self._start_with_new(begin, latest)
         end = next_end(
             begin,
@@ -275,7 +289,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _ranges_between(
         self, begin: PartitionOffsets, until: PartitionOffsets
     ) -> Sequence[InputPartition]:
-        """The ranges from ``begin`` to ``until``, checked against the earliest offsets."""
+        """The ranges from ``begin`` to ``until``, checked against the earliest offsets and
+        for offsets that went back (an end below its start: nothing is read there, and the
+        next micro-batch starts at the lower end)."""
         options = self.options
         current = self.cluster.partitions(options.subscription)
         gone = missing_partitions(until, current)
@@ -288,6 +304,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             until = {tp: o for tp, o in until.items() if tp not in set(gone)}
         earliest = self.cluster.earliest(list(until))
         begin = {**{tp: earliest[tp] for tp in until if tp not in begin}, **begin}
+        for went_back in offsets_went_back(begin, until):
+            if options.fail_on_data_loss:
+                raise DataLossError(went_back.describe() + data_loss_hint())
+            log.warning("%s; skipped (failOnDataLoss=false)", went_back.describe())
         begin = _checked_start(options, {tp: begin[tp] for tp in until}, earliest)
         return _ranges(options, begin, until)
 

@@ -9,10 +9,12 @@ from pyspark_highwater.offsets import (
     DataLoss,
     OffsetJsonError,
     OffsetRange,
+    OffsetsWentBack,
     from_json_dict,
     limit_total,
     missing_partitions,
     next_end,
+    offsets_went_back,
     parse_offsets_json,
     plan_ranges,
     reconcile_start,
@@ -178,5 +180,24 @@ def test_next_end_stops_at_the_available_now_target() -> None:
     assert end == {("a", 0): 20, ("a", 1): 30, ("a", 2): 0}
 
 
-def test_next_end_never_moves_a_partition_back() -> None:
-    assert next_end({("a", 0): 40}, {("a", 0): 25}) == {("a", 0): 40}
+def test_next_end_follows_a_partition_whose_offsets_went_back() -> None:
+    # a topic recreated under the same name (or a log truncated below what was read): the end
+    # goes back with it, so that planning sees the change and reports it; keeping the old
+    # position would skip the new records below it without a word
+    start = {("a", 0): 40, ("a", 1): 0}
+    latest = {("a", 0): 25, ("a", 1): 30}
+    assert next_end(start, latest) == {("a", 0): 25, ("a", 1): 30}
+    assert next_end(start, latest, max_records=10) == {("a", 0): 25, ("a", 1): 10}
+    assert next_end(start, latest, min_records=100) == {("a", 0): 25, ("a", 1): 0}
+    assert next_end(start, latest, target={("a", 0): 50, ("a", 1): 5}) == {
+        ("a", 0): 25,
+        ("a", 1): 5,
+    }
+
+
+def test_ends_below_their_starts_are_offsets_that_went_back() -> None:
+    begin = {("a", 0): 40, ("a", 1): 3, ("b", 0): 7}
+    until = {("a", 0): 25, ("a", 1): 9, ("b", 0): 7}
+    assert offsets_went_back(begin, until) == [OffsetsWentBack("a", 0, 40, 25)]
+    assert "a-0: its offsets went back from 40 to 25" in OffsetsWentBack("a", 0, 40, 25).describe()
+    assert offsets_went_back({("a", 0): 4}, {("a", 1): 0}) == []

@@ -14,9 +14,10 @@ from highwater.client.admin import AdminClient
 from highwater.client.producer import Producer
 from highwater.records import iter_batches
 from highwater.records.partitioner import partition_for_key
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 from pyspark_highwater.cluster import ClusterOffsets
 from pyspark_highwater.offsets import OffsetRange
-from pyspark_highwater.options import Subscription
+from pyspark_highwater.options import Subscription, parse_read_options
 from pyspark_highwater.reading import (
     BATCH_RECORDS,
     BATCH_RECORDS_MAX,
@@ -24,6 +25,7 @@ from pyspark_highwater.reading import (
     ReadTimeoutError,
     read_range,
 )
+from pyspark_highwater.source import StreamReader
 from pyspark_highwater.writing import SINK_BATCH_SIZE, DeliveryError, write_batches
 from spark_topics import consume_all, create_topic, produce, unique_topic
 
@@ -219,3 +221,30 @@ def test_planning_calls_in_a_session_share_one_client_and_answer_the_same(
     assert cluster._session is None
     assert opened[0].is_closed()
     assert cluster.latest(partitions) == alone
+
+
+def stream_reader(server: ServerThread, topic: str, **options: str) -> StreamReader:
+    """The streaming source's driver side, as Spark's planning calls it (no Spark needed)."""
+    return StreamReader(
+        parse_read_options({"bootstrap.servers": server.address, "subscribe": topic, **options})
+    )
+
+
+def test_a_checkpoint_beyond_a_recreated_topic_fails_or_goes_on_from_its_offsets(
+    server: ServerThread,
+) -> None:
+    topic = unique_topic("plan-recreated")
+    create_topic(server.address, topic, 1)
+    produce(server.address, topic, [f"v{i}" for i in range(10)], partitions=1)
+    # the checkpoint of a query that read 40 records of the topic's previous life
+    begin = {topic: {"0": 40}}
+    strict = stream_reader(server, topic)
+    end = strict.latestOffset(begin, ReadAllAvailable())
+    assert end == {topic: {"0": 10}}
+    with pytest.raises(DataLossError, match=f"{topic}-0: its offsets went back from 40 to 10"):
+        strict.partitions(begin, end)
+    lenient = stream_reader(server, topic, failOnDataLoss="false")
+    assert lenient.partitions(begin, end) == []
+    produce(server.address, topic, ["v10", "v11"], partitions=1, start=10)
+    following = lenient.latestOffset(end, ReadAllAvailable())
+    assert [p.range for p in lenient.partitions(end, following)] == [OffsetRange(topic, 0, 10, 12)]
