@@ -34,10 +34,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pyspark_highwater.cluster import ClusterOffsets
+from pyspark_highwater.cluster import ClusterOffsets, UnknownTopicError
 from pyspark_highwater.offsets import (
     OffsetRange,
     PartitionOffsets,
+    TopicPartitionKey,
     from_json_dict,
     missing_partitions,
     next_end,
@@ -96,7 +97,8 @@ class HighwaterDataSource(DataSource):
         ``highwater.<setting>`` options are checked here, not again in the Python processes
         that plan the query's reads (:meth:`reader`, :meth:`streamReader`)."""
         options = self._read_options(check_client_settings=True)
-        ClusterOffsets(options.bootstrap_servers).partitions(options.subscription)
+        partitions = ClusterOffsets(options.bootstrap_servers).partitions(options.subscription)
+        _check_named_partitions(options, partitions)
         return source_schema(options.include_headers)
 
     def _check_schema(self, options: ReadOptions, schema: StructType) -> None:
@@ -144,6 +146,23 @@ def _check_sink(options: WriteOptions, schema: StructType) -> None:
         ClusterOffsets(options.bootstrap_servers).partitions(
             Subscription("subscribe", topics=(options.topic,))
         )
+
+
+def _check_named_partitions(options: ReadOptions, partitions: Sequence[TopicPartitionKey]) -> None:
+    """Per-partition ``startingOffsets`` / ``endingOffsets`` may name only partitions that
+    exist (spark-sql-kafka refuses the others too): an offset for a partition the topic does
+    not have is a mistake, not something to leave out silently."""
+    for bound, name in ((options.starting, "startingOffsets"), (options.ending, "endingOffsets")):
+        if bound is None or bound.kind != "offsets":
+            continue
+        unknown = missing_partitions(bound.offsets, partitions)
+        if unknown:
+            topic, partition = unknown[0]
+            count = sum(1 for t, _ in partitions if t == topic)
+            raise UnknownTopicError(
+                f"{name} names {topic}-{partition}, which does not exist ({topic!r} has "
+                f"{count} partition(s))"
+            )
 
 
 def _read(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -196,6 +215,7 @@ class BatchReader(DataSourceReader):
         cluster = ClusterOffsets(options.bootstrap_servers)
         with cluster.session():
             partitions = cluster.partitions(options.subscription)
+            _check_named_partitions(options, partitions)
             earliest = cluster.earliest(partitions)
             latest = cluster.latest(partitions)
             start = cluster.resolve(starting, partitions)
@@ -227,6 +247,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Where a new query starts: ``startingOffsets`` (default latest)."""
         with self.cluster.session():
             partitions = self.cluster.partitions(self.options.subscription)
+            _check_named_partitions(self.options, partitions)
             start = self.cluster.resolve(self.options.stream_start(), partitions)
         return to_json_dict(start)
 

@@ -16,7 +16,7 @@ from highwater.client.producer import Producer
 from highwater.records import iter_batches
 from highwater.records.partitioner import partition_for_key
 from pyspark.sql.streaming.datasource import ReadAllAvailable
-from pyspark_highwater.cluster import ClusterOffsets
+from pyspark_highwater.cluster import ClusterOffsets, UnknownTopicError
 from pyspark_highwater.offsets import OffsetRange
 from pyspark_highwater.options import Subscription, parse_read_options
 from pyspark_highwater.reading import (
@@ -26,7 +26,7 @@ from pyspark_highwater.reading import (
     ReadTimeoutError,
     read_range,
 )
-from pyspark_highwater.source import StreamReader
+from pyspark_highwater.source import BatchReader, HighwaterDataSource, StreamReader
 from pyspark_highwater.writing import SINK_BATCH_SIZE, DeliveryError, write_batches
 from spark_topics import consume_all, create_topic, produce, unique_topic
 
@@ -281,3 +281,30 @@ def test_a_checkpoint_beyond_a_recreated_topic_fails_or_goes_on_from_its_offsets
     produce(server.address, topic, ["v10", "v11"], partitions=1, start=10)
     following = lenient.latestOffset(end, ReadAllAvailable())
     assert [p.range for p in lenient.partitions(end, following)] == [OffsetRange(topic, 0, 10, 12)]
+
+
+def batch_reader(server: ServerThread, topic: str, **options: str) -> BatchReader:
+    """The batch source's driver side, as Spark's planning calls it (no Spark needed)."""
+    return BatchReader(
+        parse_read_options({"bootstrap.servers": server.address, "subscribe": topic, **options})
+    )
+
+
+def test_offsets_for_a_partition_that_does_not_exist_are_refused(server: ServerThread) -> None:
+    topic = unique_topic("plan-unknown")
+    create_topic(server.address, topic, 2)
+    options = {
+        "bootstrap.servers": server.address,
+        "subscribe": topic,
+        "startingOffsets": f'{{"{topic}": {{"0": 0, "5": 0}}}}',
+    }
+    message = f"startingOffsets names {topic}-5, which does not exist"
+    with pytest.raises(UnknownTopicError, match=message):
+        HighwaterDataSource(options).schema()
+    with pytest.raises(UnknownTopicError, match=message):
+        BatchReader(parse_read_options(options)).partitions()
+    with pytest.raises(UnknownTopicError, match=message):
+        StreamReader(parse_read_options(options)).initialOffset()
+    ending = f'{{"{topic}": {{"2": -1}}}}'
+    with pytest.raises(UnknownTopicError, match=f"endingOffsets names {topic}-2, which does not"):
+        batch_reader(server, topic, endingOffsets=ending).partitions()
