@@ -165,6 +165,17 @@ def _check_named_partitions(options: ReadOptions, partitions: Sequence[TopicPart
             )
 
 
+def _check_batch_order(start: PartitionOffsets, end: PartitionOffsets) -> None:
+    """A batch query's start may not be after its end (spark-sql-kafka fails the read too):
+    reading nothing there would hide a wrong offset or a damaged topic."""
+    for went_back in offsets_went_back(start, end):
+        raise HighwaterOptionError(
+            f"startingOffsets: {went_back.topic}-{went_back.partition} starts at "
+            f"{went_back.start}, after its end {went_back.end} (endingOffsets, or the "
+            "partition's latest offset)"
+        )
+
+
 def _read(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, RangePartition)
     return read_range(
@@ -220,6 +231,7 @@ class BatchReader(DataSourceReader):
             latest = cluster.latest(partitions)
             start = cluster.resolve(starting, partitions)
             end = cluster.resolve(ending, partitions, unnamed=-1)
+        _check_batch_order(start, end)
         start = _checked_start(options, start, earliest)
         for tp, offset in end.items():
             if offset > latest[tp]:

@@ -18,7 +18,7 @@ from highwater.records.partitioner import partition_for_key
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from pyspark_highwater.cluster import ClusterOffsets, UnknownTopicError
 from pyspark_highwater.offsets import OffsetRange
-from pyspark_highwater.options import Subscription, parse_read_options
+from pyspark_highwater.options import HighwaterOptionError, Subscription, parse_read_options
 from pyspark_highwater.reading import (
     BATCH_RECORDS,
     BATCH_RECORDS_MAX,
@@ -308,3 +308,22 @@ def test_offsets_for_a_partition_that_does_not_exist_are_refused(server: ServerT
     ending = f'{{"{topic}": {{"2": -1}}}}'
     with pytest.raises(UnknownTopicError, match=f"endingOffsets names {topic}-2, which does not"):
         batch_reader(server, topic, endingOffsets=ending).partitions()
+
+
+def test_a_batch_starting_after_its_end_is_refused(server: ServerThread) -> None:
+    topic = unique_topic("plan-inverted")
+    create_topic(server.address, topic, 2)
+    produce(server.address, topic, [f"v{i}" for i in range(20)], partitions=2)
+    inverted = batch_reader(
+        server,
+        topic,
+        startingOffsets=f'{{"{topic}": {{"0": 8, "1": 2}}}}',
+        endingOffsets=f'{{"{topic}": {{"0": 5, "1": 9}}}}',
+    )
+    with pytest.raises(HighwaterOptionError, match=f"{topic}-0 starts at 8, after its end 5"):
+        inverted.partitions()
+    beyond = batch_reader(server, topic, startingOffsets=f'{{"{topic}": {{"0": 30, "1": 0}}}}')
+    with pytest.raises(HighwaterOptionError, match=f"{topic}-0 starts at 30, after its end 10"):
+        beyond.partitions()
+    at_the_end = batch_reader(server, topic, startingOffsets=f'{{"{topic}": {{"0": 10, "1": 0}}}}')
+    assert [p.range for p in at_the_end.partitions()] == [OffsetRange(topic, 1, 0, 10)]
