@@ -274,7 +274,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self) -> PartitionOffsets:
         with self.cluster.session():
-            partitions = self.cluster.partitions(self.options.subscription)
+            partitions = self.cluster.partitions(self.options.subscription, missing_ok=True)
             return self.cluster.latest(partitions)
 
     def _start_with_new(
@@ -326,7 +326,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for offsets that went back (an end below its start: nothing is read there, and the
         next micro-batch starts at the lower end)."""
         options = self.options
-        current = self.cluster.partitions(options.subscription)
+        current = self.cluster.partitions(options.subscription, missing_ok=True)
         gone = missing_partitions(until, current)
         if gone:
             text = ", ".join(f"{t}-{p}" for t, p in gone)

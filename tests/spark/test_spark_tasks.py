@@ -327,3 +327,29 @@ def test_a_batch_starting_after_its_end_is_refused(server: ServerThread) -> None
         beyond.partitions()
     at_the_end = batch_reader(server, topic, startingOffsets=f'{{"{topic}": {{"0": 10, "1": 0}}}}')
     assert [p.range for p in at_the_end.partitions()] == [OffsetRange(topic, 1, 0, 10)]
+
+
+def test_a_subscribed_topic_deleted_mid_stream_is_data_loss(server: ServerThread) -> None:
+    prefix = unique_topic("plan-deleted")
+    kept, deleted = f"{prefix}-kept", f"{prefix}-deleted"
+    for topic in (kept, deleted):
+        create_topic(server.address, topic, 1)
+        produce(server.address, topic, ["a", "b", "c"], partitions=1)
+    begin = {kept: {"0": 0}, deleted: {"0": 1}}
+
+    async def delete() -> None:
+        async with AdminClient(server.address) as admin:
+            (await admin.delete_topics([deleted]))[deleted].raise_for_error()
+            while deleted in {t.name for t in await admin.list_topics()}:
+                await asyncio.sleep(0.05)
+
+    asyncio.run(delete())
+    both = f"{kept},{deleted}"
+    strict = stream_reader(server, both)
+    end = strict.latestOffset(begin, ReadAllAvailable())
+    assert end == {kept: {"0": 3}, deleted: {"0": 1}}
+    with pytest.raises(DataLossError, match=f"partitions {deleted}-0 no longer exist"):
+        strict.partitions(begin, end)
+    lenient = stream_reader(server, both, failOnDataLoss="false")
+    assert lenient.latestOffset(begin, ReadAllAvailable()) == end
+    assert [p.range for p in lenient.partitions(begin, end)] == [OffsetRange(kept, 0, 0, 3)]
