@@ -35,6 +35,7 @@ __all__ = [
     "parse_offsets_json",
     "plan_ranges",
     "reconcile_start",
+    "records_waiting",
     "to_json_dict",
 ]
 
@@ -213,6 +214,14 @@ def limit_total(
     return {tp: ends[tp] + shares[tp] for tp in latest}
 
 
+def records_waiting(
+    start: Mapping[TopicPartitionKey, int], latest: Mapping[TopicPartitionKey, int]
+) -> int:
+    """How many offsets lie between ``start`` and ``latest`` (partitions missing from
+    ``start``, or whose latest is below it, count none)."""
+    return sum(max(0, o - start.get(tp, o)) for tp, o in latest.items())
+
+
 def next_end(
     start: Mapping[TopicPartitionKey, int],
     latest: Mapping[TopicPartitionKey, int],
@@ -239,8 +248,7 @@ def next_end(
         available = {tp: min(o, target[tp]) for tp, o in available.items() if tp in target}
     back = {tp: o for tp, o in available.items() if o < start.get(tp, o)}
     forward = {tp: o for tp, o in available.items() if tp not in back}
-    waiting = sum(o - start.get(tp, o) for tp, o in forward.items())
-    if min_records is not None and waiting < min_records and target is None:
+    if min_records is not None and records_waiting(start, forward) < min_records and target is None:
         forward = {}
     elif max_records is not None:
         forward = limit_total(start, forward, max_records)

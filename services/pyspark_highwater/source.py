@@ -11,6 +11,7 @@ group is used.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -45,6 +46,7 @@ from pyspark_highwater.offsets import (
     offsets_went_back,
     plan_ranges,
     reconcile_start,
+    records_waiting,
     to_json_dict,
 )
 from pyspark_highwater.options import (
@@ -254,6 +256,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.cluster = ClusterOffsets(options.bootstrap_servers)
         self.target: PartitionOffsets | None = None
         """The offsets Trigger.AvailableNow stops at (set when the query starts)."""
+        self.last_trigger = -math.inf
+        """When (``time.monotonic()``) the last micro-batch was let run under
+        ``minOffsetsPerTrigger``: the first one runs whatever waits, as in spark-sql-kafka."""
 
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts: ``startingOffsets`` (default latest)."""
@@ -264,9 +269,36 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_json_dict(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """``maxOffsetsPerTrigger`` records per micro-batch, else everything available."""
-        limit = self.options.max_offsets_per_trigger
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+        """``maxOffsetsPerTrigger`` records per micro-batch, else ``minOffsetsPerTrigger``
+        (wait for that many), else everything available. PySpark has no composite limit: with
+        both options the maximum is Spark's limit and the minimum is the source's own."""
+        options = self.options
+        if options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(options.max_offsets_per_trigger)
+        if options.min_offsets_per_trigger is not None:
+            return ReadMinRows(options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def _min_records(
+        self, limit: ReadLimit, begin: PartitionOffsets, latest: PartitionOffsets
+    ) -> int | None:
+        """The records a micro-batch waits for under ``limit``: none once
+        ``maxTriggerDelay`` passed since the last one ran, or enough wait (that micro-batch
+        runs now); none when Spark asks for everything, or under Trigger.AvailableNow."""
+        if isinstance(limit, ReadMinRows):
+            wanted: int | None = limit.min_rows
+        elif isinstance(limit, ReadMaxRows):
+            wanted = self.options.min_offsets_per_trigger
+        else:
+            wanted = None
+        if wanted is None or self.target is not None:
+            return None
+        now = time.monotonic()
+        overdue = now - self.last_trigger >= self.options.max_trigger_delay_ms / 1000
+        if overdue or records_waiting(begin, latest) >= wanted:
+            self.last_trigger = now
+            return None
+        return wanted
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Remember the latest offsets now: the query stops once it has read up to them."""
@@ -300,7 +332,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             begin,
             latest,
             max_records=limit.max_rows if isinstance(limit, ReadMaxRows) else None,
-            min_records=limit.min_rows if isinstance(limit, ReadMinRows) else None,
+            min_records=self._min_records(limit, begin, latest),
             target=self.target,
         )
         return to_json_dict(end)

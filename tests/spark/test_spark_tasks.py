@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import socket
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,7 +16,7 @@ from highwater.client.admin import AdminClient
 from highwater.client.producer import Producer
 from highwater.records import iter_batches
 from highwater.records.partitioner import partition_for_key
-from pyspark.sql.streaming.datasource import ReadAllAvailable
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 from pyspark_highwater.cluster import ClusterOffsets, UnknownTopicError
 from pyspark_highwater.offsets import OffsetRange
 from pyspark_highwater.options import HighwaterOptionError, Subscription, parse_read_options
@@ -353,3 +354,35 @@ def test_a_subscribed_topic_deleted_mid_stream_is_data_loss(server: ServerThread
     lenient = stream_reader(server, both, failOnDataLoss="false")
     assert lenient.latestOffset(begin, ReadAllAvailable()) == end
     assert [p.range for p in lenient.partitions(begin, end)] == [OffsetRange(kept, 0, 0, 3)]
+
+
+def test_min_offsets_per_trigger_waits_for_records_or_the_max_trigger_delay(
+    server: ServerThread,
+) -> None:
+    topic = unique_topic("plan-min")
+    create_topic(server.address, topic, 2)
+    produce(server.address, topic, [f"v{i}" for i in range(4)], partitions=2)
+    start = {topic: {"0": 0, "1": 0}}
+    waiting = stream_reader(server, topic, minOffsetsPerTrigger="10", maxTriggerDelay="1s")
+    limit = waiting.getDefaultReadLimit()
+    assert limit == ReadMinRows(10)
+    # the first trigger runs whatever waits (as spark-sql-kafka's); then 10 must wait...
+    first = waiting.latestOffset(start, limit)
+    assert first == {topic: {"0": 2, "1": 2}}
+    produce(server.address, topic, [f"v{i}" for i in range(4, 8)], partitions=2, start=4)
+    assert waiting.latestOffset(first, limit) == first
+    # ... or the delay pass
+    time.sleep(1.1)
+    assert waiting.latestOffset(first, limit) == {topic: {"0": 4, "1": 4}}
+    capped = stream_reader(
+        server, topic, minOffsetsPerTrigger="3", maxOffsetsPerTrigger="4", maxTriggerDelay="1h"
+    )
+    assert capped.getDefaultReadLimit() == ReadMaxRows(4)
+    after = capped.latestOffset(start, ReadMaxRows(4))
+    assert after == {topic: {"0": 2, "1": 2}}
+    produce(server.address, topic, ["v8", "v9"], partitions=2, start=8)
+    assert capped.latestOffset({topic: {"0": 4, "1": 4}}, ReadMaxRows(4)) == {
+        topic: {"0": 4, "1": 4}
+    }
+    # everything is read when Spark asks for it (Trigger.Once), whatever the limits say
+    assert capped.latestOffset(after, ReadAllAvailable()) == {topic: {"0": 5, "1": 5}}
