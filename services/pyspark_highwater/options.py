@@ -77,6 +77,9 @@ _DURATION_UNITS: Final = {
     "d": 86_400_000,
 }
 
+#: The prefix of spark-sql-kafka's client settings (``kafka.bootstrap.servers``).
+_SPARK_KAFKA_PREFIX: Final = "kafka."
+
 #: Options Spark itself passes along to every source or sink; accepted and ignored.
 _SPARK_OPTIONS: Final = frozenset({"path", "checkpointlocation", "queryname"})
 
@@ -237,6 +240,11 @@ def _check_known(options: Mapping[str, str], known: tuple[str, ...], what: str) 
         if key in names or key in _SPARK_OPTIONS or key.startswith(CLIENT_PREFIX):
             continue
         close = [names[n] for n in names if n.replace(".", "") == key.replace(".", "")]
+        if key.startswith(_SPARK_KAFKA_PREFIX):
+            # spark-sql-kafka's kafka.<setting>: ours is highwater.<setting>, and
+            # bootstrap.servers has no prefix
+            setting = key[len(_SPARK_KAFKA_PREFIX) :]
+            close = [names.get(setting, CLIENT_PREFIX + setting)]
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise HighwaterOptionError(
             f"unknown option {key!r} for the Highwater {what}{hint}; known options: "

@@ -119,6 +119,16 @@ def test_an_option_close_to_a_known_one_is_suggested() -> None:
         parse_read_options({"bootstrapservers": "h:1", "subscribe": "a"})
 
 
+def test_spark_sql_kafka_s_prefixed_options_point_to_highwater_s() -> None:
+    # spark-sql-kafka writes kafka.bootstrap.servers and kafka.<consumer setting>
+    with pytest.raises(HighwaterOptionError, match=r"did you mean bootstrap\.servers\?"):
+        parse_read_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a"})
+    with pytest.raises(HighwaterOptionError, match=r"did you mean highwater\.fetch\.max\.bytes\?"):
+        parse_read_options(read(subscribe="a", **{"kafka.fetch.max.bytes": "1024"}))
+    with pytest.raises(HighwaterOptionError, match=r"did you mean highwater\.linger\.ms\?"):
+        parse_write_options({**BOOTSTRAP, "topic": "t", "kafka.linger.ms": "5"})
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
