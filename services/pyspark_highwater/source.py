@@ -368,7 +368,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("%s; skipped (failOnDataLoss=false)", message)
             until = {tp: o for tp, o in until.items() if tp not in set(gone)}
         earliest = self.cluster.earliest(list(until))
-        begin = {**{tp: earliest[tp] for tp in until if tp not in begin}, **begin}
+        # a partition that appeared since the last micro-batch is read from its beginning,
+        # offset 0, as in spark-sql-kafka: records already removed below its log start
+        # (retention, deleted records) are data loss like any other, not skipped in silence
+        begin = {**dict.fromkeys(until, 0), **begin}
         for went_back in offsets_went_back(begin, until):
             if options.fail_on_data_loss:
                 raise DataLossError(went_back.describe() + data_loss_hint())

@@ -386,3 +386,32 @@ def test_min_offsets_per_trigger_waits_for_records_or_the_max_trigger_delay(
     }
     # everything is read when Spark asks for it (Trigger.Once), whatever the limits say
     assert capped.latestOffset(after, ReadAllAvailable()) == {topic: {"0": 5, "1": 5}}
+
+
+def test_a_new_partition_whose_first_records_are_gone_is_data_loss(server: ServerThread) -> None:
+    prefix = unique_topic("plan-new-lost")
+    old, new = f"{prefix}-old", f"{prefix}-new"
+    create_topic(server.address, old, 1)
+    begin = {old: {"0": 0}}
+    create_topic(server.address, new, 1)
+    produce(server.address, new, [f"v{i}" for i in range(6)], partitions=1)
+
+    async def delete() -> None:
+        async with AdminClient(server.address) as admin:
+            await admin.delete_records({(new, 0): 2})
+
+    asyncio.run(delete())
+    pattern = {"subscribePattern": f"{prefix}-.*"}
+    strict = StreamReader(parse_read_options({"bootstrap.servers": server.address, **pattern}))
+    end = strict.latestOffset(begin, ReadAllAvailable())
+    assert end == {old: {"0": 0}, new: {"0": 6}}
+    # as in spark-sql-kafka: a partition that appeared since the last micro-batch is read from
+    # its first offset, 0; records removed below its log start were never read
+    with pytest.raises(DataLossError, match=f"{new}-0: offsets 0 to 1 were removed"):
+        strict.partitions(begin, end)
+    lenient = StreamReader(
+        parse_read_options(
+            {"bootstrap.servers": server.address, "failOnDataLoss": "false", **pattern}
+        )
+    )
+    assert [p.range for p in lenient.partitions(begin, end)] == [OffsetRange(new, 0, 2, 6)]
