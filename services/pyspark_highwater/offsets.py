@@ -58,7 +58,7 @@ def parse_offsets_json(text: str, option: str, *, allow_logical: bool = True) ->
     Offsets are >= 0, or with ``allow_logical`` -2 (earliest) and -1 (latest).
     """
     try:
-        document = json.loads(text)
+        document = json.loads(text, object_pairs_hook=_Pairs)
     except json.JSONDecodeError as e:
         raise OffsetJsonError(
             f"{option}: not valid JSON ({e.msg} at character {e.pos}); expected "
@@ -67,22 +67,38 @@ def parse_offsets_json(text: str, option: str, *, allow_logical: bool = True) ->
     return _offsets_from(document, option, allow_logical=allow_logical)
 
 
+class _Pairs(list[tuple[str, Any]]):
+    """A JSON object as its key/value pairs in order, keeping keys given twice (which
+    ``json.loads`` would reduce to the last one without a word)."""
+
+    def items(self) -> list[tuple[str, Any]]:
+        return list(self)
+
+
 def from_json_dict(document: Mapping[str, Any], what: str = "offset") -> PartitionOffsets:
     """The positions in a checkpointed offset dict (see :func:`to_json_dict`)."""
     return _offsets_from(document, what, allow_logical=False)
 
 
+def _is_object(value: Any) -> bool:
+    return isinstance(value, dict | _Pairs)
+
+
 def _offsets_from(document: Any, option: str, *, allow_logical: bool) -> PartitionOffsets:
-    if not isinstance(document, dict):
+    if not _is_object(document):
         raise OffsetJsonError(
             f"{option}: expected a JSON object of topics, not {type(document).__name__}"
         )
     lowest = EARLIEST if allow_logical else 0
     offsets: PartitionOffsets = {}
+    topics: set[str] = set()
     for topic, partitions in document.items():
         if not topic:
             raise OffsetJsonError(f"{option}: a topic name is empty")
-        if not isinstance(partitions, dict):
+        if topic in topics:
+            raise OffsetJsonError(f"{option}: topic {topic!r} is given twice")
+        topics.add(topic)
+        if not _is_object(partitions):
             raise OffsetJsonError(
                 f"{option}: topic {topic!r} must map partitions to offsets, "
                 f"not {type(partitions).__name__}"
@@ -96,6 +112,10 @@ def _offsets_from(document: Any, option: str, *, allow_logical: bool) -> Partiti
                 ) from None
             if partition < 0:
                 raise OffsetJsonError(f"{option}: partition {partition} of {topic!r} is < 0")
+            if (topic, partition) in offsets:
+                raise OffsetJsonError(
+                    f"{option}: partition {partition} of topic {topic!r} is given twice"
+                )
             if isinstance(offset, bool) or not isinstance(offset, int):
                 raise OffsetJsonError(
                     f"{option}: the offset of {topic}-{partition} must be an integer, "

@@ -46,6 +46,9 @@ def test_offset_json_takes_earliest_and_latest_markers() -> None:
         ('{"a": {"0": true}}', "must be an integer"),
         ('{"a": {"0": -3}}', "has offset -3"),
         ('{"": {"0": 1}}', "a topic name is empty"),
+        ('{"a": {"0": 1, "00": 2}}', "partition 0 of topic 'a' is given twice"),
+        ('{"a": {"1": 1, "1": 2}}', "partition 1 of topic 'a' is given twice"),
+        ('{"a": {"0": 1}, "a": {"1": 2}}', "topic 'a' is given twice"),
     ],
 )
 def test_malformed_offset_json_names_the_option_and_the_fault(text: str, fault: str) -> None:
