@@ -256,7 +256,10 @@ def next_end(
     ``target`` (Trigger.AvailableNow) caps each partition and drops those it does not know;
     ``max_records`` shares that many records out (:func:`limit_total`); with
     ``min_records`` nothing is read until that many wait (except under a target, which must
-    be reached). Every partition in ``start`` stays in the result. A partition whose latest
+    be reached). Every partition of ``start`` that is in ``latest`` stays in the result; one
+    that is not (its topic was deleted) is left out, as spark-sql-kafka does: planning the
+    micro-batch reports it (it is in the start, not in the end), and a topic created again
+    under the name is a new one, read from its beginning. A partition whose latest
     offset is below its start (the topic was recreated, or its log truncated below what was
     read) ends there, below its start, whatever the limits: planning the batch reports it
     (:func:`offsets_went_back`) and the query goes on from the new offsets, as
@@ -272,7 +275,8 @@ def next_end(
         forward = {}
     elif max_records is not None:
         forward = limit_total(start, forward, max_records)
-    return {**start, **forward, **back}
+    existing = {tp: o for tp, o in start.items() if tp in latest}
+    return {**existing, **forward, **back}
 
 
 @dataclass(frozen=True, slots=True)

@@ -359,7 +359,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         next micro-batch starts at the lower end)."""
         options = self.options
         current = self.cluster.partitions(options.subscription, missing_ok=True)
-        gone = missing_partitions(until, current)
+        # deleted since the micro-batch was planned (in its end), or before (left out of it)
+        gone = missing_partitions({**begin, **until}, current)
         if gone:
             text = ", ".join(f"{t}-{p}" for t, p in gone)
             message = f"partitions {text} no longer exist (was the topic deleted?)"
