@@ -261,11 +261,21 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ``minOffsetsPerTrigger``: the first one runs whatever waits, as in spark-sql-kafka."""
 
     def initialOffset(self) -> dict[str, Any]:
-        """Where a new query starts: ``startingOffsets`` (default latest)."""
+        """Where a new query starts: ``startingOffsets`` (default latest). An offset given
+        beyond its partition's latest offset is refused."""
         with self.cluster.session():
             partitions = self.cluster.partitions(self.options.subscription)
             _check_named_partitions(self.options, partitions)
-            start = self.cluster.resolve(self.options.stream_start(), partitions)
+            bound = self.options.stream_start()
+            start = self.cluster.resolve(bound, partitions)
+            if bound.kind == "offsets":
+                latest = self.cluster.latest(partitions)
+                for went_back in offsets_went_back(start, latest):
+                    # the first micro-batch would take it for a recreated topic
+                    raise HighwaterOptionError(
+                        f"startingOffsets: {went_back.topic}-{went_back.partition} starts at "
+                        f"{went_back.start}, beyond its latest offset {went_back.end}"
+                    )
         return to_json_dict(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:

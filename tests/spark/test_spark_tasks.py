@@ -421,3 +421,18 @@ def test_a_new_partition_whose_first_records_are_gone_is_data_loss(server: Serve
         )
     )
     assert [p.range for p in lenient.partitions(begin, end)] == [OffsetRange(new, 0, 2, 6)]
+
+
+def test_a_stream_starting_beyond_a_partition_s_latest_offset_is_refused(
+    server: ServerThread,
+) -> None:
+    topic = unique_topic("plan-start-beyond")
+    create_topic(server.address, topic, 2)
+    produce(server.address, topic, [f"v{i}" for i in range(20)], partitions=2)
+    beyond = stream_reader(server, topic, startingOffsets=f'{{"{topic}": {{"0": 30, "1": 4}}}}')
+    with pytest.raises(
+        HighwaterOptionError, match=f"startingOffsets: {topic}-0 starts at 30, beyond its latest"
+    ):
+        beyond.initialOffset()
+    at_the_end = stream_reader(server, topic, startingOffsets=f'{{"{topic}": {{"0": 10}}}}')
+    assert at_the_end.initialOffset() == {topic: {"0": 10, "1": 0}}
