@@ -51,6 +51,7 @@ from pyspark_highwater.offsets import (
 )
 from pyspark_highwater.options import (
     HighwaterOptionError,
+    OffsetBound,
     ReadOptions,
     Subscription,
     WriteOptions,
@@ -167,14 +168,18 @@ def _check_named_partitions(options: ReadOptions, partitions: Sequence[TopicPart
             )
 
 
-def _check_batch_order(start: PartitionOffsets, end: PartitionOffsets) -> None:
+def _check_batch_order(
+    starting: OffsetBound, ending: OffsetBound, start: PartitionOffsets, end: PartitionOffsets
+) -> None:
     """A batch query's start may not be after its end (spark-sql-kafka fails the read too):
-    reading nothing there would hide a wrong offset or a damaged topic."""
+    reading nothing there would hide a wrong offset or a damaged topic. The message names
+    the options as given (offsets or timestamps)."""
+    by_time = {True: "Timestamp", False: "Offsets"}
     for went_back in offsets_went_back(start, end):
         raise HighwaterOptionError(
-            f"startingOffsets: {went_back.topic}-{went_back.partition} starts at "
-            f"{went_back.start}, after its end {went_back.end} (endingOffsets, or the "
-            "partition's latest offset)"
+            f"starting{by_time[starting.kind == 'timestamp']}: {went_back.topic}-"
+            f"{went_back.partition} starts at {went_back.start}, after its end {went_back.end} "
+            f"(ending{by_time[ending.kind == 'timestamp']}, or the partition's latest offset)"
         )
 
 
@@ -233,7 +238,7 @@ class BatchReader(DataSourceReader):
             latest = cluster.latest(partitions)
             start = cluster.resolve(starting, partitions)
             end = cluster.resolve(ending, partitions, unnamed=-1)
-        _check_batch_order(start, end)
+        _check_batch_order(starting, ending, start, end)
         start = _checked_start(options, start, earliest)
         for tp, offset in end.items():
             if offset > latest[tp]:

@@ -326,6 +326,13 @@ def test_a_batch_starting_after_its_end_is_refused(server: ServerThread) -> None
     beyond = batch_reader(server, topic, startingOffsets=f'{{"{topic}": {{"0": 30, "1": 0}}}}')
     with pytest.raises(HighwaterOptionError, match=f"{topic}-0 starts at 30, after its end 10"):
         beyond.partitions()
+    # no record at or after the start time: each partition starts at its latest offset
+    by_time = batch_reader(server, topic, startingTimestamp="9" * 13, endingTimestamp="0")
+    with pytest.raises(
+        HighwaterOptionError,
+        match=f"startingTimestamp: {topic}-0 starts at 10, after its end 0 \\(endingTimestamp",
+    ):
+        by_time.partitions()
     at_the_end = batch_reader(server, topic, startingOffsets=f'{{"{topic}": {{"0": 10, "1": 0}}}}')
     assert [p.range for p in at_the_end.partitions()] == [OffsetRange(topic, 1, 0, 10)]
 
