@@ -239,7 +239,13 @@ def _check_known(options: Mapping[str, str], known: tuple[str, ...], what: str) 
     for key in options:
         if key in names or key in _SPARK_OPTIONS or key.startswith(CLIENT_PREFIX):
             continue
-        close = [names[n] for n in names if n.replace(".", "") == key.replace(".", "")]
+        # the same name with dots moved or left out, or under a prefix
+        # (spark-sql-kafka's kafkaConsumer.pollTimeoutMs)
+        close = [
+            names[n]
+            for n in names
+            if n.replace(".", "") == key.replace(".", "") or n == key.rsplit(".", 1)[-1]
+        ]
         if key.startswith(_SPARK_KAFKA_PREFIX):
             # spark-sql-kafka's kafka.<setting>: ours is highwater.<setting>, and
             # bootstrap.servers has no prefix

@@ -127,6 +127,8 @@ def test_spark_sql_kafka_s_prefixed_options_point_to_highwater_s() -> None:
         parse_read_options(read(subscribe="a", **{"kafka.fetch.max.bytes": "1024"}))
     with pytest.raises(HighwaterOptionError, match=r"did you mean highwater\.linger\.ms\?"):
         parse_write_options({**BOOTSTRAP, "topic": "t", "kafka.linger.ms": "5"})
+    with pytest.raises(HighwaterOptionError, match=r"did you mean pollTimeoutMs\?"):
+        parse_read_options(read(subscribe="a", **{"kafkaConsumer.pollTimeoutMs": "500"}))
 
 
 @pytest.mark.parametrize(
