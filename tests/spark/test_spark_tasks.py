@@ -182,6 +182,34 @@ def test_rows_are_written_and_reported_per_partition(server: ServerThread) -> No
     )
 
 
+def test_null_keys_values_partitions_and_headers_are_written_as_absent(
+    server: ServerThread,
+) -> None:
+    topic = unique_topic("task-nulls")
+    create_topic(server.address, topic, 2)
+    header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    rows = pa.RecordBatch.from_pydict(
+        {
+            "topic": [topic] * 3,
+            "key": [None, "k1", None],
+            "value": pa.array([b"v0", None, None], pa.binary()),
+            "partition": pa.array([1, None, 1], pa.int32()),
+            "headers": pa.array([[{"key": "h", "value": None}], None, []], header_type),
+        }
+    )
+    columnar = pa.RecordBatch.from_pydict(
+        {"key": ["k3", None], "value": pa.array([None, b"v4"], pa.binary())}
+    )
+    config = {"bootstrap.servers": server.address}
+    assert write_batches(config, None, [rows]).records == 3
+    assert write_batches(config, topic, [columnar]).records == 2
+    got = {(m.key(), m.value()): m for m in consume_all(server.address, topic, 2)}
+    assert set(got) == {(None, b"v0"), (b"k1", None), (None, None), (b"k3", None), (None, b"v4")}
+    assert got[(None, b"v0")].partition() == 1 and got[(None, None)].partition() == 1
+    assert got[(None, b"v0")].headers() == [("h", None)]
+    assert not got[(b"k1", None)].headers()
+
+
 def test_key_and_value_columns_are_written_as_batches_partitioned_by_key(
     server: ServerThread,
 ) -> None:
