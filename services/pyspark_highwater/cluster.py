@@ -85,10 +85,16 @@ class ClusterOffsets:
 
         return asyncio.run(with_client())
 
-    def partitions(self, subscription: Subscription) -> list[TopicPartitionKey]:
+    def partitions(
+        self, subscription: Subscription, *, missing_ok: bool = False
+    ) -> list[TopicPartitionKey]:
         """The partitions ``subscription`` reads now, sorted; named topics and assigned
-        partitions must exist (:class:`UnknownTopicError`), a pattern may match none."""
-        return self._run(lambda admin: _partitions(admin, subscription))
+        partitions must exist (:class:`UnknownTopicError`), a pattern may match none.
+
+        With ``missing_ok`` those that do not exist (any more) are left out instead: a running
+        stream whose topic was deleted sees its partitions gone, which ``failOnDataLoss``
+        judges, rather than an error that ends the query whatever it says."""
+        return self._run(lambda admin: _partitions(admin, subscription, missing_ok))
 
     def offsets(self, partitions: Iterable[TopicPartitionKey], spec: int) -> PartitionOffsets:
         """Each partition's offset for an :class:`OffsetSpec` (earliest, latest, a time).
@@ -150,7 +156,9 @@ class ClusterOffsets:
         return resolved
 
 
-async def _partitions(admin: AdminClient, subscription: Subscription) -> list[TopicPartitionKey]:
+async def _partitions(
+    admin: AdminClient, subscription: Subscription, missing_ok: bool
+) -> list[TopicPartitionKey]:
     from highwater.client.admin import UnknownTopicOrPartitionError as AdminUnknownTopicError
 
     if subscription.kind == "subscribePattern":
@@ -165,13 +173,18 @@ async def _partitions(admin: AdminClient, subscription: Subscription) -> list[To
     try:
         described = await admin.describe_topics(topics)
     except AdminUnknownTopicError as e:
-        raise UnknownTopicError(
-            f"{e} ({subscription.describe()}); create it first, e.g. highwater topics create"
-        ) from None
+        if not missing_ok:
+            raise UnknownTopicError(
+                f"{e} ({subscription.describe()}); create it first, e.g. highwater topics create"
+            ) from None
+        listed = {t.name for t in await admin.list_topics()}
+        described = await admin.describe_topics([t for t in topics if t in listed])
     existing = sorted((name, p.partition) for name, d in described.items() for p in d.partitions)
     if subscription.kind != "assign":
         return existing
     missing = [tp for tp in subscription.partitions if tp not in set(existing)]
+    if missing and missing_ok:
+        return [tp for tp in subscription.partitions if tp in set(existing)]
     if missing:
         topic, partition = missing[0]
         count = len(described[topic].partitions)

@@ -24,15 +24,18 @@ __all__ = [
     "DataLoss",
     "OffsetJsonError",
     "OffsetRange",
+    "OffsetsWentBack",
     "PartitionOffsets",
     "TopicPartitionKey",
     "from_json_dict",
     "limit_total",
     "missing_partitions",
     "next_end",
+    "offsets_went_back",
     "parse_offsets_json",
     "plan_ranges",
     "reconcile_start",
+    "records_waiting",
     "to_json_dict",
 ]
 
@@ -55,7 +58,7 @@ def parse_offsets_json(text: str, option: str, *, allow_logical: bool = True) ->
     Offsets are >= 0, or with ``allow_logical`` -2 (earliest) and -1 (latest).
     """
     try:
-        document = json.loads(text)
+        document = json.loads(text, object_pairs_hook=_Pairs)
     except json.JSONDecodeError as e:
         raise OffsetJsonError(
             f"{option}: not valid JSON ({e.msg} at character {e.pos}); expected "
@@ -64,22 +67,38 @@ def parse_offsets_json(text: str, option: str, *, allow_logical: bool = True) ->
     return _offsets_from(document, option, allow_logical=allow_logical)
 
 
+class _Pairs(list[tuple[str, Any]]):
+    """A JSON object as its key/value pairs in order, keeping keys given twice (which
+    ``json.loads`` would reduce to the last one without a word)."""
+
+    def items(self) -> list[tuple[str, Any]]:
+        return list(self)
+
+
 def from_json_dict(document: Mapping[str, Any], what: str = "offset") -> PartitionOffsets:
     """The positions in a checkpointed offset dict (see :func:`to_json_dict`)."""
     return _offsets_from(document, what, allow_logical=False)
 
 
+def _is_object(value: Any) -> bool:
+    return isinstance(value, dict | _Pairs)
+
+
 def _offsets_from(document: Any, option: str, *, allow_logical: bool) -> PartitionOffsets:
-    if not isinstance(document, dict):
+    if not _is_object(document):
         raise OffsetJsonError(
             f"{option}: expected a JSON object of topics, not {type(document).__name__}"
         )
     lowest = EARLIEST if allow_logical else 0
     offsets: PartitionOffsets = {}
+    topics: set[str] = set()
     for topic, partitions in document.items():
         if not topic:
             raise OffsetJsonError(f"{option}: a topic name is empty")
-        if not isinstance(partitions, dict):
+        if topic in topics:
+            raise OffsetJsonError(f"{option}: topic {topic!r} is given twice")
+        topics.add(topic)
+        if not _is_object(partitions):
             raise OffsetJsonError(
                 f"{option}: topic {topic!r} must map partitions to offsets, "
                 f"not {type(partitions).__name__}"
@@ -93,6 +112,10 @@ def _offsets_from(document: Any, option: str, *, allow_logical: bool) -> Partiti
                 ) from None
             if partition < 0:
                 raise OffsetJsonError(f"{option}: partition {partition} of {topic!r} is < 0")
+            if (topic, partition) in offsets:
+                raise OffsetJsonError(
+                    f"{option}: partition {partition} of topic {topic!r} is given twice"
+                )
             if isinstance(offset, bool) or not isinstance(offset, int):
                 raise OffsetJsonError(
                     f"{option}: the offset of {topic}-{partition} must be an integer, "
@@ -211,6 +234,14 @@ def limit_total(
     return {tp: ends[tp] + shares[tp] for tp in latest}
 
 
+def records_waiting(
+    start: Mapping[TopicPartitionKey, int], latest: Mapping[TopicPartitionKey, int]
+) -> int:
+    """How many offsets lie between ``start`` and ``latest`` (partitions missing from
+    ``start``, or whose latest is below it, count none)."""
+    return sum(max(0, o - start.get(tp, o)) for tp, o in latest.items())
+
+
 def next_end(
     start: Mapping[TopicPartitionKey, int],
     latest: Mapping[TopicPartitionKey, int],
@@ -225,18 +256,58 @@ def next_end(
     ``target`` (Trigger.AvailableNow) caps each partition and drops those it does not know;
     ``max_records`` shares that many records out (:func:`limit_total`); with
     ``min_records`` nothing is read until that many wait (except under a target, which must
-    be reached). A partition's end never goes below its start (a log truncated below it
-    keeps the position), and every partition in ``start`` stays in the result.
+    be reached). Every partition of ``start`` that is in ``latest`` stays in the result; one
+    that is not (its topic was deleted) is left out, as spark-sql-kafka does: planning the
+    micro-batch reports it (it is in the start, not in the end), and a topic created again
+    under the name is a new one, read from its beginning. A partition whose latest
+    offset is below its start (the topic was recreated, or its log truncated below what was
+    read) ends there, below its start, whatever the limits: planning the batch reports it
+    (:func:`offsets_went_back`) and the query goes on from the new offsets, as
+    spark-sql-kafka does; keeping the old position would skip the new records below it
+    without a word.
     """
     available = dict(latest)
     if target is not None:
         available = {tp: min(o, target[tp]) for tp, o in available.items() if tp in target}
-    waiting = sum(max(0, o - start.get(tp, o)) for tp, o in available.items())
-    if min_records is not None and waiting < min_records and target is None:
-        available = {}
+    back = {tp: o for tp, o in available.items() if o < start.get(tp, o)}
+    forward = {tp: o for tp, o in available.items() if tp not in back}
+    if min_records is not None and records_waiting(start, forward) < min_records and target is None:
+        forward = {}
     elif max_records is not None:
-        available = limit_total(start, available, max_records)
-    return {**start, **{tp: max(o, start.get(tp, o)) for tp, o in available.items()}}
+        forward = limit_total(start, forward, max_records)
+    existing = {tp: o for tp, o in start.items() if tp in latest}
+    return {**existing, **forward, **back}
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsWentBack:
+    """A partition whose end offset is below the start of a micro-batch: the topic was
+    deleted and created again under its name, or its log was truncated below what the query
+    had read. Records may have been missed."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    def describe(self) -> str:
+        """A sentence for the error or the warning."""
+        return (
+            f"{self.topic}-{self.partition}: its offsets went back from {self.start} to "
+            f"{self.end} (was the topic deleted and created again, or its log truncated?); "
+            "records may have been missed"
+        )
+
+
+def offsets_went_back(
+    begin: Mapping[TopicPartitionKey, int], until: Mapping[TopicPartitionKey, int]
+) -> list[OffsetsWentBack]:
+    """The partitions whose end in ``until`` is below their start in ``begin``."""
+    return [
+        OffsetsWentBack(tp[0], tp[1], begin[tp], end)
+        for tp, end in sorted(until.items())
+        if tp in begin and end < begin[tp]
+    ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,8 @@ READ_OPTIONS: Final = (
     "startingTimestamp",
     "endingTimestamp",
     "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
     "minPartitions",
     "maxRecordsPerPartition",
     "failOnDataLoss",
@@ -60,6 +62,23 @@ READ_OPTIONS: Final = (
     "pollTimeoutMs",
 )
 WRITE_OPTIONS: Final = ("bootstrap.servers", "topic")
+
+#: ``maxTriggerDelay`` unless given: spark-sql-kafka's 15 minutes.
+DEFAULT_MAX_TRIGGER_DELAY_MS: Final = 15 * 60_000
+
+#: The units of a duration option, in milliseconds (Spark's time strings; none: ms).
+_DURATION_UNITS: Final = {
+    "us": 0.001,
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
+
+#: The prefix of spark-sql-kafka's client settings (``kafka.bootstrap.servers``).
+_SPARK_KAFKA_PREFIX: Final = "kafka."
 
 #: Options Spark itself passes along to every source or sink; accepted and ignored.
 _SPARK_OPTIONS: Final = frozenset({"path", "checkpointlocation", "queryname"})
@@ -141,6 +160,10 @@ class ReadOptions:
     """None: not given (batch: earliest, streaming: latest)."""
     ending: OffsetBound | None
     max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    """A micro-batch waits until this many records wait, or ``max_trigger_delay_ms`` passed
+    since the last one ran."""
+    max_trigger_delay_ms: int
     min_partitions: int | None
     max_records_per_partition: int | None
     fail_on_data_loss: bool
@@ -216,7 +239,18 @@ def _check_known(options: Mapping[str, str], known: tuple[str, ...], what: str) 
     for key in options:
         if key in names or key in _SPARK_OPTIONS or key.startswith(CLIENT_PREFIX):
             continue
-        close = [names[n] for n in names if n.replace(".", "") == key.replace(".", "")]
+        # the same name with dots moved or left out, or under a prefix
+        # (spark-sql-kafka's kafkaConsumer.pollTimeoutMs)
+        close = [
+            names[n]
+            for n in names
+            if n.replace(".", "") == key.replace(".", "") or n == key.rsplit(".", 1)[-1]
+        ]
+        if key.startswith(_SPARK_KAFKA_PREFIX):
+            # spark-sql-kafka's kafka.<setting>: ours is highwater.<setting>, and
+            # bootstrap.servers has no prefix
+            setting = key[len(_SPARK_KAFKA_PREFIX) :]
+            close = [names.get(setting, CLIENT_PREFIX + setting)]
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise HighwaterOptionError(
             f"unknown option {key!r} for the Highwater {what}{hint}; known options: "
@@ -254,6 +288,20 @@ def _positive_int(options: Mapping[str, str], name: str) -> int | None:
     if value <= 0:
         raise HighwaterOptionError(f"{name} must be > 0, not {value}")
     return value
+
+
+def _duration_ms(options: Mapping[str, str], name: str, default: int) -> int:
+    """A duration as Spark writes them: ``15m``, ``30s``, ``500ms``, ``2h``; a bare number is
+    milliseconds."""
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    found = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
+    if found is None or found.group(2) not in ("", *_DURATION_UNITS):
+        raise HighwaterOptionError(
+            f"{name} must be a duration such as 500ms, 30s, 15m or 1h, not {raw!r}"
+        )
+    return int(int(found.group(1)) * _DURATION_UNITS.get(found.group(2), 1))
 
 
 def _boolean(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -390,12 +438,25 @@ def parse_read_options(
             if key.startswith(CLIENT_PREFIX)
         }
     poll_timeout = _positive_int(known, "pollTimeoutMs")
+    max_per_trigger = _positive_int(known, "maxOffsetsPerTrigger")
+    min_per_trigger = _positive_int(known, "minOffsetsPerTrigger")
+    if (
+        max_per_trigger is not None
+        and min_per_trigger is not None
+        and min_per_trigger > max_per_trigger
+    ):
+        raise HighwaterOptionError(
+            f"minOffsetsPerTrigger ({min_per_trigger}) is above maxOffsetsPerTrigger "
+            f"({max_per_trigger})"
+        )
     return ReadOptions(
         bootstrap_servers=bootstrap,
         subscription=subscription,
         starting=starting,
         ending=ending,
-        max_offsets_per_trigger=_positive_int(known, "maxOffsetsPerTrigger"),
+        max_offsets_per_trigger=max_per_trigger,
+        min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=_duration_ms(known, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
         min_partitions=_positive_int(known, "minPartitions"),
         max_records_per_partition=_positive_int(known, "maxRecordsPerPartition"),
         fail_on_data_loss=_boolean(known, "failOnDataLoss", True),

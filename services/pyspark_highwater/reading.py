@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pyarrow as pa
 from highwater.errors import OffsetOutOfRangeError
 
-from pyspark_highwater.offsets import DataLoss, OffsetRange
+from pyspark_highwater.offsets import DataLoss, OffsetRange, OffsetsWentBack
 from pyspark_highwater.records import RecordBatchBuilder
 
 if TYPE_CHECKING:
@@ -74,8 +74,12 @@ def read_range(
     """The records of ``r`` (offsets ``[start, end)``) as Arrow batches, in offset order.
 
     Offsets with no record (compacted away, control batches) are skipped. Records removed by
-    retention before they were read raise :class:`DataLossError` or are skipped, as
-    ``fail_on_data_loss`` says.
+    retention before they were read, and a range beyond the end of the partition's log (an
+    offset out of range above it, or no record for ``poll_timeout_ms`` at its high
+    watermark: the topic was recreated or its log truncated since the range was planned),
+    raise :class:`DataLossError` or are skipped, as ``fail_on_data_loss`` says, as in
+    spark-sql-kafka. No record for ``poll_timeout_ms`` below the high watermark raises
+    :class:`ReadTimeoutError`.
     """
     from highwater.client.consumer import Consumer, TopicPartition
 
@@ -117,6 +121,12 @@ def read_range(
                 if current is not None and current >= r.end:
                     break  # only offsets without records were left
                 if time.monotonic() > deadline:
+                    _, high = consumer.get_watermark_offsets(
+                        TopicPartition(r.topic, r.partition), cached=True
+                    )
+                    if 0 <= high <= position:
+                        _log_ends_early(r, high, fail_on_data_loss)
+                        break
                     raise ReadTimeoutError(
                         f"{r.topic}-{r.partition}: no record arrived for {poll_timeout_ms} ms "
                         f"at offset {position} (the range ends at {r.end}); is the partition's "
@@ -161,7 +171,10 @@ def _after_error(
 
     if not isinstance(error, OffsetOutOfRangeError | NoOffsetForPartitionError):
         raise error
-    earliest, _ = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition))
+    earliest, high = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition))
+    if position >= high:
+        _log_ends_early(r, high, fail_on_data_loss)
+        return r.end
     if position >= earliest:
         raise error
     loss = DataLoss(r.topic, r.partition, position, earliest)
@@ -169,3 +182,13 @@ def _after_error(
         raise DataLossError(loss.describe() + data_loss_hint())
     log.warning("%s; skipped (failOnDataLoss=false)", loss.describe())
     return min(earliest, r.end)
+
+
+def _log_ends_early(r: OffsetRange, high: int, fail_on_data_loss: bool) -> None:
+    """The partition's log ends at ``high``, before the range's end: it was planned when the
+    partition held more (the topic was deleted and created again, or its log truncated).
+    Raises :class:`DataLossError`, or logs that the rest of the range is skipped."""
+    went_back = OffsetsWentBack(r.topic, r.partition, r.end, high)
+    if fail_on_data_loss:
+        raise DataLossError(went_back.describe() + data_loss_hint())
+    log.warning("%s; skipped (failOnDataLoss=false)", went_back.describe())

@@ -11,6 +11,8 @@ group is used.
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -33,19 +35,23 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pyspark_highwater.cluster import ClusterOffsets
+from pyspark_highwater.cluster import ClusterOffsets, UnknownTopicError
 from pyspark_highwater.offsets import (
     OffsetRange,
     PartitionOffsets,
+    TopicPartitionKey,
     from_json_dict,
     missing_partitions,
     next_end,
+    offsets_went_back,
     plan_ranges,
     reconcile_start,
+    records_waiting,
     to_json_dict,
 )
 from pyspark_highwater.options import (
     HighwaterOptionError,
+    OffsetBound,
     ReadOptions,
     Subscription,
     WriteOptions,
@@ -59,6 +65,13 @@ from pyspark_highwater.writing import WrittenRecords, check_sink_schema, write_b
 __all__ = ["HighwaterDataSource"]
 
 log = logging.getLogger(__name__)
+
+#: How often the driver asks for the latest offsets when some are below the micro-batch's
+#: start, and how long it waits between the questions (spark-sql-kafka's
+#: ``fetchOffset.numRetries`` and ``fetchOffset.retryIntervalMs``): a leader that has just
+#: taken over may answer with a high watermark that has not caught up yet.
+LATEST_ATTEMPTS = 3
+LATEST_RETRY_INTERVAL_S = 0.5
 
 
 class RangePartition(InputPartition):
@@ -87,7 +100,8 @@ class HighwaterDataSource(DataSource):
         ``highwater.<setting>`` options are checked here, not again in the Python processes
         that plan the query's reads (:meth:`reader`, :meth:`streamReader`)."""
         options = self._read_options(check_client_settings=True)
-        ClusterOffsets(options.bootstrap_servers).partitions(options.subscription)
+        partitions = ClusterOffsets(options.bootstrap_servers).partitions(options.subscription)
+        _check_named_partitions(options, partitions)
         return source_schema(options.include_headers)
 
     def _check_schema(self, options: ReadOptions, schema: StructType) -> None:
@@ -134,6 +148,38 @@ def _check_sink(options: WriteOptions, schema: StructType) -> None:
     if options.topic is not None:
         ClusterOffsets(options.bootstrap_servers).partitions(
             Subscription("subscribe", topics=(options.topic,))
+        )
+
+
+def _check_named_partitions(options: ReadOptions, partitions: Sequence[TopicPartitionKey]) -> None:
+    """Per-partition ``startingOffsets`` / ``endingOffsets`` may name only partitions that
+    exist (spark-sql-kafka refuses the others too): an offset for a partition the topic does
+    not have is a mistake, not something to leave out silently."""
+    for bound, name in ((options.starting, "startingOffsets"), (options.ending, "endingOffsets")):
+        if bound is None or bound.kind != "offsets":
+            continue
+        unknown = missing_partitions(bound.offsets, partitions)
+        if unknown:
+            topic, partition = unknown[0]
+            count = sum(1 for t, _ in partitions if t == topic)
+            raise UnknownTopicError(
+                f"{name} names {topic}-{partition}, which does not exist ({topic!r} has "
+                f"{count} partition(s))"
+            )
+
+
+def _check_batch_order(
+    starting: OffsetBound, ending: OffsetBound, start: PartitionOffsets, end: PartitionOffsets
+) -> None:
+    """A batch query's start may not be after its end (spark-sql-kafka fails the read too):
+    reading nothing there would hide a wrong offset or a damaged topic. The message names
+    the options as given (offsets or timestamps)."""
+    by_time = {True: "Timestamp", False: "Offsets"}
+    for went_back in offsets_went_back(start, end):
+        raise HighwaterOptionError(
+            f"starting{by_time[starting.kind == 'timestamp']}: {went_back.topic}-"
+            f"{went_back.partition} starts at {went_back.start}, after its end {went_back.end} "
+            f"(ending{by_time[ending.kind == 'timestamp']}, or the partition's latest offset)"
         )
 
 
@@ -187,10 +233,12 @@ class BatchReader(DataSourceReader):
         cluster = ClusterOffsets(options.bootstrap_servers)
         with cluster.session():
             partitions = cluster.partitions(options.subscription)
+            _check_named_partitions(options, partitions)
             earliest = cluster.earliest(partitions)
             latest = cluster.latest(partitions)
             start = cluster.resolve(starting, partitions)
             end = cluster.resolve(ending, partitions, unnamed=-1)
+        _check_batch_order(starting, ending, start, end)
         start = _checked_start(options, start, earliest)
         for tp, offset in end.items():
             if offset > latest[tp]:
@@ -213,18 +261,59 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.cluster = ClusterOffsets(options.bootstrap_servers)
         self.target: PartitionOffsets | None = None
         """The offsets Trigger.AvailableNow stops at (set when the query starts)."""
+        self.last_trigger = -math.inf
+        """When (``time.monotonic()``) the last micro-batch was let run under
+        ``minOffsetsPerTrigger``: the first one runs whatever waits, as in spark-sql-kafka."""
 
     def initialOffset(self) -> dict[str, Any]:
-        """Where a new query starts: ``startingOffsets`` (default latest)."""
+        """Where a new query starts: ``startingOffsets`` (default latest). An offset given
+        beyond its partition's latest offset is refused."""
         with self.cluster.session():
             partitions = self.cluster.partitions(self.options.subscription)
-            start = self.cluster.resolve(self.options.stream_start(), partitions)
+            _check_named_partitions(self.options, partitions)
+            bound = self.options.stream_start()
+            start = self.cluster.resolve(bound, partitions)
+            if bound.kind == "offsets":
+                latest = self.cluster.latest(partitions)
+                for went_back in offsets_went_back(start, latest):
+                    # the first micro-batch would take it for a recreated topic
+                    raise HighwaterOptionError(
+                        f"startingOffsets: {went_back.topic}-{went_back.partition} starts at "
+                        f"{went_back.start}, beyond its latest offset {went_back.end}"
+                    )
         return to_json_dict(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """``maxOffsetsPerTrigger`` records per micro-batch, else everything available."""
-        limit = self.options.max_offsets_per_trigger
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+        """``maxOffsetsPerTrigger`` records per micro-batch, else ``minOffsetsPerTrigger``
+        (wait for that many), else everything available. PySpark has no composite limit: with
+        both options the maximum is Spark's limit and the minimum is the source's own."""
+        options = self.options
+        if options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(options.max_offsets_per_trigger)
+        if options.min_offsets_per_trigger is not None:
+            return ReadMinRows(options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def _min_records(
+        self, limit: ReadLimit, begin: PartitionOffsets, latest: PartitionOffsets
+    ) -> int | None:
+        """The records a micro-batch waits for under ``limit``: none once
+        ``maxTriggerDelay`` passed since the last one ran, or enough wait (that micro-batch
+        runs now); none when Spark asks for everything, or under Trigger.AvailableNow."""
+        if isinstance(limit, ReadMinRows):
+            wanted: int | None = limit.min_rows
+        elif isinstance(limit, ReadMaxRows):
+            wanted = self.options.min_offsets_per_trigger
+        else:
+            wanted = None
+        if wanted is None or self.target is not None:
+            return None
+        now = time.monotonic()
+        overdue = now - self.last_trigger >= self.options.max_trigger_delay_ms / 1000
+        if overdue or records_waiting(begin, latest) >= wanted:
+            self.last_trigger = now
+            return None
+        return wanted
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Remember the latest offsets now: the query stops once it has read up to them."""
@@ -232,7 +321,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self) -> PartitionOffsets:
         with self.cluster.session():
-            partitions = self.cluster.partitions(self.options.subscription)
+            partitions = self.cluster.partitions(self.options.subscription, missing_ok=True)
             return self.cluster.latest(partitions)
 
     def _start_with_new(
@@ -248,12 +337,17 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = from_json_dict(start, "start offset")
         with self.cluster.session():
             latest = self._latest()
+            for _ in range(LATEST_ATTEMPTS - 1):
+                if not offsets_went_back(begin, latest):
+                    break
+                time.sleep(LATEST_RETRY_INTERVAL_S)
+                latest = self._latest()
             begin = self._start_with_new(begin, latest)
         end = next_end(
             begin,
             latest,
             max_records=limit.max_rows if isinstance(limit, ReadMaxRows) else None,
-            min_records=limit.min_rows if isinstance(limit, ReadMinRows) else None,
+            min_records=self._min_records(limit, begin, latest),
             target=self.target,
         )
         return to_json_dict(end)
@@ -275,10 +369,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _ranges_between(
         self, begin: PartitionOffsets, until: PartitionOffsets
     ) -> Sequence[InputPartition]:
-        """The ranges from ``begin`` to ``until``, checked against the earliest offsets."""
+        """The ranges from ``begin`` to ``until``, checked against the earliest offsets and
+        for offsets that went back (an end below its start: nothing is read there, and the
+        next micro-batch starts at the lower end)."""
         options = self.options
-        current = self.cluster.partitions(options.subscription)
-        gone = missing_partitions(until, current)
+        current = self.cluster.partitions(options.subscription, missing_ok=True)
+        # deleted since the micro-batch was planned (in its end), or before (left out of it)
+        gone = missing_partitions({**begin, **until}, current)
         if gone:
             text = ", ".join(f"{t}-{p}" for t, p in gone)
             message = f"partitions {text} no longer exist (was the topic deleted?)"
@@ -287,7 +384,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("%s; skipped (failOnDataLoss=false)", message)
             until = {tp: o for tp, o in until.items() if tp not in set(gone)}
         earliest = self.cluster.earliest(list(until))
-        begin = {**{tp: earliest[tp] for tp in until if tp not in begin}, **begin}
+        # a partition that appeared since the last micro-batch is read from its beginning,
+        # offset 0, as in spark-sql-kafka: records already removed below its log start
+        # (retention, deleted records) are data loss like any other, not skipped in silence
+        begin = {**dict.fromkeys(until, 0), **begin}
+        for went_back in offsets_went_back(begin, until):
+            if options.fail_on_data_loss:
+                raise DataLossError(went_back.describe() + data_loss_hint())
+            log.warning("%s; skipped (failOnDataLoss=false)", went_back.describe())
         begin = _checked_start(options, {tp: begin[tp] for tp in until}, earliest)
         return _ranges(options, begin, until)
 

@@ -9,10 +9,12 @@ from pyspark_highwater.offsets import (
     DataLoss,
     OffsetJsonError,
     OffsetRange,
+    OffsetsWentBack,
     from_json_dict,
     limit_total,
     missing_partitions,
     next_end,
+    offsets_went_back,
     parse_offsets_json,
     plan_ranges,
     reconcile_start,
@@ -44,6 +46,9 @@ def test_offset_json_takes_earliest_and_latest_markers() -> None:
         ('{"a": {"0": true}}', "must be an integer"),
         ('{"a": {"0": -3}}', "has offset -3"),
         ('{"": {"0": 1}}', "a topic name is empty"),
+        ('{"a": {"0": 1, "00": 2}}', "partition 0 of topic 'a' is given twice"),
+        ('{"a": {"1": 1, "1": 2}}', "partition 1 of topic 'a' is given twice"),
+        ('{"a": {"0": 1}, "a": {"1": 2}}', "topic 'a' is given twice"),
     ],
 )
 def test_malformed_offset_json_names_the_option_and_the_fault(text: str, fault: str) -> None:
@@ -178,5 +183,31 @@ def test_next_end_stops_at_the_available_now_target() -> None:
     assert end == {("a", 0): 20, ("a", 1): 30, ("a", 2): 0}
 
 
-def test_next_end_never_moves_a_partition_back() -> None:
-    assert next_end({("a", 0): 40}, {("a", 0): 25}) == {("a", 0): 40}
+def test_next_end_follows_a_partition_whose_offsets_went_back() -> None:
+    # a topic recreated under the same name (or a log truncated below what was read): the end
+    # goes back with it, so that planning sees the change and reports it; keeping the old
+    # position would skip the new records below it without a word
+    start = {("a", 0): 40, ("a", 1): 0}
+    latest = {("a", 0): 25, ("a", 1): 30}
+    assert next_end(start, latest) == {("a", 0): 25, ("a", 1): 30}
+    assert next_end(start, latest, max_records=10) == {("a", 0): 25, ("a", 1): 10}
+    assert next_end(start, latest, min_records=100) == {("a", 0): 25, ("a", 1): 0}
+    assert next_end(start, latest, target={("a", 0): 50, ("a", 1): 5}) == {
+        ("a", 0): 25,
+        ("a", 1): 5,
+    }
+
+
+def test_next_end_leaves_out_partitions_that_no_longer_exist() -> None:
+    # planning reports them once (they are in the start, not in the end); a topic created
+    # again under the name is then a new one, read from its beginning
+    assert next_end({("a", 0): 5, ("b", 0): 3}, {("a", 0): 9}) == {("a", 0): 9}
+    assert next_end({("a", 0): 5, ("b", 0): 3}, {("a", 0): 9}, min_records=100) == {("a", 0): 5}
+
+
+def test_ends_below_their_starts_are_offsets_that_went_back() -> None:
+    begin = {("a", 0): 40, ("a", 1): 3, ("b", 0): 7}
+    until = {("a", 0): 25, ("a", 1): 9, ("b", 0): 7}
+    assert offsets_went_back(begin, until) == [OffsetsWentBack("a", 0, 40, 25)]
+    assert "a-0: its offsets went back from 40 to 25" in OffsetsWentBack("a", 0, 40, 25).describe()
+    assert offsets_went_back({("a", 0): 4}, {("a", 1): 0}) == []

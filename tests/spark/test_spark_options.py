@@ -40,6 +40,18 @@ def test_option_names_are_case_insensitive_as_spark_passes_them_lowered() -> Non
     assert options.max_offsets_per_trigger == 50
 
 
+def test_min_offsets_per_trigger_waits_at_most_max_trigger_delay() -> None:
+    options = parse_read_options(read(subscribe="a", minOffsetsPerTrigger="100"))
+    assert options.min_offsets_per_trigger == 100
+    assert options.max_trigger_delay_ms == 15 * 60_000  # spark-sql-kafka's default, 15m
+    for given, ms in (("250", 250), ("250ms", 250), ("30s", 30_000), ("2 min", 120_000)):
+        delayed = parse_read_options(
+            read(subscribe="a", minOffsetsPerTrigger="1", maxTriggerDelay=given)
+        )
+        assert delayed.max_trigger_delay_ms == ms
+    assert parse_read_options(read(subscribe="a")).min_offsets_per_trigger is None
+
+
 def test_assign_takes_spark_sql_kafka_json() -> None:
     options = parse_read_options(read(assign='{"a": [1, 0], "b": [2]}'))
     assert options.subscription.partitions == (("a", 0), ("a", 1), ("b", 2))
@@ -82,6 +94,15 @@ def test_client_settings_pass_through_with_the_prefix() -> None:
         ),
         (read(subscribe="a", maxOffsetsPerTrigger="0"), "must be > 0"),
         (read(subscribe="a", minPartitions="many"), "whole number"),
+        (read(subscribe="a", minOffsetsPerTrigger="-1"), "minOffsetsPerTrigger must be > 0"),
+        (
+            read(subscribe="a", minOffsetsPerTrigger="10", maxOffsetsPerTrigger="5"),
+            "minOffsetsPerTrigger (10) is above maxOffsetsPerTrigger (5)",
+        ),
+        (
+            read(subscribe="a", minOffsetsPerTrigger="1", maxTriggerDelay="soon"),
+            "maxTriggerDelay must be a duration",
+        ),
         (read(subscribe="a", failOnDataLoss="yes"), "true or false"),
         (read(subscribe="a", **{"highwater.group.id": "g"}), "not a consumer setting"),
         (read(subscribe="a", **{"highwater.fetch.max.bytes": "-5"}), "fetch.max.bytes"),
@@ -96,6 +117,18 @@ def test_bad_read_options_fail_with_a_clear_message(options: dict[str, str], mes
 def test_an_option_close_to_a_known_one_is_suggested() -> None:
     with pytest.raises(HighwaterOptionError, match=r"did you mean bootstrap\.servers"):
         parse_read_options({"bootstrapservers": "h:1", "subscribe": "a"})
+
+
+def test_spark_sql_kafka_s_prefixed_options_point_to_highwater_s() -> None:
+    # spark-sql-kafka writes kafka.bootstrap.servers and kafka.<consumer setting>
+    with pytest.raises(HighwaterOptionError, match=r"did you mean bootstrap\.servers\?"):
+        parse_read_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a"})
+    with pytest.raises(HighwaterOptionError, match=r"did you mean highwater\.fetch\.max\.bytes\?"):
+        parse_read_options(read(subscribe="a", **{"kafka.fetch.max.bytes": "1024"}))
+    with pytest.raises(HighwaterOptionError, match=r"did you mean highwater\.linger\.ms\?"):
+        parse_write_options({**BOOTSTRAP, "topic": "t", "kafka.linger.ms": "5"})
+    with pytest.raises(HighwaterOptionError, match=r"did you mean pollTimeoutMs\?"):
+        parse_read_options(read(subscribe="a", **{"kafkaConsumer.pollTimeoutMs": "500"}))
 
 
 @pytest.mark.parametrize(

@@ -82,7 +82,9 @@ def test_available_now_honours_the_read_limit_and_restarts_from_the_checkpoint(
     assert sink.offsets() == expected(topic, 3, 300)
 
     produce(server.address, topic, [f"v{i}" for i in range(300, 450)], partitions=3, start=300)
-    run_available_now(stream(spark, server, topic), sink, tmp_path / "checkpoint")
+    # Trigger.AvailableNow reads up to its target without waiting for minOffsetsPerTrigger
+    waiting = stream(spark, server, topic, minOffsetsPerTrigger="1000")
+    run_available_now(waiting, sink, tmp_path / "checkpoint")
     assert sink.batch_sizes[5:] == [150]
     assert sink.offsets() == expected(topic, 3, 450)
     assert sink.duplicated() == []
