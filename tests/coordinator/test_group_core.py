@@ -837,6 +837,39 @@ def test_a_static_member_that_does_not_rejoin_in_time_keeps_its_place_until_its_
     assert (again.error, again.generation_id) == (ErrorCode.NONE, generation + 1)
 
 
+def test_a_silent_static_member_kept_by_a_join_goes_when_its_own_session_ends() -> None:
+    """A static member that did not rejoin keeps its place in the next generation, but
+    the join's end does not start its session again: it goes when the session counted from
+    its last heartbeat ends, though the rebalance timeout (the pending sync) is longer."""
+    h = Harness()
+    timing = {"session_ms": 10_000, "rebalance_ms": 6_000}
+    a = h.join_result(h.join(G, instance_id="pod-a", **timing))
+    h.sync(G, a.member_id, a.generation_id, {a.member_id: b"A"}, instance_id="pod-a")
+    b_token = h.join(G, instance_id="pod-b", **timing)
+    leader = h.join_result(h.join(G, a.member_id, instance_id="pod-a", **timing))
+    b = h.join_result(b_token)
+    generation = leader.generation_id
+    h.sync(G, b.member_id, generation, instance_id="pod-b")
+    h.sync(G, a.member_id, generation, {a.member_id: b"A", b.member_id: b"B"}, instance_id="pod-a")
+    # pod-b is heard for the last time now; a newcomer starts a rebalance a second later.
+    assert h.heartbeat(G, b.member_id, generation, "pod-b") == ErrorCode.NONE
+    h.advance(1_000)
+    newcomer = h.join_new(G, **timing)
+    assert h.heartbeat(G, a.member_id, generation, "pod-a") == ErrorCode.REBALANCE_IN_PROGRESS
+    a_join = h.join(G, a.member_id, instance_id="pod-a", **timing)
+    h.advance(6_000)  # the join phase ends without pod-b, which stays
+    joined = h.join_result(a_join)
+    c = h.join_result(newcomer).member_id
+    group = h.core.groups[G]
+    assert b.member_id in group.members
+    h.sync(G, c, joined.generation_id)
+    h.sync(G, a.member_id, joined.generation_id, {a.member_id: b"A", c: b"C"}, instance_id="pod-a")
+    h.advance(2_900)  # 9.9 s after pod-b's last heartbeat
+    assert b.member_id in group.members
+    h.advance(200)  # 10.1 s: its session is over, 3 s before its sync would be due
+    assert b.member_id not in group.members and "pod-b" not in group.static_members
+
+
 def test_a_join_waits_while_only_static_members_that_have_not_rejoined_remain() -> None:
     h = Harness()
     a, _, generation = stable_static_pair(h)

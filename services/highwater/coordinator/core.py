@@ -599,7 +599,8 @@ class GroupCoordinatorCore:
 
         A static member that did not rejoin keeps its place, as in Kafka's
         ``onCompleteJoin``: it is in the leader's member list (and gets a share of the
-        assignment), and it goes only when its session ends or it never syncs. Its
+        assignment), and it goes when its session, counted from its last heartbeat, ends
+        or it never syncs. Its
         JoinGroup comes later, as a known member's, and gets this generation. When no
         member at all rejoined (only such static members are left), no generation can
         form: the join phase waits another rebalance timeout for them or their sessions.
@@ -629,11 +630,14 @@ class GroupCoordinatorCore:
         for member in group.members.values():
             if member.join_token is not None:
                 effects.append(Reply(member.join_token, self._join_result(group, member)))
+                # Its session counts again from the answer. A static member that did not
+                # rejoin keeps the session it had: where Kafka starts every member's again
+                # here, a silent static member would stay a session past its last word.
+                member.heartbeat_deadline = now + member.session_timeout_ms
             member.join_token = None
             member.synced = False
             member.previous_assignment = member.assignment
             member.assignment = b""
-            member.heartbeat_deadline = now + member.session_timeout_ms
         return effects
 
     def _persist_empty_group(self, group: Group) -> list[Effect]:
