@@ -728,9 +728,11 @@ class PartitionManager:
                 continue
             if config is None:
                 config = self._log_config(image, topic.name)
+            self._drop_former_log(tp, topic.topic_id)
             try:
                 if create_logs or self.log_manager.get_log(tp) is not None:
                     partition_log = self.log_manager.get_or_create_log(tp, config)
+                    self.log_manager.assign_topic_id(tp, topic.topic_id)
                 else:
                     self.log_manager.check_creatable(tp)
                     self._unopened.pop(tp, None)
@@ -789,6 +791,27 @@ class PartitionManager:
             len(replaced),
             topic.name,
             topic.topic_id,
+        )
+
+    def _drop_former_log(self, tp: TopicPartition, topic_id: str) -> None:
+        """Remove the log found here for ``tp`` when its ``partition.metadata`` records
+        another topic id: the name's topic was deleted and created again while this broker
+        was down, and the log on disk is the former topic's (Kafka's broker refuses it with
+        ``InconsistentTopicIdException``; its KRaft start removes it as a stray). The new
+        topic's replica starts with an empty log instead of serving the old records with
+        a log end offset that makes it look caught up. A log recording no id (made before
+        the file existed) is kept and takes ``topic_id``."""
+        recorded = self.log_manager.topic_id(tp)
+        if recorded is None or recorded == topic_id:
+            return
+        self.log_manager.delete_logs([tp])
+        log.info(
+            "broker %d: the log of %s found here is of a former topic %s: removed, "
+            "the name is topic %s now",
+            self.broker_id,
+            tp,
+            recorded,
+            topic_id,
         )
 
     def _log_config(self, image: MetadataImage, topic: str) -> LogConfig:
