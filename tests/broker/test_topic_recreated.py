@@ -112,3 +112,38 @@ def test_a_log_recording_no_topic_id_takes_the_images(tmp_path: Path) -> None:
     partitions.apply_image(replay(records, len(records)))
     assert partitions.get("orders", 0).log_end_offset == 1
     assert read_topic_id(tmp_path / "orders-0") == OLD_ID
+
+
+def test_logs_of_a_topic_deleted_while_the_broker_was_down_are_removed_at_start(
+    tmp_path: Path,
+) -> None:
+    logs = LogManager(tmp_path)
+    logs.startup(node_id=BROKER)
+    records = _cluster_records()
+    records += [
+        TopicRecord("orders", OLD_ID),
+        PartitionRecord(OLD_ID, 0, (1,), (1,), 1),
+        PartitionRecord(OLD_ID, 1, (2,), (2,), 2),
+        TopicRecord("kept", NEW_ID),
+        PartitionRecord(NEW_ID, 0, (1,), (1,), 1),
+    ]
+    PartitionManager(BROKER, logs).apply_image(replay(records, len(records)))
+    # A replica moved away while the broker was down leaves its log here too.
+    moved = TopicPartition("kept", 1)
+    logs.get_or_create_log(moved)
+    logs.assign_topic_id(moved, NEW_ID)
+    logs.shutdown()
+
+    restarted = LogManager(tmp_path)
+    restarted.startup(node_id=BROKER)
+    records = _cluster_records()
+    records += [
+        TopicRecord("kept", NEW_ID),
+        PartitionRecord(NEW_ID, 0, (1,), (1,), 1),
+        PartitionRecord(NEW_ID, 1, (2,), (2,), 2),
+    ]
+    image = replay(records, len(records))
+    partitions = PartitionManager(BROKER, restarted)
+    partitions.apply_image(image)
+    assert sorted(restarted.logs) == [TopicPartition("kept", 0)]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["kept-0"]

@@ -81,6 +81,8 @@ NO_EPOCH = -1
 
 _STATIC_CLUSTER_DEFAULTS = ConfigResource(ConfigResourceType.STATIC_CLUSTER_DEFAULT, "")
 """The controllers' static cluster defaults, one of the sources of a topic's config."""
+_METADATA_TOPIC = "__cluster_metadata"
+"""The metadata log's topic: never a stray, whatever directory holds it."""
 
 LogTruncation = Callable[[TopicPartition, int], Awaitable[bool]]
 """Truncates a partition's log and makes the lowered recovery point durable
@@ -489,6 +491,8 @@ class PartitionManager:
         overrides, the static and dynamic cluster defaults) and that config."""
         self._applied_configs: ConfigurationsImage | None = None
         """The configs image whose changes the open logs have taken."""
+        self._strays_removed = False
+        """Whether the first image has removed the stray logs found at start."""
         self.image = MetadataImage()
         self.on_change: Callable[[TopicPartition], None] | None = None
         """Told of each partition whose role, ISR, eligibility or high watermark an image
@@ -694,8 +698,33 @@ class PartitionManager:
             tp for tp in self._adopted_unused if tp not in wanted and tp not in self._partitions
         )
         self._adopted_unused = []
+        if not self._strays_removed:
+            self._strays_removed = True
+            gone.extend(self._strays(wanted))
         self.log_manager.delete_logs(gone)
         return to_create
+
+    def _strays(self, wanted: set[TopicPartition]) -> list[TopicPartition]:
+        """The logs found at start that the first image does not assign here: a topic
+        deleted, or a replica moved away, while this broker was down. Kafka's KRaft broker
+        removes them on its first image (``LogManager.findStrayReplicas``, KAFKA-14616);
+        kept, they would fill the disk, and a topic created later under the name would find
+        them. The broker applies images only once they hold its own registration, so the
+        first is at least as new as any deletion before its start."""
+        strays = [
+            tp
+            for tp in self.log_manager.logs
+            if tp not in wanted and tp not in self._partitions and tp.topic != _METADATA_TOPIC
+        ]
+        for tp in strays:
+            log.info(
+                "broker %d: stray log of %s (topic id %s) removed: the image does not "
+                "assign it here",
+                self.broker_id,
+                tp,
+                self.log_manager.topic_id(tp),
+            )
+        return strays
 
     def _apply_topic(
         self,
