@@ -1,6 +1,6 @@
 """A topic deleted and created again under its name while one of its brokers is down.
 
-Brokers 11 and 12 replicate ``reborn``; broker 2 stops, the topic is deleted and created
+Brokers 11 and 12 replicate ``reborn``; broker 12 stops, the topic is deleted and created
 again through the controller (a new topic id, the same name and assignment), and broker 12
 starts. Its disk still holds the old topic's log under ``reborn-0``, recording the old
 topic id in ``partition.metadata``: the broker removes it before it makes the new topic's
