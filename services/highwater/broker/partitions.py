@@ -81,6 +81,8 @@ NO_EPOCH = -1
 
 _STATIC_CLUSTER_DEFAULTS = ConfigResource(ConfigResourceType.STATIC_CLUSTER_DEFAULT, "")
 """The controllers' static cluster defaults, one of the sources of a topic's config."""
+_METADATA_TOPIC = "__cluster_metadata"
+"""The metadata log's topic: never a stray, whatever directory holds it."""
 
 LogTruncation = Callable[[TopicPartition, int], Awaitable[bool]]
 """Truncates a partition's log and makes the lowered recovery point durable
@@ -489,6 +491,8 @@ class PartitionManager:
         overrides, the static and dynamic cluster defaults) and that config."""
         self._applied_configs: ConfigurationsImage | None = None
         """The configs image whose changes the open logs have taken."""
+        self._strays_removed = False
+        """Whether the first image has removed the stray logs found at start."""
         self.image = MetadataImage()
         self.on_change: Callable[[TopicPartition], None] | None = None
         """Told of each partition whose role, ISR, eligibility or high watermark an image
@@ -694,8 +698,33 @@ class PartitionManager:
             tp for tp in self._adopted_unused if tp not in wanted and tp not in self._partitions
         )
         self._adopted_unused = []
+        if not self._strays_removed:
+            self._strays_removed = True
+            gone.extend(self._strays(wanted))
         self.log_manager.delete_logs(gone)
         return to_create
+
+    def _strays(self, wanted: set[TopicPartition]) -> list[TopicPartition]:
+        """The logs found at start that the first image does not assign here: a topic
+        deleted, or a replica moved away, while this broker was down. Kafka's KRaft broker
+        removes them on its first image (``LogManager.findStrayReplicas``, KAFKA-14616);
+        kept, they would fill the disk, and a topic created later under the name would find
+        them. The broker applies images only once they hold its own registration, so the
+        first is at least as new as any deletion before its start."""
+        strays = [
+            tp
+            for tp in self.log_manager.logs
+            if tp not in wanted and tp not in self._partitions and tp.topic != _METADATA_TOPIC
+        ]
+        for tp in strays:
+            log.info(
+                "broker %d: stray log of %s (topic id %s) removed: the image does not "
+                "assign it here",
+                self.broker_id,
+                tp,
+                self.log_manager.topic_id(tp),
+            )
+        return strays
 
     def _apply_topic(
         self,
@@ -728,9 +757,11 @@ class PartitionManager:
                 continue
             if config is None:
                 config = self._log_config(image, topic.name)
+            self._drop_former_log(tp, topic.topic_id)
             try:
                 if create_logs or self.log_manager.get_log(tp) is not None:
                     partition_log = self.log_manager.get_or_create_log(tp, config)
+                    self.log_manager.assign_topic_id(tp, topic.topic_id)
                 else:
                     self.log_manager.check_creatable(tp)
                     self._unopened.pop(tp, None)
@@ -789,6 +820,27 @@ class PartitionManager:
             len(replaced),
             topic.name,
             topic.topic_id,
+        )
+
+    def _drop_former_log(self, tp: TopicPartition, topic_id: str) -> None:
+        """Remove the log found here for ``tp`` when its ``partition.metadata`` records
+        another topic id: the name's topic was deleted and created again while this broker
+        was down, and the log on disk is the former topic's (Kafka's broker refuses it with
+        ``InconsistentTopicIdException``; its KRaft start removes it as a stray). The new
+        topic's replica starts with an empty log instead of serving the old records with
+        a log end offset that makes it look caught up. A log recording no id (made before
+        the file existed) is kept and takes ``topic_id``."""
+        recorded = self.log_manager.topic_id(tp)
+        if recorded is None or recorded == topic_id:
+            return
+        self.log_manager.delete_logs([tp])
+        log.info(
+            "broker %d: the log of %s found here is of a former topic %s: removed, "
+            "the name is topic %s now",
+            self.broker_id,
+            tp,
+            recorded,
+            topic_id,
         )
 
     def _log_config(self, image: MetadataImage, topic: str) -> LogConfig:

@@ -32,6 +32,7 @@ from highwater.storage.checkpoint import LeaderEpochCheckpointFile
 from highwater.storage.index import CorruptIndexError
 from highwater.storage.leader_epoch import LeaderEpochCache
 from highwater.storage.log import PartitionLog, wall_clock_ms
+from highwater.storage.partition_metadata import PARTITION_METADATA
 from highwater.storage.producer_state import AppendOrigin, ProducerStateManager
 from highwater.storage.segment import (
     CLEANED_SUFFIX,
@@ -51,7 +52,6 @@ from highwater.storage.topic_partition import TopicPartition
 log = logging.getLogger(__name__)
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
-PARTITION_METADATA = "partition.metadata"
 QUORUM_STATE = "quorum-state"
 """The Raft election state, kept in ``__cluster_metadata-0/`` beside the metadata log."""
 QUORUM_VOTERS = "quorum-voters"

@@ -71,6 +71,12 @@ from highwater.storage.checkpoint import (
 from highwater.storage.data_dir_lock import LOCK_FILE, DataDirLock
 from highwater.storage.log import PartitionLog, is_io_failure, wall_clock_ms
 from highwater.storage.log_loader import load_partition_log
+from highwater.storage.partition_metadata import (
+    InconsistentPartitionMetadataError,
+    InconsistentTopicIdError,
+    read_topic_id,
+    write_topic_id,
+)
 from highwater.storage.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
@@ -269,6 +275,9 @@ class LogManager:
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self._dir_of: dict[TopicPartition, LogDirectory] = {}
         self._offline_logs: dict[TopicPartition, PartitionLog] = {}
+        self._topic_ids: dict[TopicPartition, str] = {}
+        """The topic id each log's ``partition.metadata`` records (none for a log made
+        before the file existed, until it is assigned one)."""
         self.cleaner_checkpoint = _CleanerCheckpoints(self)
         self.had_clean_shutdown = False
         self.previous_broker_epoch = -1
@@ -468,6 +477,21 @@ class LogManager:
                     continue
                 own = offsets[id(directory)]
                 try:
+                    topic_id = read_topic_id(path)
+                except InconsistentPartitionMetadataError as e:
+                    # As Kafka: the read fails its directory, the broker serves the others.
+                    self._dir_of[tp] = directory
+                    self.fail_dir(directory, e)
+                    continue
+                except OSError as e:
+                    if not is_io_failure(e):
+                        raise
+                    self._dir_of[tp] = directory
+                    self.fail_dir(directory, e)
+                    continue
+                if topic_id is not None:
+                    self._topic_ids[tp] = topic_id
+                try:
                     partition_log = load_partition_log(
                         path,
                         self.default_config,
@@ -613,6 +637,35 @@ class LogManager:
 
     def get_log(self, tp: TopicPartition) -> PartitionLog | None:
         return self._logs.get(tp)
+
+    def topic_id(self, tp: TopicPartition) -> str | None:
+        """The topic id ``tp``'s log records in its ``partition.metadata``; None when it
+        has no log here or its log records none (made before the file existed)."""
+        return self._topic_ids.get(tp)
+
+    def assign_topic_id(self, tp: TopicPartition, topic_id: str) -> None:
+        """Record ``topic_id`` as the topic of ``tp``'s log (Kafka's ``assignTopicId``),
+        durably, once: a log already recording another id is another topic's, and the
+        caller removes it instead (``InconsistentTopicIdError``)."""
+        recorded = self._topic_ids.get(tp)
+        if recorded == topic_id:
+            return
+        if recorded is not None:
+            raise InconsistentTopicIdError(
+                f"{tp}: its log belongs to topic id {recorded}, not {topic_id}"
+            )
+        partition_log = self._logs.get(tp)
+        if partition_log is None:
+            raise KafkaStorageError(f"{tp} has no online log to assign topic id {topic_id} to")
+        directory = self._dir_of[tp]
+        try:
+            write_topic_id(partition_log.directory, topic_id)
+        except OSError as e:
+            self.fail_dir(directory, e)
+            raise KafkaStorageError(
+                f"cannot record the topic id of {tp} in {partition_log.directory}: {e}"
+            ) from e
+        self._topic_ids[tp] = topic_id
 
     def next_dir(self) -> LogDirectory:
         """Where a new partition goes: the online directory with the fewest partitions,
@@ -777,6 +830,7 @@ class LogManager:
         removed = 0
         online = 0
         for tp in tps:
+            self._topic_ids.pop(tp, None)
             if self._offline_logs.pop(tp, None) is not None:
                 self._dir_of.pop(tp, None)
                 removed += 1
