@@ -157,3 +157,31 @@ async def test_an_image_costs_the_topics_it_changed_and_still_applies_every_chan
     assert sorted(applied) == ["audit", "orders"]
     leader_state = partitions.get("orders", 3).leader_state
     assert leader_state is not None and leader_state.ineligible_replicas == frozenset({3})
+
+
+async def test_new_logs_record_their_topic_id_in_the_worker_thread(
+    partitions: PartitionManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``partition.metadata`` is written with the log's files, off the event loop: made on
+    the loop it would be two fsyncs per new partition there (seconds for a large topic)."""
+    write = log_manager_module.write_topic_id
+    threads: set[int] = set()
+
+    def recording_write(log_dir: Path, topic_id: str) -> None:
+        threads.add(threading.get_ident())
+        write(log_dir, topic_id)
+
+    monkeypatch.setattr(log_manager_module, "write_topic_id", recording_write)
+    image = with_topic(PARTITIONS)
+    to_create = partitions.apply_image(image, create_logs=False)
+    await partitions.create_logs(to_create)
+    partitions.apply_image(image, create_logs=False)  # the new logs take their roles
+
+    assert len(threads) >= 1 and threading.get_ident() not in threads
+    manager = partitions.log_manager
+    assert {manager.topic_id(tp) for tp, _ in to_create} == {"orders-id"}
+    for tp, _ in to_create:
+        assert (
+            "topic_id: orders-id"
+            in (manager.get_log(tp).directory / "partition.metadata").read_text()
+        )

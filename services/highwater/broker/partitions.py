@@ -885,11 +885,17 @@ class PartitionManager:
         self._unopened[tp] = why
 
     async def create_logs(self, requests: Sequence[tuple[TopicPartition, LogConfig]]) -> None:
-        """Create the logs :meth:`apply_image` left out, their files in a worker thread so
-        the event loop keeps serving (a thousand new logs take seconds of directory
-        creation and fsyncs); the next :meth:`apply_image` gives them their roles."""
+        """Create the logs :meth:`apply_image` left out, their files (``partition.metadata``
+        with the topic id too) in a worker thread so the event loop keeps serving (a
+        thousand new logs take seconds of directory creation and fsyncs); the next
+        :meth:`apply_image` gives them their roles."""
+        topic_ids = {
+            tp.topic: topic.topic_id
+            for tp, _ in requests
+            if (topic := self.image.topic(tp.topic)) is not None
+        }
         try:
-            new_logs = self.log_manager.plan_new_logs(requests)
+            new_logs = self.log_manager.plan_new_logs(requests, topic_ids)
         except KafkaStorageError as e:
             for tp, _ in requests:
                 self._refuse(tp, str(e))

@@ -51,7 +51,7 @@ import os
 import shutil
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,6 +237,9 @@ class NewLog:
     topic_partition: TopicPartition
     config: LogConfig
     directory: LogDirectory
+    topic_id: str | None = None
+    """Recorded in the log's ``partition.metadata`` as its files are made (None: not yet
+    known; :meth:`LogManager.assign_topic_id` records it later)."""
     log: PartitionLog | None = None
     error: BaseException | None = None
 
@@ -726,17 +729,21 @@ class LogManager:
     # only, the manager's state untouched), adopt (on the loop again).
 
     def plan_new_logs(
-        self, requests: Sequence[tuple[TopicPartition, LogConfig | None]]
+        self,
+        requests: Sequence[tuple[TopicPartition, LogConfig | None]],
+        topic_ids: Mapping[str, str] | None = None,
     ) -> list[NewLog]:
         """Place the new logs of ``requests`` (each ``tp`` without a log here yet), or
-        raise ``KafkaStorageError`` as :meth:`check_creatable` does for the first refused."""
+        raise ``KafkaStorageError`` as :meth:`check_creatable` does for the first refused.
+        ``topic_ids`` (topic name → id) are recorded with the files, off the event loop."""
         for tp, _ in requests:
             if tp in self._logs:
                 raise ValueError(f"{tp} already has a log")
             self.check_creatable(tp)
         directories = self._place_new_logs(len(requests))
+        ids = topic_ids or {}
         return [
-            NewLog(tp, config or self.default_config, directory)
+            NewLog(tp, config or self.default_config, directory, ids.get(tp.topic))
             for (tp, config), directory in zip(requests, directories, strict=True)
         ]
 
@@ -750,14 +757,17 @@ class LogManager:
             if error is not None:
                 new_log.error = error
                 continue
+            log_dir = new_log.directory.path / new_log.topic_partition.dir_name
             try:
                 new_log.log = load_partition_log(
-                    new_log.directory.path / new_log.topic_partition.dir_name,
+                    log_dir,
                     new_log.config,
                     had_clean_shutdown=True,
                     clock=self.clock,
                     producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
                 )
+                if new_log.topic_id is not None:
+                    write_topic_id(log_dir, new_log.topic_id)
             except (OSError, KafkaStorageError) as e:
                 if not is_io_failure(e):
                     raise
@@ -769,8 +779,15 @@ class LogManager:
         refused = []
         for new_log in new_logs:
             tp, directory = new_log.topic_partition, new_log.directory
-            if new_log.log is not None and directory.online and tp not in self._logs:
+            if (
+                new_log.log is not None
+                and new_log.error is None
+                and directory.online
+                and (tp not in self._logs)
+            ):
                 self._adopt(tp, new_log.log, directory)
+                if new_log.topic_id is not None:
+                    self._topic_ids[tp] = new_log.topic_id
                 continue
             if new_log.log is not None:
                 with contextlib.suppress(KafkaStorageError, OSError):
