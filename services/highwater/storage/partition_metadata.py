@@ -13,11 +13,11 @@ image's id, as Kafka's ``assignTopicId`` does.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 from highwater.errors import HighwaterError, KafkaStorageError
+from highwater.storage.checkpoint import write_atomically
 
 PARTITION_METADATA = "partition.metadata"
 VERSION = 0
@@ -64,18 +64,9 @@ def read_topic_id(log_dir: Path) -> str | None:
 
 def write_topic_id(log_dir: Path, topic_id: str) -> None:
     """Record ``topic_id`` in ``log_dir`` durably: a crash leaves the old file or the new
-    one, never a torn one."""
+    one, never a torn one (:func:`~highwater.storage.checkpoint.write_atomically`, whose
+    writes the simulated disks can fault)."""
     if not _TOPIC_ID.fullmatch(topic_id):
         raise ValueError(f"malformed topic id {topic_id!r}")
-    path = log_dir / PARTITION_METADATA
-    temporary = path.with_name(PARTITION_METADATA + ".tmp")
-    with open(temporary, "w", encoding="utf-8") as f:
-        f.write(f"version: {VERSION}\ntopic_id: {topic_id}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
-    fd = os.open(log_dir, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    text = f"version: {VERSION}\ntopic_id: {topic_id}\n"
+    write_atomically(log_dir / PARTITION_METADATA, text.encode("utf-8"))
