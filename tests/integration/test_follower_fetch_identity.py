@@ -86,11 +86,20 @@ async def test_a_fetch_naming_a_replica_without_its_epoch_moves_nothing(
             )
             return (await broker.Produce(request, timeout=15)).topics[0].partitions[0]
 
+        async def fetch_error() -> int:
+            answer = await broker.Fetch(fetch_request(), timeout=5)
+            return answer.topics[0].partitions[0].error
+
         async def high_watermark() -> int:
             answer = (await broker.Fetch(fetch_request(), timeout=5)).topics[0].partitions[0]
             assert answer.error == ErrorCode.NONE, answer
             return answer.high_watermark
 
+        # The metadata names the leader before its log is made (a worker thread makes it):
+        # a produce meanwhile is NOT_LEADER_OR_FOLLOWER, which a client retries.
+        async with asyncio.timeout(10):
+            while (await fetch_error()) == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                await asyncio.sleep(0.05)
         for value in (b"a", b"b", b"c"):
             assert (await produce(value, -1)).error == ErrorCode.NONE
         assert await high_watermark() == 3
