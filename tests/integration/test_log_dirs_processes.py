@@ -131,6 +131,11 @@ async def test_a_failed_log_directory_takes_only_its_partitions_offline(tmp_path
             lambda ps: all(p.leader_id == JBOD and set(p.isr) == both for p in ps.values()),
             "both partitions led by the JBOD broker with a full ISR",
         )
+        # Metadata names the leader before its worker thread has made the logs: until
+        # then the broker answers NOT_LEADER_OR_FOLLOWER.
+        async with asyncio.timeout(30):
+            while {await fetch_error(jbod.address, p) for p in (0, 1)} != {ErrorCode.NONE}:
+                await asyncio.sleep(0.05)
         # Placement: the directory with the fewest partitions, in the order listed.
         assert (dir_a / f"{TOPIC}-0").is_dir() and not (dir_b / f"{TOPIC}-0").exists()
         assert (dir_b / f"{TOPIC}-1").is_dir() and not (dir_a / f"{TOPIC}-1").exists()
