@@ -211,11 +211,11 @@ class SocketTls:
         if self.client_auth is not ClientAuth.NONE and server.ca_file is None:
             raise TlsConfigError(f"ssl.client.auth={self.client_auth.value} needs --tls-ca-file")
         self._stamp = _stamp(server._paths)
-        self._current = self._build()
         self.context = self._build()
         """The listener's context (given to asyncio once): each handshake is moved to the
         newest loaded context as the client's hello arrives."""
         self.context.sni_callback = self._to_current
+        self._current = self.context
 
     def _to_current(
         self, connection: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, _: object
