@@ -42,6 +42,8 @@ pytestmark = pytest.mark.timeout(180)
 
 INTERNAL_HOST = "127.0.0.1"
 EXTERNAL_HOST = "127.0.0.2"
+# Ports are chosen free on both: one free on 127.0.0.1 may be the other fixture's EXTERNAL port.
+BOTH_HOSTS = (INTERNAL_HOST, EXTERNAL_HOST)
 
 
 def highwater(
@@ -116,7 +118,9 @@ def two_listeners(internal_port: int, external_port: int) -> str:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
     """A controller, a broker (100) and a coordinator (200) with INTERNAL and EXTERNAL."""
     root = tmp_path_factory.mktemp("listeners")
-    controller_port, broker_in, broker_out, coordinator_in, coordinator_out = free_loopback_ports(5)
+    controller_port, broker_in, broker_out, coordinator_in, coordinator_out = free_loopback_ports(
+        5, hosts=BOTH_HOSTS
+    )
     overrides = ("offsets.topic.replication.factor=1", "offsets.topic.num.partitions=2")
     controller = Controller(
         0,
@@ -153,7 +157,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
     """``highwater server`` with INTERNAL and EXTERNAL, advertised as bound."""
     root = tmp_path_factory.mktemp("listeners-server")
-    internal, external = free_loopback_ports(2)
+    internal, external = free_loopback_ports(2, hosts=BOTH_HOSTS)
     processes = Processes(root)
     try:
         processes.start(

@@ -52,3 +52,16 @@ def test_free_loopback_ports_are_distinct_and_bindable() -> None:
         for port in ports:
             listener = stack.enter_context(socket.socket())
             listener.bind(("127.0.0.1", port))
+
+
+def test_free_loopback_ports_on_several_hosts_are_free_on_each() -> None:
+    """The kernel's free port on 127.0.0.1 may be one another socket holds on 127.0.0.2."""
+    with contextlib.ExitStack() as stack:
+        taken: set[int] = set()
+        for _ in range(1000):
+            listener = stack.enter_context(socket.socket())
+            listener.bind(("127.0.0.2", 0))
+            listener.listen()
+            taken.add(listener.getsockname()[1])
+        ports = free_loopback_ports(200, hosts=("127.0.0.1", "127.0.0.2"))
+    assert len(set(ports)) == 200 and not taken & set(ports)

@@ -48,20 +48,34 @@ def parse_quorum_voters(text: str) -> dict[int, str]:
     return voters
 
 
-def free_loopback_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports on 127.0.0.1 that nothing listens on right now.
+def free_loopback_ports(count: int, hosts: tuple[str, ...] = ("127.0.0.1",)) -> list[int]:
+    """``count`` distinct TCP ports that nothing listens on right now on any of ``hosts``.
 
     All are bound at once before any is released, so the kernel cannot hand the same port out
     twice; a process started a moment later may still lose one to another program (the port is
-    free, not reserved), which is why only local clusters and tests use this.
+    free, not reserved), which is why only local clusters and tests use this. A caller that
+    binds one port on several loopback addresses (a listener on 127.0.0.1, another on
+    127.0.0.2) names them all: a port free on 127.0.0.1 may be taken on 127.0.0.2, and the
+    kernel's choice for 127.0.0.1 does not look there.
     """
-    sockets: list[socket.socket] = []
+    first, *others = hosts
+    held: list[socket.socket] = []
+    ports: list[int] = []
     try:
-        for _ in range(count):
+        while len(ports) < count:
             sock = socket.socket()
-            sockets.append(sock)
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
+            held.append(sock)
+            sock.bind((first, 0))
+            port = int(sock.getsockname()[1])
+            try:
+                for host in others:
+                    other = socket.socket()
+                    held.append(other)
+                    other.bind((host, port))
+            except OSError:
+                continue  # taken on another host: keep it held so it is not offered again
+            ports.append(port)
+        return ports
     finally:
-        for sock in sockets:
+        for sock in held:
             sock.close()
