@@ -4,7 +4,7 @@ Spark calls the planning methods from a Python process with no event loop of its
 each call runs an :class:`~highwater.client.admin.AdminClient` on an event loop of its own.
 A call opens a client and closes it, unless it runs inside :meth:`ClusterOffsets.session`:
 then the calls share one client and one loop, opened for the session. The source's readers
-open a session per call Spark makes (partitions, then offsets, in one client), about 7
+open a session per call Spark makes (partitions, then offsets, in one client), about 6
 clients for an AvailableNow query of one micro-batch instead of 14. The admin client is
 imported at its first use: several of the Python processes Spark starts for a query import
 this package but never ask the cluster (docs/spark.md, "Where the time goes").

@@ -94,14 +94,17 @@ class HighwaterDataSource(DataSource):
         return parse_read_options(dict(self.options), check_client_settings=check_client_settings)
 
     def schema(self) -> StructType:
-        """The fixed columns; the options are checked, and named topics must exist.
+        """The fixed columns; the options are checked, the cluster is not asked.
 
         Spark asks for the schema when the DataFrame is defined (``load()``): the
         ``highwater.<setting>`` options are checked here, not again in the Python processes
-        that plan the query's reads (:meth:`reader`, :meth:`streamReader`)."""
+        that plan the query's reads (:meth:`reader`, :meth:`streamReader`). As in
+        spark-sql-kafka, defining the DataFrame needs none of its topics: the same
+        ``load()`` starts a stream afresh, restarts one from its checkpoint after a topic
+        was deleted, or defines a batch read, and the schema cannot tell them apart. A batch
+        read fails on a missing topic when it is planned (:class:`BatchReader`); a stream
+        sees no partitions of it until it appears (:class:`StreamReader`)."""
         options = self._read_options(check_client_settings=True)
-        partitions = ClusterOffsets(options.bootstrap_servers).partitions(options.subscription)
-        _check_named_partitions(options, partitions)
         return source_schema(options.include_headers)
 
     def _check_schema(self, options: ReadOptions, schema: StructType) -> None:
@@ -267,9 +270,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts: ``startingOffsets`` (default latest). An offset given
-        beyond its partition's latest offset is refused."""
+        beyond its partition's latest offset is refused. A subscribed topic (or assigned
+        partition) that does not exist yet has no start: it is read from its beginning once
+        it appears, as a new partition, as in spark-sql-kafka."""
         with self.cluster.session():
-            partitions = self.cluster.partitions(self.options.subscription)
+            partitions = self.cluster.partitions(self.options.subscription, missing_ok=True)
             _check_named_partitions(self.options, partitions)
             bound = self.options.stream_start()
             start = self.cluster.resolve(bound, partitions)

@@ -153,7 +153,6 @@ def test_records_removed_before_the_start_fail_the_read_or_are_skipped(
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"subscribe": "no-such-topic"}, "Topic 'no-such-topic' does not exist"),
         ({"subscribe": "x", "startingOfsets": "earliest"}, "unknown option 'startingofsets'"),
         ({"subscribe": "x", "startingOffsets": "{bad json"}, "startingOffsets: not valid JSON"),
         ({"assign": '{"x": "0"}'}, "non-empty list of partitions"),
@@ -165,6 +164,17 @@ def test_bad_input_fails_when_the_dataframe_is_defined(
     with pytest.raises(Exception) as raised:
         reader(spark, server, **options)
     assert message in str(raised.value)
+
+
+def test_a_missing_topic_fails_the_batch_when_it_is_read_not_when_it_is_defined(
+    spark: Any, server: ServerThread
+) -> None:
+    """As spark-sql-kafka: ``load()`` asks no broker (the same call defines streams, which
+    need no topic yet); reading the batch needs its topics."""
+    topic = unique_topic("no-such-topic")
+    df = reader(spark, server, subscribe=topic)
+    with pytest.raises(Exception, match=f"Topic '{topic}' does not exist"):
+        df.count()
 
 
 def test_a_user_schema_is_refused(spark: Any, server: ServerThread) -> None:

@@ -328,8 +328,7 @@ def test_offsets_for_a_partition_that_does_not_exist_are_refused(server: ServerT
         "startingOffsets": f'{{"{topic}": {{"0": 0, "5": 0}}}}',
     }
     message = f"startingOffsets names {topic}-5, which does not exist"
-    with pytest.raises(UnknownTopicError, match=message):
-        HighwaterDataSource(options).schema()
+    HighwaterDataSource(options).schema()  # defining the DataFrame asks no broker
     with pytest.raises(UnknownTopicError, match=message):
         BatchReader(parse_read_options(options)).partitions()
     with pytest.raises(UnknownTopicError, match=message):
