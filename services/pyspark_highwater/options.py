@@ -52,6 +52,7 @@ READ_OPTIONS: Final = (
     "endingOffsets",
     "startingTimestamp",
     "endingTimestamp",
+    "startingOffsetsByTimestampStrategy",
     "maxOffsetsPerTrigger",
     "minOffsetsPerTrigger",
     "maxTriggerDelay",
@@ -62,6 +63,11 @@ READ_OPTIONS: Final = (
     "pollTimeoutMs",
 )
 WRITE_OPTIONS: Final = ("bootstrap.servers", "topic")
+
+#: What a start by time does with a partition that has no record at or after the time
+#: (``startingOffsetsByTimestampStrategy``): fail the query (spark-sql-kafka's default), or
+#: start the partition at its latest offset.
+TIMESTAMP_STRATEGIES: Final = ("error", "latest")
 
 #: ``maxTriggerDelay`` unless given: spark-sql-kafka's 15 minutes.
 DEFAULT_MAX_TRIGGER_DELAY_MS: Final = 15 * 60_000
@@ -140,6 +146,8 @@ class OffsetBound:
     kind: Literal["earliest", "latest", "offsets", "timestamp"]
     offsets: PartitionOffsets = field(default_factory=dict)
     timestamp: int = -1
+    option: str = field(default="", compare=False)
+    """The option the bound was given as (``startingTimestamp``, ...), for messages."""
 
     def describe(self) -> str:
         """The bound as the user gave it, for messages."""
@@ -158,6 +166,10 @@ class ReadOptions:
     subscription: Subscription
     starting: OffsetBound | None
     """None: not given (batch: earliest, streaming: latest)."""
+    starting_by_timestamp_strategy: Literal["error", "latest"]
+    """A start by time in a partition with no record at or after the time: fail the query,
+    or start the partition at its latest offset. An end by time there is the latest offset
+    whatever this says, as in spark-sql-kafka."""
     ending: OffsetBound | None
     max_offsets_per_trigger: int | None
     min_offsets_per_trigger: int | None
@@ -391,16 +403,35 @@ def _bound(
             ) from None
         if timestamp < 0:
             raise HighwaterOptionError(f"{timestamp_name} must be >= 0, not {timestamp}")
-        return OffsetBound("timestamp", timestamp=timestamp)
+        return OffsetBound("timestamp", timestamp=timestamp, option=timestamp_name)
     if raw is None:
         return None
     text = raw.strip()
     if text.lower() in ("earliest", "latest"):
-        return OffsetBound("earliest" if text.lower() == "earliest" else "latest")
+        return OffsetBound(
+            "earliest" if text.lower() == "earliest" else "latest", option=offsets_name
+        )
     try:
-        return OffsetBound("offsets", offsets=parse_offsets_json(text, offsets_name))
+        return OffsetBound(
+            "offsets", offsets=parse_offsets_json(text, offsets_name), option=offsets_name
+        )
     except OffsetJsonError as e:
         raise HighwaterOptionError(str(e)) from None
+
+
+def _timestamp_strategy(options: Mapping[str, str]) -> Literal["error", "latest"]:
+    raw = options.get("startingoffsetsbytimestampstrategy")
+    if raw is None:
+        return "error"
+    lowered = raw.strip().lower()
+    if lowered == "latest":
+        return "latest"
+    if lowered == "error":
+        return "error"
+    raise HighwaterOptionError(
+        f"startingOffsetsByTimestampStrategy must be {' or '.join(TIMESTAMP_STRATEGIES)}, "
+        f"not {raw!r}"
+    )
 
 
 def parse_read_options(
@@ -453,6 +484,7 @@ def parse_read_options(
         bootstrap_servers=bootstrap,
         subscription=subscription,
         starting=starting,
+        starting_by_timestamp_strategy=_timestamp_strategy(known),
         ending=ending,
         max_offsets_per_trigger=max_per_trigger,
         min_offsets_per_trigger=min_per_trigger,

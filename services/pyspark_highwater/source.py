@@ -239,7 +239,9 @@ class BatchReader(DataSourceReader):
             _check_named_partitions(options, partitions)
             earliest = cluster.earliest(partitions)
             latest = cluster.latest(partitions)
-            start = cluster.resolve(starting, partitions)
+            start = cluster.resolve(
+                starting, partitions, no_record=options.starting_by_timestamp_strategy
+            )
             end = cluster.resolve(ending, partitions, unnamed=-1)
         _check_batch_order(starting, ending, start, end)
         start = _checked_start(options, start, earliest)
@@ -277,7 +279,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             partitions = self.cluster.partitions(self.options.subscription, missing_ok=True)
             _check_named_partitions(self.options, partitions)
             bound = self.options.stream_start()
-            start = self.cluster.resolve(bound, partitions)
+            start = self.cluster.resolve(
+                bound, partitions, no_record=self.options.starting_by_timestamp_strategy
+            )
             if bound.kind == "offsets":
                 latest = self.cluster.latest(partitions)
                 for went_back in offsets_went_back(start, latest):

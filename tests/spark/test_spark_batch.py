@@ -131,6 +131,43 @@ def test_starting_timestamp_starts_at_the_first_record_at_or_after_it(
     assert [r.value for r in df.orderBy("offset").collect()] == [b"v2", b"v3"]
 
 
+def produce_stamped(address: str, topic: str, stamped: dict[int, list[int]]) -> None:
+    """Records ``v<offset>`` with the given timestamps, per partition."""
+    with Producer({"bootstrap.servers": address}) as producer:
+        for partition, timestamps in stamped.items():
+            for offset, timestamp in enumerate(timestamps):
+                producer.produce(topic, f"v{offset}", partition=partition, timestamp=timestamp)
+        assert producer.flush(30) == 0
+
+
+def read_offsets(df: Any) -> list[tuple[int, int]]:
+    return sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+
+
+def test_a_start_time_after_a_partition_s_last_record_fails_unless_told_to_start_at_latest(
+    spark: Any, server: ServerThread
+) -> None:
+    """spark-sql-kafka's startingOffsetsByTimestampStrategy: ``error`` (the default) fails
+    the query, ``latest`` starts such a partition at its latest offset; an end time with no
+    record after it ends at the latest offset whatever the strategy."""
+    topic = unique_topic("time-strategy")
+    create_topic(server.address, topic, 2)
+    produce_stamped(server.address, topic, {0: [1_000, 2_000, 3_000, 4_000], 1: [1_000, 1_500]})
+    strict = reader(spark, server, subscribe=topic, startingTimestamp="2500")
+    with pytest.raises(Exception, match=f"{topic}-1 has no record at or after timestamp 2500"):
+        strict.collect()
+    lenient = reader(
+        spark,
+        server,
+        subscribe=topic,
+        startingTimestamp="2500",
+        startingOffsetsByTimestampStrategy="Latest",
+    )
+    assert read_offsets(lenient) == [(0, 2), (0, 3)]
+    ending = reader(spark, server, subscribe=topic, endingTimestamp="1800")
+    assert read_offsets(ending) == [(0, 0), (1, 0), (1, 1)]
+
+
 def test_records_removed_before_the_start_fail_the_read_or_are_skipped(
     spark: Any, server: ServerThread
 ) -> None:

@@ -65,6 +65,15 @@ def test_per_partition_offsets_and_timestamps_parse() -> None:
     assert options.ending == OffsetBound("timestamp", timestamp=1700000000000)
 
 
+def test_a_start_time_without_a_record_fails_by_default_as_spark_sql_kafka() -> None:
+    assert parse_read_options(read(subscribe="a")).starting_by_timestamp_strategy == "error"
+    for given, parsed in (("error", "error"), ("LATEST", "latest"), (" Latest ", "latest")):
+        options = parse_read_options(read(subscribe="a", startingOffsetsByTimestampStrategy=given))
+        assert options.starting_by_timestamp_strategy == parsed
+    with pytest.raises(HighwaterOptionError, match="startingOffsetsByTimestampStrategy must be"):
+        parse_read_options(read(subscribe="a", startingOffsetsByTimestampStrategy="earliest"))
+
+
 def test_client_settings_pass_through_with_the_prefix() -> None:
     options = parse_read_options(read(subscribe="a", **{"highwater.fetch.max.bytes": "1024"}))
     assert options.consumer_config()["fetch.max.bytes"] == "1024"
