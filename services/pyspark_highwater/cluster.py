@@ -158,6 +158,10 @@ class ClusterOffsets:
             return self.latest(wanted)
         if bound.kind == "timestamp":
             return self._by_time(bound, {tp: bound.timestamp for tp in wanted}, no_record)
+        if bound.kind == "timestamps":
+            # every partition read is named (the readers check it first)
+            times = {tp: bound.timestamps[tp] for tp in wanted if tp in bound.timestamps}
+            return self._by_time(bound, times, no_record)
         given = {tp: bound.offsets.get(tp, unnamed) for tp in wanted}
         resolved = {tp: offset for tp, offset in given.items() if offset >= 0}
         resolved.update(self.latest([tp for tp, offset in given.items() if offset == LATEST]))

@@ -155,19 +155,28 @@ def _check_sink(options: WriteOptions, schema: StructType) -> None:
 
 
 def _check_named_partitions(options: ReadOptions, partitions: Sequence[TopicPartitionKey]) -> None:
-    """Per-partition ``startingOffsets`` / ``endingOffsets`` may name only partitions that
-    exist (spark-sql-kafka refuses the others too): an offset for a partition the topic does
-    not have is a mistake, not something to leave out silently."""
-    for bound, name in ((options.starting, "startingOffsets"), (options.ending, "endingOffsets")):
-        if bound is None or bound.kind != "offsets":
+    """Per-partition offsets or times may name only partitions that exist (spark-sql-kafka
+    refuses the others too): an offset for a partition the topic does not have is a mistake,
+    not something to leave out silently. Per-partition times must also name every partition
+    read, as spark-sql-kafka requires (``startingOffsets`` starts the partitions it does not
+    name at their earliest offsets, ``endingOffsets`` ends them at their latest)."""
+    for bound in (options.starting, options.ending):
+        if bound is None or bound.kind not in ("offsets", "timestamps"):
             continue
-        unknown = missing_partitions(bound.offsets, partitions)
+        unknown = missing_partitions(bound.named, partitions)
         if unknown:
             topic, partition = unknown[0]
             count = sum(1 for t, _ in partitions if t == topic)
             raise UnknownTopicError(
-                f"{name} names {topic}-{partition}, which does not exist ({topic!r} has "
-                f"{count} partition(s))"
+                f"{bound.option} names {topic}-{partition}, which does not exist ({topic!r} "
+                f"has {count} partition(s))"
+            )
+        unnamed = missing_partitions(partitions, bound.named)
+        if bound.kind == "timestamps" and unnamed:
+            text = ", ".join(f"{t}-{p}" for t, p in unnamed)
+            raise HighwaterOptionError(
+                f"{bound.option} gives no time for {text}: it must give one for every "
+                "partition the query reads"
             )
 
 
@@ -177,12 +186,11 @@ def _check_batch_order(
     """A batch query's start may not be after its end (spark-sql-kafka fails the read too):
     reading nothing there would hide a wrong offset or a damaged topic. The message names
     the options as given (offsets or timestamps)."""
-    by_time = {True: "Timestamp", False: "Offsets"}
     for went_back in offsets_went_back(start, end):
         raise HighwaterOptionError(
-            f"starting{by_time[starting.kind == 'timestamp']}: {went_back.topic}-"
-            f"{went_back.partition} starts at {went_back.start}, after its end {went_back.end} "
-            f"(ending{by_time[ending.kind == 'timestamp']}, or the partition's latest offset)"
+            f"{starting.option or 'startingOffsets'}: {went_back.topic}-{went_back.partition} "
+            f"starts at {went_back.start}, after its end {went_back.end} "
+            f"({ending.option or 'endingOffsets'}, or the partition's latest offset)"
         )
 
 

@@ -168,6 +168,48 @@ def test_a_start_time_after_a_partition_s_last_record_fails_unless_told_to_start
     assert read_offsets(ending) == [(0, 0), (1, 0), (1, 1)]
 
 
+def test_per_partition_times_bound_a_batch_read(spark: Any, server: ServerThread) -> None:
+    """startingOffsetsByTimestamp / endingOffsetsByTimestamp as spark-sql-kafka's: every
+    partition read needs its time, and a named partition must exist."""
+    topic = unique_topic("partition-times")
+    create_topic(server.address, topic, 2)
+    produce_stamped(server.address, topic, {0: [1_000, 2_000, 3_000, 4_000], 1: [10, 20, 30]})
+    bounded = reader(
+        spark,
+        server,
+        subscribe=topic,
+        startingOffsetsByTimestamp=f'{{"{topic}": {{"0": 1500, "1": 0}}}}',
+        endingOffsetsByTimestamp=f'{{"{topic}": {{"0": 3500, "1": 25}}}}',
+    )
+    assert read_offsets(bounded) == [(0, 1), (0, 2), (1, 0), (1, 1)]
+    # a partition without a record after its start time follows the strategy
+    after = f'{{"{topic}": {{"0": 1500, "1": 99}}}}'
+    strict = reader(spark, server, subscribe=topic, startingOffsetsByTimestamp=after)
+    with pytest.raises(Exception, match=f"{topic}-1 has no record at or after timestamp 99"):
+        strict.collect()
+    lenient = reader(
+        spark,
+        server,
+        subscribe=topic,
+        startingOffsetsByTimestamp=after,
+        startingOffsetsByTimestampStrategy="latest",
+    )
+    assert read_offsets(lenient) == [(0, 1), (0, 2), (0, 3)]
+    partial = reader(
+        spark, server, subscribe=topic, startingOffsetsByTimestamp=f'{{"{topic}": {{"0": 0}}}}'
+    )
+    with pytest.raises(Exception, match=f"startingOffsetsByTimestamp gives no time for {topic}-1"):
+        partial.collect()
+    unknown = reader(
+        spark,
+        server,
+        subscribe=topic,
+        endingOffsetsByTimestamp=f'{{"{topic}": {{"0": 0, "1": 0, "7": 0}}}}',
+    )
+    with pytest.raises(Exception, match=f"endingOffsetsByTimestamp names {topic}-7, which does"):
+        unknown.collect()
+
+
 def test_records_removed_before_the_start_fail_the_read_or_are_skipped(
     spark: Any, server: ServerThread
 ) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from embedded_servers import ServerThread
 from highwater.client.admin import AdminClient
+from highwater.client.producer import Producer
 from spark_queries import started
 from spark_topics import create_topic, produce, unique_topic
 from test_spark_batch import EXPECTED_SCHEMA
@@ -307,3 +308,24 @@ def test_a_query_restarted_after_one_of_its_topics_was_deleted(
     )
     assert sink.offsets() == {(kept, 0, 0), (kept, 0, 1), (deleted, 0, 0)}
     assert sink.duplicated() == []
+
+
+def test_a_stream_starts_at_per_partition_times(
+    spark: Any, server: ServerThread, tmp_path: Path
+) -> None:
+    topic = unique_topic("stream-times")
+    create_topic(server.address, topic, 2)
+    with Producer({"bootstrap.servers": server.address}) as producer:
+        for partition in (0, 1):
+            for timestamp in (1_000, 2_000, 3_000):
+                producer.produce(topic, "v", partition=partition, timestamp=timestamp)
+        assert producer.flush(30) == 0
+    sink = KeyedSink()
+    df = stream(
+        spark,
+        server,
+        topic,
+        startingOffsetsByTimestamp=f'{{"{topic}": {{"0": 2500, "1": 1500}}}}',
+    )
+    run_available_now(df, sink, tmp_path / "checkpoint")
+    assert sink.offsets() == {(topic, 0, 2), (topic, 1, 1), (topic, 1, 2)}
