@@ -329,3 +329,15 @@ def test_a_stream_starts_at_per_partition_times(
     )
     run_available_now(df, sink, tmp_path / "checkpoint")
     assert sink.offsets() == {(topic, 0, 2), (topic, 1, 1), (topic, 1, 2)}
+
+    # no record at or after the time: the query fails as it starts (the strategy's default)
+    query = started(
+        lambda: (
+            stream(spark, server, topic, startingTimestamp="3500")
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / "late"))
+            .start()
+        )
+    )
+    with pytest.raises(Exception, match=f"{topic}-0 has no record at or after timestamp 3500"):
+        query.awaitTermination(60)
