@@ -4,7 +4,7 @@ Spark calls the planning methods from a Python process with no event loop of its
 each call runs an :class:`~highwater.client.admin.AdminClient` on an event loop of its own.
 A call opens a client and closes it, unless it runs inside :meth:`ClusterOffsets.session`:
 then the calls share one client and one loop, opened for the session. The source's readers
-open a session per call Spark makes (partitions, then offsets, in one client), about 7
+open a session per call Spark makes (partitions, then offsets, in one client), about 6
 clients for an AvailableNow query of one micro-batch instead of 14. The admin client is
 imported at its first use: several of the Python processes Spark starts for a query import
 this package but never ask the cluster (docs/spark.md, "Where the time goes").
@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from pyspark_highwater.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartitionKey
-from pyspark_highwater.options import OffsetBound, Subscription
+from pyspark_highwater.options import HighwaterOptionError, OffsetBound, Subscription
 
 if TYPE_CHECKING:
     from highwater.client.admin import AdminClient
@@ -97,24 +97,32 @@ class ClusterOffsets:
         return self._run(lambda admin: _partitions(admin, subscription, missing_ok))
 
     def offsets(self, partitions: Iterable[TopicPartitionKey], spec: int) -> PartitionOffsets:
-        """Each partition's offset for an :class:`OffsetSpec` (earliest, latest, a time).
-
-        For a time, a partition without a record at or after it gets its latest offset.
-        """
-        from highwater.client.admin import OffsetSpec
-
+        """Each partition's offset for an :class:`OffsetSpec` (earliest or latest)."""
         wanted = list(partitions)
         if not wanted:
             return {}
 
         async def ask(admin: AdminClient) -> PartitionOffsets:
             answers = await admin.list_offsets({tp: spec for tp in wanted})
-            found = {tp: info.offset for tp, info in answers.items()}
-            missing = [tp for tp, offset in found.items() if offset < 0]
-            if missing:
-                latest = await admin.list_offsets({tp: OffsetSpec.LATEST for tp in missing})
-                found.update({tp: info.offset for tp, info in latest.items()})
-            return found
+            return {tp: info.offset for tp, info in answers.items()}
+
+        return self._run(ask)
+
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartitionKey, int]
+    ) -> dict[TopicPartitionKey, int | None]:
+        """Each partition's first offset whose record's timestamp is at or after the
+        partition's time; None where no record is."""
+        from highwater.client.admin import OffsetSpec
+
+        if not timestamps:
+            return {}
+
+        async def ask(admin: AdminClient) -> dict[TopicPartitionKey, int | None]:
+            answers = await admin.list_offsets(
+                {tp: OffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()}
+            )
+            return {tp: (info.offset if info.offset >= 0 else None) for tp, info in answers.items()}
 
         return self._run(ask)
 
@@ -136,23 +144,48 @@ class ClusterOffsets:
         partitions: Iterable[TopicPartitionKey],
         *,
         unnamed: int = EARLIEST,
+        no_record: Literal["error", "latest"] = "latest",
     ) -> PartitionOffsets:
         """The concrete offsets ``bound`` means for ``partitions``. A per-partition bound
         may hold -2 (earliest) and -1 (latest); partitions it does not name get ``unnamed``
-        (earliest for a start, latest for an end)."""
-        from highwater.client.admin import OffsetSpec
-
+        (earliest for a start, latest for an end). A bound by time in a partition with no
+        record at or after the time fails (``no_record="error"``, spark-sql-kafka's
+        ``startingOffsetsByTimestampStrategy=error``) or means its latest offset."""
         wanted = list(partitions)
         if bound.kind == "earliest":
             return self.earliest(wanted)
         if bound.kind == "latest":
             return self.latest(wanted)
         if bound.kind == "timestamp":
-            return self.offsets(wanted, OffsetSpec.for_timestamp(bound.timestamp))
+            return self._by_time(bound, {tp: bound.timestamp for tp in wanted}, no_record)
+        if bound.kind == "timestamps":
+            # every partition read is named (the readers check it first)
+            times = {tp: bound.timestamps[tp] for tp in wanted if tp in bound.timestamps}
+            return self._by_time(bound, times, no_record)
         given = {tp: bound.offsets.get(tp, unnamed) for tp in wanted}
         resolved = {tp: offset for tp, offset in given.items() if offset >= 0}
         resolved.update(self.latest([tp for tp, offset in given.items() if offset == LATEST]))
         resolved.update(self.earliest([tp for tp, offset in given.items() if offset == EARLIEST]))
+        return resolved
+
+    def _by_time(
+        self,
+        bound: OffsetBound,
+        timestamps: Mapping[TopicPartitionKey, int],
+        no_record: Literal["error", "latest"],
+    ) -> PartitionOffsets:
+        found = self.offsets_for_times(timestamps)
+        none = sorted(tp for tp, offset in found.items() if offset is None)
+        if none and no_record == "error":
+            topic, partition = none[0]
+            raise HighwaterOptionError(
+                f"{bound.option or 'startingTimestamp'}: {topic}-{partition} has no record at "
+                f"or after timestamp {timestamps[none[0]]} (startingOffsetsByTimestampStrategy"
+                "=error, the default; set it to latest to start such a partition at its "
+                "latest offset)"
+            )
+        resolved = {tp: offset for tp, offset in found.items() if offset is not None}
+        resolved.update(self.latest(none))
         return resolved
 
 

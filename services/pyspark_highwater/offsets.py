@@ -33,6 +33,7 @@ __all__ = [
     "next_end",
     "offsets_went_back",
     "parse_offsets_json",
+    "parse_timestamps_json",
     "plan_ranges",
     "reconcile_start",
     "records_waiting",
@@ -67,6 +68,20 @@ def parse_offsets_json(text: str, option: str, *, allow_logical: bool = True) ->
     return _offsets_from(document, option, allow_logical=allow_logical)
 
 
+def parse_timestamps_json(text: str, option: str) -> PartitionOffsets:
+    """Parse the per-partition times given as option ``option``
+    (``{"topic": {"0": 1700000000000}}``, milliseconds since the epoch, as
+    spark-sql-kafka's ``startingOffsetsByTimestamp``); errors name the option and the fault."""
+    try:
+        document = json.loads(text, object_pairs_hook=_Pairs)
+    except json.JSONDecodeError as e:
+        raise OffsetJsonError(
+            f"{option}: not valid JSON ({e.msg} at character {e.pos}); expected "
+            '{"topic": {"0": 1700000000000, "1": 1700000000000}, ...}'
+        ) from None
+    return _offsets_from(document, option, allow_logical=False, value="timestamp")
+
+
 class _Pairs(list[tuple[str, Any]]):
     """A JSON object as its key/value pairs in order, keeping keys given twice (which
     ``json.loads`` would reduce to the last one without a word)."""
@@ -84,7 +99,9 @@ def _is_object(value: Any) -> bool:
     return isinstance(value, dict | _Pairs)
 
 
-def _offsets_from(document: Any, option: str, *, allow_logical: bool) -> PartitionOffsets:
+def _offsets_from(
+    document: Any, option: str, *, allow_logical: bool, value: str = "offset"
+) -> PartitionOffsets:
     if not _is_object(document):
         raise OffsetJsonError(
             f"{option}: expected a JSON object of topics, not {type(document).__name__}"
@@ -100,7 +117,7 @@ def _offsets_from(document: Any, option: str, *, allow_logical: bool) -> Partiti
         topics.add(topic)
         if not _is_object(partitions):
             raise OffsetJsonError(
-                f"{option}: topic {topic!r} must map partitions to offsets, "
+                f"{option}: topic {topic!r} must map partitions to {value}s, "
                 f"not {type(partitions).__name__}"
             )
         for key, offset in partitions.items():
@@ -118,14 +135,18 @@ def _offsets_from(document: Any, option: str, *, allow_logical: bool) -> Partiti
                 )
             if isinstance(offset, bool) or not isinstance(offset, int):
                 raise OffsetJsonError(
-                    f"{option}: the offset of {topic}-{partition} must be an integer, "
+                    f"{option}: the {value} of {topic}-{partition} must be an integer, "
                     f"not {offset!r}"
                 )
             if offset < lowest:
-                allowed = "an offset >= 0, -2 (earliest) or -1 (latest)"
+                if value == "timestamp":
+                    expected = "milliseconds since the epoch (>= 0)"
+                elif allow_logical:
+                    expected = "an offset >= 0, -2 (earliest) or -1 (latest)"
+                else:
+                    expected = "an offset >= 0"
                 raise OffsetJsonError(
-                    f"{option}: {topic}-{partition} has offset {offset}; expected "
-                    + (allowed if allow_logical else "an offset >= 0")
+                    f"{option}: {topic}-{partition} has {value} {offset}; expected {expected}"
                 )
             offsets[(topic, partition)] = offset
     return offsets

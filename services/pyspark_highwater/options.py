@@ -25,6 +25,7 @@ from pyspark_highwater.offsets import (
     PartitionOffsets,
     TopicPartitionKey,
     parse_offsets_json,
+    parse_timestamps_json,
 )
 
 __all__ = [
@@ -52,6 +53,9 @@ READ_OPTIONS: Final = (
     "endingOffsets",
     "startingTimestamp",
     "endingTimestamp",
+    "startingOffsetsByTimestamp",
+    "endingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
     "maxOffsetsPerTrigger",
     "minOffsetsPerTrigger",
     "maxTriggerDelay",
@@ -62,6 +66,11 @@ READ_OPTIONS: Final = (
     "pollTimeoutMs",
 )
 WRITE_OPTIONS: Final = ("bootstrap.servers", "topic")
+
+#: What a start by time does with a partition that has no record at or after the time
+#: (``startingOffsetsByTimestampStrategy``): fail the query (spark-sql-kafka's default), or
+#: start the partition at its latest offset.
+TIMESTAMP_STRATEGIES: Final = ("error", "latest")
 
 #: ``maxTriggerDelay`` unless given: spark-sql-kafka's 15 minutes.
 DEFAULT_MAX_TRIGGER_DELAY_MS: Final = 15 * 60_000
@@ -134,12 +143,15 @@ class Subscription:
 @dataclass(frozen=True, slots=True)
 class OffsetBound:
     """Where reading starts or ends: ``earliest``, ``latest``, per-partition ``offsets``
-    (which may hold -2 / -1 for earliest / latest), or the first record at or after a
-    ``timestamp`` (ms) in every partition."""
+    (which may hold -2 / -1 for earliest / latest), the first record at or after a
+    ``timestamp`` (ms) in every partition, or at or after per-partition ``timestamps``."""
 
-    kind: Literal["earliest", "latest", "offsets", "timestamp"]
+    kind: Literal["earliest", "latest", "offsets", "timestamp", "timestamps"]
     offsets: PartitionOffsets = field(default_factory=dict)
     timestamp: int = -1
+    timestamps: PartitionOffsets = field(default_factory=dict)
+    option: str = field(default="", compare=False)
+    """The option the bound was given as (``startingTimestamp``, ...), for messages."""
 
     def describe(self) -> str:
         """The bound as the user gave it, for messages."""
@@ -147,7 +159,14 @@ class OffsetBound:
             return f"timestamp {self.timestamp}"
         if self.kind == "offsets":
             return "per-partition offsets"
+        if self.kind == "timestamps":
+            return "per-partition timestamps"
         return self.kind
+
+    @property
+    def named(self) -> PartitionOffsets:
+        """The partitions a per-partition bound names, with their offsets or times."""
+        return self.timestamps if self.kind == "timestamps" else self.offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +177,10 @@ class ReadOptions:
     subscription: Subscription
     starting: OffsetBound | None
     """None: not given (batch: earliest, streaming: latest)."""
+    starting_by_timestamp_strategy: Literal["error", "latest"]
+    """A start by time in a partition with no record at or after the time: fail the query,
+    or start the partition at its latest offset. An end by time there is the latest offset
+    whatever this says, as in spark-sql-kafka."""
     ending: OffsetBound | None
     max_offsets_per_trigger: int | None
     min_offsets_per_trigger: int | None
@@ -202,6 +225,8 @@ class ReadOptions:
             raise HighwaterOptionError(
                 "endingOffsets: -2 (earliest) is not allowed in a batch query"
             )
+        if start.kind == "timestamps" and end.kind == "timestamps":
+            _check_times_in_order(start, end)
         return start, end
 
     def stream_start(self) -> OffsetBound:
@@ -209,7 +234,8 @@ class ReadOptions:
         has no end, so ``endingOffsets`` is refused."""
         if self.ending is not None:
             raise HighwaterOptionError(
-                "endingOffsets / endingTimestamp apply to batch queries only; a streaming "
+                f"{self.ending.option or 'endingOffsets'} applies to batch queries only (as "
+                "endingOffsets, endingOffsetsByTimestamp and endingTimestamp do); a streaming "
                 "query reads on until it is stopped (use Trigger.AvailableNow to stop at the "
                 "offsets available when it starts)"
             )
@@ -375,13 +401,32 @@ def _assign_partitions(raw: str) -> tuple[TopicPartitionKey, ...]:
     return tuple(sorted(set(partitions)))
 
 
+def _check_times_in_order(start: OffsetBound, end: OffsetBound) -> None:
+    """Per-partition start and end times name the same partitions, and no start is after
+    its end (spark-sql-kafka checks both before it asks the cluster)."""
+    for tp in sorted(start.timestamps.keys() ^ end.timestamps.keys()):
+        has = "a start and no end" if tp in start.timestamps else "an end and no start"
+        raise HighwaterOptionError(
+            f"{start.option} and {end.option} must name the same partitions: "
+            f"{tp[0]}-{tp[1]} has {has}"
+        )
+    for tp, began in sorted(start.timestamps.items()):
+        if began > end.timestamps[tp]:
+            raise HighwaterOptionError(
+                f"{start.option}: {tp[0]}-{tp[1]} starts at timestamp {began}, after its end "
+                f"at timestamp {end.timestamps[tp]} ({end.option})"
+            )
+
+
 def _bound(
-    options: Mapping[str, str], offsets_name: str, timestamp_name: str
+    options: Mapping[str, str], offsets_name: str, by_timestamp_name: str, timestamp_name: str
 ) -> OffsetBound | None:
+    """The bound the options give, by spark-sql-kafka's precedence: ``timestamp_name``
+    (one time for every partition) over ``by_timestamp_name`` (per-partition times) over
+    ``offsets_name``; the options below the one used are ignored, as Spark ignores them."""
     raw = options.get(offsets_name.lower())
+    raw_by_ts = options.get(by_timestamp_name.lower())
     raw_ts = options.get(timestamp_name.lower())
-    if raw is not None and raw_ts is not None:
-        raise HighwaterOptionError(f"give {offsets_name} or {timestamp_name}, not both")
     if raw_ts is not None:
         try:
             timestamp = int(raw_ts)
@@ -391,16 +436,41 @@ def _bound(
             ) from None
         if timestamp < 0:
             raise HighwaterOptionError(f"{timestamp_name} must be >= 0, not {timestamp}")
-        return OffsetBound("timestamp", timestamp=timestamp)
+        return OffsetBound("timestamp", timestamp=timestamp, option=timestamp_name)
+    if raw_by_ts is not None:
+        try:
+            timestamps = parse_timestamps_json(raw_by_ts.strip(), by_timestamp_name)
+        except OffsetJsonError as e:
+            raise HighwaterOptionError(str(e)) from None
+        return OffsetBound("timestamps", timestamps=timestamps, option=by_timestamp_name)
     if raw is None:
         return None
     text = raw.strip()
     if text.lower() in ("earliest", "latest"):
-        return OffsetBound("earliest" if text.lower() == "earliest" else "latest")
+        return OffsetBound(
+            "earliest" if text.lower() == "earliest" else "latest", option=offsets_name
+        )
     try:
-        return OffsetBound("offsets", offsets=parse_offsets_json(text, offsets_name))
+        return OffsetBound(
+            "offsets", offsets=parse_offsets_json(text, offsets_name), option=offsets_name
+        )
     except OffsetJsonError as e:
         raise HighwaterOptionError(str(e)) from None
+
+
+def _timestamp_strategy(options: Mapping[str, str]) -> Literal["error", "latest"]:
+    raw = options.get("startingoffsetsbytimestampstrategy")
+    if raw is None:
+        return "error"
+    lowered = raw.strip().lower()
+    if lowered == "latest":
+        return "latest"
+    if lowered == "error":
+        return "error"
+    raise HighwaterOptionError(
+        f"startingOffsetsByTimestampStrategy must be {' or '.join(TIMESTAMP_STRATEGIES)}, "
+        f"not {raw!r}"
+    )
 
 
 def parse_read_options(
@@ -415,11 +485,11 @@ def parse_read_options(
     lowered = _lowered(options)
     known = _check_known(lowered, READ_OPTIONS, "source")
     subscription = _subscription(known)
-    starting = _bound(known, "startingOffsets", "startingTimestamp")
-    ending = _bound(known, "endingOffsets", "endingTimestamp")
-    for bound, name in ((starting, "startingOffsets"), (ending, "endingOffsets")):
-        if bound is not None and bound.kind == "offsets":
-            _check_bound_partitions(bound.offsets, subscription, name)
+    starting = _bound(known, "startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp")
+    ending = _bound(known, "endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
+    for bound in (starting, ending):
+        if bound is not None and bound.kind in ("offsets", "timestamps"):
+            _check_bound_partitions(bound.named, subscription, bound.option)
     bootstrap = _bootstrap(known)
     if check_client_settings:
         from highwater.client.consumer import CONSUMER_CONFIG_DEF, ConsumerConfig
@@ -453,6 +523,7 @@ def parse_read_options(
         bootstrap_servers=bootstrap,
         subscription=subscription,
         starting=starting,
+        starting_by_timestamp_strategy=_timestamp_strategy(known),
         ending=ending,
         max_offsets_per_trigger=max_per_trigger,
         min_offsets_per_trigger=min_per_trigger,
@@ -469,7 +540,7 @@ def parse_read_options(
 def _check_bound_partitions(
     offsets: PartitionOffsets, subscription: Subscription, option: str
 ) -> None:
-    """Per-partition offsets may only name partitions the subscription reads."""
+    """Per-partition offsets or times may only name partitions the subscription reads."""
     for topic, partition in offsets:
         if subscription.kind == "assign":
             inside = (topic, partition) in subscription.partitions

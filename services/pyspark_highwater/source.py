@@ -94,14 +94,17 @@ class HighwaterDataSource(DataSource):
         return parse_read_options(dict(self.options), check_client_settings=check_client_settings)
 
     def schema(self) -> StructType:
-        """The fixed columns; the options are checked, and named topics must exist.
+        """The fixed columns; the options are checked, the cluster is not asked.
 
         Spark asks for the schema when the DataFrame is defined (``load()``): the
         ``highwater.<setting>`` options are checked here, not again in the Python processes
-        that plan the query's reads (:meth:`reader`, :meth:`streamReader`)."""
+        that plan the query's reads (:meth:`reader`, :meth:`streamReader`). As in
+        spark-sql-kafka, defining the DataFrame needs none of its topics: the same
+        ``load()`` starts a stream afresh, restarts one from its checkpoint after a topic
+        was deleted, or defines a batch read, and the schema cannot tell them apart. A batch
+        read fails on a missing topic when it is planned (:class:`BatchReader`); a stream
+        sees no partitions of it until it appears (:class:`StreamReader`)."""
         options = self._read_options(check_client_settings=True)
-        partitions = ClusterOffsets(options.bootstrap_servers).partitions(options.subscription)
-        _check_named_partitions(options, partitions)
         return source_schema(options.include_headers)
 
     def _check_schema(self, options: ReadOptions, schema: StructType) -> None:
@@ -152,19 +155,28 @@ def _check_sink(options: WriteOptions, schema: StructType) -> None:
 
 
 def _check_named_partitions(options: ReadOptions, partitions: Sequence[TopicPartitionKey]) -> None:
-    """Per-partition ``startingOffsets`` / ``endingOffsets`` may name only partitions that
-    exist (spark-sql-kafka refuses the others too): an offset for a partition the topic does
-    not have is a mistake, not something to leave out silently."""
-    for bound, name in ((options.starting, "startingOffsets"), (options.ending, "endingOffsets")):
-        if bound is None or bound.kind != "offsets":
+    """Per-partition offsets or times may name only partitions that exist (spark-sql-kafka
+    refuses the others too): an offset for a partition the topic does not have is a mistake,
+    not something to leave out silently. Per-partition times must also name every partition
+    read, as spark-sql-kafka requires (``startingOffsets`` starts the partitions it does not
+    name at their earliest offsets, ``endingOffsets`` ends them at their latest)."""
+    for bound in (options.starting, options.ending):
+        if bound is None or bound.kind not in ("offsets", "timestamps"):
             continue
-        unknown = missing_partitions(bound.offsets, partitions)
+        unknown = missing_partitions(bound.named, partitions)
         if unknown:
             topic, partition = unknown[0]
             count = sum(1 for t, _ in partitions if t == topic)
             raise UnknownTopicError(
-                f"{name} names {topic}-{partition}, which does not exist ({topic!r} has "
-                f"{count} partition(s))"
+                f"{bound.option} names {topic}-{partition}, which does not exist ({topic!r} "
+                f"has {count} partition(s))"
+            )
+        unnamed = missing_partitions(partitions, bound.named)
+        if bound.kind == "timestamps" and unnamed:
+            text = ", ".join(f"{t}-{p}" for t, p in unnamed)
+            raise HighwaterOptionError(
+                f"{bound.option} gives no time for {text}: it must give one for every "
+                "partition the query reads"
             )
 
 
@@ -174,12 +186,11 @@ def _check_batch_order(
     """A batch query's start may not be after its end (spark-sql-kafka fails the read too):
     reading nothing there would hide a wrong offset or a damaged topic. The message names
     the options as given (offsets or timestamps)."""
-    by_time = {True: "Timestamp", False: "Offsets"}
     for went_back in offsets_went_back(start, end):
         raise HighwaterOptionError(
-            f"starting{by_time[starting.kind == 'timestamp']}: {went_back.topic}-"
-            f"{went_back.partition} starts at {went_back.start}, after its end {went_back.end} "
-            f"(ending{by_time[ending.kind == 'timestamp']}, or the partition's latest offset)"
+            f"{starting.option or 'startingOffsets'}: {went_back.topic}-{went_back.partition} "
+            f"starts at {went_back.start}, after its end {went_back.end} "
+            f"({ending.option or 'endingOffsets'}, or the partition's latest offset)"
         )
 
 
@@ -236,7 +247,9 @@ class BatchReader(DataSourceReader):
             _check_named_partitions(options, partitions)
             earliest = cluster.earliest(partitions)
             latest = cluster.latest(partitions)
-            start = cluster.resolve(starting, partitions)
+            start = cluster.resolve(
+                starting, partitions, no_record=options.starting_by_timestamp_strategy
+            )
             end = cluster.resolve(ending, partitions, unnamed=-1)
         _check_batch_order(starting, ending, start, end)
         start = _checked_start(options, start, earliest)
@@ -267,12 +280,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts: ``startingOffsets`` (default latest). An offset given
-        beyond its partition's latest offset is refused."""
+        beyond its partition's latest offset is refused. A subscribed topic (or assigned
+        partition) that does not exist yet has no start: it is read from its beginning once
+        it appears, as a new partition, as in spark-sql-kafka."""
         with self.cluster.session():
-            partitions = self.cluster.partitions(self.options.subscription)
+            partitions = self.cluster.partitions(self.options.subscription, missing_ok=True)
             _check_named_partitions(self.options, partitions)
             bound = self.options.stream_start()
-            start = self.cluster.resolve(bound, partitions)
+            start = self.cluster.resolve(
+                bound, partitions, no_record=self.options.starting_by_timestamp_strategy
+            )
             if bound.kind == "offsets":
                 latest = self.cluster.latest(partitions)
                 for went_back in offsets_went_back(start, latest):

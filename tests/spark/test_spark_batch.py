@@ -131,6 +131,85 @@ def test_starting_timestamp_starts_at_the_first_record_at_or_after_it(
     assert [r.value for r in df.orderBy("offset").collect()] == [b"v2", b"v3"]
 
 
+def produce_stamped(address: str, topic: str, stamped: dict[int, list[int]]) -> None:
+    """Records ``v<offset>`` with the given timestamps, per partition."""
+    with Producer({"bootstrap.servers": address}) as producer:
+        for partition, timestamps in stamped.items():
+            for offset, timestamp in enumerate(timestamps):
+                producer.produce(topic, f"v{offset}", partition=partition, timestamp=timestamp)
+        assert producer.flush(30) == 0
+
+
+def read_offsets(df: Any) -> list[tuple[int, int]]:
+    return sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+
+
+def test_a_start_time_after_a_partition_s_last_record_fails_unless_told_to_start_at_latest(
+    spark: Any, server: ServerThread
+) -> None:
+    """spark-sql-kafka's startingOffsetsByTimestampStrategy: ``error`` (the default) fails
+    the query, ``latest`` starts such a partition at its latest offset; an end time with no
+    record after it ends at the latest offset whatever the strategy."""
+    topic = unique_topic("time-strategy")
+    create_topic(server.address, topic, 2)
+    produce_stamped(server.address, topic, {0: [1_000, 2_000, 3_000, 4_000], 1: [1_000, 1_500]})
+    strict = reader(spark, server, subscribe=topic, startingTimestamp="2500")
+    with pytest.raises(Exception, match=f"{topic}-1 has no record at or after timestamp 2500"):
+        strict.collect()
+    lenient = reader(
+        spark,
+        server,
+        subscribe=topic,
+        startingTimestamp="2500",
+        startingOffsetsByTimestampStrategy="Latest",
+    )
+    assert read_offsets(lenient) == [(0, 2), (0, 3)]
+    ending = reader(spark, server, subscribe=topic, endingTimestamp="1800")
+    assert read_offsets(ending) == [(0, 0), (1, 0), (1, 1)]
+
+
+def test_per_partition_times_bound_a_batch_read(spark: Any, server: ServerThread) -> None:
+    """startingOffsetsByTimestamp / endingOffsetsByTimestamp as spark-sql-kafka's: every
+    partition read needs its time, and a named partition must exist."""
+    topic = unique_topic("partition-times")
+    create_topic(server.address, topic, 2)
+    produce_stamped(server.address, topic, {0: [1_000, 2_000, 3_000, 4_000], 1: [10, 20, 30]})
+    bounded = reader(
+        spark,
+        server,
+        subscribe=topic,
+        startingOffsetsByTimestamp=f'{{"{topic}": {{"0": 1500, "1": 0}}}}',
+        endingOffsetsByTimestamp=f'{{"{topic}": {{"0": 3500, "1": 25}}}}',
+    )
+    assert read_offsets(bounded) == [(0, 1), (0, 2), (1, 0), (1, 1)]
+    # a partition without a record after its start time follows the strategy
+    after = f'{{"{topic}": {{"0": 1500, "1": 99}}}}'
+    strict = reader(spark, server, subscribe=topic, startingOffsetsByTimestamp=after)
+    with pytest.raises(Exception, match=f"{topic}-1 has no record at or after timestamp 99"):
+        strict.collect()
+    lenient = reader(
+        spark,
+        server,
+        subscribe=topic,
+        startingOffsetsByTimestamp=after,
+        startingOffsetsByTimestampStrategy="latest",
+    )
+    assert read_offsets(lenient) == [(0, 1), (0, 2), (0, 3)]
+    partial = reader(
+        spark, server, subscribe=topic, startingOffsetsByTimestamp=f'{{"{topic}": {{"0": 0}}}}'
+    )
+    with pytest.raises(Exception, match=f"startingOffsetsByTimestamp gives no time for {topic}-1"):
+        partial.collect()
+    unknown = reader(
+        spark,
+        server,
+        subscribe=topic,
+        endingOffsetsByTimestamp=f'{{"{topic}": {{"0": 0, "1": 0, "7": 0}}}}',
+    )
+    with pytest.raises(Exception, match=f"endingOffsetsByTimestamp names {topic}-7, which does"):
+        unknown.collect()
+
+
 def test_records_removed_before_the_start_fail_the_read_or_are_skipped(
     spark: Any, server: ServerThread
 ) -> None:
@@ -153,7 +232,6 @@ def test_records_removed_before_the_start_fail_the_read_or_are_skipped(
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"subscribe": "no-such-topic"}, "Topic 'no-such-topic' does not exist"),
         ({"subscribe": "x", "startingOfsets": "earliest"}, "unknown option 'startingofsets'"),
         ({"subscribe": "x", "startingOffsets": "{bad json"}, "startingOffsets: not valid JSON"),
         ({"assign": '{"x": "0"}'}, "non-empty list of partitions"),
@@ -165,6 +243,17 @@ def test_bad_input_fails_when_the_dataframe_is_defined(
     with pytest.raises(Exception) as raised:
         reader(spark, server, **options)
     assert message in str(raised.value)
+
+
+def test_a_missing_topic_fails_the_batch_when_it_is_read_not_when_it_is_defined(
+    spark: Any, server: ServerThread
+) -> None:
+    """As spark-sql-kafka: ``load()`` asks no broker (the same call defines streams, which
+    need no topic yet); reading the batch needs its topics."""
+    topic = unique_topic("no-such-topic")
+    df = reader(spark, server, subscribe=topic)
+    with pytest.raises(Exception, match=f"Topic '{topic}' does not exist"):
+        df.count()
 
 
 def test_a_user_schema_is_refused(spark: Any, server: ServerThread) -> None:

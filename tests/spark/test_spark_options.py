@@ -65,6 +65,70 @@ def test_per_partition_offsets_and_timestamps_parse() -> None:
     assert options.ending == OffsetBound("timestamp", timestamp=1700000000000)
 
 
+def test_timestamps_win_over_offsets_as_spark_sql_kafka_s_precedence() -> None:
+    """startingTimestamp over startingOffsetsByTimestamp over startingOffsets, and the same
+    for the ends: the others are ignored, not refused."""
+    every = read(
+        subscribe="a",
+        startingTimestamp="100",
+        startingOffsetsByTimestamp='{"a": {"0": 200}}',
+        startingOffsets="earliest",
+        endingTimestamp="900",
+        endingOffsetsByTimestamp='{"a": {"0": 800}}',
+        endingOffsets="latest",
+    )
+    options = parse_read_options(every)
+    assert options.starting == OffsetBound("timestamp", timestamp=100)
+    assert options.ending == OffsetBound("timestamp", timestamp=900)
+    del every["startingTimestamp"], every["endingTimestamp"]
+    options = parse_read_options(every)
+    assert options.starting == OffsetBound("timestamps", timestamps={("a", 0): 200})
+    assert options.ending == OffsetBound("timestamps", timestamps={("a", 0): 800})
+    assert options.starting.option == "startingOffsetsByTimestamp"
+    assert options.batch_bounds() == (options.starting, options.ending)
+    del every["startingOffsetsByTimestamp"], every["endingOffsetsByTimestamp"]
+    options = parse_read_options(every)
+    assert options.starting == OffsetBound("earliest")
+    assert options.ending == OffsetBound("latest")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            read(
+                subscribe="a",
+                startingOffsetsByTimestamp='{"a": {"0": 5, "1": 5}}',
+                endingOffsetsByTimestamp='{"a": {"0": 9}}',
+            ),
+            "startingOffsetsByTimestamp and endingOffsetsByTimestamp must name the same "
+            "partitions: a-1 has a start and no end",
+        ),
+        (
+            read(
+                subscribe="a",
+                startingOffsetsByTimestamp='{"a": {"0": 5, "1": 10}}',
+                endingOffsetsByTimestamp='{"a": {"0": 9, "1": 9}}',
+            ),
+            "a-1 starts at timestamp 10, after its end at timestamp 9",
+        ),
+    ],
+)
+def test_batch_bounds_by_partition_times_must_match(options: dict[str, str], message: str) -> None:
+    with pytest.raises(HighwaterOptionError) as raised:
+        parse_read_options(options).batch_bounds()
+    assert message in str(raised.value)
+
+
+def test_a_start_time_without_a_record_fails_by_default_as_spark_sql_kafka() -> None:
+    assert parse_read_options(read(subscribe="a")).starting_by_timestamp_strategy == "error"
+    for given, parsed in (("error", "error"), ("LATEST", "latest"), (" Latest ", "latest")):
+        options = parse_read_options(read(subscribe="a", startingOffsetsByTimestampStrategy=given))
+        assert options.starting_by_timestamp_strategy == parsed
+    with pytest.raises(HighwaterOptionError, match="startingOffsetsByTimestampStrategy must be"):
+        parse_read_options(read(subscribe="a", startingOffsetsByTimestampStrategy="earliest"))
+
+
 def test_client_settings_pass_through_with_the_prefix() -> None:
     options = parse_read_options(read(subscribe="a", **{"highwater.fetch.max.bytes": "1024"}))
     assert options.consumer_config()["fetch.max.bytes"] == "1024"
@@ -88,10 +152,24 @@ def test_client_settings_pass_through_with_the_prefix() -> None:
         (read(subscribe="a", startingOffsets="{"), "startingOffsets: not valid JSON"),
         (read(subscribe="a", startingOffsets='{"b": {"0": 1}}'), "names b-0, which subscribe=a"),
         (read(subscribe="a", startingTimestamp="yesterday"), "milliseconds since the epoch"),
+        (read(subscribe="a", startingOffsetsByTimestamp="{"), "not valid JSON"),
         (
-            read(subscribe="a", startingTimestamp="1", startingOffsets="earliest"),
-            "not both",
+            read(subscribe="a", startingOffsetsByTimestamp='{"a": {"0": "x"}}'),
+            "startingOffsetsByTimestamp: the timestamp of a-0 must be an integer",
         ),
+        (
+            read(subscribe="a", endingOffsetsByTimestamp='{"a": {"0": -1}}'),
+            "endingOffsetsByTimestamp: a-0 has timestamp -1; expected milliseconds",
+        ),
+        (
+            read(subscribe="a", startingOffsetsByTimestamp='{"b": {"0": 1}}'),
+            "startingOffsetsByTimestamp names b-0, which subscribe=a does not read",
+        ),
+        (
+            read(assign='{"a": [0]}', endingOffsetsByTimestamp='{"a": {"1": 1}}'),
+            "endingOffsetsByTimestamp names a-1, which assign=a-0 does not read",
+        ),
+        (read(subscribe="a", endingTimestamp="-5"), "endingTimestamp must be >= 0"),
         (read(subscribe="a", maxOffsetsPerTrigger="0"), "must be > 0"),
         (read(subscribe="a", minPartitions="many"), "whole number"),
         (read(subscribe="a", minOffsetsPerTrigger="-1"), "minOffsetsPerTrigger must be > 0"),
@@ -149,8 +227,14 @@ def test_batch_bounds_that_would_read_nothing_are_refused(
 
 
 def test_a_stream_has_no_end() -> None:
-    with pytest.raises(HighwaterOptionError, match="batch queries only"):
-        parse_read_options(read(subscribe="a", endingOffsets="latest")).stream_start()
+    for ending in (
+        {"endingOffsets": "latest"},
+        {"endingTimestamp": "5"},
+        {"endingOffsetsByTimestamp": '{"a": {"0": 5}}'},
+    ):
+        name = next(iter(ending))
+        with pytest.raises(HighwaterOptionError, match=f"{name} applies to batch queries only"):
+            parse_read_options(read(subscribe="a", **ending)).stream_start()
 
 
 @pytest.mark.parametrize(

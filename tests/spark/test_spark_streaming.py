@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from embedded_servers import ServerThread
 from highwater.client.admin import AdminClient
+from highwater.client.producer import Producer
 from spark_queries import started
 from spark_topics import create_topic, produce, unique_topic
 from test_spark_batch import EXPECTED_SCHEMA
@@ -221,4 +222,122 @@ def test_a_stream_with_an_end_fails_as_it_starts(
         )
     )
     with pytest.raises(Exception, match="batch queries only"):
+        query.awaitTermination(60)
+
+
+def test_a_subscribed_topic_created_after_the_query_started_is_read_from_its_start(
+    spark: Any, server: ServerThread, tmp_path: Path
+) -> None:
+    """As spark-sql-kafka: defining and starting a stream needs none of its topics; a topic
+    that does not exist yet has no partitions until it appears."""
+    prefix = unique_topic("later")
+    present, later = f"{prefix}-a", f"{prefix}-b"
+    create_topic(server.address, present, 1)
+    produce(server.address, present, ["a0", "a1"], partitions=1)
+    sink = KeyedSink()
+    df = stream(spark, server, f"{present},{later}")
+    run_available_now(df, sink, tmp_path / "checkpoint")
+    assert sink.offsets() == {(present, 0, 0), (present, 0, 1)}
+
+    create_topic(server.address, later, 2)
+    produce(server.address, later, [f"b{i}" for i in range(6)], partitions=2)
+    run_available_now(stream(spark, server, f"{present},{later}"), sink, tmp_path / "checkpoint")
+    assert sink.offsets() == {(present, 0, 0), (present, 0, 1)} | expected(later, 2, 6)
+    assert sink.duplicated() == []
+
+    # a pattern that matches nothing yet, and an assignment of a topic not created yet
+    pattern = f"{unique_topic('nothing')}-.*"
+    nothing = (
+        spark.readStream.format("highwater")
+        .option("bootstrap.servers", server.address)
+        .option("subscribePattern", pattern)
+        .load()
+    )
+    run_available_now(nothing, KeyedSink(), tmp_path / "pattern")
+    unassigned = unique_topic("unassigned")
+    assigned = (
+        spark.readStream.format("highwater")
+        .option("bootstrap.servers", server.address)
+        .option("assign", f'{{"{unassigned}": [0]}}')
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    assigned_sink = KeyedSink()
+    run_available_now(assigned, assigned_sink, tmp_path / "assign")
+    create_topic(server.address, unassigned, 1)
+    produce(server.address, unassigned, ["u0"], partitions=1)
+    run_available_now(assigned, assigned_sink, tmp_path / "assign")
+    assert assigned_sink.offsets() == {(unassigned, 0, 0)}
+
+
+def test_a_query_restarted_after_one_of_its_topics_was_deleted(
+    spark: Any, server: ServerThread, tmp_path: Path
+) -> None:
+    """The restart defines the DataFrame again: that needs no topic; the checkpoint's
+    partitions of the deleted topic are data loss, which failOnDataLoss judges."""
+    prefix = unique_topic("deleted")
+    kept, deleted = f"{prefix}-kept", f"{prefix}-gone"
+    create_topic(server.address, kept, 1)
+    create_topic(server.address, deleted, 1)
+    produce(server.address, kept, ["k0"], partitions=1)
+    produce(server.address, deleted, ["d0"], partitions=1)
+    sink = KeyedSink()
+    topics = f"{kept},{deleted}"
+    run_available_now(stream(spark, server, topics), sink, tmp_path / "checkpoint")
+    assert sink.offsets() == {(kept, 0, 0), (deleted, 0, 0)}
+
+    async def delete() -> None:
+        async with AdminClient(server.address) as admin:
+            (await admin.delete_topics([deleted]))[deleted].raise_for_error()
+
+    asyncio.run(delete())
+    produce(server.address, kept, ["k1"], partitions=1, start=1)
+    query = started(
+        lambda: (
+            stream(spark, server, topics)
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+    )
+    with pytest.raises(Exception, match=f"partitions {deleted}-0 no longer exist"):
+        query.awaitTermination(120)
+    run_available_now(
+        stream(spark, server, topics, failOnDataLoss="false"), sink, tmp_path / "checkpoint"
+    )
+    assert sink.offsets() == {(kept, 0, 0), (kept, 0, 1), (deleted, 0, 0)}
+    assert sink.duplicated() == []
+
+
+def test_a_stream_starts_at_per_partition_times(
+    spark: Any, server: ServerThread, tmp_path: Path
+) -> None:
+    topic = unique_topic("stream-times")
+    create_topic(server.address, topic, 2)
+    with Producer({"bootstrap.servers": server.address}) as producer:
+        for partition in (0, 1):
+            for timestamp in (1_000, 2_000, 3_000):
+                producer.produce(topic, "v", partition=partition, timestamp=timestamp)
+        assert producer.flush(30) == 0
+    sink = KeyedSink()
+    df = stream(
+        spark,
+        server,
+        topic,
+        startingOffsetsByTimestamp=f'{{"{topic}": {{"0": 2500, "1": 1500}}}}',
+    )
+    run_available_now(df, sink, tmp_path / "checkpoint")
+    assert sink.offsets() == {(topic, 0, 2), (topic, 1, 1), (topic, 1, 2)}
+
+    # no record at or after the time: the query fails as it starts (the strategy's default)
+    query = started(
+        lambda: (
+            stream(spark, server, topic, startingTimestamp="3500")
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / "late"))
+            .start()
+        )
+    )
+    with pytest.raises(Exception, match=f"{topic}-0 has no record at or after timestamp 3500"):
         query.awaitTermination(60)

@@ -328,8 +328,7 @@ def test_offsets_for_a_partition_that_does_not_exist_are_refused(server: ServerT
         "startingOffsets": f'{{"{topic}": {{"0": 0, "5": 0}}}}',
     }
     message = f"startingOffsets names {topic}-5, which does not exist"
-    with pytest.raises(UnknownTopicError, match=message):
-        HighwaterDataSource(options).schema()
+    HighwaterDataSource(options).schema()  # defining the DataFrame asks no broker
     with pytest.raises(UnknownTopicError, match=message):
         BatchReader(parse_read_options(options)).partitions()
     with pytest.raises(UnknownTopicError, match=message):
@@ -354,8 +353,15 @@ def test_a_batch_starting_after_its_end_is_refused(server: ServerThread) -> None
     beyond = batch_reader(server, topic, startingOffsets=f'{{"{topic}": {{"0": 30, "1": 0}}}}')
     with pytest.raises(HighwaterOptionError, match=f"{topic}-0 starts at 30, after its end 10"):
         beyond.partitions()
-    # no record at or after the start time: each partition starts at its latest offset
-    by_time = batch_reader(server, topic, startingTimestamp="9" * 13, endingTimestamp="0")
+    # no record at or after the start time: with the strategy latest, each partition starts
+    # at its latest offset
+    by_time = batch_reader(
+        server,
+        topic,
+        startingTimestamp="9" * 13,
+        endingTimestamp="0",
+        startingOffsetsByTimestampStrategy="latest",
+    )
     with pytest.raises(
         HighwaterOptionError,
         match=f"startingTimestamp: {topic}-0 starts at 10, after its end 0 \\(endingTimestamp",
@@ -363,6 +369,28 @@ def test_a_batch_starting_after_its_end_is_refused(server: ServerThread) -> None
         by_time.partitions()
     at_the_end = batch_reader(server, topic, startingOffsets=f'{{"{topic}": {{"0": 10, "1": 0}}}}')
     assert [p.range for p in at_the_end.partitions()] == [OffsetRange(topic, 1, 0, 10)]
+
+
+def test_a_stream_starting_after_the_last_record_s_time_fails_or_starts_at_latest(
+    server: ServerThread,
+) -> None:
+    topic = unique_topic("plan-time")
+    create_topic(server.address, topic, 2)
+    produce(server.address, topic, [f"v{i}" for i in range(6)], partitions=2)
+    future = str(int(time.time() * 1000) + 3_600_000)
+    strict = stream_reader(server, topic, startingTimestamp=future)
+    with pytest.raises(
+        HighwaterOptionError,
+        match=f"startingTimestamp: {topic}-0 has no record at or after timestamp {future}",
+    ):
+        strict.initialOffset()
+    lenient = stream_reader(
+        server, topic, startingTimestamp=future, startingOffsetsByTimestampStrategy="latest"
+    )
+    assert lenient.initialOffset() == {topic: {"0": 3, "1": 3}}
+    assert stream_reader(server, topic, startingTimestamp="0").initialOffset() == {
+        topic: {"0": 0, "1": 0}
+    }
 
 
 def test_a_subscribed_topic_deleted_mid_stream_is_data_loss(server: ServerThread) -> None:
