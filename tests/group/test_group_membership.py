@@ -334,3 +334,27 @@ async def test_a_commit_answer_about_a_generation_the_member_has_left_does_not_l
         assert (member.member_id, member.generation_id) == ("m-1", 2)
     finally:
         await member.close()
+
+
+async def test_an_assignment_of_topics_no_longer_subscribed_to_is_not_taken_and_the_member_rejoins(
+    coordinator: tuple[ScriptedCoordinator, Cluster],
+) -> None:
+    # A static member that restarts with another subscription gets its former assignment
+    # back without a rebalance (the coordinator keeps it while the group's protocol stays).
+    # As Kafka's onJoinComplete, the member does not take an assignment that does not match
+    # its subscription: it joins again at once, in the generation it was answered, so that
+    # its changed metadata starts a rebalance.
+    scripted, cluster = coordinator
+    member = membership(cluster, group_instance_id="pod-a")
+    try:
+        scripted.joins += [joined(4), joined(5)]
+        scripted.syncs += [synced(("payments", 0), TP0), synced(TP0, TP1)]
+        rebalance = await member.join(["orders"])
+        assert rebalance is not None and rebalance.generation_id == 5
+        assert rebalance.change.added == (TP0, TP1)
+        first, second = scripted.join_requests
+        assert decode_subscription(first.protocols[0].metadata).generation_id == -1
+        assert second.member_id == "m-1"
+        assert decode_subscription(second.protocols[0].metadata).generation_id == 4
+    finally:
+        await member.close()

@@ -18,6 +18,10 @@ joins; under the cooperative protocol it keeps its partitions and gives up only 
 new assignment moves elsewhere, then joins again at once so that they reach their new
 owners.
 
+An assignment naming topics the member does not subscribe to (its subscription changed
+since the assignment was made, as when a static member restarts with another one) is not
+taken: the member joins again, as Kafka's ``onJoinComplete`` does.
+
 Errors of the group protocol are retried where Kafka retries them (a moving coordinator,
 a rebalance that began meanwhile, a member id the coordinator forgot: the member joins
 afresh); configuration mistakes (an unknown assignor, a session timeout the coordinator
@@ -322,9 +326,26 @@ class GroupMembership:
             )
             await self._backoff()
             return None
-        change = assignment_change(self.owned, assignment.partitions, self.protocol)
         self.generation_id = joined.generation_id
         self.protocol_name = joined.protocol_name
+        subscribed = set(topics)
+        unsubscribed = sorted({tp[0] for tp in assignment.partitions} - subscribed)
+        if unsubscribed:
+            # As Kafka's onJoinComplete: the subscription changed since the assignment was
+            # made (a static member restarted with another one keeps its former assignment).
+            # The member takes none of it and joins again in this generation; its metadata,
+            # which names the generation, differs from what the coordinator has, and that
+            # starts a rebalance.
+            log.info(
+                "group %s: generation %d assigned topics %s outside the subscription %s; rejoining",
+                self.settings.group_id,
+                joined.generation_id,
+                unsubscribed,
+                sorted(subscribed),
+            )
+            await self._backoff()
+            return None
+        change = assignment_change(self.owned, assignment.partitions, self.protocol)
         self.previous_assignment = assignment.partitions
         self.rejoin_needed = change.rejoin
         self.lost = False
