@@ -28,6 +28,8 @@ from highwater.metadata import (
 )
 from highwater.storage import log_manager as log_manager_module
 from highwater.storage.log_manager import LogManager
+from highwater.storage.partition_metadata import PARTITION_METADATA, read_topic_id
+from highwater.storage.topic_partition import TopicPartition
 from highwater.v1.common_pb2 import ErrorCode
 
 BROKER = 1
@@ -185,3 +187,71 @@ async def test_new_logs_record_their_topic_id_in_the_worker_thread(
             "topic_id: orders-id"
             in (manager.get_log(tp).directory / "partition.metadata").read_text()
         )
+
+
+def logs_made_before_partition_metadata(data_dir: Path) -> LogManager:
+    """A log manager started on logs of "orders" whose directories have no
+    ``partition.metadata`` (made by a version before the file existed)."""
+    logs = LogManager(data_dir)
+    logs.startup(node_id=BROKER)
+    for index in range(PARTITIONS):
+        logs.get_or_create_log(TopicPartition("orders", index))
+    logs.shutdown()
+    for index in range(PARTITIONS):
+        assert not (data_dir / f"orders-{index}" / PARTITION_METADATA).exists()
+    restarted = LogManager(data_dir)
+    restarted.startup(node_id=BROKER)
+    return restarted
+
+
+async def test_logs_made_before_partition_metadata_record_their_topic_id_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first image after an upgrade gives every log made before ``partition.metadata``
+    existed its topic id. The id holds at once and the replicas take their roles; the files
+    (two fsyncs each) are written in a worker thread, not on the event loop."""
+    write = log_manager_module.write_topic_id
+    threads: set[int] = set()
+
+    def recording_write(log_dir: Path, topic_id: str) -> None:
+        threads.add(threading.get_ident())
+        write(log_dir, topic_id)
+
+    monkeypatch.setattr(log_manager_module, "write_topic_id", recording_write)
+    logs = logs_made_before_partition_metadata(tmp_path)
+    partitions = PartitionManager(BROKER, logs)
+
+    assert partitions.apply_image(with_topic(PARTITIONS), create_logs=False) == []
+    assert not threads  # nothing written on the loop
+    assert partitions.get("orders", 0).is_leader
+    tps = [TopicPartition("orders", index) for index in range(PARTITIONS)]
+    assert {logs.topic_id(tp) for tp in tps} == {"orders-id"}
+
+    await logs.write_topic_ids()
+    assert threads and threading.get_ident() not in threads
+    assert {read_topic_id(tmp_path / tp.dir_name) for tp in tps} == {"orders-id"}
+    assert not logs.has_unwritten_topic_ids
+
+
+async def test_a_log_deleted_before_its_topic_id_is_written_is_passed_over(
+    tmp_path: Path,
+) -> None:
+    logs = logs_made_before_partition_metadata(tmp_path)
+    partitions = PartitionManager(BROKER, logs)
+    image = with_topic(PARTITIONS)
+    partitions.apply_image(image, create_logs=False)
+    # The topic is deleted before the background writes the ids.
+    deleted = replay([RemoveTopicRecord("orders-id")], image.offset + 1, image=image)
+    partitions.apply_image(deleted, create_logs=False)
+    await logs.write_topic_ids()
+    assert logs.online_dirs and not logs.logs
+    assert not list(tmp_path.glob("orders-*"))
+
+
+def test_topic_ids_not_written_yet_are_written_at_shutdown(tmp_path: Path) -> None:
+    logs = logs_made_before_partition_metadata(tmp_path)
+    PartitionManager(BROKER, logs).apply_image(with_topic(PARTITIONS), create_logs=False)
+    assert logs.has_unwritten_topic_ids
+    logs.shutdown()
+    tps = [TopicPartition("orders", index) for index in range(PARTITIONS)]
+    assert {read_topic_id(tmp_path / tp.dir_name) for tp in tps} == {"orders-id"}

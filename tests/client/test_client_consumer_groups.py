@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from highwater.client.consumer import (
     ConsumerError,
     TopicPartition,
 )
+from highwater.client.errors import ClusterError
 from highwater.client.producer import AsyncProducer
 from highwater.embedded import EmbeddedServer
 from highwater.v1 import broker_pb2 as pb
@@ -365,3 +366,43 @@ async def test_leaving_after_the_membership_was_lost_reports_the_partitions_lost
     committed = await probe.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
     assert all(tp.offset is not None and tp.offset < 0 for tp in committed)
     await probe.close()
+
+
+async def test_a_group_whose_leader_could_not_read_the_partition_counts_still_consumes_them(
+    server: EmbeddedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Kafka's leader assigns from the metadata it has and rejoins once the metadata
+    differs from what it assigned from: a leader that cannot read the partition counts
+    assigns nothing, says so, and the group rebalances once they can be read."""
+    config = {"partition.assignment.strategy": "range"}
+    a, b = Member(server.listen, "a", **config), Member(server.listen, "b", **config)
+    failed_reads = 0
+    readable = False
+    for member in (a, b):
+        cluster = member.consumer.cluster
+        read = cluster.partition_counts
+
+        async def counts(topics: Sequence[str], read: Any = read) -> dict[str, int]:
+            nonlocal failed_reads
+            if not readable:
+                failed_reads += 1
+                raise ClusterError("no broker answers Metadata")
+            result: dict[str, int] = await read(topics)
+            return result
+
+        cluster.partition_counts = counts  # type: ignore[method-assign]
+    a.start()
+    b.start()
+
+    def formed_without_partitions() -> bool:
+        ma, mb = a.consumer.consumer_group_metadata(), b.consumer.consumer_group_metadata()
+        return ma.generation_id == mb.generation_id >= 1 and bool(ma.member_id and mb.member_id)
+
+    await eventually(formed_without_partitions, "a and b in one generation")
+    assert failed_reads and not a.owned() and not b.owned()
+    assert "partition counts" in caplog.text
+    readable = True
+    await eventually(lambda: balanced([a, b]), "a and b share the partitions")
+    await eventually(lambda: len(set(a.records) | set(b.records)) == 60, "every record read")
+    await a.close()
+    await b.close()

@@ -98,7 +98,14 @@ COORDINATOR_MOVED = {
 }
 """Errors after which a consumer finds the coordinator again and retries."""
 
-SUBSCRIPTION = ConsumerProtocolSubscription(topics=[TOPIC]).SerializeToString()
+
+def subscription(incarnation: int) -> bytes:
+    """A consumer's subscription metadata. Its assignor data differs from one incarnation to
+    the next (a restarted client has lost what its assignor kept, as the sticky assignors'
+    previous assignment and generation), so a restarted static member joins with metadata
+    other than its former incarnation's, and takes its place back all the same."""
+    metadata = ConsumerProtocolSubscription(topics=[TOPIC], user_data=b"%d" % incarnation)
+    return metadata.SerializeToString()
 
 
 class SimulationFailure(AssertionError):
@@ -489,7 +496,7 @@ class Simulation:
                 member_id,
                 consumer.instance_id,
                 "consumer",
-                (Protocol("roundrobin", SUBSCRIPTION),),
+                (Protocol("roundrobin", subscription(incarnation)),),
                 self.scenario.session_ms,
                 self.scenario.rebalance_ms,
                 client_id=consumer.name,

@@ -250,6 +250,44 @@ def test_a_static_member_restarting_keeps_its_assignment_without_a_rebalance() -
     assert again.generation_id == generation
 
 
+def test_a_static_member_rejoining_with_new_metadata_keeps_its_assignment() -> None:
+    # Kafka's updateStaticMemberThenRebalanceOrCompleteJoin: in Stable, only a change of the
+    # group's selected protocol rebalances; new metadata under the same protocol is stored
+    # with the member and the assignment stands.
+    h = Harness()
+    a, b, generation = stable_static_pair(h)
+    group = h.core.groups[G]
+    rejoin = h.join(G, instance_id="pod-b", client_id="b", protocols=[("range", b"v2")])
+    assert h.answered(rejoin)  # at once: no rebalance waits for pod-a
+    back = h.join_result(rejoin)
+    assert back.error == ErrorCode.NONE
+    assert back.generation_id == generation and back.member_id != b
+    assert group.state is GroupState.STABLE
+    synced = h.sync_result(h.sync(G, back.member_id, generation, instance_id="pod-b"))
+    assert synced.assignment == b"B"
+    assert group.members[back.member_id].metadata_for("range") == b"v2"
+    # The stored group carries the new member id and its new metadata.
+    [*_, last] = h.records(partition_for(G))
+    stored = {m.member_id: m for m in last.value.members}  # type: ignore[union-attr]
+    assert stored[back.member_id].subscription == b"v2"
+    assert h.heartbeat(G, a, generation, "pod-a") == ErrorCode.NONE
+
+
+def test_a_static_member_rejoining_with_another_preferred_protocol_rebalances() -> None:
+    h = Harness()
+    protocols = [("range", b"r"), ("sticky", b"s")]
+    a = h.join_result(h.join(G, instance_id="pod-a", client_id="a", protocols=protocols))
+    h.sync(G, a.member_id, a.generation_id, {a.member_id: b"A"}, instance_id="pod-a")
+    group = h.core.groups[G]
+    assert group.state is GroupState.STABLE and group.protocol_name == "range"
+    rejoin = h.join(G, instance_id="pod-a", client_id="a", protocols=[("sticky", b"s")])
+    again = h.join_result(rejoin)
+    assert again.member_id != a.member_id
+    assert (again.generation_id, again.protocol_name) == (a.generation_id + 1, "sticky")
+    assert not again.skip_assignment and again.leader == again.member_id
+    assert group.state is GroupState.COMPLETING_REBALANCE
+
+
 def test_offset_commits_are_checked_against_member_generation_and_state() -> None:
     h = Harness()
     leader, follower, generation = stable_pair(h)
@@ -529,12 +567,23 @@ def test_a_static_rejoin_whose_write_fails_leaves_the_old_member_in_place() -> N
     h.sync(G, a.member_id, a.generation_id, {a.member_id: b"A"}, instance_id="pod-a")
     h.complete_writes(ErrorCode.NONE)
     assert h.core.groups[G].state is GroupState.STABLE
-    rejoin = h.join(G, instance_id="pod-a", client_id="a")
+    rejoin = h.join(
+        G,
+        instance_id="pod-a",
+        client_id="a",
+        protocols=[("range", b"v2")],
+        session_ms=SESSION_MS * 2,
+        rebalance_ms=REBALANCE_MS * 2,
+    )
     h.complete_writes(ErrorCode.NOT_ENOUGH_REPLICAS)
     failed = h.join_result(rejoin)
     assert failed.error == ErrorCode.COORDINATOR_NOT_AVAILABLE and failed.member_id == ""
     assert h.heartbeat(G, a.member_id, a.generation_id, "pod-a") == ErrorCode.NONE
     assert set(h.core.groups[G].members) == {a.member_id}
+    # The member is as the log has it: its former metadata and timeouts.
+    member = h.core.groups[G].members[a.member_id]
+    assert member.metadata_for("range") == b"sub"
+    assert (member.session_timeout_ms, member.rebalance_timeout_ms) == (SESSION_MS, REBALANCE_MS)
 
 
 def test_offsets_with_a_commit_in_flight_do_not_expire() -> None:

@@ -1,7 +1,8 @@
 """A consumer's group membership against a coordinator that answers from a script: what it
 keeps and what it gives up when the coordinator says the membership is gone
 (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID), as Kafka's
-``AbstractCoordinator`` does.
+``AbstractCoordinator`` does, and when it joins again of its own accord (an assignment that
+does not match its subscription, a leader that assigned without the partition counts).
 
 The coordinator is a gRPC server on loopback whose answers each test lists in advance, so
 that an answer the real coordinator gives only in a race (a SyncGroup of a generation that
@@ -16,13 +17,17 @@ from typing import Any
 
 import grpc.aio
 import pytest
+from highwater.errors import HighwaterError
 from highwater.group.assignors import assignor_for
 from highwater.group.membership import GroupError, GroupMembership, GroupSettings
 from highwater.group.protocol import (
     Assignment,
+    Subscription,
     TopicPartitionKey,
+    decode_assignment,
     decode_subscription,
     encode_assignment,
+    encode_subscription,
 )
 from highwater.v1 import coordinator_pb2 as pb
 from highwater.v1 import coordinator_pb2_grpc
@@ -43,6 +48,7 @@ class ScriptedCoordinator(coordinator_pb2_grpc.GroupCoordinatorServicer):
     syncs: list[pb.SyncGroupResponse] = field(default_factory=list)
     heartbeat_error: int = ErrorCode.NONE
     join_requests: list[pb.JoinGroupRequest] = field(default_factory=list)
+    sync_requests: list[pb.SyncGroupRequest] = field(default_factory=list)
     heartbeats: int = 0
     heartbeat_answer_held: asyncio.Event | None = None
     commit_error: int = ErrorCode.NONE
@@ -60,6 +66,7 @@ class ScriptedCoordinator(coordinator_pb2_grpc.GroupCoordinatorServicer):
         return self.joins.pop(0)
 
     async def SyncGroup(self, request: pb.SyncGroupRequest, context: Any) -> pb.SyncGroupResponse:
+        self.sync_requests.append(request)
         return self.syncs.pop(0)
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Any) -> pb.HeartbeatResponse:
@@ -99,7 +106,13 @@ class Cluster:
     async def find_coordinator(self, group_id: str) -> str:
         return self.address
 
+    unreadable_counts: int = 0
+    """How many reads of the partition counts fail before they succeed."""
+
     async def partition_counts(self, topics: Sequence[str]) -> Mapping[str, int]:
+        if self.unreadable_counts:
+            self.unreadable_counts -= 1
+            raise HighwaterError("no broker answers Metadata")
         return {"orders": 2}
 
 
@@ -332,5 +345,74 @@ async def test_a_commit_answer_about_a_generation_the_member_has_left_does_not_l
         # The commit failed, but generation 2 stands (Kafka's generationUnchanged).
         assert not member.lost and not member.rejoin_needed
         assert (member.member_id, member.generation_id) == ("m-1", 2)
+    finally:
+        await member.close()
+
+
+async def test_an_assignment_of_topics_no_longer_subscribed_to_is_not_taken_and_the_member_rejoins(
+    coordinator: tuple[ScriptedCoordinator, Cluster],
+) -> None:
+    # A static member that restarts with another subscription gets its former assignment
+    # back without a rebalance (the coordinator keeps it while the group's protocol stays).
+    # As Kafka's onJoinComplete, the member does not take an assignment that does not match
+    # its subscription: it joins again at once, in the generation it was answered, so that
+    # its changed metadata starts a rebalance.
+    scripted, cluster = coordinator
+    member = membership(cluster, group_instance_id="pod-a")
+    try:
+        scripted.joins += [joined(4), joined(5)]
+        scripted.syncs += [synced(("payments", 0), TP0), synced(TP0, TP1)]
+        rebalance = await member.join(["orders"])
+        assert rebalance is not None and rebalance.generation_id == 5
+        assert rebalance.change.added == (TP0, TP1)
+        first, second = scripted.join_requests
+        assert decode_subscription(first.protocols[0].metadata).generation_id == -1
+        assert second.member_id == "m-1"
+        assert decode_subscription(second.protocols[0].metadata).generation_id == 4
+    finally:
+        await member.close()
+
+
+def led(generation: int) -> pb.JoinGroupResponse:
+    """The leader's JoinGroup answer: it and m-2, both subscribed to "orders"."""
+    metadata = encode_subscription(Subscription(topics=("orders",)))
+    return pb.JoinGroupResponse(
+        generation_id=generation,
+        protocol_type="consumer",
+        protocol_name="cooperative-sticky",
+        leader="m-1",
+        member_id="m-1",
+        members=[pb.JoinGroupMember(member_id=m, metadata=metadata) for m in ("m-1", "m-2")],
+    )
+
+
+def assigned_by(sync: pb.SyncGroupRequest) -> set[TopicPartitionKey]:
+    return {tp for a in sync.assignments for tp in decode_assignment(a.assignment).partitions}
+
+
+async def test_a_leader_that_could_not_read_the_partition_counts_rejoins_once_it_can(
+    coordinator: tuple[ScriptedCoordinator, Cluster], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Kafka's leader assigns from the metadata it has and rejoins when the metadata differs
+    # from what it assigned from (ConsumerCoordinator's assignment snapshot): a group must
+    # not settle with its partitions assigned to nobody.
+    scripted, cluster = coordinator
+    cluster.unreadable_counts = 2  # the assignment's read, and the first heartbeat's
+    member = membership(cluster, heartbeat_interval_ms=20)
+    try:
+        scripted.joins.append(led(1))
+        scripted.syncs.append(synced())
+        rebalance = await member.join(["orders"])
+        assert rebalance is not None and rebalance.assignment.partitions == ()
+        assert assigned_by(scripted.sync_requests[-1]) == set()
+        assert "partition counts" in caplog.text  # the failure is told, not swallowed
+        async with asyncio.timeout(5):
+            while not member.rejoin_needed:
+                await asyncio.sleep(0.01)
+        assert cluster.unreadable_counts == 0
+        scripted.joins.append(led(2))
+        scripted.syncs.append(synced(TP0))
+        assert await member.join(["orders"]) is not None
+        assert assigned_by(scripted.sync_requests[-1]) == {TP0, TP1}
     finally:
         await member.close()

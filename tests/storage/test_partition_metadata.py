@@ -82,3 +82,20 @@ def test_a_corrupted_file_takes_its_directory_offline_not_the_broker(tmp_path: P
         restarted.check_creatable(broken)
     assert restarted.get_log(healthy) is not None
     restarted.shutdown()
+
+
+def test_a_file_is_not_written_into_a_deleted_logs_directory(tmp_path: Path) -> None:
+    # The ids recorded at an upgrade are written from a worker thread while the loop may
+    # delete the log: the write and the deletion exclude each other, and after the deletion
+    # the write does not run (a file appearing in a directory being removed would fail its
+    # rmdir, and the log directory with it).
+    tp = TopicPartition("orders", 0)
+    logs = LogManager(tmp_path)
+    logs.startup(node_id=1)
+    partition_log = logs.get_or_create_log(tp)
+    assert partition_log.write_in_directory(lambda d: write_topic_id(d, TOPIC_ID))
+    assert read_topic_id(tmp_path / tp.dir_name) == TOPIC_ID
+    logs.delete_logs([tp])
+    assert not partition_log.write_in_directory(lambda d: write_topic_id(d, TOPIC_ID))
+    assert not (tmp_path / tp.dir_name).exists() and logs.online_dirs
+    logs.shutdown()

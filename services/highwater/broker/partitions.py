@@ -761,7 +761,13 @@ class PartitionManager:
             try:
                 if create_logs or self.log_manager.get_log(tp) is not None:
                     partition_log = self.log_manager.get_or_create_log(tp, config)
-                    self.log_manager.assign_topic_id(tp, topic.topic_id)
+                    if create_logs:
+                        self.log_manager.assign_topic_id(tp, topic.topic_id)
+                    else:
+                        # A log made before partition.metadata existed (the first image
+                        # after an upgrade names them all) takes the id now; its file is
+                        # written in the storage's background, off the event loop.
+                        self.log_manager.record_topic_id(tp, topic.topic_id)
                 else:
                     self.log_manager.check_creatable(tp)
                     self._unopened.pop(tp, None)

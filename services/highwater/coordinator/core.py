@@ -434,22 +434,23 @@ class GroupCoordinatorCore:
                 reply = JoinResult(fenced) if pending is old.join_token else SyncResult(fenced)
                 effects.append(Reply(pending, reply))
         old.join_token = old.sync_token = None
-        unchanged = group.protocol_name is not None and _metadata_for(
-            request.protocols, group.protocol_name
-        ) == old.metadata_for(group.protocol_name)
         old_protocols = old.protocols
+        old_timeouts = old.session_timeout_ms, old.rebalance_timeout_ms
         member = group.replace_static_member(request.group_instance_id, member_id)
         member.client_id, member.client_host = request.client_id, request.client_host
         member.session_timeout_ms = request.session_timeout_ms
         member.rebalance_timeout_ms = request.rebalance_timeout_ms
         member.heartbeat_deadline = now + request.session_timeout_ms
-        if group.is_in(STABLE) and unchanged:
-            # Same subscription: the assignment stands (KIP-345); the leader must not
-            # assign again (KIP-814). The new member id is persisted as the old one was.
-            member.protocols = request.protocols
+        member.protocols = request.protocols
+        if group.is_in(STABLE) and group.select_protocol() == group.protocol_name:
+            # The group's protocol stays: the assignment stands (KIP-345), even if the
+            # member's metadata changed (Kafka's updateStaticMemberThenRebalanceOrCompleteJoin:
+            # a consumer whose assignment no longer matches its subscription rejoins itself);
+            # the leader must not assign again (KIP-814). The new member id and metadata are
+            # persisted as the old ones were.
             result = self._join_result(group, member, skip_assignment=True)
 
-            def done(error: int, _now: int) -> list[Effect]:
+            def done(error: int, done_at: int) -> list[Effect]:
                 if error != NONE:
                     # As Kafka does: the log never recorded the new member id, so the old one
                     # keeps the instance's place (and is not fenced) while the group is stable,
@@ -460,14 +461,18 @@ class GroupCoordinatorCore:
                         and group.is_in(STABLE)
                         and group.static_members.get(instance_id) == member_id
                     ):
-                        group.replace_static_member(instance_id, old_id).protocols = old_protocols
+                        reverted = group.replace_static_member(instance_id, old_id)
+                        reverted.protocols = old_protocols
+                        reverted.session_timeout_ms, reverted.rebalance_timeout_ms = old_timeouts
+                        reverted.heartbeat_deadline = done_at + reverted.session_timeout_ms
                         return [Reply(token, JoinResult(_write_error(error)))]
                     return [Reply(token, JoinResult(_write_error(error), member_id=member_id))]
                 return [Reply(token, result)]
 
             effects.append(self._write(group, (encode_group_metadata(group),), done))
             return effects
-        member.protocols = request.protocols
+        # The group's protocol would change (Stable), or an assignment may already name the
+        # old member id (CompletingRebalance): rebalance; in PreparingRebalance, join it.
         member.join_token = token
         effects += self._prepare_rebalance(group, now)
         effects += self._maybe_complete_join(group, now)
@@ -1274,10 +1279,6 @@ def _subscribed_topics(group: Group) -> set[str] | None:
 
 def _passed(deadline: int | None, now: int) -> bool:
     return deadline is not None and deadline <= now
-
-
-def _metadata_for(protocols: Sequence[Protocol], name: str) -> bytes | None:
-    return next((p.metadata for p in protocols if p.name == name), None)
 
 
 def _random_member_id(prefix: str) -> str:

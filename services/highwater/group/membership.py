@@ -18,6 +18,15 @@ joins; under the cooperative protocol it keeps its partitions and gives up only 
 new assignment moves elsewhere, then joins again at once so that they reach their new
 owners.
 
+A leader that cannot read the partition counts of the group's topics assigns none of their
+partitions and says so; its heartbeats read the counts again, and once they can it rejoins
+so that the group rebalances and the partitions are assigned (Kafka's leader does the same
+when the metadata differs from what it assigned from).
+
+An assignment naming topics the member does not subscribe to (its subscription changed
+since the assignment was made, as when a static member restarts with another one) is not
+taken: the member joins again, as Kafka's ``onJoinComplete`` does.
+
 Errors of the group protocol are retried where Kafka retries them (a moving coordinator,
 a rebalance that began meanwhile, a member id the coordinator forgot: the member joins
 afresh); configuration mistakes (an unknown assignor, a session timeout the coordinator
@@ -174,6 +183,11 @@ class GroupMembership:
         self.lost = False
         """Set when the coordinator no longer counts this member in its generation: its
         partitions are lost (they may already be another member's), not revoked."""
+        self._counts_unread: tuple[str, ...] = ()
+        """The group's topics, when this member led the last assignment without their
+        partition counts (the read failed, so it assigned none of their partitions): the
+        heartbeats read them again, and once they can the member rejoins to assign them
+        (Kafka's leader rejoins when the metadata differs from its assignment snapshot)."""
         self._fatal: GroupError | None = None
         """An error the next :meth:`join` raises instead of joining (a fenced static member)."""
         self._coordinator: str | None = None
@@ -293,6 +307,7 @@ class GroupMembership:
             await self._handle_error("JoinGroup", error, joined.error_message)
             return None
         self.member_id = joined.member_id
+        self._counts_unread = ()
         assignments: list[pb.SyncGroupAssignment] = []
         if joined.leader == joined.member_id and not joined.skip_assignment:
             assignments = await self._assign(joined)
@@ -322,9 +337,26 @@ class GroupMembership:
             )
             await self._backoff()
             return None
-        change = assignment_change(self.owned, assignment.partitions, self.protocol)
         self.generation_id = joined.generation_id
         self.protocol_name = joined.protocol_name
+        subscribed = set(topics)
+        unsubscribed = sorted({tp[0] for tp in assignment.partitions} - subscribed)
+        if unsubscribed:
+            # As Kafka's onJoinComplete: the subscription changed since the assignment was
+            # made (a static member restarted with another one keeps its former assignment).
+            # The member takes none of it and joins again in this generation; its metadata,
+            # which names the generation, differs from what the coordinator has, and that
+            # starts a rebalance.
+            log.info(
+                "group %s: generation %d assigned topics %s outside the subscription %s; rejoining",
+                self.settings.group_id,
+                joined.generation_id,
+                unsubscribed,
+                sorted(subscribed),
+            )
+            await self._backoff()
+            return None
+        change = assignment_change(self.owned, assignment.partitions, self.protocol)
         self.previous_assignment = assignment.partitions
         self.rejoin_needed = change.rejoin
         self.lost = False
@@ -362,8 +394,20 @@ class GroupMembership:
             log.warning("group %s: member %s sent %s", self.settings.group_id, member, problem)
         topics = sorted({t for s in group.subscriptions.values() for t in s.topics})
         partitions_per_topic: dict[str, int] = {}
-        with contextlib.suppress(HighwaterError):
+        try:
             partitions_per_topic = dict(await self.cluster.partition_counts(topics))
+        except HighwaterError as e:
+            # Assign from what there is (nothing), as Kafka's leader assigns from the
+            # metadata it has; the heartbeats read the counts again and rejoin.
+            log.warning(
+                "group %s: generation %d: the partition counts of %s cannot be read (%s); "
+                "assigning none of their partitions until they can",
+                self.settings.group_id,
+                joined.generation_id,
+                topics,
+                e,
+            )
+            self._counts_unread = tuple(topics)
         result = assign_group(assignor, partitions_per_topic, group, self.protocol)
         return [
             pb.SyncGroupAssignment(member_id=member, assignment=encode_assignment(a))
@@ -412,6 +456,8 @@ class GroupMembership:
             await asyncio.sleep(interval)
             if self._joining or not self.is_member():
                 continue
+            if self._counts_unread:
+                await self._read_counts_unread()
             idle = time.monotonic() - self._last_poll
             if idle * 1000 > self.settings.max_poll_interval_ms:
                 log.warning(
@@ -461,6 +507,27 @@ class GroupMembership:
                 self._membership_lost(reply.error)
             elif reply.error in _COORDINATOR_ERRORS:
                 self._coordinator_unknown()
+
+    async def _read_counts_unread(self) -> None:
+        """Read the partition counts the last assignment went without; rejoin (this member
+        leads: its rejoin rebalances the group) once there are some to assign."""
+        topics, sent = self._counts_unread, (self.member_id, self.generation_id)
+        try:
+            counts = await self.cluster.partition_counts(topics)
+        except HighwaterError as e:
+            log.debug("group %s: partition counts still unreadable: %s", self.settings.group_id, e)
+            return
+        if self._joining or (self.member_id, self.generation_id) != sent:
+            return  # a join since assigned from counts of its own
+        self._counts_unread = ()
+        if counts:
+            log.info(
+                "group %s: the partition counts of %s can be read again; rejoining to assign "
+                "their partitions",
+                self.settings.group_id,
+                sorted(counts),
+            )
+            self._request_rejoin()
 
     def _request_rejoin(self) -> None:
         if not self.rejoin_needed:

@@ -239,6 +239,7 @@ class PartitionLog:
         self._pending_deletions: list[PendingDeletion] = []
         self._pending_snapshots: list[tuple[int, bytes]] = []
         self._closed = False
+        self._deleted = False
         self._append_limits = _AppendLimits.of(config)
         self.offline = False
         """Set by an I/O error: the log takes no more reads or writes (module docstring)."""
@@ -1057,6 +1058,7 @@ class PartitionLog:
     def delete(self) -> None:
         """Remove the whole partition directory (the topic was deleted)."""
         with self._flush_lock:
+            self._deleted = True
             for segment in self._segments:
                 segment.delete_files()
         self.delete_pending_files(force=True)
@@ -1064,6 +1066,17 @@ class PartitionLog:
             path.unlink()
         self.directory.rmdir()
         self._closed = True
+
+    def write_in_directory(self, write: Callable[[Path], None]) -> bool:
+        """Run ``write(directory)`` (blocking, any thread) unless the log is closed or being
+        deleted: under the lock :meth:`delete` takes first, so that no file appears in a
+        directory being removed (its ``rmdir`` would fail, and take the log directory
+        offline with it). False when it did not run."""
+        with self._flush_lock:
+            if self._closed or self._deleted:
+                return False
+            write(self.directory)
+            return True
 
     def __repr__(self) -> str:
         return (

@@ -281,6 +281,9 @@ class LogManager:
         self._topic_ids: dict[TopicPartition, str] = {}
         """The topic id each log's ``partition.metadata`` records (none for a log made
         before the file existed, until it is assigned one)."""
+        self._unwritten_topic_ids: dict[TopicPartition, str] = {}
+        """Topic ids recorded by :meth:`record_topic_id` whose file
+        :meth:`write_topic_ids` has not written yet."""
         self.cleaner_checkpoint = _CleanerCheckpoints(self)
         self.had_clean_shutdown = False
         self.previous_broker_epoch = -1
@@ -580,6 +583,7 @@ class LogManager:
             with contextlib.suppress(KafkaStorageError):
                 partition_log.close()  # an I/O error here takes its directory offline
 
+        self._write_topic_ids(self._pending_topic_ids())
         threads = max(1, self.settings.log_close_threads_per_data_dir) * len(self.online_dirs)
         with ThreadPoolExecutor(max(1, threads), thread_name_prefix="log-close") as pool:
             for _ in pool.map(close, list(self._logs.values())):
@@ -669,6 +673,57 @@ class LogManager:
                 f"cannot record the topic id of {tp} in {partition_log.directory}: {e}"
             ) from e
         self._topic_ids[tp] = topic_id
+
+    def record_topic_id(self, tp: TopicPartition, topic_id: str) -> None:
+        """:meth:`assign_topic_id`, its file left for :meth:`write_topic_ids` to write off
+        the event loop (Kafka's ``UnifiedLog.assignTopicId`` leaves it to its scheduler):
+        the first image after an upgrade names every log made before ``partition.metadata``
+        existed, two fsyncs each. The id holds at once; a crash before the file is written
+        leaves the log recording none, and the next start records it again."""
+        recorded = self._topic_ids.get(tp)
+        if recorded == topic_id:
+            return
+        if recorded is not None:
+            raise InconsistentTopicIdError(
+                f"{tp}: its log belongs to topic id {recorded}, not {topic_id}"
+            )
+        if tp not in self._logs:
+            raise KafkaStorageError(f"{tp} has no online log to assign topic id {topic_id} to")
+        self._topic_ids[tp] = topic_id
+        self._unwritten_topic_ids[tp] = topic_id
+
+    @property
+    def has_unwritten_topic_ids(self) -> bool:
+        return bool(self._unwritten_topic_ids)
+
+    async def write_topic_ids(self) -> None:
+        """Write the ``partition.metadata`` of the ids :meth:`record_topic_id` recorded, in a
+        worker thread. A log deleted meanwhile is passed over (its directory is going); a
+        write that fails takes its directory offline."""
+        pending = self._pending_topic_ids()
+        if pending:
+            await asyncio.to_thread(self._write_topic_ids, pending)
+
+    def _pending_topic_ids(self) -> list[tuple[PartitionLog, LogDirectory, str]]:
+        """The ids :meth:`record_topic_id` left unwritten, with their logs (taken: the
+        caller writes them)."""
+        pending = [
+            (partition_log, self._dir_of[tp], topic_id)
+            for tp, topic_id in self._unwritten_topic_ids.items()
+            if (partition_log := self._logs.get(tp)) is not None
+        ]
+        self._unwritten_topic_ids.clear()
+        return pending
+
+    def _write_topic_ids(self, pending: Sequence[tuple[PartitionLog, LogDirectory, str]]) -> None:
+        """Blocking, any thread: :meth:`write_topic_ids`'s writes."""
+        for partition_log, directory, topic_id in pending:
+            if directory.online:
+
+                def write(log_dir: Path, topic_id: str = topic_id) -> None:
+                    write_topic_id(log_dir, topic_id)
+
+                self.guard_dir(directory, partition_log.write_in_directory, write)
 
     def next_dir(self) -> LogDirectory:
         """Where a new partition goes: the online directory with the fewest partitions,
@@ -848,6 +903,7 @@ class LogManager:
         online = 0
         for tp in tps:
             self._topic_ids.pop(tp, None)
+            self._unwritten_topic_ids.pop(tp, None)
             if self._offline_logs.pop(tp, None) is not None:
                 self._dir_of.pop(tp, None)
                 removed += 1
@@ -955,6 +1011,7 @@ class LogManager:
                 settings.replica_high_watermark_checkpoint_interval_ms, self._checkpoint_hw
             ),
             self._every(settings.log_dir_probe_interval_ms, self._probe),
+            self._every(1_000, self.write_topic_ids),
         ]
         if settings.log_cleaner_enable:
             tasks.append(self._every(settings.log_cleaner_backoff_ms, self._clean))
