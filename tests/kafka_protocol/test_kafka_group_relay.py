@@ -48,8 +48,22 @@ def _join(group: str, member_id: str) -> coordinator_pb2.JoinGroupRequest:
     return message
 
 
+_COORDINATOR_NOT_READY = (
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR,
+)
+
+
 async def _joined(relay: GroupCoordinatorRelay, group: str) -> coordinator_pb2.JoinGroupResponse:
-    first = await relay.call(group, "JoinGroup", _join(group, ""))
+    """A new member's two joins; the first is retried, as a client retries it, while the
+    server's coordinator is still loading the group's partition after its start."""
+    async with asyncio.timeout(30):
+        while True:
+            first = await relay.call(group, "JoinGroup", _join(group, ""))
+            if first.error not in _COORDINATOR_NOT_READY:
+                break
+            await asyncio.sleep(0.2)
     assert first.error == ErrorCode.MEMBER_ID_REQUIRED
     return await relay.call(group, "JoinGroup", _join(group, first.member_id))
 
