@@ -486,18 +486,19 @@ async def test_watched_changes_carry_keys_and_values_and_keep_a_view_equal_to_a_
         await connection.close()
 
 
-def test_a_wrong_etcd_endpoint_fails_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("role", ["broker", "coordinator"])
+def test_a_wrong_etcd_endpoint_fails_naming_it(role: str, tmp_path: Path) -> None:
     [port] = free_loopback_ports(1)
+    data_dir = ["--data-dir", str(tmp_path)] if role == "broker" else []
     result = CliRunner().invoke(
         main,
         [
-            "broker",
+            role,
             "--node-id",
             "7",
             "--listen",
             f"127.0.0.1:{free_loopback_ports(1)[0]}",
-            "--data-dir",
-            str(tmp_path),
+            *data_dir,
             "--metadata-store",
             f"etcd://127.0.0.1:{port}",
         ],
