@@ -158,7 +158,7 @@ async def test_a_node_that_keeps_refusing_pushes_is_logged_once_per_streak_and_c
             assert [attributes for _, attributes in failures] == [
                 {"server.address": pushed_to, "highwater.node.id": 1}
             ]
-            assert failures[0][0] >= 4
+            assert failures[0][0] >= 3  # the last refusal's answer may be on its way
             assert points(reader, "highwater.controller.push_failing_nodes") == [(1, {})]
 
             node.refusing = False
