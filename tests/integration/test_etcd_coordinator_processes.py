@@ -71,7 +71,7 @@ async def test_the_coordinator_reaches_the_controller_after_every_broker_moved(
     etcd: EtcdServer, tmp_path: Path
 ) -> None:
     store = f"etcd://{etcd.endpoint}/{CLUSTER}"
-    ports = free_loopback_ports(7)
+    ports = free_loopback_ports(4)
     brokers = [
         EtcdBrokerProcess(node_id, port, store, tmp_path / f"b{node_id}")
         for node_id, port in zip((1, 2, 3), ports[:3], strict=True)
@@ -94,8 +94,14 @@ async def test_the_coordinator_reaches_the_controller_after_every_broker_moved(
         await produce(bootstrap(brokers), [b"a", b"b"])
         assert await consume_in_group(bootstrap(brokers), "events", "readers", 2) == ["a", "b"]
 
-        for broker, port in zip(brokers, ports[4:], strict=True):
+        new_ports = []
+        for broker in brokers:
             broker.terminate()
+            # Picked now, not at the start: a port found free long before may be taken.
+            (port,) = free_loopback_ports(1)
+            while port in ports:  # another address than any the coordinator saw
+                (port,) = free_loopback_ports(1)
+            new_ports.append(port)
             broker.port = port
             broker.start()
             await asyncio.to_thread(broker.wait_serving, BROKER_SERVICE_NAME)
@@ -108,7 +114,7 @@ async def test_the_coordinator_reaches_the_controller_after_every_broker_moved(
                 for k, v in keys.items()
                 if "/brokers/ids/" in k
             }
-            return registered == set(ports[4:])
+            return registered == set(new_ports)
 
         await wait_for(registered_at_new_addresses, timeout_s=60)
         # Past the coordinator's session: only acknowledged heartbeats keep it registered.
