@@ -220,3 +220,24 @@ def test_brokers_that_moved_during_the_copy_end_the_migration_once_it_commits() 
         assert driver.broker_registered(broker) == []
     effects = driver.batch_committed(load_snapshot(batch.records, 0, 1))
     assert effects == [ProposeMigrationEnd()]
+
+
+def test_after_a_broker_moved_a_claim_lost_or_fenced_is_made_again_without_waiting_for_it() -> None:
+    """A moved broker's ``brokers/ids`` key is gone for good (it runs with
+    ``--controllers``) while its registration stays in etcd (dual write): claiming again,
+    after a lost claim, a fenced write or a new active controller, must not wait for it."""
+    driver, _ = migrated()
+    assert driver.broker_registered(2) == []
+    driver.leadership_changed(False)  # what EtcdMigration's step back does
+    driver.log_replayed(migrated=True, ended=False)
+    driver.leadership_changed(True)
+    assert driver.etcd_read(snapshot(epoch=6, live=(1, 3))) == [
+        ClaimEtcdController(expected=6, epoch=7)
+    ]
+    # A new active controller, knowing nothing of the moves but what the log says.
+    fresh = MigrationDriver(SPACE)
+    fresh.log_replayed(migrated=True, ended=False)
+    fresh.leadership_changed(True)
+    assert fresh.etcd_read(snapshot(epoch=6, live=(1, 3))) == [
+        ClaimEtcdController(expected=6, epoch=7)
+    ]

@@ -2,7 +2,7 @@
 ``--max-txn-ops`` written as pipelined compare-and-swap transactions, each fenced by the
 controller epoch; a whole prefix read in pages, all at one revision, so that a write
 landing between pages is in none of them and the watch from the read's revision + 1 gives
-it."""
+it. A leader's ISR shrink is one compare-and-swap of its partition's state key."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from highwater.controller.config import ControllerConfig
 from highwater.controller.etcd_controller import EtcdController, EtcdControllerSettings
 from highwater.controller_api import codec
 from highwater.controller_api.messages import (
+    AlterPartitionItem,
+    AlterPartitionRequest,
     BrokerHeartbeatRequest,
     CreatableTopic,
     CreateTopicsRequest,
@@ -406,3 +408,54 @@ async def test_a_controller_whose_lease_is_gone_writes_nothing_though_no_other_w
         assert response.error == ErrorCode.NOT_CONTROLLER
         _, topic = await connection.get(space.topic("unleased"))
         assert topic is None
+
+
+async def test_an_isr_shrink_from_the_leader_is_one_compare_and_swap_of_its_state_key(
+    etcd: EtcdServer,
+) -> None:
+    """AlterPartition from a partition's leader (the ZooKeeper era's ISR write with the
+    znode's zkVersion): one transaction changing that partition's state key and
+    ``metadata_offset`` only; the same request again carries a partition epoch that is no
+    longer etcd's and is refused, writing nothing."""
+    async with active_controller(etcd.endpoint, "isr-shrink") as (controller, connection, space):
+        image = controller.image
+        topic = image.topics.by_name["topic-3"]
+        partition = topic.partitions[0]
+        follower = next(b for b in partition.isr if b != partition.leader)
+        shrunk = tuple(b for b in partition.isr if b != follower)
+        request = AlterPartitionRequest(
+            partition.leader,
+            image.brokers[partition.leader].broker_epoch,
+            (
+                AlterPartitionItem(
+                    topic.topic_id, 0, partition.leader_epoch, partition.partition_epoch, shrunk
+                ),
+            ),
+        )
+        _, before = await connection.get_prefix(space.prefix)
+        reply = await controller.call(codec.ALTER_PARTITION, request)
+        assert reply.error == ErrorCode.NONE
+        (result,) = reply.partitions
+        assert (result.error, tuple(result.isr)) == (ErrorCode.NONE, shrunk)
+        assert connection.transactions == 1
+        _, after = await connection.get_prefix(space.prefix)
+        changed = {
+            key
+            for key, held in after.items()
+            if key not in before or before[key].mod_revision != held.mod_revision
+        }
+        key = space.partition_state("topic-3", 0)
+        assert changed == {key, space.metadata_offset}
+        state = json.loads(after[key].value)
+        assert tuple(state["isr"]) == shrunk
+        assert state["partition_epoch"] == partition.partition_epoch + 1
+        assert state["controller_epoch"] == controller.epoch
+
+        stale = await controller.call(codec.ALTER_PARTITION, request)
+        (refused,) = stale.partitions
+        assert refused.error == ErrorCode.INVALID_UPDATE_VERSION
+        assert connection.transactions == 1
+        _, unchanged = await connection.get_prefix(space.prefix)
+        assert {k: v.mod_revision for k, v in unchanged.items()} == {
+            k: v.mod_revision for k, v in after.items()
+        }

@@ -2,9 +2,11 @@
 
 One etcd and three ``highwater broker --metadata-store etcd://...`` processes (2 s
 sessions) serve the whole module; the tests run in order and each leaves the cluster
-working: data flows and ``cluster describe`` names the controller and the mode; a
-deposed controller's push is refused by its epoch; hand-edited impossible keys stop the
-controller, with errors naming the key, until they are fixed; with etcd stopped the
+working: data flows and ``cluster describe`` names the controller and the mode; the
+``topics``, ``produce`` and ``consume`` commands work against any broker; a deposed
+controller's push is refused by its epoch; hand-edited impossible keys stop the
+controller, with errors naming the key, until they are fixed, and the brokers keep serving
+the last consistent image; with etcd stopped the
 brokers keep serving what they lead and admin calls fail clearly, and all recovers when
 etcd returns; etcd paused past the session TTL makes the controller step down and the
 brokers register again with new leases; killing the controller's broker makes another
@@ -250,6 +252,33 @@ async def test_a_coordinator_in_the_etcd_mode_serves_a_consumer_group(
     assert offsets[("orders", 0)].offset == 3
 
 
+async def test_the_usual_topics_produce_and_consume_commands_work_against_any_broker(
+    brokers: list[EtcdBrokerProcess],
+) -> None:
+    """The issue's interface: ``highwater topics``, ``produce`` and ``consume`` as in the
+    KRaft mode, each against another broker of the etcd-mode cluster."""
+    first, second, third = (b.address for b in brokers)
+    common = ("--bootstrap-server",)
+    await highwater_cli(
+        "topics", "create", "--topic", "cli", "--partitions", "1",
+        "--replication-factor", "3", *common, first,
+    )  # fmt: skip
+
+    async def described() -> str | None:
+        output = await highwater_cli("topics", "describe", "--topic", "cli", *common, second)
+        return output if "Leader: -1" not in output and "Leader:" in output else None
+
+    output = await wait_for(described, timeout_s=30)
+    assert "ReplicationFactor: 3" in output, output
+    assert "cli" in (await highwater_cli("topics", "list", *common, third)).splitlines()
+    await highwater_cli("produce", "--topic", "cli", *common, second, stdin=b"x\ny\nz\n")
+    output = await highwater_cli(
+        "consume", "--topic", "cli", "--from-beginning", "--max-messages", "3",
+        "--timeout-ms", "30000", *common, third,
+    )  # fmt: skip
+    assert [line for line in output.splitlines() if len(line) == 1] == ["x", "y", "z"]
+
+
 async def test_a_deposed_controllers_push_is_refused_by_its_epoch(
     brokers: list[EtcdBrokerProcess], store: str
 ) -> None:
@@ -281,6 +310,11 @@ async def test_hand_edited_impossible_keys_are_refused_naming_the_key(
 
     error = await wait_for(lambda: refusal(brokers, state_key), timeout_s=30)
     assert "is not in the ISR" in str(error)
+    for broker in brokers:  # nothing served from the impossible state: the last good one
+        reply = await metadata(broker.address, "orders")
+        assert reply is not None
+        (served,) = [p for p in reply.topics[0].partitions if p.partition == 0]
+        assert served.leader_id in served.isr and state["leader"] in served.isr
     await put_key(store, state_key, original_state)
     await wait_for(lambda: accepted(brokers), timeout_s=30)
 
@@ -452,18 +486,19 @@ async def test_watched_changes_carry_keys_and_values_and_keep_a_view_equal_to_a_
         await connection.close()
 
 
-def test_a_wrong_etcd_endpoint_fails_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("role", ["broker", "coordinator"])
+def test_a_wrong_etcd_endpoint_fails_naming_it(role: str, tmp_path: Path) -> None:
     [port] = free_loopback_ports(1)
+    data_dir = ["--data-dir", str(tmp_path)] if role == "broker" else []
     result = CliRunner().invoke(
         main,
         [
-            "broker",
+            role,
             "--node-id",
             "7",
             "--listen",
             f"127.0.0.1:{free_loopback_ports(1)[0]}",
-            "--data-dir",
-            str(tmp_path),
+            *data_dir,
             "--metadata-store",
             f"etcd://127.0.0.1:{port}",
         ],

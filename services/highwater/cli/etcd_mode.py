@@ -13,7 +13,11 @@ controller calls go to its own port and from there to the active controller.
 
 ``highwater coordinator --metadata-store ...`` runs an :class:`EtcdCoordinator`: the
 coordinator with a ``PushedMetadata`` image, calling the controller through the brokers
-registered in etcd.
+registered in etcd. It follows those registrations for as long as it runs (a watch on the
+``brokers/ids`` keys; while etcd cannot be read, the addresses it last saw): its
+controller calls go to the brokers registered now, so a rolling replacement of every
+broker, the controller's too, at new addresses does not leave it asking addresses where
+nothing serves.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer, BrokerSettings
@@ -34,7 +39,7 @@ from highwater.coordinator.service import (
     CoordinatorSettings,
 )
 from highwater.errors import HighwaterError
-from highwater.etcd_metadata.connection import EtcdConnection
+from highwater.etcd_metadata.connection import EtcdConnection, EtcdUnavailableError, KeyVersion
 from highwater.etcd_metadata.endpoints import EtcdStoreAddress
 from highwater.etcd_metadata.keys import KeySpace
 from highwater.etcd_metadata.pushed import (
@@ -55,6 +60,8 @@ from highwater.storage.log_manager import read_meta_properties
 
 __all__ = ["EtcdBroker", "EtcdCoordinator"]
 
+log = logging.getLogger(__name__)
+
 MAX_MESSAGE_BYTES = RaftServerSettings().max_message_bytes
 
 
@@ -66,6 +73,17 @@ def _stored_cluster_id(log_dirs: Sequence[Path]) -> str | None:
             if cluster_id:
                 return cluster_id
     return None
+
+
+def _first_listeners(values: Iterable[bytes | KeyVersion]) -> list[str]:
+    """The first listener's address of each ``brokers/ids`` value that names one, sorted."""
+    addresses = []
+    for value in values:
+        raw = value.value if isinstance(value, KeyVersion) else value
+        with contextlib.suppress(ValueError, KeyError, TypeError, IndexError):
+            first = json.loads(raw)["listeners"][0]
+            addresses.append(f"{first['host']}:{first['port']}")
+    return sorted(addresses)
 
 
 class EtcdBroker:
@@ -232,6 +250,7 @@ class EtcdCoordinator:
         self.coordinator: CoordinatorServer | None = None
         self._host: GrpcHost | None = None
         self._stopped = asyncio.Event()
+        self._following: asyncio.Task[None] | None = None
 
     @property
     def failure(self) -> BaseException | None:
@@ -271,9 +290,12 @@ class EtcdCoordinator:
             report_serving=host.report_serving,
         )
         await host.start()
+        # Followed from the registration on: a broker may go before the controller answers.
+        self._following = asyncio.create_task(self._follow_brokers())
         try:
             await self.coordinator.start()
         except BaseException:
+            await self._stop_following()
             await host.stop(0)
             raise
 
@@ -282,22 +304,62 @@ class EtcdCoordinator:
         waits for the first one."""
         for _ in range(1200):
             _, keys = await connection.get_prefix(self.space.broker_ids)
-            addresses = []
-            for kv in keys.values():
-                with contextlib.suppress(ValueError, KeyError, TypeError, IndexError):
-                    first = json.loads(kv.value)["listeners"][0]
-                    addresses.append(f"{first['host']}:{first['port']}")
+            addresses = _first_listeners(keys.values())
             if addresses:
-                return sorted(addresses)
+                return addresses
             await asyncio.sleep(0.1)
         raise HighwaterError(f"no broker registered under {self.space.broker_ids} in 120 s")
+
+    async def _follow_brokers(self) -> None:
+        """Keep the coordinator's controller calls going to the brokers registered now: a
+        read of the ``brokers/ids`` keys, then a watch applying each change; after an etcd
+        failure (the watch broken, etcd down), a second later, the same again."""
+        connection = EtcdConnection(self.store)
+        prefix = self.space.broker_ids
+        try:
+            while True:
+                try:
+                    revision, keys = await connection.get_prefix(prefix)
+                    registered = {key: kv.value for key, kv in keys.items()}
+                    self._take_brokers(registered)
+                    async for batch in connection.watch_prefix_changes(prefix, revision + 1):
+                        for key, _, version in batch.changes:
+                            if version is None:
+                                registered.pop(key, None)
+                            else:
+                                registered[key] = version.value
+                        self._take_brokers(registered)
+                except EtcdUnavailableError as e:
+                    log.info(
+                        "coordinator %d: following the registered brokers: %s; again in 1 s",
+                        self.node_id,
+                        e,
+                    )
+                except Exception:
+                    log.exception("coordinator %d: following the registered brokers", self.node_id)
+                await asyncio.sleep(1.0)
+        finally:
+            await connection.close()
+
+    def _take_brokers(self, registered: Mapping[str, bytes]) -> None:
+        addresses = _first_listeners(registered.values())
+        if addresses and self.coordinator is not None:
+            self.coordinator.controller.replace_bootstrap(addresses)
 
     def _coordinator(self) -> CoordinatorServer:
         if self.coordinator is None:
             raise RuntimeError("the coordinator has not started")
         return self.coordinator
 
+    async def _stop_following(self) -> None:
+        if self._following is not None:
+            self._following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._following
+            self._following = None
+
     async def stop(self) -> None:
+        await self._stop_following()
         try:
             if self.coordinator is not None:
                 await self.coordinator.stop()

@@ -81,6 +81,7 @@ import grpc.aio
 from google.protobuf.message import Message
 
 from highwater.controller.config import ControllerConfig
+from highwater.controller.metrics import PushMetrics
 from highwater.controller.quorum_controller import CONTROLLER_CALLS, QuorumController
 from highwater.controller.service import ControllerServicer
 from highwater.controller_api.codec import ControllerRpc, InvalidRequestError
@@ -286,6 +287,10 @@ class EtcdController:
         """Pushes sent (and answered) of the whole image, and of deltas."""
         self._push_channels = MetadataPushChannels(node_id)
         self._push_tasks: dict[str, asyncio.Task[None]] = {}
+        self.failing_pushes: dict[str, str] = {}
+        """The nodes (by push address) whose latest push failed, and how: a failure streak
+        is logged once, when it starts, and once when it ends."""
+        self.push_metrics = PushMetrics(self)
         self._wake = asyncio.Event()
         self._watch_task: asyncio.Task[None] | None = None
         self.watching = False
@@ -877,6 +882,37 @@ class EtcdController:
             self._full_push = (image, snapshot_values(image))
         return self._full_push[1]
 
+    def _node_at(self, address: str) -> int | None:
+        """The broker or coordinator pushed to at ``address``, as the image knows it."""
+        for broker in self._image.brokers.values():
+            if broker.listeners and broker.listeners[0].address == address:
+                return broker.broker_id
+        for coordinator in self._image.cluster.coordinators.values():
+            if coordinator.listeners and coordinator.listeners[0].address == address:
+                return coordinator.coordinator_id
+        return None
+
+    def _push_failed(self, address: str, error: str) -> None:
+        """A push to ``address`` was refused or not answered: counted each time, logged
+        when a streak of failures starts (every round pushes again)."""
+        node_id = self._node_at(address)
+        self.push_metrics.failed(node_id, address)
+        if address not in self.failing_pushes:
+            log.warning(
+                "node %d: node %s at %s did not take the metadata push of offset %d: %s "
+                "(pushed again every round; logged again once a push succeeds)",
+                self.node_id,
+                node_id if node_id is not None else "?",
+                address,
+                self._image.offset,
+                error,
+            )
+        self.failing_pushes[address] = error
+
+    def _push_succeeded(self, address: str) -> None:
+        if self.failing_pushes.pop(address, None) is not None:
+            log.info("node %d: %s takes metadata pushes again", self.node_id, address)
+
     async def _push(self, address: str) -> None:
         """Push to ``address`` until it holds the current image: a delta when it has a base
         (see :class:`DeltaPushes`), else the whole image; a few attempts, then the next
@@ -904,6 +940,7 @@ class EtcdController:
                 address, request, self.settings.push_timeout_s
             )
             if reply is None:
+                self._push_failed(address, "no answer (unreachable, or past the push timeout)")
                 return
             if reply.error == ErrorCode.STALE_CONTROLLER_EPOCH:
                 log.warning(
@@ -914,8 +951,13 @@ class EtcdController:
                 )
                 self._step_down("a broker knows a newer controller epoch")
                 return
-            if reply.error != ErrorCode.NONE or self.epoch != epoch:
+            if reply.error != ErrorCode.NONE:
+                name = ErrorCode.Name(reply.error)
+                self._push_failed(address, f"{name}: {reply.error_message}")
                 return
+            if self.epoch != epoch:
+                return
+            self._push_succeeded(address)
             if isinstance(plan, DeltaPush):
                 self.pushes_delta += 1
             else:

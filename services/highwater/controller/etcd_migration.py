@@ -11,8 +11,9 @@ active controller, in rounds (every ``poll_interval_s``):
 * **etcd**: reads of the cluster's prefix, the claim of the ``controller`` key (leased
   by this process's :class:`~highwater.etcd_metadata.session.EtcdSession`) and the dual
   writes, through :class:`~highwater.etcd_metadata.migration_store.MigrationStore`. A
-  write fenced by a newer controller epoch, or a read showing the claim is no longer ours,
-  starts the migration over from the claim.
+  write fenced by a newer controller epoch, or a read showing the claim is no longer ours
+  (a newer epoch, or the ``controller`` key gone with our lease though the epoch stayed),
+  starts the migration over from the claim, on a new lease, at the next round.
 * **the log**: the copy is one batch appended through the controller's worker
   (``propose``: the same queue and group commit as every request), closed by the MIGRATING
   :class:`~highwater.metadata.records.MigrationStateRecord`; the end is the ENDED one.
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -235,6 +237,16 @@ class EtcdMigration:
                 )
                 self._step_back()
                 return
+            if not self._holds_claim(snapshot):
+                log.warning(
+                    "node %d: etcd's controller key is no longer our claim of epoch %d (its "
+                    "lease is gone): claiming again",
+                    self.node_id,
+                    driver.controller_epoch,
+                )
+                self._step_back()
+                await self._release()  # a new lease for the claim, on the next round
+                return
             effects: list[MigrationEffect] = []
             image = self._committed_image()
             for broker_id in sorted(driver.etcd_mode_brokers):
@@ -245,6 +257,23 @@ class EtcdMigration:
                 self._fed_offset = image.offset
                 effects.extend(driver.image_committed(image))
             await self._run_effects(effects)
+
+    def _holds_claim(self, snapshot: EtcdSnapshot) -> bool:
+        """Whether etcd's ``controller`` key is still this controller's claim: it goes with
+        the claim's lease (etcd away past the TTL, this process paused) while
+        ``controller_epoch`` stays, and until it is claimed again an etcd-mode candidate
+        may campaign for it."""
+        value = snapshot.keys.get(self.space.controller)
+        if value is None:
+            return False
+        try:
+            claim = json.loads(value)
+            return bool(
+                claim["broker_id"] == self.node_id
+                and claim["epoch"] == self.driver.controller_epoch
+            )
+        except (ValueError, KeyError, TypeError):
+            return False
 
     def _moved(self, broker_id: int, image: MetadataImage, snapshot: EtcdSnapshot) -> bool:
         """Restarted with ``--controllers``: no ``brokers/ids`` key in etcd, and registered

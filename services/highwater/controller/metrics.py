@@ -1,5 +1,6 @@
 """The controller's metrics, as Kafka's KafkaController gauges: whether this voter is the
-active controller, and (on the active one) offline partitions, fenced and registered brokers."""
+active controller, and (on the active one) offline partitions, fenced and registered brokers;
+in the etcd mode, the metadata pushes that failed."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from highwater.metadata.image import MetadataImage
 from highwater.telemetry.instruments import meter, observe
 
 if TYPE_CHECKING:
+    from highwater.controller.etcd_controller import EtcdController
     from highwater.controller.service import ControllerServer
 
-__all__ = ["ControllerMetrics"]
+__all__ = ["ControllerMetrics", "PushMetrics"]
 
 
 class ControllerMetrics:
@@ -61,3 +63,31 @@ def _on_active(
         return [Observation(count(server.store.committed_image()) if server.is_active else 0)]
 
     return read
+
+
+class PushMetrics:
+    """The etcd-mode controller's pushes to brokers and coordinators: each failed push
+    (refused with an error, or unanswered) counted by the node it went to, and how many
+    nodes' latest push failed (on the active controller; 0 on the others)."""
+
+    def __init__(self, controller: EtcdController) -> None:
+        controller_meter = meter("controller")
+        self._failures = controller_meter.create_counter(
+            "highwater.controller.push_failures",
+            unit="{push}",
+            description="Metadata pushes a node refused or did not answer (etcd mode)",
+        )
+        observe(
+            controller_meter,
+            "highwater.controller.push_failing_nodes",
+            controller,
+            lambda c: [Observation(len(c.failing_pushes) if c.is_active else 0)],
+            unit="{node}",
+            description="Nodes whose latest metadata push failed (etcd mode)",
+        )
+
+    def failed(self, node_id: int | None, address: str) -> None:
+        attributes: dict[str, str | int] = {"server.address": address}
+        if node_id is not None:
+            attributes["highwater.node.id"] = node_id
+        self._failures.add(1, attributes)

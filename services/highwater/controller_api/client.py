@@ -11,7 +11,8 @@ under load) is still the active one, and a standby would only answer NOT_CONTROL
 send the call back, a detour on every retry. A second timeout in a row there counts as
 unreachable (a hung or cut-off process, which a connected channel does not reveal) and
 the next address is asked, as after a timeout at any other address. It gives up with
-:class:`ControllerUnavailableError` when ``timeout_s`` has passed.
+:class:`ControllerUnavailableError` when ``timeout_s`` has passed. A caller that learns
+where the controllers are now replaces the addresses (:meth:`ControllerClient.replace_bootstrap`).
 
 A retried write may have been carried out by the controller that did not answer (it
 crashed after committing): a retried CreateTopics can then answer TOPIC_ALREADY_EXISTS,
@@ -282,6 +283,18 @@ class ControllerClient:
             redirected = False
             await asyncio.sleep(min(backoff_ms, max(remaining, 0) * 1000) / 1000)
             backoff_ms = min(backoff_ms * 2, self.max_retry_backoff_ms)
+
+    def replace_bootstrap(self, addresses: Sequence[str]) -> None:
+        """Ask ``addresses`` from now on instead of the addresses given at construction
+        (a caller that learns where the controllers are now, as an etcd-mode coordinator
+        from the brokers' registrations); an empty list changes nothing. The controller
+        that answered last is still asked first: if it went away, the next attempt moves
+        on to the new addresses."""
+        if not addresses:
+            return
+        for address in addresses:
+            parse_endpoint(address)
+        self.bootstrap = tuple(addresses)
 
     def open_broker_liveness(self) -> tuple[str, Any]:
         """Open a ``BrokerLiveness`` stream (controller.proto) to the controller believed

@@ -192,8 +192,10 @@ class MigrationDriver:
     # --- etcd ----------------------------------------------------------------------------
 
     def etcd_read(self, snapshot: EtcdSnapshot) -> list[MigrationEffect]:
-        """A fresh read of etcd: while waiting, claim once every registered broker is alive;
-        while claiming, copy once the read shows our claim."""
+        """A fresh read of etcd: while waiting, claim once every registered broker is alive
+        (before the copy: none is left behind unseen; once the log holds the copy, at once,
+        since a broker that moved to the quorum is never alive in etcd again); while
+        claiming, copy once the read shows our claim."""
         space = self.space
         if self.state is MigrationState.WAITING_FOR_BROKERS:
             cluster_id = snapshot.cluster_id(space)
@@ -201,7 +203,8 @@ class MigrationDriver:
                 raise MigrationError(f"etcd has no {space.cluster_id}: not an etcd-mode cluster")
             self.cluster_id = cluster_id
             self._etcd_brokers = snapshot.registered_brokers(space)
-            if not self._etcd_brokers or not self._etcd_brokers <= snapshot.live_brokers(space):
+            all_alive = self._etcd_brokers and self._etcd_brokers <= snapshot.live_brokers(space)
+            if not self._migrated_in_log and not all_alive:
                 return []
             expected = snapshot.controller_epoch(space)
             self.state = MigrationState.CLAIMING
