@@ -51,7 +51,7 @@ from highwater.broker.rolling import READY_SERVICE, broker_readiness
 from highwater.broker.settings import BrokerSettings
 from highwater.config.listeners import DEFAULT_LISTENER_NAME
 from highwater.controller_api import messages as m
-from highwater.controller_api.client import ControllerClient
+from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
 from highwater.errors import HighwaterError
 from highwater.internal.v1 import controller_pb2 as pb_internal
 from highwater.metadata.image import MetadataImage
@@ -125,7 +125,11 @@ class BrokerLifecycle:
     ) -> int:
         """Register this incarnation; the broker epoch.
         ``previous_broker_epoch``: the one the clean-shutdown marker kept, or -1;
-        ``log_dirs``: the ids of the online log directories (KIP-858)."""
+        ``log_dirs``: the ids of the online log directories (KIP-858).
+
+        Tried for ``initial.broker.registration.timeout.ms`` (controllers still electing a
+        leader, a previous incarnation's session lasting), as Kafka's broker does at start;
+        then :class:`~highwater.errors.HighwaterError` naming the setting."""
         host, port = parse_endpoint(self.advertised)
         request = m.RegisterBrokerRequest(
             broker_id=self.node_id,
@@ -139,14 +143,30 @@ class BrokerLifecycle:
             log_dirs=tuple(log_dirs),
         )
         waited = False
+        timeout_ms = self.settings.initial_registration_timeout_ms
+        deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            reply = await self.controller.register_broker(request)
+            try:
+                reply = await self.controller.register_broker(
+                    request, timeout_s=max(deadline - time.monotonic(), 0.001)
+                )
+            except ControllerUnavailableError as e:
+                raise HighwaterError(
+                    f"broker {self.node_id} could not register with the controllers in "
+                    f"{timeout_ms} ms (initial.broker.registration.timeout.ms): {e}"
+                ) from e
             if reply.error == ErrorCode.NONE:
                 self.broker_epoch = reply.broker_epoch
                 return reply.broker_epoch
             if reply.error != ErrorCode.DUPLICATE_BROKER_REGISTRATION:
                 raise HighwaterError(
                     f"broker {self.node_id} could not register: {reply.error_message}"
+                )
+            if time.monotonic() >= deadline:
+                raise HighwaterError(
+                    f"broker {self.node_id} could not register in {timeout_ms} ms "
+                    "(initial.broker.registration.timeout.ms): the previous incarnation's "
+                    "session has not expired"
                 )
             if not waited:
                 log.info(

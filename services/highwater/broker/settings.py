@@ -40,6 +40,10 @@ class BrokerSettings:
     batch more at most), below the 64 MiB gRPC message limit of the broker's server."""
     registration_retry_backoff_ms: int = 500
     """The wait between registrations while a previous incarnation's session lasts."""
+    initial_registration_timeout_ms: int = 60_000
+    """``initial.broker.registration.timeout.ms``: how long the first registration is
+    tried (no controller answering, a previous incarnation's session lasting) before the
+    broker gives up starting."""
     alter_partition_retry_backoff_ms: int = 100
     """The wait before an ISR change the controller refused for now is sent again."""
     quota_window_num: int = 11

@@ -133,7 +133,8 @@ def broker(
     """Run a broker: serve partitions, replicate them, follow the metadata.
 
     Of its --config file and --override keys the broker uses log.dirs, broker.rack,
-    replica.lag.time.max.ms, broker.heartbeat.interval.ms, quota.window.num,
+    replica.lag.time.max.ms, broker.heartbeat.interval.ms,
+    initial.broker.registration.timeout.ms, quota.window.num,
     quota.window.size.seconds and the listeners (listeners, advertised.listeners,
     inter.broker.listener.name); the cluster defaults
     (num.partitions...) are the controllers', read from the metadata.
@@ -162,6 +163,7 @@ def broker(
         heartbeat_interval_ms=config.get("broker.heartbeat.interval.ms"),
         rack=config.get("broker.rack") or None,
         replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
+        initial_registration_timeout_ms=config.get("initial.broker.registration.timeout.ms"),
         quota_window_num=config.get("quota.window.num"),
         quota_window_size_seconds=config.get("quota.window.size.seconds"),
     )

@@ -81,8 +81,8 @@ def coordinator(
 
     Of its --config file and --override keys it uses group.initial.rebalance.delay.ms,
     coordinator.heartbeat.interval.ms and coordinator.session.timeout.ms (its lease: keep
-    it no longer than the controllers'), and the listeners (listeners,
-    advertised.listeners, inter.broker.listener.name).
+    it no longer than the controllers'), initial.broker.registration.timeout.ms, and the
+    listeners (listeners, advertised.listeners, inter.broker.listener.name).
     """
     require_one_metadata_source(controllers, metadata_store)
     config = load_role_config(
@@ -102,6 +102,7 @@ def coordinator(
         ),
         heartbeat_interval_ms=config.get("coordinator.heartbeat.interval.ms"),
         session_timeout_ms=config.get("coordinator.session.timeout.ms"),
+        initial_registration_timeout_ms=config.get("initial.broker.registration.timeout.ms"),
     )
     if metadata_store is not None:
         # Imported here: the etcd client is only loaded by coordinators using it.

@@ -198,6 +198,9 @@ def server(
                 heartbeat_interval_ms=config.get("broker.heartbeat.interval.ms"),
                 rack=config.get("broker.rack") or None,
                 replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
+                initial_registration_timeout_ms=config.get(
+                    "initial.broker.registration.timeout.ms"
+                ),
                 quota_window_num=config.get("quota.window.num"),
                 quota_window_size_seconds=config.get("quota.window.size.seconds"),
             ),
@@ -205,6 +208,9 @@ def server(
                 group=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=delay),
                 heartbeat_interval_ms=config.get("coordinator.heartbeat.interval.ms"),
                 session_timeout_ms=config.get("coordinator.session.timeout.ms"),
+                initial_registration_timeout_ms=config.get(
+                    "initial.broker.registration.timeout.ms"
+                ),
             ),
             log_dirs=[Path(d) for d in config.get("log.dirs") or ()],
             kafka_listen=kafka_listen,

@@ -19,6 +19,7 @@ The keys fall in three groups:
 * *controller settings*: session timeouts, leader rebalancing, the shape of
   ``__consumer_offsets``, the metadata snapshot interval; read at start by controllers.
 * *broker and coordinator settings*: ``log.dirs``, ``broker.rack``, ``replica.lag.time.max.ms``,
+  ``initial.broker.registration.timeout.ms``,
   ``quota.window.num``, ``quota.window.size.seconds``, ``group.initial.rebalance.delay.ms``,
   the listeners (``listeners``, ``advertised.listeners``, ``inter.broker.listener.name``:
   :mod:`highwater.config.listeners`); read at start by their role.
@@ -363,6 +364,14 @@ _ROLE_SETTINGS: Final = [
         "",
         None,
         "The broker's rack: replicas of a partition are spread over racks first.",
+    ),
+    ConfigKey(
+        "initial.broker.registration.timeout.ms",
+        _INT,
+        60000,
+        at_least(1),
+        "How long a starting broker or coordinator tries to register with the controllers "
+        "before it gives up and exits (controllers still electing a leader are waited for).",
     ),
     ConfigKey(
         "replica.lag.time.max.ms",

@@ -124,8 +124,10 @@ class ControllerClient:
 
     # --- the RPCs --------------------------------------------------------------------------
 
-    async def register_broker(self, request: m.RegisterBrokerRequest) -> m.RegisterBrokerResponse:
-        return await self.call(codec.REGISTER_BROKER, request)
+    async def register_broker(
+        self, request: m.RegisterBrokerRequest, *, timeout_s: float | None = None
+    ) -> m.RegisterBrokerResponse:
+        return await self.call(codec.REGISTER_BROKER, request, timeout_s=timeout_s)
 
     async def broker_heartbeat(
         self, request: m.BrokerHeartbeatRequest
@@ -207,9 +209,9 @@ class ControllerClient:
         return await self.call(codec.ALLOCATE_PRODUCER_IDS, request)
 
     async def register_coordinator(
-        self, request: m.RegisterCoordinatorRequest
+        self, request: m.RegisterCoordinatorRequest, *, timeout_s: float | None = None
     ) -> m.RegisterCoordinatorResponse:
-        return await self.call(codec.REGISTER_COORDINATOR, request)
+        return await self.call(codec.REGISTER_COORDINATOR, request, timeout_s=timeout_s)
 
     async def coordinator_heartbeat(
         self, request: m.CoordinatorHeartbeatRequest

@@ -29,7 +29,7 @@ import grpc.aio
 
 from highwater.config.listeners import DEFAULT_LISTENER_NAME
 from highwater.controller_api import messages as m
-from highwater.controller_api.client import ControllerClient
+from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
 from highwater.coordinator.authorization import (
     group_allowed,
     narrow_offset_commit,
@@ -107,6 +107,10 @@ class CoordinatorSettings:
     passed since the last acknowledged heartbeat was sent, the controller may have given
     the partitions to another coordinator, so this one stops serving them."""
     registration_retry_backoff_ms: int = 500
+    initial_registration_timeout_ms: int = 60_000
+    """``initial.broker.registration.timeout.ms``: how long the first registration is tried
+    (no controller answering, a previous incarnation's session lasting) before the
+    coordinator gives up starting."""
     unregister_timeout_ms: int = 5_000
     """How long ``stop`` waits for the controller to take its partitions back."""
     rack: str | None = None
@@ -173,7 +177,7 @@ class CoordinatorServer:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self._register()
+        await self._register(initial=True)
         self._metadata.add_listener(self._on_image)
         self._tasks = [
             asyncio.create_task(self._heartbeat_forever()),
@@ -208,9 +212,16 @@ class CoordinatorServer:
         await self.offsets.close()
         await self.controller.close()
 
-    async def _register(self) -> None:
-        """Register the current incarnation; its lease runs from the first attempt sent."""
+    async def _register(self, *, initial: bool = False) -> None:
+        """Register the current incarnation; its lease runs from the first attempt sent.
+
+        The first registration (``initial``) is tried for
+        ``initial.broker.registration.timeout.ms``, as a broker's, then fails the start
+        naming the setting; a later one (the session lost) fails as a heartbeat does, and
+        the next heartbeat tries again."""
         sent = time.monotonic()
+        timeout_ms = self.settings.initial_registration_timeout_ms
+        deadline = sent + timeout_ms / 1000 if initial else None
         incarnation_id = self.ownership.incarnation_id
         host, port = parse_endpoint(self.advertised)
         request = m.RegisterCoordinatorRequest(
@@ -220,7 +231,18 @@ class CoordinatorServer:
             rack=self.settings.rack,
         )
         while True:
-            reply = await self.controller.register_coordinator(request)
+            try:
+                reply = await self.controller.register_coordinator(
+                    request,
+                    timeout_s=None if deadline is None else max(deadline - time.monotonic(), 0.001),
+                )
+            except ControllerUnavailableError as e:
+                if deadline is None:
+                    raise
+                raise HighwaterError(
+                    f"coordinator {self.node_id} could not register with the controllers in "
+                    f"{timeout_ms} ms (initial.broker.registration.timeout.ms): {e}"
+                ) from e
             if reply.error == ErrorCode.NONE:
                 self.registration_epoch = reply.registration_epoch
                 self.ownership.registered(incarnation_id)
@@ -229,6 +251,12 @@ class CoordinatorServer:
             if reply.error != ErrorCode.DUPLICATE_BROKER_REGISTRATION:
                 raise HighwaterError(
                     f"coordinator {self.node_id} could not register: {reply.error_message}"
+                )
+            if deadline is not None and time.monotonic() >= deadline:
+                raise HighwaterError(
+                    f"coordinator {self.node_id} could not register in {timeout_ms} ms "
+                    "(initial.broker.registration.timeout.ms): the previous incarnation's "
+                    "session has not expired"
                 )
             await asyncio.sleep(self.settings.registration_retry_backoff_ms / 1000)
 
