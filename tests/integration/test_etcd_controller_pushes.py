@@ -5,7 +5,8 @@ the ``BrokerMetadata`` servicer over an image that refuses pushes while told to 
 that cannot apply them). Every round pushes it again; the failure streak is logged once at
 WARNING naming the node, its address and the error, each failed push is counted in
 ``highwater.controller.push_failures`` and the node in ``push_failing_nodes``; once a push
-is taken, that ends the streak, and a later refusal starts (and logs) a new one.
+is taken, that ends the streak, and a later refusal starts (and logs) a new one. The active
+candidate also exports the controller gauges a KRaft voter does (active, brokers, partitions).
 """
 
 from __future__ import annotations
@@ -147,6 +148,10 @@ async def test_a_node_that_keeps_refusing_pushes_is_logged_once_per_streak_and_c
         try:
             await controller.start()
             await controller.wait_active(30)
+            # The controller gauges a KRaft voter exports, from the etcd-mode candidate.
+            assert points(reader, "highwater.controller.active") == [(1, {})]
+            assert points(reader, "highwater.controller.registered_brokers") == [(1, {})]
+            assert points(reader, "highwater.controller.partitions") == [(0, {})]
 
             async def refused_several() -> bool:
                 return node.refused >= 4
@@ -174,6 +179,8 @@ async def test_a_node_that_keeps_refusing_pushes_is_logged_once_per_streak_and_c
             request = CreateTopicsRequest((CreatableTopic("later", 1, 1),))
             reply = await controller.call(codec.CREATE_TOPICS, request)
             assert reply.topics[0].error == ErrorCode.NONE
+            assert points(reader, "highwater.controller.partitions") == [(1, {})]
+            assert points(reader, "highwater.controller.offline_partitions") == [(0, {})]
             refused_before = node.refused
 
             async def refused_again() -> bool:

@@ -81,7 +81,7 @@ import grpc.aio
 from google.protobuf.message import Message
 
 from highwater.controller.config import ControllerConfig
-from highwater.controller.metrics import PushMetrics
+from highwater.controller.metrics import ControllerMetrics, PushMetrics
 from highwater.controller.quorum_controller import CONTROLLER_CALLS, QuorumController
 from highwater.controller.service import ControllerServicer
 from highwater.controller_api.codec import ControllerRpc, InvalidRequestError
@@ -291,6 +291,7 @@ class EtcdController:
         """The nodes (by push address) whose latest push failed, and how: a failure streak
         is logged once, when it starts, and once when it ends."""
         self.push_metrics = PushMetrics(self)
+        self.metrics = ControllerMetrics(self)
         self._wake = asyncio.Event()
         self._watch_task: asyncio.Task[None] | None = None
         self.watching = False
@@ -320,6 +321,10 @@ class EtcdController:
 
     @property
     def image(self) -> MetadataImage:
+        return self._image
+
+    def committed_image(self) -> MetadataImage:
+        """The image of what etcd holds (every change written there is committed)."""
         return self._image
 
     def records_since(self, offset: int) -> tuple[bytes, ...] | None:

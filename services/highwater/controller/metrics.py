@@ -1,11 +1,12 @@
-"""The controller's metrics, as Kafka's KafkaController gauges: whether this voter is the
-active controller, and (on the active one) offline partitions, fenced and registered brokers;
-in the etcd mode, the metadata pushes that failed."""
+"""The controller's metrics, as Kafka's KafkaController gauges: whether this controller is
+the active one, and (on the active one) offline partitions, fenced and registered brokers;
+in the etcd mode (where every broker runs a controller candidate), the same gauges, and the
+metadata pushes that failed."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from opentelemetry.metrics import Observation
 
@@ -14,23 +15,31 @@ from highwater.telemetry.instruments import meter, observe
 
 if TYPE_CHECKING:
     from highwater.controller.etcd_controller import EtcdController
-    from highwater.controller.service import ControllerServer
 
-__all__ = ["ControllerMetrics", "PushMetrics"]
+__all__ = ["ActiveController", "ControllerMetrics", "PushMetrics"]
+
+
+class ActiveController(Protocol):
+    """What the gauges read of a controller: a KRaft voter, or an etcd-mode candidate."""
+
+    @property
+    def is_active(self) -> bool: ...
+
+    def committed_image(self) -> MetadataImage: ...
 
 
 class ControllerMetrics:
     """Gauges of one controller (see :mod:`highwater.telemetry`). Only the active
     controller reports the cluster-wide counts; the others report 0, so that a sum over
-    the quorum counts each partition once."""
+    the quorum (in the etcd mode, over the brokers) counts each partition once."""
 
-    def __init__(self, server: ControllerServer) -> None:
+    def __init__(self, controller: ActiveController) -> None:
         controller_meter = meter("controller")
         observe(
             controller_meter,
             "highwater.controller.active",
-            server,
-            lambda s: [Observation(1 if s.is_active else 0)],
+            controller,
+            lambda c: [Observation(1 if c.is_active else 0)],
             description="1 on the active controller, else 0",
         )
         gauges: tuple[tuple[str, Callable[[MetadataImage], int], str, str], ...] = (
@@ -49,7 +58,7 @@ class ControllerMetrics:
             observe(
                 controller_meter,
                 name,
-                server,
+                controller,
                 _on_active(count),
                 unit=unit,
                 description=description,
@@ -58,9 +67,9 @@ class ControllerMetrics:
 
 def _on_active(
     count: Callable[[MetadataImage], int],
-) -> Callable[[ControllerServer], Iterable[Observation]]:
-    def read(server: ControllerServer) -> Iterable[Observation]:
-        return [Observation(count(server.store.committed_image()) if server.is_active else 0)]
+) -> Callable[[ActiveController], Iterable[Observation]]:
+    def read(controller: ActiveController) -> Iterable[Observation]:
+        return [Observation(count(controller.committed_image()) if controller.is_active else 0)]
 
     return read
 

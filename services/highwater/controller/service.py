@@ -692,6 +692,10 @@ class ControllerServer:
         """Whether this replica is the active controller (leader, and activated)."""
         return self.store.is_active
 
+    def committed_image(self) -> MetadataImage:
+        """The metadata image of the committed records."""
+        return self.store.committed_image()
+
     @property
     def controller(self) -> QuorumController:
         if self._controller is None:
