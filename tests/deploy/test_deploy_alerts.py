@@ -194,3 +194,18 @@ def test_the_majority_follows_the_quorum_size(replicas: int) -> None:
         r for r in group["rules"] if r["alert"] == "HighwaterControllerQuorumWithoutMajority"
     ]
     assert rule["expr"].endswith(f"< {replicas // 2 + 1}")
+
+
+def test_in_the_etcd_mode_the_active_controller_is_watched_and_no_quorum_is() -> None:
+    """In the etcd mode every broker runs a controller candidate, which exports
+    ``highwater_controller_active``: the no-active-controller alert holds as it is; there is
+    no controller quorum whose majority could be lost."""
+    values = {"metadata": {"mode": "etcd", "etcd": {"endpoints": ["etcd-0.etcd:2379"]}}}
+    (group,) = rendered_groups(values)
+    names = {rule["alert"] for rule in group["rules"]}
+    assert "HighwaterNoActiveController" in names
+    assert "HighwaterControllerQuorumWithoutMajority" not in names
+    (kraft,) = rendered_groups()
+    assert names == {rule["alert"] for rule in kraft["rules"]} - {
+        "HighwaterControllerQuorumWithoutMajority"
+    }
