@@ -20,6 +20,7 @@ from highwater.client.consumer import (
     CommitFailedError,
     ConsumerClosedError,
     ConsumerError,
+    Message,
     TopicPartition,
 )
 from highwater.client.producer import AsyncProducer
@@ -270,6 +271,56 @@ async def test_commits_carry_the_leader_epoch_of_the_records_consumed(
         again = await admin.list_consumer_group_offsets("app")
         assert again == committed
         await b.close()
+
+
+async def test_commits_of_a_message_or_of_offsets_carry_the_leader_epoch_known(
+    server: EmbeddedServer,
+) -> None:
+    """Kafka's ``OffsetAndMetadata.leaderEpoch``: a commit of a message carries the epoch
+    of the batch it came in, one of offsets the epoch each ``TopicPartition`` gives (none
+    without), and ``committed()`` answers the epochs with the offsets."""
+    consumer = AsyncConsumer(
+        {
+            "bootstrap.servers": server.listen,
+            "group.id": "epochs",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([TOPIC])
+    try:
+        last: dict[int, Message] = {}
+        async with asyncio.timeout(30):
+            while len(last) < PARTITIONS or any(m.offset() < 9 for m in last.values()):
+                message = await consumer.poll(0.5)
+                if message is not None:
+                    assert message.error() is None, message.error()
+                    last[message.partition()] = message
+        async with AdminClient(server.listen) as admin:
+            described = (await admin.describe_topics([TOPIC]))[TOPIC].partitions
+            epochs = {p.partition: p.leader_epoch for p in described}
+            await consumer.commit(message=last[0], asynchronous=False)
+            await consumer.commit(
+                offsets=[
+                    TopicPartition(TOPIC, 1, 7, leader_epoch=epochs[1]),
+                    TopicPartition(TOPIC, 2, 5),
+                ],
+                asynchronous=False,
+            )
+            committed = await admin.list_consumer_group_offsets("epochs")
+        assert {tp: (o.offset, o.leader_epoch) for tp, o in committed.items()} == {
+            (TOPIC, 0): (10, epochs[0]),
+            (TOPIC, 1): (7, epochs[1]),
+            (TOPIC, 2): (5, None),
+        }
+        answered = await consumer.committed([TopicPartition(TOPIC, p) for p in range(3)])
+        assert [(tp.offset, tp.leader_epoch) for tp in answered] == [
+            (10, epochs[0]),
+            (7, epochs[1]),
+            (5, None),
+        ]
+    finally:
+        await consumer.close()
 
 
 async def test_an_eager_member_hears_on_revoke_at_the_start_of_every_rebalance_even_with_nothing(

@@ -321,7 +321,12 @@ async def test_a_consumer_past_the_divergence_resumes_where_the_new_leader_diver
             epoch_a,
         )
         # Sought to the divergence, it reads B's history from there.
-        strict.seek(ConsumerTopicPartition(TOPIC, 0, error.truncation.divergent_offset))
+        truncation = error.truncation
+        strict.seek(
+            ConsumerTopicPartition(
+                TOPIC, 0, truncation.divergent_offset, leader_epoch=truncation.divergent_epoch
+            )
+        )
         message = await poll_until(strict)
         assert (message.offset(), message.value()) == (1, M2)
     finally:

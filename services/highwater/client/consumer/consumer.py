@@ -12,8 +12,10 @@ group's coordinator (:meth:`~AsyncConsumer.commit`, and every ``auto.commit.inte
 while ``enable.auto.commit`` is on) and a partition it starts on begins at the group's
 committed offset, else where ``auto.offset.reset`` says. A commit of the positions carries
 the leader epoch of the batch the last consumed record came in (the committed offset's
-epoch until a record is consumed), as Kafka's consumer commits ``offsetEpoch``; offsets
-given to :meth:`~AsyncConsumer.commit` carry none.
+epoch until a record is consumed), as Kafka's consumer commits ``offsetEpoch``; a commit
+of a message the epoch of its batch when it was the last one returned of its partition;
+offsets given to :meth:`~AsyncConsumer.commit` the ``leader_epoch`` of each
+:class:`TopicPartition` (none without).
 
 Rebalances happen inside :meth:`~AsyncConsumer.poll`, as in Kafka: the ``on_revoke``
 callback runs before partitions go (with auto-commit on, their positions are committed
@@ -177,6 +179,11 @@ def _timeout_s(timeout: float | None) -> float:
 # --- The asyncio consumer ---------------------------------------------------------------
 
 
+def _epoch(leader_epoch: int | None) -> int:
+    """A :class:`TopicPartition`'s ``leader_epoch`` as the wire carries it (-1: none)."""
+    return -1 if leader_epoch is None or leader_epoch < 0 else leader_epoch
+
+
 class AsyncConsumer:
     """A Kafka consumer for asyncio, with manual partition assignment (see the module
     docstring). Not thread-safe: use it from the event loop it was first polled on.
@@ -236,7 +243,7 @@ class AsyncConsumer:
             state = PartitionState(tp.topic, tp.partition, reset=self.config.auto_offset_reset)
             if self.cluster.is_unknown(tp.topic):
                 self.cluster.invalidate(tp.topic)  # it may exist by now: ask again
-            self._set_offset(state, tp.offset)
+            self._set_offset(state, tp.offset, _epoch(tp.leader_epoch))
             states[tp.key()] = state
         self._states = states
         self._ready.clear()
@@ -260,7 +267,7 @@ class AsyncConsumer:
             raise ValueError(f"{partition.topic}-{partition.partition} is not assigned")
         if partition.offset is None or partition.offset in (OFFSET_STORED, OFFSET_INVALID):
             raise ValueError("seek needs an offset, OFFSET_BEGINNING or OFFSET_END")
-        self._set_offset(state, partition.offset)
+        self._set_offset(state, partition.offset, _epoch(partition.leader_epoch))
         self._wakeup.set()
 
     def position(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
@@ -1419,19 +1426,30 @@ class AsyncConsumer:
         self._check_open()
         self._group()
         if message is not None:
-            to_commit = {(message.topic(), message.partition()): (message.offset() + 1, -1)}
+            key = (message.topic(), message.partition())
+            offset = message.offset() + 1
+            to_commit = {key: (offset, self._epoch_before(key, offset))}
         elif offsets is not None:
             to_commit = {}
             for tp in offsets:
                 if tp.offset is None or tp.offset < 0:
                     raise ValueError(f"{tp.topic}-{tp.partition}: commit needs an offset >= 0")
-                to_commit[tp.key()] = (tp.offset, -1)
+                to_commit[tp.key()] = (tp.offset, _epoch(tp.leader_epoch))
         else:
             to_commit = self._positions(list(self._states))
         if asynchronous:
             self._commit_in_background(to_commit)
             return None
         return await self._commit(to_commit, raise_errors=True)
+
+    def _epoch_before(self, key: TopicPartitionKey, offset: int) -> int:
+        """The leader epoch of the record before ``offset`` of partition ``key`` when the
+        consumer knows it (``offset`` is the partition's position: the record was the last
+        one returned, its batch's epoch is the position's), else -1."""
+        state = self._states.get(key)
+        if state is not None and state.position == offset:
+            return state.position_epoch
+        return -1
 
     def _commit_in_background(self, offsets: dict[TopicPartitionKey, tuple[int, int]]) -> None:
         if not offsets:
@@ -1474,10 +1492,15 @@ class AsyncConsumer:
         keys = [tp.key() for tp in partitions]
         async with asyncio.timeout(None if timeout is None or timeout < 0 else timeout):
             committed = await membership.committed(keys)
-        return [
-            TopicPartition(t, p, OFFSET_INVALID if (c := committed.get((t, p))) is None else c[0])
-            for t, p in keys
-        ]
+        answer = []
+        for t, p in keys:
+            found = committed.get((t, p))
+            if found is None:
+                answer.append(TopicPartition(t, p, OFFSET_INVALID))
+            else:
+                epoch = None if found[1] < 0 else found[1]
+                answer.append(TopicPartition(t, p, found[0], leader_epoch=epoch))
+        return answer
 
     async def _close_group(self) -> None:
         membership = self._membership

@@ -76,13 +76,18 @@ class TopicPartition:
     ``offset`` is None (or :data:`OFFSET_STORED` / :data:`OFFSET_INVALID`) for "not set",
     :data:`OFFSET_BEGINNING` or :data:`OFFSET_END` for the log's ends, else an offset;
     :meth:`AsyncConsumer.offsets_for_times` takes a timestamp in it. ``error`` is set by
-    calls that answer per partition.
+    calls that answer per partition. ``leader_epoch`` is the leader epoch of the record
+    before the offset, None where not known (Kafka's ``OffsetAndMetadata.leaderEpoch``):
+    commits carry it, :meth:`AsyncConsumer.committed` answers it, and an offset given to
+    :meth:`AsyncConsumer.assign` or :meth:`AsyncConsumer.seek` with it is validated
+    against the leader's log before it is fetched from.
     """
 
     topic: str
     partition: int
     offset: int | None = None
     error: BaseException | None = None
+    leader_epoch: int | None = None
 
     def key(self) -> tuple[str, int]:
         """``(topic, partition)``: the partition without its offset."""
