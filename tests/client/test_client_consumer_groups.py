@@ -20,6 +20,7 @@ from highwater.client.consumer import (
     CommitFailedError,
     ConsumerClosedError,
     ConsumerError,
+    LogTruncationError,
     Message,
     TopicPartition,
 )
@@ -319,6 +320,60 @@ async def test_commits_of_a_message_or_of_offsets_carry_the_leader_epoch_known(
             (7, epochs[1]),
             (5, None),
         ]
+    finally:
+        await consumer.close()
+
+
+@pytest.mark.parametrize("reset", ["earliest", "none"])
+async def test_a_member_starting_at_a_commit_past_its_epochs_end_resumes_at_the_divergence(
+    server: EmbeddedServer, reset: str
+) -> None:
+    """KIP-320 from a committed offset: the group committed offset 14 of epoch e, but the
+    leader's log holds e only up to 10 (each partition has 10 records: as for a commit
+    made against a replica truncated since). The member starting on it asks the leader
+    where e ends before fetching: with auto.offset.reset it resumes at 10, the first
+    offset known to diverge (not at the reset policy's earliest, re-reading what the
+    group had consumed), and with none it gets a LogTruncationError naming 10."""
+    async with AdminClient(server.listen) as admin:
+        epoch = (await admin.describe_topics([TOPIC]))[TOPIC].partitions[0].leader_epoch
+    config = {"bootstrap.servers": server.listen, "group.id": f"past-{reset}"}
+    committer = AsyncConsumer(config)
+    committer.subscribe([TOPIC])
+    try:
+        await committer.commit(
+            offsets=[TopicPartition(TOPIC, 0, 14, leader_epoch=epoch)], asynchronous=False
+        )
+    finally:
+        await committer.close()
+    consumer = AsyncConsumer({**config, "auto.offset.reset": reset, "enable.auto.commit": False})
+    consumer.subscribe([TOPIC])
+    first = TopicPartition(TOPIC, 0)
+    try:
+        first_message = None
+        async with asyncio.timeout(30):
+            while True:
+                message = await consumer.poll(0.2)
+                if message is not None and message.partition() == 0:
+                    first_message = message
+                    break
+                if reset != "none" and consumer.position([first])[0].offset == 10:
+                    break
+        if reset == "none":
+            assert first_message is not None
+            error = first_message.error()
+            assert isinstance(error, LogTruncationError), error
+            truncation = error.truncation
+            assert (truncation.offset, truncation.epoch) == (14, epoch)
+            assert (truncation.divergent_offset, truncation.divergent_epoch) == (10, epoch)
+            return
+        assert first_message is None, (first_message.offset(), first_message.error())
+        async with AsyncProducer({"bootstrap.servers": server.listen}) as producer:
+            await producer.produce(TOPIC, b"0-10", partition=0)
+        async with asyncio.timeout(30):
+            while (message := await consumer.poll(0.2)) is None or message.partition() != 0:
+                pass
+        assert message.error() is None, message.error()
+        assert (message.offset(), message.value()) == (10, b"0-10")
     finally:
         await consumer.close()
 
