@@ -4,8 +4,11 @@ requests, and fetched batches buffered and decoded into messages (Kafka's ``Fetc
 
 Each assigned partition has a :class:`PartitionState`: its position (the next offset to
 return), its fetch state and the answer's batches, framed and CRC-checked when they
-arrive, decoded one batch at a time as they are taken. The I/O (sending the fetches,
-metadata, back-off) is :class:`~highwater.client.consumer.AsyncConsumer`'s.
+arrive, decoded one batch at a time as they are taken, and whether the position awaits
+validation by leader epoch (KIP-320: :meth:`PartitionState.leader_known`,
+:meth:`PartitionState.complete_validation`). The I/O (sending the fetches and the
+``OffsetsForLeaderEpoch`` requests, metadata, back-off) is
+:class:`~highwater.client.consumer.AsyncConsumer`'s.
 """
 
 from __future__ import annotations
