@@ -140,6 +140,11 @@ class Session:
 
 
 async def committed(cluster: TwoBrokers, group: str) -> dict[int, int]:
+    return {p: offset for p, (offset, _) in (await committed_with_epochs(cluster, group)).items()}
+
+
+async def committed_with_epochs(cluster: TwoBrokers, group: str) -> dict[int, tuple[int, int]]:
+    """The group's committed offset of each partition with its leader epoch."""
     async with grpc.aio.insecure_channel(cluster.address) as channel:
         reply = await coordinator_pb2_grpc.GroupCoordinatorStub(channel).OffsetFetch(
             coordinator_pb2.OffsetFetchRequest(
@@ -151,7 +156,10 @@ async def committed(cluster: TwoBrokers, group: str) -> dict[int, int]:
                 ],
             )
         )
-    return {p.partition_index: p.committed_offset for p in reply.topics[0].partitions}
+    return {
+        p.partition_index: (p.committed_offset, p.committed_leader_epoch)
+        for p in reply.topics[0].partitions
+    }
 
 
 async def members(cluster: TwoBrokers, group: str) -> int:
@@ -186,7 +194,10 @@ async def test_a_member_consumes_every_partition_and_commits_only_what_it_acknow
     assert {(r.partition, r.offset, r.error) for r in result.partitions} == {
         (tp[1], offset, ErrorCode.NONE) for tp, offset in acked.items()
     }
-    assert await committed(cluster, "solo") == {tp[1]: o for tp, o in acked.items()}
+    # Each commit carries the leader epoch of the last record acknowledged (KIP-320).
+    assert await committed_with_epochs(cluster, "solo") == {
+        tp[1]: (o, seen[tp][o - 1].leader_epoch) for tp, o in acked.items()
+    }
 
     # A commit without new acknowledgements commits nothing more.
     await session.write(pb.ConsumerSessionRequest(commit=pb.SessionCommit()))

@@ -20,6 +20,8 @@ from highwater.client.consumer import (
     CommitFailedError,
     ConsumerClosedError,
     ConsumerError,
+    LogTruncationError,
+    Message,
     TopicPartition,
 )
 from highwater.client.errors import ClusterError
@@ -271,6 +273,110 @@ async def test_commits_carry_the_leader_epoch_of_the_records_consumed(
         again = await admin.list_consumer_group_offsets("app")
         assert again == committed
         await b.close()
+
+
+async def test_commits_of_a_message_or_of_offsets_carry_the_leader_epoch_known(
+    server: EmbeddedServer,
+) -> None:
+    """Kafka's ``OffsetAndMetadata.leaderEpoch``: a commit of a message carries the epoch
+    of the batch it came in, one of offsets the epoch each ``TopicPartition`` gives (none
+    without), and ``committed()`` answers the epochs with the offsets."""
+    consumer = AsyncConsumer(
+        {
+            "bootstrap.servers": server.listen,
+            "group.id": "epochs",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([TOPIC])
+    try:
+        last: dict[int, Message] = {}
+        async with asyncio.timeout(30):
+            while len(last) < PARTITIONS or any(m.offset() < 9 for m in last.values()):
+                message = await consumer.poll(0.5)
+                if message is not None:
+                    assert message.error() is None, message.error()
+                    last[message.partition()] = message
+        async with AdminClient(server.listen) as admin:
+            described = (await admin.describe_topics([TOPIC]))[TOPIC].partitions
+            epochs = {p.partition: p.leader_epoch for p in described}
+            await consumer.commit(message=last[0], asynchronous=False)
+            await consumer.commit(
+                offsets=[
+                    TopicPartition(TOPIC, 1, 7, leader_epoch=epochs[1]),
+                    TopicPartition(TOPIC, 2, 5),
+                ],
+                asynchronous=False,
+            )
+            committed = await admin.list_consumer_group_offsets("epochs")
+        assert {tp: (o.offset, o.leader_epoch) for tp, o in committed.items()} == {
+            (TOPIC, 0): (10, epochs[0]),
+            (TOPIC, 1): (7, epochs[1]),
+            (TOPIC, 2): (5, None),
+        }
+        answered = await consumer.committed([TopicPartition(TOPIC, p) for p in range(3)])
+        assert [(tp.offset, tp.leader_epoch) for tp in answered] == [
+            (10, epochs[0]),
+            (7, epochs[1]),
+            (5, None),
+        ]
+    finally:
+        await consumer.close()
+
+
+@pytest.mark.parametrize("reset", ["earliest", "none"])
+async def test_a_member_starting_at_a_commit_past_its_epochs_end_resumes_at_the_divergence(
+    server: EmbeddedServer, reset: str
+) -> None:
+    """KIP-320 from a committed offset: the group committed offset 14 of epoch e, but the
+    leader's log holds e only up to 10 (each partition has 10 records: as for a commit
+    made against a replica truncated since). The member starting on it asks the leader
+    where e ends before fetching: with auto.offset.reset it resumes at 10, the first
+    offset known to diverge (not at the reset policy's earliest, re-reading what the
+    group had consumed), and with none it gets a LogTruncationError naming 10."""
+    async with AdminClient(server.listen) as admin:
+        epoch = (await admin.describe_topics([TOPIC]))[TOPIC].partitions[0].leader_epoch
+    config = {"bootstrap.servers": server.listen, "group.id": f"past-{reset}"}
+    committer = AsyncConsumer(config)
+    committer.subscribe([TOPIC])
+    try:
+        await committer.commit(
+            offsets=[TopicPartition(TOPIC, 0, 14, leader_epoch=epoch)], asynchronous=False
+        )
+    finally:
+        await committer.close()
+    consumer = AsyncConsumer({**config, "auto.offset.reset": reset, "enable.auto.commit": False})
+    consumer.subscribe([TOPIC])
+    first = TopicPartition(TOPIC, 0)
+    try:
+        first_message = None
+        async with asyncio.timeout(30):
+            while True:
+                message = await consumer.poll(0.2)
+                if message is not None and message.partition() == 0:
+                    first_message = message
+                    break
+                if reset != "none" and consumer.position([first])[0].offset == 10:
+                    break
+        if reset == "none":
+            assert first_message is not None
+            error = first_message.error()
+            assert isinstance(error, LogTruncationError), error
+            truncation = error.truncation
+            assert (truncation.offset, truncation.epoch) == (14, epoch)
+            assert (truncation.divergent_offset, truncation.divergent_epoch) == (10, epoch)
+            return
+        assert first_message is None, (first_message.offset(), first_message.error())
+        async with AsyncProducer({"bootstrap.servers": server.listen}) as producer:
+            await producer.produce(TOPIC, b"0-10", partition=0)
+        async with asyncio.timeout(30):
+            while (message := await consumer.poll(0.2)) is None or message.partition() != 0:
+                pass
+        assert message.error() is None, message.error()
+        assert (message.offset(), message.value()) == (10, b"0-10")
+    finally:
+        await consumer.close()
 
 
 async def test_an_eager_member_hears_on_revoke_at_the_start_of_every_rebalance_even_with_nothing(

@@ -34,6 +34,8 @@ from broker_processes import (
     wait_partition,
 )
 from highwater.client.admin import NewTopic
+from highwater.client.consumer import AsyncConsumer, LogTruncationError, Message
+from highwater.client.consumer import TopicPartition as ConsumerTopicPartition
 from highwater.client.producer import AsyncProducer, RecordMetadata
 from highwater.internal.v1 import replication_pb2 as rpb
 from highwater.internal.v1 import replication_pb2_grpc
@@ -242,3 +244,91 @@ async def test_a_returning_leader_truncates_by_leader_epoch_and_the_replicas_con
     )
     assert await consume_all(a.address, TOPIC) == [M0, M2]
     assert segment_bytes(a.partition_dir(TOPIC)) == segment_bytes(b.partition_dir(TOPIC))
+
+
+async def poll_until(consumer: AsyncConsumer, timeout_s: float = 60) -> Message:
+    """The next record or error message ``consumer`` returns."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            message = await consumer.poll(0.5)
+            if message is not None:
+                return message
+
+
+async def test_a_consumer_past_the_divergence_resumes_where_the_new_leader_diverges(
+    replicas: TwoReplicas,
+) -> None:
+    """KIP-320 on the consumer: two consumers read m0 and m1 from A (epoch e0, position 2),
+    then B, without m1, is elected uncleanly and takes m2 at offset 1. Fetching on from 2
+    would read nothing of B's history (m2 lies below the position) and go on from there as
+    if nothing had happened. The new leader in the metadata makes each consumer ask B where
+    e0 ends (OffsetsForLeaderEpoch): at 1, below the position. With auto.offset.reset the
+    consumer resumes at 1 and reads m2; with none it gets a LogTruncationError naming the
+    divergence."""
+    a, b = replicas.a, replicas.b
+    await create_topic(
+        a.address,
+        NewTopic(
+            TOPIC,
+            replica_assignment={0: [REPLICA_A, REPLICA_B]},
+            config={"min.insync.replicas": "1", "unclean.leader.election.enable": "true"},
+        ),
+    )
+    first = await wait_partition(
+        replicas.brokers,
+        TOPIC,
+        lambda s: s.leader_id == REPLICA_A and set(s.isr) == {REPLICA_A, REPLICA_B},
+        what="A leads with B in the ISR",
+    )
+    epoch_a = first.leader_epoch
+    assert (await produce(a.address, M0)).offset == 0
+    b.kill()
+    await wait_partition([a], TOPIC, lambda s: list(s.isr) == [REPLICA_A], what="B out of the ISR")
+    assert (await produce(a.address, M1)).offset == 1
+
+    config = {
+        "bootstrap.servers": f"{a.address},{b.address}",
+        "request.timeout.ms": 5_000,
+        "retry.backoff.ms": 100,
+    }
+    resetting = AsyncConsumer({**config, "auto.offset.reset": "earliest"})
+    strict = AsyncConsumer({**config, "auto.offset.reset": "none"})
+    try:
+        for consumer in (resetting, strict):
+            consumer.assign([ConsumerTopicPartition(TOPIC, 0, 0)])
+            read = [(await poll_until(consumer)) for _ in range(2)]
+            assert [(m.offset(), m.value()) for m in read] == [(0, M0), (1, M1)]
+
+        a.kill()
+        b.start()
+        second = await wait_partition(
+            [b], TOPIC, lambda s: s.leader_id == REPLICA_B, what="B leads (unclean)", timeout_s=60
+        )
+        assert second.leader_epoch > epoch_a
+        assert (await produce(b.address, M2)).offset == 1, "m2 goes where A holds m1"
+
+        message = await poll_until(resetting)
+        assert message.error() is None, message.error()
+        assert (message.offset(), message.value()) == (1, M2)
+        assert resetting.position([ConsumerTopicPartition(TOPIC, 0)])[0].offset == 2
+
+        failed = await poll_until(strict)
+        error = failed.error()
+        assert isinstance(error, LogTruncationError), error
+        assert (error.truncation.offset, error.truncation.epoch) == (2, epoch_a)
+        assert (error.truncation.divergent_offset, error.truncation.divergent_epoch) == (
+            1,
+            epoch_a,
+        )
+        # Sought to the divergence, it reads B's history from there.
+        truncation = error.truncation
+        strict.seek(
+            ConsumerTopicPartition(
+                TOPIC, 0, truncation.divergent_offset, leader_epoch=truncation.divergent_epoch
+            )
+        )
+        message = await poll_until(strict)
+        assert (message.offset(), message.value()) == (1, M2)
+    finally:
+        await resetting.close()
+        await strict.close()

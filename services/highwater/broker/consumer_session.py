@@ -435,9 +435,9 @@ class _Session:
         if not offsets:
             return answer
         results = await self.membership.commit(
-            {tp: (offset, -1, "") for tp, offset in offsets.items()}
+            {tp: (offset, epoch, "") for tp, (offset, epoch) in offsets.items()}
         )
-        for tp, offset in sorted(offsets.items()):
+        for tp, (offset, _) in sorted(offsets.items()):
             code, message = results.get(tp, (ErrorCode.UNKNOWN_SERVER_ERROR, "no answer"))
             if code == ErrorCode.NONE:
                 self.state.committed(tp, offset)
@@ -555,7 +555,7 @@ class _Session:
         for tp in partitions:
             found = committed.get(tp)
             if found is not None:
-                self.state.start_at(tp, found[0], committed=True)
+                self.state.start_at(tp, found[0], committed=True, leader_epoch=found[1])
             else:
                 await self._reset(tp)
 
@@ -701,6 +701,8 @@ class _Session:
             topic=tp[0], partition=tp[1], high_watermark=answer.high_watermark
         )
         delivered.records.extend(records[:count])
-        self.state.delivered(tp, ((r.offset, record_size(r)) for r in records[:count]))
+        self.state.delivered(
+            tp, ((r.offset, record_size(r), r.leader_epoch) for r in records[:count])
+        )
         self._send(records=delivered)
         return False

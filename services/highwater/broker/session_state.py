@@ -5,9 +5,11 @@ Pure bookkeeping for :mod:`~highwater.broker.consumer_session`. Per partition it
 - ``position``: the next offset to deliver (None until the committed offset or the reset
   policy gave one);
 - ``acknowledged``: the client's word that every record below it is processed: what a
-  commit commits (at-least-once: nothing is committed past it);
+  commit commits (at-least-once: nothing is committed past it), with the leader epoch of
+  the batch the record before it came in (Kafka's ``offsetEpoch``, what lets a consumer
+  resuming from the commit validate it, KIP-320);
 - ``committed``: what the group has for it, as far as this session knows;
-- the records delivered and not acknowledged yet, with their sizes.
+- the records delivered and not acknowledged yet, with their sizes and leader epochs.
 
 The session's credit is ``max_records`` records and ``max_bytes`` bytes outstanding over
 all its partitions: :meth:`SessionState.deliverable` says how many of a fetched run of
@@ -31,9 +33,12 @@ __all__ = ["PartitionProgress", "SessionState"]
 class PartitionProgress:
     position: int | None = None
     acknowledged: int | None = None
+    acknowledged_epoch: int = -1
+    """The leader epoch of the record before :attr:`acknowledged` (-1: not known)."""
     committed: int | None = None
-    outstanding: deque[tuple[int, int]] = field(default_factory=deque)
-    """``(offset, size)`` of the records delivered and not acknowledged, in offset order."""
+    outstanding: deque[tuple[int, int, int]] = field(default_factory=deque)
+    """``(offset, size, leader epoch)`` of the records delivered and not acknowledged, in
+    offset order."""
 
 
 class SessionState:
@@ -61,15 +66,18 @@ class SessionState:
             if progress is not None:
                 self._release(progress.outstanding)
 
-    def start_at(self, tp: TopicPartitionKey, offset: int, *, committed: bool) -> None:
-        """Where ``tp`` starts: its committed offset (which is also acknowledged), or
-        where the reset policy put it."""
+    def start_at(
+        self, tp: TopicPartitionKey, offset: int, *, committed: bool, leader_epoch: int = -1
+    ) -> None:
+        """Where ``tp`` starts: its committed offset (which is also acknowledged, with the
+        committed ``leader_epoch``), or where the reset policy put it."""
         progress = self.partitions.get(tp)
         if progress is None:
             return
         progress.position = offset
         if committed:
             progress.acknowledged = progress.committed = offset
+            progress.acknowledged_epoch = leader_epoch
 
     def held(self) -> tuple[TopicPartitionKey, ...]:
         return tuple(sorted(self.partitions))
@@ -111,11 +119,12 @@ class SessionState:
             count += 1
         return count
 
-    def delivered(self, tp: TopicPartitionKey, records: Iterable[tuple[int, int]]) -> None:
-        """``(offset, size)`` of records of ``tp`` sent to the client, in offset order."""
+    def delivered(self, tp: TopicPartitionKey, records: Iterable[tuple[int, int, int]]) -> None:
+        """``(offset, size, leader epoch)`` of records of ``tp`` sent to the client, in
+        offset order."""
         progress = self.partitions[tp]
-        for offset, size in records:
-            progress.outstanding.append((offset, size))
+        for offset, size, epoch in records:
+            progress.outstanding.append((offset, size, epoch))
             progress.position = offset + 1
             self.outstanding_records += 1
             self.outstanding_bytes += size
@@ -132,10 +141,14 @@ class SessionState:
                 f"{tp[0]}-{tp[1]}: offset {offset} acknowledges records never delivered "
                 f"(next to deliver: {progress.position})"
             )
-        progress.acknowledged = offset
-        freed: list[tuple[int, int]] = []
+        freed: list[tuple[int, int, int]] = []
         while progress.outstanding and progress.outstanding[0][0] < offset:
             freed.append(progress.outstanding.popleft())
+        if freed:
+            progress.acknowledged_epoch = freed[-1][2]  # the last record below ``offset``
+        elif offset != progress.acknowledged:
+            progress.acknowledged_epoch = -1
+        progress.acknowledged = offset
         self._release(freed)
         return None
 
@@ -150,8 +163,9 @@ class SessionState:
 
     def to_commit(
         self, partitions: Iterable[TopicPartitionKey] | None = None
-    ) -> dict[TopicPartitionKey, int]:
-        """The acknowledged positions not committed yet (of ``partitions``, or all)."""
+    ) -> dict[TopicPartitionKey, tuple[int, int]]:
+        """The acknowledged positions not committed yet (of ``partitions``, or all), each
+        with its leader epoch (-1: not known)."""
         wanted = self.partitions if partitions is None else partitions
         result = {}
         for tp in wanted:
@@ -159,7 +173,7 @@ class SessionState:
             if progress is None or progress.acknowledged is None:
                 continue
             if progress.acknowledged != progress.committed:
-                result[tp] = progress.acknowledged
+                result[tp] = (progress.acknowledged, progress.acknowledged_epoch)
         return result
 
     def committed(self, tp: TopicPartitionKey, offset: int) -> None:
@@ -167,7 +181,7 @@ class SessionState:
         if progress is not None:
             progress.committed = offset
 
-    def _release(self, records: Iterable[tuple[int, int]]) -> None:
-        for _, size in records:
+    def _release(self, records: Iterable[tuple[int, int, int]]) -> None:
+        for _, size, _ in records:
             self.outstanding_records -= 1
             self.outstanding_bytes -= size

@@ -22,6 +22,7 @@ from highwater.client.consumer.errors import (
     ConsumerClosedError,
     ConsumerError,
     FetchError,
+    LogTruncationError,
     NoOffsetForPartitionError,
 )
 from highwater.client.consumer.fetcher import (
@@ -48,6 +49,7 @@ __all__ = [
     "ConsumerError",
     "ConsumerGroupMetadata",
     "FetchError",
+    "LogTruncationError",
     "Message",
     "MessageBatch",
     "NoOffsetForPartitionError",

@@ -12,8 +12,10 @@ group's coordinator (:meth:`~AsyncConsumer.commit`, and every ``auto.commit.inte
 while ``enable.auto.commit`` is on) and a partition it starts on begins at the group's
 committed offset, else where ``auto.offset.reset`` says. A commit of the positions carries
 the leader epoch of the batch the last consumed record came in (the committed offset's
-epoch until a record is consumed), as Kafka's consumer commits ``offsetEpoch``; offsets
-given to :meth:`~AsyncConsumer.commit` carry none.
+epoch until a record is consumed), as Kafka's consumer commits ``offsetEpoch``; a commit
+of a message the epoch of its batch when it was the last one returned of its partition;
+offsets given to :meth:`~AsyncConsumer.commit` the ``leader_epoch`` of each
+:class:`TopicPartition` (none without).
 
 Rebalances happen inside :meth:`~AsyncConsumer.poll`, as in Kafka: the ``on_revoke``
 callback runs before partitions go (with auto-commit on, their positions are committed
@@ -64,7 +66,20 @@ How records arrive (Kafka's ``Fetcher``):
   ``LEADER_NOT_AVAILABLE``, ...) and failed requests refresh the metadata and retry after
   ``retry.backoff.ms``. ``UNKNOWN_TOPIC_OR_PARTITION``, corrupt data and other errors are
   delivered as error messages; the partition is then not fetched again until it is
-  sought or assigned anew.
+  sought or assigned anew. Each ``Fetch`` names the leader epoch the metadata gave, so a
+  stale leader answers ``FENCED_LEADER_EPOCH`` or ``UNKNOWN_LEADER_EPOCH`` instead of
+  serving it.
+- A position is validated by leader epoch (KIP-320) when its epoch is known (a committed
+  offset's, or the epoch of the batch the last record came in) and the metadata names a
+  leader it was not checked against yet: a committed offset when the partition starts on
+  it, any such position after a leader change. The partition is not fetched meanwhile
+  (records fetched before are dropped), and ``OffsetsForLeaderEpoch`` asks the leader
+  where the position's epoch ends in its log. An end below the position means the log
+  was truncated under it (an unclean leader election): the position moves to that end,
+  the first offset known to diverge; with ``auto.offset.reset=none`` the partition gets a
+  :class:`~highwater.client.consumer.LogTruncationError` naming it instead, and waits for
+  a :meth:`~AsyncConsumer.seek`. A log with no epoch up to the position resets it by
+  ``auto.offset.reset``. A position given by hand carries no epoch and is not validated.
 """
 
 from __future__ import annotations
@@ -96,6 +111,7 @@ from highwater.client.consumer.errors import (
     ConsumerClosedError,
     ConsumerError,
     FetchError,
+    LogTruncationError,
     NoOffsetForPartitionError,
     error_for,
 )
@@ -163,6 +179,11 @@ def _timeout_s(timeout: float | None) -> float:
 # --- The asyncio consumer ---------------------------------------------------------------
 
 
+def _epoch(leader_epoch: int | None) -> int:
+    """A :class:`TopicPartition`'s ``leader_epoch`` as the wire carries it (-1: none)."""
+    return -1 if leader_epoch is None or leader_epoch < 0 else leader_epoch
+
+
 class AsyncConsumer:
     """A Kafka consumer for asyncio, with manual partition assignment (see the module
     docstring). Not thread-safe: use it from the event loop it was first polled on.
@@ -222,7 +243,7 @@ class AsyncConsumer:
             state = PartitionState(tp.topic, tp.partition, reset=self.config.auto_offset_reset)
             if self.cluster.is_unknown(tp.topic):
                 self.cluster.invalidate(tp.topic)  # it may exist by now: ask again
-            self._set_offset(state, tp.offset)
+            self._set_offset(state, tp.offset, _epoch(tp.leader_epoch))
             states[tp.key()] = state
         self._states = states
         self._ready.clear()
@@ -246,7 +267,7 @@ class AsyncConsumer:
             raise ValueError(f"{partition.topic}-{partition.partition} is not assigned")
         if partition.offset is None or partition.offset in (OFFSET_STORED, OFFSET_INVALID):
             raise ValueError("seek needs an offset, OFFSET_BEGINNING or OFFSET_END")
-        self._set_offset(state, partition.offset)
+        self._set_offset(state, partition.offset, _epoch(partition.leader_epoch))
         self._wakeup.set()
 
     def position(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
@@ -296,6 +317,8 @@ class AsyncConsumer:
         offset with its ``leader_epoch``."""
         state.clear_buffer()
         state.position_epoch = leader_epoch
+        state.position_leader_epoch = -1
+        state.awaiting_validation = False
         state.failed = False
         state.backoff_until = 0.0
         state.generation += 1
@@ -617,6 +640,9 @@ class AsyncConsumer:
             log.info("consumer: offset lookup failed: %s", e)
             await self._idle(min(backoff, budget))
             return
+        unvalidated = [s for s in states if self._leader_known(s) and not s.paused]
+        if unvalidated:
+            await self._validate_positions(unvalidated)
         now = loop.time()
         fetchable = [s for s in self._states.values() if s.fetchable(now)]
         if self._errors:
@@ -723,6 +749,114 @@ class AsyncConsumer:
             offset, _ = answer
             log.debug("consumer: %s-%s reset to %d", state.topic, state.partition, offset)
             state.position = offset
+
+    def _leader_known(self, state: PartitionState) -> bool:
+        """Check ``state``'s position against the leader the metadata names
+        (:meth:`PartitionState.leader_known`); whether it awaits validation."""
+        if state.position is None:
+            return False
+        try:
+            info = self.cluster.partition(state.topic, state.partition)
+        except UnknownTopicOrPartitionError:
+            return state.awaiting_validation
+        if info.leader_id < 0:
+            return state.awaiting_validation
+        was_buffered = state.buffered()
+        awaiting = state.leader_known(info.leader_epoch)
+        if awaiting and was_buffered:
+            with contextlib.suppress(ValueError):
+                self._ready.remove(state)
+        return awaiting
+
+    async def _validate_positions(self, states: Sequence[PartitionState]) -> None:
+        """Ask each leader where the epochs of the positions awaiting validation end
+        (``OffsetsForLeaderEpoch``, KIP-320) and apply the answers."""
+        by_leader: dict[str, list[PartitionState]] = {}
+        for state in states:
+            if state.backoff_until > self._running_loop().time():
+                continue
+            address = self._leader_address(state)
+            if address is not None:
+                by_leader.setdefault(address, []).append(state)
+        await asyncio.gather(*(self._validate_from(a, group) for a, group in by_leader.items()))
+
+    async def _validate_from(self, address: str, states: list[PartitionState]) -> None:
+        """One ``OffsetsForLeaderEpoch`` request to ``address`` for ``states``: each asks
+        for the end of its position's epoch, fenced by the leader epoch it was checked
+        against, so that a stale leader answers FENCED_LEADER_EPOCH or
+        UNKNOWN_LEADER_EPOCH and the metadata is refreshed before the next try."""
+        request = pb.OffsetsForLeaderEpochRequest()
+        topics: dict[str, pb.OffsetForLeaderTopic] = {}
+        sent: dict[tuple[str, int], tuple[PartitionState, int]] = {}
+        for state in states:
+            topic = topics.get(state.topic)
+            if topic is None:
+                topic = topics[state.topic] = request.topics.add(topic=state.topic)
+            topic.partitions.add(
+                partition=state.partition,
+                current_leader_epoch=state.position_leader_epoch,
+                leader_epoch=state.position_epoch,
+            )
+            sent[(state.topic, state.partition)] = (state, state.generation)
+        try:
+            reply: pb.OffsetsForLeaderEpochResponse = await self.cluster.stub(
+                address
+            ).OffsetsForLeaderEpoch(request, timeout=self.config.request_timeout_ms / 1000)
+        except grpc.aio.AioRpcError as e:
+            log.info(
+                "consumer: OffsetsForLeaderEpoch to %s failed: %s: %s",
+                address,
+                e.code(),
+                e.details(),
+            )
+            for state in states:
+                self.cluster.invalidate(state.topic, state.partition)
+                self._backoff(state)
+            return
+        except ClusterError:  # closed meanwhile
+            return
+        for topic_answer in reply.topics:
+            for answer in topic_answer.partitions:
+                entry = sent.get((topic_answer.topic, answer.partition))
+                if entry is None:
+                    continue
+                state, generation = entry
+                if (
+                    self._states.get((state.topic, state.partition)) is not state
+                    or state.generation != generation
+                    or not state.awaiting_validation
+                ):
+                    continue  # unassigned, sought or checked against another leader meanwhile
+                self._handle_validation(state, answer)
+
+    def _handle_validation(self, state: PartitionState, answer: pb.EpochEndOffsetResult) -> None:
+        """Apply a partition's ``OffsetsForLeaderEpoch`` answer (see
+        :meth:`PartitionState.complete_validation`), or act on its error code."""
+        code = answer.error
+        if code in FETCH_RETRIABLE_ERRORS:
+            self.cluster.invalidate(state.topic, state.partition)
+            self._backoff(state)
+            return
+        if code != _NO_ERROR:
+            self.cluster.handle_error(state.topic, state.partition, code)
+            self._deliver_error(state, error_for(code, state.topic, state.partition))
+            return
+        position = state.position
+        truncation = state.complete_validation(
+            answer.leader_epoch, answer.end_offset, self.config.auto_offset_reset
+        )
+        if truncation is not None:
+            self._deliver_error(state, LogTruncationError(state.topic, state.partition, truncation))
+        elif state.position != position:
+            log.info(
+                "consumer: %s-%s: the log was truncated below offset %s of epoch %s; "
+                "resuming at %s",
+                state.topic,
+                state.partition,
+                position,
+                answer.leader_epoch if state.position is not None else "-",
+                "the reset offset" if state.position is None else state.position,
+            )
 
     async def _fetch(self, address: str, states: list[PartitionState], max_wait_ms: int) -> None:
         """One Fetch request to ``address`` for ``states``; buffers or handles each answer."""
@@ -1292,19 +1426,30 @@ class AsyncConsumer:
         self._check_open()
         self._group()
         if message is not None:
-            to_commit = {(message.topic(), message.partition()): (message.offset() + 1, -1)}
+            key = (message.topic(), message.partition())
+            offset = message.offset() + 1
+            to_commit = {key: (offset, self._epoch_before(key, offset))}
         elif offsets is not None:
             to_commit = {}
             for tp in offsets:
                 if tp.offset is None or tp.offset < 0:
                     raise ValueError(f"{tp.topic}-{tp.partition}: commit needs an offset >= 0")
-                to_commit[tp.key()] = (tp.offset, -1)
+                to_commit[tp.key()] = (tp.offset, _epoch(tp.leader_epoch))
         else:
             to_commit = self._positions(list(self._states))
         if asynchronous:
             self._commit_in_background(to_commit)
             return None
         return await self._commit(to_commit, raise_errors=True)
+
+    def _epoch_before(self, key: TopicPartitionKey, offset: int) -> int:
+        """The leader epoch of the record before ``offset`` of partition ``key`` when the
+        consumer knows it (``offset`` is the partition's position: the record was the last
+        one returned, its batch's epoch is the position's), else -1."""
+        state = self._states.get(key)
+        if state is not None and state.position == offset:
+            return state.position_epoch
+        return -1
 
     def _commit_in_background(self, offsets: dict[TopicPartitionKey, tuple[int, int]]) -> None:
         if not offsets:
@@ -1347,10 +1492,15 @@ class AsyncConsumer:
         keys = [tp.key() for tp in partitions]
         async with asyncio.timeout(None if timeout is None or timeout < 0 else timeout):
             committed = await membership.committed(keys)
-        return [
-            TopicPartition(t, p, OFFSET_INVALID if (c := committed.get((t, p))) is None else c[0])
-            for t, p in keys
-        ]
+        answer = []
+        for t, p in keys:
+            found = committed.get((t, p))
+            if found is None:
+                answer.append(TopicPartition(t, p, OFFSET_INVALID))
+            else:
+                epoch = None if found[1] < 0 else found[1]
+                answer.append(TopicPartition(t, p, found[0], leader_epoch=epoch))
+        return answer
 
     async def _close_group(self) -> None:
         membership = self._membership

@@ -6,7 +6,7 @@ from __future__ import annotations
 from highwater.client.cluster import (
     UnknownTopicOrPartitionError,
 )
-from highwater.client.consumer.fetcher import TopicPartition
+from highwater.client.consumer.fetcher import TopicPartition, Truncation
 from highwater.errors import (
     HighwaterError,
     OffsetOutOfRangeError,
@@ -18,6 +18,7 @@ __all__ = [
     "ConsumerClosedError",
     "ConsumerError",
     "FetchError",
+    "LogTruncationError",
     "NoOffsetForPartitionError",
     "error_for",
 ]
@@ -43,6 +44,26 @@ class NoOffsetForPartitionError(ConsumerError):
     """A partition has no position and ``auto.offset.reset`` is ``none``."""
 
     code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class LogTruncationError(OffsetOutOfRangeError):
+    """The leader's log no longer holds a partition's position (an unclean leader election
+    or a truncation under it) and ``auto.offset.reset`` is ``none`` (Kafka's
+    ``LogTruncationException``): ``truncation`` says where, with the first offset known to
+    diverge (``divergent_offset`` -1: not known). Seek to go on."""
+
+    def __init__(self, topic: str, partition: int, truncation: Truncation) -> None:
+        where = (
+            f"diverges from offset {truncation.divergent_offset} "
+            f"(epoch {truncation.divergent_epoch})"
+            if truncation.divergent_offset >= 0
+            else "holds no epoch up to it"
+        )
+        super().__init__(
+            f"{topic}-{partition}: offset {truncation.offset} (epoch {truncation.epoch}) "
+            f"was truncated: the leader's log {where}, and auto.offset.reset is none"
+        )
+        self.truncation = truncation
 
 
 class FetchError(ConsumerError):

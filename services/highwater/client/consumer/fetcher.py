@@ -4,8 +4,11 @@ requests, and fetched batches buffered and decoded into messages (Kafka's ``Fetc
 
 Each assigned partition has a :class:`PartitionState`: its position (the next offset to
 return), its fetch state and the answer's batches, framed and CRC-checked when they
-arrive, decoded one batch at a time as they are taken. The I/O (sending the fetches,
-metadata, back-off) is :class:`~highwater.client.consumer.AsyncConsumer`'s.
+arrive, decoded one batch at a time as they are taken, and whether the position awaits
+validation by leader epoch (KIP-320: :meth:`PartitionState.leader_known`,
+:meth:`PartitionState.complete_validation`). The I/O (sending the fetches and the
+``OffsetsForLeaderEpoch`` requests, metadata, back-off) is
+:class:`~highwater.client.consumer.AsyncConsumer`'s.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ __all__ = [
     "OFFSET_STORED",
     "PartitionState",
     "TopicPartition",
+    "Truncation",
     "create_fetch_request",
 ]
 
@@ -75,17 +79,35 @@ class TopicPartition:
     ``offset`` is None (or :data:`OFFSET_STORED` / :data:`OFFSET_INVALID`) for "not set",
     :data:`OFFSET_BEGINNING` or :data:`OFFSET_END` for the log's ends, else an offset;
     :meth:`AsyncConsumer.offsets_for_times` takes a timestamp in it. ``error`` is set by
-    calls that answer per partition.
+    calls that answer per partition. ``leader_epoch`` is the leader epoch of the record
+    before the offset, None where not known (Kafka's ``OffsetAndMetadata.leaderEpoch``):
+    commits carry it, :meth:`AsyncConsumer.committed` answers it, and an offset given to
+    :meth:`AsyncConsumer.assign` or :meth:`AsyncConsumer.seek` with it is validated
+    against the leader's log before it is fetched from.
     """
 
     topic: str
     partition: int
     offset: int | None = None
     error: BaseException | None = None
+    leader_epoch: int | None = None
 
     def key(self) -> tuple[str, int]:
         """``(topic, partition)``: the partition without its offset."""
         return (self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class Truncation:
+    """A position the leader's log no longer holds (Kafka's ``LogTruncation``): ``offset``
+    of ``epoch`` was validated and the log's ``epoch`` (or the largest below it) ends at
+    ``divergent_offset`` of ``divergent_epoch``, below it (both -1: the log holds no
+    epoch up to it)."""
+
+    offset: int
+    epoch: int
+    divergent_offset: int
+    divergent_epoch: int
 
 
 @dataclass(eq=False, slots=True)
@@ -100,6 +122,13 @@ class PartitionState:
     """The leader epoch of the batch the record before the position came in (-1: not
     known): what a commit of the position carries, Kafka's ``FetchPosition.offsetEpoch``.
     A partition started at a committed offset starts with that offset's epoch."""
+    position_leader_epoch: int = -1
+    """The partition leader's epoch the position was last checked against (Kafka's
+    ``FetchPosition.currentLeader``; -1: none yet): a leader of another epoch in the
+    metadata makes a position with a known :attr:`position_epoch` await validation."""
+    awaiting_validation: bool = False
+    """The position is not fetched from until ``OffsetsForLeaderEpoch`` shows that the
+    leader's log holds it (:meth:`leader_known`, :meth:`complete_validation`)."""
     reset: str = "latest"
     """Where a lookup goes: earliest, latest or none."""
     paused: bool = False
@@ -144,6 +173,54 @@ class PartitionState:
         self.batches.clear()
         self.fetched_end = -1
         self.pending_error = None
+
+    def leader_known(self, leader_epoch: int) -> bool:
+        """The metadata names a leader of ``leader_epoch`` for the partition; returns
+        whether the position awaits validation (Kafka's
+        ``maybeValidatePositionForCurrentLeader``).
+
+        A position not yet checked against a leader of that epoch is checked now: one with
+        a known epoch (a committed offset's, or that of the batch the last record came in)
+        awaits validation, the records fetched for it are dropped and the answers to
+        fetches in flight will be (a leader change may mean the log they came from
+        diverged); one without (an offset given by hand, or just looked up) is fetched
+        from as it is.
+        """
+        if self.position is None or leader_epoch < 0 or leader_epoch == self.position_leader_epoch:
+            return self.awaiting_validation
+        self.position_leader_epoch = leader_epoch
+        if self.position_epoch >= 0:
+            self.awaiting_validation = True
+            self.clear_buffer()
+            self.generation += 1
+        return self.awaiting_validation
+
+    def complete_validation(self, end_epoch: int, end_offset: int, reset: str) -> Truncation | None:
+        """Apply the leader's answer to ``OffsetsForLeaderEpoch`` for :attr:`position_epoch`:
+        the largest epoch at or below it in the leader's log, ``end_epoch``, and where that
+        epoch ends, ``end_offset`` (-1, -1: the log holds none). ``reset`` is
+        ``auto.offset.reset``.
+
+        As Kafka's ``SubscriptionState.maybeCompleteValidation``: an end at or past the
+        position validates it; an end below it means the log was truncated under the
+        position, which moves to that end, the first offset known to diverge (with its
+        epoch), or, with ``reset`` none, is returned as a :class:`Truncation` to raise;
+        no end at all is a truncation too, and the position is looked up afresh by
+        ``reset`` (or, with none, returned without a divergent offset).
+        """
+        position = self.position
+        assert position is not None and self.awaiting_validation
+        self.awaiting_validation = False
+        if end_offset < 0 or end_epoch < 0:
+            if reset == "none":
+                return Truncation(position, self.position_epoch, -1, -1)
+            self.position, self.position_epoch, self.reset = None, -1, reset
+            return None
+        if end_offset < position:
+            if reset == "none":
+                return Truncation(position, self.position_epoch, end_offset, end_epoch)
+            self.position, self.position_epoch = end_offset, end_epoch
+        return None
 
     def fetch_ahead_offset(self) -> int | None:
         """Where to fetch the partition ahead of its buffer, while the caller works through
@@ -305,6 +382,7 @@ class PartitionState:
             not self.paused
             and not self.failed
             and self.position is not None
+            and not self.awaiting_validation
             and not self.buffered()
             and self.backoff_until <= now
             and self.ahead_generation != self.generation
