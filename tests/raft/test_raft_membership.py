@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 from highwater.raft.log import InMemoryRaftLog
-from highwater.raft.messages import FetchRequest, VoteRequest
+from highwater.raft.messages import FetchRequest, FetchSnapshotRequest, OffsetAndEpoch, VoteRequest
 from highwater.raft.node import NotLeaderError, RaftNode, StaticQuorumError
 from highwater.raft.state import ElectionState, Role
 from highwater.raft.voter_set import (
@@ -230,6 +230,32 @@ def test_a_fetch_from_another_incarnation_of_a_voter_is_not_the_voters_progress(
     assert any("1->2 FetchResponse INCONSISTENT_VOTER_SET" in line for line in h.sent())
     h.step(fetch_request(2, 1, (end, 1), directory=DIRS[2]))  # the voter itself
     assert h.node.high_watermark == end
+
+
+def snapshot_fetch(source: int, directory: uuid.UUID) -> FetchSnapshotRequest:
+    return FetchSnapshotRequest(
+        source,
+        1,
+        CLUSTER_ID,
+        1,
+        OffsetAndEpoch(0, 0),
+        0,
+        replica_directory_id=directory,
+    )
+
+
+@pytest.mark.parametrize(("directory", "leads"), [(DIRS[2], True), (uuid.UUID(int=99), False)])
+def test_a_snapshot_fetch_from_another_incarnation_of_a_voter_is_not_its_contact(
+    directory: uuid.UUID, leads: bool
+) -> None:
+    """FetchSnapshot carries the fetcher's directory id as Fetch does: node 2's wiped disk's
+    new incarnation fetching a snapshot is not the voter's contact, so a leader that hears
+    from no other voter loses check-quorum; the voter itself keeps it leading."""
+    h = dynamic_leader(1, 2, 3)
+    for _ in range(6):
+        h.advance(h.node.config.fetch_timeout_ms // 3)
+        h.step(snapshot_fetch(2, directory))
+    assert h.node.is_leader is leads
 
 
 def test_update_voter_changes_the_endpoint_only() -> None:
