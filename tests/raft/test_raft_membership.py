@@ -285,6 +285,21 @@ def test_a_leader_that_removes_itself_resigns_once_the_change_commits() -> None:
     assert all(" Vote " not in line for line in h.sent())
 
 
+def test_a_leader_that_removed_itself_describes_itself_among_the_observers() -> None:
+    """While its removal is pending the leader counts the new set without itself: it is
+    no voter, yet it leads and tracks progress, so DescribeQuorum lists it among the
+    observers with its own log end, as Kafka's leader does."""
+    h = dynamic_leader(1, 2, 3)
+    h.node.remove_voter(1, None, h.now_ms)
+    h.flush()
+    assert h.node.is_leader and not h.node.is_voter
+    described = h.node.describe()
+    assert [v.replica_id for v in described.voters] == [2, 3]
+    leader = [o for o in described.observers if o.replica_id == 1]
+    assert len(leader) == 1, described.observers
+    assert leader[0].log_end_offset == h.log.end_offset
+
+
 def test_a_replica_outside_its_own_set_votes_when_a_candidate_of_a_newer_set_asks() -> None:
     """Node 4 was added by a record it has not fetched: the candidate counts it, so it
     grants (and persists) its vote; a static quorum's observer never votes."""

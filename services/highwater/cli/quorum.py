@@ -110,7 +110,9 @@ def _sorted(replicas: list[pb.ReplicaState]) -> list[pb.ReplicaState]:
 
 
 def _leader_state(response: pb.DescribeQuorumResponse) -> pb.ReplicaState | None:
-    for replica in response.current_voters:
+    """The leader's progress: among the voters, or among the observers while the leader
+    has removed itself and the change is not yet committed."""
+    for replica in (*response.current_voters, *response.observers):
         if replica.replica_id == response.leader_id:
             return replica
     return None
@@ -198,7 +200,11 @@ def replication_rows(response: pb.DescribeQuorumResponse) -> list[tuple[str, ...
         for r in _sorted(list(response.current_voters))
         if r.replica_id != response.leader_id
     ]
-    ordered += [(r, "Observer") for r in _sorted(list(response.observers))]
+    ordered += [
+        (r, "Observer")
+        for r in _sorted(list(response.observers))
+        if r.replica_id != response.leader_id
+    ]
     return [
         (
             str(r.replica_id),

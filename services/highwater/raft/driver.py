@@ -1123,7 +1123,11 @@ class RaftServer:
             replica.replica_directory_id = directory_ids.get(replica.replica_id, "")
             replica.endpoint = self.voters.get(replica.replica_id, "")
         for replica in response.observers:
-            key = self._replica_keys.get(replica.replica_id)
+            key = (
+                (str(self.directory_id), self.endpoint)
+                if replica.replica_id == self.node_id and self.directory_id is not None
+                else self._replica_keys.get(replica.replica_id)
+            )
             if key is not None:
                 replica.replica_directory_id, replica.endpoint = key
         return response
