@@ -18,14 +18,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from embedded_servers import free_port
+from highwater.cli.main import main
 from highwater.controller.service import ControllerServer, ControllerSettings
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
+from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from highwater.metadata.observer import DescribedQuorum, MetadataObserver, discover_quorum
 from highwater.raft.driver import RaftServerSettings
 from highwater.raft.voter_files import CommittedVotersFile
 from highwater.raft.voter_set import NotCaughtUpError, Voter, VoterSet
+from highwater.rpc.channels import open_channel
 from highwater.v1.common_pb2 import ErrorCode
 from raft_timing import FAST
 
@@ -171,5 +175,67 @@ async def test_an_observer_down_while_every_voter_was_replaced_takes_the_describ
         assert observer.raft.voters == {2: second.raft.endpoint}
     finally:
         for server in (observer, second, first):
+            if server is not None:
+                await server.stop()
+
+
+async def test_a_broker_observer_announces_no_endpoint_and_cannot_become_a_voter(
+    tmp_path: Path,
+) -> None:
+    """A broker's metadata replica is an observer only: its fetches name its directory id
+    but no endpoint (DescribeQuorum lists it so), and the leader refuses to make it a
+    voter, by AddRaftVoter or ``highwater quorum add-controller``, with INVALID_REQUEST."""
+    first_voter = Voter(1, uuid.uuid4(), f"127.0.0.1:{free_port()}")
+    first = ControllerServer(
+        node_id=1,
+        listen=first_voter.endpoint,
+        initial_voters=VoterSet.of([first_voter]),
+        data_dir=tmp_path / "c1",
+        settings=ControllerSettings(raft=RAFT),
+    )
+    observer: MetadataObserver | None = None
+    await first.start()
+    try:
+        await until(lambda: first.raft.is_leader)
+        quorum = await discover_quorum([first_voter.endpoint])
+        observer = MetadataObserver(
+            node_id=100, voters=quorum.voters, data_dir=tmp_path / "observer", settings=RAFT
+        )
+        await observer.start()
+        await register(first_voter.endpoint, 10)
+        await until(lambda: observer.image.broker(10) is not None)  # type: ignore[union-attr]
+
+        directory_id = str(observer.raft.directory_id)
+        described = first.raft.describe_quorum_response()
+        listed = next(r for r in described.observers if r.replica_id == 100)
+        assert listed.replica_directory_id == directory_id
+        assert listed.endpoint == "", "a broker has no controller endpoint to announce"
+        assert [n.node_id for n in described.nodes] == [1], "only voters are nodes"
+
+        # Even with an endpoint made up by the caller, the leader refuses it.
+        async with open_channel(first_voter.endpoint) as channel:
+            refused = await raft_pb2_grpc.RaftStub(channel).AddRaftVoter(
+                raft_pb2.AddRaftVoterRequest(
+                    cluster_id=first.raft.cluster_id,
+                    voter_id=100,
+                    voter_directory_id=directory_id,
+                    endpoint=observer.raft.endpoint,
+                ),
+                timeout=10,
+            )
+        assert refused.error == ErrorCode.INVALID_REQUEST, refused
+        assert "not a controller" in refused.error_message
+        assert first.raft.voter_set().ids == {1}
+
+        result = await asyncio.to_thread(
+            CliRunner().invoke,
+            main,
+            ["quorum", "add-controller", "--controllers", first_voter.endpoint, "--node-id", "100"],
+        )
+        assert result.exit_code != 0
+        assert "node 100 is not a controller" in result.output, result.output
+        assert first.raft.voter_set().ids == {1}
+    finally:
+        for server in (observer, first):
             if server is not None:
                 await server.stop()

@@ -221,6 +221,24 @@ def test_replication_rows() -> None:
     ]
 
 
+def test_a_leader_that_removed_itself_is_the_leader_row() -> None:
+    """While its removal is pending the leader is listed among the observers: it is still
+    the first row, as the leader, and the lag is counted from it."""
+    response = _response()
+    leader = next(r for r in response.current_voters if r.replica_id == 2)
+    response.observers.append(leader)
+    response.current_voters.remove(leader)
+    assert replication_rows(response) == [
+        ("2", "100", "0", "1000", "1000", "Leader"),
+        ("1", "100", "0", "990", "990", "Follower"),
+        ("3", "90", "10", "1000", "400", "Follower"),
+        ("100", "-1", "100", "-1", "-1", "Observer"),
+    ]
+    status = dict(status_lines(response))
+    assert (status["MaxFollowerLag"], status["CurrentVoters"]) == ("10", "[1,3]")
+    assert status["CurrentObservers"] == "[2,100]"
+
+
 @pytest.fixture
 def single_controller(tmp_path: Path) -> Iterator[str]:
     port = free_port()

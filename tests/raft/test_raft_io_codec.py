@@ -55,6 +55,9 @@ REQUESTS: list[RaftRequest] = [
     ),
     VoteRequest(1, 2, "c", 5, 4, 99, voter_directory_id=uuid.UUID(int=7)),  # KIP-853's key
     FetchRequest(2, 1, "c", 5, 120, 4, replica_directory_id=uuid.UUID(int=8)),  # the fetcher's
+    FetchSnapshotRequest(
+        2, 1, "c", 5, OffsetAndEpoch(100, 3), 0, replica_directory_id=uuid.UUID(int=8)
+    ),
 ]
 
 RESPONSES: list[tuple[RaftResponse, RaftRequest]] = [

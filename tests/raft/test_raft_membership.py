@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 from highwater.raft.log import InMemoryRaftLog
-from highwater.raft.messages import FetchRequest, VoteRequest
+from highwater.raft.messages import FetchRequest, FetchSnapshotRequest, OffsetAndEpoch, VoteRequest
 from highwater.raft.node import NotLeaderError, RaftNode, StaticQuorumError
 from highwater.raft.state import ElectionState, Role
 from highwater.raft.voter_set import (
@@ -232,6 +232,32 @@ def test_a_fetch_from_another_incarnation_of_a_voter_is_not_the_voters_progress(
     assert h.node.high_watermark == end
 
 
+def snapshot_fetch(source: int, directory: uuid.UUID) -> FetchSnapshotRequest:
+    return FetchSnapshotRequest(
+        source,
+        1,
+        CLUSTER_ID,
+        1,
+        OffsetAndEpoch(0, 0),
+        0,
+        replica_directory_id=directory,
+    )
+
+
+@pytest.mark.parametrize(("directory", "leads"), [(DIRS[2], True), (uuid.UUID(int=99), False)])
+def test_a_snapshot_fetch_from_another_incarnation_of_a_voter_is_not_its_contact(
+    directory: uuid.UUID, leads: bool
+) -> None:
+    """FetchSnapshot carries the fetcher's directory id as Fetch does: node 2's wiped disk's
+    new incarnation fetching a snapshot is not the voter's contact, so a leader that hears
+    from no other voter loses check-quorum; the voter itself keeps it leading."""
+    h = dynamic_leader(1, 2, 3)
+    for _ in range(6):
+        h.advance(h.node.config.fetch_timeout_ms // 3)
+        h.step(snapshot_fetch(2, directory))
+    assert h.node.is_leader is leads
+
+
 def test_update_voter_changes_the_endpoint_only() -> None:
     h = dynamic_leader(1, 2, 3)
     h.node.update_voter(Voter(2, DIRS[2], "new-host:9093"), h.now_ms)
@@ -257,6 +283,21 @@ def test_a_leader_that_removes_itself_resigns_once_the_change_commits() -> None:
     h.advance(10_000)
     assert h.node.role is Role.UNATTACHED  # an observer now: no campaign
     assert all(" Vote " not in line for line in h.sent())
+
+
+def test_a_leader_that_removed_itself_describes_itself_among_the_observers() -> None:
+    """While its removal is pending the leader counts the new set without itself: it is
+    no voter, yet it leads and tracks progress, so DescribeQuorum lists it among the
+    observers with its own log end, as Kafka's leader does."""
+    h = dynamic_leader(1, 2, 3)
+    h.node.remove_voter(1, None, h.now_ms)
+    h.flush()
+    assert h.node.is_leader and not h.node.is_voter
+    described = h.node.describe()
+    assert [v.replica_id for v in described.voters] == [2, 3]
+    leader = [o for o in described.observers if o.replica_id == 1]
+    assert len(leader) == 1, described.observers
+    assert leader[0].log_end_offset == h.log.end_offset
 
 
 def test_a_replica_outside_its_own_set_votes_when_a_candidate_of_a_newer_set_asks() -> None:

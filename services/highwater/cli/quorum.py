@@ -10,12 +10,14 @@ replica's progress):
   LastFetchTimestamp, LastCaughtUpTimestamp and Status (Leader, Follower, Observer).
 
 In a dynamic quorum (KIP-853, ``highwater controller --initial-controllers``) CurrentVoters
-and CurrentObservers list each replica's id, directory id and endpoint, and two commands
-change the voters, one at a time, through the leader:
+and CurrentObservers list each replica's id, directory id and endpoint (a broker's or a
+coordinator's observer has none: it is no controller), and two commands change the
+voters, one at a time, through the leader:
 
 * ``add-controller --node-id N``: the observer N (a controller started with
   ``--bootstrap-controllers``) becomes a voter once caught up; its directory id and
-  endpoint are taken from DescribeQuorum's observers, as kafka-metadata-quorum does;
+  endpoint are taken from DescribeQuorum's observers, as kafka-metadata-quorum does; an
+  observer without an endpoint (a broker, a coordinator) is refused;
 * ``remove-controller --node-id N [--directory-id D]``: the voter N stops being one.
 
 Each waits until the new voter set is committed, or prints the leader's refusal.
@@ -108,7 +110,9 @@ def _sorted(replicas: list[pb.ReplicaState]) -> list[pb.ReplicaState]:
 
 
 def _leader_state(response: pb.DescribeQuorumResponse) -> pb.ReplicaState | None:
-    for replica in response.current_voters:
+    """The leader's progress: among the voters, or among the observers while the leader
+    has removed itself and the change is not yet committed."""
+    for replica in (*response.current_voters, *response.observers):
         if replica.replica_id == response.leader_id:
             return replica
     return None
@@ -196,7 +200,11 @@ def replication_rows(response: pb.DescribeQuorumResponse) -> list[tuple[str, ...
         for r in _sorted(list(response.current_voters))
         if r.replica_id != response.leader_id
     ]
-    ordered += [(r, "Observer") for r in _sorted(list(response.observers))]
+    ordered += [
+        (r, "Observer")
+        for r in _sorted(list(response.observers))
+        if r.replica_id != response.leader_id
+    ]
     return [
         (
             str(r.replica_id),
@@ -367,7 +375,14 @@ def add_controller(controllers: list[str], node_id: int, timeout: float) -> None
             f"node {node_id} is a voter already; a controller whose disk was replaced is "
             "removed first (remove-controller), then added again"
         )
-    if observer is None or not observer.replica_directory_id or not observer.endpoint:
+    if observer is not None and observer.replica_directory_id and not observer.endpoint:
+        raise click.ClickException(
+            f"node {node_id} is not a controller: it follows the metadata quorum as an "
+            "observer only (a broker or a coordinator) and announces no controller endpoint; "
+            "only a controller started with highwater controller --bootstrap-controllers can "
+            "become a voter"
+        )
+    if observer is None or not observer.replica_directory_id:
         raise click.ClickException(
             f"node {node_id} is not an observer of the quorum that says who it is: start it "
             "with highwater controller --bootstrap-controllers and retry"

@@ -7,7 +7,10 @@ up, the leader's latest snapshot first, through FetchSnapshot), keeps it on disk
 voter does, and hands what is committed to a
 :class:`~highwater.metadata.state_machine.MetadataStateMachine`: :attr:`image` is the
 committed :class:`~highwater.metadata.image.MetadataImage`. The leader lists it among the
-observers of DescribeQuorum. It never votes and never counts toward the commit.
+observers of DescribeQuorum, with its directory id and no endpoint: like a Kafka broker it
+has no controller listener to announce, and a leader refuses to make it a voter (it would
+lead the quorum with no controller behind it). It never votes and never counts toward the
+commit.
 
 A static quorum's voters (``--voters``: ids and addresses) are fixed. A dynamic quorum's
 (KIP-853, the voters a DescribeQuorum names with their directory ids) are only where the
@@ -150,6 +153,7 @@ class MetadataObserver:
             services=services,
             listener_name=listener_name,
             more_listeners=more_listeners,
+            controller=False,
         )
 
     @property

@@ -156,6 +156,11 @@ def request_to_proto(request: RaftRequest) -> ProtoRequest:
                 snapshot_id=_offset_and_epoch_to_proto(request.snapshot_id),
                 position=request.position,
                 max_bytes=request.max_bytes,
+                replica_directory_id=(
+                    ""
+                    if request.replica_directory_id is None
+                    else str(request.replica_directory_id)
+                ),
             )
     raise TypeError(f"not a Raft request: {request!r}")
 
@@ -210,6 +215,7 @@ def request_from_proto(request: ProtoRequest, *, destination: int) -> RaftReques
                 snapshot_id=_offset_and_epoch_from_proto(request.snapshot_id),
                 position=request.position,
                 max_bytes=request.max_bytes,
+                replica_directory_id=_directory_id(request.replica_directory_id),
             )
     raise TypeError(f"not a Raft request: {request!r}")
 

@@ -130,6 +130,7 @@ from highwater.raft.voter_set import (
     MembershipChangeError,
     Voter,
     VoterSet,
+    check_controller,
     load_or_create_directory_id,
 )
 from highwater.records import RecordBatch, iter_batches
@@ -262,7 +263,10 @@ class RaftServer:
     transport follows the voters' endpoints, and :meth:`add_voter`, :meth:`remove_voter`
     and :meth:`update_voter` run KIP-853's changes on the leader. ``advertised`` is the
     endpoint this replica announces (else ``listen``'s); a voter the set names at another
-    endpoint sends UpdateRaftVoter itself.
+    endpoint sends UpdateRaftVoter itself. ``controller`` False makes an observer only (a
+    broker's or a coordinator's metadata replica): as a Kafka broker has no controller
+    listener, its fetches announce its directory id but no endpoint, DescribeQuorum lists
+    it without one, and a leader refuses to add it as a voter (see :meth:`add_voter`).
     """
 
     def __init__(
@@ -284,6 +288,7 @@ class RaftServer:
         listener_name: str | None = None,
         more_listeners: Sequence[tuple[str, str]] = (),
         advertised: str | None = None,
+        controller: bool = True,
     ) -> None:
         """``listener_name``, ``more_listeners``: named listeners
         (:class:`~highwater.rpc.server.GrpcHost`), ``listen`` being the first.
@@ -306,6 +311,7 @@ class RaftServer:
         self.node_id = node_id
         self.listen = listen
         self.advertised = advertised
+        self.is_controller = controller
         self.is_dynamic = not voters
         self._initial_voters = initial_voters
         self._initial_voters_offset = initial_voters_offset
@@ -544,11 +550,13 @@ class RaftServer:
             on_response=self._on_response,
             on_unreachable=self._on_unreachable,
             fetch_identity=(
-                None if self.directory_id is None else (str(self.directory_id), self.endpoint)
+                None
+                if self.directory_id is None
+                else (str(self.directory_id), self.endpoint if self.is_controller else "")
             ),
         )
         self._driver = asyncio.create_task(self._drive(), name=f"raft-driver-{self.node_id}")
-        if self.is_dynamic:
+        if self.is_dynamic and self.is_controller:
             self._announcer = asyncio.create_task(
                 self._announce_endpoint(), name=f"raft-endpoint-{self.node_id}"
             )
@@ -583,8 +591,16 @@ class RaftServer:
     async def add_voter(self, voter: Voter) -> int:
         """AddRaftVoter: make the caught-up observer ``voter`` a voter; the offset of the
         ``voters`` record once committed. Raises :class:`NotLeaderError` or the core's
-        :class:`~highwater.raft.voter_set.MembershipChangeError`."""
+        :class:`~highwater.raft.voter_set.MembershipChangeError`.
+
+        Only a controller can be added: an observer whose fetches announce a directory id
+        but no endpoint is a broker's or a coordinator's metadata replica, which would
+        lead the quorum with no controller behind it. Kafka's leader refuses a voter
+        without a controller listener with INVALID_REQUEST, and so does this one
+        (:class:`~highwater.raft.voter_set.NotAControllerError`), whatever endpoint the
+        request names."""
         node = self._require_leading()
+        check_controller(voter.node_id, self._replica_keys.get(voter.node_id))
         return await self._committed(node.add_voter(voter, self._clock()))
 
     async def remove_voter(self, node_id: int, directory_id: uuid.UUID | None) -> int:
@@ -1107,7 +1123,11 @@ class RaftServer:
             replica.replica_directory_id = directory_ids.get(replica.replica_id, "")
             replica.endpoint = self.voters.get(replica.replica_id, "")
         for replica in response.observers:
-            key = self._replica_keys.get(replica.replica_id)
+            key = (
+                (str(self.directory_id), self.endpoint)
+                if replica.replica_id == self.node_id and self.directory_id is not None
+                else self._replica_keys.get(replica.replica_id)
+            )
             if key is not None:
                 replica.replica_directory_id, replica.endpoint = key
         return response

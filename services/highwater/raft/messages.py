@@ -129,6 +129,10 @@ class FetchSnapshotRequest:
     snapshot_id: OffsetAndEpoch
     position: int
     max_bytes: int = 1 << 20
+    replica_directory_id: uuid.UUID | None = None
+    """The fetching replica's directory id, as :class:`FetchRequest` carries it: the leader
+    counts a snapshot fetch as a voter's contact only from the incarnation the voter set
+    names."""
 
 
 @dataclass(frozen=True, slots=True)

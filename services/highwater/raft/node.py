@@ -871,6 +871,7 @@ class RaftNode:
                         snapshot_id=snapshot_fetch.snapshot_id,
                         position=snapshot_fetch.position,
                         max_bytes=self.config.snapshot_chunk_bytes,
+                        replica_directory_id=None if self.is_static else self.directory_id,
                     )
                 )
             return
@@ -1496,7 +1497,10 @@ class RaftNode:
             return answer(error)
         if request.position < 0 or request.max_bytes <= 0:
             return answer(ErrorCode.INVALID_REQUEST)
-        state.record_contact(request.source, now_ms)
+        if not self._is_other_incarnation(request.source, request.replica_directory_id):
+            # Another incarnation of a voter (its disk was wiped) is served, as Kafka's
+            # leader serves it, but its snapshot fetch is not the voter's contact.
+            state.record_contact(request.source, now_ms)
         try:
             chunk, size = self._snapshots.read_chunk(
                 request.snapshot_id,

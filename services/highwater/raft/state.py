@@ -535,7 +535,12 @@ class LeaderState(EpochState):
                 and now_ms - state.last_fetch_ms > OBSERVER_SESSION_TIMEOUT_MS
             ):
                 del self.observer_states[observer_id]
-        return tuple(self.observer_states[o].progress() for o in sorted(self.observer_states))
+        observers = dict(self.observer_states)
+        if self.local_id not in self.voter_states:
+            # A leader that removed itself leads on, no voter, until the change commits:
+            # it is listed as an observer, as Kafka's leader lists itself.
+            observers[self.local_id] = self.local_state
+        return tuple(observers[o].progress() for o in sorted(observers))
 
 
 class FollowerState(EpochState):

@@ -68,6 +68,11 @@ class LastVoterError(MembershipChangeError):
     """Removing the only voter would leave a quorum nobody can elect a leader in."""
 
 
+class NotAControllerError(MembershipChangeError):
+    """The node to add follows the quorum as an observer only (a broker or a coordinator):
+    it announces no controller endpoint (KIP-853 answers INVALID_REQUEST)."""
+
+
 class InvalidVoterError(MembershipChangeError):
     """A voter description that does not parse (id, endpoint or directory id)."""
 
@@ -275,6 +280,19 @@ def _check_can_change(view: LeaderView) -> None:
     if not view.committed_in_epoch:
         raise ChangeInProgressError(
             "the leader has not committed an offset in its epoch yet; retry shortly"
+        )
+
+
+def check_controller(node_id: int, announced: tuple[str, str] | None) -> None:
+    """Refuse to add ``node_id`` if what its fetches ``announced`` (directory id, endpoint)
+    names no endpoint: only a controller announces one, a broker's or a coordinator's
+    observer does not. A node that never fetched (``announced`` None) is left to
+    :func:`check_add_voter`, which finds it not caught up."""
+    if announced is not None and announced[0] and not announced[1]:
+        raise NotAControllerError(
+            f"node {node_id} is not a controller: it follows the metadata quorum as an "
+            "observer only (a broker or a coordinator) and announces no controller endpoint; "
+            "only a controller (highwater controller --bootstrap-controllers) can become a voter"
         )
 
 

@@ -363,11 +363,14 @@ class FetchSnapshotRequest(_message.Message):
     SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
     POSITION_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
+    REPLICA_DIRECTORY_ID_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     replica_id: _builtins.int
     current_leader_epoch: _builtins.int
     position: _builtins.int
     max_bytes: _builtins.int
+    replica_directory_id: _builtins.str
+    """a dynamic quorum's replica, as in RaftFetchRequest"""
     @_builtins.property
     def snapshot_id(self) -> Global___OffsetAndEpoch: ...
     def __init__(
@@ -379,10 +382,11 @@ class FetchSnapshotRequest(_message.Message):
         snapshot_id: Global___OffsetAndEpoch | None = ...,
         position: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
+        replica_directory_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["snapshot_id", b"snapshot_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "current_leader_epoch", b"current_leader_epoch", "max_bytes", b"max_bytes", "position", b"position", "replica_id", b"replica_id", "snapshot_id", b"snapshot_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "current_leader_epoch", b"current_leader_epoch", "max_bytes", b"max_bytes", "position", b"position", "replica_directory_id", b"replica_directory_id", "replica_id", b"replica_id", "snapshot_id", b"snapshot_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
