@@ -56,8 +56,11 @@ async def server(tmp_path: Path) -> AsyncIterator[EmbeddedServer]:
 class Member:
     """An AsyncConsumer in the group, polled in the background, with its callbacks' log."""
 
-    def __init__(self, address: str, name: str, **config: Any) -> None:
+    def __init__(
+        self, address: str, name: str, *, topics: Sequence[str] = (TOPIC,), **config: Any
+    ) -> None:
         self.name = name
+        self.topics = list(topics)
         self.consumer = AsyncConsumer(
             {
                 "bootstrap.servers": address,
@@ -72,6 +75,7 @@ class Member:
         self.assigned: list[set[tuple[str, int]]] = []
         self.revoked: list[set[tuple[str, int]]] = []
         self.records: list[tuple[int, int]] = []
+        self.partitions_read: set[tuple[str, int]] = set()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -81,7 +85,7 @@ class Member:
         def on_revoke(_c: AsyncConsumer, partitions: list[TopicPartition]) -> None:
             self.revoked.append({tp.key() for tp in partitions})
 
-        self.consumer.subscribe([TOPIC], on_assign=on_assign, on_revoke=on_revoke)
+        self.consumer.subscribe(self.topics, on_assign=on_assign, on_revoke=on_revoke)
         self._task = asyncio.create_task(self._poll())
 
     async def _poll(self) -> None:
@@ -89,6 +93,7 @@ class Member:
             message = await self.consumer.poll(0.1)
             if message is not None and message.error() is None:
                 self.records.append((message.partition(), message.offset()))
+                self.partitions_read.add((message.topic(), message.partition()))
 
     def owned(self) -> set[tuple[str, int]]:
         return {tp.key() for tp in self.consumer.assignment()}
@@ -512,3 +517,70 @@ async def test_a_group_whose_leader_could_not_read_the_partition_counts_still_co
     await eventually(lambda: len(set(a.records) | set(b.records)) == 60, "every record read")
     await a.close()
     await b.close()
+
+
+PAYMENTS = "payments"
+
+
+@pytest.mark.parametrize("leader", ["a", "b"])
+@pytest.mark.parametrize("payments_at_first", [0, 1])
+async def test_a_topic_only_another_member_subscribes_to_is_assigned_once_it_appears_or_grows(
+    server: EmbeddedServer, leader: str, payments_at_first: int
+) -> None:
+    """Kafka's leader watches every topic the group subscribes to, not only its own
+    (``groupSubscribe``), and rejoins when their partition counts differ from those it
+    assigned from: here a only subscribes to "orders", b also to "payments", which does not
+    exist yet (or has one partition) and appears (or grows to three) while the group runs.
+    Whoever leads, b consumes every partition of "payments" within a few
+    ``metadata.max.age.ms``. b checks its own topics only every five minutes (Kafka's
+    followers never do), so that it is the leader's watch that must see the change."""
+    config = {"partition.assignment.strategy": "range"}
+    a = Member(server.listen, "a", **config, **{"metadata.max.age.ms": 300})
+    b = Member(
+        server.listen,
+        "b",
+        topics=[TOPIC, PAYMENTS],
+        **config,
+        **{"metadata.max.age.ms": 300 if leader == "b" else 300_000},
+    )
+    try:
+        async with AdminClient(server.listen) as admin:
+            if payments_at_first:
+                await admin.create_topics([NewTopic(PAYMENTS, payments_at_first, 1)])
+            first, second = (a, b) if leader == "a" else (b, a)
+            first.start()  # the first member to join leads, and keeps leading
+            await eventually(lambda: len(first.owned()) >= PARTITIONS, "the leader's generation")
+            second.start()
+            await eventually(lambda: balanced_orders([a, b]), "a and b share the orders")
+            assert {tp for tp in b.owned() if tp[0] == PAYMENTS} == {
+                (PAYMENTS, p) for p in range(payments_at_first)
+            }
+            if payments_at_first:
+                await admin.create_partitions({PAYMENTS: 3})
+            else:
+                await admin.create_topics([NewTopic(PAYMENTS, 3, 1)])
+        async with AsyncProducer({"bootstrap.servers": server.listen}) as producer:
+            await asyncio.gather(
+                *(producer.produce(PAYMENTS, b"paid", partition=p) for p in range(3))
+            )
+        await eventually(
+            lambda: (
+                {tp for tp in b.owned() if tp[0] == PAYMENTS} == {(PAYMENTS, p) for p in range(3)}
+            ),
+            "b owns every partition of payments",
+        )
+        await eventually(
+            lambda: {(PAYMENTS, p) for p in range(3)} <= b.partitions_read,
+            "b reads every partition of payments",
+        )
+        assert not a.owned() & b.owned()
+    finally:
+        await a.close()
+        await b.close()
+
+
+def balanced_orders(members: list[Member]) -> bool:
+    owned = [{tp for tp in m.owned() if tp[0] == TOPIC} for m in members]
+    return sum(len(o) for o in owned) == PARTITIONS and all(
+        len(o) == PARTITIONS // len(members) for o in owned
+    )

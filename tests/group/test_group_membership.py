@@ -2,7 +2,8 @@
 keeps and what it gives up when the coordinator says the membership is gone
 (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID), as Kafka's
 ``AbstractCoordinator`` does, and when it joins again of its own accord (an assignment that
-does not match its subscription, a leader that assigned without the partition counts).
+does not match its subscription, a leader that assigned without the partition counts, a
+leader whose group's topics changed since it assigned).
 
 The coordinator is a gRPC server on loopback whose answers each test lists in advance, so
 that an answer the real coordinator gives only in a race (a SyncGroup of a generation that
@@ -19,7 +20,12 @@ import grpc.aio
 import pytest
 from highwater.errors import HighwaterError
 from highwater.group.assignors import assignor_for
-from highwater.group.membership import GroupError, GroupMembership, GroupSettings
+from highwater.group.membership import (
+    GroupError,
+    GroupMembership,
+    GroupSettings,
+    changed_topics,
+)
 from highwater.group.protocol import (
     Assignment,
     Subscription,
@@ -414,5 +420,84 @@ async def test_a_leader_that_could_not_read_the_partition_counts_rejoins_once_it
         scripted.syncs.append(synced(TP0))
         assert await member.join(["orders"]) is not None
         assert assigned_by(scripted.sync_requests[-1]) == {TP0, TP1}
+    finally:
+        await member.close()
+
+
+@pytest.mark.parametrize(
+    ("assigned_from", "counts", "changed"),
+    [
+        ({"orders": 2, "payments": 0}, {"orders": 2}, ()),
+        ({"orders": 2, "payments": 0}, {"orders": 2, "payments": 3}, ("payments",)),
+        ({"orders": 2, "payments": 1}, {"orders": 2, "payments": 3}, ("payments",)),
+        ({"orders": 2, "payments": 1}, {"orders": 2}, ("payments",)),
+        ({"orders": 2}, {"orders": 4, "refunds": 1}, ("orders",)),
+        ({}, {"orders": 2}, ()),
+    ],
+    ids=["unchanged", "created", "grown", "deleted", "only-the-snapshot's-topics", "none"],
+)
+def test_the_topics_whose_partition_counts_differ_from_the_assignment_snapshot(
+    assigned_from: dict[str, int], counts: dict[str, int], changed: tuple[str, ...]
+) -> None:
+    assert changed_topics(assigned_from, counts) == changed
+
+
+def led_with_payments(generation: int) -> pb.JoinGroupResponse:
+    """The leader's JoinGroup answer: it subscribes to "orders", m-2 to "orders" and
+    "payments" (which the cluster does not have)."""
+    answer = led(generation)
+    del answer.members[1:]
+    answer.members.add(
+        member_id="m-2",
+        metadata=encode_subscription(Subscription(topics=("orders", "payments"))),
+    )
+    return answer
+
+
+async def test_a_leader_watches_the_whole_groups_topics_and_rejoins_when_their_counts_change(
+    coordinator: tuple[ScriptedCoordinator, Cluster],
+) -> None:
+    # Kafka's leader adds the group's subscription to its metadata (groupSubscribe) and
+    # rejoins when it differs from the snapshot it assigned from: "payments", which only
+    # m-2 subscribes to, appearing must reach the group through the leader.
+    scripted, cluster = coordinator
+    member = membership(cluster)
+    try:
+        scripted.joins.append(led_with_payments(1))
+        scripted.syncs.append(synced(TP0))
+        assert await member.join(["orders"]) is not None
+        assert member.watched_topics() == ("orders", "payments")
+        member.metadata_seen({"orders": 2})
+        assert not member.rejoin_needed
+        member.metadata_seen({"orders": 2, "payments": 3})
+        assert member.rejoin_needed
+        # The next generation is led by another member: this one watches nothing more.
+        scripted.joins.append(joined(2))
+        scripted.syncs.append(synced(TP0))
+        assert await member.join(["orders"]) is not None
+        assert not member.rejoin_needed and member.watched_topics() == ()
+        member.metadata_seen({"orders": 4, "payments": 3})
+        assert not member.rejoin_needed
+    finally:
+        await member.close()
+
+
+async def test_a_returning_static_leader_that_skips_the_assignment_still_watches(
+    coordinator: tuple[ScriptedCoordinator, Cluster],
+) -> None:
+    # KIP-814: the coordinator tells a static leader that rejoins unchanged to keep the
+    # current assignment; as Kafka's onLeaderElected, it takes the snapshot all the same.
+    scripted, cluster = coordinator
+    member = membership(cluster, group_instance_id="pod-a")
+    try:
+        answer = led_with_payments(3)
+        answer.skip_assignment = True
+        scripted.joins.append(answer)
+        scripted.syncs.append(synced(TP0))
+        assert await member.join(["orders"]) is not None
+        assert list(scripted.sync_requests[-1].assignments) == []
+        assert member.watched_topics() == ("orders", "payments")
+        member.metadata_seen({"orders": 3})
+        assert member.rejoin_needed
     finally:
         await member.close()

@@ -18,10 +18,19 @@ joins; under the cooperative protocol it keeps its partitions and gives up only 
 new assignment moves elsewhere, then joins again at once so that they reach their new
 owners.
 
+The leader watches every topic the group subscribes to, its own and the other members'
+(Kafka's ``groupSubscribe``): it remembers the partition counts it assigned from (its
+*assignment snapshot*, :meth:`GroupMembership.watched_topics`), and when the counts seen
+later differ (:meth:`GroupMembership.metadata_seen`: a topic created, grown or deleted) it
+rejoins, so that the group is assigned from the new ones (Kafka's
+``ConsumerCoordinator.rejoinNeededOrPending``). The consumer reports the counts at each
+metadata check (``metadata.max.age.ms``); a member that no longer leads watches nothing.
+Without the leader's watch, partitions of a topic only other members subscribe to would
+never be assigned when that topic appears or grows: nobody who watches it would rejoin.
+
 A leader that cannot read the partition counts of the group's topics assigns none of their
-partitions and says so; its heartbeats read the counts again, and once they can it rejoins
-so that the group rebalances and the partitions are assigned (Kafka's leader does the same
-when the metadata differs from what it assigned from).
+partitions and says so: it assigned from no partitions at all, and its heartbeats read the
+counts again until they can, then compare them with that snapshot like any others.
 
 An assignment naming topics the member does not subscribe to (its subscription changed
 since the assignment was made, as when a static member restarts with another one) is not
@@ -74,6 +83,14 @@ from highwater.v1 import coordinator_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 log = logging.getLogger(__name__)
+
+
+def changed_topics(assigned_from: Mapping[str, int], counts: Mapping[str, int]) -> tuple[str, ...]:
+    """The topics of an assignment snapshot (``assigned_from``: topic -> the partition count
+    assigned from, 0 for a topic that did not exist) whose partition count differs in
+    ``counts`` (the topics that exist now): created, grown or deleted since. Kafka's
+    ``MetadataSnapshot.matches``, over partition counts."""
+    return tuple(sorted(t for t, n in assigned_from.items() if counts.get(t, 0) != n))
 
 
 class GroupCluster(Protocol):
@@ -183,11 +200,13 @@ class GroupMembership:
         self.lost = False
         """Set when the coordinator no longer counts this member in its generation: its
         partitions are lost (they may already be another member's), not revoked."""
-        self._counts_unread: tuple[str, ...] = ()
-        """The group's topics, when this member led the last assignment without their
-        partition counts (the read failed, so it assigned none of their partitions): the
-        heartbeats read them again, and once they can the member rejoins to assign them
-        (Kafka's leader rejoins when the metadata differs from its assignment snapshot)."""
+        self._assigned_from: dict[str, int] | None = None
+        """The assignment snapshot: when this member leads the generation, the partition
+        count it assigned from of every topic the group subscribes to (0: the topic did
+        not exist, or its count could not be read); None when it does not lead."""
+        self._assigned_blind = False
+        """The counts of the assignment snapshot could not be read: the heartbeats read
+        them again until they can (:meth:`_read_assigned_counts`)."""
         self._fatal: GroupError | None = None
         """An error the next :meth:`join` raises instead of joining (a fenced static member)."""
         self._coordinator: str | None = None
@@ -307,9 +326,9 @@ class GroupMembership:
             await self._handle_error("JoinGroup", error, joined.error_message)
             return None
         self.member_id = joined.member_id
-        self._counts_unread = ()
+        self._assigned_from, self._assigned_blind = None, False
         assignments: list[pb.SyncGroupAssignment] = []
-        if joined.leader == joined.member_id and not joined.skip_assignment:
+        if joined.leader == joined.member_id:
             assignments = await self._assign(joined)
         sync = pb.SyncGroupRequest(
             group_id=self.settings.group_id,
@@ -380,8 +399,9 @@ class GroupMembership:
         return encode_subscription(subscription)
 
     async def _assign(self, joined: pb.JoinGroupResponse) -> list[pb.SyncGroupAssignment]:
-        """The leader's step: run the chosen assignor over every member's subscription."""
-        assignor = next(a for a in self.assignors if a.name == joined.protocol_name)
+        """The leader's step: take the assignment snapshot of the group's topics and run the
+        chosen assignor over every member's subscription. A returning static leader told to
+        skip the assignment (KIP-814) only takes the snapshot: it watches all the same."""
         group = decode_group_subscription(
             GroupMember(
                 m.member_id,
@@ -407,7 +427,12 @@ class GroupMembership:
                 topics,
                 e,
             )
-            self._counts_unread = tuple(topics)
+            self._assigned_blind = True
+        partitions_per_topic = {t: partitions_per_topic.get(t, 0) for t in topics}
+        self._assigned_from = partitions_per_topic
+        if joined.skip_assignment:
+            return []
+        assignor = next(a for a in self.assignors if a.name == joined.protocol_name)
         result = assign_group(assignor, partitions_per_topic, group, self.protocol)
         return [
             pb.SyncGroupAssignment(member_id=member, assignment=encode_assignment(a))
@@ -456,8 +481,8 @@ class GroupMembership:
             await asyncio.sleep(interval)
             if self._joining or not self.is_member():
                 continue
-            if self._counts_unread:
-                await self._read_counts_unread()
+            if self._assigned_blind:
+                await self._read_assigned_counts()
             idle = time.monotonic() - self._last_poll
             if idle * 1000 > self.settings.max_poll_interval_ms:
                 log.warning(
@@ -508,24 +533,40 @@ class GroupMembership:
             elif reply.error in _COORDINATOR_ERRORS:
                 self._coordinator_unknown()
 
-    async def _read_counts_unread(self) -> None:
-        """Read the partition counts the last assignment went without; rejoin (this member
-        leads: its rejoin rebalances the group) once there are some to assign."""
-        topics, sent = self._counts_unread, (self.member_id, self.generation_id)
+    async def _read_assigned_counts(self) -> None:
+        """Read the partition counts the last assignment went without, and compare them
+        with the snapshot (:meth:`metadata_seen`) once they can be read."""
+        sent = (self.member_id, self.generation_id)
         try:
-            counts = await self.cluster.partition_counts(topics)
+            counts = await self.cluster.partition_counts(self.watched_topics())
         except HighwaterError as e:
             log.debug("group %s: partition counts still unreadable: %s", self.settings.group_id, e)
             return
         if self._joining or (self.member_id, self.generation_id) != sent:
             return  # a join since assigned from counts of its own
-        self._counts_unread = ()
-        if counts:
+        self._assigned_blind = False
+        self.metadata_seen(counts)
+
+    def watched_topics(self) -> tuple[str, ...]:
+        """The topics whose partition counts this member watches for the group: while it
+        leads the generation, every topic the group subscribes to (Kafka's
+        ``groupSubscribe``); none otherwise."""
+        return tuple(self._assigned_from or ())
+
+    def metadata_seen(self, counts: Mapping[str, int]) -> None:
+        """``counts``: the partition count of each of :meth:`watched_topics` that exists,
+        as read now. A leader whose assignment snapshot differs rejoins, so that the group
+        is assigned from these counts (Kafka's ``rejoinNeededOrPending``)."""
+        if self._assigned_from is None or self._joining or not self.is_member():
+            return
+        changed = changed_topics(self._assigned_from, counts)
+        if changed:
             log.info(
-                "group %s: the partition counts of %s can be read again; rejoining to assign "
-                "their partitions",
+                "group %s: the partition counts of %s differ from those generation %d was "
+                "assigned from; rejoining to assign them",
                 self.settings.group_id,
-                sorted(counts),
+                list(changed),
+                self.generation_id,
             )
             self._request_rejoin()
 

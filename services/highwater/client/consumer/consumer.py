@@ -1285,22 +1285,32 @@ class AsyncConsumer:
                 self._commit_in_background(self._positions(list(self._states)))
 
     async def _check_partition_counts(self) -> None:
-        """Rejoin when a subscribed topic appears or gains partitions (checked every
-        ``metadata.max.age.ms``), so that the leader assigns them."""
+        """The metadata check, every ``metadata.max.age.ms``: rejoin when a subscribed topic
+        appears or gains partitions, so that the leader assigns them; and, while this member
+        leads, when a topic of the group's subscription (other members' topics too) no
+        longer has the partition count the generation was assigned from
+        (:meth:`GroupMembership.metadata_seen`, Kafka's assignment snapshot)."""
         loop = asyncio.get_running_loop()
         if loop.time() < self._next_metadata_check or self._subscription is None:
             return
         self._next_metadata_check = loop.time() + self.config.metadata_max_age_ms / 1000
-        with contextlib.suppress(ClusterError):
-            await self.cluster.refresh(self._subscription)
-        counts = self._current_partition_counts()
         membership = self._membership
-        if counts != self._partition_counts and membership is not None and membership.is_member():
+        watched = membership.watched_topics() if membership is not None else ()
+        topics = tuple(dict.fromkeys((*self._subscription, *watched)))
+        with contextlib.suppress(ClusterError):
+            await self.cluster.refresh(topics)
+        if membership is None or not membership.is_member():
+            return
+        if self._current_partition_counts(self._subscription) != self._partition_counts:
             membership.rejoin_needed = True
+        membership.metadata_seen(
+            {t: n for t, n in self._current_partition_counts(watched).items() if n}
+        )
 
-    def _current_partition_counts(self) -> dict[str, int]:
+    def _current_partition_counts(self, topics: Sequence[str]) -> dict[str, int]:
+        """The cached partition count of each of ``topics`` (0: not known to exist)."""
         counts = {}
-        for topic in self._subscription or ():
+        for topic in topics:
             info = self.cluster.topic(topic)
             counts[topic] = 0 if info is None else info.num_partitions
         return counts
@@ -1316,7 +1326,7 @@ class AsyncConsumer:
             # Eager: on_revoke starts every rebalance of a member of a generation, even
             # one with nothing to give up (Kafka's ConsumerRebalanceListener).
             await self._invoke(self._on_revoke, ())
-        self._partition_counts = self._current_partition_counts()
+        self._partition_counts = self._current_partition_counts(topics)
         rebalance = await membership.join(topics)
         if rebalance is None:
             return  # the membership was lost while joining: the next round gives it up
@@ -1377,11 +1387,16 @@ class AsyncConsumer:
         self, membership: GroupMembership, partitions: Sequence[TopicPartitionKey]
     ) -> None:
         """Start on ``partitions``: at the group's committed offsets, else per
-        ``auto.offset.reset``."""
+        ``auto.offset.reset``. A partition the cached metadata does not know (its topic
+        appeared or grew since this consumer last looked) has its topic described afresh
+        before it is fetched, not taken for one that does not exist."""
         if not partitions:
             return
         committed = await membership.committed(partitions)
         for key in partitions:
+            info = self.cluster.topic(key[0])
+            if info is None or key[1] >= info.num_partitions:
+                self.cluster.invalidate(key[0])
             state = PartitionState(key[0], key[1], reset=self.config.auto_offset_reset)
             found = committed.get(key)
             if found is None:
