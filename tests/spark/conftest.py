@@ -30,9 +30,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
 
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("highwater-tests")
         .config("spark.ui.enabled", "false")
@@ -40,8 +41,22 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
+    # PySpark starts its JVM with a fork that runs Python before exec (a preexec_fn): in a
+    # process where other threads are inside gRPC calls (gRPC then skips its fork handlers)
+    # the JVM has once exited at start with nothing said, failing every Spark test of a
+    # full run. A second attempt starts it.
+    for attempt in range(1, 4):
+        try:
+            session = builder.getOrCreate()
+            break
+        except PySparkRuntimeError as e:
+            if e.getCondition() != "JAVA_GATEWAY_EXITED" or attempt == 3:
+                raise
+            print(
+                f"the Spark JVM exited at start (attempt {attempt}); starting it again",
+                file=sys.stderr,
+            )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
