@@ -20,11 +20,7 @@ from highwater.broker.forwarding import add_forwarding_servicer
 from highwater.broker.service import BROKER_SERVICE_NAME, BrokerServer, BrokerSettings
 from highwater.config.listeners import Listeners, resolve_listeners
 from highwater.controller_api.codec import CONTROLLER_HEALTH_ALIASES, CONTROLLER_SERVICE_NAME
-from highwater.metadata.observer import (
-    MetadataObserver,
-    QuorumUnreachableError,
-    discover_quorum,
-)
+from highwater.metadata.observer import MetadataObserver, discover_quorum_to_register
 from highwater.metadata.records import registered_endpoints
 from highwater.rpc.server import GrpcService
 
@@ -77,14 +73,11 @@ class StandaloneBroker:
         return self.observer.failure if self.observer is not None else None
 
     async def start(self) -> None:
-        timeout_ms = (self.settings or BrokerSettings()).initial_registration_timeout_ms
-        try:
-            quorum = await discover_quorum(self.controllers, timeout_ms / 1000)
-        except QuorumUnreachableError as e:
-            raise QuorumUnreachableError(
-                f"broker {self.node_id} could not register with the controllers in "
-                f"{timeout_ms} ms (initial.broker.registration.timeout.ms): {e}"
-            ) from e
+        quorum = await discover_quorum_to_register(
+            self.controllers,
+            f"broker {self.node_id}",
+            (self.settings or BrokerSettings()).initial_registration_timeout_ms,
+        )
         broker_service = GrpcService(
             BROKER_SERVICE_NAME, lambda server: self._require_broker().add_servicer(server)
         )

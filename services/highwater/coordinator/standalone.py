@@ -19,11 +19,7 @@ from highwater.coordinator.service import (
     CoordinatorServer,
     CoordinatorSettings,
 )
-from highwater.metadata.observer import (
-    MetadataObserver,
-    QuorumUnreachableError,
-    discover_quorum,
-)
+from highwater.metadata.observer import MetadataObserver, discover_quorum_to_register
 from highwater.metadata.records import registered_endpoints
 from highwater.rpc.server import GrpcService
 
@@ -60,14 +56,11 @@ class StandaloneCoordinator:
         return self.observer.failure if self.observer is not None else None
 
     async def start(self) -> None:
-        timeout_ms = (self.settings or CoordinatorSettings()).initial_registration_timeout_ms
-        try:
-            quorum = await discover_quorum(self.controllers, timeout_ms / 1000)
-        except QuorumUnreachableError as e:
-            raise QuorumUnreachableError(
-                f"coordinator {self.node_id} could not register with the controllers in "
-                f"{timeout_ms} ms (initial.broker.registration.timeout.ms): {e}"
-            ) from e
+        quorum = await discover_quorum_to_register(
+            self.controllers,
+            f"coordinator {self.node_id}",
+            (self.settings or CoordinatorSettings()).initial_registration_timeout_ms,
+        )
         if self.data_dir is None:
             self._temporary_dir = Path(
                 tempfile.mkdtemp(prefix=f"highwater-coordinator-{self.node_id}-")

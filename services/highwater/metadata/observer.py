@@ -48,6 +48,7 @@ __all__ = [
     "QuorumUnreachableError",
     "QuorumVoters",
     "discover_quorum",
+    "discover_quorum_to_register",
     "discover_voters",
 ]
 
@@ -107,6 +108,20 @@ async def discover_quorum(controllers: Sequence[str], timeout_s: float = 30) -> 
                 f"no controller named the quorum's voters ({'; '.join(problems[-3:])})"
             )
         await asyncio.sleep(0.2)
+
+
+async def discover_quorum_to_register(
+    controllers: Sequence[str], who: str, timeout_ms: int
+) -> DescribedQuorum:
+    """:func:`discover_quorum` for a starting broker or coordinator (``who``): tried for
+    its ``initial.broker.registration.timeout.ms``, the error naming that setting."""
+    try:
+        return await discover_quorum(controllers, timeout_ms / 1000)
+    except QuorumUnreachableError as e:
+        raise QuorumUnreachableError(
+            f"{who} could not register with the controllers in {timeout_ms} ms "
+            f"(initial.broker.registration.timeout.ms): {e}"
+        ) from e
 
 
 class MetadataObserver:
