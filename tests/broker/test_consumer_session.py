@@ -239,6 +239,27 @@ async def test_a_second_member_rebalances_and_a_dropped_one_gives_its_partitions
     await first.drop()
 
 
+async def test_a_subscribed_topic_that_appears_is_assigned_to_the_session(
+    cluster: TwoBrokers, broker: broker_pb2_grpc.BrokerStub
+) -> None:
+    """A session subscribed to a topic that does not exist yet gets its partitions once it
+    is created: the broker watches its image for the session as a Kafka consumer watches
+    the metadata, and the session rejoins."""
+    later = "sessions-later"
+    session = Session(broker)
+    await session.write(start("watching", topics=[TOPIC, later]))
+    first = (await session.next("assignment")).assignment
+    assert {p.topic for p in first.partitions} == {TOPIC}
+    await cluster.create_topic(later, 2)
+    while True:
+        event = (await session.next("assignment")).assignment
+        owned = {(p.topic, p.partition) for p in event.partitions}
+        if (later, 0) in owned:
+            break
+    assert owned == {(TOPIC, p) for p in range(PARTITIONS)} | {(later, 0), (later, 1)}
+    await session.drop()
+
+
 async def test_a_session_that_never_acknowledges_is_fed_no_more_than_its_credit(
     broker: broker_pb2_grpc.BrokerStub,
 ) -> None:

@@ -19,13 +19,17 @@ broker does what a Kafka consumer does for itself:
 - at-least-once: a commit commits acknowledged positions only; before partitions are
   revoked their acknowledged positions are committed (as Kafka's consumer commits before
   a revocation), lost partitions are dropped without a commit;
+- the metadata is watched as a Kafka consumer watches it, against this broker's own image
+  (every :data:`METADATA_CHECK_INTERVAL_S`): a subscribed topic that appears or gains
+  partitions makes the session rejoin, and while it leads, so does a change in any topic
+  of the group's subscription (the counts its assignment was made from);
 - the stream's end, clean or cut, ends the membership (LeaveGroup: the group rebalances
   at once, as for a member that crashed and was found out).
 
-Each session is three tasks (the stream, its reader, the driver of membership and
-fetches) plus the membership's heartbeats; all end with the stream, and the LeaveGroup
-that follows runs in a task :class:`ConsumerSessions` keeps until it is done, so that
-sessions opened and dropped by the thousand leave nothing behind.
+Each session is four tasks (the stream, its reader, the driver of membership and
+fetches, the metadata watch) plus the membership's heartbeats; all end with the stream,
+and the LeaveGroup that follows runs in a task :class:`ConsumerSessions` keeps until it
+is done, so that sessions opened and dropped by the thousand leave nothing behind.
 
 Authorization: :attr:`ConsumerSessions.authorizer` is asked before a session starts
 whether the caller may read the group and the topics (Kafka's READ on Group and on
@@ -297,6 +301,13 @@ def _start_message(start: _SessionStart) -> pb.SessionStart:
 _END: Final = object()
 
 
+METADATA_CHECK_INTERVAL_S: Final = 1.0
+"""How often a session compares its topics' partition counts in the broker's image with
+those its group was assigned from: the image is local, so a check is a few lookups, and a
+new partition is consumed within about a second (a Kafka consumer asks the cluster every
+``metadata.max.age.ms``)."""
+
+
 class _Session:
     """One consumer session (see the module docstring)."""
 
@@ -313,6 +324,9 @@ class _Session:
         self._leaders = sessions.leaders
         self.start = start
         self.state = SessionState(start.max_records, start.max_bytes)
+        self._cluster = sessions.cluster
+        self._joined_counts: Mapping[str, int] | None = None
+        """The subscribed topics' partition counts when the session last joined."""
         self.membership = GroupMembership(
             sessions.cluster,
             start.settings,
@@ -336,6 +350,8 @@ class _Session:
             asyncio.create_task(self._read(requests)),
             asyncio.create_task(self._drive()),
         ]
+        if self.start.topics:
+            self._tasks.append(asyncio.create_task(self._watch_metadata()))
         try:
             while (item := await self._out.get()) is not _END:
                 if isinstance(item, SessionEnded):
@@ -510,6 +526,7 @@ class _Session:
         if before:
             await self._revoke(before)
         self._wake.clear()
+        self._joined_counts = await self._cluster.partition_counts(self.start.topics)
         rebalance = await membership.join(self.start.topics)
         if rebalance is None:
             return  # the membership was lost while joining: the next round gives it up
@@ -520,6 +537,30 @@ class _Session:
         await self._start_positions(added)
         membership.assigned(added)
         self._send_assignment(())
+
+    async def _watch_metadata(self) -> None:
+        """Rejoin when a subscribed topic appeared or gained partitions since the last join,
+        so that the leader assigns them; while this session leads, let the membership compare
+        the whole group's topics with the counts the generation was assigned from
+        (:meth:`GroupMembership.metadata_seen`, Kafka's assignment snapshot)."""
+        membership = self.membership
+        while True:
+            await asyncio.sleep(METADATA_CHECK_INTERVAL_S)
+            if membership.rejoin_needed or not membership.is_member():
+                continue
+            counts = await self._cluster.partition_counts(self.start.topics)
+            if self._joined_counts is not None and counts != self._joined_counts:
+                log.info(
+                    "group %s: the partition counts of %s changed; rejoining",
+                    self.start.group_id,
+                    list(self.start.topics),
+                )
+                membership.rejoin_needed = True
+                self._interrupt()
+                continue
+            watched = membership.watched_topics()
+            if watched:
+                membership.metadata_seen(await self._cluster.partition_counts(watched))
 
     async def _revoke(self, partitions: Sequence[TopicPartitionKey]) -> None:
         with contextlib.suppress(HighwaterError):
