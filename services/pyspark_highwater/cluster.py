@@ -143,12 +143,11 @@ class ClusterOffsets:
         bound: OffsetBound,
         partitions: Iterable[TopicPartitionKey],
         *,
-        unnamed: int = EARLIEST,
         no_record: Literal["error", "latest"] = "latest",
     ) -> PartitionOffsets:
         """The concrete offsets ``bound`` means for ``partitions``. A per-partition bound
-        may hold -2 (earliest) and -1 (latest); partitions it does not name get ``unnamed``
-        (earliest for a start, latest for an end). A bound by time in a partition with no
+        names every partition read (the readers check it first) and may hold -2 (earliest)
+        and -1 (latest). A bound by time in a partition with no
         record at or after the time fails (``no_record="error"``, spark-sql-kafka's
         ``startingOffsetsByTimestampStrategy=error``) or means its latest offset."""
         wanted = list(partitions)
@@ -162,7 +161,7 @@ class ClusterOffsets:
             # every partition read is named (the readers check it first)
             times = {tp: bound.timestamps[tp] for tp in wanted if tp in bound.timestamps}
             return self._by_time(bound, times, no_record)
-        given = {tp: bound.offsets.get(tp, unnamed) for tp in wanted}
+        given = {tp: bound.offsets[tp] for tp in wanted}
         resolved = {tp: offset for tp, offset in given.items() if offset >= 0}
         resolved.update(self.latest([tp for tp, offset in given.items() if offset == LATEST]))
         resolved.update(self.earliest([tp for tp, offset in given.items() if offset == EARLIEST]))

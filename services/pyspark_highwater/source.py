@@ -155,11 +155,11 @@ def _check_sink(options: WriteOptions, schema: StructType) -> None:
 
 
 def _check_named_partitions(options: ReadOptions, partitions: Sequence[TopicPartitionKey]) -> None:
-    """Per-partition offsets or times may name only partitions that exist (spark-sql-kafka
-    refuses the others too): an offset for a partition the topic does not have is a mistake,
-    not something to leave out silently. Per-partition times must also name every partition
-    read, as spark-sql-kafka requires (``startingOffsets`` starts the partitions it does not
-    name at their earliest offsets, ``endingOffsets`` ends them at their latest)."""
+    """Per-partition offsets or times must name exactly the partitions the query reads, as
+    spark-sql-kafka requires ("you must specify all TopicPartitions"): an offset for a
+    partition the topic does not have is a mistake, and so is a partition left out, which
+    would otherwise be read from a place nobody chose (a partition added to the topic
+    after the JSON was written, say). -2 and -1 name the earliest and the latest offset."""
     for bound in (options.starting, options.ending):
         if bound is None or bound.kind not in ("offsets", "timestamps"):
             continue
@@ -172,11 +172,16 @@ def _check_named_partitions(options: ReadOptions, partitions: Sequence[TopicPart
                 f"has {count} partition(s))"
             )
         unnamed = missing_partitions(partitions, bound.named)
-        if bound.kind == "timestamps" and unnamed:
+        if unnamed:
             text = ", ".join(f"{t}-{p}" for t, p in unnamed)
+            if bound.kind == "timestamps":
+                raise HighwaterOptionError(
+                    f"{bound.option} gives no time for {text}: it must give one for every "
+                    "partition the query reads"
+                )
             raise HighwaterOptionError(
-                f"{bound.option} gives no time for {text}: it must give one for every "
-                "partition the query reads"
+                f"{bound.option} gives no offset for {text}: it must name every partition "
+                "the query reads (-2 for the earliest offset, -1 for the latest)"
             )
 
 
@@ -250,7 +255,7 @@ class BatchReader(DataSourceReader):
             start = cluster.resolve(
                 starting, partitions, no_record=options.starting_by_timestamp_strategy
             )
-            end = cluster.resolve(ending, partitions, unnamed=-1)
+            end = cluster.resolve(ending, partitions)
         _check_batch_order(starting, ending, start, end)
         start = _checked_start(options, start, earliest)
         for tp, offset in end.items():

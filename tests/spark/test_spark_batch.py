@@ -104,6 +104,20 @@ def test_offset_bounds_pattern_and_assign_choose_what_is_read(
         (r.partition, r.offset) for r in bounded.select("partition", "offset").collect()
     )
     assert offsets == [(0, o) for o in range(5, 15)] + [(1, o) for o in range(20)]
+    # as in spark-sql-kafka, per-partition offsets name every partition read
+    partial_start = reader(
+        spark, server, subscribe=first, startingOffsets=f'{{"{first}": {{"0": 5}}}}'
+    )
+    with pytest.raises(Exception, match=f"startingOffsets gives no offset for {first}-1"):
+        partial_start.collect()
+    partial_end = reader(
+        spark,
+        server,
+        subscribePattern=f"{prefix}-.*",
+        endingOffsets=f'{{"{first}": {{"0": 15, "1": -1}}}}',
+    )
+    with pytest.raises(Exception, match=f"endingOffsets gives no offset for {second}-0"):
+        partial_end.collect()
 
     assigned = reader(spark, server, assign=f'{{"{first}": [1]}}')
     assert {r.partition for r in assigned.select("partition").collect()} == {1}

@@ -341,3 +341,22 @@ def test_a_stream_starts_at_per_partition_times(
     )
     with pytest.raises(Exception, match=f"{topic}-0 has no record at or after timestamp 3500"):
         query.awaitTermination(60)
+
+
+def test_a_stream_refuses_starting_offsets_that_leave_a_partition_out(
+    spark: Any, server: ServerThread, tmp_path: Path
+) -> None:
+    """spark-sql-kafka's rule: a stream's per-partition ``startingOffsets`` names every
+    partition it reads; one left out fails the query as it starts, naming it."""
+    topic = unique_topic("stream-partial")
+    create_topic(server.address, topic, 2)
+    query = started(
+        lambda: (
+            stream(spark, server, topic, startingOffsets=f'{{"{topic}": {{"1": -2}}}}')
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .start()
+        )
+    )
+    with pytest.raises(Exception, match=f"startingOffsets gives no offset for {topic}-0"):
+        query.awaitTermination(60)
