@@ -11,6 +11,7 @@ after free.
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import struct
@@ -465,6 +466,36 @@ def test_slot_factories_make_what_the_class_makes() -> None:
             factory(Message, ("_key", "_value", "_headers", "_timestamp", "offset"), {})
     with pytest.raises(TypeError):
         MESSAGE_FACTORY(b"k")
+
+
+def test_messages_of_atomic_fields_are_left_out_of_the_cycle_collector() -> None:
+    """The compiled factory untracks a message whose slots can reach no other object (as
+    CPython does for tuples of such values): a consumer holding a fetched batch's
+    thousands of messages no longer makes every collection walk them. Any field that
+    could hold a cycle (a list of headers, a constant that is a container) keeps the
+    message tracked, and an untracked one is still freed when dropped."""
+    atomic = MESSAGE_FACTORY(b"k", b"v", (("h", b"x"), ("n", None)), 12, 34)
+    assert not gc.is_tracked(atomic)
+    assert not gc.is_tracked(MESSAGE_FACTORY(None, None, (), 0, 0))
+    for fields in (
+        (b"k", b"v", [("h", b"x")], 12, 34),  # a list: could come to hold anything
+        (b"k", b"v", (("h", []),), 12, 34),
+        (b"k", b"v", ((1, 2, 3),), 12, 34),
+        ([], b"v", (), 12, 34),
+    ):
+        assert gc.is_tracked(MESSAGE_FACTORY(*fields)), fields
+    holder = record.SlotFactory(Message, MESSAGE_FIELDS, {**MESSAGE_CONSTANTS, "_error": []})
+    assert gc.is_tracked(holder(b"k", b"v", (), 12, 34))
+    value = bytes(range(50))
+    before = sys.getrefcount(value)
+    made = MESSAGE_FACTORY(b"k", value, (), 12, 34)
+    assert not gc.is_tracked(made) and sys.getrefcount(value) == before + 1
+    del made  # freed by its reference count, as any message
+    assert sys.getrefcount(value) == before
+    # the pure reference makes ordinary (tracked) instances of the same fields
+    assert message_fields(atomic) == message_fields(
+        Message("t", 3, b"k", b"v", (("h", b"x"), ("n", None)), 12, 34, None, 1)
+    )
 
 
 # --- under the debug allocator ------------------------------------------------------------

@@ -109,7 +109,12 @@ def message_factory(topic: str, partition: int, timestamp_type: int) -> RecordFa
 
     With the compiled codec a :class:`~highwater.records.SlotFactory` fills the message's
     slots from C (what ``__init__`` sets, without the call: several times cheaper); the
-    pure-Python paths call the class.
+    pure-Python paths call the class. The compiled factory also leaves out of the cycle
+    collector a message whose fields are all atomic (bytes, str, int, None, and headers as
+    a tuple of such pairs), which can be in no reference cycle: a consumer holds each
+    fetched batch's messages while it hands them out, and walking thousands of them at
+    every collection had taken over 40 % of a consumer's CPU with 1 MB batches. Nothing
+    assigns a message's slots after it is made.
     """
     if IMPLEMENTATION == "compiled":
         constants = {
