@@ -497,5 +497,7 @@ def test_a_stream_starting_beyond_a_partition_s_latest_offset_is_refused(
         HighwaterOptionError, match=f"startingOffsets: {topic}-0 starts at 30, beyond its latest"
     ):
         beyond.initialOffset()
-    at_the_end = stream_reader(server, topic, startingOffsets=f'{{"{topic}": {{"0": 10}}}}')
+    at_the_end = stream_reader(
+        server, topic, startingOffsets=f'{{"{topic}": {{"0": 10, "1": -2}}}}'
+    )
     assert at_the_end.initialOffset() == {topic: {"0": 10, "1": 0}}
