@@ -297,15 +297,26 @@ async def test_commits_of_a_message_or_of_offsets_carry_the_leader_epoch_known(
     consumer.subscribe([TOPIC])
     try:
         last: dict[int, Message] = {}
+        first: dict[int, Message] = {}
         async with asyncio.timeout(30):
             while len(last) < PARTITIONS or any(m.offset() < 9 for m in last.values()):
                 message = await consumer.poll(0.5)
                 if message is not None:
                     assert message.error() is None, message.error()
                     last[message.partition()] = message
+                    first.setdefault(message.partition(), message)
         async with AdminClient(server.listen) as admin:
             described = (await admin.describe_topics([TOPIC]))[TOPIC].partitions
             epochs = {p.partition: p.leader_epoch for p in described}
+            # every message carries the epoch of its batch (confluent-kafka's leader_epoch())
+            assert {p: m.leader_epoch() for p, m in last.items()} == epochs
+            # a message that is not the last returned commits its own epoch too
+            await consumer.commit(message=first[2], asynchronous=False)
+            committed = await admin.list_consumer_group_offsets("epochs")
+            assert (committed[(TOPIC, 2)].offset, committed[(TOPIC, 2)].leader_epoch) == (
+                first[2].offset() + 1,
+                epochs[2],
+            )
             await consumer.commit(message=last[0], asynchronous=False)
             await consumer.commit(
                 offsets=[

@@ -39,6 +39,7 @@ batch_specs = st.lists(
         st.sampled_from([Compression.NONE, Compression.GZIP]),
         st.sampled_from(list(TimestampType)),
         st.integers(0, 3),  # an offset gap before the batch (a compacted log's)
+        st.integers(-1, 2),  # the partition leader epoch (-1: none)
     ),
     min_size=1,
     max_size=4,
@@ -57,6 +58,7 @@ def fields(message: Message) -> tuple[Any, ...]:
         message.timestamp(),
         message.error(),
         len(message),
+        message.leader_epoch(),
     )
 
 
@@ -64,13 +66,14 @@ def fetched(specs: list[Any]) -> tuple[bytes, int]:
     """The batches of ``specs`` as one fetched answer, and the offset after them."""
     data = b""
     offset = 0
-    for batch_records, compression, timestamp_type, gap in specs:
+    for batch_records, compression, timestamp_type, gap, epoch in specs:
         offset += gap
         data += build_batch(
             batch_records,
             base_offset=offset,
             compression=compression,
             timestamp_type=timestamp_type,
+            partition_leader_epoch=epoch,
         )
         offset += len(batch_records)
     return data, offset
@@ -92,8 +95,9 @@ def lazy(
     state = PartitionState("t", 3, position=position)
     state.buffer(position, data, True)
     columns = columns_type(include_headers=True)
-    state.take_columns(columns, 1 << 30)
-    view = MessageBatch("t", 3, finish_columns(columns))
+    epochs: list[tuple[int, int]] = []
+    state.take_columns(columns, 1 << 30, epochs)
+    view = MessageBatch("t", 3, finish_columns(columns), epochs=epochs)
     got = [fields(m) for m in view]
     assert [fields(view[i]) for i in range(len(view))] == got
     assert view.offsets() == [f[2] for f in got]
@@ -108,6 +112,15 @@ def test_message_batch_views_give_the_records_consume_gives(specs: list[Any], st
     data, end = fetched(specs)
     position = min(start, end)
     expected = eager(data, position)
+    # each message carries its batch's partition leader epoch (None where there is none)
+    epoch_at = {}
+    offset = 0
+    for batch_records, _, _, gap, epoch in specs:
+        offset += gap
+        for _ in batch_records:
+            epoch_at[offset] = None if epoch < 0 else epoch
+            offset += 1
+    assert [m[-1] for m in expected[0]] == [epoch_at[m[2]] for m in expected[0]]
     assert lazy(data, position, RecordColumns) == expected
     assert lazy(data, position, PureRecordColumns) == expected
 

@@ -14,7 +14,13 @@ from typing import Final
 from highwater.records import IMPLEMENTATION, SlotFactory
 from highwater.records.record import RecordFactory
 
-__all__ = ["TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME", "Message", "message_factory"]
+__all__ = [
+    "TIMESTAMP_CREATE_TIME",
+    "TIMESTAMP_LOG_APPEND_TIME",
+    "Message",
+    "message_factory",
+    "message_makers",
+]
 
 #: confluent-kafka's timestamp types, as :meth:`Message.timestamp` returns them.
 TIMESTAMP_CREATE_TIME: Final = 1
@@ -28,6 +34,7 @@ class Message:
         "_error",
         "_headers",
         "_key",
+        "_leader_epoch",
         "_offset",
         "_partition",
         "_timestamp",
@@ -47,6 +54,7 @@ class Message:
         offset: int = -1,
         error: BaseException | None = None,
         timestamp_type: int = TIMESTAMP_CREATE_TIME,
+        leader_epoch: int | None = None,
     ) -> None:
         """A message of ``topic``; ``partition`` -1 until one was chosen."""
         self._topic = topic
@@ -58,6 +66,7 @@ class Message:
         self._offset = offset
         self._error = error
         self._timestamp_type = timestamp_type
+        self._leader_epoch = leader_epoch
 
     def topic(self) -> str:
         """The topic the record was produced to."""
@@ -91,6 +100,13 @@ class Message:
         """The delivery error, or None."""
         return self._error
 
+    def leader_epoch(self) -> int | None:
+        """The partition leader epoch of the batch a consumed record came in (the epoch of
+        the leader that appended it), or None when not known (a produced record's delivery
+        report, an error): what ``commit(message=)`` sends with the offset, so that the
+        committed position can be validated against a later leader's log (KIP-320)."""
+        return self._leader_epoch
+
     def __len__(self) -> int:
         """The value's length in bytes (0 for a tombstone)."""
         return 0 if self._value is None else len(self._value)
@@ -103,9 +119,12 @@ class Message:
 _RECORD_SLOTS = ("_key", "_value", "_headers", "_timestamp", "_offset")
 
 
-def message_factory(topic: str, partition: int, timestamp_type: int) -> RecordFactory[Message]:
+def message_factory(
+    topic: str, partition: int, timestamp_type: int, leader_epoch: int | None = None
+) -> RecordFactory[Message]:
     """``make(key, value, headers, timestamp, offset)``: a :class:`Message` of the partition
-    (no error), as the consumer's decoder and the producer's delivery reports make them.
+    (no error), as the consumer's decoder and the producer's delivery reports make them;
+    ``leader_epoch`` is the batch's partition leader epoch (None, or below 0: not known).
 
     With the compiled codec a :class:`~highwater.records.SlotFactory` fills the message's
     slots from C (what ``__init__`` sets, without the call: several times cheaper); the
@@ -116,12 +135,28 @@ def message_factory(topic: str, partition: int, timestamp_type: int) -> RecordFa
     every collection had taken over 40 % of a consumer's CPU with 1 MB batches. Nothing
     assigns a message's slots after it is made.
     """
+    epoch = None if leader_epoch is None or leader_epoch < 0 else leader_epoch
     if IMPLEMENTATION == "compiled":
         constants = {
             "_topic": topic,
             "_partition": partition,
             "_error": None,
             "_timestamp_type": timestamp_type,
+            "_leader_epoch": epoch,
         }
         return SlotFactory(Message, _RECORD_SLOTS, constants)  # type: ignore[return-value]
-    return functools.partial(Message, topic, partition, timestamp_type=timestamp_type)
+    return functools.partial(
+        Message, topic, partition, timestamp_type=timestamp_type, leader_epoch=epoch
+    )
+
+
+def message_makers(
+    topic: str, partition: int, leader_epoch: int
+) -> tuple[RecordFactory[Message], RecordFactory[Message]]:
+    """The :func:`message_factory` of each timestamp type, indexed as
+    :class:`~highwater.records.TimestampType` (CREATE_TIME 0, LOG_APPEND_TIME 1), for the
+    records of batches of ``leader_epoch`` (below 0: not known)."""
+    return (
+        message_factory(topic, partition, TIMESTAMP_CREATE_TIME, leader_epoch),
+        message_factory(topic, partition, TIMESTAMP_LOG_APPEND_TIME, leader_epoch),
+    )

@@ -522,10 +522,15 @@ class AsyncConsumer:
             if state is None:
                 break
             columns = RecordColumns(include_headers=True)
-            state.take_columns(columns, limit - taken)
+            epochs: list[tuple[int, int]] = []
+            state.take_columns(columns, limit - taken, epochs)
             if len(columns):
                 taken += len(columns)
-                batches.append(MessageBatch(state.topic, state.partition, finish_columns(columns)))
+                batches.append(
+                    MessageBatch(
+                        state.topic, state.partition, finish_columns(columns), epochs=epochs
+                    )
+                )
             if not state.buffered():
                 self._finish_buffer(state)
         self._fetch_ahead()
@@ -1443,7 +1448,8 @@ class AsyncConsumer:
         if message is not None:
             key = (message.topic(), message.partition())
             offset = message.offset() + 1
-            to_commit = {key: (offset, self._epoch_before(key, offset))}
+            epoch = message.leader_epoch()
+            to_commit = {key: (offset, self._epoch_before(key, offset) if epoch is None else epoch)}
         elif offsets is not None:
             to_commit = {}
             for tp in offsets:

@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from highwater.client.message import (
-    TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     Message,
-    message_factory,
+    message_makers,
 )
 from highwater.errors import (
     CorruptRecordError,
@@ -158,13 +157,22 @@ class PartitionState:
 
     message_makers: tuple[RecordFactory[Message], RecordFactory[Message]] = field(init=False)
     """What makes a decoded record a message, by the batch's
-    :class:`~highwater.records.TimestampType`."""
+    :class:`~highwater.records.TimestampType`, for batches of :attr:`makers_epoch`."""
+    makers_epoch: int = field(init=False, default=-1)
+    """The partition leader epoch :attr:`message_makers` stamp on their messages."""
 
     def __post_init__(self) -> None:
-        self.message_makers = (  # by TimestampType: CREATE_TIME 0, LOG_APPEND_TIME 1
-            message_factory(self.topic, self.partition, TIMESTAMP_CREATE_TIME),
-            message_factory(self.topic, self.partition, TIMESTAMP_LOG_APPEND_TIME),
-        )
+        self.message_makers = message_makers(self.topic, self.partition, -1)
+
+    def makers_for(
+        self, leader_epoch: int
+    ) -> tuple[RecordFactory[Message], RecordFactory[Message]]:
+        """:attr:`message_makers` for a batch of ``leader_epoch`` (made again only when the
+        epoch changes, which a partition's batches seldom do)."""
+        if leader_epoch != self.makers_epoch:
+            self.message_makers = message_makers(self.topic, self.partition, leader_epoch)
+            self.makers_epoch = leader_epoch
+        return self.message_makers
 
     def clear_buffer(self) -> None:
         """Drop what was fetched and not returned yet."""
@@ -270,18 +278,27 @@ class PartitionState:
                 self.position_epoch = self.records_epoch
             self.taken = i + len(chunk)
 
-    def take_columns(self, columns: Any, limit: int) -> None:
+    def take_columns(
+        self, columns: Any, limit: int, epochs: list[tuple[int, int]] | None = None
+    ) -> None:
         """:meth:`take` into ``columns`` (a :data:`~highwater.records.columnar.RecordColumns`)
         until they hold ``limit`` records or the buffer is empty: each batch is decoded
         straight into them, whole (so up to a batch more than ``limit`` may come), with no
         message per record. Records already decoded as messages (by a :meth:`take` before),
         and the first batch of an answer when it starts below the position, go in one
-        record at a time."""
+        record at a time. ``epochs``, if given, gets ``(row, leader epoch)`` wherever the
+        partition leader epoch of the rows taken changes (the first row included)."""
         position = self.position
         assert position is not None
+
+        def rows_of_epoch(epoch: int) -> None:
+            if epochs is not None and (not epochs or epochs[-1][1] != epoch):
+                epochs.append((len(columns), epoch))
+
         while len(columns) < limit:
             records, i = self.records, self.taken
             if i < len(records):
+                rows_of_epoch(self.records_epoch)
                 while i < len(records) and len(columns) < limit:
                     message = records[i]
                     i += 1
@@ -308,6 +325,7 @@ class PartitionState:
                 self._decode_next_batch()
                 continue
             self.batches.popleft()
+            rows_of_epoch(batch.partition_leader_epoch)
             try:
                 batch.read_columns(columns)
             except CorruptRecordError as e:
@@ -332,7 +350,8 @@ class PartitionState:
         batch = self.batches.popleft()
         decoded: list[Message] = []
         try:
-            batch.read_records(decoded, self.message_makers[batch.timestamp_type])
+            makers = self.makers_for(batch.partition_leader_epoch)
+            batch.read_records(decoded, makers[batch.timestamp_type])
         except CorruptRecordError as e:
             self.batches.clear()
             self.fetched_end = -1

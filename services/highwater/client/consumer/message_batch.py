@@ -18,16 +18,12 @@ batch of no records whose :meth:`MessageBatch.error` is set, after the records b
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
-from highwater.client.message import (
-    TIMESTAMP_CREATE_TIME,
-    TIMESTAMP_LOG_APPEND_TIME,
-    Message,
-    message_factory,
-)
+from highwater.client.message import Message, message_makers
 from highwater.records.columnar import ColumnBuffers
 from highwater.records.implementation import codec
 from highwater.records.record import RecordFactory
@@ -86,6 +82,8 @@ class MessageBatch(Sequence[Message]):
     (see the module docstring)."""
 
     __slots__ = (
+        "_epoch_rows",
+        "_epochs",
         "_error",
         "_header_keys",
         "_header_offsets",
@@ -108,12 +106,18 @@ class MessageBatch(Sequence[Message]):
         columns: ColumnBuffers | None,
         error: BaseException | None = None,
         error_offset: int = -1,
+        *,
+        epochs: Sequence[tuple[int, int]] = (),
     ) -> None:
         """The records in ``columns`` (decoded with headers), or, with ``columns`` None, the
-        partition's ``error`` at ``error_offset`` (the position it was found at)."""
+        partition's ``error`` at ``error_offset`` (the position it was found at).
+        ``epochs``: ``(first row, partition leader epoch)`` of each run of rows that came
+        in batches of one epoch, in row order (none: the epochs are not known)."""
         self._topic = topic
         self._partition = partition
         self._error = error
+        self._epoch_rows = [row for row, _ in epochs]
+        self._epochs = [epoch for _, epoch in epochs]
         self.columns = columns
         """The records as Arrow buffers, as the decoder wrote them (None for an error)."""
         if columns is None:
@@ -129,9 +133,9 @@ class MessageBatch(Sequence[Message]):
         self._header_values = _Binary(
             columns.header_value_validity, columns.header_value_offsets, columns.header_value_data
         )
-        # What makes a row a message, made with the first message: a caller taking
-        # values() or the columns never pays for it.
-        self._makers: tuple[RecordFactory[Message], RecordFactory[Message]] | None = None
+        # What makes a row a message, by leader epoch, made with the first message of the
+        # epoch: a caller taking values() or the columns never pays for it.
+        self._makers: dict[int, tuple[RecordFactory[Message], RecordFactory[Message]]] = {}
 
     def topic(self) -> str:
         """The records' topic."""
@@ -180,13 +184,11 @@ class MessageBatch(Sequence[Message]):
         )
 
     def _message(self, row: int) -> Message:
-        makers = self._makers
+        run = bisect.bisect_right(self._epoch_rows, row) - 1
+        epoch = self._epochs[run] if run >= 0 else -1
+        makers = self._makers.get(epoch)
         if makers is None:
-            topic, partition = self._topic, self._partition
-            makers = self._makers = (
-                message_factory(topic, partition, TIMESTAMP_CREATE_TIME),
-                message_factory(topic, partition, TIMESTAMP_LOG_APPEND_TIME),
-            )
+            makers = self._makers[epoch] = message_makers(self._topic, self._partition, epoch)
         make = makers[self._timestamp_types[row]]
         return make(
             self._keys[row],
