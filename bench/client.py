@@ -163,9 +163,15 @@ async def client_rows(
             partial(consume_with_client, bootstrap, TOPIC, records, batches=True),
         ),
     ]
-    for label, run in rows:
-        if args.only and not any(part in label for part in args.only):
-            continue
+    selected = [
+        (label, run)
+        for label, run in rows
+        if not args.only or any(part in label for part in args.only)
+    ]
+    if selected and not any(label.startswith("produce") for label, _ in selected):
+        # the consumer rows read what the first producer row writes: written, not measured
+        await rows[0][1]()
+    for label, run in selected:
         await _measure(
             f"RF {replication}, {label}", run, records, args.trials, args.profile, others
         )
