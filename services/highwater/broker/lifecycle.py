@@ -151,6 +151,8 @@ class BrokerLifecycle:
                     request, timeout_s=max(deadline - time.monotonic(), 0.001)
                 )
             except ControllerUnavailableError as e:
+                if waited:  # refused as a duplicate before: the last try ran out of time
+                    raise self._session_not_expired(timeout_ms) from e
                 raise HighwaterError(
                     f"broker {self.node_id} could not register with the controllers in "
                     f"{timeout_ms} ms (initial.broker.registration.timeout.ms): {e}"
@@ -163,11 +165,7 @@ class BrokerLifecycle:
                     f"broker {self.node_id} could not register: {reply.error_message}"
                 )
             if time.monotonic() >= deadline:
-                raise HighwaterError(
-                    f"broker {self.node_id} could not register in {timeout_ms} ms "
-                    "(initial.broker.registration.timeout.ms): the previous incarnation's "
-                    "session has not expired"
-                )
+                raise self._session_not_expired(timeout_ms)
             if not waited:
                 log.info(
                     "broker %d: the previous incarnation's session has not expired yet; "
@@ -176,6 +174,15 @@ class BrokerLifecycle:
                 )
                 waited = True
             await asyncio.sleep(self.settings.registration_retry_backoff_ms / 1000)
+
+    def _session_not_expired(self, timeout_ms: int) -> HighwaterError:
+        """Why registration gave up after the controller refused it as a duplicate: named
+        even when the last try ran out of time instead of being refused again."""
+        return HighwaterError(
+            f"broker {self.node_id} could not register in {timeout_ms} ms "
+            "(initial.broker.registration.timeout.ms): the previous incarnation's "
+            "session has not expired"
+        )
 
     async def wait_unfenced(self, timeout_s: float = 30) -> None:
         async with asyncio.timeout(timeout_s):

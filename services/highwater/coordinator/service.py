@@ -230,6 +230,12 @@ class CoordinatorServer:
             listeners=self.listeners or (BrokerEndpoint(DEFAULT_LISTENER_NAME, host, port),),
             rack=self.settings.rack,
         )
+        session_not_expired = HighwaterError(
+            f"coordinator {self.node_id} could not register in {timeout_ms} ms "
+            "(initial.broker.registration.timeout.ms): the previous incarnation's "
+            "session has not expired"
+        )
+        refused = False
         while True:
             try:
                 reply = await self.controller.register_coordinator(
@@ -239,6 +245,8 @@ class CoordinatorServer:
             except ControllerUnavailableError as e:
                 if deadline is None:
                     raise
+                if refused:  # refused as a duplicate before: the last try ran out of time
+                    raise session_not_expired from e
                 raise HighwaterError(
                     f"coordinator {self.node_id} could not register with the controllers in "
                     f"{timeout_ms} ms (initial.broker.registration.timeout.ms): {e}"
@@ -253,11 +261,8 @@ class CoordinatorServer:
                     f"coordinator {self.node_id} could not register: {reply.error_message}"
                 )
             if deadline is not None and time.monotonic() >= deadline:
-                raise HighwaterError(
-                    f"coordinator {self.node_id} could not register in {timeout_ms} ms "
-                    "(initial.broker.registration.timeout.ms): the previous incarnation's "
-                    "session has not expired"
-                )
+                raise session_not_expired
+            refused = True
             await asyncio.sleep(self.settings.registration_retry_backoff_ms / 1000)
 
     async def _heartbeat_forever(self) -> None:
