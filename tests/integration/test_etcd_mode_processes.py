@@ -109,6 +109,13 @@ async def controller_claim(store: str) -> dict[str, int | str] | None:
     return json.loads(claim.value) if claim is not None else None
 
 
+async def active_claim(store: str) -> dict[str, int | str]:
+    """The ``controller`` key once a candidate has claimed it: a test that runs first on
+    freshly started brokers may ask before the election is over."""
+    claim: dict[str, int | str] = await wait_for(lambda: controller_claim(store))
+    return claim
+
+
 async def create(
     bootstrap_servers: str, name: str, timeout_s: float = 60, replication_factor: int = 3
 ) -> None:
@@ -188,8 +195,7 @@ async def test_data_flows_and_describe_names_the_controller_and_the_mode(
     assert state["controller_epoch"] >= 1
     await produce(bootstrap(brokers), "orders", [b"a", b"b", b"c"])
     assert await consume_all(bootstrap(brokers), "orders") == [b"a", b"b", b"c"]
-    claim = await controller_claim(store)
-    assert claim is not None
+    claim = await active_claim(store)
     output = await describe(brokers[0].address)
     assert f"ControllerId: {claim['broker_id']}" in output
     assert "MetadataMode: etcd" in output
@@ -201,8 +207,7 @@ async def test_the_liveness_stream_names_the_controller_and_fences_nothing(
     """Brokers open a BrokerLiveness stream to the controller in both modes; here the
     active candidate answers it and holds it open, the others name the active one, and a
     stream's end fences nothing (the lease is the broker's liveness)."""
-    claim = await controller_claim(store)
-    assert claim is not None
+    claim = await active_claim(store)
     request = controller_pb2.BrokerLivenessRequest(broker_id=7, broker_epoch=1)
     for broker in brokers:
         async with open_channel(broker.address) as channel:
@@ -282,8 +287,7 @@ async def test_the_usual_topics_produce_and_consume_commands_work_against_any_br
 async def test_a_deposed_controllers_push_is_refused_by_its_epoch(
     brokers: list[EtcdBrokerProcess], store: str
 ) -> None:
-    claim = await controller_claim(store)
-    assert claim is not None
+    claim = await active_claim(store)
     stale = broker_metadata_pb2.UpdateMetadataRequest(
         controller_id=99, controller_epoch=int(claim["epoch"]) - 1, offset=10**9, records=[]
     )
@@ -330,8 +334,7 @@ async def test_hand_edited_impossible_keys_are_refused_naming_the_key(
 async def test_with_etcd_stopped_brokers_serve_admin_calls_fail_clearly_and_all_recovers(
     brokers: list[EtcdBrokerProcess], store: str, etcd: EtcdServer
 ) -> None:
-    before = await controller_claim(store)
-    assert before is not None
+    before = await active_claim(store)
     controller = next(b for b in brokers if b.node_id == before["broker_id"])
     etcd.stop()
     try:
@@ -359,8 +362,7 @@ async def test_etcd_paused_past_the_session_ttl_makes_the_controller_step_down(
     keys = await read_prefix(store)
     leases = {k: v.lease for k, v in keys.items() if "/brokers/ids/" in k}
     assert len(leases) == 3
-    before = await controller_claim(store)
-    assert before is not None
+    before = await active_claim(store)
     old_controller = next(b for b in brokers if b.node_id == before["broker_id"])
     etcd.pause()
     try:
@@ -407,8 +409,7 @@ async def test_killing_the_controllers_broker_elects_another_with_a_higher_epoch
     async with AdminClient(bootstrap(brokers), request_timeout_s=60) as admin:
         for name in wide:  # one at a time: a request's topics are one transaction
             (await admin.create_topics([NewTopic(name, 100, 3)]))[name].raise_for_error()
-    before = await controller_claim(store)
-    assert before is not None
+    before = await active_claim(store)
     victim = next(b for b in brokers if b.node_id == before["broker_id"])
     victim.kill()
 
