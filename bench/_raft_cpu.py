@@ -413,6 +413,14 @@ def _first(events: list[Event], kind: str, after: int, until: int) -> int | None
     return None
 
 
+def _last(events: list[Event], kind: str, after: int, until: int) -> int | None:
+    found = None
+    for t, k, _ in events:
+        if after <= t <= until and k == kind:
+            found = t
+    return found
+
+
 def _first_follower(followers: list[list[Event]], after: int, until: int) -> dict[str, int] | None:
     """Of the followers that took a batch sent at ``after``, fsynced it and fetched again
     before ``until``, the first to fetch again (it makes the majority): the times of the
@@ -426,16 +434,22 @@ def _first_follower(followers: list[list[Event]], after: int, until: int) -> dic
         fetched = None if flushed is None else _first(events, "fetch_out", flushed, until)
         if fetched is not None and received is not None and started is not None:
             assert flushed is not None  # fetched is looked for only after it
-            ends.append((fetched, received, started, flushed))
+            read = _last(events, "records_read", after, received)
+            written = _first(events, "fetch_write", fetched, until)
+            ends.append((fetched, received, started, flushed, read, written))
     if not ends:
         return None
-    fetched, received, started, flushed = min(ends)
-    return {
+    fetched, received, started, flushed, read, written = min(ends)
+    steps = {} if read is None else {"follower: records read from gRPC": read}
+    steps |= {
         "follower: records in": received,
         "follower: fsync start": started,
         "follower: fsync end": flushed,
         "follower: next fetch out": fetched,
     }
+    if written is not None:
+        steps["follower: next fetch written to gRPC"] = written
+    return steps
 
 
 def _commit_steps(
@@ -458,14 +472,17 @@ def _commit_steps(
         return None
     if (t := take("leader: fsync start", leader, "fsync", appended)) is not None:
         take("leader: fsync end", leader, "fsynced", t)
-    if take("leader: records out", leader, "records_out", appended) is None:
+    if (out := take("leader: records out", leader, "records_out", appended)) is None:
         return None
+    take("leader: records yielded to gRPC", leader, "records_yield", out)
     first = _first_follower(followers, appended, answered)
     if first is None:
         return None
     steps |= first
     fetched = first["follower: next fetch out"]
-    if (t := take("leader: high watermark moves", leader, "high_watermark", fetched)) is None:
+    if (t := take("leader: fetch read from gRPC", leader, "fetch_read", fetched)) is None:
+        return None
+    if (t := take("leader: high watermark moves", leader, "high_watermark", t)) is None:
         return None
     if (t := take("leader: apply", leader, "apply", t)) is None:
         return None

@@ -20,7 +20,12 @@ the machine) while a window is open: SIGUSR1 opens one, SIGUSR2 writes what it s
 * ``high_watermark``: a step moved this replica's high watermark (VALUE: the new one);
 * ``apply``: the driver hands a committed batch to the state machine;
 * ``handoff``: a flush handed to the flusher thread (VALUE: the microseconds the loop
-  spent in the hand-off, waiting for the thread to start it).
+  spent in the hand-off, waiting for the thread to start it);
+* ``records_yield`` / ``records_read``: a fetch answer carrying records reaches the
+  leader's ``FetchStream`` handler, which yields it to gRPC / the fetching replica's
+  stream reader gets it from gRPC (VALUE: its bytes); ``fetch_write`` / ``fetch_read``: a
+  fetch is written to the fetcher's stream / the leader's handler reads it from gRPC
+  (VALUE: its offset). Between them is the message's time in gRPC and the kernel alone.
 
 ``bench._raft_cpu --timeline`` reads the windows back (:func:`read_window`). Wrapping
 costs a few microseconds per step: CPU figures come from runs without it.
@@ -76,6 +81,8 @@ def _writer_of(message: Any) -> int:
 
 def _instrument(recorder: _Recorder) -> None:
     from highwater.controller.service import ControllerServer
+    from highwater.internal.v1 import raft_pb2
+    from highwater.raft import transport
     from highwater.raft.driver import RaftServer
     from highwater.raft.log_flusher import LogFlusher
     from highwater.raft.messages import FetchRequest, FetchResponse
@@ -158,6 +165,37 @@ def _instrument(recorder: _Recorder) -> None:
 
         return handoff
 
+    def served(original: Callable[..., Any]) -> Any:
+        async def serve(self: Any, wire: Any, *args: Any, **kwargs: Any) -> Any:
+            fetch = isinstance(wire, raft_pb2.RaftFetchRequest)
+            if fetch:
+                note("fetch_read", wire.fetch_offset)
+            response = await original(self, wire, *args, **kwargs)
+            if fetch and response.records:
+                note("records_yield", len(response.records))
+            return response
+
+        return serve
+
+    def read(original: Callable[..., Any]) -> Any:
+        def response_from_proto(wire: Any, request: Any) -> Any:
+            if isinstance(wire, raft_pb2.RaftFetchResponse) and wire.records:
+                note("records_read", len(wire.records))
+            return original(wire, request)
+
+        return response_from_proto
+
+    def write(original: Callable[..., Any]) -> Any:
+        def to_proto(request: Any, identity: Any) -> Any:
+            if isinstance(request, FetchRequest):
+                note("fetch_write", request.fetch_offset)
+            return original(request, identity)
+
+        return to_proto
+
+    transport.response_from_proto = read(transport.response_from_proto)
+    transport._to_proto = write(transport._to_proto)
+    wrap(RaftServer, "serve", served)
     wrap(LogFlusher, "flush", handoff)
     wrap(ControllerServer, "serve", serve)
     wrap(RaftServer, "append", append)
