@@ -186,15 +186,15 @@ def _instrument(recorder: _Recorder) -> None:
         return response_from_proto
 
     def write(original: Callable[..., Any]) -> Any:
-        def to_proto(request: Any, identity: Any) -> Any:
+        def request_to_proto(request: Any) -> Any:
             if isinstance(request, FetchRequest):
                 note("fetch_write", request.fetch_offset)
-            return original(request, identity)
+            return original(request)
 
-        return to_proto
+        return request_to_proto
 
     transport.response_from_proto = read(transport.response_from_proto)
-    transport._to_proto = write(transport._to_proto)
+    transport.request_to_proto = write(transport.request_to_proto)
     wrap(RaftServer, "serve", served)
     wrap(LogFlusher, "flush", handoff)
     wrap(ControllerServer, "serve", serve)

@@ -118,8 +118,15 @@ def cluster(store: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cl
     }
     for process in etcd_brokers.values():
         process.start()
+
+    async def cluster_id_written() -> bool:
+        return f"{PREFIX}cluster_id" in await read_prefix(store)
+
     running = Cluster(root, store, etcd_brokers, kraft_brokers, controller)
     try:
+        # The etcd-mode cluster exists once its id is in etcd: a test that runs first
+        # (alone, say) must not find the store empty.
+        asyncio.run(wait_for(cluster_id_written, timeout_s=60))
         yield running
     finally:
         for broker in kraft_brokers.values():

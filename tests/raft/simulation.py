@@ -168,7 +168,12 @@ def fetch_request(
     max_wait_ms: int = 500,
     to: int = 1,
     directory: uuid.UUID | None = None,
+    endpoint: str | None = None,
 ) -> FetchRequest:
+    """A fetch; one with a ``directory`` (a dynamic quorum's) announces a controller
+    endpoint unless ``endpoint`` says otherwise (``""``: a broker's metadata replica)."""
+    if endpoint is None:
+        endpoint = "" if directory is None else f"node-{source}"
     return FetchRequest(
         source,
         to,
@@ -178,6 +183,7 @@ def fetch_request(
         position[1],
         max_wait_ms,
         replica_directory_id=directory,
+        replica_endpoint=endpoint,
     )
 
 
@@ -353,6 +359,11 @@ class Scenario:
     ``--bootstrap-controllers`` does (from a replica that answers) and, while the set
     still names its former incarnation, must neither vote nor be counted as it. Once the
     faults stop the operator removes the former incarnation's key."""
+    broker_observers: int = 0
+    """Metadata replicas of brokers (ids from 200, a dynamic quorum's): they fetch as
+    observers under a directory id and announce no controller endpoint, and the random
+    membership changes ask to add them too; the leader must refuse each
+    (``NotAControllerError``), and none may ever be in a voter set."""
 
     @classmethod
     def from_seed(cls, seed: int, **overrides: Any) -> Scenario:
@@ -379,7 +390,10 @@ class Scenario:
         )
         # Drawn last, so that the fields above stay what each seed always gave.
         wipes = rng.choice((0, 1, 2)) if scenario.membership_changes else 0
-        return cls(**{**scenario.__dict__, "wipes": wipes, **overrides})
+        brokers = rng.choice((0, 0, 1)) if scenario.membership_changes else 0
+        return cls(
+            **{**scenario.__dict__, "wipes": wipes, "broker_observers": brokers, **overrides}
+        )
 
 
 SIM_CONFIG = RaftConfig(
@@ -475,7 +489,11 @@ class Simulation:
         self.now_ms = 0
         self.voter_ids = frozenset(range(1, self.scenario.voters + 1))
         observer_ids = range(100, 100 + self.scenario.observers)
-        self.nodes = {i: SimNode(i) for i in (*sorted(self.voter_ids), *observer_ids)}
+        self.broker_ids = frozenset(range(200, 200 + self.scenario.broker_observers))
+        self.nodes = {
+            i: SimNode(i)
+            for i in (*sorted(self.voter_ids), *observer_ids, *sorted(self.broker_ids))
+        }
         self.directory_ids = {
             i: uuid.UUID(int=random.Random(f"directory-{seed}-{i}").getrandbits(128))
             for i in self.nodes
@@ -661,6 +679,8 @@ class Simulation:
             config=self.config,
             now_ms=self.now_ms,
             directory_id=self.directory_ids[node_id] if dynamic else None,
+            # A controller's fetches announce its endpoint; a broker's announce none.
+            endpoint=f"node-{node_id}" if dynamic and node_id not in self.broker_ids else "",
             snapshot_voters=(
                 (lambda snapshot_id: _snapshot_voters(sim_node, snapshot_id)) if dynamic else None
             ),
@@ -890,6 +910,8 @@ class Simulation:
             self.membership_refusals[type(refusal).__name__] += 1
             self._note(f"membership change refused: {refusal}")
             return
+        if add in self.broker_ids:
+            self._fail(f"leader {leader.node_id} added broker {add}'s metadata replica as a voter")
         self.membership_changes += 1
         self._note(
             f"leader {leader.node_id} appends voters {sorted(node.voter_set.ids)} at {appended}"
@@ -1179,6 +1201,11 @@ class Simulation:
     def _check_node(self, sim_node: SimNode) -> None:
         node = sim_node.node
         assert node is not None
+        if self.broker_ids & node.voter_set.ids:
+            self._fail(
+                f"node {sim_node.node_id}'s voter set {sorted(node.voter_set.ids)} names a "
+                "broker's metadata replica"
+            )
         if node.is_leader:
             epoch = node.epoch
             leader = self.leaders.setdefault(epoch, sim_node.node_id)

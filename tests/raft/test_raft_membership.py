@@ -18,6 +18,7 @@ from highwater.raft.voter_set import (
     ChangeInProgressError,
     DuplicateVoterError,
     LastVoterError,
+    NotAControllerError,
     NotCaughtUpError,
     Voter,
     VoterNotFoundError,
@@ -142,6 +143,25 @@ def test_add_voter_appends_a_record_counted_at_once() -> None:
     h.step(fetch_request(4, 1, (end + 1, 1), directory=DIRS[4]))
     assert h.node.high_watermark == end + 1
     assert h.ready().committed_voters == (end, voters(1, 2, 3, 4))
+
+
+def test_an_observer_that_announces_no_controller_endpoint_is_never_added() -> None:
+    """A broker's or a coordinator's metadata replica fetches under its directory id but
+    announces no controller endpoint: the leader refuses to add it, caught up or not, and
+    adds the same node once its fetches announce one (a controller started there)."""
+    h = dynamic_leader(1, 2, 3)
+    end = h.log.end_offset
+    h.step(fetch_request(4, 1, (end, 1), directory=DIRS[4], endpoint=""))
+    with pytest.raises(NotAControllerError, match="node 4 is not a controller") as info:
+        h.node.add_voter(voter(4), h.now_ms)
+    assert info.value.code == ErrorCode.INVALID_REQUEST
+    assert h.node.voter_set == voters(1, 2, 3)
+    assert h.log.end_offset == end  # nothing appended
+    described = {o.replica_id: o for o in h.node.describe().observers}
+    assert described[4].directory_id == DIRS[4] and described[4].endpoint == ""
+    h.step(fetch_request(4, 1, (end, 1), directory=DIRS[4], endpoint="h4:9093"))
+    assert h.node.add_voter(voter(4), h.now_ms).offset == end
+    assert h.node.voter_set == voters(1, 2, 3, 4)
 
 
 def test_each_refusal_is_typed() -> None:

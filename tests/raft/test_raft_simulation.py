@@ -140,6 +140,34 @@ def test_membership_changes_under_faults_keep_one_leader_per_epoch() -> None:
     assert refusals["NotCaughtUpError"] > 0
 
 
+def test_a_brokers_metadata_replica_is_never_added_as_a_voter() -> None:
+    """Brokers' metadata replicas fetch as observers under a directory id and announce no
+    controller endpoint. Random changes under loss, partitions and crashes ask to add them
+    too: every such request is refused as NOT a controller, while controllers' observers
+    are still added, and no voter set on any replica ever names a broker (checked after
+    every event)."""
+    refusals, changes = Counter[str](), 0
+    for seed in range(12):
+        simulation = Simulation(
+            seed, Scenario.from_seed(seed, membership_changes=6, broker_observers=2)
+        )
+        result = simulation.run()
+        refusals += result.membership_refusals
+        changes += result.membership_changes
+        for sim_node in simulation.nodes.values():
+            assert sim_node.node is not None
+            assert not sim_node.node.voter_set.ids & {200, 201}
+    assert refusals["NotAControllerError"] > 0
+    assert changes > 0
+    # A planned one, at a quiet moment: the broker has caught up, and is still refused.
+    simulation = Simulation(21, quiet(dynamic=True, broker_observers=1))
+    simulation.change_membership(800, add=200)
+    simulation.change_membership(900, add=100)
+    result = simulation.run()
+    assert result.membership_refusals == Counter({"NotAControllerError": 1})
+    assert simulation.nodes[1].node.voter_set.ids == {1, 2, 3, 100}  # type: ignore[union-attr]
+
+
 def test_a_voter_is_replaced_by_an_observer_while_proposals_commit() -> None:
     simulation = Simulation(21, quiet(dynamic=True, proposal_interval_ms=10))
     simulation.change_membership(400, remove=3)

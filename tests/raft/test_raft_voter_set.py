@@ -13,6 +13,7 @@ from highwater.raft.voter_set import (
     InvalidVoterError,
     LastVoterError,
     LeaderView,
+    NotAControllerError,
     NotCaughtUpError,
     Voter,
     VoterNotFoundError,
@@ -48,12 +49,15 @@ def view(voters: VoterSet | None = None, **overrides: object) -> LeaderView:
     return LeaderView(**fields)  # type: ignore[arg-type]
 
 
-def add(v: LeaderView, voter: Voter, caught_up_ms: int | None = 950) -> VoterSet:
+def add(
+    v: LeaderView, voter: Voter, caught_up_ms: int | None = 950, endpoint: str | None = None
+) -> VoterSet:
     return check_add_voter(
         v,
         voter,
         observer_caught_up_ms=caught_up_ms,
         observer_directory_id=voter.directory_id,
+        observer_endpoint=voter.endpoint if endpoint is None else endpoint,
         now_ms=1000,
         catch_up_ms=100,
     )
@@ -97,6 +101,28 @@ def test_add_refuses_an_observer_not_caught_up() -> None:
         with pytest.raises(NotCaughtUpError, match="not a caught-up observer") as info:
             add(view(), Voter(4, D4, "h4:9001"), caught_up_ms)
         assert info.value.code == ErrorCode.REQUEST_TIMED_OUT
+
+
+def test_add_refuses_an_observer_that_announces_no_controller_endpoint() -> None:
+    # A broker's or a coordinator's metadata replica fetches with a directory id and no
+    # endpoint: caught up or not, whatever endpoint the request names, it is refused.
+    new = Voter(4, D4, "h4:9001")
+    for caught_up_ms in (950, None):
+        with pytest.raises(NotAControllerError, match="node 4 is not a controller"):
+            add(view(), new, caught_up_ms=caught_up_ms, endpoint="")
+    assert NotAControllerError.code == ErrorCode.INVALID_REQUEST
+    # Never heard from (no endpoint known either way): the caught-up rule refuses it.
+    with pytest.raises(NotCaughtUpError):
+        check_add_voter(
+            view(),
+            new,
+            observer_caught_up_ms=None,
+            observer_directory_id=None,
+            observer_endpoint=None,
+            now_ms=1000,
+            catch_up_ms=100,
+        )
+    assert 4 in add(view(), new, endpoint="h4:9001").ids
 
 
 def test_a_second_change_while_one_is_uncommitted_is_refused() -> None:

@@ -147,6 +147,7 @@ def request_to_proto(request: RaftRequest) -> ProtoRequest:
                     if request.replica_directory_id is None
                     else str(request.replica_directory_id)
                 ),
+                replica_endpoint=request.replica_endpoint,
             )
         case FetchSnapshotRequest():
             return pb.FetchSnapshotRequest(
@@ -205,6 +206,7 @@ def request_from_proto(request: ProtoRequest, *, destination: int) -> RaftReques
                 max_wait_ms=request.max_wait_ms,
                 max_bytes=request.max_bytes,
                 replica_directory_id=_directory_id(request.replica_directory_id),
+                replica_endpoint=request.replica_endpoint,
             )
         case pb.FetchSnapshotRequest():
             return FetchSnapshotRequest(
@@ -350,6 +352,8 @@ def _replica_to_proto(replica: ReplicaProgress) -> pb.ReplicaState:
         log_end_offset=replica.log_end_offset,
         last_fetch_timestamp=replica.last_fetch_ms,
         last_caught_up_timestamp=replica.last_caught_up_ms,
+        replica_directory_id="" if replica.directory_id is None else str(replica.directory_id),
+        endpoint=replica.endpoint,
     )
 
 
@@ -359,6 +363,8 @@ def _replica_from_proto(replica: pb.ReplicaState) -> ReplicaProgress:
         log_end_offset=replica.log_end_offset,
         last_fetch_ms=replica.last_fetch_timestamp,
         last_caught_up_ms=replica.last_caught_up_timestamp,
+        directory_id=_directory_id(replica.replica_directory_id),
+        endpoint=replica.endpoint,
     )
 
 

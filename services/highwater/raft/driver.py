@@ -130,7 +130,6 @@ from highwater.raft.voter_set import (
     MembershipChangeError,
     Voter,
     VoterSet,
-    check_controller,
     load_or_create_directory_id,
 )
 from highwater.records import RecordBatch, iter_batches
@@ -338,8 +337,6 @@ class RaftServer:
         self._state_file = QuorumStateFile(self.layout.quorum_state_path)
         self._voters_file = CommittedVotersFile(self.layout.committed_voters_path)
         self._voters_entry: VotersEntry | None = None
-        # What fetching replicas said they are: id -> (directory id, endpoint).
-        self._replica_keys: dict[int, tuple[str, str]] = {}
         raft = GrpcService(
             RAFT_SERVICE_NAME,
             lambda server: raft_pb2_grpc.add_RaftServicer_to_server(
@@ -538,6 +535,10 @@ class RaftServer:
             # A snapshot, if there is one, is loaded by the first Ready (load_snapshot).
             self._applied_offset = self._high_watermark = raft_log.start_offset
             await self._start_grpc()
+            if self.directory_id is not None and self.is_controller:
+                # Known once the server is bound (``listen`` may say port 0): the fetches
+                # announce it, and only a replica that does may be added as a voter.
+                self._node.endpoint = self.endpoint
         except BaseException:
             await asyncio.to_thread(raft_log.close)
             snapshots.close()
@@ -549,11 +550,6 @@ class RaftServer:
             max_message_bytes=self.settings.max_message_bytes,
             on_response=self._on_response,
             on_unreachable=self._on_unreachable,
-            fetch_identity=(
-                None
-                if self.directory_id is None
-                else (str(self.directory_id), self.endpoint if self.is_controller else "")
-            ),
         )
         self._driver = asyncio.create_task(self._drive(), name=f"raft-driver-{self.node_id}")
         if self.is_dynamic and self.is_controller:
@@ -591,16 +587,10 @@ class RaftServer:
     async def add_voter(self, voter: Voter) -> int:
         """AddRaftVoter: make the caught-up observer ``voter`` a voter; the offset of the
         ``voters`` record once committed. Raises :class:`NotLeaderError` or the core's
-        :class:`~highwater.raft.voter_set.MembershipChangeError`.
-
-        Only a controller can be added: an observer whose fetches announce a directory id
-        but no endpoint is a broker's or a coordinator's metadata replica, which would
-        lead the quorum with no controller behind it. Kafka's leader refuses a voter
-        without a controller listener with INVALID_REQUEST, and so does this one
-        (:class:`~highwater.raft.voter_set.NotAControllerError`), whatever endpoint the
-        request names."""
+        :class:`~highwater.raft.voter_set.MembershipChangeError` (among them
+        :class:`~highwater.raft.voter_set.NotAControllerError` for a broker's or a
+        coordinator's metadata replica, which announces no controller endpoint)."""
         node = self._require_leading()
-        check_controller(voter.node_id, self._replica_keys.get(voter.node_id))
         return await self._committed(node.add_voter(voter, self._clock()))
 
     async def remove_voter(self, node_id: int, directory_id: uuid.UUID | None) -> int:
@@ -616,10 +606,6 @@ class RaftServer:
     def voter_set(self) -> VoterSet:
         """The voter set in use (a static quorum's as ids with nil directory ids)."""
         return self._require_node().voter_set
-
-    def replica_key(self, node_id: int) -> tuple[str, str] | None:
-        """The directory id and endpoint a fetching replica announced, if it did."""
-        return self._replica_keys.get(node_id)
 
     def _require_leading(self) -> RaftNode:
         node = self._require_node()
@@ -1068,10 +1054,6 @@ class RaftServer:
                     f"{wire.replica_directory_id}: remove that voter first "
                     "(highwater quorum remove-controller --directory-id)",
                 )
-            self._replica_keys[wire.replica_id] = (
-                wire.replica_directory_id,
-                wire.replica_endpoint,
-            )
         future = self._inbound.expect(request)
         timer = None
         if timed:
@@ -1123,13 +1105,13 @@ class RaftServer:
             replica.replica_directory_id = directory_ids.get(replica.replica_id, "")
             replica.endpoint = self.voters.get(replica.replica_id, "")
         for replica in response.observers:
-            key = (
-                (str(self.directory_id), self.endpoint)
-                if replica.replica_id == self.node_id and self.directory_id is not None
-                else self._replica_keys.get(replica.replica_id)
-            )
-            if key is not None:
-                replica.replica_directory_id, replica.endpoint = key
+            if replica.replica_id == self.node_id and self.directory_id is not None:
+                # A leader that removed itself, listed as an observer (its own progress
+                # carries no fetch's key).
+                replica.replica_directory_id, replica.endpoint = (
+                    str(self.directory_id),
+                    self.endpoint,
+                )
         return response
 
     def _on_response(self, response: RaftResponse) -> None:

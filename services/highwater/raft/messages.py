@@ -99,6 +99,10 @@ class FetchRequest:
     """The fetching replica's directory id (KIP-853's replica key with ``source``); None in
     a static quorum. The leader counts a fetch as a voter's only from the incarnation the
     voter set names, and adds an observer as a voter only under the id it fetches with."""
+    replica_endpoint: str = ""
+    """The controller endpoint the fetching replica announces in a dynamic quorum: a
+    controller's listener; empty for a broker's or a coordinator's metadata replica (and in
+    a static quorum). The leader adds as a voter only an observer that announced one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +160,10 @@ class ReplicaProgress:
     log_end_offset: int = -1
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
+    directory_id: uuid.UUID | None = None
+    """The directory id its fetches carry (None: a static quorum's, or not heard from)."""
+    endpoint: str = ""
+    """The controller endpoint its fetches announce (empty: none)."""
 
 
 @dataclass(frozen=True, slots=True)

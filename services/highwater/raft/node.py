@@ -256,7 +256,10 @@ class RaftNode:
     the first :class:`Ready` (``load_snapshot``): the state machine starts from it.
     ``directory_id`` is this replica's incarnation in a dynamic quorum: while the set
     lists its node id with another directory id (the voter it was before its disk was
-    wiped), it is no voter, grants no votes and campaigns not.
+    wiped), it is no voter, grants no votes and campaigns not. ``endpoint`` is the
+    controller endpoint its fetches announce in a dynamic quorum: a controller's listener,
+    empty for a broker's or a coordinator's metadata replica, which a leader never adds as
+    a voter.
     ``snapshot_voters`` reads the voter set a snapshot carries (offset of its record, set),
     if it carries one: a replica that installs the leader's snapshot takes that set.
     """
@@ -276,11 +279,13 @@ class RaftNode:
         now_ms: int = 0,
         snapshot_voters: Callable[[OffsetAndEpoch], tuple[int, VoterSet] | None] | None = None,
         directory_id: uuid.UUID | None = None,
+        endpoint: str = "",
     ) -> None:
         if not voters:
             raise ValueError("a quorum needs at least one voter")
         self.node_id = node_id
         self.directory_id = directory_id
+        self.endpoint = endpoint
         self.is_static = not isinstance(voters, VoterSet)
         bootstrap = (
             voters
@@ -525,9 +530,11 @@ class RaftNode:
         """AddRaftVoter: append a ``voters`` record with ``voter`` added; its id.
 
         The node must be an observer caught up with this leader (it fetched up to the log
-        end within ``voter_catch_up_ms``). The change is committed once the high watermark
-        passes the returned offset; until then another change is refused. Raises
-        :class:`NotLeaderError` or a :class:`MembershipChangeError` naming the refusal.
+        end within ``voter_catch_up_ms``) whose fetches announce a controller endpoint (a
+        broker's or a coordinator's metadata replica announces none). The change is
+        committed once the high watermark passes the returned offset; until then another
+        change is refused. Raises :class:`NotLeaderError` or a
+        :class:`MembershipChangeError` naming the refusal.
         """
         now_ms = self._advance(now_ms)
         state, view = self._membership_view()
@@ -537,6 +544,7 @@ class RaftNode:
             voter,
             observer_caught_up_ms=None if observer is None else observer.last_caught_up_ms,
             observer_directory_id=None if observer is None else observer.directory_id,
+            observer_endpoint=None if observer is None else observer.endpoint,
             now_ms=now_ms,
             catch_up_ms=self.config.voter_catch_up_ms,
         )
@@ -1371,6 +1379,7 @@ class RaftNode:
             log.end_offset,
             now_ms,
             directory_id=request.replica_directory_id,
+            endpoint=request.replica_endpoint,
         ):
             self._on_leader_high_watermark(state, now_ms, skip=request.source)
         park_ms = 0
@@ -1527,6 +1536,7 @@ class RaftNode:
             max_wait_ms=self.config.fetch_max_wait_ms,
             max_bytes=self.config.fetch_max_bytes,
             replica_directory_id=None if self.is_static else self.directory_id,
+            replica_endpoint="" if self.is_static else self.endpoint,
         )
 
     def _handle_fetch_response(self, response: FetchResponse, now_ms: int) -> None:

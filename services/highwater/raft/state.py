@@ -176,6 +176,9 @@ class ReplicaState:
     # The directory id its fetches carry (KIP-853's replica key with the id; None: static,
     # or not heard from yet).
     directory_id: uuid.UUID | None = None
+    # The controller endpoint its fetches announce (empty: none, a broker's or a
+    # coordinator's metadata replica; only an observer that announced one may be added).
+    endpoint: str = ""
     end_offset: int | None = None
     last_fetch_ms: int | None = None
     last_caught_up_ms: int | None = None
@@ -191,6 +194,8 @@ class ReplicaState:
             log_end_offset=-1 if self.end_offset is None else self.end_offset,
             last_fetch_ms=-1 if self.last_fetch_ms is None else self.last_fetch_ms,
             last_caught_up_ms=-1 if self.last_caught_up_ms is None else self.last_caught_up_ms,
+            directory_id=self.directory_id,
+            endpoint=self.endpoint,
         )
 
 
@@ -451,12 +456,14 @@ class LeaderState(EpochState):
         now_ms: int,
         *,
         directory_id: uuid.UUID | None = None,
+        endpoint: str = "",
     ) -> bool:
         """A replica fetched from ``fetch_offset``; True if the high watermark moved.
 
         An observer that fetches under another ``directory_id`` than before is another
         incarnation (its disk was wiped): its progress starts anew, as Kafka keys
-        observers by id and directory id.
+        observers by id and directory id. ``endpoint``: the controller endpoint the fetch
+        announced (empty: none).
         """
         is_voter = replica_id in self.voters
         if is_voter:
@@ -469,6 +476,7 @@ class LeaderState(EpochState):
                 known = self.observer_states[replica_id] = ReplicaState(replica_id)
             replica = known
         replica.directory_id = directory_id
+        replica.endpoint = endpoint
         if fetch_offset >= leader_end_offset:
             replica.last_caught_up_ms = now_ms
         elif (

@@ -124,12 +124,8 @@ class Transport:
         max_message_bytes: int,
         on_response: Callable[[RaftResponse], None],
         on_unreachable: Callable[[int], None],
-        fetch_identity: tuple[str, str] | None = None,
     ) -> None:
-        """``fetch_identity``: the directory id and endpoint a dynamic quorum's replica
-        puts in its fetches (so the leader knows what to add as a voter)."""
         self._peers = dict(peers)
-        self._fetch_identity = fetch_identity
         self._on_unreachable = on_unreachable
         self._timeout_s = timeout_ms / 1000
         self._max_message_bytes = max_message_bytes
@@ -167,7 +163,6 @@ class Transport:
                     timeout_s=self._timeout_s,
                     on_response=self._on_response,
                     on_unreachable=self._on_unreachable,
-                    fetch_identity=self._fetch_identity,
                 )
             stream.send(request)
             return
@@ -187,7 +182,7 @@ class Transport:
         return stub
 
     async def _call(self, stub: raft_pb2_grpc.RaftStub, request: RaftRequest) -> None:
-        wire = _to_proto(request, self._fetch_identity)
+        wire = request_to_proto(request)
         method: Any
         match request:
             case VoteRequest():
@@ -254,10 +249,8 @@ class _PeerFetchStream:
         timeout_s: float,
         on_response: Callable[[RaftResponse], None],
         on_unreachable: Callable[[int], None],
-        fetch_identity: tuple[str, str] | None = None,
     ) -> None:
         self._stub = stub
-        self._fetch_identity = fetch_identity
         self._timeout_s = timeout_s
         self._on_response = on_response
         self._on_unreachable = on_unreachable
@@ -289,7 +282,7 @@ class _PeerFetchStream:
                     if timer is not None:
                         timer.cancel()  # a shorter max_wait_ms than a waiting long poll's
                     self._deadline_timer = loop.call_at(deadline, self._check_answered, call)
-                await call.write(_to_proto(request, self._fetch_identity))
+                await call.write(request_to_proto(request))
         except (grpc.aio.AioRpcError, grpc.aio.UsageError) as e:
             self._break(call, e)
 
@@ -345,13 +338,6 @@ class _PeerFetchStream:
     def close(self) -> None:
         if self._call is not None:
             self._break(self._call, None)
-
-
-def _to_proto(request: RaftRequest, fetch_identity: tuple[str, str] | None) -> ProtoRequest:
-    wire = request_to_proto(request)
-    if fetch_identity is not None and isinstance(wire, raft_pb2.RaftFetchRequest):
-        wire.replica_directory_id, wire.replica_endpoint = fetch_identity
-    return wire
 
 
 # --- the gRPC service ---------------------------------------------------------------------

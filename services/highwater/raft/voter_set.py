@@ -283,25 +283,13 @@ def _check_can_change(view: LeaderView) -> None:
         )
 
 
-def check_controller(node_id: int, announced: tuple[str, str] | None) -> None:
-    """Refuse to add ``node_id`` if what its fetches ``announced`` (directory id, endpoint)
-    names no endpoint: only a controller announces one, a broker's or a coordinator's
-    observer does not. A node that never fetched (``announced`` None) is left to
-    :func:`check_add_voter`, which finds it not caught up."""
-    if announced is not None and announced[0] and not announced[1]:
-        raise NotAControllerError(
-            f"node {node_id} is not a controller: it follows the metadata quorum as an "
-            "observer only (a broker or a coordinator) and announces no controller endpoint; "
-            "only a controller (highwater controller --bootstrap-controllers) can become a voter"
-        )
-
-
 def check_add_voter(
     view: LeaderView,
     voter: Voter,
     *,
     observer_caught_up_ms: int | None,
     observer_directory_id: uuid.UUID | None,
+    observer_endpoint: str | None,
     now_ms: int,
     catch_up_ms: int,
 ) -> VoterSet:
@@ -313,6 +301,13 @@ def check_add_voter(
     a replica by id and directory id, so a voter added under another one would be no
     replica at all, and the node itself a stale incarnation of it). Its id must not be a
     voter (a reused id with a new directory id is refused until the old voter is removed).
+
+    Only a controller can be added: an observer whose fetches carry a directory id but
+    announce no controller endpoint (``observer_endpoint`` empty; None: never heard from)
+    is a broker's or a coordinator's metadata replica, which would lead the quorum with no
+    controller behind it. Kafka's leader refuses a voter without a controller listener
+    with INVALID_REQUEST, and so does this one (:class:`NotAControllerError`), whatever
+    endpoint the request names.
     """
     _check_can_change(view)
     existing = view.voters.get(voter.node_id)
@@ -324,6 +319,12 @@ def check_add_voter(
                 "first"
             )
         raise DuplicateVoterError(f"node {voter.node_id} is already a voter")
+    if observer_directory_id is not None and observer_endpoint == "":
+        raise NotAControllerError(
+            f"node {voter.node_id} is not a controller: it follows the metadata quorum as an "
+            "observer only (a broker or a coordinator) and announces no controller endpoint; "
+            "only a controller (highwater controller --bootstrap-controllers) can become a voter"
+        )
     if observer_caught_up_ms is None or now_ms - observer_caught_up_ms > catch_up_ms:
         have = (
             "it never reached the leader's log end"
