@@ -27,7 +27,10 @@ After every event it checks:
   log when acknowledged, and the core's offsets equal the log's whenever no write is in
   flight (so a new coordinator loads exactly what was acknowledged);
 * a member that stops heartbeating is gone after its session timeout, and the group has
-  rebalanced to a later generation within a rebalance timeout more.
+  rebalanced to a later generation within a rebalance timeout more; a rebalance timeout
+  more each time the join phase ends while a silent static member still holds its place
+  and no consumer could have rejoined (Kafka's join phase waits again when no member
+  rejoined at all).
 
 Once the faults stop, every consumer still running must end up in one ``Stable`` generation
 whose assignment covers every partition. A failure raises :class:`SimulationFailure` with the
@@ -295,6 +298,8 @@ class Simulation:
         self.leader_assignments: dict[int, dict[str, bytes]] = {}
         """generation -> identity -> the assignment its leader made."""
         self.stalls: list[Stall] = []
+        # Every stall of each consumer, (since, until), for the rebalance bound of _check.
+        self.stall_history: dict[str, list[tuple[int, int]]] = {}
         self.faults_over = False
         self._checked_stable: tuple[int, int, GroupState] | None = None
         self._loading = False
@@ -835,6 +840,7 @@ class Simulation:
         duration = self.rng.randint(self.scenario.session_ms // 2, self.scenario.longest_stall_ms)
         consumer.stalled_until = self.now + duration
         self.stalls.append(Stall(consumer.member_id, consumer.generation, self.now, consumer.name))
+        self.stall_history.setdefault(consumer.name, []).append((self.now, self.now + duration))
         self._note(f"{consumer.name}.{consumer.incarnation} stalls for {duration} ms")
         self._schedule(duration, "resume", consumer)
 
@@ -939,6 +945,11 @@ class Simulation:
                     f"member {stall.member_id} silent since {stall.since} is still in the group"
                 )
             rebalanced_by = removed_by + self.scenario.rebalance_ms + TICK_MS
+            # A join phase that ends with no member rejoined waits another rebalance
+            # timeout, and again (Kafka's onCompleteJoin): while every consumer was silent
+            # too near a deadline to rejoin by it, the next one is the bound.
+            while self._join_may_wait_at(rebalanced_by - TICK_MS):
+                rebalanced_by += self.scenario.rebalance_ms
             if self.now > rebalanced_by and group.generation_id <= stall.generation:
                 self._fail(
                     f"the group is still at generation {group.generation_id}, "
@@ -954,6 +965,33 @@ class Simulation:
                 for partition in _decode(member.assignment):
                     if seen.setdefault(partition, identity) != identity:
                         self._fail(f"partition {partition} is assigned twice in a Stable group")
+
+    def _join_may_wait_at(self, at: int) -> bool:
+        """Whether Kafka's join phase may rightly go on past a deadline at ``at``: a static
+        member that stopped talking may still hold its place there (its session not over;
+        a dynamic member that did not rejoin is dropped at the deadline, and the next
+        generation forms, even an empty one), and no consumer talked throughout the
+        heartbeat interval before it (and the time a JoinGroup takes to arrive), so none
+        could have learnt of the rebalance and rejoined by then."""
+        scenario = self.scenario
+        window = scenario.session_ms // 3 + 2 * scenario.max_delay_ms + TICK_MS
+        session_end = scenario.session_ms + scenario.max_delay_ms + TICK_MS
+
+        def stalls(consumer: Consumer) -> list[tuple[int, int]]:
+            return self.stall_history.get(consumer.name, [])
+
+        held = any(
+            consumer.instance_id is not None
+            and any(
+                since < at < min(until, since + session_end) for since, until in stalls(consumer)
+            )
+            for consumer in self.consumers
+        )
+        none_could_rejoin = all(
+            any(since < at and until > at - window for since, until in stalls(consumer))
+            for consumer in self.consumers
+        )
+        return held and none_could_rejoin
 
     def _check_settled(self) -> None:
         """Without faults, every running consumer ends up in one Stable generation that

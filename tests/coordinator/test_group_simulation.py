@@ -67,3 +67,17 @@ def test_the_schedules_exercise_what_they_check() -> None:
         assert totals[what] > 0, f"no schedule had {what}: {sorted(totals.items())}"
     scenarios = [Scenario.from_seed(seed) for seed in range(60)]
     assert sum(s.static_consumers > 0 for s in scenarios) > 5
+
+
+def test_a_join_phase_no_member_rejoined_by_waits_another_rebalance_timeout() -> None:
+    """Seed 27012: three static members stall one after another, each past its session.
+    At the join deadline after the first one's session ends no member has rejoined (the
+    other two are silent as well), so the join phase waits another rebalance timeout, as
+    Kafka's ``onCompleteJoin`` does, and the next generation forms at the deadline after a
+    resumed member rejoins. The checker's bound allows that wait only while a static
+    member may still hold its place and no consumer could have rejoined; the schedule
+    still ends with the group settled in a later generation."""
+    result = run_schedule(27012)
+    assert result.scenario.static_consumers == result.scenario.consumers == 3
+    assert result.counts["stalls"] == 3
+    assert result.generation > 1
