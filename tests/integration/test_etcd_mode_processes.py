@@ -87,11 +87,15 @@ def cluster(
         for node_id, port in zip((1, 2, 3), ports, strict=False)
     ]
     processes.append(EtcdBrokerProcess(200, ports[3], store, root / "c200", role="coordinator"))
-    for process in processes:
-        process.start()
-    yield processes
-    for process in reversed(processes):
-        process.terminate(timeout_s=15)
+    try:
+        for process in processes:
+            process.start()
+        # Every test starts on a formed cluster, whichever runs first (or alone).
+        asyncio.run(wait_cluster_ready([p for p in processes if p.role == "broker"]))
+        yield processes
+    finally:
+        for process in reversed(processes):
+            process.terminate(timeout_s=15)
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +184,22 @@ async def wait_cluster_ready(brokers: list[EtcdBrokerProcess]) -> None:
     await wait_for(ready, timeout_s=90, interval_s=0.25)
 
 
+@pytest.fixture(scope="module")
+def orders(brokers: list[EtcdBrokerProcess]) -> str:
+    """The topic the stories share, with ``a``, ``b``, ``c`` in partition 0: the first
+    story writes it; a later one that runs first (or alone) finds it written here."""
+
+    async def ensure() -> None:
+        async with AdminClient(bootstrap(brokers)) as admin:
+            if "orders" in [t.name for t in await admin.list_topics()]:
+                return
+        await create(bootstrap(brokers), "orders")
+        await produce(bootstrap(brokers), "orders", [b"a", b"b", b"c"])
+
+    asyncio.run(ensure())
+    return "orders"
+
+
 async def describe(bootstrap_server: str) -> str:
     return await highwater_cli("cluster", "describe", "--bootstrap-server", bootstrap_server)
 
@@ -228,6 +248,7 @@ async def test_the_liveness_stream_names_the_controller_and_fences_nothing(
     await wait_cluster_ready(brokers)  # nobody fenced
 
 
+@pytest.mark.usefixtures("orders")
 async def test_a_coordinator_in_the_etcd_mode_serves_a_consumer_group(
     brokers: list[EtcdBrokerProcess], cluster: list[EtcdBrokerProcess]
 ) -> None:
@@ -284,6 +305,7 @@ async def test_the_usual_topics_produce_and_consume_commands_work_against_any_br
     assert [line for line in output.splitlines() if len(line) == 1] == ["x", "y", "z"]
 
 
+@pytest.mark.usefixtures("orders")
 async def test_a_deposed_controllers_push_is_refused_by_its_epoch(
     brokers: list[EtcdBrokerProcess], store: str
 ) -> None:
@@ -298,6 +320,7 @@ async def test_a_deposed_controllers_push_is_refused_by_its_epoch(
         assert "orders" in [t.name for t in await admin.list_topics()]  # no empty image
 
 
+@pytest.mark.usefixtures("orders")
 async def test_hand_edited_impossible_keys_are_refused_naming_the_key(
     brokers: list[EtcdBrokerProcess], store: str
 ) -> None:
@@ -331,6 +354,7 @@ async def test_hand_edited_impossible_keys_are_refused_naming_the_key(
     await wait_for(lambda: accepted(brokers), timeout_s=30)
 
 
+@pytest.mark.usefixtures("orders")
 async def test_with_etcd_stopped_brokers_serve_admin_calls_fail_clearly_and_all_recovers(
     brokers: list[EtcdBrokerProcess], store: str, etcd: EtcdServer
 ) -> None:
@@ -356,6 +380,7 @@ async def test_with_etcd_stopped_brokers_serve_admin_calls_fail_clearly_and_all_
     assert (await consume_all(bootstrap(brokers), "orders"))[-1] == b"while-etcd-is-down"
 
 
+@pytest.mark.usefixtures("orders")
 async def test_etcd_paused_past_the_session_ttl_makes_the_controller_step_down(
     brokers: list[EtcdBrokerProcess], store: str, etcd: EtcdServer
 ) -> None:
