@@ -89,6 +89,30 @@ def metrics_url(served: tuple[str, str]) -> str:
     return served[1]
 
 
+@pytest.fixture(scope="module")
+def client_quotas(server: str) -> None:
+    """The quotas the throttling tests measure, which the first test sets with the CLI: set
+    here as well, so that each of those tests also runs first, or alone."""
+
+    async def set_quotas() -> None:
+        async with AdminClient(server) as admin:
+            errors = await admin.alter_client_quotas(
+                [
+                    (
+                        ClientQuotaEntity(None, "quota-producer"),
+                        {"producer_byte_rate": PRODUCER_RATE},
+                    ),
+                    (
+                        ClientQuotaEntity(None, "quota-consumer"),
+                        {"consumer_byte_rate": CONSUMER_RATE, "request_percentage": 500},
+                    ),
+                ]
+            )
+        assert errors == [None, None]
+
+    asyncio.run(set_quotas())
+
+
 async def create_topic(address: str, log: Path) -> None:
     """Create the topic once the server answers."""
     deadline = time.monotonic() + 60
@@ -185,6 +209,7 @@ async def produce_for(producer: AsyncProducer, seconds: float) -> float:
     return written / seconds
 
 
+@pytest.mark.usefixtures("client_quotas")
 async def test_a_producer_is_throttled_to_its_rate_and_a_new_rate_applies_without_a_restart(
     server: str, metrics_url: str
 ) -> None:
@@ -215,6 +240,7 @@ async def test_a_producer_is_throttled_to_its_rate_and_a_new_rate_applies_withou
     assert held["count"] > 0 and held["sum"] > 0
 
 
+@pytest.mark.usefixtures("client_quotas")
 async def test_a_consumer_is_throttled_to_its_rate(server: str, metrics_url: str) -> None:
     # Enough records to read for the whole measurement, written by a client no quota governs.
     async with AsyncProducer({"bootstrap.servers": server, "client.id": "filler"}) as filler:
