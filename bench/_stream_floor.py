@@ -36,6 +36,8 @@ import grpc.aio
 import uvloop
 from highwater.internal.v1 import replication_pb2 as rpb
 
+from bench._etcd_peer import percentile
+
 _METHOD = "/bench.StreamFloor/Exchange"
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -135,9 +137,7 @@ async def _tcp_exchange_times(port: int, exchanges: int, gap_s: float) -> list[f
 
 def _quantiles(times: list[float]) -> str:
     ordered = sorted(times)
-    return (
-        f"p50 {ordered[len(ordered) // 2]:5.0f} µs, p90 {ordered[int(len(ordered) * 0.9)]:5.0f} µs"
-    )
+    return f"p50 {percentile(ordered, 0.5):5.0f} µs, p90 {percentile(ordered, 0.9):5.0f} µs"
 
 
 def _measure_gaps(gaps_ms: list[float], exchanges: int) -> None:

@@ -946,8 +946,9 @@ class Simulation:
                 )
             rebalanced_by = removed_by + self.scenario.rebalance_ms + TICK_MS
             # A join phase that ends with no member rejoined waits another rebalance
-            # timeout, and again (Kafka's onCompleteJoin): while every consumer was silent
-            # too near a deadline to rejoin by it, the next one is the bound.
+            # timeout, and again (Kafka's onCompleteJoin): while a deadline finds a silent
+            # static member holding its place and no consumer able to have rejoined, the
+            # next one is the bound.
             while self._join_may_wait_at(rebalanced_by - TICK_MS):
                 rebalanced_by += self.scenario.rebalance_ms
             if self.now > rebalanced_by and group.generation_id <= stall.generation:
