@@ -185,7 +185,7 @@ async def wait_cluster_ready(brokers: list[EtcdBrokerProcess]) -> None:
 
 
 @pytest.fixture(scope="module")
-def orders(brokers: list[EtcdBrokerProcess]) -> str:
+def orders(brokers: list[EtcdBrokerProcess]) -> None:
     """The topic the stories share, with ``a``, ``b``, ``c`` in partition 0: the first
     story writes it; a later one that runs first (or alone) finds it written here."""
 
@@ -197,7 +197,6 @@ def orders(brokers: list[EtcdBrokerProcess]) -> str:
         await produce(bootstrap(brokers), "orders", [b"a", b"b", b"c"])
 
     asyncio.run(ensure())
-    return "orders"
 
 
 async def describe(bootstrap_server: str) -> str:
