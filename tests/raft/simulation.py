@@ -45,7 +45,7 @@ from highwater.raft.messages import (
     VoteResponse,
     is_request,
 )
-from highwater.raft.node import NotLeaderError, RaftConfig, RaftNode, Ready
+from highwater.raft.node import JoinRequest, NotLeaderError, RaftConfig, RaftNode, Ready
 from highwater.raft.snapshot import InMemorySnapshotStore
 from highwater.raft.state import ElectionState
 from highwater.raft.voter_set import (
@@ -364,6 +364,12 @@ class Scenario:
     observers under a directory id and announce no controller endpoint, and the random
     membership changes ask to add them too; the leader must refuse each
     (``NotAControllerError``), and none may ever be in a voter set."""
+    auto_join: bool = False
+    """Controllers run with ``controller.quorum.auto.join.enable``: a wiped replica asks the
+    leader to remove its former incarnation, then to add it, and a controller that never
+    was a voter asks to be added; no operator removes anything. Once the faults stop,
+    every controller that has not been in a committed voter set since it last started
+    must join one, and no broker's replica may ask."""
 
     @classmethod
     def from_seed(cls, seed: int, **overrides: Any) -> Scenario:
@@ -391,9 +397,9 @@ class Scenario:
         # Drawn last, so that the fields above stay what each seed always gave.
         wipes = rng.choice((0, 1, 2)) if scenario.membership_changes else 0
         brokers = rng.choice((0, 0, 1)) if scenario.membership_changes else 0
-        return cls(
-            **{**scenario.__dict__, "wipes": wipes, "broker_observers": brokers, **overrides}
-        )
+        auto_join = rng.random() < 0.5 if scenario.membership_changes else False
+        drawn = {"wipes": wipes, "broker_observers": brokers, "auto_join": auto_join}
+        return cls(**{**scenario.__dict__, **drawn, **overrides})
 
 
 SIM_CONFIG = RaftConfig(
@@ -442,6 +448,9 @@ class SimNode:
     tick_at: int | None = None
     # Its data directory was wiped: the next start learns the voters from another replica.
     wiped: bool = False
+    # This incarnation's key has been in the voter set it took as committed (auto-join
+    # asks no more from then on).
+    joined: bool = False
 
 
 @dataclass
@@ -485,6 +494,8 @@ class Simulation:
             SIM_CONFIG,
             fetch_max_bytes=self.scenario.fetch_max_bytes,
             snapshot_chunk_bytes=self.scenario.snapshot_chunk_bytes,
+            auto_join=self.scenario.auto_join,
+            auto_join_backoff_ms=50,
         )
         self.now_ms = 0
         self.voter_ids = frozenset(range(1, self.scenario.voters + 1))
@@ -503,6 +514,8 @@ class Simulation:
         )
         self.membership_changes = 0
         self.membership_refusals: Counter[str] = Counter()
+        self.auto_joins: Counter[str] = Counter()  # the requests auto-join sent, by outcome
+        self.adds_in_flight: Counter[int] = Counter()  # auto-join's AddRaftVoter, by sender
         self.wipes = 0
         for sim_node in self.nodes.values():
             # Some disks are slower than others.
@@ -551,7 +564,11 @@ class Simulation:
                 if at > commit_deadline and self.committed_at is None:
                     self._fail(f"no leader and commit within {scenario.liveness_ms} ms of healing")
                 if at > deadline:
-                    self._fail(f"replicas not caught up {scenario.catch_up_ms} ms after the commit")
+                    unjoined = self._not_joined()
+                    self._fail(
+                        f"replicas not caught up {scenario.catch_up_ms} ms after the commit"
+                        + (f" (voters not replaced: {unjoined})" if unjoined else "")
+                    )
                 self.now_ms = at
                 self.events += 1
                 if self.events > scenario.max_events:
@@ -640,6 +657,8 @@ class Simulation:
             self._wipe(payload)
         elif kind == "operator":
             self._remove_former_incarnations()
+        elif kind == "join":
+            self._deliver_join(*payload)
         elif kind == "membership":
             self._change_membership(*(payload or ()))
         elif kind == "propose":
@@ -687,6 +706,7 @@ class Simulation:
         )
         self._note(f"start {node_id} with {sim_node.persisted} {sim_node.log!r}")
         sim_node.tick_at = None
+        sim_node.joined = self._joined(sim_node, sim_node.node.committed_voter_set())
         self._after(sim_node)
 
     @property
@@ -826,6 +846,10 @@ class Simulation:
         if any(voters != sets[0] for voters in sets):
             return False
         voters = sets[0]
+        if self.adds_in_flight[node_id]:
+            # Its auto-join's AddRaftVoter may still reach the leader and add the key
+            # the wipe kills, beside a former incarnation or with no spare voter.
+            return False
         if node_id not in voters.ids:
             return True
         return len(voters) >= 3 and not any(self._is_former(v) for v in voters)
@@ -892,6 +916,8 @@ class Simulation:
         if add is None and remove is None:
             non_voters = sorted(set(self.nodes) - voters.ids)
             former = [v for v in voters if self.is_dynamic and self._is_former(v)]
+            if former and self.scenario.auto_join:
+                return  # the wiped replica asks for its former incarnation's removal
             if former:
                 remove = former[0].node_id  # the operator replaces a wiped voter first
             elif non_voters and (len(voters) < 3 or self.rng.random() < 0.5):
@@ -917,6 +943,67 @@ class Simulation:
             f"leader {leader.node_id} appends voters {sorted(node.voter_set.ids)} at {appended}"
         )
         self._after(leader)
+
+    # --- Auto-join -------------------------------------------------------------------
+
+    def _joined(self, sim_node: SimNode, committed: VoterSet) -> bool:
+        directory_id = self.directory_ids[sim_node.node_id] if self.is_dynamic else None
+        return committed.is_voter(sim_node.node_id, directory_id)
+
+    def _send_join(self, sim_node: SimNode, join: JoinRequest) -> None:
+        """An auto-joining replica's AddRaftVoter or RemoveRaftVoter, over the network."""
+        if sim_node.node_id in self.broker_ids:
+            self._fail(f"broker {sim_node.node_id}'s metadata replica asked to join: {join}")
+        if join.add and join.voter.directory_id != self.directory_ids[sim_node.node_id]:
+            self._fail(f"node {sim_node.node_id} asked to add another incarnation: {join}")
+        self.messages["JoinRequest"] += 1
+        if self.rng.random() < self.drop_rate or (sim_node.node_id, join.leader_id) in self.blocked:
+            return
+        delay = self.rng.randint(1, self.scenario.max_delay_ms)
+        self._schedule(self.now_ms + delay, "join", (sim_node.node_id, join))
+        if join.add:
+            self.adds_in_flight[sim_node.node_id] += 1
+
+    def _deliver_join(self, source: int, join: JoinRequest) -> None:
+        if join.add:
+            self.adds_in_flight[source] -= 1
+        leader = self.nodes[join.leader_id]
+        node = leader.node
+        if node is None or (source, join.leader_id) in self.blocked:
+            return
+        try:
+            if join.add:
+                node.add_voter(join.voter, self.now_ms)
+            else:
+                node.remove_voter(join.voter.node_id, join.voter.directory_id, self.now_ms)
+        except (MembershipChangeError, NotLeaderError) as refusal:
+            self.auto_joins[type(refusal).__name__] += 1
+            return
+        self.auto_joins["added" if join.add else "removed"] += 1
+        self.membership_changes += 1
+        self._note(
+            f"auto-join of {source}: leader {join.leader_id} appends voters "
+            f"{sorted(node.voter_set.ids)}"
+        )
+        self._after(leader)
+
+    def _not_joined(self) -> list[int]:
+        """What the schedule still waits for once the faults stopped: the node ids of the
+        wiped replicas' former incarnations the operator has yet to remove, or with
+        auto-join the controllers it has yet to bring in."""
+        if not self.scenario.auto_join:
+            leaders = [
+                n.node for n in self.nodes.values() if n.node is not None and n.node.is_leader
+            ]
+            if not self.wipes or not leaders:
+                return []
+            committed = leaders[0].committed_voter_set()
+            return [v.node_id for v in committed if self._is_former(v)]
+        return [
+            node_id
+            for node_id, sim_node in self.nodes.items()
+            if node_id not in self.broker_ids and sim_node.node is not None and not sim_node.joined
+        ]
 
     # --- The network -----------------------------------------------------------------
 
@@ -981,7 +1068,7 @@ class Simulation:
         for node_id, sim_node in self.nodes.items():
             if sim_node.node is None:
                 self._start(node_id)
-        if self.wipes:
+        if self.wipes and not self.scenario.auto_join:
             self._schedule(self.now_ms + 50, "operator", None)
 
     # --- The client ------------------------------------------------------------------
@@ -1030,6 +1117,10 @@ class Simulation:
             sim_node.persisted = ready.election_state
         if ready.committed_voters is not None:
             sim_node.committed_voters = ready.committed_voters
+            if self._joined(sim_node, ready.committed_voters[1]):
+                sim_node.joined = True
+        if ready.join is not None:
+            self._send_join(sim_node, ready.join)
         if ready.must_flush and not sim_node.flush_pending:
             sim_node.flush_pending = True
             self._schedule(
@@ -1236,10 +1327,14 @@ class Simulation:
         if self.final_ack is None:
             self._propose_final()
             return
-        # Every replica, observers included, must catch up with the final entry.
+        # Every replica, observers included, must catch up with the final entry, and the
+        # wiped replicas' former keys must be gone (and with auto-join every controller
+        # must have joined).
         for sim_node in self.nodes.values():
             if sim_node.node is None or sim_node.applied_offset <= self.final_ack.offset:
                 return
+        if self._not_joined():
+            return
         for sim_node in self.nodes.values():
             for value, appended in self.acknowledged.items():
                 if sim_node.applied.get(appended.offset) != value:

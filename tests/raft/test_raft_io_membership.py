@@ -10,11 +10,16 @@ snapshot carries it; DescribeQuorum names directory ids and endpoints.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
+import grpc
+import grpc.aio
 import pytest
 from click.testing import CliRunner
 from embedded_servers import free_port
@@ -76,7 +81,12 @@ class Cluster:
         return f"127.0.0.1:{self.servers[node_id].port}"
 
     async def start(
-        self, node_id: int, *, listen: str = "127.0.0.1:0", advertised: str | None = None
+        self,
+        node_id: int,
+        *,
+        listen: str = "127.0.0.1:0",
+        advertised: str | None = None,
+        settings: RaftServerSettings = SETTINGS,
     ) -> RaftServer:
         machine = self.machines.setdefault(node_id, Values())
         if node_id == 1:
@@ -89,7 +99,7 @@ class Cluster:
             listen=listen,
             data_dir=self.root / f"node-{node_id}",
             state_machine=machine,
-            settings=SETTINGS,
+            settings=settings,
             advertised=advertised,
             **quorum,  # type: ignore[arg-type]
         )
@@ -300,6 +310,87 @@ def test_the_voters_section_of_a_snapshot() -> None:
     wrapped = wrap_snapshot((7, voters), b"[1,2]")
     assert unwrap_snapshot(wrapped) == ((7, voters), b"[1,2]")
     assert unwrap_snapshot(b"[1,2]") == (None, b"[1,2]")  # a static quorum's snapshot
+
+
+async def test_a_replica_looking_for_its_quorum_answers_that_it_knows_none(
+    tmp_path: Path,
+) -> None:
+    """While ``bootstrap_controllers`` discovery goes on, the replica already serves:
+    DescribeQuorum says BROKER_NOT_AVAILABLE and names no voter and no cluster (what a
+    start script asks before it forms a quorum). Once the quorum it looks for is up, it
+    joins it and describes its voters."""
+    first = Voter(1, uuid.uuid4(), f"127.0.0.1:{free_port()}")
+    joiner_address = f"127.0.0.1:{free_port()}"
+    joiner = RaftServer(
+        node_id=2,
+        listen=joiner_address,
+        bootstrap_controllers=[first.endpoint],
+        data_dir=tmp_path / "joiner",
+        state_machine=Values(),
+        settings=SETTINGS,
+    )
+    starting = asyncio.create_task(joiner.start())
+    leader = None
+    try:
+        async with asyncio.timeout(15):
+            while True:
+                try:
+                    answer = await call(
+                        joiner_address, "DescribeQuorum", raft_pb2.DescribeQuorumRequest()
+                    )
+                    break
+                except grpc.aio.AioRpcError:
+                    await asyncio.sleep(0.02)
+        assert isinstance(answer, raft_pb2.DescribeQuorumResponse)
+        assert answer.error == ErrorCode.BROKER_NOT_AVAILABLE
+        assert not answer.nodes and not answer.cluster_id
+        assert not starting.done()
+        leader = RaftServer(
+            node_id=1,
+            listen=first.endpoint,
+            initial_voters=VoterSet.of([first]),
+            data_dir=tmp_path / "first",
+            state_machine=Values(),
+            settings=SETTINGS,
+        )
+        await leader.start()
+        await asyncio.wait_for(starting, 15)
+        answer = await call(joiner_address, "DescribeQuorum", raft_pb2.DescribeQuorumRequest())
+        assert isinstance(answer, raft_pb2.DescribeQuorumResponse)
+        assert [(n.node_id, n.directory_id) for n in answer.nodes] == [(1, str(first.directory_id))]
+        assert answer.cluster_id == leader.cluster_id
+    finally:
+        if not starting.done():
+            starting.cancel()
+        with contextlib.suppress(BaseException):
+            await starting
+        if starting.done() and not starting.cancelled() and starting.exception() is None:
+            await joiner.stop()
+        if leader is not None:
+            await leader.stop()
+
+
+async def test_auto_join_adds_a_new_controller_and_replaces_a_wiped_one(cluster: Cluster) -> None:
+    """``controller.quorum.auto.join.enable``: a controller started with
+    ``bootstrap_controllers`` asks the leader to add it once it follows; wiped and back
+    under a new directory id, it asks to remove its former key, then to add the new one.
+    No add-controller or remove-controller is run."""
+    auto = dataclasses.replace(SETTINGS, raft=dataclasses.replace(FAST, auto_join=True))
+    leader = await cluster.start(1)
+    await until(lambda: leader.is_leader)
+    await leader.propose([b"before"])
+    first = await cluster.start(2, settings=auto)
+    assert first.directory_id is not None
+    await until(lambda: leader.voter_set().is_voter(2, first.directory_id))
+    await leader.propose([b"with two voters"])
+    await cluster.stop(2)
+    shutil.rmtree(cluster.root / "node-2")
+    again = await cluster.start(2, settings=auto)
+    assert again.directory_id not in (None, first.directory_id)
+    await until(lambda: leader.voter_set().is_voter(2, again.directory_id), timeout_s=30)
+    assert sorted(leader.voter_set().ids) == [1, 2]
+    await leader.propose([b"after"])
+    await until(lambda: cluster.machines[2].values[-1:] == ["after"])
 
 
 async def test_bootstrap_controllers_refuse_a_static_quorum(tmp_path: Path) -> None:

@@ -11,8 +11,14 @@ from dataclasses import replace
 
 import pytest
 from highwater.raft.log import InMemoryRaftLog
-from highwater.raft.messages import FetchRequest, FetchSnapshotRequest, OffsetAndEpoch, VoteRequest
-from highwater.raft.node import NotLeaderError, RaftNode, StaticQuorumError
+from highwater.raft.messages import (
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    OffsetAndEpoch,
+    VoteRequest,
+)
+from highwater.raft.node import JoinRequest, NotLeaderError, RaftConfig, RaftNode, StaticQuorumError
 from highwater.raft.state import ElectionState, Role
 from highwater.raft.voter_set import (
     ChangeInProgressError,
@@ -240,14 +246,24 @@ def test_an_observer_wiped_and_back_under_a_new_directory_id_starts_uncaught_up(
 def test_a_fetch_from_another_incarnation_of_a_voter_is_not_the_voters_progress() -> None:
     """Node 2's disk was wiped and it came back with a new directory id while the set still
     names its old one: its fetch offsets are not what the voter acknowledged, and its
-    fetches are not the voter's contact with the leader. The leader refuses them
-    (INCONSISTENT_VOTER_SET) and counts nothing."""
+    fetches are not the voter's contact with the leader. The leader answers them as an
+    observer's (the new incarnation catches up and learns the set naming its former key)
+    and counts nothing."""
     h = dynamic_leader(1, 2, 3, committed=False)
     end = h.log.end_offset
     h.ready()
+    h.step(fetch_request(2, 1, (0, 0), directory=uuid.UUID(int=99)))
+    answers = [m for m in h.sent_messages() if isinstance(m, FetchResponse)]
+    assert [a.error for a in answers] == [ErrorCode.NONE]
+    assert answers[0].records == h.log.read(0, 1 << 20), "the log, from the start"
     h.step(fetch_request(2, 1, (end, 1), directory=uuid.UUID(int=99)))
-    assert h.node.high_watermark is None
-    assert any("1->2 FetchResponse INCONSISTENT_VOTER_SET" in line for line in h.sent())
+    assert h.node.high_watermark is None, "its fetch offset is not the voter's"
+    for _ in range(6):  # nor its fetches the voter's contact: check-quorum resigns
+        h.advance(h.node.config.fetch_timeout_ms // 3)
+        h.step(fetch_request(2, 1, (end, 1), directory=uuid.UUID(int=99)))
+    assert not h.node.is_leader
+    h = dynamic_leader(1, 2, 3, committed=False)
+    h.ready()
     h.step(fetch_request(2, 1, (end, 1), directory=DIRS[2]))  # the voter itself
     assert h.node.high_watermark == end
 
@@ -420,3 +436,124 @@ def test_a_vote_request_names_the_voter_key_and_another_incarnation_refuses() ->
     named = replica(DIRS[4])
     named.step(ask)
     assert "4->1 VoteResponse leader_id=none leader_epoch=1 vote_granted" in named.sent()
+
+
+# --- Auto-join (controller.quorum.auto.join.enable) ------------------------------------------
+
+AUTO_JOIN = RaftConfig(auto_join=True, auto_join_backoff_ms=500)
+
+
+def joiner(
+    node_id: int,
+    quorum: VoterSet,
+    directory: uuid.UUID,
+    *,
+    config: RaftConfig = AUTO_JOIN,
+    endpoint: str = "h9:9093",
+) -> NodeHarness:
+    """A dynamic quorum's replica ``node_id`` (directory ``directory``) started with the
+    set ``quorum``, following leader 1 of epoch 1 once :func:`follow` answers its fetch."""
+    h = NodeHarness(node_id, quorum, config=config)
+    h.node = RaftNode(
+        node_id,
+        quorum,
+        h.log,
+        h.snapshots,
+        cluster_id=CLUSTER_ID,
+        election_state=None,
+        random=random.Random(0),
+        config=config,
+        directory_id=directory,
+        endpoint=endpoint,
+    )
+    return h
+
+
+def follow(h: NodeHarness, leader_log: InMemoryRaftLog, high_watermark: int) -> None:
+    """Leader 1 answers the replica's fetches with the rest of ``leader_log`` (an observer
+    that was looking for the leader follows it from the first answer, and counts as
+    having heard from it from the second)."""
+    for _ in range(2):
+        h.advance(100)
+        h.ready()
+        end = h.log.end_offset
+        h.step(
+            fetch_response(
+                1,
+                1,
+                (end, h.log.last_epoch),
+                records=leader_log.read(end, 1 << 20) if end < leader_log.end_offset else b"",
+                high_watermark=high_watermark,
+                to=h.node_id,
+            )
+        )
+        h.flush()
+
+
+def test_an_auto_joining_controller_asks_the_leader_to_add_it_once_it_follows() -> None:
+    me = Voter(4, uuid.UUID(int=44), "h9:9093")
+    h = joiner(4, voters(1, 2, 3), me.directory_id)
+    h.advance(100)
+    assert h.ready().join is None, "no leader heard from yet: nobody to ask"
+    leader_log = log_of(1, 2)
+    follow(h, leader_log, high_watermark=2)
+    h.advance(1)
+    assert h.ready().join == JoinRequest(1, add=True, voter=me)
+    h.advance(1)
+    assert h.ready().join is None, "asked again only after the backoff"
+    assert h.node.next_deadline_ms() is not None
+    assert h.node.next_deadline_ms() <= h.now_ms + 499
+    h.advance(500)
+    assert h.ready().join == JoinRequest(1, add=True, voter=me), "no answer: it asks again"
+    # The leader appends the set naming it; once that commits it asks no more, even
+    # after an operator removes it (remove-controller stands until it restarts).
+    leader_log.append_as_leader(
+        [encode_voters_record(VoterSet.of([voter(1), voter(2), voter(3), me]))], 1, control=True
+    )
+    follow(h, leader_log, high_watermark=leader_log.end_offset)
+    assert h.node.is_voter
+    h.ready()
+    leader_log.append_as_leader([encode_voters_record(voters(1, 2, 3))], 1, control=True)
+    follow(h, leader_log, high_watermark=leader_log.end_offset)
+    assert not h.node.is_voter
+    for _ in range(3):
+        h.advance(600)
+        assert h.ready().join is None
+
+
+def test_a_wiped_controller_auto_joining_removes_its_former_incarnation_first() -> None:
+    fresh = uuid.UUID(int=99)
+    h = joiner(3, voters(1, 2, 3), fresh)
+    leader_log = log_of(1, 2)
+    follow(h, leader_log, high_watermark=2)
+    asked = [r.join for r in h.readies if r.join is not None]
+    assert asked == [JoinRequest(1, add=False, voter=voter(3))], "the old key first, once"
+    h.advance(500)
+    assert h.ready().join == JoinRequest(1, add=False, voter=voter(3)), "until it is gone"
+    leader_log.append_as_leader([encode_voters_record(voters(1, 2))], 1, control=True)
+    follow(h, leader_log, high_watermark=leader_log.end_offset)
+    h.advance(500)
+    assert h.ready().join == JoinRequest(1, add=True, voter=Voter(3, fresh, "h9:9093"))
+
+
+@pytest.mark.parametrize(
+    "why",
+    ["auto-join off", "a broker's metadata replica", "a bootstrap voter", "a static quorum"],
+)
+def test_no_auto_join_where_it_does_not_apply(why: str) -> None:
+    if why == "a static quorum":
+        h = NodeHarness(4, (1, 2, 3), config=AUTO_JOIN)
+    elif why == "a bootstrap voter":
+        h = joiner(3, voters(1, 2, 3), DIRS[3])
+    else:
+        h = joiner(
+            4,
+            voters(1, 2, 3),
+            uuid.UUID(int=44),
+            config=RaftConfig() if why == "auto-join off" else AUTO_JOIN,
+            endpoint="" if why == "a broker's metadata replica" else "h9:9093",
+        )
+    follow(h, log_of(1, 2), high_watermark=2)
+    for _ in range(3):
+        h.advance(600)
+        assert h.ready().join is None

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from typing import Any
 
 import pytest
-from highwater.raft.node import RaftNode
+from highwater.raft.node import JoinRequest, RaftNode
 from highwater.raft.state import LeaderState, Role
+from highwater.raft.voter_set import Voter, VoterSet
 from simulation import Scenario, Simulation, SimulationFailure, run_schedule
 
 SCHEDULES = int(os.environ.get("HIGHWATER_RAFT_SCHEDULES", "2000"))
@@ -216,6 +218,49 @@ def test_a_wiped_leader_comes_back_as_a_new_incarnation_and_is_replaced(seed: in
     assert node is not None and not node.is_voter
     assert node.directory_id == simulation.directory_ids[wiped]  # its new one
     assert len(result.leaders) >= 2
+
+
+@pytest.mark.parametrize("seed", [5, 24, 37])
+def test_with_auto_join_a_wiped_leader_replaces_its_former_key_and_an_observer_joins(
+    seed: int,
+) -> None:
+    """``controller.quorum.auto.join.enable``: the leader's disk is lost and it comes back
+    empty under a new directory id. With no operator, it asks the leader the others elect
+    to remove its former key, then to add it; the observer (a controller too) asks to be
+    added. In the end every controller is a voter under the directory it runs with."""
+    simulation = Simulation(seed, quiet(dynamic=True, auto_join=True, proposal_interval_ms=10))
+    simulation.wipe(400)
+    result = simulation.run()
+    assert simulation.wipes == 1
+    assert simulation.auto_joins["removed"] == 1
+    assert simulation.auto_joins["added"] == 2  # the wiped node and observer 100
+    leader = simulation.nodes[result.leaders[max(result.leaders)]].node
+    assert leader is not None
+    assert leader.committed_voter_set() == VoterSet.of(
+        Voter(i, simulation.directory_ids[i], f"node-{i}") for i in (1, 2, 3, 100)
+    )
+    assert result.acknowledged > 50
+
+
+def test_the_checks_fail_an_auto_join_that_never_removes_the_former_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wiped controller that asks to be added while its former key is still a voter is
+    refused (its node id is a voter): without the removal first, the schedule ends with
+    a voter that no replica holds, and the liveness check names it."""
+    wanted = RaftNode._wanted_join
+
+    def add_only(self: RaftNode, state: Any) -> JoinRequest | None:
+        join = wanted(self, state)
+        if join is None or join.add or self.directory_id is None:
+            return join
+        return JoinRequest(join.leader_id, True, Voter(self.node_id, self.directory_id, "x"))
+
+    monkeypatch.setattr(RaftNode, "_wanted_join", add_only)
+    simulation = Simulation(24, quiet(dynamic=True, auto_join=True, proposal_interval_ms=10))
+    simulation.wipe(400)
+    with pytest.raises(SimulationFailure, match="voters not replaced"):
+        simulation.run()
 
 
 def test_the_checks_fail_a_leader_that_counts_a_removed_voter(

@@ -6,6 +6,9 @@ bootstrapped with these voters; each controller's data directory takes the direc
 given for it) or ``--bootstrap-controllers HOST:PORT,...`` (join a running dynamic quorum:
 the controller follows as an observer until ``highwater quorum add-controller`` makes it
 a voter; a controller whose disk was wiped rejoins this way, with a new directory id).
+With ``controller.quorum.auto.join.enable=true`` (``--override``, or the ``--config`` file)
+such a controller asks the leader itself, once it follows: it removes the voter its node id
+had before its disk was wiped, then adds itself, as Kafka's controllers do.
 ``--advertised-listener HOST:PORT`` is the endpoint it announces to the quorum, when the
 others cannot reach it at ``--listen``; a voter that finds the voter set naming it at
 another endpoint (it restarted on a new address) sends UpdateRaftVoter itself.
@@ -58,6 +61,7 @@ from highwater.controller.service import (
 from highwater.errors import HighwaterError
 from highwater.etcd_metadata.endpoints import EtcdStoreAddress
 from highwater.raft.driver import RaftServerSettings
+from highwater.raft.node import RaftConfig
 from highwater.raft.voter_set import MembershipChangeError, VoterSet, parse_initial_controllers
 
 
@@ -218,9 +222,11 @@ def controller(
         append_pipeline_depth=append_pipeline_depth,
         migration_from=migration_from,
         raft=RaftServerSettings(
+            raft=RaftConfig(auto_join=config.get("controller.quorum.auto.join.enable")),
             metadata_log_max_record_bytes_between_snapshots=config.get(
                 "metadata.log.max.record.bytes.between.snapshots"
-            )
+            ),
+            discovery_timeout_ms=config.get("controller.quorum.bootstrap.timeout.ms"),
         ),
         controller=controller_config(config),
     )

@@ -346,6 +346,23 @@ _CONTROLLER_SETTINGS: Final = [
         at_least(1),
         "Write a snapshot of the metadata image after this many bytes of committed log.",
     ),
+    ConfigKey(
+        "controller.quorum.auto.join.enable",
+        _BOOLEAN,
+        False,
+        None,
+        "A controller of a dynamic quorum that is not a voter asks the leader to add it "
+        "once it follows, first removing the voter its node id had before its disk was "
+        "wiped; once it has been a voter it asks no more until it restarts.",
+    ),
+    ConfigKey(
+        "controller.quorum.bootstrap.timeout.ms",
+        _INT,
+        30000,
+        at_least(1),
+        "How long a controller started with --bootstrap-controllers, with no quorum in its "
+        "data directory yet, looks for one before it exits.",
+    ),
 ]
 
 _ROLE_SETTINGS: Final = [

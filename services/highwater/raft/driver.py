@@ -81,8 +81,9 @@ from highwater.raft.log_flusher import LogFlusher
 from highwater.raft.loop_clock import LoopClock
 from highwater.raft.membership_service import (
     MembershipRaftServicer,
+    VoterChange,
     discover_quorum,
-    send_update_voter,
+    send_voter_change,
 )
 from highwater.raft.messages import (
     FetchRequest,
@@ -92,7 +93,14 @@ from highwater.raft.messages import (
     RaftMessage,
     is_request,
 )
-from highwater.raft.node import NotLeaderError, RaftConfig, RaftNode, Ready, RoleChange
+from highwater.raft.node import (
+    JoinRequest,
+    NotLeaderError,
+    RaftConfig,
+    RaftNode,
+    Ready,
+    RoleChange,
+)
 from highwater.raft.partition_raft_log import (
     PartitionRaftLog,
     metadata_log_config,
@@ -375,6 +383,7 @@ class RaftServer:
         self._flusher: LogFlusher | None = None
         self._last_fsync_s = 0.0
         self._announcer: asyncio.Task[None] | None = None
+        self._joining: asyncio.Task[None] | None = None
         self.telemetry = RaftTelemetry(self)
 
     # --- public API --------------------------------------------------------------------
@@ -534,12 +543,15 @@ class RaftServer:
             self._use_voters(self._node.voter_set)
             # A snapshot, if there is one, is loaded by the first Ready (load_snapshot).
             self._applied_offset = self._high_watermark = raft_log.start_offset
-            await self._start_grpc()
+            if self._bound_port is None:  # else serving since the discovery
+                await self._start_grpc()
             if self.directory_id is not None and self.is_controller:
                 # Known once the server is bound (``listen`` may say port 0): the fetches
                 # announce it, and only a replica that does may be added as a voter.
                 self._node.endpoint = self.endpoint
         except BaseException:
+            if self._bound_port is not None:
+                await self._host.stop(0)
             await asyncio.to_thread(raft_log.close)
             snapshots.close()
             self._lock.release()
@@ -662,9 +674,10 @@ class RaftServer:
                 if leader_id == self.node_id:
                     await self.update_voter(voter)
                 elif leader_id in self.voters:
-                    problem = await send_update_voter(
+                    problem = await send_voter_change(
                         self.voters[leader_id],
                         self.cluster_id,
+                        "update",
                         voter,
                         timeout_s=self.settings.raft.request_timeout_ms / 1000,
                     )
@@ -724,6 +737,11 @@ class RaftServer:
             if initial is not None:
                 entry = (self._initial_voters_offset, initial)
             else:
+                # Serve while looking: DescribeQuorum answers that this replica knows no
+                # quorum (BROKER_NOT_AVAILABLE, no voters, no cluster id), the other calls
+                # UNAVAILABLE. A start script that forms a quorum only once every other
+                # controller says so asks exactly that (docs/kubernetes.md).
+                await self._start_grpc()
                 cluster_id, learned = await discover_quorum(
                     self._bootstrap_controllers,
                     timeout_s=self.settings.discovery_timeout_ms / 1000,
@@ -861,6 +879,36 @@ class RaftServer:
             self._fail_truncated_proposals(raft_log.end_offset, node.epoch)
         if ready.role is not None:
             self._on_role_change(ready.role)
+        if ready.join is not None and (self._joining is None or self._joining.done()):
+            # One at a time: while one is in flight the core's next is dropped, and it
+            # asks again after its backoff if it still needs to.
+            self._joining = asyncio.create_task(
+                self._send_join(ready.join), name=f"raft-join-{self.node_id}"
+            )
+
+    async def _send_join(self, join: JoinRequest) -> None:
+        """Auto-join (``controller.quorum.auto.join.enable``): send the core's request to
+        the leader it follows."""
+        leader = self.voters.get(join.leader_id)
+        if leader is None:
+            return
+        change: VoterChange = "add" if join.add else "remove"
+        problem = await send_voter_change(
+            leader,
+            self.cluster_id,
+            change,
+            join.voter,
+            timeout_s=self.settings.raft.request_timeout_ms / 1000,
+        )
+        if problem is None:
+            log.info(
+                "node %d: auto-join: the leader %s voter %s",
+                self.node_id,
+                "added" if join.add else "removed",
+                join.voter,
+            )
+        else:
+            log.info("node %d: auto-join %s of %s: %s", self.node_id, change, join.voter, problem)
 
     def _waits_for_flush(self, ready: Ready) -> bool:
         """Whether all ``ready`` asks is a flush while one runs in a worker thread: its end
@@ -1042,18 +1090,6 @@ class RaftServer:
             request = request_from_proto(wire, destination=self.node_id)
         except InvalidRequestError as e:
             return await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        if isinstance(wire, raft_pb2.RaftFetchRequest) and wire.replica_directory_id:
-            voter = node.voter_set.get(wire.replica_id) if self.is_dynamic else None
-            if voter is not None and str(voter.directory_id) != wire.replica_directory_id:
-                # Another incarnation of a voter (its disk was wiped): counting its fetch
-                # as the voter's progress could commit what no majority holds.
-                return await abort(
-                    context,
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"node {wire.replica_id}'s voter has directory {voter.directory_id}, not "
-                    f"{wire.replica_directory_id}: remove that voter first "
-                    "(highwater quorum remove-controller --directory-id)",
-                )
         future = self._inbound.expect(request)
         timer = None
         if timed:
@@ -1214,11 +1250,11 @@ class RaftServer:
         self._wakeup.set()
         try:
             await self._host.enter_graceful_shutdown()
-            announcer = self._announcer
-            if announcer is not None and not announcer.done():
-                announcer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await announcer
+            for task in (self._announcer, self._joining):
+                if task is not None and not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             driver = self._driver
             if driver is not None and driver is not asyncio.current_task() and not driver.done():
                 driver.cancel()

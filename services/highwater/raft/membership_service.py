@@ -11,8 +11,10 @@ that is not caught up (or fetches under another directory id than the one asked)
 change still in progress, INVALID_REQUEST for a duplicate
 voter, an unknown voter or the last voter, UNSUPPORTED_VERSION for a static quorum.
 
-:func:`send_update_voter` is a voter's own UpdateRaftVoter, sent when the voter set names it
-at another endpoint than the one it serves on (it restarted on a new address).
+:func:`send_voter_change` is a replica's request for itself: a voter's UpdateRaftVoter, sent
+when the voter set names it at another endpoint than the one it serves on (it restarted on
+a new address), and an auto-joining controller's RemoveRaftVoter (its former incarnation)
+and AddRaftVoter (itself).
 :func:`discover_quorum` is what ``--bootstrap-controllers`` does at a replica's first
 start: it knows only addresses, asks them for DescribeQuorum and takes the cluster id and
 the voters (ids, directory ids, endpoints) of the first answer that names them.
@@ -24,7 +26,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import Literal, Protocol, TypeVar
 
 import grpc
 import grpc.aio
@@ -42,8 +44,9 @@ from highwater.v1.common_pb2 import ErrorCode
 __all__ = [
     "MembershipRaftServicer",
     "QuorumDiscoveryError",
+    "VoterChange",
     "discover_quorum",
-    "send_update_voter",
+    "send_voter_change",
 ]
 
 _Response = TypeVar(
@@ -178,22 +181,52 @@ def _voter(node_id: int, directory_id: str, endpoint: str) -> Voter:
     return Voter(_node_id(node_id), _directory_id(directory_id), endpoint)
 
 
-async def send_update_voter(
-    leader: str, cluster_id: str, voter: Voter, *, timeout_s: float
+VoterChange = Literal["add", "remove", "update"]
+
+
+async def send_voter_change(
+    leader: str, cluster_id: str, change: VoterChange, voter: Voter, *, timeout_s: float
 ) -> str | None:
-    """Send UpdateRaftVoter for ``voter`` (this replica, at its endpoint now) to the leader
-    at ``leader``; ``None`` once the new set is committed, else what went wrong."""
-    request = raft_pb2.UpdateRaftVoterRequest(
-        cluster_id=cluster_id,
-        voter_id=voter.node_id,
-        voter_directory_id=str(voter.directory_id),
-        endpoint=voter.endpoint,
-    )
+    """Send AddRaftVoter, RemoveRaftVoter or UpdateRaftVoter for ``voter`` to the leader at
+    ``leader``, as a replica asks for itself (its own endpoint now, or its auto-join);
+    ``None`` once the leader answered that the new set is committed, else what went
+    wrong (the caller asks again later)."""
+    voter_id, directory_id = voter.node_id, str(voter.directory_id)
     try:
         async with open_channel(leader) as channel:
-            response = await raft_pb2_grpc.RaftStub(channel).UpdateRaftVoter(
-                request, timeout=timeout_s
+            stub = raft_pb2_grpc.RaftStub(channel)
+            response: (
+                raft_pb2.AddRaftVoterResponse
+                | raft_pb2.RemoveRaftVoterResponse
+                | raft_pb2.UpdateRaftVoterResponse
             )
+            if change == "add":
+                response = await stub.AddRaftVoter(
+                    raft_pb2.AddRaftVoterRequest(
+                        cluster_id=cluster_id,
+                        voter_id=voter_id,
+                        voter_directory_id=directory_id,
+                        endpoint=voter.endpoint,
+                    ),
+                    timeout=timeout_s,
+                )
+            elif change == "remove":
+                response = await stub.RemoveRaftVoter(
+                    raft_pb2.RemoveRaftVoterRequest(
+                        cluster_id=cluster_id, voter_id=voter_id, voter_directory_id=directory_id
+                    ),
+                    timeout=timeout_s,
+                )
+            else:
+                response = await stub.UpdateRaftVoter(
+                    raft_pb2.UpdateRaftVoterRequest(
+                        cluster_id=cluster_id,
+                        voter_id=voter_id,
+                        voter_directory_id=directory_id,
+                        endpoint=voter.endpoint,
+                    ),
+                    timeout=timeout_s,
+                )
     except grpc.aio.AioRpcError as e:
         return f"{leader}: {e.code().name}"
     if response.error != ErrorCode.NONE:

@@ -144,6 +144,15 @@ class RaftConfig:
     voter_catch_up_ms: int = 2000
     """How recently an observer must have fetched up to the leader's log end for
     AddRaftVoter to accept it (KIP-853's "caught up")."""
+    auto_join: bool = False
+    """``controller.quorum.auto.join.enable``: a dynamic quorum's controller that is not a
+    voter asks the leader it follows to make it one (:class:`JoinRequest`), first asking
+    it to remove the voter its node id had before its disk was wiped. Once this replica
+    has been in the committed voter set it asks no more until it restarts, so that an
+    operator's ``remove-controller`` stands (Kafka's semantics)."""
+    auto_join_backoff_ms: int = 500
+    """How long an auto-joining replica waits before asking again (the leader refused,
+    the answer was lost, or the change is not committed yet)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -161,6 +170,7 @@ class RaftConfig:
             "fetch_max_wait_ms",
             "high_watermark_linger_ms",
             "retry_backoff_ms",
+            "auto_join_backoff_ms",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
@@ -184,6 +194,18 @@ class NotLeaderError(HighwaterError):
         super().__init__(f"not the leader of epoch {epoch}: {where}")
         self.leader_id = leader_id
         self.epoch = epoch
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    """What an auto-joining observer asks of the leader it follows (KIP-853): AddRaftVoter
+    for ``voter`` (itself) when ``add``, else RemoveRaftVoter for ``voter`` (the voter its
+    node id had with another directory: its former incarnation). The leader decides, as
+    for an operator's request; a refusal only means asking again later."""
+
+    leader_id: int
+    add: bool
+    voter: Voter
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +241,9 @@ class Ready:
     committed_voters: tuple[int, VoterSet] | None = None
     """The committed voter set changed: its record's offset and the set, to keep beside
     the quorum state (a snapshot may later cut the record out of the log)."""
+    join: JoinRequest | None = None
+    """Send this membership request to its leader (``RaftConfig.auto_join``), any time:
+    its answer needs no event of the node's."""
 
     @property
     def is_empty(self) -> bool:
@@ -231,6 +256,7 @@ class Ready:
             and self.role is None
             and self.voters is None
             and self.committed_voters is None
+            and self.join is None
         )
 
 
@@ -324,6 +350,13 @@ class RaftNode:
         self._reported_voters: VoterSet = bootstrap
         self._reported_committed_offset = voters_offset
         self._snapshot_voters = snapshot_voters
+        # Auto-join (RaftConfig.auto_join): the request the next Ready carries, when the
+        # next may be made, and whether this process may still make any.
+        self._join: JoinRequest | None = None
+        self._next_join_ms = now_ms
+        self._may_auto_join = (
+            self.config.auto_join and not self.is_static and directory_id is not None
+        )
 
         latest = snapshots.latest()
         if latest is not None:
@@ -341,6 +374,7 @@ class RaftNode:
         self._quorum.initialize(
             election_state, OffsetAndEpoch(log.end_offset, log.last_epoch), now_ms
         )
+        self._note_joined()
         if self._is_only_voter:
             self._poll(now_ms)  # a single voter elects itself at once: nobody else can
 
@@ -440,6 +474,8 @@ class RaftNode:
             deadlines.extend(deadline_ms for _, deadline_ms in self._parked.values())
         elif isinstance(state, FollowerState):
             deadlines.append(state.fetch_deadline_ms)
+            if self._wanted_join(state) is not None:
+                deadlines.append(self._next_join_ms)
             snapshot_fetch = state.snapshot_fetch
             if now_ms < state.next_fetch_ms:
                 deadlines.append(state.next_fetch_ms)
@@ -658,6 +694,39 @@ class RaftNode:
         if isinstance(state, LeaderState) and state.set_voters(voters):
             self._on_leader_high_watermark(state, now_ms)
 
+    def _wanted_join(self, state: FollowerState) -> JoinRequest | None:
+        """What auto-join would ask of the leader now, time aside: nothing unless this
+        replica is a controller outside the voter set in use that follows a leader.
+
+        While its node id is a voter under another directory (the incarnation before its
+        disk was wiped), it asks for that voter's removal first (one change at a time):
+        knowing the leader is enough, since the leader refuses the fetches of another
+        incarnation of a voter until then. Its own addition waits until the leader has
+        answered a fetch in this epoch, so that the leader sees how far it got."""
+        if (
+            not self._may_auto_join
+            or not self.endpoint
+            or self._quorum.is_voter
+            or self._join is not None
+        ):
+            return None
+        assert self.directory_id is not None
+        former = self._history.latest().get(self.node_id)
+        if former is not None:
+            return JoinRequest(state.leader_id, add=False, voter=former)
+        if state.heard_from_leader_ms is None:
+            return None
+        return JoinRequest(
+            state.leader_id, add=True, voter=Voter(self.node_id, self.directory_id, self.endpoint)
+        )
+
+    def _note_joined(self) -> None:
+        """Auto-join ends for this process once its key is in the committed voter set."""
+        if self._may_auto_join and self.committed_voter_set().is_voter(
+            self.node_id, self.directory_id
+        ):
+            self._may_auto_join = False
+
     def on_flushed(self, offset: int, now_ms: int) -> None:
         """The driver flushed the log up to ``offset`` (the log's ``flushed_offset`` says
         what is durable): the leader counts it, a follower may fetch again."""
@@ -749,6 +818,7 @@ class RaftNode:
         comparisons the full path makes (each field's would come out empty)."""
         if (
             not self._outbox
+            and self._join is None
             and self._load_snapshot is None
             and self._quorum.state is self._reported_state
             and not self._quorum.has_unpersisted
@@ -785,6 +855,7 @@ class RaftNode:
             if committed[0] > self._reported_committed_offset:
                 committed_voters = committed
                 self._reported_committed_offset = committed[0]
+                self._note_joined()
         role_change = None
         if self._reported_state is not state:
             self._reported_state = state
@@ -792,6 +863,7 @@ class RaftNode:
             if role != self._reported_role:
                 role_change = self._reported_role = role
         load_snapshot, self._load_snapshot = self._load_snapshot, None
+        join, self._join = self._join, None
         return Ready(
             election_state=self._quorum.take_unpersisted(),
             must_flush=self._log.flushed_offset < self._log.end_offset,
@@ -801,6 +873,7 @@ class RaftNode:
             role=role_change,
             voters=voters,
             committed_voters=committed_voters,
+            join=join,
         )
 
     # --- Polling: what each state does as time passes -------------------------------------
@@ -860,6 +933,10 @@ class RaftNode:
                 self._become_unattached(state.epoch, now_ms)  # look for the leader anew
                 self._poll(now_ms)
             return
+        wanted = self._wanted_join(state)
+        if wanted is not None and now_ms >= self._next_join_ms:
+            self._join = wanted
+            self._next_join_ms = now_ms + self.config.auto_join_backoff_ms
         if now_ms < state.next_fetch_ms:
             return
         snapshot_fetch = state.snapshot_fetch
@@ -1347,12 +1424,15 @@ class RaftNode:
         state = self._quorum.state
         if error != _NONE or not isinstance(state, LeaderState):
             return self._fetch_error(request, error), 0
-        if self._is_other_incarnation(request.source, request.replica_directory_id):
-            # The set names another incarnation of this node id (its disk was wiped): what
-            # this one has fetched is not what the voter acknowledged, nor is its fetch the
-            # voter's contact. Nothing is counted until the old key is removed.
-            return self._fetch_error(request, ErrorCode.INCONSISTENT_VOTER_SET), 0
-        state.record_contact(request.source, now_ms)  # a voter that follows us, in sync or not
+        # The set may name another incarnation of this node id (its disk was wiped): what
+        # this one has fetched is not what the voter acknowledged, nor is its fetch the
+        # voter's contact. It is answered as an observer is, so that it catches up and
+        # learns the set naming its former key (which it may then ask to remove, as
+        # auto-join does), and nothing of it is counted, as Kafka's leader keys replicas
+        # by id and directory id.
+        counted = not self._is_other_incarnation(request.source, request.replica_directory_id)
+        if counted:
+            state.record_contact(request.source, now_ms)  # a voter that follows us, in sync or not
         log = self._log
         latest_snapshot = self._snapshots.latest()
         fetch_offset = request.fetch_offset
@@ -1373,7 +1453,7 @@ class RaftNode:
             if fetch_offset < log.end_offset
             else b""
         )
-        if state.update_replica_state(
+        if counted and state.update_replica_state(
             request.source,
             fetch_offset,
             log.end_offset,
@@ -1384,7 +1464,7 @@ class RaftNode:
             self._on_leader_high_watermark(state, now_ms, skip=request.source)
         park_ms = 0
         if not records:
-            replica = state.replica_state(request.source)
+            replica = state.replica_state(request.source) if counted else None
             if replica is not None and replica.high_watermark_sent != state.high_watermark:
                 park_ms = min(self._high_watermark_linger_ms(request.source), request.max_wait_ms)
             else:
