@@ -3,13 +3,18 @@ node ids from the pod ordinal, the quorum's addresses, the advertised listener a
 
 ``highwater`` on the scripts' PATH is a stand-in that prints the arguments it was exec'd
 with; the real commands' click parsers then check those arguments (voters, addresses,
-ranges), so a script that passes a malformed flag fails here.
+ranges), so a script that passes a malformed flag fails here. Asked ``quorum formed`` (the
+first controller of a dynamic quorum, before it forms one), it logs the question to
+``$FORMED_ASKED`` and answers with the next exit status of ``$FORMED_ANSWERS`` (0: formed);
+``highwater quorum formed`` itself is tested against real controllers in
+tests/raft/test_raft_io_membership.py.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 
 import click
@@ -28,6 +33,7 @@ ENVIRONMENT = {
     "CONTROLLER_REPLICAS": "3",
     "CONTROLLER_NODE_ID_OFFSET": "0",
     "CONTROLLER_PORT": "9093",
+    "CONTROLLER_QUORUM": "dynamic",
     "BROKER_HEADLESS": "hw-highwater-broker-headless",
     "BROKER_NODE_ID_OFFSET": "100",
     "BROKER_PORT": "9092",
@@ -46,22 +52,36 @@ CONTROLLERS = ",".join(
 def bin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("bin")
     stand_in = directory / "highwater"
-    stand_in.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    stand_in.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1 $2" = "quorum formed" ]; then\n'
+        '    echo "$@" >> "$FORMED_ASKED"\n'
+        '    answer=$(head -n 1 "$FORMED_ANSWERS")\n'
+        '    sed -i 1d "$FORMED_ANSWERS"\n'
+        '    exit "${answer:-0}"\n'
+        "fi\n"
+        'printf "%s\\n" "$@"\n'
+    )
     stand_in.chmod(0o755)
     return directory
 
 
-def run(bin_dir: Path, script: str, pod: str, *args: str, **env: str) -> list[str]:
-    """The arguments ``script`` execs ``highwater`` with, in pod ``pod``; checked by the
-    real command's parser."""
-    dash = tool("dash")
-    result = subprocess.run(
-        [dash, str(FILES / script), *args],
+def start(
+    script: str, bin_dir: Path, pod: str, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [tool("dash"), str(FILES / script), *args],
         env={"PATH": f"{bin_dir}:/usr/bin:/bin", "POD_NAME": pod, **ENVIRONMENT, **env},
         capture_output=True,
         text=True,
         check=False,
     )
+
+
+def run(bin_dir: Path, script: str, pod: str, *args: str, **env: str) -> list[str]:
+    """The arguments ``script`` execs ``highwater`` with, in pod ``pod``; checked by the
+    real command's parser."""
+    result = start(script, bin_dir, pod, *args, **env)
     assert result.returncode == 0, result.stderr
     argv = result.stdout.splitlines()
     command: click.Command = main
@@ -79,8 +99,10 @@ def flag(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
-def test_a_controller_is_voter_ordinal_plus_offset_of_every_controller(bin_dir: Path) -> None:
-    argv = run(bin_dir, "controller.sh", "hw-highwater-controller-2")
+def test_a_static_controller_is_voter_ordinal_plus_offset_of_every_controller(
+    bin_dir: Path,
+) -> None:
+    argv = run(bin_dir, "controller.sh", "hw-highwater-controller-2", CONTROLLER_QUORUM="static")
     assert argv[0] == "controller"
     assert flag(argv, "--node-id") == "2"
     assert flag(argv, "--listen") == "0.0.0.0:9093"
@@ -92,13 +114,109 @@ def test_a_controller_is_voter_ordinal_plus_offset_of_every_controller(bin_dir: 
     # Its settings and the cluster defaults: the chart's properties file.
     assert flag(argv, "--config") == "/etc/highwater/controller.properties"
     assert "--cluster-id" not in argv
-    argv = run(bin_dir, "controller.sh", "hw-highwater-controller-0", CLUSTER_ID="prod-1")
+    argv = run(
+        bin_dir, "controller.sh", "hw-highwater-controller-0", CLUSTER_ID="prod-1",
+        CONTROLLER_QUORUM="static",
+    )  # fmt: skip
     assert flag(argv, "--cluster-id") == "prod-1"
 
 
-def test_a_single_controller_quorum(bin_dir: Path) -> None:
-    argv = run(bin_dir, "controller.sh", "hw-highwater-controller-0", CONTROLLER_REPLICAS="1")
+def test_a_single_static_controller_quorum(bin_dir: Path) -> None:
+    argv = run(
+        bin_dir, "controller.sh", "hw-highwater-controller-0", CONTROLLER_REPLICAS="1",
+        CONTROLLER_QUORUM="static",
+    )  # fmt: skip
     assert flag(argv, "--voters") == "0@" + CONTROLLERS.split(",")[0]
+
+
+@pytest.fixture
+def dynamic(tmp_path: Path) -> dict[str, str]:
+    """A dynamic quorum's environment: an empty data directory, and the answers the first
+    controller's ``quorum formed`` gets (none yet: formed)."""
+    (tmp_path / "answers").write_text("")
+    return {
+        "HIGHWATER_DATA_DIR": str(tmp_path / "data"),
+        "FORMED_ANSWERS": str(tmp_path / "answers"),
+        "FORMED_ASKED": str(tmp_path / "asked"),
+    }
+
+
+def asked(env: dict[str, str]) -> list[str]:
+    path = Path(env["FORMED_ASKED"])
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def own_address(ordinal: int) -> str:
+    return CONTROLLERS.split(",")[ordinal]
+
+
+def test_a_dynamic_controller_joins_with_auto_join_announcing_its_pod_address(
+    bin_dir: Path, dynamic: dict[str, str]
+) -> None:
+    argv = run(bin_dir, "controller.sh", "hw-highwater-controller-2", **dynamic)
+    assert flag(argv, "--node-id") == "2"
+    assert flag(argv, "--listen") == "0.0.0.0:9093"
+    assert flag(argv, "--advertised-listener") == own_address(2)
+    assert flag(argv, "--bootstrap-controllers") == CONTROLLERS
+    overrides = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--override"]
+    assert "controller.quorum.auto.join.enable=true" in overrides
+    assert "--voters" not in argv and "--initial-controllers" not in argv
+    assert flag(argv, "--data-dir") == dynamic["HIGHWATER_DATA_DIR"]
+    assert asked(dynamic) == [], "only the first controller asks"
+
+
+def test_the_first_dynamic_controller_forms_the_quorum_once_every_other_knows_none(
+    bin_dir: Path, dynamic: dict[str, str]
+) -> None:
+    # Not known twice (a controller did not answer), then not formed.
+    Path(dynamic["FORMED_ANSWERS"]).write_text("1\n1\n3\n")
+    argv = run(bin_dir, "controller.sh", "hw-highwater-controller-0", **dynamic)
+    others = ",".join(CONTROLLERS.split(",")[1:])
+    assert asked(dynamic) == [f"quorum formed --controllers {others}"] * 3
+    initial = flag(argv, "--initial-controllers")
+    assert initial.startswith(f"0@{own_address(0)}:")
+    uuid.UUID(initial.rsplit(":", 1)[1])  # a new directory id
+    assert flag(argv, "--advertised-listener") == own_address(0)
+    assert "--bootstrap-controllers" not in argv
+    # Formed (its volume was lost): it joins, as every other controller does.
+    Path(dynamic["FORMED_ANSWERS"]).write_text("0\n")
+    argv = run(bin_dir, "controller.sh", "hw-highwater-controller-0", **dynamic)
+    assert flag(argv, "--bootstrap-controllers") == CONTROLLERS
+    assert "--initial-controllers" not in argv
+
+
+def test_a_dynamic_controller_that_holds_the_voters_restarts_without_asking(
+    bin_dir: Path, dynamic: dict[str, str]
+) -> None:
+    metadata = Path(dynamic["HIGHWATER_DATA_DIR"]) / "__cluster_metadata-0"
+    metadata.mkdir(parents=True)
+    (metadata / "quorum-state").write_text("{}")
+    (metadata / "quorum-voters").write_text("{}")
+    argv = run(bin_dir, "controller.sh", "hw-highwater-controller-0", **dynamic)
+    assert flag(argv, "--bootstrap-controllers") == CONTROLLERS
+    assert asked(dynamic) == []
+
+
+def test_a_single_dynamic_controller_forms_its_quorum_alone(
+    bin_dir: Path, dynamic: dict[str, str]
+) -> None:
+    argv = run(
+        bin_dir, "controller.sh", "hw-highwater-controller-0", CONTROLLER_REPLICAS="1", **dynamic
+    )
+    assert flag(argv, "--initial-controllers").startswith(f"0@{own_address(0)}:")
+    assert asked(dynamic) == []
+
+
+def test_a_static_data_directory_is_refused_by_a_dynamic_controller(
+    bin_dir: Path, dynamic: dict[str, str]
+) -> None:
+    metadata = Path(dynamic["HIGHWATER_DATA_DIR"]) / "__cluster_metadata-0"
+    metadata.mkdir(parents=True)
+    (metadata / "quorum-state").write_text("{}")
+    result = start("controller.sh", bin_dir, "hw-highwater-controller-1", **dynamic)
+    assert result.returncode == 1 and result.stdout == ""
+    assert "belongs to a static quorum" in result.stderr
+    assert "set controller.quorum to static" in result.stderr
 
 
 def test_a_broker_advertises_its_pod_name_and_takes_its_rack(bin_dir: Path, tmp_path: Path) -> None:

@@ -8,7 +8,9 @@ directory id: a new voter that follows as an observer, announcing its new endpoi
 ``highwater quorum remove-controller`` removes the old incarnation by its directory id and
 ``highwater quorum add-controller`` adds the new one, found among the observers.
 ``quorum describe --status`` then lists the new voter set, and every topic creation that
-was acknowledged is in the replaced controller's log.
+was acknowledged is in the replaced controller's log. Then the same with auto-join
+(``controller.quorum.auto.join.enable``): a wiped follower started with
+``--bootstrap-controllers`` removes its former key and adds itself, with no command run.
 """
 
 from __future__ import annotations
@@ -256,7 +258,13 @@ async def test_replace_a_controller_whose_disk_was_wiped(quorum: Quorum) -> None
     moved = [v.get("endpoints") for v in status["CurrentVoters"] if v["id"] == victim.node_id]
     assert moved == [[victim.address]], status  # its advertised endpoint, on the new port
 
-    # Every acknowledged creation is in the replaced controller's log.
+    await assert_every_creation_is_in_the_log_of(quorum, victim)
+    assert len(quorum.created) >= 20 and failed < len(quorum.created)
+
+
+async def assert_every_creation_is_in_the_log_of(quorum: Quorum, victim: Node) -> None:
+    """Every acknowledged topic creation is in the replaced controller's log, once it has
+    caught up (it is stopped to read its files)."""
     high_watermark = (await asyncio.to_thread(quorum.describe)).high_watermark
     async with asyncio.timeout(30):
         while True:
@@ -273,7 +281,64 @@ async def test_replace_a_controller_whose_disk_was_wiped(quorum: Quorum) -> None
         if (topic := image.topic(name)) is None or topic.topic_id != topic_id
     }
     assert not lost, f"acknowledged topic creations lost: {sorted(lost)[:5]}"
-    assert len(quorum.created) >= 20 and failed < len(quorum.created)
+
+
+async def test_with_auto_join_a_wiped_controller_replaces_itself(quorum: Quorum) -> None:
+    """``--override controller.quorum.auto.join.enable=true``: a follower's disk is wiped
+    and it comes back with ``--bootstrap-controllers`` only. With no add-controller nor
+    remove-controller, it asks the leader to remove its former key, then to add it under
+    its new directory id, while topic creations go on."""
+    described = await asyncio.to_thread(quorum.describe)
+    before = {v.replica_id: v.replica_directory_id for v in described.current_voters}
+    assert sorted(before) == list(IDS)
+    async with ControllerClient(quorum.addresses, timeout_s=60) as client:
+        heartbeats = asyncio.create_task(keep_broker_alive(client))
+        stop = asyncio.Event()
+        writer: asyncio.Task[int] | None = None
+        try:
+            async with asyncio.timeout(30):
+                while not quorum.created:  # once the broker is unfenced
+                    await create_topics_once(quorum, client)
+            writer = asyncio.create_task(create_topics(quorum, client, stop))
+            victim = quorum.nodes[next(n for n in IDS if n != described.leader_id)]
+            victim.stop(signal.SIGKILL)
+            shutil.rmtree(victim.data_dir)
+            others = ",".join(n.address for n in quorum.nodes.values() if n is not victim)
+            victim.start(
+                "--bootstrap-controllers",
+                others,
+                "--override",
+                "controller.quorum.auto.join.enable=true",
+            )
+            async with asyncio.timeout(90):
+                while True:
+                    described = await asyncio.to_thread(quorum.describe)
+                    voters = {
+                        v.replica_id: v.replica_directory_id for v in described.current_voters
+                    }
+                    if voters.get(victim.node_id) not in (None, before[victim.node_id]):
+                        break
+                    await asyncio.sleep(0.1)
+            assert {n: d for n, d in voters.items() if n != victim.node_id} == {
+                n: d for n, d in before.items() if n != victim.node_id
+            }
+            assert sorted(voters) == list(IDS) and not described.observers
+            created = len(quorum.created)
+            async with asyncio.timeout(30):
+                while len(quorum.created) < created + 20:
+                    await asyncio.sleep(0.05)
+        finally:
+            stop.set()
+            failed = await writer if writer is not None else 0
+            heartbeats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeats
+    assert failed < len(quorum.created)
+    log = victim.log_path.read_text()
+    assert (
+        "auto-join: the leader removed voter" in log and "auto-join: the leader added voter" in log
+    )
+    await assert_every_creation_is_in_the_log_of(quorum, victim)
 
 
 async def create_topics_once(quorum: Quorum, client: ControllerClient) -> None:
@@ -283,3 +348,93 @@ async def create_topics_once(quorum: Quorum, client: ControllerClient) -> None:
         quorum.created[name] = answer.topics[0].topic_id
     else:
         await asyncio.sleep(0.1)
+
+
+async def test_the_charts_dynamic_quorum_forms_itself_and_survives_losing_its_first_volume(
+    tmp_path: Path,
+) -> None:
+    """What deploy/helm/highwater/files/controller.sh runs in a dynamic quorum, with
+    loopback addresses for pod names: controllers 1 and 2 start empty with
+    ``--bootstrap-controllers`` (every controller) and auto-join; controller 0 asks
+    ``quorum formed`` of them, hears that neither knows a quorum and forms one alone
+    (``--initial-controllers``); 1 and 2 join it by themselves. Later controller 0's volume
+    is lost: ``quorum formed`` now says formed, so it starts as the others did and replaces
+    its former voter by itself."""
+    ports = free_loopback_ports(len(IDS))
+    nodes = {
+        n: Node(n, p, tmp_path / f"controller-{n}", tmp_path / f"controller-{n}.log")
+        for n, p in zip((0, 1, 2), ports, strict=True)
+    }
+    every = ",".join(n.address for n in nodes.values())
+    joining = (
+        "--bootstrap-controllers",
+        every,
+        "--override",
+        "controller.quorum.auto.join.enable=true",
+        "--override",
+        "controller.quorum.bootstrap.timeout.ms=3600000",
+    )
+    quorum = Quorum(nodes, {})
+    try:
+        for n in (1, 2):
+            nodes[n].start(*joining)
+        others = f"{nodes[1].address},{nodes[2].address}"
+        async with asyncio.timeout(60):
+            while True:  # until both serve: they answer while they look for a quorum
+                answer = await asyncio.to_thread(cli, "quorum", "formed", "--controllers", others)
+                if answer[0] != 1:
+                    break
+                await asyncio.sleep(0.2)
+        assert answer[0] == 3, answer
+        first_directory = str(uuid.uuid4())
+        nodes[0].start("--initial-controllers", f"0@{nodes[0].address}:{first_directory}")
+        async with asyncio.timeout(90):
+            while True:
+                described = await asyncio.to_thread(quorum.describe)
+                if sorted(v.replica_id for v in described.current_voters) == [0, 1, 2]:
+                    break
+                await asyncio.sleep(0.1)
+        before = {v.replica_id: v.replica_directory_id for v in described.current_voters}
+        assert before[0] == first_directory
+        async with ControllerClient(quorum.addresses, timeout_s=60) as client:
+            heartbeats = asyncio.create_task(keep_broker_alive(client))
+            stop = asyncio.Event()
+            writer: asyncio.Task[int] | None = None
+            try:
+                async with asyncio.timeout(30):
+                    while not quorum.created:
+                        await create_topics_once(quorum, client)
+                writer = asyncio.create_task(create_topics(quorum, client, stop))
+                nodes[0].stop(signal.SIGKILL)
+                shutil.rmtree(nodes[0].data_dir)
+                code, output = await asyncio.to_thread(
+                    cli, "quorum", "formed", "--controllers", others
+                )
+                assert code == 0 and "formed: " in output, output
+                nodes[0].start(*joining)
+                async with asyncio.timeout(90):
+                    while True:
+                        described = await asyncio.to_thread(quorum.describe)
+                        voters = {
+                            v.replica_id: v.replica_directory_id for v in described.current_voters
+                        }
+                        if voters.get(0) not in (None, first_directory):
+                            break
+                        await asyncio.sleep(0.1)
+                assert sorted(voters) == [0, 1, 2]
+                assert {n: voters[n] for n in (1, 2)} == {n: before[n] for n in (1, 2)}
+                created = len(quorum.created)
+                async with asyncio.timeout(30):
+                    while len(quorum.created) < created + 20:
+                        await asyncio.sleep(0.05)
+            finally:
+                stop.set()
+                failed = await writer if writer is not None else 0
+                heartbeats.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeats
+        assert failed < len(quorum.created)
+        await assert_every_creation_is_in_the_log_of(quorum, nodes[0])
+    finally:
+        for node in nodes.values():
+            node.stop(signal.SIGKILL)

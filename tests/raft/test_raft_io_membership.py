@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 from embedded_servers import free_port
 from highwater.cli.main import main
+from highwater.cli.quorum import NOT_FORMED_EXIT
 from highwater.errors import KafkaStorageError
 from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from highwater.raft.driver import MetadataLogLayout, RaftServer, RaftServerSettings
@@ -312,6 +313,11 @@ def test_the_voters_section_of_a_snapshot() -> None:
     assert unwrap_snapshot(b"[1,2]") == (None, b"[1,2]")  # a static quorum's snapshot
 
 
+def formed(controllers: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["quorum", "formed", "--controllers", controllers])
+    return result.exit_code, result.output
+
+
 async def test_a_replica_looking_for_its_quorum_answers_that_it_knows_none(
     tmp_path: Path,
 ) -> None:
@@ -345,6 +351,12 @@ async def test_a_replica_looking_for_its_quorum_answers_that_it_knows_none(
         assert answer.error == ErrorCode.BROKER_NOT_AVAILABLE
         assert not answer.nodes and not answer.cluster_id
         assert not starting.done()
+        # What the chart's first controller asks before it forms a quorum.
+        code, output = await asyncio.to_thread(formed, joiner_address)
+        assert code == NOT_FORMED_EXIT, output
+        assert "each answered that it knows no quorum" in output
+        code, output = await asyncio.to_thread(formed, f"{joiner_address},{first.endpoint}")
+        assert code == 1 and f"not known: no answer from {first.endpoint}" in output, output
         leader = RaftServer(
             node_id=1,
             listen=first.endpoint,
@@ -359,6 +371,8 @@ async def test_a_replica_looking_for_its_quorum_answers_that_it_knows_none(
         assert isinstance(answer, raft_pb2.DescribeQuorumResponse)
         assert [(n.node_id, n.directory_id) for n in answer.nodes] == [(1, str(first.directory_id))]
         assert answer.cluster_id == leader.cluster_id
+        code, output = await asyncio.to_thread(formed, joiner_address)
+        assert code == 0 and f"names the voters 1@{first.endpoint}" in output, output
     finally:
         if not starting.done():
             starting.cancel()

@@ -21,6 +21,10 @@ voters, one at a time, through the leader:
 * ``remove-controller --node-id N [--directory-id D]``: the voter N stops being one.
 
 Each waits until the new voter set is committed, or prints the leader's refusal.
+
+``formed`` tells a start script whether a quorum exists among the controllers it names, before
+it bootstraps one with ``--initial-controllers`` (docs/kubernetes.md): a controller that is
+still looking for its quorum (``--bootstrap-controllers``) answers that it knows none.
 """
 
 from __future__ import annotations
@@ -355,6 +359,49 @@ def _timeout_option(function: Callable[..., None]) -> Callable[..., None]:
         show_default=True,
         help="Seconds to wait for the change to be committed.",
     )(function)
+
+
+NOT_FORMED_EXIT = 3
+"""``quorum formed``'s exit status when every controller answered that it knows no quorum."""
+
+
+@quorum.command("formed")
+@click.option(
+    "--controllers",
+    "controllers",
+    required=True,
+    callback=_parse_controllers,
+    metavar="HOST:PORT[,HOST:PORT...]",
+    help="Every controller to ask (all but the one that would form the quorum).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for each controller.",
+)
+def formed(controllers: list[str], timeout: float) -> None:
+    """Whether a quorum is formed among these controllers.
+
+    Exit 0 if one of them names its quorum's voters (a voter or an observer of a formed
+    quorum, whatever its election); exit 3 if every one answered and none knows a quorum
+    (each is looking for one, with --bootstrap-controllers); exit 1 if some did not answer
+    and none names a quorum: then nothing may be concluded.
+    """
+    answers = asyncio.run(_ask_all(controllers, timeout))
+    for answer in answers:
+        response = answer.response
+        if response is not None and response.nodes:
+            voters = ",".join(f"{n.node_id}@{n.address}" for n in response.nodes)
+            click.echo(f"formed: {answer.endpoint} names the voters {voters}")
+            return
+    unreached = [answer for answer in answers if answer.response is None]
+    if unreached:
+        details = "; ".join(f"{a.endpoint}: {a.problem}" for a in unreached)
+        raise click.ClickException(f"not known: no answer from {details}")
+    click.echo(f"not formed: {', '.join(controllers)} each answered that it knows no quorum")
+    click.get_current_context().exit(NOT_FORMED_EXIT)
 
 
 @quorum.command("add-controller")

@@ -11,7 +11,8 @@ pod_address() {
     echo "$1-$2.$3.$POD_NAMESPACE.svc.$CLUSTER_DOMAIN:$4"
 }
 
-# ID@HOST:PORT of every voter (with $1 = voters) or HOST:PORT of every controller.
+# ID@HOST:PORT of every voter (with $1 = voters), HOST:PORT of every controller but this
+# pod (with $1 = others), else HOST:PORT of every controller.
 controller_list() {
     list=""
     i=0
@@ -20,7 +21,9 @@ controller_list() {
         if [ "${1:-}" = voters ]; then
             address="$((CONTROLLER_NODE_ID_OFFSET + i))@$address"
         fi
-        list="${list:+$list,}$address"
+        if [ "${1:-}" != others ] || [ "$i" != "${POD_NAME##*-}" ]; then
+            list="${list:+$list,}$address"
+        fi
         i=$((i + 1))
     done
     echo "$list"
