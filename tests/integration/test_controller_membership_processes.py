@@ -33,6 +33,7 @@ import grpc
 import pytest
 from click.testing import CliRunner
 from highwater.cli.main import main
+from highwater.controller_api import codec
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
@@ -386,6 +387,18 @@ async def test_the_charts_dynamic_quorum_forms_itself_and_survives_losing_its_fi
                     break
                 await asyncio.sleep(0.2)
         assert answer[0] == 3, answer
+        # Looking for its quorum, a controller answers a Controller call at once: it knows
+        # no active controller.
+        rpc = codec.CREATE_TOPICS
+        request = rpc.request_to_proto(m.CreateTopicsRequest((m.CreatableTopic("early", 1, 1),)))
+        with grpc.insecure_channel(nodes[1].address) as channel:
+            call = channel.unary_unary(
+                "/highwater.internal.v1.Controller/CreateTopics",
+                request_serializer=type(request).SerializeToString,
+                response_deserializer=rpc.proto_response.FromString,
+            )
+            reply = rpc.response_from_proto(call(request, timeout=10))
+        assert reply.error == ErrorCode.NOT_CONTROLLER, reply
         first_directory = str(uuid.uuid4())
         nodes[0].start("--initial-controllers", f"0@{nodes[0].address}:{first_directory}")
         async with asyncio.timeout(90):

@@ -770,7 +770,9 @@ class ControllerServer:
         """Serve one request as the gRPC servicer does; the proto response. ``principal``:
         the caller's, which a RegisterBroker records as its node's."""
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if self._stopping:
+        if self._stopping or self._worker is None:
+            # Stopping, or not started: a controller that still looks for its quorum
+            # (--bootstrap-controllers) serves already, and knows no active controller.
             return self._not_controller(rpc, None)
         self._note_contact(rpc, request)
         self._jobs.put_nowait(_Request(rpc, request, reply, principal))
