@@ -384,6 +384,7 @@ class RaftServer:
         self._last_fsync_s = 0.0
         self._announcer: asyncio.Task[None] | None = None
         self._joining: asyncio.Task[None] | None = None
+        self._join_problem: str | None = None
         self.telemetry = RaftTelemetry(self)
 
     # --- public API --------------------------------------------------------------------
@@ -908,7 +909,13 @@ class RaftServer:
                 join.voter,
             )
         else:
-            log.info("node %d: auto-join %s of %s: %s", self.node_id, change, join.voter, problem)
+            # Asked again every backoff until it is a voter: a new refusal is news, the
+            # same one again is not (not caught up yet, a change in progress).
+            level = logging.DEBUG if problem == self._join_problem else logging.INFO
+            log.log(
+                level, "node %d: auto-join %s of %s: %s", self.node_id, change, join.voter, problem
+            )
+        self._join_problem = problem
 
     def _waits_for_flush(self, ready: Ready) -> bool:
         """Whether all ``ready`` asks is a flush while one runs in a worker thread: its end

@@ -700,9 +700,10 @@ class RaftNode:
 
         While its node id is a voter under another directory (the incarnation before its
         disk was wiped), it asks for that voter's removal first (one change at a time):
-        knowing the leader is enough, since the leader refuses the fetches of another
-        incarnation of a voter until then. Its own addition waits until the leader has
-        answered a fetch in this epoch, so that the leader sees how far it got."""
+        knowing the leader is enough, as the removal does not depend on how far this
+        replica got (its fetches are answered but count for nothing until then). Its own
+        addition waits until the leader has answered a fetch in this epoch, so that the
+        leader sees how far it got."""
         if (
             not self._may_auto_join
             or not self.endpoint
