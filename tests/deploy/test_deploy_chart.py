@@ -216,7 +216,7 @@ def test_an_upgrade_that_lowers_the_broker_count_first_checks_the_brokers_to_go(
     chart_renders: dict[str, dict[str, str]],
 ) -> None:
     docs = documents(render.render({"broker": {"replicaCount": 2}}, name="hw", namespace="s"))
-    [job] = by_kind(docs, "Job").values()
+    job = by_kind(docs, "Job")["hw-highwater-broker-scale-down-check"]
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
     assert job["spec"]["backoffLimit"] == 0
     command = job["spec"]["template"]["spec"]["containers"][0]["command"]
@@ -224,11 +224,35 @@ def test_an_upgrade_that_lowers_the_broker_count_first_checks_the_brokers_to_go(
     assert command[:3] == ["highwater", "brokers", "check-removal"]
     assert command[command.index("--ids-from") + 1] == "102"
     assert command[command.index("--bootstrap-server") + 1] == "hw-highwater:9092"
-    assert not by_kind(
+    assert "hw-highwater-broker-scale-down-check" not in by_kind(
         documents(render.render({"broker": {"scaleDownCheck": {"enabled": False,
-                                                                "timeoutSeconds": 60}}})),
+                                                                "timeoutSeconds": 60}}},
+                                name="hw", namespace="s")),
         "Job",
     )  # fmt: skip
+
+
+def test_an_upgrade_that_lowers_the_controller_count_first_checks_the_voters_to_go(
+    chart_renders: dict[str, dict[str, str]],
+) -> None:
+    docs = documents(render.render({"controller": {"replicaCount": 1}}, name="hw", namespace="s"))
+    job = by_kind(docs, "Job")["hw-highwater-controller-scale-down-check"]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
+    assert job["spec"]["backoffLimit"] == 0
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    # Controllers are ids 0 + ordinal: with 1 left, ids 1 and up must vote no more.
+    assert command[:3] == ["highwater", "quorum", "check-removal"]
+    assert command[command.index("--ids-from") + 1] == "1"
+    assert command[command.index("--controllers") + 1] == (
+        "hw-highwater-controller-0.hw-highwater-controller-headless.s.svc.cluster.local:9093"
+    )
+    off = {"scaleDownCheck": {"enabled": False, "timeoutSeconds": 60}}
+    for values in (
+        {"controller": off},
+        {"metadata": {"mode": "etcd", "etcd": {"endpoints": ["e:2379"]}}},
+    ):
+        names = by_kind(documents(render.render(values, name="hw", namespace="s")), "Job")
+        assert "hw-highwater-controller-scale-down-check" not in names, values
 
 
 def test_notes_name_the_bootstrap_address() -> None:

@@ -125,8 +125,9 @@ def test_tls_issues_a_certificate_every_pod_mounts_and_presents() -> None:
     assert {"name": "CLIENT_CONFIG", "value": "/etc/highwater/client.properties"} in (
         test_pod["containers"][0]["env"]
     )
-    check = by_kind(docs, "Job")["hw-highwater-broker-scale-down-check"]
-    assert "--command-config" in check["spec"]["template"]["spec"]["containers"][0]["command"]
+    for role in ("broker", "controller"):
+        check = by_kind(docs, "Job")[f"hw-highwater-{role}-scale-down-check"]
+        assert "--command-config" in check["spec"]["template"]["spec"]["containers"][0]["command"]
     validate_all(docs)
 
 

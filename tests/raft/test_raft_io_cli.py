@@ -330,6 +330,11 @@ def test_voter_changes_asked_of_a_static_quorum_say_that_it_is_static(
     )
     assert code == 1
     assert "UNSUPPORTED_VERSION" in output and "--initial-controllers" in output, output
+    code, output = run(
+        "quorum", "check-removal", "--controllers", single_controller, "--ids-from", "1"
+    )
+    assert code == 1
+    assert "voters [1] would go, and a static quorum's voters cannot change" in output, output
 
 
 def test_describe_follows_a_follower_to_the_leader(tmp_path: Path) -> None:

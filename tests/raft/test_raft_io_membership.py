@@ -313,9 +313,13 @@ def test_the_voters_section_of_a_snapshot() -> None:
     assert unwrap_snapshot(b"[1,2]") == (None, b"[1,2]")  # a static quorum's snapshot
 
 
-def formed(controllers: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, ["quorum", "formed", "--controllers", controllers])
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
     return result.exit_code, result.output
+
+
+def formed(controllers: str) -> tuple[int, str]:
+    return invoke("quorum", "formed", "--controllers", controllers)
 
 
 async def test_a_replica_looking_for_its_quorum_answers_that_it_knows_none(
@@ -397,6 +401,16 @@ async def test_auto_join_adds_a_new_controller_and_replaces_a_wiped_one(cluster:
     assert first.directory_id is not None
     await until(lambda: leader.voter_set().is_voter(2, first.directory_id))
     await leader.propose([b"with two voters"])
+    # What the chart asks before the controller count goes down.
+    code, output = await asyncio.to_thread(
+        invoke, "quorum", "check-removal", "--controllers", cluster.address(1), "--ids-from", "2"
+    )
+    assert code == 1 and "voters [2] still vote" in output, output
+    assert f"remove-controller --controllers {cluster.address(1)} --node-id 2" in output
+    code, output = await asyncio.to_thread(
+        invoke, "quorum", "check-removal", "--controllers", cluster.address(1), "--ids-from", "3"
+    )
+    assert code == 0 and "no voter has a node id of 3 or more" in output, output
     await cluster.stop(2)
     shutil.rmtree(cluster.root / "node-2")
     again = await cluster.start(2, settings=auto)

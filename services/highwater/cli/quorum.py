@@ -25,6 +25,9 @@ Each waits until the new voter set is committed, or prints the leader's refusal.
 ``formed`` tells a start script whether a quorum exists among the controllers it names, before
 it bootstraps one with ``--initial-controllers`` (docs/kubernetes.md): a controller that is
 still looking for its quorum (``--bootstrap-controllers``) answers that it knows none.
+``check-removal --ids-from N`` exits 1, naming them, while voters with ids from N up are in
+the voter set: the Helm chart runs it before the controller count goes down, since a voter
+whose pod is gone still counts towards the majority.
 """
 
 from __future__ import annotations
@@ -402,6 +405,51 @@ def formed(controllers: list[str], timeout: float) -> None:
         raise click.ClickException(f"not known: no answer from {details}")
     click.echo(f"not formed: {', '.join(controllers)} each answered that it knows no quorum")
     click.get_current_context().exit(NOT_FORMED_EXIT)
+
+
+@quorum.command("check-removal")
+@click.option(
+    "--controllers",
+    "controllers",
+    required=True,
+    callback=_parse_controllers,
+    metavar="HOST:PORT[,HOST:PORT...]",
+    help="Controllers to ask; the active controller among them answers.",
+)
+@click.option(
+    "--ids-from",
+    type=click.IntRange(min=0),
+    required=True,
+    help="The controllers that would go: every node id from this one up.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for each controller.",
+)
+def check_removal(controllers: list[str], ids_from: int, timeout: float) -> None:
+    """Exit 0 if no voter has a node id of --ids-from or more (else name them, exit 1)."""
+    voters = describe_leader(controllers, timeout).current_voters
+    going = sorted(v.replica_id for v in voters if v.replica_id >= ids_from)
+    if not going:
+        click.echo(f"no voter has a node id of {ids_from} or more")
+        return
+    if not any(v.replica_directory_id for v in voters):
+        raise click.ClickException(
+            f"voters {going} would go, and a static quorum's voters cannot change: keep "
+            "the controller count"
+        )
+    removals = "; ".join(
+        f"highwater quorum remove-controller --controllers {','.join(controllers)} "
+        f"--node-id {node_id}"
+        for node_id in reversed(going)
+    )
+    raise click.ClickException(
+        f"voters {going} still vote, and a voter whose controller is gone still counts "
+        f"towards the majority: remove them first ({removals})"
+    )
 
 
 @quorum.command("add-controller")
