@@ -246,33 +246,50 @@ def _parse_controllers(_ctx: click.Context, _param: click.Parameter, value: str)
     return endpoints
 
 
+Decorator = Callable[[Callable[..., None]], Callable[..., None]]
+
+
+def _controllers_option(help_text: str) -> Decorator:
+    return click.option(
+        "--controllers",
+        "controllers",
+        required=True,
+        callback=_parse_controllers,
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help=help_text,
+    )
+
+
+def _timeout_option(default: float, help_text: str) -> Decorator:
+    return click.option(
+        "--timeout",
+        type=click.FloatRange(min=0.1),
+        default=default,
+        show_default=True,
+        help=help_text,
+    )
+
+
+_ASKED = "Controllers to ask; the active controller among them answers."
+_EACH = "Seconds to wait for each controller."
+_CHANGED = "Controllers to ask; the request goes to the active controller."
+_COMMITTED = "Seconds to wait for the change to be committed."
+
+
 @click.group("quorum")
 def quorum() -> None:
     """Inspect the metadata quorum (the Raft quorum of controllers)."""
 
 
 @quorum.command("describe")
-@click.option(
-    "--controllers",
-    "controllers",
-    required=True,
-    callback=_parse_controllers,
-    metavar="HOST:PORT[,HOST:PORT...]",
-    help="Controllers to ask; the active controller among them answers.",
-)
+@_controllers_option(_ASKED)
+@_timeout_option(5.0, _EACH)
 @click.option("--status", "mode", flag_value="status", help="Print the quorum's status.")
 @click.option(
     "--replication",
     "mode",
     flag_value="replication",
     help="Print every replica's replication progress.",
-)
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=5.0,
-    show_default=True,
-    help="Seconds to wait for each controller.",
 )
 @format_option
 def describe(controllers: list[str], mode: str | None, timeout: float, output_format: str) -> None:
@@ -343,47 +360,13 @@ def _check(response: _ChangeResponse, what: str) -> None:
         )
 
 
-def _controllers_option(function: Callable[..., None]) -> Callable[..., None]:
-    return click.option(
-        "--controllers",
-        "controllers",
-        required=True,
-        callback=_parse_controllers,
-        metavar="HOST:PORT[,HOST:PORT...]",
-        help="Controllers to ask; the request goes to the active controller.",
-    )(function)
-
-
-def _timeout_option(function: Callable[..., None]) -> Callable[..., None]:
-    return click.option(
-        "--timeout",
-        type=click.FloatRange(min=0.1),
-        default=30.0,
-        show_default=True,
-        help="Seconds to wait for the change to be committed.",
-    )(function)
-
-
 NOT_FORMED_EXIT = 3
 """``quorum formed``'s exit status when every controller answered that it knows no quorum."""
 
 
 @quorum.command("formed")
-@click.option(
-    "--controllers",
-    "controllers",
-    required=True,
-    callback=_parse_controllers,
-    metavar="HOST:PORT[,HOST:PORT...]",
-    help="Every controller to ask (all but the one that would form the quorum).",
-)
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=5.0,
-    show_default=True,
-    help="Seconds to wait for each controller.",
-)
+@_controllers_option("Every controller to ask (all but the one that would form the quorum).")
+@_timeout_option(5.0, _EACH)
 def formed(controllers: list[str], timeout: float) -> None:
     """Whether a quorum is formed among these controllers.
 
@@ -408,26 +391,13 @@ def formed(controllers: list[str], timeout: float) -> None:
 
 
 @quorum.command("check-removal")
-@click.option(
-    "--controllers",
-    "controllers",
-    required=True,
-    callback=_parse_controllers,
-    metavar="HOST:PORT[,HOST:PORT...]",
-    help="Controllers to ask; the active controller among them answers.",
-)
+@_controllers_option(_ASKED)
+@_timeout_option(5.0, _EACH)
 @click.option(
     "--ids-from",
     type=click.IntRange(min=0),
     required=True,
     help="The controllers that would go: every node id from this one up.",
-)
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=5.0,
-    show_default=True,
-    help="Seconds to wait for each controller.",
 )
 def check_removal(controllers: list[str], ids_from: int, timeout: float) -> None:
     """Exit 0 if no voter has a node id of --ids-from or more (else name them, exit 1)."""
@@ -453,9 +423,9 @@ def check_removal(controllers: list[str], ids_from: int, timeout: float) -> None
 
 
 @quorum.command("add-controller")
-@_controllers_option
+@_controllers_option(_CHANGED)
 @click.option("--node-id", type=click.IntRange(min=0, max=2**31 - 1), required=True)
-@_timeout_option
+@_timeout_option(30.0, _COMMITTED)
 def add_controller(controllers: list[str], node_id: int, timeout: float) -> None:
     """Make the observer NODE-ID a voter (it must follow the quorum, caught up)."""
     described = describe_leader(controllers, min(timeout, 5.0))
@@ -512,7 +482,7 @@ def _parse_directory_id(
 
 
 @quorum.command("remove-controller")
-@_controllers_option
+@_controllers_option(_CHANGED)
 @click.option("--node-id", type=click.IntRange(min=0, max=2**31 - 1), required=True)
 @click.option(
     "--directory-id",
@@ -520,7 +490,7 @@ def _parse_directory_id(
     callback=_parse_directory_id,
     help="Remove the voter only if it has this directory id (by default: whatever it has).",
 )
-@_timeout_option
+@_timeout_option(30.0, _COMMITTED)
 def remove_controller(
     controllers: list[str], node_id: int, directory_id: str | None, timeout: float
 ) -> None:
