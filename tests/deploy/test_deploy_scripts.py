@@ -207,16 +207,22 @@ def test_a_single_dynamic_controller_forms_its_quorum_alone(
     assert asked(dynamic) == []
 
 
-def test_a_static_data_directory_is_refused_by_a_dynamic_controller(
+def test_a_static_data_directory_stays_static_under_a_dynamic_controller(
     bin_dir: Path, dynamic: dict[str, str]
 ) -> None:
+    """A release installed before ``controller.quorum`` existed, upgraded: its voters'
+    data directories hold a static quorum's state, which cannot become dynamic."""
     metadata = Path(dynamic["HIGHWATER_DATA_DIR"]) / "__cluster_metadata-0"
     metadata.mkdir(parents=True)
     (metadata / "quorum-state").write_text("{}")
     result = start("controller.sh", bin_dir, "hw-highwater-controller-1", **dynamic)
-    assert result.returncode == 1 and result.stdout == ""
-    assert "belongs to a static quorum" in result.stderr
-    assert "set controller.quorum to static" in result.stderr
+    assert result.returncode == 0, result.stderr
+    assert "holds a static quorum's state (--voters), which stays static" in result.stderr
+    argv = result.stdout.splitlines()
+    assert flag(argv, "--voters") == ",".join(
+        f"{i}@{address}" for i, address in enumerate(CONTROLLERS.split(","))
+    )
+    assert "--bootstrap-controllers" not in argv and asked(dynamic) == []
 
 
 def test_a_broker_advertises_its_pod_name_and_takes_its_rack(bin_dir: Path, tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 # Its server configuration (cluster defaults included) is the chart's properties file;
 # TLS and the authorizer come from the environment (the tls and auth values).
 #
-# CONTROLLER_QUORUM=static: every pod is a voter of a fixed set (--voters).
+# CONTROLLER_QUORUM=static: every pod is a voter of a fixed set (--voters); so is a pod
+# whose data directory holds a static quorum's state, whatever CONTROLLER_QUORUM says.
 # CONTROLLER_QUORUM=dynamic (KIP-853, docs/kubernetes.md "The controller quorum"):
 # - a data directory that holds the quorum's voters restarts with --bootstrap-controllers;
 # - an empty one joins with --bootstrap-controllers and auto-join: once it follows the
@@ -20,15 +21,20 @@ metadata_dir="$data_dir/__cluster_metadata-0"
 node_id=$(node_id "$CONTROLLER_NODE_ID_OFFSET")
 own=$(pod_address "$CONTROLLER_STATEFULSET" "${POD_NAME##*-}" "$CONTROLLER_HEADLESS" "$CONTROLLER_PORT")
 
-case "$CONTROLLER_QUORUM" in
+quorum=$CONTROLLER_QUORUM
+if [ "$quorum" = dynamic ] && [ -e "$metadata_dir/quorum-state" ] &&
+    [ ! -e "$metadata_dir/quorum-voters" ]; then
+    # A release installed before controller.quorum existed, upgraded: its quorum cannot
+    # become dynamic, so this voter goes on as it was.
+    echo "$metadata_dir holds a static quorum's state (--voters), which stays static;" \
+        "set controller.quorum to static for this release" >&2
+    quorum=static
+fi
+
+case "$quorum" in
 static)
     set -- --voters "$(controller_list voters)" ;;
 dynamic)
-    if [ -e "$metadata_dir/quorum-state" ] && [ ! -e "$metadata_dir/quorum-voters" ]; then
-        echo "$metadata_dir belongs to a static quorum (--voters), which cannot become" \
-            "dynamic: set controller.quorum to static for this release" >&2
-        exit 1
-    fi
     # The endpoint it announces to the quorum: its pod address, not --listen's 0.0.0.0.
     set -- --advertised-listener "$own" --bootstrap-controllers "$(controller_list)" \
         --override controller.quorum.auto.join.enable=true \
