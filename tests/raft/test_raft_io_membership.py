@@ -15,7 +15,7 @@ import dataclasses
 import json
 import shutil
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import grpc
@@ -34,7 +34,9 @@ from highwater.raft.state_machine import SnapshotReader
 from highwater.raft.voter_files import CommittedVotersFile, unwrap_snapshot, wrap_snapshot
 from highwater.raft.voter_set import DIRECTORY_ID_FILE, Voter, VoterSet
 from highwater.records import RecordBatch
+from highwater.rpc import tls
 from highwater.rpc.channels import open_channel
+from highwater.security.certificate_authority import CertificateAuthority
 from highwater.v1.common_pb2 import ErrorCode
 from raft_timing import FAST
 
@@ -388,15 +390,43 @@ async def test_a_replica_looking_for_its_quorum_answers_that_it_knows_none(
             await leader.stop()
 
 
-async def test_auto_join_adds_a_new_controller_and_replaces_a_wiped_one(cluster: Cluster) -> None:
+@pytest.fixture(params=["plaintext", "mutual TLS"])
+def transport(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Every server and channel of this process in plaintext, or over mutual TLS with
+    certificates of a throwaway CA (as controllers started with ``--tls-*`` flags)."""
+    if request.param == "mutual TLS":
+        ca = CertificateAuthority()
+        root = tmp_path / "pki"
+        root.mkdir()
+        (root / "ca.crt").write_bytes(ca.certificate_pem)
+        ca.issue("controller", hosts=["127.0.0.1"]).write(root / "c.crt", root / "c.key")
+        tls.configure(
+            server=tls.ServerTls(root / "c.crt", root / "c.key", root / "ca.crt"),
+            client=tls.ClientTls(root / "ca.crt", root / "c.crt", root / "c.key"),
+        )
+    try:
+        yield request.param
+    finally:
+        tls.configure(server=None, client=None)
+
+
+async def test_auto_join_adds_a_new_controller_and_replaces_a_wiped_one(
+    cluster: Cluster, transport: str
+) -> None:
     """``controller.quorum.auto.join.enable``: a controller started with
     ``bootstrap_controllers`` asks the leader to add it once it follows; wiped and back
     under a new directory id, it asks to remove its former key, then to add the new one.
-    No add-controller or remove-controller is run."""
+    No add-controller or remove-controller is run. The same over mutual TLS."""
     auto = dataclasses.replace(SETTINGS, raft=dataclasses.replace(FAST, auto_join=True))
     leader = await cluster.start(1)
     await until(lambda: leader.is_leader)
     await leader.propose([b"before"])
+    if transport == "mutual TLS":  # it is on: a plaintext call does not get through
+        async with grpc.aio.insecure_channel(cluster.address(1)) as channel:
+            with pytest.raises(grpc.aio.AioRpcError):
+                await raft_pb2_grpc.RaftStub(channel).DescribeQuorum(
+                    raft_pb2.DescribeQuorumRequest(), timeout=5
+                )
     first = await cluster.start(2, settings=auto)
     assert first.directory_id is not None
     await until(lambda: leader.voter_set().is_voter(2, first.directory_id))
