@@ -236,8 +236,14 @@ class NodeHarness:
         config: RaftConfig | None = None,
         seed: int = 0,
         now_ms: int = 0,
+        directory_id: uuid.UUID | None = None,
+        endpoint: str = "",
     ) -> None:
+        """``directory_id``, ``endpoint``: the node's incarnation and announced controller
+        endpoint in a dynamic quorum (see :class:`RaftNode`)."""
         self.node_id = node_id
+        self.directory_id = directory_id
+        self.endpoint = endpoint
         # A VoterSet makes the quorum dynamic (KIP-853); ids alone, static.
         self.bootstrap: frozenset[int] | VoterSet = (
             voters if isinstance(voters, VoterSet) else frozenset(voters)
@@ -263,6 +269,8 @@ class NodeHarness:
             random=random.Random(self.seed),
             config=self.config,
             now_ms=self.now_ms,
+            directory_id=self.directory_id,
+            endpoint=self.endpoint,
         )
 
     # --- Events ----------------------------------------------------------------------

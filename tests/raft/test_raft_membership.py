@@ -5,7 +5,6 @@ runs the same changes through faults."""
 
 from __future__ import annotations
 
-import random
 import uuid
 from dataclasses import replace
 
@@ -18,7 +17,7 @@ from highwater.raft.messages import (
     OffsetAndEpoch,
     VoteRequest,
 )
-from highwater.raft.node import JoinRequest, NotLeaderError, RaftConfig, RaftNode, StaticQuorumError
+from highwater.raft.node import JoinRequest, NotLeaderError, RaftConfig, StaticQuorumError
 from highwater.raft.state import ElectionState, Role
 from highwater.raft.voter_set import (
     ChangeInProgressError,
@@ -351,17 +350,7 @@ def test_a_replica_outside_its_own_set_votes_when_a_candidate_of_a_newer_set_ask
 def test_a_wiped_voters_new_incarnation_neither_votes_nor_campaigns() -> None:
     """Node 3 came back with a new directory id while the set still lists its old one:
     it lost the votes the old incarnation cast, so it must not stand in for it."""
-    h = NodeHarness(3, voters(1, 2, 3))
-    h.node = RaftNode(
-        3,
-        voters(1, 2, 3),
-        h.log,
-        h.snapshots,
-        cluster_id=CLUSTER_ID,
-        election_state=None,
-        random=random.Random(0),
-        directory_id=uuid.UUID(int=99),
-    )
+    h = NodeHarness(3, voters(1, 2, 3), directory_id=uuid.UUID(int=99))
     assert h.node.is_stale_incarnation() and not h.node.is_voter
     h.step(vote_request(1, 1, to=3))
     sent = h.sent()
@@ -379,17 +368,7 @@ def test_a_wiped_leaders_new_incarnation_told_that_it_leads_learns_the_epoch_onl
     id) before the others noticed: they answer its search for the leader with "node 1
     leads epoch 3". That was its former incarnation, not a broken invariant: it takes the
     epoch with no leader known and goes on looking, as the observer it is."""
-    h = NodeHarness(1, voters(1, 2, 3))
-    h.node = RaftNode(
-        1,
-        voters(1, 2, 3),
-        h.log,
-        h.snapshots,
-        cluster_id=CLUSTER_ID,
-        election_state=None,
-        random=random.Random(0),
-        directory_id=uuid.UUID(int=99),
-    )
+    h = NodeHarness(1, voters(1, 2, 3), directory_id=uuid.UUID(int=99))
     h.advance(100)
     asks = [m for m in h.node.ready().messages if isinstance(m, FetchRequest)]
     assert asks, "an observer looks for the leader"
@@ -415,18 +394,8 @@ def test_a_vote_request_names_the_voter_key_and_another_incarnation_refuses() ->
     assert NodeHarness(1, (1, 2, 3))._new_node()._directory_id_of(2) is None  # static
 
     def replica(directory_id: uuid.UUID) -> NodeHarness:
-        h = NodeHarness(4, voters(1, 2, 3))  # it has not fetched the record adding it
-        h.node = RaftNode(
-            4,
-            voters(1, 2, 3),
-            h.log,
-            h.snapshots,
-            cluster_id=CLUSTER_ID,
-            election_state=None,
-            random=random.Random(0),
-            directory_id=directory_id,
-        )
-        return h
+        # It has not fetched the record adding it.
+        return NodeHarness(4, voters(1, 2, 3), directory_id=directory_id)
 
     ask = replace(vote_request(1, 1, to=4), voter_directory_id=DIRS[4])
     wiped = replica(uuid.UUID(int=99))
@@ -453,20 +422,7 @@ def joiner(
 ) -> NodeHarness:
     """A dynamic quorum's replica ``node_id`` (directory ``directory``) started with the
     set ``quorum``, following leader 1 of epoch 1 once :func:`follow` answers its fetch."""
-    h = NodeHarness(node_id, quorum, config=config)
-    h.node = RaftNode(
-        node_id,
-        quorum,
-        h.log,
-        h.snapshots,
-        cluster_id=CLUSTER_ID,
-        election_state=None,
-        random=random.Random(0),
-        config=config,
-        directory_id=directory,
-        endpoint=endpoint,
-    )
-    return h
+    return NodeHarness(node_id, quorum, config=config, directory_id=directory, endpoint=endpoint)
 
 
 def follow(h: NodeHarness, leader_log: InMemoryRaftLog, high_watermark: int) -> None:
