@@ -186,20 +186,22 @@ deploy-check: venv deploy-tools
 	$(BIN)/python -m pytest tests/deploy tests/broker/test_rolling.py tests/cli/test_cli_rolling.py
 
 # The long chaos set: the short chaos runs of tests/chaos/test_chaos_runs.py (pytest -m chaos),
-# then seeded runs of a 3-controller cluster under kills, pauses, network
-# partitions (network namespaces: needs root, iproute2 and nftables) and a full disk, and a report
+# then seeded runs of a 3-controller cluster (a dynamic quorum, as the Helm chart runs it) under
+# kills, pauses, network partitions (network namespaces: needs root, iproute2 and nftables), a full
+# disk and a controller's lost data directory, and a report
 # with a timeline plot of each run (docs/chaos.md). CHAOS_SEEDS takes numbers and ranges
 # (CHAOS_SEEDS=1-200 CHAOS_DURATION=120 runs 200 schedules in turn, 6.7 h); `make chaos-report`
 # checks the histories under CHAOS_OUT again and rewrites its report (a campaign stopped early).
 CHAOS_SEEDS ?= 1,2,3
 CHAOS_DURATION ?= 240
-CHAOS_FAULTS ?= kill,pause,partition,disk
+CHAOS_FAULTS ?= kill,pause,partition,disk,wipe
+CHAOS_QUORUM ?= dynamic
 CHAOS_OUT ?= $(RUN_DIR)/chaos-report
 .PHONY: chaos chaos-deps chaos-report
 chaos: venv chaos-deps
 	$(BIN)/python -m pytest -m chaos tests/chaos
 	$(BIN)/python -m highwater.chaos campaign --seeds $(CHAOS_SEEDS) --duration $(CHAOS_DURATION) \
-		--faults $(CHAOS_FAULTS) --out $(CHAOS_OUT)
+		--faults $(CHAOS_FAULTS) --quorum $(CHAOS_QUORUM) --out $(CHAOS_OUT)
 chaos-report: venv
 	$(BIN)/python -m highwater.chaos report $(CHAOS_OUT)
 

@@ -149,3 +149,32 @@ def test_partitions_lose_no_acknowledged_write(tmp_path: Path) -> None:
     assert summary["writes_acknowledged"] > 100
     assert_all_stopped(started_pids(out))
     assert netns_list() <= before, "the run left network namespaces behind"
+
+
+def test_a_dynamic_quorum_whose_controllers_lose_their_volumes_rejoins_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """Three controllers in a dynamic quorum set up as the Helm chart does; the ``wipe``
+    fault kills a controller and deletes its data directory, and the new incarnation
+    replaces its former key by itself (auto-join) while the clients write. At the end
+    every controller's current incarnation is a voter (the checker's ``quorum`` entry),
+    and nothing acknowledged is lost."""
+    out = tmp_path / "run"
+    summary = chaos_run(out, 5, 45, "wipe,kill", "--controllers", "3", "--quorum", "dynamic")
+    assert summary["writes_lost"] == 0 and summary["duplicates"] == 0
+    assert summary["writes_acknowledged"] > 100
+    ops = read_history(out / "history.jsonl")
+    wiped = [
+        op for op in ops if op["kind"] == "fault" and op["fault"] == "wipe"
+        and "data directory deleted" in op["detail"]
+    ]  # fmt: skip
+    assert wiped, [op for op in ops if op["kind"] == "fault"]
+    (quorum,) = [op for op in ops if op["kind"] == "quorum"]
+    assert quorum["whole"] and sorted(v["id"] for v in quorum["voters"]) == [1, 2, 3]
+    # Each wiped controller came back as a new incarnation, now the voter of its id.
+    former = {
+        op["target"][0]: op["detail"].rsplit("directory id ", 1)[1].rstrip(")") for op in wiped
+    }
+    current = {f"controller-{v['id']}": v["directory_id"] for v in quorum["voters"]}
+    assert all(current[name] != directory for name, directory in former.items())
+    assert_all_stopped(started_pids(out))

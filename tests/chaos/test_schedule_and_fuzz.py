@@ -56,6 +56,63 @@ def test_disk_faults_need_a_broker_with_a_small_disk() -> None:
     assert windows == []
 
 
+def test_wipes_hit_only_the_dynamic_quorums_controllers_and_change_no_other_schedule() -> None:
+    controllers = ["controller-1", "controller-2", "controller-3"]
+    processes = [*controllers, *PROCESSES[1:]]
+    kinds = ["kill", "pause", "wipe"]
+    windows = build_schedule(
+        11, 600, kinds, processes, brokers=BROKERS, wipe_controllers=controllers
+    )
+    wipes = [w for w in windows if w.kind == "wipe"]
+    assert wipes and all(len(w.targets) == 1 and w.targets[0] in controllers for w in wipes)
+    assert all(1.0 <= w.duration_s <= 6.0 for w in wipes)  # down as long as a kill
+    # No controller to wipe (a static quorum, or fewer than three controllers): the kind
+    # is left out, and the other kinds' schedule is the one a run without it had.
+    without = build_schedule(11, 600, ["kill", "pause"], processes, brokers=BROKERS)
+    assert build_schedule(11, 600, kinds, processes, brokers=BROKERS) == without
+
+
+def test_the_checker_reports_a_dynamic_quorum_that_did_not_become_whole_again() -> None:
+    def quorum(whole: bool) -> Op:
+        detail = (
+            "every controller's current incarnation is a voter"
+            if whole
+            else "the voters are 1:aaaa, 2:bbbb, 3:cccc; the controllers are 1:dddd, 2:bbbb"
+        )
+        return {
+            "t": 90.0,
+            "kind": "quorum",
+            "process": "teardown",
+            "whole": whole,
+            "detail": detail,
+        }
+
+    assert check([quorum(True)]).anomalies == []
+    (anomaly,) = check([quorum(False)]).anomalies
+    assert anomaly.kind == "quorum-not-whole" and "1:aaaa" in anomaly.detail
+    assert anomaly.lines == (0,)
+
+
+def test_a_request_to_a_wiped_controller_while_it_is_down_is_not_bad_input() -> None:
+    wipe = {"fault": "wipe", "target": ["controller-2"]}
+
+    def at(t: float, kind: str, **fields: object) -> Op:
+        return {"t": t, "kind": kind, "process": "nemesis", **fields}
+
+    closed = {"target": "controller-2", "method": "/highwater.internal.v1.Raft/DescribeQuorum",
+              "mode": "random", "code": "UNKNOWN"}  # fmt: skip
+    history = [
+        at(10.0, "fault", **wipe),
+        at(10.5, "fuzz", **closed),
+        at(13.0, "heal", **wipe),
+        at(13.0, "restart", target=["controller-2"], exit_code=-9),
+    ]
+    assert check(history).anomalies == []
+    assert [a.kind for a in check([*history, at(20.0, "fuzz", **closed)]).anomalies] == [
+        "unhandled-bad-input"
+    ]
+
+
 def test_fault_kinds_are_parsed_and_checked() -> None:
     assert parse_faults("kill, pause,kill") == ("kill", "pause")
     assert parse_faults("none") == ()

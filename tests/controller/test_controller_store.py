@@ -42,6 +42,8 @@ class _Entry:
     batch: RecordBatch
     control: bool
     future: asyncio.Future[int] | None
+    voters: bool = False
+    """A dynamic quorum's ``voters`` record, which the leader's Raft layer appends itself."""
 
 
 class FakeRaft:
@@ -79,7 +81,12 @@ class FakeRaft:
         if self.leader != self.node_id or (epoch is not None and epoch != self.epoch):
             raise NotLeaderError(self.leader, self.epoch)
         if base_offset is not None and base_offset != self.end_offset:
-            raise UnexpectedAppendOffsetError(f"log end {self.end_offset}, not {base_offset}")
+            # As RaftServer.append: only its own voters records may lie between.
+            between = [
+                e for e in self.entries if base_offset <= e.batch.base_offset < self.end_offset
+            ]
+            if base_offset > self.end_offset or not all(e.voters for e in between):
+                raise UnexpectedAppendOffsetError(f"log end {self.end_offset}, not {base_offset}")
         batch = self._batch(values, control=False)
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self.entries.append(_Entry(batch, False, future))
@@ -93,6 +100,14 @@ class FakeRaft:
         batch = self._batch([b"leader-change"], control=True)
         self.entries.append(_Entry(batch, True, None))
         self.end_offset = batch.next_offset
+
+    def append_voters(self) -> int:
+        """A membership change on the leader: a ``voters`` control record at the log end,
+        between the store's batches; its offset."""
+        batch = self._batch([b"voters"], control=True)
+        self.entries.append(_Entry(batch, True, None, voters=True))
+        self.end_offset = batch.next_offset
+        return batch.base_offset
 
     def truncate(self, offset: int) -> None:
         """A new leader's log replaced ours from ``offset``: those entries never commit."""
@@ -262,6 +277,48 @@ async def test_control_batches_leave_gaps_that_the_image_skips(
     raft.commit()
     assert machine.image.offset == 6
     assert sorted(machine.image.brokers) == [1, 2]
+
+
+async def test_a_batch_goes_after_the_voters_records_of_a_membership_change(log: Log) -> None:
+    """A membership change's ``voters`` record takes the offset the next batch expected:
+    the batch goes after it, and the image the store keeps for it is at its records'
+    offsets, so that its commit still takes that image (not decoded again) and the
+    controller is not restarted."""
+    raft, machine, store = log
+    await activate(raft, store)  # marker at 0, no-op at 1
+    incarnation = store.incarnation
+    assert raft.append_voters() == 2
+    assert store.append([broker(1, 3)]) == 2  # decided for offset 2 ...
+    assert raft.entries[-1].batch.base_offset == 3  # ... and written at 3
+    assert store.latest_image().offset == 3
+    raft.commit()
+    assert machine.image.offset == 3 and machine.image.broker(1) is not None
+    assert store.incarnation == incarnation
+
+    # In a group: the record lands while the group is staged, with an image built.
+    store.begin_batch()
+    store.append(topic_records("a", "id-a"))
+    built = store.latest_image()
+    assert built.offset == 5
+    store.append([config("a", "1")])
+    assert raft.append_voters() == 4
+    store.seal()
+    assert store.incarnation == incarnation
+    sealed = store.latest_image()
+    assert (raft.entries[-1].batch.base_offset, sealed.offset) == (5, 7)
+    raft.commit()
+    assert machine.image is sealed
+    assert machine.image.topic_config("a")["retention.ms"] == "1"
+    replica = MetadataStateMachine()
+    replica.apply([e.batch for e in raft.entries if not e.control], raft.end_offset)
+    assert snapshot_values(replica.image) == snapshot_values(machine.image)
+    assert replica.image.offset == machine.image.offset
+
+    # Anything but a voters record there is still the store out of step.
+    raft.replicate([config("a", "2")])
+    with pytest.raises(UnexpectedAppendOffsetError):
+        store.append([config("a", "3")])
+    assert store.incarnation != incarnation
 
 
 async def test_nothing_is_appended_when_the_records_do_not_replay(

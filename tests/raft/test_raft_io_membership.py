@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from embedded_servers import free_port
 from highwater.cli.main import main
 from highwater.cli.quorum import NOT_FORMED_EXIT
-from highwater.errors import KafkaStorageError
+from highwater.errors import KafkaStorageError, UnexpectedAppendOffsetError
 from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from highwater.raft.driver import MetadataLogLayout, RaftServer, RaftServerSettings
 from highwater.raft.messages import OffsetAndEpoch
@@ -225,6 +225,34 @@ async def test_an_observer_is_added_removed_and_every_refusal_is_typed(cluster: 
     await until(lambda: first.is_leader)
     await first.propose([b"restarted"])
     await until(lambda: cluster.machines[2].values[-1:] == ["restarted"])
+
+
+async def test_an_append_at_a_base_offset_goes_after_the_voters_records_there(
+    cluster: Cluster,
+) -> None:
+    """``append(base_offset=B)`` (the active controller's group commit): a membership
+    change's ``voters`` record the leader appended at B is skipped over, and the offset
+    returned says where the batch went; a data record at B is not."""
+    first = await cluster.start(1)
+    await until(lambda: first.is_leader)
+    await first.propose([b"a"])
+    joiner = await cluster.start(2)
+    await until(lambda: cluster.machines[2].values == ["a"])
+    epoch = first.describe().leader_epoch
+    base = first.applied_offset
+    added = await add(cluster.address(1), 2, str(joiner.directory_id), cluster.address(2))
+    assert added.error == ErrorCode.NONE, added  # type: ignore[attr-defined]
+    assert first.voter_set().ids == {1, 2}  # its voters record took offset B
+
+    last, committed = first.append([b"b", b"c"], epoch=epoch, base_offset=base)
+    assert last == OffsetAndEpoch(base + 2, epoch)
+    assert await committed == base + 2
+    await until(lambda: cluster.machines[2].values == ["a", "b", "c"])
+    with pytest.raises(UnexpectedAppendOffsetError, match="nor after voter-set records alone"):
+        first.append([b"d"], epoch=epoch, base_offset=base)
+    with pytest.raises(UnexpectedAppendOffsetError, match=f"ends at offset {base + 3}"):
+        first.append([b"d"], epoch=epoch, base_offset=base + 4)
+    assert cluster.machines[1].values == ["a", "b", "c"]
 
 
 async def test_a_voter_announces_its_advertised_endpoint_and_its_move(cluster: Cluster) -> None:

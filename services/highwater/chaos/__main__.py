@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from highwater.chaos.checker import check
-from highwater.chaos.cluster import ClusterStartError
+from highwater.chaos.cluster import QUORUM_MODES, ClusterStartError
 from highwater.chaos.history import read_history
 from highwater.chaos.report import campaign_totals, markdown_report
 from highwater.chaos.run import (
@@ -72,9 +72,17 @@ def entry() -> None:
     default="kill,pause",
     show_default=True,
     callback=_faults,
-    help="Comma-separated: kill, pause, partition, disk.",
+    help="Comma-separated: kill, pause, partition, disk, wipe.",
 )
 @click.option("--controllers", type=click.IntRange(1, 5), default=1, show_default=True)
+@click.option(
+    "--quorum",
+    type=click.Choice(QUORUM_MODES),
+    default="static",
+    show_default=True,
+    help="The controllers' quorum: static (--voters) or dynamic (KIP-853, as the Helm chart "
+    "runs it); the wipe fault needs dynamic and three controllers.",
+)
 @click.option("--brokers", type=click.IntRange(3, 5), default=3, show_default=True)
 @click.option("--coordinators", type=click.IntRange(1, 3), default=1, show_default=True)
 @click.option(
@@ -102,6 +110,7 @@ def run_command(
     duration: float,
     faults: tuple[str, ...],
     controllers: int,
+    quorum: str,
     brokers: int,
     coordinators: int,
     fuzz_rate: float,
@@ -122,6 +131,7 @@ def run_command(
                 coordinators,
                 fuzz_rate,
                 secure=secure,
+                quorum=quorum,
             ),
             echo=_echo,
         )
@@ -158,8 +168,18 @@ def check_command(history: Path) -> None:
     help="Comma-separated seeds and ranges (1-200).",
 )
 @click.option("--duration", type=click.FloatRange(min=5), default=180, show_default=True)
-@click.option("--faults", default="kill,pause,partition,disk", show_default=True, callback=_faults)
+@click.option(
+    "--faults", default="kill,pause,partition,disk,wipe", show_default=True, callback=_faults
+)
 @click.option("--controllers", type=click.IntRange(1, 5), default=3, show_default=True)
+@click.option(
+    "--quorum",
+    type=click.Choice(QUORUM_MODES),
+    default="dynamic",
+    show_default=True,
+    help="The controllers' quorum: static (--voters) or dynamic (KIP-853, as the Helm chart "
+    "runs it); the wipe fault needs dynamic and three controllers.",
+)
 @click.option("--brokers", type=click.IntRange(3, 5), default=3, show_default=True)
 @click.option("--coordinators", type=click.IntRange(1, 3), default=2, show_default=True)
 @click.option("--fuzz", "fuzz_rate", type=click.FloatRange(min=0), default=5, show_default=True)
@@ -169,6 +189,7 @@ def campaign_command(
     duration: float,
     faults: tuple[str, ...],
     controllers: int,
+    quorum: str,
     brokers: int,
     coordinators: int,
     fuzz_rate: float,
@@ -190,7 +211,8 @@ def campaign_command(
             seed,
             [
                 *("--duration", str(duration), "--faults", ",".join(faults)),
-                *("--controllers", str(controllers), "--brokers", str(brokers)),
+                *("--controllers", str(controllers), "--quorum", quorum),
+                *("--brokers", str(brokers)),
                 *("--coordinators", str(coordinators), "--fuzz", str(fuzz_rate)),
                 *("--out", str(out / f"seed-{seed}")),
             ],

@@ -27,6 +27,9 @@ What it checks, from the clients' point of view (DESIGN.md §4):
   stops after its disk was filled is failing safe, as Kafka's do, and is not reported.
 - ``incomplete-final-read``: a partition written to has no final read, so its writes
   cannot be checked.
+- ``quorum-not-whole``: once every fault is healed, a dynamic quorum's voter set is still
+  not every controller's current incarnation (a controller whose data directory was
+  deleted did not rejoin, or its former key stayed).
 
 Each :class:`Anomaly` names the history lines that show it, the shortest excerpt of
 the history for it: the write's invocation and acknowledgement, the reads involved and
@@ -57,6 +60,7 @@ ANOMALY_KINDS = (
     "unhandled-bad-input",
     "process-exited",
     "incomplete-final-read",
+    "quorum-not-whole",
 )
 
 
@@ -177,6 +181,10 @@ def check(ops: list[Op]) -> CheckResult:
                 unhandled.setdefault(str(op["method"]), []).append(index)
         elif kind == "fault" and op.get("fault") == "disk":
             disk_full.update(op.get("target", []))
+        elif kind == "quorum" and not op.get("whole"):
+            result.anomalies.append(
+                Anomaly("quorum-not-whole", str(op.get("detail", "")), (index,))
+            )
         elif kind == "restart":
             code = op.get("exit_code")
             failed_safe = any(name in disk_full for name in op["target"])
@@ -406,8 +414,8 @@ before the kill is."""
 
 
 def _down_windows(ops: Sequence[Op]) -> dict[str, list[tuple[float, float]]]:
-    """Per process, when it was not running: from a kill (or the fill of its disk, when it
-    stopped then) to its heal, ``KILL_RECORD_SLACK_S`` earlier."""
+    """Per process, when it was not running: from a kill or a wipe (or the fill of its
+    disk, when it stopped then) to its heal, ``KILL_RECORD_SLACK_S`` earlier."""
     restarted_at_heal = {
         (name, round(float(op["t"]), 1))
         for op in ops
@@ -417,7 +425,7 @@ def _down_windows(ops: Sequence[Op]) -> dict[str, list[tuple[float, float]]]:
     down: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for start, end, fault, targets in fault_windows(ops):
         for name in targets.split(","):
-            stopped = fault == "kill" or (
+            stopped = fault in ("kill", "wipe") or (
                 fault == "disk" and (name, round(end, 1)) in restarted_at_heal
             )
             if stopped:

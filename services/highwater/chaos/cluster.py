@@ -4,6 +4,14 @@ signals by PID (kill -9, SIGSTOP/SIGCONT, restart) and always stops.
 Two network modes (:mod:`highwater.chaos.network`): on loopback every process listens on
 127.0.0.1 with its own port; in network namespaces every process runs in a namespace of
 its own, reachable at an address inside it, so links between processes can be cut.
+
+Two quorum modes: ``static`` (``--voters``, a fixed set) and ``dynamic`` (KIP-853), set up
+as the Helm chart's ``controller.quorum: dynamic`` does it: the first controller forms the
+quorum alone (``--initial-controllers`` with its own key), every other one starts with
+``--bootstrap-controllers`` and auto-join and becomes a voter by itself, and every restart
+of any controller, the first one's too, is such a start. A controller whose data directory
+was deleted (the ``wipe`` fault) therefore comes back as a new incarnation that removes its
+former key and adds itself, with no command run.
 """
 
 from __future__ import annotations
@@ -11,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,18 +33,25 @@ from typing import IO
 import grpc
 
 from highwater.chaos.network import Network
+from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
+from highwater.raft.voter_set import DIRECTORY_ID_FILE
 from highwater.records import iter_batches
 from highwater.rpc import tls
 from highwater.rpc.channels import open_blocking_channel
 from highwater.rpc.tls import ClientTls
 from highwater.security.certificate_authority import secure_server_args, write_cluster_pki
 from highwater.v1 import broker_pb2, broker_pb2_grpc
+from highwater.v1.common_pb2 import ErrorCode
 
 FIRST_BROKER_ID = 100
 FIRST_COORDINATOR_ID = 200
 STOP_TIMEOUT_S = 15.0
 #: Followers that lag this long leave the ISR (Kafka's default is 30 s; a chaos run is short).
 REPLICA_LAG_TIME_MAX_MS = 10_000
+QUORUM_MODES = ("static", "dynamic")
+#: A dynamic quorum's joining controller looks for its quorum this long before it gives up
+#: (the chart's setting: a controller that cannot reach the others keeps waiting).
+BOOTSTRAP_TIMEOUT_MS = 3_600_000
 
 
 class ClusterStartError(RuntimeError):
@@ -55,6 +72,9 @@ class ChaosProcess:
     data_dir: Path
     log_path: Path
     network: Network
+    restart_args: list[str] | None = None
+    """The arguments of every start after the first, when they differ from ``args`` (the
+    dynamic quorum's first controller forms it once, then restarts as the others start)."""
     process: subprocess.Popen[bytes] | None = None
     paused: bool = False
     starts: int = 0
@@ -75,7 +95,8 @@ class ChaosProcess:
             raise RuntimeError(f"{self.name} is already running")
         self.reap()
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in reap()
-        command = [sys.executable, "-m", "highwater", "--log-level", "INFO", *self.args]
+        args = self.args if self.starts == 0 or self.restart_args is None else self.restart_args
+        command = [sys.executable, "-m", "highwater", "--log-level", "INFO", *args]
         self.process = subprocess.Popen(
             self.network.wrap(self.name, command),
             stdin=subprocess.DEVNULL,
@@ -96,6 +117,22 @@ class ChaosProcess:
         """SIGKILL: no controlled shutdown, no flush."""
         self.signal(signal.SIGKILL)
         self.reap()
+
+    def wipe(self) -> str | None:
+        """SIGKILL, then delete the data directory, as a lost volume would: the next start
+        is a new incarnation with a new directory id. The directory id it had, if any."""
+        self.kill()
+        directory_id = self.directory_id()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+        return directory_id
+
+    def directory_id(self) -> str | None:
+        """The id in the data directory's ``directory-id`` file (a controller of a dynamic
+        quorum), or None when there is none yet."""
+        try:
+            return (self.data_dir / DIRECTORY_ID_FILE).read_text().strip()
+        except FileNotFoundError:
+            return None
 
     def pause(self) -> None:
         self.signal(signal.SIGSTOP)
@@ -142,12 +179,17 @@ class Cluster:
         brokers: int = 3,
         coordinators: int = 1,
         secure: bool = False,
+        quorum: str = "static",
     ) -> None:
         """``secure``: mutual TLS between every process and with the harness, the ACL checks
         on (the services and the harness's ``User:admin`` are super users), SCRAM logins;
-        the certificates of a throwaway CA under ``<base_dir>/pki``."""
+        the certificates of a throwaway CA under ``<base_dir>/pki``. ``quorum``: the
+        controllers' quorum mode (the module docstring)."""
+        if quorum not in QUORUM_MODES:
+            raise ValueError(f"quorum mode {quorum!r}: one of {', '.join(QUORUM_MODES)}")
         self.base_dir = base_dir
         self.network = network
+        self.quorum = quorum
         base_dir.mkdir(parents=True, exist_ok=True)
         names = (
             [f"controller-{i + 1}" for i in range(controllers)]
@@ -156,7 +198,9 @@ class Cluster:
         )
         addresses = network.assign(names)
         voters = ",".join(f"{i + 1}@{addresses[f'controller-{i + 1}']}" for i in range(controllers))
-        quorum = ",".join(addresses[f"controller-{i + 1}"] for i in range(controllers))
+        controller_addresses = ",".join(
+            addresses[f"controller-{i + 1}"] for i in range(controllers)
+        )
         self.processes: dict[str, ChaosProcess] = {}
         self.admin_tls: ClientTls | None = None
         pki = None
@@ -170,6 +214,7 @@ class Cluster:
             role, _, number = name.partition("-")
             node_id = int(number)
             data_dir = base_dir / name
+            restart_args = None
             if role == "controller":
                 args = [
                     "controller",
@@ -177,13 +222,29 @@ class Cluster:
                     str(node_id),
                     "--listen",
                     addresses[name],
-                    "--voters",
-                    voters,
                     "--data-dir",
                     str(data_dir),
                     "--offsets-topic-replication-factor",
                     str(min(3, brokers)),
                 ]
+                if quorum == "static":
+                    args += ["--voters", voters]
+                else:
+                    joining = [
+                        *args,
+                        *("--bootstrap-controllers", controller_addresses),
+                        *("--override", "controller.quorum.auto.join.enable=true"),
+                        *(
+                            "--override",
+                            f"controller.quorum.bootstrap.timeout.ms={BOOTSTRAP_TIMEOUT_MS}",
+                        ),
+                    ]
+                    if node_id == 1:
+                        own_key = f"1@{addresses[name]}:{uuid.uuid4()}"
+                        args += ["--initial-controllers", own_key]
+                        restart_args = joining
+                    else:
+                        args = joining
             elif role == "broker":
                 args = [
                     "broker",
@@ -192,7 +253,7 @@ class Cluster:
                     "--listen",
                     addresses[name],
                     "--controllers",
-                    quorum,
+                    controller_addresses,
                     "--data-dir",
                     str(data_dir),
                     "--replica-lag-time-max-ms",
@@ -209,7 +270,7 @@ class Cluster:
                     "--listen",
                     addresses[name],
                     "--controllers",
-                    quorum,
+                    controller_addresses,
                     "--data-dir",
                     str(data_dir),
                     "--group-initial-rebalance-delay-ms",
@@ -226,6 +287,7 @@ class Cluster:
                 data_dir,
                 base_dir / f"{name}.log",
                 network,
+                restart_args,
             )
 
     def by_role(self, role: str) -> list[ChaosProcess]:
@@ -249,9 +311,10 @@ class Cluster:
         return ",".join(b.address for b in self.brokers)
 
     def start(self, timeout_s: float = 90) -> None:
-        """Start every process and wait until every broker and coordinator is registered.
-        A secured cluster's admin certificate becomes the harness's (its workload, checks
-        and fuzzer all speak mutual TLS as ``User:admin``)."""
+        """Start every process and wait until every broker and coordinator is registered
+        and, in a dynamic quorum, every controller is a voter. A secured cluster's admin
+        certificate becomes the harness's (its workload, checks and fuzzer all speak
+        mutual TLS as ``User:admin``)."""
         if self.admin_tls is not None:
             tls.configure(server=None, client=self.admin_tls)
         for process in self.processes.values():
@@ -262,7 +325,9 @@ class Cluster:
             dead = [p.name for p in self.processes.values() if not p.alive]
             if dead:
                 raise ClusterStartError(f"{', '.join(dead)} exited while starting; see its log")
-            if any(self.registered(b.address) >= want for b in self.brokers):
+            if any(self.registered(b.address) >= want for b in self.brokers) and (
+                self.quorum == "static" or self.voter_set_gap() is None
+            ):
                 return
             if time.monotonic() > deadline:
                 raise ClusterStartError("the brokers and coordinators did not register in time")
@@ -279,6 +344,46 @@ class Cluster:
         except grpc.RpcError:
             return 0, 0
         return len(reply.brokers), len(reply.coordinators)
+
+    def voter_set_gap(self) -> str | None:
+        """In a dynamic quorum, why its voter set is not the controllers' current
+        incarnations (each controller's node id with the directory id its data directory
+        names now, and no other voter), or None when it is: what must hold before a
+        controller's data directory may be deleted, and again once the faults are healed.
+        The leader's ``DescribeQuorum`` answer lists the set in use, committed or not."""
+        controllers = self.by_role("controller")
+        expected = set()
+        for controller in controllers:
+            directory_id = controller.directory_id()
+            if directory_id is None:
+                return f"{controller.name} has no directory id yet"
+            expected.add((controller.node_id, directory_id))
+        answer = self.describe_quorum()
+        if answer is None:
+            return "no controller answered DescribeQuorum as the quorum's leader"
+        voters = {(v.replica_id, v.replica_directory_id) for v in answer.current_voters}
+        if voters == expected:
+            return None
+
+        def keys(found: set[tuple[int, str]]) -> str:
+            return ", ".join(f"{node}:{directory[:8]}" for node, directory in sorted(found))
+
+        return f"the voters are {keys(voters)}; the controllers are {keys(expected)}"
+
+    def describe_quorum(self) -> raft_pb2.DescribeQuorumResponse | None:
+        """The quorum leader's ``DescribeQuorum`` answer, or None when no controller gives
+        one (an election under way, the leader down or cut off)."""
+        for controller in self.by_role("controller"):
+            try:
+                with open_blocking_channel(controller.address) as channel:
+                    answer = raft_pb2_grpc.RaftStub(channel).DescribeQuorum(
+                        raft_pb2.DescribeQuorumRequest(), timeout=2
+                    )
+            except grpc.RpcError:
+                continue
+            if answer.error == ErrorCode.NONE:
+                return answer
+        return None
 
     def stop(self) -> None:
         """Stop every process: coordinators, brokers, then controllers."""

@@ -45,6 +45,9 @@ class RunOptions:
     """Fuzzed requests per second to the cluster's endpoints during the run (0: none)."""
     secure: bool = False
     """Mutual TLS, ACLs and SASL on (the harness is the super user ``User:admin``)."""
+    quorum: str = "static"
+    """The controllers' quorum: ``static`` (``--voters``) or ``dynamic`` (KIP-853, as the
+    Helm chart runs it; :mod:`highwater.chaos.cluster`)."""
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
 
 
@@ -115,11 +118,20 @@ def run(options: RunOptions, echo: Any = print) -> dict[str, Any]:
             "note",
             "setup",
             text=f"seed {options.seed}, {options.duration_s}s, faults {','.join(kinds)}, "
-            f"network mode {network.mode}"
+            f"network mode {network.mode}, {options.quorum} quorum"
             + (f", cuts by {network.cut_with}" if isinstance(network, NamespaceNetwork) else ""),
             seed=options.seed,
             duration_s=options.duration_s,
         )
+        if "wipe" in kinds and (options.quorum != "dynamic" or options.controllers < 3):
+            kinds.remove("wipe")
+            why = (
+                "a static quorum's voters cannot change"
+                if options.quorum != "dynamic"
+                else "fewer than three controllers: a majority would not outlive a lost volume"
+            )
+            history.record("note", "setup", text=f"no wipe faults: {why}")
+            echo(f"no wipe faults: {why}")
         cluster = Cluster(
             out / "cluster",
             network,
@@ -127,6 +139,7 @@ def run(options: RunOptions, echo: Any = print) -> dict[str, Any]:
             brokers=options.brokers,
             coordinators=options.coordinators,
             secure=options.secure,
+            quorum=options.quorum,
         )
         disk_brokers: list[str] = []
         if "disk" in kinds:
@@ -148,6 +161,9 @@ def run(options: RunOptions, echo: Any = print) -> dict[str, Any]:
             list(cluster.processes),
             brokers=[b.name for b in cluster.brokers],
             disk_brokers=disk_brokers,
+            wipe_controllers=(
+                [c.name for c in cluster.by_role("controller")] if "wipe" in kinds else []
+            ),
         )
         (out / "schedule.json").write_text(
             json.dumps([w.to_json() for w in schedule], indent=1) + "\n"
@@ -248,11 +264,41 @@ async def _drive(
         text=f"cluster {'healthy' if healthy else 'NOT healthy'} after "
         f"{time.monotonic() - began:.1f}s",
     )
+    if cluster.quorum == "dynamic":
+        await _record_voter_set(cluster, history, HEAL_TIMEOUT_S - (time.monotonic() - began))
     echo("final read")
     high_watermarks = await workload.final_read()
     # Let followers fetch the last batches before the brokers stop.
     await asyncio.sleep(3)
     return high_watermarks
+
+
+async def _record_voter_set(cluster: Cluster, history: HistoryWriter, timeout_s: float) -> None:
+    """Wait (up to ``timeout_s``, at least 10 s) until the dynamic quorum's voter set is
+    the controllers' current incarnations, and record whether it became so (a ``quorum``
+    entry, which the checker reads)."""
+    deadline = time.monotonic() + max(10.0, timeout_s)
+    while True:
+        gap = await asyncio.to_thread(cluster.voter_set_gap)
+        if gap is None or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    answer = await asyncio.to_thread(cluster.describe_quorum)
+    voters = (
+        []
+        if answer is None
+        else [
+            {"id": v.replica_id, "directory_id": v.replica_directory_id}
+            for v in answer.current_voters
+        ]
+    )
+    history.record(
+        "quorum",
+        "teardown",
+        whole=gap is None,
+        voters=voters,
+        detail="every controller's current incarnation is a voter" if gap is None else gap,
+    )
 
 
 async def _together(*runs: Coroutine[Any, Any, None]) -> None:

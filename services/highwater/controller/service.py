@@ -11,7 +11,14 @@ into a controller process, on top of the
   speculative image per batch). An append goes to Raft at once
   (:meth:`RaftServer.append`, guarded by the leader epoch and the expected base offset,
   so the offsets the records were decided with — broker epochs are record offsets —
-  are the offsets they get). When a batch the store appended commits, the committed
+  are the offsets they get). The one gap it allows is a dynamic quorum's ``voters``
+  records, which the Raft layer appends between the store's batches on a membership
+  change: a batch staged for the offsets one took goes right after it, and its image is
+  rebuilt at its records' offsets (as Kafka's controller replays its records at the
+  offsets ``prepareAppend`` returns). What requests decided in that batch from an offset
+  (a broker epoch, a controlled shutdown's offset) is then up to that many below the
+  record's own offset: still unique, increasing, and reached by no replica before the
+  batch itself. When a batch the store appended commits, the committed
   image becomes the speculative image built for it, without decoding it again. Losing
   leadership drops the speculative images.
 * :class:`ControllerServer` runs a ``RaftServer`` with the ``highwater.internal.v1.Controller``
@@ -171,18 +178,28 @@ class _OpenBatch:
     epoch: int
     base: MetadataImage
     since: MetadataDelta | None
+    base_offset: int
+    """Where the batch is to start: right after ``parent``'s last record, until Raft puts
+    it after voter-set records of its own (:meth:`move_to`)."""
     values: list[bytes] = field(default_factory=list)
     records: list[MetadataRecord] = field(default_factory=list)
     base_records: int = 0
     """How many of ``records`` ``base`` holds."""
 
     @property
-    def base_offset(self) -> int:
-        return self.parent.offset + 1
-
-    @property
     def last_offset(self) -> int:
-        return self.parent.offset + len(self.values)
+        return self.base_offset + len(self.values) - 1
+
+    def move_to(self, base_offset: int) -> MetadataImage:
+        """Raft appended the batch at ``base_offset``, after ``voters`` records that took
+        the offsets it was staged for: its image at the offsets its records have, replayed
+        again from ``parent`` (images built for requests while it was staged carry offsets
+        up to that many lower, which only ever under-state how far a reader must be)."""
+        self.base_offset = base_offset
+        self.base = self.parent
+        self.base_records = 0
+        self.since = MetadataDelta(self.parent).replay_all(self.records)
+        return self.built_image()
 
     def view(self) -> MetadataImage | MetadataDelta:
         return self.base if self.since is None else self.since
@@ -360,7 +377,7 @@ class RaftMetadataStore:
         staged = self._open
         if staged is None:
             parent = self._pending[-1].image if self._pending else self._machine.image
-            staged = _OpenBatch(parent, epoch, parent, None)
+            staged = _OpenBatch(parent, epoch, parent, None, parent.offset + 1)
             staged.stage(records, values)  # raises before anything is staged
             self._open = staged
         else:
@@ -404,7 +421,12 @@ class RaftMetadataStore:
         self._open = None
         self.sealed_batches += 1
         committed.add_done_callback(_observe)
-        expected = staged.base_offset + len(staged.values) - 1
+        expected = staged.last_offset
+        if last.offset > expected and last.epoch == staged.epoch:
+            # After voters records Raft appended since the records before it (a membership
+            # change): Raft checked that only those lie between (RaftServer.append).
+            image = staged.move_to(last.offset - len(staged.values) + 1)
+            expected = last.offset
         if last.offset != expected or last.epoch != staged.epoch:
             # Raft put the batch elsewhere than the images say: the caller starts over.
             self._incarnation += 1

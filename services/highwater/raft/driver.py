@@ -473,17 +473,25 @@ class RaftServer:
         Raises :class:`NotLeaderError` at once unless this replica leads — in ``epoch``,
         when one is given — and :class:`~highwater.errors.UnexpectedAppendOffsetError`
         when ``base_offset`` is given and the log does not end there (nothing is
-        appended then).
+        appended then). The one exception: ``voters`` records this layer appended after
+        ``base_offset`` (a dynamic quorum's membership changes take offsets of the log
+        between the caller's batches, as Kafka's ``VotersRecord`` does). The batch goes
+        after them, and the offset returned tells the caller where its records are, as
+        Kafka's ``prepareAppend`` does for its controller.
         """
         node = self._require_node()
         if self._stopping or (epoch is not None and node.epoch != epoch):
             raise NotLeaderError(node.leader_id if not self._stopping else None, node.epoch)
         if base_offset is not None and node.is_leader:
             end_offset = self._require_log().end_offset
-            if end_offset != base_offset:
+            if end_offset != base_offset and (
+                end_offset < base_offset
+                or node.voter_records_between(base_offset, end_offset) != end_offset - base_offset
+            ):
                 raise UnexpectedAppendOffsetError(
                     f"the metadata log ends at offset {end_offset}, not at the required "
                     f"base offset {base_offset}"
+                    + ("" if end_offset < base_offset else " nor after voter-set records alone")
                 )
         appended = node.propose(values, self._clock())
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()

@@ -424,6 +424,11 @@ class RaftNode:
         """The voter set of the latest ``voters`` record below the high watermark."""
         return self._history.committed(self._high_watermark or 0)
 
+    def voter_records_between(self, start: int, end: int) -> int:
+        """How many ``voters`` records the log holds at offsets ``start`` to ``end - 1``
+        (those a snapshot has absorbed are not counted)."""
+        return self._history.records_between(start, end)
+
     def voters_at(self, offset: int) -> tuple[int, VoterSet]:
         """The voter set in force at ``offset`` (the latest record below it) and its
         record's offset: what a snapshot ending at ``offset`` carries."""
