@@ -155,10 +155,11 @@ def test_a_dynamic_quorum_whose_controllers_lose_their_volumes_rejoins_and_loses
     tmp_path: Path,
 ) -> None:
     """Three controllers in a dynamic quorum set up as the Helm chart does; the ``wipe``
-    fault kills a controller and deletes its data directory, and the new incarnation
-    replaces its former key by itself (auto-join) while the clients write. At the end
-    every controller's current incarnation is a voter (the checker's ``quorum`` entry),
-    and nothing acknowledged is lost."""
+    fault kills a controller or a broker and deletes its data directory. A controller's
+    new incarnation replaces its former key by itself (auto-join), a broker fetches its
+    replicas again, while the clients write. At the end every controller's current
+    incarnation is a voter (the checker's ``quorum`` entry), and nothing acknowledged is
+    lost."""
     out = tmp_path / "run"
     summary = chaos_run(out, 5, 45, "wipe,kill", "--controllers", "3", "--quorum", "dynamic")
     assert summary["writes_lost"] == 0 and summary["duplicates"] == 0
@@ -171,7 +172,10 @@ def test_a_dynamic_quorum_whose_controllers_lose_their_volumes_rejoins_and_loses
     assert wiped, [op for op in ops if op["kind"] == "fault"]
     (quorum,) = [op for op in ops if op["kind"] == "quorum"]
     assert quorum["whole"] and sorted(v["id"] for v in quorum["voters"]) == [1, 2, 3]
+    assert {op["target"][0].partition("-")[0] for op in wiped} <= {"controller", "broker"}
     # Each wiped controller came back as a new incarnation, now the voter of its id.
+    wiped = [op for op in wiped if op["target"][0].startswith("controller-")]
+    assert wiped
     former = {
         op["target"][0]: op["detail"].rsplit("directory id ", 1)[1].rstrip(")") for op in wiped
     }

@@ -56,18 +56,16 @@ def test_disk_faults_need_a_broker_with_a_small_disk() -> None:
     assert windows == []
 
 
-def test_wipes_hit_only_the_dynamic_quorums_controllers_and_change_no_other_schedule() -> None:
+def test_wipes_hit_only_the_processes_given_and_change_no_other_schedule() -> None:
     controllers = ["controller-1", "controller-2", "controller-3"]
     processes = [*controllers, *PROCESSES[1:]]
     kinds = ["kill", "pause", "wipe"]
-    windows = build_schedule(
-        11, 600, kinds, processes, brokers=BROKERS, wipe_controllers=controllers
-    )
+    windows = build_schedule(11, 600, kinds, processes, brokers=BROKERS, wipe_targets=controllers)
     wipes = [w for w in windows if w.kind == "wipe"]
     assert wipes and all(len(w.targets) == 1 and w.targets[0] in controllers for w in wipes)
     assert all(1.0 <= w.duration_s <= 6.0 for w in wipes)  # down as long as a kill
-    # No controller to wipe (a static quorum, or fewer than three controllers): the kind
-    # is left out, and the other kinds' schedule is the one a run without it had.
+    # Nothing to wipe: the kind is left out, and the other kinds' schedule is the one a
+    # run without it had.
     without = build_schedule(11, 600, ["kill", "pause"], processes, brokers=BROKERS)
     assert build_schedule(11, 600, kinds, processes, brokers=BROKERS) == without
 

@@ -81,7 +81,7 @@ def entry() -> None:
     default="static",
     show_default=True,
     help="The controllers' quorum: static (--voters) or dynamic (KIP-853, as the Helm chart "
-    "runs it); the wipe fault needs dynamic and three controllers.",
+    "runs it); the wipe fault hits controllers only in a dynamic quorum of three or more.",
 )
 @click.option("--brokers", type=click.IntRange(3, 5), default=3, show_default=True)
 @click.option("--coordinators", type=click.IntRange(1, 3), default=1, show_default=True)
@@ -178,7 +178,7 @@ def check_command(history: Path) -> None:
     default="dynamic",
     show_default=True,
     help="The controllers' quorum: static (--voters) or dynamic (KIP-853, as the Helm chart "
-    "runs it); the wipe fault needs dynamic and three controllers.",
+    "runs it); the wipe fault hits controllers only in a dynamic quorum of three or more.",
 )
 @click.option("--brokers", type=click.IntRange(3, 5), default=3, show_default=True)
 @click.option("--coordinators", type=click.IntRange(1, 3), default=2, show_default=True)

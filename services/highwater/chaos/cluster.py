@@ -11,7 +11,9 @@ quorum alone (``--initial-controllers`` with its own key), every other one start
 ``--bootstrap-controllers`` and auto-join and becomes a voter by itself, and every restart
 of any controller, the first one's too, is such a start. A controller whose data directory
 was deleted (the ``wipe`` fault) therefore comes back as a new incarnation that removes its
-former key and adds itself, with no command run.
+former key and adds itself, with no command run. A broker whose data directory was deleted
+comes back with empty replicas, registers as after an unclean shutdown, and fetches them
+again from the leaders before it rejoins their ISRs.
 """
 
 from __future__ import annotations
@@ -369,6 +371,37 @@ class Cluster:
             return ", ".join(f"{node}:{directory[:8]}" for node, directory in sorted(found))
 
         return f"the voters are {keys(voters)}; the controllers are {keys(expected)}"
+
+    def replica_set_gap(self, broker_id: int) -> str | None:
+        """Why losing broker ``broker_id``'s volume could lose committed records, or None
+        when it cannot: every partition with a replica on it (``__consumer_offsets``
+        included) has its whole replica set in its ISR, as every running broker's Metadata
+        answer shows it. An ISR member holds every committed record, so the others then
+        still hold them all; a partition whose only ISR member lost its volume would have
+        none left (Kafka's unclean shutdown rules then keep it offline, KIP-966)."""
+        asked = 0
+        for broker in self.brokers:
+            if not broker.alive or broker.paused:
+                continue
+            try:
+                with open_blocking_channel(broker.address) as channel:
+                    reply = broker_pb2_grpc.BrokerStub(channel).Metadata(
+                        broker_pb2.MetadataRequest(), timeout=2
+                    )
+            except grpc.RpcError as e:
+                return f"{broker.name} did not answer Metadata ({e.code().name})"
+            asked += 1
+            for topic in reply.topics:
+                for partition in topic.partitions:
+                    if broker_id in partition.replicas and set(partition.isr) != set(
+                        partition.replicas
+                    ):
+                        return (
+                            f"{topic.name}-{partition.partition} has ISR "
+                            f"{sorted(partition.isr)} of replicas {sorted(partition.replicas)}, "
+                            f"as {broker.name} sees it"
+                        )
+        return None if asked else "no broker answered Metadata"
 
     def describe_quorum(self) -> raft_pb2.DescribeQuorumResponse | None:
         """The quorum leader's ``DescribeQuorum`` answer, or None when no controller gives

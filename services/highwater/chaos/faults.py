@@ -7,14 +7,19 @@
   (:meth:`Network.cut`); needs network namespaces.
 - ``disk``: fill the broker's data directory, a small tmpfs mounted for it
   (:class:`SmallDisks`), and free it when the window ends.
-- ``wipe``: SIGKILL a controller of a dynamic quorum and delete its data directory, as a
-  lost volume would; it restarts empty when the window ends and must rejoin the quorum by
-  itself (auto-join), replacing its former key. Only while the voter set is whole (every
-  controller's current incarnation, nothing else): with a former key still in the set, a
-  second lost volume would leave two dead voters of three, a quorum that can never elect
-  again, which no controller can prevent (KIP-853's own hazard); and a volume lost while
-  a controller is still joining could let its late request add a dead key. Otherwise the
-  window kills the controller only, and says why.
+- ``wipe``: SIGKILL a controller of a dynamic quorum, or a broker, and delete its data
+  directory, as a lost volume would; it restarts empty when the window ends.
+  - A controller must rejoin the quorum by itself (auto-join), replacing its former key.
+    Only while the voter set is whole (every controller's current incarnation, nothing
+    else): with a former key still in the set, a second lost volume would leave two dead
+    voters of three, a quorum that can never elect again, which no controller can
+    prevent (KIP-853's own hazard); and a volume lost while a controller is still joining
+    could let its late request add a dead key.
+  - A broker fetches its replicas again. Only while every partition with a replica on it
+    has its whole replica set in its ISR (:meth:`Cluster.replica_set_gap`): a partition
+    whose last ISR member lost its volume has lost committed records whatever the
+    cluster does, which is not what the run tests.
+  - Otherwise the window kills the process only, and says why.
 
 Whatever the fault, the end of its window heals it and restarts any process of the
 cluster that is no longer running (a broker that died of a full disk, say); every fault,
@@ -133,14 +138,19 @@ class Nemesis:
             for process in targets:
                 process.pause()
         elif window.kind == "wipe":
-            gap = self.cluster.voter_set_gap()
             details = []
             for process in targets:
                 pid = process.pid
+                gap = (
+                    self.cluster.voter_set_gap()
+                    if process.role == "controller"
+                    else self.cluster.replica_set_gap(process.node_id)
+                )
                 if gap is None:
                     directory_id = process.wipe()
                     details.append(
-                        f"pid {pid} killed, data directory deleted (directory id {directory_id})"
+                        f"pid {pid} killed, data directory deleted"
+                        + (f" (directory id {directory_id})" if directory_id else "")
                     )
                 else:
                     process.kill()

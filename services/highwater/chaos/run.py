@@ -123,15 +123,15 @@ def run(options: RunOptions, echo: Any = print) -> dict[str, Any]:
             seed=options.seed,
             duration_s=options.duration_s,
         )
-        if "wipe" in kinds and (options.quorum != "dynamic" or options.controllers < 3):
-            kinds.remove("wipe")
+        wipe_controllers = options.quorum == "dynamic" and options.controllers >= 3
+        if "wipe" in kinds and not wipe_controllers:
             why = (
                 "a static quorum's voters cannot change"
                 if options.quorum != "dynamic"
                 else "fewer than three controllers: a majority would not outlive a lost volume"
             )
-            history.record("note", "setup", text=f"no wipe faults: {why}")
-            echo(f"no wipe faults: {why}")
+            history.record("note", "setup", text=f"wipes of brokers only: {why}")
+            echo(f"wipes of brokers only: {why}")
         cluster = Cluster(
             out / "cluster",
             network,
@@ -161,9 +161,11 @@ def run(options: RunOptions, echo: Any = print) -> dict[str, Any]:
             list(cluster.processes),
             brokers=[b.name for b in cluster.brokers],
             disk_brokers=disk_brokers,
-            wipe_controllers=(
-                [c.name for c in cluster.by_role("controller")] if "wipe" in kinds else []
-            ),
+            wipe_targets=[
+                p.name
+                for p in cluster.processes.values()
+                if p.role == "broker" or (p.role == "controller" and wipe_controllers)
+            ],
         )
         (out / "schedule.json").write_text(
             json.dumps([w.to_json() for w in schedule], indent=1) + "\n"

@@ -22,8 +22,8 @@ PAUSE_S = (10.0, 13.0)
 KILL_DOWN_S = (1.0, 6.0)
 PARTITION_S = (6.0, 12.0)
 DISK_FULL_S = (4.0, 8.0)
-#: A wiped controller is down as long as a killed process, then starts with an empty data
-#: directory (a new incarnation, which must rejoin the quorum by itself).
+#: A wiped process is down as long as a killed one, then starts with an empty data
+#: directory (a controller: a new incarnation, which must rejoin the quorum by itself).
 WIPE_DOWN_S = KILL_DOWN_S
 GAP_S = (2.0, 5.0)
 
@@ -87,21 +87,20 @@ def build_schedule(
     *,
     brokers: Sequence[str] = (),
     disk_brokers: Sequence[str] = (),
-    wipe_controllers: Sequence[str] = (),
+    wipe_targets: Sequence[str] = (),
 ) -> list[FaultWindow]:
     """The fault windows of a run of ``duration_s`` seconds (see the module docstring).
 
     ``processes`` are every process a kill, pause or partition may hit; ``brokers`` the
     ones weighted up (faults on brokers test replication); ``disk_brokers`` the brokers
-    whose data directory can be filled; ``wipe_controllers`` the controllers whose data
-    directory may be deleted (those of a dynamic quorum of three or more). A kind with
+    whose data directory can be filled; ``wipe_targets`` the processes whose data
+    directory may be deleted (the brokers, and the controllers of a dynamic quorum of
+    three or more). A kind with
     no process to hit is left out, and leaves the others' draws as they were. No window
     runs past ``duration_s``.
     """
     rng = random.Random(seed)
-    usable = [
-        k for k in kinds if (k != "disk" or disk_brokers) and (k != "wipe" or wipe_controllers)
-    ]
+    usable = [k for k in kinds if (k != "disk" or disk_brokers) and (k != "wipe" or wipe_targets)]
     windows: list[FaultWindow] = []
     if not usable or not processes:
         return windows
@@ -129,7 +128,7 @@ def build_schedule(
             targets = (rng.choice(list(disk_brokers)),)
         else:
             length = rng.uniform(*WIPE_DOWN_S)
-            targets = (rng.choice(list(wipe_controllers)),)
+            targets = (rng.choice(list(wipe_targets)),)
         if t + length > duration_s:
             break
         windows.append(FaultWindow(round(t, 3), round(length, 3), kind, targets))
