@@ -122,7 +122,8 @@ class ChaosProcess:
 
     def wipe(self) -> str | None:
         """SIGKILL, then delete the data directory, as a lost volume would: the next start
-        is a new incarnation with a new directory id. The directory id it had, if any."""
+        begins empty (a controller's as a new incarnation, with a new directory id). The
+        directory id it had, if any."""
         self.kill()
         directory_id = self.directory_id()
         shutil.rmtree(self.data_dir, ignore_errors=True)
@@ -280,6 +281,8 @@ class Cluster:
                 ]
             if pki is not None:
                 args += secure_server_args(pki, name, names)
+                if restart_args is not None:
+                    restart_args += secure_server_args(pki, name, names)
             self.processes[name] = ChaosProcess(
                 name,
                 role,
