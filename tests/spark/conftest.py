@@ -6,8 +6,10 @@ and Spark binds to loopback (``SPARK_LOCAL_IP``). Topics are made per test with 
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -53,10 +55,18 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         except PySparkRuntimeError as e:
             if e.getCondition() != "JAVA_GATEWAY_EXITED" or attempt == 3:
                 raise
-            print(
-                f"the Spark JVM exited at start (attempt {attempt}); starting it again",
-                file=sys.stderr,
-            )
+            failure = e
+        # The failed launch leaves the JVM's stdin pipe open in its frames, which the
+        # exception's traceback holds: released here, where the ResourceWarning of that
+        # pipe says nothing the line below does not (it once failed the fixture's retry).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            del failure
+            gc.collect()
+        print(
+            f"the Spark JVM exited at start (attempt {attempt}); starting it again",
+            file=sys.stderr,
+        )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
