@@ -878,13 +878,17 @@ class Simulation:
 
     def _remove_former_incarnations(self) -> None:
         """The operator, once the faults stop: remove a voter key whose replica was wiped
-        (``quorum remove-controller --directory-id``), until none is left."""
+        (``quorum remove-controller --directory-id``), until no committed set names one.
+        As the command waits for the new set to commit, the operator does not stop at a
+        removal that is only appended: a new leader may truncate it (seed 837,580 did,
+        and the former key stayed for good)."""
         leaders = [n for n in self.nodes.values() if n.node is not None and n.node.is_leader]
-        stale = []
+        committed_stale = []
         if leaders:
             node = leaders[0].node
             assert node is not None
-            stale = [v for v in node.voter_set if v.directory_id != self.directory_ids[v.node_id]]
+            committed_stale = [v for v in node.committed_voter_set() if self._is_former(v)]
+            stale = [v for v in node.voter_set if self._is_former(v)]
             if stale:
                 try:
                     node.remove_voter(stale[0].node_id, stale[0].directory_id, self.now_ms)
@@ -892,7 +896,7 @@ class Simulation:
                 except MembershipChangeError as refusal:
                     self._note(f"operator's removal refused: {refusal}")
                 self._after(leaders[0])
-        if not leaders or stale:
+        if not leaders or committed_stale:
             self._schedule(self.now_ms + 50, "operator", None)
 
     def _restart(self, node_id: int) -> None:

@@ -220,6 +220,21 @@ def test_a_wiped_leader_comes_back_as_a_new_incarnation_and_is_replaced(seed: in
     assert len(result.leaders) >= 2
 
 
+def test_the_operator_removes_a_former_key_again_when_its_removal_was_truncated() -> None:
+    """Seed 837,580: the leader appended the wiped node 5's removal, which a later leader
+    truncated; the operator, who had seen the removal in the leader's set, had stopped,
+    and the former key stayed in the committed set for good. The operator now goes on
+    until no committed set names a former key, as ``remove-controller`` waits for the
+    commit."""
+    seed = 837_580
+    simulation = Simulation(seed, Scenario.from_seed(seed))
+    result = simulation.run()
+    assert simulation.wipes >= 1 and not simulation.scenario.auto_join
+    leader = simulation.nodes[result.leaders[max(result.leaders)]].node
+    assert leader is not None
+    assert not any(simulation._is_former(v) for v in leader.committed_voter_set())
+
+
 @pytest.mark.parametrize("seed", [5, 24, 37])
 def test_with_auto_join_a_wiped_leader_replaces_its_former_key_and_an_observer_joins(
     seed: int,
