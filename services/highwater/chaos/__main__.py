@@ -8,8 +8,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -40,6 +41,22 @@ def _seeds(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int
         return parse_seeds(value)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _quorum_option(default: str) -> Callable[[F], F]:
+    """``--quorum``, for ``run`` and ``campaign`` (which differ in its default)."""
+    return click.option(
+        "--quorum",
+        type=click.Choice(QUORUM_MODES),
+        default=default,
+        show_default=True,
+        help="The controllers' quorum: static (--voters) or dynamic (KIP-853, as the Helm "
+        "chart runs it); the wipe fault hits controllers only in a dynamic quorum of three "
+        "or more.",
+    )
 
 
 def _echo(text: str) -> None:
@@ -75,14 +92,7 @@ def entry() -> None:
     help="Comma-separated: kill, pause, partition, disk, wipe.",
 )
 @click.option("--controllers", type=click.IntRange(1, 5), default=1, show_default=True)
-@click.option(
-    "--quorum",
-    type=click.Choice(QUORUM_MODES),
-    default="static",
-    show_default=True,
-    help="The controllers' quorum: static (--voters) or dynamic (KIP-853, as the Helm chart "
-    "runs it); the wipe fault hits controllers only in a dynamic quorum of three or more.",
-)
+@_quorum_option(default="static")
 @click.option("--brokers", type=click.IntRange(3, 5), default=3, show_default=True)
 @click.option("--coordinators", type=click.IntRange(1, 3), default=1, show_default=True)
 @click.option(
@@ -172,14 +182,7 @@ def check_command(history: Path) -> None:
     "--faults", default="kill,pause,partition,disk,wipe", show_default=True, callback=_faults
 )
 @click.option("--controllers", type=click.IntRange(1, 5), default=3, show_default=True)
-@click.option(
-    "--quorum",
-    type=click.Choice(QUORUM_MODES),
-    default="dynamic",
-    show_default=True,
-    help="The controllers' quorum: static (--voters) or dynamic (KIP-853, as the Helm chart "
-    "runs it); the wipe fault hits controllers only in a dynamic quorum of three or more.",
-)
+@_quorum_option(default="dynamic")
 @click.option("--brokers", type=click.IntRange(3, 5), default=3, show_default=True)
 @click.option("--coordinators", type=click.IntRange(1, 3), default=2, show_default=True)
 @click.option("--fuzz", "fuzz_rate", type=click.FloatRange(min=0), default=5, show_default=True)
