@@ -150,6 +150,33 @@ def test_add_voter_appends_a_record_counted_at_once() -> None:
     assert h.ready().committed_voters == (end, voters(1, 2, 3, 4))
 
 
+def test_a_leader_counts_the_voters_records_of_its_epoch_that_a_snapshot_absorbed() -> None:
+    """``voter_records_between`` vouches for the offsets the leader's own membership
+    changes took between two of the controller's batches (``RaftServer.append``'s guard),
+    even once a snapshot left only the latest set in the voter set history."""
+    h = dynamic_leader(1, 2, 3)
+    first = h.log.end_offset
+    h.step(fetch_request(4, 1, (first, 1), directory=DIRS[4]))
+    assert h.node.add_voter(voter(4), h.now_ms).offset == first
+    h.flush()
+    h.step(
+        fetch_request(2, 1, (first + 1, 1)), fetch_request(4, 1, (first + 1, 1), directory=DIRS[4])
+    )
+    assert h.node.high_watermark == first + 1
+    assert h.node.remove_voter(4, None, h.now_ms).offset == first + 1
+    h.flush()
+    h.step(fetch_request(2, 1, (first + 2, 1)), fetch_request(3, 1, (first + 2, 1)))
+    assert h.node.high_watermark == first + 2
+    h.node.snapshot_written(OffsetAndEpoch(first + 2, 1))  # keeps the set at first + 1
+    assert h.node.voters_at(first + 2) == (first + 1, voters(1, 2, 3))
+    assert h.node.voter_records_between(first, first + 2) == 2
+    # From 0: the bootstrap set written beside the leader change too, not the leader change.
+    assert h.node.voter_records_between(0, first + 2) == 3
+    # A follower knows only what its history holds.
+    follower = NodeHarness(2, voters(1, 2, 3), election_state=ElectionState(0))
+    assert follower.node.voter_records_between(0, first + 2) == 0
+
+
 def test_an_observer_that_announces_no_controller_endpoint_is_never_added() -> None:
     """A broker's or a coordinator's metadata replica fetches under its directory id but
     announces no controller endpoint: the leader refuses to add it, caught up or not, and

@@ -425,9 +425,15 @@ class RaftNode:
         return self._history.committed(self._high_watermark or 0)
 
     def voter_records_between(self, start: int, end: int) -> int:
-        """How many ``voters`` records the log holds at offsets ``start`` to ``end - 1``
-        (those a snapshot has absorbed are not counted)."""
-        return self._history.records_between(start, end)
+        """How many ``voters`` records the log holds at offsets ``start`` to ``end - 1``:
+        those the voter set history holds, and, on a leader, those it appended in its
+        epoch (a snapshot may have absorbed them from the history). A record of an earlier
+        epoch that a snapshot absorbed is not counted."""
+        offsets = set(self._history.offsets_between(start, end))
+        state = self._quorum.state
+        if isinstance(state, LeaderState):
+            offsets.update(o for o in state.voters_record_offsets if start <= o < end)
+        return len(offsets)
 
     def voters_at(self, offset: int) -> tuple[int, VoterSet]:
         """The voter set in force at ``offset`` (the latest record below it) and its
@@ -638,6 +644,7 @@ class RaftNode:
             [encode_voters_record(voters)], state.epoch, control=True
         )
         self._history.add_at(appended.offset, voters)
+        state.voters_record_offsets.append(appended.offset)
         self._voters_changed(now_ms)
         if state.update_local_state(self._log.flushed_offset, self._log.end_offset, now_ms):
             self._on_leader_high_watermark(state, now_ms)
@@ -1064,6 +1071,7 @@ class RaftNode:
         appended = log.append_as_leader(values, state.epoch, control=True)
         if bootstrap is not None:
             self._history.add_at(appended.offset, bootstrap)
+            state.voters_record_offsets.append(appended.offset)
         if state.update_local_state(log.flushed_offset, log.end_offset, now_ms):
             self._on_leader_high_watermark(state, now_ms)
         self._poll(now_ms)

@@ -403,6 +403,9 @@ class LeaderState(EpochState):
         self.acknowledged: set[int] = {local_id}
         self.check_quorum_deadline_ms = now_ms + fetch_timeout_ms
         self._heard_since_check: set[int] = {local_id} & voters
+        self.voters_record_offsets: list[int] = []
+        """Where this leader appended ``voters`` records in its epoch (a snapshot may
+        absorb one from the voter set history; this list keeps it)."""
 
     @property
     def leader_id(self) -> int | None:

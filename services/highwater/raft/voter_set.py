@@ -435,9 +435,10 @@ class VoterSetHistory:
     def pending_change(self, high_watermark: int) -> bool:
         return self._entries[-1][0] >= high_watermark
 
-    def records_between(self, start: int, end: int) -> int:
-        """How many ``voters`` records this history holds at offsets ``start`` to ``end - 1``."""
-        return sum(1 for offset, _ in self._entries if start <= offset < end)
+    def offsets_between(self, start: int, end: int) -> list[int]:
+        """The offsets of the ``voters`` records this history holds from ``start`` to
+        ``end - 1``."""
+        return [offset for offset, _ in self._entries if start <= offset < end]
 
     def truncate_to(self, offset: int) -> None:
         """Drop the sets whose records are at or above ``offset`` (the log was cut there)."""
