@@ -18,7 +18,7 @@ import struct
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -440,10 +440,37 @@ def test_crc32c_is_the_packages(data: bytes, skip: int) -> None:
 @settings(deadline=None, suppress_health_check=SLOW)
 def test_crc32c_of_long_buffers_is_the_packages(length: int, skip: int, seed: int) -> None:
     """Buffers long enough for the three-stream blocks (3 x 256 and 3 x 4096 bytes) and
-    the shifts that join them, at every alignment."""
+    the shifts that join them, and for the folding's 256-byte steps and 16-byte tail, at
+    every alignment: by the path ``crc32c`` takes and by each one the CPU has."""
     data = random.Random(seed).randbytes(length + skip)
     view = memoryview(data)[skip:]
-    assert _C.crc32c(view) == crc32c_package.crc32c(view)
+    expected = crc32c_package.crc32c(view)
+    assert _C.crc32c(view) == expected
+    assert _C.crc32c_by_path(view) == dict.fromkeys(_C.crc32c_by_path(view), expected)
+
+
+@pytest.mark.parametrize("length", [0, 1, 15, 16, 255, 256, 257, 271, 272, 511, 512, 16_323])
+def test_every_crc32c_path_agrees_at_its_boundaries(length: int) -> None:
+    """Lengths at the edges of each path: the folding's minimum of 256 bytes, one 256-byte
+    step and a 16-byte piece either side, a 16 KiB batch less its 61-byte header."""
+    data = random.Random(length).randbytes(length)
+    by_path = _C.crc32c_by_path(data)
+    assert "table" in by_path
+    assert set(by_path.values()) == {crc32c_package.crc32c(data)}
+
+
+def test_crc32c_folds_where_the_cpu_can() -> None:
+    """The folded path is offered exactly where the CPU has VPCLMULQDQ with AVX-512 (the
+    flags Linux reports), and never below its 256 bytes."""
+    flags = set()
+    with suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    folds = {"avx512f", "avx512vl", "vpclmulqdq", "pclmulqdq", "sse4_2"} <= flags
+    assert ("folded" in _C.crc32c_by_path(bytes(256))) == folds
+    assert "folded" not in _C.crc32c_by_path(bytes(255))
 
 
 def test_slot_factories_make_what_the_class_makes() -> None:
