@@ -9,13 +9,16 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from highwater.controller import ControllerConfig
 from highwater.controller.service import ControllerServer, ControllerSettings
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
+from highwater.errors import UnexpectedAppendOffsetError
 from highwater.internal.v1 import controller_pb2 as pb
+from highwater.metadata.records import FenceBrokerRecord, encode_record
 from highwater.raft.driver import RaftServerSettings
 from highwater.rpc.endpoints import free_loopback_ports
 from highwater.v1.common_pb2 import ErrorCode
@@ -76,5 +79,63 @@ async def test_stream_messages_keep_a_session_without_heartbeats_and_silence_fen
                     await asyncio.sleep(0.02)
             assert time.monotonic() - paused >= SESSION_MS / 1000 - PING_S
             call.cancel()
+    finally:
+        await server.stop()
+
+
+async def test_a_broken_stream_whose_fence_raft_refused_is_fenced_by_the_next_activation(
+    tmp_path: Path,
+) -> None:
+    """The batch holding a broken stream's fence is refused by Raft (its log no longer ends
+    where the store staged it: what a voters record did before the store allowed for it).
+    The store drops that batch and the controller claims its epoch again; the broker epoch
+    is fenced by that activation, not left to its session timeout (10 s here)."""
+    address = _free_address()
+    session_ms = 10_000
+    server = ControllerServer(
+        node_id=1,
+        listen=address,
+        voters={1: address},
+        data_dir=tmp_path / "controller",
+        settings=ControllerSettings(
+            raft=RaftServerSettings(raft=FAST),
+            controller=ControllerConfig(broker_session_timeout_ms=session_ms),
+            seed=7,
+        ),
+    )
+    await server.start()
+    try:
+        await server.wait_active()
+        async with ControllerClient([address]) as client:
+            registered = await client.register_broker(m.RegisterBrokerRequest(1, "i-1"))
+            epoch = registered.broker_epoch
+            beat = await client.broker_heartbeat(m.BrokerHeartbeatRequest(1, epoch, epoch))
+            assert not beat.is_fenced
+            fence = encode_record(FenceBrokerRecord(1, epoch))
+            raft = server.store._raft
+            append = raft.append
+            refused: list[int] = []
+
+            def refuse_the_fence_once(values: Any, **kwargs: Any) -> Any:
+                if fence in values and not refused:
+                    refused.append(kwargs["base_offset"])
+                    raise UnexpectedAppendOffsetError(
+                        f"the log does not end at {kwargs['base_offset']}"
+                    )
+                return append(values, **kwargs)
+
+            raft.append = refuse_the_fence_once  # type: ignore[method-assign]
+            _, call = client.open_broker_liveness()
+            await call.write(pb.BrokerLivenessRequest(broker_id=1, broker_epoch=epoch))
+            assert (await call.read()).error == ErrorCode.NONE
+            broken = time.monotonic()
+            call.cancel()  # the broker's process is gone: its connection closes
+            async with asyncio.timeout(session_ms / 2000):
+                while not _fenced(server, 1):
+                    await asyncio.sleep(0.02)
+            assert refused, "the fence's batch was never refused: the test proves nothing"
+            assert time.monotonic() - broken < session_ms / 2000
+            fenced = server.committed_image().broker(1)
+            assert fenced is not None and fenced.fenced and fenced.broker_epoch == epoch
     finally:
         await server.stop()

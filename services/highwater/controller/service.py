@@ -688,6 +688,12 @@ class ControllerServer:
         self._tick_queued = False
         self._leader_epoch: int | None = None
         self._leadership_over: asyncio.Future[None] | None = None
+        self._broken_streams: dict[int, int] = {}
+        """Broker id -> broker epoch: the liveness streams of this leadership that ended
+        without the broker leaving, and after which nothing of that epoch arrived. Each is
+        fenced by its job at once, and again by every later activation of this leadership
+        (a no-op once fenced): a fence whose batch the store dropped (its activation
+        restarted) is not lost until the session timeout."""
         self._stopping = False
         self._cluster_id = cluster_id
         self.migration: EtcdMigration | None = None
@@ -810,6 +816,7 @@ class ControllerServer:
         if controller is None or not self.store.is_active:
             return
         if rpc.name == "BrokerHeartbeat":
+            self._heard_from(request.broker_id, request.broker_epoch)
             controller.heartbeats.note_contact(
                 request.broker_id, request.broker_epoch, self._clock()
             )
@@ -824,7 +831,14 @@ class ControllerServer:
         never are)."""
         controller = self._controller
         if controller is not None and self.store.is_active:
+            self._heard_from(broker_id, broker_epoch)
             controller.heartbeats.note_contact(broker_id, broker_epoch, self._clock())
+
+    def _heard_from(self, broker_id: int, broker_epoch: int) -> None:
+        """Something of this broker epoch arrived: a stream of it that broke earlier did
+        not break with its process, so activations no longer fence it."""
+        if self._broken_streams.get(broker_id) == broker_epoch:
+            del self._broken_streams[broker_id]
 
     async def propose(self, records: Sequence[MetadataRecord]) -> bool:
         """Append ``records`` as the active controller, in the worker's order; whether
@@ -857,6 +871,7 @@ class ControllerServer:
         if self._leader_epoch is not None:
             log.info("node %d: no longer the active controller", self.node_id)
         self._leader_epoch = None
+        self._broken_streams.clear()
         self.store.deactivate()
         over = self._leadership_over
         if over is not None and not over.done():
@@ -889,6 +904,9 @@ class ControllerServer:
         self.store.activate(epoch)
         self.controller.activate(self._clock())
         self._ticker = asyncio.create_task(self._tick_timer(epoch))
+        for broker_id, broker_epoch in self._broken_streams.items():
+            # Fenced already unless its batch was dropped (the activation restarted).
+            self._jobs.put_nowait(_BrokerDisconnected(broker_id, broker_epoch, epoch))
         log.info(
             "node %d: the active controller of epoch %d, from offset %d",
             self.node_id,
@@ -1351,6 +1369,7 @@ class ControllerServer:
             )
             return
         yield controller_pb2.BrokerLivenessResponse()
+        self._heard_from(first.broker_id, first.broker_epoch)
         leaving = first.leaving
         try:
             while True:
@@ -1375,6 +1394,7 @@ class ControllerServer:
             # connection closed. Either way, unless the broker said it leaves (or this
             # replica is no longer the active controller of that epoch), it is gone.
             if not leaving and not self._stopping and self._leader_epoch == leader_epoch:
+                self._broken_streams[first.broker_id] = first.broker_epoch
                 self._jobs.put_nowait(
                     _BrokerDisconnected(first.broker_id, first.broker_epoch, leader_epoch)
                 )
