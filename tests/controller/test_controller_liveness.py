@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,68 +32,19 @@ SESSION_MS = 600
 PING_S = 0.1
 
 
-def _free_address() -> str:
-    return f"127.0.0.1:{free_loopback_ports(1)[0]}"
-
-
 def _fenced(server: ControllerServer, broker_id: int) -> bool:
     broker = server.store.latest_image().broker(broker_id)
     assert broker is not None
     return broker.fenced
 
 
-async def test_stream_messages_keep_a_session_without_heartbeats_and_silence_fences(
-    tmp_path: Path,
-) -> None:
-    address = _free_address()
-    server = ControllerServer(
-        node_id=1,
-        listen=address,
-        voters={1: address},
-        data_dir=tmp_path / "controller",
-        settings=ControllerSettings(
-            raft=RaftServerSettings(raft=FAST),
-            controller=ControllerConfig(broker_session_timeout_ms=SESSION_MS),
-            seed=7,
-        ),
-    )
-    await server.start()
-    try:
-        await server.wait_active()
-        async with ControllerClient([address]) as client:
-            registered = await client.register_broker(m.RegisterBrokerRequest(1, "i-1"))
-            epoch = registered.broker_epoch
-            beat = await client.broker_heartbeat(m.BrokerHeartbeatRequest(1, epoch, epoch))
-            assert not beat.is_fenced
-            _, call = client.open_broker_liveness()
-            await call.write(pb.BrokerLivenessRequest(broker_id=1, broker_epoch=epoch))
-            assert (await call.read()).error == ErrorCode.NONE
-            # Three sessions with no heartbeat at all, only the stream's messages.
-            started = time.monotonic()
-            while time.monotonic() - started < 3 * SESSION_MS / 1000:
-                await call.write(pb.BrokerLivenessRequest(broker_id=1, broker_epoch=epoch))
-                await asyncio.sleep(PING_S)
-                assert not _fenced(server, 1)
-            # Paused: the connection stays open, nothing is written. Fenced by its session.
-            paused = time.monotonic()
-            async with asyncio.timeout(10):
-                while not _fenced(server, 1):
-                    await asyncio.sleep(0.02)
-            assert time.monotonic() - paused >= SESSION_MS / 1000 - PING_S
-            call.cancel()
-    finally:
-        await server.stop()
-
-
-async def test_a_broken_stream_whose_fence_raft_refused_is_fenced_by_the_next_activation(
-    tmp_path: Path,
-) -> None:
-    """The batch holding a broken stream's fence is refused by Raft (its log no longer ends
-    where the store staged it: what a voters record did before the store allowed for it).
-    The store drops that batch and the controller claims its epoch again; the broker epoch
-    is fenced by that activation, not left to its session timeout (10 s here)."""
-    address = _free_address()
-    session_ms = 10_000
+@asynccontextmanager
+async def _broker_with_a_stream(
+    tmp_path: Path, session_ms: int
+) -> AsyncIterator[tuple[ControllerServer, int, Any]]:
+    """One controller voter with that session timeout, broker 1 registered and unfenced,
+    and its liveness stream open and answered: (server, broker epoch, the stream's call)."""
+    address = f"127.0.0.1:{free_loopback_ports(1)[0]}"
     server = ControllerServer(
         node_id=1,
         listen=address,
@@ -111,31 +64,62 @@ async def test_a_broken_stream_whose_fence_raft_refused_is_fenced_by_the_next_ac
             epoch = registered.broker_epoch
             beat = await client.broker_heartbeat(m.BrokerHeartbeatRequest(1, epoch, epoch))
             assert not beat.is_fenced
-            fence = encode_record(FenceBrokerRecord(1, epoch))
-            raft = server.store._raft
-            append = raft.append
-            refused: list[int] = []
-
-            def refuse_the_fence_once(values: Any, **kwargs: Any) -> Any:
-                if fence in values and not refused:
-                    refused.append(kwargs["base_offset"])
-                    raise UnexpectedAppendOffsetError(
-                        f"the log does not end at {kwargs['base_offset']}"
-                    )
-                return append(values, **kwargs)
-
-            raft.append = refuse_the_fence_once  # type: ignore[method-assign]
             _, call = client.open_broker_liveness()
             await call.write(pb.BrokerLivenessRequest(broker_id=1, broker_epoch=epoch))
             assert (await call.read()).error == ErrorCode.NONE
-            broken = time.monotonic()
-            call.cancel()  # the broker's process is gone: its connection closes
-            async with asyncio.timeout(session_ms / 2000):
-                while not _fenced(server, 1):
-                    await asyncio.sleep(0.02)
-            assert refused, "the fence's batch was never refused: the test proves nothing"
-            assert time.monotonic() - broken < session_ms / 2000
-            fenced = server.committed_image().broker(1)
-            assert fenced is not None and fenced.fenced and fenced.broker_epoch == epoch
+            yield server, epoch, call
     finally:
         await server.stop()
+
+
+async def test_stream_messages_keep_a_session_without_heartbeats_and_silence_fences(
+    tmp_path: Path,
+) -> None:
+    async with _broker_with_a_stream(tmp_path, SESSION_MS) as (server, epoch, call):
+        # Three sessions with no heartbeat at all, only the stream's messages.
+        started = time.monotonic()
+        while time.monotonic() - started < 3 * SESSION_MS / 1000:
+            await call.write(pb.BrokerLivenessRequest(broker_id=1, broker_epoch=epoch))
+            await asyncio.sleep(PING_S)
+            assert not _fenced(server, 1)
+        # Paused: the connection stays open, nothing is written. Fenced by its session.
+        paused = time.monotonic()
+        async with asyncio.timeout(10):
+            while not _fenced(server, 1):
+                await asyncio.sleep(0.02)
+        assert time.monotonic() - paused >= SESSION_MS / 1000 - PING_S
+        call.cancel()
+
+
+async def test_a_broken_stream_whose_fence_raft_refused_is_fenced_by_the_next_activation(
+    tmp_path: Path,
+) -> None:
+    """The batch holding a broken stream's fence is refused by Raft (its log no longer ends
+    where the store staged it: what a voters record did before the store allowed for it).
+    The store drops that batch and the controller claims its epoch again; the broker epoch
+    is fenced by that activation, not left to its session timeout (10 s here)."""
+    session_ms = 10_000
+    async with _broker_with_a_stream(tmp_path, session_ms) as (server, epoch, call):
+        fence = encode_record(FenceBrokerRecord(1, epoch))
+        raft = server.store._raft
+        append = raft.append
+        refused: list[int] = []
+
+        def refuse_the_fence_once(values: Any, **kwargs: Any) -> Any:
+            if fence in values and not refused:
+                refused.append(kwargs["base_offset"])
+                raise UnexpectedAppendOffsetError(
+                    f"the log does not end at {kwargs['base_offset']}"
+                )
+            return append(values, **kwargs)
+
+        raft.append = refuse_the_fence_once  # type: ignore[method-assign]
+        broken = time.monotonic()
+        call.cancel()  # the broker's process is gone: its connection closes
+        async with asyncio.timeout(session_ms / 2000):
+            while not _fenced(server, 1):
+                await asyncio.sleep(0.02)
+        assert refused, "the fence's batch was never refused: the test proves nothing"
+        assert time.monotonic() - broken < session_ms / 2000
+        fenced = server.committed_image().broker(1)
+        assert fenced is not None and fenced.fenced and fenced.broker_epoch == epoch
