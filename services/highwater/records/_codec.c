@@ -238,7 +238,8 @@ static __m128i crc_fold_constants(unsigned bits) {
 CRC_FOLD_TARGET static uint32_t crc32c_folded(uint32_t state, const uint8_t *p, size_t n) {
     __m512i z0 = _mm512_loadu_si512(p), z1 = _mm512_loadu_si512(p + 64);
     __m512i z2 = _mm512_loadu_si512(p + 128), z3 = _mm512_loadu_si512(p + 192);
-    z0 = _mm512_xor_si512(z0, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)state)));
+    const __m128i incoming = _mm_cvtsi32_si128((int)state);
+    z0 = _mm512_xor_si512(z0, _mm512_inserti32x4(_mm512_setzero_si512(), incoming, 0));
     p += 256;
     n -= 256;
     const __m512i step = _mm512_broadcast_i32x4(crc_fold_2048);
