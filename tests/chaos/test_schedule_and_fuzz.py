@@ -9,6 +9,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from highwater.chaos.checker import check
 from highwater.chaos.fuzz import MODES, endpoints, random_message, request_bytes
@@ -280,3 +281,46 @@ def test_a_broker_that_stops_after_its_disk_filled_is_not_reported() -> None:
     assert check([disk, stopped]).anomalies == []
     # Once restarted, exiting again without a new disk fault is reported.
     assert [a.kind for a in check([disk, stopped, later]).anomalies] == ["process-exited"]
+
+
+def _id_values(message: Message) -> list[int]:
+    """Every integer held by a field named as an id, at any depth of ``message``."""
+    found: list[int] = []
+    for field, value in message.ListFields():
+        named_as_id = field.name == "id" or field.name.endswith(("_id", "_ids"))
+        values = list(value) if _repeated_value(value) else [value]
+        for item in values:
+            if isinstance(item, Message):
+                found.extend(_id_values(item))
+            elif named_as_id and isinstance(item, int) and not isinstance(item, bool):
+                found.append(item)
+    return found
+
+
+def _repeated_value(value: object) -> bool:
+    return not isinstance(value, (str, bytes, Message)) and hasattr(value, "__len__")
+
+
+def test_random_requests_never_name_a_node_of_the_cluster() -> None:
+    """A well-formed RemoveRaftVoter, RegisterBroker or UnregisterBroker naming one of the
+    cluster's nodes is an operator's call, not bad input: the fuzzer never makes one."""
+    nodes = frozenset({1, 2, 3, 100, 101, 102, 200, 201})
+    rng = random.Random(7)
+    drawn: list[int] = []
+    for endpoint in endpoints():
+        for _ in range(30):
+            drawn.extend(_id_values(random_message(endpoint.request, rng, avoid_ids=nodes)))
+    assert drawn and not nodes & set(drawn)
+    # The ids still take boundary values other than the nodes' (0, -1, the int32 limits).
+    assert {0, -1, 2**31 - 1} <= set(drawn)
+    remove = next(e for e in endpoints() if e.path.endswith("/RemoveRaftVoter"))
+    voter_ids = set()
+    for _ in range(300):
+        request = GetMessageClass(remove.request).FromString(
+            request_bytes(remove, "random", rng, avoid_ids=nodes)
+        )
+        voter_ids.add(request.voter_id)
+    assert not nodes & voter_ids
+    # Without the nodes to avoid, the same draws do name them (the test can fail).
+    unguarded = {random_message(remove.request, random.Random(i)).voter_id for i in range(300)}
+    assert nodes & unguarded

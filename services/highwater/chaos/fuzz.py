@@ -16,7 +16,10 @@ The answer's gRPC status is recorded (``fuzz`` entries). DESIGN.md §4 wants a c
 error for bad input: the checker reports a well-formed request (``random``, ``empty``)
 answered ``UNKNOWN`` (an exception the service did not handle). Names the workload uses
 never appear in a fuzzed message, so the fuzzer cannot legitimately delete its topic
-or group.
+or group; nor does the node id of any of the cluster's processes in an integer field
+named as an id (``voter_id``, ``broker_id``, ...), so it cannot legitimately remove a
+controller from the quorum, register a broker's id anew or unregister it: on an
+unsecured cluster those are an operator's calls, which the checks do not model.
 """
 
 from __future__ import annotations
@@ -80,7 +83,22 @@ def endpoints(*, secure: bool = False) -> list[Endpoint]:
     return found
 
 
-def _scalar(field: FieldDescriptor, rng: random.Random) -> object:
+def _is_id(field: FieldDescriptor) -> bool:
+    """Whether the field names a node (or anything else) by an integer id."""
+    return field.name == "id" or field.name.endswith(("_id", "_ids"))
+
+
+def _scalar(
+    field: FieldDescriptor, rng: random.Random, avoid_ids: frozenset[int] = frozenset()
+) -> object:
+    """A random value for ``field``; never one of ``avoid_ids`` in an id field."""
+    value = _any_scalar(field, rng)
+    while avoid_ids and value in avoid_ids and _is_id(field):
+        value = _any_scalar(field, rng)
+    return value
+
+
+def _any_scalar(field: FieldDescriptor, rng: random.Random) -> object:
     t = field.type
     if t in (
         FieldDescriptor.TYPE_INT32,
@@ -122,8 +140,15 @@ def _repeated(field: FieldDescriptor) -> bool:
     return bool(getattr(field, "label", 0) == FieldDescriptor.LABEL_REPEATED)
 
 
-def random_message(descriptor: Descriptor, rng: random.Random, depth: int = 0) -> Message:
-    """A message of ``descriptor``'s type with random fields set."""
+def random_message(
+    descriptor: Descriptor,
+    rng: random.Random,
+    depth: int = 0,
+    *,
+    avoid_ids: frozenset[int] = frozenset(),
+) -> Message:
+    """A message of ``descriptor``'s type with random fields set, none of ``avoid_ids`` in
+    a field named as an id."""
     message = GetMessageClass(descriptor)()
     for field in descriptor.fields:
         if rng.random() < 0.4:
@@ -135,31 +160,44 @@ def random_message(descriptor: Descriptor, rng: random.Random, depth: int = 0) -
         if nested is not None and nested.GetOptions().map_entry:
             key_field, value_field = nested.fields_by_name["key"], nested.fields_by_name["value"]
             for _ in range(rng.randint(0, 3)):
-                key = _scalar(key_field, rng)
+                key = _scalar(key_field, rng, avoid_ids)
                 if value_field.message_type is not None:
-                    target[key].CopyFrom(random_message(value_field.message_type, rng, depth + 1))
+                    target[key].CopyFrom(
+                        random_message(
+                            value_field.message_type, rng, depth + 1, avoid_ids=avoid_ids
+                        )
+                    )
                 else:
-                    target[key] = _scalar(value_field, rng)
+                    target[key] = _scalar(value_field, rng, avoid_ids)
         elif _repeated(field):
             for _ in range(rng.randint(0, 3)):
                 if nested is not None:
-                    target.add().CopyFrom(random_message(nested, rng, depth + 1))
+                    target.add().CopyFrom(
+                        random_message(nested, rng, depth + 1, avoid_ids=avoid_ids)
+                    )
                 else:
-                    target.append(_scalar(field, rng))
+                    target.append(_scalar(field, rng, avoid_ids))
         elif nested is not None:
-            target.CopyFrom(random_message(nested, rng, depth + 1))
+            target.CopyFrom(random_message(nested, rng, depth + 1, avoid_ids=avoid_ids))
         else:
-            setattr(message, field.name, _scalar(field, rng))
+            setattr(message, field.name, _scalar(field, rng, avoid_ids))
     return message
 
 
-def request_bytes(endpoint: Endpoint, mode: str, rng: random.Random) -> bytes:
-    """The serialized request ``mode`` makes for ``endpoint`` (see the module docstring)."""
+def request_bytes(
+    endpoint: Endpoint,
+    mode: str,
+    rng: random.Random,
+    *,
+    avoid_ids: frozenset[int] = frozenset(),
+) -> bytes:
+    """The serialized request ``mode`` makes for ``endpoint`` (see the module docstring),
+    none of ``avoid_ids`` in a field named as an id."""
     if mode == "garbage":
         return rng.randbytes(rng.randint(1, 300))
     if mode == "empty":
         return b""
-    encoded = random_message(endpoint.request, rng).SerializeToString()
+    encoded = random_message(endpoint.request, rng, avoid_ids=avoid_ids).SerializeToString()
     if mode == "truncated":
         return encoded[: rng.randint(0, max(len(encoded) - 1, 0))] + rng.randbytes(1)
     return encoded
@@ -170,7 +208,8 @@ def _identity(data: bytes) -> bytes:
 
 
 class Fuzzer:
-    """Sends fuzzed requests to ``targets`` (process name -> address) at ``rate`` calls/s."""
+    """Sends fuzzed requests to ``targets`` (process name -> address) at ``rate`` calls/s;
+    ``avoid``: names no request carries; ``avoid_ids``: node ids no id field takes."""
 
     def __init__(
         self,
@@ -180,6 +219,7 @@ class Fuzzer:
         *,
         rate: float = 10.0,
         avoid: Sequence[str] = (),
+        avoid_ids: frozenset[int] = frozenset(),
         secure: bool = False,
     ) -> None:
         self.targets = targets
@@ -188,6 +228,7 @@ class Fuzzer:
         self.rate = rate
         self.endpoints = endpoints(secure=secure)
         self.avoid = tuple(avoid)
+        self.avoid_ids = avoid_ids
         self.calls = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -201,7 +242,7 @@ class Fuzzer:
                 pool = served if served and self.rng.random() < 0.85 else self.endpoints
                 endpoint = self.rng.choice(pool)
                 mode = self.rng.choice(MODES)
-                payload = request_bytes(endpoint, mode, self.rng)
+                payload = request_bytes(endpoint, mode, self.rng, avoid_ids=self.avoid_ids)
                 if any(word.encode() in payload for word in self.avoid):
                     continue
                 code = await self._call(channels[name], endpoint, payload)

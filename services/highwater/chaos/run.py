@@ -240,6 +240,7 @@ async def _drive(
             options.seed,
             rate=options.fuzz_rate,
             avoid=(options.workload.topic, options.workload.group),
+            avoid_ids=frozenset(p.node_id for p in cluster.processes.values()),
             secure=options.secure,
         )
         kafka_fuzzer = KafkaFuzzer(
