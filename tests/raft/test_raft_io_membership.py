@@ -181,7 +181,7 @@ async def test_an_observer_is_added_removed_and_every_refusal_is_typed(cluster: 
     assert bad.error == ErrorCode.INVALID_REQUEST  # type: ignore[attr-defined]
     other = await add(leader, 2, directory_id, cluster.address(2), cluster_id="other")
     assert other.error == ErrorCode.INCONSISTENT_CLUSTER_ID  # type: ignore[attr-defined]
-    last = await remove(leader, 1)
+    last = await remove(leader, 1, str(cluster.first.directory_id))
     assert last.error == ErrorCode.INVALID_REQUEST  # type: ignore[attr-defined]
     assert "last voter" in last.error_message  # type: ignore[attr-defined]
 
@@ -208,6 +208,12 @@ async def test_an_observer_is_added_removed_and_every_refusal_is_typed(cluster: 
     assert asked_follower.leader_endpoint == leader  # type: ignore[attr-defined]
     wrong_directory = await remove(leader, 2, str(uuid.uuid4()))
     assert wrong_directory.error == ErrorCode.INVALID_REQUEST  # type: ignore[attr-defined]
+    # Without a directory id a request names the nil one, which no voter has (KIP-853):
+    # a late removal of a replaced controller cannot remove its new incarnation.
+    no_directory = await remove(leader, 2)
+    assert no_directory.error == ErrorCode.INVALID_REQUEST  # type: ignore[attr-defined]
+    assert "without a directory id" in no_directory.error_message  # type: ignore[attr-defined]
+    assert first.voter_set().ids == {1, 2}
 
     removed = await remove(leader, 2, directory_id)
     assert removed.error == ErrorCode.NONE, removed  # type: ignore[attr-defined]

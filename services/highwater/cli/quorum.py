@@ -18,7 +18,9 @@ voters, one at a time, through the leader:
   ``--bootstrap-controllers``) becomes a voter once caught up; its directory id and
   endpoint are taken from DescribeQuorum's observers, as kafka-metadata-quorum does; an
   observer without an endpoint (a broker, a coordinator) is refused;
-* ``remove-controller --node-id N [--directory-id D]``: the voter N stops being one.
+* ``remove-controller --node-id N [--directory-id D]``: the voter N stops being one; the
+  request names it by the directory id DescribeQuorum lists for it (or D), as KIP-853's
+  RemoveRaftVoter does, so it cannot remove a newer incarnation of N instead.
 
 Each waits until the new voter set is committed, or prints the leader's refusal.
 
@@ -488,14 +490,22 @@ def _parse_directory_id(
     "--directory-id",
     default=None,
     callback=_parse_directory_id,
-    help="Remove the voter only if it has this directory id (by default: whatever it has).",
+    help="Remove the voter only if it has this directory id (by default: the one the "
+    "leader's DescribeQuorum lists for it).",
 )
 @_timeout_option(30.0, _COMMITTED)
 def remove_controller(
     controllers: list[str], node_id: int, directory_id: str | None, timeout: float
 ) -> None:
-    """Remove the voter NODE-ID from the quorum (the last voter cannot be removed)."""
+    """Remove the voter NODE-ID from the quorum (the last voter cannot be removed).
+
+    The request names the voter by its key, as KIP-853 wants: its id and the directory id
+    the leader lists for it now (or ``--directory-id``). If that controller is replaced
+    before the request arrives, the new incarnation is not removed in its place."""
     described = describe_leader(controllers, min(timeout, 5.0))
+    voter = next((v for v in described.current_voters if v.replica_id == node_id), None)
+    if directory_id is None and voter is not None:
+        directory_id = voter.replica_directory_id or None
     request = pb.RemoveRaftVoterRequest(
         cluster_id=described.cluster_id, voter_id=node_id, voter_directory_id=directory_id or ""
     )

@@ -36,7 +36,13 @@ from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from highwater.raft.messages import NO_LEADER
 from highwater.raft.node import NotLeaderError
 from highwater.raft.transport import RaftRequestHandler, RaftServicer
-from highwater.raft.voter_set import InvalidVoterError, MembershipChangeError, Voter, VoterSet
+from highwater.raft.voter_set import (
+    NO_DIRECTORY_ID,
+    InvalidVoterError,
+    MembershipChangeError,
+    Voter,
+    VoterSet,
+)
 from highwater.rpc.channels import open_channel
 from highwater.rpc.endpoints import parse_endpoint
 from highwater.v1.common_pb2 import ErrorCode
@@ -103,8 +109,14 @@ class MembershipRaftServicer(RaftServicer):
         self, request: raft_pb2.RemoveRaftVoterRequest, context: grpc.aio.ServicerContext
     ) -> raft_pb2.RemoveRaftVoterResponse:
         def remove() -> Awaitable[int]:
+            # A voter is named by its key, id and directory id: without a directory id the
+            # request names the nil one, which no voter of a dynamic quorum has (KIP-853's
+            # ZERO_UUID), so a retried or late removal of a controller replaced meanwhile
+            # cannot remove its new incarnation.
             directory_id = (
-                _directory_id(request.voter_directory_id) if request.voter_directory_id else None
+                _directory_id(request.voter_directory_id)
+                if request.voter_directory_id
+                else NO_DIRECTORY_ID
             )
             return self._membership.remove_voter(_node_id(request.voter_id), directory_id)
 

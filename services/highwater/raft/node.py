@@ -82,6 +82,7 @@ from highwater.raft.state import (
     UnattachedState,
 )
 from highwater.raft.voter_set import (
+    NO_DIRECTORY_ID,
     LeaderView,
     MembershipChangeError,
     Voter,
@@ -316,7 +317,7 @@ class RaftNode:
         bootstrap = (
             voters
             if isinstance(voters, VoterSet)
-            else VoterSet.of(Voter(v, uuid.UUID(int=0), "") for v in voters)
+            else VoterSet.of(Voter(v, NO_DIRECTORY_ID, "") for v in voters)
         )
         self._history = VoterSetHistory(bootstrap, voters_offset)
         self.voters = self._voter_ids(bootstrap)

@@ -36,6 +36,9 @@ from highwater.v1.common_pb2 import ErrorCode
 
 DIRECTORY_ID_FILE: Final = "directory-id"
 VOTERS_RECORD_VERSION: Final = 0
+NO_DIRECTORY_ID: Final = uuid.UUID(int=0)
+"""The nil directory id (Kafka's ``ZERO_UUID``): a static quorum's voters have it, and a
+request naming a voter without a directory id names it, which no dynamic voter has."""
 
 
 class MembershipChangeError(HighwaterError):
@@ -361,20 +364,21 @@ class Removal:
 def check_remove_voter(view: LeaderView, node_id: int, directory_id: uuid.UUID | None) -> Removal:
     """The voter set after removing the voter ``(node_id, directory_id)``, or a refusal.
 
-    ``directory_id`` None matches the voter with that id whatever its directory (the CLI
-    without ``--directory-id``). The last voter is never removed. Removing the leader is
-    allowed: it keeps leading until the record commits (counted by the new set, without
-    itself) and then resigns.
+    ``directory_id`` None matches the voter with that id whatever its directory (callers
+    inside the process; a RemoveRaftVoter request without one names
+    :data:`NO_DIRECTORY_ID`, which matches no voter of a dynamic quorum). The last voter
+    is never removed. Removing the leader is allowed: it keeps leading until the record
+    commits (counted by the new set, without itself) and then resigns.
     """
     _check_can_change(view)
     if not view.voters.is_voter(node_id, directory_id):
         current = view.voters.get(node_id)
         detail = "" if current is None else f" (its voter has directory {current.directory_id})"
-        raise VoterNotFoundError(
-            f"no voter {node_id}"
-            + ("" if directory_id is None else f" with directory {directory_id}")
-            + detail
-        )
+        if directory_id == NO_DIRECTORY_ID:
+            named = " without a directory id: a voter is removed by its id and directory id"
+        else:
+            named = "" if directory_id is None else f" with directory {directory_id}"
+        raise VoterNotFoundError(f"no voter {node_id}{named}{detail}")
     if len(view.voters) == 1:
         raise LastVoterError(f"node {node_id} is the last voter; a quorum needs one")
     return Removal(view.voters.without(node_id), leader_resigns=node_id == view.leader_id)
