@@ -373,12 +373,16 @@ def check_remove_voter(view: LeaderView, node_id: int, directory_id: uuid.UUID |
     _check_can_change(view)
     if not view.voters.is_voter(node_id, directory_id):
         current = view.voters.get(node_id)
-        detail = "" if current is None else f" (its voter has directory {current.directory_id})"
-        if directory_id == NO_DIRECTORY_ID:
-            named = " without a directory id: a voter is removed by its id and directory id"
-        else:
-            named = "" if directory_id is None else f" with directory {directory_id}"
-        raise VoterNotFoundError(f"no voter {node_id}{named}{detail}")
+        if current is None:
+            raise VoterNotFoundError(f"no voter {node_id}")
+        named = (
+            "without a directory id: a voter is removed by its id and directory id"
+            if directory_id == NO_DIRECTORY_ID
+            else f"with directory {directory_id}"
+        )
+        raise VoterNotFoundError(
+            f"no voter {node_id} {named} (its voter has directory {current.directory_id})"
+        )
     if len(view.voters) == 1:
         raise LastVoterError(f"node {node_id} is the last voter; a quorum needs one")
     return Removal(view.voters.without(node_id), leader_resigns=node_id == view.leader_id)
