@@ -6,7 +6,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -239,10 +241,11 @@ def test_a_leader_that_removed_itself_is_the_leader_row() -> None:
     assert status["CurrentObservers"] == "[2,100]"
 
 
-@pytest.fixture
-def single_controller(tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    address = f"127.0.0.1:{port}"
+@contextmanager
+def _controller(tmp_path: Path, quorum: Callable[[str], list[str]]) -> Iterator[str]:
+    """A controller process of node 1 whose quorum flags ``quorum(address)`` gives; its
+    address."""
+    address = f"127.0.0.1:{free_port()}"
     process = subprocess.Popen(
         [
             sys.executable,
@@ -253,8 +256,7 @@ def single_controller(tmp_path: Path) -> Iterator[str]:
             "1",
             "--listen",
             address,
-            "--voters",
-            f"1@{address}",
+            *quorum(address),
             "--data-dir",
             str(tmp_path / "data"),
             "--cluster-id",
@@ -273,6 +275,13 @@ def single_controller(tmp_path: Path) -> Iterator[str]:
         process.wait(10)
         if process.stderr is not None:
             process.stderr.close()
+
+
+@pytest.fixture
+def single_controller(tmp_path: Path) -> Iterator[str]:
+    """A static quorum of one (``--voters``)."""
+    with _controller(tmp_path, lambda address: ["--voters", f"1@{address}"]) as address:
+        yield address
 
 
 def test_describe_a_running_controller(single_controller: str) -> None:
@@ -392,3 +401,31 @@ def test_describe_follows_a_follower_to_the_leader(tmp_path: Path) -> None:
         for process in processes:
             process.kill()
             process.wait(10)
+
+
+def test_remove_controller_names_the_voter_by_the_directory_id_the_leader_lists(
+    tmp_path: Path,
+) -> None:
+    """A RemoveRaftVoter without a directory id names no voter (KIP-853); the command
+    sends the one DescribeQuorum lists, so the leader reaches its own checks (here: the
+    last voter stays), and an id that is no voter is named as such."""
+    directory = uuid.uuid4()
+
+    def dynamic(address: str) -> list[str]:
+        return ["--initial-controllers", f"1@{address}:{directory}"]
+
+    with _controller(tmp_path, dynamic) as address:
+        deadline = time.monotonic() + 60  # a process's start-up on a loaded machine
+        while run("quorum", "describe", "--controllers", address, "--status")[0] != 0:
+            assert time.monotonic() < deadline, "the controller never answered"
+            time.sleep(0.2)
+        code, output = run(
+            "quorum", "remove-controller", "--controllers", address, "--node-id", "1"
+        )
+        assert code == 1
+        assert "last voter" in output and "without a directory id" not in output, output
+        code, output = run(
+            "quorum", "remove-controller", "--controllers", address, "--node-id", "7"
+        )
+        assert code == 1
+        assert "no voter 7" in output, output
