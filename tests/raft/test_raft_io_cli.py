@@ -277,6 +277,14 @@ def _controller(tmp_path: Path, quorum: Callable[[str], list[str]]) -> Iterator[
             process.stderr.close()
 
 
+def _until_answering(address: str) -> None:
+    """Wait until the controller at ``address`` answers ``quorum describe``."""
+    deadline = time.monotonic() + 60  # a process's start-up on a loaded machine
+    while run("quorum", "describe", "--controllers", address, "--status")[0] != 0:
+        assert time.monotonic() < deadline, "the controller never answered"
+        time.sleep(0.2)
+
+
 @pytest.fixture
 def single_controller(tmp_path: Path) -> Iterator[str]:
     """A static quorum of one (``--voters``)."""
@@ -325,10 +333,7 @@ def test_voter_changes_asked_of_a_static_quorum_say_that_it_is_static(
 ) -> None:
     """A ``--voters`` quorum's voters are fixed: both commands say so and what to do
     instead, rather than send the operator after an observer that cannot exist."""
-    deadline = time.monotonic() + 60  # a process's start-up on a loaded machine
-    while run("quorum", "describe", "--controllers", single_controller, "--status")[0] != 0:
-        assert time.monotonic() < deadline, "the controller never answered"
-        time.sleep(0.2)
+    _until_answering(single_controller)
     code, output = run(
         "quorum", "add-controller", "--controllers", single_controller, "--node-id", "2"
     )
@@ -415,10 +420,7 @@ def test_remove_controller_names_the_voter_by_the_directory_id_the_leader_lists(
         return ["--initial-controllers", f"1@{address}:{directory}"]
 
     with _controller(tmp_path, dynamic) as address:
-        deadline = time.monotonic() + 60  # a process's start-up on a loaded machine
-        while run("quorum", "describe", "--controllers", address, "--status")[0] != 0:
-            assert time.monotonic() < deadline, "the controller never answered"
-            time.sleep(0.2)
+        _until_answering(address)
         code, output = run(
             "quorum", "remove-controller", "--controllers", address, "--node-id", "1"
         )
