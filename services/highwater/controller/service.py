@@ -812,11 +812,13 @@ class ControllerServer:
     def _note_contact(self, rpc: ControllerRpc[Any, Any], request: Any) -> None:
         """A heartbeat's contact time is when it arrived, not when the worker reaches it
         behind earlier work (``controller/heartbeats.py``, as Kafka's heartbeat tracker)."""
+        if rpc.name == "BrokerHeartbeat":
+            # Also while the store restarts its activation: the broker is alive.
+            self._heard_from(request.broker_id, request.broker_epoch)
         controller = self._controller
         if controller is None or not self.store.is_active:
             return
         if rpc.name == "BrokerHeartbeat":
-            self._heard_from(request.broker_id, request.broker_epoch)
             controller.heartbeats.note_contact(
                 request.broker_id, request.broker_epoch, self._clock()
             )
@@ -829,9 +831,9 @@ class ControllerServer:
         """A message on broker ``broker_id``'s liveness stream: contact for that epoch's
         session (a heartbeat's answer may be held behind commits; the stream's messages
         never are)."""
+        self._heard_from(broker_id, broker_epoch)
         controller = self._controller
         if controller is not None and self.store.is_active:
-            self._heard_from(broker_id, broker_epoch)
             controller.heartbeats.note_contact(broker_id, broker_epoch, self._clock())
 
     def _heard_from(self, broker_id: int, broker_epoch: int) -> None:
