@@ -200,8 +200,9 @@ class ClusterMetadata:
     """Brokers, topics and partition leaders as the cluster last described them.
 
     Not thread-safe: use it from one event loop. ``request_timeout_s`` bounds each
-    Metadata call; ``max_message_bytes`` sets the channels' message limit (None: gRPC's
-    defaults); ``policy`` shapes the requests any broker may answer.
+    Metadata call; ``max_message_bytes`` sets the channels' message limit (a broker's own
+    by default: :data:`BROKER_MESSAGE_MAX_BYTES`); ``policy`` shapes the requests any broker
+    may answer.
     """
 
     def __init__(
@@ -209,7 +210,7 @@ class ClusterMetadata:
         bootstrap_servers: str | Sequence[str],
         *,
         request_timeout_s: float = 30.0,
-        max_message_bytes: int | None = None,
+        max_message_bytes: int = BROKER_MESSAGE_MAX_BYTES,
         policy: BrokerPolicy = BrokerPolicy(),
         client_id: str = "",
         security: ClientSecurity | None = None,

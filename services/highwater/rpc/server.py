@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import grpc
 import grpc.aio
@@ -32,12 +32,22 @@ from highwater.rpc.authentication_service import (
     AUTHENTICATION_SERVICE_NAME,
     add_authentication_servicer,
 )
-from highwater.rpc.channels import channel_options
+from highwater.rpc.channels import KEEPALIVE_TIME_MS, channel_options
 from highwater.rpc.listener_context import ListenerInterceptor
 from highwater.rpc.tls import ServerTls, server_tls
 from highwater.telemetry.rpc import server_interceptors
 
-__all__ = ["GrpcHost", "GrpcService", "bind", "new_server"]
+__all__ = ["PING_POLICY", "GrpcHost", "GrpcService", "bind", "new_server"]
+
+PING_POLICY: Final[tuple[tuple[str, int], ...]] = (
+    ("grpc.http2.min_ping_interval_without_data_ms", min(1000, KEEPALIVE_TIME_MS // 2)),
+)
+"""What a server takes of its clients' pings: one a second, data or not, so that the
+keepalive pings of the package's channels (:data:`~highwater.rpc.channels.KEEPALIVE_OPTIONS`,
+every 3 s while a call is open) are never counted against them. gRPC's default (one in
+5 minutes without data sent between them, the third such ending the connection with
+``too_many_pings``) would close the connection of a quiet stream, such as a broker's
+liveness stream, whose end the controller takes for the broker's death."""
 
 
 def new_server(*, max_message_bytes: int, listener: str | None = None) -> grpc.aio.Server:
@@ -48,6 +58,7 @@ def new_server(*, max_message_bytes: int, listener: str | None = None) -> grpc.a
     :func:`~highwater.rpc.listener_context.current_listener`."""
     options = [
         *channel_options(max_message_bytes),
+        *PING_POLICY,
         ("grpc.so_reuseport", 0),
     ]
     interceptors: list[grpc.aio.ServerInterceptor] = [AuthInterceptor(), *server_interceptors()]
