@@ -123,3 +123,33 @@ async def test_a_broken_stream_whose_fence_raft_refused_is_fenced_by_the_next_ac
         assert time.monotonic() - broken < session_ms / 2000
         fenced = server.committed_image().broker(1)
         assert fenced is not None and fenced.fenced and fenced.broker_epoch == epoch
+
+
+async def test_a_stream_that_ends_while_another_of_its_epoch_is_open_fences_nothing(
+    tmp_path: Path,
+) -> None:
+    """A broker that lost its stream's connection (its keepalive closed it while a partition
+    cut the link) opens another; the controller sees the first one end only later, once
+    the link is back. That end is not the broker's: it stays unfenced while its second
+    stream is open, and is fenced at once when that one ends too."""
+    session_ms = 10_000
+    async with (
+        _broker_with_a_stream(tmp_path, session_ms) as (server, epoch, first),
+        ControllerClient([server.raft.voters[1]]) as client,
+    ):
+        _, second = client.open_broker_liveness()
+        await second.write(pb.BrokerLivenessRequest(broker_id=1, broker_epoch=epoch))
+        assert (await second.read()).error == ErrorCode.NONE
+        first.cancel()
+        # A broken stream's fence commits within a few hundred ms here (the test
+        # above); give it ten times that to show up wrongly.
+        waited = time.monotonic()
+        while time.monotonic() - waited < 3:
+            assert not _fenced(server, 1)
+            await asyncio.sleep(0.05)
+        second.cancel()
+        ended = time.monotonic()
+        async with asyncio.timeout(session_ms / 2000):
+            while not _fenced(server, 1):
+                await asyncio.sleep(0.02)
+        assert time.monotonic() - ended < session_ms / 2000
