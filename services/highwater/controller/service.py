@@ -694,12 +694,13 @@ class ControllerServer:
         fenced by its job at once, and again by every later activation of this leadership
         (a no-op once fenced): a fence whose batch the store dropped (its activation
         restarted) is not lost until the session timeout."""
-        self._open_streams: dict[tuple[int, int], int] = {}
-        """(Broker id, broker epoch) -> how many of its liveness streams are open here. A
-        broker opens another when it loses one (its channel's keepalive closed a connection
-        a partition had cut, ``rpc/channels.py``), and the one it lost may end here later,
-        once the link is back: only the end of the last open stream of an epoch is the end
-        of the broker's process."""
+        self._latest_streams: dict[int, object] = {}
+        """Broker id -> a token of the liveness stream it opened last here. A broker holds
+        one stream and opens another only when it lost the one before: its channel's
+        keepalive closed a connection a partition had cut (``rpc/channels.py``), and that
+        stream ends here when the link is back, or never (nothing is written to it). So
+        only the end of a broker's latest stream is the end of its process; the older one
+        may end when it will."""
         self._stopping = False
         self._cluster_id = cluster_id
         self.migration: EtcdMigration | None = None
@@ -1345,7 +1346,7 @@ class ControllerServer:
         once, then held open while this replica is the active controller. Each message
         the broker writes on it meanwhile (one per heartbeat interval) is contact for its
         session, noted on arrival. If it ends without the broker saying it is leaving,
-        and no other stream of that broker epoch is open here, the broker's process is
+        and the broker opened no other stream here since, the broker's process is
         gone (the kernel closed its connection: a paused broker keeps it open), and that
         broker epoch is fenced at once rather than after the session timeout."""
         first = await anext(requests, None)
@@ -1379,8 +1380,7 @@ class ControllerServer:
         yield controller_pb2.BrokerLivenessResponse()
         self._heard_from(first.broker_id, first.broker_epoch)
         leaving = first.leaving
-        key = (first.broker_id, first.broker_epoch)
-        self._open_streams[key] = self._open_streams.get(key, 0) + 1
+        token = self._latest_streams[first.broker_id] = object()
         try:
             while True:
                 reader: asyncio.Future[Any] = asyncio.ensure_future(anext(requests, None))
@@ -1401,18 +1401,15 @@ class ControllerServer:
                     self._note_liveness(first.broker_id, first.broker_epoch)
         finally:
             # The call ended: the broker half-closed it, or gRPC cancelled it because the
-            # connection closed. Either way, unless the broker said it leaves, another
-            # stream of its epoch is open (it lost this one's connection and opened
-            # another), or this replica is no longer the active controller of that epoch,
-            # it is gone.
-            still_open = self._open_streams[key] - 1
-            if still_open:
-                self._open_streams[key] = still_open
-            else:
-                del self._open_streams[key]
+            # connection closed. Either way, unless the broker said it leaves, opened
+            # another stream since (it lost this one's connection), or this replica is no
+            # longer the active controller of that epoch, it is gone.
+            latest = self._latest_streams.get(first.broker_id) is token
+            if latest:
+                del self._latest_streams[first.broker_id]
             if (
                 not leaving
-                and not still_open
+                and latest
                 and not self._stopping
                 and self._leader_epoch == leader_epoch
             ):
