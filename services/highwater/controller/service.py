@@ -1407,12 +1407,7 @@ class ControllerServer:
             latest = self._latest_streams.get(first.broker_id) is token
             if latest:
                 del self._latest_streams[first.broker_id]
-            if (
-                not leaving
-                and latest
-                and not self._stopping
-                and self._leader_epoch == leader_epoch
-            ):
+            if not leaving and latest and not self._stopping and self._leader_epoch == leader_epoch:
                 self._broken_streams[first.broker_id] = first.broker_epoch
                 self._jobs.put_nowait(
                     _BrokerDisconnected(first.broker_id, first.broker_epoch, leader_epoch)
