@@ -67,6 +67,7 @@ def test_overrides_beat_the_file_which_beats_the_defaults(tmp_path: Path) -> Non
         ("log.dirs=/d1,/d2,/d1\n", [], r"log\.dirs: '/d1' is listed twice"),
         ("", ["log.dirs=/d1,,/d2"], r"log\.dirs.*empty element"),
         ("", ["broker.heartbeat.interval.ms=0"], "broker.heartbeat.interval.ms"),
+        ("message.max.bytes=66060289\n", [], r"'66060289' for configuration message\.max\.bytes"),
         (
             "broker.session.timeout.ms=1500\n",
             [],

@@ -17,8 +17,10 @@ from highwater.config.definition import (
     ValidList,
     ValidString,
 )
+from highwater.config.limits import BATCH_MAX_BYTES
 from highwater.config.topic import LogConfig
 from highwater.errors import InvalidConfigError
+from highwater.rpc.channels import MAX_MESSAGE_BYTES
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -77,6 +79,7 @@ INVALID_VALUES: list[tuple[str, object]] = [
     ("flush.messages", "0"),
     ("flush.ms", "-1"),
     ("max.message.bytes", "-1"),
+    ("max.message.bytes", str(BATCH_MAX_BYTES + 1)),  # no gRPC message would carry it
     ("message.timestamp.type", "createtime"),
     ("message.timestamp.type", "Both"),
     ("message.timestamp.before.max.ms", "-1"),
@@ -105,6 +108,13 @@ def test_definition_covers_every_field() -> None:
     attrs = [f.name for f in dataclasses.fields(LogConfig)]
     assert attrs == [key.attr_name for key in LogConfig.DEFINITION]
     assert LogConfig.DEFINITION.names() == tuple(KAFKA_DEFAULTS)
+
+
+def test_the_largest_batch_a_topic_may_take_fits_one_grpc_message() -> None:
+    assert LogConfig.from_properties(
+        {"max.message.bytes": str(BATCH_MAX_BYTES)}
+    ).max_message_bytes == (BATCH_MAX_BYTES)
+    assert BATCH_MAX_BYTES == MAX_MESSAGE_BYTES - (1 << 20)
 
 
 def test_typed_defaults() -> None:

@@ -49,6 +49,7 @@ from highwater.config.definition import (
     list_of,
     one_of,
 )
+from highwater.config.limits import BATCH_MAX_BYTES
 from highwater.config.listeners import (
     ADVERTISED_LISTENERS,
     INTER_BROKER_LISTENER_NAME,
@@ -248,8 +249,9 @@ _CLUSTER_DEFAULTS: Final = [
         "message.max.bytes",
         _INT,
         1048588,
-        at_least(0),
-        "The largest record batch a topic accepts (topic setting max.message.bytes).",
+        between(0, BATCH_MAX_BYTES),
+        "The largest record batch a topic accepts (topic setting max.message.bytes; at "
+        "most 63 MiB).",
     ),
     ConfigKey(
         "compression.type",

@@ -26,6 +26,7 @@ from highwater.config.definition import (
     list_of,
     one_of,
 )
+from highwater.config.limits import BATCH_MAX_BYTES
 
 CLEANUP_POLICY_DELETE: Final = "delete"
 CLEANUP_POLICY_COMPACT: Final = "compact"
@@ -163,8 +164,9 @@ LOG_CONFIG_DEF: Final = ConfigDef(
             "max.message.bytes",
             _INT,
             1048588,
-            at_least(0),
-            "The largest record batch, after compression, the topic accepts.",
+            between(0, BATCH_MAX_BYTES),
+            "The largest record batch, after compression, the topic accepts; at most 63 MiB, "
+            "so that a batch is replicated and fetched in one gRPC message.",
         ),
         ConfigKey(
             "message.timestamp.type",

@@ -16,6 +16,7 @@ from typing import Any, Final
 import grpc
 import grpc.aio
 
+from highwater.config.limits import GRPC_MESSAGE_MAX_BYTES
 from highwater.rpc.client_auth import ClientSecurity, SaslSession, client_sasl
 from highwater.rpc.tls import ClientTls, client_tls
 from highwater.telemetry.rpc import client_interceptors
@@ -30,13 +31,14 @@ __all__ = [
     "open_channel",
 ]
 
-MAX_MESSAGE_BYTES: Final = 64 << 20
+MAX_MESSAGE_BYTES: Final = GRPC_MESSAGE_MAX_BYTES
 """The largest gRPC message the package's servers take and send, both ways (a process's
 one server: :class:`~highwater.rpc.server.GrpcHost`), and what the channels of clients that
 send or receive large messages (produce requests, fetch answers, the controller's
 metadata) are opened with: one number, so that what a client may send is what a server
-takes. A Fetch answer carries up to the broker's ``fetch.max.bytes`` (55 MiB) and one batch
-more, far past gRPC's default 4 MiB."""
+takes. A Fetch answer carries up to the broker's ``fetch.max.bytes`` (55 MiB), or one batch
+past it while the message holds it (up to 63 MiB of records, ``config/limits.py``), far past
+gRPC's default 4 MiB."""
 
 
 KEEPALIVE_TIME_MS: Final = 3000
