@@ -24,6 +24,7 @@ from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.embedded import EmbeddedServer
 from highwater.records import SimpleRecord, build_batch, iter_batches
+from highwater.rpc.channels import open_channel
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
@@ -120,3 +121,77 @@ async def test_answers_fit_the_default_receive_limit_and_nothing_is_lost(
     # Each answer holds at most one batch more than its budget, and fits the receive limit.
     assert max(sizes) <= limit + BATCH_BYTES < GRPC_DEFAULT_RECEIVE_LIMIT
     assert len(sizes) > 1  # the answer that did not fit was split into several
+
+
+BUSY_BATCHES = 56
+BUSY_BATCH_VALUE = b"b" * 1_010_000
+LARGE_BATCH_VALUE = b"L" * (12 << 20)
+
+
+async def test_a_later_partitions_large_batch_waits_rather_than_overflow_the_message(
+    tmp_path: Path,
+) -> None:
+    """A fetch of 55 MiB (the broker's ``fetch.max.bytes``) whose first partition fills
+    53.9 MiB and whose second holds a 12 MiB batch (its topic takes up to 16 MiB): passing
+    the second partition's share by that batch would make a 65.9 MiB answer, which no gRPC
+    message carries (the server refused to send it, RESOURCE_EXHAUSTED, and the consumer
+    asked again for ever). The answer holds the first partition's records alone, and the
+    large batch comes in the next fetch. A partition of a topic whose batches are small
+    still gets its first batch past its share while the answer has room."""
+    server = EmbeddedServer(listen=f"127.0.0.1:{free_port()}", data_dir=tmp_path)
+    await server.start()
+    try:
+        await server.broker.wait_unfenced()
+        async with ControllerClient([server.listen]) as admin:
+            reply = await admin.create_topics(
+                m.CreateTopicsRequest(
+                    (
+                        m.CreatableTopic("busy", 1, 1),
+                        m.CreatableTopic("large", 1, 1, configs={"max.message.bytes": "16777216"}),
+                        m.CreatableTopic("small", 1, 1),
+                    )
+                )
+            )
+        assert all(t.error == ErrorCode.NONE for t in reply.topics), reply
+        for _ in range(200):
+            if all(leads(server.broker, t, 0) for t in ("busy", "large", "small")):
+                break
+            await asyncio.sleep(0.02)
+        async with open_channel(server.listen) as channel:  # the 64 MiB message limit
+            broker = broker_pb2_grpc.BrokerStub(channel)
+
+            async def produce(topic: str, value: bytes) -> None:
+                request = pb.ProduceRequest(acks=1)
+                request.topics.add(topic=topic).partitions.add(
+                    partition=0, record_batches=build_batch([SimpleRecord(value=value)])
+                )
+                answer = await broker.Produce(request, timeout=30)
+                assert answer.topics[0].partitions[0].error == ErrorCode.NONE, answer
+
+            for _ in range(BUSY_BATCHES):
+                await produce("busy", BUSY_BATCH_VALUE)
+            await produce("large", LARGE_BATCH_VALUE)
+            await produce("small", BUSY_BATCH_VALUE)
+
+            def fetch(*partitions: tuple[str, int]) -> pb.FetchRequest:
+                request = pb.FetchRequest(max_bytes=55 << 20, max_wait_ms=0)
+                for topic, partition_max_bytes in partitions:
+                    request.topics.add(topic=topic).partitions.add(
+                        partition=0, fetch_offset=0, partition_max_bytes=partition_max_bytes
+                    )
+                return request
+
+            def records(reply: pb.FetchResponse) -> dict[str, int]:
+                for topic in reply.topics:
+                    assert topic.partitions[0].error == ErrorCode.NONE, topic
+                return {t.topic: len(t.partitions[0].records) for t in reply.topics}
+
+            first = records(await broker.Fetch(fetch(("busy", 55 << 20), ("large", 1)), timeout=30))
+            assert first["busy"] > 53 << 20 and first["large"] == 0
+            second = records(await broker.Fetch(fetch(("large", 1)), timeout=30))
+            assert second["large"] > len(LARGE_BATCH_VALUE)
+            # 10 MiB of the busy partition, then the small topic's 1 MB batch past its share.
+            third = records(await broker.Fetch(fetch(("busy", 10 << 20), ("small", 1)), timeout=30))
+            assert third["busy"] <= 10 << 20 and third["small"] > len(BUSY_BATCH_VALUE)
+    finally:
+        await server.stop()

@@ -46,6 +46,7 @@ from highwater.broker.replica_sessions import ReplicaFetchSessions
 from highwater.broker.replication import AlterPartitionProposal, EpochEndOffset
 from highwater.broker.settings import BrokerSettings
 from highwater.broker.telemetry import ACKS, CONSUMER, REPLICA, TOPIC, BrokerTelemetry
+from highwater.config.limits import BATCH_MAX_BYTES
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.errors import HighwaterError, InvalidRequestError
@@ -520,7 +521,7 @@ class RequestHandler:
                         item.fetch_offset,
                         max(min(fields.partition_fetch_max_bytes(item), room), 0),
                         fields.current_leader_epoch(item),
-                        min_one_batch=room > 0,
+                        min_one_batch=_may_pass_its_share(partition, room, total),
                     )
                     if plain:
                         add_plain_records(answer, data.records, item.fetch_offset)
@@ -571,7 +572,7 @@ class RequestHandler:
                     item.last_fetched_epoch,
                     max(min(fields.partition_fetch_max_bytes(item), room), 0),
                     item.current_leader_epoch,
-                    min_one_batch=room > 0,
+                    min_one_batch=_may_pass_its_share(partition, room, total),
                 )
             except HighwaterError as e:  # a failed log directory: KAFKA_STORAGE_ERROR
                 answer.error = getattr(e, "code", ErrorCode.UNKNOWN_SERVER_ERROR)
@@ -839,6 +840,20 @@ class RequestHandler:
             answer.host = endpoint.host
             answer.port = endpoint.port
         return response
+
+
+def _may_pass_its_share(partition: Partition, room: int, total: int) -> bool:
+    """Whether a partition read into a fetch answer holding ``total`` bytes of records, with
+    ``room`` left of its budget, may return its first batch whole past its share (so that a
+    consumer or follower always progresses): the answer's first partition with records
+    always, a later one only while the answer has room and the largest batch its topic
+    takes (``max.message.bytes``) would still leave the answer within one gRPC message
+    (:data:`~highwater.config.limits.BATCH_MAX_BYTES` of records). Kafka lets only the first
+    one pass; later ones here pass too while that holds, so that a partition whose next
+    batch is larger than its share is not starved behind busier ones listed before it."""
+    if total == 0:
+        return True
+    return room > 0 and total + partition.log.config.max_message_bytes <= BATCH_MAX_BYTES
 
 
 # Metric attributes made once each and shared (a meter does not change the attributes it
