@@ -157,15 +157,53 @@ async def test_plain_records_are_the_batches_records_from_the_fetch_offset(
         assert not plain.plain_records[2].HasField("value")  # a tombstone
 
 
-async def test_plain_fetches_count_max_bytes_as_batch_fetches_do(
+async def test_plain_fetches_count_max_bytes_in_the_answers_records(
     broker: broker_pb2_grpc.BrokerStub,
 ) -> None:
     await produce(broker, "create-time")
-    # One byte: the first whole batch only, in either format.
+    # One byte: the first whole batch in batches, the first record in plain records.
     plain = await fetch(broker, "create-time", 0, pb.RECORD_FORMAT_PLAIN, max_bytes=1)
     batches = await fetch(broker, "create-time", 0, pb.RECORD_FORMAT_BATCHES, max_bytes=1)
-    assert from_plain(plain) == from_batches(batches, 0)
+    assert from_plain(plain) == from_batches(batches, 0)[:1]
+    assert [r.offset for r in plain.plain_records] == [0]
+    everything = await fetch(broker, "create-time", 0, pb.RECORD_FORMAT_PLAIN)
+    first_two = pb.FetchPartitionResponse()
+    first_two.plain_records.extend(everything.plain_records[:2])
+    limit = first_two.ByteSize()
+    plain = await fetch(broker, "create-time", 0, pb.RECORD_FORMAT_PLAIN, max_bytes=limit)
     assert [r.offset for r in plain.plain_records] == [0, 1]
+    plain = await fetch(broker, "create-time", 0, pb.RECORD_FORMAT_PLAIN, max_bytes=limit - 1)
+    assert [r.offset for r in plain.plain_records] == [0]  # cut inside the first batch
+
+
+async def test_compressed_records_come_in_answers_a_4_mib_receiver_takes(
+    broker: broker_pb2_grpc.BrokerStub,
+) -> None:
+    """Four zstd batches of 8,000 alike JSON-ish records: 20 KB each as batches, 36 MB as
+    plain records. Counted by their batches, one fetch with max_bytes unset (1 MiB) held all
+    of them and failed RESOURCE_EXHAUSTED in every receiver with gRPC's default 4 MiB limit,
+    fetch after fetch. Counted by what they add to the answer, each answer holds 1 MiB of
+    records and every record comes, in order."""
+    value = b'{"user": "someone", "event": "click", "page": "/home"} ' * 20
+    for _ in range(4):
+        data = build_batch([SimpleRecord(value=value)] * 8000, compression=Compression.ZSTD)
+        assert len(data) < 30_000
+        request = pb.ProduceRequest(acks=-1)
+        request.topics.add(topic="create-time").partitions.add(partition=0, record_batches=data)
+        answer = (await broker.Produce(request)).topics[0].partitions[0]
+        assert answer.error == ErrorCode.NONE, answer
+    offset = 0
+    sizes = []
+    while offset < 32_000:
+        answer = await fetch(broker, "create-time", offset, pb.RECORD_FORMAT_PLAIN)
+        assert answer.error == ErrorCode.NONE, answer
+        offsets = [r.offset for r in answer.plain_records]
+        assert offsets == list(range(offset, offset + len(offsets))) and offsets
+        assert all(r.value == value for r in answer.plain_records)
+        sizes.append(answer.ByteSize())
+        offset += len(offsets)
+    assert max(sizes) <= 1 << 20
+    assert len(sizes) >= 30
 
 
 async def test_an_unknown_record_format_is_invalid_argument(

@@ -63,15 +63,30 @@ def log() -> bytes:
 
 
 def both(
-    data: bytes, fetch_offset: int, max_records: int | None, monkeypatch: pytest.MonkeyPatch
-) -> tuple[pb.FetchPartitionResponse, pb.FetchPartitionResponse, int, int]:
+    data: bytes,
+    fetch_offset: int,
+    max_records: int | None,
+    monkeypatch: pytest.MonkeyPatch,
+    max_bytes: int | None = None,
+    at_least_one: bool = True,
+) -> tuple[
+    pb.FetchPartitionResponse,
+    pb.FetchPartitionResponse,
+    plain_records.PlainAdded,
+    plain_records.PlainAdded,
+]:
+    def add(answer: pb.FetchPartitionResponse) -> plain_records.PlainAdded:
+        return plain_records.add_plain_records(
+            answer, data, fetch_offset, max_records, max_bytes, at_least_one=at_least_one
+        )
+
     compiled = pb.FetchPartitionResponse()
-    n_compiled = plain_records.add_plain_records(compiled, data, fetch_offset, max_records)
+    added_compiled = add(compiled)
     with monkeypatch.context() as patched:
         patched.setattr(plain_records, "_COMPILED", None)
         pure = pb.FetchPartitionResponse()
-        n_pure = plain_records.add_plain_records(pure, data, fetch_offset, max_records)
-    return compiled, pure, n_compiled, n_pure
+        added_pure = add(pure)
+    return compiled, pure, added_compiled, added_pure
 
 
 @pytest.mark.parametrize(
@@ -80,11 +95,40 @@ def both(
 def test_the_compiled_records_are_the_pure_ones(
     fetch_offset: int, max_records: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    compiled, pure, n_compiled, n_pure = both(log(), fetch_offset, max_records, monkeypatch)
-    assert n_compiled == n_pure == len(pure.plain_records)
-    assert n_pure > 0
+    compiled, pure, added_compiled, added_pure = both(log(), fetch_offset, max_records, monkeypatch)
+    assert added_compiled == added_pure
+    assert added_pure.records == len(pure.plain_records) > 0
+    assert added_pure.bytes == pure.ByteSize()  # what the answer grew by
     assert compiled == pure
     assert compiled.SerializeToString() == pure.SerializeToString()
+
+
+@pytest.mark.parametrize("fetch_offset", [0, 20])
+@pytest.mark.parametrize("max_bytes", [0, 1, 100, 1000, 4000, 10_000])
+@pytest.mark.parametrize("at_least_one", [True, False])
+def test_a_byte_limit_cuts_both_paths_at_the_same_record(
+    fetch_offset: int, max_bytes: int, at_least_one: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The records' entries come to at most ``max_bytes`` (inside a batch too), except the
+    first one when ``at_least_one``; the next record would not have fit."""
+    compiled, pure, added_compiled, added_pure = both(
+        log(), fetch_offset, None, monkeypatch, max_bytes, at_least_one
+    )
+    assert added_compiled == added_pure
+    assert compiled.SerializeToString() == pure.SerializeToString()
+    assert added_pure.bytes == pure.ByteSize()
+    everything = pb.FetchPartitionResponse()
+    plain_records.add_plain_records(everything, log(), fetch_offset)
+    count = added_pure.records
+    assert list(pure.plain_records) == list(everything.plain_records[:count])
+    if count > 1 or not at_least_one:
+        assert added_pure.bytes <= max_bytes
+    if count == 0:
+        assert not at_least_one
+    if count < len(everything.plain_records):
+        with_next = pb.FetchPartitionResponse()
+        with_next.plain_records.extend(everything.plain_records[: count + 1])
+        assert with_next.ByteSize() > max_bytes
 
 
 def test_a_batch_the_compiled_code_does_not_take_fails_as_the_pure_path_says(

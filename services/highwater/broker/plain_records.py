@@ -1,9 +1,11 @@
 """Fetched batches as one message per record, for fetches in ``RECORD_FORMAT_PLAIN``.
 
 A client in a language without a RecordBatch v2 codec asks for plain records: the broker
-reads the same whole batches it would send (the same ``max_bytes`` accounting), then
-decodes and decompresses them into ``FetchedRecord`` messages, from the fetch offset on
-(the first batch may start before it). Each record carries its batch's timestamp type
+reads the same whole batches it would send, then decodes and decompresses them into
+``FetchedRecord`` messages, from the fetch offset on (the first batch may start before
+it), as many as fit the fetch's ``max_bytes`` counted in the answer's own bytes (a
+batch's records, decompressed, may take many times its bytes; the first record always
+comes). Each record carries its batch's timestamp type
 and partition leader epoch. A batch that does not decode is the partition's
 ``CORRUPT_MESSAGE``, as a consumer's own codec would have found it.
 
@@ -18,7 +20,7 @@ which stays the reference and raises the typed errors, so both give the same rec
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, NamedTuple
 
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
@@ -27,7 +29,7 @@ from highwater.records import RecordBatch, TimestampType, iter_batches
 from highwater.records.implementation import codec
 from highwater.v1 import broker_pb2 as pb
 
-__all__ = ["add_plain_records"]
+__all__ = ["PlainAdded", "add_plain_records"]
 
 _TIMESTAMP_TYPES = {
     TimestampType.CREATE_TIME: pb.TIMESTAMP_TYPE_CREATE_TIME,
@@ -39,42 +41,116 @@ _WIRE_TAG: Final = (pb.FetchPartitionResponse.PLAIN_RECORDS_FIELD_NUMBER << 3) |
 """``plain_records`` entries on the wire: field 8, length-delimited."""
 
 
+class PlainAdded(NamedTuple):
+    """What :func:`add_plain_records` added to an answer."""
+
+    records: int
+    bytes: int
+    """The records' entries in the answer's wire form, their field tags and lengths
+    included: what the answer grew by."""
+
+
 def add_plain_records(
     answer: pb.FetchPartitionResponse,
     batches: bytes,
     fetch_offset: int,
     max_records: int | None = None,
-) -> int:
-    """Append the records of ``batches`` at or after ``fetch_offset`` to ``answer``; how
-    many. With ``max_records``, at most that many: the batches after are not decoded (a
-    consumer session out of credit for more). Raises
+    max_bytes: int | None = None,
+    *,
+    at_least_one: bool = True,
+) -> PlainAdded:
+    """Append the records of ``batches`` at or after ``fetch_offset`` to ``answer``.
+
+    With ``max_records``, at most that many: the batches after are not decoded (a consumer
+    session out of credit for more). With ``max_bytes``, the records' entries come to at
+    most that many bytes of the answer, except that the first record comes whatever its
+    size when ``at_least_one`` (so that a fetch always progresses): a batch's records are
+    decompressed, so they may take many times its bytes, and the answer must still fit
+    the receiver (gRPC's default 4 MiB in most languages). Raises
     :class:`~highwater.errors.HighwaterError` (CORRUPT_MESSAGE and the like) for a batch
     that does not decode; nothing of the answer's records is kept then."""
     out = answer.plain_records
-    added = 0
+    added = size = 0
     wire = bytearray()  # the compiled batches' records, not merged into ``answer`` yet
     try:
         for batch in iter_batches(batches):
             if max_records is not None and added >= max_records:
+                break
+            if max_bytes is not None and size >= max_bytes and (added or not at_least_one):
                 break
             if batch.is_control or batch.next_offset <= fetch_offset:
                 continue
             room = None if max_records is None else max_records - added
             compiled = None if _COMPILED is None else _compiled_batch(batch, fetch_offset, room)
             if compiled is not None:
-                wire += compiled[0]
-                added += compiled[1]
+                entries, count = compiled
+                full = max_bytes is not None and size + len(entries) > max_bytes
+                if full:
+                    assert max_bytes is not None
+                    entries, count = _entries_within(
+                        entries, max_bytes - size, at_least_one and not added
+                    )
+                wire += entries
+                added += count
+                size += len(entries)
+                if full:
+                    break  # the rest of the batch and the batches after: the next fetch
                 continue
             if wire:  # the records before this batch go first
                 answer.MergeFromString(bytes(wire))
                 wire.clear()
-            added += _pure_batch(out, batch, fetch_offset, room)
+            count, grew, full = _pure_batch(
+                out,
+                batch,
+                fetch_offset,
+                room,
+                None if max_bytes is None else max_bytes - size,
+                at_least_one and not added,
+            )
+            added += count
+            size += grew
+            if full:
+                break
         if wire:
             answer.MergeFromString(bytes(wire))
     except HighwaterError:
         del out[:]
         raise
-    return added
+    return PlainAdded(added, size)
+
+
+def _entry_size(message_bytes: int) -> int:
+    """The bytes of one ``plain_records`` entry whose message is ``message_bytes`` long:
+    its tag, its length's varint and the message."""
+    return 1 + _varint_bytes(message_bytes) + message_bytes
+
+
+def _varint_bytes(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
+def _entries_within(entries: bytes, limit: int, first: bool) -> tuple[bytes, int]:
+    """The leading ``plain_records`` entries of ``entries`` (the compiled wire form) that
+    come to at most ``limit`` bytes, and how many; with ``first``, the first one whatever
+    its size."""
+    pos = count = 0
+    end = len(entries)
+    while pos < end:
+        length = shift = 0
+        at = pos + 1  # after the one-byte tag (field 8, length-delimited)
+        while True:
+            byte = entries[at]
+            at += 1
+            length |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+        after = at + length
+        if after > limit and not (first and count == 0):
+            break
+        pos = after
+        count += 1
+    return entries[:pos], count
 
 
 def _compiled_batch(
@@ -115,12 +191,16 @@ def _pure_batch(
     batch: RecordBatch,
     fetch_offset: int,
     room: int | None,
-) -> int:
-    """The batch's records from ``fetch_offset`` on (at most ``room``), added to ``out``
-    one message at a time; how many."""
+    max_bytes: int | None,
+    first: bool,
+) -> tuple[int, int, bool]:
+    """The batch's records from ``fetch_offset`` on (at most ``room``, their entries at most
+    ``max_bytes``, but with ``first`` the first whatever its size), added to ``out`` one
+    message at a time; how many, their entries' bytes, and whether ``max_bytes`` stopped
+    them."""
     timestamp_type = _TIMESTAMP_TYPES[batch.timestamp_type]
     leader_epoch = batch.partition_leader_epoch
-    added = 0
+    added = size = 0
     for record in batch.records():
         if record.offset < fetch_offset:
             continue
@@ -138,7 +218,12 @@ def _pure_batch(
             header = item.headers.add(key=key)
             if value is not None:
                 header.value = value
+        grew = _entry_size(item.ByteSize())
+        if max_bytes is not None and size + grew > max_bytes and not (first and added == 0):
+            del out[-1]
+            return added, size, True
         added += 1
+        size += grew
         if room is not None and added >= room:
             break
-    return added
+    return added, size, False

@@ -515,16 +515,25 @@ class RequestHandler:
                 answer = topic_response.partitions.add(partition=item.partition)
                 answer.high_watermark = answer.log_start_offset = -1
                 room = budget - total
+                share = max(min(fields.partition_fetch_max_bytes(item), room), 0)
+                plain_bytes = 0
                 try:
                     partition = self.partitions.get(topic.topic, item.partition)
                     data = partition.read(
                         item.fetch_offset,
-                        max(min(fields.partition_fetch_max_bytes(item), room), 0),
+                        share,
                         fields.current_leader_epoch(item),
                         min_one_batch=_may_pass_its_share(partition, room, total),
                     )
                     if plain:
-                        add_plain_records(answer, data.records, item.fetch_offset)
+                        # Decompressed records, counted as what they add to the answer.
+                        plain_bytes = add_plain_records(
+                            answer,
+                            data.records,
+                            item.fetch_offset,
+                            max_bytes=share,
+                            at_least_one=total == 0,
+                        ).bytes
                 except HighwaterError as e:
                     answer.error = e.code  # type: ignore[assignment]
                     failed = True
@@ -535,7 +544,7 @@ class RequestHandler:
                     records_aside[(topic.topic, item.partition)] = data.records
                 elif not plain:
                     answer.records = data.records
-                total += len(data.records)
+                total += plain_bytes if plain else len(data.records)
                 if data.records:
                     self.telemetry.bytes_out.add(len(data.records), _topic_attributes(topic.topic))
         return response, total, failed

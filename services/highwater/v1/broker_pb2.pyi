@@ -489,13 +489,16 @@ class FetchRequest(_message.Message):
     """Answer as soon as this many bytes are available (0 or 1: any record at all)."""
     max_bytes: _builtins.int
     """The most the whole answer carries, and never more than the broker's largest message
-    (at least one batch, so progress is possible). Unset: 1 MiB, so that the answer fits
-    the 4 MiB default receive limit of gRPC clients in every language.
+    (at least one batch, or with RECORD_FORMAT_PLAIN one record, so progress is possible).
+    Unset: 1 MiB, so that the answer fits the 4 MiB default receive limit of gRPC clients
+    in every language.
     """
     record_format: Global___RecordFormat.ValueType
     """How the records come back: RecordBatch v2 bytes in `records` (unset, or BATCHES), or
     decoded and decompressed, one message per record, in `plain_records` (PLAIN). The
-    same max_bytes accounting and long poll either way. Another value: INVALID_ARGUMENT.
+    same long poll either way; max_bytes and partition_max_bytes count the batches' bytes,
+    or with PLAIN what the records add to the answer (decompressed, they may take many
+    times their batches' bytes). Another value: INVALID_ARGUMENT.
     """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchTopic]: ...
@@ -557,8 +560,9 @@ class FetchPartition(_message.Message):
     fetch_offset: _builtins.int
     """Required: the offset of the first record wanted."""
     partition_max_bytes: _builtins.int
-    """The most this partition's answer carries (at least one batch). Unset: 1 MiB,
-    Kafka's max.partition.fetch.bytes.
+    """The most this partition's answer carries (at least one batch, or one record with
+    RECORD_FORMAT_PLAIN, when it is the answer's first). Unset: 1 MiB, Kafka's
+    max.partition.fetch.bytes.
     """
     def __init__(
         self,
