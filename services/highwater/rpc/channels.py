@@ -57,7 +57,7 @@ Without them, a network partition that drops packets silently leaves the connect
 and its in-flight bytes (a replica fetch's answer, a long poll's request) to the kernel's
 retransmissions, whose interval doubles from 200 ms while the link is down: after an 8 s
 cut a follower's fetch stream had its next answer 5.4 s after the link came back, and on
-a new connection 1.3 s after it (``tests/rpc/test_channel_keepalive.py``). A peer that is
+a new connection 1.3 s after it (``tests/rpc/test_rpc_channels.py``). A peer that is
 alive answers a ping from gRPC's own threads, whatever its event loop is doing, so only a
 stopped process or a cut link fails them; a stop of 3 to 6 s (which the Raft quorum's 2 s
 fetch timeout already takes as the leader's loss) fails its peers' calls, which they retry.
