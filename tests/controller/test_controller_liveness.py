@@ -40,10 +40,11 @@ def _fenced(server: ControllerServer, broker_id: int) -> bool:
 
 @asynccontextmanager
 async def _broker_with_a_stream(
-    tmp_path: Path, session_ms: int
+    tmp_path: Path, session_ms: int, heartbeat_interval_ms: int = 2000
 ) -> AsyncIterator[tuple[ControllerServer, int, Any]]:
-    """One controller voter with that session timeout, broker 1 registered and unfenced,
-    and its liveness stream open and answered: (server, broker epoch, the stream's call)."""
+    """One controller voter with that session timeout (and heartbeat interval), broker 1
+    registered and unfenced, and its liveness stream open and answered: (server, broker
+    epoch, the stream's call)."""
     address = f"127.0.0.1:{free_loopback_ports(1)[0]}"
     server = ControllerServer(
         node_id=1,
@@ -52,7 +53,10 @@ async def _broker_with_a_stream(
         data_dir=tmp_path / "controller",
         settings=ControllerSettings(
             raft=RaftServerSettings(raft=FAST),
-            controller=ControllerConfig(broker_session_timeout_ms=session_ms),
+            controller=ControllerConfig(
+                broker_session_timeout_ms=session_ms,
+                broker_heartbeat_interval_ms=heartbeat_interval_ms,
+            ),
             seed=7,
         ),
     )
@@ -159,3 +163,24 @@ async def test_only_the_end_of_a_brokers_latest_stream_fences_it(tmp_path: Path)
                 await asyncio.sleep(0.02)
         assert time.monotonic() - ended < session_ms / 2000
         second.cancel()
+
+
+async def test_a_stream_ending_after_its_broker_went_silent_leaves_it_to_its_session(
+    tmp_path: Path,
+) -> None:
+    """A partition cut the stream: the broker's pings stopped arriving, its keepalive
+    closed its side, and the end reaches the controller when the link is back, before the
+    broker's new stream (or never). Fencing then would fence a live broker that the link
+    gave back: a stream that ends more than two heartbeat intervals after the broker's
+    last message on it is left to the session timeout."""
+    session_ms, interval_ms = 6_000, 300
+    async with _broker_with_a_stream(tmp_path, session_ms, interval_ms) as (server, _, call):
+        opened = time.monotonic()
+        await asyncio.sleep(3 * interval_ms / 1000)  # no ping: the link is cut
+        call.cancel()  # the end arrives with the heal
+        while time.monotonic() - opened < session_ms / 1000 - 1:
+            assert not _fenced(server, 1)
+            await asyncio.sleep(0.05)
+        async with asyncio.timeout(5):  # the session, running since the last contact
+            while not _fenced(server, 1):
+                await asyncio.sleep(0.02)

@@ -1348,7 +1348,14 @@ class ControllerServer:
         session, noted on arrival. If it ends without the broker saying it is leaving,
         and the broker opened no other stream here since, the broker's process is
         gone (the kernel closed its connection: a paused broker keeps it open), and that
-        broker epoch is fenced at once rather than after the session timeout."""
+        broker epoch is fenced at once rather than after the session timeout.
+
+        Unless the broker had gone silent on it first, missing two heartbeat intervals'
+        pings: then the link was cut before the stream ended (a partition dropping its
+        packets; the broker's keepalive closed its side, and it opens another stream when
+        it can), and the end arrives when the link is back, racing the broker's new
+        stream. That end says nothing of the process: the session timeout, running since
+        the silence began, judges it, as it judges a paused broker."""
         first = await anext(requests, None)
         if first is None:
             return
@@ -1381,6 +1388,7 @@ class ControllerServer:
         self._heard_from(first.broker_id, first.broker_epoch)
         leaving = first.leaving
         token = self._latest_streams[first.broker_id] = object()
+        last_heard_ms = self._clock()
         try:
             while True:
                 reader: asyncio.Future[Any] = asyncio.ensure_future(anext(requests, None))
@@ -1399,15 +1407,27 @@ class ControllerServer:
                 if not leaving:
                     # A ping: contact on arrival, as a heartbeat's, queued behind nothing.
                     self._note_liveness(first.broker_id, first.broker_epoch)
+                    last_heard_ms = self._clock()
         finally:
             # The call ended: the broker half-closed it, or gRPC cancelled it because the
             # connection closed. Either way, unless the broker said it leaves, opened
-            # another stream since (it lost this one's connection), or this replica is no
-            # longer the active controller of that epoch, it is gone.
+            # another stream since (it lost this one's connection), went silent on it
+            # before it ended, or this replica is no longer the active controller of that
+            # epoch, it is gone.
             latest = self._latest_streams.get(first.broker_id) is token
             if latest:
                 del self._latest_streams[first.broker_id]
-            if not leaving and latest and not self._stopping and self._leader_epoch == leader_epoch:
+            silent = (
+                self._clock() - last_heard_ms
+                > 2 * self.settings.controller.broker_heartbeat_interval_ms
+            )
+            if (
+                not leaving
+                and latest
+                and not silent
+                and not self._stopping
+                and self._leader_epoch == leader_epoch
+            ):
                 self._broken_streams[first.broker_id] = first.broker_epoch
                 self._jobs.put_nowait(
                     _BrokerDisconnected(first.broker_id, first.broker_epoch, leader_epoch)
