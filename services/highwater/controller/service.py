@@ -1417,10 +1417,17 @@ class ControllerServer:
             latest = self._latest_streams.get(first.broker_id) is token
             if latest:
                 del self._latest_streams[first.broker_id]
-            silent = (
-                self._clock() - last_heard_ms
-                > 2 * self.settings.controller.broker_heartbeat_interval_ms
-            )
+            silent_ms = self._clock() - last_heard_ms
+            silent = silent_ms > 2 * self.settings.controller.broker_heartbeat_interval_ms
+            if silent and not leaving and latest and self._leader_epoch == leader_epoch:
+                log.info(
+                    "node %d: broker %d (epoch %d): its liveness stream ended %.1f s after "
+                    "its last message on it: left to its session",
+                    self.node_id,
+                    first.broker_id,
+                    first.broker_epoch,
+                    silent_ms / 1000,
+                )
             if (
                 not leaving
                 and latest
