@@ -22,7 +22,12 @@ from highwater.broker.settings import BrokerSettings
 from highwater.chaos.network import NamespaceNetwork, namespaces_available
 from highwater.internal.v1 import replication_pb2 as rpb
 from highwater.internal.v1 import replication_pb2_grpc
-from highwater.rpc.channels import KEEPALIVE_TIME_MS, MAX_MESSAGE_BYTES, open_channel
+from highwater.rpc.channels import (
+    KEEPALIVE_TIME_MS,
+    MAX_MESSAGE_BYTES,
+    open_blocking_channel,
+    open_channel,
+)
 from highwater.rpc.server import new_server
 
 pytestmark = pytest.mark.timeout(90)
@@ -92,6 +97,19 @@ async def test_any_channel_takes_what_the_servers_may_send(large_answers: str) -
         answer = await call.read()
         call.cancel()
     assert isinstance(answer, rpb.ReplicaFetchResponse) and answer.session_id == 3
+
+
+async def test_a_blocking_channel_takes_what_the_servers_may_send(large_answers: str) -> None:
+    """The tools' blocking channels (the dev cluster's and the chaos harness's polls) too."""
+
+    def fetch() -> rpb.ReplicaFetchResponse:
+        with open_blocking_channel(large_answers) as channel:
+            stub = replication_pb2_grpc.ReplicaFetchServiceStub(channel)
+            answers = stub.ReplicaFetch(iter([rpb.ReplicaFetchRequest(replica_id=4)]), timeout=10)
+            return next(answers)
+
+    answer = await asyncio.to_thread(fetch)
+    assert answer.session_id == 4 and answer.ByteSize() > 10 << 20
 
 
 async def test_a_quiet_stream_outlives_the_keepalive_pings() -> None:

@@ -123,11 +123,13 @@ def _channel(
 
 
 def open_blocking_channel(address: str, *, tls: ClientTls | None = None) -> grpc.Channel:
-    """A blocking (not asyncio) channel to ``address``, for tools that poll from a thread."""
+    """A blocking (not asyncio) channel to ``address``, for tools that poll from a thread,
+    with the servers' message cap and reconnect backoff (:func:`channel_options`)."""
     security = tls if tls is not None else client_tls()
+    options = channel_options()
     if security is not None:
-        return grpc.secure_channel(address, security.credentials())
-    return grpc.insecure_channel(address)
+        return grpc.secure_channel(address, security.credentials(), options=options)
+    return grpc.insecure_channel(address, options=options)
 
 
 _GRPC_STATUS_TASK: Final = "_AioCall._handle_status_once_received"
