@@ -38,7 +38,9 @@ _TIMESTAMP_TYPES = {
 _COMPILED: Final = codec if hasattr(codec, "plain_records") else None
 """The compiled walk, when the extension has it (an older build does not)."""
 _WIRE_TAG: Final = (pb.FetchPartitionResponse.PLAIN_RECORDS_FIELD_NUMBER << 3) | 2
-"""``plain_records`` entries on the wire: field 8, length-delimited."""
+"""``plain_records`` entries on the wire: field 8, length-delimited; one byte, which the
+entries' sizes (:func:`_entry_size`, :func:`_entries_within`) count on."""
+assert _WIRE_TAG < 0x80
 
 
 class PlainAdded(NamedTuple):
@@ -126,6 +128,7 @@ def _entry_size(message_bytes: int) -> int:
 
 
 def _varint_bytes(value: int) -> int:
+    """How many bytes the protobuf varint of ``value`` (not negative) takes."""
     return max(1, (value.bit_length() + 6) // 7)
 
 
