@@ -51,7 +51,9 @@ KEEPALIVE_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
 )
 """Keepalive pings of every channel :func:`open_channel` opens, while it has calls open: a
 ping every :data:`KEEPALIVE_TIME_MS`, and a connection whose ping goes unanswered for 3 s
-is closed, failing its calls (UNAVAILABLE), so that the next call connects afresh.
+is closed, failing its calls (UNAVAILABLE), so that the next call connects afresh. With
+keepalive on, gRPC also sets the socket's ``TCP_USER_TIMEOUT`` to that timeout (gRPC
+proposal A18): bytes the peer's kernel leaves unacknowledged for 3 s close it too.
 
 Without them, a network partition that drops packets silently leaves the connection open,
 and its in-flight bytes (a replica fetch's answer, a long poll's request) to the kernel's
