@@ -1417,9 +1417,12 @@ class ControllerServer:
             latest = self._latest_streams.get(first.broker_id) is token
             if latest:
                 del self._latest_streams[first.broker_id]
+            ended = (
+                not leaving and latest and not self._stopping and self._leader_epoch == leader_epoch
+            )
             silent_ms = self._clock() - last_heard_ms
             silent = silent_ms > 2 * self.settings.controller.broker_heartbeat_interval_ms
-            if silent and not leaving and latest and self._leader_epoch == leader_epoch:
+            if ended and silent:
                 log.info(
                     "node %d: broker %d (epoch %d): its liveness stream ended %.1f s after "
                     "its last message on it: left to its session",
@@ -1428,13 +1431,7 @@ class ControllerServer:
                     first.broker_epoch,
                     silent_ms / 1000,
                 )
-            if (
-                not leaving
-                and latest
-                and not silent
-                and not self._stopping
-                and self._leader_epoch == leader_epoch
-            ):
+            elif ended:
                 self._broken_streams[first.broker_id] = first.broker_epoch
                 self._jobs.put_nowait(
                     _BrokerDisconnected(first.broker_id, first.broker_epoch, leader_epoch)
