@@ -78,9 +78,10 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(null, partition_log.segments[-1]._fd)
             os.close(null)
         append = partition_log.append_as_leader
+        order = [pool[i & 63] for i in range(count)]
         start = time.process_time_ns()
-        for i in range(count):
-            append(pool[i & 63], leader_epoch=0)
+        for batch in order:
+            append(batch, 0)  # positional, as the broker calls it
         cpu = time.process_time_ns() - start
         for segment in partition_log.segments:
             segment.close()
@@ -92,18 +93,18 @@ def main(argv: list[str] | None = None) -> int:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         now = int(time.time() * 1000)
         far = 1 << 62
+        order = [pool[i & 63] for i in range(count)]
         start = time.process_time_ns()
         if stamp:
             assert stamp_batches is not None and write_stamped is not None
-            for i in range(count):
-                batch = pool[i & 63]
-                stamped = stamp_batches(batch, i, 0, 1 << 20, 1 << 30, now, far, far, -1)
+            for i, batch in enumerate(order):
+                stamped = stamp_batches(batch, i, 0, 1 << 20, 1 << 30, now, far, far, -1, 0)
                 assert stamped is not None
                 write_stamped(fd, stamped[0], batch)
         else:
             write = os.write
-            for i in range(count):
-                write(fd, pool[i & 63])
+            for batch in order:
+                write(fd, batch)
         cpu = time.process_time_ns() - start
         os.close(fd)
         if not args.null:

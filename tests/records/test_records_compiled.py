@@ -533,6 +533,7 @@ sys.path[:0] = sys.argv[1:]
 null = os.open(os.devnull, os.O_WRONLY)
 from highwater.records import RecordBatch, SimpleRecord, build_batch, implementation
 from highwater.records.header import check_batch
+import highwater.storage.log  # binds AppendInfo, which stamp_batches returns
 from highwater.records.columnar import RecordColumns, encode_rows, partition_rows
 from highwater.errors import HighwaterError
 from records_helpers import resign
@@ -567,8 +568,8 @@ for i in range(1500):
         pass
     stamp_args = [rng.choice([0, 5, (1 << 63) - 3, "x"]), rng.choice([0, -1, 1 << 31]),
                   rng.choice([100, 1 << 20]), 1 << 30, 1 << 40, 1 << 62, 1 << 62,
-                  rng.choice([-1, 7])]
-    # data * 700: a request past the 32 KiB stamped in a copy (only its headers stamped).
+                  rng.choice([-1, 7]), rng.choice([0, 5])]
+    # data * 700: a request past 32 KiB (written as pieces all the same).
     for stamp_data in (data, data * 2, data[: rng.randrange(len(data) + 1)], bytearray(data),
                        data * 700):
         stamped = implementation.codec.stamp_batches(stamp_data, *stamp_args)

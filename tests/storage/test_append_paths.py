@@ -193,7 +193,7 @@ def test_write_stamped_refuses_headers_that_do_not_match_and_reports_os_errors(
     is written; a failed write raises ``OSError`` with its errno."""
     assert write_stamped is not None
     data = build_batch([SimpleRecord(None, b"v" * 50, (), BASE_TS)]) * 2
-    stamped = stamp_batches(data, 0, 0, 1 << 20, 1 << 30, BASE_TS, 10**9, 10**9, -1)
+    stamped = stamp_batches(data, 0, 0, 1 << 20, 1 << 30, BASE_TS, 10**9, 10**9, -1, 0)
     assert stamped is not None
     path = tmp_path / "out"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -228,7 +228,8 @@ def test_a_replaced_write_seam_receives_the_leaders_appends(tmp_path: Path) -> N
     append hands it its pieces instead of writing them itself: the seam sees every byte
     the file gets, and a write it fails leaves nothing appended."""
     log = open_log(tmp_path / "t-0", FakeClock())
-    data = build_batch([SimpleRecord(None, b"v" * 300, (), BASE_TS)]) * 3
+    one = build_batch([SimpleRecord(None, b"v" * 300, (), BASE_TS)])
+    data = one * 3
     seen: list[bytes] = []
     real = segment_module._write_fully
 
@@ -241,10 +242,56 @@ def test_a_replaced_write_seam_receives_the_leaders_appends(tmp_path: Path) -> N
 
     with pytest.MonkeyPatch.context() as patched:
         patched.setattr(segment_module, "_write_fully", recording)
-        log.append_as_leader(data, 0)
+        log.append_as_leader(data, 0)  # several batches
+        log.append_as_leader(one, 0)  # one batch: its own path
         patched.setattr(segment_module, "_write_fully", disk_full)
-        with pytest.raises(HighwaterError):
-            log.append_as_leader(data, 0)
-    assert log.log_end_offset == 3
-    assert seen == [log.active_segment.log_path.read_bytes()]
+        for request in (data, one):
+            with pytest.raises(HighwaterError):
+                log.append_as_leader(request, 0)
+    assert log.log_end_offset == 4
+    assert b"".join(seen) == log.active_segment.log_path.read_bytes()
+    assert [len(written) for written in seen] == [len(data), len(one)]
     log.close()
+
+
+def test_header_tuples_are_made_only_where_the_log_reads_them() -> None:
+    """One batch without a producer id comes back without a header tuple (the append's
+    ``AppendInfo`` says all its segment needs); several batches, or a producer id, with
+    one per batch. The ``AppendInfo`` is the one the reference path returns."""
+    assert stamp_batches is not None
+    plain = build_batch([SimpleRecord(None, b"v" * 50, (), BASE_TS + i) for i in range(3)])
+    tracked = build_batch(
+        [SimpleRecord(None, b"v", (), BASE_TS)], producer_id=7, producer_epoch=0, base_sequence=0
+    )
+    window = (BASE_TS, 10**9, 10**9, -1)
+    for data, headers in [(plain, 0), (tracked, 1), (plain + plain, 2), (plain + tracked, 2)]:
+        stamped = stamp_batches(data, 40, 3, 1 << 20, 1 << 30, *window, 11)
+        assert stamped is not None
+        assert len(stamped[1]) == headers
+        assert [header.base_offset for header in stamped[1]] == [40, 43][:headers]
+        assert stamped[3] is (data is not plain and tracked in data)
+    info = stamp_batches(plain + tracked, 40, 3, 1 << 20, 1 << 30, *window, 11)[2]  # type: ignore[index]
+    assert info == (40, 43, BASE_TS + 2, 42, -1, 11, 4, len(plain + tracked), False)
+    assert (info.first_offset, info.last_offset, info.log_start_offset) == (40, 43, 11)
+
+
+def test_a_segment_rolls_by_the_appends_largest_timestamp() -> None:
+    """Kafka's ``maybeRoll`` takes the append's largest timestamp: an append of two
+    batches whose first is past ``segment.ms`` from the segment's first batch rolls, on
+    both paths, though its last batch is not."""
+    day = 86_400_000
+    first = build_batch([SimpleRecord(None, b"a", (), BASE_TS)])
+    late = build_batch([SimpleRecord(None, b"b", (), BASE_TS + day + 1)])
+    early = build_batch([SimpleRecord(None, b"c", (), BASE_TS + 1)])
+    config = {
+        "segment.ms": day,
+        "message.timestamp.before.max.ms": 10**12,
+        "message.timestamp.after.max.ms": 10**12,
+    }
+    appends_alike([(first, 0), (late + early, 0)], config)
+    with tempfile.TemporaryDirectory() as root:
+        log = open_log(Path(root) / "t-0", FakeClock(), **config)
+        log.append_as_leader(first, 0)
+        log.append_as_leader(late + early, 0)
+        assert [segment.base_offset for segment in log.segments] == [0, 1]
+        log.close()

@@ -40,6 +40,7 @@
 static PyObject *fallback_record_size;  /* record.record_size (pure) */
 static PyObject *fallback_check_batch;  /* header.check_batch (pure) */
 static PyTypeObject *batch_header_type; /* header.BatchHeader */
+static PyTypeObject *append_info_type;  /* storage.log.AppendInfo */
 static PyObject *empty_tuple;
 static int unbound(PyObject *f);
 
@@ -1952,8 +1953,8 @@ finally:
 /* stamp_batches: a leader's append in one call (storage.log.PartitionLog).             */
 
 /* stamp_batches(data, next_offset, leader_epoch, max_batch_size, segment_bytes, now,
- *               before_ms, after_ms, log_append_time)
- *   -> (stamped, headers, records, max_timestamp, offset_of_max, tracked), or None
+ *               before_ms, after_ms, log_append_time, log_start_offset)
+ *   -> (stamped, headers, info, tracked), or None
  * Every check PartitionLog.append_as_leader makes of client batches (check_batch's, CRC
  * included; the size limits; records_count == last_offset_delta + 1; with CreateTime
  * (log_append_time < 0) the timestamp type and window), then each batch's 61-byte header
@@ -1961,23 +1962,29 @@ finally:
  * timestamp type, max timestamp and CRC, the CRC summed over the stamped header's bytes
  * 21..61 and then the caller's record bytes), ``stamped``: the stamped 61-byte headers one
  * after another (the record bytes are not copied: write_stamped writes each stamped header
- * beside the caller's bytes after it, one writev); the stamped headers as tuples in ``headers``, the
- * records' count, the largest max timestamp with the last offset of its batch, and
- * whether any batch carries a producer id. None whenever anything is not as those checks want
- * (or out of the range handled here): the log then runs its pure checks, which raise the
- * typed error. */
+ * beside the caller's bytes after it, one writev); ``headers``: the stamped headers as
+ * BatchHeader tuples where the log reads them, that is for two batches or more (the
+ * segment indexes each) or any batch with a producer id (the producer state checks each),
+ * else empty (one batch without a producer id: ``info`` says all the segment needs);
+ * ``info``: the append's storage.log.AppendInfo (bound by storage.log: first and last
+ * offset, the largest max timestamp with the last offset of its batch, log_append_time,
+ * log_start_offset as given, the records' count, the bytes); ``tracked``: whether any batch
+ * carries a producer id. None whenever anything is not as those checks want (or out of the
+ * range handled here, or AppendInfo is not bound): the log then runs its pure checks, which
+ * raise the typed error. */
 static PyObject *codec_stamp_batches(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "stamp_batches takes 9 arguments");
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "stamp_batches takes 10 arguments");
         return NULL;
     }
-    int64_t v[8];
-    for (int i = 0; i < 8; i++) {
+    int64_t v[9];
+    for (int i = 0; i < 9; i++) {
         if (as_int64(args[i + 1], &v[i]) < 0) Py_RETURN_NONE;
     }
     int64_t next_offset = v[0], leader_epoch = v[1], max_batch_size = v[2], segment_bytes = v[3];
-    int64_t now = v[4], before = v[5], after = v[6], append_time = v[7];
-    if (leader_epoch < INT32_MIN || leader_epoch > INT32_MAX || batch_header_type == NULL)
+    int64_t now = v[4], before = v[5], after = v[6], append_time = v[7], log_start_offset = v[8];
+    if (leader_epoch < INT32_MIN || leader_epoch > INT32_MAX || batch_header_type == NULL ||
+        append_info_type == NULL)
         Py_RETURN_NONE;
     Bytes b;
     if (bytes_get(args[0], &b) < 0) Py_RETURN_NONE;
@@ -2017,7 +2024,8 @@ static PyObject *codec_stamp_batches(PyObject *self, PyObject *const *args, Py_s
     /* Only the stamped headers: write_stamped writes the record bytes from the caller's
      * buffer beside them (no copy of a batch, whatever its size). */
     PyObject *heads = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)batches * HEADER_SIZE);
-    PyObject *headers = PyList_New(batches);
+    int with_headers = batches > 1 || tracked;
+    PyObject *headers = PyList_New(with_headers ? batches : 0);
     if (heads == NULL || headers == NULL) {
         Py_XDECREF(heads);
         Py_XDECREF(headers);
@@ -2043,20 +2051,42 @@ static PyObject *codec_stamp_batches(PyObject *self, PyObject *const *args, Py_s
             crc = crc32c_update(crc, in + HEADER_SIZE, (size_t)(size - HEADER_SIZE));
             put_be32(h + 17, ~crc);
         }
-        PyObject *header = header_tuple(h);
-        if (header == NULL) {
-            Py_DECREF(heads);
-            Py_DECREF(headers);
-            bytes_release(&b);
-            return NULL;
+        if (with_headers) {
+            PyObject *header = header_tuple(h);
+            if (header == NULL) {
+                Py_DECREF(heads);
+                Py_DECREF(headers);
+                bytes_release(&b);
+                return NULL;
+            }
+            PyList_SET_ITEM(headers, i, header);
         }
-        PyList_SET_ITEM(headers, i, header);
         offset += (int64_t)be32(h + 23) + 1;
         pos += size;
     }
     bytes_release(&b);
-    return Py_BuildValue("(NNLLLO)", heads, headers, (long long)records, (long long)max_ts,
-                         (long long)offset_of_max, tracked ? Py_True : Py_False);
+    PyObject *info = append_info_type->tp_alloc(append_info_type, 9);
+    PyObject *result = PyTuple_New(4);
+    if (info == NULL || result == NULL) goto fail;
+    int64_t fields[8] = {next_offset, offset - 1, max_ts, offset_of_max, append_time,
+                         log_start_offset, records, (int64_t)n};
+    for (int i = 0; i < 8; i++) {
+        PyObject *field = PyLong_FromLongLong((long long)fields[i]);
+        if (field == NULL) goto fail;
+        PyTuple_SET_ITEM(info, i, field);
+    }
+    PyTuple_SET_ITEM(info, 8, Py_NewRef(Py_False));
+    PyTuple_SET_ITEM(result, 0, heads);
+    PyTuple_SET_ITEM(result, 1, headers);
+    PyTuple_SET_ITEM(result, 2, info);
+    PyTuple_SET_ITEM(result, 3, Py_NewRef(tracked ? Py_True : Py_False));
+    return result;
+fail:
+    Py_DECREF(heads);
+    Py_DECREF(headers);
+    Py_XDECREF(info);
+    Py_XDECREF(result);
+    return NULL;
 refuse:
     bytes_release(&b);
     Py_RETURN_NONE;
@@ -3817,15 +3847,30 @@ static PyTypeObject ProduceLaneType = {
 
 /* ---------------------------------------------------------------------------------- */
 
-/* bind(record_size=..., check_batch=..., header_type=...): the reference functions the
- * compiled ones hand over to, and the BatchHeader type check_batch returns. */
+/* bind(record_size=..., check_batch=..., header_type=..., append_info_type=...): the
+ * reference functions the compiled ones hand over to, the BatchHeader type check_batch
+ * returns, and the AppendInfo type stamp_batches returns (storage.log binds its own). */
 static PyObject *codec_bind(PyObject *self, PyObject *args, PyObject *kwds) {
-    PyObject *rs = NULL, *cb = NULL, *ht = NULL, *bt = NULL, *af = NULL;
+    PyObject *rs = NULL, *cb = NULL, *ht = NULL, *bt = NULL, *af = NULL, *ai = NULL;
     static char *kwlist[] = {"record_size", "check_batch", "header_type", "builder_type",
-                             "append_fields", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$OOO!O!O:bind", kwlist, &rs, &cb, &PyType_Type,
-                                     &ht, &PyType_Type, &bt, &af))
+                             "append_fields", "append_info_type", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$OOO!O!OO!:bind", kwlist, &rs, &cb,
+                                     &PyType_Type, &ht, &PyType_Type, &bt, &af, &PyType_Type,
+                                     &ai))
         return NULL;
+    if (ai != NULL) {
+        /* stamp_batches fills its nine fields by position. */
+        PyObject *fields = PyObject_GetAttrString(ai, "_fields");
+        Py_ssize_t count = fields != NULL && PyTuple_Check(fields) ? PyTuple_GET_SIZE(fields) : -1;
+        Py_XDECREF(fields);
+        PyErr_Clear();
+        if (!PyType_IsSubtype((PyTypeObject *)ai, &PyTuple_Type) || count != 9) {
+            PyErr_SetString(PyExc_TypeError, "append_info_type must be a named tuple of 9 fields");
+            return NULL;
+        }
+        Py_INCREF(ai);
+        Py_XSETREF(append_info_type, (PyTypeObject *)ai);
+    }
     if (bt != NULL) {
         Py_ssize_t offsets[B_SLOTS];
         for (int i = 0; i < B_SLOTS; i++) {

@@ -29,7 +29,7 @@ import enum
 import mmap
 import struct
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import crc32c as _crc32c
 
@@ -382,29 +382,33 @@ if codec is not None:
 
 
 StampBatches = Callable[
-    [ReadableBuffer, int, int, int, int, int, int, int, int],
-    tuple[bytes, list[BatchHeader], int, int, int, bool] | None,
+    [ReadableBuffer, int, int, int, int, int, int, int, int, int],
+    tuple[bytes, list[BatchHeader], Any, bool] | None,
 ]
 
 stamp_batches: StampBatches | None = codec.stamp_batches if codec is not None else None
 """A leader's append in one compiled call, or None on the pure-Python implementation:
 ``stamp_batches(data, next_offset, leader_epoch, max_batch_size, segment_bytes, now,
-before_ms, after_ms, log_append_time)`` makes every check
+before_ms, after_ms, log_append_time, log_start_offset)`` makes every check
 :meth:`~highwater.storage.log.PartitionLog.append_as_leader` makes of client batches
 (:func:`check_batch`'s with the CRC, the two size limits, ``records_count ==
 last_offset_delta + 1``, and, when ``log_append_time`` is negative, CreateTime and the
 timestamp window ``[now - before_ms, now + after_ms]``) and returns ``(stamped, headers,
-records, max_timestamp, offset_of_max_timestamp, tracked)``: ``stamped`` holds the
-batches with their offsets assigned from ``next_offset`` and the leader epoch stamped
-(with LogAppendTime also the timestamp type, the max timestamp and the CRC, as
-:func:`set_log_append_time`) as their stamped 61-byte headers one after another, whatever
-the request's size (no batch is copied): :data:`write_stamped` writes each beside the rest
-of its batch from ``data``
-(:meth:`~highwater.storage.segment.LogSegment.append_stamped`); the stamped headers as
-tuples in ``headers``, the records' count, the largest max timestamp with its batch's last
-offset, and whether a batch carries a producer id. It returns None, and the log runs the
-same checks in Python (the reference, which raises the typed error), for anything they
-refuse or any value out of its range. The storage tests compare the two paths."""
+info, tracked)``: ``stamped`` holds the batches with their offsets assigned from
+``next_offset`` and the leader epoch stamped (with LogAppendTime also the timestamp type,
+the max timestamp and the CRC, as :func:`set_log_append_time`) as their stamped 61-byte
+headers one after another, whatever the request's size (no batch is copied):
+:data:`write_stamped` writes each beside the rest of its batch from ``data``
+(:meth:`~highwater.storage.segment.LogSegment.append_stamped`); ``headers`` the stamped
+headers as tuples where the log reads them, for two batches or more (the segment indexes
+each) or when a batch carries a producer id (the producer state checks each), else empty:
+the one batch of a producer without a producer id needs no Python object of its own;
+``info`` the append's :class:`~highwater.storage.log.AppendInfo` (its type is the
+storage layer's, which binds it to the codec: typed ``Any`` here); ``tracked`` whether a
+batch carries a producer id. It returns None, and the log runs the same checks in Python
+(the reference, which raises the typed error), for anything they refuse or any value out
+of its range, and before the storage layer has bound its type. The storage tests compare
+the two paths."""
 
 WriteStamped = Callable[[int, bytes, ReadableBuffer], None]
 

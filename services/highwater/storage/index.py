@@ -44,6 +44,9 @@ _ZEROING_IN_PLACE_MAX = 64 * 1024
 """Up to this many bytes of entries are zeroed through the mapping; more, by resizing."""
 
 
+_pack_offset_entry = OFFSET_INDEX_ENTRY.pack_into
+
+
 class SparseIndex:
     """The shared machinery of the two index files: a resizable mmap of sorted entries."""
 
@@ -311,22 +314,20 @@ class OffsetIndex(SparseIndex):
     def append(self, offset: int, position: int) -> None:
         relative = offset - self.base_offset
         last = self._last
-        if last is not None:
-            last_relative, last_position = last
-            if relative <= last_relative or position <= last_position:
-                raise CorruptIndexError(
-                    f"{self.path}: entry ({offset}, {position}) does not follow "
-                    f"({self.base_offset + last_relative}, {last_position})"
-                )
+        if last is not None and (relative <= last[0] or position <= last[1]):
+            raise CorruptIndexError(
+                f"{self.path}: entry ({offset}, {position}) does not follow "
+                f"({self.base_offset + last[0]}, {last[1]})"
+            )
         entries = self._entries
-        mm = self._mmap
-        if mm is None or entries >= self._max_entries:
+        if entries >= self._max_entries or self._mmap is None:
             self._write_entry(relative, position)  # the first entry, or a full index
             return
         # _write_entry's steps, inline: an append of a 16 KiB batch makes one entry.
-        OFFSET_INDEX_ENTRY.pack_into(mm, entries * 8, relative, position)
-        self._entries = entries + 1
-        self.is_full = entries + 1 >= self._max_entries
+        _pack_offset_entry(self._mmap, entries * 8, relative, position)
+        entries += 1
+        self._entries = entries
+        self.is_full = entries >= self._max_entries
         self._last = (relative, position)
         self._dirty = True
 

@@ -66,6 +66,7 @@ from highwater.records.header import (
     stamp_batches,
     stamped_header,
 )
+from highwater.records.implementation import codec
 from highwater.storage.leader_epoch import LeaderEpochCache
 from highwater.storage.producer_state import (
     AppendOrigin,
@@ -149,6 +150,11 @@ class AppendInfo(NamedTuple):
     records_count: int
     valid_bytes: int
     duplicate: bool = False  # an idempotent retry: nothing written, offsets are the original
+
+
+if codec is not None:
+    # A leader's compiled append (stamp_batches) returns its AppendInfo made in C.
+    codec.bind(append_info_type=AppendInfo)
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,11 +369,11 @@ class PartitionLog:
         producer's batch writes nothing and returns the offsets the first attempt got.
 
         With the compiled codec one call (:data:`~highwater.records.header.stamp_batches`)
-        makes every check of the batches and returns them stamped: a request of up to
-        32 KiB in a copy, which one ``write`` appends, a larger one as its stamped 61-byte
-        headers, which one ``writev`` appends each beside the rest of its batch, taken from
-        ``data`` without a copy (a 1 MiB batch is not copied in memory). The Python left
-        per append is the producer state (for
+        makes every check of the batches and returns their stamped 61-byte headers, which
+        one ``writev`` appends each beside the rest of its batch, taken from ``data``
+        without a copy (a 1 MiB batch is not copied in memory), and the append's
+        :class:`AppendInfo`, made in C; header tuples only where they are read (several
+        batches, or a producer id). The Python left per append is the producer state (for
         batches with a producer id), the roll rules and the index bookkeeping. Batches it
         does not take (anything a check refuses), compacted topics (whose keys are checked
         record by record) and the pure-Python implementation go through
@@ -397,11 +403,12 @@ class PartitionLog:
                     before,
                     after,
                     log_append_time,
+                    self.log_start_offset,
                 )
             )
             if stamped is None:
                 return self._append_checked(data, leader_epoch, origin, now, log_append_time)
-            stamped_bytes, headers, records, max_timestamp, offset_of_max, tracked = stamped
+            stamped_bytes, headers, info, tracked = stamped
             if tracked:
                 try:
                     self.producer_state.check_appends(headers, origin)
@@ -409,42 +416,30 @@ class PartitionLog:
                     if len(headers) == 1:
                         return self._duplicate_info(duplicate)
                     raise
-            first_offset = self._log_end_offset
+            first_offset, last_offset = info.first_offset, info.last_offset
             if leader_epoch >= 0 and leader_epoch > self._latest_epoch:
                 self.leader_epoch_cache.assign(leader_epoch, first_offset)
                 self._latest_epoch = leader_epoch
-            last = headers[-1]
-            end = last[0] + last[6] + 1
             if type(data) is not bytes:
                 data = memoryview(data).cast("B")  # a memoryview's len() is in items
-            total = len(data)
             segment = self._segments[-1]
-            if segment.should_roll(total, end - 1, last[8], segment_bytes, roll_after):
+            if segment.should_roll(
+                info.valid_bytes, last_offset, info.max_timestamp, segment_bytes, roll_after
+            ):
                 segment = self.roll(first_offset)
-            segment.append_stamped(stamped_bytes, data, headers)
-            self._log_end_offset = end
-            if self.lost_high_watermark is not None and end >= self.lost_high_watermark:
+            if len(headers) > 1:
+                segment.append_stamped(stamped_bytes, data, headers)
+            else:
+                segment.append_stamped_batch(stamped_bytes, data, last_offset, info.max_timestamp)
+            self._log_end_offset = last_offset + 1
+            if self.lost_high_watermark is not None and last_offset >= self.lost_high_watermark:
                 self.lost_high_watermark = None
             if tracked:
                 update = self.producer_state.update
                 for header in headers:
                     if header[9] >= 0:
                         update(header, AppendOrigin.CLIENT)
-            # AppendInfo(...) without the named tuple's Python-level __new__.
-            return tuple.__new__(
-                AppendInfo,
-                (
-                    first_offset,
-                    end - 1,
-                    max_timestamp,
-                    offset_of_max,
-                    log_append_time,
-                    self.log_start_offset,
-                    records,
-                    total,
-                    False,
-                ),
-            )
+            return info
         except (OSError, KafkaStorageError) as e:
             self._io_failed(e)
 
@@ -630,7 +625,7 @@ class PartitionLog:
             if header.max_timestamp > max_timestamp:
                 max_timestamp, offset_of_max = header.max_timestamp, header.base_offset + header[6]
         segment = self._segments[-1]
-        if self._should_roll(segment, total, last):
+        if self._should_roll(segment, total, last.base_offset + last[6], max_timestamp):
             segment = self.roll(first.base_offset)
         segment.append_pieces(pieces, positioned, total)
         self._log_end_offset = last.base_offset + last[6] + 1
@@ -655,14 +650,17 @@ class PartitionLog:
 
     # -- rolling ----------------------------------------------------------------------
 
-    def _should_roll(self, segment: LogSegment, incoming: int, last: BatchHeader) -> bool:
-        """Kafka's roll rules, checked before an append of ``incoming`` bytes whose last
-        batch is ``last`` (:meth:`LogSegment.should_roll`)."""
+    def _should_roll(
+        self, segment: LogSegment, incoming: int, last_offset: int, max_timestamp: int
+    ) -> bool:
+        """Kafka's roll rules, checked before an append of ``incoming`` bytes ending at
+        ``last_offset`` whose largest timestamp is ``max_timestamp`` (the append's, as
+        Kafka's ``maybeRoll`` takes it: :meth:`LogSegment.should_roll`)."""
         config = self.config
         return segment.should_roll(
             incoming,
-            last[0] + last[6],
-            last[8],
+            last_offset,
+            max_timestamp,
             config.segment_bytes,
             config.segment_ms - config.segment_jitter_ms,
         )

@@ -320,17 +320,51 @@ class LogSegment:
             self._undo_partial_write(start, e)
         self._note_appended(start, total, [header for _, header in batches])
 
+    def append_stamped_batch(
+        self, stamped: bytes, data: bytes | memoryview, last_offset: int, max_timestamp: int
+    ) -> None:
+        """Append one whole, validated batch (a leader's append of one batch, what a
+        producer's request carries per partition) whose last offset and max timestamp are
+        given: ``data`` holds it as the producer sent it, ``stamped`` its stamped 61-byte
+        header (from :data:`~highwater.records.header.stamp_batches`).
+        :data:`~highwater.records.header.write_stamped` writes the stamped header followed
+        by the rest of the batch from ``data``, which is not copied (``data`` is ``bytes``
+        or a memoryview of bytes), in one compiled ``writev``; while the write seam
+        :func:`_write_fully` is replaced (the simulation's disk faults), the same two pieces
+        go to the replacement instead, so that no write escapes it. The bookkeeping is
+        :meth:`_note_appended`'s for one batch, inline: this runs per produce request."""
+        if self._failed is not None:
+            raise self._failed
+        start = self._size
+        total = len(data)
+        try:
+            if _write_fully is _WRITE_FULLY and write_stamped is not None:
+                write_stamped(self._fd, stamped, data)
+            else:
+                _write_fully(self._fd, [stamped, memoryview(data)[BATCH_HEADER_SIZE:]], total)
+        except OSError as e:
+            self._undo_partial_write(start, e)
+        if max_timestamp > self._max_timestamp:
+            self._max_timestamp = max_timestamp
+            self._offset_of_max_timestamp = last_offset
+        since = self._bytes_since_last_index_entry
+        if since > self.index_interval_bytes:
+            self.offset_index.append(last_offset, start)
+            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+            since = 0
+        self._bytes_since_last_index_entry = since + total
+        if start == 0 and self._first_batch_timestamp is None:
+            self._first_batch_timestamp = max_timestamp
+        self._size = start + total
+        self._next_offset = last_offset + 1
+
     def append_stamped(
         self, stamped: bytes, data: bytes | memoryview, headers: list[BatchHeader]
     ) -> None:
-        """Append whole, validated batches (a leader's append): ``data`` holds them as the
-        producer sent them, ``headers`` their stamped headers in order, and ``stamped``
-        (from :data:`~highwater.records.header.stamp_batches`) the stamped 61-byte headers
-        one after another. :data:`~highwater.records.header.write_stamped` writes each
-        stamped header followed by the rest of its batch from ``data``, which is not copied
-        (``data`` is ``bytes`` or a memoryview of bytes), in one compiled ``writev``; while
-        the write seam :func:`_write_fully` is replaced (the simulation's disk faults), the
-        same pieces go to the replacement instead, so that no write escapes it."""
+        """Append several whole, validated batches (a leader's append of more than one):
+        as :meth:`append_stamped_batch`, ``stamped`` holding their stamped headers one
+        after another and ``headers`` the same as tuples, in order; one ``writev`` writes
+        every header beside the rest of its batch."""
         if self._failed is not None:
             raise self._failed
         start = self._size
@@ -342,25 +376,7 @@ class LogSegment:
                 _write_fully(self._fd, _interleaved(stamped, memoryview(data), headers), total)
         except OSError as e:
             self._undo_partial_write(start, e)
-        if len(headers) > 1:
-            self._note_appended(start, total, headers)
-            return
-        # One batch (what producers send): _note_appended's steps, inline.
-        header = headers[0]
-        last_offset = header[0] + header[6]
-        if header[8] > self._max_timestamp:
-            self._max_timestamp = header[8]
-            self._offset_of_max_timestamp = last_offset
-        since = self._bytes_since_last_index_entry
-        if since > self.index_interval_bytes:
-            self.offset_index.append(last_offset, start)
-            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
-            since = 0
-        self._bytes_since_last_index_entry = since + total
-        if start == 0 and self._first_batch_timestamp is None:
-            self._first_batch_timestamp = header[8]
-        self._size = start + total
-        self._next_offset = last_offset + 1
+        self._note_appended(start, total, headers)
 
     def _note_appended(self, start: int, total: int, headers: list[BatchHeader]) -> None:
         """The bookkeeping after ``total`` bytes of consecutive batches were written at
