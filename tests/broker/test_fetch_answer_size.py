@@ -193,5 +193,31 @@ async def test_a_later_partitions_large_batch_waits_rather_than_overflow_the_mes
             # 10 MiB of the busy partition, then the small topic's 1 MB batch past its share.
             third = records(await broker.Fetch(fetch(("busy", 10 << 20), ("small", 1)), timeout=30))
             assert third["busy"] <= 10 << 20 and third["small"] > len(BUSY_BATCH_VALUE)
+
+            # The large topic's max.message.bytes lowered to 1 MiB: its 12 MiB batch stays,
+            # and still must not ride past the busy partition's 53.9 MiB.
+            async with ControllerClient([server.listen]) as admin:
+                altered = await admin.alter_configs(
+                    m.AlterConfigsRequest(
+                        (
+                            m.AlterConfigsResource(
+                                m.ConfigResourceType.TOPIC,
+                                "large",
+                                (m.AlterableConfig("max.message.bytes", value="1048576"),),
+                            ),
+                        )
+                    )
+                )
+            assert altered.resources[0].error == ErrorCode.NONE, altered
+            for _ in range(200):
+                if server.broker.partitions.get("large", 0).log.config.max_message_bytes < 2 << 20:
+                    break
+                await asyncio.sleep(0.02)
+            lowered = records(
+                await broker.Fetch(fetch(("busy", 55 << 20), ("large", 1)), timeout=30)
+            )
+            assert lowered["busy"] > 53 << 20 and lowered["large"] == 0
+            alone = records(await broker.Fetch(fetch(("large", 1)), timeout=30))
+            assert alone["large"] > len(LARGE_BATCH_VALUE)
     finally:
         await server.stop()

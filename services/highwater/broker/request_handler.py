@@ -540,13 +540,16 @@ class RequestHandler:
                     continue
                 answer.high_watermark = partition.high_watermark
                 answer.log_start_offset = data.log_start_offset
+                records = data.records
+                if not plain and not _fits_the_answer(total, records):
+                    records = b""
                 if records_aside is not None and not plain:
-                    records_aside[(topic.topic, item.partition)] = data.records
+                    records_aside[(topic.topic, item.partition)] = records
                 elif not plain:
-                    answer.records = data.records
-                total += plain_bytes if plain else len(data.records)
-                if data.records:
-                    self.telemetry.bytes_out.add(len(data.records), _topic_attributes(topic.topic))
+                    answer.records = records
+                total += plain_bytes if plain else len(records)
+                if records:
+                    self.telemetry.bytes_out.add(len(records), _topic_attributes(topic.topic))
         return response, total, failed
 
     def _read_for_follower(
@@ -602,8 +605,10 @@ class RequestHandler:
                 failed = True  # answer at once: the follower truncates first
                 continue
             assert read.data is not None
-            answer.records = read.data.records
             records = read.data.records
+            if not _fits_the_answer(total, records):
+                records = b""
+            answer.records = records
             if records:
                 total += len(records)
                 self.telemetry.bytes_out.add(len(records), _replica_bytes_out_attributes(topic))
@@ -863,6 +868,18 @@ def _may_pass_its_share(partition: Partition, room: int, total: int) -> bool:
     if total == 0:
         return True
     return room > 0 and total + partition.log.config.max_message_bytes <= BATCH_MAX_BYTES
+
+
+def _fits_the_answer(total: int, records: bytes) -> bool:
+    """Whether ``records`` read for a fetch answer already holding ``total`` bytes of
+    records keep it within one gRPC message (:data:`~highwater.config.limits.BATCH_MAX_BYTES`
+    of records). :func:`_may_pass_its_share` judges a partition by the largest batch its
+    topic takes now; a batch written while it took larger ones (``max.message.bytes``
+    lowered since) can pass that, and the answer would then be refused by gRPC on every
+    retry. Such a partition answers without records this time: the answer's first
+    partition with records always carries its batch, as in a fetch where the partitions
+    before it have nothing new."""
+    return total == 0 or total + len(records) <= BATCH_MAX_BYTES
 
 
 # Metric attributes made once each and shared (a meter does not change the attributes it
