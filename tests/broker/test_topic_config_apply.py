@@ -70,9 +70,15 @@ def test_only_a_topic_whose_config_changed_is_parsed_again(
     parsed: list[str] = []
     log_config = MetadataImage.log_config
 
-    def counting(self: MetadataImage, name: str, defaults: LogConfig | None = None) -> LogConfig:
+    def counting(
+        self: MetadataImage,
+        name: str,
+        defaults: LogConfig | None = None,
+        *,
+        invalid: list[str] | None = None,
+    ) -> LogConfig:
         parsed.append(name)
-        return log_config(self, name, defaults)
+        return log_config(self, name, defaults, invalid=invalid)
 
     monkeypatch.setattr(MetadataImage, "log_config", counting)
     image = cluster_with("orders", "audit")
@@ -166,3 +172,39 @@ def test_a_leader_takes_a_changed_min_insync_replicas_at_once(
     assert leader.high_watermark == leader.log.high_watermark == waiting_end
     leader.append(batch, -1)
     assert leader.produce_completion(waiting_end) == ProduceCompletion(True, ErrorCode.NONE)
+
+
+def test_stored_values_that_no_longer_validate_are_left_out_and_logged(
+    partitions: PartitionManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A metadata log may hold values an earlier release allowed (``max.message.bytes``
+    above today's 63 MiB cap, a key since unknown): the broker keeps serving the topic, the
+    bad settings taking the layer below (the cluster default, then Kafka's), the rest of
+    the topic's overrides applied, and each bad one logged as an error."""
+    image = then(
+        cluster_with("orders"),
+        ConfigRecord(ConfigResourceType.TOPIC, "orders", "max.message.bytes", "104857600"),
+        ConfigRecord(ConfigResourceType.TOPIC, "orders", "retention.ms", "60000"),
+        ConfigRecord(ConfigResourceType.TOPIC, "orders", "retired.setting", "1"),
+        ConfigRecord(ConfigResourceType.BROKER, "", "log.segment.bytes", "12"),
+        ConfigRecord(ConfigResourceType.BROKER, "", "log.retention.bytes", "5000000"),
+    )
+    with caplog.at_level("ERROR", logger="highwater.broker.partitions"):
+        partitions.apply_image(image)
+    default = LogConfig()
+    for config in configs(partitions, "orders"):
+        assert config.max_message_bytes == default.max_message_bytes
+        assert config.segment_bytes == default.segment_bytes
+        assert config.retention_ms == 60_000  # the valid override
+        assert config.retention_bytes == 5_000_000  # the valid cluster default
+    errors = " ".join(record.getMessage() for record in caplog.records)
+    assert "topic orders" in errors
+    for key in ("max.message.bytes", "retired.setting", "log.segment.bytes"):
+        assert key in errors
+    # The topic takes appends and its next valid change as ever.
+    partitions.get("orders", 0).log.append_as_leader(build_batch([SimpleRecord(value=b"v")]), 1)
+    fixed = then(
+        image, ConfigRecord(ConfigResourceType.TOPIC, "orders", "max.message.bytes", "2048")
+    )
+    partitions.apply_image(fixed)
+    assert {config.max_message_bytes for config in configs(partitions, "orders")} == {2048}

@@ -852,7 +852,12 @@ class PartitionManager:
     def _log_config(self, image: MetadataImage, topic: str) -> LogConfig:
         """``topic``'s effective config in ``image``, parsed again only when its overrides
         or the cluster defaults changed: an image shares the config mappings its records
-        left alone with the image before it, so the mappings' identity says which."""
+        left alone with the image before it, so the mappings' identity says which.
+
+        A stored value that does not validate (written by a release that allowed it: the
+        controllers validate what they write) is left out, the setting taking the value
+        of the layer below, and logged as an error each time the topic's config is parsed
+        again: the broker keeps serving the topic, as Kafka's does."""
         sources = (
             image.topic_config(topic),
             image.configs.get(_STATIC_CLUSTER_DEFAULTS),
@@ -863,7 +868,16 @@ class PartitionManager:
             now is before for now, before in zip(sources, cached[0], strict=True)
         ):
             return cached[1]
-        config = image.log_config(topic, self.log_manager.default_config)
+        invalid: list[str] = []
+        config = image.log_config(topic, self.log_manager.default_config, invalid=invalid)
+        if invalid:
+            log.error(
+                "broker %d: topic %s: stored configs left out, their settings taking the "
+                "cluster's or the default: %s",
+                self.broker_id,
+                topic,
+                "; ".join(invalid),
+            )
         self._log_configs[topic] = (sources, config)
         return config
 

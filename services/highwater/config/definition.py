@@ -24,7 +24,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, TypeAlias
+from typing import Any, ClassVar, Final, TypeAlias, TypeVar
 
 from highwater.errors import InvalidConfigError
 
@@ -40,6 +40,9 @@ ConfigValue: TypeAlias = bool | int | float | str | tuple[str, ...]
 
 RawValue: TypeAlias = str | int | float | bool | Sequence[str]
 """What a caller may pass: a Kafka string form, or an already-typed value."""
+
+_Value = TypeVar("_Value", bound=RawValue | ConfigValue)
+"""A value of a mapping :meth:`ConfigDef.valid_entries` filters, kept as given."""
 
 _MAX_SHOWN_VALUE = 120
 _NAME_RE = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*", re.ASCII)
@@ -539,6 +542,21 @@ class ConfigDef:
                     )
                 parsed[key.name] = key.default
         return parsed
+
+    def valid_entries(self, props: Mapping[str, _Value], errors: list[str]) -> dict[str, _Value]:
+        """The entries of ``props`` that :meth:`parse` takes, each on its own; the error of
+        every other one (an unknown key, a bad value) appended to ``errors``. For values
+        stored by an earlier release, which a later one may validate more strictly: what
+        reads them leaves such an entry out and says so, rather than refusing them all."""
+        valid: dict[str, _Value] = {}
+        for name, value in props.items():
+            try:
+                self.key(name).parse(value)
+            except InvalidConfigError as error:
+                errors.append(str(error))
+            else:
+                valid[name] = value
+        return valid
 
     def parse_value(self, name: str, value: RawValue | ConfigValue) -> Any:
         """Parse one value of the key ``name``."""

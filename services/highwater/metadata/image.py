@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple, TypeAlias, overload
 
-from highwater.config.server import merge_cluster_defaults, topic_defaults
+from highwater.config.server import SERVER_CONFIG_DEF, merge_cluster_defaults, topic_defaults
 from highwater.config.topic import LogConfig
 from highwater.metadata.client_quotas import ClientQuotasImage
 from highwater.metadata.persistent import (
@@ -658,14 +658,30 @@ class MetadataImage:
         """The topic's dynamic overrides, in Kafka string form."""
         return self.configs.get(ConfigResource(ConfigResourceType.TOPIC, name))
 
-    def log_config(self, name: str, defaults: LogConfig | None = None) -> LogConfig:
+    def log_config(
+        self, name: str, defaults: LogConfig | None = None, *, invalid: list[str] | None = None
+    ) -> LogConfig:
         """The topic's effective config: ``defaults`` (Kafka's), then the cluster defaults
-        (:meth:`cluster_defaults`, as topic settings), then the topic's overrides."""
+        (:meth:`cluster_defaults`, as topic settings), then the topic's overrides.
+
+        A stored value that does not validate raises :class:`InvalidConfigError`; with
+        ``invalid`` given it is left out instead (the setting keeps the value of the layer
+        below) and its error appended to ``invalid``: a broker keeps serving a topic whose
+        stored config a later release validates more strictly, as Kafka's does."""
         base = defaults if defaults is not None else LogConfig()
-        cluster = topic_defaults(self.cluster_defaults())
+        cluster_defaults = self.cluster_defaults()
+        if invalid is not None:
+            cluster_defaults = SERVER_CONFIG_DEF.valid_entries(
+                {k: v for k, v in cluster_defaults.items() if k in SERVER_CONFIG_DEF}, invalid
+            )
+        cluster = topic_defaults(cluster_defaults)
+        if cluster and invalid is not None:
+            cluster = LogConfig.DEFINITION.valid_entries(cluster, invalid)
         if cluster:
             base = base.with_overrides(cluster)
         overrides = self.topic_config(name)
+        if overrides and invalid is not None:
+            overrides = LogConfig.DEFINITION.valid_entries(overrides, invalid)
         return base.with_overrides(overrides) if overrides else base
 
     def cluster_defaults(self) -> dict[str, str]:
