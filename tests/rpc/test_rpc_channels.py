@@ -6,6 +6,7 @@ drops packets answers again soon after the link comes back (network namespaces).
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import threading
@@ -149,9 +150,9 @@ class LongPoll(replication_pb2_grpc.ReplicaFetchServiceServicer):
 async def main():
     server = new_server(max_message_bytes=1 << 20)
     replication_pb2_grpc.add_ReplicaFetchServiceServicer_to_server(LongPoll(), server)
-    bind(server, sys.argv[1])
+    port = bind(server, sys.argv[1])
     await server.start()
-    print("ready", flush=True)
+    print("ready", port if "--print-port" in sys.argv else "", flush=True)
     await server.wait_for_termination()
 
 asyncio.run(main())
@@ -175,6 +176,48 @@ async def main():
 
 asyncio.run(main())
 """
+
+
+async def test_a_stream_to_a_stopped_server_fails_within_the_ping_timeout() -> None:
+    """A follower's fetch stream to a leader whose process is stopped (SIGSTOP: its kernel
+    still acknowledges every packet, nothing answers): the channel's next keepalive ping
+    goes unanswered and the connection is closed 3 s later, failing the call UNAVAILABLE so
+    that the caller retries elsewhere. gRPC's own ping timeout, a minute, applied before
+    the channels set ``grpc.http2.ping_timeout_ms``: the call failed 60 s after the ping."""
+    leader = subprocess.Popen(
+        [sys.executable, "-c", SERVE, "127.0.0.1:0", SERVICES, "--print-port"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert leader.stdout is not None
+        ready, port = leader.stdout.readline().split()
+        assert ready == "ready"
+        async with open_channel(f"127.0.0.1:{port}") as channel:
+            requests: asyncio.Queue[rpb.ReplicaFetchRequest] = asyncio.Queue()
+
+            async def fetches() -> AsyncIterator[rpb.ReplicaFetchRequest]:
+                while True:
+                    yield await requests.get()
+
+            stream = replication_pb2_grpc.ReplicaFetchServiceStub(channel).ReplicaFetch(fetches())
+            await requests.put(rpb.ReplicaFetchRequest(replica_id=2))
+            assert (await stream.read()).session_id == 2
+            leader.send_signal(signal.SIGSTOP)
+            stopped = time.monotonic()
+            await requests.put(rpb.ReplicaFetchRequest(replica_id=3))
+            with pytest.raises(grpc.aio.AioRpcError) as failed:
+                async with asyncio.timeout(20):
+                    await stream.read()
+            assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
+            # A ping at most KEEPALIVE_TIME_MS after the stop, unanswered 3 s; a margin.
+            assert time.monotonic() - stopped < KEEPALIVE_TIME_MS / 1000 + 3 + 2
+    finally:
+        leader.send_signal(signal.SIGCONT)
+        leader.kill()
+        leader.wait()
+        if leader.stdout is not None:
+            leader.stdout.close()
 
 
 @pytest.fixture

@@ -47,13 +47,18 @@ KEEPALIVE_TIME_MS: Final = 3000
 KEEPALIVE_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
     ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
     ("grpc.keepalive_timeout_ms", 3000),
+    ("grpc.http2.ping_timeout_ms", 3000),
     ("grpc.http2.max_pings_without_data", 0),
 )
 """Keepalive pings of every channel :func:`open_channel` opens, while it has calls open: a
 ping every :data:`KEEPALIVE_TIME_MS`, and a connection whose ping goes unanswered for 3 s
-is closed, failing its calls (UNAVAILABLE), so that the next call connects afresh. With
-keepalive on, gRPC also sets the socket's ``TCP_USER_TIMEOUT`` to that timeout (gRPC
-proposal A18): bytes the peer's kernel leaves unacknowledged for 3 s close it too.
+is closed, failing its calls (UNAVAILABLE), so that the next call connects afresh. The
+unanswered ping is timed by ``grpc.http2.ping_timeout_ms``: the gRPC of this package
+(1.85) ignores ``grpc.keepalive_timeout_ms`` there and waits its own default of a minute
+(a stream to a stopped server failed 60 s after the ping without it, within 7 s of the
+stop with it). With keepalive on, gRPC sets the socket's ``TCP_USER_TIMEOUT`` to the
+keepalive timeout (gRPC proposal A18): bytes the peer's kernel leaves unacknowledged for
+3 s close it too, which is what ends a connection through a link that drops packets.
 
 Without them, a network partition that drops packets silently leaves the connection open,
 and its in-flight bytes (a replica fetch's answer, a long poll's request) to the kernel's
