@@ -50,5 +50,8 @@ class BrokerSettings:
     """``quota.window.num``: the samples a client quota's rate is measured over."""
     quota_window_size_seconds: int = 1
     """``quota.window.size.seconds``: the span of each sample."""
+    connections_max_idle_ms: int = 600_000
+    """``connections.max.idle.ms``: the Kafka listener closes a connection with no request
+    in flight and no bytes moving for this long (-1: never)."""
     log: LogManagerSettings = field(default_factory=LogManagerSettings)
     """Retention, compaction, flush and checkpoint intervals of the data directory."""

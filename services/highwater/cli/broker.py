@@ -135,8 +135,8 @@ def broker(
     Of its --config file and --override keys the broker uses log.dirs, broker.rack,
     replica.lag.time.max.ms, broker.heartbeat.interval.ms,
     initial.broker.registration.timeout.ms, quota.window.num,
-    quota.window.size.seconds and the listeners (listeners, advertised.listeners,
-    inter.broker.listener.name); the cluster defaults
+    quota.window.size.seconds, connections.max.idle.ms and the listeners (listeners,
+    advertised.listeners, inter.broker.listener.name); the cluster defaults
     (num.partitions...) are the controllers', read from the metadata.
     """
     config = load_role_config(
@@ -166,6 +166,7 @@ def broker(
         initial_registration_timeout_ms=config.get("initial.broker.registration.timeout.ms"),
         quota_window_num=config.get("quota.window.num"),
         quota_window_size_seconds=config.get("quota.window.size.seconds"),
+        connections_max_idle_ms=config.get("connections.max.idle.ms"),
     )
     if metadata_store is not None:
         # Imported here: the etcd client and controller are only loaded by brokers using them.

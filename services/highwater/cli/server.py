@@ -203,6 +203,7 @@ def server(
                 ),
                 quota_window_num=config.get("quota.window.num"),
                 quota_window_size_seconds=config.get("quota.window.size.seconds"),
+                connections_max_idle_ms=config.get("connections.max.idle.ms"),
             ),
             coordinator_settings=CoordinatorSettings(
                 group=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=delay),

@@ -20,7 +20,8 @@ The keys fall in three groups:
   ``__consumer_offsets``, the metadata snapshot interval; read at start by controllers.
 * *broker and coordinator settings*: ``log.dirs``, ``broker.rack``, ``replica.lag.time.max.ms``,
   ``initial.broker.registration.timeout.ms``,
-  ``quota.window.num``, ``quota.window.size.seconds``, ``group.initial.rebalance.delay.ms``,
+  ``quota.window.num``, ``quota.window.size.seconds``, ``connections.max.idle.ms``,
+  ``group.initial.rebalance.delay.ms``,
   the listeners (``listeners``, ``advertised.listeners``, ``inter.broker.listener.name``:
   :mod:`highwater.config.listeners`); read at start by their role.
 
@@ -391,6 +392,14 @@ _ROLE_SETTINGS: Final = [
         at_least(1),
         "How long a starting broker or coordinator tries to register with the controllers "
         "before it gives up and exits (controllers still electing a leader are waited for).",
+    ),
+    ConfigKey(
+        "connections.max.idle.ms",
+        _LONG,
+        600000,
+        at_least(-1),
+        "A Kafka-listener connection with no request in flight and no bytes moving for "
+        "this long is closed; -1: never.",
     ),
     ConfigKey(
         "replica.lag.time.max.ms",

@@ -24,7 +24,9 @@ asked for, before any of its bytes are read, and nothing is read after it.
 
 Reading pauses while more than a few frames wait to be asked for (the listener stops
 asking while a connection has its maximum of requests in flight), and writing follows the
-transport's flow control (:meth:`drain`), as a ``StreamWriter``'s does.
+transport's flow control (:meth:`drain`), as a ``StreamWriter``'s does. The connection
+notes when bytes last moved either way (:attr:`FrameConnection.last_active`), for the
+listener's idle timeout.
 """
 
 from __future__ import annotations
@@ -85,6 +87,9 @@ class FrameConnection(asyncio.BufferedProtocol):
         self.request_max_bytes = request_max_bytes
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None
+        self.last_active = loop.time()
+        """When bytes last arrived or were written (the loop's clock): what the listener's
+        ``connections.max.idle.ms`` measures."""
         self._scratch = bytearray(SCRATCH_BYTES)
         self._start = 0  # unread bytes of the scratch buffer: [_start, _end)
         self._end = 0
@@ -124,6 +129,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         return memoryview(self._scratch)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = self._loop.time()
         if self._stopped:
             return
         if self._large is not None:
@@ -250,10 +256,12 @@ class FrameConnection(asyncio.BufferedProtocol):
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         assert self.transport is not None
+        self.last_active = self._loop.time()
         self.transport.write(data)
 
     def writelines(self, pieces: Iterable[bytes | bytearray | memoryview]) -> None:
         assert self.transport is not None
+        self.last_active = self._loop.time()
         self.transport.writelines(pieces)
 
     async def drain(self) -> None:

@@ -84,7 +84,12 @@ class KafkaDoor:
         )
         broker.telemetry.fetch_sessions.watch(self.apis.fetch_sessions, replica=False)
         self.listener = KafkaListener(
-            self.apis, host=address.host, port=address.port, protocol=address.protocol, tls=tls
+            self.apis,
+            host=address.host,
+            port=address.port,
+            protocol=address.protocol,
+            tls=tls,
+            connections_max_idle_ms=broker.settings.connections_max_idle_ms,
         )
 
     @property

@@ -29,7 +29,10 @@ authentication (after its answer).
 Nothing else is affected: other connections and the requests already answered stand.
 A client that goes, by a reset or by closing its end of the stream (FIN), gets nothing
 more: its connection is closed and its requests' work cancelled, as Kafka's
-``SocketServer`` closes such a channel at once.
+``SocketServer`` closes such a channel at once. A connection with no request in flight on
+which no byte moved for ``connections.max.idle.ms`` (10 minutes) is closed, as Kafka's
+are: a client that went without a word (its host gone, a NAT that forgot it) leaves no
+connection open for ever.
 
 :class:`GroupCoordinatorRelay` carries the group calls a Kafka client sends to this broker
 (FindCoordinator names it) to the coordinator service that owns the group, over gRPC.
@@ -97,6 +100,7 @@ from highwater.v1 import coordinator_pb2, coordinator_pb2_grpc
 from highwater.v1.common_pb2 import ErrorCode
 
 __all__ = [
+    "DEFAULT_CONNECTIONS_MAX_IDLE_MS",
     "DEFAULT_MAX_IN_FLIGHT",
     "DEFAULT_REQUEST_MAX_BYTES",
     "GroupCoordinatorRelay",
@@ -111,8 +115,21 @@ DEFAULT_MAX_IN_FLIGHT: Final = 1000
 _SIZE: Final = struct.Struct(">i")
 _NO_ANSWER: Final = b""
 
-Answers = asyncio.Queue["asyncio.Future[Frame] | None"]
-"""A connection's answers in the order of its requests (``None``: no more requests)."""
+DEFAULT_CONNECTIONS_MAX_IDLE_MS: Final = 600_000  # Kafka's connections.max.idle.ms
+
+
+class Answers(asyncio.Queue["asyncio.Future[Frame] | None"]):
+    """A connection's answers in the order of its requests (``None``: no more requests),
+    and how many are not written yet (:attr:`unwritten`: requests in flight)."""
+
+    def __init__(self, maxsize: int) -> None:
+        super().__init__(maxsize)
+        self.unwritten = 0
+
+    def put_nowait(self, item: asyncio.Future[Frame] | None) -> None:
+        super().put_nowait(item)  # (``put`` ends with this too)
+        if item is not None:
+            self.unwritten += 1
 
 
 class KafkaListener:
@@ -128,9 +145,12 @@ class KafkaListener:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT,
         tls: SocketTls | None = None,
+        connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS,
     ) -> None:
         """``protocol``: the listener's security protocol; ``tls``: its TLS (required by
-        ``SSL`` and ``SASL_SSL``, refused otherwise)."""
+        ``SSL`` and ``SASL_SSL``, refused otherwise); ``connections_max_idle_ms``: a
+        connection without a request in flight on which no byte moved for this long is
+        closed (Kafka's ``connections.max.idle.ms``; negative: never)."""
         if protocol.uses_tls != (tls is not None):
             raise ValueError(
                 f"a {protocol.value} listener {'needs' if protocol.uses_tls else 'takes no'} TLS"
@@ -142,8 +162,11 @@ class KafkaListener:
         self.max_in_flight = max_in_flight
         self.protocol = protocol
         self.tls = tls
+        self.connections_max_idle_ms = connections_max_idle_ms
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._served: dict[FrameConnection, Answers] = {}
+        self._idle_sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -163,7 +186,32 @@ class KafkaListener:
             ssl=tls.context if tls is not None else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        if self.connections_max_idle_ms >= 0:
+            self._idle_sweeper = asyncio.create_task(self._close_idle_connections())
         log.info("Kafka listener (%s) on %s:%d", self.protocol.value, self.host, self.port)
+
+    async def _close_idle_connections(self) -> None:
+        """Close every connection idle for ``connections.max.idle.ms``: no request in
+        flight and no byte moved either way (Kafka's ``Selector`` closes them so, which
+        frees what clients that went without a word left open: a host gone without a
+        reset, a NAT that forgot the connection). Looked at every quarter of that time, so
+        a connection goes between 1 and 1.25 times it after its last activity; its client
+        connects again when it has something to ask, as Kafka's clients do."""
+        idle_s = self.connections_max_idle_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(idle_s / 4)
+            now = loop.time()
+            for connection, answers in list(self._served.items()):
+                if answers.unwritten == 0 and now - connection.last_active >= idle_s:
+                    log.debug(
+                        "Kafka connection from %s closed: idle for %.0f ms "
+                        "(connections.max.idle.ms %d)",
+                        connection.get_extra_info("peername"),
+                        (now - connection.last_active) * 1000,
+                        self.connections_max_idle_ms,
+                    )
+                    connection.close()
 
     def _security(self, connection: FrameConnection, host: str) -> ConnectionSecurity:
         """A new connection's security: its certificate's principal, if it showed one."""
@@ -180,6 +228,11 @@ class KafkaListener:
     async def stop(self) -> None:
         if self._server is None:
             return
+        if self._idle_sweeper is not None:
+            self._idle_sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._idle_sweeper
+            self._idle_sweeper = None
         self._server.close()
         for task in list(self._connections):
             task.cancel()
@@ -203,7 +256,8 @@ class KafkaListener:
             connection.close()
             self._connections.discard(task)
             return
-        answers: Answers = asyncio.Queue(self.max_in_flight)
+        answers = Answers(self.max_in_flight)
+        self._served[connection] = answers
         responder = asyncio.create_task(self._respond(answers, connection, peer))
         reading = asyncio.create_task(self._read_all(connection, answers, security, responder))
         ended = asyncio.ensure_future(connection.wait_ended())
@@ -238,6 +292,7 @@ class KafkaListener:
                 if pending is not None:
                     pending.cancel()
             connection.close()
+            self._served.pop(connection, None)
             with contextlib.suppress(Exception):
                 await connection.wait_closed()
             self._connections.discard(task)
@@ -380,6 +435,7 @@ class KafkaListener:
                     writer.writelines(frame)  # (one writev: the records are not copied)
                 elif frame:
                     writer.write(frame)
+                answers.unwritten -= 1
                 if frame and answers.empty():
                     await writer.drain()
         finally:
