@@ -220,6 +220,74 @@ async def test_a_stream_to_a_stopped_server_fails_within_the_ping_timeout() -> N
             leader.stdout.close()
 
 
+STREAM_AND_WAIT = """
+import asyncio, sys
+sys.path.insert(0, sys.argv[2])
+from highwater.internal.v1 import replication_pb2 as rpb, replication_pb2_grpc
+from highwater.rpc.channels import open_channel
+
+async def main():
+    async with open_channel(sys.argv[1]) as channel:
+        stream = replication_pb2_grpc.ReplicaFetchServiceStub(channel).ReplicaFetch(
+            iter([rpb.ReplicaFetchRequest(replica_id=5)])
+        )
+        await stream.read()
+        print("streaming", flush=True)
+        await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+class Parked(replication_pb2_grpc.ReplicaFetchServiceServicer):
+    """Answers the first request, then holds the stream open; notes when its call ends."""
+
+    def __init__(self) -> None:
+        self.ended = asyncio.Event()
+
+    async def ReplicaFetch(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        try:
+            async for request in request_iterator:
+                yield rpb.ReplicaFetchResponse(session_id=request.replica_id)
+            await asyncio.Event().wait()  # the client half-closed: hold the call open
+        finally:
+            self.ended.set()
+
+
+async def test_a_server_ends_the_calls_of_a_client_that_stopped_answering() -> None:
+    """A client holding a stream open is stopped (SIGSTOP: its kernel acknowledges every
+    packet, nothing answers). The server pings the connection and closes it when the ping
+    goes unanswered, which ends the call: the server's side of a client that went without
+    a word (its host gone) is not kept for ever. Without the server's pings the call
+    stayed open as long as the client was stopped. The ping interval is shortened here
+    (1 s, 1 s unanswered) from the servers' 30 s and 10 s."""
+    server = new_server(max_message_bytes=1 << 20, keepalive_time_ms=1000, ping_timeout_ms=1000)
+    parked = Parked()
+    replication_pb2_grpc.add_ReplicaFetchServiceServicer_to_server(parked, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    client = subprocess.Popen(
+        [sys.executable, "-c", STREAM_AND_WAIT, f"127.0.0.1:{port}", SERVICES],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert client.stdout is not None
+        line = await asyncio.to_thread(client.stdout.readline)
+        assert line.strip() == "streaming"
+        client.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        await asyncio.wait_for(parked.ended.wait(), 10)
+        assert time.monotonic() - stopped < 1 + 1 + 2  # a ping, its timeout, a margin
+    finally:
+        client.send_signal(signal.SIGCONT)
+        client.kill()
+        client.wait()
+        if client.stdout is not None:
+            client.stdout.close()
+        await server.stop(None)
+
+
 @pytest.fixture
 def network() -> Iterator[NamespaceNetwork]:
     reason = namespaces_available()

@@ -69,8 +69,9 @@ alive answers a ping from gRPC's own threads, whatever its event loop is doing, 
 stopped process or a cut link fails them; a stop of 3 to 6 s (which the Raft quorum's 2 s
 fetch timeout already takes as the leader's loss) fails its peers' calls, which they retry.
 Servers (:func:`~highwater.rpc.server.new_server`) take a ping every second without data in
-between (:data:`~highwater.rpc.server.PING_POLICY`); they send none of their own, so a
-server learns of a client it cannot reach only when its session times out, as before."""
+between (:data:`~highwater.rpc.server.PING_POLICY`), and ping their clients far less often
+(every 30 s, 10 s to answer): a client that went without a word loses its calls there
+too, long after any session timeout has judged it."""
 
 
 def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, Any]]:

@@ -37,7 +37,16 @@ from highwater.rpc.listener_context import ListenerInterceptor
 from highwater.rpc.tls import ServerTls, server_tls
 from highwater.telemetry.rpc import server_interceptors
 
-__all__ = ["PING_POLICY", "GrpcHost", "GrpcService", "bind", "new_server"]
+__all__ = [
+    "CONNECTION_MAX_IDLE_MS",
+    "PING_POLICY",
+    "SERVER_KEEPALIVE_TIME_MS",
+    "SERVER_PING_TIMEOUT_MS",
+    "GrpcHost",
+    "GrpcService",
+    "bind",
+    "new_server",
+]
 
 PING_POLICY: Final[tuple[tuple[str, int], ...]] = (
     ("grpc.http2.min_ping_interval_without_data_ms", min(1000, KEEPALIVE_TIME_MS // 2)),
@@ -50,15 +59,47 @@ every 3 s while a call is open) are never counted against them. gRPC's default (
 liveness stream, whose end the controller takes for the broker's death."""
 
 
-def new_server(*, max_message_bytes: int, listener: str | None = None) -> grpc.aio.Server:
+SERVER_KEEPALIVE_TIME_MS: Final = 30_000
+"""How often a server pings a client connection that has calls open (:func:`new_server`)."""
+
+SERVER_PING_TIMEOUT_MS: Final = 10_000
+"""How long a server's ping may go unanswered before it closes the connection."""
+
+CONNECTION_MAX_IDLE_MS: Final = 600_000
+"""How long a client connection without a call stays open: Kafka's
+``connections.max.idle.ms``, whose 10 minutes the Kafka listener takes too."""
+
+
+def new_server(
+    *,
+    max_message_bytes: int,
+    listener: str | None = None,
+    keepalive_time_ms: int = SERVER_KEEPALIVE_TIME_MS,
+    ping_timeout_ms: int = SERVER_PING_TIMEOUT_MS,
+) -> grpc.aio.Server:
     """A server capped at ``max_message_bytes`` per message both ways, with the
     authentication and authorization interceptor (``rpc/auth.py``) and the telemetry
     interceptors; a second process binding the same port fails instead of sharing it.
     ``listener``: the name of the listener it serves, which its handlers see as
-    :func:`~highwater.rpc.listener_context.current_listener`."""
+    :func:`~highwater.rpc.listener_context.current_listener`.
+
+    A client that went without a word (its host gone, a link dropping packets) leaves
+    nothing open for ever: the server pings a connection with calls open every
+    ``keepalive_time_ms`` and closes it when a ping goes unanswered for
+    ``ping_timeout_ms``, which ends its calls (a consumer's or a follower's fetch stream,
+    a broker's liveness stream: a stream its controller would otherwise keep); a
+    connection without a call for :data:`CONNECTION_MAX_IDLE_MS` is sent GOAWAY, and its
+    client connects again at its next call. A live client answers pings from gRPC's own
+    threads whatever it is doing; one stopped longer than the two together loses its
+    calls, as the session timeouts would have judged it long before."""
     options = [
         *channel_options(max_message_bytes),
         *PING_POLICY,
+        ("grpc.keepalive_time_ms", keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", ping_timeout_ms),
+        ("grpc.http2.ping_timeout_ms", ping_timeout_ms),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.max_connection_idle_ms", CONNECTION_MAX_IDLE_MS),
         ("grpc.so_reuseport", 0),
     ]
     interceptors: list[grpc.aio.ServerInterceptor] = [AuthInterceptor(), *server_interceptors()]
