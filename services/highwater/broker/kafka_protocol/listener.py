@@ -200,7 +200,7 @@ class KafkaListener:
         idle_s = self.connections_max_idle_ms / 1000
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(idle_s / 4)
+            await asyncio.sleep(max(idle_s / 4, 0.01))  # (0 ms: every 10 ms, not a spin)
             now = loop.time()
             for connection, answers in list(self._served.items()):
                 if answers.unwritten == 0 and now - connection.last_active >= idle_s:
