@@ -178,6 +178,15 @@ asyncio.run(main())
 """
 
 
+def end_stopped(process: subprocess.Popen[str]) -> None:
+    """Kill a process the test may have stopped (SIGSTOP), and close its output."""
+    process.send_signal(signal.SIGCONT)
+    process.kill()
+    process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
+
+
 async def test_a_stream_to_a_stopped_server_fails_within_the_ping_timeout() -> None:
     """A follower's fetch stream to a leader whose process is stopped (SIGSTOP: its kernel
     still acknowledges every packet, nothing answers): the channel's next keepalive ping
@@ -213,11 +222,7 @@ async def test_a_stream_to_a_stopped_server_fails_within_the_ping_timeout() -> N
             # A ping at most KEEPALIVE_TIME_MS after the stop, unanswered 3 s; a margin.
             assert time.monotonic() - stopped < KEEPALIVE_TIME_MS / 1000 + 3 + 2
     finally:
-        leader.send_signal(signal.SIGCONT)
-        leader.kill()
-        leader.wait()
-        if leader.stdout is not None:
-            leader.stdout.close()
+        end_stopped(leader)
 
 
 STREAM_AND_WAIT = """
@@ -280,11 +285,7 @@ async def test_a_server_ends_the_calls_of_a_client_that_stopped_answering() -> N
         await asyncio.wait_for(parked.ended.wait(), 10)
         assert time.monotonic() - stopped < 1 + 1 + 2  # a ping, its timeout, a margin
     finally:
-        client.send_signal(signal.SIGCONT)
-        client.kill()
-        client.wait()
-        if client.stdout is not None:
-            client.stdout.close()
+        end_stopped(client)
         await server.stop(None)
 
 

@@ -427,10 +427,7 @@ class PartitionLog:
                 info.valid_bytes, last_offset, info.max_timestamp, segment_bytes, roll_after
             ):
                 segment = self.roll(first_offset)
-            if len(headers) > 1:
-                segment.append_stamped(stamped_bytes, data, headers)
-            else:
-                segment.append_stamped_batch(stamped_bytes, data, last_offset, info.max_timestamp)
+            segment.append_stamped(stamped_bytes, data, headers, last_offset, info.max_timestamp)
             self._log_end_offset = last_offset + 1
             if self.lost_high_watermark is not None and last_offset >= self.lost_high_watermark:
                 self.lost_high_watermark = None

@@ -320,30 +320,42 @@ class LogSegment:
             self._undo_partial_write(start, e)
         self._note_appended(start, total, [header for _, header in batches])
 
-    def append_stamped_batch(
-        self, stamped: bytes, data: bytes | memoryview, last_offset: int, max_timestamp: int
+    def append_stamped(
+        self,
+        stamped: bytes,
+        data: bytes | memoryview,
+        headers: list[BatchHeader],
+        last_offset: int,
+        max_timestamp: int,
     ) -> None:
-        """Append one whole, validated batch (a leader's append of one batch, what a
-        producer's request carries per partition) whose last offset and max timestamp are
-        given: ``data`` holds it as the producer sent it, ``stamped`` its stamped 61-byte
-        header (from :data:`~highwater.records.header.stamp_batches`).
-        :data:`~highwater.records.header.write_stamped` writes the stamped header followed
-        by the rest of the batch from ``data``, which is not copied (``data`` is ``bytes``
-        or a memoryview of bytes), in one compiled ``writev``; while the write seam
-        :func:`_write_fully` is replaced (the simulation's disk faults), the same two pieces
-        go to the replacement instead, so that no write escapes it. The bookkeeping is
-        :meth:`_note_appended`'s for one batch, inline: this runs per produce request."""
+        """Append whole, validated batches (a leader's append) ending at ``last_offset``,
+        whose largest timestamp is ``max_timestamp``: ``data`` holds them as the producer
+        sent them, ``stamped`` (from :data:`~highwater.records.header.stamp_batches`) their
+        stamped 61-byte headers one after another, and ``headers``, when there are several,
+        the same as tuples in order (one batch needs none: what a producer's request
+        carries per partition). :data:`~highwater.records.header.write_stamped` writes each
+        stamped header followed by the rest of its batch from ``data``, which is not copied
+        (``data`` is ``bytes`` or a memoryview of bytes), in one compiled ``writev``; while
+        the write seam :func:`_write_fully` is replaced (the simulation's disk faults), the
+        same pieces go to the replacement instead, so that no write escapes it."""
         if self._failed is not None:
             raise self._failed
         start = self._size
         total = len(data)
+        several = len(headers) > 1
         try:
             if _write_fully is _WRITE_FULLY and write_stamped is not None:
                 write_stamped(self._fd, stamped, data)
+            elif several:
+                _write_fully(self._fd, _interleaved(stamped, memoryview(data), headers), total)
             else:
                 _write_fully(self._fd, [stamped, memoryview(data)[BATCH_HEADER_SIZE:]], total)
         except OSError as e:
             self._undo_partial_write(start, e)
+        if several:
+            self._note_appended(start, total, headers)
+            return
+        # One batch: _note_appended's steps, inline (this runs per produce request).
         if max_timestamp > self._max_timestamp:
             self._max_timestamp = max_timestamp
             self._offset_of_max_timestamp = last_offset
@@ -357,26 +369,6 @@ class LogSegment:
             self._first_batch_timestamp = max_timestamp
         self._size = start + total
         self._next_offset = last_offset + 1
-
-    def append_stamped(
-        self, stamped: bytes, data: bytes | memoryview, headers: list[BatchHeader]
-    ) -> None:
-        """Append several whole, validated batches (a leader's append of more than one):
-        as :meth:`append_stamped_batch`, ``stamped`` holding their stamped headers one
-        after another and ``headers`` the same as tuples, in order; one ``writev`` writes
-        every header beside the rest of its batch."""
-        if self._failed is not None:
-            raise self._failed
-        start = self._size
-        total = len(data)
-        try:
-            if _write_fully is _WRITE_FULLY and write_stamped is not None:
-                write_stamped(self._fd, stamped, data)
-            else:
-                _write_fully(self._fd, _interleaved(stamped, memoryview(data), headers), total)
-        except OSError as e:
-            self._undo_partial_write(start, e)
-        self._note_appended(start, total, headers)
 
     def _note_appended(self, start: int, total: int, headers: list[BatchHeader]) -> None:
         """The bookkeeping after ``total`` bytes of consecutive batches were written at
