@@ -157,7 +157,7 @@ def test_random_requests_are_well_formed_and_the_others_are_not_always() -> None
                 assert data == b""
 
 
-def test_the_checker_reports_unhandled_errors_to_well_formed_fuzzed_requests() -> None:
+def test_the_checker_reports_unhandled_errors_to_fuzzed_requests() -> None:
     def fuzz(mode: str, code: str) -> Op:
         return {
             "t": 1.0,
@@ -170,13 +170,16 @@ def test_the_checker_reports_unhandled_errors_to_well_formed_fuzzed_requests() -
             "code": code,
         }
 
-    # Garbage that does not decode is refused by gRPC itself; a well-formed request is not.
+    # Bytes that do not decode are an INVALID_ARGUMENT (rpc/undecodable.py); UNKNOWN to
+    # any fuzzed request, decodable or not, is an exception nothing caught.
     assert [
-        a.kind for a in check([fuzz("garbage", "UNKNOWN"), fuzz("random", "OK")]).anomalies
+        a.kind for a in check([fuzz("garbage", "INVALID_ARGUMENT"), fuzz("random", "OK")]).anomalies
     ] == []
     result = check([fuzz("random", "UNKNOWN"), fuzz("empty", "UNKNOWN")])
     assert [a.kind for a in result.anomalies] == ["unhandled-bad-input"]
     assert result.fuzz_calls == 2
+    garbled = check([fuzz("garbage", "UNKNOWN"), fuzz("truncated", "UNKNOWN")])
+    assert [a.kind for a in garbled.anomalies] == ["unhandled-bad-input"]
 
 
 def test_the_checker_reports_a_well_formed_kafka_request_whose_connection_was_closed() -> None:

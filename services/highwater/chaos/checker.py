@@ -19,9 +19,9 @@ What it checks, from the clients' point of view (DESIGN.md §4):
   final high watermark once the cluster is healed.
 - ``replica-behind``: once the cluster is healed, a replica lacks records below the
   high watermark (it did not catch up).
-- ``unhandled-bad-input``: a well-formed fuzzed request (random fields, or none) was
-  answered ``UNKNOWN``: the service raised instead of giving a clear error; or a
-  well-formed Kafka request made a broker's Kafka listener close the connection.
+- ``unhandled-bad-input``: a fuzzed gRPC request (random fields, none, or bytes that do
+  not decode) was answered ``UNKNOWN``: the server raised instead of giving a clear error;
+  or a well-formed Kafka request made a broker's Kafka listener close the connection.
 - ``process-exited``: a process of the cluster exited that the nemesis did not kill (it
   was found not running, with its exit status, when a fault was healed). A broker that
   stops after its disk was filled is failing safe, as Kafka's do, and is not reported.
@@ -320,7 +320,7 @@ def check(ops: list[Op]) -> CheckResult:
             Anomaly(
                 "unhandled-bad-input",
                 f"{method} answered UNKNOWN (an unhandled exception), or closed the "
-                f"connection, to {len(indexes)} well-formed fuzzed request(s)",
+                f"connection, to {len(indexes)} fuzzed request(s)",
                 (indexes[0],),
             )
         )
@@ -400,12 +400,11 @@ def _replica_divergence(ops: list[Op], replicas: dict[int, list[int]]) -> list[A
 
 
 def _unhandled(op: Op) -> bool:
-    """Whether a fuzzed request was well-formed and not handled: a gRPC one answered
-    ``UNKNOWN`` (the service raised), a Kafka one whose connection the broker closed."""
+    """Whether a fuzzed request was not handled: a gRPC one answered ``UNKNOWN`` (an
+    exception nothing caught: a request that does not decode is INVALID_ARGUMENT,
+    ``rpc/undecodable.py``), a well-formed Kafka one whose connection the broker closed."""
     code, mode = op.get("code"), op.get("mode")
-    return (code == "UNKNOWN" and mode in ("random", "empty")) or (
-        code == "CLOSED" and mode == "well-formed"
-    )
+    return code == "UNKNOWN" or (code == "CLOSED" and mode == "well-formed")
 
 
 KILL_RECORD_SLACK_S = 1.0

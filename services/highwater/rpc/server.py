@@ -35,6 +35,7 @@ from highwater.rpc.authentication_service import (
 from highwater.rpc.channels import KEEPALIVE_TIME_MS, channel_options
 from highwater.rpc.listener_context import ListenerInterceptor
 from highwater.rpc.tls import ServerTls, server_tls
+from highwater.rpc.undecodable import DecodeInterceptor
 from highwater.telemetry.rpc import server_interceptors
 
 __all__ = [
@@ -78,8 +79,10 @@ def new_server(
     ping_timeout_ms: int = SERVER_PING_TIMEOUT_MS,
 ) -> grpc.aio.Server:
     """A server capped at ``max_message_bytes`` per message both ways, with the
-    authentication and authorization interceptor (``rpc/auth.py``) and the telemetry
-    interceptors; a second process binding the same port fails instead of sharing it.
+    authentication and authorization interceptor (``rpc/auth.py``), the one that answers
+    requests that do not decode with INVALID_ARGUMENT (``rpc/undecodable.py``) and the
+    telemetry interceptors; a second process binding the same port fails instead of
+    sharing it.
     ``listener``: the name of the listener it serves, which its handlers see as
     :func:`~highwater.rpc.listener_context.current_listener`.
 
@@ -102,7 +105,11 @@ def new_server(
         ("grpc.max_connection_idle_ms", CONNECTION_MAX_IDLE_MS),
         ("grpc.so_reuseport", 0),
     ]
-    interceptors: list[grpc.aio.ServerInterceptor] = [AuthInterceptor(), *server_interceptors()]
+    interceptors: list[grpc.aio.ServerInterceptor] = [
+        AuthInterceptor(),
+        DecodeInterceptor(),
+        *server_interceptors(),
+    ]
     if listener is not None:
         interceptors.insert(0, ListenerInterceptor(listener))
     server = grpc.aio.server(options=options, interceptors=interceptors)
