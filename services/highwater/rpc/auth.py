@@ -53,6 +53,7 @@ from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.message import Message
 
 from highwater.errors import SaslAuthenticationError
+from highwater.rpc.method_wrapping import MethodWrappingInterceptor
 from highwater.security.acl import AclOperation, ResourceType
 from highwater.security.authentication import (
     ANONYMOUS,
@@ -533,32 +534,14 @@ def forwarded_principal_metadata(
     return ((FORWARDED_PRINCIPAL_BIN_KEY, value.encode()),)
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Identifies and admits every call (see the module docstring).
+class AuthInterceptor(MethodWrappingInterceptor):
+    """Identifies and admits every call (see the module docstring). The wrapping of each
+    method is made once (:class:`~highwater.rpc.method_wrapping.MethodWrappingInterceptor`);
+    the identity and ACL checks run inside it, on every call, against the image of that
+    moment."""
 
-    The wrapped handler of each method is built once, at the method's first call, and
-    kept: the servicers are registered before the server starts and the interceptors
-    after this one keep theirs per method too, so the handler below a method never
-    changes. What is cached is only the wrapping: the identity and ACL checks run inside
-    it, on every call, against the image of that moment."""
-
-    def __init__(self) -> None:
-        self._handlers: dict[str, grpc.RpcMethodHandler | None] = {}
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        method = handler_call_details.method
-        try:
-            return self._handlers[method]
-        except KeyError:
-            pass
-        handler = await continuation(handler_call_details)
-        wrapped = None if handler is None else _admitting(method, handler)
-        self._handlers[method] = wrapped
-        return wrapped
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        return _admitting(method, handler)
 
 
 def _admitting(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:

@@ -15,7 +15,7 @@ deserializer that reads such a message as an :class:`Undecodable`, and answers i
 
 Each is logged as one WARNING line (``refused a request to METHOD that does not decode``),
 as the sender's mistake. The wrapped handler of each method is made at the method's first
-call and kept, as :class:`~highwater.rpc.auth.AuthInterceptor` keeps its own.
+call and kept (:class:`~highwater.rpc.method_wrapping.MethodWrappingInterceptor`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from typing import Any, NoReturn
 import grpc
 import grpc.aio
 from google.protobuf.message import DecodeError
+
+from highwater.rpc.method_wrapping import MethodWrappingInterceptor
 
 __all__ = ["DecodeInterceptor", "Undecodable"]
 
@@ -42,27 +44,13 @@ class Undecodable:
         self.error = error
 
 
-class DecodeInterceptor(grpc.aio.ServerInterceptor):
+class DecodeInterceptor(MethodWrappingInterceptor):
     """Answers requests that do not decode with INVALID_ARGUMENT (the module docstring)."""
 
-    def __init__(self) -> None:
-        self._handlers: dict[str, grpc.RpcMethodHandler | None] = {}
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        method = handler_call_details.method
-        try:
-            return self._handlers[method]
-        except KeyError:
-            pass
-        handler = await continuation(handler_call_details)
-        if handler is not None and handler.request_deserializer is not None:
-            handler = _refusing(method, handler)
-        self._handlers[method] = handler
-        return handler
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        if handler.request_deserializer is None:  # (raw bytes: nothing to decode)
+            return handler
+        return _refusing(method, handler)
 
 
 def _refusing(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
