@@ -11,6 +11,7 @@ call.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,6 @@ class MethodWrappingInterceptor(grpc.aio.ServerInterceptor):
         self._handlers[method] = wrapped
         return wrapped
 
+    @abc.abstractmethod
     def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """The handler that serves ``method`` in place of ``handler``."""
-        raise NotImplementedError
