@@ -34,6 +34,10 @@ import jwt
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from cryptography.hazmat.primitives.asymmetric import rsa
+from highwater.broker.kafka_protocol.codec import (
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse,
+)
 from highwater.client.admin import AdminClient, NewTopic
 from highwater.security import (
     AclBinding,
@@ -44,6 +48,7 @@ from highwater.security import (
 )
 from highwater.security.certificate_authority import CertificateAuthority
 from highwater.security.sasl_client import SaslCredentials
+from highwater.v1 import broker_pb2, broker_pb2_grpc
 from kafka import KafkaProducer
 from kafka.admin import (
     ACL,
@@ -681,3 +686,41 @@ def test_a_duplicate_in_delete_topics_is_invalid_before_it_is_authorized(
     )
     with _certificate_socket(pki, ssl_listener, "writer") as sock:
         assert _metadata_v12(sock, T(topic_id=uuid.UUID(int=0), name=TOPIC)).error_code == 0
+
+
+def _client_credentials(pki: Pki, name: str) -> grpc.ChannelCredentials:
+    cert, key = pki.files(name)
+    return grpc.ssl_channel_credentials(
+        pki.ca_file.read_bytes(), key.read_bytes(), cert.read_bytes()
+    )
+
+
+def test_describe_topic_partitions_shows_only_what_the_caller_may_describe(
+    pki: Pki, ssl_listener: KafkaServer
+) -> None:
+    """KIP-966's pages judge permission before they are cut, over gRPC and the Kafka
+    listener alike: with every topic asked for, a topic the caller may not describe is
+    left out; named, it is TOPIC_AUTHORIZATION_FAILED (29) at the end of the page, an
+    unknown one too (its existence is not disclosed). User:writer may read the topic,
+    User:nobody nothing."""
+
+    def over_grpc(client: str, topics: list[str]) -> list[tuple[str, int, int]]:
+        with grpc.secure_channel(ssl_listener.address, _client_credentials(pki, client)) as ch:
+            page = broker_pb2_grpc.BrokerStub(ch).DescribeTopicPartitions(
+                broker_pb2.DescribeTopicPartitionsRequest(topics=topics), timeout=10
+            )
+        return [(t.name, t.error, len(t.partitions)) for t in page.topics]
+
+    def over_kafka(client: str, topics: list[str]) -> list[tuple[str, int, int]]:
+        R = DescribeTopicPartitionsRequest
+        request = R(topics=[R.TopicRequest(name=n) for n in topics], cursor=None)
+        with _certificate_socket(pki, ssl_listener, client) as sock:
+            sock.sendall(request_frame(request, 0, 70))
+            page = DescribeTopicPartitionsResponse.decode(read_frame(sock)[5:], version=0)
+        return [(t.name, t.error_code, len(t.partitions)) for t in page.topics]
+
+    for describe in (over_grpc, over_kafka):
+        assert describe("writer", []) == [(TOPIC, 0, 1)], describe
+        assert describe("nobody", []) == [], describe
+        assert describe("writer", [TOPIC, "secret"]) == [(TOPIC, 0, 1), ("secret", 29, 0)]
+        assert describe("nobody", [TOPIC, "secret"]) == [("orders", 29, 0), ("secret", 29, 0)]

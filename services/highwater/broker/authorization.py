@@ -17,8 +17,8 @@ authorizer on:
   (``security/node_identities.py``), which :func:`replica_fetch_refusal` checks on each
   request of the stream;
 - ListOffsets, OffsetsForLeaderEpoch: DESCRIBE; DeleteRecords: DELETE;
-- Metadata: the topics the caller may DESCRIBE (a topic named but not describable is
-  TOPIC_AUTHORIZATION_FAILED, one not named is left out);
+- Metadata and DescribeTopicPartitions: the topics the caller may DESCRIBE (a topic named
+  but not describable is TOPIC_AUTHORIZATION_FAILED, one not named is left out);
 - FindCoordinator: DESCRIBE on the group, else GROUP_AUTHORIZATION_FAILED.
 """
 
@@ -29,6 +29,7 @@ from typing import TypeVar
 import grpc.aio
 from google.protobuf.message import Message
 
+from highwater.broker.topic_descriptions import MayDescribe
 from highwater.internal.v1 import replication_pb2 as rpb
 from highwater.rpc.auth import (
     authorize,
@@ -51,6 +52,7 @@ __all__ = [
     "filter_metadata",
     "replica_fetch_refusal",
     "split_topics",
+    "topic_describer",
 ]
 
 M = TypeVar("M", bound=Message)
@@ -154,6 +156,20 @@ def filter_metadata(
     del response.topics[:]
     response.topics.extend(kept)
     return response
+
+
+def topic_describer(context: grpc.aio.ServicerContext | None) -> MayDescribe | None:
+    """Whether the caller may describe a topic, for a paged description to ask before it
+    cuts its page (None: the checks are off, every topic may be)."""
+    if not authorizer_enabled():
+        return None
+
+    def may_describe(topic: str, named: bool) -> bool:
+        return authorize(
+            context, AclOperation.DESCRIBE, ResourceType.TOPIC, topic, log_if_denied=named
+        )
+
+    return may_describe
 
 
 def authorize_coordinators(

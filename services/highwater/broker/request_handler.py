@@ -6,14 +6,15 @@ batch; plain records to partition -1 are placed by Kafka's default partitioner,
 leader, here or over gRPC), Fetch (a long poll on ``max_wait_ms`` / ``min_bytes``; a
 consumer reads up to the high watermark), a follower's ReplicaFetch (the internal
 ``ReplicaFetchService``: past the high watermark, or the diverging epoch; its progress
-moves the high watermark and the ISR), ListOffsets, Metadata, OffsetsForLeaderEpoch,
-DeleteRecords, InitProducerId (ids from blocks the controller allocates) and
-FindCoordinator (the owner of the group's ``__consumer_offsets`` partition in the metadata
-image). Each partition of a request is served by its
-:class:`~highwater.broker.partitions.Partition`; a failure of one partition is an error
-code in its reply, and the other partitions of the request are served. Long polls and
-acks=all produces wait in the :class:`~highwater.broker.purgatory.Purgatory`; ISR changes
-a follower's fetch brings go to the AlterPartition sender.
+moves the high watermark and the ISR), ListOffsets, Metadata and DescribeTopicPartitions
+(Metadata's topics a page at a time), OffsetsForLeaderEpoch, DeleteRecords,
+InitProducerId (ids from blocks the controller allocates) and FindCoordinator (the owner
+of the group's ``__consumer_offsets`` partition in the metadata image). Each partition of
+a request is served by its :class:`~highwater.broker.partitions.Partition`; a failure of
+one partition is an error code in its reply, and the other partitions of the request are
+served. Long polls and acks=all produces wait in the
+:class:`~highwater.broker.purgatory.Purgatory`; ISR changes a follower's fetch brings go
+to the AlterPartition sender.
 
 Produce answers and consumers' fetch answers are recorded under the caller's client quotas
 (:mod:`highwater.broker.quotas`): their bytes and handler time. An answer over a quota
@@ -46,6 +47,13 @@ from highwater.broker.replica_sessions import ReplicaFetchSessions
 from highwater.broker.replication import AlterPartitionProposal, EpochEndOffset
 from highwater.broker.settings import BrokerSettings
 from highwater.broker.telemetry import ACKS, CONSUMER, REPLICA, TOPIC, BrokerTelemetry
+from highwater.broker.topic_descriptions import (
+    MayDescribe,
+    add_partition,
+    describe_topic_partitions,
+    is_internal_topic,
+    page_limit,
+)
 from highwater.config.limits import BATCH_MAX_BYTES
 from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
@@ -680,30 +688,34 @@ class RequestHandler:
                 response.topics.add(name=name, error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             described = response.topics.add(
-                name=name, topic_id=topic.topic_id, is_internal=name.startswith("__")
+                name=name, topic_id=topic.topic_id, is_internal=is_internal_topic(name)
             )
             for index in range(len(topic.partitions)):
                 registration = topic.partition(index)
-                if registration is None:
-                    continue
-                described.partitions.add(
-                    error=(
-                        ErrorCode.NONE
-                        if registration.has_leader
-                        else ErrorCode.LEADER_NOT_AVAILABLE
-                    ),
-                    partition=index,
-                    leader_id=registration.leader,
-                    leader_epoch=registration.leader_epoch,
-                    replicas=registration.replicas,
-                    isr=registration.isr,
-                    offline_replicas=[
-                        r for r in registration.replicas if not image.is_active_broker(r)
-                    ],
-                    eligible_leader_replicas=registration.elr,
-                    last_known_elr=registration.last_known_elr,
-                )
+                if registration is not None:
+                    add_partition(described.partitions, image, index, registration)
         return response
+
+    def describe_topic_partitions(
+        self,
+        request: pb.DescribeTopicPartitionsRequest,
+        may_describe: MayDescribe | None = None,
+    ) -> pb.DescribeTopicPartitionsResponse:
+        """One page of Metadata's topic descriptions (KIP-966,
+        :mod:`~highwater.broker.topic_descriptions`), at most the broker's
+        ``max.request.partition.size.limit`` partitions.
+
+        :raises InvalidRequestError: a negative limit or cursor partition, or a cursor
+            naming a topic the request does not."""
+        limit = page_limit(
+            request.response_partition_limit, self.settings.max_request_partition_size_limit
+        )
+        cursor = (
+            (request.cursor.topic, request.cursor.partition) if request.HasField("cursor") else None
+        )
+        return describe_topic_partitions(
+            self.partitions.image, request.topics, cursor, limit, may_describe
+        )
 
     def offsets_for_leader_epoch(
         self, request: pb.OffsetsForLeaderEpochRequest

@@ -14,8 +14,9 @@ Its parts, by role as Kafka's broker is laid out:
   heartbeats, controlled shutdown, the readiness reported to the gRPC host;
 * :mod:`~highwater.broker.request_handler` — Produce, Fetch, followers' ReplicaFetch
   (the internal ``ReplicaFetchService``, served beside ``Broker``), ListOffsets,
-  Metadata, OffsetsForLeaderEpoch, DeleteRecords, InitProducerId, FindCoordinator,
-  waiting in the :mod:`~highwater.broker.purgatory`;
+  Metadata and DescribeTopicPartitions (:mod:`~highwater.broker.topic_descriptions`),
+  OffsetsForLeaderEpoch, DeleteRecords, InitProducerId, FindCoordinator, waiting in the
+  :mod:`~highwater.broker.purgatory`;
 * :mod:`~highwater.broker.replica_fetcher` — one fetcher per leader this broker follows;
 * :mod:`~highwater.broker.alter_partition` — the ISR changes sent to the controller, and
   :mod:`~highwater.broker.isr_expiration` — the followers that fell behind, proposed out.
@@ -49,6 +50,7 @@ from highwater.broker.authorization import (
     filter_metadata,
     replica_fetch_refusal,
     split_topics,
+    topic_describer,
 )
 from highwater.broker.consumer_session import ConsumerSessions
 from highwater.broker.forwarding import ForwardedAdminCalls
@@ -482,6 +484,15 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.MetadataResponse:
         return filter_metadata(request, self._broker.metadata(request, current_listener()), context)
+
+    async def DescribeTopicPartitions(
+        self, request: pb.DescribeTopicPartitionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeTopicPartitionsResponse:
+        try:
+            return self._broker.describe_topic_partitions(request, topic_describer(context))
+        except InvalidRequestError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            raise AssertionError("unreachable: abort raises") from e
 
     async def OffsetsForLeaderEpoch(
         self, request: pb.OffsetsForLeaderEpochRequest, context: grpc.aio.ServicerContext

@@ -53,5 +53,8 @@ class BrokerSettings:
     connections_max_idle_ms: int = 600_000
     """``connections.max.idle.ms``: the Kafka listener closes a connection with no request
     in flight and no bytes moving for this long (-1: never)."""
+    max_request_partition_size_limit: int = 2000
+    """``max.request.partition.size.limit``: the most partitions one DescribeTopicPartitions
+    answer holds, whatever the request asks."""
     log: LogManagerSettings = field(default_factory=LogManagerSettings)
     """Retention, compaction, flush and checkpoint intervals of the data directory."""

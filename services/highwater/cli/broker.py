@@ -135,9 +135,9 @@ def broker(
     Of its --config file and --override keys the broker uses log.dirs, broker.rack,
     replica.lag.time.max.ms, broker.heartbeat.interval.ms,
     initial.broker.registration.timeout.ms, quota.window.num,
-    quota.window.size.seconds, connections.max.idle.ms and the listeners (listeners,
-    advertised.listeners, inter.broker.listener.name); the cluster defaults
-    (num.partitions...) are the controllers', read from the metadata.
+    quota.window.size.seconds, connections.max.idle.ms, max.request.partition.size.limit
+    and the listeners (listeners, advertised.listeners, inter.broker.listener.name); the
+    cluster defaults (num.partitions...) are the controllers', read from the metadata.
     """
     config = load_role_config(
         config_file,
@@ -167,6 +167,7 @@ def broker(
         quota_window_num=config.get("quota.window.num"),
         quota_window_size_seconds=config.get("quota.window.size.seconds"),
         connections_max_idle_ms=config.get("connections.max.idle.ms"),
+        max_request_partition_size_limit=config.get("max.request.partition.size.limit"),
     )
     if metadata_store is not None:
         # Imported here: the etcd client and controller are only loaded by brokers using them.

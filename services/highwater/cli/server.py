@@ -204,6 +204,7 @@ def server(
                 quota_window_num=config.get("quota.window.num"),
                 quota_window_size_seconds=config.get("quota.window.size.seconds"),
                 connections_max_idle_ms=config.get("connections.max.idle.ms"),
+                max_request_partition_size_limit=config.get("max.request.partition.size.limit"),
             ),
             coordinator_settings=CoordinatorSettings(
                 group=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=delay),

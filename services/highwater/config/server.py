@@ -21,7 +21,7 @@ The keys fall in three groups:
 * *broker and coordinator settings*: ``log.dirs``, ``broker.rack``, ``replica.lag.time.max.ms``,
   ``initial.broker.registration.timeout.ms``,
   ``quota.window.num``, ``quota.window.size.seconds``, ``connections.max.idle.ms``,
-  ``group.initial.rebalance.delay.ms``,
+  ``max.request.partition.size.limit``, ``group.initial.rebalance.delay.ms``,
   the listeners (``listeners``, ``advertised.listeners``, ``inter.broker.listener.name``:
   :mod:`highwater.config.listeners`); read at start by their role.
 
@@ -400,6 +400,14 @@ _ROLE_SETTINGS: Final = [
         at_least(-1),
         "A Kafka-listener connection with no request in flight and no bytes moving for "
         "this long is closed; -1: never.",
+    ),
+    ConfigKey(
+        "max.request.partition.size.limit",
+        _INT,
+        2000,
+        at_least(1),
+        "The most partitions one DescribeTopicPartitions answer holds, whatever the request "
+        "asks; the rest are asked for again from the answer's cursor.",
     ),
     ConfigKey(
         "replica.lag.time.max.ms",

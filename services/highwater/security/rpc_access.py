@@ -90,6 +90,9 @@ _BROKER: Final[dict[str, Access]] = {
     "FetchStream": PerItem(_TOPIC, _A.READ),
     "ListOffsets": PerItem(_TOPIC, _A.DESCRIBE),
     "Metadata": PerItem(_TOPIC, _A.DESCRIBE, "shows only the topics the caller may describe"),
+    "DescribeTopicPartitions": PerItem(
+        _TOPIC, _A.DESCRIBE, "shows only the topics the caller may describe"
+    ),
     "OffsetsForLeaderEpoch": PerItem(_TOPIC, _A.DESCRIBE),
     "DeleteRecords": PerItem(_TOPIC, _A.DELETE),
     "InitProducerId": PerItem(_CLUSTER, _A.IDEMPOTENT_WRITE),

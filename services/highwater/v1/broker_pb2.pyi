@@ -1011,6 +1011,97 @@ class MetadataResponse(_message.Message):
 Global___MetadataResponse: _TypeAlias = MetadataResponse  # noqa: Y015
 
 @_typing.final
+class DescribeTopicPartitionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    RESPONSE_PARTITION_LIMIT_FIELD_NUMBER: _builtins.int
+    CURSOR_FIELD_NUMBER: _builtins.int
+    response_partition_limit: _builtins.int
+    """At most this many partitions in the answer; 0: the broker's limit. The broker answers
+    no more than its `max.request.partition.size.limit` (2,000) whatever is asked.
+    """
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The topics to describe; empty: every topic (the ones the caller may not describe left
+        out, as Metadata leaves them).
+        """
+
+    @_builtins.property
+    def cursor(self) -> Global___TopicPartitionCursor:
+        """Where to start: a topic (which `topics`, if not empty, must name) and the first of its
+        partitions; topics before it in name order are left out. Unset: from the first topic.
+        """
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        response_partition_limit: _builtins.int = ...,
+        cursor: Global___TopicPartitionCursor | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "response_partition_limit", b"response_partition_limit", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeTopicPartitionsRequest: _TypeAlias = DescribeTopicPartitionsRequest  # noqa: Y015
+
+@_typing.final
+class TopicPartitionCursor(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicPartitionCursor: _TypeAlias = TopicPartitionCursor  # noqa: Y015
+
+@_typing.final
+class DescribeTopicPartitionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    NEXT_CURSOR_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicMetadata]:
+        """In name order. A topic asked for but unknown (UNKNOWN_TOPIC_OR_PARTITION, or
+        INVALID_TOPIC_EXCEPTION for a name no topic can have) comes in its place with no
+        partitions; one the caller may not describe (TOPIC_AUTHORIZATION_FAILED) at the end.
+        """
+
+    @_builtins.property
+    def next_cursor(self) -> Global___TopicPartitionCursor:
+        """Where the next page starts, the request's `cursor` for it; unset: this was the last."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___TopicMetadata] | None = ...,
+        next_cursor: Global___TopicPartitionCursor | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next_cursor", b"next_cursor"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_cursor", b"next_cursor", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeTopicPartitionsResponse: _TypeAlias = DescribeTopicPartitionsResponse  # noqa: Y015
+
+@_typing.final
 class BrokerNode(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -65,6 +65,11 @@ class BrokerStub:
                 request_serializer=highwater_dot_v1_dot_broker__pb2.MetadataRequest.SerializeToString,
                 response_deserializer=highwater_dot_v1_dot_broker__pb2.MetadataResponse.FromString,
                 _registered_method=True)
+        self.DescribeTopicPartitions = channel.unary_unary(
+                '/highwater.v1.Broker/DescribeTopicPartitions',
+                request_serializer=highwater_dot_v1_dot_broker__pb2.DescribeTopicPartitionsRequest.SerializeToString,
+                response_deserializer=highwater_dot_v1_dot_broker__pb2.DescribeTopicPartitionsResponse.FromString,
+                _registered_method=True)
         self.OffsetsForLeaderEpoch = channel.unary_unary(
                 '/highwater.v1.Broker/OffsetsForLeaderEpoch',
                 request_serializer=highwater_dot_v1_dot_broker__pb2.OffsetsForLeaderEpochRequest.SerializeToString,
@@ -221,6 +226,18 @@ class BrokerServicer:
 
     def Metadata(self, request, context):
         """Brokers, topics, partitions, their leaders, replicas and ISR.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeTopicPartitions(self, request, context):
+        """Topics and partitions as Metadata gives them, a page at a time (Kafka's
+        DescribeTopicPartitions, KIP-966): topics in name order, at most a limit of partitions
+        per answer, and a cursor to ask for the rest. A cluster's whole description can exceed
+        a client's largest message (gRPC's default is 4 MiB: about 200,000 partitions); a page
+        cannot. INVALID_ARGUMENT: a negative limit or cursor partition, or a cursor naming a
+        topic the request does not.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -416,6 +433,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Metadata,
                     request_deserializer=highwater_dot_v1_dot_broker__pb2.MetadataRequest.FromString,
                     response_serializer=highwater_dot_v1_dot_broker__pb2.MetadataResponse.SerializeToString,
+            ),
+            'DescribeTopicPartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeTopicPartitions,
+                    request_deserializer=highwater_dot_v1_dot_broker__pb2.DescribeTopicPartitionsRequest.FromString,
+                    response_serializer=highwater_dot_v1_dot_broker__pb2.DescribeTopicPartitionsResponse.SerializeToString,
             ),
             'OffsetsForLeaderEpoch': grpc.unary_unary_rpc_method_handler(
                     servicer.OffsetsForLeaderEpoch,
@@ -690,6 +712,33 @@ class Broker:
             '/highwater.v1.Broker/Metadata',
             highwater_dot_v1_dot_broker__pb2.MetadataRequest.SerializeToString,
             highwater_dot_v1_dot_broker__pb2.MetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeTopicPartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/highwater.v1.Broker/DescribeTopicPartitions',
+            highwater_dot_v1_dot_broker__pb2.DescribeTopicPartitionsRequest.SerializeToString,
+            highwater_dot_v1_dot_broker__pb2.DescribeTopicPartitionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -60,6 +60,14 @@ class BrokerStub:
     """The offset of the earliest or latest record, or of the first at or after a time."""
     Metadata: _grpc.UnaryUnaryMultiCallable[_broker_pb2.MetadataRequest, _broker_pb2.MetadataResponse]
     """Brokers, topics, partitions, their leaders, replicas and ISR."""
+    DescribeTopicPartitions: _grpc.UnaryUnaryMultiCallable[_broker_pb2.DescribeTopicPartitionsRequest, _broker_pb2.DescribeTopicPartitionsResponse]
+    """Topics and partitions as Metadata gives them, a page at a time (Kafka's
+    DescribeTopicPartitions, KIP-966): topics in name order, at most a limit of partitions
+    per answer, and a cursor to ask for the rest. A cluster's whole description can exceed
+    a client's largest message (gRPC's default is 4 MiB: about 200,000 partitions); a page
+    cannot. INVALID_ARGUMENT: a negative limit or cursor partition, or a cursor naming a
+    topic the request does not.
+    """
     OffsetsForLeaderEpoch: _grpc.UnaryUnaryMultiCallable[_broker_pb2.OffsetsForLeaderEpochRequest, _broker_pb2.OffsetsForLeaderEpochResponse]
     """Where each leader epoch ends in the leader's log: how a follower truncates."""
     DeleteRecords: _grpc.UnaryUnaryMultiCallable[_broker_pb2.DeleteRecordsRequest, _broker_pb2.DeleteRecordsResponse]
@@ -134,6 +142,14 @@ class BrokerAsyncStub(BrokerStub):
     """The offset of the earliest or latest record, or of the first at or after a time."""
     Metadata: _aio.UnaryUnaryMultiCallable[_broker_pb2.MetadataRequest, _broker_pb2.MetadataResponse]  # type: ignore[assignment]
     """Brokers, topics, partitions, their leaders, replicas and ISR."""
+    DescribeTopicPartitions: _aio.UnaryUnaryMultiCallable[_broker_pb2.DescribeTopicPartitionsRequest, _broker_pb2.DescribeTopicPartitionsResponse]  # type: ignore[assignment]
+    """Topics and partitions as Metadata gives them, a page at a time (Kafka's
+    DescribeTopicPartitions, KIP-966): topics in name order, at most a limit of partitions
+    per answer, and a cursor to ask for the rest. A cluster's whole description can exceed
+    a client's largest message (gRPC's default is 4 MiB: about 200,000 partitions); a page
+    cannot. INVALID_ARGUMENT: a negative limit or cursor partition, or a cursor naming a
+    topic the request does not.
+    """
     OffsetsForLeaderEpoch: _aio.UnaryUnaryMultiCallable[_broker_pb2.OffsetsForLeaderEpochRequest, _broker_pb2.OffsetsForLeaderEpochResponse]  # type: ignore[assignment]
     """Where each leader epoch ends in the leader's log: how a follower truncates."""
     DeleteRecords: _aio.UnaryUnaryMultiCallable[_broker_pb2.DeleteRecordsRequest, _broker_pb2.DeleteRecordsResponse]  # type: ignore[assignment]
@@ -241,6 +257,20 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_broker_pb2.MetadataResponse, _abc.Awaitable[_broker_pb2.MetadataResponse]]:
         """Brokers, topics, partitions, their leaders, replicas and ISR."""
+
+    @_abc_1.abstractmethod
+    def DescribeTopicPartitions(
+        self,
+        request: _broker_pb2.DescribeTopicPartitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.DescribeTopicPartitionsResponse, _abc.Awaitable[_broker_pb2.DescribeTopicPartitionsResponse]]:
+        """Topics and partitions as Metadata gives them, a page at a time (Kafka's
+        DescribeTopicPartitions, KIP-966): topics in name order, at most a limit of partitions
+        per answer, and a cursor to ask for the rest. A cluster's whole description can exceed
+        a client's largest message (gRPC's default is 4 MiB: about 200,000 partitions); a page
+        cannot. INVALID_ARGUMENT: a negative limit or cursor partition, or a cursor naming a
+        topic the request does not.
+        """
 
     @_abc_1.abstractmethod
     def OffsetsForLeaderEpoch(

@@ -85,10 +85,18 @@ from highwater.broker.authorization import (
     authorize_init_producer_id,
     filter_metadata,
     split_topics,
+    topic_describer,
 )
 from highwater.broker.fetch_sessions import FetchPartitionState, FetchSessionCache
-from highwater.broker.kafka_protocol.codec import SUPPORTED, KafkaRequest, Spliced, placeholders
+from highwater.broker.kafka_protocol.codec import (
+    SUPPORTED,
+    DescribeTopicPartitionsResponse,
+    KafkaRequest,
+    Spliced,
+    placeholders,
+)
 from highwater.broker.request_handler import RequestHandler
+from highwater.broker.topic_descriptions import describe_topic_partitions
 from highwater.controller_api import codec as controller_codec
 from highwater.controller_api.authorization import merge_refusals, split_admin_request
 from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
@@ -229,6 +237,7 @@ class KafkaApis:
             35: self.describe_log_dirs,
             47: self.offset_delete,
             60: self.describe_cluster,
+            75: self.describe_topic_partitions,
             29: self.describe_acls,
             30: self.create_acls,
             31: self.delete_acls,
@@ -704,6 +713,75 @@ class KafkaApis:
             cluster_id=answer.cluster_id or self.cluster_id(),
             controller_id=self._controller_id(brokers),
             topics=topics,
+        )
+
+    async def describe_topic_partitions(self, request: KafkaRequest) -> Any:
+        """KIP-966's pages of topic descriptions, by the gRPC call's rule
+        (:mod:`~highwater.broker.topic_descriptions`). A request that rule refuses (a
+        cursor naming a topic not asked for, a negative cursor partition) is answered as
+        Kafka's ``getErrorResponse`` answers it: INVALID_REQUEST for each topic asked."""
+        body = request.body
+        R = DescribeTopicPartitionsResponse
+        none = uuid.UUID(int=0)
+        cursor = (
+            None if body.cursor is None else (body.cursor.topic_name, body.cursor.partition_index)
+        )
+        try:
+            answer = describe_topic_partitions(
+                self._image(),
+                [t.name for t in body.topics],
+                cursor,
+                min(
+                    body.response_partition_limit,
+                    self.requests.settings.max_request_partition_size_limit,
+                ),
+                topic_describer(None),
+            )
+        except InvalidRequestError:
+            return R(
+                throttle_time_ms=0,
+                topics=[
+                    R.DescribeTopicPartitionsResponseTopic(
+                        error_code=INVALID_REQUEST, name=t.name, topic_id=none, partitions=[]
+                    )
+                    for t in body.topics
+                ],
+                next_cursor=None,
+            )
+        P = R.DescribeTopicPartitionsResponseTopic.DescribeTopicPartitionsResponsePartition
+        return R(
+            throttle_time_ms=0,
+            topics=[
+                R.DescribeTopicPartitionsResponseTopic(
+                    error_code=t.error,
+                    name=t.name,
+                    topic_id=topic_uuid(t.topic_id) if t.topic_id else none,
+                    is_internal=t.is_internal,
+                    partitions=[
+                        P(
+                            error_code=p.error,
+                            partition_index=p.partition,
+                            leader_id=p.leader_id,
+                            leader_epoch=p.leader_epoch,
+                            replica_nodes=list(p.replicas),
+                            isr_nodes=list(p.isr),
+                            eligible_leader_replicas=list(p.eligible_leader_replicas),
+                            last_known_elr=list(p.last_known_elr),
+                            offline_replicas=list(p.offline_replicas),
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in answer.topics
+            ],
+            next_cursor=(
+                R.Cursor(
+                    topic_name=answer.next_cursor.topic,
+                    partition_index=answer.next_cursor.partition,
+                )
+                if answer.HasField("next_cursor")
+                else None
+            ),
         )
 
     async def describe_cluster(self, request: KafkaRequest) -> Any:

@@ -71,6 +71,8 @@ __all__ = [
     "SASL_HANDSHAKE_KEY",
     "SUPPORTED",
     "ApiRange",
+    "DescribeTopicPartitionsRequest",
+    "DescribeTopicPartitionsResponse",
     "Frame",
     "KafkaRequest",
     "RequestDecodeError",
@@ -116,6 +118,16 @@ def _response_class(request: Any) -> Any:
     return getattr(module, request.__name__.removesuffix("Request") + "Response")
 
 
+class DescribeTopicPartitionsRequest(ApiMessage):
+    """KIP-966's paged topic description (API 75). kafka-python bundles its schema but no
+    module names it; like every ``kafka.protocol`` message, the class is built from the
+    schema its name picks."""
+
+
+class DescribeTopicPartitionsResponse(ApiMessage):
+    """The answer to :class:`DescribeTopicPartitionsRequest`."""
+
+
 # The versions served: from the oldest a client of the last few years sends (Produce v3 is
 # the first with RecordBatch v2) to the last one whose fields the broker can fill without
 # topic ids in place of names (Produce v13, Fetch v13, OffsetCommit v10...). SaslHandshake
@@ -152,6 +164,7 @@ SUPPORTED: Final[dict[int, ApiRange]] = {
         ApiRange(AlterPartitionReassignmentsRequest, 0, 0),
         ApiRange(ListPartitionReassignmentsRequest, 0, 0),
         ApiRange(DescribeClusterRequest, 0, 1),
+        ApiRange(DescribeTopicPartitionsRequest, 0, 0),
         ApiRange(DescribeLogDirsRequest, 1, 4),
         ApiRange(OffsetDeleteRequest, 0, 0),
         ApiRange(SaslHandshakeRequest, 0, 1),
