@@ -545,8 +545,12 @@ class Simulation:
         group = core.groups.get(GROUP)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if group.is_fenced_instance(member_id, instance_id):
-            return ErrorCode.FENCED_INSTANCE_ID
+        if instance_id is not None:
+            holder = group.static_members.get(instance_id)
+            if holder is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if holder != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
         if member_id not in group.members:
             return ErrorCode.UNKNOWN_MEMBER_ID
         return None
@@ -557,6 +561,8 @@ class Simulation:
         member_id, generation = request["member_id"], request["generation"]
         probe = request["probe"]
         expected = self._expected_refusal(member_id, consumer.instance_id)
+        if expected == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            expected = ErrorCode.NONE  # as Kafka's: the group is loading, answer blindly
         group = self.core.groups.get(GROUP)
         current = group.generation_id if group is not None else None
         outcome: Outcome = self.core.heartbeat(

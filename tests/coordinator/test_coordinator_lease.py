@@ -24,6 +24,7 @@ from pathlib import Path
 import grpc.aio
 import pytest
 from embedded_servers import free_port
+from highwater.client.admin import AdminClient, NewTopic
 from highwater.coordinator import service
 from highwater.coordinator.core import GroupCoordinatorSettings
 from highwater.coordinator.records import OffsetCommitRecord, decode_record
@@ -57,10 +58,15 @@ async def fetch(stub: coordinator_pb2_grpc.GroupCoordinatorStub) -> tuple[int, i
 
 
 async def until_committed(stub: coordinator_pb2_grpc.GroupCoordinatorStub, offset: int) -> None:
-    """Commit ``offset``, asking again while the group's partition is not served yet."""
+    """Commit ``offset``, asking again while the group's partition is not served yet (or the
+    coordinator's image does not have the topic yet)."""
     deadline = time.monotonic() + 20
     while (error := await commit(stub, offset)) != ErrorCode.NONE:
-        assert error in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS), error
+        assert error in (
+            ErrorCode.NOT_COORDINATOR,
+            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ), error
         assert time.monotonic() < deadline, "the group's partition is not served again"
         await asyncio.sleep(0.05)
 
@@ -85,6 +91,9 @@ async def test_a_coordinator_whose_lease_lapsed_serves_again_in_new_epochs(
     await server.start()
     try:
         await server.broker.wait_unfenced()
+        async with AdminClient(server.listen) as admin:
+            created = await admin.create_topics([NewTopic(TOPIC, 1, 1)])
+            assert created[TOPIC].error is None
         coordinator = server.coordinator
         partition = coordinator.partition_for(GROUP)
         assert partition == partition_for_group(GROUP, coordinator.offsets_partition_count())

@@ -7,6 +7,7 @@ from group_harness import PARTITIONS, REBALANCE_MS, SESSION_MS, Harness, partiti
 from highwater.coordinator.core import (
     CommitResult,
     DeleteResult,
+    FetchedOffset,
     GroupCoordinatorCore,
     GroupCoordinatorSettings,
     JoinResult,
@@ -22,6 +23,9 @@ from highwater.v1.consumer_protocol_pb2 import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
     ConsumerProtocolTopicPartitions,
+)
+from kafka.protocol.consumer.metadata import (
+    ConsumerProtocolSubscription as KafkaConsumerProtocolSubscription,
 )
 
 G = "orders-app"
@@ -363,7 +367,6 @@ def test_requests_for_partitions_not_served_or_loading_are_refused() -> None:
     core = GroupCoordinatorCore(GroupCoordinatorSettings(), partition_for)
     assert core.heartbeat(G, "m", 1, None, 0).error == ErrorCode.NOT_COORDINATOR
     core.begin_loading(partition_for(G))
-    assert core.heartbeat(G, "m", 1, None, 0).error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     assert core.describe_group(G).error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     assert core.heartbeat("", "m", 1, None, 0).error == ErrorCode.INVALID_GROUP_ID
 
@@ -1003,3 +1006,312 @@ def test_members_that_all_synced_in_a_stable_group_stay() -> None:
         for member in (leader, follower, first.member_id):
             assert h.heartbeat(G, member, new_generation) == ErrorCode.NONE
     assert h.core.groups[G].state is GroupState.STABLE
+
+
+# --- Kafka's rules, case by case ------------------------------------------------------------
+
+
+def test_a_heartbeat_while_the_groups_partition_loads_is_answered_none() -> None:
+    # Kafka's GroupCoordinatorService.heartbeat: "the group is still loading, so blindly
+    # respond"; its consumer has no case for COORDINATOR_LOAD_IN_PROGRESS in a heartbeat.
+    h = Harness()
+    joined = h.join_result(h.join_new(G))
+    h.sync_result(h.sync(G, joined.member_id, joined.generation_id, {joined.member_id: b""}))
+    h.core.unload(partition_for(G))
+    h.core.begin_loading(partition_for(G))
+    assert h.heartbeat(G, joined.member_id, joined.generation_id) == ErrorCode.NONE
+    assert h.heartbeat("", joined.member_id, joined.generation_id) == ErrorCode.INVALID_GROUP_ID
+    assert h.core.describe_group(G).error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+
+def kafka_subscription(*topics: str, version: int = 0) -> bytes:
+    """A Kafka client's JoinGroup metadata: Kafka's ConsumerProtocol subscription."""
+    owned = [KafkaConsumerProtocolSubscription.TopicPartition(topic=topics[0], partitions=[0])]
+    subscription = KafkaConsumerProtocolSubscription(
+        topics=list(topics),
+        user_data=None,
+        owned_partitions=owned if version >= 1 else [],
+        generation_id=3,
+        rack_id="r1",
+        version=version,
+    )
+    return bytes(subscription.encode())
+
+
+def test_kafka_clients_subscriptions_decide_offset_delete_and_expiry() -> None:
+    # Kafka's ClassicGroup.computeSubscribedTopics reads its ConsumerProtocol subscription
+    # (version 0's prefix, whatever the version): a topic no member subscribes to is neither
+    # kept by OffsetDelete nor by the KIP-496 expiry of a Stable group.
+    h = Harness(settings=RETENTION_OF_A_MINUTE)
+    audit = TopicPartition("audit", 0)
+    h.commit(G, "", -1, {audit: 7})
+    first = h.join_result(h.join(G, protocols=(("range", kafka_subscription("orders")),)))
+    a = h.join_result(
+        h.join(G, first.member_id, protocols=(("range", kafka_subscription("orders")),))
+    )
+    h.sync_result(h.sync(G, a.member_id, a.generation_id, {a.member_id: b"\x00\x00"}))
+    second = kafka_subscription("orders", "billing", version=3)
+    b_id = h.join_result(h.join(G, protocols=(("range", second),))).member_id
+    b_join = h.join(G, b_id, protocols=(("range", second),))
+    a_join = h.join(G, a.member_id, protocols=(("range", kafka_subscription("orders")),))
+    generation = h.join_result(a_join).generation_id
+    h.join_result(b_join)
+    b_sync = h.sync(G, b_id, generation)
+    h.sync_result(h.sync(G, a.member_id, generation, {a.member_id: b"", b_id: b""}))
+    h.sync_result(b_sync)
+    assert h.core.groups[G].state is GroupState.STABLE
+    h.commit(G, a.member_id, generation, {TP0: 5, TopicPartition("billing", 0): 6})
+
+    token = h.token()
+    billing, stale = TopicPartition("billing", 0), TopicPartition("stale", 0)
+    h.run(h.core.delete_offsets(token, G, [TP0, billing, stale], h.now))
+    result = h.replies.pop(token)
+    assert isinstance(result, OffsetDeleteResult)
+    assert {tp: o.error for tp, o in result.partitions.items()} == {
+        TP0: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+        billing: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+        stale: ErrorCode.NONE,
+    }
+    for _ in range(14):
+        h.advance(5_000)
+        assert h.heartbeat(G, a.member_id, generation) == ErrorCode.NONE
+        assert h.heartbeat(G, b_id, generation) == ErrorCode.NONE
+    _, offsets = h.core.fetch_offsets(G, None)
+    assert {tp: o.offset for tp, o in offsets.items()} == {TP0: 5, billing: 6}
+
+
+def test_commits_of_partitions_the_metadata_does_not_have_get_unknown_topic_or_partition() -> None:
+    # Kafka's handleOffsetCommitRequest answers UNKNOWN_TOPIC_OR_PARTITION for a partition not
+    # in its metadata, before and whatever the group says; any offset is stored, -1 included.
+    topics = {"orders": 2}
+    h = Harness()
+    h.core = GroupCoordinatorCore(
+        h.settings,
+        partition_for,
+        partition_exists=lambda tp: 0 <= tp.partition < topics.get(tp.topic, 0),
+    )
+    for partition in range(PARTITIONS):
+        h.core.load(partition, 0, [], h.now)
+    missing, beyond = TopicPartition("missing", 0), TopicPartition("orders", 2)
+    result = h.commit("simple", "", -1, {TP0: -1, missing: 5, beyond: 5})
+    assert {tp: o.error for tp, o in result.errors.items()} == {
+        missing: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        beyond: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        TP0: ErrorCode.NONE,
+    }
+    assert h.core.fetch_offsets("simple", None)[1] == {TP0: FetchedOffset(-1, 3, "")}
+    # Refused by the group, the partitions that exist get the group's error, the others not.
+    leader, _, generation = stable_pair(h)
+    stale = h.commit(G, leader, generation - 1, {TP1: 5, missing: 5})
+    assert {tp: o.error for tp, o in stale.errors.items()} == {
+        missing: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        TP1: ErrorCode.ILLEGAL_GENERATION,
+    }
+    # None exists: nothing else is looked at (no group is created).
+    assert h.commit("nobody", "", -1, {missing: 1}).errors[missing].error == (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    )
+    assert "nobody" not in h.core.groups
+
+
+def test_without_metadata_a_negative_partition_does_not_exist_and_a_negative_offset_is_stored() -> (
+    None
+):
+    h = Harness()
+    negative = TopicPartition("orders", -1)
+    result = h.commit("simple", "", -1, {negative: 5, TP0: -1})
+    assert {tp: o.error for tp, o in result.errors.items()} == {
+        negative: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        TP0: ErrorCode.NONE,
+    }
+    assert h.core.fetch_offsets("simple", [TP0])[1][TP0].offset == -1
+
+
+def test_a_commit_with_generation_minus_one_goes_to_an_empty_group_whatever_its_member_id() -> None:
+    # Kafka's ClassicGroup.validateOffsetCommit: generation < 0 and Empty → accepted; a group
+    # that does not exist is created for it (OffsetMetadataManager.validateOffsetCommit).
+    h = Harness()
+    assert h.commit("absent", "m-old", -1, {TP0: 5}).errors[TP0].error == ErrorCode.NONE
+    assert h.core.fetch_offsets("absent", [TP0])[1][TP0].offset == 5
+    assert h.commit("absent2", "m", 1, {TP0: 5}).errors[TP0].error == ErrorCode.ILLEGAL_GENERATION
+    joined = h.join_result(h.join_new(G))
+    h.sync_result(h.sync(G, joined.member_id, joined.generation_id, {joined.member_id: b""}))
+    h.leave(G, joined.member_id)
+    assert h.core.groups[G].state is GroupState.EMPTY
+    assert h.commit(G, joined.member_id, -1, {TP0: 6}).errors[TP0].error == ErrorCode.NONE
+    stale = h.commit(G, joined.member_id, joined.generation_id, {TP0: 7})
+    assert stale.errors[TP0].error == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_a_commit_without_member_or_generation_needs_the_group_empty_not_memberless() -> None:
+    # A group rebalancing with no member (only an id handed out with MEMBER_ID_REQUIRED) is
+    # not Empty: Kafka refuses the commit UNKNOWN_MEMBER_ID.
+    h = Harness()
+    joined = h.join_result(h.join_new(G))
+    h.sync_result(h.sync(G, joined.member_id, joined.generation_id, {joined.member_id: b""}))
+    assert h.join_result(h.join(G)).error == ErrorCode.MEMBER_ID_REQUIRED
+    h.leave(G, joined.member_id)
+    group = h.core.groups[G]
+    assert group.state is GroupState.PREPARING_REBALANCE and not group.members
+    assert h.commit(G, "", -1, {TP0: 5}).errors[TP0].error == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_member_ids_handed_out_do_not_count_against_the_group_max_size() -> None:
+    # Kafka's acceptJoiningMember: Stable and CompletingRebalance count members (not pending
+    # ids); an Empty group takes every join.
+    h = Harness(
+        settings=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=0, group_max_size=2)
+    )
+    a = h.join_result(h.join_new(G, client_id="a"))
+    h.sync_result(h.sync(G, a.member_id, a.generation_id, {a.member_id: b""}))
+    assert h.join_result(h.join(G, client_id="b")).error == ErrorCode.MEMBER_ID_REQUIRED
+    again = h.join_result(h.join(G, client_id="b"))  # the first answer was lost
+    assert again.error == ErrorCode.MEMBER_ID_REQUIRED
+    b_join = h.join(G, again.member_id, client_id="b")
+    a_join = h.join(G, a.member_id)
+    h.advance(SESSION_MS)  # the lost id lapses: the join phase waited for it
+    generation = h.join_result(a_join).generation_id
+    assert h.join_result(b_join).generation_id == generation
+    full = h.join_result(h.join(G, client_id="c"))
+    assert full.error == ErrorCode.GROUP_MAX_SIZE_REACHED
+
+    one = Harness(
+        settings=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=0, group_max_size=1)
+    )
+    assert one.join_result(one.join(G)).error == ErrorCode.MEMBER_ID_REQUIRED
+    assert one.join_result(one.join(G)).error == ErrorCode.MEMBER_ID_REQUIRED
+
+
+def test_a_rebalancing_group_takes_joins_while_fewer_than_the_max_are_waiting() -> None:
+    # PreparingRebalance: new members only while fewer than group.max.size wait to rejoin; a
+    # member that has not rejoined yet is refused then, and dropped from the rebalance.
+    h = Harness(
+        settings=GroupCoordinatorSettings(group_initial_rebalance_delay_ms=0, group_max_size=2)
+    )
+    leader, follower, generation = stable_pair(h)
+    leader_join = h.join(G, leader)  # the leader asks for a new assignment: a rebalance
+    newcomer = h.join_result(h.join(G)).member_id
+    newcomer_join = h.join(G, newcomer)  # two members wait now
+    assert h.join_result(h.join(G)).error == ErrorCode.GROUP_MAX_SIZE_REACHED
+    assert h.join_result(h.join(G, follower)).error == ErrorCode.GROUP_MAX_SIZE_REACHED
+    led = h.join_result(leader_join)
+    assert led.generation_id == generation + 1
+    assert {m.member_id for m in led.members} == {leader, newcomer}
+    assert h.join_result(newcomer_join).error == ErrorCode.NONE
+
+
+def test_the_empty_group_id_is_served_where_kafka_serves_it() -> None:
+    # Kafka refuses the empty group id only in JoinGroup, SyncGroup, Heartbeat, LeaveGroup and
+    # OffsetDelete; OffsetCommit, OffsetFetch, DescribeGroups and DeleteGroups serve it.
+    h = Harness()
+    assert h.commit("", "", -1, {TP0: 5}).errors[TP0].error == ErrorCode.NONE
+    outcome, offsets = h.core.fetch_offsets("", None)
+    assert outcome.error == ErrorCode.NONE and offsets[TP0].offset == 5
+    described = h.core.describe_group("")
+    assert (described.error, described.state) == (ErrorCode.NONE, GroupState.EMPTY)
+    token = h.token()
+    h.run(h.core.delete_groups(token, ["", "never"], h.now))
+    deleted = h.replies.pop(token)
+    assert isinstance(deleted, DeleteResult)
+    assert {g: o.error for g, o in deleted.errors.items()} == {
+        "": ErrorCode.NONE,
+        "never": ErrorCode.GROUP_ID_NOT_FOUND,
+    }
+    assert h.join_result(h.join("")).error == ErrorCode.INVALID_GROUP_ID
+    assert h.sync_result(h.sync("", "m", 1)).error == ErrorCode.INVALID_GROUP_ID
+    assert h.heartbeat("", "m", 1) == ErrorCode.INVALID_GROUP_ID
+    assert h.leave("", "m") == ErrorCode.INVALID_GROUP_ID
+    token = h.token()
+    h.run(h.core.delete_offsets(token, "", [TP0], h.now))
+    refused = h.replies.pop(token)
+    assert isinstance(refused, OffsetDeleteResult)
+    assert refused.error.error == ErrorCode.INVALID_GROUP_ID
+
+
+def test_a_member_id_handed_out_outlives_the_join_phase_until_its_session_ends() -> None:
+    # Kafka keeps pendingJoinMembers across generations: only the id's own session timeout
+    # ends it. Joining with it later is a new member, and starts a rebalance.
+    h = Harness()
+    a = h.join_result(h.join_new(G))
+    h.sync_result(h.sync(G, a.member_id, a.generation_id, {a.member_id: b""}))
+    b = h.join_result(h.join(G, session_ms=60_000))
+    assert b.error == ErrorCode.MEMBER_ID_REQUIRED
+    a_join = h.join(G, a.member_id)
+    h.advance(REBALANCE_MS)  # the join phase ends without b
+    assert h.join_result(a_join).generation_id == a.generation_id + 1
+    h.advance(5_000)
+    b_join = h.join(G, b.member_id, session_ms=60_000)
+    assert not h.answered(b_join)
+    assert h.core.groups[G].state is GroupState.PREPARING_REBALANCE
+    a_rejoin = h.join(G, a.member_id)
+    assert h.join_result(b_join).generation_id == a.generation_id + 2
+    assert h.join_result(a_rejoin).error == ErrorCode.NONE
+    # Unused, an id lapses after its own session, whatever joins happened meanwhile.
+    c = h.join_result(h.join(G, session_ms=60_000))
+    h.advance(60_000)
+    assert c.member_id not in h.core.groups[G].pending_members
+
+
+def test_only_a_stable_group_is_described_with_its_protocol() -> None:
+    # Kafka's describeGroups sets the protocol (ProtocolData) only when the group is Stable.
+    h = Harness()
+    joined = h.join_result(h.join_new(G))
+    completing = h.core.describe_group(G)
+    assert completing.state is GroupState.COMPLETING_REBALANCE
+    assert (completing.protocol_type, completing.protocol_name) == ("consumer", "")
+    h.sync_result(h.sync(G, joined.member_id, joined.generation_id, {joined.member_id: b""}))
+    assert h.core.describe_group(G).protocol_name == "range"
+    h.join_new(G)
+    preparing = h.core.describe_group(G)
+    assert preparing.state is GroupState.PREPARING_REBALANCE and preparing.protocol_name == ""
+
+
+def test_offset_metadata_is_measured_in_characters_as_java_counts_them() -> None:
+    # Kafka compares String.length() (UTF-16 code units) with offset.metadata.max.bytes.
+    h = Harness()
+    accented = "\u00e9" * 4096  # 4096 characters, 8192 UTF-8 bytes
+    assert h.commit("s", "", -1, {TP0: 1}, metadata=accented).errors[TP0].error == ErrorCode.NONE
+    emoji = "\U0001f600" * 2049  # 4098 UTF-16 code units
+    too_long = h.commit("s", "", -1, {TP0: 1}, metadata=emoji).errors[TP0].error
+    assert too_long == ErrorCode.OFFSET_METADATA_TOO_LARGE
+    over = h.commit("s", "", -1, {TP0: 1}, metadata="a" * 4097).errors[TP0].error
+    assert over == ErrorCode.OFFSET_METADATA_TOO_LARGE
+
+
+def test_an_instance_id_no_member_holds_is_unknown() -> None:
+    # Kafka's ClassicGroup.validateMember: a request naming a group.instance.id nobody holds
+    # gets UNKNOWN_MEMBER_ID, even from a member.
+    h = Harness()
+    joined = h.join_result(h.join_new(G))
+    member, generation = joined.member_id, joined.generation_id
+    h.sync_result(h.sync(G, member, generation, {member: b""}))
+    assert h.heartbeat(G, member, generation, "ghost") == ErrorCode.UNKNOWN_MEMBER_ID
+    sync = h.sync_result(h.sync(G, member, generation, instance_id="ghost"))
+    assert sync.error == ErrorCode.UNKNOWN_MEMBER_ID
+    token = h.token()
+    h.run(
+        h.core.commit_offsets(
+            token, G, member, generation, "ghost", [OffsetToCommit(TP0, 1)], h.now
+        )
+    )
+    committed = h.replies.pop(token)
+    assert isinstance(committed, CommitResult)
+    assert committed.errors[TP0].error == ErrorCode.UNKNOWN_MEMBER_ID
+    assert h.leave(G, member, "ghost") == ErrorCode.UNKNOWN_MEMBER_ID
+    assert h.heartbeat(G, member, generation) == ErrorCode.NONE
+
+
+def test_a_member_id_handed_out_cannot_take_a_static_members_place() -> None:
+    # Ids are handed out pending to dynamic members only: Kafka refuses (an illegal state,
+    # UNKNOWN_SERVER_ERROR) a pending id that joins with a group.instance.id.
+    h = Harness()
+    static = h.join_result(h.join(G, instance_id="i1"))
+    h.sync_result(
+        h.sync(G, static.member_id, static.generation_id, {static.member_id: b""}, instance_id="i1")
+    )
+    pending = h.join_result(h.join(G, client_id="x"))
+    refused = h.join_result(h.join(G, pending.member_id, instance_id="i1", client_id="x"))
+    assert refused.error == ErrorCode.UNKNOWN_SERVER_ERROR
+    group = h.core.groups[G]
+    assert group.static_members == {"i1": static.member_id}
+    assert [m.group_instance_id for m in group.members.values()] == ["i1"]

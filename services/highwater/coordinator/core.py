@@ -23,7 +23,7 @@ without a rebalance.
 
 A group belongs to the coordinator that owns its partition of ``__consumer_offsets``;
 requests for groups of other partitions get NOT_COORDINATOR, for partitions being
-loaded COORDINATOR_LOAD_IN_PROGRESS.
+loaded COORDINATOR_LOAD_IN_PROGRESS (a Heartbeat NONE, as Kafka answers it).
 """
 
 from __future__ import annotations
@@ -52,17 +52,17 @@ from highwater.coordinator.records import (
     encode_offset_tombstone,
     restore_groups,
 )
+from highwater.coordinator.subscriptions import subscribed_topics
 from highwater.storage.topic_partition import TopicPartition
 from highwater.v1.common_pb2 import ErrorCode
-from highwater.v1.consumer_protocol_pb2 import (
-    ConsumerProtocolAssignment,
-    ConsumerProtocolSubscription,
-)
+from highwater.v1.consumer_protocol_pb2 import ConsumerProtocolAssignment
 
 NONE: Final = ErrorCode.NONE
 CONSUMER_PROTOCOL_TYPE: Final = "consumer"
-"""Groups of this protocol type carry consumer_protocol.proto assignments, which the
-coordinator reads to refuse commits for partitions a member was not assigned."""
+"""Groups of this protocol type carry subscriptions the coordinator reads for OffsetDelete and
+offset expiry (:mod:`.subscriptions`: Highwater's or Kafka's encoding), and, from Highwater's
+consumers, consumer_protocol.proto assignments it reads to refuse commits for partitions a
+member was not assigned."""
 NO_GENERATION: Final = -1
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
     GroupState.EMPTY,
@@ -286,9 +286,16 @@ class GroupCoordinatorCore:
         partition_for: Callable[[str], int],
         *,
         new_member_id: Callable[[str], str] | None = None,
+        partition_exists: Callable[[TopicPartition], bool] | None = None,
     ) -> None:
+        """``partition_for``: the partition of ``__consumer_offsets`` a group id belongs to;
+        ``partition_exists``: whether the metadata image has a topic partition (OffsetCommit
+        answers UNKNOWN_TOPIC_OR_PARTITION for one it has not, as Kafka's
+        ``handleOffsetCommitRequest``); without an image, every partition of a named topic
+        with an index of 0 or more exists."""
         self.settings = settings
         self.partition_for = partition_for
+        self.partition_exists = partition_exists or _named_partition
         self._new_member_id = new_member_id or _random_member_id
         self.groups: dict[str, Group] = {}
         self.owned: dict[int, int] = {}
@@ -337,9 +344,15 @@ class GroupCoordinatorCore:
             effects += self._writes.pop(write_id).on_done(ErrorCode.NOT_COORDINATOR, 0)
         return effects
 
-    def _check_owner(self, group_id: str) -> int:
+    @staticmethod
+    def _check_group_id(group_id: str) -> None:
+        """JoinGroup, SyncGroup, Heartbeat, LeaveGroup and OffsetDelete refuse the empty group
+        id (Kafka's ``isGroupIdNotEmpty``); OffsetCommit, OffsetFetch, DescribeGroups and
+        DeleteGroups serve it like any other, as Kafka does "for backwards compatibility"."""
         if not group_id:
             raise _Refused(ErrorCode.INVALID_GROUP_ID, "the group id is empty")
+
+    def _check_owner(self, group_id: str) -> int:
         partition = self.partition_for(group_id)
         if partition in self.loading:
             raise _Refused(
@@ -362,6 +375,7 @@ class GroupCoordinatorCore:
             return [Reply(token, JoinResult(e.error, e.message, member_id=request.member_id))]
 
     def _join(self, token: Token, request: JoinRequest, now: int) -> list[Effect]:
+        self._check_group_id(request.group_id)
         self._check_owner(request.group_id)
         settings = self.settings
         if not (
@@ -392,6 +406,18 @@ class GroupCoordinatorCore:
             self.groups[request.group_id] = group
         if group.is_in(DEAD):
             raise _Refused(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group is being removed")
+        if not self._accepts_joining_member(group, request.member_id):
+            # Kafka drops the refused member id: a pending id, or a member that had not
+            # rejoined yet (PreparingRebalance), which the rebalance then goes on without.
+            group.pending_members.pop(request.member_id, None)
+            effects: list[Effect] = []
+            if request.member_id in group.members:
+                effects += self._remove_member_and_rebalance(group, request.member_id, now)
+            full = JoinResult(
+                ErrorCode.GROUP_MAX_SIZE_REACHED,
+                f"the group has group.max.size ({self.settings.group_max_size}) members",
+            )
+            return [*effects, Reply(token, full)]
         if not group.supports(request.protocol_type, request.protocols):
             raise _Refused(
                 ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
@@ -401,6 +427,28 @@ class GroupCoordinatorCore:
             return self._join_unknown_member(token, group, request, now)
         return self._join_known_member(token, group, request, now)
 
+    def _accepts_joining_member(self, group: Group, member_id: str) -> bool:
+        """Whether ``group.max.size`` lets a JoinGroup in (Kafka's ``acceptJoiningMember``).
+
+        Member ids handed out with MEMBER_ID_REQUIRED are not members and do not count, so a
+        first join sent again (its answer lost) is not refused. An Empty group takes every
+        join. In PreparingRebalance a member already waiting to rejoin is in, and others
+        while fewer than the maximum are waiting (not the number of members: that may be
+        over a lowered maximum, and this way the last to rejoin are the ones left out). In
+        CompletingRebalance and Stable a member is in, and others (a restarting static
+        member too: it joins without a member id) while the group has fewer members than the
+        maximum.
+        """
+        limit = self.settings.group_max_size
+        if group.is_in(EMPTY, DEAD):
+            return True
+        member = group.members.get(member_id)
+        if group.is_in(PREPARING):
+            return (member is not None and member.awaiting_join) or (
+                group.awaiting_join_count() < limit
+            )
+        return member is not None or len(group.members) < limit
+
     def _join_unknown_member(
         self, token: Token, group: Group, request: JoinRequest, now: int
     ) -> list[Effect]:
@@ -408,8 +456,6 @@ class GroupCoordinatorCore:
         instance_id = request.group_instance_id
         if instance_id is not None and instance_id in group.static_members:
             return self._rejoin_static_member(token, group, request, member_id, now)
-        if len(group.members) + len(group.pending_members) >= self.settings.group_max_size:
-            raise _Refused(ErrorCode.GROUP_MAX_SIZE_REACHED, "the group is full")
         if instance_id is not None:
             return self._add_member_and_rebalance(token, group, request, member_id, now)
         group.pending_members[member_id] = now + request.session_timeout_ms
@@ -483,13 +529,16 @@ class GroupCoordinatorCore:
     ) -> list[Effect]:
         member_id = request.member_id
         if member_id in group.pending_members:
+            if request.group_instance_id is not None:
+                # Ids are handed out pending to dynamic members only; Kafka refuses the
+                # request as an illegal state (answered UNKNOWN_SERVER_ERROR).
+                raise _Refused(
+                    ErrorCode.UNKNOWN_SERVER_ERROR,
+                    f"pending member {member_id!r} cannot join as a static member",
+                )
             del group.pending_members[member_id]
             return self._add_member_and_rebalance(token, group, request, member_id, now)
-        if group.is_fenced_instance(member_id, request.group_instance_id):
-            raise _Refused(ErrorCode.FENCED_INSTANCE_ID, "another member holds this instance id")
-        member = group.members.get(member_id)
-        if member is None:
-            raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID, f"unknown member {member_id!r}")
+        member = _validate_member(group, member_id, request.group_instance_id)
         member.heartbeat_deadline = now + request.session_timeout_ms
         changed = member.protocols != request.protocols
         effects: list[Effect] = []
@@ -609,6 +658,10 @@ class GroupCoordinatorCore:
         JoinGroup comes later, as a known member's, and gets this generation. When no
         member at all rejoined (only such static members are left), no generation can
         form: the join phase waits another rebalance timeout for them or their sessions.
+
+        Member ids handed out with MEMBER_ID_REQUIRED stay pending: one joins with its id
+        later (and starts another rebalance) or lapses after its session timeout, as Kafka
+        keeps ``pendingJoinMembers`` across generations.
         """
         effects: list[Effect] = []
         for member in [m for m in group.members.values() if not m.awaiting_join]:
@@ -619,7 +672,6 @@ class GroupCoordinatorCore:
             group.in_initial_delay = False
             group.join_deadline = now + group.max_rebalance_timeout_ms()
             return effects
-        group.pending_members.clear()
         group.join_deadline = None
         group.in_initial_delay = False
         group.generation_id += 1
@@ -660,6 +712,7 @@ class GroupCoordinatorCore:
             return [Reply(token, SyncResult(e.error, e.message))]
 
     def _sync(self, token: Token, request: SyncRequest, now: int) -> list[Effect]:
+        self._check_group_id(request.group_id)
         self._check_owner(request.group_id)
         group, member = self._member(request.group_id, request.member_id, request.group_instance_id)
         if request.generation_id != group.generation_id:
@@ -749,12 +802,7 @@ class GroupCoordinatorCore:
         group = self.groups.get(group_id)
         if group is None or group.is_in(DEAD):
             raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id!r} does not exist")
-        if group.is_fenced_instance(member_id, instance_id):
-            raise _Refused(ErrorCode.FENCED_INSTANCE_ID, "another member holds this instance id")
-        member = group.members.get(member_id)
-        if member is None:
-            raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID, f"unknown member {member_id!r}")
-        return group, member
+        return group, _validate_member(group, member_id, instance_id)
 
     # -- Heartbeat and LeaveGroup -----------------------------------------------------------
 
@@ -766,8 +814,18 @@ class GroupCoordinatorCore:
         group_instance_id: str | None,
         now: int,
     ) -> Outcome:
+        """A member is alive. While the group's partition loads the answer is NONE, as
+        Kafka's ``GroupCoordinatorService.heartbeat`` answers ("the group is still loading,
+        so blindly respond"): its consumer fails on COORDINATOR_LOAD_IN_PROGRESS in a
+        heartbeat, and the session starts afresh at the load anyway."""
         try:
+            self._check_group_id(group_id)
             self._check_owner(group_id)
+        except _Refused as e:
+            if e.error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                return Outcome()
+            return Outcome(e.error, e.message)
+        try:
             group, member = self._member(group_id, member_id, group_instance_id)
         except _Refused as e:
             return Outcome(e.error, e.message)
@@ -787,6 +845,7 @@ class GroupCoordinatorCore:
         """Remove ``(member id, group instance id)`` pairs; a static member may be named by its
         instance id alone. One outcome per pair, and the effects of the rebalance."""
         try:
+            self._check_group_id(group_id)
             self._check_owner(group_id)
         except _Refused as e:
             return [Outcome(e.error, e.message) for _ in members], []
@@ -799,17 +858,14 @@ class GroupCoordinatorCore:
                 continue
             if instance_id is not None and not member_id:
                 member_id = group.static_members.get(instance_id, "")
-            if group.is_fenced_instance(member_id, instance_id):
-                outcomes.append(Outcome(ErrorCode.FENCED_INSTANCE_ID, "not this instance's member"))
-                continue
             if group.pending_members.pop(member_id, None) is not None:
                 outcomes.append(Outcome())
                 effects += self._maybe_complete_join(group, now)
                 continue
-            if member_id not in group.members:
-                outcomes.append(
-                    Outcome(ErrorCode.UNKNOWN_MEMBER_ID, f"unknown member {member_id!r}")
-                )
+            try:
+                _validate_member(group, member_id, instance_id)
+            except _Refused as e:
+                outcomes.append(Outcome(e.error, e.message))
                 continue
             outcomes.append(Outcome())
             effects += self._remove_member_and_rebalance(group, member_id, now)
@@ -844,43 +900,39 @@ class GroupCoordinatorCore:
         offsets: Sequence[OffsetToCommit],
         now: int,
     ) -> list[Effect]:
-        def refuse(error: int, message: str) -> list[Effect]:
-            outcome = Outcome(error, message)
-            return [Reply(token, CommitResult({o.topic_partition: outcome for o in offsets}))]
+        """Kafka's OffsetCommit, answered once the offsets are appended.
 
+        A partition the metadata image does not have gets UNKNOWN_TOPIC_OR_PARTITION before
+        anything else is looked at (Kafka's ``handleOffsetCommitRequest``); the others are
+        checked against the group (:meth:`_group_for_commit`), then one by one: metadata
+        longer than ``offset.metadata.max.bytes`` gets OFFSET_METADATA_TOO_LARGE. The offset
+        itself is stored whatever its value, -1 included, as in Kafka."""
+        errors: dict[TopicPartition, Outcome] = {}
+        known: list[OffsetToCommit] = []
+        for item in offsets:
+            tp = item.topic_partition
+            if self.partition_exists(tp):
+                known.append(item)
+            else:
+                errors[tp] = Outcome(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"{tp.topic}-{tp.partition} does not exist",
+                )
+        if not known:
+            return [Reply(token, CommitResult(errors))]
         try:
             self._check_owner(group_id)
-            group = self.groups.get(group_id)
-            if generation_id < 0 and not member_id:
-                # A commit from outside group management (assign()): only while no member
-                # manages the group.
-                if group is not None and group.members:
-                    raise _Refused(
-                        ErrorCode.UNKNOWN_MEMBER_ID, "the group has members; commit as one of them"
-                    )
-                if group is None:
-                    group = Group(group_id, state_timestamp=now)
-                    self.groups[group_id] = group
-            else:
-                if group is None:
-                    raise _Refused(ErrorCode.ILLEGAL_GENERATION, "the group does not exist")
-                group, member = self._member(group_id, member_id, group_instance_id)
-                if generation_id != group.generation_id:
-                    raise _Refused(
-                        ErrorCode.ILLEGAL_GENERATION,
-                        f"generation {generation_id}, the group is at {group.generation_id}",
-                    )
-                if group.is_in(COMPLETING):
-                    raise _Refused(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing")
-                member.heartbeat_deadline = now + member.session_timeout_ms
-            if group.is_in(DEAD):
-                raise _Refused(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group is being removed")
+            group = self._group_for_commit(
+                group_id, member_id, generation_id, group_instance_id, now
+            )
         except _Refused as e:
-            return refuse(e.error, e.message)
-        errors: dict[TopicPartition, Outcome] = {}
+            refused = Outcome(e.error, e.message)
+            errors.update((item.topic_partition, refused) for item in known)
+            return [Reply(token, CommitResult(errors))]
         accepted: dict[TopicPartition, CommittedOffset] = {}
         owned = _consumer_assignment(group, member_id)
-        for item in offsets:
+        max_metadata = self.settings.offset_metadata_max_bytes
+        for item in known:
             tp = item.topic_partition
             if owned is not None and tp not in owned:
                 # No Kafka code says exactly this; UNKNOWN_TOPIC_OR_PARTITION is a per-partition
@@ -890,13 +942,11 @@ class GroupCoordinatorCore:
                     f"{tp.topic}-{tp.partition} is not assigned to member {member_id} in "
                     f"generation {generation_id} or the one before",
                 )
-            elif len(item.metadata.encode()) > self.settings.offset_metadata_max_bytes:
+            elif _metadata_length(item.metadata) > max_metadata:
                 errors[tp] = Outcome(
                     ErrorCode.OFFSET_METADATA_TOO_LARGE,
-                    f"metadata over {self.settings.offset_metadata_max_bytes} bytes",
+                    f"metadata longer than {max_metadata} characters",
                 )
-            elif item.offset < 0 or tp.partition < 0 or not tp.topic:
-                errors[tp] = Outcome(ErrorCode.INVALID_REQUEST, "a negative offset or partition")
             else:
                 accepted[tp] = CommittedOffset(item.offset, item.leader_epoch, item.metadata, now)
         if not accepted:
@@ -920,6 +970,51 @@ class GroupCoordinatorCore:
             return [Reply(token, CommitResult(errors))]
 
         return [self._write(group, records, done)]
+
+    def _group_for_commit(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        instance_id: str | None,
+        now: int,
+    ) -> Group:
+        """The group an OffsetCommit goes to, if the commit may (Kafka's
+        ``OffsetMetadataManager.validateOffsetCommit`` and ``ClassicGroup.validateOffsetCommit``).
+
+        A commit with a negative generation comes from outside group management (a consumer
+        using ``assign()``, an admin tool): it creates the group, offsets only, if there is
+        none, and is accepted whatever member id it names while the group is Empty. Any other
+        commit must come from a member (:func:`_validate_member`) in the group's generation,
+        and not while the group is CompletingRebalance (REBALANCE_IN_PROGRESS: the member has
+        not its assignment yet); a commit naming neither member nor generation to a group not
+        Empty gets UNKNOWN_MEMBER_ID.
+        """
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                raise _Refused(ErrorCode.ILLEGAL_GENERATION, "the group does not exist")
+            group = Group(group_id, state_timestamp=now)
+            self.groups[group_id] = group
+        if group.is_in(DEAD):
+            raise _Refused(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group is being removed")
+        if generation_id < 0 and group.is_in(EMPTY):
+            return group
+        if generation_id >= 0 or member_id or instance_id is not None:
+            member = _validate_member(group, member_id, instance_id)
+            if generation_id != group.generation_id:
+                raise _Refused(
+                    ErrorCode.ILLEGAL_GENERATION,
+                    f"generation {generation_id}, the group is at {group.generation_id}",
+                )
+            member.heartbeat_deadline = now + member.session_timeout_ms
+        else:
+            raise _Refused(
+                ErrorCode.UNKNOWN_MEMBER_ID, "the group has members; commit as one of them"
+            )
+        if group.is_in(COMPLETING):
+            raise _Refused(ErrorCode.REBALANCE_IN_PROGRESS, "the group is rebalancing")
+        return group
 
     def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None
@@ -987,7 +1082,7 @@ class GroupCoordinatorCore:
             group_id,
             state=group.state,
             protocol_type=group.protocol_type or "",
-            protocol_name=group.protocol_name or "",
+            protocol_name=(group.protocol_name or "") if stable else "",
             generation_id=group.generation_id,
             leader=group.leader_id or "",
             members=members,
@@ -1057,6 +1152,7 @@ class GroupCoordinatorCore:
             return [Reply(token, OffsetDeleteResult(error, dict(outcomes)))]
 
         try:
+            self._check_group_id(group_id)
             self._check_owner(group_id)
         except _Refused as e:
             return answer(Outcome(e.error, e.message), {})
@@ -1243,7 +1339,12 @@ def _consumer_assignment(group: Group, member_id: str) -> set[TopicPartition] | 
     """What a member of a consumer group may commit: the partitions of its assignment in
     this generation and in the one before (a member gives partitions up, and commits
     them, after the generation that moves them has begun: KIP-429), if the coordinator can
-    tell (the consumer protocol's assignments decode); None otherwise."""
+    tell (the consumer protocol's assignments decode); None otherwise.
+
+    Only Highwater's ``consumer_protocol.proto`` assignments are read. Kafka checks no
+    commit against an assignment, so a Kafka client's (Kafka's ``ConsumerProtocol``
+    encoding, which starts with a zero byte and never decodes as protobuf) commits
+    whatever it names, as it would to Kafka."""
     member = group.members.get(member_id)
     if member is None or group.protocol_type != CONSUMER_PROTOCOL_TYPE:
         return None
@@ -1263,18 +1364,47 @@ def _consumer_assignment(group: Group, member_id: str) -> set[TopicPartition] | 
 
 def _subscribed_topics(group: Group) -> set[str] | None:
     """The topics the members of a consumer group subscribe to, from their metadata for
-    the group's protocol; None when it cannot be told (a subscription that does not
-    decode, no protocol chosen yet)."""
+    the group's protocol (Highwater's or Kafka's encoding, :mod:`.subscriptions`); None when
+    it cannot be told (a subscription in neither, no protocol chosen yet)."""
     if group.protocol_name is None:
         return None
     topics: set[str] = set()
     for member in group.members.values():
         try:
-            data = member.metadata_for(group.protocol_name)
-            topics.update(ConsumerProtocolSubscription.FromString(data).topics)
-        except (KeyError, DecodeError):
+            member_topics = subscribed_topics(member.metadata_for(group.protocol_name))
+        except KeyError:
             return None
+        if member_topics is None:
+            return None
+        topics |= member_topics
     return topics
+
+
+def _validate_member(group: Group, member_id: str, instance_id: str | None) -> Member:
+    """The member a request comes from (Kafka's ``ClassicGroup.validateMember``). A request
+    naming a ``group.instance.id`` must come from the member holding it: UNKNOWN_MEMBER_ID
+    when none does, FENCED_INSTANCE_ID when another does; one naming none must come from a
+    member (UNKNOWN_MEMBER_ID)."""
+    if instance_id is not None:
+        holder = group.static_members.get(instance_id)
+        if holder is None:
+            raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID, f"no member holds instance {instance_id!r}")
+        if holder != member_id:
+            raise _Refused(ErrorCode.FENCED_INSTANCE_ID, "another member holds this instance id")
+    member = group.members.get(member_id)
+    if member is None:
+        raise _Refused(ErrorCode.UNKNOWN_MEMBER_ID, f"unknown member {member_id!r}")
+    return member
+
+
+def _named_partition(tp: TopicPartition) -> bool:
+    return bool(tp.topic) and tp.partition >= 0
+
+
+def _metadata_length(metadata: str) -> int:
+    """Offset metadata's length as Kafka measures it against ``offset.metadata.max.bytes``:
+    Java's ``String.length()``, UTF-16 code units (not bytes, despite the setting's name)."""
+    return len(metadata.encode("utf-16-le")) // 2
 
 
 def _passed(deadline: int | None, now: int) -> bool:

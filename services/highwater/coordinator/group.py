@@ -127,7 +127,10 @@ class Group:
     static_members: dict[str, str] = field(default_factory=dict)
     """group.instance.id → the member id that currently holds it."""
     pending_members: dict[str, int] = field(default_factory=dict)
-    """Member ids handed out with MEMBER_ID_REQUIRED → when they lapse unless used (ms)."""
+    """Member ids handed out with MEMBER_ID_REQUIRED → when they lapse unless used (ms): a
+    session timeout after they were handed out, whatever rebalances happen meanwhile. They
+    are not members (``group.max.size`` does not count them), but a join phase waits for
+    them as for members."""
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
     pending_commits: dict[TopicPartition, int] = field(default_factory=dict)
     """Partitions with commits being appended → how many: their offsets do not expire,
@@ -192,13 +195,6 @@ class Group:
         if self.leader_id == old_id:
             self.leader_id = new_member_id
         return member
-
-    def is_fenced_instance(self, member_id: str, instance_id: str | None) -> bool:
-        """A static member calling with a member id its instance no longer holds."""
-        if instance_id is None:
-            return False
-        holder = self.static_members.get(instance_id)
-        return holder is not None and holder != member_id
 
     def awaiting_join_count(self) -> int:
         return sum(1 for m in self.members.values() if m.awaiting_join)

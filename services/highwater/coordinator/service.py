@@ -153,7 +153,9 @@ class CoordinatorServer:
         self.controller = ControllerClient(list(controllers))
         self._metadata = metadata
         follow_image(lambda: metadata.image)
-        self.core = GroupCoordinatorCore(self.settings.group, self.partition_for)
+        self.core = GroupCoordinatorCore(
+            self.settings.group, self.partition_for, partition_exists=self.partition_exists
+        )
         self.metrics = CoordinatorMetrics(self.core)
         self.offsets = OffsetsTopicClient(metadata, self.settings.offsets_log)
         self.ownership = PartitionOwnership(
@@ -338,6 +340,12 @@ class CoordinatorServer:
 
     def partition_for(self, group_id: str) -> int:
         return partition_for_group(group_id, self.offsets_partition_count())
+
+    def partition_exists(self, tp: TopicPartition) -> bool:
+        """Whether the metadata image has ``tp``: OffsetCommit answers a partition it has
+        not UNKNOWN_TOPIC_OR_PARTITION (Kafka's ``handleOffsetCommitRequest``)."""
+        topic = self._metadata.image.topic(tp.topic)
+        return topic is not None and tp.partition in topic.partitions
 
     def offsets_partition_count(self) -> int:
         image = self._metadata.image
