@@ -313,13 +313,9 @@ def test_described_sources_follow_kafkas_precedence() -> None:
 def test_decided_on_a_delta_it_reads_and_leaves_as_it_was(h: Harness) -> None:
     # The controller store hands a staged group's delta: read, never replayed into.
     delta = MetadataDelta(h.store.latest_image())
-    delta.replay(ConfigRecord(TOPIC, "t", "retention.ms", "2000"))
+    delta.replay(ConfigRecord(TOPIC, "t", "cleanup.policy", "compact"))
     request = AlterConfigsRequest(
         (
-            AlterConfigsResource(
-                TOPIC, "t", (AlterableConfig("cleanup.policy", AlterConfigOp.SET, "compact"),)
-            ),
-            # The same resource again in one request sees the change before it.
             AlterConfigsResource(
                 TOPIC,
                 "t",
@@ -329,10 +325,52 @@ def test_decided_on_a_delta_it_reads_and_leaves_as_it_was(h: Harness) -> None:
     )
     records = delta.record_count
     result = ConfigurationControl(h.config).alter_configs(delta, request)
-    assert [r.error for r in result.response.resources] == [NONE, NONE]
-    assert result.records == [
-        ConfigRecord(TOPIC, "t", "cleanup.policy", "compact"),
-        ConfigRecord(TOPIC, "t", "cleanup.policy", "compact,delete"),
-    ]
+    assert [r.error for r in result.response.resources] == [NONE]
+    assert result.records == [ConfigRecord(TOPIC, "t", "cleanup.policy", "compact,delete")]
     assert delta.record_count == records
-    assert delta.config(ConfigResource(TOPIC, "t")) == {"retention.ms": "2000"}
+    assert delta.config(ConfigResource(TOPIC, "t")) == {
+        "retention.ms": "1000",
+        "cleanup.policy": "compact",
+    }
+
+
+def test_a_resource_given_twice_is_refused_at_both_entries(h: Harness) -> None:
+    """Kafka's ``ConfigAdminManager.preprocess``: neither change is applied."""
+    resource = (
+        AlterConfigsResource(TOPIC, "t", (AlterableConfig("retention.ms", value="5"),)),
+        AlterConfigsResource(TOPIC, "t", (AlterableConfig("retention.bytes", value="5"),)),
+        AlterConfigsResource(TOPIC, "nope", (AlterableConfig("retention.ms", value="5"),)),
+    )
+    result = h.controller.alter_configs(AlterConfigsRequest(resource))
+    assert result.records == []
+    assert [(r.resource_name, r.error, r.error_message) for r in result.response.resources] == [
+        ("t", ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."),
+        ("t", ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."),
+        ("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No topic 'nope'"),
+    ]
+
+
+def test_deleting_a_config_no_definition_has_is_nothing_to_do(h: Harness) -> None:
+    """Kafka accepts removing an override of an unknown name; a SET of one is refused."""
+    gone = alter(h, AlterableConfig("no.such.key", AlterConfigOp.DELETE))
+    assert gone.response.resources[0].error == NONE and gone.records == []
+    with_others = alter(
+        h,
+        AlterableConfig("no.such.key", AlterConfigOp.DELETE),
+        AlterableConfig("retention.ms", AlterConfigOp.DELETE),
+    )
+    assert with_others.response.resources[0].error == NONE
+    assert with_others.records == [ConfigRecord(TOPIC, "t", "retention.ms", None)]
+    refused = alter(h, AlterableConfig("no.such.key", value="1"))
+    assert refused.response.resources[0].error == ErrorCode.INVALID_CONFIG
+
+
+def test_a_topic_resource_with_an_impossible_name_is_an_invalid_topic(h: Harness) -> None:
+    """Kafka's ``Topic.validate`` before the lookup: INVALID_TOPIC_EXCEPTION, not
+    UNKNOWN_TOPIC_OR_PARTITION, to describe or alter it."""
+    described = h.controller.describe_configs(
+        DescribeConfigsRequest((DescribeConfigsResource(TOPIC, "bad name!"),))
+    )
+    assert described.response.results[0].error == ErrorCode.INVALID_TOPIC_EXCEPTION
+    altered = alter(h, AlterableConfig("retention.ms", value="1"), resource=(TOPIC, "a" * 250))
+    assert altered.response.resources[0].error == ErrorCode.INVALID_TOPIC_EXCEPTION

@@ -165,13 +165,12 @@ def test_each_topic_of_a_request_succeeds_or_fails_alone(h: Harness) -> None:
         CreatableTopic("twice", 1, 1),
         CreatableTopic("good2", 1, 1),
     )
-    errors = [t.error for t in result.response.topics]
+    errors = [(t.name, t.error) for t in result.response.topics]
     assert errors == [
-        NONE,
-        ErrorCode.INVALID_REPLICATION_FACTOR,
-        ErrorCode.INVALID_REQUEST,
-        ErrorCode.INVALID_REQUEST,
-        NONE,
+        ("good", NONE),
+        ("bad", ErrorCode.INVALID_REPLICATION_FACTOR),
+        ("twice", ErrorCode.INVALID_REQUEST),  # once for the name (Kafka's)
+        ("good2", NONE),
     ]
     names = [r.name for r in result.records if isinstance(r, TopicRecord)]
     assert names == ["good", "good2"]
@@ -282,3 +281,31 @@ def test_growing_with_manual_assignments_and_validate_only(h: Harness) -> None:
         )
     )
     assert h.partition("t", 1).replicas == (4, 5)
+
+
+def test_a_name_given_more_than_once_is_answered_once(h: Harness) -> None:
+    """Kafka's ``ControllerApis``: one INVALID_REQUEST "Duplicate topic name." per name,
+    for CreateTopics and CreatePartitions alike, and nothing of it done."""
+    result = create(h, *[CreatableTopic("thrice", 1, 1)] * 3, CreatableTopic("once", 1, 1))
+    assert [(t.name, t.error, t.error_message) for t in result.response.topics] == [
+        ("thrice", ErrorCode.INVALID_REQUEST, "Duplicate topic name."),
+        ("once", NONE, ""),
+    ]
+    h.commit(result)
+    grow = h.controller.create_partitions(
+        CreatePartitionsRequest((CreatePartitionsTopic("once", 2),) * 2)
+    )
+    assert [(t.name, t.error, t.error_message) for t in grow.response.topics] == [
+        ("once", ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+    ]
+    assert grow.records == []
+
+
+def test_a_config_without_a_value_is_refused(h: Harness) -> None:
+    """Kafka's ``ReplicationControlManager``: INVALID_CONFIG, not the default."""
+    result = create(h, CreatableTopic("t", 1, 1, configs={"retention.ms": None}))
+    assert result.records == []
+    assert result.response.topics[0].error == ErrorCode.INVALID_CONFIG
+    assert result.response.topics[0].error_message == (
+        "Null value not supported for topic configs: retention.ms"
+    )

@@ -260,3 +260,24 @@ def test_kafka_zero_values_read_alike_from_unspecified_and_their_own_number() ->
         )
         decoded = codec.ALTER_CONFIGS.request_from_proto(alter)
         assert decoded.resources[0].configs[0].op is m.AlterConfigOp.SET
+
+
+@pytest.mark.parametrize(
+    ("ids", "first", "problem"),
+    [
+        ([0, 1, 2], 0, None),
+        ([2, 0, 1], 0, None),
+        ([3, 4], 3, None),
+        ([], 0, None),
+        ([1], 0, "partitions should be a consecutive 0-based integer sequence"),
+        ([0, 2], 0, "partitions should be a consecutive 0-based integer sequence"),
+        ([0, 0], 0, "Found multiple manual partition assignments for partition 0"),
+        ([2, 4], 3, "partitions should be a consecutive integer sequence from 3"),
+    ],
+)
+def test_assignment_problems_are_named_as_kafka_names_them(
+    ids: list[int], first: int, problem: str | None
+) -> None:
+    """The Kafka listener answers a CreateTopics topic INVALID_REPLICA_ASSIGNMENT with
+    these (Kafka's ``ReplicationControlManager.createTopic`` messages)."""
+    assert codec.assignment_problem(ids, first) == problem

@@ -738,14 +738,33 @@ class RequestHandler:
         return response
 
     def delete_records(self, request: pb.DeleteRecordsRequest) -> pb.DeleteRecordsResponse:
+        """Move each partition's log start offset up to the offset asked for (-1: the high
+        watermark), as its leader.
+
+        Refused, the log untouched: a partition of an internal topic (INVALID_TOPIC_EXCEPTION;
+        ``__consumer_offsets`` holds the groups' committed offsets; Kafka's
+        ``ReplicaManager.deleteRecordsOnLocalLog``); a topic whose ``cleanup.policy`` has no
+        ``delete`` (POLICY_VIOLATION: a compacted log keeps the latest record of every key;
+        Kafka's ``Partition.deleteRecordsOnLeader``); an offset past the high watermark
+        (OFFSET_OUT_OF_RANGE).
+        """
         response = pb.DeleteRecordsResponse()
         for topic in request.topics:
             topic_response = response.topics.add(topic=topic.topic)
+            internal = is_internal_topic(topic.topic)
             for item in topic.partitions:
                 answer = topic_response.partitions.add(partition=item.partition, low_watermark=-1)
+                if internal:
+                    answer.error = ErrorCode.INVALID_TOPIC_EXCEPTION
+                    continue
                 try:
                     partition = self.partitions.get(topic.topic, item.partition)
                     partition.check_leader(-1)
+                    if not partition.log.config.delete:
+                        raise PartitionError(
+                            ErrorCode.POLICY_VIOLATION,
+                            f"{partition.topic_partition}: cleanup.policy has no 'delete'",
+                        )
                     offset = partition.high_watermark if item.offset == -1 else item.offset
                     if not 0 <= offset <= partition.high_watermark:
                         raise PartitionError(

@@ -8,6 +8,7 @@ operations: SET, DELETE, and APPEND / SUBTRACT for list settings.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 from highwater.config.definition import ConfigDef, ConfigKey, ConfigType
@@ -28,7 +29,7 @@ from highwater.controller_api.messages import (
     DescribeConfigsResult,
     DescribedConfig,
 )
-from highwater.errors import InvalidConfigError
+from highwater.errors import InvalidConfigError, InvalidTopicError
 from highwater.metadata.delta import MetadataDelta
 from highwater.metadata.image import (
     ConfigResource,
@@ -39,6 +40,7 @@ from highwater.metadata.records import (
     ConfigResourceType,
     MetadataRecord,
 )
+from highwater.storage.topic_partition import validate_topic_name
 from highwater.v1.common_pb2 import ErrorCode
 
 _TOPIC_DEFINITION: ConfigDef = LogConfig.DEFINITION
@@ -73,16 +75,29 @@ class ConfigurationControl:
         brokers, validated against their definitions; each resource on its own.
 
         ``base`` is the state to decide on: an image, or a delta over one (the controller
-        store's staged records, read and never replayed into). Each resource sees the ones
-        before it in the request through an overlay of the overrides they changed, so
-        nothing is replayed and no image is built to decide a request."""
+        store's staged records, read and never replayed into): nothing is replayed and no
+        image is built to decide a request.
+
+        A resource given more than once is refused at each of its entries, INVALID_REQUEST
+        (Kafka's ``ConfigAdminManager.preprocess``: which change would win is not the
+        client's to guess), so no resource of a request sees another's changes."""
         view = base if isinstance(base, MetadataDelta) else MetadataDelta(base)
-        changed: dict[ConfigResource, dict[str, str]] = {}
         records: list[MetadataRecord] = []
         results: list[AlterConfigsResourceResult] = []
+        given = Counter((r.resource_type, r.resource_name) for r in request.resources)
         for resource in request.resources:
+            if given[resource.resource_type, resource.resource_name] > 1:
+                results.append(
+                    AlterConfigsResourceResult(
+                        resource.resource_type,
+                        resource.resource_name,
+                        ErrorCode.INVALID_REQUEST,
+                        "Each resource must appear at most once.",
+                    )
+                )
+                continue
             try:
-                target, updated, resource_records = self._alter_resource(view, changed, resource)
+                resource_records = self._alter_resource(view, resource)
             except ControllerApiError as e:
                 results.append(
                     AlterConfigsResourceResult(
@@ -102,12 +117,18 @@ class ConfigurationControl:
                 AlterConfigsResourceResult(resource.resource_type, resource.resource_name)
             )
             if not request.validate_only:
-                changed[target] = updated
                 records.extend(resource_records)
         return ControllerResult(records, AlterConfigsResponse(resources=tuple(results)))
 
     def _definition(self, delta: MetadataDelta, resource_type: int, name: str) -> ConfigDef:
+        """The definition ``name``'s configs are checked against. A topic resource must be
+        a name a topic can have (INVALID_TOPIC_EXCEPTION; Kafka's ``Topic.validate``), then
+        an existing topic (UNKNOWN_TOPIC_OR_PARTITION)."""
         if resource_type == ConfigResourceType.TOPIC:
+            try:
+                validate_topic_name(name)
+            except InvalidTopicError as e:
+                raise refuse(*error_of(e)) from e
             if delta.topic_id(name) is None:
                 raise refuse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No topic {name!r}")
             return _TOPIC_DEFINITION
@@ -128,16 +149,13 @@ class ConfigurationControl:
     def _alter_resource(
         self,
         delta: MetadataDelta,
-        changed: Mapping[ConfigResource, Mapping[str, str]],
         resource: AlterConfigsResource,
-    ) -> tuple[ConfigResource, dict[str, str], list[MetadataRecord]]:
-        """The resource, its overrides after the change and the records that make it;
-        ``changed``: the overrides the request's earlier resources set (over ``delta``)."""
+    ) -> list[MetadataRecord]:
+        """The records that make the change of ``resource``'s overrides."""
         resource_type = resource.resource_type
         definition = self._definition(delta, resource_type, resource.resource_name)
         target = ConfigResource(_RESOURCE_TYPES[resource_type], resource.resource_name)
-        earlier = changed.get(target)
-        current = dict(earlier) if earlier is not None else delta.config(target)
+        current = delta.config(target)
         updated = dict(current)
         configs = resource.configs
         repeated: set[str] = set()
@@ -151,6 +169,10 @@ class ConfigurationControl:
                 raise refuse(
                     ErrorCode.INVALID_REQUEST, f"Configuration {change.name} is changed twice"
                 )
+            op = change.op
+            if op == AlterConfigOp.DELETE and change.name not in definition:
+                # Kafka accepts removing an override no definition knows: nothing to do.
+                continue
             key = definition.key(change.name)
             if broker_override and key.name in CLUSTER_DEFAULT_KEYS:
                 raise refuse(
@@ -159,7 +181,6 @@ class ConfigurationControl:
                     "broker resource (--entity-default), not on broker "
                     f"{resource.resource_name}",
                 )
-            op = change.op
             if op == AlterConfigOp.SET:
                 if change.value is None:
                     raise refuse(ErrorCode.INVALID_REQUEST, f"SET of {change.name} needs a value")
@@ -177,7 +198,7 @@ class ConfigurationControl:
             for name in sorted(current.keys() | updated.keys())
             if current.get(name) != updated.get(name)
         ]
-        return target, updated, records
+        return records
 
     @staticmethod
     def _check_topic_min_insync(

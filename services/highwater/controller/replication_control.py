@@ -102,6 +102,8 @@ INTERNAL_TOPICS = frozenset({METADATA_TOPIC, CONSUMER_OFFSETS_TOPIC})
 """Topics only the cluster creates; users may neither create nor delete them (Kafka's
 ``Topic.INTERNAL_TOPICS`` plus the metadata log)."""
 
+DUPLICATE_TOPIC_NAME = "Duplicate topic name."
+"""The refusal of a name a CreateTopics or CreatePartitions request gives twice (Kafka's)."""
 
 NUM_PARTITIONS = "num.partitions"
 DEFAULT_REPLICATION_FACTOR = "default.replication.factor"
@@ -1011,19 +1013,30 @@ class ReplicationControl:
     ) -> ControllerResult[CreateTopicsResponse]:
         """Create topics: validated names, partition counts, replication factors and
         configs; replicas placed rack-aware over the active brokers. Each topic
-        succeeds or fails on its own."""
+        succeeds or fails on its own.
+
+        A name given more than once is answered once, INVALID_REQUEST "Duplicate topic
+        name.", and none of its entries is created (Kafka's ``ControllerApis.createTopics``)."""
         delta = MetadataDelta(image)
         counts = Counter(topic.name for topic in request.topics)
         usable = [PlacementBroker(b.broker_id, b.rack) for b in image.active_brokers()]
         normalized = {_collision_key(name): name for name in image.topics.by_name}
         records: list[MetadataRecord] = []
         results: list[CreatableTopicResult] = []
+        answered: set[str] = set()
         for topic in request.topics:
-            try:
-                if counts[topic.name] > 1:
-                    raise refuse(
-                        ErrorCode.INVALID_REQUEST, f"Topic {topic.name!r} is named more than once"
+            if counts[topic.name] > 1:
+                if topic.name not in answered:
+                    answered.add(topic.name)
+                    results.append(
+                        CreatableTopicResult(
+                            topic.name,
+                            error=ErrorCode.INVALID_REQUEST,
+                            error_message=DUPLICATE_TOPIC_NAME,
+                        )
                     )
+                continue
+            try:
                 topic_records, result = self._create_topic(delta, topic, usable, normalized)
             except ControllerApiError as e:
                 results.append(
@@ -1069,6 +1082,14 @@ class ReplicationControl:
                 ErrorCode.INVALID_TOPIC_EXCEPTION,
                 f"Topic '{name}' collides with existing topic: {clash} ('.' and '_' may collide "
                 "in metric names)",
+            )
+        nulls = [key for key, value in topic.configs.items() if value is None]
+        if nulls:
+            # Kafka's ReplicationControlManager: a config with no value is refused, not
+            # taken as "the default".
+            raise refuse(
+                ErrorCode.INVALID_CONFIG,
+                f"Null value not supported for topic configs: {','.join(nulls)}",
             )
         configs = validate_topic_configs(topic.configs)
         if topic.assignments:
@@ -1294,18 +1315,31 @@ class ReplicationControl:
         self, image: MetadataImage, request: CreatePartitionsRequest
     ) -> ControllerResult[CreatePartitionsResponse]:
         """Grow topics to new partition counts (never shrink); new partitions are placed
-        like the topic's first ones, with the same replication factor."""
+        like the topic's first ones, with the same replication factor, or as the
+        assignments of the new partitions say. Each topic succeeds or fails on its own, in
+        Kafka's order (``ReplicationControlManager.createPartitions``): an unknown topic
+        (UNKNOWN_TOPIC_OR_PARTITION), a count that is no increase (INVALID_PARTITIONS),
+        assignments that are not one per new partition (INVALID_REPLICA_ASSIGNMENT).
+
+        A name given more than once is answered once, INVALID_REQUEST "Duplicate topic
+        name." (Kafka's ``ControllerApis.createPartitions``)."""
         delta = MetadataDelta(image)
         usable = [PlacementBroker(b.broker_id, b.rack) for b in image.active_brokers()]
         counts = Counter(topic.name for topic in request.topics)
         records: list[MetadataRecord] = []
         results: list[CreatePartitionsTopicResult] = []
+        answered: set[str] = set()
         for topic in request.topics:
-            try:
-                if counts[topic.name] > 1:
-                    raise refuse(
-                        ErrorCode.INVALID_REQUEST, f"Topic {topic.name!r} is named more than once"
+            if counts[topic.name] > 1:
+                if topic.name not in answered:
+                    answered.add(topic.name)
+                    results.append(
+                        CreatePartitionsTopicResult(
+                            topic.name, ErrorCode.INVALID_REQUEST, DUPLICATE_TOPIC_NAME
+                        )
                     )
+                continue
+            try:
                 topic_records = self._create_partitions(delta, topic, usable)
             except ControllerApiError as e:
                 results.append(CreatePartitionsTopicResult(topic.name, e.code, e.message))

@@ -30,7 +30,7 @@ from __future__ import annotations
 import enum
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any, Final, Generic, TypeVar
 
@@ -48,6 +48,7 @@ __all__ = [
     "RPCS",
     "ControllerRpc",
     "InvalidRequestError",
+    "assignment_problem",
     "rpc_for_request",
 ]
 
@@ -232,14 +233,37 @@ def _assignments(name: str, first_partition: Callable[[int, int], int]) -> tuple
         items = sorted(getattr(message, name), key=lambda a: a.partition_id)
         first = first_partition(getattr(message, "count", 0), len(items))
         ids = [item.partition_id for item in items]
-        if ids != list(range(first, first + len(items))):
+        problem = assignment_problem(ids, first)
+        if problem is not None:
             raise InvalidRequestError(
-                f"{type(message).__name__} {getattr(message, 'name', '')!r}: the assignments "
-                f"must cover partitions {first}..{first + len(items) - 1} once each, not {ids}"
+                f"{type(message).__name__} {getattr(message, 'name', '')!r}: {problem}; the "
+                f"assignments must cover partitions {first}..{first + len(items) - 1} once "
+                f"each, not {ids}"
             )
         return tuple(tuple(item.broker_ids) for item in items)
 
     return set_, get
+
+
+def assignment_problem(partition_ids: Sequence[int], first: int = 0) -> str | None:
+    """Why replica assignments for ``partition_ids`` cannot be read as the partitions
+    ``first, first + 1, ...`` (a topic's from 0 when it is created), or None: a partition
+    given twice, or ids that are not that run. Kafka's messages
+    (``ReplicationControlManager.createTopic``), which its clients show.
+
+    The messages hold assignments in partition order, so an assignment with such ids has
+    no form there: the Kafka listener answers its topic INVALID_REPLICA_ASSIGNMENT with
+    this, and decoding refuses it (:class:`InvalidRequestError`)."""
+    seen: set[int] = set()
+    for partition_id in partition_ids:
+        if partition_id in seen:
+            return f"Found multiple manual partition assignments for partition {partition_id}"
+        seen.add(partition_id)
+    if sorted(seen) != list(range(first, first + len(seen))):
+        if first == 0:
+            return "partitions should be a consecutive 0-based integer sequence"
+        return f"partitions should be a consecutive integer sequence from {first}"
+    return None
 
 
 def _from_zero(count: int, n: int) -> int:

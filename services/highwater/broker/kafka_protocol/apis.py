@@ -39,6 +39,7 @@ import base64
 import logging
 import re
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
@@ -128,11 +129,26 @@ UNSUPPORTED_COMPRESSION_TYPE: Final = 76
 INVALID_RECORD: Final = 87
 _SOFTWARE: Final = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 """A valid client software name or version (ApiVersions v3+, KIP-511)."""
+MISMATCHED_ENDPOINT_TYPE: Final = 114
+UNSUPPORTED_ENDPOINT_TYPE: Final = 115
+_BROKER_ENDPOINT: Final = 1
+_CONTROLLER_ENDPOINT: Final = 2
+"""DescribeCluster's endpoint types (KIP-919)."""
 COORDINATOR_NOT_AVAILABLE: Final = 15
 REQUEST_TIMED_OUT: Final = 7
 CLUSTER_AUTHORIZATION_FAILED: Final = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 TOPIC_AUTHORIZATION_FAILED: Final = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 UNKNOWN_TOPIC_ID: Final = int(ErrorCode.UNKNOWN_TOPIC_ID)
+
+_LIST_OFFSETS_SINCE: Final = {-1: 0, -2: 0, -3: 7, -4: 8, -5: 9}
+"""ListOffsets' special timestamps (LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL,
+LATEST_TIERED) by the first version that has each; other negative ones are none."""
+_TOPIC_RESOURCE: Final = 2
+_BROKER_RESOURCE: Final = 4
+_CONFIG_RESOURCE_TYPES: Final = frozenset({_TOPIC_RESOURCE, _BROKER_RESOURCE})
+"""Kafka's ``ConfigResource.Type`` numbers whose configs the controller keeps."""
+_ALTER_CONFIG_OPS: Final = frozenset({0, 1, 2, 3})
+"""IncrementalAlterConfigs' operations: SET, DELETE, APPEND, SUBTRACT."""
 
 # Kafka's DescribeConfigs ConfigType (int8) by the controller's type names.
 _CONFIG_TYPES: Final = {
@@ -470,33 +486,66 @@ class KafkaApis:
     # --- offsets ------------------------------------------------------------------------------
 
     async def list_offsets(self, request: KafkaRequest) -> Any:
+        """ListOffsets, by the broker's request handling. Answered here, for the partition
+        alone, as Kafka's ``handleListOffsetRequestV1AndAbove`` answers it: a partition
+        asked more than once (INVALID_REQUEST, each time), a negative timestamp that is
+        no special one or came after the request's version (UNSUPPORTED_VERSION; Kafka's
+        ``isListOffsetsTimestampUnsupported``: MAX_TIMESTAMP -3 from v7 on)."""
+        R = ListOffsetsResponse
+        P = R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
+        version = request.api_version
+        asked = Counter(
+            (topic.name, item.partition_index)
+            for topic in request.body.topics
+            for item in topic.partitions
+        )
         message = pb.ListOffsetsRequest()
+        local: dict[str, list[Any]] = {}
         for topic in request.body.topics:
             t = message.topics.add(topic=topic.name)
             for item in topic.partitions:
+                error = NONE
+                if asked[topic.name, item.partition_index] > 1:
+                    error = INVALID_REQUEST
+                elif item.timestamp < 0 and version < _LIST_OFFSETS_SINCE.get(
+                    item.timestamp, version + 1
+                ):
+                    error = UNSUPPORTED_VERSION
+                if error != NONE:
+                    local.setdefault(topic.name, []).append(
+                        P(
+                            partition_index=item.partition_index,
+                            error_code=error,
+                            timestamp=-1,
+                            offset=-1,
+                            leader_epoch=-1,
+                        )
+                    )
+                    continue
                 p = t.partitions.add(partition=item.partition_index, timestamp=item.timestamp)
-                if request.api_version >= 4 and item.current_leader_epoch >= 0:
+                if version >= 4 and item.current_leader_epoch >= 0:
                     p.current_leader_epoch = item.current_leader_epoch
         allowed, denied = split_topics(message, None, AclOperation.DESCRIBE)
         answer = add_refused_topics(self.requests.list_offsets(allowed), denied)
-        R = ListOffsetsResponse
+        topics: dict[str, list[Any]] = {}
+        for answered in answer.topics:
+            topics.setdefault(answered.topic, []).extend(
+                P(
+                    partition_index=a.partition,
+                    error_code=a.error,
+                    timestamp=a.timestamp,
+                    offset=a.offset,
+                    leader_epoch=a.leader_epoch,
+                )
+                for a in answered.partitions
+            )
+        for name, refused in local.items():
+            topics.setdefault(name, []).extend(refused)
         return R(
             throttle_time_ms=0,
             topics=[
-                R.ListOffsetsTopicResponse(
-                    name=t.topic,
-                    partitions=[
-                        R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
-                            partition_index=p.partition,
-                            error_code=p.error,
-                            timestamp=p.timestamp,
-                            offset=p.offset,
-                            leader_epoch=p.leader_epoch,
-                        )
-                        for p in t.partitions
-                    ],
-                )
-                for t in answer.topics
+                R.ListOffsetsTopicResponse(name=name, partitions=partitions)
+                for name, partitions in topics.items()
             ],
         )
 
@@ -643,18 +692,23 @@ class KafkaApis:
         if body.topics is None:
             names = None
         else:
-            names = []
+            # Kafka reads the topics asked as a set: each is answered once, however
+            # often it is named.
+            named: dict[str, None] = {}  # insertion-ordered, each name once
+            unknown: dict[uuid.UUID, None] = {}
             for topic in body.topics:
                 if topic.name is not None:
-                    names.append(topic.name)
+                    named[topic.name] = None
                     continue
                 topic_id = topic.topic_id or uuid.UUID(int=0)
                 found = image.topics.by_id.get(topic_id_string(topic_id))
                 if found is None:
-                    unknown_ids.append(topic_id)
-                else:
-                    names.append(found.name)
+                    unknown[topic_id] = None
+                elif found.name not in named:
+                    named[found.name] = None
                     asked_by_id[found.name] = topic_id
+            names = list(named)
+            unknown_ids = list(unknown)
         asked = pb.MetadataRequest(topics=names or [])
         answer = filter_metadata(asked, self.requests.metadata(asked), None)
         topics = []
@@ -785,7 +839,31 @@ class KafkaApis:
         )
 
     async def describe_cluster(self, request: KafkaRequest) -> Any:
+        """The brokers and the controller id. A v1 request for another endpoint type is
+        refused as Kafka's ``AuthHelper.computeDescribeClusterResponse`` refuses it: the
+        controllers' (2) MISMATCHED_ENDPOINT_TYPE (this is a broker's listener), an
+        unknown one UNSUPPORTED_ENDPOINT_TYPE."""
         R = DescribeClusterResponse
+        wanted = request.body.endpoint_type if request.api_version >= 1 else _BROKER_ENDPOINT
+        if wanted != _BROKER_ENDPOINT:
+            error, why = (
+                (
+                    MISMATCHED_ENDPOINT_TYPE,
+                    "The request was sent to an endpoint of type BROKER, but we wanted an "
+                    "endpoint of type CONTROLLER",
+                )
+                if wanted == _CONTROLLER_ENDPOINT
+                else (UNSUPPORTED_ENDPOINT_TYPE, f"Unsupported endpoint type {wanted}")
+            )
+            return R(
+                throttle_time_ms=0,
+                error_code=error,
+                error_message=why,
+                endpoint_type=_BROKER_ENDPOINT,
+                cluster_id=self.cluster_id(),
+                controller_id=-1,
+                brokers=[],
+            )
         brokers = self._brokers()
         return R(
             throttle_time_ms=0,
@@ -1307,23 +1385,54 @@ class KafkaApis:
         return error if failed is None else merge_refusals(rpc.name, failed(to_run, error), denied)
 
     async def create_topics(self, request: KafkaRequest) -> Any:
+        """CreateTopics, decided by the controller, except what the gRPC message cannot
+        carry, answered here for its topic alone: a config with a null value
+        (INVALID_CONFIG, as Kafka's controller answers it), an assignment that names a
+        partition twice or not the partitions from 0 (INVALID_REPLICA_ASSIGNMENT, Kafka's
+        messages). A name given more than once goes on bare: the controller answers it
+        once, "Duplicate topic name.", whatever its entries say.
+
+        A topic created (or that would be, ``validate_only``) is answered with its
+        configs from v5 on, never null: Kafka's Java AdminClient reads them. They are the
+        topic's effective configs as DescribeConfigs gives them (Kafka's answer), or
+        none for ``validate_only``, with ``topic_config_error_code`` if they could not
+        be described."""
         body = request.body
-        message = admin_pb2.CreateTopicsRequest(validate_only=bool(body.validate_only))
-        for topic in body.topics:
-            t = message.topics.add(name=topic.name)
-            if topic.num_partitions >= 0:
-                t.num_partitions = topic.num_partitions
-            if topic.replication_factor >= 0:
-                t.replication_factor = topic.replication_factor
-            for a in topic.assignments:
-                t.assignments.add(partition_id=a.partition_index, broker_ids=a.broker_ids)
-            for c in topic.configs:
-                if c.value is not None:
-                    t.configs[c.name] = c.value
-        answer = await self._forward(controller_codec.CREATE_TOPICS, message)
         R = CreateTopicsResponse
+        message = admin_pb2.CreateTopicsRequest(validate_only=bool(body.validate_only))
+        given = Counter(topic.name for topic in body.topics)
+        refused: list[Any] = []
+        for topic in body.topics:
+            t = admin_pb2.CreatableTopic(name=topic.name)
+            if given[topic.name] == 1:
+                problem = _creatable_topic_problem(topic)
+                if problem is not None:
+                    refused.append(
+                        R.CreatableTopicResult(
+                            name=topic.name,
+                            topic_id=uuid.UUID(int=0),
+                            error_code=problem[0],
+                            error_message=problem[1],
+                            num_partitions=-1,
+                            replication_factor=-1,
+                            configs=[],
+                        )
+                    )
+                    continue
+                # -1 is the cluster default; any other value is the controller's to judge.
+                t.num_partitions = topic.num_partitions
+                t.replication_factor = topic.replication_factor
+                for a in topic.assignments:
+                    t.assignments.add(partition_id=a.partition_index, broker_ids=a.broker_ids)
+                for c in topic.configs:
+                    t.configs[c.name] = c.value
+            message.topics.append(t)
+        answer = await self._forward(controller_codec.CREATE_TOPICS, message)
         if isinstance(answer, int):
-            results = [R.CreatableTopicResult(name=t.name, error_code=answer) for t in body.topics]
+            results = [
+                R.CreatableTopicResult(name=t.name, error_code=answer, configs=[])
+                for t in message.topics
+            ]
         elif answer.error != NONE and not answer.topics:
             # Refused whole (etcd mode: a change larger than one etcd transaction): each
             # topic asked for gets the refusal and its message.
@@ -1332,10 +1441,17 @@ class KafkaApis:
                     name=t.name,
                     error_code=answer.error,
                     error_message=answer.error_message or None,
+                    configs=[],
                 )
-                for t in body.topics
+                for t in message.topics
             ]
         else:
+            created = [t.name for t in answer.topics if t.error == NONE and answer.error == NONE]
+            configs = (
+                await self._created_topic_configs(created)
+                if created and not body.validate_only and request.api_version >= 5
+                else {}
+            )
             results = [
                 R.CreatableTopicResult(
                     name=t.name,
@@ -1344,11 +1460,40 @@ class KafkaApis:
                     error_message=t.error_message or answer.error_message or None,
                     num_partitions=t.num_partitions if t.error == NONE else -1,
                     replication_factor=t.replication_factor if t.error == NONE else -1,
-                    configs=None,
+                    topic_config_error_code=configs.get(t.name, (NONE, []))[0],
+                    configs=configs.get(t.name, (NONE, []))[1],
                 )
                 for t in answer.topics
             ]
-        return R(throttle_time_ms=0, topics=results)
+        return R(throttle_time_ms=0, topics=refused + results)
+
+    async def _created_topic_configs(self, names: list[str]) -> dict[str, tuple[int, list[Any]]]:
+        """Each topic's effective configs in CreateTopics' shape, with the error code of
+        describing them (TOPIC_AUTHORIZATION_FAILED without DESCRIBE_CONFIGS on it, as
+        Kafka answers)."""
+        message = admin_pb2.DescribeConfigsRequest()
+        for name in names:
+            message.resources.add(resource_type=_TOPIC_RESOURCE, resource_name=name)
+        answer = await self._forward(controller_codec.DESCRIBE_CONFIGS, message)
+        if isinstance(answer, int):
+            return {name: (answer, []) for name in names}
+        C = CreateTopicsResponse.CreatableTopicResult.CreatableTopicConfigs
+        return {
+            r.resource_name: (
+                r.error if answer.error == NONE else answer.error,
+                [
+                    C(
+                        name=c.name,
+                        value=c.value if c.HasField("value") else None,
+                        read_only=c.read_only,
+                        config_source=c.source,
+                        is_sensitive=c.sensitive,
+                    )
+                    for c in r.configs
+                ],
+            )
+            for r in answer.results
+        }
 
     async def delete_topics(self, request: KafkaRequest) -> Any:
         body = request.body
@@ -1432,19 +1577,40 @@ class KafkaApis:
         )
 
     async def create_partitions(self, request: KafkaRequest) -> Any:
+        """CreatePartitions, decided by the controller topic by topic. Kafka's assignments
+        are the new partitions' in order, with no ids: they go on as the last partitions
+        of ``count`` (the gRPC message's numbering), so the controller judges whether
+        there is one per new partition. An empty list (not null) is zero assignments to
+        Kafka, and the gRPC message cannot tell it from none: a topic growing with one is
+        answered here, INVALID_REPLICA_ASSIGNMENT, as Kafka's controller answers it."""
         body = request.body
+        R = CreatePartitionsResponse
         message = admin_pb2.CreatePartitionsRequest(validate_only=bool(body.validate_only))
+        refused: list[Any] = []
         for topic in body.topics:
+            assignments = topic.assignments or []
+            if topic.assignments is not None and not assignments:
+                image_topic = self._image().topic(topic.name)
+                current = 0 if image_topic is None else len(image_topic.partitions)
+                if image_topic is not None and topic.count > current:
+                    refused.append(
+                        R.CreatePartitionsTopicResult(
+                            name=topic.name,
+                            error_code=ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                            error_message=f"Attempted to add {topic.count - current} additional "
+                            "partition(s), but only 0 assignment(s) were specified.",
+                        )
+                    )
+                    continue
             t = message.topics.add(name=topic.name, count=topic.count)
-            image_topic = self._image().topic(topic.name)
-            first = 0 if image_topic is None else len(image_topic.partitions)
-            for offset, a in enumerate(topic.assignments or []):
+            first = topic.count - len(assignments)
+            for offset, a in enumerate(assignments):
                 t.assignments.add(partition_id=first + offset, broker_ids=a.broker_ids)
         answer = await self._forward(controller_codec.CREATE_PARTITIONS, message)
-        R = CreatePartitionsResponse
         if isinstance(answer, int):
             results = [
-                R.CreatePartitionsTopicResult(name=t.name, error_code=answer) for t in body.topics
+                R.CreatePartitionsTopicResult(name=t.name, error_code=answer)
+                for t in message.topics
             ]
         elif answer.error != NONE and not answer.topics:  # refused whole
             results = [
@@ -1453,7 +1619,7 @@ class KafkaApis:
                     error_code=answer.error,
                     error_message=answer.error_message or None,
                 )
-                for t in body.topics
+                for t in message.topics
             ]
         else:
             results = [
@@ -1464,20 +1630,40 @@ class KafkaApis:
                 )
                 for t in answer.topics
             ]
-        return R(throttle_time_ms=0, results=results)
+        return R(throttle_time_ms=0, results=refused + results)
 
     async def describe_configs(self, request: KafkaRequest) -> Any:
+        """DescribeConfigs of topics and brokers, from the controller. Answered here, for
+        the resource alone, as Kafka's broker answers it (``ConfigHelper.describeConfigs``):
+        a resource type other than TOPIC and BROKER (INVALID_REQUEST; there are no broker
+        logger configs), a BROKER resource naming another broker (INVALID_REQUEST: a
+        broker describes itself, or the cluster default as ``""``)."""
         body = request.body
+        R = DescribeConfigsResponse
+        D = R.DescribeConfigsResult
         message = admin_pb2.DescribeConfigsRequest()
-        for resource in body.resources:
+        local: dict[int, Any] = {}
+        for index, resource in enumerate(body.resources):
+            why = self._config_resource_problem(resource.resource_type, resource.resource_name)
+            if why is not None:
+                local[index] = D(
+                    error_code=INVALID_REQUEST,
+                    error_message=why,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                    configs=[],
+                )
+                continue
             message.resources.add(
                 resource_type=resource.resource_type,
                 resource_name=resource.resource_name,
                 config_names=resource.configuration_keys or [],
             )
-        answer = await self._forward(controller_codec.DESCRIBE_CONFIGS, message)
-        R = DescribeConfigsResponse
-        D = R.DescribeConfigsResult
+        answer = (
+            await self._forward(controller_codec.DESCRIBE_CONFIGS, message)
+            if message.resources
+            else admin_pb2.DescribeConfigsResponse()
+        )
         if isinstance(answer, int):
             results = [
                 D(
@@ -1486,7 +1672,7 @@ class KafkaApis:
                     resource_name=r.resource_name,
                     configs=[],
                 )
-                for r in body.resources
+                for r in message.resources
             ]
         else:
             results = [
@@ -1514,12 +1700,58 @@ class KafkaApis:
                 )
                 for r in answer.results
             ]
-        return R(throttle_time_ms=0, results=results)
+        return R(throttle_time_ms=0, results=_in_request_order(local, results))
+
+    def _config_resource_problem(
+        self, resource_type: int, name: str, *, altered: bool = False
+    ) -> str | None:
+        """Why a config resource of a Kafka request is refused here (INVALID_REQUEST), or
+        None: a type other than TOPIC and BROKER; for a description, a broker other than
+        this one."""
+        if resource_type not in _CONFIG_RESOURCE_TYPES:
+            # Kafka's ConfigAdminManager.preprocess (altering) and ConfigHelper (describing).
+            return (
+                f"Unknown resource type {resource_type}"
+                if altered
+                else f"Unsupported resource type {resource_type}"
+            )
+        node_id = self.requests.node_id
+        if (
+            not altered
+            and resource_type == _BROKER_RESOURCE
+            and name.isdigit()
+            and int(name) != node_id
+        ):
+            return f"Unexpected broker id, expected {node_id} or empty string, but received {name}"
+        return None
 
     async def _alter_configs(self, request: KafkaRequest, incremental: bool) -> Any:
+        """AlterConfigs and IncrementalAlterConfigs, decided by the controller resource by
+        resource. Answered here, for the resource alone: a resource type other than TOPIC
+        and BROKER, an operation IncrementalAlterConfigs does not have (INVALID_REQUEST;
+        Kafka's ``ConfigAdminManager.preprocess``)."""
         body = request.body
+        R = IncrementalAlterConfigsResponse if incremental else AlterConfigsResponse
+        A = R.AlterConfigsResourceResponse
         message = admin_pb2.AlterConfigsRequest(validate_only=bool(body.validate_only))
-        for resource in body.resources:
+        local: dict[int, Any] = {}
+        for index, resource in enumerate(body.resources):
+            why = self._config_resource_problem(
+                resource.resource_type, resource.resource_name, altered=True
+            )
+            unknown_ops = sorted(
+                {c.config_operation for c in resource.configs if incremental} - _ALTER_CONFIG_OPS
+            )
+            if why is None and unknown_ops:
+                why = f"Unknown alter config operation {unknown_ops[0]}"
+            if why is not None:
+                local[index] = A(
+                    error_code=INVALID_REQUEST,
+                    error_message=why,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                )
+                continue
             r = message.resources.add(
                 resource_type=resource.resource_type,
                 resource_name=resource.resource_name,
@@ -1531,13 +1763,15 @@ class KafkaApis:
                 config = r.configs.add(name=c.name, op=op)
                 if c.value is not None:
                     config.value = c.value
-        answer = await self._forward(controller_codec.ALTER_CONFIGS, message)
-        R = IncrementalAlterConfigsResponse if incremental else AlterConfigsResponse
-        A = R.AlterConfigsResourceResponse
+        answer = (
+            await self._forward(controller_codec.ALTER_CONFIGS, message)
+            if message.resources
+            else admin_pb2.AlterConfigsResponse()
+        )
         if isinstance(answer, int):
             results = [
                 A(error_code=answer, resource_type=r.resource_type, resource_name=r.resource_name)
-                for r in body.resources
+                for r in message.resources
             ]
         else:
             results = [
@@ -1549,7 +1783,7 @@ class KafkaApis:
                 )
                 for r in answer.resources
             ]
-        return R(throttle_time_ms=0, responses=results)
+        return R(throttle_time_ms=0, responses=_in_request_order(local, results))
 
     async def alter_configs(self, request: KafkaRequest) -> Any:
         return await self._alter_configs(request, incremental=False)
@@ -1789,6 +2023,30 @@ class KafkaApis:
                 for r in answer.results
             ],
         )
+
+
+def _in_request_order(local: dict[int, Any], answered: list[Any]) -> list[Any]:
+    """The answers to a request's items in its order: ``local[i]`` for the items answered
+    here, by index, and ``answered`` (in order) for the others."""
+    rest = iter(answered)
+    total = len(local) + len(answered)
+    return [local[i] if i in local else next(rest) for i in range(total)]
+
+
+def _creatable_topic_problem(topic: Any) -> tuple[int, str] | None:
+    """The refusal of a CreateTopics topic the gRPC message cannot carry, or None."""
+    nulls = [c.name for c in topic.configs if c.value is None]
+    if nulls:
+        return ErrorCode.INVALID_CONFIG, (
+            f"Null value not supported for topic configs: {','.join(nulls)}"
+        )
+    if topic.assignments:
+        problem = controller_codec.assignment_problem(
+            [a.partition_index for a in topic.assignments]
+        )
+        if problem is not None:
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem
+    return None
 
 
 def _acl_filter(
