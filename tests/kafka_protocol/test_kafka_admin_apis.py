@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import grpc
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
@@ -191,6 +191,9 @@ def test_produce_with_acks_0_gets_no_answer_and_is_appended(
     server: KafkaServer, admin: Any
 ) -> None:
     new_topic(admin, "acks-zero")
+    # The metadata names the leader before the leader has made the partition's log; an
+    # acks=0 produce refused meanwhile would close the connection (as it should).
+    wait_for(lambda: _serving(server, "acks-zero"), what="the new partition served")
     R = ProduceRequest
     request = R(
         transactional_id=None, acks=0, timeout_ms=5000,
@@ -202,6 +205,14 @@ def test_produce_with_acks_0_gets_no_answer_and_is_appended(
         answer = read_frame(sock)
         assert struct.unpack(">i", answer[:4]) == (22,)  # the produce got none
     wait_for(lambda: watermarks(server, "acks-zero") == (0, 1))
+
+
+def _serving(server: KafkaServer, topic: str) -> bool:
+    """Whether the leader of ``topic``'s partition 0 answers ListOffsets for it."""
+    try:
+        return watermarks(server, topic) == (0, 0)
+    except KafkaException:
+        return False
 
 
 def test_produce_with_acks_0_that_fails_closes_the_connection(server: KafkaServer) -> None:
