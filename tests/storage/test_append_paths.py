@@ -3,10 +3,11 @@
 With the compiled codec, :meth:`PartitionLog.append_as_leader` checks and stamps client
 batches in one call (``stamp_batches``) and falls back on its checks in Python, the
 reference, for whatever that call refuses. Each example appends the same sequence of
-batches (valid, damaged, out of the timestamp window, too large, duplicates of an
-idempotent producer, several per call) to two logs, one on each path, and compares what
-every append returned or raised (type and message) and, at the end, every file of the two
-partition directories byte for byte: segments, indexes, producer snapshots, epochs.
+batches (valid, damaged, out of the timestamp window, too large, control batches and
+producer ids without a sequence, duplicates of an idempotent producer, several per call)
+to two logs, one on each path, and compares what every append returned or raised (type
+and message) and, at the end, every file of the two partition directories byte for byte:
+segments, indexes, producer snapshots, epochs.
 """
 
 from __future__ import annotations
@@ -67,7 +68,11 @@ def client_batch(draw: st.DrawFn, sequence: list[int]) -> bytes:
         if draw(st.integers(0, 4)):  # mostly in order; else a duplicate or a gap
             sequence[0] += count
     data = bytearray(build_batch(records, **producer))
-    damage = draw(st.sampled_from(["none"] * 6 + ["flip", "cut", "count", "magic", "type"]))
+    damage = draw(
+        st.sampled_from(
+            ["none"] * 6 + ["flip", "cut", "count", "magic", "type", "control", "no sequence"]
+        )
+    )
     if damage == "flip":
         data[draw(st.integers(0, len(data) - 1))] ^= 1 << draw(st.integers(0, 7))
     elif damage == "cut":
@@ -79,6 +84,12 @@ def client_batch(draw: st.DrawFn, sequence: list[int]) -> bytes:
         data[16] = 1
     elif damage == "type":
         data[22] |= 0x08  # LogAppendTime from a producer
+        data = bytearray(resigned(data))
+    elif damage == "control":
+        data[22] |= 0x20  # a control batch from a client
+        data = bytearray(resigned(data))
+    elif damage == "no sequence":
+        struct.pack_into(">i", data, 53, -1)  # a producer id (if any) without a sequence
         data = bytearray(resigned(data))
     return bytes(data)
 

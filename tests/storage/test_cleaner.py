@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -473,8 +474,11 @@ def test_cleanable_logs_by_dirty_ratio_and_max_compaction_lag(tmp_path: Path) ->
     ).cleanable_ratio
     assert 0 < ratio < 0.5
 
-    # A min.cleanable.dirty.ratio below its ratio makes the mostly clean log due.
+    # A min.cleanable.dirty.ratio below its ratio makes the mostly clean log due; one equal
+    # to it does not (Kafka's rule: the ratio must be above the minimum).
     mostly_clean.config = compact_config(segment_bytes=300, min_cleanable_dirty_ratio=ratio)
+    assert [tp for tp, _, _ in cleaner.cleanable_logs()] == [dirty_tp]
+    mostly_clean.config = compact_config(segment_bytes=300, min_cleanable_dirty_ratio=ratio - 0.001)
     due = cleaner.cleanable_logs()
     assert [tp for tp, _, _ in due] == [dirty_tp, mostly_clean_tp]  # dirtiest first
     assert due[1][2] == pytest.approx(ratio)
@@ -486,6 +490,81 @@ def test_cleanable_logs_by_dirty_ratio_and_max_compaction_lag(tmp_path: Path) ->
     assert [tp for tp, _, _ in cleaner.cleanable_logs()] == [dirty_tp]
     clock.advance(1)
     assert [tp for tp, _, _ in cleaner.cleanable_logs()] == [dirty_tp, mostly_clean_tp]
+
+
+def test_a_minimum_dirty_ratio_of_one_never_cleans_by_ratio(tmp_path: Path) -> None:
+    clock = FakeClock()
+    manager = LogManager(tmp_path, clock=clock)
+    cleaner = LogCleaner(manager, clock=clock)
+    log = manager.get_or_create_log(TP, compact_config(min_cleanable_dirty_ratio=1.0))
+    append_each(log, clock, [("k", f"v{i}") for i in range(5)])
+    finish_appends(log)
+
+    candidate = cleaner.log_to_clean(TP, log, clock.now, None)
+
+    assert candidate.cleanable_ratio == 1.0
+    assert not candidate.should_clean
+    assert cleaner.cleanable_logs() == []
+
+
+def _log_with_a_clean_section(
+    tmp_path: Path, clock: FakeClock, lag_ms: int
+) -> tuple[LogCleaner, PartitionLog]:
+    """A compacted log of 40 unique keys, cleaned once, with a high minimum dirty ratio:
+    whatever is appended next is due only by ``max.compaction.lag.ms``."""
+    manager = LogManager(tmp_path, clock=clock)
+    log = manager.get_or_create_log(
+        TP, compact_config(max_compaction_lag_ms=lag_ms, min_cleanable_dirty_ratio=0.99)
+    )
+    append_each(log, clock, [(f"u{i}", "x" * 100) for i in range(40)])
+    finish_appends(log)
+    cleaner = LogCleaner(manager, clock=clock)
+    cleaner.clean_log(log)
+    return cleaner, log
+
+
+def _append_segment(log: PartitionLog, timestamp: int) -> LogSegment:
+    """One batch at ``timestamp`` in a segment of its own; returns the segment."""
+    log.append_as_leader(build_batch([SimpleRecord(b"a", b"v", (), timestamp)]), leader_epoch=0)
+    segment = log.active_segment
+    finish_appends(log)
+    return segment
+
+
+def test_max_compaction_lag_takes_the_earliest_first_batch_of_every_dirty_segment(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    lag = 60_000
+    cleaner, log = _log_with_a_clean_section(tmp_path, clock, lag)
+    # The first dirty segment is young; the next one's first batch is older than the lag
+    # (producers' timestamps need not grow from one segment to the next).
+    _append_segment(log, clock.now)
+    _append_segment(log, clock.now - 10 * lag)
+
+    checkpoint = cleaner.manager.cleaner_checkpoint.read().get(TP)
+    candidate = cleaner.log_to_clean(TP, log, clock.now, checkpoint)
+
+    assert candidate.cleanable_ratio < 0.99
+    assert candidate.needs_compaction_now and candidate.should_clean
+
+
+@pytest.mark.parametrize("timestamp", [0, -1])
+def test_max_compaction_lag_ignores_first_batches_without_a_timestamp(
+    tmp_path: Path, timestamp: int
+) -> None:
+    clock = FakeClock()
+    lag = 60_000
+    cleaner, log = _log_with_a_clean_section(tmp_path, clock, lag)
+    segment = _append_segment(log, timestamp)
+    written = (clock.now - 10 * lag) / 1000
+    os.utime(segment.log_path, (written, written))  # the file is old; its record has no time
+
+    checkpoint = cleaner.manager.cleaner_checkpoint.read().get(TP)
+    candidate = cleaner.log_to_clean(TP, log, clock.now, checkpoint)
+
+    assert candidate.cleanable_bytes > 0
+    assert not candidate.needs_compaction_now and not candidate.should_clean
 
 
 async def test_clean_once_async_cleans_the_dirtiest_log(tmp_path: Path) -> None:

@@ -6,10 +6,12 @@ import contextlib
 import os
 import resource
 import signal
+import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from highwater.config.topic import LogConfig
 from highwater.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
@@ -22,9 +24,11 @@ from highwater.errors import (
     UnexpectedAppendOffsetError,
     UnsupportedForMessageFormatError,
 )
-from highwater.records import RecordBatch, TimestampType, build_batch
+from highwater.records import Compression, RecordBatch, SimpleRecord, TimestampType, build_batch
 from highwater.records.header import check_batch
 from highwater.storage.log import FetchData
+from highwater.storage.log_loader import load_partition_log
+from highwater.storage.producer_state import AppendOrigin
 from storage_helpers import BASE_TS, FakeClock, batches_of, make_batch, open_log, read_all
 
 
@@ -720,3 +724,212 @@ def test_a_read_after_truncation_looks_its_offset_up_again(tmp_path: Path) -> No
     assert [r.offset for r in records] == [9, 10, 11, 12]
     assert [r.value for r in records] == values(2, tag="b") + values(2, tag="c")
     log.close()
+
+
+# -- idempotent producers when the log start moves -------------------------------------------
+
+
+def _idempotent(seq: int, n: int, *, timestamp: int = BASE_TS) -> bytes:
+    return make_batch(
+        values(n), timestamp=timestamp, producer_id=42, producer_epoch=0, base_sequence=seq
+    )
+
+
+def test_delete_records_keeps_a_producer_whose_batches_it_deleted(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    first = log.append_as_leader(_idempotent(0, 2), 0)
+    log.update_high_watermark(log.log_end_offset)
+    assert log.maybe_increment_log_start_offset(2)
+
+    retry = log.append_as_leader(_idempotent(0, 2), 0)  # its first response was lost
+    assert retry.duplicate
+    assert (retry.first_offset, retry.last_offset) == (first.first_offset, first.last_offset)
+    assert log.log_end_offset == 2  # nothing written twice
+    assert log.append_as_leader(_idempotent(2, 1), 0).first_offset == 2
+    log.close()
+
+
+def test_a_restart_keeps_a_producer_whose_batches_are_below_the_log_start(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "t-0"
+    log = open_log(directory)
+    log.append_as_leader(_idempotent(0, 2), 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.maybe_increment_log_start_offset(2)
+    log.close()  # the snapshot at the log end, 2
+
+    reopened = load_partition_log(
+        directory, LogConfig(), log_start_offset=2, had_clean_shutdown=True, clock=FakeClock()
+    )
+
+    assert reopened.log_start_offset == 2
+    assert reopened.append_as_leader(_idempotent(0, 2), 0).duplicate
+    assert reopened.append_as_leader(_idempotent(2, 1), 0).first_offset == 2
+    reopened.close()
+
+
+def test_retention_keeps_a_producer_whose_segments_it_deleted(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = open_log(tmp_path / "t-0", clock, **{"retention.ms": 10_000})
+    log.append_as_leader(_idempotent(0, 2, timestamp=clock.now), 0)
+    log.roll()
+    log.append_as_leader(make_batch(values(1), timestamp=clock.now + 20_000), 0)
+    log.update_high_watermark(log.log_end_offset)
+    clock.advance(15_000)
+
+    assert log.delete_old_segments() == 1
+    assert log.log_start_offset == 2
+    assert list(log.producer_state.active_producers) == [42]
+    assert log.append_as_leader(_idempotent(0, 2, timestamp=clock.now), 0).duplicate
+    assert log.append_as_leader(_idempotent(2, 1, timestamp=clock.now), 0).first_offset == 3
+    log.close()
+
+
+def test_a_retention_pass_expires_idle_producers(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = load_partition_log(
+        tmp_path / "t-0", LogConfig(), clock=clock, producer_id_expiration_ms=60_000
+    )
+    log.append_as_leader(_idempotent(0, 1, timestamp=clock.now), 0)
+    clock.advance(59_999)
+    log.delete_old_segments()
+    assert list(log.producer_state.active_producers) == [42]
+    clock.advance(1)
+    log.delete_old_segments()
+    assert log.producer_state.is_empty
+    log.close()
+
+
+# -- a log start offset above the recovered log end --------------------------------------------
+
+
+@pytest.mark.parametrize("clean_shutdown", [True, False])
+def test_a_log_that_ends_below_its_log_start_starts_empty_there(
+    tmp_path: Path, clean_shutdown: bool
+) -> None:
+    directory = tmp_path / "t-0"
+    log = open_log(directory)
+    for _ in range(5):
+        log.append_as_leader(_idempotent(log.log_end_offset, 2), 3)
+    log.close()
+    # DeleteRecords moved the log start to 15 (the high watermark, on the other replicas)
+    # but only offsets below 10 reached this disk.
+    reopened = load_partition_log(
+        directory,
+        LogConfig(),
+        log_start_offset=15,
+        recovery_point=0,
+        high_watermark=15,
+        had_clean_shutdown=clean_shutdown,
+        clock=FakeClock(),
+    )
+
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (15, 15)
+    assert [s.base_offset for s in reopened.segments] == [15]
+    assert sorted(p.name for p in directory.iterdir() if p.suffix in (".log", ".snapshot")) == [
+        "00000000000000000015.log"
+    ]
+    assert reopened.leader_epoch_cache.entries == ()
+    assert reopened.producer_state.is_empty
+    assert not reopened.missing_committed_records
+    assert reopened.append_as_leader(make_batch(values(1)), 4).first_offset == 15
+    reopened.close()
+
+
+# -- client batches the log refuses -------------------------------------------------------------
+
+
+def _resigned(data: bytearray) -> bytes:
+    from highwater.records.header import crc32c
+
+    struct.pack_into(">I", data, 17, crc32c(memoryview(data)[21:]))
+    return bytes(data)
+
+
+def test_clients_may_not_write_control_batches(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    control = build_batch(
+        [SimpleRecord(b"k", b"v", (), BASE_TS)],
+        is_control=True,
+        is_transactional=True,
+        producer_id=5,
+        producer_epoch=0,
+        base_sequence=0,
+    )
+    without_producer = bytearray(make_batch(values(1)))
+    without_producer[22] |= 0x20  # the control flag
+    for data in (control, _resigned(without_producer), make_batch(values(1)) + control):
+        with pytest.raises(InvalidRecordError, match="control records"):
+            log.append_as_leader(data, 0)
+    assert log.log_end_offset == 0
+    # A coordinator is not a client: Kafka lets it write control batches.
+    assert log.append_as_leader(control, 0, origin=AppendOrigin.COORDINATOR).first_offset == 0
+    log.close()
+
+
+def test_a_producer_id_without_a_base_sequence_is_an_invalid_record(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    data = bytearray(_idempotent(0, 2))
+    struct.pack_into(">i", data, 53, -1)  # the base sequence
+    with pytest.raises(InvalidRecordError, match="sequence number -1"):
+        log.append_as_leader(_resigned(data), 0)
+    assert log.log_end_offset == 0
+    log.close()
+
+
+# -- ListOffsets MAX_TIMESTAMP -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compression", [Compression.NONE, Compression.GZIP])
+def test_max_timestamp_answers_the_first_record_carrying_it(
+    tmp_path: Path, compression: Compression
+) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(make_batch(values(2), timestamp=BASE_TS + 100), 0)  # offsets 0..1
+    stamps = [0, 500, 100, 500, 200]  # offsets 2..6: the max first at 3
+    batch = build_batch(
+        [SimpleRecord(None, b"v", (), BASE_TS + ts) for ts in stamps], compression=compression
+    )
+    log.append_as_leader(batch, 0)
+    log.append_as_leader(make_batch(values(1), timestamp=BASE_TS + 600), 0)  # offset 7
+
+    assert log.max_timestamp_and_offset(7) == (BASE_TS + 500, 3)
+    assert log.max_timestamp_and_offset(8) == (BASE_TS + 600, 7)
+    assert log.max_timestamp_and_offset(2) == (BASE_TS + 101, 1)
+    assert log.max_timestamp_and_offset(0) is None
+    log.close()
+
+
+def test_max_timestamp_with_log_append_time_answers_the_batchs_first_offset(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    log = open_log(tmp_path / "t-0", clock, **{"message.timestamp.type": "LogAppendTime"})
+    log.append_as_leader(make_batch(values(3)), 0)
+    assert log.max_timestamp_and_offset(3) == (clock.now, 0)
+    log.close()
+
+
+# -- a lost time index ---------------------------------------------------------------------------
+
+
+def test_an_empty_time_index_beside_a_segment_still_gives_its_largest_timestamp(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "t-0"
+    log = open_log(directory, **{"index.interval.bytes": 1})
+    for ts in (-5000, -9000, -9000):  # offset 0 holds the segment's largest timestamp
+        log.append_as_leader(make_batch(values(1), timestamp=BASE_TS + ts), 0)
+    log.roll()
+    log.append_as_leader(make_batch(values(1), timestamp=BASE_TS), 0)
+    log.close()
+    os.truncate(directory / "00000000000000000000.timeindex", 0)
+
+    reopened = open_log(directory, **{"index.interval.bytes": 1})
+
+    first = reopened.segments[0]
+    assert (first.max_timestamp, first.offset_of_max_timestamp) == (BASE_TS - 5000, 0)
+    assert reopened.offset_for_timestamp(BASE_TS - 6000) == (BASE_TS - 5000, 0)
+    assert first.next_offset == 3
+    reopened.close()

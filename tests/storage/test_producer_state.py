@@ -333,22 +333,36 @@ def test_remove_expired_producers() -> None:
     assert m.is_empty
 
 
-def test_truncate_head_evicts_producers_and_snapshots(tmp_path: Path) -> None:
+def test_log_start_moving_keeps_producers_and_deletes_snapshots_below(tmp_path: Path) -> None:
     m = ProducerStateManager(tmp_path)
     append(m, 1, 0, 0, count=5)  # offsets 0..4
     m.take_snapshot()  # at 5
     append(m, 2, 0, 0, count=5)  # offsets 5..9
     m.take_snapshot()  # at 10
-    m.truncate_head(5)
-    assert list(m.active_producers) == [2]
-    assert m.snapshot_offsets() == [5, 10]
-    m.truncate_head(7)
-    assert list(m.active_producers) == [2]
+    m.on_log_start_offset_incremented(7)
+    assert list(m.active_producers) == [1, 2]  # producer 1's batches are all gone: kept
     assert m.snapshot_offsets() == [10]
-    m.truncate_head(25)
-    assert m.is_empty
+    # Its retry is still a duplicate, its next batch still in sequence.
+    with pytest.raises(DuplicateBatchError):
+        m.check_append(header(1, 0, 0, offset=10, count=5), CLIENT)
+    m.check_append(header(1, 0, 5, offset=10), CLIENT)
+    m.on_log_start_offset_incremented(25)
+    assert list(m.active_producers) == [1, 2]
     assert m.map_end_offset == 25
     assert m.snapshot_offsets() == []
+
+
+def test_load_keeps_producers_whose_batches_are_below_the_log_start(tmp_path: Path) -> None:
+    m = ProducerStateManager(tmp_path)
+    append(m, 1, 0, 0, count=3)  # offsets 0..2
+    append(m, 2, 0, 0, count=3)  # offsets 3..5
+    m.take_snapshot()  # at 6
+
+    loaded = ProducerStateManager(tmp_path)
+    assert loaded.load(6, 6) == 6
+    assert list(loaded.active_producers) == [1, 2]
+    with pytest.raises(DuplicateBatchError):
+        loaded.check_append(header(1, 0, 0, offset=6, count=3), CLIENT)
 
 
 def test_truncate_fully_and_start_at(tmp_path: Path) -> None:
@@ -541,8 +555,8 @@ def test_load_deletes_out_of_range_snapshots_and_half_written_files(tmp_path: Pa
         "00000000000000000000.log",
         snapshot_file_name(6),
     ]
-    # Producer 1's last batch (offset 2) is below the log start: dropped as truncate_head does.
-    assert list(loaded.active_producers) == [2]
+    # Producer 1's last batch (offset 2) is below the log start: kept, as Kafka keeps it.
+    assert list(loaded.active_producers) == [1, 2]
     # A log start above the log end leaves no usable snapshot.
     assert loaded.load(7, 6) == 7
     assert loaded.is_empty and loaded.map_end_offset == 7 and loaded.snapshot_offsets() == []

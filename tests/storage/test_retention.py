@@ -30,22 +30,22 @@ def test_rules_pick_a_prefix_below_the_high_watermark() -> None:
     # By time: the first two are older than 1000 - 975 = 25.
     assert deletable_segments(
         segments, now_ms=1000, retention_ms=975, high_watermark=40, **common
-    ) == (2, RetentionReason.TIME)
+    ) == (2, (RetentionReason.TIME,))
     # Never past the high watermark, whatever their age.
     assert deletable_segments(
         segments, now_ms=1000, retention_ms=1, high_watermark=5, **common
-    ) == (0, None)
+    ) == (0, ())
     assert deletable_segments(
         segments, now_ms=1000, retention_ms=1, high_watermark=15, **common
-    ) == (1, RetentionReason.TIME)
+    ) == (1, (RetentionReason.TIME,))
     assert deletable_segments(
         segments, now_ms=1000, retention_ms=1, high_watermark=20, **common
-    ) == (2, RetentionReason.TIME)
+    ) == (2, (RetentionReason.TIME,))
     # An old segment after a young one is kept: only a prefix goes.
     mixed = _summaries((100, 10), (100, 999), (100, 10), (100, 999))
     assert deletable_segments(
         mixed, now_ms=1000, retention_ms=500, high_watermark=40, **common
-    ) == (1, RetentionReason.TIME)
+    ) == (1, (RetentionReason.TIME,))
 
 
 def test_size_rule_keeps_the_log_at_or_above_the_limit() -> None:
@@ -60,7 +60,7 @@ def test_size_rule_keeps_the_log_at_or_above_the_limit() -> None:
         log_end_offset=40,
         high_watermark=40,
     )
-    assert (count, reason) == (1, RetentionReason.SIZE)  # 350 - 100 = 250 >= 160; 150 < 160
+    assert (count, reason) == (1, (RetentionReason.SIZE,))  # 350 - 100 = 250 >= 160; 150 < 160
 
 
 def test_log_start_rule_applies_to_compacted_logs_too() -> None:
@@ -75,7 +75,64 @@ def test_log_start_rule_applies_to_compacted_logs_too() -> None:
         log_end_offset=30,
         high_watermark=30,
     )
-    assert (count, reason) == (2, RetentionReason.LOG_START_OFFSET)
+    assert (count, reason) == (2, (RetentionReason.LOG_START_OFFSET,))
+
+
+def test_one_pass_applies_every_rule_to_what_the_earlier_ones_left() -> None:
+    # Log start offset 10 takes the first; of the 400 bytes left, 150 over retention.bytes
+    # (250), the size rule takes the next; of the rest the time rule takes the old one.
+    segments = _summaries((100, 999), (100, 999), (100, 10), (100, 999), (100, 999))
+    count, reasons = deletable_segments(
+        segments,
+        now_ms=1000,
+        retention_ms=500,
+        retention_bytes=250,
+        delete_policy=True,
+        log_start_offset=10,
+        log_end_offset=50,
+        high_watermark=50,
+    )
+    assert count == 3
+    assert reasons == (
+        RetentionReason.LOG_START_OFFSET,
+        RetentionReason.SIZE,
+        RetentionReason.TIME,
+    )
+    # The size rule counts only the segments the log start rule left: 300 bytes, 50 over.
+    assert deletable_segments(
+        segments,
+        now_ms=1000,
+        retention_ms=-1,
+        retention_bytes=250,
+        delete_policy=True,
+        log_start_offset=20,
+        log_end_offset=50,
+        high_watermark=50,
+    ) == (2, (RetentionReason.LOG_START_OFFSET,))
+
+
+def test_a_log_with_an_expired_segment_and_over_its_size_is_trimmed_in_one_pass(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    log = open_log(
+        tmp_path / "t-0",
+        clock,
+        **{"segment.bytes": 400, "retention.ms": 10_000, "retention.bytes": 700},
+    )
+    for i in range(12):
+        if i == 2:
+            clock.advance(20_000)  # only the first segment's records are past retention.ms
+        log.append_as_leader(make_batch([b"x" * 100], timestamp=clock.now), 0)
+    log.update_high_watermark(log.log_end_offset)
+    assert [s.base_offset for s in log.segments] == [0, 2, 4, 6, 8, 10]
+
+    # The time rule alone takes one segment; the size rule, in the same pass, takes the
+    # log down to the last size at or above retention.bytes.
+    assert log.delete_old_segments() == 3
+    assert log.log_start_offset == 6
+    assert log.size >= 700
+    assert log.delete_old_segments() == 0
 
 
 def test_time_retention_on_a_log(tmp_path: Path) -> None:

@@ -435,7 +435,7 @@ class Partition:
         if timestamp == LATEST_TIMESTAMP:
             return -1, self.high_watermark
         if timestamp == MAX_TIMESTAMP:
-            found = self._max_timestamp()
+            found = self.log.max_timestamp_and_offset(self.high_watermark)
         elif timestamp >= 0:
             found = self.log.offset_for_timestamp(timestamp)
         else:
@@ -445,15 +445,6 @@ class Partition:
         if found is None or found[1] >= self.high_watermark:
             return -1, -1
         return found
-
-    def _max_timestamp(self) -> tuple[int, int] | None:
-        best: tuple[int, int] | None = None
-        for _, _, header in self.log.iter_batches():
-            if header.base_offset >= self.high_watermark:
-                break
-            if best is None or header.max_timestamp > best[0]:
-                best = (header.max_timestamp, header.base_offset + header.last_offset_delta)
-        return best
 
 
 class PartitionManager:

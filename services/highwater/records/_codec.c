@@ -1957,21 +1957,23 @@ finally:
  *   -> (stamped, headers, info, tracked), or None
  * Every check PartitionLog.append_as_leader makes of client batches (check_batch's, CRC
  * included; the size limits; records_count == last_offset_delta + 1; with CreateTime
- * (log_append_time < 0) the timestamp type and window), then each batch's 61-byte header
- * stamped with its base offset and partition leader epoch (and with LogAppendTime its
- * timestamp type, max timestamp and CRC, the CRC summed over the stamped header's bytes
- * 21..61 and then the caller's record bytes), ``stamped``: the stamped 61-byte headers one
- * after another (the record bytes are not copied: write_stamped writes each stamped header
- * beside the caller's bytes after it, one writev); ``headers``: the stamped headers as
- * BatchHeader tuples where the log reads them, that is for two batches or more (the
- * segment indexes each) or any batch with a producer id (the producer state checks each),
- * else empty (one batch without a producer id: ``info`` says all the segment needs);
- * ``info``: the append's storage.log.AppendInfo (bound by storage.log: first and last
- * offset, the largest max timestamp with the last offset of its batch, log_append_time,
- * log_start_offset as given, the records' count, the bytes); ``tracked``: whether any batch
- * carries a producer id. None whenever anything is not as those checks want (or out of the
- * range handled here, or AppendInfo is not bound): the log then runs its pure checks, which
- * raise the typed error. */
+ * (log_append_time < 0) the timestamp type and window; no control batch and no producer
+ * id without a base sequence, which Kafka's LogValidator refuses from clients and the
+ * log refuses by origin), then each batch's 61-byte header stamped with its base offset
+ * and partition leader epoch (and with LogAppendTime its timestamp type, max timestamp
+ * and CRC, the CRC summed over the stamped header's bytes 21..61 and then the caller's
+ * record bytes), ``stamped``: the stamped 61-byte headers one after another (the record
+ * bytes are not copied: write_stamped writes each stamped header beside the caller's
+ * bytes after it, one writev); ``headers``: the stamped headers as BatchHeader tuples
+ * where the log reads them, that is for two batches or more (the segment indexes each)
+ * or any batch with a producer id (the producer state checks each), else empty (one
+ * batch without a producer id: ``info`` says all the segment needs); ``info``: the
+ * append's storage.log.AppendInfo (bound by storage.log: first and last offset, the
+ * largest max timestamp with the last offset of its batch, log_append_time,
+ * log_start_offset as given, the records' count, the bytes); ``tracked``: whether any
+ * batch carries a producer id. None whenever anything is not as those checks want (or
+ * out of the range handled here, or AppendInfo is not bound): the log then runs its pure
+ * checks, which raise the typed error. */
 static PyObject *codec_stamp_batches(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 10) {
         PyErr_SetString(PyExc_TypeError, "stamp_batches takes 10 arguments");
@@ -1999,6 +2001,9 @@ static PyObject *codec_stamp_batches(PyObject *self, PyObject *const *args, Py_s
         int64_t size = (int64_t)be32(h + 8) + LOG_OVERHEAD;
         int64_t count = (int64_t)be32(h + 23) + 1, last_offset;
         if (size > max_batch_size || size > segment_bytes || (int64_t)be32(h + 57) != count)
+            goto refuse;
+        /* A control batch, or a producer id with a negative base sequence. */
+        if ((be16(h + 21) & 0x20) || ((int64_t)be64(h + 43) >= 0 && (int32_t)be32(h + 53) < 0))
             goto refuse;
         if (append_time < 0) {
             int64_t base_ts = be64(h + 27), batch_max = be64(h + 35), low, late, early;

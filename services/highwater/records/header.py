@@ -393,22 +393,24 @@ before_ms, after_ms, log_append_time, log_start_offset)`` makes every check
 :meth:`~highwater.storage.log.PartitionLog.append_as_leader` makes of client batches
 (:func:`check_batch`'s with the CRC, the two size limits, ``records_count ==
 last_offset_delta + 1``, and, when ``log_append_time`` is negative, CreateTime and the
-timestamp window ``[now - before_ms, now + after_ms]``) and returns ``(stamped, headers,
-info, tracked)``: ``stamped`` holds the batches with their offsets assigned from
-``next_offset`` and the leader epoch stamped (with LogAppendTime also the timestamp type,
-the max timestamp and the CRC, as :func:`set_log_append_time`) as their stamped 61-byte
-headers one after another, whatever the request's size (no batch is copied):
-:data:`write_stamped` writes each beside the rest of its batch from ``data``
+timestamp window ``[now - before_ms, now + after_ms]``; it takes no control batch and no
+batch with a producer id but a negative base sequence, which the log refuses from
+clients) and returns ``(stamped, headers, info, tracked)``: ``stamped`` holds the batches
+with their offsets assigned from ``next_offset`` and the leader epoch stamped (with
+LogAppendTime also the timestamp type, the max timestamp and the CRC, as
+:func:`set_log_append_time`) as their stamped 61-byte headers one after another, whatever
+the request's size (no batch is copied): :data:`write_stamped` writes each beside the
+rest of its batch from ``data``
 (:meth:`~highwater.storage.segment.LogSegment.append_stamped`); ``headers`` the stamped
 headers as tuples where the log reads them, for two batches or more (the segment indexes
 each) or when a batch carries a producer id (the producer state checks each), else empty:
 the one batch of a producer without a producer id needs no Python object of its own;
-``info`` the append's :class:`~highwater.storage.log.AppendInfo` (its type is the
-storage layer's, which binds it to the codec: typed ``Any`` here); ``tracked`` whether a
-batch carries a producer id. It returns None, and the log runs the same checks in Python
-(the reference, which raises the typed error), for anything they refuse or any value out
-of its range, and before the storage layer has bound its type. The storage tests compare
-the two paths."""
+``info`` the append's :class:`~highwater.storage.log.AppendInfo` (its type is the storage
+layer's, which binds it to the codec: typed ``Any`` here); ``tracked`` whether a batch
+carries a producer id. It returns None, and the log runs the same checks in Python (the
+reference, which raises the typed error), for anything they refuse or any value out of
+its range, and before the storage layer has bound its type. The storage tests compare the
+two paths."""
 
 WriteStamped = Callable[[int, bytes, ReadableBuffer], None]
 

@@ -14,9 +14,11 @@ within ``min.compaction.lag.ms`` of now.
 Only whole non-active segments that end at or below the first uncleanable offset are ever
 read or rewritten: the active segment, anything at or above the high watermark, and
 segments younger than ``min.compaction.lag.ms`` are never touched. A log is *cleanable*
-when its dirty ratio (dirty bytes / clean + dirty bytes) reaches
-``min.cleanable.dirty.ratio``, when its first dirty segment is older than
-``max.compaction.lag.ms``, or when a tombstone's delete horizon has passed (see below).
+when its dirty ratio (dirty bytes / clean + dirty bytes) is above
+``min.cleanable.dirty.ratio`` (strictly, as Kafka: 1.0 never cleans by ratio), when it has
+dirty bytes and the earliest first-batch timestamp (above 0) of its dirty non-active
+segments is older than ``max.compaction.lag.ms``, or when a tombstone's delete horizon has
+passed (see below).
 The dirtiest cleanable log is cleaned first.
 
 **One pass** (:meth:`LogCleaner.clean_log`):
@@ -162,7 +164,7 @@ class LogToClean:
     first_uncleanable_offset: int
     clean_bytes: int
     cleanable_bytes: int
-    needs_compaction_now: bool  # max.compaction.lag.ms has passed for the first dirty segment
+    needs_compaction_now: bool  # max.compaction.lag.ms has passed for a dirty segment
     tombstones_expired: bool  # a delete horizon has passed
 
     @property
@@ -176,9 +178,12 @@ class LogToClean:
 
     @property
     def should_clean(self) -> bool:
+        """Kafka's ``grabFilthiestCompactedLog``: dirty bytes that ``max.compaction.lag.ms``
+        forces, or a dirty ratio strictly above ``min.cleanable.dirty.ratio`` (so 1.0
+        never cleans by ratio); or a delete horizon that has passed."""
         if self.cleanable_bytes > 0 and (
             self.needs_compaction_now
-            or self.cleanable_ratio >= self.log.config.min_cleanable_dirty_ratio
+            or self.cleanable_ratio > self.log.config.min_cleanable_dirty_ratio
         ):
             return True
         return self.tombstones_expired
@@ -237,6 +242,27 @@ def _first_uncleanable_offset(
                 candidates.append(segment.base_offset)
                 break
     return min(candidates)
+
+
+def _max_compaction_lag_passed(
+    segments: tuple[LogSegment, ...], first_dirty: int, clean_until_ms: int
+) -> bool:
+    """Whether a dirty segment must be compacted now: Kafka's ``maxCompactionDelay`` > 0.
+
+    The earliest first-batch timestamp over every dirty non-active segment (not only the
+    first: timestamps need not grow from one segment to the next), counting only
+    timestamps above 0, is older than ``clean_until_ms`` (now - ``max.compaction.lag.ms``).
+    A segment without such a timestamp never forces a compaction: its file's mtime is no
+    record's time.
+    """
+    earliest: int | None = None
+    for segment in segments[:-1]:
+        if segment.next_offset <= first_dirty:
+            continue
+        timestamp = segment.first_batch_timestamp
+        if timestamp is not None and timestamp > 0 and (earliest is None or timestamp < earliest):
+            earliest = timestamp
+    return earliest is not None and earliest < clean_until_ms
 
 
 def _cleanable_prefix(
@@ -779,7 +805,6 @@ class LogCleaner:
         first_dirty = _clamp_first_dirty(checkpoint, partition_log)
         first_uncleanable = _first_uncleanable_offset(partition_log, segments, first_dirty, now_ms)
         clean_bytes = cleanable_bytes = 0
-        first_dirty_segment: LogSegment | None = None
         for segment in _cleanable_prefix(
             segments, partition_log.log_start_offset, first_uncleanable
         ):
@@ -787,14 +812,9 @@ class LogCleaner:
                 clean_bytes += segment.size
             else:
                 cleanable_bytes += segment.size
-                if first_dirty_segment is None:
-                    first_dirty_segment = segment
-        needs_now = False
-        if config.max_compaction_lag_ms < UNLIMITED and first_dirty_segment is not None:
-            first_timestamp = first_dirty_segment.first_batch_timestamp
-            if first_timestamp is None or first_timestamp < 0:
-                first_timestamp = first_dirty_segment.largest_timestamp
-            needs_now = first_timestamp < now_ms - config.max_compaction_lag_ms
+        needs_now = config.max_compaction_lag_ms < UNLIMITED and _max_compaction_lag_passed(
+            segments, first_dirty, now_ms - config.max_compaction_lag_ms
+        )
         horizon = self._delete_horizons.get(partition_log)
         return LogToClean(
             topic_partition=topic_partition,
@@ -833,9 +853,9 @@ class LogCleaner:
     ) -> list[tuple[TopicPartition, PartitionLog, float]]:
         """(partition, log, dirty ratio) of each compacted log due for cleaning, dirtiest first.
 
-        A log is due when its dirty ratio reaches ``min.cleanable.dirty.ratio``, when its
-        oldest dirty segment is older than ``max.compaction.lag.ms``, or when tombstones it
-        holds have passed their delete horizon.
+        A log is due when its dirty ratio is above ``min.cleanable.dirty.ratio``, when a
+        dirty segment's first batch is older than ``max.compaction.lag.ms``, or when
+        tombstones it holds have passed their delete horizon (:attr:`LogToClean.should_clean`).
         """
         return [(c.topic_partition, c.log, c.cleanable_ratio) for c in self.logs_to_clean(now_ms)]
 

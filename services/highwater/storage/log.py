@@ -58,6 +58,7 @@ from highwater.errors import (
 )
 from highwater.records.header import (
     BATCH_HEADER_SIZE,
+    CONTROL_FLAG,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
@@ -73,7 +74,7 @@ from highwater.storage.producer_state import (
     DuplicateBatchError,
     ProducerStateManager,
 )
-from highwater.storage.retention import RetentionReason, SegmentSummary, deletable_segments
+from highwater.storage.retention import SegmentSummary, deletable_segments
 from highwater.storage.segment import DELETED_SUFFIX, LogSegment, SegmentRead
 from highwater.storage.topic_partition import TopicPartition
 
@@ -457,6 +458,8 @@ class PartitionLog:
             self._check_timestamps(batches, now)
         if config.compact:
             self._check_keys(view, batches)
+        if origin is AppendOrigin.CLIENT:
+            self._check_client_batches(batches)
         next_offset = self._log_end_offset
         stamped: list[tuple[int, BatchHeader]] = []
         tracked = False
@@ -554,6 +557,21 @@ class PartitionLog:
                 raise InvalidTimestampError(
                     f"{self.topic_partition}: timestamps {low}..{header.max_timestamp} are "
                     f"outside [now - {before}, now + {after}] (now {now})"
+                )
+
+    def _check_client_batches(self, batches: list[tuple[int, BatchHeader]]) -> None:
+        """Kafka's ``LogValidator.validateBatch`` for a client's batches: no control batch
+        (only the log's own writers write transaction markers) and no producer id without
+        a base sequence; both ``INVALID_RECORD``. The compiled append leaves both to this."""
+        for _, header in batches:
+            if header.attributes & CONTROL_FLAG:
+                raise InvalidRecordError(
+                    f"{self.topic_partition}: clients are not allowed to write control records"
+                )
+            if header.producer_id >= 0 and header.base_sequence < 0:
+                raise InvalidRecordError(
+                    f"{self.topic_partition}: invalid sequence number {header.base_sequence} "
+                    f"in a record batch of producer {header.producer_id}"
                 )
 
     def _check_keys(self, view: memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
@@ -777,6 +795,30 @@ class PartitionLog:
                 return found
         return None
 
+    @_guards_io
+    def max_timestamp_and_offset(self, before_offset: int) -> tuple[int, int] | None:
+        """ListOffsets ``MAX_TIMESTAMP``: (largest timestamp, offset of the first record
+        carrying it) among the batches below ``before_offset``, or None when there is none.
+
+        The batch is the first with the largest max timestamp; the offset is that of its
+        first record whose timestamp equals it, as Kafka's ``RecordBatch.offsetOfMaxTimestamp``
+        answers (KAFKA-16310), not the batch's last offset. With LogAppendTime every record
+        carries the batch's timestamp: its first record. Only that batch is decoded
+        (decompressed if need be).
+        """
+        best: tuple[LogSegment, int, BatchHeader] | None = None
+        for segment, position, header in self.iter_batches():
+            if header.base_offset >= before_offset:
+                break
+            if best is None or header.max_timestamp > best[2].max_timestamp:
+                best = (segment, position, header)
+        if best is None:
+            return None
+        segment, position, header = best
+        return header.max_timestamp, _offset_of_max_timestamp(
+            segment.read_bytes(position, header.size), header
+        )
+
     def latest_epoch_end_offset(self, requested_epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch: (largest epoch <= requested, the end offset of that epoch)."""
         return self.leader_epoch_cache.end_offset_for(requested_epoch, self._log_end_offset)
@@ -875,7 +917,8 @@ class PartitionLog:
         """DeleteRecords: move the log start offset up to ``new_log_start_offset``.
 
         It may not pass the high watermark. Segments wholly below it are deleted by the
-        next retention pass.
+        next retention pass. Idempotent producers whose batches all lie below it are kept
+        (:meth:`ProducerStateManager.on_log_start_offset_incremented`).
         """
         if new_log_start_offset > self.high_watermark:
             raise OffsetOutOfRangeError(
@@ -886,20 +929,28 @@ class PartitionLog:
             return False
         self.log_start_offset = new_log_start_offset
         self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
-        self.producer_state.truncate_head(new_log_start_offset)
+        self.producer_state.on_log_start_offset_incremented(new_log_start_offset)
         return True
 
     # -- retention --------------------------------------------------------------------
 
     @_guards_io
     def delete_old_segments(self) -> int:
-        """Apply retention (time, size, log start offset); return the segments deleted."""
+        """Apply retention (log start offset, size, time: all three in one pass, as
+        :func:`~highwater.storage.retention.deletable_segments` says); return the segments
+        deleted.
+
+        It also forgets the idempotent producers idle for ``producer.id.expiration.ms``:
+        the only way a producer leaves the producer state (Kafka checks on its own
+        schedule, ``producer.id.expiration.check.interval.ms``; here the retention check's).
+        """
         now = self.clock()
         config = self.config
+        self.producer_state.remove_expired_producers(now)
         summaries = [
             SegmentSummary(s.base_offset, s.size, s.largest_timestamp) for s in self._segments
         ]
-        count, reason = deletable_segments(
+        count, reasons = deletable_segments(
             summaries,
             now_ms=now,
             retention_ms=config.retention_ms,
@@ -922,14 +973,14 @@ class PartitionLog:
         if new_start > self.log_start_offset:
             self.log_start_offset = new_start
             self.leader_epoch_cache.truncate_from_start(new_start)
-            self.producer_state.truncate_head(new_start)
+            self.producer_state.on_log_start_offset_incremented(new_start)
         self.high_watermark = max(self.high_watermark, self.log_start_offset)
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
         log.info(
             "%s: deleted %d segment(s) by %s; log start offset is now %d",
             self.topic_partition,
             count,
-            (reason or RetentionReason.LOG_START_OFFSET).value,
+            ", ".join(reason.value for reason in reasons),
             self.log_start_offset,
         )
         return count
@@ -1078,6 +1129,19 @@ class PartitionLog:
             f"PartitionLog({self.topic_partition}, start={self.log_start_offset}, "
             f"end={self._log_end_offset}, segments={len(self._segments)})"
         )
+
+
+def _offset_of_max_timestamp(batch: bytes, header: BatchHeader) -> int:
+    """The offset of the first record of ``batch`` whose timestamp is the batch's max
+    timestamp (Kafka's ``RecordBatch.offsetOfMaxTimestamp``); the batch's last offset if no
+    record's is (a producer's max timestamp field that none of its records carries)."""
+    from highwater.records.batch import RecordBatch
+
+    max_timestamp = header.max_timestamp
+    for record in RecordBatch(batch).records():
+        if record.timestamp == max_timestamp:
+            return record.offset
+    return header.last_offset
 
 
 def _fsync_directory(directory: Path) -> None:

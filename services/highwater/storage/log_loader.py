@@ -14,7 +14,10 @@ What loading does, in order:
    segments, all unflushed, go too). Damage *below* the recovery point means flushed data
    was lost: that is reported as :class:`CorruptSegmentError` with the file and byte, never
    truncated away.
-4. Rebuild producer state from the newest snapshot plus the batches after it, and trim the
+4. If the log now ends below the checkpointed log start offset, delete every segment and
+   start the log empty at the log start (Kafka's ``deleteSegmentsIfLogStartGreaterThanLogEnd``):
+   the log start is never lowered, which would hand out its offsets again.
+5. Rebuild producer state from the newest snapshot plus the batches after it, and trim the
    leader-epoch cache to the log's bounds.
 """
 
@@ -102,8 +105,14 @@ def load_partition_log(
             segment.close()
         raise
 
+    emptied = log_start_offset > segments[-1].next_offset
+    if emptied:
+        segments = _delete_segments_below_log_start(
+            directory, segments, log_start_offset, config, clock, epoch_cache
+        )
+        recovered_from, producer_batches = None, []
     log_end_offset = segments[-1].next_offset
-    log_start_offset = min(max(log_start_offset, segments[0].base_offset), log_end_offset)
+    log_start_offset = max(log_start_offset, segments[0].base_offset)
     recovery_point = (
         min(recovery_point, log_end_offset)
         if had_clean_shutdown
@@ -116,6 +125,8 @@ def load_partition_log(
     epoch_cache.truncate_from_start(log_start_offset)
 
     producer_state = ProducerStateManager(directory, producer_id_expiration_ms)
+    if emptied:
+        producer_state.truncate_fully_and_start_at(log_start_offset)
     partition_log = PartitionLog(
         directory,
         topic_partition,
@@ -231,6 +242,38 @@ def _complete_swap(directory: Path, base: int, config: LogConfig) -> None:
 
 
 # -- step 2/3: segments ---------------------------------------------------------------------
+
+
+def _delete_segments_below_log_start(
+    directory: Path,
+    segments: list[LogSegment],
+    log_start_offset: int,
+    config: LogConfig,
+    clock: Callable[[], int],
+    epoch_cache: LeaderEpochCache,
+) -> list[LogSegment]:
+    """The log ends below its checkpointed log start offset: start it empty there.
+
+    Kafka's ``deleteSegmentsIfLogStartGreaterThanLogEnd``. Every offset below the log start
+    was handed out before (DeleteRecords or retention moved the start up to the high
+    watermark, and the tail above what survived here was lost in a crash): lowering the
+    log start to the log end would give those offsets to new records. So every segment is
+    deleted, the leader-epoch cache cleared, and an empty active segment started at the
+    log start; the caller drops the producer state and its snapshots.
+    """
+    log.warning(
+        "%s: the log ends at %d, below its checkpointed log start offset %d: deleting its "
+        "%d segment(s) and starting it empty at the log start",
+        directory,
+        segments[-1].next_offset,
+        log_start_offset,
+        len(segments),
+    )
+    for segment in segments:
+        segment.delete_files()
+    epoch_cache.clear()
+    epoch_cache.flush()
+    return [_new_segment(directory, log_start_offset, config, clock)]
 
 
 def _new_segment(

@@ -217,8 +217,8 @@ def _validate(header: BatchHeader, entry: ProducerStateEntry | None) -> None:
     if entry is None:
         if first_seq != 0:
             raise UnknownProducerIdError(
-                f"producer {producer_id} is unknown to this partition (expired, or its records "
-                f"were deleted) and its batch starts at sequence {first_seq}, not 0"
+                f"producer {producer_id} is unknown to this partition (expired, or never in its "
+                f"log) and its batch starts at sequence {first_seq}, not 0"
             )
         return
     if epoch < entry.producer_epoch:
@@ -349,8 +349,9 @@ class ProducerStateManager:
     On a segment roll or a clean shutdown, :meth:`take_snapshot`. On startup,
     :meth:`load`, then replay the log from the offset it returns with
     ``update(header, AppendOrigin.REPLICATION)``; after a truncation, the same with
-    :meth:`truncate_and_reload`. When retention moves the log start, :meth:`truncate_head`.
-    Nothing here reads a clock or starts a thread; the snapshot directory is the only I/O.
+    :meth:`truncate_and_reload`. When the log start moves (retention, DeleteRecords),
+    :meth:`on_log_start_offset_incremented`. Nothing here reads a clock (the caller passes
+    the time) or starts a thread; the snapshot directory is the only I/O.
 
     Validation follows Kafka's classic rules for idempotent producers: an unknown producer
     must start at sequence 0 (else ``UNKNOWN_PRODUCER_ID``, and the client resets), an
@@ -358,9 +359,15 @@ class ProducerStateManager:
     replaces the old epoch's batches, and within an epoch a batch must continue the last
     sequence (``OUT_OF_ORDER_SEQUENCE_NUMBER``) unless it repeats one of the last five
     batches exactly, which makes it a duplicate. Sequences wrap from 2**31-1 to 0.
-    Batches without a producer id, and control batches, are not tracked. Producers are
-    forgotten when idle for ``producer_id_expiration_ms`` (:meth:`remove_expired_producers`)
-    or when retention deletes their last batch (:meth:`truncate_head`).
+    Batches without a producer id, and control batches, are not tracked.
+
+    Producers are forgotten only when idle for ``producer_id_expiration_ms``
+    (:meth:`remove_expired_producers`, which the log runs at each retention check), never
+    because the log start moved past their last batch: since KIP-360 Kafka keeps them
+    (``onLogStartOffsetIncremented`` evicts nothing), so that a producer whose records were
+    deleted by retention or DeleteRecords still has its retry recognised as a duplicate
+    and its next batch accepted, instead of the retry written twice and the next batch
+    refused ``UNKNOWN_PRODUCER_ID``.
 
     Snapshot file ``<20-digit map end offset>.snapshot``, version 1, big-endian::
 
@@ -476,24 +483,23 @@ class ProducerStateManager:
         expired = [
             producer_id
             for producer_id, entry in self._producers.items()
-            if now_ms - entry.last_timestamp >= self.producer_id_expiration_ms
+            if self._is_expired(entry, now_ms)
         ]
         for producer_id in expired:
             del self._producers[producer_id]
         return expired
 
-    def truncate_head(self, new_log_start_offset: int) -> None:
-        """Retention moved the log start: forget producers whose last batch is gone.
+    def _is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
+        """Kafka's ``isProducerExpired``: idle since its last batch's max timestamp."""
+        return now_ms - entry.last_timestamp >= self.producer_id_expiration_ms
 
-        Also deletes the snapshots below the new log start.
+    def on_log_start_offset_incremented(self, new_log_start_offset: int) -> None:
+        """The log start moved up (retention, DeleteRecords): keep every producer.
+
+        Kafka's ``onLogStartOffsetIncremented``: only the map's start moves (to the new log
+        start, if the map ended below it) and the snapshots below it are deleted; a
+        producer whose last batch is gone stays until it expires (class docstring).
         """
-        evicted = [
-            producer_id
-            for producer_id, entry in self._producers.items()
-            if entry.last_data_offset < new_log_start_offset
-        ]
-        for producer_id in evicted:
-            del self._producers[producer_id]
         self._map_end_offset = max(self._map_end_offset, new_log_start_offset)
         self.delete_snapshots_below(new_log_start_offset)
 
@@ -570,13 +576,14 @@ class ProducerStateManager:
         """Replace the state with the newest usable snapshot in [log start, log end].
 
         Snapshots above ``log_end_offset`` (left by a truncation) and below
-        ``log_start_offset`` are deleted, as are corrupt ones (with a warning). Producers
-        whose last batch lies below the log start are dropped, as :meth:`truncate_head`
-        does. Returns the snapshot's offset, or ``log_start_offset`` with an empty state if
-        there is none: the caller replays the log from there with
-        ``update(header, AppendOrigin.REPLICATION)``. A log start above the log end (a
-        truncation to a batch boundary below a log start inside that batch) leaves no
-        snapshot usable, as in Kafka, rather than raising.
+        ``log_start_offset`` are deleted, as are corrupt ones (with a warning). Every
+        producer of the snapshot is kept, whether or not its last batch lies below the log
+        start (Kafka's ``loadFromSnapshot`` also skips those already expired; here they go
+        at the log's next expiration check). Returns the snapshot's offset, or
+        ``log_start_offset`` with an empty state if there is none: the caller replays the
+        log from there with ``update(header, AppendOrigin.REPLICATION)``. A log start above
+        the log end (a truncation to a batch boundary below a log start inside that batch)
+        leaves no snapshot usable, as in Kafka, rather than raising.
         """
         self._producers.clear()
         self._map_end_offset = log_start_offset
@@ -594,9 +601,7 @@ class ProducerStateManager:
                 log.warning("ignoring producer state snapshot, rebuilding from the log: %s", error)
                 self._delete_snapshots((offset,))
                 continue
-            self._producers = {
-                e.producer_id: e for e in entries if e.last_data_offset >= log_start_offset
-            }
+            self._producers = {e.producer_id: e for e in entries}
             self._map_end_offset = offset
             self._durable_offset = offset
             return offset

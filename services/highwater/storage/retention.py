@@ -6,10 +6,12 @@ they follow Kafka's ``UnifiedLog.deleteOldSegments``.
 * Only a prefix of the log is ever deleted, and only segments that lie wholly below the
   high watermark (a segment's upper bound is the next segment's base offset, or the log end
   offset for the active segment).
-* ``retention.ms``: a segment whose largest timestamp is older than ``now - retention.ms``.
-* ``retention.bytes``: the oldest segments, while the log stays above the limit without them.
 * log start offset: a segment whose upper bound is at or below the log start offset
   (``DeleteRecords`` moves it), whatever the cleanup policy.
+* ``retention.bytes``: the oldest segments, while the log stays at or above the limit
+  without them.
+* ``retention.ms``: a segment whose largest timestamp is older than ``now - retention.ms``.
+* One pass applies all three, in that order (:func:`deletable_segments`).
 * An empty active segment is never deleted; when every segment including the active one is
   to go, the log rolls a new active segment first.
 """
@@ -64,39 +66,40 @@ def deletable_segments(
     log_start_offset: int,
     log_end_offset: int,
     high_watermark: int,
-) -> tuple[int, RetentionReason | None]:
-    """How many leading segments to delete, and the rule that chose them."""
-    if not segments:
-        return 0, None
+) -> tuple[int, tuple[RetentionReason, ...]]:
+    """How many leading segments to delete, and the rules that chose them, in order.
+
+    Every rule applies in one pass, each to the segments the earlier ones left, in the
+    order of Kafka's ``deleteOldSegments``: the log start offset, then (with ``delete``)
+    ``retention.bytes`` over the size of what is left, then ``retention.ms``. A pass that
+    only applied the first rule to delete anything would leave a log over its size limit
+    until the next pass, ``log.retention.check.interval.ms`` later.
+    """
+    count = 0
+    reasons: list[RetentionReason] = []
+
+    def apply(reason: RetentionReason, predicate: object) -> None:
+        nonlocal count
+        deleted = _deletable_prefix(segments[count:], log_end_offset, high_watermark, predicate)
+        if deleted:
+            count += deleted
+            reasons.append(reason)
+
+    apply(RetentionReason.LOG_START_OFFSET, lambda _s, upper: upper <= log_start_offset)
+    if delete_policy and retention_bytes >= 0:
+        remaining = [sum(s.size for s in segments[count:]) - retention_bytes]
+
+        def over_size(segment: SegmentSummary, _upper: int) -> bool:
+            if remaining[0] - segment.size >= 0:
+                remaining[0] -= segment.size
+                return True
+            return False
+
+        if remaining[0] > 0:
+            apply(RetentionReason.SIZE, over_size)
     if delete_policy and retention_ms >= 0:
-        count = _deletable_prefix(
-            segments,
-            log_end_offset,
-            high_watermark,
+        apply(
+            RetentionReason.TIME,
             lambda s, _upper: now_ms - s.largest_timestamp > retention_ms,
         )
-        if count:
-            return count, RetentionReason.TIME
-    if delete_policy and retention_bytes >= 0:
-        excess = sum(s.size for s in segments) - retention_bytes
-        if excess > 0:
-            remaining = [excess]
-
-            def over_size(segment: SegmentSummary, _upper: int) -> bool:
-                if remaining[0] - segment.size >= 0:
-                    remaining[0] -= segment.size
-                    return True
-                return False
-
-            count = _deletable_prefix(segments, log_end_offset, high_watermark, over_size)
-            if count:
-                return count, RetentionReason.SIZE
-    count = _deletable_prefix(
-        segments,
-        log_end_offset,
-        high_watermark,
-        lambda _s, upper: upper <= log_start_offset,
-    )
-    if count:
-        return count, RetentionReason.LOG_START_OFFSET
-    return 0, None
+    return count, tuple(reasons)

@@ -683,27 +683,41 @@ class LogSegment:
     # -- recovery ---------------------------------------------------------------------
 
     def load_tail_state(self) -> None:
-        """Find next offset, largest timestamp and index bookkeeping from the index tail.
+        """Find next offset, largest timestamp and index bookkeeping from the indexes' tails.
 
-        Used when a segment is opened without recovery (its contents are trusted): only the
-        batches after the last offset-index entry are read.
+        Used when a segment is opened without recovery (its contents are trusted). The
+        largest timestamp is Kafka's ``loadLargestTimestamp``: the time index's last entry,
+        then every batch from the one holding that entry's offset (found with the offset
+        index) to the end; with an empty time index (lost in a crash, say, beside a log
+        that was not) from the first batch, so that a segment's largest timestamp is never
+        taken from its last batches alone (lookups by time would skip it, and time
+        retention delete it early). The next offset and the bytes since the last
+        offset-index entry come from the batches from that entry on. While timestamps
+        grow, both indexes end at the same batch and only the tail is read.
         """
+        size = self._size
         last_ts_entry = self.time_index.last_entry()
         if last_ts_entry is not None:
-            self._max_timestamp, self._offset_of_max_timestamp = last_ts_entry
+            max_timestamp, offset_of_max = last_ts_entry
+            timestamp_position = self.offset_index.lookup(offset_of_max)[1]
         else:
-            self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
-        _, position = self.offset_index.last_entry()
-        if position >= self._size:
-            position = 0
+            max_timestamp, offset_of_max = -1, self.base_offset
+            timestamp_position = 0
+        _, index_position = self.offset_index.last_entry()
+        if index_position >= size:
+            index_position = 0
+        if timestamp_position >= size:
+            timestamp_position = 0
         next_offset = self.base_offset
         since = 0
-        for _, header in self.iter_headers(position):
-            if header.max_timestamp > self._max_timestamp:
-                self._max_timestamp = header.max_timestamp
-                self._offset_of_max_timestamp = header.last_offset
-            since += header.size
+        for position, header in self.iter_headers(min(index_position, timestamp_position)):
+            if header.max_timestamp > max_timestamp:
+                max_timestamp = header.max_timestamp
+                offset_of_max = header.last_offset
+            if position >= index_position:
+                since += header.size
             next_offset = header.next_offset
+        self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, offset_of_max
         self._bytes_since_last_index_entry = since
         self._next_offset = next_offset
 
