@@ -59,10 +59,15 @@ from highwater.controller_api import messages as m
 from highwater.controller_api.client import ControllerClient
 from highwater.errors import HighwaterError, InvalidRequestError
 from highwater.internal.v1 import replication_pb2 as rpb
-from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC, partition_for_group
+from highwater.metadata.consumer_offsets import (
+    ADMIN_CLIENT_ID,
+    CONSUMER_OFFSETS_TOPIC,
+    partition_for_group,
+)
 from highwater.metadata.records import BrokerEndpoint
 from highwater.records import SimpleRecord, build_batch
 from highwater.records.partitioner import StickyPartitioner
+from highwater.rpc.broker_streams import CLIENT_ID_METADATA_KEY
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1.common_pb2 import ErrorCode
 
@@ -152,6 +157,7 @@ class RequestHandler:
         *,
         records_aside: Mapping[tuple[str, int], bytes] | None = None,
         failures_with_acks_0: bool = False,
+        internal_topics_allowed: bool = False,
     ) -> pb.ProduceResponse:
         """Append, wait for the acks, then record the request under the caller's quotas:
         the answer's ``throttle_time_ms`` is how long the caller holds it (the edge
@@ -164,12 +170,17 @@ class RequestHandler:
         bytes: copied into the protobuf and out again, a megabyte each way per request,
         otherwise). An item with batches aside carries only their first batch's header in
         ``record_batches``, for the checks that read it (authorization's idempotent-write
-        rule)."""
+        rule).
+
+        ``internal_topics_allowed``: whether the request may append to internal topics
+        (``__consumer_offsets``): only a request from :data:`ADMIN_CLIENT_ID`, the group
+        coordinators' (Kafka's ``appendRecords(internalTopicsAllowed=...)``); for others
+        each partition of such a topic is INVALID_TOPIC_EXCEPTION, nothing appended."""
         started = time.monotonic()
         handler = _HandlerTime()
         try:
             response, produced = await self._produce(
-                request, handler, records_aside, failures_with_acks_0
+                request, handler, records_aside, failures_with_acks_0, internal_topics_allowed
             )
         finally:
             self.telemetry.produce_duration.record(
@@ -188,6 +199,7 @@ class RequestHandler:
         handler: _HandlerTime,
         records_aside: Mapping[tuple[str, int], bytes] | None = None,
         failures_with_acks_0: bool = False,
+        internal_topics_allowed: bool = False,
     ) -> tuple[pb.ProduceResponse, int]:
         """The answer, and the bytes the request carried (what its quota counts)."""
         acks = fields.produce_acks(request)
@@ -198,11 +210,19 @@ class RequestHandler:
         placed: list[asyncio.Task[None]] = []
         for topic in request.topics:
             topic_response = response.topics.add(topic=topic.topic)
+            internal = not internal_topics_allowed and is_internal_topic(topic.topic)
             for item in topic.partitions:
                 answer = topic_response.partitions.add(partition=item.partition, base_offset=-1)
                 answer.log_append_time_ms = -1
                 if acks not in (0, 1, ACKS_ALL):
                     _fail(answer, ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}")
+                    continue
+                if internal:
+                    _fail(
+                        answer,
+                        ErrorCode.INVALID_TOPIC_EXCEPTION,
+                        f"Cannot append to internal topic {topic.topic}",
+                    )
                     continue
                 if item.partition == PLACED_BY_BROKER:
                     placed.append(
@@ -337,14 +357,20 @@ class RequestHandler:
             _fail(failed, ErrorCode.LEADER_NOT_AVAILABLE, "the partition has no leader")
             return failed
         if leader.leader == self.node_id:
-            answer, _ = await self._produce(share, _HandlerTime())
+            answer, _ = await self._produce(share, _HandlerTime(), internal_topics_allowed=True)
         else:
             stub = self.leaders.stub(leader.leader)
             if stub is None:
                 _fail(failed, ErrorCode.LEADER_NOT_AVAILABLE, f"broker {leader.leader} unknown")
                 return failed
             try:
-                answer = await stub.Produce(share, timeout=share.timeout_ms / 1000 + 5)
+                answer = await stub.Produce(
+                    share,
+                    timeout=share.timeout_ms / 1000 + 5,
+                    # The request was judged here, internal topics included: the leader
+                    # appends the share as it is.
+                    metadata=((CLIENT_ID_METADATA_KEY, ADMIN_CLIENT_ID),),
+                )
             except grpc.aio.AioRpcError as e:
                 _fail(failed, ErrorCode.NETWORK_EXCEPTION, f"leader {leader.leader}: {e.code()}")
                 return failed

@@ -59,7 +59,12 @@ from highwater.broker.leader_channels import LeaderChannels
 from highwater.broker.lifecycle import BROKER_SERVICE_NAME, BrokerLifecycle, ServingReport
 from highwater.broker.partitions import PartitionManager
 from highwater.broker.purgatory import Purgatory
-from highwater.broker.quota_caller import UNKNOWN_CALLER, QuotaCaller, quota_caller
+from highwater.broker.quota_caller import (
+    UNKNOWN_CALLER,
+    QuotaCaller,
+    client_id_of,
+    quota_caller,
+)
 from highwater.broker.quotas import QuotaSettings, Throttle
 from highwater.broker.replica_fetcher import Connect, GrpcFetchTransport, ReplicaFetcherManager
 from highwater.broker.request_handler import RequestHandler
@@ -70,6 +75,7 @@ from highwater.controller_api.client import ControllerClient
 from highwater.errors import InvalidRequestError, KafkaStorageError
 from highwater.internal.v1 import replication_pb2 as rpb
 from highwater.internal.v1 import replication_pb2_grpc
+from highwater.metadata.consumer_offsets import ADMIN_CLIENT_ID
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import BrokerEndpoint
 from highwater.rpc.auth import authorizer_enabled, follow_image
@@ -397,7 +403,10 @@ class BrokerServicer(ForwardedAdminCalls, broker_pb2_grpc.BrokerServicer):
         allowed, refused = split_topics(request, context, AclOperation.WRITE)
         if refused and not allowed.topics:
             return add_refused_topics(pb.ProduceResponse(), refused)
-        return add_refused_topics(await self._broker.produce(allowed, caller), refused)
+        answer = await self._broker.produce(
+            allowed, caller, internal_topics_allowed=client_id_of(context) == ADMIN_CLIENT_ID
+        )
+        return add_refused_topics(answer, refused)
 
     async def ProduceStream(
         self,

@@ -35,10 +35,11 @@ import grpc.aio
 
 from highwater.coordinator.records import KeyValue, encode_epoch_marker
 from highwater.errors import CorruptRecordError, HighwaterError
-from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC
+from highwater.metadata.consumer_offsets import ADMIN_CLIENT_ID, CONSUMER_OFFSETS_TOPIC
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.records import NO_LEADER
 from highwater.records import iter_batches
+from highwater.rpc.broker_streams import CLIENT_ID_METADATA_KEY
 from highwater.rpc.channels import open_channel
 from highwater.v1 import broker_pb2 as pb
 from highwater.v1 import broker_pb2_grpc
@@ -49,6 +50,10 @@ log = logging.getLogger(__name__)
 COORDINATOR_PRODUCER_ID_BASE: Final = 1 << 62
 """Producer ids from here on name the owners of ``__consumer_offsets`` partitions; the
 controller's producer-id blocks start at 0 and never reach them."""
+
+_AS_ADMIN_CLIENT: Final = ((CLIENT_ID_METADATA_KEY, ADMIN_CLIENT_ID),)
+"""The call metadata of the coordinator's appends: brokers take appends to internal topics
+only from :data:`~highwater.metadata.consumer_offsets.ADMIN_CLIENT_ID` (Kafka's rule)."""
 
 MAX_COORDINATOR_EPOCH: Final = (1 << 15) - 1
 """A batch's producer epoch is 16 bits: how many times a partition can change owner."""
@@ -166,7 +171,9 @@ class OffsetsTopicClient:
         )
         timeout_s = self.settings.offsets_commit_timeout_ms / 1000 + 5
         try:
-            reply = await self._stub(address).Produce(request, timeout=timeout_s)
+            reply = await self._stub(address).Produce(
+                request, timeout=timeout_s, metadata=_AS_ADMIN_CLIENT
+            )
         except grpc.aio.AioRpcError as e:
             log.debug("produce to %s for partition %d failed: %s", address, partition, e.code())
             return ErrorCode.NETWORK_EXCEPTION, -1

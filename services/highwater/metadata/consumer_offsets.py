@@ -1,4 +1,4 @@
-"""The internal ``__consumer_offsets`` topic: its name and which partition serves a group.
+"""The internal ``__consumer_offsets`` topic: its name, its writer, the partition of a group.
 
 A consumer group lives in one partition of ``__consumer_offsets``: the one Kafka picks
 with ``Utils.abs(groupId.hashCode()) % partitionCount`` (``GroupCoordinator.partitionFor``).
@@ -16,6 +16,16 @@ from typing import Final
 
 CONSUMER_OFFSETS_TOPIC: Final = "__consumer_offsets"
 """Kafka's ``Topic.GROUP_METADATA_TOPIC_NAME``: committed offsets and group metadata."""
+
+ADMIN_CLIENT_ID: Final = "__admin_client"
+"""The client id whose produce requests internal topics take (Kafka's
+``AdminUtils.ADMIN_CLIENT_ID``: ``ReplicaManager.appendRecords`` allows internal topics only
+for it). Kafka's group coordinator appends inside the broker; Highwater's appends over the
+brokers' Produce call, so it names itself with this id. Any other producer's records for
+an internal topic are refused INVALID_TOPIC_EXCEPTION: a client could otherwise rewrite a
+group's offsets, or fence its coordinator by appending as its producer id with a higher
+epoch. It is a guard against mistakes, as in Kafka; with the ACL checks on, WRITE on the
+topic is what keeps others out."""
 
 _INT_MIN: Final = -(1 << 31)
 _MASK_32: Final = (1 << 32) - 1

@@ -103,6 +103,7 @@ from highwater.controller_api.authorization import merge_refusals, split_admin_r
 from highwater.controller_api.client import ControllerClient, ControllerUnavailableError
 from highwater.controller_api.codec import ControllerRpc
 from highwater.errors import HighwaterError, InvalidRequestError
+from highwater.metadata.consumer_offsets import ADMIN_CLIENT_ID
 from highwater.metadata.image import MetadataImage
 from highwater.records.header import BATCH_HEADER_SIZE
 from highwater.rpc.auth import authorize, authorizer_enabled, forwarded_principal_metadata
@@ -338,7 +339,10 @@ class KafkaApis:
             answer = pb.ProduceResponse()
         else:
             answer = await self.requests.produce(
-                allowed, records_aside=aside, failures_with_acks_0=True
+                allowed,
+                records_aside=aside,
+                failures_with_acks_0=True,
+                internal_topics_allowed=request.client_id == ADMIN_CLIENT_ID,
             )
         add_refused_topics(answer, denied)
         if body.acks == 0:
