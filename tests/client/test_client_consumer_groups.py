@@ -212,8 +212,16 @@ async def test_commits_are_checked_against_the_membership(server: EmbeddedServer
     await a.stop_polling()
     done = await a.consumer.commit(offsets=[TopicPartition(TOPIC, 0, 3)], asynchronous=False)
     assert done is not None and done[0].error is None
-    with pytest.raises(CommitFailedError) as failed:
-        await a.consumer.commit(offsets=[TopicPartition("other", 0, 3)], asynchronous=False)
+    async with AdminClient(server.listen) as admin:
+        await admin.create_topics([NewTopic("other", 1, 1)])  # it exists, unassigned
+    deadline = time.monotonic() + 30
+    while True:
+        with pytest.raises(CommitFailedError) as failed:
+            await a.consumer.commit(offsets=[TopicPartition("other", 0, 3)], asynchronous=False)
+        # Until the coordinator's image has the new topic, it does not exist there.
+        if "not assigned" in str(failed.value) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
     assert "not assigned" in str(failed.value)
     await a.close()
     no_group = AsyncConsumer({"bootstrap.servers": server.listen})

@@ -187,6 +187,19 @@ async def test_the_lane_takes_plain_records_and_leaves_the_rest_to_python() -> N
             producer._sender.cancel()
 
 
+@compiled_only
+async def test_the_lane_refuses_a_negative_timestamp() -> None:
+    producer = make_producer(4, lane=True, batch_size=16384)
+    try:
+        producer.produce("a", b"first", partition=1, timestamp=5)  # opens the batch
+        for produce in (producer.produce, producer.produce_without_handle):
+            with pytest.raises(ValueError, match="Invalid timestamp: -5"):
+                produce("a", b"v", partition=1, timestamp=-5)
+    finally:
+        if producer._sender is not None:
+            producer._sender.cancel()
+
+
 @pytest.mark.parametrize("compiled", [True, False])
 async def test_produce_without_handle_queues_the_record_and_returns_none(compiled: bool) -> None:
     producer = make_producer(3, lane=compiled, batch_size=16384)  # no lane in a pure run

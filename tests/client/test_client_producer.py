@@ -76,6 +76,17 @@ class Cluster:
             await asyncio.sleep(0.02)
         raise AssertionError(f"{name} got no leader")
 
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic and wait until Metadata no longer names it."""
+        reply = await self.admin.delete_topics(m.DeleteTopicsRequest(names=(name,)))
+        assert all(t.error == ErrorCode.NONE for t in reply.topics), reply
+        for _ in range(200):
+            described = await self.broker.Metadata(pb.MetadataRequest(topics=[name]))
+            if described.topics[0].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"{name} was not deleted")
+
     async def batches(self, topic: str, partition: int = 0) -> list[RecordBatch]:
         """Every batch of the partition, read with the broker's Fetch."""
         request = pb.FetchRequest(max_wait_ms=0, min_bytes=1, max_bytes=1 << 24)
@@ -178,6 +189,37 @@ async def test_send_returns_metadata_and_keeps_key_headers_timestamp(cluster: Cl
     [record] = batch.records()
     assert (record.key, record.value, record.timestamp) == (b"key", b"value", 1234)
     assert list(record.headers) == [("h", b"x"), ("n", None)]
+
+
+async def test_a_negative_timestamp_is_refused_at_produce(cluster: Cluster) -> None:
+    """As Kafka's ``ProducerRecord`` (IllegalArgumentException): a timestamp below 0 is
+    refused before the record is queued, by every way of producing in Python."""
+    await cluster.create_topic("negative-ts")
+    async with AsyncProducer(cluster.config(linger_ms=1000)) as producer:
+        # The Python produce(), which the compiled lane stands for.
+        producer._lane = None
+        producer.__dict__.pop("produce", None)
+        producer.__dict__.pop("produce_without_handle", None)
+        kept = producer.produce("negative-ts", b"ok", partition=0)  # its batch stays open
+        for timestamp in (-5, -1):
+            with pytest.raises(ValueError, match=f"Invalid timestamp: {timestamp}"):
+                producer.produce("negative-ts", b"v", partition=0, timestamp=timestamp)
+            with pytest.raises(ValueError, match="non-negative"):
+                producer.produce_without_handle("negative-ts", b"v", timestamp=timestamp)
+        with pytest.raises(ValueError, match="non-negative"):
+            await producer.produce_batch("negative-ts", {"value": [b"v"]}, timestamp=-1)
+        assert await producer.flush(10) == 0
+        assert (await kept).offset == 0
+
+    def blocking() -> None:
+        with (
+            Producer(cluster.config()) as blocking_producer,
+            pytest.raises(ValueError, match="non-negative"),
+        ):
+            blocking_producer.produce("negative-ts", b"v", timestamp=-5)
+
+    await asyncio.to_thread(blocking)
+    assert await cluster.values("negative-ts") == [b"ok"]
 
 
 async def test_keyed_records_go_to_the_murmur2_partition(cluster: Cluster) -> None:
@@ -499,6 +541,32 @@ async def test_a_restart_past_the_last_epoch_takes_a_new_producer_id(cluster: Cl
     ]
 
 
+async def test_a_producer_the_broker_forgot_goes_on_under_a_new_epoch(cluster: Cluster) -> None:
+    """The broker lost the producer's state of a partition (the topic was deleted and
+    created again, so the new partition knows no producer) and answers its next batch,
+    sequence 3, UNKNOWN_PRODUCER_ID: the batch is resent from sequence 0 under the next
+    epoch, as Kafka's idempotent producer does (``TransactionManager.canRetry``), and
+    nothing reaches the caller."""
+    await cluster.create_topic("forgot")
+    # batch.size=1: a batch per record, up to five in flight, all refused together.
+    config = cluster.config(batch_size=1, linger_ms=0, retry_backoff_ms=10)
+    async with AsyncProducer(config) as producer:
+        for i in range(3):
+            await producer.send("forgot", b"a%d" % i, partition=0)
+        await cluster.delete_topic("forgot")
+        await cluster.create_topic("forgot")
+        futures = [producer.produce("forgot", b"b%d" % i, partition=0) for i in range(12)]
+        assert await producer.flush(20) == 0
+    assert [f.result().offset for f in futures] == list(range(12))
+    assert await cluster.values("forgot") == [b"b%d" % i for i in range(12)]
+    batches = await cluster.batches("forgot")
+    epoch = batches[0].producer_epoch
+    assert [(b.producer_epoch - epoch, b.base_sequence) for b in batches] == [
+        (0, i) for i in range(12)
+    ]
+    assert epoch >= 1  # bumped: the old epoch's sequences 0.. are never reused
+
+
 async def test_not_leader_refreshes_metadata_and_the_retry_is_deduplicated(
     cluster: Cluster,
 ) -> None:
@@ -715,7 +783,8 @@ async def test_at_linger_zero_flush_and_close_send_the_records_held_behind_a_req
 
 async def test_an_unknown_topic_is_reported_not_hung(cluster: Cluster) -> None:
     errors: list[BaseException | None] = []
-    async with AsyncProducer(cluster.config()) as producer:
+    config = cluster.config(**{"topic.metadata.propagation.max.ms": 300})
+    async with AsyncProducer(config) as producer:
         future = producer.produce(
             "no-such-topic", b"x", on_delivery=lambda err, msg: errors.append(err)
         )
@@ -724,6 +793,28 @@ async def test_an_unknown_topic_is_reported_not_hung(cluster: Cluster) -> None:
         future.result()
     assert len(errors) == 1 and isinstance(errors[0], UnknownTopicOrPartitionError)
     assert errors[0].code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_a_record_waits_for_its_topic_to_appear_in_the_metadata(cluster: Cluster) -> None:
+    """A topic created just after the record was produced (or not yet known to the broker
+    asked) is waited for, up to ``topic.metadata.propagation.max.ms`` (librdkafka's; Kafka's
+    producer waits ``max.block.ms``), not failed at the first Metadata answer."""
+    async with AsyncProducer(cluster.config(linger_ms=0, retry_backoff_ms=20)) as producer:
+        handle = producer.produce("appears", b"early", partition=0)
+        await asyncio.sleep(0.5)
+        assert not handle.done()
+        await cluster.create_topic("appears")
+        assert (await handle).offset == 0
+    assert await cluster.values("appears") == [b"early"]
+
+
+def test_the_wait_for_an_unknown_topic_is_a_setting() -> None:
+    base = {"bootstrap.servers": "localhost:1"}
+    assert ProducerConfig.parse(base).topic_metadata_propagation_max_ms == 30000
+    parsed = ProducerConfig.parse({**base, "topic.metadata.propagation.max.ms": 500})
+    assert parsed.topic_metadata_propagation_max_ms == 500
+    with pytest.raises(InvalidConfigError, match=r"topic\.metadata\.propagation\.max\.ms"):
+        ProducerConfig.parse({**base, "topic.metadata.propagation.max.ms": -1})
 
 
 async def test_a_record_too_large_for_the_topic_gets_the_brokers_error(cluster: Cluster) -> None:
@@ -880,7 +971,8 @@ def test_blocking_producer_works_from_sync_code(tmp_path: Path) -> None:
             assert threading.get_ident() == caller
             batch_reports.append((err, batch.record_count))
 
-        with Producer({"bootstrap.servers": address}, on_delivery_batch=on_batch) as producer:
+        config = {"bootstrap.servers": address, "topic.metadata.propagation.max.ms": 300}
+        with Producer(config, on_delivery_batch=on_batch) as producer:
             for i in range(10):
                 producer.produce("sync", value=b"%d" % i, key=b"k", on_delivery=on_delivery)
             # Bad records are refused in the caller's thread, before anything is queued.

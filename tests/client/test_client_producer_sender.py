@@ -91,6 +91,7 @@ def test_answers_are_found_by_partition_and_errors_name_it() -> None:
         (ErrorCode.NOT_LEADER_OR_FOLLOWER, True),
         (ErrorCode.NOT_ENOUGH_REPLICAS, True),
         (ErrorCode.REQUEST_TIMED_OUT, True),
+        (ErrorCode.UNKNOWN_PRODUCER_ID, True),  # resent under the next epoch
         (ErrorCode.MESSAGE_TOO_LARGE, False),
         (ErrorCode.INVALID_RECORD, False),
     ],

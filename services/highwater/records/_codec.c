@@ -3643,10 +3643,12 @@ static PyObject *lane_place(ProduceLaneObject *self, PyObject *const *args, int 
     int64_t batch_size;
     if (batch_size_obj == NULL || as_int64(batch_size_obj, &batch_size) < 0) GENERAL_PATH();
 
-    /* timestamp (0 or None: now, time.time_ns() // 1_000_000) */
+    /* timestamp (0 or None: now, time.time_ns() // 1_000_000; negative: the general path
+       refuses it, as Kafka's ProducerRecord does) */
     int64_t ts = 0;
     if (timestamp != Py_None) {
-        if (!PyLong_CheckExact(timestamp) || as_int64(timestamp, &ts) < 0) GENERAL_PATH();
+        if (!PyLong_CheckExact(timestamp) || as_int64(timestamp, &ts) < 0 || ts < 0)
+            GENERAL_PATH();
     }
     if (ts == 0) {
         struct timespec now;

@@ -113,7 +113,8 @@ CONSUMER_CONFIG_DEF: Final = ConfigDef(
             ConfigType.INT,
             3000,
             at_least(1),
-            "How often the member heartbeats to the coordinator.",
+            "How often the member heartbeats to the coordinator; below session.timeout.ms "
+            "(with a group.id).",
         ),
         ConfigKey(
             "max.poll.interval.ms",
@@ -198,8 +199,18 @@ class ConsumerConfig:
 
     @classmethod
     def parse(cls, config: Mapping[str, Any]) -> ConsumerConfig:
-        """Validate Kafka-named settings; :class:`InvalidConfigError` names the bad key."""
+        """Validate Kafka-named settings; :class:`InvalidConfigError` names the bad key.
+
+        With a ``group.id``, ``heartbeat.interval.ms`` must be below ``session.timeout.ms``,
+        as Kafka's ``Heartbeat`` requires: a member that heartbeats less often than its
+        session lasts is removed from the group between two heartbeats."""
         values = CONSUMER_CONFIG_DEF.parse(dict(config))
+        if values["group.id"] and values["heartbeat.interval.ms"] >= values["session.timeout.ms"]:
+            raise InvalidConfigError(
+                f"Invalid value {values['heartbeat.interval.ms']} for configuration "
+                "heartbeat.interval.ms: it must be lower than session.timeout.ms "
+                f"({values['session.timeout.ms']})"
+            )
         try:
             servers = parse_bootstrap_servers(values["bootstrap.servers"])
         except ValueError as e:

@@ -8,14 +8,15 @@ Partitions come from a consumer group (:meth:`AsyncConsumer.subscribe` with ``gr
 the group's coordinator and its leader share the partitions of the subscribed topics out
 among the members, :mod:`highwater.group.membership`) or are named by hand
 (:meth:`AsyncConsumer.assign`). With a ``group.id`` the consumer commits offsets to the
-group's coordinator (:meth:`~AsyncConsumer.commit`, and every ``auto.commit.interval.ms``
-while ``enable.auto.commit`` is on) and a partition it starts on begins at the group's
-committed offset, else where ``auto.offset.reset`` says. A commit of the positions carries
-the leader epoch of the batch the last consumed record came in (the committed offset's
-epoch until a record is consumed), as Kafka's consumer commits ``offsetEpoch``; a commit
-of a message the epoch of its batch when it was the last one returned of its partition;
-offsets given to :meth:`~AsyncConsumer.commit` the ``leader_epoch`` of each
-:class:`TopicPartition` (none without).
+group's coordinator (:meth:`~AsyncConsumer.commit`, and, while ``enable.auto.commit`` is
+on, every ``auto.commit.interval.ms`` and on close, for partitions assigned by hand too,
+which do not make the consumer join the group) and a partition it starts on without an
+offset begins at the group's committed offset, else where ``auto.offset.reset`` says. A
+commit of the positions carries the leader epoch of the batch the last consumed record
+came in (the committed offset's epoch until a record is consumed), as Kafka's consumer
+commits ``offsetEpoch``; a commit of a message the epoch of its batch when it was the
+last one returned of its partition; offsets given to :meth:`~AsyncConsumer.commit` the
+``leader_epoch`` of each :class:`TopicPartition` (none without).
 
 Rebalances happen inside :meth:`~AsyncConsumer.poll`, as in Kafka: the ``on_revoke``
 callback runs before partitions go (with auto-commit on, their positions are committed
@@ -37,10 +38,14 @@ How records arrive (Kafka's ``Fetcher``):
 
 - Each assigned partition has a *position*, the offset of the next record :meth:`poll`
   returns. It starts at the offset given to :meth:`~AsyncConsumer.assign` (or
-  :meth:`~AsyncConsumer.seek`); without one (or with :data:`OFFSET_BEGINNING` /
-  :data:`OFFSET_END`) it is looked up with ``ListOffsets``: earliest or latest, as
-  ``auto.offset.reset`` says. With ``auto.offset.reset=none`` a partition without a
-  position gets an error :class:`~highwater.client.message.Message` instead.
+  :meth:`~AsyncConsumer.seek`). Without one (None, :data:`OFFSET_STORED`,
+  :data:`OFFSET_INVALID`) and with a ``group.id`` it starts at the group's committed
+  offset (``OffsetFetch``, retried after ``retry.backoff.ms`` while the coordinator cannot
+  answer), as Kafka's ``updateFetchPositions`` does for any assignment; where there is no
+  commit or no group (or with :data:`OFFSET_BEGINNING` / :data:`OFFSET_END`) it is looked
+  up with ``ListOffsets``: earliest or latest, as ``auto.offset.reset`` says. With
+  ``auto.offset.reset=none`` a partition without a position gets an error
+  :class:`~highwater.client.message.Message` instead.
 - When no fetched record is waiting, :meth:`~AsyncConsumer.poll` sends one ``Fetch`` request
   per leader broker for the assigned, unpaused partitions that have nothing buffered: a long
   poll of up to ``fetch.max.wait.ms`` (bounded by the poll's own timeout) until
@@ -64,11 +69,14 @@ How records arrive (Kafka's ``Fetcher``):
   message, and the partition waits for a :meth:`~AsyncConsumer.seek`). Leader errors
   (``NOT_LEADER_OR_FOLLOWER``, ``FENCED_LEADER_EPOCH``, ``UNKNOWN_LEADER_EPOCH``,
   ``LEADER_NOT_AVAILABLE``, ...) and failed requests refresh the metadata and retry after
-  ``retry.backoff.ms``. ``UNKNOWN_TOPIC_OR_PARTITION``, corrupt data and other errors are
-  delivered as error messages; the partition is then not fetched again until it is
-  sought or assigned anew. Each ``Fetch`` names the leader epoch the metadata gave, so a
-  stale leader answers ``FENCED_LEADER_EPOCH`` or ``UNKNOWN_LEADER_EPOCH`` instead of
-  serving it.
+  ``retry.backoff.ms``. ``UNKNOWN_TOPIC_OR_PARTITION`` (the topic does not exist yet, or
+  was deleted) is delivered once as an error message (as librdkafka does) and the
+  partition is kept: the metadata is refreshed and it is fetched again after
+  ``retry.backoff.ms``, at its position, until the topic exists (Kafka's fetcher). Corrupt
+  data and other errors are delivered as error messages; the partition is then not
+  fetched again until it is sought or assigned anew. Each ``Fetch`` names the leader
+  epoch the metadata gave, so a stale leader answers ``FENCED_LEADER_EPOCH`` or
+  ``UNKNOWN_LEADER_EPOCH`` instead of serving it.
 - A position is validated by leader epoch (KIP-320) when its epoch is known (a committed
   offset's, or the epoch of the batch the last record came in) and the metadata names a
   leader it was not checked against yet: a committed offset when the partition starts on
@@ -211,7 +219,9 @@ class AsyncConsumer:
         self._on_lost: RebalanceCallback | None = None
         self._listener_owner: Any = self
         self._membership: GroupMembership | None = None
-        self._next_auto_commit = 0.0
+        self._next_auto_commit: float | None = None
+        """When the positions are committed next (the event loop's clock); None without
+        auto-commit (no ``group.id``, or ``enable.auto.commit`` off)."""
         self._next_metadata_check = 0.0
         self._partition_counts: dict[str, int] = {}
         self._commits: set[asyncio.Task[object]] = set()
@@ -223,14 +233,23 @@ class AsyncConsumer:
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop the consumer was last polled on (:meth:`_running_loop`)."""
         self._tracing = ConsumerTracing(self.config.group_id) if tracing_enabled() else None
-        CLIENT_METRICS.observe_lag(self)
         """``receive`` and ``process`` spans, when a tracer provider is installed."""
+        CLIENT_METRICS.observe_lag(self)
+        if self.config.group_id and self.config.enable_auto_commit:
+            # Auto-commit serves partitions assigned by hand too, periodically and on close
+            # (Kafka's ConsumerCoordinator.poll and close): the membership that commits
+            # exists from the start, and joins the group only if subscribe() is called.
+            self._group()
+            self._next_auto_commit = 0.0
 
     # --- assignment ---------------------------------------------------------------------
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Replace the assignment with ``partitions``, each starting at its offset (see
-        :class:`TopicPartition`; not set: by ``auto.offset.reset``)."""
+        :class:`TopicPartition`). One without an offset (None, :data:`OFFSET_STORED`,
+        :data:`OFFSET_INVALID`) starts at the group's committed offset when there is a
+        ``group.id`` and a commit, else where ``auto.offset.reset`` says. This consumer
+        does not join the group for it: partitions assigned by hand are not shared."""
         self._check_open()
         if self._subscription is not None:
             raise ConsumerError("the consumer is subscribed to topics; unsubscribe() first")
@@ -311,21 +330,32 @@ class AsyncConsumer:
         return states
 
     def _set_offset(
-        self, state: PartitionState, offset: int | None, leader_epoch: int = -1
+        self,
+        state: PartitionState,
+        offset: int | None,
+        leader_epoch: int = -1,
+        *,
+        committed_known: bool = False,
     ) -> None:
         """Start ``state`` at ``offset`` (a logical offset means a lookup), a committed
-        offset with its ``leader_epoch``."""
+        offset with its ``leader_epoch``. No offset (None, :data:`OFFSET_STORED`,
+        :data:`OFFSET_INVALID`) means the group's committed one when there is a group and
+        the caller did not look it up already (``committed_known``), else a lookup by
+        ``auto.offset.reset``."""
         state.clear_buffer()
         state.position_epoch = leader_epoch
         state.position_leader_epoch = -1
         state.awaiting_validation = False
+        state.awaiting_committed = False
         state.failed = False
+        state.missing_reported = False
         state.backoff_until = 0.0
         state.generation += 1
         with contextlib.suppress(ValueError):
             self._ready.remove(state)
         if offset is None or offset in (OFFSET_STORED, OFFSET_INVALID):
             state.position, state.reset = None, self.config.auto_offset_reset
+            state.awaiting_committed = bool(self.config.group_id) and not committed_known
         elif offset == OFFSET_BEGINNING:
             state.position, state.reset = None, "earliest"
         elif offset == OFFSET_END:
@@ -341,7 +371,15 @@ class AsyncConsumer:
         """The next record (or error message) of the assigned partitions, waiting up to
         ``timeout`` seconds (None or negative: until one arrives); None on timeout."""
         tracing = self._tracing
-        if tracing is None and self._membership is None and not self._errors:
+        if (
+            tracing is None
+            and self._subscription is None
+            and not self._errors
+            and (
+                self._next_auto_commit is None
+                or self._running_loop().time() < self._next_auto_commit
+            )
+        ):
             message = self._take_decoded()
             if message is not None:
                 CLIENT_METRICS.consumed(self.config.group_id, 1)
@@ -548,8 +586,9 @@ class AsyncConsumer:
         """:meth:`poll`'s short way: the next record of the first ready partition when it
         is decoded already and is not the last one decoded (so the partition's buffer
         stays non-empty and nothing but its position moves), else None and the general
-        path (:meth:`_poll`) decides. Only for a consumer outside a group, with no error
-        queued: a group's poll has duties first (rebalance, auto-commit).
+        path (:meth:`_poll`) decides. Only for a consumer not subscribed to a group, with no
+        error queued and no auto-commit due: a group's poll has duties first (rebalance,
+        auto-commit).
 
         A record taken from the buffer costs about as much as the general path's
         bookkeeping around it (``_poll``, ``_poll_group``, ``_next_message``, a list
@@ -608,10 +647,30 @@ class AsyncConsumer:
         """Queue an error message for the partition and stop fetching it."""
         state.failed = True
         state.clear_buffer()
+        self._queue_error(state, error)
+
+    def _queue_error(self, state: PartitionState, error: BaseException) -> None:
+        """Queue an error message for the partition, at its position."""
         offset = -1 if state.position is None else state.position
         self._errors.append(
             Message(state.topic, state.partition, None, None, [], -1, offset, error)
         )
+
+    def _topic_missing(self, state: PartitionState, error: BaseException) -> None:
+        """The partition's topic (or the partition) does not exist: deliver ``error`` once,
+        as librdkafka does, and keep the partition, fetched again after a metadata refresh
+        and ``retry.backoff.ms``. As Kafka's fetcher, which requests a metadata update on
+        UNKNOWN_TOPIC_OR_PARTITION and fetches on: a topic created after assign(), or
+        deleted and created again, is read once the metadata names it (at the position,
+        or where ``auto.offset.reset`` says if the new log does not hold it)."""
+        state.clear_buffer()
+        with contextlib.suppress(ValueError):
+            self._ready.remove(state)
+        self.cluster.invalidate(state.topic)
+        self._backoff(state)
+        if not state.missing_reported:
+            state.missing_reported = True
+            self._queue_error(state, error)
 
     async def _idle(self, seconds: float) -> None:
         """Wait ``seconds`` or until assign/seek/resume/close changes something."""
@@ -638,7 +697,17 @@ class AsyncConsumer:
             await self._idle(min(backoff, budget))
             return
         try:
-            unpositioned = [s for s in states if s.position is None and not s.paused]
+            # Not those backing off (a lookup failed, the topic is missing): each round
+            # would ask again, and refresh a missing topic's metadata per fetch.
+            now = loop.time()
+            unpositioned = [
+                s for s in states if s.position is None and not s.paused and s.backoff_until <= now
+            ]
+            if any(s.awaiting_committed for s in unpositioned):
+                await self._init_committed(unpositioned)
+                unpositioned = [
+                    s for s in unpositioned if s.position is None and not s.awaiting_committed
+                ]
             if unpositioned:
                 await self._reset_positions(unpositioned)
         except ClusterError as e:
@@ -703,7 +772,7 @@ class AsyncConsumer:
             return self.cluster.leader_address(state.topic, state.partition)
         except UnknownTopicOrPartitionError as e:
             if self.cluster.is_unknown(state.topic) or self.cluster.topic(state.topic):
-                self._deliver_error(state, e)
+                self._topic_missing(state, e)
             else:
                 self._backoff(state)
         except LeaderNotAvailableError:
@@ -715,6 +784,38 @@ class AsyncConsumer:
         """Do not fetch ``state`` again before ``retry.backoff.ms``."""
         loop = asyncio.get_running_loop()
         state.backoff_until = loop.time() + self.config.retry_backoff_ms / 1000
+
+    async def _init_committed(self, states: Sequence[PartitionState]) -> None:
+        """Start the partitions that await the group's committed offset
+        (:attr:`PartitionState.awaiting_committed`) at it, with its leader epoch (so it is
+        validated, KIP-320); those the group has no commit for are left to
+        ``auto.offset.reset``. Kafka's ``updateFetchPositions`` does the same for manually
+        assigned partitions as for the group's (``initWithCommittedOffsetsIfNeeded`` before
+        ``resetInitializingPositions``): a consumer restarted with ``latest`` must not skip
+        what was produced while it was down. When the coordinator cannot answer, the
+        partitions wait ``retry.backoff.ms`` and ask again; they are not reset."""
+        now = self._running_loop().time()
+        wanted = [s for s in states if s.awaiting_committed and s.backoff_until <= now]
+        if not wanted:
+            return
+        generations = [s.generation for s in wanted]
+        try:
+            committed = await self._group().committed([(s.topic, s.partition) for s in wanted])
+        except HighwaterError as e:
+            log.info("consumer: fetching the committed offsets failed: %s", e)
+            for state in wanted:
+                self._backoff(state)
+            return
+        for state, generation in zip(wanted, generations, strict=True):
+            if (
+                state.generation != generation
+                or self._states.get((state.topic, state.partition)) is not state
+            ):
+                continue  # sought or unassigned meanwhile
+            state.awaiting_committed = False
+            found = committed.get((state.topic, state.partition))
+            if found is not None:
+                state.position, state.position_epoch = found[0], found[1]
 
     async def _reset_positions(self, states: Sequence[PartitionState]) -> None:
         """Look up the positions of partitions that have none (``auto.offset.reset``)."""
@@ -747,7 +848,7 @@ class AsyncConsumer:
                 continue
             if isinstance(answer, BaseException):
                 if isinstance(answer, UnknownTopicOrPartitionError):
-                    self._deliver_error(state, answer)
+                    self._topic_missing(state, answer)
                 else:
                     self._backoff(state)
                 continue
@@ -841,6 +942,9 @@ class AsyncConsumer:
         if code in FETCH_RETRIABLE_ERRORS:
             self.cluster.invalidate(state.topic, state.partition)
             self._backoff(state)
+            return
+        if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            self._topic_missing(state, error_for(code, state.topic, state.partition))
             return
         if code != _NO_ERROR:
             self.cluster.handle_error(state.topic, state.partition, code)
@@ -1003,7 +1107,10 @@ class AsyncConsumer:
         if code == _NO_ERROR:
             state.high_watermark = answer.high_watermark
             state.log_start_offset = answer.log_start_offset
+            state.missing_reported = False
             self._buffer(state, offset, answer.records)
+        elif code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            self._topic_missing(state, error_for(code, state.topic, state.partition))
         elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if self.config.auto_offset_reset == "none":
                 self._deliver_error(
@@ -1283,7 +1390,7 @@ class AsyncConsumer:
             await self._check_partition_counts()
             while membership.rejoin_needed and not self._closed:
                 await self._rebalance(membership, self._subscription)
-        if self.config.enable_auto_commit and self._states:
+        if self._next_auto_commit is not None and self._states:
             now = asyncio.get_running_loop().time()
             if now >= self._next_auto_commit:
                 self._next_auto_commit = now + self.config.auto_commit_interval_ms / 1000
@@ -1405,7 +1512,7 @@ class AsyncConsumer:
             state = PartitionState(key[0], key[1], reset=self.config.auto_offset_reset)
             found = committed.get(key)
             if found is None:
-                self._set_offset(state, None)
+                self._set_offset(state, None, committed_known=True)
             else:
                 self._set_offset(state, found[0], found[1])
             self._states[key] = state

@@ -75,7 +75,8 @@ FETCH_RETRIABLE_ERRORS: Final[frozenset[int]] = frozenset(
 class TopicPartition:
     """A partition of a topic, with an offset (confluent-kafka's ``TopicPartition``).
 
-    ``offset`` is None (or :data:`OFFSET_STORED` / :data:`OFFSET_INVALID`) for "not set",
+    ``offset`` is None (or :data:`OFFSET_STORED` / :data:`OFFSET_INVALID`) for "not set"
+    (the group's committed offset, else ``auto.offset.reset``),
     :data:`OFFSET_BEGINNING` or :data:`OFFSET_END` for the log's ends, else an offset;
     :meth:`AsyncConsumer.offsets_for_times` takes a timestamp in it. ``error`` is set by
     calls that answer per partition. ``leader_epoch`` is the leader epoch of the record
@@ -130,9 +131,17 @@ class PartitionState:
     leader's log holds it (:meth:`leader_known`, :meth:`complete_validation`)."""
     reset: str = "latest"
     """Where a lookup goes: earliest, latest or none."""
+    awaiting_committed: bool = False
+    """The position is the group's committed offset, to be fetched (``OffsetFetch``) before
+    :attr:`reset` may look one up: only a partition the group has no commit for starts
+    where ``auto.offset.reset`` says (Kafka's ``initWithCommittedOffsetsIfNeeded``)."""
     paused: bool = False
     failed: bool = False
     """An error was delivered: not fetched again until sought or reassigned."""
+    missing_reported: bool = False
+    """UNKNOWN_TOPIC_OR_PARTITION was delivered as an error message: the partition is still
+    fetched (after a metadata refresh and a back-off) until its topic exists, without the
+    error again until it has been fetched, sought or assigned anew."""
     records: list[Message] = field(default_factory=list)
     """The records of the batch decoded last; those from :attr:`taken` on are not returned."""
     records_epoch: int = -1

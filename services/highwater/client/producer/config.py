@@ -125,6 +125,15 @@ PRODUCER_CONFIG_DEF: Final = ConfigDef(
             "The wait before a failed batch is sent again.",
         ),
         ConfigKey(
+            "topic.metadata.propagation.max.ms",
+            ConfigType.INT,
+            30000,
+            at_least(0),
+            "How long a record for a topic the metadata does not name waits for it to "
+            "appear (a topic just created may not have reached every broker) before it "
+            "fails with UNKNOWN_TOPIC_OR_PARTITION; at most delivery.timeout.ms.",
+        ),
+        ConfigKey(
             "partitioner.ignore.keys",
             ConfigType.BOOLEAN,
             False,
@@ -161,6 +170,9 @@ class ProducerConfig:
     request_timeout_ms: int
     retry_backoff_ms: int
     ignore_keys: bool
+    topic_metadata_propagation_max_ms: int = 30000
+    """How long a record waits for its topic to appear in the metadata (librdkafka's
+    setting; delivery.timeout.ms bounds it)."""
     security: ClientSecurity | None = None
     """The channels' TLS and SASL (``None``: the process's)."""
 
@@ -228,5 +240,6 @@ class ProducerConfig:
             request_timeout_ms=values["request.timeout.ms"],
             retry_backoff_ms=values["retry.backoff.ms"],
             ignore_keys=values["partitioner.ignore.keys"],
+            topic_metadata_propagation_max_ms=values["topic.metadata.propagation.max.ms"],
             security=security_from_config(raw),
         )

@@ -14,7 +14,10 @@ are :mod:`~highwater.client.producer.accumulator` and :mod:`~highwater.client.pr
   ``batch.size`` bytes, and never more than ``max.request.size`` (a single larger record
   gets a batch of its own; one larger than ``max.request.size`` fails with
   :class:`RecordTooLargeError` and is never sent). A topic whose metadata is not known yet
-  waits in a side queue until the sender has fetched it.
+  waits in a side queue until the sender has fetched it; one the metadata does not name
+  (created a moment ago, or not yet known to the broker asked) is asked for again every
+  ``retry.backoff.ms`` until ``topic.metadata.propagation.max.ms`` (librdkafka's; at most
+  ``delivery.timeout.ms``) passes, then its records fail with UNKNOWN_TOPIC_OR_PARTITION.
   ``produce()`` is the per-record cost of the library, so it keeps only the record's
   fields, its callback and a small :class:`~highwater.client.producer.handle.DeliveryHandle`
   (index into the batch; a future is made only if the caller awaits it): the batch is
@@ -34,7 +37,11 @@ are :mod:`~highwater.client.producer.accumulator` and :mod:`~highwater.client.pr
   of a partition are in flight. A batch that fails with a retriable error (a stale leader,
   a timeout, a lost reply) is put back in sequence order and resent with the same sequence,
   one at a time until the partition has caught up; the broker answers a resent batch it
-  already holds with the original offset, so nothing is written twice.
+  already holds with the original offset, so nothing is written twice. A batch answered
+  UNKNOWN_PRODUCER_ID (the broker lost the producer's state of the partition: its records
+  were deleted, or the topic created again) is not in the log: the partition's sequences
+  start again from 0 under the next epoch and it is resent, as Kafka's idempotent
+  producer does.
 - A batch is delivered with an error when it fails for good: a non-retriable error code,
   ``retries`` exhausted, or ``delivery.timeout.ms`` passed since it was opened. Sent, it may
   be in the log all the same, so its partition's sequences start again from 0 under a new
@@ -145,6 +152,14 @@ _deliver_records: Callable[..., tuple[int, BaseException, Message] | None] | Non
 """The delivery callbacks' loop of a written batch in C, None on the pure-Python paths."""
 """The compiled ``produce()`` (``highwater.records._codec.ProduceLane``), None when the
 pure-Python paths serve (``HIGHWATER_PURE_PYTHON=1``)."""
+
+
+def _negative_timestamp(timestamp: int) -> str:
+    """What a record with a negative ``timestamp`` is refused with: Kafka's
+    ``ProducerRecord`` refuses it (IllegalArgumentException), since -1 means "no
+    timestamp" on the wire and the broker's time index takes none below 0."""
+    return f"Invalid timestamp: {timestamp}. Timestamp should always be non-negative or None."
+
 
 _Handle: TypeAlias = "DeliveryHandle | None"
 """A record's handle, or None for a record produced without one (the blocking producer)."""
@@ -281,8 +296,9 @@ class AsyncProducer:
 
         ``partition`` None (or -1) lets the partitioner choose; ``timestamp`` None (or 0)
         means now. ``on_delivery(err, msg)`` is called once the record is written (``err``
-        None) or failed for good. Raises :class:`ProducerClosedError` after :meth:`close`
-        and TypeError for keys or values that are not str or bytes. A record larger than
+        None) or failed for good. Raises :class:`ProducerClosedError` after :meth:`close`,
+        TypeError for keys or values that are not str or bytes, and ValueError for a
+        negative ``timestamp`` (as Kafka's ``ProducerRecord``). A record larger than
         ``max.request.size`` as a batch of its own is failed before this returns (its
         handle done with :class:`RecordTooLargeError`, ``on_delivery`` called) and never
         sent, once the topic's metadata is known (else when it arrives).
@@ -331,6 +347,8 @@ class AsyncProducer:
         """:meth:`produce` with its handle made by the caller, or none at all (None: the
         blocking :class:`Producer`, whose callers get delivery reports only, needs no
         handle per record)."""
+        if timestamp is not None and timestamp < 0:
+            raise ValueError(_negative_timestamp(timestamp))
         # The fast lane: a record of plain bytes, without headers, for a partition whose
         # batch is open (the sticky one, or a named one), appended without the general
         # path's calls; anything else, or a record that does not fit, takes that path.
@@ -449,6 +467,8 @@ class AsyncProducer:
             raise ProducerClosedError("the producer is closed")
         if not isinstance(topic, str) or not topic:
             raise TypeError("topic must be a non-empty str")
+        if timestamp is not None and timestamp < 0:
+            raise ValueError(_negative_timestamp(timestamp))
         chunks = list(column_chunks(records))
         info = self._topics.get(topic)
         if info is None:
@@ -1059,11 +1079,10 @@ class AsyncProducer:
             return
         for topic in list(self._waiting):
             if self.cluster.is_unknown(topic):
-                self._fail_waiting(
-                    topic,
-                    self._waiting.pop(topic),
-                    UnknownTopicOrPartitionError(f"topic {topic!r} does not exist"),
-                )
+                # Not (yet) in the metadata: the records wait, and the metadata is asked
+                # again after retry.backoff.ms, until the propagation window passes
+                # (:meth:`_expire`).
+                self._wakeup_later(backoff)
                 continue
             if topic in self.cluster.unauthorized:
                 self._fail_waiting(
@@ -1094,19 +1113,32 @@ class AsyncProducer:
         asyncio.get_running_loop().call_later(max(delay, 0.0), self._wakeup.set)
 
     def _expire(self, now: float) -> None:
-        """Fail records and queued batches older than ``delivery.timeout.ms``."""
+        """Fail records and queued batches older than ``delivery.timeout.ms``, and records
+        of a topic the metadata does not name after ``topic.metadata.propagation.max.ms``.
+
+        A topic just created may not be in every broker's metadata yet, so a record for
+        one the metadata does not name waits for it, as librdkafka's records do for
+        ``topic.metadata.propagation.max.ms`` (Kafka's producer waits ``max.block.ms``
+        in ``send()``), and fails with UNKNOWN_TOPIC_OR_PARTITION after that, or after
+        ``delivery.timeout.ms`` if that is shorter."""
         timeout_s = self.config.delivery_timeout_ms / 1000
+        unknown_s = min(self.config.topic_metadata_propagation_max_ms / 1000, timeout_s)
         for topic, waiting in list(self._waiting.items()):
-            expired = [p for p in waiting if p.created + timeout_s <= now]
-            if expired:
-                self._waiting[topic] = [p for p in waiting if p.created + timeout_s > now]
-                self._fail_waiting(
-                    topic,
-                    expired,
-                    DeliveryTimeoutError(
-                        f"no metadata for topic {topic!r} within delivery.timeout.ms"
-                    ),
+            if self.cluster.is_unknown(topic):
+                expired = [p for p in waiting if p.created + unknown_s <= now]
+                error: BaseException = UnknownTopicOrPartitionError(
+                    f"topic {topic!r} does not exist (not in the metadata after "
+                    f"{round(unknown_s * 1000)} ms)"
                 )
+            else:
+                expired = [p for p in waiting if p.created + timeout_s <= now]
+                error = DeliveryTimeoutError(
+                    f"no metadata for topic {topic!r} within delivery.timeout.ms"
+                )
+            if expired:
+                limit = unknown_s if self.cluster.is_unknown(topic) else timeout_s
+                self._waiting[topic] = [p for p in waiting if p.created + limit > now]
+                self._fail_waiting(topic, expired, error)
         for q in self._queues.values():
             for batch in q.expired(now, timeout_s):
                 q.batches.remove(batch)
@@ -1232,6 +1264,13 @@ class AsyncProducer:
                 continue
             self.cluster.handle_error(batch.topic, batch.partition, code)
             batch.sequence_refused = code in SEQUENCE_ERRORS
+            if code == ErrorCode.UNKNOWN_PRODUCER_ID and batch.base_sequence is not None:
+                # The broker lost this producer's state of the partition (the records it
+                # held went: DeleteRecords, retention, the topic created again): the
+                # batch is not in the log. Its sequences start again from 0 under the
+                # next epoch and it is sent again, as Kafka's idempotent producer bumps
+                # the epoch (TransactionManager.canRetry); the caller sees nothing.
+                q.restart_pending = True
             retriable = is_retriable_answer(code, batch, q)
             self._on_failure(batch, answer_error(batch, answer), retriable=retriable)
         self._wakeup.set()
@@ -1372,6 +1411,8 @@ class Producer:
             raise ProducerClosedError("the producer is closed")
         if not isinstance(topic, str) or not topic:
             raise TypeError("topic must be a non-empty str")
+        if timestamp is not None and timestamp < 0:
+            raise ValueError(_negative_timestamp(timestamp))
         if value is not None and type(value) is not bytes:
             value = to_bytes(value, "value")
         if key is not None and type(key) is not bytes:

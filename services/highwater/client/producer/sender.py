@@ -142,9 +142,18 @@ def answer_error(batch: ProducerBatch, answer: pb.ProducePartitionResponse) -> P
 def is_retriable_answer(code: int, batch: ProducerBatch, queue: PartitionQueue) -> bool:
     """Whether a batch answered with error ``code`` is sent again.
 
-    A sequence error is retriable only while an earlier batch of the partition is still
+    A sequence error is retriable while an earlier batch of the partition is still
     unanswered or being resent (the broker will accept this one after it).
+    UNKNOWN_PRODUCER_ID always is: the broker lost the producer's state of the partition,
+    so the batch is resent once the partition's sequences start again under the next
+    epoch (the producer sets :attr:`PartitionQueue.restart_pending`), as Kafka's
+    idempotent producer retries it after bumping its epoch (``TransactionManager.canRetry``).
     """
-    return code in RETRIABLE_ERRORS or (
-        code in SEQUENCE_ERRORS and (queue.retrying or batch.base_sequence != queue.acked_sequence)
+    return (
+        code in RETRIABLE_ERRORS
+        or code == ErrorCode.UNKNOWN_PRODUCER_ID
+        or (
+            code in SEQUENCE_ERRORS
+            and (queue.retrying or batch.base_sequence != queue.acked_sequence)
+        )
     )
