@@ -158,6 +158,42 @@ async def test_a_forwarded_principal_of_any_name_reaches_the_controller(
     assert served.controller.principals == [principal]
 
 
+async def test_allow_everyone_does_not_let_a_caller_forward_as_another(served: Served) -> None:
+    """With ``allow.everyone.if.no.acl.found`` and no ACL on the cluster, every caller is
+    allowed CLUSTER_ACTION; taking a forwarded principal on that alone would let any
+    client call as a super user. Forwarding needs a super user or an ACL granting
+    CLUSTER_ACTION; the call itself is still served as its own caller's."""
+    auth.configure(
+        auth.ServerSecurity(
+            authorizer="acl",
+            super_users=frozenset({"User:admin"}),
+            allow_everyone_if_no_acl_found=True,
+        )
+    )
+
+    async def call(metadata: Any) -> admin.DescribeAclsResponse:
+        async with grpc.aio.insecure_channel(served.address) as channel:
+            reply: admin.DescribeAclsResponse = await controller_pb2_grpc.ControllerStub(
+                channel
+            ).DescribeAcls(admin.DescribeAclsRequest(), metadata=metadata, timeout=10)
+        return reply
+
+    forging = ((auth.FORWARDED_PRINCIPAL_KEY, "127.0.0.1|User:admin"),)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await call(forging)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "User:ANONYMOUS may not forward calls" in (refused.value.details() or "")
+    assert served.controller.principals == []
+    assert (await call(())).error == ErrorCode.NONE  # allowed as itself, by allow-everyone
+
+    # An ACL granting CLUSTER_ACTION makes the caller a forwarder.
+    served.with_acls(
+        dataclasses.replace(ANONYMOUS_MAY_DESCRIBE, operation=AclOperation.CLUSTER_ACTION)
+    )
+    assert (await call(forging)).error == ErrorCode.NONE
+    assert served.controller.principals == ["User:ANONYMOUS", "User:admin"]
+
+
 class Quorum(raft_pb2_grpc.RaftServicer):
     async def DescribeQuorum(
         self, request: raft_pb2.DescribeQuorumRequest, context: grpc.aio.ServicerContext

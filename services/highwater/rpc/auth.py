@@ -368,6 +368,27 @@ def _identify(context: grpc.aio.ServicerContext, token: str | None) -> CallPrinc
     return CallPrincipal(ANONYMOUS, host)
 
 
+def _may_forward(authorizer: AclAuthorizer, direct: CallPrincipal) -> bool:
+    """Whether ``direct`` may speak for another principal: a super user, or allowed
+    CLUSTER_ACTION on the cluster by an ACL. ``allow.everyone.if.no.acl.found`` does not
+    count here: with no ACL on the cluster it allows CLUSTER_ACTION to every caller, and
+    any client could then forward a call as a super user. Kafka takes a forwarded request
+    (an Envelope) only on its brokers' privileged listener besides CLUSTER_ACTION; a
+    Highwater server has one listener for everyone, so the grant must be explicit."""
+    if direct.principal in authorizer.super_users:
+        return True
+    return authorizer.matching(ResourceType.CLUSTER, CLUSTER_NAME) != [] and (
+        authorizer.authorize(
+            direct.principal,
+            direct.host,
+            AclOperation.CLUSTER_ACTION,
+            ResourceType.CLUSTER,
+            CLUSTER_NAME,
+        )
+        is Decision.ALLOWED
+    )
+
+
 def _forwarded(direct: CallPrincipal, forwarded: str | None, method: str | None) -> CallPrincipal:
     """The caller ``direct``, or the principal it forwards (``forwarded``: the call's
     forwarded-principal metadata) if it may forward calls and ``method`` is one a broker
@@ -387,16 +408,7 @@ def _forwarded(direct: CallPrincipal, forwarded: str | None, method: str | None)
         # Nothing is checked; still, only a service (a certificate) may speak for another.
         if direct.authenticated_by != "certificate":
             return direct
-    elif (
-        authorizer.authorize(
-            direct.principal,
-            direct.host,
-            AclOperation.CLUSTER_ACTION,
-            ResourceType.CLUSTER,
-            CLUSTER_NAME,
-        )
-        is not Decision.ALLOWED
-    ):
+    elif not _may_forward(authorizer, direct):
         _process.log_refusal(direct, "CLUSTER_ACTION (forward a call)", "Cluster:kafka-cluster")
         raise _Refused(
             grpc.StatusCode.PERMISSION_DENIED,
