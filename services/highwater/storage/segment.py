@@ -685,32 +685,29 @@ class LogSegment:
     def load_tail_state(self) -> None:
         """Find next offset, largest timestamp and index bookkeeping from the indexes' tails.
 
-        Used when a segment is opened without recovery (its contents are trusted). The
-        largest timestamp is Kafka's ``loadLargestTimestamp``: the time index's last entry,
-        then every batch from the one holding that entry's offset (found with the offset
-        index) to the end; with an empty time index (lost in a crash, say, beside a log
-        that was not) from the first batch, so that a segment's largest timestamp is never
-        taken from its last batches alone (lookups by time would skip it, and time
-        retention delete it early). The next offset and the bytes since the last
-        offset-index entry come from the batches from that entry on. While timestamps
-        grow, both indexes end at the same batch and only the tail is read.
+        Used when a segment is opened without recovery (its contents are trusted): only the
+        batches after the last offset-index entry are read. Each offset-index entry is made
+        with a time-index entry for the largest timestamp so far when it grew, so that
+        largest timestamp is the time index's last entry or in those batches. A time index
+        that is empty beside an offset index that is not (lost in a crash, say, beside a
+        log that was not) breaks that: then every batch is read, as Kafka's
+        ``loadLargestTimestamp`` reads from the time index's last entry, so that a
+        segment's largest timestamp is never taken from its last batches alone (lookups by
+        time would skip it, and time retention delete it early).
         """
         size = self._size
         last_ts_entry = self.time_index.last_entry()
         if last_ts_entry is not None:
             max_timestamp, offset_of_max = last_ts_entry
-            timestamp_position = self.offset_index.lookup(offset_of_max)[1]
         else:
             max_timestamp, offset_of_max = -1, self.base_offset
-            timestamp_position = 0
         _, index_position = self.offset_index.last_entry()
         if index_position >= size:
             index_position = 0
-        if timestamp_position >= size:
-            timestamp_position = 0
+        timestamp_position = 0 if last_ts_entry is None else index_position
         next_offset = self.base_offset
         since = 0
-        for position, header in self.iter_headers(min(index_position, timestamp_position)):
+        for position, header in self.iter_headers(timestamp_position):
             if header.max_timestamp > max_timestamp:
                 max_timestamp = header.max_timestamp
                 offset_of_max = header.last_offset
