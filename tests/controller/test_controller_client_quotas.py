@@ -129,7 +129,11 @@ def test_a_removal_and_a_change_are_records_and_no_op_writes_none(image: Metadat
         ({"consumer_byte_rate": 10.5}, entity(user="bob"), "consumer_byte_rate"),
         ({"request_percentage": float("nan")}, entity(user="bob"), "request_percentage"),
         ({"producer_bytes_rate": 10}, entity(user="bob"), "producer_bytes_rate"),
-        ({"controller_mutation_rate": None}, entity(user="bob"), "controller_mutation_rate"),
+        ({"controller_mutation_rate": 5}, entity(user="bob"), "controller_mutation_rate"),
+        ({"producer_byte_rate": 10}, entity(user=""), "Empty user not supported"),
+        ({"producer_byte_rate": 10}, entity(client_id=""), "Empty client-id not supported"),
+        ({"producer_byte_rate": 10}, entity(user="bob", client_id=""), "Empty client-id"),
+        ({"producer_byte_rate": 1023.9999}, entity(user="bob"), "producer_byte_rate"),
         ({"producer_byte_rate": 10}, (ClientQuotaEntityComponent("ip", "1.2.3.4"),), "ip"),
         ({"producer_byte_rate": 10}, entity(user=DEFAULT_ENTITY), DEFAULT_ENTITY),
         ({"producer_byte_rate": 10}, (), "names a user, a client id, or both"),
@@ -189,3 +193,55 @@ def test_describe_filters_as_kafka(image: MetadataImage) -> None:
 def test_snapshots_keep_the_quotas(image: MetadataImage) -> None:
     loaded = load_snapshot(list(snapshot_records(image)), image.offset, image.epoch)
     assert loaded.client_quotas == image.client_quotas
+
+
+def test_an_entity_altered_again_in_one_request_is_ignored_after_its_first_entry(
+    image: MetadataImage,
+) -> None:
+    """Kafka's ``alterClientQuotas``: "Ignoring duplicate entity" for the repeat, whatever
+    order its components come in; the first entry applies."""
+    after, results = alter(
+        image,
+        alteration(entity(user="bob", client_id="app"), {"producer_byte_rate": 1000}),
+        alteration(entity(client_id="app", user="bob"), {"consumer_byte_rate": 2000}),
+        alteration(entity(user="bob", client_id="app"), {"producer_byte_rate": 3000}),
+    )
+    assert results[0] == (ErrorCode.NONE, "")
+    for code, message in results[1:]:
+        assert code == ErrorCode.INVALID_REQUEST and "Ignoring duplicate entity" in message
+    assert describe(after)[ClientQuotaEntity("bob", "app")] == {"producer_byte_rate": 1000.0}
+
+
+def test_a_refused_entity_named_again_is_still_a_duplicate(image: MetadataImage) -> None:
+    after, results = alter(
+        image,
+        alteration(entity(user="bob"), {"producer_byte_rate": -1}),
+        alteration(entity(user="bob"), {"producer_byte_rate": 10}),
+    )
+    assert [code for code, _ in results] == [ErrorCode.INVALID_REQUEST] * 2
+    assert "Ignoring duplicate entity" in results[1][1]
+    assert describe(after) == describe(image)
+
+
+def test_removals_are_not_checked_and_unknown_keys_remove_nothing(image: MetadataImage) -> None:
+    result = ClientQuotaControl().alter(
+        image,
+        AlterClientQuotasRequest(
+            (alteration(entity(user="alice"), {"no_such_key": None, "request_percentage": None}),)
+        ),
+    )
+    assert [(r.error, r.error_message) for r in result.response.results] == [(ErrorCode.NONE, "")]
+    assert [r.key for r in result.records] == ["request_percentage"]  # type: ignore[attr-defined]
+
+
+def test_a_byte_rate_within_a_millionth_above_a_whole_number_is_accepted(
+    image: MetadataImage,
+) -> None:
+    """Kafka's ``getErrorForIntegralQuotaValue`` refuses ``abs(value % 1.0) > 1e-6``."""
+    after, results = alter(
+        image, alteration(entity(user="bob"), {"producer_byte_rate": 1024.0000000001})
+    )
+    assert results == [(ErrorCode.NONE, "")]
+    assert describe(after)[ClientQuotaEntity("bob", None)] == {
+        "producer_byte_rate": 1024.0000000001
+    }

@@ -47,10 +47,12 @@ def authenticate(image: MetadataImage, user: str, password: str, mechanism: str)
 
 def test_a_credential_set_through_the_controller_authenticates() -> None:
     image, errors = alter(
-        MetadataImage.empty(),
-        upsertions=(upsert("alice", "pw-a"), upsert("alice", "pw-a", SHA512), upsert("bob", "b")),
+        MetadataImage.empty(), upsertions=(upsert("alice", "pw-a"), upsert("bob", "b"))
     )
     assert errors == {"alice": ErrorCode.NONE, "bob": ErrorCode.NONE}
+    # A user is altered once per request: the second mechanism comes in a second one.
+    image, errors = alter(image, upsertions=(upsert("alice", "pw-a", SHA512),))
+    assert errors == {"alice": ErrorCode.NONE}
     assert authenticate(image, "alice", "pw-a", "SCRAM-SHA-512") == "alice"
     with pytest.raises(SaslAuthenticationError):
         authenticate(image, "bob", "wrong", "SCRAM-SHA-256")
@@ -75,7 +77,7 @@ def test_refusals_keep_the_users_other_changes_out() -> None:
             ScramCredentialDeletion("eve", SHA256),
         ),
         upsertions=(
-            upsert("alice", "new"),  # alice's mechanism named twice: DUPLICATE_RESOURCE
+            upsert("alice", "new"),  # alice altered twice: DUPLICATE_RESOURCE
             upsert("carol", "c", mechanism=9),
             upsert("dave", "d", iterations=100),
         ),
@@ -96,3 +98,69 @@ def test_refusals_keep_the_users_other_changes_out() -> None:
         .response
     )
     assert described.results[0].error == ErrorCode.RESOURCE_NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    "alterations",
+    [
+        # Two mechanisms of one user, a deletion and an upsertion, two deletions: each
+        # alters the user twice in one request (Kafka keys the check on the user name).
+        {"upsertions": (upsert("alice", "new"), upsert("alice", "new", SHA512))},
+        {
+            "deletions": (ScramCredentialDeletion("alice", SHA256),),
+            "upsertions": (upsert("alice", "new", SHA512),),
+        },
+        {
+            "deletions": (
+                ScramCredentialDeletion("alice", SHA256),
+                ScramCredentialDeletion("alice", SHA512),
+            )
+        },
+    ],
+)
+def test_a_user_altered_twice_in_one_request_is_a_duplicate_and_keeps_its_credentials(
+    alterations: dict[str, object],
+) -> None:
+    image, _ = alter(MetadataImage.empty(), upsertions=(upsert("alice", "old"),))
+    image, _ = alter(image, upsertions=(upsert("alice", "old", SHA512),))
+    deletions: tuple[ScramCredentialDeletion, ...] = alterations.get("deletions", ())  # type: ignore[assignment]
+    upsertions: tuple[ScramCredentialUpsertion, ...] = alterations.get("upsertions", ())  # type: ignore[assignment]
+    result = ScramControl().alter(
+        image,
+        AlterUserScramCredentialsRequest(deletions, (*upsertions, upsert("bob", "b"))),
+    )
+    assert [(r.user, r.error) for r in result.response.results] == [
+        ("alice", ErrorCode.DUPLICATE_RESOURCE),
+        ("bob", ErrorCode.NONE),
+    ]
+    assert [r.name for r in result.records] == ["bob"]  # type: ignore[attr-defined]
+
+
+def test_a_refused_first_alteration_decides_the_user_s_answer() -> None:
+    _, errors = alter(
+        MetadataImage.empty(),
+        upsertions=(upsert("alice", "a", iterations=100), upsert("alice", "a")),
+    )
+    assert errors == {"alice": ErrorCode.UNACCEPTABLE_CREDENTIAL}
+
+
+@pytest.mark.parametrize(
+    "alterations",
+    [
+        {"deletions": (ScramCredentialDeletion("", SHA256),)},
+        {"deletions": (ScramCredentialDeletion("", 9),)},
+        {"upsertions": (upsert("", "pw"),)},
+        {"upsertions": (upsert("", "pw", mechanism=9),)},
+    ],
+)
+def test_an_empty_user_name_is_refused_before_the_mechanism(
+    alterations: dict[str, object],
+) -> None:
+    result = ScramControl().alter(
+        MetadataImage.empty(),
+        AlterUserScramCredentialsRequest(**alterations),  # type: ignore[arg-type]
+    )
+    assert [(r.user, r.error, r.error_message) for r in result.response.results] == [
+        ("", ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
+    ]
+    assert result.records == []

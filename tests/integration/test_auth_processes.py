@@ -113,7 +113,14 @@ class Secured:
         )
 
     def jwt(self, subject: str, lifetime_s: float = 600) -> str:
-        claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": subject, "exp": time.time() + lifetime_s}
+        now = time.time()
+        claims = {
+            "iss": ISSUER,
+            "aud": AUDIENCE,
+            "sub": subject,
+            "iat": now,
+            "exp": now + lifetime_s,
+        }
         return jwt.encode(claims, self.signing_key, algorithm="RS256", headers={"kid": "k1"})
 
 

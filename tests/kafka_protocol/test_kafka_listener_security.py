@@ -109,7 +109,8 @@ class Pki:
         }
 
     def jwt(self, subject: str) -> str:
-        claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": subject, "exp": time.time() + 600}
+        now = time.time()
+        claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": subject, "iat": now, "exp": now + 600}
         return jwt.encode(claims, self.signing_key, algorithm="RS256", headers={"kid": "k1"})
 
 

@@ -256,7 +256,7 @@ def test_with_connections_max_reauth_ms_0_an_oauthbearer_session_ends_with_its_t
         SecurityProtocol.SASL_SSL, HOST, Authenticator(settings, lambda user, mechanism: None)
     )
     token = jwt.encode(
-        {"iss": "idp", "aud": "hw", "sub": "svc", "exp": NOW + 120},
+        {"iss": "idp", "aud": "hw", "sub": "svc", "iat": NOW, "exp": NOW + 120},
         key,
         algorithm="RS256",
         headers={"kid": "k1"},

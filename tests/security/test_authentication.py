@@ -210,8 +210,8 @@ def test_a_login_between_guesses_does_not_clear_the_host_s_failures(
 
 
 def token_for(key: Any, **claims: Any) -> str:
-    payload = {"iss": ISSUER, "aud": AUDIENCE, "sub": "svc", "exp": NOW + 120, **claims}
-    return jwt.encode(payload, key, algorithm="RS256", headers={"kid": "k1"})
+    payload = {"iss": ISSUER, "aud": AUDIENCE, "sub": "svc", "iat": NOW, "exp": NOW + 120}
+    return jwt.encode({**payload, **claims}, key, algorithm="RS256", headers={"kid": "k1"})
 
 
 def test_oauthbearer_session_ends_with_the_token(
@@ -227,6 +227,19 @@ def test_oauthbearer_session_ends_with_the_token(
     forged_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     forged = login(authenticator, SaslCredentials("OAUTHBEARER", token=token_for(forged_key)))
     assert forged.error == ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+def test_an_oauthbearer_client_acts_only_as_its_token_principal(
+    authenticator: Authenticator, signing_key: Any
+) -> None:
+    def message(authzid: str) -> bytes:
+        return f"n,{authzid},\x01auth=Bearer {token_for(signing_key)}\x01\x01".encode()
+
+    own = authenticator.step(HOST, "OAUTHBEARER", message("a=svc"), "", NOW)
+    assert own.complete and own.principal == "User:svc"
+    other = authenticator.step(HOST, "OAUTHBEARER", message("a=admin"), "", NOW)
+    assert other.error == ErrorCode.SASL_AUTHENTICATION_FAILED and not other.complete
+    assert "act as 'admin'" in other.error_message
 
 
 def test_session_tokens_are_good_only_where_issued() -> None:

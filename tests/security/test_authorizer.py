@@ -273,3 +273,61 @@ def test_init_producer_id_needs_write_on_some_topic_that_no_deny_covers(
         assert contextvars.copy_context().run(asked) is allowed
     finally:
         auth.configure(before)
+
+
+@pytest.mark.parametrize(
+    ("acls", "allowed"),
+    [
+        # No topic ACL at all: everyone may write to any topic, so may start a producer.
+        ([acl("kafka-cluster", Op.CLUSTER_ACTION, resource_type=CLUSTER)], True),
+        ([], True),
+        # An ACL on the name Kafka probes covers it: allow-everyone no longer applies.
+        ([acl("hardcode", Op.READ, principal="User:bob")], False),
+        ([acl("hard", Op.READ, principal="User:bob", pattern=PREFIXED)], False),
+        # ACLs on other topics leave the probed name uncovered (Kafka's behaviour too).
+        ([acl("orders", Op.READ, principal="User:bob")], True),
+        ([acl("orders", Op.WRITE, DENY)], True),
+    ],
+)
+def test_by_resource_type_allows_everyone_where_no_acl_covers_the_probed_name(
+    acls: list[AclBinding], allowed: bool
+) -> None:
+    """Kafka's ``authorizeByResourceType`` first authorizes the caller on the literal
+    topic ``hardcode``, so ``allow.everyone.if.no.acl.found`` lets an idempotent producer
+    start where no topic ACL covers that name."""
+    open_authorizer = AclAuthorizer(acls, allow_everyone_if_no_acl_found=True)
+    decision = open_authorizer.authorize_by_resource_type("User:alice", "10.0.0.1", Op.WRITE, TOPIC)
+    assert decision is (Decision.ALLOWED if allowed else Decision.DENIED)
+    # Without the setting, only an ALLOW does.
+    closed = AclAuthorizer(acls).authorize_by_resource_type(
+        "User:alice", "10.0.0.1", Op.WRITE, TOPIC
+    )
+    assert closed is Decision.DENIED
+
+
+def test_init_producer_id_is_allowed_to_everyone_where_no_acl_is_found() -> None:
+    cluster_only = acl(
+        "kafka-cluster", Op.CLUSTER_ACTION, principal="User:broker", resource_type=CLUSTER
+    )
+    image = dataclasses.replace(MetadataImage.empty(), acls=AclsImage({"acl-0": cluster_only}))
+    before = auth.server_security()
+    auth.configure(auth.ServerSecurity(authorizer="acl", allow_everyone_if_no_acl_found=True))
+    auth.follow_image(lambda: image)
+
+    def asked() -> bool:
+        auth.serve_as(auth.CallPrincipal("User:alice", "10.0.0.1"))
+        return authorize_init_producer_id(None)
+
+    try:
+        assert contextvars.copy_context().run(asked)
+    finally:
+        auth.configure(before)
+
+
+def test_by_resource_type_still_allows_super_users_over_any_deny() -> None:
+    authorizer = AclAuthorizer(
+        [acl("*", Op.ALL, DENY, principal="User:*")], super_users=["User:admin"]
+    )
+    assert authorizer.authorize_by_resource_type("User:admin", "h", Op.WRITE, TOPIC) is (
+        Decision.ALLOWED
+    )

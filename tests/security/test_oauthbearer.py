@@ -11,7 +11,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from highwater.errors import SaslAuthenticationError
-from highwater.security.oauthbearer import JwtValidator, parse_client_message
+from highwater.security.oauthbearer import ClientMessage, JwtValidator, parse_client_message
 
 ISSUER = "https://idp.example"
 AUDIENCE = "highwater"
@@ -49,7 +49,14 @@ def validator(keys: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def token(key: Any, kid: str, algorithm: str = "RS256", **claims: Any) -> str:
-    payload = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "exp": NOW + 600, **claims}
+    payload = {
+        "iss": ISSUER,
+        "aud": AUDIENCE,
+        "sub": "alice",
+        "iat": NOW - 60,
+        "exp": NOW + 600,
+        **claims,
+    }
     payload = {k: v for k, v in payload.items() if v is not None}
     return jwt.encode(payload, key, algorithm=algorithm, headers={"kid": kid})
 
@@ -81,6 +88,14 @@ def test_a_valid_token_names_its_principal(keys: dict[str, Any], validator: JwtV
         (lambda k: token(k["rsa"], "rsa-1", exp="soon"), "exp"),
         (lambda k: token(k["rsa"], "rsa-1", nbf=[NOW]), "nbf"),
         (lambda k: token(k["rsa"], "rsa-1", exp=10**400), "exp"),
+        # Kafka requires an issued-at time, not a negative one, and a subject that is
+        # more than blanks.
+        (lambda k: token(k["rsa"], "rsa-1", iat=None), "iat"),
+        (lambda k: token(k["rsa"], "rsa-1", iat=-5), "iat claim is negative"),
+        (lambda k: token(k["rsa"], "rsa-1", iat="then"), "iat"),
+        (lambda k: token(k["rsa"], "rsa-1", sub="   "), "sub claim is empty"),
+        (lambda k: token(k["rsa"], "rsa-1", sub=""), "sub claim is empty"),
+        (lambda k: token(k["rsa"], "rsa-1", sub=7), "(?i)subject"),
     ],
 )
 def test_bad_tokens_are_refused_with_the_reason(
@@ -90,9 +105,14 @@ def test_bad_tokens_are_refused_with_the_reason(
         validator.validate(make(keys), NOW)
 
 
+def test_the_subject_is_trimmed(keys: dict[str, Any], validator: JwtValidator) -> None:
+    checked = validator.validate(token(keys["rsa"], "rsa-1", sub=" admin\t"), NOW)
+    assert checked.principal == "User:admin"
+
+
 def test_an_unsigned_token_is_refused(validator: JwtValidator) -> None:
     unsigned = jwt.encode(
-        {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "exp": NOW + 600},
+        {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "iat": NOW, "exp": NOW + 600},
         None,
         algorithm="none",
         headers={"kid": "rsa-1"},
@@ -101,12 +121,38 @@ def test_an_unsigned_token_is_refused(validator: JwtValidator) -> None:
         validator.validate(unsigned, NOW)
 
 
-def test_the_client_message_carries_the_token() -> None:
-    assert parse_client_message(b"n,,\x01auth=Bearer abc.def.ghi\x01\x01") == "abc.def.ghi"
-    assert parse_client_message(b"n,a=alice,\x01host=h\x01auth=bearer t\x01\x01") == "t"
-    for bad in (b"auth=Bearer t", b"n,,\x01auth=Basic t\x01\x01", b"n,,\x01\x01", b"\xff"):
+def test_the_client_message_carries_the_token_and_authzid() -> None:
+    assert parse_client_message(b"n,,\x01auth=Bearer abc.def.ghi\x01\x01") == ClientMessage(
+        "abc.def.ghi"
+    )
+    assert parse_client_message(b"n,a=alice,\x01host=h\x01auth=bearer t\x01\x01") == (
+        ClientMessage("t", "alice")
+    )
+    assert parse_client_message(b"n,a=a=2Cb=3Dc,\x01auth=Bearer t\x01\x01").authzid == "a,b=c"
+    for bad in (
+        b"auth=Bearer t",
+        b"n,,\x01auth=Basic t\x01\x01",
+        b"n,,\x01\x01",
+        b"\xff",
+        b"n,alice,\x01auth=Bearer t\x01\x01",
+        b"n,a=,\x01auth=Bearer t\x01\x01",
+        b"n,a=x=y,\x01auth=Bearer t\x01\x01",
+    ):
         with pytest.raises(SaslAuthenticationError):
             parse_client_message(bad)
+
+
+def test_a_token_acts_only_for_its_own_principal(
+    keys: dict[str, Any], validator: JwtValidator
+) -> None:
+    alice = token(keys["rsa"], "rsa-1")
+    assert validator.authenticate(ClientMessage(alice), NOW).principal == "User:alice"
+    assert validator.authenticate(ClientMessage(alice, "alice"), NOW).principal == "User:alice"
+    with pytest.raises(SaslAuthenticationError, match="act as 'admin'"):
+        validator.authenticate(ClientMessage(alice, "admin"), NOW)
+    # The authzid is compared with the principal name as trimmed.
+    padded = token(keys["rsa"], "rsa-1", sub=" alice ")
+    assert validator.authenticate(ClientMessage(padded, "alice"), NOW).subject == "alice"
 
 
 def test_an_unusable_jwks_file_is_refused(tmp_path: Path) -> None:

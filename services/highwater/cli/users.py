@@ -111,9 +111,17 @@ def delete(conn: Connection, user: str, mechanism: str | None) -> None:
         else:
             described = await admin.describe_user_scram_credentials([user])
             mechanisms = [name for name, _ in described.get(user, [])]
-        return await admin.alter_user_scram_credentials(
-            deletions=[(user, name) for name in mechanisms]
-        )
+        # One request per mechanism: the controller refuses a user altered twice in one
+        # request (DUPLICATE_RESOURCE), as Kafka's does.
+        outcome: dict[str, AdminError | None] = {}
+        for name in mechanisms:
+            answer = await admin.alter_user_scram_credentials(deletions=[(user, name)])
+            for who, error in answer.items():
+                if outcome.get(who) is None:
+                    outcome[who] = error
+        if not mechanisms:
+            outcome = await admin.alter_user_scram_credentials(deletions=[])
+        return outcome
 
     _report(run_admin(conn, work), "Removed the credentials of")
 

@@ -10,7 +10,9 @@ INVALID_REQUEST on its own; the others of the request are created.
 Filters follow Kafka's ``AclBindingFilter``: an unset field matches anything (ANY); a
 pattern type of MATCH (2) matches every pattern that covers the filter's resource name
 (the literal name, the literal ``*``, and each prefix of it); a literal or prefixed pattern
-type matches that pattern type and, when given, exactly that name.
+type matches that pattern type and, when given, exactly that name. A DeleteAcls filter's
+result lists every ACL it matches, even one an earlier filter of the request matched too;
+each ACL is removed by one record (Kafka's ``AclControlManager.deleteAcls``).
 """
 
 from __future__ import annotations
@@ -148,10 +150,11 @@ class AclControl:
                 continue
             deleted = []
             for acl_id, acl in sorted(image.acls.by_id.items()):
-                if acl_id not in removed and matches(acl_filter, acl):
-                    removed.add(acl_id)
-                    records.append(RemoveAccessControlEntryRecord(acl_id))
+                if matches(acl_filter, acl):
                     deleted.append(acl)
+                    if acl_id not in removed:
+                        removed.add(acl_id)
+                        records.append(RemoveAccessControlEntryRecord(acl_id))
             results.append(
                 DeleteAclsFilterResult(deleted=tuple(map(AclEntry.of, _sorted(deleted))))
             )

@@ -4,11 +4,16 @@ ClientQuotaControlManager).
 Each key set or removed is a ``ClientQuotaRecord`` of its entity (a user, a client id, or
 both; see :mod:`highwater.metadata.client_quotas`), which every broker replays into its
 image and enforces. An entry of an alteration is checked as a whole: an unknown entity
-type, a type named twice, the reserved name ``<default>``, an unknown key, a key named
-twice, a value that is not positive (or not whole, for the byte rates) makes that entry
-INVALID_REQUEST, naming the key or entity, and it changes nothing; the other entries of
-the request are applied. Setting a key to the value it has, or removing one that is not
-set, writes no record.
+type, a type named twice, an empty name (Kafka: "Empty client-id not supported"; the
+default entity has no name, not an empty one), the reserved name ``<default>``, a key
+named twice, a value that is not positive (or not whole, for the byte rates) or of an
+unknown key makes that entry INVALID_REQUEST, naming the key or entity, and it changes
+nothing; the other entries of the request are applied. An entity named again in the same
+request is INVALID_REQUEST ("Ignoring duplicate entity", as Kafka's
+``alterClientQuotas``), only the first of its entries counting. Setting a key to the
+value it has, or removing one that is not set, writes no record; a removal is not
+checked further (as in Kafka), so removing an unknown key is a success that writes
+nothing.
 
 Describing follows Kafka's filter: each component matches one entity type EXACT (that
 name), DEFAULT (the type's default entity) or SPECIFIED (any entity of the type, the
@@ -36,7 +41,6 @@ from highwater.controller_api.messages import (
 from highwater.metadata.client_quotas import (
     DEFAULT_ENTITY,
     ENTITY_TYPES,
-    QUOTA_KEYS,
     ClientQuotaEntity,
     check_quota_value,
 )
@@ -119,7 +123,19 @@ class ClientQuotaControl:
         delta = MetadataDelta(image)
         records: list[MetadataRecord] = []
         results: list[AlterClientQuotasResult] = []
+        seen: set[frozenset[tuple[str, str | None]]] = set()
         for entry in request.entries:
+            named = frozenset((c.entity_type, c.entity_name) for c in entry.entity)
+            if named in seen:
+                results.append(
+                    AlterClientQuotasResult(
+                        ErrorCode.INVALID_REQUEST,
+                        "Ignoring duplicate entity: it is altered earlier in the request",
+                        entry.entity,
+                    )
+                )
+                continue
+            seen.add(named)
             try:
                 entity, changes = _checked(entry)
             except ValueError as e:
@@ -166,10 +182,6 @@ def _checked(entry: ClientQuotaAlteration) -> tuple[ClientQuotaEntity, dict[str,
         if op.key in changes:
             raise ValueError(f"quota {op.key} is altered twice for {entity}")
         if op.remove:
-            if op.key not in QUOTA_KEYS:
-                raise ValueError(
-                    f"Unknown quota configuration {op.key!r} (known: {', '.join(QUOTA_KEYS)})"
-                )
             changes[op.key] = None
         else:
             check_quota_value(op.key, op.value)

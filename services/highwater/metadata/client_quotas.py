@@ -5,7 +5,8 @@ types ``user`` and ``client-id``); either may be that type's *default* entity, w
 :data:`DEFAULT_ENTITY` (``<default>``), which stands for every user (or client id) that has
 no entity of its own. Each entity holds values for the keys of :data:`QUOTA_KEYS`:
 
-* ``producer_byte_rate`` and ``consumer_byte_rate``: bytes per second, whole numbers;
+* ``producer_byte_rate`` and ``consumer_byte_rate``: bytes per second, whole numbers
+  (Kafka tolerates a fractional part of at most 1e-6, and so does this);
 * ``request_percentage``: percent of one request handler's time per quota window.
 
 A request from user ``U`` with client id ``C`` takes each key's value from the first of
@@ -66,14 +67,20 @@ QUOTA_KEYS: Final = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE)
 _WHOLE_KEYS: Final = frozenset({PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE})
 
 
+_WHOLE_TOLERANCE: Final = 1e-6
+"""How far above a whole number a byte rate may be (Kafka's
+``getErrorForIntegralQuotaValue``: ``abs(value % 1.0) > 1e-6`` is refused)."""
+
+
 def check_quota_value(key: str, value: float) -> None:
     """``ValueError`` naming ``key`` if it is not a quota key or ``value`` is not one of its
-    values (a positive number; a whole number of bytes for the byte rates)."""
+    values (a positive number; a whole number of bytes for the byte rates, give or take
+    what Kafka tolerates: a fractional part of at most :data:`_WHOLE_TOLERANCE`)."""
     if key not in QUOTA_KEYS:
         raise ValueError(f"Unknown quota configuration {key!r} (known: {', '.join(QUOTA_KEYS)})")
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"Invalid value {value:g} for quota {key}: it must be positive")
-    if key in _WHOLE_KEYS and value != int(value):
+    if key in _WHOLE_KEYS and abs(math.fmod(value, 1.0)) > _WHOLE_TOLERANCE:
         raise ValueError(f"Invalid value {value:g} for quota {key}: it must be a whole number")
 
 
@@ -92,7 +99,11 @@ class ClientQuotaEntity:
     @classmethod
     def of(cls, components: Mapping[str, str | None]) -> ClientQuotaEntity:
         """The entity of ``{entity type: name}`` (a ``None`` name: the default); a
-        ``ValueError`` for an unknown type, a reserved name or no component."""
+        ``ValueError`` for an unknown type, an empty or reserved name or no component.
+
+        An empty name is refused as Kafka's ``ClientQuotaControlManager.validateEntity``
+        refuses it ("Empty client-id not supported"): the default is a null name, never
+        ``""``, so an entity named ``""`` would govern only callers with an empty name."""
         unknown = set(components) - set(ENTITY_TYPES)
         if unknown:
             raise ValueError(
@@ -101,6 +112,8 @@ class ClientQuotaEntity:
             )
         names: dict[str, str] = {}
         for entity_type, name in components.items():
+            if name == "":
+                raise ValueError(f"Empty {entity_type} not supported")
             if name == DEFAULT_ENTITY:
                 raise ValueError(f"{DEFAULT_ENTITY} is reserved for the default {entity_type}")
             names[entity_type] = DEFAULT_ENTITY if name is None else name

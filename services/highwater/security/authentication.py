@@ -316,7 +316,7 @@ class Authenticator:
         if mechanism == OAUTHBEARER:
             validator = self.settings.jwt_validator
             assert validator is not None  # AuthenticationSettings checks it
-            token = validator.validate(parse_client_message(auth_bytes), now_s)
+            token = validator.authenticate(parse_client_message(auth_bytes), now_s)
             return self._complete(token.principal, mechanism, now_s, token.expires_at_s, b"")
         exchange = ScramExchange(mechanism, self._credentials)
         answer = exchange.respond(auth_bytes)

@@ -69,6 +69,10 @@ DECISIONS_KEPT = 65_536
 """How many decisions an authorizer remembers (all are forgotten when it is full)."""
 _DENY = AclPermissionType.DENY
 
+PROBE_RESOURCE_NAME = "hardcode"
+"""The name :meth:`AclAuthorizer.authorize_by_resource_type` first authorizes the caller
+on, as Kafka's ``Authorizer.authorizeByResourceType`` does."""
+
 
 def _bit(operation: AclOperation) -> int:
     return 1 << int(operation)
@@ -232,13 +236,19 @@ class AclAuthorizer:
     ) -> Decision:
         """May ``principal`` from ``host`` do ``operation`` to *some* resource of the type?
         Kafka's ``authorizeByResourceType`` (KIP-679: InitProducerId with WRITE on some
-        topic): a super user may; otherwise some ALLOW of the operation (or ALL) for the
-        caller (or ``User:*``) and its host (or ``*``) that no such DENY takes back: a DENY
-        on the literal ``*`` takes back every one, a literal DENY the literal ALLOW of its
-        name, a prefixed DENY every ALLOW whose name it is a prefix of. An ALLOW on ``*``
-        that only the literal ``*`` could take back allows. Every ACL is read: it is
-        asked once per producer, not per request."""
-        if principal in self.super_users:
+        topic). First, as Kafka does, the caller is simply authorized on the literal
+        resource named :data:`PROBE_RESOURCE_NAME`: that allows a super user, and, with
+        ``allow.everyone.if.no.acl.found``, anyone where no ACL covers that name (as
+        where the type has no ACL at all). Otherwise: some ALLOW of the operation (or
+        ALL) for the caller (or ``User:*``) and its host (or ``*``) that no such DENY
+        takes back: a DENY on the literal ``*`` takes back every one, a literal DENY the
+        literal ALLOW of its name, a prefixed DENY every ALLOW whose name it is a prefix
+        of. An ALLOW on ``*`` that only the literal ``*`` could take back allows. Every
+        ACL is read: it is asked once per producer, not per request."""
+        if (
+            self.authorize(principal, host, operation, resource_type, PROBE_RESOURCE_NAME)
+            is ALLOWED
+        ):
             return ALLOWED
         denied_literal: set[str] = set()
         denied_prefixes: set[str] = set()

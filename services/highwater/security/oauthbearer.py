@@ -1,13 +1,18 @@
 """OAUTHBEARER (RFC 7628, Kafka's KIP-255/KIP-768): a JWT checked against a JWKS file.
 
-The client sends ``n,,\\x01auth=Bearer <token>\\x01\\x01``; :class:`JwtValidator` checks
-the token with PyJWT as Kafka's ``OAuthBearerValidatorCallbackHandler`` does: the
-signature against the key of the JWKS whose ``kid`` the token names (an asymmetric
-algorithm only: RS/PS/ES/EdDSA, never ``none`` nor an HMAC keyed by a public key), the
-issuer and audience configured, an expiry (required) and not-before with a little leeway
-for clock skew, and the subject claim (``sub`` unless configured) as the principal's
-name. Every failure is one :class:`~highwater.errors.SaslAuthenticationError` naming the
-reason, so the refusal can be logged; the client is told no more than that.
+The client sends ``n,[a=<authzid>],\\x01auth=Bearer <token>\\x01\\x01``;
+:class:`JwtValidator` checks the token with PyJWT as Kafka's
+``OAuthBearerValidatorCallbackHandler`` does: the signature against the key of the JWKS
+whose ``kid`` the token names (an asymmetric algorithm only: RS/PS/ES/EdDSA, never
+``none`` nor an HMAC keyed by a public key), the issuer and audience configured, an
+expiry and an issued-at time (both required, neither negative: Kafka's validator sets
+``setRequireIssuedAt``), not-before with a little leeway for clock skew, and the subject
+claim (``sub`` unless configured) as the principal's name, trimmed and refused if nothing
+is left (Kafka's ``ClaimValidationUtils.validateSubject``). A client may name an
+authorization id, but only the token's own principal name (Kafka's
+``OAuthBearerSaslServer``): a token of ``alice`` never acts for ``admin``. Every failure
+is one :class:`~highwater.errors.SaslAuthenticationError` naming the reason, so the
+refusal can be logged; the client is told no more than that.
 
 The clock is a parameter (seconds since the epoch), so the check is pure.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +29,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from highwater.errors import SaslAuthenticationError
 
-__all__ = ["ALGORITHMS", "JwtValidator", "ValidatedToken", "parse_client_message"]
+__all__ = [
+    "ALGORITHMS",
+    "ClientMessage",
+    "JwtValidator",
+    "ValidatedToken",
+    "parse_client_message",
+]
 
 ALGORITHMS: Final = (
     "RS256",
@@ -41,6 +53,10 @@ ALGORITHMS: Final = (
 
 _KEY_TYPES: Final = {"RS": "RSA", "PS": "RSA", "ES": "EC", "Ed": "OKP"}
 """The JWK key type (``kty``) each algorithm family of :data:`ALGORITHMS` signs with."""
+
+
+_JAVA_WHITESPACE: Final = "".join(map(chr, range(0x21)))
+"""What Java's ``String.trim`` strips, as Kafka trims the subject: ASCII space and controls."""
 
 
 def _seconds(claims: Mapping[str, Any], name: str) -> float:
@@ -72,8 +88,25 @@ class ValidatedToken:
         return f"User:{self.subject}"
 
 
-def parse_client_message(message: bytes) -> str:
-    """The bearer token of an OAUTHBEARER client message (RFC 7628, section 3.1)."""
+@dataclass(frozen=True, slots=True)
+class ClientMessage:
+    """An OAUTHBEARER client message: the bearer token and the authorization id the
+    client asks to act as (``""``: none asked, the token's own principal)."""
+
+    token: str
+    authzid: str = ""
+
+
+def _saslname(value: str) -> str:
+    """A GS2 ``saslname`` decoded (RFC 5801: ``=2C`` is ``,`` and ``=3D`` is ``=``)."""
+    if re.fullmatch(r"(?:[^=,]|=2C|=3D)+", value) is None:
+        raise SaslAuthenticationError("the OAUTHBEARER authorization id is malformed")
+    return value.replace("=2C", ",").replace("=3D", "=")
+
+
+def parse_client_message(message: bytes) -> ClientMessage:
+    """The bearer token and authorization id of an OAUTHBEARER client message (RFC 7628,
+    section 3.1; the GS2 header of RFC 5801)."""
     try:
         text = message.decode("utf-8")
     except UnicodeDecodeError:
@@ -81,13 +114,20 @@ def parse_client_message(message: bytes) -> str:
     header, sep, rest = text.partition("\x01")
     if not sep or not header.startswith(("n,", "y,")) or not rest.endswith("\x01\x01"):
         raise SaslAuthenticationError("the OAUTHBEARER message is malformed")
+    authzid, comma, tail = header[2:].partition(",")
+    if not comma or tail:
+        raise SaslAuthenticationError("the OAUTHBEARER message is malformed")
+    if authzid:
+        if not authzid.startswith("a="):
+            raise SaslAuthenticationError("the OAUTHBEARER message is malformed")
+        authzid = _saslname(authzid[2:])
     for item in rest[:-2].split("\x01"):
         key, _, value = item.partition("=")
         if key == "auth":
             scheme, _, token = value.partition(" ")
             if scheme.lower() != "bearer" or not token:
                 raise SaslAuthenticationError("the OAUTHBEARER auth value is not 'Bearer <token>'")
-            return token
+            return ClientMessage(token, authzid)
     raise SaslAuthenticationError("the OAUTHBEARER message has no auth value")
 
 
@@ -132,6 +172,18 @@ class JwtValidator:
             raise ValueError(f"{path}: not a JWKS file: {e}") from None
         return cls(jwks, issuer=issuer, audience=audience, **kwargs)
 
+    def authenticate(self, message: ClientMessage, now_s: float) -> ValidatedToken:
+        """The principal ``message`` proves at ``now_s``: its token's, which any
+        authorization id it names must equal (Kafka: "Client requested an authorization
+        id (...) that is different from the token's principal name (...)")."""
+        token = self.validate(message.token, now_s)
+        if message.authzid and message.authzid != token.subject:
+            raise SaslAuthenticationError(
+                f"the client asked to act as {message.authzid!r}, "
+                f"not the token's principal name {token.subject!r}"
+            )
+        return token
+
     def validate(self, token: str, now_s: float) -> ValidatedToken:
         """The subject and expiry of ``token`` if it is valid at ``now_s``."""
         import jwt
@@ -162,7 +214,7 @@ class JwtValidator:
                 issuer=self.issuer,
                 leeway=self.clock_skew_s,
                 options={
-                    "require": ["exp", "iss", "aud", self.subject_claim],
+                    "require": ["exp", "iat", "iss", "aud", self.subject_claim],
                     # Times are checked below against now_s, not PyJWT's clock.
                     "verify_exp": False,
                     "verify_nbf": False,
@@ -172,14 +224,17 @@ class JwtValidator:
         except jwt.PyJWTError as e:
             raise SaslAuthenticationError(f"the token is not valid: {e}") from None
         expires = _seconds(claims, "exp")
+        if _seconds(claims, "iat") < 0:
+            raise SaslAuthenticationError("the token's iat claim is negative")
         if expires + self.clock_skew_s <= now_s:
             raise SaslAuthenticationError("the token has expired")
         not_before = _seconds(claims, "nbf") if "nbf" in claims else None
         if not_before is not None and not_before - self.clock_skew_s > now_s:
             raise SaslAuthenticationError("the token is not valid yet")
         subject = claims[self.subject_claim]
-        if not isinstance(subject, str) or not subject:
+        if not isinstance(subject, str) or not subject.strip(_JAVA_WHITESPACE):
             raise SaslAuthenticationError(f"the token's {self.subject_claim} claim is empty")
+        subject = subject.strip(_JAVA_WHITESPACE)
         return ValidatedToken(subject, expires)
 
     def _only_key(self) -> jwt.PyJWK:
