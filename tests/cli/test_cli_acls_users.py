@@ -97,3 +97,45 @@ def test_users_create_list_and_delete(server: ServerThread, tmp_path: Path) -> N
         server, "users", "create", "--user", "d", "--password", "x", "--iterations", "10"
     )
     assert code == 2
+
+
+@pytest.mark.parametrize(
+    ("resource", "operation", "message"),
+    [
+        (
+            ["--group", "g1"],
+            "Write",
+            "ResourceType GROUP only supports operations Read, Describe, Delete, "
+            "DescribeConfigs, AlterConfigs, All, not Write",
+        ),
+        (["--cluster"], "Read", "ResourceType CLUSTER only supports operations Create, "),
+        (
+            ["--transactional-id", "tx"],
+            "Read",
+            "ResourceType TRANSACTIONAL_ID only supports operations Describe, Write, All, not Read",
+        ),
+        (["--topic", "t"], "IdempotentWrite", "ResourceType TOPIC only supports operations "),
+    ],
+)
+def test_operations_a_resource_type_does_not_support_are_refused(
+    server: ServerThread, resource: list[str], operation: str, message: str
+) -> None:
+    acl = ["--allow-principal", "User:bob", "--operation", operation, *resource]
+    code, out = run(server, "acls", "add", *acl)
+    assert code == 2 and message in out
+    code, out = run(server, "acls", "list", *resource)
+    assert code == 0 and "User:bob" not in out
+
+
+@pytest.mark.parametrize(
+    "resource", [["--group", "g2"], ["--cluster"], ["--transactional-id", "tx2"], ["--topic", "t2"]]
+)
+def test_all_and_supported_operations_are_accepted(
+    server: ServerThread, resource: list[str]
+) -> None:
+    for operation in ("All", "Describe"):
+        acl = ["--allow-principal", "User:carol", "--operation", operation, *resource]
+        code, out = run(server, "acls", "add", *acl)
+        assert code == 0, out
+    code, out = run(server, "acls", "remove", "--allow-principal", "User:carol", *resource)
+    assert code == 0, out

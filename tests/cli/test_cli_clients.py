@@ -291,3 +291,21 @@ def test_bad_properties(server: ServerThread) -> None:
         server, "--topic", "cli-badprops", "--formatter", "json", "--property", "print.key=true"
     )
     assert usage.exit_code == 2 and "--formatter json prints every field" in usage.stderr
+
+
+def test_offset_takes_earliest_and_latest(server: ServerThread) -> None:
+    server.create_topic("cli-named-offsets")
+    ok(run_produce(server, "a\nb\nc\n", "--topic", "cli-named-offsets"))
+    partition = ["--topic", "cli-named-offsets", "--partition", "0"]
+    earliest = ok(run_consume(server, *partition, "--offset", "earliest", "--max-messages", "3"))
+    assert earliest.stdout == "a\nb\nc\n"
+    latest = ok(run_consume(server, *partition, "--offset", "LATEST", "--timeout-ms", "300"))
+    assert latest.stdout == ""
+    assert latest.stderr == "Processed a total of 0 messages\n"
+    from_one = ok(run_consume(server, *partition, "--offset", "1", "--max-messages", "2"))
+    assert from_one.stdout == "b\nc\n"
+    bad = run_consume(server, *partition, "--offset", "soonest")
+    assert bad.exit_code == 2
+    assert "'soonest' is not a non-negative offset, earliest or latest" in bad.output
+    bad = run_consume(server, *partition, "--offset", "-1")
+    assert bad.exit_code == 2

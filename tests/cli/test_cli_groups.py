@@ -536,3 +536,23 @@ def test_delete_offsets_spares_subscribed_topics(server: ServerThread) -> None:
     assert unknown.exit_code == 1 and "Consumer group 'ghost' does not exist." in unknown.stderr
     no_topic = run_groups(server, "delete-offsets", "--group", "pruner", "--topic", "nowhere")
     assert no_topic.exit_code == 1 and "nowhere" in no_topic.stderr
+
+
+def test_reset_offsets_warns_only_when_neither_dry_run_nor_execute_is_given(
+    server: ServerThread,
+) -> None:
+    server.create_topic("dry-topic", 1)
+    server.produce("dry-topic", {0: 3})
+    consumed = run_consume(
+        server, "--topic", "dry-topic", "--group", "dry", "--from-beginning", "--max-messages", "3"
+    )
+    assert consumed.exit_code == 0, consumed.output
+    args = ("reset-offsets", "--group", "dry", "--topic", "dry-topic", "--to-earliest")
+    dry = run_groups(server, *args, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert dry.stderr == ""
+    assert table(dry.stdout)[1:] == [["dry", "dry-topic", "0", "0"]]
+    plain = run_groups(server, *args)
+    assert plain.exit_code == 0, plain.output
+    assert "--execute option is missing" in plain.stderr
+    assert table(plain.stdout) == table(dry.stdout)

@@ -267,3 +267,59 @@ def test_a_partition_whose_last_isr_member_moved_to_the_elr() -> None:
     )
     waiting = PartitionInfo(0, None, 4, (1, 2, 3), (), last_known_elr=(3, 1))
     assert format_partition("t", waiting).endswith("\tIsr: \tElr: \tLastKnownElr: 3,1")
+
+
+def test_an_alter_refused_in_part_changes_nothing(server: ServerThread) -> None:
+    ok(server, "create", "--topic", "cli-atomic", "--partitions", "3")
+    # A partition count that is no increase: the config given with it is not applied.
+    message = fails(
+        server,
+        "alter",
+        "--topic",
+        "cli-atomic",
+        "--partitions",
+        "2",
+        "--config",
+        "retention.ms=5",
+    )
+    assert "not be an increase" in message
+    header = ok(server, "describe", "--topic", "cli-atomic").splitlines()[0]
+    assert "\tPartitionCount: 3\t" in header and header.endswith("\tConfigs: ")
+    # A bad config: the partitions given with it are not added.
+    message = fails(
+        server,
+        "alter",
+        "--topic",
+        "cli-atomic",
+        "--partitions",
+        "5",
+        "--config",
+        "retention.ms=soon",
+    )
+    assert "retention.ms" in message
+    header = ok(server, "describe", "--topic", "cli-atomic").splitlines()[0]
+    assert "\tPartitionCount: 3\t" in header and header.endswith("\tConfigs: ")
+
+
+def test_if_exists_makes_a_missing_topic_a_no_op(server: ServerThread) -> None:
+    assert ok(server, "alter", "--topic", "cli-absent", "--partitions", "3", "--if-exists") == ""
+    assert (
+        ok(server, "alter", "--topic", "cli-absent", "--config", "retention.ms=1", "--if-exists")
+        == ""
+    )
+    assert ok(server, "describe", "--topic", "cli-absent", "--if-exists") == ""
+    assert (
+        ok(server, "describe", "--topic", "cli-absent", "--if-exists", "--format", "json").strip()
+        == "[]"
+    )
+    assert "cli-absent" not in ok(server, "list").splitlines()
+    # An existing topic is altered and described as without the flag.
+    ok(server, "create", "--topic", "cli-present")
+    out = ok(server, "alter", "--topic", "cli-present", "--partitions", "2", "--if-exists")
+    assert out == "Increased the partition count of topic cli-present to 2.\n"
+    described = ok(server, "describe", "--topic", "cli-present", "--if-exists")
+    assert "\tPartitionCount: 2\t" in described.splitlines()[0]
+    # Other failures are still failures.
+    assert "not be an increase" in fails(
+        server, "alter", "--topic", "cli-present", "--partitions", "1", "--if-exists"
+    )

@@ -13,7 +13,8 @@ Resources: ``--topic`` and ``--group`` (each repeatable), ``--transactional-id``
 ``remove``. Principals ``--allow-principal`` / ``--deny-principal`` (``User:NAME``,
 ``User:*``), hosts ``--allow-host`` / ``--deny-host`` (``*`` unless given), operations
 ``--operation`` with Kafka's names (Read, Write, Create, Delete, Alter, Describe,
-ClusterAction, DescribeConfigs, AlterConfigs, IdempotentWrite, All). ``remove`` without a
+ClusterAction, DescribeConfigs, AlterConfigs, IdempotentWrite, All); ``add`` refuses an
+operation the resource type does not support, as kafka-acls does. ``remove`` without a
 principal or operation removes every ACL of the resources named.
 """
 
@@ -56,6 +57,60 @@ ACL_COLUMNS = tuple(
 )
 
 
+_VALID_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
+    ResourceType.TOPIC: (
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.CREATE,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (
+        AclOperation.READ,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.CLUSTER: (
+        AclOperation.CREATE,
+        AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    ),
+    ResourceType.TRANSACTIONAL_ID: (AclOperation.DESCRIBE, AclOperation.WRITE),
+}
+"""The operations an ACL on each resource type may name, ALL besides (Kafka's
+``AclCommand.ResourceTypeToValidOperations``): an ACL no request ever checks is refused
+rather than kept, since it would grant or deny nothing."""
+
+
+def _operation_name(op: AclOperation) -> str:
+    return op.name.title().replace("_", "")
+
+
+def _check_operations(
+    resources: Iterable[tuple[ResourceType, str]], operations: Iterable[AclOperation]
+) -> None:
+    """UsageError for an operation a resource type does not support, in kafka-acls'
+    words ("ResourceType GROUP only supports operations Read, ...")."""
+    for resource_type in dict.fromkeys(t for t, _ in resources):
+        valid = (*_VALID_OPERATIONS[resource_type], AclOperation.ALL)
+        unsupported = [op for op in operations if op not in valid]
+        if unsupported:
+            raise click.UsageError(
+                f"ResourceType {resource_type.name} only supports operations "
+                f"{', '.join(_operation_name(op) for op in valid)}, not "
+                f"{', '.join(_operation_name(op) for op in unsupported)}"
+            )
+
+
 def _operation(
     _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 ) -> list[AclOperation]:
@@ -63,7 +118,7 @@ def _operation(
     for value in values:
         op = _OPERATIONS.get(value.replace("_", "").replace("-", "").lower())
         if op is None:
-            names = ", ".join(sorted(o.name.title().replace("_", "") for o in AclOperation))
+            names = ", ".join(sorted(_operation_name(o) for o in AclOperation))
             raise click.BadParameter(f"{value!r} is not one of {names}", param_hint="--operation")
         found.append(op)
     return found
@@ -181,6 +236,7 @@ def add(
         raise click.UsageError("name a principal: --allow-principal or --deny-principal")
     if not operations:
         raise click.UsageError("name an operation: --operation")
+    _check_operations(resources, operations)
     pattern = _PATTERNS[resource_pattern_type.lower()]
     try:
         bindings = [

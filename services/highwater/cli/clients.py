@@ -11,7 +11,8 @@ line-reader settings (``parse.key``, ``key.separator``, ``parse.headers``,
 
 ``consume`` assigns every partition of a topic (or the one ``--partition`` names) to a
 :class:`~highwater.client.consumer.Consumer`, from the latest offset by default (the
-earliest with ``--from-beginning``, N with ``--offset N``), and prints each value on a
+earliest with ``--from-beginning``, N with ``--offset N``, which also takes ``earliest``
+and ``latest`` as kafka-console-consumer's does), and prints each value on a
 line of its own on stdout: ``[Offset:N<SEP>][KEY<SEP>]VALUE`` (``SEP`` is
 ``--key-separator``, a tab by default; a null key or value prints as ``null``);
 ``--property`` chooses the fields as kafka-console-consumer's formatter does
@@ -289,6 +290,29 @@ def _record_format(
         raise click.BadParameter(str(e), param_hint="'--property'") from None
 
 
+class _StartOffset(click.ParamType):
+    """``--offset``: a non-negative offset, or ``earliest`` / ``latest`` for the partition's
+    first or next offset (kafka-console-consumer's values), as the consumer's sentinels."""
+
+    name = "offset"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower()
+        if text == "earliest":
+            return OFFSET_BEGINNING
+        if text == "latest":
+            return OFFSET_END
+        try:
+            offset = int(text)
+        except ValueError:
+            offset = -1
+        if offset < 0:
+            self.fail(f"{value!r} is not a non-negative offset, earliest or latest", param, ctx)
+        return offset
+
+
 @click.command("consume")
 @_bootstrap_option()
 @click.option("--topic", required=True, help="The topic to read.")
@@ -305,9 +329,10 @@ def _record_format(
 )
 @click.option(
     "--offset",
-    type=click.IntRange(min=0),
+    type=_StartOffset(),
     default=None,
-    help="Start at this offset (needs --partition).",
+    metavar="N|earliest|latest",
+    help="Start at this offset, or at the earliest or latest one (needs --partition).",
 )
 @click.option(
     "--max-messages",

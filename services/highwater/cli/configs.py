@@ -105,6 +105,28 @@ def _resource(entity_type: str, name: str | None, default: bool) -> tuple[Config
     return ConfigResourceType.BROKER, name or ""
 
 
+def _dynamic_source(resource_type: ConfigResourceType, name: str) -> ConfigSource:
+    """The source of the overrides set on this very entity: what ``--delete-config`` can
+    remove (a broker's value from the cluster default is the default resource's)."""
+    if resource_type == ConfigResourceType.TOPIC:
+        return ConfigSource.DYNAMIC_TOPIC_CONFIG
+    return (
+        ConfigSource.DYNAMIC_BROKER_CONFIG if name else ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+    )
+
+
+async def _require_broker(admin: AdminClient, name: str) -> None:
+    """Refuse a broker id that is not a live broker of the cluster: the controller would
+    describe any id with the cluster's defaults, as if it were one. (Kafka's admin client
+    sends a broker's DescribeConfigs to that broker, and fails for an unknown one.)"""
+    live = {node.node_id for node in (await admin.describe_cluster()).nodes}
+    if int(name) not in live:
+        shown = ", ".join(str(n) for n in sorted(live)) or "none"
+        raise click.ClickException(
+            f"broker {name} is not in the cluster (its live brokers: {shown})"
+        )
+
+
 def _what(resource_type: ConfigResourceType, name: str) -> str:
     if resource_type == ConfigResourceType.TOPIC:
         return f"topic {name}"
@@ -213,6 +235,8 @@ def configs(
             raise click.UsageError("--add-config and --delete-config go with --alter")
 
         async def described(admin: AdminClient) -> dict[str, ConfigEntry]:
+            if resource_type == ConfigResourceType.BROKER and name:
+                await _require_broker(admin, name)
             return await admin.describe_configs(name, resource_type=resource_type)
 
         entries = run_admin(conn, described, topic=topic)
@@ -245,7 +269,22 @@ def configs(
     if not changes:
         raise click.UsageError("--alter needs --add-config or --delete-config")
 
+    deleted = [key for key, value in changes.items() if value is None]
+
     async def altered(admin: AdminClient) -> None:
+        if deleted:
+            # As kafka-configs: a key to delete must be an override of this entity now,
+            # else the command fails naming the keys and changes nothing.
+            current = await admin.describe_configs(name, resource_type=resource_type)
+            source = _dynamic_source(resource_type, name)
+            missing = [
+                key for key in deleted if key not in current or current[key].source != source
+            ]
+            if missing:
+                raise click.ClickException(
+                    f"Invalid config(s): {','.join(missing)}: not an override of "
+                    f"{_what(resource_type, name)}"
+                )
         await admin.alter_configs(name, changes, resource_type=resource_type)
 
     run_admin(conn, altered, topic=topic)

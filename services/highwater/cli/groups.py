@@ -623,7 +623,7 @@ def reset_offsets(
         return {group_id: await reset_group(client, group_id) for group_id in selected}
 
     reset = _run(admin, work)
-    if not execute:
+    if not execute and not dry_run:  # as kafka-consumer-groups: --dry-run asked for this
         click.echo(
             "WARN: No action was performed as the --execute option is missing. "
             "Add --execute to commit the new offsets.",

@@ -286,20 +286,22 @@ def quorum() -> None:
 @quorum.command("describe")
 @_controllers_option(_ASKED)
 @_timeout_option(5.0, _EACH)
-@click.option("--status", "mode", flag_value="status", help="Print the quorum's status.")
-@click.option(
-    "--replication",
-    "mode",
-    flag_value="replication",
-    help="Print every replica's replication progress.",
-)
+@click.option("--status", is_flag=True, help="Print the quorum's status.")
+@click.option("--replication", is_flag=True, help="Print every replica's replication progress.")
 @format_option
-def describe(controllers: list[str], mode: str | None, timeout: float, output_format: str) -> None:
-    """Describe the metadata quorum: --status or --replication."""
-    if mode is None:
+def describe(
+    controllers: list[str], status: bool, replication: bool, timeout: float, output_format: str
+) -> None:
+    """Describe the metadata quorum: --status or --replication (one of them, as
+    kafka-metadata-quorum wants)."""
+    if status and replication:
+        raise click.UsageError(
+            "Only one of --status or --replication should be specified with describe sub-command"
+        )
+    if not status and not replication:
         raise click.UsageError("give one of --status or --replication")
     response = describe_leader(controllers, timeout)
-    if mode == "status":
+    if status:
         lines = status_lines(response)
         if output_format == "json":
             print_json(

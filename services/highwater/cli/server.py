@@ -39,6 +39,7 @@ from highwater.controller_api.client import ControllerClient
 from highwater.coordinator.core import GroupCoordinatorSettings
 from highwater.coordinator.service import CoordinatorSettings
 from highwater.embedded import EmbeddedServer
+from highwater.errors import HighwaterError
 from highwater.raft.driver import RaftServerSettings
 from highwater.records import iter_batches
 from highwater.rpc.channels import open_channel
@@ -218,6 +219,8 @@ def server(
             kafka_listen=kafka_listen,
             kafka_advertised=kafka_advertised_listener,
         )
+    except HighwaterError as e:  # a data or log directory that cannot be used
+        raise click.ClickException(str(e)) from None
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--listen") from None
     run_until_signalled(embedded, "server")

@@ -73,13 +73,23 @@ def server_config_options(function: F) -> F:
 def log_dirs_flag(
     _ctx: click.Context, _param: click.Parameter, value: str | None
 ) -> tuple[str, ...] | None:
-    """``--log-dirs DIR[,DIR...]`` parsed and checked as the ``log.dirs`` key is."""
+    """``--log-dirs DIR[,DIR...]`` parsed and checked as the ``log.dirs`` key is, and
+    refused if two entries are one directory spelled two ways (``logs,./logs/``): the
+    broker would open it twice."""
     if value is None:
         return None
     try:
         parsed: tuple[str, ...] = SERVER_CONFIG_DEF["log.dirs"].parse(value)
     except InvalidConfigError as e:
         raise click.BadParameter(str(e)) from None
+    seen: dict[Path, str] = {}
+    for entry in parsed:
+        resolved = Path(entry).expanduser().resolve()
+        if resolved in seen:
+            raise click.BadParameter(
+                f"{seen[resolved]!r} and {entry!r} are the same directory ({resolved})"
+            )
+        seen[resolved] = entry
     return parsed
 
 

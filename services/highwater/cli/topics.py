@@ -362,6 +362,11 @@ def _description_json(
     is_flag=True,
     help="Only partitions whose ISR is exactly the topic's min.insync.replicas.",
 )
+@click.option(
+    "--if-exists",
+    is_flag=True,
+    help="With --topic: print nothing and succeed if there is no such topic.",
+)
 @format_option
 def describe(
     conn: Connection,
@@ -371,10 +376,14 @@ def describe(
     unavailable: bool,
     under_min_isr: bool,
     at_min_isr: bool,
+    if_exists: bool,
     output_format: str,
 ) -> None:
     """Describe partitions (leader, replicas, ISR) and config overrides of topics; with a
-    partition filter, only the partitions it reports (and no topic lines)."""
+    partition filter, only the partitions it reports (and no topic lines).
+
+    ``--if-exists`` makes a missing ``--topic`` nothing to describe, as kafka-topics'
+    ``--describe --if-exists`` does (with ``--format json``: an empty array)."""
     chosen = [
         name
         for name, given in zip(
@@ -398,15 +407,20 @@ def describe(
             names = [topic]
         if not names:
             return []
-        descriptions = await admin.describe_topics(names)
+        try:
+            descriptions = await admin.describe_topics(names)
+        except UnknownTopicOrPartitionError:
+            if if_exists and topic is not None:
+                return []
+            raise
         found = []
         for name, description in descriptions.items():
             try:
                 configs = await admin.describe_configs(name)
             except UnknownTopicOrPartitionError:
-                if topic is not None:
+                if topic is not None and not if_exists:
                     raise
-                continue  # deleted between the listing and now
+                continue  # deleted between the listing (or the description) and now
             found.append((description, configs))
         return found
 
@@ -479,14 +493,23 @@ def delete(conn: Connection, topic: str, if_exists: bool) -> None:
     metavar="KEY",
     help="Remove a config override, back to the default (repeatable).",
 )
+@click.option("--if-exists", is_flag=True, help="Succeed quietly if there is no such topic.")
 def alter(
     conn: Connection,
     topic: str,
     partitions: int | None,
     config_pairs: tuple[str, ...],
     delete_keys: tuple[str, ...],
+    if_exists: bool,
 ) -> None:
-    """Add partitions to a topic, or set and delete its config overrides."""
+    """Add partitions to a topic, or set and delete its config overrides.
+
+    The changes are two requests (IncrementalAlterConfigs, CreatePartitions), so both are
+    first sent with ``validate_only``: a command that would be refused in part changes
+    nothing. (kafka-topics refuses ``--config`` with ``--alter`` altogether and leaves
+    configs to kafka-configs; here both go in one command, all or nothing.) With
+    ``--if-exists`` a missing topic is not an error and nothing is done, as kafka-topics'
+    ``--alter --if-exists``."""
     if partitions is None and not config_pairs and not delete_keys:
         raise click.UsageError("give --partitions, --config or --delete-config")
     from highwater.metadata.consumer_offsets import CONSUMER_OFFSETS_TOPIC  # not at --help
@@ -505,14 +528,34 @@ def alter(
             raise click.UsageError(f"{key} is both set (--config) and deleted (--delete-config)")
         changes[key] = None
 
+    async def change(admin: AdminClient, *, validate_only: bool) -> None:
+        if changes:
+            await admin.alter_configs(topic, changes, validate_only=validate_only)
+        if partitions is not None:
+            results = await admin.create_partitions(
+                {topic: partitions}, validate_only=validate_only
+            )
+            results[topic].raise_for_error()
+
     async def work(admin: AdminClient) -> list[str]:
+        try:
+            await change(admin, validate_only=True)
+        except UnknownTopicOrPartitionError:
+            if if_exists:
+                return []
+            raise
         done: list[str] = []
         if changes:
-            # Configs first: they are checked as a whole, so a bad one changes nothing.
             await admin.alter_configs(topic, changes)
             done.append(f"Updated config of topic {topic}.")
         if partitions is not None:
             result = (await admin.create_partitions({topic: partitions}))[topic]
+            if result.error is not None and done:
+                # Valid a moment ago: the topic changed in between (another client).
+                raise click.ClickException(
+                    f"{done[0]} The partition count was not changed: "
+                    f"{_one_line(result.error.message or result.error.code_name)}"
+                )
             result.raise_for_error()
             done.append(f"Increased the partition count of topic {topic} to {partitions}.")
         return done

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import grpc.aio
 
-from highwater.errors import HighwaterError
+from highwater.errors import HighwaterError, InvalidConfigError
 from highwater.internal.v1 import raft_pb2, raft_pb2_grpc
 from highwater.metadata.image import MetadataImage
 from highwater.metadata.state_machine import ImageListener, MetadataStateMachine
@@ -45,6 +45,7 @@ from highwater.rpc.server import GrpcService
 __all__ = [
     "DescribedQuorum",
     "MetadataObserver",
+    "ObserverIsVoterError",
     "QuorumUnreachableError",
     "QuorumVoters",
     "discover_quorum",
@@ -58,6 +59,12 @@ QuorumVoters = Mapping[int, str] | VoterSet
 
 class QuorumUnreachableError(HighwaterError):
     """None of the controllers given answered DescribeQuorum with the voters."""
+
+
+class ObserverIsVoterError(InvalidConfigError, ValueError):
+    """An observer (a broker, a coordinator) given the node id of a voter: the two would
+    answer to one id in the quorum, so it is refused, as Kafka's ``KafkaConfig`` refuses a
+    broker-only node whose id is among ``controller.quorum.voters``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +157,13 @@ class MetadataObserver:
         ``listener_name`` names that listener, ``more_listeners`` (name, ``HOST:PORT``) are
         the process's other listeners, serving the same."""
         dynamic, static = (voters, None) if isinstance(voters, VoterSet) else (None, voters)
-        if node_id in (dynamic.ids if dynamic is not None else voters):
-            raise ValueError(f"node {node_id} is a voter: an observer needs an id of its own")
+        voter_ids = dynamic.ids if dynamic is not None else frozenset(static or {})
+        if node_id in voter_ids:
+            raise ObserverIsVoterError(
+                f"the node id {node_id} must not be included in the set of voters "
+                f"{','.join(str(v) for v in sorted(voter_ids))}: an observer (a broker, a "
+                "coordinator) needs an id of its own"
+            )
         self._machine = MetadataStateMachine()
         self._machine.add_listener(self._on_image)
         self._waiters: list[tuple[int, asyncio.Future[MetadataImage]]] = []

@@ -93,6 +93,7 @@ from highwater.raft.messages import (
     RaftMessage,
     is_request,
 )
+from highwater.raft.meta_properties import check_node_id
 from highwater.raft.node import (
     JoinRequest,
     NotLeaderError,
@@ -516,6 +517,8 @@ class RaftServer:
         layout.raft_dir.mkdir(parents=True, exist_ok=True)
         self._lock.acquire()
         try:
+            if self.is_controller:  # a voter's vote is only its own under its node id
+                await asyncio.to_thread(check_node_id, layout.data_dir, self.node_id)
             snapshots = await asyncio.to_thread(FileSnapshotStore, layout.snapshot_dir)
             raft_log = await asyncio.to_thread(
                 PartitionRaftLog.open,
