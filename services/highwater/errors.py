@@ -58,6 +58,15 @@ class RecordTooLargeError(HighwaterError):
     code = ErrorCode.MESSAGE_TOO_LARGE
 
 
+class RecordListTooLargeError(HighwaterError):
+    """An append (every batch of one produce to a partition) larger than ``segment.bytes``:
+    no segment could hold it (Kafka's ``UnifiedLog.append``, ``RecordBatchTooLargeException``,
+    ``RECORD_LIST_TOO_LARGE``). One batch over ``max.message.bytes`` is
+    :class:`RecordTooLargeError` instead."""
+
+    code = ErrorCode.RECORD_LIST_TOO_LARGE
+
+
 class InvalidTimestampError(HighwaterError):
     """A record timestamp outside the window the topic accepts."""
 

@@ -3,7 +3,8 @@
 With the compiled codec, :meth:`PartitionLog.append_as_leader` checks and stamps client
 batches in one call (``stamp_batches``) and falls back on its checks in Python, the
 reference, for whatever that call refuses. Each example appends the same sequence of
-batches (valid, damaged, out of the timestamp window, too large, control batches and
+batches (valid, damaged, records damaged under a valid CRC, a max timestamp that is not
+the records' largest, out of the timestamp window, too large, control batches and
 producer ids without a sequence, duplicates of an idempotent producer, several per call)
 to two logs, one on each path, and compares what every append returned or raised (type
 and message) and, at the end, every file of the two partition directories byte for byte:
@@ -59,7 +60,12 @@ def client_batch(draw: st.DrawFn, sequence: list[int]) -> bytes:
     count = draw(st.integers(1, 4))
     timestamp = BASE_TS + draw(st.sampled_from([0, -5, 7, -(10**12), 10**12]))
     records = [
-        SimpleRecord(None, b"v" * draw(st.integers(0, 400)), (), timestamp + i)
+        SimpleRecord(
+            draw(st.sampled_from([None, b"", b"key"])),
+            b"v" * draw(st.integers(0, 400)),
+            draw(st.sampled_from([(), (("h", b"x"),), (("é", None), ("", b""))])),
+            timestamp + draw(st.sampled_from([i, -i, 0])),
+        )
         for i in range(count)
     ]
     producer: dict[str, int] = {}
@@ -70,7 +76,9 @@ def client_batch(draw: st.DrawFn, sequence: list[int]) -> bytes:
     data = bytearray(build_batch(records, **producer))
     damage = draw(
         st.sampled_from(
-            ["none"] * 6 + ["flip", "cut", "count", "magic", "type", "control", "no sequence"]
+            ["none"] * 6
+            + ["flip", "cut", "count", "magic", "type", "control", "no sequence"]
+            + ["record byte", "records cut", "records grown", "max timestamp"]
         )
     )
     if damage == "flip":
@@ -87,6 +95,20 @@ def client_batch(draw: st.DrawFn, sequence: list[int]) -> bytes:
         data = bytearray(resigned(data))
     elif damage == "control":
         data[22] |= 0x20  # a control batch from a client
+        data = bytearray(resigned(data))
+    elif damage == "record byte":  # the records damaged under a valid CRC
+        data[draw(st.integers(61, len(data) - 1))] = draw(st.integers(0, 255))
+        data = bytearray(resigned(data))
+    elif damage in ("records cut", "records grown"):
+        at = draw(st.integers(61, len(data) - 1))
+        if damage == "records cut":
+            del data[at : at + draw(st.integers(1, 8))]
+        else:
+            data[at:at] = draw(st.binary(min_size=1, max_size=8))
+        struct.pack_into(">i", data, 8, len(data) - 12)
+        data = bytearray(resigned(data))
+    elif damage == "max timestamp":  # a header that does not say the records' largest
+        struct.pack_into(">q", data, 35, timestamp + draw(st.sampled_from([-3, 0, 5, 10**12])))
         data = bytearray(resigned(data))
     elif damage == "no sequence":
         struct.pack_into(">i", data, 53, -1)  # a producer id (if any) without a sequence

@@ -43,6 +43,7 @@ from highwater.errors import (
     InvalidRecordError,
     KafkaStorageError,
     OutOfOrderSequenceError,
+    RecordListTooLargeError,
     RecordTooLargeError,
     StrayFileError,
     UnexpectedAppendOffsetError,
@@ -884,7 +885,7 @@ BAD_APPENDS: dict[str, tuple[Callable[[int], bytes], str, type[HighwaterError], 
             [SimpleRecord(b"k", bytes(SEGMENT_BYTES), (), TIMESTAMP_BASE)], base_offset=e
         ),
         "follower",
-        RecordTooLargeError,
+        RecordListTooLargeError,
         "segment.bytes",
     ),
     "follower-offsets-go-backwards": (
@@ -943,7 +944,7 @@ def test_leader_batch_over_segment_bytes_is_refused(make_layout: MakeLayout) -> 
             producer_epoch=0,
             base_sequence=end,
         )
-        with pytest.raises(RecordTooLargeError, match=r"segment\.bytes"):
+        with pytest.raises(RecordListTooLargeError, match=r"segment\.bytes"):
             log.append_as_leader(big, 0)
         assert log.log_end_offset == end
         assert_reads_exact(log, layout.batches)

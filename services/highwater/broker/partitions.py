@@ -427,13 +427,19 @@ class Partition:
             return None
         return self.leader_state.maybe_shrink_isr(self.clock())
 
-    def list_offset(self, timestamp: int, current_leader_epoch: int) -> tuple[int, int]:
-        """ListOffsets for a consumer: (timestamp, offset); -1, -1 when no record matches."""
+    def list_offset(self, timestamp: int, current_leader_epoch: int) -> tuple[int, int, int]:
+        """ListOffsets for a consumer: (timestamp, offset, leader epoch); -1, -1, -1 when no
+        record matches.
+
+        The epoch is Kafka's (``UnifiedLog.fetchOffsetByTimestamp``, ``Partition``): for
+        ``EARLIEST`` the leader epoch cache's first entry, for ``LATEST`` the current leader
+        epoch, for ``MAX_TIMESTAMP`` and a timestamp the partition leader epoch of the batch
+        holding the record found, as the log says."""
         self.check_leader(current_leader_epoch)
         if timestamp == EARLIEST_TIMESTAMP:
-            return -1, self.log.log_start_offset
+            return -1, self.log.log_start_offset, self.log.earliest_epoch
         if timestamp == LATEST_TIMESTAMP:
-            return -1, self.high_watermark
+            return -1, self.high_watermark, self.leader_epoch
         if timestamp == MAX_TIMESTAMP:
             found = self.log.max_timestamp_and_offset(self.high_watermark)
         elif timestamp >= 0:
@@ -443,8 +449,8 @@ class Partition:
                 ErrorCode.INVALID_REQUEST, f"{timestamp} is not a timestamp ListOffsets knows"
             )
         if found is None or found[1] >= self.high_watermark:
-            return -1, -1
-        return found
+            return -1, -1, -1
+        return found[0], found[1], self.log.epoch_of_batch_at(found[1])
 
 
 class PartitionManager:

@@ -660,14 +660,13 @@ class RequestHandler:
                 )
                 try:
                     partition = self.partitions.get(topic.topic, item.partition)
-                    timestamp, offset = partition.list_offset(
+                    timestamp, offset, epoch = partition.list_offset(
                         item.timestamp, fields.current_leader_epoch(item)
                     )
                 except HighwaterError as e:  # a failed log directory: KAFKA_STORAGE_ERROR
                     answer.error = e.code  # type: ignore[assignment]
                     continue
-                answer.timestamp, answer.offset = timestamp, offset
-                answer.leader_epoch = partition.leader_epoch
+                answer.timestamp, answer.offset, answer.leader_epoch = timestamp, offset, epoch
         return response
 
     def metadata(

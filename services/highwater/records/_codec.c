@@ -1950,26 +1950,215 @@ finally:
 }
 
 /* ---------------------------------------------------------------------------------- */
+/* check_records: the records of one batch as a leader takes them from a client.        */
+
+/* 1 when p[0..n) is UTF-8 that bytes.decode("utf-8") accepts (no overlong form, no
+ * surrogate, nothing above U+10FFFF), 0 otherwise. No Python object. */
+static int utf8_strict(const uint8_t *p, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint8_t c = p[i];
+        if (c < 0x80) {
+            i++;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            if (n - i < 2 || (p[i + 1] & 0xC0) != 0x80) return 0;
+            i += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (n - i < 3 || (p[i + 1] & 0xC0) != 0x80 || (p[i + 2] & 0xC0) != 0x80) return 0;
+            if ((c == 0xE0 && p[i + 1] < 0xA0) || (c == 0xED && p[i + 1] > 0x9F)) return 0;
+            i += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (n - i < 4 || (p[i + 1] & 0xC0) != 0x80 || (p[i + 2] & 0xC0) != 0x80 ||
+                (p[i + 3] & 0xC0) != 0x80)
+                return 0;
+            if ((c == 0xF0 && p[i + 1] < 0x90) || (c == 0xF4 && p[i + 1] > 0x8F)) return 0;
+            i += 4;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The headers of one record from *pos: ``count`` (> 0) of them, each a key (length >= 0,
+ * UTF-8) and a value (length -1 or >= 0), all inside the record. 0, or -1 when they are
+ * not. */
+static int walk_headers(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t record_end,
+                        int32_t count) {
+    Py_ssize_t p = *pos;
+    if (2 * (Py_ssize_t)count > record_end - p) return -1;
+    for (int32_t i = 0; i < count; i++) {
+        int32_t kn, vn;
+        if (get_varint(buf, &p, record_end, &kn) < 0 || kn < 0 || kn > record_end - p) return -1;
+        if (!utf8_strict(buf + p, kn)) return -1;
+        p += kn;
+        if (get_varint(buf, &p, record_end, &vn) < 0 || vn < -1 || vn > record_end - p) return -1;
+        if (vn > 0) p += vn;
+    }
+    *pos = p;
+    return 0;
+}
+
+/* One record of a batch at *pos (before end), read with every varint bounded by the
+ * record: 0 with *pos past it, its offset delta in *delta and its timestamp delta in *td;
+ * -1 when it is not a record (see walk_records). */
+static int walk_one(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t end, int32_t *delta,
+                    int64_t *td) {
+    Py_ssize_t p = *pos;
+    int32_t length, kn, vn, hn;
+    if (get_varint(buf, &p, end, &length) < 0 || length < 6 || length > end - p) return -1;
+    const Py_ssize_t record_end = p + length;
+    p++; /* attributes: unused */
+    if (get_varlong(buf, &p, record_end, td) < 0) return -1;
+    if (get_varint(buf, &p, record_end, delta) < 0) return -1;
+    if (get_varint(buf, &p, record_end, &kn) < 0 || kn < -1 || kn > record_end - p) return -1;
+    if (kn > 0) p += kn;
+    if (get_varint(buf, &p, record_end, &vn) < 0 || vn < -1 || vn > record_end - p) return -1;
+    if (vn > 0) p += vn;
+    if (get_varint(buf, &p, record_end, &hn) < 0 || hn < 0) return -1;
+    if (hn > 0 && walk_headers(buf, &p, record_end, hn) < 0) return -1;
+    if (p != record_end) return -1;
+    *pos = p;
+    return 0;
+}
+
+/* A zigzag varint of one or two bytes at s (both readable): the bytes it takes, its
+ * zigzag-encoded value in *v; 0 when it is longer (walk_one reads it). */
+static inline Py_ssize_t short_varint(const uint8_t *s, uint32_t *v) {
+    uint32_t b0 = s[0], b1 = s[1];
+    if (b0 < 0x80) {
+        *v = b0;
+        return 1;
+    }
+    if (b1 < 0x80) {
+        *v = (b0 & 0x7F) | (b1 << 7);
+        return 2;
+    }
+    return 0;
+}
+
+#define UNZIGZAG(v) ((int32_t)(((v) >> 1) ^ (0u - ((v) & 1u))))
+
+/* Walk the ``count`` records of buf[pos:end) as RecordBatch.records reads them (Kafka's
+ * DefaultRecordBatch iterator and DefaultRecord.readFrom): each record's varint length
+ * inside the batch; in it the attributes, the timestamp delta (varlong), an offset delta
+ * above the previous one and at most ``last_delta``, the key (length -1 or >= 0), the
+ * value (the same), the header count (>= 0) and each header, ending exactly at the
+ * record's length; exactly ``count`` records and no byte after the last. Every varint is
+ * read as varint.py reads it. Each timestamp (base + delta, which must fit 64 bits) other
+ * than NO_TIMESTAMP (-1) widens [*low, *high]. 0, or -1 when anything is not so (the pure
+ * check_records says why).
+ *
+ * The common record (varints of one or two bytes, no header) is read inline, its fields
+ * without a bound of their own: each read stays below end (the record ends SHORT_SLACK
+ * bytes before it at least), each field only moves the position on, and the fields must
+ * end exactly at the record's length, so a field that crossed it fails that test as a
+ * bounded read would have failed. Any other record (and the last few bytes) goes through
+ * walk_one. The next record starts where the length says, so only the lengths chain one
+ * record to the next. */
+#define SHORT_SLACK 16
+static int walk_records(const uint8_t *buf, Py_ssize_t p, Py_ssize_t end, int64_t count,
+                        int64_t last_delta, int64_t base_ts, int64_t *low, int64_t *high) {
+    int64_t lo = *low, hi = *high;
+    int64_t previous = -1;
+    for (int64_t i = 0; i < count; i++) {
+        int32_t delta;
+        int64_t td, ts;
+        uint32_t v;
+        Py_ssize_t n, q;
+        if (end - p < SHORT_SLACK || !(n = short_varint(buf + p, &v)) || (v & 1) || v < 12 ||
+            (Py_ssize_t)(v >> 1) > end - p - n - SHORT_SLACK)
+            goto careful;
+        const Py_ssize_t record_end = p + n + (v >> 1);
+        q = p + n + 1; /* after the attributes: unused */
+        if (!(n = short_varint(buf + q, &v))) goto careful;
+        td = UNZIGZAG(v);
+        q += n;
+        if (!(n = short_varint(buf + q, &v))) goto careful;
+        delta = UNZIGZAG(v);
+        q += n;
+        if (!(n = short_varint(buf + q, &v))) goto careful;
+        q += n;
+        if (v != 1) { /* not a null key */
+            if ((v & 1) || (Py_ssize_t)(v >> 1) > record_end - q) goto careful;
+            q += v >> 1;
+        }
+        if (!(n = short_varint(buf + q, &v))) goto careful;
+        q += n;
+        if (v != 1) { /* not a null value */
+            if ((v & 1) || (Py_ssize_t)(v >> 1) > record_end - q) goto careful;
+            q += v >> 1;
+        }
+        if (q + 1 != record_end || buf[q] != 0) goto careful; /* headers, or a lying length */
+        p = record_end;
+        goto checked;
+    careful:
+        if (walk_one(buf, &p, end, &delta, &td) < 0) return -1;
+    checked:
+        if (delta <= previous || delta > last_delta) return -1;
+        previous = delta;
+        if (__builtin_add_overflow(base_ts, td, &ts)) return -1;
+        if (ts != -1) {
+            lo = ts < lo ? ts : lo;
+            hi = ts > hi ? ts : hi;
+        }
+    }
+    if (p != end) return -1;
+    *low = lo;
+    *high = hi;
+    return 0;
+}
+
+/* check_records(buf, pos, end, count, last_offset_delta, base_timestamp) -> (low, high)
+ * The walk above over buf[pos:end) (a batch's records, decompressed if it was
+ * compressed); (low, high) bound the records' timestamps other than -1 (INT64_MAX,
+ * INT64_MIN when there is none). None when the walk refuses them or an argument is out of
+ * range: record.check_records, the reference, then raises the typed error. */
+static PyObject *codec_check_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "check_records takes 6 arguments");
+        return NULL;
+    }
+    int64_t v[5];
+    for (int i = 0; i < 5; i++) {
+        if (as_int64(args[i + 1], &v[i]) < 0) Py_RETURN_NONE;
+    }
+    Bytes b;
+    if (bytes_get(args[0], &b) < 0) Py_RETURN_NONE;
+    int64_t low = INT64_MAX, high = INT64_MIN;
+    int ok = v[0] >= 0 && v[1] >= v[0] && v[1] <= (int64_t)b.n && v[2] >= 0 &&
+             v[3] >= 0 && v[3] <= INT32_MAX &&
+             walk_records(b.p, (Py_ssize_t)v[0], (Py_ssize_t)v[1], v[2], v[3], v[4], &low,
+                          &high) == 0;
+    bytes_release(&b);
+    if (!ok) Py_RETURN_NONE;
+    return Py_BuildValue("(LL)", (long long)low, (long long)high);
+}
+
+/* ---------------------------------------------------------------------------------- */
 /* stamp_batches: a leader's append in one call (storage.log.PartitionLog).             */
 
 /* stamp_batches(data, next_offset, leader_epoch, max_batch_size, segment_bytes, now,
  *               before_ms, after_ms, log_append_time, log_start_offset)
  *   -> (stamped, headers, info, tracked), or None
  * Every check PartitionLog.append_as_leader makes of client batches (check_batch's, CRC
- * included; the size limits; records_count == last_offset_delta + 1; with CreateTime
- * (log_append_time < 0) the timestamp type and window; no control batch and no producer
- * id without a base sequence, which Kafka's LogValidator refuses from clients and the
- * log refuses by origin), then each batch's 61-byte header stamped with its base offset
- * and partition leader epoch (and with LogAppendTime its timestamp type, max timestamp
- * and CRC, the CRC summed over the stamped header's bytes 21..61 and then the caller's
- * record bytes), ``stamped``: the stamped 61-byte headers one after another (the record
+ * included; the size limits; records_count == last_offset_delta + 1; every record walked
+ * (walk_records); no producer batch flagged LogAppendTime; with CreateTime
+ * (log_append_time < 0) each record's timestamp in the window; no control batch and no
+ * producer id without a base sequence, which Kafka's LogValidator refuses from clients
+ * and the log refuses by origin), then each batch's 61-byte header stamped with its base
+ * offset and partition leader epoch (with LogAppendTime also its timestamp type, max
+ * timestamp and CRC, the CRC summed over the stamped header's bytes 21..61 and then the
+ * caller's record bytes; with CreateTime the max timestamp and CRC the same way, only
+ * when the header's is not the records' largest, as Kafka's setMaxTimestamp). A
+ * compressed batch is left to the pure path, which decompresses it to walk it. ``stamped``: the stamped 61-byte headers one after another (the record
  * bytes are not copied: write_stamped writes each stamped header beside the caller's
  * bytes after it, one writev); ``headers``: the stamped headers as BatchHeader tuples
  * where the log reads them, that is for two batches or more (the segment indexes each)
  * or any batch with a producer id (the producer state checks each), else empty (one
  * batch without a producer id: ``info`` says all the segment needs); ``info``: the
  * append's storage.log.AppendInfo (bound by storage.log: first and last offset, the
- * largest max timestamp with the last offset of its batch, log_append_time,
+ * largest max timestamp (as stamped) with the last offset of its batch, log_append_time,
  * log_start_offset as given, the records' count, the bytes); ``tracked``: whether any
  * batch carries a producer id. None whenever anything is not as those checks want (or
  * out of the range handled here, or AppendInfo is not bound): the log then runs its pure
@@ -1993,28 +2182,36 @@ static PyObject *codec_stamp_batches(PyObject *self, PyObject *const *args, Py_s
     const uint8_t *buf = b.p;
     Py_ssize_t n = b.n, pos = 0;
     int64_t records = 0, max_ts = -1, offset_of_max = next_offset, offset = next_offset;
-    int tracked = 0, batches = 0;
+    int tracked = 0, batches = 0, restamp = 0;
     /* First every check, on the caller's bytes, before anything is made. */
     while (pos < n) {
         if (!batch_ok(buf, n, pos, 1)) goto refuse;
         const uint8_t *h = buf + pos;
         int64_t size = (int64_t)be32(h + 8) + LOG_OVERHEAD;
         int64_t count = (int64_t)be32(h + 23) + 1, last_offset;
-        if (size > max_batch_size || size > segment_bytes || (int64_t)be32(h + 57) != count)
+        if (size > max_batch_size || (int64_t)be32(h + 57) != count) goto refuse;
+        /* A control batch, or a producer id with a negative base sequence; a producer's
+         * LogAppendTime; a compressed batch, whose records the pure path decompresses. */
+        int attributes = be16(h + 21);
+        if ((attributes & (0x20 | 0x08 | 0x07)) ||
+            ((int64_t)be64(h + 43) >= 0 && (int32_t)be32(h + 53) < 0))
             goto refuse;
-        /* A control batch, or a producer id with a negative base sequence. */
-        if ((be16(h + 21) & 0x20) || ((int64_t)be64(h + 43) >= 0 && (int32_t)be32(h + 53) < 0))
+        int64_t low = INT64_MAX, high = INT64_MIN, late, early;
+        if (walk_records(buf, pos + HEADER_SIZE, pos + (Py_ssize_t)size, count, count - 1,
+                         be64(h + 27), &low, &high) < 0)
             goto refuse;
+        int64_t true_max = high > -1 ? high : -1;
         if (append_time < 0) {
-            int64_t base_ts = be64(h + 27), batch_max = be64(h + 35), low, late, early;
-            low = base_ts < batch_max ? base_ts : batch_max;
-            if ((be16(h + 21) & 0x08) || __builtin_sub_overflow(now, low, &late) ||
-                __builtin_sub_overflow(batch_max, now, &early) || late > before || early > after)
+            /* Each record's timestamp but NO_TIMESTAMP in [now - before, now + after]. */
+            if (low != INT64_MAX && (__builtin_sub_overflow(now, low, &late) ||
+                                     __builtin_sub_overflow(high, now, &early) ||
+                                     late > before || early > after))
                 goto refuse;
+            if (true_max != be64(h + 35)) restamp = 1;
         }
         if (__builtin_add_overflow(offset, count - 1, &last_offset) || last_offset == INT64_MAX)
             goto refuse;
-        int64_t batch_max = append_time >= 0 ? append_time : be64(h + 35);
+        int64_t batch_max = append_time >= 0 ? append_time : true_max;
         if (batch_max > max_ts) {
             max_ts = batch_max;
             offset_of_max = last_offset;
@@ -2025,7 +2222,8 @@ static PyObject *codec_stamp_batches(PyObject *self, PyObject *const *args, Py_s
         pos += (Py_ssize_t)size;
         batches++;
     }
-    if (batches == 0) goto refuse;
+    /* The whole append must fit a segment (Kafka's UnifiedLog.append). */
+    if (batches == 0 || (int64_t)n > segment_bytes) goto refuse;
     /* Only the stamped headers: write_stamped writes the record bytes from the caller's
      * buffer beside them (no copy of a batch, whatever its size). */
     PyObject *heads = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)batches * HEADER_SIZE);
@@ -2055,6 +2253,19 @@ static PyObject *codec_stamp_batches(PyObject *self, PyObject *const *args, Py_s
             uint32_t crc = crc32c_update(0xFFFFFFFFu, h + 21, HEADER_SIZE - 21);
             crc = crc32c_update(crc, in + HEADER_SIZE, (size_t)(size - HEADER_SIZE));
             put_be32(h + 17, ~crc);
+        } else if (restamp) {
+            /* A max timestamp that is not the records' largest: set to it, and the CRC
+             * summed again (Kafka's setMaxTimestamp). The walk passed above. */
+            int64_t low = INT64_MAX, high = INT64_MIN;
+            walk_records(in, HEADER_SIZE, size, (int64_t)be32(h + 23) + 1, be32(h + 23),
+                         be64(h + 27), &low, &high);
+            int64_t true_max = high > -1 ? high : -1;
+            if (true_max != be64(h + 35)) {
+                put_be64(h + 35, (uint64_t)true_max);
+                uint32_t crc = crc32c_update(0xFFFFFFFFu, h + 21, HEADER_SIZE - 21);
+                crc = crc32c_update(crc, in + HEADER_SIZE, (size_t)(size - HEADER_SIZE));
+                put_be32(h + 17, ~crc);
+            }
         }
         if (with_headers) {
             PyObject *header = header_tuple(h);
@@ -3944,6 +4155,9 @@ static PyMethodDef codec_methods[] = {
      "map_keys(...) -> (decoded, pos): the cleaner's offset map step for one batch"},
     {"filter_records", (PyCFunction)(void (*)(void))codec_filter_records, METH_FASTCALL,
      "filter_records(...) -> the cleaner's pass over one batch's records, or None to defer"},
+    {"check_records", (PyCFunction)(void (*)(void))codec_check_records, METH_FASTCALL,
+     "check_records(buf, pos, end, count, last_offset_delta, base_timestamp) -> (low, high), "
+     "or None to defer to the pure code"},
     {"stamp_batches", (PyCFunction)(void (*)(void))codec_stamp_batches, METH_FASTCALL,
      "stamp_batches(...) -> a leader append's checks and stamping, or None to defer"},
     {"write_stamped", (PyCFunction)(void (*)(void))codec_write_stamped, METH_FASTCALL,

@@ -391,14 +391,18 @@ stamp_batches: StampBatches | None = codec.stamp_batches if codec is not None el
 ``stamp_batches(data, next_offset, leader_epoch, max_batch_size, segment_bytes, now,
 before_ms, after_ms, log_append_time, log_start_offset)`` makes every check
 :meth:`~highwater.storage.log.PartitionLog.append_as_leader` makes of client batches
-(:func:`check_batch`'s with the CRC, the two size limits, ``records_count ==
-last_offset_delta + 1``, and, when ``log_append_time`` is negative, CreateTime and the
-timestamp window ``[now - before_ms, now + after_ms]``; it takes no control batch and no
-batch with a producer id but a negative base sequence, which the log refuses from
-clients) and returns ``(stamped, headers, info, tracked)``: ``stamped`` holds the batches
-with their offsets assigned from ``next_offset`` and the leader epoch stamped (with
-LogAppendTime also the timestamp type, the max timestamp and the CRC, as
-:func:`set_log_append_time`) as their stamped 61-byte headers one after another, whatever
+(:func:`check_batch`'s with the CRC, ``max.message.bytes`` for each batch and
+``segment.bytes`` for the whole append, ``records_count == last_offset_delta + 1``, every
+record walked as :func:`~.record.check_records` walks it, no batch flagged LogAppendTime,
+and, when ``log_append_time`` is negative, each record's timestamp but -1 in the window
+``[now - before_ms, now + after_ms]``; it takes no control batch, no compressed batch
+(the log decompresses it to walk its records) and no batch with a producer id but a
+negative base sequence, which the log refuses from clients) and returns ``(stamped,
+headers, info, tracked)``: ``stamped`` holds the batches with their offsets assigned from
+``next_offset`` and the leader epoch stamped (with LogAppendTime also the timestamp type,
+the max timestamp and the CRC, as :func:`set_log_append_time`; with CreateTime the max
+timestamp and CRC where the header's is not its records' largest, as
+:func:`set_max_timestamp`) as their stamped 61-byte headers one after another, whatever
 the request's size (no batch is copied): :data:`write_stamped` writes each beside the
 rest of its batch from ``data``
 (:meth:`~highwater.storage.segment.LogSegment.append_stamped`); ``headers`` the stamped
@@ -448,8 +452,21 @@ def stamped_header(
 
 def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp: int) -> None:
     """Mark the batch at ``pos`` as LogAppendTime with ``timestamp`` as its max, and re-sign it."""
+    set_max_timestamp(buf, pos, timestamp, TimestampType.LOG_APPEND_TIME)
+
+
+def set_max_timestamp(
+    buf: bytearray | memoryview,
+    pos: int,
+    timestamp: int,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+) -> None:
+    """Set the max timestamp and timestamp type of the batch at ``pos`` and re-sign it
+    (Kafka's ``DefaultRecordBatch.setMaxTimestamp``; both lie inside the CRC)."""
     size = read_size(buf, pos)
-    attributes = _INT16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)[0] | TIMESTAMP_TYPE_MASK
+    attributes = _INT16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)[0] & ~TIMESTAMP_TYPE_MASK
+    if timestamp_type is TimestampType.LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
     _INT16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes)
     _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp)
     view = memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size]

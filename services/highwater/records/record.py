@@ -633,6 +633,55 @@ class SlotFactory:
 
 # The pure-Python functions, whichever implementation is loaded: the reference that the
 # compiled twins hand over to and that the tests compare them with.
+NO_TIMESTAMP = -1
+NO_TIMESTAMPS: tuple[int, int] = (INT64_MAX, INT64_MIN)
+"""What :func:`check_records` answers for records that carry no timestamp but -1."""
+
+
+def check_records(
+    buf: Buffer, pos: int, end: int, count: int, last_offset_delta: int, base_timestamp: int
+) -> tuple[int, int]:
+    """Walk the ``count`` records of ``buf[pos:end]`` (one batch's, decompressed if it was
+    compressed) as a leader takes them from a client; return the least and the largest of
+    their timestamps other than NO_TIMESTAMP (-1), :data:`NO_TIMESTAMPS` if none has one.
+
+    Kafka's ``LogValidator`` iterates every record of every batch before it appends
+    (``DefaultRecordBatch``'s iterator, ``DefaultRecord.readFrom``): a batch whose records
+    are not what its header says would be appended and then fail every reader at its
+    offset. The rules are exactly those :meth:`~.batch.RecordBatch.records` reads by (this
+    decodes each record with :func:`read_record`): each record's length inside the batch
+    and its fields ending exactly there; key and value lengths -1 or >= 0, a header count
+    >= 0, header keys of UTF-8; offset deltas increasing and at most
+    ``last_offset_delta``; exactly ``count`` records and nothing after the last. A
+    timestamp (``base_timestamp`` + delta) must fit 64 bits, as the batch's max timestamp
+    field it may become. Raises :class:`CorruptRecordError`, which an append answers as
+    ``INVALID_RECORD``. The compiled twin walks the common record without a Python object.
+    """
+    low, high = NO_TIMESTAMPS
+    previous = -1
+    for decoded in range(count):
+        if pos >= end:
+            raise CorruptRecordError(
+                f"records_count is {count} but the records end after {decoded}"
+            )
+        record, pos = read_record(buf, pos, end, 0, base_timestamp, None)
+        delta = record.offset
+        if delta <= previous or delta > last_offset_delta:
+            raise _delta_error(0, delta, previous, last_offset_delta)
+        previous = delta
+        timestamp = record.timestamp
+        if timestamp != NO_TIMESTAMP:
+            if not INT64_MIN <= timestamp <= INT64_MAX:
+                raise CorruptRecordError(
+                    f"record at offset delta {delta}: timestamp {timestamp} does not fit 64 bits"
+                )
+            low, high = min(low, timestamp), max(high, timestamp)
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes follow the last of the {count} records")
+    return low, high
+
+
+pure_check_records = check_records
 pure_record_size = record_size
 pure_encode_records = encode_records
 pure_read_records = read_records
@@ -641,6 +690,18 @@ PureSlotFactory = SlotFactory
 if codec is not None:
     codec.bind(record_size=pure_record_size)
     record_size = codec.record_size
+
+    def check_records(
+        buf: Buffer, pos: int, end: int, count: int, last_offset_delta: int, base_timestamp: int
+    ) -> tuple[int, int]:
+        """:func:`pure_check_records`, compiled: what it refuses, the pure walk raises."""
+        found: tuple[int, int] | None = codec.check_records(
+            buf, pos, end, count, last_offset_delta, base_timestamp
+        )
+        if found is None:
+            return pure_check_records(buf, pos, end, count, last_offset_delta, base_timestamp)
+        return found
+
     SlotFactory = codec.SlotFactory  # type: ignore[misc]
 
     def encode_records(

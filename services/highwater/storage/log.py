@@ -48,11 +48,13 @@ from typing import Concatenate, Final, NamedTuple, NoReturn, ParamSpec, TypeVar
 from highwater.config.topic import LogConfig
 from highwater.errors import (
     CorruptCheckpointError,
+    CorruptRecordError,
     CorruptSegmentError,
     InvalidRecordError,
     InvalidTimestampError,
     KafkaStorageError,
     OffsetOutOfRangeError,
+    RecordListTooLargeError,
     RecordTooLargeError,
     UnexpectedAppendOffsetError,
 )
@@ -63,11 +65,12 @@ from highwater.records.header import (
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     check_batch,
-    set_log_append_time,
+    set_max_timestamp,
     stamp_batches,
     stamped_header,
 )
 from highwater.records.implementation import codec
+from highwater.records.record import NO_TIMESTAMP, NO_TIMESTAMPS, check_records
 from highwater.storage.leader_epoch import LeaderEpochCache
 from highwater.storage.producer_state import (
     AppendOrigin,
@@ -450,26 +453,33 @@ class PartitionLog:
         log_append_time: int,
     ) -> AppendInfo:
         """:meth:`append_as_leader` with each check made in Python: the reference, whose
-        errors the compiled checks leave it to raise."""
+        errors the compiled checks leave it to raise.
+
+        The checks in Kafka's order (``analyzeAndValidateRecords``, ``LogValidator``, then
+        ``UnifiedLog.append``): each batch's header, CRC and ``max.message.bytes``; what a
+        client may not send (a control batch, a producer id without a sequence); each
+        batch's record count against its offsets; every record of every batch
+        (:meth:`_check_records`, with the timestamps); the keys of a compacted topic; and
+        the whole append against ``segment.bytes``. Nothing is written unless all pass."""
         view = memoryview(data)
         config = self.config
         batches = self._validate(view, config.max_message_bytes)
-        if log_append_time < 0:
-            self._check_timestamps(batches, now)
-        if config.compact:
-            self._check_keys(view, batches)
         if origin is AppendOrigin.CLIENT:
             self._check_client_batches(batches)
+        for _, header in batches:
+            if header.records_count != header[6] + 1:  # last_offset_delta + 1
+                raise InvalidRecordError(
+                    f"{self.topic_partition}: batch declares {header.records_count} records but "
+                    f"its offsets span {header[6] + 1}"
+                )
+        maxima = self._check_records(view, batches, now, log_append_time)
+        if config.compact:
+            self._check_keys(view, batches)
+        self._check_append_size(len(view))
         next_offset = self._log_end_offset
         stamped: list[tuple[int, BatchHeader]] = []
         tracked = False
-        for position, header in batches:
-            count = header[6] + 1  # last_offset_delta + 1
-            if header.records_count != count:
-                raise InvalidRecordError(
-                    f"{self.topic_partition}: batch declares {header.records_count} records but "
-                    f"its offsets span {count}"
-                )
+        for (position, header), max_timestamp in zip(batches, maxima, strict=True):
             if log_append_time >= 0:
                 assigned = header._replace(
                     base_offset=next_offset,
@@ -478,10 +488,14 @@ class PartitionLog:
                     max_timestamp=log_append_time,
                 )
             else:
-                assigned = BatchHeader(next_offset, header[1], leader_epoch, *header[3:])
+                assigned = header._replace(
+                    base_offset=next_offset,
+                    partition_leader_epoch=leader_epoch,
+                    max_timestamp=max_timestamp,
+                )
             tracked = tracked or assigned.producer_id >= 0
             stamped.append((position, assigned))
-            next_offset += count
+            next_offset += header.records_count
         if tracked:
             try:
                 self.producer_state.check_appends([h for _, h in stamped], origin)
@@ -492,7 +506,7 @@ class PartitionLog:
         if leader_epoch >= 0 and leader_epoch > self._latest_epoch:
             self.leader_epoch_cache.assign(leader_epoch, self._log_end_offset)
             self._latest_epoch = leader_epoch
-        pieces = self._stamped_pieces(view, stamped, log_append_time)
+        pieces, stamped = self._stamped_pieces(view, batches, stamped)
         return self._write(pieces, stamped, log_append_time)
 
     @_guards_io
@@ -502,6 +516,7 @@ class PartitionLog:
         if not len(view):
             return None
         batches = self._validate(view, max_batch_size=None)
+        self._check_append_size(len(view))
         expected = self._log_end_offset
         for _, header in batches:
             if header.base_offset < expected:
@@ -522,7 +537,6 @@ class PartitionLog:
     ) -> list[tuple[int, BatchHeader]]:
         batches: list[tuple[int, BatchHeader]] = []
         position, end = 0, len(view)
-        segment_bytes = self.config.segment_bytes
         if end == 0:
             raise InvalidRecordError(f"{self.topic_partition}: no record batch to append")
         while position < end:
@@ -533,31 +547,71 @@ class PartitionLog:
                     f"{self.topic_partition}: batch of {size} bytes exceeds "
                     f"max.message.bytes={max_batch_size}"
                 )
-            if size > segment_bytes:
-                raise RecordTooLargeError(
-                    f"{self.topic_partition}: batch of {size} bytes exceeds "
-                    f"segment.bytes={segment_bytes}"
-                )
             batches.append((position, header))
             position += size
         return batches
 
-    def _check_timestamps(self, batches: list[tuple[int, BatchHeader]], now: int) -> None:
+    def _check_append_size(self, size: int) -> None:
+        """Kafka's ``UnifiedLog.append``: an append no segment can hold is refused whole."""
+        segment_bytes = self.config.segment_bytes
+        if size > segment_bytes:
+            raise RecordListTooLargeError(
+                f"{self.topic_partition}: append of {size} bytes exceeds "
+                f"segment.bytes={segment_bytes}"
+            )
+
+    def _check_records(
+        self,
+        view: memoryview,
+        batches: list[tuple[int, BatchHeader]],
+        now: int,
+        log_append_time: int,
+    ) -> list[int]:
+        """Walk every record of every batch, decompressing a compressed one, and return
+        each batch's largest record timestamp (-1 if none has one).
+
+        Kafka's ``LogValidator`` (``assignOffsetsNonCompressed``,
+        ``validateMessagesAndAssignOffsetsCompressed``): a batch whose records are not what
+        its header says is ``INVALID_RECORD`` (:func:`~highwater.records.record.check_records`
+        has the rules), else it would be committed and fail every reader at its offset. A
+        producer may not flag a batch LogAppendTime (``validateTimestamp``,
+        ``INVALID_TIMESTAMP``), whatever the topic's timestamp type. With CreateTime each
+        record's timestamp but NO_TIMESTAMP (-1) must lie in ``[now -
+        message.timestamp.before.max.ms, now + message.timestamp.after.max.ms]``; the
+        header's max timestamp is not trusted: the one returned is the records' (Kafka's
+        ``maxBatchTimestamp``), which the append stamps (``setMaxTimestamp``).
+        """
         before, after = (
             self.config.message_timestamp_before_max_ms,
             self.config.message_timestamp_after_max_ms,
         )
-        for _, header in batches:
+        from highwater.records.batch import RecordBatch
+
+        maxima: list[int] = []
+        for position, header in batches:
             if header.attributes & TIMESTAMP_TYPE_MASK:
                 raise InvalidTimestampError(
-                    f"{self.topic_partition}: a producer batch must carry CreateTime"
+                    f"{self.topic_partition}: a producer should not set the timestamp type "
+                    f"to LogAppendTime (batch {len(maxima)})"
                 )
-            low = min(header.base_timestamp, header.max_timestamp)
-            if now - low > before or header.max_timestamp - now > after:
+            try:
+                batch = RecordBatch(view[position : position + header.size], verify_crc=False)
+                data, start, end = batch.records_payload()
+                low, high = check_records(
+                    data, start, end, header.records_count, header[6], header.base_timestamp
+                )
+            except CorruptRecordError as e:
+                raise InvalidRecordError(
+                    f"{self.topic_partition}: batch {len(maxima)} of the append: {e}"
+                ) from None
+            outside = now - low > before or high - now > after
+            if log_append_time < 0 and (low, high) != NO_TIMESTAMPS and outside:
                 raise InvalidTimestampError(
-                    f"{self.topic_partition}: timestamps {low}..{header.max_timestamp} are "
-                    f"outside [now - {before}, now + {after}] (now {now})"
+                    f"{self.topic_partition}: record timestamps {low}..{high} are outside "
+                    f"[now - {before}, now + {after}] (now {now})"
                 )
+            maxima.append(max(high, NO_TIMESTAMP))
+        return maxima
 
     def _check_client_batches(self, batches: list[tuple[int, BatchHeader]]) -> None:
         """Kafka's ``LogValidator.validateBatch`` for a client's batches: no control batch
@@ -589,21 +643,28 @@ class PartitionLog:
     def _stamped_pieces(
         self,
         view: memoryview,
+        batches: list[tuple[int, BatchHeader]],
         stamped: list[tuple[int, BatchHeader]],
-        log_append_time: int,
-    ) -> list[bytes | bytearray | memoryview]:
+    ) -> tuple[list[bytes | bytearray | memoryview], list[tuple[int, BatchHeader]]]:
+        """The bytes to write for each batch and its stamped header: the header's copy with
+        the base offset and leader epoch (outside the CRC) beside the rest of the batch in
+        place; where the max timestamp or its type changed, the whole batch copied with
+        them set and re-signed (the header's CRC then the new one)."""
         pieces: list[bytes | bytearray | memoryview] = []
-        for position, header in stamped:
+        signed: list[tuple[int, BatchHeader]] = []
+        for (position, sent), (_, header) in zip(batches, stamped, strict=True):
             head = stamped_header(view, position, header.base_offset, header.partition_leader_epoch)
             body = view[position + BATCH_HEADER_SIZE : position + header[1] + LOG_OVERHEAD]
-            if log_append_time >= 0:
-                whole = bytearray(head) + body
-                set_log_append_time(whole, 0, log_append_time)
-                pieces.append(whole)
+            if header.attributes == sent.attributes and header[8] == sent[8]:
+                pieces.append(head)
+                pieces.append(body)
+                signed.append((position, header))
                 continue
-            pieces.append(head)
-            pieces.append(body)
-        return pieces
+            whole = bytearray(head) + body
+            set_max_timestamp(whole, 0, header[8], header.timestamp_type)
+            pieces.append(whole)
+            signed.append((position, check_batch(whole, 0, verify_crc=False)))
+        return pieces, signed
 
     def _duplicate_info(self, duplicate: DuplicateBatchError) -> AppendInfo:
         metadata = duplicate.metadata
@@ -818,6 +879,26 @@ class PartitionLog:
         return header.max_timestamp, _offset_of_max_timestamp(
             segment.read_bytes(position, header.size), header
         )
+
+    @_guards_io
+    def epoch_of_batch_at(self, offset: int) -> int:
+        """The partition leader epoch of the batch holding ``offset``, -1 if no batch of the
+        log holds it: what ListOffsets answers beside a record it found by timestamp (Kafka's
+        ``TimestampAndOffset.leaderEpoch``, the found batch's ``partitionLeaderEpoch``)."""
+        if not self.log_start_offset <= offset < self._log_end_offset:
+            return -1
+        segment = self._segments[self._segment_index_for(offset)]
+        found = segment.translate_offset(offset)
+        if found is None or found[1].base_offset > offset:
+            return -1
+        return found[1].partition_leader_epoch
+
+    @property
+    def earliest_epoch(self) -> int:
+        """The epoch of the leader epoch cache's first entry (the log start offset's), -1
+        if it has none: ListOffsets ``EARLIEST`` (Kafka's ``fetchOffsetByTimestamp``)."""
+        entry = self.leader_epoch_cache.earliest_entry
+        return entry.epoch if entry is not None else -1
 
     def latest_epoch_end_offset(self, requested_epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch: (largest epoch <= requested, the end offset of that epoch)."""
