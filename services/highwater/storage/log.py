@@ -58,12 +58,14 @@ from highwater.errors import (
     RecordTooLargeError,
     UnexpectedAppendOffsetError,
 )
+from highwater.records.batch import build_batch_of_records, iter_batches
 from highwater.records.header import (
     BATCH_HEADER_SIZE,
     CONTROL_FLAG,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
+    Compression,
     check_batch,
     set_max_timestamp,
     stamp_batches,
@@ -197,9 +199,11 @@ class _AppendLimits(NamedTuple):
     before_ms: int
     after_ms: int
     roll_after_ms: int
+    recompress_to: Compression | None  # compression.type, None for "producer"
 
     @classmethod
     def of(cls, config: LogConfig) -> _AppendLimits:
+        target = config.compression_type
         return cls(
             config,
             config.compact,
@@ -209,7 +213,58 @@ class _AppendLimits(NamedTuple):
             config.message_timestamp_before_max_ms,
             config.message_timestamp_after_max_ms,
             config.segment_ms - config.segment_jitter_ms,
+            None if target == "producer" else _TOPIC_COMPRESSION[target],
         )
+
+
+_TOPIC_COMPRESSION: Final = {
+    "uncompressed": Compression.NONE,
+    "gzip": Compression.GZIP,
+    "snappy": Compression.SNAPPY,
+    "lz4": Compression.LZ4,
+    "zstd": Compression.ZSTD,
+}
+"""The codec a topic's ``compression.type`` stores its batches in (all but ``producer``)."""
+
+
+def recompressed(data: bytes | bytearray | memoryview, target: Compression) -> bytes | None:
+    """``data``'s batches with their records in ``target``'s compression, as a topic whose
+    ``compression.type`` is not ``producer`` stores them (Kafka's ``LogValidator``: a batch
+    whose codec is not the target's is rebuilt with it); None when every batch already is.
+
+    Each rebuilt batch keeps every header field (offsets, timestamps, producer id, epoch
+    and sequence, transactional flag) and gets a new length and CRC; its CRC is checked
+    first, so a damaged batch is refused, not given a valid CRC. The checks of the append
+    then judge the rebuilt batches (``max.message.bytes`` applies to what is stored).
+
+    :raises CorruptRecordError: a batch that is damaged or does not decompress.
+    """
+    batches = list(iter_batches(data))
+    if all(batch.compression is target for batch in batches):
+        return None
+    out = bytearray()
+    for batch in batches:
+        if batch.compression is target:
+            out += batch.view()
+            continue
+        payload, start, end = batch.records_payload()
+        out += build_batch_of_records(
+            bytes(memoryview(payload)[start:end]),
+            batch.records_count,
+            base_offset=batch.base_offset,
+            last_offset_delta=batch.last_offset_delta,
+            base_timestamp=batch.base_timestamp,
+            max_timestamp=batch.max_timestamp,
+            compression=target,
+            timestamp_type=batch.timestamp_type,
+            producer_id=batch.producer_id,
+            producer_epoch=batch.producer_epoch,
+            base_sequence=batch.base_sequence,
+            partition_leader_epoch=batch.partition_leader_epoch,
+            is_transactional=batch.is_transactional,
+            delete_horizon_ms=batch.delete_horizon_ms,
+        )
+    return bytes(out)
 
 
 class PartitionLog:
@@ -391,7 +446,24 @@ class PartitionLog:
             if limits[0] is not self.config:
                 limits = self._append_limits = _AppendLimits.of(self.config)
             # One unpacking instead of a field lookup per limit (this runs per append).
-            _, compacted, append_time, max_bytes, segment_bytes, before, after, roll_after = limits
+            (
+                _,
+                compacted,
+                append_time,
+                max_bytes,
+                segment_bytes,
+                before,
+                after,
+                roll_after,
+                recompress_to,
+            ) = limits
+            if recompress_to is not None and origin is AppendOrigin.CLIENT:
+                try:
+                    rebuilt = recompressed(data, recompress_to)
+                except CorruptRecordError as e:
+                    raise InvalidRecordError(str(e)) from e
+                if rebuilt is not None:
+                    data = rebuilt
             now = self.clock()
             log_append_time = now if append_time else -1
             stamped = (
