@@ -21,6 +21,7 @@ import grpc
 import grpc.aio
 import pytest
 import pytest_asyncio
+from highwater.broker import consumer_session
 from highwater.client.admin import AdminClient
 from highwater.controller_api import messages as m
 from highwater.rpc import auth
@@ -471,3 +472,172 @@ async def test_hundreds_of_sessions_opened_and_dropped_leave_nothing_behind(
     assert len(asyncio.all_tasks()) <= baseline, asyncio.all_tasks()
     for group in range(20):
         assert await members(cluster, f"churn-{group}") == 0
+
+
+async def assignments(session: Session, seconds: float) -> list[pb.SessionAssignment]:
+    """The assignments the session receives within ``seconds``."""
+    seen = []
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        with contextlib.suppress(TimeoutError):
+            event = await asyncio.wait_for(session.events.get(), left)
+            assert event is not None, "the session ended"
+            if event.WhichOneof("event") == "assignment":
+                seen.append(event.assignment)
+    return seen
+
+
+async def test_members_holding_no_records_stay_in_the_group_past_max_poll_interval(
+    cluster: TwoBrokers, broker: broker_pb2_grpc.BrokerStub
+) -> None:
+    """max.poll.interval.ms is about poll() calls, and a Kafka consumer with nothing
+    assigned, or nothing fetched, still polls: sessions holding no records unacknowledged
+    (one with the only partition and nothing to read, one with nothing assigned) are
+    waiting for records, and the group stays as it is however long they wait."""
+    topic = "sessions-single"
+    await cluster.create_topic(topic, 1)
+    first, second = Session(broker), Session(broker)
+    await first.write(start("waiting", topics=[topic], max_poll_interval_ms=1000))
+    assert (await first.next("assignment")).assignment.generation_id == 1
+    await second.write(start("waiting", topics=[topic], max_poll_interval_ms=1000))
+    held = []
+    for session in (first, second):
+        while True:
+            event = (await session.next("assignment")).assignment
+            if event.generation_id >= 2 and not event.revoked:
+                held.append(len(event.partitions))
+                break
+    assert sorted(held) == [0, 1]
+    assert await assignments(first, 2.5) == [] and await assignments(second, 0.1) == []
+    assert await members(cluster, "waiting") == 2
+    await first.drop()
+    await second.drop()
+
+
+async def test_a_session_taken_out_for_not_polling_rejoins_when_the_client_speaks(
+    cluster: TwoBrokers, broker: broker_pb2_grpc.BrokerStub
+) -> None:
+    """Records held unacknowledged past max_poll_interval_ms without a word take the
+    session out of the group; any word from the client brings it back (here an ack that
+    frees credit the session was not short of)."""
+    session = Session(broker)
+    await session.write(start("slow", max_poll_interval_ms=1000))
+    seen = await session.consume(RECORDS)
+    deadline = time.monotonic() + 20
+    while await members(cluster, "slow") != 0:
+        assert time.monotonic() < deadline, "the silent session is still in the group"
+        await asyncio.sleep(0.1)
+    tp, records = next(iter(seen.items()))
+    await session.write(ack({tp: len(records)}))
+    lost = (await session.next("assignment", timeout=10)).assignment
+    assert lost.lost
+    back = (await session.next("assignment", timeout=10)).assignment
+    assert len(back.partitions) == PARTITIONS and back.generation_id > lost.generation_id
+    assert (await session.next("records", timeout=10)).records.records  # redelivered
+    await session.drop()
+
+
+async def test_a_session_whose_next_record_does_not_fit_its_bytes_waits_for_an_ack(
+    cluster: TwoBrokers, broker: broker_pb2_grpc.BrokerStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With 61 of 100 bytes outstanding, the next 61-byte record does not fit: the session
+    is out of credit (not fetched for, rather than fetching that record again and again)
+    until an acknowledgement frees bytes. A record larger than the credit still comes when
+    nothing is outstanding."""
+    topic = "sessions-bytes"
+    await cluster.create_topic(topic, 1)
+    for value in (b"x" * 60, b"y" * 60, b"z" * 200):
+        request = pb.ProduceRequest()
+        request.topics.add(topic=topic).partitions.add(  # -1: placed, sent to the leader
+            partition=-1, records=pb.PlainRecords(records=[pb.Record(key=b"k", value=value)])
+        )
+        assert (await broker.Produce(request)).topics[0].partitions[0].error == ErrorCode.NONE
+    fetches = 0
+    fetch_from = consumer_session._Session._fetch_from
+
+    async def counted(self: consumer_session._Session, *args: object) -> object:
+        nonlocal fetches
+        fetches += 1
+        return await fetch_from(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(consumer_session._Session, "_fetch_from", counted)
+    session = Session(broker)
+    await session.write(
+        start(
+            "bytes",
+            topics=[],
+            partitions=[pb.SessionPartition(topic=topic, partition=0)],
+            max_bytes=100,
+        )
+    )
+    first = (await session.next("records")).records.records
+    assert [r.offset for r in first] == [0]
+    before = fetches
+    with pytest.raises(TimeoutError):
+        await session.next("records", timeout=1.5)
+    assert fetches - before <= 2  # (thousands when it spun)
+    for offset in (1, 2):
+        await session.write(ack({(topic, 0): offset}))
+        assert [r.offset for r in (await session.next("records")).records.records] == [offset]
+    await session.drop()
+
+
+async def test_a_client_that_does_not_read_its_answers_is_not_read_either(
+    cluster: TwoBrokers, broker: broker_pb2_grpc.BrokerStub
+) -> None:
+    """Each refused ack is answered by a notice; a client that writes and never reads
+    has its requests left unread once MAX_UNWRITTEN_EVENTS answers wait, instead of the
+    broker queuing answers without end. Once it reads, every answer comes, in order."""
+    sessions = cluster.embedded.broker.sessions
+    call: Call = broker.ConsumerSession()
+    await call.write(
+        start(
+            "deaf",
+            topics=[],
+            partitions=[pb.SessionPartition(topic=TOPIC)],
+            auto_offset_reset=pb.OFFSET_RESET_LATEST,
+        )
+    )
+    assert (await call.read()).WhichOneof("event") == "assignment"
+    (session,) = [s for s in sessions._sessions if s.start.group_id == "deaf"]
+    refused = "n" * 8000  # a large notice each, so the transport's buffers fill soon
+    total, written = 4000, 0
+
+    async def write() -> None:
+        nonlocal written
+        for _ in range(total):
+            await call.write(ack({(refused, 0): 1}))
+            written += 1
+
+    writer = asyncio.create_task(write())
+    most, progress = 0, (-1, time.monotonic())
+    while not writer.done():
+        most = max(most, session._out.qsize())
+        if written != progress[0]:
+            progress = (written, time.monotonic())
+        elif time.monotonic() - progress[1] > 1:
+            break  # held back
+        await asyncio.sleep(0.005)
+    assert most <= consumer_session.MAX_UNWRITTEN_EVENTS
+    for _ in range(total):
+        event = await asyncio.wait_for(call.read(), 10)
+        assert event.notice.error == ErrorCode.INVALID_REQUEST
+    await asyncio.wait_for(writer, 10)
+    assert session._out.qsize() == 0
+    call.cancel()
+
+
+async def test_a_client_that_ends_its_requests_commits_what_it_acknowledged(
+    cluster: TwoBrokers, broker: broker_pb2_grpc.BrokerStub
+) -> None:
+    """As Kafka's close() with auto-commit on: the acknowledged positions are committed
+    before the stream ends, and the next owner starts after them."""
+    session = Session(broker)
+    await session.write(start("closing"))
+    seen = await session.consume(RECORDS)
+    acked = {tp: len(records) - 1 for tp, records in seen.items()}
+    await session.write(ack(acked))
+    await session.call.done_writing()
+    await session.reader
+    assert await session.call.code() == grpc.StatusCode.OK
+    assert await committed(cluster, "closing") == {tp[1]: o for tp, o in acked.items()}

@@ -302,6 +302,30 @@ async def test_a_member_not_polled_within_max_poll_interval_leaves_and_rejoins_w
         await member.close()
 
 
+async def test_a_member_waiting_in_poll_stays_past_max_poll_interval(
+    coordinator: tuple[ScriptedCoordinator, Cluster],
+) -> None:
+    """max.poll.interval.ms is about poll() calls: an application inside poll(), waiting
+    for records however long (``polling``, a broker's session holding none), polls; once
+    it stops, the interval runs from then."""
+    scripted, cluster = coordinator
+    member = await member_of_generation_one(
+        scripted, cluster, heartbeat_interval_ms=20, max_poll_interval_ms=200
+    )
+    waiting = True
+    member.polling = lambda: waiting
+    try:
+        await asyncio.sleep(0.6)
+        assert not member.lost and scripted.leaving == [] and member.is_member()
+        waiting = False
+        async with asyncio.timeout(5):
+            while not member.lost:
+                await asyncio.sleep(0.01)
+        assert scripted.leaving == ["m-1"]
+    finally:
+        await member.close()
+
+
 async def test_a_heartbeat_answer_about_a_generation_the_member_has_left_is_ignored(
     coordinator: tuple[ScriptedCoordinator, Cluster],
 ) -> None:

@@ -16,6 +16,15 @@ broker does what a Kafka consumer does for itself:
   (:class:`~highwater.broker.leader_channels.LeaderChannels`), as long polls;
 - flow control is the client's credit (:mod:`~highwater.broker.session_state`): records
   and bytes delivered and not acknowledged; a session out of credit is not fetched for;
+  the other way, the client's requests are not read while
+  :data:`MAX_UNWRITTEN_EVENTS` events wait to be written to it (a client that writes and
+  does not read is held back by the stream's flow control, as Kafka mutes a connection
+  whose responses are not sent yet, rather than queuing answers without end);
+- ``max.poll.interval.ms`` is about the client: a session holding records unacknowledged
+  that long without a word is taken out of the group, as a consumer that stopped calling
+  ``poll()``; one holding none is waiting for records, as a consumer in ``poll()`` is, so
+  it is polling however long it waits (a Kafka consumer with nothing assigned still
+  polls); it rejoins as soon as the client speaks again;
 - at-least-once: a commit commits acknowledged positions only; before partitions are
   revoked their acknowledged positions are committed (as Kafka's consumer commits before
   a revocation), lost partitions are dropped without a commit;
@@ -24,7 +33,10 @@ broker does what a Kafka consumer does for itself:
   partitions makes the session rejoin, and while it leads, so does a change in any topic
   of the group's subscription (the counts its assignment was made from);
 - the stream's end, clean or cut, ends the membership (LeaveGroup: the group rebalances
-  at once, as for a member that crashed and was found out).
+  at once, as for a member that crashed and was found out); a clean end (the client
+  half-closes) first commits the acknowledged positions, as Kafka's ``close()`` does with
+  auto-commit on, while a cut stream leaves them to what was committed (the client is
+  gone without a word, as a consumer that crashed).
 
 Each session is four tasks (the stream, its reader, the driver of membership and
 fetches, the metadata watch) plus the membership's heartbeats; all end with the stream,
@@ -90,6 +102,11 @@ FETCH_WAIT_MS: Final = 500
 RECORD_OVERHEAD: Final = 16
 """Bytes a record takes in a batch beside its key, value and headers (about)."""
 RETRY_BACKOFF_S: Final = 0.1
+MAX_UNWRITTEN_EVENTS: Final = 64
+"""How many events may wait to be written to the client before its requests are no longer
+read: what a client that does not read costs the broker is this, plus the answers to one
+request (a notice per offset of an ack refused, its commit's answer), whatever it writes;
+records are bounded by the credit."""
 EARLIEST: Final = -2
 LATEST: Final = -1
 
@@ -332,8 +349,11 @@ class _Session:
             start.settings,
             [assignor_for(name) for name in start.assignors],
             on_rejoin_needed=self._interrupt,
+            polling=self._waiting_for_records,
         )
         self._out: asyncio.Queue[object] = asyncio.Queue()
+        self._taken = asyncio.Event()
+        """Set when an event is taken from :attr:`_out` to be written."""
         self._wake = asyncio.Event()
         self._last_heard = time.monotonic()
         self._tasks: list[asyncio.Task[None]] = []
@@ -354,6 +374,7 @@ class _Session:
             self._tasks.append(asyncio.create_task(self._watch_metadata()))
         try:
             while (item := await self._out.get()) is not _END:
+                self._taken.set()
                 if isinstance(item, SessionEnded):
                     raise item
                 assert isinstance(item, pb.ConsumerSessionResponse)
@@ -384,9 +405,19 @@ class _Session:
     def _interrupt(self) -> None:
         self._wake.set()
 
+    def _waiting_for_records(self) -> bool:
+        """Whether the client is polling now, for the membership's ``max.poll.interval.ms``:
+        holding no records unacknowledged, it waits for records, as a Kafka consumer in
+        ``poll()`` (with nothing assigned, or nothing fetched yet) waits, and polls."""
+        return self.state.outstanding_records == 0
+
     # -- what the client says ------------------------------------------------------------
 
     async def _read(self, requests: AsyncIterator[pb.ConsumerSessionRequest]) -> None:
+        """Act on the client's requests in order. A session taken out of the group for not
+        polling rejoins as soon as the client speaks again, whatever it says. When the
+        client ends its requests, the acknowledged positions are committed before the
+        stream ends (Kafka's ``close()``); a stream cut under the reader ends without."""
         try:
             async for request in requests:
                 self._last_heard = time.monotonic()
@@ -408,11 +439,24 @@ class _Session:
                         )
                     )
                     return
+                if self.start.topics and self.membership.rejoin_needed:
+                    self._wake.set()  # a session that stopped polling rejoins (_drive)
+                await self._room_to_answer()
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the stream broke under the reader
             log.debug("consumer session of %s: the stream broke: %r", self.start.group_id, e)
+        else:
+            with contextlib.suppress(HighwaterError):
+                await self._commit()
         self._out.put_nowait(_END)
+
+    async def _room_to_answer(self) -> None:
+        """Wait until fewer than :data:`MAX_UNWRITTEN_EVENTS` events wait to be written: a
+        client that does not read its answers is not read either."""
+        while self._out.qsize() >= MAX_UNWRITTEN_EVENTS:
+            self._taken.clear()
+            await self._taken.wait()
 
     def _notice(self, code: int, message: str) -> None:
         self._send(notice=pb.SessionNotice(error=code, message=message))  # type: ignore[arg-type]
@@ -477,8 +521,6 @@ class _Session:
                         continue
                     await self._rebalance()
                     continue
-                if self.state.outstanding_records == 0:
-                    self.membership.polled()  # waiting for records, not holding any
                 wanted = self.state.fetchable()
                 if not wanted:
                     await self._wait_for_wake()
@@ -736,6 +778,7 @@ class _Session:
         sizes = [record_size(r) for r in records]
         count = self.state.deliverable(sizes)
         if count == 0:
+            self.state.short_of_bytes()
             return False
         self._record_bytes = max(sum(sizes[:count]) // count + RECORD_OVERHEAD, 1)
         delivered = pb.SessionRecords(
@@ -746,4 +789,6 @@ class _Session:
             tp, ((r.offset, record_size(r), r.leader_epoch) for r in records[:count])
         )
         self._send(records=delivered)
+        if count < len(sizes):
+            self.state.short_of_bytes()  # (or of records: out of credit either way)
         return False

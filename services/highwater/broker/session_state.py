@@ -7,7 +7,11 @@ Pure bookkeeping for :mod:`~highwater.broker.consumer_session`. Per partition it
 - ``acknowledged``: the client's word that every record below it is processed: what a
   commit commits (at-least-once: nothing is committed past it), with the leader epoch of
   the batch the record before it came in (Kafka's ``offsetEpoch``, what lets a consumer
-  resuming from the commit validate it, KIP-320);
+  resuming from the commit validate it, KIP-320). It only moves forward: an
+  acknowledgement below it says nothing new (every record below 5 is processed when
+  every record below 10 is) and is ignored, so that acknowledgements arriving out of
+  order never move a commit back; only a seek below it lets the client acknowledge
+  from there again (it rewound to process those records anew);
 - ``committed``: what the group has for it, as far as this session knows;
 - the records delivered and not acknowledged yet, with their sizes and leader epochs.
 
@@ -15,7 +19,10 @@ The session's credit is ``max_records`` records and ``max_bytes`` bytes outstand
 all its partitions: :meth:`SessionState.deliverable` says how many of a fetched run of
 records may go now (one record even past the bytes when nothing is outstanding, so that
 a record larger than the credit still comes), and a session out of credit is not fetched
-for until an acknowledgement (or a seek, or a revocation) frees some.
+for until an acknowledgement (or a seek, or a revocation) frees some. A session whose
+bytes left do not take the next record fetched is out of credit as well
+(:meth:`SessionState.short_of_bytes`): fetching again would bring the same record, again
+and again, until the client acknowledges.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ class PartitionProgress:
     acknowledged: int | None = None
     acknowledged_epoch: int = -1
     """The leader epoch of the record before :attr:`acknowledged` (-1: not known)."""
+    ack_floor: int | None = None
+    """Acknowledgements below it are stale and ignored: :attr:`acknowledged`, or lower
+    after a seek below it."""
     committed: int | None = None
     outstanding: deque[tuple[int, int, int]] = field(default_factory=deque)
     """``(offset, size, leader epoch)`` of the records delivered and not acknowledged, in
@@ -52,6 +62,8 @@ class SessionState:
         self.partitions: dict[TopicPartitionKey, PartitionProgress] = {}
         self.outstanding_records = 0
         self.outstanding_bytes = 0
+        self._short_of_bytes = False
+        """The next record fetched did not fit the bytes left (see :meth:`short_of_bytes`)."""
 
     # -- holding partitions --------------------------------------------------------------
 
@@ -76,7 +88,7 @@ class SessionState:
             return
         progress.position = offset
         if committed:
-            progress.acknowledged = progress.committed = offset
+            progress.acknowledged = progress.committed = progress.ack_floor = offset
             progress.acknowledged_epoch = leader_epoch
 
     def held(self) -> tuple[TopicPartitionKey, ...]:
@@ -85,9 +97,21 @@ class SessionState:
     # -- delivering ----------------------------------------------------------------------
 
     def has_credit(self) -> bool:
-        return self.outstanding_records < self.max_records and (
-            self.outstanding_records == 0 or self.outstanding_bytes < self.max_bytes
-        )
+        """Whether a fetch may deliver something now: records left, and bytes left for the
+        next record (any record when nothing is outstanding)."""
+        if self.outstanding_records >= self.max_records:
+            return False
+        if self.outstanding_records == 0:
+            return True
+        return self.outstanding_bytes < self.max_bytes and not self._short_of_bytes
+
+    def short_of_bytes(self) -> None:
+        """Records fetched did not fit the bytes left (:meth:`deliverable` took fewer than
+        came): the session is out of credit until records are released (acknowledged,
+        sought past or revoked), rather than fetching the same record again at once. With
+        nothing outstanding every fetch delivers a record, so that is never short."""
+        if self.outstanding_records > 0:
+            self._short_of_bytes = True
 
     def record_room(self) -> int:
         """How many records may be delivered now."""
@@ -141,6 +165,8 @@ class SessionState:
                 f"{tp[0]}-{tp[1]}: offset {offset} acknowledges records never delivered "
                 f"(next to deliver: {progress.position})"
             )
+        if progress.ack_floor is not None and offset < progress.ack_floor:
+            return None  # stale: already said by a later acknowledgement (see the module)
         freed: list[tuple[int, int, int]] = []
         while progress.outstanding and progress.outstanding[0][0] < offset:
             freed.append(progress.outstanding.popleft())
@@ -148,7 +174,7 @@ class SessionState:
             progress.acknowledged_epoch = freed[-1][2]  # the last record below ``offset``
         elif offset != progress.acknowledged:
             progress.acknowledged_epoch = -1
-        progress.acknowledged = offset
+        progress.acknowledged = progress.ack_floor = offset
         self._release(freed)
         return None
 
@@ -159,6 +185,9 @@ class SessionState:
         self._release(progress.outstanding)
         progress.outstanding = deque()
         progress.position = offset
+        if progress.ack_floor is not None:
+            progress.ack_floor = min(progress.ack_floor, offset)
+        self._short_of_bytes = False  # the next record fetched is another one
         return None
 
     def to_commit(
@@ -185,3 +214,4 @@ class SessionState:
         for _, size, _ in records:
             self.outstanding_records -= 1
             self.outstanding_bytes -= size
+            self._short_of_bytes = False

@@ -183,12 +183,18 @@ class GroupMembership:
         assignors: Sequence[ConsumerPartitionAssignor],
         *,
         on_rejoin_needed: Callable[[], None] = lambda: None,
+        polling: Callable[[], bool] = lambda: False,
     ) -> None:
+        """``polling``: whether the application is inside ``poll()`` now, waiting for
+        records (a broker's consumer session holding none): its ``max.poll.interval.ms``
+        does not run out while it waits, however long (a Kafka consumer in ``poll()`` keeps
+        polling, even with nothing assigned). The default: only :meth:`polled` counts."""
         self.cluster = cluster
         self.settings = settings
         self.assignors = list(assignors)
         self.protocol = select_rebalance_protocol(self.assignors)
         self.on_rejoin_needed = on_rejoin_needed
+        self.polling = polling
         self.member_id = ""
         self.generation_id = DEFAULT_GENERATION
         self.protocol_name: str | None = None
@@ -483,6 +489,8 @@ class GroupMembership:
                 continue
             if self._assigned_blind:
                 await self._read_assigned_counts()
+            if self.polling():
+                self.polled()
             idle = time.monotonic() - self._last_poll
             if idle * 1000 > self.settings.max_poll_interval_ms:
                 log.warning(
