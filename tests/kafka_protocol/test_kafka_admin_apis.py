@@ -266,8 +266,11 @@ def test_produce_records_must_be_one_batch_of_magic_2_as_kafka_validates_them(
         wait_for(lambda: produce(good)[0] == 0)
         assert produce(good + batch(b"two"))[0] == 87
         assert produce(magic_1)[0] == 87
-        assert produce(bytes(zstd.build()), version=6)[0] == 76
-        assert produce(bytes(zstd.build()), version=7)[0] == 0
+        # Built once: kafka-python's build() compresses its buffer in place, so a second
+        # call compresses it again (a batch whose records do not decode, INVALID_RECORD).
+        zstd_batch = bytes(zstd.build())
+        assert produce(zstd_batch, version=6)[0] == 76
+        assert produce(zstd_batch, version=7)[0] == 0
     assert watermarks(server, "one-batch") == (0, 2)
 
 
