@@ -19,32 +19,12 @@ Keys other than ``node.id`` (a broker's, if a log directory is shared) are kept 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final
 
 from highwater.errors import KafkaStorageError
 from highwater.storage.checkpoint import write_atomically
+from highwater.storage.log_manager import META_PROPERTIES, read_meta_properties
 
 __all__ = ["META_PROPERTIES", "check_node_id", "read_meta_properties"]
-
-META_PROPERTIES: Final = "meta.properties"
-
-
-def read_meta_properties(data_dir: Path) -> dict[str, str]:
-    """The keys of ``data_dir``'s ``meta.properties``; empty if there is none.
-    KafkaStorageError for a line that is not ``key=value``."""
-    path = data_dir / META_PROPERTIES
-    if not path.exists():
-        return {}
-    found: dict[str, str] = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise KafkaStorageError(f"{path}: line {number} is not key=value: {line!r}")
-        found[key.strip()] = value.strip()
-    return found
 
 
 def check_node_id(data_dir: Path, node_id: int) -> None:

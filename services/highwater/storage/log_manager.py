@@ -128,6 +128,10 @@ class LogManagerSettings:
 
 
 def read_meta_properties(data_dir: Path) -> dict[str, str]:
+    """The keys of ``data_dir``'s ``meta.properties`` (``key=value`` lines, ``#``
+    comments); empty if there is none. KafkaStorageError for a line that is not
+    ``key=value``. A broker's log directories and a controller's data directory
+    (``raft/meta_properties.py``) both keep one."""
     path = data_dir / META_PROPERTIES
     if not path.exists():
         return {}
