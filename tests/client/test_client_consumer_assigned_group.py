@@ -257,3 +257,31 @@ def test_the_heartbeat_interval_must_be_below_the_session_timeout() -> None:
     assert ConsumerConfig.parse({**base, "heartbeat.interval.ms": 2000}).heartbeat_interval_ms == (
         2000
     )
+
+
+async def test_a_commit_waits_for_the_coordinator_to_know_a_new_topic(
+    server: ServerThread,
+) -> None:
+    """A commit answered UNKNOWN_TOPIC_OR_PARTITION, which the coordinator answers while
+    its metadata does not have the partition yet, is sent again within
+    ``request.timeout.ms``, as Kafka's consumer retries it: here the topic is created
+    while the commit waits, and the commit is then taken."""
+    config = {
+        "bootstrap.servers": server.address,
+        "group.id": "commit-new-topic",
+        "enable.auto.commit": False,
+        "request.timeout.ms": 8000,
+    }
+    async with AsyncConsumer(config) as consumer:
+
+        async def create_later() -> None:
+            await asyncio.sleep(0.5)
+            await create_topic(server.address, "appears-later")
+
+        creating = asyncio.create_task(create_later())
+        done = await consumer.commit(
+            offsets=[TopicPartition("appears-later", 0, 4)], asynchronous=False
+        )
+        await creating
+        assert done is not None and done[0].error is None, done
+    assert await committed(server.address, "commit-new-topic", "appears-later") == 4

@@ -600,7 +600,12 @@ class GroupMembership:
         """Commit ``{(topic, partition): (offset, leader epoch, metadata)}`` as this member
         (or, before it ever joined, as a consumer outside group management); the error code
         and message of each partition. Coordinator moves are retried within
-        ``request.timeout.ms``."""
+        ``request.timeout.ms``, and so is UNKNOWN_TOPIC_OR_PARTITION where it can only mean
+        that the coordinator's metadata does not have the partition yet (a topic created a
+        moment before; Kafka's consumer retries it as a retriable error): for a partition
+        this member owns, or any partition of a commit from outside group management. The
+        coordinator answers the same code for a partition a member commits without owning
+        it, which is not retried."""
         deadline = time.monotonic() + self.settings.request_timeout_ms / 1000
         request = pb.OffsetCommitRequest(
             group_id=self.settings.group_id,
@@ -634,9 +639,15 @@ class GroupMembership:
                 for p in t.partitions
             }
             errors = {key: code for key, (code, _) in answers.items()}
-            retriable = {e for e in errors.values() if e in _COORDINATOR_ERRORS}
-            if retriable and time.monotonic() < deadline:
-                self._coordinator_unknown()
+            moved = any(e in _COORDINATOR_ERRORS for e in errors.values())
+            owned = None if not sent[0] else set(self.owned)
+            behind = any(
+                code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and (owned is None or key in owned)
+                for key, code in errors.items()
+            )
+            if (moved or behind) and time.monotonic() < deadline:
+                if moved:
+                    self._coordinator_unknown()
                 await self._backoff()
                 continue
             if (self.member_id, self.generation_id) != sent:
